@@ -1,1 +1,18 @@
-export {}
+/**
+ * @engram/core: the pure decisions of engram. Every function is synchronous and total over
+ * plain data; time, ids and limits are arguments.
+ */
+export * as Downtime from "./Downtime.js"
+export * as Fleet from "./Fleet.js"
+export * as Headroom from "./Headroom.js"
+export * as Ledger from "./Ledger.js"
+export * as Limits from "./Limits.js"
+export * as ParkGate from "./ParkGate.js"
+export * as Placement from "./Placement.js"
+export * as Session from "./Session.js"
+
+export type { Budget, HostHeadroom, HostReport } from "./Headroom.js"
+export type { Candidate, NoFitDetail, NoFitReason, Request as PlacementRequest } from "./Placement.js"
+export type { FleetHost, FleetView, Park, Queued, Yield, YieldReason } from "./ParkGate.js"
+export type { Entry as LedgerEntry, OwnerKind } from "./Ledger.js"
+export type { State as SessionState } from "./Session.js"

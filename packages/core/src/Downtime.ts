@@ -1,0 +1,101 @@
+/**
+ * The downtime guard of a live move (SPEC §5): the estimate before the guest pauses and the
+ * check after the final capture. Pure arithmetic over the pre-copy rounds' figures; the
+ * agents measure, this module decides.
+ */
+import { defaults } from "./Limits.js"
+
+/** One pre-copy round as the source measured it. */
+export interface Round {
+  /** Bytes actually sent on the wire. */
+  readonly wireBytes: number
+  /** Size of the dirty ranges the round captured. */
+  readonly apparentBytes: number
+  /** Time the send took. */
+  readonly sendMs: number
+}
+
+/** The rounds' rate: wire bytes sent / send time, in bytes per ms; 0 when nothing was timed. */
+export const rateBytesPerMs = (rounds: readonly Round[]): number => {
+  let bytes = 0
+  let ms = 0
+  for (const r of rounds) {
+    bytes += r.wireBytes
+    ms += r.sendMs
+  }
+  return ms > 0 && bytes > 0 ? bytes / ms : 0
+}
+
+const transferMs = (bytes: number, rateBytesPerMs: number): number =>
+  bytes <= 0 ? 0 : rateBytesPerMs > 0 ? bytes / rateBytesPerMs : Number.POSITIVE_INFINITY
+
+/** Inputs of the estimate made before the guest pauses. */
+export interface PrePauseInput {
+  readonly lastDeltaWireBytes: number
+  readonly rateBytesPerMs: number
+  readonly commitAllowanceMs?: number
+}
+
+/**
+ * Before pausing: the last delta's wire bytes at the rounds' rate plus the commit allowance.
+ * An unknown rate (0) with bytes to send estimates `Infinity`: refuse rather than guess.
+ */
+export const prePauseEstimateMs = (i: PrePauseInput): number =>
+  transferMs(i.lastDeltaWireBytes, i.rateBytesPerMs) + (i.commitAllowanceMs ?? defaults.commitAllowanceMs)
+
+/** Inputs of the final round's size estimate. */
+export interface FinalWireInput {
+  readonly lastDeltaWireBytes: number
+  readonly lastDeltaApparentBytes: number
+  readonly finalApparentBytes: number
+}
+
+/**
+ * The final round's wire bytes: the last delta's wire bytes plus the final round's growth
+ * in apparent size. A final round smaller than the delta does not cancel the delta's bytes,
+ * and the per-round transfer overhead is not scaled.
+ */
+export const finalWireBytes = (i: FinalWireInput): number =>
+  i.lastDeltaWireBytes + Math.max(0, i.finalApparentBytes - i.lastDeltaApparentBytes)
+
+/** Inputs of the check made after the final capture, with the guest paused. */
+export interface PostCaptureInput extends FinalWireInput {
+  readonly captureMs: number
+  readonly rateBytesPerMs: number
+  readonly commitAllowanceMs?: number
+}
+
+/** After the final capture: capture time + the final round's wire bytes at the rate + the allowance. */
+export const postCaptureEstimateMs = (i: PostCaptureInput): number =>
+  i.captureMs + transferMs(finalWireBytes(i), i.rateBytesPerMs) + (i.commitAllowanceMs ?? defaults.commitAllowanceMs)
+
+/** The guard's verdict. */
+export type Verdict =
+  | { readonly _tag: "Fits"; readonly estimateMs: number }
+  | { readonly _tag: "Overrun"; readonly estimateMs: number }
+
+/** Inputs of {@link check}: either estimate's inputs and the budget. */
+export type CheckInput = (PrePauseInput | PostCaptureInput) & { readonly maxDowntimeMs: number }
+
+const isPostCapture = (i: PrePauseInput | PostCaptureInput): i is PostCaptureInput => "captureMs" in i
+
+/**
+ * Checks an estimate against `maxDowntimeMs`: post-capture inputs (with `captureMs`) get
+ * the post-capture estimate, others the pre-pause one. Equal to the budget fits.
+ */
+export const check = (i: CheckInput): Verdict => {
+  const estimateMs = isPostCapture(i) ? postCaptureEstimateMs(i) : prePauseEstimateMs(i)
+  return estimateMs <= i.maxDowntimeMs ? { _tag: "Fits", estimateMs } : { _tag: "Overrun", estimateMs }
+}
+
+/** The phases of a finished move's pause, as reported to the caller. */
+export interface Phases {
+  readonly downtimeMs: number
+  readonly captureMs: number
+  readonly sendMs: number
+  readonly commitMs: number
+}
+
+/** Whether reported phases are consistent: each > 0 and their sum within the downtime. */
+export const phasesConsistent = (p: Phases): boolean =>
+  p.captureMs > 0 && p.sendMs > 0 && p.commitMs > 0 && p.captureMs + p.sendMs + p.commitMs <= p.downtimeMs

@@ -1,0 +1,91 @@
+/**
+ * The fleet snapshot: the autoscaling signal an operator reads (SPEC §1, §7). It sums the
+ * same headroom placement reserves against, so "free" means the same thing everywhere.
+ */
+import * as Headroom from "./Headroom.js"
+import { defaults, type Limits } from "./Limits.js"
+import * as ParkGate from "./ParkGate.js"
+import * as Placement from "./Placement.js"
+
+/** The fleet at a glance. */
+export interface Snapshot {
+  readonly hosts: {
+    readonly total: number
+    readonly ready: number
+    readonly measured: number
+    readonly cordoned: number
+    readonly draining: number
+  }
+  /** Sums over measured, ready hosts with a RAM cap. Free may be negative when over-reserved. */
+  readonly capacityMib: number
+  readonly reservedMib: number
+  readonly freeMib: number
+  /** Sums over ready hosts that reported cores. */
+  readonly cpuBudget: number
+  readonly reservedVcpus: number
+  readonly freeVcpus: number
+  readonly queue: {
+    readonly sessions: number
+    readonly memMib: number
+    readonly vcpus: number
+    /** Queued sessions that fit on no candidate host. */
+    readonly withoutRoom: number
+  }
+  readonly parks: number
+  readonly descentsRunning: number
+}
+
+/** Computes the snapshot from one fleet read. */
+export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults): Snapshot => {
+  let ready = 0
+  let measured = 0
+  let cordoned = 0
+  let draining = 0
+  let capacityMib = 0
+  let reservedMib = 0
+  let cpuBudget = 0
+  let reservedVcpus = 0
+  let parks = 0
+  let descentsRunning = 0
+  for (const h of fleet.hosts) {
+    const state = h.state ?? "ready"
+    if (state === "ready") ready++
+    else if (state === "cordoned") cordoned++
+    else draining++
+    if (Placement.isMeasured(h)) measured++
+    parks += h.parks.length
+    descentsRunning += h.descentsRunning
+    if (state !== "ready") continue
+    if (Headroom.gatesRam(h.headroom)) {
+      capacityMib += Math.floor(h.headroom.allocatableMib as number)
+      reservedMib += h.headroom.reserved.memMib
+    }
+    if (Headroom.gatesCpu(h.headroom)) {
+      cpuBudget += h.headroom.cpuBudget as number
+      reservedVcpus += h.headroom.reserved.vcpus
+    }
+  }
+  let qMem = 0
+  let qCpu = 0
+  for (const q of fleet.queue) {
+    qMem += q.budget.memMib
+    qCpu += q.budget.vcpus
+  }
+  return {
+    hosts: { total: fleet.hosts.length, ready, measured, cordoned, draining },
+    capacityMib,
+    reservedMib,
+    freeMib: capacityMib - reservedMib,
+    cpuBudget,
+    reservedVcpus,
+    freeVcpus: cpuBudget - reservedVcpus,
+    queue: {
+      sessions: fleet.queue.length,
+      memMib: qMem,
+      vcpus: qCpu,
+      withoutRoom: ParkGate.countWithoutRoom(fleet, limits),
+    },
+    parks,
+    descentsRunning,
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * Host headroom: the one definition of "room" (SPEC §1). Placement, the park gate, the
+ * ledger, the host view and the fleet snapshot all read these functions; no other module,
+ * store or app does this arithmetic.
+ */
+import { defaults, type Limits } from "./Limits.js"
+
+/** A session's resource budget. */
+export interface Budget {
+  readonly memMib: number
+  readonly vcpus: number
+}
+
+/**
+ * A host's capacity after policy and what the ledger holds on it. `allocatableMib` and
+ * `cpuBudget` are `null` when the host has not reported them: that dimension is not gated.
+ */
+export interface HostHeadroom {
+  readonly allocatableMib: number | null
+  readonly cpuBudget: number | null
+  readonly reserved: Budget
+}
+
+/** What a host agent reports (SPEC §1): MemAvailable plus the RAM of its resident VMs. */
+export interface HostReport {
+  readonly allocatableMib: number | null
+  readonly totalVcpus: number | null
+}
+
+/** The zero budget. */
+export const zero: Budget = Object.freeze({ memMib: 0, vcpus: 0 })
+
+/** Sum of two budgets. */
+export const add = (a: Budget, b: Budget): Budget => ({ memMib: a.memMib + b.memMib, vcpus: a.vcpus + b.vcpus })
+
+/** RAM not reserved: negative when the host is reserved beyond its capacity; null when unmeasured. */
+export const freeMib = (h: HostHeadroom): number | null =>
+  h.allocatableMib === null ? null : h.allocatableMib - h.reserved.memMib
+
+/** vCPUs not reserved; null when the host reported no cores. */
+export const freeVcpus = (h: HostHeadroom): number | null =>
+  h.cpuBudget === null ? null : h.cpuBudget - h.reserved.vcpus
+
+/** Whether RAM gates placement on this host: its capacity is known and positive. */
+export const gatesRam = (h: HostHeadroom): boolean => h.allocatableMib !== null && h.allocatableMib > 0
+
+/** Whether CPU gates placement on this host: its budget is known and positive. */
+export const gatesCpu = (h: HostHeadroom): boolean => h.cpuBudget !== null && h.cpuBudget > 0
+
+/**
+ * The largest budget that fits, per dimension; `Infinity` where the dimension is not gated.
+ * `fits` and every index built for fast "does anything fit" queries read this.
+ */
+export const fitLimit = (h: HostHeadroom): Budget => ({
+  memMib: gatesRam(h) ? (h.allocatableMib as number) - h.reserved.memMib : Number.POSITIVE_INFINITY,
+  vcpus: gatesCpu(h) ? (h.cpuBudget as number) - h.reserved.vcpus : Number.POSITIVE_INFINITY,
+})
+
+/** Whether `b` fits on the host now (SPEC §1). */
+export const fits = (h: HostHeadroom, b: Budget): boolean => {
+  const limit = fitLimit(h)
+  return b.memMib <= limit.memMib && b.vcpus <= limit.vcpus
+}
+
+/** Which dimension refuses `b`, if any: RAM is named first. */
+export const shortfall = (h: HostHeadroom, b: Budget): "ram" | "cpu" | null => {
+  const limit = fitLimit(h)
+  return b.memMib > limit.memMib ? "ram" : b.vcpus > limit.vcpus ? "cpu" : null
+}
+
+/** Whether a measured host is reserved beyond its RAM capacity. */
+export const isOverReserved = (h: HostHeadroom): boolean => gatesRam(h) && h.reserved.memMib > (h.allocatableMib as number)
+
+/** `floor(totalVcpus × cpuOvercommit)`; null when the host reported no cores. */
+export const cpuBudgetOf = (totalVcpus: number | null, limits: Limits = defaults): number | null =>
+  totalVcpus === null || !(totalVcpus > 0) ? null : Math.floor(totalVcpus * limits.cpuOvercommit)
+
+/**
+ * RAM capacity after policy: `(allocatable − systemReserveMib) × memOvercommitRatio`, the
+ * reserve subtracted before the ratio (as OpenStack Placement does). Null when the host has
+ * not reported RAM, or when the ratio is 0 (no RAM cap). A host whose report does not
+ * exceed the reserve has capacity 0: it is measured and full, never ungated.
+ */
+export const ramCapacityOf = (allocatableMib: number | null, limits: Limits = defaults): number | null => {
+  if (allocatableMib === null || !(allocatableMib > 0) || limits.memOvercommitRatio === 0) return null
+  const capacity = Math.floor((allocatableMib - limits.systemReserveMib) * limits.memOvercommitRatio)
+  // A capacity of 0 would read as "not gated"; the smallest positive figure keeps it full.
+  return capacity > 0 ? capacity : Number.MIN_VALUE
+}
+
+/** Whether a host report counts as measured (SPEC §0): it reported allocatable RAM. */
+export const isMeasuredReport = (report: HostReport): boolean =>
+  report.allocatableMib !== null && report.allocatableMib > 0
+
+/** The headroom of a host from its report and the budgets reserved on it (SPEC §1 policy). */
+export const fromReport = (report: HostReport, reserved: Budget, limits: Limits = defaults): HostHeadroom => ({
+  allocatableMib: ramCapacityOf(report.allocatableMib, limits),
+  cpuBudget: cpuBudgetOf(report.totalVcpus, limits),
+  reserved,
+})

@@ -1,0 +1,232 @@
+/**
+ * The reservation ledger's policy (SPEC §3): admission checks in their order, liveness
+ * (expired, stale) and summaries. Both stores keep the entries; this module decides.
+ */
+import * as Headroom from "./Headroom.js"
+import type { Budget, HostHeadroom } from "./Headroom.js"
+import { defaults, type Limits } from "./Limits.js"
+
+/** Who holds a reservation. */
+export type OwnerKind = "session" | "move" | "capture" | "external"
+
+/** The owner kinds, in a stable order. */
+export const ownerKinds: readonly OwnerKind[] = ["session", "move", "capture", "external"]
+
+/** A reservation: a budget held on a host by an owner. Times are epoch ms. */
+export interface Entry {
+  readonly id: string
+  readonly hostId: string
+  readonly ownerKind: OwnerKind
+  readonly ownerId: string
+  readonly memMib: number
+  readonly vcpus: number
+  readonly vramMib: number | null
+  readonly createdAt: number
+  readonly lastHeartbeatAt: number
+  readonly expiresAt: number | null
+  readonly description: string | null
+}
+
+/** What a caller asks to reserve; `id` and `hostId` may be missing (the first checks refuse it). */
+export interface ReserveRequest {
+  readonly id?: string | null | undefined
+  readonly hostId?: string | null | undefined
+  readonly memMib: number
+  readonly vcpus: number
+}
+
+/** The host as the ledger's admission sees it. */
+export interface HostView {
+  readonly measured: boolean
+  readonly headroom: HostHeadroom
+  readonly entries: number
+}
+
+/** The admission checks, in the order they run. */
+export type Check =
+  | "id_missing"
+  | "host_missing"
+  | "mem_not_positive"
+  | "vcpus_invalid"
+  | "duplicate"
+  | "host_unknown"
+  | "host_unmeasured"
+  | "entries_full"
+  | "capacity_exceeded"
+
+/** The admission verdict. A refusal names its check; all but `duplicate` count as a reserve failure. */
+export type Admission =
+  | { readonly _tag: "Admit" }
+  | {
+      readonly _tag: "Refuse"
+      readonly check: Check
+      readonly countsAsFailure: boolean
+      readonly message: string
+    }
+
+const refuse = (check: Check, message: string): Admission => ({
+  _tag: "Refuse",
+  check,
+  countsAsFailure: check !== "duplicate",
+  message,
+})
+
+const fmt = (n: number | null): string => (n === null ? "unknown" : Number.isInteger(n) ? String(n) : n.toFixed(2))
+
+/**
+ * Runs the admission checks of SPEC §3 in order. `duplicate` says whether the id is
+ * already held; `host` is undefined when the host is unknown.
+ */
+export const admit = (
+  req: ReserveRequest,
+  ctx: { readonly duplicate: boolean; readonly host: HostView | undefined },
+  limits: Limits = defaults,
+): Admission => {
+  if (req.id == null || req.id === "") return refuse("id_missing", "reservation id is required")
+  if (req.hostId == null || req.hostId === "") return refuse("host_missing", "hostId is required")
+  if (!(typeof req.memMib === "number" && Number.isFinite(req.memMib) && req.memMib > 0))
+    return refuse("mem_not_positive", `memMib must be > 0 (asked=${String(req.memMib)})`)
+  if (!(typeof req.vcpus === "number" && Number.isFinite(req.vcpus) && req.vcpus >= 0))
+    return refuse("vcpus_invalid", `vcpus must be a number >= 0 (asked=${String(req.vcpus)})`)
+  if (ctx.duplicate) return refuse("duplicate", `reservation ${req.id} already exists`)
+  const host = ctx.host
+  if (host === undefined) return refuse("host_unknown", `host ${req.hostId} is not known`)
+  if (limits.requireMeasured && !host.measured)
+    return refuse("host_unmeasured", `host ${req.hostId} has not reported its RAM and requireMeasured is set`)
+  if (host.entries >= limits.maxEntriesPerNode)
+    return refuse("entries_full", `host ${req.hostId} holds ${host.entries} reservations (max=${limits.maxEntriesPerNode})`)
+  const budget: Budget = { memMib: req.memMib, vcpus: req.vcpus }
+  const short = Headroom.shortfall(host.headroom, budget)
+  if (short === "ram")
+    return refuse(
+      "capacity_exceeded",
+      `would exceed RAM capacity on host ${req.hostId}: reserved=${fmt(host.headroom.reserved.memMib)}, capacity=${fmt(host.headroom.allocatableMib)}, asked=${fmt(req.memMib)}`,
+    )
+  if (short === "cpu")
+    return refuse(
+      "capacity_exceeded",
+      `would exceed CPU budget on host ${req.hostId}: reserved=${fmt(host.headroom.reserved.vcpus)}, capacity=${fmt(host.headroom.cpuBudget)}, asked=${fmt(req.vcpus)}`,
+    )
+  return { _tag: "Admit" }
+}
+
+/** Expired: the entry has a hard expiry that has passed. */
+export const isExpired = (e: Pick<Entry, "expiresAt">, now: number): boolean => e.expiresAt !== null && now > e.expiresAt
+
+/** Stale: its last heartbeat is older than the window. A heartbeat in the future (clock skew) is not stale. */
+export const isStale = (e: Pick<Entry, "lastHeartbeatAt">, now: number, windowMs: number = defaults.heartbeatStaleWindowMs): boolean =>
+  now - e.lastHeartbeatAt > windowMs
+
+/** Whether `reclaim(now)` removes the entry. */
+export const isReclaimable = (e: Pick<Entry, "expiresAt" | "lastHeartbeatAt">, now: number, limits: Limits = defaults): boolean =>
+  isExpired(e, now) || isStale(e, now, limits.heartbeatStaleWindowMs)
+
+/** The entries `reclaim(now)` removes. */
+export const reclaimable = <E extends Pick<Entry, "expiresAt" | "lastHeartbeatAt">>(
+  entries: Iterable<E>,
+  now: number,
+  limits: Limits = defaults,
+): E[] => {
+  const out: E[] = []
+  for (const e of entries) if (isReclaimable(e, now, limits)) out.push(e)
+  return out
+}
+
+/** One host's ledger summary. */
+export interface HostSummary {
+  readonly hostId: string
+  /** RAM capacity after policy; null when unmeasured or uncapped. */
+  readonly totalMib: number | null
+  readonly reservedMib: number
+  readonly reservedVramMib: number
+  /** Entries neither stale nor expired. */
+  readonly activeEntries: number
+  /** Entries stale or expired, still held until the next reclaim. */
+  readonly staleEntries: number
+  /** reserved / capacity × 100; null without a capacity. */
+  readonly utilizationPct: number | null
+}
+
+/** The cluster's ledger summary: totals and every host, sorted by host id. */
+export interface ClusterSummary {
+  readonly hosts: readonly HostSummary[]
+  readonly totalMib: number
+  readonly reservedMib: number
+  readonly reservedVramMib: number
+  readonly activeEntries: number
+  readonly staleEntries: number
+  readonly utilizationPct: number | null
+}
+
+/** Cumulative ledger metrics (SPEC §3). */
+export interface Metrics {
+  readonly totalReservedMib: number
+  readonly totalReleasedMib: number
+  readonly totalReclaimedMib: number
+  readonly reserveFailures: number
+  readonly activeEntries: number
+}
+
+const pct = (reserved: number, capacity: number | null): number | null =>
+  capacity === null || !(capacity > 0) ? null : (reserved / capacity) * 100
+
+/** Summarizes one host's entries. */
+export const summarizeHost = (
+  hostId: string,
+  capacityMib: number | null,
+  entries: Iterable<Pick<Entry, "memMib" | "vramMib" | "expiresAt" | "lastHeartbeatAt">>,
+  now: number,
+  limits: Limits = defaults,
+): HostSummary => {
+  let reservedMib = 0
+  let reservedVramMib = 0
+  let active = 0
+  let stale = 0
+  for (const e of entries) {
+    reservedMib += e.memMib
+    reservedVramMib += e.vramMib ?? 0
+    if (isReclaimable(e, now, limits)) stale++
+    else active++
+  }
+  // A host whose reserve swallows its RAM has a vanishing capacity (Headroom.ramCapacityOf): show 0.
+  const totalMib = capacityMib === null ? null : capacityMib < 1 ? 0 : capacityMib
+  return {
+    hostId,
+    totalMib,
+    reservedMib,
+    reservedVramMib,
+    activeEntries: active,
+    staleEntries: stale,
+    utilizationPct: pct(reservedMib, totalMib),
+  }
+}
+
+/** Summarizes the cluster from its host summaries. */
+export const summarizeCluster = (hosts: Iterable<HostSummary>): ClusterSummary => {
+  const sorted = [...hosts].sort((a, b) => (a.hostId < b.hostId ? -1 : a.hostId > b.hostId ? 1 : 0))
+  let totalMib = 0
+  let reservedMib = 0
+  let reservedVramMib = 0
+  let activeEntries = 0
+  let staleEntries = 0
+  let cappedReserved = 0
+  for (const h of sorted) {
+    reservedMib += h.reservedMib
+    reservedVramMib += h.reservedVramMib
+    activeEntries += h.activeEntries
+    staleEntries += h.staleEntries
+    if (h.totalMib !== null) {
+      totalMib += h.totalMib
+      cappedReserved += h.reservedMib
+    }
+  }
+  return {
+    hosts: sorted,
+    totalMib,
+    reservedMib,
+    reservedVramMib,
+    activeEntries,
+    staleEntries,
+    utilizationPct: pct(cappedReserved, totalMib),
+  }
+}

@@ -1,0 +1,167 @@
+/**
+ * Placement (SPEC §2): which hosts are candidates, which fit, how they rank, and why a
+ * budget fits nowhere. Stores call `pick` inside their placement transaction and `noFit`
+ * when they queue; nothing else ranks hosts.
+ */
+import * as Headroom from "./Headroom.js"
+import type { Budget, HostHeadroom } from "./Headroom.js"
+import { defaults, type Limits } from "./Limits.js"
+
+/** Host states that matter to placement; only `ready` hosts take new sessions. */
+export type HostState = "ready" | "draining" | "cordoned"
+
+/** A host as placement sees it. */
+export interface Candidate {
+  readonly id: string
+  readonly headroom: HostHeadroom
+  /** Defaults to `ready`. */
+  readonly state?: HostState
+  /** Reservations the host holds now; defaults to 0. */
+  readonly entries?: number
+  /**
+   * Whether the host reported its RAM. Defaults to "its capacity is known"; pass `true`
+   * for a measured host without a RAM cap (`memOvercommitRatio = 0`).
+   */
+  readonly measured?: boolean
+}
+
+/** A placement request: a budget and an optional list of preferred hosts, best first. */
+export interface Request {
+  readonly budget: Budget
+  readonly affinity?: readonly string[]
+}
+
+/** Why a host cannot take a budget. `fits_now` means it could (a race with a release). */
+export type NoFitReason = "unmeasured" | "ram_full" | "cpu_full" | "entries_full" | "cordoned" | "draining" | "fits_now"
+
+/** One host's answer in the no-fit details. */
+export interface NoFitDetail {
+  readonly hostId: string
+  readonly reason: NoFitReason
+  readonly freeMib: number | null
+  readonly freeVcpus: number | null
+}
+
+/** Whether the host has reported its RAM. */
+export const isMeasured = (c: Candidate): boolean => c.measured ?? c.headroom.allocatableMib !== null
+
+/** Whether the host takes new placements at all (ready, under the entries cap, measured if required). */
+export const isOpen = (c: Candidate, limits: Limits = defaults): boolean =>
+  (c.state ?? "ready") === "ready" &&
+  (c.entries ?? 0) < limits.maxEntriesPerNode &&
+  (!limits.requireMeasured || isMeasured(c))
+
+/** Whether the budget fits on this candidate now (SPEC §2). */
+export const fitsOn = (c: Candidate, budget: Budget, limits: Limits = defaults): boolean =>
+  isOpen(c, limits) && Headroom.fits(c.headroom, budget)
+
+const orNever = (n: number | null): number => (n === null ? Number.POSITIVE_INFINITY : n)
+
+/**
+ * The ranking order: measured before unmeasured; within each, affinity hosts first in the
+ * request's order, then best fit (smallest free RAM, then fewest free vCPUs), then host id.
+ * Negative: `a` ranks first.
+ */
+const compare = (a: Candidate, b: Candidate, affinityIndex: ReadonlyMap<string, number>): number => {
+  const ma = isMeasured(a) ? 0 : 1
+  const mb = isMeasured(b) ? 0 : 1
+  if (ma !== mb) return ma - mb
+  const ia = affinityIndex.get(a.id) ?? Number.POSITIVE_INFINITY
+  const ib = affinityIndex.get(b.id) ?? Number.POSITIVE_INFINITY
+  if (ia !== ib) return ia < ib ? -1 : 1
+  const fa = orNever(Headroom.freeMib(a.headroom))
+  const fb = orNever(Headroom.freeMib(b.headroom))
+  if (fa !== fb) return fa < fb ? -1 : 1
+  const va = orNever(Headroom.freeVcpus(a.headroom))
+  const vb = orNever(Headroom.freeVcpus(b.headroom))
+  if (va !== vb) return va < vb ? -1 : 1
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0
+}
+
+const affinityIndexOf = (req: Request): ReadonlyMap<string, number> => {
+  const m = new Map<string, number>()
+  req.affinity?.forEach((id, i) => {
+    if (!m.has(id)) m.set(id, i)
+  })
+  return m
+}
+
+/** The ids of the hosts that fit the request, best first (SPEC §2). */
+export const rank = (hosts: readonly Candidate[], req: Request, limits: Limits = defaults): string[] => {
+  const index = affinityIndexOf(req)
+  return hosts
+    .filter((h) => fitsOn(h, req.budget, limits))
+    .sort((a, b) => compare(a, b, index))
+    .map((h) => h.id)
+}
+
+/** The best host for the request, or null when none fits: `rank(...)[0]` in one linear pass. */
+export const pick = (hosts: Iterable<Candidate>, req: Request, limits: Limits = defaults): string | null => {
+  const index = affinityIndexOf(req)
+  let best: Candidate | undefined
+  for (const h of hosts) {
+    if (!fitsOn(h, req.budget, limits)) continue
+    if (best === undefined || compare(h, best, index) < 0) best = h
+  }
+  return best === undefined ? null : best.id
+}
+
+/** Why this host does not take the budget, or `fits_now` when it does. */
+export const reasonFor = (c: Candidate, budget: Budget, limits: Limits = defaults): NoFitReason => {
+  const state = c.state ?? "ready"
+  if (state !== "ready") return state
+  if ((c.entries ?? 0) >= limits.maxEntriesPerNode) return "entries_full"
+  if (limits.requireMeasured && !isMeasured(c)) return "unmeasured"
+  const short = Headroom.shortfall(c.headroom, budget)
+  if (short === "ram") return "ram_full"
+  if (short === "cpu") return "cpu_full"
+  return "fits_now"
+}
+
+/** The no-fit details (SPEC §2): one reason per host, sorted by host id. */
+export const noFit = (hosts: readonly Candidate[], req: Request, limits: Limits = defaults): NoFitDetail[] =>
+  hosts
+    .map((c) => ({
+      hostId: c.id,
+      reason: reasonFor(c, req.budget, limits),
+      freeMib: Headroom.freeMib(c.headroom),
+      freeVcpus: Headroom.freeVcpus(c.headroom),
+    }))
+    .sort((a, b) => (a.hostId < b.hostId ? -1 : a.hostId > b.hostId ? 1 : 0))
+
+/**
+ * An index over a fixed set of candidates that answers "does this budget fit on any of
+ * them" in O(log n): the Pareto staircase of their `Headroom.fitLimit`s. The park gate
+ * judges thousands of queued sessions against one fleet read with it.
+ */
+export interface RoomIndex {
+  readonly anyFits: (budget: Budget) => boolean
+}
+
+/** Builds a {@link RoomIndex} over the open candidates. */
+export const roomIndex = (hosts: Iterable<Candidate>, limits: Limits = defaults): RoomIndex => {
+  const points: Budget[] = []
+  for (const h of hosts) if (isOpen(h, limits)) points.push(Headroom.fitLimit(h.headroom))
+  // Sorted by RAM limit, largest first; best[i] = the most vCPUs among points[0..i].
+  points.sort((a, b) => b.memMib - a.memMib)
+  const ram = points.map((p) => p.memMib)
+  const best: number[] = []
+  let running = Number.NEGATIVE_INFINITY
+  for (const p of points) {
+    running = Math.max(running, p.vcpus)
+    best.push(running)
+  }
+  return {
+    anyFits: (budget) => {
+      // The last index whose RAM limit still covers the budget.
+      let lo = 0
+      let hi = ram.length
+      while (lo < hi) {
+        const mid = (lo + hi) >>> 1
+        if ((ram[mid] as number) >= budget.memMib) lo = mid + 1
+        else hi = mid
+      }
+      return lo > 0 && (best[lo - 1] as number) >= budget.vcpus
+    },
+  }
+}

@@ -1,0 +1,25 @@
+import { describe, expect, it } from "vitest"
+import { Fleet } from "../src/index.js"
+
+describe("Fleet.snapshot", () => {
+  it("sums the headroom placement reserves against, and counts the queue without room", () => {
+    const s = Fleet.snapshot({
+      hosts: [
+        { id: "a", headroom: { allocatableMib: 8192, cpuBudget: 16, reserved: { memMib: 8192, vcpus: 4 } }, descentsRunning: 1, parks: [{ sessionId: "p", parkedAt: 0, budget: { memMib: 4096, vcpus: 2 } }] },
+        { id: "b", headroom: { allocatableMib: 4096, cpuBudget: 8, reserved: { memMib: 1024, vcpus: 1 } }, descentsRunning: 0, parks: [] },
+        { id: "c", headroom: { allocatableMib: 4096, cpuBudget: 8, reserved: { memMib: 0, vcpus: 0 } }, descentsRunning: 0, parks: [], state: "cordoned" },
+        { id: "u", headroom: { allocatableMib: null, cpuBudget: null, reserved: { memMib: 512, vcpus: 1 } }, descentsRunning: 0, parks: [] },
+      ],
+      queue: [
+        { sessionId: "q1", budget: { memMib: 2048, vcpus: 1 }, queuedAt: 0 },
+        { sessionId: "q2", budget: { memMib: 4096, vcpus: 1 }, queuedAt: 1 },
+      ],
+    })
+    expect(s.hosts).toEqual({ total: 4, ready: 3, measured: 3, cordoned: 1, draining: 0 })
+    expect([s.capacityMib, s.reservedMib, s.freeMib]).toEqual([12288, 9216, 3072])
+    expect([s.cpuBudget, s.reservedVcpus, s.freeVcpus]).toEqual([24, 5, 19])
+    // q2 (4 GiB) fits on the unmeasured host u, which RAM does not gate.
+    expect(s.queue).toEqual({ sessions: 2, memMib: 6144, vcpus: 2, withoutRoom: 0 })
+    expect([s.parks, s.descentsRunning]).toEqual([1, 1])
+  })
+})

@@ -1,0 +1,116 @@
+import { describe, expect, it } from "vitest"
+import { Headroom, Limits } from "../src/index.js"
+
+const h = (allocatableMib: number | null, cpuBudget: number | null, memMib = 0, vcpus = 0) => ({
+  allocatableMib,
+  cpuBudget,
+  reserved: { memMib, vcpus },
+})
+
+describe("Headroom", () => {
+  it("free RAM is allocatable less reserved, and may be negative", () => {
+    expect(Headroom.freeMib(h(8192, 16, 6144, 4))).toBe(2048)
+    expect(Headroom.freeMib(h(4096, 16, 6144, 4))).toBe(-2048)
+    expect(Headroom.freeVcpus(h(4096, 16, 0, 20))).toBe(-4)
+  })
+
+  it("an unmeasured host has no free figure", () => {
+    expect(Headroom.freeMib(h(null, null))).toBeNull()
+    expect(Headroom.freeVcpus(h(null, null))).toBeNull()
+  })
+
+  it("fits when both dimensions have room, exactly full included", () => {
+    expect(Headroom.fits(h(8192, 8, 4096, 4), { memMib: 4096, vcpus: 4 })).toBe(true)
+    expect(Headroom.fits(h(8192, 8, 4096, 4), { memMib: 4097, vcpus: 4 })).toBe(false)
+    expect(Headroom.fits(h(8192, 8, 4096, 4), { memMib: 4096, vcpus: 5 })).toBe(false)
+  })
+
+  it("unmeasured RAM does not gate placement", () => {
+    expect(Headroom.fits(h(null, 8, 1_000_000, 0), { memMib: 1_000_000, vcpus: 1 })).toBe(true)
+    expect(Headroom.fits(h(0, 8), { memMib: 512, vcpus: 1 })).toBe(true)
+  })
+
+  it("a host without reported cores has no CPU gate", () => {
+    expect(Headroom.fits(h(8192, null, 0, 500), { memMib: 512, vcpus: 64 })).toBe(true)
+    expect(Headroom.fits(h(8192, 0), { memMib: 512, vcpus: 64 })).toBe(true)
+  })
+
+  it("a parked VM keeps its reservation, so its RAM is not free", () => {
+    // Two 4 GiB parks on an 8 GiB host: nothing else fits until one descends.
+    const full = h(8192, 32, 8192, 4)
+    expect(Headroom.fits(full, { memMib: 1, vcpus: 0 })).toBe(false)
+    expect(Headroom.shortfall(full, { memMib: 1, vcpus: 0 })).toBe("ram")
+  })
+
+  it("fromReport subtracts the system reserve before the ratio", () => {
+    const limits = { ...Limits.defaults, memOvercommitRatio: 1.5, systemReserveMib: 1024 }
+    const got = Headroom.fromReport({ allocatableMib: 9216, totalVcpus: 4 }, Headroom.zero, limits)
+    expect(got.allocatableMib).toBe((9216 - 1024) * 1.5)
+    expect(got.cpuBudget).toBe(16)
+  })
+
+  it("fromReport applies the defaults: 1024 MiB reserve, ratio 1, 4x CPU", () => {
+    const got = Headroom.fromReport({ allocatableMib: 16384, totalVcpus: 3 }, { memMib: 100, vcpus: 1 })
+    expect(got).toEqual({ allocatableMib: 15360, cpuBudget: 12, reserved: { memMib: 100, vcpus: 1 } })
+  })
+
+  it("cpu budget floors the overcommitted cores and is null without cores", () => {
+    expect(Headroom.cpuBudgetOf(3, { ...Limits.defaults, cpuOvercommit: 1.5 })).toBe(4)
+    expect(Headroom.cpuBudgetOf(null)).toBeNull()
+    expect(Headroom.cpuBudgetOf(0)).toBeNull()
+  })
+
+  it("ratio 0 means no RAM cap on a measured host", () => {
+    const got = Headroom.fromReport({ allocatableMib: 4096, totalVcpus: 2 }, Headroom.zero, { ...Limits.defaults, memOvercommitRatio: 0 })
+    expect(got.allocatableMib).toBeNull()
+    expect(Headroom.isMeasuredReport({ allocatableMib: 4096, totalVcpus: 2 })).toBe(true)
+    expect(Headroom.fits(got, { memMib: 1 << 30, vcpus: 1 })).toBe(true)
+  })
+
+  it("a report that does not exceed the reserve leaves a measured host full, never ungated", () => {
+    const got = Headroom.fromReport({ allocatableMib: 1000, totalVcpus: 2 }, Headroom.zero)
+    expect(Headroom.gatesRam(got)).toBe(true)
+    expect(Headroom.fits(got, { memMib: 1, vcpus: 0 })).toBe(false)
+  })
+
+  it("a report of 0 or null RAM is unmeasured", () => {
+    expect(Headroom.fromReport({ allocatableMib: 0, totalVcpus: 2 }, Headroom.zero).allocatableMib).toBeNull()
+    expect(Headroom.isMeasuredReport({ allocatableMib: null, totalVcpus: 2 })).toBe(false)
+  })
+
+  it("over-reserved only when measured and reserved beyond capacity", () => {
+    expect(Headroom.isOverReserved(h(4096, 8, 4097))).toBe(true)
+    expect(Headroom.isOverReserved(h(4096, 8, 4096))).toBe(false)
+    expect(Headroom.isOverReserved(h(null, 8, 1e9))).toBe(false)
+  })
+})
+
+describe("Limits", () => {
+  it("the defaults are SPEC §9", () => {
+    expect(Limits.defaults).toEqual({
+      cpuOvercommit: 4,
+      memOvercommitRatio: 1,
+      systemReserveMib: 1024,
+      maxEntriesPerNode: 32,
+      requireMeasured: false,
+      heartbeatStaleWindowMs: 120_000,
+      parkHardTtlMs: 28_800_000,
+      commitAllowanceMs: 400,
+      reaperIntervalMs: 5000,
+    })
+  })
+
+  it("make names every bad field and its rule, and keeps the good ones", () => {
+    const bad = Limits.make({ maxEntriesPerNode: 0, cpuOvercommit: Number.NaN, sytemReserveMib: 5 })
+    expect(bad._tag).toBe("Invalid")
+    if (bad._tag === "Invalid") {
+      expect(bad.issues.map((i) => [i.field, i.rule])).toEqual([
+        ["maxEntriesPerNode", "must be >= 1"],
+        ["cpuOvercommit", "must be a finite number"],
+        ["sytemReserveMib", "is not a known limit"],
+      ])
+    }
+    const good = Limits.make({ maxEntriesPerNode: 8, requireMeasured: true })
+    expect(good._tag === "Valid" && good.limits.maxEntriesPerNode === 8 && good.limits.requireMeasured).toBe(true)
+  })
+})

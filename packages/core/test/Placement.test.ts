@@ -1,0 +1,122 @@
+import fc from "fast-check"
+import { describe, expect, it } from "vitest"
+import { Headroom, Limits, Placement } from "../src/index.js"
+import type { Candidate } from "../src/index.js"
+
+const host = (id: string, allocatableMib: number | null, cpuBudget: number | null, memMib = 0, vcpus = 0, extra: Partial<Candidate> = {}): Candidate => ({
+  id,
+  headroom: { allocatableMib, cpuBudget, reserved: { memMib, vcpus } },
+  ...extra,
+})
+const req = (memMib: number, vcpus = 1, affinity?: string[]) => (affinity ? { budget: { memMib, vcpus }, affinity } : { budget: { memMib, vcpus } })
+
+describe("Placement.rank", () => {
+  it("best fit: the smallest free RAM that still fits ranks first", () => {
+    const hosts = [host("a", 16384, 64, 0), host("b", 16384, 64, 12288), host("c", 16384, 64, 8192)]
+    expect(Placement.rank(hosts, req(2048))).toEqual(["b", "c", "a"])
+    expect(Placement.rank(hosts, req(6000))).toEqual(["c", "a"])
+  })
+
+  it("ties on free RAM go to fewer free vCPUs, then to the host id", () => {
+    const hosts = [host("z", 8192, 64, 0, 0), host("y", 8192, 64, 0, 10), host("x", 8192, 64, 0, 10)]
+    expect(Placement.rank(hosts, req(1024))).toEqual(["x", "y", "z"])
+  })
+
+  it("affinity hosts come first in their order of preference", () => {
+    const hosts = [host("a", 16384, 64), host("b", 16384, 64, 12000), host("c", 16384, 64)]
+    expect(Placement.rank(hosts, req(1024, 1, ["c", "a"]))).toEqual(["c", "a", "b"])
+  })
+
+  it("an affinity host that does not fit is skipped", () => {
+    const hosts = [host("a", 4096, 64, 4000), host("b", 16384, 64)]
+    expect(Placement.rank(hosts, req(1024, 1, ["a"]))).toEqual(["b"])
+  })
+
+  it("unmeasured hosts are a last resort, after every measured host", () => {
+    const hosts = [host("u", null, null), host("m", 16384, 64), host("v", null, 64)]
+    expect(Placement.rank(hosts, req(1024, 1, ["u"]))).toEqual(["m", "u", "v"])
+  })
+
+  it("cordoned and draining hosts take no placements", () => {
+    const hosts = [host("a", 16384, 64, 0, 0, { state: "cordoned" }), host("b", 16384, 64, 0, 0, { state: "draining" }), host("c", 16384, 64)]
+    expect(Placement.rank(hosts, req(1024))).toEqual(["c"])
+  })
+
+  it("a host at maxEntriesPerNode takes no placement", () => {
+    const limits = { ...Limits.defaults, maxEntriesPerNode: 2 }
+    const hosts = [host("a", 16384, 64, 0, 0, { entries: 2 }), host("b", 16384, 64, 0, 0, { entries: 1 })]
+    expect(Placement.rank(hosts, req(1024), limits)).toEqual(["b"])
+  })
+
+  it("requireMeasured keeps unmeasured hosts out", () => {
+    const hosts = [host("u", null, null), host("m", 16384, 64)]
+    expect(Placement.rank(hosts, req(1024), { ...Limits.defaults, requireMeasured: true })).toEqual(["m"])
+  })
+
+  it("pick is the head of rank", () => {
+    const hosts = [host("a", 16384, 64, 100), host("b", 16384, 64, 12288), host("u", null, null)]
+    expect(Placement.pick(hosts, req(2048))).toBe("b")
+    expect(Placement.pick(hosts, req(1 << 30, 1))).toBe("u")
+    expect(Placement.pick([host("a", 1024, 4)], req(2048))).toBeNull()
+  })
+
+  it("property: rank returns only hosts that fit, each once, and pick agrees with its head", () => {
+    const arbHost = fc.record({
+      allocatableMib: fc.option(fc.integer({ min: 0, max: 65536 }), { nil: null }),
+      cpuBudget: fc.option(fc.integer({ min: 0, max: 128 }), { nil: null }),
+      mem: fc.integer({ min: 0, max: 65536 }),
+      cpu: fc.integer({ min: 0, max: 128 }),
+      state: fc.constantFrom("ready", "ready", "ready", "cordoned", "draining"),
+      entries: fc.integer({ min: 0, max: 40 }),
+    })
+    fc.assert(
+      fc.property(fc.array(arbHost, { maxLength: 30 }), fc.integer({ min: 1, max: 32768 }), fc.integer({ min: 0, max: 16 }), (raw, memMib, vcpus) => {
+        const hosts = raw.map((r, i) => host(`h${i}`, r.allocatableMib, r.cpuBudget, r.mem, r.cpu, { state: r.state as Placement.HostState, entries: r.entries }))
+        const ranked = Placement.rank(hosts, req(memMib, vcpus))
+        expect(new Set(ranked).size).toBe(ranked.length)
+        for (const id of ranked) {
+          const c = hosts.find((h) => h.id === id) as Candidate
+          expect(Headroom.fits(c.headroom, { memMib, vcpus })).toBe(true)
+          expect(c.state).toBe("ready")
+          expect(c.entries ?? 0).toBeLessThan(Limits.defaults.maxEntriesPerNode)
+        }
+        const fitting = hosts.filter((h) => Placement.fitsOn(h, { memMib, vcpus }))
+        expect(ranked.length).toBe(fitting.length)
+        expect(Placement.pick(hosts, req(memMib, vcpus))).toBe(ranked[0] ?? null)
+        const index = Placement.roomIndex(hosts)
+        expect(index.anyFits({ memMib, vcpus })).toBe(ranked.length > 0)
+      }),
+    )
+  })
+})
+
+describe("Placement.noFit", () => {
+  it("names one reason per host with its free figures, sorted by id", () => {
+    const limits = { ...Limits.defaults, maxEntriesPerNode: 4, requireMeasured: true }
+    const hosts = [
+      host("f-ram", 4096, 64, 4000),
+      host("e-cpu", 65536, 4, 0, 4),
+      host("d-entries", 65536, 64, 0, 0, { entries: 4 }),
+      host("c-cordoned", 65536, 64, 0, 0, { state: "cordoned" }),
+      host("b-draining", 65536, 64, 0, 0, { state: "draining" }),
+      host("a-unmeasured", null, null),
+      host("g-fits", 65536, 64),
+    ]
+    expect(Placement.noFit(hosts, req(1024), limits)).toEqual([
+      { hostId: "a-unmeasured", reason: "unmeasured", freeMib: null, freeVcpus: null },
+      { hostId: "b-draining", reason: "draining", freeMib: 65536, freeVcpus: 64 },
+      { hostId: "c-cordoned", reason: "cordoned", freeMib: 65536, freeVcpus: 64 },
+      { hostId: "d-entries", reason: "entries_full", freeMib: 65536, freeVcpus: 64 },
+      { hostId: "e-cpu", reason: "cpu_full", freeMib: 65536, freeVcpus: 0 },
+      { hostId: "f-ram", reason: "ram_full", freeMib: 96, freeVcpus: 64 },
+      { hostId: "g-fits", reason: "fits_now", freeMib: 65536, freeVcpus: 64 },
+    ])
+  })
+
+  it("the 9th create is queued when two hosts are fully reserved by 8", () => {
+    // Two 16 GiB hosts (after the reserve), eight 4 GiB sessions fill them.
+    const hosts = [host("h1", 16384, 64, 16384, 8), host("h2", 16384, 64, 16384, 8)]
+    expect(Placement.pick(hosts, req(4096))).toBeNull()
+    expect(Placement.noFit(hosts, req(4096)).map((d) => d.reason)).toEqual(["ram_full", "ram_full"])
+  })
+})

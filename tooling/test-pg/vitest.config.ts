@@ -1,0 +1,12 @@
+import { defineConfig } from "vitest/config"
+
+export default defineConfig({
+  resolve: { conditions: ["@engram/source"] },
+  ssr: { resolve: { conditions: ["@engram/source"] } },
+  test: {
+    include: ["test/**/*.test.ts"],
+    // The same specifier other packages use; the second setup checks, at the
+    // end of the run, that the test files shared that one server.
+    globalSetup: ["@engram/test-pg/global-setup", "./test/support/check-shared-server.ts"],
+  },
+})
