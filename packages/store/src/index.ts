@@ -1,1 +1,6 @@
-export {}
+/**
+ * @engram/store: the one store interface of engram, its records and its typed errors.
+ */
+export * from "./Errors.js"
+export * from "./Store.js"
+export * from "./Types.js"

@@ -11,8 +11,6 @@ declare module "vitest" {
   }
 }
 
-export const LEDGER_FILES = ["file-a", "file-b"] as const
-
 export default async function checkSharedServer(project: TestProject): Promise<() => Promise<void>> {
   const serverUrl = project.getProvidedContext().engramTestPgUrl
   const ledger = await createDatabase(serverUrl, { prefix: "engram_test_ledger" })
@@ -25,8 +23,16 @@ export default async function checkSharedServer(project: TestProject): Promise<(
       const rows = await sql<{ file: string; db: string; system_identifier: string; postmaster_start: string }[]>`
         SELECT file, db, system_identifier, postmaster_start FROM ledger ORDER BY file`
       const problems: string[] = []
+      // Every file-*.test.ts of this run (all of them, unless filtered) signs.
+      const expected = project.vitest.state
+        .getFiles()
+        .map((task) => /(file-[a-z])\.test\.ts$/.exec(task.filepath)?.[1])
+        .filter((file) => file !== undefined)
+        .sort()
       const files = rows.map((row) => row.file)
-      if (JSON.stringify(files) !== JSON.stringify(LEDGER_FILES)) problems.push(`files that signed: ${files.join(", ")}`)
+      if (JSON.stringify(files) !== JSON.stringify(expected)) {
+        problems.push(`expected ${expected.join(", ") || "no files"} to sign, got ${files.join(", ") || "none"}`)
+      }
       if (new Set(rows.map((row) => row.db)).size !== rows.length) problems.push("two files shared a database")
       if (new Set(rows.map((row) => `${row.system_identifier}/${row.postmaster_start}`)).size !== 1) {
         problems.push("the files ran on different servers")

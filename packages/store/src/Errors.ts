@@ -1,0 +1,85 @@
+/**
+ * The store's typed errors. Every store operation fails with one of these, and the apps map
+ * each to one HTTP answer: NotFound 404, Conflict 409, IllegalTransition 409, Refused 409 (or
+ * 503 for a move's downtime), InvalidInput 400, Unavailable 503 with a retry hint.
+ */
+import { Schema } from "effect"
+
+/** The kinds of record a store holds. */
+export const Entity = Schema.Literals(["host", "session", "reservation", "move"])
+export type Entity = typeof Entity.Type
+
+/** No record with this id. */
+export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", {
+  entity: Entity,
+  id: Schema.String,
+}) {
+  override get message(): string {
+    return `${this.entity} ${this.id} not found`
+  }
+}
+
+/**
+ * A conflict: the id exists already, a compare-and-set lost its race, or a session already
+ * has an open move. Nothing was changed; re-read and decide again.
+ */
+export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", {
+  entity: Entity,
+  id: Schema.String,
+  reason: Schema.String,
+}) {
+  override get message(): string {
+    return `${this.entity} ${this.id}: ${this.reason}`
+  }
+}
+
+/** A session state change the life cycle does not allow (SPEC §2). Nothing was changed. */
+export class IllegalTransition extends Schema.TaggedError<IllegalTransition>()("IllegalTransition", {
+  sessionId: Schema.String,
+  from: Schema.String,
+  to: Schema.String,
+  reason: Schema.String,
+}) {
+  override get message(): string {
+    return this.reason
+  }
+}
+
+/**
+ * A refusal by policy: a ledger admission check (SPEC §3, `check` names it, `reason`
+ * carries the figures) or a move target with no room (`check = "no_fit"`).
+ */
+export class Refused extends Schema.TaggedError<Refused>()("Refused", {
+  check: Schema.String,
+  reason: Schema.String,
+}) {
+  override get message(): string {
+    return this.reason
+  }
+}
+
+/** Input that breaks a rule: names the field and the rule. Nothing was changed. */
+export class InvalidInput extends Schema.TaggedError<InvalidInput>()("InvalidInput", {
+  field: Schema.String,
+  rule: Schema.String,
+}) {
+  override get message(): string {
+    return `${this.field} ${this.rule}`
+  }
+}
+
+/**
+ * The backend is down, timed out, or kept losing transient conflicts. Nothing was changed
+ * (the operation's transaction did not commit); retry after `retryAfterMs`.
+ */
+export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", {
+  reason: Schema.String,
+  retryAfterMs: Schema.Number,
+}) {
+  override get message(): string {
+    return `store unavailable: ${this.reason}`
+  }
+}
+
+/** Every error a store operation can fail with. */
+export type StoreError = NotFound | Conflict | IllegalTransition | Refused | InvalidInput | Unavailable

