@@ -4,3 +4,4 @@
 export * from "./Errors.js"
 export * from "./Store.js"
 export * from "./Types.js"
+export * as Validate from "./Validate.js"

@@ -1,0 +1,62 @@
+/**
+ * Core bench: one park-gate pass and one placement ranking over a large fleet, and how each
+ * grows from 1,000 to 10,000 hosts (a ratio; close to 10 means linear).
+ */
+import { report, timeMs } from "@engram/bench"
+import { ParkGate, Placement } from "../src/index.js"
+import type { FleetHost, FleetView } from "../src/index.js"
+
+// A deterministic generator (mulberry32), so every run measures the same fleet.
+const rng = (seed: number) => () => {
+  seed |= 0
+  seed = (seed + 0x6d2b79f5) | 0
+  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
+  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
+  return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+}
+
+const fleetOf = (hosts: number, parks: number, queued: number): FleetView => {
+  const r = rng(hosts)
+  const parksPerHost = Math.floor(parks / hosts)
+  const out: FleetHost[] = []
+  for (let i = 0; i < hosts; i++) {
+    const cap = 256 * 1024
+    const reserved = Math.floor(cap * (0.7 + r() * 0.35))
+    out.push({
+      id: `h${String(i).padStart(6, "0")}`,
+      headroom: { allocatableMib: cap, cpuBudget: 256, reserved: { memMib: reserved, vcpus: Math.floor(r() * 256) } },
+      entries: Math.floor(r() * 32),
+      descentsRunning: r() < 0.05 ? 1 : 0,
+      parks: Array.from({ length: parksPerHost }, (_, j) => ({
+        sessionId: `s${i}-${j}`,
+        parkedAt: Math.floor(r() * 1e7),
+        budget: { memMib: 4096, vcpus: 2 },
+      })),
+    })
+  }
+  const queue = Array.from({ length: queued }, (_, i) => ({
+    sessionId: `q${i}`,
+    budget: { memMib: 1024 * (1 + Math.floor(r() * 96)), vcpus: 1 + Math.floor(r() * 16) },
+    queuedAt: i,
+  }))
+  return { hosts: out, queue }
+}
+
+const NOW = 2e7
+const big = fleetOf(10_000, 200_000, 5_000)
+const small = fleetOf(1_000, 20_000, 5_000)
+
+const gateBig = await timeMs(() => ParkGate.evaluate(big, NOW), 11)
+const gateSmall = await timeMs(() => ParkGate.evaluate(small, NOW), 11)
+const req = { budget: { memMib: 8192, vcpus: 4 } }
+const rankBig = await timeMs(() => Placement.rank(big.hosts, req), 11)
+const rankSmall = await timeMs(() => Placement.rank(small.hosts, req), 11)
+const pickBig = await timeMs(() => Placement.pick(big.hosts, req), 11)
+
+const d = ParkGate.evaluate(big, NOW)
+console.log(`fleet: 10,000 hosts, 200,000 parks, 5,000 queued (${d.withoutRoom} without room, ${d.yields.length} yields)`)
+report({ bench: "core", figure: "ParkGate.evaluate, 10,000 hosts / 200k parks / 5k queued", value: gateBig, unit: "ms", goal: "< 50 ms" })
+report({ bench: "core", figure: "ParkGate.evaluate growth 1,000 → 10,000 hosts", value: gateBig / gateSmall, unit: "x", goal: "≈ 10 (linear)" })
+report({ bench: "core", figure: "Placement.rank, 10,000 hosts", value: rankBig, unit: "ms" })
+report({ bench: "core", figure: "Placement.rank growth 1,000 → 10,000 hosts", value: rankBig / rankSmall, unit: "x", goal: "≈ 10 (n log n)" })
+report({ bench: "core", figure: "Placement.pick (one linear pass), 10,000 hosts", value: pickBig, unit: "ms", ratio: pickBig / rankBig, baseline: "rank" })
