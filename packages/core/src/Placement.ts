@@ -60,9 +60,9 @@ const orNever = (n: number | null): number => (n === null ? Number.POSITIVE_INFI
 /**
  * The ranking order: measured before unmeasured; within each, affinity hosts first in the
  * request's order, then best fit (smallest free RAM, then fewest free vCPUs), then host id.
- * Negative: `a` ranks first.
+ * Negative: `a` ranks first. Exported for indexes that must rank exactly as `rank` does.
  */
-const compare = (a: Candidate, b: Candidate, affinityIndex: ReadonlyMap<string, number>): number => {
+export const compare = (a: Candidate, b: Candidate, affinityIndex: ReadonlyMap<string, number>): number => {
   const ma = isMeasured(a) ? 0 : 1
   const mb = isMeasured(b) ? 0 : 1
   if (ma !== mb) return ma - mb
@@ -78,7 +78,8 @@ const compare = (a: Candidate, b: Candidate, affinityIndex: ReadonlyMap<string, 
   return a.id < b.id ? -1 : a.id > b.id ? 1 : 0
 }
 
-const affinityIndexOf = (req: Request): ReadonlyMap<string, number> => {
+/** The position of each affinity host in the request's preference order. */
+export const affinityIndexOf = (req: Request): ReadonlyMap<string, number> => {
   const m = new Map<string, number>()
   req.affinity?.forEach((id, i) => {
     if (!m.has(id)) m.set(id, i)

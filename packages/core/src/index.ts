@@ -9,6 +9,7 @@ export * as Ledger from "./Ledger.js"
 export * as Limits from "./Limits.js"
 export * as ParkGate from "./ParkGate.js"
 export * as Placement from "./Placement.js"
+export * as PlacementIndex from "./PlacementIndex.js"
 export * as Session from "./Session.js"
 
 export type { Budget, HostHeadroom, HostReport } from "./Headroom.js"

@@ -4,7 +4,7 @@
  * construction. It keeps per-host reserved sums incrementally so a fleet of 10,000 hosts
  * stays fast; every decision about room still goes through @engram/core.
  */
-import { Headroom, Ledger, Limits, Placement, Session as SessionRules } from "@engram/core"
+import { Headroom, Ledger, Limits, Placement, PlacementIndex, Session as SessionRules } from "@engram/core"
 import type { Budget, Candidate, FleetHost, LedgerEntry, NoFitDetail, Park, Queued, SessionState } from "@engram/core"
 import {
   Conflict,
@@ -90,12 +90,19 @@ const byId = (a: { id: string }, b: { id: string }): number => (a.id < b.id ? -1
 /** Options of the in-memory store. */
 export interface Options {
   readonly limits?: Limits.Limits | undefined
+  /**
+   * Compute the no-fit details of a queued create or resume (default true). The fleet
+   * simulator turns them off: they cost one pass over every host per queued session.
+   */
+  readonly noFitDetails?: boolean | undefined
 }
 
 /** Builds a fresh in-memory store: the `Store` operations and their `reset`. */
 export const make = (options: Options = {}): { store: StoreShape; reset: (limits?: Limits.Limits) => void } => {
   let limits: Limits.Limits = options.limits ?? Limits.defaults
   let hosts = new Map<string, HostRec>()
+  let index = new PlacementIndex.Index(limits)
+  const noFitDetails = options.noFitDetails ?? true
   let sessions = new Map<string, SessionRec>()
   let queue = new Map<string, SessionRec>()
   let queueSorted: SessionRec[] | null = null
@@ -109,6 +116,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   const reset = (next: Limits.Limits = Limits.defaults): void => {
     limits = next
     hosts = new Map()
+    index = new PlacementIndex.Index(limits)
     sessions = new Map()
     queue = new Map()
     queueSorted = null
@@ -132,6 +140,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     h.report !== null && Headroom.isMeasuredReport({ allocatableMib: h.report.allocatableMib, totalVcpus: h.report.totalVcpus })
   const refresh = (h: HostRec): void => {
     h.candidate = { id: h.id, headroom: headroomOf(h), state: h.state, entries: h.entries.size, measured: measuredOf(h) }
+    index.upsert(h.candidate)
   }
   const candidates = function* (): Iterable<Candidate> {
     for (const h of hosts.values()) yield h.candidate
@@ -277,7 +286,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   }
   // Places a session on the best host now, or answers null. Atomic: pick and reserve in one step.
   const tryPlace = (s: SessionRec, now: number): string | null => {
-    const hostId = Placement.pick(candidates(), { budget: s.budget, affinity: s.affinity }, limits)
+    const hostId = index.pick({ budget: s.budget, affinity: s.affinity })
     if (hostId === null) return null
     const h = hosts.get(hostId) as HostRec
     const entryId = `session:${s.id}:${++sessionSeq}`
@@ -302,7 +311,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     return sortedQueue().indexOf(s) + 1
   }
   const noFitFor = (b: Budget, affinity: readonly string[]): NoFitDetail[] =>
-    Placement.noFit([...candidates()], { budget: b, affinity }, limits)
+    noFitDetails ? Placement.noFit([...candidates()], { budget: b, affinity }, limits) : []
   const outcomeOf = (s: SessionRec): PlaceOutcome =>
     s.hostId !== null
       ? { _tag: "Placed", session: sessionOf(s) }
@@ -479,16 +488,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const t = yield* now
         const limit = options.limit ?? Number.POSITIVE_INFINITY
         const placed: { sessionId: string; hostId: string }[] = []
-        // The room index skips a session in O(log n) when nothing can fit it.
-        let index = Placement.roomIndex(candidates(), limits)
         for (const s of [...sortedQueue()]) {
           if (placed.length >= limit) break
-          if (s.state !== "queued" || !index.anyFits(s.budget)) continue
+          if (s.state !== "queued") continue
           const hostId = tryPlace(s, t)
-          if (hostId !== null) {
-            placed.push({ sessionId: s.id, hostId })
-            index = Placement.roomIndex(candidates(), limits)
-          }
+          if (hostId !== null) placed.push({ sessionId: s.id, hostId })
         }
         return { placed, remaining: queue.size } satisfies DrainResult
       }),

@@ -1,0 +1,163 @@
+/**
+ * A mutable placement index for stores that hold thousands of hosts in memory: it answers
+ * `pick` exactly as `Placement.pick` does over the same candidates, in O(log n + k) instead of
+ * O(n). Hosts are kept sorted by the ranking key (free RAM, free vCPUs, id); a pick binary
+ * searches the first host with enough RAM and walks up to the first whose CPU also fits.
+ * Property tests pin `Index.pick === Placement.pick` after random updates.
+ */
+import * as Headroom from "./Headroom.js"
+import type { Budget } from "./Headroom.js"
+import { defaults, type Limits } from "./Limits.js"
+import * as Placement from "./Placement.js"
+import type { Candidate, Request } from "./Placement.js"
+
+interface Slot {
+  readonly c: Candidate
+  /** Free RAM, Infinity where RAM is not gated. */
+  readonly mib: number
+  /** Free vCPUs, Infinity where CPU is not gated. */
+  readonly vcpus: number
+}
+
+const cmpSlot = (a: Slot, b: Slot): number =>
+  a.mib !== b.mib ? (a.mib < b.mib ? -1 : 1) : a.vcpus !== b.vcpus ? (a.vcpus < b.vcpus ? -1 : 1) : a.c.id < b.c.id ? -1 : a.c.id > b.c.id ? 1 : 0
+
+/** A sorted array of slots with binary-search insert and remove. */
+class Sorted {
+  readonly slots: Slot[] = []
+  private find(s: Slot): number {
+    let lo = 0
+    let hi = this.slots.length
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1
+      if (cmpSlot(this.slots[mid] as Slot, s) < 0) lo = mid + 1
+      else hi = mid
+    }
+    return lo
+  }
+  insert(s: Slot): void {
+    this.slots.splice(this.find(s), 0, s)
+  }
+  remove(s: Slot): void {
+    const i = this.find(s)
+    if (this.slots[i] === s) this.slots.splice(i, 1)
+  }
+  /** The first index whose key is >= (mib, vcpus). */
+  lowerBound(mib: number, vcpus = Number.NEGATIVE_INFINITY): number {
+    let lo = 0
+    let hi = this.slots.length
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1
+      const m = this.slots[mid] as Slot
+      if (m.mib < mib || (m.mib === mib && m.vcpus < vcpus)) lo = mid + 1
+      else hi = mid
+    }
+    return lo
+  }
+}
+
+/** A placement index over candidates that change one at a time. */
+export class Index {
+  private readonly all = new Map<string, Candidate>()
+  private readonly slotOf = new Map<string, { slot: Slot; list: Sorted | Candidate[] }>()
+  /** Open, measured hosts whose free RAM is their RAM limit. */
+  private readonly measured = new Sorted()
+  /** Open, unmeasured hosts (RAM not gated), by free vCPUs. */
+  private readonly unmeasured = new Sorted()
+  /** Open, measured hosts whose RAM is not gated although measured (rare): judged one by one. */
+  private readonly irregular: Candidate[] = []
+
+  constructor(private limits: Limits = defaults) {}
+
+  /** Replaces the limits; every host is re-filed. */
+  setLimits(limits: Limits): void {
+    this.limits = limits
+    const hosts = [...this.all.values()]
+    for (const c of hosts) this.remove(c.id)
+    for (const c of hosts) this.upsert(c)
+  }
+
+  /** Adds or replaces a host. */
+  upsert(c: Candidate): void {
+    this.remove(c.id)
+    this.all.set(c.id, c)
+    if (!Placement.isOpen(c, this.limits)) return
+    const limit = Headroom.fitLimit(c.headroom)
+    const slot: Slot = { c, mib: limit.memMib, vcpus: limit.vcpus }
+    if (!Placement.isMeasured(c)) {
+      this.unmeasured.insert(slot)
+      this.slotOf.set(c.id, { slot, list: this.unmeasured })
+    } else if (Headroom.gatesRam(c.headroom) || c.headroom.allocatableMib === null) {
+      // The ranking key (freeMib, null = Infinity) equals the RAM limit here.
+      this.measured.insert(slot)
+      this.slotOf.set(c.id, { slot, list: this.measured })
+    } else {
+      this.irregular.push(c)
+      this.slotOf.set(c.id, { slot, list: this.irregular })
+    }
+  }
+
+  /** Removes a host; unknown ids are ignored. */
+  remove(id: string): void {
+    const at = this.slotOf.get(id)
+    if (at !== undefined) {
+      if (Array.isArray(at.list)) at.list.splice(at.list.indexOf(at.slot.c), 1)
+      else at.list.remove(at.slot)
+      this.slotOf.delete(id)
+    }
+    this.all.delete(id)
+  }
+
+  get(id: string): Candidate | undefined {
+    return this.all.get(id)
+  }
+
+  get size(): number {
+    return this.all.size
+  }
+
+  values(): IterableIterator<Candidate> {
+    return this.all.values()
+  }
+
+  /** The best host for the request, exactly as `Placement.pick` over every host here. */
+  pick(req: Request): string | null {
+    const b = req.budget
+    const affinity = Placement.affinityIndexOf(req)
+    // Measured affinity hosts rank above every other measured host, in preference order.
+    let best: Candidate | undefined
+    for (const id of affinity.keys()) {
+      const c = this.all.get(id)
+      if (c !== undefined && Placement.isMeasured(c) && Placement.fitsOn(c, b, this.limits)) {
+        best = c
+        break
+      }
+    }
+    if (best !== undefined) return best.id
+    best = this.firstFit(this.measured, b, affinity)
+    for (const c of this.irregular) {
+      if (Placement.fitsOn(c, b, this.limits) && (best === undefined || Placement.compare(c, best, affinity) < 0)) best = c
+    }
+    if (best !== undefined) return best.id
+    for (const id of affinity.keys()) {
+      const c = this.all.get(id)
+      if (c !== undefined && Placement.fitsOn(c, b, this.limits)) return c.id
+    }
+    return this.firstFit(this.unmeasured, b, affinity)?.id ?? null
+  }
+
+  /** Whether anything here fits the budget. */
+  anyFits(budget: Budget): boolean {
+    return this.pick({ budget }) !== null
+  }
+
+  // The first slot at or above the budget's RAM whose CPU also fits; affinity hosts were judged already.
+  private firstFit(list: Sorted, b: Budget, affinity: ReadonlyMap<string, number>): Candidate | undefined {
+    const slots = list.slots
+    for (let i = list.lowerBound(b.memMib); i < slots.length; i++) {
+      const s = slots[i] as Slot
+      if (s.vcpus >= b.vcpus && !affinity.has(s.c.id)) return s.c
+    }
+    return undefined
+  }
+}

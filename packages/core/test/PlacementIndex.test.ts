@@ -1,0 +1,67 @@
+import fc from "fast-check"
+import { describe, expect, it } from "vitest"
+import { Limits, Placement, PlacementIndex } from "../src/index.js"
+import type { Candidate } from "../src/index.js"
+
+const arbCandidate = (id: string) =>
+  fc.record({
+    allocatableMib: fc.option(fc.integer({ min: 0, max: 64 }), { nil: null }),
+    cpuBudget: fc.option(fc.integer({ min: 0, max: 16 }), { nil: null }),
+    mem: fc.integer({ min: 0, max: 64 }),
+    cpu: fc.integer({ min: 0, max: 16 }),
+    state: fc.constantFrom("ready", "ready", "ready", "cordoned", "draining"),
+    entries: fc.integer({ min: 0, max: 5 }),
+    measured: fc.option(fc.boolean(), { nil: undefined }),
+  }).map((r): Candidate => ({
+    id,
+    headroom: { allocatableMib: r.allocatableMib === null ? null : r.allocatableMib * 256, cpuBudget: r.cpuBudget, reserved: { memMib: r.mem * 256, vcpus: r.cpu } },
+    state: r.state as Placement.HostState,
+    entries: r.entries,
+    ...(r.measured === undefined ? {} : { measured: r.measured }),
+  }))
+
+const ids = Array.from({ length: 12 }, (_, i) => `h${i}`)
+
+describe("PlacementIndex", () => {
+  it("property: after any sequence of upserts and removals, pick equals Placement.pick", () => {
+    const op = fc.oneof(
+      fc.constantFrom(...ids).chain((id) => arbCandidate(id).map((c) => ({ kind: "upsert" as const, c }))),
+      fc.constantFrom(...ids).map((id) => ({ kind: "remove" as const, id })),
+    )
+    const query = fc.record({
+      memMib: fc.integer({ min: 1, max: 64 * 256 }),
+      vcpus: fc.integer({ min: 0, max: 16 }),
+      affinity: fc.array(fc.constantFrom(...ids, "nowhere"), { maxLength: 4 }),
+    })
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 40 }), fc.array(query, { minLength: 1, maxLength: 8 }), fc.boolean(), (ops, queries, requireMeasured) => {
+        const limits = { ...Limits.defaults, maxEntriesPerNode: 4, requireMeasured }
+        const index = new PlacementIndex.Index(limits)
+        const model = new Map<string, Candidate>()
+        for (const o of ops) {
+          if (o.kind === "upsert") {
+            index.upsert(o.c)
+            model.set(o.c.id, o.c)
+          } else {
+            index.remove(o.id)
+            model.delete(o.id)
+          }
+        }
+        expect(index.size).toBe(model.size)
+        for (const q of queries) {
+          const req = { budget: { memMib: q.memMib, vcpus: q.vcpus }, affinity: q.affinity }
+          expect(index.pick(req)).toBe(Placement.pick([...model.values()], req, limits))
+        }
+      }),
+      { numRuns: 500 },
+    )
+  })
+
+  it("setLimits re-files every host", () => {
+    const index = new PlacementIndex.Index()
+    index.upsert({ id: "a", headroom: { allocatableMib: 8192, cpuBudget: 8, reserved: { memMib: 0, vcpus: 0 } }, entries: 3 })
+    expect(index.pick({ budget: { memMib: 1024, vcpus: 1 } })).toBe("a")
+    index.setLimits({ ...Limits.defaults, maxEntriesPerNode: 3 })
+    expect(index.pick({ budget: { memMib: 1024, vcpus: 1 } })).toBeNull()
+  })
+})
