@@ -1,0 +1,57 @@
+import { describe, expect, it } from "vitest"
+import { InvalidInput, Validate } from "../src/index.js"
+
+const rule = (e: InvalidInput | null) => (e === null ? null : [e.field, e.rule])
+
+describe("Validate", () => {
+  it("ids are 1-128 characters of a safe alphabet", () => {
+    expect(Validate.id("id", "host-1.a:b_c")).toBeNull()
+    expect(rule(Validate.id("id", ""))).toEqual(["id", "must be 1-128 characters of [A-Za-z0-9._:-]"])
+    expect(rule(Validate.id("id", "a/b"))).not.toBeNull()
+    expect(rule(Validate.id("id", "x".repeat(129)))).not.toBeNull()
+    expect(rule(Validate.id("id", 7))).not.toBeNull()
+  })
+
+  it("a session budget needs integer memMib and vcpus above zero, memMib named first", () => {
+    expect(Validate.budget({ memMib: 1024, vcpus: 1 })).toBeNull()
+    expect(rule(Validate.budget({ memMib: 0, vcpus: 0 }))).toEqual(["memMib", "must be an integer > 0"])
+    expect(rule(Validate.budget({ memMib: 1.5, vcpus: 1 }))).toEqual(["memMib", "must be an integer > 0"])
+    expect(rule(Validate.budget({ memMib: 1, vcpus: 0 }))).toEqual(["vcpus", "must be an integer > 0"])
+  })
+
+  it("a session's affinity is a list of host ids", () => {
+    expect(Validate.sessionInput({ id: "s", budget: { memMib: 1, vcpus: 1 }, affinity: ["a"] })).toBeNull()
+    expect(rule(Validate.sessionInput({ id: "s", budget: { memMib: 1, vcpus: 1 }, affinity: "a" }))).toEqual(["affinity", "must be an array of host ids"])
+  })
+
+  it("host labels are string values", () => {
+    expect(Validate.hostInput({ id: "h", labels: { zone: "a" } })).toBeNull()
+    expect(rule(Validate.hostInput({ id: "h", labels: { zone: 1 } }))).toEqual(["labels", "must be an object of string values"])
+  })
+
+  it("a report's figures are null or non-negative, cores an integer", () => {
+    expect(Validate.report({ totalMib: null, allocatableMib: null, totalVcpus: null })).toBeNull()
+    expect(rule(Validate.report({ totalMib: -1, allocatableMib: 1, totalVcpus: 1 }))).toEqual(["totalMib", "must be a finite number >= 0"])
+    expect(rule(Validate.report({ totalMib: 1, allocatableMib: Number.NaN, totalVcpus: 1 }))).toEqual(["allocatableMib", "must be a finite number >= 0"])
+    expect(rule(Validate.report({ totalMib: 1, allocatableMib: 1, totalVcpus: 1.5 }))).toEqual(["totalVcpus", "must be an integer >= 0"])
+  })
+
+  it("moves need a positive budget and well-formed rounds", () => {
+    expect(rule(Validate.maxDowntimeMs(0))).toEqual(["maxDowntimeMs", "must be a finite number > 0"])
+    expect(Validate.maxDowntimeMs(600)).toBeNull()
+    expect(rule(Validate.round({ kind: "delta", wireBytes: -1, apparentBytes: 0, sendMs: 0, captureMs: 0 }))).toEqual(["wireBytes", "must be a finite number >= 0"])
+    expect(rule(Validate.round({ kind: "other" as "delta", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }))).toEqual(["kind", "must be one of full, delta, final"])
+  })
+
+  it("reservations name a known owner kind and a non-empty owner", () => {
+    expect(Validate.ownerKind("external")).toBeNull()
+    expect(rule(Validate.ownerKind("vm"))).toEqual(["ownerKind", "must be one of session, move, capture, external"])
+    expect(rule(Validate.reserveExtras({ ownerId: "" }))).toEqual(["ownerId", "must be a non-empty string"])
+    expect(rule(Validate.reserveExtras({ ownerId: "x", vramMib: -2 }))).toEqual(["vramMib", "must be a finite number >= 0"])
+    expect(rule(Validate.reserveExtras({ ownerId: "x", expiresAt: "soon" }))).toEqual(["expiresAt", "must be epoch milliseconds"])
+  })
+
+  it("errors carry a message naming the field and the rule", () => {
+    expect(new InvalidInput({ field: "memMib", rule: "must be an integer > 0" }).message).toBe("memMib must be an integer > 0")
+  })
+})
