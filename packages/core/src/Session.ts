@@ -59,3 +59,41 @@ export const holdsReservation = (s: State): boolean =>
 
 /** Whether the state is final. */
 export const isFinal = (s: State): boolean => s === "ended"
+
+/**
+ * The store operations that change a session's state, each with the states it starts from and
+ * the state it leads to. The life cycle alone cannot tell `markRunning` from `unpark` (both go
+ * to running) or `resume` from a queue drain (both go to pending); these rules can, so every
+ * store refuses the same calls.
+ */
+export const operations = {
+  markRunning: { from: ["pending"], to: ["running"] },
+  idle: { from: ["running"], to: ["parked", "descending"] },
+  unpark: { from: ["parked"], to: ["running"] },
+  beginDescent: { from: ["parked"], to: ["descending"] },
+  finishDescent: { from: ["descending"], to: ["descended"] },
+  resume: { from: ["descended"], to: ["pending", "queued"] },
+  beginMove: { from: ["running"], to: ["moving"] },
+  end: { from: ["queued", "pending", "running", "parked", "descending", "descended", "moving", "lost"], to: ["ended"] },
+} as const satisfies Record<string, { readonly from: readonly State[]; readonly to: readonly State[] }>
+
+/** A state-changing store operation. */
+export type Operation = keyof typeof operations
+
+/**
+ * Judges `op` on a session in `from` that would lead to `to`: legal only when the operation
+ * starts from `from` and the life cycle allows `from → to`.
+ */
+export const apply = (op: Operation, from: State, to: State): Transition => {
+  const rule = operations[op]
+  if (!(rule.from as readonly State[]).includes(from))
+    return {
+      _tag: "Illegal",
+      from,
+      to,
+      message: `${op} needs a session in ${rule.from.join(" or ")}, not ${from} (cannot go from ${from} to ${to})`,
+    }
+  if (!(rule.to as readonly State[]).includes(to))
+    return { _tag: "Illegal", from, to, message: `${op} leads to ${rule.to.join(" or ")}, not ${to}` }
+  return transition(from, to)
+}

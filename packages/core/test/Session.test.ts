@@ -48,3 +48,28 @@ describe("Session transitions", () => {
     expect(Session.states.filter(Session.holdsReservation)).toEqual(["pending", "running", "parked", "descending", "moving"])
   })
 })
+
+describe("Session operations", () => {
+  it("each operation starts only from its own states", () => {
+    expect(Session.apply("markRunning", "pending", "running")._tag).toBe("Legal")
+    // The life cycle allows parked → running, but that is unpark, not markRunning.
+    expect(Session.apply("markRunning", "parked", "running")._tag).toBe("Illegal")
+    expect(Session.apply("unpark", "parked", "running")._tag).toBe("Legal")
+    // queued → pending is a drain, not a resume.
+    expect(Session.apply("resume", "queued", "pending")._tag).toBe("Illegal")
+    expect(Session.apply("resume", "descended", "queued")._tag).toBe("Legal")
+    expect(Session.apply("idle", "parked", "descending")._tag).toBe("Illegal")
+    expect(Session.apply("end", "ended", "ended")._tag).toBe("Illegal")
+  })
+
+  it("every operation's moves are legal in the life cycle", () => {
+    for (const [op, rule] of Object.entries(Session.operations))
+      for (const from of rule.from)
+        for (const to of rule.to) expect(Session.apply(op as Session.Operation, from, to)._tag, `${op}: ${from} → ${to}`).toBe("Legal")
+  })
+
+  it("the illegal message names the operation and both states", () => {
+    const t = Session.apply("markRunning", "moving", "running")
+    expect(t._tag === "Illegal" && t.message).toBe("markRunning needs a session in pending, not moving (cannot go from moving to running)")
+  })
+})

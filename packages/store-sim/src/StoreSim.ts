@@ -237,8 +237,9 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     const s = sessions.get(id)
     return s === undefined ? Effect.fail(new NotFound({ entity: "session", id })) : Effect.succeed(s)
   }
-  const guard = (s: SessionRec, to: SessionState) => {
-    const t = SessionRules.transition(s.state, to)
+  // Every state change goes through core: the operation's own start states, then the life cycle.
+  const guard = (s: SessionRec, op: SessionRules.Operation, to: SessionState) => {
+    const t = SessionRules.apply(op, s.state, to)
     return t._tag === "Legal"
       ? Effect.void
       : Effect.fail(new IllegalTransition({ sessionId: s.id, from: s.state, to, reason: t.message }))
@@ -440,17 +441,17 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           .map(sessionOf),
       ),
 
-    markRunning: (id) => transitionOnly(id, "running"),
-    unpark: (id) => transitionOnly(id, "running", "parked"),
-    beginDescent: (id) => transitionOnly(id, "descending", "parked"),
+    markRunning: (id) => transitionOnly(id, "markRunning", "running"),
+    unpark: (id) => transitionOnly(id, "unpark", "running"),
+    beginDescent: (id) => transitionOnly(id, "beginDescent", "descending"),
 
     // Idle applies only to a running session; the gate's answer picks parked or descending.
-    idle: (id, mayPark) => transitionOnly(id, mayPark ? "parked" : "descending", "running"),
+    idle: (id, mayPark) => transitionOnly(id, "idle", mayPark ? "parked" : "descending"),
 
     finishDescent: (id) =>
       Effect.gen(function* () {
         const s = yield* findSession(id)
-        yield* guard(s, "descended")
+        yield* guard(s, "finishDescent", "descended")
         const t = yield* now
         setState(s, "descended", t)
         releaseSessionEntry(s, "release")
@@ -461,7 +462,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     resume: (id) =>
       Effect.gen(function* () {
         const s = yield* findSession(id)
-        yield* guard(s, "pending")
+        yield* guard(s, "resume", "pending")
         const t = yield* now
         if (tryPlace(s, t) === null) enqueue(s, t)
         return outcomeOf(s)
@@ -470,7 +471,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     endSession: (id) =>
       Effect.gen(function* () {
         const s = yield* findSession(id)
-        yield* guard(s, "ended")
+        yield* guard(s, "end", "ended")
         const t = yield* now
         const moveId = openMoves.get(id)
         if (moveId !== undefined) closeMove(moves.get(moveId) as MoveRec, "session ended", t, "release")
@@ -584,10 +585,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
             if (s !== undefined && s.reservationId === e.id) {
               const moveId = openMoves.get(s.id)
               if (moveId !== undefined) {
+                // The move's target entry goes with it: reclaimed if it is itself stale, else released.
                 const m = moves.get(moveId) as MoveRec
                 const target = entries.get(m.reservationId)
-                closeMove(m, "session lost: its reservation was reclaimed", t, "reclaim")
-                if (target !== undefined) reclaimed.push(target)
+                const stale = target !== undefined && Ledger.isReclaimable(target, t, limits)
+                closeMove(m, "session lost: its reservation was reclaimed", t, stale ? "reclaim" : "release")
+                if (stale) reclaimed.push(target)
               }
               removeEntry(e.id, "reclaim")
               setState(s, "lost", t)
@@ -633,9 +636,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const s = yield* findSession(input.sessionId)
         const open = openMoves.get(s.id)
         if (open !== undefined) return yield* new Conflict({ entity: "move", id: open, reason: `session ${s.id} already has an open move` })
-        yield* guard(s, "moving")
-        if (s.state !== "running")
-          return yield* new IllegalTransition({ sessionId: s.id, from: s.state, to: "moving", reason: `only a running session can move, not a ${s.state} one` })
+        yield* guard(s, "beginMove", "moving")
         const bad = Validate.maxDowntimeMs(input.maxDowntimeMs)
         if (bad) return yield* bad
         const source = s.hostId as string
@@ -723,19 +724,10 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
   }
 
-  function transitionOnly(id: string, to: SessionState, from?: SessionState) {
+  function transitionOnly(id: string, op: SessionRules.Operation, to: SessionState) {
     return Effect.gen(function* () {
       const s = yield* findSession(id)
-      if (from !== undefined && s.state !== from) {
-        const t = SessionRules.transition(s.state, to)
-        return yield* new IllegalTransition({
-          sessionId: id,
-          from: s.state,
-          to,
-          reason: t._tag === "Illegal" ? t.message : `session is ${s.state}, not ${from}`,
-        })
-      }
-      yield* guard(s, to)
+      yield* guard(s, op, to)
       setState(s, to, yield* now)
       return sessionOf(s)
     })

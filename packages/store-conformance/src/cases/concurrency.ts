@@ -1,0 +1,189 @@
+/**
+ * Concurrency (SPEC §2, §6): many placements at once never over-commit a host, and every
+ * compare-and-set race has exactly one winner. Every racer is started at once
+ * (`concurrency: "unbounded"`); a backend that serializes them passes trivially, one that
+ * runs them in parallel must keep placement atomic with its reservation.
+ */
+import { Placement } from "@engram/core"
+import { expect } from "@effect/vitest"
+import { Effect, Result } from "effect"
+import { addHost, expectInvariants, kase, queued, sessionIn, store } from "../Harness.js"
+import type { Group } from "../Harness.js"
+
+const all = <A, E, R>(effects: readonly Effect.Effect<A, E, R>[]) =>
+  Effect.all(effects.map((e) => Effect.result(e)), { concurrency: "unbounded" })
+
+type Tagged = { readonly _tag: string }
+
+const wins = <A, E>(results: readonly Result.Result<A, E>[]) => results.filter(Result.isSuccess).length
+
+export const concurrency: Group = {
+  name: "concurrency",
+  cases: [
+    kase(
+      "200 creates at once never over-commit a host and each session ends placed or queued exactly once",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192, 4)
+        yield* addHost("h2", 6144, 2)
+        yield* addHost("h3", 10240, 8)
+        const sizes = [512, 1024, 1536, 2048]
+        const ids = Array.from({ length: 200 }, (_, i) => `c${String(i).padStart(3, "0")}`)
+        const results = yield* all(
+          ids.map((id, i) => s.createSession({ id, budget: { memMib: sizes[i % sizes.length] as number, vcpus: 1 + (i % 3) } })),
+        )
+        expect(wins(results), "every create answers").toBe(200)
+        const sessions = yield* s.listSessions()
+        expect(sessions.map((x) => x.id).sort()).toStrictEqual(ids)
+        const placedIds = sessions.filter((x) => x.state === "pending").map((x) => x.id)
+        const queuedIds = sessions.filter((x) => x.state === "queued").map((x) => x.id)
+        expect(placedIds.length + queuedIds.length).toBe(200)
+        expect(placedIds.length).toBeGreaterThan(0)
+        expect((yield* s.listQueue()).map((x) => x.id).sort()).toStrictEqual(queuedIds.sort())
+        for (const r of results) {
+          if (Result.isFailure(r)) continue
+          const now = sessions.find((x) => x.id === r.success.session.id)
+          expect(r.success._tag === "Placed" ? "pending" : "queued").toBe(now?.state)
+        }
+        yield* expectInvariants
+        // Once the dust settles a drain leaves only sessions that fit on no host.
+        const drained = yield* s.drainQueue()
+        yield* expectInvariants
+        const view = yield* s.fleetView()
+        expect(drained.remaining).toBe(view.queue.length)
+        for (const q of view.queue)
+          expect(view.hosts.some((h) => Placement.fitsOn(h, q.budget, s.limits())), `${q.sessionId} fits somewhere`).toBe(false)
+      }),
+    ),
+    kase(
+      "two drains racing for one queued session place it once",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* queued("q1", { memMib: 1024, vcpus: 1 })
+        yield* addHost("h1", 8192)
+        yield* addHost("h2", 8192)
+        const results = yield* all([s.drainQueue(), s.drainQueue()])
+        const placedBy = results.flatMap((r) => (Result.isSuccess(r) ? r.success.placed : []))
+        expect(placedBy.map((p) => p.sessionId)).toStrictEqual(["q1"])
+        expect((yield* s.listReservations()).length).toBe(1)
+        expect((yield* s.getSession("q1")).state).toBe("pending")
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "many drains racing over a queue place each session once and never over-commit",
+      Effect.gen(function* () {
+        const s = yield* store
+        for (let i = 0; i < 30; i++) yield* queued(`q${String(i).padStart(2, "0")}`, { memMib: 1024, vcpus: 1 })
+        yield* addHost("h1", 8192)
+        yield* addHost("h2", 4096)
+        const results = yield* all(Array.from({ length: 8 }, () => s.drainQueue()))
+        const placedBy = results.flatMap((r) => (Result.isSuccess(r) ? r.success.placed.map((p) => p.sessionId) : []))
+        expect(new Set(placedBy).size).toBe(placedBy.length)
+        expect(placedBy.length).toBe(12)
+        expect((yield* s.listQueue()).length).toBe(18)
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "two beginDescent calls on one parked session have exactly one winner",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("p1", "parked")
+        const results = yield* all([s.beginDescent("p1"), s.beginDescent("p1")])
+        expect(wins(results)).toBe(1)
+        const loser = results.find(Result.isFailure)
+        expect(loser?.failure._tag).toBe("IllegalTransition")
+        expect((yield* s.getSession("p1")).state).toBe("descending")
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "an unpark racing a beginDescent has exactly one winner",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("p1", "parked")
+        const racers: Effect.Effect<unknown, Tagged>[] = [s.unpark("p1"), s.beginDescent("p1")]
+        const results = yield* all(racers)
+        expect(wins(results)).toBe(1)
+        const state = (yield* s.getSession("p1")).state
+        expect(state).toBe(results[0] !== undefined && Result.isSuccess(results[0]) ? "running" : "descending")
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "concurrent reserves for the last room on a host have exactly one winner",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 4096)
+        const results = yield* all(
+          Array.from({ length: 10 }, (_, i) => s.reserve({ id: `x${i}`, hostId: "h1", ownerKind: "external", ownerId: "ops", memMib: 3000, vcpus: 1 })),
+        )
+        expect(wins(results)).toBe(1)
+        expect((yield* s.metrics()).reserveFailures).toBe(9)
+        expect((yield* s.getHost("h1")).headroom.reserved.memMib).toBe(3000)
+      }),
+    ),
+    kase(
+      "concurrent reserves of one id have exactly one winner",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 65536)
+        const results = yield* all(
+          Array.from({ length: 10 }, () => s.reserve({ id: "same", hostId: "h1", ownerKind: "external", ownerId: "ops", memMib: 100, vcpus: 1 })),
+        )
+        expect(wins(results)).toBe(1)
+        expect(results.filter(Result.isFailure).every((r) => r.failure._tag === "Conflict")).toBe(true)
+        expect((yield* s.listReservations()).length).toBe(1)
+      }),
+    ),
+    kase(
+      "two beginMove calls on one running session open exactly one move",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 4096)
+        yield* addHost("h2", 16384)
+        yield* addHost("h3", 16384)
+        yield* sessionIn("s1", "running")
+        const results = yield* all([
+          s.beginMove({ sessionId: "s1", targetHostId: "h2", maxDowntimeMs: 600 }),
+          s.beginMove({ sessionId: "s1", targetHostId: "h3", maxDowntimeMs: 600 }),
+        ])
+        expect(wins(results)).toBe(1)
+        expect((yield* s.listReservations()).filter((r) => r.ownerKind === "move")).toHaveLength(1)
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a create racing a drain for the last room places one of them; the other stays queued",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* queued("q1", { memMib: 2048, vcpus: 1 })
+        yield* addHost("h1", 2048)
+        const racers: Effect.Effect<unknown, Tagged>[] = [
+          s.drainQueue(),
+          s.createSession({ id: "c1", budget: { memMib: 2048, vcpus: 1 } }),
+        ]
+        const results = yield* all(racers)
+        expect(wins(results)).toBe(2)
+        const states = [(yield* s.getSession("q1")).state, (yield* s.getSession("c1")).state].sort()
+        expect(states).toStrictEqual(["pending", "queued"])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "concurrent ends of one session have exactly one winner and release once",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("s1", "running")
+        const results = yield* all([s.endSession("s1"), s.endSession("s1"), s.endSession("s1")])
+        expect(wins(results)).toBe(1)
+        expect((yield* s.metrics()).totalReleasedMib).toBe(1024)
+        yield* expectInvariants
+      }),
+    ),
+  ],
+}

@@ -1,0 +1,114 @@
+/**
+ * The fleet read (SPEC §4.1): hosts sorted by id with headroom, parks and descents, the queue
+ * in FIFO order, read at the store's now; and the park gate of core deciding on it.
+ */
+import { ParkGate } from "@engram/core"
+import { expect } from "@effect/vitest"
+import { Effect } from "effect"
+import { TestClock } from "effect/testing"
+import { addHost, kase, placed, queued, sessionIn, store } from "../Harness.js"
+import type { Group } from "../Harness.js"
+
+export const fleet: Group = {
+  name: "fleet view",
+  cases: [
+    kase(
+      "the fleet view lists hosts sorted by id with headroom, state, entries and measured",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("b", 8192, 2)
+        yield* addHost("a")
+        yield* s.setHostState("a", "cordoned")
+        yield* placed("s1", { memMib: 1000, vcpus: 3 })
+        yield* TestClock.adjust(77)
+        const view = yield* s.fleetView()
+        expect(view.readAt).toBe(77)
+        expect(view.hosts).toStrictEqual([
+          {
+            id: "a",
+            headroom: { allocatableMib: null, cpuBudget: null, reserved: { memMib: 0, vcpus: 0 } },
+            state: "cordoned",
+            entries: 0,
+            measured: false,
+            descentsRunning: 0,
+            parks: [],
+          },
+          {
+            id: "b",
+            headroom: { allocatableMib: 8192, cpuBudget: 8, reserved: { memMib: 1000, vcpus: 3 } },
+            state: "ready",
+            entries: 1,
+            measured: true,
+            descentsRunning: 0,
+            parks: [],
+          },
+        ])
+        expect(view.queue).toStrictEqual([])
+      }),
+    ),
+    kase(
+      "the fleet view lists each host's parks with parkedAt and budget",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("p1", "running", { memMib: 1000, vcpus: 1 })
+        yield* sessionIn("p2", "running", { memMib: 2000, vcpus: 2 })
+        yield* TestClock.adjust(10)
+        yield* s.idle("p2", true)
+        yield* TestClock.adjust(10)
+        yield* s.idle("p1", true)
+        const parks = (yield* s.fleetView()).hosts[0]?.parks ?? []
+        const sorted = [...parks].sort((x, y) => x.parkedAt - y.parkedAt)
+        expect(sorted).toStrictEqual([
+          { sessionId: "p2", parkedAt: 10, budget: { memMib: 2000, vcpus: 2 } },
+          { sessionId: "p1", parkedAt: 20, budget: { memMib: 1000, vcpus: 1 } },
+        ])
+      }),
+    ),
+    kase(
+      "the fleet view counts descents running per host and drops finished ones",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("d1", "descending")
+        yield* sessionIn("d2", "descending")
+        yield* sessionIn("p1", "parked")
+        expect((yield* s.fleetView()).hosts[0]).toMatchObject({ descentsRunning: 2, entries: 3 })
+        yield* s.finishDescent("d1")
+        expect((yield* s.fleetView()).hosts[0]).toMatchObject({ descentsRunning: 1, entries: 2 })
+        yield* s.beginDescent("p1")
+        expect((yield* s.fleetView()).hosts[0]).toMatchObject({ descentsRunning: 2, parks: [] })
+      }),
+    ),
+    kase(
+      "the fleet view's queue is first in first out with budgets and queuedAt",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* queued("q2", { memMib: 2048, vcpus: 2 })
+        yield* TestClock.adjust(5)
+        yield* queued("q1", { memMib: 1024, vcpus: 1 })
+        expect((yield* s.fleetView()).queue).toStrictEqual([
+          { sessionId: "q2", budget: { memMib: 2048, vcpus: 2 }, queuedAt: 0 },
+          { sessionId: "q1", budget: { memMib: 1024, vcpus: 1 }, queuedAt: 5 },
+        ])
+      }),
+    ),
+    kase(
+      "on the fleet view the park gate yields the oldest park to a queued session with no room",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 4096)
+        yield* sessionIn("old", "parked", { memMib: 2048, vcpus: 1 })
+        yield* TestClock.adjust(1)
+        yield* sessionIn("new", "parked", { memMib: 2048, vcpus: 1 })
+        const calm = yield* s.fleetView()
+        expect(ParkGate.evaluate(calm, calm.readAt, s.limits()).yields).toStrictEqual([])
+        yield* queued("waiting", { memMib: 2048, vcpus: 1 })
+        const view = yield* s.fleetView()
+        const decision = ParkGate.evaluate(view, view.readAt, s.limits())
+        expect(decision.yields).toStrictEqual([{ hostId: "h1", sessionId: "old", reason: "demand" }])
+        expect(decision.mayPark("h1")).toBe(false)
+      }),
+    ),
+  ],
+}

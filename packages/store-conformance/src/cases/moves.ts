@@ -1,0 +1,304 @@
+/**
+ * Live moves (SPEC §5, the store's part): the target's reservation, one open move per
+ * session, recorded rounds, commit handing the target's entry to the session, abort dropping it.
+ */
+import type { MoveRound } from "@engram/store"
+import { expect } from "@effect/vitest"
+import { Effect } from "effect"
+import { TestClock } from "effect/testing"
+import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, placed, sessionIn, snapshot, store } from "../Harness.js"
+import type { Group } from "../Harness.js"
+
+const budget = { memMib: 2048, vcpus: 2 }
+const phases = { downtimeMs: 520, captureMs: 40, sendMs: 80, commitMs: 390 }
+const round = (kind: MoveRound["kind"], wireBytes: number): MoveRound => ({
+  kind,
+  wireBytes,
+  apparentBytes: wireBytes * 2,
+  sendMs: 10,
+  captureMs: 5,
+})
+
+/** A running session `s1` on `src` (the snug host) and a roomier `dst`. */
+const twoHosts = Effect.gen(function* () {
+  yield* addHost("src", 4096)
+  yield* addHost("dst", 16384)
+  const x = yield* sessionIn("s1", "running", budget)
+  expect(x.hostId).toBe("src")
+  return x
+})
+
+export const moves: Group = {
+  name: "moves",
+  cases: [
+    kase(
+      "beginMove with a target reserves it for the move and marks the session moving",
+      Effect.gen(function* () {
+        const s = yield* store
+        const x = yield* twoHosts
+        yield* TestClock.adjust(9)
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        expect(move).toMatchObject({
+          sessionId: "s1",
+          sourceHostId: "src",
+          targetHostId: "dst",
+          maxDowntimeMs: 600,
+          state: "pending",
+          rounds: [],
+          phases: null,
+          abortReason: null,
+          createdAt: 9,
+          endedAt: null,
+        })
+        const target = yield* s.getReservation(move.reservationId)
+        expect(target).toMatchObject({ hostId: "dst", ownerKind: "move", ownerId: move.id, memMib: 2048, vcpus: 2 })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "moving", hostId: "src", reservationId: x.reservationId })
+        expect(yield* s.openMove("s1")).toStrictEqual(move)
+        expect(yield* s.getMove(move.id)).toStrictEqual(move)
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "beginMove without a target picks the best ranked host other than the source",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        yield* addHost("mid", 4096)
+        yield* addHost("cordoned", 2048)
+        yield* s.setHostState("cordoned", "cordoned")
+        const move = yield* s.beginMove({ sessionId: "s1", maxDowntimeMs: 600 })
+        expect(move.targetHostId).toBe("mid")
+      }),
+    ),
+    kase(
+      "beginMove without a target when no other host fits is refused as no_fit",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("src", 65536)
+        yield* addHost("small", 1024)
+        yield* sessionIn("s1", "running", budget)
+        const before = yield* snapshot
+        const err = yield* expectFailure(s.beginMove({ sessionId: "s1", maxDowntimeMs: 600 }), "Refused")
+        expect(err.check).toBe("no_fit")
+        yield* expectUnchanged(before, "a refused beginMove")
+        expect(yield* s.openMove("s1")).toBeNull()
+      }),
+    ),
+    kase(
+      "beginMove to a target without room is refused as no_fit and changes nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        yield* addHost("small", 1024)
+        yield* addHost("off", 65536)
+        yield* s.setHostState("off", "draining")
+        const before = yield* snapshot
+        expect((yield* expectFailure(s.beginMove({ sessionId: "s1", targetHostId: "small", maxDowntimeMs: 600 }), "Refused")).check).toBe("no_fit")
+        expect((yield* expectFailure(s.beginMove({ sessionId: "s1", targetHostId: "off", maxDowntimeMs: 600 }), "Refused")).check).toBe("no_fit")
+        yield* expectUnchanged(before, "a beginMove to a full target")
+      }),
+    ),
+    kase(
+      "beginMove to the source host is InvalidInput naming targetHostId",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const err = yield* expectFailure(s.beginMove({ sessionId: "s1", targetHostId: "src", maxDowntimeMs: 600 }), "InvalidInput")
+        expect([err.field, err.rule]).toStrictEqual(["targetHostId", "must differ from the source host"])
+      }),
+    ),
+    kase(
+      "beginMove to an unknown target host is NotFound",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const err = yield* expectFailure(s.beginMove({ sessionId: "s1", targetHostId: "nope", maxDowntimeMs: 600 }), "NotFound")
+        expect(err).toMatchObject({ entity: "host", id: "nope" })
+      }),
+    ),
+    kase(
+      "beginMove of an unknown session is NotFound",
+      Effect.gen(function* () {
+        const s = yield* store
+        const err = yield* expectFailure(s.beginMove({ sessionId: "nope", maxDowntimeMs: 600 }), "NotFound")
+        expect(err).toMatchObject({ entity: "session", id: "nope" })
+      }),
+    ),
+    kase(
+      "maxDowntimeMs must be a finite number > 0",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const before = yield* snapshot
+        for (const maxDowntimeMs of [0, -1, Number.NaN, Number.POSITIVE_INFINITY]) {
+          const err = yield* expectFailure(s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs }), "InvalidInput")
+          expect(err.field).toBe("maxDowntimeMs")
+        }
+        yield* expectUnchanged(before, "a bad maxDowntimeMs")
+      }),
+    ),
+    kase(
+      "beginMove of a session that is not running is an IllegalTransition to moving",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("src", 4096)
+        yield* addHost("dst", 16384)
+        yield* placed("p", budget)
+        yield* sessionIn("k", "parked", { memMib: 1024, vcpus: 1 })
+        for (const [id, from] of [
+          ["p", "pending"],
+          ["k", "parked"],
+        ] as const) {
+          const err = yield* expectFailure(s.beginMove({ sessionId: id, targetHostId: "dst", maxDowntimeMs: 600 }), "IllegalTransition")
+          expect(err).toMatchObject({ sessionId: id, from, to: "moving" })
+        }
+        expect(yield* s.listReservations()).toHaveLength(2)
+      }),
+    ),
+    kase(
+      "a second beginMove while one is open is a Conflict on the move, checked before the state",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        yield* addHost("other", 16384)
+        yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        const before = yield* snapshot
+        const err = yield* expectFailure(s.beginMove({ sessionId: "s1", targetHostId: "other", maxDowntimeMs: 600 }), "Conflict")
+        expect(err.entity).toBe("move")
+        yield* expectUnchanged(before, "a second beginMove")
+      }),
+    ),
+    kase(
+      "recordRound appends the rounds in order",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, round("full", 1000))
+        yield* s.recordRound(move.id, round("delta", 100))
+        const after = yield* s.recordRound(move.id, round("delta", 10))
+        expect(after.rounds).toStrictEqual([round("full", 1000), round("delta", 100), round("delta", 10)])
+        expect((yield* s.getMove(move.id)).rounds).toHaveLength(3)
+      }),
+    ),
+    kase(
+      "recordRound refuses negative or non-finite figures and unknown kinds",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        const bad: MoveRound[] = [
+          { ...round("full", 1), wireBytes: -1 },
+          { ...round("full", 1), apparentBytes: Number.NaN },
+          { ...round("full", 1), sendMs: Number.POSITIVE_INFINITY },
+          { ...round("full", 1), captureMs: -0.5 },
+          { ...round("full", 1), kind: "partial" as unknown as "full" },
+        ]
+        for (const r of bad) yield* expectFailure(s.recordRound(move.id, r), "InvalidInput")
+        expect((yield* s.getMove(move.id)).rounds).toStrictEqual([])
+        yield* expectFailure(s.recordRound("nope", round("full", 1)), "NotFound")
+      }),
+    ),
+    kase(
+      "commitMove moves the session and its reservation to the target and releases the source",
+      Effect.gen(function* () {
+        const s = yield* store
+        const x = yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, round("full", 1000))
+        yield* TestClock.adjust(3000)
+        const done = yield* s.commitMove(move.id, phases)
+        expect(done).toMatchObject({ state: "committed", phases, endedAt: 3000, reservationId: move.reservationId })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "dst", reservationId: move.reservationId })
+        expect(yield* s.getReservation(move.reservationId)).toMatchObject({ hostId: "dst", ownerKind: "session", ownerId: "s1" })
+        yield* expectFailure(s.getReservation(x.reservationId as string), "NotFound")
+        expect((yield* s.getHost("src")).headroom.reserved).toStrictEqual({ memMib: 0, vcpus: 0 })
+        expect((yield* s.getHost("dst")).headroom.reserved).toStrictEqual(budget)
+        expect(yield* s.openMove("s1")).toBeNull()
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "abortMove drops the target reservation and the session runs on the source",
+      Effect.gen(function* () {
+        const s = yield* store
+        const x = yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* TestClock.adjust(50)
+        const done = yield* s.abortMove(move.id, "ErrMoveDowntime: estimate 812 ms > 600 ms")
+        expect(done).toMatchObject({ state: "aborted", abortReason: "ErrMoveDowntime: estimate 812 ms > 600 ms", endedAt: 50, phases: null })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src", reservationId: x.reservationId })
+        yield* expectFailure(s.getReservation(move.reservationId), "NotFound")
+        expect((yield* s.getHost("dst")).headroom.reserved).toStrictEqual({ memMib: 0, vcpus: 0 })
+        expect(yield* s.openMove("s1")).toBeNull()
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a finished move refuses rounds, commits and aborts as a Conflict",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const m1 = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.abortMove(m1.id, "test")
+        const before = yield* snapshot
+        yield* expectFailure(s.recordRound(m1.id, round("delta", 1)), "Conflict")
+        yield* expectFailure(s.commitMove(m1.id, phases), "Conflict")
+        yield* expectFailure(s.abortMove(m1.id, "again"), "Conflict")
+        yield* expectUnchanged(before, "touching a finished move")
+        const m2 = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.commitMove(m2.id, phases)
+        yield* expectFailure(s.abortMove(m2.id, "late"), "Conflict")
+        yield* expectFailure(s.commitMove(m2.id, phases), "Conflict")
+        expect((yield* s.getMove(m2.id)).state).toBe("committed")
+      }),
+    ),
+    kase(
+      "commit, abort and getMove of an unknown move are NotFound",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* expectFailure(s.commitMove("nope", phases), "NotFound")
+        yield* expectFailure(s.abortMove("nope", "x"), "NotFound")
+        yield* expectFailure(s.getMove("nope"), "NotFound")
+        expect(yield* s.openMove("nope")).toBeNull()
+      }),
+    ),
+    kase(
+      "after a move ends a new move of the same session may begin",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const m1 = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.commitMove(m1.id, phases)
+        const m2 = yield* s.beginMove({ sessionId: "s1", targetHostId: "src", maxDowntimeMs: 600 })
+        expect(m2.id).not.toBe(m1.id)
+        expect(m2).toMatchObject({ sourceHostId: "dst", targetHostId: "src", state: "pending" })
+      }),
+    ),
+    kase(
+      "ending a moving session aborts its move and releases both reservations",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.endSession("s1")
+        expect((yield* s.getMove(move.id)).state).toBe("aborted")
+        expect(yield* s.listReservations()).toStrictEqual([])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a move's target reservation takes room from the target host",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("src", 2048)
+        yield* addHost("dst", 2048)
+        const x = yield* sessionIn("s1", "running", budget)
+        const move = yield* s.beginMove({ sessionId: "s1", maxDowntimeMs: 600 })
+        expect(move.targetHostId).not.toBe(x.hostId)
+        const outcome = yield* s.createSession({ id: "s2", budget })
+        expect(outcome._tag).toBe("Queued")
+      }),
+    ),
+  ],
+}

@@ -1,0 +1,182 @@
+/**
+ * The queue (SPEC §2): first in first out, drains into whatever room exists, no head-of-line
+ * blocking, each placement a compare-and-set, and the drain limit.
+ */
+import { expect } from "@effect/vitest"
+import { Effect } from "effect"
+import { TestClock } from "effect/testing"
+import { addHost, expectInvariants, kase, placed, queued, sessionIn, store } from "../Harness.js"
+import type { Group } from "../Harness.js"
+
+const gib = (n: number) => ({ memMib: n * 1024, vcpus: 1 })
+
+export const queue: Group = {
+  name: "queue",
+  cases: [
+    kase(
+      "queued sessions are listed first in first out with 1-based positions",
+      Effect.gen(function* () {
+        const s = yield* store
+        const q1 = yield* queued("zeta", gib(1))
+        yield* TestClock.adjust(10)
+        const q2 = yield* queued("alpha", gib(1))
+        const q3 = yield* queued("beta", gib(1))
+        expect([q1.position, q2.position, q3.position]).toStrictEqual([1, 2, 3])
+        expect(q2.session.queuedAt).toBe(10)
+        // Same queuedAt: ties go by id.
+        expect((yield* s.listQueue()).map((x) => x.id)).toStrictEqual(["zeta", "alpha", "beta"])
+      }),
+    ),
+    kase(
+      "a drain places queued sessions in FIFO order",
+      Effect.gen(function* () {
+        const s = yield* store
+        for (const id of ["q1", "q2", "q3"]) {
+          yield* queued(id, gib(1))
+          yield* TestClock.adjust(1)
+        }
+        yield* addHost("h1", 2048)
+        const result = yield* s.drainQueue()
+        expect(result).toStrictEqual({
+          placed: [
+            { sessionId: "q1", hostId: "h1" },
+            { sessionId: "q2", hostId: "h1" },
+          ],
+          remaining: 1,
+        })
+        expect((yield* s.getSession("q1")).state).toBe("pending")
+        expect((yield* s.listQueue()).map((x) => x.id)).toStrictEqual(["q3"])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a session that fits nowhere keeps its place while a later smaller one passes it",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* queued("big", gib(8))
+        yield* TestClock.adjust(1)
+        yield* queued("small", gib(1))
+        yield* addHost("h1", 4096)
+        const result = yield* s.drainQueue()
+        expect(result.placed).toStrictEqual([{ sessionId: "small", hostId: "h1" }])
+        expect(result.remaining).toBe(1)
+        const big = yield* s.getSession("big")
+        expect(big).toMatchObject({ state: "queued", queuedAt: 0 })
+        yield* TestClock.adjust(1)
+        const later = yield* queued("later", gib(8))
+        expect(later.position).toBe(2)
+      }),
+    ),
+    kase(
+      "a drain counts room taken by its own earlier placements",
+      Effect.gen(function* () {
+        const s = yield* store
+        for (const id of ["q1", "q2", "q3"]) yield* queued(id, gib(3))
+        yield* addHost("h1", 7168)
+        yield* addHost("h2", 3072)
+        const result = yield* s.drainQueue()
+        // Best fit: q1 to the snug h2, q2 and q3 can share h1 (6 GiB of 7).
+        expect(result.placed).toStrictEqual([
+          { sessionId: "q1", hostId: "h2" },
+          { sessionId: "q2", hostId: "h1" },
+          { sessionId: "q3", hostId: "h1" },
+        ])
+        yield* queued("q4", gib(3))
+        expect((yield* s.drainQueue()).placed).toStrictEqual([])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a drain with a limit places at most that many and reports the rest as remaining",
+      Effect.gen(function* () {
+        const s = yield* store
+        for (const id of ["q1", "q2", "q3", "q4"]) yield* queued(id, gib(1))
+        yield* addHost("h1", 65536)
+        const first = yield* s.drainQueue({ limit: 2 })
+        expect(first.placed.map((p) => p.sessionId)).toStrictEqual(["q1", "q2"])
+        expect(first.remaining).toBe(2)
+        const rest = yield* s.drainQueue()
+        expect(rest.placed.map((p) => p.sessionId)).toStrictEqual(["q3", "q4"])
+        expect(rest.remaining).toBe(0)
+      }),
+    ),
+    kase(
+      "a drain with nothing queued places nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 4096)
+        expect(yield* s.drainQueue()).toStrictEqual({ placed: [], remaining: 0 })
+      }),
+    ),
+    kase(
+      "a drain without room leaves every queued session in its place",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 1024)
+        yield* placed("s0", gib(1))
+        yield* queued("q1", gib(1))
+        yield* TestClock.adjust(5)
+        yield* queued("q2", gib(1))
+        const before = yield* s.listQueue()
+        expect(yield* s.drainQueue()).toStrictEqual({ placed: [], remaining: 2 })
+        expect(yield* s.listQueue()).toStrictEqual(before)
+      }),
+    ),
+    kase(
+      "an ended queued session leaves the queue and is not placed by a drain",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* queued("q1", gib(1))
+        yield* queued("q2", gib(1))
+        yield* s.endSession("q1")
+        expect((yield* s.listQueue()).map((x) => x.id)).toStrictEqual(["q2"])
+        yield* addHost("h1", 8192)
+        expect((yield* s.drainQueue()).placed).toStrictEqual([{ sessionId: "q2", hostId: "h1" }])
+        expect(yield* s.getSession("q1")).toMatchObject({ state: "ended", hostId: null, reservationId: null })
+      }),
+    ),
+    kase(
+      "room released by a finished descent is taken by the next drain",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 2048)
+        yield* sessionIn("d1", "descending", gib(2))
+        yield* queued("q1", gib(2))
+        expect((yield* s.drainQueue()).placed).toStrictEqual([])
+        yield* s.finishDescent("d1")
+        expect((yield* s.drainQueue()).placed).toStrictEqual([{ sessionId: "q1", hostId: "h1" }])
+      }),
+    ),
+    kase(
+      "a resume that finds no room joins the back of the queue",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 2048)
+        yield* sessionIn("d1", "descended", gib(2))
+        yield* placed("s1", gib(2))
+        yield* queued("q1", gib(1))
+        yield* TestClock.adjust(100)
+        const outcome = yield* s.resume("d1")
+        if (outcome._tag !== "Queued") return expect.fail("resume should queue")
+        expect(outcome.position).toBe(2)
+        expect(outcome.session).toMatchObject({ state: "queued", queuedAt: 100, hostId: null })
+        expect(outcome.noFit).toStrictEqual([{ hostId: "h1", reason: "ram_full", freeMib: 0, freeVcpus: 31 }])
+        expect((yield* s.listQueue()).map((x) => x.id)).toStrictEqual(["q1", "d1"])
+      }),
+    ),
+    kase(
+      "queue positions count only the sessions still ahead",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* queued("q1", gib(1))
+        yield* queued("q2", gib(4))
+        yield* addHost("h1", 1024)
+        yield* s.drainQueue()
+        const q3 = yield* queued("q3", gib(4))
+        expect(q3.position).toBe(2)
+        const again = yield* s.createSession({ id: "q2", budget: gib(4) })
+        expect(again).toMatchObject({ _tag: "Queued", position: 1 })
+      }),
+    ),
+  ],
+}

@@ -1,0 +1,338 @@
+/**
+ * Sessions (SPEC §2): every legal transition, every illegal one refused with nothing changed,
+ * idempotent create, and validation errors that name the field and the rule.
+ */
+import { Session as SessionRules } from "@engram/core"
+import type { SessionState } from "@engram/core"
+import type { StoreError, StoreShape } from "@engram/store"
+import { expect } from "@effect/vitest"
+import { Effect } from "effect"
+import { TestClock } from "effect/testing"
+import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, placed, queued, sessionIn, snapshot, store } from "../Harness.js"
+import type { Case, Group } from "../Harness.js"
+
+const budget = { memMib: 1024, vcpus: 1 }
+
+/** A state-changing operation and the state it asks for. */
+interface Op {
+  readonly name: string
+  readonly to: SessionState | null
+  readonly from: readonly SessionState[]
+  readonly run: (s: StoreShape, id: string) => Effect.Effect<unknown, StoreError>
+}
+
+const ops: readonly Op[] = [
+  { name: "markRunning", to: "running", from: ["pending"], run: (s, id) => s.markRunning(id) },
+  { name: "idle with mayPark", to: "parked", from: ["running"], run: (s, id) => s.idle(id, true) },
+  { name: "idle without mayPark", to: "descending", from: ["running"], run: (s, id) => s.idle(id, false) },
+  { name: "unpark", to: "running", from: ["parked"], run: (s, id) => s.unpark(id) },
+  { name: "beginDescent", to: "descending", from: ["parked"], run: (s, id) => s.beginDescent(id) },
+  { name: "finishDescent", to: "descended", from: ["descending"], run: (s, id) => s.finishDescent(id) },
+  // resume asks for pending or queued, depending on room: only `from` is pinned.
+  { name: "resume", to: null, from: ["descended"], run: (s, id) => s.resume(id) },
+]
+
+const illegalCase = (op: Op): Case =>
+  kase(
+    `${op.name} refuses every state but ${op.from.join(", ")} and changes nothing`,
+    Effect.gen(function* () {
+      const s = yield* store
+      yield* addHost("h1", 65536)
+      yield* addHost("h2", 65536)
+      const illegal = SessionRules.states.filter((st) => !op.from.includes(st))
+      for (const st of illegal) yield* sessionIn(`s-${st}`, st)
+      yield* expectInvariants
+      for (const st of illegal) {
+        const before = yield* snapshot
+        const err = yield* expectFailure(op.run(s, `s-${st}`), "IllegalTransition")
+        expect(err).toMatchObject({ sessionId: `s-${st}`, from: st })
+        if (op.to !== null) expect(err.to).toBe(op.to)
+        expect(err.reason.length).toBeGreaterThan(0)
+        yield* expectUnchanged(before, `${op.name} on a ${st} session`)
+      }
+    }),
+  )
+
+const endCase = (st: SessionState): Case =>
+  kase(
+    `ending a ${st} session ends it and releases what it holds`,
+    Effect.gen(function* () {
+      const s = yield* store
+      yield* addHost("h1", 65536)
+      yield* addHost("h2", 65536)
+      yield* sessionIn("x", st)
+      yield* TestClock.adjust(7)
+      const ended = yield* s.endSession("x")
+      expect(ended).toMatchObject({ id: "x", state: "ended", reservationId: null })
+      expect((yield* s.listReservations()).filter((r) => r.ownerId === "x" || r.ownerKind === "move")).toStrictEqual([])
+      expect(yield* s.openMove("x")).toBeNull()
+      expect(yield* s.listQueue()).toStrictEqual([])
+      yield* expectInvariants
+    }),
+  )
+
+export const sessions: Group = {
+  name: "sessions",
+  cases: [
+    kase(
+      "markRunning moves a pending session to running on the same host",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const x = yield* placed("s1", budget)
+        yield* TestClock.adjust(5)
+        const running = yield* s.markRunning("s1")
+        expect(running).toMatchObject({ state: "running", hostId: "h1", reservationId: x.reservationId, updatedAt: 5, createdAt: 0 })
+      }),
+    ),
+    kase(
+      "idle with mayPark parks a running session, stamps parkedAt and keeps its reservation",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const x = yield* sessionIn("s1", "running")
+        yield* TestClock.adjust(42)
+        const parked = yield* s.idle("s1", true)
+        expect(parked).toMatchObject({ state: "parked", parkedAt: 42, hostId: "h1", reservationId: x.reservationId })
+        expect((yield* s.getHost("h1")).headroom.reserved.memMib).toBe(1024)
+      }),
+    ),
+    kase(
+      "idle without mayPark starts a descent straight away",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const x = yield* sessionIn("s1", "running")
+        const d = yield* s.idle("s1", false)
+        expect(d).toMatchObject({ state: "descending", hostId: "h1", reservationId: x.reservationId, parkedAt: null })
+      }),
+    ),
+    kase(
+      "unpark returns a parked session to running and clears parkedAt",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("s1", "parked")
+        expect(yield* s.unpark("s1")).toMatchObject({ state: "running", parkedAt: null, hostId: "h1" })
+      }),
+    ),
+    kase(
+      "beginDescent moves a parked session to descending and keeps its reservation",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const x = yield* sessionIn("s1", "parked")
+        expect(yield* s.beginDescent("s1")).toMatchObject({ state: "descending", hostId: "h1", reservationId: x.reservationId })
+        expect((yield* s.getHost("h1")).descentsRunning).toBe(1)
+      }),
+    ),
+    kase(
+      "finishDescent releases the reservation and clears host and reservation",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const x = yield* sessionIn("s1", "descending")
+        const done = yield* s.finishDescent("s1")
+        expect(done).toMatchObject({ state: "descended", hostId: null, reservationId: null })
+        yield* expectFailure(s.getReservation(x.reservationId as string), "NotFound")
+        expect((yield* s.getHost("h1")).headroom.reserved).toStrictEqual({ memMib: 0, vcpus: 0 })
+      }),
+    ),
+    kase(
+      "resume places a descended session with a new reservation",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("s1", "descended")
+        const outcome = yield* s.resume("s1")
+        expect(outcome._tag).toBe("Placed")
+        expect(outcome.session).toMatchObject({ state: "pending", hostId: "h1" })
+        const r = yield* s.getReservation(outcome.session.reservationId as string)
+        expect(r).toMatchObject({ ownerKind: "session", ownerId: "s1", memMib: 1024 })
+        expect((yield* s.markRunning("s1")).state).toBe("running")
+      }),
+    ),
+    kase(
+      "a full life cycle walks queued, pending, running, parked, descending, descended, pending, running, ended",
+      Effect.gen(function* () {
+        const s = yield* store
+        const q = yield* queued("s1", budget)
+        expect(q.session.state).toBe("queued")
+        yield* addHost("h1", 4096)
+        yield* s.drainQueue()
+        const seen: string[] = [q.session.state, (yield* s.getSession("s1")).state]
+        seen.push((yield* s.markRunning("s1")).state)
+        seen.push((yield* s.idle("s1", true)).state)
+        seen.push((yield* s.beginDescent("s1")).state)
+        seen.push((yield* s.finishDescent("s1")).state)
+        seen.push((yield* s.resume("s1")).session.state)
+        seen.push((yield* s.markRunning("s1")).state)
+        seen.push((yield* s.endSession("s1")).state)
+        expect(seen).toStrictEqual(["queued", "pending", "running", "parked", "descending", "descended", "pending", "running", "ended"])
+        yield* expectInvariants
+      }),
+    ),
+    ...ops.map(illegalCase),
+    kase(
+      "ending an ended session is an IllegalTransition",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("s1", "ended")
+        const before = yield* snapshot
+        const err = yield* expectFailure(s.endSession("s1"), "IllegalTransition")
+        expect(err).toMatchObject({ sessionId: "s1", from: "ended", to: "ended" })
+        yield* expectUnchanged(before, "ending an ended session")
+      }),
+    ),
+    ...(["queued", "pending", "running", "parked", "descending", "descended", "moving", "lost"] as const).map(endCase),
+    kase(
+      "a state change on an unknown session is NotFound",
+      Effect.gen(function* () {
+        const s = yield* store
+        for (const op of ops) {
+          const err = yield* expectFailure(op.run(s, "nope"), "NotFound")
+          expect(err).toMatchObject({ entity: "session", id: "nope" })
+        }
+        yield* expectFailure(s.endSession("nope"), "NotFound")
+        yield* expectFailure(s.getSession("nope"), "NotFound")
+      }),
+    ),
+    kase(
+      "creating the same id with the same budget answers the existing placement",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* addHost("h2", 4096)
+        const first = yield* placed("s1", budget)
+        yield* s.markRunning("s1")
+        const again = yield* s.createSession({ id: "s1", budget })
+        expect(again._tag).toBe("Placed")
+        expect(again.session).toMatchObject({ state: "running", hostId: first.hostId, reservationId: first.reservationId })
+        expect((yield* s.listReservations()).length).toBe(1)
+        expect((yield* s.metrics()).totalReservedMib).toBe(1024)
+      }),
+    ),
+    kase(
+      "creating the same id with another budget is a Conflict on the session",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* placed("s1", budget)
+        const before = yield* snapshot
+        const err = yield* expectFailure(s.createSession({ id: "s1", budget: { memMib: 2048, vcpus: 1 } }), "Conflict")
+        expect(err).toMatchObject({ entity: "session", id: "s1" })
+        yield* expectUnchanged(before, "a conflicting create")
+      }),
+    ),
+    kase(
+      "repeating the create of a queued session answers its queue position",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* queued("q1", budget)
+        yield* queued("q2", budget)
+        yield* TestClock.adjust(50)
+        const again = yield* s.createSession({ id: "q2", budget })
+        expect(again).toMatchObject({ _tag: "Queued", position: 2, session: { id: "q2", queuedAt: 0 } })
+        expect((yield* s.listQueue()).length).toBe(2)
+      }),
+    ),
+    kase(
+      "repeating the create of a descended session answers it unplaced without placing it",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("s1", "descended")
+        const again = yield* s.createSession({ id: "s1", budget })
+        expect(again).toMatchObject({ _tag: "Queued", position: 0, session: { state: "descended", hostId: null } })
+        expect(yield* s.listReservations()).toStrictEqual([])
+      }),
+    ),
+    kase(
+      "a session id breaking the id rule is refused naming the field id",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        for (const id of ["", "has space", "slash/y", "é", "x".repeat(129)]) {
+          const err = yield* expectFailure(s.createSession({ id, budget }), "InvalidInput")
+          expect(err.field).toBe("id")
+        }
+        expect(yield* s.listSessions()).toStrictEqual([])
+        yield* placed(`Ok-1.2:3_${"y".repeat(119)}`, budget)
+      }),
+    ),
+    kase(
+      "memMib must be an integer > 0",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const before = yield* snapshot
+        for (const memMib of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+          const err = yield* expectFailure(s.createSession({ id: "s1", budget: { memMib, vcpus: 1 } }), "InvalidInput")
+          expect([err.field, err.rule]).toStrictEqual(["memMib", "must be an integer > 0"])
+        }
+        yield* expectUnchanged(before, "a bad memMib")
+      }),
+    ),
+    kase(
+      "vcpus must be an integer >= 1",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const before = yield* snapshot
+        for (const vcpus of [0, -1, 0.5, Number.NaN]) {
+          const err = yield* expectFailure(s.createSession({ id: "s1", budget: { memMib: 1024, vcpus } }), "InvalidInput")
+          expect(err.field).toBe("vcpus")
+          expect(err.rule.length).toBeGreaterThan(0)
+        }
+        yield* expectUnchanged(before, "a bad vcpus")
+      }),
+    ),
+    kase(
+      "affinity must be an array of strings",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const before = yield* snapshot
+        for (const affinity of [["h1", 7], "h1", [null]]) {
+          const err = yield* expectFailure(
+            s.createSession({ id: "s1", budget, affinity: affinity as unknown as readonly string[] }),
+            "InvalidInput",
+          )
+          expect(err.field).toBe("affinity")
+        }
+        yield* expectUnchanged(before, "a bad affinity")
+      }),
+    ),
+    kase(
+      "a session remembers its budget and affinity",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* placed("s1", { memMib: 1500, vcpus: 3 }, ["h9", "h1"])
+        expect(yield* s.getSession("s1")).toMatchObject({ budget: { memMib: 1500, vcpus: 3 }, affinity: ["h9", "h1"] })
+      }),
+    ),
+    kase(
+      "listSessions answers oldest first and filters by state and host",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 2048)
+        yield* addHost("h2", 2048)
+        yield* placed("b", budget, ["h1"])
+        yield* TestClock.adjust(1)
+        yield* placed("a", budget, ["h2"])
+        yield* s.markRunning("a")
+        yield* TestClock.adjust(1)
+        yield* placed("c", budget, ["h1"])
+        yield* placed("d", budget)
+        yield* queued("e", budget)
+        expect((yield* s.listSessions()).map((x) => x.id)).toStrictEqual(["b", "a", "c", "d", "e"])
+        expect((yield* s.listSessions({ state: "pending" })).map((x) => x.id)).toStrictEqual(["b", "c", "d"])
+        expect((yield* s.listSessions({ hostId: "h1" })).map((x) => x.id)).toStrictEqual(["b", "c"])
+        expect((yield* s.listSessions({ state: "running", hostId: "h2" })).map((x) => x.id)).toStrictEqual(["a"])
+        expect((yield* s.listSessions({ state: "queued" })).map((x) => x.id)).toStrictEqual(["e"])
+      }),
+    ),
+  ],
+}
