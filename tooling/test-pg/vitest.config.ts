@@ -5,6 +5,8 @@ export default defineConfig({
   ssr: { resolve: { conditions: ["@engram/source"] } },
   test: {
     include: ["test/**/*.test.ts"],
+    // Some tests start servers of their own (~1.3 s each, more on a busy machine).
+    testTimeout: 30_000,
     // The same specifier other packages use; the second setup checks, at the
     // end of the run, that the test files shared that one server.
     globalSetup: ["@engram/test-pg/global-setup", "./test/support/check-shared-server.ts"],

