@@ -1,0 +1,154 @@
+/**
+ * The coordinator as one Layer: the store (PGlite under the data dir by default, PostgreSQL
+ * with `databaseUrl`, or any store layer a test passes), the admin token, the HTTP server
+ * with every handler, and the reaper loop with its leader election. `startCoordinator` runs
+ * it in-process and answers its URL, admin token and a `stop`.
+ */
+import { NodeHttpServer } from "@effect/platform-node"
+import type { Store } from "@engram/store"
+import { StorePg } from "@engram/store-pg"
+import { Context, Effect, Exit, Layer, Logger, References, Scope } from "effect"
+import type { LogLevel } from "effect"
+import { HttpRouter, HttpServer } from "effect/http"
+import { HttpApiBuilder } from "effect/http-api"
+import { mkdirSync } from "node:fs"
+import { createServer } from "node:http"
+import { join, resolve } from "node:path"
+import { CoordinatorApi } from "./Api.js"
+import { AdminToken, BearerAuthLive, hashToken, HostTokens, resolveAdminToken } from "./Auth.js"
+import type { CoordinatorConfig } from "./Config.js"
+import * as Config from "./Config.js"
+import { HandlersLive, InputErrorsLive } from "./Handlers.js"
+import { Leader } from "./Leader.js"
+import { Metrics } from "./Metrics.js"
+import { Notifier } from "./Notifier.js"
+import { reaperPass, ReaperLoop } from "./Reaper.js"
+import type { PassReport } from "./Reaper.js"
+import { Settings } from "./Settings.js"
+import type { Backend } from "./Settings.js"
+
+/** How to run a coordinator. */
+export interface CoordinatorOptions {
+  /** Settings over the defaults of `Config.parse({})`. */
+  readonly config?: Partial<CoordinatorConfig> | undefined
+  /**
+   * A store to use instead of the configured one (tests: `StoreSim.layer()`, or a wrapper
+   * that fails). Such a store is treated as single-process: this replica always leads.
+   */
+  readonly store?: Layer.Layer<Store, unknown> | undefined
+  /** Run the reaper loop (default true). Tests that drive `reaperPass` themselves turn it off. */
+  readonly reaper?: boolean | undefined
+  /** Minimum log level (default Info). */
+  readonly logLevel?: LogLevel.LogLevel | undefined
+}
+
+/** What a running coordinator tells its starter. */
+export interface CoordinatorInfoShape {
+  readonly url: string
+  readonly port: number
+  readonly adminToken: string
+  /** Where the admin token was read from or written to; null when configured. */
+  readonly adminTokenFile: string | null
+  readonly backend: Backend
+  readonly config: CoordinatorConfig
+}
+
+/** The running coordinator's address and admin credential. */
+export class CoordinatorInfo extends Context.Service<CoordinatorInfo, CoordinatorInfoShape>()("@engram/coordinator/CoordinatorInfo") {}
+
+const resolveConfig = (options: CoordinatorOptions): CoordinatorConfig => ({ ...Config.defaults(), ...options.config })
+
+/** The JSON logger (one line per event) at `level`. */
+export const loggerLayer = (level: LogLevel.LogLevel = "Info") =>
+  Layer.mergeAll(Logger.layer([Logger.consoleJson]), Layer.succeed(References.MinimumLogLevel, level))
+
+/** The coordinator as a Layer: serves until the layer's scope closes. */
+export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Metrics | Notifier | Leader | Settings, unknown> => {
+  const config = resolveConfig(options)
+  const backend: Backend = options.store !== undefined ? "custom" : config.databaseUrl !== null ? "postgres" : "pglite"
+  const storeLayer: Layer.Layer<Store, unknown> =
+    options.store ??
+    (config.databaseUrl !== null
+      ? StorePg.layer({ url: config.databaseUrl, limits: config.limits })
+      : Layer.unwrap(
+          Effect.sync(() => {
+            mkdirSync(config.dataDir, { recursive: true })
+            return StorePg.layerPglite({ dataDir: resolve(join(config.dataDir, "pglite")), limits: config.limits })
+          }),
+        ))
+  const leaderLayer = backend === "postgres" && config.databaseUrl !== null ? Leader.postgres(config.databaseUrl) : Leader.always
+
+  const settingsLayer = Layer.succeed(Settings, Settings.of({ config, backend, sharedStore: backend === "postgres" }))
+  const adminLayer = Layer.effect(
+    AdminToken,
+    Effect.gen(function* () {
+      const admin = yield* resolveAdminToken(config.adminToken, config.dataDir)
+      if (admin.generated) yield* Effect.logInfo("generated an admin token", { adminTokenFile: admin.file })
+      return AdminToken.of({ tokenHash: hashToken(admin.token), token: admin.token, file: admin.file })
+    }),
+  )
+
+  // Shared state lives outside HttpRouter.serve (which builds its app in a private MemoMap).
+  const shared = Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer, HostTokens.layer).pipe(
+    Layer.provideMerge(storeLayer),
+  )
+
+  const apiLayer = HttpApiBuilder.layer(CoordinatorApi).pipe(Layer.provide(HandlersLive), Layer.provide([BearerAuthLive, InputErrorsLive]))
+  const server = HttpRouter.serve(apiLayer, { disableLogger: true, disableListenLog: true }).pipe(
+    Layer.provideMerge(NodeHttpServer.layer(createServer, { port: config.port, host: config.host, gracefulShutdownTimeout: "10 seconds" })),
+  )
+  const reaper = options.reaper === false ? Layer.empty : ReaperLoop
+
+  const info = Layer.effect(
+    CoordinatorInfo,
+    Effect.gen(function* () {
+      const http = yield* HttpServer.HttpServer
+      const admin = yield* AdminToken
+      const address = http.address
+      const port = address._tag === "UnixPathAddress" ? 0 : address.port
+      const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`
+      const infoValue: CoordinatorInfoShape = { url, port, adminToken: admin.token, adminTokenFile: admin.file, backend, config }
+      yield* Effect.logInfo(`engram coordinator listening on ${url}`, {
+        url,
+        port,
+        store: backend,
+        dataDir: backend === "pglite" ? resolve(config.dataDir) : null,
+        adminTokenFile: admin.file,
+        reaperIntervalMs: config.limits.reaperIntervalMs,
+      })
+      return CoordinatorInfo.of(infoValue)
+    }),
+  )
+
+  return Layer.mergeAll(info, reaper).pipe(Layer.provideMerge(server), Layer.provideMerge(shared))
+}
+
+/** A coordinator running in this process. */
+export interface RunningCoordinator extends CoordinatorInfoShape {
+  /** Runs one reaper pass now against this coordinator's store (tests; no leadership check). */
+  readonly reaperPass: () => Promise<PassReport>
+  /** Runs an effect against this coordinator's services (tests). */
+  readonly run: <A, E>(effect: Effect.Effect<A, E, Store | Metrics | Notifier>) => Promise<A>
+  /** Stops serving (in-flight requests finish), releases the leader lock, closes the store. */
+  readonly stop: () => Promise<void>
+}
+
+/** Starts a coordinator in this process. */
+export const startCoordinator = async (options: CoordinatorOptions = {}): Promise<RunningCoordinator> => {
+  const scope = Effect.runSync(Scope.make())
+  const built = layer(options).pipe(Layer.provide(loggerLayer(options.logLevel ?? "Info")))
+  const context = await Effect.runPromise(Layer.buildWithScope(built, scope)).catch(async (e: unknown) => {
+    await Effect.runPromise(Scope.close(scope, Exit.void))
+    throw e
+  })
+  const info = Context.get(context, CoordinatorInfo)
+  const provide = <A, E>(effect: Effect.Effect<A, E, Store | Metrics | Notifier>) =>
+    effect.pipe(Effect.provideContext(context), Effect.provide(loggerLayer(options.logLevel ?? "Info")))
+  let stopping: Promise<void> | undefined
+  return {
+    ...info,
+    reaperPass: () => Effect.runPromise(provide(reaperPass)),
+    run: (effect) => Effect.runPromise(provide(effect)),
+    stop: () => (stopping ??= Effect.runPromise(Scope.close(scope, Exit.void))),
+  }
+}

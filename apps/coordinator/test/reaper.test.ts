@@ -1,0 +1,118 @@
+// The reaper pass on the in-memory store under a TestClock: no sleeps, time moved by hand.
+import { assert, describe, it } from "@effect/vitest"
+import { Limits } from "@engram/core"
+import { Metrics, Notifier, reaperPass } from "@engram/coordinator"
+import { Store } from "@engram/store"
+import { StoreSim } from "@engram/store-sim"
+import { Effect, Layer } from "effect"
+import { TestClock } from "effect/testing"
+import { failingFleetLayer } from "./support/failing.js"
+import type { FleetSwitch } from "./support/failing.js"
+
+// Heartbeats are not the point of these cases: a day-long stale window keeps reservations alive.
+const longLived = (() => {
+  const r = Limits.make({ heartbeatStaleWindowMs: 24 * 60 * 60 * 1000 })
+  if (r._tag === "Invalid") throw new Error("bad test limits")
+  return r.limits
+})()
+
+const services = (store: Layer.Layer<Store>) => Layer.mergeAll(Metrics.layer, Notifier.layer).pipe(Layer.provideMerge(store))
+
+// A measured host with `capacityMib` of room after policy, and a running session parked on it.
+const parkedOn = (hostId: string, capacityMib: number, sessionId: string, memMib: number) =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    yield* store.registerHost({ id: hostId })
+    yield* store.reportHost(hostId, { totalMib: capacityMib + 2048, allocatableMib: capacityMib + 1024, totalVcpus: 8 })
+    yield* store.createSession({ id: sessionId, budget: { memMib, vcpus: 1 }, affinity: [hostId] })
+    yield* store.markRunning(sessionId)
+    yield* store.idle(sessionId, true)
+  })
+
+describe("reaperPass", () => {
+  it.effect("while nothing waits every park holds, also on a full host", () =>
+    Effect.gen(function* () {
+      yield* parkedOn("h1", 1024, "p1", 1024)
+      const report = yield* reaperPass
+      assert.deepStrictEqual(report._tag === "Done" ? report.descents : null, [])
+      assert.strictEqual((yield* (yield* Store).getSession("p1")).state, "parked")
+    }).pipe(Effect.provide(services(StoreSim.layer()))))
+
+  it.effect("a park yields to a queued session with no room; the queued session places after the descent finishes", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* parkedOn("h1", 2048, "p1", 1536)
+      yield* TestClock.adjust("1 minute")
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      const pass = yield* reaperPass
+      assert.strictEqual(pass._tag, "Done")
+      if (pass._tag !== "Done") return
+      assert.deepStrictEqual(pass.descents, [{ hostId: "h1", sessionId: "p1", reason: "demand" }])
+      assert.strictEqual(pass.withoutRoom, 1)
+      assert.strictEqual((yield* store.getSession("q1")).state, "queued")
+      // The descent runs: it counts for the waiting session, nothing more yields.
+      const second = yield* reaperPass
+      assert.deepStrictEqual(second._tag === "Done" ? second.descents : null, [])
+      yield* store.finishDescent("p1")
+      const third = yield* reaperPass
+      assert.deepStrictEqual(third._tag === "Done" ? third.placed : null, [{ sessionId: "q1", hostId: "h1" }])
+      assert.strictEqual((yield* store.getSession("q1")).state, "pending")
+    }).pipe(Effect.provide(services(StoreSim.layer()))))
+
+  it.effect("a failed fleet read ends the pass and holds every park", () => {
+    const sw: FleetSwitch = { failFleet: false }
+    return Effect.gen(function* () {
+      const store = yield* Store
+      yield* parkedOn("h1", 2048, "p1", 1536)
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      yield* TestClock.adjust("9 hours") // past the hard TTL too
+      sw.failFleet = true
+      const held = yield* reaperPass
+      assert.deepStrictEqual(held, { _tag: "Held", reason: "fleet read failed (test)" })
+      assert.strictEqual((yield* store.getSession("p1")).state, "parked")
+      assert.strictEqual((yield* Metrics).get("engram_reaper_fleet_read_failures_total"), 1)
+      sw.failFleet = false
+      const next = yield* reaperPass
+      assert.strictEqual(next._tag === "Done" ? next.descents.length : -1, 1)
+    }).pipe(Effect.provide(services(failingFleetLayer(StoreSim.layer({ limits: longLived }), sw))))
+  })
+
+  it.effect("a park older than the hard TTL yields with nothing waiting", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* parkedOn("h1", 4096, "p1", 512)
+      yield* TestClock.adjust("7 hours")
+      const early = yield* reaperPass
+      assert.deepStrictEqual(early._tag === "Done" ? early.descents : null, [])
+      yield* TestClock.adjust("1 hour")
+      yield* TestClock.adjust(1)
+      const late = yield* reaperPass
+      assert.deepStrictEqual(late._tag === "Done" ? late.descents : null, [{ hostId: "h1", sessionId: "p1", reason: "hard_ttl" }])
+      assert.strictEqual((yield* store.getSession("p1")).state, "descending")
+    }).pipe(Effect.provide(services(StoreSim.layer({ limits: longLived })))))
+
+  it.effect("stale reservations are reclaimed: their sessions become lost", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* parkedOn("h1", 4096, "p1", 512)
+      yield* TestClock.adjust(Limits.defaults.heartbeatStaleWindowMs + 1)
+      const pass = yield* reaperPass
+      assert.strictEqual(pass._tag === "Done" ? pass.reclaimed : -1, 1)
+      assert.strictEqual((yield* store.getSession("p1")).state, "lost")
+    }).pipe(Effect.provide(services(StoreSim.layer()))))
+
+  it.effect("a lost race is skipped: a park that changed first does not descend", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* parkedOn("h1", 2048, "p1", 1536)
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      // The park resumes between the fleet read and the CAS: simulate with a store whose read is stale.
+      const fleet = yield* store.fleetView()
+      yield* store.unpark("p1")
+      const racing = Store.of({ ...store, fleetView: () => Effect.succeed(fleet) })
+      const pass = yield* reaperPass.pipe(Effect.provideService(Store, racing))
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.descents : null, [])
+      assert.strictEqual((yield* Metrics).get("engram_reaper_lost_races_total"), 1)
+      assert.strictEqual((yield* store.getSession("p1")).state, "running")
+    }).pipe(Effect.provide(services(StoreSim.layer()))))
+})

@@ -1,0 +1,142 @@
+// Three coordinator processes on one PostgreSQL: 2,000 concurrent creates spread over them never
+// over-commit a host, every session is placed or queued once, exactly one replica reaps, and
+// when the leader is killed another takes over within two reaper intervals.
+import { freshDatabase } from "@engram/test-pg"
+import type { TestDatabase } from "@engram/test-pg"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { startChild } from "./support/child.js"
+import type { ChildCoordinator } from "./support/child.js"
+import { client } from "./support/http.js"
+
+const adminToken = "replicas-admin-token-0123456789"
+const intervalMs = 500
+
+const leaderGauge = async (url: string): Promise<number | null> => {
+  try {
+    const text = (await client(url, adminToken).get("/metrics")).body as string
+    const m = /^engram_reaper_leader (\d+)$/m.exec(text)
+    return m?.[1] === undefined ? null : Number(m[1])
+  } catch {
+    return null // a killed replica
+  }
+}
+
+/** Runs `tasks` with at most `limit` in flight. */
+const bounded = async <T>(n: number, limit: number, task: (i: number) => Promise<T>): Promise<T[]> => {
+  const out: T[] = new Array(n)
+  let next = 0
+  await Promise.all(
+    Array.from({ length: limit }, async () => {
+      while (next < n) {
+        const i = next++
+        out[i] = await task(i)
+      }
+    }),
+  )
+  return out
+}
+
+describe("three replicas on one PostgreSQL", () => {
+  let db: TestDatabase
+  let dataDir: string
+  const replicas: ChildCoordinator[] = []
+  beforeAll(async () => {
+    db = await freshDatabase()
+    dataDir = mkdtempSync(join(tmpdir(), "engram-replicas-"))
+    const env = {
+      ENGRAM_DATABASE_URL: db.url,
+      ENGRAM_ADMIN_TOKEN: adminToken,
+      ENGRAM_REAPER_INTERVAL_MS: String(intervalMs),
+      ENGRAM_DATA_DIR: dataDir,
+    }
+    // The first applies the migrations; the others start beside it.
+    replicas.push(await startChild(env))
+    replicas.push(...(await Promise.all([startChild(env), startChild(env)])))
+  })
+  afterAll(async () => {
+    for (const r of replicas) if (r.process.exitCode === null && r.process.signalCode === null) r.process.kill("SIGTERM")
+    await Promise.all(replicas.map((r) => r.exited))
+    await db?.drop()
+    rmSync(dataDir, { recursive: true, force: true })
+  })
+
+  it("2,000 concurrent creates: no host over capacity, every session placed or queued exactly once", async () => {
+    const admin = client(replicas[0]!.url, adminToken)
+    const hostCount = 24
+    for (let h = 0; h < hostCount; h++) {
+      const id = `r-h${String(h).padStart(2, "0")}`
+      expect((await admin.post("/v1/hosts", { id })).status).toBe(201)
+      // Capacity after policy 8,192 MiB, 16 vCPUs → cpuBudget 64.
+      expect((await admin.put(`/v1/hosts/${id}/report`, { totalMib: 12288, allocatableMib: 9216, totalVcpus: 16 })).status).toBe(200)
+    }
+    const total = 2000
+    const t0 = performance.now()
+    const answers = await bounded(total, 64, async (i) => {
+      const replica = replicas[i % replicas.length]!
+      const memMib = 128 * (1 + (i % 8)) // 128..1024
+      const r = await client(replica.url, adminToken).post("/v1/sessions", { id: `r-s${i}`, memMib, vcpus: 1 + (i % 3) })
+      return r.status
+    })
+    const seconds = (performance.now() - t0) / 1000
+    console.log(`replicas: ${total} creates over 3 replicas in ${seconds.toFixed(1)} s (${(total / seconds).toFixed(0)}/s)`)
+    expect(answers.filter((s) => s !== 201 && s !== 202)).toEqual([])
+
+    const hosts = (await admin.get("/v1/hosts")).body as { id: string; allocatableMib: number; reservedMib: number; cpuBudget: number; reservedVcpus: number; entries: number }[]
+    for (const h of hosts) {
+      expect(h.reservedMib, h.id).toBeLessThanOrEqual(h.allocatableMib)
+      expect(h.reservedVcpus, h.id).toBeLessThanOrEqual(h.cpuBudget)
+      expect(h.entries, h.id).toBeLessThanOrEqual(32)
+    }
+    const sessions = (await admin.get("/v1/sessions")).body as { id: string; state: string; hostId: string | null; budget: { memMib: number } }[]
+    const ours = sessions.filter((s) => s.id.startsWith("r-s"))
+    expect(ours).toHaveLength(total)
+    expect(new Set(ours.map((s) => s.id)).size).toBe(total)
+    for (const s of ours) expect(["pending", "queued"]).toContain(s.state)
+    // The ledger agrees with the sessions: every placed session holds exactly its budget on its host.
+    const placedMib = new Map<string, number>()
+    for (const s of ours) if (s.hostId !== null) placedMib.set(s.hostId, (placedMib.get(s.hostId) ?? 0) + s.budget.memMib)
+    for (const h of hosts) expect(h.reservedMib, h.id).toBe(placedMib.get(h.id) ?? 0)
+    expect(answers.filter((s) => s === 201).length).toBe(ours.filter((s) => s.state === "pending").length)
+  })
+
+  it("exactly one reaper leader; SIGKILL it and another takes over within two reaper intervals", async () => {
+    // Let every replica tick at least twice.
+    await new Promise((r) => setTimeout(r, 3 * intervalMs))
+    const gauges = await Promise.all(replicas.map((r) => leaderGauge(r.url)))
+    expect(gauges.filter((g) => g === 1)).toHaveLength(1)
+    expect(gauges.filter((g) => g === 0)).toHaveLength(2)
+    const leader = replicas[gauges.indexOf(1)]!
+    const others = replicas.filter((r) => r !== leader)
+
+    const killedAt = performance.now()
+    leader.process.kill("SIGKILL")
+    let tookOverMs: number | null = null
+    while (performance.now() - killedAt < 10 * intervalMs) {
+      const g = await Promise.all(others.map((r) => leaderGauge(r.url)))
+      if (g.filter((x) => x === 1).length === 1) {
+        tookOverMs = performance.now() - killedAt
+        break
+      }
+      await new Promise((r) => setTimeout(r, 25))
+    }
+    console.log(`replicas: leader killed; takeover observed after ${tookOverMs?.toFixed(0)} ms (interval ${intervalMs} ms)`)
+    expect(tookOverMs).not.toBeNull()
+    expect(tookOverMs!).toBeLessThanOrEqual(2 * intervalMs)
+    // Still exactly one.
+    await new Promise((r) => setTimeout(r, 2 * intervalMs))
+    const after = await Promise.all(others.map((r) => leaderGauge(r.url)))
+    expect(after.filter((g) => g === 1)).toHaveLength(1)
+
+    // A graceful stop releases the lock at once, and the last replica leads.
+    const next = others[after.indexOf(1)]!
+    const last = others.find((r) => r !== next)!
+    next.process.kill("SIGTERM")
+    expect(await next.exited).toBe(0)
+    const stoppedAt = performance.now()
+    while ((await leaderGauge(last.url)) !== 1 && performance.now() - stoppedAt < 10 * intervalMs) await new Promise((r) => setTimeout(r, 25))
+    expect(await leaderGauge(last.url)).toBe(1)
+  })
+})

@@ -1,0 +1,49 @@
+/* eslint-disable @typescript-eslint/no-explicit-any -- test bodies are read loosely; each assertion states the shape it expects */
+// A tiny JSON client over real HTTP for the end-to-end tests.
+export interface Answer<T = any> {
+  readonly status: number
+  readonly body: T
+  readonly headers: Headers
+}
+
+export const call = async <T = any>(
+  base: string,
+  method: string,
+  path: string,
+  options: { readonly token?: string | undefined; readonly body?: unknown; readonly raw?: string } = {},
+): Promise<Answer<T>> => {
+  const headers: Record<string, string> = {}
+  if (options.token !== undefined) headers["authorization"] = `Bearer ${options.token}`
+  let body: string | undefined
+  if (options.raw !== undefined) {
+    body = options.raw
+    headers["content-type"] = "application/json"
+  } else if (options.body !== undefined) {
+    body = JSON.stringify(options.body)
+    headers["content-type"] = "application/json"
+  }
+  const res = await fetch(`${base}${path}`, { method, headers, ...(body === undefined ? {} : { body }) })
+  const text = await res.text()
+  let parsed: unknown = text
+  try {
+    parsed = text === "" ? null : JSON.parse(text)
+  } catch {
+    // text bodies (metrics) stay text
+  }
+  return { status: res.status, body: parsed as T, headers: res.headers }
+}
+
+/** A client bound to a base URL and a token. */
+export const client = (base: string, token?: string) => ({
+  get: <T = any>(path: string) => call<T>(base, "GET", path, { token }),
+  post: <T = any>(path: string, body?: unknown) => call<T>(base, "POST", path, { token, body: body ?? {} }),
+  put: <T = any>(path: string, body?: unknown) => call<T>(base, "PUT", path, { token, body }),
+  del: <T = any>(path: string) => call<T>(base, "DELETE", path, { token }),
+  raw: (method: string, path: string, raw: string) => call(base, method, path, { token, raw }),
+})
+
+export type Client = ReturnType<typeof client>
+
+let counter = 0
+/** A unique id for a test's hosts and sessions (the suites share one coordinator). */
+export const uid = (prefix: string): string => `${prefix}-${Date.now().toString(36)}-${(counter++).toString(36)}`

@@ -1,0 +1,83 @@
+/**
+ * The agent's local state file: the VMs resident on the host, the reservation each holds, and
+ * the moves this agent committed on a target but has not yet seen acknowledged. Written
+ * atomically (a temp file, fsync, rename); a file that does not parse is quarantined (renamed
+ * aside and logged), never trusted: the coordinator's view rebuilds what matters.
+ */
+import { open, readFile, rename } from "node:fs/promises"
+import { Effect, Schema } from "effect"
+
+export const ResidentVm = Schema.Struct({
+  vmId: Schema.String,
+  memMib: Schema.Number,
+  vcpus: Schema.Number,
+  status: Schema.Literals(["running", "paused"]),
+  reservationId: Schema.NullOr(Schema.String),
+  /** Set while the VM arrived by a move not yet seen committed on the coordinator. */
+  moveId: Schema.NullOr(Schema.String),
+})
+export type ResidentVm = typeof ResidentVm.Type
+
+/** A move the source finished (target committed, local copy destroyed) whose commit is not yet acknowledged. */
+export const PendingCommit = Schema.Struct({
+  moveId: Schema.String,
+  sessionId: Schema.String,
+  phases: Schema.Struct({ downtimeMs: Schema.Number, captureMs: Schema.Number, sendMs: Schema.Number, commitMs: Schema.Number }),
+})
+export type PendingCommit = typeof PendingCommit.Type
+
+export const StateFile = Schema.Struct({
+  version: Schema.Literal(1),
+  hostId: Schema.String,
+  vms: Schema.Array(ResidentVm),
+  pendingCommits: Schema.Array(PendingCommit),
+})
+export type StateFile = typeof StateFile.Type
+
+export const empty = (hostId: string): StateFile => ({ version: 1, hostId, vms: [], pendingCommits: [] })
+
+/** What loading found. */
+export type Loaded =
+  | { readonly _tag: "Loaded"; readonly state: StateFile }
+  | { readonly _tag: "Missing" }
+  | { readonly _tag: "Quarantined"; readonly movedTo: string; readonly reason: string }
+
+/** Reads the state file; quarantines a corrupt one or one written for another host. */
+export const load = (path: string, hostId: string): Effect.Effect<Loaded> =>
+  Effect.gen(function* () {
+    const text = yield* Effect.tryPromise(() => readFile(path, "utf8")).pipe(Effect.option)
+    if (text._tag === "None") return { _tag: "Missing" } as const
+    let reason: string | null = null
+    let state: StateFile | null = null
+    try {
+      const decoded = Schema.decodeUnknownExit(StateFile)(JSON.parse(text.value))
+      if (decoded._tag === "Success") state = decoded.value
+      else reason = "does not match the state schema"
+    } catch (e) {
+      reason = `not JSON: ${String(e)}`
+    }
+    if (state !== null && state.hostId !== hostId) {
+      reason = `written for host ${state.hostId}`
+      state = null
+    }
+    if (state !== null) return { _tag: "Loaded", state } as const
+    const ts = yield* Effect.clockWith((c) => c.currentTimeMillis)
+    const movedTo = `${path}.corrupt-${ts}`
+    yield* Effect.tryPromise(() => rename(path, movedTo)).pipe(Effect.ignore)
+    yield* Effect.logWarning("state file quarantined", { path, movedTo, reason })
+    return { _tag: "Quarantined", movedTo, reason: reason ?? "unknown" } as const
+  })
+
+/** Writes the state atomically: temp file in the same directory, fsync, rename over. */
+export const save = (path: string, state: StateFile): Effect.Effect<void> =>
+  Effect.tryPromise(async () => {
+    const tmp = `${path}.tmp-${process.pid}`
+    const fh = await open(tmp, "w")
+    try {
+      await fh.writeFile(JSON.stringify(state, null, 2))
+      await fh.sync()
+    } finally {
+      await fh.close()
+    }
+    await rename(tmp, path)
+  }).pipe(Effect.catch((e) => Effect.logError("state file write failed", { path, error: String(e) })))

@@ -1,0 +1,129 @@
+/**
+ * The agent's small HTTP server for its peers: a move's target receives rounds, commit and
+ * abort here; `GET /v1/peer/status` shows what is resident and staged. Every request carries
+ * a bearer: the move token for move routes, the status token for the status (MoveToken.ts).
+ */
+import { createServer } from "node:http"
+import { Context, Effect, Layer, Schema } from "effect"
+import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { NodeHttpServer } from "@effect/platform-node"
+import { moveToken, statusToken, tokensEqual } from "./MoveToken.js"
+import type { MoveHeader, MoveTarget } from "./MoveTarget.js"
+
+const Header = Schema.Struct({
+  moveId: Schema.String,
+  sessionId: Schema.String,
+  sourceHostId: Schema.String,
+  targetHostId: Schema.String,
+  memMib: Schema.Number,
+  vcpus: Schema.Number,
+})
+const Round = Schema.Struct({
+  ...Header.fields,
+  kind: Schema.Literals(["full", "delta", "final"]),
+  apparentBytes: Schema.Number,
+  wireBytes: Schema.Number,
+  payload: Schema.String,
+})
+
+const json = (status: number, body: unknown) => HttpServerResponse.jsonUnsafe(body, { status })
+
+export interface PeerServerDeps {
+  readonly hostId: string
+  readonly secret: string
+  readonly target: MoveTarget
+  readonly status: Effect.Effect<unknown>
+}
+
+const bearer = (req: HttpServerRequest.HttpServerRequest) => {
+  const h = req.headers["authorization"] ?? ""
+  return h.startsWith("Bearer ") ? h.slice(7) : ""
+}
+
+/** Decodes the body as `schema` and checks the move token against the path's move id. */
+const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(deps: PeerServerDeps, schema: S) =>
+  Effect.gen(function* () {
+    const req = yield* HttpServerRequest.HttpServerRequest
+    const { id } = yield* HttpRouter.params
+    const body = yield* req.json.pipe(Effect.flatMap(Schema.decodeUnknownEffect(schema as unknown as Schema.Codec<S["Type"]>)), Effect.option)
+    if (body._tag === "None" || id === undefined) return { _tag: "Bad" as const, response: json(400, { error: "BadRequest", message: "body does not match" }) }
+    const h = body.value
+    const expected = moveToken(deps.secret, id, h.sourceHostId, deps.hostId)
+    if (h.moveId !== id || h.targetHostId !== deps.hostId || !tokensEqual(bearer(req), expected)) {
+      return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "invalid move token" }) }
+    }
+    return { _tag: "Ok" as const, body: h }
+  })
+
+const peerError = (e: { readonly op: string; readonly message: string }) => Effect.succeed(json(409, { error: "PeerError", op: e.op, message: e.message }))
+
+/** The peer routes. */
+export const routes = (deps: PeerServerDeps) =>
+  Layer.mergeAll(
+    HttpRouter.add(
+      "POST",
+      "/v1/peer/moves/:id/rounds",
+      Effect.gen(function* () {
+        const a = yield* authorizedMove(deps, Round)
+        if (a._tag === "Bad") return a.response
+        const r = a.body as typeof Round.Type
+        const header: MoveHeader = {
+          moveId: r.moveId,
+          sessionId: r.sessionId,
+          sourceHostId: r.sourceHostId,
+          targetHostId: r.targetHostId,
+          memMib: r.memMib,
+          vcpus: r.vcpus,
+        }
+        yield* deps.target.receive(header, {
+          vmId: r.sessionId,
+          kind: r.kind,
+          apparentBytes: r.apparentBytes,
+          wireBytes: r.wireBytes,
+          payload: new Uint8Array(Buffer.from(r.payload, "base64")),
+        })
+        return json(200, { ok: true })
+      }).pipe(Effect.catchTag("PeerError", peerError)),
+    ),
+    HttpRouter.add(
+      "POST",
+      "/v1/peer/moves/:id/commit",
+      Effect.gen(function* () {
+        const a = yield* authorizedMove(deps, Header)
+        if (a._tag === "Bad") return a.response
+        yield* deps.target.commit(a.body.moveId)
+        return json(200, { ok: true })
+      }).pipe(Effect.catchTag("PeerError", peerError)),
+    ),
+    HttpRouter.add(
+      "POST",
+      "/v1/peer/moves/:id/abort",
+      Effect.gen(function* () {
+        const a = yield* authorizedMove(deps, Header)
+        if (a._tag === "Bad") return a.response
+        yield* deps.target.abort(a.body.moveId)
+        return json(200, { ok: true })
+      }),
+    ),
+    HttpRouter.add(
+      "GET",
+      "/v1/peer/status",
+      Effect.gen(function* () {
+        const req = yield* HttpServerRequest.HttpServerRequest
+        if (!tokensEqual(bearer(req), statusToken(deps.secret, deps.hostId))) return json(401, { error: "Unauthorized", message: "invalid status token" })
+        return json(200, yield* deps.status)
+      }),
+    ),
+  )
+
+/** Serves the peer routes on `port` (0 = any) and answers the bound port. Lives in the caller's scope. */
+export const serve = (deps: PeerServerDeps, listen: { readonly port: number; readonly host: string }) =>
+  Effect.gen(function* () {
+    const ctx = yield* Layer.build(
+      HttpRouter.serve(routes(deps), { disableLogger: true }).pipe(
+        Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: listen.port, host: listen.host })),
+      ),
+    )
+    const address = Context.get(ctx, HttpServer.HttpServer).address
+    return "port" in address ? address.port : listen.port
+  })

@@ -1,0 +1,86 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { TestClock } from "effect/testing"
+import { makeFleet } from "./support/InProcess.js"
+
+const fleetOf = Effect.gen(function* () {
+  const fleet = yield* makeFleet([{ hostId: "a", sim: { startMs: 50 } }, { hostId: "b" }])
+  const settle = Effect.gen(function* () {
+    for (let i = 0; i < 3; i++) {
+      yield* fleet.pass
+      yield* TestClock.adjust("1 minute")
+      for (const h of fleet.hosts) yield* h.agent.idle
+    }
+  })
+  return { ...fleet, a: fleet.hosts[0]!, b: fleet.hosts[1]!, settle }
+})
+
+describe("the agent reconciles with the coordinator's assignments", () => {
+  it.effect("a pending session starts and is acknowledged once; repeated passes change nothing", () =>
+    Effect.gen(function* () {
+      const f = yield* fleetOf
+      yield* f.coordinator.addSession("s1", "a", 512)
+      yield* f.settle
+      yield* f.settle
+      const s = yield* f.coordinator.get
+      assert.strictEqual(s.sessions.get("s1")?.state, "running")
+      assert.deepStrictEqual(s.calls.filter((c) => c.startsWith("started")), ["started s1"])
+      assert.deepStrictEqual((yield* f.a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual((yield* f.a.residents.all).map((v) => v.reservationId), ["res-s1"])
+    }))
+
+  it.effect("parked pauses in place; running again resumes; descending captures, frees and acknowledges", () =>
+    Effect.gen(function* () {
+      const f = yield* fleetOf
+      yield* f.coordinator.addSession("s1", "a", 512)
+      yield* f.settle
+      yield* f.coordinator.setState("s1", "parked")
+      yield* f.settle
+      assert.deepStrictEqual((yield* f.a.runtime.list).map((v) => v.status), ["paused"])
+      yield* f.coordinator.setState("s1", "running")
+      yield* f.settle
+      assert.deepStrictEqual((yield* f.a.runtime.list).map((v) => v.status), ["running"])
+      yield* f.coordinator.setState("s1", "descending")
+      yield* f.settle
+      const s = yield* f.coordinator.get
+      assert.strictEqual(s.sessions.get("s1")?.state, "descended")
+      assert.deepStrictEqual(yield* f.a.runtime.list, [])
+      assert.deepStrictEqual(yield* f.a.residents.all, [])
+    }))
+
+  it.effect("a resumed descended session is restored from its descent image", () =>
+    Effect.gen(function* () {
+      const f = yield* fleetOf
+      yield* f.coordinator.addSession("s1", "a", 512)
+      yield* f.settle
+      yield* f.coordinator.setState("s1", "descending")
+      yield* f.settle
+      // Resume: descended → pending on host a again.
+      yield* f.coordinator.addSession("s1", "a", 512)
+      yield* f.settle
+      assert.strictEqual((yield* f.coordinator.get).sessions.get("s1")?.state, "running")
+      assert.deepStrictEqual((yield* f.a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+    }))
+
+  it.effect("a VM the coordinator no longer assigns here (ended or lost) is destroyed", () =>
+    Effect.gen(function* () {
+      const f = yield* fleetOf
+      yield* f.coordinator.addSession("s1", "a", 512)
+      yield* f.settle
+      yield* f.coordinator.setState("s1", "lost")
+      yield* f.settle
+      assert.deepStrictEqual(yield* f.a.runtime.list, [])
+      assert.deepStrictEqual(yield* f.a.residents.all, [])
+    }))
+
+  it.effect("heartbeats and reports run on their intervals", () =>
+    Effect.gen(function* () {
+      const f = yield* fleetOf
+      yield* Effect.forkChild(f.a.agent.run)
+      yield* TestClock.adjust("2 minutes")
+      const s = yield* f.coordinator.get
+      // Stale window 2 min → a heartbeat every 40 s: at 0, 40, 80, 120 s.
+      assert.strictEqual(s.heartbeats.get("a"), 4)
+      assert.deepStrictEqual(s.reports.get("a"), { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 })
+    }))
+})

@@ -1,0 +1,75 @@
+import { existsSync, mkdtempSync, readdirSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Scope, Exit } from "effect"
+import { startHostAgent } from "../src/Host.js"
+import { makeFakeCoordinator, type FakeCoordinator } from "./support/FakeCoordinator.js"
+
+const measure = () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 })
+
+/** Starts an agent in its own scope (closing it is the agent stopping). */
+const start = (coordinator: FakeCoordinator, stateFile: string) =>
+  Effect.gen(function* () {
+    const scope = yield* Scope.make()
+    const agent = yield* startHostAgent({
+      hostId: "h",
+      coordinator: coordinator.client("h"),
+      peerSecret: "restart-test-secret-0123",
+      peers: () => undefined,
+      stateFile,
+      measure,
+      sim: { startMs: 5 },
+      config: { retryDelayMs: 20, pollWaitMs: 0 },
+    }).pipe(Scope.provide(scope))
+    return { agent, stop: Scope.close(scope, Exit.void) }
+  })
+
+const waitUntil = (what: string, f: Effect.Effect<boolean>) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < 200; i++) {
+      if (yield* f) return
+      yield* Effect.sleep(20)
+    }
+    assert.fail(`timed out waiting for ${what}`)
+  })
+
+describe("a restarted agent reconciles what is resident with the coordinator", () => {
+  it.live("VMs in the state file are adopted, not started again; what the coordinator dropped is destroyed", () =>
+    Effect.gen(function* () {
+      const coordinator = yield* makeFakeCoordinator
+      const stateFile = join(mkdtempSync(join(tmpdir(), "engram-restart-")), "state.json")
+      yield* coordinator.addSession("s1", "h", 512)
+      yield* coordinator.addSession("s2", "h", 256)
+      const first = yield* start(coordinator, stateFile)
+      yield* waitUntil("both running", Effect.map(coordinator.get, (s) => s.sessions.get("s1")?.state === "running" && s.sessions.get("s2")?.state === "running"))
+      yield* waitUntil("both persisted", Effect.map(first.agent.residents.all, (v) => v.length === 2))
+      yield* first.stop
+
+      // While the agent is down: s2 ends.
+      yield* coordinator.setState("s2", "ended")
+      const second = yield* start(coordinator, stateFile)
+      assert.deepStrictEqual((yield* second.agent.runtime.list).map((v) => v.vmId).sort(), ["s1", "s2"], "adopted from the state file")
+      yield* waitUntil("s2 destroyed", Effect.map(second.agent.runtime.list, (vms) => vms.length === 1))
+      assert.deepStrictEqual((yield* second.agent.residents.all).map((v) => [v.vmId, v.reservationId]), [["s1", "res-s1"]])
+      const calls = (yield* coordinator.get).calls
+      assert.deepStrictEqual(calls.filter((c) => c.startsWith("started")).sort(), ["started s1", "started s2"], "each acknowledged exactly once")
+      yield* second.stop
+    }))
+
+  it.live("a corrupt state file is quarantined and the coordinator's view rebuilds the host", () =>
+    Effect.gen(function* () {
+      const coordinator = yield* makeFakeCoordinator
+      const dir = mkdtempSync(join(tmpdir(), "engram-restart-"))
+      const stateFile = join(dir, "state.json")
+      writeFileSync(stateFile, "{ not json")
+      yield* coordinator.addSession("s1", "h", 512)
+      yield* coordinator.setState("s1", "running")
+      const agent = yield* start(coordinator, stateFile)
+      assert.isTrue(readdirSync(dir).some((f) => f.startsWith("state.json.corrupt-")), "quarantined beside the file")
+      // The coordinator says s1 runs here; nothing resident: the agent brings it back.
+      yield* waitUntil("s1 resident", Effect.map(agent.agent.runtime.list, (vms) => vms.some((v) => v.vmId === "s1" && v.status === "running")))
+      assert.isTrue(existsSync(stateFile), "a fresh state file is written")
+      yield* agent.stop
+    }))
+})

@@ -1,0 +1,139 @@
+/**
+ * End-to-end fixture: a real coordinator (in-process, `startCoordinator`) and host agents as
+ * child processes (`tsx src/main.ts`), talking HTTP. Admin calls go through `fetch`.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync } from "node:fs"
+import { createServer } from "node:net"
+import { tmpdir } from "node:os"
+import { join, resolve } from "node:path"
+import { pathToFileURL } from "node:url"
+import { statusToken } from "../../src/MoveToken.js"
+
+const pkgDir = resolve(import.meta.dirname, "../..")
+
+export const freePort = () =>
+  new Promise<number>((res, rej) => {
+    const s = createServer()
+    s.listen(0, "127.0.0.1", () => {
+      const a = s.address()
+      const port = typeof a === "object" && a !== null ? a.port : 0
+      s.close(() => res(port))
+    })
+    s.on("error", rej)
+  })
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+/** Polls `f` until it answers a value that `ok` accepts, or throws after `timeoutMs`. */
+export const until = async <A>(what: string, f: () => Promise<A>, ok: (a: A) => boolean, timeoutMs = 15_000): Promise<A> => {
+  const deadline = Date.now() + timeoutMs
+  let last: A | undefined
+  while (Date.now() < deadline) {
+    last = await f()
+    if (ok(last)) return last
+    await sleep(100)
+  }
+  throw new Error(`timed out waiting for ${what}; last: ${JSON.stringify(last)}`)
+}
+
+export interface Api {
+  readonly call: (method: string, path: string, body?: unknown) => Promise<{ status: number; body: any }> // eslint-disable-line @typescript-eslint/no-explicit-any
+}
+
+export const api = (url: string, token: string): Api => ({
+  call: async (method, path, body) => {
+    const res = await fetch(`${url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    })
+    const text = await res.text()
+    return { status: res.status, body: text === "" ? null : JSON.parse(text) }
+  },
+})
+
+export interface AgentProcess {
+  readonly hostId: string
+  readonly port: number
+  readonly child: ChildProcess
+  readonly output: string[]
+  readonly status: () => Promise<any> // eslint-disable-line @typescript-eslint/no-explicit-any
+  readonly kill: (signal?: NodeJS.Signals) => Promise<void>
+}
+
+export const PEER_SECRET = "e2e-peer-secret-0123456789"
+
+/** Spawns one agent process and waits for its ready line. */
+export const spawnAgent = async (o: {
+  readonly hostId: string
+  readonly port: number
+  readonly coordinatorUrl: string
+  readonly hostToken: string
+  readonly peers: string
+  readonly env?: Record<string, string>
+}): Promise<AgentProcess> => {
+  const dir = mkdtempSync(join(tmpdir(), `engram-agent-${o.hostId}-`))
+  // `node --import tsx`, not the tsx CLI: the CLI runs the script in a child process, so a
+  // signal to it would not reach the agent itself.
+  const child = spawn(process.execPath, ["--import", pathToFileURL(join(pkgDir, "node_modules/tsx/dist/loader.mjs")).href, "--conditions=@engram/source", join(pkgDir, "src/main.ts")], {
+    cwd: pkgDir,
+    env: {
+      ...process.env,
+      ENGRAM_HOST_ID: o.hostId,
+      ENGRAM_COORDINATOR_URL: o.coordinatorUrl,
+      ENGRAM_HOST_TOKEN: o.hostToken,
+      ENGRAM_PEER_SECRET: PEER_SECRET,
+      ENGRAM_PEERS: o.peers,
+      ENGRAM_AGENT_PORT: String(o.port),
+      ENGRAM_AGENT_STATE_FILE: join(dir, "state.json"),
+      ENGRAM_AGENT_IMAGE_DIR: join(dir, "images"),
+      ENGRAM_AGENT_MEASURE: "fixed",
+      ENGRAM_SIM_TOTAL_MIB: "4096",
+      ENGRAM_SIM_OS_MIB: "0",
+      ENGRAM_SIM_VCPUS: "8",
+      ...o.env,
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  })
+  const output: string[] = []
+  let ready: () => void = () => {}
+  const readyP = new Promise<void>((r) => (ready = r))
+  const onData = (b: Buffer) => {
+    for (const line of b.toString().split("\n")) {
+      if (line.trim() === "") continue
+      output.push(line)
+      if (line.includes("host agent ready")) ready()
+    }
+  }
+  child.stdout?.on("data", onData)
+  child.stderr?.on("data", onData)
+  const exited = new Promise<void>((r) => child.once("exit", () => r()))
+  await Promise.race([
+    readyP,
+    exited.then(() => {
+      throw new Error(`agent ${o.hostId} exited:\n${output.join("\n")}`)
+    }),
+    sleep(60_000).then(() => {
+      throw new Error(`agent ${o.hostId} not ready:\n${output.join("\n")}`)
+    }),
+  ])
+  const statusUrl = `http://127.0.0.1:${o.port}/v1/peer/status`
+  return {
+    hostId: o.hostId,
+    port: o.port,
+    child,
+    output,
+    status: async () => {
+      const res = await fetch(statusUrl, { headers: { authorization: `Bearer ${statusToken(PEER_SECRET, o.hostId)}` } })
+      return res.json()
+    },
+    kill: async (signal = "SIGTERM") => {
+      if (child.exitCode !== null || child.signalCode !== null) return
+      child.kill(signal)
+      // A graceful stop gets 5 s, then it is killed.
+      await Promise.race([exited, sleep(5_000).then(() => void child.kill("SIGKILL"))])
+      await exited
+    },
+  }
+}

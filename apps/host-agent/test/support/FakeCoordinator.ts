@@ -1,0 +1,128 @@
+/**
+ * An in-memory coordinator for clock-driven tests: the agent-facing API with the same CAS
+ * rules (a repeat or a stale step is a 409 `Conflict`), and the admin steps tests need.
+ */
+import { Effect, Ref } from "effect"
+import { type AssignedMove, type AssignedSession, type Assignments, Conflict, type CoordinatorShape, type PhasesReport, type RoundReport } from "../../src/Coordinator.js"
+import type { HostReport } from "../../src/Measure.js"
+
+export interface FakeMove extends AssignedMove {
+  readonly rounds: readonly RoundReport[]
+  readonly phases: PhasesReport | null
+  readonly abortReason: string | null
+  readonly estimateMs: number | null
+}
+
+export interface FakeState {
+  readonly sessions: ReadonlyMap<string, AssignedSession>
+  readonly moves: ReadonlyMap<string, FakeMove>
+  readonly reports: ReadonlyMap<string, HostReport>
+  readonly heartbeats: ReadonlyMap<string, number>
+  readonly calls: readonly string[]
+}
+
+export const makeFakeCoordinator = Effect.gen(function* () {
+  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), heartbeats: new Map(), calls: [] })
+  type Step = Effect.Effect<void, Conflict>
+  const modify = (f: (s: FakeState) => readonly [Step, FakeState]) => Ref.modify(ref, f)
+  const conflict = (op: string, message: string): Step => Effect.fail(new Conflict({ op, message }))
+  const setSession = (s: FakeState, id: string, patch: Partial<AssignedSession>): FakeState => {
+    const cur = s.sessions.get(id)
+    return cur === undefined ? s : { ...s, sessions: new Map(s.sessions).set(id, { ...cur, ...patch }) }
+  }
+  const setMove = (s: FakeState, id: string, patch: Partial<FakeMove>): FakeState => {
+    const cur = s.moves.get(id)
+    return cur === undefined ? s : { ...s, moves: new Map(s.moves).set(id, { ...cur, ...patch }) }
+  }
+  const log = (s: FakeState, call: string): FakeState => ({ ...s, calls: [...s.calls, call] })
+
+  /** The client of one host. */
+  const client = (hostId: string): CoordinatorShape => ({
+    report: (r) => Ref.update(ref, (s) => ({ ...s, reports: new Map(s.reports).set(hostId, r) })),
+    heartbeat: Ref.modify(ref, (s) => [1, { ...s, heartbeats: new Map(s.heartbeats).set(hostId, (s.heartbeats.get(hostId) ?? 0) + 1) }]),
+    assignments: () =>
+      Effect.map(Ref.get(ref), (s): Assignments => ({
+        version: String(s.calls.length),
+        sessions: [...s.sessions.values()].filter((x) => x.hostId === hostId && ["pending", "running", "parked", "descending", "moving"].includes(x.state)),
+        moves: [...s.moves.values()].filter((m) => m.state === "pending" && (m.sourceHostId === hostId || m.targetHostId === hostId)),
+      })),
+    started: (id) =>
+      Effect.flatten(
+        modify((s) =>
+          s.sessions.get(id)?.state === "pending"
+            ? [Effect.void as Step, log(setSession(s, id, { state: "running" }), `started ${id}`)]
+            : [conflict("started", `session ${id} is not pending`), s],
+        ),
+      ),
+    descended: (id) =>
+      Effect.flatten(
+        modify((s) =>
+          s.sessions.get(id)?.state === "descending"
+            ? [Effect.void as Step, log(setSession(s, id, { state: "descended", hostId: null, reservationId: null }), `descended ${id}`)]
+            : [conflict("descended", `session ${id} is not descending`), s],
+        ),
+      ),
+    round: (id, round) =>
+      Effect.flatten(
+        modify((s) => {
+          const m = s.moves.get(id)
+          return m?.state === "pending"
+            ? [Effect.void as Step, log(setMove(s, id, { rounds: [...m.rounds, round] }), `round ${id} ${round.kind}`)]
+            : [conflict("round", `move ${id} is not pending`), s]
+        }),
+      ),
+    commit: (id, phases) =>
+      Effect.flatten(
+        modify((s) => {
+          const m = s.moves.get(id)
+          if (m?.state !== "pending") return [conflict("commit", `move ${id} is not pending`), s]
+          const next = setSession(setMove(s, id, { state: "committed", phases }), m.sessionId, {
+            state: "running",
+            hostId: m.targetHostId,
+            reservationId: `res-move-${id}`,
+          })
+          return [Effect.void as Step, log(next, `commit ${id}`)]
+        }),
+      ),
+    abort: (id, reason, estimateMs) =>
+      Effect.flatten(
+        modify((s) => {
+          const m = s.moves.get(id)
+          if (m?.state !== "pending") return [conflict("abort", `move ${id} is not pending`), s]
+          const next = setSession(setMove(s, id, { state: "aborted", abortReason: reason, estimateMs: estimateMs ?? null }), m.sessionId, { state: "running" })
+          return [Effect.void as Step, log(next, `abort ${id}`)]
+        }),
+      ),
+  })
+
+  return {
+    ref,
+    client,
+    get: Ref.get(ref),
+    addSession: (id: string, hostId: string, memMib: number, vcpus = 1) =>
+      Ref.update(ref, (s) => ({
+        ...s,
+        sessions: new Map(s.sessions).set(id, { id, state: "pending", budget: { memMib, vcpus }, hostId, reservationId: `res-${id}` }),
+      })),
+    setState: (id: string, state: AssignedSession["state"]) => Ref.update(ref, (s) => setSession(s, id, { state })),
+    beginMove: (moveId: string, sessionId: string, targetHostId: string, maxDowntimeMs: number) =>
+      Ref.update(ref, (s) => {
+        const sess = s.sessions.get(sessionId)!
+        const move: FakeMove = {
+          id: moveId,
+          sessionId,
+          sourceHostId: sess.hostId!,
+          targetHostId,
+          maxDowntimeMs,
+          state: "pending",
+          rounds: [],
+          phases: null,
+          abortReason: null,
+          estimateMs: null,
+        }
+        return setSession({ ...s, moves: new Map(s.moves).set(moveId, move) }, sessionId, { state: "moving" })
+      }),
+    assignmentsOf: (hostId: string) => client(hostId).assignments({ waitMs: 0, since: undefined }),
+  }
+})
+export type FakeCoordinator = Effect.Success<typeof makeFakeCoordinator>
