@@ -65,7 +65,9 @@ const unavailableFields = {
 /**
  * 503: the store is down or timed out (`Unavailable`; nothing changed, retry after
  * `retryAfterMs`), or a move failed: refused for downtime (`ErrMoveDowntime`, with
- * `estimateMs`), aborted by its agent (`MoveAborted`) or not acted on in time (`MoveTimeout`).
+ * `estimateMs`), aborted by its agent (`MoveAborted`) or not acted on in time (`MoveTimeout`),
+ * or still waiting for the source's commit after the final round was recorded
+ * (`MoveCommitPending`: the move was left pending; `GET /v1/moves/{id}` shows the outcome).
  */
 export class ServiceUnavailable extends Schema.Error<ServiceUnavailable>("ServiceUnavailable")(unavailableFields) {}
 
@@ -280,6 +282,8 @@ export const AssignmentsJson = Schema.Struct({
   version: Schema.String,
   sessions: Schema.Array(SessionJson),
   moves: Schema.Array(MoveJson),
+  /** The coordinator's limits that the agent's move guard uses (SPEC §5), so both sides agree. */
+  limits: Schema.Struct({ commitAllowanceMs: Schema.Number }),
 })
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 import { Limits } from "@engram/core"
 import { Data, Effect } from "effect"
 import { readFileSync } from "node:fs"
+import { isAbsolute, resolve } from "node:path"
 
 /** The validated configuration. */
 export interface CoordinatorConfig {
@@ -68,6 +69,21 @@ export const variables: readonly string[] = [...otherVariables, ...Object.keys(l
 
 type Raw = Readonly<Record<string, unknown>>
 
+/** Variables whose values are secrets (a database URL may hold a password): never echoed. */
+const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN", "ENGRAM_DATABASE_URL"])
+const hidden = "<hidden>"
+
+/**
+ * Where a relative `dataDir` lives. pnpm sets `INIT_CWD` to the directory it was run from, and
+ * runs a package's script in the package's directory; so under `pnpm start` at the repository
+ * root a relative data dir (the default `./.engram`) is the root's, not `apps/coordinator`'s.
+ * Without `INIT_CWD` (plain `node`/`tsx`) it stays relative to the working directory.
+ */
+export const resolveDataDir = (dataDir: string, env: Readonly<Record<string, string | undefined>>): string => {
+  const base = env["INIT_CWD"]
+  return isAbsolute(dataDir) || base === undefined || base === "" ? dataDir : resolve(base, dataDir)
+}
+
 const present = (v: unknown): boolean => v !== undefined && v !== null && v !== ""
 
 // Environment values are strings; a JSON file may hold numbers and booleans already.
@@ -99,7 +115,7 @@ export const parse = (raw: Raw): { readonly _tag: "Valid"; readonly config: Coor
     const value = raw[variable]
     if (!present(value)) return null
     if (typeof value !== "string") {
-      issues.push({ variable, rule: "must be a string", value })
+      issues.push({ variable, rule: "must be a string", value: secretVariables.has(variable) ? hidden : value })
       return null
     }
     return value
@@ -110,12 +126,12 @@ export const parse = (raw: Raw): { readonly _tag: "Valid"; readonly config: Coor
   const dataDir = str("ENGRAM_DATA_DIR") ?? "./.engram"
   const databaseUrl = str("ENGRAM_DATABASE_URL")
   if (databaseUrl !== null && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
-    issues.push({ variable: "ENGRAM_DATABASE_URL", rule: "must be a postgres:// or postgresql:// URL", value: "<hidden>" })
+    issues.push({ variable: "ENGRAM_DATABASE_URL", rule: "must be a postgres:// or postgresql:// URL", value: hidden })
   }
   const adminToken = str("ENGRAM_ADMIN_TOKEN")
   if (adminToken !== null && adminToken.length < 16) {
     // Never echo a secret, not even a bad one.
-    issues.push({ variable: "ENGRAM_ADMIN_TOKEN", rule: "must be at least 16 characters", value: "<hidden>" })
+    issues.push({ variable: "ENGRAM_ADMIN_TOKEN", rule: "must be at least 16 characters", value: hidden })
   }
   const moveTimeoutMs = int("ENGRAM_MOVE_TIMEOUT_MS", 120_000, 1, 3_600_000)
   const storePollMs = int("ENGRAM_STORE_POLL_MS", 500, 10, 60_000)
@@ -149,6 +165,7 @@ export const defaults = (): CoordinatorConfig => {
 /**
  * Reads the configuration from `env` (default `process.env`) and the JSON file named by
  * `ENGRAM_CONFIG_FILE`, if any. Unknown keys in the file are refused (a typo never keeps a default).
+ * A relative data dir is resolved against `INIT_CWD` when pnpm set it (`resolveDataDir`).
  */
 export const fromEnvironment = (env: Readonly<Record<string, string | undefined>> = process.env): Effect.Effect<CoordinatorConfig, ConfigInvalid> =>
   Effect.gen(function* () {
@@ -164,7 +181,8 @@ export const fromEnvironment = (env: Readonly<Record<string, string | undefined>
       }
       const unknown = Object.keys(read).filter((k) => !variables.includes(k))
       if (unknown.length > 0) {
-        return yield* new ConfigInvalid({ issues: unknown.map((k) => ({ variable: k, rule: `is not a known setting (in ${file})`, value: (read as Record<string, unknown>)[k] })) })
+        // Not echoed: a misspelt key may hold a secret (ENGRAM_ADMIN_TOKN).
+        return yield* new ConfigInvalid({ issues: unknown.map((k) => ({ variable: k, rule: `is not a known setting (in ${file})`, value: hidden })) })
       }
       fileValues = read as Record<string, unknown>
     }
@@ -172,5 +190,5 @@ export const fromEnvironment = (env: Readonly<Record<string, string | undefined>
     for (const v of variables) if (present(env[v])) raw[v] = env[v]
     const r = parse(raw)
     if (r._tag === "Invalid") return yield* new ConfigInvalid({ issues: r.issues })
-    return r.config
+    return { ...r.config, dataDir: resolveDataDir(r.config.dataDir, env) }
   })

@@ -21,6 +21,7 @@ import * as Config from "./Config.js"
 import { HandlersLive, InputErrorsLive } from "./Handlers.js"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
+import { MoveFence } from "./MoveFence.js"
 import { Notifier } from "./Notifier.js"
 import { reaperPass, ReaperLoop } from "./Reaper.js"
 import type { PassReport } from "./Reaper.js"
@@ -63,7 +64,7 @@ export const loggerLayer = (level: LogLevel.LogLevel = "Info") =>
   Layer.mergeAll(Logger.layer([Logger.consoleJson]), Layer.succeed(References.MinimumLogLevel, level))
 
 /** The coordinator as a Layer: serves until the layer's scope closes. */
-export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Metrics | Notifier | Leader | Settings, unknown> => {
+export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Metrics | Notifier | Leader | Settings | MoveFence, unknown> => {
   const config = resolveConfig(options)
   const backend: Backend = options.store !== undefined ? "custom" : config.databaseUrl !== null ? "postgres" : "pglite"
   const storeLayer: Layer.Layer<Store, unknown> =
@@ -89,7 +90,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   )
 
   // Shared state lives outside HttpRouter.serve (which builds its app in a private MemoMap).
-  const shared = Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer, HostTokens.layer).pipe(
+  const shared = Layer.mergeAll(Metrics.layer, Notifier.layer, MoveFence.layer, settingsLayer, leaderLayer, adminLayer, HostTokens.layer).pipe(
     Layer.provideMerge(storeLayer),
   )
 

@@ -23,6 +23,7 @@ import {
 import { hashToken, HostTokens, newToken, requireAdmin, requireHostOrAdmin } from "./Auth.js"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
+import { MoveFence } from "./MoveFence.js"
 import { hostTopic, moveTopic, Notifier } from "./Notifier.js"
 import { drainQueue } from "./Reaper.js"
 import { Settings } from "./Settings.js"
@@ -193,7 +194,8 @@ const HostsLive = HttpApiBuilder.group(CoordinatorApi, "hosts", (h) =>
           .update(JSON.stringify([sessions.map((s) => [s.id, s.state, s.updatedAt]), moves.map((m) => [m.id, m.state, m.rounds.length])]))
           .digest("base64url")
           .slice(0, 22)
-        return { hostId, version, sessions, moves }
+        // The limits an agent's move guard uses come from here, so agents and coordinator agree.
+        return { hostId, version, sessions, moves, limits: { commitAllowanceMs: settings.config.limits.commitAllowanceMs } }
       })
 
     return h
@@ -262,6 +264,12 @@ const HostsLive = HttpApiBuilder.group(CoordinatorApi, "hosts", (h) =>
   }),
 )
 
+/** Whether the source recorded the final round: the guest paused and the round may have reached the target. */
+const hasFinalRound = (m: Move): boolean => m.rounds.some((r) => r.kind === "final")
+
+/** The `Retry-After` of a `MoveCommitPending` answer: when a re-read of the move may show its outcome. */
+const commitPendingRetryAfterMs = 5000
+
 /** Parses the estimate an agent recorded with its abort (`estimateMs=812`). */
 const estimateOf = (reason: string): number | undefined => {
   const m = /estimateMs=([0-9]+(?:\.[0-9]+)?)/.exec(reason)
@@ -274,6 +282,7 @@ const SessionsLive = HttpApiBuilder.group(CoordinatorApi, "sessions", (h) =>
     const metrics = yield* Metrics
     const notifier = yield* Notifier
     const settings = yield* Settings
+    const fence = yield* MoveFence
 
     const sessionFor = (id: string) =>
       Effect.gen(function* () {
@@ -395,13 +404,43 @@ const SessionsLive = HttpApiBuilder.group(CoordinatorApi, "sessions", (h) =>
             if (remaining <= 0) break
             yield* notifier.wait([moveTopic(begun.id)], Math.min(remaining, settings.sharedStore ? settings.config.storePollMs : 1000))
           }
-          const aborted = yield* store.abortMove(begun.id, "timeout").pipe(
-            Effect.catchTag("Conflict", () => store.getMove(begun.id)),
-            (eff) => api(eff),
+          // Timed out. Abort only while the source has not recorded its final round: after that
+          // the guest has paused and the target may already run it (SPEC §5: no second check
+          // after the final round is sent), so the agent's commit or abort must settle the move.
+          const decided = yield* fence.guard(
+            Effect.gen(function* () {
+              const m = yield* api(store.getMove(begun.id))
+              if (m.state !== "pending" || hasFinalRound(m)) return m
+              return yield* store.abortMove(begun.id, "timeout").pipe(
+                Effect.catchTag("Conflict", () => store.getMove(begun.id)),
+                (eff) => api(eff),
+              )
+            }),
           )
-          yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId))
-          yield* drainQueue
-          return yield* moveOutcome(aborted)
+          if (decided.state === "pending") {
+            metrics.inc("engram_moves_total", { outcome: "commit_pending" })
+            yield* Effect.logWarning("move wait timed out after the final round; left pending for the source's commit", {
+              moveId: decided.id,
+              sessionId: decided.sessionId,
+              from: decided.sourceHostId,
+              to: decided.targetHostId,
+            })
+            return yield* new ServiceUnavailable({
+              error: "MoveCommitPending",
+              message:
+                `move ${decided.id}: the source paused the guest and recorded the final round, but did not commit or abort within ` +
+                `${settings.config.moveTimeoutMs} ms. The move was not aborted (the target may already run the guest); ` +
+                `it stays pending until the source agent settles it. GET /v1/moves/${decided.id} shows the outcome`,
+              retryAfterMs: commitPendingRetryAfterMs,
+              moveId: decided.id,
+              maxDowntimeMs: decided.maxDowntimeMs,
+            })
+          }
+          if (decided.state === "aborted" && decided.abortReason === "timeout") {
+            yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId))
+            yield* drainQueue
+          }
+          return yield* moveOutcome(decided)
         }),
       )
   }),
@@ -411,6 +450,7 @@ const MovesLive = HttpApiBuilder.group(CoordinatorApi, "moves", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
     const notifier = yield* Notifier
+    const fence = yield* MoveFence
     const moveFor = (id: string, who: "source" | "either") =>
       Effect.gen(function* () {
         const m = yield* api(store.getMove(id))
@@ -423,7 +463,9 @@ const MovesLive = HttpApiBuilder.group(CoordinatorApi, "moves", (h) =>
       .handle("round", ({ params, payload }) =>
         Effect.gen(function* () {
           yield* moveFor(params.id, "source")
-          const m = yield* api(store.recordRound(params.id, payload))
+          // A final round fences the move against the waiter's timeout abort (MoveFence.ts).
+          const record = api(store.recordRound(params.id, payload))
+          const m = yield* payload.kind === "final" ? fence.guard(record) : record
           yield* changed(m)
           return m
         }),

@@ -1,6 +1,8 @@
 /**
  * `pnpm start`: the coordinator from the environment (see README). With no configuration it
- * keeps its state in PGlite under ./.engram and writes an admin token there.
+ * keeps its state in PGlite under ./.engram and writes an admin token there; "." is the
+ * directory pnpm was run from (`INIT_CWD`), so `pnpm start` at the repository root uses the
+ * root's `.engram/`.
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Cause, Effect, Exit, Layer } from "effect"

@@ -55,4 +55,24 @@ describe("configuration", () => {
     expect(Exit.isFailure(exit)).toBe(true)
     expect(String(Exit.isFailure(exit) ? exit.cause : "")).toContain("ENGRAM_PROT")
   })
+
+  it("secrets are never echoed: a non-string admin token or database URL, a misspelt key in the file", async () => {
+    const r = Config.parse({ ENGRAM_ADMIN_TOKEN: 1234567890123456, ENGRAM_DATABASE_URL: 42 })
+    expect(r._tag).toBe("Invalid")
+    if (r._tag === "Invalid") expect(r.issues.map((i) => i.value)).toEqual(["<hidden>", "<hidden>"])
+    const dir = mkdtempSync(join(tmpdir(), "engram-config-"))
+    const file = join(dir, "c.json")
+    writeFileSync(file, JSON.stringify({ ENGRAM_ADMIN_TOKN: "a-secret-admin-token-0123456789" }))
+    const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file }))
+    expect(String(Exit.isFailure(exit) ? exit.cause : "")).toContain("ENGRAM_ADMIN_TOKN")
+    expect(String(Exit.isFailure(exit) ? exit.cause : "")).not.toContain("a-secret-admin-token")
+  })
+
+  it("a relative data dir is resolved against INIT_CWD (the directory pnpm was run from); an absolute one is kept", async () => {
+    const read = (env: Record<string, string>) => Effect.runPromise(Config.fromEnvironment(env)).then((c) => c.dataDir)
+    expect(await read({ INIT_CWD: "/repo" })).toBe("/repo/.engram")
+    expect(await read({ INIT_CWD: "/repo", ENGRAM_DATA_DIR: "state/db" })).toBe("/repo/state/db")
+    expect(await read({ INIT_CWD: "/repo", ENGRAM_DATA_DIR: "/var/lib/engram" })).toBe("/var/lib/engram")
+    expect(await read({})).toBe("./.engram")
+  })
 })

@@ -264,6 +264,8 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         const agent = client(c.url, h.token)
         const first = await agent.get(`/v1/hosts/${h.id}/assignments`)
         expect(first.body).toMatchObject({ hostId: h.id, sessions: [], moves: [] })
+        // The move guard's allowance comes from the coordinator (SPEC §9 default here).
+        expect(first.body.limits).toEqual({ commitAllowanceMs: 400 })
         const t0 = Date.now()
         const polling = agent.get(`/v1/hosts/${h.id}/assignments?waitMs=20000&since=${first.body.version}`)
         await new Promise((r) => setTimeout(r, 150))
@@ -351,6 +353,32 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(done.body.error).toBe("MoveTimeout")
         expect((await admin.get(`/v1/moves/${done.body.moveId}`)).body).toMatchObject({ state: "aborted", abortReason: "timeout" })
         expect((await admin.get(`/v1/sessions/${sid}`)).body.state).toBe("running")
+        await admin.del(`/v1/sessions/${sid}`)
+      })
+
+      it("a timeout after the final round is recorded does not abort: 503 MoveCommitPending, the move stays pending and the agent's commit lands", async () => {
+        const src = await addHost(admin, 2048)
+        const dst = await addHost(admin, 2048)
+        const sid = await runningOn(src)
+        const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
+        const m = await findMove(src, sid)
+        const agent = client(c.url, src.token)
+        expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "full", wireBytes: 1e8, apparentBytes: 1e8, sendMs: 100, captureMs: 40 })).status).toBe(200)
+        // The source paused and recorded its final round; then it goes quiet past the move timeout.
+        expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "final", wireBytes: 1e6, apparentBytes: 1e6, sendMs: 0, captureMs: 40 })).status).toBe(200)
+        const done = await answer
+        expect(done.status).toBe(503)
+        expect(done.body).toMatchObject({ error: "MoveCommitPending", moveId: m.id, maxDowntimeMs: 600 })
+        expect(done.body.message).toContain(`GET /v1/moves/${m.id}`)
+        expect(Number(done.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+        expect((await admin.get(`/v1/moves/${m.id}`)).body).toMatchObject({ state: "pending", abortReason: null })
+        expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "moving", hostId: src.id })
+        // The agent's commit still lands; the move's record shows the outcome.
+        const committed = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420 })
+        expect(committed.status).toBe(200)
+        expect((await admin.get(`/v1/moves/${m.id}`)).body).toMatchObject({ state: "committed", phases: { downtimeMs: 560 } })
+        expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running", hostId: dst.id })
+        expect((await admin.get("/metrics")).body as string).toContain('engram_moves_total{outcome="commit_pending"} 1')
         await admin.del(`/v1/sessions/${sid}`)
       })
 

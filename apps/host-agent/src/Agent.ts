@@ -10,12 +10,14 @@
  * difference once: one fiber per session at a time, and the acknowledgement is a CAS on the
  * coordinator whose 409 (already done) counts as done.
  */
+import { Limits } from "@engram/core"
 import { Clock, Effect, FiberMap, Ref, type Result, type Scope } from "effect"
 import type { Assignments, AssignedMove, AssignedSession, Conflict, CoordinatorError, CoordinatorShape } from "./Coordinator.js"
 import type { ImageStore } from "./ImageStore.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
-import { acknowledgeCommit, type MoveOutcome, runSource } from "./MoveSource.js"
+import type { PendingCommit } from "./LocalState.js"
+import { type MoveOutcome, runSource, settleCommit } from "./MoveSource.js"
 import type { PeerLink } from "./PeerLink.js"
 import type { Residents } from "./Residents.js"
 import type { VmRuntimeShape, VmSpec } from "./Runtime.js"
@@ -31,7 +33,6 @@ export interface AgentConfig {
   /** Pause after a failed poll or action before the next try. */
   readonly retryDelayMs: number
   readonly maxPreCopyRounds: number
-  readonly commitAllowanceMs: number
   /** How long a target keeps staged rounds (or a committed VM) the coordinator does not show. */
   readonly stagingGraceMs: number
 }
@@ -131,9 +132,21 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         yield* log("descended", { sessionId: s.id })
       })
 
-    const moveSource = (s: AssignedSession, move: AssignedMove) =>
+    /** The coordinator's commit allowance (SPEC §5); the SPEC §9 default from a coordinator too old to send it. */
+    const commitAllowanceOf = (a: Assignments) =>
+      a.limits !== undefined
+        ? Effect.succeed(a.limits.commitAllowanceMs)
+        : Effect.logWarning("the coordinator sent no limits with the move; using the default commitAllowanceMs", {
+            hostId: me,
+            commitAllowanceMs: Limits.defaults.commitAllowanceMs,
+          }).pipe(Effect.as(Limits.defaults.commitAllowanceMs))
+
+    const settle = (owed: PendingCommit) => settleCommit({ hostId: me, coordinator, residents, runtime, link: deps.link }, owed)
+
+    const moveSource = (s: AssignedSession, move: AssignedMove, a: Assignments) =>
       Effect.gen(function* () {
-        yield* log("move: source starts", { moveId: move.id, sessionId: s.id, target: move.targetHostId, maxDowntimeMs: move.maxDowntimeMs })
+        const commitAllowanceMs = yield* commitAllowanceOf(a)
+        yield* log("move: source starts", { moveId: move.id, sessionId: s.id, target: move.targetHostId, maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs })
         const outcome = yield* runSource(move, {
           hostId: me,
           runtime,
@@ -141,7 +154,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           link: deps.link,
           residents,
           maxPreCopyRounds: config.maxPreCopyRounds,
-          commitAllowanceMs: config.commitAllowanceMs,
+          commitAllowanceMs,
         })
         yield* Ref.update(outcomes, (o) => [...o.slice(-49), { moveId: move.id, ...outcome }])
         yield* log(`move: ${outcome._tag}`, { moveId: move.id, ...outcome })
@@ -155,6 +168,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           // The coordinator's view wins: e.g. a VM that arrived by a move now holds the session's reservation.
           yield* residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
         }
+        // A commit owed for this session comes first: until it settles, the paused local copy is
+        // neither resumed nor moved again (the target may run the guest).
+        const owed = (yield* residents.pendingCommits).find((p) => p.sessionId === s.id)
+        if (owed !== undefined) return settle(owed)
         switch (s.state) {
           case "pending":
             return ensureRunning(s).pipe(
@@ -170,9 +187,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           case "moving": {
             const move = a.moves.find((m) => m.sessionId === s.id && m.state === "pending" && m.sourceHostId === me)
             if (move === undefined) return null
-            const owed = (yield* residents.pendingCommits).find((p) => p.moveId === move.id)
-            if (owed !== undefined) return acknowledgeCommit({ coordinator, residents }, owed.moveId, owed.phases)
-            return moveSource(s, move)
+            return moveSource(s, move, a)
           }
           default:
             return null
@@ -227,7 +242,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         for (const owed of yield* residents.pendingCommits) {
           const key = `commit:${owed.moveId}`
           if (!(yield* FiberMap.has(inflight, key)) && !onHost.has(owed.sessionId)) {
-            yield* FiberMap.run(inflight, key, { onlyIfMissing: true })(acknowledgeCommit({ coordinator, residents }, owed.moveId, owed.phases))
+            yield* FiberMap.run(inflight, key, { onlyIfMissing: true })(settle(owed))
           }
         }
       })

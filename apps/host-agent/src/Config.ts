@@ -52,7 +52,6 @@ export const fromEnvironment = (env: Env = process.env): Effect.Effect<HostAgent
       pollWaitMs: int("ENGRAM_AGENT_POLL_WAIT_MS", base.pollWaitMs, 0),
       retryDelayMs: int("ENGRAM_AGENT_RETRY_MS", base.retryDelayMs, 1),
       maxPreCopyRounds: int("ENGRAM_AGENT_MAX_PRECOPY_ROUNDS", base.maxPreCopyRounds, 2),
-      commitAllowanceMs: int("ENGRAM_COMMIT_ALLOWANCE_MS", base.commitAllowanceMs, 0),
       stagingGraceMs: int("ENGRAM_AGENT_STAGING_GRACE_MS", base.stagingGraceMs, 1),
     }
     const peers = parsePeers(str("ENGRAM_PEERS") ?? "")

@@ -32,11 +32,27 @@ export const AssignedMove = Schema.Struct({
 })
 export type AssignedMove = typeof AssignedMove.Type
 
+/** A move as `GET /v1/moves/{id}` shows it (extra fields are ignored). */
+export const MoveView = Schema.Struct({
+  ...AssignedMove.fields,
+  abortReason: Schema.optional(Schema.NullOr(Schema.String)),
+})
+export type MoveView = typeof MoveView.Type
+
+/**
+ * The coordinator's limits that the agent's move guard uses (its `commitAllowanceMs`), sent
+ * with every assignments answer so agent and coordinator cannot disagree. Optional only for
+ * a coordinator older than this field; the agent then uses the SPEC §9 default.
+ */
+export const AssignedLimits = Schema.Struct({ commitAllowanceMs: Schema.Number })
+export type AssignedLimits = typeof AssignedLimits.Type
+
 /** `GET /v1/hosts/{id}/assignments`. */
 export const Assignments = Schema.Struct({
   version: Schema.optional(Schema.String),
   sessions: Schema.Array(AssignedSession),
   moves: Schema.Array(AssignedMove),
+  limits: Schema.optional(AssignedLimits),
 })
 export type Assignments = typeof Assignments.Type
 
@@ -79,6 +95,10 @@ export interface CoordinatorShape {
   readonly round: (moveId: string, round: RoundReport) => Fx<void>
   readonly commit: (moveId: string, phases: PhasesReport) => Fx<void>
   readonly abort: (moveId: string, reason: string, estimateMs?: number) => Fx<void>
+  /** `GET /v1/moves/{id}` (this host is its source or target). */
+  readonly getMove: (moveId: string) => Fx<MoveView>
+  /** `GET /v1/sessions/{id}`; null when the session is not this host's (403) or unknown (404). */
+  readonly getSession: (sessionId: string) => Fx<AssignedSession | null>
 }
 
 export class Coordinator extends Context.Service<Coordinator, CoordinatorShape>()("@engram/host-agent/Coordinator") {}
@@ -149,6 +169,14 @@ export const makeHttp = (t: CoordinatorTarget) =>
       commit: (id, phases) => call("commit", post(`/v1/moves/${encodeURIComponent(id)}/commit`, phases), ignore),
       abort: (id, reason, estimateMs) =>
         call("abort", post(`/v1/moves/${encodeURIComponent(id)}/abort`, estimateMs === undefined ? { reason } : { reason, estimateMs }), ignore),
+      getMove: (id) => call("getMove", HttpClientRequest.get(`/v1/moves/${encodeURIComponent(id)}`), (b) => Schema.decodeUnknownEffect(MoveView)(b)),
+      getSession: (id) =>
+        call("getSession", HttpClientRequest.get(`/v1/sessions/${encodeURIComponent(id)}`), (b) => Schema.decodeUnknownEffect(AssignedSession)(b)).pipe(
+          Effect.catchIf(
+            (e) => e._tag === "CoordinatorError" && (e.status === 403 || e.status === 404),
+            () => Effect.succeed(null),
+          ),
+        ),
     }
     return shape
   })

@@ -27,7 +27,6 @@ export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limi
   pollWaitMs: 20_000,
   retryDelayMs: 1_000,
   maxPreCopyRounds: 6,
-  commitAllowanceMs: Limits.defaults.commitAllowanceMs,
   stagingGraceMs: 60_000,
 })
 

@@ -9,6 +9,7 @@
 import { Downtime } from "@engram/core"
 import { Clock, Effect, Schedule } from "effect"
 import type { AssignedMove, CoordinatorShape, PhasesReport, RoundReport } from "./Coordinator.js"
+import type { PendingCommit } from "./LocalState.js"
 import type { MoveHeader } from "./MoveTarget.js"
 import type { PeerLink } from "./PeerLink.js"
 import type { Residents } from "./Residents.js"
@@ -22,7 +23,7 @@ export interface MoveSourceDeps {
   readonly residents: Residents
   /** Pre-copy rounds at most (the full round included). */
   readonly maxPreCopyRounds: number
-  /** Must match the coordinator's `commitAllowanceMs`. */
+  /** The coordinator's `commitAllowanceMs`, from the assignments answer that carried the move. */
   readonly commitAllowanceMs: number
 }
 
@@ -41,6 +42,13 @@ export type MoveOutcome =
   | { readonly _tag: "Failed"; readonly reason: string; readonly paused: boolean }
   /** The coordinator no longer holds the move pending (ended or aborted elsewhere). */
   | { readonly _tag: "Gone"; readonly reason: string }
+  /**
+   * The target committed, but the coordinator had already aborted the move (a race the
+   * coordinator fences against; see README "The move protocol"). `restoredOnSource`: the
+   * coordinator says the session runs here, so the target's copy was destroyed and the guest
+   * resumed here from its paused copy.
+   */
+  | { readonly _tag: "CommitRefused"; readonly reason: string; readonly phases: PhasesReport; readonly restoredOnSource: boolean }
 
 const now = Clock.currentTimeMillis
 
@@ -150,6 +158,15 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         yield* abandon(reason, post.estimateMs)
         return { _tag: "Refused", stage: "post-capture", estimateMs: post.estimateMs, reason, paused: true, rounds } as const
       }
+      // Record the final round BEFORE it leaves this host: from this record on the coordinator
+      // will not abort the move on its own (its move wait may time out, but the pause is spent
+      // and the target may run the guest soon). A 409 here means the move is no longer pending
+      // there (a timeout abort, the session ended): nothing has reached the target's commit, so
+      // the guest resumes here (the Conflict path below). The send time is not known yet: the
+      // record's `sendMs` is 0 and the measured one is the commit's `sendMs` phase.
+      yield* retrying(
+        coordinator.round(move.id, { kind: "final", wireBytes: final.wireBytes, apparentBytes: final.apparentBytes, sendMs: 0, captureMs }),
+      )
       const finalRound = yield* sendRound(final, captureMs)
       const [, commitMs] = yield* timed(link.commit(header))
       const downtimeMs = (yield* now) - pausedAt
@@ -181,20 +198,126 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
     )
     if (outcome._tag !== "Committed") return outcome
 
-    // The target runs the guest: drop the local copy, then tell the coordinator (durably owed).
-    yield* residents.addPendingCommit({ moveId: move.id, sessionId: move.sessionId, phases: outcome.phases })
-    yield* runtime.destroy(move.sessionId)
-    yield* residents.remove(move.sessionId)
-    const finalRound = outcome.rounds.at(-1)
-    if (finalRound !== undefined) yield* retrying(coordinator.round(move.id, finalRound)).pipe(Effect.ignore)
-    yield* acknowledgeCommit(deps, move.id, outcome.phases)
+    // The target runs the guest. The commit is owed (durably, in the state file) until the
+    // coordinator records it; until then the paused local copy is kept, because a coordinator
+    // that answers "aborted" still places the session here (settleCommit).
+    yield* runtime.stopTracking(move.sessionId).pipe(Effect.ignore)
+    yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
+    const owed: PendingCommit = { moveId: move.id, sessionId: move.sessionId, phases: outcome.phases }
+    yield* residents.addPendingCommit(owed)
+    const settled = yield* settleCommit(deps, owed)
+    if (settled._tag === "Refused") {
+      return { _tag: "CommitRefused", reason: settled.reason, phases: outcome.phases, restoredOnSource: settled.restoredOnSource } as const
+    }
     return outcome
   })
 
-/** Posts a commit the source owes; done on success or 409 (already recorded). A failure stays owed. */
-export const acknowledgeCommit = (deps: Pick<MoveSourceDeps, "coordinator" | "residents">, moveId: string, phases: PhasesReport) =>
-  retrying(deps.coordinator.commit(moveId, phases)).pipe(
-    Effect.catchTag("Conflict", () => Effect.void),
-    Effect.andThen(deps.residents.removePendingCommit(moveId)),
-    Effect.catch((e) => Effect.logWarning("move commit owed; retried on the next pass", { moveId, error: e.message })),
-  )
+/** How settling an owed commit ended. */
+export type Settled =
+  | { readonly _tag: "Acknowledged" }
+  | { readonly _tag: "Owed" }
+  | { readonly _tag: "Refused"; readonly reason: string; readonly restoredOnSource: boolean }
+
+/** What settling an owed commit needs. */
+export type SettleDeps = Pick<MoveSourceDeps, "hostId" | "coordinator" | "residents" | "runtime" | "link">
+
+/** The states of a session that mean "it runs (or is kept) on its host". */
+const onHostStates = new Set(["pending", "running", "parked", "descending", "moving"])
+
+/**
+ * Settles a commit the source owes (after the target committed). Every step is idempotent, so
+ * it runs again after a lost answer or a restart:
+ *
+ * - the coordinator records it (200), or it was already recorded (409 and the move reads
+ *   `committed`): the session runs on the target; the local copy is destroyed, the debt paid;
+ * - 409 and the move reads `aborted`: the coordinator aborted the move after the guest went to
+ *   the target. This is logged as an error. If the coordinator says the session is on this
+ *   host, the coordinator's view wins: the target's copy is destroyed (peer abort) and the
+ *   paused local copy resumed; the guest loses what it ran on the target since the commit.
+ *   If the session is not here (ended, or elsewhere), nothing is destroyed on the target by
+ *   this agent; the reconcile loops on both hosts drop what is no longer assigned;
+ * - anything else (the coordinator unreachable, the target unreachable for the abort): still
+ *   owed, retried on the next pass.
+ */
+export const settleCommit = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Settled> =>
+  Effect.gen(function* () {
+    const { coordinator, residents, runtime, link } = deps
+    const dropLocalCopy = Effect.gen(function* () {
+      const vm = yield* residents.get(owed.sessionId)
+      if (vm !== undefined && vm.moveId === null) {
+        yield* runtime.destroy(owed.sessionId).pipe(Effect.ignore)
+        yield* residents.remove(owed.sessionId)
+      }
+      yield* residents.removePendingCommit(owed.moveId)
+      return { _tag: "Acknowledged" } as const
+    })
+    const posted = yield* retrying(coordinator.commit(owed.moveId, owed.phases)).pipe(Effect.result)
+    if (posted._tag === "Success") return yield* dropLocalCopy
+    if (posted.failure._tag !== "Conflict") {
+      yield* Effect.logWarning("move commit owed; retried on the next pass", { moveId: owed.moveId, error: posted.failure.message })
+      return { _tag: "Owed" } as const
+    }
+    // 409: already recorded, or the move ended otherwise. Ask which.
+    const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+    if (read._tag === "Failure") {
+      yield* Effect.logWarning("move commit refused and the move cannot be read; retried on the next pass", { moveId: owed.moveId, error: read.failure.message })
+      return { _tag: "Owed" } as const
+    }
+    const m = read.success
+    if (m.state === "committed") return yield* dropLocalCopy
+    if (m.state === "pending") {
+      yield* Effect.logWarning("move commit refused while the move is pending; retried on the next pass", { moveId: owed.moveId, error: posted.failure.message })
+      return { _tag: "Owed" } as const
+    }
+    const reason = `the target committed move ${m.id} but the coordinator had aborted it (${m.abortReason ?? "no reason"})`
+    const session = yield* retrying(coordinator.getSession(owed.sessionId)).pipe(Effect.result)
+    if (session._tag === "Failure") {
+      yield* Effect.logError(`move commit refused: ${reason}; the session's placement cannot be read, retried on the next pass`, {
+        moveId: m.id,
+        sessionId: owed.sessionId,
+        error: session.failure.message,
+      })
+      return { _tag: "Owed" } as const
+    }
+    const here = session.success !== null && session.success.hostId === deps.hostId && onHostStates.has(session.success.state)
+    const local = yield* residents.get(owed.sessionId)
+    if (here && local !== undefined && local.moveId === null) {
+      // The coordinator places the session here: its view wins. Destroy the target's copy first
+      // (two running copies must never outlive this step), then resume the paused local one.
+      const header: MoveHeader = {
+        moveId: m.id,
+        sessionId: owed.sessionId,
+        sourceHostId: deps.hostId,
+        targetHostId: m.targetHostId,
+        memMib: local.memMib,
+        vcpus: local.vcpus,
+      }
+      const dropped = yield* link.abort(header).pipe(Effect.retry({ times: 2 }), Effect.result)
+      if (dropped._tag === "Failure") {
+        yield* Effect.logError(`move commit refused: ${reason}; the coordinator places the session on this host, but the target's copy could not be destroyed yet; retried on the next pass`, {
+          moveId: m.id,
+          sessionId: owed.sessionId,
+          target: m.targetHostId,
+          error: dropped.failure.message,
+        })
+        return { _tag: "Owed" } as const
+      }
+      yield* runtime.resume(owed.sessionId).pipe(Effect.ignore)
+      yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
+      yield* residents.removePendingCommit(owed.moveId)
+      yield* Effect.logError(`move commit refused: ${reason}. The coordinator places the session on this host: the target's copy was destroyed and the guest resumed here from its pause (what it ran on the target since is lost)`, {
+        moveId: m.id,
+        sessionId: owed.sessionId,
+        target: m.targetHostId,
+      })
+      return { _tag: "Refused", reason, restoredOnSource: true } as const
+    }
+    yield* residents.removePendingCommit(owed.moveId)
+    yield* Effect.logError(
+      here
+        ? `move commit refused: ${reason}. The coordinator places the session on this host but no local copy is left; the target's copy was not touched`
+        : `move commit refused: ${reason}. The session is not on this host (${session.success === null ? "not visible to this host" : session.success.state}); the target's copy was not touched`,
+      { moveId: m.id, sessionId: owed.sessionId, target: m.targetHostId },
+    )
+    return { _tag: "Refused", reason, restoredOnSource: false } as const
+  })

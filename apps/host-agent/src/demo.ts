@@ -5,13 +5,18 @@
  * and move. `pnpm start` at the repository root runs it next to the coordinator.
  *
  * Environment: `ENGRAM_COORDINATOR_URL` (default `http://127.0.0.1:${ENGRAM_PORT ?? 7070}`),
- * `ENGRAM_ADMIN_TOKEN` or `ENGRAM_ADMIN_TOKEN_FILE` (default the coordinator's generated
- * `apps/coordinator/.engram/admin-token`), `ENGRAM_DEMO_STATE_DIR` (default `./.engram-demo`),
- * `ENGRAM_DEMO_TOUR` (`0` = no tour).
+ * `ENGRAM_ADMIN_TOKEN` or `ENGRAM_ADMIN_TOKEN_FILE` (default `<data dir>/admin-token`, the file
+ * the coordinator generates), `ENGRAM_DEMO_STATE_DIR` (default `<data dir>/demo`),
+ * `ENGRAM_DEMO_TOUR` (`0` = no tour). The data dir is the coordinator's: `ENGRAM_DATA_DIR`,
+ * default `./.engram`, a relative path taken from the directory pnpm was run from (`INIT_CWD`),
+ * so `pnpm start` at the repository root uses the root's `.engram/` for both.
+ *
+ * Secrets never reach the output: the admin token, the host tokens and the peer secret stay
+ * in their files (mode 0600), and the printed `curl` lines read them with `$(cat <file>)`.
  */
 import { randomBytes } from "node:crypto"
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
-import { join, resolve } from "node:path"
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
+import { isAbsolute, join, resolve } from "node:path"
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Logger } from "effect"
 import { startHostAgent } from "./Host.js"
@@ -19,10 +24,20 @@ import { layerFixed, HostMeter } from "./Measure.js"
 import { statusToken } from "./MoveToken.js"
 
 const env = process.env
-const pkgDir = resolve(import.meta.dirname, "..")
 const coordinatorUrl = (env["ENGRAM_COORDINATOR_URL"] ?? `http://127.0.0.1:${env["ENGRAM_PORT"] ?? "7070"}`).replace(/\/+$/, "")
-const tokenFile = env["ENGRAM_ADMIN_TOKEN_FILE"] ?? join(pkgDir, "../coordinator/.engram/admin-token")
-const stateDir = resolve(env["ENGRAM_DEMO_STATE_DIR"] ?? join(pkgDir, ".engram-demo"))
+/**
+ * A path as the user meant it: relative to the directory pnpm was run from (`INIT_CWD`; pnpm
+ * runs the script itself in apps/host-agent), else to the working directory. The coordinator
+ * resolves `ENGRAM_DATA_DIR` the same way (its Config.resolveDataDir).
+ */
+const fromInvocationDir = (p: string) => (isAbsolute(p) ? p : resolve(env["INIT_CWD"] || process.cwd(), p))
+const set = (name: string) => (env[name] === undefined || env[name] === "" ? undefined : env[name])
+const dataDir = fromInvocationDir(set("ENGRAM_DATA_DIR") ?? "./.engram")
+const adminFromEnv = set("ENGRAM_ADMIN_TOKEN")
+const tokenFile = fromInvocationDir(set("ENGRAM_ADMIN_TOKEN_FILE") ?? join(dataDir, "admin-token"))
+/** How a printed command gets the admin token: never the token itself. */
+const adminBearer = adminFromEnv !== undefined ? "$ENGRAM_ADMIN_TOKEN" : `$(cat ${tokenFile})`
+const stateDir = fromInvocationDir(set("ENGRAM_DEMO_STATE_DIR") ?? join(dataDir, "demo"))
 const tour = env["ENGRAM_DEMO_TOUR"] !== "0"
 
 /** The two simulated hosts: fixed sizes so the demo looks the same on every machine. */
@@ -48,9 +63,9 @@ const request = (token: string, method: string, path: string, body?: unknown) =>
 const waitForCoordinator = Effect.gen(function* () {
   for (let i = 0; ; i++) {
     const up = yield* Effect.tryPromise(() => fetch(`${coordinatorUrl}/healthz`).then((r) => r.ok)).pipe(Effect.orElseSucceed(() => false))
-    const token = env["ENGRAM_ADMIN_TOKEN"] ?? (existsSync(tokenFile) ? readFileSync(tokenFile, "utf8").trim() : "")
+    const token = adminFromEnv ?? (existsSync(tokenFile) ? readFileSync(tokenFile, "utf8").trim() : "")
     if (up && token.length >= 16) return token
-    if (i % 10 === 0) yield* Effect.logInfo(`demo: waiting for the coordinator at ${coordinatorUrl} (admin token from ${env["ENGRAM_ADMIN_TOKEN"] ? "ENGRAM_ADMIN_TOKEN" : tokenFile})`)
+    if (i % 10 === 0) yield* Effect.logInfo(`demo: waiting for the coordinator at ${coordinatorUrl} (admin token from ${adminFromEnv !== undefined ? "ENGRAM_ADMIN_TOKEN" : tokenFile})`)
     yield* sleep(500)
   }
 })
@@ -118,13 +133,14 @@ const runTour = (admin: string, hostIds: readonly string[]) =>
 
     for (const n of ["a", "b", "c"]) yield* request(admin, "DELETE", `/v1/sessions/${id(n)}`)
     yield* say("done: the tour's sessions are ended. Try the API yourself, e.g.", {
-      create: `curl -s -X POST ${coordinatorUrl}/v1/sessions -H "authorization: Bearer $(cat ${tokenFile})" -H 'content-type: application/json' -d '{"memMib":512,"vcpus":1}'`,
+      create: `curl -s -X POST ${coordinatorUrl}/v1/sessions -H "authorization: Bearer ${adminBearer}" -H 'content-type: application/json' -d '{"memMib":512,"vcpus":1}'`,
     })
   })
 
 const program = Effect.gen(function* () {
   const admin = yield* waitForCoordinator
-  mkdirSync(stateDir, { recursive: true })
+  yield* Effect.logInfo(`demo: coordinator at ${coordinatorUrl}; admin token ${adminFromEnv !== undefined ? "from ENGRAM_ADMIN_TOKEN" : `in ${tokenFile}`}; demo state in ${stateDir}`)
+  mkdirSync(stateDir, { recursive: true, mode: 0o700 })
   const savedFile = join(stateDir, "hosts.json")
   const saved = (existsSync(savedFile) ? JSON.parse(readFileSync(savedFile, "utf8")) : {}) as Record<string, string>
   const secretFile = join(stateDir, "peer-secret")
@@ -149,8 +165,12 @@ const program = Effect.gen(function* () {
       config: { pollWaitMs: 10_000, reportIntervalMs: 10_000 },
     })
     urls.set(h.id, `http://127.0.0.1:${agent.port}`)
+    // The status bearer derives from the peer secret: it goes to a 0600 file, never to the output.
+    const statusFile = join(stateDir, `${h.id}.status-token`)
+    writeFileSync(statusFile, `${statusToken(peerSecret, h.id)}\n`, { mode: 0o600 })
+    chmodSync(statusFile, 0o600)
     yield* Effect.logInfo(`demo: ${h.id} (${h.totalMib} MiB, ${h.vcpus} vCPUs, simulated) agent on ${urls.get(h.id)}`, {
-      status: `curl -s ${urls.get(h.id)}/v1/peer/status -H "authorization: Bearer ${statusToken(peerSecret, h.id)}"`,
+      status: `curl -s ${urls.get(h.id)}/v1/peer/status -H "authorization: Bearer $(cat ${statusFile})"`,
     })
   }
   if (tour) {

@@ -1,19 +1,30 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Downtime } from "@engram/core"
-import { Effect, Ref } from "effect"
+import { Effect, Logger, Ref } from "effect"
 import { TestClock } from "effect/testing"
 import { defaultSimConfig, type SimConfig } from "../src/SimRuntime.js"
-import { makeFleet } from "./support/InProcess.js"
+import { makeFleet, type FleetOptions } from "./support/InProcess.js"
 
 /** Seed 004's hardware run: a 4 GiB guest rewriting a hot 64 MiB; capture ≈ 40 ms, send ≈ 85 ms, commit ≈ 420 ms. */
 const seed004: Partial<SimConfig> = defaultSimConfig
 
-const runMove = (opts: { readonly maxDowntimeMs: number; readonly source?: Partial<SimConfig>; readonly memMib?: number }) =>
+const runMove = (opts: {
+  readonly maxDowntimeMs: number
+  readonly source?: Partial<SimConfig>
+  readonly memMib?: number
+  /** The coordinator's commitAllowanceMs (default 400); null = it sends no limits. */
+  readonly commitAllowanceMs?: number | null
+  readonly fleet?: FleetOptions
+}) =>
   Effect.gen(function* () {
-    const fleet = yield* makeFleet([
-      { hostId: "a", sim: { ...seed004, ...opts.source } },
-      { hostId: "b", sim: seed004 },
-    ])
+    const fleet = yield* makeFleet(
+      [
+        { hostId: "a", sim: { ...seed004, ...opts.source } },
+        { hostId: "b", sim: seed004 },
+      ],
+      opts.fleet,
+    )
+    if (opts.commitAllowanceMs !== undefined) yield* fleet.coordinator.setCommitAllowance(opts.commitAllowanceMs)
     const [a, b] = fleet.hosts as [(typeof fleet.hosts)[0], (typeof fleet.hosts)[0]]
     const settle = Effect.gen(function* () {
       for (let i = 0; i < 4; i++) {
@@ -94,4 +105,130 @@ describe("the post-capture check", () => {
       assert.strictEqual((yield* b.target.staged).length, 0)
     }))
 
+})
+
+describe("the commit allowance is the coordinator's", () => {
+  it.effect("a coordinator with commitAllowanceMs 600 makes the agent refuse, before pausing, the 600 ms move it accepts at 400", () =>
+    Effect.gen(function* () {
+      const { a, move, session, outcome } = yield* runMove({ maxDowntimeMs: 600, commitAllowanceMs: 600 })
+      assert.strictEqual(move.state, "aborted")
+      assert.match(move.abortReason ?? "", /^ErrMoveDowntime: pre-pause estimate/)
+      // The same rounds as the 480 ms case (estimate 486 = 86 + 400), with the coordinator's 600.
+      assert.strictEqual(move.estimateMs, 686)
+      assert.strictEqual(yield* Ref.get(a.runtime.pauses), 0)
+      assert.strictEqual(outcome._tag, "Refused")
+      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
+    }))
+
+  it.effect("a coordinator that sends no limits (older than the field): the SPEC default 400 applies", () =>
+    Effect.gen(function* () {
+      const { move } = yield* runMove({ maxDowntimeMs: 600, commitAllowanceMs: null })
+      assert.strictEqual(move.state, "committed")
+    }))
+})
+
+/** Collects log lines (level and text) for assertions. */
+const capturingLogs = Effect.sync(() => {
+  const lines: { readonly level: string; readonly text: string }[] = []
+  const logger = Logger.make((o) => {
+    lines.push({ level: o.logLevel, text: JSON.stringify(o.message) })
+  })
+  return { lines, layer: Logger.layer([logger]) }
+})
+
+describe("the final round is the point of no return (SPEC §5), and the coordinator knows it", () => {
+  it.effect("the source records the final round with the coordinator before the target receives it", () =>
+    Effect.gen(function* () {
+      const seen: string[][] = []
+      const { move } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          wrapLink: (link, coordinator) => ({
+            ...link,
+            send: (h, c) =>
+              Effect.gen(function* () {
+                if (c.kind === "final") seen.push((yield* coordinator.get).moves.get(h.moveId)!.rounds.map((r) => r.kind))
+                return yield* link.send(h, c)
+              }),
+          }),
+        },
+      })
+      assert.strictEqual(move.state, "committed")
+      assert.deepStrictEqual(seen, [["full", "delta", "delta", "final"]])
+      // Recorded before it was sent: its send time is the commit's `sendMs` phase.
+      assert.strictEqual(move.rounds.at(-1)?.sendMs, 0)
+      assert.isTrue(move.phases!.sendMs > 0)
+    }))
+
+  it.effect("the coordinator aborts the move while the source is paused (its move wait timed out): the final round is refused, nothing reaches the target, the guest resumes on the source", () =>
+    Effect.gen(function* () {
+      const { a, b, move, session, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: { onPause: (coordinator, hostId, vmId) => (hostId === "a" && vmId === "s1" ? coordinator.abortMove("m1", "timeout") : Effect.void) },
+      })
+      assert.strictEqual(move.state, "aborted")
+      assert.strictEqual(move.abortReason, "timeout")
+      assert.isFalse(move.rounds.some((r) => r.kind === "final"))
+      assert.strictEqual(outcome._tag, "Gone")
+      assert.isUndefined(yield* b.target.committedAt("m1"), "the target never committed")
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
+      // The same guest runs on the source: resumed, not booted again.
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1)
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+
+  it.effect("a commit that reaches an already-aborted move is logged as an error; the coordinator places the session on the source, so the target's copy is destroyed and the source's paused copy resumes", () =>
+    Effect.gen(function* () {
+      const logs = yield* capturingLogs
+      const { a, b, move, session, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          // The race the fence closes within one process (replicas on PostgreSQL): the coordinator
+          // aborts just after the target committed, before the source's commit arrives.
+          wrapLink: (link, coordinator) => ({ ...link, commit: (h) => link.commit(h).pipe(Effect.andThen(coordinator.abortMove(h.moveId, "timeout"))) }),
+        },
+      }).pipe(Effect.provide(logs.layer))
+      assert.strictEqual(move.state, "aborted")
+      assert.strictEqual(outcome._tag, "CommitRefused")
+      if (outcome._tag === "CommitRefused") assert.isTrue(outcome.restoredOnSource)
+      const errors = logs.lines.filter((l) => l.level === "Error")
+      assert.strictEqual(errors.length, 1, JSON.stringify(logs.lines))
+      assert.match(errors[0]!.text, /move commit refused: the target committed move m1 but the coordinator had aborted it \(timeout\)/)
+      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
+      // One guest, on the source, the one that was paused (not booted again); nothing on the target.
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1)
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.deepStrictEqual(yield* b.residents.all, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+
+  it.effect("a commit refused for a session no longer on the source (ended meanwhile): logged, the target's copy is not touched by the source", () =>
+    Effect.gen(function* () {
+      const logs = yield* capturingLogs
+      let targetRanAtRefusal = false
+      const { a, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          wrapLink: (link, coordinator) => ({
+            ...link,
+            commit: (h) =>
+              link.commit(h).pipe(
+                Effect.andThen(coordinator.abortMove(h.moveId, "session ended")),
+                Effect.andThen(coordinator.setState(h.sessionId, "ended")),
+              ),
+            abort: (h) => Effect.sync(() => void (targetRanAtRefusal = true)).pipe(Effect.andThen(link.abort(h))),
+          }),
+        },
+      }).pipe(Effect.provide(logs.layer))
+      assert.strictEqual(outcome._tag, "CommitRefused")
+      if (outcome._tag === "CommitRefused") assert.isFalse(outcome.restoredOnSource)
+      assert.isFalse(targetRanAtRefusal, "the source did not ask the target to destroy its copy")
+      assert.match(logs.lines.find((l) => l.level === "Error")?.text ?? "", /the session is not on this host \(ended\)/i)
+      // The ended session's copies go through each host's reconcile (the source's at once).
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
 })

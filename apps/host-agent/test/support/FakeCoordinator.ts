@@ -3,7 +3,16 @@
  * rules (a repeat or a stale step is a 409 `Conflict`), and the admin steps tests need.
  */
 import { Effect, Ref } from "effect"
-import { type AssignedMove, type AssignedSession, type Assignments, Conflict, type CoordinatorShape, type PhasesReport, type RoundReport } from "../../src/Coordinator.js"
+import {
+  type AssignedMove,
+  type AssignedSession,
+  type Assignments,
+  Conflict,
+  CoordinatorError,
+  type CoordinatorShape,
+  type PhasesReport,
+  type RoundReport,
+} from "../../src/Coordinator.js"
 import type { HostReport } from "../../src/Measure.js"
 
 export interface FakeMove extends AssignedMove {
@@ -19,10 +28,12 @@ export interface FakeState {
   readonly reports: ReadonlyMap<string, HostReport>
   readonly heartbeats: ReadonlyMap<string, number>
   readonly calls: readonly string[]
+  /** The coordinator's `commitAllowanceMs` sent with the assignments; null = sent no limits (an older coordinator). */
+  readonly commitAllowanceMs: number | null
 }
 
 export const makeFakeCoordinator = Effect.gen(function* () {
-  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), heartbeats: new Map(), calls: [] })
+  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), heartbeats: new Map(), calls: [], commitAllowanceMs: 400 })
   type Step = Effect.Effect<void, Conflict>
   const modify = (f: (s: FakeState) => readonly [Step, FakeState]) => Ref.modify(ref, f)
   const conflict = (op: string, message: string): Step => Effect.fail(new Conflict({ op, message }))
@@ -45,7 +56,21 @@ export const makeFakeCoordinator = Effect.gen(function* () {
         version: String(s.calls.length),
         sessions: [...s.sessions.values()].filter((x) => x.hostId === hostId && ["pending", "running", "parked", "descending", "moving"].includes(x.state)),
         moves: [...s.moves.values()].filter((m) => m.state === "pending" && (m.sourceHostId === hostId || m.targetHostId === hostId)),
+        ...(s.commitAllowanceMs === null ? {} : { limits: { commitAllowanceMs: s.commitAllowanceMs } }),
       })),
+    getMove: (id) =>
+      Effect.flatMap(Ref.get(ref), (s) => {
+        const m = s.moves.get(id)
+        return m === undefined || (m.sourceHostId !== hostId && m.targetHostId !== hostId)
+          ? Effect.fail(new CoordinatorError({ op: "getMove", status: 404, message: `no move ${id}` }))
+          : Effect.succeed(m)
+      }),
+    getSession: (id) =>
+      Effect.map(Ref.get(ref), (s) => {
+        const x = s.sessions.get(id)
+        // Like the HTTP client: a session of another host (403) or none (404) is null.
+        return x === undefined || x.hostId !== hostId ? null : x
+      }),
     started: (id) =>
       Effect.flatten(
         modify((s) =>
@@ -105,6 +130,9 @@ export const makeFakeCoordinator = Effect.gen(function* () {
         sessions: new Map(s.sessions).set(id, { id, state: "pending", budget: { memMib, vcpus }, hostId, reservationId: `res-${id}` }),
       })),
     setState: (id: string, state: AssignedSession["state"]) => Ref.update(ref, (s) => setSession(s, id, { state })),
+    setCommitAllowance: (ms: number | null) => Ref.update(ref, (s) => ({ ...s, commitAllowanceMs: ms })),
+    /** The coordinator aborts a pending move itself (its move wait timed out, or a race across replicas). */
+    abortMove: (moveId: string, reason: string) => client("admin").abort(moveId, reason).pipe(Effect.ignore),
     beginMove: (moveId: string, sessionId: string, targetHostId: string, maxDowntimeMs: number) =>
       Ref.update(ref, (s) => {
         const sess = s.sessions.get(sessionId)!

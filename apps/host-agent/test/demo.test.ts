@@ -1,0 +1,92 @@
+/**
+ * The demo as `pnpm start` runs it (a child process, `src/demo.ts`) beside a coordinator whose
+ * data dir is `<root>/.engram`, with INIT_CWD = <root> as pnpm sets it at the repository root:
+ * the demo finds the admin token there, keeps its own state there, walks the whole tour, and
+ * its output holds none of the secrets it used (admin token, host tokens, peer secret, the
+ * status and move tokens derived from it, or a token's hash).
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { createHash } from "node:crypto"
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join, resolve } from "node:path"
+import { pathToFileURL } from "node:url"
+import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
+import { Limits } from "@engram/core"
+import { afterAll, describe, expect, it } from "vitest"
+import { statusToken } from "../src/MoveToken.js"
+import { sleep } from "./support/E2e.js"
+
+const pkgDir = resolve(import.meta.dirname, "..")
+const root = mkdtempSync(join(tmpdir(), "engram-demo-root-"))
+let coordinator: RunningCoordinator | undefined
+let demo: ChildProcess | undefined
+
+afterAll(async () => {
+  if (demo !== undefined && demo.exitCode === null && demo.signalCode === null) {
+    const exited = new Promise((r) => demo!.once("exit", r))
+    demo.kill("SIGTERM")
+    await Promise.race([exited, sleep(5000).then(() => demo!.kill("SIGKILL"))])
+  }
+  await coordinator?.stop()
+  rmSync(root, { recursive: true, force: true })
+}, 60_000)
+
+const sha256 = (s: string) => createHash("sha256").update(s, "utf8").digest("hex")
+
+describe("the demo (pnpm start)", () => {
+  it("finds the admin token in <INIT_CWD>/.engram, keeps its state there, runs the tour, and prints no secret", async () => {
+    const dataDir = join(root, ".engram")
+    coordinator = await startCoordinator({
+      config: { port: 0, dataDir, limits: { ...Limits.defaults, reaperIntervalMs: 250 } },
+      logLevel: "Warn",
+    })
+    expect(coordinator.adminTokenFile).toBe(join(dataDir, "admin-token"))
+
+    const env: Record<string, string | undefined> = { ...process.env }
+    for (const k of ["ENGRAM_ADMIN_TOKEN", "ENGRAM_ADMIN_TOKEN_FILE", "ENGRAM_DATA_DIR", "ENGRAM_DEMO_STATE_DIR", "ENGRAM_DEMO_TOUR", "ENGRAM_PORT"]) delete env[k]
+    const output: string[] = []
+    const loader = pathToFileURL(join(pkgDir, "node_modules/tsx/dist/loader.mjs")).href
+    demo = spawn(process.execPath, ["--import", loader, "--conditions=@engram/source", join(pkgDir, "src/demo.ts")], {
+      cwd: pkgDir,
+      env: { ...env, INIT_CWD: root, ENGRAM_COORDINATOR_URL: coordinator.url, NO_COLOR: "1" },
+      stdio: ["ignore", "pipe", "pipe"],
+    })
+    const onData = (b: Buffer) => void output.push(b.toString())
+    demo.stdout?.on("data", onData)
+    demo.stderr?.on("data", onData)
+    const deadline = Date.now() + 150_000
+    while (!output.join("").includes("tour: done") && Date.now() < deadline && demo.exitCode === null) await sleep(250)
+    const text = output.join("")
+    expect(text, text).toContain("tour: done")
+    expect(text).toContain(join(dataDir, "admin-token"))
+    expect(text).not.toMatch(/tour stopped/)
+
+    // Its state sits beside the coordinator's, in files only its owner can read.
+    const stateDir = join(dataDir, "demo")
+    const hostTokens = JSON.parse(readFileSync(join(stateDir, "hosts.json"), "utf8")) as Record<string, string>
+    const peerSecret = readFileSync(join(stateDir, "peer-secret"), "utf8").trim()
+    const adminToken = readFileSync(join(dataDir, "admin-token"), "utf8").trim()
+    expect(Object.keys(hostTokens).sort()).toEqual(["sim-host-1", "sim-host-2"])
+    for (const f of ["hosts.json", "peer-secret", "sim-host-1.status-token", "sim-host-2.status-token"]) {
+      expect(statSync(join(stateDir, f)).mode & 0o777, f).toBe(0o600)
+    }
+    // The printed commands read the secrets from those files.
+    expect(text).toContain(`$(cat ${join(dataDir, "admin-token")})`)
+    expect(text).toContain(`$(cat ${join(stateDir, "sim-host-1.status-token")})`)
+
+    const secrets: Record<string, string> = { adminToken, peerSecret, adminTokenHash: sha256(adminToken) }
+    for (const [id, token] of Object.entries(hostTokens)) {
+      secrets[`hostToken ${id}`] = token
+      secrets[`hostTokenHash ${id}`] = sha256(token)
+      secrets[`statusToken ${id}`] = statusToken(peerSecret, id)
+    }
+    for (const [name, value] of Object.entries(secrets)) {
+      expect(value.length, name).toBeGreaterThanOrEqual(16)
+      expect(text.includes(value), `${name} appears in the demo's output`).toBe(false)
+    }
+    // Move tokens (HMAC hex) and any other 64-hex or 43-char base64url credential: none at all.
+    expect(text.match(/\b[0-9a-f]{64}\b/g) ?? []).toEqual([])
+    expect(text.match(/(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])/g) ?? []).toEqual([])
+  }, 240_000)
+})
