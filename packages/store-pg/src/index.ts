@@ -1,1 +1,7 @@
-export {}
+/**
+ * @engram/store-pg: the engram store on PostgreSQL (postgres.js) and on PGlite, through
+ * drizzle-orm, with committed drizzle-kit migrations.
+ */
+export * as StorePg from "./StorePg.js"
+export * as schema from "./schema.js"
+export { migrate, migrationsFolder } from "./Migrate.js"

@@ -1,0 +1,209 @@
+// The store-pg benchmark: one run, one PostgreSQL server (embedded PostgreSQL 18 from
+// @engram/test-pg, or $ENGRAM_BENCH_DATABASE_URL), each figure on a database of its own.
+//
+//   1. baseline: a pgbench-like short write transaction (BEGIN; UPDATE one row by random key;
+//      COMMIT) at 16 clients, in this Node process with postgres.js; and real pgbench when
+//      it is installed
+//   2. engram placements per second at 16 clients, and its ratio to the baseline
+//   3. queue drain: placements per second, in batches
+//   4. fleet view: read time at 1,000 and 10,000 hosts
+import { execFileSync } from "node:child_process"
+import { writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import path from "node:path"
+import { Limits } from "@engram/core"
+import { Store } from "@engram/store"
+import { createDatabase, pgBinDir, startEmbeddedPostgres } from "@engram/test-pg"
+import { Effect, ManagedRuntime } from "effect"
+import postgres from "postgres"
+import { StorePg } from "../src/index.js"
+
+const CLIENTS = 16
+const DURATION_MS = Number(process.env["BENCH_SECONDS"] ?? 5) * 1000
+
+const external = process.env["ENGRAM_BENCH_DATABASE_URL"]
+const server = external === undefined || external === "" ? await startEmbeddedPostgres() : undefined
+const serverUrl = server?.url ?? (external as string)
+const dropLater: (() => Promise<void>)[] = []
+const freshDb = async (): Promise<string> => {
+  const db = await createDatabase(serverUrl, { prefix: "engram_bench" })
+  dropLater.push(() => db.drop())
+  return db.url
+}
+const fmt = (n: number, digits = 0): string => n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits })
+
+/** Runs `worker` on `clients` loops until the duration is up; answers operations per second. */
+const closedLoop = async (clients: number, worker: (client: number, i: number) => Promise<unknown>): Promise<number> => {
+  const started = performance.now()
+  let done = 0
+  await Promise.all(
+    Array.from({ length: clients }, async (_, client) => {
+      for (let i = 0; performance.now() - started < DURATION_MS; i++) {
+        await worker(client, i)
+        done++
+      }
+    }),
+  )
+  return done / ((performance.now() - started) / 1000)
+}
+
+const baseline = async (): Promise<number> => {
+  const url = await freshDb()
+  const sql = postgres(url, { max: CLIENTS, onnotice: () => undefined })
+  try {
+    await sql`create table accounts (id int primary key, balance bigint not null default 0)`
+    await sql`insert into accounts (id) select g from generate_series(1, 100000) g`
+    await sql`vacuum analyze accounts`
+    return await closedLoop(CLIENTS, () =>
+      sql.begin((tx) => tx`update accounts set balance = balance + 1 where id = ${1 + Math.floor(Math.random() * 100000)}`),
+    )
+  } finally {
+    await sql.end()
+  }
+}
+
+const realPgbench = async (): Promise<number | null> => {
+  let bin: string
+  try {
+    bin = pgBinDir({ needs: ["pgbench"] })
+  } catch {
+    return null
+  }
+  const url = new URL(await freshDb())
+  const env = { ...process.env, PGPASSWORD: decodeURIComponent(url.password) }
+  const args = ["-h", url.hostname, "-p", url.port, "-U", decodeURIComponent(url.username), url.pathname.slice(1)]
+  const script = path.join(tmpdir(), `engram-bench-${process.pid}.sql`)
+  writeFileSync(
+    script,
+    "\\set aid random(1, 100000 * :scale)\nBEGIN;\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\nEND;\n",
+  )
+  execFileSync(path.join(bin, "pgbench"), ["-i", "-s", "1", "-q", ...args], { env, stdio: "ignore" })
+  const out = execFileSync(
+    path.join(bin, "pgbench"),
+    ["-n", "-c", String(CLIENTS), "-j", "2", "-T", String(DURATION_MS / 1000), "-f", script, ...args],
+    { env, encoding: "utf8" },
+  )
+  const m = /tps = ([\d.]+)/.exec(out)
+  return m === null ? null : Number(m[1])
+}
+
+const placements = async (placementReadMaxAgeMs = 0): Promise<{ perSec: number; placed: number; queued: number }> => {
+  const url = await freshDb()
+  const runtime = ManagedRuntime.make(StorePg.layer({ url, poolSize: CLIENTS, placementReadMaxAgeMs }))
+  try {
+    // 200 hosts of 64 GiB and 16 cores: room for every session the run creates.
+    await runtime.runPromise(
+      Store.use((s) =>
+        Effect.forEach(Array.from({ length: 200 }, (_, i) => `h${String(i).padStart(3, "0")}`), (id) =>
+          Effect.andThen(s.registerHost({ id }), s.reportHost(id, { totalMib: 65536 + 1024, allocatableMib: 65536 + 1024, totalVcpus: 16 })),
+        ),
+      ),
+    )
+    let placed = 0
+    let queued = 0
+    const perSec = await closedLoop(CLIENTS, async (client, i) => {
+      const outcome = await runtime.runPromise(
+        Store.use((s) => s.createSession({ id: `c${client}-${i}`, budget: { memMib: 512 + 512 * (i % 4), vcpus: 1 } })),
+      )
+      if (outcome._tag === "Placed") placed++
+      else queued++
+    })
+    return { perSec, placed, queued }
+  } finally {
+    await runtime.dispose()
+  }
+}
+
+const drain = async (queuedCount: number, batch: number): Promise<{ perSec: number; placed: number; batches: number }> => {
+  const url = await freshDb()
+  const runtime = ManagedRuntime.make(StorePg.layer({ url, poolSize: 4 }))
+  const sql = postgres(url, { max: 1, onnotice: () => undefined })
+  try {
+    await runtime.runPromise(Store.use((s) => Effect.sync(() => s.limits())))
+    // Hosts with room for the whole queue (32 entries each), and a queue written in bulk.
+    const hostCount = Math.ceil(queuedCount / 30)
+    await sql`insert into hosts (id, labels, state, total_mib, allocatable_mib, total_vcpus, reported_at, created_at)
+      select 'h' || lpad(g::text, 5, '0'), '{}'::jsonb, 'ready', 200000, 200000, 64, 0, 0 from generate_series(1, ${hostCount}) g`
+    await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, queued_at, created_at, updated_at)
+      select 'q' || g, 'queued', 1024 * (1 + g % 4), 1 + g % 2, '{}', g, g, g from generate_series(1, ${queuedCount}) g`
+    await sql`analyze`
+    const started = performance.now()
+    let placed = 0
+    let batches = 0
+    for (;;) {
+      const result = await runtime.runPromise(Store.use((s) => s.drainQueue({ limit: batch })))
+      batches++
+      placed += result.placed.length
+      if (result.placed.length === 0 || result.remaining === 0) break
+    }
+    return { perSec: placed / ((performance.now() - started) / 1000), placed, batches }
+  } finally {
+    await sql.end()
+    await runtime.dispose()
+  }
+}
+
+const fleetView = async (hostCount: number): Promise<{ medianMs: number; parks: number; entries: number }> => {
+  const url = await freshDb()
+  const runtime = ManagedRuntime.make(StorePg.layer({ url, poolSize: 2 }))
+  const sql = postgres(url, { max: 1, onnotice: () => undefined })
+  try {
+    await runtime.runPromise(Store.use((s) => Effect.sync(() => s.limits())))
+    // Every host with 8 sessions: 5 running, 2 parked, 1 descending; and a queue of 1,000.
+    await sql`insert into hosts (id, labels, state, total_mib, allocatable_mib, total_vcpus, reported_at, created_at)
+      select 'h' || lpad(g::text, 5, '0'), '{"zone":"a"}'::jsonb, 'ready', 262144, 262144, 64, 0, 0 from generate_series(1, ${hostCount}) g`
+    await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, parked_at, created_at, updated_at)
+      select 's' || h || '-' || k,
+        case when k <= 5 then 'running' when k <= 7 then 'parked' else 'descending' end,
+        4096, 2, '{}', 'h' || lpad(h::text, 5, '0'), 'r' || h || '-' || k,
+        case when k in (6, 7) then h * 10 + k end, 0, 0
+      from generate_series(1, ${hostCount}) h, generate_series(1, 8) k`
+    await sql`insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
+      select 'r' || h || '-' || k, 'h' || lpad(h::text, 5, '0'), 'session', 's' || h || '-' || k, 4096, 2, 0, 0
+      from generate_series(1, ${hostCount}) h, generate_series(1, 8) k`
+    await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, queued_at, created_at, updated_at)
+      select 'q' || g, 'queued', 8192, 2, '{}', g, g, g from generate_series(1, 1000) g`
+    await sql`analyze`
+    const times: number[] = []
+    let parks = 0
+    for (let i = 0; i < 7; i++) {
+      const started = performance.now()
+      const fleet = await runtime.runPromise(Store.use((s) => s.fleetView()))
+      times.push(performance.now() - started)
+      parks = fleet.hosts.reduce((n, h) => n + h.parks.length, 0)
+      if (fleet.hosts.length !== hostCount) throw new Error(`fleet view read ${fleet.hosts.length} hosts`)
+    }
+    times.sort((a, b) => a - b)
+    return { medianMs: times[Math.floor(times.length / 2)] as number, parks, entries: hostCount * 8 }
+  } finally {
+    await sql.end()
+    await runtime.dispose()
+  }
+}
+
+try {
+  console.log(`store-pg bench: ${server === undefined ? "external server" : "embedded PostgreSQL 18 (fsync off)"}, ${CLIENTS} clients, ${DURATION_MS / 1000} s per figure, limits = defaults (maxEntriesPerNode ${Limits.defaults.maxEntriesPerNode})`)
+  const base = await baseline()
+  console.log(`baseline (postgres.js, BEGIN; UPDATE one row by random key; COMMIT) at ${CLIENTS} clients: ${fmt(base)} TPS`)
+  const pgb = await realPgbench()
+  console.log(pgb === null ? "pgbench: not installed" : `pgbench (same transaction, -c ${CLIENTS} -j 2) at ${CLIENTS} clients: ${fmt(pgb)} TPS`)
+  const place = await placements()
+  console.log(
+    `engram placements at ${CLIENTS} clients (200 hosts): ${fmt(place.perSec)} /s (${place.placed} placed, ${place.queued} queued); ratio to baseline ${fmt(place.perSec / base, 2)} (goal >= 0.80)`,
+  )
+  const cachedPlace = await placements(100)
+  console.log(
+    `engram placements at ${CLIENTS} clients (200 hosts), placementReadMaxAgeMs = 100: ${fmt(cachedPlace.perSec)} /s (${cachedPlace.placed} placed, ${cachedPlace.queued} queued); ratio to baseline ${fmt(cachedPlace.perSec / base, 2)}`,
+  )
+  for (const batch of [1000, 5000]) {
+    const d = await drain(10_000, batch)
+    console.log(`queue drain, 10,000 queued in batches of ${batch}: ${fmt(d.perSec)} placements/s (${d.placed} placed in ${d.batches} drains; goal >= 10,000/s)`)
+  }
+  for (const hosts of [1000, 10_000]) {
+    const f = await fleetView(hosts)
+    console.log(`fleet view, ${fmt(hosts)} hosts (${fmt(f.entries)} reservations, ${fmt(f.parks)} parks, 1,000 queued): ${fmt(f.medianMs, 1)} ms (median of 7)`)
+  }
+} finally {
+  for (const drop of dropLater) await drop().catch(() => undefined)
+  await server?.stop()
+}

@@ -1,0 +1,182 @@
+/**
+ * The one query that reads hosts with what the ledger holds on them: the reserved sums and
+ * entry counts of every host (or of a few), computed in one set-based statement. Placement,
+ * the drain, the ledger's admission, the host views and the fleet read all use it; what the
+ * sums mean (room, fits, capacity) is decided by `@engram/core`, never here.
+ */
+import { Headroom } from "@engram/core"
+import type { Budget, FleetHost, Limits, Placement } from "@engram/core"
+import type { Host, HostView } from "@engram/store"
+import { sql } from "drizzle-orm"
+import type { SQL } from "drizzle-orm"
+import { query } from "./Db.js"
+import type { Exec } from "./Db.js"
+
+/** A park as the fleet read carries it. */
+export interface ParkRow {
+  readonly sessionId: string
+  readonly parkedAt: number
+  readonly memMib: number
+  readonly vcpus: number
+}
+
+/** A host with its reserved sums (and, when asked, its parks and descents). */
+export interface RoomRow {
+  readonly id: string
+  readonly labels: Record<string, string>
+  readonly state: Placement.HostState
+  readonly totalMib: number | null
+  readonly allocatableMib: number | null
+  readonly totalVcpus: number | null
+  readonly reportedAt: number | null
+  readonly createdAt: number
+  readonly reservedMemMib: number
+  readonly reservedVcpus: number
+  readonly entries: number
+  readonly parks: number
+  readonly descents: number
+  readonly parkList: readonly ParkRow[] | null
+}
+
+/** What to read beside the sums. */
+export interface RoomOptions {
+  /** Only these hosts (all when absent). */
+  readonly hostIds?: readonly string[] | undefined
+  /** `counts`: parks and descents per host; `parks`: also every park (the fleet read). */
+  readonly sessions?: "none" | "counts" | "parks" | undefined
+  /** `room`: only what placement reads (no labels): less to send and parse per placement. */
+  readonly columns?: "room" | "full" | undefined
+}
+
+const idFilter = (column: SQL, ids: readonly string[] | undefined): SQL => {
+  if (ids === undefined) return sql`true`
+  if (ids.length === 1) return sql`${column} = ${ids[0]}`
+  return sql`${column} in (select jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb))`
+}
+
+/**
+ * The statement: hosts left-joined with one grouped pass over the reservations (and the
+ * sessions, when asked), sorted by host id.
+ */
+export const roomSql = (options: RoomOptions = {}): SQL => {
+  const ids = options.hostIds
+  const sessions = options.sessions ?? "none"
+  const sessionCols =
+    sessions === "none"
+      ? sql`0 as "parks", 0 as "descents", null::json as "parkList"`
+      : sql`coalesce(s.parks, 0) as "parks", coalesce(s.descents, 0) as "descents", ${
+          sessions === "parks" ? sql`coalesce(s.park_list, '[]'::json)` : sql`null::json`
+        } as "parkList"`
+  const sessionJoin =
+    sessions === "none"
+      ? sql``
+      : sql`left join (
+          select host_id,
+            (count(*) filter (where state = 'parked'))::int as parks,
+            (count(*) filter (where state = 'descending'))::int as descents
+            ${
+              sessions === "parks"
+                ? sql`, json_agg(json_build_object('sessionId', id, 'parkedAt', parked_at, 'memMib', mem_mib, 'vcpus', vcpus)
+                    order by parked_at, id) filter (where state = 'parked') as park_list`
+                : sql``
+            }
+          from sessions
+          where state in ('parked', 'descending') and ${idFilter(sql`host_id`, ids)}
+          group by host_id
+        ) s on s.host_id = h.id`
+  return sql`
+    select h.id, ${options.columns === "room" ? sql`null::jsonb` : sql`h.labels`} as labels, h.state,
+      h.total_mib as "totalMib", h.allocatable_mib as "allocatableMib", h.total_vcpus as "totalVcpus",
+      h.reported_at::float8 as "reportedAt", h.created_at::float8 as "createdAt",
+      coalesce(r.mem, 0) as "reservedMemMib", coalesce(r.vcpus, 0) as "reservedVcpus", coalesce(r.entries, 0) as "entries",
+      ${sessionCols}
+    from hosts h
+    left join (
+      select host_id, sum(mem_mib)::float8 as mem, sum(vcpus)::float8 as vcpus, count(*)::int as entries
+      from reservations
+      where ${idFilter(sql`host_id`, ids)}
+      group by host_id
+    ) r on r.host_id = h.id
+    ${sessionJoin}
+    where ${idFilter(sql`h.id`, ids)}
+    order by h.id`
+}
+
+const num = (v: unknown): number => (typeof v === "number" ? v : Number(v))
+const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : num(v))
+const json = <T>(v: unknown): T => (typeof v === "string" ? (JSON.parse(v) as T) : (v as T))
+
+/** Normalizes a row from either driver (or from json_agg). */
+export const toRoomRow = (r: Record<string, unknown>): RoomRow => ({
+  id: r["id"] as string,
+  labels: json<Record<string, string>>(r["labels"] ?? {}),
+  state: r["state"] as Placement.HostState,
+  totalMib: numOrNull(r["totalMib"]),
+  allocatableMib: numOrNull(r["allocatableMib"]),
+  totalVcpus: numOrNull(r["totalVcpus"]),
+  reportedAt: numOrNull(r["reportedAt"]),
+  createdAt: num(r["createdAt"]),
+  reservedMemMib: num(r["reservedMemMib"]),
+  reservedVcpus: num(r["reservedVcpus"]),
+  entries: num(r["entries"]),
+  parks: num(r["parks"]),
+  descents: num(r["descents"]),
+  parkList: r["parkList"] == null ? null : json<ParkRow[]>(r["parkList"]),
+})
+
+/** Reads hosts with their reserved sums: the one read of room. */
+export const readRoom = async (exec: Exec, options: RoomOptions = {}): Promise<RoomRow[]> => {
+  if (options.hostIds !== undefined && options.hostIds.length === 0) return []
+  const rows = await query<Record<string, unknown>>(exec, roomSql(options))
+  return rows.map(toRoomRow)
+}
+
+/** The report of a host, null before its first report. */
+export const reportOf = (row: RoomRow): Host["report"] =>
+  row.reportedAt === null ? null : { totalMib: row.totalMib, allocatableMib: row.allocatableMib, totalVcpus: row.totalVcpus }
+
+/** Whether the host is measured (core's rule). */
+export const measuredOf = (row: RoomRow): boolean => {
+  const report = reportOf(row)
+  return report !== null && Headroom.isMeasuredReport(report)
+}
+
+/** The reserved budget of a row. */
+export const reservedOf = (row: RoomRow): Budget => ({ memMib: row.reservedMemMib, vcpus: row.reservedVcpus })
+
+/** The host as placement and the park gate see it; headroom through `Headroom.fromReport`. */
+export const toCandidate = (row: RoomRow, limits: Limits.Limits): FleetHost => ({
+  id: row.id,
+  headroom: Headroom.fromReport(
+    { allocatableMib: row.allocatableMib, totalVcpus: row.totalVcpus },
+    reservedOf(row),
+    limits,
+  ),
+  state: row.state,
+  entries: row.entries,
+  measured: measuredOf(row),
+  descentsRunning: row.descents,
+  parks: (row.parkList ?? []).map((p) => ({
+    sessionId: p.sessionId,
+    parkedAt: num(p.parkedAt),
+    budget: { memMib: num(p.memMib), vcpus: num(p.vcpus) },
+  })),
+})
+
+/** The host view of the store interface. */
+export const toHostView = (row: RoomRow, limits: Limits.Limits): HostView => {
+  const c = toCandidate(row, limits)
+  return {
+    id: row.id,
+    labels: row.labels,
+    state: row.state,
+    report: reportOf(row),
+    reportedAt: row.reportedAt,
+    createdAt: row.createdAt,
+    measured: c.measured ?? false,
+    headroom: c.headroom,
+    entries: row.entries,
+    parks: row.parks,
+    descentsRunning: row.descents,
+  }
+}

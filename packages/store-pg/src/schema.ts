@@ -1,0 +1,155 @@
+/**
+ * The engram tables in drizzle-orm. drizzle-kit generates the committed migrations in
+ * `drizzle/` from this file. CHECK constraints are the last line of defence: every value is
+ * validated in TypeScript (and by `@engram/core`) before it reaches a statement.
+ *
+ * Times are epoch milliseconds from the store's Effect Clock (never the server's `now()`).
+ */
+import { sql } from "drizzle-orm"
+import {
+  bigint,
+  check,
+  doublePrecision,
+  index,
+  jsonb,
+  pgTable,
+  primaryKey,
+  smallint,
+  text,
+  uniqueIndex,
+} from "drizzle-orm/pg-core"
+
+const ms = (name: string) => bigint(name, { mode: "number" })
+
+/** Hosts. `reported_at` is set once the host has reported; `report` is null before that. */
+export const hosts = pgTable(
+  "hosts",
+  {
+    id: text("id").primaryKey(),
+    labels: jsonb("labels").$type<Record<string, string>>().notNull().default({}),
+    state: text("state").$type<"ready" | "cordoned" | "draining">().notNull().default("ready"),
+    tokenHash: text("token_hash"),
+    totalMib: doublePrecision("total_mib"),
+    allocatableMib: doublePrecision("allocatable_mib"),
+    totalVcpus: bigint("total_vcpus", { mode: "number" }),
+    reportedAt: ms("reported_at"),
+    createdAt: ms("created_at").notNull(),
+  },
+  (t) => [
+    check("hosts_state_check", sql`${t.state} in ('ready', 'cordoned', 'draining')`),
+    check("hosts_total_mib_check", sql`${t.totalMib} is null or ${t.totalMib} >= 0`),
+    check("hosts_allocatable_mib_check", sql`${t.allocatableMib} is null or ${t.allocatableMib} >= 0`),
+    check("hosts_total_vcpus_check", sql`${t.totalVcpus} is null or ${t.totalVcpus} >= 0`),
+  ],
+)
+
+/** Sessions. `host_id` and `reservation_id` are set while the session holds a reservation. */
+export const sessions = pgTable(
+  "sessions",
+  {
+    id: text("id").primaryKey(),
+    state: text("state").notNull(),
+    memMib: bigint("mem_mib", { mode: "number" }).notNull(),
+    vcpus: bigint("vcpus", { mode: "number" }).notNull(),
+    affinity: text("affinity").array().notNull().default(sql`'{}'::text[]`),
+    hostId: text("host_id").references(() => hosts.id),
+    reservationId: text("reservation_id"),
+    queuedAt: ms("queued_at"),
+    parkedAt: ms("parked_at"),
+    createdAt: ms("created_at").notNull(),
+    updatedAt: ms("updated_at").notNull(),
+  },
+  (t) => [
+    check(
+      "sessions_state_check",
+      sql`${t.state} in ('queued', 'pending', 'running', 'parked', 'descending', 'descended', 'moving', 'ended', 'lost')`,
+    ),
+    check("sessions_mem_mib_check", sql`${t.memMib} > 0`),
+    check("sessions_vcpus_check", sql`${t.vcpus} >= 1`),
+    check("sessions_queued_check", sql`${t.state} <> 'queued' or ${t.queuedAt} is not null`),
+    // The queue in FIFO order, and the parks and descents of the fleet view.
+    index("sessions_queue_idx").on(t.queuedAt, t.id).where(sql`${t.state} = 'queued'`),
+    index("sessions_host_idx").on(t.hostId).where(sql`${t.hostId} is not null`),
+    index("sessions_created_idx").on(t.createdAt, t.id),
+  ],
+)
+
+/** The reservation ledger: every budget held on a host (SPEC §3). */
+export const reservations = pgTable(
+  "reservations",
+  {
+    id: text("id").primaryKey(),
+    hostId: text("host_id")
+      .notNull()
+      .references(() => hosts.id),
+    ownerKind: text("owner_kind").$type<"session" | "move" | "capture" | "external">().notNull(),
+    ownerId: text("owner_id").notNull(),
+    memMib: doublePrecision("mem_mib").notNull(),
+    vcpus: doublePrecision("vcpus").notNull(),
+    vramMib: doublePrecision("vram_mib"),
+    createdAt: ms("created_at").notNull(),
+    lastHeartbeatAt: ms("last_heartbeat_at").notNull(),
+    expiresAt: doublePrecision("expires_at"),
+    description: text("description"),
+  },
+  (t) => [
+    check("reservations_owner_kind_check", sql`${t.ownerKind} in ('session', 'move', 'capture', 'external')`),
+    check("reservations_mem_mib_check", sql`${t.memMib} > 0`),
+    check("reservations_vcpus_check", sql`${t.vcpus} >= 0`),
+    check("reservations_vram_mib_check", sql`${t.vramMib} is null or ${t.vramMib} >= 0`),
+    index("reservations_host_idx").on(t.hostId),
+    index("reservations_owner_idx").on(t.ownerId),
+  ],
+)
+
+/** Live moves (SPEC §5). Rounds and phases are small documents, kept as jsonb. */
+export const moves = pgTable(
+  "moves",
+  {
+    id: text("id").primaryKey(),
+    sessionId: text("session_id")
+      .notNull()
+      .references(() => sessions.id),
+    sourceHostId: text("source_host_id").notNull(),
+    targetHostId: text("target_host_id").notNull(),
+    reservationId: text("reservation_id").notNull(),
+    maxDowntimeMs: doublePrecision("max_downtime_ms").notNull(),
+    state: text("state").$type<"pending" | "committed" | "aborted">().notNull(),
+    rounds: jsonb("rounds").notNull().default([]),
+    phases: jsonb("phases"),
+    abortReason: text("abort_reason"),
+    createdAt: ms("created_at").notNull(),
+    endedAt: ms("ended_at"),
+  },
+  (t) => [
+    check("moves_state_check", sql`${t.state} in ('pending', 'committed', 'aborted')`),
+    check("moves_max_downtime_check", sql`${t.maxDowntimeMs} > 0`),
+    check("moves_target_check", sql`${t.sourceHostId} <> ${t.targetHostId}`),
+    // One open move per session.
+    uniqueIndex("moves_open_idx").on(t.sessionId).where(sql`${t.state} = 'pending'`),
+  ],
+)
+
+/**
+ * The cumulative ledger metrics, as sharded counter rows summed on read: one hot row
+ * would serialize every placement on its row lock, so each transaction adds to the shard
+ * of its backend (`pg_backend_pid() % 64`).
+ */
+export const metrics = pgTable(
+  "metrics",
+  {
+    shard: smallint("shard").notNull(),
+    totalReservedMib: doublePrecision("total_reserved_mib").notNull().default(0),
+    totalReleasedMib: doublePrecision("total_released_mib").notNull().default(0),
+    totalReclaimedMib: doublePrecision("total_reclaimed_mib").notNull().default(0),
+    reserveFailures: bigint("reserve_failures", { mode: "number" }).notNull().default(0),
+  },
+  (t) => [
+    primaryKey({ columns: [t.shard] }),
+    check("metrics_shard_check", sql`${t.shard} >= 0 and ${t.shard} < 64`),
+    check(
+      "metrics_nonnegative_check",
+      sql`${t.totalReservedMib} >= 0 and ${t.totalReleasedMib} >= 0 and ${t.totalReclaimedMib} >= 0 and ${t.reserveFailures} >= 0`,
+    ),
+  ],
+)

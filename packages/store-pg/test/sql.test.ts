@@ -1,0 +1,148 @@
+// The SQL paths beyond the shared suite: migrations applied again (and at once from two
+// replicas), the typed errors when the server goes away, and a PGlite data directory that
+// survives a restart.
+import { mkdtemp, rm } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import path from "node:path"
+import { Limits } from "@engram/core"
+import { Store } from "@engram/store"
+import { freePort, freshDatabase, startEmbeddedPostgres } from "@engram/test-pg"
+import { Effect, Exit, Layer, ManagedRuntime } from "effect"
+import postgres from "postgres"
+import { describe, expect, it } from "vitest"
+import { migrate, StorePg } from "../src/index.js"
+
+const failureOf = <A, E>(exit: Exit.Exit<A, E>): unknown =>
+  Exit.isFailure(exit) ? (exit.cause.reasons.find((r) => r._tag === "Fail") as { error: unknown } | undefined)?.error : undefined
+
+describe("migrations", () => {
+  it("applying the migrations twice, and from two replicas at once, changes nothing", async () => {
+    const db = await freshDatabase()
+    try {
+      await Promise.all([migrate(db.url), migrate(db.url)])
+      await migrate(db.url)
+      const sql = postgres(db.url, { max: 1, onnotice: () => undefined })
+      try {
+        const applied = await sql`select count(*)::int as n from drizzle.__drizzle_migrations`
+        expect(applied[0]?.["n"]).toBe(1)
+        const tables = await sql`select table_name from information_schema.tables where table_schema = 'public' order by 1`
+        expect(tables.map((t) => t["table_name"])).toStrictEqual(["hosts", "metrics", "moves", "reservations", "sessions"])
+        // CHECK constraints are the last line of defence.
+        await expect(sql`insert into sessions (id, state, mem_mib, vcpus, created_at, updated_at) values ('x', 'pending', 0, 1, 0, 0)`).rejects.toMatchObject({
+          code: "23514",
+        })
+        await expect(sql`insert into hosts (id, state, created_at) values ('h', 'gone', 0)`).rejects.toMatchObject({ code: "23514" })
+      } finally {
+        await sql.end()
+      }
+    } finally {
+      await db.drop()
+    }
+  })
+})
+
+describe("errors", () => {
+  it("a store whose server went away answers Unavailable with a retry hint, and changes nothing", async () => {
+    const server = await startEmbeddedPostgres()
+    const runtime = ManagedRuntime.make(StorePg.layer({ url: server.url, poolSize: 2, connectTimeoutSec: 2 }))
+    try {
+      await runtime.runPromise(Store.use((s) => s.registerHost({ id: "h1" })))
+      await server.stop()
+      const exit = await runtime.runPromiseExit(Store.use((s) => s.registerHost({ id: "h2" })))
+      const error = failureOf(exit)
+      expect(error).toMatchObject({ _tag: "Unavailable", retryAfterMs: 1000 })
+      const read = await runtime.runPromiseExit(Store.use((s) => s.listHosts()))
+      expect(failureOf(read)).toMatchObject({ _tag: "Unavailable" })
+    } finally {
+      await runtime.dispose()
+      await server.stop()
+    }
+  })
+
+  it("starting against a server that refuses connections fails with Unavailable", async () => {
+    const port = await freePort()
+    const exit = await Effect.runPromiseExit(
+      Effect.scoped(Layer.build(StorePg.layer({ url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`, connectTimeoutSec: 2 }))),
+    )
+    expect(failureOf(exit)).toMatchObject({ _tag: "Unavailable" })
+  })
+
+  it("a duplicate host is a Conflict, not a driver error", async () => {
+    const db = await freshDatabase()
+    const runtime = ManagedRuntime.make(StorePg.layer({ url: db.url }))
+    try {
+      await runtime.runPromise(Store.use((s) => s.registerHost({ id: "h1" })))
+      const exit = await runtime.runPromiseExit(Store.use((s) => s.registerHost({ id: "h1" })))
+      expect(failureOf(exit)).toMatchObject({ _tag: "Conflict", entity: "host", id: "h1" })
+    } finally {
+      await runtime.dispose()
+      await db.drop()
+    }
+  })
+})
+
+describe("reclaim", () => {
+  it("a moving session whose own and target entries are both stale ends lost, whichever entry id sorts first", async () => {
+    const db = await freshDatabase()
+    const limits = { ...Limits.defaults, heartbeatStaleWindowMs: 1 }
+    const runtime = ManagedRuntime.make(StorePg.layer({ url: db.url, limits }))
+    try {
+      const ids = Array.from({ length: 12 }, (_, i) => `s${i}`)
+      await runtime.runPromise(
+        Store.use((s) =>
+          Effect.gen(function* () {
+            for (const h of ["h1", "h2"]) {
+              yield* s.registerHost({ id: h })
+              yield* s.reportHost(h, { totalMib: 65536, allocatableMib: 65536, totalVcpus: 64 })
+            }
+            for (const id of ids) {
+              yield* s.createSession({ id, budget: { memMib: 1024, vcpus: 1 } })
+              yield* s.markRunning(id)
+              yield* s.beginMove({ sessionId: id, maxDowntimeMs: 600 })
+            }
+          }),
+        ),
+      )
+      // Random entry ids: with 12 sessions both orders (session entry first, move entry first) occur.
+      await new Promise((r) => setTimeout(r, 20))
+      const result = await runtime.runPromise(Store.use((s) => s.reclaim()))
+      expect(result.lostSessions).toStrictEqual([...ids].sort())
+      expect(result.reclaimed).toHaveLength(24)
+      const sessions = await runtime.runPromise(Store.use((s) => s.listSessions()))
+      expect(sessions.map((x) => [x.state, x.hostId, x.reservationId])).toStrictEqual(ids.map(() => ["lost", null, null]))
+      const open = await runtime.runPromise(Store.use((s) => Effect.forEach(ids, (id) => s.openMove(id))))
+      expect(open.every((m) => m === null)).toBe(true)
+      expect(await runtime.runPromise(Store.use((s) => s.listReservations()))).toStrictEqual([])
+    } finally {
+      await runtime.dispose()
+      await db.drop()
+    }
+  })
+})
+
+describe("PGlite", () => {
+  it("a data directory keeps the store across a restart", async () => {
+    const dataDir = await mkdtemp(path.join(tmpdir(), "engram-pglite-"))
+    try {
+      const first = ManagedRuntime.make(StorePg.layerPglite({ dataDir }))
+      await first.runPromise(
+        Store.use((s) =>
+          Effect.andThen(s.registerHost({ id: "h1" }), s.reportHost("h1", { totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 })),
+        ),
+      )
+      await first.runPromise(Store.use((s) => s.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 } })))
+      await first.dispose()
+      const second = ManagedRuntime.make(StorePg.layerPglite({ dataDir }))
+      try {
+        const s1 = await second.runPromise(Store.use((s) => s.getSession("s1")))
+        expect(s1).toMatchObject({ state: "pending", hostId: "h1" })
+        const view = await second.runPromise(Store.use((s) => s.getHost("h1")))
+        expect(view.headroom.reserved).toStrictEqual({ memMib: 1024, vcpus: 1 })
+      } finally {
+        await second.dispose()
+      }
+    } finally {
+      await rm(dataDir, { recursive: true, force: true })
+    }
+  }, 120_000)
+})
