@@ -389,6 +389,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
     getHost: (id) => Effect.map(findHost(id), viewOf),
     hostTokenHash: (id) => Effect.map(findHost(id), (h) => h.tokenHash),
+    hostByTokenHash: (tokenHash) =>
+      Effect.sync(() => {
+        for (const h of hosts.values()) if (h.tokenHash !== null && h.tokenHash === tokenHash) return hostOf(h)
+        return null
+      }),
     listHosts: () => Effect.sync(() => [...hosts.values()].sort(byId).map(viewOf)),
 
     fleetView: () =>
@@ -706,9 +711,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return moveOf(m)
       }),
 
-    abortMove: (moveId, reason) =>
+    abortMove: (moveId, reason, options = {}) =>
       Effect.gen(function* () {
         const m = yield* Effect.flatMap(findMove(moveId), pendingMove)
+        if (options.onlyBeforeFinalRound === true && m.rounds.some((r) => r.kind === "final"))
+          return yield* new Conflict({ entity: "move", id: m.id, reason: "final round recorded: the pause is spent" })
         const t = yield* now
         closeMove(m, reason, t, "release")
         const s = sessions.get(m.sessionId) as SessionRec
@@ -717,6 +724,17 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     getMove: (id) => Effect.map(findMove(id), moveOf),
+    listMoves: (filter = {}) =>
+      Effect.sync(() =>
+        [...moves.values()]
+          .filter(
+            (m) =>
+              (filter.state === undefined || m.state === filter.state) &&
+              (filter.hostId === undefined || m.sourceHostId === filter.hostId || m.targetHostId === filter.hostId),
+          )
+          .sort((a, b) => a.createdAt - b.createdAt || byId(a, b))
+          .map(moveOf),
+      ),
     openMove: (sessionId) =>
       Effect.sync(() => {
         const id = openMoves.get(sessionId)

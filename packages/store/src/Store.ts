@@ -22,6 +22,7 @@ import type {
   HostView,
   Move,
   MovePhases,
+  MoveState,
   MoveRound,
   PlaceOutcome,
   ReclaimResult,
@@ -55,6 +56,8 @@ export interface StoreShape {
   readonly hostTokenHash: (id: string) => Fx<string | null, NotFound>
   /** Every host, sorted by id. */
   readonly listHosts: () => Fx<readonly HostView[]>
+  /** The host whose credential hash this is, or null: how a coordinator authenticates an agent. */
+  readonly hostByTokenHash: (tokenHash: string) => Fx<Host | null>
 
   // The fleet
   /** Hosts with headroom, parks and descents, and the queue: one consistent read. */
@@ -136,11 +139,24 @@ export interface StoreShape {
    * the source's is released. The move ends `committed`.
    */
   readonly commitMove: (moveId: string, phases: MovePhases) => Fx<Move, NotFound | Conflict>
-  /** The move failed: the target's reservation is dropped, the session runs on the source. */
-  readonly abortMove: (moveId: string, reason: string) => Fx<Move, NotFound | Conflict>
+  /**
+   * The move failed: the target's reservation is dropped, the session runs on the source.
+   * With `onlyBeforeFinalRound`, a move whose final round is recorded is not aborted (its pause
+   * is spent and the target may have committed): `Conflict`, nothing changed.
+   */
+  readonly abortMove: (
+    moveId: string,
+    reason: string,
+    options?: { readonly onlyBeforeFinalRound?: boolean | undefined },
+  ) => Fx<Move, NotFound | Conflict>
   readonly getMove: (id: string) => Fx<Move, NotFound>
   /** The open (pending) move of a session, if any. */
   readonly openMove: (sessionId: string) => Fx<Move | null>
+  /** Moves oldest first; `hostId` matches the source or the target. */
+  readonly listMoves: (filter?: {
+    readonly hostId?: string | undefined
+    readonly state?: MoveState | undefined
+  }) => Fx<readonly Move[]>
 }
 
 /** The store service. */

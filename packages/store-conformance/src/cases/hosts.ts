@@ -12,6 +12,19 @@ export const hosts: Group = {
   name: "hosts",
   cases: [
     kase(
+      "hostByTokenHash finds the host that holds a credential hash, and nothing for another",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* s.registerHost({ id: "h1", tokenHash: "hash-one" })
+        yield* s.registerHost({ id: "h2", tokenHash: "hash-two" })
+        yield* s.registerHost({ id: "h3" })
+        expect((yield* s.hostByTokenHash("hash-two"))?.id).toBe("h2")
+        expect((yield* s.hostByTokenHash("hash-one"))?.id).toBe("h1")
+        expect(yield* s.hostByTokenHash("hash-three")).toBeNull()
+        expect(yield* s.hostByTokenHash("")).toBeNull()
+      }),
+    ),
+    kase(
       "a registered host is ready and unmeasured with nothing reserved",
       Effect.gen(function* () {
         const s = yield* store

@@ -32,6 +32,57 @@ export const moves: Group = {
   name: "moves",
   cases: [
     kase(
+      "an abort only before the final round refuses a move whose final round is recorded, and changes nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, round("full", 1000))
+        yield* s.recordRound(move.id, round("final", 10))
+        const before = yield* snapshot
+        const err = yield* expectFailure(s.abortMove(move.id, "timeout", { onlyBeforeFinalRound: true }), "Conflict")
+        expect(err.entity).toBe("move")
+        yield* expectUnchanged(before, "a refused guarded abort")
+        expect((yield* s.getMove(move.id)).state).toBe("pending")
+        // The commit still lands.
+        const done = yield* s.commitMove(move.id, phases)
+        expect(done.state).toBe("committed")
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "an abort only before the final round aborts a move still in its pre-copy rounds",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, round("delta", 1000))
+        const aborted = yield* s.abortMove(move.id, "timeout", { onlyBeforeFinalRound: true })
+        expect(aborted).toMatchObject({ state: "aborted", abortReason: "timeout" })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src" })
+        expect(yield* s.listReservations({ hostId: "dst" })).toStrictEqual([])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "listMoves lists moves oldest first, by host (source or target) and by state",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        yield* addHost("other", 8192)
+        const first = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.abortMove(first.id, "test")
+        yield* TestClock.adjust(5)
+        const second = yield* s.beginMove({ sessionId: "s1", targetHostId: "other", maxDowntimeMs: 600 })
+        expect((yield* s.listMoves()).map((m) => m.id)).toStrictEqual([first.id, second.id])
+        expect((yield* s.listMoves({ hostId: "src" })).map((m) => m.id)).toStrictEqual([first.id, second.id])
+        expect((yield* s.listMoves({ hostId: "dst" })).map((m) => m.id)).toStrictEqual([first.id])
+        expect((yield* s.listMoves({ hostId: "other", state: "pending" })).map((m) => m.id)).toStrictEqual([second.id])
+        expect(yield* s.listMoves({ state: "committed" })).toStrictEqual([])
+        expect((yield* s.listMoves({ state: "pending" }))[0]).toStrictEqual(yield* s.getMove(second.id))
+      }),
+    ),
+    kase(
       "beginMove with a target reserves it for the move and marks the session moving",
       Effect.gen(function* () {
         const s = yield* store
