@@ -57,10 +57,12 @@ export interface Decision {
   readonly mayPark: (hostId: string) => boolean
 }
 
-const byParkAge = (a: Park, b: Park): number =>
+/** Park order: oldest first, ties by session id. */
+export const byParkAge = (a: Park, b: Park): number =>
   a.parkedAt - b.parkedAt || (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0)
 
-const oldestPark = (parks: readonly Park[]): Park | undefined => {
+/** The park that yields first on a host: the oldest. */
+export const oldestPark = (parks: readonly Park[]): Park | undefined => {
   let oldest: Park | undefined
   for (const p of parks) if (oldest === undefined || byParkAge(p, oldest) < 0) oldest = p
   return oldest

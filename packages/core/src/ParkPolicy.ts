@@ -80,14 +80,7 @@ export const defaultOptions: Options = Object.freeze({ floorPct: 30, minParkAgeM
 
 // ---- shared pieces --------------------------------------------------------------------------
 
-const byParkAge = (a: Park, b: Park): number =>
-  a.parkedAt - b.parkedAt || (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0)
-
-const oldestPark = (parks: readonly Park[]): Park | undefined => {
-  let oldest: Park | undefined
-  for (const p of parks) if (oldest === undefined || byParkAge(p, oldest) < 0) oldest = p
-  return oldest
-}
+const { byParkAge, oldestPark } = ParkGate
 
 const byId = (a: { readonly id: string }, b: { readonly id: string }): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 
