@@ -1,11 +1,12 @@
 /**
  * Credentials: the admin token and the hosts' own tokens. Tokens are 32 random bytes
- * (base64url); only their SHA-256 is kept (the store holds the hosts'), and a presented
- * token is hashed and compared with `timingSafeEqual`. Tokens never reach a log line.
+ * (base64url); only their SHA-256 is kept (the store holds the hosts'). A presented token is
+ * hashed; the admin's hash is compared with `timingSafeEqual`, and a host is found by
+ * `Store.hostByTokenHash` on every request (no cache, so a host registered through any
+ * replica authenticates at once). Tokens never reach a log line.
  */
 import { Store } from "@engram/store"
-import type { Unavailable } from "@engram/store"
-import { Clock, Context, Effect, Layer, Redacted, Semaphore } from "effect"
+import { Context, Effect, Layer, Redacted } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
@@ -44,79 +45,21 @@ export const resolveAdminToken = (configured: string | null, dataDir: string): E
     return { token, file, generated: true }
   })
 
-/**
- * Which host a token hash belongs to. The store keeps one hash per host but has no lookup by
- * hash, so this keeps a cache filled at registration and refreshed from `listHosts` +
- * `hostTokenHash` when an unknown hash shows up (at most one refresh per 250 ms, shared by
- * concurrent callers, so a flood of bad tokens costs one read per window).
- */
-export interface HostTokensShape {
-  /** Records a host's token hash (at registration). */
-  readonly remember: (hostId: string, tokenHash: string) => void
-  /** The host whose token hashes to `tokenHash`, or null. */
-  readonly hostOf: (tokenHash: string) => Effect.Effect<string | null, Unavailable>
-}
-
-export class HostTokens extends Context.Service<HostTokens, HostTokensShape>()("@engram/coordinator/HostTokens") {
-  static readonly layer: Layer.Layer<HostTokens, never, Store> = Layer.effect(
-    HostTokens,
-    Effect.gen(function* () {
-      const store = yield* Store
-      const byHash = new Map<string, string>()
-      const known = new Set<string>()
-      const lock = yield* Semaphore.make(1)
-      let lastRefreshAt = Number.NEGATIVE_INFINITY
-
-      const remember = (hostId: string, tokenHash: string): void => {
-        byHash.set(tokenHash, hostId)
-        known.add(hostId)
-      }
-
-      const refresh = Effect.gen(function* () {
-        const now = yield* Clock.currentTimeMillis
-        if (now - lastRefreshAt < 250) return
-        lastRefreshAt = now
-        const hosts = yield* store.listHosts()
-        const unknown = hosts.filter((h) => !known.has(h.id))
-        yield* Effect.forEach(
-          unknown,
-          (h) =>
-            store.hostTokenHash(h.id).pipe(
-              Effect.map((hash) => {
-                if (hash !== null) remember(h.id, hash)
-                else known.add(h.id)
-              }),
-              Effect.catchTag("NotFound", () => Effect.void),
-            ),
-          { concurrency: 8, discard: true },
-        )
-      })
-
-      const hostOf = (tokenHash: string): Effect.Effect<string | null, Unavailable> =>
-        Effect.gen(function* () {
-          const hit = byHash.get(tokenHash)
-          if (hit !== undefined) return hit
-          yield* lock.withPermits(1)(Effect.suspend(() => (byHash.has(tokenHash) ? Effect.void : refresh)))
-          return byHash.get(tokenHash) ?? null
-        })
-
-      return HostTokens.of({ remember, hostOf })
-    }),
-  )
-}
-
 /** The admin token's hash, decided at start. */
 export class AdminToken extends Context.Service<
   AdminToken,
   { readonly tokenHash: string; readonly token: string; readonly file: string | null }
 >()("@engram/coordinator/AdminToken") {}
 
-/** The bearer middleware: admin token → `Admin`; a host's token → `Host(hostId)`; anything else → 401. */
-export const BearerAuthLive: Layer.Layer<BearerAuth, never, AdminToken | HostTokens> = Layer.effect(
+/**
+ * The bearer middleware: admin token → `Admin`; a host's token → `Host(hostId)`; anything
+ * else → 401. The host is looked up in the store by the token's hash on every request.
+ */
+export const BearerAuthLive: Layer.Layer<BearerAuth, never, AdminToken | Store> = Layer.effect(
   BearerAuth,
   Effect.gen(function* () {
     const admin = yield* AdminToken
-    const hosts = yield* HostTokens
+    const store = yield* Store
     return BearerAuth.of({
       bearer: (httpEffect, { credential }) =>
         Effect.gen(function* () {
@@ -124,14 +67,20 @@ export const BearerAuthLive: Layer.Layer<BearerAuth, never, AdminToken | HostTok
           if (token === "") return yield* new Unauthorized({ error: "Unauthorized", message: "missing bearer token" })
           const hash = hashToken(token)
           let principal: Principal | null = null
+          // The admin token is a secret we compare against: constant time.
           if (sameHash(hash, admin.tokenHash)) principal = { _tag: "Admin" }
           else {
-            const hostId = yield* hosts.hostOf(hash).pipe(
+            // A host is found by an indexed equality lookup on the SHA-256 of the presented
+            // token, which is not constant-time. That leaks nothing useful: its timing could at
+            // most reveal part of a stored *hash*, and a hash does not authenticate. Only the
+            // token does, and getting it back from its hash means a SHA-256 preimage of 32
+            // random bytes.
+            const host = yield* store.hostByTokenHash(hash).pipe(
               Effect.catchTag("Unavailable", (e) =>
                 Effect.fail(new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs })),
               ),
             )
-            if (hostId !== null) principal = { _tag: "Host", hostId }
+            if (host !== null) principal = { _tag: "Host", hostId: host.id }
           }
           if (principal === null) return yield* new Unauthorized({ error: "Unauthorized", message: "invalid bearer token" })
           return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal)

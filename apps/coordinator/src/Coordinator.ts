@@ -1,8 +1,8 @@
 /**
  * The coordinator as one Layer: the store (PGlite under the data dir by default, PostgreSQL
  * with `databaseUrl`, or any store layer a test passes), the admin token, the HTTP server
- * with every handler, and the reaper loop with its leader election. `startCoordinator` runs
- * it in-process and answers its URL, admin token and a `stop`.
+ * with every handler, the start-up reconcile, and the reaper loop with its leader election.
+ * `startCoordinator` runs it in-process and answers its URL, admin token and a `stop`.
  */
 import { NodeHttpServer } from "@effect/platform-node"
 import type { Store } from "@engram/store"
@@ -15,15 +15,14 @@ import { mkdirSync } from "node:fs"
 import { createServer } from "node:http"
 import { join, resolve } from "node:path"
 import { CoordinatorApi } from "./Api.js"
-import { AdminToken, BearerAuthLive, hashToken, HostTokens, resolveAdminToken } from "./Auth.js"
+import { AdminToken, BearerAuthLive, hashToken, resolveAdminToken } from "./Auth.js"
 import type { CoordinatorConfig } from "./Config.js"
 import * as Config from "./Config.js"
 import { HandlersLive, InputErrorsLive } from "./Handlers.js"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
-import { MoveFence } from "./MoveFence.js"
 import { Notifier } from "./Notifier.js"
-import { reaperPass, ReaperLoop } from "./Reaper.js"
+import { reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
 import type { PassReport } from "./Reaper.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
@@ -64,7 +63,7 @@ export const loggerLayer = (level: LogLevel.LogLevel = "Info") =>
   Layer.mergeAll(Logger.layer([Logger.consoleJson]), Layer.succeed(References.MinimumLogLevel, level))
 
 /** The coordinator as a Layer: serves until the layer's scope closes. */
-export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Metrics | Notifier | Leader | Settings | MoveFence, unknown> => {
+export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Metrics | Notifier | Leader | Settings, unknown> => {
   const config = resolveConfig(options)
   const backend: Backend = options.store !== undefined ? "custom" : config.databaseUrl !== null ? "postgres" : "pglite"
   const storeLayer: Layer.Layer<Store, unknown> =
@@ -90,13 +89,16 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   )
 
   // Shared state lives outside HttpRouter.serve (which builds its app in a private MemoMap).
-  const shared = Layer.mergeAll(Metrics.layer, Notifier.layer, MoveFence.layer, settingsLayer, leaderLayer, adminLayer, HostTokens.layer).pipe(
+  const shared = Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer).pipe(
     Layer.provideMerge(storeLayer),
   )
 
   const apiLayer = HttpApiBuilder.layer(CoordinatorApi).pipe(Layer.provide(HandlersLive), Layer.provide([BearerAuthLive, InputErrorsLive]))
+  // The start-up reconcile (reclaim, then drain) finishes before the server is built, so the
+  // first request already sees what expired while no coordinator ran.
   const server = HttpRouter.serve(apiLayer, { disableLogger: true, disableListenLog: true }).pipe(
     Layer.provideMerge(NodeHttpServer.layer(createServer, { port: config.port, host: config.host, gracefulShutdownTimeout: "10 seconds" })),
+    Layer.provide(ReconcileAtStart),
   )
   const reaper = options.reaper === false ? Layer.empty : ReaperLoop
 

@@ -20,10 +20,9 @@ import {
   NotFoundError,
   ServiceUnavailable,
 } from "./Api.js"
-import { hashToken, HostTokens, newToken, requireAdmin, requireHostOrAdmin } from "./Auth.js"
+import { hashToken, newToken, requireAdmin, requireHostOrAdmin } from "./Auth.js"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
-import { MoveFence } from "./MoveFence.js"
 import { hostTopic, moveTopic, Notifier } from "./Notifier.js"
 import { drainQueue } from "./Reaper.js"
 import { Settings } from "./Settings.js"
@@ -171,7 +170,6 @@ const OpsLive = HttpApiBuilder.group(CoordinatorApi, "ops", (h) =>
 const HostsLive = HttpApiBuilder.group(CoordinatorApi, "hosts", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
-    const tokens = yield* HostTokens
     const notifier = yield* Notifier
     const settings = yield* Settings
     const setState = (id: string, state: "ready" | "cordoned" | "draining") =>
@@ -186,10 +184,8 @@ const HostsLive = HttpApiBuilder.group(CoordinatorApi, "hosts", (h) =>
     const assignments = (hostId: string) =>
       Effect.gen(function* () {
         const sessions = (yield* api(store.listSessions({ hostId }))).filter((s) => assignedStates.has(s.state))
-        // The store has no move listing: open moves belong to sessions in `moving`.
-        const moving = yield* api(store.listSessions({ state: "moving" }))
-        const open = yield* Effect.forEach(moving, (s) => api(store.openMove(s.id)), { concurrency: 8 })
-        const moves = open.filter((m): m is Move => m !== null && (m.sourceHostId === hostId || m.targetHostId === hostId))
+        // Pending moves where the host is the source or the target, oldest first.
+        const moves = yield* api(store.listMoves({ hostId, state: "pending" }))
         const version = createHash("sha256")
           .update(JSON.stringify([sessions.map((s) => [s.id, s.state, s.updatedAt]), moves.map((m) => [m.id, m.state, m.rounds.length])]))
           .digest("base64url")
@@ -205,7 +201,6 @@ const HostsLive = HttpApiBuilder.group(CoordinatorApi, "hosts", (h) =>
           const token = newToken()
           const tokenHash = hashToken(token)
           const host = yield* api(store.registerHost({ id: payload.id, labels: payload.labels, tokenHash }))
-          tokens.remember(host.id, tokenHash)
           yield* Effect.logInfo("host registered", { hostId: host.id })
           yield* drainQueue
           return { id: host.id, token }
@@ -264,9 +259,6 @@ const HostsLive = HttpApiBuilder.group(CoordinatorApi, "hosts", (h) =>
   }),
 )
 
-/** Whether the source recorded the final round: the guest paused and the round may have reached the target. */
-const hasFinalRound = (m: Move): boolean => m.rounds.some((r) => r.kind === "final")
-
 /** The `Retry-After` of a `MoveCommitPending` answer: when a re-read of the move may show its outcome. */
 const commitPendingRetryAfterMs = 5000
 
@@ -282,7 +274,6 @@ const SessionsLive = HttpApiBuilder.group(CoordinatorApi, "sessions", (h) =>
     const metrics = yield* Metrics
     const notifier = yield* Notifier
     const settings = yield* Settings
-    const fence = yield* MoveFence
 
     const sessionFor = (id: string) =>
       Effect.gen(function* () {
@@ -407,15 +398,13 @@ const SessionsLive = HttpApiBuilder.group(CoordinatorApi, "sessions", (h) =>
           // Timed out. Abort only while the source has not recorded its final round: after that
           // the guest has paused and the target may already run it (SPEC §5: no second check
           // after the final round is sent), so the agent's commit or abort must settle the move.
-          const decided = yield* fence.guard(
-            Effect.gen(function* () {
-              const m = yield* api(store.getMove(begun.id))
-              if (m.state !== "pending" || hasFinalRound(m)) return m
-              return yield* store.abortMove(begun.id, "timeout").pipe(
-                Effect.catchTag("Conflict", () => store.getMove(begun.id)),
-                (eff) => api(eff),
-              )
-            }),
+          // The store decides atomically (`onlyBeforeFinalRound`), so a final round recorded
+          // through any replica wins over this abort or loses to it, never both. A Conflict
+          // means the move is no longer abortable: a final round is recorded (it stays pending),
+          // or the agent settled it meanwhile; the re-read tells which.
+          const decided = yield* store.abortMove(begun.id, "timeout", { onlyBeforeFinalRound: true }).pipe(
+            Effect.catchTag("Conflict", () => store.getMove(begun.id)),
+            (eff) => api(eff),
           )
           if (decided.state === "pending") {
             metrics.inc("engram_moves_total", { outcome: "commit_pending" })
@@ -450,7 +439,6 @@ const MovesLive = HttpApiBuilder.group(CoordinatorApi, "moves", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
     const notifier = yield* Notifier
-    const fence = yield* MoveFence
     const moveFor = (id: string, who: "source" | "either") =>
       Effect.gen(function* () {
         const m = yield* api(store.getMove(id))
@@ -463,9 +451,9 @@ const MovesLive = HttpApiBuilder.group(CoordinatorApi, "moves", (h) =>
       .handle("round", ({ params, payload }) =>
         Effect.gen(function* () {
           yield* moveFor(params.id, "source")
-          // A final round fences the move against the waiter's timeout abort (MoveFence.ts).
-          const record = api(store.recordRound(params.id, payload))
-          const m = yield* payload.kind === "final" ? fence.guard(record) : record
+          // Once a final round is recorded, the store refuses the waiter's timeout abort
+          // (`abortMove(…, {onlyBeforeFinalRound})`): the record is the point of no return.
+          const m = yield* api(store.recordRound(params.id, payload))
           yield* changed(m)
           return m
         }),

@@ -2,7 +2,8 @@
  * The reaper (SPEC §4.3): one fleet read per pass (a failed read ends the pass and holds
  * every park), reclaim, the park gate (core `ParkGate.evaluate`), a descent for each yield
  * (a lost CAS is skipped), then a queue drain. Only the leader runs it (Leader.ts).
- * `reaperPass` is one pass, for the loop and for tests under a TestClock.
+ * `reaperPass` is one pass, for the loop and for tests under a TestClock. `reconcile` (reclaim,
+ * then drain) runs once at every replica's start-up (`ReconcileAtStart`).
  */
 import { ParkGate } from "@engram/core"
 import type { Yield } from "@engram/core"
@@ -47,6 +48,51 @@ export const drainQueue = Effect.gen(function* () {
   return result
 })
 
+/**
+ * Reclaims every expired or stale reservation (their sessions become `lost`), counts and logs
+ * them and wakes their hosts' agents. A failure is logged and answers nothing reclaimed.
+ */
+const reclaimNow = (context: string) =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    const metrics = yield* Metrics
+    const notifier = yield* Notifier
+    const reclaim = yield* store.reclaim().pipe(
+      Effect.catchTag("Unavailable", (e) =>
+        Effect.logWarning(`${context}: reclaim failed`, { reason: e.reason }).pipe(
+          Effect.as({ reclaimed: [], lostSessions: [] as readonly string[] }),
+        ),
+      ),
+    )
+    if (reclaim.reclaimed.length > 0) {
+      metrics.inc("engram_reaper_reclaimed_total", {}, reclaim.reclaimed.length)
+      yield* Effect.logInfo(`${context}: reclaimed reservations`, { count: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions })
+      yield* notifier.notify(...reclaim.reclaimed.map((r) => hostTopic(r.hostId)))
+    }
+    return reclaim
+  })
+
+/** What the start-up reconcile did. */
+export interface ReconcileReport {
+  readonly reclaimed: number
+  readonly lostSessions: readonly string[]
+  readonly placed: readonly { readonly sessionId: string; readonly hostId: string }[]
+}
+
+/**
+ * The start-up reconcile (SPEC §3: "`reconcile` is the same pass, run at start-up"): reclaim
+ * what expired or went stale while no coordinator ran, then drain the queue into the room that
+ * freed. Every replica runs it once when it starts, leader or not: reclaim and drain are
+ * transactional and idempotent in the store, so replicas starting together cannot
+ * double-count. Never fails: a store failure is logged, and the reaper's passes catch up.
+ */
+export const reconcile: Effect.Effect<ReconcileReport, never, Store | Metrics | Notifier> = Effect.gen(function* () {
+  const reclaim = yield* reclaimNow("reconcile")
+  const drained = yield* drainQueue
+  if (drained.placed.length > 0) yield* Effect.logInfo("reconcile: placed queued sessions", { placed: drained.placed })
+  return { reclaimed: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions, placed: drained.placed }
+}).pipe(Effect.withLogSpan("reconcile"))
+
 /** One reaper pass. Never fails: a store failure ends the pass (and is logged and counted). */
 export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Notifier> = Effect.gen(function* () {
   const store = yield* Store
@@ -72,16 +118,7 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const limits = store.limits()
 
   // 2. Reclaim expired and stale reservations (their sessions become lost).
-  const reclaim = yield* store.reclaim().pipe(
-    Effect.catchTag("Unavailable", (e) =>
-      Effect.logWarning("reaper: reclaim failed", { reason: e.reason }).pipe(Effect.as({ reclaimed: [], lostSessions: [] as readonly string[] })),
-    ),
-  )
-  if (reclaim.reclaimed.length > 0) {
-    metrics.inc("engram_reaper_reclaimed_total", {}, reclaim.reclaimed.length)
-    yield* Effect.logInfo("reaper: reclaimed reservations", { count: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions })
-    yield* notifier.notify(...reclaim.reclaimed.map((r) => hostTopic(r.hostId)))
-  }
+  const reclaim = yield* reclaimNow("reaper")
 
   // 3. The gate decides which parks yield; each yield is a CAS parked → descending.
   const decision = ParkGate.evaluate(fleet, fleet.readAt ?? startedAt, limits)
@@ -112,6 +149,14 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
     withoutRoom: decision.withoutRoom,
   })
 }).pipe(Effect.withLogSpan("reaper"))
+
+/**
+ * Runs `reconcile` once while the coordinator starts, before the server takes requests (also
+ * with the reaper loop off, and on a replica that does not lead).
+ */
+export const ReconcileAtStart: Layer.Layer<never, never, Store | Metrics | Notifier> = Layer.effectDiscard(
+  reconcile.pipe(Effect.catchCause((cause) => Effect.logError("reconcile at start-up failed", cause))),
+)
 
 /**
  * The reaper loop: every `reaperIntervalMs`, take (or confirm) leadership and, when leading,

@@ -1,6 +1,9 @@
 // The end-to-end suite on the in-memory store (fast), plus the cases only a wrapped store can show.
+import { Limits } from "@engram/core"
 import { startCoordinator } from "@engram/coordinator"
+import { Store } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
+import { Effect, Layer } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { failingFleetLayer } from "./support/failing.js"
 import type { FleetSwitch } from "./support/failing.js"
@@ -53,5 +56,118 @@ describe("a failed fleet read holds every park (over HTTP)", () => {
 
     sw.failFleet = false
     expect(await c.reaperPass()).toMatchObject({ _tag: "Done", descents: [{ sessionId: "p1", reason: "demand" }] })
+  })
+})
+
+describe("two coordinators on one store (replicas)", () => {
+  const shared = StoreSim.make().store
+  let a: Awaited<ReturnType<typeof startCoordinator>>
+  let b: Awaited<ReturnType<typeof startCoordinator>>
+  beforeAll(async () => {
+    const store = Layer.succeed(Store, shared)
+    a = await startCoordinator({ store, reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
+    b = await startCoordinator({ store, reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
+  })
+  afterAll(async () => {
+    await a?.stop()
+    await b?.stop()
+  })
+
+  it("a host registered through one replica authenticates on the other on the very next request", async () => {
+    // An unknown token on b first: a per-process cache would now hold off its next refresh.
+    expect((await client(b.url, "nobody-holds-this-token-0123").get("/readyz")).status).toBe(401)
+    const hid = uid("h")
+    const created = await client(a.url, adminToken).post("/v1/hosts", { id: hid })
+    expect(created.status).toBe(201)
+    const onB = client(b.url, created.body.token as string)
+    expect((await onB.get(`/v1/hosts/${hid}`)).status).toBe(200)
+    expect((await onB.get(`/v1/hosts/${hid}/assignments`)).body).toMatchObject({ hostId: hid, sessions: [], moves: [] })
+    // Still its own host only, and an admin operation stays 403.
+    expect((await onB.get("/v1/hosts")).status).toBe(403)
+    // A token that is a prefix or extension of a real one is nobody's.
+    expect((await client(b.url, `${created.body.token as string}x`).get(`/v1/hosts/${hid}`)).status).toBe(401)
+  })
+})
+
+describe("reconcile at start-up (SPEC §3)", () => {
+  it("a starting coordinator reclaims what went stale while none ran and drains the queue, with the reaper loop off", async () => {
+    const limits = Limits.make({ heartbeatStaleWindowMs: 100 })
+    if (limits._tag === "Invalid") throw new Error("bad test limits")
+    const store = StoreSim.make({ limits: limits.limits }).store
+    await Effect.runPromise(
+      Effect.gen(function* () {
+        yield* store.registerHost({ id: "rh" })
+        // Capacity after policy 1024 MiB: s1 takes all of it, q1 waits.
+        yield* store.reportHost("rh", { totalMib: 4096, allocatableMib: 2048, totalVcpus: 4 })
+        yield* store.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 } })
+        yield* store.markRunning("s1")
+        const q = yield* store.createSession({ id: "q1", budget: { memMib: 512, vcpus: 1 } })
+        if (q._tag !== "Queued") throw new Error(`q1 should queue, got ${q._tag}`)
+      }),
+    )
+    // No coordinator runs while s1's reservation goes stale (no heartbeat).
+    await new Promise((r) => setTimeout(r, 250))
+    const c = await startCoordinator({ store: Layer.succeed(Store, store), reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
+    try {
+      const admin = client(c.url, adminToken)
+      // Already done when the coordinator answers its first request: no reaper pass ran.
+      expect((await admin.get("/v1/sessions/s1")).body).toMatchObject({ state: "lost" })
+      expect((await admin.get("/v1/sessions/q1")).body).toMatchObject({ state: "pending", hostId: "rh" })
+      const metrics = (await admin.get("/metrics")).body as string
+      expect(metrics).toContain("engram_reaper_reclaimed_total 1")
+      expect(metrics).toContain('engram_placements_total{outcome="placed",source="drain"} 1')
+      expect(metrics).not.toMatch(/^engram_reaper_passes_total\{/m)
+    } finally {
+      await c.stop()
+    }
+  })
+})
+
+describe("the move timeout's abort is the store's atomic decision", () => {
+  // Another replica records the source's final round after this waiter's last read of the
+  // move and before its abort: the window a read-then-abort left open across replicas.
+  const racing = Layer.effect(
+    Store,
+    Effect.gen(function* () {
+      const inner = yield* Store
+      return Store.of({
+        ...inner,
+        abortMove: (id, reason, options) =>
+          reason === "timeout"
+            ? inner
+                .recordRound(id, { kind: "final", wireBytes: 1e6, apparentBytes: 1e6, sendMs: 0, captureMs: 40 })
+                .pipe(Effect.orDie, Effect.andThen(inner.abortMove(id, reason, options)))
+            : inner.abortMove(id, reason, options),
+      })
+    }),
+  ).pipe(Layer.provide(StoreSim.layer()))
+  let c: Awaited<ReturnType<typeof startCoordinator>>
+  beforeAll(async () => {
+    c = await startCoordinator({ store: racing, reaper: false, logLevel: "Error", config: { port: 0, adminToken, moveTimeoutMs: 300 } })
+  })
+  afterAll(() => c?.stop())
+
+  it("a final round that lands just before the timeout's abort wins: 503 MoveCommitPending, the move stays pending", async () => {
+    const admin = client(c.url, adminToken)
+    const hosts: { id: string; token: string }[] = []
+    for (const id of [uid("src"), uid("dst")]) {
+      const token = (await admin.post("/v1/hosts", { id })).body.token as string
+      await admin.put(`/v1/hosts/${id}/report`, { totalMib: 4096, allocatableMib: 3072, totalVcpus: 4 })
+      hosts.push({ id, token })
+    }
+    const [src, dst] = hosts as [{ id: string; token: string }, { id: string; token: string }]
+    await admin.post("/v1/sessions", { id: "mv1", memMib: 256, vcpus: 1, affinity: [src.id] })
+    await client(c.url, src.token).post("/v1/sessions/mv1/started")
+    const done = await admin.post("/v1/sessions/mv1/move", { targetHostId: dst.id, maxDowntimeMs: 600 })
+    expect(done.status).toBe(503)
+    expect(done.body).toMatchObject({ error: "MoveCommitPending" })
+    expect((await admin.get(`/v1/moves/${done.body.moveId as string}`)).body).toMatchObject({ state: "pending", abortReason: null })
+    // The source's assignments still carry the move, and its commit lands.
+    const assigned = await client(c.url, src.token).get(`/v1/hosts/${src.id}/assignments`)
+    expect(assigned.body.moves.map((m: { id: string }) => m.id)).toEqual([done.body.moveId])
+    const committed = await client(c.url, src.token).post(`/v1/moves/${done.body.moveId as string}/commit`, { downtimeMs: 500, captureMs: 40, sendMs: 60, commitMs: 400 })
+    expect(committed.status).toBe(200)
+    expect((await admin.get("/v1/sessions/mv1")).body).toMatchObject({ state: "running", hostId: dst.id })
+    expect((await client(c.url, dst.token).get(`/v1/hosts/${dst.id}/assignments`)).body.moves).toEqual([])
   })
 })
