@@ -7,6 +7,7 @@
 //   2. engram placements per second at 16 clients, and its ratio to the baseline
 //   3. queue drain: placements per second, in batches
 //   4. fleet view: read time at 1,000 and 10,000 hosts
+import { report } from "@engram/bench"
 import { execFileSync } from "node:child_process"
 import { writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -19,6 +20,8 @@ import postgres from "postgres"
 import { StorePg } from "../src/index.js"
 
 const CLIENTS = 16
+/** The placement figure's limits: the defaults with room for 256 entries per host. */
+const PLACEMENT_LIMITS = { ...Limits.defaults, maxEntriesPerNode: 256 }
 const DURATION_MS = Number(process.env["BENCH_SECONDS"] ?? 5) * 1000
 
 const external = process.env["ENGRAM_BENCH_DATABASE_URL"]
@@ -89,13 +92,14 @@ const realPgbench = async (): Promise<number | null> => {
 
 const placements = async (placementReadMaxAgeMs = 0): Promise<{ perSec: number; placed: number; queued: number }> => {
   const url = await freshDb()
-  const runtime = ManagedRuntime.make(StorePg.layer({ url, poolSize: CLIENTS, placementReadMaxAgeMs }))
+  const runtime = ManagedRuntime.make(StorePg.layer({ url, poolSize: CLIENTS, placementReadMaxAgeMs, limits: PLACEMENT_LIMITS }))
   try {
-    // 200 hosts of 64 GiB and 16 cores: room for every session the run creates.
+    // 200 hosts of 512 GiB and 64 cores, up to 256 entries each: room for 51,200 sessions, more
+    // than a run creates, so every create is a placement (none queued).
     await runtime.runPromise(
       Store.use((s) =>
         Effect.forEach(Array.from({ length: 200 }, (_, i) => `h${String(i).padStart(3, "0")}`), (id) =>
-          Effect.andThen(s.registerHost({ id }), s.reportHost(id, { totalMib: 65536 + 1024, allocatableMib: 65536 + 1024, totalVcpus: 16 })),
+          Effect.andThen(s.registerHost({ id }), s.reportHost(id, { totalMib: 524288 + 1024, allocatableMib: 524288 + 1024, totalVcpus: 64 })),
         ),
       ),
     )
@@ -182,26 +186,26 @@ const fleetView = async (hostCount: number): Promise<{ medianMs: number; parks: 
 }
 
 try {
-  console.log(`store-pg bench: ${server === undefined ? "external server" : "embedded PostgreSQL 18 (fsync off)"}, ${CLIENTS} clients, ${DURATION_MS / 1000} s per figure, limits = defaults (maxEntriesPerNode ${Limits.defaults.maxEntriesPerNode})`)
+  console.log(`store-pg bench: ${server === undefined ? "external server" : "embedded PostgreSQL 18 (fsync off)"}, ${CLIENTS} clients, ${DURATION_MS / 1000} s per figure, placement limits = defaults with maxEntriesPerNode ${PLACEMENT_LIMITS.maxEntriesPerNode}`)
   const base = await baseline()
   console.log(`baseline (postgres.js, BEGIN; UPDATE one row by random key; COMMIT) at ${CLIENTS} clients: ${fmt(base)} TPS`)
   const pgb = await realPgbench()
   console.log(pgb === null ? "pgbench: not installed" : `pgbench (same transaction, -c ${CLIENTS} -j 2) at ${CLIENTS} clients: ${fmt(pgb)} TPS`)
+  report({ bench: "store-pg", figure: `write baseline (BEGIN; UPDATE; COMMIT), ${CLIENTS} clients`, value: base, unit: "TPS" })
+  if (pgb !== null) report({ bench: "store-pg", figure: `pgbench, same transaction, ${CLIENTS} clients`, value: pgb, unit: "TPS", ratio: pgb / base, baseline: "postgres.js baseline" })
   const place = await placements()
-  console.log(
-    `engram placements at ${CLIENTS} clients (200 hosts): ${fmt(place.perSec)} /s (${place.placed} placed, ${place.queued} queued); ratio to baseline ${fmt(place.perSec / base, 2)} (goal >= 0.80)`,
-  )
+  console.log(`  (${place.placed} placed, ${place.queued} queued)`)
+  report({ bench: "store-pg", figure: `placements, ${CLIENTS} clients, fresh read each`, value: place.perSec, unit: "/s", ratio: place.perSec / base, baseline: "write baseline", goal: ">= 0.8" })
   const cachedPlace = await placements(100)
-  console.log(
-    `engram placements at ${CLIENTS} clients (200 hosts), placementReadMaxAgeMs = 100: ${fmt(cachedPlace.perSec)} /s (${cachedPlace.placed} placed, ${cachedPlace.queued} queued); ratio to baseline ${fmt(cachedPlace.perSec / base, 2)}`,
-  )
+  console.log(`  (${cachedPlace.placed} placed, ${cachedPlace.queued} queued)`)
+  report({ bench: "store-pg", figure: `placements, ${CLIENTS} clients, placementReadMaxAgeMs 100`, value: cachedPlace.perSec, unit: "/s", ratio: cachedPlace.perSec / base, baseline: "write baseline", goal: ">= 0.8" })
   for (const batch of [1000, 5000]) {
     const d = await drain(10_000, batch)
-    console.log(`queue drain, 10,000 queued in batches of ${batch}: ${fmt(d.perSec)} placements/s (${d.placed} placed in ${d.batches} drains; goal >= 10,000/s)`)
+    report({ bench: "store-pg", figure: `queue drain, 10,000 queued, batches of ${batch}`, value: d.perSec, unit: "/s", goal: ">= 10,000/s" })
   }
   for (const hosts of [1000, 10_000]) {
     const f = await fleetView(hosts)
-    console.log(`fleet view, ${fmt(hosts)} hosts (${fmt(f.entries)} reservations, ${fmt(f.parks)} parks, 1,000 queued): ${fmt(f.medianMs, 1)} ms (median of 7)`)
+    report({ bench: "store-pg", figure: `fleet view read, ${fmt(hosts)} hosts`, value: f.medianMs, unit: "ms" })
   }
 } finally {
   for (const drop of dropLater) await drop().catch(() => undefined)

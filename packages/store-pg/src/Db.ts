@@ -7,6 +7,7 @@
  */
 import { Unavailable } from "@engram/store"
 import { Data, Effect, Semaphore } from "effect"
+import { fillPlaceholders } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { PgDialect } from "drizzle-orm/pg-core"
 import type { PgDatabase, PgQueryResultHKT } from "drizzle-orm/pg-core"
@@ -30,6 +31,12 @@ export interface Db {
   readonly tx: <A>(body: (tx: Exec) => Promise<A>) => Effect.Effect<A, DbError>
   /** Runs a single statement (or a read that needs no transaction). */
   readonly run: <A>(body: (db: Exec) => Promise<A>) => Effect.Effect<A, DbError>
+  /**
+   * A hot statement compiled once (its values as drizzle placeholders): the function runs it
+   * outside a transaction with the given values, without building the statement again. Only
+   * on postgres.js; elsewhere the caller builds the statement per call.
+   */
+  readonly compile?: (statement: SQL) => (values: Record<string, unknown>) => Promise<Record<string, unknown>[]>
 }
 
 /** How long a caller should wait before retrying an `Unavailable`. */
@@ -190,6 +197,13 @@ export const makePostgresDb = (pool: postgres.Sql, db: Exec, prepare: (c: postgr
     db,
     tx: (body) => runner(() => tx(body)),
     run: (body) => runner(() => body(db)),
+    compile: (statement) => {
+      const q = dialect.sqlToQuery(statement)
+      return (values) =>
+        pool.unsafe(q.sql, fillPlaceholders(q.params, values) as never[], { prepare: true }).execute() as unknown as Promise<
+          Record<string, unknown>[]
+        >
+    },
   }
 }
 

@@ -147,8 +147,6 @@ export const pickAndLock = async (
   options: {
     readonly excludeHostId?: string | undefined
     readonly rows?: readonly RoomRow[] | undefined
-    /** Receives every host row read afresh under its lock. */
-    readonly onFresh?: ((row: RoomRow) => void) | undefined
   } = {},
 ): Promise<Pick> => {
   const rows = options.rows ?? (await readRoom(tx, { columns: "room" }))
@@ -193,12 +191,29 @@ export const pickAndLock = async (
       byId.delete(id)
       continue
     }
-    options.onFresh?.(fresh)
     const c = toCandidate(fresh, limits)
     byId.set(id, c)
     if (Placement.fitsOn(c, req.budget, limits)) return { _tag: "Chosen", hostId: id }
   }
   return { _tag: "NoFit", hosts: [...byId.values()] }
+}
+
+/**
+ * `update hosts …` adding (`+`) or removing (`-`) the entries of `from` (a CTE of inserted or
+ * deleted reservations: `host_id`, `mem_mib`, `vcpus`) to or from each host's maintained
+ * sums, and bumping its version: every ledger write runs it in the same statement. Amounts
+ * go float8 → numeric exactly as `host_reserved_sums` converts them, so the sums stay equal.
+ */
+export const hostSumsSql = (sign: "+" | "-", from: SQL): SQL => {
+  const op = sql.raw(sign)
+  return sql`update hosts set
+      reserved_mem_mib = hosts.reserved_mem_mib ${op} x.mem,
+      reserved_vcpus = hosts.reserved_vcpus ${op} x.vcpus,
+      entries = hosts.entries ${op} x.n,
+      version = hosts.version + 1
+    from (select host_id, sum(mem_mib::numeric) as mem, sum(vcpus::numeric) as vcpus, count(*)::int as n
+          from ${from} group by host_id) x
+    where hosts.id = x.host_id`
 }
 
 type MetricColumn = "total_reserved_mib" | "total_released_mib" | "total_reclaimed_mib" | "reserve_failures"
@@ -238,7 +253,7 @@ export const removeEntries = async (
       returning *
     ), m as (
       ${bumpMetricSql(how === "released" ? "total_released_mib" : "total_reclaimed_mib", sql`sum(mem_mib)`, sql`d`)}
-    )
+    ), h as (${hostSumsSql("-", sql`d`)})
     select id, host_id as "hostId", owner_kind as "ownerKind", owner_id as "ownerId", mem_mib as "memMib",
       vcpus, vram_mib as "vramMib", created_at::float8 as "createdAt", last_heartbeat_at::float8 as "lastHeartbeatAt",
       expires_at as "expiresAt", description
@@ -279,8 +294,8 @@ export const insertEntry = async (
       insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, vram_mib, created_at, last_heartbeat_at, expires_at, description)
       values (${e.id}, ${e.hostId}, ${e.ownerKind}, ${e.ownerId}, ${e.memMib}, ${e.vcpus}, ${e.vramMib ?? null}, ${e.now}, ${e.now},
         ${e.expiresAt ?? null}, ${e.description ?? null})
-      returning mem_mib
-    )
+      returning host_id, mem_mib, vcpus
+    ), h as (${hostSumsSql("+", sql`r`)})
     ${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)}`)
 }
 

@@ -1,8 +1,9 @@
 /**
- * The one query that reads hosts with what the ledger holds on them: the reserved sums and
- * entry counts of every host (or of a few), computed in one set-based statement. Placement,
- * the drain, the ledger's admission, the host views and the fleet read all use it; what the
- * sums mean (room, fits, capacity) is decided by `@engram/core`, never here.
+ * The one read of room: hosts with what the ledger holds on them. The reserved sums and entry
+ * counts are the ones maintained on each host row (in the same statement as every ledger
+ * write, see `Ops.hostSumsSql`); `host_reserved_sums` (a view, the one computation of the
+ * sums from the ledger) backfilled them and `sumsDriftSql` checks them. What the sums mean
+ * (room, fits, capacity) is decided by `@engram/core`, never here.
  */
 import { Headroom } from "@engram/core"
 import type { Budget, FleetHost, Limits, Placement } from "@engram/core"
@@ -30,6 +31,8 @@ export interface RoomRow {
   readonly totalVcpus: number | null
   readonly reportedAt: number | null
   readonly createdAt: number
+  /** Bumped by every change of the sums, the report or the state (see schema.ts). */
+  readonly version: number
   readonly reservedMemMib: number
   readonly reservedVcpus: number
   readonly entries: number
@@ -55,8 +58,20 @@ const idFilter = (column: SQL, ids: readonly string[] | undefined): SQL => {
 }
 
 /**
- * The statement: hosts left-joined with one grouped pass over the reservations (and the
- * sessions, when asked), sorted by host id.
+ * The columns of a room row from a `hosts` row (aliased `h`, or a `RETURNING` list when
+ * `alias` is empty): the same shape for reads and for the placement write's answer.
+ */
+export const roomColumns = (alias: "h" | "hosts" | "", columns: RoomOptions["columns"] = "full"): SQL => {
+  const c = (name: string) => sql.raw(alias === "" ? name : `${alias}.${name}`)
+  return sql`${c("id")} as id, ${columns === "room" ? sql`null::jsonb` : c("labels")} as labels, ${c("state")} as state,
+      ${c("total_mib")} as "totalMib", ${c("allocatable_mib")} as "allocatableMib", ${c("total_vcpus")} as "totalVcpus",
+      ${c("reported_at")}::float8 as "reportedAt", ${c("created_at")}::float8 as "createdAt", ${c("version")}::float8 as "version",
+      ${c("reserved_mem_mib")}::float8 as "reservedMemMib", ${c("reserved_vcpus")}::float8 as "reservedVcpus", ${c("entries")} as "entries"`
+}
+
+/**
+ * The statement: hosts with their maintained sums (and, when asked, left-joined with one
+ * grouped pass over the sessions), sorted by host id.
  */
 export const roomSql = (options: RoomOptions = {}): SQL => {
   const ids = options.hostIds
@@ -85,22 +100,62 @@ export const roomSql = (options: RoomOptions = {}): SQL => {
           group by host_id
         ) s on s.host_id = h.id`
   return sql`
-    select h.id, ${options.columns === "room" ? sql`null::jsonb` : sql`h.labels`} as labels, h.state,
-      h.total_mib as "totalMib", h.allocatable_mib as "allocatableMib", h.total_vcpus as "totalVcpus",
-      h.reported_at::float8 as "reportedAt", h.created_at::float8 as "createdAt",
-      coalesce(r.mem, 0) as "reservedMemMib", coalesce(r.vcpus, 0) as "reservedVcpus", coalesce(r.entries, 0) as "entries",
+    select ${roomColumns("h", options.columns)},
       ${sessionCols}
     from hosts h
-    left join (
-      select host_id, sum(mem_mib)::float8 as mem, sum(vcpus)::float8 as vcpus, count(*)::int as entries
-      from reservations
-      where ${idFilter(sql`host_id`, ids)}
-      group by host_id
-    ) r on r.host_id = h.id
     ${sessionJoin}
     where ${idFilter(sql`h.id`, ids)}
     order by h.id`
 }
+
+/**
+ * The room rows of the hosts whose version differs from `versions` (host id → version),
+ * and of hosts not in it: a fresh read of every host that ships only what changed, since a
+ * host at the same version is the same row.
+ */
+export const roomChangedSql = (versions: Readonly<Record<string, number>>): SQL => sql`
+    select ${roomColumns("h", "room")}, 0 as "parks", 0 as "descents", null::json as "parkList"
+    from hosts h
+    left join jsonb_each_text(${JSON.stringify(versions)}::jsonb) k(id, v) on k.id = h.id
+    where k.v is null or k.v::bigint <> h.version`
+
+/**
+ * The hosts whose maintained sums differ from the ledger (`host_reserved_sums`, the one
+ * computation of the sums from the reservations): empty whenever the store is consistent.
+ */
+export const sumsDriftSql = (): SQL => sql`
+  select h.id, h.reserved_mem_mib::float8 as "reservedMemMib", h.reserved_vcpus::float8 as "reservedVcpus", h.entries,
+    coalesce(s.mem_mib, 0)::float8 as "ledgerMemMib", coalesce(s.vcpus, 0)::float8 as "ledgerVcpus", coalesce(s.entries, 0) as "ledgerEntries"
+  from hosts h
+  full join host_reserved_sums s on s.host_id = h.id
+  where h.id is null
+    or h.reserved_mem_mib <> coalesce(s.mem_mib, 0)
+    or h.reserved_vcpus <> coalesce(s.vcpus, 0)
+    or h.entries <> coalesce(s.entries, 0)
+  order by h.id`
+
+/** A host whose maintained sums differ from the ledger's. */
+export interface SumsDrift {
+  readonly id: string | null
+  readonly reservedMemMib: number | null
+  readonly reservedVcpus: number | null
+  readonly entries: number | null
+  readonly ledgerMemMib: number
+  readonly ledgerVcpus: number
+  readonly ledgerEntries: number
+}
+
+/** The hosts whose maintained sums drifted from the ledger (none when consistent). */
+export const readSumsDrift = async (exec: Exec): Promise<SumsDrift[]> =>
+  (await query<Record<string, unknown>>(exec, sumsDriftSql())).map((r) => ({
+    id: (r["id"] as string | null) ?? null,
+    reservedMemMib: numOrNull(r["reservedMemMib"]),
+    reservedVcpus: numOrNull(r["reservedVcpus"]),
+    entries: numOrNull(r["entries"]),
+    ledgerMemMib: num(r["ledgerMemMib"]),
+    ledgerVcpus: num(r["ledgerVcpus"]),
+    ledgerEntries: num(r["ledgerEntries"]),
+  }))
 
 const num = (v: unknown): number => (typeof v === "number" ? v : Number(v))
 const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : num(v))
@@ -116,11 +171,12 @@ export const toRoomRow = (r: Record<string, unknown>): RoomRow => ({
   totalVcpus: numOrNull(r["totalVcpus"]),
   reportedAt: numOrNull(r["reportedAt"]),
   createdAt: num(r["createdAt"]),
+  version: num(r["version"]),
   reservedMemMib: num(r["reservedMemMib"]),
   reservedVcpus: num(r["reservedVcpus"]),
   entries: num(r["entries"]),
-  parks: num(r["parks"]),
-  descents: num(r["descents"]),
+  parks: num(r["parks"] ?? 0),
+  descents: num(r["descents"] ?? 0),
   parkList: r["parkList"] == null ? null : json<ParkRow[]>(r["parkList"]),
 })
 

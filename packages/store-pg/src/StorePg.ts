@@ -25,6 +25,7 @@ import type {
   Host,
   HostView,
   Move,
+  MoveRound,
   PlaceOutcome,
   ReclaimResult,
   Reservation,
@@ -34,11 +35,11 @@ import type {
   StoreShape,
   StoreTestingShape,
 } from "@engram/store"
-import { and, asc, eq, inArray, sql } from "drizzle-orm"
+import { and, asc, eq, inArray, or, sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { drizzle as drizzlePglite } from "drizzle-orm/pglite"
 import { drizzle as drizzlePostgres } from "drizzle-orm/postgres-js"
-import { Clock, Context, Effect, Layer } from "effect"
+import { Cause, Clock, Context, Effect, Exit, Layer } from "effect"
 import postgres from "postgres"
 import { makeDb, makePostgresDb, query, retryAfterMs } from "./Db.js"
 import type { Db, DbError, Exec } from "./Db.js"
@@ -55,13 +56,14 @@ import {
   removeEntries,
   countReserveFailure,
   bumpMetricSql,
+  hostSumsSql,
   toMove,
   toReservation,
   toSession,
 } from "./Ops.js"
-import type { MoveRow, Pick, SessionRow } from "./Ops.js"
-import { readRoom, roomSql, toCandidate, toHostView, toRoomRow } from "./Room.js"
-import type { RoomRow } from "./Room.js"
+import type { MoveRow, SessionRow } from "./Ops.js"
+import { readRoom, readSumsDrift, roomChangedSql, roomColumns, roomSql, toCandidate, toHostView, toRoomRow } from "./Room.js"
+import type { RoomRow, SumsDrift } from "./Room.js"
 import { hosts, moves, reservations, sessions } from "./schema.js"
 
 // ---- transaction outcomes --------------------------------------------------------------------
@@ -96,18 +98,27 @@ export interface PgOptions {
   readonly migrate?: boolean | undefined
   /** See {@link StoreOptions.placementReadMaxAgeMs}. */
   readonly placementReadMaxAgeMs?: number | undefined
+  /** See {@link StoreOptions.optimisticPlacementAttempts}. */
+  readonly optimisticPlacementAttempts?: number | undefined
 }
 
 /** Tuning of the store itself. */
 export interface StoreOptions {
   /**
    * How old (real ms) the fleet read a placement ranks from may be; 0 (the default) reads
-   * the room of every host afresh for every placement. Above 0, placements reuse the last
-   * read, kept up to date with this store's own placements (every other write drops it):
-   * the choice may then miss another replica's last changes, never the safety, which comes
-   * from the lock and the fresh re-check of the chosen host.
+   * the room of every host afresh for every placement (a read that starts after the call;
+   * concurrent placements share it). Above 0, placements reuse the last read, kept up to
+   * date with this store's own placements (every other write drops it): the choice may then
+   * miss another replica's last changes, never the safety, which comes from the version the
+   * write checks. A placement finds no fit, and queues, only on a fresh read.
    */
   readonly placementReadMaxAgeMs?: number | undefined
+  /**
+   * How many times a new session's optimistic placement may lose its host to a concurrent
+   * write (and decide again) before it falls back to the locking path (default 8; 0: always
+   * the locking path).
+   */
+  readonly optimisticPlacementAttempts?: number | undefined
 }
 
 /** Options of a store on PGlite. */
@@ -116,40 +127,70 @@ export interface PgliteOptions {
   readonly dataDir?: string | undefined
   readonly limits?: Limits.Limits | undefined
   readonly placementReadMaxAgeMs?: number | undefined
+  readonly optimisticPlacementAttempts?: number | undefined
 }
 
 /** A store with its test reset. */
 export interface StorePair {
   readonly store: StoreShape
   readonly testing: StoreTestingShape
+  /** The hosts whose maintained sums differ from the ledger (`host_reserved_sums`): empty when consistent. */
+  readonly sumsDrift: Effect.Effect<readonly SumsDrift[], Unavailable>
 }
 
 /** Builds the store over an open database. */
 export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, options: StoreOptions = {}): StorePair => {
   let limits = initialLimits
   const maxReadAgeMs = options.placementReadMaxAgeMs ?? 0
-  // The last fleet read of placement (see StoreOptions), by host id; real time, not the Clock.
-  let roomCache: { readonly at: number; readonly rows: Map<string, RoomRow> } | null = null
-  const cachedRoom = (): RoomRow[] | null =>
-    maxReadAgeMs > 0 && roomCache !== null && performance.now() - roomCache.at <= maxReadAgeMs ? [...roomCache.rows.values()] : null
-  const rememberRoom = (rows: readonly RoomRow[]): void => {
-    if (maxReadAgeMs > 0) roomCache = { at: performance.now(), rows: new Map(rows.map((r) => [r.id, r])) }
+  // Committed host rows this store has seen (a full read, a placement's answer, a re-read
+  // of a host), the newest version of each, with core's candidate for it; `knownAt` is when
+  // the last full read ran (real time, not the Clock). A row read inside a transaction that
+  // may still roll back is never kept: a version seen only there may be reused.
+  interface Known {
+    readonly row: RoomRow
+    readonly candidate: FleetHost
   }
-  const refreshRoom = (row: RoomRow): void => {
-    roomCache?.rows.set(row.id, row)
+  // Hosts a placement of this store is writing to right now (see `chooseHost`).
+  const inflight = new Map<string, number>()
+  let known = new Map<string, Known>()
+  // Core's placement index over the known hosts (`all`), and over those no placement of this
+  // store is writing to right now (`free`, see `chooseHost`): picks in O(log n).
+  let allIndex = new PlacementIndex.Index(limits)
+  let freeIndex = new PlacementIndex.Index(limits)
+  // Bumped by a test reset: a read that started before it must not fill `known` after it.
+  let generation = 0
+  let knownAt = Number.NEGATIVE_INFINITY
+  const learn = (row: RoomRow): void => {
+    const k = known.get(row.id)
+    if (k !== undefined && row.version < k.row.version) return
+    const candidate = toCandidate(row, limits)
+    known.set(row.id, { row, candidate })
+    allIndex.upsert(candidate)
+    if (!inflight.has(row.id)) freeIndex.upsert(candidate)
   }
-  const placedInRoom = (hostId: string, budget: Budget): void => {
-    const row = roomCache?.rows.get(hostId)
-    if (row !== undefined)
-      roomCache?.rows.set(hostId, {
-        ...row,
-        reservedMemMib: row.reservedMemMib + budget.memMib,
-        reservedVcpus: row.reservedVcpus + budget.vcpus,
-        entries: row.entries + 1,
-      })
+  const unlearn = (id: string): void => {
+    known.delete(id)
+    allIndex.remove(id)
+    freeIndex.remove(id)
   }
+  const learnAll = (rows: readonly RoomRow[]): void => {
+    const seen = new Set<string>()
+    for (const r of rows) {
+      seen.add(r.id)
+      learn(r)
+    }
+    for (const id of [...known.keys()]) if (!seen.has(id)) unlearn(id)
+    knownAt = performance.now()
+  }
+  const forgetKnown = (): void => {
+    known = new Map()
+    allIndex = new PlacementIndex.Index(limits)
+    freeIndex = new PlacementIndex.Index(limits)
+    generation++
+  }
+  const knownIsRecent = (): boolean => maxReadAgeMs > 0 && performance.now() - knownAt <= maxReadAgeMs
   const forgetRoom = (): void => {
-    roomCache = null
+    knownAt = Number.NEGATIVE_INFINITY
   }
   const now = Clock.currentTimeMillis
   const parallel = db.driver === "postgres"
@@ -253,6 +294,355 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
     on conflict (id) do nothing
     returning id`
 
+  // ---- placement of a new session: optimistic, one statement ---------------------------------
+
+  /** How many times a placement re-decides after losing its host to a concurrent write. */
+  const maxCasAttempts = options.optimisticPlacementAttempts ?? 8
+
+  /**
+   * Core's choice among the known hosts. Hosts another placement of this store is writing to
+   * right now are left out while any other host fits (the in-process analogue of `SKIP
+   * LOCKED`: that host is about to change, and a concurrent write to it would lose its
+   * version race); a host the request names in its affinity is never left out.
+   */
+  const chooseHost = (req: Placement.Request): string | null => {
+    if (inflight.size === 0 || (req.affinity?.length ?? 0) > 0) return allIndex.pick(req)
+    return freeIndex.pick(req) ?? allIndex.pick(req)
+  }
+
+  type PlaceAnswer =
+    | { readonly _tag: "Placed"; readonly row: RoomRow }
+    | { readonly _tag: "Lost" }
+    | { readonly _tag: "Exists" }
+
+  /**
+   * The placement write: one statement (autocommit: one round trip) for one placement or for
+   * several concurrent ones of this store (`p`, one row each, never two on the same host or
+   * with the same session id). For each, it adds the budget to the chosen host's sums only if
+   * the host row is still at the version core decided on and the session does not exist, then
+   * inserts the session and its reservation from that update, and counts the metric. No fit
+   * rule here: core judged exactly the row at `v`. A concurrent create of the same id elsewhere
+   * makes a session insert a unique violation, which undoes the whole statement.
+   */
+  const placeSql = (batch: unknown): SQL => sql`with p as (
+      select * from jsonb_to_recordset(${batch}::jsonb)
+        as p(sid text, hid text, v bigint, rid text, mem float8, vcpus float8, aff jsonb, t bigint)
+    ), e as (
+      select sessions.id from sessions join p on sessions.id = p.sid
+    ), h as (
+      update hosts set
+        reserved_mem_mib = hosts.reserved_mem_mib + p.mem::numeric,
+        reserved_vcpus = hosts.reserved_vcpus + p.vcpus::numeric,
+        entries = hosts.entries + 1,
+        version = hosts.version + 1
+      from p
+      where hosts.id = p.hid and hosts.version = p.v and not exists (select 1 from e where e.id = p.sid)
+      returning p.sid as "sid", ${roomColumns("hosts", "room")}
+    ), s as (
+      insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, queued_at, parked_at, created_at, updated_at)
+      select p.sid, 'pending', p.mem::bigint, p.vcpus::bigint, array(select jsonb_array_elements_text(p.aff)),
+        p.hid, p.rid, null, null, p.t, p.t
+      from p join h on h.sid = p.sid
+      returning id
+    ), r as (
+      insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
+      select p.rid, p.hid, 'session', s.id, p.mem, p.vcpus, p.t, p.t from p join s on s.id = p.sid
+      returning mem_mib
+    ), m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
+    select p.sid as "placeSid", (select count(*)::int from e where e.id = p.sid) as "exists",
+      (select count(*)::int from s where s.id = p.sid) as "placed", h.*
+    from p left join h on h.sid = p.sid`
+  // On postgres.js the statement is built once; the batch travels as its one parameter.
+  const placeCompiled = db.compile?.(placeSql(sql.placeholder("batch"))) ?? null
+
+  interface PlaceItem {
+    readonly s: Session
+    readonly host: RoomRow
+    readonly done: (exit: Exit.Exit<PlaceAnswer, Unavailable>) => void
+  }
+  /** At most this many placements per statement, and this many statements in flight. */
+  const maxBatch = 64
+  const maxBatchesInFlight = 2
+  let waiting: PlaceItem[] = []
+  let batchesInFlight = 0
+
+  const runBatch = (batch: readonly PlaceItem[]): Effect.Effect<Map<string, PlaceAnswer>, DbError> => {
+    const json = JSON.stringify(
+      batch.map((i) => ({
+        sid: i.s.id,
+        hid: i.host.id,
+        v: i.host.version,
+        rid: i.s.reservationId,
+        mem: i.s.budget.memMib,
+        vcpus: i.s.budget.vcpus,
+        aff: i.s.affinity,
+        t: i.s.createdAt,
+      })),
+    )
+    const run =
+      placeCompiled === null
+        ? db.run((exec) => query<Record<string, unknown>>(exec, placeSql(json)))
+        : db.run(() => placeCompiled({ batch: json }))
+    return Effect.map(run, (rows) => {
+      const out = new Map<string, PlaceAnswer>()
+      for (const r of rows) {
+        const sid = r["placeSid"] as string
+        if (Number(r["placed"] ?? 0) > 0) out.set(sid, { _tag: "Placed", row: toRoomRow(r) })
+        else out.set(sid, Number(r["exists"] ?? 0) > 0 ? { _tag: "Exists" } : { _tag: "Lost" })
+      }
+      return out
+    })
+  }
+
+  /**
+   * Sends what waits, as long as fewer than `maxBatchesInFlight` statements are out: alone
+   * when nothing else is in flight (one round trip), together with the placements that queued
+   * up behind the statements in flight otherwise. A batch whose statement hit a unique
+   * violation (a session id created concurrently elsewhere) wrote nothing: its placements are
+   * sent again one by one, so only that one answers `Exists`.
+   */
+  const pump = (): void => {
+    while (batchesInFlight < maxBatchesInFlight && waiting.length > 0) {
+      const batch: PlaceItem[] = []
+      const rest: PlaceItem[] = []
+      const hostsIn = new Set<string>()
+      const sessionsIn = new Set<string>()
+      for (const item of waiting) {
+        if (batch.length < maxBatch && !hostsIn.has(item.host.id) && !sessionsIn.has(item.s.id)) {
+          batch.push(item)
+          hostsIn.add(item.host.id)
+          sessionsIn.add(item.s.id)
+        } else rest.push(item)
+      }
+      waiting = rest
+      batchesInFlight++
+      void Effect.runPromiseExit(runBatch(batch)).then((exit) => {
+        batchesInFlight--
+        if (Exit.isSuccess(exit)) {
+          for (const item of batch) item.done(Exit.succeed(exit.value.get(item.s.id) ?? { _tag: "Lost" }))
+        } else {
+          const unique = exit.cause.reasons.some((r) => r._tag === "Fail" && r.error._tag === "UniqueViolation")
+          if (unique && batch.length > 1) {
+            // Again, one statement each.
+            for (const item of batch) solo.push(item)
+          } else if (unique) {
+            ;(batch[0] as PlaceItem).done(Exit.succeed({ _tag: "Exists" }))
+          } else {
+            const failure = Exit.failCause(
+              Cause.map(exit.cause, (e) =>
+                e._tag === "UniqueViolation" ? new Unavailable({ reason: "unexpected unique violation", retryAfterMs }) : e,
+              ),
+            )
+            for (const item of batch) item.done(failure)
+          }
+        }
+        pumpSolo()
+        pump()
+      })
+    }
+  }
+  // Placements to send alone (after their batch hit a unique violation), one statement each.
+  const solo: PlaceItem[] = []
+  const pumpSolo = (): void => {
+    while (solo.length > 0) {
+      const item = solo.shift() as PlaceItem
+      void Effect.runPromiseExit(runBatch([item])).then((exit) => {
+        if (Exit.isSuccess(exit)) item.done(Exit.succeed(exit.value.get(item.s.id) ?? { _tag: "Lost" }))
+        else if (exit.cause.reasons.some((r) => r._tag === "Fail" && r.error._tag === "UniqueViolation"))
+          item.done(Exit.succeed({ _tag: "Exists" }))
+        else
+          item.done(
+            Exit.failCause(
+              Cause.map(exit.cause, (e) =>
+                e._tag === "UniqueViolation" ? new Unavailable({ reason: "unexpected unique violation", retryAfterMs }) : e,
+              ),
+            ),
+          )
+      })
+    }
+  }
+
+  const placeOn = (s: Session, host: RoomRow): Effect.Effect<PlaceAnswer, Unavailable> => {
+    const writers = inflight.get(host.id) ?? 0
+    inflight.set(host.id, writers + 1)
+    if (writers === 0) freeIndex.remove(host.id)
+    return Effect.promise(
+      () =>
+        new Promise<Exit.Exit<PlaceAnswer, Unavailable>>((resolve) => {
+          waiting.push({ s, host, done: resolve })
+          pump()
+        }),
+    ).pipe(
+      Effect.flatMap((exit) => exit),
+      Effect.ensuring(
+        Effect.sync(() => {
+          const n = (inflight.get(host.id) ?? 1) - 1
+          if (n > 0) inflight.set(host.id, n)
+          else {
+            inflight.delete(host.id)
+            const k = known.get(host.id)
+            if (k !== undefined) freeIndex.upsert(k.candidate)
+          }
+        }),
+      ),
+    )
+  }
+
+  /** Every host's room, read afresh (no transaction, no lock): the maintained sums, no aggregation. */
+  const readAllOnce: Effect.Effect<void, Unavailable> = Effect.suspend(() => {
+    const gen = generation
+    if (known.size === 0)
+      return Effect.map(read((exec) => readRoom(exec, { columns: "room" })), (rows) => {
+        if (gen === generation) learnAll(rows)
+      })
+    // Only the hosts whose version changed since we knew them (a host at the same version is
+    // the same row): as fresh as a full read, with less to send and decode.
+    const versions: Record<string, number> = {}
+    for (const [id, k] of known) versions[id] = k.row.version
+    const startedAt = performance.now()
+    return Effect.map(
+      read((exec) => query<Record<string, unknown>>(exec, roomChangedSql(versions))),
+      (rows) => {
+        if (gen !== generation) return
+        for (const r of rows) learn(toRoomRow(r))
+        knownAt = startedAt
+      },
+    )
+  })
+  // Full reads are shared: a placement joins a read that started at or after the moment it
+  // needs fresh figures from (`since`, real time), or the one queued behind the read in flight.
+  // So concurrent placements cause one read per round trip, not one each.
+  interface SharedRead {
+    readonly startedAt: number
+    readonly done: Promise<Exit.Exit<void, Unavailable>>
+  }
+  let inFlightRead: SharedRead | null = null
+  let queuedRead: Promise<Exit.Exit<void, Unavailable>> | null = null
+  const startRead = (): SharedRead => {
+    const startedAt = performance.now()
+    const done = Effect.runPromiseExit(readAllOnce)
+    const shared: SharedRead = { startedAt, done }
+    inFlightRead = shared
+    void done.then(() => {
+      if (inFlightRead === shared) inFlightRead = null
+    })
+    return shared
+  }
+  const sharedRead = (since: number): Promise<Exit.Exit<void, Unavailable>> => {
+    const current = inFlightRead
+    if (current === null) return startRead().done
+    if (current.startedAt >= since) return current.done
+    if (queuedRead === null) {
+      queuedRead = current.done.then(() => {
+        queuedRead = null
+        return startRead().done
+      })
+    }
+    return queuedRead
+  }
+  const readAll = (since: number): Effect.Effect<void, Unavailable> =>
+    Effect.flatMap(
+      Effect.promise(() => sharedRead(since)),
+      (exit) => (Exit.isSuccess(exit) ? Effect.void : Effect.failCause(exit.cause)),
+    )
+  const readOne = (id: string): Effect.Effect<void, Unavailable> =>
+    Effect.map(read((exec) => readRoom(exec, { hostIds: [id], columns: "room" })), (rows) => {
+      if (rows.length === 0) unlearn(id)
+      rows.forEach(learn)
+    })
+
+  /** The outcome of a create whose id exists: the session as it is now, or a Conflict. */
+  const existingOutcome = (id: string, budget: Budget) =>
+    op<PlaceOutcome | null, Conflict>(async (tx) => {
+      const [existing] = await tx.select().from(sessions).where(eq(sessions.id, id))
+      if (existing === undefined) return ok(null)
+      if (existing.memMib !== budget.memMib || existing.vcpus !== budget.vcpus)
+        return err(new Conflict({ entity: "session", id, reason: "session exists with another budget" }))
+      return ok(await outcomeOf(tx, toSession(existing), null))
+    }, undefined, true)
+
+  /**
+   * Optimistic placement: core decides on the known rows (a recent read, or a fresh one),
+   * one statement writes if the chosen host is still at the version decided on. A lost race
+   * re-reads that host and decides again; after `maxCasAttempts` the caller falls back to the
+   * locking path (null). No fit on a fresh read: the session is queued.
+   */
+  const createOptimistic = (id: string, req: Placement.Request & { readonly budget: Budget }, affinity: readonly string[], t: number) =>
+    Effect.gen(function* () {
+      const since = performance.now()
+      let fresh = false
+      if (!knownIsRecent()) {
+        // With a reuse window, any read in flight will do (but it is not fresh for this call);
+        // without, one that starts from now.
+        yield* readAll(maxReadAgeMs > 0 ? Number.NEGATIVE_INFINITY : since)
+        fresh = maxReadAgeMs === 0
+      }
+      for (let attempt = 0; attempt < maxCasAttempts; attempt++) {
+        const hostId = chooseHost(req)
+        if (hostId === null) {
+          if (!fresh) {
+            // A recent read may miss room freed since: no queueing without a fresh read.
+            yield* readAll(since)
+            fresh = true
+            continue
+          }
+          const s: Session = {
+            id,
+            state: "queued",
+            budget: req.budget,
+            affinity: [...affinity],
+            hostId: null,
+            reservationId: null,
+            queuedAt: t,
+            parkedAt: null,
+            createdAt: t,
+            updatedAt: t,
+          }
+          const [written] = yield* read((exec) =>
+            query<{ n: number; ahead: number }>(
+              exec,
+              sql`with s as (${insertSessionSql(s)})
+              select (select count(*)::int from s) as n,
+                (select count(*)::int from sessions where state = 'queued'
+                  and (queued_at < ${t} or (queued_at = ${t} and id < ${s.id}))) as ahead`,
+            ),
+          )
+          if (Number(written?.n ?? 0) === 0) return yield* existingOutcome(id, req.budget)
+          const hostsNow = [...known.values()].map((k) => k.candidate)
+          const outcome: PlaceOutcome = {
+            _tag: "Queued",
+            session: s,
+            position: Number(written?.ahead ?? 0) + 1,
+            noFit: Placement.noFit(hostsNow, req, limits),
+          }
+          return outcome
+        }
+        const host = (known.get(hostId) as Known).row
+        const s: Session = {
+          id,
+          state: "pending",
+          budget: req.budget,
+          affinity: [...affinity],
+          hostId,
+          reservationId: randomUUID(),
+          queuedAt: null,
+          parkedAt: null,
+          createdAt: t,
+          updatedAt: t,
+        }
+        const answer = yield* placeOn(s, host)
+        if (answer._tag === "Placed") {
+          learn(answer.row)
+          const outcome: PlaceOutcome = { _tag: "Placed", session: s }
+          return outcome
+        }
+        if (answer._tag === "Exists") return yield* existingOutcome(id, req.budget)
+        // Lost the race for this host: its row changed since core decided. Read it again.
+        yield* readOne(hostId)
+      }
+      return null
+    })
+
   const createSession: StoreShape["createSession"] = (input) =>
     Effect.gen(function* () {
       const bad = Validate.sessionInput(input)
@@ -260,34 +650,36 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
       const t = yield* now
       const budget: Budget = { memMib: input.budget.memMib, vcpus: input.budget.vcpus }
       const affinity = [...(input.affinity ?? [])]
+      const req = { budget, affinity }
+      if (maxCasAttempts > 0) {
+        const optimistic = yield* createOptimistic(input.id, req, affinity, t)
+        if (optimistic !== null) return optimistic
+      }
+      return yield* createLocked(input.id, budget, affinity, t)
+    })
+
+  /**
+   * The locking placement (the fallback when optimistic attempts keep losing): read room,
+   * pick with core, lock the chosen host and re-check it with core under the lock, write.
+   */
+  const createLocked = (id: string, budget: Budget, affinity: readonly string[], t: number) => {
       const req: Placement.Request = { budget, affinity }
-      return yield* op<PlaceOutcome, Conflict>(async (tx) => {
-        const existence = () => tx.select().from(sessions).where(eq(sessions.id, input.id))
-        const cached = cachedRoom()
-        let found: SessionRow[]
-        let picked: Pick | undefined
-        let rows: readonly RoomRow[]
-        if (cached !== null) {
-          // Ranking from the recent read: the existence check and the lock travel together.
-          rows = cached
-          ;[found, picked] = await both(existence, () => pickAndLock(tx, req, limits, { rows: cached, onFresh: refreshRoom }))
-        } else {
-          ;[found, rows] = await both(existence, () => readRoom(tx, { columns: "room" }))
-          rememberRoom(rows)
-        }
+      return op<PlaceOutcome, Conflict>(async (tx) => {
+        const existence = () => tx.select().from(sessions).where(eq(sessions.id, id))
+        const [found, rows] = await both(existence, () => readRoom(tx, { columns: "room" }))
         const existing = found[0]
         if (existing !== undefined) {
           if (existing.memMib !== budget.memMib || existing.vcpus !== budget.vcpus)
-            return err(new Conflict({ entity: "session", id: input.id, reason: "session exists with another budget" }))
+            return err(new Conflict({ entity: "session", id, reason: "session exists with another budget" }))
           return ok(await outcomeOf(tx, toSession(existing), rows))
         }
-        picked ??= await pickAndLock(tx, req, limits, { rows, onFresh: refreshRoom })
+        const picked = await pickAndLock(tx, req, limits, { rows })
         if (picked._tag === "Chosen") {
           const s: Session = {
-            id: input.id,
+            id,
             state: "pending",
             budget,
-            affinity,
+            affinity: [...affinity],
             hostId: picked.hostId,
             reservationId: randomUUID(),
             queuedAt: null,
@@ -301,20 +693,20 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
             r as (
               insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
               select ${s.reservationId}, ${s.hostId}, 'session', s.id, ${budget.memMib}, ${budget.vcpus}, ${t}, ${t} from s
-              returning mem_mib
-            ), m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
+              returning host_id, mem_mib, vcpus
+            ), h as (${hostSumsSql("+", sql`r`)}),
+            m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
             select count(*)::int as n from s`,
           )
           // Another create of the same id won: answer as a repeated create.
           if (Number(written?.n ?? 0) === 0) return retry
-          placedInRoom(picked.hostId, budget)
           return ok({ _tag: "Placed", session: s })
         }
         const s: Session = {
-          id: input.id,
+          id,
           state: "queued",
           budget,
-          affinity,
+          affinity: [...affinity],
           hostId: null,
           reservationId: null,
           queuedAt: t,
@@ -336,8 +728,8 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
           position: Number(written?.ahead ?? 0) + 1,
           noFit: Placement.noFit(picked.hosts, req, limits),
         })
-      }, undefined, true)
-    })
+      })
+    }
 
   const updateSession = async (
     tx: Exec,
@@ -516,8 +908,8 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
             ), r as (
               insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
               select p.rid, p.hid, 'session', p.sid, p.mem, p.vcpus, ${t}, ${t} from p join s on s.id = p.sid
-              returning mem_mib
-            ), m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
+              returning host_id, mem_mib, vcpus
+            ), h as (${hostSumsSql("+", sql`r`)}), m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
             select count(*) from s`)
         return ok({
           placed: accepted.map((p) => ({ sessionId: p.sessionId, hostId: p.hostId })),
@@ -828,7 +1220,13 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
           if (bad) return err(bad)
           await tx
             .update(hosts)
-            .set({ totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus, reportedAt: t })
+            .set({
+              totalMib: report.totalMib,
+              allocatableMib: report.allocatableMib,
+              totalVcpus: report.totalVcpus,
+              reportedAt: t,
+              version: sql`${hosts.version} + 1`,
+            })
             .where(eq(hosts.id, id))
           return ok((await hostView(tx, id)) as HostView)
         })
@@ -836,7 +1234,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
 
     setHostState: (id, state) =>
       op<HostView, NotFound>(async (tx) => {
-        const updated = await tx.update(hosts).set({ state }).where(eq(hosts.id, id)).returning({ id: hosts.id })
+        const updated = await tx.update(hosts).set({ state, version: sql`${hosts.version} + 1` }).where(eq(hosts.id, id)).returning({ id: hosts.id })
         if (updated.length === 0) return err(hostNotFound(id))
         return ok((await hostView(tx, id)) as HostView)
       }),
@@ -848,6 +1246,23 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
       Effect.flatMap(
         read((exec) => exec.select({ tokenHash: hosts.tokenHash }).from(hosts).where(eq(hosts.id, id))),
         (rows) => (rows[0] === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(rows[0].tokenHash)),
+      ),
+
+    hostByTokenHash: (tokenHash) =>
+      Effect.map(
+        read((exec) => exec.select().from(hosts).where(eq(hosts.tokenHash, tokenHash)).orderBy(hosts.id).limit(1)),
+        (rows): Host | null => {
+          const h = rows[0]
+          if (h === undefined) return null
+          return {
+            id: h.id,
+            labels: { ...h.labels },
+            state: h.state,
+            report: h.reportedAt === null ? null : { totalMib: h.totalMib, allocatableMib: h.allocatableMib, totalVcpus: h.totalVcpus },
+            reportedAt: h.reportedAt,
+            createdAt: h.createdAt,
+          }
+        },
       ),
 
     listHosts: () =>
@@ -1136,14 +1551,18 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
         })
       }),
 
-    abortMove: (moveId, reason) =>
+    abortMove: (moveId, reason, options = {}) =>
       Effect.gen(function* () {
         const t = yield* now
         return yield* op<Move, NotFound | Conflict>(async (tx) => {
+          // Decided under the move's row lock: a final round recorded concurrently either
+          // committed before this lock (we see it and refuse) or waits for this transaction.
           const m = await lockMove(tx, moveId)
           if (m === undefined) return err(moveNotFound(moveId))
           const notPending = pendingMove(m)
           if (notPending) return err(notPending)
+          if (options.onlyBeforeFinalRound === true && (m.rounds as MoveRound[]).some((r) => r.kind === "final"))
+            return err(new Conflict({ entity: "move", id: m.id, reason: "final round recorded: the pause is spent" }))
           await closeMove(tx, m, reason, t, "released")
           const s = await lockSession(tx, m.sessionId)
           if (s !== undefined && s.state === "moving" && illegal(s, "running") === null)
@@ -1157,6 +1576,25 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
       Effect.flatMap(
         read((exec) => exec.select().from(moves).where(eq(moves.id, id))),
         (rows) => (rows[0] === undefined ? Effect.fail(moveNotFound(id)) : Effect.succeed(toMove(rows[0]))),
+      ),
+
+    listMoves: (filter = {}) =>
+      Effect.map(
+        read((exec) =>
+          exec
+            .select()
+            .from(moves)
+            .where(
+              and(
+                filter.state === undefined ? undefined : eq(moves.state, filter.state),
+                filter.hostId === undefined
+                  ? undefined
+                  : or(eq(moves.sourceHostId, filter.hostId), eq(moves.targetHostId, filter.hostId)),
+              ),
+            )
+            .orderBy(asc(moves.createdAt), asc(moves.id)),
+        ),
+        (rows) => rows.map(toMove),
       ),
 
     openMove: (sessionId) =>
@@ -1178,12 +1616,13 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
           Effect.sync(() => {
             forgetRoom()
             limits = next ?? Limits.defaults
+            forgetKnown()
           }),
         ),
       ),
   }
 
-  return { store, testing }
+  return { store, testing, sumsDrift: read(readSumsDrift) }
 }
 
 // ---- opening a database --------------------------------------------------------------------------
@@ -1233,7 +1672,10 @@ export const openUrl = (options: PgOptions) =>
       (c) => Effect.promise(() => c.end({ timeout: 5 })),
     )
     const db = makePostgresDb(client, drizzlePostgres({ client }) as unknown as Exec, preparing)
-    return make(db, options.limits ?? Limits.defaults, { placementReadMaxAgeMs: options.placementReadMaxAgeMs })
+    return make(db, options.limits ?? Limits.defaults, {
+      placementReadMaxAgeMs: options.placementReadMaxAgeMs,
+      optimisticPlacementAttempts: options.optimisticPlacementAttempts,
+    })
   })
 
 /** Opens the store on PGlite (in memory, or in `dataDir`): applies the migrations. Closed with the scope. */
@@ -1253,7 +1695,10 @@ export const openPglite = (options: PgliteOptions = {}) =>
     yield* Effect.tryPromise({ try: () => migratePgliteClient(client), catch: unavailable })
     // One connection: every operation runs alone, in turn.
     const db = makeDb("pglite", drizzlePglite({ client }) as unknown as Exec, true)
-    return make(db, options.limits ?? Limits.defaults, { placementReadMaxAgeMs: options.placementReadMaxAgeMs })
+    return make(db, options.limits ?? Limits.defaults, {
+      placementReadMaxAgeMs: options.placementReadMaxAgeMs,
+      optimisticPlacementAttempts: options.optimisticPlacementAttempts,
+    })
   })
 
 const testingContext = (pair: StorePair): Context.Context<Store | StoreTesting> =>

@@ -11,8 +11,11 @@ import {
   check,
   doublePrecision,
   index,
+  integer,
   jsonb,
+  numeric,
   pgTable,
+  pgView,
   primaryKey,
   smallint,
   text,
@@ -21,7 +24,16 @@ import {
 
 const ms = (name: string) => bigint(name, { mode: "number" })
 
-/** Hosts. `reported_at` is set once the host has reported; `report` is null before that. */
+/**
+ * Hosts. `reported_at` is set once the host has reported; `report` is null before that.
+ *
+ * `reserved_mem_mib`, `reserved_vcpus` and `entries` are the host's reservation sums,
+ * maintained in the same statement as every insert into or delete from `reservations`
+ * (exact `numeric`: adding and removing the same entries always comes back to 0). They must
+ * equal `host_reserved_sums` (the one computation from the ledger) at every commit.
+ * `version` is bumped by every change of the sums, the report or the state: a placement that
+ * core decided on the row at version v writes only while the row is still at v.
+ */
 export const hosts = pgTable(
   "hosts",
   {
@@ -34,12 +46,22 @@ export const hosts = pgTable(
     totalVcpus: bigint("total_vcpus", { mode: "number" }),
     reportedAt: ms("reported_at"),
     createdAt: ms("created_at").notNull(),
+    reservedMemMib: numeric("reserved_mem_mib", { mode: "number" }).notNull().default(0),
+    reservedVcpus: numeric("reserved_vcpus", { mode: "number" }).notNull().default(0),
+    entries: integer("entries").notNull().default(0),
+    version: bigint("version", { mode: "number" }).notNull().default(0),
   },
   (t) => [
     check("hosts_state_check", sql`${t.state} in ('ready', 'cordoned', 'draining')`),
     check("hosts_total_mib_check", sql`${t.totalMib} is null or ${t.totalMib} >= 0`),
     check("hosts_allocatable_mib_check", sql`${t.allocatableMib} is null or ${t.allocatableMib} >= 0`),
     check("hosts_total_vcpus_check", sql`${t.totalVcpus} is null or ${t.totalVcpus} >= 0`),
+    check(
+      "hosts_reserved_sums_check",
+      sql`${t.reservedMemMib} >= 0 and ${t.reservedVcpus} >= 0 and ${t.entries} >= 0`,
+    ),
+    // How a coordinator authenticates an agent: the host holding a credential hash.
+    index("hosts_token_hash_idx").on(t.tokenHash).where(sql`${t.tokenHash} is not null`),
   ],
 )
 
@@ -127,6 +149,10 @@ export const moves = pgTable(
     check("moves_target_check", sql`${t.sourceHostId} <> ${t.targetHostId}`),
     // One open move per session.
     uniqueIndex("moves_open_idx").on(t.sessionId).where(sql`${t.state} = 'pending'`),
+    // listMoves, oldest first, by host (source or target).
+    index("moves_created_idx").on(t.createdAt, t.id),
+    index("moves_source_idx").on(t.sourceHostId),
+    index("moves_target_idx").on(t.targetHostId),
   ],
 )
 
@@ -152,4 +178,19 @@ export const metrics = pgTable(
       sql`${t.totalReservedMib} >= 0 and ${t.totalReleasedMib} >= 0 and ${t.totalReclaimedMib} >= 0 and ${t.reserveFailures} >= 0`,
     ),
   ],
+)
+
+/**
+ * The reserved sums of every host that holds entries, computed from the ledger: the one
+ * place they are computed. The migration that added the maintained sums backfilled them from
+ * this view, and `Room.sumsDriftSql` compares the maintained sums with it.
+ */
+export const hostReservedSums = pgView("host_reserved_sums", {
+  hostId: text("host_id").notNull(),
+  memMib: numeric("mem_mib", { mode: "number" }).notNull(),
+  vcpus: numeric("vcpus", { mode: "number" }).notNull(),
+  entries: integer("entries").notNull(),
+}).as(
+  sql`select host_id, sum(mem_mib::numeric) as mem_mib, sum(vcpus::numeric) as vcpus, count(*)::int as entries
+    from reservations group by host_id`,
 )

@@ -24,14 +24,21 @@ describe("migrations", () => {
       const sql = postgres(db.url, { max: 1, onnotice: () => undefined })
       try {
         const applied = await sql`select count(*)::int as n from drizzle.__drizzle_migrations`
-        expect(applied[0]?.["n"]).toBe(1)
-        const tables = await sql`select table_name from information_schema.tables where table_schema = 'public' order by 1`
+        expect(applied[0]?.["n"]).toBe(4)
+        const tables = await sql`select table_name from information_schema.tables
+          where table_schema = 'public' and table_type = 'BASE TABLE' order by 1`
         expect(tables.map((t) => t["table_name"])).toStrictEqual(["hosts", "metrics", "moves", "reservations", "sessions"])
+        const views = await sql`select table_name from information_schema.views where table_schema = 'public'`
+        expect(views.map((t) => t["table_name"])).toStrictEqual(["host_reserved_sums"])
         // CHECK constraints are the last line of defence.
         await expect(sql`insert into sessions (id, state, mem_mib, vcpus, created_at, updated_at) values ('x', 'pending', 0, 1, 0, 0)`).rejects.toMatchObject({
           code: "23514",
         })
         await expect(sql`insert into hosts (id, state, created_at) values ('h', 'gone', 0)`).rejects.toMatchObject({ code: "23514" })
+        // No negative maintained sums.
+        await sql`insert into hosts (id, created_at) values ('ok', 0)`
+        for (const column of ["reserved_mem_mib", "reserved_vcpus", "entries"])
+          await expect(sql`update hosts set ${sql(column)} = -1 where id = 'ok'`).rejects.toMatchObject({ code: "23514" })
       } finally {
         await sql.end()
       }

@@ -8,7 +8,9 @@ import type { TestDatabase } from "@engram/test-pg"
 import { Effect } from "effect"
 import postgres from "postgres"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { PgDialect } from "drizzle-orm/pg-core"
 import { StorePg } from "../src/index.js"
+import { sumsDriftSql } from "../src/Room.js"
 
 const HOSTS = 50
 const SESSIONS = 5000
@@ -86,9 +88,11 @@ describe("stress", () => {
       expect(e?.id).toBe(s.reservationId)
       expect(e?.hostId).toBe(s.hostId)
     }
-    // The ledger's sums straight from SQL agree with the views.
+    // The ledger's sums straight from SQL agree with the views, and the maintained sums on
+    // the host rows equal the ledger (host_reserved_sums) on every host.
     const sql = postgres(database.url, { max: 1 })
     try {
+      expect([...(await sql.unsafe(new PgDialect().sqlToQuery(sumsDriftSql()).sql))]).toStrictEqual([])
       const rows = await sql<{ host_id: string; mem: number; n: number }[]>`
         select host_id, sum(mem_mib)::float8 as mem, count(*)::int as n from reservations group by host_id`
       for (const r of rows) {
