@@ -13,10 +13,13 @@ import type { Candidate, Request } from "./Placement.js"
 
 interface Slot {
   readonly c: Candidate
-  /** Free RAM, Infinity where RAM is not gated. */
+  /** The ranking key: free RAM (`Headroom.freeMib`, null = Infinity). */
   readonly mib: number
-  /** Free vCPUs, Infinity where CPU is not gated. */
+  /** The ranking key's tie-break: free vCPUs (`Headroom.freeVcpus`, null = Infinity). */
   readonly vcpus: number
+  /** The fit limits (`Headroom.fitLimit`): what actually fits, Infinity where not gated. */
+  readonly fitMib: number
+  readonly fitVcpus: number
 }
 
 const cmpSlot = (a: Slot, b: Slot): number =>
@@ -62,7 +65,7 @@ export class Index {
   private readonly slotOf = new Map<string, { slot: Slot; list: Sorted | Candidate[] }>()
   /** Open, measured hosts whose free RAM is their RAM limit. */
   private readonly measured = new Sorted()
-  /** Open, unmeasured hosts (RAM not gated), by free vCPUs. */
+  /** Open, unmeasured hosts, in ranking order (judged one by one: they are a last resort). */
   private readonly unmeasured = new Sorted()
   /** Open, measured hosts whose RAM is not gated although measured (rare): judged one by one. */
   private readonly irregular: Candidate[] = []
@@ -83,12 +86,19 @@ export class Index {
     this.all.set(c.id, c)
     if (!Placement.isOpen(c, this.limits)) return
     const limit = Headroom.fitLimit(c.headroom)
-    const slot: Slot = { c, mib: limit.memMib, vcpus: limit.vcpus }
+    const slot: Slot = {
+      c,
+      mib: Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY,
+      vcpus: Headroom.freeVcpus(c.headroom) ?? Number.POSITIVE_INFINITY,
+      fitMib: limit.memMib,
+      fitVcpus: limit.vcpus,
+    }
     if (!Placement.isMeasured(c)) {
       this.unmeasured.insert(slot)
       this.slotOf.set(c.id, { slot, list: this.unmeasured })
     } else if (Headroom.gatesRam(c.headroom) || c.headroom.allocatableMib === null) {
-      // The ranking key (freeMib, null = Infinity) equals the RAM limit here.
+      // The ranking key's RAM (freeMib, null = Infinity) equals the RAM fit limit here, so a
+      // binary search on it finds the first host with enough RAM.
       this.measured.insert(slot)
       this.slotOf.set(c.id, { slot, list: this.measured })
     } else {
@@ -143,7 +153,8 @@ export class Index {
       const c = this.all.get(id)
       if (c !== undefined && Placement.fitsOn(c, b, this.limits)) return c.id
     }
-    return this.firstFit(this.unmeasured, b, affinity)?.id ?? null
+    for (const s of this.unmeasured.slots) if (s.fitMib >= b.memMib && s.fitVcpus >= b.vcpus && !affinity.has(s.c.id)) return s.c.id
+    return null
   }
 
   /** Whether anything here fits the budget. */
@@ -156,7 +167,7 @@ export class Index {
     const slots = list.slots
     for (let i = list.lowerBound(b.memMib); i < slots.length; i++) {
       const s = slots[i] as Slot
-      if (s.vcpus >= b.vcpus && !affinity.has(s.c.id)) return s.c
+      if (s.fitVcpus >= b.vcpus && !affinity.has(s.c.id)) return s.c
     }
     return undefined
   }

@@ -53,8 +53,33 @@ describe("PlacementIndex", () => {
           expect(index.pick(req)).toBe(Placement.pick([...model.values()], req, limits))
         }
       }),
-      { numRuns: 500 },
+      { numRuns: 2000 },
     )
+  })
+
+  it("an unmeasured host with a reported 0 RAM ranks by its free RAM, as Placement.pick ranks it", () => {
+    // Found by the property above: fit limits are not the ranking key for unmeasured hosts.
+    const hosts: Candidate[] = [
+      { id: "h3", headroom: { allocatableMib: null, cpuBudget: null, reserved: { memMib: 0, vcpus: 0 } } },
+      { id: "h4", headroom: { allocatableMib: 0, cpuBudget: null, reserved: { memMib: 0, vcpus: 0 } }, measured: false },
+    ]
+    const index = new PlacementIndex.Index()
+    for (const h of hosts) index.upsert(h)
+    const req = { budget: { memMib: 1, vcpus: 0 } }
+    expect(index.pick(req)).toBe(Placement.pick(hosts, req))
+    expect(index.pick(req)).toBe("h4")
+  })
+
+  it("a host whose CPU budget is 0 (not gated) ranks by its free vCPUs, as Placement.pick ranks it", () => {
+    const hosts: Candidate[] = [
+      { id: "a", headroom: { allocatableMib: 4096, cpuBudget: null, reserved: { memMib: 0, vcpus: 3 } } },
+      { id: "b", headroom: { allocatableMib: 4096, cpuBudget: 0, reserved: { memMib: 0, vcpus: 3 } } },
+    ]
+    const index = new PlacementIndex.Index()
+    for (const h of hosts) index.upsert(h)
+    const req = { budget: { memMib: 1024, vcpus: 8 } }
+    expect(index.pick(req)).toBe(Placement.pick(hosts, req))
+    expect(index.pick(req)).toBe("b")
   })
 
   it("setLimits re-files every host", () => {
