@@ -151,7 +151,12 @@ describe("a coordinator and its agents, end to end", () => {
     expect(moved.status).toBe(503)
     expect(moved.body.error).toBe("ErrMoveDowntime")
     expect(moved.body.message).toMatch(/pre-pause estimate .* refused before pausing/)
-    const st = await agents.b!.status()
+    // The coordinator answers as soon as the abort lands; the agent records its outcome just after.
+    const st = await until(
+      "the source records its refusal",
+      () => agents.b!.status(),
+      (x) => x.moves.some((m: { moveId: string }) => m.moveId === moved.body.moveId),
+    )
     const outcome = st.moves.find((m: { moveId: string }) => m.moveId === moved.body.moveId)
     expect(outcome).toMatchObject({ _tag: "Refused", stage: "pre-pause", paused: false })
     expect(st.vms.map((v: { vmId: string; status: string }) => [v.vmId, v.status])).toEqual([["s4", "running"]])
