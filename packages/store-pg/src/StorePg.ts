@@ -241,22 +241,14 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
     const t = SessionRules.transition(s.state as SessionState, to)
     return t._tag === "Legal" ? null : new IllegalTransition({ sessionId: s.id, from: s.state, to, reason: t.message })
   }
-  /** `illegal`, and also refused when the call applies only to sessions in state `from`. */
-  const pinned = (
+  /** A store operation judged by core: its own start states, then the life cycle (`Session.apply`). */
+  const refusedOp = (
     s: { readonly id: string; readonly state: string },
+    operation: SessionRules.Operation,
     to: SessionState,
-    from: SessionState | undefined,
   ): IllegalTransition | null => {
-    if (from !== undefined && s.state !== from) {
-      const v = SessionRules.transition(s.state as SessionState, to)
-      return new IllegalTransition({
-        sessionId: s.id,
-        from: s.state,
-        to,
-        reason: v._tag === "Illegal" ? v.message : `session is ${s.state}, not ${from}`,
-      })
-    }
-    return illegal(s, to)
+    const t = SessionRules.apply(operation, s.state as SessionState, to)
+    return t._tag === "Legal" ? null : new IllegalTransition({ sessionId: s.id, from: s.state, to, reason: t.message })
   }
   const sessionNotFound = (id: string) => new NotFound({ entity: "session", id })
   const hostNotFound = (id: string) => new NotFound({ entity: "host", id })
@@ -741,13 +733,13 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
   }
 
   /** A state change that touches no reservation; `from` pins the state the call applies to. */
-  const transitionOnly = (id: string, to: SessionState, from?: SessionState) =>
+  const transitionOnly = (id: string, operation: SessionRules.Operation, to: SessionState) =>
     Effect.gen(function* () {
       const t = yield* now
       return yield* op<Session, NotFound | IllegalTransition>(async (tx) => {
         const s = await lockSession(tx, id)
         if (s === undefined) return err(sessionNotFound(id))
-        const bad = pinned(s, to, from)
+        const bad = refusedOp(s, operation, to)
         if (bad) return err(bad)
         return ok(await updateSession(tx, id, { state: to, parkedAt: to === "parked" ? t : null, updatedAt: t }))
       })
@@ -766,7 +758,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
       return yield* op<PlaceOutcome, NotFound | IllegalTransition>(async (tx) => {
         const row = await lockSession(tx, id)
         if (row === undefined) return err(sessionNotFound(id))
-        const bad = pinned(row, "pending", "descended")
+        const bad = refusedOp(row, "resume", "pending")
         if (bad) return err(bad)
         const s = toSession(row)
         const req: Placement.Request = { budget: s.budget, affinity: s.affinity }
@@ -1110,7 +1102,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
           const open = await lockOpenMove(tx, s.id)
           if (open !== undefined)
             return err(new Conflict({ entity: "move", id: open.id, reason: `session ${s.id} already has an open move` }))
-          const bad = illegal(s, "moving")
+          const bad = refusedOp(s, "beginMove", "moving")
           if (bad) return err(bad)
           if (s.state !== "running")
             return err(
@@ -1323,10 +1315,10 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
         (rows) => rows.map(toSession),
       ),
 
-    markRunning: (id) => transitionOnly(id, "running", "pending"),
-    idle: (id, mayPark) => transitionOnly(id, mayPark ? "parked" : "descending", "running"),
-    unpark: (id) => transitionOnly(id, "running", "parked"),
-    beginDescent: (id) => transitionOnly(id, "descending", "parked"),
+    markRunning: (id) => transitionOnly(id, "markRunning", "running"),
+    idle: (id, mayPark) => transitionOnly(id, "idle", mayPark ? "parked" : "descending"),
+    unpark: (id) => transitionOnly(id, "unpark", "running"),
+    beginDescent: (id) => transitionOnly(id, "beginDescent", "descending"),
 
     finishDescent: (id) =>
       Effect.gen(function* () {
@@ -1334,7 +1326,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
         return yield* op<Session, NotFound | IllegalTransition>(async (tx) => {
           const s = await lockSession(tx, id)
           if (s === undefined) return err(sessionNotFound(id))
-          const bad = illegal(s, "descended")
+          const bad = refusedOp(s, "finishDescent", "descended")
           if (bad) return err(bad)
           if (s.reservationId !== null) await removeEntries(tx, [s.reservationId], "released")
           return ok(
@@ -1351,7 +1343,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
         return yield* op<Session, NotFound | IllegalTransition>(async (tx) => {
           const s = await lockSession(tx, id)
           if (s === undefined) return err(sessionNotFound(id))
-          const bad = illegal(s, "ended")
+          const bad = refusedOp(s, "end", "ended")
           if (bad) return err(bad)
           const open = await lockOpenMove(tx, id)
           if (open !== undefined) await closeMove(tx, open, "session ended", t, "released")
