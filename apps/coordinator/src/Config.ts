@@ -25,6 +25,12 @@ export interface CoordinatorConfig {
   readonly moveTimeoutMs: number
   /** How often a long-poll re-reads the store when other replicas may change it (PostgreSQL). */
   readonly storePollMs: number
+  /**
+   * On PostgreSQL, how old a fleet read a placement may reuse (ms; 0 = a fresh read each time).
+   * Safe at any age: core decides on the read and the write applies only if the chosen host is
+   * unchanged since; "no room" is only concluded on a fresh read.
+   */
+  readonly placementReadMaxAgeMs: number
 }
 
 /** One refused setting. */
@@ -62,6 +68,7 @@ const otherVariables = [
   "ENGRAM_ADMIN_TOKEN",
   "ENGRAM_MOVE_TIMEOUT_MS",
   "ENGRAM_STORE_POLL_MS",
+  "ENGRAM_PLACEMENT_READ_MAX_AGE_MS",
 ] as const
 
 /** Every variable the coordinator reads (besides `ENGRAM_CONFIG_FILE`). */
@@ -135,6 +142,7 @@ export const parse = (raw: Raw): { readonly _tag: "Valid"; readonly config: Coor
   }
   const moveTimeoutMs = int("ENGRAM_MOVE_TIMEOUT_MS", 120_000, 1, 3_600_000)
   const storePollMs = int("ENGRAM_STORE_POLL_MS", 500, 10, 60_000)
+  const placementReadMaxAgeMs = int("ENGRAM_PLACEMENT_READ_MAX_AGE_MS", 100, 0, 60_000)
 
   const overrides: Record<string, unknown> = {}
   for (const [variable, field] of Object.entries(limitVariables)) {
@@ -152,7 +160,7 @@ export const parse = (raw: Raw): { readonly _tag: "Valid"; readonly config: Coor
   }
 
   if (issues.length > 0) return { _tag: "Invalid", issues }
-  return { _tag: "Valid", config: { port, host, dataDir, databaseUrl, adminToken, limits, moveTimeoutMs, storePollMs } }
+  return { _tag: "Valid", config: { port, host, dataDir, databaseUrl, adminToken, limits, moveTimeoutMs, storePollMs, placementReadMaxAgeMs } }
 }
 
 /** The defaults: what `parse({})` gives. */

@@ -69,7 +69,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   const storeLayer: Layer.Layer<Store, unknown> =
     options.store ??
     (config.databaseUrl !== null
-      ? StorePg.layer({ url: config.databaseUrl, limits: config.limits })
+      ? StorePg.layer({ url: config.databaseUrl, limits: config.limits, placementReadMaxAgeMs: config.placementReadMaxAgeMs })
       : Layer.unwrap(
           Effect.sync(() => {
             mkdirSync(config.dataDir, { recursive: true })

@@ -18,6 +18,15 @@ describe("configuration", () => {
     if (r._tag === "Valid") expect(r.config).toMatchObject({ port: 0, limits: { cpuOvercommit: 2.5, requireMeasured: true, reaperIntervalMs: 500 } })
   })
 
+  it("placements on PostgreSQL may reuse a fleet read up to 100 ms old by default; 0 asks for a fresh read", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && d.config.placementReadMaxAgeMs).toBe(100)
+    const z = Config.parse({ ENGRAM_PLACEMENT_READ_MAX_AGE_MS: "0" })
+    expect(z._tag === "Valid" && z.config.placementReadMaxAgeMs).toBe(0)
+    const bad = Config.parse({ ENGRAM_PLACEMENT_READ_MAX_AGE_MS: "-1" })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable)).toEqual(["ENGRAM_PLACEMENT_READ_MAX_AGE_MS"])
+  })
+
   it("every bad value is reported with its variable and rule", () => {
     const r = Config.parse({
       ENGRAM_PORT: "70000",
