@@ -290,7 +290,9 @@ export const AssignmentsJson = Schema.Struct({
 // Payloads and queries (shapes only; the store's rules check ranges and name the field)
 // ---------------------------------------------------------------------------------------------
 
-const PathId = { id: Schema.String }
+// Ids in paths: NUL-free and bounded (PostgreSQL text cannot hold NUL); a malformed id is a 400.
+// eslint-disable-next-line no-control-regex -- the NUL is the point: it is what the check refuses
+const PathId = { id: Schema.String.check(Schema.isPattern(/^[^\u0000]{1,256}$/)) }
 
 export const CreateHostBody = Schema.Struct({
   id: Schema.String,

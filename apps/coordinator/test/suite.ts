@@ -324,7 +324,10 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(done.body).toMatchObject({ downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420, move: { id: m.id, state: "committed" } })
         expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running", hostId: dst.id })
         expect((await admin.get(`/v1/moves/${m.id}`)).body.rounds).toHaveLength(1)
-        expect((await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 1, captureMs: 1, sendMs: 1, commitMs: 1 })).status).toBe(409)
+        expect((await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 3, captureMs: 1, sendMs: 1, commitMs: 1 })).status).toBe(409)
+        // Phases that do not fit within their downtime are bad input: 400 naming the field.
+        const inconsistent = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 1, captureMs: 1, sendMs: 1, commitMs: 1 })
+        expect([inconsistent.status, inconsistent.body.field]).toEqual([400, "downtimeMs"])
         await admin.del(`/v1/sessions/${sid}`)
       })
 

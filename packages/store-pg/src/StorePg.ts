@@ -1509,6 +1509,8 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
 
     commitMove: (moveId, phases) =>
       Effect.gen(function* () {
+        const bad = Validate.phases(phases)
+        if (bad) return yield* bad
         const t = yield* now
         return yield* op<Move, NotFound | Conflict>(async (tx) => {
           const m = await lockMove(tx, moveId)
@@ -1545,6 +1547,8 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
 
     abortMove: (moveId, reason, options = {}) =>
       Effect.gen(function* () {
+        const bad = Validate.text("reason", reason)
+        if (bad) return yield* bad
         const t = yield* now
         return yield* op<Move, NotFound | Conflict>(async (tx) => {
           // Decided under the move's row lock: a final round recorded concurrently either

@@ -694,6 +694,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
     commitMove: (moveId, phases) =>
       Effect.gen(function* () {
+        const bad = Validate.phases(phases)
+        if (bad) return yield* bad
         const m = yield* Effect.flatMap(findMove(moveId), pendingMove)
         const t = yield* now
         const s = sessions.get(m.sessionId) as SessionRec
@@ -713,6 +715,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
     abortMove: (moveId, reason, options = {}) =>
       Effect.gen(function* () {
+        const bad = Validate.text("reason", reason)
+        if (bad) return yield* bad
         const m = yield* Effect.flatMap(findMove(moveId), pendingMove)
         if (options.onlyBeforeFinalRound === true && m.rounds.some((r) => r.kind === "final"))
           return yield* new Conflict({ entity: "move", id: m.id, reason: "final round recorded: the pause is spent" })

@@ -138,7 +138,7 @@ export interface StoreShape {
    * The target committed: the session runs on the target, its reservation is the target's,
    * the source's is released. The move ends `committed`.
    */
-  readonly commitMove: (moveId: string, phases: MovePhases) => Fx<Move, NotFound | Conflict>
+  readonly commitMove: (moveId: string, phases: MovePhases) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
    * The move failed: the target's reservation is dropped, the session runs on the source.
    * With `onlyBeforeFinalRound`, a move whose final round is recorded is not aborted (its pause
@@ -148,7 +148,7 @@ export interface StoreShape {
     moveId: string,
     reason: string,
     options?: { readonly onlyBeforeFinalRound?: boolean | undefined },
-  ) => Fx<Move, NotFound | Conflict>
+  ) => Fx<Move, NotFound | Conflict | InvalidInput>
   readonly getMove: (id: string) => Fx<Move, NotFound>
   /** The open (pending) move of a session, if any. */
   readonly openMove: (sessionId: string) => Fx<Move | null>

@@ -13,13 +13,26 @@ const ID = /^[A-Za-z0-9._:-]{1,128}$/
 export const id = (field: string, value: unknown): InvalidInput | null =>
   typeof value !== "string" || !ID.test(value) ? new InvalidInput({ field, rule: "must be 1-128 characters of [A-Za-z0-9._:-]" }) : null
 
+// Every figure must fit the stores' 64-bit columns exactly: past 2^53 - 1 a number is not exact.
+const MAX = Number.MAX_SAFE_INTEGER
+
 const integerAtLeast = (field: string, value: unknown, min: number): InvalidInput | null =>
   typeof value !== "number" || !Number.isInteger(value) || value < min
     ? new InvalidInput({ field, rule: min === 1 ? "must be an integer > 0" : `must be an integer >= ${min}` })
-    : null
+    : value > MAX
+      ? new InvalidInput({ field, rule: `must be <= ${MAX}` })
+      : null
 
 const finiteAtLeastZero = (field: string, value: unknown): InvalidInput | null =>
-  typeof value !== "number" || !Number.isFinite(value) || value < 0 ? new InvalidInput({ field, rule: "must be a finite number >= 0" }) : null
+  typeof value !== "number" || !Number.isFinite(value) || value < 0
+    ? new InvalidInput({ field, rule: "must be a finite number >= 0" })
+    : value > MAX
+      ? new InvalidInput({ field, rule: `must be <= ${MAX}` })
+      : null
+
+/** Free text (labels, descriptions, reasons): any string without a NUL character, which PostgreSQL text cannot hold. */
+export const text = (field: string, value: unknown): InvalidInput | null =>
+  typeof value !== "string" ? new InvalidInput({ field, rule: "must be a string" }) : value.includes("\u0000") ? new InvalidInput({ field, rule: "must not contain a NUL character" }) : null
 
 /** A session budget: `memMib` an integer > 0, `vcpus` an integer > 0. */
 export const budget = (b: Budget): InvalidInput | null => integerAtLeast("memMib", b.memMib, 1) ?? integerAtLeast("vcpus", b.vcpus, 1)
@@ -36,7 +49,10 @@ export const sessionInput = (input: { id: unknown; budget: Budget; affinity?: un
 export const hostInput = (input: { id: unknown; labels?: unknown }): InvalidInput | null =>
   id("id", input.id) ??
   (input.labels === undefined ||
-  (typeof input.labels === "object" && input.labels !== null && !Array.isArray(input.labels) && Object.values(input.labels).every((v) => typeof v === "string"))
+  (typeof input.labels === "object" &&
+    input.labels !== null &&
+    !Array.isArray(input.labels) &&
+    Object.entries(input.labels).every(([k, v]) => text("labels", k) === null && text("labels", v) === null))
     ? null
     : new InvalidInput({ field: "labels", rule: "must be an object of string values" }))
 
@@ -73,11 +89,44 @@ export const ownerKind = (v: unknown): InvalidInput | null =>
     ? null
     : new InvalidInput({ field: "ownerKind", rule: `must be one of ${Ledger.ownerKinds.join(", ")}` })
 
-/** Optional reservation fields: `vramMib` >= 0, `expiresAt` finite, `description` a string. */
-export const reserveExtras = (r: { vramMib?: unknown; expiresAt?: unknown; description?: unknown; ownerId?: unknown }): InvalidInput | null =>
-  (typeof r.ownerId === "string" && r.ownerId.length > 0 ? null : new InvalidInput({ field: "ownerId", rule: "must be a non-empty string" })) ??
+/**
+ * The shape of a reservation request, before the ledger's checks: a given id follows the id
+ * rule (a missing one is the ledger's `id_missing`), figures fit exactly, `vramMib` >= 0,
+ * `expiresAt` finite, `ownerId` and `description` text.
+ */
+export const reserveExtras = (r: {
+  id?: unknown
+  memMib?: unknown
+  vcpus?: unknown
+  vramMib?: unknown
+  expiresAt?: unknown
+  description?: unknown
+  ownerId?: unknown
+}): InvalidInput | null =>
+  (r.id == null || r.id === "" ? null : id("id", r.id)) ??
+  (typeof r.memMib === "number" && Math.abs(r.memMib) > MAX ? new InvalidInput({ field: "memMib", rule: `must be <= ${MAX}` }) : null) ??
+  (typeof r.vcpus === "number" && Math.abs(r.vcpus) > MAX ? new InvalidInput({ field: "vcpus", rule: `must be <= ${MAX}` }) : null) ??
+  (typeof r.ownerId === "string" && r.ownerId.length > 0 && text("ownerId", r.ownerId) === null
+    ? null
+    : new InvalidInput({ field: "ownerId", rule: "must be a non-empty string without NUL" })) ??
   (r.vramMib == null ? null : finiteAtLeastZero("vramMib", r.vramMib)) ??
   (r.expiresAt == null || (typeof r.expiresAt === "number" && Number.isFinite(r.expiresAt))
     ? null
     : new InvalidInput({ field: "expiresAt", rule: "must be epoch milliseconds" })) ??
-  (r.description == null || typeof r.description === "string" ? null : new InvalidInput({ field: "description", rule: "must be a string" }))
+  (r.description == null ? null : text("description", r.description))
+
+/**
+ * A committed move's phases (SPEC §5): each a finite figure >= 0, and capture + send + commit
+ * within the downtime they are parts of.
+ */
+export const phases = (p: { downtimeMs: number; captureMs: number; sendMs: number; commitMs: number }): InvalidInput | null => {
+  for (const field of ["downtimeMs", "captureMs", "sendMs", "commitMs"] as const) {
+    const bad = finiteAtLeastZero(field, p[field])
+    if (bad) return bad
+  }
+  // The phases are parts of the pause. (Each is > 0 in a real move, but a clock with ms
+  // resolution may time a short send as 0, so only the sum is held to SPEC §5 here.)
+  return p.captureMs + p.sendMs + p.commitMs <= p.downtimeMs
+    ? null
+    : new InvalidInput({ field: "downtimeMs", rule: "must be >= captureMs + sendMs + commitMs" })
+}

@@ -46,12 +46,41 @@ describe("Validate", () => {
   it("reservations name a known owner kind and a non-empty owner", () => {
     expect(Validate.ownerKind("external")).toBeNull()
     expect(rule(Validate.ownerKind("vm"))).toEqual(["ownerKind", "must be one of session, move, capture, external"])
-    expect(rule(Validate.reserveExtras({ ownerId: "" }))).toEqual(["ownerId", "must be a non-empty string"])
+    expect(rule(Validate.reserveExtras({ ownerId: "" }))).toEqual(["ownerId", "must be a non-empty string without NUL"])
     expect(rule(Validate.reserveExtras({ ownerId: "x", vramMib: -2 }))).toEqual(["vramMib", "must be a finite number >= 0"])
     expect(rule(Validate.reserveExtras({ ownerId: "x", expiresAt: "soon" }))).toEqual(["expiresAt", "must be epoch milliseconds"])
   })
 
   it("errors carry a message naming the field and the rule", () => {
     expect(new InvalidInput({ field: "memMib", rule: "must be an integer > 0" }).message).toBe("memMib must be an integer > 0")
+  })
+})
+
+describe("Validate: what the stores' columns can hold", () => {
+  it("integers past 2^53 - 1 are refused by name, not left to overflow a column", () => {
+    expect(rule(Validate.budget({ memMib: 1e19, vcpus: 1 }))).toEqual(["memMib", `must be <= ${Number.MAX_SAFE_INTEGER}`])
+    expect(rule(Validate.report({ totalMib: 1, allocatableMib: 1, totalVcpus: 1e19 }))).toEqual(["totalVcpus", `must be <= ${Number.MAX_SAFE_INTEGER}`])
+    expect(rule(Validate.reserveExtras({ ownerId: "x", memMib: 1e19 }))).toEqual(["memMib", `must be <= ${Number.MAX_SAFE_INTEGER}`])
+  })
+
+  it("text with a NUL character is refused: PostgreSQL text cannot hold it", () => {
+    expect(rule(Validate.text("reason", "a\u0000b"))).toEqual(["reason", "must not contain a NUL character"])
+    expect(Validate.text("reason", "timeout")).toBeNull()
+    expect(rule(Validate.reserveExtras({ ownerId: "x", description: "a\u0000b" }))).toEqual(["description", "must not contain a NUL character"])
+    expect(rule(Validate.reserveExtras({ ownerId: "a\u0000b" }))).toEqual(["ownerId", "must be a non-empty string without NUL"])
+    expect(rule(Validate.hostInput({ id: "h", labels: { zone: "a\u0000" } }))).toEqual(["labels", "must be an object of string values"])
+  })
+
+  it("a given reservation id follows the id rule; a missing one is left to the ledger's id_missing", () => {
+    expect(rule(Validate.reserveExtras({ id: "a\u0000b", ownerId: "x" }))).toEqual(["id", "must be 1-128 characters of [A-Za-z0-9._:-]"])
+    expect(Validate.reserveExtras({ id: "", ownerId: "x" })).toBeNull()
+    expect(Validate.reserveExtras({ id: null, ownerId: "x" })).toBeNull()
+  })
+
+  it("a move's phases are figures >= 0 whose capture, send and commit fit within the downtime", () => {
+    expect(Validate.phases({ downtimeMs: 546, captureMs: 40, sendMs: 86, commitMs: 420 })).toBeNull()
+    expect(Validate.phases({ downtimeMs: 5, captureMs: 2, sendMs: 0, commitMs: 3 })).toBeNull()
+    expect(rule(Validate.phases({ downtimeMs: -5, captureMs: 0, sendMs: 0, commitMs: 0 }))).toEqual(["downtimeMs", "must be a finite number >= 0"])
+    expect(rule(Validate.phases({ downtimeMs: 100, captureMs: 40, sendMs: 80, commitMs: 420 }))).toEqual(["downtimeMs", "must be >= captureMs + sendMs + commitMs"])
   })
 })

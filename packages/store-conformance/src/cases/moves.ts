@@ -32,6 +32,36 @@ export const moves: Group = {
   name: "moves",
   cases: [
     kase(
+      "a commit whose phases do not fit within the downtime is refused by name and changes nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        const before = yield* snapshot
+        const err = yield* expectFailure(s.commitMove(move.id, { downtimeMs: 100, captureMs: 40, sendMs: 80, commitMs: 420 }), "InvalidInput")
+        expect([err.field, err.rule]).toStrictEqual(["downtimeMs", "must be >= captureMs + sendMs + commitMs"])
+        const neg = yield* expectFailure(s.commitMove(move.id, { downtimeMs: -5, captureMs: 0, sendMs: 0, commitMs: 0 }), "InvalidInput")
+        expect(neg.field).toBe("downtimeMs")
+        yield* expectUnchanged(before, "a refused commit")
+        expect((yield* s.getMove(move.id)).state).toBe("pending")
+      }),
+    ),
+    kase(
+      "text the store cannot hold (a NUL character) is refused by name, not stored",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        const before = yield* snapshot
+        expect((yield* expectFailure(s.abortMove(move.id, "a\u0000b"), "InvalidInput")).field).toBe("reason")
+        const r = { ownerKind: "external" as const, ownerId: "x", hostId: "dst", memMib: 64, vcpus: 0 }
+        expect((yield* expectFailure(s.reserve({ ...r, id: "r1", description: "a\u0000b" }), "InvalidInput")).field).toBe("description")
+        expect((yield* expectFailure(s.reserve({ ...r, id: "r\u00001" }), "InvalidInput")).field).toBe("id")
+        expect((yield* expectFailure(s.createSession({ id: "huge", budget: { memMib: 1e19, vcpus: 1 } }), "InvalidInput")).field).toBe("memMib")
+        yield* expectUnchanged(before, "refused text and figures")
+      }),
+    ),
+    kase(
       "an abort only before the final round refuses a move whose final round is recorded, and changes nothing",
       Effect.gen(function* () {
         const s = yield* store
