@@ -8,7 +8,7 @@
 import { ParkGate } from "@engram/core"
 import type { Yield } from "@engram/core"
 import { Store } from "@engram/store"
-import { Clock, Duration, Effect, Layer, Schedule } from "effect"
+import { Clock, Duration, Effect, Layer, Option, Schedule } from "effect"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
 import { hostTopic, Notifier } from "./Notifier.js"
@@ -123,7 +123,15 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   // 3. The gate decides which parks yield; each yield is a CAS parked → descending.
   const decision = ParkGate.evaluate(fleet, fleet.readAt ?? startedAt, limits)
   const descents: Yield[] = []
+  // SPEC §4.3: a replica that loses the lock stops reaping at once, also within a pass (the
+  // lock's connection may drop while the pass runs). Without a Leader in context, it leads.
+  const leader = yield* Effect.serviceOption(Leader)
+  const leading = () => Option.isNone(leader) || leader.value.isLeader()
   for (const y of decision.yields) {
+    if (!leading()) {
+      yield* Effect.logWarning("reaper: lost the leader lock mid-pass; no further descents")
+      return yield* finish({ _tag: "Held", reason: "lost the leader lock mid-pass" })
+    }
     const began = yield* Effect.result(store.beginDescent(y.sessionId))
     if (began._tag === "Success") {
       descents.push(y)
@@ -138,6 +146,7 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   if (descents.length > 0) yield* Effect.logInfo("reaper: parks yield", { yields: descents })
 
   // 4. Drain the queue into whatever room exists now.
+  if (!leading()) return yield* finish({ _tag: "Held", reason: "lost the leader lock mid-pass" })
   const drained = yield* drainQueue
   return yield* finish({
     _tag: "Done",

@@ -1,7 +1,7 @@
 // The reaper pass on the in-memory store under a TestClock: no sleeps, time moved by hand.
 import { assert, describe, it } from "@effect/vitest"
 import { Limits } from "@engram/core"
-import { Metrics, Notifier, reaperPass } from "@engram/coordinator"
+import { Leader, Metrics, Notifier, reaperPass } from "@engram/coordinator"
 import { Store } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer } from "effect"
@@ -30,6 +30,17 @@ const parkedOn = (hostId: string, capacityMib: number, sessionId: string, memMib
   })
 
 describe("reaperPass", () => {
+  it.effect("a replica that has lost the leader lock starts no descent and drains nothing", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* parkedOn("h1", 2048, "p1", 1536)
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      const pass = yield* reaperPass.pipe(Effect.provideService(Leader, Leader.of({ tick: Effect.succeed(false), isLeader: () => false })))
+      assert.deepStrictEqual(pass, { _tag: "Held", reason: "lost the leader lock mid-pass" })
+      assert.strictEqual((yield* store.getSession("p1")).state, "parked")
+      assert.strictEqual((yield* store.getSession("q1")).state, "queued")
+    }).pipe(Effect.provide(services(StoreSim.layer()))))
+
   it.effect("while nothing waits every park holds, also on a full host", () =>
     Effect.gen(function* () {
       yield* parkedOn("h1", 1024, "p1", 1024)
