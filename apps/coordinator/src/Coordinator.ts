@@ -7,7 +7,7 @@
 import { NodeHttpServer } from "@effect/platform-node"
 import type { Store } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
-import { Context, Effect, Exit, Layer, Logger, References, Scope } from "effect"
+import { Context, Effect, Exit, Layer, Logger, Option, References, Scope } from "effect"
 import type { LogLevel } from "effect"
 import { HttpRouter, HttpServer } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
@@ -150,7 +150,8 @@ export const startCoordinator = async (options: CoordinatorOptions = {}): Promis
   let stopping: Promise<void> | undefined
   return {
     ...info,
-    reaperPass: () => Effect.runPromise(provide(reaperPass)),
+    // A pass driven by hand first tries the leader lock, as the loop does each interval.
+    reaperPass: () => Effect.runPromise(provide(Effect.flatMap(Effect.flatMap(Effect.serviceOption(Leader), (l) => (Option.isSome(l) ? l.value.tick : Effect.void)), () => reaperPass))),
     run: (effect) => Effect.runPromise(provide(effect)),
     stop: () => (stopping ??= Effect.runPromise(Scope.close(scope, Exit.void))),
   }
