@@ -195,6 +195,8 @@ export const MoveJson = Schema.Struct({
   rounds: Schema.Array(MoveRoundJson),
   phases: Schema.NullOr(MovePhasesJson),
   abortReason: Schema.NullOr(Schema.String),
+  /** The downtime estimate an `ErrMoveDowntime` abort was refused on, in ms. */
+  abortEstimateMs: NullableNumber,
   createdAt: Schema.Number,
   endedAt: NullableNumber,
 })

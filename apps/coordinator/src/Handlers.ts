@@ -262,12 +262,6 @@ const HostsLive = HttpApiBuilder.group(CoordinatorApi, "hosts", (h) =>
 /** The `Retry-After` of a `MoveCommitPending` answer: when a re-read of the move may show its outcome. */
 const commitPendingRetryAfterMs = 5000
 
-/** Parses the estimate an agent recorded with its abort (`estimateMs=812`). */
-const estimateOf = (reason: string): number | undefined => {
-  const m = /estimateMs=([0-9]+(?:\.[0-9]+)?)/.exec(reason)
-  return m?.[1] === undefined ? undefined : Number(m[1])
-}
-
 const SessionsLive = HttpApiBuilder.group(CoordinatorApi, "sessions", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
@@ -299,7 +293,7 @@ const SessionsLive = HttpApiBuilder.group(CoordinatorApi, "sessions", (h) =>
         const downtime = reason.startsWith("ErrMoveDowntime")
         const timeout = reason === "timeout"
         metrics.inc("engram_moves_total", { outcome: downtime ? "downtime" : timeout ? "timeout" : "aborted" })
-        const estimateMs = estimateOf(reason)
+        const estimateMs = m.abortEstimateMs ?? undefined
         return yield* new ServiceUnavailable({
           retryAfterMs: 1000,
           error: downtime ? "ErrMoveDowntime" : timeout ? "MoveTimeout" : "MoveAborted",
@@ -471,15 +465,8 @@ const MovesLive = HttpApiBuilder.group(CoordinatorApi, "moves", (h) =>
         Effect.gen(function* () {
           yield* moveFor(params.id, "source")
           if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
-          if (payload.estimateMs !== undefined && !(Number.isFinite(payload.estimateMs) && payload.estimateMs >= 0)) {
-            return yield* badRequest("estimateMs", "must be a finite number >= 0")
-          }
-          // The estimate travels in the stored reason, so a waiter on any replica can answer it.
-          const reason =
-            payload.estimateMs !== undefined && !payload.reason.includes("estimateMs=")
-              ? `${payload.reason} (estimateMs=${payload.estimateMs})`
-              : payload.reason
-          const m = yield* api(store.abortMove(params.id, reason))
+          // The estimate is kept on the move record, so a waiter on any replica can answer it.
+          const m = yield* api(store.abortMove(params.id, payload.reason, { estimateMs: payload.estimateMs }))
           yield* changed(m)
           yield* drainQueue
           return m

@@ -61,6 +61,7 @@ export const toMove = (r: MoveRow): Move => ({
   rounds: r.rounds as MoveRound[],
   phases: r.phases as MovePhases | null,
   abortReason: r.abortReason,
+  abortEstimateMs: r.abortEstimateMs,
   createdAt: r.createdAt,
   endedAt: r.endedAt,
 })

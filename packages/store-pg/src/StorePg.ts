@@ -746,9 +746,9 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
     })
 
   /** Ends an open move without committing: its target reservation goes, the move is `aborted`. */
-  const closeMove = async (tx: Exec, m: MoveRow, reason: string, t: number, how: "released" | "reclaimed") => {
+  const closeMove = async (tx: Exec, m: MoveRow, reason: string, t: number, how: "released" | "reclaimed", estimateMs: number | null = null) => {
     const removed = await removeEntries(tx, [m.reservationId], how)
-    await tx.update(moves).set({ state: "aborted", abortReason: reason, endedAt: t }).where(eq(moves.id, m.id))
+    await tx.update(moves).set({ state: "aborted", abortReason: reason, abortEstimateMs: estimateMs, endedAt: t }).where(eq(moves.id, m.id))
     return removed
   }
 
@@ -1163,6 +1163,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
               rounds: [],
               phases: null,
               abortReason: null,
+              abortEstimateMs: null,
               createdAt: t,
               endedAt: null,
             })
@@ -1547,7 +1548,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
 
     abortMove: (moveId, reason, options = {}) =>
       Effect.gen(function* () {
-        const bad = Validate.text("reason", reason)
+        const bad = Validate.text("reason", reason) ?? Validate.estimateMs(options.estimateMs)
         if (bad) return yield* bad
         const t = yield* now
         return yield* op<Move, NotFound | Conflict>(async (tx) => {
@@ -1559,7 +1560,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
           if (notPending) return err(notPending)
           if (options.onlyBeforeFinalRound === true && (m.rounds as MoveRound[]).some((r) => r.kind === "final"))
             return err(new Conflict({ entity: "move", id: m.id, reason: "final round recorded: the pause is spent" }))
-          await closeMove(tx, m, reason, t, "released")
+          await closeMove(tx, m, reason, t, "released", options.estimateMs ?? null)
           const s = await lockSession(tx, m.sessionId)
           if (s !== undefined && s.state === "moving" && illegal(s, "running") === null)
             await updateSession(tx, s.id, { state: "running", updatedAt: t })

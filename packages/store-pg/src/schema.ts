@@ -140,6 +140,7 @@ export const moves = pgTable(
     rounds: jsonb("rounds").notNull().default([]),
     phases: jsonb("phases"),
     abortReason: text("abort_reason"),
+    abortEstimateMs: doublePrecision("abort_estimate_ms"),
     createdAt: ms("created_at").notNull(),
     endedAt: ms("ended_at"),
   },

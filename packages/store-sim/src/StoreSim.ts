@@ -74,6 +74,7 @@ interface MoveRec {
   rounds: MoveRound[]
   phases: MovePhases | null
   abortReason: string | null
+  abortEstimateMs: number | null
   createdAt: number
   endedAt: number | null
 }
@@ -328,10 +329,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   const pendingMove = (m: MoveRec) =>
     m.state === "pending" ? Effect.succeed(m) : Effect.fail(new Conflict({ entity: "move", id: m.id, reason: `move is ${m.state}` }))
   // Ends a pending move without committing: drops the target reservation.
-  const closeMove = (m: MoveRec, reason: string, now: number, how: "release" | "reclaim"): void => {
+  const closeMove = (m: MoveRec, reason: string, now: number, how: "release" | "reclaim", estimateMs: number | null = null): void => {
     removeEntry(m.reservationId, how)
     m.state = "aborted"
     m.abortReason = reason
+    m.abortEstimateMs = estimateMs
     m.endedAt = now
     openMoves.delete(m.sessionId)
   }
@@ -674,6 +676,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           rounds: [],
           phases: null,
           abortReason: null,
+          abortEstimateMs: null,
           createdAt: t,
           endedAt: null,
         }
@@ -715,13 +718,13 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
     abortMove: (moveId, reason, options = {}) =>
       Effect.gen(function* () {
-        const bad = Validate.text("reason", reason)
+        const bad = Validate.text("reason", reason) ?? Validate.estimateMs(options.estimateMs)
         if (bad) return yield* bad
         const m = yield* Effect.flatMap(findMove(moveId), pendingMove)
         if (options.onlyBeforeFinalRound === true && m.rounds.some((r) => r.kind === "final"))
           return yield* new Conflict({ entity: "move", id: m.id, reason: "final round recorded: the pause is spent" })
         const t = yield* now
-        closeMove(m, reason, t, "release")
+        closeMove(m, reason, t, "release", options.estimateMs ?? null)
         const s = sessions.get(m.sessionId) as SessionRec
         if (s.state === "moving") setState(s, "running", t)
         return moveOf(m)

@@ -147,7 +147,11 @@ export interface StoreShape {
   readonly abortMove: (
     moveId: string,
     reason: string,
-    options?: { readonly onlyBeforeFinalRound?: boolean | undefined },
+    options?: {
+      readonly onlyBeforeFinalRound?: boolean | undefined
+      /** The downtime estimate the move is refused on (a finite number ≥ 0), kept on the record. */
+      readonly estimateMs?: number | undefined
+    },
   ) => Fx<Move, NotFound | Conflict | InvalidInput>
   readonly getMove: (id: string) => Fx<Move, NotFound>
   /** The open (pending) move of a session, if any. */

@@ -132,6 +132,8 @@ export interface Move {
   readonly phases: MovePhases | null
   /** Why an aborted move aborted (e.g. `ErrMoveDowntime: estimate 812 ms > 600 ms`). */
   readonly abortReason: string | null
+  /** The downtime estimate an aborted move was refused on (`ErrMoveDowntime`), in ms; null otherwise. */
+  readonly abortEstimateMs: number | null
   readonly createdAt: number
   readonly endedAt: number | null
 }

@@ -72,6 +72,9 @@ export const report = (r: HostReport): InvalidInput | null => {
 export const maxDowntimeMs = (v: unknown): InvalidInput | null =>
   typeof v !== "number" || !Number.isFinite(v) || v <= 0 ? new InvalidInput({ field: "maxDowntimeMs", rule: "must be a finite number > 0" }) : null
 
+/** The estimate an abort records: absent, or a finite number >= 0. */
+export const estimateMs = (v: unknown): InvalidInput | null => (v === undefined ? null : finiteAtLeastZero("estimateMs", v))
+
 /** A pre-copy round: a known kind and every figure finite and >= 0. */
 export const round = (r: MoveRound): InvalidInput | null => {
   if (r.kind !== "full" && r.kind !== "delta" && r.kind !== "final")

@@ -128,6 +128,7 @@ export const moves: Group = {
           rounds: [],
           phases: null,
           abortReason: null,
+          abortEstimateMs: null,
           createdAt: 9,
           endedAt: null,
         })
@@ -307,11 +308,27 @@ export const moves: Group = {
         const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
         yield* TestClock.adjust(50)
         const done = yield* s.abortMove(move.id, "ErrMoveDowntime: estimate 812 ms > 600 ms")
-        expect(done).toMatchObject({ state: "aborted", abortReason: "ErrMoveDowntime: estimate 812 ms > 600 ms", endedAt: 50, phases: null })
+        expect(done).toMatchObject({ state: "aborted", abortReason: "ErrMoveDowntime: estimate 812 ms > 600 ms", abortEstimateMs: null, endedAt: 50, phases: null })
         expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src", reservationId: x.reservationId })
         yield* expectFailure(s.getReservation(move.reservationId), "NotFound")
         expect((yield* s.getHost("dst")).headroom.reserved).toStrictEqual({ memMib: 0, vcpus: 0 })
         expect(yield* s.openMove("s1")).toBeNull()
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "abortMove keeps the estimate it was refused on as a typed figure, and refuses a bad one by name",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        for (const bad of [-1, Number.NaN, Number.POSITIVE_INFINITY, 1e21]) {
+          expect((yield* expectFailure(s.abortMove(move.id, "ErrMoveDowntime", { estimateMs: bad }), "InvalidInput")).field).toBe("estimateMs")
+        }
+        expect(yield* s.getMove(move.id)).toMatchObject({ state: "pending", abortEstimateMs: null })
+        const done = yield* s.abortMove(move.id, "ErrMoveDowntime", { estimateMs: 812.5 })
+        expect(done).toMatchObject({ state: "aborted", abortReason: "ErrMoveDowntime", abortEstimateMs: 812.5 })
+        expect((yield* s.getMove(move.id)).abortEstimateMs).toBe(812.5)
         yield* expectInvariants
       }),
     ),

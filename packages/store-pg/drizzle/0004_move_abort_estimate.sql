@@ -1,0 +1,1 @@
+ALTER TABLE "moves" ADD COLUMN "abort_estimate_ms" double precision;
