@@ -4,6 +4,7 @@
 //   freshDatabase()  a database of its own for a test file
 //   startEmbeddedPostgres()  a throwaway server for benchmarks and scripts
 //   pgBinDir()       where psql, pgbench, ... are
+//   startCuttableProxy()  a TCP proxy a fault test can cut
 export { default as globalSetup } from "./global-setup.js"
 export { createDatabase, databaseUrl, freshDatabase, testServerUrl } from "./database.js"
 export type { CreateDatabaseOptions, TestDatabase } from "./database.js"
@@ -12,3 +13,5 @@ export type { EmbeddedPostgresServer, StartEmbeddedPostgresOptions } from "./emb
 export { embeddedPgBinDir, pgBinDir } from "./bin-dir.js"
 export type { PgBinDirOptions } from "./bin-dir.js"
 export { EXTERNAL_URL_ENV, PROVIDE_KEY, SERVER_URL_ENV } from "./provided.js"
+export { startCuttableProxy } from "./proxy.js"
+export type { CuttableProxy } from "./proxy.js"

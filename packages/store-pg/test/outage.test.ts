@@ -1,0 +1,126 @@
+// Connections that drop under load (a partition, a restart of PostgreSQL): every request in
+// flight gets an answer, nothing crashes the process, and the next request is served. The
+// driver half pins the fixes in `patches/postgres@3.4.9.patch` (upstream porsager/postgres
+// #1154, #1208); the store half runs the same cut under the store's own requests.
+import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
+import type { CuttableProxy, TestDatabase } from "@engram/test-pg"
+import { Store } from "@engram/store"
+import { Effect, Exit, ManagedRuntime } from "effect"
+import postgres from "postgres"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { StorePg } from "../src/index.js"
+
+let db: TestDatabase
+let proxy: CuttableProxy
+let proxiedUrl: string
+
+beforeAll(async () => {
+  db = await freshDatabase()
+  const url = new URL(db.url)
+  proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
+  url.port = String(proxy.port)
+  proxiedUrl = url.toString()
+})
+
+afterAll(async () => {
+  await proxy.close()
+  await db.drop()
+})
+
+/** The promise's outcome, or "no answer" once `ms` passed: a hang detector, not a timing check. */
+const answered = <A>(p: Promise<A>, ms = 20_000): Promise<{ ok: A } | { error: string } | "no answer"> =>
+  Promise.race([
+    p.then(
+      (ok) => ({ ok }),
+      (e: unknown) => ({ error: String((e as { code?: unknown }).code ?? e) }),
+    ),
+    new Promise<"no answer">((resolve) => setTimeout(() => resolve("no answer"), ms).unref()),
+  ])
+
+const until = async (done: () => boolean) => {
+  while (!done()) await new Promise((resolve) => setTimeout(resolve, 5))
+}
+
+describe("the driver when its connections are cut", () => {
+  it("answers every query in flight, also one handed to a connection between its reset and its close, and serves the next", async () => {
+    const sql = postgres(proxiedUrl, { max: 4, onnotice: () => undefined })
+    try {
+      await sql`select 1`
+      const inFlight = Array.from({ length: 8 }, () => answered(sql`select pg_sleep(5)`))
+      await until(() => proxy.open() === 4)
+      // A query issued the moment the first error surfaces lands on a connection that is
+      // about to close: unpatched, it waited in the connection's `sent` queue forever.
+      const late: Promise<unknown>[] = []
+      void inFlight[0]?.then(() => late.push(answered(sql`select 2`)))
+      proxy.cut()
+      const outcomes = await Promise.all(inFlight)
+      // Each gets an answer: an error for those on a cut connection (queries still waiting for
+      // a connection may run on a new one after the cut).
+      expect(outcomes.filter((o) => o === "no answer")).toStrictEqual([])
+      expect(outcomes.some((o) => o !== "no answer" && "error" in o)).toBe(true)
+      await until(() => late.length === 1)
+      expect(await late[0]).not.toBe("no answer")
+      const next = await answered(sql`select 3 as x`)
+      expect(next).toMatchObject({ ok: [{ x: 3 }] })
+    } finally {
+      await sql.end({ timeout: 1 })
+    }
+  })
+
+  it("refuses a query on a reserved connection whose socket already closed, instead of writing to a null socket", async () => {
+    const sql = postgres(proxiedUrl, { max: 2, onnotice: () => undefined })
+    try {
+      const reserved = await sql.reserve()
+      await reserved`select 1`
+      proxy.cut()
+      await until(() => proxy.open() === 0)
+      // Let the socket's close event run first.
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      // Unpatched: an uncaught TypeError (reading 'write' of null) from a setImmediate, which
+      // fails this run; patched: the query is refused as CONNECTION_CLOSED.
+      const outcome = await answered(reserved`select 2`)
+      expect(outcome).toMatchObject({ error: "CONNECTION_CLOSED" })
+      reserved.release()
+      expect(await answered(sql`select 4 as x`)).toMatchObject({ ok: [{ x: 4 }] })
+    } finally {
+      await sql.end({ timeout: 1 })
+    }
+  })
+})
+
+describe("the store when its connections are cut", () => {
+  it("answers every request in flight (done or Unavailable), keeps what it acknowledged, and serves the next request", async () => {
+    const runtime = ManagedRuntime.make(StorePg.layer({ url: proxiedUrl, poolSize: 4, connectTimeoutSec: 2 }))
+    try {
+      await runtime.runPromise(
+        Store.use((s) =>
+          Effect.gen(function* () {
+            yield* s.registerHost({ id: "h1" })
+            yield* s.reportHost("h1", { totalMib: 1 << 20, allocatableMib: 1 << 20, totalVcpus: 1024 })
+          }),
+        ),
+      )
+      const ids = Array.from({ length: 64 }, (_, i) => `cut-${i}`)
+      const requests = ids.map((id) =>
+        answered(runtime.runPromiseExit(Store.use((s) => s.createSession({ id, budget: { memMib: 64, vcpus: 1 } })))),
+      )
+      await until(() => proxy.open() > 0)
+      proxy.cut()
+      const outcomes = await Promise.all(requests)
+      expect(outcomes.filter((o) => o === "no answer")).toStrictEqual([])
+      const acknowledged = ids.filter((_, i) => {
+        const o = outcomes[i]
+        return o !== undefined && o !== "no answer" && "ok" in o && Exit.isSuccess(o.ok)
+      })
+      for (const o of outcomes)
+        if (o !== "no answer" && "ok" in o && Exit.isFailure(o.ok)) expect(JSON.stringify(o.ok.cause)).toContain("Unavailable")
+      // Served again, and every acknowledged create is there.
+      const after = await answered(runtime.runPromise(Store.use((s) => s.listSessions())))
+      expect(after).not.toBe("no answer")
+      const stored = new Set((after as { ok: readonly { id: string }[] }).ok.map((s) => s.id))
+      for (const id of acknowledged) expect(stored.has(id)).toBe(true)
+    } finally {
+      await runtime.dispose()
+    }
+  })
+})
