@@ -1,6 +1,7 @@
 /**
  * Every error answer of the API, as tagged errors with their status. Bodies are JSON objects
- * with an `error` code and the figures of the case, without a `_tag`:
+ * with an `error` code and the figures of the case (the classes carry a `_tag` for
+ * `Effect.catchTag`; it is not part of the body):
  * 400 `{error, field, rule, in?}`, 401/403 `{error, message}`, 404 `{error, entity, id, message}`,
  * 409 `{error, message, …}`, 413 `{error, message, limitBytes}`, 415 `{error, message, contentType}`,
  * 503 `{error, message, retryAfterMs, …}` with a `Retry-After` header in whole seconds.
@@ -15,25 +16,37 @@ export const InputLocation = Schema.Literals(["body", "query", "path", "headers"
 export class BadRequest extends Schema.Error<BadRequest>("BadRequest")(
   { error: Schema.String, field: Schema.String, rule: Schema.String, in: Schema.optionalKey(InputLocation) },
   { httpApiStatus: 400 },
-) {}
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "BadRequest" as const
+}
 
 /** 401: no bearer token, or one that belongs to nobody. */
 export class Unauthorized extends Schema.Error<Unauthorized>("Unauthorized")(
   { error: Schema.String, message: Schema.String },
   { httpApiStatus: 401 },
-) {}
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "Unauthorized" as const
+}
 
 /** 403: a host token used for another host's resources, or for an admin operation. */
 export class Forbidden extends Schema.Error<Forbidden>("Forbidden")(
   { error: Schema.String, message: Schema.String },
   { httpApiStatus: 403 },
-) {}
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "Forbidden" as const
+}
 
 /** 404: no record with this id (`entity` names the kind: host, session, move, reservation, route). */
 export class NotFoundError extends Schema.Error<NotFoundError>("NotFoundError")(
   { error: Schema.String, entity: Schema.String, id: Schema.String, message: Schema.String },
   { httpApiStatus: 404 },
-) {}
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "NotFoundError" as const
+}
 
 /** 409: a conflict, an illegal state transition (`from`, `to`) or a ledger refusal (`check`). Nothing changed. */
 export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
@@ -47,19 +60,28 @@ export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
     check: Schema.optionalKey(Schema.String),
   },
   { httpApiStatus: 409 },
-) {}
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "ConflictError" as const
+}
 
 /** 413: the request body is larger than the coordinator accepts (`limitBytes`, `ENGRAM_MAX_BODY_BYTES`). */
 export class PayloadTooLarge extends Schema.Error<PayloadTooLarge>("PayloadTooLarge")(
   { error: Schema.String, message: Schema.String, limitBytes: Schema.Finite },
   { httpApiStatus: 413 },
-) {}
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "PayloadTooLarge" as const
+}
 
 /** 415: a body that is not JSON; send `content-type: application/json` (or no content type). */
 export class UnsupportedMediaType extends Schema.Error<UnsupportedMediaType>("UnsupportedMediaType")(
   { error: Schema.String, message: Schema.String, contentType: Schema.String },
   { httpApiStatus: 415 },
-) {}
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "UnsupportedMediaType" as const
+}
 
 const unavailableFields = {
   error: Schema.String,
@@ -79,7 +101,10 @@ const unavailableFields = {
  * final round was recorded (`MoveCommitPending`: the move is left pending; `GET /v1/moves/{id}`
  * shows the outcome).
  */
-export class ServiceUnavailable extends Schema.Error<ServiceUnavailable>("ServiceUnavailable")(unavailableFields) {}
+export class ServiceUnavailable extends Schema.Error<ServiceUnavailable>("ServiceUnavailable")(unavailableFields) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "ServiceUnavailable" as const
+}
 
 const ServiceUnavailableBody = Schema.Struct(unavailableFields).pipe(HttpApiSchema.status(503))
 

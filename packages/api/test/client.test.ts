@@ -77,10 +77,14 @@ describe("Client", () => {
     const forbidden = await run((c) => c.sessions.idle({ params: { id: "s1" } }))
     const f = forbidden._tag === "Failure" ? forbidden.failure : undefined
     expect(f).toBeInstanceOf(Forbidden)
+    expect(f?._tag).toBe("Forbidden")
     expect(f).toMatchObject({ error: "Forbidden", message: "the token of host h2 does not act for this resource" })
     const unavailable = await run((c) => c.sessions.create({ payload: { memMib: 1, vcpus: 1 } }))
     const u = unavailable._tag === "Failure" ? unavailable.failure : undefined
     expect(u).toBeInstanceOf(ServiceUnavailable)
+    // Typed errors are caught by tag, as any Effect error.
+    const caught = await run((c) => c.sessions.create({ payload: { memMib: 1, vcpus: 1 } }).pipe(Effect.catchTag("ServiceUnavailable", (e) => Effect.succeed(e.retryAfterMs))))
+    expect(caught._tag === "Success" && caught.success).toBe(2000)
     expect(u).toMatchObject({ error: "Unavailable", message: "store down", retryAfterMs: 2000 })
   })
 })
