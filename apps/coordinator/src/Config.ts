@@ -196,6 +196,7 @@ export const fromEnvironment = (env: Readonly<Record<string, string | undefined>
   Effect.gen(function* () {
     const invalid = (issues: Env.Issue[]) => new Env.ConfigInvalid({ component: "coordinator", issues })
     let file: Record<string, unknown> = {}
+    const fileIssues: Env.Issue[] = []
     const path = env["ENGRAM_CONFIG_FILE"]
     if (path !== undefined && path !== "") {
       const read = yield* Effect.try({
@@ -207,13 +208,16 @@ export const fromEnvironment = (env: Readonly<Record<string, string | undefined>
       }
       const unknownKeys = Object.keys(read).filter((k) => !variables.includes(k) || k === "ENGRAM_CONFIG_FILE")
       // Not echoed: a misspelt key may hold a secret (ENGRAM_ADMIN_TOKN).
-      if (unknownKeys.length > 0) return yield* invalid(unknownKeys.map((k) => ({ variable: k, rule: `is not a known setting (in ${path})`, value: Env.hidden })))
-      file = read as Record<string, unknown>
+      fileIssues.push(...unknownKeys.map((k) => ({ variable: k, rule: `is not a known setting (in ${path})`, value: Env.hidden })))
+      file = Object.fromEntries(Object.entries(read).filter(([k]) => !unknownKeys.includes(k)))
     }
     for (const u of Env.unknown(env)) yield* Effect.logWarning(Env.unknownMessage(u), { variable: u.variable, didYouMean: u.didYouMean })
     const envRecord: Record<string, string | undefined> = { ...env }
     const provider = ConfigProvider.orElse(ConfigProvider.fromEnvRecord(envRecord), ConfigProvider.fromUnknown(file))
     const raw = (v: string) => (env[v] !== undefined && env[v] !== "" ? env[v] : file[v])
-    const config = yield* load({ provider, raw, secrets: secretVariables })
-    return { ...config, dataDir: resolveDataDir(config.dataDir, env) }
+    const loaded = yield* Effect.result(load({ provider, raw, secrets: secretVariables }))
+    // Every problem at once: the file's unknown keys beside the values' issues.
+    const issues = [...fileIssues, ...(loaded._tag === "Failure" ? loaded.failure.issues : [])]
+    if (loaded._tag === "Failure" || issues.length > 0) return yield* invalid(issues)
+    return { ...loaded.success, dataDir: resolveDataDir(loaded.success.dataDir, env) }
   })

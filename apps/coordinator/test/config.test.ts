@@ -117,6 +117,15 @@ describe("configuration", () => {
     )
   })
 
+  it("a file's unknown key and the environment's bad values are reported together", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engram-config-"))
+    const file = join(dir, "c.json")
+    writeFileSync(file, JSON.stringify({ ENGRAM_PROT: 1, ENGRAM_MOVE_TIMEOUT_MS: 0 }))
+    const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file, ENGRAM_PORT: "-1" }))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    expect(error?.issues.map((i) => i.variable)).toEqual(["ENGRAM_PROT", "ENGRAM_PORT", "ENGRAM_MOVE_TIMEOUT_MS"])
+  })
+
   it("an ENGRAM_* variable no engram component reads is warned about by name, with the one it probably meant", async () => {
     const lines: string[] = []
     const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
