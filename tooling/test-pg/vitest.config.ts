@@ -1,14 +1,15 @@
-import { defineConfig } from "vitest/config"
+import { base } from "@engram/vitest-config"
+import { defineConfig, mergeConfig } from "vitest/config"
 
-export default defineConfig({
-  resolve: { conditions: ["@engram/source"] },
-  ssr: { resolve: { conditions: ["@engram/source"] } },
-  test: {
-    include: ["test/**/*.test.ts"],
-    // Some tests start servers of their own (~1.3 s each, more on a busy machine).
-    testTimeout: 30_000,
-    // The same specifier other packages use; the second setup checks, at the
-    // end of the run, that the test files shared that one server.
-    globalSetup: ["@engram/test-pg/global-setup", "./test/support/check-shared-server.ts"],
-  },
-})
+export default mergeConfig(
+  base,
+  defineConfig({
+    test: {
+      // Some tests start servers of their own (~1.3 s each, more on a busy machine).
+      testTimeout: 30_000,
+      // The same specifier other packages use; the second setup checks, at the
+      // end of the run, that the test files shared that one server.
+      globalSetup: ["@engram/test-pg/global-setup", "./test/support/check-shared-server.ts"],
+    },
+  }),
+)

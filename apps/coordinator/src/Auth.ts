@@ -1,17 +1,19 @@
 /**
- * Credentials: the admin token and the hosts' own tokens. Tokens are 32 random bytes
- * (base64url); only their SHA-256 is kept (the store holds the hosts'). A presented token is
- * hashed; the admin's hash is compared with `timingSafeEqual`, and a host is found by
- * `Store.hostByTokenHash` on every request (no cache, so a host registered through any
- * replica authenticates at once). Tokens never reach a log line.
+ * Credentials: the admin token, the hosts' own tokens and the metrics scrape token. Tokens are
+ * 32 random bytes (base64url); only their SHA-256 is kept (the store holds the hosts'). A
+ * presented token is hashed; the admin's and the scrape token's hashes are compared with
+ * `timingSafeEqual`, and a host is found by `Store.hostByTokenHash` on every request (no cache,
+ * so a host registered through any replica authenticates at once). Tokens never reach a log
+ * line. This module implements the API's security middlewares (`BearerAuth`, `AdminOnly`,
+ * `ScrapeAuth`) and the per-resource check `requireHostOrAdmin`.
  */
+import { AdminOnly, BearerAuth, CurrentPrincipal, Forbidden, ScrapeAuth, ServiceUnavailable, Unauthorized } from "@engram/api"
+import type { Principal } from "@engram/api"
 import { Store } from "@engram/store"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
-import { BearerAuth, CurrentPrincipal, Forbidden, ServiceUnavailable, Unauthorized } from "./Api.js"
-import type { Principal } from "./Api.js"
 
 /** A new random token: 32 bytes, base64url. */
 export const newToken = (): string => randomBytes(32).toString("base64url")
@@ -30,9 +32,12 @@ export const sameHash = (a: string, b: string): boolean => {
  * The admin token: the configured one, else `<dataDir>/admin-token`, generated (mode 0600)
  * on first start. Answers the token and, when a file is used, its path.
  */
-export const resolveAdminToken = (configured: string | null, dataDir: string): Effect.Effect<{ readonly token: string; readonly file: string | null; readonly generated: boolean }> =>
+export const resolveAdminToken = (
+  configured: Redacted.Redacted<string> | null,
+  dataDir: string,
+): Effect.Effect<{ readonly token: string; readonly file: string | null; readonly generated: boolean }> =>
   Effect.sync(() => {
-    if (configured !== null) return { token: configured, file: null, generated: false }
+    if (configured !== null) return { token: Redacted.value(configured), file: null, generated: false }
     const file = resolve(join(dataDir, "admin-token"))
     if (existsSync(file)) {
       const token = readFileSync(file, "utf8").trim()
@@ -45,55 +50,86 @@ export const resolveAdminToken = (configured: string | null, dataDir: string): E
     return { token, file, generated: true }
   })
 
-/** The admin token's hash, decided at start. */
+/** The admin token (and its hash) and the scrape token's hash, decided at start. */
 export class AdminToken extends Context.Service<
   AdminToken,
-  { readonly tokenHash: string; readonly token: string; readonly file: string | null }
+  {
+    readonly tokenHash: string
+    readonly token: string
+    readonly file: string | null
+    /** The SHA-256 of `ENGRAM_METRICS_TOKEN`; null when none is set. */
+    readonly metricsTokenHash: string | null
+  }
 >()("@engram/coordinator/AdminToken") {}
 
-/**
- * The bearer middleware: admin token → `Admin`; a host's token → `Host(hostId)`; anything
- * else → 401. The host is looked up in the store by the token's hash on every request.
- */
-export const BearerAuthLive: Layer.Layer<BearerAuth, never, AdminToken | Store> = Layer.effect(
-  BearerAuth,
+const unauthorized = (message: string) => new Unauthorized({ error: "Unauthorized", message })
+
+/** Admin token → `Admin`; a host's token → `Host(hostId)`; else null. */
+const principalOf = (token: string) =>
   Effect.gen(function* () {
     const admin = yield* AdminToken
     const store = yield* Store
+    const hash = hashToken(token)
+    // The admin token is a secret we compare against: constant time.
+    if (sameHash(hash, admin.tokenHash)) return { _tag: "Admin" } as Principal
+    // A host is found by an indexed equality lookup on the SHA-256 of the presented token, which
+    // is not constant-time. That leaks nothing useful: its timing could at most reveal part of a
+    // stored *hash*, and a hash does not authenticate. Only the token does, and getting it back
+    // from its hash means a SHA-256 preimage of 32 random bytes.
+    const host = yield* store.hostByTokenHash(hash).pipe(
+      Effect.catchTag("Unavailable", (e) => Effect.fail(new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs }))),
+    )
+    return host === null ? null : ({ _tag: "Host", hostId: host.id } as Principal)
+  })
+
+/** `BearerAuth`: the admin's or a host's token, else 401. */
+export const BearerAuthLive: Layer.Layer<BearerAuth, never, AdminToken | Store> = Layer.effect(
+  BearerAuth,
+  Effect.gen(function* () {
+    const context = yield* Effect.context<AdminToken | Store>()
     return BearerAuth.of({
       bearer: (httpEffect, { credential }) =>
         Effect.gen(function* () {
           const token = Redacted.value(credential)
-          if (token === "") return yield* new Unauthorized({ error: "Unauthorized", message: "missing bearer token" })
-          const hash = hashToken(token)
-          let principal: Principal | null = null
-          // The admin token is a secret we compare against: constant time.
-          if (sameHash(hash, admin.tokenHash)) principal = { _tag: "Admin" }
-          else {
-            // A host is found by an indexed equality lookup on the SHA-256 of the presented
-            // token, which is not constant-time. That leaks nothing useful: its timing could at
-            // most reveal part of a stored *hash*, and a hash does not authenticate. Only the
-            // token does, and getting it back from its hash means a SHA-256 preimage of 32
-            // random bytes.
-            const host = yield* store.hostByTokenHash(hash).pipe(
-              Effect.catchTag("Unavailable", (e) =>
-                Effect.fail(new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs })),
-              ),
-            )
-            if (host !== null) principal = { _tag: "Host", hostId: host.id }
-          }
-          if (principal === null) return yield* new Unauthorized({ error: "Unauthorized", message: "invalid bearer token" })
+          if (token === "") return yield* unauthorized("missing bearer token")
+          const principal = yield* principalOf(token)
+          if (principal === null) return yield* unauthorized("invalid bearer token")
           return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal)
-        }),
+        }).pipe(Effect.provideContext(context)),
     })
   }),
 )
 
-/** Admin only. */
-export const requireAdmin = Effect.gen(function* () {
-  const p = yield* CurrentPrincipal
-  if (p._tag !== "Admin") return yield* new Forbidden({ error: "Forbidden", message: "this operation needs the admin token" })
-})
+/** `AdminOnly`: a host token gets 403 before the handler runs. */
+export const AdminOnlyLive: Layer.Layer<AdminOnly> = Layer.succeed(
+  AdminOnly,
+  AdminOnly.of((httpEffect) =>
+    Effect.gen(function* () {
+      const p = yield* CurrentPrincipal
+      if (p._tag !== "Admin") return yield* new Forbidden({ error: "Forbidden", message: "this operation needs the admin token" })
+      return yield* httpEffect
+    }),
+  ),
+)
+
+/** `ScrapeAuth`: the scrape token (constant-time), or any token `BearerAuth` takes. */
+export const ScrapeAuthLive: Layer.Layer<ScrapeAuth, never, AdminToken | Store> = Layer.effect(
+  ScrapeAuth,
+  Effect.gen(function* () {
+    const context = yield* Effect.context<AdminToken | Store>()
+    return ScrapeAuth.of({
+      bearer: (httpEffect, { credential }) =>
+        Effect.gen(function* () {
+          const token = Redacted.value(credential)
+          if (token === "") return yield* unauthorized("missing bearer token")
+          const scrape = (yield* AdminToken).metricsTokenHash
+          if (scrape !== null && sameHash(hashToken(token), scrape)) return yield* httpEffect
+          if ((yield* principalOf(token)) === null) return yield* unauthorized("invalid bearer token")
+          return yield* httpEffect
+        }).pipe(Effect.provideContext(context)),
+    })
+  }),
+)
 
 /**
  * The admin, or the agent of one of `hostIds` (a session's host, a move's source…). A host

@@ -1,11 +1,14 @@
 /**
- * The coordinator's configuration: environment variables, optionally under a JSON file
- * (`ENGRAM_CONFIG_FILE`, keys are the variable names; the environment wins), validated at
- * start. Every bad value is reported with its variable and the rule it broke; the limits
- * are checked by core `Limits.make`, so the words match the agent's and the simulator's.
+ * The coordinator's configuration, read through effect `Config` from the environment and,
+ * optionally, a JSON file under it (`ENGRAM_CONFIG_FILE`, keys are the variable names; the
+ * environment wins). Every bad value is reported at start, all at once, with its variable and
+ * the rule it broke (`@engram/api`'s `Env` format); secrets are `Redacted` and never echoed;
+ * the limits are checked by core `Limits.make`, so the words match the agent's and the
+ * simulator's. An `ENGRAM_*` variable that no engram component reads is warned about by name.
  */
+import { Env } from "@engram/api"
 import { Limits } from "@engram/core"
-import { Data, Effect } from "effect"
+import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
 import { isAbsolute, resolve } from "node:path"
 
@@ -16,10 +19,14 @@ export interface CoordinatorConfig {
   readonly host: string
   /** Where PGlite keeps its files and where a generated admin token is written. */
   readonly dataDir: string
-  /** PostgreSQL URL; null = embedded PGlite under `dataDir`. */
-  readonly databaseUrl: string | null
+  /** PostgreSQL URL (it may hold a password); null = embedded PGlite under `dataDir`. */
+  readonly databaseUrl: Redacted.Redacted<string> | null
   /** The admin token; null = read or generate `<dataDir>/admin-token`. */
-  readonly adminToken: string | null
+  readonly adminToken: Redacted.Redacted<string> | null
+  /** A token that may read `/metrics` only; null = none (the admin and host tokens still may). */
+  readonly metricsToken: Redacted.Redacted<string> | null
+  /** The largest request body accepted; a larger one is refused with 413 while it streams in. */
+  readonly maxBodyBytes: number
   readonly limits: Limits.Limits
   /** How long `POST /v1/sessions/{id}/move` waits for the source agent before aborting the move. */
   readonly moveTimeoutMs: number
@@ -33,19 +40,22 @@ export interface CoordinatorConfig {
   readonly placementReadMaxAgeMs: number
 }
 
-/** One refused setting. */
-export interface ConfigIssue {
-  readonly variable: string
-  readonly rule: string
-  readonly value: unknown
+/** What a program may pass for a secret: the text, or it already redacted. */
+export type SecretInput = string | Redacted.Redacted<string> | null
+
+/** Settings a program passes (`startCoordinator({config})`): secrets as text or redacted. */
+export type CoordinatorConfigInput = Partial<Omit<CoordinatorConfig, "databaseUrl" | "adminToken" | "metricsToken">> & {
+  readonly databaseUrl?: SecretInput
+  readonly adminToken?: SecretInput
+  readonly metricsToken?: SecretInput
 }
 
+/** One refused setting. */
+export type ConfigIssue = Env.Issue
+
 /** The configuration is invalid; `issues` names every bad variable. */
-export class ConfigInvalid extends Data.TaggedError("ConfigInvalid")<{ readonly issues: readonly ConfigIssue[] }> {
-  override get message(): string {
-    return `invalid configuration:\n${this.issues.map((i) => `  ${i.variable}=${JSON.stringify(i.value)}: ${i.rule}`).join("\n")}`
-  }
-}
+export const ConfigInvalid = Env.ConfigInvalid
+export type ConfigInvalid = Env.ConfigInvalid
 
 /** The limit each variable sets. */
 export const limitVariables: { readonly [V: string]: keyof Limits.Limits } = {
@@ -60,25 +70,110 @@ export const limitVariables: { readonly [V: string]: keyof Limits.Limits } = {
   ENGRAM_REAPER_INTERVAL_MS: "reaperIntervalMs",
 }
 
-const otherVariables = [
-  "ENGRAM_PORT",
-  "ENGRAM_HOST",
-  "ENGRAM_DATA_DIR",
-  "ENGRAM_DATABASE_URL",
-  "ENGRAM_ADMIN_TOKEN",
-  "ENGRAM_MOVE_TIMEOUT_MS",
-  "ENGRAM_STORE_POLL_MS",
-  "ENGRAM_PLACEMENT_READ_MAX_AGE_MS",
-] as const
-
-/** Every variable the coordinator reads (besides `ENGRAM_CONFIG_FILE`). */
-export const variables: readonly string[] = [...otherVariables, ...Object.keys(limitVariables)]
-
-type Raw = Readonly<Record<string, unknown>>
+/** Every variable the coordinator reads (`ENGRAM_CONFIG_FILE` included). */
+export const variables: readonly string[] = Env.coordinatorVariables
 
 /** Variables whose values are secrets (a database URL may hold a password): never echoed. */
-const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN", "ENGRAM_DATABASE_URL"])
-const hidden = "<hidden>"
+export const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN", "ENGRAM_METRICS_TOKEN", "ENGRAM_DATABASE_URL"])
+
+/** The default request body limit: 1 MiB. */
+export const defaultMaxBodyBytes = 1024 * 1024
+
+// ---------------------------------------------------------------------------------------------
+// The settings, one Config each
+// ---------------------------------------------------------------------------------------------
+
+const int = (variable: string, fallback: number, min: number, max: number) => {
+  const rule = `must be an integer from ${min} to ${max}`
+  return Config.schema(
+    Schema.NumberFromString.annotate({ message: rule }).check(Schema.isInt({ message: rule }), Schema.isBetween({ minimum: min, maximum: max }, { message: rule })),
+    variable,
+  ).pipe(Config.withDefault(fallback))
+}
+
+const text = (variable: string, fallback: string) => Config.String(variable).pipe(Config.withDefault(fallback))
+
+const secret = (variable: string, check: Schema.Codec<string, string>) =>
+  Config.schema(check, variable).pipe(
+    Config.map((s): Redacted.Redacted<string> | null => Redacted.make(s, { label: variable })),
+    Config.withDefault(null),
+  )
+
+const settings = {
+  port: int("ENGRAM_PORT", 7070, 0, 65535),
+  host: text("ENGRAM_HOST", "127.0.0.1"),
+  dataDir: text("ENGRAM_DATA_DIR", "./.engram"),
+  databaseUrl: secret("ENGRAM_DATABASE_URL", Schema.String.check(Schema.isPattern(/^postgres(ql)?:\/\//, { message: "must be a postgres:// or postgresql:// URL" }))),
+  adminToken: secret("ENGRAM_ADMIN_TOKEN", Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" }))),
+  metricsToken: secret("ENGRAM_METRICS_TOKEN", Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" }))),
+  maxBodyBytes: int("ENGRAM_MAX_BODY_BYTES", defaultMaxBodyBytes, 1024, 1024 * 1024 * 1024),
+  moveTimeoutMs: int("ENGRAM_MOVE_TIMEOUT_MS", 120_000, 1, 3_600_000),
+  storePollMs: int("ENGRAM_STORE_POLL_MS", 500, 10, 60_000),
+  placementReadMaxAgeMs: int("ENGRAM_PLACEMENT_READ_MAX_AGE_MS", 100, 0, 60_000),
+}
+
+// The limits are read as text and judged by core `Limits.make`, whose words every component shares.
+const limitTexts = Config.all(Object.fromEntries(Object.keys(limitVariables).map((v) => [v, Config.String(v).pipe(Config.option)])))
+
+const toNumber = (t: string): unknown => (t.trim() !== "" && Number.isFinite(Number(t.trim())) ? Number(t.trim()) : t)
+const toBoolean = (t: string): unknown => {
+  const v = t.trim().toLowerCase()
+  return v === "true" || v === "1" ? true : v === "false" || v === "0" ? false : t
+}
+
+/** Reads and checks every setting from `source`: all of them, or every issue at once. */
+const load = (source: Env.Source): Effect.Effect<CoordinatorConfig, Env.ConfigInvalid> =>
+  Effect.gen(function* () {
+    const base = yield* Effect.result(Env.read("coordinator", settings, source))
+    const texts = yield* Effect.orDie(limitTexts.parse(source.provider))
+    const overrides: Record<string, unknown> = {}
+    for (const [variable, field] of Object.entries(limitVariables)) {
+      const t = texts[variable]
+      if (t !== undefined && Option.isSome(t)) overrides[field] = field === "requireMeasured" ? toBoolean(t.value) : toNumber(t.value)
+    }
+    const made = Limits.make(overrides)
+    const byField = Object.fromEntries(Object.entries(limitVariables).map(([v, f]) => [f, v]))
+    const issues: Env.Issue[] = [
+      ...(base._tag === "Failure" ? base.failure.issues : []),
+      ...(made._tag === "Invalid"
+        ? made.issues.map((i) => {
+            const variable = byField[i.field] ?? String(i.field)
+            return { variable, rule: i.rule, value: source.raw(variable) }
+          })
+        : []),
+    ]
+    if (base._tag === "Failure" || made._tag === "Invalid") return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
+    return { ...base.success, limits: made.limits }
+  })
+
+/** Validates raw settings (variable name → value, as a JSON file holds them). Pure: no environment, no files. */
+export const parse = (
+  raw: Readonly<Record<string, unknown>>,
+): { readonly _tag: "Valid"; readonly config: CoordinatorConfig } | { readonly _tag: "Invalid"; readonly issues: readonly ConfigIssue[] } => {
+  const r = Effect.runSync(Effect.result(load({ provider: ConfigProvider.fromUnknown(raw), raw: (v) => raw[v], secrets: secretVariables })))
+  return r._tag === "Success" ? { _tag: "Valid", config: r.success } : { _tag: "Invalid", issues: r.failure.issues }
+}
+
+/** The defaults: what `parse({})` gives. */
+export const defaults = (): CoordinatorConfig => {
+  const r = parse({})
+  if (r._tag === "Invalid") throw new Error("unreachable: the defaults are valid")
+  return r.config
+}
+
+/** A program's settings over the defaults, secrets redacted. */
+export const fromInput = (input: CoordinatorConfigInput = {}): CoordinatorConfig => {
+  const redact = (s: SecretInput | undefined, fallback: Redacted.Redacted<string> | null) =>
+    s === undefined ? fallback : s === null ? null : Redacted.isRedacted(s) ? s : Redacted.make(s)
+  const d = defaults()
+  return {
+    ...d,
+    ...input,
+    databaseUrl: redact(input.databaseUrl, d.databaseUrl),
+    adminToken: redact(input.adminToken, d.adminToken),
+    metricsToken: redact(input.metricsToken, d.metricsToken),
+  }
+}
 
 /**
  * Where a relative `dataDir` lives. pnpm sets `INIT_CWD` to the directory it was run from, and
@@ -91,112 +186,38 @@ export const resolveDataDir = (dataDir: string, env: Readonly<Record<string, str
   return isAbsolute(dataDir) || base === undefined || base === "" ? dataDir : resolve(base, dataDir)
 }
 
-const present = (v: unknown): boolean => v !== undefined && v !== null && v !== ""
-
-// Environment values are strings; a JSON file may hold numbers and booleans already.
-const toNumber = (v: unknown): unknown => {
-  if (typeof v !== "string") return v
-  const t = v.trim()
-  return t !== "" && Number.isFinite(Number(t)) ? Number(t) : v
-}
-const toBoolean = (v: unknown): unknown => {
-  if (typeof v !== "string") return v
-  const t = v.trim().toLowerCase()
-  return t === "true" || t === "1" ? true : t === "false" || t === "0" ? false : v
-}
-
-/** Validates raw settings (variable name → value). Pure: no environment, no files. */
-export const parse = (raw: Raw): { readonly _tag: "Valid"; readonly config: CoordinatorConfig } | { readonly _tag: "Invalid"; readonly issues: readonly ConfigIssue[] } => {
-  const issues: ConfigIssue[] = []
-  const int = (variable: string, fallback: number, min: number, max: number): number => {
-    const value = raw[variable]
-    if (!present(value)) return fallback
-    const n = toNumber(value)
-    if (typeof n !== "number" || !Number.isInteger(n) || n < min || n > max) {
-      issues.push({ variable, rule: `must be an integer from ${min} to ${max}`, value })
-      return fallback
-    }
-    return n
-  }
-  const str = (variable: string): string | null => {
-    const value = raw[variable]
-    if (!present(value)) return null
-    if (typeof value !== "string") {
-      issues.push({ variable, rule: "must be a string", value: secretVariables.has(variable) ? hidden : value })
-      return null
-    }
-    return value
-  }
-
-  const port = int("ENGRAM_PORT", 7070, 0, 65535)
-  const host = str("ENGRAM_HOST") ?? "127.0.0.1"
-  const dataDir = str("ENGRAM_DATA_DIR") ?? "./.engram"
-  const databaseUrl = str("ENGRAM_DATABASE_URL")
-  if (databaseUrl !== null && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
-    issues.push({ variable: "ENGRAM_DATABASE_URL", rule: "must be a postgres:// or postgresql:// URL", value: hidden })
-  }
-  const adminToken = str("ENGRAM_ADMIN_TOKEN")
-  if (adminToken !== null && adminToken.length < 16) {
-    // Never echo a secret, not even a bad one.
-    issues.push({ variable: "ENGRAM_ADMIN_TOKEN", rule: "must be at least 16 characters", value: hidden })
-  }
-  const moveTimeoutMs = int("ENGRAM_MOVE_TIMEOUT_MS", 120_000, 1, 3_600_000)
-  const storePollMs = int("ENGRAM_STORE_POLL_MS", 500, 10, 60_000)
-  const placementReadMaxAgeMs = int("ENGRAM_PLACEMENT_READ_MAX_AGE_MS", 100, 0, 60_000)
-
-  const overrides: Record<string, unknown> = {}
-  for (const [variable, field] of Object.entries(limitVariables)) {
-    const value = raw[variable]
-    if (!present(value)) continue
-    overrides[field] = field === "requireMeasured" ? toBoolean(value) : toNumber(value)
-  }
-  const made = Limits.make(overrides)
-  let limits = Limits.defaults
-  if (made._tag === "Invalid") {
-    const byField = Object.fromEntries(Object.entries(limitVariables).map(([v, f]) => [f, v]))
-    for (const i of made.issues) issues.push({ variable: byField[i.field] ?? String(i.field), rule: i.rule, value: raw[byField[i.field] ?? ""] })
-  } else {
-    limits = made.limits
-  }
-
-  if (issues.length > 0) return { _tag: "Invalid", issues }
-  return { _tag: "Valid", config: { port, host, dataDir, databaseUrl, adminToken, limits, moveTimeoutMs, storePollMs, placementReadMaxAgeMs } }
-}
-
-/** The defaults: what `parse({})` gives. */
-export const defaults = (): CoordinatorConfig => {
-  const r = parse({})
-  if (r._tag === "Invalid") throw new Error("unreachable: the defaults are valid")
-  return r.config
-}
-
 /**
  * Reads the configuration from `env` (default `process.env`) and the JSON file named by
- * `ENGRAM_CONFIG_FILE`, if any. Unknown keys in the file are refused (a typo never keeps a default).
- * A relative data dir is resolved against `INIT_CWD` when pnpm set it (`resolveDataDir`).
+ * `ENGRAM_CONFIG_FILE`, if any. Unknown keys in the file are refused (a typo never keeps a
+ * default); an unknown `ENGRAM_*` variable in the environment is logged as a warning. A
+ * relative data dir is resolved against `INIT_CWD` when pnpm set it (`resolveDataDir`).
  */
-export const fromEnvironment = (env: Readonly<Record<string, string | undefined>> = process.env): Effect.Effect<CoordinatorConfig, ConfigInvalid> =>
+export const fromEnvironment = (env: Readonly<Record<string, string | undefined>> = process.env): Effect.Effect<CoordinatorConfig, Env.ConfigInvalid> =>
   Effect.gen(function* () {
-    let fileValues: Record<string, unknown> = {}
-    const file = env["ENGRAM_CONFIG_FILE"]
-    if (file !== undefined && file !== "") {
+    const invalid = (issues: Env.Issue[]) => new Env.ConfigInvalid({ component: "coordinator", issues })
+    let file: Record<string, unknown> = {}
+    const fileIssues: Env.Issue[] = []
+    const path = env["ENGRAM_CONFIG_FILE"]
+    if (path !== undefined && path !== "") {
       const read = yield* Effect.try({
-        try: () => JSON.parse(readFileSync(file, "utf8")) as unknown,
-        catch: (e) => new ConfigInvalid({ issues: [{ variable: "ENGRAM_CONFIG_FILE", rule: `must name a readable JSON file (${e instanceof Error ? e.message : String(e)})`, value: file }] }),
+        try: () => JSON.parse(readFileSync(path, "utf8")) as unknown,
+        catch: (e) => invalid([{ variable: "ENGRAM_CONFIG_FILE", rule: `must name a readable JSON file (${e instanceof Error ? e.message : String(e)})`, value: path }]),
       })
       if (typeof read !== "object" || read === null || Array.isArray(read)) {
-        return yield* new ConfigInvalid({ issues: [{ variable: "ENGRAM_CONFIG_FILE", rule: "must hold a JSON object of ENGRAM_* settings", value: file }] })
+        return yield* invalid([{ variable: "ENGRAM_CONFIG_FILE", rule: "must hold a JSON object of ENGRAM_* settings", value: path }])
       }
-      const unknown = Object.keys(read).filter((k) => !variables.includes(k))
-      if (unknown.length > 0) {
-        // Not echoed: a misspelt key may hold a secret (ENGRAM_ADMIN_TOKN).
-        return yield* new ConfigInvalid({ issues: unknown.map((k) => ({ variable: k, rule: `is not a known setting (in ${file})`, value: hidden })) })
-      }
-      fileValues = read as Record<string, unknown>
+      const unknownKeys = Object.keys(read).filter((k) => !variables.includes(k) || k === "ENGRAM_CONFIG_FILE")
+      // Not echoed: a misspelt key may hold a secret (ENGRAM_ADMIN_TOKN).
+      fileIssues.push(...unknownKeys.map((k) => ({ variable: k, rule: `is not a known setting (in ${path})`, value: Env.hidden })))
+      file = Object.fromEntries(Object.entries(read).filter(([k]) => !unknownKeys.includes(k)))
     }
-    const raw: Record<string, unknown> = { ...fileValues }
-    for (const v of variables) if (present(env[v])) raw[v] = env[v]
-    const r = parse(raw)
-    if (r._tag === "Invalid") return yield* new ConfigInvalid({ issues: r.issues })
-    return { ...r.config, dataDir: resolveDataDir(r.config.dataDir, env) }
+    for (const u of Env.unknown(env)) yield* Effect.logWarning(Env.unknownMessage(u), { variable: u.variable, didYouMean: u.didYouMean })
+    const envRecord: Record<string, string | undefined> = { ...env }
+    const provider = ConfigProvider.orElse(ConfigProvider.fromEnvRecord(envRecord), ConfigProvider.fromUnknown(file))
+    const raw = (v: string) => (env[v] !== undefined && env[v] !== "" ? env[v] : file[v])
+    const loaded = yield* Effect.result(load({ provider, raw, secrets: secretVariables }))
+    // Every problem at once: the file's unknown keys beside the values' issues.
+    const issues = [...fileIssues, ...(loaded._tag === "Failure" ? loaded.failure.issues : [])]
+    if (loaded._tag === "Failure" || issues.length > 0) return yield* invalid(issues)
+    return { ...loaded.success, dataDir: resolveDataDir(loaded.success.dataDir, env) }
   })

@@ -5,32 +5,37 @@
  * `startCoordinator` runs it in-process and answers its URL, admin token and a `stop`.
  */
 import { NodeHttpServer } from "@effect/platform-node"
+import { EngramApi } from "@engram/api"
 import type { Store } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
-import { Context, Effect, Exit, Layer, Logger, Option, References, Scope } from "effect"
+import { Context, Effect, Exit, Layer, Logger, Option, Redacted, References, Scope } from "effect"
 import type { LogLevel } from "effect"
 import { HttpRouter, HttpServer } from "effect/http"
-import { HttpApiBuilder } from "effect/http-api"
+import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { mkdirSync } from "node:fs"
 import { createServer } from "node:http"
 import { join, resolve } from "node:path"
-import { CoordinatorApi } from "./Api.js"
-import { AdminToken, BearerAuthLive, hashToken, resolveAdminToken } from "./Auth.js"
-import type { CoordinatorConfig } from "./Config.js"
+import { Assignments } from "./Assignments.js"
+import { AdminOnlyLive, AdminToken, BearerAuthLive, hashToken, resolveAdminToken, ScrapeAuthLive } from "./Auth.js"
+import type { CoordinatorConfig, CoordinatorConfigInput } from "./Config.js"
 import * as Config from "./Config.js"
-import { HandlersLive, InputErrorsLive } from "./Handlers.js"
+import { HandlersLive } from "./Handlers.js"
+import { edge } from "./HttpEdge.js"
+import { InputErrorsLive } from "./HttpErrors.js"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
+import { MoveWaiter } from "./MoveWaiter.js"
 import { Notifier } from "./Notifier.js"
 import { reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
 import type { PassReport } from "./Reaper.js"
+import { Room } from "./Room.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
 
 /** How to run a coordinator. */
 export interface CoordinatorOptions {
-  /** Settings over the defaults of `Config.parse({})`. */
-  readonly config?: Partial<CoordinatorConfig> | undefined
+  /** Settings over the defaults of `Config.parse({})`; secrets as text or `Redacted`. */
+  readonly config?: CoordinatorConfigInput | undefined
   /**
    * A store to use instead of the configured one (tests: `StoreSim.layer()`, or a wrapper
    * that fails). Such a store is treated as single-process: this replica always leads.
@@ -56,27 +61,27 @@ export interface CoordinatorInfoShape {
 /** The running coordinator's address and admin credential. */
 export class CoordinatorInfo extends Context.Service<CoordinatorInfo, CoordinatorInfoShape>()("@engram/coordinator/CoordinatorInfo") {}
 
-const resolveConfig = (options: CoordinatorOptions): CoordinatorConfig => ({ ...Config.defaults(), ...options.config })
 
 /** The JSON logger (one line per event) at `level`. */
 export const loggerLayer = (level: LogLevel.LogLevel = "Info") =>
   Layer.mergeAll(Logger.layer([Logger.consoleJson]), Layer.succeed(References.MinimumLogLevel, level))
 
 /** The coordinator as a Layer: serves until the layer's scope closes. */
-export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Metrics | Notifier | Leader | Settings, unknown> => {
-  const config = resolveConfig(options)
-  const backend: Backend = options.store !== undefined ? "custom" : config.databaseUrl !== null ? "postgres" : "pglite"
+export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Metrics | Notifier | Leader | Settings | Room, unknown> => {
+  const config = Config.fromInput(options.config)
+  const databaseUrl = config.databaseUrl === null ? null : Redacted.value(config.databaseUrl)
+  const backend: Backend = options.store !== undefined ? "custom" : databaseUrl !== null ? "postgres" : "pglite"
   const storeLayer: Layer.Layer<Store, unknown> =
     options.store ??
-    (config.databaseUrl !== null
-      ? StorePg.layer({ url: config.databaseUrl, limits: config.limits, placementReadMaxAgeMs: config.placementReadMaxAgeMs })
+    (databaseUrl !== null
+      ? StorePg.layer({ url: databaseUrl, limits: config.limits, placementReadMaxAgeMs: config.placementReadMaxAgeMs })
       : Layer.unwrap(
           Effect.sync(() => {
             mkdirSync(config.dataDir, { recursive: true })
             return StorePg.layerPglite({ dataDir: resolve(join(config.dataDir, "pglite")), limits: config.limits })
           }),
         ))
-  const leaderLayer = backend === "postgres" && config.databaseUrl !== null ? Leader.postgres(config.databaseUrl) : Leader.always
+  const leaderLayer = backend === "postgres" && databaseUrl !== null ? Leader.postgres(databaseUrl) : Leader.always
 
   const settingsLayer = Layer.succeed(Settings, Settings.of({ config, backend, sharedStore: backend === "postgres" }))
   const adminLayer = Layer.effect(
@@ -84,20 +89,44 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
     Effect.gen(function* () {
       const admin = yield* resolveAdminToken(config.adminToken, config.dataDir)
       if (admin.generated) yield* Effect.logInfo("generated an admin token", { adminTokenFile: admin.file })
-      return AdminToken.of({ tokenHash: hashToken(admin.token), token: admin.token, file: admin.file })
+      return AdminToken.of({
+        tokenHash: hashToken(admin.token),
+        token: admin.token,
+        file: admin.file,
+        metricsTokenHash: config.metricsToken === null ? null : hashToken(Redacted.value(config.metricsToken)),
+      })
     }),
   )
 
-  // Shared state lives outside HttpRouter.serve (which builds its app in a private MemoMap).
-  const shared = Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer).pipe(
+  // Shared state lives outside HttpRouter.serve (which builds its app in a private MemoMap),
+  // with the services the handlers call: "room appeared", the move waiter, the assignments long-poll.
+  const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer).pipe(
+    Layer.provideMerge(Room.layer),
+    Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer)),
     Layer.provideMerge(storeLayer),
   )
 
-  const apiLayer = HttpApiBuilder.layer(CoordinatorApi).pipe(Layer.provide(HandlersLive), Layer.provide([BearerAuthLive, InputErrorsLive]))
-  // The start-up reconcile (reclaim, then drain) finishes before the server is built, so the
-  // first request already sees what expired while no coordinator ran.
-  const server = HttpRouter.serve(apiLayer, { disableLogger: true, disableListenLog: true }).pipe(
+  const apiLayer = HttpApiBuilder.layer(EngramApi).pipe(
+    Layer.provide(HandlersLive),
+    Layer.provide([BearerAuthLive, AdminOnlyLive, ScrapeAuthLive, InputErrorsLive]),
+  )
+  // The browsable reference (Scalar, served from this process: no CDN).
+  const docsLayer = HttpApiScalar.layer(EngramApi, { path: "/docs" })
+  // Set when the coordinator begins to stop (the first finalizer to run): new requests get 503.
+  let closing = false
+  const server = Layer.unwrap(
+    Effect.gen(function* () {
+      const metrics = yield* Metrics
+      return HttpRouter.serve(Layer.mergeAll(apiLayer, docsLayer), {
+        disableLogger: true,
+        disableListenLog: true,
+        middleware: edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }),
+      })
+    }),
+  ).pipe(
     Layer.provideMerge(NodeHttpServer.layer(createServer, { port: config.port, host: config.host, gracefulShutdownTimeout: "10 seconds" })),
+    // The start-up reconcile (reclaim, then drain) finishes before the server is built, so the
+    // first request already sees what expired while no coordinator ran.
     Layer.provide(ReconcileAtStart),
   )
   const reaper = options.reaper === false ? Layer.empty : ReaperLoop
@@ -111,6 +140,11 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
       const port = address._tag === "UnixPathAddress" ? 0 : address.port
       const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`
       const infoValue: CoordinatorInfoShape = { url, port, adminToken: admin.token, adminTokenFile: admin.file, backend, config }
+      yield* Effect.addFinalizer(() =>
+        Effect.sync(() => {
+          closing = true
+        }),
+      )
       yield* Effect.logInfo(`engram coordinator listening on ${url}`, {
         url,
         port,

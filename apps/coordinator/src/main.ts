@@ -12,7 +12,8 @@ import { layer, loggerLayer } from "./Coordinator.js"
 const program = Config.fromEnvironment().pipe(
   Effect.matchEffect({
     onFailure: (e) =>
-      Effect.logError("engram coordinator: invalid configuration", { issues: e.issues }).pipe(
+      // One line per bad variable, all at once: `ENGRAM_PORT="70000": must be an integer from 0 to 65535`.
+      Effect.logError(e.message, { issues: e.issues }).pipe(
         Effect.andThen(
           Effect.sync(() => {
             process.exitCode = 2

@@ -1,7 +1,8 @@
 // Configuration: every bad value is named with its variable and rule; the limits come from core.
 import { Config } from "@engram/coordinator"
 import { Limits } from "@engram/core"
-import { Effect, Exit } from "effect"
+import { Env } from "@engram/api"
+import { Effect, Exit, Logger, Redacted } from "effect"
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -9,7 +10,7 @@ import { describe, expect, it } from "vitest"
 
 describe("configuration", () => {
   it("defaults: port 7070 on 127.0.0.1, ./.engram, PGlite, SPEC §9 limits", () => {
-    expect(Config.defaults()).toMatchObject({ port: 7070, host: "127.0.0.1", dataDir: "./.engram", databaseUrl: null, adminToken: null, limits: Limits.defaults })
+    expect(Config.defaults()).toMatchObject({ port: 7070, host: "127.0.0.1", dataDir: "./.engram", databaseUrl: null, adminToken: null, metricsToken: null, limits: Limits.defaults })
   })
 
   it("environment values are parsed and checked by Limits.make", () => {
@@ -65,16 +66,78 @@ describe("configuration", () => {
     expect(String(Exit.isFailure(exit) ? exit.cause : "")).toContain("ENGRAM_PROT")
   })
 
-  it("secrets are never echoed: a non-string admin token or database URL, a misspelt key in the file", async () => {
-    const r = Config.parse({ ENGRAM_ADMIN_TOKEN: 1234567890123456, ENGRAM_DATABASE_URL: 42 })
+  it("secrets are never echoed: a bad admin token, metrics token or database URL (also from a JSON file's numbers), a misspelt key in the file", async () => {
+    const r = Config.parse({ ENGRAM_ADMIN_TOKEN: 1234567890, ENGRAM_DATABASE_URL: 42, ENGRAM_METRICS_TOKEN: "short-secret" })
     expect(r._tag).toBe("Invalid")
-    if (r._tag === "Invalid") expect(r.issues.map((i) => i.value)).toEqual(["<hidden>", "<hidden>"])
+    if (r._tag === "Invalid") {
+      expect(r.issues.map((i) => [i.variable, i.value])).toEqual([
+        ["ENGRAM_DATABASE_URL", "<hidden>"],
+        ["ENGRAM_ADMIN_TOKEN", "<hidden>"],
+        ["ENGRAM_METRICS_TOKEN", "<hidden>"],
+      ])
+    }
     const dir = mkdtempSync(join(tmpdir(), "engram-config-"))
     const file = join(dir, "c.json")
     writeFileSync(file, JSON.stringify({ ENGRAM_ADMIN_TOKN: "a-secret-admin-token-0123456789" }))
     const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file }))
     expect(String(Exit.isFailure(exit) ? exit.cause : "")).toContain("ENGRAM_ADMIN_TOKN")
     expect(String(Exit.isFailure(exit) ? exit.cause : "")).not.toContain("a-secret-admin-token")
+  })
+
+  it("secrets are Redacted: the configuration can be logged whole without them", async () => {
+    const config = await Effect.runPromise(
+      Config.fromEnvironment({ ENGRAM_ADMIN_TOKEN: "admin-secret-0123456789", ENGRAM_METRICS_TOKEN: "scrape-secret-0123456789", ENGRAM_DATABASE_URL: "postgres://u:pw-secret@db/engram" }),
+    )
+    expect(config.adminToken !== null && Redacted.value(config.adminToken)).toBe("admin-secret-0123456789")
+    const shown = `${JSON.stringify(config)} ${String(config.adminToken)} ${String(config.databaseUrl)}`
+    for (const secret of ["admin-secret", "scrape-secret", "pw-secret"]) expect(shown).not.toContain(secret)
+  })
+
+  it("the body limit (1 MiB) and the scrape token are settings like the others", () => {
+    expect(Config.defaults()).toMatchObject({ maxBodyBytes: 1048576, metricsToken: null })
+    const r = Config.parse({ ENGRAM_MAX_BODY_BYTES: "65536" })
+    expect(r._tag === "Valid" && r.config.maxBodyBytes).toBe(65536)
+    const bad = Config.parse({ ENGRAM_MAX_BODY_BYTES: "12" })
+    expect(bad._tag === "Invalid" && bad.issues).toEqual([{ variable: "ENGRAM_MAX_BODY_BYTES", rule: "must be an integer from 1024 to 1073741824", value: "12" }])
+  })
+
+  it("every problem in the environment is reported at once, in one format naming the variable and the rule", async () => {
+    const exit = await Effect.runPromiseExit(
+      Config.fromEnvironment({ ENGRAM_PORT: "seventy", ENGRAM_CPU_OVERCOMMIT: "0", ENGRAM_STORE_POLL_MS: "1", ENGRAM_ADMIN_TOKEN: "short" }),
+    )
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: { message: string } }).error : undefined
+    expect(error?.message).toBe(
+      [
+        "invalid coordinator configuration:",
+        '  ENGRAM_PORT="seventy": must be an integer from 0 to 65535',
+        '  ENGRAM_ADMIN_TOKEN="<hidden>": must be at least 16 characters',
+        '  ENGRAM_STORE_POLL_MS="1": must be an integer from 10 to 60000',
+        '  ENGRAM_CPU_OVERCOMMIT="0": must be > 0',
+      ].join("\n"),
+    )
+  })
+
+  it("a file's unknown key and the environment's bad values are reported together", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engram-config-"))
+    const file = join(dir, "c.json")
+    writeFileSync(file, JSON.stringify({ ENGRAM_PROT: 1, ENGRAM_MOVE_TIMEOUT_MS: 0 }))
+    const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file, ENGRAM_PORT: "-1" }))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    expect(error?.issues.map((i) => i.variable)).toEqual(["ENGRAM_PROT", "ENGRAM_PORT", "ENGRAM_MOVE_TIMEOUT_MS"])
+  })
+
+  it("an ENGRAM_* variable no engram component reads is warned about by name, with the one it probably meant", async () => {
+    const lines: string[] = []
+    const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
+    const config = await Effect.runPromise(Config.fromEnvironment({ ENGRAM_PROT: "8080", ENGRAM_HOST_ID: "h1", ENGRAM_TEST_DATABASE_URL: "x" }).pipe(Effect.provide(capture)))
+    expect(config.port).toBe(7070)
+    expect(lines.filter((l) => l.startsWith("Warn"))).toEqual([
+      "Warn ENGRAM_PROT is not a setting of any engram component and is ignored (did you mean ENGRAM_PORT?)",
+    ])
+  })
+
+  it("every variable the coordinator reads is in @engram/api's list, so no process warns about it", () => {
+    for (const v of [...Config.variables, ...Object.keys(Config.limitVariables)]) expect(Env.knownVariables.has(v), v).toBe(true)
   })
 
   it("a relative data dir is resolved against INIT_CWD (the directory pnpm was run from); an absolute one is kept", async () => {

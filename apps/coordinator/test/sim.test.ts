@@ -75,7 +75,7 @@ describe("two coordinators on one store (replicas)", () => {
 
   it("a host registered through one replica authenticates on the other on the very next request", async () => {
     // An unknown token on b first: a per-process cache would now hold off its next refresh.
-    expect((await client(b.url, "nobody-holds-this-token-0123").get("/readyz")).status).toBe(401)
+    expect((await client(b.url, "nobody-holds-this-token-0123").get(`/v1/hosts/${uid("h")}`)).status).toBe(401)
     const hid = uid("h")
     const created = await client(a.url, adminToken).post("/v1/hosts", { id: hid })
     expect(created.status).toBe(201)

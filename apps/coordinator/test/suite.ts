@@ -38,12 +38,18 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
     })
 
     describe("auth", () => {
-      it("GET /healthz needs no token; everything else answers 401 without one", async () => {
+      it("liveness, readiness and the API's description need no token and carry no fleet data; everything else answers 401 without one", async () => {
         expect((await anon.get("/healthz")).body).toEqual({ ok: true })
+        expect((await anon.get("/livez")).body).toEqual({ ok: true })
+        const ready = await anon.get("/readyz")
+        expect(ready.status).toBe(200)
+        expect(Object.keys(ready.body).sort()).toEqual(["leader", "ok", "store"])
+        expect((await anon.get("/openapi.json")).body.openapi).toMatch(/^3\./)
+        const docs = await anon.get("/docs")
+        expect(docs.status).toBe(200)
+        expect(docs.headers.get("content-type")).toContain("text/html")
         for (const [method, path] of [
-          ["GET", "/readyz"],
           ["GET", "/metrics"],
-          ["GET", "/openapi.json"],
           ["GET", "/v1/hosts"],
           ["POST", "/v1/hosts"],
           ["GET", "/v1/sessions"],

@@ -1,77 +1,50 @@
 /**
  * The agent's view of the coordinator: the few agent-facing endpoints, as a service so tests
- * can swap the HTTP client for an in-memory fake. Level-triggered: the assignments are the
- * commands, the CAS endpoints are the acknowledgements, and a 409 from one (a repeat, or a
- * state that already moved on) is `Conflict`, which the agent treats as done.
+ * can swap the HTTP client for an in-memory fake. Over HTTP it is `@engram/api`'s typed client
+ * (`HttpApiClient` over `EngramApi`, with the host token): the records and their schemas are the
+ * API's, nothing is re-declared here. Level-triggered: the assignments are the commands, the
+ * CAS endpoints are the acknowledgements, and a 409 from one (a repeat, or a state that already
+ * moved on) is `Conflict`, which the agent treats as done.
  */
+import { Client } from "@engram/api"
+import type { ApiError, Records } from "@engram/api"
 import { Context, Duration, Effect, Layer, Schema } from "effect"
-import { FetchHttpClient, HttpClient, HttpClientRequest, HttpBody } from "effect/http"
+import type { Redacted } from "effect"
+import { FetchHttpClient } from "effect/http"
+import type { HttpClient } from "effect/http"
 import type { HostReport } from "./Measure.js"
 
-export const SessionState = Schema.Literals(["queued", "pending", "running", "parked", "descending", "descended", "moving", "ended", "lost"])
-export type SessionState = typeof SessionState.Type
+/** A session's state. */
+export type SessionState = Records.SessionState
 
-/** A session as the agent needs it (extra fields are ignored). */
-export const AssignedSession = Schema.Struct({
-  id: Schema.String,
-  state: SessionState,
-  budget: Schema.Struct({ memMib: Schema.Number, vcpus: Schema.Number }),
-  hostId: Schema.NullOr(Schema.String),
-  reservationId: Schema.optional(Schema.NullOr(Schema.String)),
-})
-export type AssignedSession = typeof AssignedSession.Type
+/** A session as the agent needs it (the API's record has more). */
+export type AssignedSession = Pick<Records.Session, "id" | "state" | "budget" | "hostId" | "reservationId">
 
 /** A move as the agent needs it. */
-export const AssignedMove = Schema.Struct({
-  id: Schema.String,
-  sessionId: Schema.String,
-  sourceHostId: Schema.String,
-  targetHostId: Schema.String,
-  maxDowntimeMs: Schema.Number,
-  state: Schema.Literals(["pending", "committed", "aborted"]),
-})
-export type AssignedMove = typeof AssignedMove.Type
+export type AssignedMove = Pick<Records.Move, "id" | "sessionId" | "sourceHostId" | "targetHostId" | "maxDowntimeMs" | "state">
 
-/** A move as `GET /v1/moves/{id}` shows it (extra fields are ignored). */
-export const MoveView = Schema.Struct({
-  ...AssignedMove.fields,
-  abortReason: Schema.optional(Schema.NullOr(Schema.String)),
-})
-export type MoveView = typeof MoveView.Type
+/** A move as `GET /v1/moves/{id}` shows it, as far as the agent reads it. */
+export type MoveView = AssignedMove & Pick<Records.Move, "abortReason">
+
+/** The coordinator's limits that the agent's move guard uses (its `commitAllowanceMs`). */
+export type AssignedLimits = Records.AgentLimits
 
 /**
- * The coordinator's limits that the agent's move guard uses (its `commitAllowanceMs`), sent
- * with every assignments answer so agent and coordinator cannot disagree. Optional only for
- * a coordinator older than this field; the agent then uses the SPEC §9 default.
+ * `GET /v1/hosts/{id}/assignments` as far as the agent reads it. `version` and `limits` are
+ * optional here only so a fake coordinator can play an older one (no long-poll, no limits).
  */
-export const AssignedLimits = Schema.Struct({ commitAllowanceMs: Schema.Number })
-export type AssignedLimits = typeof AssignedLimits.Type
-
-/** `GET /v1/hosts/{id}/assignments`. */
-export const Assignments = Schema.Struct({
-  version: Schema.optional(Schema.String),
-  sessions: Schema.Array(AssignedSession),
-  moves: Schema.Array(AssignedMove),
-  limits: Schema.optional(AssignedLimits),
-})
-export type Assignments = typeof Assignments.Type
+export interface Assignments {
+  readonly version?: string | undefined
+  readonly sessions: readonly AssignedSession[]
+  readonly moves: readonly AssignedMove[]
+  readonly limits?: AssignedLimits | undefined
+}
 
 /** One pre-copy round as the source reports it. */
-export interface RoundReport {
-  readonly kind: "full" | "delta" | "final"
-  readonly wireBytes: number
-  readonly apparentBytes: number
-  readonly sendMs: number
-  readonly captureMs: number
-}
+export type RoundReport = Records.MoveRound
 
 /** The phases of a committed move. */
-export interface PhasesReport {
-  readonly downtimeMs: number
-  readonly captureMs: number
-  readonly sendMs: number
-  readonly commitMs: number
-}
+export type PhasesReport = Records.MovePhases
 
 /** 409: the coordinator's state already moved past this step; the agent treats it as done. */
 export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", { op: Schema.String, message: Schema.String }) {}
@@ -107,78 +80,62 @@ export class Coordinator extends Context.Service<Coordinator, CoordinatorShape>(
 export interface CoordinatorTarget {
   readonly url: string
   readonly hostId: string
-  readonly hostToken: string
+  readonly hostToken: string | Redacted.Redacted<string>
 }
 
-const parseJson = (text: string): unknown => {
-  try {
-    return text === "" ? null : (JSON.parse(text) as unknown)
-  } catch {
-    return text
-  }
+/** The HTTP status of each of the API's error answers. */
+const statusOf: Record<ApiError["_tag"], number> = {
+  BadRequest: 400,
+  Unauthorized: 401,
+  Forbidden: 403,
+  NotFoundError: 404,
+  ConflictError: 409,
+  PayloadTooLarge: 413,
+  UnsupportedMediaType: 415,
+  ServiceUnavailable: 503,
 }
 
-/** The HTTP client of the coordinator (`fetch`). */
-export const makeHttp = (t: CoordinatorTarget) =>
+/** What went wrong, in the port's two words: a 409 is `Conflict`, anything else `CoordinatorError`. */
+const toPortError = (op: string, e: { readonly _tag: string; readonly message: string }): Conflict | CoordinatorError => {
+  if (e._tag === "ConflictError") return new Conflict({ op, message: e.message })
+  const typed = statusOf[e._tag as ApiError["_tag"]]
+  if (typed !== undefined) return new CoordinatorError({ op, status: typed, message: e.message })
+  // Transport failures, an answer the API does not describe, or one that does not decode.
+  const response = (e as { readonly response?: { readonly status?: number } }).response
+  return new CoordinatorError({ op, status: response?.status ?? null, message: e._tag === "SchemaError" ? `bad answer: ${e.message}` : e.message })
+}
+
+/** The coordinator over HTTP, through the API's typed client. Needs an `HttpClient`. */
+export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, never, HttpClient.HttpClient> =>
   Effect.gen(function* () {
-    const base = t.url.replace(/\/+$/, "")
-    const client = (yield* HttpClient.HttpClient).pipe(
-      HttpClient.mapRequest((req) => req.pipe(HttpClientRequest.prependUrl(base), HttpClientRequest.bearerToken(t.hostToken))),
-    )
-    const host = encodeURIComponent(t.hostId)
-    const call = <A>(op: string, req: HttpClientRequest.HttpClientRequest, decode: (body: unknown) => Effect.Effect<A, unknown>, timeoutMs = 30_000) =>
-      client.execute(req).pipe(
-        Effect.flatMap((res) =>
-          Effect.gen(function* () {
-            const text = yield* res.text
-            const body = parseJson(text)
-            const message =
-              typeof body === "object" && body !== null && "message" in body ? String((body as { message: unknown }).message) : text.slice(0, 200)
-            if (res.status === 409) return yield* new Conflict({ op, message })
-            if (res.status < 200 || res.status >= 300) return yield* new CoordinatorError({ op, status: res.status, message })
-            return yield* decode(body).pipe(Effect.mapError((e) => new CoordinatorError({ op, status: res.status, message: `bad answer: ${String(e)}` })))
-          }),
-        ),
+    const api = yield* Client.make({ baseUrl: t.url.replace(/\/+$/, ""), token: t.hostToken })
+    const host = { id: t.hostId }
+    const call = <A>(op: string, eff: Effect.Effect<A, { readonly _tag: string; readonly message: string }>, timeoutMs = 30_000): Fx<A> =>
+      eff.pipe(
         Effect.timeout(Duration.millis(timeoutMs)),
-        Effect.catchTag("TimeoutError", () => Effect.fail(new CoordinatorError({ op, status: null, message: "timed out" }))),
-        Effect.catchTag("HttpClientError", (e) => Effect.fail(new CoordinatorError({ op, status: null, message: e.message }))),
-        Effect.provide(FetchHttpClient.layer),
+        Effect.mapError((e) => (e._tag === "TimeoutError" ? new CoordinatorError({ op, status: null, message: "timed out" }) : toPortError(op, e))),
       )
-    const ignore = () => Effect.void
-    const post = (path: string, body?: unknown) => {
-      const req = HttpClientRequest.post(path)
-      return body === undefined ? req : HttpClientRequest.setBody(req, HttpBody.jsonUnsafe(body))
-    }
-    const shape: CoordinatorShape = {
-      report: (r) => call("report", HttpClientRequest.put(`/v1/hosts/${host}/report`).pipe(HttpClientRequest.setBody(HttpBody.jsonUnsafe(r))), ignore),
-      heartbeat: call("heartbeat", post(`/v1/hosts/${host}/heartbeat`), (b) =>
-        Effect.succeed(typeof b === "object" && b !== null && "renewed" in b ? Number((b as { renewed: unknown }).renewed) : 0),
-      ),
+    return {
+      report: (r) => call("report", api.hosts.report({ params: host, payload: r })).pipe(Effect.asVoid),
+      heartbeat: call("heartbeat", api.hosts.heartbeat({ params: host })).pipe(Effect.map((b) => b.renewed)),
       assignments: ({ waitMs, since }) =>
-        call(
-          "assignments",
-          HttpClientRequest.get(`/v1/hosts/${host}/assignments`).pipe(
-            HttpClientRequest.setUrlParams(since === undefined ? { waitMs: String(waitMs) } : { waitMs: String(waitMs), since }),
-          ),
-          (b) => Schema.decodeUnknownEffect(Assignments)(b),
-          waitMs + 15_000,
-        ),
-      started: (id) => call("started", post(`/v1/sessions/${encodeURIComponent(id)}/started`), ignore),
-      descended: (id) => call("descended", post(`/v1/sessions/${encodeURIComponent(id)}/descended`), ignore),
-      round: (id, round) => call("round", post(`/v1/moves/${encodeURIComponent(id)}/rounds`, round), ignore),
-      commit: (id, phases) => call("commit", post(`/v1/moves/${encodeURIComponent(id)}/commit`, phases), ignore),
+        call("assignments", api.hosts.assignments({ params: host, query: since === undefined ? { waitMs } : { waitMs, since } }), waitMs + 15_000),
+      started: (id) => call("started", api.sessions.started({ params: { id } })).pipe(Effect.asVoid),
+      descended: (id) => call("descended", api.sessions.descended({ params: { id } })).pipe(Effect.asVoid),
+      round: (id, round) => call("round", api.moves.round({ params: { id }, payload: round })).pipe(Effect.asVoid),
+      commit: (id, phases) => call("commit", api.moves.commit({ params: { id }, payload: phases })).pipe(Effect.asVoid),
       abort: (id, reason, estimateMs) =>
-        call("abort", post(`/v1/moves/${encodeURIComponent(id)}/abort`, estimateMs === undefined ? { reason } : { reason, estimateMs }), ignore),
-      getMove: (id) => call("getMove", HttpClientRequest.get(`/v1/moves/${encodeURIComponent(id)}`), (b) => Schema.decodeUnknownEffect(MoveView)(b)),
+        call("abort", api.moves.abort({ params: { id }, payload: estimateMs === undefined ? { reason } : { reason, estimateMs } })).pipe(Effect.asVoid),
+      getMove: (id) => call("getMove", api.moves.get({ params: { id } })),
       getSession: (id) =>
-        call("getSession", HttpClientRequest.get(`/v1/sessions/${encodeURIComponent(id)}`), (b) => Schema.decodeUnknownEffect(AssignedSession)(b)).pipe(
+        call("getSession", api.sessions.get({ params: { id } })).pipe(
           Effect.catchIf(
             (e) => e._tag === "CoordinatorError" && (e.status === 403 || e.status === 404),
             () => Effect.succeed(null),
           ),
         ),
-    }
-    return shape
+    } satisfies CoordinatorShape
   })
 
-export const layerHttp = (t: CoordinatorTarget) => Layer.effect(Coordinator, makeHttp(t).pipe(Effect.provide(FetchHttpClient.layer)))
+/** The coordinator over HTTP (`fetch`) as a layer. */
+export const layerHttp = (t: CoordinatorTarget): Layer.Layer<Coordinator> => Layer.effect(Coordinator, makeHttp(t).pipe(Effect.provide(FetchHttpClient.layer)))

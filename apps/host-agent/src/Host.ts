@@ -4,7 +4,7 @@
  * loops. `startHostAgent` is what the CLI, the demo and the tests run.
  */
 import { Limits } from "@engram/core"
-import type { Scope } from "effect";
+import type { Redacted, Scope } from "effect"
 import { Effect } from "effect"
 import { type Agent, type AgentConfig, makeAgent } from "./Agent.js"
 import { type CoordinatorShape, makeHttp } from "./Coordinator.js"
@@ -33,7 +33,7 @@ export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limi
 export interface HostAgentOptions {
   readonly hostId: string
   /** The coordinator, by URL (with the host token) or as a ready client (tests). */
-  readonly coordinator: { readonly url: string; readonly hostToken: string } | CoordinatorShape
+  readonly coordinator: { readonly url: string; readonly hostToken: string | Redacted.Redacted<string> } | CoordinatorShape
   /** Shared by the fleet's agents: move tokens derive from it. */
   readonly peerSecret: string
   /** Peer agent URLs by host id. */

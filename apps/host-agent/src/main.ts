@@ -10,7 +10,8 @@ import { startHostAgent } from "./Host.js"
 
 const program = fromEnvironment().pipe(
   Effect.matchEffect({
-    onFailure: (e) => Effect.logError(e.message).pipe(Effect.andThen(Effect.sync(() => void (process.exitCode = 2)))),
+    // One line per bad variable, all at once: `ENGRAM_AGENT_PORT="x": must be an integer >= 0`.
+    onFailure: (e) => Effect.logError(e.message, { issues: e.issues }).pipe(Effect.andThen(Effect.sync(() => void (process.exitCode = 2)))),
     onSuccess: (options) =>
       Effect.scoped(
         Effect.gen(function* () {

@@ -1,0 +1,61 @@
+/**
+ * Errors as HTTP answers: one answer per store error (see the store's Errors.ts), and the
+ * request decode failures as `400 {error, field, rule, in}` with the field as a dotted path.
+ */
+import { BadRequest, ConflictError, InputErrors, NotFoundError, ServiceUnavailable } from "@engram/api"
+import type { StoreError } from "@engram/store"
+import { Effect, SchemaIssue } from "effect"
+import { HttpServerResponse } from "effect/http"
+import { HttpApiMiddleware } from "effect/http-api"
+import { Metrics } from "./Metrics.js"
+
+/** What a store error becomes over HTTP. */
+export type StoreAnswer = BadRequest | NotFoundError | ConflictError | ServiceUnavailable
+
+/** One HTTP answer per store error. */
+export const toApiError = (e: StoreError): StoreAnswer => {
+  switch (e._tag) {
+    case "InvalidInput":
+      return new BadRequest({ error: "InvalidInput", field: e.field, rule: e.rule })
+    case "NotFound":
+      return new NotFoundError({ error: "NotFound", entity: e.entity, id: e.id, message: e.message })
+    case "Conflict":
+      return new ConflictError({ error: "Conflict", message: e.message, entity: e.entity, id: e.id })
+    case "IllegalTransition":
+      return new ConflictError({ error: "IllegalTransition", message: e.reason, id: e.sessionId, from: e.from, to: e.to })
+    case "Refused":
+      return new ConflictError({ error: "Refused", message: e.reason, check: e.check })
+    case "Unavailable":
+      return new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs })
+  }
+}
+
+/** Runs a store call and maps its errors to HTTP answers (a 503 is counted). */
+export const api = <A, E extends StoreError, R>(eff: Effect.Effect<A, E, R>): Effect.Effect<A, StoreAnswer, R | Metrics> =>
+  eff.pipe(
+    Effect.catch((e: E) =>
+      Effect.gen(function* () {
+        if (e._tag === "Unavailable") (yield* Metrics).inc("engram_http_store_unavailable_total")
+        return yield* Effect.fail(toApiError(e))
+      }),
+    ),
+  )
+
+/** A 400 naming the field and the rule. */
+export const badRequest = (field: string, rule: string) => new BadRequest({ error: "InvalidInput", field, rule })
+
+const issueFormatter = SchemaIssue.makeFormatterStandardSchemaV1()
+
+/** `400 {error, field, rule, in}` for every request that fails its schema. */
+export const InputErrorsLive = HttpApiMiddleware.layerSchemaErrorTransform(InputErrors, (error) => {
+  if (error.kind === "ResponseHeaders" || error.kind === "Body") {
+    return Effect.succeed(HttpServerResponse.jsonUnsafe({ error: "Internal", message: "the answer could not be encoded" }, { status: 500 }))
+  }
+  const first = issueFormatter(error.cause.issue).issues[0]
+  const path = first?.path?.map((p) => (typeof p === "object" && p !== null ? String((p as { key: unknown }).key) : String(p))) ?? []
+  const where = error.kind === "Payload" ? "body" : error.kind === "Query" ? "query" : error.kind === "Params" ? "path" : "headers"
+  const field = path.length > 0 ? path.join(".") : where
+  const message = first?.message ?? "is invalid"
+  const rule = message === "Missing key" ? "is required" : message
+  return Effect.succeed(HttpServerResponse.jsonUnsafe({ error: "InvalidInput", field, rule, in: where }, { status: 400 }))
+})

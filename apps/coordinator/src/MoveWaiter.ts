@@ -1,0 +1,104 @@
+/**
+ * The wait of `POST /v1/sessions/{id}/move`: level-triggered, the source agent sees the pending
+ * move in its assignments, runs the rounds and commits or aborts it; this waits for that outcome
+ * (woken by the notifier, re-reading a shared store every `storePollMs`) up to `moveTimeoutMs`.
+ * On a timeout it aborts the move only while the source has not recorded its final round (SPEC
+ * §5: no second check once the final round is sent); the store decides that atomically. The
+ * outcome is a figure-carrying verdict; the handler turns it into the HTTP answer.
+ */
+import type { Move, NotFound, Unavailable } from "@engram/store"
+import { Store } from "@engram/store"
+import { Clock, Context, Effect, Layer } from "effect"
+import { Metrics } from "./Metrics.js"
+import { hostTopic, moveTopic, Notifier } from "./Notifier.js"
+import { Room } from "./Room.js"
+import { Settings } from "./Settings.js"
+
+/** How a move ended, as far as its waiter knows. */
+export type MoveOutcome =
+  | { readonly _tag: "Committed"; readonly move: Move; readonly phases: NonNullable<Move["phases"]> }
+  /** The downtime guard refused it: the record carries the estimate (`abortEstimateMs`). */
+  | { readonly _tag: "Refused"; readonly move: Move; readonly estimateMs: number }
+  /** Aborted for another reason (the agent's, an operator's, the session ended). */
+  | { readonly _tag: "Aborted"; readonly move: Move }
+  /** No agent settled it within `moveTimeoutMs`: a waiter aborted it (reason `timeout`). */
+  | { readonly _tag: "TimedOut"; readonly move: Move; readonly timeoutMs: number }
+  /** The timeout came after the final round was recorded: left pending for the source's commit. */
+  | { readonly _tag: "CommitPending"; readonly move: Move; readonly timeoutMs: number }
+
+/** The reason the waiter's own abort records. */
+export const timeoutReason = "timeout"
+
+export interface MoveWaiterShape {
+  /** Waits for the outcome of `begun` (just begun in the store); counts it in `engram_moves_total`. */
+  readonly outcome: (begun: Move) => Effect.Effect<MoveOutcome, NotFound | Unavailable>
+}
+
+const verdict = (m: Move, timeoutMs: number): MoveOutcome =>
+  m.state === "committed" && m.phases !== null
+    ? { _tag: "Committed", move: m, phases: m.phases }
+    : m.state === "pending"
+      ? { _tag: "CommitPending", move: m, timeoutMs }
+      : m.abortEstimateMs !== null
+        ? { _tag: "Refused", move: m, estimateMs: m.abortEstimateMs }
+        : m.abortReason === timeoutReason
+          ? { _tag: "TimedOut", move: m, timeoutMs }
+          : { _tag: "Aborted", move: m }
+
+const counted: Record<MoveOutcome["_tag"], string> = {
+  Committed: "committed",
+  Refused: "downtime",
+  Aborted: "aborted",
+  TimedOut: "timeout",
+  CommitPending: "commit_pending",
+}
+
+export class MoveWaiter extends Context.Service<MoveWaiter, MoveWaiterShape>()("@engram/coordinator/MoveWaiter") {
+  static readonly layer: Layer.Layer<MoveWaiter, never, Store | Notifier | Settings | Metrics | Room> = Layer.effect(
+    MoveWaiter,
+    Effect.gen(function* () {
+      const store = yield* Store
+      const notifier = yield* Notifier
+      const settings = yield* Settings
+      const metrics = yield* Metrics
+      const room = yield* Room
+      const timeoutMs = settings.config.moveTimeoutMs
+
+      const settle = (begun: Move) =>
+        Effect.gen(function* () {
+          const deadline = (yield* Clock.currentTimeMillis) + timeoutMs
+          for (;;) {
+            const m = yield* store.getMove(begun.id)
+            if (m.state !== "pending") return verdict(m, timeoutMs)
+            const remaining = deadline - (yield* Clock.currentTimeMillis)
+            if (remaining <= 0) break
+            yield* notifier.wait([moveTopic(begun.id)], Math.min(remaining, settings.sharedStore ? settings.config.storePollMs : 1000))
+          }
+          // Timed out. The store aborts only before a final round is recorded (`onlyBeforeFinalRound`),
+          // so a final round recorded through any replica wins over this abort or loses to it, never
+          // both. A Conflict means the move is no longer abortable: a final round is recorded (it
+          // stays pending), or the agent settled it meanwhile; the re-read tells which.
+          const decided = yield* store
+            .abortMove(begun.id, timeoutReason, { onlyBeforeFinalRound: true })
+            .pipe(Effect.catchTag(["Conflict", "InvalidInput"], () => store.getMove(begun.id)))
+          if (decided.state === "aborted" && decided.abortReason === timeoutReason) {
+            yield* room.appeared(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId))
+          }
+          const outcome = verdict(decided, timeoutMs)
+          if (outcome._tag === "CommitPending") {
+            yield* Effect.logWarning("move wait timed out after the final round; left pending for the source's commit", {
+              moveId: decided.id,
+              sessionId: decided.sessionId,
+              from: decided.sourceHostId,
+              to: decided.targetHostId,
+            })
+          }
+          return outcome
+        })
+
+      return MoveWaiter.of({
+        outcome: (begun) => settle(begun).pipe(Effect.tap((o) => Effect.sync(() => metrics.inc("engram_moves_total", { outcome: counted[o._tag] })))),
+      })
+    }),
+  )
+}

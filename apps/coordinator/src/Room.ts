@@ -1,0 +1,69 @@
+/**
+ * "Room appeared": the one place that, after anything that frees or adds room (a release, a
+ * finished descent, a move's end, a new, reported or uncordoned host, an ended session), wakes
+ * the agents whose assignments changed and drains the queue into the room (waking the hosts
+ * of what it placed). Concurrent calls share drains: a call that arrives while a drain runs
+ * waits for the next one, which starts when that one ends and so sees the caller's change;
+ * every caller that arrived meanwhile shares that next drain.
+ */
+import type { DrainResult, Store } from "@engram/store"
+import { Context, Deferred, Effect, Exit, Layer, Scope } from "effect"
+import type { Metrics } from "./Metrics.js"
+import { Notifier } from "./Notifier.js"
+import { drainQueue } from "./Reaper.js"
+
+export interface RoomShape {
+  /**
+   * Room appeared: wakes the waiters of `topics` (the changed hosts and moves), then drains the
+   * queue. Answers the drain that started after this call. Never fails: a failed drain is logged
+   * and placed nothing; the caller's own change stands.
+   */
+  readonly appeared: (...topics: readonly (string | null | undefined)[]) => Effect.Effect<DrainResult>
+}
+
+const nothing: DrainResult = { placed: [], remaining: -1 }
+
+export class Room extends Context.Service<Room, RoomShape>()("@engram/coordinator/Room") {
+  static readonly layer: Layer.Layer<Room, never, Store | Metrics | Notifier> = Layer.effect(
+    Room,
+    Effect.gen(function* () {
+      const context = yield* Effect.context<Store | Metrics | Notifier>()
+      const notifier = yield* Notifier
+      const scope = yield* Scope.Scope
+      let running: Deferred.Deferred<DrainResult> | null = null
+      let next: Deferred.Deferred<DrainResult> | null = null
+
+      // One drain at a time, in a fiber of the service's own: a caller that goes away does not
+      // interrupt a drain other callers wait for.
+      const start = (done: Deferred.Deferred<DrainResult>): Effect.Effect<void> =>
+        drainQueue.pipe(
+          Effect.provideContext(context),
+          Effect.catchCause((cause) => Effect.logError("queue drain failed", cause).pipe(Effect.as(nothing))),
+          Effect.flatMap((result) => Deferred.done(done, Exit.succeed(result))),
+          Effect.andThen(
+            Effect.suspend(() => {
+              running = next
+              next = null
+              return running === null ? Effect.void : start(running)
+            }),
+          ),
+          Effect.forkIn(scope),
+          Effect.asVoid,
+        )
+
+      const appeared: RoomShape["appeared"] = (...topics) =>
+        Effect.gen(function* () {
+          yield* notifier.notify(...topics)
+          if (running === null) {
+            const d = Deferred.makeUnsafe<DrainResult>()
+            running = d
+            yield* start(d)
+            return yield* Deferred.await(d)
+          }
+          next ??= Deferred.makeUnsafe<DrainResult>()
+          return yield* Deferred.await(next)
+        })
+      return Room.of({ appeared })
+    }),
+  )
+}

@@ -1,0 +1,25 @@
+/** `/v1/fleet` and `/v1/placement/no-fit`: core's fleet signal and no-fit details on one fleet read. */
+import { EngramApi } from "@engram/api"
+import { Fleet, Placement } from "@engram/core"
+import { Store, Validate } from "@engram/store"
+import { Effect } from "effect"
+import { HttpApiBuilder } from "effect/http-api"
+import { api, badRequest } from "../HttpErrors.js"
+
+export const FleetHandlers = HttpApiBuilder.group(EngramApi, "fleet", (h) =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    return h
+      .handle("snapshot", () => api(store.fleetView()).pipe(Effect.map((fleet) => ({ ...Fleet.snapshot(fleet, store.limits()), readAt: fleet.readAt }))))
+      .handle("noFit", ({ query }) =>
+        Effect.gen(function* () {
+          const budget = { memMib: query.memMib, vcpus: query.vcpus }
+          const bad = Validate.budget(budget)
+          if (bad !== null) return yield* badRequest(bad.field, bad.rule)
+          const fleet = yield* api(store.fleetView())
+          const limits = store.limits()
+          return { fits: Placement.pick(fleet.hosts, { budget }, limits) !== null, hosts: Placement.noFit(fleet.hosts, { budget }, limits) }
+        }),
+      )
+  }),
+)

@@ -1,0 +1,62 @@
+/** `/v1/hosts…`: registration, report, heartbeat, administrative states, assignments. */
+import { EngramApi } from "@engram/api"
+import { Store } from "@engram/store"
+import { Effect } from "effect"
+import { HttpApiBuilder } from "effect/http-api"
+import { Assignments } from "../Assignments.js"
+import { hashToken, newToken, requireHostOrAdmin } from "../Auth.js"
+import { api } from "../HttpErrors.js"
+import { hostTopic, Notifier } from "../Notifier.js"
+import { Room } from "../Room.js"
+import { hostJson } from "../Views.js"
+
+export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    const notifier = yield* Notifier
+    const room = yield* Room
+    const assignments = yield* Assignments
+
+    const setState = (id: string, state: "ready" | "cordoned" | "draining") =>
+      Effect.gen(function* () {
+        const view = yield* api(store.setHostState(id, state))
+        // Uncordoned: room appeared. Cordoned or draining: only the host's own view changed.
+        if (state === "ready") yield* room.appeared(hostTopic(id))
+        else yield* notifier.notify(hostTopic(id))
+        return hostJson(view)
+      })
+
+    return h
+      .handle("create", ({ payload }) =>
+        Effect.gen(function* () {
+          const token = newToken()
+          const host = yield* api(store.registerHost({ id: payload.id, labels: payload.labels, tokenHash: hashToken(token) }))
+          yield* Effect.logInfo("host registered", { hostId: host.id })
+          yield* room.appeared()
+          return { id: host.id, token }
+        }),
+      )
+      .handle("list", () => api(store.listHosts()).pipe(Effect.map((hosts) => hosts.map(hostJson))))
+      .handle("get", ({ params }) => requireHostOrAdmin(params.id).pipe(Effect.andThen(api(store.getHost(params.id))), Effect.map(hostJson)))
+      .handle("report", ({ params, payload }) =>
+        Effect.gen(function* () {
+          yield* requireHostOrAdmin(params.id)
+          const view = yield* api(store.reportHost(params.id, payload))
+          yield* room.appeared()
+          return hostJson(view)
+        }),
+      )
+      .handle("heartbeat", ({ params }) =>
+        requireHostOrAdmin(params.id).pipe(
+          Effect.andThen(api(store.heartbeatHost(params.id))),
+          Effect.map((renewed) => ({ hostId: params.id, renewed })),
+        ),
+      )
+      .handle("cordon", ({ params }) => setState(params.id, "cordoned"))
+      .handle("uncordon", ({ params }) => setState(params.id, "ready"))
+      .handle("drain", ({ params }) => setState(params.id, "draining"))
+      .handle("assignments", ({ params, query }) =>
+        requireHostOrAdmin(params.id).pipe(Effect.andThen(api(assignments.poll(params.id, { waitMs: query.waitMs ?? 0, since: query.since })))),
+      )
+  }),
+)

@@ -1,0 +1,30 @@
+/** `/v1/reservations…` and `/v1/ledger…`: the reservation ledger. */
+import { EngramApi } from "@engram/api"
+import { Store } from "@engram/store"
+import { Effect } from "effect"
+import { HttpApiBuilder } from "effect/http-api"
+import { randomUUID } from "node:crypto"
+import { requireHostOrAdmin } from "../Auth.js"
+import { api } from "../HttpErrors.js"
+import { hostTopic } from "../Notifier.js"
+import { Room } from "../Room.js"
+
+export const LedgerHandlers = HttpApiBuilder.group(EngramApi, "ledger", (h) =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    const room = yield* Room
+    return h
+      .handle("reserve", ({ payload }) => api(store.reserve({ ...payload, id: payload.id ?? randomUUID() })))
+      .handle("list", ({ query }) => api(store.listReservations({ hostId: query.hostId })))
+      .handle("get", ({ params }) => api(store.getReservation(params.id)))
+      .handle("release", ({ params }) => api(store.release(params.id)).pipe(Effect.tap((r) => room.appeared(hostTopic(r.hostId)))))
+      .handle("heartbeat", ({ params }) =>
+        api(store.getReservation(params.id)).pipe(
+          Effect.tap((r) => requireHostOrAdmin(r.hostId)),
+          Effect.andThen(api(store.heartbeat(params.id))),
+        ),
+      )
+      .handle("summary", () => api(store.clusterSummary()))
+      .handle("metrics", () => api(store.metrics()))
+  }),
+)

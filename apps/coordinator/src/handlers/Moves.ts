@@ -1,0 +1,47 @@
+/** `/v1/moves…`: read a move; the source agent's rounds, commit and abort. */
+import { EngramApi } from "@engram/api"
+import { Store } from "@engram/store"
+import type { Move } from "@engram/store"
+import { Effect } from "effect"
+import { HttpApiBuilder } from "effect/http-api"
+import { requireHostOrAdmin } from "../Auth.js"
+import { api, badRequest } from "../HttpErrors.js"
+import { hostTopic, moveTopic, Notifier } from "../Notifier.js"
+import { Room } from "../Room.js"
+
+export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    const notifier = yield* Notifier
+    const room = yield* Room
+    /** The move, once the caller may act for it: its source (or, to read it, its target) or the admin. */
+    const moveFor = (id: string, who: "source" | "either") =>
+      api(store.getMove(id)).pipe(Effect.tap((m) => (who === "source" ? requireHostOrAdmin(m.sourceHostId) : requireHostOrAdmin(m.sourceHostId, m.targetHostId))))
+    const topics = (m: Move) => [moveTopic(m.id), hostTopic(m.sourceHostId), hostTopic(m.targetHostId)] as const
+    return h
+      .handle("get", ({ params }) => moveFor(params.id, "either"))
+      .handle("round", ({ params, payload }) =>
+        moveFor(params.id, "source").pipe(
+          // Once a final round is recorded, the store refuses the waiter's timeout abort: the record is the point of no return.
+          Effect.andThen(api(store.recordRound(params.id, payload))),
+          Effect.tap((m) => notifier.notify(...topics(m))),
+        ),
+      )
+      .handle("commit", ({ params, payload }) =>
+        moveFor(params.id, "source").pipe(
+          Effect.andThen(api(store.commitMove(params.id, payload))),
+          Effect.tap((m) => room.appeared(...topics(m))),
+        ),
+      )
+      .handle("abort", ({ params, payload }) =>
+        Effect.gen(function* () {
+          yield* moveFor(params.id, "source")
+          if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
+          // The estimate is kept on the move record, so a waiter on any replica can answer it.
+          const m = yield* api(store.abortMove(params.id, payload.reason, { estimateMs: payload.estimateMs }))
+          yield* room.appeared(...topics(m))
+          return m
+        }),
+      )
+  }),
+)

@@ -1,0 +1,57 @@
+/** `/livez`, `/healthz`, `/readyz`, `/openapi.json` and `/metrics`. */
+import { EngramApi, ServiceUnavailable } from "@engram/api"
+import { Fleet } from "@engram/core"
+import { Store } from "@engram/store"
+import { Effect } from "effect"
+import { HttpApiBuilder, OpenApi } from "effect/http-api"
+import { api } from "../HttpErrors.js"
+import { Leader } from "../Leader.js"
+import { Metrics } from "../Metrics.js"
+import type { Gauge } from "../Metrics.js"
+import { Settings } from "../Settings.js"
+
+/** The store's gauges for one scrape: the fleet signal and the ledger's counts, as far as they could be read. */
+const storeGauges = Effect.gen(function* () {
+  const store = yield* Store
+  const fleet = yield* Effect.result(store.fleetView())
+  const ledger = yield* Effect.result(store.metrics())
+  const gauges: Gauge[] = []
+  if (fleet._tag === "Success") {
+    const snap = Fleet.snapshot(fleet.success, store.limits())
+    gauges.push(
+      { name: "engram_queue_length", value: snap.queue.sessions },
+      { name: "engram_queue_without_room", value: snap.queue.withoutRoom },
+      { name: "engram_parks", value: snap.parks },
+      { name: "engram_descents_running", value: snap.descentsRunning },
+      { name: "engram_hosts", value: snap.hosts.total },
+      { name: "engram_free_mib", value: snap.freeMib },
+    )
+  }
+  if (ledger._tag === "Success") {
+    gauges.push({ name: "engram_reserve_failures", value: ledger.success.reserveFailures }, { name: "engram_ledger_active_entries", value: ledger.success.activeEntries })
+  }
+  return { up: fleet._tag === "Success", gauges }
+})
+
+export const OpsHandlers = HttpApiBuilder.group(EngramApi, "ops", (h) =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    const metrics = yield* Metrics
+    const settings = yield* Settings
+    const leader = yield* Leader
+    const context = yield* Effect.context<Store>()
+    const spec = OpenApi.fromApi(EngramApi)
+    const alive = () => Effect.succeed({ ok: true })
+    return h
+      .handle("livez", alive)
+      .handle("healthz", alive)
+      .handle("readyz", () =>
+        api(store.metrics()).pipe(
+          Effect.map(() => ({ ok: true, store: settings.backend, leader: leader.isLeader() })),
+          Effect.mapError((e) => (e instanceof ServiceUnavailable ? e : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: 1000 }))),
+        ),
+      )
+      .handle("openapi", () => Effect.succeed(spec as unknown))
+      .handle("metrics", () => storeGauges.pipe(Effect.provideContext(context), Effect.flatMap(metrics.scrape)))
+  }),
+)

@@ -1,0 +1,183 @@
+// The HTTP edge over real HTTP: JSON on every error answer (404, 413, 415, 503), a JSON body
+// without a content type, the body limit (declared and streamed), the admin-only middleware,
+// the scrape token, and the request and process metrics.
+import { AdminOnly, EngramApi } from "@engram/api"
+import { HttpEdge, Metrics, startCoordinator } from "@engram/coordinator"
+import type { RunningCoordinator } from "@engram/coordinator"
+import { StoreSim } from "@engram/store-sim"
+import { Effect, Layer } from "effect"
+import { HttpServerRequest, HttpServerResponse } from "effect/http"
+import { HttpApi } from "effect/http-api"
+import { request as httpRequest } from "node:http"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { client, uid } from "./support/http.js"
+
+const adminToken = "http-admin-token-0123456789"
+const metricsToken = "http-scrape-token-0123456789"
+const maxBodyBytes = 4096
+
+/** A request with exactly the given headers (fetch would add a content type of its own). */
+const raw = (
+  base: string,
+  options: { readonly method: string; readonly path: string; readonly headers?: Record<string, string>; readonly body?: string },
+): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: any }> => // eslint-disable-line @typescript-eslint/no-explicit-any
+  new Promise((resolve, reject) => {
+    const req = httpRequest(`${base}${options.path}`, { method: options.method, headers: options.headers ?? {} }, (res) => {
+      let text = ""
+      res.on("data", (c: Buffer) => (text += c.toString()))
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text === "" ? null : JSON.parse(text) }))
+    })
+    req.on("error", reject)
+    req.end(options.body)
+  })
+
+let c: RunningCoordinator
+beforeAll(async () => {
+  c = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken, metricsToken, maxBodyBytes } })
+})
+afterAll(() => c?.stop())
+
+describe("JSON bodies and content types", () => {
+  it("a JSON body without a content type is accepted", async () => {
+    const id = uid("s")
+    const r = await raw(c.url, { method: "POST", path: "/v1/sessions", headers: { authorization: `Bearer ${adminToken}` }, body: JSON.stringify({ id, memMib: 64, vcpus: 1 }) })
+    expect(r.status).toBe(202)
+    expect(r.body).toMatchObject({ id, state: "queued" })
+  })
+
+  it("curl's default form content type gets a JSON 415 that says what to send, and changes nothing", async () => {
+    const id = uid("s")
+    const r = await raw(c.url, {
+      method: "POST",
+      path: "/v1/sessions",
+      headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/x-www-form-urlencoded" },
+      body: JSON.stringify({ id, memMib: 64, vcpus: 1 }),
+    })
+    expect(r.status).toBe(415)
+    expect(r.headers["content-type"]).toContain("application/json")
+    expect(r.body).toMatchObject({ error: "UnsupportedMediaType", contentType: "application/x-www-form-urlencoded" })
+    expect(r.body.message).toContain("content-type: application/json")
+    expect((await client(c.url, adminToken).get(`/v1/sessions/${id}`)).status).toBe(404)
+  })
+
+  it("an unknown route is a JSON 404 naming it, with or without a token", async () => {
+    for (const token of [undefined, adminToken]) {
+      const r = await client(c.url, token).get("/v2/nothing?x=1")
+      expect(r.status).toBe(404)
+      expect(r.headers.get("content-type")).toContain("application/json")
+      expect(r.body).toMatchObject({ error: "NotFound", entity: "route", id: "GET /v2/nothing" })
+    }
+  })
+})
+
+describe("the request body limit (ENGRAM_MAX_BODY_BYTES)", () => {
+  it("a declared body over the limit is refused with 413 naming the limit; nothing changes", async () => {
+    const id = uid("s")
+    const body = JSON.stringify({ id, memMib: 64, vcpus: 1, affinity: ["x".repeat(maxBodyBytes)] })
+    const r = await raw(c.url, { method: "POST", path: "/v1/sessions", headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" }, body })
+    expect(r.status).toBe(413)
+    expect(r.body).toMatchObject({ error: "PayloadTooLarge", limitBytes: maxBodyBytes })
+    expect(r.body.message).toContain(`${maxBodyBytes} bytes`)
+    expect((await client(c.url, adminToken).get(`/v1/sessions/${id}`)).status).toBe(404)
+  })
+
+  it("a streamed body (no length) is cut off while it streams: 413 before the sender is done", async () => {
+    const chunk = Buffer.alloc(64 * 1024, 0x20)
+    const total = 256 * chunk.length // 16 MiB that never has to arrive
+    const answer = await new Promise<{ status: number; body: any; sent: number }>((resolve, reject) => { // eslint-disable-line @typescript-eslint/no-explicit-any
+      let sent = 0
+      let answered = false
+      const req = httpRequest(`${c.url}/v1/sessions`, { method: "POST", headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json", "transfer-encoding": "chunked" } }, (res) => {
+        answered = true
+        let text = ""
+        res.on("data", (b: Buffer) => (text += b.toString()))
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text), sent }))
+      })
+      // The server may close the connection on us mid-write once it has answered.
+      req.on("error", (e) => (answered ? undefined : reject(e)))
+      const pump = () => {
+        while (!answered && sent < total) {
+          sent += chunk.length
+          if (!req.write(chunk)) return void req.once("drain", pump)
+        }
+        if (!answered) req.end()
+      }
+      req.write("[")
+      pump()
+    })
+    expect(answer.status).toBe(413)
+    expect(answer.body).toMatchObject({ error: "PayloadTooLarge", limitBytes: maxBodyBytes })
+    expect(answer.sent).toBeLessThan(total)
+  })
+})
+
+describe("admin-only operations", () => {
+  it("every endpoint behind AdminOnly answers a host token 403 before its handler runs", async () => {
+    const admin = client(c.url, adminToken)
+    const hostId = uid("h")
+    const token = (await admin.post("/v1/hosts", { id: hostId })).body.token as string
+    const asHost = client(c.url, token)
+    const adminOnly: { method: string; path: string }[] = []
+    HttpApi.reflect(EngramApi, {
+      onGroup: () => {},
+      onEndpoint: ({ endpoint, middleware }) => {
+        if ([...middleware].some((m) => m.key === AdminOnly.key)) adminOnly.push({ method: endpoint.method, path: endpoint.path.replace(":id", hostId) })
+      },
+    })
+    expect(adminOnly.length).toBeGreaterThanOrEqual(15)
+    for (const { method, path } of adminOnly) {
+      // A body that would be a 400 for the admin: the 403 comes first.
+      const r = method === "GET" ? await asHost.get(path) : method === "DELETE" ? await asHost.del(path) : await asHost.raw(method, path, '{"nonsense": true}')
+      expect([r.status, r.body.error], `${method} ${path}`).toEqual([403, "Forbidden"])
+    }
+    // Nothing was created by the refused POST /v1/hosts.
+    expect((await admin.get("/v1/hosts")).body.map((h: { id: string }) => h.id)).toEqual([hostId])
+  })
+})
+
+describe("/metrics", () => {
+  it("takes the scrape token, which opens nothing else", async () => {
+    const scraper = client(c.url, metricsToken)
+    const m = await scraper.get("/metrics")
+    expect(m.status).toBe(200)
+    expect(m.headers.get("content-type")).toContain("text/plain")
+    expect(m.body as string).toContain("engram_store_up 1")
+    expect((await scraper.get("/v1/fleet")).status).toBe(401)
+    expect((await scraper.get("/v1/hosts")).status).toBe(401)
+    const anon = await client(c.url).get("/metrics")
+    expect([anon.status, anon.body.error]).toEqual([401, "Unauthorized"])
+    expect((await client(c.url, "not-the-scrape-token-0123456789").get("/metrics")).status).toBe(401)
+    expect((await client(c.url, adminToken).get("/metrics")).status).toBe(200)
+  })
+
+  it("counts requests by method, route template and status, times them, and shows process metrics", async () => {
+    const admin = client(c.url, adminToken)
+    const notFound = /^engram_http_requests_total\{method="GET",route="\/v1\/sessions\/:id",status="404"\} (\d+)$/m
+    const before = Number(notFound.exec((await admin.get("/metrics")).body as string)?.[1] ?? 0)
+    await admin.get("/v1/sessions/never-was")
+    await admin.get("/v1/sessions/never-was-either")
+    const text = (await admin.get("/metrics")).body as string
+    expect(Number(notFound.exec(text)?.[1])).toBe(before + 2)
+    expect(text).toMatch(/^engram_http_request_duration_seconds_count\{method="GET",route="\/v1\/sessions\/:id"\} \d+$/m)
+    expect(text).toMatch(/^engram_http_requests_total\{method="GET",route="unmatched",status="404"\} \d+$/m)
+    for (const name of ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_start_time_seconds", "nodejs_heap_size_used_bytes", "nodejs_eventloop_lag_p99_seconds"]) {
+      expect(text).toMatch(new RegExp(`^${name} [0-9.e+-]+$`, "m"))
+    }
+  })
+})
+
+describe("the edge while the coordinator stops", () => {
+  it("a request that arrives once shutdown began gets a JSON 503 with Retry-After", async () => {
+    const response = await Effect.runPromise(
+      Effect.gen(function* () {
+        const metrics = yield* Metrics
+        const app = HttpEdge.edge({ maxBodyBytes, closing: () => true, metrics })(Effect.succeed(HttpServerResponse.text("never")))
+        return yield* app.pipe(Effect.provideService(HttpServerRequest.HttpServerRequest, HttpServerRequest.fromWeb(new Request("http://x/v1/fleet"))))
+      }).pipe(Effect.provide(Layer.fresh(Metrics.layer)), Effect.scoped),
+    )
+    expect(response.status).toBe(503)
+    expect(response.headers["retry-after"]).toBe("1")
+    const web = HttpServerResponse.toWeb(response)
+    expect(await web.json()).toMatchObject({ error: "Unavailable", retryAfterMs: 1000 })
+  })
+})

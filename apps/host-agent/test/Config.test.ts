@@ -1,0 +1,66 @@
+/**
+ * The agent's configuration through effect Config: every problem at once in `@engram/api`'s
+ * one format, secrets never echoed, an unknown ENGRAM_* variable warned about by name.
+ */
+import { Env } from "@engram/api"
+import { Effect, Exit, Logger, Redacted } from "effect"
+import { describe, expect, it } from "vitest"
+import { fromEnvironment, variables } from "../src/Config.js"
+
+const required = {
+  ENGRAM_HOST_ID: "h1",
+  ENGRAM_COORDINATOR_URL: "http://127.0.0.1:7070",
+  ENGRAM_HOST_TOKEN: "host-token-secret-0123456789",
+  ENGRAM_PEER_SECRET: "peer-secret-0123456789",
+}
+const errorOf = async (env: Record<string, string>) => {
+  const exit = await Effect.runPromiseExit(fromEnvironment(env))
+  return Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+}
+
+describe("host agent configuration", () => {
+  it("the defaults, and the host token kept Redacted", async () => {
+    const o = await Effect.runPromise(fromEnvironment(required))
+    expect(o).toMatchObject({ hostId: "h1", listen: { port: 7100, host: "127.0.0.1" }, config: { pollWaitMs: 20_000, heartbeatIntervalMs: 40_000 } })
+    const token = "url" in o.coordinator ? o.coordinator.hostToken : undefined
+    expect(Redacted.isRedacted(token)).toBe(true)
+    expect(JSON.stringify(o)).not.toContain("host-token-secret")
+  })
+
+  it("every problem is reported at once, naming the variable and the rule; secrets are hidden", async () => {
+    const error = await errorOf({
+      ENGRAM_COORDINATOR_URL: "http://x",
+      ENGRAM_PEER_SECRET: "short-secret",
+      ENGRAM_AGENT_PORT: "seven",
+      ENGRAM_AGENT_MAX_PRECOPY_ROUNDS: "1",
+      ENGRAM_AGENT_MEASURE: "guess",
+      ENGRAM_SIM: "{nope",
+    })
+    expect(error?.message).toBe(
+      [
+        "invalid host agent configuration:",
+        "  ENGRAM_HOST_ID: is required",
+        "  ENGRAM_HOST_TOKEN: is required",
+        '  ENGRAM_PEER_SECRET="<hidden>": must be at least 16 characters',
+        '  ENGRAM_AGENT_MAX_PRECOPY_ROUNDS="1": must be an integer >= 2',
+        '  ENGRAM_AGENT_PORT="seven": must be an integer >= 0',
+        '  ENGRAM_SIM="{nope": must be a JSON object of simulated runtime settings',
+        '  ENGRAM_AGENT_MEASURE="guess": must be proc or fixed',
+      ].join("\n"),
+    )
+    expect(error?.message).not.toContain("short-secret")
+  })
+
+  it("an ENGRAM_* variable no engram component reads is warned about by name; the coordinator's are not", async () => {
+    const lines: string[] = []
+    const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
+    await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_POLL_WAIT: "5", ENGRAM_PORT: "7070", ENGRAM_REAPER_INTERVAL_MS: "100" }).pipe(Effect.provide(capture)))
+    expect(lines.filter((l) => l.startsWith("Warn"))).toEqual([
+      "Warn ENGRAM_AGENT_POLL_WAIT is not a setting of any engram component and is ignored (did you mean ENGRAM_AGENT_POLL_WAIT_MS?)",
+    ])
+  })
+
+  it("every variable the agent reads is in @engram/api's list", () => {
+    for (const v of variables) expect(Env.knownVariables.has(v), v).toBe(true)
+  })
+})

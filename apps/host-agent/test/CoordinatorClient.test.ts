@@ -1,0 +1,89 @@
+/**
+ * The agent's coordinator client is `@engram/api`'s HttpApiClient: against a real coordinator
+ * (in-process, StoreSim) over real HTTP, every agent call lands, a 409 is `Conflict`, another
+ * host's or an unknown session reads as null, and a rejected token is a `CoordinatorError` 401.
+ */
+import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
+import { StoreSim } from "@engram/store-sim"
+import { Effect, Redacted } from "effect"
+import { FetchHttpClient } from "effect/http"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { makeHttp, type CoordinatorShape } from "../src/Coordinator.js"
+
+const adminToken = "client-admin-token-0123456789"
+let coordinator: RunningCoordinator
+const admin = (method: string, path: string, body?: unknown) =>
+  fetch(`${coordinator.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, unknown> }))
+const clientOf = (hostId: string, token: string) =>
+  Effect.runPromise(makeHttp({ url: `${coordinator.url}/`, hostId, hostToken: Redacted.make(token) }).pipe(Effect.provide(FetchHttpClient.layer)))
+const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff))
+
+let a: CoordinatorShape
+let tokenB = ""
+beforeAll(async () => {
+  coordinator = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken, moveTimeoutMs: 60_000 } })
+  a = await clientOf("a", (await admin("POST", "/v1/hosts", { id: "a" })).body["token"] as string)
+  tokenB = (await admin("POST", "/v1/hosts", { id: "b" })).body["token"] as string
+})
+afterAll(() => coordinator?.stop())
+
+describe("the agent's HTTP client (HttpApiClient over @engram/api)", () => {
+  it("reports, heartbeats, reads its assignments and acknowledges a start; a repeat is Conflict", async () => {
+    expect((await run(a.report({ totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })))._tag).toBe("Success")
+    expect((await admin("GET", "/v1/hosts/a")).body).toMatchObject({ measured: true, allocatableMib: 4096 })
+    expect((await admin("POST", "/v1/sessions", { id: "s1", memMib: 512, vcpus: 1, affinity: ["a"] })).status).toBe(201)
+    const assigned = await run(a.assignments({ waitMs: 0, since: undefined }))
+    expect(assigned._tag === "Success" && assigned.success.sessions.map((s) => [s.id, s.state, s.reservationId !== null])).toEqual([["s1", "pending", true]])
+    expect(assigned._tag === "Success" && assigned.success.limits).toEqual({ commitAllowanceMs: 400 })
+    expect(await run(a.heartbeat)).toMatchObject({ _tag: "Success", success: 1 })
+    expect((await run(a.started("s1")))._tag).toBe("Success")
+    const again = await run(a.started("s1"))
+    expect(again._tag === "Failure" && again.failure).toMatchObject({ _tag: "Conflict", op: "started" })
+    expect((await run(a.getSession("s1")))._tag === "Success").toBe(true)
+  })
+
+  it("a long-poll returns when the assignments change", async () => {
+    const first = await run(a.assignments({ waitMs: 0, since: undefined }))
+    if (first._tag !== "Success") throw new Error("no assignments")
+    const polling = run(a.assignments({ waitMs: 20_000, since: first.success.version }))
+    await admin("POST", "/v1/sessions", { id: "s2", memMib: 256, vcpus: 1, affinity: ["a"] })
+    const woke = await polling
+    expect(woke._tag === "Success" && woke.success.sessions.map((s) => s.id)).toEqual(["s1", "s2"])
+  })
+
+  it("moves: rounds and an abort with the estimate as a typed figure; the move reads back", async () => {
+    const begun = admin("POST", "/v1/sessions/s1/move", { targetHostId: "b", maxDowntimeMs: 480 })
+    let moveId: string | undefined
+    for (let i = 0; i < 50 && moveId === undefined; i++) {
+      const r = await run(a.assignments({ waitMs: 1000, since: undefined }))
+      moveId = r._tag === "Success" ? r.success.moves[0]?.id : undefined
+    }
+    expect(moveId).toBeDefined()
+    expect((await run(a.round(moveId!, { kind: "full", wireBytes: 1e8, apparentBytes: 1e8, sendMs: 100, captureMs: 40 })))._tag).toBe("Success")
+    expect((await run(a.abort(moveId!, "ErrMoveDowntime: pre-pause estimate 812 ms > maxDowntimeMs 480 ms", 812)))._tag).toBe("Success")
+    const answer = await begun
+    expect(answer).toMatchObject({ status: 503, body: { error: "ErrMoveDowntime", estimateMs: 812, moveId } })
+    expect(await run(a.getMove(moveId!))).toMatchObject({ _tag: "Success", success: { state: "aborted" } })
+    const late = await run(a.commit(moveId!, { downtimeMs: 500, captureMs: 40, sendMs: 60, commitMs: 400 }))
+    expect(late._tag === "Failure" && late.failure._tag).toBe("Conflict")
+  })
+
+  it("another host's session and an unknown one read as null; a rejected token is a CoordinatorError 401", async () => {
+    const b = await clientOf("b", tokenB)
+    expect((await run(b.report({ totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })))._tag).toBe("Success")
+    expect((await admin("POST", "/v1/sessions", { id: "sb", memMib: 256, vcpus: 1, affinity: ["b"] })).body).toMatchObject({ hostId: "b" })
+    expect(await run(a.getSession("sb"))).toMatchObject({ _tag: "Success", success: null })
+    expect(await run(a.getSession("never-was"))).toMatchObject({ _tag: "Success", success: null })
+    expect((await run(b.getSession("sb")))._tag === "Success").toBe(true)
+    const stranger = await clientOf("a", "not-a-token-of-anyone-0123456789")
+    const refused = await run(stranger.heartbeat)
+    expect(refused._tag === "Failure" && refused.failure).toMatchObject({ _tag: "CoordinatorError", op: "heartbeat", status: 401 })
+    // Another host's resources: 403, as a CoordinatorError the agent retries later.
+    const foreign = await run(a.descended("sb"))
+    expect(foreign._tag === "Failure" && foreign.failure).toMatchObject({ _tag: "CoordinatorError", status: 403 })
+  })
+})

@@ -1,0 +1,142 @@
+/**
+ * Every error answer of the API, as tagged errors with their status. Bodies are JSON objects
+ * with an `error` code and the figures of the case (the classes carry a `_tag` for
+ * `Effect.catchTag`; it is not part of the body):
+ * 400 `{error, field, rule, in?}`, 401/403 `{error, message}`, 404 `{error, entity, id, message}`,
+ * 409 `{error, message, …}`, 413 `{error, message, limitBytes}`, 415 `{error, message, contentType}`,
+ * 503 `{error, message, retryAfterMs, …}` with a `Retry-After` header in whole seconds.
+ */
+import { Schema } from "effect"
+import { HttpApiSchema } from "effect/http-api"
+
+/** Where a bad value was found. */
+export const InputLocation = Schema.Literals(["body", "query", "path", "headers"])
+
+/** 400: the input broke a rule; `field` is the path of the value (`affinity.1`), `rule` what it must be. */
+export class BadRequest extends Schema.Error<BadRequest>("BadRequest")(
+  { error: Schema.String, field: Schema.String, rule: Schema.String, in: Schema.optionalKey(InputLocation) },
+  { httpApiStatus: 400 },
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "BadRequest" as const
+}
+
+/** 401: no bearer token, or one that belongs to nobody. */
+export class Unauthorized extends Schema.Error<Unauthorized>("Unauthorized")(
+  { error: Schema.String, message: Schema.String },
+  { httpApiStatus: 401 },
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "Unauthorized" as const
+}
+
+/** 403: a host token used for another host's resources, or for an admin operation. */
+export class Forbidden extends Schema.Error<Forbidden>("Forbidden")(
+  { error: Schema.String, message: Schema.String },
+  { httpApiStatus: 403 },
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "Forbidden" as const
+}
+
+/** 404: no record with this id (`entity` names the kind: host, session, move, reservation, route). */
+export class NotFoundError extends Schema.Error<NotFoundError>("NotFoundError")(
+  { error: Schema.String, entity: Schema.String, id: Schema.String, message: Schema.String },
+  { httpApiStatus: 404 },
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "NotFoundError" as const
+}
+
+/** 409: a conflict, an illegal state transition (`from`, `to`) or a ledger refusal (`check`). Nothing changed. */
+export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
+  {
+    error: Schema.String,
+    message: Schema.String,
+    entity: Schema.optionalKey(Schema.String),
+    id: Schema.optionalKey(Schema.String),
+    from: Schema.optionalKey(Schema.String),
+    to: Schema.optionalKey(Schema.String),
+    check: Schema.optionalKey(Schema.String),
+  },
+  { httpApiStatus: 409 },
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "ConflictError" as const
+}
+
+/** 413: the request body is larger than the coordinator accepts (`limitBytes`, `ENGRAM_MAX_BODY_BYTES`). */
+export class PayloadTooLarge extends Schema.Error<PayloadTooLarge>("PayloadTooLarge")(
+  { error: Schema.String, message: Schema.String, limitBytes: Schema.Finite },
+  { httpApiStatus: 413 },
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "PayloadTooLarge" as const
+}
+
+/** 415: a body that is not JSON; send `content-type: application/json` (or no content type). */
+export class UnsupportedMediaType extends Schema.Error<UnsupportedMediaType>("UnsupportedMediaType")(
+  { error: Schema.String, message: Schema.String, contentType: Schema.String },
+  { httpApiStatus: 415 },
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "UnsupportedMediaType" as const
+}
+
+const unavailableFields = {
+  error: Schema.String,
+  message: Schema.String,
+  retryAfterMs: Schema.Finite,
+  /** A move's answers: which move, its estimate (`ErrMoveDowntime`) and its budget. */
+  moveId: Schema.optionalKey(Schema.String),
+  estimateMs: Schema.optionalKey(Schema.Finite),
+  maxDowntimeMs: Schema.optionalKey(Schema.Finite),
+}
+
+/**
+ * 503: the store is down or timed out (`Unavailable`: nothing changed, retry after
+ * `retryAfterMs`), the coordinator is shutting down (`Unavailable`), or a move failed: refused
+ * for downtime (`ErrMoveDowntime`, with `estimateMs`), aborted by its agent (`MoveAborted`),
+ * not acted on in time (`MoveTimeout`), or still waiting for the source's commit after the
+ * final round was recorded (`MoveCommitPending`: the move is left pending; `GET /v1/moves/{id}`
+ * shows the outcome).
+ */
+export class ServiceUnavailable extends Schema.Error<ServiceUnavailable>("ServiceUnavailable")(unavailableFields) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "ServiceUnavailable" as const
+}
+
+const ServiceUnavailableBody = Schema.Struct(unavailableFields).pipe(HttpApiSchema.status(503))
+
+/** The `Retry-After` header of a 503: whole seconds, at least 1. */
+export const retryAfterSeconds = (retryAfterMs: number): number => Math.max(1, Math.ceil(retryAfterMs / 1000))
+
+/** `ServiceUnavailable` on the wire: the JSON body plus a `Retry-After` header in whole seconds. */
+export const ServiceUnavailableResponse = ServiceUnavailable.pipe(
+  HttpApiSchema.encodeToWithHeaders(
+    { body: ServiceUnavailableBody, headers: { "retry-after": Schema.NumberFromString } },
+    {
+      decode: ({ body }) => new ServiceUnavailable(body),
+      encode: (e) => ({
+        body: {
+          error: e.error,
+          message: e.message,
+          retryAfterMs: e.retryAfterMs,
+          ...(e.moveId === undefined ? {} : { moveId: e.moveId }),
+          ...(e.estimateMs === undefined ? {} : { estimateMs: e.estimateMs }),
+          ...(e.maxDowntimeMs === undefined ? {} : { maxDowntimeMs: e.maxDowntimeMs }),
+        },
+        headers: { "retry-after": retryAfterSeconds(e.retryAfterMs) },
+      }),
+    },
+  ),
+)
+
+/** The errors every authenticated endpoint may answer. */
+export const StandardErrors = [BadRequest, Forbidden, NotFoundError, ConflictError, ServiceUnavailableResponse] as const
+
+/** The errors of an endpoint that reads a JSON body, on top of the standard ones. */
+export const BodyErrors = [...StandardErrors, PayloadTooLarge, UnsupportedMediaType] as const
+
+/** Any error answer of the API. */
+export type ApiError = BadRequest | Unauthorized | Forbidden | NotFoundError | ConflictError | PayloadTooLarge | UnsupportedMediaType | ServiceUnavailable

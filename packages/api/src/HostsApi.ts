@@ -1,0 +1,58 @@
+/**
+ * Hosts: registration (which answers the host's own token), the agent's report and heartbeat,
+ * the administrative states, and the agent's assignments long-poll.
+ */
+import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
+import { BodyErrors, StandardErrors } from "./Errors.js"
+import { doc } from "./internal/doc.js"
+import { AssignmentsQuery, CreateHost, PathId, Report } from "./Payloads.js"
+import { Assignments, HeartbeatRenewed, Host, HostCreated } from "./Records.js"
+import { AdminOnly, BearerAuth } from "./Security.js"
+
+const admin = " Admin only."
+const hostOrAdmin = " The admin, or this host's own token."
+
+/** `/v1/hosts…`. */
+export class HostsApi extends HttpApiGroup.make("hosts")
+  .add(
+    HttpApiEndpoint.post("create", "/v1/hosts", { payload: CreateHost, success: HostCreated.pipe(HttpApiSchema.status(201)), error: BodyErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(
+        doc(
+          "Register a host",
+          `Registers a host (\`id\`, optional \`labels\`) and answers 201 \`{id, token}\`: the host agent's own token, answered this once (only its SHA-256 is stored). The host takes placements after its first report. 409 when the id exists; then the queue is drained.${admin}`,
+        ),
+      ),
+    HttpApiEndpoint.get("list", "/v1/hosts", { success: Schema.Array(Host), error: StandardErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(doc("List hosts", `Every host with its room (capacity after policy, reserved, free RAM and vCPUs, entries, parks, descents), sorted by id.${admin}`)),
+    HttpApiEndpoint.get("get", "/v1/hosts/:id", { params: PathId, success: Host, error: StandardErrors }).annotateMerge(
+      doc("Read a host", `One host with its room. \`allocatableMib\` is the capacity after policy (SPEC §1), \`reportedAllocatableMib\` what the host reported.${hostOrAdmin}`),
+    ),
+    HttpApiEndpoint.put("report", "/v1/hosts/:id/report", { params: PathId, payload: Report, success: Host, error: BodyErrors }).annotateMerge(
+      doc(
+        "Report what a host measured",
+        `The agent's measurement: \`totalMib\`, \`allocatableMib\` (MemAvailable plus the RAM of the resident VMs) and \`totalVcpus\`; null = not measured. Answers the host; then the queue is drained.${hostOrAdmin}`,
+      ),
+    ),
+    HttpApiEndpoint.post("heartbeat", "/v1/hosts/:id/heartbeat", { params: PathId, success: HeartbeatRenewed, error: StandardErrors }).annotateMerge(
+      doc("Heartbeat a host's reservations", `Renews every session, move and capture reservation held on the host; answers how many.${hostOrAdmin}`),
+    ),
+    HttpApiEndpoint.post("cordon", "/v1/hosts/:id/cordon", { params: PathId, success: Host, error: StandardErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(doc("Cordon a host", `The host takes no new placements; what runs there stays.${admin}`)),
+    HttpApiEndpoint.post("uncordon", "/v1/hosts/:id/uncordon", { params: PathId, success: Host, error: StandardErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(doc("Uncordon a host", `The host is ready again; then the queue is drained.${admin}`)),
+    HttpApiEndpoint.post("drain", "/v1/hosts/:id/drain", { params: PathId, success: Host, error: StandardErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(doc("Drain a host", `The host takes no new placements (state \`draining\`).${admin}`)),
+    HttpApiEndpoint.get("assignments", "/v1/hosts/:id/assignments", { params: PathId, query: AssignmentsQuery, success: Assignments, error: StandardErrors }).annotateMerge(
+      doc(
+        "A host's assignments (agent long-poll)",
+        `The host's desired state: its sessions in pending, running, parked, descending or moving, the pending moves where it is source or target (oldest first), and the limits its move guard uses. \`version\` changes whenever they change; with \`waitMs\` (at most 30000) the request answers as soon as the version differs from \`since\` (or from the version when it arrived), else when \`waitMs\` runs out.${hostOrAdmin}`,
+      ),
+    ),
+  )
+  .middleware(BearerAuth) {}

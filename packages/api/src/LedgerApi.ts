@@ -1,0 +1,44 @@
+/** The reservation ledger (SPEC §3): external and capture reservations, summaries and metrics. */
+import { Schema } from "effect"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
+import { BodyErrors, StandardErrors } from "./Errors.js"
+import { doc } from "./internal/doc.js"
+import { PathId, ReservationsQuery, Reserve } from "./Payloads.js"
+import { ClusterSummary, LedgerMetrics, Reservation } from "./Records.js"
+import { AdminOnly, BearerAuth } from "./Security.js"
+
+const admin = " Admin only."
+
+/** `/v1/reservations…` and `/v1/ledger…`. */
+export class LedgerApi extends HttpApiGroup.make("ledger")
+  .add(
+    HttpApiEndpoint.post("reserve", "/v1/reservations", { payload: Reserve, success: Reservation.pipe(HttpApiSchema.status(201)), error: BodyErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(
+        doc(
+          "Reserve room on a host",
+          `A \`capture\` or \`external\` reservation (sessions and moves reserve through placement). Refusals are 409 \`{error: "Refused", check}\` naming the check (\`capacity_exceeded\`, \`max_entries\`, …); a repeated id is a 409 Conflict.${admin}`,
+        ),
+      ),
+    HttpApiEndpoint.get("list", "/v1/reservations", { query: ReservationsQuery, success: Schema.Array(Reservation), error: StandardErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(doc("List reservations", `Every reservation, or a host's (\`hostId\`), sorted by id.${admin}`)),
+    HttpApiEndpoint.get("get", "/v1/reservations/:id", { params: PathId, success: Reservation, error: StandardErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(doc("Read a reservation", `One reservation.${admin}`)),
+    HttpApiEndpoint.delete("release", "/v1/reservations/:id", { params: PathId, success: Reservation, error: StandardErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(
+        doc("Release a reservation", `Releases a capture or external reservation (a session's or move's refuses with 409: end the session or abort the move); then the queue is drained.${admin}`),
+      ),
+    HttpApiEndpoint.post("heartbeat", "/v1/reservations/:id/heartbeat", { params: PathId, success: Reservation, error: StandardErrors }).annotateMerge(
+      doc("Heartbeat a reservation", "Renews one reservation. The admin, or the token of the reservation's host."),
+    ),
+    HttpApiEndpoint.get("summary", "/v1/ledger/summary", { success: ClusterSummary, error: StandardErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(doc("The ledger's summary", `Per host and for the cluster: total, reserved and VRAM MiB, active and stale entries, utilization.${admin}`)),
+    HttpApiEndpoint.get("metrics", "/v1/ledger/metrics", { success: LedgerMetrics, error: StandardErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(doc("The ledger's cumulative metrics", `Reserved, released and reclaimed MiB, reserve failures, active entries.${admin}`)),
+  )
+  .middleware(BearerAuth) {}

@@ -1,0 +1,36 @@
+/** Moves: read one, and the source agent's rounds, commit and abort (SPEC §5). */
+import { HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
+import { BodyErrors, StandardErrors } from "./Errors.js"
+import { doc } from "./internal/doc.js"
+import { Abort, Commit, PathId, Round } from "./Payloads.js"
+import { Move } from "./Records.js"
+import { BearerAuth } from "./Security.js"
+
+const source = " The admin, or the token of the move's source host."
+
+/** `/v1/moves…`. */
+export class MovesApi extends HttpApiGroup.make("moves")
+  .add(
+    HttpApiEndpoint.get("get", "/v1/moves/:id", { params: PathId, success: Move, error: StandardErrors }).annotateMerge(
+      doc("Read a move", "The move with its rounds, and its phases (committed) or its reason and estimate (aborted). The admin, or the token of its source or target host."),
+    ),
+    HttpApiEndpoint.post("round", "/v1/moves/:id/rounds", { params: PathId, payload: Round, success: Move, error: BodyErrors }).annotateMerge(
+      doc(
+        "Record a pre-copy round",
+        `A round's wire bytes, apparent size, send and capture times. The final round is recorded before it is sent: from then on no timeout aborts the move; rounds after it are refused (409).${source}`,
+      ),
+    ),
+    HttpApiEndpoint.post("commit", "/v1/moves/:id/commit", { params: PathId, payload: Commit, success: Move, error: BodyErrors }).annotateMerge(
+      doc(
+        "Commit a move",
+        `The target runs the guest: \`{downtimeMs, captureMs, sendMs, commitMs}\`, each > 0 and their sum at most \`downtimeMs\`. The session runs on the target; then the queue is drained.${source}`,
+      ),
+    ),
+    HttpApiEndpoint.post("abort", "/v1/moves/:id/abort", { params: PathId, payload: Abort, success: Move, error: BodyErrors }).annotateMerge(
+      doc(
+        "Abort a move",
+        `The guest runs on the source: the target's reservation is dropped. \`estimateMs\` is the downtime estimate a guard refusal was made on (kept as \`abortEstimateMs\`; the mover gets 503 \`ErrMoveDowntime\`). Then the queue is drained.${source}`,
+      ),
+    ),
+  )
+  .middleware(BearerAuth) {}

@@ -1,0 +1,32 @@
+/**
+ * @engram/api: the engram coordinator's HTTP API as an Effect `HttpApi` (groups, endpoints,
+ * JSON schemas, typed errors, security), an Effect client with its auth layer, and the
+ * `ENGRAM_*` settings shared by every engram process.
+ */
+export * as Client from "./Client.js"
+export * as Env from "./Env.js"
+export * as Errors from "./Errors.js"
+export * as Payloads from "./Payloads.js"
+export * as Records from "./Records.js"
+export * as Security from "./Security.js"
+
+export { EngramApi } from "./EngramApi.js"
+export { FleetApi } from "./FleetApi.js"
+export { HostsApi } from "./HostsApi.js"
+export { LedgerApi } from "./LedgerApi.js"
+export { MovesApi } from "./MovesApi.js"
+export { OpsApi } from "./OpsApi.js"
+export { SessionsApi } from "./SessionsApi.js"
+export {
+  BadRequest,
+  ConflictError,
+  Forbidden,
+  NotFoundError,
+  PayloadTooLarge,
+  ServiceUnavailable,
+  Unauthorized,
+  UnsupportedMediaType,
+} from "./Errors.js"
+export type { ApiError } from "./Errors.js"
+export { AdminOnly, BearerAuth, CurrentPrincipal, InputErrors, ScrapeAuth } from "./Security.js"
+export type { Principal } from "./Security.js"

@@ -1,0 +1,32 @@
+/**
+ * The literal lists of engram's domain words that the core has as types but not as values:
+ * what an API schema or a CLI enumerates. Each list must name every member of its union (a
+ * member added to the union and missing here fails to compile).
+ */
+import type { HostState, NoFitReason } from "./Placement.js"
+import type { YieldReason } from "./ParkGate.js"
+
+/** Answers `list`, refusing at compile time a list that misses a member of `T`. */
+const every =
+  <T extends string>() =>
+  <const L extends readonly T[]>(list: L & ([Exclude<T, L[number]>] extends [never] ? unknown : { readonly missing: Exclude<T, L[number]> })): readonly T[] =>
+    list
+
+/** Why a candidate host does not take a budget (SPEC §2). */
+export const noFitReasons = every<NoFitReason>()(["unmeasured", "ram_full", "cpu_full", "entries_full", "cordoned", "draining", "fits_now"])
+
+/** A host's administrative state. */
+export const hostStates = every<HostState>()(["ready", "cordoned", "draining"])
+
+/** Why the park gate yields a park (SPEC §4.1). */
+export const yieldReasons = every<YieldReason>()(["demand", "over_reserved", "hard_ttl"])
+
+/** A live move's state (SPEC §5). */
+export type MoveState = "pending" | "committed" | "aborted"
+/** Every move state. */
+export const moveStates = every<MoveState>()(["pending", "committed", "aborted"])
+
+/** The kind of a pre-copy round (SPEC §5). */
+export type RoundKind = "full" | "delta" | "final"
+/** Every round kind, in the order a move sends them. */
+export const roundKinds = every<RoundKind>()(["full", "delta", "final"])

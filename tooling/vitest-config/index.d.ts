@@ -1,0 +1,10 @@
+/** The shared vitest options (merge a package's own over them with vitest's `mergeConfig`). */
+export declare const base: {
+  resolve: { conditions: string[] }
+  ssr: { resolve: { conditions: string[] } }
+  test: {
+    include: string[]
+    reporters: (string | [string, Record<string, unknown>])[]
+  }
+}
+export default base

@@ -1,0 +1,16 @@
+// The test setup of every @engram package: workspace packages resolve to their sources
+// (the "@engram/source" export condition, so tests need no build), tests live in
+// test/**/*.test.ts, and each run writes .vitest/results.json for the root `pnpm test` summary.
+// A package's vitest.config.ts merges its own options over it (vitest's `mergeConfig`).
+
+/** The shared vitest options. */
+export const base = {
+  resolve: { conditions: ["@engram/source"] },
+  ssr: { resolve: { conditions: ["@engram/source"] } },
+  test: {
+    include: ["test/**/*.test.ts"],
+    reporters: ["default", ["json", { outputFile: ".vitest/results.json" }]],
+  },
+}
+
+export default base
