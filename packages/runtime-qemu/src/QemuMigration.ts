@@ -26,6 +26,7 @@ export interface MigrationInfo {
     readonly "dirty-sync-count"?: number
     readonly mbps?: number
     readonly "dirty-pages-rate"?: number
+    readonly "downtime-bytes"?: number
   }
   readonly downtime?: number
   readonly "expected-downtime"?: number

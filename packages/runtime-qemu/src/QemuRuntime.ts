@@ -80,7 +80,7 @@ export interface QemuRuntimeShape extends VmRuntimeShape {
   readonly qemuVersion: Accel.QemuVersion | null
   /** Whether guests get the TCG dirty-sync workaround (8 KiB more RAM; see Accel.ts). */
   readonly tcgSyncWorkaround: boolean
-  /** The serial console file of a VM (it survives restores on this host). */
+  /** The serial console file of a VM (a restore or an incoming move starts a new one). */
   readonly consolePath: (vmId: string) => string
   /** The QEMU process of a resident VM. */
   readonly pidOf: (vmId: string) => number | undefined
@@ -313,7 +313,8 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                     return {
                       sendMs: end.receivedAtMs - t0,
                       sentAtMs: end.receivedAtMs,
-                      finalWireBytes: (done.ram?.transferred ?? sentBefore) - sentBefore,
+                      // RAM sent while paused (QEMU's downtime-bytes; device state is not counted in either figure).
+                      finalWireBytes: Math.max((done.ram?.transferred ?? sentBefore) - sentBefore, done.ram?.["downtime-bytes"] ?? 0),
                       runtimeDowntimeMs: done.downtime ?? null,
                     } satisfies Switched
                   }),
