@@ -2,7 +2,8 @@
  * QEMU's migration seen through engram's guard. The source runs QEMU's own pre-copy with
  * `downtime-limit` at 1 ms, so QEMU does not stop the guest on its own unless it expects to send
  * what is left in about 1 ms; each `MIGRATION_PASS` (a dirty-bitmap sync) closes a round whose
- * figures come from `query-migrate`; after each round engram's guard decides: go on, refuse
+ * figures come from `query-migrate` (read just after the pass: a round QEMU finishes within
+ * that read counts into the round before, and its own is then empty); after each round engram's guard decides: go on, refuse
  * (`migrate_cancel`, the guest never paused) or pause (`downtime-limit` raised to QEMU's maximum,
  * so QEMU stops the guest at its next iteration). With `pause-before-switchover`, QEMU then
  * waits in `pre-switchover`, guest stopped, before it sends the rest: the post-capture check
@@ -79,14 +80,18 @@ export class RoundTracker {
 
   /**
    * Closes the round that ends at the sync `atQemuMs`, with the figures of a `query-migrate`
-   * made after it; null when nothing was sent since the last round (a folded pass).
+   * made after it; null for a pass at or before the last one.
    */
   close(atQemuMs: number, info: MigrationInfo): MoveRound | null {
     this.lastPassQemuMs = Math.max(this.lastPassQemuMs, atQemuMs)
     const b = this.boundary
-    if (b === null || info.ram === undefined) return null
-    const wireBytes = info.ram.transferred - b.wireBytes
-    if (wireBytes <= 0 || atQemuMs <= b.qemuAtMs) return null
+    if (b === null || info.ram === undefined || atQemuMs <= b.qemuAtMs) return null
+    const wireBytes = Math.max(0, info.ram.transferred - b.wireBytes)
+    // Nothing sent since the last round's query, and nothing left: QEMU finished this round
+    // before that query (its bytes went to the round before). After the full round that is an
+    // empty delta, which is what the guard must see. With pages still to send, the round has
+    // only begun: it is closed at the next pass.
+    if (wireBytes === 0 && (this.rounds.length === 0 || info.ram.remaining > 0)) return null
     const pages = pagesOf(info)
     const round: MoveRound = {
       kind: this.rounds.length === 0 ? "full" : "delta",
