@@ -451,19 +451,24 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         }),
       prepareIncoming: (spec, moveId) =>
         Effect.gen(function* () {
+          const endpointOf = (vm: Vm) =>
+            Effect.gen(function* () {
+              const port = M.listeningPort(yield* queryMigrate(vm, "prepareIncoming"))
+              if (port === undefined) return yield* err("prepareIncoming", spec.vmId, "QEMU reported no listening port")
+              const host = advertiseHost.includes(":") ? `[${advertiseHost}]` : advertiseHost
+              return { runtime: "qemu", uri: `tcp:${host}:${port}` } satisfies IncomingEndpoint
+            })
           const existing = vms.get(spec.vmId)
           if (existing !== undefined) {
-            if (existing.record.incomingMoveId === moveId && existing.endpoint !== null) return existing.endpoint
+            // The same move asked again (a retried request, or after an agent restart): the same endpoint.
+            if (existing.record.incomingMoveId === moveId) return existing.endpoint ?? (yield* endpointOf(existing))
             return yield* err("prepareIncoming", spec.vmId, "VM already resident")
           }
           const vm = yield* launch(spec, machineFor(spec), moveId, true)
           const endpoint = yield* Effect.gen(function* () {
             yield* q(vm, "prepareIncoming", "migrate-set-capabilities", M.capabilities(true))
             yield* q(vm, "prepareIncoming", "migrate-incoming", { uri: `tcp:${listenHost.includes(":") ? `[${listenHost}]` : listenHost}:0` })
-            const port = M.listeningPort(yield* queryMigrate(vm, "prepareIncoming"))
-            if (port === undefined) return yield* err("prepareIncoming", spec.vmId, "QEMU reported no listening port")
-            const host = advertiseHost.includes(":") ? `[${advertiseHost}]` : advertiseHost
-            return { runtime: "qemu", uri: `tcp:${host}:${port}` } satisfies IncomingEndpoint
+            return yield* endpointOf(vm)
           }).pipe(Effect.tapError(() => finish(vm)))
           vm.endpoint = endpoint
           return endpoint
