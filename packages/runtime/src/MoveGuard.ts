@@ -30,9 +30,12 @@ export const beforeStart = (b: MoveBudget): Step => {
   return v._tag === "Fits" ? { _tag: "Continue" } : { _tag: "Refuse", estimateMs: v.estimateMs, reason: prePauseReason(v.estimateMs, b) }
 }
 
-/** The last delta round, or the last round of any kind when there is no delta. */
-export const lastDelta = (rounds: readonly MoveRound[]): MoveRound | undefined =>
-  rounds.findLast((r) => r.kind === "delta") ?? rounds.at(-1)
+/**
+ * The last delta round; none when the full round was the only one (a hypervisor that stopped
+ * the guest right after its bulk pass): then the final round stands alone, its growth over an
+ * empty delta is all of it.
+ */
+export const lastDelta = (rounds: readonly MoveRound[]): MoveRound | undefined => rounds.findLast((r) => r.kind === "delta")
 
 /** The rounds' rate (wire bytes / send time), core's. */
 export const rateBytesPerMs = (rounds: readonly MoveRound[]): number => Downtime.rateBytesPerMs(rounds)

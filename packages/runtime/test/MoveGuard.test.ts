@@ -32,6 +32,11 @@ describe("the pre-copy step", () => {
 })
 
 describe("the post-capture check", () => {
+  it("with the full round alone, the final round is all of the final wire: the bulk round is not a delta", () => {
+    const onlyFull = [round("full", 72_000_000, 72_000_000, 1000)]
+    // 72 000 B/ms; 360 000 B final → 5 ms; + 1 + 50.
+    expect(MoveGuard.postCapture(onlyFull, { captureMs: 1, apparentBytes: 360_000 }, { ...b, commitAllowanceMs: 50 })).toEqual({ _tag: "Fits", estimateMs: 56 })
+  })
   const rounds = [round("full", 1e6, 1e6, 1000), round("delta", 100_000, 100_000, 100)]
   it("adds the capture time and the final round's growth over the last delta", () => {
     // rate 1000 B/ms; final wire = 100 000 + (150 000 − 100 000) → 150 ms; 20 + 150 + 400 = 570.
