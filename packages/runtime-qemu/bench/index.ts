@@ -11,10 +11,11 @@
  *
  * `pnpm --filter @engram/runtime-qemu bench`; ENGRAM_BENCH_MOVES (default 3) moves per rate and link.
  */
-import { mkdtempSync, readFileSync } from "node:fs"
+import { appendFileSync, mkdtempSync, readFileSync } from "node:fs"
+import { dirname } from "node:path"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { report } from "@engram/bench"
+import { report, resultsFile } from "@engram/bench"
 import { cmdline, ensureGuest, ticks } from "@engram/guest"
 import { Move, MoveGuard, type MoveBudget, type VmSpec } from "@engram/runtime"
 import { Effect, Exit, Schedule, Scope } from "effect"
@@ -102,6 +103,8 @@ const program = Effect.gen(function* () {
     const run = (budget: MoveBudget, i: number) =>
       Effect.gen(function* () {
         const out = yield* Move.between(here, there, spec.vmId, { moveId: `${spec.vmId}-${i}`, budget })
+        // Every move, for the README's analysis: .bench/runtime-qemu-moves.jsonl
+        appendFileSync(join(dirname(resultsFile), "runtime-qemu-moves.jsonl"), `${JSON.stringify({ link: link.name, rate: rate.name, budget, out })}\n`)
         if (out._tag === "Committed") {
           ;[here, there] = [there, here]
           committed++
