@@ -141,21 +141,23 @@ describe("park, descend and restore", () => {
       assert.deepStrictEqual((yield* a.usage).map((u) => u.rssBytes), [4096 * 1024 * 1024])
     }))
 
-  it.effect("a descent writes its image file and frees the VM; the restore brings it back running", () =>
+  // Real file I/O: on the live clock, with a fast model (a TestClock cannot wait for the disk).
+  it.live("a descent writes its image file and frees the VM; the restore brings it back running", () =>
     Effect.gen(function* () {
-      const { a } = yield* twoHosts()
+      const a = yield* SimRuntime.make({ captureBytesPerMs: 1e12, commitMs: 1, startMs: 0 })
+      yield* a.start({ vmId: "s1", memMib: 4096, vcpus: 2 })
       const store = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-sim-images-")))
       const path = yield* store.prepare("s1")
-      const image = yield* onClock(a.descend("s1", path))
+      const image = yield* a.descend("s1", path)
       assert.strictEqual(image.path, store.pathFor("s1"))
       assert.isTrue(existsSync(image.path))
       assert.deepStrictEqual(JSON.parse(readFileSync(image.path, "utf8")), { engram: "sim-image/v1", vmId: "s1", memMib: 4096, vcpus: 2 })
       assert.deepStrictEqual(yield* a.list, [])
       assert.deepStrictEqual(yield* store.get("s1"), image)
-      const back = yield* onClock(a.restore({ vmId: "s1", memMib: 4096, vcpus: 2 }, image))
+      const back = yield* a.restore({ vmId: "s1", memMib: 4096, vcpus: 2 }, image)
       assert.strictEqual(back.status, "running")
       // Another VM's image is refused.
-      const e = yield* onClock(a.restore({ vmId: "s2", memMib: 4096, vcpus: 2 }, image).pipe(Effect.flip))
+      const e = yield* a.restore({ vmId: "s2", memMib: 4096, vcpus: 2 }, image).pipe(Effect.flip)
       assert.match(e.message, /not a simulated image of s2/)
       yield* store.remove("s1")
       assert.isUndefined(yield* store.get("s1"))
