@@ -9,7 +9,6 @@
  * waits in `pre-switchover`, guest stopped, before it sends the rest: the post-capture check
  * runs there, and over budget `migrate_cancel` resumes the guest on the source.
  */
-import { Effect } from "effect"
 import { MoveGuard, type MoveBudget, type MoveRound } from "@engram/runtime"
 import type { QmpEvent } from "./Qmp.js"
 
@@ -134,6 +133,3 @@ export const listeningPort = (info: MigrationInfo): number | undefined => {
   const port = info["socket-address"]?.find((a) => a.type === "inet")?.port
   return port === undefined ? undefined : Number(port)
 }
-
-/** Effect-friendly alias (keeps the module's exports usable without a class in user code). */
-export const makeTracker = (): Effect.Effect<RoundTracker> => Effect.sync(() => new RoundTracker())
