@@ -1,0 +1,250 @@
+/**
+ * One QEMU process per VM: its command line, its directory (`<stateDir>/<vmId>/`: `vm.json`,
+ * `console.log`, `qemu.pid`, `qemu.stderr`), its QMP socket (`<stateDir>/q-<hash>.sock`: short,
+ * unix socket paths hold at most 107 bytes), spawning it detached so it outlives the agent, and
+ * reading its life and RSS from `/proc`.
+ */
+import { spawn } from "node:child_process"
+import { createHash } from "node:crypto"
+import { openSync, closeSync, readFileSync } from "node:fs"
+import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises"
+import { join } from "node:path"
+import { Effect, Schedule } from "effect"
+import { RuntimeError, type VmSpec } from "@engram/runtime"
+
+/** How the guest boots: a kernel (+ initramfs and command line) or a disk image. */
+export type Boot =
+  | { readonly kernel: string; readonly initrd?: string; readonly append?: string }
+  | {
+      /** A disk image. It is not copied by a move or a descent: keep it on storage both hosts see, or read-only. */
+      readonly disk: string
+      readonly format?: string
+    }
+
+/** The machine a VM runs on: what a restore or an incoming VM must reproduce exactly. */
+export interface Machine {
+  readonly boot: Boot
+  /** QEMU machine type. Default `q35`. */
+  readonly machineType: string
+  readonly accelerator: "kvm" | "tcg"
+  /** Extra guest RAM in KiB (8): the TCG dirty-sync workaround of QEMU before 8.1 (see Accel.ts). */
+  readonly ramPadKib?: number
+}
+
+/** What `vm.json` records, so a new agent (or a restore) knows the VM. */
+export interface VmRecord {
+  readonly engram: "qemu-vm/v1"
+  readonly spec: VmSpec
+  readonly machine: Machine
+  readonly socket: string
+  /** Set while the VM waits for (or holds, uncommitted) an incoming move. */
+  readonly incomingMoveId: string | null
+}
+
+/** The files of one VM. */
+export interface VmPaths {
+  readonly dir: string
+  readonly record: string
+  readonly console: string
+  readonly pidFile: string
+  readonly stderr: string
+  readonly socket: string
+}
+
+/** The longest unix socket path Linux takes (`sun_path` is 108 bytes with the NUL). */
+export const maxSocketPath = 107
+
+/** The files of `vmId` under `stateDir`. */
+export const pathsOf = (stateDir: string, vmId: string): VmPaths => {
+  const dir = join(stateDir, encodeURIComponent(vmId))
+  const hash = createHash("sha256").update(vmId).digest("hex").slice(0, 16)
+  return {
+    dir,
+    record: join(dir, "vm.json"),
+    console: join(dir, "console.log"),
+    pidFile: join(dir, "qemu.pid"),
+    stderr: join(dir, "qemu.stderr"),
+    socket: join(stateDir, `q-${hash}.sock`),
+  }
+}
+
+/** QEMU's option syntax doubles a comma inside a value. */
+const optValue = (s: string) => s.replaceAll(",", ",,")
+
+/** The command line of a VM (without the binary). `incoming`: started paused, waiting for `migrate-incoming`. */
+export const argv = (spec: VmSpec, machine: Machine, paths: VmPaths, options: { readonly incoming: boolean; readonly tcgTbSizeMib: number; readonly extra: readonly string[] }): string[] => {
+  const boot =
+    "kernel" in machine.boot
+      ? [
+          "-kernel",
+          machine.boot.kernel,
+          ...(machine.boot.initrd === undefined ? [] : ["-initrd", machine.boot.initrd]),
+          ...(machine.boot.append === undefined ? [] : ["-append", machine.boot.append]),
+        ]
+      : ["-drive", `file=${optValue(machine.boot.disk)},if=virtio,format=${machine.boot.format ?? "raw"}`]
+  return [
+    "-name",
+    `engram-${spec.vmId}`,
+    "-machine",
+    machine.machineType,
+    ...(machine.accelerator === "kvm" ? ["-accel", "kvm", "-cpu", "host"] : ["-accel", `tcg,tb-size=${options.tcgTbSizeMib}`]),
+    "-m",
+    machine.ramPadKib === undefined || machine.ramPadKib === 0 ? String(spec.memMib) : `${spec.memMib * 1024 + machine.ramPadKib}k`,
+    "-smp",
+    String(spec.vcpus),
+    "-nodefaults",
+    "-no-user-config",
+    "-display",
+    "none",
+    ...boot,
+    "-chardev",
+    `file,id=con0,path=${optValue(paths.console)},append=on`,
+    "-serial",
+    "chardev:con0",
+    "-qmp",
+    `unix:${optValue(paths.socket)},server=on,wait=off`,
+    "-pidfile",
+    paths.pidFile,
+    ...(options.incoming ? ["-S", "-incoming", "defer"] : []),
+    ...options.extra,
+  ]
+}
+
+const fail = (op: string, vmId: string, message: string) => new RuntimeError({ op, vmId, message })
+
+/** Writes `vm.json` atomically. */
+export const writeRecord = (paths: VmPaths, record: VmRecord) =>
+  Effect.tryPromise({
+    try: async () => {
+      await writeFile(`${paths.record}.tmp`, JSON.stringify(record, null, 2))
+      await rename(`${paths.record}.tmp`, paths.record)
+    },
+    catch: (e) => fail("record", record.spec.vmId, `vm.json write failed: ${String(e)}`),
+  })
+
+/** Reads `vm.json`; undefined when absent or not a record. */
+export const readRecord = (path: string): Effect.Effect<VmRecord | undefined> =>
+  Effect.tryPromise(() => readFile(path, "utf8")).pipe(
+    Effect.map((text) => {
+      try {
+        const r = JSON.parse(text) as Partial<VmRecord>
+        return r.engram === "qemu-vm/v1" && r.spec !== undefined && r.machine !== undefined && typeof r.socket === "string" ? (r as VmRecord) : undefined
+      } catch {
+        return undefined
+      }
+    }),
+    Effect.orElseSucceed(() => undefined),
+  )
+
+/** Spawns QEMU detached (its own session: it outlives the agent); answers its pid. */
+export const spawnQemu = (binary: string, args: readonly string[], paths: VmPaths, vmId: string): Effect.Effect<number, RuntimeError> =>
+  Effect.gen(function* () {
+    if (paths.socket.length > maxSocketPath) {
+      return yield* fail("start", vmId, `QMP socket path ${paths.socket} is longer than ${maxSocketPath} bytes: use a shorter state directory`)
+    }
+    yield* Effect.tryPromise({
+      try: async () => {
+        await mkdir(paths.dir, { recursive: true })
+        await rm(paths.socket, { force: true })
+        await rm(paths.pidFile, { force: true })
+      },
+      catch: (e) => fail("start", vmId, `cannot prepare ${paths.dir}: ${String(e)}`),
+    })
+    return yield* Effect.try({
+      try: () => {
+        const err = openSync(paths.stderr, "a")
+        try {
+          const child = spawn(binary, args, { detached: true, stdio: ["ignore", "ignore", err] })
+          child.on("error", () => undefined)
+          child.unref()
+          if (child.pid === undefined) throw new Error(`${binary} did not start`)
+          return child.pid
+        } finally {
+          closeSync(err)
+        }
+      },
+      catch: (e) => fail("start", vmId, `spawning ${binary}: ${e instanceof Error ? e.message : String(e)}`),
+    })
+  })
+
+/** Whether `pid` is a live (not zombie) process. */
+export const alive = (pid: number): boolean => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    // The state follows the parenthesised command name.
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3)
+    return state !== "Z" && state !== "X"
+  } catch {
+    return false
+  }
+}
+
+/** Whether `pid` is alive and runs `binary`'s program (a reused pid is not our VM). */
+export const aliveAs = (pid: number, binary: string): boolean => {
+  if (!alive(pid)) return false
+  try {
+    const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[0] ?? ""
+    return cmd.endsWith(binary.split("/").at(-1) ?? binary)
+  } catch {
+    return false
+  }
+}
+
+/** The pid QEMU wrote to its pidfile. */
+export const readPid = (paths: VmPaths): number | undefined => {
+  try {
+    const n = Number(readFileSync(paths.pidFile, "utf8").trim())
+    return Number.isInteger(n) && n > 0 ? n : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** `VmRSS` of `pid` from `/proc/<pid>/status`, in bytes; null when unreadable. */
+export const rssBytes = (pid: number): number | null => {
+  try {
+    return parseRss(readFileSync(`/proc/${pid}/status`, "utf8"))
+  } catch {
+    return null
+  }
+}
+
+/** Parses the `VmRSS` of a `/proc/<pid>/status` text, in bytes. */
+export const parseRss = (status: string): number | null => {
+  const m = /^VmRSS:\s+(\d+)\s*kB/m.exec(status)
+  return m?.[1] === undefined ? null : Number(m[1]) * 1024
+}
+
+/** Waits (polling on Effect's Clock) until `pid` is gone; false when it outlived `timeoutMs`. */
+export const awaitExit = (pid: number, timeoutMs: number): Effect.Effect<boolean> =>
+  Effect.suspend(() => (alive(pid) ? Effect.fail("alive" as const) : Effect.succeed(true))).pipe(
+    Effect.retry({ schedule: Schedule.spaced("20 millis"), times: Math.max(1, Math.ceil(timeoutMs / 20)) }),
+    Effect.orElseSucceed(() => false),
+  )
+
+/** Ends `pid`: SIGTERM, then SIGKILL if it is still there after `graceMs`. */
+export const kill = (pid: number, graceMs: number): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    if (!alive(pid)) return
+    try {
+      process.kill(pid, "SIGTERM")
+    } catch {
+      return
+    }
+    if (yield* awaitExit(pid, graceMs)) return
+    try {
+      process.kill(pid, "SIGKILL")
+    } catch {
+      return
+    }
+    yield* awaitExit(pid, graceMs)
+  })
+
+/** The last lines QEMU wrote to stderr (for error messages). */
+export const stderrTail = (paths: VmPaths): string => {
+  try {
+    return readFileSync(paths.stderr, "utf8").trim().split("\n").slice(-3).join(" | ")
+  } catch {
+    return ""
+  }
+}

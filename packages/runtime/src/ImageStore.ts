@@ -1,0 +1,38 @@
+/**
+ * Where descents put their images: one directory per session under the store's root, holding
+ * the image file (`image`) and whatever the runtime writes beside it (QEMU: the machine it
+ * must be restored into). A resumed (descended → pending) session is restored from it.
+ */
+import { mkdir, rm, stat } from "node:fs/promises"
+import { dirname, join } from "node:path"
+import { Effect } from "effect"
+import type { DescentImage } from "./Runtime.js"
+
+export interface ImageStore {
+  readonly root: string
+  /** The image file of `vmId` (its directory is created by `prepare`). */
+  readonly pathFor: (vmId: string) => string
+  /** Creates the image's directory and answers the image path. */
+  readonly prepare: (vmId: string) => Effect.Effect<string>
+  /** The image of `vmId`, when a complete one exists. */
+  readonly get: (vmId: string) => Effect.Effect<DescentImage | undefined>
+  /** Removes the image and its side files; removing an absent one succeeds. */
+  readonly remove: (vmId: string) => Effect.Effect<void>
+}
+
+/** An image store in the directory `root`. */
+export const directory = (root: string): ImageStore => {
+  const pathFor = (vmId: string) => join(root, encodeURIComponent(vmId), "image")
+  return {
+    root,
+    pathFor,
+    prepare: (vmId) =>
+      Effect.promise(() => mkdir(dirname(pathFor(vmId)), { recursive: true })).pipe(Effect.as(pathFor(vmId))),
+    get: (vmId) =>
+      Effect.tryPromise(() => stat(pathFor(vmId))).pipe(
+        Effect.map((s): DescentImage | undefined => (s.isFile() ? { vmId, path: pathFor(vmId), bytes: s.size } : undefined)),
+        Effect.orElseSucceed(() => undefined),
+      ),
+    remove: (vmId) => Effect.promise(() => rm(dirname(pathFor(vmId)), { recursive: true, force: true })),
+  }
+}

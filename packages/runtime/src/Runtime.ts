@@ -1,0 +1,225 @@
+/**
+ * The VM runtime interface: everything the host agent asks of a hypervisor. The agent, the move
+ * protocol and the coordinator see only this interface, so the simulated runtime, QEMU
+ * (`@engram/runtime-qemu`), Firecracker or Cloud Hypervisor are each one implementation of it.
+ *
+ * What it decides: the shape of the contract. Captures are files (a descent writes its image
+ * to a path of the image store; a restore reads it back), never bytes held in memory. A live
+ * move's data plane belongs to the runtime: the target's runtime prepares an incoming VM and
+ * answers an endpoint; the source's runtime streams the VM to that endpoint, reports each
+ * pre-copy round, applies the downtime guard (`MoveGuard`, over `@engram/core`'s `Downtime`)
+ * and stops with the guest paused at the post-capture check point, so the agent records the
+ * final round with the coordinator before anything is switched over.
+ */
+import { Clock, Context, Effect, Schema } from "effect"
+
+/**
+ * The runtimes' time: Effect's Clock in ms with sub-ms precision (a QEMU pause lasts a few ms).
+ * Every time a runtime reports (`pausedAtMs`, `sentAtMs`) is read with it; so must the caller's.
+ */
+export const nowMs: Effect.Effect<number> = Effect.map(Clock.currentTimeNanos, (n) => Number(n) / 1e6)
+
+/** What a VM is started or restored with. The VM id is the session id. */
+export interface VmSpec {
+  readonly vmId: string
+  readonly memMib: number
+  readonly vcpus: number
+}
+
+/** Whether the guest runs or is paused in place (a park, or a move's pause). */
+export type VmStatus = "running" | "paused"
+
+/** A resident VM. */
+export interface VmInfo extends VmSpec {
+  readonly status: VmStatus
+}
+
+/** A resident VM as measured on the host. */
+export interface VmUsage extends VmInfo {
+  /** Resident set size of the VM's process (or its model), bytes; null when it cannot be read. */
+  readonly rssBytes: number | null
+  /** The hypervisor process, when there is one. */
+  readonly pid: number | null
+}
+
+/** What a runtime says about itself at start (logged and shown on the agent's status). */
+export interface RuntimeInfo {
+  /** `sim`, `qemu`, … */
+  readonly kind: string
+  /** How guests execute: `kvm`, `tcg`, `sim`. */
+  readonly accelerator: string
+  /** Why: e.g. "/dev/kvm absent" or "KVM probe failed: …". */
+  readonly detail: string
+}
+
+/** A descent's image: one file in the image store. */
+export interface DescentImage {
+  readonly vmId: string
+  readonly path: string
+  /** Size of the file. */
+  readonly bytes: number
+}
+
+/**
+ * Where a move's target waits for the VM: produced by the target's runtime, carried by the agent
+ * (in the peer protocol) to the source's runtime, which alone interprets `uri`.
+ */
+export interface IncomingEndpoint {
+  /** The runtime kind that made it; a source of another kind refuses it. */
+  readonly runtime: string
+  /** e.g. `tcp:10.0.0.2:41234` (QEMU), `sim-mem:7` or `tcp:…` (the simulated wire). */
+  readonly uri: string
+}
+
+/** The kind of a round: the full (bulk) round, a delta of the pages dirtied since, or the final round sent paused. */
+export type RoundKind = "full" | "delta" | "final"
+
+/**
+ * One round of a move as the source measured it: the coordinator's round record (SPEC §5).
+ * `wireBytes` is what crossed (or will cross) the wire, `apparentBytes` the size of the memory
+ * it covers, `sendMs` how long sending took (0 for a final round not yet sent), `captureMs` how
+ * long taking it took (the pause's capture for a final round; 0 where capture and send are one
+ * stream, as in QEMU's pre-copy).
+ */
+export interface MoveRound {
+  readonly kind: RoundKind
+  readonly wireBytes: number
+  readonly apparentBytes: number
+  readonly sendMs: number
+  readonly captureMs: number
+}
+
+/** The budget and policy of one move. */
+export interface MoveBudget {
+  /** The pause the caller accepts. */
+  readonly maxDowntimeMs: number
+  /** The coordinator's allowance for the commit on the target (SPEC §9 default 400). */
+  readonly commitAllowanceMs: number
+  /** Pre-copy rounds at most, the full round included. */
+  readonly maxPreCopyRounds: number
+}
+
+/** What the source's runtime needs for a move. */
+export interface MigrateRequest<E> {
+  readonly moveId: string
+  readonly endpoint: IncomingEndpoint
+  readonly budget: MoveBudget
+  /**
+   * Called with every pre-copy round once it is measured (the agent records it with the
+   * coordinator). A failure ends the move: the guest keeps (or resumes) running here and
+   * `migrate` fails with that error.
+   */
+  readonly onRound: (round: MoveRound) => Effect.Effect<void, E>
+}
+
+/** The stage at which the guard refused a move. */
+export type RefusalStage = "pre-pause" | "post-capture"
+
+/** The guard refused before the guest paused: it never stopped, it runs here. */
+export interface Refused {
+  readonly _tag: "Refused"
+  readonly stage: "pre-pause"
+  readonly estimateMs: number
+  /** `ErrMoveDowntime: …`, for the coordinator's abort record. */
+  readonly reason: string
+  readonly rounds: readonly MoveRound[]
+}
+
+/** The post-capture check failed with the guest paused: the pause was given back, the guest runs here. */
+export interface Aborted {
+  readonly _tag: "Aborted"
+  readonly stage: "post-capture"
+  readonly estimateMs: number
+  readonly reason: string
+  readonly rounds: readonly MoveRound[]
+  readonly captureMs: number
+  /** How long the guest was paused, pause to resume. */
+  readonly pausedMs: number
+}
+
+/** The source after a switchover: the final round sent, the guest paused here (kept until the commit settles). */
+export interface Switched {
+  /** Sending the final round: the continue to the runtime's "sent" (QEMU: `completed`). */
+  readonly sendMs: number
+  /** When the final round was sent, on the runtime's Clock in ms. */
+  readonly sentAtMs: number
+  /** The final round's bytes on the wire, measured. */
+  readonly finalWireBytes: number
+  /** The hypervisor's own figure for the pause (QEMU's `downtime`), when it has one. */
+  readonly runtimeDowntimeMs: number | null
+}
+
+/**
+ * The guest is paused, the final round measured and the post-capture check passed: nothing of
+ * the final round has left the host yet. The agent records the final round with the
+ * coordinator, then calls `switchover` (or `abort` to resume here).
+ */
+export interface AtSwitchover {
+  readonly _tag: "AtSwitchover"
+  readonly rounds: readonly MoveRound[]
+  /** The final round: `captureMs` measured, `sendMs` 0 (not sent yet). */
+  readonly final: MoveRound
+  /** The post-capture estimate that fit. */
+  readonly estimateMs: number
+  /** When the guest paused, on the runtime's Clock in ms (the downtime runs from here). */
+  readonly pausedAtMs: number
+  readonly captureMs: number
+  /** True when the hypervisor paused on its own before the pre-pause check could run (see the README). */
+  readonly selfConverged: boolean
+  /** Sends the final round. The target holds the VM paused until its `commitIncoming`. */
+  readonly switchover: Effect.Effect<Switched, RuntimeError>
+  /** Gives the pause back: the guest resumes here; the target's incoming VM fails and is destroyed there. */
+  readonly abort: Effect.Effect<void>
+}
+
+/** How `migrate` stopped. */
+export type MigrateResult = Refused | Aborted | AtSwitchover
+
+/** A runtime operation failed; `op` names it. */
+export class RuntimeError extends Schema.TaggedError<RuntimeError>()("RuntimeError", {
+  op: Schema.String,
+  vmId: Schema.String,
+  message: Schema.String,
+}) {}
+
+/** The VM runtime of one host. */
+export interface VmRuntimeShape {
+  readonly info: Effect.Effect<RuntimeInfo>
+  /** Boots a fresh VM, running. */
+  readonly start: (spec: VmSpec) => Effect.Effect<VmInfo, RuntimeError>
+  /** Pauses the guest in place; its RAM stays resident. Parking a paused VM succeeds. */
+  readonly park: (vmId: string) => Effect.Effect<void, RuntimeError>
+  /** Resumes a paused guest (also a source's paused copy after a switchover). Unparking a running VM succeeds. */
+  readonly unpark: (vmId: string) => Effect.Effect<void, RuntimeError>
+  /**
+   * Captures the whole VM into the file `path` (the image store's), then removes the VM: its RAM
+   * is free when this answers. The file is complete when it exists (written aside, then renamed).
+   */
+  readonly descend: (vmId: string, path: string) => Effect.Effect<DescentImage, RuntimeError>
+  /** Builds a VM from a descent's image and resumes it: the guest continues where it was, running. */
+  readonly restore: (spec: VmSpec, image: DescentImage) => Effect.Effect<VmInfo, RuntimeError>
+  /** Stops and removes a VM; removing an absent VM succeeds. */
+  readonly destroy: (vmId: string) => Effect.Effect<void>
+  readonly list: Effect.Effect<readonly VmInfo[]>
+  /** The resident VMs with their measured RSS. */
+  readonly usage: Effect.Effect<readonly VmUsage[]>
+  /**
+   * After an agent restart: what is actually alive. A real runtime probes its hypervisor sockets
+   * (its VMs outlive the agent) and ignores `known`; the simulated one re-adopts `known` (the
+   * agent's state file), since its VMs lived in the dead process.
+   */
+  readonly recover: (known: readonly VmInfo[]) => Effect.Effect<readonly VmInfo[]>
+
+  /** Target side of a move: an incoming VM for `spec`, waiting (paused) for the stream. */
+  readonly prepareIncoming: (spec: VmSpec, moveId: string) => Effect.Effect<IncomingEndpoint, RuntimeError>
+  /**
+   * Target side: the stream is complete (waits for it); resume the VM here. Fails when the
+   * stream failed or was never finished (the incoming VM is then destroyed).
+   */
+  readonly commitIncoming: (vmId: string) => Effect.Effect<VmInfo, RuntimeError>
+  /** Source side of a move: see {@link MigrateRequest} and {@link MigrateResult}. */
+  readonly migrate: <E>(vmId: string, request: MigrateRequest<E>) => Effect.Effect<MigrateResult, RuntimeError | E>
+}
+
+/** The VM runtime service. */
+export class VmRuntime extends Context.Service<VmRuntime, VmRuntimeShape>()("@engram/runtime/VmRuntime") {}
