@@ -11,9 +11,8 @@ import * as Placement from "./Placement.js"
 import type { Candidate } from "./Placement.js"
 import { Index } from "./PlacementIndex.js"
 
-/** A queued session as the walk sees it. */
+/** A queued session as the walk sees it (any record with a budget and, optionally, an affinity). */
 export interface Waiting {
-  readonly sessionId: string
   readonly budget: Budget
   readonly affinity?: readonly string[] | undefined
 }

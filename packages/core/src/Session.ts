@@ -250,7 +250,8 @@ export interface Unchanged {
 /** The answer of {@link step}. */
 export type Answer = Applied | Illegal | Conflict | Unchanged | { readonly _tag: "NotFound" }
 
-const judged = (s: Record, op: Operation, to: State): Illegal | null => {
+/** Judges `op` on the session, leading to `to`: the refusal, or null when legal (see {@link apply}). */
+export const judge = (s: Pick<Record, "id" | "state">, op: Operation, to: State): Illegal | null => {
   const t = apply(op, s.state, to)
   return t._tag === "Legal" ? null : { _tag: "Illegal", sessionId: s.id, from: s.state, to, message: t.message }
 }
@@ -264,7 +265,7 @@ const moveConflict = (r: Move.Refusal): Conflict => ({ _tag: "Conflict", entity:
 export const refuseBeginMove = (s: Record, openMove: Pick<Move.Record, "id"> | null): Illegal | Conflict | null =>
   openMove !== null
     ? { _tag: "Conflict", entity: "move", id: openMove.id, reason: `session ${s.id} already has an open move` }
-    : judged(s, "beginMove", "moving")
+    : judge(s, "beginMove", "moving")
 
 /** The state an operation asks for (the state named by its refusal). */
 export const target = (op: Step): State => {
@@ -386,32 +387,32 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
   if (s === null) return { _tag: "NotFound" }
   switch (op._tag) {
     case "place": {
-      const bad = judged(s, "place", "pending")
+      const bad = judge(s, "place", "pending")
       if (bad) return bad
       const [next, reserve] = placedOn(s, op.placement, now)
       return applied(next, [reserve], null, [{ _tag: "Placed", hostId: op.placement.hostId }])
     }
     case "markRunning":
     case "unpark": {
-      const bad = judged(s, op._tag, "running")
+      const bad = judge(s, op._tag, "running")
       if (bad) return bad
       const event: Event = op._tag === "unpark" ? { _tag: "Resumed", warm: true } : { _tag: "Running", hostId: s.hostId }
       return applied({ ...s, state: "running", parkedAt: null, updatedAt: now }, [], null, [event])
     }
     case "idle": {
       const to = target(op)
-      const bad = judged(s, "idle", to)
+      const bad = judge(s, "idle", to)
       if (bad) return bad
       const event: Event = op.mayPark ? { _tag: "Parked", hostId: s.hostId } : { _tag: "Descending", cause: "idle" }
       return applied({ ...s, state: to, parkedAt: op.mayPark ? now : null, updatedAt: now }, [], null, [event])
     }
     case "beginDescent": {
-      const bad = judged(s, "beginDescent", "descending")
+      const bad = judge(s, "beginDescent", "descending")
       if (bad) return bad
       return applied({ ...s, state: "descending", parkedAt: null, updatedAt: now }, [], null, [{ _tag: "Descending", cause: "yield" }])
     }
     case "finishDescent": {
-      const bad = judged(s, "finishDescent", "descended")
+      const bad = judge(s, "finishDescent", "descended")
       if (bad) return bad
       return applied(
         { ...s, state: "descended", hostId: null, reservationId: null, parkedAt: null, updatedAt: now },
@@ -422,7 +423,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
     }
     case "resume": {
       // Judged against pending whatever the room: a refused resume names the state it asked for.
-      const bad = judged(s, "resume", "pending")
+      const bad = judge(s, "resume", "pending")
       if (bad) return bad
       const resumed: Event = { _tag: "Resumed", warm: false }
       if (op.placement === null) return applied(queuedAt(s, now), [], null, [resumed, { _tag: "Queued" }])
@@ -459,7 +460,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       const m = op.move
       const finished = Move.refuseUnlessPending(m)
       if (finished) return moveConflict(finished)
-      const bad = judged(s, "commitMove", "running")
+      const bad = judge(s, "commitMove", "running")
       if (bad) return bad
       // The target's reservation becomes the session's; the source's is released.
       const ledger: LedgerChange[] = [{ _tag: "Transfer", id: m.reservationId, ownerId: s.id, heartbeatAt: now }]
@@ -476,7 +477,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       const m = op.move
       const refused = Move.refuseAbort(m, op.onlyBeforeFinalRound)
       if (refused) return moveConflict(refused)
-      const bad = judged(s, "abortMove", "running")
+      const bad = judge(s, "abortMove", "running")
       if (bad) return bad
       return applied(
         { ...s, state: "running", parkedAt: null, updatedAt: now },
@@ -486,7 +487,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       )
     }
     case "lose": {
-      const bad = judged(s, "lose", "lost")
+      const bad = judge(s, "lose", "lost")
       if (bad) return bad
       const gone = leaving(op.openMove, lostReason, op.targetReclaimed ? "reclaimed" : "released", now)
       return applied(
@@ -497,7 +498,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       )
     }
     case "end": {
-      const bad = judged(s, "end", "ended")
+      const bad = judge(s, "end", "ended")
       if (bad) return bad
       const gone = leaving(op.openMove, endedReason, "released", now)
       return applied(
