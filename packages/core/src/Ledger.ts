@@ -230,3 +230,15 @@ export const summarizeCluster = (hosts: Iterable<HostSummary>): ClusterSummary =
     utilizationPct: pct(cappedReserved, totalMib),
   }
 }
+
+/** The owner kinds a host's batch heartbeat renews: everything its agent runs, not external holds. */
+export const renewedByHost: readonly OwnerKind[] = ["session", "move", "capture"]
+
+/**
+ * Whether `release(id)` may remove the entry: a session's or a move's reservation goes only
+ * with its owner (end the session, abort the move). Answers the refusal, or null.
+ */
+export const refuseRelease = (e: Pick<Entry, "id" | "ownerKind" | "ownerId">): { readonly check: "owned"; readonly message: string } | null =>
+  e.ownerKind === "session" || e.ownerKind === "move"
+    ? { check: "owned", message: `reservation ${e.id} is held by ${e.ownerKind} ${e.ownerId}: end the session or abort the move` }
+    : null

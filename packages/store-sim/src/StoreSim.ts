@@ -546,8 +546,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       Effect.gen(function* () {
         const e = entries.get(id)
         if (e === undefined) return yield* new NotFound({ entity: "reservation", id })
-        if (e.ownerKind === "session" || e.ownerKind === "move")
-          return yield* new Refused({ check: "owned", reason: `reservation ${id} is held by ${e.ownerKind} ${e.ownerId}: end the session or abort the move` })
+        const owned = Ledger.refuseRelease(e)
+        if (owned) return yield* new Refused({ check: owned.check, reason: owned.message })
         return removeEntry(id, "released") as LedgerEntry
       }),
 
@@ -567,7 +567,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         let n = 0
         for (const id of h.entries) {
           const e = entries.get(id) as LedgerEntry
-          if (e.ownerKind === "external") continue
+          if (!Ledger.renewedByHost.includes(e.ownerKind)) continue
           entries.set(id, { ...e, lastHeartbeatAt: t })
           n++
         }
