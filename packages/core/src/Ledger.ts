@@ -242,3 +242,31 @@ export const refuseRelease = (e: Pick<Entry, "id" | "ownerKind" | "ownerId">): {
   e.ownerKind === "session" || e.ownerKind === "move"
     ? { check: "owned", message: `reservation ${e.id} is held by ${e.ownerKind} ${e.ownerId}: end the session or abort the move` }
     : null
+
+/** What a new entry holds beyond its defaults. */
+export interface NewEntry {
+  readonly id: string
+  readonly hostId: string
+  readonly ownerKind: OwnerKind
+  readonly ownerId: string
+  readonly memMib: number
+  readonly vcpus: number
+  readonly vramMib?: number | null | undefined
+  readonly expiresAt?: number | null | undefined
+  readonly description?: string | null | undefined
+}
+
+/** A new entry made at `now`: created and last heard from now, nulls for what was not given. */
+export const entryOf = (e: NewEntry, now: number): Entry => ({
+  id: e.id,
+  hostId: e.hostId,
+  ownerKind: e.ownerKind,
+  ownerId: e.ownerId,
+  memMib: e.memMib,
+  vcpus: e.vcpus,
+  vramMib: e.vramMib ?? null,
+  createdAt: now,
+  lastHeartbeatAt: now,
+  expiresAt: e.expiresAt ?? null,
+  description: e.description ?? null,
+})

@@ -7,6 +7,7 @@
  */
 import type { Budget } from "./Headroom.js"
 import type { Entry } from "./Ledger.js"
+import * as Ledger from "./Ledger.js"
 import * as Move from "./Move.js"
 
 /** A session's state. */
@@ -294,19 +295,8 @@ export const target = (op: Step): State => {
   }
 }
 
-const entryFor = (id: string, hostId: string, ownerKind: "session" | "move", ownerId: string, b: Budget, now: number): Entry => ({
-  id,
-  hostId,
-  ownerKind,
-  ownerId,
-  memMib: b.memMib,
-  vcpus: b.vcpus,
-  vramMib: null,
-  createdAt: now,
-  lastHeartbeatAt: now,
-  expiresAt: null,
-  description: null,
-})
+const entryFor = (id: string, hostId: string, ownerKind: "session" | "move", ownerId: string, b: Budget, now: number): Entry =>
+  Ledger.entryOf({ id, hostId, ownerKind, ownerId, memMib: b.memMib, vcpus: b.vcpus }, now)
 
 const applied = (session: Record, ledger: readonly LedgerChange[], move: MoveChange | null, events: readonly Event[]): Applied => ({
   _tag: "Applied",

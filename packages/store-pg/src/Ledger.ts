@@ -76,19 +76,7 @@ export const make = ({ op, read, both, now, limits }: Deps): LedgerOps => {
             await countReserveFailure(tx)
             return err(new Refused({ check: admission.check, reason: admission.message }))
           }
-          const entry: LedgerEntry = {
-            id: id as string,
-            hostId: hostId as string,
-            ownerKind: input.ownerKind,
-            ownerId: input.ownerId,
-            memMib: input.memMib,
-            vcpus: input.vcpus,
-            vramMib: input.vramMib ?? null,
-            createdAt: t,
-            lastHeartbeatAt: t,
-            expiresAt: input.expiresAt ?? null,
-            description: input.description ?? null,
-          }
+          const entry = LedgerRules.entryOf({ ...input, id: id as string, hostId: hostId as string }, t)
           await insertEntry(tx, { ...entry, now: t })
           return ok(entry)
         },

@@ -202,27 +202,6 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     headroom: h.candidate.headroom,
     entries: h.entries.size,
   })
-  const entryFor = (
-    id: string,
-    hostId: string,
-    ownerKind: LedgerEntry["ownerKind"],
-    ownerId: string,
-    b: Budget,
-    now: number,
-  ): LedgerEntry => ({
-    id,
-    hostId,
-    ownerKind,
-    ownerId,
-    memMib: b.memMib,
-    vcpus: b.vcpus,
-    vramMib: null,
-    createdAt: now,
-    lastHeartbeatAt: now,
-    expiresAt: null,
-    description: null,
-  })
-
   // ---- sessions ----------------------------------------------------------------------------
 
   const sessionOf = (s: SessionRec): Session => ({
@@ -532,12 +511,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           return yield* new Refused({ check: admission.check, reason: admission.message })
         }
         const t = yield* now
-        const e: LedgerEntry = {
-          ...entryFor(input.id as string, input.hostId as string, input.ownerKind, input.ownerId, input, t),
-          vramMib: input.vramMib ?? null,
-          expiresAt: input.expiresAt ?? null,
-          description: input.description ?? null,
-        }
+        const e = Ledger.entryOf({ ...input, id: input.id as string, hostId: input.hostId as string }, t)
         addEntry(e)
         return e
       }),
