@@ -5,8 +5,8 @@
  */
 import { randomUUID } from "node:crypto"
 import { Move as MoveRules, Placement, Session as SessionRules } from "@engram/core"
-import { Conflict, fromMoveRefusal, fromRefusal, InvalidInput, NotFound, Refused, Validate } from "@engram/store"
-import type { IllegalTransition, Move, MoveRound, StepRefusal, StoreShape, Unavailable } from "@engram/store"
+import { Conflict, fromMoveRefusal, fromRefusal, fromTargetChoice, NotFound, Validate } from "@engram/store"
+import type { IllegalTransition, InvalidInput, Move, MoveRound, Refused, StepRefusal, StoreShape, Unavailable } from "@engram/store"
 import { and, asc, eq, or, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import type { Deps } from "./Deps.js"
@@ -82,9 +82,8 @@ export const make = ({ op, read, now, limits }: Deps): MoveOps => {
               exclude: s.hostId ?? undefined,
               target: input.targetHostId,
             })
-            if (choice._tag === "SameHost") return err(new InvalidInput({ field: "targetHostId", rule: "must differ from the source host" }))
-            if (choice._tag === "UnknownHost") return err(new NotFound({ entity: "host", id: choice.hostId }))
-            if (choice._tag === "NoFit") return err(new Refused({ check: "no_fit", reason: choice.message }))
+            const refusedTarget = fromTargetChoice(choice)
+            if (refusedTarget !== null || choice._tag !== "Chosen") return err(refusedTarget as InvalidInput | NotFound | Refused)
             const move = { id: randomUUID(), targetHostId: choice.hostId, reservationId: randomUUID(), maxDowntimeMs: input.maxDowntimeMs }
             const answer = SessionRules.step(s, { _tag: "beginMove", openMove, move }, t)
             if (answer._tag !== "Applied") return err(fromRefusal(s.id, answer as StepRefusal) as Conflict | IllegalTransition)

@@ -10,7 +10,7 @@ import {
   Conflict,
   fromMoveRefusal,
   fromRefusal,
-  InvalidInput,
+  fromTargetChoice,
   NotFound,
   Refused,
   Store,
@@ -34,7 +34,8 @@ import type {
   StepRefusal,
   StoreShape,
 
-  IllegalTransition} from "@engram/store"
+  IllegalTransition,
+  InvalidInput} from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
 
 interface HostRec {
@@ -613,9 +614,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const bad = Validate.maxDowntimeMs(input.maxDowntimeMs)
         if (bad) return yield* bad
         const choice = index.choose({ budget: s.budget, affinity: s.affinity, exclude: s.hostId ?? undefined, target: input.targetHostId })
-        if (choice._tag === "SameHost") return yield* new InvalidInput({ field: "targetHostId", rule: "must differ from the source host" })
-        if (choice._tag === "UnknownHost") return yield* new NotFound({ entity: "host", id: choice.hostId })
-        if (choice._tag === "NoFit") return yield* new Refused({ check: "no_fit", reason: choice.message })
+        const refusedTarget = fromTargetChoice(choice)
+        if (refusedTarget !== null || choice._tag !== "Chosen") return yield* (refusedTarget as InvalidInput | NotFound | Refused)
         const moveId = `${s.id}:move:${++moveSeq}`
         const move = { id: moveId, targetHostId: choice.hostId, reservationId: `move:${moveId}`, maxDowntimeMs: input.maxDowntimeMs }
         yield* stepSession<IllegalTransition | Conflict>(s, { _tag: "beginMove", openMove, move }, yield* now)

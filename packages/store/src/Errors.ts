@@ -3,7 +3,7 @@
  * each to one HTTP answer: NotFound 404, Conflict 409, IllegalTransition 409, Refused 409 (or
  * 503 for a move's downtime), InvalidInput 400, Unavailable 503 with a retry hint.
  */
-import type { Session as SessionRules } from "@engram/core"
+import type { Placement, Session as SessionRules } from "@engram/core"
 import { Schema } from "effect"
 
 /** The kinds of record a store holds. */
@@ -108,3 +108,21 @@ export const fromMoveRefusal = (moveId: string, refusal: StepRefusal): Conflict 
   refusal._tag === "Conflict"
     ? new Conflict({ entity: refusal.entity, id: refusal.id, reason: refusal.reason })
     : new Conflict({ entity: "move", id: moveId, reason: refusal._tag === "Illegal" ? refusal.message : "its session is gone" })
+
+/**
+ * The store error for a move target core's host choice refused (`Placement.choose`): the
+ * source itself is `InvalidInput` naming `targetHostId`, an unknown host `NotFound`, no room
+ * `Refused` with check `no_fit`. Null when a host was chosen.
+ */
+export const fromTargetChoice = (choice: Placement.Chosen): InvalidInput | NotFound | Refused | null => {
+  switch (choice._tag) {
+    case "Chosen":
+      return null
+    case "SameHost":
+      return new InvalidInput({ field: "targetHostId", rule: "must differ from the source host" })
+    case "UnknownHost":
+      return new NotFound({ entity: "host", id: choice.hostId })
+    case "NoFit":
+      return new Refused({ check: "no_fit", reason: choice.message })
+  }
+}
