@@ -11,7 +11,7 @@
 import { PlacementIndex } from "@engram/core"
 import type { FleetHost, Limits, Placement } from "@engram/core"
 import type { Unavailable } from "@engram/store"
-import { Deferred, Effect, Request, RequestResolver, Semaphore } from "effect"
+import { Deferred, Effect, Exit, Request, RequestResolver, Semaphore } from "effect"
 import { query } from "./Db.js"
 import type { Exec } from "./Db.js"
 import { readRoom, roomChangedSql, toCandidate, toRoomRow } from "./Room.js"
@@ -129,13 +129,22 @@ export const make = (options: {
     collectWhile: () => true,
     runAll: (entries) =>
       reader.withPermits(1)(
-        Effect.gen(function* () {
+        Effect.suspend(() => {
           const current = { startedAt: performance.now(), done: Deferred.makeUnsafe<void, Unavailable>() }
           inFlight = current
-          const exit = yield* Effect.exit(readAllOnce)
-          if (inFlight === current) inFlight = null
-          Deferred.doneUnsafe(current.done, exit)
-          for (const e of entries) e.completeUnsafe(exit)
+          return Effect.exit(readAllOnce).pipe(
+            Effect.map((exit) => {
+              Deferred.doneUnsafe(current.done, exit)
+              for (const e of entries) e.completeUnsafe(exit)
+            }),
+            // Whatever ends the read (an interruption too), those who joined it are answered.
+            Effect.ensuring(
+              Effect.sync(() => {
+                if (inFlight === current) inFlight = null
+                Deferred.doneUnsafe(current.done, Exit.interrupt())
+              }),
+            ),
+          )
         }),
       ),
   })

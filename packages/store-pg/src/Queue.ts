@@ -35,6 +35,8 @@ const writePlacements = async (tx: Exec, placed: readonly SessionRules.Applied[]
         state: s.state,
         hid: s.hostId,
         rid: s.reservationId,
+        qat: s.queuedAt,
+        pat: s.parkedAt,
         uat: s.updatedAt,
         rkind: e.ownerKind,
         mem: e.memMib,
@@ -46,9 +48,10 @@ const writePlacements = async (tx: Exec, placed: readonly SessionRules.Applied[]
   )
   await tx.execute(sql`with p as (
       select * from jsonb_to_recordset(${rows}::jsonb)
-        as p(sid text, state text, hid text, rid text, uat bigint, rkind text, mem float8, vcpus float8, rat bigint, rbeat bigint)
+        as p(sid text, state text, hid text, rid text, qat bigint, pat bigint, uat bigint, rkind text, mem float8, vcpus float8,
+          rat bigint, rbeat bigint)
     ), s as (
-      update sessions set state = p.state, host_id = p.hid, reservation_id = p.rid, queued_at = null, parked_at = null, updated_at = p.uat
+      update sessions set state = p.state, host_id = p.hid, reservation_id = p.rid, queued_at = p.qat, parked_at = p.pat, updated_at = p.uat
       from p where sessions.id = p.sid and sessions.state = 'queued'
       returning sessions.id
     ), r as (

@@ -87,8 +87,8 @@ const insertQueuedSql = (s: Session): SQL => sql`with s as (${insertSessionSql(s
  */
 const placeSql = (batch: unknown): SQL => sql`with p as (
       select * from jsonb_to_recordset(${batch}::jsonb)
-        as p(sid text, state text, hid text, v bigint, rid text, mem float8, vcpus float8, aff jsonb, cat bigint, uat bigint,
-          rkind text, rat bigint, rbeat bigint)
+        as p(sid text, state text, hid text, v bigint, rid text, mem float8, vcpus float8, aff jsonb, qat bigint, pat bigint,
+          cat bigint, uat bigint, rkind text, rat bigint, rbeat bigint)
     ), e as (
       select sessions.id from sessions join p on sessions.id = p.sid
     ), h as (
@@ -103,7 +103,7 @@ const placeSql = (batch: unknown): SQL => sql`with p as (
     ), s as (
       insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, queued_at, parked_at, created_at, updated_at)
       select p.sid, p.state, p.mem::bigint, p.vcpus::bigint, array(select jsonb_array_elements_text(p.aff)),
-        p.hid, p.rid, null, null, p.cat, p.uat
+        p.hid, p.rid, p.qat, p.pat, p.cat, p.uat
       from p join h on h.sid = p.sid
       returning id
     ), r as (
@@ -140,6 +140,8 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
         mem: e.memMib,
         vcpus: e.vcpus,
         aff: s.affinity,
+        qat: s.queuedAt,
+        pat: s.parkedAt,
         cat: s.createdAt,
         uat: s.updatedAt,
         rkind: e.ownerKind,
