@@ -298,15 +298,19 @@ export const target = (op: Step): State => {
 const entryFor = (id: string, hostId: string, ownerKind: "session" | "move", ownerId: string, b: Budget, now: number): Entry =>
   Ledger.entryOf({ id, hostId, ownerKind, ownerId, memMib: b.memMib, vcpus: b.vcpus }, now)
 
-const applied = (session: Record, ledger: readonly LedgerChange[], move: MoveChange | null, events: readonly Event[]): Applied => ({
-  _tag: "Applied",
-  session,
-  ledger,
-  move,
-  events,
-})
+function applied(session: Record, ledger: readonly LedgerChange[], move: MoveChange | null, events: readonly Event[]): Applied {
+  return {
+    _tag: "Applied",
+    session,
+    ledger,
+    move,
+    events,
+  }
+}
 
-const release = (id: string | null, how: Removal): LedgerChange[] => (id === null ? [] : [{ _tag: "Release", id, how }])
+function release(id: string | null, how: Removal): LedgerChange[] {
+  return id === null ? [] : [{ _tag: "Release", id, how }]
+}
 
 /** The session placed on a host: pending there, holding a new reservation. */
 const placedOn = (s: Record, p: Placed, now: number): [Record, LedgerChange] => [
@@ -340,6 +344,19 @@ const leaving = (openMove: Move.Record | null, reason: string, how: Removal, now
         events: [{ _tag: "MoveAborted", moveId: openMove.id, reason, estimateMs: null }] as Event[],
       }
 
+// Events that carry nothing are shared (readonly by type): steps are on every store's hot path.
+const created = [{ _tag: "Created" }, { _tag: "Queued" }] as const satisfies readonly Event[]
+const createdQueued: readonly Event[] = created
+const queuedEvent: Event = created[1]
+const descended: readonly Event[] = [{ _tag: "Descended" }]
+const yielded: readonly Event[] = [{ _tag: "Descending", cause: "yield" }]
+const idled: readonly Event[] = [{ _tag: "Descending", cause: "idle" }]
+const warm: readonly Event[] = [{ _tag: "Resumed", warm: true }]
+const cold: Event = { _tag: "Resumed", warm: false }
+const lostEvent: Event = { _tag: "Lost" }
+const endedEvent: Event = { _tag: "Ended" }
+const none: readonly LedgerChange[] = []
+
 /** The reason a move closes when its session ends. */
 export const endedReason = "session ended"
 /** The reason a move closes when its session's reservation is reclaimed. */
@@ -358,21 +375,23 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       return s.budget.memMib === op.budget.memMib && s.budget.vcpus === op.budget.vcpus
         ? { _tag: "Unchanged", session: s }
         : { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists with another budget" }
-    const fresh: Record = {
+    // Built once, as it leaves: this is the hot path of every create.
+    const p = op.placement
+    const session: Record = {
       id: op.id,
-      state: "queued",
+      state: p === null ? "queued" : "pending",
       budget: { memMib: op.budget.memMib, vcpus: op.budget.vcpus },
       affinity: [...op.affinity],
-      hostId: null,
-      reservationId: null,
-      queuedAt: null,
+      hostId: p === null ? null : p.hostId,
+      reservationId: p === null ? null : p.reservationId,
+      queuedAt: p === null ? now : null,
       parkedAt: null,
       createdAt: now,
       updatedAt: now,
     }
-    if (op.placement === null) return applied(queuedAt(fresh, now), [], null, [{ _tag: "Created" }, { _tag: "Queued" }])
-    const [next, reserve] = placedOn(fresh, op.placement, now)
-    return applied(next, [reserve], null, [{ _tag: "Created" }, { _tag: "Placed", hostId: op.placement.hostId }])
+    if (p === null) return applied(session, none, null, createdQueued)
+    const reserve: LedgerChange = { _tag: "Reserve", entry: entryFor(p.reservationId, p.hostId, "session", op.id, session.budget, now) }
+    return applied(session, [reserve], null, [created[0], { _tag: "Placed", hostId: p.hostId }])
   }
   if (s === null) return { _tag: "NotFound" }
   switch (op._tag) {
@@ -386,20 +405,20 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
     case "unpark": {
       const bad = judge(s, op._tag, "running")
       if (bad) return bad
-      const event: Event = op._tag === "unpark" ? { _tag: "Resumed", warm: true } : { _tag: "Running", hostId: s.hostId }
-      return applied({ ...s, state: "running", parkedAt: null, updatedAt: now }, [], null, [event])
+      const events = op._tag === "unpark" ? warm : [{ _tag: "Running", hostId: s.hostId } as const]
+      return applied({ ...s, state: "running", parkedAt: null, updatedAt: now }, none, null, events)
     }
     case "idle": {
       const to = target(op)
       const bad = judge(s, "idle", to)
       if (bad) return bad
-      const event: Event = op.mayPark ? { _tag: "Parked", hostId: s.hostId } : { _tag: "Descending", cause: "idle" }
-      return applied({ ...s, state: to, parkedAt: op.mayPark ? now : null, updatedAt: now }, [], null, [event])
+      const events = op.mayPark ? [{ _tag: "Parked", hostId: s.hostId } as const] : idled
+      return applied({ ...s, state: to, parkedAt: op.mayPark ? now : null, updatedAt: now }, none, null, events)
     }
     case "beginDescent": {
       const bad = judge(s, "beginDescent", "descending")
       if (bad) return bad
-      return applied({ ...s, state: "descending", parkedAt: null, updatedAt: now }, [], null, [{ _tag: "Descending", cause: "yield" }])
+      return applied({ ...s, state: "descending", parkedAt: null, updatedAt: now }, none, null, yielded)
     }
     case "finishDescent": {
       const bad = judge(s, "finishDescent", "descended")
@@ -408,17 +427,16 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         { ...s, state: "descended", hostId: null, reservationId: null, parkedAt: null, updatedAt: now },
         release(s.reservationId, "released"),
         null,
-        [{ _tag: "Descended" }],
+        descended,
       )
     }
     case "resume": {
       // Judged against pending whatever the room: a refused resume names the state it asked for.
       const bad = judge(s, "resume", "pending")
       if (bad) return bad
-      const resumed: Event = { _tag: "Resumed", warm: false }
-      if (op.placement === null) return applied(queuedAt(s, now), [], null, [resumed, { _tag: "Queued" }])
+      if (op.placement === null) return applied(queuedAt(s, now), none, null, [cold, queuedEvent])
       const [next, reserve] = placedOn(s, op.placement, now)
-      return applied(next, [reserve], null, [resumed, { _tag: "Placed", hostId: op.placement.hostId }])
+      return applied(next, [reserve], null, [cold, { _tag: "Placed", hostId: op.placement.hostId }])
     }
     case "beginMove": {
       const bad = refuseBeginMove(s, op.openMove)
@@ -484,19 +502,16 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         { ...s, state: "lost", hostId: null, reservationId: null, parkedAt: null, updatedAt: now },
         [...release(s.reservationId, "reclaimed"), ...gone.ledger],
         gone.move,
-        [...gone.events, { _tag: "Lost" }],
+        [...gone.events, lostEvent],
       )
     }
     case "end": {
       const bad = judge(s, "end", "ended")
       if (bad) return bad
+      const next: Record = { ...s, state: "ended", hostId: null, reservationId: null, queuedAt: null, parkedAt: null, updatedAt: now }
+      if (op.openMove === null) return applied(next, release(s.reservationId, "released"), null, [endedEvent])
       const gone = leaving(op.openMove, endedReason, "released", now)
-      return applied(
-        { ...s, state: "ended", hostId: null, reservationId: null, queuedAt: null, parkedAt: null, updatedAt: now },
-        [...gone.ledger, ...release(s.reservationId, "released")],
-        gone.move,
-        [...gone.events, { _tag: "Ended" }],
-      )
+      return applied(next, [...gone.ledger, ...release(s.reservationId, "released")], gone.move, [...gone.events, endedEvent])
     }
   }
 }

@@ -313,7 +313,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       setRecord(s, answer.session)
       return s
     }
-    const created: SessionRec = { ...answer.session }
+    // Core built this record for the store alone: it becomes the store's record as it is.
+    const created = answer.session as SessionRec
     sessions.set(created.id, created)
     enter(created)
     return created
