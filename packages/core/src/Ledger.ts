@@ -230,3 +230,43 @@ export const summarizeCluster = (hosts: Iterable<HostSummary>): ClusterSummary =
     utilizationPct: pct(cappedReserved, totalMib),
   }
 }
+
+/** The owner kinds a host's batch heartbeat renews: everything its agent runs, not external holds. */
+export const renewedByHost: readonly OwnerKind[] = ["session", "move", "capture"]
+
+/**
+ * Whether `release(id)` may remove the entry: a session's or a move's reservation goes only
+ * with its owner (end the session, abort the move). Answers the refusal, or null.
+ */
+export const refuseRelease = (e: Pick<Entry, "id" | "ownerKind" | "ownerId">): { readonly check: "owned"; readonly message: string } | null =>
+  e.ownerKind === "session" || e.ownerKind === "move"
+    ? { check: "owned", message: `reservation ${e.id} is held by ${e.ownerKind} ${e.ownerId}: end the session or abort the move` }
+    : null
+
+/** What a new entry holds beyond its defaults. */
+export interface NewEntry {
+  readonly id: string
+  readonly hostId: string
+  readonly ownerKind: OwnerKind
+  readonly ownerId: string
+  readonly memMib: number
+  readonly vcpus: number
+  readonly vramMib?: number | null | undefined
+  readonly expiresAt?: number | null | undefined
+  readonly description?: string | null | undefined
+}
+
+/** A new entry made at `now`: created and last heard from now, nulls for what was not given. */
+export const entryOf = (e: NewEntry, now: number): Entry => ({
+  id: e.id,
+  hostId: e.hostId,
+  ownerKind: e.ownerKind,
+  ownerId: e.ownerId,
+  memMib: e.memMib,
+  vcpus: e.vcpus,
+  vramMib: e.vramMib ?? null,
+  createdAt: now,
+  lastHeartbeatAt: now,
+  expiresAt: e.expiresAt ?? null,
+  description: e.description ?? null,
+})

@@ -25,10 +25,12 @@ export interface Candidate {
   readonly measured?: boolean
 }
 
-/** A placement request: a budget and an optional list of preferred hosts, best first. */
+/** A placement request: a budget, an optional list of preferred hosts (best first), and a host it must not go to. */
 export interface Request {
   readonly budget: Budget
   readonly affinity?: readonly string[]
+  /** A host never chosen (a move's source). */
+  readonly exclude?: string | undefined
 }
 
 /** Why a host cannot take a budget. `fits_now` means it could (a race with a release). */
@@ -91,7 +93,7 @@ export const affinityIndexOf = (req: Request): ReadonlyMap<string, number> => {
 export const rank = (hosts: readonly Candidate[], req: Request, limits: Limits = defaults): string[] => {
   const index = affinityIndexOf(req)
   return hosts
-    .filter((h) => fitsOn(h, req.budget, limits))
+    .filter((h) => h.id !== req.exclude && fitsOn(h, req.budget, limits))
     .sort((a, b) => compare(a, b, index))
     .map((h) => h.id)
 }
@@ -101,10 +103,72 @@ export const pick = (hosts: Iterable<Candidate>, req: Request, limits: Limits = 
   const index = affinityIndexOf(req)
   let best: Candidate | undefined
   for (const h of hosts) {
-    if (!fitsOn(h, req.budget, limits)) continue
+    if (h.id === req.exclude || !fitsOn(h, req.budget, limits)) continue
     if (best === undefined || compare(h, best, index) < 0) best = h
   }
   return best === undefined ? null : best.id
+}
+
+/** The best `k` hosts for the request, best first: `rank(...).slice(0, k)` in O(k·n), without sorting every host. */
+export const top = (hosts: Iterable<Candidate>, req: Request, k: number, limits: Limits = defaults): string[] => {
+  const pool = new Map<string, Candidate>()
+  for (const h of hosts) pool.set(h.id, h)
+  const out: string[] = []
+  while (out.length < k) {
+    const next = pick(pool.values(), req, limits)
+    if (next === null) break
+    out.push(next)
+    pool.delete(next)
+  }
+  return out
+}
+
+/** A host-choice request: placement's request, and optionally the one host it must be. */
+export interface Choice extends Request {
+  /** The host asked for (a move's given target): chosen only if the budget fits there now. */
+  readonly target?: string | undefined
+}
+
+/** The host choice's answer: the host, or why none. */
+export type Chosen =
+  | { readonly _tag: "Chosen"; readonly hostId: string }
+  /** No host fits (or the asked-for target does not); `message` says which. */
+  | { readonly _tag: "NoFit"; readonly message: string }
+  /** The asked-for target is the excluded host. */
+  | { readonly _tag: "SameHost"; readonly hostId: string }
+  /** The asked-for target is not among the candidates. */
+  | { readonly _tag: "UnknownHost"; readonly hostId: string }
+
+/**
+ * The one host-choice procedure (create, resume, queue drain, move target), over any way of
+ * finding a candidate by id and of picking the best: `choose` scans, `PlacementIndex` looks up.
+ */
+export const chooseWith = (
+  req: Choice,
+  find: (id: string) => Candidate | undefined,
+  best: (req: Request) => string | null,
+  limits: Limits = defaults,
+): Chosen => {
+  if (req.target !== undefined) {
+    if (req.target === req.exclude) return { _tag: "SameHost", hostId: req.target }
+    const c = find(req.target)
+    if (c === undefined) return { _tag: "UnknownHost", hostId: req.target }
+    return fitsOn(c, req.budget, limits)
+      ? { _tag: "Chosen", hostId: c.id }
+      : { _tag: "NoFit", message: `host ${c.id} cannot take the session: ${reasonFor(c, req.budget, limits)}` }
+  }
+  const hostId = best(req)
+  if (hostId !== null) return { _tag: "Chosen", hostId }
+  return {
+    _tag: "NoFit",
+    message: req.exclude === undefined ? "no host can take the session" : `no host other than ${req.exclude} can take the session`,
+  }
+}
+
+/** Chooses the host for a request among `hosts` (SPEC §2, §5): the asked-for target if it fits, else the best ranked. */
+export const choose = (hosts: Iterable<Candidate>, req: Choice, limits: Limits = defaults): Chosen => {
+  const all: readonly Candidate[] = Array.isArray(hosts) ? hosts : [...hosts]
+  return chooseWith(req, (id) => all.find((h) => h.id === id), (r) => pick(all, r, limits), limits)
 }
 
 /** Why this host does not take the budget, or `fits_now` when it does. */

@@ -9,7 +9,7 @@ import * as Headroom from "./Headroom.js"
 import type { Budget } from "./Headroom.js"
 import { defaults, type Limits } from "./Limits.js"
 import * as Placement from "./Placement.js"
-import type { Candidate, Request } from "./Placement.js"
+import type { Candidate, Choice, Chosen, Request } from "./Placement.js"
 
 interface Slot {
   readonly c: Candidate
@@ -80,6 +80,13 @@ export class Index {
     for (const c of hosts) this.upsert(c)
   }
 
+  /** An index over these candidates. */
+  static of(hosts: Iterable<Candidate>, limits: Limits = defaults): Index {
+    const index = new Index(limits)
+    for (const c of hosts) index.upsert(c)
+    return index
+  }
+
   /** Adds or replaces a host. */
   upsert(c: Candidate): void {
     this.remove(c.id)
@@ -133,28 +140,30 @@ export class Index {
   /** The best host for the request, exactly as `Placement.pick` over every host here. */
   pick(req: Request): string | null {
     const b = req.budget
+    const exclude = req.exclude
     const affinity = Placement.affinityIndexOf(req)
     // Measured affinity hosts rank above every other measured host, in preference order.
-    let best: Candidate | undefined
     for (const id of affinity.keys()) {
       const c = this.all.get(id)
-      if (c !== undefined && Placement.isMeasured(c) && Placement.fitsOn(c, b, this.limits)) {
-        best = c
-        break
-      }
+      if (c !== undefined && id !== exclude && Placement.isMeasured(c) && Placement.fitsOn(c, b, this.limits)) return c.id
     }
-    if (best !== undefined) return best.id
-    best = this.firstFit(this.measured, b, affinity)
+    let best = this.firstFit(this.measured, b, affinity, exclude)
     for (const c of this.irregular) {
-      if (Placement.fitsOn(c, b, this.limits) && (best === undefined || Placement.compare(c, best, affinity) < 0)) best = c
+      if (c.id !== exclude && Placement.fitsOn(c, b, this.limits) && (best === undefined || Placement.compare(c, best, affinity) < 0)) best = c
     }
     if (best !== undefined) return best.id
     for (const id of affinity.keys()) {
       const c = this.all.get(id)
-      if (c !== undefined && Placement.fitsOn(c, b, this.limits)) return c.id
+      if (c !== undefined && id !== exclude && Placement.fitsOn(c, b, this.limits)) return c.id
     }
-    for (const s of this.unmeasured.slots) if (s.fitMib >= b.memMib && s.fitVcpus >= b.vcpus && !affinity.has(s.c.id)) return s.c.id
+    for (const s of this.unmeasured.slots)
+      if (s.fitMib >= b.memMib && s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude) return s.c.id
     return null
+  }
+
+  /** The host choice (`Placement.choose`) over the hosts here, picking through the index. */
+  choose(req: Choice): Chosen {
+    return Placement.chooseWith(req, (id) => this.all.get(id), (r) => this.pick(r), this.limits)
   }
 
   /** Whether anything here fits the budget. */
@@ -163,11 +172,11 @@ export class Index {
   }
 
   // The first slot at or above the budget's RAM whose CPU also fits; affinity hosts were judged already.
-  private firstFit(list: Sorted, b: Budget, affinity: ReadonlyMap<string, number>): Candidate | undefined {
+  private firstFit(list: Sorted, b: Budget, affinity: ReadonlyMap<string, number>, exclude: string | undefined): Candidate | undefined {
     const slots = list.slots
     for (let i = list.lowerBound(b.memMib); i < slots.length; i++) {
       const s = slots[i] as Slot
-      if (s.fitVcpus >= b.vcpus && !affinity.has(s.c.id)) return s.c
+      if (s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude) return s.c
     }
     return undefined
   }

@@ -1,7 +1,14 @@
 /**
- * The session life cycle (SPEC §2): the states and the legal transitions. Every store runs
- * each state change through `transition`, so an illegal one is refused the same way everywhere.
+ * The session life cycle (SPEC §2): the states, the legal transitions, and what each store
+ * operation does. `step` is the one place that decides an operation's effect: the next
+ * session record, the reservations to create, hand over or release, the move to open, commit
+ * or close, and what happened (for the session's history). Both stores read, call `step`,
+ * and write its answer in one atomic change; neither decides any of it.
  */
+import type { Budget } from "./Headroom.js"
+import type { Entry } from "./Ledger.js"
+import * as Ledger from "./Ledger.js"
+import * as Move from "./Move.js"
 
 /** A session's state. */
 export type State = "queued" | "pending" | "running" | "parked" | "descending" | "descended" | "moving" | "ended" | "lost"
@@ -60,13 +67,16 @@ export const holdsReservation = (s: State): boolean =>
 /** Whether the state is final. */
 export const isFinal = (s: State): boolean => s === "ended"
 
+
 /**
  * The store operations that change a session's state, each with the states it starts from and
- * the state it leads to. The life cycle alone cannot tell `markRunning` from `unpark` (both go
- * to running) or `resume` from a queue drain (both go to pending); these rules can, so every
- * store refuses the same calls.
+ * the states it leads to. The life cycle alone cannot tell `markRunning` from `unpark` (both go
+ * to running) or `resume` from a queue drain's `place` (both go to pending); these rules can,
+ * so every store refuses the same calls.
  */
 export const operations = {
+  create: { from: [], to: ["pending", "queued"] },
+  place: { from: ["queued"], to: ["pending"] },
   markRunning: { from: ["pending"], to: ["running"] },
   idle: { from: ["running"], to: ["parked", "descending"] },
   unpark: { from: ["parked"], to: ["running"] },
@@ -74,10 +84,13 @@ export const operations = {
   finishDescent: { from: ["descending"], to: ["descended"] },
   resume: { from: ["descended"], to: ["pending", "queued"] },
   beginMove: { from: ["running"], to: ["moving"] },
+  commitMove: { from: ["moving"], to: ["running"] },
+  abortMove: { from: ["moving"], to: ["running"] },
+  lose: { from: ["pending", "running", "parked", "descending", "moving"], to: ["lost"] },
   end: { from: ["queued", "pending", "running", "parked", "descending", "descended", "moving", "lost"], to: ["ended"] },
-} as const satisfies Record<string, { readonly from: readonly State[]; readonly to: readonly State[] }>
+} as const satisfies { readonly [op: string]: { readonly from: readonly State[]; readonly to: readonly State[] } }
 
-/** A state-changing store operation. */
+/** The name of a state-changing store operation. */
 export type Operation = keyof typeof operations
 
 /**
@@ -96,4 +109,409 @@ export const apply = (op: Operation, from: State, to: State): Transition => {
   if (!(rule.to as readonly State[]).includes(to))
     return { _tag: "Illegal", from, to, message: `${op} leads to ${rule.to.join(" or ")}, not ${to}` }
   return transition(from, to)
+}
+
+// ---- the step: what an operation does ---------------------------------------------------------
+
+/** A session record. `hostId` and `reservationId` are set while it holds a reservation; times are epoch ms. */
+export interface Record {
+  readonly id: string
+  readonly state: State
+  readonly budget: Budget
+  readonly affinity: readonly string[]
+  readonly hostId: string | null
+  readonly reservationId: string | null
+  readonly queuedAt: number | null
+  readonly parkedAt: number | null
+  readonly createdAt: number
+  readonly updatedAt: number
+}
+
+/** Where a placement puts a session: the host the host choice picked, and the id of its new reservation. */
+export interface Placed {
+  readonly hostId: string
+  readonly reservationId: string
+}
+
+/** A move about to open: ids chosen by the store, the target by the host choice. */
+export interface NewMove {
+  readonly id: string
+  readonly targetHostId: string
+  readonly reservationId: string
+  readonly maxDowntimeMs: number
+}
+
+/** An operation with what it needs beyond the session record (ids and choices are arguments). */
+export type Step =
+  | {
+      readonly _tag: "create"
+      readonly id: string
+      readonly budget: Budget
+      readonly affinity: readonly string[]
+      /** The chosen host, or null: no host fits and the session queues. */
+      readonly placement: Placed | null
+    }
+  | { readonly _tag: "place"; readonly placement: Placed }
+  | { readonly _tag: "markRunning" }
+  | { readonly _tag: "idle"; readonly mayPark: boolean }
+  | { readonly _tag: "unpark" }
+  | { readonly _tag: "beginDescent" }
+  | { readonly _tag: "finishDescent" }
+  | { readonly _tag: "resume"; readonly placement: Placed | null }
+  | { readonly _tag: "beginMove"; readonly openMove: Move.Record | null; readonly move: NewMove }
+  | { readonly _tag: "commitMove"; readonly move: Move.Record; readonly phases: Move.Phases }
+  | {
+      readonly _tag: "abortMove"
+      readonly move: Move.Record
+      readonly reason: string
+      readonly estimateMs: number | null
+      /** Refuse a move whose final round is recorded (its pause is spent). */
+      readonly onlyBeforeFinalRound: boolean
+      /** The target's reservation goes because it was reclaimed (counts as reclaimed, not released). */
+      readonly targetReclaimed: boolean
+    }
+  | {
+      readonly _tag: "lose"
+      readonly openMove: Move.Record | null
+      /** Whether the open move's target reservation is reclaimed too (else it is released). */
+      readonly targetReclaimed: boolean
+    }
+  | { readonly _tag: "end"; readonly openMove: Move.Record | null }
+
+/** What happened to a session, for its history. */
+export type Event =
+  | { readonly _tag: "Created" }
+  | { readonly _tag: "Queued" }
+  | { readonly _tag: "Placed"; readonly hostId: string }
+  | { readonly _tag: "Running"; readonly hostId: string | null }
+  | { readonly _tag: "Parked"; readonly hostId: string | null }
+  /** A descent began: straight from idle (no park allowed), or a park yielded. */
+  | { readonly _tag: "Descending"; readonly cause: "idle" | "yield" }
+  | { readonly _tag: "Descended" }
+  /** Resumed warm (a park unparked in place) or cold (a descended session restored: placed or queued next). */
+  | { readonly _tag: "Resumed"; readonly warm: boolean }
+  | { readonly _tag: "MoveBegun"; readonly moveId: string; readonly targetHostId: string }
+  | { readonly _tag: "Moved"; readonly moveId: string; readonly fromHostId: string; readonly toHostId: string }
+  | { readonly _tag: "MoveAborted"; readonly moveId: string; readonly reason: string; readonly estimateMs: number | null }
+  | { readonly _tag: "Lost" }
+  | { readonly _tag: "Ended" }
+
+/** How a reservation leaves the ledger, for its cumulative metrics (SPEC §3). */
+export type Removal = "released" | "reclaimed"
+
+/** A change to the ledger that an operation makes. */
+export type LedgerChange =
+  | { readonly _tag: "Reserve"; readonly entry: Entry }
+  | { readonly _tag: "Release"; readonly id: string; readonly how: Removal }
+  /** The reservation changes hands (a committed move's target becomes the session's), renewed `heartbeatAt`. */
+  | { readonly _tag: "Transfer"; readonly id: string; readonly ownerId: string; readonly heartbeatAt: number }
+
+/** A change to a move that an operation makes; `move` is the move's next record. */
+export type MoveChange =
+  | { readonly _tag: "Open"; readonly move: Move.Record }
+  | { readonly _tag: "Commit"; readonly move: Move.Record }
+  | { readonly _tag: "Close"; readonly move: Move.Record }
+
+/** An applied operation: everything the store writes, in one atomic change. */
+export interface Applied {
+  readonly _tag: "Applied"
+  /** The next session record. */
+  readonly session: Record
+  /** Reservations to create, hand over or release. */
+  readonly ledger: readonly LedgerChange[]
+  /** The move to open, commit or close, if any. */
+  readonly move: MoveChange | null
+  /** What happened, in order. */
+  readonly events: readonly Event[]
+}
+
+/** A state change the life cycle (or the operation's own rule) refuses. */
+export interface Illegal {
+  readonly _tag: "Illegal"
+  readonly sessionId: string
+  readonly from: State
+  readonly to: State
+  readonly message: string
+}
+
+/** A refusal that is not about the life cycle: a repeated create with another budget, an open or finished move. */
+export interface Conflict {
+  readonly _tag: "Conflict"
+  readonly entity: "session" | "move"
+  readonly id: string
+  readonly reason: string
+}
+
+/** A repeated create with the same budget: nothing changes, the caller gets the session as it is. */
+export interface Unchanged {
+  readonly _tag: "Unchanged"
+  readonly session: Record
+}
+
+/** The answer of {@link step}. */
+export type Answer = Applied | Illegal | Conflict | Unchanged | { readonly _tag: "NotFound" }
+
+/** Judges `op` on the session, leading to `to`: the refusal, or null when legal (see {@link apply}). */
+export const judge = (s: Pick<Record, "id" | "state">, op: Operation, to: State): Illegal | null => {
+  const t = apply(op, s.state, to)
+  return t._tag === "Legal" ? null : { _tag: "Illegal", sessionId: s.id, from: s.state, to, message: t.message }
+}
+
+const moveConflict = (r: Move.Refusal): Conflict => ({ _tag: "Conflict", entity: "move", id: r.moveId, reason: r.reason })
+
+/**
+ * Whether a move may begin: a session has one open move at most (a `Conflict`, judged before
+ * the state), and only a running session moves.
+ */
+export const refuseBeginMove = (s: Record, openMove: Pick<Move.Record, "id"> | null): Illegal | Conflict | null =>
+  openMove !== null
+    ? { _tag: "Conflict", entity: "move", id: openMove.id, reason: `session ${s.id} already has an open move` }
+    : judge(s, "beginMove", "moving")
+
+/** The state an operation asks for (the state named by its refusal). */
+export const target = (op: Step): State => {
+  switch (op._tag) {
+    case "create":
+    case "place":
+    case "resume":
+      return op._tag === "create" && op.placement === null ? "queued" : "pending"
+    case "markRunning":
+    case "unpark":
+    case "commitMove":
+    case "abortMove":
+      return "running"
+    case "idle":
+      return op.mayPark ? "parked" : "descending"
+    case "beginDescent":
+      return "descending"
+    case "finishDescent":
+      return "descended"
+    case "beginMove":
+      return "moving"
+    case "lose":
+      return "lost"
+    case "end":
+      return "ended"
+  }
+}
+
+const entryFor = (id: string, hostId: string, ownerKind: "session" | "move", ownerId: string, b: Budget, now: number): Entry =>
+  Ledger.entryOf({ id, hostId, ownerKind, ownerId, memMib: b.memMib, vcpus: b.vcpus }, now)
+
+function applied(session: Record, ledger: readonly LedgerChange[], move: MoveChange | null, events: readonly Event[]): Applied {
+  return {
+    _tag: "Applied",
+    session,
+    ledger,
+    move,
+    events,
+  }
+}
+
+function release(id: string | null, how: Removal): LedgerChange[] {
+  return id === null ? [] : [{ _tag: "Release", id, how }]
+}
+
+/** The session placed on a host: pending there, holding a new reservation. */
+const placedOn = (s: Record, p: Placed, now: number): [Record, LedgerChange] => [
+  { ...s, state: "pending", hostId: p.hostId, reservationId: p.reservationId, queuedAt: null, parkedAt: null, updatedAt: now },
+  { _tag: "Reserve", entry: entryFor(p.reservationId, p.hostId, "session", s.id, s.budget, now) },
+]
+
+/** The session waiting in the queue from `now`, holding nothing. */
+const queuedAt = (s: Record, now: number): Record => ({
+  ...s,
+  state: "queued",
+  hostId: null,
+  reservationId: null,
+  queuedAt: now,
+  parkedAt: null,
+  updatedAt: now,
+})
+
+const closed = (m: Move.Record, reason: string, estimateMs: number | null, now: number): MoveChange => ({
+  _tag: "Close",
+  move: Move.close(m, reason, estimateMs, now),
+})
+
+/** The close of a session's open move when the session leaves (ended or lost): its target reservation goes. */
+const leaving = (openMove: Move.Record | null, reason: string, how: Removal, now: number) =>
+  openMove === null
+    ? { ledger: [] as LedgerChange[], move: null, events: [] as Event[] }
+    : {
+        ledger: release(openMove.reservationId, how),
+        move: closed(openMove, reason, null, now),
+        events: [{ _tag: "MoveAborted", moveId: openMove.id, reason, estimateMs: null }] as Event[],
+      }
+
+// Events that carry nothing are shared (readonly by type): steps are on every store's hot path.
+const created = [{ _tag: "Created" }, { _tag: "Queued" }] as const satisfies readonly Event[]
+const createdQueued: readonly Event[] = created
+const queuedEvent: Event = created[1]
+const descended: readonly Event[] = [{ _tag: "Descended" }]
+const yielded: readonly Event[] = [{ _tag: "Descending", cause: "yield" }]
+const idled: readonly Event[] = [{ _tag: "Descending", cause: "idle" }]
+const warm: readonly Event[] = [{ _tag: "Resumed", warm: true }]
+const cold: Event = { _tag: "Resumed", warm: false }
+const lostEvent: Event = { _tag: "Lost" }
+const endedEvent: Event = { _tag: "Ended" }
+const none: readonly LedgerChange[] = []
+
+/** The reason a move closes when its session ends. */
+export const endedReason = "session ended"
+/** The reason a move closes when its session's reservation is reclaimed. */
+export const lostReason = "session lost: its reservation was reclaimed"
+/** The reason a move closes when its target's reservation is reclaimed. */
+export const targetLostReason = "move target's reservation was reclaimed"
+
+/**
+ * What `op` does to the session `s` at `now` (SPEC §2, §3, §5): the next record, the ledger
+ * changes, the move change and the events, or why it is refused. `s` is null when no session
+ * has the id (only a `create` applies then). Nothing else decides what an operation changes.
+ */
+export const step = (s: Record | null, op: Step, now: number): Answer => {
+  if (op._tag === "create") {
+    if (s !== null)
+      return s.budget.memMib === op.budget.memMib && s.budget.vcpus === op.budget.vcpus
+        ? { _tag: "Unchanged", session: s }
+        : { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists with another budget" }
+    // Built once, as it leaves: this is the hot path of every create.
+    const p = op.placement
+    const session: Record = {
+      id: op.id,
+      state: p === null ? "queued" : "pending",
+      budget: { memMib: op.budget.memMib, vcpus: op.budget.vcpus },
+      affinity: [...op.affinity],
+      hostId: p === null ? null : p.hostId,
+      reservationId: p === null ? null : p.reservationId,
+      queuedAt: p === null ? now : null,
+      parkedAt: null,
+      createdAt: now,
+      updatedAt: now,
+    }
+    if (p === null) return applied(session, none, null, createdQueued)
+    const reserve: LedgerChange = { _tag: "Reserve", entry: entryFor(p.reservationId, p.hostId, "session", op.id, session.budget, now) }
+    return applied(session, [reserve], null, [created[0], { _tag: "Placed", hostId: p.hostId }])
+  }
+  if (s === null) return { _tag: "NotFound" }
+  switch (op._tag) {
+    case "place": {
+      const bad = judge(s, "place", "pending")
+      if (bad) return bad
+      const [next, reserve] = placedOn(s, op.placement, now)
+      return applied(next, [reserve], null, [{ _tag: "Placed", hostId: op.placement.hostId }])
+    }
+    case "markRunning":
+    case "unpark": {
+      const bad = judge(s, op._tag, "running")
+      if (bad) return bad
+      const events = op._tag === "unpark" ? warm : [{ _tag: "Running", hostId: s.hostId } as const]
+      return applied({ ...s, state: "running", parkedAt: null, updatedAt: now }, none, null, events)
+    }
+    case "idle": {
+      const to = target(op)
+      const bad = judge(s, "idle", to)
+      if (bad) return bad
+      const events = op.mayPark ? [{ _tag: "Parked", hostId: s.hostId } as const] : idled
+      return applied({ ...s, state: to, parkedAt: op.mayPark ? now : null, updatedAt: now }, none, null, events)
+    }
+    case "beginDescent": {
+      const bad = judge(s, "beginDescent", "descending")
+      if (bad) return bad
+      return applied({ ...s, state: "descending", parkedAt: null, updatedAt: now }, none, null, yielded)
+    }
+    case "finishDescent": {
+      const bad = judge(s, "finishDescent", "descended")
+      if (bad) return bad
+      return applied(
+        { ...s, state: "descended", hostId: null, reservationId: null, parkedAt: null, updatedAt: now },
+        release(s.reservationId, "released"),
+        null,
+        descended,
+      )
+    }
+    case "resume": {
+      // Judged against pending whatever the room: a refused resume names the state it asked for.
+      const bad = judge(s, "resume", "pending")
+      if (bad) return bad
+      if (op.placement === null) return applied(queuedAt(s, now), none, null, [cold, queuedEvent])
+      const [next, reserve] = placedOn(s, op.placement, now)
+      return applied(next, [reserve], null, [cold, { _tag: "Placed", hostId: op.placement.hostId }])
+    }
+    case "beginMove": {
+      const bad = refuseBeginMove(s, op.openMove)
+      if (bad) return bad
+      const m = op.move
+      const move: Move.Record = {
+        id: m.id,
+        sessionId: s.id,
+        sourceHostId: s.hostId as string,
+        targetHostId: m.targetHostId,
+        reservationId: m.reservationId,
+        maxDowntimeMs: m.maxDowntimeMs,
+        state: "pending",
+        rounds: [],
+        phases: null,
+        abortReason: null,
+        abortEstimateMs: null,
+        createdAt: now,
+        endedAt: null,
+      }
+      return applied(
+        { ...s, state: "moving", parkedAt: null, updatedAt: now },
+        [{ _tag: "Reserve", entry: entryFor(m.reservationId, m.targetHostId, "move", m.id, s.budget, now) }],
+        { _tag: "Open", move },
+        [{ _tag: "MoveBegun", moveId: m.id, targetHostId: m.targetHostId }],
+      )
+    }
+    case "commitMove": {
+      const m = op.move
+      const finished = Move.refuseUnlessPending(m)
+      if (finished) return moveConflict(finished)
+      const bad = judge(s, "commitMove", "running")
+      if (bad) return bad
+      // The target's reservation becomes the session's; the source's is released.
+      const ledger: LedgerChange[] = [{ _tag: "Transfer", id: m.reservationId, ownerId: s.id, heartbeatAt: now }]
+      if (s.reservationId !== m.reservationId) ledger.push(...release(s.reservationId, "released"))
+      const { downtimeMs, captureMs, sendMs, commitMs } = op.phases
+      return applied(
+        { ...s, state: "running", hostId: m.targetHostId, reservationId: m.reservationId, parkedAt: null, updatedAt: now },
+        ledger,
+        { _tag: "Commit", move: { ...m, state: "committed", phases: { downtimeMs, captureMs, sendMs, commitMs }, endedAt: now } },
+        [{ _tag: "Moved", moveId: m.id, fromHostId: m.sourceHostId, toHostId: m.targetHostId }],
+      )
+    }
+    case "abortMove": {
+      const m = op.move
+      const refused = Move.refuseAbort(m, op.onlyBeforeFinalRound)
+      if (refused) return moveConflict(refused)
+      const bad = judge(s, "abortMove", "running")
+      if (bad) return bad
+      return applied(
+        { ...s, state: "running", parkedAt: null, updatedAt: now },
+        release(m.reservationId, op.targetReclaimed ? "reclaimed" : "released"),
+        closed(m, op.reason, op.estimateMs, now),
+        [{ _tag: "MoveAborted", moveId: m.id, reason: op.reason, estimateMs: op.estimateMs }],
+      )
+    }
+    case "lose": {
+      const bad = judge(s, "lose", "lost")
+      if (bad) return bad
+      const gone = leaving(op.openMove, lostReason, op.targetReclaimed ? "reclaimed" : "released", now)
+      return applied(
+        { ...s, state: "lost", hostId: null, reservationId: null, parkedAt: null, updatedAt: now },
+        [...release(s.reservationId, "reclaimed"), ...gone.ledger],
+        gone.move,
+        [...gone.events, lostEvent],
+      )
+    }
+    case "end": {
+      const bad = judge(s, "end", "ended")
+      if (bad) return bad
+      const next: Record = { ...s, state: "ended", hostId: null, reservationId: null, queuedAt: null, parkedAt: null, updatedAt: now }
+      if (op.openMove === null) return applied(next, release(s.reservationId, "released"), null, [endedEvent])
+      const gone = leaving(op.openMove, endedReason, "released", now)
+      return applied(next, [...gone.ledger, ...release(s.reservationId, "released")], gone.move, [...gone.events, endedEvent])
+    }
+  }
 }

@@ -2,23 +2,7 @@ import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { Limits, Placement, PlacementIndex } from "../src/index.js"
 import type { Candidate } from "../src/index.js"
-
-const arbCandidate = (id: string) =>
-  fc.record({
-    allocatableMib: fc.option(fc.integer({ min: 0, max: 64 }), { nil: null }),
-    cpuBudget: fc.option(fc.integer({ min: 0, max: 16 }), { nil: null }),
-    mem: fc.integer({ min: 0, max: 64 }),
-    cpu: fc.integer({ min: 0, max: 16 }),
-    state: fc.constantFrom("ready", "ready", "ready", "cordoned", "draining"),
-    entries: fc.integer({ min: 0, max: 5 }),
-    measured: fc.option(fc.boolean(), { nil: undefined }),
-  }).map((r): Candidate => ({
-    id,
-    headroom: { allocatableMib: r.allocatableMib === null ? null : r.allocatableMib * 256, cpuBudget: r.cpuBudget, reserved: { memMib: r.mem * 256, vcpus: r.cpu } },
-    state: r.state as Placement.HostState,
-    entries: r.entries,
-    ...(r.measured === undefined ? {} : { measured: r.measured }),
-  }))
+import { arbCandidate } from "./arb.js"
 
 const ids = Array.from({ length: 12 }, (_, i) => `h${i}`)
 

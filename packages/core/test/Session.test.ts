@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { Session } from "../src/index.js"
+import type { Move } from "../src/index.js"
 
 const legal: [Session.State, Session.State][] = [
   ["queued", "pending"],
@@ -71,5 +72,182 @@ describe("Session operations", () => {
   it("the illegal message names the operation and both states", () => {
     const t = Session.apply("markRunning", "moving", "running")
     expect(t._tag === "Illegal" && t.message).toBe("markRunning needs a session in pending, not moving (cannot go from moving to running)")
+  })
+})
+
+describe("Session.step", () => {
+  const t = 1000
+  const base: Session.Record = {
+    id: "s1",
+    state: "running",
+    budget: { memMib: 1024, vcpus: 1 },
+    affinity: [],
+    hostId: "h1",
+    reservationId: "r1",
+    queuedAt: null,
+    parkedAt: null,
+    createdAt: 0,
+    updatedAt: 0,
+  }
+  const at = (state: Session.State, more: Partial<Session.Record> = {}): Session.Record => ({ ...base, state, ...more })
+  const move = {
+    id: "m1",
+    sessionId: "s1",
+    sourceHostId: "h1",
+    targetHostId: "h2",
+    reservationId: "t1",
+    maxDowntimeMs: 600,
+    state: "pending" as const,
+    rounds: [],
+    phases: null,
+    abortReason: null,
+    abortEstimateMs: null,
+    createdAt: 0,
+    endedAt: null,
+  }
+  const applied = (a: Session.Answer): Session.Applied => {
+    if (a._tag !== "Applied") throw new Error(`expected Applied, got ${JSON.stringify(a)}`)
+    return a
+  }
+
+  it("a create with a host is pending there with a new session reservation; without one it queues", () => {
+    const placed = applied(Session.step(null, { _tag: "create", id: "s1", budget: base.budget, affinity: ["h1"], placement: { hostId: "h1", reservationId: "r9" } }, t))
+    expect(placed.session).toStrictEqual({ ...base, state: "pending", affinity: ["h1"], reservationId: "r9", createdAt: t, updatedAt: t })
+    expect(placed.ledger).toStrictEqual([
+      { _tag: "Reserve", entry: { id: "r9", hostId: "h1", ownerKind: "session", ownerId: "s1", memMib: 1024, vcpus: 1, vramMib: null, createdAt: t, lastHeartbeatAt: t, expiresAt: null, description: null } },
+    ])
+    expect(placed.events.map((e) => e._tag)).toStrictEqual(["Created", "Placed"])
+    const queued = applied(Session.step(null, { _tag: "create", id: "s1", budget: base.budget, affinity: [], placement: null }, t))
+    expect(queued.session).toMatchObject({ state: "queued", queuedAt: t, hostId: null, reservationId: null })
+    expect(queued.ledger).toStrictEqual([])
+  })
+
+  it("a repeated create answers the session unchanged, or a Conflict on another budget", () => {
+    const create = (memMib: number): Session.Step => ({ _tag: "create", id: "s1", budget: { memMib, vcpus: 1 }, affinity: [], placement: null })
+    expect(Session.step(base, create(1024), t)).toStrictEqual({ _tag: "Unchanged", session: base })
+    expect(Session.step(base, create(2048), t)).toStrictEqual({ _tag: "Conflict", entity: "session", id: "s1", reason: "session exists with another budget" })
+  })
+
+  it("finishing a descent releases the reservation and clears the host", () => {
+    const done = applied(Session.step(at("descending"), { _tag: "finishDescent" }, t))
+    expect(done.session).toMatchObject({ state: "descended", hostId: null, reservationId: null, updatedAt: t })
+    expect(done.ledger).toStrictEqual([{ _tag: "Release", id: "r1", how: "released" }])
+  })
+
+  it("idle parks (stamping parkedAt) or descends; unpark is a warm resume, a resume of a descended session a cold one", () => {
+    expect(applied(Session.step(base, { _tag: "idle", mayPark: true }, t)).session).toMatchObject({ state: "parked", parkedAt: t })
+    expect(applied(Session.step(base, { _tag: "idle", mayPark: false }, t)).events).toStrictEqual([{ _tag: "Descending", cause: "idle" }])
+    expect(applied(Session.step(at("parked", { parkedAt: 5 }), { _tag: "unpark" }, t)).events).toStrictEqual([{ _tag: "Resumed", warm: true }])
+    const cold = applied(Session.step(at("descended", { hostId: null, reservationId: null }), { _tag: "resume", placement: null }, t))
+    expect(cold.session).toMatchObject({ state: "queued", queuedAt: t })
+    expect(cold.events).toStrictEqual([{ _tag: "Resumed", warm: false }, { _tag: "Queued" }])
+  })
+
+  it("a refused step names the operation, both states, and the state it asked for", () => {
+    expect(Session.step(at("parked"), { _tag: "resume", placement: null }, t)).toMatchObject({ _tag: "Illegal", sessionId: "s1", from: "parked", to: "pending" })
+    expect(Session.step(at("pending"), { _tag: "idle", mayPark: true }, t)).toMatchObject({ _tag: "Illegal", to: "parked" })
+    expect(Session.step(at("ended"), { _tag: "end", openMove: null }, t)).toMatchObject({ _tag: "Illegal", from: "ended", to: "ended" })
+    expect(Session.step(at("queued"), { _tag: "place", placement: { hostId: "h1", reservationId: "r2" } }, t)._tag).toBe("Applied")
+    expect(Session.step(at("pending"), { _tag: "place", placement: { hostId: "h1", reservationId: "r2" } }, t)).toMatchObject({ _tag: "Illegal", to: "pending" })
+    expect(Session.step(null, { _tag: "markRunning" }, t)).toStrictEqual({ _tag: "NotFound" })
+  })
+
+  it("a move begins only from running, one at a time (the open move is a Conflict, judged first)", () => {
+    const newMove = { id: "m2", targetHostId: "h2", reservationId: "t2", maxDowntimeMs: 600 }
+    expect(Session.step(at("parked"), { _tag: "beginMove", openMove: move, move: newMove }, t)).toMatchObject({ _tag: "Conflict", entity: "move", id: "m1" })
+    expect(Session.step(at("parked"), { _tag: "beginMove", openMove: null, move: newMove }, t)).toMatchObject({ _tag: "Illegal", to: "moving" })
+    const begun = applied(Session.step(base, { _tag: "beginMove", openMove: null, move: newMove }, t))
+    expect(begun.session.state).toBe("moving")
+    expect(begun.move).toMatchObject({ _tag: "Open", move: { id: "m2", sourceHostId: "h1", targetHostId: "h2", state: "pending", createdAt: t } })
+    expect(begun.ledger).toMatchObject([{ _tag: "Reserve", entry: { id: "t2", hostId: "h2", ownerKind: "move", ownerId: "m2" } }])
+  })
+
+  it("a commit hands the target's reservation to the session and releases the source's", () => {
+    const phases = { downtimeMs: 500, captureMs: 40, sendMs: 80, commitMs: 300 }
+    const done = applied(Session.step(at("moving"), { _tag: "commitMove", move, phases }, t))
+    expect(done.session).toMatchObject({ state: "running", hostId: "h2", reservationId: "t1" })
+    expect(done.ledger).toStrictEqual([
+      { _tag: "Transfer", id: "t1", ownerId: "s1", heartbeatAt: t },
+      { _tag: "Release", id: "r1", how: "released" },
+    ])
+    expect(done.move).toMatchObject({ _tag: "Commit", move: { state: "committed", phases, endedAt: t } })
+  })
+
+  it("commit, abort and lose are judged like every other operation", () => {
+    const phases = { downtimeMs: 500, captureMs: 40, sendMs: 80, commitMs: 300 }
+    const abort = (m: typeof move | Move.Record, onlyBeforeFinalRound = false): Session.Step => ({
+      _tag: "abortMove",
+      move: m,
+      reason: "test",
+      estimateMs: 812,
+      onlyBeforeFinalRound,
+      targetReclaimed: false,
+    })
+    // A session that is not moving: never while the store is consistent, refused all the same.
+    expect(Session.step(at("running"), { _tag: "commitMove", move, phases }, t)).toMatchObject({ _tag: "Illegal", from: "running", to: "running" })
+    expect(Session.step(at("ended"), abort(move), t)).toMatchObject({ _tag: "Illegal", from: "ended" })
+    expect(Session.step(at("queued"), { _tag: "lose", openMove: null, targetReclaimed: false }, t)).toMatchObject({ _tag: "Illegal", to: "lost" })
+    // A finished move is a Conflict on the move, before the session is judged.
+    expect(Session.step(at("ended"), abort({ ...move, state: "aborted" }), t)).toStrictEqual({ _tag: "Conflict", entity: "move", id: "m1", reason: "move is aborted" })
+    expect(Session.step(at("moving"), abort({ ...move, rounds: [{ kind: "final", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 }] }, true), t)).toMatchObject({
+      _tag: "Conflict",
+      reason: "final round recorded: the pause is spent",
+    })
+    const aborted = applied(Session.step(at("moving"), abort(move), t))
+    expect(aborted.session).toMatchObject({ state: "running", hostId: "h1", reservationId: "r1" })
+    expect(aborted.ledger).toStrictEqual([{ _tag: "Release", id: "t1", how: "released" }])
+    expect(aborted.move).toMatchObject({ _tag: "Close", move: { state: "aborted", abortReason: "test", abortEstimateMs: 812, endedAt: t } })
+  })
+
+  it("ending or losing a moving session closes its move and lets both reservations go", () => {
+    const ended = applied(Session.step(at("moving"), { _tag: "end", openMove: move }, t))
+    expect(ended.session).toMatchObject({ state: "ended", hostId: null, reservationId: null })
+    expect(ended.ledger).toStrictEqual([
+      { _tag: "Release", id: "t1", how: "released" },
+      { _tag: "Release", id: "r1", how: "released" },
+    ])
+    expect(ended.move).toMatchObject({ _tag: "Close", move: { abortReason: Session.endedReason } })
+    const lost = applied(Session.step(at("moving"), { _tag: "lose", openMove: move, targetReclaimed: true }, t))
+    expect(lost.ledger).toStrictEqual([
+      { _tag: "Release", id: "r1", how: "reclaimed" },
+      { _tag: "Release", id: "t1", how: "reclaimed" },
+    ])
+    expect(lost.events.map((e) => e._tag)).toStrictEqual(["MoveAborted", "Lost"])
+  })
+
+  it("every applied step leads where its operation's rule says, and the next record holds a reservation exactly when its state does", () => {
+    const steps: Session.Step[] = [
+      { _tag: "place", placement: { hostId: "h1", reservationId: "r2" } },
+      { _tag: "markRunning" },
+      { _tag: "idle", mayPark: true },
+      { _tag: "idle", mayPark: false },
+      { _tag: "unpark" },
+      { _tag: "beginDescent" },
+      { _tag: "finishDescent" },
+      { _tag: "resume", placement: null },
+      { _tag: "resume", placement: { hostId: "h1", reservationId: "r2" } },
+      { _tag: "beginMove", openMove: null, move: { id: "m2", targetHostId: "h2", reservationId: "t2", maxDowntimeMs: 600 } },
+      { _tag: "commitMove", move, phases: { downtimeMs: 1, captureMs: 0, sendMs: 0, commitMs: 0 } },
+      { _tag: "abortMove", move, reason: "x", estimateMs: null, onlyBeforeFinalRound: false, targetReclaimed: false },
+      { _tag: "lose", openMove: null, targetReclaimed: false },
+      { _tag: "end", openMove: null },
+    ]
+    for (const from of Session.states)
+      for (const op of steps) {
+        const holds = Session.holdsReservation(from)
+        const s = at(from, { hostId: holds ? "h1" : null, reservationId: holds ? "r1" : null })
+        const a = Session.step(s, op, t)
+        const rule = Session.operations[op._tag]
+        if (a._tag !== "Applied") {
+          expect((rule.from as readonly Session.State[]).includes(from), `${op._tag} from ${from}`).toBe(false)
+          continue
+        }
+        expect((rule.from as readonly Session.State[]).includes(from), `${op._tag} from ${from}`).toBe(true)
+        expect(rule.to as readonly Session.State[]).toContain(a.session.state)
+        expect(Session.canTransition(from, a.session.state)).toBe(true)
+        expect(a.session.reservationId !== null).toBe(Session.holdsReservation(a.session.state))
+        expect(a.session.hostId !== null).toBe(Session.holdsReservation(a.session.state))
+        expect(a.session.updatedAt).toBe(t)
+      }
   })
 })

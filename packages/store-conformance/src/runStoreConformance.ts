@@ -7,6 +7,7 @@ import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Layer } from "effect"
 import type { Store, StoreTesting } from "@engram/store"
+import { cascades } from "./cases/cascades.js"
 import { concurrency } from "./cases/concurrency.js"
 import { fleet } from "./cases/fleet.js"
 import { hosts } from "./cases/hosts.js"
@@ -42,6 +43,7 @@ export const groups = (options: ConformanceOptions = {}): readonly Group[] => [
   ledger,
   fleet,
   moves,
+  cascades,
   concurrency,
   properties({
     numRuns: options.numRuns ?? 50,

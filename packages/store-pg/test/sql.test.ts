@@ -1,7 +1,8 @@
 // The SQL paths beyond the shared suite: migrations applied again (and at once from two
 // replicas), the typed errors when the server goes away, and a PGlite data directory that
 // survives a restart.
-import { mkdtemp, readFile, rm } from "node:fs/promises"
+import { readFileSync } from "node:fs"
+import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import path from "node:path"
 import { Limits } from "@engram/core"
@@ -10,7 +11,7 @@ import { freePort, freshDatabase, startEmbeddedPostgres } from "@engram/test-pg"
 import { Effect, Exit, Layer, ManagedRuntime } from "effect"
 import postgres from "postgres"
 import { describe, expect, it } from "vitest"
-import { migrate, StorePg } from "../src/index.js"
+import { migrate, migrationsFolder, StorePg } from "../src/index.js"
 
 const failureOf = <A, E>(exit: Exit.Exit<A, E>): unknown =>
   Exit.isFailure(exit) ? (exit.cause.reasons.find((r) => r._tag === "Fail") as { error: unknown } | undefined)?.error : undefined
@@ -24,8 +25,8 @@ describe("migrations", () => {
       const sql = postgres(db.url, { max: 1, onnotice: () => undefined })
       try {
         const applied = await sql`select count(*)::int as n from drizzle.__drizzle_migrations`
-        // Each committed migration once: the journal drizzle-kit writes lists them.
-        const journal = JSON.parse(await readFile(path.join(import.meta.dirname, "..", "drizzle", "meta", "_journal.json"), "utf8")) as { entries: unknown[] }
+        // Every committed migration, applied once: the journal drizzle-kit writes lists them.
+        const journal = JSON.parse(readFileSync(path.join(migrationsFolder, "meta", "_journal.json"), "utf8")) as { entries: unknown[] }
         expect(journal.entries.length).toBeGreaterThanOrEqual(5)
         expect(applied[0]?.["n"]).toBe(journal.entries.length)
         const tables = await sql`select table_name from information_schema.tables

@@ -4,12 +4,13 @@
  * construction. It keeps per-host reserved sums incrementally so a fleet of 10,000 hosts
  * stays fast; every decision about room still goes through @engram/core.
  */
-import { Headroom, Ledger, Limits, Placement, PlacementIndex, Session as SessionRules } from "@engram/core"
+import { Headroom, Ledger, Limits, Move as MoveRules, Placement, PlacementIndex, QueueWalk, Reclaim, Session as SessionRules } from "@engram/core"
 import type { Budget, Candidate, FleetHost, LedgerEntry, NoFitDetail, Park, Queued, SessionState } from "@engram/core"
 import {
   Conflict,
-  IllegalTransition,
-  InvalidInput,
+  fromMoveRefusal,
+  fromRefusal,
+  fromTargetChoice,
   NotFound,
   Refused,
   Store,
@@ -30,8 +31,11 @@ import type {
   ReserveInput,
   Session,
   SessionFilter,
+  StepRefusal,
   StoreShape,
-} from "@engram/store"
+
+  IllegalTransition,
+  InvalidInput} from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
 
 interface HostRec {
@@ -179,7 +183,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     counters.totalReservedMib += e.memMib
     refresh(h)
   }
-  const removeEntry = (id: string, how: "release" | "reclaim"): LedgerEntry | undefined => {
+  const removeEntry = (id: string, how: SessionRules.Removal): LedgerEntry | undefined => {
     const e = entries.get(id)
     if (e === undefined) return undefined
     entries.delete(id)
@@ -190,7 +194,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       h.reserved.vcpus -= e.vcpus
       refresh(h)
     }
-    if (how === "release") counters.totalReleasedMib += e.memMib
+    if (how === "released") counters.totalReleasedMib += e.memMib
     else counters.totalReclaimedMib += e.memMib
     return e
   }
@@ -199,27 +203,6 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     headroom: h.candidate.headroom,
     entries: h.entries.size,
   })
-  const entryFor = (
-    id: string,
-    hostId: string,
-    ownerKind: LedgerEntry["ownerKind"],
-    ownerId: string,
-    b: Budget,
-    now: number,
-  ): LedgerEntry => ({
-    id,
-    hostId,
-    ownerKind,
-    ownerId,
-    memMib: b.memMib,
-    vcpus: b.vcpus,
-    vramMib: null,
-    createdAt: now,
-    lastHeartbeatAt: now,
-    expiresAt: null,
-    description: null,
-  })
-
   // ---- sessions ----------------------------------------------------------------------------
 
   const sessionOf = (s: SessionRec): Session => ({
@@ -238,75 +221,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     const s = sessions.get(id)
     return s === undefined ? Effect.fail(new NotFound({ entity: "session", id })) : Effect.succeed(s)
   }
-  // Every state change goes through core: the operation's own start states, then the life cycle.
-  const guard = (s: SessionRec, op: SessionRules.Operation, to: SessionState) => {
-    const t = SessionRules.apply(op, s.state, to)
-    return t._tag === "Legal"
-      ? Effect.void
-      : Effect.fail(new IllegalTransition({ sessionId: s.id, from: s.state, to, reason: t.message }))
-  }
   const sortedQueue = (): SessionRec[] => {
     if (queueSorted === null) {
       queueSorted = [...queue.values()].sort((a, b) => (a.queuedAt as number) - (b.queuedAt as number) || byId(a, b))
     }
     return queueSorted
-  }
-  const enqueue = (s: SessionRec, now: number): void => {
-    s.state = "queued"
-    s.queuedAt = now
-    s.hostId = null
-    s.reservationId = null
-    queue.set(s.id, s)
-    queueSorted = null
-  }
-  const dequeue = (s: SessionRec): void => {
-    if (queue.delete(s.id)) queueSorted = null
-  }
-  // Leaves the host's park and descent sets consistent with the session's state.
-  const setState = (s: SessionRec, to: SessionState, now: number): void => {
-    const h = s.hostId === null ? undefined : hosts.get(s.hostId)
-    if (h !== undefined) {
-      if (s.state === "parked") h.parks.delete(s.id)
-      if (s.state === "descending") h.descents.delete(s.id)
-    }
-    if (s.state === "queued") dequeue(s)
-    s.state = to
-    s.updatedAt = now
-    if (to !== "parked") s.parkedAt = null
-    if (h !== undefined) {
-      if (to === "parked") {
-        s.parkedAt = now
-        h.parks.set(s.id, { sessionId: s.id, parkedAt: now, budget: s.budget })
-      }
-      if (to === "descending") h.descents.add(s.id)
-    }
-  }
-  // Releases whatever reservation the session holds.
-  const releaseSessionEntry = (s: SessionRec, how: "release" | "reclaim"): void => {
-    if (s.reservationId !== null) removeEntry(s.reservationId, how)
-    s.reservationId = null
-  }
-  // Places a session on the best host now, or answers null. Atomic: pick and reserve in one step.
-  const tryPlace = (s: SessionRec, now: number): string | null => {
-    const hostId = index.pick({ budget: s.budget, affinity: s.affinity })
-    if (hostId === null) return null
-    const h = hosts.get(hostId) as HostRec
-    const entryId = `session:${s.id}:${++sessionSeq}`
-    // Placement picked a host that fits; the ledger's admission is the same rule, checked once more.
-    const admission = Ledger.admit(
-      { id: entryId, hostId, memMib: s.budget.memMib, vcpus: s.budget.vcpus },
-      { duplicate: false, host: ledgerHostView(h) },
-      limits,
-    )
-    if (admission._tag === "Refuse") return null
-    addEntry(entryFor(entryId, hostId, "session", s.id, s.budget, now))
-    if (s.state === "queued") dequeue(s)
-    s.state = "pending"
-    s.hostId = hostId
-    s.reservationId = entryId
-    s.queuedAt = null
-    s.updatedAt = now
-    return hostId
   }
   const positionOf = (s: SessionRec): number => {
     if (s.state !== "queued") return 0
@@ -319,6 +238,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       ? { _tag: "Placed", session: sessionOf(s) }
       : { _tag: "Queued", session: sessionOf(s), position: positionOf(s), noFit: noFitFor(s.budget, s.affinity) }
 
+  // The host choice of a create or a resume: the index's pick, with a fresh reservation id.
+  const placementFor = (id: string, budget: Budget, affinity: readonly string[]): SessionRules.Placed | null => {
+    const choice = index.choose({ budget, affinity })
+    return choice._tag === "Chosen" ? { hostId: choice.hostId, reservationId: `session:${id}:${++sessionSeq}` } : null
+  }
+
   // ---- moves -------------------------------------------------------------------------------
 
   const moveOf = (m: MoveRec): Move => ({ ...m, rounds: [...m.rounds] })
@@ -326,16 +251,98 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     const m = moves.get(id)
     return m === undefined ? Effect.fail(new NotFound({ entity: "move", id })) : Effect.succeed(m)
   }
-  const pendingMove = (m: MoveRec) =>
-    m.state === "pending" ? Effect.succeed(m) : Effect.fail(new Conflict({ entity: "move", id: m.id, reason: `move is ${m.state}` }))
-  // Ends a pending move without committing: drops the target reservation.
-  const closeMove = (m: MoveRec, reason: string, now: number, how: "release" | "reclaim", estimateMs: number | null = null): void => {
-    removeEntry(m.reservationId, how)
-    m.state = "aborted"
-    m.abortReason = reason
-    m.abortEstimateMs = estimateMs
-    m.endedAt = now
-    openMoves.delete(m.sessionId)
+  const openMoveOf = (sessionId: string): MoveRec | null => {
+    const id = openMoves.get(sessionId)
+    return id === undefined ? null : (moves.get(id) as MoveRec)
+  }
+
+  // ---- applying core's answers -------------------------------------------------------------
+
+  // The queue and the hosts' park and descent sets follow the session records: `leave` takes a
+  // record out of them, `enter` puts it in as it is now.
+  const leave = (s: SessionRec): void => {
+    const h = s.hostId === null ? undefined : hosts.get(s.hostId)
+    if (h !== undefined) {
+      if (s.state === "parked") h.parks.delete(s.id)
+      if (s.state === "descending") h.descents.delete(s.id)
+    }
+    if (s.state === "queued" && queue.delete(s.id)) queueSorted = null
+  }
+  const enter = (s: SessionRec): void => {
+    const h = s.hostId === null ? undefined : hosts.get(s.hostId)
+    if (h !== undefined) {
+      if (s.state === "parked") h.parks.set(s.id, { sessionId: s.id, parkedAt: s.parkedAt as number, budget: s.budget })
+      if (s.state === "descending") h.descents.add(s.id)
+    }
+    if (s.state === "queued") {
+      queue.set(s.id, s)
+      queueSorted = null
+    }
+  }
+  const setRecord = (s: SessionRec, next: Session): void => {
+    leave(s)
+    Object.assign(s, next)
+    enter(s)
+  }
+  const applyLedger = (changes: readonly SessionRules.LedgerChange[]): void => {
+    for (const c of changes) {
+      if (c._tag === "Reserve") addEntry(c.entry)
+      else if (c._tag === "Release") removeEntry(c.id, c.how)
+      else {
+        const e = entries.get(c.id) as LedgerEntry
+        entries.set(c.id, { ...e, ownerKind: "session", ownerId: c.ownerId, lastHeartbeatAt: c.heartbeatAt })
+      }
+    }
+  }
+  const applyMove = (change: SessionRules.MoveChange | null): void => {
+    if (change === null) return
+    const m = change.move
+    if (change._tag === "Open") {
+      moves.set(m.id, { ...m, rounds: [...m.rounds] })
+      openMoves.set(m.sessionId, m.id)
+    } else {
+      Object.assign(moves.get(m.id) as MoveRec, m, { rounds: [...m.rounds] })
+      openMoves.delete(m.sessionId)
+    }
+  }
+  // Writes one applied step: the ledger, the move, then the session record (a new one for a create).
+  const applyStep = (s: SessionRec | undefined, answer: SessionRules.Applied): SessionRec => {
+    applyLedger(answer.ledger)
+    applyMove(answer.move)
+    if (s !== undefined) {
+      setRecord(s, answer.session)
+      return s
+    }
+    // Core built this record for the store alone: it becomes the store's record as it is.
+    const created = answer.session as SessionRec
+    sessions.set(created.id, created)
+    enter(created)
+    return created
+  }
+  /** Runs a step on a found session and writes it, or answers core's refusal. */
+  const stepOn = (s: SessionRec, op: SessionRules.Step, t: number): SessionRec | StepRefusal => {
+    const answer = SessionRules.step(s, op, t)
+    if (answer._tag === "Applied") return applyStep(s, answer)
+    return answer._tag === "Unchanged" ? s : answer
+  }
+  const isRefusal = (x: SessionRec | StepRefusal): x is StepRefusal => "_tag" in x
+  /**
+   * A step on a session (not a move's commit or abort): core's refusal is the store's error,
+   * of the kinds the operation can answer (`E`: an IllegalTransition unless it says more).
+   */
+  const stepSession = <E extends IllegalTransition | Conflict = IllegalTransition>(
+    s: SessionRec,
+    op: SessionRules.Step,
+    t: number,
+  ): Effect.Effect<SessionRec, E> => {
+    const out = stepOn(s, op, t)
+    return isRefusal(out) ? Effect.fail(fromRefusal(s.id, out) as E) : Effect.succeed(out)
+  }
+  /** A commit or an abort of move `m`: core's refusal is a Conflict on the move. */
+  const stepMove = (m: MoveRec, op: SessionRules.Step, t: number): Effect.Effect<Move, Conflict> => {
+    const s = sessions.get(m.sessionId)
+    const out = s === undefined ? ({ _tag: "NotFound" } as const) : stepOn(s, op, t)
+    return isRefusal(out) ? Effect.fail(fromMoveRefusal(m.id, out)) : Effect.sync(() => moveOf(m))
   }
 
   // ---- the store ---------------------------------------------------------------------------
@@ -414,28 +421,25 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       Effect.gen(function* () {
         const bad = Validate.sessionInput(input)
         if (bad) return yield* bad
-        const existing = sessions.get(input.id)
-        if (existing !== undefined) {
-          if (existing.budget.memMib !== input.budget.memMib || existing.budget.vcpus !== input.budget.vcpus)
-            return yield* new Conflict({ entity: "session", id: input.id, reason: "session exists with another budget" })
-          return outcomeOf(existing)
-        }
         const t = yield* now
-        const s: SessionRec = {
+        const existing = sessions.get(input.id)
+        const affinity = input.affinity ?? []
+        const create = (placement: SessionRules.Placed | null): SessionRules.Step => ({
+          _tag: "create",
           id: input.id,
-          state: "queued",
-          budget: { memMib: input.budget.memMib, vcpus: input.budget.vcpus },
-          affinity: [...(input.affinity ?? [])],
-          hostId: null,
-          reservationId: null,
-          queuedAt: null,
-          parkedAt: null,
-          createdAt: t,
-          updatedAt: t,
+          budget: input.budget,
+          affinity,
+          placement,
+        })
+        if (existing !== undefined) {
+          // A repeated create: core answers the session as it is, or a Conflict on another budget.
+          const again = SessionRules.step(existing, create(null), t)
+          if (again._tag === "Unchanged") return outcomeOf(existing)
+          return yield* (fromRefusal(input.id, again as StepRefusal) as Conflict)
         }
-        sessions.set(s.id, s)
-        if (tryPlace(s, t) === null) enqueue(s, t)
-        return outcomeOf(s)
+        const answer = SessionRules.step(null, create(placementFor(input.id, input.budget, affinity)), t)
+        if (answer._tag !== "Applied") return yield* (fromRefusal(input.id, answer as StepRefusal) as Conflict)
+        return outcomeOf(applyStep(undefined, answer))
       }),
 
     getSession: (id) => Effect.map(findSession(id), sessionOf),
@@ -448,45 +452,28 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           .map(sessionOf),
       ),
 
-    markRunning: (id) => transitionOnly(id, "markRunning", "running"),
-    unpark: (id) => transitionOnly(id, "unpark", "running"),
-    beginDescent: (id) => transitionOnly(id, "beginDescent", "descending"),
-
+    markRunning: (id) => stepById(id, { _tag: "markRunning" }),
+    unpark: (id) => stepById(id, { _tag: "unpark" }),
+    beginDescent: (id) => stepById(id, { _tag: "beginDescent" }),
     // Idle applies only to a running session; the gate's answer picks parked or descending.
-    idle: (id, mayPark) => transitionOnly(id, "idle", mayPark ? "parked" : "descending"),
-
-    finishDescent: (id) =>
-      Effect.gen(function* () {
-        const s = yield* findSession(id)
-        yield* guard(s, "finishDescent", "descended")
-        const t = yield* now
-        setState(s, "descended", t)
-        releaseSessionEntry(s, "release")
-        s.hostId = null
-        return sessionOf(s)
-      }),
+    idle: (id, mayPark) => stepById(id, { _tag: "idle", mayPark }),
+    finishDescent: (id) => stepById(id, { _tag: "finishDescent" }),
 
     resume: (id) =>
       Effect.gen(function* () {
         const s = yield* findSession(id)
-        yield* guard(s, "resume", "pending")
+        // Judged before the host choice, so a refused resume takes no reservation id.
+        const bad = SessionRules.judge(s, "resume", "pending")
+        if (bad) return yield* (fromRefusal(id, bad) as IllegalTransition)
         const t = yield* now
-        if (tryPlace(s, t) === null) enqueue(s, t)
-        return outcomeOf(s)
+        const resumed = yield* stepSession(s, { _tag: "resume", placement: placementFor(s.id, s.budget, s.affinity) }, t)
+        return outcomeOf(resumed)
       }),
 
     endSession: (id) =>
       Effect.gen(function* () {
         const s = yield* findSession(id)
-        yield* guard(s, "end", "ended")
-        const t = yield* now
-        const moveId = openMoves.get(id)
-        if (moveId !== undefined) closeMove(moves.get(moveId) as MoveRec, "session ended", t, "release")
-        setState(s, "ended", t)
-        releaseSessionEntry(s, "release")
-        s.hostId = null
-        s.queuedAt = null
-        return sessionOf(s)
+        return sessionOf(yield* stepSession(s, { _tag: "end", openMove: openMoveOf(id) }, yield* now))
       }),
 
     listQueue: () => Effect.sync(() => sortedQueue().map(sessionOf)),
@@ -494,13 +481,17 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     drainQueue: (options = {}) =>
       Effect.gen(function* () {
         const t = yield* now
-        const limit = options.limit ?? Number.POSITIVE_INFINITY
+        // Core's queue walk over the live index (it takes each placement's room from it), then
+        // each placement applied at once: the walk and the writes are one synchronous step.
+        const walk = QueueWalk.walkOn(index, [...sortedQueue()], { limit: options.limit })
         const placed: { sessionId: string; hostId: string }[] = []
-        for (const s of [...sortedQueue()]) {
-          if (placed.length >= limit) break
-          if (s.state !== "queued") continue
-          const hostId = tryPlace(s, t)
-          if (hostId !== null) placed.push({ sessionId: s.id, hostId })
+        for (const p of walk.placed) {
+          const s = p.waiting
+          const reservationId = `session:${s.id}:${++sessionSeq}`
+          const answer = SessionRules.step(s, { _tag: "place", placement: { hostId: p.hostId, reservationId } }, t)
+          if (answer._tag !== "Applied") continue
+          applyStep(s, answer)
+          placed.push({ sessionId: s.id, hostId: p.hostId })
         }
         return { placed, remaining: queue.size } satisfies DrainResult
       }),
@@ -522,12 +513,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           return yield* new Refused({ check: admission.check, reason: admission.message })
         }
         const t = yield* now
-        const e: LedgerEntry = {
-          ...entryFor(input.id as string, input.hostId as string, input.ownerKind, input.ownerId, input, t),
-          vramMib: input.vramMib ?? null,
-          expiresAt: input.expiresAt ?? null,
-          description: input.description ?? null,
-        }
+        const e = Ledger.entryOf({ ...input, id: input.id as string, hostId: input.hostId as string }, t)
         addEntry(e)
         return e
       }),
@@ -536,9 +522,9 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       Effect.gen(function* () {
         const e = entries.get(id)
         if (e === undefined) return yield* new NotFound({ entity: "reservation", id })
-        if (e.ownerKind === "session" || e.ownerKind === "move")
-          return yield* new Refused({ check: "owned", reason: `reservation ${id} is held by ${e.ownerKind} ${e.ownerId}: end the session or abort the move` })
-        return removeEntry(id, "release") as LedgerEntry
+        const owned = Ledger.refuseRelease(e)
+        if (owned) return yield* new Refused({ check: owned.check, reason: owned.message })
+        return removeEntry(id, "released") as LedgerEntry
       }),
 
     heartbeat: (id) =>
@@ -557,7 +543,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         let n = 0
         for (const id of h.entries) {
           const e = entries.get(id) as LedgerEntry
-          if (e.ownerKind === "external") continue
+          if (!Ledger.renewedByHost.includes(e.ownerKind)) continue
           entries.set(id, { ...e, lastHeartbeatAt: t })
           n++
         }
@@ -582,46 +568,28 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     reclaim: () =>
       Effect.gen(function* () {
         const t = yield* now
-        const doomed = Ledger.reclaimable(entries.values(), t, limits).sort(byId)
-        const reclaimed: LedgerEntry[] = []
-        const lost: string[] = []
-        for (const e of doomed) {
-          if (!entries.has(e.id)) continue // already removed with its session or move
-          if (e.ownerKind === "session") {
-            const s = sessions.get(e.ownerId)
-            if (s !== undefined && s.reservationId === e.id) {
-              const moveId = openMoves.get(s.id)
-              if (moveId !== undefined) {
-                // The move's target entry goes with it: reclaimed if it is itself stale, else released.
-                const m = moves.get(moveId) as MoveRec
-                const target = entries.get(m.reservationId)
-                const stale = target !== undefined && Ledger.isReclaimable(target, t, limits)
-                closeMove(m, "session lost: its reservation was reclaimed", t, stale ? "reclaim" : "release")
-                if (stale) reclaimed.push(target)
-              }
-              removeEntry(e.id, "reclaim")
-              setState(s, "lost", t)
-              s.reservationId = null
-              s.hostId = null
-              lost.push(s.id)
-              reclaimed.push(e)
-              continue
-            }
-          }
-          if (e.ownerKind === "move") {
-            const m = moves.get(e.ownerId)
-            if (m !== undefined && m.state === "pending") {
-              closeMove(m, "move target's reservation was reclaimed", t, "reclaim")
-              const s = sessions.get(m.sessionId)
-              if (s !== undefined && s.state === "moving") setState(s, "running", t)
-              reclaimed.push(e)
-              continue
-            }
-          }
-          removeEntry(e.id, "reclaim")
-          reclaimed.push(e)
+        // Core decides what goes and what follows; the store reads what it asks for and writes the plan.
+        const wanted = Reclaim.wanted(entries.values(), t, limits)
+        const involved = new Map<string, SessionRec>()
+        const open: MoveRec[] = []
+        for (const id of wanted.moveIds) {
+          const m = moves.get(id)
+          if (m !== undefined && m.state === "pending") open.push(m)
         }
-        return { reclaimed: reclaimed.sort(byId), lostSessions: lost.sort() } satisfies ReclaimResult
+        for (const id of wanted.sessionIds) {
+          const m = openMoveOf(id)
+          if (m !== null) open.push(m)
+        }
+        for (const id of [...wanted.sessionIds, ...open.map((m) => m.sessionId)]) {
+          const s = sessions.get(id)
+          if (s !== undefined) involved.set(id, s)
+        }
+        const plan = Reclaim.plan({ entries: wanted.doomed, sessions: involved.values(), openMoves: open }, t, limits)
+        for (const e of plan.reclaimed) removeEntry(e.id, "reclaimed")
+        for (const id of plan.released) removeEntry(id, "released")
+        for (const m of plan.moves) applyMove({ _tag: "Close", move: m })
+        for (const next of plan.sessions) setRecord(involved.get(next.id) as SessionRec, next)
+        return { reclaimed: [...plan.reclaimed], lostSessions: [...plan.lostSessions] } satisfies ReclaimResult
       }),
 
     hostSummary: (hostId) =>
@@ -641,57 +609,30 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     beginMove: (input) =>
       Effect.gen(function* () {
         const s = yield* findSession(input.sessionId)
-        const open = openMoves.get(s.id)
-        if (open !== undefined) return yield* new Conflict({ entity: "move", id: open, reason: `session ${s.id} already has an open move` })
-        yield* guard(s, "beginMove", "moving")
+        const openMove = openMoveOf(s.id)
+        const refused = SessionRules.refuseBeginMove(s, openMove)
+        if (refused) return yield* (fromRefusal(s.id, refused) as IllegalTransition | Conflict)
         const bad = Validate.maxDowntimeMs(input.maxDowntimeMs)
         if (bad) return yield* bad
-        const source = s.hostId as string
-        let targetId: string
-        if (input.targetHostId !== undefined) {
-          if (input.targetHostId === source)
-            return yield* new InvalidInput({ field: "targetHostId", rule: "must differ from the source host" })
-          const target = yield* findHost(input.targetHostId)
-          if (!Placement.fitsOn(target.candidate, s.budget, limits))
-            return yield* new Refused({ check: "no_fit", reason: `host ${target.id} cannot take the session: ${Placement.reasonFor(target.candidate, s.budget, limits)}` })
-          targetId = target.id
-        } else {
-          const others = [...hosts.values()].filter((h) => h.id !== source).map((h) => h.candidate)
-          const picked = Placement.pick(others, { budget: s.budget, affinity: s.affinity }, limits)
-          if (picked === null) return yield* new Refused({ check: "no_fit", reason: `no host other than ${source} can take the session` })
-          targetId = picked
-        }
-        const t = yield* now
+        const choice = index.choose({ budget: s.budget, affinity: s.affinity, exclude: s.hostId ?? undefined, target: input.targetHostId })
+        const refusedTarget = fromTargetChoice(choice)
+        if (refusedTarget !== null || choice._tag !== "Chosen") return yield* (refusedTarget as InvalidInput | NotFound | Refused)
         const moveId = `${s.id}:move:${++moveSeq}`
-        const reservationId = `move:${moveId}`
-        addEntry(entryFor(reservationId, targetId, "move", moveId, s.budget, t))
-        const m: MoveRec = {
-          id: moveId,
-          sessionId: s.id,
-          sourceHostId: source,
-          targetHostId: targetId,
-          reservationId,
-          maxDowntimeMs: input.maxDowntimeMs,
-          state: "pending",
-          rounds: [],
-          phases: null,
-          abortReason: null,
-          abortEstimateMs: null,
-          createdAt: t,
-          endedAt: null,
-        }
-        moves.set(moveId, m)
-        openMoves.set(s.id, moveId)
-        setState(s, "moving", t)
-        return moveOf(m)
+        const move = { id: moveId, targetHostId: choice.hostId, reservationId: `move:${moveId}`, maxDowntimeMs: input.maxDowntimeMs }
+        yield* stepSession<IllegalTransition | Conflict>(s, { _tag: "beginMove", openMove, move }, yield* now)
+        return moveOf(moves.get(moveId) as MoveRec)
       }),
 
     recordRound: (moveId, round) =>
       Effect.gen(function* () {
-        const m = yield* Effect.flatMap(findMove(moveId), pendingMove)
+        const m = yield* findMove(moveId)
+        const finished = MoveRules.refuseUnlessPending(m)
+        if (finished) return yield* new Conflict({ entity: "move", id: m.id, reason: finished.reason })
         const bad = Validate.round(round)
         if (bad) return yield* bad
-        m.rounds.push({ ...round })
+        const recorded = MoveRules.recordRound(m, round)
+        if (recorded._tag === "Conflict") return yield* new Conflict({ entity: "move", id: m.id, reason: recorded.reason })
+        m.rounds = [...recorded.move.rounds]
         return moveOf(m)
       }),
 
@@ -699,35 +640,24 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       Effect.gen(function* () {
         const bad = Validate.phases(phases)
         if (bad) return yield* bad
-        const m = yield* Effect.flatMap(findMove(moveId), pendingMove)
-        const t = yield* now
-        const s = sessions.get(m.sessionId) as SessionRec
-        // The target's reservation becomes the session's; the source's is released.
-        const target = entries.get(m.reservationId) as LedgerEntry
-        entries.set(target.id, { ...target, ownerKind: "session", ownerId: s.id, lastHeartbeatAt: t })
-        releaseSessionEntry(s, "release")
-        s.hostId = m.targetHostId
-        s.reservationId = target.id
-        setState(s, "running", t)
-        m.state = "committed"
-        m.phases = { ...phases }
-        m.endedAt = t
-        openMoves.delete(s.id)
-        return moveOf(m)
+        const m = yield* findMove(moveId)
+        return yield* stepMove(m, { _tag: "commitMove", move: m, phases }, yield* now)
       }),
 
     abortMove: (moveId, reason, options = {}) =>
       Effect.gen(function* () {
         const bad = Validate.text("reason", reason) ?? Validate.estimateMs(options.estimateMs)
         if (bad) return yield* bad
-        const m = yield* Effect.flatMap(findMove(moveId), pendingMove)
-        if (options.onlyBeforeFinalRound === true && m.rounds.some((r) => r.kind === "final"))
-          return yield* new Conflict({ entity: "move", id: m.id, reason: "final round recorded: the pause is spent" })
-        const t = yield* now
-        closeMove(m, reason, t, "release", options.estimateMs ?? null)
-        const s = sessions.get(m.sessionId) as SessionRec
-        if (s.state === "moving") setState(s, "running", t)
-        return moveOf(m)
+        const m = yield* findMove(moveId)
+        const abort: SessionRules.Step = {
+          _tag: "abortMove",
+          move: m,
+          reason,
+          estimateMs: options.estimateMs ?? null,
+          onlyBeforeFinalRound: options.onlyBeforeFinalRound === true,
+          targetReclaimed: false,
+        }
+        return yield* stepMove(m, abort, yield* now)
       }),
 
     getMove: (id) => Effect.map(findMove(id), moveOf),
@@ -749,12 +679,10 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
   }
 
-  function transitionOnly(id: string, op: SessionRules.Operation, to: SessionState) {
+  function stepById(id: string, op: SessionRules.Step) {
     return Effect.gen(function* () {
       const s = yield* findSession(id)
-      yield* guard(s, op, to)
-      setState(s, to, yield* now)
-      return sessionOf(s)
+      return sessionOf(yield* stepSession(s, op, yield* now))
     })
   }
 

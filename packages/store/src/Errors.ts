@@ -3,6 +3,7 @@
  * each to one HTTP answer: NotFound 404, Conflict 409, IllegalTransition 409, Refused 409 (or
  * 503 for a move's downtime), InvalidInput 400, Unavailable 503 with a retry hint.
  */
+import type { Placement, Session as SessionRules } from "@engram/core"
 import { Schema } from "effect"
 
 /** The kinds of record a store holds. */
@@ -83,3 +84,45 @@ export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable"
 
 /** Every error a store operation can fail with. */
 export type StoreError = NotFound | Conflict | IllegalTransition | Refused | InvalidInput | Unavailable
+
+/** A refusal by core's `Session.step` (anything but `Applied` and `Unchanged`). */
+export type StepRefusal = Exclude<SessionRules.Answer, SessionRules.Applied | SessionRules.Unchanged>
+
+/** The store error for core's refusal of an operation on session `sessionId`: one mapping for every store. */
+export const fromRefusal = (sessionId: string, refusal: StepRefusal): NotFound | IllegalTransition | Conflict => {
+  switch (refusal._tag) {
+    case "NotFound":
+      return new NotFound({ entity: "session", id: sessionId })
+    case "Illegal":
+      return new IllegalTransition({ sessionId: refusal.sessionId, from: refusal.from, to: refusal.to, reason: refusal.message })
+    case "Conflict":
+      return new Conflict({ entity: refusal.entity, id: refusal.id, reason: refusal.reason })
+  }
+}
+
+/**
+ * The store error for core's refusal of a commit or an abort of move `moveId`: a finished move,
+ * or a session that is not moving (never, while the store is consistent), is a `Conflict` on the move.
+ */
+export const fromMoveRefusal = (moveId: string, refusal: StepRefusal): Conflict =>
+  refusal._tag === "Conflict"
+    ? new Conflict({ entity: refusal.entity, id: refusal.id, reason: refusal.reason })
+    : new Conflict({ entity: "move", id: moveId, reason: refusal._tag === "Illegal" ? refusal.message : "its session is gone" })
+
+/**
+ * The store error for a move target core's host choice refused (`Placement.choose`): the
+ * source itself is `InvalidInput` naming `targetHostId`, an unknown host `NotFound`, no room
+ * `Refused` with check `no_fit`. Null when a host was chosen.
+ */
+export const fromTargetChoice = (choice: Placement.Chosen): InvalidInput | NotFound | Refused | null => {
+  switch (choice._tag) {
+    case "Chosen":
+      return null
+    case "SameHost":
+      return new InvalidInput({ field: "targetHostId", rule: "must differ from the source host" })
+    case "UnknownHost":
+      return new NotFound({ entity: "host", id: choice.hostId })
+    case "NoFit":
+      return new Refused({ check: "no_fit", reason: choice.message })
+  }
+}

@@ -3,10 +3,13 @@
  * implements `Store`, and `@engram/store-conformance` checks that they behave the same.
  *
  * Rules every implementation keeps:
- * - Every decision about room calls `@engram/core` (Headroom, Placement, Ledger, Session).
+ * - Every decision calls `@engram/core`: room (Headroom, Placement, QueueWalk), admission
+ *   (Ledger), and what each operation does (`Session.step`: the next session record, the
+ *   reservations, the move; `Reclaim.plan` for a reclaim). A store reads, asks, and applies.
  * - Placement is atomic with its reservation: no two placements take the last room on a host.
- * - Every session state change is a compare-and-set through `Session.transition`; an illegal
- *   one fails with `IllegalTransition` and changes nothing.
+ * - Every session state change is one compare-and-set of core's answer; an illegal one fails
+ *   with `IllegalTransition` (a commit or abort refused by core, with `Conflict` on the move)
+ *   and changes nothing.
  * - Time comes from the Effect `Clock`, so tests run on a `TestClock`.
  * - A failed operation changes nothing.
  */

@@ -2,8 +2,8 @@
  * The store's records: hosts, sessions, reservations, moves, and the fleet read. Plain data,
  * times in epoch ms (from the store's Effect Clock), RAM in MiB.
  */
-import type { Budget, FleetHost, HostHeadroom, LedgerEntry, NoFitDetail, OwnerKind, Queued, SessionState } from "@engram/core"
-import type { Ledger, Placement } from "@engram/core"
+import type { FleetHost, HostHeadroom, LedgerEntry, NoFitDetail, OwnerKind, Queued, SessionState } from "@engram/core"
+import type { Ledger, Move as MoveRules, Placement, Session as SessionRules } from "@engram/core"
 
 /** What a host agent reports about its host (SPEC §1). Null = not measured. */
 export interface HostReport {
@@ -33,19 +33,8 @@ export interface HostView extends Host {
   readonly descentsRunning: number
 }
 
-/** A session. `hostId` and `reservationId` are set while it holds a reservation. */
-export interface Session {
-  readonly id: string
-  readonly state: SessionState
-  readonly budget: Budget
-  readonly affinity: readonly string[]
-  readonly hostId: string | null
-  readonly reservationId: string | null
-  readonly queuedAt: number | null
-  readonly parkedAt: number | null
-  readonly createdAt: number
-  readonly updatedAt: number
-}
+/** A session (core's record, `Session.Record`). `hostId` and `reservationId` are set while it holds a reservation. */
+export type Session = SessionRules.Record
 
 /** What a create or a resume did. */
 export type PlaceOutcome =
@@ -96,47 +85,19 @@ export interface DrainResult {
 }
 
 /** A live move's state. */
-export type MoveState = "pending" | "committed" | "aborted"
+export type MoveState = MoveRules.State
 
 /** The kind of a pre-copy round. */
-export type RoundKind = "full" | "delta" | "final"
+export type RoundKind = MoveRules.RoundKind
 
 /** One pre-copy round as the source measured it. */
-export interface MoveRound {
-  readonly kind: RoundKind
-  readonly wireBytes: number
-  readonly apparentBytes: number
-  readonly sendMs: number
-  readonly captureMs: number
-}
+export type MoveRound = MoveRules.Round
 
 /** The phases of a committed move's pause. */
-export interface MovePhases {
-  readonly downtimeMs: number
-  readonly captureMs: number
-  readonly sendMs: number
-  readonly commitMs: number
-}
+export type MovePhases = MoveRules.Phases
 
-/** A live move of a running session (SPEC §5). */
-export interface Move {
-  readonly id: string
-  readonly sessionId: string
-  readonly sourceHostId: string
-  readonly targetHostId: string
-  /** The target's reservation (`ownerKind = move`) while pending; the session's after commit. */
-  readonly reservationId: string
-  readonly maxDowntimeMs: number
-  readonly state: MoveState
-  readonly rounds: readonly MoveRound[]
-  readonly phases: MovePhases | null
-  /** Why an aborted move aborted (e.g. `ErrMoveDowntime: estimate 812 ms > 600 ms`). */
-  readonly abortReason: string | null
-  /** The downtime estimate an aborted move was refused on (`ErrMoveDowntime`), in ms; null otherwise. */
-  readonly abortEstimateMs: number | null
-  readonly createdAt: number
-  readonly endedAt: number | null
-}
+/** A live move of a running session (SPEC §5; core's record, `Move.Record`). */
+export type Move = MoveRules.Record
 
 /** Filters of `listSessions`. */
 export interface SessionFilter {

@@ -1,0 +1,87 @@
+/**
+ * A live move's record (SPEC §5, the store's part): a move is `pending` from its start until it
+ * is `committed` (the session runs on the target) or `aborted` (it runs on the source). This
+ * module holds the record and decides what may still happen to it; `Session.step` decides what
+ * a commit or an abort does to the session and the ledger.
+ */
+
+/** A move's state: open (`pending`) or finished. */
+export type State = "pending" | "committed" | "aborted"
+
+/** The kind of a pre-copy round. */
+export type RoundKind = "full" | "delta" | "final"
+
+/** One pre-copy round as the source measured it. */
+export interface Round {
+  readonly kind: RoundKind
+  readonly wireBytes: number
+  readonly apparentBytes: number
+  readonly sendMs: number
+  readonly captureMs: number
+}
+
+/** The phases of a committed move's pause. */
+export interface Phases {
+  readonly downtimeMs: number
+  readonly captureMs: number
+  readonly sendMs: number
+  readonly commitMs: number
+}
+
+/** A live move of a running session. Times are epoch ms. */
+export interface Record {
+  readonly id: string
+  readonly sessionId: string
+  readonly sourceHostId: string
+  readonly targetHostId: string
+  /** The target's reservation (`ownerKind = move`) while pending; the session's after commit. */
+  readonly reservationId: string
+  readonly maxDowntimeMs: number
+  readonly state: State
+  readonly rounds: readonly Round[]
+  readonly phases: Phases | null
+  /** Why an aborted move aborted (e.g. `ErrMoveDowntime: estimate 812 ms > 600 ms`). */
+  readonly abortReason: string | null
+  /** The downtime estimate an aborted move was refused on (`ErrMoveDowntime`), in ms; null otherwise. */
+  readonly abortEstimateMs: number | null
+  readonly createdAt: number
+  readonly endedAt: number | null
+}
+
+/** Why a move refuses a change: it is finished, or its pause is already spent. */
+export interface Refusal {
+  readonly _tag: "Conflict"
+  readonly moveId: string
+  readonly reason: string
+}
+
+/** Whether the move is still open; a finished move refuses rounds, commits and aborts. */
+export const refuseUnlessPending = (m: Pick<Record, "id" | "state">): Refusal | null =>
+  m.state === "pending" ? null : { _tag: "Conflict", moveId: m.id, reason: `move is ${m.state}` }
+
+/** Whether the move's final round is recorded: its guest paused and the target may have committed. */
+export const finalRoundRecorded = (m: Pick<Record, "rounds">): boolean => m.rounds.some((r) => r.kind === "final")
+
+/**
+ * Judges an abort: refused on a finished move, and — with `onlyBeforeFinalRound` — on a move
+ * whose final round is recorded (its pause is spent).
+ */
+export const refuseAbort = (m: Pick<Record, "id" | "state" | "rounds">, onlyBeforeFinalRound: boolean): Refusal | null =>
+  refuseUnlessPending(m) ??
+  (onlyBeforeFinalRound && finalRoundRecorded(m) ? { _tag: "Conflict", moveId: m.id, reason: "final round recorded: the pause is spent" } : null)
+
+/** The move with one more round; refused on a finished move. */
+export const recordRound = (m: Record, round: Round): { readonly _tag: "Recorded"; readonly move: Record } | Refusal => {
+  const refused = refuseUnlessPending(m)
+  if (refused !== null) return refused
+  return { _tag: "Recorded", move: { ...m, rounds: [...m.rounds, { ...round }] } }
+}
+
+/** The move closed without committing (`aborted`) at `now`, with why and the estimate it was refused on. */
+export const close = (m: Record, reason: string, estimateMs: number | null, now: number): Record => ({
+  ...m,
+  state: "aborted",
+  abortReason: reason,
+  abortEstimateMs: estimateMs,
+  endedAt: now,
+})

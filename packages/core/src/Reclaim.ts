@@ -1,0 +1,144 @@
+/**
+ * The reclaim plan (SPEC §3): which reservations a reclaim pass removes (every expired or stale
+ * one) and what follows from it. A reclaimed session reservation makes its session `lost` and
+ * closes its open move (the target's reservation goes too: reclaimed if it is itself stale,
+ * else released); a reclaimed move target closes its move and the session runs on the source
+ * again. Entries are judged in id order, so when both of a moving session's entries are stale
+ * the first one decides why the move closed; the session ends lost either way. Each session
+ * change is a `Session.step`.
+ */
+import type { Entry } from "./Ledger.js"
+import * as Ledger from "./Ledger.js"
+import { defaults, type Limits } from "./Limits.js"
+import * as Move from "./Move.js"
+import * as Session from "./Session.js"
+
+const byId = (a: { readonly id: string }, b: { readonly id: string }): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
+
+/** What a store must read, under its locks, before it asks for the plan. */
+export interface Wanted<E extends Entry = Entry> {
+  /** The entries the pass removes, sorted by id. */
+  readonly doomed: readonly E[]
+  /** Sessions owning a doomed session entry. */
+  readonly sessionIds: readonly string[]
+  /** Moves owning a doomed move entry. */
+  readonly moveIds: readonly string[]
+}
+
+/** The entries `reclaim` removes at `now`, and whose sessions and moves it needs. */
+export const wanted = <E extends Entry>(entries: Iterable<E>, now: number, limits: Limits = defaults): Wanted<E> => {
+  const doomed = Ledger.reclaimable(entries, now, limits).sort(byId)
+  const sessionIds = new Set<string>()
+  const moveIds = new Set<string>()
+  for (const e of doomed) {
+    if (e.ownerKind === "session") sessionIds.add(e.ownerId)
+    else if (e.ownerKind === "move") moveIds.add(e.ownerId)
+  }
+  return { doomed, sessionIds: [...sessionIds].sort(), moveIds: [...moveIds].sort() }
+}
+
+/** What the plan reads: the candidate entries, and the sessions and open moves they may touch. */
+export interface Input<E extends Entry = Entry> {
+  /** Entries to judge; those neither expired nor stale stay (pass every entry, or those read as suspects). */
+  readonly entries: Iterable<E>
+  /** Every session owning a doomed session entry, and the session of every open move below. */
+  readonly sessions: Iterable<Session.Record>
+  /** The pending moves owned by a doomed move entry or belonging to one of those sessions. */
+  readonly openMoves: Iterable<Move.Record>
+}
+
+/** A reclaim pass, decided. */
+export interface Plan<E extends Entry = Entry> {
+  /** Every expired or stale entry, sorted by id: removed and counted as reclaimed. */
+  readonly reclaimed: readonly E[]
+  /** Entries removed with them and counted as released: the open move targets of lost sessions, not stale themselves. */
+  readonly released: readonly string[]
+  /** The next record of every session the pass changes (lost, or running again on its source), sorted by id. */
+  readonly sessions: readonly Session.Record[]
+  /** The next record of every move the pass closes, sorted by id. */
+  readonly moves: readonly Move.Record[]
+  /** The sessions made lost, sorted. */
+  readonly lostSessions: readonly string[]
+  /** What happened to each session, in the order decided. */
+  readonly events: readonly { readonly sessionId: string; readonly event: Session.Event }[]
+}
+
+/** Decides a reclaim pass at `now` (SPEC §3): the entries that go, and the cascade to sessions and moves. */
+export const plan = <E extends Entry>(input: Input<E>, now: number, limits: Limits = defaults): Plan<E> => {
+  const { doomed } = wanted(input.entries, now, limits)
+  const doomedIds = new Set(doomed.map((e) => e.id))
+  const current = new Map<string, Session.Record>()
+  for (const s of input.sessions) current.set(s.id, s)
+  const openMoves = new Map<string, Move.Record>()
+  const openOf = new Map<string, Move.Record>()
+  for (const m of input.openMoves)
+    if (m.state === "pending") {
+      openMoves.set(m.id, m)
+      openOf.set(m.sessionId, m)
+    }
+  const removed = new Set<string>()
+  const released: string[] = []
+  const changed = new Set<string>()
+  const closed = new Map<string, Move.Record>()
+  const lost: string[] = []
+  const events: { sessionId: string; event: Session.Event }[] = []
+
+  const take = (sessionId: string, answer: Session.Answer): boolean => {
+    if (answer._tag !== "Applied") return false
+    current.set(sessionId, answer.session)
+    changed.add(sessionId)
+    for (const c of answer.ledger)
+      if (c._tag === "Release") {
+        removed.add(c.id)
+        if (c.how === "released") released.push(c.id)
+      }
+    if (answer.move !== null) {
+      closed.set(answer.move.move.id, answer.move.move)
+      openMoves.delete(answer.move.move.id)
+      openOf.delete(sessionId)
+    }
+    for (const event of answer.events) events.push({ sessionId, event })
+    return true
+  }
+
+  for (const e of doomed) {
+    if (removed.has(e.id)) continue
+    removed.add(e.id)
+    if (e.ownerKind === "session") {
+      const s = current.get(e.ownerId)
+      if (s !== undefined && s.reservationId === e.id) {
+        const m = openOf.get(s.id) ?? null
+        const lose: Session.Step = { _tag: "lose", openMove: m, targetReclaimed: m !== null && doomedIds.has(m.reservationId) }
+        if (take(s.id, Session.step(s, lose, now))) lost.push(s.id)
+      }
+    } else if (e.ownerKind === "move") {
+      const m = openMoves.get(e.ownerId)
+      if (m !== undefined && m.reservationId === e.id) {
+        const s = current.get(m.sessionId)
+        const abort: Session.Step = {
+          _tag: "abortMove",
+          move: m,
+          reason: Session.targetLostReason,
+          estimateMs: null,
+          onlyBeforeFinalRound: false,
+          targetReclaimed: true,
+        }
+        if (s === undefined || !take(s.id, Session.step(s, abort, now))) {
+          // A move whose session is not moving (never, while the store is consistent) still closes: its target is gone.
+          closed.set(m.id, Move.close(m, Session.targetLostReason, null, now))
+          openMoves.delete(m.id)
+          openOf.delete(m.sessionId)
+        }
+      }
+    }
+  }
+
+  return {
+    reclaimed: doomed,
+    released,
+    sessions: [...changed].sort().map((id) => current.get(id) as Session.Record),
+    moves: [...closed.values()].sort(byId),
+    lostSessions: lost.sort(),
+    events,
+  }
+}

@@ -1,0 +1,76 @@
+import fc from "fast-check"
+import { describe, expect, it } from "vitest"
+import { Limits, Placement, PlacementIndex } from "../src/index.js"
+import type { Candidate } from "../src/index.js"
+import { arbBudget, arbFleet, hostIds } from "./arb.js"
+
+const host = (id: string, allocatableMib: number | null, reservedMib = 0, state: Placement.HostState = "ready"): Candidate => ({
+  id,
+  headroom: { allocatableMib, cpuBudget: 32, reserved: { memMib: reservedMib, vcpus: 0 } },
+  state,
+})
+
+describe("the host choice", () => {
+  it("property: the index chooses exactly as Placement.choose (affinity, an excluded host, an asked-for target)", () => {
+    const req = fc.record({
+      budget: arbBudget,
+      affinity: fc.array(fc.constantFrom(...hostIds, "nowhere"), { maxLength: 3 }),
+      exclude: fc.option(fc.constantFrom(...hostIds), { nil: undefined }),
+      target: fc.option(fc.constantFrom(...hostIds, "nowhere"), { nil: undefined }),
+    })
+    fc.assert(
+      fc.property(arbFleet, fc.array(req, { minLength: 1, maxLength: 6 }), fc.boolean(), (hosts, reqs, requireMeasured) => {
+        const limits = { ...Limits.defaults, maxEntriesPerNode: 4, requireMeasured }
+        const index = PlacementIndex.Index.of(hosts, limits)
+        for (const r of reqs) {
+          expect(index.choose(r)).toStrictEqual(Placement.choose(hosts, r, limits))
+          // Without a target the choice is the pick, and the pick never answers the excluded host.
+          const picked = index.pick(r)
+          expect(picked).toBe(Placement.pick(hosts, r, limits))
+          if (r.exclude !== undefined) expect(picked).not.toBe(r.exclude)
+        }
+      }),
+      { numRuns: 1500 },
+    )
+  })
+
+  it("property: Placement.top is the ranking's first k", () => {
+    fc.assert(
+      fc.property(arbFleet, arbBudget, fc.integer({ min: 0, max: 12 }), (hosts, budget, k) => {
+        const req = { budget, affinity: ["h3", "h1"] }
+        expect(Placement.top(hosts, req, k)).toStrictEqual(Placement.rank(hosts, req).slice(0, k))
+      }),
+      { numRuns: 500 },
+    )
+  })
+
+  it("an asked-for target is chosen when the budget fits there, even over a better ranked host", () => {
+    const hosts = [host("snug", 2048), host("roomy", 16384)]
+    expect(Placement.choose(hosts, { budget: { memMib: 1024, vcpus: 1 } })).toStrictEqual({ _tag: "Chosen", hostId: "snug" })
+    expect(Placement.choose(hosts, { budget: { memMib: 1024, vcpus: 1 }, target: "roomy" })).toStrictEqual({ _tag: "Chosen", hostId: "roomy" })
+  })
+
+  it("an asked-for target without room names its reason; the source as target and an unknown target are told apart", () => {
+    const hosts = [host("src", 8192), host("full", 2048, 2048), host("off", 65536, 0, "draining")]
+    const budget = { memMib: 1024, vcpus: 1 }
+    expect(Placement.choose(hosts, { budget, exclude: "src", target: "full" })).toStrictEqual({
+      _tag: "NoFit",
+      message: "host full cannot take the session: ram_full",
+    })
+    expect(Placement.choose(hosts, { budget, exclude: "src", target: "off" })).toStrictEqual({
+      _tag: "NoFit",
+      message: "host off cannot take the session: draining",
+    })
+    expect(Placement.choose(hosts, { budget, exclude: "src", target: "src" })).toStrictEqual({ _tag: "SameHost", hostId: "src" })
+    expect(Placement.choose(hosts, { budget, exclude: "src", target: "nope" })).toStrictEqual({ _tag: "UnknownHost", hostId: "nope" })
+  })
+
+  it("a move target is never the source, and none other fitting is a NoFit naming the source", () => {
+    const hosts = [host("src", 8192), host("small", 512)]
+    expect(Placement.choose(hosts, { budget: { memMib: 1024, vcpus: 1 }, exclude: "src" })).toStrictEqual({
+      _tag: "NoFit",
+      message: "no host other than src can take the session",
+    })
+    expect(Placement.choose(hosts, { budget: { memMib: 1024, vcpus: 1 } })).toStrictEqual({ _tag: "Chosen", hostId: "src" })
+  })
+})

@@ -1,0 +1,120 @@
+import fc from "fast-check"
+import { describe, expect, it } from "vitest"
+import { Headroom, Limits, ParkPolicy, Placement, PlacementIndex, QueueWalk } from "../src/index.js"
+import type { Budget, Candidate } from "../src/index.js"
+import { arbBudget, arbFleet, hostIds } from "./arb.js"
+
+interface Q {
+  readonly id: string
+  readonly budget: Budget
+  readonly affinity: readonly string[]
+}
+
+const arbQueue = fc
+  .array(fc.record({ budget: arbBudget, affinity: fc.array(fc.constantFrom(...hostIds), { maxLength: 2 }) }), { maxLength: 25 })
+  .map((qs) => qs.map((q, i): Q => ({ id: `q${i}`, ...q })))
+
+const host = (id: string, capacityMib: number): Candidate => ({
+  id,
+  headroom: { allocatableMib: capacityMib, cpuBudget: 64, reserved: { memMib: 0, vcpus: 0 } },
+})
+const gib = (n: number): Q => ({ id: `${n}g`, budget: { memMib: n * 1024, vcpus: 1 }, affinity: [] })
+
+describe("the queue walk", () => {
+  it("places in FIFO order, each placement taking its room before the next is judged", () => {
+    const walk = QueueWalk.walk([gib(3), gib(3), gib(3)].map((q, i) => ({ ...q, id: `q${i}` })), [host("h1", 7168), host("h2", 3072)])
+    expect(walk.placed.map((p) => [p.waiting.id, p.hostId])).toStrictEqual([
+      ["q0", "h2"],
+      ["q1", "h1"],
+      ["q2", "h1"],
+    ])
+    expect(walk.unplaced).toStrictEqual([])
+  })
+
+  it("a session that fits nowhere keeps its place while a later, smaller one passes it", () => {
+    const walk = QueueWalk.walk([gib(8), gib(1)], [host("h1", 4096)])
+    expect(walk.placed.map((p) => p.waiting.id)).toStrictEqual(["1g"])
+    expect(walk.unplaced.map((q) => q.id)).toStrictEqual(["8g"])
+  })
+
+  it("stops at the limit: later sessions are neither placed nor judged", () => {
+    const queue = [gib(1), gib(1), gib(1)].map((q, i) => ({ ...q, id: `q${i}` }))
+    const walk = QueueWalk.walk(queue, [host("h1", 65536)], { limit: 2 })
+    expect(walk.placed.map((p) => p.waiting.id)).toStrictEqual(["q0", "q1"])
+    expect(walk.unplaced).toStrictEqual([])
+  })
+
+  it("property: never over-commits, places each session at most once, each placement where it fits at its turn", () => {
+    fc.assert(
+      fc.property(arbFleet, arbQueue, fc.option(fc.integer({ min: 0, max: 30 }), { nil: undefined }), (hosts, queue, limit) => {
+        const limits = { ...Limits.defaults, maxEntriesPerNode: 6 }
+        const walk = QueueWalk.walk(queue, hosts, { limit }, limits)
+        const ids = [...walk.placed.map((p) => p.waiting.id), ...walk.unplaced.map((q) => q.id)]
+        expect(new Set(ids).size).toBe(ids.length)
+        if (limit !== undefined) expect(walk.placed.length).toBeLessThanOrEqual(limit)
+        // Replay by hand: each placement fits the host as the placements before it left it.
+        const room = new Map(hosts.map((h) => [h.id, h]))
+        let k = 0
+        for (const q of queue) {
+          const p = walk.placed[k]
+          if (p !== undefined && p.waiting === q) {
+            const c = room.get(p.hostId) as Candidate
+            expect(Placement.fitsOn(c, q.budget, limits)).toBe(true)
+            // The walk takes the host core's pick would take now.
+            expect(p.hostId).toBe(Placement.pick([...room.values()], { budget: q.budget, affinity: q.affinity }, limits))
+            room.set(p.hostId, QueueWalk.withReservation(c, q.budget))
+            k++
+          } else if (walk.unplaced.includes(q)) {
+            expect(Placement.pick([...room.values()], { budget: q.budget }, limits)).toBeNull()
+          }
+        }
+        expect(k).toBe(walk.placed.length)
+        // No host is reserved beyond what it can take because of the walk.
+        for (const h of hosts) {
+          const after = room.get(h.id) as Candidate
+          if (Headroom.gatesRam(h.headroom) && after.headroom.reserved.memMib > h.headroom.reserved.memMib)
+            expect(after.headroom.reserved.memMib).toBeLessThanOrEqual(h.headroom.allocatableMib as number)
+          if ((after.entries ?? 0) > (h.entries ?? 0)) expect(after.entries).toBeLessThanOrEqual(limits.maxEntriesPerNode)
+        }
+      }),
+      { numRuns: 1000 },
+    )
+  })
+
+  it("property: walking on a live index leaves it holding the room left, and agrees with the walk over candidates", () => {
+    fc.assert(
+      fc.property(arbFleet, arbQueue, (hosts, queue) => {
+        const index = PlacementIndex.Index.of(hosts)
+        const onIndex = QueueWalk.walkOn(index, queue)
+        const plain = QueueWalk.walk(queue, hosts)
+        expect(onIndex.placed.map((p) => [p.waiting.id, p.hostId])).toStrictEqual(plain.placed.map((p) => [p.waiting.id, p.hostId]))
+        const used = new Map<string, number>()
+        for (const p of plain.placed) used.set(p.hostId, (used.get(p.hostId) ?? 0) + p.waiting.budget.memMib)
+        for (const h of hosts) expect(index.get(h.id)?.headroom.reserved.memMib).toBe(h.headroom.reserved.memMib + (used.get(h.id) ?? 0))
+      }),
+      { numRuns: 500 },
+    )
+  })
+
+  it("property: the cumulative park policy counts exactly the walk's unplaced sessions", () => {
+    fc.assert(
+      fc.property(arbFleet, arbQueue, (hosts, queue) => {
+        const fleet = {
+          hosts: hosts.map((h) => ({ ...h, descentsRunning: 0, parks: [] })),
+          queue: queue.map((q, i) => ({ sessionId: q.id, budget: q.budget, queuedAt: i })),
+        }
+        expect(QueueWalk.walk(fleet.queue, fleet.hosts).unplaced.length).toBe(ParkPolicy.countWithoutRoomCumulative(fleet))
+      }),
+      { numRuns: 500 },
+    )
+  })
+
+  it("a replay keeps the placements that still fit on fresh figures and says when room changed", () => {
+    const plan = QueueWalk.walk([gib(2), gib(2)].map((q, i) => ({ ...q, id: `q${i}` })), [host("h1", 4096)]).placed
+    expect(QueueWalk.replay(plan, [host("h1", 4096)])).toMatchObject({ diverged: false, accepted: plan })
+    const shrunk = QueueWalk.replay(plan, [{ ...host("h1", 4096), headroom: { allocatableMib: 4096, cpuBudget: 64, reserved: { memMib: 1024, vcpus: 0 } } }])
+    expect(shrunk.diverged).toBe(true)
+    expect(shrunk.accepted.map((p) => p.waiting.id)).toStrictEqual(["q0"])
+    expect(QueueWalk.replay(plan, []).accepted).toStrictEqual([])
+  })
+})

@@ -1,0 +1,165 @@
+import fc from "fast-check"
+import { describe, expect, it } from "vitest"
+import { Ledger, Limits, Reclaim, Session } from "../src/index.js"
+import type { LedgerEntry , Move} from "../src/index.js"
+
+const windowMs = Limits.defaults.heartbeatStaleWindowMs
+const now = 10 * windowMs
+const stale = 0
+const fresh = now
+
+const entry = (id: string, ownerKind: LedgerEntry["ownerKind"], ownerId: string, beat: number, hostId = "h1"): LedgerEntry => ({
+  id,
+  hostId,
+  ownerKind,
+  ownerId,
+  memMib: 1024,
+  vcpus: 1,
+  vramMib: null,
+  createdAt: 0,
+  lastHeartbeatAt: beat,
+  expiresAt: null,
+  description: null,
+})
+
+const session = (id: string, state: Session.State, reservationId: string | null, hostId: string | null = "h1"): Session.Record => ({
+  id,
+  state,
+  budget: { memMib: 1024, vcpus: 1 },
+  affinity: [],
+  hostId,
+  reservationId,
+  queuedAt: null,
+  parkedAt: state === "parked" ? 5 : null,
+  createdAt: 0,
+  updatedAt: 0,
+})
+
+const move = (id: string, sessionId: string, reservationId: string): Move.Record => ({
+  id,
+  sessionId,
+  sourceHostId: "h1",
+  targetHostId: "h2",
+  reservationId,
+  maxDowntimeMs: 600,
+  state: "pending",
+  rounds: [],
+  phases: null,
+  abortReason: null,
+  abortEstimateMs: null,
+  createdAt: 0,
+  endedAt: null,
+})
+
+describe("the reclaim plan", () => {
+  it("a stale session reservation makes its session lost, holding nothing", () => {
+    const plan = Reclaim.plan(
+      { entries: [entry("r1", "session", "s1", stale), entry("x1", "external", "ops", fresh)], sessions: [session("s1", "parked", "r1")], openMoves: [] },
+      now,
+    )
+    expect(plan.reclaimed.map((e) => e.id)).toStrictEqual(["r1"])
+    expect(plan.released).toStrictEqual([])
+    expect(plan.lostSessions).toStrictEqual(["s1"])
+    expect(plan.sessions).toStrictEqual([{ ...session("s1", "lost", null, null), parkedAt: null, updatedAt: now }])
+    expect(plan.events).toStrictEqual([{ sessionId: "s1", event: { _tag: "Lost" } }])
+  })
+
+  it("a session reclaimed while moving is lost, its move closes and the move's fresh target is released", () => {
+    const plan = Reclaim.plan(
+      {
+        entries: [entry("r1", "session", "s1", stale), entry("t1", "move", "m1", fresh, "h2")],
+        sessions: [session("s1", "moving", "r1")],
+        openMoves: [move("m1", "s1", "t1")],
+      },
+      now,
+    )
+    expect(plan.reclaimed.map((e) => e.id)).toStrictEqual(["r1"])
+    expect(plan.released).toStrictEqual(["t1"])
+    expect(plan.lostSessions).toStrictEqual(["s1"])
+    expect(plan.moves).toStrictEqual([{ ...move("m1", "s1", "t1"), state: "aborted", abortReason: Session.lostReason, endedAt: now }])
+  })
+
+  it("a reclaimed move target closes the move and the session runs on its source again", () => {
+    const plan = Reclaim.plan(
+      {
+        entries: [entry("r1", "session", "s1", fresh), entry("t1", "move", "m1", stale, "h2")],
+        sessions: [session("s1", "moving", "r1")],
+        openMoves: [move("m1", "s1", "t1")],
+      },
+      now,
+    )
+    expect(plan.reclaimed.map((e) => e.id)).toStrictEqual(["t1"])
+    expect(plan.lostSessions).toStrictEqual([])
+    expect(plan.sessions).toStrictEqual([{ ...session("s1", "running", "r1"), updatedAt: now }])
+    expect(plan.moves.map((m) => [m.state, m.abortReason])).toStrictEqual([["aborted", Session.targetLostReason]])
+  })
+
+  it("when both of a moving session's entries are stale it ends lost whichever entry id sorts first; the first decides the move's reason", () => {
+    for (const [own, target, reason] of [
+      ["a-own", "b-target", Session.lostReason],
+      ["b-own", "a-target", Session.targetLostReason],
+    ] as const) {
+      const plan = Reclaim.plan(
+        {
+          entries: [entry(own, "session", "s1", stale), entry(target, "move", "m1", stale, "h2")],
+          sessions: [session("s1", "moving", own)],
+          openMoves: [move("m1", "s1", target)],
+        },
+        now,
+      )
+      expect(plan.reclaimed.map((e) => e.id)).toStrictEqual([own, target].sort())
+      expect(plan.released).toStrictEqual([])
+      expect(plan.lostSessions).toStrictEqual(["s1"])
+      expect(plan.sessions.map((s) => [s.state, s.hostId, s.reservationId])).toStrictEqual([["lost", null, null]])
+      expect(plan.moves.map((m) => m.abortReason)).toStrictEqual([reason])
+    }
+  })
+
+  it("an entry a session no longer holds is reclaimed without touching the session", () => {
+    const plan = Reclaim.plan({ entries: [entry("old", "session", "s1", stale)], sessions: [session("s1", "running", "new")], openMoves: [] }, now)
+    expect(plan.reclaimed.map((e) => e.id)).toStrictEqual(["old"])
+    expect(plan.sessions).toStrictEqual([])
+  })
+
+  it("property: removes exactly the reclaimable entries plus the fresh targets of lost sessions' moves", () => {
+    // A consistent store: each session holds its own entry, a moving one has an open move with a target entry.
+    const arbStore = fc.array(
+      fc.record({
+        state: fc.constantFrom<Session.State>("pending", "running", "parked", "descending", "moving", "queued", "descended"),
+        ownStale: fc.boolean(),
+        targetStale: fc.boolean(),
+      }),
+      { maxLength: 12 },
+    )
+    fc.assert(
+      fc.property(arbStore, fc.array(fc.boolean(), { maxLength: 5 }), (specs, externals) => {
+        const entries: LedgerEntry[] = []
+        const sessions: Session.Record[] = []
+        const moves: Move.Record[] = []
+        specs.forEach((x, i) => {
+          const holds = Session.holdsReservation(x.state)
+          sessions.push(session(`s${i}`, x.state, holds ? `e${i}` : null, holds ? "h1" : null))
+          if (holds) entries.push(entry(`e${i}`, "session", `s${i}`, x.ownStale ? stale : fresh))
+          if (x.state === "moving") {
+            moves.push(move(`m${i}`, `s${i}`, `t${i}`))
+            entries.push(entry(`t${i}`, "move", `m${i}`, x.targetStale ? stale : fresh, "h2"))
+          }
+        })
+        externals.forEach((s, i) => entries.push(entry(`x${i}`, "external", "ops", s ? stale : fresh)))
+        const plan = Reclaim.plan({ entries, sessions, openMoves: moves }, now)
+        const reclaimable = Ledger.reclaimable(entries, now).map((e) => e.id).sort()
+        expect(plan.reclaimed.map((e) => e.id)).toStrictEqual(reclaimable)
+        const lost = specs.flatMap((x, i) => (Session.holdsReservation(x.state) && x.ownStale ? [`s${i}`] : []))
+        expect(plan.lostSessions).toStrictEqual(lost.sort())
+        const cascade = specs.flatMap((x, i) => (x.state === "moving" && x.ownStale && !x.targetStale ? [`t${i}`] : []))
+        expect([...plan.released].sort()).toStrictEqual(cascade.sort())
+        // Every move with a reclaimed entry of its own or of its session closes; the others stay open.
+        const closing = specs.flatMap((x, i) => (x.state === "moving" && (x.ownStale || x.targetStale) ? [`m${i}`] : []))
+        expect(plan.moves.map((m) => m.id)).toStrictEqual(closing.sort())
+        // Sessions that only lost their move target run again on their source.
+        for (const s of plan.sessions) expect(s.state).toBe(lost.includes(s.id) ? "lost" : "running")
+      }),
+      { numRuns: 1000 },
+    )
+  })
+})

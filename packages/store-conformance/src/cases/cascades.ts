@@ -1,0 +1,201 @@
+/**
+ * Cascades (SPEC §2, §3, §5): what follows when a move's session ends or is lost, when a
+ * move's target reservation is reclaimed, or when both of a moving session's reservations
+ * go stale. Every store decides these through core's `Session.step` and `Reclaim.plan`; these
+ * cases pin the answer, the records, the room and the metrics.
+ */
+import { expect } from "@effect/vitest"
+import { Effect } from "effect"
+import { TestClock } from "effect/testing"
+import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, sessionIn, snapshot, store } from "../Harness.js"
+import type { Group } from "../Harness.js"
+
+const budget = { memMib: 2048, vcpus: 2 }
+const phases = { downtimeMs: 520, captureMs: 40, sendMs: 80, commitMs: 390 }
+const staleWindowMs = 2 * 60 * 1000
+
+/** A session `s1` running on `src`, moving to `dst`; answers the session and its move. */
+const moving = Effect.gen(function* () {
+  const s = yield* store
+  yield* addHost("src", 4096)
+  yield* addHost("dst", 16384)
+  const x = yield* sessionIn("s1", "running", budget)
+  const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+  return { session: x, move }
+})
+
+/** Every entry stale but those listed, renewed now. */
+const staleBut = (keep: readonly string[]) =>
+  Effect.gen(function* () {
+    const s = yield* store
+    yield* TestClock.adjust(staleWindowMs + 1)
+    for (const id of keep) yield* s.heartbeat(id)
+  })
+
+/** A finished move refuses every change as a Conflict on the move, and nothing changes. */
+const refusesEverything = (moveId: string) =>
+  Effect.gen(function* () {
+    const s = yield* store
+    const before = yield* snapshot
+    expect(yield* expectFailure(s.commitMove(moveId, phases), "Conflict")).toMatchObject({ entity: "move", id: moveId })
+    expect(yield* expectFailure(s.abortMove(moveId, "late"), "Conflict")).toMatchObject({ entity: "move", id: moveId })
+    yield* expectFailure(s.abortMove(moveId, "late", { onlyBeforeFinalRound: true }), "Conflict")
+    yield* expectFailure(s.recordRound(moveId, { kind: "final", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 }), "Conflict")
+    yield* expectUnchanged(before, "touching a finished move")
+  })
+
+export const cascades: Group = {
+  name: "cascades",
+  cases: [
+    kase(
+      "ending a moving session closes its move as 'session ended' and counts both reservations as released",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { move } = yield* moving
+        yield* TestClock.adjust(30)
+        yield* s.endSession("s1")
+        expect(yield* s.getMove(move.id)).toMatchObject({ state: "aborted", abortReason: "session ended", abortEstimateMs: null, endedAt: 30, phases: null })
+        expect(yield* s.metrics()).toMatchObject({ totalReservedMib: 4096, totalReleasedMib: 4096, totalReclaimedMib: 0, activeEntries: 0 })
+        for (const h of ["src", "dst"]) expect((yield* s.getHost(h)).headroom.reserved).toStrictEqual({ memMib: 0, vcpus: 0 })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a move whose session ended refuses commit, abort and rounds as a Conflict, and changes nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { move } = yield* moving
+        yield* s.endSession("s1")
+        yield* refusesEverything(move.id)
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "ended", hostId: null })
+      }),
+    ),
+    kase(
+      "a session reclaimed while moving is lost: its move closes, its own entry counts as reclaimed, the fresh target as released",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { session, move } = yield* moving
+        yield* staleBut([move.reservationId])
+        const result = yield* s.reclaim()
+        expect(result.reclaimed.map((r) => r.id)).toStrictEqual([session.reservationId])
+        expect(result.lostSessions).toStrictEqual(["s1"])
+        expect(yield* s.getMove(move.id)).toMatchObject({ state: "aborted", abortReason: "session lost: its reservation was reclaimed" })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null, reservationId: null, parkedAt: null })
+        expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 2048, totalReleasedMib: 2048, activeEntries: 0 })
+        expect((yield* s.getHost("dst")).headroom.reserved.memMib).toBe(0)
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a move whose session was lost refuses commit, abort and rounds as a Conflict, and changes nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { move } = yield* moving
+        yield* staleBut([move.reservationId])
+        yield* s.reclaim()
+        yield* refusesEverything(move.id)
+        // The lost session can only end.
+        expect((yield* s.endSession("s1")).state).toBe("ended")
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a reclaimed move target closes the move; the session keeps running on the source, and a new move may begin",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { session, move } = yield* moving
+        yield* staleBut([session.reservationId as string])
+        const result = yield* s.reclaim()
+        expect(result).toMatchObject({ lostSessions: [] })
+        expect(result.reclaimed.map((r) => r.id)).toStrictEqual([move.reservationId])
+        expect(yield* s.getMove(move.id)).toMatchObject({ state: "aborted", abortReason: "move target's reservation was reclaimed" })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src", reservationId: session.reservationId })
+        expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 2048, totalReleasedMib: 0, activeEntries: 1 })
+        yield* refusesEverything(move.id)
+        const again = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        expect(again).toMatchObject({ state: "pending", sourceHostId: "src", targetHostId: "dst" })
+        yield* s.commitMove(again.id, phases)
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "dst", reservationId: again.reservationId })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a moving session whose own and target reservations are both stale ends lost with both counted as reclaimed",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { session, move } = yield* moving
+        yield* staleBut([])
+        const result = yield* s.reclaim()
+        expect(result.reclaimed.map((r) => r.id)).toStrictEqual([session.reservationId as string, move.reservationId].sort())
+        expect(result.lostSessions).toStrictEqual(["s1"])
+        expect((yield* s.getMove(move.id)).state).toBe("aborted")
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null, reservationId: null })
+        expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 4096, totalReleasedMib: 0, activeEntries: 0 })
+        expect((yield* s.reclaim()).reclaimed).toStrictEqual([])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "two moves crossing between two hosts: a host gone stale loses the session on it and closes the move that targets it",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("a", 8192)
+        yield* addHost("b", 8192)
+        const x = yield* sessionIn("x", "running", budget)
+        const y = yield* sessionIn("y", "running", budget)
+        // Both placed on the snug host first; move one to the other host so they sit apart.
+        const apart = yield* s.beginMove({ sessionId: "y", maxDowntimeMs: 600 })
+        yield* s.commitMove(apart.id, phases)
+        const yOn = (yield* s.getSession("y")).hostId as string
+        const xOn = x.hostId as string
+        expect(yOn).not.toBe(xOn)
+        const mx = yield* s.beginMove({ sessionId: "x", targetHostId: yOn, maxDowntimeMs: 600 })
+        const my = yield* s.beginMove({ sessionId: "y", targetHostId: xOn, maxDowntimeMs: 600 })
+        // Every entry on y's host goes stale: y's own, and x's move target.
+        const onYHost = (yield* s.listReservations({ hostId: yOn })).map((r) => r.id)
+        const keep = (yield* s.listReservations()).map((r) => r.id).filter((id) => !onYHost.includes(id))
+        yield* staleBut(keep)
+        const result = yield* s.reclaim()
+        expect(result.reclaimed.map((r) => r.id)).toStrictEqual([...onYHost].sort())
+        expect(result.lostSessions).toStrictEqual(["y"])
+        expect(yield* s.getSession("y")).toMatchObject({ state: "lost", hostId: null })
+        expect(yield* s.getSession("x")).toMatchObject({ state: "running", hostId: xOn, reservationId: x.reservationId })
+        expect((yield* s.getMove(mx.id)).abortReason).toBe("move target's reservation was reclaimed")
+        expect((yield* s.getMove(my.id)).abortReason).toBe("session lost: its reservation was reclaimed")
+        // y's move target on x's host was fresh: released, so x's host holds only x.
+        expect((yield* s.listReservations()).map((r) => r.id)).toStrictEqual([x.reservationId])
+        expect(y.id).toBe("y")
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a commit hands the target's reservation to the session with a fresh heartbeat; a later reclaim of the old source changes nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { move } = yield* moving
+        yield* TestClock.adjust(staleWindowMs - 1)
+        yield* s.commitMove(move.id, phases)
+        expect(yield* s.getReservation(move.reservationId)).toMatchObject({ ownerKind: "session", ownerId: "s1", lastHeartbeatAt: staleWindowMs - 1 })
+        yield* TestClock.adjust(2)
+        // The target entry was renewed at the commit: not stale yet.
+        expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [] })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "dst" })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "an abort keeps the session's own reservation on the source and drops only the target's",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { session, move } = yield* moving
+        yield* TestClock.adjust(5)
+        const aborted = yield* s.abortMove(move.id, "ErrMoveDowntime", { estimateMs: 700 })
+        expect(aborted).toMatchObject({ state: "aborted", abortEstimateMs: 700, endedAt: 5 })
+        expect((yield* s.listReservations()).map((r) => r.id)).toStrictEqual([session.reservationId])
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src", reservationId: session.reservationId, updatedAt: 5 })
+        expect(yield* s.metrics()).toMatchObject({ totalReleasedMib: 2048, totalReclaimedMib: 0 })
+        yield* expectInvariants
+      }),
+    ),
+  ],
+}

@@ -1,0 +1,80 @@
+/**
+ * A group-commit batcher through Effect's request batching (`RequestResolver`): concurrent
+ * callers' items are written by one statement. A batch goes at once when no statement is in
+ * flight; while `maxInFlight` statements are out, new items wait and leave together with the
+ * next free slot (up to `maxBatch` per statement). Items that may not share a statement (the
+ * same host, the same session id) go in a statement after it. When a statement of several
+ * items fails in a way one item alone can cause (`splitOn`, e.g. a unique violation), each
+ * runs again alone, so one bad item never fails the others. Everything runs in fibers, so
+ * interruption and tracing reach every statement.
+ */
+import { Cause, Effect, Exit, Request, RequestResolver, Semaphore } from "effect"
+import type { NonEmptyArray } from "effect/Array"
+
+/** How a batcher groups and writes its items. */
+export interface Options<I, A, E> {
+  /** At most this many items per statement (default 64). */
+  readonly maxBatch?: number | undefined
+  /** At most this many statements in flight (default 2). */
+  readonly maxInFlight?: number | undefined
+  /** Keys no two items of one statement may share (e.g. the host written to, the session id). */
+  readonly keysOf: (item: I) => readonly string[]
+  /** Writes `items` in one statement; answers each item's answer, in order. */
+  readonly run: (items: readonly I[]) => Effect.Effect<readonly A[], E>
+  /** Whether a failure of a statement of several items may come from one item alone: each then runs alone. */
+  readonly splitOn?: ((error: E) => boolean) | undefined
+}
+
+/** Builds a batcher: a function that writes one item, together with whatever items are waiting. */
+export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.Effect<A, E>) => {
+  interface Item extends Request.Request<A, E> {
+    readonly item: I
+  }
+  const Item = Request.of<Item>()
+  const maxBatch = options.maxBatch ?? 64
+  const slots = Semaphore.makeUnsafe(options.maxInFlight ?? 2)
+  const splitOn = options.splitOn ?? (() => false)
+
+  const complete = (entries: readonly Request.Entry<Item>[], exit: Exit.Exit<readonly A[], E>) =>
+    Effect.sync(() =>
+      entries.forEach((e, i) =>
+        e.completeUnsafe(Exit.isSuccess(exit) ? Exit.succeed(exit.value[i] as A) : (exit as Exit.Exit<never, E>)),
+      ),
+    )
+
+  const runStatement = (entries: readonly Request.Entry<Item>[]): Effect.Effect<void> =>
+    Effect.exit(options.run(entries.map((e) => e.request.item))).pipe(
+      Effect.flatMap((exit) => {
+        if (Exit.isFailure(exit) && entries.length > 1 && exit.cause.reasons.some((r) => Cause.isFailReason(r) && splitOn(r.error)))
+          // One item may have failed them all: each again, alone.
+          return Effect.forEach(entries, (e) => runStatement([e]), { discard: true })
+        return complete(entries, exit)
+      }),
+    )
+
+  // Items that share a key go in a later statement of the same batch.
+  const statementsOf = (entries: NonEmptyArray<Request.Entry<Item>>): Request.Entry<Item>[][] => {
+    const out: { readonly entries: Request.Entry<Item>[]; readonly keys: Set<string> }[] = []
+    for (const e of entries) {
+      const keys = options.keysOf(e.request.item)
+      let target = out.find((s) => keys.every((k) => !s.keys.has(k)))
+      if (target === undefined) {
+        target = { entries: [], keys: new Set() }
+        out.push(target)
+      }
+      target.entries.push(e)
+      for (const k of keys) target.keys.add(k)
+    }
+    return out.map((s) => s.entries)
+  }
+
+  const resolver = RequestResolver.makeWith<Item>({
+    batchKey: () => "batch",
+    // Gather what arrives in this tick, then wait for a free slot: items keep joining meanwhile.
+    delay: Effect.andThen(Effect.yieldNow, slots.withPermits(1)(Effect.void)),
+    collectWhile: (entries) => entries.size < maxBatch,
+    runAll: (entries) => slots.withPermits(1)(Effect.forEach(statementsOf(entries), runStatement, { discard: true })),
+  })
+
+  return (item) => Effect.request(Item({ item }), resolver)
+}

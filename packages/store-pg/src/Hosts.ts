@@ -1,0 +1,142 @@
+/** Hosts: registration, reports, states, the host views, and the one fleet read (SPEC §1, §4.1). */
+import type { Queued } from "@engram/core"
+import { Conflict, NotFound, Validate } from "@engram/store"
+import type { InvalidInput } from "@engram/store"
+import type { FleetRead, Host, HostView, StoreShape } from "@engram/store"
+import { eq, sql } from "drizzle-orm"
+import { Effect } from "effect"
+import { query } from "./Db.js"
+import type { Exec } from "./Db.js"
+import type { Deps } from "./Deps.js"
+import { readRoom, roomSql, toCandidate, toHostView, toRoomRow } from "./Room.js"
+import { hosts } from "./schema.js"
+import { err, ok } from "./Transaction.js"
+
+type HostOps = Pick<
+  StoreShape,
+  "registerHost" | "reportHost" | "setHostState" | "getHost" | "hostTokenHash" | "hostByTokenHash" | "listHosts" | "fleetView"
+>
+
+const hostNotFound = (id: string) => new NotFound({ entity: "host", id })
+
+/** The host operations of the store. */
+export const make = ({ op, read, now, limits, cache }: Deps): HostOps => {
+  const hostView = async (exec: Exec, id: string): Promise<HostView | undefined> => {
+    const row = (await readRoom(exec, { hostIds: [id], sessions: "counts" }))[0]
+    return row === undefined ? undefined : toHostView(row, limits())
+  }
+
+  return {
+    registerHost: (input) =>
+      Effect.gen(function* () {
+        const bad = Validate.hostInput(input)
+        if (bad) return yield* bad
+        const t = yield* now
+        const labels = { ...(input.labels ?? {}) }
+        cache.stale()
+        const inserted = yield* read((exec) =>
+          exec
+            .insert(hosts)
+            .values({ id: input.id, labels, state: "ready", tokenHash: input.tokenHash ?? null, createdAt: t })
+            .onConflictDoNothing()
+            .returning({ id: hosts.id }),
+        )
+        cache.stale()
+        if (inserted.length === 0) return yield* new Conflict({ entity: "host", id: input.id, reason: "host already registered" })
+        const host: Host = { id: input.id, labels, state: "ready", report: null, reportedAt: null, createdAt: t }
+        return host
+      }),
+
+    reportHost: (id, report) =>
+      Effect.gen(function* () {
+        const t = yield* now
+        return yield* op<HostView, NotFound | InvalidInput>(async (tx) => {
+          const [h] = await tx.select({ id: hosts.id }).from(hosts).where(eq(hosts.id, id)).for("no key update")
+          if (h === undefined) return err(hostNotFound(id))
+          const bad = Validate.report(report)
+          if (bad) return err(bad)
+          await tx
+            .update(hosts)
+            .set({
+              totalMib: report.totalMib,
+              allocatableMib: report.allocatableMib,
+              totalVcpus: report.totalVcpus,
+              reportedAt: t,
+              version: sql`${hosts.version} + 1`,
+            })
+            .where(eq(hosts.id, id))
+          return ok((await hostView(tx, id)) as HostView)
+        })
+      }),
+
+    setHostState: (id, state) =>
+      op<HostView, NotFound>(async (tx) => {
+        const updated = await tx
+          .update(hosts)
+          .set({ state, version: sql`${hosts.version} + 1` })
+          .where(eq(hosts.id, id))
+          .returning({ id: hosts.id })
+        if (updated.length === 0) return err(hostNotFound(id))
+        return ok((await hostView(tx, id)) as HostView)
+      }),
+
+    getHost: (id) =>
+      Effect.flatMap(read((exec) => hostView(exec, id)), (v) => (v === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(v))),
+
+    hostTokenHash: (id) =>
+      Effect.flatMap(
+        read((exec) => exec.select({ tokenHash: hosts.tokenHash }).from(hosts).where(eq(hosts.id, id))),
+        (rows) => (rows[0] === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(rows[0].tokenHash)),
+      ),
+
+    hostByTokenHash: (tokenHash) =>
+      Effect.map(
+        read((exec) => exec.select().from(hosts).where(eq(hosts.tokenHash, tokenHash)).orderBy(hosts.id).limit(1)),
+        (rows): Host | null => {
+          const h = rows[0]
+          if (h === undefined) return null
+          return {
+            id: h.id,
+            labels: { ...h.labels },
+            state: h.state,
+            report: h.reportedAt === null ? null : { totalMib: h.totalMib, allocatableMib: h.allocatableMib, totalVcpus: h.totalVcpus },
+            reportedAt: h.reportedAt,
+            createdAt: h.createdAt,
+          }
+        },
+      ),
+
+    listHosts: () =>
+      Effect.map(
+        read((exec) => readRoom(exec, { sessions: "counts" })),
+        (rows) => rows.map((r) => toHostView(r, limits())),
+      ),
+
+    fleetView: () =>
+      Effect.gen(function* () {
+        const readAt = yield* now
+        // One statement: one snapshot of hosts, sums, parks and the queue, in one round trip.
+        const [row] = yield* read((exec) =>
+          query<{ hosts: unknown; queue: unknown }>(
+            exec,
+            sql`select
+              (select coalesce(json_agg(x order by x.id), '[]'::json) from (${roomSql({ sessions: "parks" })}) x) as hosts,
+              (select coalesce(json_agg(json_build_object('sessionId', id, 'memMib', mem_mib, 'vcpus', vcpus, 'queuedAt', queued_at)
+                 order by queued_at, id), '[]'::json)
+               from sessions where state = 'queued') as queue`,
+          ),
+        )
+        const parse = (v: unknown): unknown => (typeof v === "string" ? JSON.parse(v) : v)
+        const hostRows = (parse(row?.hosts) ?? []) as Record<string, unknown>[]
+        const queueRows = (parse(row?.queue) ?? []) as { sessionId: string; memMib: number; vcpus: number; queuedAt: number }[]
+        const fleetHosts = hostRows.map((r) => toCandidate(toRoomRow(r), limits()))
+        const queue: Queued[] = queueRows.map((q) => ({
+          sessionId: q.sessionId,
+          budget: { memMib: Number(q.memMib), vcpus: Number(q.vcpus) },
+          queuedAt: Number(q.queuedAt),
+        }))
+        const fleet: FleetRead = { hosts: fleetHosts, queue, readAt }
+        return fleet
+      }),
+  }
+}

@@ -1,0 +1,249 @@
+/**
+ * The reservation ledger (SPEC §3): admission (core's `Ledger.admit` under the host's lock),
+ * release, heartbeats, reclaim (core's `Reclaim.plan` over the locked entries, sessions and
+ * moves), summaries and the cumulative metrics.
+ */
+import { Ledger as LedgerRules, Reclaim } from "@engram/core"
+import type { LedgerEntry } from "@engram/core"
+import { Conflict, NotFound, Refused, Validate } from "@engram/store"
+import type { ReclaimResult, Reservation, ReserveInput, StoreShape } from "@engram/store"
+import { and, asc, eq, inArray, sql } from "drizzle-orm"
+import { Effect } from "effect"
+import { inJson, query } from "./Db.js"
+import type { Deps } from "./Deps.js"
+import { lockHosts } from "./Locks.js"
+import { readRoom, toCandidate } from "./Room.js"
+import type { RoomRow } from "./Room.js"
+import { toMove, toReservation, toSession } from "./Rows.js"
+import type { MoveRow, SessionRow } from "./Rows.js"
+import { hosts, moves, reservations, sessions } from "./schema.js"
+import { err, ok } from "./Transaction.js"
+import { countReserveFailure, insertEntry, removeEntries, updateMove, updateSessions } from "./Writes.js"
+
+type LedgerOps = Pick<
+  StoreShape,
+  | "reserve"
+  | "release"
+  | "heartbeat"
+  | "heartbeatHost"
+  | "getReservation"
+  | "listReservations"
+  | "reclaim"
+  | "hostSummary"
+  | "clusterSummary"
+  | "metrics"
+>
+
+const byId = (a: { readonly id: string }, b: { readonly id: string }): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
+
+/** The ledger operations of the store. */
+export const make = ({ op, read, both, now, limits }: Deps): LedgerOps => {
+  const summaryOf = (row: RoomRow, entries: readonly LedgerEntry[], t: number): LedgerRules.HostSummary =>
+    LedgerRules.summarizeHost(row.id, toCandidate(row, limits()).headroom.allocatableMib, entries, t, limits())
+
+  const reserve: StoreShape["reserve"] = (input: ReserveInput) =>
+    Effect.gen(function* () {
+      const bad = Validate.ownerKind(input.ownerKind) ?? Validate.reserveExtras(input)
+      if (bad) return yield* bad
+      const t = yield* now
+      return yield* op<Reservation, Refused | Conflict>(
+        async (tx) => {
+          let duplicate = false
+          let host: LedgerRules.HostView | undefined
+          const id = input.id
+          const hostId = input.hostId
+          if (typeof hostId === "string" && hostId !== "") {
+            await lockHosts(tx, [hostId])
+            const [dup, rows] = await both(
+              () =>
+                typeof id === "string" && id !== ""
+                  ? tx.select({ id: reservations.id }).from(reservations).where(eq(reservations.id, id))
+                  : Promise.resolve([]),
+              () => readRoom(tx, { hostIds: [hostId] }),
+            )
+            duplicate = dup.length > 0
+            const row = rows[0]
+            if (row !== undefined) {
+              const c = toCandidate(row, limits())
+              host = { measured: c.measured ?? false, headroom: c.headroom, entries: row.entries }
+            }
+          } else if (typeof id === "string" && id !== "") {
+            duplicate = (await tx.select({ id: reservations.id }).from(reservations).where(eq(reservations.id, id))).length > 0
+          }
+          const admission = LedgerRules.admit(input, { duplicate, host }, limits())
+          if (admission._tag === "Refuse") {
+            if (admission.check === "duplicate") return err(new Conflict({ entity: "reservation", id: String(id), reason: admission.message }))
+            await countReserveFailure(tx)
+            return err(new Refused({ check: admission.check, reason: admission.message }))
+          }
+          const entry = LedgerRules.entryOf({ ...input, id: id as string, hostId: hostId as string }, t)
+          await insertEntry(tx, { ...entry, now: t })
+          return ok(entry)
+        },
+        () => new Conflict({ entity: "reservation", id: String(input.id), reason: `reservation ${String(input.id)} already exists` }),
+      )
+    })
+
+  const reclaim: StoreShape["reclaim"] = () =>
+    Effect.gen(function* () {
+      const t = yield* now
+      return yield* op<ReclaimResult, never>(async (tx) => {
+        // Liveness is core's rule: read the figures it needs, let it judge, then lock and judge again.
+        const all = await tx
+          .select({ id: reservations.id, expiresAt: reservations.expiresAt, lastHeartbeatAt: reservations.lastHeartbeatAt })
+          .from(reservations)
+        const suspects = LedgerRules.reclaimable(all, t, limits()).map((e) => e.id)
+        if (suspects.length === 0) return ok({ reclaimed: [], lostSessions: [] })
+        const locked = await tx.select().from(reservations).where(inJson(reservations.id, suspects)).orderBy(reservations.id).for("update")
+        const wanted = Reclaim.wanted(locked.map(toReservation), t, limits())
+        const { sessionIds, moveIds } = wanted
+        const [sessionRows, moveRows] = await both(
+          () =>
+            sessionIds.length === 0
+              ? Promise.resolve([] as SessionRow[])
+              : tx.select().from(sessions).where(inJson(sessions.id, sessionIds)).orderBy(sessions.id).for("update"),
+          () =>
+            sessionIds.length + moveIds.length === 0
+              ? Promise.resolve([] as MoveRow[])
+              : tx
+                  .select()
+                  .from(moves)
+                  .where(
+                    and(eq(moves.state, "pending"), sql`(${inJson(moves.id, moveIds)} or ${inJson(moves.sessionId, sessionIds)})`),
+                  )
+                  .orderBy(moves.id)
+                  .for("update"),
+        )
+        // The sessions of the moves whose target goes, locked too.
+        const have = new Set(sessionRows.map((s) => s.id))
+        const more = [...new Set(moveRows.map((m) => m.sessionId))].filter((id) => !have.has(id)).sort()
+        const moreRows =
+          more.length === 0 ? [] : await tx.select().from(sessions).where(inJson(sessions.id, more)).orderBy(sessions.id).for("update")
+        const plan = Reclaim.plan(
+          { entries: wanted.doomed, sessions: [...sessionRows, ...moreRows].map(toSession), openMoves: moveRows.map(toMove) },
+          t,
+          limits(),
+        )
+        const reclaimed = await removeEntries(tx, plan.reclaimed.map((e) => e.id), "reclaimed")
+        await removeEntries(tx, plan.released, "released")
+        for (const m of plan.moves) await updateMove(tx, m)
+        await updateSessions(tx, plan.sessions)
+        return ok({ reclaimed: reclaimed.sort(byId), lostSessions: [...plan.lostSessions] })
+      })
+    })
+
+  return {
+    reserve,
+
+    release: (id) =>
+      op<Reservation, NotFound | Refused>(async (tx) => {
+        const [e] = await tx.select().from(reservations).where(eq(reservations.id, id)).for("update")
+        if (e === undefined) return err(new NotFound({ entity: "reservation", id }))
+        const owned = LedgerRules.refuseRelease(e)
+        if (owned) return err(new Refused({ check: owned.check, reason: owned.message }))
+        await removeEntries(tx, [id], "released")
+        return ok(toReservation(e))
+      }),
+
+    heartbeat: (id) =>
+      Effect.gen(function* () {
+        const t = yield* now
+        const rows = yield* read((exec) => exec.update(reservations).set({ lastHeartbeatAt: t }).where(eq(reservations.id, id)).returning())
+        const row = rows[0]
+        if (row === undefined) return yield* new NotFound({ entity: "reservation", id })
+        return toReservation(row)
+      }),
+
+    heartbeatHost: (hostId) =>
+      Effect.gen(function* () {
+        const t = yield* now
+        return yield* op<number, NotFound>(async (tx) => {
+          const [h] = await tx.select({ id: hosts.id }).from(hosts).where(eq(hosts.id, hostId))
+          if (h === undefined) return err(new NotFound({ entity: "host", id: hostId }))
+          const renewed = await tx
+            .update(reservations)
+            .set({ lastHeartbeatAt: t })
+            .where(and(eq(reservations.hostId, hostId), inArray(reservations.ownerKind, [...LedgerRules.renewedByHost])))
+            .returning({ id: reservations.id })
+          return ok(renewed.length)
+        })
+      }),
+
+    getReservation: (id) =>
+      Effect.flatMap(
+        read((exec) => exec.select().from(reservations).where(eq(reservations.id, id))),
+        (rows) => (rows[0] === undefined ? Effect.fail(new NotFound({ entity: "reservation", id })) : Effect.succeed(toReservation(rows[0]))),
+      ),
+
+    listReservations: (filter = {}) =>
+      Effect.map(
+        read((exec) =>
+          exec
+            .select()
+            .from(reservations)
+            .where(filter.hostId === undefined ? undefined : eq(reservations.hostId, filter.hostId))
+            .orderBy(asc(reservations.id)),
+        ),
+        (rows) => rows.map(toReservation),
+      ),
+
+    reclaim,
+
+    hostSummary: (hostId) =>
+      Effect.gen(function* () {
+        const t = yield* now
+        return yield* op<LedgerRules.HostSummary, NotFound>(async (tx) => {
+          const [rows, entries] = await both(
+            () => readRoom(tx, { hostIds: [hostId] }),
+            () => tx.select().from(reservations).where(eq(reservations.hostId, hostId)),
+          )
+          const row = rows[0]
+          if (row === undefined) return err(new NotFound({ entity: "host", id: hostId }))
+          return ok(summaryOf(row, entries.map(toReservation), t))
+        })
+      }),
+
+    clusterSummary: () =>
+      Effect.gen(function* () {
+        const t = yield* now
+        return yield* op<LedgerRules.ClusterSummary, never>(async (tx) => {
+          const [rows, entries] = await both(
+            () => readRoom(tx),
+            () => tx.select().from(reservations),
+          )
+          const byHost = new Map<string, LedgerEntry[]>()
+          for (const e of entries) {
+            const list = byHost.get(e.hostId)
+            if (list === undefined) byHost.set(e.hostId, [toReservation(e)])
+            else list.push(toReservation(e))
+          }
+          return ok(LedgerRules.summarizeCluster(rows.map((r) => summaryOf(r, byHost.get(r.id) ?? [], t))))
+        })
+      }),
+
+    metrics: () =>
+      Effect.map(
+        read((exec) =>
+          query<Record<string, unknown>>(
+            exec,
+            sql`select
+              coalesce((select sum(total_reserved_mib) from metrics), 0)::float8 as "totalReservedMib",
+              coalesce((select sum(total_released_mib) from metrics), 0)::float8 as "totalReleasedMib",
+              coalesce((select sum(total_reclaimed_mib) from metrics), 0)::float8 as "totalReclaimedMib",
+              coalesce((select sum(reserve_failures) from metrics), 0)::float8 as "reserveFailures",
+              (select count(*) from reservations)::float8 as "activeEntries"`,
+          ),
+        ),
+        (rows): LedgerRules.Metrics => {
+          const r = rows[0] ?? {}
+          return {
+            totalReservedMib: Number(r["totalReservedMib"] ?? 0),
+            totalReleasedMib: Number(r["totalReleasedMib"] ?? 0),
+            totalReclaimedMib: Number(r["totalReclaimedMib"] ?? 0),
+            reserveFailures: Number(r["reserveFailures"] ?? 0),
+            activeEntries: Number(r["activeEntries"] ?? 0),
+          }
+        },
+      ),
+  }
+}

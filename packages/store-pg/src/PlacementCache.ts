@@ -1,0 +1,204 @@
+/**
+ * The placement cache: the committed host rows this store has seen (a full read, a
+ * placement's answer, a re-read of a host), the newest version of each, with core's candidate
+ * for it and core's placement index over them. A row read inside a transaction that may
+ * still roll back is never kept: a version seen only there may be reused. Full reads are
+ * shared through Effect's request batching: callers that need fresh figures while a read is
+ * in flight join the one read queued behind it, so concurrent placements cause one read per
+ * round trip, not one each. The cache decides nothing: core's index picks, and the version a
+ * placement writes against keeps it safe.
+ */
+import { PlacementIndex } from "@engram/core"
+import type { FleetHost, Limits, Placement } from "@engram/core"
+import type { Unavailable } from "@engram/store"
+import { Deferred, Effect, Exit, Request, RequestResolver, Semaphore } from "effect"
+import { query } from "./Db.js"
+import type { Exec } from "./Db.js"
+import { readRoom, roomChangedSql, toCandidate, toRoomRow } from "./Room.js"
+import type { RoomRow } from "./Room.js"
+
+/** A known host: its newest committed row and core's candidate for it. */
+export interface Known {
+  readonly row: RoomRow
+  readonly candidate: FleetHost
+}
+
+/** The cache's operations. */
+export interface PlacementCache {
+  /** The known row of a host. */
+  readonly get: (id: string) => Known | undefined
+  /** Every known host as core sees it. */
+  readonly candidates: () => FleetHost[]
+  /** Keeps a committed row unless a newer version is known. */
+  readonly learn: (row: RoomRow) => void
+  /**
+   * Core's choice among the known hosts. Hosts a placement of this store is writing to right
+   * now are left out while any other host fits (the in-process analogue of `SKIP LOCKED`: that
+   * host is about to change, and a concurrent write to it would lose its version race); a
+   * host the request names in its affinity is never left out.
+   */
+  readonly choose: (req: Placement.Request) => string | null
+  /** Whether the last full read is recent enough to place from (`maxReadAgeMs`). */
+  readonly isRecent: () => boolean
+  /** Forgets the last read's age: the next placement reads again. Called around every write that may change room. */
+  readonly stale: () => void
+  /** Forgets everything (a test reset) and decides with `limits` from now on. */
+  readonly reset: (limits: Limits.Limits) => void
+  /** Every host's room read afresh, by a read that started at or after `since` (real ms). */
+  readonly readAll: (since: number) => Effect.Effect<void, Unavailable>
+  /** One host's room read afresh. */
+  readonly readOne: (id: string) => Effect.Effect<void, Unavailable>
+  /** Runs `effect` while a placement of this store writes to `hostId`. */
+  readonly writingTo: <A, E, R>(hostId: string, effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+}
+
+/** Builds the cache over a reader of single statements (`Db.run` with its errors mapped). */
+export const make = (options: {
+  readonly limits: Limits.Limits
+  readonly maxReadAgeMs: number
+  readonly read: <A>(body: (exec: Exec) => Promise<A>) => Effect.Effect<A, Unavailable>
+}): PlacementCache => {
+  let limits = options.limits
+  const { maxReadAgeMs, read } = options
+  const inflight = new Map<string, number>()
+  let known = new Map<string, Known>()
+  // Core's placement index over the known hosts (`all`), and over those no placement of this
+  // store is writing to right now (`free`): picks in O(log n).
+  let allIndex = new PlacementIndex.Index(limits)
+  let freeIndex = new PlacementIndex.Index(limits)
+  // Bumped by a reset: a read that started before it must not fill `known` after it.
+  let generation = 0
+  // When the last full read started (real time, not the Clock).
+  let knownAt = Number.NEGATIVE_INFINITY
+
+  const learn = (row: RoomRow): void => {
+    const k = known.get(row.id)
+    if (k !== undefined && row.version < k.row.version) return
+    const candidate = toCandidate(row, limits)
+    known.set(row.id, { row, candidate })
+    allIndex.upsert(candidate)
+    if (!inflight.has(row.id)) freeIndex.upsert(candidate)
+  }
+  const unlearn = (id: string): void => {
+    known.delete(id)
+    allIndex.remove(id)
+    freeIndex.remove(id)
+  }
+
+  /** Every host's room, read afresh (no transaction, no lock): the maintained sums, no aggregation. */
+  const readAllOnce: Effect.Effect<void, Unavailable> = Effect.suspend(() => {
+    const gen = generation
+    const startedAt = performance.now()
+    if (known.size === 0)
+      return Effect.map(read((exec) => readRoom(exec, { columns: "room" })), (rows) => {
+        if (gen !== generation) return
+        const seen = new Set<string>()
+        for (const r of rows) {
+          seen.add(r.id)
+          learn(r)
+        }
+        for (const id of [...known.keys()]) if (!seen.has(id)) unlearn(id)
+        knownAt = startedAt
+      })
+    // Only the hosts whose version changed since we knew them (a host at the same version is
+    // the same row): as fresh as a full read, with less to send and decode.
+    const versions: Record<string, number> = {}
+    for (const [id, k] of known) versions[id] = k.row.version
+    return Effect.map(
+      read((exec) => query<Record<string, unknown>>(exec, roomChangedSql(versions))),
+      (rows) => {
+        if (gen !== generation) return
+        for (const r of rows) learn(toRoomRow(r))
+        knownAt = startedAt
+      },
+    )
+  })
+
+  // The shared full read: one read at a time; callers arriving while it runs wait for the
+  // next, which starts after them (a batch of Effect's request batching, run when the reader
+  // is free); a caller content with an older read joins the one in flight.
+  interface ReadRoom extends Request.Request<void, Unavailable> {
+    readonly since: number
+  }
+  const ReadRoom = Request.of<ReadRoom>()
+  const reader = Semaphore.makeUnsafe(1)
+  let inFlight: { readonly startedAt: number; readonly done: Deferred.Deferred<void, Unavailable> } | null = null
+  const readResolver = RequestResolver.makeWith<ReadRoom>({
+    batchKey: () => "room",
+    delay: Effect.andThen(Effect.yieldNow, reader.withPermits(1)(Effect.void)),
+    collectWhile: () => true,
+    runAll: (entries) =>
+      reader.withPermits(1)(
+        Effect.suspend(() => {
+          const current = { startedAt: performance.now(), done: Deferred.makeUnsafe<void, Unavailable>() }
+          inFlight = current
+          return Effect.exit(readAllOnce).pipe(
+            Effect.map((exit) => {
+              Deferred.doneUnsafe(current.done, exit)
+              for (const e of entries) e.completeUnsafe(exit)
+            }),
+            // Whatever ends the read (an interruption too), those who joined it are answered.
+            Effect.ensuring(
+              Effect.sync(() => {
+                if (inFlight === current) inFlight = null
+                Deferred.doneUnsafe(current.done, Exit.interrupt())
+              }),
+            ),
+          )
+        }),
+      ),
+  })
+
+  return {
+    get: (id) => known.get(id),
+    candidates: () => [...known.values()].map((k) => k.candidate),
+    learn,
+    choose: (req) => {
+      if (inflight.size === 0 || (req.affinity?.length ?? 0) > 0) return allIndex.pick(req)
+      return freeIndex.pick(req) ?? allIndex.pick(req)
+    },
+    isRecent: () => maxReadAgeMs > 0 && performance.now() - knownAt <= maxReadAgeMs,
+    stale: () => {
+      knownAt = Number.NEGATIVE_INFINITY
+    },
+    reset: (next) => {
+      limits = next
+      known = new Map()
+      allIndex = new PlacementIndex.Index(limits)
+      freeIndex = new PlacementIndex.Index(limits)
+      knownAt = Number.NEGATIVE_INFINITY
+      generation++
+    },
+    readAll: (since) =>
+      Effect.suspend(() => {
+        const current = inFlight
+        if (current !== null && current.startedAt >= since) return Deferred.await(current.done)
+        return Effect.request(ReadRoom({ since }), readResolver)
+      }),
+    readOne: (id) =>
+      Effect.map(read((exec) => readRoom(exec, { hostIds: [id], columns: "room" })), (rows) => {
+        if (rows.length === 0) unlearn(id)
+        rows.forEach(learn)
+      }),
+    writingTo: (hostId, effect) =>
+      Effect.acquireUseRelease(
+        Effect.sync(() => {
+          const writers = inflight.get(hostId) ?? 0
+          inflight.set(hostId, writers + 1)
+          if (writers === 0) freeIndex.remove(hostId)
+        }),
+        () => effect,
+        () =>
+          Effect.sync(() => {
+            const n = (inflight.get(hostId) ?? 1) - 1
+            if (n > 0) inflight.set(hostId, n)
+            else {
+              inflight.delete(hostId)
+              const k = known.get(hostId)
+              if (k !== undefined) freeIndex.upsert(k.candidate)
+            }
+          }),
+      ),
+  }
+}
+

@@ -1,0 +1,129 @@
+/**
+ * The postgres.js driver: a pool on a PostgreSQL URL, its transactions and its prepared
+ * statements, behind the store's `Db`. Migrations are applied before the pool opens; the pool
+ * closes with the scope.
+ */
+import { Unavailable } from "@engram/store"
+import { fillPlaceholders } from "drizzle-orm"
+import type { SQL } from "drizzle-orm"
+import { PgDialect } from "drizzle-orm/pg-core"
+import { drizzle } from "drizzle-orm/postgres-js"
+import { Effect } from "effect"
+import type { Scope } from "effect"
+import postgres from "postgres"
+import { registerPipeline, retryAfterMs } from "./Db.js"
+import type { Db, Exec } from "./Db.js"
+import { migrateUrl } from "./Migrate.js"
+import { makeRunner } from "./Transaction.js"
+
+/** How to reach the database. */
+export interface ConnectOptions {
+  /** `postgres://user:pass@host:port/db` */
+  readonly url: string
+  /** Connections in the pool (default 10). */
+  readonly poolSize?: number | undefined
+  /** Seconds to wait for a connection before answering `Unavailable` (default 5). */
+  readonly connectTimeoutSec?: number | undefined
+  /** Apply the migrations at start (default true). */
+  readonly migrate?: boolean | undefined
+}
+
+/**
+ * drizzle runs every statement through postgres.js `unsafe(…, { prepare: false })`: a
+ * statement with parameters then costs two round trips (describe, then execute) and stalls
+ * the connection's pipeline. Our statement texts are a fixed set (id lists travel as one
+ * jsonb parameter), so we prepare them all, on the pool and inside every transaction: one
+ * round trip per statement.
+ */
+const preparing = (client: postgres.Sql): postgres.Sql => {
+  const unsafe = client.unsafe.bind(client)
+  const patched = client as unknown as {
+    unsafe: (query: string, args?: unknown[], options?: Record<string, unknown>) => unknown
+    begin: (...args: unknown[]) => unknown
+  }
+  patched.unsafe = (query, args = [], options = {}) =>
+    (unsafe as (q: string, a: unknown[], o: Record<string, unknown>) => unknown)(query, args, { ...options, prepare: true })
+  if (typeof patched.begin === "function") {
+    const begin = patched.begin.bind(client)
+    patched.begin = (...args: unknown[]) => {
+      const body = args[args.length - 1] as (tx: postgres.Sql) => unknown
+      return begin(...args.slice(0, -1), (tx: postgres.Sql) => body(preparing(tx)))
+    }
+  }
+  return client
+}
+
+const dialect = new PgDialect()
+
+/**
+ * The `Db` on a postgres.js pool. Transactions are ours, not drizzle's, so that `BEGIN`
+ * travels in the same write as the transaction's first statements (postgres.js coalesces the
+ * writes of one tick), and the queries of a transaction are drizzle's over the reserved
+ * connection, pipelined where the store asks (`Db.pipeline`).
+ */
+export const makeDb = (pool: postgres.Sql): Db => {
+  const runner = makeRunner(null)
+  const db = drizzle({ client: pool }) as unknown as Exec
+  const send = (conn: postgres.Sql, statement: SQL) => {
+    const q = dialect.sqlToQuery(statement)
+    return conn.unsafe(q.sql, q.params as never[], { prepare: true }).execute()
+  }
+  const tx = <A>(body: (tx: Exec) => Promise<A>): Promise<A> =>
+    pool.reserve().then(async (reserved) => {
+      const conn = preparing(reserved)
+      // A reserved connection has no `options`; drizzle reads the pool's (type parsers).
+      ;(conn as unknown as { options: unknown }).options ??= pool.options
+      const exec = drizzle({ client: conn }) as unknown as Exec
+      registerPipeline(exec, (statements) =>
+        Promise.all(statements.map((s) => send(conn, s))) as unknown as Promise<Record<string, unknown>[][]>,
+      )
+      const begin = conn.unsafe("begin").execute()
+      try {
+        const value = await body(exec)
+        await begin
+        await conn.unsafe("commit")
+        return value
+      } catch (error) {
+        await Promise.resolve(begin).catch(() => undefined)
+        await conn.unsafe("rollback").catch(() => undefined)
+        throw error
+      } finally {
+        reserved.release()
+      }
+    })
+  return {
+    driver: "postgres",
+    db,
+    tx: (body) => runner(() => tx(body)),
+    run: (body) => runner(() => body(db)),
+    compile: (statement) => {
+      const q = dialect.sqlToQuery(statement)
+      return (values) =>
+        pool.unsafe(q.sql, fillPlaceholders(q.params, values) as never[], { prepare: true }).execute() as unknown as Promise<
+          Record<string, unknown>[]
+        >
+    },
+  }
+}
+
+const unavailable = (cause: unknown): Unavailable =>
+  new Unavailable({ reason: cause instanceof Error ? cause.message : String(cause), retryAfterMs })
+
+/** Opens the database at a URL: applies the migrations, then a postgres.js pool closed with the scope. */
+export const open = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Scope.Scope> =>
+  Effect.gen(function* () {
+    if (options.migrate !== false) yield* Effect.tryPromise({ try: () => migrateUrl(options.url), catch: unavailable })
+    const pool = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        preparing(
+          postgres(options.url, {
+            max: options.poolSize ?? 10,
+            connect_timeout: options.connectTimeoutSec ?? 5,
+            onnotice: () => undefined,
+          }),
+        ),
+      ),
+      (c) => Effect.promise(() => c.end({ timeout: 5 })),
+    )
+    return makeDb(pool)
+  })

@@ -1,0 +1,54 @@
+/** The store's records from their rows: sessions, reservations and moves. No decision here. */
+import type { SessionState } from "@engram/core"
+import type { Move, MovePhases, MoveRound, Reservation, Session } from "@engram/store"
+import type { moves, reservations, sessions } from "./schema.js"
+
+export type SessionRow = typeof sessions.$inferSelect
+export type ReservationRow = typeof reservations.$inferSelect
+export type MoveRow = typeof moves.$inferSelect
+
+/** A session record from its row. */
+export const toSession = (r: SessionRow): Session => ({
+  id: r.id,
+  state: r.state as SessionState,
+  budget: { memMib: r.memMib, vcpus: r.vcpus },
+  affinity: r.affinity,
+  hostId: r.hostId,
+  reservationId: r.reservationId,
+  queuedAt: r.queuedAt,
+  parkedAt: r.parkedAt,
+  createdAt: r.createdAt,
+  updatedAt: r.updatedAt,
+})
+
+/** A ledger entry from its row. */
+export const toReservation = (r: ReservationRow): Reservation => ({
+  id: r.id,
+  hostId: r.hostId,
+  ownerKind: r.ownerKind,
+  ownerId: r.ownerId,
+  memMib: r.memMib,
+  vcpus: r.vcpus,
+  vramMib: r.vramMib,
+  createdAt: r.createdAt,
+  lastHeartbeatAt: r.lastHeartbeatAt,
+  expiresAt: r.expiresAt,
+  description: r.description,
+})
+
+/** A move record from its row. */
+export const toMove = (r: MoveRow): Move => ({
+  id: r.id,
+  sessionId: r.sessionId,
+  sourceHostId: r.sourceHostId,
+  targetHostId: r.targetHostId,
+  reservationId: r.reservationId,
+  maxDowntimeMs: r.maxDowntimeMs,
+  state: r.state,
+  rounds: r.rounds as MoveRound[],
+  phases: r.phases as MovePhases | null,
+  abortReason: r.abortReason,
+  abortEstimateMs: r.abortEstimateMs,
+  createdAt: r.createdAt,
+  endedAt: r.endedAt,
+})

@@ -1,0 +1,416 @@
+/**
+ * Sessions: creates (placed or queued), reads, and every state change of a session by
+ * itself (SPEC §2). Each change reads the session under its row lock, asks core's
+ * `Session.step`, and writes the answer in the same transaction. A new session is placed
+ * optimistically: core chooses among the cached rows, and one statement (shared by the
+ * concurrent creates of this store, see `Batcher.ts`) writes it only if the chosen host is
+ * still at the version core decided on; after repeated lost races it takes the locking path.
+ */
+import { randomUUID } from "node:crypto"
+import { Placement, Session as SessionRules } from "@engram/core"
+import type { Budget } from "@engram/core"
+import { fromRefusal, NotFound, Unavailable, Validate } from "@engram/store"
+import type { IllegalTransition, PlaceOutcome, Session, SessionFilter, StepRefusal, StoreShape , Conflict} from "@engram/store"
+import { and, asc, eq, sql } from "drizzle-orm"
+import type { SQL } from "drizzle-orm"
+import { Effect } from "effect"
+import * as Batcher from "./Batcher.js"
+import { query, retryAfterMs } from "./Db.js"
+import type { DbError, Exec } from "./Db.js"
+import type { Deps } from "./Deps.js"
+import { lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
+import { readRoom, roomColumns, toCandidate, toRoomRow } from "./Room.js"
+import type { RoomRow } from "./Room.js"
+import { toMove, toSession } from "./Rows.js"
+import { sessions } from "./schema.js"
+import { err, ok, retry } from "./Transaction.js"
+import { applyStep, bumpMetricSql, hostSumsSql } from "./Writes.js"
+
+type SessionOps = Pick<
+  StoreShape,
+  | "createSession"
+  | "getSession"
+  | "listSessions"
+  | "markRunning"
+  | "idle"
+  | "unpark"
+  | "beginDescent"
+  | "finishDescent"
+  | "resume"
+  | "endSession"
+>
+
+/** Options of the placement of new sessions. */
+export interface PlacementOptions {
+  /** See `StorePg.StoreOptions.placementReadMaxAgeMs`. */
+  readonly maxReadAgeMs: number
+  /** See `StorePg.StoreOptions.optimisticPlacementAttempts`. */
+  readonly maxCasAttempts: number
+}
+
+const sessionNotFound = (id: string) => new NotFound({ entity: "session", id })
+
+/** The 1-based FIFO position of a queued session. */
+export const queuePosition = async (tx: Exec, s: { readonly id: string; readonly queuedAt: number | null }): Promise<number> => {
+  if (s.queuedAt === null) return 0
+  const rows = await query<{ n: number }>(
+    tx,
+    sql`select count(*)::int as n from sessions
+      where state = 'queued' and (queued_at < ${s.queuedAt} or (queued_at = ${s.queuedAt} and id <= ${s.id}))`,
+  )
+  return Number(rows[0]?.n ?? 0)
+}
+
+const insertSessionSql = (s: Session): SQL => sql`insert into sessions
+      (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, queued_at, parked_at, created_at, updated_at)
+    values (${s.id}, ${s.state}, ${s.budget.memMib}, ${s.budget.vcpus},
+      array(select jsonb_array_elements_text(${JSON.stringify(s.affinity)}::jsonb)),
+      ${s.hostId}, ${s.reservationId}, ${s.queuedAt}, ${s.parkedAt}, ${s.createdAt}, ${s.updatedAt})
+    on conflict (id) do nothing
+    returning id`
+
+/** Inserts a queued session; answers whether it was new and how many queued sessions are ahead of it. */
+const insertQueuedSql = (s: Session): SQL => sql`with s as (${insertSessionSql(s)})
+    select (select count(*)::int from s) as n,
+      (select count(*)::int from sessions where state = 'queued'
+        and (queued_at < ${s.queuedAt} or (queued_at = ${s.queuedAt} and id < ${s.id}))) as ahead`
+
+/**
+ * The placement write: one statement (autocommit: one round trip) for one placement or for
+ * several concurrent ones of this store (`p`, one row each, never two on the same host or
+ * with the same session id). For each, it adds the budget to the chosen host's sums only if
+ * the host row is still at the version core decided on and the session does not exist, then
+ * inserts the session record and its reservation (both as core's step answered them) from
+ * that update, and counts the metric. No fit rule here: core judged exactly the row at `v`.
+ * A concurrent create of the same id elsewhere makes a session insert a unique violation,
+ * which undoes the whole statement.
+ */
+const placeSql = (batch: unknown): SQL => sql`with p as (
+      select * from jsonb_to_recordset(${batch}::jsonb)
+        as p(sid text, state text, hid text, v bigint, rid text, mem float8, vcpus float8, aff jsonb, qat bigint, pat bigint,
+          cat bigint, uat bigint, rkind text, rat bigint, rbeat bigint)
+    ), e as (
+      select sessions.id from sessions join p on sessions.id = p.sid
+    ), h as (
+      update hosts set
+        reserved_mem_mib = hosts.reserved_mem_mib + p.mem::numeric,
+        reserved_vcpus = hosts.reserved_vcpus + p.vcpus::numeric,
+        entries = hosts.entries + 1,
+        version = hosts.version + 1
+      from p
+      where hosts.id = p.hid and hosts.version = p.v and not exists (select 1 from e where e.id = p.sid)
+      returning p.sid as "sid", ${roomColumns("hosts", "room")}
+    ), s as (
+      insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, queued_at, parked_at, created_at, updated_at)
+      select p.sid, p.state, p.mem::bigint, p.vcpus::bigint, array(select jsonb_array_elements_text(p.aff)),
+        p.hid, p.rid, p.qat, p.pat, p.cat, p.uat
+      from p join h on h.sid = p.sid
+      returning id
+    ), r as (
+      insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
+      select p.rid, p.hid, p.rkind, s.id, p.mem, p.vcpus, p.rat, p.rbeat from p join s on s.id = p.sid
+      returning mem_mib
+    ), m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
+    select p.sid as "placeSid", (select count(*)::int from e where e.id = p.sid) as "exists",
+      (select count(*)::int from s where s.id = p.sid) as "placed", h.*
+    from p left join h on h.sid = p.sid`
+
+/** A create core placed: its applied step, and the host row core decided on. */
+interface PlaceItem {
+  readonly session: Session
+  readonly entry: SessionRules.Applied["ledger"][number] & { readonly _tag: "Reserve" }
+  readonly host: RoomRow
+}
+
+type PlaceAnswer = { readonly _tag: "Placed"; readonly row: RoomRow } | { readonly _tag: "Lost" } | { readonly _tag: "Exists" }
+
+/** The session operations of the store. */
+export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: PlacementOptions): SessionOps => {
+  // On postgres.js the placement statement is built once; the batch travels as its one parameter.
+  const placeCompiled = db.compile?.(placeSql(sql.placeholder("batch"))) ?? null
+
+  const writePlacements = (items: readonly PlaceItem[]): Effect.Effect<readonly PlaceAnswer[], DbError> => {
+    const json = JSON.stringify(
+      items.map(({ session: s, entry: { entry: e }, host }) => ({
+        sid: s.id,
+        state: s.state,
+        hid: host.id,
+        v: host.version,
+        rid: e.id,
+        mem: e.memMib,
+        vcpus: e.vcpus,
+        aff: s.affinity,
+        qat: s.queuedAt,
+        pat: s.parkedAt,
+        cat: s.createdAt,
+        uat: s.updatedAt,
+        rkind: e.ownerKind,
+        rat: e.createdAt,
+        rbeat: e.lastHeartbeatAt,
+      })),
+    )
+    const run =
+      placeCompiled === null
+        ? db.run((exec) => query<Record<string, unknown>>(exec, placeSql(json)))
+        : db.run(() => placeCompiled({ batch: json }))
+    return Effect.map(run, (rows) => {
+      const out = new Map<string, PlaceAnswer>()
+      for (const r of rows) {
+        const sid = r["placeSid"] as string
+        if (Number(r["placed"] ?? 0) > 0) out.set(sid, { _tag: "Placed", row: toRoomRow(r) })
+        else out.set(sid, Number(r["exists"] ?? 0) > 0 ? { _tag: "Exists" } : { _tag: "Lost" })
+      }
+      return items.map((i) => out.get(i.session.id) ?? { _tag: "Lost" })
+    })
+  }
+
+  // Concurrent placements of this store share statements; a statement that hit a unique
+  // violation (a session id created concurrently elsewhere) wrote nothing: its placements run
+  // again one by one, so only that one answers `Exists`.
+  const place = Batcher.make<PlaceItem, PlaceAnswer, DbError>({
+    keysOf: (i) => [`host:${i.host.id}`, `session:${i.session.id}`],
+    run: (items) =>
+      writePlacements(items).pipe(
+        Effect.catchTag("UniqueViolation", (u) =>
+          items.length === 1 ? Effect.succeed([{ _tag: "Exists" } as const]) : Effect.fail(u),
+        ),
+      ),
+    splitOn: (e) => e._tag === "UniqueViolation",
+  })
+  const placeOn = (item: PlaceItem): Effect.Effect<PlaceAnswer, Unavailable> =>
+    cache.writingTo(
+      item.host.id,
+      place(item).pipe(
+        Effect.catchTag("UniqueViolation", () => Effect.fail(new Unavailable({ reason: "unexpected unique violation", retryAfterMs }))),
+      ),
+    )
+
+  /** The outcome of a session as it is now (a repeated create, or after a placement). */
+  const outcomeOf = async (tx: Exec, s: Session, rows: readonly RoomRow[] | null): Promise<PlaceOutcome> => {
+    if (s.hostId !== null) return { _tag: "Placed", session: s }
+    const room = rows ?? (await readRoom(tx))
+    const position = s.state === "queued" ? await queuePosition(tx, s) : 0
+    return {
+      _tag: "Queued",
+      session: s,
+      position,
+      noFit: Placement.noFit(
+        room.map((r) => toCandidate(r, limits())),
+        { budget: s.budget, affinity: s.affinity },
+        limits(),
+      ),
+    }
+  }
+
+  const createStep = (id: string, budget: Budget, affinity: readonly string[], placement: SessionRules.Placed | null): SessionRules.Step => ({
+    _tag: "create",
+    id,
+    budget,
+    affinity,
+    placement,
+  })
+
+  /** A create of a session that exists: core answers it as it is now, or a Conflict on another budget. */
+  const existing = async (tx: Exec, row: typeof sessions.$inferSelect, budget: Budget, rows: readonly RoomRow[] | null, t: number) => {
+    const s = toSession(row)
+    const again = SessionRules.step(s, createStep(s.id, budget, s.affinity, null), t)
+    if (again._tag === "Unchanged") return ok(await outcomeOf(tx, s, rows))
+    return err(fromRefusal(s.id, again as StepRefusal) as Conflict)
+  }
+
+  /** The outcome of a create whose id exists: the session as it is now, or a Conflict. */
+  const existingOutcome = (id: string, budget: Budget, t: number) =>
+    op<PlaceOutcome | null, Conflict>(
+      async (tx) => {
+        const [row] = await tx.select().from(sessions).where(eq(sessions.id, id))
+        return row === undefined ? ok(null) : existing(tx, row, budget, null, t)
+      },
+      undefined,
+      true,
+    )
+
+  /** Core's answer to a create that is new. */
+  const created = (id: string, budget: Budget, affinity: readonly string[], placement: SessionRules.Placed | null, t: number) =>
+    SessionRules.step(null, createStep(id, budget, affinity, placement), t) as SessionRules.Applied
+
+  const queuedOutcome = (s: Session, ahead: number, noFitHosts: Parameters<typeof Placement.noFit>[0]): PlaceOutcome => ({
+    _tag: "Queued",
+    session: s,
+    position: ahead + 1,
+    noFit: Placement.noFit(noFitHosts, { budget: s.budget, affinity: s.affinity }, limits()),
+  })
+
+  /**
+   * Optimistic placement: core decides on the known rows (a recent read, or a fresh one),
+   * one statement writes if the chosen host is still at the version decided on. A lost race
+   * re-reads that host and decides again; after `maxCasAttempts` the caller falls back to the
+   * locking path (null). No fit on a fresh read: the session is queued.
+   */
+  const createOptimistic = (id: string, budget: Budget, affinity: readonly string[], t: number) =>
+    Effect.gen(function* () {
+      const req: Placement.Request = { budget, affinity }
+      const since = performance.now()
+      let fresh = false
+      if (!cache.isRecent()) {
+        // With a reuse window, any read in flight will do (but it is not fresh for this call);
+        // without, one that starts from now.
+        yield* cache.readAll(options.maxReadAgeMs > 0 ? Number.NEGATIVE_INFINITY : since)
+        fresh = options.maxReadAgeMs === 0
+      }
+      for (let attempt = 0; attempt < options.maxCasAttempts; attempt++) {
+        const hostId = cache.choose(req)
+        if (hostId === null) {
+          if (!fresh) {
+            // A recent read may miss room freed since: no queueing without a fresh read.
+            yield* cache.readAll(since)
+            fresh = true
+            continue
+          }
+          const s = created(id, budget, affinity, null, t).session
+          const [written] = yield* read((exec) => query<{ n: number; ahead: number }>(exec, insertQueuedSql(s)))
+          if (Number(written?.n ?? 0) === 0) return yield* existingOutcome(id, budget, t)
+          return queuedOutcome(s, Number(written?.ahead ?? 0), cache.candidates())
+        }
+        const host = cache.get(hostId)?.row as RoomRow
+        const answer = created(id, budget, affinity, { hostId, reservationId: randomUUID() }, t)
+        const entry = answer.ledger[0] as PlaceItem["entry"]
+        const placed = yield* placeOn({ session: answer.session, entry, host })
+        if (placed._tag === "Placed") {
+          cache.learn(placed.row)
+          const outcome: PlaceOutcome = { _tag: "Placed", session: answer.session }
+          return outcome
+        }
+        if (placed._tag === "Exists") return yield* existingOutcome(id, budget, t)
+        // Lost the race for this host: its row changed since core decided. Read it again.
+        yield* cache.readOne(hostId)
+      }
+      return null
+    })
+
+  /**
+   * The locking placement (the fallback when optimistic attempts keep losing): read room,
+   * choose with core, lock the chosen host and re-check it with core under the lock, write.
+   */
+  const createLocked = (id: string, budget: Budget, affinity: readonly string[], t: number) =>
+    op<PlaceOutcome, Conflict>(async (tx) => {
+      const [found, rows] = await both(
+        () => tx.select().from(sessions).where(eq(sessions.id, id)),
+        () => readRoom(tx, { columns: "room" }),
+      )
+      if (found[0] !== undefined) return existing(tx, found[0], budget, rows, t)
+      const picked = await pickAndLock(tx, { budget, affinity }, limits(), { rows })
+      if (picked._tag === "Chosen") {
+        const answer = created(id, budget, affinity, { hostId: picked.hostId, reservationId: randomUUID() }, t)
+        const s = answer.session
+        const e = (answer.ledger[0] as PlaceItem["entry"]).entry
+        const [written] = await query<{ n: number }>(
+          tx,
+          sql`with s as (${insertSessionSql(s)}),
+          r as (
+            insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
+            select ${e.id}, ${e.hostId}, ${e.ownerKind}, s.id, ${e.memMib}, ${e.vcpus}, ${e.createdAt}, ${e.lastHeartbeatAt} from s
+            returning host_id, mem_mib, vcpus
+          ), h as (${hostSumsSql("+", sql`r`)}),
+          m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
+          select count(*)::int as n from s`,
+        )
+        // Another create of the same id won: answer as a repeated create.
+        if (Number(written?.n ?? 0) === 0) return retry
+        return ok({ _tag: "Placed", session: s })
+      }
+      const s = created(id, budget, affinity, null, t).session
+      const [written] = await query<{ n: number; ahead: number }>(tx, insertQueuedSql(s))
+      if (Number(written?.n ?? 0) === 0) return retry
+      return ok(queuedOutcome(s, Number(written?.ahead ?? 0), picked.hosts))
+    })
+
+  /** Locks the session, asks core for `op`'s step, writes it: the session as it is after. */
+  const stepLocked = (id: string, step: (tx: Exec, s: Session) => Promise<SessionRules.Step>) =>
+    Effect.gen(function* () {
+      const t = yield* now
+      return yield* op<Session, NotFound | IllegalTransition>(async (tx) => {
+        const row = await lockSession(tx, id)
+        if (row === undefined) return err(sessionNotFound(id))
+        const s = toSession(row)
+        const answer = SessionRules.step(s, await step(tx, s), t)
+        if (answer._tag !== "Applied") return err(fromRefusal(id, answer as StepRefusal) as IllegalTransition)
+        return ok((await applyStep(tx, answer)).session)
+      })
+    })
+  const simple = (id: string, step: SessionRules.Step) => stepLocked(id, () => Promise.resolve(step))
+
+  return {
+    createSession: (input) =>
+      Effect.gen(function* () {
+        const bad = Validate.sessionInput(input)
+        if (bad) return yield* bad
+        const t = yield* now
+        const budget: Budget = { memMib: input.budget.memMib, vcpus: input.budget.vcpus }
+        const affinity = [...(input.affinity ?? [])]
+        if (options.maxCasAttempts > 0) {
+          const optimistic = yield* createOptimistic(input.id, budget, affinity, t)
+          if (optimistic !== null) return optimistic
+        }
+        return yield* createLocked(input.id, budget, affinity, t)
+      }),
+
+    getSession: (id) =>
+      Effect.flatMap(
+        read((exec) => exec.select().from(sessions).where(eq(sessions.id, id))),
+        (rows) => (rows[0] === undefined ? Effect.fail(sessionNotFound(id)) : Effect.succeed(toSession(rows[0]))),
+      ),
+
+    listSessions: (filter: SessionFilter = {}) =>
+      Effect.map(
+        read((exec) =>
+          exec
+            .select()
+            .from(sessions)
+            .where(
+              and(
+                filter.state === undefined ? undefined : eq(sessions.state, filter.state),
+                filter.hostId === undefined ? undefined : eq(sessions.hostId, filter.hostId),
+              ),
+            )
+            .orderBy(asc(sessions.createdAt), asc(sessions.id)),
+        ),
+        (rows) => rows.map(toSession),
+      ),
+
+    markRunning: (id) => simple(id, { _tag: "markRunning" }),
+    idle: (id, mayPark) => simple(id, { _tag: "idle", mayPark }),
+    unpark: (id) => simple(id, { _tag: "unpark" }),
+    beginDescent: (id) => simple(id, { _tag: "beginDescent" }),
+    finishDescent: (id) => simple(id, { _tag: "finishDescent" }),
+    endSession: (id) =>
+      stepLocked(id, async (tx) => {
+        const open = await lockOpenMove(tx, id)
+        return { _tag: "end", openMove: open === undefined ? null : toMove(open) }
+      }),
+
+    resume: (id) =>
+      Effect.gen(function* () {
+        const t = yield* now
+        return yield* op<PlaceOutcome, NotFound | IllegalTransition>(async (tx) => {
+          const row = await lockSession(tx, id)
+          if (row === undefined) return err(sessionNotFound(id))
+          const s = toSession(row)
+          // Judged before the host choice: a refused resume locks no host.
+          const bad = SessionRules.judge(s, "resume", "pending")
+          if (bad) return err(fromRefusal(id, bad) as IllegalTransition)
+          const picked = await pickAndLock(tx, { budget: s.budget, affinity: s.affinity }, limits())
+          const placement = picked._tag === "Chosen" ? { hostId: picked.hostId, reservationId: randomUUID() } : null
+          const answer = SessionRules.step(s, { _tag: "resume", placement }, t)
+          if (answer._tag !== "Applied") return err(fromRefusal(id, answer as StepRefusal) as IllegalTransition)
+          const { session } = await applyStep(tx, answer)
+          if (picked._tag === "Chosen") return ok({ _tag: "Placed", session })
+          return ok({
+            _tag: "Queued",
+            session,
+            position: await queuePosition(tx, session),
+            noFit: Placement.noFit(picked.hosts, { budget: s.budget, affinity: s.affinity }, limits()),
+          })
+        })
+      }),
+  }
+}

@@ -1,0 +1,101 @@
+// The group-commit batcher on its own (no database): what goes together, what goes apart,
+// how many statements run at once, and that one bad item fails only itself.
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Exit, Fiber } from "effect"
+import * as Batcher from "../src/Batcher.js"
+
+interface Item {
+  readonly id: number
+  readonly host: string
+}
+
+/** A batcher whose statements answer each item's id doubled, recording every statement. */
+const recording = (options: { readonly failsWith?: number; readonly yields?: number } = {}) => {
+  const statements: number[][] = []
+  let inFlight = 0
+  let maxInFlight = 0
+  const write = Batcher.make<Item, number, string>({
+    keysOf: (i) => [i.host],
+    run: (items) =>
+      Effect.gen(function* () {
+        inFlight++
+        maxInFlight = Math.max(maxInFlight, inFlight)
+        statements.push(items.map((i) => i.id))
+        for (let k = 0; k < (options.yields ?? 0); k++) yield* Effect.yieldNow
+        inFlight--
+        if (items.some((i) => i.id === options.failsWith)) return yield* Effect.fail(`bad item in ${items.length}`)
+        return items.map((i) => i.id * 2)
+      }),
+    splitOn: (e) => e.startsWith("bad item"),
+  })
+  return { write, statements, maxInFlight: () => maxInFlight }
+}
+
+describe("the batcher", () => {
+  it.effect("items asked for together are written by one statement, each with its own answer", () =>
+    Effect.gen(function* () {
+      const b = recording()
+      const answers = yield* Effect.all(
+        [1, 2, 3, 4].map((id) => b.write({ id, host: `h${id}` })),
+        { concurrency: "unbounded" },
+      )
+      expect(answers).toStrictEqual([2, 4, 6, 8])
+      expect(b.statements).toStrictEqual([[1, 2, 3, 4]])
+    }),
+  )
+
+  it.effect("items that share a key go in a later statement of the same batch", () =>
+    Effect.gen(function* () {
+      const b = recording()
+      const answers = yield* Effect.all(
+        [
+          { id: 1, host: "a" },
+          { id: 2, host: "a" },
+          { id: 3, host: "b" },
+          { id: 4, host: "a" },
+        ].map((i) => b.write(i)),
+        { concurrency: "unbounded" },
+      )
+      expect(answers).toStrictEqual([2, 4, 6, 8])
+      expect(b.statements).toStrictEqual([[1, 3], [2], [4]])
+    }),
+  )
+
+  it.effect("one bad item fails only its own caller: the statement is split and the others are written", () =>
+    Effect.gen(function* () {
+      const b = recording({ failsWith: 2 })
+      const exits = yield* Effect.all(
+        [1, 2, 3].map((id) => Effect.exit(b.write({ id, host: `h${id}` }))),
+        { concurrency: "unbounded" },
+      )
+      expect(exits.map((e) => (Exit.isSuccess(e) ? e.value : "failed"))).toStrictEqual([2, "failed", 6])
+      expect(b.statements).toStrictEqual([[1, 2, 3], [1], [2], [3]])
+    }),
+  )
+
+  it.effect("at most two statements run at once; items arriving meanwhile wait and go together", () =>
+    Effect.gen(function* () {
+      const b = recording({ yields: 5 })
+      const fibers = []
+      for (let id = 0; id < 40; id++) {
+        fibers.push(yield* Effect.forkChild(b.write({ id, host: `h${id}` })))
+        yield* Effect.yieldNow
+      }
+      const answers = yield* Fiber.joinAll(fibers)
+      expect(answers).toStrictEqual(Array.from({ length: 40 }, (_, id) => id * 2))
+      expect(b.maxInFlight()).toBeLessThanOrEqual(2)
+      expect(b.statements.length).toBeLessThan(40)
+      expect(b.statements.flat().sort((x, y) => x - y)).toStrictEqual(Array.from({ length: 40 }, (_, id) => id))
+    }),
+  )
+
+  it.effect("an interrupted caller does not keep the others from their answers", () =>
+    Effect.gen(function* () {
+      const b = recording({ yields: 3 })
+      const first = yield* Effect.forkChild(b.write({ id: 1, host: "a" }))
+      const second = yield* Effect.forkChild(b.write({ id: 2, host: "b" }))
+      yield* Fiber.interrupt(first)
+      expect(yield* Fiber.join(second)).toBe(4)
+    }),
+  )
+})
