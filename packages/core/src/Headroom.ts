@@ -79,18 +79,22 @@ export const cpuBudgetOf = (totalVcpus: number | null, limits: Limits = defaults
  * RAM capacity after policy: `(allocatable − systemReserveMib) × memOvercommitRatio`, the
  * reserve subtracted before the ratio (as OpenStack Placement does). Null when the host has
  * not reported RAM, or when the ratio is 0 (no RAM cap). A host whose report does not
- * exceed the reserve has capacity 0: it is measured and full, never ungated.
+ * exceed the reserve — an explicit `allocatableMib: 0` included — has capacity 0: it is
+ * measured and full, never ungated (SPEC §1, §12).
  */
 export const ramCapacityOf = (allocatableMib: number | null, limits: Limits = defaults): number | null => {
-  if (allocatableMib === null || !(allocatableMib > 0) || limits.memOvercommitRatio === 0) return null
+  if (allocatableMib === null || Number.isNaN(allocatableMib) || limits.memOvercommitRatio === 0) return null
   const capacity = Math.floor((allocatableMib - limits.systemReserveMib) * limits.memOvercommitRatio)
   // A capacity of 0 would read as "not gated"; the smallest positive figure keeps it full.
   return capacity > 0 ? capacity : Number.MIN_VALUE
 }
 
-/** Whether a host report counts as measured (SPEC §0): it reported allocatable RAM. */
+/**
+ * Whether a host report counts as measured (SPEC §0): it reported its allocatable RAM, 0
+ * included (a full host). An absent or null figure is unmeasured.
+ */
 export const isMeasuredReport = (report: HostReport): boolean =>
-  report.allocatableMib !== null && report.allocatableMib > 0
+  report.allocatableMib !== null && !Number.isNaN(report.allocatableMib)
 
 /** The headroom of a host from its report and the budgets reserved on it (SPEC §1 policy). */
 export const fromReport = (report: HostReport, reserved: Budget, limits: Limits = defaults): HostHeadroom => ({

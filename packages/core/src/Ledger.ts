@@ -5,6 +5,7 @@
 import * as Headroom from "./Headroom.js"
 import type { Budget, HostHeadroom } from "./Headroom.js"
 import { defaults, type Limits } from "./Limits.js"
+import type { HostState } from "./Placement.js"
 
 /** Who holds a reservation. */
 export type OwnerKind = "session" | "move" | "capture" | "external"
@@ -31,12 +32,16 @@ export interface Entry {
 export interface ReserveRequest {
   readonly id?: string | null | undefined
   readonly hostId?: string | null | undefined
+  /** Who will hold it; an `external` reservation lands only on a ready host. */
+  readonly ownerKind?: OwnerKind | undefined
   readonly memMib: number
   readonly vcpus: number
 }
 
 /** The host as the ledger's admission sees it. */
 export interface HostView {
+  /** The host's administrative state; defaults to `ready`. */
+  readonly state?: HostState | undefined
   readonly measured: boolean
   readonly headroom: HostHeadroom
   readonly entries: number
@@ -50,6 +55,7 @@ export type Check =
   | "vcpus_invalid"
   | "duplicate"
   | "host_unknown"
+  | "host_not_ready"
   | "host_unmeasured"
   | "entries_full"
   | "capacity_exceeded"
@@ -91,6 +97,9 @@ export const admit = (
   if (ctx.duplicate) return refuse("duplicate", `reservation ${req.id} already exists`)
   const host = ctx.host
   if (host === undefined) return refuse("host_unknown", `host ${req.hostId} is not known`)
+  const state = host.state ?? "ready"
+  if (req.ownerKind === "external" && state !== "ready")
+    return refuse("host_not_ready", `host ${req.hostId} is ${state}: external reservations land only on ready hosts`)
   if (limits.requireMeasured && !host.measured)
     return refuse("host_unmeasured", `host ${req.hostId} has not reported its RAM and requireMeasured is set`)
   if (host.entries >= limits.maxEntriesPerNode)
@@ -241,6 +250,21 @@ export const renewedByHost: readonly OwnerKind[] = ["session", "move", "capture"
 export const refuseRelease = (e: Pick<Entry, "id" | "ownerKind" | "ownerId">): { readonly check: "owned"; readonly message: string } | null =>
   e.ownerKind === "session" || e.ownerKind === "move"
     ? { check: "owned", message: `reservation ${e.id} is held by ${e.ownerKind} ${e.ownerId}: end the session or abort the move` }
+    : null
+
+/**
+ * Whether a host may be removed: only once it holds nothing — no reservation and no session
+ * placed on it. Answers the refusal with the figures, or null.
+ */
+export const refuseHostRemoval = (
+  hostId: string,
+  held: { readonly entries: number; readonly sessions: number },
+): { readonly check: "host_in_use"; readonly message: string } | null =>
+  held.entries > 0 || held.sessions > 0
+    ? {
+        check: "host_in_use",
+        message: `host ${hostId} holds ${held.entries} reservations and ${held.sessions} sessions: end or move them first`,
+      }
     : null
 
 /** What a new entry holds beyond its defaults. */

@@ -70,9 +70,22 @@ export const refuseAbort = (m: Pick<Record, "id" | "state" | "rounds">, onlyBefo
   refuseUnlessPending(m) ??
   (onlyBeforeFinalRound && finalRoundRecorded(m) ? { _tag: "Conflict", moveId: m.id, reason: "final round recorded: the pause is spent" } : null)
 
-/** The move with one more round; refused on a finished move. */
+/**
+ * Judges a commit (SPEC §5, §12): refused on a finished move, and on a move whose final round
+ * is not recorded (the target cannot hold the guest's last state).
+ */
+export const refuseCommit = (m: Pick<Record, "id" | "state" | "rounds">): Refusal | null =>
+  refuseUnlessPending(m) ??
+  (finalRoundRecorded(m) ? null : { _tag: "Conflict", moveId: m.id, reason: "no final round recorded: a commit needs the final round" })
+
+/** Judges a new round: refused on a finished move, and after the final round (nothing follows it). */
+export const refuseRound = (m: Pick<Record, "id" | "state" | "rounds">): Refusal | null =>
+  refuseUnlessPending(m) ??
+  (finalRoundRecorded(m) ? { _tag: "Conflict", moveId: m.id, reason: "the final round is recorded: no round follows it" } : null)
+
+/** The move with one more round; refused on a finished move and after the final round. */
 export const recordRound = (m: Record, round: Round): { readonly _tag: "Recorded"; readonly move: Record } | Refusal => {
-  const refused = refuseUnlessPending(m)
+  const refused = refuseRound(m)
   if (refused !== null) return refused
   return { _tag: "Recorded", move: { ...m, rounds: [...m.rounds, { ...round }] } }
 }

@@ -23,6 +23,12 @@ export interface Candidate {
    * for a measured host without a RAM cap (`memOvercommitRatio = 0`).
    */
   readonly measured?: boolean
+  /**
+   * Whether the host has sent its first report. Defaults to true. Registration is not
+   * readiness (SPEC §12): a host that has not reported takes no placements (creates, resumes,
+   * queue drains, move targets), whatever its state.
+   */
+  readonly reported?: boolean
 }
 
 /** A placement request: a budget, an optional list of preferred hosts (best first), and a host it must not go to. */
@@ -47,9 +53,13 @@ export interface NoFitDetail {
 /** Whether the host has reported its RAM. */
 export const isMeasured = (c: Candidate): boolean => c.measured ?? c.headroom.allocatableMib !== null
 
-/** Whether the host takes new placements at all (ready, under the entries cap, measured if required). */
+/**
+ * Whether the host takes new placements at all: ready, reported at least once, under the
+ * entries cap, measured if required.
+ */
 export const isOpen = (c: Candidate, limits: Limits = defaults): boolean =>
   (c.state ?? "ready") === "ready" &&
+  c.reported !== false &&
   (c.entries ?? 0) < limits.maxEntriesPerNode &&
   (!limits.requireMeasured || isMeasured(c))
 
@@ -175,6 +185,8 @@ export const choose = (hosts: Iterable<Candidate>, req: Choice, limits: Limits =
 export const reasonFor = (c: Candidate, budget: Budget, limits: Limits = defaults): NoFitReason => {
   const state = c.state ?? "ready"
   if (state !== "ready") return state
+  // A host that has not reported yet has measured nothing: it takes nothing until it does.
+  if (c.reported === false) return "unmeasured"
   if ((c.entries ?? 0) >= limits.maxEntriesPerNode) return "entries_full"
   if (limits.requireMeasured && !isMeasured(c)) return "unmeasured"
   const short = Headroom.shortfall(c.headroom, budget)

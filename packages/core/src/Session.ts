@@ -67,6 +67,25 @@ export const holdsReservation = (s: State): boolean =>
 /** Whether the state is final. */
 export const isFinal = (s: State): boolean => s === "ended"
 
+/**
+ * Whether a session in `from` can still come to be in `to` through legal transitions (a state
+ * reaches itself). What a wait for a state answers when the state can no longer come.
+ */
+export const canReach = (from: State, to: State): boolean => {
+  if (from === to) return true
+  const seen = new Set<State>([from])
+  const todo: State[] = [from]
+  for (let s = todo.pop(); s !== undefined; s = todo.pop())
+    for (const n of legal[s]) {
+      if (n === to) return true
+      if (!seen.has(n)) {
+        seen.add(n)
+        todo.push(n)
+      }
+    }
+  return false
+}
+
 
 /**
  * The store operations that change a session's state, each with the states it starts from and
@@ -82,7 +101,8 @@ export const operations = {
   unpark: { from: ["parked"], to: ["running"] },
   beginDescent: { from: ["parked"], to: ["descending"] },
   finishDescent: { from: ["descending"], to: ["descended"] },
-  resume: { from: ["descended"], to: ["pending", "queued"] },
+  // Resume is one verb (SPEC §12): a park unparks warm in place, a descended session restores cold.
+  resume: { from: ["parked", "descended"], to: ["running", "pending", "queued"] },
   beginMove: { from: ["running"], to: ["moving"] },
   commitMove: { from: ["moving"], to: ["running"] },
   abortMove: { from: ["moving"], to: ["running"] },
@@ -155,8 +175,10 @@ export type Step =
   | { readonly _tag: "markRunning" }
   | { readonly _tag: "idle"; readonly mayPark: boolean }
   | { readonly _tag: "unpark" }
-  | { readonly _tag: "beginDescent" }
+  /** A park yields; `reason` is the gate's (`demand`, `over_reserved`, `hard_ttl`…), kept in the history. */
+  | { readonly _tag: "beginDescent"; readonly reason?: string | null | undefined }
   | { readonly _tag: "finishDescent" }
+  /** A park resumes warm (no placement: pass null); a descended session is placed, or queued when null. */
   | { readonly _tag: "resume"; readonly placement: Placed | null }
   | { readonly _tag: "beginMove"; readonly openMove: Move.Record | null; readonly move: NewMove }
   | { readonly _tag: "commitMove"; readonly move: Move.Record; readonly phases: Move.Phases }
@@ -178,23 +200,52 @@ export type Step =
     }
   | { readonly _tag: "end"; readonly openMove: Move.Record | null }
 
-/** What happened to a session, for its history. */
+/** What happened to a session, for its history. `hostId` names the host it happened on, where there is one. */
 export type Event =
   | { readonly _tag: "Created" }
   | { readonly _tag: "Queued" }
   | { readonly _tag: "Placed"; readonly hostId: string }
   | { readonly _tag: "Running"; readonly hostId: string | null }
   | { readonly _tag: "Parked"; readonly hostId: string | null }
-  /** A descent began: straight from idle (no park allowed), or a park yielded. */
-  | { readonly _tag: "Descending"; readonly cause: "idle" | "yield" }
-  | { readonly _tag: "Descended" }
-  /** Resumed warm (a park unparked in place) or cold (a descended session restored: placed or queued next). */
-  | { readonly _tag: "Resumed"; readonly warm: boolean }
-  | { readonly _tag: "MoveBegun"; readonly moveId: string; readonly targetHostId: string }
-  | { readonly _tag: "Moved"; readonly moveId: string; readonly fromHostId: string; readonly toHostId: string }
-  | { readonly _tag: "MoveAborted"; readonly moveId: string; readonly reason: string; readonly estimateMs: number | null }
-  | { readonly _tag: "Lost" }
-  | { readonly _tag: "Ended" }
+  /** A descent began: straight from idle (no park allowed), or a park yielded (`reason`: the gate's, when known). */
+  | { readonly _tag: "Descending"; readonly hostId: string | null; readonly cause: "idle" | "yield"; readonly reason: string | null }
+  | { readonly _tag: "Descended"; readonly hostId: string | null }
+  /** Resumed warm (a park unparked in place, on `hostId`) or cold (a descended session restored: placed or queued next). */
+  | { readonly _tag: "Resumed"; readonly warm: boolean; readonly hostId: string | null }
+  | { readonly _tag: "MoveBegun"; readonly moveId: string; readonly hostId: string | null; readonly targetHostId: string }
+  | {
+      readonly _tag: "Moved"
+      readonly moveId: string
+      readonly fromHostId: string
+      readonly toHostId: string
+      readonly phases: Move.Phases
+    }
+  | {
+      readonly _tag: "MoveAborted"
+      readonly moveId: string
+      readonly hostId: string | null
+      readonly reason: string
+      readonly estimateMs: number | null
+    }
+  | { readonly _tag: "Lost"; readonly hostId: string | null }
+  | { readonly _tag: "Ended"; readonly hostId: string | null }
+
+/** Every event tag, in life-cycle order. */
+export const eventTags: readonly Event["_tag"][] = [
+  "Created",
+  "Queued",
+  "Placed",
+  "Running",
+  "Parked",
+  "Descending",
+  "Descended",
+  "Resumed",
+  "MoveBegun",
+  "Moved",
+  "MoveAborted",
+  "Lost",
+  "Ended",
+]
 
 /** How a reservation leaves the ledger, for its cumulative metrics (SPEC §3). */
 export type Removal = "released" | "reclaimed"
@@ -267,6 +318,16 @@ export const refuseBeginMove = (s: Record, openMove: Pick<Move.Record, "id"> | n
   openMove !== null
     ? { _tag: "Conflict", entity: "move", id: openMove.id, reason: `session ${s.id} already has an open move` }
     : judge(s, "beginMove", "moving")
+
+/** Whether a resume of a session in this state is warm: a park unparks in place, with no placement. */
+export const resumesWarm = (state: State): boolean => state === "parked"
+
+/**
+ * Judges a resume before any host is chosen (SPEC §12: resume is one verb): a park resumes
+ * warm (judged against running), a descended session cold (judged against pending).
+ */
+export const judgeResume = (s: Pick<Record, "id" | "state">): Illegal | null =>
+  judge(s, "resume", resumesWarm(s.state) ? "running" : "pending")
 
 /** The state an operation asks for (the state named by its refusal). */
 export const target = (op: Step): State => {
@@ -341,20 +402,14 @@ const leaving = (openMove: Move.Record | null, reason: string, how: Removal, now
     : {
         ledger: release(openMove.reservationId, how),
         move: closed(openMove, reason, null, now),
-        events: [{ _tag: "MoveAborted", moveId: openMove.id, reason, estimateMs: null }] as Event[],
+        events: [{ _tag: "MoveAborted", moveId: openMove.id, hostId: openMove.sourceHostId, reason, estimateMs: null }] as Event[],
       }
 
 // Events that carry nothing are shared (readonly by type): steps are on every store's hot path.
 const created = [{ _tag: "Created" }, { _tag: "Queued" }] as const satisfies readonly Event[]
 const createdQueued: readonly Event[] = created
 const queuedEvent: Event = created[1]
-const descended: readonly Event[] = [{ _tag: "Descended" }]
-const yielded: readonly Event[] = [{ _tag: "Descending", cause: "yield" }]
-const idled: readonly Event[] = [{ _tag: "Descending", cause: "idle" }]
-const warm: readonly Event[] = [{ _tag: "Resumed", warm: true }]
-const cold: Event = { _tag: "Resumed", warm: false }
-const lostEvent: Event = { _tag: "Lost" }
-const endedEvent: Event = { _tag: "Ended" }
+const cold: Event = { _tag: "Resumed", warm: false, hostId: null }
 const none: readonly LedgerChange[] = []
 
 /** The reason a move closes when its session ends. */
@@ -405,20 +460,24 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
     case "unpark": {
       const bad = judge(s, op._tag, "running")
       if (bad) return bad
-      const events = op._tag === "unpark" ? warm : [{ _tag: "Running", hostId: s.hostId } as const]
+      const events: readonly Event[] = [op._tag === "unpark" ? { _tag: "Resumed", warm: true, hostId: s.hostId } : { _tag: "Running", hostId: s.hostId }]
       return applied({ ...s, state: "running", parkedAt: null, updatedAt: now }, none, null, events)
     }
     case "idle": {
       const to = target(op)
       const bad = judge(s, "idle", to)
       if (bad) return bad
-      const events = op.mayPark ? [{ _tag: "Parked", hostId: s.hostId } as const] : idled
+      const events: readonly Event[] = [
+        op.mayPark ? { _tag: "Parked", hostId: s.hostId } : { _tag: "Descending", hostId: s.hostId, cause: "idle", reason: null },
+      ]
       return applied({ ...s, state: to, parkedAt: op.mayPark ? now : null, updatedAt: now }, none, null, events)
     }
     case "beginDescent": {
       const bad = judge(s, "beginDescent", "descending")
       if (bad) return bad
-      return applied({ ...s, state: "descending", parkedAt: null, updatedAt: now }, none, null, yielded)
+      return applied({ ...s, state: "descending", parkedAt: null, updatedAt: now }, none, null, [
+        { _tag: "Descending", hostId: s.hostId, cause: "yield", reason: op.reason ?? null },
+      ])
     }
     case "finishDescent": {
       const bad = judge(s, "finishDescent", "descended")
@@ -427,13 +486,16 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         { ...s, state: "descended", hostId: null, reservationId: null, parkedAt: null, updatedAt: now },
         release(s.reservationId, "released"),
         null,
-        descended,
+        [{ _tag: "Descended", hostId: s.hostId }],
       )
     }
     case "resume": {
-      // Judged against pending whatever the room: a refused resume names the state it asked for.
-      const bad = judge(s, "resume", "pending")
+      // Judged against pending whatever the room (running for a park): a refused resume names the state it asked for.
+      const bad = judgeResume(s)
       if (bad) return bad
+      // A park resumes warm: running again on its host, with its reservation, no placement.
+      if (resumesWarm(s.state))
+        return applied({ ...s, state: "running", parkedAt: null, updatedAt: now }, none, null, [{ _tag: "Resumed", warm: true, hostId: s.hostId }])
       if (op.placement === null) return applied(queuedAt(s, now), none, null, [cold, queuedEvent])
       const [next, reserve] = placedOn(s, op.placement, now)
       return applied(next, [reserve], null, [cold, { _tag: "Placed", hostId: op.placement.hostId }])
@@ -461,13 +523,13 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         { ...s, state: "moving", parkedAt: null, updatedAt: now },
         [{ _tag: "Reserve", entry: entryFor(m.reservationId, m.targetHostId, "move", m.id, s.budget, now) }],
         { _tag: "Open", move },
-        [{ _tag: "MoveBegun", moveId: m.id, targetHostId: m.targetHostId }],
+        [{ _tag: "MoveBegun", moveId: m.id, hostId: s.hostId, targetHostId: m.targetHostId }],
       )
     }
     case "commitMove": {
       const m = op.move
-      const finished = Move.refuseUnlessPending(m)
-      if (finished) return moveConflict(finished)
+      const refused = Move.refuseCommit(m)
+      if (refused) return moveConflict(refused)
       const bad = judge(s, "commitMove", "running")
       if (bad) return bad
       // The target's reservation becomes the session's; the source's is released.
@@ -478,7 +540,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         { ...s, state: "running", hostId: m.targetHostId, reservationId: m.reservationId, parkedAt: null, updatedAt: now },
         ledger,
         { _tag: "Commit", move: { ...m, state: "committed", phases: { downtimeMs, captureMs, sendMs, commitMs }, endedAt: now } },
-        [{ _tag: "Moved", moveId: m.id, fromHostId: m.sourceHostId, toHostId: m.targetHostId }],
+        [{ _tag: "Moved", moveId: m.id, fromHostId: m.sourceHostId, toHostId: m.targetHostId, phases: { downtimeMs, captureMs, sendMs, commitMs } }],
       )
     }
     case "abortMove": {
@@ -491,7 +553,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         { ...s, state: "running", parkedAt: null, updatedAt: now },
         release(m.reservationId, op.targetReclaimed ? "reclaimed" : "released"),
         closed(m, op.reason, op.estimateMs, now),
-        [{ _tag: "MoveAborted", moveId: m.id, reason: op.reason, estimateMs: op.estimateMs }],
+        [{ _tag: "MoveAborted", moveId: m.id, hostId: m.sourceHostId, reason: op.reason, estimateMs: op.estimateMs }],
       )
     }
     case "lose": {
@@ -502,16 +564,17 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         { ...s, state: "lost", hostId: null, reservationId: null, parkedAt: null, updatedAt: now },
         [...release(s.reservationId, "reclaimed"), ...gone.ledger],
         gone.move,
-        [...gone.events, lostEvent],
+        [...gone.events, { _tag: "Lost", hostId: s.hostId }],
       )
     }
     case "end": {
       const bad = judge(s, "end", "ended")
       if (bad) return bad
       const next: Record = { ...s, state: "ended", hostId: null, reservationId: null, queuedAt: null, parkedAt: null, updatedAt: now }
-      if (op.openMove === null) return applied(next, release(s.reservationId, "released"), null, [endedEvent])
+      const ended: Event = { _tag: "Ended", hostId: s.hostId }
+      if (op.openMove === null) return applied(next, release(s.reservationId, "released"), null, [ended])
       const gone = leaving(op.openMove, endedReason, "released", now)
-      return applied(next, [...gone.ledger, ...release(s.reservationId, "released")], gone.move, [...gone.events, endedEvent])
+      return applied(next, [...gone.ledger, ...release(s.reservationId, "released")], gone.move, [...gone.events, ended])
     }
   }
 }

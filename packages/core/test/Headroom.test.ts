@@ -73,9 +73,19 @@ describe("Headroom", () => {
     expect(Headroom.fits(got, { memMib: 1, vcpus: 0 })).toBe(false)
   })
 
-  it("a report of 0 or null RAM is unmeasured", () => {
-    expect(Headroom.fromReport({ allocatableMib: 0, totalVcpus: 2 }, Headroom.zero).allocatableMib).toBeNull()
+  it("a report of null RAM is unmeasured and does not gate", () => {
+    expect(Headroom.fromReport({ allocatableMib: null, totalVcpus: 2 }, Headroom.zero).allocatableMib).toBeNull()
     expect(Headroom.isMeasuredReport({ allocatableMib: null, totalVcpus: 2 })).toBe(false)
+  })
+
+  it("an explicit allocatableMib of 0 is measured and full, never ungated (SPEC §12)", () => {
+    const got = Headroom.fromReport({ allocatableMib: 0, totalVcpus: 2 }, Headroom.zero)
+    expect(Headroom.isMeasuredReport({ allocatableMib: 0, totalVcpus: 2 })).toBe(true)
+    expect(Headroom.gatesRam(got)).toBe(true)
+    expect(Headroom.fits(got, { memMib: 1, vcpus: 1 })).toBe(false)
+    // With no system reserve too: 0 is full, not "not reported".
+    const bare = Headroom.fromReport({ allocatableMib: 0, totalVcpus: 2 }, Headroom.zero, { ...Limits.defaults, systemReserveMib: 0 })
+    expect(Headroom.fits(bare, { memMib: 1, vcpus: 1 })).toBe(false)
   })
 
   it("over-reserved only when measured and reserved beyond capacity", () => {

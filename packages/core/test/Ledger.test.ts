@@ -10,6 +10,30 @@ const ok = { id: "r1", hostId: "h1", memMib: 1024, vcpus: 1 }
 const checkOf = (a: Ledger.Admission) => (a._tag === "Refuse" ? a.check : "admit")
 
 describe("Ledger.admit", () => {
+  it("an external reservation lands only on a ready host; a capture may land on a draining one (SPEC §12)", () => {
+    for (const state of ["cordoned", "draining"] as const) {
+      const host = { ...hostView(4096), state }
+      const refused = Ledger.admit({ ...ok, ownerKind: "external" }, { duplicate: false, host })
+      expect(refused).toMatchObject({ _tag: "Refuse", check: "host_not_ready", countsAsFailure: true })
+      expect(refused._tag === "Refuse" && refused.message).toContain(`is ${state}`)
+      expect(Ledger.admit({ ...ok, ownerKind: "capture" }, { duplicate: false, host })).toEqual({ _tag: "Admit" })
+    }
+    expect(Ledger.admit({ ...ok, ownerKind: "external" }, { duplicate: false, host: { ...hostView(4096), state: "ready" } })).toEqual({ _tag: "Admit" })
+    // Checked after the unknown host and before the entries cap.
+    expect(checkOf(Ledger.admit({ ...ok, ownerKind: "external" }, { duplicate: false, host: undefined }))).toBe("host_unknown")
+    const full = { ...hostView(1000, 1000, 32), state: "cordoned" as const }
+    expect(checkOf(Ledger.admit({ ...ok, ownerKind: "external" }, { duplicate: false, host: full }))).toBe("host_not_ready")
+  })
+
+  it("a host may be removed only once it holds no reservation and no session", () => {
+    expect(Ledger.refuseHostRemoval("h1", { entries: 0, sessions: 0 })).toBeNull()
+    expect(Ledger.refuseHostRemoval("h1", { entries: 2, sessions: 1 })).toEqual({
+      check: "host_in_use",
+      message: "host h1 holds 2 reservations and 1 sessions: end or move them first",
+    })
+    expect(Ledger.refuseHostRemoval("h1", { entries: 0, sessions: 1 })?.check).toBe("host_in_use")
+  })
+
   it("admits a reservation that fits", () => {
     expect(Ledger.admit(ok, { duplicate: false, host: hostView(4096) })).toEqual({ _tag: "Admit" })
   })

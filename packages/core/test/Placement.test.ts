@@ -37,6 +37,16 @@ describe("Placement.rank", () => {
     expect(Placement.rank(hosts, req(1024, 1, ["u"]))).toEqual(["m", "u", "v"])
   })
 
+  it("registration is not readiness: a host that has not reported takes no placement and names unmeasured (SPEC §12)", () => {
+    const hosts = [host("fresh", null, null, 0, 0, { reported: false }), host("late", null, null, 0, 0, { reported: true })]
+    expect(Placement.rank(hosts, req(1024))).toEqual(["late"])
+    expect(Placement.pick(hosts.slice(0, 1), req(1))).toBeNull()
+    expect(Placement.isOpen(hosts[0] as Candidate)).toBe(false)
+    expect(Placement.reasonFor(hosts[0] as Candidate, { memMib: 1, vcpus: 1 })).toBe("unmeasured")
+    expect(Placement.choose(hosts, { budget: { memMib: 1, vcpus: 1 }, target: "fresh" })).toMatchObject({ _tag: "NoFit" })
+    expect(Placement.roomIndex(hosts.slice(0, 1)).anyFits({ memMib: 1, vcpus: 1 })).toBe(false)
+  })
+
   it("cordoned and draining hosts take no placements", () => {
     const hosts = [host("a", 16384, 64, 0, 0, { state: "cordoned" }), host("b", 16384, 64, 0, 0, { state: "draining" }), host("c", 16384, 64)]
     expect(Placement.rank(hosts, req(1024))).toEqual(["c"])

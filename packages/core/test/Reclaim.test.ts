@@ -61,7 +61,7 @@ describe("the reclaim plan", () => {
     expect(plan.released).toStrictEqual([])
     expect(plan.lostSessions).toStrictEqual(["s1"])
     expect(plan.sessions).toStrictEqual([{ ...session("s1", "lost", null, null), parkedAt: null, updatedAt: now }])
-    expect(plan.events).toStrictEqual([{ sessionId: "s1", event: { _tag: "Lost" } }])
+    expect(plan.events).toStrictEqual([{ sessionId: "s1", event: { _tag: "Lost", hostId: "h1" } }])
   })
 
   it("a session reclaimed while moving is lost, its move closes and the move's fresh target is released", () => {

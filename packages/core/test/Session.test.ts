@@ -63,10 +63,25 @@ describe("Session operations", () => {
     expect(Session.apply("end", "ended", "ended")._tag).toBe("Illegal")
   })
 
-  it("every operation's moves are legal in the life cycle", () => {
+  it("every operation's moves are legal in the life cycle (resume: parked → running warm, descended → pending or queued cold)", () => {
     for (const [op, rule] of Object.entries(Session.operations))
       for (const from of rule.from)
-        for (const to of rule.to) expect(Session.apply(op as Session.Operation, from, to)._tag, `${op}: ${from} → ${to}`).toBe("Legal")
+        for (const to of rule.to) {
+          if (op === "resume" && (from === "parked") !== (to === "running")) continue
+          expect(Session.apply(op as Session.Operation, from, to)._tag, `${op}: ${from} → ${to}`).toBe("Legal")
+        }
+    expect(Session.apply("resume", "parked", "pending")._tag).toBe("Illegal")
+    expect(Session.apply("resume", "descended", "running")._tag).toBe("Illegal")
+  })
+
+  it("canReach: a state still reachable through legal transitions; nothing after ended, only ended after lost", () => {
+    expect(Session.canReach("queued", "running")).toBe(true)
+    expect(Session.canReach("running", "queued")).toBe(true)
+    expect(Session.canReach("parked", "parked")).toBe(true)
+    expect(Session.canReach("ended", "running")).toBe(false)
+    expect(Session.canReach("lost", "running")).toBe(false)
+    expect(Session.canReach("lost", "ended")).toBe(true)
+    for (const s of Session.states) expect(Session.canReach(s, "ended")).toBe(true)
   })
 
   it("the illegal message names the operation and both states", () => {
@@ -90,6 +105,7 @@ describe("Session.step", () => {
     updatedAt: 0,
   }
   const at = (state: Session.State, more: Partial<Session.Record> = {}): Session.Record => ({ ...base, state, ...more })
+  const finalRound = { kind: "final" as const, wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 }
   const move = {
     id: "m1",
     sessionId: "s1",
@@ -136,15 +152,37 @@ describe("Session.step", () => {
 
   it("idle parks (stamping parkedAt) or descends; unpark is a warm resume, a resume of a descended session a cold one", () => {
     expect(applied(Session.step(base, { _tag: "idle", mayPark: true }, t)).session).toMatchObject({ state: "parked", parkedAt: t })
-    expect(applied(Session.step(base, { _tag: "idle", mayPark: false }, t)).events).toStrictEqual([{ _tag: "Descending", cause: "idle" }])
-    expect(applied(Session.step(at("parked", { parkedAt: 5 }), { _tag: "unpark" }, t)).events).toStrictEqual([{ _tag: "Resumed", warm: true }])
+    expect(applied(Session.step(base, { _tag: "idle", mayPark: false }, t)).events).toStrictEqual([
+      { _tag: "Descending", hostId: "h1", cause: "idle", reason: null },
+    ])
+    expect(applied(Session.step(at("parked", { parkedAt: 5 }), { _tag: "unpark" }, t)).events).toStrictEqual([{ _tag: "Resumed", warm: true, hostId: "h1" }])
     const cold = applied(Session.step(at("descended", { hostId: null, reservationId: null }), { _tag: "resume", placement: null }, t))
     expect(cold.session).toMatchObject({ state: "queued", queuedAt: t })
-    expect(cold.events).toStrictEqual([{ _tag: "Resumed", warm: false }, { _tag: "Queued" }])
+    expect(cold.events).toStrictEqual([{ _tag: "Resumed", warm: false, hostId: null }, { _tag: "Queued" }])
+  })
+
+  it("resume is one verb: a park resumes warm in place (same host, same reservation, no placement), a descended session cold", () => {
+    const warm = applied(Session.step(at("parked", { parkedAt: 5 }), { _tag: "resume", placement: null }, t))
+    expect(warm.session).toStrictEqual({ ...base, state: "running", parkedAt: null, updatedAt: t })
+    expect(warm.ledger).toStrictEqual([])
+    expect(warm.events).toStrictEqual([{ _tag: "Resumed", warm: true, hostId: "h1" }])
+    expect(Session.resumesWarm("parked")).toBe(true)
+    expect(Session.resumesWarm("descended")).toBe(false)
+    expect(Session.judgeResume(at("parked"))).toBeNull()
+    expect(Session.judgeResume(at("descended"))).toBeNull()
+    expect(Session.judgeResume(at("running"))).toMatchObject({ _tag: "Illegal", from: "running", to: "pending" })
+    expect(Session.judgeResume(at("running"))?.message).toContain("resume needs a session in parked or descended, not running")
+  })
+
+  it("a yield keeps the gate's reason in the history", () => {
+    expect(applied(Session.step(at("parked", { parkedAt: 5 }), { _tag: "beginDescent", reason: "demand" }, t)).events).toStrictEqual([
+      { _tag: "Descending", hostId: "h1", cause: "yield", reason: "demand" },
+    ])
+    expect(applied(Session.step(at("parked", { parkedAt: 5 }), { _tag: "beginDescent" }, t)).events).toMatchObject([{ cause: "yield", reason: null }])
   })
 
   it("a refused step names the operation, both states, and the state it asked for", () => {
-    expect(Session.step(at("parked"), { _tag: "resume", placement: null }, t)).toMatchObject({ _tag: "Illegal", sessionId: "s1", from: "parked", to: "pending" })
+    expect(Session.step(at("running"), { _tag: "resume", placement: null }, t)).toMatchObject({ _tag: "Illegal", sessionId: "s1", from: "running", to: "pending" })
     expect(Session.step(at("pending"), { _tag: "idle", mayPark: true }, t)).toMatchObject({ _tag: "Illegal", to: "parked" })
     expect(Session.step(at("ended"), { _tag: "end", openMove: null }, t)).toMatchObject({ _tag: "Illegal", from: "ended", to: "ended" })
     expect(Session.step(at("queued"), { _tag: "place", placement: { hostId: "h1", reservationId: "r2" } }, t)._tag).toBe("Applied")
@@ -162,15 +200,26 @@ describe("Session.step", () => {
     expect(begun.ledger).toMatchObject([{ _tag: "Reserve", entry: { id: "t2", hostId: "h2", ownerKind: "move", ownerId: "m2" } }])
   })
 
+  it("a commit needs the move's final round recorded (SPEC §12): a Conflict on the move otherwise", () => {
+    const phases = { downtimeMs: 500, captureMs: 40, sendMs: 80, commitMs: 300 }
+    expect(Session.step(at("moving"), { _tag: "commitMove", move, phases }, t)).toStrictEqual({
+      _tag: "Conflict",
+      entity: "move",
+      id: "m1",
+      reason: "no final round recorded: a commit needs the final round",
+    })
+  })
+
   it("a commit hands the target's reservation to the session and releases the source's", () => {
     const phases = { downtimeMs: 500, captureMs: 40, sendMs: 80, commitMs: 300 }
-    const done = applied(Session.step(at("moving"), { _tag: "commitMove", move, phases }, t))
+    const done = applied(Session.step(at("moving"), { _tag: "commitMove", move: { ...move, rounds: [finalRound] }, phases }, t))
     expect(done.session).toMatchObject({ state: "running", hostId: "h2", reservationId: "t1" })
     expect(done.ledger).toStrictEqual([
       { _tag: "Transfer", id: "t1", ownerId: "s1", heartbeatAt: t },
       { _tag: "Release", id: "r1", how: "released" },
     ])
     expect(done.move).toMatchObject({ _tag: "Commit", move: { state: "committed", phases, endedAt: t } })
+    expect(done.events).toStrictEqual([{ _tag: "Moved", moveId: "m1", fromHostId: "h1", toHostId: "h2", phases }])
   })
 
   it("commit, abort and lose are judged like every other operation", () => {
@@ -184,7 +233,11 @@ describe("Session.step", () => {
       targetReclaimed: false,
     })
     // A session that is not moving: never while the store is consistent, refused all the same.
-    expect(Session.step(at("running"), { _tag: "commitMove", move, phases }, t)).toMatchObject({ _tag: "Illegal", from: "running", to: "running" })
+    expect(Session.step(at("running"), { _tag: "commitMove", move: { ...move, rounds: [finalRound] }, phases }, t)).toMatchObject({
+      _tag: "Illegal",
+      from: "running",
+      to: "running",
+    })
     expect(Session.step(at("ended"), abort(move), t)).toMatchObject({ _tag: "Illegal", from: "ended" })
     expect(Session.step(at("queued"), { _tag: "lose", openMove: null, targetReclaimed: false }, t)).toMatchObject({ _tag: "Illegal", to: "lost" })
     // A finished move is a Conflict on the move, before the session is judged.
@@ -227,7 +280,7 @@ describe("Session.step", () => {
       { _tag: "resume", placement: null },
       { _tag: "resume", placement: { hostId: "h1", reservationId: "r2" } },
       { _tag: "beginMove", openMove: null, move: { id: "m2", targetHostId: "h2", reservationId: "t2", maxDowntimeMs: 600 } },
-      { _tag: "commitMove", move, phases: { downtimeMs: 1, captureMs: 0, sendMs: 0, commitMs: 0 } },
+      { _tag: "commitMove", move: { ...move, rounds: [finalRound] }, phases: { downtimeMs: 3, captureMs: 1, sendMs: 1, commitMs: 1 } },
       { _tag: "abortMove", move, reason: "x", estimateMs: null, onlyBeforeFinalRound: false, targetReclaimed: false },
       { _tag: "lose", openMove: null, targetReclaimed: false },
       { _tag: "end", openMove: null },
