@@ -206,6 +206,23 @@ export const noFit = (hosts: readonly Candidate[], req: Request, limits: Limits 
     }))
     .sort((a, b) => (a.hostId < b.hostId ? -1 : a.hostId > b.hostId ? 1 : 0))
 
+/** The headroom of a host with nothing reserved on it. */
+const emptied = (h: Candidate): Candidate => ({ ...h, entries: 0, headroom: { ...h.headroom, reserved: Headroom.zero } })
+
+/**
+ * Whether a budget fits on none of the ready measured hosts even if that host were empty
+ * (SPEC §12, `too_big`): no descent can help it. With no ready measured host at all nothing is
+ * too big (the fleet is not measured yet, which says nothing about the size of its hosts).
+ */
+// TODO(life): the gate branch holds this rule as `ParkGate.tooBigFor`; once it is on main this
+// copy goes and every caller uses that one.
+export const tooBigFor = (hosts: readonly Candidate[], limits: Limits = defaults): ((budget: Budget) => boolean) => {
+  const sized = hosts.filter((h) => (h.state ?? "ready") === "ready" && isMeasured(h)).map(emptied)
+  if (sized.length === 0) return () => false
+  const index = roomIndex(sized, { ...limits, requireMeasured: false })
+  return (budget) => !index.anyFits(budget)
+}
+
 /**
  * An index over a fixed set of candidates that answers "does this budget fit on any of
  * them" in O(log n): the Pareto staircase of their `Headroom.fitLimit`s. The park gate

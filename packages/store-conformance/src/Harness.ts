@@ -6,7 +6,7 @@
 import { Headroom, Limits, Session as SessionRules } from "@engram/core"
 import type { Budget } from "@engram/core"
 import { Store, StoreTesting } from "@engram/store"
-import type { HostView, Reservation, Session, StoreShape } from "@engram/store"
+import type { HostView, Move, MovePhases, Reservation, Session, StoreError, StoreShape } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect, Result } from "effect"
 import type { Scope } from "effect"
@@ -80,8 +80,10 @@ export const reportFor = (
 }
 
 /**
- * Registers a host and, unless `capacityMib` is undefined, reports it so that its RAM
- * capacity under the default limits is `capacityMib` and its CPU budget `4 × totalVcpus`.
+ * Registers a host and reports it: so that its RAM capacity under the default limits is
+ * `capacityMib` and its CPU budget `4 × totalVcpus`; without `capacityMib` (or with null) it
+ * reports no RAM figure (an unmeasured host, which takes placements but ranks last). A host
+ * only takes placements after its first report (SPEC §12); `registered` leaves it unreported.
  */
 export const addHost = (
   id: string,
@@ -91,8 +93,17 @@ export const addHost = (
   Effect.gen(function* () {
     const s = yield* store
     yield* s.registerHost({ id })
-    if (capacityMib === undefined) return yield* s.getHost(id)
+    if (capacityMib === undefined || capacityMib === null)
+      return yield* s.reportHost(id, { totalMib: null, allocatableMib: null, totalVcpus: capacityMib === undefined ? null : totalVcpus })
     return yield* s.reportHost(id, reportFor(capacityMib, totalVcpus, s.limits()))
+  })
+
+/** Registers a host and leaves it unreported: it takes no placement until its first report. */
+export const registered = (id: string): Effect.Effect<HostView, unknown, Store> =>
+  Effect.gen(function* () {
+    const s = yield* store
+    yield* s.registerHost({ id })
+    return yield* s.getHost(id)
   })
 
 /** Creates a session and fails the case unless it was placed; answers the session. */
@@ -153,6 +164,17 @@ export const sessionIn = (
         return yield* s.getSession(id)
       }
     }
+  })
+
+/** The final round of a move: what a commit needs recorded (SPEC §5, §12). */
+export const finalRound = { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 } as const
+
+/** Records a move's final round, then commits it with `phases`: the source agent's last two calls. */
+export const commitAfterFinal = (moveId: string, phases: MovePhases): Effect.Effect<Move, StoreError, Store> =>
+  Effect.gen(function* () {
+    const s = yield* store
+    yield* s.recordRound(moveId, finalRound)
+    return yield* s.commitMove(moveId, phases)
   })
 
 /** Everything a store shows, for "a failed operation changes nothing" (metrics apart). */

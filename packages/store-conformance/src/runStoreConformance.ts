@@ -10,9 +10,11 @@ import type { Store, StoreTesting } from "@engram/store"
 import { cascades } from "./cases/cascades.js"
 import { concurrency } from "./cases/concurrency.js"
 import { fleet } from "./cases/fleet.js"
+import { historyGroup } from "./cases/history.js"
 import { hosts } from "./cases/hosts.js"
 import { ledger } from "./cases/ledger.js"
 import { moves } from "./cases/moves.js"
+import { pages } from "./cases/pages.js"
 import { placement } from "./cases/placement.js"
 import { properties } from "./cases/properties.js"
 import { queue } from "./cases/queue.js"
@@ -44,6 +46,8 @@ export const groups = (options: ConformanceOptions = {}): readonly Group[] => [
   fleet,
   moves,
   cascades,
+  historyGroup,
+  pages,
   concurrency,
   properties({
     numRuns: options.numRuns ?? 50,

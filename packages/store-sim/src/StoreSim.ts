@@ -8,9 +8,11 @@ import { Headroom, Ledger, Limits, Move as MoveRules, Placement, PlacementIndex,
 import type { Budget, Candidate, FleetHost, LedgerEntry, NoFitDetail, Park, Queued, SessionState } from "@engram/core"
 import {
   Conflict,
+  Cursor,
   fromMoveRefusal,
   fromRefusal,
   fromTargetChoice,
+  NoRoom,
   NotFound,
   Refused,
   Store,
@@ -25,17 +27,22 @@ import type {
   HostView,
   Move,
   MovePhases,
+  MoveFilter,
   MoveRound,
+  Page,
+  PageRequest,
   PlaceOutcome,
+  QueueStanding,
   ReclaimResult,
   ReserveInput,
   Session,
+  SessionEvent,
   SessionFilter,
   StepRefusal,
   StoreShape,
-
   IllegalTransition,
-  InvalidInput} from "@engram/store"
+  InvalidInput,
+} from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
 
 interface HostRec {
@@ -116,6 +123,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   let openMoves = new Map<string, string>()
   let moveSeq = 0
   let sessionSeq = 0
+  let history = new Map<string, SessionEvent[]>()
   let counters: Counters = { totalReservedMib: 0, totalReleasedMib: 0, totalReclaimedMib: 0, reserveFailures: 0 }
 
   const reset = (next: Limits.Limits = Limits.defaults): void => {
@@ -130,6 +138,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     openMoves = new Map()
     moveSeq = 0
     sessionSeq = 0
+    history = new Map()
     counters = { totalReservedMib: 0, totalReleasedMib: 0, totalReclaimedMib: 0, reserveFailures: 0 }
   }
 
@@ -144,7 +153,14 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   const measuredOf = (h: HostRec): boolean =>
     h.report !== null && Headroom.isMeasuredReport({ allocatableMib: h.report.allocatableMib, totalVcpus: h.report.totalVcpus })
   const refresh = (h: HostRec): void => {
-    h.candidate = { id: h.id, headroom: headroomOf(h), state: h.state, entries: h.entries.size, measured: measuredOf(h) }
+    h.candidate = {
+      id: h.id,
+      headroom: headroomOf(h),
+      state: h.state,
+      entries: h.entries.size,
+      measured: measuredOf(h),
+      reported: h.reportedAt !== null,
+    }
     index.upsert(h.candidate)
   }
   const candidates = function* (): Iterable<Candidate> {
@@ -199,6 +215,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     return e
   }
   const ledgerHostView = (h: HostRec): Ledger.HostView => ({
+    state: h.state,
     measured: h.candidate.measured ?? false,
     headroom: h.candidate.headroom,
     entries: h.entries.size,
@@ -233,15 +250,66 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   }
   const noFitFor = (b: Budget, affinity: readonly string[]): NoFitDetail[] =>
     noFitDetails ? Placement.noFit([...candidates()], { budget: b, affinity }, limits) : []
+  const tooBig = (b: Budget): boolean => Placement.tooBigFor([...candidates()], limits)(b)
+  const standingOf = (s: SessionRec, position = positionOf(s)): QueueStanding => ({
+    position,
+    noFit: noFitFor(s.budget, s.affinity),
+    tooBig: tooBig(s.budget),
+  })
   const outcomeOf = (s: SessionRec): PlaceOutcome =>
-    s.hostId !== null
-      ? { _tag: "Placed", session: sessionOf(s) }
-      : { _tag: "Queued", session: sessionOf(s), position: positionOf(s), noFit: noFitFor(s.budget, s.affinity) }
+    s.hostId !== null ? { _tag: "Placed", session: sessionOf(s) } : { _tag: "Queued", session: sessionOf(s), ...standingOf(s) }
+
+  // Ids the store makes keep to the id rule and are never one a client already chose.
+  const reservationIdFor = (): string => {
+    let id = `res-${++sessionSeq}`
+    while (entries.has(id)) id = `res-${++sessionSeq}`
+    return id
+  }
 
   // The host choice of a create or a resume: the index's pick, with a fresh reservation id.
-  const placementFor = (id: string, budget: Budget, affinity: readonly string[]): SessionRules.Placed | null => {
+  const placementFor = (budget: Budget, affinity: readonly string[]): SessionRules.Placed | null => {
     const choice = index.choose({ budget, affinity })
-    return choice._tag === "Chosen" ? { hostId: choice.hostId, reservationId: `session:${id}:${++sessionSeq}` } : null
+    return choice._tag === "Chosen" ? { hostId: choice.hostId, reservationId: reservationIdFor() } : null
+  }
+
+  // ---- history -----------------------------------------------------------------------------
+
+  const record = (sessionId: string, events: readonly SessionRules.Event[], t: number): void => {
+    if (events.length === 0) return
+    let list = history.get(sessionId)
+    if (list === undefined) history.set(sessionId, (list = []))
+    for (const event of events) list.push({ sessionId, seq: list.length + 1, at: t, event })
+  }
+
+  /** A page of a list held in memory: the request checked, the cursor decoded, the slice taken. */
+  const pageOf = <A, L extends Cursor.List>(
+    list: L,
+    sorted: () => readonly A[],
+    keyOf: (a: A) => Cursor.Keys[L],
+    page: PageRequest,
+  ): Effect.Effect<Page<A>, InvalidInput> => {
+    const bad = Validate.pageLimit(page.limit)
+    if (bad) return Effect.fail(bad)
+    const after = Cursor.decode(list, page.cursor)
+    if (Cursor.isInvalid(after)) return Effect.fail(after)
+    return Effect.sync(() => Cursor.slice(list, sorted(), keyOf, after, page.limit))
+  }
+  const sessionsSorted = (filter: SessionFilter): SessionRec[] =>
+    [...sessions.values()]
+      .filter((s) => (filter.state === undefined || s.state === filter.state) && (filter.hostId === undefined || s.hostId === filter.hostId))
+      .sort((a, b) => a.createdAt - b.createdAt || byId(a, b))
+  const movesSorted = (filter: MoveFilter): MoveRec[] =>
+    [...moves.values()]
+      .filter(
+        (m) =>
+          (filter.state === undefined || m.state === filter.state) &&
+          (filter.hostId === undefined || m.sourceHostId === filter.hostId || m.targetHostId === filter.hostId),
+      )
+      .sort((a, b) => a.createdAt - b.createdAt || byId(a, b))
+  const reservationsSorted = (filter: { readonly hostId?: string | undefined }): LedgerEntry[] => {
+    const all =
+      filter.hostId === undefined ? [...entries.values()] : [...(hosts.get(filter.hostId)?.entries ?? [])].map((id) => entries.get(id) as LedgerEntry)
+    return all.sort(byId)
   }
 
   // ---- moves -------------------------------------------------------------------------------
@@ -305,10 +373,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       openMoves.delete(m.sessionId)
     }
   }
-  // Writes one applied step: the ledger, the move, then the session record (a new one for a create).
-  const applyStep = (s: SessionRec | undefined, answer: SessionRules.Applied): SessionRec => {
+  // Writes one applied step: the ledger, the move, the session record (a new one for a create), its history.
+  const applyStep = (s: SessionRec | undefined, answer: SessionRules.Applied, t: number): SessionRec => {
     applyLedger(answer.ledger)
     applyMove(answer.move)
+    record(answer.session.id, answer.events, t)
     if (s !== undefined) {
       setRecord(s, answer.session)
       return s
@@ -322,7 +391,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   /** Runs a step on a found session and writes it, or answers core's refusal. */
   const stepOn = (s: SessionRec, op: SessionRules.Step, t: number): SessionRec | StepRefusal => {
     const answer = SessionRules.step(s, op, t)
-    if (answer._tag === "Applied") return applyStep(s, answer)
+    if (answer._tag === "Applied") return applyStep(s, answer, t)
     return answer._tag === "Unchanged" ? s : answer
   }
   const isRefusal = (x: SessionRec | StepRefusal): x is StepRefusal => "_tag" in x
@@ -404,6 +473,25 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return null
       }),
     listHosts: () => Effect.sync(() => [...hosts.values()].sort(byId).map(viewOf)),
+    pageHosts: (page = {}) => pageOf("hosts", () => [...hosts.values()].sort(byId).map(viewOf), (h) => [h.id], page),
+
+    setHostTokenHash: (id, tokenHash) =>
+      Effect.map(findHost(id), (h) => {
+        h.tokenHash = tokenHash
+        return hostOf(h)
+      }),
+
+    removeHost: (id) =>
+      Effect.gen(function* () {
+        const h = yield* findHost(id)
+        let onHost = 0
+        for (const x of sessions.values()) if (x.hostId === id) onHost++
+        const refused = Ledger.refuseHostRemoval(id, { entries: h.entries.size, sessions: onHost })
+        if (refused) return yield* new Refused({ check: refused.check, reason: refused.message })
+        hosts.delete(id)
+        index.remove(id)
+        return hostOf(h)
+      }),
 
     fleetView: () =>
       Effect.gen(function* () {
@@ -437,24 +525,33 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           if (again._tag === "Unchanged") return outcomeOf(existing)
           return yield* (fromRefusal(input.id, again as StepRefusal) as Conflict)
         }
-        const answer = SessionRules.step(null, create(placementFor(input.id, input.budget, affinity)), t)
+        const placement = placementFor(input.budget, affinity)
+        if (placement === null && input.onNoRoom === "refuse")
+          return yield* new NoRoom({
+            sessionId: input.id,
+            noFit: Placement.noFit([...candidates()], { budget: input.budget, affinity }, limits),
+            tooBig: tooBig(input.budget),
+          })
+        const answer = SessionRules.step(null, create(placement), t)
         if (answer._tag !== "Applied") return yield* (fromRefusal(input.id, answer as StepRefusal) as Conflict)
-        return outcomeOf(applyStep(undefined, answer))
+        return outcomeOf(applyStep(undefined, answer, t))
       }),
 
     getSession: (id) => Effect.map(findSession(id), sessionOf),
 
-    listSessions: (filter: SessionFilter = {}) =>
-      Effect.sync(() =>
-        [...sessions.values()]
-          .filter((s) => (filter.state === undefined || s.state === filter.state) && (filter.hostId === undefined || s.hostId === filter.hostId))
-          .sort((a, b) => a.createdAt - b.createdAt || byId(a, b))
-          .map(sessionOf),
-      ),
+    listSessions: (filter: SessionFilter = {}) => Effect.sync(() => sessionsSorted(filter).map(sessionOf)),
+    pageSessions: (filter: SessionFilter = {}, page = {}) =>
+      Effect.suspend(() => {
+        const bad = Validate.filter("hostId", filter.hostId)
+        if (bad) return Effect.fail(bad)
+        return pageOf("sessions", () => sessionsSorted(filter).map(sessionOf), (x) => [x.createdAt, x.id], page)
+      }),
+    sessionEvents: (id, page = {}) =>
+      Effect.flatMap(findSession(id), () => pageOf("events", () => history.get(id) ?? [], (e) => [e.seq], page)),
 
     markRunning: (id) => stepById(id, { _tag: "markRunning" }),
     unpark: (id) => stepById(id, { _tag: "unpark" }),
-    beginDescent: (id) => stepById(id, { _tag: "beginDescent" }),
+    beginDescent: (id, options = {}) => stepById(id, { _tag: "beginDescent", reason: options.reason ?? null }),
     // Idle applies only to a running session; the gate's answer picks parked or descending.
     idle: (id, mayPark) => stepById(id, { _tag: "idle", mayPark }),
     finishDescent: (id) => stepById(id, { _tag: "finishDescent" }),
@@ -462,11 +559,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     resume: (id) =>
       Effect.gen(function* () {
         const s = yield* findSession(id)
-        // Judged before the host choice, so a refused resume takes no reservation id.
-        const bad = SessionRules.judge(s, "resume", "pending")
+        // Judged before the host choice, so a refused resume takes no reservation id; a park resumes warm, placed nowhere.
+        const bad = SessionRules.judgeResume(s)
         if (bad) return yield* (fromRefusal(id, bad) as IllegalTransition)
         const t = yield* now
-        const resumed = yield* stepSession(s, { _tag: "resume", placement: placementFor(s.id, s.budget, s.affinity) }, t)
+        const placement = SessionRules.resumesWarm(s.state) ? null : placementFor(s.budget, s.affinity)
+        const resumed = yield* stepSession(s, { _tag: "resume", placement }, t)
         return outcomeOf(resumed)
       }),
 
@@ -477,6 +575,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     listQueue: () => Effect.sync(() => sortedQueue().map(sessionOf)),
+    pageQueue: (page = {}) =>
+      Effect.map(
+        pageOf("queue", () => sortedQueue().map((x, i) => ({ x, position: i + 1 })), ({ x }) => [x.queuedAt as number, x.id], page),
+        (p) => ({ items: p.items.map(({ x, position }) => ({ session: sessionOf(x), standing: standingOf(x, position) })), nextCursor: p.nextCursor }),
+      ),
+    queueStanding: (id) => Effect.map(findSession(id), (s) => (s.state === "queued" ? standingOf(s) : null)),
 
     drainQueue: (options = {}) =>
       Effect.gen(function* () {
@@ -487,10 +591,10 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const placed: { sessionId: string; hostId: string }[] = []
         for (const p of walk.placed) {
           const s = p.waiting
-          const reservationId = `session:${s.id}:${++sessionSeq}`
+          const reservationId = reservationIdFor()
           const answer = SessionRules.step(s, { _tag: "place", placement: { hostId: p.hostId, reservationId } }, t)
           if (answer._tag !== "Applied") continue
-          applyStep(s, answer)
+          applyStep(s, answer, t)
           placed.push({ sessionId: s.id, hostId: p.hostId })
         }
         return { placed, remaining: queue.size } satisfies DrainResult
@@ -556,13 +660,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return e === undefined ? Effect.fail(new NotFound({ entity: "reservation", id })) : Effect.succeed(e)
       }),
 
-    listReservations: (filter = {}) =>
-      Effect.sync(() => {
-        const all =
-          filter.hostId === undefined
-            ? [...entries.values()]
-            : [...(hosts.get(filter.hostId)?.entries ?? [])].map((id) => entries.get(id) as LedgerEntry)
-        return all.sort(byId)
+    listReservations: (filter = {}) => Effect.sync(() => reservationsSorted(filter)),
+    pageReservations: (filter = {}, page = {}) =>
+      Effect.suspend(() => {
+        const bad = Validate.filter("hostId", filter.hostId)
+        if (bad) return Effect.fail(bad)
+        return pageOf("reservations", () => reservationsSorted(filter), (e) => [e.id], page)
       }),
 
     reclaim: () =>
@@ -589,6 +692,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         for (const id of plan.released) removeEntry(id, "released")
         for (const m of plan.moves) applyMove({ _tag: "Close", move: m })
         for (const next of plan.sessions) setRecord(involved.get(next.id) as SessionRec, next)
+        for (const { sessionId, event } of plan.events) record(sessionId, [event], t)
         return { reclaimed: [...plan.reclaimed], lostSessions: [...plan.lostSessions] } satisfies ReclaimResult
       }),
 
@@ -617,8 +721,9 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const choice = index.choose({ budget: s.budget, affinity: s.affinity, exclude: s.hostId ?? undefined, target: input.targetHostId })
         const refusedTarget = fromTargetChoice(choice)
         if (refusedTarget !== null || choice._tag !== "Chosen") return yield* (refusedTarget as InvalidInput | NotFound | Refused)
-        const moveId = `${s.id}:move:${++moveSeq}`
-        const move = { id: moveId, targetHostId: choice.hostId, reservationId: `move:${moveId}`, maxDowntimeMs: input.maxDowntimeMs }
+        let moveId = `move-${++moveSeq}`
+        while (moves.has(moveId)) moveId = `move-${++moveSeq}`
+        const move = { id: moveId, targetHostId: choice.hostId, reservationId: reservationIdFor(), maxDowntimeMs: input.maxDowntimeMs }
         yield* stepSession<IllegalTransition | Conflict>(s, { _tag: "beginMove", openMove, move }, yield* now)
         return moveOf(moves.get(moveId) as MoveRec)
       }),
@@ -626,8 +731,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     recordRound: (moveId, round) =>
       Effect.gen(function* () {
         const m = yield* findMove(moveId)
-        const finished = MoveRules.refuseUnlessPending(m)
-        if (finished) return yield* new Conflict({ entity: "move", id: m.id, reason: finished.reason })
+        const refused = MoveRules.refuseRound(m)
+        if (refused) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
         const bad = Validate.round(round)
         if (bad) return yield* bad
         const recorded = MoveRules.recordRound(m, round)
@@ -661,17 +766,13 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     getMove: (id) => Effect.map(findMove(id), moveOf),
-    listMoves: (filter = {}) =>
-      Effect.sync(() =>
-        [...moves.values()]
-          .filter(
-            (m) =>
-              (filter.state === undefined || m.state === filter.state) &&
-              (filter.hostId === undefined || m.sourceHostId === filter.hostId || m.targetHostId === filter.hostId),
-          )
-          .sort((a, b) => a.createdAt - b.createdAt || byId(a, b))
-          .map(moveOf),
-      ),
+    listMoves: (filter = {}) => Effect.sync(() => movesSorted(filter).map(moveOf)),
+    pageMoves: (filter = {}, page = {}) =>
+      Effect.suspend(() => {
+        const bad = Validate.filter("hostId", filter.hostId)
+        if (bad) return Effect.fail(bad)
+        return pageOf("moves", () => movesSorted(filter).map(moveOf), (m) => [m.createdAt, m.id], page)
+      }),
     openMove: (sessionId) =>
       Effect.sync(() => {
         const id = openMoves.get(sessionId)

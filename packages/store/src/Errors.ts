@@ -59,6 +59,31 @@ export class Refused extends Schema.TaggedError<Refused>()("Refused", {
   }
 }
 
+/** One host's reason in a `NoRoom` refusal (core's `NoFitDetail`). */
+const NoFitDetail = Schema.Struct({
+  hostId: Schema.String,
+  reason: Schema.String,
+  freeMib: Schema.NullOr(Schema.Number),
+  freeVcpus: Schema.NullOr(Schema.Number),
+})
+
+/**
+ * A create that asked to be refused rather than queued (`onNoRoom: "refuse"`) found no host:
+ * nothing was stored. Carries why each host does not fit, and whether the budget is too big
+ * for every host (SPEC §12).
+ */
+export class NoRoom extends Schema.TaggedError<NoRoom>()("NoRoom", {
+  sessionId: Schema.String,
+  noFit: Schema.Array(NoFitDetail),
+  tooBig: Schema.Boolean,
+}) {
+  override get message(): string {
+    return this.tooBig
+      ? `session ${this.sessionId} is too big for every host, even an empty one`
+      : `no host has room for session ${this.sessionId} now (${this.noFit.length} hosts)`
+  }
+}
+
 /** Input that breaks a rule: names the field and the rule. Nothing was changed. */
 export class InvalidInput extends Schema.TaggedError<InvalidInput>()("InvalidInput", {
   field: Schema.String,
@@ -83,7 +108,7 @@ export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable"
 }
 
 /** Every error a store operation can fail with. */
-export type StoreError = NotFound | Conflict | IllegalTransition | Refused | InvalidInput | Unavailable
+export type StoreError = NotFound | Conflict | IllegalTransition | Refused | InvalidInput | NoRoom | Unavailable
 
 /** A refusal by core's `Session.step` (anything but `Applied` and `Unchanged`). */
 export type StepRefusal = Exclude<SessionRules.Answer, SessionRules.Applied | SessionRules.Unchanged>

@@ -16,7 +16,7 @@
 import type { Budget, Ledger, Limits } from "@engram/core"
 import { Context } from "effect"
 import type { Effect } from "effect"
-import type { Conflict, IllegalTransition, InvalidInput, NotFound, Refused, Unavailable } from "./Errors.js"
+import type { Conflict, IllegalTransition, InvalidInput, NoRoom, NotFound, Refused, Unavailable } from "./Errors.js"
 import type {
   DrainResult,
   FleetRead,
@@ -25,13 +25,19 @@ import type {
   HostView,
   Move,
   MovePhases,
-  MoveState,
+  MoveFilter,
   MoveRound,
+  OnNoRoom,
+  Page,
+  PageRequest,
   PlaceOutcome,
+  QueueEntry,
+  QueueStanding,
   ReclaimResult,
   Reservation,
   ReserveInput,
   Session,
+  SessionEvent,
   SessionFilter,
 } from "./Types.js"
 
@@ -43,7 +49,10 @@ export interface StoreShape {
   readonly limits: () => Limits.Limits
 
   // Hosts
-  /** Registers a new host (state `ready`, unmeasured). An existing id is a `Conflict`. */
+  /**
+   * Registers a new host (state `ready`, unmeasured). An existing id is a `Conflict`. It takes
+   * placements only after its first report (registration is not readiness, SPEC §12).
+   */
   readonly registerHost: (input: {
     readonly id: string
     readonly labels?: Readonly<Record<string, string>> | undefined
@@ -61,6 +70,15 @@ export interface StoreShape {
   readonly listHosts: () => Fx<readonly HostView[]>
   /** The host whose credential hash this is, or null: how a coordinator authenticates an agent. */
   readonly hostByTokenHash: (tokenHash: string) => Fx<Host | null>
+  /** Replaces a host's credential hash (a rotation): the old credential finds no host from now on. */
+  readonly setHostTokenHash: (id: string, tokenHash: string) => Fx<Host, NotFound>
+  /**
+   * Removes a host that holds nothing: a host with a reservation or a session on it is
+   * `Refused` with check `host_in_use` (core's `Ledger.refuseHostRemoval`) and stays.
+   */
+  readonly removeHost: (id: string) => Fx<Host, NotFound | Refused>
+  /** A page of hosts, by id. A cursor that is not one of this list's is `InvalidInput` naming `cursor`. */
+  readonly pageHosts: (page?: PageRequest) => Fx<Page<HostView>, InvalidInput>
 
   // The fleet
   /** Hosts with headroom, parks and descents, and the queue: one consistent read. */
@@ -69,17 +87,27 @@ export interface StoreShape {
   // Sessions
   /**
    * Places a new session on the best host (atomic with its reservation) or queues it with
-   * the no-fit details. A repeated id with the same budget answers the existing session
-   * as it is now (`Placed` when it holds a host, else `Queued`); a different budget is a `Conflict`.
+   * the no-fit details. With `onNoRoom: "refuse"` a session that fits nowhere is not stored:
+   * `NoRoom` with the no-fit details. A repeated id with the same budget answers the existing
+   * session as it is now (`Placed` when it holds a host, else `Queued`); a different budget is
+   * a `Conflict`. Every session's history starts here (`sessionEvents`).
    */
   readonly createSession: (input: {
     readonly id: string
     readonly budget: Budget
     readonly affinity?: readonly string[] | undefined
-  }) => Fx<PlaceOutcome, Conflict | InvalidInput>
+    readonly onNoRoom?: OnNoRoom | undefined
+  }) => Fx<PlaceOutcome, Conflict | InvalidInput | NoRoom>
   readonly getSession: (id: string) => Fx<Session, NotFound>
   /** Sessions, oldest first. */
   readonly listSessions: (filter?: SessionFilter) => Fx<readonly Session[]>
+  /** A page of sessions, oldest first (`[createdAt, id]`), filtered; a bad filter or cursor is `InvalidInput`. */
+  readonly pageSessions: (filter?: SessionFilter, page?: PageRequest) => Fx<Page<Session>, InvalidInput>
+  /**
+   * A session's history, oldest first: every event core's `Session.step` (and `Reclaim.plan`)
+   * answered for it, written in the same atomic change as the step.
+   */
+  readonly sessionEvents: (id: string, page?: PageRequest) => Fx<Page<SessionEvent>, NotFound | InvalidInput>
   /** `pending → running`: its agent started the VM. */
   readonly markRunning: (id: string) => Fx<Session, NotFound | IllegalTransition>
   /**
@@ -89,11 +117,18 @@ export interface StoreShape {
   readonly idle: (id: string, mayPark: boolean) => Fx<Session, NotFound | IllegalTransition>
   /** `parked → running`. */
   readonly unpark: (id: string) => Fx<Session, NotFound | IllegalTransition>
-  /** `parked → descending` (a yield). A lost race is an `IllegalTransition` and changes nothing. */
-  readonly beginDescent: (id: string) => Fx<Session, NotFound | IllegalTransition>
+  /**
+   * `parked → descending` (a yield; `reason` is the gate's, kept in the history). A lost race
+   * is an `IllegalTransition` and changes nothing.
+   */
+  readonly beginDescent: (id: string, options?: { readonly reason?: string | undefined }) => Fx<Session, NotFound | IllegalTransition>
   /** `descending → descended`: the capture is stored; the reservation is released. */
   readonly finishDescent: (id: string) => Fx<Session, NotFound | IllegalTransition>
-  /** `descended → pending` (placed, then a restore) or `descended → queued`. */
+  /**
+   * Resume is one verb (SPEC §12): a `parked` session resumes warm — `running` on its host,
+   * with its reservation, no placement (`Placed`, state `running`); a `descended` one cold —
+   * `pending` (placed, then a restore) or `queued`. Any other state is an `IllegalTransition`.
+   */
   readonly resume: (id: string) => Fx<PlaceOutcome, NotFound | IllegalTransition>
   /** Any state but `ended` → `ended`; releases its reservation and aborts an open move. */
   readonly endSession: (id: string) => Fx<Session, NotFound | IllegalTransition>
@@ -101,6 +136,10 @@ export interface StoreShape {
   // The queue
   /** Queued sessions, first in first out. */
   readonly listQueue: () => Fx<readonly Session[]>
+  /** A page of the queue, first in first out, each session with where it stands (position, reasons, `too_big`). */
+  readonly pageQueue: (page?: PageRequest) => Fx<Page<QueueEntry>, InvalidInput>
+  /** Where a session stands in the queue; null when it is not queued. */
+  readonly queueStanding: (id: string) => Fx<QueueStanding | null, NotFound>
   /**
    * Places queued sessions in FIFO order into whatever room exists; one that fits nowhere
    * keeps its place while later ones may pass it. Each placement is a CAS `queued → pending`.
@@ -118,6 +157,8 @@ export interface StoreShape {
   readonly getReservation: (id: string) => Fx<Reservation, NotFound>
   /** Reservations sorted by id, optionally of one host. */
   readonly listReservations: (filter?: { readonly hostId?: string | undefined }) => Fx<readonly Reservation[]>
+  /** A page of reservations by id, optionally of one host. */
+  readonly pageReservations: (filter?: { readonly hostId?: string | undefined }, page?: PageRequest) => Fx<Page<Reservation>, InvalidInput>
   /** Removes every expired or stale reservation now; their sessions become `lost`. */
   readonly reclaim: () => Fx<ReclaimResult>
   readonly hostSummary: (hostId: string) => Fx<Ledger.HostSummary, NotFound>
@@ -135,11 +176,12 @@ export interface StoreShape {
     readonly targetHostId?: string | undefined
     readonly maxDowntimeMs: number
   }) => Fx<Move, NotFound | Conflict | IllegalTransition | Refused | InvalidInput>
-  /** Appends a pre-copy round to a pending move. */
+  /** Appends a pre-copy round to a pending move; a round after the final one is a `Conflict`. */
   readonly recordRound: (moveId: string, round: MoveRound) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
    * The target committed: the session runs on the target, its reservation is the target's,
-   * the source's is released. The move ends `committed`.
+   * the source's is released. The move ends `committed`. A move without its final round
+   * recorded is a `Conflict`; every phase must be > 0 and their sum ≤ `downtimeMs`.
    */
   readonly commitMove: (moveId: string, phases: MovePhases) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
@@ -160,10 +202,9 @@ export interface StoreShape {
   /** The open (pending) move of a session, if any. */
   readonly openMove: (sessionId: string) => Fx<Move | null>
   /** Moves oldest first; `hostId` matches the source or the target. */
-  readonly listMoves: (filter?: {
-    readonly hostId?: string | undefined
-    readonly state?: MoveState | undefined
-  }) => Fx<readonly Move[]>
+  readonly listMoves: (filter?: MoveFilter) => Fx<readonly Move[]>
+  /** A page of moves, oldest first (`[createdAt, id]`), filtered. */
+  readonly pageMoves: (filter?: MoveFilter, page?: PageRequest) => Fx<Page<Move>, InvalidInput>
 }
 
 /** The store service. */

@@ -45,7 +45,46 @@ export type PlaceOutcome =
       /** 1-based position in the FIFO queue. */
       readonly position: number
       readonly noFit: readonly NoFitDetail[]
+      /** Too big for every ready measured host even when empty (SPEC §12 `too_big`): no descent can help it. */
+      readonly tooBig: boolean
     }
+
+/** Where a queued session stands (SPEC §2, §12): its 1-based FIFO position, each host's reason, and `too_big`. */
+export interface QueueStanding {
+  readonly position: number
+  readonly noFit: readonly NoFitDetail[]
+  readonly tooBig: boolean
+}
+
+/** A queued session and where it stands. */
+export interface QueueEntry {
+  readonly session: Session
+  readonly standing: QueueStanding
+}
+
+/** What a create does when nothing fits: queue (the default) or refuse (`NoRoom`, nothing stored). */
+export type OnNoRoom = "queue" | "refuse"
+
+/** One page of a list, in the list's stable order; `nextCursor` is null on the last page. */
+export interface Page<A> {
+  readonly items: readonly A[]
+  readonly nextCursor: string | null
+}
+
+/** Which page: at most `limit` items (default 100, at most 1000) after the item `cursor` names (from the start without). */
+export interface PageRequest {
+  readonly limit?: number | undefined
+  readonly cursor?: string | undefined
+}
+
+/** One entry of a session's history: what `Session.step` said happened, numbered from 1, and when. */
+export interface SessionEvent {
+  readonly sessionId: string
+  readonly seq: number
+  /** Epoch ms, from the store's Clock. */
+  readonly at: number
+  readonly event: SessionRules.Event
+}
 
 /** A reservation in the ledger. */
 export type Reservation = LedgerEntry
@@ -98,6 +137,13 @@ export type MovePhases = MoveRules.Phases
 
 /** A live move of a running session (SPEC §5; core's record, `Move.Record`). */
 export type Move = MoveRules.Record
+
+/** Filters of `listMoves` and `pageMoves`. */
+export interface MoveFilter {
+  /** The source or the target. */
+  readonly hostId?: string | undefined
+  readonly state?: MoveState | undefined
+}
 
 /** Filters of `listSessions`. */
 export interface SessionFilter {

@@ -7,11 +7,18 @@ import { Ledger } from "@engram/core"
 import { InvalidInput } from "./Errors.js"
 import type { HostReport, MoveRound } from "./Types.js"
 
-const ID = /^[A-Za-z0-9._:-]{1,128}$/
+const ID = /^[A-Za-z0-9._-]{1,100}$/
 
-/** Ids of hosts, sessions and reservations: 1–128 of `[A-Za-z0-9._:-]`. */
+/** The id rule's words, as a refusal names it. */
+export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
+
+/**
+ * The one id rule (SPEC §10, §12) for every id a client chooses — sessions, hosts,
+ * reservations: 1–100 of `[A-Za-z0-9._-]`, and not `.` or `..` (a path segment that names
+ * nothing). Ids the store makes itself (reservations of placements, moves) keep to it too.
+ */
 export const id = (field: string, value: unknown): InvalidInput | null =>
-  typeof value !== "string" || !ID.test(value) ? new InvalidInput({ field, rule: "must be 1-128 characters of [A-Za-z0-9._:-]" }) : null
+  typeof value !== "string" || !ID.test(value) || value === "." || value === ".." ? new InvalidInput({ field, rule: idRule }) : null
 
 // Every figure must fit the stores' 64-bit columns exactly: past 2^53 - 1 a number is not exact.
 const MAX = Number.MAX_SAFE_INTEGER
@@ -30,31 +37,60 @@ const finiteAtLeastZero = (field: string, value: unknown): InvalidInput | null =
       ? new InvalidInput({ field, rule: `must be <= ${MAX}` })
       : null
 
-/** Free text (labels, descriptions, reasons): any string without a NUL character, which PostgreSQL text cannot hold. */
+// A high surrogate not followed by a low one, or a low one not preceded by a high one.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
+/**
+ * Free text (labels, descriptions, reasons, affinity entries, filters): any string without a
+ * NUL character, which PostgreSQL text cannot hold, and without a lone surrogate, which UTF-8
+ * cannot encode (it would be stored as U+FFFD: what is stored is what was sent, or nothing).
+ */
 export const text = (field: string, value: unknown): InvalidInput | null =>
-  typeof value !== "string" ? new InvalidInput({ field, rule: "must be a string" }) : value.includes("\u0000") ? new InvalidInput({ field, rule: "must not contain a NUL character" }) : null
+  typeof value !== "string"
+    ? new InvalidInput({ field, rule: "must be a string" })
+    : value.includes("\u0000")
+      ? new InvalidInput({ field, rule: "must not contain a NUL character" })
+      : LONE_SURROGATE.test(value)
+        ? new InvalidInput({ field, rule: "must not contain a lone surrogate (text must be valid Unicode)" })
+        : null
+
+/** An optional filter (`?hostId=`): absent, or text. */
+export const filter = (field: string, value: unknown): InvalidInput | null => (value === undefined ? null : text(field, value))
 
 /** A session budget: `memMib` an integer > 0, `vcpus` an integer > 0. */
 export const budget = (b: Budget): InvalidInput | null => integerAtLeast("memMib", b.memMib, 1) ?? integerAtLeast("vcpus", b.vcpus, 1)
 
-/** A new session: its id, budget and affinity list. */
-export const sessionInput = (input: { id: unknown; budget: Budget; affinity?: unknown }): InvalidInput | null =>
-  id("id", input.id) ??
-  budget(input.budget) ??
-  (input.affinity === undefined || (Array.isArray(input.affinity) && input.affinity.every((a) => typeof a === "string"))
+/** A new session: its id, budget and affinity list (each entry text), and what to do without room. */
+export const sessionInput = (input: { id: unknown; budget: Budget; affinity?: unknown; onNoRoom?: unknown }): InvalidInput | null => {
+  const bad = id("id", input.id) ?? budget(input.budget)
+  if (bad) return bad
+  if (input.affinity !== undefined) {
+    if (!Array.isArray(input.affinity)) return new InvalidInput({ field: "affinity", rule: "must be an array of host ids" })
+    for (const [i, a] of input.affinity.entries()) {
+      if (typeof a !== "string") return new InvalidInput({ field: "affinity", rule: "must be an array of host ids" })
+      const badText = text(`affinity.${i}`, a)
+      if (badText) return badText
+    }
+  }
+  return input.onNoRoom === undefined || input.onNoRoom === "queue" || input.onNoRoom === "refuse"
     ? null
-    : new InvalidInput({ field: "affinity", rule: "must be an array of host ids" }))
+    : new InvalidInput({ field: "onNoRoom", rule: "must be one of queue, refuse" })
+}
 
-/** A new host: its id and labels. */
-export const hostInput = (input: { id: unknown; labels?: unknown }): InvalidInput | null =>
-  id("id", input.id) ??
-  (input.labels === undefined ||
-  (typeof input.labels === "object" &&
-    input.labels !== null &&
-    !Array.isArray(input.labels) &&
-    Object.entries(input.labels).every(([k, v]) => text("labels", k) === null && text("labels", v) === null))
-    ? null
-    : new InvalidInput({ field: "labels", rule: "must be an object of string values" }))
+/** A new host: its id and labels (keys and values text). */
+export const hostInput = (input: { id: unknown; labels?: unknown }): InvalidInput | null => {
+  const bad = id("id", input.id)
+  if (bad) return bad
+  if (input.labels === undefined) return null
+  if (typeof input.labels !== "object" || input.labels === null || Array.isArray(input.labels))
+    return new InvalidInput({ field: "labels", rule: "must be an object of string values" })
+  for (const [k, v] of Object.entries(input.labels)) {
+    if (typeof v !== "string") return new InvalidInput({ field: "labels", rule: "must be an object of string values" })
+    const badText = text("labels", k) ?? text("labels", v)
+    if (badText) return badText
+  }
+  return null
+}
 
 /** A host report: each figure null or a finite number >= 0; `totalVcpus` an integer. */
 export const report = (r: HostReport): InvalidInput | null => {
@@ -68,9 +104,15 @@ export const report = (r: HostReport): InvalidInput | null => {
   return r.totalVcpus === null ? null : integerAtLeast("totalVcpus", r.totalVcpus, 0)
 }
 
-/** A move's budget: `maxDowntimeMs` finite and > 0. */
-export const maxDowntimeMs = (v: unknown): InvalidInput | null =>
-  typeof v !== "number" || !Number.isFinite(v) || v <= 0 ? new InvalidInput({ field: "maxDowntimeMs", rule: "must be a finite number > 0" }) : null
+const finiteAboveZero = (field: string, value: unknown): InvalidInput | null =>
+  typeof value !== "number" || !Number.isFinite(value) || value <= 0
+    ? new InvalidInput({ field, rule: "must be a finite number > 0" })
+    : value > MAX
+      ? new InvalidInput({ field, rule: `must be <= ${MAX}` })
+      : null
+
+/** A move's budget: `maxDowntimeMs` finite, > 0 and exact. */
+export const maxDowntimeMs = (v: unknown): InvalidInput | null => finiteAboveZero("maxDowntimeMs", v)
 
 /** The estimate an abort records: absent, or a finite number >= 0. */
 export const estimateMs = (v: unknown): InvalidInput | null => (v === undefined ? null : finiteAtLeastZero("estimateMs", v))
@@ -99,6 +141,7 @@ export const ownerKind = (v: unknown): InvalidInput | null =>
  */
 export const reserveExtras = (r: {
   id?: unknown
+  hostId?: unknown
   memMib?: unknown
   vcpus?: unknown
   vramMib?: unknown
@@ -107,29 +150,39 @@ export const reserveExtras = (r: {
   ownerId?: unknown
 }): InvalidInput | null =>
   (r.id == null || r.id === "" ? null : id("id", r.id)) ??
+  (r.hostId == null || r.hostId === "" ? null : text("hostId", r.hostId)) ??
   (typeof r.memMib === "number" && Math.abs(r.memMib) > MAX ? new InvalidInput({ field: "memMib", rule: `must be <= ${MAX}` }) : null) ??
   (typeof r.vcpus === "number" && Math.abs(r.vcpus) > MAX ? new InvalidInput({ field: "vcpus", rule: `must be <= ${MAX}` }) : null) ??
   (typeof r.ownerId === "string" && r.ownerId.length > 0 && text("ownerId", r.ownerId) === null
     ? null
     : new InvalidInput({ field: "ownerId", rule: "must be a non-empty string without NUL" })) ??
   (r.vramMib == null ? null : finiteAtLeastZero("vramMib", r.vramMib)) ??
-  (r.expiresAt == null || (typeof r.expiresAt === "number" && Number.isFinite(r.expiresAt))
+  (r.expiresAt == null || (typeof r.expiresAt === "number" && Number.isFinite(r.expiresAt) && Math.abs(r.expiresAt) <= MAX)
     ? null
-    : new InvalidInput({ field: "expiresAt", rule: "must be epoch milliseconds" })) ??
+    : new InvalidInput({ field: "expiresAt", rule: `must be epoch milliseconds (a finite number, at most ${MAX})` })) ??
   (r.description == null ? null : text("description", r.description))
 
 /**
- * A committed move's phases (SPEC §5): each a finite figure >= 0, and capture + send + commit
- * within the downtime they are parts of.
+ * A committed move's phases (SPEC §5, §12): each a finite figure > 0 (a phase of no time was
+ * not measured), and capture + send + commit within the downtime they are parts of.
  */
 export const phases = (p: { downtimeMs: number; captureMs: number; sendMs: number; commitMs: number }): InvalidInput | null => {
   for (const field of ["downtimeMs", "captureMs", "sendMs", "commitMs"] as const) {
-    const bad = finiteAtLeastZero(field, p[field])
+    const bad = finiteAboveZero(field, p[field])
     if (bad) return bad
   }
-  // The phases are parts of the pause. (Each is > 0 in a real move, but a clock with ms
-  // resolution may time a short send as 0, so only the sum is held to SPEC §5 here.)
   return p.captureMs + p.sendMs + p.commitMs <= p.downtimeMs
     ? null
     : new InvalidInput({ field: "downtimeMs", rule: "must be >= captureMs + sendMs + commitMs" })
 }
+
+/** The default number of items of a page. */
+export const defaultPageLimit = 100
+/** The most items a page may hold. */
+export const maxPageLimit = 1000
+
+/** A page request: `limit` absent or an integer from 1 to 1000 (the cursor is checked by `Cursor.decode`). */
+export const pageLimit = (limit: unknown): InvalidInput | null =>
+  limit === undefined || (typeof limit === "number" && Number.isInteger(limit) && limit >= 1 && limit <= maxPageLimit)
+    ? null
+    : new InvalidInput({ field: "limit", rule: `must be an integer from 1 to ${maxPageLimit}` })

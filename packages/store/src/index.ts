@@ -4,4 +4,5 @@
 export * from "./Errors.js"
 export * from "./Store.js"
 export * from "./Types.js"
+export * as Cursor from "./Cursor.js"
 export * as Validate from "./Validate.js"

@@ -4,12 +4,48 @@ import { InvalidInput, Validate } from "../src/index.js"
 const rule = (e: InvalidInput | null) => (e === null ? null : [e.field, e.rule])
 
 describe("Validate", () => {
-  it("ids are 1-128 characters of a safe alphabet", () => {
-    expect(Validate.id("id", "host-1.a:b_c")).toBeNull()
-    expect(rule(Validate.id("id", ""))).toEqual(["id", "must be 1-128 characters of [A-Za-z0-9._:-]"])
-    expect(rule(Validate.id("id", "a/b"))).not.toBeNull()
-    expect(rule(Validate.id("id", "x".repeat(129)))).not.toBeNull()
-    expect(rule(Validate.id("id", 7))).not.toBeNull()
+  it("one id rule: 1-100 characters of [A-Za-z0-9._-], not . or .. (SPEC §12)", () => {
+    expect(Validate.id("id", "host-1.a_b")).toBeNull()
+    expect(Validate.id("id", "x".repeat(100))).toBeNull()
+    expect(Validate.id("id", "...")).toBeNull()
+    expect(rule(Validate.id("id", ""))).toEqual(["id", "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."])
+    for (const bad of ["a/b", "a:b", "x".repeat(101), ".", "..", "a b", "é", 7, null])
+      expect(rule(Validate.id("hostId", bad)), String(bad)).toEqual(["hostId", Validate.idRule])
+  })
+
+  it("text refuses NUL and lone surrogates, and keeps paired ones", () => {
+    expect(Validate.text("reason", "ok 😀")).toBeNull()
+    expect(rule(Validate.text("reason", "a\u0000b"))).toEqual(["reason", "must not contain a NUL character"])
+    for (const lone of ["\ud800", "a\udc00", "\ud800x", "x\udfff\ud800"])
+      expect(rule(Validate.text("labels", lone))).toEqual(["labels", "must not contain a lone surrogate (text must be valid Unicode)"])
+  })
+
+  it("affinity entries, labels and a reservation's hostId are text", () => {
+    const s = { id: "s", budget: { memMib: 1, vcpus: 1 } }
+    expect(rule(Validate.sessionInput({ ...s, affinity: ["a", "b\u0000"] }))).toEqual(["affinity.1", "must not contain a NUL character"])
+    expect(rule(Validate.sessionInput({ ...s, affinity: ["\ud800"] }))?.[0]).toBe("affinity.0")
+    expect(rule(Validate.sessionInput({ ...s, onNoRoom: "wait" }))).toEqual(["onNoRoom", "must be one of queue, refuse"])
+    expect(rule(Validate.hostInput({ id: "h", labels: { "\ud800": "a" } }))?.[0]).toBe("labels")
+    expect(rule(Validate.hostInput({ id: "h", labels: { a: "\u0000" } }))?.[0]).toBe("labels")
+    expect(rule(Validate.reserveExtras({ hostId: "h\u0000", ownerId: "o" }))?.[0]).toBe("hostId")
+  })
+
+  it("figures are finite and exact: at most 2^53 - 1", () => {
+    expect(rule(Validate.maxDowntimeMs(1e21))).toEqual(["maxDowntimeMs", `must be <= ${Number.MAX_SAFE_INTEGER}`])
+    expect(rule(Validate.estimateMs(1e21))).toEqual(["estimateMs", `must be <= ${Number.MAX_SAFE_INTEGER}`])
+    expect(rule(Validate.reserveExtras({ ownerId: "o", expiresAt: 1e21 }))?.[0]).toBe("expiresAt")
+  })
+
+  it("a commit's phases are each > 0 and sum to at most the downtime", () => {
+    expect(Validate.phases({ downtimeMs: 500, captureMs: 40, sendMs: 80, commitMs: 300 })).toBeNull()
+    expect(rule(Validate.phases({ downtimeMs: 500, captureMs: 0, sendMs: 80, commitMs: 300 }))).toEqual(["captureMs", "must be a finite number > 0"])
+    expect(rule(Validate.phases({ downtimeMs: 100, captureMs: 40, sendMs: 80, commitMs: 300 }))).toEqual(["downtimeMs", "must be >= captureMs + sendMs + commitMs"])
+  })
+
+  it("a page limit is an integer from 1 to 1000", () => {
+    expect(Validate.pageLimit(undefined)).toBeNull()
+    expect(Validate.pageLimit(1000)).toBeNull()
+    for (const bad of [0, 1001, 1.5, Number.NaN]) expect(rule(Validate.pageLimit(bad))?.[0]).toBe("limit")
   })
 
   it("a session budget needs integer memMib and vcpus above zero, memMib named first", () => {
@@ -48,7 +84,7 @@ describe("Validate", () => {
     expect(rule(Validate.ownerKind("vm"))).toEqual(["ownerKind", "must be one of session, move, capture, external"])
     expect(rule(Validate.reserveExtras({ ownerId: "" }))).toEqual(["ownerId", "must be a non-empty string without NUL"])
     expect(rule(Validate.reserveExtras({ ownerId: "x", vramMib: -2 }))).toEqual(["vramMib", "must be a finite number >= 0"])
-    expect(rule(Validate.reserveExtras({ ownerId: "x", expiresAt: "soon" }))).toEqual(["expiresAt", "must be epoch milliseconds"])
+    expect(rule(Validate.reserveExtras({ ownerId: "x", expiresAt: "soon" }))).toEqual(["expiresAt", `must be epoch milliseconds (a finite number, at most ${Number.MAX_SAFE_INTEGER})`])
   })
 
   it("errors carry a message naming the field and the rule", () => {
@@ -68,19 +104,20 @@ describe("Validate: what the stores' columns can hold", () => {
     expect(Validate.text("reason", "timeout")).toBeNull()
     expect(rule(Validate.reserveExtras({ ownerId: "x", description: "a\u0000b" }))).toEqual(["description", "must not contain a NUL character"])
     expect(rule(Validate.reserveExtras({ ownerId: "a\u0000b" }))).toEqual(["ownerId", "must be a non-empty string without NUL"])
-    expect(rule(Validate.hostInput({ id: "h", labels: { zone: "a\u0000" } }))).toEqual(["labels", "must be an object of string values"])
+    expect(rule(Validate.hostInput({ id: "h", labels: { zone: "a\u0000" } }))).toEqual(["labels", "must not contain a NUL character"])
   })
 
   it("a given reservation id follows the id rule; a missing one is left to the ledger's id_missing", () => {
-    expect(rule(Validate.reserveExtras({ id: "a\u0000b", ownerId: "x" }))).toEqual(["id", "must be 1-128 characters of [A-Za-z0-9._:-]"])
+    expect(rule(Validate.reserveExtras({ id: "a\u0000b", ownerId: "x" }))).toEqual(["id", Validate.idRule])
     expect(Validate.reserveExtras({ id: "", ownerId: "x" })).toBeNull()
     expect(Validate.reserveExtras({ id: null, ownerId: "x" })).toBeNull()
   })
 
-  it("a move's phases are figures >= 0 whose capture, send and commit fit within the downtime", () => {
+  it("a move's phases are figures > 0 whose capture, send and commit fit within the downtime", () => {
     expect(Validate.phases({ downtimeMs: 546, captureMs: 40, sendMs: 86, commitMs: 420 })).toBeNull()
-    expect(Validate.phases({ downtimeMs: 5, captureMs: 2, sendMs: 0, commitMs: 3 })).toBeNull()
-    expect(rule(Validate.phases({ downtimeMs: -5, captureMs: 0, sendMs: 0, commitMs: 0 }))).toEqual(["downtimeMs", "must be a finite number >= 0"])
+    expect(Validate.phases({ downtimeMs: 5, captureMs: 2, sendMs: 0.4, commitMs: 2 })).toBeNull()
+    expect(rule(Validate.phases({ downtimeMs: 5, captureMs: 2, sendMs: 0, commitMs: 3 }))).toEqual(["sendMs", "must be a finite number > 0"])
+    expect(rule(Validate.phases({ downtimeMs: -5, captureMs: 0, sendMs: 0, commitMs: 0 }))).toEqual(["downtimeMs", "must be a finite number > 0"])
     expect(rule(Validate.phases({ downtimeMs: 100, captureMs: 40, sendMs: 80, commitMs: 420 }))).toEqual(["downtimeMs", "must be >= captureMs + sendMs + commitMs"])
   })
 })

@@ -7,7 +7,7 @@
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, commitAfterFinal, expectFailure, expectInvariants, expectUnchanged, kase, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const budget = { memMib: 2048, vcpus: 2 }
@@ -114,7 +114,7 @@ export const cascades: Group = {
         yield* refusesEverything(move.id)
         const again = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
         expect(again).toMatchObject({ state: "pending", sourceHostId: "src", targetHostId: "dst" })
-        yield* s.commitMove(again.id, phases)
+        yield* commitAfterFinal(again.id, phases)
         expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "dst", reservationId: again.reservationId })
         yield* expectInvariants
       }),
@@ -145,7 +145,7 @@ export const cascades: Group = {
         const y = yield* sessionIn("y", "running", budget)
         // Both placed on the snug host first; move one to the other host so they sit apart.
         const apart = yield* s.beginMove({ sessionId: "y", maxDowntimeMs: 600 })
-        yield* s.commitMove(apart.id, phases)
+        yield* commitAfterFinal(apart.id, phases)
         const yOn = (yield* s.getSession("y")).hostId as string
         const xOn = x.hostId as string
         expect(yOn).not.toBe(xOn)
@@ -174,7 +174,7 @@ export const cascades: Group = {
         const s = yield* store
         const { move } = yield* moving
         yield* TestClock.adjust(staleWindowMs - 1)
-        yield* s.commitMove(move.id, phases)
+        yield* commitAfterFinal(move.id, phases)
         expect(yield* s.getReservation(move.reservationId)).toMatchObject({ ownerKind: "session", ownerId: "s1", lastHeartbeatAt: staleWindowMs - 1 })
         yield* TestClock.adjust(2)
         // The target entry was renewed at the commit: not stale yet.

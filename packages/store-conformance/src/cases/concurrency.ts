@@ -7,7 +7,7 @@
 import { Placement } from "@engram/core"
 import { expect } from "@effect/vitest"
 import { Effect, Result } from "effect"
-import { addHost, expectInvariants, kase, queued, sessionIn, store } from "../Harness.js"
+import { addHost, expectInvariants, finalRound, kase, queued, sessionIn, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const all = <A, E, R>(effects: readonly Effect.Effect<A, E, R>[]) =>
@@ -182,6 +182,40 @@ export const concurrency: Group = {
         const results = yield* all([s.endSession("s1"), s.endSession("s1"), s.endSession("s1")])
         expect(wins(results)).toBe(1)
         expect((yield* s.metrics()).totalReleasedMib).toBe(1024)
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "ending sessions while their moves commit or abort: each pair settles one way, with nothing half-done",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("a", 65536)
+        yield* addHost("b", 65536)
+        const moves: { id: string; sessionId: string }[] = []
+        for (let i = 0; i < 12; i++) {
+          const id = `m${String(i).padStart(2, "0")}`
+          yield* sessionIn(id, "running", { memMib: 512, vcpus: 1 })
+          const move = yield* s.beginMove({ sessionId: id, maxDowntimeMs: 600 })
+          yield* s.recordRound(move.id, finalRound)
+          moves.push({ id: move.id, sessionId: id })
+        }
+        const phases = { downtimeMs: 500, captureMs: 40, sendMs: 60, commitMs: 380 }
+        const racers: Effect.Effect<unknown, Tagged>[] = moves.flatMap((m, i) => [
+          s.endSession(m.sessionId),
+          i % 2 === 0 ? s.commitMove(m.id, phases) : s.abortMove(m.id, "racing an end"),
+        ])
+        const results = yield* all(racers)
+        for (const [i, m] of moves.entries()) {
+          // The end always lands: after a commit or an abort the session runs, and a running session ends.
+          expect(Result.isSuccess(results[2 * i] as Result.Result<unknown, unknown>), `end of ${m.sessionId}`).toBe(true)
+          expect((yield* s.getSession(m.sessionId)).state).toBe("ended")
+          const move = yield* s.getMove(m.id)
+          const settled = Result.isSuccess(results[2 * i + 1] as Result.Result<unknown, unknown>)
+          // The move either settled first (committed or aborted by its caller) or was closed by the end.
+          expect(move.state).toBe(settled ? (i % 2 === 0 ? "committed" : "aborted") : "aborted")
+          if (!settled) expect(move.abortReason).toBe("session ended")
+        }
+        expect(yield* s.listReservations()).toStrictEqual([])
         yield* expectInvariants
       }),
     ),

@@ -5,7 +5,7 @@
 import { Headroom } from "@engram/core"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
-import { addHost, expectFailure, expectUnchanged, kase, placed, queued, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, placed, queued, registered, reportFor, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 export const hosts: Group = {
@@ -51,12 +51,134 @@ export const hosts: Group = {
       "a host id breaking the id rule is refused naming the field id",
       Effect.gen(function* () {
         const s = yield* store
-        for (const id of ["", "a b", "h/1", "x".repeat(129)]) {
+        for (const id of ["", "a b", "h/1", "h:1", ".", "..", "x".repeat(101)]) {
           const err = yield* expectFailure(s.registerHost({ id }), "InvalidInput")
           expect(err.field).toBe("id")
         }
-        yield* s.registerHost({ id: `A-z.0:_${"x".repeat(121)}` })
+        yield* s.registerHost({ id: `A-z.0_${"x".repeat(94)}` })
         expect((yield* s.listHosts()).length).toBe(1)
+      }),
+    ),
+    kase(
+      "registration is not readiness: a host that has not reported takes no create, and names unmeasured in the no-fit details",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* registered("fresh")
+        const q = yield* queued("s1", { memMib: 512, vcpus: 1 })
+        expect(q.noFit).toStrictEqual([{ hostId: "fresh", reason: "unmeasured", freeMib: null, freeVcpus: null }])
+        expect((yield* s.getHost("fresh")).headroom.reserved).toStrictEqual({ memMib: 0, vcpus: 0 })
+        // Its first report opens it: even one without RAM figures (unmeasured, not gated).
+        yield* s.reportHost("fresh", { totalMib: null, allocatableMib: null, totalVcpus: null })
+        expect(yield* s.drainQueue()).toStrictEqual({ placed: [{ sessionId: "s1", hostId: "fresh" }], remaining: 0 })
+      }),
+    ),
+    kase(
+      "a host registered while sessions are queued takes none of them before its first report; then it takes what fits",
+      Effect.gen(function* () {
+        const s = yield* store
+        for (let i = 0; i < 40; i++) yield* queued(`q${String(i).padStart(2, "0")}`, { memMib: 256, vcpus: 1 })
+        yield* registered("late")
+        expect(yield* s.drainQueue()).toStrictEqual({ placed: [], remaining: 40 })
+        expect((yield* s.getHost("late")).entries).toBe(0)
+        // Capacity for 8 of them (2048 MiB), CPU budget for 32.
+        yield* s.reportHost("late", reportFor(2048, 8, s.limits()))
+        const drained = yield* s.drainQueue()
+        expect(drained.placed.length).toBe(8)
+        expect(drained.remaining).toBe(32)
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a host that has not reported is no move target and no resume's host",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("src", 8192)
+        yield* sessionIn("m1", "running")
+        yield* sessionIn("d1", "descended")
+        yield* s.setHostState("src", "cordoned")
+        yield* registered("fresh")
+        const before = yield* snapshot
+        expect((yield* expectFailure(s.beginMove({ sessionId: "m1", targetHostId: "fresh", maxDowntimeMs: 600 }), "Refused")).check).toBe("no_fit")
+        expect((yield* expectFailure(s.beginMove({ sessionId: "m1", maxDowntimeMs: 600 }), "Refused")).check).toBe("no_fit")
+        yield* expectUnchanged(before, "a move to a host that never reported")
+        expect((yield* s.resume("d1"))._tag).toBe("Queued")
+      }),
+    ),
+    kase(
+      "an explicit allocatableMib of 0 is a measured, full host: it takes nothing, and is never read as ungated",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* s.registerHost({ id: "zero" })
+        const view = yield* s.reportHost("zero", { totalMib: 0, allocatableMib: 0, totalVcpus: 64 })
+        expect(view.measured).toBe(true)
+        expect(view.headroom.allocatableMib).not.toBeNull()
+        const q = yield* queued("s1", { memMib: 1, vcpus: 1 })
+        expect(q.noFit).toStrictEqual([{ hostId: "zero", reason: "ram_full", freeMib: view.headroom.allocatableMib, freeVcpus: 256 }])
+        expect((yield* s.hostSummary("zero")).totalMib).toBe(0)
+      }),
+      { systemReserveMib: 0 },
+    ),
+    kase(
+      "a host is removed only once it holds nothing: a reservation or a session on it is Refused host_in_use",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* addHost("h2", 8192)
+        yield* sessionIn("s1", "running")
+        yield* s.reserve({ id: "x1", hostId: "h2", ownerKind: "external", ownerId: "ops", memMib: 64, vcpus: 0 })
+        const before = yield* snapshot
+        for (const id of ["h1", "h2"]) {
+          const err = yield* expectFailure(s.removeHost(id), "Refused")
+          expect(err.check).toBe("host_in_use")
+          expect(err.reason).toContain(`host ${id} holds 1 reservations`)
+        }
+        yield* expectUnchanged(before, "a refused host removal")
+        yield* s.endSession("s1")
+        yield* s.release("x1")
+        expect((yield* s.removeHost("h1")).id).toBe("h1")
+        yield* expectFailure(s.getHost("h1"), "NotFound")
+        expect((yield* s.listHosts()).map((h) => h.id)).toStrictEqual(["h2"])
+        yield* expectFailure(s.removeHost("h1"), "NotFound")
+        // Its id is free again, and the session's history still reads.
+        yield* s.registerHost({ id: "h1" })
+        expect((yield* s.sessionEvents("s1")).items.length).toBeGreaterThan(0)
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a removed host takes no placement, and its descended sessions resume elsewhere",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("old", 8192)
+        yield* sessionIn("d1", "descended")
+        yield* s.removeHost("old")
+        expect((yield* queued("s2", { memMib: 512, vcpus: 1 })).noFit).toStrictEqual([])
+        yield* addHost("new", 8192)
+        expect(yield* s.resume("d1")).toMatchObject({ _tag: "Placed", session: { hostId: "new", state: "pending" } })
+      }),
+    ),
+    kase(
+      "setHostTokenHash replaces a host's credential hash: the old one finds nobody from then on",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* s.registerHost({ id: "h1", tokenHash: "old-hash" })
+        expect((yield* s.setHostTokenHash("h1", "new-hash")).id).toBe("h1")
+        expect(yield* s.hostByTokenHash("old-hash")).toBeNull()
+        expect((yield* s.hostByTokenHash("new-hash"))?.id).toBe("h1")
+        expect(yield* s.hostTokenHash("h1")).toBe("new-hash")
+        yield* expectFailure(s.setHostTokenHash("nope", "x"), "NotFound")
+      }),
+    ),
+    kase(
+      "labels with a NUL or a lone surrogate are refused naming labels, and nothing is stored",
+      Effect.gen(function* () {
+        const s = yield* store
+        for (const labels of [{ zone: "a\u0000" }, { "\ud800": "a" }, { zone: "x\udc00" }]) {
+          expect((yield* expectFailure(s.registerHost({ id: "h1", labels }), "InvalidInput")).field).toBe("labels")
+        }
+        expect(yield* s.listHosts()).toStrictEqual([])
+        yield* s.registerHost({ id: "h1", labels: { zone: "ünïcode 😀" } })
+        expect((yield* s.getHost("h1")).labels).toStrictEqual({ zone: "ünïcode 😀" })
       }),
     ),
     kase(

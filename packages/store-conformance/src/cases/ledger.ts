@@ -7,7 +7,7 @@ import type { ReserveInput } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, placed, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, commitAfterFinal, expectFailure, expectInvariants, expectUnchanged, kase, placed, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const ext = (id: string | null, hostId: string | null, memMib = 512, more: Partial<ReserveInput> = {}): ReserveInput => ({
@@ -122,6 +122,36 @@ export const ledger: Group = {
       "reserve on an unknown host is refused as host_unknown",
       Effect.gen(function* () {
         yield* refusedBy(ext("x1", "nope"), "host_unknown")
+      }),
+    ),
+    kase(
+      "an external reservation on a cordoned or draining host is refused as host_not_ready naming its state; a capture still lands",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        for (const state of ["cordoned", "draining"] as const) {
+          yield* s.setHostState("h1", state)
+          const err = yield* refusedBy(ext("x1", "h1"), "host_not_ready")
+          expect(err.reason).toContain(`is ${state}`)
+        }
+        expect((yield* s.reserve(ext("c1", "h1", 512, { ownerKind: "capture" }))).ownerKind).toBe("capture")
+        yield* s.setHostState("h1", "ready")
+        expect((yield* s.reserve(ext("x1", "h1"))).hostId).toBe("h1")
+      }),
+    ),
+    kase(
+      "a reservation's hostId, ownerId or description with a NUL or a lone surrogate is refused by name, and a far expiry past 2^53 - 1",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const before = yield* snapshot
+        expect((yield* expectFailure(s.reserve(ext("x1", "h1\u0000")), "InvalidInput")).field).toBe("hostId")
+        expect((yield* expectFailure(s.reserve(ext("x1", "\ud800")), "InvalidInput")).field).toBe("hostId")
+        expect((yield* expectFailure(s.reserve(ext("x1", "h1", 512, { ownerId: "o\udfff" })), "InvalidInput")).field).toBe("ownerId")
+        expect((yield* expectFailure(s.reserve(ext("x1", "h1", 512, { description: "d\ud800" })), "InvalidInput")).field).toBe("description")
+        expect((yield* expectFailure(s.reserve(ext("x1", "h1", 512, { expiresAt: 1e21 })), "InvalidInput")).field).toBe("expiresAt")
+        yield* expectUnchanged(before, "refused reservations")
+        expect((yield* s.metrics()).reserveFailures).toBe(0)
       }),
     ),
     kase(
@@ -517,7 +547,7 @@ export const ledger: Group = {
         yield* addHost("h2", 8192)
         yield* sessionIn("s1", "moving", { memMib: 2000, vcpus: 1 })
         const move = (yield* s.openMove("s1"))!
-        yield* s.commitMove(move.id, { downtimeMs: 500, captureMs: 40, sendMs: 80, commitMs: 300 })
+        yield* commitAfterFinal(move.id, { downtimeMs: 500, captureMs: 40, sendMs: 80, commitMs: 300 })
         expect(yield* s.metrics()).toMatchObject({ totalReservedMib: 4000, totalReleasedMib: 2000, activeEntries: 1 })
       }),
     ),

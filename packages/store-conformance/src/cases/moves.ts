@@ -6,7 +6,7 @@ import type { MoveRound } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, placed, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, commitAfterFinal, expectFailure, expectInvariants, expectUnchanged, kase, placed, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const budget = { memMib: 2048, vcpus: 2 }
@@ -44,6 +44,67 @@ export const moves: Group = {
         expect(neg.field).toBe("downtimeMs")
         yield* expectUnchanged(before, "a refused commit")
         expect((yield* s.getMove(move.id)).state).toBe("pending")
+      }),
+    ),
+    kase(
+      "a commit needs the move's final round recorded: without it, a Conflict and nothing changes",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, round("full", 1000))
+        yield* s.recordRound(move.id, round("delta", 100))
+        const before = yield* snapshot
+        const err = yield* expectFailure(s.commitMove(move.id, phases), "Conflict")
+        expect(err).toMatchObject({ entity: "move", id: move.id })
+        expect(err.reason).toContain("final round")
+        yield* expectUnchanged(before, "a commit without the final round")
+        expect((yield* s.getMove(move.id)).state).toBe("pending")
+        yield* s.recordRound(move.id, round("final", 10))
+        expect((yield* s.commitMove(move.id, phases)).state).toBe("committed")
+      }),
+    ),
+    kase(
+      "no round follows the final round: a Conflict, and the rounds stay as they were",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, round("full", 1000))
+        yield* s.recordRound(move.id, round("final", 10))
+        for (const kind of ["delta", "final", "full"] as const) {
+          const err = yield* expectFailure(s.recordRound(move.id, round(kind, 5)), "Conflict")
+          expect(err).toMatchObject({ entity: "move", id: move.id })
+        }
+        expect((yield* s.getMove(move.id)).rounds.map((r) => r.kind)).toStrictEqual(["full", "final"])
+      }),
+    ),
+    kase(
+      "every phase of a commit is > 0: a phase of 0 is refused naming it, and nothing changes",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, round("final", 10))
+        const before = yield* snapshot
+        for (const field of ["captureMs", "sendMs", "commitMs", "downtimeMs"] as const) {
+          const err = yield* expectFailure(s.commitMove(move.id, { ...phases, [field]: 0 }), "InvalidInput")
+          expect([err.field, err.rule]).toStrictEqual([field, "must be a finite number > 0"])
+        }
+        expect((yield* expectFailure(s.commitMove(move.id, { ...phases, downtimeMs: 1e21 }), "InvalidInput")).field).toBe("downtimeMs")
+        yield* expectUnchanged(before, "commits with a phase of 0")
+        expect((yield* s.getMove(move.id)).state).toBe("pending")
+      }),
+    ),
+    kase(
+      "a move's maxDowntimeMs past 2^53 - 1 is refused by name; a fractional one is kept exactly",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const before = yield* snapshot
+        expect((yield* expectFailure(s.beginMove({ sessionId: "s1", maxDowntimeMs: 1e21 }), "InvalidInput")).field).toBe("maxDowntimeMs")
+        yield* expectUnchanged(before, "a move with a downtime budget past 2^53 - 1")
+        expect((yield* s.beginMove({ sessionId: "s1", maxDowntimeMs: 600.5 })).maxDowntimeMs).toBe(600.5)
       }),
     ),
     kase(
@@ -288,6 +349,7 @@ export const moves: Group = {
         const x = yield* twoHosts
         const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
         yield* s.recordRound(move.id, round("full", 1000))
+        yield* s.recordRound(move.id, round("final", 10))
         yield* TestClock.adjust(3000)
         const done = yield* s.commitMove(move.id, phases)
         expect(done).toMatchObject({ state: "committed", phases, endedAt: 3000, reservationId: move.reservationId })
@@ -345,7 +407,7 @@ export const moves: Group = {
         yield* expectFailure(s.abortMove(m1.id, "again"), "Conflict")
         yield* expectUnchanged(before, "touching a finished move")
         const m2 = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
-        yield* s.commitMove(m2.id, phases)
+        yield* commitAfterFinal(m2.id, phases)
         yield* expectFailure(s.abortMove(m2.id, "late"), "Conflict")
         yield* expectFailure(s.commitMove(m2.id, phases), "Conflict")
         expect((yield* s.getMove(m2.id)).state).toBe("committed")
@@ -367,7 +429,7 @@ export const moves: Group = {
         const s = yield* store
         yield* twoHosts
         const m1 = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
-        yield* s.commitMove(m1.id, phases)
+        yield* commitAfterFinal(m1.id, phases)
         const m2 = yield* s.beginMove({ sessionId: "s1", targetHostId: "src", maxDowntimeMs: 600 })
         expect(m2.id).not.toBe(m1.id)
         expect(m2).toMatchObject({ sourceHostId: "dst", targetHostId: "src", state: "pending" })

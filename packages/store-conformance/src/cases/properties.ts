@@ -116,6 +116,13 @@ const limitsArbitrary: fc.Arbitrary<Limits.Limits> = fc.constantFrom(
 
 const sid = (i: number): string => sessionIds[i] as string
 
+/** The source's last two calls: the final round (already recorded is fine), then the commit. */
+const finalThenCommit = (s: StoreShape, moveId: string): Effect.Effect<unknown, StoreError> =>
+  s.recordRound(moveId, { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 5, captureMs: 1 }).pipe(
+    Effect.catchTag("Conflict", () => Effect.void),
+    Effect.andThen(s.commitMove(moveId, { downtimeMs: 500, captureMs: 40, sendMs: 60, commitMs: 380 })),
+  )
+
 const withOpenMove = (s: StoreShape, i: number, f: (moveId: string) => Effect.Effect<unknown, StoreError>) =>
   Effect.flatMap(s.openMove(sid(i)), (m) => (m === null ? Effect.void : f(m.id)))
 
@@ -178,7 +185,7 @@ export const apply = (s: StoreShape, o: Op): Effect.Effect<unknown, StoreError, 
               m === null
                 ? Effect.void
                 : o.choice <= 2
-                  ? s.commitMove(m.id, { downtimeMs: 500, captureMs: 40, sendMs: 60, commitMs: 380 })
+                  ? finalThenCommit(s, m.id)
                   : s.abortMove(m.id, "property abort"),
             )
           case "queued":
@@ -223,7 +230,7 @@ export const apply = (s: StoreShape, o: Op): Effect.Effect<unknown, StoreError, 
     case "recordRound":
       return withOpenMove(s, o.session, (id) => s.recordRound(id, { kind: "delta", wireBytes: 1000, apparentBytes: 2000, sendMs: 5, captureMs: 1 }))
     case "commitMove":
-      return withOpenMove(s, o.session, (id) => s.commitMove(id, { downtimeMs: 500, captureMs: 40, sendMs: 60, commitMs: 380 }))
+      return withOpenMove(s, o.session, (id) => finalThenCommit(s, id))
     case "abortMove":
       return withOpenMove(s, o.session, (id) => s.abortMove(id, "property abort"))
   }

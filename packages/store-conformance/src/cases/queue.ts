@@ -5,7 +5,7 @@
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, expectInvariants, kase, placed, queued, sessionIn, store } from "../Harness.js"
+import { addHost, expectFailure, expectInvariants, kase, placed, queued, sessionIn, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const gib = (n: number) => ({ memMib: n * 1024, vcpus: 1 })
@@ -25,6 +25,77 @@ export const queue: Group = {
         expect(q2.session.queuedAt).toBe(10)
         // Same queuedAt: ties go by id.
         expect((yield* s.listQueue()).map((x) => x.id)).toStrictEqual(["zeta", "alpha", "beta"])
+      }),
+    ),
+    kase(
+      "a queued session's standing: its position, each host's reason and free room, and whether it is too big",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 4096)
+        yield* addHost("h2", 2048)
+        yield* s.setHostState("h2", "cordoned")
+        yield* placed("filler", gib(3))
+        yield* queued("q1", gib(2))
+        yield* TestClock.adjust(1)
+        yield* queued("q2", gib(5))
+        expect(yield* s.queueStanding("q1")).toStrictEqual({
+          position: 1,
+          noFit: [
+            { hostId: "h1", reason: "ram_full", freeMib: 1024, freeVcpus: 31 },
+            { hostId: "h2", reason: "cordoned", freeMib: 2048, freeVcpus: 32 },
+          ],
+          tooBig: false,
+        })
+        expect(yield* s.queueStanding("q2")).toMatchObject({ position: 2, tooBig: true })
+        expect(yield* s.queueStanding("filler")).toBeNull()
+        yield* expectFailure(s.queueStanding("nope"), "NotFound")
+      }),
+    ),
+    kase(
+      "too_big: a budget over every ready measured host's capacity even when empty; cordoned and unmeasured hosts do not count, and a bigger host clears it",
+      Effect.gen(function* () {
+        const s = yield* store
+        const none = yield* queued("q0", gib(64))
+        // No ready measured host: the fleet's size is unknown, nothing is too big.
+        expect(none.tooBig).toBe(false)
+        yield* addHost("small", 4096)
+        yield* addHost("u", null)
+        yield* addHost("big-cordoned", 131072)
+        yield* s.setHostState("big-cordoned", "cordoned")
+        expect((yield* s.queueStanding("q0"))?.tooBig).toBe(true)
+        yield* addHost("huge", 65536)
+        expect((yield* s.queueStanding("q0"))?.tooBig).toBe(false)
+      }),
+    ),
+    kase(
+      "too_big counts vCPUs too: a budget over every host's CPU budget is too big, one that fits a busy host's is not",
+      Effect.gen(function* () {
+        yield* addHost("h1", 8192, 2)
+        yield* placed("filler", { memMib: 1024, vcpus: 8 })
+        // 2 cores × 4 = 8 vCPUs at most, all taken now.
+        expect((yield* queued("q1", { memMib: 1024, vcpus: 9 })).tooBig).toBe(true)
+        expect((yield* queued("q2", { memMib: 1024, vcpus: 8 })).tooBig).toBe(false)
+      }),
+    ),
+    kase(
+      "pageQueue lists the queue first in first out, each session with its standing, a page at a time",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 1024)
+        for (const id of ["q1", "q2", "q3"]) {
+          yield* queued(id, gib(2))
+          yield* TestClock.adjust(1)
+        }
+        const first = yield* s.pageQueue({ limit: 2 })
+        expect(first.items.map((e) => [e.session.id, e.standing.position])).toStrictEqual([
+          ["q1", 1],
+          ["q2", 2],
+        ])
+        expect(first.items[0]?.standing.noFit).toStrictEqual([{ hostId: "h1", reason: "ram_full", freeMib: 1024, freeVcpus: 32 }])
+        expect(first.items[0]?.standing.tooBig).toBe(true)
+        const second = yield* s.pageQueue({ limit: 2, cursor: first.nextCursor ?? undefined })
+        expect(second.items.map((e) => [e.session.id, e.standing.position])).toStrictEqual([["q3", 3]])
+        expect(second.nextCursor).toBeNull()
       }),
     ),
     kase(

@@ -8,7 +8,7 @@ import type { StoreError, StoreShape } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, placed, queued, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, placed, queued, reportFor, sessionIn, snapshot, store } from "../Harness.js"
 import type { Case, Group } from "../Harness.js"
 
 const budget = { memMib: 1024, vcpus: 1 }
@@ -28,8 +28,8 @@ const ops: readonly Op[] = [
   { name: "unpark", to: "running", from: ["parked"], run: (s, id) => s.unpark(id) },
   { name: "beginDescent", to: "descending", from: ["parked"], run: (s, id) => s.beginDescent(id) },
   { name: "finishDescent", to: "descended", from: ["descending"], run: (s, id) => s.finishDescent(id) },
-  // resume asks for pending or queued, depending on room: only `from` is pinned.
-  { name: "resume", to: null, from: ["descended"], run: (s, id) => s.resume(id) },
+  // resume asks for running (a park, warm), or pending or queued (descended, cold): only `from` is pinned.
+  { name: "resume", to: null, from: ["parked", "descended"], run: (s, id) => s.resume(id) },
 ]
 
 const illegalCase = (op: Op): Case =>
@@ -153,6 +153,69 @@ export const sessions: Group = {
       }),
     ),
     kase(
+      "resume of a parked session is warm: running again on the same host with the same reservation, no placement, no queue",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* addHost("h2", 65536)
+        const x = yield* sessionIn("s1", "parked")
+        expect(x.hostId).toBe("h1")
+        const metrics = yield* s.metrics()
+        yield* TestClock.adjust(9)
+        const outcome = yield* s.resume("s1")
+        expect(outcome).toStrictEqual({
+          _tag: "Placed",
+          session: { ...x, state: "running", parkedAt: null, updatedAt: 9 },
+        })
+        expect(yield* s.metrics()).toStrictEqual(metrics)
+        expect((yield* s.listReservations()).map((r) => r.id)).toStrictEqual([x.reservationId])
+        expect((yield* s.getHost("h1")).parks).toBe(0)
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a warm resume needs no room: a park on a host reserved beyond its capacity resumes where it is",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 4096)
+        yield* sessionIn("s1", "parked", { memMib: 4096, vcpus: 1 })
+        // The host shrinks under its park: nothing else could be placed there now.
+        yield* s.reportHost("h1", reportFor(1024, 8, s.limits()))
+        expect((yield* s.resume("s1")).session).toMatchObject({ state: "running", hostId: "h1" })
+      }),
+    ),
+    kase(
+      "a create with onNoRoom refuse that fits nowhere is NoRoom with the no-fit details, and nothing is stored",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 2048)
+        yield* placed("s0", { memMib: 1536, vcpus: 1 })
+        const before = yield* snapshot
+        const err = yield* expectFailure(s.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 }, onNoRoom: "refuse" }), "NoRoom")
+        expect(err).toMatchObject({ sessionId: "s1", tooBig: false, noFit: [{ hostId: "h1", reason: "ram_full", freeMib: 512 }] })
+        const huge = yield* expectFailure(s.createSession({ id: "s2", budget: { memMib: 4096, vcpus: 1 }, onNoRoom: "refuse" }), "NoRoom")
+        expect(huge.tooBig).toBe(true)
+        yield* expectUnchanged(before, "refused creates")
+        yield* expectFailure(s.getSession("s1"), "NotFound")
+        expect((yield* s.metrics()).reserveFailures).toBe(0)
+        // One that fits is placed as usual, and "queue" keeps the default.
+        expect((yield* s.createSession({ id: "s3", budget: { memMib: 256, vcpus: 1 }, onNoRoom: "refuse" }))._tag).toBe("Placed")
+        expect((yield* s.createSession({ id: "s4", budget: { memMib: 1024, vcpus: 1 }, onNoRoom: "queue" }))._tag).toBe("Queued")
+      }),
+    ),
+    kase(
+      "an affinity entry with a NUL or a lone surrogate is refused naming it, and nothing is stored",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const before = yield* snapshot
+        expect((yield* expectFailure(s.createSession({ id: "s1", budget, affinity: ["h1", "x\u0000"] }), "InvalidInput")).field).toBe("affinity.1")
+        expect((yield* expectFailure(s.createSession({ id: "s1", budget, affinity: ["\ud83d"] }), "InvalidInput")).field).toBe("affinity.0")
+        yield* expectUnchanged(before, "creates with bad affinity text")
+        expect((yield* placed("s1", budget, ["😀", "h1"])).affinity).toStrictEqual(["😀", "h1"])
+      }),
+    ),
+    kase(
       "a full life cycle walks queued, pending, running, parked, descending, descended, pending, running, ended",
       Effect.gen(function* () {
         const s = yield* store
@@ -253,12 +316,14 @@ export const sessions: Group = {
       Effect.gen(function* () {
         const s = yield* store
         yield* addHost("h1", 8192)
-        for (const id of ["", "has space", "slash/y", "é", "x".repeat(129)]) {
+        // SPEC §12: 1-100 of [A-Za-z0-9._-], not . or .. — an id a path can always address.
+        for (const id of ["", "has space", "slash/y", "é", "a:b", ".", "..", "x".repeat(101)]) {
           const err = yield* expectFailure(s.createSession({ id, budget }), "InvalidInput")
           expect(err.field).toBe("id")
         }
         expect(yield* s.listSessions()).toStrictEqual([])
-        yield* placed(`Ok-1.2:3_${"y".repeat(119)}`, budget)
+        yield* placed(`Ok-1.2_3${"y".repeat(92)}`, budget)
+        yield* placed("...", budget)
       }),
     ),
     kase(

@@ -1,0 +1,181 @@
+/**
+ * A session's history (issue 12): every event core's `Session.step` (and `Reclaim.plan`)
+ * answers is kept by the store, in the same atomic change as the step, numbered from 1 and
+ * stamped with the Clock. A failed operation writes none. Read a page at a time.
+ */
+import type { Session as SessionRules } from "@engram/core"
+import type { SessionEvent } from "@engram/store"
+import { expect } from "@effect/vitest"
+import { Effect } from "effect"
+import { TestClock } from "effect/testing"
+import { addHost, commitAfterFinal, expectFailure, kase, placed, queued, sessionIn, store } from "../Harness.js"
+import type { Group } from "../Harness.js"
+
+const budget = { memMib: 1024, vcpus: 1 }
+
+/** Every event of a session, following the pages (3 at a time, so the cursor is exercised). */
+const history = (id: string) =>
+  Effect.gen(function* () {
+    const s = yield* store
+    const all: SessionEvent[] = []
+    let cursor: string | undefined
+    for (let i = 0; i < 100; i++) {
+      const page = yield* s.sessionEvents(id, { limit: 3, cursor })
+      all.push(...page.items)
+      if (page.nextCursor === null) break
+      cursor = page.nextCursor
+    }
+    return all
+  })
+
+const events = (id: string) => Effect.map(history(id), (h) => h.map((e) => e.event))
+
+export const historyGroup: Group = {
+  name: "history",
+  cases: [
+    kase(
+      "a session's life is in its history: created, placed on its host, running, parked, resumed warm, yielded with the gate's reason, descended, resumed cold, placed, ended",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* placed("s1", budget)
+        yield* TestClock.adjust(10)
+        yield* s.markRunning("s1")
+        yield* TestClock.adjust(10)
+        yield* s.idle("s1", true)
+        yield* s.resume("s1")
+        yield* s.idle("s1", true)
+        yield* TestClock.adjust(10)
+        yield* s.beginDescent("s1", { reason: "demand" })
+        yield* s.finishDescent("s1")
+        yield* s.resume("s1")
+        yield* TestClock.adjust(10)
+        yield* s.endSession("s1")
+        const h = yield* history("s1")
+        expect(h.map((e) => e.seq)).toStrictEqual(Array.from({ length: h.length }, (_, i) => i + 1))
+        expect(h.every((e) => e.sessionId === "s1")).toBe(true)
+        expect(h.map((e) => [e.at, e.event])).toStrictEqual([
+          [0, { _tag: "Created" }],
+          [0, { _tag: "Placed", hostId: "h1" }],
+          [10, { _tag: "Running", hostId: "h1" }],
+          [20, { _tag: "Parked", hostId: "h1" }],
+          [20, { _tag: "Resumed", warm: true, hostId: "h1" }],
+          [20, { _tag: "Parked", hostId: "h1" }],
+          [30, { _tag: "Descending", hostId: "h1", cause: "yield", reason: "demand" }],
+          [30, { _tag: "Descended", hostId: "h1" }],
+          [30, { _tag: "Resumed", warm: false, hostId: null }],
+          [30, { _tag: "Placed", hostId: "h1" }],
+          [40, { _tag: "Ended", hostId: "h1" }],
+        ])
+      }),
+    ),
+    kase(
+      "a queued create, a drain's placement, an idle descent and a queued cold resume are in the history",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* queued("s1", budget)
+        yield* addHost("h1", 1024)
+        yield* s.drainQueue()
+        yield* s.markRunning("s1")
+        yield* s.idle("s1", false)
+        yield* s.finishDescent("s1")
+        yield* placed("other", budget)
+        yield* s.resume("s1")
+        expect(yield* events("s1")).toStrictEqual([
+          { _tag: "Created" },
+          { _tag: "Queued" },
+          { _tag: "Placed", hostId: "h1" },
+          { _tag: "Running", hostId: "h1" },
+          { _tag: "Descending", hostId: "h1", cause: "idle", reason: null },
+          { _tag: "Descended", hostId: "h1" },
+          { _tag: "Resumed", warm: false, hostId: null },
+          { _tag: "Queued" },
+        ])
+      }),
+    ),
+    kase(
+      "a committed move is in the history with its phases, a refused one with its estimate",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("a", 4096)
+        yield* addHost("b", 16384)
+        yield* sessionIn("s1", "running")
+        const refused = yield* s.beginMove({ sessionId: "s1", targetHostId: "b", maxDowntimeMs: 600 })
+        yield* s.abortMove(refused.id, "ErrMoveDowntime: estimate 812 ms > 600 ms", { estimateMs: 812 })
+        const moved = yield* s.beginMove({ sessionId: "s1", targetHostId: "b", maxDowntimeMs: 600 })
+        const phases = { downtimeMs: 520, captureMs: 40, sendMs: 80, commitMs: 390 }
+        yield* commitAfterFinal(moved.id, phases)
+        const h = (yield* events("s1")).slice(3)
+        expect(h).toStrictEqual([
+          { _tag: "MoveBegun", moveId: refused.id, hostId: "a", targetHostId: "b" },
+          { _tag: "MoveAborted", moveId: refused.id, hostId: "a", reason: "ErrMoveDowntime: estimate 812 ms > 600 ms", estimateMs: 812 },
+          { _tag: "MoveBegun", moveId: moved.id, hostId: "a", targetHostId: "b" },
+          { _tag: "Moved", moveId: moved.id, fromHostId: "a", toHostId: "b", phases },
+        ])
+      }),
+    ),
+    kase(
+      "a reclaim writes the history of what it changed: a lost session, and a moving one whose move closed first",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("a", 8192)
+        yield* addHost("b", 8192)
+        yield* sessionIn("p1", "parked")
+        const m = yield* sessionIn("m1", "moving")
+        const move = (yield* s.openMove("m1"))!
+        yield* TestClock.adjust(s.limits().heartbeatStaleWindowMs + 1)
+        yield* s.reclaim()
+        const lastOf = (id: string) => Effect.map(events(id), (e) => e.slice(-2))
+        expect((yield* lastOf("p1"))[1]).toStrictEqual({ _tag: "Lost", hostId: "a" })
+        // Both of m1's entries went stale: whichever the plan judged first (entries go in id order) names why the move closed.
+        const [aborted, lost] = yield* lastOf("m1")
+        expect(aborted).toMatchObject({ _tag: "MoveAborted", moveId: move.id, hostId: m.hostId, estimateMs: null })
+        expect(["session lost: its reservation was reclaimed", "move target's reservation was reclaimed"]).toContain(
+          (aborted as Extract<SessionRules.Event, { _tag: "MoveAborted" }>).reason,
+        )
+        expect(lost).toStrictEqual({ _tag: "Lost", hostId: m.hostId })
+        yield* s.endSession("p1")
+        expect((yield* lastOf("p1"))[1]).toStrictEqual({ _tag: "Ended", hostId: null })
+      }),
+    ),
+    kase(
+      "a failed operation writes no history; a repeated create writes nothing new",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* placed("s1", budget)
+        const before = yield* history("s1")
+        yield* expectFailure(s.idle("s1", true), "IllegalTransition")
+        yield* expectFailure(s.finishDescent("s1"), "IllegalTransition")
+        yield* expectFailure(s.createSession({ id: "s1", budget: { memMib: 2048, vcpus: 1 } }), "Conflict")
+        yield* s.createSession({ id: "s1", budget })
+        expect(yield* history("s1")).toStrictEqual(before)
+        yield* expectFailure(s.createSession({ id: "big", budget: { memMib: 1 << 20, vcpus: 1 }, onNoRoom: "refuse" }), "NoRoom")
+        yield* expectFailure(s.sessionEvents("big"), "NotFound")
+      }),
+    ),
+    kase(
+      "history pages: at most limit events from the cursor on, a null cursor after the last; unknown sessions and bad cursors are refused",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("s1", "parked")
+        const all = yield* s.sessionEvents("s1")
+        expect(all.items.map((e) => e.event._tag)).toStrictEqual(["Created", "Placed", "Running", "Parked"])
+        expect(all.nextCursor).toBeNull()
+        const first = yield* s.sessionEvents("s1", { limit: 2 })
+        expect(first.items.map((e) => e.seq)).toStrictEqual([1, 2])
+        const rest = yield* s.sessionEvents("s1", { limit: 2, cursor: first.nextCursor ?? undefined })
+        expect(rest.items.map((e) => e.seq)).toStrictEqual([3, 4])
+        expect(rest.nextCursor).toBeNull()
+        // A cursor stays good as history grows: what came after it is the next page.
+        yield* s.resume("s1")
+        const grown = yield* s.sessionEvents("s1", { cursor: first.nextCursor ?? undefined })
+        expect(grown.items.map((e) => (e.event as SessionRules.Event)._tag)).toStrictEqual(["Running", "Parked", "Resumed"])
+        yield* expectFailure(s.sessionEvents("nope"), "NotFound")
+        expect((yield* expectFailure(s.sessionEvents("s1", { cursor: "garbage" }), "InvalidInput")).field).toBe("cursor")
+        expect((yield* expectFailure(s.sessionEvents("s1", { limit: 0 }), "InvalidInput")).field).toBe("limit")
+      }),
+    ),
+  ],
+}
