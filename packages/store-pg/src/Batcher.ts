@@ -5,7 +5,8 @@
  * next free slot (up to `maxBatch` per statement). Items that may not share a statement (the
  * same host, the same session id) go in a statement after it. When a statement of several
  * items fails in a way one item alone can cause (`splitOn`, e.g. a unique violation), each
- * runs again alone, so one bad item never fails the others. Everything runs in fibers, so
+ * runs again alone, so one bad item never fails the others; a defect (an item the database
+ * refuses) splits the statement too. Everything runs in fibers, so
  * interruption and tracing reach every statement.
  */
 import { Cause, Effect, Exit, Request, RequestResolver, Semaphore } from "effect"
@@ -45,8 +46,13 @@ export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.E
   const runStatement = (entries: readonly Request.Entry<Item>[]): Effect.Effect<void> =>
     Effect.exit(options.run(entries.map((e) => e.request.item))).pipe(
       Effect.flatMap((exit) => {
-        if (Exit.isFailure(exit) && entries.length > 1 && exit.cause.reasons.some((r) => Cause.isFailReason(r) && splitOn(r.error)))
-          // One item may have failed them all: each again, alone.
+        if (
+          Exit.isFailure(exit) &&
+          entries.length > 1 &&
+          exit.cause.reasons.some((r) => (Cause.isFailReason(r) && splitOn(r.error)) || Cause.isDieReason(r))
+        )
+          // One item may have failed them all (a typed failure `splitOn` names, or a defect such
+          // as a value the database refuses): each again, alone, so only that item fails.
           return Effect.forEach(entries, (e) => runStatement([e]), { discard: true })
         return complete(entries, exit)
       }),

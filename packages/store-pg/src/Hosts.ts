@@ -1,6 +1,7 @@
 /** Hosts: registration, reports, states, the host views, and the one fleet read (SPEC §1, §4.1). */
 import type { Queued } from "@engram/core"
-import { Conflict, NotFound, Validate } from "@engram/store"
+import { Ledger as LedgerRules } from "@engram/core"
+import { Conflict, Cursor, NotFound, Refused, Validate } from "@engram/store"
 import type { InvalidInput } from "@engram/store"
 import type { FleetRead, Host, HostView, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
@@ -8,16 +9,36 @@ import { Effect } from "effect"
 import { query } from "./Db.js"
 import type { Exec } from "./Db.js"
 import type { Deps } from "./Deps.js"
+import * as Pages from "./Pages.js"
 import { readRoom, roomSql, toCandidate, toHostView, toRoomRow } from "./Room.js"
-import { hosts } from "./schema.js"
+import { hosts, sessions } from "./schema.js"
 import { err, ok } from "./Transaction.js"
 
 type HostOps = Pick<
   StoreShape,
-  "registerHost" | "reportHost" | "setHostState" | "getHost" | "hostTokenHash" | "hostByTokenHash" | "listHosts" | "fleetView"
+  | "registerHost"
+  | "reportHost"
+  | "setHostState"
+  | "getHost"
+  | "hostTokenHash"
+  | "hostByTokenHash"
+  | "setHostTokenHash"
+  | "removeHost"
+  | "listHosts"
+  | "pageHosts"
+  | "fleetView"
 >
 
 const hostNotFound = (id: string) => new NotFound({ entity: "host", id })
+
+const hostOf = (h: typeof hosts.$inferSelect): Host => ({
+  id: h.id,
+  labels: { ...h.labels },
+  state: h.state,
+  report: h.reportedAt === null ? null : { totalMib: h.totalMib, allocatableMib: h.allocatableMib, totalVcpus: h.totalVcpus },
+  reportedAt: h.reportedAt,
+  createdAt: h.createdAt,
+})
 
 /** The host operations of the store. */
 export const make = ({ op, read, now, limits, cache }: Deps): HostOps => {
@@ -92,25 +113,44 @@ export const make = ({ op, read, now, limits, cache }: Deps): HostOps => {
     hostByTokenHash: (tokenHash) =>
       Effect.map(
         read((exec) => exec.select().from(hosts).where(eq(hosts.tokenHash, tokenHash)).orderBy(hosts.id).limit(1)),
-        (rows): Host | null => {
-          const h = rows[0]
-          if (h === undefined) return null
-          return {
-            id: h.id,
-            labels: { ...h.labels },
-            state: h.state,
-            report: h.reportedAt === null ? null : { totalMib: h.totalMib, allocatableMib: h.allocatableMib, totalVcpus: h.totalVcpus },
-            reportedAt: h.reportedAt,
-            createdAt: h.createdAt,
-          }
-        },
+        (rows): Host | null => (rows[0] === undefined ? null : hostOf(rows[0])),
       ),
+
+    setHostTokenHash: (id, tokenHash) =>
+      Effect.flatMap(
+        read((exec) => exec.update(hosts).set({ tokenHash }).where(eq(hosts.id, id)).returning()),
+        (rows) => (rows[0] === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(hostOf(rows[0]))),
+      ),
+
+    removeHost: (id) =>
+      Effect.gen(function* () {
+        const removed = yield* op<Host, NotFound | Refused>(async (tx) => {
+          // The host's row lock first: placements onto it (which take a weaker lock on it) wait,
+          // then see it gone.
+          const [h] = await tx.select().from(hosts).where(eq(hosts.id, id)).for("update")
+          if (h === undefined) return err(hostNotFound(id))
+          const [onHost] = await query<{ n: number }>(tx, sql`select count(*)::int as n from ${sessions} where ${sessions.hostId} = ${id}`)
+          const refused = LedgerRules.refuseHostRemoval(id, { entries: h.entries, sessions: Number(onHost?.n ?? 0) })
+          if (refused) return err(new Refused({ check: refused.check, reason: refused.message }))
+          await tx.delete(hosts).where(eq(hosts.id, id))
+          return ok(hostOf(h))
+        })
+        cache.forget(id)
+        return removed
+      }),
 
     listHosts: () =>
       Effect.map(
         read((exec) => readRoom(exec, { sessions: "counts" })),
         (rows) => rows.map((r) => toHostView(r, limits())),
       ),
+
+    pageHosts: (page) =>
+      Effect.gen(function* () {
+        const { after, limit } = yield* Pages.check("hosts", page)
+        const rows = yield* read((exec) => readRoom(exec, { sessions: "counts", afterId: after?.[0], limit: limit + 1 }))
+        return Cursor.pageOf("hosts", rows.map((r) => toHostView(r, limits())), (h) => [h.id], limit)
+      }),
 
     fleetView: () =>
       Effect.gen(function* () {

@@ -5,20 +5,20 @@
  */
 import { Ledger as LedgerRules, Reclaim } from "@engram/core"
 import type { LedgerEntry } from "@engram/core"
-import { Conflict, NotFound, Refused, Validate } from "@engram/store"
+import { Conflict, Cursor, NotFound, Refused, Validate } from "@engram/store"
 import type { ReclaimResult, Reservation, ReserveInput, StoreShape } from "@engram/store"
-import { and, asc, eq, inArray, sql } from "drizzle-orm"
+import { and, asc, eq, gt, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { inJson, query } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { lockHosts } from "./Locks.js"
+import * as Pages from "./Pages.js"
 import { readRoom, toCandidate } from "./Room.js"
 import type { RoomRow } from "./Room.js"
 import { toMove, toReservation, toSession } from "./Rows.js"
-import type { MoveRow, SessionRow } from "./Rows.js"
 import { hosts, moves, reservations, sessions } from "./schema.js"
-import { err, ok } from "./Transaction.js"
-import { countReserveFailure, insertEntry, removeEntries, updateMove, updateSessions } from "./Writes.js"
+import { err, ok, retry } from "./Transaction.js"
+import { countReserveFailure, insertEntry, insertEvents, lockHostRows, removeEntries, updateMove, updateSessions } from "./Writes.js"
 
 type LedgerOps = Pick<
   StoreShape,
@@ -28,6 +28,7 @@ type LedgerOps = Pick<
   | "heartbeatHost"
   | "getReservation"
   | "listReservations"
+  | "pageReservations"
   | "reclaim"
   | "hostSummary"
   | "clusterSummary"
@@ -65,7 +66,7 @@ export const make = ({ op, read, both, now, limits }: Deps): LedgerOps => {
             const row = rows[0]
             if (row !== undefined) {
               const c = toCandidate(row, limits())
-              host = { measured: c.measured ?? false, headroom: c.headroom, entries: row.entries }
+              host = { state: row.state, measured: c.measured ?? false, headroom: c.headroom, entries: row.entries }
             }
           } else if (typeof id === "string" && id !== "") {
             duplicate = (await tx.select({ id: reservations.id }).from(reservations).where(eq(reservations.id, id))).length > 0
@@ -88,46 +89,61 @@ export const make = ({ op, read, both, now, limits }: Deps): LedgerOps => {
     Effect.gen(function* () {
       const t = yield* now
       return yield* op<ReclaimResult, never>(async (tx) => {
-        // Liveness is core's rule: read the figures it needs, let it judge, then lock and judge again.
+        // Liveness is core's rule: read the figures it needs (no lock), let it judge, then lock
+        // what the plan may touch in the one lock order of the store — sessions, moves,
+        // reservations, hosts (as ending a session and committing its move do) — and judge again.
         const all = await tx
-          .select({ id: reservations.id, expiresAt: reservations.expiresAt, lastHeartbeatAt: reservations.lastHeartbeatAt })
+          .select({
+            id: reservations.id,
+            expiresAt: reservations.expiresAt,
+            lastHeartbeatAt: reservations.lastHeartbeatAt,
+            ownerKind: reservations.ownerKind,
+            ownerId: reservations.ownerId,
+          })
           .from(reservations)
-        const suspects = LedgerRules.reclaimable(all, t, limits()).map((e) => e.id)
+        const suspects = LedgerRules.reclaimable(all, t, limits())
         if (suspects.length === 0) return ok({ reclaimed: [], lostSessions: [] })
-        const locked = await tx.select().from(reservations).where(inJson(reservations.id, suspects)).orderBy(reservations.id).for("update")
+        const ownerIds = (kind: string) => [...new Set(suspects.filter((e) => e.ownerKind === kind).map((e) => e.ownerId))].sort()
+        const moveOwners = ownerIds("move")
+        const movesSessions =
+          moveOwners.length === 0
+            ? []
+            : (await tx.select({ sessionId: moves.sessionId }).from(moves).where(inJson(moves.id, moveOwners))).map((m) => m.sessionId)
+        const sessionIds = [...new Set([...ownerIds("session"), ...movesSessions])].sort()
+        const sessionRows =
+          sessionIds.length === 0 ? [] : await tx.select().from(sessions).where(inJson(sessions.id, sessionIds)).orderBy(sessions.id).for("update")
+        const lockedSessions = new Set(sessionRows.map((r) => r.id))
+        const moveRows =
+          sessionIds.length + moveOwners.length === 0
+            ? []
+            : await tx
+                .select()
+                .from(moves)
+                .where(and(eq(moves.state, "pending"), sql`(${inJson(moves.id, moveOwners)} or ${inJson(moves.sessionId, sessionIds)})`))
+                .orderBy(moves.id)
+                .for("update")
+        const lockedMoves = new Set(moveRows.map((m) => m.id))
+        const locked = await tx
+          .select()
+          .from(reservations)
+          .where(inJson(reservations.id, suspects.map((e) => e.id)))
+          .orderBy(reservations.id)
+          .for("update")
         const wanted = Reclaim.wanted(locked.map(toReservation), t, limits())
-        const { sessionIds, moveIds } = wanted
-        const [sessionRows, moveRows] = await both(
-          () =>
-            sessionIds.length === 0
-              ? Promise.resolve([] as SessionRow[])
-              : tx.select().from(sessions).where(inJson(sessions.id, sessionIds)).orderBy(sessions.id).for("update"),
-          () =>
-            sessionIds.length + moveIds.length === 0
-              ? Promise.resolve([] as MoveRow[])
-              : tx
-                  .select()
-                  .from(moves)
-                  .where(
-                    and(eq(moves.state, "pending"), sql`(${inJson(moves.id, moveIds)} or ${inJson(moves.sessionId, sessionIds)})`),
-                  )
-                  .orderBy(moves.id)
-                  .for("update"),
-        )
-        // The sessions of the moves whose target goes, locked too.
-        const have = new Set(sessionRows.map((s) => s.id))
-        const more = [...new Set(moveRows.map((m) => m.sessionId))].filter((id) => !have.has(id)).sort()
-        const moreRows =
-          more.length === 0 ? [] : await tx.select().from(sessions).where(inJson(sessions.id, more)).orderBy(sessions.id).for("update")
-        const plan = Reclaim.plan(
-          { entries: wanted.doomed, sessions: [...sessionRows, ...moreRows].map(toSession), openMoves: moveRows.map(toMove) },
-          t,
-          limits(),
-        )
+        // An entry changed hands after the first read (a commit gives a move's entry to its
+        // session): read again, with the locks this pass needs.
+        if (wanted.sessionIds.some((id) => !lockedSessions.has(id)) || wanted.moveIds.some((id) => !lockedMoves.has(id))) return retry
+        if (wanted.doomed.length === 0) return ok({ reclaimed: [], lostSessions: [] })
+        const plan = Reclaim.plan({ entries: wanted.doomed, sessions: sessionRows.map(toSession), openMoves: moveRows.map(toMove) }, t, limits())
+        await lockHostRows(tx, locked.filter((e) => plan.reclaimed.some((r) => r.id === e.id) || plan.released.includes(e.id)).map((e) => e.hostId))
         const reclaimed = await removeEntries(tx, plan.reclaimed.map((e) => e.id), "reclaimed")
         await removeEntries(tx, plan.released, "released")
         for (const m of plan.moves) await updateMove(tx, m)
         await updateSessions(tx, plan.sessions)
+        await insertEvents(
+          tx,
+          plan.events.map(({ sessionId, event }) => ({ sessionId, at: t, events: [event] })),
+        )
         return ok({ reclaimed: reclaimed.sort(byId), lostSessions: [...plan.lostSessions] })
       })
     })
@@ -160,10 +176,15 @@ export const make = ({ op, read, both, now, limits }: Deps): LedgerOps => {
         return yield* op<number, NotFound>(async (tx) => {
           const [h] = await tx.select({ id: hosts.id }).from(hosts).where(eq(hosts.id, hostId))
           if (h === undefined) return err(new NotFound({ entity: "host", id: hostId }))
+          // The rows locked in id order (the order reclaim locks them in), then renewed.
           const renewed = await tx
             .update(reservations)
             .set({ lastHeartbeatAt: t })
-            .where(and(eq(reservations.hostId, hostId), inArray(reservations.ownerKind, [...LedgerRules.renewedByHost])))
+            .where(
+              sql`${reservations.id} in (select id from reservations where host_id = ${hostId}
+                and owner_kind in (select jsonb_array_elements_text(${JSON.stringify(LedgerRules.renewedByHost)}::jsonb))
+                order by id for update)`,
+            )
             .returning({ id: reservations.id })
           return ok(renewed.length)
         })
@@ -174,6 +195,27 @@ export const make = ({ op, read, both, now, limits }: Deps): LedgerOps => {
         read((exec) => exec.select().from(reservations).where(eq(reservations.id, id))),
         (rows) => (rows[0] === undefined ? Effect.fail(new NotFound({ entity: "reservation", id })) : Effect.succeed(toReservation(rows[0]))),
       ),
+
+    pageReservations: (filter = {}, page) =>
+      Effect.gen(function* () {
+        const bad = Validate.filter("hostId", filter.hostId)
+        if (bad) return yield* bad
+        const { after, limit } = yield* Pages.check("reservations", page)
+        const rows = yield* read((exec) =>
+          exec
+            .select()
+            .from(reservations)
+            .where(
+              and(
+                filter.hostId === undefined ? undefined : eq(reservations.hostId, filter.hostId),
+                after === undefined ? undefined : gt(reservations.id, after[0]),
+              ),
+            )
+            .orderBy(asc(reservations.id))
+            .limit(limit + 1),
+        )
+        return Cursor.pageOf("reservations", rows.map(toReservation), (e) => [e.id], limit)
+      }),
 
     listReservations: (filter = {}) =>
       Effect.map(

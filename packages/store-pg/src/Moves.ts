@@ -5,13 +5,14 @@
  */
 import { randomUUID } from "node:crypto"
 import { Move as MoveRules, Placement, Session as SessionRules } from "@engram/core"
-import { Conflict, fromMoveRefusal, fromRefusal, fromTargetChoice, NotFound, Validate } from "@engram/store"
-import type { IllegalTransition, InvalidInput, Move, MoveRound, Refused, StepRefusal, StoreShape, Unavailable } from "@engram/store"
+import { Conflict, Cursor, fromMoveRefusal, fromRefusal, fromTargetChoice, NotFound, Validate } from "@engram/store"
+import type { IllegalTransition, InvalidInput, Move, MoveFilter, MoveRound, Refused, StepRefusal, StoreShape, Unavailable } from "@engram/store"
 import { and, asc, eq, or, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import type { Deps } from "./Deps.js"
 import type { Exec } from "./Db.js"
 import { lockHosts, lockMove, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
+import * as Pages from "./Pages.js"
 import { readRoom, toCandidate } from "./Room.js"
 import { toMove, toSession } from "./Rows.js"
 import type { MoveRow } from "./Rows.js"
@@ -20,9 +21,16 @@ import { err, ok } from "./Transaction.js"
 import type { Out } from "./Transaction.js"
 import { applyStep } from "./Writes.js"
 
-type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "abortMove" | "getMove" | "listMoves" | "openMove">
+type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "abortMove" | "getMove" | "listMoves" | "pageMoves" | "openMove">
 
 const moveNotFound = (id: string) => new NotFound({ entity: "move", id })
+
+/** The SQL of a move filter: its state, and its source or target. */
+const filterOf = (filter: MoveFilter) =>
+  and(
+    filter.state === undefined ? undefined : eq(moves.state, filter.state),
+    filter.hostId === undefined ? undefined : or(eq(moves.sourceHostId, filter.hostId), eq(moves.targetHostId, filter.hostId)),
+  )
 const finished = (r: MoveRules.Refusal) => new Conflict({ entity: "move", id: r.moveId, reason: r.reason })
 
 /** The move operations of the store. */
@@ -36,12 +44,17 @@ export const make = ({ op, read, now, limits }: Deps): MoveOps => {
     Effect.gen(function* () {
       const t = yield* now
       return yield* op<Move, NotFound | Conflict>(async (tx): Promise<Out<Move, NotFound | Conflict>> => {
+        // The one lock order of the store: the session first, then its move (as ending a
+        // session does), so an end and a commit or abort of its move never wait on each other
+        // in a circle. A move's session never changes: read it without a lock to know which.
+        const [seen] = await tx.select({ sessionId: moves.sessionId }).from(moves).where(eq(moves.id, moveId))
+        if (seen === undefined) return err(moveNotFound(moveId))
+        const s = await lockSession(tx, seen.sessionId)
         const row = await lockMove(tx, moveId)
         if (row === undefined) return err(moveNotFound(moveId))
         const m = toMove(row)
         const refused = early(m)
         if (refused) return err(finished(refused))
-        const s = await lockSession(tx, m.sessionId)
         const answer = s === undefined ? ({ _tag: "NotFound" } as const) : SessionRules.step(toSession(s), stepOf(m), t)
         if (answer._tag !== "Applied") return err(fromMoveRefusal(moveId, answer as StepRefusal))
         return ok((await applyStep(tx, answer)).move as Move)
@@ -97,7 +110,7 @@ export const make = ({ op, read, now, limits }: Deps): MoveOps => {
       op<Move, NotFound | Conflict | InvalidInput>(async (tx) => {
         const row = await lockMove(tx, moveId)
         if (row === undefined) return err(moveNotFound(moveId))
-        const refused = MoveRules.refuseUnlessPending(toMove(row))
+        const refused = MoveRules.refuseRound(toMove(row))
         if (refused) return err(finished(refused))
         const bad = Validate.round(round)
         if (bad) return err(bad)
@@ -120,7 +133,7 @@ export const make = ({ op, read, now, limits }: Deps): MoveOps => {
       Effect.suspend((): Effect.Effect<Move, NotFound | Conflict | InvalidInput | Unavailable> => {
         const bad = Validate.phases(phases)
         if (bad) return Effect.fail(bad)
-        return finish(moveId, MoveRules.refuseUnlessPending, (move) => ({ _tag: "commitMove", move, phases }))
+        return finish(moveId, MoveRules.refuseCommit, (move) => ({ _tag: "commitMove", move, phases }))
       }),
 
     abortMove: (moveId, reason, options = {}) =>
@@ -143,18 +156,34 @@ export const make = ({ op, read, now, limits }: Deps): MoveOps => {
         (rows) => (rows[0] === undefined ? Effect.fail(moveNotFound(id)) : Effect.succeed(toMove(rows[0]))),
       ),
 
+    pageMoves: (filter = {}, page) =>
+      Effect.gen(function* () {
+        const bad = Validate.filter("hostId", filter.hostId)
+        if (bad) return yield* bad
+        const { after, limit } = yield* Pages.check("moves", page)
+        const rows = yield* read((exec) =>
+          exec
+            .select()
+            .from(moves)
+            .where(
+              and(
+                filterOf(filter),
+                after === undefined ? undefined : sql`(${moves.createdAt}, ${moves.id}) > (${after[0]}, ${after[1]})`,
+              ),
+            )
+            .orderBy(asc(moves.createdAt), asc(moves.id))
+            .limit(limit + 1),
+        )
+        return Cursor.pageOf("moves", rows.map(toMove), (m) => [m.createdAt, m.id], limit)
+      }),
+
     listMoves: (filter = {}) =>
       Effect.map(
         read((exec) =>
           exec
             .select()
             .from(moves)
-            .where(
-              and(
-                filter.state === undefined ? undefined : eq(moves.state, filter.state),
-                filter.hostId === undefined ? undefined : or(eq(moves.sourceHostId, filter.hostId), eq(moves.targetHostId, filter.hostId)),
-              ),
-            )
+            .where(filterOf(filter))
             .orderBy(asc(moves.createdAt), asc(moves.id)),
         ),
         (rows) => rows.map(toMove),

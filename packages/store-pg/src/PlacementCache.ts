@@ -31,6 +31,8 @@ export interface PlacementCache {
   readonly candidates: () => FleetHost[]
   /** Keeps a committed row unless a newer version is known. */
   readonly learn: (row: RoomRow) => void
+  /** Forgets a host (removed): it is no candidate until a read shows it again. */
+  readonly forget: (id: string) => void
   /**
    * Core's choice among the known hosts. Hosts a placement of this store is writing to right
    * now are left out while any other host fits (the in-process analogue of `SKIP LOCKED`: that
@@ -153,6 +155,7 @@ export const make = (options: {
     get: (id) => known.get(id),
     candidates: () => [...known.values()].map((k) => k.candidate),
     learn,
+    forget: (id) => unlearn(id),
     choose: (req) => {
       if (inflight.size === 0 || (req.affinity?.length ?? 0) > 0) return allIndex.pick(req)
       return freeIndex.pick(req) ?? allIndex.pick(req)

@@ -7,25 +7,31 @@
  */
 import { randomUUID } from "node:crypto"
 import { QueueWalk, Session as SessionRules } from "@engram/core"
-import type { DrainResult, StoreShape } from "@engram/store"
-import { asc, eq, sql } from "drizzle-orm"
+import { Cursor } from "@engram/store"
+import type { DrainResult, Page, QueueEntry, StoreShape } from "@engram/store"
+import { and, asc, eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { query } from "./Db.js"
 import type { Exec } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { lockHosts } from "./Locks.js"
+import * as Pages from "./Pages.js"
 import { readRoom, toCandidate } from "./Room.js"
 import { toSession } from "./Rows.js"
 import { sessions } from "./schema.js"
+import { queuePosition, standingOf } from "./Sessions.js"
 import { ok, retry } from "./Transaction.js"
-import { bumpMetricSql, hostSumsSql } from "./Writes.js"
+import { bumpMetricSql, hostSumsSql, insertEvents } from "./Writes.js"
 
-type QueueOps = Pick<StoreShape, "listQueue" | "drainQueue">
+type QueueOps = Pick<StoreShape, "listQueue" | "pageQueue" | "drainQueue">
 
 const countQueued = async (tx: Exec): Promise<number> =>
   Number((await query<{ n: number }>(tx, sql`select count(*)::int as n from sessions where state = 'queued'`))[0]?.n ?? 0)
 
-/** Writes core's `place` steps: each session `queued → pending` (a CAS) with its new reservation, the sums and the metric. */
+/**
+ * Writes core's `place` steps: each session `queued → pending` (a CAS) with its new
+ * reservation, the sums, the metric and its history (the drain holds the queued rows' locks).
+ */
 const writePlacements = async (tx: Exec, placed: readonly SessionRules.Applied[]): Promise<void> => {
   const rows = JSON.stringify(
     placed.map(({ session: s, ledger }) => {
@@ -60,10 +66,48 @@ const writePlacements = async (tx: Exec, placed: readonly SessionRules.Applied[]
       returning host_id, mem_mib, vcpus
     ), h as (${hostSumsSql("+", sql`r`)}), m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
     select count(*) from s`)
+  await insertEvents(
+    tx,
+    placed.map((a) => ({ sessionId: a.session.id, at: a.session.updatedAt, events: a.events })),
+  )
 }
 
 /** The queue operations of the store. */
 export const make = ({ op, read, both, now, limits }: Deps): QueueOps => ({
+  pageQueue: (page) =>
+    Effect.gen(function* () {
+      const { after, limit } = yield* Pages.check("queue", page)
+      return yield* op<Page<QueueEntry>, never>(
+        async (tx) => {
+          const [rows, room] = await both(
+            () =>
+              tx
+                .select()
+                .from(sessions)
+                .where(
+                  and(
+                    eq(sessions.state, "queued"),
+                    after === undefined ? undefined : sql`(${sessions.queuedAt}, ${sessions.id}) > (${after[0]}, ${after[1]})`,
+                  ),
+                )
+                .orderBy(asc(sessions.queuedAt), asc(sessions.id))
+                .limit(limit + 1),
+            () => readRoom(tx, { columns: "room" }),
+          )
+          const first = rows[0]
+          const start = first === undefined ? 1 : await queuePosition(tx, toSession(first))
+          const hosts = room.map((r) => toCandidate(r, limits()))
+          const entries = rows.map((r, i) => {
+            const session = toSession(r)
+            return { session, standing: standingOf(session, hosts, start + i, limits()) }
+          })
+          return ok(Cursor.pageOf("queue", entries, (e) => [e.session.queuedAt as number, e.session.id], limit))
+        },
+        undefined,
+        true,
+      )
+    }),
+
   listQueue: () =>
     Effect.map(
       read((exec) => exec.select().from(sessions).where(eq(sessions.state, "queued")).orderBy(asc(sessions.queuedAt), asc(sessions.id))),

@@ -49,6 +49,10 @@ export interface RoomOptions {
   readonly sessions?: "none" | "counts" | "parks" | undefined
   /** `room`: only what placement reads (no labels): less to send and parse per placement. */
   readonly columns?: "room" | "full" | undefined
+  /** A page: hosts with an id after this one (in id order)… */
+  readonly afterId?: string | undefined
+  /** …and at most this many. */
+  readonly limit?: number | undefined
 }
 
 const idFilter = (column: SQL, ids: readonly string[] | undefined): SQL => {
@@ -104,8 +108,9 @@ export const roomSql = (options: RoomOptions = {}): SQL => {
       ${sessionCols}
     from hosts h
     ${sessionJoin}
-    where ${idFilter(sql`h.id`, ids)}
-    order by h.id`
+    where ${idFilter(sql`h.id`, ids)} ${options.afterId === undefined ? sql`` : sql`and h.id > ${options.afterId}`}
+    order by h.id
+    ${options.limit === undefined ? sql`` : sql`limit ${options.limit}`}`
 }
 
 /**
@@ -211,6 +216,7 @@ export const toCandidate = (row: RoomRow, limits: Limits.Limits): FleetHost => (
   state: row.state,
   entries: row.entries,
   measured: measuredOf(row),
+  reported: row.reportedAt !== null,
   descentsRunning: row.descents,
   parks: (row.parkList ?? []).map((p) => ({
     sessionId: p.sessionId,

@@ -1,11 +1,20 @@
 /** The store's records from their rows: sessions, reservations and moves. No decision here. */
-import type { SessionState } from "@engram/core"
-import type { Move, MovePhases, MoveRound, Reservation, Session } from "@engram/store"
-import type { moves, reservations, sessions } from "./schema.js"
+import type { Session as SessionRules, SessionState } from "@engram/core"
+import type { Move, MovePhases, MoveRound, Reservation, Session, SessionEvent } from "@engram/store"
+import type { moves, reservations, sessionEvents, sessions } from "./schema.js"
 
 export type SessionRow = typeof sessions.$inferSelect
 export type ReservationRow = typeof reservations.$inferSelect
 export type MoveRow = typeof moves.$inferSelect
+export type SessionEventRow = typeof sessionEvents.$inferSelect
+
+/** A history entry from its row. */
+export const toSessionEvent = (r: SessionEventRow): SessionEvent => ({
+  sessionId: r.sessionId,
+  seq: r.seq,
+  at: r.at,
+  event: r.event as SessionRules.Event,
+})
 
 /** A session record from its row. */
 export const toSession = (r: SessionRow): Session => ({

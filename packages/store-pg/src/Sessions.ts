@@ -8,10 +8,10 @@
  */
 import { randomUUID } from "node:crypto"
 import { Placement, Session as SessionRules } from "@engram/core"
-import type { Budget } from "@engram/core"
-import { fromRefusal, NotFound, Unavailable, Validate } from "@engram/store"
-import type { IllegalTransition, PlaceOutcome, Session, SessionFilter, StepRefusal, StoreShape , Conflict} from "@engram/store"
-import { and, asc, eq, sql } from "drizzle-orm"
+import type { Budget, FleetHost, Limits } from "@engram/core"
+import { Cursor, fromRefusal, NoRoom, NotFound, Unavailable, Validate } from "@engram/store"
+import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, Session, SessionFilter, StepRefusal, StoreShape } from "@engram/store"
+import { and, asc, eq, gt, sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { Effect } from "effect"
 import * as Batcher from "./Batcher.js"
@@ -19,10 +19,11 @@ import { query, retryAfterMs } from "./Db.js"
 import type { DbError, Exec } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
+import * as Pages from "./Pages.js"
 import { readRoom, roomColumns, toCandidate, toRoomRow } from "./Room.js"
 import type { RoomRow } from "./Room.js"
-import { toMove, toSession } from "./Rows.js"
-import { sessions } from "./schema.js"
+import { toMove, toSession, toSessionEvent } from "./Rows.js"
+import { sessionEvents, sessions } from "./schema.js"
 import { err, ok, retry } from "./Transaction.js"
 import { applyStep, bumpMetricSql, hostSumsSql } from "./Writes.js"
 
@@ -31,6 +32,9 @@ type SessionOps = Pick<
   | "createSession"
   | "getSession"
   | "listSessions"
+  | "pageSessions"
+  | "sessionEvents"
+  | "queueStanding"
   | "markRunning"
   | "idle"
   | "unpark"
@@ -50,6 +54,13 @@ export interface PlacementOptions {
 
 const sessionNotFound = (id: string) => new NotFound({ entity: "session", id })
 
+/** The SQL of a session filter: its state and its host. */
+const filterOf = (filter: SessionFilter) =>
+  and(
+    filter.state === undefined ? undefined : eq(sessions.state, filter.state),
+    filter.hostId === undefined ? undefined : eq(sessions.hostId, filter.hostId),
+  )
+
 /** The 1-based FIFO position of a queued session. */
 export const queuePosition = async (tx: Exec, s: { readonly id: string; readonly queuedAt: number | null }): Promise<number> => {
   if (s.queuedAt === null) return 0
@@ -61,6 +72,18 @@ export const queuePosition = async (tx: Exec, s: { readonly id: string; readonly
   return Number(rows[0]?.n ?? 0)
 }
 
+/** Where a queued session stands among `hosts` (core's no-fit details and `too_big`), at `position`. */
+export const standingOf = (s: Session, hosts: readonly FleetHost[], position: number, limits: Limits.Limits): QueueStanding => ({
+  position,
+  noFit: Placement.noFit(hosts, { budget: s.budget, affinity: s.affinity }, limits),
+  tooBig: Placement.tooBigFor(hosts, limits)(s.budget),
+})
+
+/** The history of a new session (inserted by the CTE `s`, one row): its events numbered from 1. */
+const newEventsSql = (from: SQL, events: readonly SessionRules.Event[], at: number): SQL => sql`insert into session_events (session_id, seq, at, event)
+    select s.id, x.n, ${at}, x.e from ${from} s
+    cross join jsonb_array_elements(${JSON.stringify(events)}::jsonb) with ordinality as x(e, n)`
+
 const insertSessionSql = (s: Session): SQL => sql`insert into sessions
       (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, queued_at, parked_at, created_at, updated_at)
     values (${s.id}, ${s.state}, ${s.budget.memMib}, ${s.budget.vcpus},
@@ -69,8 +92,9 @@ const insertSessionSql = (s: Session): SQL => sql`insert into sessions
     on conflict (id) do nothing
     returning id`
 
-/** Inserts a queued session; answers whether it was new and how many queued sessions are ahead of it. */
-const insertQueuedSql = (s: Session): SQL => sql`with s as (${insertSessionSql(s)})
+/** Inserts a queued session and its history; answers whether it was new and how many queued sessions are ahead of it. */
+const insertQueuedSql = (s: Session, events: readonly SessionRules.Event[]): SQL => sql`with s as (${insertSessionSql(s)}),
+    ev as (${newEventsSql(sql`s`, events, s.createdAt)})
     select (select count(*)::int from s) as n,
       (select count(*)::int from sessions where state = 'queued'
         and (queued_at < ${s.queuedAt} or (queued_at = ${s.queuedAt} and id < ${s.id}))) as ahead`
@@ -88,7 +112,7 @@ const insertQueuedSql = (s: Session): SQL => sql`with s as (${insertSessionSql(s
 const placeSql = (batch: unknown): SQL => sql`with p as (
       select * from jsonb_to_recordset(${batch}::jsonb)
         as p(sid text, state text, hid text, v bigint, rid text, mem float8, vcpus float8, aff jsonb, qat bigint, pat bigint,
-          cat bigint, uat bigint, rkind text, rat bigint, rbeat bigint)
+          cat bigint, uat bigint, rkind text, rat bigint, rbeat bigint, ev jsonb)
     ), e as (
       select sessions.id from sessions join p on sessions.id = p.sid
     ), h as (
@@ -110,6 +134,10 @@ const placeSql = (batch: unknown): SQL => sql`with p as (
       insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
       select p.rid, p.hid, p.rkind, s.id, p.mem, p.vcpus, p.rat, p.rbeat from p join s on s.id = p.sid
       returning mem_mib
+    ), ev as (
+      insert into session_events (session_id, seq, at, event)
+      select s.id, x.n, p.cat, x.e from p join s on s.id = p.sid
+      cross join lateral jsonb_array_elements(p.ev) with ordinality as x(e, n)
     ), m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
     select p.sid as "placeSid", (select count(*)::int from e where e.id = p.sid) as "exists",
       (select count(*)::int from s where s.id = p.sid) as "placed", h.*
@@ -119,6 +147,7 @@ const placeSql = (batch: unknown): SQL => sql`with p as (
 interface PlaceItem {
   readonly session: Session
   readonly entry: SessionRules.Applied["ledger"][number] & { readonly _tag: "Reserve" }
+  readonly events: readonly SessionRules.Event[]
   readonly host: RoomRow
 }
 
@@ -131,7 +160,7 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
 
   const writePlacements = (items: readonly PlaceItem[]): Effect.Effect<readonly PlaceAnswer[], DbError> => {
     const json = JSON.stringify(
-      items.map(({ session: s, entry: { entry: e }, host }) => ({
+      items.map(({ session: s, entry: { entry: e }, events, host }) => ({
         sid: s.id,
         state: s.state,
         hid: host.id,
@@ -147,6 +176,7 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
         rkind: e.ownerKind,
         rat: e.createdAt,
         rbeat: e.lastHeartbeatAt,
+        ev: events,
       })),
     )
     const run =
@@ -175,7 +205,8 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
           items.length === 1 ? Effect.succeed([{ _tag: "Exists" } as const]) : Effect.fail(u),
         ),
       ),
-    splitOn: (e) => e._tag === "UniqueViolation",
+    // Any failure of a shared statement may come from one item alone: each then runs alone.
+    splitOn: () => true,
   })
   const placeOn = (item: PlaceItem): Effect.Effect<PlaceAnswer, Unavailable> =>
     cache.writingTo(
@@ -190,16 +221,7 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
     if (s.hostId !== null) return { _tag: "Placed", session: s }
     const room = rows ?? (await readRoom(tx))
     const position = s.state === "queued" ? await queuePosition(tx, s) : 0
-    return {
-      _tag: "Queued",
-      session: s,
-      position,
-      noFit: Placement.noFit(
-        room.map((r) => toCandidate(r, limits())),
-        { budget: s.budget, affinity: s.affinity },
-        limits(),
-      ),
-    }
+    return { _tag: "Queued", session: s, ...standingOf(s, room.map((r) => toCandidate(r, limits())), position, limits()) }
   }
 
   const createStep = (id: string, budget: Budget, affinity: readonly string[], placement: SessionRules.Placed | null): SessionRules.Step => ({
@@ -233,12 +255,17 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
   const created = (id: string, budget: Budget, affinity: readonly string[], placement: SessionRules.Placed | null, t: number) =>
     SessionRules.step(null, createStep(id, budget, affinity, placement), t) as SessionRules.Applied
 
-  const queuedOutcome = (s: Session, ahead: number, noFitHosts: Parameters<typeof Placement.noFit>[0]): PlaceOutcome => ({
+  const queuedOutcome = (s: Session, ahead: number, hosts: readonly FleetHost[]): PlaceOutcome => ({
     _tag: "Queued",
     session: s,
-    position: ahead + 1,
-    noFit: Placement.noFit(noFitHosts, { budget: s.budget, affinity: s.affinity }, limits()),
+    ...standingOf(s, hosts, ahead + 1, limits()),
   })
+
+  /** A create that asked to be refused rather than queued, and fits nowhere: nothing is stored. */
+  const noRoom = (id: string, budget: Budget, affinity: readonly string[], hosts: readonly FleetHost[]): NoRoom => {
+    const standing = standingOf({ ...created(id, budget, affinity, null, 0).session }, hosts, 0, limits())
+    return new NoRoom({ sessionId: id, noFit: standing.noFit, tooBig: standing.tooBig })
+  }
 
   /**
    * Optimistic placement: core decides on the known rows (a recent read, or a fresh one),
@@ -246,7 +273,7 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
    * re-reads that host and decides again; after `maxCasAttempts` the caller falls back to the
    * locking path (null). No fit on a fresh read: the session is queued.
    */
-  const createOptimistic = (id: string, budget: Budget, affinity: readonly string[], t: number) =>
+  const createOptimistic = (id: string, budget: Budget, affinity: readonly string[], onNoRoom: OnNoRoom, t: number) =>
     Effect.gen(function* () {
       const req: Placement.Request = { budget, affinity }
       const since = performance.now()
@@ -266,15 +293,22 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
             fresh = true
             continue
           }
-          const s = created(id, budget, affinity, null, t).session
-          const [written] = yield* read((exec) => query<{ n: number; ahead: number }>(exec, insertQueuedSql(s)))
+          if (onNoRoom === "refuse") {
+            // Refused, not queued: nothing is stored (a session of this id may exist: answer it as it is).
+            const already = yield* existingOutcome(id, budget, t)
+            if (already !== null) return already
+            return yield* noRoom(id, budget, affinity, cache.candidates())
+          }
+          const answer = created(id, budget, affinity, null, t)
+          const s = answer.session
+          const [written] = yield* read((exec) => query<{ n: number; ahead: number }>(exec, insertQueuedSql(s, answer.events)))
           if (Number(written?.n ?? 0) === 0) return yield* existingOutcome(id, budget, t)
           return queuedOutcome(s, Number(written?.ahead ?? 0), cache.candidates())
         }
         const host = cache.get(hostId)?.row as RoomRow
         const answer = created(id, budget, affinity, { hostId, reservationId: randomUUID() }, t)
         const entry = answer.ledger[0] as PlaceItem["entry"]
-        const placed = yield* placeOn({ session: answer.session, entry, host })
+        const placed = yield* placeOn({ session: answer.session, entry, events: answer.events, host })
         if (placed._tag === "Placed") {
           cache.learn(placed.row)
           const outcome: PlaceOutcome = { _tag: "Placed", session: answer.session }
@@ -291,8 +325,8 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
    * The locking placement (the fallback when optimistic attempts keep losing): read room,
    * choose with core, lock the chosen host and re-check it with core under the lock, write.
    */
-  const createLocked = (id: string, budget: Budget, affinity: readonly string[], t: number) =>
-    op<PlaceOutcome, Conflict>(async (tx) => {
+  const createLocked = (id: string, budget: Budget, affinity: readonly string[], onNoRoom: OnNoRoom, t: number) =>
+    op<PlaceOutcome, Conflict | NoRoom>(async (tx) => {
       const [found, rows] = await both(
         () => tx.select().from(sessions).where(eq(sessions.id, id)),
         () => readRoom(tx, { columns: "room" }),
@@ -311,6 +345,7 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
             select ${e.id}, ${e.hostId}, ${e.ownerKind}, s.id, ${e.memMib}, ${e.vcpus}, ${e.createdAt}, ${e.lastHeartbeatAt} from s
             returning host_id, mem_mib, vcpus
           ), h as (${hostSumsSql("+", sql`r`)}),
+          ev as (${newEventsSql(sql`s`, answer.events, t)}),
           m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
           select count(*)::int as n from s`,
         )
@@ -318,8 +353,10 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
         if (Number(written?.n ?? 0) === 0) return retry
         return ok({ _tag: "Placed", session: s })
       }
-      const s = created(id, budget, affinity, null, t).session
-      const [written] = await query<{ n: number; ahead: number }>(tx, insertQueuedSql(s))
+      if (onNoRoom === "refuse") return err(noRoom(id, budget, affinity, picked.hosts))
+      const answer = created(id, budget, affinity, null, t)
+      const s = answer.session
+      const [written] = await query<{ n: number; ahead: number }>(tx, insertQueuedSql(s, answer.events))
       if (Number(written?.n ?? 0) === 0) return retry
       return ok(queuedOutcome(s, Number(written?.ahead ?? 0), picked.hosts))
     })
@@ -347,11 +384,12 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
         const t = yield* now
         const budget: Budget = { memMib: input.budget.memMib, vcpus: input.budget.vcpus }
         const affinity = [...(input.affinity ?? [])]
+        const onNoRoom = input.onNoRoom ?? "queue"
         if (options.maxCasAttempts > 0) {
-          const optimistic = yield* createOptimistic(input.id, budget, affinity, t)
+          const optimistic = yield* createOptimistic(input.id, budget, affinity, onNoRoom, t)
           if (optimistic !== null) return optimistic
         }
-        return yield* createLocked(input.id, budget, affinity, t)
+        return yield* createLocked(input.id, budget, affinity, onNoRoom, t)
       }),
 
     getSession: (id) =>
@@ -366,21 +404,73 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
           exec
             .select()
             .from(sessions)
-            .where(
-              and(
-                filter.state === undefined ? undefined : eq(sessions.state, filter.state),
-                filter.hostId === undefined ? undefined : eq(sessions.hostId, filter.hostId),
-              ),
-            )
+            .where(filterOf(filter))
             .orderBy(asc(sessions.createdAt), asc(sessions.id)),
         ),
         (rows) => rows.map(toSession),
       ),
 
+    pageSessions: (filter: SessionFilter = {}, page) =>
+      Effect.gen(function* () {
+        const bad = Validate.filter("hostId", filter.hostId)
+        if (bad) return yield* bad
+        const { after, limit } = yield* Pages.check("sessions", page)
+        const rows = yield* read((exec) =>
+          exec
+            .select()
+            .from(sessions)
+            .where(
+              and(
+                filterOf(filter),
+                after === undefined ? undefined : sql`(${sessions.createdAt}, ${sessions.id}) > (${after[0]}, ${after[1]})`,
+              ),
+            )
+            .orderBy(asc(sessions.createdAt), asc(sessions.id))
+            .limit(limit + 1),
+        )
+        return Cursor.pageOf("sessions", rows.map(toSession), (x) => [x.createdAt, x.id], limit)
+      }),
+
+    sessionEvents: (id, page) =>
+      Effect.gen(function* () {
+        const { after, limit } = yield* Pages.check("events", page)
+        const [found, rows] = yield* read((exec) =>
+          both(
+            () => exec.select({ id: sessions.id }).from(sessions).where(eq(sessions.id, id)),
+            () =>
+              exec
+                .select()
+                .from(sessionEvents)
+                .where(and(eq(sessionEvents.sessionId, id), after === undefined ? undefined : gt(sessionEvents.seq, after[0])))
+                .orderBy(asc(sessionEvents.seq))
+                .limit(limit + 1),
+          ),
+        )
+        if (found.length === 0) return yield* sessionNotFound(id)
+        return Cursor.pageOf("events", rows.map(toSessionEvent), (e) => [e.seq], limit)
+      }),
+
+    queueStanding: (id) =>
+      op<QueueStanding | null, NotFound>(
+        async (tx) => {
+          const [found, rows] = await both(
+            () => tx.select().from(sessions).where(eq(sessions.id, id)),
+            () => readRoom(tx, { columns: "room" }),
+          )
+          const row = found[0]
+          if (row === undefined) return err(sessionNotFound(id))
+          const s = toSession(row)
+          if (s.state !== "queued") return ok(null)
+          return ok(standingOf(s, rows.map((r) => toCandidate(r, limits())), await queuePosition(tx, s), limits()))
+        },
+        undefined,
+        true,
+      ),
+
     markRunning: (id) => simple(id, { _tag: "markRunning" }),
     idle: (id, mayPark) => simple(id, { _tag: "idle", mayPark }),
     unpark: (id) => simple(id, { _tag: "unpark" }),
-    beginDescent: (id) => simple(id, { _tag: "beginDescent" }),
+    beginDescent: (id, options = {}) => simple(id, { _tag: "beginDescent", reason: options.reason ?? null }),
     finishDescent: (id) => simple(id, { _tag: "finishDescent" }),
     endSession: (id) =>
       stepLocked(id, async (tx) => {
@@ -395,21 +485,21 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
           const row = await lockSession(tx, id)
           if (row === undefined) return err(sessionNotFound(id))
           const s = toSession(row)
-          // Judged before the host choice: a refused resume locks no host.
-          const bad = SessionRules.judge(s, "resume", "pending")
+          // Judged before the host choice: a refused resume locks no host, and a park resumes warm in place.
+          const bad = SessionRules.judgeResume(s)
           if (bad) return err(fromRefusal(id, bad) as IllegalTransition)
+          if (SessionRules.resumesWarm(s.state)) {
+            const warm = SessionRules.step(s, { _tag: "resume", placement: null }, t)
+            if (warm._tag !== "Applied") return err(fromRefusal(id, warm as StepRefusal) as IllegalTransition)
+            return ok({ _tag: "Placed", session: (await applyStep(tx, warm)).session })
+          }
           const picked = await pickAndLock(tx, { budget: s.budget, affinity: s.affinity }, limits())
           const placement = picked._tag === "Chosen" ? { hostId: picked.hostId, reservationId: randomUUID() } : null
           const answer = SessionRules.step(s, { _tag: "resume", placement }, t)
           if (answer._tag !== "Applied") return err(fromRefusal(id, answer as StepRefusal) as IllegalTransition)
           const { session } = await applyStep(tx, answer)
           if (picked._tag === "Chosen") return ok({ _tag: "Placed", session })
-          return ok({
-            _tag: "Queued",
-            session,
-            position: await queuePosition(tx, session),
-            noFit: Placement.noFit(picked.hosts, { budget: s.budget, affinity: s.affinity }, limits()),
-          })
+          return ok({ _tag: "Queued", session, ...standingOf(session, picked.hosts, await queuePosition(tx, session), limits()) })
         })
       }),
   }

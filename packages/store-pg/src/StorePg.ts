@@ -100,7 +100,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
   }
   const testing: StoreTestingShape = {
     reset: (next) =>
-      read((exec) => exec.execute(sql`truncate table moves, reservations, sessions, hosts, metrics`)).pipe(
+      read((exec) => exec.execute(sql`truncate table session_events, moves, reservations, sessions, hosts, metrics`)).pipe(
         Effect.andThen(
           Effect.sync(() => {
             limits = next ?? Limits.defaults

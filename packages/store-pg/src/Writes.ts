@@ -61,6 +61,15 @@ export const removeEntries = async (
 ): Promise<Reservation[]> => {
   const unique = [...new Set(ids)]
   if (unique.length === 0) return []
+  if (unique.length > 1) {
+    // Entries on several hosts: their hosts' rows are locked in id order first (the one lock
+    // order), so two transactions releasing across the same hosts never wait on each other in a circle.
+    const held = await query<{ host_id: string }>(
+      tx,
+      sql`select distinct host_id from reservations where id in (select jsonb_array_elements_text(${JSON.stringify(unique)}::jsonb))`,
+    )
+    if (held.length > 1) await lockHostRows(tx, held.map((r) => r.host_id))
+  }
   const rows = await query<Record<string, unknown>>(
     tx,
     sql`with d as (
@@ -88,6 +97,14 @@ export const removeEntries = async (
     expiresAt: r["expiresAt"] == null ? null : Number(r["expiresAt"]),
     description: (r["description"] as string | null) ?? null,
   }))
+}
+
+/** Locks host rows in id order (`NO KEY UPDATE`, as every ledger write takes them). */
+export const lockHostRows = async (tx: Exec, ids: readonly string[]): Promise<void> => {
+  const sorted = [...new Set(ids)].sort()
+  if (sorted.length === 0) return
+  await tx.execute(sql`select id from hosts where id in (select jsonb_array_elements_text(${JSON.stringify(sorted)}::jsonb))
+    order by id for no key update`)
 }
 
 /** A new reservation row, counted in `totalReservedMib` in the same statement. */
@@ -174,14 +191,59 @@ export const applyMove = async (tx: Exec, change: SessionRules.MoveChange | null
   return toMove(row as MoveRow)
 }
 
+/** What a step said happened to one session, at one time. */
+export interface EventsOf {
+  readonly sessionId: string
+  readonly at: number
+  readonly events: readonly SessionRules.Event[]
+}
+
+/**
+ * The rows of `events` as one jsonb parameter (`sid`, `at`, `n` = the event's place among
+ * those of its session here, from 1, `e` = the event), for `eventsSql`.
+ */
+export const eventRows = (events: readonly EventsOf[]): string => {
+  const next = new Map<string, number>()
+  const rows: { sid: string; at: number; n: number; e: SessionRules.Event }[] = []
+  for (const { sessionId, at, events: list } of events)
+    for (const e of list) {
+      const n = (next.get(sessionId) ?? 0) + 1
+      next.set(sessionId, n)
+      rows.push({ sid: sessionId, at, n, e })
+    }
+  return JSON.stringify(rows)
+}
+
+/**
+ * `insert into session_events …` of the rows of `eventRows`: each event numbered after the
+ * last its session has. Every caller holds the row lock of every session it writes events
+ * for (or inserts the session in the same statement), so the numbers never collide.
+ */
+export const eventsSql = (rows: string): SQL => sql`insert into session_events (session_id, seq, at, event)
+    select x.sid, coalesce(last.seq, 0) + x.n, x.at, x.e
+    from jsonb_to_recordset(${rows}::jsonb) as x(sid text, at bigint, n int, e jsonb)
+    left join (
+      select session_id, max(seq) as seq from session_events
+      where session_id in (select jsonb_array_elements(${rows}::jsonb)->>'sid')
+      group by session_id
+    ) last on last.session_id = x.sid`
+
+/** Writes the history of steps, in the caller's transaction. */
+export const insertEvents = async (tx: Exec, events: readonly EventsOf[]): Promise<void> => {
+  if (!events.some((e) => e.events.length > 0)) return
+  await tx.execute(eventsSql(eventRows(events)))
+}
+
 /**
  * Writes one applied step of an existing session, in the caller's transaction: the ledger,
- * the move, then the session. Answers the written session and move.
+ * the move, the session, then its history. Answers the written session and move.
  */
 export const applyStep = async (tx: Exec, answer: SessionRules.Applied): Promise<{ session: Session; move: Move | null }> => {
   await applyLedger(tx, answer.ledger)
   const move = await applyMove(tx, answer.move)
-  return { session: await updateSession(tx, answer.session), move }
+  const session = await updateSession(tx, answer.session)
+  await insertEvents(tx, [{ sessionId: session.id, at: answer.session.updatedAt, events: answer.events }])
+  return { session, move }
 }
 
 /** Writes the next records of several sessions in one statement (a reclaim's cascade). */

@@ -158,6 +158,26 @@ export const moves = pgTable(
 )
 
 /**
+ * Every session's history (issue 12): the events core's `Session.step` and `Reclaim.plan`
+ * answer, written in the same transaction as the step they come from, numbered from 1 per
+ * session. `seq` is the next number under the session's row lock (every writer of a session
+ * holds it; a new session's events go in with its insert). No foreign key: a session is
+ * never deleted, and the insert of a new session and its events share one statement.
+ */
+export const sessionEvents = pgTable(
+  "session_events",
+  {
+    sessionId: text("session_id").notNull(),
+    seq: integer("seq").notNull(),
+    at: ms("at").notNull(),
+    /** Core's `Session.Event` as it was answered. */
+    event: jsonb("event").$type<{ readonly _tag: string }>().notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.sessionId, t.seq] }), check("session_events_seq_check", sql`${t.seq} >= 1`)],
+)
+
+/**
+ * The cumulative ledger metrics/**
  * The cumulative ledger metrics, as sharded counter rows summed on read: one hot row
  * would serialize every placement on its row lock, so each transaction adds to the shard
  * of its backend (`pg_backend_pid() % 64`).
