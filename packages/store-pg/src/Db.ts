@@ -30,12 +30,20 @@ export interface Db {
   readonly tx: <A>(body: (tx: Exec) => Promise<A>) => Effect.Effect<A, DbError>
   /** Runs a single statement (or a read that needs no transaction). */
   readonly run: <A>(body: (db: Exec) => Promise<A>) => Effect.Effect<A, DbError>
+  /** The transient conflicts this handle met (and retried) so far, by kind. */
+  readonly conflicts: () => Conflicts
   /**
    * A hot statement compiled once (its values as drizzle placeholders): the function runs it
    * outside a transaction with the given values, without building the statement again. Only
    * on postgres.js; elsewhere the caller builds the statement per call.
    */
   readonly compile?: (statement: SQL) => (values: Record<string, unknown>) => Promise<Record<string, unknown>[]>
+}
+
+/** Transient conflicts met so far: deadlocks (40P01) and serialization failures (40001). */
+export interface Conflicts {
+  readonly deadlocks: number
+  readonly serializationFailures: number
 }
 
 /** How long a caller should wait before retrying an `Unavailable`. */
@@ -81,14 +89,14 @@ const unavailableCodes = new Set([
 
 /** What a driver error means. */
 export type Classified =
-  | { readonly _tag: "Transient"; readonly message: string }
+  | { readonly _tag: "Transient"; readonly code: "40001" | "40P01"; readonly message: string }
   | { readonly _tag: "Fail"; readonly error: DbError }
   | { readonly _tag: "Defect"; readonly error: unknown }
 
 /** Classifies a driver error (postgres.js or PGlite, possibly wrapped by drizzle). */
 export const classify = (error: unknown): Classified => {
   const { code, message, constraint } = sqlStateOf(error)
-  if (code !== undefined && transientCodes.has(code)) return { _tag: "Transient", message }
+  if (code !== undefined && transientCodes.has(code)) return { _tag: "Transient", code: code as "40001" | "40P01", message }
   if (code === "23505") return { _tag: "Fail", error: new UniqueViolation({ constraint: constraint ?? "unknown" }) }
   if (code !== undefined && (unavailableCodes.has(code) || code.startsWith("08")))
     return { _tag: "Fail", error: new Unavailable({ reason: `${code}: ${message}`, retryAfterMs }) }

@@ -28,6 +28,7 @@ export const makeDb = (client: PGlite): Db => {
     db,
     tx: (body) => runner(() => db.transaction((tx) => body(tx as unknown as Exec))),
     run: (body) => runner(() => body(db)),
+    conflicts: runner.conflicts,
   }
 }
 

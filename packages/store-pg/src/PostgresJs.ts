@@ -96,6 +96,7 @@ export const makeDb = (pool: postgres.Sql): Db => {
     db,
     tx: (body) => runner(() => tx(body)),
     run: (body) => runner(() => body(db)),
+    conflicts: runner.conflicts,
     compile: (statement) => {
       const q = dialect.sqlToQuery(statement)
       return (values) =>

@@ -13,7 +13,7 @@ import type { StoreShape, StoreTestingShape, Unavailable } from "@engram/store"
 import { sql } from "drizzle-orm"
 import { Clock, Context, Effect, Layer } from "effect"
 import type { Scope } from "effect"
-import type { Db, DbError, Exec } from "./Db.js"
+import type { Conflicts, Db, DbError, Exec } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import * as Hosts from "./Hosts.js"
 import * as Ledger from "./Ledger.js"
@@ -69,6 +69,8 @@ export interface StorePair {
   readonly testing: StoreTestingShape
   /** The hosts whose maintained sums differ from the ledger (`host_reserved_sums`): empty when consistent. */
   readonly sumsDrift: Effect.Effect<readonly SumsDrift[], Unavailable>
+  /** The transient conflicts (deadlocks, serialization failures) the store met and retried so far. */
+  readonly conflicts: () => Conflicts
 }
 
 /** Builds the store over an open database. */
@@ -109,7 +111,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
         ),
       ),
   }
-  return { store, testing, sumsDrift: read(readSumsDrift) }
+  return { store, testing, sumsDrift: read(readSumsDrift), conflicts: db.conflicts }
 }
 
 const storeOptions = (o: StoreOptions): StoreOptions => ({

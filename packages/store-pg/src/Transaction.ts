@@ -9,7 +9,7 @@ import { Unavailable } from "@engram/store"
 import { Effect } from "effect"
 import type { Semaphore } from "effect"
 import { classify, retryAfterMs } from "./Db.js"
-import type { Classified, Db, DbError, Exec } from "./Db.js"
+import type { Classified, Conflicts, Db, DbError, Exec } from "./Db.js"
 
 const maxAttempts = 8
 
@@ -24,13 +24,19 @@ const realDelay = (ms: number): Effect.Effect<void> =>
 /** The backoff before retry `attempt` (0-based): 2 ms doubling up to 200 ms, with ±50 % jitter. */
 export const backoffMs = (attempt: number): number => Math.min(200, 2 * 2 ** attempt) * (0.5 + Math.random())
 
+/** A runner of driver calls, and the transient conflicts it met. */
+export interface Runner {
+  <A>(thunk: () => Promise<A>): Effect.Effect<A, DbError>
+  readonly conflicts: () => Conflicts
+}
+
 /**
- * Wraps a driver promise: maps its error, retries transient conflicts with backoff, and
- * serializes through `lock` (a driver with one connection).
+ * Wraps a driver promise: maps its error, retries transient conflicts with backoff (counting
+ * them by kind), and serializes through `lock` (a driver with one connection).
  */
-export const makeRunner =
-  (lock: Semaphore.Semaphore | null) =>
-  <A>(thunk: () => Promise<A>): Effect.Effect<A, DbError> => {
+export const makeRunner = (lock: Semaphore.Semaphore | null): Runner => {
+  const seen = { deadlocks: 0, serializationFailures: 0 }
+  const run = <A>(thunk: () => Promise<A>): Effect.Effect<A, DbError> => {
     const once = Effect.tryPromise({ try: thunk, catch: classify })
     const guarded = lock === null ? once : lock.withPermits(1)(once)
     const loop = (attempt: number): Effect.Effect<A, DbError> =>
@@ -38,6 +44,8 @@ export const makeRunner =
         Effect.catch((c: Classified) => {
           if (c._tag === "Fail") return Effect.fail(c.error)
           if (c._tag === "Defect") return Effect.die(c.error)
+          if (c.code === "40P01") seen.deadlocks++
+          else seen.serializationFailures++
           if (attempt + 1 >= maxAttempts)
             return Effect.fail(new Unavailable({ reason: `transient conflicts persisted: ${c.message}`, retryAfterMs }))
           return realDelay(backoffMs(attempt)).pipe(Effect.andThen(loop(attempt + 1)))
@@ -45,6 +53,8 @@ export const makeRunner =
       )
     return loop(0)
   }
+  return Object.assign(run, { conflicts: () => ({ ...seen }) })
+}
 
 /** What a transaction body decided: a value, a typed refusal (nothing written), or "run me again". */
 export type Out<A, E> =
