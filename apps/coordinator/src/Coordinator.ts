@@ -29,6 +29,7 @@ import { Notifier } from "./Notifier.js"
 import { reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
 import type { PassReport } from "./Reaper.js"
 import { Room } from "./Room.js"
+import { SessionWaiter } from "./SessionWaiter.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
 
@@ -100,7 +101,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
 
   // Shared state lives outside HttpRouter.serve (which builds its app in a private MemoMap),
   // with the services the handlers call: "room appeared", the move waiter, the assignments long-poll.
-  const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer).pipe(
+  const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer).pipe(
     Layer.provideMerge(Room.layer),
     Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer)),
     Layer.provideMerge(storeLayer),

@@ -25,6 +25,8 @@ export const toApiError = (e: StoreError): StoreAnswer => {
       return new ConflictError({ error: "IllegalTransition", message: e.reason, id: e.sessionId, from: e.from, to: e.to })
     case "Refused":
       return new ConflictError({ error: "Refused", message: e.reason, check: e.check })
+    case "NoRoom":
+      return new ConflictError({ error: "NoRoom", message: e.message, id: e.sessionId, noFit: e.noFit, tooBig: e.tooBig })
     case "Unavailable":
       return new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs })
   }

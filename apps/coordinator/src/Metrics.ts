@@ -37,6 +37,7 @@ const help: Record<string, { readonly type: "counter" | "gauge"; readonly help: 
   engram_placements_total: { type: "counter", help: "Session placements by outcome (placed, queued) and source (create, resume, drain)." },
   engram_descents_total: { type: "counter", help: "Descents started, by reason (demand, over_reserved, hard_ttl, idle)." },
   engram_parks_total: { type: "counter", help: "Idle sessions parked." },
+  engram_resumes_total: { type: "counter", help: "Resumes by how they came back (warm: a park unparked in place; cold: restored from a descent)." },
   engram_reaper_passes_total: { type: "counter", help: "Reaper passes by result (ok, held)." },
   engram_reaper_fleet_read_failures_total: { type: "counter", help: "Reaper passes whose fleet read failed; every park was held." },
   engram_reaper_lost_races_total: { type: "counter", help: "Yields skipped because the park changed first (lost CAS)." },

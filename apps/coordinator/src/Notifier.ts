@@ -1,6 +1,6 @@
 /**
  * In-process wake-ups for waiters: a long-polling agent waits on `host:<id>`, a move request
- * on `move:<id>`. Handlers and the reaper notify after they change something. Only this
+ * on `move:<id>`, a wait for a session's state on `session:<id>`. Handlers and the reaper notify after they change something. Only this
  * process's writes notify; with several replicas a waiter also re-reads the store every
  * `storePollMs` (see Settings.sharedStore).
  */
@@ -55,3 +55,5 @@ export class Notifier extends Context.Service<Notifier, NotifierShape>()("@engra
 export const hostTopic = (hostId: string | null | undefined): string | null => (hostId ? `host:${hostId}` : null)
 /** Topic of a move's outcome. */
 export const moveTopic = (moveId: string): string => `move:${moveId}`
+/** Topic of a session's state (its waiters, `GET /v1/sessions/{id}/wait`). */
+export const sessionTopic = (sessionId: string | null | undefined): string | null => (sessionId ? `session:${sessionId}` : null)

@@ -9,7 +9,7 @@
 import type { DrainResult, Store } from "@engram/store"
 import { Context, Deferred, Effect, Exit, Layer, Scope } from "effect"
 import type { Metrics } from "./Metrics.js"
-import { Notifier } from "./Notifier.js"
+import { Notifier, sessionTopic } from "./Notifier.js"
 import { drainQueue } from "./Reaper.js"
 
 export interface RoomShape {
@@ -39,6 +39,8 @@ export class Room extends Context.Service<Room, RoomShape>()("@engram/coordinato
         drainQueue.pipe(
           Effect.provideContext(context),
           Effect.catchCause((cause) => Effect.logError("queue drain failed", cause).pipe(Effect.as(nothing))),
+          // The waiters of the sessions it placed (their hosts' agents were woken by the drain).
+          Effect.tap((result) => notifier.notify(...result.placed.map((p) => sessionTopic(p.sessionId)))),
           Effect.flatMap((result) => Deferred.done(done, Exit.succeed(result))),
           Effect.andThen(
             Effect.suspend(() => {

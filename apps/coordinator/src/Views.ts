@@ -1,10 +1,11 @@
 /**
  * The store's records as the API shows them: a host with its room (capacity after policy
- * beside the figure it reported, through core `Headroom`), and a placement's answer.
+ * beside the figure it reported, through core `Headroom`), a placement's and a resume's
+ * answer, a session with where it stands in the queue, and a session's history.
  */
 import type { Records } from "@engram/api"
 import { Headroom } from "@engram/core"
-import type { HostView, PlaceOutcome } from "@engram/store"
+import type { HostView, Page, PlaceOutcome, QueueStanding, Session, SessionEvent } from "@engram/store"
 
 /** A host as the API shows it. */
 export const hostJson = (h: HostView): Records.Host => ({
@@ -27,8 +28,72 @@ export const hostJson = (h: HostView): Records.Host => ({
   descentsRunning: h.descentsRunning,
 })
 
-/** A create's or resume's answer: 201 placed, or 202 queued with position and no-fit details. */
+/** A create's answer: 201 placed, or 202 queued with position, no-fit details and `tooBig`. */
 export const placeAnswer = (o: PlaceOutcome): Records.Placed | Records.Queued =>
   o._tag === "Placed" && o.session.hostId !== null
     ? { id: o.session.id, state: o.session.state, hostId: o.session.hostId }
-    : { id: o.session.id, state: o.session.state, position: o._tag === "Queued" ? o.position : 0, noFit: o._tag === "Queued" ? o.noFit : [] }
+    : {
+        id: o.session.id,
+        state: o.session.state,
+        position: o._tag === "Queued" ? o.position : 0,
+        noFit: o._tag === "Queued" ? o.noFit : [],
+        tooBig: o._tag === "Queued" && o.tooBig,
+      }
+
+/**
+ * A resume's answer: 200 warm (a park running again on its host: the store answers `Placed` in
+ * state running), 201 placed cold, or 202 queued cold.
+ */
+export const resumeAnswer = (o: PlaceOutcome): Records.ResumedWarm | Records.ResumedPlaced | Records.ResumedQueued => {
+  if (o._tag === "Placed" && o.session.hostId !== null)
+    return o.session.state === "running"
+      ? { id: o.session.id, state: o.session.state, hostId: o.session.hostId, resumed: "warm" }
+      : { id: o.session.id, state: o.session.state, hostId: o.session.hostId, resumed: "cold" }
+  return { ...(placeAnswer(o) as Records.Queued), resumed: "cold" }
+}
+
+/** A session with where it stands in the queue (null when it is not queued). */
+export const sessionDetail = (s: Session, standing: QueueStanding | null): Records.SessionDetail => ({
+  ...s,
+  queue: standing === null ? null : { position: standing.position, noFit: standing.noFit, tooBig: standing.tooBig },
+})
+
+/** A page of the store as a page of the API. */
+export const pageJson = <A, B>(page: Page<A>, item: (a: A) => B): { readonly items: readonly B[]; readonly nextCursor: string | null } => ({
+  items: page.items.map(item),
+  nextCursor: page.nextCursor,
+})
+
+/** One entry of a session's history as the API shows it: core's event, named by `kind`. */
+export const eventJson = (x: SessionEvent): Records.SessionEvent => {
+  const at = { seq: x.seq, at: x.at }
+  const e = x.event
+  switch (e._tag) {
+    case "Created":
+      return { ...at, kind: "created" }
+    case "Queued":
+      return { ...at, kind: "queued" }
+    case "Placed":
+      return { ...at, kind: "placed", hostId: e.hostId }
+    case "Running":
+      return { ...at, kind: "running", hostId: e.hostId }
+    case "Parked":
+      return { ...at, kind: "parked", hostId: e.hostId }
+    case "Descending":
+      return { ...at, kind: "descending", hostId: e.hostId, cause: e.cause, reason: e.reason }
+    case "Descended":
+      return { ...at, kind: "descended", hostId: e.hostId }
+    case "Resumed":
+      return { ...at, kind: "resumed", resumed: e.warm ? "warm" : "cold", hostId: e.hostId }
+    case "MoveBegun":
+      return { ...at, kind: "move_begun", moveId: e.moveId, hostId: e.hostId, targetHostId: e.targetHostId }
+    case "Moved":
+      return { ...at, kind: "moved", moveId: e.moveId, hostId: e.toHostId, fromHostId: e.fromHostId, toHostId: e.toHostId, phases: e.phases }
+    case "MoveAborted":
+      return { ...at, kind: "move_aborted", moveId: e.moveId, hostId: e.hostId, reason: e.reason, estimateMs: e.estimateMs }
+    case "Lost":
+      return { ...at, kind: "lost", hostId: e.hostId }
+    case "Ended":
+      return { ...at, kind: "ended", hostId: e.hostId }
+  }
+}

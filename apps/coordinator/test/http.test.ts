@@ -131,7 +131,7 @@ describe("admin-only operations", () => {
       expect([r.status, r.body.error], `${method} ${path}`).toEqual([403, "Forbidden"])
     }
     // Nothing was created by the refused POST /v1/hosts.
-    expect((await admin.get("/v1/hosts")).body.map((h: { id: string }) => h.id)).toEqual([hostId])
+    expect((await admin.get("/v1/hosts")).body.items.map((h: { id: string }) => h.id)).toEqual([hostId])
   })
 })
 

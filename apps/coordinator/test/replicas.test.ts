@@ -9,7 +9,7 @@ import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { startChild } from "./support/child.js"
 import type { ChildCoordinator } from "./support/child.js"
-import { client } from "./support/http.js"
+import { client, listAll } from "./support/http.js"
 
 const adminToken = "replicas-admin-token-0123456789"
 const intervalMs = 500
@@ -84,13 +84,13 @@ describe("three replicas on one PostgreSQL", () => {
     console.log(`replicas: ${total} creates over 3 replicas in ${seconds.toFixed(1)} s (${(total / seconds).toFixed(0)}/s)`)
     expect(answers.filter((s) => s !== 201 && s !== 202)).toEqual([])
 
-    const hosts = (await admin.get("/v1/hosts")).body as { id: string; allocatableMib: number; reservedMib: number; cpuBudget: number; reservedVcpus: number; entries: number }[]
+    const hosts = await listAll<{ id: string; allocatableMib: number; reservedMib: number; cpuBudget: number; reservedVcpus: number; entries: number }>(admin, "/v1/hosts")
     for (const h of hosts) {
       expect(h.reservedMib, h.id).toBeLessThanOrEqual(h.allocatableMib)
       expect(h.reservedVcpus, h.id).toBeLessThanOrEqual(h.cpuBudget)
       expect(h.entries, h.id).toBeLessThanOrEqual(32)
     }
-    const sessions = (await admin.get("/v1/sessions")).body as { id: string; state: string; hostId: string | null; budget: { memMib: number } }[]
+    const sessions = await listAll<{ id: string; state: string; hostId: string | null; budget: { memMib: number } }>(admin, "/v1/sessions")
     const ours = sessions.filter((s) => s.id.startsWith("r-s"))
     expect(ours).toHaveLength(total)
     expect(new Set(ours.map((s) => s.id)).size).toBe(total)

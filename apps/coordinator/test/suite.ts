@@ -3,7 +3,7 @@
 import type { RunningCoordinator } from "@engram/coordinator"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { client, uid } from "./support/http.js"
-import type { Client } from "./support/http.js"
+import type { Answer, Client } from "./support/http.js"
 
 export interface SuiteOptions {
   /** Starts a fresh coordinator with the reaper loop off (tests drive `reaperPass`). */
@@ -174,8 +174,8 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
           parks: 0,
           descentsRunning: 0,
         })
-        const list = await admin.get("/v1/hosts")
-        expect(list.body.map((h: { id: string }) => h.id)).toContain(id)
+        const list = await admin.get("/v1/hosts?limit=1000")
+        expect(list.body.items.map((h: { id: string }) => h.id)).toContain(id)
         expect((await admin.post(`/v1/hosts/${id}/cordon`)).body.state).toBe("cordoned")
         expect((await admin.post(`/v1/hosts/${id}/drain`)).body.state).toBe("draining")
         expect((await admin.post(`/v1/hosts/${id}/uncordon`)).body.state).toBe("ready")
@@ -207,10 +207,11 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
 
         const got = await admin.get(`/v1/sessions/${id}`)
         expect(got.body).toMatchObject({ id, state: "pending", hostId: h.id, budget: { memMib: 768, vcpus: 1 } })
-        const queuedList = await admin.get("/v1/sessions?state=queued")
-        expect(queuedList.body.map((s: { id: string }) => s.id)).toContain(big)
+        expect(queued.body.tooBig).toBe(true)
+        const queuedList = await admin.get("/v1/sessions?state=queued&limit=1000")
+        expect(queuedList.body.items.map((s: { id: string }) => s.id)).toContain(big)
         const onHost = await admin.get(`/v1/sessions?hostId=${h.id}`)
-        expect(onHost.body.map((s: { id: string }) => s.id)).toEqual([id])
+        expect(onHost.body).toEqual({ items: [expect.objectContaining({ id })], nextCursor: null })
         // The host's own agent may list its host's sessions.
         expect((await client(c.url, h.token).get(`/v1/sessions?hostId=${h.id}`)).status).toBe(200)
         expect((await client(c.url, h.token).get(`/v1/sessions`)).status).toBe(403)
@@ -224,7 +225,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect((await admin.del("/v1/sessions/never-was")).status).toBe(404)
       })
 
-      it("life cycle through the agent endpoints: started, idle (gate), resume, descended, 409 on illegal transitions", async () => {
+          it("life cycle through the agent endpoints: started, idle (gate), resume, descended, 409 on illegal transitions", async () => {
         const h = await addHost(admin, 2048)
         const agent = client(c.url, h.token)
         const id = uid("s")
@@ -239,7 +240,12 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(idle.status).toBe(200)
         expect(idle.body).toEqual({ id, state: "parked" })
         expect((await admin.get(`/v1/hosts/${h.id}`)).body.parks).toBe(1)
-        expect((await admin.post(`/v1/sessions/${id}/resume`)).status).toBe(409) // parked, not descended
+        // Resume is one verb: a park resumes warm, in place.
+        const warm = await admin.post(`/v1/sessions/${id}/resume`)
+        expect([warm.status, warm.body]).toEqual([200, { id, state: "running", hostId: h.id, resumed: "warm" }])
+        const notAgain = await admin.post(`/v1/sessions/${id}/resume`)
+        expect(notAgain.status).toBe(409) // running: neither parked nor descended
+        expect(notAgain.body).toMatchObject({ error: "IllegalTransition", from: "running" })
         await admin.del(`/v1/sessions/${id}`)
       })
 
@@ -259,7 +265,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(done.body).toMatchObject({ state: "descended", hostId: null })
         const resumed = await admin.post(`/v1/sessions/${id}/resume`)
         expect(resumed.status).toBe(201)
-        expect(resumed.body.state).toBe("pending")
+        expect(resumed.body).toEqual({ id, state: "pending", hostId: h.id, resumed: "cold" })
         await admin.del(`/v1/sessions/${id}`)
       })
     })
@@ -323,13 +329,21 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect((await client(c.url, dst.token).post(`/v1/moves/${m.id}/rounds`, { kind: "full", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 })).status).toBe(403)
         expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "full", wireBytes: 1e8, apparentBytes: 1e8, sendMs: 100, captureMs: 40 })).status).toBe(200)
         expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "bogus", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 })).status).toBe(400)
+        // A commit needs the final round recorded (SPEC §12): 409 before it, and no round after it.
+        const early = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420 })
+        expect([early.status, early.body.error]).toEqual([409, "Conflict"])
+        expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "final", wireBytes: 1e6, apparentBytes: 1e6, sendMs: 0, captureMs: 40 })).status).toBe(200)
+        expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "delta", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 })).status).toBe(409)
+        // Every phase > 0: a phase of 0 is a 400 naming it.
+        const zero = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 0, commitMs: 420 })
+        expect([zero.status, zero.body.field]).toEqual([400, "sendMs"])
         const committed = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420 })
         expect(committed.status).toBe(200)
         const done = await answer
         expect(done.status).toBe(200)
         expect(done.body).toMatchObject({ downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420, move: { id: m.id, state: "committed" } })
         expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running", hostId: dst.id })
-        expect((await admin.get(`/v1/moves/${m.id}`)).body.rounds).toHaveLength(1)
+        expect((await admin.get(`/v1/moves/${m.id}`)).body.rounds).toHaveLength(2)
         expect((await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 3, captureMs: 1, sendMs: 1, commitMs: 1 })).status).toBe(409)
         // Phases that do not fit within their downtime are bad input: 400 naming the field.
         const inconsistent = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 1, captureMs: 1, sendMs: 1, commitMs: 1 })
@@ -411,7 +425,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(r.status).toBe(201)
         expect(r.body).toMatchObject({ hostId: h.id, ownerKind: "external", memMib: 256, description: "test" })
         expect((await admin.get(`/v1/reservations/${r.body.id}`)).body.id).toBe(r.body.id)
-        expect((await admin.get(`/v1/reservations?hostId=${h.id}`)).body).toHaveLength(1)
+        expect((await admin.get(`/v1/reservations?hostId=${h.id}`)).body).toEqual({ items: [expect.objectContaining({ id: r.body.id })], nextCursor: null })
         expect((await client(c.url, h.token).post(`/v1/reservations/${r.body.id}/heartbeat`)).status).toBe(200)
         const dup = await admin.post("/v1/reservations", { id: r.body.id, hostId: h.id, ownerKind: "external", ownerId: "ci", memMib: 1, vcpus: 1 })
         expect(dup.status).toBe(409)
@@ -442,6 +456,339 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         const spec = await admin.get("/openapi.json")
         expect(spec.body.openapi).toMatch(/^3\./)
         expect(Object.keys(spec.body.paths)).toEqual(expect.arrayContaining(["/v1/sessions", "/v1/hosts/{id}/assignments", "/v1/moves/{id}/commit", "/healthz"]))
+      })
+    })
+
+    describe("the whole life cycle over HTTP (issue 12)", () => {
+      /** Every item of a list, following its cursors `limit` at a time. */
+      const follow = async (path: string, limit: number) => {
+        const items: { id: string }[] = []
+        let cursor: string | null = null
+        for (let pages = 1; ; pages++) {
+          const sep = path.includes("?") ? "&" : "?"
+          const page: Answer<{ items: { id: string }[]; nextCursor: string | null }> = await admin.get(
+            `${path}${sep}limit=${limit}${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`,
+          )
+          expect(page.status, `${path} page ${pages}`).toBe(200)
+          expect(page.body.items.length).toBeLessThanOrEqual(limit)
+          items.push(...page.body.items)
+          cursor = page.body.nextCursor
+          if (cursor === null) return { items, pages }
+          if (pages > 500) throw new Error(`${path}: the cursors never end`)
+        }
+      }
+
+      it("idle → parked → resume → running on the same host, warm (200, no queue, no placement); its agent sees it running", async () => {
+        const h = await addHost(admin, 2048)
+        const agent = client(c.url, h.token)
+        const id = uid("w")
+        expect((await admin.post("/v1/sessions", { id, memMib: 512, vcpus: 1, affinity: [h.id] })).status).toBe(201)
+        await agent.post(`/v1/sessions/${id}/started`)
+        expect((await agent.post(`/v1/sessions/${id}/idle`)).body.state).toBe("parked")
+        const before = (await admin.get(`/v1/sessions/${id}`)).body
+        const warm = await admin.post(`/v1/sessions/${id}/resume`)
+        expect(warm.status).toBe(200)
+        expect(warm.body).toEqual({ id, state: "running", hostId: h.id, resumed: "warm" })
+        const after = (await admin.get(`/v1/sessions/${id}`)).body
+        expect(after).toMatchObject({ state: "running", hostId: h.id, reservationId: before.reservationId, parkedAt: null, queue: null })
+        const host = (await admin.get(`/v1/hosts/${h.id}`)).body
+        expect([host.parks, host.entries, host.reservedMib]).toEqual([0, 1, 512])
+        const assigned = (await agent.get(`/v1/hosts/${h.id}/assignments`)).body.sessions.find((x: { id: string }) => x.id === id)
+        expect(assigned.state).toBe("running")
+        const kinds = (await admin.get(`/v1/sessions/${id}/events`)).body.items.map((e: { kind: string }) => e.kind)
+        expect(kinds).toEqual(["created", "placed", "running", "parked", "resumed"])
+        expect((await admin.get("/metrics")).body as string).toMatch(/engram_resumes_total\{resumed="warm"\} [1-9]/)
+        await admin.del(`/v1/sessions/${id}`)
+      })
+
+      it("descended → resume → restored cold: 202 queued with where it stands while no host has room, then placed when room appears; waits wake on each step", async () => {
+        // A host bigger than any other of this suite: only it can hold these sessions.
+        const big = await addHost(admin, 100_000, 64)
+        const agent = client(c.url, big.token)
+        const id = uid("d")
+        const filler = uid("f")
+        expect((await admin.post("/v1/sessions", { id, memMib: 60_000, vcpus: 1 })).body.hostId).toBe(big.id)
+        await agent.post(`/v1/sessions/${id}/started`)
+        // A queued session without room makes the idle session descend rather than park.
+        const blocker = uid("b")
+        expect((await admin.post("/v1/sessions", { id: blocker, memMib: 50_000, vcpus: 1 })).status).toBe(202)
+        expect((await agent.post(`/v1/sessions/${id}/idle`)).body.state).toBe("descending")
+        await admin.del(`/v1/sessions/${blocker}`)
+        expect((await agent.post(`/v1/sessions/${id}/descended`)).body.state).toBe("descended")
+        expect((await admin.post("/v1/sessions", { id: filler, memMib: 60_000, vcpus: 1 })).body.hostId).toBe(big.id)
+
+        const cold = await admin.post(`/v1/sessions/${id}/resume`)
+        expect(cold.status).toBe(202)
+        expect(cold.body).toMatchObject({ id, state: "queued", resumed: "cold", tooBig: false })
+        expect(cold.body.noFit.find((d: { hostId: string }) => d.hostId === big.id)).toMatchObject({ reason: "ram_full", freeMib: 40_000 })
+        const queued = (await admin.get(`/v1/sessions/${id}`)).body
+        expect(queued.state).toBe("queued")
+        expect(queued.queue.position).toBeGreaterThanOrEqual(1)
+        expect(queued.queue.tooBig).toBe(false)
+        expect(queued.queue.noFit.find((d: { hostId: string }) => d.hostId === big.id).reason).toBe("ram_full")
+        // The queue lists it with the same standing.
+        const inQueue = (await follow("/v1/queue", 50)).items.find((x) => x.id === id) as unknown as { queue: { position: number } }
+        expect(inQueue.queue).toEqual(queued.queue)
+
+        // Waiting for pending: the end of the filler frees the room, the drain places it and wakes the wait.
+        const waiting = admin.get(`/v1/sessions/${id}/wait?state=pending&timeoutMs=30000`)
+        await admin.del(`/v1/sessions/${filler}`)
+        const placed = await waiting
+        expect(placed.status).toBe(200)
+        expect(placed.body).toMatchObject({ id, state: "pending", hostId: big.id, queue: null })
+        // Waiting for running: the agent's acknowledgement wakes it.
+        const running = admin.get(`/v1/sessions/${id}/wait?state=running&timeoutMs=30000`)
+        await agent.post(`/v1/sessions/${id}/started`)
+        expect((await running).body).toMatchObject({ state: "running", hostId: big.id })
+        const kinds = (await admin.get(`/v1/sessions/${id}/events`)).body.items.map((e: { kind: string }) => e.kind)
+        expect(kinds).toEqual(["created", "placed", "running", "descending", "descended", "resumed", "queued", "placed", "running"])
+        await admin.del(`/v1/sessions/${id}`)
+      })
+
+      it("wait: 200 at once when the state holds, 408 WaitTimeout naming the state, 409 Unreachable once it can no longer come, 400 past 60 s", async () => {
+        const h = await addHost(admin, 2048)
+        const id = uid("s")
+        await admin.post("/v1/sessions", { id, memMib: 64, vcpus: 1, affinity: [h.id] })
+        expect((await admin.get(`/v1/sessions/${id}/wait?state=pending`)).body.state).toBe("pending")
+        const timedOut = await admin.get(`/v1/sessions/${id}/wait?state=running&timeoutMs=20`)
+        expect(timedOut.status).toBe(408)
+        expect(timedOut.body).toMatchObject({ error: "WaitTimeout", state: "pending" })
+        const tooLong = await admin.get(`/v1/sessions/${id}/wait?state=running&timeoutMs=60001`)
+        expect([tooLong.status, tooLong.body.field]).toEqual([400, "timeoutMs"])
+        expect((await admin.get(`/v1/sessions/${id}/wait?state=sleepy`)).status).toBe(400)
+        // An end while a wait is in flight answers it at once: running can no longer come.
+        const waiting = admin.get(`/v1/sessions/${id}/wait?state=running&timeoutMs=30000`)
+        await admin.del(`/v1/sessions/${id}`)
+        const unreachable = await waiting
+        expect(unreachable.status).toBe(409)
+        expect(unreachable.body).toMatchObject({ error: "Unreachable", from: "ended", to: "running" })
+        expect((await admin.get(`/v1/sessions/${id}/wait?state=ended`)).status).toBe(200)
+        expect((await admin.get(`/v1/sessions/never-${uid("x")}/wait?state=running`)).status).toBe(404)
+        // A host token waits only for its own host's sessions.
+        const other = await addHost(admin, 1024)
+        const mine = uid("s")
+        await admin.post("/v1/sessions", { id: mine, memMib: 64, vcpus: 1, affinity: [h.id] })
+        expect((await client(c.url, other.token).get(`/v1/sessions/${mine}/wait?state=pending`)).status).toBe(403)
+        expect((await client(c.url, h.token).get(`/v1/sessions/${mine}/wait?state=pending`)).status).toBe(200)
+        await admin.del(`/v1/sessions/${mine}`)
+      })
+
+      it("events: a move committed with its phases and one refused with its estimate, in order, a page at a time", async () => {
+        const src = await addHost(admin, 2048)
+        const dst = await addHost(admin, 2048)
+        const id = uid("m")
+        await admin.post("/v1/sessions", { id, memMib: 256, vcpus: 1, affinity: [src.id] })
+        await client(c.url, src.token).post(`/v1/sessions/${id}/started`)
+        const agent = client(c.url, src.token)
+        const movesOf = async () => (await agent.get(`/v1/moves?hostId=${src.id}&state=pending`)).body.items as { id: string; sessionId: string }[]
+        // Refused for downtime: the source aborts with the estimate.
+        const refusedAnswer = admin.post(`/v1/sessions/${id}/move`, { targetHostId: dst.id, maxDowntimeMs: 480 })
+        let m: { id: string } | undefined
+        for (let i = 0; i < 200 && m === undefined; i++) m = (await movesOf()).find((x) => x.sessionId === id)
+        expect(m).toBeDefined()
+        await agent.post(`/v1/moves/${m!.id}/abort`, { reason: "ErrMoveDowntime: estimate 812 ms > 480 ms", estimateMs: 812 })
+        expect((await refusedAnswer).status).toBe(503)
+        // Committed with its phases.
+        const movedAnswer = admin.post(`/v1/sessions/${id}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
+        let m2: { id: string } | undefined
+        for (let i = 0; i < 200 && m2 === undefined; i++) m2 = (await movesOf()).find((x) => x.sessionId === id)
+        await agent.post(`/v1/moves/${m2!.id}/rounds`, { kind: "final", wireBytes: 1e6, apparentBytes: 1e6, sendMs: 0, captureMs: 40 })
+        await agent.post(`/v1/moves/${m2!.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420 })
+        expect((await movedAnswer).status).toBe(200)
+        const all = await follow(`/v1/sessions/${id}/events`, 2)
+        expect(all.pages).toBe(4)
+        const events = all.items as unknown as { seq: number; at: number; kind: string; [k: string]: unknown }[]
+        expect(events.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6, 7])
+        expect(events.map((e) => e.kind)).toEqual(["created", "placed", "running", "move_begun", "move_aborted", "move_begun", "moved"])
+        expect(events[4]).toMatchObject({ kind: "move_aborted", moveId: m!.id, hostId: src.id, estimateMs: 812 })
+        expect(events[6]).toMatchObject({
+          kind: "moved",
+          moveId: m2!.id,
+          fromHostId: src.id,
+          toHostId: dst.id,
+          hostId: dst.id,
+          phases: { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420 },
+        })
+        expect(events.every((e) => typeof e.at === "number")).toBe(true)
+        // The moves list pages too, by host and state.
+        const moves = await follow(`/v1/moves?hostId=${dst.id}`, 1)
+        expect(moves.items.map((x) => x.id)).toEqual([m!.id, m2!.id])
+        expect((await agent.get("/v1/moves")).status).toBe(403)
+        await admin.del(`/v1/sessions/${id}`)
+      })
+
+      it("pagination: every list pages with limit and cursor, each item once in a stable order; a bad cursor or limit is a 400 naming it", async () => {
+        const h = await addHost(admin, 65_536, 64)
+        const ids: string[] = []
+        for (let i = 0; i < 5; i++) {
+          const id = uid("pg")
+          ids.push(id)
+          await admin.post("/v1/sessions", { id, memMib: 64, vcpus: 1, affinity: [h.id] })
+          await admin.post("/v1/reservations", { id: uid("r"), hostId: h.id, ownerKind: "external", ownerId: "pages", memMib: 32, vcpus: 0 })
+        }
+        const onHost = await follow(`/v1/sessions?hostId=${h.id}`, 2)
+        expect(onHost.items.map((x) => x.id)).toEqual(ids)
+        expect(onHost.pages).toBe(3)
+        const all = await follow("/v1/sessions", 7)
+        expect(new Set(all.items.map((x) => x.id)).size).toBe(all.items.length)
+        expect(all.items.map((x) => x.id)).toEqual(expect.arrayContaining(ids))
+        const hosts = await follow("/v1/hosts", 3)
+        const hostIds = hosts.items.map((x) => x.id)
+        expect(hostIds).toEqual([...hostIds].sort())
+        expect(hostIds).toContain(h.id)
+        const reservations = await follow(`/v1/reservations?hostId=${h.id}`, 4)
+        expect(reservations.items).toHaveLength(10)
+        expect(reservations.items.map((x) => x.id)).toEqual(reservations.items.map((x) => x.id).sort())
+        for (const path of ["/v1/sessions", "/v1/hosts", "/v1/reservations", "/v1/moves", "/v1/queue", `/v1/sessions/${ids[0]}/events`]) {
+          const badCursor = await admin.get(`${path}?cursor=not-a-cursor`)
+          expect([badCursor.status, badCursor.body.field], path).toEqual([400, "cursor"])
+          const badLimit = await admin.get(`${path}?limit=0`)
+          expect([badLimit.status, badLimit.body.field], path).toEqual([400, "limit"])
+        }
+        // A cursor of one list is no cursor of another.
+        const hostCursor = (await admin.get("/v1/hosts?limit=1")).body.nextCursor as string
+        expect((await admin.get(`/v1/sessions?cursor=${encodeURIComponent(hostCursor)}`)).body.field).toBe("cursor")
+        for (const id of ids) await admin.del(`/v1/sessions/${id}`)
+        for (const r of reservations.items) await admin.del(`/v1/reservations/${r.id}`)
+      })
+
+      it("a create with onNoRoom refuse that fits nowhere is 409 NoRoom with the reasons, and nothing is stored", async () => {
+        const h = await addHost(admin, 1024)
+        const id = uid("nr")
+        const refused = await admin.post("/v1/sessions", { id, memMib: 10_000_000, vcpus: 1, onNoRoom: "refuse" })
+        expect(refused.status).toBe(409)
+        expect(refused.body).toMatchObject({ error: "NoRoom", id, tooBig: true })
+        expect(refused.body.noFit.find((d: { hostId: string }) => d.hostId === h.id)).toMatchObject({ reason: "ram_full" })
+        expect((await admin.get(`/v1/sessions/${id}`)).status).toBe(404)
+        const fits = await admin.post("/v1/sessions", { id, memMib: 64, vcpus: 1, affinity: [h.id], onNoRoom: "refuse" })
+        expect(fits.status).toBe(201)
+        expect((await admin.post("/v1/sessions", { memMib: 64, vcpus: 1, onNoRoom: "later" })).body.field).toBe("onNoRoom")
+        await admin.del(`/v1/sessions/${id}`)
+      })
+
+      it("host removal: 409 while it holds a session or a reservation, then 200; it is gone, and its token with it", async () => {
+        const h = await addHost(admin, 2048)
+        const id = uid("s")
+        await admin.post("/v1/sessions", { id, memMib: 64, vcpus: 1, affinity: [h.id] })
+        const busy = await admin.del(`/v1/hosts/${h.id}`)
+        expect(busy.status).toBe(409)
+        expect(busy.body).toMatchObject({ error: "Refused", check: "host_in_use" })
+        expect((await client(c.url, h.token).del(`/v1/hosts/${h.id}`)).status).toBe(403)
+        await admin.del(`/v1/sessions/${id}`)
+        const removed = await admin.del(`/v1/hosts/${h.id}`)
+        expect(removed.status).toBe(200)
+        expect(removed.body).toMatchObject({ id: h.id, entries: 0 })
+        expect((await admin.get(`/v1/hosts/${h.id}`)).status).toBe(404)
+        expect((await admin.del(`/v1/hosts/${h.id}`)).status).toBe(404)
+        expect((await client(c.url, h.token).get(`/v1/hosts/${h.id}/assignments`)).status).toBe(401)
+        // The session's history outlives its host.
+        expect((await admin.get(`/v1/sessions/${id}/events`)).body.items.at(-1)).toMatchObject({ kind: "ended", hostId: h.id })
+      })
+
+      it("token rotation: the new token works and the old one stops at once; admin only", async () => {
+        const h = await addHost(admin, 1024)
+        const old = client(c.url, h.token)
+        expect((await old.get(`/v1/hosts/${h.id}`)).status).toBe(200)
+        expect((await old.post(`/v1/hosts/${h.id}/token`)).status).toBe(403)
+        const rotated = await admin.post(`/v1/hosts/${h.id}/token`)
+        expect(rotated.status).toBe(200)
+        expect(rotated.body.id).toBe(h.id)
+        expect(rotated.body.token).toMatch(/^[A-Za-z0-9_-]{43}$/)
+        expect(rotated.body.token).not.toBe(h.token)
+        expect((await old.get(`/v1/hosts/${h.id}`)).status).toBe(401)
+        expect((await client(c.url, rotated.body.token).get(`/v1/hosts/${h.id}/assignments`)).status).toBe(200)
+        expect((await admin.post(`/v1/hosts/nope-${uid("x")}/token`)).status).toBe(404)
+      })
+
+      it("registration is not readiness: a registered host takes nothing until its first report; 0 allocatable is full, null or absent unmeasured", async () => {
+        const id = uid("fresh")
+        await admin.post("/v1/hosts", { id })
+        const s = uid("s")
+        const q = await admin.post("/v1/sessions", { id: s, memMib: 64, vcpus: 1, affinity: [id], onNoRoom: "queue" })
+        // Other hosts of the suite may take it; never the one that has not reported.
+        if (q.status === 201) expect(q.body.hostId).not.toBe(id)
+        else expect(q.body.noFit.find((d: { hostId: string }) => d.hostId === id)).toMatchObject({ reason: "unmeasured" })
+        expect((await admin.get(`/v1/hosts/${id}`)).body).toMatchObject({ entries: 0, reportedAt: null })
+        await admin.del(`/v1/sessions/${s}`)
+        const zero = await admin.put(`/v1/hosts/${id}/report`, { totalMib: 4096, allocatableMib: 0, totalVcpus: 4 })
+        expect(zero.body).toMatchObject({ measured: true, reportedAllocatableMib: 0 })
+        const nf = await admin.get(`/v1/placement/no-fit?memMib=1&vcpus=1`)
+        expect(nf.body.hosts.find((d: { hostId: string }) => d.hostId === id).reason).toBe("ram_full")
+        const absent = await admin.put(`/v1/hosts/${id}/report`, { totalVcpus: 4 })
+        expect(absent.status).toBe(200)
+        expect(absent.body).toMatchObject({ measured: false, allocatableMib: null, report: { totalMib: null, allocatableMib: null, totalVcpus: 4 } })
+        await admin.del(`/v1/hosts/${id}`)
+      })
+    })
+
+    describe("bad input never reaches the store as a 500 (issue 13)", () => {
+      it("NUL and lone surrogates in affinity, labels, a reservation's hostId, a reason and list filters are 400 naming the field; nothing is stored", async () => {
+        const h = await addHost(admin, 2048)
+        const before = (await admin.get("/v1/sessions?limit=1000")).body.items.length
+        const cases: [string, string, unknown, string][] = [
+          ["POST", "/v1/sessions", { memMib: 64, vcpus: 1, affinity: ["a\u0000b"] }, "affinity.0"],
+          ["POST", "/v1/sessions", { memMib: 64, vcpus: 1, affinity: [h.id, "\ud800"] }, "affinity.1"],
+          ["POST", "/v1/hosts", { id: uid("h"), labels: { zone: "a\u0000" } }, "labels"],
+          ["POST", "/v1/hosts", { id: uid("h"), labels: { "\udc00": "a" } }, "labels"],
+          ["POST", "/v1/reservations", { hostId: "h\u0000", ownerKind: "external", ownerId: "x", memMib: 1, vcpus: 0 }, "hostId"],
+          ["POST", "/v1/reservations", { hostId: "\ud83d", ownerKind: "external", ownerId: "x", memMib: 1, vcpus: 0 }, "hostId"],
+          ["POST", "/v1/reservations", { hostId: h.id, ownerKind: "external", ownerId: "x", memMib: 1, vcpus: 0, description: "d\ud800" }, "description"],
+        ]
+        for (const [method, path, body, field] of cases) {
+          const r = await admin.raw(method, path, JSON.stringify(body))
+          expect([r.status, r.body.field], `${path} ${JSON.stringify(body)}`).toEqual([400, field])
+        }
+        // (A query string cannot carry a lone surrogate: percent-decoding UTF-8 never makes one.)
+        for (const path of ["/v1/sessions?hostId=%00", "/v1/reservations?hostId=%00", "/v1/moves?hostId=%00", "/v1/sessions?hostId=a%00b&state=queued"]) {
+          const r = await admin.get(path)
+          expect(r.status, path).toBe(400)
+          expect(r.body.field, path).toBe("hostId")
+        }
+        expect((await admin.get("/v1/sessions?limit=1000")).body.items.length).toBe(before)
+      })
+
+      it("the one id rule: 1-100 of [A-Za-z0-9._-], not . or ..; a path id no record can have is a 404, never a 500", async () => {
+        for (const id of ["x".repeat(101), ".", "..", "a:b", "a/b", "é"]) {
+          const s = await admin.post("/v1/sessions", { id, memMib: 64, vcpus: 1 })
+          expect([s.status, s.body.field], id).toEqual([400, "id"])
+          const h = await admin.post("/v1/hosts", { id })
+          expect([h.status, h.body.field], id).toEqual([400, "id"])
+          const r = await admin.post("/v1/reservations", { id, hostId: "h", ownerKind: "external", ownerId: "x", memMib: 1, vcpus: 0 })
+          expect([r.status, r.body.field], id).toEqual([400, "id"])
+        }
+        const ok = `${"x".repeat(96)}.-_9`
+        expect((await admin.post("/v1/sessions", { id: ok, memMib: 64, vcpus: 1 })).status).toBeLessThan(300)
+        expect((await admin.get(`/v1/sessions/${ok}`)).body.id).toBe(ok)
+        expect((await admin.del(`/v1/sessions/${ok}`)).status).toBe(200)
+        for (const path of [`/v1/sessions/${"y".repeat(101)}`, `/v1/hosts/${"y".repeat(300)}`, `/v1/moves/${"z".repeat(101)}/commit`, "/v1/sessions/%ED%A0%80", "/v1/sessions/%00"]) {
+          const r = path.endsWith("/commit") ? await admin.post(path, { downtimeMs: 3, captureMs: 1, sendMs: 1, commitMs: 1 }) : await admin.get(path)
+          expect([400, 404], `${path}: ${r.status}`).toContain(r.status)
+          expect(typeof r.body.error, path).toBe("string")
+        }
+      })
+
+      it("figures are finite and exact: an estimate, a downtime budget or an expiry past 2^53 - 1 is a 400 naming it", async () => {
+        const src = await addHost(admin, 2048)
+        await addHost(admin, 2048)
+        const sid = uid("s")
+        await admin.post("/v1/sessions", { id: sid, memMib: 64, vcpus: 1, affinity: [src.id] })
+        await client(c.url, src.token).post(`/v1/sessions/${sid}/started`)
+        expect((await admin.post(`/v1/sessions/${sid}/move`, { maxDowntimeMs: 1e21 })).body.field).toBe("maxDowntimeMs")
+        const r = await admin.post("/v1/reservations", { hostId: src.id, ownerKind: "external", ownerId: "x", memMib: 1, vcpus: 0, expiresAt: 1e21 })
+        expect([r.status, r.body.field]).toEqual([400, "expiresAt"])
+        await admin.del(`/v1/sessions/${sid}`)
+      })
+
+      it("an external reservation lands only on a ready host: 409 naming its state", async () => {
+        const h = await addHost(admin, 2048)
+        await admin.post(`/v1/hosts/${h.id}/cordon`)
+        const r = await admin.post("/v1/reservations", { hostId: h.id, ownerKind: "external", ownerId: "x", memMib: 64, vcpus: 0 })
+        expect(r.status).toBe(409)
+        expect(r.body).toMatchObject({ error: "Refused", check: "host_not_ready" })
+        expect(r.body.message).toContain("cordoned")
+        const capture = await admin.post("/v1/reservations", { hostId: h.id, ownerKind: "capture", ownerId: "x", memMib: 64, vcpus: 0 })
+        expect(capture.status).toBe(201)
+        await admin.del(`/v1/reservations/${capture.body.id}`)
       })
     })
 

@@ -90,6 +90,7 @@ const statusOf: Record<ApiError["_tag"], number> = {
   Forbidden: 403,
   NotFoundError: 404,
   ConflictError: 409,
+  WaitTimeout: 408,
   PayloadTooLarge: 413,
   UnsupportedMediaType: 415,
   ServiceUnavailable: 503,

@@ -50,13 +50,16 @@ export type MoveOutcome =
    */
   | { readonly _tag: "CommitRefused"; readonly reason: string; readonly phases: PhasesReport; readonly restoredOnSource: boolean }
 
-const now = Clock.currentTimeMillis
+// Phases are timed in nanoseconds (sub-millisecond on a real clock): SPEC §12 wants every
+// phase of a commit > 0, and a fast phase measured in whole milliseconds reads 0.
+const nowNs = Clock.currentTimeNanos
+const msSince = (t0: bigint) => Effect.map(nowNs, (t) => Number(t - t0) / 1e6)
 
 const timed = <A, E, R>(eff: Effect.Effect<A, E, R>) =>
   Effect.gen(function* () {
-    const t0 = yield* now
+    const t0 = yield* nowNs
     const a = yield* eff
-    return [a, (yield* now) - t0] as const
+    return [a, yield* msSince(t0)] as const
   })
 
 /** The coordinator's call, retried briefly on transient errors (a 409 is an answer, not retried). */
@@ -140,7 +143,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       }
 
       // Paused: the downtime runs from here to the target's resume.
-      const pausedAt = yield* now
+      const pausedAt = yield* nowNs
       paused = true
       yield* runtime.pause(move.sessionId)
       const [final, captureMs] = yield* timed(runtime.deltaCapture(move.sessionId, "final"))
@@ -169,7 +172,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       )
       const finalRound = yield* sendRound(final, captureMs)
       const [, commitMs] = yield* timed(link.commit(header))
-      const downtimeMs = (yield* now) - pausedAt
+      const downtimeMs = yield* msSince(pausedAt)
       // No second check: the pause is spent; the target runs the guest from here on.
       const phases: PhasesReport = { downtimeMs, captureMs, sendMs: finalRound.sendMs, commitMs }
       paused = false

@@ -56,6 +56,8 @@ describe("the agent's HTTP client (HttpApiClient over @engram/api)", () => {
   })
 
   it("moves: rounds and an abort with the estimate as a typed figure; the move reads back", async () => {
+    // A move target takes the move only once it has reported (registration is not readiness).
+    expect((await admin("PUT", "/v1/hosts/b/report", { totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })).status).toBe(200)
     const begun = admin("POST", "/v1/sessions/s1/move", { targetHostId: "b", maxDowntimeMs: 480 })
     let moveId: string | undefined
     for (let i = 0; i < 50 && moveId === undefined; i++) {

@@ -19,7 +19,7 @@ const agents: Record<string, AgentProcess> = {}
 const session = async (id: string) => (await admin.call("GET", `/v1/sessions/${id}`)).body
 const waitState = (id: string, state: string, timeoutMs = 15_000) =>
   until(`${id} ${state}`, () => session(id), (s) => s?.state === state, timeoutMs)
-const reservations = async (hostId: string) => (await admin.call("GET", `/v1/reservations?hostId=${hostId}`)).body as any[] // eslint-disable-line @typescript-eslint/no-explicit-any
+const reservations = async (hostId: string) => (await admin.call("GET", `/v1/reservations?hostId=${hostId}`)).body.items as any[] // eslint-disable-line @typescript-eslint/no-explicit-any
 
 beforeAll(async () => {
   coordinator = await startCoordinator({
@@ -63,7 +63,7 @@ beforeAll(async () => {
   }
   for (const a of started) agents[a.hostId] = a
   // Every host measured: capacity (4096 − 1024 reserve) = 3072 MiB.
-  await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body, (hs: any[]) => hs.length === 3 && hs.every((h) => h.measured)) // eslint-disable-line @typescript-eslint/no-explicit-any
+  await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body.items, (hs: any[]) => hs.length === 3 && hs.every((h) => h.measured)) // eslint-disable-line @typescript-eslint/no-explicit-any
 }, 240_000)
 
 afterAll(async () => {

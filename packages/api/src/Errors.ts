@@ -48,7 +48,12 @@ export class NotFoundError extends Schema.Error<NotFoundError>("NotFoundError")(
   readonly _tag = "NotFoundError" as const
 }
 
-/** 409: a conflict, an illegal state transition (`from`, `to`) or a ledger refusal (`check`). Nothing changed. */
+/**
+ * 409: a conflict, an illegal state transition (`from`, `to`), a ledger refusal (`check`), a
+ * create refused for lack of room (`NoRoom`, with `noFit` and `tooBig`), or a wait for a
+ * state that can no longer come (`Unreachable`, `from` the state now, `to` the one waited
+ * for). Nothing changed.
+ */
 export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
   {
     error: Schema.String,
@@ -58,11 +63,26 @@ export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
     from: Schema.optionalKey(Schema.String),
     to: Schema.optionalKey(Schema.String),
     check: Schema.optionalKey(Schema.String),
+    noFit: Schema.optionalKey(
+      Schema.Array(
+        Schema.Struct({ hostId: Schema.String, reason: Schema.String, freeMib: Schema.NullOr(Schema.Finite), freeVcpus: Schema.NullOr(Schema.Finite) }),
+      ),
+    ),
+    tooBig: Schema.optionalKey(Schema.Boolean),
   },
   { httpApiStatus: 409 },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "ConflictError" as const
+}
+
+/** 408: a wait for a state ran out of time; `state` is the session's state when it did. */
+export class WaitTimeout extends Schema.Error<WaitTimeout>("WaitTimeout")(
+  { error: Schema.String, message: Schema.String, state: Schema.String },
+  { httpApiStatus: 408 },
+) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "WaitTimeout" as const
 }
 
 /** 413: the request body is larger than the coordinator accepts (`limitBytes`, `ENGRAM_MAX_BODY_BYTES`). */
@@ -139,4 +159,13 @@ export const StandardErrors = [BadRequest, Forbidden, NotFoundError, ConflictErr
 export const BodyErrors = [...StandardErrors, PayloadTooLarge, UnsupportedMediaType] as const
 
 /** Any error answer of the API. */
-export type ApiError = BadRequest | Unauthorized | Forbidden | NotFoundError | ConflictError | PayloadTooLarge | UnsupportedMediaType | ServiceUnavailable
+export type ApiError =
+  | BadRequest
+  | Unauthorized
+  | Forbidden
+  | NotFoundError
+  | ConflictError
+  | WaitTimeout
+  | PayloadTooLarge
+  | UnsupportedMediaType
+  | ServiceUnavailable

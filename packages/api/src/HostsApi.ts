@@ -1,13 +1,12 @@
 /**
- * Hosts: registration (which answers the host's own token), the agent's report and heartbeat,
- * the administrative states, and the agent's assignments long-poll.
+ * Hosts: registration (which answers the host's own token), removal, token rotation, the
+ * agent's report and heartbeat, the administrative states, and the agent's assignments long-poll.
  */
-import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
 import { BodyErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
-import { AssignmentsQuery, CreateHost, PathId, Report } from "./Payloads.js"
-import { Assignments, HeartbeatRenewed, Host, HostCreated } from "./Records.js"
+import { AssignmentsQuery, CreateHost, PageQuery, PathId, Report } from "./Payloads.js"
+import { Assignments, HeartbeatRenewed, Host, HostCreated, HostsPage, HostToken } from "./Records.js"
 import { AdminOnly, BearerAuth } from "./Security.js"
 
 const admin = " Admin only."
@@ -21,19 +20,40 @@ export class HostsApi extends HttpApiGroup.make("hosts")
       .annotateMerge(
         doc(
           "Register a host",
-          `Registers a host (\`id\`, optional \`labels\`) and answers 201 \`{id, token}\`: the host agent's own token, answered this once (only its SHA-256 is stored). The host takes placements after its first report. 409 when the id exists; then the queue is drained.${admin}`,
+          `Registers a host (\`id\`: 1-100 characters of \`[A-Za-z0-9._-]\`, not \`.\` or \`..\`; optional \`labels\`) and answers 201 \`{id, token}\`: the host agent's own token, answered this once (only its SHA-256 is stored). Registration is not readiness: the host takes placements only after its first report. 409 when the id exists.${admin}`,
         ),
       ),
-    HttpApiEndpoint.get("list", "/v1/hosts", { success: Schema.Array(Host), error: StandardErrors })
+    HttpApiEndpoint.get("list", "/v1/hosts", { query: PageQuery, success: HostsPage, error: StandardErrors })
       .middleware(AdminOnly)
-      .annotateMerge(doc("List hosts", `Every host with its room (capacity after policy, reserved, free RAM and vCPUs, entries, parks, descents), sorted by id.${admin}`)),
+      .annotateMerge(
+        doc(
+          "List hosts",
+          `A page of hosts by id, each with its room (capacity after policy, reserved, free RAM and vCPUs, entries, parks, descents): \`{items, nextCursor}\`; \`?limit=&cursor=\` as every list.${admin}`,
+        ),
+      ),
+    HttpApiEndpoint.delete("remove", "/v1/hosts/:id", { params: PathId, success: Host, error: StandardErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(
+        doc(
+          "Remove a host",
+          `Removes a host that holds nothing and answers it as it was. 409 \`{error: "Refused", check: "host_in_use"}\` while it holds a reservation or a session (end, move or let them descend first); its token stops working with it.${admin}`,
+        ),
+      ),
+    HttpApiEndpoint.post("rotateToken", "/v1/hosts/:id/token", { params: PathId, success: HostToken, error: StandardErrors })
+      .middleware(AdminOnly)
+      .annotateMerge(
+        doc(
+          "Rotate a host's token",
+          `Issues the host a new token and answers \`{id, token}\` this once (only its SHA-256 is stored). The old token stops working at once, on every replica: give the new one to the host's agent.${admin}`,
+        ),
+      ),
     HttpApiEndpoint.get("get", "/v1/hosts/:id", { params: PathId, success: Host, error: StandardErrors }).annotateMerge(
       doc("Read a host", `One host with its room. \`allocatableMib\` is the capacity after policy (SPEC §1), \`reportedAllocatableMib\` what the host reported.${hostOrAdmin}`),
     ),
     HttpApiEndpoint.put("report", "/v1/hosts/:id/report", { params: PathId, payload: Report, success: Host, error: BodyErrors }).annotateMerge(
       doc(
         "Report what a host measured",
-        `The agent's measurement: \`totalMib\`, \`allocatableMib\` (MemAvailable plus the RAM of the resident VMs) and \`totalVcpus\`; null = not measured. Answers the host; then the queue is drained.${hostOrAdmin}`,
+        `The agent's measurement: \`totalMib\`, \`allocatableMib\` (MemAvailable plus the RAM of the resident VMs) and \`totalVcpus\`; null or absent = not measured (the host takes placements, ranked last, its RAM not gated), \`allocatableMib: 0\` = full. The first report makes the host take placements. Answers the host; then the queue is drained.${hostOrAdmin}`,
       ),
     ),
     HttpApiEndpoint.post("heartbeat", "/v1/hosts/:id/heartbeat", { params: PathId, success: HeartbeatRenewed, error: StandardErrors }).annotateMerge(

@@ -1,10 +1,9 @@
 /** The reservation ledger (SPEC §3): external and capture reservations, summaries and metrics. */
-import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
 import { BodyErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
 import { PathId, ReservationsQuery, Reserve } from "./Payloads.js"
-import { ClusterSummary, LedgerMetrics, Reservation } from "./Records.js"
+import { ClusterSummary, LedgerMetrics, Reservation, ReservationsPage } from "./Records.js"
 import { AdminOnly, BearerAuth } from "./Security.js"
 
 const admin = " Admin only."
@@ -17,12 +16,12 @@ export class LedgerApi extends HttpApiGroup.make("ledger")
       .annotateMerge(
         doc(
           "Reserve room on a host",
-          `A \`capture\` or \`external\` reservation (sessions and moves reserve through placement). Refusals are 409 \`{error: "Refused", check}\` naming the check (\`capacity_exceeded\`, \`max_entries\`, …); a repeated id is a 409 Conflict.${admin}`,
+          `A \`capture\` or \`external\` reservation (sessions and moves reserve through placement). Refusals are 409 \`{error: "Refused", check}\` naming the check (\`capacity_exceeded\`, \`entries_full\`, \`host_not_ready\` — an external reservation lands only on a ready host —, …); a repeated id is a 409 Conflict.${admin}`,
         ),
       ),
-    HttpApiEndpoint.get("list", "/v1/reservations", { query: ReservationsQuery, success: Schema.Array(Reservation), error: StandardErrors })
+    HttpApiEndpoint.get("list", "/v1/reservations", { query: ReservationsQuery, success: ReservationsPage, error: StandardErrors })
       .middleware(AdminOnly)
-      .annotateMerge(doc("List reservations", `Every reservation, or a host's (\`hostId\`), sorted by id.${admin}`)),
+      .annotateMerge(doc("List reservations", `A page of reservations by id, every host's or one's (\`hostId\`): \`{items, nextCursor}\`; \`?limit=&cursor=\` as every list.${admin}`)),
     HttpApiEndpoint.get("get", "/v1/reservations/:id", { params: PathId, success: Reservation, error: StandardErrors })
       .middleware(AdminOnly)
       .annotateMerge(doc("Read a reservation", `One reservation.${admin}`)),

@@ -1,9 +1,9 @@
-/** Moves: read one, and the source agent's rounds, commit and abort (SPEC §5). */
+/** Moves: list them, read one, and the source agent's rounds, commit and abort (SPEC §5). */
 import { HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import { BodyErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
-import { Abort, Commit, PathId, Round } from "./Payloads.js"
-import { Move } from "./Records.js"
+import { Abort, Commit, MovesQuery, PathId, Round } from "./Payloads.js"
+import { Move, MovesPage } from "./Records.js"
 import { BearerAuth } from "./Security.js"
 
 const source = " The admin, or the token of the move's source host."
@@ -11,19 +11,25 @@ const source = " The admin, or the token of the move's source host."
 /** `/v1/moves…`. */
 export class MovesApi extends HttpApiGroup.make("moves")
   .add(
+    HttpApiEndpoint.get("list", "/v1/moves", { query: MovesQuery, success: MovesPage, error: StandardErrors }).annotateMerge(
+      doc(
+        "List moves",
+        "A page of moves, oldest first, filtered by `hostId` (the source or the target) and `state` (`pending`, `committed`, `aborted`): `{items, nextCursor}`; `?limit=&cursor=` as every list. Admin, or a host's token with its own `hostId`.",
+      ),
+    ),
     HttpApiEndpoint.get("get", "/v1/moves/:id", { params: PathId, success: Move, error: StandardErrors }).annotateMerge(
       doc("Read a move", "The move with its rounds, and its phases (committed) or its reason and estimate (aborted). The admin, or the token of its source or target host."),
     ),
     HttpApiEndpoint.post("round", "/v1/moves/:id/rounds", { params: PathId, payload: Round, success: Move, error: BodyErrors }).annotateMerge(
       doc(
         "Record a pre-copy round",
-        `A round's wire bytes, apparent size, send and capture times. The final round is recorded before it is sent: from then on no timeout aborts the move; rounds after it are refused (409).${source}`,
+        `A round's wire bytes, apparent size, send and capture times (finite, at most 2^53 - 1). The final round is recorded before it is sent: from then on no timeout aborts the move; rounds after it are refused (409).${source}`,
       ),
     ),
     HttpApiEndpoint.post("commit", "/v1/moves/:id/commit", { params: PathId, payload: Commit, success: Move, error: BodyErrors }).annotateMerge(
       doc(
         "Commit a move",
-        `The target runs the guest: \`{downtimeMs, captureMs, sendMs, commitMs}\`, each > 0 and their sum at most \`downtimeMs\`. The session runs on the target; then the queue is drained.${source}`,
+        `The target runs the guest: \`{downtimeMs, captureMs, sendMs, commitMs}\`, each > 0 (400 naming a phase that is not) and capture + send + commit at most \`downtimeMs\`. The move's final round must be recorded first (409 otherwise). The session runs on the target; then the queue is drained.${source}`,
       ),
     ),
     HttpApiEndpoint.post("abort", "/v1/moves/:id/abort", { params: PathId, payload: Abort, success: Move, error: BodyErrors }).annotateMerge(

@@ -3,14 +3,31 @@
  * check ranges and ids and name the field they refuse (a 400 `{error, field, rule}`).
  */
 import { Schema } from "effect"
-import { MovePhases, MoveRound, SessionState } from "./Records.js"
+import { MoveState, MovePhases, MoveRound, SessionState } from "./Records.js"
 
-// Ids in paths: NUL-free and bounded (PostgreSQL text cannot hold NUL); a malformed id is a 400.
-// eslint-disable-next-line no-control-regex -- the NUL is the point: it is what the check refuses
-const PathIdString = Schema.String.check(Schema.isPattern(/^[^\u0000]{1,256}$/))
+// A high surrogate not followed by a low one, or a low one not preceded by a high one.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
+/** Text a store can hold as it was sent: no NUL (PostgreSQL text cannot hold it) and no lone surrogate (UTF-8 cannot encode it). */
+export const Text = Schema.String.check(
+  Schema.makeFilter((s: string) =>
+    s.includes("\u0000") ? "must not contain a NUL character" : LONE_SURROGATE.test(s) ? "must not contain a lone surrogate (text must be valid Unicode)" : undefined,
+  ),
+)
+
+// Ids in paths: text and bounded; a malformed id is a 400 (an id longer than any that can be stored is a 404).
+const PathIdString = Text.check(Schema.isMinLength(1), Schema.isMaxLength(256))
 
 /** The `{id}` of a path. */
 export const PathId = { id: PathIdString }
+
+const PageLimit = Schema.NumberFromString.check(Schema.isInt(), Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(1000))
+
+/** `?limit=&cursor=` of every list: at most `limit` items (default 100, at most 1000) after the opaque `cursor` of a previous page. */
+export const PageQuery = {
+  limit: Schema.optionalKey(PageLimit),
+  cursor: Schema.optionalKey(Schema.String),
+}
 
 const NullableFinite = Schema.NullOr(Schema.Finite)
 const NonNegativeIntFromString = Schema.NumberFromString.check(Schema.isInt(), Schema.isGreaterThanOrEqualTo(0))
@@ -22,11 +39,14 @@ export const CreateHost = Schema.Struct({
 })
 export type CreateHost = typeof CreateHost.Type
 
-/** `PUT /v1/hosts/{id}/report`: what the agent measured; null = not measured. */
+/**
+ * `PUT /v1/hosts/{id}/report`: what the agent measured; null or absent = not measured (an
+ * explicit `allocatableMib: 0` is a full host, SPEC §12).
+ */
 export const Report = Schema.Struct({
-  totalMib: NullableFinite,
-  allocatableMib: NullableFinite,
-  totalVcpus: NullableFinite,
+  totalMib: Schema.optionalKey(NullableFinite),
+  allocatableMib: Schema.optionalKey(NullableFinite),
+  totalVcpus: Schema.optionalKey(NullableFinite),
 })
 export type Report = typeof Report.Type
 
@@ -36,19 +56,42 @@ export const AssignmentsQuery = {
   since: Schema.optionalKey(Schema.String),
 }
 
-/** `POST /v1/sessions`: a budget, optional id (a UUID is generated) and preferred hosts. */
+/** What a create does when nothing fits: `queue` (the default) or `refuse` (409 `NoRoom`, nothing stored). */
+export const OnNoRoom = Schema.Literals(["queue", "refuse"])
+
+/** `POST /v1/sessions`: a budget, optional id (a UUID is generated), preferred hosts, and what to do without room. */
 export const CreateSession = Schema.Struct({
   id: Schema.optionalKey(Schema.String),
   memMib: Schema.Finite,
   vcpus: Schema.Finite,
   affinity: Schema.optionalKey(Schema.Array(Schema.String)),
+  onNoRoom: Schema.optionalKey(OnNoRoom),
 })
 export type CreateSession = typeof CreateSession.Type
 
-/** `GET /v1/sessions`. */
+/** `GET /v1/sessions`: filters and a page. */
 export const SessionsQuery = {
   state: Schema.optionalKey(SessionState),
-  hostId: Schema.optionalKey(Schema.String),
+  hostId: Schema.optionalKey(Text),
+  ...PageQuery,
+}
+
+/** The longest a wait for a state may last. */
+export const maxWaitTimeoutMs = 60_000
+
+/** `GET /v1/sessions/{id}/wait`: the state to wait for, and for how long (default 30 s, at most 60 s). */
+export const WaitQuery = {
+  state: SessionState,
+  timeoutMs: Schema.optionalKey(
+    Schema.NumberFromString.check(Schema.isInt(), Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(maxWaitTimeoutMs)),
+  ),
+}
+
+/** `GET /v1/moves`: the source or target host, the state, and a page. */
+export const MovesQuery = {
+  hostId: Schema.optionalKey(Text),
+  state: Schema.optionalKey(MoveState),
+  ...PageQuery,
 }
 
 /** `POST /v1/sessions/{id}/move`: a target (default: the best-ranked host) and the downtime budget. */
@@ -93,5 +136,5 @@ export const Reserve = Schema.Struct({
 })
 export type Reserve = typeof Reserve.Type
 
-/** `GET /v1/reservations`. */
-export const ReservationsQuery = { hostId: Schema.optionalKey(Schema.String) }
+/** `GET /v1/reservations`: a host, and a page. */
+export const ReservationsQuery = { hostId: Schema.optionalKey(Text), ...PageQuery }

@@ -60,14 +60,58 @@ export type NoFitDetail = typeof NoFitDetail.Type
 export const Placed = Schema.Struct({ id: Id, state: SessionState, hostId: Schema.String })
 export type Placed = typeof Placed.Type
 
-/** 202 of a create or resume: queued, its 1-based FIFO position (0 when not in the queue) and why nothing fits. */
+/**
+ * 202 of a create or resume: queued, its 1-based FIFO position (0 when not in the queue), why
+ * nothing fits, and whether it is too big for every host even when empty (`tooBig`, SPEC §12).
+ */
 export const Queued = Schema.Struct({
   id: Id,
   state: SessionState,
   position: Num,
   noFit: Schema.Array(NoFitDetail),
+  tooBig: Schema.Boolean,
 })
 export type Queued = typeof Queued.Type
+
+/** How a resume brought a session back: `warm` (a park unparked in place) or `cold` (restored from its descent). */
+export const Resumed = Schema.Literals(["warm", "cold"])
+export type Resumed = typeof Resumed.Type
+
+/** 200 of a resume of a parked session: running again on its host, warm (SPEC §12). */
+export const ResumedWarm = Schema.Struct({ id: Id, state: SessionState, hostId: Schema.String, resumed: Schema.Literal("warm") })
+export type ResumedWarm = typeof ResumedWarm.Type
+
+/** 201 of a resume of a descended session that was placed: restored cold on `hostId`. */
+export const ResumedPlaced = Schema.Struct({ id: Id, state: SessionState, hostId: Schema.String, resumed: Schema.Literal("cold") })
+export type ResumedPlaced = typeof ResumedPlaced.Type
+
+/** 202 of a resume of a descended session that found no room: queued, as a create's 202. */
+export const ResumedQueued = Schema.Struct({ ...Queued.fields, resumed: Schema.Literal("cold") })
+export type ResumedQueued = typeof ResumedQueued.Type
+
+/** Where a queued session stands: its 1-based FIFO position, each host's reason, and `tooBig`. */
+export const QueueStanding = Schema.Struct({
+  position: Num,
+  noFit: Schema.Array(NoFitDetail),
+  /** Too big for every ready measured host even when empty: no descent can help it; a bigger host would (SPEC §12). */
+  tooBig: Schema.Boolean,
+})
+export type QueueStanding = typeof QueueStanding.Type
+
+/** A session as `GET /v1/sessions/{id}` answers it: with `queue` (where it stands) while queued, null otherwise. */
+export const SessionDetail = Schema.Struct({ ...Session.fields, queue: Schema.NullOr(QueueStanding) })
+export type SessionDetail = typeof SessionDetail.Type
+
+/** A page of a list: `items` in the list's stable order, and the cursor of the next page (null on the last). */
+export const pageOf = <S extends Schema.Top>(item: S) => Schema.Struct({ items: Schema.Array(item), nextCursor: Schema.NullOr(Schema.String) })
+
+/** A page of sessions, oldest first. */
+export const SessionsPage = pageOf(Session)
+export type SessionsPage = typeof SessionsPage.Type
+
+/** A page of the queue, first in first out: each session with where it stands. */
+export const QueuePage = pageOf(SessionDetail)
+export type QueuePage = typeof QueuePage.Type
 
 /** What a host reported (SPEC §1); null = not measured. */
 export const HostReport = Schema.Struct({
@@ -101,9 +145,17 @@ export const Host = Schema.Struct({
 })
 export type Host = typeof Host.Type
 
+/** A page of hosts, by id. */
+export const HostsPage = pageOf(Host)
+export type HostsPage = typeof HostsPage.Type
+
 /** A registered host and its own token (answered once). */
 export const HostCreated = Schema.Struct({ id: Id, token: Schema.String })
 export type HostCreated = typeof HostCreated.Type
+
+/** A host's new token (answered once): the old one stopped working. */
+export const HostToken = Schema.Struct({ id: Id, token: Schema.String })
+export type HostToken = typeof HostToken.Type
 
 /** One pre-copy round as the source measured it. */
 export const MoveRound = Schema.Struct({
@@ -143,6 +195,10 @@ export const Move = Schema.Struct({
 })
 export type Move = typeof Move.Type
 
+/** A page of moves, oldest first. */
+export const MovesPage = pageOf(Move)
+export type MovesPage = typeof MovesPage.Type
+
 /** 200 of a move: the committed move and its four figures. */
 export const MoveCommitted = Schema.Struct({
   move: Move,
@@ -168,6 +224,10 @@ export const Reservation = Schema.Struct({
   description: Schema.NullOr(Schema.String),
 })
 export type Reservation = typeof Reservation.Type
+
+/** A page of reservations, by id. */
+export const ReservationsPage = pageOf(Reservation)
+export type ReservationsPage = typeof ReservationsPage.Type
 
 /** One host's ledger summary. */
 export const HostSummary = Schema.Struct({
@@ -229,6 +289,60 @@ export const Fleet = Schema.Struct({
   readAt: Num,
 })
 export type Fleet = typeof Fleet.Type
+
+// ---- a session's history -------------------------------------------------------------------
+
+const at = { seq: Num, at: Num }
+const HostOrNull = Schema.NullOr(Schema.String)
+
+/**
+ * One entry of a session's history (`GET /v1/sessions/{id}/events`): `seq` from 1, `at` epoch
+ * ms, `kind`, and the figures of that kind. `hostId` names the host it happened on, where one.
+ */
+export const SessionEvent = Schema.Union([
+  Schema.Struct({ ...at, kind: Schema.Literal("created") }),
+  Schema.Struct({ ...at, kind: Schema.Literal("queued") }),
+  Schema.Struct({ ...at, kind: Schema.Literal("placed"), hostId: Schema.String }),
+  Schema.Struct({ ...at, kind: Schema.Literal("running"), hostId: HostOrNull }),
+  Schema.Struct({ ...at, kind: Schema.Literal("parked"), hostId: HostOrNull }),
+  /** A descent began: `idle` (no park allowed) or `yield` (a park gave its room; `reason` is the gate's). */
+  Schema.Struct({
+    ...at,
+    kind: Schema.Literal("descending"),
+    hostId: HostOrNull,
+    cause: Schema.Literals(["idle", "yield"]),
+    reason: Schema.NullOr(Schema.String),
+  }),
+  Schema.Struct({ ...at, kind: Schema.Literal("descended"), hostId: HostOrNull }),
+  Schema.Struct({ ...at, kind: Schema.Literal("resumed"), resumed: Resumed, hostId: HostOrNull }),
+  Schema.Struct({ ...at, kind: Schema.Literal("move_begun"), moveId: Schema.String, hostId: HostOrNull, targetHostId: Schema.String }),
+  /** A committed move, with the phases of its pause. */
+  Schema.Struct({
+    ...at,
+    kind: Schema.Literal("moved"),
+    moveId: Schema.String,
+    hostId: Schema.String,
+    fromHostId: Schema.String,
+    toHostId: Schema.String,
+    phases: MovePhases,
+  }),
+  /** A move that ended without committing: why, and the downtime estimate a guard refusal was made on. */
+  Schema.Struct({
+    ...at,
+    kind: Schema.Literal("move_aborted"),
+    moveId: Schema.String,
+    hostId: HostOrNull,
+    reason: Schema.String,
+    estimateMs: NullableNum,
+  }),
+  Schema.Struct({ ...at, kind: Schema.Literal("lost"), hostId: HostOrNull }),
+  Schema.Struct({ ...at, kind: Schema.Literal("ended"), hostId: HostOrNull }),
+])
+export type SessionEvent = typeof SessionEvent.Type
+
+/** A page of a session's history, oldest first. */
+export const SessionEventsPage = pageOf(SessionEvent)
+export type SessionEventsPage = typeof SessionEventsPage.Type
 
 /** Whether a budget fits now, and each candidate's reason. */
 export const NoFit = Schema.Struct({ fits: Schema.Boolean, hosts: Schema.Array(NoFitDetail) })

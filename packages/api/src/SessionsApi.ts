@@ -1,14 +1,26 @@
 /**
- * Sessions: create (placed or queued), read, the agent's acknowledgements (`started`,
- * `descended`), idle (the park gate decides), resume, end, and a live move that waits for its
- * outcome.
+ * Sessions: create (placed, queued, or refused for lack of room), read (with where a queued one
+ * stands), list a page at a time, wait for a state, the history, the agent's acknowledgements
+ * (`started`, `descended`), idle (the park gate decides), resume (warm or cold), end, and a
+ * live move that waits for its outcome.
  */
-import { Schema } from "effect"
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
-import { BodyErrors, StandardErrors } from "./Errors.js"
+import { BodyErrors, StandardErrors, WaitTimeout } from "./Errors.js"
 import { doc } from "./internal/doc.js"
-import { CreateSession, PathId, SessionsQuery, StartMove } from "./Payloads.js"
-import { Idled, MoveCommitted, Placed, Queued, Session } from "./Records.js"
+import { CreateSession, PageQuery, PathId, SessionsQuery, StartMove, WaitQuery } from "./Payloads.js"
+import {
+  Idled,
+  MoveCommitted,
+  Placed,
+  Queued,
+  ResumedPlaced,
+  ResumedQueued,
+  ResumedWarm,
+  Session,
+  SessionDetail,
+  SessionEventsPage,
+  SessionsPage,
+} from "./Records.js"
 import { AdminOnly, BearerAuth } from "./Security.js"
 
 const admin = " Admin only."
@@ -16,6 +28,13 @@ const hostOrAdmin = " The admin, or the token of the session's host."
 
 /** 201 placed or 202 queued. */
 const PlaceAnswers = [Placed.pipe(HttpApiSchema.status(201)), Queued.pipe(HttpApiSchema.status(202))] as const
+
+/** 200 resumed warm, 201 placed (cold) or 202 queued (cold). */
+const ResumeAnswers = [
+  ResumedWarm.pipe(HttpApiSchema.status(200)),
+  ResumedPlaced.pipe(HttpApiSchema.status(201)),
+  ResumedQueued.pipe(HttpApiSchema.status(202)),
+] as const
 
 /** `/v1/sessions…`. */
 export class SessionsApi extends HttpApiGroup.make("sessions")
@@ -25,14 +44,32 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
       .annotateMerge(
         doc(
           "Create a session",
-          `Places a session of \`{memMib, vcpus}\` on the best-fitting ready host (\`affinity\` hosts first): 201 \`{id, state, hostId}\`. When nothing fits it is queued: 202 \`{id, state: "queued", position, noFit}\` with each host's reason (\`ram_full\`, \`cpu_full\`, \`entries_full\`, \`unmeasured\`, \`cordoned\`, \`draining\`, \`fits_now\`). Without \`id\` a UUID is generated; a repeated \`id\` answers the existing session, and a different budget under it is a 409.${admin}`,
+          `Places a session of \`{memMib, vcpus}\` on the best-fitting ready host that has reported (\`affinity\` hosts first): 201 \`{id, state, hostId}\`. When nothing fits it is queued: 202 \`{id, state: "queued", position, noFit, tooBig}\` with each host's reason (\`ram_full\`, \`cpu_full\`, \`entries_full\`, \`unmeasured\`, \`cordoned\`, \`draining\`, \`fits_now\`) and whether the budget is too big for every host even when empty. With \`onNoRoom: "refuse"\` a session that fits nowhere is not stored: 409 \`{error: "NoRoom", noFit, tooBig}\`. Without \`id\` a UUID is generated (an id is 1-100 characters of \`[A-Za-z0-9._-]\`, not \`.\` or \`..\`); a repeated \`id\` answers the existing session, and a different budget under it is a 409.${admin}`,
         ),
       ),
-    HttpApiEndpoint.get("list", "/v1/sessions", { query: SessionsQuery, success: Schema.Array(Session), error: StandardErrors }).annotateMerge(
-      doc("List sessions", "Sessions, oldest first, filtered by `state` and `hostId`. Admin, or a host's token with its own `hostId`."),
+    HttpApiEndpoint.get("list", "/v1/sessions", { query: SessionsQuery, success: SessionsPage, error: StandardErrors }).annotateMerge(
+      doc(
+        "List sessions",
+        "A page of sessions, oldest first, filtered by `state` and `hostId`: `{items, nextCursor}`. Pass `nextCursor` back as `?cursor=` for the next page (null: the last); `?limit=` from 1 to 1000 (default 100). A cursor that is not one of this list's is a 400 naming `cursor`. Admin, or a host's token with its own `hostId`.",
+      ),
     ),
-    HttpApiEndpoint.get("get", "/v1/sessions/:id", { params: PathId, success: Session, error: StandardErrors }).annotateMerge(
-      doc("Read a session", `The session's state, budget, host and reservation.${hostOrAdmin}`),
+    HttpApiEndpoint.get("get", "/v1/sessions/:id", { params: PathId, success: SessionDetail, error: StandardErrors }).annotateMerge(
+      doc(
+        "Read a session",
+        `The session's state, budget, host and reservation; while it is queued, \`queue: {position, noFit, tooBig}\` says where it stands and why no host takes it (null otherwise).${hostOrAdmin}`,
+      ),
+    ),
+    HttpApiEndpoint.get("wait", "/v1/sessions/:id/wait", { params: PathId, query: WaitQuery, success: SessionDetail, error: [...StandardErrors, WaitTimeout] }).annotateMerge(
+      doc(
+        "Wait for a session's state",
+        `Long-polls until the session is in \`state\` and answers it (200, as \`GET /v1/sessions/{id}\`); 408 \`{error: "WaitTimeout", state}\` when \`timeoutMs\` (default 30000, at most 60000) runs out first; 409 \`{error: "Unreachable", from, to}\` as soon as the state can no longer come (the session ended, or was lost). Woken by changes made through any replica.${hostOrAdmin}`,
+      ),
+    ),
+    HttpApiEndpoint.get("events", "/v1/sessions/:id/events", { params: PathId, query: PageQuery, success: SessionEventsPage, error: StandardErrors }).annotateMerge(
+      doc(
+        "A session's history",
+        `What happened to the session, oldest first: \`{items: [{seq, at, kind, hostId?, …}], nextCursor}\`. Kinds: \`created\`, \`queued\`, \`placed\` (on \`hostId\`), \`running\`, \`parked\`, \`descending\` (\`cause\` idle or yield, with the gate's \`reason\`), \`descended\`, \`resumed\` (\`warm\` or \`cold\`), \`move_begun\`, \`moved\` (with its \`phases\`), \`move_aborted\` (with the \`estimateMs\` a downtime refusal was made on), \`lost\`, \`ended\`. Written in the same change as the step it records; paged like every list.${hostOrAdmin}`,
+      ),
     ),
     HttpApiEndpoint.post("idle", "/v1/sessions/:id/idle", { params: PathId, success: Idled, error: StandardErrors }).annotateMerge(
       doc(
@@ -40,9 +77,14 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
         `The park gate decides on one fleet read: it parks (paused in RAM, keeps its reservation) on a measured host while no queued session is without room, else it descends (captured to storage, its room released). Answers \`{id, state}\`.${hostOrAdmin}`,
       ),
     ),
-    HttpApiEndpoint.post("resume", "/v1/sessions/:id/resume", { params: PathId, success: PlaceAnswers, error: StandardErrors })
+    HttpApiEndpoint.post("resume", "/v1/sessions/:id/resume", { params: PathId, success: ResumeAnswers, error: StandardErrors })
       .middleware(AdminOnly)
-      .annotateMerge(doc("Resume a descended session", `Places the session again from its descent image: 201 or 202, as create. 409 unless it is descended.${admin}`)),
+      .annotateMerge(
+        doc(
+          "Resume a parked or descended session",
+          `Resume is one verb (SPEC §12). A parked session resumes warm: running again on its host at once, no queue, no placement — 200 \`{id, state: "running", hostId, resumed: "warm"}\`. A descended session is restored cold from its descent image: 201 \`{id, state, hostId, resumed: "cold"}\` when placed, 202 \`{id, state: "queued", position, noFit, tooBig, resumed: "cold"}\` when queued. 409 from any other state.${admin}`,
+        ),
+      ),
     HttpApiEndpoint.post("started", "/v1/sessions/:id/started", { params: PathId, success: Session, error: StandardErrors }).annotateMerge(
       doc("The agent started the session's VM", `\`pending → running\`; a repeat is a 409 (the agent counts it as done).${hostOrAdmin}`),
     ),

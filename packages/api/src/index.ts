@@ -26,6 +26,7 @@ export {
   ServiceUnavailable,
   Unauthorized,
   UnsupportedMediaType,
+  WaitTimeout,
 } from "./Errors.js"
 export type { ApiError } from "./Errors.js"
 export { AdminOnly, BearerAuth, CurrentPrincipal, InputErrors, ScrapeAuth } from "./Security.js"

@@ -73,6 +73,26 @@ describe("the batcher", () => {
     }),
   )
 
+  it.effect("an item the database refuses (a defect) dies alone: the statement is split and the others are written", () =>
+    Effect.gen(function* () {
+      const statements: number[][] = []
+      const write = Batcher.make<Item, number, string>({
+        keysOf: (i) => [i.host],
+        run: (items) =>
+          Effect.suspend(() => {
+            statements.push(items.map((i) => i.id))
+            return items.some((i) => i.id === 2) ? Effect.die(new Error("22P05: unsupported Unicode escape sequence")) : Effect.succeed(items.map((i) => i.id * 2))
+          }),
+      })
+      const exits = yield* Effect.all(
+        [1, 2, 3].map((id) => Effect.exit(write({ id, host: `h${id}` }))),
+        { concurrency: "unbounded" },
+      )
+      expect(exits.map((e) => (Exit.isSuccess(e) ? e.value : "died"))).toStrictEqual([2, "died", 6])
+      expect(statements).toStrictEqual([[1, 2, 3], [1], [2], [3]])
+    }),
+  )
+
   it.effect("at most two statements run at once; items arriving meanwhile wait and go together", () =>
     Effect.gen(function* () {
       const b = recording({ yields: 5 })

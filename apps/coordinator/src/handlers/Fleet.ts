@@ -1,16 +1,22 @@
-/** `/v1/fleet` and `/v1/placement/no-fit`: core's fleet signal and no-fit details on one fleet read. */
+/** `/v1/fleet`, `/v1/queue` and `/v1/placement/no-fit`: core's fleet signal, the queue with its standings, and no-fit details. */
 import { EngramApi } from "@engram/api"
 import { Fleet, Placement } from "@engram/core"
 import { Store, Validate } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { api, badRequest } from "../HttpErrors.js"
+import { pageJson, sessionDetail } from "../Views.js"
 
 export const FleetHandlers = HttpApiBuilder.group(EngramApi, "fleet", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
     return h
       .handle("snapshot", () => api(store.fleetView()).pipe(Effect.map((fleet) => ({ ...Fleet.snapshot(fleet, store.limits()), readAt: fleet.readAt }))))
+      .handle("queue", ({ query }) =>
+        api(store.pageQueue({ limit: query.limit, cursor: query.cursor })).pipe(
+          Effect.map((page) => pageJson(page, (e) => sessionDetail(e.session, e.standing))),
+        ),
+      )
       .handle("noFit", ({ query }) =>
         Effect.gen(function* () {
           const budget = { memMib: query.memMib, vcpus: query.vcpus }

@@ -1,4 +1,4 @@
-/** `/v1/hosts…`: registration, report, heartbeat, administrative states, assignments. */
+/** `/v1/hosts…`: registration, removal, token rotation, report, heartbeat, administrative states, assignments. */
 import { EngramApi } from "@engram/api"
 import { Store } from "@engram/store"
 import { Effect } from "effect"
@@ -8,7 +8,7 @@ import { hashToken, newToken, requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
 import { hostTopic, Notifier } from "../Notifier.js"
 import { Room } from "../Room.js"
-import { hostJson } from "../Views.js"
+import { hostJson, pageJson } from "../Views.js"
 
 export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
   Effect.gen(function* () {
@@ -32,16 +32,40 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
           const token = newToken()
           const host = yield* api(store.registerHost({ id: payload.id, labels: payload.labels, tokenHash: hashToken(token) }))
           yield* Effect.logInfo("host registered", { hostId: host.id })
-          yield* room.appeared()
+          // No drain: registration is not readiness, the host takes placements after its first report.
           return { id: host.id, token }
         }),
       )
-      .handle("list", () => api(store.listHosts()).pipe(Effect.map((hosts) => hosts.map(hostJson))))
+      .handle("list", ({ query }) => api(store.pageHosts({ limit: query.limit, cursor: query.cursor })).pipe(Effect.map((page) => pageJson(page, hostJson))))
+      .handle("remove", ({ params }) =>
+        Effect.gen(function* () {
+          const view = yield* api(store.getHost(params.id))
+          yield* api(store.removeHost(params.id))
+          yield* Effect.logInfo("host removed", { hostId: params.id })
+          // Its agent's long-poll answers 404 from now on.
+          yield* notifier.notify(hostTopic(params.id))
+          return hostJson(view)
+        }),
+      )
+      .handle("rotateToken", ({ params }) =>
+        Effect.gen(function* () {
+          const token = newToken()
+          yield* api(store.setHostTokenHash(params.id, hashToken(token)))
+          yield* Effect.logInfo("host token rotated", { hostId: params.id })
+          return { id: params.id, token }
+        }),
+      )
       .handle("get", ({ params }) => requireHostOrAdmin(params.id).pipe(Effect.andThen(api(store.getHost(params.id))), Effect.map(hostJson)))
       .handle("report", ({ params, payload }) =>
         Effect.gen(function* () {
           yield* requireHostOrAdmin(params.id)
-          const view = yield* api(store.reportHost(params.id, payload))
+          const view = yield* api(
+            store.reportHost(params.id, {
+              totalMib: payload.totalMib ?? null,
+              allocatableMib: payload.allocatableMib ?? null,
+              totalVcpus: payload.totalVcpus ?? null,
+            }),
+          )
           yield* room.appeared()
           return hostJson(view)
         }),

@@ -8,6 +8,7 @@ import { requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
 import { hostTopic } from "../Notifier.js"
 import { Room } from "../Room.js"
+import { pageJson } from "../Views.js"
 
 export const LedgerHandlers = HttpApiBuilder.group(EngramApi, "ledger", (h) =>
   Effect.gen(function* () {
@@ -15,7 +16,9 @@ export const LedgerHandlers = HttpApiBuilder.group(EngramApi, "ledger", (h) =>
     const room = yield* Room
     return h
       .handle("reserve", ({ payload }) => api(store.reserve({ ...payload, id: payload.id ?? randomUUID() })))
-      .handle("list", ({ query }) => api(store.listReservations({ hostId: query.hostId })))
+      .handle("list", ({ query }) =>
+        api(store.pageReservations({ hostId: query.hostId }, { limit: query.limit, cursor: query.cursor })).pipe(Effect.map((page) => pageJson(page, (r) => r))),
+      )
       .handle("get", ({ params }) => api(store.getReservation(params.id)))
       .handle("release", ({ params }) => api(store.release(params.id)).pipe(Effect.tap((r) => room.appeared(hostTopic(r.hostId)))))
       .handle("heartbeat", ({ params }) =>

@@ -1,13 +1,14 @@
-/** `/v1/moves…`: read a move; the source agent's rounds, commit and abort. */
-import { EngramApi } from "@engram/api"
+/** `/v1/moves…`: list and read moves; the source agent's rounds, commit and abort. */
+import { CurrentPrincipal, EngramApi, Forbidden } from "@engram/api"
 import { Store } from "@engram/store"
 import type { Move } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { requireHostOrAdmin } from "../Auth.js"
 import { api, badRequest } from "../HttpErrors.js"
-import { hostTopic, moveTopic, Notifier } from "../Notifier.js"
+import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
 import { Room } from "../Room.js"
+import { pageJson } from "../Views.js"
 
 export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
   Effect.gen(function* () {
@@ -17,8 +18,19 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
     /** The move, once the caller may act for it: its source (or, to read it, its target) or the admin. */
     const moveFor = (id: string, who: "source" | "either") =>
       api(store.getMove(id)).pipe(Effect.tap((m) => (who === "source" ? requireHostOrAdmin(m.sourceHostId) : requireHostOrAdmin(m.sourceHostId, m.targetHostId))))
-    const topics = (m: Move) => [moveTopic(m.id), hostTopic(m.sourceHostId), hostTopic(m.targetHostId)] as const
+    const topics = (m: Move) => [moveTopic(m.id), hostTopic(m.sourceHostId), hostTopic(m.targetHostId), sessionTopic(m.sessionId)] as const
     return h
+      .handle("list", ({ query }) =>
+        Effect.gen(function* () {
+          const p = yield* CurrentPrincipal
+          // A host agent may list its own host's moves; anything else is the admin's.
+          if (p._tag === "Host" && query.hostId !== p.hostId) {
+            return yield* new Forbidden({ error: "Forbidden", message: `a host token lists only its own host's moves (?hostId=${p.hostId})` })
+          }
+          const page = yield* api(store.pageMoves({ hostId: query.hostId, state: query.state }, { limit: query.limit, cursor: query.cursor }))
+          return pageJson(page, (m) => m)
+        }),
+      )
       .handle("get", ({ params }) => moveFor(params.id, "either"))
       .handle("round", ({ params, payload }) =>
         moveFor(params.id, "source").pipe(

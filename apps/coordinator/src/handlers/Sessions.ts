@@ -1,8 +1,8 @@
-/** `/v1/sessions…`: create, read, the agent's acknowledgements, idle, resume, end, move. */
-import { CurrentPrincipal, EngramApi, Forbidden, ServiceUnavailable } from "@engram/api"
+/** `/v1/sessions…`: create, list, read, wait, history, the agent's acknowledgements, idle, resume, end, move. */
+import { ConflictError, CurrentPrincipal, EngramApi, Forbidden, ServiceUnavailable, WaitTimeout } from "@engram/api"
 import { ParkGate } from "@engram/core"
 import { Store } from "@engram/store"
-import type { PlaceOutcome } from "@engram/store"
+import type { PlaceOutcome, Session } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
@@ -11,9 +11,13 @@ import { api } from "../HttpErrors.js"
 import { Metrics } from "../Metrics.js"
 import { MoveWaiter } from "../MoveWaiter.js"
 import type { MoveOutcome } from "../MoveWaiter.js"
-import { hostTopic, moveTopic, Notifier } from "../Notifier.js"
+import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
 import { Room } from "../Room.js"
-import { placeAnswer } from "../Views.js"
+import { SessionWaiter } from "../SessionWaiter.js"
+import { eventJson, pageJson, placeAnswer, resumeAnswer, sessionDetail } from "../Views.js"
+
+/** How long a wait for a state lasts when the caller does not say. */
+const defaultWaitMs = 30_000
 
 /** The `Retry-After` of a `MoveCommitPending` answer: when a re-read of the move may show its outcome. */
 const commitPendingRetryAfterMs = 5000
@@ -58,21 +62,34 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     const notifier = yield* Notifier
     const room = yield* Room
     const waiter = yield* MoveWaiter
+    const sessionWaiter = yield* SessionWaiter
 
     /** The session, once the caller may act for it (the admin, or its host's agent). */
     const sessionFor = (id: string) => api(store.getSession(id)).pipe(Effect.tap((s) => requireHostOrAdmin(s.hostId)))
 
+    /** The session with where it stands in the queue, while it is queued. */
+    const detailOf = (s: Session) =>
+      s.state === "queued" ? api(store.queueStanding(s.id)).pipe(Effect.map((standing) => sessionDetail(s, standing))) : Effect.succeed(sessionDetail(s, null))
+
+    /** Counts a create's or a cold resume's outcome and wakes who waits on it: its host's agent and its waiters. */
     const placed = (o: PlaceOutcome, source: "create" | "resume") =>
       Effect.gen(function* () {
         metrics.inc("engram_placements_total", { outcome: o._tag === "Placed" ? "placed" : "queued", source })
-        if (o._tag === "Placed") yield* notifier.notify(hostTopic(o.session.hostId))
-        return placeAnswer(o)
+        yield* notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : null, sessionTopic(o.session.id))
       })
 
     return h
       .handle("create", ({ payload }) =>
-        api(store.createSession({ id: payload.id ?? randomUUID(), budget: { memMib: payload.memMib, vcpus: payload.vcpus }, affinity: payload.affinity })).pipe(
-          Effect.flatMap((o) => placed(o, "create")),
+        api(
+          store.createSession({
+            id: payload.id ?? randomUUID(),
+            budget: { memMib: payload.memMib, vcpus: payload.vcpus },
+            affinity: payload.affinity,
+            onNoRoom: payload.onNoRoom,
+          }),
+        ).pipe(
+          Effect.tap((o) => placed(o, "create")),
+          Effect.map(placeAnswer),
         ),
       )
       .handle("list", ({ query }) =>
@@ -82,10 +99,42 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
           if (p._tag === "Host" && query.hostId !== p.hostId) {
             return yield* new Forbidden({ error: "Forbidden", message: `a host token lists only its own host's sessions (?hostId=${p.hostId})` })
           }
-          return yield* api(store.listSessions({ state: query.state, hostId: query.hostId }))
+          const page = yield* api(store.pageSessions({ state: query.state, hostId: query.hostId }, { limit: query.limit, cursor: query.cursor }))
+          return pageJson(page, (x) => x)
         }),
       )
-      .handle("get", ({ params }) => sessionFor(params.id))
+      .handle("get", ({ params }) => sessionFor(params.id).pipe(Effect.flatMap(detailOf)))
+      .handle("wait", ({ params, query }) =>
+        Effect.gen(function* () {
+          yield* sessionFor(params.id)
+          const outcome = yield* api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs))
+          const s = outcome.session
+          switch (outcome._tag) {
+            case "Reached":
+              return yield* detailOf(s)
+            case "Unreachable":
+              return yield* new ConflictError({
+                error: "Unreachable",
+                message: `session ${s.id} is ${s.state}: it can no longer become ${query.state}`,
+                id: s.id,
+                from: s.state,
+                to: query.state,
+              })
+            case "TimedOut":
+              return yield* new WaitTimeout({
+                error: "WaitTimeout",
+                message: `session ${s.id} was still ${s.state}, not ${query.state}, after ${query.timeoutMs ?? defaultWaitMs} ms`,
+                state: s.state,
+              })
+          }
+        }),
+      )
+      .handle("events", ({ params, query }) =>
+        sessionFor(params.id).pipe(
+          Effect.andThen(api(store.sessionEvents(params.id, { limit: query.limit, cursor: query.cursor }))),
+          Effect.map((page) => pageJson(page, eventJson)),
+        ),
+      )
       .handle("idle", ({ params }) =>
         Effect.gen(function* () {
           const s = yield* sessionFor(params.id)
@@ -95,22 +144,36 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
           const after = yield* api(store.idle(params.id, mayPark))
           if (after.state === "parked") metrics.inc("engram_parks_total")
           else metrics.inc("engram_descents_total", { reason: "idle" })
-          yield* notifier.notify(hostTopic(after.hostId))
+          yield* notifier.notify(hostTopic(after.hostId), sessionTopic(after.id))
           return { id: after.id, state: after.state }
         }),
       )
-      .handle("resume", ({ params }) => api(store.resume(params.id)).pipe(Effect.flatMap((o) => placed(o, "resume"))))
+      .handle("resume", ({ params }) =>
+        Effect.gen(function* () {
+          const o = yield* api(store.resume(params.id))
+          const answer = resumeAnswer(o)
+          if (answer.resumed === "warm") {
+            // A park running again where it is: its agent resumes the paused VM.
+            metrics.inc("engram_resumes_total", { resumed: "warm" })
+            yield* notifier.notify(hostTopic(o.session.hostId), sessionTopic(o.session.id))
+          } else {
+            metrics.inc("engram_resumes_total", { resumed: "cold" })
+            yield* placed(o, "resume")
+          }
+          return answer
+        }),
+      )
       .handle("started", ({ params }) =>
         sessionFor(params.id).pipe(
           Effect.andThen(api(store.markRunning(params.id))),
-          Effect.tap((s) => notifier.notify(hostTopic(s.hostId))),
+          Effect.tap((s) => notifier.notify(hostTopic(s.hostId), sessionTopic(s.id))),
         ),
       )
       .handle("descended", ({ params }) =>
         Effect.gen(function* () {
           const before = yield* sessionFor(params.id)
           const s = yield* api(store.finishDescent(params.id))
-          yield* room.appeared(hostTopic(before.hostId))
+          yield* room.appeared(hostTopic(before.hostId), sessionTopic(s.id))
           return s
         }),
       )
@@ -119,7 +182,12 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
           const before = yield* sessionFor(params.id)
           const open = yield* api(store.openMove(params.id))
           const s = yield* api(store.endSession(params.id))
-          yield* room.appeared(hostTopic(before.hostId), open === null ? null : hostTopic(open.targetHostId), open === null ? null : moveTopic(open.id))
+          yield* room.appeared(
+            hostTopic(before.hostId),
+            sessionTopic(s.id),
+            open === null ? null : hostTopic(open.targetHostId),
+            open === null ? null : moveTopic(open.id),
+          )
           return s
         }),
       )
@@ -127,7 +195,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
         Effect.gen(function* () {
           const begun = yield* api(store.beginMove({ sessionId: params.id, targetHostId: payload.targetHostId, maxDowntimeMs: payload.maxDowntimeMs }))
           yield* Effect.logInfo("move begun", { moveId: begun.id, sessionId: begun.sessionId, from: begun.sourceHostId, to: begun.targetHostId })
-          yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId))
+          yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), sessionTopic(begun.sessionId))
           return yield* api(waiter.outcome(begun)).pipe(Effect.flatMap(moveAnswer))
         }),
       )

@@ -47,3 +47,17 @@ export type Client = ReturnType<typeof client>
 let counter = 0
 /** A unique id for a test's hosts and sessions (the suites share one coordinator). */
 export const uid = (prefix: string): string => `${prefix}-${Date.now().toString(36)}-${(counter++).toString(36)}`
+
+/** Every item of a paged list (`{items, nextCursor}`), following the cursors 1000 at a time. */
+export const listAll = async <T = any>(c: Client, path: string): Promise<T[]> => {
+  const items: T[] = []
+  let cursor: string | null = null
+  for (;;) {
+    const sep = path.includes("?") ? "&" : "?"
+    const page: Answer<{ items: T[]; nextCursor: string | null }> = await c.get(`${path}${sep}limit=1000${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`)
+    if (page.status !== 200) throw new Error(`GET ${path}: ${page.status} ${JSON.stringify(page.body)}`)
+    items.push(...page.body.items)
+    cursor = page.body.nextCursor
+    if (cursor === null) return items
+  }
+}
