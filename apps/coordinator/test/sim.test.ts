@@ -87,6 +87,21 @@ describe("two coordinators on one store (replicas)", () => {
     // A token that is a prefix or extension of a real one is nobody's.
     expect((await client(b.url, `${created.body.token as string}x`).get(`/v1/hosts/${hid}`)).status).toBe(401)
   })
+
+  it("a wait on one replica sees a change made through the other (it re-reads the store), and a rotated token stops on both", async () => {
+    const hid = uid("h")
+    const token = (await client(a.url, adminToken).post("/v1/hosts", { id: hid })).body.token as string
+    await client(a.url, adminToken).put(`/v1/hosts/${hid}/report`, { totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })
+    const sid = uid("s")
+    await client(a.url, adminToken).post("/v1/sessions", { id: sid, memMib: 256, vcpus: 1, affinity: [hid] })
+    const waiting = client(b.url, adminToken).get(`/v1/sessions/${sid}/wait?state=running&timeoutMs=30000`)
+    expect((await client(a.url, token).post(`/v1/sessions/${sid}/started`)).status).toBe(200)
+    const woke = await waiting
+    expect([woke.status, woke.body.state]).toEqual([200, "running"])
+    const rotated = (await client(a.url, adminToken).post(`/v1/hosts/${hid}/token`)).body.token as string
+    expect((await client(b.url, token).get(`/v1/hosts/${hid}`)).status).toBe(401)
+    expect((await client(b.url, rotated).get(`/v1/hosts/${hid}`)).status).toBe(200)
+  })
 })
 
 describe("reconcile at start-up (SPEC §3)", () => {
