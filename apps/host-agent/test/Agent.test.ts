@@ -8,8 +8,7 @@ const fleetOf = Effect.gen(function* () {
   const settle = Effect.gen(function* () {
     for (let i = 0; i < 3; i++) {
       yield* fleet.pass
-      yield* TestClock.adjust("1 minute")
-      for (const h of fleet.hosts) yield* h.agent.idle
+      yield* fleet.quiesce
     }
   })
   return { ...fleet, a: fleet.hosts[0]!, b: fleet.hosts[1]!, settle }

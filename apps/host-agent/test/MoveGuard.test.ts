@@ -1,12 +1,13 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Downtime } from "@engram/core"
 import { Effect, Logger, Ref } from "effect"
-import { TestClock } from "effect/testing"
-import { defaultSimConfig, type SimConfig } from "../src/SimRuntime.js"
+import { SimRuntime } from "@engram/runtime"
 import { makeFleet, type FleetOptions } from "./support/InProcess.js"
 
+type SimConfig = SimRuntime.SimConfig
+
 /** Seed 004's hardware run: a 4 GiB guest rewriting a hot 64 MiB; capture ≈ 40 ms, send ≈ 85 ms, commit ≈ 420 ms. */
-const seed004: Partial<SimConfig> = defaultSimConfig
+const seed004: Partial<SimConfig> = SimRuntime.defaultSimConfig
 
 const runMove = (opts: {
   readonly maxDowntimeMs: number
@@ -29,9 +30,7 @@ const runMove = (opts: {
     const settle = Effect.gen(function* () {
       for (let i = 0; i < 4; i++) {
         yield* fleet.pass
-        yield* TestClock.adjust("1 minute")
-        yield* a.agent.idle
-        yield* b.agent.idle
+        yield* fleet.quiesce
       }
     })
     yield* fleet.coordinator.addSession("s1", "a", opts.memMib ?? 4096, 2)
@@ -61,7 +60,7 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
       assert.strictEqual(session.state, "running")
       assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
       assert.deepStrictEqual(yield* a.runtime.list, [])
-      assert.strictEqual((yield* b.target.staged).length, 0)
+      assert.strictEqual((yield* b.target.incoming).length, 0)
       assert.strictEqual(outcome._tag, "Committed")
       assert.deepStrictEqual((yield* a.residents.pendingCommits), [])
     }))
@@ -81,7 +80,7 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
       assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
       assert.isFalse((yield* a.runtime.stats("s1")).tracking)
       assert.deepStrictEqual(yield* b.runtime.list, [])
-      assert.strictEqual((yield* b.target.staged).length, 0)
+      assert.strictEqual((yield* b.target.incoming).length, 0)
     }))
 })
 
@@ -102,7 +101,7 @@ describe("the post-capture check", () => {
       assert.deepStrictEqual((yield* a.residents.all).map((v) => v.status), ["running"])
       assert.deepStrictEqual(yield* b.runtime.list, [])
       assert.deepStrictEqual(yield* b.residents.all, [])
-      assert.strictEqual((yield* b.target.staged).length, 0)
+      assert.strictEqual((yield* b.target.incoming).length, 0)
     }))
 
 })
@@ -143,14 +142,9 @@ describe("the final round is the point of no return (SPEC §5), and the coordina
       const { move } = yield* runMove({
         maxDowntimeMs: 600,
         fleet: {
-          wrapLink: (link, coordinator) => ({
-            ...link,
-            send: (h, c) =>
-              Effect.gen(function* () {
-                if (c.kind === "final") seen.push((yield* coordinator.get).moves.get(h.moveId)!.rounds.map((r) => r.kind))
-                return yield* link.send(h, c)
-              }),
-          }),
+          // Just before the runtime sends the final round to the target's incoming VM.
+          onSwitchover: (coordinator, hostId) =>
+            hostId === "a" ? Effect.flatMap(coordinator.get, (s) => Effect.sync(() => void seen.push(s.moves.get("m1")!.rounds.map((r) => r.kind)))) : Effect.void,
         },
       })
       assert.strictEqual(move.state, "committed")
@@ -170,8 +164,8 @@ describe("the final round is the point of no return (SPEC §5), and the coordina
       assert.strictEqual(move.abortReason, "timeout")
       assert.isFalse(move.rounds.some((r) => r.kind === "final"))
       assert.strictEqual(outcome._tag, "Gone")
-      assert.isUndefined(yield* b.target.committedAt("m1"), "the target never committed")
-      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.deepStrictEqual(yield* b.runtime.list, [], "the target never committed, and dropped its incoming VM")
+      assert.deepStrictEqual(yield* b.residents.all, [])
       assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
       // The same guest runs on the source: resumed, not booted again.
       assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])

@@ -200,19 +200,21 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         return yield* err(op, vm.spec.vmId, `migration ${end.event === "SHUTDOWN" ? "ended by a QEMU shutdown" : String(end.data["status"])}${info["error-desc"] === undefined ? "" : `: ${info["error-desc"]}`}`)
       })
 
+    /** Cancels a VM's outgoing migration and waits until QEMU says it ended (a cancel at pre-switchover resumes a guest that ran). Never fails. */
+    const cancelMigration = (vm: Vm) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const sub = yield* vm.client.subscribe
+          yield* q(vm, "migrate", "migrate_cancel")
+          yield* Qmp.awaitEvent(sub, (e) => (e.event === "MIGRATION" && ["cancelled", "failed", "completed"].includes(String(e.data["status"])) ? e : undefined), 10_000, "cancelled")
+        }),
+      ).pipe(Effect.ignore)
+
     /** After a failed or refused outgoing migration: cancel it if it still runs, and make sure the guest runs here. */
     const giveBack = (vm: Vm, wasRunning: boolean) =>
       Effect.gen(function* () {
         const info = yield* queryMigrate(vm, "migrate").pipe(Effect.orElseSucceed((): M.MigrationInfo => ({})))
-        if (["setup", "active", "pre-switchover", "device"].includes(info.status ?? "")) {
-          yield* Effect.scoped(
-            Effect.gen(function* () {
-              const sub = yield* vm.client.subscribe
-              yield* q(vm, "migrate", "migrate_cancel")
-              yield* Qmp.awaitEvent(sub, (e) => (e.event === "MIGRATION" && ["cancelled", "failed", "completed"].includes(String(e.data["status"])) ? e : undefined), 10_000, "cancelled")
-            }),
-          ).pipe(Effect.ignore)
-        }
+        if (["setup", "active", "pre-switchover", "device"].includes(info.status ?? "")) yield* cancelMigration(vm)
         if (wasRunning && (yield* runStatus(vm, "migrate").pipe(Effect.orElseSucceed(() => "running" as VmStatus))) === "paused") {
           yield* q(vm, "migrate", "cont").pipe(Effect.ignore)
         }
@@ -444,6 +446,22 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
               continue
             }
             const vm: Vm = { spec: record.spec, paths, pid, ...attached.success, record, status: "paused", endpoint: null }
+            // An outgoing move its agent left behind: in pre-copy (the guest runs) or held at
+            // pre-switchover (paused, nothing of the final round sent), the target cannot have
+            // the whole guest, so the move is cancelled and the guest runs here again (the agent
+            // runs the move again or aborts it). Past the switchover (`device`, `completed`) it
+            // is left alone: the target may hold the whole guest, and only the agent's owed
+            // commit decides which copy runs.
+            if (record.incomingMoveId === null) {
+              const info = yield* queryMigrate(vm, "recover").pipe(Effect.orElseSucceed((): M.MigrationInfo => ({})))
+              if (["setup", "active", "pre-switchover"].includes(info.status ?? "")) {
+                yield* Effect.logWarning("QEMU VM recovered in the middle of an outgoing move; the move is cancelled, the guest runs here", {
+                  vmId: record.spec.vmId,
+                  migration: info.status,
+                })
+                yield* cancelMigration(vm)
+              }
+            }
             vm.status = yield* runStatus(vm, "recover").pipe(Effect.orElseSucceed((): VmStatus => "paused"))
             vms.set(record.spec.vmId, vm)
           }
@@ -460,9 +478,14 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
             })
           const existing = vms.get(spec.vmId)
           if (existing !== undefined) {
-            // The same move asked again (a retried request, or after an agent restart): the same endpoint.
-            if (existing.record.incomingMoveId === moveId) return existing.endpoint ?? (yield* endpointOf(existing))
-            return yield* err("prepareIncoming", spec.vmId, "VM already resident")
+            if (existing.record.incomingMoveId !== moveId) return yield* err("prepareIncoming", spec.vmId, "VM already resident")
+            // The same move asked again (a retried request, or after an agent restart): the same
+            // endpoint while it still waits for its stream. One whose stream began (a source that
+            // died or gave up mid-move) cannot take another: it is replaced by a fresh one.
+            const waiting = P.alive(existing.pid) && (yield* queryMigrate(existing, "prepareIncoming").pipe(Effect.map((i) => i.status === "setup"), Effect.orElseSucceed(() => false)))
+            if (waiting) return existing.endpoint ?? (yield* endpointOf(existing))
+            yield* Effect.logInfo("incoming VM of a move asked again after its stream began; started afresh", { vmId: spec.vmId, moveId })
+            yield* finish(existing)
           }
           const vm = yield* launch(spec, machineFor(spec), moveId, true)
           const endpoint = yield* Effect.gen(function* () {
