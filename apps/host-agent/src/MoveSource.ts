@@ -41,7 +41,15 @@ export interface MoveSourceDeps {
 
 /** How a move ended on the source. */
 export type MoveOutcome =
-  | { readonly _tag: "Committed"; readonly phases: PhasesReport; readonly rounds: readonly RoundReport[]; readonly runtimeDowntimeMs: number | null }
+  | {
+      readonly _tag: "Committed"
+      readonly phases: PhasesReport
+      readonly rounds: readonly RoundReport[]
+      /** The hypervisor's own figure for the pause (QEMU's `downtime`), when it has one. */
+      readonly runtimeDowntimeMs: number | null
+      /** Where the pause went besides the phases: recording the final round, writing the owed record (ms). */
+      readonly paused: { readonly recordFinalMs: number; readonly persistMs: number }
+    }
   | {
       readonly _tag: "Refused"
       /** `pre-pause`: refused before pausing; `post-capture`: aborted paused, guest resumed here. */
@@ -109,6 +117,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
 
     const protocol = Effect.gen(function* () {
       const endpoint = yield* link.prepare(header)
+      yield* Effect.logInfo("move: the target waits; streaming", { hostId: deps.hostId, moveId: move.id, endpoint: endpoint.uri })
       const result = yield* runtime.migrate(move.sessionId, {
         moveId: move.id,
         endpoint,
@@ -137,7 +146,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // The send time is not known yet: the record's `sendMs` is 0; the measured one is the
       // commit's `sendMs` phase.
       const at = result
+      const t0 = yield* nowMs
       const recorded = yield* retrying(coordinator.round(move.id, report(at.final))).pipe(Effect.result)
+      const t1 = yield* nowMs
       if (recorded._tag === "Failure") {
         yield* at.abort
         if (recorded.failure._tag === "Conflict") return yield* recorded.failure
@@ -155,6 +166,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       }
       yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
       yield* residents.addPendingCommit(owed)
+      const paused = { recordFinalMs: t1 - t0, persistMs: (yield* nowMs) - t1 }
 
       const sent = yield* at.switchover.pipe(Effect.result)
       if (sent._tag === "Failure") {
@@ -165,14 +177,15 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         yield* residents.removePendingCommit(move.id)
         return { _tag: "Failed", reason, paused: true } as const
       }
-      const paused: PendingCommit = { ...owed, pause: { ...owed.pause!, sendMs: sent.success.sendMs, sentAtMs: sent.success.sentAtMs } }
-      yield* residents.addPendingCommit(paused)
-      const settled = yield* confirmAtTarget(deps, paused)
+      // Sent: the send times join the owed record (written only if the commit stays owed: the
+      // guest is paused on both sides until the target answers).
+      const sentOwed: PendingCommit = { ...owed, pause: { ...owed.pause!, sendMs: sent.success.sendMs, sentAtMs: sent.success.sentAtMs } }
+      const settled = yield* confirmAtTarget(deps, sentOwed)
       if (settled._tag === "Owed") return { _tag: "Owed", reason: settled.reason } as const
       if (settled._tag === "Refused") {
         return { _tag: "Failed", reason: settled.reason, paused: true } as const
       }
-      return { _tag: "Confirmed", owed: settled.owed, runtimeDowntimeMs: sent.success.runtimeDowntimeMs } as const
+      return { _tag: "Confirmed", owed: settled.owed, runtimeDowntimeMs: sent.success.runtimeDowntimeMs, paused } as const
     })
 
     const outcome = yield* protocol.pipe(
@@ -204,7 +217,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
     if (settled._tag === "Refused") {
       return { _tag: "CommitRefused", reason: settled.reason, phases, restoredOnSource: settled.restoredOnSource } as const
     }
-    return { _tag: "Committed", phases, rounds: rounds.map((r) => (r.kind === "final" ? { ...r, sendMs: phases.sendMs } : r)), runtimeDowntimeMs: outcome.runtimeDowntimeMs } as const
+    return { _tag: "Committed", phases, rounds: rounds.map((r) => (r.kind === "final" ? { ...r, sendMs: phases.sendMs } : r)), runtimeDowntimeMs: outcome.runtimeDowntimeMs, paused: outcome.paused } as const
   })
 
 /** How settling an owed move ended. */
@@ -260,6 +273,7 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
     }
     const e = committed.failure
     if (!e.refused) {
+      yield* residents.addPendingCommit(owed)
       const reason = `the target's commit is not confirmed (${e.message}); the source copy stays paused, asked again on the next pass`
       yield* Effect.logWarning(`move outcome owed: ${reason}`, { moveId: owed.moveId, target: owed.target.targetHostId })
       return { _tag: "Owed", reason } as const

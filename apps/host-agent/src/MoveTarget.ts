@@ -7,7 +7,8 @@
  *
  * What it decides: a refused commit (`PeerError` with `refused: true`) means the guest does
  * not run here and nothing of the move is left (the incoming VM is destroyed); the source may
- * then resume its own copy. Every other failure leaves the question open.
+ * then resume its own copy. Every other failure leaves the question open. Each operation runs
+ * to its end once started (a source that hangs up does not leave a half-started VM behind).
  */
 import { Clock, Effect, Ref, Schema } from "effect"
 import type { IncomingEndpoint, VmRuntimeShape, VmSpec } from "@engram/runtime"
@@ -93,7 +94,7 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
             Effect.tapError(() => drop(h.moveId, h.sessionId)),
             Effect.catchTag("RuntimeError", (e) => refuse("prepare", h.moveId, `${e.op}: ${e.message}`)),
           )
-        }),
+        }).pipe(Effect.uninterruptible),
       commit: (h) =>
         Effect.gen(function* () {
           if (h.targetHostId !== hostId) return yield* refuse("commit", h.moveId, `this host is ${hostId}, not ${h.targetHostId}`)
@@ -106,11 +107,11 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
             Effect.catchTag("RuntimeError", (e) => drop(h.moveId, h.sessionId).pipe(Effect.andThen(refuse("commit", h.moveId, `${e.op}: ${e.message}`)))),
           )
           yield* residents.update(h.sessionId, (v) => ({ ...v, status: "running" }))
-        }),
+        }).pipe(Effect.uninterruptible),
       abort: (moveId) =>
         Effect.gen(function* () {
           for (const vm of yield* residents.all) if (vm.moveId === moveId) yield* drop(moveId, vm.vmId)
-        }),
+        }).pipe(Effect.uninterruptible),
       incoming: Effect.map(residents.all, (vms) => vms.filter((v) => v.moveId !== null && v.status === "paused").map((v) => ({ moveId: v.moveId!, vmId: v.vmId }))),
       lastActivity: (moveId) =>
         Effect.gen(function* () {

@@ -160,20 +160,37 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         return { client, scope }
       })
 
-    /** Spawns a VM's QEMU and connects to it. */
+    /** VMs whose QEMU is being spawned (one launch per VM at a time). */
+    const launching = new Set<string>()
+
+    /**
+     * Spawns a VM's QEMU and connects to it. Not interruptible: a QEMU spawned and never
+     * registered would run on unseen. A live QEMU left in the VM's files (one this runtime does
+     * not hold: its QMP never answered after a restart) is ended first: one QEMU per VM.
+     */
     const launch = (spec: VmSpec, m: P.Machine, incomingMoveId: string | null, incoming: boolean) =>
-      Effect.gen(function* () {
-        if (vms.has(spec.vmId)) return yield* err("start", spec.vmId, "VM already resident")
-        const paths = P.pathsOf(config.stateDir, spec.vmId)
-        const args = P.argv(spec, m, paths, { incoming, tcgTbSizeMib: config.tcgTbSizeMib ?? 64, extra: config.extraArgs ?? [] })
-        const pid = yield* P.spawnQemu(binary, args, paths, spec.vmId)
-        const attached = yield* attach(paths, pid, spec.vmId, startTimeoutMs).pipe(Effect.tapError(() => P.kill(pid, 2000)))
-        const record: P.VmRecord = { engram: "qemu-vm/v1", spec, machine: m, socket: paths.socket, incomingMoveId }
-        yield* P.writeRecord(paths, record).pipe(Effect.tapError(() => P.kill(pid, 2000)))
-        const vm: Vm = { spec, paths, pid, ...attached, record, status: incoming ? "paused" : "running", endpoint: null }
-        vms.set(spec.vmId, vm)
-        return vm
-      })
+      Effect.uninterruptible(
+        Effect.gen(function* () {
+          if (vms.has(spec.vmId) || launching.has(spec.vmId)) return yield* err("start", spec.vmId, "VM already resident")
+          launching.add(spec.vmId)
+          return yield* Effect.gen(function* () {
+            const paths = P.pathsOf(config.stateDir, spec.vmId)
+            const stray = P.readPid(paths)
+            if (stray !== undefined && P.aliveAs(stray, binary)) {
+              yield* Effect.logWarning("a QEMU this runtime does not hold runs in the VM's files; it is ended before a new one starts", { vmId: spec.vmId, pid: stray })
+              yield* P.kill(stray, 5000)
+            }
+            const args = P.argv(spec, m, paths, { incoming, tcgTbSizeMib: config.tcgTbSizeMib ?? 64, extra: config.extraArgs ?? [] })
+            const pid = yield* P.spawnQemu(binary, args, paths, spec.vmId)
+            const attached = yield* attach(paths, pid, spec.vmId, startTimeoutMs).pipe(Effect.tapError(() => P.kill(pid, 2000)))
+            const record: P.VmRecord = { engram: "qemu-vm/v1", spec, machine: m, socket: paths.socket, incomingMoveId }
+            yield* P.writeRecord(paths, record).pipe(Effect.tapError(() => P.kill(pid, 2000)))
+            const vm: Vm = { spec, paths, pid, ...attached, record, status: incoming ? "paused" : "running", endpoint: null }
+            vms.set(spec.vmId, vm)
+            return vm
+          }).pipe(Effect.ensuring(Effect.sync(() => launching.delete(spec.vmId))))
+        }),
+      )
 
     /** Ends a VM's QEMU (`quit`, then signals) and removes its files. Never fails. */
     const finish = (vm: Vm) =>
