@@ -499,7 +499,13 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
             // The same move asked again (a retried request, or after an agent restart): the same
             // endpoint while it still waits for its stream. One whose stream began (a source that
             // died or gave up mid-move) cannot take another: it is replaced by a fresh one.
-            const waiting = P.alive(existing.pid) && (yield* queryMigrate(existing, "prepareIncoming").pipe(Effect.map((i) => i.status === "setup"), Effect.orElseSucceed(() => false)))
+            // (Listening and not connected yet, QEMU shows no status, only the socket address.)
+            const waiting =
+              P.alive(existing.pid) &&
+              (yield* queryMigrate(existing, "prepareIncoming").pipe(
+                Effect.map((i) => (i.status === undefined || i.status === "setup") && M.listeningPort(i) !== undefined),
+                Effect.orElseSucceed(() => false),
+              ))
             if (waiting) return existing.endpoint ?? (yield* endpointOf(existing))
             yield* Effect.logInfo("incoming VM of a move asked again after its stream began; started afresh", { vmId: spec.vmId, moveId })
             yield* finish(existing)
