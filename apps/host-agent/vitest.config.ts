@@ -1,13 +1,23 @@
 import { base } from "@engram/vitest-config"
-import { defineConfig, mergeConfig } from "vitest/config"
+import { defineConfig } from "vitest/config"
 
-export default mergeConfig(
-  base,
-  defineConfig({
-    test: {
-      // The end-to-end file starts a coordinator (PGlite) and three agent processes.
-      testTimeout: 60_000,
-      hookTimeout: 240_000,
-    },
-  }),
-)
+/** The end-to-end files start a coordinator (PGlite) and agent processes. */
+const timeouts = { testTimeout: 60_000, hookTimeout: 240_000 }
+const realGuests = "test/qemu-e2e.test.ts"
+const project = (name: string, include: string[], exclude: string[], groupOrder: number) => ({
+  resolve: base.resolve,
+  ssr: base.ssr,
+  test: { ...timeouts, name, include, exclude, sequence: { groupOrder } },
+})
+
+export default defineConfig({
+  resolve: base.resolve,
+  ssr: base.ssr,
+  test: {
+    ...timeouts,
+    reporters: base.test.reporters,
+    // The real-guest file runs after the others, alone: its TCG guests would take the CPU
+    // from the simulated end-to-end moves, which run in real time (two cores in CI).
+    projects: [project("agent", [...base.test.include], [realGuests], 0), project("real-guests", [realGuests], [], 1)],
+  },
+})

@@ -11,16 +11,16 @@
  * coordinator whose 409 (already done) counts as done.
  */
 import { Limits } from "@engram/core"
+import type { ImageStore, RuntimeInfo, VmRuntimeShape, VmSpec } from "@engram/runtime"
+import { nowMs } from "@engram/runtime"
 import { Clock, Effect, FiberMap, Ref, type Result, type Scope } from "effect"
 import type { Assignments, AssignedMove, AssignedSession, Conflict, CoordinatorError, CoordinatorShape } from "./Coordinator.js"
-import type { ImageStore } from "./ImageStore.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
 import type { PendingCommit } from "./LocalState.js"
 import { type MoveOutcome, runSource, settleCommit } from "./MoveSource.js"
 import type { PeerLink } from "./PeerLink.js"
 import type { Residents } from "./Residents.js"
-import type { VmRuntimeShape, VmSpec } from "./Runtime.js"
 
 /** The agent's timing and move policy. Durations in ms. */
 export interface AgentConfig {
@@ -33,16 +33,17 @@ export interface AgentConfig {
   /** Pause after a failed poll or action before the next try. */
   readonly retryDelayMs: number
   readonly maxPreCopyRounds: number
-  /** How long a target keeps staged rounds (or a committed VM) the coordinator does not show. */
+  /** How long a target keeps an incoming VM (or a committed one) of a move the coordinator does not show pending. */
   readonly stagingGraceMs: number
 }
 
 export interface AgentDeps {
   readonly coordinator: CoordinatorShape
   readonly runtime: VmRuntimeShape
+  /** Measures the host given the RAM its resident VMs hold (their RSS, MiB). */
   readonly measure: (residentMib: number) => Effect.Effect<HostReport>
   readonly residents: Residents
-  readonly images: ImageStore
+  readonly images: ImageStore.ImageStore
   readonly link: PeerLink
   readonly target: MoveTarget
 }
@@ -50,8 +51,14 @@ export interface AgentDeps {
 /** What an agent shows on its status endpoint and to tests. */
 export interface AgentStatus {
   readonly hostId: string
+  /** Which runtime runs the guests, its accelerator and why. */
+  readonly runtime: RuntimeInfo
   readonly vms: readonly { readonly vmId: string; readonly status: string; readonly memMib: number; readonly moveId: string | null }[]
-  readonly staged: readonly { readonly moveId: string; readonly rounds: number }[]
+  /** The runtime's resident VMs as measured: RSS (bytes) and the hypervisor process. */
+  readonly usage: readonly { readonly vmId: string; readonly status: string; readonly rssBytes: number | null; readonly pid: number | null }[]
+  /** Incoming VMs of moves to this host, not committed yet. */
+  readonly incoming: readonly { readonly moveId: string; readonly vmId: string }[]
+  /** Moves whose outcome this host (their source) still owes. */
   readonly pendingCommits: readonly string[]
   readonly moves: readonly ({ readonly moveId: string } & MoveOutcome)[]
   readonly lastReport: HostReport | null
@@ -66,6 +73,8 @@ export interface Agent {
   readonly run: Effect.Effect<never>
   readonly reportOnce: Effect.Effect<void>
   readonly status: Effect.Effect<AgentStatus>
+  /** Whether an action is in flight (tests driving the clock poll it). */
+  readonly busy: Effect.Effect<boolean>
 }
 
 /** Builds an agent; its action fibers live in the current scope. */
@@ -85,7 +94,16 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     const specOf = (s: AssignedSession): VmSpec => ({ vmId: s.id, memMib: s.budget.memMib, vcpus: s.budget.vcpus })
 
-    /** Makes the session's VM resident and running: resumed, restored from its image, or booted. */
+    /** Runs `eff` and logs `msg` with how long it took (ms, the runtime's clock). */
+    const timedLog = <A, E>(msg: string, fields: Record<string, unknown>, eff: Effect.Effect<A, E>) =>
+      Effect.gen(function* () {
+        const t0 = yield* nowMs
+        const a = yield* eff
+        yield* log(msg, { ...fields, ms: Math.round(((yield* nowMs) - t0) * 100) / 100 })
+        return a
+      })
+
+    /** Makes the session's VM resident and running: unparked, restored from its descent image, or booted. */
     const ensureRunning = (s: AssignedSession) =>
       Effect.gen(function* () {
         const vm = yield* residents.get(s.id)
@@ -93,40 +111,35 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           const spec = specOf(s)
           const image = yield* images.get(s.id)
           if (image !== undefined) {
-            yield* runtime.restore(spec, [image])
-            yield* runtime.resume(s.id)
-            yield* log("restored from its descent image", { sessionId: s.id })
+            yield* timedLog("restored from its descent image", { sessionId: s.id, imageBytes: image.bytes }, runtime.restore(spec, image))
           } else {
-            yield* runtime.start(spec)
-            yield* log("started", { sessionId: s.id, state: s.state })
+            yield* timedLog("started", { sessionId: s.id, state: s.state }, runtime.start(spec))
           }
           yield* residents.put({ ...spec, status: "running", reservationId: s.reservationId ?? null, moveId: null })
         } else if (vm.status === "paused") {
-          yield* runtime.resume(s.id)
+          yield* timedLog("unparked", { sessionId: s.id }, runtime.unpark(s.id))
           yield* residents.update(s.id, (v) => ({ ...v, status: "running" }))
-          yield* log("resumed", { sessionId: s.id })
         }
       })
 
-    const pause = (s: AssignedSession) =>
+    const park = (s: AssignedSession) =>
       Effect.gen(function* () {
         yield* ensureRunning(s)
-        yield* runtime.pause(s.id)
+        yield* timedLog("parked", { sessionId: s.id }, runtime.park(s.id))
         yield* residents.update(s.id, (v) => ({ ...v, status: "paused" }))
-        yield* log("parked", { sessionId: s.id })
       })
 
     const descend = (s: AssignedSession) =>
       Effect.gen(function* () {
         const vm = yield* residents.get(s.id)
         if (vm !== undefined) {
-          const capture = yield* runtime.fullCapture(s.id)
-          yield* runtime.stopTracking(s.id)
-          yield* images.put(capture)
-          yield* runtime.destroy(s.id)
+          // The image is a file of the image store; when `descend` answers, the VM and its RAM are gone.
+          const path = yield* images.prepare(s.id)
+          const image = yield* timedLog("descended to its image", { sessionId: s.id }, runtime.descend(s.id, path))
           yield* residents.remove(s.id)
-        } else {
-          yield* Effect.logWarning("descending session has no resident VM; reporting it descended", { hostId: me, sessionId: s.id })
+          yield* log("descent image written", { sessionId: s.id, imageBytes: image.bytes })
+        } else if ((yield* images.get(s.id)) === undefined) {
+          yield* Effect.logWarning("descending session has no resident VM and no image; reporting it descended", { hostId: me, sessionId: s.id })
         }
         yield* done(coordinator.descended(s.id))
         yield* log("descended", { sessionId: s.id })
@@ -141,7 +154,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             commitAllowanceMs: Limits.defaults.commitAllowanceMs,
           }).pipe(Effect.as(Limits.defaults.commitAllowanceMs))
 
-    const settle = (owed: PendingCommit) => settleCommit({ hostId: me, coordinator, residents, runtime, link: deps.link }, owed)
+    /** Settles an owed move; still owed is a failure, so the action is retried after `retryDelayMs`. */
+    const settle = (owed: PendingCommit) =>
+      settleCommit({ hostId: me, coordinator, residents, runtime, link: deps.link }, owed).pipe(
+        Effect.flatMap((r) => (r._tag === "Owed" ? Effect.fail({ _tag: "MoveOutcomeOwed", message: r.reason }) : Effect.void)),
+      )
 
     const moveSource = (s: AssignedSession, move: AssignedMove, a: Assignments) =>
       Effect.gen(function* () {
@@ -168,8 +185,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           // The coordinator's view wins: e.g. a VM that arrived by a move now holds the session's reservation.
           yield* residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
         }
-        // A commit owed for this session comes first: until it settles, the paused local copy is
-        // neither resumed nor moved again (the target may run the guest).
+        // A move outcome owed for this session comes first: until it settles, the paused local
+        // copy is neither resumed nor moved again (the target may run the guest).
         const owed = (yield* residents.pendingCommits).find((p) => p.sessionId === s.id)
         if (owed !== undefined) return settle(owed)
         switch (s.state) {
@@ -181,7 +198,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           case "running":
             return vm === undefined || vm.status === "paused" ? ensureRunning(s) : null
           case "parked":
-            return vm === undefined || vm.status === "running" ? pause(s) : null
+            return vm === undefined || vm.status === "running" ? park(s) : null
           case "descending":
             return descend(s)
           case "moving": {
@@ -220,24 +237,23 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           )
         }
 
-        // What is resident but no longer the coordinator's on this host: ended, lost, or moved away.
+        // What is resident but no longer the coordinator's on this host: ended, lost, or moved
+        // away. A move's VM (incoming, or committed here) is kept while its move is pending, and
+        // for the grace after this target last acted for it (the assignments may lag behind a
+        // source that already prepared it here; a committed VM waits for the coordinator's view).
         const onHost = new Set(mine.map((s) => s.id))
         const pendingMoves = new Set(a.moves.filter((m) => m.state === "pending").map((m) => m.id))
         for (const vm of yield* residents.all) {
           if (onHost.has(vm.vmId) || (yield* FiberMap.has(inflight, vm.vmId))) continue
           if (vm.moveId !== null) {
-            const at = yield* target.committedAt(vm.moveId)
-            if (pendingMoves.has(vm.moveId) || (at !== undefined && nowMs - at < config.stagingGraceMs)) continue
+            if (pendingMoves.has(vm.moveId) || nowMs - (yield* target.lastActivity(vm.moveId)) < config.stagingGraceMs) continue
+            yield* target.abort(vm.moveId)
+            yield* log("dropped the VM of a move no longer pending", { sessionId: vm.vmId, moveId: vm.moveId })
+            continue
           }
           yield* runtime.destroy(vm.vmId)
           yield* residents.remove(vm.vmId)
           yield* log("destroyed: no longer assigned to this host", { sessionId: vm.vmId })
-        }
-        for (const s of yield* target.staged) {
-          if (!pendingMoves.has(s.header.moveId) && nowMs - s.stagedAt > config.stagingGraceMs) {
-            yield* target.abort(s.header.moveId)
-            yield* log("dropped staged rounds of a move no longer pending", { moveId: s.header.moveId })
-          }
         }
         for (const owed of yield* residents.pendingCommits) {
           const key = `commit:${owed.moveId}`
@@ -247,8 +263,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         }
       })
 
+    /** The RAM the resident VMs hold, MiB: their measured RSS (SPEC §1: allocatable = MemAvailable + this). */
+    const residentMib = Effect.map(runtime.usage, (vms) => vms.reduce((n, v) => n + (v.rssBytes ?? 0), 0) / (1024 * 1024))
+
     const reportOnce = Effect.gen(function* () {
-      const report = yield* deps.measure(yield* residents.residentMib)
+      const report = yield* deps.measure(yield* residentMib)
       yield* Ref.set(lastReport, report)
       yield* coordinator.report(report).pipe(Effect.catch((e) => Effect.logWarning("report failed", { hostId: me, error: e.message })))
     })
@@ -293,13 +312,17 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       const snap = yield* residents.snapshot
       return {
         hostId: me,
+        runtime: yield* runtime.info,
         vms: snap.vms.map((v) => ({ vmId: v.vmId, status: v.status, memMib: v.memMib, moveId: v.moveId })),
-        staged: (yield* target.staged).map((s) => ({ moveId: s.header.moveId, rounds: s.rounds.length })),
+        usage: (yield* runtime.usage).map((u) => ({ vmId: u.vmId, status: u.status, rssBytes: u.rssBytes, pid: u.pid })),
+        incoming: yield* target.incoming,
         pendingCommits: snap.pendingCommits.map((p) => p.moveId),
         moves: yield* Ref.get(outcomes),
         lastReport: yield* Ref.get(lastReport),
       } satisfies AgentStatus
     })
 
-    return { reconcile, idle, run, reportOnce, status }
+    const busy = Effect.map(FiberMap.size(inflight), (n) => n > 0)
+
+    return { reconcile, idle, run, reportOnce, status, busy }
   })

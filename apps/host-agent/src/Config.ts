@@ -5,14 +5,16 @@
  * echoed; nothing falls back silently. An `ENGRAM_*` variable that no engram component reads is
  * warned about by name.
  */
+import { tmpdir } from "node:os"
 import { Env } from "@engram/api"
 import { Limits } from "@engram/core"
+import type { SimRuntime } from "@engram/runtime"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import type { AgentConfig } from "./Agent.js"
 import { defaultAgentConfig, type HostAgentOptions } from "./Host.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
 import { parsePeers } from "./PeerLink.js"
-import type { SimConfig } from "./SimRuntime.js"
+import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
 
 /** The configuration is invalid; `issues` names every bad variable. */
 export const ConfigInvalid = Env.ConfigInvalid
@@ -74,16 +76,100 @@ const settings = {
   sysRoot: Config.String("ENGRAM_AGENT_SYS_ROOT").pipe(Config.withDefault("/sys")),
   stateFile: optionalText("ENGRAM_AGENT_STATE_FILE"),
   imageDir: optionalText("ENGRAM_AGENT_IMAGE_DIR"),
+  migrationHost: optionalText("ENGRAM_AGENT_MIGRATION_HOST"),
+  advertiseHost: optionalText("ENGRAM_AGENT_ADVERTISE_HOST"),
+}
+
+/** The runtime's settings (`ENGRAM_RUNTIME` and, for QEMU, `ENGRAM_QEMU_*`). */
+const runtimeSettings = {
+  runtime: Config.schema(Schema.Literals(["sim", "qemu"]).annotate({ message: "must be sim or qemu" }), "ENGRAM_RUNTIME").pipe(Config.withDefault("sim" as const)),
+  qemuStateDir: optionalText("ENGRAM_QEMU_STATE_DIR"),
+  qemuKernel: optionalText("ENGRAM_QEMU_KERNEL"),
+  qemuInitrd: optionalText("ENGRAM_QEMU_INITRD"),
+  qemuAppend: optionalText("ENGRAM_QEMU_APPEND"),
+  qemuDisk: optionalText("ENGRAM_QEMU_DISK"),
+  qemuDiskFormat: optionalText("ENGRAM_QEMU_DISK_FORMAT"),
+  qemuBinary: optionalText("ENGRAM_QEMU_BINARY"),
+  qemuAccel: Config.schema(Schema.Literals(["auto", "kvm", "tcg"]).annotate({ message: "must be auto, kvm or tcg" }), "ENGRAM_QEMU_ACCEL").pipe(Config.withDefault("auto" as const)),
+  qemuMoveMibPerSec: int("ENGRAM_QEMU_MOVE_MIB_S", 1).pipe(Config.option),
+}
+
+/** The QEMU variables, which apply only with `ENGRAM_RUNTIME=qemu`. */
+const qemuVariables = Env.agentVariables.filter((v) => v.startsWith("ENGRAM_QEMU_"))
+
+/** The rules between variables (each variable's own rule is its Config's). */
+const crossIssues = (env: Env_): Env.Issue[] => {
+  const set = (v: string) => env[v] !== undefined && env[v] !== ""
+  const issues: Env.Issue[] = []
+  const runtime = set("ENGRAM_RUNTIME") ? env["ENGRAM_RUNTIME"] : "sim"
+  if (runtime === "sim") {
+    for (const v of qemuVariables) if (set(v)) issues.push({ variable: v, rule: "applies only with ENGRAM_RUNTIME=qemu", value: env[v] })
+    return issues
+  }
+  if (runtime !== "qemu") return issues
+  if (set("ENGRAM_SIM")) issues.push({ variable: "ENGRAM_SIM", rule: "applies only with ENGRAM_RUNTIME=sim", value: env["ENGRAM_SIM"] })
+  if (set("ENGRAM_QEMU_DISK") && set("ENGRAM_QEMU_KERNEL")) issues.push({ variable: "ENGRAM_QEMU_DISK", rule: "cannot be set with ENGRAM_QEMU_KERNEL (a guest boots one or the other)", value: env["ENGRAM_QEMU_DISK"] })
+  if (set("ENGRAM_QEMU_INITRD") && !set("ENGRAM_QEMU_KERNEL")) issues.push({ variable: "ENGRAM_QEMU_INITRD", rule: "needs ENGRAM_QEMU_KERNEL", value: env["ENGRAM_QEMU_INITRD"] })
+  if (set("ENGRAM_QEMU_APPEND") && set("ENGRAM_QEMU_DISK")) issues.push({ variable: "ENGRAM_QEMU_APPEND", rule: "applies to a kernel boot, not to ENGRAM_QEMU_DISK", value: env["ENGRAM_QEMU_APPEND"] })
+  if (set("ENGRAM_QEMU_DISK_FORMAT") && !set("ENGRAM_QEMU_DISK")) issues.push({ variable: "ENGRAM_QEMU_DISK_FORMAT", rule: "needs ENGRAM_QEMU_DISK", value: env["ENGRAM_QEMU_DISK_FORMAT"] })
+  return issues
 }
 
 const given = <A>(o: Option.Option<A>): { readonly value: A } | undefined => (Option.isSome(o) ? { value: o.value } : undefined)
+const text = (o: Option.Option<string>) => (Option.isSome(o) && o.value !== "" ? o.value : undefined)
+
+/** Reads `configs` and checks the rules between variables; every problem at once. */
+const readAll = <A extends Record<string, unknown>>(env: Env_, configs: { readonly [K in keyof A]: Config.Config<A[K]> }) =>
+  Effect.gen(function* () {
+    const envRecord: Record<string, string | undefined> = { ...env }
+    const read = yield* Env.read<A>("host agent", configs, { provider: ConfigProvider.fromEnvRecord(envRecord), raw: (v) => env[v], secrets: secretVariables }).pipe(Effect.result)
+    const cross = crossIssues(env)
+    if (read._tag === "Failure" || cross.length > 0) {
+      return yield* new Env.ConfigInvalid({ component: "host agent", issues: [...(read._tag === "Failure" ? read.failure.issues : []), ...cross] })
+    }
+    return read.success
+  })
+
+type RuntimeValues = { readonly [K in keyof typeof runtimeSettings]: Config.Success<(typeof runtimeSettings)[K]> }
+
+/** The QEMU settings of the values read; undefined for the simulated runtime. */
+const qemuOf = (s: RuntimeValues, hostId: string, stateFile: string | undefined): QemuSettings | undefined => {
+  if (s.runtime !== "qemu") return undefined
+  const kernel = text(s.qemuKernel)
+  const disk = text(s.qemuDisk)
+  const append = text(s.qemuAppend)
+  const initrd = text(s.qemuInitrd)
+  const format = text(s.qemuDiskFormat)
+  const binary = text(s.qemuBinary)
+  return {
+    stateDir: text(s.qemuStateDir) ?? defaultQemuStateDir(hostId, stateFile, tmpdir()),
+    boot:
+      kernel !== undefined
+        ? { kind: "kernel", kernel, ...(initrd === undefined ? {} : { initrd }), ...(append === undefined ? {} : { append }) }
+        : disk !== undefined
+          ? { kind: "disk", disk, ...(format === undefined ? {} : { format }) }
+          : { kind: "guest", ...(append === undefined ? {} : { append }) },
+    accelerator: s.qemuAccel,
+    ...(binary === undefined ? {} : { binary }),
+    ...(Option.isSome(s.qemuMoveMibPerSec) ? { moveBandwidthBytesPerSec: s.qemuMoveMibPerSec.value * 1024 * 1024 } : {}),
+  }
+}
+
+/**
+ * The runtime of an agent from `env` (`ENGRAM_RUNTIME`, `ENGRAM_QEMU_*`): `qemu` set for QEMU,
+ * absent for the simulated runtime. For the demo, which runs its agents in one process.
+ */
+export const runtimeFromEnvironment = (env: Env_, hostId: string, stateFile: string | undefined): Effect.Effect<{ readonly qemu?: QemuSettings }, Env.ConfigInvalid> =>
+  Effect.map(readAll<RuntimeValues>(env, runtimeSettings), (s) => {
+    const qemu = qemuOf(s, hostId, stateFile)
+    return qemu === undefined ? {} : { qemu }
+  })
 
 /** Reads `HostAgentOptions` from `env` (default `process.env`); every problem is reported at once. */
 export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgentOptions, Env.ConfigInvalid> =>
   Effect.gen(function* () {
     for (const u of Env.unknown(env)) yield* Effect.logWarning(Env.unknownMessage(u), { variable: u.variable, didYouMean: u.didYouMean })
-    const envRecord: Record<string, string | undefined> = { ...env }
-    const s = yield* Env.read("host agent", settings, { provider: ConfigProvider.fromEnvRecord(envRecord), raw: (v) => env[v], secrets: secretVariables })
+    const s = yield* readAll(env, { ...settings, ...runtimeSettings })
     const base = defaultAgentConfig(s.hostId, s.staleMs)
     const config: AgentConfig = {
       ...base,
@@ -95,7 +181,9 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       stagingGraceMs: given(s.stagingGraceMs)?.value ?? base.stagingGraceMs,
     }
     const peers = parsePeers(s.peers)
-    const sim = Option.isSome(s.sim) ? (JSON.parse(s.sim.value) as Partial<SimConfig>) : {}
+    const sim = Option.isSome(s.sim) ? (JSON.parse(s.sim.value) as Partial<SimRuntime.SimConfig>) : {}
+    const qemu = qemuOf(s, s.hostId, text(s.stateFile))
+    const migrationHost = text(s.migrationHost) ?? s.listenHost
     const fixed = { totalMib: s.simTotalMib, osMib: s.simOsMib, vcpus: s.simVcpus }
     const roots = { proc: s.procRoot, sys: s.sysRoot }
     const measure: HostAgentOptions["measure"] =
@@ -106,7 +194,9 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       peerSecret: Redacted.value(s.peerSecret),
       peers: (id: string) => peers.get(id),
       listen: { port: s.port, host: s.listenHost },
+      migration: { listenHost: migrationHost, advertiseHost: text(s.advertiseHost) ?? migrationHost },
       sim,
+      ...(qemu === undefined ? {} : { qemu }),
       measure,
       config,
       ...(Option.isSome(s.stateFile) ? { stateFile: s.stateFile.value } : {}),

@@ -1,23 +1,26 @@
 /**
- * Composition of one host agent: local state (loaded, quarantined if corrupt, recovered into
- * the runtime), the coordinator client, the move target and its peer server, and the agent
- * loops. `startHostAgent` is what the CLI, the demo and the tests run.
+ * Composition of one host agent: its VM runtime (simulated by default, QEMU on request), local
+ * state (loaded, quarantined if corrupt, reconciled with what the runtime recovers: VMs
+ * outlive the agent), the coordinator client, the move target and its peer server, and the
+ * agent loops. `startHostAgent` is what the CLI, the demo and the tests run.
  */
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { Limits } from "@engram/core"
+import { ImageStore, type RuntimeInfo, type SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import type { Redacted, Scope } from "effect"
 import { Effect } from "effect"
+import { FetchHttpClient } from "effect/http"
 import { type Agent, type AgentConfig, makeAgent } from "./Agent.js"
 import { type CoordinatorShape, makeHttp } from "./Coordinator.js"
-import * as ImageStore from "./ImageStore.js"
 import * as LocalState from "./LocalState.js"
 import type { HostReport } from "./Measure.js"
 import { makeMoveTarget, type MoveTarget } from "./MoveTarget.js"
 import * as PeerLink from "./PeerLink.js"
 import * as PeerServer from "./PeerServer.js"
 import { makeResidents, type Residents } from "./Residents.js"
-import type { VmRuntimeShape } from "./Runtime.js"
-import { makeSimRuntime, type SimConfig } from "./SimRuntime.js"
-import { FetchHttpClient } from "effect/http"
+import * as RuntimeChoice from "./RuntimeChoice.js"
 
 /** The agent defaults (SPEC §9 for the shared ones). */
 export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => ({
@@ -40,15 +43,21 @@ export interface HostAgentOptions {
   readonly peers: (hostId: string) => string | undefined
   /** Where the peer server listens; omitted = no server (in-memory links only). */
   readonly listen?: { readonly port: number; readonly host: string }
+  /**
+   * Where moves' data planes listen on this host and the address sources are told (the
+   * simulated wire, QEMU's incoming migrations). Default: the peer server's host.
+   */
+  readonly migration?: Partial<RuntimeChoice.MigrationAddress>
   /** A custom peer link (in-memory tests); default HTTP to `peers`. */
   readonly link?: PeerLink.PeerLink
   /** The state file; omitted = state kept in memory only. */
   readonly stateFile?: string
-  /** Where descents store images; omitted = memory. */
+  /** Where descents write their image files; omitted = a new temporary directory. */
   readonly imageDir?: string
-  /** The runtime; default the simulated one with `sim`. */
+  /** A ready runtime (tests); else QEMU with `qemu`, else the simulated one with `sim`. */
   readonly runtime?: VmRuntimeShape
-  readonly sim?: Partial<SimConfig>
+  readonly qemu?: RuntimeChoice.QemuSettings
+  readonly sim?: Partial<SimRuntime.SimConfig>
   readonly measure: (residentMib: number) => Effect.Effect<HostReport>
   readonly config?: Partial<AgentConfig>
 }
@@ -57,20 +66,31 @@ export interface HostAgent {
   readonly hostId: string
   readonly agent: Agent
   readonly runtime: VmRuntimeShape
+  readonly runtimeInfo: RuntimeInfo
   readonly residents: Residents
   readonly target: MoveTarget
   /** The bound port of the peer server, when it listens. */
   readonly port: number | null
 }
 
-/** Builds one agent and starts its loops in the current scope. */
-export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, never, Scope.Scope> =>
+/** Builds one agent and starts its loops in the current scope; a runtime that cannot run here fails it (logged). */
+export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, RuntimeChoice.RuntimeUnavailable, Scope.Scope> =>
   Effect.gen(function* () {
     const config: AgentConfig = { ...defaultAgentConfig(o.hostId), ...o.config, hostId: o.hostId }
+    const listenHost = o.migration?.listenHost ?? o.listen?.host ?? "127.0.0.1"
+    const address: RuntimeChoice.MigrationAddress = { listenHost, advertiseHost: o.migration?.advertiseHost ?? listenHost }
+    const runtime: VmRuntimeShape =
+      o.runtime ??
+      (o.qemu !== undefined
+        ? yield* RuntimeChoice.makeQemu(o.qemu, address).pipe(Effect.tapError((e) => Effect.logError(`host agent cannot start: ${e.message}`, { hostId: o.hostId })))
+        : yield* RuntimeChoice.makeSim(o.sim ?? {}, o.listen === undefined ? null : address))
+    const runtimeInfo = yield* runtime.info
+    yield* Effect.logInfo(`runtime: ${runtimeInfo.kind}, guests run under ${runtimeInfo.accelerator}: ${runtimeInfo.detail}`, { hostId: o.hostId })
+
     const loaded = o.stateFile === undefined ? ({ _tag: "Missing" } as const) : yield* LocalState.load(o.stateFile, o.hostId)
     const initial = loaded._tag === "Loaded" ? loaded.state : null
-    const runtime = o.runtime ?? (yield* makeSimRuntime(o.sim))
-    // Trust the runtime about what is alive; keep the file's reservations for what is.
+    // Trust the runtime about what is alive (a real one probes its VMs, which outlive the
+    // agent); keep the file's reservations and moves for what is.
     const alive = yield* runtime.recover(initial?.vms ?? [])
     const known = new Map((initial?.vms ?? []).map((v) => [v.vmId, v]))
     const state: LocalState.StateFile = {
@@ -91,7 +111,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, ne
       ? yield* makeHttp({ url: o.coordinator.url, hostId: o.hostId, hostToken: o.coordinator.hostToken }).pipe(Effect.provide(FetchHttpClient.layer))
       : o.coordinator
     const target = yield* makeMoveTarget(o.hostId, runtime, residents)
-    const images = o.imageDir === undefined ? yield* ImageStore.inMemory() : ImageStore.directory(o.imageDir)
+    const images = ImageStore.directory(o.imageDir ?? mkdtempSync(join(tmpdir(), `engram-images-${encodeURIComponent(o.hostId)}-`)))
     const link = o.link ?? PeerLink.http(o.peers, o.peerSecret)
     const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target })
     const port =
@@ -99,6 +119,13 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, ne
         ? null
         : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status }, o.listen).pipe(Effect.orDie)
     yield* Effect.forkScoped(agent.run)
-    yield* Effect.logInfo("host agent started", { hostId: o.hostId, port, recoveredVms: state.vms.length, stateFile: loaded._tag })
-    return { hostId: o.hostId, agent, runtime, residents, target, port }
+    yield* Effect.logInfo("host agent started", {
+      hostId: o.hostId,
+      port,
+      runtime: runtimeInfo.kind,
+      accelerator: runtimeInfo.accelerator,
+      recoveredVms: state.vms.length,
+      stateFile: loaded._tag,
+    })
+    return { hostId: o.hostId, agent, runtime, runtimeInfo, residents, target, port }
   })

@@ -1,6 +1,7 @@
 /**
  * The agent's local state file: the VMs resident on the host, the reservation each holds, and
- * the moves this agent committed on a target but has not yet seen acknowledged. Written
+ * the moves whose outcome this agent (as their source) still owes: the target's commit not yet
+ * confirmed, or the coordinator's acknowledgement not yet received. Written
  * atomically (a temp file, fsync, rename); a file that does not parse is quarantined (renamed
  * aside and logged), never trusted: the coordinator's view rebuilds what matters.
  */
@@ -13,16 +14,41 @@ export const ResidentVm = Schema.Struct({
   vcpus: Schema.Number,
   status: Schema.Literals(["running", "paused"]),
   reservationId: Schema.NullOr(Schema.String),
-  /** Set while the VM arrived by a move not yet seen committed on the coordinator. */
+  /** Set while the VM is (or arrived as) the incoming VM of a move not yet seen committed on the coordinator. */
   moveId: Schema.NullOr(Schema.String),
 })
 export type ResidentVm = typeof ResidentVm.Type
 
-/** A move the source finished (target committed, local copy destroyed) whose commit is not yet acknowledged. */
+/** A committed move's phases (SPEC §5), ms. */
+export const Phases = Schema.Struct({ downtimeMs: Schema.Number, captureMs: Schema.Number, sendMs: Schema.Number, commitMs: Schema.Number })
+export type Phases = typeof Phases.Type
+
+/** Where a move's VM went: what the source needs to ask the target again. */
+export const MoveTargetRef = Schema.Struct({ targetHostId: Schema.String, memMib: Schema.Number, vcpus: Schema.Number })
+export type MoveTargetRef = typeof MoveTargetRef.Type
+
+/** The pause of a move on the source's runtime clock (ms): the phases of a commit the target confirms late. */
+export const PauseTimes = Schema.Struct({
+  pausedAtMs: Schema.Number,
+  captureMs: Schema.Number,
+  /** Once the final round was sent. */
+  sendMs: Schema.optionalKey(Schema.Number),
+  sentAtMs: Schema.optionalKey(Schema.Number),
+})
+export type PauseTimes = typeof PauseTimes.Type
+
+/**
+ * A move whose final round the source recorded and whose outcome it still owes. `phases` null:
+ * the target's commit is not confirmed yet (the source keeps its copy paused and asks the
+ * target again); set: the target runs the guest and the coordinator has not acknowledged the
+ * commit yet. `target` and `pause` are absent in files written by agents before they existed.
+ */
 export const PendingCommit = Schema.Struct({
   moveId: Schema.String,
   sessionId: Schema.String,
-  phases: Schema.Struct({ downtimeMs: Schema.Number, captureMs: Schema.Number, sendMs: Schema.Number, commitMs: Schema.Number }),
+  phases: Schema.NullOr(Phases),
+  target: Schema.optionalKey(MoveTargetRef),
+  pause: Schema.optionalKey(PauseTimes),
 })
 export type PendingCommit = typeof PendingCommit.Type
 

@@ -1,19 +1,31 @@
 /**
- * The source's side of a live move (SPEC §5): pre-copy rounds while the guest runs (a full
- * capture, then deltas while the dirty set shrinks, up to `maxPreCopyRounds`), the pre-pause
- * estimate, the pause, the final capture, the post-capture check, the final round and the
- * target's commit. Every estimate and verdict comes from `@engram/core`'s `Downtime`; this
- * module only measures and acts. The guard refuses before pausing, or, once paused, aborts
- * before the final round is sent and resumes the guest here.
+ * The source's side of a live move (SPEC §5). The runtime owns the data plane and applies the
+ * downtime guard between its rounds (`@engram/runtime`'s `migrate` over `MoveGuard`, i.e.
+ * `@engram/core`'s `Downtime`); this module carries the move between the coordinator, the
+ * target agent and the runtime:
+ *
+ * 1. the target prepares an incoming VM and answers its endpoint (`link.prepare`);
+ * 2. the runtime migrates to it, each pre-copy round recorded with the coordinator as it is
+ *    measured; a refusal before the pause or an abort at the post-capture check ends the move
+ *    with the guest running here;
+ * 3. at the post-capture check point (guest paused, nothing of the final round sent) the final
+ *    round is recorded with the coordinator: the point of no return. From here the source owes
+ *    the move's outcome (durably, in the state file) until it is settled;
+ * 4. the runtime sends the final round, the target commits (resumes the VM), the source posts
+ *    the phases and drops its paused copy.
+ *
+ * What it decides: once the final round is recorded, the source copy is resumed only when the
+ * target answered that the guest does not run there (it refused the commit, or confirmed an
+ * abort). A link failure leaves the commit owed: the source stays paused and asks again.
+ * Never two running copies.
  */
-import { Downtime } from "@engram/core"
-import { Clock, Effect, Schedule } from "effect"
+import { Effect, Schedule } from "effect"
+import { Move, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
 import type { AssignedMove, CoordinatorShape, PhasesReport, RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
 import type { MoveHeader } from "./MoveTarget.js"
 import type { PeerLink } from "./PeerLink.js"
 import type { Residents } from "./Residents.js"
-import type { Capture, VmRuntimeShape } from "./Runtime.js"
 
 export interface MoveSourceDeps {
   readonly hostId: string
@@ -29,7 +41,15 @@ export interface MoveSourceDeps {
 
 /** How a move ended on the source. */
 export type MoveOutcome =
-  | { readonly _tag: "Committed"; readonly phases: PhasesReport; readonly rounds: readonly RoundReport[] }
+  | {
+      readonly _tag: "Committed"
+      readonly phases: PhasesReport
+      readonly rounds: readonly RoundReport[]
+      /** The hypervisor's own figure for the pause (QEMU's `downtime`), when it has one. */
+      readonly runtimeDowntimeMs: number | null
+      /** Where the pause went besides the phases: recording the final round, writing the owed record (ms). */
+      readonly paused: { readonly recordFinalMs: number; readonly persistMs: number }
+    }
   | {
       readonly _tag: "Refused"
       /** `pre-pause`: refused before pausing; `post-capture`: aborted paused, guest resumed here. */
@@ -43,6 +63,11 @@ export type MoveOutcome =
   /** The coordinator no longer holds the move pending (ended or aborted elsewhere). */
   | { readonly _tag: "Gone"; readonly reason: string }
   /**
+   * The final round is recorded and sent, but the target's commit is not confirmed (the link
+   * failed): the source keeps its copy paused and the outcome stays owed, settled on a later pass.
+   */
+  | { readonly _tag: "Owed"; readonly reason: string }
+  /**
    * The target committed, but the coordinator had already aborted the move (a race the
    * coordinator fences against; see README "The move protocol"). `restoredOnSource`: the
    * coordinator says the session runs here, so the target's copy was destroyed and the guest
@@ -50,23 +75,14 @@ export type MoveOutcome =
    */
   | { readonly _tag: "CommitRefused"; readonly reason: string; readonly phases: PhasesReport; readonly restoredOnSource: boolean }
 
-// Phases are timed in nanoseconds (sub-millisecond on a real clock): SPEC §12 wants every
-// phase of a commit > 0, and a fast phase measured in whole milliseconds reads 0.
-const nowNs = Clock.currentTimeNanos
-const msSince = (t0: bigint) => Effect.map(nowNs, (t) => Number(t - t0) / 1e6)
-
-const timed = <A, E, R>(eff: Effect.Effect<A, E, R>) =>
-  Effect.gen(function* () {
-    const t0 = yield* nowNs
-    const a = yield* eff
-    return [a, yield* msSince(t0)] as const
-  })
-
 /** The coordinator's call, retried briefly on transient errors (a 409 is an answer, not retried). */
 const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Effect<A, E>) =>
   eff.pipe(Effect.retry({ schedule: Schedule.exponential("100 millis"), times: 4, while: (e) => e._tag === "CoordinatorError" }))
 
 const jsonMs = (ms: number) => (Number.isFinite(ms) ? Math.ceil(ms) : Number.MAX_SAFE_INTEGER)
+
+/** The round as the coordinator records it. */
+const report = (r: MoveRound): RoundReport => ({ kind: r.kind, wireBytes: r.wireBytes, apparentBytes: r.apparentBytes, sendMs: r.sendMs, captureMs: r.captureMs })
 
 /** Runs one move from the source. Never fails: every failure is cleaned up and answered. */
 export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effect<MoveOutcome> =>
@@ -87,13 +103,10 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       vcpus: vm.vcpus,
     }
     const rounds: RoundReport[] = []
-    let paused = false
 
-    /** Ends the move without a commit: the guest runs here, the target drops what it got. */
+    /** Ends the move without a commit: the guest runs here (the runtime gave it back), the target drops what it got. */
     const abandon = (reason: string, estimateMs?: number) =>
       Effect.gen(function* () {
-        if (paused) yield* runtime.resume(move.sessionId).pipe(Effect.ignore)
-        yield* runtime.stopTracking(move.sessionId).pipe(Effect.ignore)
         yield* residents.update(move.sessionId, (v) => ({ ...v, status: "running" }))
         yield* link.abort(header).pipe(Effect.retry({ times: 2 }), Effect.ignore)
         yield* retrying(coordinator.abort(move.id, reason, estimateMs === undefined ? undefined : jsonMs(estimateMs))).pipe(
@@ -102,90 +115,86 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         )
       })
 
-    const sendRound = (capture: Capture, captureMs: number) =>
-      Effect.gen(function* () {
-        const [, sendMs] = yield* timed(runtime.paceSend(capture.wireBytes).pipe(Effect.andThen(link.send(header, capture))))
-        const round: RoundReport = { kind: capture.kind, wireBytes: capture.wireBytes, apparentBytes: capture.apparentBytes, sendMs, captureMs }
-        rounds.push(round)
-        return round
-      })
-    const live = (capture: Capture, captureMs: number) =>
-      Effect.gen(function* () {
-        const round = yield* sendRound(capture, captureMs)
-        yield* retrying(coordinator.round(move.id, round))
-        return round
-      })
-
     const protocol = Effect.gen(function* () {
-      // Pre-copy, guest running.
-      const [full, fullMs] = yield* timed(runtime.fullCapture(move.sessionId))
-      yield* live(full, fullMs)
-      let lastDelta: RoundReport | null = null
-      while (rounds.length < Math.max(2, deps.maxPreCopyRounds)) {
-        const [delta, deltaMs] = yield* timed(runtime.deltaCapture(move.sessionId, "delta"))
-        const round = yield* live(delta, deltaMs)
-        const shrank = lastDelta === null || round.apparentBytes < lastDelta.apparentBytes
-        lastDelta = round
-        if (!shrank || round.apparentBytes === 0) break
-      }
-      const last = lastDelta as RoundReport
-      const rateBytesPerMs = Downtime.rateBytesPerMs(rounds)
-      const pre = Downtime.check({
-        lastDeltaWireBytes: last.wireBytes,
-        rateBytesPerMs,
-        commitAllowanceMs: deps.commitAllowanceMs,
-        maxDowntimeMs: move.maxDowntimeMs,
+      const endpoint = yield* link.prepare(header)
+      yield* Effect.logInfo("move: the target waits; streaming", { hostId: deps.hostId, moveId: move.id, endpoint: endpoint.uri })
+      const result = yield* runtime.migrate(move.sessionId, {
+        moveId: move.id,
+        endpoint,
+        budget: { maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs: deps.commitAllowanceMs, maxPreCopyRounds: deps.maxPreCopyRounds },
+        onRound: (r) =>
+          Effect.gen(function* () {
+            const round = report(r)
+            rounds.push(round)
+            yield* retrying(coordinator.round(move.id, round))
+          }),
       })
-      if (pre._tag === "Overrun") {
-        const reason = `ErrMoveDowntime: pre-pause estimate ${jsonMs(pre.estimateMs)} ms > maxDowntimeMs ${move.maxDowntimeMs} ms; refused before pausing`
-        yield* abandon(reason, pre.estimateMs)
-        return { _tag: "Refused", stage: "pre-pause", estimateMs: pre.estimateMs, reason, paused: false, rounds } as const
+      if (result._tag === "Refused") {
+        yield* abandon(result.reason, result.estimateMs)
+        return { _tag: "Refused", stage: "pre-pause", estimateMs: result.estimateMs, reason: result.reason, paused: false, rounds } as const
+      }
+      if (result._tag === "Aborted") {
+        yield* abandon(result.reason, result.estimateMs)
+        return { _tag: "Refused", stage: "post-capture", estimateMs: result.estimateMs, reason: result.reason, paused: true, rounds } as const
       }
 
-      // Paused: the downtime runs from here to the target's resume.
-      const pausedAt = yield* nowNs
-      paused = true
-      yield* runtime.pause(move.sessionId)
-      const [final, captureMs] = yield* timed(runtime.deltaCapture(move.sessionId, "final"))
-      const post = Downtime.check({
-        captureMs,
-        lastDeltaWireBytes: last.wireBytes,
-        lastDeltaApparentBytes: last.apparentBytes,
-        finalApparentBytes: final.apparentBytes,
-        rateBytesPerMs,
-        commitAllowanceMs: deps.commitAllowanceMs,
-        maxDowntimeMs: move.maxDowntimeMs,
-      })
-      if (post._tag === "Overrun") {
-        const reason = `ErrMoveDowntime: post-capture estimate ${jsonMs(post.estimateMs)} ms > maxDowntimeMs ${move.maxDowntimeMs} ms (final capture ${captureMs} ms); aborted before the final round, guest resumed on the source`
-        yield* abandon(reason, post.estimateMs)
-        return { _tag: "Refused", stage: "post-capture", estimateMs: post.estimateMs, reason, paused: true, rounds } as const
+      // Paused at the post-capture check point: nothing of the final round has left this host.
+      // Record the final round BEFORE it leaves: from this record on the coordinator will not
+      // abort the move on its own (its move wait may time out, but the pause is spent and the
+      // target may run the guest soon). A 409 here means the move is no longer pending there
+      // (a timeout abort, the session ended): the pause is given back, the guest resumes here.
+      // The send time is not known yet: the record's `sendMs` is 0; the measured one is the
+      // commit's `sendMs` phase.
+      const at = result
+      const t0 = yield* nowMs
+      const recorded = yield* retrying(coordinator.round(move.id, report(at.final))).pipe(Effect.result)
+      const t1 = yield* nowMs
+      if (recorded._tag === "Failure") {
+        yield* at.abort
+        if (recorded.failure._tag === "Conflict") return yield* recorded.failure
+        const reason = `move failed: the final round could not be recorded: ${recorded.failure.message}`
+        yield* abandon(reason)
+        return { _tag: "Failed", reason, paused: true } as const
       }
-      // Record the final round BEFORE it leaves this host: from this record on the coordinator
-      // will not abort the move on its own (its move wait may time out, but the pause is spent
-      // and the target may run the guest soon). A 409 here means the move is no longer pending
-      // there (a timeout abort, the session ended): nothing has reached the target's commit, so
-      // the guest resumes here (the Conflict path below). The send time is not known yet: the
-      // record's `sendMs` is 0 and the measured one is the commit's `sendMs` phase.
-      yield* retrying(
-        coordinator.round(move.id, { kind: "final", wireBytes: final.wireBytes, apparentBytes: final.apparentBytes, sendMs: 0, captureMs }),
-      )
-      const finalRound = yield* sendRound(final, captureMs)
-      const [, commitMs] = yield* timed(link.commit(header))
-      const downtimeMs = yield* msSince(pausedAt)
-      // No second check: the pause is spent; the target runs the guest from here on.
-      const phases: PhasesReport = { downtimeMs, captureMs, sendMs: finalRound.sendMs, commitMs }
-      paused = false
-      return { _tag: "Committed", phases, rounds } as const
+      rounds.push(report(at.final))
+      const owed: PendingCommit = {
+        moveId: move.id,
+        sessionId: move.sessionId,
+        phases: null,
+        target: { targetHostId: move.targetHostId, memMib: vm.memMib, vcpus: vm.vcpus },
+        pause: { pausedAtMs: at.pausedAtMs, captureMs: at.captureMs },
+      }
+      yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
+      yield* residents.addPendingCommit(owed)
+      const paused = { recordFinalMs: t1 - t0, persistMs: (yield* nowMs) - t1 }
+
+      const sent = yield* at.switchover.pipe(Effect.result)
+      if (sent._tag === "Failure") {
+        // The stream did not complete: the target cannot run the guest (it runs only on our
+        // commit, which is never sent now); the runtime gave the pause back here.
+        const reason = `move failed: the final round was not sent: ${sent.failure.message}`
+        yield* abandon(reason)
+        yield* residents.removePendingCommit(move.id)
+        return { _tag: "Failed", reason, paused: true } as const
+      }
+      // Sent: the send times join the owed record (written only if the commit stays owed: the
+      // guest is paused on both sides until the target answers).
+      const sentOwed: PendingCommit = { ...owed, pause: { ...owed.pause!, sendMs: sent.success.sendMs, sentAtMs: sent.success.sentAtMs } }
+      const settled = yield* confirmAtTarget(deps, sentOwed)
+      if (settled._tag === "Owed") return { _tag: "Owed", reason: settled.reason } as const
+      if (settled._tag === "Refused") {
+        return { _tag: "Failed", reason: settled.reason, paused: true } as const
+      }
+      return { _tag: "Confirmed", owed: settled.owed, runtimeDowntimeMs: sent.success.runtimeDowntimeMs, paused } as const
     })
 
     const outcome = yield* protocol.pipe(
       Effect.catchTag("Conflict", (e) =>
         Effect.gen(function* () {
-          // The coordinator refused a round: the move is no longer pending there.
+          // The coordinator refused a round: the move is no longer pending there. The runtime
+          // gave the guest back (a failed `onRound` ends `migrate` with the guest running here).
           const reason = `move no longer pending on the coordinator: ${e.message}`
-          if (paused) yield* runtime.resume(move.sessionId).pipe(Effect.ignore)
-          yield* runtime.stopTracking(move.sessionId).pipe(Effect.ignore)
+          yield* residents.update(move.sessionId, (v) => ({ ...v, status: "running" }))
           yield* link.abort(header).pipe(Effect.ignore)
           return { _tag: "Gone", reason } as const
         }),
@@ -193,46 +202,103 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       Effect.catch((e) =>
         Effect.gen(function* () {
           const reason = `move failed: ${e._tag} ${"op" in e ? e.op : ""}: ${e.message}`
-          const wasPaused = paused
           yield* abandon(reason)
-          return { _tag: "Failed", reason, paused: wasPaused } as const
+          return { _tag: "Failed", reason, paused: false } as const
         }),
       ),
     )
-    if (outcome._tag !== "Committed") return outcome
+    if (outcome._tag !== "Confirmed") return outcome
 
     // The target runs the guest. The commit is owed (durably, in the state file) until the
     // coordinator records it; until then the paused local copy is kept, because a coordinator
     // that answers "aborted" still places the session here (settleCommit).
-    yield* runtime.stopTracking(move.sessionId).pipe(Effect.ignore)
-    yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
-    const owed: PendingCommit = { moveId: move.id, sessionId: move.sessionId, phases: outcome.phases }
-    yield* residents.addPendingCommit(owed)
-    const settled = yield* settleCommit(deps, owed)
+    const phases = outcome.owed.phases!
+    const settled = yield* settleCommit(deps, outcome.owed)
     if (settled._tag === "Refused") {
-      return { _tag: "CommitRefused", reason: settled.reason, phases: outcome.phases, restoredOnSource: settled.restoredOnSource } as const
+      return { _tag: "CommitRefused", reason: settled.reason, phases, restoredOnSource: settled.restoredOnSource } as const
     }
-    return outcome
+    return { _tag: "Committed", phases, rounds: rounds.map((r) => (r.kind === "final" ? { ...r, sendMs: phases.sendMs } : r)), runtimeDowntimeMs: outcome.runtimeDowntimeMs, paused: outcome.paused } as const
   })
 
-/** How settling an owed commit ended. */
+/** How settling an owed move ended. */
 export type Settled =
   | { readonly _tag: "Acknowledged" }
-  | { readonly _tag: "Owed" }
+  | { readonly _tag: "Owed"; readonly reason: string }
   | { readonly _tag: "Refused"; readonly reason: string; readonly restoredOnSource: boolean }
 
-/** What settling an owed commit needs. */
+/** What settling an owed move needs. */
 export type SettleDeps = Pick<MoveSourceDeps, "hostId" | "coordinator" | "residents" | "runtime" | "link">
 
 /** The states of a session that mean "it runs (or is kept) on its host". */
 const onHostStates = new Set(["pending", "running", "parked", "descending", "moving"])
 
+const headerOf = (deps: SettleDeps, owed: PendingCommit, target: { readonly targetHostId: string; readonly memMib: number; readonly vcpus: number }): MoveHeader => ({
+  moveId: owed.moveId,
+  sessionId: owed.sessionId,
+  sourceHostId: deps.hostId,
+  targetHostId: target.targetHostId,
+  memMib: target.memMib,
+  vcpus: target.vcpus,
+})
+
 /**
- * Settles a commit the source owes (after the target committed). Every step is idempotent, so
- * it runs again after a lost answer or a restart:
+ * Asks the target to commit a move whose final round is recorded (and, normally, sent):
  *
- * - the coordinator records it (200), or it was already recorded (409 and the move reads
- *   `committed`): the session runs on the target; the local copy is destroyed, the debt paid;
+ * - it commits (or had committed: a repeat succeeds): the phases are measured to its answer and
+ *   the owed record carries them (`Confirmed`);
+ * - it refuses (`refused`: the guest does not run there, its incoming VM is gone): only then the
+ *   source copy resumes, and the move is aborted with the coordinator (`Refused`);
+ * - no answer (the link failed, the target is down): the owed record stays, the source stays
+ *   paused (`Owed`), asked again on a later pass. Never two running copies.
+ */
+const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
+  Effect.gen(function* () {
+    const { runtime, residents, link, coordinator } = deps
+    if (owed.target === undefined || owed.pause === undefined) {
+      const reason = "the owed move has no target recorded (a state file of an older agent)"
+      yield* Effect.logError(`move outcome owed: ${reason}; the source copy stays paused`, { moveId: owed.moveId })
+      return { _tag: "Owed", reason } as const
+    }
+    const header = headerOf(deps, owed, owed.target)
+    const committed = yield* link.commit(header).pipe(Effect.result)
+    if (committed._tag === "Success") {
+      const runningAtMs = yield* nowMs
+      const { pausedAtMs, captureMs } = owed.pause
+      // A final round whose send was never measured (the agent stopped during it): sent when captured.
+      const sentAtMs = owed.pause.sentAtMs ?? pausedAtMs + captureMs
+      const phases = Move.phases({ pausedAtMs, captureMs, sendMs: owed.pause.sendMs ?? 0, sentAtMs, runningAtMs })
+      const confirmed: PendingCommit = { ...owed, phases }
+      yield* residents.addPendingCommit(confirmed)
+      return { _tag: "Confirmed", owed: confirmed } as const
+    }
+    const e = committed.failure
+    if (!e.refused) {
+      yield* residents.addPendingCommit(owed)
+      const reason = `the target's commit is not confirmed (${e.message}); the source copy stays paused, asked again on the next pass`
+      yield* Effect.logWarning(`move outcome owed: ${reason}`, { moveId: owed.moveId, target: owed.target.targetHostId })
+      return { _tag: "Owed", reason } as const
+    }
+    // The target answered: the guest does not run there. Only now the source copy runs again.
+    const reason = `move failed: the target refused the commit: ${e.message}`
+    yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
+    yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
+    yield* retrying(coordinator.abort(owed.moveId, reason)).pipe(
+      Effect.catchTag("Conflict", () => Effect.void),
+      Effect.catch((err) => Effect.logWarning("move abort not acknowledged", { moveId: owed.moveId, error: err.message })),
+    )
+    yield* residents.removePendingCommit(owed.moveId)
+    yield* Effect.logWarning(reason, { moveId: owed.moveId, sessionId: owed.sessionId })
+    return { _tag: "Refused", reason, restoredOnSource: true } as const
+  })
+
+/**
+ * Settles a move whose outcome the source owes. Every step is idempotent, so it runs again
+ * after a lost answer or a restart:
+ *
+ * - the target's commit not confirmed yet (`phases` null): ask the target again (see
+ *   `confirmAtTarget`); the source copy stays paused until the target answers;
+ * - the coordinator records the commit (200), or it was already recorded (409 and the move
+ *   reads `committed`): the session runs on the target; the local copy is destroyed, the debt paid;
  * - 409 and the move reads `aborted`: the coordinator aborted the move after the guest went to
  *   the target. This is logged as an error. If the coordinator says the session is on this
  *   host, the coordinator's view wins: the target's copy is destroyed (peer abort) and the
@@ -244,33 +310,40 @@ const onHostStates = new Set(["pending", "running", "parked", "descending", "mov
  */
 export const settleCommit = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Settled> =>
   Effect.gen(function* () {
+    if (owed.phases === null) {
+      const confirmed = yield* confirmAtTarget(deps, owed)
+      if (confirmed._tag !== "Confirmed") return confirmed
+      return yield* settleCommit(deps, confirmed.owed)
+    }
+    const phases = owed.phases
     const { coordinator, residents, runtime, link } = deps
     const dropLocalCopy = Effect.gen(function* () {
       const vm = yield* residents.get(owed.sessionId)
       if (vm !== undefined && vm.moveId === null) {
-        yield* runtime.destroy(owed.sessionId).pipe(Effect.ignore)
+        yield* runtime.destroy(owed.sessionId)
         yield* residents.remove(owed.sessionId)
       }
       yield* residents.removePendingCommit(owed.moveId)
       return { _tag: "Acknowledged" } as const
     })
-    const posted = yield* retrying(coordinator.commit(owed.moveId, owed.phases)).pipe(Effect.result)
+    const posted = yield* retrying(coordinator.commit(owed.moveId, phases)).pipe(Effect.result)
     if (posted._tag === "Success") return yield* dropLocalCopy
     if (posted.failure._tag !== "Conflict") {
+      const reason = `move commit owed; retried on the next pass: ${posted.failure.message}`
       yield* Effect.logWarning("move commit owed; retried on the next pass", { moveId: owed.moveId, error: posted.failure.message })
-      return { _tag: "Owed" } as const
+      return { _tag: "Owed", reason } as const
     }
     // 409: already recorded, or the move ended otherwise. Ask which.
     const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
     if (read._tag === "Failure") {
       yield* Effect.logWarning("move commit refused and the move cannot be read; retried on the next pass", { moveId: owed.moveId, error: read.failure.message })
-      return { _tag: "Owed" } as const
+      return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const
     }
     const m = read.success
     if (m.state === "committed") return yield* dropLocalCopy
     if (m.state === "pending") {
       yield* Effect.logWarning("move commit refused while the move is pending; retried on the next pass", { moveId: owed.moveId, error: posted.failure.message })
-      return { _tag: "Owed" } as const
+      return { _tag: "Owed", reason: `commit refused while pending: ${posted.failure.message}` } as const
     }
     const reason = `the target committed move ${m.id} but the coordinator had aborted it (${m.abortReason ?? "no reason"})`
     const session = yield* retrying(coordinator.getSession(owed.sessionId)).pipe(Effect.result)
@@ -280,21 +353,14 @@ export const settleCommit = (deps: SettleDeps, owed: PendingCommit): Effect.Effe
         sessionId: owed.sessionId,
         error: session.failure.message,
       })
-      return { _tag: "Owed" } as const
+      return { _tag: "Owed", reason } as const
     }
     const here = session.success !== null && session.success.hostId === deps.hostId && onHostStates.has(session.success.state)
     const local = yield* residents.get(owed.sessionId)
     if (here && local !== undefined && local.moveId === null) {
       // The coordinator places the session here: its view wins. Destroy the target's copy first
       // (two running copies must never outlive this step), then resume the paused local one.
-      const header: MoveHeader = {
-        moveId: m.id,
-        sessionId: owed.sessionId,
-        sourceHostId: deps.hostId,
-        targetHostId: m.targetHostId,
-        memMib: local.memMib,
-        vcpus: local.vcpus,
-      }
+      const header = headerOf(deps, owed, { targetHostId: m.targetHostId, memMib: local.memMib, vcpus: local.vcpus })
       const dropped = yield* link.abort(header).pipe(Effect.retry({ times: 2 }), Effect.result)
       if (dropped._tag === "Failure") {
         yield* Effect.logError(`move commit refused: ${reason}; the coordinator places the session on this host, but the target's copy could not be destroyed yet; retried on the next pass`, {
@@ -303,9 +369,9 @@ export const settleCommit = (deps: SettleDeps, owed: PendingCommit): Effect.Effe
           target: m.targetHostId,
           error: dropped.failure.message,
         })
-        return { _tag: "Owed" } as const
+        return { _tag: "Owed", reason } as const
       }
-      yield* runtime.resume(owed.sessionId).pipe(Effect.ignore)
+      yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
       yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
       yield* residents.removePendingCommit(owed.moveId)
       yield* Effect.logError(`move commit refused: ${reason}. The coordinator places the session on this host: the target's copy was destroyed and the guest resumed here from its pause (what it ran on the target since is lost)`, {

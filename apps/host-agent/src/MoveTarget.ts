@@ -1,13 +1,20 @@
 /**
- * The target's side of a live move: it stages the rounds a source sends, commits (restores
- * the VM from the staged rounds and resumes it) when the source says so, and drops everything
- * for the move on an abort: staged rounds and any VM it restored.
+ * The target's side of a live move. The move's data plane belongs to the runtime: `prepare`
+ * asks it for an incoming VM and answers the endpoint the source's runtime streams to; `commit`
+ * waits for the stream to be complete and resumes the VM here; `abort` destroys whatever the
+ * move left here. An incoming VM is recorded as resident (paused, with its move id) from the
+ * moment it is prepared, so its RAM is counted and a restarted agent adopts it.
+ *
+ * What it decides: a refused commit (`PeerError` with `refused: true`) means the guest does
+ * not run here and nothing of the move is left (the incoming VM is destroyed); the source may
+ * then resume its own copy. Every other failure leaves the question open. Each operation runs
+ * to its end once started (a source that hangs up does not leave a half-started VM behind).
  */
 import { Clock, Effect, Ref, Schema } from "effect"
+import type { IncomingEndpoint, VmRuntimeShape, VmSpec } from "@engram/runtime"
 import type { Residents } from "./Residents.js"
-import type { Capture, VmRuntimeShape } from "./Runtime.js"
 
-/** Who a round belongs to: sent with every round. */
+/** Who a move belongs to: sent with every peer request of the move. */
 export interface MoveHeader {
   readonly moveId: string
   readonly sessionId: string
@@ -17,85 +24,102 @@ export interface MoveHeader {
   readonly vcpus: number
 }
 
-/** A peer operation failed (refused, unreachable, or the runtime failed on the target). */
+/**
+ * A peer operation failed. `refused`: the target answered and did not act (for a commit: the
+ * guest does not run there and its incoming VM is gone); otherwise the target could not be
+ * reached or did not answer, and what it did is unknown.
+ */
 export class PeerError extends Schema.TaggedError<PeerError>()("PeerError", {
   op: Schema.String,
   moveId: Schema.String,
   message: Schema.String,
+  refused: Schema.Boolean,
 }) {}
 
-/** What a target holds for one move. */
-export interface StagedMove {
-  readonly header: MoveHeader
-  readonly rounds: readonly Capture[]
-  readonly stagedAt: number
+/** An incoming VM this target holds for a move, not committed yet. */
+export interface IncomingMove {
+  readonly moveId: string
+  readonly vmId: string
 }
 
 export interface MoveTarget {
-  readonly receive: (header: MoveHeader, capture: Capture) => Effect.Effect<void, PeerError>
-  readonly commit: (moveId: string) => Effect.Effect<void, PeerError>
+  /** Prepares (or finds again, for a repeated request) the incoming VM of a move; answers its endpoint. */
+  readonly prepare: (header: MoveHeader) => Effect.Effect<IncomingEndpoint, PeerError>
+  /** The stream is complete: resume the VM here. Committing a committed move succeeds. */
+  readonly commit: (header: MoveHeader) => Effect.Effect<void, PeerError>
+  /** Destroys what the move left here (its incoming or committed VM); nothing left succeeds. */
   readonly abort: (moveId: string) => Effect.Effect<void>
-  readonly staged: Effect.Effect<readonly StagedMove[]>
-  /** When this target committed a move, if it did (the grace of a VM whose move the coordinator has not yet shown). */
-  readonly committedAt: (moveId: string) => Effect.Effect<number | undefined>
+  /** The incoming VMs not committed yet. */
+  readonly incoming: Effect.Effect<readonly IncomingMove[]>
+  /**
+   * When this target last acted for a move (prepared or committed it); recorded now for a
+   * move it never saw in this process (a VM adopted after a restart). The grace of a VM whose
+   * move the coordinator does not show pending runs from here.
+   */
+  readonly lastActivity: (moveId: string) => Effect.Effect<number>
 }
 
 export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, residents: Residents): Effect.Effect<MoveTarget> =>
   Effect.gen(function* () {
-    const staging = yield* Ref.make(new Map<string, StagedMove>())
-    const committed = yield* Ref.make(new Map<string, number>())
-    const drop = (moveId: string) =>
-      Ref.update(staging, (m) => {
-        const next = new Map(m)
-        next.delete(moveId)
-        return next
+    const activity = yield* Ref.make(new Map<string, number>())
+    const touch = (moveId: string) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => Ref.update(activity, (m) => new Map(m).set(moveId, now)))
+    const refuse = (op: string, moveId: string, message: string) => Effect.fail(new PeerError({ op, moveId, message, refused: true }))
+    const specOf = (h: MoveHeader): VmSpec => ({ vmId: h.sessionId, memMib: h.memMib, vcpus: h.vcpus })
+
+    /** Destroys the VM a move left here, if the resident VM is that move's. */
+    const drop = (moveId: string, vmId: string) =>
+      Effect.gen(function* () {
+        const vm = yield* residents.get(vmId)
+        if (vm?.moveId !== moveId) return
+        yield* runtime.destroy(vmId)
+        yield* residents.remove(vmId)
       })
-    const fail = (op: string, moveId: string, message: string) => Effect.fail(new PeerError({ op, moveId, message }))
 
     const target: MoveTarget = {
-      receive: (header, capture) =>
+      prepare: (h) =>
         Effect.gen(function* () {
-          if (header.targetHostId !== hostId) return yield* fail("receive", header.moveId, `this host is ${hostId}, not ${header.targetHostId}`)
-          if (capture.vmId !== header.sessionId) return yield* fail("receive", header.moveId, "capture is of another VM")
-          const now = yield* Clock.currentTimeMillis
-          const current = (yield* Ref.get(staging)).get(header.moveId)
-          // A full round (re)starts the staging: a source that restarted the move begins again.
-          if (capture.kind === "full") {
-            yield* Ref.update(staging, (m) => new Map(m).set(header.moveId, { header, rounds: [capture], stagedAt: now }))
-            return
+          if (h.targetHostId !== hostId) return yield* refuse("prepare", h.moveId, `this host is ${hostId}, not ${h.targetHostId}`)
+          const here = yield* residents.get(h.sessionId)
+          if (here !== undefined && here.moveId !== h.moveId) {
+            // An incoming VM of an earlier move of the session (one open move per session: that
+            // move is over) goes; a VM that runs the session here means the move is wrong.
+            if (here.moveId === null || here.status === "running") return yield* refuse("prepare", h.moveId, `the session already has a VM on ${hostId}`)
+            yield* drop(here.moveId, h.sessionId)
           }
-          if (current === undefined) return yield* fail("receive", header.moveId, `a ${capture.kind} round before the full round`)
-          yield* Ref.update(staging, (m) => new Map(m).set(header.moveId, { ...current, rounds: [...current.rounds, capture] }))
-        }),
-      commit: (moveId) =>
-        Effect.gen(function* () {
-          const s = (yield* Ref.get(staging)).get(moveId)
-          if (s === undefined) return yield* fail("commit", moveId, "nothing staged for this move")
-          if (s.rounds.at(-1)?.kind !== "final") return yield* fail("commit", moveId, "the final round has not arrived")
-          const spec = { vmId: s.header.sessionId, memMib: s.header.memMib, vcpus: s.header.vcpus }
-          const restoreAndResume = runtime.restore(spec, s.rounds).pipe(Effect.andThen(runtime.resume(spec.vmId)))
-          yield* restoreAndResume.pipe(
-            Effect.catchTag("RuntimeError", (e) =>
-              runtime.destroy(spec.vmId).pipe(Effect.andThen(fail("commit", moveId, `${e.op}: ${e.message}`))),
-            ),
+          yield* touch(h.moveId)
+          // Recorded before the runtime starts it: a restarted agent adopts it with its move.
+          yield* residents.put({ ...specOf(h), status: "paused", reservationId: null, moveId: h.moveId })
+          return yield* runtime.prepareIncoming(specOf(h), h.moveId).pipe(
+            Effect.tapError(() => drop(h.moveId, h.sessionId)),
+            Effect.catchTag("RuntimeError", (e) => refuse("prepare", h.moveId, `${e.op}: ${e.message}`)),
           )
-          yield* residents.put({ ...spec, status: "running", reservationId: null, moveId })
-          const at = yield* Clock.currentTimeMillis
-          yield* Ref.update(committed, (m) => new Map(m).set(moveId, at))
-          yield* drop(moveId)
-        }),
+        }).pipe(Effect.uninterruptible),
+      commit: (h) =>
+        Effect.gen(function* () {
+          if (h.targetHostId !== hostId) return yield* refuse("commit", h.moveId, `this host is ${hostId}, not ${h.targetHostId}`)
+          const vm = yield* residents.get(h.sessionId)
+          if (vm?.moveId !== h.moveId) return yield* refuse("commit", h.moveId, "no incoming VM for this move")
+          yield* touch(h.moveId)
+          if (vm.status === "running") return
+          // The runtime destroys the incoming VM when its stream failed; so does the agent's record.
+          yield* runtime.commitIncoming(h.sessionId).pipe(
+            Effect.catchTag("RuntimeError", (e) => drop(h.moveId, h.sessionId).pipe(Effect.andThen(refuse("commit", h.moveId, `${e.op}: ${e.message}`)))),
+          )
+          yield* residents.update(h.sessionId, (v) => ({ ...v, status: "running" }))
+        }).pipe(Effect.uninterruptible),
       abort: (moveId) =>
         Effect.gen(function* () {
-          yield* drop(moveId)
-          for (const vm of yield* residents.all) {
-            if (vm.moveId === moveId) {
-              yield* runtime.destroy(vm.vmId)
-              yield* residents.remove(vm.vmId)
-            }
-          }
+          for (const vm of yield* residents.all) if (vm.moveId === moveId) yield* drop(moveId, vm.vmId)
+        }).pipe(Effect.uninterruptible),
+      incoming: Effect.map(residents.all, (vms) => vms.filter((v) => v.moveId !== null && v.status === "paused").map((v) => ({ moveId: v.moveId!, vmId: v.vmId }))),
+      lastActivity: (moveId) =>
+        Effect.gen(function* () {
+          const at = (yield* Ref.get(activity)).get(moveId)
+          if (at !== undefined) return at
+          yield* touch(moveId)
+          return yield* Clock.currentTimeMillis
         }),
-      staged: Effect.map(Ref.get(staging), (m) => [...m.values()]),
-      committedAt: (moveId) => Effect.map(Ref.get(committed), (m) => m.get(moveId)),
     }
     return target
   })

@@ -1,16 +1,21 @@
 /**
- * The source's link to a move's target agent: send a round, ask for the commit, or abort.
- * Over HTTP to the target's peer server (bearer: the move token), or in memory between two
- * agents in one process (clock-driven tests).
+ * The source's link to a move's target agent: prepare the incoming VM (its answer is the
+ * runtime endpoint the source's runtime streams the VM to), ask for the commit, or abort.
+ * Over HTTP to the target's peer server (bearer: the move token), or in memory between agents
+ * of one process (clock-driven tests).
+ *
+ * What it decides: which failures are the target's answer (`refused`: a 409 from the target,
+ * which acted on its side) and which leave the target's state unknown (unreachable, timed out,
+ * any other status).
  */
-import { Duration, Effect } from "effect"
+import { Duration, Effect, Schema } from "effect"
 import { FetchHttpClient, HttpBody, HttpClient, HttpClientRequest } from "effect/http"
+import type { IncomingEndpoint } from "@engram/runtime"
 import { moveToken } from "./MoveToken.js"
 import { type MoveHeader, type MoveTarget, PeerError } from "./MoveTarget.js"
-import type { Capture } from "./Runtime.js"
 
 export interface PeerLink {
-  readonly send: (header: MoveHeader, capture: Capture) => Effect.Effect<void, PeerError>
+  readonly prepare: (header: MoveHeader) => Effect.Effect<IncomingEndpoint, PeerError>
   readonly commit: (header: MoveHeader) => Effect.Effect<void, PeerError>
   readonly abort: (header: MoveHeader) => Effect.Effect<void, PeerError>
 }
@@ -19,57 +24,55 @@ export interface PeerLink {
 export const inMemory = (targets: ReadonlyMap<string, MoveTarget>): PeerLink => {
   const find = (op: string, h: MoveHeader) => {
     const t = targets.get(h.targetHostId)
-    return t === undefined ? Effect.fail(new PeerError({ op, moveId: h.moveId, message: `no peer ${h.targetHostId}` })) : Effect.succeed(t)
+    return t === undefined ? Effect.fail(new PeerError({ op, moveId: h.moveId, message: `no peer ${h.targetHostId}`, refused: false })) : Effect.succeed(t)
   }
   return {
-    send: (h, c) => Effect.flatMap(find("send", h), (t) => t.receive(h, c)),
-    commit: (h) => Effect.flatMap(find("commit", h), (t) => t.commit(h.moveId)),
+    prepare: (h) => Effect.flatMap(find("prepare", h), (t) => t.prepare(h)),
+    commit: (h) => Effect.flatMap(find("commit", h), (t) => t.commit(h)),
     abort: (h) => Effect.flatMap(find("abort", h), (t) => t.abort(h.moveId)),
   }
 }
 
-/** The JSON body of `POST /v1/peer/moves/{id}/rounds`. */
-export interface RoundBody extends MoveHeader {
-  readonly kind: Capture["kind"]
-  readonly apparentBytes: number
-  readonly wireBytes: number
-  /** The capture's image, base64. */
-  readonly payload: string
-}
+/** The answer of `POST /v1/peer/moves/{id}/prepare`. */
+export const PrepareAnswer = Schema.Struct({ endpoint: Schema.Struct({ runtime: Schema.String, uri: Schema.String }) })
 
 /** A link over HTTP; `peers` maps a host id to its agent's peer URL. */
 export const http = (peers: (hostId: string) => string | undefined, secret: string, timeoutMs = 60_000): PeerLink => {
-  const call = (op: string, h: MoveHeader, path: string, body: unknown) =>
+  const call = (op: string, h: MoveHeader, path: string) =>
     Effect.gen(function* () {
       const base = peers(h.targetHostId)
-      if (base === undefined) return yield* new PeerError({ op, moveId: h.moveId, message: `no address for peer ${h.targetHostId}` })
+      if (base === undefined) return yield* new PeerError({ op, moveId: h.moveId, message: `no address for peer ${h.targetHostId}`, refused: false })
       const client = yield* HttpClient.HttpClient
       const req = HttpClientRequest.post(`${base.replace(/\/+$/, "")}/v1/peer/moves/${encodeURIComponent(h.moveId)}/${path}`).pipe(
         HttpClientRequest.bearerToken(moveToken(secret, h.moveId, h.sourceHostId, h.targetHostId)),
-        HttpClientRequest.setBody(HttpBody.jsonUnsafe(body)),
+        HttpClientRequest.setBody(HttpBody.jsonUnsafe(h)),
       )
       const res = yield* client.execute(req)
+      const text = yield* res.text.pipe(Effect.orElseSucceed(() => ""))
       if (res.status < 200 || res.status >= 300) {
-        const text = yield* res.text.pipe(Effect.orElseSucceed(() => ""))
-        return yield* new PeerError({ op, moveId: h.moveId, message: `peer answered ${res.status}: ${text.slice(0, 200)}` })
+        // 409 is the target's own refusal (PeerServer); anything else says nothing of its state.
+        return yield* new PeerError({ op, moveId: h.moveId, message: `peer answered ${res.status}: ${text.slice(0, 200)}`, refused: res.status === 409 })
       }
+      return text
     }).pipe(
       Effect.timeout(Duration.millis(timeoutMs)),
-      Effect.catchTag("TimeoutError", () => Effect.fail(new PeerError({ op, moveId: h.moveId, message: "peer timed out" }))),
-      Effect.catchTag("HttpClientError", (e) => Effect.fail(new PeerError({ op, moveId: h.moveId, message: e.message }))),
+      Effect.catchTag("TimeoutError", () => Effect.fail(new PeerError({ op, moveId: h.moveId, message: "peer timed out", refused: false }))),
+      Effect.catchTag("HttpClientError", (e) => Effect.fail(new PeerError({ op, moveId: h.moveId, message: e.message, refused: false }))),
       Effect.provide(FetchHttpClient.layer),
     )
   return {
-    send: (h, c) =>
-      call("send", h, "rounds", {
-        ...h,
-        kind: c.kind,
-        apparentBytes: c.apparentBytes,
-        wireBytes: c.wireBytes,
-        payload: Buffer.from(c.payload).toString("base64"),
-      } satisfies RoundBody),
-    commit: (h) => call("commit", h, "commit", h),
-    abort: (h) => call("abort", h, "abort", h),
+    prepare: (h) =>
+      call("prepare", h, "prepare").pipe(
+        Effect.flatMap((text) =>
+          Effect.try({ try: () => JSON.parse(text) as unknown, catch: () => "not JSON" }).pipe(
+            Effect.flatMap(Schema.decodeUnknownEffect(PrepareAnswer)),
+            Effect.map((a) => a.endpoint),
+            Effect.mapError(() => new PeerError({ op: "prepare", moveId: h.moveId, message: `peer answered no endpoint: ${text.slice(0, 200)}`, refused: false })),
+          ),
+        ),
+      ),
+    commit: (h) => Effect.asVoid(call("commit", h, "commit")),
+    abort: (h) => Effect.asVoid(call("abort", h, "abort")),
   }
 }
 

@@ -1,7 +1,9 @@
 /**
- * The agent's small HTTP server for its peers: a move's target receives rounds, commit and
- * abort here; `GET /v1/peer/status` shows what is resident and staged. Every request carries
- * a bearer: the move token for move routes, the status token for the status (MoveToken.ts).
+ * The agent's small HTTP server for its peers: a move's target answers prepare (the endpoint
+ * its runtime waits on for the VM), commit and abort here; `GET /v1/peer/status` shows what is
+ * resident and incoming. Every request carries a bearer: the move token for move routes, the
+ * status token for the status (MoveToken.ts). A target's refusal is a 409 `PeerError`; for a
+ * commit it means the guest does not run here (MoveTarget.ts).
  */
 import { createServer } from "node:http"
 import { Context, Effect, Layer, Schema } from "effect"
@@ -17,13 +19,6 @@ const Header = Schema.Struct({
   targetHostId: Schema.String,
   memMib: Schema.Number,
   vcpus: Schema.Number,
-})
-const Round = Schema.Struct({
-  ...Header.fields,
-  kind: Schema.Literals(["full", "delta", "final"]),
-  apparentBytes: Schema.Number,
-  wireBytes: Schema.Number,
-  payload: Schema.String,
 })
 
 const json = (status: number, body: unknown) => HttpServerResponse.jsonUnsafe(body, { status })
@@ -62,27 +57,12 @@ export const routes = (deps: PeerServerDeps) =>
   Layer.mergeAll(
     HttpRouter.add(
       "POST",
-      "/v1/peer/moves/:id/rounds",
+      "/v1/peer/moves/:id/prepare",
       Effect.gen(function* () {
-        const a = yield* authorizedMove(deps, Round)
+        const a = yield* authorizedMove(deps, Header)
         if (a._tag === "Bad") return a.response
-        const r = a.body as typeof Round.Type
-        const header: MoveHeader = {
-          moveId: r.moveId,
-          sessionId: r.sessionId,
-          sourceHostId: r.sourceHostId,
-          targetHostId: r.targetHostId,
-          memMib: r.memMib,
-          vcpus: r.vcpus,
-        }
-        yield* deps.target.receive(header, {
-          vmId: r.sessionId,
-          kind: r.kind,
-          apparentBytes: r.apparentBytes,
-          wireBytes: r.wireBytes,
-          payload: new Uint8Array(Buffer.from(r.payload, "base64")),
-        })
-        return json(200, { ok: true })
+        const endpoint = yield* deps.target.prepare(a.body)
+        return json(200, { endpoint })
       }).pipe(Effect.catchTag("PeerError", peerError)),
     ),
     HttpRouter.add(
@@ -91,7 +71,7 @@ export const routes = (deps: PeerServerDeps) =>
       Effect.gen(function* () {
         const a = yield* authorizedMove(deps, Header)
         if (a._tag === "Bad") return a.response
-        yield* deps.target.commit(a.body.moveId)
+        yield* deps.target.commit(a.body)
         return json(200, { ok: true })
       }).pipe(Effect.catchTag("PeerError", peerError)),
     ),

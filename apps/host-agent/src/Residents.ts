@@ -1,6 +1,6 @@
 /**
- * The agent's record of what is resident on its host (VMs and their reservations) and of
- * the move commits it still owes the coordinator. Every change is persisted through
+ * The agent's record of what is resident on its host (VMs, their reservations, incoming VMs
+ * of moves) and of the move outcomes it still owes. Every change is persisted through
  * `persist` (the state file in production, nothing in clock-driven tests).
  */
 import { Effect, Ref, Semaphore } from "effect"
@@ -15,8 +15,6 @@ export interface Residents {
   readonly pendingCommits: Effect.Effect<readonly PendingCommit[]>
   readonly addPendingCommit: (c: PendingCommit) => Effect.Effect<void>
   readonly removePendingCommit: (moveId: string) => Effect.Effect<void>
-  /** RAM of the resident VMs, for the host report. */
-  readonly residentMib: Effect.Effect<number>
   readonly snapshot: Effect.Effect<StateFile>
 }
 
@@ -43,7 +41,6 @@ export const makeResidents = (
       pendingCommits: Effect.map(Ref.get(ref), (s) => s.pendingCommits),
       addPendingCommit: (c) => change((s) => ({ ...s, pendingCommits: [...s.pendingCommits.filter((p) => p.moveId !== c.moveId), c] })),
       removePendingCommit: (moveId) => change((s) => ({ ...s, pendingCommits: s.pendingCommits.filter((p) => p.moveId !== moveId) })),
-      residentMib: Effect.map(Ref.get(ref), (s) => s.vms.reduce((n, v) => n + v.memMib, 0)),
       snapshot: Ref.get(ref),
     }
   })

@@ -19,6 +19,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "n
 import { isAbsolute, join, resolve } from "node:path"
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Logger } from "effect"
+import { runtimeFromEnvironment } from "./Config.js"
 import { startHostAgent } from "./Host.js"
 import { layerFixed, HostMeter } from "./Measure.js"
 import { statusToken } from "./MoveToken.js"
@@ -153,13 +154,17 @@ const program = Effect.gen(function* () {
 
   const urls = new Map<string, string>()
   for (const h of registered) {
+    const stateFile = join(stateDir, `${h.id}.state.json`)
+    // ENGRAM_RUNTIME=qemu: real guests (README "Real guests"); the simulated runtime otherwise.
+    const runtime = yield* runtimeFromEnvironment(env, h.id, stateFile).pipe(Effect.tapError((e) => Effect.logError(e.message)))
     const agent = yield* startHostAgent({
+      ...runtime,
       hostId: h.id,
       coordinator: { url: coordinatorUrl, hostToken: h.token },
       peerSecret,
       peers: (id) => urls.get(id),
       listen: { port: 0, host: "127.0.0.1" },
-      stateFile: join(stateDir, `${h.id}.state.json`),
+      stateFile,
       imageDir: join(stateDir, `${h.id}-images`),
       measure: (mib) => HostMeter.use((m) => m.measure(mib)).pipe(Effect.provide(layerFixed({ totalMib: h.totalMib, osMib: h.osMib, vcpus: h.vcpus }))),
       config: { pollWaitMs: 10_000, reportIntervalMs: 10_000 },
@@ -169,7 +174,7 @@ const program = Effect.gen(function* () {
     const statusFile = join(stateDir, `${h.id}.status-token`)
     writeFileSync(statusFile, `${statusToken(peerSecret, h.id)}\n`, { mode: 0o600 })
     chmodSync(statusFile, 0o600)
-    yield* Effect.logInfo(`demo: ${h.id} (${h.totalMib} MiB, ${h.vcpus} vCPUs, simulated) agent on ${urls.get(h.id)}`, {
+    yield* Effect.logInfo(`demo: ${h.id} (${h.totalMib} MiB, ${h.vcpus} vCPUs, ${agent.runtimeInfo.kind === "sim" ? "simulated" : `${agent.runtimeInfo.kind} guests under ${agent.runtimeInfo.accelerator}`}) agent on ${urls.get(h.id)}`, {
       status: `curl -s ${urls.get(h.id)}/v1/peer/status -H "authorization: Bearer $(cat ${statusFile})"`,
     })
   }

@@ -1,12 +1,12 @@
 /**
  * @engram/host-agent: the engram host agent. It measures its host, reports and heartbeats,
- * pulls its assignments from the coordinator and drives its VMs through a `VmRuntime`
- * (simulated by default), and moves live VMs agent to agent under the downtime guard.
+ * pulls its assignments from the coordinator and drives its VMs through `@engram/runtime`'s
+ * interface (simulated by default, QEMU with `ENGRAM_RUNTIME=qemu`), and moves live VMs agent
+ * to agent under the downtime guard.
  */
 export * as Agent from "./Agent.js"
 export * as Config from "./Config.js"
 export * as Coordinator from "./Coordinator.js"
-export * as ImageStore from "./ImageStore.js"
 export * as LocalState from "./LocalState.js"
 export * as Measure from "./Measure.js"
 export * as MoveSource from "./MoveSource.js"
@@ -15,9 +15,6 @@ export * as MoveToken from "./MoveToken.js"
 export * as PeerLink from "./PeerLink.js"
 export * as PeerServer from "./PeerServer.js"
 export * as Residents from "./Residents.js"
-export * as Runtime from "./Runtime.js"
-export * as SimRuntime from "./SimRuntime.js"
+export * as RuntimeChoice from "./RuntimeChoice.js"
 export { defaultAgentConfig, startHostAgent } from "./Host.js"
 export type { HostAgent, HostAgentOptions } from "./Host.js"
-export { VmRuntime } from "./Runtime.js"
-export type { VmRuntimeShape, VmSpec, Capture } from "./Runtime.js"

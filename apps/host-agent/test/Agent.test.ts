@@ -1,6 +1,16 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
+import { ImageStore, SimRuntime } from "@engram/runtime"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { makeAgent } from "../src/Agent.js"
+import { defaultAgentConfig } from "../src/Host.js"
+import { makeMoveTarget } from "../src/MoveTarget.js"
+import * as PeerLink from "../src/PeerLink.js"
+import { makeResidents } from "../src/Residents.js"
+import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
 import { makeFleet } from "./support/InProcess.js"
 
 const fleetOf = Effect.gen(function* () {
@@ -8,8 +18,7 @@ const fleetOf = Effect.gen(function* () {
   const settle = Effect.gen(function* () {
     for (let i = 0; i < 3; i++) {
       yield* fleet.pass
-      yield* TestClock.adjust("1 minute")
-      for (const h of fleet.hosts) yield* h.agent.idle
+      yield* fleet.quiesce
     }
   })
   return { ...fleet, a: fleet.hosts[0]!, b: fleet.hosts[1]!, settle }
@@ -83,4 +92,33 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       assert.strictEqual(s.heartbeats.get("a"), 4)
       assert.deepStrictEqual(s.reports.get("a"), { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 })
     }))
+
+  it.effect("the report adds the RAM the resident VMs hold (their measured RSS), not their sizes, to what the host has available (SPEC §1)", () =>
+    Effect.gen(function* () {
+      const MiB = 1024 * 1024
+      const sim = yield* SimRuntime.make({ startMs: 0 })
+      // A 512 MiB guest that touched 300 MiB of it; a second whose RSS cannot be read (its process just went).
+      const runtime = {
+        ...sim,
+        usage: Effect.map(sim.usage, (vms) => vms.map((v) => ({ ...v, rssBytes: v.vmId === "s1" ? 300 * MiB : null }))),
+      }
+      yield* runtime.start({ vmId: "s1", memMib: 512, vcpus: 1 })
+      yield* runtime.start({ vmId: "s2", memMib: 256, vcpus: 1 })
+      const seen: number[] = []
+      const coordinator = yield* makeFakeCoordinator
+      const residents = yield* makeResidents("a", null, () => Effect.void)
+      const agent = yield* makeAgent(defaultAgentConfig("a"), {
+        coordinator: coordinator.client("a"),
+        runtime,
+        measure: (residentMib) => Effect.sync(() => void seen.push(residentMib)).pipe(Effect.as({ totalMib: 8192, allocatableMib: 4000 + residentMib, totalVcpus: 4 })),
+        residents,
+        images: ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-images-"))),
+        link: PeerLink.inMemory(new Map()),
+        target: yield* makeMoveTarget("a", runtime, residents),
+      })
+      yield* agent.reportOnce
+      assert.deepStrictEqual(seen, [300])
+      assert.deepStrictEqual((yield* coordinator.get).reports.get("a"), { totalMib: 8192, allocatableMib: 4300, totalVcpus: 4 })
+    }))
 })
+

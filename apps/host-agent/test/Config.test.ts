@@ -63,4 +63,46 @@ describe("host agent configuration", () => {
   it("every variable the agent reads is in @engram/api's list", () => {
     for (const v of variables) expect(Env.knownVariables.has(v), v).toBe(true)
   })
+
+  it("ENGRAM_RUNTIME=qemu selects QEMU: the test guest by default, the state directory beside the state file, the move data plane on the agent's host", async () => {
+    const o = await Effect.runPromise(
+      fromEnvironment({ ...required, ENGRAM_RUNTIME: "qemu", ENGRAM_AGENT_STATE_FILE: "/var/lib/engram/agent.json", ENGRAM_AGENT_HOST: "10.0.0.2", ENGRAM_QEMU_MOVE_MIB_S: "64" }),
+    )
+    expect(o.qemu).toEqual({ stateDir: "/var/lib/engram/engram-qemu-h1", boot: { kind: "guest" }, accelerator: "auto", moveBandwidthBytesPerSec: 64 * 1024 * 1024 })
+    expect(o.migration).toEqual({ listenHost: "10.0.0.2", advertiseHost: "10.0.0.2" })
+    const kernel = await Effect.runPromise(
+      fromEnvironment({
+        ...required,
+        ENGRAM_RUNTIME: "qemu",
+        ENGRAM_QEMU_STATE_DIR: "/run/eq",
+        ENGRAM_QEMU_KERNEL: "/boot/vmlinuz",
+        ENGRAM_QEMU_INITRD: "/boot/initrd",
+        ENGRAM_QEMU_APPEND: "console=ttyS0",
+        ENGRAM_QEMU_ACCEL: "tcg",
+        ENGRAM_AGENT_MIGRATION_HOST: "0.0.0.0",
+        ENGRAM_AGENT_ADVERTISE_HOST: "host-b.internal",
+      }),
+    )
+    expect(kernel.qemu).toEqual({ stateDir: "/run/eq", boot: { kind: "kernel", kernel: "/boot/vmlinuz", initrd: "/boot/initrd", append: "console=ttyS0" }, accelerator: "tcg" })
+    expect(kernel.migration).toEqual({ listenHost: "0.0.0.0", advertiseHost: "host-b.internal" })
+    // The default stays the simulated runtime.
+    expect((await Effect.runPromise(fromEnvironment(required))).qemu).toBeUndefined()
+  })
+
+  it("runtime settings that contradict each other are reported with the rest, all at once", async () => {
+    const qemu = await errorOf({ ...required, ENGRAM_RUNTIME: "qemu", ENGRAM_QEMU_KERNEL: "/k", ENGRAM_QEMU_DISK: "/d.img", ENGRAM_QEMU_ACCEL: "fast", ENGRAM_SIM: "{}" })
+    expect(qemu?.message).toBe(
+      [
+        "invalid host agent configuration:",
+        '  ENGRAM_QEMU_ACCEL="fast": must be auto, kvm or tcg',
+        '  ENGRAM_SIM="{}": applies only with ENGRAM_RUNTIME=sim',
+        '  ENGRAM_QEMU_DISK="/d.img": cannot be set with ENGRAM_QEMU_KERNEL (a guest boots one or the other)',
+      ].join("\n"),
+    )
+    const sim = await errorOf({ ...required, ENGRAM_RUNTIME: "firecracker", ENGRAM_QEMU_INITRD: "/i" })
+    expect(sim?.message).toBe(['invalid host agent configuration:', '  ENGRAM_RUNTIME="firecracker": must be sim or qemu'].join("\n"))
+    const forgotten = await errorOf({ ...required, ENGRAM_QEMU_KERNEL: "/k" })
+    expect(forgotten?.message).toBe(['invalid host agent configuration:', '  ENGRAM_QEMU_KERNEL="/k": applies only with ENGRAM_RUNTIME=qemu'].join("\n"))
+  })
 })
+

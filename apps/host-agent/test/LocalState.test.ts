@@ -46,4 +46,25 @@ describe("the local state file", () => {
       writeFileSync(path, JSON.stringify({ version: 1, hostId: "h1", vms: [{ vmId: 3 }], pendingCommits: [] }))
       assert.strictEqual((yield* LocalState.load(path, "h1"))._tag, "Quarantined")
     }))
+
+  it.effect("a move outcome owed before the target confirmed its commit round-trips; a file of an older agent (phases, no target) still loads", () =>
+    Effect.gen(function* () {
+      const path = join(dir(), "agent.json")
+      const state: LocalState.StateFile = {
+        ...LocalState.empty("h1"),
+        pendingCommits: [
+          { moveId: "m1", sessionId: "s1", phases: null, target: { targetHostId: "h2", memMib: 512, vcpus: 1 }, pause: { pausedAtMs: 1000.25, captureMs: 1.5, sendMs: 7, sentAtMs: 1010 } },
+        ],
+      }
+      yield* LocalState.save(path, state)
+      const loaded = yield* LocalState.load(path, "h1")
+      assert.strictEqual(loaded._tag, "Loaded")
+      if (loaded._tag === "Loaded") assert.deepStrictEqual(loaded.state, state)
+      const older: LocalState.StateFile = { version: 1, hostId: "h1", vms: [], pendingCommits: [{ moveId: "m0", sessionId: "s0", phases: { downtimeMs: 546, captureMs: 40, sendMs: 86, commitMs: 420 } }] }
+      writeFileSync(path, JSON.stringify(older))
+      const old = yield* LocalState.load(path, "h1")
+      assert.strictEqual(old._tag, "Loaded")
+      if (old._tag === "Loaded") assert.deepStrictEqual(old.state, older)
+    }))
 })
+

@@ -1,12 +1,15 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Downtime } from "@engram/core"
+import { SimRuntime } from "@engram/runtime"
 import { Effect, Logger, Ref } from "effect"
-import { TestClock } from "effect/testing"
-import { defaultSimConfig, type SimConfig } from "../src/SimRuntime.js"
-import { makeFleet, type FleetOptions } from "./support/InProcess.js"
+import { PeerError } from "../src/MoveTarget.js"
+import type { PeerLink } from "../src/PeerLink.js"
+import { makeFleet, type FleetOptions, type TestHost } from "./support/InProcess.js"
+
+type SimConfig = SimRuntime.SimConfig
 
 /** Seed 004's hardware run: a 4 GiB guest rewriting a hot 64 MiB; capture ≈ 40 ms, send ≈ 85 ms, commit ≈ 420 ms. */
-const seed004: Partial<SimConfig> = defaultSimConfig
+const seed004: Partial<SimConfig> = SimRuntime.defaultSimConfig
 
 const runMove = (opts: {
   readonly maxDowntimeMs: number
@@ -29,9 +32,7 @@ const runMove = (opts: {
     const settle = Effect.gen(function* () {
       for (let i = 0; i < 4; i++) {
         yield* fleet.pass
-        yield* TestClock.adjust("1 minute")
-        yield* a.agent.idle
-        yield* b.agent.idle
+        yield* fleet.quiesce
       }
     })
     yield* fleet.coordinator.addSession("s1", "a", opts.memMib ?? 4096, 2)
@@ -40,7 +41,7 @@ const runMove = (opts: {
     yield* fleet.coordinator.beginMove("m1", "s1", "b", opts.maxDowntimeMs)
     yield* settle
     const state = yield* fleet.coordinator.get
-    return { fleet, a, b, move: state.moves.get("m1")!, session: state.sessions.get("s1")!, outcome: (yield* a.agent.status).moves[0]! }
+    return { fleet, a, b, settle, move: state.moves.get("m1")!, session: state.sessions.get("s1")!, outcome: (yield* a.agent.status).moves[0]! }
   })
 
 describe("the seed 004 hardware table on the simulated runtime", () => {
@@ -61,7 +62,7 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
       assert.strictEqual(session.state, "running")
       assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
       assert.deepStrictEqual(yield* a.runtime.list, [])
-      assert.strictEqual((yield* b.target.staged).length, 0)
+      assert.strictEqual((yield* b.target.incoming).length, 0)
       assert.strictEqual(outcome._tag, "Committed")
       assert.deepStrictEqual((yield* a.residents.pendingCommits), [])
     }))
@@ -81,7 +82,7 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
       assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
       assert.isFalse((yield* a.runtime.stats("s1")).tracking)
       assert.deepStrictEqual(yield* b.runtime.list, [])
-      assert.strictEqual((yield* b.target.staged).length, 0)
+      assert.strictEqual((yield* b.target.incoming).length, 0)
     }))
 })
 
@@ -102,7 +103,7 @@ describe("the post-capture check", () => {
       assert.deepStrictEqual((yield* a.residents.all).map((v) => v.status), ["running"])
       assert.deepStrictEqual(yield* b.runtime.list, [])
       assert.deepStrictEqual(yield* b.residents.all, [])
-      assert.strictEqual((yield* b.target.staged).length, 0)
+      assert.strictEqual((yield* b.target.incoming).length, 0)
     }))
 
 })
@@ -143,14 +144,9 @@ describe("the final round is the point of no return (SPEC §5), and the coordina
       const { move } = yield* runMove({
         maxDowntimeMs: 600,
         fleet: {
-          wrapLink: (link, coordinator) => ({
-            ...link,
-            send: (h, c) =>
-              Effect.gen(function* () {
-                if (c.kind === "final") seen.push((yield* coordinator.get).moves.get(h.moveId)!.rounds.map((r) => r.kind))
-                return yield* link.send(h, c)
-              }),
-          }),
+          // Just before the runtime sends the final round to the target's incoming VM.
+          onSwitchover: (coordinator, hostId) =>
+            hostId === "a" ? Effect.flatMap(coordinator.get, (s) => Effect.sync(() => void seen.push(s.moves.get("m1")!.rounds.map((r) => r.kind)))) : Effect.void,
         },
       })
       assert.strictEqual(move.state, "committed")
@@ -170,8 +166,8 @@ describe("the final round is the point of no return (SPEC §5), and the coordina
       assert.strictEqual(move.abortReason, "timeout")
       assert.isFalse(move.rounds.some((r) => r.kind === "final"))
       assert.strictEqual(outcome._tag, "Gone")
-      assert.isUndefined(yield* b.target.committedAt("m1"), "the target never committed")
-      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.deepStrictEqual(yield* b.runtime.list, [], "the target never committed, and dropped its incoming VM")
+      assert.deepStrictEqual(yield* b.residents.all, [])
       assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
       // The same guest runs on the source: resumed, not booted again.
       assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
@@ -229,6 +225,101 @@ describe("the final round is the point of no return (SPEC §5), and the coordina
       assert.match(logs.lines.find((l) => l.level === "Error")?.text ?? "", /the session is not on this host \(ended\)/i)
       // The ended session's copies go through each host's reconcile (the source's at once).
       assert.deepStrictEqual(yield* a.runtime.list, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+})
+
+/** The copies of `vmId` that run, over every host. */
+const runningCopies = (hosts: readonly TestHost[], vmId: string) =>
+  Effect.map(Effect.forEach(hosts, (h) => h.runtime.list), (lists) => lists.flat().filter((v) => v.vmId === vmId && v.status === "running").length)
+
+/** A peer link whose commit (and abort) a test can cut: the request is lost before or after the target acted on it. */
+const cuttable = () => {
+  const cut = { commit: "no" as "no" | "before" | "after", abort: false, commits: 0 }
+  const lost = (op: string, moveId: string) => new PeerError({ op, moveId, message: "connection reset", refused: false })
+  const wrap = (link: PeerLink): PeerLink => ({
+    ...link,
+    commit: (h) =>
+      Effect.gen(function* () {
+        cut.commits++
+        if (cut.commit === "before") return yield* lost("commit", h.moveId)
+        yield* link.commit(h)
+        if (cut.commit === "after") return yield* lost("commit", h.moveId)
+      }),
+    abort: (h) => (cut.abort ? Effect.fail(lost("abort", h.moveId)) : link.abort(h)),
+  })
+  return { cut, wrap }
+}
+
+describe("after the final round is recorded, a link failure never resumes the source copy (issue 13 item 11)", () => {
+  it.effect("the target commits and the link drops before its answer: the source stays paused and owes the outcome; once the link is back the commit is confirmed and posted", () =>
+    Effect.gen(function* () {
+      const link = cuttable()
+      link.cut.commit = "after"
+      link.cut.abort = true
+      const { fleet, a, b, settle, move, outcome } = yield* runMove({ maxDowntimeMs: 600, fleet: { wrapLink: link.wrap } })
+      // The target restored the guest and runs it; the source could not learn it.
+      assert.strictEqual(outcome._tag, "Owed")
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]], "the source copy stays paused")
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
+      assert.deepStrictEqual(yield* a.residents.pendingCommits.pipe(Effect.map((p) => p.map((c) => [c.moveId, c.phases]))), [["m1", null]])
+      assert.strictEqual(move.state, "pending", "the final round is recorded: the coordinator waits for the commit")
+      assert.strictEqual(move.rounds.at(-1)?.kind, "final")
+      // More passes with the link still down: asked again, still paused, never two copies.
+      const asked = link.cut.commits
+      yield* settle
+      assert.isTrue(link.cut.commits > asked, "the source asks the target again")
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => v.status), ["paused"])
+      // The link is back: the target answers (it runs the guest), the commit is posted, the source copy goes.
+      link.cut.commit = "no"
+      link.cut.abort = false
+      yield* settle
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "committed")
+      assert.isTrue(Downtime.phasesConsistent(s.moves.get("m1")!.phases!), JSON.stringify(s.moves.get("m1")!.phases))
+      assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "b"])
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual(yield* Ref.get(b.runtime.starts), 0, "the guest on the target is the moved one, never booted")
+    }))
+
+  it.effect("the link drops before the commit reaches the target: the source stays paused; once it is back the target commits the VM it holds", () =>
+    Effect.gen(function* () {
+      const link = cuttable()
+      link.cut.commit = "before"
+      link.cut.abort = true
+      const { fleet, a, b, settle, outcome } = yield* runMove({ maxDowntimeMs: 600, fleet: { wrapLink: link.wrap } })
+      assert.strictEqual(outcome._tag, "Owed")
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 0, "paused on both sides: the pause goes on, no copy runs twice")
+      assert.deepStrictEqual(yield* b.target.incoming, [{ moveId: "m1", vmId: "s1" }])
+      link.cut.commit = "no"
+      link.cut.abort = false
+      yield* settle
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "committed")
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+    }))
+
+  it.effect("the target answers that it does not run the guest (its incoming VM failed): only then the source copy resumes, and the move aborts", () =>
+    Effect.gen(function* () {
+      const { fleet, a, b, move, session, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          // The target's incoming VM is lost after the stream (say its hypervisor died): its commit is refused.
+          wrapLink: (link) => ({ ...link, commit: (h) => link.abort(h).pipe(Effect.andThen(link.commit(h))) }),
+        },
+      })
+      assert.strictEqual(outcome._tag, "Failed")
+      if (outcome._tag === "Failed") assert.match(outcome.reason, /the target refused the commit/)
+      assert.strictEqual(move.state, "aborted")
+      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
     }))
 })

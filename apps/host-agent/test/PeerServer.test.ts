@@ -1,16 +1,18 @@
 import { assert, describe, it } from "@effect/vitest"
+import { SimRuntime, SimWire } from "@engram/runtime"
 import { Effect } from "effect"
 import { makeMoveTarget } from "../src/MoveTarget.js"
 import { moveToken, statusToken } from "../src/MoveToken.js"
 import * as PeerLink from "../src/PeerLink.js"
 import * as PeerServer from "../src/PeerServer.js"
 import { makeResidents } from "../src/Residents.js"
-import { makeSimRuntime } from "../src/SimRuntime.js"
+import { freePort } from "./support/E2e.js"
 
 const SECRET = "peer-server-test-secret"
+const fast = { commitMs: 5, captureFixedMs: 1, startMs: 0 }
 
 const serveTarget = Effect.gen(function* () {
-  const runtime = yield* makeSimRuntime({ commitMs: 5, captureFixedMs: 1 })
+  const runtime = yield* SimRuntime.make(fast, SimWire.tcp())
   const residents = yield* makeResidents("t", null, () => Effect.void)
   const target = yield* makeMoveTarget("t", runtime, residents)
   const port = yield* PeerServer.serve({ hostId: "t", secret: SECRET, target, status: Effect.succeed({ ok: true }) }, { port: 0, host: "127.0.0.1" })
@@ -20,20 +22,46 @@ const serveTarget = Effect.gen(function* () {
 const header = { moveId: "m1", sessionId: "s1", sourceHostId: "src", targetHostId: "t", memMib: 64, vcpus: 1 }
 
 describe("the peer server", () => {
-  it.live("accepts a move's rounds with its move token and commits them into a running VM", () =>
+  it.live("prepares a move's incoming VM with its move token, the source's runtime streams to it, and the commit runs it", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const { port, target, runtime } = yield* serveTarget
-        const source = yield* makeSimRuntime({ captureFixedMs: 1 })
+        const source = yield* SimRuntime.make(fast, SimWire.tcp())
         yield* source.start({ vmId: "s1", memMib: 64, vcpus: 1 })
         const link = PeerLink.http(() => `http://127.0.0.1:${port}`, SECRET)
-        yield* link.send(header, yield* source.fullCapture("s1"))
-        yield* link.send(header, yield* source.deltaCapture("s1", "delta"))
-        assert.deepStrictEqual((yield* target.staged).map((s) => s.rounds.length), [2])
-        yield* link.send(header, yield* source.deltaCapture("s1", "final"))
+        const endpoint = yield* link.prepare(header)
+        assert.strictEqual(endpoint.runtime, "sim")
+        assert.match(endpoint.uri, /^tcp:127\.0\.0\.1:\d+$/)
+        assert.deepStrictEqual(yield* target.incoming, [{ moveId: "m1", vmId: "s1" }])
+        // A repeated prepare (a lost answer) is the same incoming VM.
+        assert.deepStrictEqual(yield* link.prepare(header), endpoint)
+        const at = yield* source.migrate("s1", { moveId: "m1", endpoint, budget: { maxDowntimeMs: 5000, commitAllowanceMs: 50, maxPreCopyRounds: 4 }, onRound: () => Effect.void })
+        assert.strictEqual(at._tag, "AtSwitchover")
+        if (at._tag !== "AtSwitchover") return
+        yield* at.switchover
         yield* link.commit(header)
         assert.deepStrictEqual((yield* runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
-        assert.deepStrictEqual(yield* target.staged, [])
+        assert.deepStrictEqual(yield* target.incoming, [])
+        // A repeated commit (a lost answer) succeeds: the guest runs here.
+        yield* link.commit(header)
+      }),
+    ))
+
+  it.live("a commit the target cannot make is refused (409): nothing of the move is left there", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port, target, runtime } = yield* serveTarget
+        const link = PeerLink.http(() => `http://127.0.0.1:${port}`, SECRET)
+        yield* link.prepare(header)
+        // No stream ever came: the target's runtime cannot commit it.
+        const refused = yield* link.commit(header).pipe(Effect.flip)
+        assert.isTrue(refused.refused, refused.message)
+        assert.deepStrictEqual(yield* runtime.list, [])
+        assert.deepStrictEqual(yield* target.incoming, [])
+        // An unreachable target is not a refusal: what it did is unknown.
+        const closed = yield* Effect.promise(freePort)
+        const gone = yield* PeerLink.http(() => `http://127.0.0.1:${closed}`, SECRET).commit(header).pipe(Effect.flip)
+        assert.isFalse(gone.refused)
       }),
     ))
 
@@ -59,7 +87,7 @@ describe("the peer server", () => {
           Effect.promise(() => fetch(`http://127.0.0.1:${port}/v1/peer/status`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.status))
         assert.strictEqual(yield* status(moveToken(SECRET, "m1", "src", "t")), 401)
         assert.strictEqual(yield* status(statusToken(SECRET, "t")), 200)
-        assert.deepStrictEqual(yield* target.staged, [])
+        assert.deepStrictEqual(yield* target.incoming, [])
       }),
     ))
 })

@@ -140,7 +140,7 @@ describe("a coordinator and its agents, end to end", () => {
     expect((await agents.c!.status()).vms.map((v: { vmId: string; status: string }) => [v.vmId, v.status])).toEqual([["s5", "running"]])
     const target = await agents.a!.status()
     expect(target.vms).toEqual([])
-    expect(target.staged).toEqual([])
+    expect(target.incoming).toEqual([])
     expect(await reservations("a")).toEqual([])
     const open = (await admin.call("GET", `/v1/moves/${moved.body.moveId}`)).body
     expect(open.state).toBe("aborted")
@@ -163,7 +163,7 @@ describe("a coordinator and its agents, end to end", () => {
     expect(outcome).toMatchObject({ _tag: "Refused", stage: "pre-pause", paused: false })
     expect(st.vms.map((v: { vmId: string; status: string }) => [v.vmId, v.status])).toEqual([["s4", "running"]])
     expect((await session("s4")).state).toBe("running")
-    expect((await agents.a!.status()).staged).toEqual([])
+    expect((await agents.a!.status()).incoming).toEqual([])
     expect(await reservations("a")).toEqual([])
   }, 60_000)
 

@@ -57,6 +57,22 @@ export const agentVariables = [
   "ENGRAM_SIM_TOTAL_MIB",
   "ENGRAM_SIM_OS_MIB",
   "ENGRAM_SIM_VCPUS",
+  "ENGRAM_AGENT_MIGRATION_HOST",
+  "ENGRAM_AGENT_ADVERTISE_HOST",
+  "ENGRAM_RUNTIME",
+  "ENGRAM_QEMU_STATE_DIR",
+  "ENGRAM_QEMU_KERNEL",
+  "ENGRAM_QEMU_INITRD",
+  "ENGRAM_QEMU_APPEND",
+  "ENGRAM_QEMU_DISK",
+  "ENGRAM_QEMU_DISK_FORMAT",
+  "ENGRAM_QEMU_BINARY",
+  "ENGRAM_QEMU_ACCEL",
+  "ENGRAM_QEMU_MOVE_MIB_S",
+  // The test guest's (tooling/guest), which a QEMU agent boots by default.
+  "ENGRAM_GUEST_CACHE",
+  "ENGRAM_GUEST_KERNEL",
+  "ENGRAM_GUEST_BUSYBOX",
 ] as const
 
 /** The demo fleet's variables (`pnpm start`). */

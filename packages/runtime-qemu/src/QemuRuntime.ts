@@ -160,20 +160,37 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         return { client, scope }
       })
 
-    /** Spawns a VM's QEMU and connects to it. */
+    /** VMs whose QEMU is being spawned (one launch per VM at a time). */
+    const launching = new Set<string>()
+
+    /**
+     * Spawns a VM's QEMU and connects to it. Not interruptible: a QEMU spawned and never
+     * registered would run on unseen. A live QEMU left in the VM's files (one this runtime does
+     * not hold: its QMP never answered after a restart) is ended first: one QEMU per VM.
+     */
     const launch = (spec: VmSpec, m: P.Machine, incomingMoveId: string | null, incoming: boolean) =>
-      Effect.gen(function* () {
-        if (vms.has(spec.vmId)) return yield* err("start", spec.vmId, "VM already resident")
-        const paths = P.pathsOf(config.stateDir, spec.vmId)
-        const args = P.argv(spec, m, paths, { incoming, tcgTbSizeMib: config.tcgTbSizeMib ?? 64, extra: config.extraArgs ?? [] })
-        const pid = yield* P.spawnQemu(binary, args, paths, spec.vmId)
-        const attached = yield* attach(paths, pid, spec.vmId, startTimeoutMs).pipe(Effect.tapError(() => P.kill(pid, 2000)))
-        const record: P.VmRecord = { engram: "qemu-vm/v1", spec, machine: m, socket: paths.socket, incomingMoveId }
-        yield* P.writeRecord(paths, record).pipe(Effect.tapError(() => P.kill(pid, 2000)))
-        const vm: Vm = { spec, paths, pid, ...attached, record, status: incoming ? "paused" : "running", endpoint: null }
-        vms.set(spec.vmId, vm)
-        return vm
-      })
+      Effect.uninterruptible(
+        Effect.gen(function* () {
+          if (vms.has(spec.vmId) || launching.has(spec.vmId)) return yield* err("start", spec.vmId, "VM already resident")
+          launching.add(spec.vmId)
+          return yield* Effect.gen(function* () {
+            const paths = P.pathsOf(config.stateDir, spec.vmId)
+            const stray = P.readPid(paths)
+            if (stray !== undefined && P.aliveAs(stray, binary)) {
+              yield* Effect.logWarning("a QEMU this runtime does not hold runs in the VM's files; it is ended before a new one starts", { vmId: spec.vmId, pid: stray })
+              yield* P.kill(stray, 5000)
+            }
+            const args = P.argv(spec, m, paths, { incoming, tcgTbSizeMib: config.tcgTbSizeMib ?? 64, extra: config.extraArgs ?? [] })
+            const pid = yield* P.spawnQemu(binary, args, paths, spec.vmId)
+            const attached = yield* attach(paths, pid, spec.vmId, startTimeoutMs).pipe(Effect.tapError(() => P.kill(pid, 2000)))
+            const record: P.VmRecord = { engram: "qemu-vm/v1", spec, machine: m, socket: paths.socket, incomingMoveId }
+            yield* P.writeRecord(paths, record).pipe(Effect.tapError(() => P.kill(pid, 2000)))
+            const vm: Vm = { spec, paths, pid, ...attached, record, status: incoming ? "paused" : "running", endpoint: null }
+            vms.set(spec.vmId, vm)
+            return vm
+          }).pipe(Effect.ensuring(Effect.sync(() => launching.delete(spec.vmId))))
+        }),
+      )
 
     /** Ends a VM's QEMU (`quit`, then signals) and removes its files. Never fails. */
     const finish = (vm: Vm) =>
@@ -200,19 +217,21 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         return yield* err(op, vm.spec.vmId, `migration ${end.event === "SHUTDOWN" ? "ended by a QEMU shutdown" : String(end.data["status"])}${info["error-desc"] === undefined ? "" : `: ${info["error-desc"]}`}`)
       })
 
+    /** Cancels a VM's outgoing migration and waits until QEMU says it ended (a cancel at pre-switchover resumes a guest that ran). Never fails. */
+    const cancelMigration = (vm: Vm) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const sub = yield* vm.client.subscribe
+          yield* q(vm, "migrate", "migrate_cancel")
+          yield* Qmp.awaitEvent(sub, (e) => (e.event === "MIGRATION" && ["cancelled", "failed", "completed"].includes(String(e.data["status"])) ? e : undefined), 10_000, "cancelled")
+        }),
+      ).pipe(Effect.ignore)
+
     /** After a failed or refused outgoing migration: cancel it if it still runs, and make sure the guest runs here. */
     const giveBack = (vm: Vm, wasRunning: boolean) =>
       Effect.gen(function* () {
         const info = yield* queryMigrate(vm, "migrate").pipe(Effect.orElseSucceed((): M.MigrationInfo => ({})))
-        if (["setup", "active", "pre-switchover", "device"].includes(info.status ?? "")) {
-          yield* Effect.scoped(
-            Effect.gen(function* () {
-              const sub = yield* vm.client.subscribe
-              yield* q(vm, "migrate", "migrate_cancel")
-              yield* Qmp.awaitEvent(sub, (e) => (e.event === "MIGRATION" && ["cancelled", "failed", "completed"].includes(String(e.data["status"])) ? e : undefined), 10_000, "cancelled")
-            }),
-          ).pipe(Effect.ignore)
-        }
+        if (["setup", "active", "pre-switchover", "device"].includes(info.status ?? "")) yield* cancelMigration(vm)
         if (wasRunning && (yield* runStatus(vm, "migrate").pipe(Effect.orElseSucceed(() => "running" as VmStatus))) === "paused") {
           yield* q(vm, "migrate", "cont").pipe(Effect.ignore)
         }
@@ -444,6 +463,22 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
               continue
             }
             const vm: Vm = { spec: record.spec, paths, pid, ...attached.success, record, status: "paused", endpoint: null }
+            // An outgoing move its agent left behind: in pre-copy (the guest runs) or held at
+            // pre-switchover (paused, nothing of the final round sent), the target cannot have
+            // the whole guest, so the move is cancelled and the guest runs here again (the agent
+            // runs the move again or aborts it). Past the switchover (`device`, `completed`) it
+            // is left alone: the target may hold the whole guest, and only the agent's owed
+            // commit decides which copy runs.
+            if (record.incomingMoveId === null) {
+              const info = yield* queryMigrate(vm, "recover").pipe(Effect.orElseSucceed((): M.MigrationInfo => ({})))
+              if (["setup", "active", "pre-switchover"].includes(info.status ?? "")) {
+                yield* Effect.logWarning("QEMU VM recovered in the middle of an outgoing move; the move is cancelled, the guest runs here", {
+                  vmId: record.spec.vmId,
+                  migration: info.status,
+                })
+                yield* cancelMigration(vm)
+              }
+            }
             vm.status = yield* runStatus(vm, "recover").pipe(Effect.orElseSucceed((): VmStatus => "paused"))
             vms.set(record.spec.vmId, vm)
           }
@@ -460,9 +495,20 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
             })
           const existing = vms.get(spec.vmId)
           if (existing !== undefined) {
-            // The same move asked again (a retried request, or after an agent restart): the same endpoint.
-            if (existing.record.incomingMoveId === moveId) return existing.endpoint ?? (yield* endpointOf(existing))
-            return yield* err("prepareIncoming", spec.vmId, "VM already resident")
+            if (existing.record.incomingMoveId !== moveId) return yield* err("prepareIncoming", spec.vmId, "VM already resident")
+            // The same move asked again (a retried request, or after an agent restart): the same
+            // endpoint while it still waits for its stream. One whose stream began (a source that
+            // died or gave up mid-move) cannot take another: it is replaced by a fresh one.
+            // (Listening and not connected yet, QEMU shows no status, only the socket address.)
+            const waiting =
+              P.alive(existing.pid) &&
+              (yield* queryMigrate(existing, "prepareIncoming").pipe(
+                Effect.map((i) => (i.status === undefined || i.status === "setup") && M.listeningPort(i) !== undefined),
+                Effect.orElseSucceed(() => false),
+              ))
+            if (waiting) return existing.endpoint ?? (yield* endpointOf(existing))
+            yield* Effect.logInfo("incoming VM of a move asked again after its stream began; started afresh", { vmId: spec.vmId, moveId })
+            yield* finish(existing)
           }
           const vm = yield* launch(spec, machineFor(spec), moveId, true)
           const endpoint = yield* Effect.gen(function* () {

@@ -180,12 +180,15 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
       yield* C.destroy(hot.vmId)
     }))
 
-  it.live("a move given back at pre-switchover resumes the guest on the source; the target's QEMU exits", () =>
+  it.live("a move given back at pre-switchover resumes the guest on the source; the target's QEMU exits; the same move asked again gets a fresh incoming VM", () =>
     Effect.gen(function* () {
       const A = hosts.A.rt
       const B = hosts.B.rt
       const endpoint = yield* A.prepareIncoming(calm, "m-abort")
       const targetPid = A.pidOf(calm.vmId)!
+      // Asked again before any stream (a lost answer): the same incoming VM.
+      assert.deepStrictEqual(yield* A.prepareIncoming(calm, "m-abort"), endpoint)
+      assert.strictEqual(A.pidOf(calm.vmId), targetPid)
       const at = yield* B.migrate(calm.vmId, {
         moveId: "m-abort",
         endpoint,
@@ -203,6 +206,11 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
       assert.isTrue((yield* statusOf(B, calm.vmId)).running)
       yield* awaitTick(B.consolePath(calm.vmId), continuedFrom(before), "counter on the source after the abort")
       assert.isTrue(yield* QemuProcess.awaitExit(targetPid, 10_000), "the target's QEMU exits on the failed load")
+      // Asked again after its stream began and failed (a source that restarted the move): a new one.
+      const again = yield* A.prepareIncoming(calm, "m-abort")
+      assert.notStrictEqual(A.pidOf(calm.vmId), targetPid)
+      assert.isTrue(QemuProcess.alive(A.pidOf(calm.vmId)!))
+      assert.match(again.uri, /^tcp:127\.0\.0\.1:\d+$/)
       yield* A.destroy(calm.vmId)
       assert.deepStrictEqual(yield* A.list, [])
       assert.isFalse(existsSync(join(hosts.A.stateDir, calm.vmId)))

@@ -58,6 +58,8 @@ export interface AgentProcess {
   readonly port: number
   readonly child: ChildProcess
   readonly output: string[]
+  /** The agent's directory: its state file, descent images (and a QEMU agent's VM directory). */
+  readonly dir: string
   readonly status: () => Promise<any> // eslint-disable-line @typescript-eslint/no-explicit-any
   readonly kill: (signal?: NodeJS.Signals) => Promise<void>
 }
@@ -72,8 +74,12 @@ export const spawnAgent = async (o: {
   readonly hostToken: string
   readonly peers: string
   readonly env?: Record<string, string>
+  /** The agent's directory; a new one by default (the same one again: the agent restarted). */
+  readonly dir?: string
+  /** How long the agent may take to say it is ready (a QEMU agent may build its guest first). */
+  readonly readyTimeoutMs?: number
 }): Promise<AgentProcess> => {
-  const dir = mkdtempSync(join(tmpdir(), `engram-agent-${o.hostId}-`))
+  const dir = o.dir ?? mkdtempSync(join(tmpdir(), `engram-agent-${o.hostId}-`))
   // `node --import tsx`, not the tsx CLI: the CLI runs the script in a child process, so a
   // signal to it would not reach the agent itself.
   const child = spawn(process.execPath, ["--import", pathToFileURL(join(pkgDir, "node_modules/tsx/dist/loader.mjs")).href, "--conditions=@engram/source", join(pkgDir, "src/main.ts")], {
@@ -114,7 +120,7 @@ export const spawnAgent = async (o: {
     exited.then(() => {
       throw new Error(`agent ${o.hostId} exited:\n${output.join("\n")}`)
     }),
-    sleep(60_000).then(() => {
+    sleep(o.readyTimeoutMs ?? 60_000).then(() => {
       throw new Error(`agent ${o.hostId} not ready:\n${output.join("\n")}`)
     }),
   ])
@@ -124,6 +130,7 @@ export const spawnAgent = async (o: {
     port: o.port,
     child,
     output,
+    dir,
     status: async () => {
       const res = await fetch(statusUrl, { headers: { authorization: `Bearer ${statusToken(PEER_SECRET, o.hostId)}` } })
       return res.json()

@@ -1,51 +1,60 @@
 /**
  * Two (or more) agents in one process with in-memory links and a fake coordinator: the
  * clock-driven fixture. Agents are built without their loops; tests drive reconcile passes.
+ * The runtimes are `@engram/runtime`'s simulated ones on its in-memory wire.
  */
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { ImageStore, type MigrateResult, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Effect, Ref } from "effect"
+import { TestClock } from "effect/testing"
 import { type Agent, makeAgent } from "../../src/Agent.js"
 import { defaultAgentConfig } from "../../src/Host.js"
-import * as ImageStore from "../../src/ImageStore.js"
 import { makeMoveTarget, type MoveTarget } from "../../src/MoveTarget.js"
 import * as PeerLink from "../../src/PeerLink.js"
 import { makeResidents, type Residents } from "../../src/Residents.js"
-import type { VmRuntimeShape } from "../../src/Runtime.js"
-import { makeSimRuntime, type SimConfig } from "../../src/SimRuntime.js"
 import { makeFakeCoordinator, type FakeCoordinator } from "./FakeCoordinator.js"
 
 export interface TestHost {
   readonly hostId: string
   readonly agent: Agent
-  readonly runtime: VmRuntimeShape & { readonly pauses: Ref.Ref<number>; readonly starts: Ref.Ref<number> }
+  readonly runtime: SimRuntime.SimRuntimeShape & { readonly starts: Ref.Ref<number> }
   readonly residents: Residents
   readonly target: MoveTarget
 }
 
 /**
- * Wraps a runtime to count pauses (a refused move must not pause the guest) and boots (a guest
- * booted again lost its memory), and to run `onPause` right after a pause.
+ * Wraps a runtime to count boots (a guest booted again lost its memory), to run `onPause` when
+ * a move has paused the guest at its post-capture check point (nothing sent yet), and
+ * `onSwitchover` just before the final round is sent.
  */
-const counting = (rt: VmRuntimeShape, onPause: (vmId: string) => Effect.Effect<void>) =>
+const counting = (rt: SimRuntime.SimRuntimeShape, onPause: (vmId: string) => Effect.Effect<void>, onSwitchover: (vmId: string) => Effect.Effect<void>) =>
   Effect.gen(function* () {
-    const pauses = yield* Ref.make(0)
     const starts = yield* Ref.make(0)
+    const migrate: VmRuntimeShape["migrate"] = (vmId, req) =>
+      rt.migrate(vmId, req).pipe(
+        Effect.tap((r: MigrateResult) => (r._tag === "AtSwitchover" ? onPause(vmId) : Effect.void)),
+        Effect.map((r): MigrateResult => (r._tag === "AtSwitchover" ? { ...r, switchover: Effect.andThen(onSwitchover(vmId), r.switchover) } : r)),
+      )
     return {
       ...rt,
-      pauses,
       starts,
-      pause: (id: string) => Ref.update(pauses, (n) => n + 1).pipe(Effect.andThen(rt.pause(id)), Effect.tap(() => onPause(id))),
+      migrate,
       start: (spec: Parameters<VmRuntimeShape["start"]>[0]) => Ref.update(starts, (n) => n + 1).pipe(Effect.andThen(rt.start(spec))),
     }
   })
 
 export interface FleetOptions {
-  /** Runs on a host right after its runtime paused a VM (e.g. the coordinator acting meanwhile). */
+  /** Runs on a host when a move paused a VM there (e.g. the coordinator acting meanwhile). */
   readonly onPause?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
-  /** Wraps the in-memory peer link (e.g. to watch or delay what reaches a target). */
+  /** Runs on a host just before a move's final round leaves it. */
+  readonly onSwitchover?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
+  /** Wraps the in-memory peer link (e.g. to watch it, or cut it). */
   readonly wrapLink?: (link: PeerLink.PeerLink, coordinator: FakeCoordinator) => PeerLink.PeerLink
 }
 
-export const makeFleet = (hosts: readonly { readonly hostId: string; readonly sim?: Partial<SimConfig> }[], options: FleetOptions = {}) =>
+export const makeFleet = (hosts: readonly { readonly hostId: string; readonly sim?: Partial<SimRuntime.SimConfig> }[], options: FleetOptions = {}) =>
   Effect.gen(function* () {
     const coordinator: FakeCoordinator = yield* makeFakeCoordinator
     const targets = new Map<string, MoveTarget>()
@@ -53,8 +62,8 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
     const link = options.wrapLink === undefined ? plain : options.wrapLink(plain, coordinator)
     const built: TestHost[] = []
     for (const h of hosts) {
-      const onPause = options.onPause
-      const runtime = yield* counting(yield* makeSimRuntime(h.sim), onPause === undefined ? () => Effect.void : (vmId) => onPause(coordinator, h.hostId, vmId))
+      const hook = (f: FleetOptions["onPause"]) => (vmId: string) => (f === undefined ? Effect.void : f(coordinator, h.hostId, vmId))
+      const runtime = yield* counting(yield* SimRuntime.make(h.sim), hook(options.onPause), hook(options.onSwitchover))
       const residents = yield* makeResidents(h.hostId, null, () => Effect.void)
       const target = yield* makeMoveTarget(h.hostId, runtime, residents)
       targets.set(h.hostId, target)
@@ -63,7 +72,7 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
         runtime,
         measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
         residents,
-        images: yield* ImageStore.inMemory(),
+        images: ImageStore.directory(mkdtempSync(join(tmpdir(), `engram-images-${h.hostId}-`))),
         link,
         target,
       })
@@ -73,5 +82,22 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
     const pass = Effect.gen(function* () {
       for (const h of built) yield* h.agent.reconcile(yield* coordinator.assignmentsOf(h.hostId))
     })
-    return { coordinator, hosts: built, pass }
+    /**
+     * Lets every host's actions finish on the TestClock: the clock moves a minute, then in
+     * steps of a second while an action is still in flight (a descent or a restore does real
+     * file I/O between its simulated durations, which the test clock cannot wait for). Bounded.
+     */
+    const quiesce = Effect.gen(function* () {
+      yield* TestClock.adjust("1 minute")
+      for (let i = 0; i < 2000; i++) {
+        let busy = false
+        for (const h of built) busy = (yield* h.agent.busy) || busy
+        if (!busy) return
+        // One turn of the event loop for the file I/O, then the clock for what follows it.
+        yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+        yield* TestClock.adjust("1 second")
+      }
+      return yield* Effect.die(new Error("the agents' actions did not finish"))
+    })
+    return { coordinator, hosts: built, pass, quiesce }
   })

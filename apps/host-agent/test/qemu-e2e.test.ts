@@ -1,0 +1,236 @@
+/**
+ * End to end on real guests: a real coordinator and two agent processes with
+ * `ENGRAM_RUNTIME=qemu` (TCG here, KVM where it works), each booting the repository's test
+ * guest (128 MiB, a counter on its serial console). What the counter says is what happened: the
+ * same boot id and a higher counter after a park, a descent or a move means the guest
+ * continued, never rebooted. What runs is read from /proc, not from the agents.
+ *
+ * The tests run in order on one fleet. Host a moves at QEMU's default bandwidth; host b's
+ * moves are throttled (8 MiB/s), so a move from b lasts long enough to kill its agent in the
+ * middle. Each host reports a fixed 256 MiB (the coordinator reserves nothing): two guests
+ * fill it.
+ */
+import { existsSync, mkdtempSync, statSync } from "node:fs"
+import { join } from "node:path"
+import { tmpdir } from "node:os"
+import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
+import { Downtime, Limits } from "@engram/core"
+import { Store } from "@engram/store"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type AgentProcess, type Api, api, freePort, spawnAgent, until } from "./support/E2e.js"
+import { boots, consolePath, consoleTicks, continuedFrom, killQemus, lastTick, qemuProcesses, runQemuTests } from "./support/Qemu.js"
+
+let coordinator: RunningCoordinator
+let admin: Api
+const agents: Record<string, AgentProcess> = {}
+const spawnOptions: Record<string, Parameters<typeof spawnAgent>[0]> = {}
+/** The QEMU state directory of a host (the agent's default: beside its state file). */
+const qemuDir = (host: string) => join(agents[host]!.dir, `engram-qemu-${host}`)
+const con = (host: string, vmId: string) => consolePath(qemuDir(host), vmId)
+
+const session = async (id: string) => (await admin.call("GET", `/v1/sessions/${id}`)).body
+const waitState = (id: string, state: string, timeoutMs = 60_000) => until(`${id} ${state}`, () => session(id), (s) => s?.state === state, timeoutMs)
+const reservations = async (hostId: string) => ((await admin.call("GET", `/v1/reservations?hostId=${hostId}`)).body as { ownerId: string }[]).map((r) => r.ownerId).sort()
+type Usage = { vmId: string; status: string; rssBytes: number | null; pid: number | null }
+const usage = async (host: string): Promise<Usage[]> => (await agents[host]!.status()).usage
+/** Polls a console until its last counter line satisfies `ok` (a boot under TCG takes ~10 s on an idle machine). */
+const awaitTick = (path: string, ok: (t: ReturnType<typeof lastTick> | undefined) => boolean, what: string, timeoutMs = 120_000) =>
+  until(what, async () => consoleTicks(path).at(-1), ok, timeoutMs)
+/** The fields of the agent's log lines (JSON: `message` is the text and its fields) whose text is `text`. */
+const logged = (host: string, text: string): Record<string, unknown>[] =>
+  agents[host]!.output.flatMap((line) => {
+    try {
+      const o = JSON.parse(line) as { message?: unknown }
+      const [head, fields] = Array.isArray(o.message) ? o.message : [o.message, {}]
+      return head === text ? [fields as Record<string, unknown>] : []
+    } catch {
+      return []
+    }
+  })
+
+describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qemu-system-x86_64: CI installs it; skipped elsewhere without it)", () => {
+  beforeAll(async () => {
+    coordinator = await startCoordinator({
+      config: {
+        port: 0,
+        dataDir: mkdtempSync(join(tmpdir(), "engram-qemu-e2e-")),
+        adminToken: "qemu-e2e-admin-token-0123456789",
+        limits: { ...Limits.defaults, systemReserveMib: 0, reaperIntervalMs: 250 },
+        moveTimeoutMs: 90_000,
+      },
+      logLevel: "Warn",
+    })
+    admin = api(coordinator.url, coordinator.adminToken)
+    const ids = ["a", "b"] as const
+    const ports = await Promise.all(ids.map(() => freePort()))
+    const peers = ids.map((id, i) => `${id}=http://127.0.0.1:${ports[i]}`).join(",")
+    for (const [i, id] of ids.entries()) {
+      const created = await admin.call("POST", "/v1/hosts", { id })
+      expect(created.status).toBe(201)
+      spawnOptions[id] = {
+        hostId: id,
+        port: ports[i]!,
+        coordinatorUrl: coordinator.url,
+        hostToken: created.body.token,
+        peers,
+        readyTimeoutMs: 180_000,
+        env: {
+          ENGRAM_RUNTIME: "qemu",
+          ENGRAM_SIM_TOTAL_MIB: "256",
+          ENGRAM_AGENT_POLL_WAIT_MS: "5000",
+          ENGRAM_AGENT_REPORT_MS: "2000",
+          ENGRAM_AGENT_RETRY_MS: "250",
+          ...(id === "b" ? { ENGRAM_QEMU_MOVE_MIB_S: "8" } : {}),
+        },
+      }
+      // One at a time: the first builds the guest if it is not cached yet.
+      agents[id] = await spawnAgent(spawnOptions[id])
+    }
+    await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body, (hs: { measured: boolean }[]) => hs.length === 2 && hs.every((h) => h.measured))
+  }, 300_000)
+
+  afterAll(async () => {
+    // End the sessions (the agents destroy their guests), stop the agents, then make sure no
+    // QEMU of this test is left: VMs outlive their agents by design.
+    if (admin !== undefined) {
+      for (const s of (await admin.call("GET", "/v1/sessions")).body as { id: string; state: string }[]) {
+        if (!["ended", "lost"].includes(s.state)) await admin.call("DELETE", `/v1/sessions/${s.id}`)
+      }
+      await until("every guest destroyed", async () => Object.keys(agents).flatMap((h) => qemuProcesses(qemuDir(h))), (l) => l.length === 0, 60_000).catch(() => undefined)
+    }
+    await Promise.all(Object.values(agents).map((a) => a.kill("SIGTERM")))
+    const left = Object.keys(agents).reduce((n, h) => n + killQemus(qemuDir(h)), 0)
+    await coordinator?.stop()
+    expect(left, "QEMU processes left behind after the sessions ended").toBe(0)
+  }, 120_000)
+
+  it("each agent reports which accelerator runs its guests, and why", async () => {
+    for (const h of ["a", "b"]) {
+      const st = await agents[h]!.status()
+      expect(st.runtime.kind).toBe("qemu")
+      expect(["kvm", "tcg"]).toContain(st.runtime.accelerator)
+      if (!existsSync("/dev/kvm")) expect(st.runtime.detail).toMatch(/^TCG: \/dev\/kvm is absent/)
+      expect(logged(h, "host agent started")[0]).toMatchObject({ accelerator: st.runtime.accelerator, runtime: "qemu" })
+    }
+  })
+
+  it("a session boots a real guest; park keeps it resident and paused, unpark continues its counter", async () => {
+    for (const h of ["b"]) expect((await admin.call("POST", `/v1/hosts/${h}/cordon`)).status).toBe(200)
+    expect((await admin.call("POST", "/v1/sessions", { id: "q1", memMib: 128, vcpus: 1 })).body.hostId).toBe("a")
+    await waitState("q1", "running")
+    await awaitTick(con("a", "q1"), (t) => t !== undefined && t.n >= 2, "q1 boots and counts")
+    const [running] = await usage("a")
+    expect(running).toMatchObject({ vmId: "q1", status: "running" })
+    expect(qemuProcesses(qemuDir("a")).map((p) => [p.pid, p.vmName])).toEqual([[running!.pid, "q1"]])
+
+    expect((await admin.call("POST", "/v1/sessions/q1/idle")).body.state).toBe("parked")
+    const parked = await until("q1 paused on a", () => usage("a"), (u) => u[0]?.status === "paused")
+    expect(parked[0]!.pid).toBe(running!.pid)
+    expect(parked[0]!.rssBytes ?? 0).toBeGreaterThan(16 * 1024 * 1024)
+    const before = lastTick(con("a", "q1"))
+    // Unparked by the coordinator's store (this API resumes only descended sessions).
+    await coordinator.run(Store.use((s) => s.unpark("q1")))
+    await until("q1 running on a", () => usage("a"), (u) => u[0]?.status === "running")
+    await awaitTick(con("a", "q1"), continuedFrom(before), "q1's counter goes on after the unpark")
+    expect(boots(con("a", "q1"))).toBe(1)
+    console.log("through the agent: park", logged("a", "parked").map((l) => l["ms"]), "ms, unpark", logged("a", "unparked").map((l) => l["ms"]), "ms")
+  }, 240_000)
+
+  it("a queued session makes the parked guest descend: its QEMU is gone and its reservation released; resumed, it continues its counter (no reboot)", async () => {
+    expect((await admin.call("POST", "/v1/sessions/q1/idle")).body.state).toBe("parked")
+    const pid = (await until("q1 paused on a", () => usage("a"), (u) => u[0]?.status === "paused"))[0]!.pid!
+    const before = lastTick(con("a", "q1"))
+    expect((await admin.call("POST", "/v1/sessions", { id: "q2", memMib: 128, vcpus: 1 })).body.hostId).toBe("a")
+    await waitState("q2", "running")
+    // a holds q1 (parked) and q2: full. q3 queues, and the gate makes q1 descend for it.
+    const queued = await admin.call("POST", "/v1/sessions", { id: "q3", memMib: 128, vcpus: 1 })
+    expect(queued.status).toBe(202)
+    await waitState("q1", "descended")
+    expect(qemuProcesses(qemuDir("a")).map((p) => p.pid)).not.toContain(pid)
+    expect((await usage("a")).map((u) => u.vmId)).not.toContain("q1")
+    expect(await reservations("a")).not.toContain("q1")
+    const image = join(agents.a!.dir, "images", "q1", "image")
+    expect(statSync(image).size).toBeGreaterThan(1024 * 1024)
+    await waitState("q3", "running")
+    expect(await reservations("a")).toEqual(["q2", "q3"])
+
+    // Room again on a: q1 is restored there from its image.
+    for (const s of ["q2", "q3"]) expect((await admin.call("DELETE", `/v1/sessions/${s}`)).status).toBe(200)
+    expect((await admin.call("POST", "/v1/sessions/q1/resume")).status).toBeLessThan(300)
+    await waitState("q1", "running")
+    expect((await session("q1")).hostId).toBe("a")
+    await awaitTick(con("a", "q1"), continuedFrom(before), "q1's counter goes on after the restore")
+    expect(boots(con("a", "q1")), "no boot banner since the restore: the guest continued").toBe(0)
+    await until("q2 and q3 gone from a", async () => qemuProcesses(qemuDir("a")).map((p) => p.vmName), (l) => l.length === 1 && l[0] === "q1")
+    console.log("through the agent: descend", logged("a", "descended to its image").map((l) => l["ms"]), "ms, restore", logged("a", "restored from its descent image").map((l) => l["ms"]), "ms")
+  }, 240_000)
+
+  it("a move within budget answers 200 with its phases; the counter continues on the target and the source QEMU is gone", async () => {
+    expect((await admin.call("POST", "/v1/hosts/b/uncordon")).status).toBe(200)
+    const sourcePid = (await usage("a"))[0]!.pid!
+    const before = lastTick(con("a", "q1"))
+    const moved = await admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "b", maxDowntimeMs: 5000 })
+    console.log("QEMU move a → b @5000 ms:", JSON.stringify({ status: moved.status, ...moved.body, move: { rounds: moved.body.move?.rounds } }))
+    expect(moved.status).toBe(200)
+    const phases = { downtimeMs: moved.body.downtimeMs, captureMs: moved.body.captureMs, sendMs: moved.body.sendMs, commitMs: moved.body.commitMs }
+    expect(Downtime.phasesConsistent(phases), JSON.stringify(phases)).toBe(true)
+    expect(moved.body.move.rounds[0].kind).toBe("full")
+    expect(moved.body.move.rounds.at(-1).kind).toBe("final")
+    expect([(await session("q1")).state, (await session("q1")).hostId]).toEqual(["running", "b"])
+    await awaitTick(con("b", "q1"), continuedFrom(before), "q1's counter goes on on b")
+    expect(boots(con("b", "q1"))).toBe(0)
+    await until("the source QEMU is gone and a holds nothing", async () => ({ qemus: qemuProcesses(qemuDir("a")), vms: (await agents.a!.status()).vms }), (x) => x.qemus.length === 0 && x.vms.length === 0)
+    expect(qemuProcesses(qemuDir("a")).some((p) => p.pid === sourcePid)).toBe(false)
+    expect(await reservations("a")).toEqual([])
+    expect(await reservations("b")).toEqual(["q1"])
+    const outcome = (await agents.a!.status()).moves.at(-1)
+    console.log("QEMU's own downtime:", outcome?.runtimeDowntimeMs, "ms; recording the final round and the owed record:", JSON.stringify(outcome?.paused))
+  }, 240_000)
+
+  it("a move with a tiny budget answers 503 ErrMoveDowntime: the guest keeps running on the source, no target QEMU is left", async () => {
+    const before = lastTick(con("b", "q1"))
+    const pid = (await usage("b"))[0]!.pid
+    const moved = await admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "a", maxDowntimeMs: 100 })
+    console.log("QEMU move b → a @100 ms:", JSON.stringify({ status: moved.status, ...moved.body }))
+    expect(moved.status).toBe(503)
+    expect(moved.body.error).toBe("ErrMoveDowntime")
+    expect([(await session("q1")).state, (await session("q1")).hostId]).toEqual(["running", "b"])
+    await awaitTick(con("b", "q1"), continuedFrom(before), "q1's counter goes on on b")
+    expect((await usage("b")).map((u) => [u.vmId, u.status, u.pid])).toEqual([["q1", "running", pid]])
+    await until("no QEMU left on a and a holds nothing", async () => ({ qemus: qemuProcesses(qemuDir("a")), vms: (await agents.a!.status()).vms }), (x) => x.qemus.length === 0 && x.vms.length === 0)
+    expect(await reservations("a")).toEqual([])
+  }, 240_000)
+
+  it("an agent SIGKILLed in the middle of a move leaves exactly one running copy once it is back and everything reconciled", async () => {
+    const before = lastTick(con("b", "q1"))
+    // b → a at 8 MiB/s: the bulk round alone takes seconds.
+    const streaming = () => logged("b", "move: the target waits; streaming").length
+    const streamed = streaming()
+    const moving = admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "a", maxDowntimeMs: 5000 })
+    await until("b streams q1 to a", async () => streaming(), (n) => n > streamed)
+    await agents.b!.kill("SIGKILL")
+    // Both guests' QEMUs outlive the agent: b's is still sending to a's.
+    expect(qemuProcesses(qemuDir("b")).map((p) => p.vmName)).toEqual(["q1"])
+    agents.b = await spawnAgent({ ...spawnOptions["b"]!, dir: agents.b!.dir })
+    const answer = await moving
+    console.log("the move across the SIGKILL answered:", JSON.stringify({ status: answer.status, error: answer.body?.error, message: answer.body?.message, downtimeMs: answer.body?.downtimeMs }))
+    // Recovered: whichever way the move ended, one QEMU runs q1, on the host the coordinator names.
+    const settled = await until(
+      "one running copy, where the coordinator says",
+      async () => {
+        const s = await session("q1")
+        const copies = ["a", "b"].flatMap((h) => qemuProcesses(qemuDir(h)).filter((p) => p.vmName === "q1").map(() => h))
+        const onHost = s.hostId === null ? [] : await usage(s.hostId)
+        return { state: s.state, hostId: s.hostId, copies, status: onHost.find((u) => u.vmId === "q1")?.status }
+      },
+      (x) => x.state === "running" && x.copies.length === 1 && x.copies[0] === x.hostId && x.status === "running",
+      120_000,
+    )
+    console.log("after the SIGKILL:", JSON.stringify(settled))
+    await awaitTick(con(settled.hostId, "q1"), continuedFrom(before), `q1's counter goes on on ${settled.hostId}`)
+    const other = settled.hostId === "a" ? "b" : "a"
+    expect((await agents[other]!.status()).vms).toEqual([])
+    expect(await reservations(settled.hostId)).toEqual(["q1"])
+    expect(await reservations(other)).toEqual([])
+  }, 300_000)
+})
