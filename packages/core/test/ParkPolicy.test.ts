@@ -12,8 +12,9 @@ const fleetHost = (id: string, allocatableMib: number | null, reservedMib: numbe
   parks,
   ...extra,
 })
-const queued = (sessionId: string, memMib: number, queuedAt = 0) => ({ sessionId, budget: { memMib, vcpus: 1 }, queuedAt })
 const NOW = 1_000_000
+// Queued a second before NOW by default: waiting, not starving.
+const queued = (sessionId: string, memMib: number, queuedAt = NOW - 1000) => ({ sessionId, budget: { memMib, vcpus: 1 }, queuedAt })
 const TTL_LIMITS = { ...Limits.defaults, parkHardTtlMs: 150 }
 
 const arbFleet = fc
@@ -58,13 +59,21 @@ describe("ParkPolicy", () => {
     expect(ParkPolicy.isName("always-park")).toBe(false)
   })
 
-  it("demand is ParkGate.evaluate, and the shared skeleton answers the same (property)", () => {
+  it("demand is ParkGate.evaluate, and every demand variant with its seam left at the default answers the same (property)", () => {
     fc.assert(
       fc.property(arbFleet, ({ fleet, now }) => {
         const gate = ParkGate.evaluate(fleet, now, TTL_LIMITS)
-        for (const d of [ParkPolicy.evaluate("demand", fleet, now, TTL_LIMITS), ParkPolicy.demandSkeleton(fleet, now, TTL_LIMITS)]) {
+        const same = [
+          ParkPolicy.evaluate("demand", fleet, now, TTL_LIMITS),
+          // No minimum age: every host is eligible, as under demand.
+          ParkPolicy.demandMinAge(fleet, now, TTL_LIMITS, { ...ParkPolicy.defaultOptions, minParkAgeMs: 0 }),
+          // No recent demand: no reserve is kept.
+          ParkPolicy.decide("demand-reserve", fleet, { now, limits: TTL_LIMITS }),
+        ]
+        for (const d of same) {
           expect(d.yields).toEqual(gate.yields)
           expect(d.withoutRoom).toBe(gate.withoutRoom)
+          expect(d.unplaceable).toBe(gate.unplaceable)
           expect(d.descentsRunning).toBe(gate.descentsRunning)
           for (const h of fleet.hosts) expect(d.mayPark(h.id)).toBe(gate.mayPark(h.id))
         }
@@ -137,8 +146,8 @@ describe("ParkPolicy", () => {
       queue: [queued("q1", 4 * GiB), queued("q2", 4 * GiB)],
     }
     expect(ParkPolicy.demand(fleet, NOW).yields.map((y) => y.sessionId).sort()).toEqual(["fresh", "old"])
-    expect(ParkPolicy.demandMinAge(fleet, NOW, Limits.defaults, 300_000).yields).toEqual([{ hostId: "h2", sessionId: "old", reason: "demand" }])
-    expect(ParkPolicy.demandMinAge(fleet, NOW, Limits.defaults, 1000).yields.length).toBe(2)
+    expect(ParkPolicy.demandMinAge(fleet, NOW, Limits.defaults, { ...ParkPolicy.defaultOptions, minParkAgeMs: 300_000 }).yields).toEqual([{ hostId: "h2", sessionId: "old", reason: "demand" }])
+    expect(ParkPolicy.demandMinAge(fleet, NOW, Limits.defaults, { ...ParkPolicy.defaultOptions, minParkAgeMs: 1000 }).yields.length).toBe(2)
   })
 
   it("floor30: a host below the floor yields its oldest parks until the floor is back, with nothing waiting", () => {
@@ -153,7 +162,7 @@ describe("ParkPolicy", () => {
   })
 
   it("floor30: a host at the floor holds its parks and takes new ones, even while sessions wait", () => {
-    const fleet: FleetView = { hosts: [fleetHost("h1", 10 * GiB, 7 * GiB, [park("a", 1, 1 * GiB)])], queue: [queued("q1", 64 * GiB)] }
+    const fleet: FleetView = { hosts: [fleetHost("h1", 10 * GiB, 7 * GiB, [park("a", 1, 1 * GiB)])], queue: [queued("q1", 8 * GiB)] }
     const d = ParkPolicy.evaluate("floor30", fleet, NOW)
     expect(d.yields).toEqual([])
     expect(d.withoutRoom).toBe(1)
@@ -178,5 +187,55 @@ describe("ParkPolicy", () => {
     expect(forever.yields).toEqual([{ hostId: "h2", sessionId: "old", reason: "hard_ttl" }])
     expect(forever.mayPark("h1")).toBe(true)
     expect(forever.mayPark("u")).toBe(false)
+  })
+
+  describe("demand-reserve", () => {
+    const OLD = NOW - 3_600_000
+    // Four 64 GiB hosts, each holding eight 8 GiB parks parked an hour ago: the fleet is full.
+    const fullOfParks = (parkedAt = OLD, freeGiB = 0): FleetView => ({
+      hosts: Array.from({ length: 4 }, (_, i) =>
+        fleetHost(`h${i}`, 64 * GiB, (64 - freeGiB) * GiB, Array.from({ length: 8 }, (_, j) => park(`h${i}p${j}`, parkedAt + j, 8 * GiB))),
+      ),
+      queue: [],
+    })
+    const recent = { reservedMibPerSec: 1024 }
+
+    it("with nothing queued, old parks descend on a full fleet when the recent demand for room would not fit", () => {
+      const fleet = fullOfParks()
+      // 1 GiB/s over the 60 s lead: about 60 GiB of arrivals, none of which fits now.
+      expect(ParkPolicy.expectedArrivals(fleet, recent).length).toBe(8)
+      expect(ParkPolicy.reserveShortfall(fleet, ParkPolicy.expectedArrivals(fleet, recent))).toBe(8)
+      const d = ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent })
+      expect(d.yields).toEqual(["h0", "h1", "h2", "h3"].map((hostId) => ({ hostId, sessionId: `${hostId}p0`, reason: "reserve" })))
+      // A session going idle still parks: the old parks make the room.
+      expect(d.mayPark("h0")).toBe(true)
+      // demand, on the same read, holds every park.
+      expect(ParkPolicy.evaluate("demand", fleet, NOW).yields).toEqual([])
+    })
+
+    it("running descents count as room on its way", () => {
+      const fleet = fullOfParks()
+      const busy: FleetView = { ...fleet, hosts: fleet.hosts.map((h, i) => (i < 2 ? { ...h, descentsRunning: 4 } : h)) }
+      expect(ParkPolicy.decide("demand-reserve", busy, { now: NOW, recent }).yields).toEqual([])
+    })
+
+    it("no reserve yields when the expected arrivals fit, when nothing was reserved recently, or when every park is young", () => {
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(OLD, 20), { now: NOW, recent }).yields).toEqual([])
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(), { now: NOW, recent: { reservedMibPerSec: 0 } }).yields).toEqual([])
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(), { now: NOW }).yields).toEqual([])
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 60_000), { now: NOW, recent }).yields).toEqual([])
+    })
+
+    it("a waiting session is served as demand serves it, young parks included", () => {
+      const fleet: FleetView = { ...fullOfParks(NOW - 60_000), queue: [queued("q", 4 * GiB)] }
+      const d = ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent })
+      expect(d.yields).toEqual([{ hostId: "h0", sessionId: "h0p0", reason: "demand" }])
+      expect(d.mayPark("h0")).toBe(false)
+    })
+
+    it("is the default policy", () => {
+      expect(ParkPolicy.defaultName).toBe("demand-reserve")
+      expect(ParkPolicy.isName(ParkPolicy.defaultName)).toBe(true)
+    })
   })
 })
