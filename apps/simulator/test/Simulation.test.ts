@@ -159,21 +159,3 @@ describe("EventHeap", () => {
   })
 })
 
-describe("Cli", () => {
-  it("parses the issue's example and refuses an unknown policy by name", () => {
-    const o = Cli.parse(["--", "--policy", "demand,floor30", "--hosts", "1000", "--hours", "24", "--seed", "7"])
-    expect(o).not.toBeNull()
-    expect(o).not.toBeInstanceOf(Cli.UsageError)
-    const ok = o as Cli.Options
-    expect(ok.policies).toEqual(["demand", "floor30"])
-    expect(ok.fleet.hosts).toBe(1000)
-    expect(ok.generator.sessions).toBe(50_000)
-    expect(ok.generator.seed).toBe(7)
-    const bad = Cli.parse(["--policy", "always-park"])
-    expect(bad).toBeInstanceOf(Cli.UsageError)
-    expect((bad as Cli.UsageError).message).toContain("unknown policy always-park")
-    expect(Cli.parse(["--hosts", "0"])).toBeInstanceOf(Cli.UsageError)
-    expect(Cli.parse(["--help"])).toBeNull()
-    expect((Cli.parse(["--policy", "all"]) as Cli.Options).policies).toEqual(ParkPolicy.names)
-  })
-})
