@@ -99,6 +99,12 @@ export const flags = {
   starvationLimitS: positive("starvation-limit-s", policy0.starvationLimitMs / 1000, "a session without room this long is starving: a host is held for it, s"),
   reserveLeadS: atLeast0("reserve-lead-s", policy0.reserveLeadMs / 1000, "demand-reserve keeps free room for the demand of this many recent seconds"),
   reserveMinAgeS: atLeast0("reserve-min-age-s", policy0.reserveMinParkAgeMs / 1000, "demand-reserve: parks younger than this never yield for the reserve, s"),
+  reserveQuantile: Flag.Finite("reserve-quantile").pipe(
+    Flag.filter((n) => n > 0 && n < 1, (n) => `must be between 0 and 1, both excluded (got ${n})`),
+    Flag.withDefault(policy0.reserveQuantile),
+    Flag.withDescription(`demand-reserve: each session size gets as many places as its expected arrivals reach with this probability (${policy0.reserveQuantile})`),
+  ),
+  reserveOldOnly: boolean("reserve-old-only", "demand-reserve: only parks past --reserve-min-age-s yield for the reserve (by default younger ones do too when the old cannot make it)"),
   demandWindowS: positive("demand-window-s", ReaperState.defaultMeterOptions.windowMs / 1000, "the reaper measures the recent demand for room over this window, s"),
   reactMs: atLeast0("react-ms", defaultTriggerWindowMs, "the gate runs this long after a request queues (coalescing window), ms; 0 = only at passes"),
   // Timings outside the store.
@@ -204,6 +210,8 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
       starvationLimitMs: Math.round(f.starvationLimitS * 1000),
       reserveLeadMs: Math.round(f.reserveLeadS * 1000),
       reserveMinParkAgeMs: Math.round(f.reserveMinAgeS * 1000),
+      reserveQuantile: f.reserveQuantile,
+      reserveYoungToo: !f.reserveOldOnly,
     } satisfies ParkGate.Options & ParkPolicy.Options
     const svg = Option.getOrElse(f.svg, () => "sim.svg")
     return {

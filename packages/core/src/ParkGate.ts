@@ -68,10 +68,14 @@ export interface Yield<R extends string = YieldReason> {
   readonly reason: R
 }
 
-/** A host held for a starving session: the room gathers there until the session places. */
+/**
+ * A host held for one queued session: the room gathers there until the session places.
+ * `starving`: it waited past the starvation limit; `fit`: a fitting policy chose the host.
+ */
 export interface Hold {
   readonly sessionId: string
   readonly hostId: string
+  readonly reason: "starving" | "fit"
 }
 
 /** The gate's knobs beyond the limits. */
@@ -237,7 +241,7 @@ export const nearestToFit = (pool: readonly FleetHost[], wanted: number): Yield[
     .map((h) => ({ hostId: h.id, sessionId: (oldestPark(h.parks) as Park).sessionId, reason: "demand" as const }))
 }
 
-// ---- step 6: starvation --------------------------------------------------------------------
+// ---- step 6: room for one session on one host (starvation, fitting) ------------------------
 
 /** Queued sessions without room that have waited at least `limitMs`, oldest first. */
 export const starving = (waiting: readonly Queued[], now: number, limitMs: number): Queued[] =>
@@ -246,92 +250,148 @@ export const starving = (waiting: readonly Queued[], now: number, limitMs: numbe
     .sort((a, b) => a.queuedAt - b.queuedAt || (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0))
 
 const minus = (a: Budget, b: Budget): Budget => ({ memMib: a.memMib - b.memMib, vcpus: a.vcpus - b.vcpus })
-
-/**
- * The parks (oldest first) whose descents make `budget` fit on `h`, and whether they suffice.
- * Each descent frees its budget and one entry.
- */
-export const parksToFit = (h: FleetHost, budget: Budget, limits: Limits = defaults): { readonly parks: readonly Park[]; readonly fits: boolean } => {
-  let headroom = h.headroom
-  let entries = h.entries ?? 0
-  const fitsNow = () => Placement.fitsOn({ ...h, headroom, entries }, budget, limits)
-  if (fitsNow()) return { parks: [], fits: true }
-  const out: Park[] = []
-  for (const p of [...h.parks].sort(byParkAge)) {
-    out.push(p)
-    headroom = { ...headroom, reserved: minus(headroom.reserved, p.budget) }
-    entries = Math.max(0, entries - 1)
-    if (fitsNow()) return { parks: out, fits: true }
-  }
-  return { parks: out, fits: false }
-}
-
 const parkedMib = (parks: readonly Park[]): number => parks.reduce((a, p) => a + p.budget.memMib, 0)
 
-/**
- * The host to hold for a starving session: among ready measured hosts that would fit it empty,
- * one where descending parks alone makes it fit, needing the fewest MiB descended (ties: the
- * most free RAM, then id); failing that, the host nearest to fitting it (the most free RAM
- * once all its parks descend), where sessions that end or go idle will add the rest.
- */
-export const holdFor = (q: Queued, hosts: readonly FleetHost[], taken: ReadonlySet<string>, limits: Limits = defaults): FleetHost | undefined => {
-  let best: { h: FleetHost; cost: number } | undefined
-  let nearest: { h: FleetHost; freeAfter: number } | undefined
-  for (const h of hosts) {
-    if (taken.has(h.id) || (h.state ?? "ready") !== "ready" || !Placement.isMeasured(h)) continue
-    if (!Placement.fitsOn(emptied(h), q.budget, { ...limits, requireMeasured: false })) continue
-    const plan = parksToFit(h, q.budget, limits)
-    if (plan.fits) {
-      const cost = parkedMib(plan.parks)
-      if (best === undefined || cost < best.cost || (cost === best.cost && byNearestToFit(h, best.h) < 0)) best = { h, cost }
-    } else {
-      const freeAfter = (Headroom.freeMib(h.headroom) ?? Number.POSITIVE_INFINITY) + parkedMib(h.parks)
-      if (nearest === undefined || freeAfter > nearest.freeAfter || (freeAfter === nearest.freeAfter && byId(h, nearest.h) < 0))
-        nearest = { h, freeAfter }
-    }
-  }
-  return best?.h ?? nearest?.h
+/** What descending parks on one host would do for one budget. */
+export interface Plan {
+  /** The parks to descend, oldest first (all the eligible ones when they do not suffice). */
+  readonly parks: readonly Park[]
+  /** Whether the budget fits once they have descended. */
+  readonly fits: boolean
 }
 
-/** The starvation step's answer: the holds for the next pass and the yields on held hosts. */
-export interface Starvation {
+/**
+ * Room on hosts for one budget at a time, over one fleet read: each host's parks sorted once
+ * (oldest first), then for a budget the parks whose descents make it fit. Each descent frees
+ * its budget and one entry.
+ */
+export class Rooms {
+  private readonly sorted = new Map<string, readonly Park[]>()
+  constructor(readonly limits: Limits = defaults) {}
+
+  /** The host's parks, oldest first. */
+  parksOf(h: FleetHost): readonly Park[] {
+    let parks = this.sorted.get(h.id)
+    if (parks === undefined) {
+      parks = [...h.parks].sort(byParkAge)
+      this.sorted.set(h.id, parks)
+    }
+    return parks
+  }
+
+  /** The oldest parks (those `eligible` accepts) whose descents make `budget` fit on `h`. */
+  plan(h: FleetHost, budget: Budget, eligible: (p: Park) => boolean = () => true): Plan {
+    let headroom = h.headroom
+    let entries = h.entries ?? 0
+    const fitsNow = () => Placement.fitsOn({ ...h, headroom, entries }, budget, this.limits)
+    if (fitsNow()) return { parks: [], fits: true }
+    const out: Park[] = []
+    for (const p of this.parksOf(h)) {
+      if (!eligible(p)) continue
+      out.push(p)
+      headroom = { ...headroom, reserved: minus(headroom.reserved, p.budget) }
+      entries = Math.max(0, entries - 1)
+      if (fitsNow()) return { parks: out, fits: true }
+    }
+    return { parks: out, fits: false }
+  }
+
+  /** Whether `h` could take `budget` at all: ready, measured, big enough when empty. */
+  could(h: FleetHost, budget: Budget): boolean {
+    return (h.state ?? "ready") === "ready" && Placement.isMeasured(h) && Placement.fitsOn(emptied(h), budget, { ...this.limits, requireMeasured: false })
+  }
+
+  /**
+   * The cheapest room for `budget` made by descents alone: among hosts that could take it, with
+   * no descent running and not `taken`, the one whose eligible parks make it fit with the fewest
+   * MiB descended (ties: the most free RAM, then id).
+   */
+  cheapest(
+    budget: Budget,
+    hosts: readonly FleetHost[],
+    taken: ReadonlySet<string>,
+    eligible?: (p: Park) => boolean,
+  ): { readonly host: FleetHost; readonly plan: Plan } | undefined {
+    let best: { host: FleetHost; plan: Plan; cost: number } | undefined
+    for (const h of hosts) {
+      if (taken.has(h.id) || h.descentsRunning > 0 || h.parks.length === 0 || Headroom.isOverReserved(h.headroom) || !this.could(h, budget)) continue
+      // Quick refusal: even with every park gone the RAM is short.
+      const free = Headroom.gatesRam(h.headroom) ? (Headroom.freeMib(h.headroom) as number) : Number.POSITIVE_INFINITY
+      if (free + parkedMib(h.parks) < budget.memMib) continue
+      const plan = this.plan(h, budget, eligible)
+      if (!plan.fits || plan.parks.length === 0) continue
+      const cost = parkedMib(plan.parks)
+      if (best === undefined || cost < best.cost || (cost === best.cost && byNearestToFit(h, best.host) < 0)) best = { host: h, plan, cost }
+    }
+    return best
+  }
+}
+
+/**
+ * The host to hold for a starving session: the cheapest room made by descents alone; failing
+ * that, the host nearest to fitting it (the most free RAM once all its parks descend), where
+ * sessions that end or go idle will add the rest.
+ */
+export const holdFor = (q: Queued, hosts: readonly FleetHost[], taken: ReadonlySet<string>, rooms: Rooms): FleetHost | undefined => {
+  const cheapest = rooms.cheapest(q.budget, hosts, taken)
+  if (cheapest !== undefined) return cheapest.host
+  let nearest: { h: FleetHost; freeAfter: number } | undefined
+  for (const h of hosts) {
+    if (taken.has(h.id) || !rooms.could(h, q.budget)) continue
+    const freeAfter = (Headroom.freeMib(h.headroom) ?? Number.POSITIVE_INFINITY) + parkedMib(h.parks)
+    if (nearest === undefined || freeAfter > nearest.freeAfter || (freeAfter === nearest.freeAfter && byId(h, nearest.h) < 0)) nearest = { h, freeAfter }
+  }
+  return nearest?.h
+}
+
+/** The serving step's answer: the holds for the next pass and the yields on held hosts. */
+export interface Served {
   readonly holds: readonly Hold[]
   readonly yields: readonly Yield[]
 }
 
 /**
- * Makes room for starving sessions (oldest first), one held host each. A hold from the last
- * pass stays while its session is still starving and the host could still take it; on a held
- * host where descents run, the gate waits for them before yielding more. Parks yielded here
- * are not yielded again by the other steps.
+ * Holds one host for each session it makes room for, and yields there the parks it takes to
+ * fit (several at once; none while descents run on the host: they free room first).
+ * - A *starving* session (waited past `starvationLimitMs`, oldest first) always gets a host:
+ *   the cheapest room made by descents, else the nearest to fitting it. Its hold stays from
+ *   pass to pass while it starves and the host could take it.
+ * - With `fit`, every other session without room (in queue order) gets the host where
+ *   descending parks alone makes it fit at the least cost, if there is one; its hold stays
+ *   while descents run there or its parks can still make the room.
+ * Sessions served here are left out of the demand count; parks yielded here are not yielded again.
  */
-export const starvation = (
+export const serve = (
   fleet: FleetView,
-  starvingNow: readonly Queued[],
-  memory: Memory,
-  limits: Limits = defaults,
-): Starvation => {
-  if (starvingNow.length === 0) return { holds: [], yields: [] }
+  waiting: readonly Queued[],
+  ctx: { readonly now: number; readonly limits: Limits; readonly options: Options; readonly memory: Memory },
+  fit: boolean,
+  rooms: Rooms = new Rooms(ctx.limits),
+): Served => {
+  const starvingNow = starving(waiting, ctx.now, ctx.options.starvationLimitMs)
+  if (starvingNow.length === 0 && !fit) return { holds: [], yields: [] }
   const byHostId = new Map(fleet.hosts.map((h) => [h.id, h]))
-  const previous = new Map(memory.holds.map((hold) => [hold.sessionId, hold.hostId]))
+  const previous = new Map(ctx.memory.holds.map((hold) => [hold.sessionId, hold.hostId]))
+  const starvingIds = new Set(starvingNow.map((q) => q.sessionId))
+  const order = fit ? [...starvingNow, ...waiting.filter((q) => !starvingIds.has(q.sessionId))] : starvingNow
   const taken = new Set<string>()
   const holds: Hold[] = []
   const yields: Yield[] = []
-  for (const q of starvingNow) {
+  for (const q of order) {
+    const isStarving = starvingIds.has(q.sessionId)
     const kept = byHostId.get(previous.get(q.sessionId) ?? "")
-    const keep =
-      kept !== undefined &&
-      !taken.has(kept.id) &&
-      (kept.state ?? "ready") === "ready" &&
-      Placement.isMeasured(kept) &&
-      Placement.fitsOn(emptied(kept), q.budget, { ...limits, requireMeasured: false })
-    const h = keep ? kept : holdFor(q, fleet.hosts, taken, limits)
+    let h: FleetHost | undefined
+    // A fitting hold lasts while its descents run or its parks can still make the room.
+    if (kept !== undefined && !taken.has(kept.id) && rooms.could(kept, q.budget) && (isStarving || kept.descentsRunning > 0 || rooms.plan(kept, q.budget).fits))
+      h = kept
+    if (h === undefined) h = isStarving ? holdFor(q, fleet.hosts, taken, rooms) : rooms.cheapest(q.budget, fleet.hosts, taken)?.host
     if (h === undefined) continue
     taken.add(h.id)
-    holds.push({ sessionId: q.sessionId, hostId: h.id })
+    holds.push({ sessionId: q.sessionId, hostId: h.id, reason: isStarving ? "starving" : "fit" })
     // Descents already running on the held host free room: wait for them.
     if (h.descentsRunning > 0 || Headroom.isOverReserved(h.headroom)) continue
-    for (const p of parksToFit(h, q.budget, limits).parks) yields.push({ hostId: h.id, sessionId: p.sessionId, reason: "starving" })
+    const reason = isStarving ? ("starving" as const) : ("demand" as const)
+    for (const p of rooms.plan(h, q.budget).parks) yields.push({ hostId: h.id, sessionId: p.sessionId, reason })
   }
   return { holds, yields }
 }
@@ -351,6 +411,8 @@ export const mayParkOn = (fleet: FleetView, withoutRoomCount: number, holds: rea
 
 /** The seams a demand-style policy may change (`X`: the reason its extra yields give). */
 export interface Steps<X extends string = never> {
+  /** Serve every session without room on a held host where descents alone make it fit (`serve` with `fit`). */
+  readonly fit?: boolean
   /** The queued sessions without room, in the order they count (default: `withoutRoom`). */
   readonly waiting?: (fleet: FleetView, limits: Limits) => readonly Queued[]
   /** Extra rule for the demand pool (default: every eligible host). */
@@ -364,6 +426,10 @@ export interface Steps<X extends string = never> {
 /** What an extra step sees. */
 export interface ExtraContext {
   readonly fleet: FleetView
+  /** The pass's room planner (each host's parks sorted once). */
+  readonly rooms: Rooms
+  /** Hosts held or yielding this pass. */
+  readonly taken: ReadonlySet<string>
   /** The queued sessions without room. */
   readonly waiting: readonly Queued[]
   /** Descents running plus the yields already decided this pass: room on its way. */
@@ -394,7 +460,8 @@ export const decide = <X extends string = never>(fleet: FleetView, ctx: Context,
   const unplaceableCount = fleet.queue.length === 0 ? 0 : unplaceable(fleet, limits).length
   const descents = descentsRunning(fleet)
 
-  const starved = starvation(fleet, starving(waiting, now, options.starvationLimitMs), ctx.memory ?? noMemory, limits)
+  const rooms = new Rooms(limits)
+  const starved = serve(fleet, waiting, { now, limits, options, memory: ctx.memory ?? noMemory }, steps.fit === true, rooms)
   const held = new Set(starved.holds.map((h) => h.hostId))
   const eligibleStep = steps.eligible
   const { forced, pool } = mayYield(fleet, now, limits, (h) => !held.has(h.id) && (eligibleStep === undefined || eligibleStep(h, now)))
@@ -413,7 +480,8 @@ export const decide = <X extends string = never>(fleet: FleetView, ctx: Context,
     const used = new Set(demand.map((y) => y.hostId))
     const rest = pool.filter((h) => !used.has(h.id))
     // What the extra step may count on: every descent running and every yield made so far.
-    yields.push(...steps.extra(rest, { fleet, waiting, committed: descents + yields.length, now, limits }))
+    const taken = new Set([...held, ...yields.map((y) => y.hostId)])
+    yields.push(...steps.extra(rest, { fleet, rooms, taken, waiting, committed: descents + yields.length, now, limits }))
   }
   return {
     yields,

@@ -50,7 +50,7 @@ export const summaries: { readonly [N in Name]: string } = {
   "demand-cumulative": "demand, the queue judged cumulatively (first-fit of the whole queue in FIFO order)",
   "demand-fitting": "demand, preferring the park whose descent alone makes a waiting session fit",
   "demand-minage": "demand, but a park younger than the minimum age never yields for demand (anti-thrash)",
-  "demand-reserve": "demand, plus a reserve of free room sized from the recent demand for room: old parks descend before anyone waits",
+  "demand-reserve": "demand, serving each waiting session on one host at once, plus a reserve of free room sized from the recent demand: old parks descend before anyone waits",
 }
 
 /** Whether `s` names a policy. */
@@ -81,6 +81,10 @@ export interface Options extends ParkGate.Options {
   readonly reserveLeadMs: number
   /** `demand-reserve`: a park younger than this never yields for the reserve (only for a session that waits). */
   readonly reserveMinParkAgeMs: number
+  /** `demand-reserve`: each size gets as many places as its expected arrivals reach with this probability. */
+  readonly reserveQuantile: number
+  /** `demand-reserve`: when old parks cannot make the reserve, younger ones yield too (oldest first). */
+  readonly reserveYoungToo: boolean
 }
 
 /** Seed 000's floor (30 %), a five-minute minimum park age, and the measured reserve knobs. */
@@ -89,7 +93,9 @@ export const defaultOptions: Options = Object.freeze({
   floorPct: 30,
   minParkAgeMs: 5 * 60 * 1000,
   reserveLeadMs: 60 * 1000,
-  reserveMinParkAgeMs: 10 * 60 * 1000,
+  reserveMinParkAgeMs: 5 * 60 * 1000,
+  reserveQuantile: 0.9,
+  reserveYoungToo: true,
 })
 
 /** The recent demand for room, measured by the reaper between passes. */
@@ -312,71 +318,120 @@ export const demandMinAge = (fleet: FleetView, now: number, limits: Limits = def
 
 // ---- demand-reserve ----------------------------------------------------------------------------
 
+/** The least `k` with P(N ≤ k) ≥ `q` for N ~ Poisson(`mean`). */
+export const poissonQuantile = (mean: number, q: number): number => {
+  if (!(mean > 0)) return 0
+  let term = Math.exp(-mean)
+  let cdf = term
+  let k = 0
+  while (cdf < q && k < 10_000) {
+    k++
+    term *= mean / k
+    cdf += term
+  }
+  return k
+}
+
 /**
- * The budgets arrivals are expected to ask for in the next `reserveLeadMs`: `reservedMibPerSec ×
- * reserveLeadMs` MiB, drawn at evenly spaced quantiles of the sizes parked and queued now (the
- * sessions of this fleet), largest first. Empty when nothing was reserved recently or there
- * is no size to draw from.
+ * The sessions expected to ask for room within `reserveLeadMs`, largest first. The rate of
+ * sessions is the recent demand (`reservedMibPerSec`) over the mean size of the sessions of this
+ * fleet (those parked and queued now); each size takes its share of that rate, and gets as many
+ * places as a Poisson count reaches with probability `reserveQuantile`: a rare big size still
+ * gets one place when it is likely enough to come, which a reserve counted in MiB would miss.
  */
 export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, options: Options = defaultOptions, maxCount = 256): Budget[] => {
   if (recent === undefined || !(recent.reservedMibPerSec > 0)) return []
-  const sizes: Budget[] = []
-  for (const h of fleet.hosts) for (const p of h.parks) sizes.push(p.budget)
-  for (const q of fleet.queue) sizes.push(q.budget)
-  if (sizes.length === 0) return []
-  sizes.sort((a, b) => a.memMib - b.memMib || a.vcpus - b.vcpus)
+  const sizes = new Map<string, { budget: Budget; count: number }>()
   let total = 0
-  for (const s of sizes) total += s.memMib
-  const meanMib = total / sizes.length
-  const wantedMib = (recent.reservedMibPerSec * options.reserveLeadMs) / 1000
-  const n = Math.min(maxCount, Math.ceil(wantedMib / meanMib))
+  let mib = 0
+  const add = (b: Budget): void => {
+    const key = `${b.memMib}:${b.vcpus}`
+    const g = sizes.get(key)
+    if (g === undefined) sizes.set(key, { budget: b, count: 1 })
+    else g.count++
+    total++
+    mib += b.memMib
+  }
+  for (const h of fleet.hosts) for (const p of h.parks) add(p.budget)
+  for (const q of fleet.queue) add(q.budget)
+  if (total === 0) return []
+  const sessionsPerLead = (recent.reservedMibPerSec / (mib / total)) * (options.reserveLeadMs / 1000)
   const out: Budget[] = []
-  for (let i = 0; i < n; i++) out.push(sizes[Math.min(sizes.length - 1, Math.floor(((i + 0.5) / n) * sizes.length))] as Budget)
-  return out.reverse()
+  const groups = [...sizes.values()].sort((a, b) => b.budget.memMib - a.budget.memMib || b.budget.vcpus - a.budget.vcpus)
+  for (const g of groups) {
+    const places = poissonQuantile((sessionsPerLead * g.count) / total, options.reserveQuantile)
+    for (let k = 0; k < places && out.length < maxCount; k++) out.push(g.budget)
+  }
+  return out
 }
 
 /**
- * How many of `arrivals` would find no room once the waiting sessions have theirs: the
- * arrivals are placed best-fit, largest first, into the headroom left (each taking its room).
+ * The expected arrivals that would find no room, largest first: they are placed best-fit,
+ * largest first, into the headroom there is now (each taking its room).
  */
-export const reserveShortfall = (fleet: FleetView, arrivals: readonly Budget[], limits: Limits = defaults): number => {
-  if (arrivals.length === 0) return 0
+export const reserveShortfall = (fleet: FleetView, arrivals: readonly Budget[], limits: Limits = defaults): Budget[] => {
+  if (arrivals.length === 0) return []
   const index = new PlacementIndex.Index(limits)
   for (const h of fleet.hosts) index.upsert(h)
-  let short = 0
-  for (const b of arrivals) if (!placeInto(index, b)) short++
-  return short
+  return arrivals.filter((b) => !placeInto(index, b))
 }
 
 /**
- * The reserve step: when the expected arrivals would not all find room, the parks at least
- * `reserveMinParkAgeMs` old yield on the hosts nearest to a fit (one per host), as many as the
- * shortfall less the room already on its way. A session that goes idle still parks (a fresh
- * park is the likeliest to resume); an old park makes the room instead.
+ * The reserve step: the expected arrivals that would find no room (less as many as the room
+ * already on its way covers, the smallest first) each get room made for them, on the host where
+ * descending parks at least `reserveMinParkAgeMs` old makes them fit at the least cost (several
+ * parks at once when one is not enough), or else the oldest such park on the host nearest to a
+ * fit. A session that goes idle still parks (a fresh park is the likeliest to resume); old
+ * parks make the room instead.
  */
 const reserveStep =
   (recent: Recent | undefined, options: Options): NonNullable<ParkGate.Steps<"reserve">["extra"]> =>
   (pool, at) => {
-    const arrivals = expectedArrivals(at.fleet, recent, options)
-    if (arrivals.length === 0) return []
-    const short = reserveShortfall(at.fleet, arrivals, at.limits)
-    const wanted = at.waiting.length + short - at.committed
-    if (wanted <= 0) return []
-    const old = oldEnough(options.reserveMinParkAgeMs)
-    return ParkGate.nearestToFit(
-      pool.filter((h) => old(h, at.now)),
-      wanted,
-    ).map((y) => ({ ...y, reason: "reserve" as const }))
+    const short = reserveShortfall(at.fleet, expectedArrivals(at.fleet, recent, options), at.limits)
+    const covered = Math.max(0, at.committed - at.waiting.length)
+    let targets = short.slice(0, Math.max(0, short.length - covered))
+    if (targets.length === 0) return []
+    const old = (p: Park): boolean => at.now - p.parkedAt >= options.reserveMinParkAgeMs
+    const any = (): boolean => true
+    const taken = new Set(at.taken)
+    const yields: ParkGate.Yield<"reserve">[] = []
+    // Old parks first; when they cannot make the room, the oldest of the young ones.
+    for (const eligible of options.reserveYoungToo ? [old, any] : [old]) {
+      let fallback = pool.filter((h) => !taken.has(h.id) && h.parks.some(eligible)).sort(ParkGate.byNearestToFit)
+      const left: Budget[] = []
+      for (const b of targets) {
+        const room = at.rooms.cheapest(b, at.fleet.hosts, taken, eligible)
+        if (room !== undefined) {
+          taken.add(room.host.id)
+          for (const p of room.plan.parks) yields.push({ hostId: room.host.id, sessionId: p.sessionId, reason: "reserve" })
+          continue
+        }
+        fallback = fallback.filter((h) => !taken.has(h.id))
+        const h = fallback[0]
+        if (h === undefined) {
+          left.push(b)
+          continue
+        }
+        taken.add(h.id)
+        const p = at.rooms.parksOf(h).find(eligible) as Park
+        yields.push({ hostId: h.id, sessionId: p.sessionId, reason: "reserve" })
+      }
+      targets = left
+      if (targets.length === 0) break
+    }
+    return yields
   }
 
 /**
- * Demand, plus a reserve of free room sized from the recent demand for room (`Recent`): when
- * the arrivals expected while a descent runs would not all fit, old parks descend before
- * anyone waits. Without a `recent` figure it is `demand`.
+ * Demand, with two changes: every session without room is served on one held host where
+ * descents alone make it fit (all the parks it needs descend at once, the cheapest such host),
+ * and a reserve of free room sized from the recent demand for room (`Recent`) is kept: when
+ * the sessions expected while a descent runs would not all fit, old parks descend before anyone
+ * waits. Without a `recent` figure no reserve is kept.
  */
 export const demandReserve = (fleet: FleetView, ctx: Context): Decision => {
   const options = ctx.options ?? defaultOptions
-  return ParkGate.decide(fleet, gateContext(ctx), { extra: reserveStep(ctx.recent, options) })
+  return ParkGate.decide(fleet, gateContext(ctx), { fit: true, extra: reserveStep(ctx.recent, options) })
 }
 
 // ---- by name -------------------------------------------------------------------------------------

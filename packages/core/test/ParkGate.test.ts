@@ -246,7 +246,7 @@ describe("ParkGate", () => {
       const fleet: FleetView = { hosts: full(), queue: [queued("big", 40 * GiB, NOW - LIMIT)] }
       const d = ParkGate.evaluate(fleet, NOW)
       // h3 has 3 GiB free: 5 parks (40 GiB) make 43 GiB; h0 needs the same 5 but h3 is nearer to a fit.
-      expect(d.holds).toEqual([{ sessionId: "big", hostId: "h3" }])
+      expect(d.holds).toEqual([{ sessionId: "big", hostId: "h3", reason: "starving" }])
       expect(d.yields).toEqual(["h3p0", "h3p1", "h3p2", "h3p3", "h3p4"].map((sessionId) => ({ hostId: "h3", sessionId, reason: "starving" })))
       expect(d.mayPark("h3")).toBe(false)
     })
@@ -262,14 +262,14 @@ describe("ParkGate", () => {
       const hosts = full().map((h) => (h.id === "h0" ? { ...h, descentsRunning: 2 } : h))
       const fleet: FleetView = { hosts, queue: [queued("big", 40 * GiB, NOW - LIMIT), queued("small", 8 * GiB + 512)] }
       // Last pass held h0 for "big" (say it was nearest then): the hold stays although h3 now looks better.
-      const d = ParkGate.evaluate(fleet, NOW, Limits.defaults, ParkGate.defaultOptions, { holds: [{ sessionId: "big", hostId: "h0" }] })
-      expect(d.holds).toEqual([{ sessionId: "big", hostId: "h0" }])
+      const d = ParkGate.evaluate(fleet, NOW, Limits.defaults, ParkGate.defaultOptions, { holds: [{ sessionId: "big", hostId: "h0", reason: "starving" }] })
+      expect(d.holds).toEqual([{ sessionId: "big", hostId: "h0", reason: "starving" }])
       // "small" is served by one demand yield elsewhere; h0's two descents count for "big" alone.
       expect(d.yields).toEqual([{ hostId: "h3", sessionId: "h3p0", reason: "demand" }])
     })
 
     it("a hold ends when its session is no longer starving (placed or gone)", () => {
-      const d = ParkGate.evaluate({ hosts: full(), queue: [] }, NOW, Limits.defaults, ParkGate.defaultOptions, { holds: [{ sessionId: "big", hostId: "h0" }] })
+      const d = ParkGate.evaluate({ hosts: full(), queue: [] }, NOW, Limits.defaults, ParkGate.defaultOptions, { holds: [{ sessionId: "big", hostId: "h0", reason: "starving" }] })
       expect(d.holds).toEqual([])
       expect(d.mayPark("h0")).toBe(true)
     })

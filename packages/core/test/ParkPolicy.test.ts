@@ -67,8 +67,6 @@ describe("ParkPolicy", () => {
           ParkPolicy.evaluate("demand", fleet, now, TTL_LIMITS),
           // No minimum age: every host is eligible, as under demand.
           ParkPolicy.demandMinAge(fleet, now, TTL_LIMITS, { ...ParkPolicy.defaultOptions, minParkAgeMs: 0 }),
-          // No recent demand: no reserve is kept.
-          ParkPolicy.decide("demand-reserve", fleet, { now, limits: TTL_LIMITS }),
         ]
         for (const d of same) {
           expect(d.yields).toEqual(gate.yields)
@@ -81,21 +79,42 @@ describe("ParkPolicy", () => {
     )
   })
 
-  it("property: every yield names a park on a host where no descent runs; one per host except under the floor", () => {
+  it("property: every yield names a park on a host where no descent runs; one per host except under the floor and on held hosts", () => {
     fc.assert(
       fc.property(arbFleet, ({ fleet, now }) => {
         for (const name of ParkPolicy.names) {
-          const d = ParkPolicy.evaluate(name, fleet, now, TTL_LIMITS)
+          const d = ParkPolicy.decide(name, fleet, { now, limits: TTL_LIMITS, recent: { reservedMibPerSec: 512 } })
           const ids = new Set(d.yields.map((y) => y.sessionId))
           expect(ids.size).toBe(d.yields.length)
-          if (name !== "floor30") expect(new Set(d.yields.map((y) => y.hostId)).size).toBe(d.yields.length)
+          const held = new Set(d.holds.map((h) => h.hostId))
+          const reserveHosts = new Set(d.yields.filter((y) => y.reason === "reserve").map((y) => y.hostId))
+          const single = d.yields.filter((y) => !held.has(y.hostId) && !reserveHosts.has(y.hostId))
+          if (name !== "floor30") expect(new Set(single.map((y) => y.hostId)).size).toBe(single.length)
           for (const y of d.yields) {
             expect(parkOf(fleet, y.hostId, y.sessionId)).toBeDefined()
             expect(fleet.hosts.find((h) => h.id === y.hostId)?.descentsRunning).toBe(0)
           }
-          const demandYields = d.yields.filter((y) => y.reason === "demand").length
-          expect(demandYields).toBeLessThanOrEqual(Math.max(0, d.withoutRoom - d.descentsRunning))
+          // Demand yields off held hosts never exceed the sessions left unserved.
+          const demandYields = single.filter((y) => y.reason === "demand").length
+          expect(demandYields).toBeLessThanOrEqual(Math.max(0, d.withoutRoom - d.holds.length))
         }
+      }),
+    )
+  })
+
+  it("property: demand-reserve serves each waiting session on one host, whose yielded parks make it fit", () => {
+    fc.assert(
+      fc.property(arbFleet, ({ fleet, now }) => {
+        const d = ParkPolicy.decide("demand-reserve", fleet, { now, limits: TTL_LIMITS })
+        for (const hold of d.holds) {
+          const h = fleet.hosts.find((x) => x.id === hold.hostId) as FleetHost
+          const q = fleet.queue.find((x) => x.sessionId === hold.sessionId) as ParkGate.Queued
+          const mine = d.yields.filter((y) => y.hostId === h.id)
+          if (h.descentsRunning > 0 || mine.length === 0) continue
+          const freed = mine.reduce((a, y) => a + (parkOf(fleet, y.hostId, y.sessionId) as Park).budget.memMib, 0)
+          expect((h.headroom.allocatableMib as number) - h.headroom.reserved.memMib + freed).toBeGreaterThanOrEqual(q.budget.memMib)
+        }
+        expect(new Set(d.holds.map((h) => h.hostId)).size).toBe(d.holds.length)
       }),
     )
   })
@@ -200,12 +219,26 @@ describe("ParkPolicy", () => {
     })
     const recent = { reservedMibPerSec: 1024 }
 
-    it("with nothing queued, old parks descend on a full fleet when the recent demand for room would not fit", () => {
+    it("the expected arrivals: the recent MiB per second over the mean size, each size to its Poisson quantile, largest first", () => {
+      // 1 GiB/s of 8 GiB sessions over the 60 s lead: 7.5 expected; 11 places reach 90 %.
+      expect(ParkPolicy.poissonQuantile(7.5, 0.9)).toBe(11)
+      expect(ParkPolicy.expectedArrivals(fullOfParks(), recent).length).toBe(11)
+      // A rare big size still gets its place: 1 in 20 parks is 32 GiB.
+      const mixed: FleetView = {
+        hosts: [fleetHost("h0", 256 * GiB, 256 * GiB, [...Array.from({ length: 19 }, (_, j) => park(`s${j}`, OLD, 2 * GiB)), park("big", OLD, 32 * GiB)])],
+        queue: [],
+      }
+      const arrivals = ParkPolicy.expectedArrivals(mixed, { reservedMibPerSec: 200 })
+      expect(arrivals[0]).toEqual({ memMib: 32 * GiB, vcpus: 1 })
+      expect(arrivals.slice(1).every((b) => b.memMib === 2 * GiB)).toBe(true)
+      expect(ParkPolicy.expectedArrivals(mixed, { reservedMibPerSec: 0 })).toEqual([])
+    })
+
+    it("with nothing queued, old parks descend on a full fleet when the expected arrivals would not fit", () => {
       const fleet = fullOfParks()
-      // 1 GiB/s over the 60 s lead: about 60 GiB of arrivals, none of which fits now.
-      expect(ParkPolicy.expectedArrivals(fleet, recent).length).toBe(8)
-      expect(ParkPolicy.reserveShortfall(fleet, ParkPolicy.expectedArrivals(fleet, recent))).toBe(8)
+      expect(ParkPolicy.reserveShortfall(fleet, ParkPolicy.expectedArrivals(fleet, recent)).length).toBe(11)
       const d = ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent })
+      // One 8 GiB park makes room for one arrival on each host; four hosts.
       expect(d.yields).toEqual(["h0", "h1", "h2", "h3"].map((hostId) => ({ hostId, sessionId: `${hostId}p0`, reason: "reserve" })))
       // A session going idle still parks: the old parks make the room.
       expect(d.mayPark("h0")).toBe(true)
@@ -213,24 +246,50 @@ describe("ParkPolicy", () => {
       expect(ParkPolicy.evaluate("demand", fleet, NOW).yields).toEqual([])
     })
 
+    it("a big expected arrival gets room made on one host at once, from old parks", () => {
+      const fleet: FleetView = {
+        hosts: [
+          fleetHost("a", 64 * GiB, 56 * GiB, [park("a1", OLD, 8 * GiB), park("a2", OLD + 1, 8 * GiB), park("a3", OLD + 2, 8 * GiB)]),
+          fleetHost("b", 64 * GiB, 64 * GiB, [park("b1", OLD, 16 * GiB), park("b2", OLD + 1, 32 * GiB)]),
+        ],
+        queue: [],
+      }
+      const d = ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: { reservedMibPerSec: 1024 }, options: { ...ParkPolicy.defaultOptions, reserveQuantile: 0.5 } })
+      // The 32 GiB size is expected: a (8 GiB free) needs 24 GiB of parks, b needs 48: a's three parks go.
+      expect(ParkPolicy.expectedArrivals(fleet, { reservedMibPerSec: 1024 }, { ...ParkPolicy.defaultOptions, reserveQuantile: 0.5 })[0]?.memMib).toBe(32 * GiB)
+      expect(d.yields.filter((y) => y.hostId === "a").map((y) => y.sessionId)).toEqual(["a1", "a2", "a3"])
+    })
+
     it("running descents count as room on its way", () => {
       const fleet = fullOfParks()
-      const busy: FleetView = { ...fleet, hosts: fleet.hosts.map((h, i) => (i < 2 ? { ...h, descentsRunning: 4 } : h)) }
+      const busy: FleetView = { ...fleet, hosts: fleet.hosts.map((h, i) => (i < 2 ? { ...h, descentsRunning: 6 } : h)) }
       expect(ParkPolicy.decide("demand-reserve", busy, { now: NOW, recent }).yields).toEqual([])
     })
 
     it("no reserve yields when the expected arrivals fit, when nothing was reserved recently, or when every park is young", () => {
-      expect(ParkPolicy.decide("demand-reserve", fullOfParks(OLD, 20), { now: NOW, recent }).yields).toEqual([])
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(OLD, 24), { now: NOW, recent }).yields).toEqual([])
       expect(ParkPolicy.decide("demand-reserve", fullOfParks(), { now: NOW, recent: { reservedMibPerSec: 0 } }).yields).toEqual([])
       expect(ParkPolicy.decide("demand-reserve", fullOfParks(), { now: NOW }).yields).toEqual([])
       expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 60_000), { now: NOW, recent }).yields).toEqual([])
     })
 
-    it("a waiting session is served as demand serves it, young parks included", () => {
-      const fleet: FleetView = { ...fullOfParks(NOW - 60_000), queue: [queued("q", 4 * GiB)] }
+    it("a waiting session gets one host held, and every park it needs there yields at once (young parks included)", () => {
+      const fleet: FleetView = { ...fullOfParks(NOW - 60_000, 4), queue: [queued("q", 20 * GiB)] }
       const d = ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent })
-      expect(d.yields).toEqual([{ hostId: "h0", sessionId: "h0p0", reason: "demand" }])
-      expect(d.mayPark("h0")).toBe(false)
+      // 4 GiB free + two 8 GiB parks = 20 GiB on the cheapest host (all equal: the first by id).
+      expect(d.holds).toEqual([{ sessionId: "q", hostId: "h0", reason: "fit" }])
+      expect(d.yields.slice(0, 2)).toEqual([
+        { hostId: "h0", sessionId: "h0p0", reason: "demand" },
+        { hostId: "h0", sessionId: "h0p1", reason: "demand" },
+      ])
+      expect(d.mayPark("h1")).toBe(false)
+      // demand yields one park, on one host, and waits for the next pass.
+      expect(ParkPolicy.evaluate("demand", fleet, NOW).yields).toEqual([{ hostId: "h0", sessionId: "h0p0", reason: "demand" }])
+      // Next pass, the held host's descents run: nothing more yields for the session.
+      const next: FleetView = { ...fleet, hosts: fleet.hosts.map((h) => (h.id === "h0" ? { ...h, descentsRunning: 2 } : h)) }
+      const again = ParkPolicy.decide("demand-reserve", next, { now: NOW + 5000, memory: { holds: d.holds } })
+      expect(again.holds).toEqual(d.holds)
+      expect(again.yields).toEqual([])
     })
 
     it("is the default policy", () => {
