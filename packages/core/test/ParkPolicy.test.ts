@@ -65,8 +65,8 @@ describe("ParkPolicy", () => {
         const gate = ParkGate.evaluate(fleet, now, TTL_LIMITS)
         const same = [
           ParkPolicy.evaluate("demand", fleet, now, TTL_LIMITS),
-          // No minimum age: every host is eligible, as under demand.
-          ParkPolicy.demandMinAge(fleet, now, TTL_LIMITS, { ...ParkPolicy.defaultOptions, minParkAgeMs: 0 }),
+          // No minimum age (parks of the arbitrary fleet may even be from the future): every host is eligible, as under demand.
+          ParkPolicy.demandMinAge(fleet, now, TTL_LIMITS, { ...ParkPolicy.defaultOptions, minParkAgeMs: Number.NEGATIVE_INFINITY }),
         ]
         for (const d of same) {
           expect(d.yields).toEqual(gate.yields)
@@ -266,11 +266,21 @@ describe("ParkPolicy", () => {
       expect(ParkPolicy.decide("demand-reserve", busy, { now: NOW, recent }).yields).toEqual([])
     })
 
-    it("no reserve yields when the expected arrivals fit, when nothing was reserved recently, or when every park is young", () => {
+    it("no reserve yields when the expected arrivals fit, or when nothing was reserved recently", () => {
       expect(ParkPolicy.decide("demand-reserve", fullOfParks(OLD, 24), { now: NOW, recent }).yields).toEqual([])
       expect(ParkPolicy.decide("demand-reserve", fullOfParks(), { now: NOW, recent: { reservedMibPerSec: 0 } }).yields).toEqual([])
       expect(ParkPolicy.decide("demand-reserve", fullOfParks(), { now: NOW }).yields).toEqual([])
-      expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 60_000), { now: NOW, recent }).yields).toEqual([])
+    })
+
+    it("old parks make the reserve first; young ones only when the old cannot (or never, with reserveYoungToo off)", () => {
+      // h0 and h1 hold old parks, h2 and h3 parks a minute old: four places wanted.
+      const fleet = fullOfParks()
+      const mixed: FleetView = { ...fleet, hosts: fleet.hosts.map((h, i) => (i < 2 ? h : { ...h, parks: h.parks.map((p) => ({ ...p, parkedAt: NOW - 60_000 })) })) }
+      const d = ParkPolicy.decide("demand-reserve", mixed, { now: NOW, recent })
+      expect(d.yields.map((y) => y.hostId)).toEqual(["h0", "h1", "h2", "h3"])
+      const oldOnly = { ...ParkPolicy.defaultOptions, reserveYoungToo: false }
+      expect(ParkPolicy.decide("demand-reserve", mixed, { now: NOW, recent, options: oldOnly }).yields.map((y) => y.hostId)).toEqual(["h0", "h1"])
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 60_000), { now: NOW, recent, options: oldOnly }).yields).toEqual([])
     })
 
     it("a waiting session gets one host held, and every park it needs there yields at once (young parks included)", () => {
