@@ -8,10 +8,11 @@ import { createReadStream, readFileSync, writeFileSync } from "node:fs"
 import { resolve } from "node:path"
 import { createInterface } from "node:readline"
 import { NodeServices } from "@effect/platform-node"
-import { Limits, ParkGate, ParkPolicy } from "@engram/core"
+import { Limits, ParkPolicy } from "@engram/core"
+import type { ParkGate } from "@engram/core"
 import { defaultTriggerWindowMs, ReaperState } from "@engram/reaper"
 import { Data, Effect, Option } from "effect"
-import { Command, Flag } from "effect/cli"
+import { CliOutput, Command, Flag } from "effect/cli"
 import * as Azure from "./Azure.js"
 import * as Hosts from "./Hosts.js"
 import * as Parallel from "./Parallel.js"
@@ -412,9 +413,10 @@ const args = (argv: readonly string[]): string[] => argv.filter((a) => a !== "--
 
 /**
  * Parses a command line into the options of a run, without running it: `null` for `--help`
- * (printed) and for a subcommand. A flag that breaks its rule fails with the library's error.
+ * (printed, unless `quiet`) and for a subcommand. A flag that breaks its rule fails with a
+ * `UsageError` in the library's words.
  */
-export const parse = (argv: readonly string[]) =>
+export const parse = (argv: readonly string[], options: { readonly quiet?: boolean } = {}) =>
   Effect.gen(function* () {
     let parsed: Options | null = null
     const capture = simCommand((f) =>
@@ -422,9 +424,16 @@ export const parse = (argv: readonly string[]) =>
         parsed = o
       }),
     )
-    yield* Command.runWith(capture, { version: "0.1.0" })(args(argv))
+    yield* Command.runWith(capture, { version: "0.1.0", renderErrors: false })(args(argv))
     return parsed as Options | null
-  }).pipe(Effect.provide(NodeServices.layer))
+  }).pipe(
+    // A flag that broke its rule: the library's words, as a usage error.
+    Effect.catchTag("ShowHelp", (help) =>
+      help.errors.length === 0 ? Effect.succeed(null) : Effect.fail(new UsageError({ option: "", message: help.errors.map((e) => e.message).join("; ") })),
+    ),
+    options.quiet === true ? Effect.provide(CliOutput.layerPresenter({ present: () => Effect.void })) : (e) => e,
+    Effect.provide(NodeServices.layer),
+  )
 
 /** The whole command line: answers the process exit code. */
 export const main = (argv: readonly string[]) =>
