@@ -335,7 +335,7 @@ export const poissonQuantile = (mean: number, q: number): number => {
 /**
  * The sessions expected to ask for room within `reserveLeadMs`, largest first. The rate of
  * sessions is the recent demand (`reservedMibPerSec`) over the mean size of the sessions of this
- * fleet (those parked and queued now); each size takes its share of that rate, and gets as many
+ * fleet (those parked and queued now, but for queued ones too big for every host); each size takes its share of that rate, and gets as many
  * places as a Poisson count reaches with probability `reserveQuantile`: a rare big size still
  * gets one place when it is likely enough to come, which a reserve counted in MiB would miss.
  */
@@ -352,8 +352,10 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     total++
     mib += b.memMib
   }
+  // Sizes no host could take (SPEC §12 too_big) are no reason to make room.
+  const tooBig = ParkGate.tooBigFor(fleet.hosts)
   for (const h of fleet.hosts) for (const p of h.parks) add(p.budget)
-  for (const q of fleet.queue) add(q.budget)
+  for (const q of fleet.queue) if (!tooBig(q.budget)) add(q.budget)
   if (total === 0) return []
   const sessionsPerLead = (recent.reservedMibPerSec / (mib / total)) * (options.reserveLeadMs / 1000)
   const out: Budget[] = []

@@ -232,6 +232,9 @@ describe("ParkPolicy", () => {
       expect(arrivals[0]).toEqual({ memMib: 32 * GiB, vcpus: 1 })
       expect(arrivals.slice(1).every((b) => b.memMib === 2 * GiB)).toBe(true)
       expect(ParkPolicy.expectedArrivals(mixed, { reservedMibPerSec: 0 })).toEqual([])
+      // A queued session too big for every host is no reason to keep room (it would yield every park).
+      const poisoned: FleetView = { ...fullOfParks(), queue: Array.from({ length: 40 }, (_, i) => queued(`huge${i}`, 128 * GiB)) }
+      expect(ParkPolicy.expectedArrivals(poisoned, recent)).toEqual(ParkPolicy.expectedArrivals(fullOfParks(), recent))
     })
 
     it("with nothing queued, old parks descend on a full fleet when the expected arrivals would not fit", () => {
