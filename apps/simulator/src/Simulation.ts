@@ -604,14 +604,15 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       const full = exec(store.fleetView())
       return full !== undefined && ParkPolicy.decide(policy, full, { now, limits, options: fleet.policyOptions }).mayPark(hostId)
     }
-    const ids = [hostId, ...shapeWitnesses.filter((w) => w !== hostId)]
+    const head = waiting.values().next()
+    // With nothing waiting every policy's answer reads the host alone.
+    const ids = head.done === true ? [hostId] : [hostId, ...shapeWitnesses.filter((w) => w !== hostId)]
     const hosts: FleetView["hosts"][number][] = []
     for (const id of ids) {
       const view = exec(store.getHost(id))
       if (view === undefined) return false
       hosts.push({ id: view.id, headroom: view.headroom, state: view.state, entries: view.entries, measured: view.measured, descentsRunning: view.descentsRunning, parks: [] })
     }
-    const head = waiting.values().next()
     const queue = head.done === true ? [] : [{ sessionId: (scripts[head.value] as Script).id, budget: (scripts[head.value] as Script).budget, queuedAt: requestAt[head.value] as number }]
     return ParkPolicy.decide(policy, { hosts, queue }, { now, limits, options: fleet.policyOptions }).mayPark(hostId)
   }

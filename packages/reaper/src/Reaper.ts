@@ -18,8 +18,8 @@ import type { ParkGate } from "@engram/core"
 import { Store } from "@engram/store"
 import type { FleetRead } from "@engram/store"
 import { Effect } from "effect"
-import { emit } from "./ReaperEvents.js"
-import type { Source } from "./ReaperEvents.js"
+import { ReaperEvents } from "./ReaperEvents.js"
+import type { Event, Source } from "./ReaperEvents.js"
 import * as ReaperState from "./ReaperState.js"
 
 /** How a pass decides and whom it asks whether it still leads. */
@@ -71,6 +71,14 @@ export type ReactReport =
 
 const LOST = "lost the leader lock mid-pass"
 
+/** Tells the listener an event (resolved once per pass: a pass tells several). */
+type Tell = (event: Event) => Effect.Effect<void>
+
+const silent: Tell = () => Effect.void
+
+/** The listener in context, or one that drops every event. */
+const listener: Effect.Effect<Tell> = Effect.map(Effect.serviceOption(ReaperEvents), (l) => (l._tag === "Some" ? l.value.emit : silent))
+
 /** The policy function of the options. */
 export const policyOf = (options: Options): ParkPolicy.Policy => {
   const p = options.policy ?? ParkPolicy.defaultName
@@ -78,7 +86,7 @@ export const policyOf = (options: Options): ParkPolicy.Policy => {
 }
 
 /** The fleet read, or the reason it failed (told to the listener). */
-const readFleet = (source: Source) =>
+const readFleet = (source: Source, emit: Tell) =>
   Effect.gen(function* () {
     const store = yield* Store
     const read = yield* Effect.result(store.fleetView())
@@ -91,7 +99,7 @@ const readFleet = (source: Source) =>
   })
 
 /** Runs the policy over the read with what the reaper remembers, and remembers its answer. */
-const decideOn = (fleet: FleetRead, options: Options, state: ReaperState.ReaperState, source: Source) =>
+const decideOn = (fleet: FleetRead, options: Options, state: ReaperState.ReaperState, source: Source, emit: Tell) =>
   Effect.gen(function* () {
     const store = yield* Store
     const decision = policyOf(options)(fleet, {
@@ -110,7 +118,7 @@ const decideOn = (fleet: FleetRead, options: Options, state: ReaperState.ReaperS
  * Starts a descent for each yield, in order, while the replica leads; answers the ones that
  * started, or null when leadership was lost on the way.
  */
-const descend = (yields: readonly ParkPolicy.PolicyYield[], leading: () => boolean, source: Source) =>
+const descend = (yields: readonly ParkPolicy.PolicyYield[], leading: () => boolean, source: Source, emit: Tell) =>
   Effect.gen(function* () {
     const store = yield* Store
     const started: ParkPolicy.PolicyYield[] = []
@@ -136,12 +144,13 @@ const descend = (yields: readonly ParkPolicy.PolicyYield[], leading: () => boole
 export const pass = (options: Options = {}): Effect.Effect<PassReport, never, Store> =>
   Effect.gen(function* () {
     const store = yield* Store
+    const emit = yield* listener
     const leading = options.leading ?? (() => true)
     const state = options.state ?? ReaperState.make()
     const held = (step: string) => emit({ _tag: "LeadershipLost", source: "pass", step }).pipe(Effect.as({ _tag: "Held" as const, reason: LOST }))
 
     // 1. One fleet read. Without it nothing is known, so nothing descends: every park holds.
-    const read = yield* readFleet("pass")
+    const read = yield* readFleet("pass", emit)
     if (read._tag === "Failed") return { _tag: "Held", reason: read.reason } satisfies PassReport
     const fleet = read.fleet
     // The recent demand for room, from the store's cumulative counter (a failed read keeps the last rate).
@@ -163,8 +172,8 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
 
     // 3. The policy decides which parks yield; each yield is a CAS parked → descending.
     if (!leading()) return yield* held("gate")
-    const decision = yield* decideOn(fleet, options, state, "pass")
-    const descents = yield* descend(decision.yields, leading, "pass")
+    const decision = yield* decideOn(fleet, options, state, "pass", emit)
+    const descents = yield* descend(decision.yields, leading, "pass", emit)
     if (descents === null) return { _tag: "Held", reason: LOST } satisfies PassReport
 
     // 4. Drain the queue into whatever room exists now.
@@ -199,12 +208,13 @@ export const react = (options: Options = {}): Effect.Effect<ReactReport, never, 
   Effect.gen(function* () {
     const leading = options.leading ?? (() => true)
     if (!leading()) return { _tag: "Held", reason: "not the leader" } satisfies ReactReport
+    const emit = yield* listener
     const state = options.state ?? ReaperState.make()
-    const read = yield* readFleet("react")
+    const read = yield* readFleet("react", emit)
     if (read._tag === "Failed") return { _tag: "Held", reason: read.reason } satisfies ReactReport
     if (!leading()) return { _tag: "Held", reason: LOST } satisfies ReactReport
-    const decision = yield* decideOn(read.fleet, options, state, "react")
-    const descents = yield* descend(decision.yields, leading, "react")
+    const decision = yield* decideOn(read.fleet, options, state, "react", emit)
+    const descents = yield* descend(decision.yields, leading, "react", emit)
     if (descents === null) return { _tag: "Held", reason: LOST } satisfies ReactReport
     return { _tag: "Done", yields: decision.yields, descents, withoutRoom: decision.withoutRoom } satisfies ReactReport
   })
