@@ -14,9 +14,9 @@
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
  */
 import { ParkPolicy } from "@engram/core"
-import type { ParkGate } from "@engram/core"
+import type { Limits, ParkGate } from "@engram/core"
 import { Store } from "@engram/store"
-import type { FleetRead } from "@engram/store"
+import type { FleetRead, StoreShape } from "@engram/store"
 import { Effect } from "effect"
 import { ReaperEvents } from "./ReaperEvents.js"
 import type { Event, Source } from "./ReaperEvents.js"
@@ -71,13 +71,11 @@ export type ReactReport =
 
 const LOST = "lost the leader lock mid-pass"
 
-/** Tells the listener an event (resolved once per pass: a pass tells several). */
-type Tell = (event: Event) => Effect.Effect<void>
+/** Tells the listener an event; undefined when nobody listens (then nothing is built or run). */
+type Tell = ((event: Event) => Effect.Effect<void>) | undefined
 
-const silent: Tell = () => Effect.void
-
-/** The listener in context, or one that drops every event. */
-const listener: Effect.Effect<Tell> = Effect.map(Effect.serviceOption(ReaperEvents), (l) => (l._tag === "Some" ? l.value.emit : silent))
+/** The listener in context, resolved once per pass (a pass tells several events). */
+const listener: Effect.Effect<Tell> = Effect.map(Effect.serviceOption(ReaperEvents), (l) => (l._tag === "Some" ? l.value.emit : undefined))
 
 /** The policy function of the options. */
 export const policyOf = (options: Options): ParkPolicy.Policy => {
@@ -85,74 +83,67 @@ export const policyOf = (options: Options): ParkPolicy.Policy => {
   return typeof p === "string" ? ParkPolicy.policy(p) : p
 }
 
-/** The fleet read, or the reason it failed (told to the listener). */
-const readFleet = (source: Source, emit: Tell) =>
-  Effect.gen(function* () {
-    const store = yield* Store
-    const read = yield* Effect.result(store.fleetView())
-    if (read._tag === "Failure") {
-      yield* emit({ _tag: "FleetReadFailed", source, reason: read.failure.reason })
-      return { _tag: "Failed" as const, reason: read.failure.reason }
-    }
-    yield* emit({ _tag: "FleetRead", source, fleet: read.success })
-    return { _tag: "Read" as const, fleet: read.success }
-  })
-
 /** Runs the policy over the read with what the reaper remembers, and remembers its answer. */
-const decideOn = (fleet: FleetRead, options: Options, state: ReaperState.ReaperState, source: Source, emit: Tell) =>
-  Effect.gen(function* () {
-    const store = yield* Store
-    const decision = policyOf(options)(fleet, {
-      now: fleet.readAt,
-      limits: store.limits(),
-      options: options.policyOptions ?? ParkPolicy.defaultOptions,
-      memory: state.memory,
-      recent: state.meter.rate(),
-    })
-    state.memory = { holds: decision.holds }
-    yield* emit({ _tag: "Decided", source, decision })
-    return decision
+const decideOn = (fleet: FleetRead, limits: Limits.Limits, options: Options, state: ReaperState.ReaperState): ParkPolicy.Decision => {
+  const decision = policyOf(options)(fleet, {
+    now: fleet.readAt,
+    limits,
+    options: options.policyOptions ?? ParkPolicy.defaultOptions,
+    memory: state.memory,
+    recent: state.meter.rate(),
   })
+  state.memory = { holds: decision.holds }
+  return decision
+}
 
 /**
  * Starts a descent for each yield, in order, while the replica leads; answers the ones that
  * started, or null when leadership was lost on the way.
  */
-const descend = (yields: readonly ParkPolicy.PolicyYield[], leading: () => boolean, source: Source, emit: Tell) =>
+const descend = (store: StoreShape, yields: readonly ParkPolicy.PolicyYield[], leading: () => boolean, source: Source, tell: Tell) =>
   Effect.gen(function* () {
-    const store = yield* Store
     const started: ParkPolicy.PolicyYield[] = []
     for (const y of yields) {
       if (!leading()) {
-        yield* emit({ _tag: "LeadershipLost", source, step: "descents" })
+        if (tell) yield* tell({ _tag: "LeadershipLost", source, step: "descents" })
         return null
       }
       const began = yield* Effect.result(store.beginDescent(y.sessionId))
       if (began._tag === "Success") {
         started.push(y)
-        yield* emit({ _tag: "DescentStarted", source, yield: y })
+        if (tell) yield* tell({ _tag: "DescentStarted", source, yield: y })
       } else if (began.failure._tag === "Unavailable") {
-        yield* emit({ _tag: "DescentFailed", source, yield: y, reason: began.failure.reason })
-      } else {
-        yield* emit({ _tag: "DescentLostRace", source, yield: y })
+        if (tell) yield* tell({ _tag: "DescentFailed", source, yield: y, reason: began.failure.reason })
+      } else if (tell) {
+        yield* tell({ _tag: "DescentLostRace", source, yield: y })
       }
     }
     return started
   })
 
+// The pass is one generator with the steps inline: it runs every few seconds over the whole
+// fleet, and each nested generator or event nobody hears costs allocations there.
+
 /** One reaper pass (SPEC §4.3). Never fails: a store failure ends or skips a step and is told to the listener. */
 export const pass = (options: Options = {}): Effect.Effect<PassReport, never, Store> =>
   Effect.gen(function* () {
     const store = yield* Store
-    const emit = yield* listener
+    const tell = yield* listener
     const leading = options.leading ?? (() => true)
     const state = options.state ?? ReaperState.make()
-    const held = (step: string) => emit({ _tag: "LeadershipLost", source: "pass", step }).pipe(Effect.as({ _tag: "Held" as const, reason: LOST }))
+    const held = (step: string): Effect.Effect<PassReport> =>
+      tell === undefined
+        ? Effect.succeed({ _tag: "Held", reason: LOST })
+        : tell({ _tag: "LeadershipLost", source: "pass", step }).pipe(Effect.as({ _tag: "Held" as const, reason: LOST }))
 
     // 1. One fleet read. Without it nothing is known, so nothing descends: every park holds.
-    const read = yield* readFleet("pass", emit)
-    if (read._tag === "Failed") return { _tag: "Held", reason: read.reason } satisfies PassReport
-    const fleet = read.fleet
+    const read = yield* Effect.result(store.fleetView())
+    if (read._tag === "Failure") {
+      if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: read.failure.reason })
+      return { _tag: "Held", reason: read.failure.reason } satisfies PassReport
+    }
+    const fleet = read.success
+    if (tell) yield* tell({ _tag: "FleetRead", source: "pass", fleet })
     // The recent demand for room, from the store's cumulative counter (a failed read keeps the last rate).
     const counters = yield* Effect.result(store.metrics())
     if (counters._tag === "Success") state.meter.sample(fleet.readAt, counters.success.totalReservedMib)
@@ -165,15 +156,16 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     if (reclaim._tag === "Success") {
       reclaimed = reclaim.success.reclaimed.length
       lostSessions = reclaim.success.lostSessions
-      yield* emit({ _tag: "Reclaimed", result: reclaim.success })
-    } else {
-      yield* emit({ _tag: "ReclaimFailed", reason: reclaim.failure.reason })
+      if (tell) yield* tell({ _tag: "Reclaimed", result: reclaim.success })
+    } else if (tell) {
+      yield* tell({ _tag: "ReclaimFailed", reason: reclaim.failure.reason })
     }
 
     // 3. The policy decides which parks yield; each yield is a CAS parked → descending.
     if (!leading()) return yield* held("gate")
-    const decision = yield* decideOn(fleet, options, state, "pass", emit)
-    const descents = yield* descend(decision.yields, leading, "pass", emit)
+    const decision = decideOn(fleet, store.limits(), options, state)
+    if (tell) yield* tell({ _tag: "Decided", source: "pass", decision })
+    const descents = decision.yields.length === 0 ? [] : yield* descend(store, decision.yields, leading, "pass", tell)
     if (descents === null) return { _tag: "Held", reason: LOST } satisfies PassReport
 
     // 4. Drain the queue into whatever room exists now.
@@ -182,9 +174,9 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     let placed: readonly Placed[] = []
     if (drained._tag === "Success") {
       placed = drained.success.placed
-      yield* emit({ _tag: "Drained", result: drained.success })
-    } else {
-      yield* emit({ _tag: "DrainFailed", reason: drained.failure.reason })
+      if (tell) yield* tell({ _tag: "Drained", result: drained.success })
+    } else if (tell) {
+      yield* tell({ _tag: "DrainFailed", reason: drained.failure.reason })
     }
     return {
       _tag: "Done",
@@ -208,13 +200,19 @@ export const react = (options: Options = {}): Effect.Effect<ReactReport, never, 
   Effect.gen(function* () {
     const leading = options.leading ?? (() => true)
     if (!leading()) return { _tag: "Held", reason: "not the leader" } satisfies ReactReport
-    const emit = yield* listener
+    const store = yield* Store
+    const tell = yield* listener
     const state = options.state ?? ReaperState.make()
-    const read = yield* readFleet("react", emit)
-    if (read._tag === "Failed") return { _tag: "Held", reason: read.reason } satisfies ReactReport
+    const read = yield* Effect.result(store.fleetView())
+    if (read._tag === "Failure") {
+      if (tell) yield* tell({ _tag: "FleetReadFailed", source: "react", reason: read.failure.reason })
+      return { _tag: "Held", reason: read.failure.reason } satisfies ReactReport
+    }
+    if (tell) yield* tell({ _tag: "FleetRead", source: "react", fleet: read.success })
     if (!leading()) return { _tag: "Held", reason: LOST } satisfies ReactReport
-    const decision = yield* decideOn(read.fleet, options, state, "react", emit)
-    const descents = yield* descend(decision.yields, leading, "react", emit)
+    const decision = decideOn(read.success, store.limits(), options, state)
+    if (tell) yield* tell({ _tag: "Decided", source: "react", decision })
+    const descents = decision.yields.length === 0 ? [] : yield* descend(store, decision.yields, leading, "react", tell)
     if (descents === null) return { _tag: "Held", reason: LOST } satisfies ReactReport
     return { _tag: "Done", yields: decision.yields, descents, withoutRoom: decision.withoutRoom } satisfies ReactReport
   })
