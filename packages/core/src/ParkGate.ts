@@ -12,19 +12,24 @@
  * 4. `mayYield`: the yields that do not depend on the queue (over-reserved hosts, parks past
  *    the hard TTL) and the hosts whose oldest park may yield for demand;
  * 5. `nearestToFit`: the demand yields, on the hosts nearest to a fit;
- * 6. `starvation`: room made for a session that has waited past a limit (see below);
+ * 6. `serve`: one host held for each session it makes room for, every park it needs there
+ *    yielding at once: a starving session always (see below), every waiting session under a
+ *    fitting policy (`Steps.fit`, `demand-reserve`); `Rooms` plans the descents;
  * 7. `mayParkOn`: an idle session parks only on a measured host while nothing waits for room.
+ * `decide` composes them, with seams for the policies (`Steps`).
  *
  * **The starvation bound.** The queue lets a later, smaller session place past a big one
  * (SPEC §2), and demand yields one park per host on the hosts with the most free RAM, so a big
  * session can wait for ever while small ones take each hole as it opens. A queued session
  * without room that has waited longer than `starvationLimitMs` is *starving*: the gate holds one
- * host for it (the one that needs the fewest MiB of parks descended to fit it), yields on that
- * host every park it takes to fit (oldest first; more than one per pass), and while the hold
- * lasts no idle session parks there (it descends, adding its room). The hold is part of the
- * gate's answer and comes back as an input at the next pass, so the room gathers on one host
- * instead of being spread over many. The queue drains in FIFO order, so the starving session
- * (the oldest waiting) takes the room when it is whole.
+ * host for it (the one that needs the fewest MiB of parks descended to fit it, else the nearest
+ * to fitting it), yields on that host every park it takes to fit (oldest first; more than one
+ * per pass), and while the hold lasts no idle session parks there (it descends, adding its
+ * room). The hold is part of the gate's answer and comes back as an input at the next pass, so
+ * the room gathers on one host instead of being spread over many. The queue drains in FIFO
+ * order, so the starving session (the oldest waiting) takes the room when it is whole, unless a
+ * smaller session takes a hole first: a hard bound needs placement to skip a held host for
+ * every session but its holder, which the gate cannot do alone.
  */
 import * as Headroom from "./Headroom.js"
 import type { Budget } from "./Headroom.js"
