@@ -105,6 +105,7 @@ export const flags = {
     Flag.withDefault(policy0.reserveQuantile),
     Flag.withDescription(`demand-reserve: each session size gets as many places as its expected arrivals reach with this probability (${policy0.reserveQuantile})`),
   ),
+  reserveYoungMinAgeS: atLeast0("reserve-young-min-age-s", policy0.reserveYoungMinAgeMs / 1000, "demand-reserve: parks younger than this never yield for the reserve, s"),
   reserveOldOnly: boolean("reserve-old-only", "demand-reserve: only parks past --reserve-min-age-s yield for the reserve (by default younger ones do too when the old cannot make it)"),
   demandWindowS: positive("demand-window-s", ReaperState.defaultMeterOptions.windowMs / 1000, "the reaper measures the recent demand for room over this window, s"),
   reactMs: atLeast0("react-ms", defaultTriggerWindowMs, "the gate runs this long after a request queues (coalescing window), ms; 0 = only at passes"),
@@ -213,6 +214,7 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
       reserveMinParkAgeMs: Math.round(f.reserveMinAgeS * 1000),
       reserveQuantile: f.reserveQuantile,
       reserveYoungToo: !f.reserveOldOnly,
+      reserveYoungMinAgeMs: Math.round(f.reserveYoungMinAgeS * 1000),
     } satisfies ParkGate.Options & ParkPolicy.Options
     const svg = Option.getOrElse(f.svg, () => "sim.svg")
     return {

@@ -85,6 +85,8 @@ export interface Options extends ParkGate.Options {
   readonly reserveQuantile: number
   /** `demand-reserve`: when old parks cannot make the reserve, younger ones yield too (oldest first). */
   readonly reserveYoungToo: boolean
+  /** `demand-reserve`: a park younger than this never yields for the reserve, old parks short or not. */
+  readonly reserveYoungMinAgeMs: number
 }
 
 /** Seed 000's floor (30 %), a five-minute minimum park age, and the measured reserve knobs. */
@@ -96,6 +98,7 @@ export const defaultOptions: Options = Object.freeze({
   reserveMinParkAgeMs: 5 * 60 * 1000,
   reserveQuantile: 0.9,
   reserveYoungToo: true,
+  reserveYoungMinAgeMs: 60 * 1000,
 })
 
 /** The recent demand for room, measured by the reaper between passes. */
@@ -383,7 +386,7 @@ export const reserveShortfall = (fleet: FleetView, arrivals: readonly Budget[], 
  * already on its way covers, the smallest first) each get room made for them, on the host where
  * descending parks at least `reserveMinParkAgeMs` old makes them fit at the least cost (several
  * parks at once when one is not enough), or else the oldest such park on the host nearest to a
- * fit. A session that goes idle still parks (a fresh park is the likeliest to resume); old
+ * fit; when old parks cannot make the reserve, parks at least `reserveYoungMinAgeMs` old do. A session that goes idle still parks (a fresh park is the likeliest to resume); old
  * parks make the room instead.
  */
 const reserveStep =
@@ -394,11 +397,11 @@ const reserveStep =
     let targets = short.slice(0, Math.max(0, short.length - covered))
     if (targets.length === 0) return []
     const old = (p: Park): boolean => at.now - p.parkedAt >= options.reserveMinParkAgeMs
-    const any = (): boolean => true
+    const notFresh = (p: Park): boolean => at.now - p.parkedAt >= options.reserveYoungMinAgeMs
     const taken = new Set(at.taken)
     const yields: ParkGate.Yield<"reserve">[] = []
     // Old parks first; when they cannot make the room, the oldest of the young ones.
-    for (const eligible of options.reserveYoungToo ? [old, any] : [old]) {
+    for (const eligible of options.reserveYoungToo ? [old, notFresh] : [old]) {
       let fallback = pool.filter((h) => !taken.has(h.id) && h.parks.some(eligible)).sort(ParkGate.byNearestToFit)
       const left: Budget[] = []
       for (const b of targets) {

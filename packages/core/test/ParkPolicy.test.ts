@@ -284,6 +284,8 @@ describe("ParkPolicy", () => {
       const oldOnly = { ...ParkPolicy.defaultOptions, reserveYoungToo: false }
       expect(ParkPolicy.decide("demand-reserve", mixed, { now: NOW, recent, options: oldOnly }).yields.map((y) => y.hostId)).toEqual(["h0", "h1"])
       expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 60_000), { now: NOW, recent, options: oldOnly }).yields).toEqual([])
+      // A park under a minute old never yields for the reserve.
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 30_000), { now: NOW, recent }).yields).toEqual([])
     })
 
     it("a waiting session gets one host held, and every park it needs there yields at once (young parks included)", () => {
