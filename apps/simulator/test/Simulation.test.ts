@@ -31,10 +31,10 @@ describe("Simulation", () => {
   })
 
   it("no over-commit and no ledger drift under every policy, on a fleet that queues", () => {
-    // 6 hosts for 500 sessions: the queue is long at the peak, so every path runs.
-    const w = small(6, 500)
+    // 4 hosts for 300 sessions: the queue is long at the peak, so every path runs.
+    const w = small(6, 300)
     for (const policy of ParkPolicy.names) {
-      const r = Simulation.run(w, { policy, fleet: fleetOf(6) })
+      const r = Simulation.run(w, { policy, fleet: fleetOf(4) })
       expect(Report.invariantBreaks(r)).toEqual([])
       expect(r.overCommits).toBe(0)
       expect(r.queued).toBeGreaterThan(0)
