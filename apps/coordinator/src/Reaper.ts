@@ -1,32 +1,77 @@
 /**
- * The reaper (SPEC §4.3): one fleet read per pass (a failed read ends the pass and holds
- * every park), reclaim, the park gate (core `ParkGate.evaluate`), a descent for each yield
- * (a lost CAS is skipped), then a queue drain. Only the leader runs it (Leader.ts).
+ * The reaper (SPEC §4.3) in the coordinator: a thin wrapper of `@engram/reaper`'s shared pass
+ * (the one the fleet simulator measures), adding what only the coordinator has: leadership
+ * (Leader.ts), metrics, log lines and wake-ups of host agents, each from the pass's events.
  * `reaperPass` is one pass, for the loop and for tests under a TestClock. `reconcile` (reclaim,
- * then drain) runs once at every replica's start-up (`ReconcileAtStart`).
+ * then drain) runs once at every replica's start-up (`ReconcileAtStart`). `ReactAtOnce` is the
+ * immediate reaction to a queued session (`Trigger`), sharing the passes' memory.
  */
-import { ParkGate } from "@engram/core"
-import type { Yield } from "@engram/core"
+import { ParkPolicy } from "@engram/core"
+import { Reaper, ReaperEvents, ReaperState, Trigger } from "@engram/reaper"
+import type { Event } from "@engram/reaper"
 import { Store } from "@engram/store"
-import { Clock, Duration, Effect, Layer, Option, Schedule } from "effect"
+import type { StoreShape } from "@engram/store"
+import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
+import type { MetricsShape } from "./Metrics.js"
 import { hostTopic, Notifier } from "./Notifier.js"
+import type { NotifierShape } from "./Notifier.js"
 import { Settings } from "./Settings.js"
 
-/** What one pass did. */
-export type PassReport =
-  | { readonly _tag: "Held"; readonly reason: string }
-  | {
-      readonly _tag: "Done"
-      readonly reclaimed: number
-      readonly lostSessions: readonly string[]
-      readonly yields: readonly Yield[]
-      /** Yields whose descent started (the others lost a race and were skipped). */
-      readonly descents: readonly Yield[]
-      readonly placed: readonly { readonly sessionId: string; readonly hostId: string }[]
-      readonly withoutRoom: number
+/** What one pass did (the shared pass's report). */
+export type PassReport = Reaper.PassReport
+
+/** The park policy the coordinator's reaper runs: core's measured default. */
+export const policy: ParkPolicy.Name = ParkPolicy.defaultName
+
+// What the reaper remembers between passes (held hosts, the recent demand for room), per store:
+// the loop, passes driven by hand and the immediate reaction on one store share it.
+const states = new WeakMap<StoreShape, ReaperState.ReaperState>()
+const stateFor = (store: StoreShape): ReaperState.ReaperState => {
+  let state = states.get(store)
+  if (state === undefined) {
+    state = ReaperState.make()
+    states.set(store, state)
+  }
+  return state
+}
+
+/** The pass's events as the coordinator's metrics, logs and wake-ups. */
+const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
+  ReaperEvents.layer((e: Event) => {
+    switch (e._tag) {
+      case "FleetReadFailed":
+        if (e.source === "pass") metrics.inc("engram_reaper_fleet_read_failures_total")
+        return Effect.logWarning(`reaper${e.source === "react" ? " (react)" : ""}: fleet read failed; holding every park this pass`, { reason: e.reason })
+      case "Reclaimed":
+        if (e.result.reclaimed.length === 0) return
+        metrics.inc("engram_reaper_reclaimed_total", {}, e.result.reclaimed.length)
+        return Effect.logInfo("reaper: reclaimed reservations", { count: e.result.reclaimed.length, lostSessions: e.result.lostSessions }).pipe(
+          Effect.andThen(notifier.notify(...e.result.reclaimed.map((r) => hostTopic(r.hostId)))),
+        )
+      case "ReclaimFailed":
+        return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
+      case "DescentStarted":
+        metrics.inc("engram_descents_total", { reason: e.yield.reason })
+        return notifier.notify(hostTopic(e.yield.hostId))
+      case "DescentLostRace":
+        metrics.inc("engram_reaper_lost_races_total")
+        return
+      case "DescentFailed":
+        return Effect.logWarning("reaper: descent not started, store unavailable", { sessionId: e.yield.sessionId, reason: e.reason })
+      case "Drained":
+        if (e.result.placed.length === 0) return
+        metrics.inc("engram_placements_total", { outcome: "placed", source: "drain" }, e.result.placed.length)
+        return notifier.notify(...e.result.placed.map((p) => hostTopic(p.hostId)))
+      case "DrainFailed":
+        return Effect.logWarning("queue drain failed", { reason: e.reason })
+      case "LeadershipLost":
+        return Effect.logWarning("reaper: lost the leader lock mid-pass; no further descents", { step: e.step })
+      default:
+        return
     }
+  })
 
 /**
  * Drains the queue into whatever room exists, counts the placements and wakes their hosts'
@@ -93,71 +138,37 @@ export const reconcile: Effect.Effect<ReconcileReport, never, Store | Metrics | 
   return { reclaimed: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions, placed: drained.placed }
 }).pipe(Effect.withLogSpan("reconcile"))
 
-/** One reaper pass. Never fails: a store failure ends the pass (and is logged and counted). */
+/** Whether this replica leads: the Leader in context, or always without one. */
+const leadingNow = Effect.map(Effect.serviceOption(Leader), (leader) => () => Option.isNone(leader) || leader.value.isLeader())
+
+/** One reaper pass (`@engram/reaper`'s). Never fails: a store failure ends the pass (and is logged and counted). */
 export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Notifier> = Effect.gen(function* () {
   const store = yield* Store
   const metrics = yield* Metrics
   const notifier = yield* Notifier
-  const startedAt = yield* Clock.currentTimeMillis
+  const leading = yield* leadingNow
   const t0 = performance.now()
-  const finish = (report: PassReport) =>
-    Effect.sync(() => {
-      metrics.inc("engram_reaper_passes_total", { result: report._tag === "Held" ? "held" : "ok" })
-      metrics.observePassSeconds((performance.now() - t0) / 1000)
-      return report
-    })
-
-  // 1. One fleet read. Without it nothing is known, so nothing descends: every park holds.
-  const read = yield* Effect.result(store.fleetView())
-  if (read._tag === "Failure") {
-    metrics.inc("engram_reaper_fleet_read_failures_total")
-    yield* Effect.logWarning("reaper: fleet read failed; holding every park this pass", { reason: read.failure.reason })
-    return yield* finish({ _tag: "Held", reason: read.failure.reason })
-  }
-  const fleet = read.success
-  const limits = store.limits()
-
-  // 2. Reclaim expired and stale reservations (their sessions become lost).
-  const reclaim = yield* reclaimNow("reaper")
-
-  // 3. The gate decides which parks yield; each yield is a CAS parked → descending.
-  const decision = ParkGate.evaluate(fleet, fleet.readAt ?? startedAt, limits)
-  const descents: Yield[] = []
-  // SPEC §4.3: a replica that loses the lock stops reaping at once, also within a pass (the
-  // lock's connection may drop while the pass runs). Without a Leader in context, it leads.
-  const leader = yield* Effect.serviceOption(Leader)
-  const leading = () => Option.isNone(leader) || leader.value.isLeader()
-  for (const y of decision.yields) {
-    if (!leading()) {
-      yield* Effect.logWarning("reaper: lost the leader lock mid-pass; no further descents")
-      return yield* finish({ _tag: "Held", reason: "lost the leader lock mid-pass" })
-    }
-    const began = yield* Effect.result(store.beginDescent(y.sessionId))
-    if (began._tag === "Success") {
-      descents.push(y)
-      metrics.inc("engram_descents_total", { reason: y.reason })
-      yield* notifier.notify(hostTopic(y.hostId))
-    } else if (began.failure._tag === "Unavailable") {
-      yield* Effect.logWarning("reaper: descent not started, store unavailable", { sessionId: y.sessionId, reason: began.failure.reason })
-    } else {
-      metrics.inc("engram_reaper_lost_races_total")
-    }
-  }
-  if (descents.length > 0) yield* Effect.logInfo("reaper: parks yield", { yields: descents })
-
-  // 4. Drain the queue into whatever room exists now.
-  if (!leading()) return yield* finish({ _tag: "Held", reason: "lost the leader lock mid-pass" })
-  const drained = yield* drainQueue
-  return yield* finish({
-    _tag: "Done",
-    reclaimed: reclaim.reclaimed.length,
-    lostSessions: reclaim.lostSessions,
-    yields: decision.yields,
-    descents,
-    placed: drained.placed,
-    withoutRoom: decision.withoutRoom,
-  })
+  const report = yield* Reaper.pass({ policy, leading, state: stateFor(store) }).pipe(Effect.provide(listen(metrics, notifier)))
+  if (report._tag === "Done" && report.descents.length > 0) yield* Effect.logInfo("reaper: parks yield", { yields: report.descents })
+  metrics.inc("engram_reaper_passes_total", { result: report._tag === "Held" ? "held" : "ok" })
+  metrics.observePassSeconds((performance.now() - t0) / 1000)
+  return report
 }).pipe(Effect.withLogSpan("reaper"))
+
+/**
+ * The immediate reaction (issue 15): `Trigger.poke` after a session queues without room runs
+ * the gate within one coalescing window, on the leader only, with the passes' memory. Handlers
+ * get the `Trigger` from context and call `poke` after every `Queued` outcome.
+ */
+export const ReactAtOnce: Layer.Layer<Trigger, never, Store | Metrics | Notifier> = Layer.unwrap(
+  Effect.gen(function* () {
+    const store = yield* Store
+    const metrics = yield* Metrics
+    const notifier = yield* Notifier
+    const leading = yield* leadingNow
+    return Trigger.layer({ policy, leading, state: stateFor(store) }).pipe(Layer.provide(listen(metrics, notifier)))
+  }),
+)
 
 /**
  * Runs `reconcile` once while the coordinator starts, before the server takes requests (also

@@ -2,6 +2,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Limits } from "@engram/core"
 import { Leader, Metrics, Notifier, reaperPass } from "@engram/coordinator"
+import { defaultTriggerWindowMs, Trigger } from "@engram/reaper"
+import { ReactAtOnce } from "../src/Reaper.js"
 import { Store } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer } from "effect"
@@ -126,4 +128,19 @@ describe("reaperPass", () => {
       assert.strictEqual((yield* Metrics).get("engram_reaper_lost_races_total"), 1)
       assert.strictEqual((yield* store.getSession("p1")).state, "running")
     }).pipe(Effect.provide(services(StoreSim.layer()))))
+
+  it.effect("ReactAtOnce: a poke after a session queues without room starts its descent within one window, counted like a pass's", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* parkedOn("h1", 2048, "p1", 1536)
+      const queued = yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      assert.strictEqual(queued._tag, "Queued")
+      yield* (yield* Trigger).poke
+      yield* TestClock.adjust(defaultTriggerWindowMs)
+      assert.strictEqual((yield* store.getSession("p1")).state, "descending")
+      assert.strictEqual((yield* Metrics).get("engram_descents_total", { reason: "demand" }), 1)
+      // The next pass shares the reaction's memory: the descent serves q1, nothing more yields.
+      const pass = yield* reaperPass
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.descents : null, [])
+    }).pipe(Effect.provide(ReactAtOnce.pipe(Layer.provideMerge(services(StoreSim.layer()))))))
 })

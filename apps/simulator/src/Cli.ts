@@ -1,12 +1,21 @@
 /**
- * The command line: options, their defaults and their validation (pure), and the program that
- * runs a comparison (Effect: files, the terminal). `pnpm sim -- --help` prints the options.
+ * The command line, through `effect/cli`: the flags (each with its default and its rule), the
+ * options they make (validated across flags), and the programs: `sim` runs a comparison,
+ * `sim convert-azure` turns the Azure public VM trace into a trace. `pnpm sim -- --help`
+ * prints every flag.
  */
-import { readFileSync, writeFileSync } from "node:fs"
+import { createReadStream, readFileSync, writeFileSync } from "node:fs"
 import { resolve } from "node:path"
-import { parseArgs } from "node:util"
+import { createInterface } from "node:readline"
+import { NodeServices } from "@effect/platform-node"
 import { Limits, ParkPolicy } from "@engram/core"
-import { Data, Effect } from "effect"
+import type { ParkGate } from "@engram/core"
+import { defaultTriggerWindowMs, ReaperState } from "@engram/reaper"
+import { Data, Effect, Option } from "effect"
+import { CliOutput, Command, Flag } from "effect/cli"
+import * as Azure from "./Azure.js"
+import * as Hosts from "./Hosts.js"
+import * as Parallel from "./Parallel.js"
 import * as Plot from "./Plot.js"
 import * as Report from "./Report.js"
 import * as Simulation from "./Simulation.js"
@@ -24,6 +33,10 @@ export interface Options {
   readonly svg: string | null
   readonly json: boolean
   readonly progress: boolean
+  /** Worker threads for the policies (1: all in the main thread). */
+  readonly threads: number
+  /** Print the figures per time window too. */
+  readonly windows: boolean
 }
 
 /** Bad command-line input: the option and the rule it broke. */
@@ -32,178 +45,112 @@ export class UsageError extends Data.TaggedError("UsageError")<{ readonly option
 /** A file that could not be read or written, or a trace that could not be parsed. */
 export class FileError extends Data.TaggedError("FileError")<{ readonly path: string; readonly message: string }> {}
 
-/** The options, with their defaults, for `--help`. */
-export const usage = `engram fleet simulator: compare park policies on one workload.
+// ---- flags ---------------------------------------------------------------------------------------
 
-usage: pnpm sim -- [options]
+const fleet0 = Simulation.defaultFleet
+const gen0 = Workload.defaultGenerator
+const policy0 = ParkPolicy.defaultOptions
 
-  --policy a,b,…          policies to compare (default demand); one of:
-${ParkPolicy.names.map((n) => `                            ${n.padEnd(18)} ${ParkPolicy.summaries[n]}`).join("\n")}
-                          or "all"
-  --hosts N               hosts in the fleet (1000)
-  --host-mib N            allocatable RAM each host reports, MiB (65536)
-  --host-vcpus N          cores per host (16; × cpuOvercommit 4 = vCPU budget)
-  --hours H               simulated hours (24)
-  --seed N                workload seed (1)
-  --sessions N            sessions arriving over the run (50 per host)
-  --resume-prob P         chance a session comes back after an idle period (0.8)
-  --active-median-min M   median active period, lognormal (15)
-  --idle-min-min M        shortest idle period, Pareto scale (3)
-  --idle-alpha A          Pareto shape of idle periods, < 2 = heavy tail (1.2)
-  --daily-amplitude A     arrival-rate swing over the day, 0..1 (0.6)
-  --descent-mib-per-s R   capture rate of a descent (1024)
-  --restore-mib-per-s R   restore rate of a cold resume (2048), after --restore-base-ms (1000)
-  --warm-resume-ms MS     unpausing a park (50)
-  --start-ms MS           booting a new session (2000)
-  --reaper-s S            reaper interval (5)
-  --hard-ttl-h H          park hard TTL (8)
-  --floor-pct P           the floor of floor30 (30)
-  --min-park-age-s S      the minimum park age of demand-minage (300)
-  --drain release|pass    drain the queue whenever room appears (release, SPEC §2) or only at passes
-  --heartbeat-s S         model host agents' heartbeats every S s (0 = agents never fail)
-  --trace FILE            replay a trace (JSON Lines) instead of generating
-  --record FILE           write the generated workload as a trace
-  --svg FILE              write the plot (default sim.svg; "" for none)
-  --json                  print the results as JSON instead of a table
-  --no-progress           no progress bar (it shows only when stderr is a terminal)
-  --help
-`
+const positiveInt = (name: string, fallback: number, what: string) =>
+  Flag.Int(name).pipe(
+    Flag.filter((n) => n > 0, (n) => `must be a positive integer (got ${n})`),
+    Flag.withDefault(fallback),
+    Flag.withDescription(`${what} (${fallback})`),
+  )
+const atLeast0Int = (name: string, fallback: number, what: string) =>
+  Flag.Int(name).pipe(Flag.filter((n) => n >= 0, (n) => `must be ≥ 0 (got ${n})`), Flag.withDefault(fallback), Flag.withDescription(`${what} (${fallback})`))
+const positive = (name: string, fallback: number, what: string) =>
+  Flag.Finite(name).pipe(Flag.filter((n) => n > 0, (n) => `must be a positive number (got ${n})`), Flag.withDefault(fallback), Flag.withDescription(`${what} (${fallback})`))
+const atLeast0 = (name: string, fallback: number, what: string) =>
+  Flag.Finite(name).pipe(Flag.filter((n) => n >= 0, (n) => `must be ≥ 0 (got ${n})`), Flag.withDefault(fallback), Flag.withDescription(`${what} (${fallback})`))
+const between = (name: string, lo: number, hi: number, fallback: number, what: string) =>
+  Flag.Finite(name).pipe(
+    Flag.filter((n) => n >= lo && n <= hi, (n) => `must be between ${lo} and ${hi} (got ${n})`),
+    Flag.withDefault(fallback),
+    Flag.withDescription(`${what} (${fallback})`),
+  )
+const optionalString = (name: string, what: string) => Flag.String(name).pipe(Flag.optional, Flag.withDescription(what))
+const boolean = (name: string, what: string) => Flag.Boolean(name).pipe(Flag.withDefault(false), Flag.withDescription(what))
 
-const numberOption = (values: Record<string, unknown>, name: string, fallback: number, rule: (n: number) => boolean, what: string): number | UsageError => {
-  const raw = values[name]
-  if (raw === undefined) return fallback
-  const n = Number(raw)
-  return Number.isFinite(n) && rule(n) ? n : new UsageError({ option: `--${name}`, message: `must be ${what} (got ${String(raw)})` })
+const policyHelp = `policies to compare, comma separated, or "all": ${ParkPolicy.names.join(", ")} (${ParkPolicy.defaultName}, the coordinator's default; the README says what each does)`
+
+/** Every flag of `sim`, with its default and its rule. */
+export const flags = {
+  policy: Flag.String("policy").pipe(Flag.withDefault(ParkPolicy.defaultName as string), Flag.withDescription(policyHelp)),
+  // The fleet.
+  hosts: positiveInt("hosts", fleet0.hosts, "hosts in the fleet, all of one shape"),
+  hostMib: positiveInt("host-mib", fleet0.hostMib, "allocatable RAM each host reports, MiB"),
+  hostVcpus: positiveInt("host-vcpus", fleet0.hostVcpus, "cores per host (× --cpu-overcommit = its vCPU budget)"),
+  host: Flag.String("host").pipe(
+    Flag.atLeast(0),
+    Flag.withDescription("a host shape COUNTxMEMxVCPUS, MEM in MiB or with g/t (200x64gx16); repeat for a mixed fleet (replaces --hosts/--host-mib/--host-vcpus)"),
+  ),
+  hostsFile: optionalString("hosts-file", "a file of host shapes, one per line (COUNTxMEMxVCPUS or count,memMib,vcpus); added to --host"),
+  // Limits (SPEC §9).
+  cpuOvercommit: positive("cpu-overcommit", Limits.defaults.cpuOvercommit, "vCPUs offered per core"),
+  memOvercommitRatio: atLeast0("mem-overcommit-ratio", Limits.defaults.memOvercommitRatio, "RAM capacity = (allocatable − reserve) × ratio; 0 = no RAM cap"),
+  systemReserveMib: atLeast0Int("system-reserve-mib", Limits.defaults.systemReserveMib, "RAM held back on every host, MiB"),
+  maxEntries: positiveInt("max-entries-per-node", Limits.defaults.maxEntriesPerNode, "reservations a host may hold"),
+  reaperS: positive("reaper-s", Limits.defaults.reaperIntervalMs / 1000, "reaper interval, s"),
+  hardTtlH: positive("hard-ttl-h", Limits.defaults.parkHardTtlMs / 3_600_000, "park hard TTL, h"),
+  staleWindowS: positive("stale-window-s", Limits.defaults.heartbeatStaleWindowMs / 1000, "heartbeat stale window, s (with --heartbeat-s)"),
+  // The gate and the policies.
+  floorPct: between("floor-pct", 0, 100, policy0.floorPct, "the floor of floor30, %"),
+  minParkAgeS: atLeast0("min-park-age-s", policy0.minParkAgeMs / 1000, "the minimum park age of demand-minage, s"),
+  starvationLimitS: positive("starvation-limit-s", policy0.starvationLimitMs / 1000, "a session without room this long is starving: a host is held for it, s"),
+  reserveLeadS: atLeast0("reserve-lead-s", policy0.reserveLeadMs / 1000, "demand-reserve keeps free room for the demand of this many recent seconds"),
+  reserveMinAgeS: atLeast0("reserve-min-age-s", policy0.reserveMinParkAgeMs / 1000, "demand-reserve: parks younger than this never yield for the reserve, s"),
+  reserveQuantile: Flag.Finite("reserve-quantile").pipe(
+    Flag.filter((n) => n > 0 && n < 1, (n) => `must be between 0 and 1, both excluded (got ${n})`),
+    Flag.withDefault(policy0.reserveQuantile),
+    Flag.withDescription(`demand-reserve: each session size gets as many places as its expected arrivals reach with this probability (${policy0.reserveQuantile})`),
+  ),
+  reserveYoungMinAgeS: atLeast0("reserve-young-min-age-s", policy0.reserveYoungMinAgeMs / 1000, "demand-reserve: parks younger than this never yield for the reserve, s"),
+  reserveOldOnly: boolean("reserve-old-only", "demand-reserve: only parks past --reserve-min-age-s yield for the reserve (by default younger ones do too when the old cannot make it)"),
+  demandWindowS: positive("demand-window-s", ReaperState.defaultMeterOptions.windowMs / 1000, "the reaper measures the recent demand for room over this window, s"),
+  reactMs: atLeast0("react-ms", defaultTriggerWindowMs, "the gate runs this long after a request queues (coalescing window), ms; 0 = only at passes"),
+  // Timings outside the store.
+  descentMibPerS: positive("descent-mib-per-s", fleet0.descentMibPerSec, "capture rate of a descent, resident MiB/s"),
+  restoreMibPerS: positive("restore-mib-per-s", fleet0.restoreMibPerSec, "restore rate of a cold resume, resident MiB/s, after --restore-base-ms"),
+  restoreBaseMs: atLeast0("restore-base-ms", fleet0.restoreBaseMs, "fixed cost of a restore, ms"),
+  warmResumeMs: atLeast0("warm-resume-ms", fleet0.warmResumeMs, "unpausing a park, ms"),
+  startMs: atLeast0("start-ms", fleet0.startMs, "booting a new session, ms"),
+  drain: Flag.Literals("drain", ["release", "pass"]).pipe(
+    Flag.withDefault("release" as const),
+    Flag.withDescription("drain the queue whenever room appears (release, SPEC §2) or only at passes (release)"),
+  ),
+  heartbeatS: atLeast0("heartbeat-s", 0, "model host agents' heartbeats every S s; 0 = agents never fail"),
+  // The generated workload.
+  hours: positive("hours", gen0.hours, "simulated hours"),
+  seed: Flag.Int("seed").pipe(Flag.withDefault(gen0.seed), Flag.withDescription(`workload seed (${gen0.seed})`)),
+  sessions: Flag.Int("sessions").pipe(
+    Flag.filter((n) => n > 0, (n) => `must be a positive integer (got ${n})`),
+    Flag.optional,
+    Flag.withDescription("sessions arriving over the run (50 per host)"),
+  ),
+  resumeProb: between("resume-prob", 0, 1, gen0.resumeProb, "chance a session comes back after an idle period"),
+  activeMedianMin: positive("active-median-min", gen0.activeMedianMin, "median active period, lognormal, min"),
+  idleMinMin: positive("idle-min-min", gen0.idleMinMin, "shortest idle period, Pareto scale, min"),
+  idleAlpha: positive("idle-alpha", gen0.idleAlpha, "Pareto shape of idle periods, < 2 = heavy tail"),
+  dailyAmplitude: between("daily-amplitude", 0, 1, gen0.dailyAmplitude, "arrival-rate swing over the day"),
+  // Input and output.
+  trace: optionalString("trace", "replay a trace (JSON Lines) instead of generating"),
+  record: optionalString("record", "write the generated workload as a trace"),
+  svg: optionalString("svg", 'write the plot (sim.svg; "" for none)'),
+  json: boolean("json", "print the results as JSON instead of a table"),
+  windows: boolean("windows", "print the figures per time window too"),
+  windowH: positive("window-h", fleet0.windowMs / 3_600_000, "length of a time window of the figures, h"),
+  worst: atLeast0Int("worst", fleet0.worstSessions, "name this many of the longest-waiting sessions"),
+  threads: Flag.Int("threads").pipe(
+    Flag.filter((n) => n > 0, (n) => `must be a positive integer (got ${n})`),
+    Flag.optional,
+    Flag.withDescription("worker threads for the policies (one per policy, at most one per core)"),
+  ),
+  noProgress: boolean("no-progress", "no progress bar (it shows only when stderr is a terminal)"),
 }
 
-/** Parses the command line; `null` means `--help`. */
-export const parse = (argv: readonly string[]): Options | UsageError | null => {
-  const spec = {
-    policy: { type: "string" },
-    hosts: { type: "string" },
-    "host-mib": { type: "string" },
-    "host-vcpus": { type: "string" },
-    hours: { type: "string" },
-    seed: { type: "string" },
-    sessions: { type: "string" },
-    "resume-prob": { type: "string" },
-    "active-median-min": { type: "string" },
-    "idle-min-min": { type: "string" },
-    "idle-alpha": { type: "string" },
-    "daily-amplitude": { type: "string" },
-    "descent-mib-per-s": { type: "string" },
-    "restore-mib-per-s": { type: "string" },
-    "restore-base-ms": { type: "string" },
-    "warm-resume-ms": { type: "string" },
-    "start-ms": { type: "string" },
-    "reaper-s": { type: "string" },
-    "hard-ttl-h": { type: "string" },
-    "floor-pct": { type: "string" },
-    "min-park-age-s": { type: "string" },
-    drain: { type: "string" },
-    "heartbeat-s": { type: "string" },
-    trace: { type: "string" },
-    record: { type: "string" },
-    svg: { type: "string" },
-    json: { type: "boolean" },
-    "no-progress": { type: "boolean" },
-    help: { type: "boolean" },
-  } as const
-  let values: Record<string, unknown>
-  try {
-    // pnpm passes a lone "--" through; it is not an option.
-    values = parseArgs({ args: argv.filter((a) => a !== "--"), options: spec, strict: true, allowPositionals: false }).values
-  } catch (e) {
-    return new UsageError({ option: "", message: e instanceof Error ? e.message : String(e) })
-  }
-  if (values["help"] === true) return null
-
-  const rawPolicies = String(values["policy"] ?? "demand")
-  const names = rawPolicies === "all" ? [...ParkPolicy.names] : rawPolicies.split(",").map((s) => s.trim()).filter((s) => s !== "")
-  const policies: ParkPolicy.Name[] = []
-  for (const n of names) {
-    if (!ParkPolicy.isName(n)) return new UsageError({ option: "--policy", message: `unknown policy ${n}; one of ${ParkPolicy.names.join(", ")}` })
-    if (!policies.includes(n)) policies.push(n)
-  }
-  if (policies.length === 0) return new UsageError({ option: "--policy", message: "name at least one policy" })
-
-  const positiveInt = (n: number) => Number.isInteger(n) && n > 0
-  const positive = (n: number) => n > 0
-  const atLeast0 = (n: number) => n >= 0
-  const unit = (n: number) => n >= 0 && n <= 1
-  const num = {
-    hosts: numberOption(values, "hosts", 1000, positiveInt, "a positive integer"),
-    hostMib: numberOption(values, "host-mib", Simulation.defaultFleet.hostMib, positiveInt, "a positive integer"),
-    hostVcpus: numberOption(values, "host-vcpus", Simulation.defaultFleet.hostVcpus, positiveInt, "a positive integer"),
-    hours: numberOption(values, "hours", 24, positive, "a positive number"),
-    seed: numberOption(values, "seed", 1, Number.isInteger, "an integer"),
-    resumeProb: numberOption(values, "resume-prob", Workload.defaultGenerator.resumeProb, unit, "between 0 and 1"),
-    activeMedianMin: numberOption(values, "active-median-min", Workload.defaultGenerator.activeMedianMin, positive, "a positive number"),
-    idleMinMin: numberOption(values, "idle-min-min", Workload.defaultGenerator.idleMinMin, positive, "a positive number"),
-    idleAlpha: numberOption(values, "idle-alpha", Workload.defaultGenerator.idleAlpha, positive, "a positive number"),
-    dailyAmplitude: numberOption(values, "daily-amplitude", Workload.defaultGenerator.dailyAmplitude, unit, "between 0 and 1"),
-    descent: numberOption(values, "descent-mib-per-s", Simulation.defaultFleet.descentMibPerSec, positive, "a positive number"),
-    restore: numberOption(values, "restore-mib-per-s", Simulation.defaultFleet.restoreMibPerSec, positive, "a positive number"),
-    restoreBase: numberOption(values, "restore-base-ms", Simulation.defaultFleet.restoreBaseMs, atLeast0, "≥ 0"),
-    warm: numberOption(values, "warm-resume-ms", Simulation.defaultFleet.warmResumeMs, atLeast0, "≥ 0"),
-    start: numberOption(values, "start-ms", Simulation.defaultFleet.startMs, atLeast0, "≥ 0"),
-    reaper: numberOption(values, "reaper-s", Limits.defaults.reaperIntervalMs / 1000, positive, "a positive number"),
-    ttl: numberOption(values, "hard-ttl-h", Limits.defaults.parkHardTtlMs / 3_600_000, positive, "a positive number"),
-    floorPct: numberOption(values, "floor-pct", ParkPolicy.defaultOptions.floorPct, unit100, "between 0 and 100"),
-    minAge: numberOption(values, "min-park-age-s", ParkPolicy.defaultOptions.minParkAgeMs / 1000, atLeast0, "≥ 0"),
-    heartbeat: numberOption(values, "heartbeat-s", 0, atLeast0, "≥ 0"),
-  }
-  for (const v of Object.values(num)) if (v instanceof UsageError) return v
-  const n = num as { readonly [K in keyof typeof num]: number }
-  const sessions = numberOption(values, "sessions", 50 * n.hosts, positiveInt, "a positive integer")
-  if (sessions instanceof UsageError) return sessions
-  const drain = String(values["drain"] ?? "release")
-  if (drain !== "release" && drain !== "pass") return new UsageError({ option: "--drain", message: `must be release or pass (got ${drain})` })
-
-  const limits = Limits.make({ reaperIntervalMs: Math.round(n.reaper * 1000), parkHardTtlMs: Math.round(n.ttl * 3_600_000) })
-  if (limits._tag === "Invalid") return new UsageError({ option: "--reaper-s/--hard-ttl-h", message: limits.issues.map((i) => `${i.field} ${i.rule}`).join("; ") })
-  if (n.heartbeat > 0 && n.heartbeat * 1000 >= limits.limits.heartbeatStaleWindowMs)
-    return new UsageError({ option: "--heartbeat-s", message: `must stay under the stale window (${limits.limits.heartbeatStaleWindowMs / 1000} s)` })
-
-  return {
-    policies,
-    generator: {
-      ...Workload.defaultGenerator,
-      seed: n.seed,
-      sessions,
-      hours: n.hours,
-      resumeProb: n.resumeProb,
-      activeMedianMin: n.activeMedianMin,
-      idleMinMin: n.idleMinMin,
-      idleAlpha: n.idleAlpha,
-      dailyAmplitude: n.dailyAmplitude,
-    },
-    fleet: {
-      ...Simulation.defaultFleet,
-      hosts: n.hosts,
-      hostMib: n.hostMib,
-      hostVcpus: n.hostVcpus,
-      descentMibPerSec: n.descent,
-      restoreMibPerSec: n.restore,
-      restoreBaseMs: n.restoreBase,
-      warmResumeMs: n.warm,
-      startMs: n.start,
-      heartbeatIntervalMs: Math.round(n.heartbeat * 1000),
-      drainOnRelease: drain === "release",
-      limits: limits.limits,
-      policyOptions: { floorPct: n.floorPct, minParkAgeMs: Math.round(n.minAge * 1000) },
-    },
-    trace: values["trace"] === undefined ? null : String(values["trace"]),
-    record: values["record"] === undefined ? null : String(values["record"]),
-    svg: values["svg"] === undefined ? "sim.svg" : String(values["svg"]) === "" ? null : String(values["svg"]),
-    json: values["json"] === true,
-    progress: values["no-progress"] !== true,
-  }
-}
-
-function unit100(n: number): boolean {
-  return n >= 0 && n <= 100
-}
+/** The parsed flags. */
+export type Flags = Command.Command.Config.Infer<typeof flags>
 
 /** Relative paths are read from where the user typed the command (pnpm runs scripts in the package). */
 const userPath = (path: string): string => resolve(process.env["INIT_CWD"] ?? process.cwd(), path)
@@ -213,19 +160,122 @@ const readText = (path: string) =>
 const writeText = (path: string, text: string) =>
   Effect.try({ try: () => writeFileSync(userPath(path), text), catch: (e) => new FileError({ path, message: e instanceof Error ? e.message : String(e) }) })
 
-/** A progress bar on stderr, drawn only when stderr is a terminal. */
-const progressBar = (label: string, enabled: boolean): { update: (done: number) => void; finish: () => void } => {
+/** The host shapes the flags name (`--host`, then `--hosts-file`), or null for one shape from `--hosts`. */
+const shapesFrom = (f: Flags) =>
+  Effect.gen(function* () {
+    const shapes: Simulation.HostShape[] = []
+    for (const raw of f.host) {
+      const shape = Hosts.parseShape(raw)
+      if (typeof shape === "string") return yield* new UsageError({ option: "--host", message: shape })
+      shapes.push(shape)
+    }
+    if (Option.isSome(f.hostsFile)) {
+      const path = f.hostsFile.value
+      const read = Hosts.parseHostsFile(yield* readText(path))
+      if ("message" in read) return yield* new FileError({ path, message: read.line > 0 ? `line ${read.line}: ${read.message}` : read.message })
+      shapes.push(...read)
+    }
+    return shapes.length > 0 ? shapes : null
+  })
+
+/** The options of a run from the parsed flags: the rules that span several flags are checked here. */
+export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileError> =>
+  Effect.gen(function* () {
+    const names = f.policy === "all" ? [...ParkPolicy.names] : f.policy.split(",").map((s) => s.trim()).filter((s) => s !== "")
+    const policies: ParkPolicy.Name[] = []
+    for (const n of names) {
+      if (!ParkPolicy.isName(n)) return yield* new UsageError({ option: "--policy", message: `unknown policy ${n}; one of ${ParkPolicy.names.join(", ")}` })
+      if (!policies.includes(n)) policies.push(n)
+    }
+    if (policies.length === 0) return yield* new UsageError({ option: "--policy", message: "name at least one policy" })
+
+    const limits = Limits.make({
+      cpuOvercommit: f.cpuOvercommit,
+      memOvercommitRatio: f.memOvercommitRatio,
+      systemReserveMib: f.systemReserveMib,
+      maxEntriesPerNode: f.maxEntries,
+      reaperIntervalMs: Math.round(f.reaperS * 1000),
+      parkHardTtlMs: Math.round(f.hardTtlH * 3_600_000),
+      heartbeatStaleWindowMs: Math.round(f.staleWindowS * 1000),
+    })
+    if (limits._tag === "Invalid") return yield* new UsageError({ option: "limits", message: limits.issues.map((i) => `${i.field} ${i.rule}`).join("; ") })
+    if (f.heartbeatS > 0 && f.heartbeatS * 1000 >= limits.limits.heartbeatStaleWindowMs)
+      return yield* new UsageError({ option: "--heartbeat-s", message: `must stay under the stale window (${limits.limits.heartbeatStaleWindowMs / 1000} s)` })
+
+    const shapes = yield* shapesFrom(f)
+    const hostTotal = shapes === null ? f.hosts : shapes.reduce((a, s) => a + s.count, 0)
+    const sessions = Option.getOrElse(f.sessions, () => 50 * hostTotal)
+    const policyOptions: ParkPolicy.Options = {
+      ...ParkPolicy.defaultOptions,
+      floorPct: f.floorPct,
+      minParkAgeMs: Math.round(f.minParkAgeS * 1000),
+      starvationLimitMs: Math.round(f.starvationLimitS * 1000),
+      reserveLeadMs: Math.round(f.reserveLeadS * 1000),
+      reserveMinParkAgeMs: Math.round(f.reserveMinAgeS * 1000),
+      reserveQuantile: f.reserveQuantile,
+      reserveYoungToo: !f.reserveOldOnly,
+      reserveYoungMinAgeMs: Math.round(f.reserveYoungMinAgeS * 1000),
+    } satisfies ParkGate.Options & ParkPolicy.Options
+    const svg = Option.getOrElse(f.svg, () => "sim.svg")
+    return {
+      policies,
+      generator: {
+        ...Workload.defaultGenerator,
+        seed: f.seed,
+        sessions,
+        hours: f.hours,
+        resumeProb: f.resumeProb,
+        activeMedianMin: f.activeMedianMin,
+        idleMinMin: f.idleMinMin,
+        idleAlpha: f.idleAlpha,
+        dailyAmplitude: f.dailyAmplitude,
+      },
+      fleet: {
+        ...Simulation.defaultFleet,
+        hosts: f.hosts,
+        hostMib: f.hostMib,
+        hostVcpus: f.hostVcpus,
+        shapes,
+        descentMibPerSec: f.descentMibPerS,
+        restoreMibPerSec: f.restoreMibPerS,
+        restoreBaseMs: f.restoreBaseMs,
+        warmResumeMs: f.warmResumeMs,
+        startMs: f.startMs,
+        heartbeatIntervalMs: Math.round(f.heartbeatS * 1000),
+        drainOnRelease: f.drain === "release",
+        reactWindowMs: f.reactMs,
+        limits: limits.limits,
+        policyOptions,
+        meter: { ...ReaperState.defaultMeterOptions, windowMs: Math.round(f.demandWindowS * 1000) },
+        windowMs: Math.round(f.windowH * 3_600_000),
+        worstSessions: f.worst,
+      },
+      trace: Option.getOrNull(f.trace),
+      record: Option.getOrNull(f.record),
+      svg: svg === "" ? null : svg,
+      json: f.json,
+      progress: !f.noProgress,
+      threads: Option.getOrElse(f.threads, () => Parallel.defaultThreads(policies.length)),
+      windows: f.windows,
+    }
+  })
+
+// ---- the run ---------------------------------------------------------------------------------------
+
+/** A progress line on stderr, drawn only when stderr is a terminal: one gauge per policy. */
+const progressBar = (policies: readonly ParkPolicy.Name[], enabled: boolean) => {
   if (!enabled || process.stderr.isTTY !== true) return { update: () => undefined, finish: () => undefined }
-  const width = 30
+  const done = new Map<ParkPolicy.Name, number>(policies.map((p) => [p, 0]))
   const t0 = performance.now()
-  let drawn = -1
+  let drawnAt = 0
   return {
-    update: (done) => {
-      const filled = Math.round(done * width)
-      if (filled === drawn) return
-      drawn = filled
-      const secs = ((performance.now() - t0) / 1000).toFixed(0)
-      process.stderr.write(`\r${label.padEnd(18)} [${"#".repeat(filled)}${".".repeat(width - filled)}] ${(done * 100).toFixed(0).padStart(3)}% ${secs}s`)
+    update: (policy: ParkPolicy.Name, d: number) => {
+      done.set(policy, d)
+      const t = performance.now()
+      if (t - drawnAt < 200 && d < 1) return
+      drawnAt = t
+      const gauges = [...done].map(([p, x]) => `${p} ${(x * 100).toFixed(0).padStart(3)}%`).join("  ")
+      process.stderr.write(`\r\x1b[K${gauges}  ${((t - t0) / 1000).toFixed(0)}s`)
     },
     finish: () => process.stderr.write("\r\x1b[K"),
   }
@@ -242,51 +292,155 @@ export const loadWorkload = (options: Options) =>
     return parsed.workload
   })
 
-/** Runs every policy on the workload and answers the results. */
+/** Runs every policy on the workload (in worker threads when `threads` > 1) and answers the results. */
 export const runAll = (options: Options, workload: Workload.Workload) =>
-  Effect.sync(() => {
-    const results: Result[] = []
-    for (const policy of options.policies) {
-      const bar = progressBar(policy, options.progress)
-      results.push(Simulation.run(workload, { policy, fleet: options.fleet, onProgress: bar.update }))
-      bar.finish()
-    }
+  Effect.promise(async () => {
+    const bar = progressBar(options.policies, options.progress)
+    const results = await Parallel.runPolicies(workload, options.policies, options.fleet, options.threads, bar.update)
+    bar.finish()
     return results
   })
 
-/** The whole command: parse, run, print, write; answers the process exit code. */
-export const main = (argv: readonly string[]) =>
+const describeFleet = (fleet: FleetConfig): string =>
+  Simulation.shapesOf(fleet)
+    .map((s) => `${s.count} hosts × ${s.memMib} MiB/${s.vcpus} cores`)
+    .join(" + ")
+
+/** The comparison: load, run, print, write; answers the process exit code (1 when an invariant broke). */
+export const runComparison = (options: Options) =>
   Effect.gen(function* () {
-    const options = parse(argv)
-    if (options === null) {
-      process.stdout.write(usage)
-      return 0
-    }
-    if (options instanceof UsageError) return yield* options
     const workload = yield* loadWorkload(options)
     if (options.record !== null) {
       yield* writeText(options.record, Workload.toTrace(workload, `seed ${options.generator.seed}`))
       process.stderr.write(`recorded ${workload.scripts.length} sessions to ${options.record}\n`)
     }
     const t0 = performance.now()
-    const results = yield* runAll(options, workload)
+    const results: Result[] = yield* runAll(options, workload)
     const wallS = (performance.now() - t0) / 1000
     if (options.json) {
       process.stdout.write(`${JSON.stringify(results.map(({ series: _series, ...r }) => r), null, 2)}\n`)
     } else {
       const hours = workload.horizonMs / 3_600_000
       process.stdout.write(
-        `${options.fleet.hosts} hosts × ${options.fleet.hostMib} MiB, ${workload.scripts.length} sessions, ${hours} h` +
+        `${describeFleet(options.fleet)}, ${workload.scripts.length} sessions, ${hours} h` +
           `${options.trace === null ? `, seed ${options.generator.seed}` : `, trace ${options.trace}`}; ` +
           `${results.reduce((a, r) => a + r.events, 0)} events in ${wallS.toFixed(1)} s\n\n`,
       )
       process.stdout.write(Report.text(results))
+      process.stdout.write(Report.longestWaitsText(results))
+      if (options.windows) process.stdout.write(Report.windowsText(results))
     }
     if (options.svg !== null) {
-      yield* writeText(options.svg, Plot.svg(results, `engram simulator: ${options.fleet.hosts} hosts, ${workload.scripts.length} sessions`))
+      yield* writeText(options.svg, Plot.svg(results, `engram simulator: ${describeFleet(options.fleet)}, ${workload.scripts.length} sessions`))
       process.stderr.write(`plot written to ${options.svg}\n`)
     }
     const breaks = results.flatMap(Report.invariantBreaks)
     for (const b of breaks) process.stderr.write(`INVARIANT BROKEN: ${b}\n`)
     return breaks.length > 0 ? 1 : 0
   })
+
+// ---- convert-azure --------------------------------------------------------------------------------
+
+const convertFlags = {
+  vmtable: Flag.String("vmtable").pipe(Flag.withDescription("the Azure VM table (vmtable.csv, no header)")),
+  cpu: Flag.String("cpu").pipe(Flag.atLeast(0), Flag.withDescription("a file of 5-minute CPU readings (vm_cpu_readings-file-N-of-M.csv), in time order; repeat for several")),
+  out: Flag.String("out").pipe(Flag.withDescription("the trace to write (JSON Lines)")),
+  fromS: atLeast0("from-s", Azure.defaultAzureOptions.fromS, "keep VMs alive from this trace second on"),
+  hours: positive("hours", Azure.defaultAzureOptions.hours, "for this many hours"),
+  idleCpuPct: between("idle-cpu-pct", 0, 100, Azure.defaultAzureOptions.idleCpuPct, "a reading whose max CPU is under this is idle, %"),
+  minIdleMin: positive("min-idle-min", Azure.defaultAzureOptions.minIdleMin, "shorter idle runs count as active, min"),
+  maxVms: Flag.Int("max-vms").pipe(Flag.filter((n) => n > 0, (n) => `must be a positive integer (got ${n})`), Flag.optional, Flag.withDescription("keep at most this many VMs")),
+}
+
+/** Streams a file's lines into `each`. */
+const eachLine = (path: string, each: (line: string) => void) =>
+  Effect.tryPromise({
+    try: async () => {
+      const lines = createInterface({ input: createReadStream(userPath(path), "utf8"), crlfDelay: Number.POSITIVE_INFINITY })
+      for await (const line of lines) each(line)
+    },
+    catch: (e) => new FileError({ path, message: e instanceof Error ? e.message : String(e) }),
+  })
+
+/** Converts the Azure public VM trace to a trace file. */
+export const convertAzure = (f: Command.Command.Config.Infer<typeof convertFlags>) =>
+  Effect.gen(function* () {
+    const builder = new Azure.AzureBuilder({
+      fromS: f.fromS,
+      hours: f.hours,
+      idleCpuPct: f.idleCpuPct,
+      minIdleMin: f.minIdleMin,
+      maxVms: Option.getOrNull(f.maxVms),
+    })
+    yield* eachLine(f.vmtable, (line) => builder.addVm(line))
+    for (const path of f.cpu) yield* eachLine(path, (line) => builder.addReading(line))
+    const workload = builder.workload()
+    yield* writeText(f.out, Workload.toTrace(workload, `azure ${f.vmtable} from ${f.fromS} s, ${f.hours} h`))
+    const idle = workload.scripts.reduce((a, s) => a + s.idleMs.length, 0)
+    process.stderr.write(
+      `wrote ${workload.scripts.length} sessions (${idle} idle periods) to ${f.out}` +
+        `${builder.skipped.vms + builder.skipped.readings > 0 ? `; skipped ${builder.skipped.vms} VM lines and ${builder.skipped.readings} readings` : ""}\n`,
+    )
+  })
+
+// ---- the commands ----------------------------------------------------------------------------------
+
+/** Exit code of the last run, for `main`. */
+const exit = { code: 0 }
+
+const simCommand = (handler: (f: Flags) => Effect.Effect<void, UsageError | FileError>) =>
+  Command.make("sim", flags, handler).pipe(
+    Command.withDescription("engram fleet simulator: compare park policies on one workload (generated, or a trace), running the reaper's own pass on the in-memory store"),
+    Command.withExamples([
+      { command: "pnpm sim -- --policy demand,floor30 --hosts 1000 --hours 24 --seed 7", description: "the reference day" },
+      { command: "pnpm sim -- --policy all --host 80x64gx16 --host 20x256gx64 --sessions 6000", description: "a mixed fleet, every policy in worker threads" },
+      { command: "pnpm sim -- convert-azure --vmtable vmtable.csv --cpu vm_cpu_readings-file-1-of-195.csv --out azure.jsonl --max-vms 5000", description: "an Azure trace" },
+    ]),
+    Command.withSubcommands([
+      Command.make("convert-azure", convertFlags, convertAzure).pipe(
+        Command.withDescription("convert the Azure public VM trace (AzurePublicDataset V1/V2) to a simulator trace: VM lifetimes, sizes from the buckets, idle periods from low-CPU readings"),
+      ),
+    ]),
+  )
+
+/** The `sim` command with its `convert-azure` subcommand. */
+export const command = simCommand((f) =>
+  Effect.gen(function* () {
+    exit.code = yield* runComparison(yield* toOptions(f))
+  }),
+)
+
+// pnpm passes a lone "--" through; it is not an option.
+const args = (argv: readonly string[]): string[] => argv.filter((a) => a !== "--")
+
+/**
+ * Parses a command line into the options of a run, without running it: `null` for `--help`
+ * (printed, unless `quiet`) and for a subcommand. A flag that breaks its rule fails with a
+ * `UsageError` in the library's words.
+ */
+export const parse = (argv: readonly string[], options: { readonly quiet?: boolean } = {}) =>
+  Effect.gen(function* () {
+    let parsed: Options | null = null
+    const capture = simCommand((f) =>
+      Effect.map(toOptions(f), (o) => {
+        parsed = o
+      }),
+    )
+    yield* Command.runWith(capture, { version: "0.1.0", renderErrors: false })(args(argv))
+    return parsed as Options | null
+  }).pipe(
+    // A flag that broke its rule: the library's words, as a usage error.
+    Effect.catchTag("ShowHelp", (help) =>
+      help.errors.length === 0 ? Effect.succeed(null) : Effect.fail(new UsageError({ option: "", message: help.errors.map((e) => e.message).join("; ") })),
+    ),
+    options.quiet === true ? Effect.provide(CliOutput.layerPresenter({ present: () => Effect.void })) : (e) => e,
+    Effect.provide(NodeServices.layer),
+  )
+
+/** The whole command line: answers the process exit code. */
+export const main = (argv: readonly string[]) =>
+  Effect.gen(function* () {
+    exit.code = 0
+    yield* Command.runWith(command, { version: "0.1.0" })(args(argv))
+    return exit.code
+  }).pipe(Effect.provide(NodeServices.layer))

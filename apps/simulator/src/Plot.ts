@@ -1,14 +1,15 @@
 /**
- * The plot: queue length and parks over simulated time, one line per policy, as a
- * hand-written SVG (two panels sharing the time axis). Long runs are bucketed to at most
- * `maxPoints` points per line: the queue keeps each bucket's maximum (its spikes matter), the
- * parks each bucket's mean.
+ * The plot: one line per policy over simulated time, as a hand-written SVG of panels sharing
+ * the time axis: the queue length (sampled at every reaper pass), and per time window the p99
+ * queue wait, the share of resumes that were warm, and the descents started. Long series are
+ * bucketed to at most `maxPoints` points per line: the queue keeps each bucket's maximum (its
+ * spikes matter).
  */
 import type { Result } from "./Simulation.js"
 
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 const W = 960
-const PANEL_H = 220
+const PANEL_H = 160
 const M = { left: 64, right: 180, top: 36, gap: 48, bottom: 40 }
 
 const escape = (s: string): string => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
@@ -39,20 +40,32 @@ const niceMax = (v: number): number => {
 export const svg = (results: readonly Result[], title: string, maxPoints = 600): string => {
   const horizon = Math.max(1, ...results.map((r) => r.horizonMs))
   const plotW = W - M.left - M.right
-  const H = M.top + 2 * PANEL_H + M.gap + M.bottom
+  // Per-window figures are drawn at the middle of their window.
+  const perWindow = (r: Result, f: (w: Result["windows"][number]) => number | null): [number, number][] => {
+    const out: [number, number][] = []
+    const half = (r.windows[1]?.startMs ?? horizon) / 2
+    for (const w of r.windows) {
+      const v = f(w)
+      if (v !== null) out.push([Math.min(horizon, w.startMs + half), v])
+    }
+    return out
+  }
+  const panels: { label: string; line: (r: Result) => [number, number][] }[] = [
+    { label: "queue length (sessions, max per bucket)", line: (r) => bucket(r.series.tMs, r.series.queue, maxPoints, "max") },
+    { label: "queue wait p99 per window (s)", line: (r) => perWindow(r, (w) => w.waitP99Ms / 1000) },
+    { label: "warm share of resumes per window (%)", line: (r) => perWindow(r, (w) => (w.warm + w.cold > 0 ? (100 * w.warm) / (w.warm + w.cold) : null)) },
+    { label: "descents started per window", line: (r) => perWindow(r, (w) => w.descents) },
+  ]
+  const H = M.top + panels.length * PANEL_H + (panels.length - 1) * M.gap + M.bottom
   const parts: string[] = []
   parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`)
   parts.push(`<rect width="${W}" height="${H}" fill="white"/>`)
   parts.push(`<text x="${M.left}" y="20" font-size="14" font-weight="bold">${escape(title)}</text>`)
-  const panels: { label: string; pick: (r: Result) => number[]; how: "max" | "mean" }[] = [
-    { label: "queue length (sessions, max per bucket)", pick: (r) => r.series.queue, how: "max" },
-    { label: "parks held (sessions, mean per bucket)", pick: (r) => r.series.parks, how: "mean" },
-  ]
   const hours = horizon / 3_600_000
   const stepH = hours <= 12 ? 1 : hours <= 48 ? 3 : 12
   panels.forEach((panel, p) => {
     const top = M.top + p * (PANEL_H + M.gap)
-    const lines = results.map((r) => bucket(r.series.tMs, panel.pick(r), maxPoints, panel.how))
+    const lines = results.map((r) => panel.line(r))
     const yMax = niceMax(Math.max(0, ...lines.flatMap((l) => l.map(([, y]) => y))))
     const x = (t: number): number => M.left + (t / horizon) * plotW
     const y = (v: number): number => top + PANEL_H - (v / yMax) * PANEL_H

@@ -1,6 +1,7 @@
 /**
  * The report: one table row per policy, as plain text for the terminal and as Markdown for
- * the README. The columns are the figures SPEC §4.2 compares policies on.
+ * the README (the columns are the figures SPEC §4.2 compares policies on), the sessions that
+ * waited longest, by name, and the figures per time window.
  */
 import type { Result } from "./Simulation.js"
 
@@ -15,11 +16,13 @@ const columns: readonly { readonly head: string; readonly cell: (r: Result) => s
   { head: "wait p95 s", cell: (r) => seconds(r.queueWait.p95) },
   { head: "wait p99 s", cell: (r) => seconds(r.queueWait.p99) },
   { head: "wait max s", cell: (r) => seconds(r.queueWait.max) },
+  { head: "unplaceable", cell: (r) => String(r.unplaceable) },
   { head: "warm", cell: (r) => String(r.warmResumes) },
   { head: "cold", cell: (r) => String(r.coldResumes) },
   { head: "resume p99 s", cell: (r) => seconds(r.resumeToRun.p99) },
   { head: "descents", cell: (r) => String(r.descents) },
   { head: "wasted", cell: (r) => String(r.wastedDescents) },
+  { head: "yields d/r/s", cell: (r) => `${r.yields.demand}/${r.yields.reserve}/${r.yields.starving}` },
   { head: "RAM reserved %", cell: (r) => r.meanReservedPct.toFixed(1) },
   { head: "over-commits", cell: (r) => String(r.overCommits) },
 ]
@@ -32,6 +35,52 @@ export const text = (results: readonly Result[]): string => {
     .map((row) => row.map((cell, j) => (j === 0 ? cell.padEnd(widths[j] as number) : cell.padStart(widths[j] as number))).join("  "))
     .join("\n")}\n`
 }
+
+const pad = (rows: string[][]): string => {
+  const widths = (rows[0] as string[]).map((_, j) => Math.max(...rows.map((row) => (row[j] as string).length)))
+  return `${rows.map((row) => row.map((cell, j) => (j === 0 ? cell.padEnd(widths[j] as number) : cell.padStart(widths[j] as number))).join("  ")).join("\n")}\n`
+}
+
+const hm = (ms: number): string => {
+  const m = Math.floor(ms / 60_000)
+  return `${String(Math.floor(m / 60)).padStart(2, "0")}:${String(m % 60).padStart(2, "0")}`
+}
+
+/** The sessions that waited longest, per policy, by name. */
+export const longestWaitsText = (results: readonly Result[], count = 5): string => {
+  const out: string[] = []
+  for (const r of results) {
+    if (r.longestWaits.length === 0) continue
+    const rows = [["  session", "size", "request", "at", "waited s", ""]]
+    for (const w of r.longestWaits.slice(0, count))
+      rows.push([`  ${w.sessionId}`, `${w.memMib} MiB/${w.vcpus}`, w.request, hm(w.requestAtMs), seconds(w.waitMs), w.stillQueued ? "still queued" : ""])
+    out.push(`\nlongest waits under ${r.policy}${r.unplaceable > 0 ? ` (${r.unplaceable} unplaceable sessions left out)` : ""}:\n${pad(rows)}`)
+  }
+  return out.join("")
+}
+
+/** The figures per time window, one table per policy. */
+export const windowsText = (results: readonly Result[]): string =>
+  results
+    .map((r) => {
+      const rows = [["  window", "requests", "queued", "wait p99 s", "wait max s", "warm", "cold", "warm %", "descents"]]
+      for (const w of r.windows) {
+        const resumes = w.warm + w.cold
+        rows.push([
+          `  ${hm(w.startMs)}`,
+          String(w.requests),
+          String(w.queued),
+          seconds(w.waitP99Ms),
+          seconds(w.waitMaxMs),
+          String(w.warm),
+          String(w.cold),
+          resumes > 0 ? ((w.warm / resumes) * 100).toFixed(0) : "-",
+          String(w.descents),
+        ])
+      }
+      return `\n${r.policy}, per window:\n${pad(rows)}`
+    })
+    .join("")
 
 /** The table as Markdown. */
 export const markdown = (results: readonly Result[]): string => {

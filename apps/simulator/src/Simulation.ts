@@ -2,29 +2,42 @@
  * The fleet simulator's engine: a discrete-event loop that plays a workload against the real
  * decisions. Every placement, state change, descent, drain and ledger operation runs in
  * `@engram/store-sim` (which decides through `@engram/core`), on a simulated Effect Clock; the
- * park policy is a pure function of `@engram/core`'s `ParkPolicy`. The loop only models what
- * happens outside the store: users, VM start and restore times, descents that take time,
- * host agents' heartbeats and the coordinator's reaper pass (SPEC §4.3).
+ * reaper pass and the immediate reaction to a queued session are `@engram/reaper`'s own
+ * functions, the ones the coordinator runs, with the park policy as their parameter. The loop
+ * only models what happens outside the store: users, VM start and restore times, descents that
+ * take time, host agents' heartbeats and when the reaper runs.
  */
-import { Headroom, Limits, ParkPolicy } from "@engram/core"
+import { Headroom, Limits, ParkGate, ParkPolicy } from "@engram/core"
 import type { FleetView } from "@engram/core"
+import { CoalescingWindow, defaultTriggerWindowMs, Reaper, ReaperEvents, ReaperState } from "@engram/reaper"
+import type { Event } from "@engram/reaper"
+import { Store } from "@engram/store"
 import type { PlaceOutcome } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
-import { Exit } from "effect"
-import type { Effect } from "effect"
+import { Effect, Exit } from "effect"
 import { EventHeap } from "./EventHeap.js"
 import * as SimClock from "./SimClock.js"
 import type { Script, Workload } from "./Workload.js"
 
+/** A kind of host: how many, the RAM each reports as allocatable (MiB) and its cores. */
+export interface HostShape {
+  readonly count: number
+  readonly memMib: number
+  readonly vcpus: number
+}
+
 /** The fleet and the timings of everything the store does not model. */
 export interface FleetConfig {
+  /** Hosts of one shape (`hosts × hostMib, hostVcpus`), unless `shapes` is set. */
   readonly hosts: number
-  /** What each host reports as allocatable RAM (MiB); capacity is this less the system reserve. */
+  /** What each host reports as allocatable RAM (MiB); capacity is this less the system reserve, times the ratio. */
   readonly hostMib: number
   readonly hostVcpus: number
-  /** A descent captures RAM at this rate (MiB/s): a 8 GiB park takes 8 s at 1024. */
+  /** A heterogeneous fleet: every shape's hosts, in order (overrides `hosts`, `hostMib`, `hostVcpus`). */
+  readonly shapes: readonly HostShape[] | null
+  /** A descent captures resident RAM at this rate (MiB/s): a 8 GiB park takes 8 s at 1024. */
   readonly descentMibPerSec: number
-  /** A cold resume restores at this rate (MiB/s), after `restoreBaseMs`. */
+  /** A cold resume restores resident RAM at this rate (MiB/s), after `restoreBaseMs`. */
   readonly restoreMibPerSec: number
   readonly restoreBaseMs: number
   /** A warm resume (unpausing a park). */
@@ -44,15 +57,27 @@ export interface FleetConfig {
    * from its reaper), which is where judging the queue cumulatively matters.
    */
   readonly drainOnRelease: boolean
+  /**
+   * The immediate reaction (`@engram/reaper` `Trigger`): when a request queues, the gate runs
+   * at the end of this coalescing window instead of waiting for the next pass. `0`: off.
+   */
+  readonly reactWindowMs: number
   readonly limits: Limits.Limits
   readonly policyOptions: ParkPolicy.Options
+  /** The reaper's meter of recent demand (demand-reserve sizes its reserve from it). */
+  readonly meter: ReaperState.MeterOptions
+  /** Figures per time window of this length. */
+  readonly windowMs: number
+  /** How many of the longest-waiting sessions to name. */
+  readonly worstSessions: number
 }
 
-/** Defaults: 1,000 hosts of 64 GiB and 16 cores, SPEC §9 limits. */
+/** Defaults: 1,000 hosts of 64 GiB and 16 cores, SPEC §9 limits, the reaper's own defaults. */
 export const defaultFleet: FleetConfig = Object.freeze({
   hosts: 1000,
   hostMib: 65_536,
   hostVcpus: 16,
+  shapes: null,
   descentMibPerSec: 1024,
   restoreMibPerSec: 2048,
   restoreBaseMs: 1000,
@@ -60,9 +85,20 @@ export const defaultFleet: FleetConfig = Object.freeze({
   startMs: 2000,
   heartbeatIntervalMs: 0,
   drainOnRelease: true,
+  reactWindowMs: defaultTriggerWindowMs,
   limits: Limits.defaults,
   policyOptions: ParkPolicy.defaultOptions,
+  meter: ReaperState.defaultMeterOptions,
+  windowMs: 3_600_000,
+  worstSessions: 10,
 })
+
+/** The host shapes of a fleet, in order. */
+export const shapesOf = (fleet: FleetConfig): readonly HostShape[] =>
+  fleet.shapes ?? [{ count: fleet.hosts, memMib: fleet.hostMib, vcpus: fleet.hostVcpus }]
+
+/** Hosts in the fleet. */
+export const hostCount = (fleet: FleetConfig): number => shapesOf(fleet).reduce((a, s) => a + s.count, 0)
 
 /** Quantiles of a set of waits (ms). */
 export interface Quantiles {
@@ -81,6 +117,35 @@ export interface Series {
   readonly reservedPct: number[]
 }
 
+/** The figures of one time window. */
+export interface WindowFigures {
+  readonly startMs: number
+  /** Requests that began in the window. */
+  readonly requests: number
+  readonly queued: number
+  /** Queue waits of the requests that began in the window. */
+  readonly waitP99Ms: number
+  readonly waitMaxMs: number
+  /** Resumes in the window: warm, cold. */
+  readonly warm: number
+  readonly cold: number
+  /** Descents started in the window. */
+  readonly descents: number
+}
+
+/** A session that waited long, by name. */
+export interface LongWait {
+  readonly sessionId: string
+  readonly memMib: number
+  readonly vcpus: number
+  /** Its longest wait for room (ms); a request still queued at the end counts what it waited. */
+  readonly waitMs: number
+  /** When that request began. */
+  readonly requestAtMs: number
+  readonly request: "create" | "resume"
+  readonly stillQueued: boolean
+}
+
 /** What one run measured. */
 export interface Result {
   readonly policy: ParkPolicy.Name
@@ -89,12 +154,18 @@ export interface Result {
   readonly horizonMs: number
   /** Creates and resumes: every time a user asked for a running VM. */
   readonly requests: number
-  /** Time each request spent queued for room (0 when it placed or unparked at once); still-queued requests count their wait so far. */
+  /**
+   * Time each request spent queued for room (0 when it placed or unparked at once); still-queued
+   * requests count their wait so far. Requests of unplaceable sessions are left out (they can
+   * never place; see `unplaceable`).
+   */
   readonly queueWait: Quantiles
   /** Requests that queued at all. */
   readonly queued: number
   /** Requests still queued when the run ended. */
   readonly stillQueued: number
+  /** Sessions too big for every host even when empty (SPEC §12 `too_big`): they queue for ever. */
+  readonly unplaceable: number
   /** From a resume request to a running VM (warm: the unpause; cold: queue wait plus restore). */
   readonly resumeToRun: Quantiles
   readonly warmResumes: number
@@ -106,6 +177,8 @@ export interface Result {
   readonly yields: Readonly<Record<ParkPolicy.Reason, number>>
   /** Descents after whose finish no queued session placed on their host up to the next pass's drain. */
   readonly wastedDescents: number
+  /** Immediate reactions run (one per coalescing window in which a request queued). */
+  readonly reactions: number
   /** Mean over passes of Σ reserved / Σ capacity. */
   readonly meanReservedPct: number
   readonly peakQueue: number
@@ -118,9 +191,12 @@ export interface Result {
   readonly firstStoreError: string | null
   readonly lostSessions: number
   readonly passes: number
-  /** Events processed (arrivals, user actions, VM starts, descents, passes, heartbeats). */
+  /** Events processed (arrivals, user actions, VM starts, descents, passes, reactions, heartbeats). */
   readonly events: number
   readonly series: Series
+  readonly windows: readonly WindowFigures[]
+  /** The longest-waiting sessions, longest first. */
+  readonly longestWaits: readonly LongWait[]
 }
 
 /** Options of one run. */
@@ -140,6 +216,7 @@ const DESCENT_DONE = 4
 const PASS = 5
 const HEARTBEAT = 6
 const ARRIVE = 7
+const REACT = 8
 
 // What the simulator believes each session is doing (mirrors the store's state).
 const S_NEW = 0
@@ -181,6 +258,39 @@ class Samples {
   }
 }
 
+/** Per-window accumulators. */
+class Windows {
+  private readonly waits: Samples[] = []
+  private readonly counts: { requests: number; queued: number; warm: number; cold: number; descents: number }[] = []
+  constructor(
+    private readonly windowMs: number,
+    private readonly horizonMs: number,
+  ) {}
+  private at(t: number) {
+    const k = Math.max(0, Math.min(Math.floor(t / this.windowMs), Math.ceil(this.horizonMs / this.windowMs) - 1))
+    while (this.counts.length <= k) {
+      this.counts.push({ requests: 0, queued: 0, warm: 0, cold: 0, descents: 0 })
+      this.waits.push(new Samples())
+    }
+    return k
+  }
+  count(t: number, what: "requests" | "queued" | "warm" | "cold" | "descents"): void {
+    const k = this.at(t)
+    const c = this.counts[k] as { [K in typeof what]: number }
+    c[what]++
+  }
+  wait(requestAt: number, waitMs: number): void {
+    ;(this.waits[this.at(requestAt)] as Samples).push(waitMs)
+  }
+  figures(): WindowFigures[] {
+    this.at(this.horizonMs - 1)
+    return this.counts.map((c, k) => {
+      const q = quantiles((this.waits[k] as Samples).values())
+      return { startMs: k * this.windowMs, ...c, waitP99Ms: q.p99, waitMaxMs: q.max }
+    })
+  }
+}
+
 /** Plays `workload` against a fresh in-memory store under `options.policy`. */
 export const run = (workload: Workload, options: RunOptions): Result => {
   const fleet: FleetConfig = { ...defaultFleet, ...options.fleet }
@@ -196,40 +306,56 @@ export const run = (workload: Workload, options: RunOptions): Result => {
 
   let storeErrors = 0
   let firstStoreError: string | null = null
+  const storeError = (message: string): void => {
+    storeErrors++
+    if (firstStoreError === null) firstStoreError = message
+  }
   /** Runs a store operation; a failure is counted (the checks require none) and answers undefined. */
   const exec = <A, E>(effect: Effect.Effect<A, E>): A | undefined => {
     const exit = clock.run(effect)
     if (Exit.isSuccess(exit)) return exit.value
-    storeErrors++
-    if (firstStoreError === null) firstStoreError = String(exit.cause)
+    storeError(String(exit.cause))
     return undefined
   }
 
   // ---- the fleet ------------------------------------------------------------------------------
-  const width = String(fleet.hosts).length
+  const shapes = shapesOf(fleet)
+  const hostTotal = shapes.reduce((a, s) => a + s.count, 0)
+  const width = String(hostTotal).length
   const hostIds: string[] = []
   const hostIndex = new Map<string, number>()
-  for (let i = 0; i < fleet.hosts; i++) {
-    const id = `h${String(i).padStart(width, "0")}`
-    hostIds.push(id)
-    hostIndex.set(id, i)
-    exec(store.registerHost({ id }))
-    exec(store.reportHost(id, { totalMib: fleet.hostMib, allocatableMib: fleet.hostMib, totalVcpus: fleet.hostVcpus }))
-  }
   // The simulator's own ledger, from session states alone, to check the store against.
-  const headroom = Headroom.fromReport({ allocatableMib: fleet.hostMib, totalVcpus: fleet.hostVcpus }, Headroom.zero, limits)
-  const capacityMib = headroom.allocatableMib ?? Number.POSITIVE_INFINITY
-  const cpuBudget = headroom.cpuBudget ?? Number.POSITIVE_INFINITY
-  const shadowMib = new Float64Array(fleet.hosts)
-  const shadowVcpus = new Float64Array(fleet.hosts)
+  const capacityMib = new Float64Array(hostTotal)
+  const cpuBudget = new Float64Array(hostTotal)
+  /** One host of each shape: what `mayPark` reads besides the idle session's own host. */
+  const shapeWitnesses: string[] = []
+  for (const shape of shapes) {
+    const headroom = Headroom.fromReport({ allocatableMib: shape.memMib, totalVcpus: shape.vcpus }, Headroom.zero, limits)
+    for (let c = 0; c < shape.count; c++) {
+      const i = hostIds.length
+      const id = `h${String(i).padStart(width, "0")}`
+      if (c === 0) shapeWitnesses.push(id)
+      hostIds.push(id)
+      hostIndex.set(id, i)
+      capacityMib[i] = headroom.allocatableMib ?? Number.POSITIVE_INFINITY
+      cpuBudget[i] = headroom.cpuBudget ?? Number.POSITIVE_INFINITY
+      exec(store.registerHost({ id }))
+      exec(store.reportHost(id, { totalMib: shape.memMib, allocatableMib: shape.memMib, totalVcpus: shape.vcpus }))
+    }
+  }
+  const shadowMib = new Float64Array(hostTotal)
+  const shadowVcpus = new Float64Array(hostTotal)
   const dirty: number[] = []
-  const isDirty = new Uint8Array(fleet.hosts)
+  const isDirty = new Uint8Array(hostTotal)
   const touch = (h: number): void => {
     if (isDirty[h] === 0) {
       isDirty[h] = 1
       dirty.push(h)
     }
   }
+  // Which budgets no host could take even empty (the hosts never change here): core's rule.
+  const emptyFleet = exec(store.fleetView())
+  const tooBig = ParkGate.tooBigFor(emptyFleet?.hosts ?? [], limits)
 
   // ---- sessions -------------------------------------------------------------------------------
   const state = new Uint8Array(n)
@@ -238,19 +364,31 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   const requestAt = new Float64Array(n) // when the open request (create or resume) began
   const requestIsResume = new Uint8Array(n)
   const resumeAfterDescent = new Uint8Array(n)
+  const unplaceable = new Uint8Array(n)
+  const longest = new Float64Array(n)
+  const longestAt = new Float64Array(n)
+  const longestIsResume = new Uint8Array(n)
   const sessionIndex = new Map<string, number>()
-  scripts.forEach((s, i) => sessionIndex.set(s.id, i))
+  let unplaceableCount = 0
+  scripts.forEach((s, i) => {
+    sessionIndex.set(s.id, i)
+    if (tooBig(s.budget)) {
+      unplaceable[i] = 1
+      unplaceableCount++
+    }
+  })
 
   const heap = new EventHeap()
   let now = 0
   let events = 0
-  /** Sessions queued now, in the order they queued. */
+  /** Sessions queued now that some host could take (unplaceable ones wait apart). */
   const waiting = new Set<number>()
   let roomAppeared = false
 
   // Measurements.
   const waits = new Samples()
   const resumeWaits = new Samples()
+  const windows = new Windows(fleet.windowMs, horizon)
   let requests = 0
   let queuedRequests = 0
   let warm = 0
@@ -258,12 +396,13 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   let parks = 0
   let descents = 0
   let idleDescents = 0
-  const yields: Record<ParkPolicy.Reason, number> = { demand: 0, over_reserved: 0, hard_ttl: 0, floor: 0 }
+  const yields = Object.fromEntries(ParkPolicy.reasons.map((r) => [r, 0])) as Record<ParkPolicy.Reason, number>
   let wasted = 0
   let overCommits = 0
   let ledgerDrift = 0
   let lost = 0
   let passes = 0
+  let reactions = 0
   let peakQueue = 0
   let reservedPctSum = 0
   const series: Series = { tMs: [], queue: [], parks: [], reservedPct: [] }
@@ -288,21 +427,135 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     touch(h)
     roomAppeared = true
   }
-  const restoreMs = (i: number): number =>
-    fleet.restoreBaseMs + ((scripts[i] as Script).budget.memMib / fleet.restoreMibPerSec) * 1000
-  const descentMs = (i: number): number => ((scripts[i] as Script).budget.memMib / fleet.descentMibPerSec) * 1000
+  const residentOf = (i: number): number => {
+    const s = scripts[i] as Script
+    return s.residentMib ?? s.budget.memMib
+  }
+  const restoreMs = (i: number): number => fleet.restoreBaseMs + (residentOf(i) / fleet.restoreMibPerSec) * 1000
+  const descentMs = (i: number): number => (residentOf(i) / fleet.descentMibPerSec) * 1000
+
+  /** Records how long request `i` waited (the figures leave unplaceable sessions out). */
+  const recordWait = (i: number, wait: number): void => {
+    if (unplaceable[i] === 1) return
+    waits.push(wait)
+    windows.wait(requestAt[i] as number, wait)
+    if (wait > (longest[i] as number)) {
+      longest[i] = wait
+      longestAt[i] = requestAt[i] as number
+      longestIsResume[i] = requestIsResume[i] as number
+    }
+  }
 
   /** A request has been answered with room: record its wait and start its VM. */
   const placed = (i: number, hostId: string, fromQueue: boolean): void => {
     place(i, hostId)
     state[i] = S_PENDING
     const wait = now - (requestAt[i] as number)
-    waits.push(fromQueue ? wait : 0)
+    recordWait(i, fromQueue ? wait : 0)
     const resuming = requestIsResume[i] === 1
     const bootMs = resuming ? restoreMs(i) : fleet.startMs
     if (resuming) resumeWaits.push(wait + bootMs)
     heap.push(now + bootMs, START, i)
   }
+
+  // ---- the reaper: @engram/reaper's pass and reaction, on this store ----------------------------
+  const reaperState = ReaperState.make(fleet.meter)
+  const reaperOptions: Reaper.Options = { policy, policyOptions: fleet.policyOptions, state: reaperState }
+  const reactWindow = new CoalescingWindow()
+
+  const startDescent = (i: number): void => {
+    state[i] = S_DESCENDING
+    descents++
+    windows.count(now, "descents")
+    heap.push(now + descentMs(i), DESCENT_DONE, i)
+  }
+
+  const drained = (result: { readonly placed: readonly { readonly sessionId: string; readonly hostId: string }[] }): void => {
+    for (const p of result.placed) {
+      const i = sessionIndex.get(p.sessionId) as number
+      waiting.delete(i)
+      placed(i, p.hostId, true)
+      const h = hostIndex.get(p.hostId) as number
+      if (judging.has(h)) judging.delete(h)
+    }
+  }
+
+  /** The store's sums against the simulator's own, and the samples for the plot, from one pass's read. */
+  const checkRead = (view: FleetView): void => {
+    const viewHosts = view.hosts
+    let reserved = 0
+    let capacity = 0
+    let parksNow = 0
+    for (let j = 0; j < viewHosts.length; j++) {
+      const h = viewHosts[j] as (typeof viewHosts)[number]
+      // The read is sorted by id, as the simulator numbered its hosts.
+      const k = h.id === hostIds[j] ? j : (hostIndex.get(h.id) as number)
+      if (h.headroom.reserved.memMib !== shadowMib[k] || h.headroom.reserved.vcpus !== shadowVcpus[k]) ledgerDrift++
+      reserved += h.headroom.reserved.memMib
+      capacity += h.headroom.allocatableMib ?? 0
+      parksNow += h.parks.length
+    }
+    const pct = capacity > 0 ? (reserved / capacity) * 100 : 0
+    reservedPctSum += pct
+    peakQueue = Math.max(peakQueue, view.queue.length)
+    series.tMs.push(now)
+    series.queue.push(view.queue.length)
+    series.parks.push(parksNow)
+    series.reservedPct.push(pct)
+  }
+
+  const onEvent = (e: Event): void => {
+    switch (e._tag) {
+      case "FleetRead":
+        if (e.source === "pass") checkRead(e.fleet)
+        return
+      case "Reclaimed":
+        for (const id of e.result.lostSessions) {
+          const i = sessionIndex.get(id)
+          if (i === undefined) continue
+          unplace(i)
+          waiting.delete(i)
+          state[i] = S_LOST
+          lost++
+        }
+        return
+      case "DescentStarted": {
+        const i = sessionIndex.get(e.yield.sessionId) as number
+        yields[e.yield.reason]++
+        startDescent(i)
+        return
+      }
+      case "Drained":
+        drained(e.result)
+        return
+      case "FleetReadFailed":
+      case "ReclaimFailed":
+      case "DrainFailed":
+        storeError(`${e._tag}: ${e.reason}`)
+        return
+      case "DescentFailed":
+        storeError(`DescentFailed ${e.yield.sessionId}: ${e.reason}`)
+        return
+      default:
+        return
+    }
+  }
+  const listener = ReaperEvents.of({ emit: (e) => Effect.sync(() => onEvent(e)) })
+  const runReaper = <A>(effect: Effect.Effect<A, never, Store>): void => {
+    const exit = clock.run(effect.pipe(Effect.provideService(Store, store), Effect.provideService(ReaperEvents, listener)))
+    if (Exit.isFailure(exit)) storeError(String(exit.cause))
+  }
+
+  const drain = (): void => {
+    const result = exec(store.drainQueue())
+    if (result !== undefined) drained(result)
+  }
+  /** Room that appeared in this batch goes to the queue before the reaper reads the fleet (as a release drains at once in production). */
+  const drainPending = (): void => {
+    if (roomAppeared && waiting.size > 0 && fleet.drainOnRelease) drain()
+    roomAppeared = false
+  }
+
   const outcome = (i: number, o: PlaceOutcome | undefined): void => {
     if (o === undefined) {
       state[i] = S_LOST
@@ -311,14 +564,22 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     if (o._tag === "Placed") placed(i, o.session.hostId as string, false)
     else {
       state[i] = S_QUEUED
-      waiting.add(i)
       queuedRequests++
+      windows.count(requestAt[i] as number, "queued")
+      if (unplaceable[i] === 1) return
+      waiting.add(i)
+      // React at once (the coordinator's handlers poke the Trigger on every Queued answer).
+      if (fleet.reactWindowMs > 0) {
+        const due = reactWindow.request(now, fleet.reactWindowMs)
+        if (due !== null) heap.push(due, REACT, 0)
+      }
     }
   }
   const request = (i: number, resume: boolean): void => {
     requests++
     requestAt[i] = now
     requestIsResume[i] = resume ? 1 : 0
+    windows.count(now, "requests")
   }
 
   /** The next user action after the active period that starts now. */
@@ -329,110 +590,48 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     heap.push(t, k < s.idleMs.length ? IDLE : END, i)
   }
 
-  const drain = (): void => {
-    const result = exec(store.drainQueue())
-    if (result === undefined) return
-    for (const p of result.placed) {
-      const i = sessionIndex.get(p.sessionId) as number
-      waiting.delete(i)
-      placed(i, p.hostId, true)
-      const h = hostIndex.get(p.hostId) as number
-      if (judging.has(h)) judging.delete(h)
-    }
-  }
-
   /**
-   * The policy's answer for an idle session, fresh at the moment it goes idle: the policy runs
-   * over the session's host and the queue. Every policy's `mayPark` depends on nothing else,
-   * and (with drains on release) no queued session fits on any host between drains, so this
-   * view answers "is a queued session without room" as a full fleet read would, at a fraction
-   * of the cost.
+   * The policy's answer for an idle session, fresh at the moment it goes idle. With drains on
+   * release no queued session fits on any host between drains, so a view of the session's host,
+   * one host of each shape (what "too big" is judged against) and one placeable queued session
+   * answers "is a queued session without room" as a full fleet read would, at a fraction of the
+   * cost; every policy's `mayPark` reads nothing else (a host held for a starving session has a
+   * session without room behind it, so no host parks then anyway).
    */
   const mayParkNow = (hostId: string): boolean => {
     if (!fleet.drainOnRelease && waiting.size > 0) {
       // Queued sessions may fit somewhere: only a full read answers exactly.
       const full = exec(store.fleetView())
-      return full !== undefined && ParkPolicy.evaluate(policy, full, now, limits, fleet.policyOptions).mayPark(hostId)
+      return full !== undefined && ParkPolicy.decide(policy, full, { now, limits, options: fleet.policyOptions }).mayPark(hostId)
     }
-    const view = exec(store.getHost(hostId))
-    if (view === undefined) return false
-    // Any one queued session stands for the queue: none of them fits anywhere (see above).
     const head = waiting.values().next()
-    const queue = head.done === true ? [] : [{ sessionId: (scripts[head.value] as Script).id, budget: (scripts[head.value] as Script).budget, queuedAt: requestAt[head.value] as number }]
-    const local: FleetView = {
-      hosts: [{ id: view.id, headroom: view.headroom, state: view.state, entries: view.entries, measured: view.measured, descentsRunning: view.descentsRunning, parks: [] }],
-      queue,
+    // With nothing waiting every policy's answer reads the host alone.
+    const ids = head.done === true ? [hostId] : [hostId, ...shapeWitnesses.filter((w) => w !== hostId)]
+    const hosts: FleetView["hosts"][number][] = []
+    for (const id of ids) {
+      const view = exec(store.getHost(id))
+      if (view === undefined) return false
+      hosts.push({ id: view.id, headroom: view.headroom, state: view.state, entries: view.entries, measured: view.measured, descentsRunning: view.descentsRunning, parks: [] })
     }
-    return ParkPolicy.evaluate(policy, local, now, limits, fleet.policyOptions).mayPark(hostId)
+    const queue = head.done === true ? [] : [{ sessionId: (scripts[head.value] as Script).id, budget: (scripts[head.value] as Script).budget, queuedAt: requestAt[head.value] as number }]
+    return ParkPolicy.decide(policy, { hosts, queue }, { now, limits, options: fleet.policyOptions }).mayPark(hostId)
   }
 
   const pass = (): void => {
     passes++
+    drainPending()
     // SPEC §4.3: one fleet read, reclaim, the gate, a descent per yield, then the drain.
-    const view = exec(store.fleetView())
-    if (view === undefined) return // a failed read holds every park
-    // The store's sums against the simulator's own, from the same read.
-    const viewHosts = view.hosts
-    for (let j = 0; j < viewHosts.length; j++) {
-      const h = viewHosts[j] as (typeof viewHosts)[number]
-      // The read is sorted by id, as the simulator numbered its hosts.
-      const k = h.id === hostIds[j] ? j : (hostIndex.get(h.id) as number)
-      if (h.headroom.reserved.memMib !== shadowMib[k] || h.headroom.reserved.vcpus !== shadowVcpus[k]) ledgerDrift++
-    }
-    const reclaimed = exec(store.reclaim())
-    if (reclaimed !== undefined) {
-      for (const id of reclaimed.lostSessions) {
-        const i = sessionIndex.get(id)
-        if (i === undefined) continue
-        unplace(i)
-        state[i] = S_LOST
-        lost++
-      }
-    }
-    const fleetView: FleetView = reclaimed !== undefined && reclaimed.reclaimed.length > 0 ? (exec(store.fleetView()) ?? view) : view
-    const decision = ParkPolicy.evaluate(policy, fleetView, now, limits, fleet.policyOptions)
-    for (const y of decision.yields) {
-      const i = sessionIndex.get(y.sessionId)
-      if (i === undefined || state[i] !== S_PARKED) continue
-      // A lost race (the user resumed it first) fails the CAS and skips the yield.
-      if (exec(store.beginDescent(y.sessionId)) === undefined) continue
-      yields[y.reason]++
-      startDescent(i)
-    }
-    drain()
+    runReaper(Reaper.pass(reaperOptions))
     // The judgement of descents that finished before this pass closes with its drain.
     for (const count of judging.values()) wasted += count
     judging.clear()
-
-    // Samples of the pass's read.
-    let reserved = 0
-    let capacity = 0
-    let parksNow = 0
-    for (const h of fleetView.hosts) {
-      reserved += h.headroom.reserved.memMib
-      capacity += h.headroom.allocatableMib ?? 0
-      parksNow += h.parks.length
-    }
-    const pct = capacity > 0 ? (reserved / capacity) * 100 : 0
-    reservedPctSum += pct
-    peakQueue = Math.max(peakQueue, fleetView.queue.length)
-    series.tMs.push(now)
-    series.queue.push(fleetView.queue.length)
-    series.parks.push(parksNow)
-    series.reservedPct.push(pct)
-  }
-
-  const startDescent = (i: number): void => {
-    state[i] = S_DESCENDING
-    descents++
-    heap.push(now + descentMs(i), DESCENT_DONE, i)
   }
 
   const resume = (i: number): void => {
     request(i, true)
     cold++
-    const o = exec(store.resume((scripts[i] as Script).id))
-    outcome(i, o)
+    windows.count(now, "cold")
+    outcome(i, exec(store.resume((scripts[i] as Script).id)))
   }
 
   const handle = (kind: number, i: number): void => {
@@ -472,7 +671,8 @@ export const run = (workload: Workload, options: RunOptions): Result => {
           request(i, true)
           if (exec(store.unpark(s.id)) === undefined) return
           warm++
-          waits.push(0)
+          windows.count(now, "warm")
+          recordWait(i, 0)
           resumeWaits.push(fleet.warmResumeMs)
           state[i] = S_RUNNING
           scheduleActiveEnd(i, now + fleet.warmResumeMs)
@@ -512,6 +712,14 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         if (next <= horizon) heap.push(next, PASS, 0)
         return
       }
+      case REACT: {
+        reactWindow.close()
+        drainPending()
+        if (waiting.size === 0) return
+        reactions++
+        runReaper(Reaper.react(reaperOptions))
+        return
+      }
       case HEARTBEAT: {
         for (const id of hostIds) exec(store.heartbeatHost(id))
         const next = now + fleet.heartbeatIntervalMs
@@ -529,11 +737,10 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   let nextProgress = progressEvery
 
   const afterBatch = (): void => {
-    if (roomAppeared && waiting.size > 0 && fleet.drainOnRelease) drain()
-    roomAppeared = false
+    drainPending()
     // No over-commit, ever: check every host the batch touched.
     for (const h of dirty) {
-      if ((shadowMib[h] as number) > capacityMib || (shadowVcpus[h] as number) > cpuBudget) overCommits++
+      if ((shadowMib[h] as number) > (capacityMib[h] as number) || (shadowVcpus[h] as number) > (cpuBudget[h] as number)) overCommits++
       isDirty[h] = 0
     }
     dirty.length = 0
@@ -573,20 +780,39 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   for (let i = 0; i < n; i++) {
     if (state[i] === S_QUEUED) {
       stillQueued++
-      waits.push(horizon - (requestAt[i] as number))
+      recordWait(i, horizon - (requestAt[i] as number))
     }
   }
   options.onProgress?.(1)
 
+  const longestWaits: LongWait[] = []
+  if (fleet.worstSessions > 0) {
+    const order = [...longest.keys()].filter((i) => (longest[i] as number) > 0)
+    order.sort((a, b) => (longest[b] as number) - (longest[a] as number) || a - b)
+    for (const i of order.slice(0, fleet.worstSessions)) {
+      const s = scripts[i] as Script
+      longestWaits.push({
+        sessionId: s.id,
+        memMib: s.budget.memMib,
+        vcpus: s.budget.vcpus,
+        waitMs: longest[i] as number,
+        requestAtMs: longestAt[i] as number,
+        request: longestIsResume[i] === 1 ? "resume" : "create",
+        stillQueued: state[i] === S_QUEUED,
+      })
+    }
+  }
+
   return {
     policy,
-    hosts: fleet.hosts,
+    hosts: hostTotal,
     sessions: n,
     horizonMs: horizon,
     requests,
     queueWait: quantiles(waits.values()),
     queued: queuedRequests,
     stillQueued,
+    unplaceable: unplaceableCount,
     resumeToRun: quantiles(resumeWaits.values()),
     warmResumes: warm,
     coldResumes: cold,
@@ -595,6 +821,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     idleDescents,
     yields,
     wastedDescents: wasted,
+    reactions,
     meanReservedPct: passes > 0 ? reservedPctSum / passes : 0,
     peakQueue,
     overCommits,
@@ -605,5 +832,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     passes,
     events,
     series,
+    windows: windows.figures(),
+    longestWaits,
   }
 }

@@ -22,6 +22,11 @@ export interface Script {
   readonly id: string
   readonly arriveAtMs: number
   readonly budget: Budget
+  /**
+   * The RAM the VM actually touches (MiB): what a descent captures and a restore reads back.
+   * Missing: the whole budget.
+   */
+  readonly residentMib?: number
   readonly activeMs: readonly number[]
   readonly idleMs: readonly number[]
   readonly endAfterIdle: boolean
@@ -147,9 +152,16 @@ export const generate = (cfg: GeneratorConfig): Workload => {
 /** What a trace line says a session does. */
 export type TraceKind = "arrive" | "idle" | "resume" | "end"
 
-/** One trace line. `memMib` and `vcpus` are on `arrive` lines only. */
+/** One trace line. `memMib`, `vcpus` and the optional `residentMib` are on `arrive` lines only. */
 export type TraceEvent =
-  | { readonly t: number; readonly kind: "arrive"; readonly sessionId: string; readonly memMib: number; readonly vcpus: number }
+  | {
+      readonly t: number
+      readonly kind: "arrive"
+      readonly sessionId: string
+      readonly memMib: number
+      readonly vcpus: number
+      readonly residentMib?: number
+    }
   | { readonly t: number; readonly kind: "idle" | "resume" | "end"; readonly sessionId: string }
 
 /** The optional first line of a trace: the horizon the recorded run covered. */
@@ -159,24 +171,35 @@ export interface TraceMeta {
   readonly note?: string
 }
 
+/** The length of a period that never closes: a session without an `end` line runs to the horizon. */
+export const OPEN = Number.MAX_SAFE_INTEGER
+
 /**
  * The trace events of a script, on the timeline of a fleet that never makes anyone wait: a
  * replay reads the gaps between one session's lines as the lengths of its periods.
  */
 export const eventsOf = (s: Script): TraceEvent[] => {
-  const out: TraceEvent[] = [{ t: s.arriveAtMs, kind: "arrive", sessionId: s.id, memMib: s.budget.memMib, vcpus: s.budget.vcpus }]
+  const out: TraceEvent[] = [
+    s.residentMib === undefined
+      ? { t: s.arriveAtMs, kind: "arrive", sessionId: s.id, memMib: s.budget.memMib, vcpus: s.budget.vcpus }
+      : { t: s.arriveAtMs, kind: "arrive", sessionId: s.id, memMib: s.budget.memMib, vcpus: s.budget.vcpus, residentMib: s.residentMib },
+  ]
   let t = s.arriveAtMs
-  s.activeMs.forEach((active, k) => {
+  for (let k = 0; k < s.activeMs.length; k++) {
+    const active = s.activeMs[k] as number
+    // A period that never closes (a session that runs to the horizon) ends the lines.
+    if (active >= OPEN) break
     t += active
     const idle = s.idleMs[k]
     if (idle === undefined) {
       out.push({ t, kind: "end", sessionId: s.id })
-      return
+      break
     }
     out.push({ t, kind: "idle", sessionId: s.id })
+    if (idle >= OPEN) break
     t += idle
     out.push({ t, kind: k === s.activeMs.length - 1 ? "end" : "resume", sessionId: s.id })
-  })
+  }
   return out
 }
 
@@ -207,12 +230,18 @@ interface Building {
   id: string
   arriveAtMs: number
   budget: Budget
+  residentMib: number | undefined
   activeMs: number[]
   idleMs: number[]
   /** The time and kind of the session's last line. */
   lastT: number
   last: TraceKind
 }
+
+const scriptOf = (b: Building, endAfterIdle: boolean): Script =>
+  b.residentMib === undefined
+    ? { id: b.id, arriveAtMs: b.arriveAtMs, budget: b.budget, activeMs: b.activeMs, idleMs: b.idleMs, endAfterIdle }
+    : { id: b.id, arriveAtMs: b.arriveAtMs, budget: b.budget, residentMib: b.residentMib, activeMs: b.activeMs, idleMs: b.idleMs, endAfterIdle }
 
 const isTime = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v >= 0
 const isPositive = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v > 0
@@ -258,7 +287,19 @@ export const parseTrace = (text: string, horizonMs?: number): ParseResult => {
       const { memMib, vcpus } = o
       if (!isPositive(memMib) || !Number.isInteger(memMib)) return invalid(n + 1, "memMib must be a positive integer on arrive")
       if (!isPositive(vcpus) || !Number.isInteger(vcpus)) return invalid(n + 1, "vcpus must be a positive integer on arrive")
-      sessions.set(sessionId, { id: sessionId, arriveAtMs: t, budget: { memMib, vcpus }, activeMs: [], idleMs: [], lastT: t, last: "arrive" })
+      const resident = o["residentMib"]
+      if (resident !== undefined && (!isPositive(resident) || resident > memMib))
+        return invalid(n + 1, "residentMib must be a positive number no larger than memMib")
+      sessions.set(sessionId, {
+        id: sessionId,
+        arriveAtMs: t,
+        budget: { memMib, vcpus },
+        residentMib: resident as number | undefined,
+        activeMs: [],
+        idleMs: [],
+        lastT: t,
+        last: "arrive",
+      })
       continue
     }
     if (b === undefined) return invalid(n + 1, `session ${sessionId} has ${kind} before arrive`)
@@ -274,7 +315,7 @@ export const parseTrace = (text: string, horizonMs?: number): ParseResult => {
     } else {
       if (wasActive) b.activeMs.push(gap)
       else b.idleMs.push(gap)
-      done.set(sessionId, { id: b.id, arriveAtMs: b.arriveAtMs, budget: b.budget, activeMs: b.activeMs, idleMs: b.idleMs, endAfterIdle: !wasActive })
+      done.set(sessionId, scriptOf(b, !wasActive))
       sessions.delete(sessionId)
     }
     b.lastT = t
@@ -283,9 +324,9 @@ export const parseTrace = (text: string, horizonMs?: number): ParseResult => {
   // A session without an end line runs to the horizon: its open period never closes.
   for (const b of sessions.values()) {
     const wasActive = b.last === "arrive" || b.last === "resume"
-    if (wasActive) b.activeMs.push(Number.MAX_SAFE_INTEGER)
-    else b.idleMs.push(Number.MAX_SAFE_INTEGER)
-    done.set(b.id, { id: b.id, arriveAtMs: b.arriveAtMs, budget: b.budget, activeMs: b.activeMs, idleMs: b.idleMs, endAfterIdle: !wasActive })
+    if (wasActive) b.activeMs.push(OPEN)
+    else b.idleMs.push(OPEN)
+    done.set(b.id, scriptOf(b, !wasActive))
   }
   const scripts = [...done.values()].sort((a, b) => a.arriveAtMs - b.arriveAtMs || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
   const horizon = horizonMs ?? metaHorizon ?? Math.max(1, lastT)

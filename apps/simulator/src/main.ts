@@ -8,6 +8,8 @@ const code = await Effect.runPromise(
       UsageError: (e) => Effect.sync(() => (process.stderr.write(`${e.option ? `${e.option}: ` : ""}${e.message}\n(see --help)\n`), 2)),
       FileError: (e) => Effect.sync(() => (process.stderr.write(`${e.path}: ${e.message}\n`), 1)),
     }),
+    // effect/cli has printed the help and the parse errors already.
+    Effect.catch(() => Effect.succeed(2)),
   ),
 )
 process.exitCode = code

@@ -1,6 +1,8 @@
 /**
- * The fleet snapshot: the autoscaling signal an operator reads (SPEC §1, §7). It sums the
- * same headroom placement reserves against, so "free" means the same thing everywhere.
+ * The fleet snapshot: the autoscaling signal an operator reads (SPEC §1, §7, §12). It sums the
+ * same headroom placement reserves against, so "free" means the same thing everywhere, and
+ * it names the queued sessions no host of the fleet can take (`unplaceable`: the cue for a
+ * bigger host, where `queue.withoutRoom` is the cue for more hosts).
  */
 import * as Headroom from "./Headroom.js"
 import { defaults, type Limits } from "./Limits.js"
@@ -28,8 +30,17 @@ export interface Snapshot {
     readonly sessions: number
     readonly memMib: number
     readonly vcpus: number
-    /** Queued sessions that fit on no candidate host. */
+    /** Queued sessions that fit on no candidate host now (too-big ones excluded). */
     readonly withoutRoom: number
+  }
+  /**
+   * Queued sessions too big for every ready measured host even when empty (SPEC §12 `too_big`),
+   * and the largest of their budgets per dimension (0 when none): the host size the fleet lacks.
+   */
+  readonly unplaceable: {
+    readonly count: number
+    readonly largestMemMib: number
+    readonly largestVcpus: number
   }
   readonly parks: number
   readonly descentsRunning: number
@@ -71,6 +82,8 @@ export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults): 
     qMem += q.budget.memMib
     qCpu += q.budget.vcpus
   }
+  const tooBig = ParkGate.unplaceable(fleet, limits)
+  const largest = ParkGate.largestOf(tooBig)
   return {
     hosts: { total: fleet.hosts.length, ready, measured, cordoned, draining },
     capacityMib,
@@ -85,6 +98,7 @@ export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults): 
       vcpus: qCpu,
       withoutRoom: ParkGate.countWithoutRoom(fleet, limits),
     },
+    unplaceable: { count: tooBig.length, largestMemMib: largest.memMib, largestVcpus: largest.vcpus },
     parks,
     descentsRunning,
   }

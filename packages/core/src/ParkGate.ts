@@ -1,7 +1,35 @@
 /**
- * The park gate (SPEC §4.1): a park holds until a queued session has no room. Given one
+ * The park gate (SPEC §4.1, §12): a park holds until a queued session has no room. Given one
  * fleet read it decides which parks yield (descend) this pass and whether an idle session
  * may park. Pure: the reaper reads the fleet, calls `evaluate`, and acts on the answer.
+ *
+ * The gate is a composition of steps, each exported so every `ParkPolicy` builds on the same
+ * pieces instead of a copy of them:
+ * 1. `unplaceable`: queued sessions too big for every ready measured host even when empty
+ *    (`too_big`): no descent can help them, so they never count as waiting for room;
+ * 2. `withoutRoom`: the other queued sessions that fit on no candidate host, each judged alone;
+ * 3. `descentsRunning`: one running descent counts for one waiting session;
+ * 4. `mayYield`: the yields that do not depend on the queue (over-reserved hosts, parks past
+ *    the hard TTL) and the hosts whose oldest park may yield for demand;
+ * 5. `nearestToFit`: the demand yields, on the hosts nearest to a fit;
+ * 6. `serve`: one host held for each session it makes room for, every park it needs there
+ *    yielding at once: a starving session always (see below), every waiting session under a
+ *    fitting policy (`Steps.fit`, `demand-reserve`); `Rooms` plans the descents;
+ * 7. `mayParkOn`: an idle session parks only on a measured host while nothing waits for room.
+ * `decide` composes them, with seams for the policies (`Steps`).
+ *
+ * **The starvation bound.** The queue lets a later, smaller session place past a big one
+ * (SPEC §2), and demand yields one park per host on the hosts with the most free RAM, so a big
+ * session can wait for ever while small ones take each hole as it opens. A queued session
+ * without room that has waited longer than `starvationLimitMs` is *starving*: the gate holds one
+ * host for it (the one that needs the fewest MiB of parks descended to fit it, else the nearest
+ * to fitting it), yields on that host every park it takes to fit (oldest first; more than one
+ * per pass), and while the hold lasts no idle session parks there (it descends, adding its
+ * room). The hold is part of the gate's answer and comes back as an input at the next pass, so
+ * the room gathers on one host instead of being spread over many. The queue drains in FIFO
+ * order, so the starving session (the oldest waiting) takes the room when it is whole, unless a
+ * smaller session takes a hole first: a hard bound needs placement to skip a held host for
+ * every session but its holder, which the gate cannot do alone.
  */
 import * as Headroom from "./Headroom.js"
 import type { Budget } from "./Headroom.js"
@@ -35,27 +63,60 @@ export interface FleetView {
   readonly queue: readonly Queued[]
 }
 
-/** Why a park yields. */
-export type YieldReason = "demand" | "over_reserved" | "hard_ttl"
+/** Why a park yields. `starving`: room made for a session waiting past the starvation limit. */
+export type YieldReason = "demand" | "over_reserved" | "hard_ttl" | "starving"
 
 /** One park to descend this pass. */
-export interface Yield {
+export interface Yield<R extends string = YieldReason> {
   readonly hostId: string
   readonly sessionId: string
-  readonly reason: YieldReason
+  readonly reason: R
 }
 
-/** The gate's answer for one pass. */
-export interface Decision {
-  /** Parks to descend now: at most one per host, none on a host where a descent runs. */
-  readonly yields: readonly Yield[]
-  /** Queued sessions that fit on no candidate host, each judged alone. */
+/**
+ * A host held for one queued session: the room gathers there until the session places.
+ * `starving`: it waited past the starvation limit; `fit`: a fitting policy chose the host.
+ */
+export interface Hold {
+  readonly sessionId: string
+  readonly hostId: string
+  readonly reason: "starving" | "fit"
+}
+
+/** The gate's knobs beyond the limits. */
+export interface Options {
+  /** A queued session without room that has waited this long is starving (room is made for it). */
+  readonly starvationLimitMs: number
+}
+
+/** Ten minutes: a session without room waits at most about this long plus the descents it needs. */
+export const defaultOptions: Options = Object.freeze({ starvationLimitMs: 10 * 60 * 1000 })
+
+/** What the gate remembers from one pass to the next (the reaper keeps it; empty at start). */
+export interface Memory {
+  readonly holds: readonly Hold[]
+}
+
+/** Nothing remembered. */
+export const noMemory: Memory = Object.freeze({ holds: Object.freeze([]) as readonly Hold[] })
+
+/** The gate's answer for one pass (`R`: the reasons a yield may give). */
+export interface Decision<R extends string = YieldReason> {
+  /** Parks to descend now: none on a host where a descent runs; one per host but for a hold. */
+  readonly yields: readonly Yield<R>[]
+  /** Queued sessions that fit on no candidate host, each judged alone (too-big ones excluded). */
   readonly withoutRoom: number
+  /** Queued sessions that fit on no ready measured host even when empty (`too_big`). */
+  readonly unplaceable: number
   /** Descents running in the fleet (each counts for one waiting session). */
   readonly descentsRunning: number
+  /** Hosts held for starving sessions: the memory for the next pass. */
+  readonly holds: readonly Hold[]
   /** Whether an idle session on this host may park instead of descending. */
   readonly mayPark: (hostId: string) => boolean
 }
+
+// ---- orders --------------------------------------------------------------------------------
 
 /** Park order: oldest first, ties by session id. */
 export const byParkAge = (a: Park, b: Park): number =>
@@ -68,60 +129,378 @@ export const oldestPark = (parks: readonly Park[]): Park | undefined => {
   return oldest
 }
 
-/** Queued sessions that fit on no candidate host, each judged alone against the current headroom. */
-export const countWithoutRoom = (fleet: FleetView, limits: Limits = defaults): number => {
-  if (fleet.queue.length === 0) return 0
+const byId = (a: { readonly id: string }, b: { readonly id: string }): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
+
+/** Host order for demand (SPEC §4.1): the most unreserved RAM first (the nearest to a fit), ties by id. */
+export const byNearestToFit = (a: FleetHost, b: FleetHost): number => {
+  const fa = Headroom.freeMib(a.headroom) ?? Number.POSITIVE_INFINITY
+  const fb = Headroom.freeMib(b.headroom) ?? Number.POSITIVE_INFINITY
+  return fa !== fb ? (fb > fa ? 1 : -1) : byId(a, b)
+}
+
+// ---- step 1: unplaceable (too_big) ---------------------------------------------------------
+
+/** The headroom of a host with nothing reserved on it. */
+const emptied = (h: Candidate): Candidate => ({ ...h, entries: 0, headroom: { ...h.headroom, reserved: Headroom.zero } })
+
+/**
+ * Whether `budget` fits on none of the ready measured hosts even if that host were empty
+ * (SPEC §12, `too_big`). With no ready measured host at all nothing is too big: the fleet is
+ * not measured yet, which says nothing about the size of its hosts.
+ */
+export const tooBigFor = (hosts: readonly Candidate[], limits: Limits = defaults): ((budget: Budget) => boolean) => {
+  const sized = hosts.filter((h) => (h.state ?? "ready") === "ready" && Placement.isMeasured(h)).map(emptied)
+  if (sized.length === 0) return () => false
+  const index = Placement.roomIndex(sized, { ...limits, requireMeasured: false })
+  return (budget) => !index.anyFits(budget)
+}
+
+/** Queued sessions no descent can help: too big for every ready measured host, in queue order. */
+export const unplaceable = (fleet: FleetView, limits: Limits = defaults): Queued[] => {
+  if (fleet.queue.length === 0) return []
+  const tooBig = tooBigFor(fleet.hosts, limits)
+  return fleet.queue.filter((q) => tooBig(q.budget))
+}
+
+/** The largest unplaceable budget, per dimension: the size of host the fleet lacks. */
+export const largestOf = (queue: readonly Queued[]): Budget => {
+  let memMib = 0
+  let vcpus = 0
+  for (const q of queue) {
+    memMib = Math.max(memMib, q.budget.memMib)
+    vcpus = Math.max(vcpus, q.budget.vcpus)
+  }
+  return { memMib, vcpus }
+}
+
+// ---- step 2: without room ------------------------------------------------------------------
+
+/**
+ * Queued sessions that fit on no candidate host, each judged alone against the current
+ * headroom, in queue order; sessions too big for every host are left out (no descent helps them).
+ */
+export const withoutRoom = (fleet: FleetView, limits: Limits = defaults): Queued[] => {
+  if (fleet.queue.length === 0) return []
   const index = Placement.roomIndex(fleet.hosts, limits)
+  const waiting = fleet.queue.filter((q) => !index.anyFits(q.budget))
+  if (waiting.length === 0) return waiting
+  const tooBig = tooBigFor(fleet.hosts, limits)
+  return waiting.filter((q) => !tooBig(q.budget))
+}
+
+/** How many queued sessions are without room (`withoutRoom(...).length`). */
+export const countWithoutRoom = (fleet: FleetView, limits: Limits = defaults): number => withoutRoom(fleet, limits).length
+
+// ---- step 3: descents running ---------------------------------------------------------------
+
+/** Descents running in the fleet. */
+export const descentsRunning = (fleet: FleetView): number => {
   let n = 0
-  for (const q of fleet.queue) if (!index.anyFits(q.budget)) n++
+  for (const h of fleet.hosts) n += Math.max(0, h.descentsRunning)
   return n
 }
 
-/** Runs the gate over one fleet read (SPEC §4.1). */
-export const evaluate = (fleet: FleetView, now: number, limits: Limits = defaults): Decision => {
-  const withoutRoom = countWithoutRoom(fleet, limits)
-  let descentsRunning = 0
-  for (const h of fleet.hosts) descentsRunning += Math.max(0, h.descentsRunning)
+// ---- step 4: which parks may yield ---------------------------------------------------------
 
-  const yields: Yield[] = []
-  const demandPool: Placement.Candidate[] = []
+/** The yields that do not wait for demand, and the hosts that may yield for it. */
+export interface Eligible {
+  /** Over-reserved hosts and parks past the hard TTL: they yield regardless of the queue. */
+  readonly forced: readonly Yield[]
+  /** Ready measured hosts with a park, no descent running and no forced yield: the demand pool. */
+  readonly pool: readonly FleetHost[]
+}
+
+/**
+ * SPEC §4.1's per-host rules: a host where a descent runs yields nothing this pass; an
+ * unmeasured host has no parks to judge; an over-reserved host yields its oldest park; a park
+ * past the hard TTL yields; any other ready host with a park may yield for demand, if
+ * `eligible` (a policy's extra rule) agrees.
+ */
+export const mayYield = (
+  fleet: FleetView,
+  now: number,
+  limits: Limits = defaults,
+  eligible: (h: FleetHost) => boolean = () => true,
+): Eligible => {
+  const forced: Yield[] = []
+  const pool: FleetHost[] = []
   for (const h of fleet.hosts) {
-    // A host where a descent runs yields nothing this pass; an unmeasured host has no parks to judge.
     if (h.parks.length === 0 || h.descentsRunning > 0 || !Placement.isMeasured(h)) continue
     const oldest = oldestPark(h.parks) as Park
-    if (Headroom.isOverReserved(h.headroom)) {
-      yields.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "over_reserved" })
-    } else if (now - oldest.parkedAt > limits.parkHardTtlMs) {
-      yields.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "hard_ttl" })
-    } else if ((h.state ?? "ready") === "ready") {
-      // Only a host that takes placements can give its room to the queue.
-      demandPool.push(h)
+    if (Headroom.isOverReserved(h.headroom)) forced.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "over_reserved" })
+    else if (now - oldest.parkedAt > limits.parkHardTtlMs) forced.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "hard_ttl" })
+    // Only a host that takes placements can give its room to the queue.
+    else if ((h.state ?? "ready") === "ready" && eligible(h)) pool.push(h)
+  }
+  return { forced, pool }
+}
+
+// ---- step 5: demand yields -----------------------------------------------------------------
+
+/** Demand yields (SPEC §4.1): the `wanted` hosts nearest to a fit, the oldest park on each. */
+export const nearestToFit = (pool: readonly FleetHost[], wanted: number): Yield[] => {
+  if (wanted <= 0 || pool.length === 0) return []
+  return [...pool]
+    .sort(byNearestToFit)
+    .slice(0, wanted)
+    .map((h) => ({ hostId: h.id, sessionId: (oldestPark(h.parks) as Park).sessionId, reason: "demand" as const }))
+}
+
+// ---- step 6: room for one session on one host (starvation, fitting) ------------------------
+
+/** Queued sessions without room that have waited at least `limitMs`, oldest first. */
+export const starving = (waiting: readonly Queued[], now: number, limitMs: number): Queued[] =>
+  waiting
+    .filter((q) => now - q.queuedAt >= limitMs)
+    .sort((a, b) => a.queuedAt - b.queuedAt || (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0))
+
+const minus = (a: Budget, b: Budget): Budget => ({ memMib: a.memMib - b.memMib, vcpus: a.vcpus - b.vcpus })
+const parkedMib = (parks: readonly Park[]): number => parks.reduce((a, p) => a + p.budget.memMib, 0)
+
+/** What descending parks on one host would do for one budget. */
+export interface Plan {
+  /** The parks to descend, oldest first (all the eligible ones when they do not suffice). */
+  readonly parks: readonly Park[]
+  /** Whether the budget fits once they have descended. */
+  readonly fits: boolean
+}
+
+/**
+ * Room on hosts for one budget at a time, over one fleet read: each host's parks sorted once
+ * (oldest first), then for a budget the parks whose descents make it fit. Each descent frees
+ * its budget and one entry.
+ */
+export class Rooms {
+  private readonly sorted = new Map<string, readonly Park[]>()
+  constructor(readonly limits: Limits = defaults) {}
+
+  /** The host's parks, oldest first. */
+  parksOf(h: FleetHost): readonly Park[] {
+    let parks = this.sorted.get(h.id)
+    if (parks === undefined) {
+      parks = [...h.parks].sort(byParkAge)
+      this.sorted.set(h.id, parks)
     }
+    return parks
   }
 
-  const wanted = Math.max(0, withoutRoom - descentsRunning)
-  if (wanted > 0 && demandPool.length > 0) {
-    // The hosts nearest to a fit: the most unreserved RAM, ties by host id.
-    demandPool.sort((a, b) => {
-      const fa = Headroom.freeMib(a.headroom) ?? Number.POSITIVE_INFINITY
-      const fb = Headroom.freeMib(b.headroom) ?? Number.POSITIVE_INFINITY
-      return fa !== fb ? (fb > fa ? 1 : -1) : a.id < b.id ? -1 : a.id > b.id ? 1 : 0
-    })
-    for (const h of demandPool.slice(0, wanted)) {
-      const oldest = oldestPark((h as FleetHost).parks) as Park
-      yields.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "demand" })
+  /** The oldest parks (those `eligible` accepts) whose descents make `budget` fit on `h`. */
+  plan(h: FleetHost, budget: Budget, eligible: (p: Park) => boolean = () => true): Plan {
+    let headroom = h.headroom
+    let entries = h.entries ?? 0
+    const fitsNow = () => Placement.fitsOn({ ...h, headroom, entries }, budget, this.limits)
+    if (fitsNow()) return { parks: [], fits: true }
+    const out: Park[] = []
+    for (const p of this.parksOf(h)) {
+      if (!eligible(p)) continue
+      out.push(p)
+      headroom = { ...headroom, reserved: minus(headroom.reserved, p.budget) }
+      entries = Math.max(0, entries - 1)
+      if (fitsNow()) return { parks: out, fits: true }
     }
+    return { parks: out, fits: false }
   }
 
-  const measured = new Map<string, boolean>()
-  for (const h of fleet.hosts) measured.set(h.id, Placement.isMeasured(h))
-  return {
-    yields,
-    withoutRoom,
-    descentsRunning,
-    mayPark: (hostId) => withoutRoom === 0 && measured.get(hostId) === true,
+  /** Whether `h` could take `budget` at all: ready, measured, big enough when empty. */
+  could(h: FleetHost, budget: Budget): boolean {
+    return (h.state ?? "ready") === "ready" && Placement.isMeasured(h) && Placement.fitsOn(emptied(h), budget, { ...this.limits, requireMeasured: false })
+  }
+
+  /**
+   * The cheapest room for `budget` made by descents alone: among hosts that could take it, with
+   * no descent running and not `taken`, the one whose eligible parks make it fit with the fewest
+   * MiB descended (ties: the most free RAM, then id).
+   */
+  cheapest(
+    budget: Budget,
+    hosts: readonly FleetHost[],
+    taken: ReadonlySet<string>,
+    eligible?: (p: Park) => boolean,
+  ): { readonly host: FleetHost; readonly plan: Plan } | undefined {
+    let best: { host: FleetHost; plan: Plan; cost: number } | undefined
+    for (const h of hosts) {
+      if (taken.has(h.id) || h.descentsRunning > 0 || h.parks.length === 0 || Headroom.isOverReserved(h.headroom) || !this.could(h, budget)) continue
+      // Quick refusal: even with every park gone the RAM is short.
+      const free = Headroom.gatesRam(h.headroom) ? (Headroom.freeMib(h.headroom) as number) : Number.POSITIVE_INFINITY
+      if (free + parkedMib(h.parks) < budget.memMib) continue
+      const plan = this.plan(h, budget, eligible)
+      if (!plan.fits || plan.parks.length === 0) continue
+      const cost = parkedMib(plan.parks)
+      if (best === undefined || cost < best.cost || (cost === best.cost && byNearestToFit(h, best.host) < 0)) best = { host: h, plan, cost }
+    }
+    return best
   }
 }
+
+/**
+ * The host to hold for a starving session: the cheapest room made by descents alone; failing
+ * that, the host nearest to fitting it (the most free RAM once all its parks descend), where
+ * sessions that end or go idle will add the rest.
+ */
+export const holdFor = (q: Queued, hosts: readonly FleetHost[], taken: ReadonlySet<string>, rooms: Rooms): FleetHost | undefined => {
+  const cheapest = rooms.cheapest(q.budget, hosts, taken)
+  if (cheapest !== undefined) return cheapest.host
+  let nearest: { h: FleetHost; freeAfter: number } | undefined
+  for (const h of hosts) {
+    if (taken.has(h.id) || !rooms.could(h, q.budget)) continue
+    const freeAfter = (Headroom.freeMib(h.headroom) ?? Number.POSITIVE_INFINITY) + parkedMib(h.parks)
+    if (nearest === undefined || freeAfter > nearest.freeAfter || (freeAfter === nearest.freeAfter && byId(h, nearest.h) < 0)) nearest = { h, freeAfter }
+  }
+  return nearest?.h
+}
+
+/** The serving step's answer: the holds for the next pass and the yields on held hosts. */
+export interface Served {
+  readonly holds: readonly Hold[]
+  readonly yields: readonly Yield[]
+}
+
+/**
+ * Holds one host for each session it makes room for, and yields there the parks it takes to
+ * fit (several at once; none while descents run on the host: they free room first).
+ * - A *starving* session (waited past `starvationLimitMs`, oldest first) always gets a host:
+ *   the cheapest room made by descents, else the nearest to fitting it. Its hold stays from
+ *   pass to pass while it starves and the host could take it.
+ * - With `fit`, every other session without room (in queue order) gets the host where
+ *   descending parks alone makes it fit at the least cost, if there is one; its hold stays
+ *   while descents run there or its parks can still make the room.
+ * Sessions served here are left out of the demand count; parks yielded here are not yielded again.
+ */
+export const serve = (
+  fleet: FleetView,
+  waiting: readonly Queued[],
+  ctx: { readonly now: number; readonly limits: Limits; readonly options: Options; readonly memory: Memory },
+  fit: boolean,
+  rooms: Rooms = new Rooms(ctx.limits),
+): Served => {
+  const starvingNow = starving(waiting, ctx.now, ctx.options.starvationLimitMs)
+  if (starvingNow.length === 0 && !fit) return { holds: [], yields: [] }
+  const byHostId = new Map(fleet.hosts.map((h) => [h.id, h]))
+  const previous = new Map(ctx.memory.holds.map((hold) => [hold.sessionId, hold.hostId]))
+  const starvingIds = new Set(starvingNow.map((q) => q.sessionId))
+  const order = fit ? [...starvingNow, ...waiting.filter((q) => !starvingIds.has(q.sessionId))] : starvingNow
+  const taken = new Set<string>()
+  const holds: Hold[] = []
+  const yields: Yield[] = []
+  for (const q of order) {
+    const isStarving = starvingIds.has(q.sessionId)
+    const kept = byHostId.get(previous.get(q.sessionId) ?? "")
+    let h: FleetHost | undefined
+    // A fitting hold lasts while its descents run or its parks can still make the room.
+    if (kept !== undefined && !taken.has(kept.id) && rooms.could(kept, q.budget) && (isStarving || kept.descentsRunning > 0 || rooms.plan(kept, q.budget).fits))
+      h = kept
+    if (h === undefined) h = isStarving ? holdFor(q, fleet.hosts, taken, rooms) : rooms.cheapest(q.budget, fleet.hosts, taken)?.host
+    if (h === undefined) continue
+    taken.add(h.id)
+    holds.push({ sessionId: q.sessionId, hostId: h.id, reason: isStarving ? "starving" : "fit" })
+    // Descents already running on the held host free room: wait for them.
+    if (h.descentsRunning > 0 || Headroom.isOverReserved(h.headroom)) continue
+    const reason = isStarving ? ("starving" as const) : ("demand" as const)
+    for (const p of rooms.plan(h, q.budget).parks) yields.push({ hostId: h.id, sessionId: p.sessionId, reason })
+  }
+  return { holds, yields }
+}
+
+// ---- step 7: may an idle session park ------------------------------------------------------
+
+/** `mayPark`: a measured host, not held for a starving session, while no queued session is without room. */
+export const mayParkOn = (fleet: FleetView, withoutRoomCount: number, holds: readonly Hold[] = []): ((hostId: string) => boolean) => {
+  if (withoutRoomCount > 0) return () => false
+  const measured = new Set<string>()
+  for (const h of fleet.hosts) if (Placement.isMeasured(h)) measured.add(h.id)
+  for (const hold of holds) measured.delete(hold.hostId)
+  return (hostId) => measured.has(hostId)
+}
+
+// ---- the composition -----------------------------------------------------------------------
+
+/** The seams a demand-style policy may change (`X`: the reason its extra yields give). */
+export interface Steps<X extends string = never> {
+  /** Serve every session without room on a held host where descents alone make it fit (`serve` with `fit`). */
+  readonly fit?: boolean
+  /** The queued sessions without room, in the order they count (default: `withoutRoom`). */
+  readonly waiting?: (fleet: FleetView, limits: Limits) => readonly Queued[]
+  /** Extra rule for the demand pool (default: every eligible host). */
+  readonly eligible?: (h: FleetHost, now: number) => boolean
+  /** How the demand yields are chosen from the pool (default: `nearestToFit`). */
+  readonly choose?: (pool: readonly FleetHost[], wanted: number, waiting: readonly Queued[], fleet: FleetView, limits: Limits) => Yield[]
+  /** Extra yields beyond demand, from what is left of the pool after demand (e.g. a reserve of free room). */
+  readonly extra?: (pool: readonly FleetHost[], at: ExtraContext) => Yield<X>[]
+}
+
+/** What an extra step sees. */
+export interface ExtraContext {
+  readonly fleet: FleetView
+  /** The pass's room planner (each host's parks sorted once). */
+  readonly rooms: Rooms
+  /** Hosts held or yielding this pass. */
+  readonly taken: ReadonlySet<string>
+  /** The queued sessions without room. */
+  readonly waiting: readonly Queued[]
+  /** Descents running plus the yields already decided this pass: room on its way. */
+  readonly committed: number
+  readonly now: number
+  readonly limits: Limits
+}
+
+/** The gate's full input beside the fleet: time, limits, options and the memory of the last pass. */
+export interface Context {
+  readonly now: number
+  readonly limits?: Limits
+  readonly options?: Options
+  readonly memory?: Memory
+}
+
+/**
+ * SPEC §4.1 with its seams: starving sessions first (their held hosts), then the forced
+ * yields, then `K = max(0, U − E)` demand yields (U counts the starving sessions too, minus
+ * the yields already made for them), then a policy's extra yields. At most one yield per host,
+ * but for a held host.
+ */
+export const decide = <X extends string = never>(fleet: FleetView, ctx: Context, steps: Steps<X> = {}): Decision<YieldReason | X> => {
+  const limits = ctx.limits ?? defaults
+  const options = ctx.options ?? defaultOptions
+  const now = ctx.now
+  const waiting = (steps.waiting ?? withoutRoom)(fleet, limits)
+  const unplaceableCount = fleet.queue.length === 0 ? 0 : unplaceable(fleet, limits).length
+  const descents = descentsRunning(fleet)
+
+  const rooms = new Rooms(limits)
+  const starved = serve(fleet, waiting, { now, limits, options, memory: ctx.memory ?? noMemory }, steps.fit === true, rooms)
+  const held = new Set(starved.holds.map((h) => h.hostId))
+  const eligibleStep = steps.eligible
+  const { forced, pool } = mayYield(fleet, now, limits, (h) => !held.has(h.id) && (eligibleStep === undefined || eligibleStep(h, now)))
+  const yields: Yield<YieldReason | X>[] = [...starved.yields]
+  const yielded = new Set(yields.map((y) => y.sessionId))
+  for (const y of forced) if (!yielded.has(y.sessionId)) yields.push(y)
+
+  // A starving session with a held host is served there (its descents and yields count for it
+  // alone); the rest of U is met by the descents running elsewhere, then by demand yields.
+  let descentsElsewhere = 0
+  for (const h of fleet.hosts) if (!held.has(h.id)) descentsElsewhere += Math.max(0, h.descentsRunning)
+  const wanted = Math.max(0, waiting.length - starved.holds.length - descentsElsewhere)
+  const demand = (steps.choose ?? ((p, w) => nearestToFit(p, w)))(pool, wanted, waiting, fleet, limits)
+  yields.push(...demand)
+  if (steps.extra !== undefined) {
+    const used = new Set(demand.map((y) => y.hostId))
+    const rest = pool.filter((h) => !used.has(h.id))
+    // What the extra step may count on: every descent running and every yield made so far.
+    const taken = new Set([...held, ...yields.map((y) => y.hostId)])
+    yields.push(...steps.extra(rest, { fleet, rooms, taken, waiting, committed: descents + yields.length, now, limits }))
+  }
+  return {
+    yields,
+    withoutRoom: waiting.length,
+    unplaceable: unplaceableCount,
+    descentsRunning: descents,
+    holds: starved.holds,
+    mayPark: mayParkOn(fleet, waiting.length, starved.holds),
+  }
+}
+
+/** Runs the gate over one fleet read (SPEC §4.1, §12). */
+export const evaluate = (fleet: FleetView, now: number, limits: Limits = defaults, options: Options = defaultOptions, memory: Memory = noMemory): Decision =>
+  decide(fleet, { now, limits, options, memory })
 
 /** Whether an idle session on `hostId` may park now: the host is measured and no queued session is without room. */
 export const mayPark = (fleet: FleetView, hostId: string, limits: Limits = defaults): boolean => {

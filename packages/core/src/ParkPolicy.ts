@@ -1,9 +1,11 @@
 /**
- * Park policies (SPEC §4.2): the default demand gate of §4.1 and the alternatives the fleet
- * simulator compares it with. Each policy is a pure function of one fleet read, the time and
- * the limits, and answers as `ParkGate.evaluate` does: the parks that yield this pass and
- * whether an idle session may park. `demand` is `ParkGate.evaluate` itself; the rest are
- * options for measurement, not for production.
+ * Park policies (SPEC §4.2): the demand gate of §4.1 and the alternatives the fleet simulator
+ * compares it with. Each policy is a pure function of one fleet read and a context (the time,
+ * the limits, its options, what the gate remembers from the last pass, and the recent demand
+ * for room), and answers as `ParkGate.decide` does: the parks that yield this pass and whether
+ * an idle session may park. Every demand-style policy is `ParkGate.decide` with one of its
+ * seams changed; `floor30`, `never-park` and `park-forever` are the baselines measured against.
+ * `defaultName` is the policy the coordinator runs.
  */
 import * as Headroom from "./Headroom.js"
 import type { Budget } from "./Headroom.js"
@@ -22,8 +24,9 @@ export type Name =
   | "demand-cumulative"
   | "demand-fitting"
   | "demand-minage"
+  | "demand-reserve"
 
-/** Every policy, the default first. */
+/** Every policy; the SPEC §4.1 gate first. */
 export const names: readonly Name[] = [
   "demand",
   "floor30",
@@ -32,7 +35,11 @@ export const names: readonly Name[] = [
   "demand-cumulative",
   "demand-fitting",
   "demand-minage",
+  "demand-reserve",
 ]
+
+/** The policy the coordinator runs by default: the best measured in the simulator (see its README). */
+export const defaultName: Name = "demand-reserve"
 
 /** What each policy does, in a line. */
 export const summaries: { readonly [N in Name]: string } = {
@@ -43,52 +50,85 @@ export const summaries: { readonly [N in Name]: string } = {
   "demand-cumulative": "demand, the queue judged cumulatively (first-fit of the whole queue in FIFO order)",
   "demand-fitting": "demand, preferring the park whose descent alone makes a waiting session fit",
   "demand-minage": "demand, but a park younger than the minimum age never yields for demand (anti-thrash)",
+  "demand-reserve": "demand, serving each waiting session on one host at once, plus a reserve of free room sized from the recent demand: old parks descend before anyone waits",
 }
 
 /** Whether `s` names a policy. */
 export const isName = (s: string): s is Name => (names as readonly string[]).includes(s)
 
-/** Why a park yields: the gate's reasons, plus `floor` for the percentage floor. */
-export type Reason = ParkGate.YieldReason | "floor"
+/** Why a park yields: the gate's reasons, `floor` for the percentage floor, `reserve` for the reserve of free room. */
+export type Reason = ParkGate.YieldReason | "floor" | "reserve"
+
+/** Every reason, for counters. */
+export const reasons: readonly Reason[] = ["demand", "over_reserved", "hard_ttl", "starving", "floor", "reserve"]
 
 /** One park to descend this pass. */
-export interface PolicyYield {
-  readonly hostId: string
-  readonly sessionId: string
-  readonly reason: Reason
-}
+export type PolicyYield = ParkGate.Yield<Reason>
 
 /** A policy's answer for one pass: `ParkGate.Decision` with the wider set of reasons. */
-export interface Decision {
-  readonly yields: readonly PolicyYield[]
-  /** Queued sessions without room, as this policy counts them. */
-  readonly withoutRoom: number
-  readonly descentsRunning: number
-  readonly mayPark: (hostId: string) => boolean
-}
+export type Decision = ParkGate.Decision<Reason>
 
-/** The knobs of the alternative policies. */
-export interface Options {
+/** The knobs of the policies. */
+export interface Options extends ParkGate.Options {
   /** `floor30`: the share of a host's RAM capacity that must stay unreserved for its parks to hold. */
   readonly floorPct: number
   /** `demand-minage`: a park younger than this never yields for demand. */
   readonly minParkAgeMs: number
+  /**
+   * `demand-reserve`: the free room kept is the room reserved over this much recent time
+   * (`reservedMibPerSec × reserveLeadMs`): what arrivals take while a descent started now runs.
+   */
+  readonly reserveLeadMs: number
+  /** `demand-reserve`: a park younger than this never yields for the reserve (only for a session that waits). */
+  readonly reserveMinParkAgeMs: number
+  /** `demand-reserve`: each size gets as many places as its expected arrivals reach with this probability. */
+  readonly reserveQuantile: number
+  /** `demand-reserve`: when old parks cannot make the reserve, younger ones yield too (oldest first). */
+  readonly reserveYoungToo: boolean
+  /** `demand-reserve`: a park younger than this never yields for the reserve, old parks short or not. */
+  readonly reserveYoungMinAgeMs: number
 }
 
-/** Seed 000's floor (30 %) and a five-minute minimum park age. */
-export const defaultOptions: Options = Object.freeze({ floorPct: 30, minParkAgeMs: 5 * 60 * 1000 })
+/** Seed 000's floor (30 %), a five-minute minimum park age, and the measured reserve knobs. */
+export const defaultOptions: Options = Object.freeze({
+  ...ParkGate.defaultOptions,
+  floorPct: 30,
+  minParkAgeMs: 5 * 60 * 1000,
+  reserveLeadMs: 60 * 1000,
+  reserveMinParkAgeMs: 5 * 60 * 1000,
+  reserveQuantile: 0.9,
+  reserveYoungToo: true,
+  reserveYoungMinAgeMs: 60 * 1000,
+})
 
-// ---- shared pieces --------------------------------------------------------------------------
+/** The recent demand for room, measured by the reaper between passes. */
+export interface Recent {
+  /** New reservations per second (MiB): creates, cold resumes, move targets. */
+  readonly reservedMibPerSec: number
+}
+
+/** Everything a policy reads besides the fleet. */
+export interface Context {
+  readonly now: number
+  readonly limits?: Limits | undefined
+  readonly options?: Options | undefined
+  /** What the gate answered last pass (`Decision.holds`); empty at start. */
+  readonly memory?: ParkGate.Memory | undefined
+  /** Missing: no reserve is kept. */
+  readonly recent?: Recent | undefined
+}
+
+/** A policy as the reaper calls it. */
+export type Policy = (fleet: FleetView, ctx: Context) => Decision
+
+const gateContext = (ctx: Context): ParkGate.Context => ({
+  now: ctx.now,
+  limits: ctx.limits ?? defaults,
+  options: ctx.options ?? defaultOptions,
+  memory: ctx.memory ?? ParkGate.noMemory,
+})
 
 const { byParkAge, oldestPark } = ParkGate
-
-const byId = (a: { readonly id: string }, b: { readonly id: string }): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
-
-const descentsIn = (fleet: FleetView): number => {
-  let n = 0
-  for (const h of fleet.hosts) n += Math.max(0, h.descentsRunning)
-  return n
-}
 
 const measuredHosts = (fleet: FleetView): ReadonlySet<string> => {
   const s = new Set<string>()
@@ -96,61 +136,17 @@ const measuredHosts = (fleet: FleetView): ReadonlySet<string> => {
   return s
 }
 
-/** The hosts nearest to a fit first: the most unreserved RAM, ties by host id (SPEC §4.1). */
-const nearestToFit = (a: FleetHost, b: FleetHost): number => {
-  const fa = Headroom.freeMib(a.headroom) ?? Number.POSITIVE_INFINITY
-  const fb = Headroom.freeMib(b.headroom) ?? Number.POSITIVE_INFINITY
-  return fa !== fb ? (fb > fa ? 1 : -1) : byId(a, b)
-}
+// ---- the baselines ---------------------------------------------------------------------------
 
-/** How a demand-style policy picks its demand yields from the eligible hosts. */
-type DemandChooser = (pool: FleetHost[], wanted: number, fleet: FleetView, now: number, limits: Limits) => PolicyYield[]
-
-/** The default choice: the `wanted` hosts nearest to a fit, the oldest park on each. */
-const nearestHosts: DemandChooser = (pool, wanted) =>
-  pool
-    .sort(nearestToFit)
-    .slice(0, wanted)
-    .map((h) => ({ hostId: h.id, sessionId: (oldestPark(h.parks) as Park).sessionId, reason: "demand" as const }))
-
-/**
- * The skeleton of SPEC §4.1 with two seams: how the queue is counted and how demand yields
- * are chosen. With `ParkGate.countWithoutRoom` and `nearestHosts` it answers exactly as
- * `ParkGate.evaluate` (a property test pins this).
- */
-const demandGate = (
-  fleet: FleetView,
-  now: number,
-  limits: Limits,
-  withoutRoom: number,
-  choose: DemandChooser,
-  eligible: (h: FleetHost) => boolean = () => true,
-): Decision => {
-  const descentsRunning = descentsIn(fleet)
-  const yields: PolicyYield[] = []
-  const pool: FleetHost[] = []
-  for (const h of fleet.hosts) {
-    if (h.parks.length === 0 || h.descentsRunning > 0 || !Placement.isMeasured(h)) continue
-    const oldest = oldestPark(h.parks) as Park
-    if (Headroom.isOverReserved(h.headroom)) yields.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "over_reserved" })
-    else if (now - oldest.parkedAt > limits.parkHardTtlMs) yields.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "hard_ttl" })
-    else if ((h.state ?? "ready") === "ready" && eligible(h)) pool.push(h)
-  }
-  const wanted = Math.max(0, withoutRoom - descentsRunning)
-  if (wanted > 0 && pool.length > 0) yields.push(...choose(pool, wanted, fleet, now, limits))
-  const measured = measuredHosts(fleet)
-  return { yields, withoutRoom, descentsRunning, mayPark: (hostId) => withoutRoom === 0 && measured.has(hostId) }
-}
-
-/** Exposed for the property test that pins the skeleton to `ParkGate.evaluate`. */
-export const demandSkeleton = (fleet: FleetView, now: number, limits: Limits = defaults): Decision =>
-  demandGate(fleet, now, limits, ParkGate.countWithoutRoom(fleet, limits), nearestHosts)
-
-// ---- the policies ---------------------------------------------------------------------------
-
-/** The default gate (SPEC §4.1): `ParkGate.evaluate`. */
-export const demand = (fleet: FleetView, now: number, limits: Limits = defaults): Decision =>
-  ParkGate.evaluate(fleet, now, limits)
+/** Figures every baseline reports like the gate does (for the fleet signal and the simulator). */
+const baseline = (fleet: FleetView, limits: Limits, yields: PolicyYield[], mayPark: (hostId: string) => boolean): Decision => ({
+  yields,
+  withoutRoom: ParkGate.countWithoutRoom(fleet, limits),
+  unplaceable: ParkGate.unplaceable(fleet, limits).length,
+  descentsRunning: ParkGate.descentsRunning(fleet),
+  holds: [],
+  mayPark,
+})
 
 /**
  * Seed 000's percentage floor (before #1782), on the one headroom: a park holds only while
@@ -185,12 +181,7 @@ export const floor = (fleet: FleetView, now: number, limits: Limits = defaults, 
       if (now - oldest.parkedAt > limits.parkHardTtlMs) yields.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "hard_ttl" })
     }
   }
-  return {
-    yields,
-    withoutRoom: ParkGate.countWithoutRoom(fleet, limits),
-    descentsRunning: descentsIn(fleet),
-    mayPark: (hostId) => aboveFloor.has(hostId),
-  }
+  return baseline(fleet, limits, yields, (hostId) => aboveFloor.has(hostId))
 }
 
 /** Parks age out at the hard TTL (one per host per pass); nothing else yields. */
@@ -205,61 +196,53 @@ const ttlOnly = (fleet: FleetView, now: number, limits: Limits): PolicyYield[] =
 }
 
 /** No parks: every idle session descends at once (a park left from before still ages out). */
-export const neverPark = (fleet: FleetView, now: number, limits: Limits = defaults): Decision => ({
-  yields: ttlOnly(fleet, now, limits),
-  withoutRoom: ParkGate.countWithoutRoom(fleet, limits),
-  descentsRunning: descentsIn(fleet),
-  mayPark: () => false,
-})
+export const neverPark = (fleet: FleetView, now: number, limits: Limits = defaults): Decision =>
+  baseline(fleet, limits, ttlOnly(fleet, now, limits), () => false)
 
 /** The other extreme: every idle session on a measured host parks; a park yields only at the hard TTL. */
 export const parkForever = (fleet: FleetView, now: number, limits: Limits = defaults): Decision => {
   const measured = measuredHosts(fleet)
-  return {
-    yields: ttlOnly(fleet, now, limits),
-    withoutRoom: ParkGate.countWithoutRoom(fleet, limits),
-    descentsRunning: descentsIn(fleet),
-    mayPark: (hostId) => measured.has(hostId),
-  }
+  return baseline(fleet, limits, ttlOnly(fleet, now, limits), (hostId) => measured.has(hostId))
+}
+
+// ---- demand and its variants: ParkGate.decide with one seam changed --------------------------
+
+/** The default gate (SPEC §4.1): `ParkGate.decide`. */
+export const demand = (fleet: FleetView, now: number, limits: Limits = defaults, options: Options = defaultOptions): Decision =>
+  ParkGate.decide(fleet, { now, limits, options })
+
+/** Places `budget` best-fit on the index and takes its room; answers whether it placed. */
+const placeInto = (index: PlacementIndex.Index, budget: Budget): boolean => {
+  const id = index.pick({ budget })
+  if (id === null) return false
+  const c = index.get(id) as Placement.Candidate
+  index.upsert({ ...c, headroom: { ...c.headroom, reserved: Headroom.add(c.headroom.reserved, budget) }, entries: (c.entries ?? 0) + 1 })
+  return true
 }
 
 /**
  * Queued sessions that do not place when the whole queue is placed in FIFO order, each
- * placement taking its room (best fit, as placement ranks). Two sessions that each fit alone
- * into the one hole count as one without room.
+ * placement taking its room (best fit, as placement ranks), in queue order. Two sessions that
+ * each fit alone into the one hole count as one without room. Too-big sessions are left out.
  */
-export const countWithoutRoomCumulative = (fleet: FleetView, limits: Limits = defaults): number => {
-  if (fleet.queue.length === 0) return 0
+export const withoutRoomCumulative = (fleet: FleetView, limits: Limits = defaults): Queued[] => {
+  if (fleet.queue.length === 0) return []
   const index = new PlacementIndex.Index(limits)
   for (const h of fleet.hosts) index.upsert(h)
-  let n = 0
-  for (const q of fleet.queue) {
-    const id = index.pick({ budget: q.budget })
-    if (id === null) {
-      n++
-      continue
-    }
-    const c = index.get(id) as Placement.Candidate
-    index.upsert({
-      ...c,
-      headroom: { ...c.headroom, reserved: Headroom.add(c.headroom.reserved, q.budget) },
-      entries: (c.entries ?? 0) + 1,
-    })
-  }
-  return n
+  const out = fleet.queue.filter((q) => !placeInto(index, q.budget))
+  if (out.length === 0) return out
+  const tooBig = ParkGate.tooBigFor(fleet.hosts, limits)
+  return out.filter((q) => !tooBig(q.budget))
 }
+
+/** How many queued sessions are without room, judged cumulatively. */
+export const countWithoutRoomCumulative = (fleet: FleetView, limits: Limits = defaults): number => withoutRoomCumulative(fleet, limits).length
 
 /** The demand gate with the queue judged cumulatively. */
-export const demandCumulative = (fleet: FleetView, now: number, limits: Limits = defaults): Decision =>
-  demandGate(fleet, now, limits, countWithoutRoomCumulative(fleet, limits), nearestHosts)
+export const demandCumulative = (fleet: FleetView, now: number, limits: Limits = defaults, options: Options = defaultOptions): Decision =>
+  ParkGate.decide(fleet, { now, limits, options }, { waiting: withoutRoomCumulative })
 
-/** The queued sessions that fit on no candidate host, each judged alone, in queue order. */
-export const queuedWithoutRoom = (fleet: FleetView, limits: Limits = defaults): Queued[] => {
-  if (fleet.queue.length === 0) return []
-  const index = Placement.roomIndex(fleet.hosts, limits)
-  return fleet.queue.filter((q) => !index.anyFits(q.budget))
-}
-
+const byId = (a: { readonly id: string }, b: { readonly id: string }): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 const minus = (a: Budget, b: Budget): Budget => ({ memMib: a.memMib - b.memMib, vcpus: a.vcpus - b.vcpus })
 
 /**
@@ -268,8 +251,7 @@ const minus = (a: Budget, b: Budget): Budget => ({ memMib: a.memMib - b.memMib, 
  * fit among such hosts). A session that no single descent can help gets the default choice
  * (the host nearest to a fit), so a big session still gathers room over several passes.
  */
-const fittingChooser: DemandChooser = (pool, wanted, fleet, _now, limits) => {
-  const waiting = queuedWithoutRoom(fleet, limits)
+const fitting = (pool: readonly FleetHost[], wanted: number, waiting: readonly Queued[], _fleet: FleetView, limits: Limits): ParkGate.Yield[] => {
   const hosts = [...pool].sort(byId)
   const parksOf = new Map<string, Park[]>(hosts.map((h) => [h.id, [...h.parks].sort(byParkAge)]))
   const biggest = new Map<string, Budget>()
@@ -284,7 +266,7 @@ const fittingChooser: DemandChooser = (pool, wanted, fleet, _now, limits) => {
   }
   const taken = new Set<string>()
   const hopeless = new Set<string>()
-  const yields: PolicyYield[] = []
+  const yields: ParkGate.Yield[] = []
   for (let i = 0; yields.length < wanted && taken.size < hosts.length; i++) {
     const q = waiting[i]
     if (q === undefined) break
@@ -309,7 +291,7 @@ const fittingChooser: DemandChooser = (pool, wanted, fleet, _now, limits) => {
     }
     if (best === undefined) {
       hopeless.add(key)
-      const fallback = hosts.filter((h) => !taken.has(h.id)).sort(nearestToFit)[0]
+      const fallback = hosts.filter((h) => !taken.has(h.id)).sort(ParkGate.byNearestToFit)[0]
       if (fallback === undefined) break
       best = { host: fallback, park: (parksOf.get(fallback.id) as Park[])[0] as Park, leftMib: 0 }
     }
@@ -320,47 +302,170 @@ const fittingChooser: DemandChooser = (pool, wanted, fleet, _now, limits) => {
 }
 
 /** The demand gate, preferring the park whose descent actually makes a waiting session fit. */
-export const demandFitting = (fleet: FleetView, now: number, limits: Limits = defaults): Decision =>
-  demandGate(fleet, now, limits, ParkGate.countWithoutRoom(fleet, limits), fittingChooser)
+export const demandFitting = (fleet: FleetView, now: number, limits: Limits = defaults, options: Options = defaultOptions): Decision =>
+  ParkGate.decide(fleet, { now, limits, options }, { choose: fitting })
+
+/** A host whose oldest park is at least `minAgeMs` old. */
+const oldEnough =
+  (minAgeMs: number) =>
+  (h: FleetHost, now: number): boolean =>
+    now - (oldestPark(h.parks) as Park).parkedAt >= minAgeMs
 
 /**
  * The demand gate with a minimum park age: a host whose oldest park is younger than
  * `minParkAgeMs` yields nothing for demand (a fresh park is the likeliest to resume soon).
- * Over-reservation and the hard TTL still apply.
+ * Over-reservation, the hard TTL and starvation still apply.
  */
-export const demandMinAge = (
-  fleet: FleetView,
-  now: number,
-  limits: Limits = defaults,
-  minParkAgeMs = defaultOptions.minParkAgeMs,
-): Decision =>
-  demandGate(fleet, now, limits, ParkGate.countWithoutRoom(fleet, limits), nearestHosts, (h) => {
-    const oldest = oldestPark(h.parks) as Park
-    return now - oldest.parkedAt >= minParkAgeMs
-  })
+export const demandMinAge = (fleet: FleetView, now: number, limits: Limits = defaults, options: Options = defaultOptions): Decision =>
+  ParkGate.decide(fleet, { now, limits, options }, { eligible: oldEnough(options.minParkAgeMs) })
 
-/** Runs the named policy over one fleet read. */
-export const evaluate = (
-  name: Name,
-  fleet: FleetView,
-  now: number,
-  limits: Limits = defaults,
-  options: Options = defaultOptions,
-): Decision => {
+// ---- demand-reserve ----------------------------------------------------------------------------
+
+/** The least `k` with P(N ≤ k) ≥ `q` for N ~ Poisson(`mean`). */
+export const poissonQuantile = (mean: number, q: number): number => {
+  if (!(mean > 0)) return 0
+  let term = Math.exp(-mean)
+  let cdf = term
+  let k = 0
+  while (cdf < q && k < 10_000) {
+    k++
+    term *= mean / k
+    cdf += term
+  }
+  return k
+}
+
+/**
+ * The sessions expected to ask for room within `reserveLeadMs`, largest first. The rate of
+ * sessions is the recent demand (`reservedMibPerSec`) over the mean size of the sessions of this
+ * fleet (those parked and queued now, but for queued ones too big for every host); each size takes its share of that rate, and gets as many
+ * places as a Poisson count reaches with probability `reserveQuantile`: a rare big size still
+ * gets one place when it is likely enough to come, which a reserve counted in MiB would miss.
+ */
+export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, options: Options = defaultOptions, maxCount = 256): Budget[] => {
+  if (recent === undefined || !(recent.reservedMibPerSec > 0)) return []
+  const sizes = new Map<string, { budget: Budget; count: number }>()
+  let total = 0
+  let mib = 0
+  const add = (b: Budget): void => {
+    const key = `${b.memMib}:${b.vcpus}`
+    const g = sizes.get(key)
+    if (g === undefined) sizes.set(key, { budget: b, count: 1 })
+    else g.count++
+    total++
+    mib += b.memMib
+  }
+  // Sizes no host could take (SPEC §12 too_big) are no reason to make room.
+  const tooBig = ParkGate.tooBigFor(fleet.hosts)
+  for (const h of fleet.hosts) for (const p of h.parks) add(p.budget)
+  for (const q of fleet.queue) if (!tooBig(q.budget)) add(q.budget)
+  if (total === 0) return []
+  const sessionsPerLead = (recent.reservedMibPerSec / (mib / total)) * (options.reserveLeadMs / 1000)
+  const out: Budget[] = []
+  const groups = [...sizes.values()].sort((a, b) => b.budget.memMib - a.budget.memMib || b.budget.vcpus - a.budget.vcpus)
+  for (const g of groups) {
+    const places = poissonQuantile((sessionsPerLead * g.count) / total, options.reserveQuantile)
+    for (let k = 0; k < places && out.length < maxCount; k++) out.push(g.budget)
+  }
+  return out
+}
+
+/**
+ * The expected arrivals that would find no room, largest first: they are placed best-fit,
+ * largest first, into the headroom there is now (each taking its room).
+ */
+export const reserveShortfall = (fleet: FleetView, arrivals: readonly Budget[], limits: Limits = defaults): Budget[] => {
+  if (arrivals.length === 0) return []
+  const index = new PlacementIndex.Index(limits)
+  for (const h of fleet.hosts) index.upsert(h)
+  return arrivals.filter((b) => !placeInto(index, b))
+}
+
+/**
+ * The reserve step: the expected arrivals that would find no room (less as many as the room
+ * already on its way covers, the smallest first) each get room made for them, on the host where
+ * descending parks at least `reserveMinParkAgeMs` old makes them fit at the least cost (several
+ * parks at once when one is not enough), or else the oldest such park on the host nearest to a
+ * fit; when old parks cannot make the reserve, parks at least `reserveYoungMinAgeMs` old do. A session that goes idle still parks (a fresh park is the likeliest to resume); old
+ * parks make the room instead.
+ */
+const reserveStep =
+  (recent: Recent | undefined, options: Options): NonNullable<ParkGate.Steps<"reserve">["extra"]> =>
+  (pool, at) => {
+    const short = reserveShortfall(at.fleet, expectedArrivals(at.fleet, recent, options), at.limits)
+    const covered = Math.max(0, at.committed - at.waiting.length)
+    let targets = short.slice(0, Math.max(0, short.length - covered))
+    if (targets.length === 0) return []
+    const old = (p: Park): boolean => at.now - p.parkedAt >= options.reserveMinParkAgeMs
+    const notFresh = (p: Park): boolean => at.now - p.parkedAt >= options.reserveYoungMinAgeMs
+    const taken = new Set(at.taken)
+    const yields: ParkGate.Yield<"reserve">[] = []
+    // Old parks first; when they cannot make the room, the oldest of the young ones.
+    for (const eligible of options.reserveYoungToo ? [old, notFresh] : [old]) {
+      let fallback = pool.filter((h) => !taken.has(h.id) && h.parks.some(eligible)).sort(ParkGate.byNearestToFit)
+      const left: Budget[] = []
+      for (const b of targets) {
+        const room = at.rooms.cheapest(b, at.fleet.hosts, taken, eligible)
+        if (room !== undefined) {
+          taken.add(room.host.id)
+          for (const p of room.plan.parks) yields.push({ hostId: room.host.id, sessionId: p.sessionId, reason: "reserve" })
+          continue
+        }
+        fallback = fallback.filter((h) => !taken.has(h.id))
+        const h = fallback[0]
+        if (h === undefined) {
+          left.push(b)
+          continue
+        }
+        taken.add(h.id)
+        const p = at.rooms.parksOf(h).find(eligible) as Park
+        yields.push({ hostId: h.id, sessionId: p.sessionId, reason: "reserve" })
+      }
+      targets = left
+      if (targets.length === 0) break
+    }
+    return yields
+  }
+
+/**
+ * Demand, with two changes: every session without room is served on one held host where
+ * descents alone make it fit (all the parks it needs descend at once, the cheapest such host),
+ * and a reserve of free room sized from the recent demand for room (`Recent`) is kept: when
+ * the sessions expected while a descent runs would not all fit, old parks descend before anyone
+ * waits. Without a `recent` figure no reserve is kept.
+ */
+export const demandReserve = (fleet: FleetView, ctx: Context): Decision => {
+  const options = ctx.options ?? defaultOptions
+  return ParkGate.decide(fleet, gateContext(ctx), { fit: true, extra: reserveStep(ctx.recent, options) })
+}
+
+// ---- by name -------------------------------------------------------------------------------------
+
+/** The named policy as a function of the fleet and the context. */
+export const policy = (name: Name): Policy => {
   switch (name) {
     case "demand":
-      return demand(fleet, now, limits)
+      return (fleet, ctx) => ParkGate.decide(fleet, gateContext(ctx))
     case "floor30":
-      return floor(fleet, now, limits, options.floorPct)
+      return (fleet, ctx) => floor(fleet, ctx.now, ctx.limits ?? defaults, (ctx.options ?? defaultOptions).floorPct)
     case "never-park":
-      return neverPark(fleet, now, limits)
+      return (fleet, ctx) => neverPark(fleet, ctx.now, ctx.limits ?? defaults)
     case "park-forever":
-      return parkForever(fleet, now, limits)
+      return (fleet, ctx) => parkForever(fleet, ctx.now, ctx.limits ?? defaults)
     case "demand-cumulative":
-      return demandCumulative(fleet, now, limits)
+      return (fleet, ctx) => ParkGate.decide(fleet, gateContext(ctx), { waiting: withoutRoomCumulative })
     case "demand-fitting":
-      return demandFitting(fleet, now, limits)
+      return (fleet, ctx) => ParkGate.decide(fleet, gateContext(ctx), { choose: fitting })
     case "demand-minage":
-      return demandMinAge(fleet, now, limits, options.minParkAgeMs)
+      return (fleet, ctx) => ParkGate.decide(fleet, gateContext(ctx), { eligible: oldEnough((ctx.options ?? defaultOptions).minParkAgeMs) })
+    case "demand-reserve":
+      return demandReserve
   }
 }
+
+/** Runs the named policy over one fleet read with the full context. */
+export const decide = (name: Name, fleet: FleetView, ctx: Context): Decision => policy(name)(fleet, ctx)
+
+/** Runs the named policy over one fleet read (no memory of a last pass, no recent demand). */
+export const evaluate = (name: Name, fleet: FleetView, now: number, limits: Limits = defaults, options: Options = defaultOptions): Decision =>
+  decide(name, fleet, { now, limits, options })

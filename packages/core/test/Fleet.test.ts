@@ -21,5 +21,26 @@ describe("Fleet.snapshot", () => {
     // q2 (4 GiB) fits on the unmeasured host u, which RAM does not gate.
     expect(s.queue).toEqual({ sessions: 2, memMib: 6144, vcpus: 2, withoutRoom: 0 })
     expect([s.parks, s.descentsRunning]).toEqual([1, 1])
+    expect(s.unplaceable).toEqual({ count: 0, largestMemMib: 0, largestVcpus: 0 })
+  })
+
+  it("reports the queued sessions no ready measured host could take even empty, and their largest budget", () => {
+    const host = (id: string, allocatableMib: number, cpuBudget: number) => ({
+      id,
+      headroom: { allocatableMib, cpuBudget, reserved: { memMib: allocatableMib, vcpus: 0 } },
+      descentsRunning: 0,
+      parks: [],
+    })
+    const s = Fleet.snapshot({
+      hosts: [host("a", 65_536, 64), host("b", 131_072, 32)],
+      queue: [
+        { sessionId: "fits-b", budget: { memMib: 100_000, vcpus: 8 }, queuedAt: 0 },
+        { sessionId: "ram", budget: { memMib: 200_000, vcpus: 8 }, queuedAt: 1 },
+        { sessionId: "cpu", budget: { memMib: 1024, vcpus: 96 }, queuedAt: 2 },
+      ],
+    })
+    expect(s.unplaceable).toEqual({ count: 2, largestMemMib: 200_000, largestVcpus: 96 })
+    // The placeable one waits for room; the two others are the cue for a bigger host, not for more hosts.
+    expect(s.queue.withoutRoom).toBe(1)
   })
 })

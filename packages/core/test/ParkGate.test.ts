@@ -1,6 +1,6 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { Limits, ParkGate } from "../src/index.js"
+import { Headroom, Limits, ParkGate } from "../src/index.js"
 import type { FleetHost, FleetView, Park } from "../src/index.js"
 
 const GiB = 1024
@@ -12,8 +12,9 @@ const fleetHost = (id: string, allocatableMib: number | null, reservedMib: numbe
   parks,
   ...extra,
 })
-const queued = (sessionId: string, memMib: number, queuedAt = 0) => ({ sessionId, budget: { memMib, vcpus: 1 }, queuedAt })
 const NOW = 1_000_000
+// Queued a second before NOW by default: waiting, not starving.
+const queued = (sessionId: string, memMib: number, queuedAt = NOW - 1000) => ({ sessionId, budget: { memMib, vcpus: 1 }, queuedAt })
 
 describe("ParkGate", () => {
   it("a park yields to a queued session with no room", () => {
@@ -174,5 +175,130 @@ describe("ParkGate", () => {
         }
       }),
     )
+  })
+
+  it("the steps compose into the gate: forced yields, then K = U − E demand yields on the hosts nearest to a fit", () => {
+    const fleet: FleetView = {
+      hosts: [
+        fleetHost("over", 8 * GiB, 9 * GiB, [park("o", 5)]),
+        fleetHost("near", 16 * GiB, 12 * GiB, [park("n2", 3), park("n1", 2)]),
+        fleetHost("far", 16 * GiB, 15 * GiB, [park("f", 1)]),
+        fleetHost("busy", 16 * GiB, 16 * GiB, [park("b", 1)], { descentsRunning: 1 }),
+      ],
+      queue: [queued("q1", 6 * GiB), queued("q2", 6 * GiB), queued("q3", 6 * GiB)],
+    }
+    expect(ParkGate.withoutRoom(fleet).map((q) => q.sessionId)).toEqual(["q1", "q2", "q3"])
+    expect(ParkGate.descentsRunning(fleet)).toBe(1)
+    const { forced, pool } = ParkGate.mayYield(fleet, NOW)
+    expect(forced).toEqual([{ hostId: "over", sessionId: "o", reason: "over_reserved" }])
+    expect(pool.map((h) => h.id)).toEqual(["near", "far"])
+    expect(ParkGate.nearestToFit(pool, 1)).toEqual([{ hostId: "near", sessionId: "n1", reason: "demand" }])
+    expect(ParkGate.evaluate(fleet, NOW).yields).toEqual([...forced, ...ParkGate.nearestToFit(pool, 3 - 1)])
+  })
+
+  describe("unplaceable sessions (too_big)", () => {
+    const hosts = [fleetHost("h1", 16 * GiB, 16 * GiB, [park("p1", 1)]), fleetHost("h2", 32 * GiB, 31 * GiB, [park("p2", 1)])]
+
+    it("a queued session bigger than every ready measured host even when empty is unplaceable, and does not count as without room", () => {
+      const fleet: FleetView = { hosts, queue: [queued("huge", 40 * GiB), queued("ok", 20 * GiB)] }
+      expect(ParkGate.unplaceable(fleet).map((q) => q.sessionId)).toEqual(["huge"])
+      expect(ParkGate.withoutRoom(fleet).map((q) => q.sessionId)).toEqual(["ok"])
+      const d = ParkGate.evaluate(fleet, NOW)
+      expect(d.unplaceable).toBe(1)
+      expect(d.withoutRoom).toBe(1)
+      // One yield for "ok", none for "huge": no descent can help it.
+      expect(d.yields).toEqual([{ hostId: "h2", sessionId: "p2", reason: "demand" }])
+    })
+
+    it("an unplaceable session alone does not poison the gate: parks hold and idle sessions park", () => {
+      const fleet: FleetView = { hosts, queue: [queued("huge", 40 * GiB, 0)] }
+      // Queued at 0: it has waited far past the starvation limit, and still nothing yields for it.
+      const d = ParkGate.evaluate(fleet, NOW)
+      expect(d.yields).toEqual([])
+      expect(d.mayPark("h1")).toBe(true)
+      expect(ParkGate.mayPark(fleet, "h1")).toBe(true)
+    })
+
+    it("the CPU budget counts too; cordoned and unmeasured hosts do not make a session placeable", () => {
+      const fleet: FleetView = {
+        hosts: [...hosts, fleetHost("big-cordoned", 128 * GiB, 0, [], { state: "cordoned" }), fleetHost("u", null, 0, [], { state: "draining" })],
+        queue: [{ sessionId: "cpu", budget: { memMib: 1024, vcpus: 65 }, queuedAt: NOW }, queued("ram", 64 * GiB)],
+      }
+      expect(ParkGate.unplaceable(fleet).map((q) => q.sessionId)).toEqual(["cpu", "ram"])
+    })
+
+    it("with no ready measured host nothing is too big (the fleet's size is unknown)", () => {
+      const fleet: FleetView = { hosts: [fleetHost("u", null, 0)], queue: [queued("any", 512 * GiB)] }
+      expect(ParkGate.unplaceable(fleet)).toEqual([])
+      expect(ParkGate.unplaceable({ hosts: [], queue: [queued("any", 1)] })).toEqual([])
+    })
+  })
+
+  describe("the starvation bound", () => {
+    const LIMIT = ParkGate.defaultOptions.starvationLimitMs
+    // Four hosts of 64 GiB full of 8 GiB parks; a 40 GiB session waits.
+    const full = (extra: Partial<FleetHost> = {}) =>
+      Array.from({ length: 4 }, (_, i) =>
+        fleetHost(`h${i}`, 64 * GiB, 64 * GiB - i * GiB, Array.from({ length: 7 }, (_, j) => park(`h${i}p${j}`, 100 + j * 10 + i, 8 * GiB)), extra),
+      )
+
+    it("a session waiting past the limit gets a host held for it and every park it takes yields there at once", () => {
+      const fleet: FleetView = { hosts: full(), queue: [queued("big", 40 * GiB, NOW - LIMIT)] }
+      const d = ParkGate.evaluate(fleet, NOW)
+      // h3 has 3 GiB free: 5 parks (40 GiB) make 43 GiB; h0 needs the same 5 but h3 is nearer to a fit.
+      expect(d.holds).toEqual([{ sessionId: "big", hostId: "h3", reason: "starving" }])
+      expect(d.yields).toEqual(["h3p0", "h3p1", "h3p2", "h3p3", "h3p4"].map((sessionId) => ({ hostId: "h3", sessionId, reason: "starving" })))
+      expect(d.mayPark("h3")).toBe(false)
+    })
+
+    it("before the limit the same session gets the ordinary demand yield (one park on one host)", () => {
+      const fleet: FleetView = { hosts: full(), queue: [queued("big", 40 * GiB, NOW - LIMIT + 1)] }
+      const d = ParkGate.evaluate(fleet, NOW)
+      expect(d.holds).toEqual([])
+      expect(d.yields).toEqual([{ hostId: "h3", sessionId: "h3p0", reason: "demand" }])
+    })
+
+    it("the hold is remembered: while its descents run nothing more yields there, and other hosts serve the rest of the queue", () => {
+      const hosts = full().map((h) => (h.id === "h0" ? { ...h, descentsRunning: 2 } : h))
+      const fleet: FleetView = { hosts, queue: [queued("big", 40 * GiB, NOW - LIMIT), queued("small", 8 * GiB + 512)] }
+      // Last pass held h0 for "big" (say it was nearest then): the hold stays although h3 now looks better.
+      const d = ParkGate.evaluate(fleet, NOW, Limits.defaults, ParkGate.defaultOptions, { holds: [{ sessionId: "big", hostId: "h0", reason: "starving" }] })
+      expect(d.holds).toEqual([{ sessionId: "big", hostId: "h0", reason: "starving" }])
+      // "small" is served by one demand yield elsewhere; h0's two descents count for "big" alone.
+      expect(d.yields).toEqual([{ hostId: "h3", sessionId: "h3p0", reason: "demand" }])
+    })
+
+    it("a hold ends when its session is no longer starving (placed or gone)", () => {
+      const d = ParkGate.evaluate({ hosts: full(), queue: [] }, NOW, Limits.defaults, ParkGate.defaultOptions, { holds: [{ sessionId: "big", hostId: "h0", reason: "starving" }] })
+      expect(d.holds).toEqual([])
+      expect(d.mayPark("h0")).toBe(true)
+    })
+
+    it("property: the starving session fits on its held host once the yields there finish", () => {
+      fc.assert(
+        fc.property(
+          fc.array(fc.record({ reserved: fc.integer({ min: 0, max: 16 }), parks: fc.array(fc.integer({ min: 1, max: 8 }), { maxLength: 6 }) }), { minLength: 1, maxLength: 6 }),
+          fc.integer({ min: 1, max: 60 }),
+          (spec, want) => {
+            const hosts = spec.map((h, i) => {
+              const parks = h.parks.map((m, j) => park(`h${i}p${j}`, j, m * GiB))
+              const parked = h.parks.reduce((a, m) => a + m, 0)
+              return fleetHost(`h${i}`, 64 * GiB, (h.reserved + parked) * GiB, parks)
+            })
+            const fleet: FleetView = { hosts, queue: [queued("s", want * GiB, NOW - LIMIT)] }
+            const d = ParkGate.evaluate(fleet, NOW)
+            if (d.withoutRoom === 0) return
+            expect(d.holds.length).toBe(1)
+            const hold = d.holds[0] as ParkGate.Hold
+            const h = hosts.find((x) => x.id === hold.hostId) as FleetHost
+            const freed = d.yields.filter((y) => y.hostId === h.id).reduce((a, y) => a + (h.parks.find((p) => p.sessionId === y.sessionId) as Park).budget.memMib, 0)
+            const canFit = (Headroom.freeMib(h.headroom) as number) + h.parks.reduce((a, p) => a + p.budget.memMib, 0) >= want * GiB
+            // Where parks alone can make room, they do; elsewhere every park on the nearest host yields.
+            if (canFit) expect((Headroom.freeMib(h.headroom) as number) + freed).toBeGreaterThanOrEqual(want * GiB)
+            else expect(freed).toBe(h.parks.reduce((a, p) => a + p.budget.memMib, 0))
+          },
+        ),
+      )
+    })
   })
 })

@@ -12,8 +12,9 @@ const fleetHost = (id: string, allocatableMib: number | null, reservedMib: numbe
   parks,
   ...extra,
 })
-const queued = (sessionId: string, memMib: number, queuedAt = 0) => ({ sessionId, budget: { memMib, vcpus: 1 }, queuedAt })
 const NOW = 1_000_000
+// Queued a second before NOW by default: waiting, not starving.
+const queued = (sessionId: string, memMib: number, queuedAt = NOW - 1000) => ({ sessionId, budget: { memMib, vcpus: 1 }, queuedAt })
 const TTL_LIMITS = { ...Limits.defaults, parkHardTtlMs: 150 }
 
 const arbFleet = fc
@@ -58,13 +59,19 @@ describe("ParkPolicy", () => {
     expect(ParkPolicy.isName("always-park")).toBe(false)
   })
 
-  it("demand is ParkGate.evaluate, and the shared skeleton answers the same (property)", () => {
+  it("demand is ParkGate.evaluate, and every demand variant with its seam left at the default answers the same (property)", () => {
     fc.assert(
       fc.property(arbFleet, ({ fleet, now }) => {
         const gate = ParkGate.evaluate(fleet, now, TTL_LIMITS)
-        for (const d of [ParkPolicy.evaluate("demand", fleet, now, TTL_LIMITS), ParkPolicy.demandSkeleton(fleet, now, TTL_LIMITS)]) {
+        const same = [
+          ParkPolicy.evaluate("demand", fleet, now, TTL_LIMITS),
+          // No minimum age (parks of the arbitrary fleet may even be from the future): every host is eligible, as under demand.
+          ParkPolicy.demandMinAge(fleet, now, TTL_LIMITS, { ...ParkPolicy.defaultOptions, minParkAgeMs: Number.NEGATIVE_INFINITY }),
+        ]
+        for (const d of same) {
           expect(d.yields).toEqual(gate.yields)
           expect(d.withoutRoom).toBe(gate.withoutRoom)
+          expect(d.unplaceable).toBe(gate.unplaceable)
           expect(d.descentsRunning).toBe(gate.descentsRunning)
           for (const h of fleet.hosts) expect(d.mayPark(h.id)).toBe(gate.mayPark(h.id))
         }
@@ -72,21 +79,42 @@ describe("ParkPolicy", () => {
     )
   })
 
-  it("property: every yield names a park on a host where no descent runs; one per host except under the floor", () => {
+  it("property: every yield names a park on a host where no descent runs; one per host except under the floor and on held hosts", () => {
     fc.assert(
       fc.property(arbFleet, ({ fleet, now }) => {
         for (const name of ParkPolicy.names) {
-          const d = ParkPolicy.evaluate(name, fleet, now, TTL_LIMITS)
+          const d = ParkPolicy.decide(name, fleet, { now, limits: TTL_LIMITS, recent: { reservedMibPerSec: 512 } })
           const ids = new Set(d.yields.map((y) => y.sessionId))
           expect(ids.size).toBe(d.yields.length)
-          if (name !== "floor30") expect(new Set(d.yields.map((y) => y.hostId)).size).toBe(d.yields.length)
+          const held = new Set(d.holds.map((h) => h.hostId))
+          const reserveHosts = new Set(d.yields.filter((y) => y.reason === "reserve").map((y) => y.hostId))
+          const single = d.yields.filter((y) => !held.has(y.hostId) && !reserveHosts.has(y.hostId))
+          if (name !== "floor30") expect(new Set(single.map((y) => y.hostId)).size).toBe(single.length)
           for (const y of d.yields) {
             expect(parkOf(fleet, y.hostId, y.sessionId)).toBeDefined()
             expect(fleet.hosts.find((h) => h.id === y.hostId)?.descentsRunning).toBe(0)
           }
-          const demandYields = d.yields.filter((y) => y.reason === "demand").length
-          expect(demandYields).toBeLessThanOrEqual(Math.max(0, d.withoutRoom - d.descentsRunning))
+          // Demand yields off held hosts never exceed the sessions left unserved.
+          const demandYields = single.filter((y) => y.reason === "demand").length
+          expect(demandYields).toBeLessThanOrEqual(Math.max(0, d.withoutRoom - d.holds.length))
         }
+      }),
+    )
+  })
+
+  it("property: demand-reserve serves each waiting session on one host, whose yielded parks make it fit", () => {
+    fc.assert(
+      fc.property(arbFleet, ({ fleet, now }) => {
+        const d = ParkPolicy.decide("demand-reserve", fleet, { now, limits: TTL_LIMITS })
+        for (const hold of d.holds) {
+          const h = fleet.hosts.find((x) => x.id === hold.hostId) as FleetHost
+          const q = fleet.queue.find((x) => x.sessionId === hold.sessionId) as ParkGate.Queued
+          const mine = d.yields.filter((y) => y.hostId === h.id)
+          if (h.descentsRunning > 0 || mine.length === 0) continue
+          const freed = mine.reduce((a, y) => a + (parkOf(fleet, y.hostId, y.sessionId) as Park).budget.memMib, 0)
+          expect((h.headroom.allocatableMib as number) - h.headroom.reserved.memMib + freed).toBeGreaterThanOrEqual(q.budget.memMib)
+        }
+        expect(new Set(d.holds.map((h) => h.hostId)).size).toBe(d.holds.length)
       }),
     )
   })
@@ -137,8 +165,8 @@ describe("ParkPolicy", () => {
       queue: [queued("q1", 4 * GiB), queued("q2", 4 * GiB)],
     }
     expect(ParkPolicy.demand(fleet, NOW).yields.map((y) => y.sessionId).sort()).toEqual(["fresh", "old"])
-    expect(ParkPolicy.demandMinAge(fleet, NOW, Limits.defaults, 300_000).yields).toEqual([{ hostId: "h2", sessionId: "old", reason: "demand" }])
-    expect(ParkPolicy.demandMinAge(fleet, NOW, Limits.defaults, 1000).yields.length).toBe(2)
+    expect(ParkPolicy.demandMinAge(fleet, NOW, Limits.defaults, { ...ParkPolicy.defaultOptions, minParkAgeMs: 300_000 }).yields).toEqual([{ hostId: "h2", sessionId: "old", reason: "demand" }])
+    expect(ParkPolicy.demandMinAge(fleet, NOW, Limits.defaults, { ...ParkPolicy.defaultOptions, minParkAgeMs: 1000 }).yields.length).toBe(2)
   })
 
   it("floor30: a host below the floor yields its oldest parks until the floor is back, with nothing waiting", () => {
@@ -153,7 +181,7 @@ describe("ParkPolicy", () => {
   })
 
   it("floor30: a host at the floor holds its parks and takes new ones, even while sessions wait", () => {
-    const fleet: FleetView = { hosts: [fleetHost("h1", 10 * GiB, 7 * GiB, [park("a", 1, 1 * GiB)])], queue: [queued("q1", 64 * GiB)] }
+    const fleet: FleetView = { hosts: [fleetHost("h1", 10 * GiB, 7 * GiB, [park("a", 1, 1 * GiB)])], queue: [queued("q1", 8 * GiB)] }
     const d = ParkPolicy.evaluate("floor30", fleet, NOW)
     expect(d.yields).toEqual([])
     expect(d.withoutRoom).toBe(1)
@@ -178,5 +206,110 @@ describe("ParkPolicy", () => {
     expect(forever.yields).toEqual([{ hostId: "h2", sessionId: "old", reason: "hard_ttl" }])
     expect(forever.mayPark("h1")).toBe(true)
     expect(forever.mayPark("u")).toBe(false)
+  })
+
+  describe("demand-reserve", () => {
+    const OLD = NOW - 3_600_000
+    // Four 64 GiB hosts, each holding eight 8 GiB parks parked an hour ago: the fleet is full.
+    const fullOfParks = (parkedAt = OLD, freeGiB = 0): FleetView => ({
+      hosts: Array.from({ length: 4 }, (_, i) =>
+        fleetHost(`h${i}`, 64 * GiB, (64 - freeGiB) * GiB, Array.from({ length: 8 }, (_, j) => park(`h${i}p${j}`, parkedAt + j, 8 * GiB))),
+      ),
+      queue: [],
+    })
+    const recent = { reservedMibPerSec: 1024 }
+
+    it("the expected arrivals: the recent MiB per second over the mean size, each size to its Poisson quantile, largest first", () => {
+      // 1 GiB/s of 8 GiB sessions over the 60 s lead: 7.5 expected; 11 places reach 90 %.
+      expect(ParkPolicy.poissonQuantile(7.5, 0.9)).toBe(11)
+      expect(ParkPolicy.expectedArrivals(fullOfParks(), recent).length).toBe(11)
+      // A rare big size still gets its place: 1 in 20 parks is 32 GiB.
+      const mixed: FleetView = {
+        hosts: [fleetHost("h0", 256 * GiB, 256 * GiB, [...Array.from({ length: 19 }, (_, j) => park(`s${j}`, OLD, 2 * GiB)), park("big", OLD, 32 * GiB)])],
+        queue: [],
+      }
+      const arrivals = ParkPolicy.expectedArrivals(mixed, { reservedMibPerSec: 200 })
+      expect(arrivals[0]).toEqual({ memMib: 32 * GiB, vcpus: 1 })
+      expect(arrivals.slice(1).every((b) => b.memMib === 2 * GiB)).toBe(true)
+      expect(ParkPolicy.expectedArrivals(mixed, { reservedMibPerSec: 0 })).toEqual([])
+      // A queued session too big for every host is no reason to keep room (it would yield every park).
+      const poisoned: FleetView = { ...fullOfParks(), queue: Array.from({ length: 40 }, (_, i) => queued(`huge${i}`, 128 * GiB)) }
+      expect(ParkPolicy.expectedArrivals(poisoned, recent)).toEqual(ParkPolicy.expectedArrivals(fullOfParks(), recent))
+    })
+
+    it("with nothing queued, old parks descend on a full fleet when the expected arrivals would not fit", () => {
+      const fleet = fullOfParks()
+      expect(ParkPolicy.reserveShortfall(fleet, ParkPolicy.expectedArrivals(fleet, recent)).length).toBe(11)
+      const d = ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent })
+      // One 8 GiB park makes room for one arrival on each host; four hosts.
+      expect(d.yields).toEqual(["h0", "h1", "h2", "h3"].map((hostId) => ({ hostId, sessionId: `${hostId}p0`, reason: "reserve" })))
+      // A session going idle still parks: the old parks make the room.
+      expect(d.mayPark("h0")).toBe(true)
+      // demand, on the same read, holds every park.
+      expect(ParkPolicy.evaluate("demand", fleet, NOW).yields).toEqual([])
+    })
+
+    it("a big expected arrival gets room made on one host at once, from old parks", () => {
+      const fleet: FleetView = {
+        hosts: [
+          fleetHost("a", 64 * GiB, 56 * GiB, [park("a1", OLD, 8 * GiB), park("a2", OLD + 1, 8 * GiB), park("a3", OLD + 2, 8 * GiB)]),
+          fleetHost("b", 64 * GiB, 64 * GiB, [park("b1", OLD, 16 * GiB), park("b2", OLD + 1, 32 * GiB)]),
+        ],
+        queue: [],
+      }
+      const d = ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: { reservedMibPerSec: 1024 }, options: { ...ParkPolicy.defaultOptions, reserveQuantile: 0.5 } })
+      // The 32 GiB size is expected: a (8 GiB free) needs 24 GiB of parks, b needs 48: a's three parks go.
+      expect(ParkPolicy.expectedArrivals(fleet, { reservedMibPerSec: 1024 }, { ...ParkPolicy.defaultOptions, reserveQuantile: 0.5 })[0]?.memMib).toBe(32 * GiB)
+      expect(d.yields.filter((y) => y.hostId === "a").map((y) => y.sessionId)).toEqual(["a1", "a2", "a3"])
+    })
+
+    it("running descents count as room on its way", () => {
+      const fleet = fullOfParks()
+      const busy: FleetView = { ...fleet, hosts: fleet.hosts.map((h, i) => (i < 2 ? { ...h, descentsRunning: 6 } : h)) }
+      expect(ParkPolicy.decide("demand-reserve", busy, { now: NOW, recent }).yields).toEqual([])
+    })
+
+    it("no reserve yields when the expected arrivals fit, or when nothing was reserved recently", () => {
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(OLD, 24), { now: NOW, recent }).yields).toEqual([])
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(), { now: NOW, recent: { reservedMibPerSec: 0 } }).yields).toEqual([])
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(), { now: NOW }).yields).toEqual([])
+    })
+
+    it("old parks make the reserve first; young ones only when the old cannot (or never, with reserveYoungToo off)", () => {
+      // h0 and h1 hold old parks, h2 and h3 parks a minute old: four places wanted.
+      const fleet = fullOfParks()
+      const mixed: FleetView = { ...fleet, hosts: fleet.hosts.map((h, i) => (i < 2 ? h : { ...h, parks: h.parks.map((p) => ({ ...p, parkedAt: NOW - 60_000 })) })) }
+      const d = ParkPolicy.decide("demand-reserve", mixed, { now: NOW, recent })
+      expect(d.yields.map((y) => y.hostId)).toEqual(["h0", "h1", "h2", "h3"])
+      const oldOnly = { ...ParkPolicy.defaultOptions, reserveYoungToo: false }
+      expect(ParkPolicy.decide("demand-reserve", mixed, { now: NOW, recent, options: oldOnly }).yields.map((y) => y.hostId)).toEqual(["h0", "h1"])
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 60_000), { now: NOW, recent, options: oldOnly }).yields).toEqual([])
+      // A park under a minute old never yields for the reserve.
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 30_000), { now: NOW, recent }).yields).toEqual([])
+    })
+
+    it("a waiting session gets one host held, and every park it needs there yields at once (young parks included)", () => {
+      const fleet: FleetView = { ...fullOfParks(NOW - 60_000, 4), queue: [queued("q", 20 * GiB)] }
+      const d = ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent })
+      // 4 GiB free + two 8 GiB parks = 20 GiB on the cheapest host (all equal: the first by id).
+      expect(d.holds).toEqual([{ sessionId: "q", hostId: "h0", reason: "fit" }])
+      expect(d.yields.slice(0, 2)).toEqual([
+        { hostId: "h0", sessionId: "h0p0", reason: "demand" },
+        { hostId: "h0", sessionId: "h0p1", reason: "demand" },
+      ])
+      expect(d.mayPark("h1")).toBe(false)
+      // demand yields one park, on one host, and waits for the next pass.
+      expect(ParkPolicy.evaluate("demand", fleet, NOW).yields).toEqual([{ hostId: "h0", sessionId: "h0p0", reason: "demand" }])
+      // Next pass, the held host's descents run: nothing more yields for the session.
+      const next: FleetView = { ...fleet, hosts: fleet.hosts.map((h) => (h.id === "h0" ? { ...h, descentsRunning: 2 } : h)) }
+      const again = ParkPolicy.decide("demand-reserve", next, { now: NOW + 5000, memory: { holds: d.holds } })
+      expect(again.holds).toEqual(d.holds)
+      expect(again.yields).toEqual([])
+    })
+
+    it("is the default policy", () => {
+      expect(ParkPolicy.defaultName).toBe("demand-reserve")
+      expect(ParkPolicy.isName(ParkPolicy.defaultName)).toBe(true)
+    })
   })
 })

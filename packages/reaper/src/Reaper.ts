@@ -1,0 +1,218 @@
+/**
+ * The reaper pass (SPEC §4.3), once, for every app: the coordinator runs it on its store under
+ * leader election, the fleet simulator runs it on `@engram/store-sim` under a simulated clock,
+ * so the simulator measures what production runs.
+ *
+ * One pass: read the fleet once (a failed read ends the pass and holds every park); sample the
+ * recent demand for room; reclaim expired and stale reservations; run the park policy (a
+ * parameter; `ParkPolicy.defaultName` by default) over that read; start a descent for each
+ * yield (a CAS `parked → descending`; a lost race is skipped); drain the queue. Leadership is
+ * checked between steps through an injected predicate: a replica that loses the lock stops at
+ * once. Each step is told to `ReaperEvents` as it happens (metrics, logs, wake-ups).
+ *
+ * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
+ * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
+ */
+import { ParkPolicy } from "@engram/core"
+import type { Limits, ParkGate } from "@engram/core"
+import { Store } from "@engram/store"
+import type { FleetRead, StoreShape } from "@engram/store"
+import { Effect } from "effect"
+import { ReaperEvents } from "./ReaperEvents.js"
+import type { Event, Source } from "./ReaperEvents.js"
+import * as ReaperState from "./ReaperState.js"
+
+/** How a pass decides and whom it asks whether it still leads. */
+export interface Options {
+  /** The park policy, by name or as a function; `ParkPolicy.defaultName` when missing. */
+  readonly policy?: ParkPolicy.Name | ParkPolicy.Policy | undefined
+  /** The policy's knobs; `ParkPolicy.defaultOptions` when missing. */
+  readonly policyOptions?: ParkPolicy.Options | undefined
+  /** Whether this replica still leads; asked between steps. Missing: it always leads. */
+  readonly leading?: (() => boolean) | undefined
+  /**
+   * What the reaper remembers between passes (holds for starving sessions, the recent demand).
+   * Missing: a fresh memory for this call only (no holds kept, no reserve of free room).
+   */
+  readonly state?: ReaperState.ReaperState | undefined
+}
+
+/** A placement a drain made. */
+export interface Placed {
+  readonly sessionId: string
+  readonly hostId: string
+}
+
+/** What one pass did. */
+export type PassReport =
+  | { readonly _tag: "Held"; readonly reason: string }
+  | {
+      readonly _tag: "Done"
+      readonly reclaimed: number
+      readonly lostSessions: readonly string[]
+      readonly yields: readonly ParkPolicy.PolicyYield[]
+      /** Yields whose descent started (the others lost a race and were skipped). */
+      readonly descents: readonly ParkPolicy.PolicyYield[]
+      readonly placed: readonly Placed[]
+      readonly withoutRoom: number
+      readonly unplaceable: number
+      readonly holds: readonly ParkGate.Hold[]
+    }
+
+/** What one immediate reaction did. */
+export type ReactReport =
+  | { readonly _tag: "Held"; readonly reason: string }
+  | {
+      readonly _tag: "Done"
+      readonly yields: readonly ParkPolicy.PolicyYield[]
+      readonly descents: readonly ParkPolicy.PolicyYield[]
+      readonly withoutRoom: number
+    }
+
+const LOST = "lost the leader lock mid-pass"
+
+/** Tells the listener an event; undefined when nobody listens (then nothing is built or run). */
+type Tell = ((event: Event) => Effect.Effect<void>) | undefined
+
+/** The listener in context, resolved once per pass (a pass tells several events). */
+const listener: Effect.Effect<Tell> = Effect.map(Effect.serviceOption(ReaperEvents), (l) => (l._tag === "Some" ? l.value.emit : undefined))
+
+/** The policy function of the options. */
+export const policyOf = (options: Options): ParkPolicy.Policy => {
+  const p = options.policy ?? ParkPolicy.defaultName
+  return typeof p === "string" ? ParkPolicy.policy(p) : p
+}
+
+/** Runs the policy over the read with what the reaper remembers, and remembers its answer. */
+const decideOn = (fleet: FleetRead, limits: Limits.Limits, options: Options, state: ReaperState.ReaperState): ParkPolicy.Decision => {
+  const decision = policyOf(options)(fleet, {
+    now: fleet.readAt,
+    limits,
+    options: options.policyOptions ?? ParkPolicy.defaultOptions,
+    memory: state.memory,
+    recent: state.meter.rate(),
+  })
+  state.memory = { holds: decision.holds }
+  return decision
+}
+
+/**
+ * Starts a descent for each yield, in order, while the replica leads; answers the ones that
+ * started, or null when leadership was lost on the way.
+ */
+const descend = (store: StoreShape, yields: readonly ParkPolicy.PolicyYield[], leading: () => boolean, source: Source, tell: Tell) =>
+  Effect.gen(function* () {
+    const started: ParkPolicy.PolicyYield[] = []
+    for (const y of yields) {
+      if (!leading()) {
+        if (tell) yield* tell({ _tag: "LeadershipLost", source, step: "descents" })
+        return null
+      }
+      const began = yield* Effect.result(store.beginDescent(y.sessionId))
+      if (began._tag === "Success") {
+        started.push(y)
+        if (tell) yield* tell({ _tag: "DescentStarted", source, yield: y })
+      } else if (began.failure._tag === "Unavailable") {
+        if (tell) yield* tell({ _tag: "DescentFailed", source, yield: y, reason: began.failure.reason })
+      } else if (tell) {
+        yield* tell({ _tag: "DescentLostRace", source, yield: y })
+      }
+    }
+    return started
+  })
+
+// The pass is one generator with the steps inline: it runs every few seconds over the whole
+// fleet, and each nested generator or event nobody hears costs allocations there.
+
+/** One reaper pass (SPEC §4.3). Never fails: a store failure ends or skips a step and is told to the listener. */
+export const pass = (options: Options = {}): Effect.Effect<PassReport, never, Store> =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    const tell = yield* listener
+    const leading = options.leading ?? (() => true)
+    const state = options.state ?? ReaperState.make()
+    const held = (step: string): Effect.Effect<PassReport> =>
+      tell === undefined
+        ? Effect.succeed({ _tag: "Held", reason: LOST })
+        : tell({ _tag: "LeadershipLost", source: "pass", step }).pipe(Effect.as({ _tag: "Held" as const, reason: LOST }))
+
+    // 1. One fleet read. Without it nothing is known, so nothing descends: every park holds.
+    const read = yield* Effect.result(store.fleetView())
+    if (read._tag === "Failure") {
+      if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: read.failure.reason })
+      return { _tag: "Held", reason: read.failure.reason } satisfies PassReport
+    }
+    const fleet = read.success
+    if (tell) yield* tell({ _tag: "FleetRead", source: "pass", fleet })
+    // The recent demand for room, from the store's cumulative counter (a failed read keeps the last rate).
+    const counters = yield* Effect.result(store.metrics())
+    if (counters._tag === "Success") state.meter.sample(fleet.readAt, counters.success.totalReservedMib)
+
+    // 2. Reclaim expired and stale reservations (their sessions become lost).
+    if (!leading()) return yield* held("reclaim")
+    const reclaim = yield* Effect.result(store.reclaim())
+    let reclaimed = 0
+    let lostSessions: readonly string[] = []
+    if (reclaim._tag === "Success") {
+      reclaimed = reclaim.success.reclaimed.length
+      lostSessions = reclaim.success.lostSessions
+      if (tell) yield* tell({ _tag: "Reclaimed", result: reclaim.success })
+    } else if (tell) {
+      yield* tell({ _tag: "ReclaimFailed", reason: reclaim.failure.reason })
+    }
+
+    // 3. The policy decides which parks yield; each yield is a CAS parked → descending.
+    if (!leading()) return yield* held("gate")
+    const decision = decideOn(fleet, store.limits(), options, state)
+    if (tell) yield* tell({ _tag: "Decided", source: "pass", decision })
+    const descents = decision.yields.length === 0 ? [] : yield* descend(store, decision.yields, leading, "pass", tell)
+    if (descents === null) return { _tag: "Held", reason: LOST } satisfies PassReport
+
+    // 4. Drain the queue into whatever room exists now.
+    if (!leading()) return yield* held("drain")
+    const drained = yield* Effect.result(store.drainQueue())
+    let placed: readonly Placed[] = []
+    if (drained._tag === "Success") {
+      placed = drained.success.placed
+      if (tell) yield* tell({ _tag: "Drained", result: drained.success })
+    } else if (tell) {
+      yield* tell({ _tag: "DrainFailed", reason: drained.failure.reason })
+    }
+    return {
+      _tag: "Done",
+      reclaimed,
+      lostSessions,
+      yields: decision.yields,
+      descents,
+      placed,
+      withoutRoom: decision.withoutRoom,
+      unplaceable: decision.unplaceable,
+      holds: decision.holds,
+    } satisfies PassReport
+  })
+
+/**
+ * The gate at once, between passes: read the fleet, run the policy, start the descents it
+ * asks for. For a session that just queued without room, so its descent starts now rather than
+ * at the next pass. Only the leader reacts (others answer `Held`); never fails.
+ */
+export const react = (options: Options = {}): Effect.Effect<ReactReport, never, Store> =>
+  Effect.gen(function* () {
+    const leading = options.leading ?? (() => true)
+    if (!leading()) return { _tag: "Held", reason: "not the leader" } satisfies ReactReport
+    const store = yield* Store
+    const tell = yield* listener
+    const state = options.state ?? ReaperState.make()
+    const read = yield* Effect.result(store.fleetView())
+    if (read._tag === "Failure") {
+      if (tell) yield* tell({ _tag: "FleetReadFailed", source: "react", reason: read.failure.reason })
+      return { _tag: "Held", reason: read.failure.reason } satisfies ReactReport
+    }
+    if (tell) yield* tell({ _tag: "FleetRead", source: "react", fleet: read.success })
+    if (!leading()) return { _tag: "Held", reason: LOST } satisfies ReactReport
+    const decision = decideOn(read.success, store.limits(), options, state)
+    if (tell) yield* tell({ _tag: "Decided", source: "react", decision })
+    const descents = decision.yields.length === 0 ? [] : yield* descend(store, decision.yields, leading, "react", tell)
+    if (descents === null) return { _tag: "Held", reason: LOST } satisfies ReactReport
+    return { _tag: "Done", yields: decision.yields, descents, withoutRoom: decision.withoutRoom } satisfies ReactReport
+  })

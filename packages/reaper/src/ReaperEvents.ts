@@ -1,0 +1,52 @@
+/**
+ * What a reaper pass tells the app around it, step by step: the coordinator turns these into
+ * metrics, log lines and wake-ups of host agents; the fleet simulator into its own books. The
+ * pass runs without a listener (every event is dropped); an app provides `ReaperEvents` to hear.
+ */
+import type { ParkPolicy } from "@engram/core"
+import type { DrainResult, FleetRead, ReclaimResult } from "@engram/store"
+import { Context, Effect, Layer } from "effect"
+
+/** Which entry point decided: the periodic pass or the immediate reaction to a session that queued. */
+export type Source = "pass" | "react"
+
+/** One step of a pass (or of a reaction), as it happens. */
+export type Event =
+  | { readonly _tag: "FleetRead"; readonly source: Source; readonly fleet: FleetRead }
+  | { readonly _tag: "FleetReadFailed"; readonly source: Source; readonly reason: string }
+  | { readonly _tag: "Reclaimed"; readonly result: ReclaimResult }
+  | { readonly _tag: "ReclaimFailed"; readonly reason: string }
+  | { readonly _tag: "Decided"; readonly source: Source; readonly decision: ParkPolicy.Decision }
+  | { readonly _tag: "DescentStarted"; readonly source: Source; readonly yield: ParkPolicy.PolicyYield }
+  /** The park changed first (resumed, ended): the CAS `parked → descending` lost; skipped. */
+  | { readonly _tag: "DescentLostRace"; readonly source: Source; readonly yield: ParkPolicy.PolicyYield }
+  | { readonly _tag: "DescentFailed"; readonly source: Source; readonly yield: ParkPolicy.PolicyYield; readonly reason: string }
+  | { readonly _tag: "Drained"; readonly result: DrainResult }
+  | { readonly _tag: "DrainFailed"; readonly reason: string }
+  /** The leader lock was lost between two steps: the pass stops there. */
+  | { readonly _tag: "LeadershipLost"; readonly source: Source; readonly step: string }
+
+/** A listener of the reaper's steps. */
+export interface ReaperEventsShape {
+  readonly emit: (event: Event) => Effect.Effect<void>
+}
+
+/** The listener service; optional (without it the pass emits nothing). */
+export class ReaperEvents extends Context.Service<ReaperEvents, ReaperEventsShape>()("@engram/reaper/ReaperEvents") {
+  /** A listener from a function (synchronous or effectful). */
+  static readonly layer = (emit: (event: Event) => Effect.Effect<void> | void): Layer.Layer<ReaperEvents> =>
+    Layer.succeed(
+      ReaperEvents,
+      ReaperEvents.of({
+        emit: (event) =>
+          Effect.suspend(() => {
+            const out = emit(event)
+            return Effect.isEffect(out) ? out : Effect.void
+          }),
+      }),
+    )
+}
+
+/** Emits to the listener in context, if any. */
+export const emit = (event: Event): Effect.Effect<void> =>
+  Effect.flatMap(Effect.serviceOption(ReaperEvents), (listener) => (listener._tag === "Some" ? listener.value.emit(event) : Effect.void))

@@ -1,0 +1,63 @@
+/**
+ * What the reaper remembers from one pass to the next: the park gate's memory (the hosts held
+ * for starving sessions) and the recent demand for room, measured from the store's cumulative
+ * `totalReservedMib` (every replica's placements count, not only this one's). Leader-local: a
+ * new leader starts empty, and the gate rebuilds both within a few passes.
+ */
+import { ParkGate } from "@engram/core"
+import type { ParkPolicy } from "@engram/core"
+
+/** The meter's knobs. */
+export interface MeterOptions {
+  /** The recent demand is the rate over this much time. */
+  readonly windowMs: number
+  /** No rate until the samples span at least this long. */
+  readonly minSpanMs: number
+}
+
+/** A five-minute window, answered after thirty seconds of samples. */
+export const defaultMeterOptions: MeterOptions = Object.freeze({ windowMs: 5 * 60 * 1000, minSpanMs: 30 * 1000 })
+
+/** The rate of new reservations from samples of the store's cumulative reserved MiB. */
+export class DemandMeter {
+  private readonly t: number[] = []
+  private readonly mib: number[] = []
+  constructor(readonly options: MeterOptions = defaultMeterOptions) {}
+
+  /** Records the store's cumulative reserved MiB at `now`. A counter that went back (a reset) restarts the meter. */
+  sample(now: number, totalReservedMib: number): void {
+    const last = this.mib[this.mib.length - 1]
+    if (last !== undefined && totalReservedMib < last) this.clear()
+    this.t.push(now)
+    this.mib.push(totalReservedMib)
+    // Keep one sample at or before the window's start, so the rate spans the whole window.
+    while (this.t.length > 2 && (this.t[1] as number) <= now - this.options.windowMs) {
+      this.t.shift()
+      this.mib.shift()
+    }
+  }
+
+  /** MiB reserved per second over the window, or undefined before the samples span `minSpanMs`. */
+  rate(): ParkPolicy.Recent | undefined {
+    const n = this.t.length
+    if (n < 2) return undefined
+    const span = (this.t[n - 1] as number) - (this.t[0] as number)
+    if (span < this.options.minSpanMs) return undefined
+    return { reservedMibPerSec: (((this.mib[n - 1] as number) - (this.mib[0] as number)) / span) * 1000 }
+  }
+
+  clear(): void {
+    this.t.length = 0
+    this.mib.length = 0
+  }
+}
+
+/** The reaper's memory. Mutable: the pass and the immediate reaction update it. */
+export interface ReaperState {
+  /** What the gate answered last (`ParkGate.Decision.holds`). */
+  memory: ParkGate.Memory
+  readonly meter: DemandMeter
+}
+
+/** A fresh memory. */
+export const make = (meter: MeterOptions = defaultMeterOptions): ReaperState => ({ memory: ParkGate.noMemory, meter: new DemandMeter(meter) })

@@ -1,0 +1,270 @@
+// The shared reaper pass and the immediate reaction, on the in-memory store under a TestClock.
+import { assert, describe, it } from "@effect/vitest"
+import { Limits, ParkGate, ParkPolicy } from "@engram/core"
+import { Store, Unavailable } from "@engram/store"
+import { StoreSim } from "@engram/store-sim"
+import { Effect, Layer } from "effect"
+import { TestClock } from "effect/testing"
+import { Reaper, ReaperEvents, ReaperState, Trigger, defaultTriggerWindowMs } from "../src/index.js"
+import type { Event } from "../src/index.js"
+
+// Heartbeats are not the point here: a day-long stale window keeps reservations alive.
+const longLived = (() => {
+  const r = Limits.make({ heartbeatStaleWindowMs: 24 * 60 * 60 * 1000 })
+  if (r._tag === "Invalid") throw new Error("bad test limits")
+  return r.limits
+})()
+
+const storeLayer = () => StoreSim.layer({ limits: longLived })
+
+/** A measured host with `capacityMib` of room after policy. */
+const host = (hostId: string, capacityMib: number) =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    yield* store.registerHost({ id: hostId })
+    yield* store.reportHost(hostId, { totalMib: capacityMib + 2048, allocatableMib: capacityMib + 1024, totalVcpus: 64 })
+  })
+
+/** A session parked on `hostId`. */
+const parked = (hostId: string, sessionId: string, memMib: number) =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    yield* store.createSession({ id: sessionId, budget: { memMib, vcpus: 1 }, affinity: [hostId] })
+    yield* store.markRunning(sessionId)
+    yield* store.idle(sessionId, true)
+  })
+
+/** Records every event the reaper tells. */
+const recorder = () => {
+  const events: Event[] = []
+  return { events, layer: ReaperEvents.layer((e) => void events.push(e)) }
+}
+
+const stateOf = (sessionId: string) =>
+  Effect.gen(function* () {
+    return (yield* (yield* Store).getSession(sessionId)).state
+  })
+
+describe("Reaper.pass", () => {
+  it.effect("a park yields to a queued session with no room; the session places in the pass after the descent finishes", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      yield* TestClock.adjust("1 minute")
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      const state = ReaperState.make()
+      const first = yield* Reaper.pass({ policy: "demand", state })
+      assert.strictEqual(first._tag, "Done")
+      if (first._tag !== "Done") return
+      assert.deepStrictEqual(first.descents, [{ hostId: "h1", sessionId: "p1", reason: "demand" }])
+      assert.strictEqual(first.withoutRoom, 1)
+      const second = yield* Reaper.pass({ policy: "demand", state })
+      assert.deepStrictEqual(second._tag === "Done" ? second.descents : null, [])
+      yield* store.finishDescent("p1")
+      const third = yield* Reaper.pass({ policy: "demand", state })
+      assert.deepStrictEqual(third._tag === "Done" ? third.placed : null, [{ sessionId: "q1", hostId: "h1" }])
+    }).pipe(Effect.provide(storeLayer())))
+
+  it.effect("tells each step to the listener, in order", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      yield* Reaper.pass({ policy: "demand" })
+      assert.deepStrictEqual(
+        rec.events.map((e) => e._tag),
+        ["FleetRead", "Reclaimed", "Decided", "DescentStarted", "Drained"],
+      )
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
+  it.effect("a failed fleet read ends the pass and holds every park, even past the hard TTL", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      yield* TestClock.adjust("9 hours")
+      const failing = Store.of({ ...store, fleetView: () => Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000 })) })
+      const held = yield* Reaper.pass({ policy: "demand" }).pipe(Effect.provideService(Store, failing))
+      assert.deepStrictEqual(held, { _tag: "Held", reason: "down (test)" })
+      assert.strictEqual(yield* stateOf("p1"), "parked")
+      const next = yield* Reaper.pass({ policy: "demand" })
+      assert.strictEqual(next._tag === "Done" ? next.descents.length : -1, 1)
+    }).pipe(Effect.provide(storeLayer())))
+
+  it.effect("leadership is asked between steps: lost before the descents, nothing descends and nothing drains", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      // Leads for the reclaim and the gate, then loses the lock.
+      let asked = 0
+      const pass = yield* Reaper.pass({ policy: "demand", leading: () => ++asked <= 2 })
+      assert.deepStrictEqual(pass, { _tag: "Held", reason: "lost the leader lock mid-pass" })
+      assert.strictEqual(yield* stateOf("p1"), "parked")
+      assert.strictEqual(yield* stateOf("q1"), "queued")
+      assert.deepStrictEqual(rec.events.at(-1), { _tag: "LeadershipLost", source: "pass", step: "descents" })
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
+  it.effect("a lost race is skipped: a park that resumed between the read and the CAS does not descend", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      const fleet = yield* store.fleetView()
+      yield* store.unpark("p1")
+      const racing = Store.of({ ...store, fleetView: () => Effect.succeed(fleet) })
+      const pass = yield* Reaper.pass({ policy: "demand" }).pipe(Effect.provideService(Store, racing))
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.descents : null, [])
+      assert.strictEqual(rec.events.filter((e) => e._tag === "DescentLostRace").length, 1)
+      assert.strictEqual(yield* stateOf("p1"), "running")
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
+  it.effect("the policy is a parameter: floor30 yields a park with nothing waiting, demand does not", () =>
+    Effect.gen(function* () {
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      const demand = yield* Reaper.pass({ policy: "demand" })
+      assert.deepStrictEqual(demand._tag === "Done" ? demand.descents : null, [])
+      const floor = yield* Reaper.pass({ policy: ParkPolicy.policy("floor30") })
+      assert.deepStrictEqual(floor._tag === "Done" ? floor.descents : null, [{ hostId: "h1", sessionId: "p1", reason: "floor" }])
+    }).pipe(Effect.provide(storeLayer())))
+
+  it.effect("an unplaceable session makes no park yield and is counted apart", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 4096)
+      yield* parked("h1", "p1", 4096)
+      yield* store.createSession({ id: "huge", budget: { memMib: 64 * 1024, vcpus: 1 } })
+      yield* TestClock.adjust("1 hour")
+      const pass = yield* Reaper.pass({ policy: "demand" })
+      assert.strictEqual(pass._tag, "Done")
+      if (pass._tag !== "Done") return
+      assert.deepStrictEqual([pass.withoutRoom, pass.unplaceable, pass.descents.length], [0, 1, 0])
+      assert.strictEqual(yield* stateOf("p1"), "parked")
+    }).pipe(Effect.provide(storeLayer())))
+
+  it.effect("the starvation bound: past the limit every park the session needs yields on one held host, and it places when they finish", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 8192)
+      yield* host("h2", 8192)
+      for (const [h, ids] of [["h1", ["a1", "a2", "a3", "a4"]], ["h2", ["b1", "b2", "b3", "b4"]]] as const)
+        for (const id of ids) yield* parked(h, id, 2048)
+      yield* store.createSession({ id: "big", budget: { memMib: 6144, vcpus: 1 } })
+      const state = ReaperState.make()
+      const limit = ParkGate.defaultOptions.starvationLimitMs
+      // Before the limit: one demand yield per pass (the park finishes, a small session takes the room).
+      const early = yield* Reaper.pass({ policy: "demand", state })
+      assert.strictEqual(early._tag === "Done" ? early.descents.length : -1, 1)
+      const first = early._tag === "Done" ? (early.descents[0] as ParkPolicy.PolicyYield) : null
+      yield* store.finishDescent(first?.sessionId as string)
+      yield* store.createSession({ id: "small", budget: { memMib: 2048, vcpus: 1 } })
+      yield* TestClock.adjust(limit)
+      const late = yield* Reaper.pass({ policy: "demand", state })
+      assert.strictEqual(late._tag, "Done")
+      if (late._tag !== "Done") return
+      assert.strictEqual(late.holds.length, 1)
+      const held = (late.holds[0] as ParkGate.Hold).hostId
+      assert.deepStrictEqual(late.descents.map((y) => y.reason), ["starving", "starving", "starving"])
+      assert.isTrue(late.descents.every((y) => y.hostId === held))
+      for (const y of late.descents) yield* store.finishDescent(y.sessionId)
+      const after = yield* Reaper.pass({ policy: "demand", state })
+      assert.deepStrictEqual(after._tag === "Done" ? after.placed : null, [{ sessionId: "big", hostId: held }])
+      assert.deepStrictEqual(state.memory.holds, [])
+    }).pipe(Effect.provide(storeLayer())))
+})
+
+describe("Trigger", () => {
+  const triggered = (leading: () => boolean, rec: ReturnType<typeof recorder>) =>
+    Trigger.layer({ policy: "demand", leading }).pipe(Layer.provideMerge(Layer.merge(storeLayer(), rec.layer)))
+
+  it.effect("a queued session without room starts a descent within one coalescing window, without a pass", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const store = yield* Store
+      const trigger = yield* Trigger
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      const outcome = yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      assert.strictEqual(outcome._tag, "Queued")
+      yield* trigger.poke
+      // A burst of pokes in the same window shares the one reaction.
+      yield* TestClock.adjust(defaultTriggerWindowMs / 2)
+      yield* trigger.poke
+      assert.strictEqual(yield* stateOf("p1"), "parked")
+      yield* TestClock.adjust(defaultTriggerWindowMs / 2)
+      assert.strictEqual(yield* stateOf("p1"), "descending")
+      assert.strictEqual(rec.events.filter((e) => e._tag === "FleetRead").length, 1)
+      assert.deepStrictEqual(
+        rec.events.filter((e) => e._tag === "DescentStarted"),
+        [{ _tag: "DescentStarted", source: "react", yield: { hostId: "h1", sessionId: "p1", reason: "demand" } }],
+      )
+      // A poke after the window opens a new one.
+      yield* trigger.poke
+      yield* TestClock.adjust(defaultTriggerWindowMs)
+      assert.strictEqual(rec.events.filter((e) => e._tag === "FleetRead").length, 2)
+    }).pipe(Effect.provide(triggered(() => true, rec)))
+  })
+
+  it.effect("a replica that does not lead does not react", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      yield* (yield* Trigger).poke
+      yield* TestClock.adjust(defaultTriggerWindowMs * 4)
+      assert.strictEqual(yield* stateOf("p1"), "parked")
+      assert.deepStrictEqual(rec.events, [])
+    }).pipe(Effect.provide(triggered(() => false, rec)))
+  })
+})
+
+describe("ReaperState.DemandMeter", () => {
+  it("answers MiB reserved per second over its window, nothing before its minimum span, and restarts on a counter reset", () => {
+    const meter = new ReaperState.DemandMeter({ windowMs: 60_000, minSpanMs: 10_000 })
+    meter.sample(0, 0)
+    meter.sample(5_000, 5_000)
+    assert.isUndefined(meter.rate())
+    meter.sample(10_000, 10_240)
+    assert.deepStrictEqual(meter.rate(), { reservedMibPerSec: 1024 })
+    // Old samples leave the window: the rate follows the last minute only.
+    for (let t = 15_000; t <= 120_000; t += 5_000) meter.sample(t, 10_240)
+    assert.deepStrictEqual(meter.rate(), { reservedMibPerSec: 0 })
+    meter.sample(125_000, 100)
+    assert.isUndefined(meter.rate())
+  })
+
+  it.effect("the pass feeds the meter from the store's cumulative reserved MiB, so demand-reserve keeps room before anyone waits", () =>
+    Effect.gen(function* () {
+      yield* host("h1", 8192)
+      yield* host("h2", 8192)
+      const state = ReaperState.make()
+      // Fill both hosts with parks over ten minutes, a pass every 5 s: the meter sees the demand.
+      let n = 0
+      for (let t = 0; t < 120; t++) {
+        if (t % 15 === 0 && n < 8) yield* parked(n < 4 ? "h1" : "h2", `p${n++}`, 2048)
+        yield* TestClock.adjust("5 seconds")
+        const pass = yield* Reaper.pass({ policy: "demand-reserve", state })
+        if (pass._tag === "Done" && pass.descents.length > 0) {
+          // Nothing ever waited: the reserve made the room, from a park old enough to yield.
+          assert.strictEqual(pass.withoutRoom, 0)
+          assert.deepStrictEqual(pass.descents.map((y) => y.reason), pass.descents.map(() => "reserve"))
+          return
+        }
+      }
+      assert.fail("demand-reserve never made room on a fleet filled by steady demand")
+    }).pipe(Effect.provide(storeLayer())))
+})

@@ -1,0 +1,7 @@
+import { defineConfig } from "vitest/config"
+
+export default defineConfig({
+  resolve: { conditions: ["@engram/source"] },
+  ssr: { resolve: { conditions: ["@engram/source"] } },
+  test: { include: ["test/**/*.test.ts"] },
+})
