@@ -11,4 +11,23 @@ export const library = {
   target: "node22",
 }
 
+/**
+ * An app's runnable entry point (`dist/main.js`, `node dist/main.js` without tsx): the
+ * workspace's @engram packages are bundled in from their sources, so the app runs with only
+ * its third-party dependencies installed; those stay external.
+ */
+export const app = (entry = { main: "src/main.ts" }) => ({
+  entry,
+  format: ["esm"],
+  dts: false,
+  clean: false,
+  sourcemap: true,
+  target: "node22",
+  platform: "node",
+  noExternal: [/^@engram\//],
+  esbuildOptions(options) {
+    options.conditions = ["@engram/source", ...(options.conditions ?? [])]
+  },
+})
+
 export default library

@@ -59,7 +59,7 @@ export const send = (target: Target, r: Request): Effect.Effect<Answered, Errors
       try {
         body = JSON.parse(text)
       } catch {
-        return yield* Effect.fail(new Errors.UnexpectedAnswer({ status: response.status, body: null }, `not JSON: ${text.slice(0, 120)}`))
+        return yield* Effect.fail(new Errors.UnexpectedAnswer({ status: response.status, body: null }, `not JSON (is ${target.baseUrl} an engram coordinator?): ${text.replace(/\s+/g, " ").slice(0, 80)}`))
       }
     }
     if (response.status >= 200 && response.status < 300) return { status: response.status, body }
