@@ -32,6 +32,7 @@ import type { PassReport } from "./Reaper.js"
 import { Room } from "./Room.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
+import { UiLive } from "./Ui.js"
 
 /** How to run a coordinator. */
 export interface CoordinatorOptions {
@@ -116,14 +117,14 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
     Layer.provide(HandlersLive),
     Layer.provide([BearerAuthLive, AdminOnlyLive, ScrapeAuthLive, InputErrorsLive]),
   )
-  // The browsable reference (Scalar, served from this process: no CDN).
+  // The browsable reference (Scalar, served from this process: no CDN), and the dashboard at /ui.
   const docsLayer = HttpApiScalar.layer(EngramApi, { path: "/docs" })
   // Set when the coordinator begins to stop (the first finalizer to run): new requests get 503.
   let closing = false
   const server = Layer.unwrap(
     Effect.gen(function* () {
       const metrics = yield* Metrics
-      return HttpRouter.serve(Layer.mergeAll(apiLayer, docsLayer), {
+      return HttpRouter.serve(Layer.mergeAll(apiLayer, docsLayer, UiLive), {
         disableLogger: true,
         disableListenLog: true,
         middleware: edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }),
