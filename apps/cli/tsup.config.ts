@@ -3,4 +3,4 @@ import { defineConfig } from "tsup"
 
 // The library (types for whoever imports the CLI's parts) and the runnable `engram`
 // (dist/main.js): one file with its dependencies bundled in, so a command starts fast.
-export default defineConfig([{ ...library, clean: false }, { ...app(), noExternal: [/./] }])
+export default defineConfig([{ ...library, clean: false }, app({ bundle: "all" })])

@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // `pnpm start`: the coordinator and the demo fleet (two simulated hosts and their agents, and
-// the tour) as two child processes of this one, from source (tsx). Ctrl-C (SIGINT to the
+// the tour) as two child processes of this one, from source (tsx). The root script is
+// `exec node …`: without `exec`, the shell pnpm runs the script in dies of the Ctrl-C first
+// and pnpm reports the script as failed. Ctrl-C (SIGINT to the
 // whole terminal group) or a SIGTERM to this process stops both, waits for them, and exits 0:
 // no package-manager noise. If a child stops on its own (a port in use, a refused token), the
 // other is stopped and this exits with the child's code.

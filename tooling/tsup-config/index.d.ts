@@ -7,8 +7,8 @@ export declare const library: {
   sourcemap: true
   target: "node22"
 }
-/** An app's runnable entry point (`dist/main.js`), the @engram packages bundled from source. */
-export declare const app: (entry?: Record<string, string>) => {
+/** An app's runnable entry point (`dist/main.js`); `bundle` says what goes into the file. */
+export declare const app: (options?: { entry?: Record<string, string>; bundle?: "none" | "engram" | "all" }) => {
   entry: Record<string, string>
   format: ["esm"]
   dts: false
@@ -17,6 +17,7 @@ export declare const app: (entry?: Record<string, string>) => {
   target: "node22"
   platform: "node"
   noExternal: RegExp[]
+  external: RegExp[]
   esbuildOptions: (options: { conditions?: string[] }) => void
 }
 export default library

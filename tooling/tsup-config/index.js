@@ -12,11 +12,14 @@ export const library = {
 }
 
 /**
- * An app's runnable entry point (`dist/main.js`, `node dist/main.js` without tsx): the
- * workspace's @engram packages are bundled in from their sources, so the app runs with only
- * its third-party dependencies installed; those stay external.
+ * An app's runnable entry point, `dist/main.js` (run with `node`, no tsx). `bundle` says what
+ * goes into the file: `"none"` (every package is imported: the @engram packages from their
+ * built `dist`, which `pnpm build` makes; needed where a package reads files beside itself,
+ * such as store-pg's migrations and the dashboard's page), `"engram"` (the @engram packages
+ * bundled from their sources; third-party packages imported), or `"all"` (one file with
+ * everything: a command that starts fast).
  */
-export const app = (entry = { main: "src/main.ts" }) => ({
+export const app = ({ entry = { main: "src/main.ts" }, bundle = "engram" } = {}) => ({
   entry,
   format: ["esm"],
   dts: false,
@@ -24,9 +27,10 @@ export const app = (entry = { main: "src/main.ts" }) => ({
   sourcemap: true,
   target: "node22",
   platform: "node",
-  noExternal: [/^@engram\//],
+  noExternal: bundle === "all" ? [/./] : bundle === "engram" ? [/^@engram\//] : [],
+  external: bundle === "all" ? [] : bundle === "engram" ? [/^(?!@engram\/)(@[^/]+\/)?[^./][^:]*$/] : [/^(@[^/]+\/)?[^./][^:]*$/],
   esbuildOptions(options) {
-    options.conditions = ["@engram/source", ...(options.conditions ?? [])]
+    if (bundle !== "none") options.conditions = ["@engram/source", ...(options.conditions ?? [])]
   },
 })
 

@@ -8,7 +8,9 @@
 import { Effect, Layer } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
 import type { HttpServerRequest } from "effect/http"
-import { readFileSync } from "node:fs"
+import { existsSync, readFileSync } from "node:fs"
+import { createRequire } from "node:module"
+import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 
 /** What the coordinator gives the dashboard. */
@@ -24,8 +26,18 @@ export interface Options {
 /** The longest `/ui/changes` waits before it answers the same version. */
 export const maxWaitMs = 25_000
 
-/** The page's files, read once from `assets/` beside `src/` and `dist/`. */
-const asset = (name: string): string => readFileSync(fileURLToPath(new URL(`../assets/${name}`, import.meta.url)), "utf8")
+/**
+ * Where the page's files are: `assets/` beside this module's `src/` or `dist/`, or, when this
+ * module is bundled into an app's `dist/main.js`, the installed package's.
+ */
+const assetDir = (): string => {
+  const beside = fileURLToPath(new URL("../assets/", import.meta.url))
+  if (existsSync(join(beside, "index.html"))) return beside
+  return join(dirname(createRequire(import.meta.url).resolve("@engram/dashboard/package.json")), "assets")
+}
+
+/** One of the page's files, read once. */
+const asset = (dir: string, name: string): string => readFileSync(join(dir, name), "utf8")
 
 /** Files only from this origin; the page runs no inline code. */
 const securityHeaders = {
@@ -44,9 +56,10 @@ const bearer = (request: HttpServerRequest.HttpServerRequest): string => /^Beare
 
 /** The dashboard's routes (add to the coordinator's served layers). */
 export const layer = (options: Options): Layer.Layer<never, never, HttpRouter.HttpRouter> => {
-  const page = asset("index.html")
-  const script = asset("app.js")
-  const style = asset("style.css")
+  const dir = assetDir()
+  const page = asset(dir, "index.html")
+  const script = asset(dir, "app.js")
+  const style = asset(dir, "style.css")
   const pollMs = options.pollMs ?? 500
 
   const changes = (request: HttpServerRequest.HttpServerRequest) =>
