@@ -77,7 +77,12 @@ const waitForCoordinator = Effect.gen(function* () {
     const up = yield* Effect.tryPromise(() => fetch(`${coordinatorUrl}/livez`).then((r) => r.ok)).pipe(Effect.orElseSucceed(() => false))
     const token = adminFromEnv ?? (existsSync(tokenFile) ? readFileSync(tokenFile, "utf8").trim() : "")
     if (up && token.length >= 16) return token
-    if (i % 10 === 9) yield* Effect.logInfo(`demo: waiting for the coordinator at ${coordinatorUrl} (admin token from ${adminFromEnv !== undefined ? "ENGRAM_ADMIN_TOKEN" : tokenFile})`)
+    // Once after a few seconds (a first start sets up the embedded database), then every 30 s.
+    if (i % 60 === 6) {
+      yield* Effect.logInfo(
+        `demo: waiting for the coordinator at ${coordinatorUrl} and its admin token (${adminFromEnv !== undefined ? "ENGRAM_ADMIN_TOKEN" : shown(tokenFile)}); a first start sets up its database, which can take a minute`,
+      )
+    }
     yield* Effect.sleep(500)
   }
 })
