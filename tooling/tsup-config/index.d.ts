@@ -7,4 +7,17 @@ export declare const library: {
   sourcemap: true
   target: "node22"
 }
+/** An app's runnable entry point (`dist/main.js`); `bundle` says what goes into the file. */
+export declare const app: (options?: { entry?: Record<string, string>; bundle?: "none" | "engram" | "all" }) => {
+  entry: Record<string, string>
+  format: ["esm"]
+  dts: false
+  clean: false
+  sourcemap: true
+  target: "node22"
+  platform: "node"
+  noExternal: RegExp[]
+  external: RegExp[]
+  esbuildOptions: (options: { conditions?: string[] }) => void
+}
 export default library

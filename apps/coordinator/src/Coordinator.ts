@@ -8,7 +8,8 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { EngramApi } from "@engram/api"
 import type { Store } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
-import { Context, Effect, Exit, Layer, Logger, Option, Redacted, References, Scope } from "effect"
+import { Log } from "@engram/process"
+import { Context, Effect, Exit, Layer, Option, Redacted, Scope } from "effect"
 import type { LogLevel } from "effect"
 import { HttpRouter, HttpServer } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
@@ -32,6 +33,7 @@ import { Room } from "./Room.js"
 import { SessionWaiter } from "./SessionWaiter.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
+import { UiLive } from "./Ui.js"
 
 /** How to run a coordinator. */
 export interface CoordinatorOptions {
@@ -44,7 +46,7 @@ export interface CoordinatorOptions {
   readonly store?: Layer.Layer<Store, unknown> | undefined
   /** Run the reaper loop (default true). Tests that drive `reaperPass` themselves turn it off. */
   readonly reaper?: boolean | undefined
-  /** Minimum log level (default Info). */
+  /** Minimum log level (default `ENGRAM_LOG_LEVEL`, else Info). */
   readonly logLevel?: LogLevel.LogLevel | undefined
 }
 
@@ -63,9 +65,14 @@ export interface CoordinatorInfoShape {
 export class CoordinatorInfo extends Context.Service<CoordinatorInfo, CoordinatorInfoShape>()("@engram/coordinator/CoordinatorInfo") {}
 
 
-/** The JSON logger (one line per event) at `level`. */
-export const loggerLayer = (level: LogLevel.LogLevel = "Info") =>
-  Layer.mergeAll(Logger.layer([Logger.consoleJson]), Layer.succeed(References.MinimumLogLevel, level))
+/**
+ * The logger of this process (`@engram/process`'s `Log`: pretty on a terminal, JSON lines
+ * otherwise or with `ENGRAM_LOG_FORMAT=json`), at `level` (default `ENGRAM_LOG_LEVEL`, else Info).
+ */
+export const loggerLayer = (level?: LogLevel.LogLevel) => {
+  const { settings } = Log.settingsOfProcess()
+  return Log.layer(level === undefined ? settings : { ...settings, level })
+}
 
 /** The coordinator as a Layer: serves until the layer's scope closes. */
 export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Metrics | Notifier | Leader | Settings | Room, unknown> => {
@@ -111,14 +118,14 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
     Layer.provide(HandlersLive),
     Layer.provide([BearerAuthLive, AdminOnlyLive, ScrapeAuthLive, InputErrorsLive]),
   )
-  // The browsable reference (Scalar, served from this process: no CDN).
+  // The browsable reference (Scalar, served from this process: no CDN), and the dashboard at /ui.
   const docsLayer = HttpApiScalar.layer(EngramApi, { path: "/docs" })
   // Set when the coordinator begins to stop (the first finalizer to run): new requests get 503.
   let closing = false
   const server = Layer.unwrap(
     Effect.gen(function* () {
       const metrics = yield* Metrics
-      return HttpRouter.serve(Layer.mergeAll(apiLayer, docsLayer), {
+      return HttpRouter.serve(Layer.mergeAll(apiLayer, docsLayer, UiLive), {
         disableLogger: true,
         disableListenLog: true,
         middleware: edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }),
@@ -174,14 +181,14 @@ export interface RunningCoordinator extends CoordinatorInfoShape {
 /** Starts a coordinator in this process. */
 export const startCoordinator = async (options: CoordinatorOptions = {}): Promise<RunningCoordinator> => {
   const scope = Effect.runSync(Scope.make())
-  const built = layer(options).pipe(Layer.provide(loggerLayer(options.logLevel ?? "Info")))
+  const built = layer(options).pipe(Layer.provide(loggerLayer(options.logLevel)))
   const context = await Effect.runPromise(Layer.buildWithScope(built, scope)).catch(async (e: unknown) => {
     await Effect.runPromise(Scope.close(scope, Exit.void))
     throw e
   })
   const info = Context.get(context, CoordinatorInfo)
   const provide = <A, E>(effect: Effect.Effect<A, E, Store | Metrics | Notifier>) =>
-    effect.pipe(Effect.provideContext(context), Effect.provide(loggerLayer(options.logLevel ?? "Info")))
+    effect.pipe(Effect.provideContext(context), Effect.provide(loggerLayer(options.logLevel)))
   let stopping: Promise<void> | undefined
   return {
     ...info,

@@ -27,6 +27,7 @@ export const routeLabeler = (): ((method: string, url: string) => string) => {
     onEndpoint: ({ endpoint }) => router.on(endpoint.method, endpoint.path as FindMyWay.PathInput, endpoint.path),
   })
   router.on("GET", "/docs", "/docs")
+  for (const path of ["/", "/ui", "/ui/app.js", "/ui/style.css", "/ui/changes"] as const) router.on("GET", path, path)
   return (method, url) => router.find(method, url.split("?")[0] ?? url)?.handler ?? "unmatched"
 }
 

@@ -1,36 +1,34 @@
 /**
- * `pnpm start`: the coordinator from the environment (see README). With no configuration it
- * keeps its state in PGlite under ./.engram and writes an admin token there; "." is the
- * directory pnpm was run from (`INIT_CWD`), so `pnpm start` at the repository root uses the
- * root's `.engram/`.
+ * `pnpm start` / `node dist/main.js`: the coordinator from the environment (see README). With
+ * no configuration it keeps its state in PGlite under ./.engram and writes an admin token
+ * there; "." is the directory pnpm was run from (`INIT_CWD`), so `pnpm start` at the
+ * repository root uses the root's `.engram/`. Logs are pretty on a terminal and JSON lines
+ * otherwise (`ENGRAM_LOG_FORMAT`, `ENGRAM_LOG_LEVEL`); SIGINT/SIGTERM stop it with exit 0; a
+ * bad setting exits 2 naming every bad variable; a port in use or a refused database is said
+ * in one line (exit 1).
  */
-import { NodeRuntime } from "@effect/platform-node"
-import { Cause, Effect, Exit, Layer } from "effect"
+import { Explain, Fatal, Main } from "@engram/process"
+import { Effect, Layer, Redacted } from "effect"
 import * as Config from "./Config.js"
-import { layer, loggerLayer } from "./Coordinator.js"
+import type { CoordinatorConfig } from "./Config.js"
+import { layer } from "./Coordinator.js"
+
+let config: CoordinatorConfig | undefined
 
 const program = Config.fromEnvironment().pipe(
-  Effect.matchEffect({
-    onFailure: (e) =>
-      // One line per bad variable, all at once: `ENGRAM_PORT="70000": must be an integer from 0 to 65535`.
-      Effect.logError(e.message, { issues: e.issues }).pipe(
-        Effect.andThen(
-          Effect.sync(() => {
-            process.exitCode = 2
-          }),
-        ),
-      ),
-    onSuccess: (config) =>
-      Layer.launch(layer({ config })).pipe(Effect.tapCause((cause) => Effect.logError("engram coordinator stopped on an error", cause))),
+  // One line per bad variable, all at once: `ENGRAM_PORT="70000": must be an integer from 0 to 65535`.
+  Effect.mapError((e) => new Fatal({ message: e.message, exitCode: Main.exitCodes.configuration })),
+  Effect.flatMap((c) => {
+    config = c
+    return Layer.launch(layer({ config: c }))
   }),
-  Effect.provide(loggerLayer()),
 )
 
-// A stop by SIGTERM/SIGINT is the normal end of a service: exit 0 once the finalizers ran.
-NodeRuntime.runMain(program, {
-  disableErrorReporting: true,
-  teardown: (exit, onExit) => {
-    if (Exit.isSuccess(exit)) return onExit(typeof process.exitCode === "number" ? process.exitCode : 0)
-    return onExit(Cause.hasInterruptsOnly(exit.cause) ? 0 : 1)
-  },
+Main.run(program, {
+  name: "engram coordinator",
+  explain: (cause) =>
+    config === undefined
+      ? null
+      : (Explain.listenFailure(cause, { host: config.host, port: config.port, portVariable: "ENGRAM_PORT" }) ??
+        (config.databaseUrl === null ? null : Explain.databaseFailure(cause, Redacted.value(config.databaseUrl)))),
 })

@@ -1,45 +1,57 @@
 /**
  * The demo fleet beside a coordinator: registers two simulated hosts, runs their agents in
  * this process (simulated runtimes, fixed host sizes, never this machine's RAM), and unless
- * `ENGRAM_DEMO_TOUR=0` walks a short tour so a new user sees sessions place, park, descend
- * and move. `pnpm start` at the repository root runs it next to the coordinator.
+ * `ENGRAM_DEMO_TOUR=0` tells a short numbered story so a new user sees sessions place, park,
+ * descend and move, then a closing block with the CLI commands and the dashboard's address.
+ * `pnpm start` at the repository root runs it next to the coordinator (tooling/scripts/start.mjs).
  *
  * Environment: `ENGRAM_COORDINATOR_URL` (default `http://127.0.0.1:${ENGRAM_PORT ?? 7070}`),
  * `ENGRAM_ADMIN_TOKEN` or `ENGRAM_ADMIN_TOKEN_FILE` (default `<data dir>/admin-token`, the file
  * the coordinator generates), `ENGRAM_DEMO_STATE_DIR` (default `<data dir>/demo`),
- * `ENGRAM_DEMO_TOUR` (`0` = no tour). The data dir is the coordinator's: `ENGRAM_DATA_DIR`,
- * default `./.engram`, a relative path taken from the directory pnpm was run from (`INIT_CWD`),
- * so `pnpm start` at the repository root uses the root's `.engram/` for both.
+ * `ENGRAM_DEMO_TOUR` (`0` = no tour), `ENGRAM_TOUR_VERBOSE=1` (the agents' own lines: every
+ * pre-copy round of a move, each VM started or parked). The data dir is the coordinator's:
+ * `ENGRAM_DATA_DIR`, default `./.engram`, a relative path taken from the directory pnpm was
+ * run from (`INIT_CWD`), so `pnpm start` at the repository root uses the root's `.engram/`.
  *
  * Secrets never reach the output: the admin token, the host tokens and the peer secret stay
- * in their files (mode 0600), and the printed `curl` lines read them with `$(cat <file>)`.
+ * in their files (mode 0600), and printed commands read them with `$(cat <file>)`.
  */
 import { randomBytes } from "node:crypto"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
-import { isAbsolute, join, resolve } from "node:path"
-import { NodeRuntime } from "@effect/platform-node"
-import { Effect, Logger } from "effect"
+import { isAbsolute, join, relative, resolve } from "node:path"
+import { Errors, make as makeClient } from "@engram/client"
+import type { EngramClientShape, Records } from "@engram/client"
+import { Fatal, Log, Main } from "@engram/process"
+import { Effect, References } from "effect"
+import type { LogLevel } from "effect"
+import { FetchHttpClient } from "effect/http"
 import { runtimeFromEnvironment } from "./Config.js"
 import { startHostAgent } from "./Host.js"
-import { layerFixed, HostMeter } from "./Measure.js"
+import { HostMeter, layerFixed } from "./Measure.js"
 import { statusToken } from "./MoveToken.js"
 
 const env = process.env
-const coordinatorUrl = (env["ENGRAM_COORDINATOR_URL"] ?? `http://127.0.0.1:${env["ENGRAM_PORT"] ?? "7070"}`).replace(/\/+$/, "")
+const set = (name: string) => (env[name] === undefined || env[name] === "" ? undefined : env[name])
+const coordinatorUrl = (set("ENGRAM_COORDINATOR_URL") ?? `http://127.0.0.1:${set("ENGRAM_PORT") ?? "7070"}`).replace(/\/+$/, "")
 /**
  * A path as the user meant it: relative to the directory pnpm was run from (`INIT_CWD`; pnpm
  * runs the script itself in apps/host-agent), else to the working directory. The coordinator
  * resolves `ENGRAM_DATA_DIR` the same way (its Config.resolveDataDir).
  */
-const fromInvocationDir = (p: string) => (isAbsolute(p) ? p : resolve(env["INIT_CWD"] || process.cwd(), p))
-const set = (name: string) => (env[name] === undefined || env[name] === "" ? undefined : env[name])
+const invocationDir = env["INIT_CWD"] || process.cwd()
+const fromInvocationDir = (p: string) => (isAbsolute(p) ? p : resolve(invocationDir, p))
+/** A path for a person to read: relative to where they started when it is below it. */
+const shown = (p: string) => {
+  const r = relative(invocationDir, p)
+  return r !== "" && !r.startsWith("..") && !isAbsolute(r) ? r : p
+}
 const dataDir = fromInvocationDir(set("ENGRAM_DATA_DIR") ?? "./.engram")
 const adminFromEnv = set("ENGRAM_ADMIN_TOKEN")
 const tokenFile = fromInvocationDir(set("ENGRAM_ADMIN_TOKEN_FILE") ?? join(dataDir, "admin-token"))
-/** How a printed command gets the admin token: never the token itself. */
-const adminBearer = adminFromEnv !== undefined ? "$ENGRAM_ADMIN_TOKEN" : `$(cat ${tokenFile})`
 const stateDir = fromInvocationDir(set("ENGRAM_DEMO_STATE_DIR") ?? join(dataDir, "demo"))
 const tour = env["ENGRAM_DEMO_TOUR"] !== "0"
+const verbose = env["ENGRAM_TOUR_VERBOSE"] === "1" || env["ENGRAM_TOUR_VERBOSE"] === "true"
+const logSettings = Log.settingsOfProcess().settings
 
 /** The two simulated hosts: fixed sizes so the demo looks the same on every machine. */
 const hosts = [
@@ -47,100 +59,141 @@ const hosts = [
   { id: "sim-host-2", totalMib: 4096, osMib: 512, vcpus: 4 },
 ] as const
 
-const sleep = (ms: number) => Effect.sleep(ms)
+/**
+ * One line of the story: plain text on a terminal (the story is the output), an info event
+ * with its fields in JSON mode.
+ */
+const say = (text: string, fields: Record<string, unknown> = {}) =>
+  logSettings.format === "pretty"
+    ? Effect.sync(() => void process.stdout.write(`${text}\n`))
+    : text.trim() === ""
+      ? Effect.void
+      : Effect.logInfo(text.trim(), fields)
 
-const request = (token: string, method: string, path: string, body?: unknown) =>
-  Effect.tryPromise(async () => {
-    const res = await fetch(`${coordinatorUrl}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    })
-    const text = await res.text()
-    return { status: res.status, body: (text === "" ? null : JSON.parse(text)) as Record<string, unknown> | null }
-  })
+const gib = (mib: number) => (mib % 1024 === 0 ? `${mib / 1024} GiB` : `${(mib / 1024).toFixed(1)} GiB`)
 
 /** Waits for the coordinator to answer and for its admin token. */
 const waitForCoordinator = Effect.gen(function* () {
   for (let i = 0; ; i++) {
-    const up = yield* Effect.tryPromise(() => fetch(`${coordinatorUrl}/healthz`).then((r) => r.ok)).pipe(Effect.orElseSucceed(() => false))
+    const up = yield* Effect.tryPromise(() => fetch(`${coordinatorUrl}/livez`).then((r) => r.ok)).pipe(Effect.orElseSucceed(() => false))
     const token = adminFromEnv ?? (existsSync(tokenFile) ? readFileSync(tokenFile, "utf8").trim() : "")
     if (up && token.length >= 16) return token
-    if (i % 10 === 0) yield* Effect.logInfo(`demo: waiting for the coordinator at ${coordinatorUrl} (admin token from ${adminFromEnv !== undefined ? "ENGRAM_ADMIN_TOKEN" : tokenFile})`)
-    yield* sleep(500)
+    // Once after a few seconds (a first start sets up the embedded database), then every 30 s.
+    if (i % 60 === 6) {
+      yield* Effect.logInfo(
+        `demo: waiting for the coordinator at ${coordinatorUrl} and its admin token (${adminFromEnv !== undefined ? "ENGRAM_ADMIN_TOKEN" : shown(tokenFile)}); a first start sets up its database, which can take a minute`,
+      )
+    }
+    yield* Effect.sleep(500)
   }
 })
 
 /** Registers a host, or reuses the token this demo saved for it on an earlier run. */
-const register = (admin: string, id: string, saved: Record<string, string>) =>
+const register = (engram: EngramClientShape, id: string, saved: Record<string, string>) =>
   Effect.gen(function* () {
-    const created = yield* request(admin, "POST", "/v1/hosts", { id, labels: { demo: "true" } })
-    if (created.status === 201 && typeof created.body?.["token"] === "string") return { id, token: created.body["token"] }
+    const created = yield* Effect.result(engram.hosts.create({ id, labels: { demo: "true" } }))
+    if (created._tag === "Success") return { id, token: created.success.token }
     const known = saved[id]
-    if (created.status === 409 && known !== undefined) return { id, token: known }
+    if (created.failure instanceof Errors.Conflict && known !== undefined) return { id, token: known }
+    if (!(created.failure instanceof Errors.Conflict)) return yield* Effect.fail(created.failure)
     // Registered by someone else (or this demo's tokens were lost): use a fresh id.
     const fresh = `${id}-${randomBytes(3).toString("hex")}`
-    const again = yield* request(admin, "POST", "/v1/hosts", { id: fresh, labels: { demo: "true" } })
-    if (again.status !== 201 || typeof again.body?.["token"] !== "string") return yield* Effect.fail(new Error(`cannot register ${fresh}: ${again.status} ${JSON.stringify(again.body)}`))
-    return { id: fresh, token: again.body["token"] }
+    const again = yield* engram.hosts.create({ id: fresh, labels: { demo: "true" } })
+    return { id: fresh, token: again.token }
   })
 
-const sessionState = (admin: string, id: string) =>
-  Effect.map(request(admin, "GET", `/v1/sessions/${id}`), (r) => ({ state: String(r.body?.["state"]), hostId: r.body?.["hostId"] }))
-
-const waitFor = (admin: string, id: string, state: string) =>
+/** Polls a session until it is in `state` (or 30 s pass) and answers it. */
+const waitFor = (engram: EngramClientShape, id: string, state: Records.SessionState) =>
   Effect.gen(function* () {
     for (let i = 0; i < 120; i++) {
-      const s = yield* sessionState(admin, id)
+      const s = yield* engram.sessions.get(id)
       if (s.state === state) return s
-      yield* sleep(250)
+      yield* Effect.sleep(250)
     }
-    return yield* sessionState(admin, id)
+    return yield* engram.sessions.get(id)
   })
 
-/** A short walk through the life of a few sessions; every step is logged. */
-const runTour = (admin: string, hostIds: readonly string[]) =>
+/** The short walk through the life of a few sessions. */
+const runTour = (engram: EngramClientShape, hostIds: readonly string[]) =>
   Effect.gen(function* () {
-    const say = (msg: string, fields: Record<string, unknown> = {}) => Effect.logInfo(`tour: ${msg}`, fields)
     const run = Date.now().toString(36)
     const id = (n: string) => `tour-${run}-${n}`
     const [big, small] = hostIds as [string, string]
-    yield* say("1. create a session: it places on the best-fitting host and its agent starts the VM")
-    const a = yield* request(admin, "POST", "/v1/sessions", { id: id("a"), memMib: 1024, vcpus: 1, affinity: [small] })
-    yield* say("placed", { status: a.status, ...a.body })
-    yield* say("running", { session: id("a"), ...(yield* waitFor(admin, id("a"), "running")) })
+    yield* say("")
+    yield* say(`The tour: two simulated hosts, ${big} (8 GiB, 8 vCPUs) and ${small} (4 GiB, 4 vCPUs).`)
 
-    yield* say("2. the session goes idle: with nothing waiting it parks (paused in RAM, keeps its reservation)")
-    yield* request(admin, "POST", `/v1/sessions/${id("a")}/idle`)
-    yield* say("parked", { session: id("a"), ...(yield* waitFor(admin, id("a"), "parked")) })
+    const a = yield* engram.sessions.create({ id: id("a"), memMib: 1024, vcpus: 1, affinity: [small] })
+    const aRunning = yield* waitFor(engram, id("a"), "running")
+    yield* say(`  1. A session of 1 GiB is created: placed on ${aRunning.hostId ?? "?"}, where its agent starts the VM (${aRunning.state}).`, { session: a.id, hostId: aRunning.hostId })
 
-    yield* say(`3. fill ${small} and queue one more: the park descends to make room, then the queued session places`)
-    yield* request(admin, "POST", `/v1/hosts/${big}/cordon`)
-    const fill = yield* request(admin, "POST", "/v1/sessions", { id: id("b"), memMib: 1536, vcpus: 1, affinity: [small] })
-    yield* say("filler", { status: fill.status, ...fill.body })
-    const queued = yield* request(admin, "POST", "/v1/sessions", { id: id("c"), memMib: 1024, vcpus: 1 })
-    yield* say("queued (no room anywhere)", { status: queued.status, ...queued.body })
-    yield* say("descended", { session: id("a"), ...(yield* waitFor(admin, id("a"), "descended")) })
-    yield* say("the queued session placed and runs", { session: id("c"), ...(yield* waitFor(admin, id("c"), "running")) })
-    yield* request(admin, "POST", `/v1/hosts/${big}/uncordon`)
+    yield* engram.sessions.idle(id("a"))
+    const parked = yield* waitFor(engram, id("a"), "parked")
+    yield* say(`  2. It goes idle. Nothing waits for room, so it ${parked.state === "parked" ? "parks: paused in RAM, keeping its room, ready to resume in milliseconds" : `is ${parked.state}`}.`, { session: a.id, state: parked.state })
 
-    yield* say(`4. live-move ${id("c")} to ${big} with a 700 ms downtime budget`)
-    const moved = yield* request(admin, "POST", `/v1/sessions/${id("c")}/move`, { targetHostId: big, maxDowntimeMs: 700 })
-    const { move: _move, ...figures } = moved.body ?? {}
-    yield* say("move answered", { status: moved.status, ...figures })
-    yield* say(`5. the same move back with a 300 ms budget: the guard refuses it before pausing the guest`)
-    const refused = yield* request(admin, "POST", `/v1/sessions/${id("c")}/move`, { targetHostId: small, maxDowntimeMs: 300 })
-    yield* say("move answered", { status: refused.status, ...refused.body })
-
-    for (const n of ["a", "b", "c"]) yield* request(admin, "DELETE", `/v1/sessions/${id(n)}`)
-    yield* say("done: the tour's sessions are ended. Try the API yourself, e.g.", {
-      create: `curl -s -X POST ${coordinatorUrl}/v1/sessions -H "authorization: Bearer ${adminBearer}" -H 'content-type: application/json' -d '{"memMib":512,"vcpus":1}'`,
+    yield* engram.hosts.cordon(big)
+    yield* engram.sessions.create({ id: id("b"), memMib: 1536, vcpus: 1, affinity: [small] })
+    const c = yield* engram.sessions.create({ id: id("c"), memMib: 1024, vcpus: 1 })
+    const why = c.outcome === "queued" ? c.noFit.map((d) => `${d.hostId} ${d.reason}`).join(", ") : "it placed at once"
+    yield* say(`  3. ${big} is cordoned and ${small} filled; a new 1 GiB session finds no room and queues (${why}).`, { session: c.id, outcome: c.outcome })
+    const descended = yield* waitFor(engram, id("a"), "descended")
+    const cRunning = yield* waitFor(engram, id("c"), "running")
+    yield* say(`     The park yields: session a ${descended.state} (captured to disk, room released), and the queued session runs on ${cRunning.hostId ?? "?"}.`, {
+      parked: a.id,
+      parkedState: descended.state,
+      queued: c.id,
+      state: cRunning.state,
     })
+    yield* engram.hosts.uncordon(big)
+
+    const moved = yield* Effect.result(engram.sessions.move(id("c"), { targetHostId: big, maxDowntimeMs: 700 }))
+    if (moved._tag === "Success") {
+      const m = moved.success
+      yield* say(
+        `  4. It moves live to ${big} within a 700 ms downtime budget: paused ${Math.round(m.downtimeMs)} ms (capture ${Math.round(m.captureMs)}, send ${Math.round(m.sendMs)}, commit ${Math.round(m.commitMs)} ms).`,
+        { downtimeMs: m.downtimeMs, captureMs: m.captureMs, sendMs: m.sendMs, commitMs: m.commitMs },
+      )
+    } else yield* say(`  4. The move to ${big} did not commit: ${Errors.describe(moved.failure)}`, { error: moved.failure.code })
+
+    const back = yield* Effect.result(engram.sessions.move(id("c"), { targetHostId: small, maxDowntimeMs: 300 }))
+    if (back._tag === "Failure" && back.failure instanceof Errors.MoveDowntime) {
+      const e = back.failure
+      yield* say(`  5. Moving it back within 300 ms is refused before the guest pauses (estimate ${Math.round(e.estimateMs ?? 0)} ms): it keeps running where it is.`, {
+        estimateMs: e.estimateMs,
+        maxDowntimeMs: e.maxDowntimeMs,
+      })
+    } else yield* say(`  5. Moving it back within 300 ms: ${back._tag === "Success" ? "it committed (a fast machine)" : Errors.describe(back.failure)}.`)
+
+    for (const n of ["a", "b", "c"]) yield* Effect.ignore(engram.sessions.end(id(n)))
+    yield* say("  6. The tour ends its sessions.")
   })
+
+const closing = () => {
+  const bearer = adminFromEnv !== undefined ? "$ENGRAM_ADMIN_TOKEN" : `$(cat ${shown(tokenFile)})`
+  const tokenWhere = adminFromEnv !== undefined ? "ENGRAM_ADMIN_TOKEN" : shown(tokenFile)
+  return [
+    "",
+    "Try it yourself (in another terminal, at the repository root):",
+    "  pnpm engram -- status                           the fleet signal",
+    "  pnpm engram -- hosts ls                         hosts and their room",
+    "  pnpm engram -- sessions create --mem 1GiB --vcpus 1",
+    "  pnpm engram -- sessions ls                      sessions and their states",
+    "  pnpm engram -- watch                            a live table",
+    `  dashboard      ${coordinatorUrl}/ui   (sign in with the token in ${tokenWhere})`,
+    `  API reference  ${coordinatorUrl}/docs`,
+    `  curl -s -H "authorization: Bearer ${bearer}" ${coordinatorUrl}/v1/fleet`,
+    "Ctrl-C stops the coordinator and the agents.",
+  ]
+}
 
 const program = Effect.gen(function* () {
   const admin = yield* waitForCoordinator
-  yield* Effect.logInfo(`demo: coordinator at ${coordinatorUrl}; admin token ${adminFromEnv !== undefined ? "from ENGRAM_ADMIN_TOKEN" : `in ${tokenFile}`}; demo state in ${stateDir}`)
+  const engram = yield* makeClient({ baseUrl: coordinatorUrl, token: admin }).pipe(Effect.provide(FetchHttpClient.layer))
+  // The admin token must be the coordinator's: a stale file is a clear stop, not a tour of errors.
+  yield* engram.fleet.snapshot().pipe(
+    Effect.catchTag("Unauthorized", () =>
+      Effect.fail(new Fatal({ message: `the coordinator at ${coordinatorUrl} refused the admin token from ${adminFromEnv !== undefined ? "ENGRAM_ADMIN_TOKEN" : tokenFile}`, exitCode: Main.exitCodes.credential })),
+    ),
+  )
   mkdirSync(stateDir, { recursive: true, mode: 0o700 })
   const savedFile = join(stateDir, "hosts.json")
   const saved = (existsSync(savedFile) ? JSON.parse(readFileSync(savedFile, "utf8")) : {}) as Record<string, string>
@@ -149,10 +202,13 @@ const program = Effect.gen(function* () {
   const peerSecret = readFileSync(secretFile, "utf8").trim()
 
   const registered = []
-  for (const h of hosts) registered.push({ ...h, ...(yield* register(admin, h.id, saved)) })
+  for (const h of hosts) registered.push({ ...h, ...(yield* register(engram, h.id, saved)) })
   writeFileSync(savedFile, JSON.stringify(Object.fromEntries(registered.map((r) => [r.id, r.token])), null, 2), { mode: 0o600 })
 
+  // The agents' own lines (each VM started, every pre-copy round) only when asked for.
+  const agentLevel: LogLevel.LogLevel = verbose || set("ENGRAM_LOG_LEVEL") !== undefined ? logSettings.level : "Warn"
   const urls = new Map<string, string>()
+  const kinds = new Set<string>()
   for (const h of registered) {
     const stateFile = join(stateDir, `${h.id}.state.json`)
     // ENGRAM_RUNTIME=qemu: real guests (README "Real guests"); the simulated runtime otherwise.
@@ -168,21 +224,28 @@ const program = Effect.gen(function* () {
       imageDir: join(stateDir, `${h.id}-images`),
       measure: (mib) => HostMeter.use((m) => m.measure(mib)).pipe(Effect.provide(layerFixed({ totalMib: h.totalMib, osMib: h.osMib, vcpus: h.vcpus }))),
       config: { pollWaitMs: 10_000, reportIntervalMs: 10_000 },
-    })
+    }).pipe(Effect.provideService(References.MinimumLogLevel, agentLevel))
     urls.set(h.id, `http://127.0.0.1:${agent.port}`)
     // The status bearer derives from the peer secret: it goes to a 0600 file, never to the output.
     const statusFile = join(stateDir, `${h.id}.status-token`)
     writeFileSync(statusFile, `${statusToken(peerSecret, h.id)}\n`, { mode: 0o600 })
     chmodSync(statusFile, 0o600)
-    yield* Effect.logInfo(`demo: ${h.id} (${h.totalMib} MiB, ${h.vcpus} vCPUs, ${agent.runtimeInfo.kind === "sim" ? "simulated" : `${agent.runtimeInfo.kind} guests under ${agent.runtimeInfo.accelerator}`}) agent on ${urls.get(h.id)}`, {
-      status: `curl -s ${urls.get(h.id)}/v1/peer/status -H "authorization: Bearer $(cat ${statusFile})"`,
-    })
+    const status = `curl -s ${urls.get(h.id)}/v1/peer/status -H "authorization: Bearer $(cat ${statusFile})"`
+    kinds.add(agent.runtimeInfo.kind === "sim" ? "simulated" : `${agent.runtimeInfo.kind} guests under ${agent.runtimeInfo.accelerator}`)
+    if (verbose) yield* Effect.logInfo(`demo: ${h.id} (${gib(h.totalMib)}, ${h.vcpus} vCPUs, ${[...kinds].at(-1)}) agent on ${urls.get(h.id)}`, { status })
+    else yield* Effect.logDebug(`demo: ${h.id} agent on ${urls.get(h.id)}`, { status })
   }
+  yield* say(`engram demo: coordinator ${coordinatorUrl}, hosts ${registered.map((r) => r.id).join(" and ")} (${[...kinds].join(", ")}), state in ${shown(stateDir)}`)
   if (tour) {
-    yield* sleep(1500)
-    yield* runTour(admin, registered.map((r) => r.id)).pipe(Effect.catch((e) => Effect.logWarning("tour stopped", { error: String(e) })))
+    // Let the agents' first reports land, so both hosts take placements.
+    yield* Effect.sleep(1500)
+    yield* runTour(engram, registered.map((r) => r.id)).pipe(
+      Effect.catch((e: Errors.ClientError) => Effect.logWarning(`the tour stopped: ${Errors.describe(e)}`)),
+    )
   }
+  if (logSettings.format === "pretty") for (const line of closing()) yield* say(line)
+  else yield* Effect.logInfo("demo ready: try the CLI, the dashboard and the API", { cli: "pnpm engram -- status", dashboard: `${coordinatorUrl}/ui`, docs: `${coordinatorUrl}/docs` })
   return yield* Effect.never
 })
 
-NodeRuntime.runMain(Effect.scoped(program).pipe(Effect.provide(Logger.layer([Logger.consolePretty()]))), { disableErrorReporting: true })
+Main.run(Effect.scoped(program), { name: "engram demo" })

@@ -1,28 +1,38 @@
 /**
- * `tsx src/main.ts`: one host agent from the environment (README.md lists the variables).
- * Logs JSON lines; SIGINT/SIGTERM stop it (its VMs, simulated ones included, are left as
- * they are: the state file lets the next start adopt them).
+ * `pnpm --filter @engram/host-agent agent` / `node dist/main.js`: one host agent from the
+ * environment (README.md lists the variables). Logs are pretty on a terminal and JSON lines
+ * otherwise (`ENGRAM_LOG_FORMAT`, `ENGRAM_LOG_LEVEL`). It says "host agent ready" only once the
+ * coordinator took its token; a refused token (wrong, or rotated since) ends it with one clear
+ * line and exit 3; a bad setting exits 2; SIGINT/SIGTERM stop it with exit 0 (its VMs,
+ * simulated ones included, are left as they are: the state file lets the next start adopt them).
  */
-import { NodeRuntime } from "@effect/platform-node"
-import { Effect, Logger } from "effect"
+import { Fatal, Main } from "@engram/process"
+import { Deferred, Effect } from "effect"
+import { FetchHttpClient } from "effect/http"
 import { fromEnvironment } from "./Config.js"
+import { makeHttp } from "./Coordinator.js"
+import * as Credential from "./Credential.js"
 import { startHostAgent } from "./Host.js"
 
 const program = fromEnvironment().pipe(
-  Effect.matchEffect({
-    // One line per bad variable, all at once: `ENGRAM_AGENT_PORT="x": must be an integer >= 0`.
-    onFailure: (e) => Effect.logError(e.message, { issues: e.issues }).pipe(Effect.andThen(Effect.sync(() => void (process.exitCode = 2)))),
-    onSuccess: (options) =>
-      Effect.scoped(
-        Effect.gen(function* () {
-          const agent = yield* startHostAgent(options)
-          // A line tests and scripts can wait for.
-          yield* Effect.logInfo("host agent ready", { hostId: agent.hostId, port: agent.port })
-          return yield* Effect.never
-        }),
-      ),
-  }),
-  Effect.provide(Logger.layer([Logger.consoleJson])),
+  // One line per bad variable, all at once: `ENGRAM_AGENT_PORT="x": must be an integer >= 0`.
+  Effect.mapError((e) => new Fatal({ message: e.message, exitCode: Main.exitCodes.configuration })),
+  Effect.flatMap((options) =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        if (!("url" in options.coordinator)) return yield* Effect.die("the agent's main reads the coordinator's URL from the environment")
+        const url = options.coordinator.url
+        const http = yield* makeHttp({ url, hostId: options.hostId, hostToken: options.coordinator.hostToken }).pipe(Effect.provide(FetchHttpClient.layer))
+        const credential = (message: string) => new Fatal({ message, exitCode: Main.exitCodes.credential })
+        yield* Credential.verify(http, options.hostId, url).pipe(Effect.mapError(credential))
+        const refused = yield* Deferred.make<string>()
+        const agent = yield* startHostAgent({ ...options, coordinator: Credential.guard(http, options.hostId, url, refused) })
+        // A line tests and scripts can wait for.
+        yield* Effect.logInfo("host agent ready", { hostId: agent.hostId, port: agent.port })
+        return yield* Effect.fail(credential(yield* Deferred.await(refused)))
+      }),
+    ),
+  ),
 )
 
-NodeRuntime.runMain(program, { disableErrorReporting: true })
+Main.run(program, { name: "engram host agent" })

@@ -1,9 +1,10 @@
 /**
  * The demo as `pnpm start` runs it (a child process, `src/demo.ts`) beside a coordinator whose
  * data dir is `<root>/.engram`, with INIT_CWD = <root> as pnpm sets it at the repository root:
- * the demo finds the admin token there, keeps its own state there, walks the whole tour, and
- * its output holds none of the secrets it used (admin token, host tokens, peer secret, the
- * status and move tokens derived from it, or a token's hash).
+ * the demo finds the admin token there, keeps its own state there, tells the tour as a
+ * numbered story and closes with the CLI commands and the dashboard's address, and its output
+ * (verbose: every agent line too) holds none of the secrets it used (admin token, host tokens,
+ * peer secret, the status and move tokens derived from it, or a token's hash).
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { createHash } from "node:crypto"
@@ -49,18 +50,37 @@ describe("the demo (pnpm start)", () => {
     const loader = pathToFileURL(join(pkgDir, "node_modules/tsx/dist/loader.mjs")).href
     demo = spawn(process.execPath, ["--import", loader, "--conditions=@engram/source", join(pkgDir, "src/demo.ts")], {
       cwd: pkgDir,
-      env: { ...env, INIT_CWD: root, ENGRAM_COORDINATOR_URL: coordinator.url, NO_COLOR: "1" },
+      env: { ...env, INIT_CWD: root, ENGRAM_COORDINATOR_URL: coordinator.url, NO_COLOR: "1", ENGRAM_LOG_FORMAT: "pretty", ENGRAM_TOUR_VERBOSE: "1" },
       stdio: ["ignore", "pipe", "pipe"],
     })
     const onData = (b: Buffer) => void output.push(b.toString())
     demo.stdout?.on("data", onData)
     demo.stderr?.on("data", onData)
     const deadline = Date.now() + 150_000
-    while (!output.join("").includes("tour: done") && Date.now() < deadline && demo.exitCode === null) await sleep(250)
+    const closing = "Ctrl-C stops the coordinator and the agents."
+    while (!output.join("").includes(closing) && Date.now() < deadline && demo.exitCode === null) await sleep(250)
     const text = output.join("")
-    expect(text, text).toContain("tour: done")
-    expect(text).toContain(join(dataDir, "admin-token"))
-    expect(text).not.toMatch(/tour stopped/)
+    expect(text, text).toContain(closing)
+    expect(text).not.toMatch(/the tour stopped/)
+    // The story, in order: place, park, queue and descend, move, refuse, end.
+    const story = [
+      "The tour: two simulated hosts, sim-host-1 (8 GiB, 8 vCPUs) and sim-host-2 (4 GiB, 4 vCPUs).",
+      "  1. A session of 1 GiB is created: placed on sim-host-2, where its agent starts the VM (running).",
+      "  2. It goes idle. Nothing waits for room, so it parks: paused in RAM, keeping its room, ready to resume in milliseconds.",
+      "  3. sim-host-1 is cordoned and sim-host-2 filled; a new 1 GiB session finds no room and queues (sim-host-1 cordoned, sim-host-2 ram_full).",
+      "     The park yields: session a descended (captured to disk, room released), and the queued session runs on sim-host-2.",
+      "  4. It moves live to sim-host-1 within a 700 ms downtime budget: paused ",
+      "  5. Moving it back within 300 ms is refused before the guest pauses (estimate ",
+      "  6. The tour ends its sessions.",
+      "  pnpm engram -- status                           the fleet signal",
+      `  dashboard      ${coordinator.url}/ui   (sign in with the token in .engram/admin-token)`,
+    ]
+    let at = -1
+    for (const line of story) {
+      const next = text.indexOf(line, at + 1)
+      expect(next, `"${line}" after the previous line of the story:\n${text}`).toBeGreaterThan(at)
+      at = next
+    }
 
     // Its state sits beside the coordinator's, in files only its owner can read.
     const stateDir = join(dataDir, "demo")
@@ -72,7 +92,7 @@ describe("the demo (pnpm start)", () => {
       expect(statSync(join(stateDir, f)).mode & 0o777, f).toBe(0o600)
     }
     // The printed commands read the secrets from those files.
-    expect(text).toContain(`$(cat ${join(dataDir, "admin-token")})`)
+    expect(text).toContain("$(cat .engram/admin-token)")
     expect(text).toContain(`$(cat ${join(stateDir, "sim-host-1.status-token")})`)
 
     const secrets: Record<string, string> = { adminToken, peerSecret, adminTokenHash: sha256(adminToken) }

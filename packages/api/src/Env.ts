@@ -84,6 +84,7 @@ export const demoVariables = [
   "ENGRAM_ADMIN_TOKEN_FILE",
   "ENGRAM_DEMO_STATE_DIR",
   "ENGRAM_DEMO_TOUR",
+  "ENGRAM_TOUR_VERBOSE",
 ] as const
 
 /** Variables of the clients and of logging (read by every process that has them). */

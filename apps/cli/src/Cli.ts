@@ -1,0 +1,494 @@
+/**
+ * The `engram` command line: `status`, `hosts …`, `sessions …`, `why`, `reservations`,
+ * `watch`, over `@engram/client`. Every command prints an aligned, human-readable answer
+ * (RAM in GiB, ages, reasons summed) or, with `--json`, the records as the API answered them.
+ * `--url`/`--token` (or `ENGRAM_URL`/`ENGRAM_TOKEN`, or `.engram/admin-token`) choose the
+ * coordinator. Errors are one line on stderr (`Errors.describe`: the field and the rule of a
+ * 400, the estimate of a refused move) and exit 1; a usage error exits 2.
+ */
+import { Errors, make as makeClient } from "@engram/client"
+import type { EngramClientShape, Records } from "@engram/client"
+import { Data, Effect, Option } from "effect"
+import { Argument, CliOutput, Command, Flag } from "effect/cli"
+import { FetchHttpClient } from "effect/http"
+import * as Format from "./Format.js"
+import type { Target } from "./Target.js"
+import { resolveTarget } from "./Target.js"
+import * as Why from "./Why.js"
+
+/** The version `--version` prints. */
+export const version = "0.1.0"
+
+/** A problem with the command line itself (no token found, a bad value): exit 2. */
+export class UsageError extends Data.TaggedError("UsageError")<{ readonly message: string }> {}
+
+/** The coordinator refused or failed: exit 1, said in one line. */
+export class CallFailed extends Data.TaggedError("CallFailed")<{ readonly message: string; readonly error: Errors.ClientError }> {}
+
+/** Where the CLI writes (a test may capture it). */
+export interface Output {
+  readonly out: (text: string) => void
+  readonly isTTY: boolean
+}
+
+/** stdout. */
+export const stdout: Output = { out: (text) => void process.stdout.write(text.endsWith("\n") ? text : `${text}\n`), isTTY: process.stdout.isTTY === true }
+
+let output: Output = stdout
+const print = (text: string) => Effect.sync(() => output.out(text))
+const printJson = (value: unknown) => print(JSON.stringify(value, null, 2))
+
+// ---- the root and its shared flags ------------------------------------------------------------
+
+const engram = Command.make("engram").pipe(
+  Command.withSharedFlags({
+    url: Flag.String("url").pipe(Flag.optional, Flag.withDescription("the coordinator's URL (ENGRAM_URL; default http://127.0.0.1:7070)")),
+    token: Flag.String("token").pipe(Flag.optional, Flag.withDescription("the admin token (ENGRAM_TOKEN; default: .engram/admin-token found from here up)")),
+    json: Flag.Boolean("json").pipe(Flag.withDefault(false), Flag.withDescription("print the API's records as JSON")),
+  }),
+  Command.withDescription("engram: the fleet's hosts, sessions, queue and reservations, from the command line."),
+)
+
+/** The shared flags, the target they resolve to, and a client on it. */
+const context = Effect.gen(function* () {
+  const flags = yield* engram
+  const target = resolveTarget({ url: Option.getOrUndefined(flags.url), token: Option.getOrUndefined(flags.token) })
+  if (target.token === null) {
+    return yield* new UsageError({
+      message: "no token: pass --token, set ENGRAM_TOKEN, or run where the coordinator wrote .engram/admin-token (pnpm start at the repository root does)",
+    })
+  }
+  const client = yield* makeClient({ baseUrl: target.url, token: target.token }).pipe(Effect.provide(FetchHttpClient.layer))
+  return { json: flags.json, target, client }
+})
+
+/** A client error as one line, with a hint where the error is about the target. */
+export const explain = (e: Errors.ClientError, target: Target): string => {
+  if (e instanceof Errors.TransportError) return `${e.message}. Is the coordinator running (pnpm start)? Or point --url / ENGRAM_URL at it.`
+  if (e instanceof Errors.Unauthorized) return `the coordinator at ${target.url} refused the token from ${target.tokenSource ?? "nowhere"}: ${e.message}`
+  if (e instanceof Errors.Forbidden) return `${e.message} (the token from ${target.tokenSource ?? "nowhere"} is not the admin token)`
+  return Errors.describe(e)
+}
+
+/** Runs a call; its failure becomes one line. */
+const call = <A>(target: Target, eff: Effect.Effect<A, Errors.ClientError>) =>
+  Effect.mapError(eff, (error) => new CallFailed({ message: explain(error, target), error }))
+
+// ---- flags and arguments ----------------------------------------------------------------------
+
+const id = (what: string) => Argument.String("id").pipe(Argument.withDescription(what))
+const memFlag = Flag.String("mem").pipe(
+  Flag.filterMap(
+    (t) => Option.fromNullishOr(Format.parseMib(t)),
+    () => "a RAM size: 1024 (MiB), 512MiB, 1GiB or 1.5g",
+  ),
+  Flag.withDescription("RAM: 1024 (MiB), 512MiB, 1GiB, 1.5g"),
+)
+const vcpuFlag = Flag.Int("vcpus").pipe(
+  Flag.filter((n) => n > 0, () => "a whole number above 0"),
+  Flag.withDescription("vCPUs"),
+)
+const stateFlag = Flag.String("state").pipe(Flag.optional, Flag.withDescription("only sessions in this state (queued, pending, running, parked, descending, descended, moving, ended, lost)"))
+const hostFlag = Flag.String("host").pipe(Flag.optional, Flag.withDescription("only this host's"))
+
+// ---- views ------------------------------------------------------------------------------------
+
+const statusText = (f: Records.Fleet): string => {
+  const h = f.hosts
+  const lines: (readonly [string, string])[] = [
+    ["hosts", `${h.total} (${h.ready} ready, ${h.cordoned} cordoned, ${h.draining} draining; ${h.measured} measured)`],
+    ["RAM", `${Format.mib(f.freeMib)} free of ${Format.mib(f.capacityMib)} (${Format.mib(f.reservedMib)} reserved)`],
+    ["vCPUs", `${f.freeVcpus} free of ${f.cpuBudget} (${f.reservedVcpus} reserved)`],
+    [
+      "queue",
+      f.queue.sessions === 0
+        ? "empty"
+        : `${f.queue.sessions} waiting for ${Format.mib(f.queue.memMib)} and ${Format.vcpus(f.queue.vcpus)}; ${f.queue.withoutRoom} without room anywhere`,
+    ],
+  ]
+  if (f.unplaceable !== undefined && f.unplaceable.count > 0) {
+    lines.push(["unplaceable", `${f.unplaceable.count} too big for any host even empty (largest ${Format.mib(f.unplaceable.largestMemMib)}, ${Format.vcpus(f.unplaceable.largestVcpus)}): add a bigger host`])
+  }
+  lines.push(["parks", `${f.parks} (paused in RAM, resume warm)`], ["descents", `${f.descentsRunning} running`], ["read at", new Date(f.readAt).toISOString()])
+  return Format.fields(lines)
+}
+
+const hostRows = (hosts: readonly Records.Host[]) =>
+  hosts.map((h) => [
+    h.id,
+    h.state,
+    h.allocatableMib === null ? `${Format.mib(h.reservedMib)}/-` : `${Format.mib(h.reservedMib)}/${Format.mib(h.allocatableMib)}`,
+    Format.mib(h.freeMib),
+    h.cpuBudget === null ? `${h.reservedVcpus}/-` : `${h.reservedVcpus}/${h.cpuBudget}`,
+    h.freeVcpus === null ? "-" : String(h.freeVcpus),
+    String(h.entries),
+    String(h.parks),
+    String(h.descentsRunning),
+  ])
+const hostHeaders = ["HOST", "STATE", "RAM RESERVED", "RAM FREE", "VCPUS", "VCPUS FREE", "ENTRIES", "PARKS", "DESCENTS"]
+
+const hostText = (h: Records.Host): string =>
+  Format.fields([
+    ["host", h.id],
+    ["state", `${h.state}${h.measured ? "" : " (not measured yet: takes nothing until it reports)"}`],
+    ["RAM", `${Format.mib(h.reservedMib)} reserved of ${Format.mib(h.allocatableMib)} (${Format.mib(h.freeMib)} free; reported ${Format.mib(h.reportedAllocatableMib)} allocatable)`],
+    ["vCPUs", `${h.reservedVcpus} reserved of ${h.cpuBudget ?? "-"} (${h.freeVcpus ?? "-"} free; ${h.report?.totalVcpus ?? "-"} cores)`],
+    ["entries", String(h.entries)],
+    ["parks", String(h.parks)],
+    ["descents", `${h.descentsRunning} running`],
+    ["labels", Object.entries(h.labels).map(([k, v]) => `${k}=${v}`).join(" ") || "-"],
+    ["reported", h.reportedAt === null ? "never" : `${Format.age(h.reportedAt, Date.now())} ago`],
+  ])
+
+/** Since when a session is in its state: parked or queued time, else its last change. */
+const since = (s: Records.Session) => (s.state === "parked" ? s.parkedAt : s.state === "queued" ? s.queuedAt : s.updatedAt)
+
+const sessionRows = (sessions: readonly Records.Session[], now: number) =>
+  sessions.map((s) => [s.id, s.state, s.hostId ?? "-", Format.mib(s.budget.memMib), String(s.budget.vcpus), Format.age(since(s), now)])
+const sessionHeaders = ["SESSION", "STATE", "HOST", "MEM", "VCPUS", "FOR"]
+
+const sessionText = (s: Records.Session): string => {
+  const now = Date.now()
+  const lines: (readonly [string, string])[] = [
+    ["session", s.id],
+    ["state", `${s.state} for ${Format.age(since(s), now)}`],
+    ["host", s.hostId ?? "-"],
+    ["budget", `${Format.mib(s.budget.memMib)}, ${Format.vcpus(s.budget.vcpus)}`],
+    ["affinity", s.affinity.length === 0 ? "-" : s.affinity.join(", ")],
+    ["reservation", s.reservationId ?? "-"],
+    ["created", `${Format.age(s.createdAt, now)} ago`],
+  ]
+  if (s.queue !== undefined && s.queue !== null) lines.push(["queue", `position ${s.queue.position}; ${Why.summarize(s.queue.noFit)}`])
+  return Format.fields(lines)
+}
+
+const placeText = (a: Records.PlaceAnswer, verb: "created" | "resumed"): string => {
+  if (a.outcome === "queued") {
+    const tooBig = a.tooBig === true ? " No host could take it even empty: add a bigger host." : ""
+    return `${a.id} queued at position ${a.position}: ${Why.summarize(a.noFit)}.${tooBig} (engram why ${a.id})`
+  }
+  if (a.resumed === "warm") return `${a.id} resumed warm on ${a.hostId} (${a.state}): unparked where it was`
+  if (a.resumed === "cold") return `${a.id} restoring on ${a.hostId} (${a.state}): placed again from its descent image`
+  return `${a.id} ${verb === "created" ? "placed" : "resumed"} on ${a.hostId} (${a.state})`
+}
+
+// ---- commands ---------------------------------------------------------------------------------
+
+const status = Command.make("status", {}, () =>
+  Effect.gen(function* () {
+    const { client, json, target } = yield* context
+    const fleet = yield* call(target, client.fleet.snapshot())
+    yield* json ? printJson(fleet) : print(statusText(fleet))
+  }),
+).pipe(Command.withDescription("the fleet signal: hosts, free RAM and vCPUs, the queue, parks and descents"))
+
+const hostAction = (name: "cordon" | "uncordon" | "drain", description: string, said: (id: string) => string) =>
+  Command.make(name, { id: id("the host") }, (a) =>
+    Effect.gen(function* () {
+      const { client, json, target } = yield* context
+      const h = yield* call(target, client.hosts[name](a.id))
+      yield* json ? printJson(h) : print(said(h.id))
+    }),
+  ).pipe(Command.withDescription(description))
+
+const hosts = Command.make("hosts").pipe(
+  Command.withDescription("the hosts: ls, show, cordon, uncordon, drain, rm, rotate-token"),
+  Command.withSubcommands([
+    Command.make("ls", {}, () =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const all = yield* call(target, client.hosts.listAll())
+        yield* json ? printJson(all) : print(all.length === 0 ? "no hosts registered" : Format.table(hostHeaders, hostRows(all)))
+      }),
+    ).pipe(Command.withDescription("every host with its room")),
+    Command.make("show", { id: id("the host") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const h = yield* call(target, client.hosts.get(a.id))
+        yield* json ? printJson(h) : print(hostText(h))
+      }),
+    ).pipe(Command.withDescription("one host")),
+    hostAction("cordon", "take no new sessions; what runs there stays", (h) => `${h} cordoned: it takes no new sessions; what runs there stays`),
+    hostAction("uncordon", "take sessions again", (h) => `${h} is ready: it takes sessions again`),
+    hostAction("drain", "take no new sessions (state draining)", (h) => `${h} draining: it takes no new sessions`),
+    Command.make("rm", { id: id("the host") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        yield* call(target, client.hosts.remove(a.id))
+        yield* json ? printJson({ id: a.id, removed: true }) : print(`${a.id} removed`)
+      }),
+    ).pipe(Command.withDescription("remove a host (refused while it holds reservations)")),
+    Command.make("rotate-token", { id: id("the host") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const t = yield* call(target, client.hosts.rotateToken(a.id))
+        yield* json
+          ? printJson({ id: a.id, token: t.token })
+          : print(`${t.token}\n(the new token of ${a.id}: start its agent with ENGRAM_HOST_TOKEN set to it; the old token no longer works)`)
+      }),
+    ).pipe(Command.withDescription("give a host's agent a new token; the old one stops working")),
+  ]),
+)
+
+const sessions = Command.make("sessions").pipe(
+  Command.withDescription("the sessions: ls, show, create, idle, resume, end, move, wait, events"),
+  Command.withSubcommands([
+    Command.make("ls", { state: stateFlag, host: hostFlag }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const state = Option.getOrUndefined(a.state) as Records.SessionState | undefined
+        const all = yield* call(target, client.sessions.listAll({ state, hostId: Option.getOrUndefined(a.host) }))
+        yield* json ? printJson(all) : print(all.length === 0 ? "no sessions" : Format.table(sessionHeaders, sessionRows(all, Date.now())))
+      }),
+    ).pipe(Command.withDescription("sessions, oldest first")),
+    Command.make("show", { id: id("the session") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const s = yield* call(target, client.sessions.get(a.id))
+        yield* json ? printJson(s) : print(sessionText(s))
+      }),
+    ).pipe(Command.withDescription("one session")),
+    Command.make(
+      "create",
+      {
+        mem: memFlag,
+        vcpus: vcpuFlag,
+        id: Flag.String("id").pipe(Flag.optional, Flag.withDescription("your id for it (default: a UUID)")),
+        affinity: Flag.String("affinity").pipe(Flag.optional, Flag.withDescription("hosts to prefer, comma-separated, in order")),
+        refuse: Flag.Boolean("refuse").pipe(Flag.withDefault(false), Flag.withDescription("fail instead of queueing when nothing fits")),
+      },
+      (a) =>
+        Effect.gen(function* () {
+          const { client, json, target } = yield* context
+          const affinity = Option.getOrUndefined(a.affinity)
+            ?.split(",")
+            .map((s) => s.trim())
+            .filter((s) => s !== "")
+          const placed = yield* call(
+            target,
+            client.sessions.create({ id: Option.getOrUndefined(a.id), memMib: a.mem, vcpus: a.vcpus, affinity, onNoRoom: a.refuse ? "refuse" : undefined }),
+          )
+          yield* json ? printJson(placed) : print(placeText(placed, "created"))
+        }),
+    ).pipe(Command.withDescription("create a session: placed on the best-fitting host, or queued")),
+    Command.make("idle", { id: id("the session") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const s = yield* call(target, client.sessions.idle(a.id))
+        const said = s.state === "parked" ? "parked: paused in RAM, resumes warm" : `${s.state}: captured to storage, its room released`
+        yield* json ? printJson(s) : print(`${s.id} ${said}`)
+      }),
+    ).pipe(Command.withDescription("a running session went idle: it parks or descends")),
+    Command.make("resume", { id: id("the session") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const r = yield* call(target, client.sessions.resume(a.id))
+        yield* json ? printJson(r) : print(placeText(r, "resumed"))
+      }),
+    ).pipe(Command.withDescription("bring a session back: warm from a park, cold from a descent")),
+    Command.make("end", { id: id("the session") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const s = yield* call(target, client.sessions.end(a.id))
+        yield* json ? printJson(s) : print(`${s.id} ended`)
+      }),
+    ).pipe(Command.withDescription("end a session; its room is released")),
+    Command.make(
+      "move",
+      {
+        id: id("the session"),
+        maxDowntime: Flag.String("max-downtime").pipe(
+          Flag.filterMap(
+            (t) => Option.fromNullishOr(Format.parseMs(t)),
+            () => "a duration above 0: 600ms, 0.5s",
+          ),
+          Flag.withDescription("the longest pause the guest may see: 600ms, 1s"),
+        ),
+        to: Flag.String("to").pipe(Flag.optional, Flag.withDescription("the target host (default: the best-ranked other host)")),
+      },
+      (a) =>
+        Effect.gen(function* () {
+          const { client, json, target } = yield* context
+          const m = yield* call(target, client.sessions.move(a.id, { maxDowntimeMs: a.maxDowntime, targetHostId: Option.getOrUndefined(a.to) }))
+          yield* json
+            ? printJson(m)
+            : print(
+                `${a.id} moved to ${m.move.targetHostId}: paused ${Format.duration(m.downtimeMs)} (capture ${Format.duration(m.captureMs)}, send ${Format.duration(m.sendMs)}, commit ${Format.duration(m.commitMs)}) within ${Format.duration(a.maxDowntime)}`,
+              )
+        }),
+    ).pipe(Command.withDescription("move a running session live to another host within a downtime budget")),
+    Command.make(
+      "wait",
+      {
+        id: id("the session"),
+        state: Flag.String("state").pipe(Flag.withDescription("the state to wait for")),
+        timeout: Flag.String("timeout").pipe(
+          Flag.filterMap(
+            (t) => Option.fromNullishOr(Format.parseMs(t)),
+            () => "a duration above 0: 30s",
+          ),
+          Flag.withDefault(30_000),
+          Flag.withDescription("how long to wait (30s)"),
+        ),
+      },
+      (a) =>
+        Effect.gen(function* () {
+          const { client, json, target } = yield* context
+          const s = yield* call(target, client.sessions.wait(a.id, { state: a.state as Records.SessionState, timeoutMs: a.timeout }))
+          yield* json ? printJson(s) : print(`${s.id} is ${s.state}${s.hostId === null ? "" : ` on ${s.hostId}`}`)
+        }),
+    ).pipe(Command.withDescription("wait until a session reaches a state")),
+    Command.make("events", { id: id("the session") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const page = yield* call(target, client.sessions.events(a.id, { limit: 500 }))
+        if (json) return yield* printJson(page)
+        const rows = page.items.map((e) => {
+          const { seq, at, kind, hostId, ...rest } = e
+          const details = Object.entries(rest)
+            .filter(([k]) => k !== "sessionId")
+            .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+            .join(" ")
+          return [String(seq), new Date(at).toISOString(), kind, hostId ?? "-", details]
+        })
+        yield* print(rows.length === 0 ? "no events" : Format.table(["SEQ", "AT", "EVENT", "HOST", "DETAILS"], rows))
+      }),
+    ).pipe(Command.withDescription("what happened to a session, oldest first")),
+  ]),
+)
+
+/** Where a queued session stands: the coordinator's `queue`, or (older coordinators) the queue's order and a no-fit question. */
+const queueOf = (client: EngramClientShape, s: Records.Session) =>
+  Effect.gen(function* () {
+    if (s.queue !== undefined && s.queue !== null) return s.queue
+    const queued = yield* client.sessions.listAll({ state: "queued" })
+    const ordered = [...queued].sort((x, y) => (x.queuedAt ?? 0) - (y.queuedAt ?? 0) || x.id.localeCompare(y.id))
+    const nf = yield* client.fleet.noFit(s.budget)
+    const hostsNow = yield* client.hosts.listAll()
+    const tooBig = hostsNow.length > 0 && hostsNow.filter((h) => h.state === "ready" && h.measured).every((h) => h.allocatableMib !== null && h.allocatableMib < s.budget.memMib)
+    return { position: ordered.findIndex((q) => q.id === s.id) + 1, noFit: nf.hosts, tooBig }
+  })
+
+const why = Command.make("why", { id: id("the session") }, (a) =>
+  Effect.gen(function* () {
+    const { client, json, target } = yield* context
+    const s = yield* call(target, client.sessions.get(a.id))
+    if (s.state !== "queued") {
+      const where = s.hostId === null ? "" : ` on ${s.hostId}`
+      return yield* json ? printJson({ id: s.id, state: s.state, hostId: s.hostId, queue: null }) : print(`${s.id} is not waiting: it is ${s.state}${where}`)
+    }
+    const q = yield* call(target, queueOf(client, s))
+    if (json) return yield* printJson({ id: s.id, state: s.state, budget: s.budget, queue: q, summary: Why.summarize(q.noFit) })
+    const lines = [
+      `${s.id} waits at position ${q.position} of the queue for ${Format.age(s.queuedAt, Date.now())}, for ${Format.mib(s.budget.memMib)} and ${Format.vcpus(s.budget.vcpus)}.`,
+      `${Why.summarize(q.noFit)}`,
+    ]
+    if (q.tooBig) lines.push("No host could take it even empty: it waits until a bigger host joins.")
+    if (q.noFit.length > 0) {
+      lines.push(
+        Format.table(
+          ["HOST", "REASON", "RAM FREE", "VCPUS FREE", ""],
+          [...q.noFit]
+            .sort((x, y) => x.reason.localeCompare(y.reason) || x.hostId.localeCompare(y.hostId))
+            .map((d) => [d.hostId, d.reason, Format.mib(d.freeMib), d.freeVcpus === null ? "-" : String(d.freeVcpus), Why.meaning[d.reason] ?? ""]),
+        ),
+      )
+    }
+    yield* print(lines.join("\n"))
+  }),
+).pipe(Command.withDescription("why a session waits: its queue position and each host's reason"))
+
+const reservations = Command.make("reservations", { host: hostFlag }, (a) =>
+  Effect.gen(function* () {
+    const { client, json, target } = yield* context
+    const all = yield* call(target, client.reservations.listAll({ hostId: Option.getOrUndefined(a.host) }))
+    if (json) return yield* printJson(all)
+    const now = Date.now()
+    const rows = all.map((r) => [
+      r.id,
+      r.hostId,
+      `${r.ownerKind}:${r.ownerId}`,
+      Format.mib(r.memMib),
+      String(r.vcpus),
+      `${Format.age(r.lastHeartbeatAt, now)} ago`,
+      r.expiresAt === null ? "-" : r.expiresAt > now ? `in ${Format.duration(r.expiresAt - now)}` : "expired",
+    ])
+    yield* print(rows.length === 0 ? "no reservations" : Format.table(["RESERVATION", "HOST", "OWNER", "MEM", "VCPUS", "HEARTBEAT", "EXPIRES"], rows))
+  }),
+).pipe(Command.withDescription("the reservation ledger"))
+
+/** One frame of `watch`: the fleet line, the hosts, the queue. */
+const frame = (client: EngramClientShape) =>
+  Effect.gen(function* () {
+    const [fleet, allHosts, queued, parked] = yield* Effect.all(
+      [client.fleet.snapshot(), client.hosts.listAll(), client.sessions.listAll({ state: "queued" }), client.sessions.listAll({ state: "parked" })],
+      { concurrency: 4 },
+    )
+    return { fleet, hosts: allHosts, queue: queued, parks: parked }
+  })
+
+const frameText = (f: { fleet: Records.Fleet; hosts: readonly Records.Host[]; queue: readonly Records.Session[]; parks: readonly Records.Session[] }, now: number): string => {
+  const q = f.fleet.queue
+  const head =
+    `engram  ${new Date(now).toTimeString().slice(0, 8)}  hosts ${f.fleet.hosts.ready}/${f.fleet.hosts.total} ready  ` +
+    `RAM ${Format.mib(f.fleet.freeMib)} free of ${Format.mib(f.fleet.capacityMib)}  vCPUs ${f.fleet.freeVcpus} free  ` +
+    `queue ${q.sessions} (${q.withoutRoom} without room)  parks ${f.fleet.parks}  descents ${f.fleet.descentsRunning}`
+  const parts = [head, "", f.hosts.length === 0 ? "no hosts" : Format.table(hostHeaders, hostRows(f.hosts))]
+  if (f.queue.length > 0) parts.push("", Format.table(["QUEUED", "MEM", "VCPUS", "WAITING"], f.queue.slice(0, 20).map((s) => [s.id, Format.mib(s.budget.memMib), String(s.budget.vcpus), Format.age(s.queuedAt, now)])))
+  if (f.parks.length > 0) parts.push("", Format.table(["PARKED", "HOST", "MEM", "FOR"], f.parks.slice(0, 20).map((s) => [s.id, s.hostId ?? "-", Format.mib(s.budget.memMib), Format.age(s.parkedAt, now)])))
+  return parts.join("\n")
+}
+
+const watch = Command.make(
+  "watch",
+  {
+    interval: Flag.String("interval").pipe(
+      Flag.filterMap(
+        (t) => Option.fromNullishOr(Format.parseMs(t)),
+        () => "a duration above 0: 2s",
+      ),
+      Flag.withDefault(2000),
+      Flag.withDescription("how often to refresh (2s)"),
+    ),
+    count: Flag.Int("count").pipe(Flag.optional, Flag.withDescription("stop after this many refreshes (default: until Ctrl-C)")),
+  },
+  (a) =>
+    Effect.gen(function* () {
+      const { client, json, target } = yield* context
+      const limit = Option.getOrElse(a.count, () => Number.POSITIVE_INFINITY)
+      for (let i = 0; i < limit; i++) {
+        if (i > 0) yield* Effect.sleep(a.interval)
+        const f = yield* call(target, frame(client))
+        if (json) yield* print(JSON.stringify(f))
+        // On a terminal the table redraws in place; into a pipe, frames follow each other.
+        else yield* print(output.isTTY ? `\u001b[H\u001b[2J${frameText(f, Date.now())}` : `${i > 0 ? "\n" : ""}${frameText(f, Date.now())}`)
+      }
+    }),
+).pipe(Command.withDescription("a live table of the fleet, refreshing until Ctrl-C"))
+
+/** The whole command line. */
+export const command = engram.pipe(Command.withSubcommands([status, hosts, sessions, why, reservations, watch]))
+
+/** pnpm passes `--` through (`pnpm engram -- status`): it is not an argument. */
+export const args = (argv: readonly string[]): string[] => (argv[0] === "--" ? argv.slice(1) : [...argv])
+
+/**
+ * Help as effect/cli shows it; a wrong invocation as one line on stderr naming the flag or
+ * argument and the rule, and where the help is (`engram sessions create --help`).
+ */
+export const presenter: CliOutput.Presenter = {
+  present: (event) =>
+    event._tag === "InvalidInvocation"
+      ? Effect.sync(() => {
+          const first = event.errors[0]
+          const text = (first?.message ?? "invalid command line").replace(/\s*\n\s*/g, " ")
+          process.stderr.write(`engram: ${text} (see: ${event.commandPath.join(" ")} --help)\n`)
+        })
+      : CliOutput.defaultPresenter.present(event),
+}
+
+/** Runs a command line with `out` as its output. */
+export const run = (argv: readonly string[], out: Output = stdout) => {
+  output = out
+  return Command.runWith(command, { version })(args(argv)).pipe(Effect.provide(CliOutput.layerPresenter(presenter)))
+}

@@ -1,0 +1,231 @@
+// The `engram` CLI as a real process against a real coordinator (in this process, on the
+// in-memory store, over real HTTP): what a person reads, what a script reads (--json), the
+// exit codes, and where the URL and the token come from.
+import type { RunningCoordinator } from "@engram/coordinator"
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { addHost, adminToken, call, pendingMove, start, started, uid } from "./support/Fleet.js"
+import { engram, runCommand } from "./support/Run.js"
+import { EngramApi } from "@engram/api"
+import { HttpApi } from "effect/http-api"
+import { dirname } from "node:path"
+
+let c: RunningCoordinator
+let env: Record<string, string>
+const big = uid("big")
+const small = uid("small")
+const scratch = mkdtempSync(join(tmpdir(), "engram-cli-"))
+
+beforeAll(async () => {
+  c = await start()
+  env = { ENGRAM_URL: c.url, ENGRAM_TOKEN: adminToken }
+  await addHost(c.url, big, 8192, 8)
+  await addHost(c.url, small, 4096, 4)
+})
+afterAll(async () => {
+  await c?.stop()
+  rmSync(scratch, { recursive: true, force: true })
+})
+
+const lines = (s: string) => s.trimEnd().split("\n")
+
+describe("engram status and hosts", () => {
+  it("status prints the fleet signal in GiB; --json prints the API's record", async () => {
+    const r = await engram(["status"], { env })
+    expect(r.code, r.stderr).toBe(0)
+    expect(r.stdout).toMatch(/^hosts\s+2 \(2 ready, 0 cordoned, 0 draining; 2 measured\)$/m)
+    expect(r.stdout).toMatch(/^RAM\s+12 GiB free of 12 GiB \(0 MiB reserved\)$/m)
+    expect(r.stdout).toMatch(/^queue\s+empty$/m)
+    const j = await engram(["status", "--json"], { env })
+    expect(JSON.parse(j.stdout)).toMatchObject({ hosts: { total: 2, ready: 2 }, capacityMib: 12 * 1024 })
+  })
+
+  it("hosts ls is an aligned table with each host's room", async () => {
+    const r = await engram(["hosts", "ls"], { env })
+    expect(r.code, r.stderr).toBe(0)
+    const [header, ...rows] = lines(r.stdout)
+    expect(header).toMatch(/^HOST\s+STATE\s+RAM RESERVED\s+RAM FREE\s+VCPUS\s+VCPUS FREE\s+ENTRIES\s+PARKS\s+DESCENTS$/)
+    const row = rows.find((l) => l.startsWith(big))
+    expect(row).toMatch(/ready\s+0 MiB\/8 GiB\s+8 GiB\s+0\/32\s+32\s+0\s+0\s+0$/)
+    // Aligned: every row's state column starts where the header's does.
+    const at = header!.indexOf("STATE")
+    for (const l of rows) expect(l.slice(at, at + 5)).toBe("ready")
+  })
+
+  it("hosts cordon, show and uncordon", async () => {
+    expect((await engram(["hosts", "cordon", big], { env })).stdout).toBe(`${big} cordoned: it takes no new sessions; what runs there stays\n`)
+    const shown = await engram(["hosts", "show", big], { env })
+    expect(shown.stdout).toMatch(/^state\s+cordoned$/m)
+    expect(shown.stdout).toMatch(/^RAM\s+0 MiB reserved of 8 GiB \(8 GiB free; reported 9 GiB allocatable\)$/m)
+    expect((await engram(["hosts", "uncordon", big], { env })).code).toBe(0)
+    expect(JSON.parse((await engram(["hosts", "show", big, "--json"], { env })).stdout)).toMatchObject({ id: big, state: "ready" })
+  })
+})
+
+describe("engram sessions and why", () => {
+  it("create places a session; a session that fits nowhere queues, and why sums the hosts' reasons", async () => {
+    const a = uid("a")
+    const placed = await engram(["sessions", "create", "--mem", "1GiB", "--vcpus", "1", "--id", a], { env })
+    expect(placed.stdout).toBe(`${a} placed on ${small} (pending)\n`)
+    await engram(["hosts", "cordon", big], { env })
+    const q = uid("q")
+    try {
+    const queued = await engram(["sessions", "create", "--mem", "3.5g", "--vcpus", "1", "--id", q], { env })
+    expect(queued.code, queued.stderr).toBe(0)
+    expect(queued.stdout).toBe(`${q} queued at position 1: 0/2 hosts have room: 1 ram_full, 1 cordoned. (engram why ${q})\n`)
+    const why = await engram(["why", q], { env })
+    expect(why.code, why.stderr).toBe(0)
+    const out = lines(why.stdout)
+    expect(out[0]).toMatch(new RegExp(`^${q} waits at position 1 of the queue for .+, for 3.5 GiB and 1 vCPU\\.$`))
+    expect(out[1]).toBe("0/2 hosts have room: 1 ram_full, 1 cordoned")
+    expect(why.stdout).toMatch(new RegExp(`^${big}\\s+cordoned\\s+8 GiB\\s+32\\s+cordoned: takes nothing new$`, "m"))
+    expect(why.stdout).toMatch(new RegExp(`^${small}\\s+ram_full\\s+3 GiB\\s+15\\s+not enough free RAM$`, "m"))
+    const wj = JSON.parse((await engram(["why", q, "--json"], { env })).stdout)
+    expect(wj).toMatchObject({ id: q, state: "queued", summary: "0/2 hosts have room: 1 ram_full, 1 cordoned", queue: { position: 1 } })
+    } finally {
+      await call(c.url, "POST", `/v1/hosts/${big}/uncordon`)
+    }
+    for (const id of [a, q]) expect((await engram(["sessions", "end", id], { env })).stdout).toBe(`${id} ended\n`)
+    expect((await engram(["why", a], { env })).stdout).toBe(`${a} is not waiting: it is ended\n`)
+  })
+
+  it("ls lists sessions by state; show, idle and end act on one", async () => {
+    const s = uid("s")
+    await engram(["sessions", "create", "--mem", "512", "--vcpus", "2", "--id", s, "--affinity", big], { env })
+    await started(c.url, s)
+    const ls = await engram(["sessions", "ls", "--state", "running"], { env })
+    expect(lines(ls.stdout)[0]).toMatch(/^SESSION\s+STATE\s+HOST\s+MEM\s+VCPUS\s+FOR$/)
+    expect(ls.stdout).toMatch(new RegExp(`^${s}\\s+running\\s+${big}\\s+512 MiB\\s+2\\s+\\S+`, "m"))
+    expect((await engram(["sessions", "show", s], { env })).stdout).toMatch(/^budget\s+512 MiB, 2 vCPUs$/m)
+    expect((await engram(["sessions", "idle", s], { env })).stdout).toBe(`${s} parked: paused in RAM, resumes warm\n`)
+    const parked = JSON.parse((await engram(["sessions", "ls", "--state", "parked", "--json"], { env })).stdout) as { id: string }[]
+    expect(parked.map((p) => p.id)).toContain(s)
+    await engram(["sessions", "end", s], { env })
+  })
+
+  it("a move the guard refuses is one line with the estimate, exit 1", async () => {
+    const s = uid("m")
+    await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", s, "--affinity", small], { env })
+    await started(c.url, s)
+    const moving = engram(["sessions", "move", s, "--max-downtime", "300ms", "--to", big], { env })
+    const move = await pendingMove(c.url, small, s)
+    await call(c.url, "POST", `/v1/moves/${move.id}/abort`, { reason: "estimate over budget", estimateMs: 812 })
+    const r = await moving
+    expect(r.code).toBe(1)
+    expect(r.stdout).toBe("")
+    expect(r.stderr).toBe("engram: move refused for downtime (estimate 812 ms > budget 300 ms): the session keeps running on its source\n")
+    await engram(["sessions", "end", s], { env })
+  })
+
+  it("reservations lists the ledger", async () => {
+    const id = uid("r")
+    await call(c.url, "POST", "/v1/reservations", { id, hostId: big, ownerKind: "external", ownerId: "job-7", memMib: 2048, vcpus: 2 })
+    const r = await engram(["reservations", "--host", big], { env })
+    expect(lines(r.stdout)[0]).toMatch(/^RESERVATION\s+HOST\s+OWNER\s+MEM\s+VCPUS\s+HEARTBEAT\s+EXPIRES$/)
+    expect(r.stdout).toMatch(new RegExp(`^${id}\\s+${big}\\s+external:job-7\\s+2 GiB\\s+2\\s+\\S+ ago\\s+-$`, "m"))
+    await call(c.url, "DELETE", `/v1/reservations/${id}`)
+  })
+
+  it("watch prints a frame per refresh and stops after --count", async () => {
+    const r = await engram(["watch", "--count", "2", "--interval", "10ms"], { env })
+    expect(r.code, r.stderr).toBe(0)
+    expect(r.stdout.match(/^engram {2}\d\d:\d\d:\d\d {2}hosts \d+\/\d+ ready/gm)).toHaveLength(2)
+    const j = await engram(["watch", "--count", "1", "--json"], { env })
+    expect(JSON.parse(j.stdout)).toMatchObject({ fleet: { hosts: { total: 2 } }, hosts: expect.any(Array), queue: expect.any(Array) })
+  })
+})
+
+describe("errors and usage", () => {
+  it("bad input is one line naming the field and the rule, exit 1, and creates nothing", async () => {
+    const r = await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", "bad id"], { env })
+    expect(r.code).toBe(1)
+    expect(r.stderr).toMatch(/^engram: invalid input: id .+\n$/)
+    expect(lines(r.stderr)).toHaveLength(1)
+    expect((await call(c.url, "GET", "/v1/sessions/bad%20id")).status).toBe(404)
+  })
+
+  it("a bad flag value is one line naming the flag, exit 2", async () => {
+    const r = await engram(["sessions", "create", "--mem", "lots", "--vcpus", "1"], { env })
+    expect(r.code).toBe(2)
+    expect(r.stderr).toBe('engram: Invalid value for flag --mem: "lots". Expected: a RAM size: 1024 (MiB), 512MiB, 1GiB or 1.5g (see: engram sessions create --help)\n')
+  })
+
+  it("an unknown session, a wrong token and an unreachable coordinator each say so in one line, exit 1", async () => {
+    const nf = await engram(["sessions", "show", "nope"], { env })
+    expect([nf.code, nf.stderr]).toEqual([1, "engram: session nope not found\n"])
+    const wrong = await engram(["status", "--token", "wrong-wrong-wrong-wrong"], { env: { ENGRAM_URL: c.url } })
+    expect(wrong.code).toBe(1)
+    expect(wrong.stderr).toBe(`engram: the coordinator at ${c.url} refused the token from --token: invalid bearer token\n`)
+    const away = await engram(["status", "--url", "http://127.0.0.1:9"], { env })
+    expect(away.code).toBe(1)
+    expect(away.stderr).toMatch(/^engram: cannot reach the coordinator at http:\/\/127\.0\.0\.1:9: .*Is the coordinator running \(pnpm start\)\? Or point --url \/ ENGRAM_URL at it\.\n$/)
+  })
+
+  it("the token is found in .engram/admin-token above the working directory; without one the CLI says where to put it", async () => {
+    const root = join(scratch, "repo")
+    mkdirSync(join(root, ".engram"), { recursive: true })
+    mkdirSync(join(root, "a", "b"), { recursive: true })
+    writeFileSync(join(root, ".engram", "admin-token"), `${adminToken}\n`, { mode: 0o600 })
+    const found = await engram(["status", "--json"], { env: { ENGRAM_URL: c.url }, cwd: join(root, "a", "b") })
+    expect(found.code, found.stderr).toBe(0)
+    expect(JSON.parse(found.stdout)).toMatchObject({ hosts: { total: 2 } })
+    const none = await engram(["status"], { env: { ENGRAM_URL: c.url }, cwd: scratch })
+    expect(none.code).toBe(2)
+    expect(none.stderr).toMatch(/^engram: no token: pass --token, set ENGRAM_TOKEN, or run where the coordinator wrote \.engram\/admin-token/)
+  })
+
+  it("--completions prints a shell completion script", async () => {
+    const r = await engram(["--completions", "bash"], { env })
+    expect(r.code).toBe(0)
+    expect(r.stdout).toContain("engram")
+    expect(r.stdout).toContain("complete")
+  })
+})
+
+describe("pnpm engram at the repository root", () => {
+  it("pnpm engram -- status --json runs the CLI from source and prints the fleet", async () => {
+    const root = join(dirname(new URL(import.meta.url).pathname), "..", "..", "..")
+    const r = await runCommand("pnpm", ["engram", "--", "status", "--json"], { env: { ENGRAM_URL: c.url, ENGRAM_TOKEN: adminToken }, cwd: root })
+    expect(r.code, r.stderr).toBe(0)
+    expect(JSON.parse(r.stdout)).toMatchObject({ hosts: { total: 2 } })
+  })
+})
+
+const declared = new Set<string>()
+HttpApi.reflect(EngramApi, { onGroup: () => {}, onEndpoint: ({ endpoint }) => void declared.add(`${endpoint.method} ${endpoint.path}`) })
+
+describe.skipIf(!declared.has("GET /v1/sessions/:id/wait"))("the lifecycle commands (waits for the lifecycle endpoints in @engram/api)", () => {
+  it("resume says warm for a parked session; wait answers once the state is reached; events lists the history", async () => {
+    const s = uid("w")
+    await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", s], { env })
+    const waiting = engram(["sessions", "wait", s, "--state", "running", "--timeout", "30s"], { env })
+    await started(c.url, s)
+    const waited = await waiting
+    expect(waited.stdout).toMatch(new RegExp(`^${s} is running on \\S+\n$`))
+    await engram(["sessions", "idle", s], { env })
+    const resumed = await engram(["sessions", "resume", s], { env })
+    expect(resumed.stdout).toMatch(new RegExp(`^${s} resumed warm on \\S+ \\(running\\): unparked where it was\n$`))
+    const timedOut = await engram(["sessions", "wait", s, "--state", "parked", "--timeout", "50ms"], { env })
+    expect(timedOut.code).toBe(1)
+    expect(lines(timedOut.stderr)).toHaveLength(1)
+    const events = await engram(["sessions", "events", s], { env })
+    expect(lines(events.stdout)[0]).toMatch(/^SEQ\s+AT\s+EVENT\s+HOST\s+DETAILS$/)
+    expect(events.stdout).toMatch(/\screated\s/)
+    await engram(["sessions", "end", s], { env })
+  })
+
+  it("hosts rm refuses a host that holds reservations; rotate-token prints the new token", async () => {
+    const h = uid("h")
+    await addHost(c.url, h, 2048, 2)
+    const s = uid("s")
+    await engram(["sessions", "create", "--mem", "256", "--vcpus", "1", "--id", s, "--affinity", h], { env })
+    const refused = await engram(["hosts", "rm", h], { env })
+    expect(refused.code).toBe(1)
+    await engram(["sessions", "end", s], { env })
+    const rotated = await engram(["hosts", "rotate-token", h, "--json"], { env })
+    expect(JSON.parse(rotated.stdout)).toMatchObject({ id: h, token: expect.any(String) })
+    expect((await engram(["hosts", "rm", h], { env })).stdout).toBe(`${h} removed\n`)
+  })
+})

@@ -1,0 +1,87 @@
+// The CLI's pure parts: figures for a person, the units flags accept, aligned tables, the
+// no-fit summary, and where the coordinator and its token are found.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, describe, expect, it } from "vitest"
+import { Format, Target, Why } from "../src/index.js"
+
+describe("figures", () => {
+  it("RAM reads in MiB below 1 GiB, in GiB and TiB above, one decimal at most", () => {
+    expect([Format.mib(512), Format.mib(1024), Format.mib(1536), Format.mib(12 * 1024), Format.mib(2 * 1024 * 1024), Format.mib(null)]).toEqual([
+      "512 MiB",
+      "1 GiB",
+      "1.5 GiB",
+      "12 GiB",
+      "2 TiB",
+      "-",
+    ])
+  })
+
+  it("flags take sizes and durations with units; anything else is refused", () => {
+    expect([Format.parseMib("1024"), Format.parseMib("1GiB"), Format.parseMib("1.5g"), Format.parseMib("512MiB"), Format.parseMib("1t")]).toEqual([1024, 1024, 1536, 512, 1024 * 1024])
+    expect([Format.parseMib("lots"), Format.parseMib("0"), Format.parseMib("-1g"), Format.parseMib("0.3")]).toEqual([null, null, null, null])
+    expect([Format.parseMs("600ms"), Format.parseMs("0.5s"), Format.parseMs("600"), Format.parseMs("2m")]).toEqual([600, 500, 600, 120_000])
+    expect([Format.parseMs("soon"), Format.parseMs("0ms")]).toEqual([null, null])
+  })
+
+  it("durations read as a person says them", () => {
+    expect([Format.duration(850), Format.duration(12_000), Format.duration(185_000), Format.duration(2 * 3_600_000 + 600_000), Format.duration(3 * 86_400_000 + 4 * 3_600_000)]).toEqual([
+      "850 ms",
+      "12s",
+      "3m 05s",
+      "2h 10m",
+      "3d 4h",
+    ])
+  })
+
+  it("a table aligns its columns and right-aligns the numeric ones", () => {
+    const t = Format.table(["HOST", "FREE", "PARKS"], [["a", "512 MiB", "3"], ["longer-host", "12 GiB", "10"]])
+    expect(t.split("\n")).toEqual(["HOST            FREE  PARKS", "a            512 MiB      3", "longer-host   12 GiB     10"])
+  })
+})
+
+describe("why a session waits", () => {
+  it("sums the hosts' reasons, most common first, and counts the hosts with room", () => {
+    const noFit = [
+      ...Array.from({ length: 31 }, (_, i) => ({ hostId: `r${i}`, reason: "ram_full" as const, freeMib: 0, freeVcpus: 1 })),
+      ...Array.from({ length: 3 }, (_, i) => ({ hostId: `c${i}`, reason: "cordoned" as const, freeMib: 0, freeVcpus: 1 })),
+      ...Array.from({ length: 6 }, (_, i) => ({ hostId: `e${i}`, reason: "entries_full" as const, freeMib: 0, freeVcpus: 1 })),
+    ]
+    expect(Why.summarize(noFit)).toBe("0/40 hosts have room: 31 ram_full, 6 entries_full, 3 cordoned")
+    expect(Why.summarize([{ hostId: "a", reason: "fits_now", freeMib: 9, freeVcpus: 1 }])).toBe("1/1 host has room")
+    expect(Why.summarize([])).toBe("0/0 hosts have room")
+  })
+})
+
+describe("the target", () => {
+  const dir = mkdtempSync(join(tmpdir(), "engram-target-"))
+  afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+  it("flags win over the environment, which wins over the token file", () => {
+    mkdirSync(join(dir, ".engram"), { recursive: true })
+    writeFileSync(join(dir, ".engram", "admin-token"), "from-file-0123456789\n")
+    expect(Target.resolveTarget({ url: "http://x:1/", token: "from-flag" }, { ENGRAM_URL: "http://y:2", ENGRAM_TOKEN: "from-env" }, dir)).toEqual({
+      url: "http://x:1",
+      token: "from-flag",
+      tokenSource: "--token",
+    })
+    expect(Target.resolveTarget({ url: undefined, token: undefined }, { ENGRAM_URL: "http://y:2", ENGRAM_TOKEN: "from-env" }, dir)).toEqual({
+      url: "http://y:2",
+      token: "from-env",
+      tokenSource: "ENGRAM_TOKEN",
+    })
+    expect(Target.resolveTarget({ url: undefined, token: undefined }, { ENGRAM_PORT: "7171" }, join(dir))).toEqual({
+      url: "http://127.0.0.1:7171",
+      token: "from-file-0123456789",
+      tokenSource: join(dir, ".engram", "admin-token"),
+    })
+  })
+
+  it("pnpm's INIT_CWD is searched before the working directory", () => {
+    const other = join(dir, "other")
+    mkdirSync(join(other, ".engram"), { recursive: true })
+    writeFileSync(join(other, ".engram", "admin-token"), "other-token-0123456789\n")
+    expect(Target.resolveTarget({ url: undefined, token: undefined }, { INIT_CWD: other }, dir).tokenSource).toBe(join(other, ".engram", "admin-token"))
+  })
+})

@@ -1,0 +1,31 @@
+/**
+ * The dashboard (`@engram/dashboard`) on this coordinator: its page under `/ui`, and the
+ * change long-poll's two questions answered here: is this the admin token (the page shows the
+ * whole fleet), and what version is the fleet at (a hash of one fleet read and the pending
+ * moves, so it changes when hosts, reservations, the queue, parks, descents or moves change).
+ */
+import { Dashboard } from "@engram/dashboard"
+import { Store } from "@engram/store"
+import { Effect, Layer } from "effect"
+import type { HttpRouter } from "effect/http"
+import { createHash } from "node:crypto"
+import { AdminToken, hashToken, sameHash } from "./Auth.js"
+
+/** The dashboard's routes, on this coordinator's store and admin token. */
+export const UiLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store | AdminToken> = Layer.unwrap(
+  Effect.gen(function* () {
+    const store = yield* Store
+    const admin = yield* AdminToken
+    return Dashboard.layer({
+      authorize: (token) => Effect.sync(() => sameHash(hashToken(token), admin.tokenHash)),
+      version: Effect.gen(function* () {
+        const fleet = yield* store.fleetView()
+        const moves = yield* store.listMoves({ state: "pending" })
+        return createHash("sha256")
+          .update(JSON.stringify([fleet.hosts, fleet.queue, moves.map((m) => [m.id, m.rounds.length])]))
+          .digest("base64url")
+          .slice(0, 22)
+      }),
+    })
+  }),
+)

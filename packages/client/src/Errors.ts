@@ -1,0 +1,287 @@
+/**
+ * What a call can fail with, as classes a plain `catch` tells apart with `instanceof` and an
+ * Effect program with `Effect.catchTag`: one class per kind of answer (the coordinator's JSON
+ * error bodies, by status and `error` code), each carrying the figures of its case, plus the
+ * two failures that never reached an answer (the coordinator could not be reached, or answered
+ * something this client cannot read). `fromAnswer` is the one place a status and body become
+ * an error.
+ */
+
+/** What the coordinator said, as far as an error needs it. */
+export interface Answer {
+  /** The HTTP status; null when no answer arrived. */
+  readonly status: number | null
+  /** The answer's JSON body (`{error, message, …}`), or null. */
+  readonly body: Readonly<Record<string, unknown>> | null
+}
+
+/** Every error of this client. `code` is the body's `error` (`NotFound`, `IllegalTransition`, `ErrMoveDowntime`…). */
+export abstract class EngramError extends Error {
+  abstract readonly _tag: string
+  /** The HTTP status; null when no answer arrived. */
+  readonly status: number | null
+  /** The body's `error` code, or a word of this client's when there was no body. */
+  readonly code: string
+  /** The answer's JSON body as sent. */
+  readonly body: Readonly<Record<string, unknown>> | null
+
+  constructor(message: string, answer: Answer, code: string) {
+    super(message)
+    this.status = answer.status
+    this.body = answer.body
+    this.code = code
+  }
+
+  override get name(): string {
+    return this._tag
+  }
+}
+
+const text = (v: unknown): string | undefined => (typeof v === "string" ? v : undefined)
+const num = (v: unknown): number | undefined => (typeof v === "number" && Number.isFinite(v) ? v : undefined)
+
+/** 400: the input broke a rule; `field` is the path of the value (`affinity.1`), `rule` what it must be. Nothing changed. */
+export class InvalidInput extends EngramError {
+  readonly _tag = "InvalidInput" as const
+  readonly field: string
+  readonly rule: string
+  /** Where the value was: body, query, path or headers. */
+  readonly in: string | undefined
+  constructor(answer: Answer) {
+    const field = text(answer.body?.["field"]) ?? "request"
+    const rule = text(answer.body?.["rule"]) ?? text(answer.body?.["message"]) ?? "is invalid"
+    super(`${field}: ${rule}`, answer, text(answer.body?.["error"]) ?? "InvalidInput")
+    this.field = field
+    this.rule = rule
+    this.in = text(answer.body?.["in"])
+  }
+}
+
+/** 401: no token, or one that belongs to nobody (a wrong or rotated token). */
+export class Unauthorized extends EngramError {
+  readonly _tag = "Unauthorized" as const
+  constructor(answer: Answer) {
+    super(text(answer.body?.["message"]) ?? "the coordinator refused the token", answer, "Unauthorized")
+  }
+}
+
+/** 403: a host token used for another host's resources or for an admin operation. */
+export class Forbidden extends EngramError {
+  readonly _tag = "Forbidden" as const
+  constructor(answer: Answer) {
+    super(text(answer.body?.["message"]) ?? "forbidden", answer, "Forbidden")
+  }
+}
+
+/** 404: no such record (`entity`: host, session, move, reservation; `route` when the coordinator has no such endpoint). */
+export class NotFound extends EngramError {
+  readonly _tag = "NotFound" as const
+  readonly entity: string
+  readonly id: string
+  constructor(answer: Answer) {
+    const entity = text(answer.body?.["entity"]) ?? "record"
+    const id = text(answer.body?.["id"]) ?? ""
+    super(text(answer.body?.["message"]) ?? `${entity} ${id} not found`, answer, "NotFound")
+    this.entity = entity
+    this.id = id
+  }
+}
+
+/**
+ * 409: the request conflicts with the state: an illegal transition (`from`, `to`), a ledger
+ * refusal (`check`), a repeated id, a host that still holds reservations… Nothing changed.
+ */
+export class Conflict extends EngramError {
+  readonly _tag: "Conflict" | "NoRoom" | "Unreachable" = "Conflict"
+  readonly from: string | undefined
+  readonly to: string | undefined
+  readonly check: string | undefined
+  readonly entity: string | undefined
+  readonly id: string | undefined
+  constructor(answer: Answer) {
+    super(text(answer.body?.["message"]) ?? "conflict", answer, text(answer.body?.["error"]) ?? "Conflict")
+    this.from = text(answer.body?.["from"])
+    this.to = text(answer.body?.["to"])
+    this.check = text(answer.body?.["check"])
+    this.entity = text(answer.body?.["entity"])
+    this.id = text(answer.body?.["id"])
+  }
+}
+
+/** Why one host does not take a budget, with its free room. */
+export interface NoFitDetail {
+  readonly hostId: string
+  readonly reason: string
+  readonly freeMib: number | null
+  readonly freeVcpus: number | null
+}
+
+const noFitOf = (v: unknown): readonly NoFitDetail[] =>
+  Array.isArray(v) ? v.filter((d): d is NoFitDetail => typeof d === "object" && d !== null && typeof (d as NoFitDetail).hostId === "string") : []
+
+/** 409 `NoRoom`: a create with `onNoRoom: "refuse"` found no host; `noFit` says why each host does not take it. */
+export class NoRoom extends Conflict {
+  override readonly _tag = "NoRoom" as const
+  readonly noFit: readonly NoFitDetail[]
+  /** True when no host could take the budget even empty (`too_big`). */
+  readonly tooBig: boolean
+  constructor(answer: Answer) {
+    super(answer)
+    this.noFit = noFitOf(answer.body?.["noFit"])
+    this.tooBig = answer.body?.["tooBig"] === true
+  }
+}
+
+/** 409 of a wait: the wanted state can no longer be reached (the session ended, was lost…). */
+export class Unreachable extends Conflict {
+  override readonly _tag = "Unreachable" as const
+  /** The session's state when the wait gave up. */
+  readonly state: string | undefined
+  constructor(answer: Answer) {
+    super(answer)
+    this.state = text(answer.body?.["state"])
+  }
+}
+
+/** 408: a wait ran out before the session reached the state; `state` is where it stands. */
+export class WaitTimeout extends EngramError {
+  readonly _tag = "WaitTimeout" as const
+  readonly state: string | undefined
+  constructor(answer: Answer) {
+    super(text(answer.body?.["message"]) ?? `the wait timed out (state ${text(answer.body?.["state"]) ?? "unknown"})`, answer, "WaitTimeout")
+    this.state = text(answer.body?.["state"])
+  }
+}
+
+/** 413: the body is over the coordinator's limit (`limitBytes`). */
+export class PayloadTooLarge extends EngramError {
+  readonly _tag = "PayloadTooLarge" as const
+  readonly limitBytes: number | undefined
+  constructor(answer: Answer) {
+    super(text(answer.body?.["message"]) ?? "the request body is too large", answer, "PayloadTooLarge")
+    this.limitBytes = num(answer.body?.["limitBytes"])
+  }
+}
+
+/** 503: the store is down or slow, or the coordinator is stopping. Nothing changed; retry after `retryAfterMs`. */
+export class Unavailable extends EngramError {
+  readonly _tag = "Unavailable" as const
+  readonly retryAfterMs: number
+  constructor(answer: Answer) {
+    super(text(answer.body?.["message"]) ?? "the coordinator is unavailable", answer, text(answer.body?.["error"]) ?? "Unavailable")
+    this.retryAfterMs = num(answer.body?.["retryAfterMs"]) ?? 1000
+  }
+}
+
+/**
+ * 503 `ErrMoveDowntime`: the downtime guard refused the move before the guest paused (or
+ * aborted it after the final capture): the session runs on its source. `estimateMs` is what
+ * the pause would have been, `maxDowntimeMs` the budget.
+ */
+export class MoveDowntime extends EngramError {
+  readonly _tag = "MoveDowntime" as const
+  readonly moveId: string | undefined
+  readonly estimateMs: number | undefined
+  readonly maxDowntimeMs: number | undefined
+  constructor(answer: Answer) {
+    super(text(answer.body?.["message"]) ?? "the move was refused for downtime", answer, "ErrMoveDowntime")
+    this.moveId = text(answer.body?.["moveId"])
+    this.estimateMs = num(answer.body?.["estimateMs"])
+    this.maxDowntimeMs = num(answer.body?.["maxDowntimeMs"])
+  }
+}
+
+/**
+ * 503 of a move that did not commit for another reason: `MoveAborted` (its agent aborted it),
+ * `MoveTimeout` (no agent acted in time; aborted) or `MoveCommitPending` (the source recorded
+ * its final round but has not settled: the move stays pending, read it again later).
+ */
+export class MoveFailed extends EngramError {
+  readonly _tag = "MoveFailed" as const
+  readonly moveId: string | undefined
+  readonly retryAfterMs: number
+  constructor(answer: Answer) {
+    super(text(answer.body?.["message"]) ?? "the move failed", answer, text(answer.body?.["error"]) ?? "MoveFailed")
+    this.moveId = text(answer.body?.["moveId"])
+    this.retryAfterMs = num(answer.body?.["retryAfterMs"]) ?? 1000
+  }
+}
+
+/** No answer: the coordinator could not be reached (refused, reset, DNS…) or the call was cut off. */
+export class TransportError extends EngramError {
+  readonly _tag = "TransportError" as const
+  readonly url: string
+  constructor(url: string, cause: string) {
+    super(`cannot reach the coordinator at ${url}: ${cause}`, { status: null, body: null }, "TransportError")
+    this.url = url
+  }
+}
+
+/** An answer this client cannot read: an undocumented status, or a body that does not have the documented shape. */
+export class UnexpectedAnswer extends EngramError {
+  readonly _tag = "UnexpectedAnswer" as const
+  constructor(answer: Answer, detail: string) {
+    super(`unexpected answer${answer.status === null ? "" : ` (HTTP ${answer.status})`}: ${detail}`, answer, text(answer.body?.["error"]) ?? "UnexpectedAnswer")
+  }
+}
+
+/** Any error of a call. */
+export type ClientError =
+  | InvalidInput
+  | Unauthorized
+  | Forbidden
+  | NotFound
+  | Conflict
+  | NoRoom
+  | Unreachable
+  | WaitTimeout
+  | PayloadTooLarge
+  | Unavailable
+  | MoveDowntime
+  | MoveFailed
+  | TransportError
+  | UnexpectedAnswer
+
+/** The error of a non-2xx answer: by status, then by the body's `error` code. */
+export const fromAnswer = (answer: Answer): ClientError => {
+  const code = text(answer.body?.["error"])
+  switch (answer.status) {
+    case 400:
+    case 415:
+      return new InvalidInput(
+        answer.status === 415 && answer.body?.["field"] === undefined
+          ? { ...answer, body: { ...answer.body, field: "content-type", rule: text(answer.body?.["message"]) ?? "must be application/json" } }
+          : answer,
+      )
+    case 401:
+      return new Unauthorized(answer)
+    case 403:
+      return new Forbidden(answer)
+    case 404:
+      return new NotFound(answer)
+    case 408:
+      return new WaitTimeout(answer)
+    case 409:
+      return code === "NoRoom" ? new NoRoom(answer) : code === "Unreachable" || code === "WaitUnreachable" ? new Unreachable(answer) : new Conflict(answer)
+    case 413:
+      return new PayloadTooLarge(answer)
+    case 503:
+      if (code === "ErrMoveDowntime") return new MoveDowntime(answer)
+      if (code === "MoveAborted" || code === "MoveTimeout" || code === "MoveCommitPending") return new MoveFailed(answer)
+      return new Unavailable(answer)
+    default:
+      return new UnexpectedAnswer(answer, text(answer.body?.["message"]) ?? "no documented answer for this status")
+  }
+}
+
+/** One line for a person: the error's message, with the field and rule of a 400 and the figures of a move refusal. */
+export const describe = (e: EngramError): string => {
+  if (e instanceof InvalidInput) return `invalid input: ${e.field} ${e.rule}`
+  if (e instanceof MoveDowntime) {
+    const figures = [e.estimateMs === undefined ? null : `estimate ${Math.round(e.estimateMs)} ms`, e.maxDowntimeMs === undefined ? null : `budget ${e.maxDowntimeMs} ms`].filter((x) => x !== null)
+    return `move refused for downtime${figures.length > 0 ? ` (${figures.join(" > ")})` : ""}: the session keeps running on its source`
+  }
+  if (e instanceof Unavailable) return `${e.message} (retry in ${Math.ceil(e.retryAfterMs / 1000)} s)`
+  if (e instanceof Conflict && e.from !== undefined && e.to !== undefined) return `${e.message} (${e.from} → ${e.to})`
+  return e.message
+}

@@ -1,0 +1,202 @@
+// The client against a real coordinator over real HTTP: every call answers the records the
+// coordinator sent, errors arrive as the classes a caller tells apart (Promise and Effect),
+// and lists are pages followed by their cursors.
+import type { RunningCoordinator } from "@engram/coordinator"
+import { EngramApi } from "@engram/api"
+import { Effect } from "effect"
+import { HttpApi } from "effect/http-api"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { Conflict, createClient, EngramClient, Errors, InvalidInput, MoveDowntime, NotFound, Page, TransportError, Unauthorized } from "../src/index.js"
+import type { Engram } from "../src/index.js"
+import { addHost, adminToken, call, pendingMove, start, started, uid } from "./support/Fleet.js"
+
+let c: RunningCoordinator
+let engram: Engram
+const big = uid("big")
+const small = uid("small")
+
+beforeAll(async () => {
+  c = await start()
+  engram = createClient({ baseUrl: c.url, token: adminToken })
+  await addHost(c.url, big, 8192, 8)
+  await addHost(c.url, small, 4096, 4)
+})
+afterAll(() => c?.stop())
+
+describe("the Promise client", () => {
+  it("creates a session that places on the best-fitting host and reads it back", async () => {
+    const id = uid("s")
+    const placed = await engram.sessions.create({ id, memMib: 1024, vcpus: 1 })
+    expect(placed).toMatchObject({ outcome: "placed", id, state: "pending", hostId: small })
+    const s = await engram.sessions.get(id)
+    expect(s).toMatchObject({ id, state: "pending", hostId: small, budget: { memMib: 1024, vcpus: 1 } })
+    await engram.sessions.end(id)
+  })
+
+  it("a session that fits nowhere is queued with each host's reason", async () => {
+    const id = uid("huge")
+    const queued = await engram.sessions.create({ id, memMib: 64 * 1024, vcpus: 1 })
+    expect(queued.outcome).toBe("queued")
+    if (queued.outcome !== "queued") return
+    expect(queued.position).toBeGreaterThanOrEqual(1)
+    expect(queued.noFit.map((d) => [d.hostId, d.reason]).sort()).toEqual([
+      [big, "ram_full"],
+      [small, "ram_full"],
+    ].sort())
+    await engram.sessions.end(id)
+  })
+
+  it("idles a running session into a park and ends it", async () => {
+    const id = uid("s")
+    await engram.sessions.create({ id, memMib: 512, vcpus: 1, affinity: [big] })
+    await started(c.url, id)
+    expect(await engram.sessions.idle(id)).toEqual({ id, state: "parked" })
+    const ended = await engram.sessions.end(id)
+    expect(ended).toMatchObject({ id, state: "ended", hostId: null })
+  })
+
+  it("an unknown session is a NotFound naming the entity and id", async () => {
+    const err = await engram.sessions.get("no-such-session").catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(NotFound)
+    expect(err).toMatchObject({ entity: "session", id: "no-such-session", status: 404 })
+  })
+
+  it("bad input is an InvalidInput naming the field and the rule, and creates nothing", async () => {
+    const err = await engram.sessions.create({ id: "bad id!", memMib: 512, vcpus: 1 }).catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(InvalidInput)
+    const e = err as InvalidInput
+    expect(e.field).toBe("id")
+    expect(e.rule.length).toBeGreaterThan(0)
+    expect(Errors.describe(e)).toBe(`invalid input: id ${e.rule}`)
+    expect((await call(c.url, "GET", "/v1/sessions?state=pending")).body).not.toContainEqual(expect.objectContaining({ id: "bad id!" }))
+  })
+
+  it("an illegal transition is a Conflict naming both states", async () => {
+    const id = uid("s")
+    await engram.sessions.create({ id, memMib: 256, vcpus: 1 })
+    const err = await engram.sessions.idle(id).catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(Conflict)
+    expect(err).toMatchObject({ code: "IllegalTransition", from: "pending", status: 409 })
+    await engram.sessions.end(id)
+  })
+
+  it("a wrong token is Unauthorized, an unreachable coordinator a TransportError", async () => {
+    const wrong = createClient({ baseUrl: c.url, token: "not-the-token-0123456789" })
+    await expect(wrong.fleet.snapshot()).rejects.toBeInstanceOf(Unauthorized)
+    const nowhere = createClient({ baseUrl: "http://127.0.0.1:1", token: adminToken })
+    const err = await nowhere.fleet.snapshot().catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(TransportError)
+    expect((err as TransportError).message).toContain("http://127.0.0.1:1")
+  })
+
+  it("a move refused by the downtime guard is a MoveDowntime with the estimate", async () => {
+    const id = uid("m")
+    await engram.sessions.create({ id, memMib: 512, vcpus: 1, affinity: [small] })
+    await started(c.url, id)
+    const moving = engram.sessions.move(id, { targetHostId: big, maxDowntimeMs: 300 }).catch((e: unknown) => e)
+    // The source agent's part, by hand: its guard estimated 812 ms and refused before pausing.
+    const move = await pendingMove(c.url, small, id)
+    expect((await call(c.url, "POST", `/v1/moves/${move.id}/abort`, { reason: "estimate over budget", estimateMs: 812 })).status).toBe(200)
+    const err = await moving
+    expect(err).toBeInstanceOf(MoveDowntime)
+    expect(err).toMatchObject({ moveId: move.id, estimateMs: 812, maxDowntimeMs: 300 })
+    expect(Errors.describe(err as MoveDowntime)).toContain("estimate 812 ms > budget 300 ms")
+    expect(await engram.sessions.get(id)).toMatchObject({ state: "running", hostId: small })
+    await engram.sessions.end(id)
+  })
+
+  it("hosts: read, cordon and uncordon", async () => {
+    expect(await engram.hosts.get(big)).toMatchObject({ id: big, state: "ready", measured: true, allocatableMib: 8192, cpuBudget: 32 })
+    expect(await engram.hosts.cordon(big)).toMatchObject({ id: big, state: "cordoned" })
+    expect(await engram.hosts.uncordon(big)).toMatchObject({ id: big, state: "ready" })
+  })
+
+  it("the fleet signal and a no-fit question", async () => {
+    const fleet = await engram.fleet.snapshot()
+    expect(fleet.hosts.total).toBeGreaterThanOrEqual(2)
+    expect(fleet.capacityMib).toBeGreaterThanOrEqual(8192 + 4096)
+    const nf = await engram.fleet.noFit({ memMib: 6000, vcpus: 1 })
+    expect(nf.fits).toBe(true)
+    expect(nf.hosts.find((h) => h.hostId === small)?.reason).toBe("ram_full")
+  })
+
+  it("reservations: reserve, list, release", async () => {
+    const id = uid("r")
+    const r = await engram.reservations.reserve({ id, hostId: big, ownerKind: "external", ownerId: "job-1", memMib: 256, vcpus: 1 })
+    expect(r).toMatchObject({ id, hostId: big, memMib: 256 })
+    const page = await engram.reservations.list({ hostId: big })
+    expect(page.items.map((x) => x.id)).toContain(id)
+    await engram.reservations.release(id)
+    await expect(engram.reservations.get(id)).rejects.toBeInstanceOf(NotFound)
+  })
+
+  it("lists are pages, and `all` follows the cursors to the end", async () => {
+    const ids = [uid("p"), uid("p"), uid("p")]
+    for (const id of ids) await engram.sessions.create({ id, memMib: 128, vcpus: 1 })
+    const page = await engram.sessions.list({ state: "pending" })
+    expect(Array.isArray(page.items)).toBe(true)
+    expect(page.items.map((s) => s.id)).toEqual(expect.arrayContaining(ids))
+    const seen: string[] = []
+    for await (const s of engram.sessions.all({ state: "pending" })) seen.push(s.id)
+    expect(seen).toEqual(expect.arrayContaining(ids))
+    for (const id of ids) await engram.sessions.end(id)
+  })
+})
+
+describe("the Effect client", () => {
+  it("fails with tagged errors that catchTag matches", async () => {
+    const program = Effect.gen(function* () {
+      const engramFx = yield* EngramClient
+      return yield* engramFx.sessions.get("missing-one").pipe(Effect.catchTag("NotFound", (e) => Effect.succeed(`no ${e.entity} ${e.id}`)))
+    }).pipe(Effect.provide(EngramClient.layerFetch({ baseUrl: c.url, token: adminToken })))
+    expect(await Effect.runPromise(program)).toBe("no session missing-one")
+  })
+
+  it("listAll collects every page", async () => {
+    const hosts = await Effect.runPromise(
+      Effect.gen(function* () {
+        return yield* (yield* EngramClient).hosts.listAll()
+      }).pipe(Effect.provide(EngramClient.layerFetch({ baseUrl: c.url, token: adminToken }))),
+    )
+    expect(hosts.map((h) => h.id)).toEqual(expect.arrayContaining([big, small]))
+  })
+})
+
+describe("pages", () => {
+  it("a plain array is one page; a cursor page is kept as it is", () => {
+    expect(Page.normalize([1, 2])).toEqual({ items: [1, 2], nextCursor: null })
+    expect(Page.normalize({ items: [3], nextCursor: "c2" })).toEqual({ items: [3], nextCursor: "c2" })
+  })
+
+  it("collect follows nextCursor until null", async () => {
+    const pages: Record<string, Page.Page<number>> = { start: { items: [1, 2], nextCursor: "b" }, b: { items: [3], nextCursor: "c" }, c: { items: [4], nextCursor: null } }
+    const all = await Effect.runPromise(Page.collect((cursor) => Effect.succeed(pages[cursor ?? "start"] as Page.Page<number>)))
+    expect(all).toEqual([1, 2, 3, 4])
+  })
+})
+
+describe("the routes the client calls", () => {
+  /** The contract's endpoints that a coordinator may not serve yet (docs: the lifecycle contract). */
+  const contract = new Set(["GET /v1/sessions/:id/wait", "GET /v1/sessions/:id/events", "DELETE /v1/hosts/:id", "POST /v1/hosts/:id/token", "GET /v1/moves"])
+  const declared = new Set<string>()
+  HttpApi.reflect(EngramApi, { onGroup: () => {}, onEndpoint: ({ endpoint }) => void declared.add(`${endpoint.method} ${endpoint.path}`) })
+
+  it("each route of the contract road is one the API declares, or one of the lifecycle contract", () => {
+    const raw = [
+      "POST /v1/sessions",
+      "GET /v1/sessions/:id",
+      "GET /v1/sessions",
+      "POST /v1/sessions/:id/idle",
+      "POST /v1/sessions/:id/resume",
+      "GET /v1/sessions/:id/wait",
+      "GET /v1/sessions/:id/events",
+      "GET /v1/hosts",
+      "DELETE /v1/hosts/:id",
+      "POST /v1/hosts/:id/token",
+      "GET /v1/fleet",
+      "GET /v1/reservations",
+      "GET /v1/moves",
+    ]
+    for (const r of raw) expect(declared.has(r) || contract.has(r), r).toBe(true)
+  })
+})

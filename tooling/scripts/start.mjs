@@ -1,0 +1,83 @@
+#!/usr/bin/env node
+// `pnpm start`: the coordinator and the demo fleet (two simulated hosts and their agents, and
+// the tour) as two child processes of this one, from source (tsx). The root script is
+// `exec node …`: without `exec`, the shell pnpm runs the script in dies of the Ctrl-C first
+// and pnpm reports the script as failed. Ctrl-C (SIGINT to the
+// whole terminal group) or a SIGTERM to this process stops both, waits for them, and exits 0:
+// no package-manager noise. If a child stops on its own (a port in use, a refused token), the
+// other is stopped and this exits with the child's code.
+//
+// The coordinator logs warnings and errors only, so the tour is readable; set
+// ENGRAM_LOG_LEVEL=info (or ENGRAM_TOUR_VERBOSE=1) to see every line.
+import { spawn } from "node:child_process"
+import { createServer } from "node:net"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..")
+const env = { ...process.env, INIT_CWD: process.env.INIT_CWD || process.cwd() }
+const verbose = env.ENGRAM_TOUR_VERBOSE === "1" || env.ENGRAM_TOUR_VERBOSE === "true"
+
+/** A free TCP port on 127.0.0.1 (for ENGRAM_PORT=0: the demo must know where the coordinator listens). */
+const freePort = () =>
+  new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address()
+      server.close(() => resolve(port))
+    })
+  })
+
+const port = env.ENGRAM_PORT === "0" ? String(await freePort()) : env.ENGRAM_PORT || "7070"
+const host = env.ENGRAM_HOST || "127.0.0.1"
+const url = `http://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host}:${port}`
+
+/** Runs an app's source with tsx (resolved from that app's dependencies). */
+const start = (name, app, file, extra) =>
+  spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", file], {
+    cwd: join(root, "apps", app),
+    env: { ...env, ...extra },
+    stdio: "inherit",
+  }).on("error", (e) => {
+    console.error(`${name}: ${e.message}`)
+  })
+
+const children = [
+  start("coordinator", "coordinator", "src/main.ts", {
+    ENGRAM_PORT: port,
+    ENGRAM_LOG_LEVEL: env.ENGRAM_LOG_LEVEL || (verbose ? "info" : "warn"),
+  }),
+  start("demo", "host-agent", "src/demo.ts", { ENGRAM_COORDINATOR_URL: env.ENGRAM_COORDINATOR_URL || url, ENGRAM_PORT: port }),
+]
+
+let stopping = false
+let code = 0
+const stop = (signal) => {
+  if (stopping) {
+    // A second Ctrl-C: do not wait any longer.
+    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL")
+    return
+  }
+  stopping = true
+  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill(signal)
+}
+process.on("SIGINT", () => stop("SIGTERM"))
+process.on("SIGTERM", () => stop("SIGTERM"))
+
+await Promise.all(
+  children.map(
+    (c) =>
+      new Promise((resolve) =>
+        c.on("exit", (exitCode, signal) => {
+          // A child that stops on its own before we asked: stop the rest and report its code.
+          if (!stopping) {
+            code = exitCode ?? (signal === null ? 1 : 128)
+            stop("SIGTERM")
+          } else if (exitCode !== null && exitCode !== 0 && code === 0) code = exitCode
+          resolve()
+        }),
+      ),
+  ),
+)
+process.exit(code)
