@@ -19,7 +19,7 @@ export const noFitReasons = every<NoFitReason>()(["unmeasured", "ram_full", "cpu
 export const hostStates = every<HostState>()(["ready", "cordoned", "draining"])
 
 /** Why the park gate yields a park (SPEC §4.1). */
-export const yieldReasons = every<YieldReason>()(["demand", "over_reserved", "hard_ttl"])
+export const yieldReasons = every<YieldReason>()(["demand", "over_reserved", "hard_ttl", "starving"])
 
 /** A live move's state (SPEC §5). */
 export type MoveState = "pending" | "committed" | "aborted"
