@@ -1,8 +1,7 @@
-import { defineConfig } from "vitest/config"
+import { base } from "@engram/vitest-config"
+import { defineConfig, mergeConfig } from "vitest/config"
 
-export default defineConfig({
-  resolve: { conditions: ["@engram/source"] },
-  ssr: { resolve: { conditions: ["@engram/source"] } },
+export default mergeConfig(base, defineConfig({
   // Each case simulates a day or more; on a loaded 2-core machine one can take longer than 5 s.
-  test: { include: ["test/**/*.test.ts"], testTimeout: 60_000 },
-})
+  test: { testTimeout: 60_000 },
+}))

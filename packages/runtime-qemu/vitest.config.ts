@@ -1,15 +1,12 @@
-import { defineConfig } from "vitest/config"
+import { base } from "@engram/vitest-config"
+import { defineConfig, mergeConfig } from "vitest/config"
 
-export default defineConfig({
-  resolve: { conditions: ["@engram/source"] },
-  ssr: { resolve: { conditions: ["@engram/source"] } },
+export default mergeConfig(base, defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
     // Real QEMU guests under TCG: a boot takes ~10 s on an idle machine, more on a busy one.
     testTimeout: 240_000,
     hookTimeout: 240_000,
     // One file at a time: the machine has two cores and every guest wants one.
     fileParallelism: false,
-    reporters: ["default", ["json", { outputFile: ".vitest/results.json" }]],
   },
-})
+}))

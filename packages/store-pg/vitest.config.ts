@@ -1,13 +1,11 @@
-import { defineConfig } from "vitest/config"
+import { base } from "@engram/vitest-config"
+import { defineConfig, mergeConfig } from "vitest/config"
 
-export default defineConfig({
-  resolve: { conditions: ["@engram/source"] },
-  ssr: { resolve: { conditions: ["@engram/source"] } },
+export default mergeConfig(base, defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
     // One PostgreSQL server per run (or $ENGRAM_TEST_DATABASE_URL); each file makes its own database.
     globalSetup: ["@engram/test-pg/global-setup"],
     testTimeout: 60_000,
     hookTimeout: 120_000,
   },
-})
+}))

@@ -4,6 +4,8 @@ export declare const base: {
   ssr: { resolve: { conditions: string[] } }
   test: {
     include: string[]
+    testTimeout: number
+    hookTimeout: number
     reporters: (string | [string, Record<string, unknown>])[]
   }
 }

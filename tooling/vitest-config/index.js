@@ -9,6 +9,10 @@ export const base = {
   ssr: { resolve: { conditions: ["@engram/source"] } },
   test: {
     include: ["test/**/*.test.ts"],
+    // CI machines have two cores shared by every package's tests: a property test or a real
+    // server can take longer than vitest's 5 s default there. A package sets its own above this.
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
     reporters: ["default", ["json", { outputFile: ".vitest/results.json" }]],
   },
 }

@@ -13,7 +13,7 @@ import { defaults, type Limits } from "./Limits.js"
 import * as ParkGate from "./ParkGate.js"
 import type { FleetHost, FleetView, Park, Queued } from "./ParkGate.js"
 import * as Placement from "./Placement.js"
-import * as PlacementIndex from "./PlacementIndex.js"
+import * as QueueWalk from "./QueueWalk.js"
 
 /** The policies by name. */
 export type Name =
@@ -212,14 +212,6 @@ export const demand = (fleet: FleetView, now: number, limits: Limits = defaults,
   ParkGate.decide(fleet, { now, limits, options })
 
 /** Places `budget` best-fit on the index and takes its room; answers whether it placed. */
-const placeInto = (index: PlacementIndex.Index, budget: Budget): boolean => {
-  const id = index.pick({ budget })
-  if (id === null) return false
-  const c = index.get(id) as Placement.Candidate
-  index.upsert({ ...c, headroom: { ...c.headroom, reserved: Headroom.add(c.headroom.reserved, budget) }, entries: (c.entries ?? 0) + 1 })
-  return true
-}
-
 /**
  * Queued sessions that do not place when the whole queue is placed in FIFO order, each
  * placement taking its room (best fit, as placement ranks), in queue order. Two sessions that
@@ -227,10 +219,8 @@ const placeInto = (index: PlacementIndex.Index, budget: Budget): boolean => {
  */
 export const withoutRoomCumulative = (fleet: FleetView, limits: Limits = defaults): Queued[] => {
   if (fleet.queue.length === 0) return []
-  const index = new PlacementIndex.Index(limits)
-  for (const h of fleet.hosts) index.upsert(h)
-  const out = fleet.queue.filter((q) => !placeInto(index, q.budget))
-  if (out.length === 0) return out
+  const out = QueueWalk.walk(fleet.queue, fleet.hosts, {}, limits).unplaced
+  if (out.length === 0) return []
   const tooBig = ParkGate.tooBigFor(fleet.hosts, limits)
   return out.filter((q) => !tooBig(q.budget))
 }
@@ -376,9 +366,12 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
  */
 export const reserveShortfall = (fleet: FleetView, arrivals: readonly Budget[], limits: Limits = defaults): Budget[] => {
   if (arrivals.length === 0) return []
-  const index = new PlacementIndex.Index(limits)
-  for (const h of fleet.hosts) index.upsert(h)
-  return arrivals.filter((b) => !placeInto(index, b))
+  return QueueWalk.walk(
+    arrivals.map((budget) => ({ budget })),
+    fleet.hosts,
+    {},
+    limits,
+  ).unplaced.map((w) => w.budget)
 }
 
 /**

@@ -1,6 +1,6 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { Headroom, Limits, ParkPolicy, Placement, PlacementIndex, QueueWalk } from "../src/index.js"
+import { Headroom, Limits, ParkGate, ParkPolicy, Placement, PlacementIndex, QueueWalk } from "../src/index.js"
 import type { Budget, Candidate } from "../src/index.js"
 import { arbBudget, arbFleet, hostIds } from "./arb.js"
 
@@ -96,14 +96,16 @@ describe("the queue walk", () => {
     )
   })
 
-  it("property: the cumulative park policy counts exactly the walk's unplaced sessions", () => {
+  it("property: the cumulative park policy counts exactly the walk's unplaced sessions that are not too big for every host", () => {
     fc.assert(
       fc.property(arbFleet, arbQueue, (hosts, queue) => {
         const fleet = {
           hosts: hosts.map((h) => ({ ...h, descentsRunning: 0, parks: [] })),
           queue: queue.map((q, i) => ({ sessionId: q.id, budget: q.budget, queuedAt: i })),
         }
-        expect(QueueWalk.walk(fleet.queue, fleet.hosts).unplaced.length).toBe(ParkPolicy.countWithoutRoomCumulative(fleet))
+        const tooBig = ParkGate.tooBigFor(fleet.hosts)
+        const expected = QueueWalk.walk(fleet.queue, fleet.hosts).unplaced.filter((q) => !tooBig(q.budget)).length
+        expect(ParkPolicy.countWithoutRoomCumulative(fleet)).toBe(expected)
       }),
       { numRuns: 500 },
     )
