@@ -119,10 +119,11 @@ describe("engram sessions and why", () => {
 
   it("reservations lists the ledger", async () => {
     const id = uid("r")
-    await call(c.url, "POST", "/v1/reservations", { id, hostId: big, ownerKind: "external", ownerId: "job-7", memMib: 2048, vcpus: 2 })
+    const made = await call(c.url, "POST", "/v1/reservations", { id, hostId: big, ownerKind: "external", ownerId: "job-7", memMib: 2048, vcpus: 2 })
+    expect(made.status, JSON.stringify(made.body)).toBe(201)
     const r = await engram(["reservations", "--host", big], { env })
     expect(lines(r.stdout)[0]).toMatch(/^RESERVATION\s+HOST\s+OWNER\s+MEM\s+VCPUS\s+HEARTBEAT\s+EXPIRES$/)
-    expect(r.stdout).toMatch(new RegExp(`^${id}\\s+${big}\\s+external:job-7\\s+2 GiB\\s+2\\s+\\S+ ago\\s+-$`, "m"))
+    expect(r.stdout).toMatch(new RegExp(`^${id}\\s+${big}\\s+external:job-7\\s+2 GiB\\s+2\\s+(\\d+ ms|\\d+s|\\d+m \\d\\ds) ago\\s+-$`, "m"))
     await call(c.url, "DELETE", `/v1/reservations/${id}`)
   })
 
