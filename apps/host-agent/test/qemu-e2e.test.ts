@@ -30,7 +30,7 @@ const con = (host: string, vmId: string) => consolePath(qemuDir(host), vmId)
 
 const session = async (id: string) => (await admin.call("GET", `/v1/sessions/${id}`)).body
 const waitState = (id: string, state: string, timeoutMs = 60_000) => until(`${id} ${state}`, () => session(id), (s) => s?.state === state, timeoutMs)
-const reservations = async (hostId: string) => ((await admin.call("GET", `/v1/reservations?hostId=${hostId}`)).body as { ownerId: string }[]).map((r) => r.ownerId).sort()
+const reservations = async (hostId: string) => ((await admin.call("GET", `/v1/reservations?hostId=${hostId}`)).body.items as { ownerId: string }[]).map((r) => r.ownerId).sort()
 type Usage = { vmId: string; status: string; rssBytes: number | null; pid: number | null }
 const usage = async (host: string): Promise<Usage[]> => (await agents[host]!.status()).usage
 /** Polls a console until its last counter line satisfies `ok` (a boot under TCG takes ~10 s on an idle machine). */
@@ -86,14 +86,14 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
       // One at a time: the first builds the guest if it is not cached yet.
       agents[id] = await spawnAgent(spawnOptions[id])
     }
-    await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body, (hs: { measured: boolean }[]) => hs.length === 2 && hs.every((h) => h.measured))
+    await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body.items, (hs: { measured: boolean }[]) => hs.length === 2 && hs.every((h) => h.measured))
   }, 300_000)
 
   afterAll(async () => {
     // End the sessions (the agents destroy their guests), stop the agents, then make sure no
     // QEMU of this test is left: VMs outlive their agents by design.
     if (admin !== undefined) {
-      for (const s of (await admin.call("GET", "/v1/sessions")).body as { id: string; state: string }[]) {
+      for (const s of (await admin.call("GET", "/v1/sessions?limit=1000")).body.items as { id: string; state: string }[]) {
         if (!["ended", "lost"].includes(s.state)) await admin.call("DELETE", `/v1/sessions/${s.id}`)
       }
       await until("every guest destroyed", async () => Object.keys(agents).flatMap((h) => qemuProcesses(qemuDir(h))), (l) => l.length === 0, 60_000).catch(() => undefined)

@@ -3,36 +3,14 @@
  * lines tell "continued" from "rebooted"), and the QEMU processes of an agent's VM directory
  * (read from /proc, so a test sees what really runs, whatever the agent believes).
  */
-import { spawnSync } from "node:child_process"
 import { readdirSync, readFileSync } from "node:fs"
-import { ticks, type Tick } from "@engram/guest"
-import { QemuProcess } from "@engram/runtime-qemu"
+import { consoleTicks, type Tick } from "@engram/guest"
 
-/** Whether `qemu-system-x86_64` runs here. CI installs it (`.ci/run`), so there it must. */
-export const haveQemu = spawnSync("qemu-system-x86_64", ["--version"], { stdio: "ignore" }).status === 0
-/** Run the real-QEMU tests: QEMU is installed, or this is CI (where a missing QEMU must fail, not skip). */
-export const runQemuTests = haveQemu || process.env["CI"] === "true"
+export { boots, consoleTicks, haveQemu, runQemuTests } from "@engram/guest"
+import { QemuProcess } from "@engram/runtime-qemu"
 
 /** The serial console of `vmId` under a QEMU state directory (a restore or an incoming move starts a new one). */
 export const consolePath = (stateDir: string, vmId: string) => QemuProcess.pathsOf(stateDir, vmId).console
-
-/** The counter lines of a console file so far. */
-export const consoleTicks = (path: string): Tick[] => {
-  try {
-    return ticks(readFileSync(path, "utf8"))
-  } catch {
-    return []
-  }
-}
-
-/** How many times the guest printed its boot banner into a console file. */
-export const boots = (path: string): number => {
-  try {
-    return readFileSync(path, "utf8").split("\n").filter((l) => l.startsWith("engram-guest boot=")).length
-  } catch {
-    return 0
-  }
-}
 
 /** The last counter line of a console; throws when there is none. */
 export const lastTick = (path: string): Tick => {
