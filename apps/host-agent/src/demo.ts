@@ -148,8 +148,10 @@ const runTour = (engram: EngramClientShape, hostIds: readonly string[]) =>
     const moved = yield* Effect.result(engram.sessions.move(id("c"), { targetHostId: big, maxDowntimeMs: 700 }))
     if (moved._tag === "Success") {
       const m = moved.success
+      // Said as measured: the guard decides on estimates, and a loaded machine can pause longer.
+      const within = m.downtimeMs <= 700 ? "within its 700 ms downtime budget" : "but over its 700 ms downtime budget (the estimates missed: a loaded machine)"
       yield* say(
-        `  4. It moves live to ${big} within a 700 ms downtime budget: paused ${Math.round(m.downtimeMs)} ms (capture ${Math.round(m.captureMs)}, send ${Math.round(m.sendMs)}, commit ${Math.round(m.commitMs)} ms).`,
+        `  4. It moves live to ${big} ${within}: paused ${Math.round(m.downtimeMs)} ms (capture ${Math.round(m.captureMs)}, send ${Math.round(m.sendMs)}, commit ${Math.round(m.commitMs)} ms).`,
         { downtimeMs: m.downtimeMs, captureMs: m.captureMs, sendMs: m.sendMs, commitMs: m.commitMs },
       )
     } else yield* say(`  4. The move to ${big} did not commit: ${Errors.describe(moved.failure)}`, { error: moved.failure.code })

@@ -40,9 +40,9 @@ const awaitTick = (path: string, ok: (t: ReturnType<typeof lastTick> | undefined
 const logged = (host: string, text: string): Record<string, unknown>[] =>
   agents[host]!.output.flatMap((line) => {
     try {
-      const o = JSON.parse(line) as { message?: unknown }
-      const [head, fields] = Array.isArray(o.message) ? o.message : [o.message, {}]
-      return head === text ? [fields as Record<string, unknown>] : []
+      // @engram/process's JSON lines: {"time","level","msg", ...the annotations}.
+      const { msg, time: _time, level: _level, ...fields } = JSON.parse(line) as { msg?: unknown; time?: unknown; level?: unknown }
+      return msg === text ? [fields as Record<string, unknown>] : []
     } catch {
       return []
     }
