@@ -43,6 +43,7 @@ const help: Record<string, { readonly type: "counter" | "gauge"; readonly help: 
   engram_reaper_lost_races_total: { type: "counter", help: "Yields skipped because the park changed first (lost CAS)." },
   engram_reaper_reclaimed_total: { type: "counter", help: "Reservations reclaimed as expired or stale." },
   engram_reaper_leader: { type: "gauge", help: "1 while this replica holds the reaper leader lock." },
+  engram_reaper_leader_checks_total: { type: "counter", help: "Reaper ticks: each takes or confirms the leader lock, leader or not." },
   engram_moves_total: { type: "counter", help: "Moves by outcome (committed, downtime, aborted, timeout, commit_pending)." },
   engram_http_store_unavailable_total: { type: "counter", help: "Requests answered 503 because the store was unavailable." },
   engram_http_requests_total: { type: "counter", help: "HTTP requests answered, by method, route template and status." },
@@ -174,7 +175,7 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         })
 
       // Series that exist before anything happens: their HELP and a zero show from the first scrape.
-      for (const name of ["engram_parks_total", "engram_reaper_fleet_read_failures_total", "engram_reaper_lost_races_total", "engram_reaper_reclaimed_total", "engram_http_store_unavailable_total"]) {
+      for (const name of ["engram_parks_total", "engram_reaper_fleet_read_failures_total", "engram_reaper_lost_races_total", "engram_reaper_reclaimed_total", "engram_http_store_unavailable_total", "engram_reaper_leader_checks_total"]) {
         inc(name, {}, 0)
       }
       set("engram_reaper_leader", 0)

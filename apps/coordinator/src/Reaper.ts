@@ -191,6 +191,7 @@ export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | 
     const tick = Effect.gen(function* () {
       const leading = yield* leader.tick
       metrics.set("engram_reaper_leader", leading ? 1 : 0)
+      metrics.inc("engram_reaper_leader_checks_total")
       if (leading !== wasLeader) {
         wasLeader = leading
         yield* Effect.logInfo(leading ? "reaper: this replica is the leader" : "reaper: this replica is not the leader")
