@@ -1,7 +1,4 @@
-import { defineConfig } from "vitest/config"
+import { base } from "@engram/vitest-config"
+import { defineConfig, mergeConfig } from "vitest/config"
 
-export default defineConfig({
-  resolve: { conditions: ["@engram/source"] },
-  ssr: { resolve: { conditions: ["@engram/source"] } },
-  test: { include: ["test/**/*.test.ts"] },
-})
+export default mergeConfig(base, defineConfig({}))

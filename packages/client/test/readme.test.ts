@@ -56,7 +56,7 @@ describe("the README's examples", () => {
     expect(lines[0]).toBe(`placed on ${host}`)
     expect(lines[1]).toMatch(/^\d+ MiB free, 0 waiting$/)
     const sessions = await (await fetch(`${c.url}/v1/sessions?state=pending`, { headers: { authorization: `Bearer ${adminToken}` } })).json()
-    expect(sessions).toEqual([])
+    expect(sessions).toEqual({ items: [], nextCursor: null })
   })
 
   it("errors: a NotFound and an InvalidInput, told apart with instanceof", async () => {
