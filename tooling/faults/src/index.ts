@@ -1,0 +1,4 @@
+// @engram/faults: the fault suite's instruments (the recorded history, the checker, real
+// coordinator and agent processes, the client load) and the OpenAPI-driven fuzzer's arbitraries.
+export * as Checker from "./Checker.js"
+export * as History from "./History.js"
