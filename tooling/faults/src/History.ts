@@ -20,6 +20,8 @@ export interface Op {
   readonly status: number | null
   /** The answer's JSON body (its text when it is not JSON), or the error's text when no answer came. */
   readonly response: unknown
+  /** The `retry-after` header of the answer, if any. */
+  readonly retryAfter: string | null
   /** Epoch ms when the request was sent and when its answer (or failure) arrived. */
   readonly startMs: number
   readonly endMs: number
@@ -39,7 +41,7 @@ export class Recorder {
     private url: string,
     private readonly token: string,
     /** How long a request may take before it counts as unanswered (ms). */
-    readonly boundMs = 30_000,
+    readonly boundMs = 20_000,
   ) {}
 
   setUrl(url: string): void {
@@ -51,6 +53,7 @@ export class Recorder {
     const startMs = Date.now()
     let status: number | null = null
     let response: unknown
+    let retryAfter: string | null = null
     try {
       const res = await fetch(`${this.url}${path}`, {
         method,
@@ -63,6 +66,7 @@ export class Recorder {
       })
       const text = await res.text()
       status = res.status
+      retryAfter = res.headers.get("retry-after")
       try {
         response = text === "" ? null : JSON.parse(text)
       } catch {
@@ -71,7 +75,7 @@ export class Recorder {
     } catch (error) {
       response = error instanceof Error ? `${error.name}: ${error.message}` : String(error)
     }
-    const op: Op = { kind, id, method, path, body, status, response, startMs, endMs: Date.now() }
+    const op: Op = { kind, id, method, path, body, status, response, retryAfter, startMs, endMs: Date.now() }
     this.ops.push(op)
     return op
   }

@@ -15,6 +15,7 @@ const op = (kind: Op["kind"], id: string, status: number | null): Op => ({
   body: kind === "create" ? { id, memMib: 512, vcpus: 1 } : undefined,
   status,
   response: status === null ? "TypeError: fetch failed" : {},
+  retryAfter: null,
   startMs: clock++,
   endMs: clock++,
 })
