@@ -70,7 +70,12 @@ const runningIds = async (agent: Processes.AgentProcess) => ((await agent.vms())
 
 describe("agents SIGKILLed and partitioned", () => {
   it("a killed agent's and a paused agent's sessions become lost by heartbeat expiry; the paused one, continued, stops them and takes placements again", async () => {
-    const [killed, paused, healthy] = ["agent-0", "agent-1", "agent-2"].map((id) => agents.get(id)!)
+    const agent = (id: string) => {
+      const a = agents.get(id)
+      if (a === undefined) throw new Error(`no agent ${id}`)
+      return a
+    }
+    const [killed, paused, healthy] = [agent("agent-0"), agent("agent-1"), agent("agent-2")]
     await Load.until("every agent's first report", async () => {
       const hosts = await admin("GET", "/v1/hosts")
       return hosts.items.every((h: { measured: boolean }) => h.measured)
@@ -82,16 +87,16 @@ describe("agents SIGKILLed and partitioned", () => {
     try {
       // Four sessions on each host, each started by its agent.
       const on = new Map<string, string[]>()
-      for (const agent of [killed, paused, healthy]) {
+      for (const a of [killed, paused, healthy]) {
         const ids: string[] = []
         for (let i = 0; i < 4; i++) {
-          const id = `s-${agent.hostId}-${i}`
-          const op = await recorder.call("create", id, "POST", "/v1/sessions", { id, memMib: 512, vcpus: 1, affinity: [agent.hostId] })
+          const id = `s-${a.hostId}-${i}`
+          const op = await recorder.call("create", id, "POST", "/v1/sessions", { id, memMib: 512, vcpus: 1, affinity: [a.hostId] })
           expect(op.status, JSON.stringify(op.response)).toBe(201)
-          expect((op.response as { hostId: string }).hostId).toBe(agent.hostId)
+          expect((op.response as { hostId: string }).hostId).toBe(a.hostId)
           ids.push(id)
         }
-        on.set(agent.hostId, ids)
+        on.set(a.hostId, ids)
       }
       for (const ids of on.values()) for (const id of ids) await waitFor(id, "running")
 
