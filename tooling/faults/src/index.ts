@@ -2,6 +2,7 @@
 // coordinator and agent processes, the client load) and the OpenAPI-driven fuzzer's arbitraries.
 export * as Checker from "./Checker.js"
 export * as History from "./History.js"
+export * as OpenApiArbitraries from "./OpenApiArbitraries.js"
 export * as Load from "./Load.js"
 export * as Observe from "./Observe.js"
 export * as Processes from "./Processes.js"
