@@ -3,6 +3,7 @@
 export * as Checker from "./Checker.js"
 export * as History from "./History.js"
 export * as OpenApiArbitraries from "./OpenApiArbitraries.js"
+export * as JumpClock from "./JumpClock.js"
 export * as Load from "./Load.js"
 export * as Observe from "./Observe.js"
 export * as Processes from "./Processes.js"
