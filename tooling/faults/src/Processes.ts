@@ -188,6 +188,12 @@ export const killAll = async (): Promise<void> => {
         }),
     ),
   )
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
+  for (const dir of dirs) {
+    try {
+      rmSync(dir, { recursive: true, force: true })
+    } catch {
+      // A mount point (the disk-full scenario's tmpfs): its owner unmounts and removes it.
+    }
+  }
   dirs.clear()
 }

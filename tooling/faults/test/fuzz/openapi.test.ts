@@ -9,10 +9,9 @@ import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { freshDatabase, type TestDatabase } from "@engram/test-pg"
 import { OpenApi } from "effect/http-api"
 import fc from "fast-check"
-import { rmSync } from "node:fs"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { OpenApiArbitraries } from "../../src/index.js"
-import { tempDir } from "../../src/Processes.js"
+import { killAll, tempDir } from "../../src/Processes.js"
 
 const ADMIN = "fuzz-admin-token-0123456789abcdef"
 /** Requests per operation and backend (ENGRAM_FUZZ_RUNS raises it for a longer hunt). */
@@ -74,7 +73,7 @@ const backends: { readonly name: string; readonly start: () => Promise<{ c: Runn
     start: async () => {
       const dataDir = tempDir("fuzz-pglite")
       const c = await startCoordinator({ reaper: false, logLevel: "None", config: { port: 0, adminToken: ADMIN, dataDir, moveTimeoutMs: 1000 } })
-      return { c, done: async () => rmSync(dataDir, { recursive: true, force: true }) }
+      return { c, done: killAll }
     },
   },
   {
@@ -83,7 +82,7 @@ const backends: { readonly name: string; readonly start: () => Promise<{ c: Runn
       const db: TestDatabase = await freshDatabase({ prefix: "faults_fuzz" })
       const dataDir = tempDir("fuzz-pg")
       const c = await startCoordinator({ reaper: false, logLevel: "None", config: { port: 0, adminToken: ADMIN, dataDir, databaseUrl: db.url, moveTimeoutMs: 1000 } })
-      return { c, done: () => db.drop() }
+      return { c, done: () => db.drop().then(killAll) }
     },
   },
 ]
@@ -119,7 +118,7 @@ for (const backend of backends) {
       await done?.()
     })
 
-    it("every operation: answered in bound, never a 5xx, every 4xx a JSON error naming the field and rule, a 4xx changes nothing", async () => {
+    it("every operation: answered in bound, never a 5xx, every 4xx a JSON error naming the field and rule, a 4xx changes nothing", { timeout: Math.max(240_000, RUNS * 10_000) }, async () => {
       const tokens = { admin: ADMIN, host: hostToken }
       let before: string | null = null
       const seen = new Map<string, Map<number, number>>()
