@@ -1,20 +1,25 @@
-// PostgreSQL goes away three times under a running load of creates and ends (every connection
-// reset, new ones refused, as a server restart or a partition does it). During each outage every
+// PostgreSQL goes away three times under a running load of creates and ends: stopped (fast
+// shutdown: clients are told "terminating connection due to administrator command") and started
+// again on the same data, then cut off (a proxy resets every connection and refuses new ones, as a
+// partition does), then stopped and started again. During each outage every
 // request is answered quickly with a JSON 503 and a Retry-After; after it, writes succeed again
 // without a restart; the coordinator process lives throughout; and the checker finds every
 // acknowledged create stored once, no host over capacity, the maintained sums equal to the
 // reservations, nothing placed twice.
-import { freshDatabase, startCuttableProxy, type CuttableProxy, type TestDatabase } from "@engram/test-pg"
+import { createDatabase, startCuttableProxy, type CuttableProxy, type TestDatabase } from "@engram/test-pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { History, Load, Observe, Processes } from "../../src/index.js"
+import { History, Load, Observe, PgServer, Processes } from "../../src/index.js"
 import { ADMIN_TOKEN, capacities, expectNoViolations, registerHosts, tally } from "./fixture.js"
 
+let pg: PgServer.RestartablePostgres
 let db: TestDatabase
 let proxy: CuttableProxy
 let coordinator: Processes.CoordinatorProcess
 
 beforeAll(async () => {
-  db = await freshDatabase({ prefix: "faults_outage" })
+  // A server of its own: this scenario stops it.
+  pg = await PgServer.startRestartablePostgres()
+  db = await createDatabase(pg.server.url, { prefix: "faults_outage" })
   const target = new URL(db.url)
   proxy = await startCuttableProxy({ host: target.hostname, port: Number(target.port) })
   const viaProxy = new URL(db.url)
@@ -30,11 +35,11 @@ beforeAll(async () => {
 afterAll(async () => {
   await Processes.killAll()
   await proxy?.close()
-  await db?.drop()
+  await pg?.close()
 })
 
 describe("PostgreSQL stopped and started under load", () => {
-  it("three outages: 503s with Retry-After during each, 2xx after, the coordinator alive, and the history checks out", async () => {
+  it("stopped, partitioned, stopped: 503s with Retry-After during each, 2xx after, the coordinator alive, and the history checks out", async () => {
     await registerHosts(coordinator.url, "outage-host", 3, 4096)
     const caps = await capacities(coordinator.url)
     const observer = Observe.sqlObserver(db.url, caps)
@@ -46,10 +51,15 @@ describe("PostgreSQL stopped and started under load", () => {
     try {
       await Load.until("the first acknowledged writes", () => acksAfter(0) >= 20)
       const windows: { readonly from: number; readonly to: number }[] = []
-      for (let outage = 0; outage < 3; outage++) {
-        // Down: new connections are refused and every open one is reset.
-        proxy.refuse(true)
-        proxy.cut()
+      const kinds = ["stopped", "partitioned", "stopped"] as const
+      for (const [outage, kind] of kinds.entries()) {
+        // Down: the server stopped, or new connections refused and every open one reset. The
+        // window starts once it is down and ends before it comes back up.
+        if (kind === "stopped") await pg.stop()
+        else {
+          proxy.refuse(true)
+          proxy.cut()
+        }
         const from = Date.now()
         await Load.until(
           `answers during outage ${outage + 1}`,
@@ -62,9 +72,10 @@ describe("PostgreSQL stopped and started under load", () => {
           90_000,
         )
         expect(coordinator.alive(), coordinator.output()).toBe(true)
-        // Up again: writes are acknowledged without a restart.
-        proxy.refuse(false)
+        // Up again: writes are acknowledged without a restart of the coordinator.
         const to = Date.now()
+        if (kind === "stopped") await pg.start()
+        else proxy.refuse(false)
         windows.push({ from, to })
         await Load.until(`acknowledged writes after outage ${outage + 1}`, () => acksAfter(to) >= 8, 90_000)
       }
