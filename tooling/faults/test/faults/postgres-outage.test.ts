@@ -70,7 +70,9 @@ describe("PostgreSQL stopped and started under load", () => {
             return answeredAfter(from) >= 8
           },
           90_000,
-        )
+        ).catch((e: unknown) => {
+          throw new Error(`${String(e)} (${kind}); since it went down: ${tally(recorder.ops.filter((o) => o.startMs > from))} ("none": no answer within ${recorder.boundMs} ms)`)
+        })
         expect(coordinator.alive(), coordinator.output()).toBe(true)
         // Up again: writes are acknowledged without a restart of the coordinator.
         const to = Date.now()
