@@ -46,6 +46,26 @@ describe("PostgreSQL stopped and started under load", () => {
     const sampler = Observe.startSampler(observer.sample)
     const recorder = new History.Recorder(coordinator.url, ADMIN_TOKEN)
     const load = Load.startLoad(recorder, { prefix: "outage", workers: 4, memMib: 512, endEvery: 3 })
+    // Beside the sessions, what an agent and an operator do: report, heartbeat, read the ledger,
+    // hold and release an external reservation (the calls issue 13 saw hang during an outage).
+    let hostWork = true
+    const hostWorker = (async () => {
+      for (let i = 0; hostWork; i++) {
+        const host = `outage-host-${i % 3}`
+        const ops = [
+          await recorder.call("other", host, "PUT", `/v1/hosts/${host}/report`, { totalMib: 5120, allocatableMib: 5120, totalVcpus: 8 }),
+          await recorder.call("other", host, "POST", `/v1/hosts/${host}/heartbeat`),
+          await recorder.call("read", null, "GET", "/v1/ledger/summary"),
+        ]
+        const held = await recorder.call("other", `outage-ext-${i}`, "POST", "/v1/reservations", { id: `outage-ext-${i}`, hostId: host, ownerKind: "external", ownerId: "outage", memMib: 64, vcpus: 0 })
+        if (History.acknowledged(held)) ops.push(await recorder.call("other", `outage-ext-${i}`, "DELETE", `/v1/reservations/outage-ext-${i}`))
+        if (!ops.every(History.acknowledged)) await new Promise((r) => setTimeout(r, 100))
+      }
+    })()
+    const stopHostWork = async () => {
+      hostWork = false
+      await hostWorker
+    }
     const acksAfter = (t: number) => recorder.ops.filter((o) => o.startMs > t && History.acknowledged(o)).length
     const answeredAfter = (t: number) => recorder.ops.filter((o) => o.startMs > t && o.status !== null).length
     try {
@@ -82,6 +102,7 @@ describe("PostgreSQL stopped and started under load", () => {
         await Load.until(`acknowledged writes after outage ${outage + 1}`, () => acksAfter(to) >= 8, 90_000)
       }
       await load.stop()
+      await stopHostWork()
       await sampler.stop()
       expect(coordinator.alive(), coordinator.output()).toBe(true)
 
@@ -94,6 +115,15 @@ describe("PostgreSQL stopped and started under load", () => {
           expect(Number(op.retryAfter)).toBeGreaterThan(0)
         }
       }
+      // The agent's and operator's calls were served outside the outages (they are not refused for another reason).
+      const served: readonly (readonly [string, RegExp])[] = [
+        ["PUT", /\/report$/],
+        ["POST", /\/heartbeat$/],
+        ["GET", /^\/v1\/ledger\/summary$/],
+        ["POST", /^\/v1\/reservations$/],
+        ["DELETE", /^\/v1\/reservations\//],
+      ]
+      for (const [method, path] of served) expect(recorder.ops.some((o) => o.method === method && path.test(o.path) && History.acknowledged(o)), `${method} ${path}: ${tally(recorder.ops.filter((o) => o.method === method && path.test(o.path)))}`).toBe(true)
       // Every request got an answer (none hit the 20 s bound or a reset).
       expect(recorder.ops.filter((o) => o.status === null)).toEqual([])
       expect(recorder.ops.filter((o) => o.status !== null && o.status >= 500 && o.status !== 503)).toEqual([])
@@ -103,6 +133,7 @@ describe("PostgreSQL stopped and started under load", () => {
       expectNoViolations(recorder.ops, observation)
     } finally {
       await load.stop()
+      await stopHostWork()
       await sampler.stop()
       await observer.close()
     }
