@@ -1,0 +1,141 @@
+// PostgreSQL goes away three times under a running load of creates and ends: stopped (fast
+// shutdown: clients are told "terminating connection due to administrator command") and started
+// again on the same data, then cut off (a proxy resets every connection and refuses new ones, as a
+// partition does), then stopped and started again. During each outage every
+// request is answered quickly with a JSON 503 and a Retry-After; after it, writes succeed again
+// without a restart; the coordinator process lives throughout; and the checker finds every
+// acknowledged create stored once, no host over capacity, the maintained sums equal to the
+// reservations, nothing placed twice.
+import { createDatabase, startCuttableProxy, type CuttableProxy, type TestDatabase } from "@engram/test-pg"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { History, Load, Observe, PgServer, Processes } from "../../src/index.js"
+import { ADMIN_TOKEN, capacities, expectNoViolations, registerHosts, tally } from "./fixture.js"
+
+let pg: PgServer.RestartablePostgres
+let db: TestDatabase
+let proxy: CuttableProxy
+let coordinator: Processes.CoordinatorProcess
+
+beforeAll(async () => {
+  // A server of its own: this scenario stops it.
+  pg = await PgServer.startRestartablePostgres()
+  db = await createDatabase(pg.server.url, { prefix: "faults_outage" })
+  const target = new URL(db.url)
+  proxy = await startCuttableProxy({ host: target.hostname, port: Number(target.port) })
+  const viaProxy = new URL(db.url)
+  viaProxy.port = String(proxy.port)
+  coordinator = await Processes.startCoordinatorProcess({
+    ENGRAM_DATABASE_URL: viaProxy.toString(),
+    ENGRAM_ADMIN_TOKEN: ADMIN_TOKEN,
+    ENGRAM_DATA_DIR: Processes.tempDir("outage"),
+    ENGRAM_REAPER_INTERVAL_MS: "1000",
+  })
+})
+
+afterAll(async () => {
+  await Processes.killAll()
+  await proxy?.close()
+  await pg?.close()
+})
+
+describe("PostgreSQL stopped and started under load", () => {
+  it("stopped, partitioned, stopped: 503s with Retry-After during each, 2xx after, the coordinator alive, and the history checks out", async () => {
+    await registerHosts(coordinator.url, "outage-host", 3, 4096)
+    const caps = await capacities(coordinator.url)
+    const observer = Observe.sqlObserver(db.url, caps)
+    const sampler = Observe.startSampler(observer.sample)
+    const recorder = new History.Recorder(coordinator.url, ADMIN_TOKEN)
+    const load = Load.startLoad(recorder, { prefix: "outage", workers: 4, memMib: 512, endEvery: 3 })
+    // Beside the sessions, what an agent and an operator do: report, heartbeat, read the ledger,
+    // hold and release an external reservation (the calls issue 13 saw hang during an outage).
+    let hostWork = true
+    const hostWorker = (async () => {
+      for (let i = 0; hostWork; i++) {
+        const host = `outage-host-${i % 3}`
+        const ops = [
+          await recorder.call("other", host, "PUT", `/v1/hosts/${host}/report`, { totalMib: 5120, allocatableMib: 5120, totalVcpus: 8 }),
+          await recorder.call("other", host, "POST", `/v1/hosts/${host}/heartbeat`),
+          await recorder.call("read", null, "GET", "/v1/ledger/summary"),
+        ]
+        const held = await recorder.call("other", `outage-ext-${i}`, "POST", "/v1/reservations", { id: `outage-ext-${i}`, hostId: host, ownerKind: "external", ownerId: "outage", memMib: 64, vcpus: 0 })
+        if (History.acknowledged(held)) ops.push(await recorder.call("other", `outage-ext-${i}`, "DELETE", `/v1/reservations/outage-ext-${i}`))
+        if (!ops.every(History.acknowledged)) await new Promise((r) => setTimeout(r, 100))
+      }
+    })()
+    const stopHostWork = async () => {
+      hostWork = false
+      await hostWorker
+    }
+    const acksAfter = (t: number) => recorder.ops.filter((o) => o.startMs > t && History.acknowledged(o)).length
+    const answeredAfter = (t: number) => recorder.ops.filter((o) => o.startMs > t && o.status !== null).length
+    try {
+      await Load.until("the first acknowledged writes", () => acksAfter(0) >= 20)
+      const windows: { readonly from: number; readonly to: number }[] = []
+      const kinds = ["stopped", "partitioned", "stopped"] as const
+      for (const [outage, kind] of kinds.entries()) {
+        // Down: the server stopped, or new connections refused and every open one reset. The
+        // window starts once it is down and ends before it comes back up.
+        if (kind === "stopped") await pg.stop()
+        else {
+          proxy.refuse(true)
+          proxy.cut()
+        }
+        const from = Date.now()
+        await Load.until(
+          `answers during outage ${outage + 1}`,
+          () => {
+            // A 500 breaks the contract at once: say so without waiting out the bound.
+            const broken = recorder.ops.find((o) => o.status !== null && o.status >= 500 && o.status !== 503)
+            if (broken !== undefined) throw new Error(`${broken.method} ${broken.path} → ${broken.status} ${JSON.stringify(broken.response)}`)
+            return answeredAfter(from) >= 8
+          },
+          90_000,
+        ).catch((e: unknown) => {
+          throw new Error(`${String(e)} (${kind}); since it went down: ${tally(recorder.ops.filter((o) => o.startMs > from))} ("none": no answer within ${recorder.boundMs} ms)`)
+        })
+        expect(coordinator.alive(), coordinator.output()).toBe(true)
+        // Up again: writes are acknowledged without a restart of the coordinator.
+        const to = Date.now()
+        if (kind === "stopped") await pg.start()
+        else proxy.refuse(false)
+        windows.push({ from, to })
+        await Load.until(`acknowledged writes after outage ${outage + 1}`, () => acksAfter(to) >= 8, 90_000)
+      }
+      await load.stop()
+      await stopHostWork()
+      await sampler.stop()
+      expect(coordinator.alive(), coordinator.output()).toBe(true)
+
+      for (const [i, w] of windows.entries()) {
+        // Requests sent while the database was away and answered before it came back.
+        const during = recorder.ops.filter((o) => o.startMs > w.from && o.endMs < w.to)
+        expect(during.length, `outage ${i + 1}: ${tally(recorder.ops)}`).toBeGreaterThan(0)
+        for (const op of during) {
+          expect({ status: op.status, error: (op.response as { error?: unknown } | null)?.error }, `${op.method} ${op.path} during outage ${i + 1}`).toEqual({ status: 503, error: "Unavailable" })
+          expect(Number(op.retryAfter)).toBeGreaterThan(0)
+        }
+      }
+      // The agent's and operator's calls were served outside the outages (they are not refused for another reason).
+      const served: readonly (readonly [string, RegExp])[] = [
+        ["PUT", /\/report$/],
+        ["POST", /\/heartbeat$/],
+        ["GET", /^\/v1\/ledger\/summary$/],
+        ["POST", /^\/v1\/reservations$/],
+        ["DELETE", /^\/v1\/reservations\//],
+      ]
+      for (const [method, path] of served) expect(recorder.ops.some((o) => o.method === method && path.test(o.path) && History.acknowledged(o)), `${method} ${path}: ${tally(recorder.ops.filter((o) => o.method === method && path.test(o.path)))}`).toBe(true)
+      // Every request got an answer (none hit the 20 s bound or a reset).
+      expect(recorder.ops.filter((o) => o.status === null)).toEqual([])
+      expect(recorder.ops.filter((o) => o.status !== null && o.status >= 500 && o.status !== 503)).toEqual([])
+
+      const observation = { ...(await observer.observe()), samples: sampler.samples }
+      expect(sampler.samples.length).toBeGreaterThan(0)
+      expectNoViolations(recorder.ops, observation)
+    } finally {
+      await load.stop()
+      await stopHostWork()
+      await sampler.stop()
+      await observer.close()
+    }
+  })
+})
