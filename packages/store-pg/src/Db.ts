@@ -82,6 +82,8 @@ const unavailableCodes = new Set([
   "57P02", // crash_shutdown
   "57P03", // cannot_connect_now
   "57014", // query_canceled (statement_timeout)
+  "25P03", // idle_in_transaction_session_timeout
+  "57P05", // idle_session_timeout
   "55P03", // lock_not_available (lock_timeout)
   "53300", // too_many_connections
   "53400", // configuration_limit_exceeded
