@@ -20,6 +20,7 @@ import { Assignments } from "./Assignments.js"
 import { AdminOnlyLive, AdminToken, BearerAuthLive, hashToken, resolveAdminToken, ScrapeAuthLive } from "./Auth.js"
 import type { CoordinatorConfig, CoordinatorConfigInput } from "./Config.js"
 import * as Config from "./Config.js"
+import * as DataDirLock from "./DataDirLock.js"
 import { HandlersLive } from "./Handlers.js"
 import { edge } from "./HttpEdge.js"
 import { InputErrorsLive } from "./HttpErrors.js"
@@ -91,9 +92,12 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
           statementTimeoutMs: config.storeTimeoutMs,
         })
       : Layer.unwrap(
-          Effect.sync(() => {
-            mkdirSync(config.dataDir, { recursive: true })
-            return StorePg.layerPglite({ dataDir: resolve(join(config.dataDir, "pglite")), limits: config.limits })
+          Effect.gen(function* () {
+            const dataDir = resolve(config.dataDir)
+            mkdirSync(dataDir, { recursive: true })
+            // One writer per embedded store: held until the coordinator stops.
+            yield* DataDirLock.acquire(dataDir)
+            return StorePg.layerPglite({ dataDir: join(dataDir, "pglite"), limits: config.limits })
           }),
         ))
   // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).
