@@ -32,7 +32,7 @@ import { reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
 import type { PassReport } from "./Reaper.js"
 import { Room } from "./Room.js"
 import { SessionWaiter } from "./SessionWaiter.js"
-import { boundStore } from "./StoreBound.js"
+import { boundStore, StoreHealth } from "./StoreBound.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
 import { UiLive } from "./Ui.js"
@@ -101,10 +101,10 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
           }),
         ))
   // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).
-  const storeLayer: Layer.Layer<Store, unknown> = Layer.effect(
-    Store,
+  const storeLayer: Layer.Layer<Store | StoreHealth, unknown> = Layer.effectContext(
     Effect.gen(function* () {
-      return boundStore(yield* Store, config.storeTimeoutMs)
+      const { store, health } = boundStore(yield* Store, config.storeTimeoutMs)
+      return Context.add(Context.make(Store, store), StoreHealth, health)
     }),
   ).pipe(Layer.provide(openedStore))
   const leaderLayer = backend === "postgres" && databaseUrl !== null ? Leader.postgres(databaseUrl) : Leader.always
