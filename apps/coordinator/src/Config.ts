@@ -82,8 +82,8 @@ export const variables: readonly string[] = Env.coordinatorVariables
 /** Variables whose values are secrets (a database URL may hold a password): never echoed. */
 export const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN", "ENGRAM_METRICS_TOKEN", "ENGRAM_DATABASE_URL"])
 
-/** The default bound on a store call: 5 s. */
-export const defaultStoreTimeoutMs = 5000
+/** The default bound on a store call: 15 s (well above a store call under load; a database that is away answers 503 past it). */
+export const defaultStoreTimeoutMs = 15_000
 
 /** The default request body limit: 1 MiB. */
 export const defaultMaxBodyBytes = 1024 * 1024
