@@ -749,8 +749,9 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         const hid = uid("late")
         const queued = [uid("q"), uid("q"), uid("q")]
         for (const id of queued) {
-          // Bigger than any other host of the suite: only the late host can take them.
-          const q = await admin.post("/v1/sessions", { id, memMib: 100_000, vcpus: 1, affinity: [hid] })
+          // Bigger than any other host of the suite (in RAM and in vCPUs: a host the suite left
+          // unmeasured gates no RAM): only the late host can take them.
+          const q = await admin.post("/v1/sessions", { id, memMib: 100_000, vcpus: 500, affinity: [hid] })
           expect(q.status).toBe(202)
         }
         const token = (await admin.post("/v1/hosts", { id: hid })).body.token as string
@@ -760,7 +761,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         for (const id of queued) expect((await admin.get(`/v1/sessions/${id}`)).body).toMatchObject({ state: "queued", hostId: null })
         expect((await admin.get(`/v1/hosts/${hid}`)).body).toMatchObject({ entries: 0, reservedMib: 0 })
         // The first report makes it ready: the queue drains onto it.
-        expect((await admin.put(`/v1/hosts/${hid}/report`, report(400_000, 64))).status).toBe(200)
+        expect((await admin.put(`/v1/hosts/${hid}/report`, report(400_000, 512))).status).toBe(200)
         for (const id of queued) expect((await admin.get(`/v1/sessions/${id}`)).body).toMatchObject({ state: "pending", hostId: hid })
         for (const id of queued) await admin.del(`/v1/sessions/${id}`)
       })
