@@ -243,3 +243,32 @@ describe("every error answer has a JSON body (issue 13)", () => {
     expect(r.body).toMatchObject({ error: expect.any(String) })
   })
 })
+
+describe("every store call answers within ENGRAM_STORE_TIMEOUT_MS, whatever the backend", () => {
+  it("a store call that never answers is a JSON 503 Unavailable with Retry-After naming the bound; the next call is served", async () => {
+    let hang = true
+    const stuck = await startCoordinator({
+      store: Layer.effect(
+        StoreModule.Store,
+        Effect.gen(function* () {
+          const store = yield* StoreModule.Store
+          return StoreModule.Store.of({ ...store, clusterSummary: () => (hang ? Effect.never : store.clusterSummary()) })
+        }),
+      ).pipe(Layer.provide(StoreSim.layer())),
+      reaper: false,
+      logLevel: "None",
+      config: { port: 0, adminToken, storeTimeoutMs: 300 },
+    })
+    try {
+      const r = await raw(stuck.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } })
+      expect(r.status).toBe(503)
+      expect(Number(r.headers["retry-after"])).toBeGreaterThan(0)
+      expect(r.body).toMatchObject({ error: "Unavailable", retryAfterMs: expect.any(Number) })
+      expect(r.body.message).toContain("ENGRAM_STORE_TIMEOUT_MS")
+      hang = false
+      expect((await raw(stuck.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } })).status).toBe(200)
+    } finally {
+      await stuck.stop()
+    }
+  })
+})
