@@ -1,4 +1,4 @@
-// The HTTP edge over real HTTP: JSON on every error answer (404, 413, 415, 503), a JSON body
+// The HTTP edge over real HTTP: JSON on every error answer (404, 400, 413, 415, 500, 503), a JSON body
 // without a content type, the body limit (declared and streamed), the admin-only middleware,
 // the scrape token, and the request and process metrics.
 import { AdminOnly, EngramApi } from "@engram/api"
