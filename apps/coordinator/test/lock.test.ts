@@ -6,6 +6,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
+import { DataDirLock } from "@engram/coordinator"
+import { Effect, Exit } from "effect"
 import { afterAll, describe, expect, it } from "vitest"
 import { startChild } from "./support/child.js"
 
@@ -49,7 +51,7 @@ const runToEnd = (dataDir: string): Promise<{ code: number | null; lines: { leve
 describe("one coordinator per embedded data directory", () => {
   it("a second coordinator on the same ENGRAM_DATA_DIR exits 1 with one line naming the holder's pid; the first keeps serving; a clean stop removes the lock", async () => {
     const dataDir = freshDir()
-    const first = await startChild(env(dataDir))
+    const first = await startChild(env(dataDir), 180_000)
     try {
       const lockFile = join(dataDir, "coordinator.lock")
       expect(readFileSync(lockFile, "utf8").trim()).toBe(String(first.process.pid))
@@ -68,7 +70,7 @@ describe("one coordinator per embedded data directory", () => {
     } finally {
       first.process.kill("SIGKILL")
     }
-  })
+  }, 400_000)
 
   it("a lock left by a process that no longer runs is taken over, with a log line naming that pid", async () => {
     const dataDir = freshDir()
@@ -78,7 +80,7 @@ describe("one coordinator per embedded data directory", () => {
     const stalePid = gone.pid
     const lockFile = join(dataDir, "coordinator.lock")
     writeFileSync(lockFile, `${stalePid}\n`)
-    const c = await startChild(env(dataDir))
+    const c = await startChild(env(dataDir), 180_000)
     try {
       expect(readFileSync(lockFile, "utf8").trim()).toBe(String(c.process.pid))
       const lines = c
@@ -95,5 +97,29 @@ describe("one coordinator per embedded data directory", () => {
       await c.exited
     }
     expect(existsSync(lockFile)).toBe(false)
+  }, 300_000)
+})
+
+describe("DataDirLock.acquire", () => {
+  const held = (dataDir: string) => Effect.runPromiseExit(Effect.scoped(DataDirLock.acquire(dataDir).pipe(Effect.andThen(Effect.sync(() => readFileSync(join(dataDir, "coordinator.lock"), "utf8").trim())))))
+
+  it("holds the directory with this pid while its scope lasts, and removes the lock after", async () => {
+    const dataDir = freshDir()
+    expect(await held(dataDir)).toStrictEqual(Exit.succeed(String(process.pid)))
+    expect(existsSync(join(dataDir, "coordinator.lock"))).toBe(false)
+  })
+
+  it("refuses a directory a running process holds (pid 1 runs), naming it; the lock stays", async () => {
+    const dataDir = freshDir()
+    writeFileSync(join(dataDir, "coordinator.lock"), "1\n")
+    const exit = await held(dataDir)
+    expect(Exit.isFailure(exit) && JSON.stringify(exit.cause)).toContain('"pid":1')
+    expect(readFileSync(join(dataDir, "coordinator.lock"), "utf8")).toBe("1\n")
+  })
+
+  it("takes over a lock naming no process (an empty or garbled file)", async () => {
+    const dataDir = freshDir()
+    writeFileSync(join(dataDir, "coordinator.lock"), "not a pid")
+    expect(await held(dataDir)).toStrictEqual(Exit.succeed(String(process.pid)))
   })
 })
