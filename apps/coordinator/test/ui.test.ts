@@ -74,7 +74,7 @@ describe("the dashboard", () => {
     expect((await api.post("/v1/sessions", { id: q, memMib: 16 * 1024, vcpus: 1 })).status).toBe(202)
     const row = page.locator("#queue tr", { hasText: q })
     await row.waitFor()
-    expect(await row.locator("td").allTextContents()).toEqual(["1", q, "16 GiB, 1 vCPU", expect.stringMatching(/^\d+ ms$|^\d+s$/), "0/2 hosts have room: 2 ram_full"])
+    expect(await row.locator("td").allTextContents()).toEqual(["1", q, "16 GiB, 1 vCPU", expect.stringMatching(/^\d+ ms$|^\d+s$/), "0/2 hosts have room: 2 ram_full (too big for any host)"])
 
     const p = uid("p")
     expect((await api.post("/v1/sessions", { id: p, memMib: 1024, vcpus: 2, affinity: [big] })).status).toBe(201)
