@@ -38,6 +38,12 @@ export interface CoordinatorConfig {
    * unchanged since; "no room" is only concluded on a fresh read.
    */
   readonly placementReadMaxAgeMs: number
+  /**
+   * The bound on every store call (ms): a call the database has not answered by then (it is
+   * away, or a link to it hangs) answers 503 with `Retry-After`. On PostgreSQL it is also the
+   * connect timeout and the server's `statement_timeout` and `idle_in_transaction_session_timeout`.
+   */
+  readonly storeTimeoutMs: number
 }
 
 /** What a program may pass for a secret: the text, or it already redacted. */
@@ -76,6 +82,9 @@ export const variables: readonly string[] = Env.coordinatorVariables
 /** Variables whose values are secrets (a database URL may hold a password): never echoed. */
 export const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN", "ENGRAM_METRICS_TOKEN", "ENGRAM_DATABASE_URL"])
 
+/** The default bound on a store call: 15 s (well above a store call under load; a database that is away answers 503 past it). */
+export const defaultStoreTimeoutMs = 15_000
+
 /** The default request body limit: 1 MiB. */
 export const defaultMaxBodyBytes = 1024 * 1024
 
@@ -110,6 +119,7 @@ const settings = {
   moveTimeoutMs: int("ENGRAM_MOVE_TIMEOUT_MS", 120_000, 1, 3_600_000),
   storePollMs: int("ENGRAM_STORE_POLL_MS", 500, 10, 60_000),
   placementReadMaxAgeMs: int("ENGRAM_PLACEMENT_READ_MAX_AGE_MS", 100, 0, 60_000),
+  storeTimeoutMs: int("ENGRAM_STORE_TIMEOUT_MS", defaultStoreTimeoutMs, 100, 600_000),
 }
 
 // The limits are read as text and judged by core `Limits.make`, whose words every component shares.

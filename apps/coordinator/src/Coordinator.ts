@@ -6,7 +6,7 @@
  */
 import { NodeHttpServer } from "@effect/platform-node"
 import { EngramApi } from "@engram/api"
-import type { Store } from "@engram/store"
+import { Store } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { Log } from "@engram/process"
 import { Context, Effect, Exit, Layer, Option, Redacted, Scope } from "effect"
@@ -20,6 +20,7 @@ import { Assignments } from "./Assignments.js"
 import { AdminOnlyLive, AdminToken, BearerAuthLive, hashToken, resolveAdminToken, ScrapeAuthLive } from "./Auth.js"
 import type { CoordinatorConfig, CoordinatorConfigInput } from "./Config.js"
 import * as Config from "./Config.js"
+import * as DataDirLock from "./DataDirLock.js"
 import { HandlersLive } from "./Handlers.js"
 import { edge } from "./HttpEdge.js"
 import { InputErrorsLive } from "./HttpErrors.js"
@@ -31,6 +32,7 @@ import { reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
 import type { PassReport } from "./Reaper.js"
 import { Room } from "./Room.js"
 import { SessionWaiter } from "./SessionWaiter.js"
+import { boundStore, StoreHealth } from "./StoreBound.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
 import { UiLive } from "./Ui.js"
@@ -79,16 +81,32 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   const config = Config.fromInput(options.config)
   const databaseUrl = config.databaseUrl === null ? null : Redacted.value(config.databaseUrl)
   const backend: Backend = options.store !== undefined ? "custom" : databaseUrl !== null ? "postgres" : "pglite"
-  const storeLayer: Layer.Layer<Store, unknown> =
+  const openedStore: Layer.Layer<Store, unknown> =
     options.store ??
     (databaseUrl !== null
-      ? StorePg.layer({ url: databaseUrl, limits: config.limits, placementReadMaxAgeMs: config.placementReadMaxAgeMs })
+      ? StorePg.layer({
+          url: databaseUrl,
+          limits: config.limits,
+          placementReadMaxAgeMs: config.placementReadMaxAgeMs,
+          connectTimeoutSec: Math.max(1, Math.ceil(config.storeTimeoutMs / 1000)),
+          statementTimeoutMs: config.storeTimeoutMs,
+        })
       : Layer.unwrap(
-          Effect.sync(() => {
-            mkdirSync(config.dataDir, { recursive: true })
-            return StorePg.layerPglite({ dataDir: resolve(join(config.dataDir, "pglite")), limits: config.limits })
+          Effect.gen(function* () {
+            const dataDir = resolve(config.dataDir)
+            mkdirSync(dataDir, { recursive: true })
+            // One writer per embedded store: held until the coordinator stops.
+            yield* DataDirLock.acquire(dataDir)
+            return StorePg.layerPglite({ dataDir: join(dataDir, "pglite"), limits: config.limits })
           }),
         ))
+  // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).
+  const storeLayer: Layer.Layer<Store | StoreHealth, unknown> = Layer.effectContext(
+    Effect.gen(function* () {
+      const { store, health } = boundStore(yield* Store, config.storeTimeoutMs)
+      return Context.add(Context.make(Store, store), StoreHealth, health)
+    }),
+  ).pipe(Layer.provide(openedStore))
   const leaderLayer = backend === "postgres" && databaseUrl !== null ? Leader.postgres(databaseUrl) : Leader.always
 
   const settingsLayer = Layer.succeed(Settings, Settings.of({ config, backend, sharedStore: backend === "postgres" }))

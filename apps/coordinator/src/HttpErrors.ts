@@ -28,7 +28,9 @@ export const toApiError = (e: StoreError): StoreAnswer => {
     case "NoRoom":
       return new ConflictError({ error: "NoRoom", message: e.message, id: e.sessionId, noFit: e.noFit, tooBig: e.tooBig })
     case "Unavailable":
-      return new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs })
+      return e.kind === "disk_full"
+        ? new ServiceUnavailable({ error: "DiskFull", message: `${e.message}. Nothing was changed; free room on the store's disk (ENGRAM_DATA_DIR)`, retryAfterMs: e.retryAfterMs })
+        : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs })
   }
 }
 

@@ -10,6 +10,7 @@ export type { CoordinatorConfig, CoordinatorConfigInput, ConfigIssue } from "./C
 export * as Coordinator from "./Coordinator.js"
 export { CoordinatorInfo, startCoordinator } from "./Coordinator.js"
 export type { CoordinatorOptions, RunningCoordinator } from "./Coordinator.js"
+export * as DataDirLock from "./DataDirLock.js"
 export * as HttpEdge from "./HttpEdge.js"
 export * as HttpErrors from "./HttpErrors.js"
 export { Leader } from "./Leader.js"

@@ -4,16 +4,23 @@
  * there; "." is the directory pnpm was run from (`INIT_CWD`), so `pnpm start` at the
  * repository root uses the root's `.engram/`. Logs are pretty on a terminal and JSON lines
  * otherwise (`ENGRAM_LOG_FORMAT`, `ENGRAM_LOG_LEVEL`); SIGINT/SIGTERM stop it with exit 0; a
- * bad setting exits 2 naming every bad variable; a port in use or a refused database is said
- * in one line (exit 1).
+ * bad setting exits 2 naming every bad variable; a port in use, a refused database or a data
+ * directory another coordinator holds is said in one line (exit 1).
  */
 import { Explain, Fatal, Main } from "@engram/process"
-import { Effect, Layer, Redacted } from "effect"
+import { Cause, Effect, Layer, Redacted } from "effect"
 import * as Config from "./Config.js"
 import type { CoordinatorConfig } from "./Config.js"
 import { layer } from "./Coordinator.js"
+import { DataDirLocked } from "./DataDirLock.js"
 
 let config: CoordinatorConfig | undefined
+
+/** The one line for a data directory another coordinator holds. */
+const lockedBy = (cause: Cause.Cause<unknown>): string | null => {
+  for (const r of cause.reasons) if (Cause.isFailReason(r) && r.error instanceof DataDirLocked) return r.error.message
+  return null
+}
 
 const program = Config.fromEnvironment().pipe(
   // One line per bad variable, all at once: `ENGRAM_PORT="70000": must be an integer from 0 to 65535`.
@@ -29,6 +36,7 @@ Main.run(program, {
   explain: (cause) =>
     config === undefined
       ? null
-      : (Explain.listenFailure(cause, { host: config.host, port: config.port, portVariable: "ENGRAM_PORT" }) ??
+      : (lockedBy(cause) ??
+        Explain.listenFailure(cause, { host: config.host, port: config.port, portVariable: "ENGRAM_PORT" }) ??
         (config.databaseUrl === null ? null : Explain.databaseFailure(cause, Redacted.value(config.databaseUrl)))),
 })

@@ -28,6 +28,15 @@ describe("configuration", () => {
     expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable)).toEqual(["ENGRAM_PLACEMENT_READ_MAX_AGE_MS"])
   })
 
+  it("every store call is bounded by 15 s by default (ENGRAM_STORE_TIMEOUT_MS), from 100 ms to 10 min", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && d.config.storeTimeoutMs).toBe(15_000)
+    const set = Config.parse({ ENGRAM_STORE_TIMEOUT_MS: "1500" })
+    expect(set._tag === "Valid" && set.config.storeTimeoutMs).toBe(1500)
+    const bad = Config.parse({ ENGRAM_STORE_TIMEOUT_MS: "0" })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_STORE_TIMEOUT_MS", "must be an integer from 100 to 600000"]])
+  })
+
   it("every bad value is reported with its variable and rule", () => {
     const r = Config.parse({
       ENGRAM_PORT: "70000",

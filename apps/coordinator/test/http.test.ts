@@ -1,9 +1,10 @@
-// The HTTP edge over real HTTP: JSON on every error answer (404, 413, 415, 503), a JSON body
+// The HTTP edge over real HTTP: JSON on every error answer (404, 400, 413, 415, 500, 503), a JSON body
 // without a content type, the body limit (declared and streamed), the admin-only middleware,
 // the scrape token, and the request and process metrics.
 import { AdminOnly, EngramApi } from "@engram/api"
 import { HttpEdge, Metrics, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
+import * as StoreModule from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
@@ -179,5 +180,95 @@ describe("the edge while the coordinator stops", () => {
     expect(response.headers["retry-after"]).toBe("1")
     const web = HttpServerResponse.toWeb(response)
     expect(await web.json()).toMatchObject({ error: "Unavailable", retryAfterMs: 1000 })
+  })
+})
+
+describe("every error answer has a JSON body (issue 13)", () => {
+  it("a known path with a method it does not take is a JSON error naming the method and path", async () => {
+    const r = await raw(c.url, { method: "PATCH", path: "/v1/sessions", headers: { authorization: `Bearer ${adminToken}` } })
+    expect(r.status).toBe(404)
+    expect(r.headers["content-type"]).toContain("application/json")
+    expect(r.body).toMatchObject({ error: "NotFound", entity: "route", id: "PATCH /v1/sessions" })
+  })
+
+  it("a body that is not JSON is a JSON 400 naming the body, and changes nothing", async () => {
+    const before = (await client(c.url, adminToken).get("/v1/sessions?limit=1000")).body.items.length
+    const r = await raw(c.url, {
+      method: "POST",
+      path: "/v1/sessions",
+      headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
+      body: '{"memMib": 64, "vcpus": ',
+    })
+    expect(r.status).toBe(400)
+    expect(r.headers["content-type"]).toContain("application/json")
+    expect(r.body).toMatchObject({ error: "InvalidInput", field: "body" })
+    expect((await client(c.url, adminToken).get("/v1/sessions?limit=1000")).body.items.length).toBe(before)
+  })
+
+  it("a defect inside a handler is a JSON 500, never an empty body", async () => {
+    const broken = await startCoordinator({
+      store: Layer.effect(
+        StoreModule.Store,
+        Effect.gen(function* () {
+          const store = yield* StoreModule.Store
+          return StoreModule.Store.of({ ...store, clusterSummary: () => Effect.die(new Error("boom (test)")) })
+        }),
+      ).pipe(Layer.provide(StoreSim.layer())),
+      reaper: false,
+      logLevel: "None",
+      config: { port: 0, adminToken },
+    })
+    try {
+      const r = await raw(broken.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } })
+      expect(r.status).toBe(500)
+      expect(r.headers["content-type"]).toContain("application/json")
+      expect(r.body).toMatchObject({ error: "Internal" })
+      expect(JSON.stringify(r.body)).not.toContain("boom")
+    } finally {
+      await broken.stop()
+    }
+  })
+
+  it("a long-poll still waiting when the coordinator stops is answered (JSON), not dropped", async () => {
+    const stopping = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "None", config: { port: 0, adminToken } })
+    const admin = client(stopping.url, adminToken)
+    expect((await admin.post("/v1/sessions", { id: "waits", memMib: 64, vcpus: 1 })).status).toBe(202)
+    const waiting = raw(stopping.url, { method: "GET", path: "/v1/sessions/waits/wait?state=running&timeoutMs=60000", headers: { authorization: `Bearer ${adminToken}` } })
+    // The wait is registered once the server holds the request; a read through the same server orders it.
+    await admin.get("/v1/sessions/waits")
+    await stopping.stop()
+    const r = await waiting
+    expect([408, 503]).toContain(r.status)
+    expect(r.headers["content-type"]).toContain("application/json")
+    expect(r.body).toMatchObject({ error: expect.any(String) })
+  })
+})
+
+describe("every store call answers within ENGRAM_STORE_TIMEOUT_MS, whatever the backend", () => {
+  it("a store call that never answers is a JSON 503 Unavailable with Retry-After naming the bound; the next call is served", async () => {
+    let hang = true
+    const stuck = await startCoordinator({
+      store: Layer.effect(
+        StoreModule.Store,
+        Effect.gen(function* () {
+          const store = yield* StoreModule.Store
+          return StoreModule.Store.of({ ...store, clusterSummary: () => (hang ? Effect.never : store.clusterSummary()) })
+        }),
+      ).pipe(Layer.provide(StoreSim.layer())),
+      reaper: false,
+      logLevel: "None",
+      config: { port: 0, adminToken, storeTimeoutMs: 300 },
+    })
+    try {
+      const r = await raw(stuck.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } })
+      expect(r.status).toBe(503)
+      expect(Number(r.headers["retry-after"])).toBeGreaterThan(0)
+      expect(r.body).toMatchObject({ error: "Unavailable", retryAfterMs: expect.any(Number) })
+      expect(r.body.message).toContain("ENGRAM_STORE_TIMEOUT_MS")
+      hang = false
+      expect((await raw(stuck.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } })).status).toBe(200)
+    } finally {
+      await stuck.stop()
+    }
   })
 })

@@ -373,6 +373,23 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         void dst
       })
 
+      it("an abort's estimate past 2^53 - 1 (1e21) is a 400 naming estimateMs and changes nothing; a fractional one reads back exactly (issue 13 item 9)", async () => {
+        const src = await addHost(admin, 2048)
+        await addHost(admin, 2048)
+        const sid = await runningOn(src)
+        const answer = admin.post(`/v1/sessions/${sid}/move`, { maxDowntimeMs: 480 })
+        const m = await findMove(src, sid)
+        const agent = client(c.url, src.token)
+        const huge = await agent.post(`/v1/moves/${m.id}/abort`, { reason: "ErrMoveDowntime: estimate over budget", estimateMs: 1e21 })
+        expect([huge.status, huge.body.field]).toEqual([400, "estimateMs"])
+        expect((await admin.get(`/v1/moves/${m.id}`)).body.state).toBe("pending")
+        const aborted = await agent.post(`/v1/moves/${m.id}/abort`, { reason: "ErrMoveDowntime: estimate over budget", estimateMs: 812.25 })
+        expect(aborted.status).toBe(200)
+        expect((await admin.get(`/v1/moves/${m.id}`)).body).toMatchObject({ state: "aborted", abortEstimateMs: 812.25 })
+        expect((await answer).body).toMatchObject({ error: "ErrMoveDowntime", estimateMs: 812.25 })
+        await admin.del(`/v1/sessions/${sid}`)
+      })
+
       it("no agent acts: the move is aborted with reason timeout and the caller gets 503 MoveTimeout", async () => {
         const src = await addHost(admin, 2048)
         await addHost(admin, 2048)
@@ -724,6 +741,29 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(absent.status).toBe(200)
         expect(absent.body).toMatchObject({ measured: false, allocatableMib: null, report: { totalMib: null, allocatableMib: null, totalVcpus: 4 } })
         await admin.del(`/v1/hosts/${id}`)
+      })
+    })
+
+    describe("a host registered while sessions are queued (issue 13 item 10)", () => {
+      it("takes none of them before its first report, whatever drains the queue meanwhile; its report places them", async () => {
+        const hid = uid("late")
+        const queued = [uid("q"), uid("q"), uid("q")]
+        for (const id of queued) {
+          // Bigger than any other host of the suite (in RAM and in vCPUs: a host the suite left
+          // unmeasured gates no RAM): only the late host can take them.
+          const q = await admin.post("/v1/sessions", { id, memMib: 100_000, vcpus: 500, affinity: [hid] })
+          expect(q.status).toBe(202)
+        }
+        const token = (await admin.post("/v1/hosts", { id: hid })).body.token as string
+        // A heartbeat, and an uncordon (which drains the queue): still nothing on the host.
+        expect((await client(c.url, token).post(`/v1/hosts/${hid}/heartbeat`)).status).toBe(200)
+        expect((await admin.post(`/v1/hosts/${hid}/uncordon`)).status).toBe(200)
+        for (const id of queued) expect((await admin.get(`/v1/sessions/${id}`)).body).toMatchObject({ state: "queued", hostId: null })
+        expect((await admin.get(`/v1/hosts/${hid}`)).body).toMatchObject({ entries: 0, reservedMib: 0 })
+        // The first report makes it ready: the queue drains onto it.
+        expect((await admin.put(`/v1/hosts/${hid}/report`, report(400_000, 512))).status).toBe(200)
+        for (const id of queued) expect((await admin.get(`/v1/sessions/${id}`)).body).toMatchObject({ state: "pending", hostId: hid })
+        for (const id of queued) await admin.del(`/v1/sessions/${id}`)
       })
     })
 

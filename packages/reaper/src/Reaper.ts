@@ -4,7 +4,8 @@
  * so the simulator measures what production runs.
  *
  * One pass: read the fleet once (a failed read ends the pass and holds every park); sample the
- * recent demand for room; reclaim expired and stale reservations; run the park policy (a
+ * recent demand for room; reclaim expired and stale reservations (when that frees room, read
+ * the fleet again: the gate decides on the fleet after the reclaim); run the park policy (a
  * parameter; `ParkPolicy.defaultName` by default) over that read; start a descent for each
  * yield (a CAS `parked → descending`; a lost race is skipped); drain the queue. Leadership is
  * checked between steps through an injected predicate: a replica that loses the lock stops at
@@ -142,7 +143,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
       if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: read.failure.reason })
       return { _tag: "Held", reason: read.failure.reason } satisfies PassReport
     }
-    const fleet = read.success
+    let fleet = read.success
     if (tell) yield* tell({ _tag: "FleetRead", source: "pass", fleet })
     // The recent demand for room, from the store's cumulative counter (a failed read keeps the last rate).
     const counters = yield* Effect.result(store.metrics())
@@ -161,11 +162,26 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
       yield* tell({ _tag: "ReclaimFailed", reason: reclaim.failure.reason })
     }
 
+    // A reclaim that freed room changed the fleet: the gate decides on a read taken after it,
+    // so no park yields for room the reclaim just gave back. A failed re-read holds every park.
+    let gateHeld = false
+    if (reclaimed > 0) {
+      const again = yield* Effect.result(store.fleetView())
+      if (again._tag === "Success") {
+        fleet = again.success
+        if (tell) yield* tell({ _tag: "FleetRead", source: "pass", fleet })
+      } else {
+        gateHeld = true
+        if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: again.failure.reason })
+      }
+    }
+
     // 3. The policy decides which parks yield; each yield is a CAS parked → descending.
     if (!leading()) return yield* held("gate")
-    const decision = decideOn(fleet, store.limits(), options, state)
-    if (tell) yield* tell({ _tag: "Decided", source: "pass", decision })
-    const descents = decision.yields.length === 0 ? [] : yield* descend(store, decision.yields, leading, "pass", tell)
+    const decision = gateHeld ? null : decideOn(fleet, store.limits(), options, state)
+    if (tell && decision !== null) yield* tell({ _tag: "Decided", source: "pass", decision })
+    const yields = decision?.yields ?? []
+    const descents = yields.length === 0 ? [] : yield* descend(store, yields, leading, "pass", tell)
     if (descents === null) return { _tag: "Held", reason: LOST } satisfies PassReport
 
     // 4. Drain the queue into whatever room exists now.
@@ -182,12 +198,12 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
       _tag: "Done",
       reclaimed,
       lostSessions,
-      yields: decision.yields,
+      yields,
       descents,
       placed,
-      withoutRoom: decision.withoutRoom,
-      unplaceable: decision.unplaceable,
-      holds: decision.holds,
+      withoutRoom: decision?.withoutRoom ?? 0,
+      unplaceable: decision?.unplaceable ?? 0,
+      holds: decision?.holds ?? state.memory.holds,
     } satisfies PassReport
   })
 

@@ -66,6 +66,52 @@ describe("Reaper.pass", () => {
       assert.deepStrictEqual(third._tag === "Done" ? third.placed : null, [{ sessionId: "q1", hostId: "h1" }])
     }).pipe(Effect.provide(storeLayer())))
 
+  it.effect("the gate decides on the fleet after the reclaim: room a reclaim frees makes no park yield, and the queued session places there", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      // An external reservation fills the rest of h1 until it expires in a minute.
+      yield* store.reserve({ id: "x1", hostId: "h1", ownerKind: "external", ownerId: "job", memMib: 512, vcpus: 1, expiresAt: 60_000 })
+      yield* store.createSession({ id: "q1", budget: { memMib: 512, vcpus: 1 } })
+      assert.strictEqual(yield* stateOf("q1"), "queued")
+      yield* TestClock.adjust("2 minutes")
+      const pass = yield* Reaper.pass({ policy: "demand", state: ReaperState.make() })
+      assert.strictEqual(pass._tag, "Done")
+      if (pass._tag !== "Done") return
+      assert.strictEqual(pass.reclaimed, 1)
+      // Read before the reclaim, q1 had no room and p1 would have yielded for it.
+      assert.deepStrictEqual([pass.yields, pass.descents, pass.withoutRoom], [[], [], 0])
+      assert.deepStrictEqual(pass.placed, [{ sessionId: "q1", hostId: "h1" }])
+      assert.strictEqual(yield* stateOf("p1"), "parked")
+      assert.deepStrictEqual(
+        rec.events.map((e) => e._tag),
+        ["FleetRead", "Reclaimed", "FleetRead", "Decided", "Drained"],
+      )
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
+  it.effect("a failed read after a reclaim holds every park this pass; the queue still drains", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      yield* store.reserve({ id: "x1", hostId: "h1", ownerKind: "external", ownerId: "job", memMib: 256, vcpus: 1, expiresAt: 60_000 })
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      yield* TestClock.adjust("2 minutes")
+      let reads = 0
+      const flaky = Store.of({
+        ...store,
+        fleetView: () => (++reads === 1 ? store.fleetView() : Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000 }))),
+      })
+      const pass = yield* Reaper.pass({ policy: "demand" }).pipe(Effect.provideService(Store, flaky))
+      assert.strictEqual(pass._tag, "Done")
+      if (pass._tag !== "Done") return
+      assert.deepStrictEqual([pass.reclaimed, pass.descents.length], [1, 0])
+      assert.strictEqual(yield* stateOf("p1"), "parked")
+    }).pipe(Effect.provide(storeLayer())))
+
   it.effect("tells each step to the listener, in order", () => {
     const rec = recorder()
     return Effect.gen(function* () {

@@ -2,7 +2,7 @@
  * The one database handle every part of the store runs through, whichever driver opened it
  * (`PostgresJs.ts`, `Pglite.ts`): a drizzle query surface, a transaction and a single-statement
  * runner, and what a driver error means. Transient conflicts (40001, 40P01) are retried by the
- * runner (`Transaction.ts`); a lost connection or a timeout is `Unavailable`; a unique
+ * runner (`Transaction.ts`); a lost connection, a timeout or a full disk is `Unavailable`; a unique
  * violation is a `UniqueViolation` the operation turns into its `Conflict`; anything else is
  * a defect.
  */
@@ -49,6 +49,9 @@ export interface Conflicts {
 /** How long a caller should wait before retrying an `Unavailable`. */
 export const retryAfterMs = 1000
 
+/** How long a caller should wait before retrying a write refused for a full disk (room takes an operator). */
+export const diskFullRetryAfterMs = 30_000
+
 const sqlStateOf = (error: unknown): { code: string | undefined; message: string; constraint: string | undefined } => {
   // drizzle wraps driver errors in DrizzleQueryError; the driver's error is its cause.
   let e: unknown = error
@@ -82,6 +85,8 @@ const unavailableCodes = new Set([
   "57P02", // crash_shutdown
   "57P03", // cannot_connect_now
   "57014", // query_canceled (statement_timeout)
+  "25P03", // idle_in_transaction_session_timeout
+  "57P05", // idle_session_timeout
   "55P03", // lock_not_available (lock_timeout)
   "53300", // too_many_connections
   "53400", // configuration_limit_exceeded
@@ -98,6 +103,10 @@ export const classify = (error: unknown): Classified => {
   const { code, message, constraint } = sqlStateOf(error)
   if (code !== undefined && transientCodes.has(code)) return { _tag: "Transient", code: code as "40001" | "40P01", message }
   if (code === "23505") return { _tag: "Fail", error: new UniqueViolation({ constraint: constraint ?? "unknown" }) }
+  // Disk full (53100 `could not extend file … No space left on device`, or ENOSPC from a write
+  // elsewhere): the statement rolled back; reads go on, writes fail until room is freed.
+  if (code === "53100" || code === "ENOSPC" || /no space left on device|ENOSPC/i.test(message))
+    return { _tag: "Fail", error: new Unavailable({ reason: `disk full: ${message}`, retryAfterMs: diskFullRetryAfterMs, kind: "disk_full" }) }
   if (code !== undefined && (unavailableCodes.has(code) || code.startsWith("08")))
     return { _tag: "Fail", error: new Unavailable({ reason: `${code}: ${message}`, retryAfterMs }) }
   // PGlite after close, or postgres.js after end(): no code, but the handle is gone.

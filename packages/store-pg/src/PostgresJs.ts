@@ -24,6 +24,13 @@ export interface ConnectOptions {
   readonly poolSize?: number | undefined
   /** Seconds to wait for a connection before answering `Unavailable` (default 5). */
   readonly connectTimeoutSec?: number | undefined
+  /**
+   * The server's bound on one statement and on a transaction left idle (`statement_timeout`,
+   * `idle_in_transaction_session_timeout`, in ms; default 0: none). A statement past it is
+   * cancelled and its transaction rolled back, so an answer the caller stopped waiting for
+   * does not commit later; the store answers it `Unavailable`.
+   */
+  readonly statementTimeoutMs?: number | undefined
   /** Apply the migrations at start (default true). */
   readonly migrate?: boolean | undefined
 }
@@ -107,6 +114,14 @@ export const makeDb = (pool: postgres.Sql): Db => {
   }
 }
 
+/**
+ * The wait before a closed connection reconnects (seconds, by failures in a row): 50 ms
+ * doubling up to 1 s, with jitter. postgres.js's own grows to 20 s and a connection keeps the
+ * wait it computed when it closed, even once the database is back: after an outage a request
+ * handed to it waited that long.
+ */
+export const reconnectBackoffSec = (retries: number): number => Math.min(1, 0.05 * 2 ** retries) * (0.5 + Math.random() / 2)
+
 const unavailable = (cause: unknown): Unavailable =>
   new Unavailable({ reason: cause instanceof Error ? cause.message : String(cause), retryAfterMs })
 
@@ -120,7 +135,16 @@ export const open = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Sc
           postgres(options.url, {
             max: options.poolSize ?? 10,
             connect_timeout: options.connectTimeoutSec ?? 5,
+            backoff: reconnectBackoffSec,
             onnotice: () => undefined,
+            ...(options.statementTimeoutMs === undefined || options.statementTimeoutMs <= 0
+              ? {}
+              : {
+                  connection: {
+                    statement_timeout: options.statementTimeoutMs,
+                    idle_in_transaction_session_timeout: options.statementTimeoutMs,
+                  },
+                }),
           }),
         ),
       ),

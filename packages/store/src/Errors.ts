@@ -96,11 +96,14 @@ export class InvalidInput extends Schema.TaggedError<InvalidInput>()("InvalidInp
 
 /**
  * The backend is down, timed out, or kept losing transient conflicts. Nothing was changed
- * (the operation's transaction did not commit); retry after `retryAfterMs`.
+ * (the operation's transaction did not commit); retry after `retryAfterMs`. `kind` names a
+ * cause the operator must act on: `disk_full`, the store's disk has no room for a write (reads
+ * still work; writes fail until room is freed).
  */
 export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", {
   reason: Schema.String,
   retryAfterMs: Schema.Number,
+  kind: Schema.optionalKey(Schema.Literal("disk_full")),
 }) {
   override get message(): string {
     return `store unavailable: ${this.reason}`

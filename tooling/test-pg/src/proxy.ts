@@ -1,7 +1,8 @@
 // A TCP proxy in front of a server that a test can cut, as a network partition or a
 // database restart would: every open connection is reset at once, and (while refusing)
-// new ones are reset on arrival. The fault tests of the stores and the coordinator put it
-// between a client and a real PostgreSQL.
+// new ones are reset on arrival. It can also stall, as a silent partition does: nothing
+// is forwarded either way and new connections are held unanswered, until it heals. The
+// fault tests of the stores and the coordinator put it between a client and a real PostgreSQL.
 import net from "node:net"
 
 export interface CuttableProxy {
@@ -13,20 +14,23 @@ export interface CuttableProxy {
   readonly cut: () => void
   /** While refusing, new connections are reset as soon as they arrive; `false` lets them through again. */
   readonly refuse: (refusing: boolean) => void
+  /**
+   * While stalled, nothing crosses the proxy in either direction (bytes wait in its buffers)
+   * and a new connection is accepted but not forwarded: every client waits, no error comes.
+   * `false` heals it: what waited is delivered and held connections are forwarded.
+   */
+  readonly stall: (stalled: boolean) => void
   readonly close: () => Promise<void>
 }
 
 /** Starts a proxy on a free loopback port that forwards to `target`. */
 export async function startCuttableProxy(target: { readonly host?: string; readonly port: number }): Promise<CuttableProxy> {
   const pairs = new Set<readonly [net.Socket, net.Socket]>()
+  const held = new Set<net.Socket>()
   let refusing = false
+  let stalled = false
   const reset = (s: net.Socket) => (s.destroyed ? undefined : s.resetAndDestroy())
-  const server = net.createServer((client) => {
-    if (refusing) {
-      client.on("error", () => undefined)
-      reset(client)
-      return
-    }
+  const forward = (client: net.Socket) => {
     const upstream = net.connect(target.port, target.host ?? "127.0.0.1")
     const pair = [client, upstream] as const
     pairs.add(pair)
@@ -39,6 +43,24 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
     upstream.on("error", drop).on("close", drop)
     client.pipe(upstream)
     upstream.pipe(client)
+  }
+  const server = net.createServer((client) => {
+    if (refusing) {
+      client.on("error", () => undefined)
+      reset(client)
+      return
+    }
+    if (stalled) {
+      held.add(client)
+      client.pause()
+      const drop = () => {
+        held.delete(client)
+        reset(client)
+      }
+      client.on("error", drop).on("close", drop)
+      return
+    }
+    forward(client)
   })
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
   const address = server.address()
@@ -49,6 +71,29 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
       reset(upstream)
     }
     pairs.clear()
+    for (const client of [...held]) reset(client)
+    held.clear()
+  }
+  const stall = (value: boolean) => {
+    stalled = value
+    for (const [client, upstream] of pairs) {
+      if (value) {
+        client.unpipe(upstream)
+        upstream.unpipe(client)
+        client.pause()
+        upstream.pause()
+      } else {
+        client.pipe(upstream)
+        upstream.pipe(client)
+      }
+    }
+    if (!value) {
+      for (const client of [...held]) {
+        held.delete(client)
+        client.removeAllListeners("error").removeAllListeners("close")
+        forward(client)
+      }
+    }
   }
   return {
     port: address.port,
@@ -57,6 +102,7 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
     refuse: (value) => {
       refusing = value
     },
+    stall,
     close: () =>
       new Promise<void>((resolve) => {
         cut()

@@ -9,6 +9,7 @@ import { Leader } from "../Leader.js"
 import { Metrics } from "../Metrics.js"
 import type { Gauge } from "../Metrics.js"
 import { Settings } from "../Settings.js"
+import { StoreHealth } from "../StoreBound.js"
 
 /** The store's gauges for one scrape: the fleet signal and the ledger's counts, as far as they could be read. */
 const storeGauges = Effect.gen(function* () {
@@ -39,6 +40,7 @@ export const OpsHandlers = HttpApiBuilder.group(EngramApi, "ops", (h) =>
     const metrics = yield* Metrics
     const settings = yield* Settings
     const leader = yield* Leader
+    const health = yield* StoreHealth
     const context = yield* Effect.context<Store>()
     const spec = OpenApi.fromApi(EngramApi)
     const alive = () => Effect.succeed({ ok: true })
@@ -46,7 +48,14 @@ export const OpsHandlers = HttpApiBuilder.group(EngramApi, "ops", (h) =>
       .handle("livez", alive)
       .handle("healthz", alive)
       .handle("readyz", () =>
-        api(store.metrics()).pipe(
+        Effect.suspend(() => {
+          // A read alone would say ready while every write fails for a full disk.
+          const full = health.diskFull()
+          return full === null
+            ? Effect.void
+            : Effect.fail(new ServiceUnavailable({ error: "DiskFull", message: `${full}; not ready until a write succeeds again`, retryAfterMs: 30_000 }))
+        }).pipe(
+          Effect.andThen(api(store.metrics())),
           Effect.map(() => ({ ok: true, store: settings.backend, leader: leader.isLeader() })),
           Effect.mapError((e) => (e instanceof ServiceUnavailable ? e : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: 1000 }))),
         ),

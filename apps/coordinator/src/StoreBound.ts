@@ -1,0 +1,110 @@
+/**
+ * Every store call answers within a bound. The store is wrapped so that a call the database
+ * has not answered after `timeoutMs` (real time) is interrupted and fails `Unavailable`, which
+ * the API answers `503` with `Retry-After`: a request never hangs on a database that is away or
+ * a link to it that went silent. Timing out never reports success, and the caller is told that
+ * a write's outcome is unknown until read back (on PostgreSQL the server's own
+ * `statement_timeout`, set to the same bound, rolls such a write back).
+ *
+ * It also keeps what readiness needs beyond a read: after a write failed for a full disk the
+ * store is not ready (`StoreHealth.diskFull`) until a write succeeds again.
+ */
+import { Unavailable } from "@engram/store"
+import type { StoreShape } from "@engram/store"
+import { Context, Effect } from "effect"
+
+/** How long a caller should wait before retrying after a store call timed out. */
+export const retryAfterMs = 1000
+
+// Real time, not the Effect Clock: tests drive the reaper on a TestClock, where a bound
+// on the Effect Clock would fire when the test moves time, not when the database is slow.
+const realTimeout = (ms: number, name: string): Effect.Effect<never, Unavailable> =>
+  Effect.callback<never, Unavailable>((resume) => {
+    const timer = setTimeout(
+      () =>
+        resume(
+          Effect.fail(
+            new Unavailable({
+              reason: `the database did not answer ${name} within ${ms} ms (ENGRAM_STORE_TIMEOUT_MS); a write's outcome is unknown until read back`,
+              retryAfterMs,
+            }),
+          ),
+        ),
+      ms,
+    )
+    return Effect.sync(() => clearTimeout(timer))
+  })
+
+/** Bounds one effect: its own answer, or `Unavailable` after `ms` (the effect is interrupted). */
+export const bounded = <A, E, R>(effect: Effect.Effect<A, E, R>, ms: number, name: string): Effect.Effect<A, E | Unavailable, R> =>
+  Effect.raceFirst(effect, realTimeout(ms, name))
+
+/** What the store's calls showed beyond their own answers. */
+export interface StoreHealthShape {
+  /** Why writes fail for a full disk (the last such failure), or null once a write succeeded since. */
+  readonly diskFull: () => string | null
+}
+
+/** The store's health as its calls showed it (readiness). */
+export class StoreHealth extends Context.Service<StoreHealth, StoreHealthShape>()("@engram/coordinator/StoreHealth") {}
+
+// The store's calls that write nothing: their success says nothing about the disk.
+const reads: ReadonlySet<string> = new Set([
+  "getHost",
+  "hostTokenHash",
+  "listHosts",
+  "hostByTokenHash",
+  "pageHosts",
+  "fleetView",
+  "getSession",
+  "listSessions",
+  "pageSessions",
+  "sessionEvents",
+  "listQueue",
+  "pageQueue",
+  "queueStanding",
+  "getReservation",
+  "listReservations",
+  "pageReservations",
+  "hostSummary",
+  "clusterSummary",
+  "metrics",
+  "getMove",
+  "openMove",
+  "listMoves",
+  "pageMoves",
+])
+
+/**
+ * The store with every call that answers an effect bounded by `timeoutMs`, and its health:
+ * a write refused for a full disk marks it, a write that succeeds clears it.
+ */
+export const boundStore = (store: StoreShape, timeoutMs: number): { readonly store: StoreShape; readonly health: StoreHealthShape } => {
+  let diskFull: string | null = null
+  const out: Record<string, unknown> = {}
+  for (const [name, value] of Object.entries(store)) {
+    out[name] =
+      typeof value === "function"
+        ? (...args: unknown[]) => {
+            const result: unknown = (value as (...a: unknown[]) => unknown).apply(store, args)
+            if (!Effect.isEffect(result)) return result
+            const call = bounded(result, timeoutMs, name)
+            return reads.has(name)
+              ? call
+              : call.pipe(
+                  Effect.tap(() =>
+                    Effect.sync(() => {
+                      diskFull = null
+                    }),
+                  ),
+                  Effect.tapError((e: unknown) =>
+                    Effect.sync(() => {
+                      if (e instanceof Unavailable && e.kind === "disk_full") diskFull = e.message
+                    }),
+                  ),
+                )
+          }
+        : value
+  }
+  return { store: out as unknown as StoreShape, health: { diskFull: () => diskFull } }
+}

@@ -1,0 +1,26 @@
+// What a driver error means (`Db.classify`): a full disk and the server's timeouts are
+// `Unavailable` (503, retry), never a defect (500).
+import { describe, expect, it } from "vitest"
+import * as Db from "../src/Db.js"
+
+/** A driver error as postgres.js and PGlite throw it, wrapped by drizzle. */
+const driverError = (code: string, message: string) => {
+  const cause = Object.assign(new Error(message), { code })
+  return Object.assign(new Error(`Failed query: insert …`), { cause })
+}
+
+describe("Db.classify", () => {
+  it("a full disk (53100, or ENOSPC) is Unavailable of kind disk_full, naming the cause", () => {
+    for (const e of [driverError("53100", 'could not extend file "base/5/16468": No space left on device'), Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" })]) {
+      const c = Db.classify(e)
+      expect(c._tag).toBe("Fail")
+      if (c._tag !== "Fail") return
+      expect(c.error).toMatchObject({ _tag: "Unavailable", kind: "disk_full" })
+      expect((c.error as { reason: string }).reason).toMatch(/^disk full: .*no space left on device/i)
+    }
+  })
+
+  it("the server's statement and idle-in-transaction timeouts are Unavailable", () => {
+    for (const code of ["57014", "25P03"]) expect(Db.classify(driverError(code, "canceling statement due to statement timeout"))).toMatchObject({ _tag: "Fail", error: { _tag: "Unavailable" } })
+  })
+})
