@@ -8,6 +8,7 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { EngramApi } from "@engram/api"
 import { Store } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
+import { Trigger } from "@engram/reaper"
 import { Log } from "@engram/process"
 import { Context, Effect, Exit, Layer, Option, Redacted, Scope } from "effect"
 import type { LogLevel } from "effect"
@@ -28,7 +29,7 @@ import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
 import { MoveWaiter } from "./MoveWaiter.js"
 import { Notifier } from "./Notifier.js"
-import { reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
+import { ReactAtOnce, reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
 import type { PassReport } from "./Reaper.js"
 import { Room } from "./Room.js"
 import { SessionWaiter } from "./SessionWaiter.js"
@@ -125,8 +126,11 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   )
 
   // Shared state lives outside HttpRouter.serve (which builds its app in a private MemoMap),
-  // with the services the handlers call: "room appeared", the move waiter, the assignments long-poll.
-  const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer).pipe(
+  // with the services the handlers call: "room appeared", the move waiter, the assignments
+  // long-poll, and the gate's immediate reaction to a session queued without room (off with
+  // the reaper loop: tests that drive passes by hand get a trigger that does nothing).
+  const trigger = options.reaper === false ? Layer.succeed(Trigger, Trigger.of({ poke: Effect.void })) : ReactAtOnce
+  const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer, trigger).pipe(
     Layer.provideMerge(Room.layer),
     Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer)),
     Layer.provideMerge(storeLayer),

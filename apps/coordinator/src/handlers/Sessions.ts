@@ -1,6 +1,7 @@
 /** `/v1/sessions…`: create, list, read, wait, history, the agent's acknowledgements, idle, resume, end, move. */
 import { ConflictError, CurrentPrincipal, EngramApi, Forbidden, ServiceUnavailable, WaitTimeout } from "@engram/api"
 import { ParkGate } from "@engram/core"
+import { Trigger } from "@engram/reaper"
 import { Store } from "@engram/store"
 import type { PlaceOutcome, Session } from "@engram/store"
 import { Effect } from "effect"
@@ -63,6 +64,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     const room = yield* Room
     const waiter = yield* MoveWaiter
     const sessionWaiter = yield* SessionWaiter
+    const trigger = yield* Trigger
 
     /** The session, once the caller may act for it (the admin, or its host's agent). */
     const sessionFor = (id: string) => api(store.getSession(id)).pipe(Effect.tap((s) => requireHostOrAdmin(s.hostId)))
@@ -76,6 +78,8 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
       Effect.gen(function* () {
         metrics.inc("engram_placements_total", { outcome: o._tag === "Placed" ? "placed" : "queued", source })
         yield* notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : null, sessionTopic(o.session.id))
+        // Queued without room: the park gate runs for it within one coalescing window, not at the next pass.
+        if (o._tag === "Queued") yield* trigger.poke
       })
 
     return h
