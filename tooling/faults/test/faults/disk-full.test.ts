@@ -81,9 +81,13 @@ describe.skipIf(!mounted)("disk full on the embedded PGlite store (needs root to
       const firstRefusal = recorder.ops.find((o) => o.startMs > full && o.status === 503)!.startMs
       await load.stop()
       const whileFull = recorder.ops.filter((o) => o.startMs >= firstRefusal)
+      // A write that fits in pages the store already has still succeeds (an end, say): it is a
+      // 2xx, and the checker below holds it to being there after the restart. Every other
+      // answer is a 503 with Retry-After.
       for (const op of whileFull) {
-        expect(op.status, `${op.method} ${op.path} while the disk is full: ${tally(whileFull)}`).toBe(503)
-        expect(Number(op.retryAfter)).toBeGreaterThan(0)
+        const ok = op.status !== null && op.status >= 200 && op.status < 300
+        expect(ok || op.status === 503, `${op.method} ${op.path} while the disk is full: ${tally(whileFull)}`).toBe(true)
+        if (op.status === 503) expect(Number(op.retryAfter)).toBeGreaterThan(0)
       }
       expect(recorder.ops.filter((o) => o.status === null || (o.status >= 500 && o.status !== 503)), tally(recorder.ops)).toEqual([])
 
