@@ -7,7 +7,7 @@
 import { Placement } from "@engram/core"
 import { expect } from "@effect/vitest"
 import { Effect, Result } from "effect"
-import { addHost, expectInvariants, finalRound, kase, queued, sessionIn, store } from "../Harness.js"
+import { addHost, expectInvariants, finalRound, kase, placed, queued, sessionIn, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const all = <A, E, R>(effects: readonly Effect.Effect<A, E, R>[]) =>
@@ -216,6 +216,51 @@ export const concurrency: Group = {
           if (!settled) expect(move.abortReason).toBe("session ended")
         }
         expect(yield* s.listReservations()).toStrictEqual([])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "creates at once with bad ones among them: each bad create fails alone, every other is placed",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 16384, 8)
+        yield* addHost("h2", 16384, 8)
+        yield* placed("taken", { memMib: 1024, vcpus: 1 })
+        const good = Array.from({ length: 30 }, (_, i) => `g${String(i).padStart(2, "0")}`)
+        const results = yield* all<{ readonly _tag: string; readonly session: { readonly id: string; readonly hostId: string | null } }, Tagged, never>([
+          ...good.map((id, i) => s.createSession({ id, budget: { memMib: 256 * (1 + (i % 3)), vcpus: 1 } })),
+          // An existing id with another budget: a Conflict, and the session as it was.
+          s.createSession({ id: "taken", budget: { memMib: 2048, vcpus: 1 } }),
+          // Bad input: refused before anything is written.
+          s.createSession({ id: "bad-budget", budget: { memMib: 0, vcpus: 1 } }),
+          s.createSession({ id: "bad id", budget: { memMib: 256, vcpus: 1 } }),
+          // Too big for any host: queued, not placed, and not in anyone's way.
+          s.createSession({ id: "huge", budget: { memMib: 1_000_000, vcpus: 1 } }),
+          // The same id twice in one burst, same budget: one session, answered twice as sequential creates are.
+          s.createSession({ id: "twice", budget: { memMib: 512, vcpus: 1 } }),
+          s.createSession({ id: "twice", budget: { memMib: 512, vcpus: 1 } }),
+        ])
+        const n = good.length
+        for (let i = 0; i < n; i++) {
+          const r = results[i] as Result.Result<{ readonly _tag: string }, Tagged>
+          expect(Result.isSuccess(r) ? r.success._tag : r.failure._tag, good[i]).toBe("Placed")
+        }
+        const tagOf = (k: number) => {
+          const r = results[n + k] as Result.Result<{ readonly _tag: string }, Tagged>
+          return Result.isSuccess(r) ? r.success._tag : r.failure._tag
+        }
+        expect(tagOf(0)).toBe("Conflict")
+        expect(tagOf(1)).toBe("InvalidInput")
+        expect(tagOf(2)).toBe("InvalidInput")
+        expect(tagOf(3)).toBe("Queued")
+        expect([tagOf(4), tagOf(5)]).toStrictEqual(["Placed", "Placed"])
+        const twice = results.slice(n + 4).map((r) => (Result.isSuccess(r) ? r.success.session.hostId : null))
+        expect(twice[0]).not.toBeNull()
+        expect(twice[1]).toBe(twice[0])
+        expect((yield* s.getSession("taken")).budget.memMib).toBe(1024)
+        const sessions = yield* s.listSessions()
+        expect(sessions.map((x) => x.id).sort()).toStrictEqual([...good, "huge", "taken", "twice"].sort())
+        expect((yield* s.listReservations()).length).toBe(n + 2)
         yield* expectInvariants
       }),
     ),
