@@ -90,6 +90,8 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
           }),
         ))
   const leaderLayer = backend === "postgres" && databaseUrl !== null ? Leader.postgres(databaseUrl) : Leader.always
+  // Replicas on one PostgreSQL wake each other's waiters through LISTEN/NOTIFY.
+  const notifierLayer = backend === "postgres" && databaseUrl !== null ? Notifier.postgres(databaseUrl) : Notifier.layer
 
   const settingsLayer = Layer.succeed(Settings, Settings.of({ config, backend, sharedStore: backend === "postgres" }))
   const adminLayer = Layer.effect(
@@ -110,7 +112,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   // with the services the handlers call: "room appeared", the move waiter, the assignments long-poll.
   const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer).pipe(
     Layer.provideMerge(Room.layer),
-    Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer)),
+    Layer.provideMerge(Layer.mergeAll(Metrics.layer, notifierLayer, settingsLayer, leaderLayer, adminLayer)),
     Layer.provideMerge(storeLayer),
   )
 
