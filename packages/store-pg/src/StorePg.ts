@@ -148,9 +148,18 @@ const storeOptions = (o: StoreOptions): StoreOptions => ({
 export const openUrl = (options: PgOptions): Effect.Effect<StorePair, Unavailable, Scope.Scope> =>
   Effect.map(PostgresJs.open(options), (db) => make(db, options.limits ?? Limits.defaults, storeOptions(options)))
 
+/**
+ * How old a fleet read placements on PGlite may reuse by default: an embedded store has one
+ * writer (SPEC §12), this store, whose every write that may change room marks the read stale;
+ * placements keep it up to date themselves. So creates read the fleet only after another write.
+ */
+export const pgliteReadMaxAgeMs = 3_600_000
+
 /** Opens the store on PGlite (in memory, or in `dataDir`): applies the migrations. Closed with the scope. */
 export const openPglite = (options: PgliteOptions = {}): Effect.Effect<StorePair, Unavailable, Scope.Scope> =>
-  Effect.map(Pglite.open(options), (db) => make(db, options.limits ?? Limits.defaults, storeOptions(options)))
+  Effect.map(Pglite.open(options), (db) =>
+    make(db, options.limits ?? Limits.defaults, storeOptions({ ...options, placementReadMaxAgeMs: options.placementReadMaxAgeMs ?? pgliteReadMaxAgeMs })),
+  )
 
 const testingContext = (pair: StorePair): Context.Context<Store | StoreTesting> =>
   Context.add(Context.make(Store, pair.store), StoreTesting, pair.testing)
