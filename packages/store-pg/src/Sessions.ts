@@ -1,10 +1,11 @@
 /**
  * Sessions: creates (placed or queued), reads, and every state change of a session by
  * itself (SPEC §2). Each change reads the session under its row lock, asks core's
- * `Session.step`, and writes the answer in the same transaction. A new session is placed
- * optimistically: core chooses among the cached rows, and one statement (shared by the
- * concurrent creates of this store, see `Batcher.ts`) writes it only if the chosen host is
- * still at the version core decided on; after repeated lost races it takes the locking path.
+ * `Session.step`, and writes the answer in the same transaction. New sessions are placed
+ * optimistically and in groups: concurrent creates are gathered (`Batcher.ts`), core walks
+ * the batch in order over the cached rows (`QueueWalk`), and one statement writes every
+ * placement only if its host is still at the version core decided on; after repeated lost
+ * races a create takes the locking path.
  */
 import { randomUUID } from "node:crypto"
 import { Placement, Session as SessionRules } from "@engram/core"
