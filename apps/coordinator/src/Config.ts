@@ -38,6 +38,10 @@ export interface CoordinatorConfig {
    * unchanged since; "no room" is only concluded on a fresh read.
    */
   readonly placementReadMaxAgeMs: number
+  /** Group placement: at most this many concurrent creates placed by one statement (1 = one by one). */
+  readonly placementBatchSize: number
+  /** Group placement: how long (µs of real time) a batch of creates gathers after its first create. */
+  readonly placementBatchWindowUs: number
 }
 
 /** What a program may pass for a secret: the text, or it already redacted. */
@@ -110,6 +114,8 @@ const settings = {
   moveTimeoutMs: int("ENGRAM_MOVE_TIMEOUT_MS", 120_000, 1, 3_600_000),
   storePollMs: int("ENGRAM_STORE_POLL_MS", 500, 10, 60_000),
   placementReadMaxAgeMs: int("ENGRAM_PLACEMENT_READ_MAX_AGE_MS", 100, 0, 60_000),
+  placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),
+  placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
 }
 
 // The limits are read as text and judged by core `Limits.make`, whose words every component shares.

@@ -79,14 +79,16 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   const config = Config.fromInput(options.config)
   const databaseUrl = config.databaseUrl === null ? null : Redacted.value(config.databaseUrl)
   const backend: Backend = options.store !== undefined ? "custom" : databaseUrl !== null ? "postgres" : "pglite"
+  // Group placement: concurrent creates placed together (see @engram/store-pg).
+  const batching = { placementBatchSize: config.placementBatchSize, placementBatchWindowMs: config.placementBatchWindowUs / 1000 }
   const storeLayer: Layer.Layer<Store, unknown> =
     options.store ??
     (databaseUrl !== null
-      ? StorePg.layer({ url: databaseUrl, limits: config.limits, placementReadMaxAgeMs: config.placementReadMaxAgeMs })
+      ? StorePg.layer({ url: databaseUrl, limits: config.limits, placementReadMaxAgeMs: config.placementReadMaxAgeMs, ...batching })
       : Layer.unwrap(
           Effect.sync(() => {
             mkdirSync(config.dataDir, { recursive: true })
-            return StorePg.layerPglite({ dataDir: resolve(join(config.dataDir, "pglite")), limits: config.limits })
+            return StorePg.layerPglite({ dataDir: resolve(join(config.dataDir, "pglite")), limits: config.limits, ...batching })
           }),
         ))
   const leaderLayer = backend === "postgres" && databaseUrl !== null ? Leader.postgres(databaseUrl) : Leader.always
