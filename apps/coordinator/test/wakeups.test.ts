@@ -44,8 +44,14 @@ describe("wake-ups across replicas (LISTEN/NOTIFY)", () => {
     const before = await agentOnB.get("/v1/hosts/wake-h1/assignments")
     expect(before.body.sessions).toEqual([])
     const woken = waitOnB("host:wake-h1")
-    const polled = agentOnB.get(`/v1/hosts/wake-h1/assignments?waitMs=${waitMs}&since=${before.body.version as string}`)
+    let answeredAt = 0
+    const polled = agentOnB.get(`/v1/hosts/wake-h1/assignments?waitMs=${waitMs}&since=${before.body.version as string}`).then((r) => {
+      answeredAt = performance.now()
+      return r
+    })
+    const askedAt = performance.now()
     const created = await admin.post("/v1/sessions", { id: "wake-s1", memMib: 1024, vcpus: 1 })
+    const createdAt = performance.now()
     expect([created.status, created.body.hostId]).toEqual([201, "wake-h1"])
     // Only a notification from A can end B's wait before it runs out.
     expect(await woken).toBe(true)
@@ -53,6 +59,11 @@ describe("wake-ups across replicas (LISTEN/NOTIFY)", () => {
     expect(answer.status).toBe(200)
     expect(answer.body.version).not.toBe(before.body.version)
     expect(answer.body.sessions.map((s: { id: string }) => s.id)).toEqual(["wake-s1"])
+    // A figure, not an assertion (the machine's load decides it): from A's answer to B's.
+    console.log(
+      `wake-up: B's long-poll answered ${(answeredAt - askedAt).toFixed(1)} ms after the create was sent to A ` +
+        `(A answered it after ${(createdAt - askedAt).toFixed(1)} ms)`,
+    )
   })
 
   it("a session's state changed through A answers a wait for it on B", async () => {
