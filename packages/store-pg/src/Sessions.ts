@@ -8,18 +8,18 @@
  * races a create takes the locking path.
  */
 import { randomUUID } from "node:crypto"
-import { Placement, Session as SessionRules } from "@engram/core"
+import { Placement, QueueWalk, Session as SessionRules } from "@engram/core"
 import type { Budget, FleetHost, Limits } from "@engram/core"
 import { Cursor, fromRefusal, NoRoom, NotFound, Unavailable, Validate } from "@engram/store"
 import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, Session, SessionFilter, StepRefusal, StoreShape } from "@engram/store"
-import { and, asc, eq, gt, sql } from "drizzle-orm"
+import { and, asc, eq, gt, inArray, sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { Effect } from "effect"
 import * as Batcher from "./Batcher.js"
 import { query, retryAfterMs } from "./Db.js"
 import type { DbError, Exec } from "./Db.js"
 import type { Deps } from "./Deps.js"
-import { lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
+import { lockHosts, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
 import * as Pages from "./Pages.js"
 import { readRoom, roomColumns, toCandidate, toRoomRow } from "./Room.js"
 import type { RoomRow } from "./Room.js"
@@ -162,6 +162,11 @@ interface PlaceItem {
 }
 
 type PlaceAnswer = { readonly _tag: "Placed"; readonly row: RoomRow } | { readonly _tag: "Lost" } | { readonly _tag: "Exists" }
+
+/** What a batch of resumes answered one resume: its outcome, or its refusal (nothing changed for it). */
+type ResumeAnswer =
+  | { readonly _tag: "Done"; readonly outcome: PlaceOutcome }
+  | { readonly _tag: "Refused"; readonly error: NotFound | IllegalTransition }
 
 /** A new session waiting in a batch of creates (core's walk sees its budget and affinity). */
 interface CreateItem {
@@ -430,6 +435,86 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
     })
   const simple = (id: string, step: SessionRules.Step) => stepLocked(id, () => Promise.resolve(step))
 
+  /**
+   * Resumes, in a batch of concurrent ones: one transaction locks the batch's sessions (in id
+   * order), asks core to judge each (`judgeResume`: a park resumes warm in place), walks the
+   * descended ones in order over one read of room (`QueueWalk.walk`), locks the planned hosts
+   * in id order, replays the plan against their fresh sums (`QueueWalk.replay`; room changed
+   * in between: plan again), and writes core's `resume` step of each; one commit for all.
+   * A refused resume answers its refusal and changes nothing; the others go on.
+   */
+  const resumeBatch = (ids: readonly string[]) =>
+    Effect.gen(function* () {
+      const t = yield* now
+      return yield* op<readonly ResumeAnswer[], never>(async (tx, attempt) => {
+        const [locked, rows] = await both(
+          () =>
+            tx
+              .select()
+              .from(sessions)
+              .where(inArray(sessions.id, [...ids]))
+              .orderBy(asc(sessions.id))
+              .for("update"),
+          () => readRoom(tx, { columns: "room" }),
+        )
+        const byId = new Map(locked.map((r) => [r.id, toSession(r)]))
+        const answers = new Map<string, ResumeAnswer>()
+        const cold: Session[] = []
+        for (const id of ids) {
+          const s = byId.get(id)
+          if (s === undefined) {
+            answers.set(id, { _tag: "Refused", error: sessionNotFound(id) })
+            continue
+          }
+          // Judged before the host choice: a refused resume locks no host, and a park resumes warm in place.
+          const bad = SessionRules.judgeResume(s)
+          if (bad) answers.set(id, { _tag: "Refused", error: fromRefusal(id, bad) as IllegalTransition })
+          else if (!SessionRules.resumesWarm(s.state)) cold.push(s)
+        }
+        const walk = QueueWalk.walk(cold, rows.map((r) => toCandidate(r, limits())), {}, limits())
+        const hostIds = [...new Set(walk.placed.map((p) => p.hostId))].sort()
+        await lockHosts(tx, hostIds)
+        const fresh = hostIds.length === 0 ? [] : (await readRoom(tx, { hostIds, columns: "room" })).map((r) => toCandidate(r, limits()))
+        const { accepted, diverged } = QueueWalk.replay(walk.placed, fresh, limits())
+        // Room changed between the read and the locks: plan again from fresh figures.
+        if (diverged && attempt < 2) return retry
+        const hostOf = new Map(accepted.map((p) => [p.waiting.id, p.hostId]))
+        // Written host by host in id order (a warm resume writes its own host): the one lock order.
+        const hostKey = (id: string) => hostOf.get(id) ?? byId.get(id)?.hostId ?? ""
+        const toWrite = ids.filter((id) => byId.has(id) && !answers.has(id)).sort((x, y) => (hostKey(x) < hostKey(y) ? -1 : hostKey(x) > hostKey(y) ? 1 : 0))
+        for (const id of toWrite) {
+          const s = byId.get(id) as Session
+          const hostId = hostOf.get(id)
+          const warm = SessionRules.resumesWarm(s.state)
+          const placement = warm || hostId === undefined ? null : { hostId, reservationId: randomUUID() }
+          const answer = SessionRules.step(s, { _tag: "resume", placement }, t)
+          if (answer._tag !== "Applied") {
+            answers.set(id, { _tag: "Refused", error: fromRefusal(id, answer as StepRefusal) as IllegalTransition })
+            continue
+          }
+          const { session } = await applyStep(tx, answer)
+          answers.set(
+            id,
+            session.hostId !== null
+              ? { _tag: "Done", outcome: { _tag: "Placed", session } }
+              : { _tag: "Done", outcome: { _tag: "Queued", session, ...standingOf(session, rows.map((r) => toCandidate(r, limits())), await queuePosition(tx, session), limits()) } },
+          )
+        }
+        return ok(ids.map((id) => answers.get(id) as ResumeAnswer))
+      })
+    })
+  // Concurrent resumes share a transaction (up to the create batch size); resumes of one
+  // session go in batches one after the other. A batch that fails is run again one by one.
+  const resumes = Batcher.make<string, ResumeAnswer, Unavailable>({
+    maxBatch: options.batchSize,
+    maxInFlight: 1,
+    windowMs: options.batchWindowMs,
+    keysOf: (id) => [id],
+    run: resumeBatch,
+  })
+  const resumeGrouped = (id: string): Effect.Effect<PlaceOutcome, NotFound | IllegalTransition | Unavailable> =>
+    Effect.flatMap(resumes(id), (a) => (a._tag === "Done" ? Effect.succeed(a.outcome) : Effect.fail(a.error)))
+
   return {
     createSession: (input) =>
       Effect.gen(function* () {
@@ -532,29 +617,6 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
         return { _tag: "end", openMove: open === undefined ? null : toMove(open) }
       }),
 
-    resume: (id) =>
-      Effect.gen(function* () {
-        const t = yield* now
-        return yield* op<PlaceOutcome, NotFound | IllegalTransition>(async (tx) => {
-          const row = await lockSession(tx, id)
-          if (row === undefined) return err(sessionNotFound(id))
-          const s = toSession(row)
-          // Judged before the host choice: a refused resume locks no host, and a park resumes warm in place.
-          const bad = SessionRules.judgeResume(s)
-          if (bad) return err(fromRefusal(id, bad) as IllegalTransition)
-          if (SessionRules.resumesWarm(s.state)) {
-            const warm = SessionRules.step(s, { _tag: "resume", placement: null }, t)
-            if (warm._tag !== "Applied") return err(fromRefusal(id, warm as StepRefusal) as IllegalTransition)
-            return ok({ _tag: "Placed", session: (await applyStep(tx, warm)).session })
-          }
-          const picked = await pickAndLock(tx, { budget: s.budget, affinity: s.affinity }, limits())
-          const placement = picked._tag === "Chosen" ? { hostId: picked.hostId, reservationId: randomUUID() } : null
-          const answer = SessionRules.step(s, { _tag: "resume", placement }, t)
-          if (answer._tag !== "Applied") return err(fromRefusal(id, answer as StepRefusal) as IllegalTransition)
-          const { session } = await applyStep(tx, answer)
-          if (picked._tag === "Chosen") return ok({ _tag: "Placed", session })
-          return ok({ _tag: "Queued", session, ...standingOf(session, picked.hosts, await queuePosition(tx, session), limits()) })
-        })
-      }),
+    resume: (id) => resumeGrouped(id),
   }
 }

@@ -264,5 +264,53 @@ export const concurrency: Group = {
         yield* expectInvariants
       }),
     ),
+    kase(
+      "resumes at once: descended sessions come back without over-commit, a park warm in place, and each refusal alone",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192, 8)
+        yield* addHost("h2", 4096, 8)
+        // 12 descended sessions of 1 GiB: more than the room left once the park and the runner hold theirs.
+        const ids = Array.from({ length: 12 }, (_, i) => `d${String(i).padStart(2, "0")}`)
+        for (const id of ids) yield* sessionIn(id, "descended", { memMib: 1024, vcpus: 1 })
+        const park = yield* sessionIn("park", "parked", { memMib: 1024, vcpus: 1 })
+        yield* sessionIn("runner", "running", { memMib: 1024, vcpus: 1 })
+        const results = yield* all<{ readonly _tag: string; readonly session: { readonly id: string; readonly hostId: string | null; readonly state: string } }, Tagged, never>([
+          ...ids.map((id) => s.resume(id)),
+          s.resume("park"),
+          s.resume("runner"),
+          s.resume("nobody"),
+          // The same session twice at once: one resume restores it, the other finds it no longer descended.
+          s.resume("d00"),
+        ])
+        yield* expectInvariants
+        const n = ids.length
+        const tag = (r: Result.Result<{ readonly _tag: string }, Tagged>) => (Result.isSuccess(r) ? r.success._tag : r.failure._tag)
+        const outcomes = results.slice(0, n).map((r) => tag(r as Result.Result<{ readonly _tag: string }, Tagged>))
+        for (const [i, o] of outcomes.entries()) expect(["Placed", "Queued", "IllegalTransition"], ids[i]).toContain(o)
+        expect(tag(results[n] as Result.Result<{ readonly _tag: string }, Tagged>)).toBe("Placed")
+        expect(tag(results[n + 1] as Result.Result<{ readonly _tag: string }, Tagged>)).toBe("IllegalTransition")
+        expect(tag(results[n + 2] as Result.Result<{ readonly _tag: string }, Tagged>)).toBe("NotFound")
+        // d00 was resumed twice at once: exactly one of the two restored it.
+        const d00 = [tag(results[0] as Result.Result<{ readonly _tag: string }, Tagged>), tag(results[n + 3] as Result.Result<{ readonly _tag: string }, Tagged>)]
+        expect(d00.filter((x) => x === "IllegalTransition")).toHaveLength(1)
+        expect(outcomes.slice(1).filter((x) => x === "IllegalTransition")).toStrictEqual([])
+        // The park runs again on its own host; every resumed session is placed or queued as answered.
+        const after = yield* s.getSession("park")
+        expect([after.state, after.hostId]).toStrictEqual(["running", park.hostId])
+        for (const [i, id] of ids.entries()) {
+          const r = (i === 0 && Result.isFailure(results[0] as Result.Result<unknown, unknown>) ? results[n + 3] : results[i]) as Result.Result<
+            { readonly _tag: string; readonly session: { readonly state: string } },
+            Tagged
+          >
+          const now = yield* s.getSession(id)
+          expect(Result.isSuccess(r), id).toBe(true)
+          if (Result.isSuccess(r)) expect(now.state, id).toBe(r.success._tag === "Placed" ? "pending" : "queued")
+        }
+        const placedCount = (yield* s.listSessions()).filter((x) => ids.includes(x.id) && x.state === "pending").length
+        expect(placedCount).toBeGreaterThan(0)
+        expect((yield* s.listReservations()).length).toBe(placedCount + 2)
+      }),
+    ),
   ],
 }
