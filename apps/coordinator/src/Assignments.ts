@@ -2,8 +2,9 @@
  * A host's assignments (its desired state: the sessions with work for its agent, its pending
  * moves, and the limits its move guard uses) and the agent's long-poll on them. The version is
  * a hash of what the agent acts on, so it changes exactly when the assignments do. A waiter is
- * woken by this process's notifier; on a shared store (PostgreSQL, other replicas write it) it
- * also re-reads the store every `storePollMs`.
+ * woken by the notifier (on PostgreSQL, by a change made through any replica: LISTEN/NOTIFY);
+ * on a shared store it also re-reads the store every `storePollMs`, the fallback for a
+ * notification lost with the listening connection.
  */
 import type { Records } from "@engram/api"
 import { Store } from "@engram/store"
@@ -59,7 +60,7 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
           while (latest.version === baseline) {
             const remaining = deadline - (yield* Clock.currentTimeMillis)
             if (remaining <= 0) break
-            // Other replicas do not notify this one: re-read the store every storePollMs then.
+            // The fallback for a notification lost with a listening connection: re-read every storePollMs.
             const slice = settings.sharedStore ? Math.min(remaining, settings.config.storePollMs) : remaining
             yield* notifier.wait([hostTopic(hostId) as string], slice)
             latest = yield* current(hostId)

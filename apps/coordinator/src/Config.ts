@@ -44,6 +44,10 @@ export interface CoordinatorConfig {
    * connect timeout and the server's `statement_timeout` and `idle_in_transaction_session_timeout`.
    */
   readonly storeTimeoutMs: number
+  /** Group placement: at most this many concurrent creates placed by one statement (1 = one by one). */
+  readonly placementBatchSize: number
+  /** Group placement: how long (µs of real time) a batch of creates gathers after its first create. */
+  readonly placementBatchWindowUs: number
 }
 
 /** What a program may pass for a secret: the text, or it already redacted. */
@@ -120,6 +124,8 @@ const settings = {
   storePollMs: int("ENGRAM_STORE_POLL_MS", 500, 10, 60_000),
   placementReadMaxAgeMs: int("ENGRAM_PLACEMENT_READ_MAX_AGE_MS", 100, 0, 60_000),
   storeTimeoutMs: int("ENGRAM_STORE_TIMEOUT_MS", defaultStoreTimeoutMs, 100, 600_000),
+  placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),
+  placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
 }
 
 // The limits are read as text and judged by core `Limits.make`, whose words every component shares.

@@ -82,6 +82,8 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   const config = Config.fromInput(options.config)
   const databaseUrl = config.databaseUrl === null ? null : Redacted.value(config.databaseUrl)
   const backend: Backend = options.store !== undefined ? "custom" : databaseUrl !== null ? "postgres" : "pglite"
+  // Group placement: concurrent creates placed together (see @engram/store-pg).
+  const batching = { placementBatchSize: config.placementBatchSize, placementBatchWindowMs: config.placementBatchWindowUs / 1000 }
   const openedStore: Layer.Layer<Store, unknown> =
     options.store ??
     (databaseUrl !== null
@@ -91,6 +93,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
           placementReadMaxAgeMs: config.placementReadMaxAgeMs,
           connectTimeoutSec: Math.max(1, Math.ceil(config.storeTimeoutMs / 1000)),
           statementTimeoutMs: config.storeTimeoutMs,
+          ...batching,
         })
       : Layer.unwrap(
           Effect.gen(function* () {
@@ -98,7 +101,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
             mkdirSync(dataDir, { recursive: true })
             // One writer per embedded store: held until the coordinator stops.
             yield* DataDirLock.acquire(dataDir)
-            return StorePg.layerPglite({ dataDir: join(dataDir, "pglite"), limits: config.limits })
+            return StorePg.layerPglite({ dataDir: join(dataDir, "pglite"), limits: config.limits, ...batching })
           }),
         ))
   // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).
@@ -109,6 +112,8 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
     }),
   ).pipe(Layer.provide(openedStore))
   const leaderLayer = backend === "postgres" && databaseUrl !== null ? Leader.postgres(databaseUrl) : Leader.always
+  // Replicas on one PostgreSQL wake each other's waiters through LISTEN/NOTIFY.
+  const notifierLayer = backend === "postgres" && databaseUrl !== null ? Notifier.postgres(databaseUrl) : Notifier.layer
 
   const settingsLayer = Layer.succeed(Settings, Settings.of({ config, backend, sharedStore: backend === "postgres" }))
   const adminLayer = Layer.effect(
@@ -132,7 +137,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   const trigger = options.reaper === false ? Layer.succeed(Trigger, Trigger.of({ poke: Effect.void })) : ReactAtOnce
   const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer, trigger).pipe(
     Layer.provideMerge(Room.layer),
-    Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer)),
+    Layer.provideMerge(Layer.mergeAll(Metrics.layer, notifierLayer, settingsLayer, leaderLayer, adminLayer)),
     Layer.provideMerge(storeLayer),
   )
 

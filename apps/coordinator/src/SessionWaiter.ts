@@ -1,10 +1,11 @@
 /**
  * The wait of `GET /v1/sessions/{id}/wait`: long-polls until the session is in the wanted
  * state, or that state can no longer come (core's `Session.canReach`: an ended session reaches
- * nothing, a lost one only its end), or the time runs out. A waiter is woken by this process's
- * notifier (the session's topic, and its host's, which every agent-visible change notifies);
- * it also re-reads the store every second, or every `storePollMs` on a shared store where other
- * replicas write, so a change made anywhere is seen within that bound.
+ * nothing, a lost one only its end), or the time runs out. A waiter is woken by the notifier
+ * (the session's topic, and its host's, which every agent-visible change notifies; on
+ * PostgreSQL through any replica, by LISTEN/NOTIFY); it also re-reads the store every second,
+ * or every `storePollMs` on a shared store (the fallback for a notification lost with the
+ * listening connection), so a change made anywhere is seen within that bound.
  */
 import { Session as SessionRules } from "@engram/core"
 import type { SessionState } from "@engram/core"

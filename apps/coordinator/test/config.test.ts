@@ -37,6 +37,15 @@ describe("configuration", () => {
     expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_STORE_TIMEOUT_MS", "must be an integer from 100 to 600000"]])
   })
 
+  it("group placement takes batches of 64 gathered for 200 µs by default; a size below 1 or a fractional window is refused", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && [d.config.placementBatchSize, d.config.placementBatchWindowUs]).toEqual([64, 200])
+    const batch = Config.parse({ ENGRAM_PLACEMENT_BATCH_SIZE: "1", ENGRAM_PLACEMENT_BATCH_WINDOW_US: "0" })
+    expect(batch._tag === "Valid" && [batch.config.placementBatchSize, batch.config.placementBatchWindowUs]).toEqual([1, 0])
+    const badBatch = Config.parse({ ENGRAM_PLACEMENT_BATCH_SIZE: "0", ENGRAM_PLACEMENT_BATCH_WINDOW_US: "0.5" })
+    expect(badBatch._tag === "Invalid" && badBatch.issues.map((i) => i.variable).sort()).toEqual(["ENGRAM_PLACEMENT_BATCH_SIZE", "ENGRAM_PLACEMENT_BATCH_WINDOW_US"])
+  })
+
   it("every bad value is reported with its variable and rule", () => {
     const r = Config.parse({
       ENGRAM_PORT: "70000",

@@ -7,6 +7,10 @@
 //   2. engram placements per second at 16 clients, and its ratio to the baseline
 //   3. queue drain: placements per second, in batches
 //   4. fleet view: read time at 1,000 and 10,000 hosts
+//   5. group placement: creates/s at 64 clients over 2,000 hosts, batched (the default) beside
+//      one by one (`placementBatchSize: 1`), on PostgreSQL and on PGlite, with p50/p99
+//
+// `BENCH_ONLY=group` runs only 5 (and the baseline).
 import { report } from "@engram/bench"
 import { execFileSync } from "node:child_process"
 import { writeFileSync } from "node:fs"
@@ -16,6 +20,7 @@ import { Limits } from "@engram/core"
 import { Store } from "@engram/store"
 import { createDatabase, pgBinDir, startEmbeddedPostgres } from "@engram/test-pg"
 import { Effect, ManagedRuntime } from "effect"
+import type { Layer } from "effect"
 import postgres from "postgres"
 import { StorePg } from "../src/index.js"
 
@@ -88,6 +93,77 @@ const realPgbench = async (): Promise<number | null> => {
   )
   const m = /tps = ([\d.]+)/.exec(out)
   return m === null ? null : Number(m[1])
+}
+
+/** Creates/s and latency at `clients` in flight over `hosts` hosts, on `layer`'s store. */
+const groupRun = async (
+  layer: Layer.Layer<Store, unknown>,
+  label: string,
+  clients: number,
+  hostCount: number,
+): Promise<{ perSec: number; p50: number; p99: number; placed: number }> => {
+  const runtime = ManagedRuntime.make(layer)
+  try {
+    await runtime.runPromise(
+      Store.use((s) =>
+        Effect.forEach(
+          Array.from({ length: hostCount }, (_, i) => `h${String(i).padStart(5, "0")}`),
+          (id) => Effect.andThen(s.registerHost({ id }), s.reportHost(id, { totalMib: 524288 + 1024, allocatableMib: 524288 + 1024, totalVcpus: 64 })),
+          { concurrency: 16, discard: true },
+        ),
+      ),
+    )
+    const latencies: number[] = []
+    let placed = 0
+    const perSec = await closedLoop(clients, async (client, i) => {
+      const t0 = performance.now()
+      const outcome = await runtime.runPromise(
+        Store.use((s) => s.createSession({ id: `${label}-${client}-${i}`, budget: { memMib: 512 + 512 * (i % 4), vcpus: 1 } })),
+      )
+      latencies.push(performance.now() - t0)
+      if (outcome._tag === "Placed") placed++
+    })
+    latencies.sort((a, b) => a - b)
+    const at = (q: number) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? 0
+    return { perSec, p50: at(0.5), p99: at(0.99), placed }
+  } finally {
+    await runtime.dispose()
+  }
+}
+
+const GROUP_CLIENTS = 64
+const GROUP_HOSTS = 2000
+
+const groupPlacement = async (base: number): Promise<void> => {
+  for (const backend of ["PostgreSQL", "PGlite"] as const) {
+    const figures: Record<string, { perSec: number; p50: number; p99: number; placed: number }> = {}
+    // On PostgreSQL the coordinator's default read reuse (100 ms); PGlite's own default (one writer).
+    const placementReadMaxAgeMs = backend === "PostgreSQL" ? 100 : undefined
+    for (const [mode, placementBatchSize] of [
+      ["one by one", 1],
+      ["grouped", 64],
+    ] as const) {
+      const layer =
+        backend === "PostgreSQL"
+          ? StorePg.layer({ url: await freshDb(), poolSize: 16, limits: PLACEMENT_LIMITS, placementBatchSize, placementReadMaxAgeMs })
+          : StorePg.layerPglite({ limits: PLACEMENT_LIMITS, placementBatchSize })
+      const f = await groupRun(layer, `${backend}-${mode}`.replace(/\W/g, ""), GROUP_CLIENTS, GROUP_HOSTS)
+      figures[mode] = f
+      console.log(`  ${backend}, ${mode}: ${fmt(f.perSec)} creates/s, p50 ${fmt(f.p50, 1)} ms, p99 ${fmt(f.p99, 1)} ms (${f.placed} placed)`)
+    }
+    const grouped = figures["grouped"] as { perSec: number; p99: number }
+    const single = figures["one by one"] as { perSec: number; p99: number }
+    report({
+      bench: "store-pg",
+      figure: `creates, ${GROUP_CLIENTS} in flight, ${fmt(GROUP_HOSTS)} hosts, ${backend}${placementReadMaxAgeMs === undefined ? "" : `, read reuse ${placementReadMaxAgeMs} ms`}, grouped (one by one: ${fmt(single.perSec)}/s, p99 ${fmt(single.p99, 1)} ms)`,
+      value: grouped.perSec,
+      unit: "/s",
+      ratio: grouped.perSec / single.perSec,
+      baseline: "the same, one by one",
+    })
+    if (backend === "PostgreSQL")
+      report({ bench: "store-pg", figure: `creates grouped, PostgreSQL, ÷ write baseline`, value: grouped.perSec, unit: "/s", ratio: grouped.perSec / base, baseline: "write baseline" })
+  }
 }
 
 const placements = async (placementReadMaxAgeMs = 0): Promise<{ perSec: number; placed: number; queued: number }> => {
@@ -185,28 +261,33 @@ const fleetView = async (hostCount: number): Promise<{ medianMs: number; parks: 
   }
 }
 
+const onlyGroup = process.env["BENCH_ONLY"] === "group"
+
 try {
   console.log(`store-pg bench: ${server === undefined ? "external server" : "embedded PostgreSQL 18 (fsync off)"}, ${CLIENTS} clients, ${DURATION_MS / 1000} s per figure, placement limits = defaults with maxEntriesPerNode ${PLACEMENT_LIMITS.maxEntriesPerNode}`)
   const base = await baseline()
   console.log(`baseline (postgres.js, BEGIN; UPDATE one row by random key; COMMIT) at ${CLIENTS} clients: ${fmt(base)} TPS`)
-  const pgb = await realPgbench()
-  console.log(pgb === null ? "pgbench: not installed" : `pgbench (same transaction, -c ${CLIENTS} -j 2) at ${CLIENTS} clients: ${fmt(pgb)} TPS`)
   report({ bench: "store-pg", figure: `write baseline (BEGIN; UPDATE; COMMIT), ${CLIENTS} clients`, value: base, unit: "TPS" })
-  if (pgb !== null) report({ bench: "store-pg", figure: `pgbench, same transaction, ${CLIENTS} clients`, value: pgb, unit: "TPS", ratio: pgb / base, baseline: "postgres.js baseline" })
-  const place = await placements()
-  console.log(`  (${place.placed} placed, ${place.queued} queued)`)
-  report({ bench: "store-pg", figure: `placements, ${CLIENTS} clients, fresh read each`, value: place.perSec, unit: "/s", ratio: place.perSec / base, baseline: "write baseline", goal: ">= 0.8" })
-  const cachedPlace = await placements(100)
-  console.log(`  (${cachedPlace.placed} placed, ${cachedPlace.queued} queued)`)
-  report({ bench: "store-pg", figure: `placements, ${CLIENTS} clients, placementReadMaxAgeMs 100`, value: cachedPlace.perSec, unit: "/s", ratio: cachedPlace.perSec / base, baseline: "write baseline", goal: ">= 0.8" })
-  for (const batch of [1000, 5000]) {
-    const d = await drain(10_000, batch)
-    report({ bench: "store-pg", figure: `queue drain, 10,000 queued, batches of ${batch}`, value: d.perSec, unit: "/s", goal: ">= 10,000/s" })
+  if (!onlyGroup) {
+    const pgb = await realPgbench()
+    console.log(pgb === null ? "pgbench: not installed" : `pgbench (same transaction, -c ${CLIENTS} -j 2) at ${CLIENTS} clients: ${fmt(pgb)} TPS`)
+    if (pgb !== null) report({ bench: "store-pg", figure: `pgbench, same transaction, ${CLIENTS} clients`, value: pgb, unit: "TPS", ratio: pgb / base, baseline: "postgres.js baseline" })
+    const place = await placements()
+    console.log(`  (${place.placed} placed, ${place.queued} queued)`)
+    report({ bench: "store-pg", figure: `placements, ${CLIENTS} clients, fresh read each`, value: place.perSec, unit: "/s", ratio: place.perSec / base, baseline: "write baseline", goal: ">= 0.8" })
+    const cachedPlace = await placements(100)
+    console.log(`  (${cachedPlace.placed} placed, ${cachedPlace.queued} queued)`)
+    report({ bench: "store-pg", figure: `placements, ${CLIENTS} clients, placementReadMaxAgeMs 100`, value: cachedPlace.perSec, unit: "/s", ratio: cachedPlace.perSec / base, baseline: "write baseline", goal: ">= 0.8" })
+    for (const batch of [1000, 5000]) {
+      const d = await drain(10_000, batch)
+      report({ bench: "store-pg", figure: `queue drain, 10,000 queued, batches of ${batch}`, value: d.perSec, unit: "/s", goal: ">= 10,000/s" })
+    }
+    for (const hosts of [1000, 10_000]) {
+      const f = await fleetView(hosts)
+      report({ bench: "store-pg", figure: `fleet view read, ${fmt(hosts)} hosts`, value: f.medianMs, unit: "ms" })
+    }
   }
-  for (const hosts of [1000, 10_000]) {
-    const f = await fleetView(hosts)
-    report({ bench: "store-pg", figure: `fleet view read, ${fmt(hosts)} hosts`, value: f.medianMs, unit: "ms" })
-  }
+  await groupPlacement(base)
 } finally {
   for (const drop of dropLater) await drop().catch(() => undefined)
   await server?.stop()

@@ -18,6 +18,12 @@ export interface Options<I, A, E> {
   readonly maxBatch?: number | undefined
   /** At most this many statements in flight (default 2). */
   readonly maxInFlight?: number | undefined
+  /**
+   * How long (real ms, fractions allowed) a batch keeps gathering items after its first one
+   * arrived, before it waits for a free slot (default 0: what arrives in the same tick). The
+   * wait yields to the event loop (`setImmediate`), so requests read from sockets meanwhile join.
+   */
+  readonly windowMs?: number | undefined
   /** Keys no two items of one statement may share (e.g. the host written to, the session id). */
   readonly keysOf: (item: I) => readonly string[]
   /** Writes `items` in one statement; answers each item's answer, in order. */
@@ -25,6 +31,22 @@ export interface Options<I, A, E> {
   /** Whether a failure of a statement of several items may come from one item alone: each then runs alone. */
   readonly splitOn?: ((error: E) => boolean) | undefined
 }
+
+/**
+ * Waits `ms` of real time (not the Clock: tests run on a TestClock), turn by turn of the event
+ * loop (`setImmediate`), so that I/O arriving meanwhile is handled and its items join the batch.
+ */
+const gather = (ms: number): Effect.Effect<void> =>
+  Effect.callback<void>((resume) => {
+    const until = performance.now() + ms
+    let handle: NodeJS.Immediate
+    const turn = () => {
+      if (performance.now() >= until) resume(Effect.void)
+      else handle = setImmediate(turn)
+    }
+    handle = setImmediate(turn)
+    return Effect.sync(() => clearImmediate(handle))
+  })
 
 /** Builds a batcher: a function that writes one item, together with whatever items are waiting. */
 export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.Effect<A, E>) => {
@@ -74,10 +96,12 @@ export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.E
     return out.map((s) => s.entries)
   }
 
+  const windowMs = options.windowMs ?? 0
   const resolver = RequestResolver.makeWith<Item>({
     batchKey: () => "batch",
-    // Gather what arrives in this tick, then wait for a free slot: items keep joining meanwhile.
-    delay: Effect.andThen(Effect.yieldNow, slots.withPermits(1)(Effect.void)),
+    // Gather what arrives in this tick (or within the window), then wait for a free slot:
+    // items keep joining meanwhile.
+    delay: Effect.andThen(windowMs > 0 ? gather(windowMs) : Effect.yieldNow, slots.withPermits(1)(Effect.void)),
     collectWhile: (entries) => entries.size < maxBatch,
     runAll: (entries) => slots.withPermits(1)(Effect.forEach(statementsOf(entries), runStatement, { discard: true })),
   })

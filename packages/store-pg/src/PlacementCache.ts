@@ -8,8 +8,8 @@
  * round trip, not one each. The cache decides nothing: core's index picks, and the version a
  * placement writes against keeps it safe.
  */
-import { PlacementIndex } from "@engram/core"
-import type { FleetHost, Limits, Placement } from "@engram/core"
+import { PlacementIndex, QueueWalk } from "@engram/core"
+import type { FleetHost, Limits } from "@engram/core"
 import type { Unavailable } from "@engram/store"
 import { Deferred, Effect, Exit, Request, RequestResolver, Semaphore } from "effect"
 import { query } from "./Db.js"
@@ -34,12 +34,11 @@ export interface PlacementCache {
   /** Forgets a host (removed): it is no candidate until a read shows it again. */
   readonly forget: (id: string) => void
   /**
-   * Core's choice among the known hosts. Hosts a placement of this store is writing to right
-   * now are left out while any other host fits (the in-process analogue of `SKIP LOCKED`: that
-   * host is about to change, and a concurrent write to it would lose its version race); a
-   * host the request names in its affinity is never left out.
+   * Core's walk of `queue` (in order) over the known hosts, each placement taking its room
+   * before the next is judged (`QueueWalk.walkOn`): a batch of creates decided on one read.
+   * The known rows are left as they were (the placements are not written yet).
    */
-  readonly choose: (req: Placement.Request) => string | null
+  readonly plan: <W extends QueueWalk.Waiting>(queue: readonly W[]) => QueueWalk.Walk<W>
   /** Whether the last full read is recent enough to place from (`maxReadAgeMs`). */
   readonly isRecent: () => boolean
   /** Forgets the last read's age: the next placement reads again. Called around every write that may change room. */
@@ -48,10 +47,6 @@ export interface PlacementCache {
   readonly reset: (limits: Limits.Limits) => void
   /** Every host's room read afresh, by a read that started at or after `since` (real ms). */
   readonly readAll: (since: number) => Effect.Effect<void, Unavailable>
-  /** One host's room read afresh. */
-  readonly readOne: (id: string) => Effect.Effect<void, Unavailable>
-  /** Runs `effect` while a placement of this store writes to `hostId`. */
-  readonly writingTo: <A, E, R>(hostId: string, effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 }
 
 /** Builds the cache over a reader of single statements (`Db.run` with its errors mapped). */
@@ -62,12 +57,9 @@ export const make = (options: {
 }): PlacementCache => {
   let limits = options.limits
   const { maxReadAgeMs, read } = options
-  const inflight = new Map<string, number>()
   let known = new Map<string, Known>()
-  // Core's placement index over the known hosts (`all`), and over those no placement of this
-  // store is writing to right now (`free`): picks in O(log n).
-  let allIndex = new PlacementIndex.Index(limits)
-  let freeIndex = new PlacementIndex.Index(limits)
+  // Core's placement index over the known hosts: picks in O(log n).
+  let index = new PlacementIndex.Index(limits)
   // Bumped by a reset: a read that started before it must not fill `known` after it.
   let generation = 0
   // When the last full read started (real time, not the Clock).
@@ -78,13 +70,11 @@ export const make = (options: {
     if (k !== undefined && row.version < k.row.version) return
     const candidate = toCandidate(row, limits)
     known.set(row.id, { row, candidate })
-    allIndex.upsert(candidate)
-    if (!inflight.has(row.id)) freeIndex.upsert(candidate)
+    index.upsert(candidate)
   }
   const unlearn = (id: string): void => {
     known.delete(id)
-    allIndex.remove(id)
-    freeIndex.remove(id)
+    index.remove(id)
   }
 
   /** Every host's room, read afresh (no transaction, no lock): the maintained sums, no aggregation. */
@@ -156,9 +146,14 @@ export const make = (options: {
     candidates: () => [...known.values()].map((k) => k.candidate),
     learn,
     forget: (id) => unlearn(id),
-    choose: (req) => {
-      if (inflight.size === 0 || (req.affinity?.length ?? 0) > 0) return allIndex.pick(req)
-      return freeIndex.pick(req) ?? allIndex.pick(req)
+    plan: (queue) => {
+      const walk = QueueWalk.walkOn(index, queue)
+      // The walk took each placement's room out of the index: put the known rows back.
+      for (const p of walk.placed) {
+        const k = known.get(p.hostId)
+        if (k !== undefined) index.upsert(k.candidate)
+      }
+      return walk
     },
     isRecent: () => maxReadAgeMs > 0 && performance.now() - knownAt <= maxReadAgeMs,
     stale: () => {
@@ -167,8 +162,7 @@ export const make = (options: {
     reset: (next) => {
       limits = next
       known = new Map()
-      allIndex = new PlacementIndex.Index(limits)
-      freeIndex = new PlacementIndex.Index(limits)
+      index = new PlacementIndex.Index(limits)
       knownAt = Number.NEGATIVE_INFINITY
       generation++
     },
@@ -178,30 +172,6 @@ export const make = (options: {
         if (current !== null && current.startedAt >= since) return Deferred.await(current.done)
         return Effect.request(ReadRoom({ since }), readResolver)
       }),
-    readOne: (id) =>
-      Effect.map(read((exec) => readRoom(exec, { hostIds: [id], columns: "room" })), (rows) => {
-        if (rows.length === 0) unlearn(id)
-        rows.forEach(learn)
-      }),
-    writingTo: (hostId, effect) =>
-      Effect.acquireUseRelease(
-        Effect.sync(() => {
-          const writers = inflight.get(hostId) ?? 0
-          inflight.set(hostId, writers + 1)
-          if (writers === 0) freeIndex.remove(hostId)
-        }),
-        () => effect,
-        () =>
-          Effect.sync(() => {
-            const n = (inflight.get(hostId) ?? 1) - 1
-            if (n > 0) inflight.set(hostId, n)
-            else {
-              inflight.delete(hostId)
-              const k = known.get(hostId)
-              if (k !== undefined) freeIndex.upsert(k.candidate)
-            }
-          }),
-      ),
   }
 }
 

@@ -1,24 +1,25 @@
 /**
  * Sessions: creates (placed or queued), reads, and every state change of a session by
  * itself (SPEC §2). Each change reads the session under its row lock, asks core's
- * `Session.step`, and writes the answer in the same transaction. A new session is placed
- * optimistically: core chooses among the cached rows, and one statement (shared by the
- * concurrent creates of this store, see `Batcher.ts`) writes it only if the chosen host is
- * still at the version core decided on; after repeated lost races it takes the locking path.
+ * `Session.step`, and writes the answer in the same transaction. New sessions are placed
+ * optimistically and in groups: concurrent creates are gathered (`Batcher.ts`), core walks
+ * the batch in order over the cached rows (`QueueWalk`), and one statement writes every
+ * placement only if its host is still at the version core decided on; after repeated lost
+ * races a create takes the locking path.
  */
 import { randomUUID } from "node:crypto"
-import { Placement, Session as SessionRules } from "@engram/core"
+import { Placement, QueueWalk, Session as SessionRules } from "@engram/core"
 import type { Budget, FleetHost, Limits } from "@engram/core"
 import { Cursor, fromRefusal, NoRoom, NotFound, Unavailable, Validate } from "@engram/store"
 import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, Session, SessionFilter, StepRefusal, StoreShape } from "@engram/store"
-import { and, asc, eq, gt, sql } from "drizzle-orm"
+import { and, asc, eq, gt, inArray, sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { Effect } from "effect"
 import * as Batcher from "./Batcher.js"
 import { query, retryAfterMs } from "./Db.js"
 import type { DbError, Exec } from "./Db.js"
 import type { Deps } from "./Deps.js"
-import { lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
+import { lockHosts, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
 import * as Pages from "./Pages.js"
 import { readRoom, roomColumns, toCandidate, toRoomRow } from "./Room.js"
 import type { RoomRow } from "./Room.js"
@@ -50,6 +51,10 @@ export interface PlacementOptions {
   readonly maxReadAgeMs: number
   /** See `StorePg.StoreOptions.optimisticPlacementAttempts`. */
   readonly maxCasAttempts: number
+  /** See `StorePg.StoreOptions.placementBatchSize`. */
+  readonly batchSize: number
+  /** See `StorePg.StoreOptions.placementBatchWindowMs`. */
+  readonly batchWindowMs: number
 }
 
 const sessionNotFound = (id: string) => new NotFound({ entity: "session", id })
@@ -100,14 +105,15 @@ const insertQueuedSql = (s: Session, events: readonly SessionRules.Event[]): SQL
         and (queued_at < ${s.queuedAt} or (queued_at = ${s.queuedAt} and id < ${s.id}))) as ahead`
 
 /**
- * The placement write: one statement (autocommit: one round trip) for one placement or for
- * several concurrent ones of this store (`p`, one row each, never two on the same host or
- * with the same session id). For each, it adds the budget to the chosen host's sums only if
- * the host row is still at the version core decided on and the session does not exist, then
- * inserts the session record and its reservation (both as core's step answered them) from
- * that update, and counts the metric. No fit rule here: core judged exactly the row at `v`.
- * A concurrent create of the same id elsewhere makes a session insert a unique violation,
- * which undoes the whole statement.
+ * The placement write: one statement (autocommit: one round trip) for every placement of a
+ * batch core decided on one read (`p`, one row each, never two with the same session id;
+ * several may go to one host: core's walk took each one's room before judging the next). It
+ * adds the placements of each host to that host's sums only if the host row is still at the
+ * version core decided on (all of a host's placements apply, or none) and leaves out a session
+ * that exists, then inserts the session records and their reservations (as core's steps
+ * answered them) of the hosts it updated, and counts the metric. No fit rule here: core
+ * judged exactly the row at `v`. A concurrent create of the same id elsewhere makes a session
+ * insert a unique violation, which undoes the whole statement.
  */
 const placeSql = (batch: unknown): SQL => sql`with p as (
       select * from jsonb_to_recordset(${batch}::jsonb)
@@ -115,33 +121,37 @@ const placeSql = (batch: unknown): SQL => sql`with p as (
           cat bigint, uat bigint, rkind text, rat bigint, rbeat bigint, ev jsonb)
     ), e as (
       select sessions.id from sessions join p on sessions.id = p.sid
+    ), n as (
+      select * from p where not exists (select 1 from e where e.id = p.sid)
+    ), g as (
+      select hid, v, sum(mem::numeric) as mem, sum(vcpus::numeric) as vcpus, count(*)::int as k from n group by hid, v
     ), h as (
       update hosts set
-        reserved_mem_mib = hosts.reserved_mem_mib + p.mem::numeric,
-        reserved_vcpus = hosts.reserved_vcpus + p.vcpus::numeric,
-        entries = hosts.entries + 1,
+        reserved_mem_mib = hosts.reserved_mem_mib + g.mem,
+        reserved_vcpus = hosts.reserved_vcpus + g.vcpus,
+        entries = hosts.entries + g.k,
         version = hosts.version + 1
-      from p
-      where hosts.id = p.hid and hosts.version = p.v and not exists (select 1 from e where e.id = p.sid)
-      returning p.sid as "sid", ${roomColumns("hosts", "room")}
+      from g
+      where hosts.id = g.hid and hosts.version = g.v
+      returning ${roomColumns("hosts", "room")}
     ), s as (
       insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, queued_at, parked_at, created_at, updated_at)
-      select p.sid, p.state, p.mem::bigint, p.vcpus::bigint, array(select jsonb_array_elements_text(p.aff)),
-        p.hid, p.rid, p.qat, p.pat, p.cat, p.uat
-      from p join h on h.sid = p.sid
+      select n.sid, n.state, n.mem::bigint, n.vcpus::bigint, array(select jsonb_array_elements_text(n.aff)),
+        n.hid, n.rid, n.qat, n.pat, n.cat, n.uat
+      from n join h on h.id = n.hid
       returning id
     ), r as (
       insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
-      select p.rid, p.hid, p.rkind, s.id, p.mem, p.vcpus, p.rat, p.rbeat from p join s on s.id = p.sid
+      select n.rid, n.hid, n.rkind, s.id, n.mem, n.vcpus, n.rat, n.rbeat from n join s on s.id = n.sid
       returning mem_mib
     ), ev as (
       insert into session_events (session_id, seq, at, event)
-      select s.id, x.n, p.cat, x.e from p join s on s.id = p.sid
-      cross join lateral jsonb_array_elements(p.ev) with ordinality as x(e, n)
+      select s.id, x.n, n.cat, x.e from n join s on s.id = n.sid
+      cross join lateral jsonb_array_elements(n.ev) with ordinality as x(e, n)
     ), m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
     select p.sid as "placeSid", (select count(*)::int from e where e.id = p.sid) as "exists",
       (select count(*)::int from s where s.id = p.sid) as "placed", h.*
-    from p left join h on h.sid = p.sid`
+    from p left join h on h.id = p.hid`
 
 /** A create core placed: its applied step, and the host row core decided on. */
 interface PlaceItem {
@@ -152,6 +162,31 @@ interface PlaceItem {
 }
 
 type PlaceAnswer = { readonly _tag: "Placed"; readonly row: RoomRow } | { readonly _tag: "Lost" } | { readonly _tag: "Exists" }
+
+/** What a batch of resumes answered one resume: its outcome, or its refusal (nothing changed for it). */
+type ResumeAnswer =
+  | { readonly _tag: "Done"; readonly outcome: PlaceOutcome }
+  | { readonly _tag: "Refused"; readonly error: NotFound | IllegalTransition }
+
+/** A new session waiting in a batch of creates (core's walk sees its budget and affinity). */
+interface CreateItem {
+  readonly id: string
+  readonly budget: Budget
+  readonly affinity: readonly string[]
+  /** The create's time (the Clock's, when it was called). */
+  readonly t: number
+  /** Whether it needs a read that starts after it (it found no fit on a reused read, or lost a race). */
+  readonly fresh: boolean
+}
+
+/** What a batch answered one create. */
+type CreateAnswer =
+  | { readonly _tag: "Placed"; readonly session: Session }
+  | { readonly _tag: "Exists" }
+  /** The host core chose changed before the write (another writer): decide again. */
+  | { readonly _tag: "Lost" }
+  /** Fits nowhere on the read the batch decided on (`fresh`: a read that started after the create). */
+  | { readonly _tag: "NoFit"; readonly fresh: boolean }
 
 /** The session operations of the store. */
 export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: PlacementOptions): SessionOps => {
@@ -194,26 +229,60 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
     })
   }
 
-  // Concurrent placements of this store share statements; a statement that hit a unique
-  // violation (a session id created concurrently elsewhere) wrote nothing: its placements run
-  // again one by one, so only that one answers `Exists`.
-  const place = Batcher.make<PlaceItem, PlaceAnswer, DbError>({
-    keysOf: (i) => [`host:${i.host.id}`, `session:${i.session.id}`],
+  /**
+   * A batch of creates, placed together: one fleet read (a read that starts after every
+   * create of the batch, or the reused one within `maxReadAgeMs`), core's walk of the batch
+   * in order over it (each placement taking its room before the next is judged), core's step
+   * for each placement, and one statement writing them all with the version check.
+   */
+  const placeBatch = (items: readonly CreateItem[]): Effect.Effect<readonly CreateAnswer[], DbError | Unavailable> =>
+    Effect.gen(function* () {
+      let fresh = false
+      if (!cache.isRecent() || items.some((i) => i.fresh)) {
+        yield* cache.readAll(performance.now())
+        fresh = true
+      }
+      const walk = cache.plan(items)
+      const answers = new Map<CreateItem, CreateAnswer>()
+      for (const i of walk.unplaced) answers.set(i, { _tag: "NoFit", fresh })
+      const toWrite = walk.placed.map(({ waiting: i, hostId }): PlaceItem => {
+        const answer = created(i.id, i.budget, i.affinity, { hostId, reservationId: randomUUID() }, i.t)
+        const host = cache.get(hostId)?.row as RoomRow
+        return { session: answer.session, entry: answer.ledger[0] as PlaceItem["entry"], events: answer.events, host }
+      })
+      if (toWrite.length > 0) {
+        const written = yield* writePlacements(toWrite)
+        written.forEach((w, k) => {
+          const p = toWrite[k] as PlaceItem
+          const item = (walk.placed[k] as (typeof walk.placed)[number]).waiting
+          if (w._tag === "Placed") {
+            cache.learn(w.row)
+            answers.set(item, { _tag: "Placed", session: p.session })
+          } else answers.set(item, w)
+        })
+      }
+      return items.map((i) => answers.get(i) ?? { _tag: "Lost" })
+    })
+
+  // Concurrent creates of this store are gathered (up to `batchSize`, for `batchWindowMs`) and
+  // placed by one batch at a time; creates of one session id go in batches one after the other,
+  // as sequential creates would. A batch whose statement failed (a unique violation: a session
+  // id created concurrently by another store, or anything one create may cause) is undone
+  // whole, and its creates run again one by one, so only that one fails.
+  const group = Batcher.make<CreateItem, CreateAnswer, DbError | Unavailable>({
+    maxBatch: options.batchSize,
+    maxInFlight: 1,
+    windowMs: options.batchWindowMs,
+    keysOf: (i) => [i.id],
     run: (items) =>
-      writePlacements(items).pipe(
-        Effect.catchTag("UniqueViolation", (u) =>
-          items.length === 1 ? Effect.succeed([{ _tag: "Exists" } as const]) : Effect.fail(u),
-        ),
+      placeBatch(items).pipe(
+        Effect.catchTag("UniqueViolation", (u) => (items.length === 1 ? Effect.succeed([{ _tag: "Exists" } as const]) : Effect.fail(u))),
       ),
-    // Any failure of a shared statement may come from one item alone: each then runs alone.
-    splitOn: () => true,
+    splitOn: (e) => e._tag === "UniqueViolation",
   })
-  const placeOn = (item: PlaceItem): Effect.Effect<PlaceAnswer, Unavailable> =>
-    cache.writingTo(
-      item.host.id,
-      place(item).pipe(
-        Effect.catchTag("UniqueViolation", () => Effect.fail(new Unavailable({ reason: "unexpected unique violation", retryAfterMs }))),
-      ),
+  const placeGrouped = (item: CreateItem): Effect.Effect<CreateAnswer, Unavailable> =>
+    group(item).pipe(
+      Effect.catchTag("UniqueViolation", () => Effect.fail(new Unavailable({ reason: "unexpected unique violation", retryAfterMs }))),
     )
 
   /** The outcome of a session as it is now (a repeated create, or after a placement). */
@@ -268,55 +337,45 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
   }
 
   /**
-   * Optimistic placement: core decides on the known rows (a recent read, or a fresh one),
-   * one statement writes if the chosen host is still at the version decided on. A lost race
-   * re-reads that host and decides again; after `maxCasAttempts` the caller falls back to the
-   * locking path (null). No fit on a fresh read: the session is queued.
+   * Optimistic placement, in a batch of concurrent creates (`placeBatch`): core decides on the
+   * known rows, one statement writes if the chosen host is still at the version decided on. A
+   * lost race decides again in a later batch, on a read that starts after it; after
+   * `maxCasAttempts` the caller falls back to the locking path (null). No fit on a fresh read:
+   * the session is queued (or refused).
    */
   const createOptimistic = (id: string, budget: Budget, affinity: readonly string[], onNoRoom: OnNoRoom, t: number) =>
     Effect.gen(function* () {
-      const req: Placement.Request = { budget, affinity }
-      const since = performance.now()
       let fresh = false
-      if (!cache.isRecent()) {
-        // With a reuse window, any read in flight will do (but it is not fresh for this call);
-        // without, one that starts from now.
-        yield* cache.readAll(options.maxReadAgeMs > 0 ? Number.NEGATIVE_INFINITY : since)
-        fresh = options.maxReadAgeMs === 0
-      }
       for (let attempt = 0; attempt < options.maxCasAttempts; attempt++) {
-        const hostId = cache.choose(req)
-        if (hostId === null) {
-          if (!fresh) {
-            // A recent read may miss room freed since: no queueing without a fresh read.
-            yield* cache.readAll(since)
+        const answer = yield* placeGrouped({ id, budget, affinity, t, fresh })
+        switch (answer._tag) {
+          case "Placed": {
+            const outcome: PlaceOutcome = { _tag: "Placed", session: answer.session }
+            return outcome
+          }
+          case "Exists":
+            return yield* existingOutcome(id, budget, t)
+          case "Lost":
             fresh = true
             continue
-          }
-          if (onNoRoom === "refuse") {
-            // Refused, not queued: nothing is stored (a session of this id may exist: answer it as it is).
-            const already = yield* existingOutcome(id, budget, t)
-            if (already !== null) return already
-            return yield* noRoom(id, budget, affinity, cache.candidates())
-          }
-          const answer = created(id, budget, affinity, null, t)
-          const s = answer.session
-          const [written] = yield* read((exec) => query<{ n: number; ahead: number }>(exec, insertQueuedSql(s, answer.events)))
-          if (Number(written?.n ?? 0) === 0) return yield* existingOutcome(id, budget, t)
-          return queuedOutcome(s, Number(written?.ahead ?? 0), cache.candidates())
+          case "NoFit":
+            if (!answer.fresh) {
+              // A reused read may miss room freed since: no queueing without a fresh read.
+              fresh = true
+              continue
+            }
         }
-        const host = cache.get(hostId)?.row as RoomRow
-        const answer = created(id, budget, affinity, { hostId, reservationId: randomUUID() }, t)
-        const entry = answer.ledger[0] as PlaceItem["entry"]
-        const placed = yield* placeOn({ session: answer.session, entry, events: answer.events, host })
-        if (placed._tag === "Placed") {
-          cache.learn(placed.row)
-          const outcome: PlaceOutcome = { _tag: "Placed", session: answer.session }
-          return outcome
+        if (onNoRoom === "refuse") {
+          // Refused, not queued: nothing is stored (a session of this id may exist: answer it as it is).
+          const already = yield* existingOutcome(id, budget, t)
+          if (already !== null) return already
+          return yield* noRoom(id, budget, affinity, cache.candidates())
         }
-        if (placed._tag === "Exists") return yield* existingOutcome(id, budget, t)
-        // Lost the race for this host: its row changed since core decided. Read it again.
-        yield* cache.readOne(hostId)
+        const queued = created(id, budget, affinity, null, t)
+        const s = queued.session
+        const [written] = yield* read((exec) => query<{ n: number; ahead: number }>(exec, insertQueuedSql(s, queued.events)))
+        if (Number(written?.n ?? 0) === 0) return yield* existingOutcome(id, budget, t)
+        return queuedOutcome(s, Number(written?.ahead ?? 0), cache.candidates())
       }
       return null
     })
@@ -375,6 +434,86 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
       })
     })
   const simple = (id: string, step: SessionRules.Step) => stepLocked(id, () => Promise.resolve(step))
+
+  /**
+   * Resumes, in a batch of concurrent ones: one transaction locks the batch's sessions (in id
+   * order), asks core to judge each (`judgeResume`: a park resumes warm in place), walks the
+   * descended ones in order over one read of room (`QueueWalk.walk`), locks the planned hosts
+   * in id order, replays the plan against their fresh sums (`QueueWalk.replay`; room changed
+   * in between: plan again), and writes core's `resume` step of each; one commit for all.
+   * A refused resume answers its refusal and changes nothing; the others go on.
+   */
+  const resumeBatch = (ids: readonly string[]) =>
+    Effect.gen(function* () {
+      const t = yield* now
+      return yield* op<readonly ResumeAnswer[], never>(async (tx, attempt) => {
+        const [locked, rows] = await both(
+          () =>
+            tx
+              .select()
+              .from(sessions)
+              .where(inArray(sessions.id, [...ids]))
+              .orderBy(asc(sessions.id))
+              .for("update"),
+          () => readRoom(tx, { columns: "room" }),
+        )
+        const byId = new Map(locked.map((r) => [r.id, toSession(r)]))
+        const answers = new Map<string, ResumeAnswer>()
+        const cold: Session[] = []
+        for (const id of ids) {
+          const s = byId.get(id)
+          if (s === undefined) {
+            answers.set(id, { _tag: "Refused", error: sessionNotFound(id) })
+            continue
+          }
+          // Judged before the host choice: a refused resume locks no host, and a park resumes warm in place.
+          const bad = SessionRules.judgeResume(s)
+          if (bad) answers.set(id, { _tag: "Refused", error: fromRefusal(id, bad) as IllegalTransition })
+          else if (!SessionRules.resumesWarm(s.state)) cold.push(s)
+        }
+        const walk = QueueWalk.walk(cold, rows.map((r) => toCandidate(r, limits())), {}, limits())
+        const hostIds = [...new Set(walk.placed.map((p) => p.hostId))].sort()
+        await lockHosts(tx, hostIds)
+        const fresh = hostIds.length === 0 ? [] : (await readRoom(tx, { hostIds, columns: "room" })).map((r) => toCandidate(r, limits()))
+        const { accepted, diverged } = QueueWalk.replay(walk.placed, fresh, limits())
+        // Room changed between the read and the locks: plan again from fresh figures.
+        if (diverged && attempt < 2) return retry
+        const hostOf = new Map(accepted.map((p) => [p.waiting.id, p.hostId]))
+        // Written host by host in id order (a warm resume writes its own host): the one lock order.
+        const hostKey = (id: string) => hostOf.get(id) ?? byId.get(id)?.hostId ?? ""
+        const toWrite = ids.filter((id) => byId.has(id) && !answers.has(id)).sort((x, y) => (hostKey(x) < hostKey(y) ? -1 : hostKey(x) > hostKey(y) ? 1 : 0))
+        for (const id of toWrite) {
+          const s = byId.get(id) as Session
+          const hostId = hostOf.get(id)
+          const warm = SessionRules.resumesWarm(s.state)
+          const placement = warm || hostId === undefined ? null : { hostId, reservationId: randomUUID() }
+          const answer = SessionRules.step(s, { _tag: "resume", placement }, t)
+          if (answer._tag !== "Applied") {
+            answers.set(id, { _tag: "Refused", error: fromRefusal(id, answer as StepRefusal) as IllegalTransition })
+            continue
+          }
+          const { session } = await applyStep(tx, answer)
+          answers.set(
+            id,
+            session.hostId !== null
+              ? { _tag: "Done", outcome: { _tag: "Placed", session } }
+              : { _tag: "Done", outcome: { _tag: "Queued", session, ...standingOf(session, rows.map((r) => toCandidate(r, limits())), await queuePosition(tx, session), limits()) } },
+          )
+        }
+        return ok(ids.map((id) => answers.get(id) as ResumeAnswer))
+      })
+    })
+  // Concurrent resumes share a transaction (up to the create batch size); resumes of one
+  // session go in batches one after the other. A batch that fails is run again one by one.
+  const resumes = Batcher.make<string, ResumeAnswer, Unavailable>({
+    maxBatch: options.batchSize,
+    maxInFlight: 1,
+    windowMs: options.batchWindowMs,
+    keysOf: (id) => [id],
+    run: resumeBatch,
+  })
+  const resumeGrouped = (id: string): Effect.Effect<PlaceOutcome, NotFound | IllegalTransition | Unavailable> =>
+    Effect.flatMap(resumes(id), (a) => (a._tag === "Done" ? Effect.succeed(a.outcome) : Effect.fail(a.error)))
 
   return {
     createSession: (input) =>
@@ -478,29 +617,6 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
         return { _tag: "end", openMove: open === undefined ? null : toMove(open) }
       }),
 
-    resume: (id) =>
-      Effect.gen(function* () {
-        const t = yield* now
-        return yield* op<PlaceOutcome, NotFound | IllegalTransition>(async (tx) => {
-          const row = await lockSession(tx, id)
-          if (row === undefined) return err(sessionNotFound(id))
-          const s = toSession(row)
-          // Judged before the host choice: a refused resume locks no host, and a park resumes warm in place.
-          const bad = SessionRules.judgeResume(s)
-          if (bad) return err(fromRefusal(id, bad) as IllegalTransition)
-          if (SessionRules.resumesWarm(s.state)) {
-            const warm = SessionRules.step(s, { _tag: "resume", placement: null }, t)
-            if (warm._tag !== "Applied") return err(fromRefusal(id, warm as StepRefusal) as IllegalTransition)
-            return ok({ _tag: "Placed", session: (await applyStep(tx, warm)).session })
-          }
-          const picked = await pickAndLock(tx, { budget: s.budget, affinity: s.affinity }, limits())
-          const placement = picked._tag === "Chosen" ? { hostId: picked.hostId, reservationId: randomUUID() } : null
-          const answer = SessionRules.step(s, { _tag: "resume", placement }, t)
-          if (answer._tag !== "Applied") return err(fromRefusal(id, answer as StepRefusal) as IllegalTransition)
-          const { session } = await applyStep(tx, answer)
-          if (picked._tag === "Chosen") return ok({ _tag: "Placed", session })
-          return ok({ _tag: "Queued", session, ...standingOf(session, picked.hosts, await queuePosition(tx, session), limits()) })
-        })
-      }),
+    resume: (id) => resumeGrouped(id),
   }
 }

@@ -35,6 +35,10 @@ export interface PgOptions extends PostgresJs.ConnectOptions {
   readonly placementReadMaxAgeMs?: number | undefined
   /** See {@link StoreOptions.optimisticPlacementAttempts}. */
   readonly optimisticPlacementAttempts?: number | undefined
+  /** See {@link StoreOptions.placementBatchSize}. */
+  readonly placementBatchSize?: number | undefined
+  /** See {@link StoreOptions.placementBatchWindowMs}. */
+  readonly placementBatchWindowMs?: number | undefined
 }
 
 /** Tuning of the store itself. */
@@ -54,6 +58,18 @@ export interface StoreOptions {
    * the locking path).
    */
   readonly optimisticPlacementAttempts?: number | undefined
+  /**
+   * Group placement: concurrent creates are placed together, up to this many per batch
+   * (default 64; 1 places every create by itself). A batch is one fleet read, core's walk of
+   * the batch in order, and one statement writing every placement with the version check.
+   */
+  readonly placementBatchSize?: number | undefined
+  /**
+   * How long (real ms, fractions allowed) a batch of creates keeps gathering after its first
+   * create before it is placed (default 0.2). While a batch is being written, the next one
+   * gathers anyway.
+   */
+  readonly placementBatchWindowMs?: number | undefined
 }
 
 /** Options of a store on PGlite. */
@@ -61,6 +77,8 @@ export interface PgliteOptions extends Pglite.ConnectOptions {
   readonly limits?: Limits.Limits | undefined
   readonly placementReadMaxAgeMs?: number | undefined
   readonly optimisticPlacementAttempts?: number | undefined
+  readonly placementBatchSize?: number | undefined
+  readonly placementBatchWindowMs?: number | undefined
 }
 
 /** A store with its test reset. */
@@ -95,7 +113,12 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
   const store: StoreShape = {
     limits: () => limits,
     ...Hosts.make(deps),
-    ...Sessions.make(deps, { maxReadAgeMs, maxCasAttempts: options.optimisticPlacementAttempts ?? 8 }),
+    ...Sessions.make(deps, {
+      maxReadAgeMs,
+      maxCasAttempts: options.optimisticPlacementAttempts ?? 8,
+      batchSize: Math.max(1, Math.floor(options.placementBatchSize ?? 64)),
+      batchWindowMs: Math.max(0, options.placementBatchWindowMs ?? 0.2),
+    }),
     ...Queue.make(deps),
     ...Ledger.make(deps),
     ...Moves.make(deps),
@@ -117,15 +140,26 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
 const storeOptions = (o: StoreOptions): StoreOptions => ({
   placementReadMaxAgeMs: o.placementReadMaxAgeMs,
   optimisticPlacementAttempts: o.optimisticPlacementAttempts,
+  placementBatchSize: o.placementBatchSize,
+  placementBatchWindowMs: o.placementBatchWindowMs,
 })
 
 /** Opens the store on a PostgreSQL URL: applies the migrations, then a postgres.js pool. Closed with the scope. */
 export const openUrl = (options: PgOptions): Effect.Effect<StorePair, Unavailable, Scope.Scope> =>
   Effect.map(PostgresJs.open(options), (db) => make(db, options.limits ?? Limits.defaults, storeOptions(options)))
 
+/**
+ * How old a fleet read placements on PGlite may reuse by default: an embedded store has one
+ * writer (SPEC §12), this store, whose every write that may change room marks the read stale;
+ * placements keep it up to date themselves. So creates read the fleet only after another write.
+ */
+export const pgliteReadMaxAgeMs = 3_600_000
+
 /** Opens the store on PGlite (in memory, or in `dataDir`): applies the migrations. Closed with the scope. */
 export const openPglite = (options: PgliteOptions = {}): Effect.Effect<StorePair, Unavailable, Scope.Scope> =>
-  Effect.map(Pglite.open(options), (db) => make(db, options.limits ?? Limits.defaults, storeOptions(options)))
+  Effect.map(Pglite.open(options), (db) =>
+    make(db, options.limits ?? Limits.defaults, storeOptions({ ...options, placementReadMaxAgeMs: options.placementReadMaxAgeMs ?? pgliteReadMaxAgeMs })),
+  )
 
 const testingContext = (pair: StorePair): Context.Context<Store | StoreTesting> =>
   Context.add(Context.make(Store, pair.store), StoreTesting, pair.testing)

@@ -7,7 +7,7 @@
 import { Placement } from "@engram/core"
 import { expect } from "@effect/vitest"
 import { Effect, Result } from "effect"
-import { addHost, expectInvariants, finalRound, kase, queued, sessionIn, store } from "../Harness.js"
+import { addHost, expectInvariants, finalRound, kase, placed, queued, sessionIn, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const all = <A, E, R>(effects: readonly Effect.Effect<A, E, R>[]) =>
@@ -217,6 +217,99 @@ export const concurrency: Group = {
         }
         expect(yield* s.listReservations()).toStrictEqual([])
         yield* expectInvariants
+      }),
+    ),
+    kase(
+      "creates at once with bad ones among them: each bad create fails alone, every other is placed",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 16384, 8)
+        yield* addHost("h2", 16384, 8)
+        yield* placed("taken", { memMib: 1024, vcpus: 1 })
+        const good = Array.from({ length: 30 }, (_, i) => `g${String(i).padStart(2, "0")}`)
+        const results = yield* all<{ readonly _tag: string; readonly session: { readonly id: string; readonly hostId: string | null } }, Tagged, never>([
+          ...good.map((id, i) => s.createSession({ id, budget: { memMib: 256 * (1 + (i % 3)), vcpus: 1 } })),
+          // An existing id with another budget: a Conflict, and the session as it was.
+          s.createSession({ id: "taken", budget: { memMib: 2048, vcpus: 1 } }),
+          // Bad input: refused before anything is written.
+          s.createSession({ id: "bad-budget", budget: { memMib: 0, vcpus: 1 } }),
+          s.createSession({ id: "bad id", budget: { memMib: 256, vcpus: 1 } }),
+          // Too big for any host: queued, not placed, and not in anyone's way.
+          s.createSession({ id: "huge", budget: { memMib: 1_000_000, vcpus: 1 } }),
+          // The same id twice in one burst, same budget: one session, answered twice as sequential creates are.
+          s.createSession({ id: "twice", budget: { memMib: 512, vcpus: 1 } }),
+          s.createSession({ id: "twice", budget: { memMib: 512, vcpus: 1 } }),
+        ])
+        const n = good.length
+        for (let i = 0; i < n; i++) {
+          const r = results[i] as Result.Result<{ readonly _tag: string }, Tagged>
+          expect(Result.isSuccess(r) ? r.success._tag : r.failure._tag, good[i]).toBe("Placed")
+        }
+        const tagOf = (k: number) => {
+          const r = results[n + k] as Result.Result<{ readonly _tag: string }, Tagged>
+          return Result.isSuccess(r) ? r.success._tag : r.failure._tag
+        }
+        expect(tagOf(0)).toBe("Conflict")
+        expect(tagOf(1)).toBe("InvalidInput")
+        expect(tagOf(2)).toBe("InvalidInput")
+        expect(tagOf(3)).toBe("Queued")
+        expect([tagOf(4), tagOf(5)]).toStrictEqual(["Placed", "Placed"])
+        const twice = results.slice(n + 4).map((r) => (Result.isSuccess(r) ? r.success.session.hostId : null))
+        expect(twice[0]).not.toBeNull()
+        expect(twice[1]).toBe(twice[0])
+        expect((yield* s.getSession("taken")).budget.memMib).toBe(1024)
+        const sessions = yield* s.listSessions()
+        expect(sessions.map((x) => x.id).sort()).toStrictEqual([...good, "huge", "taken", "twice"].sort())
+        expect((yield* s.listReservations()).length).toBe(n + 2)
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "resumes at once: descended sessions come back without over-commit, a park warm in place, and each refusal alone",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192, 8)
+        yield* addHost("h2", 4096, 8)
+        // 12 descended sessions of 1 GiB: more than the room left once the park and the runner hold theirs.
+        const ids = Array.from({ length: 12 }, (_, i) => `d${String(i).padStart(2, "0")}`)
+        for (const id of ids) yield* sessionIn(id, "descended", { memMib: 1024, vcpus: 1 })
+        const park = yield* sessionIn("park", "parked", { memMib: 1024, vcpus: 1 })
+        yield* sessionIn("runner", "running", { memMib: 1024, vcpus: 1 })
+        const results = yield* all<{ readonly _tag: string; readonly session: { readonly id: string; readonly hostId: string | null; readonly state: string } }, Tagged, never>([
+          ...ids.map((id) => s.resume(id)),
+          s.resume("park"),
+          s.resume("runner"),
+          s.resume("nobody"),
+          // The same session twice at once: one resume restores it, the other finds it no longer descended.
+          s.resume("d00"),
+        ])
+        yield* expectInvariants
+        const n = ids.length
+        const tag = (r: Result.Result<{ readonly _tag: string }, Tagged>) => (Result.isSuccess(r) ? r.success._tag : r.failure._tag)
+        const outcomes = results.slice(0, n).map((r) => tag(r as Result.Result<{ readonly _tag: string }, Tagged>))
+        for (const [i, o] of outcomes.entries()) expect(["Placed", "Queued", "IllegalTransition"], ids[i]).toContain(o)
+        expect(tag(results[n] as Result.Result<{ readonly _tag: string }, Tagged>)).toBe("Placed")
+        expect(tag(results[n + 1] as Result.Result<{ readonly _tag: string }, Tagged>)).toBe("IllegalTransition")
+        expect(tag(results[n + 2] as Result.Result<{ readonly _tag: string }, Tagged>)).toBe("NotFound")
+        // d00 was resumed twice at once: exactly one of the two restored it.
+        const d00 = [tag(results[0] as Result.Result<{ readonly _tag: string }, Tagged>), tag(results[n + 3] as Result.Result<{ readonly _tag: string }, Tagged>)]
+        expect(d00.filter((x) => x === "IllegalTransition")).toHaveLength(1)
+        expect(outcomes.slice(1).filter((x) => x === "IllegalTransition")).toStrictEqual([])
+        // The park runs again on its own host; every resumed session is placed or queued as answered.
+        const after = yield* s.getSession("park")
+        expect([after.state, after.hostId]).toStrictEqual(["running", park.hostId])
+        for (const [i, id] of ids.entries()) {
+          const r = (i === 0 && Result.isFailure(results[0] as Result.Result<unknown, unknown>) ? results[n + 3] : results[i]) as Result.Result<
+            { readonly _tag: string; readonly session: { readonly state: string } },
+            Tagged
+          >
+          const now = yield* s.getSession(id)
+          expect(Result.isSuccess(r), id).toBe(true)
+          if (Result.isSuccess(r)) expect(now.state, id).toBe(r.success._tag === "Placed" ? "pending" : "queued")
+        }
+        const placedCount = (yield* s.listSessions()).filter((x) => ids.includes(x.id) && x.state === "pending").length
+        expect(placedCount).toBeGreaterThan(0)
+        expect((yield* s.listReservations()).length).toBe(placedCount + 2)
       }),
     ),
   ],

@@ -331,5 +331,73 @@ export const properties = (options: PropertyOptions): Group => ({
         )
       }),
     ),
+    kase(
+      "concurrent creates on a nearly full fleet never over-commit, and each answers as its session stands",
+      Effect.gen(function* () {
+        const context = yield* Effect.context<Env>()
+        // Up to 40 creates at once over a pool of 24 ids (a repeated id asks for the same budget,
+        // so it is an idempotent create); 1–3 small hosts that fill up within a burst.
+        const ids = Array.from({ length: 24 }, (_, i) => `n${String(i).padStart(2, "0")}`)
+        const budgetOf = (i: number) => ({ memMib: 512 * (1 + (i % 5)), vcpus: 1 + (i % 3) })
+        const fleet = fc.array(fc.record({ allocatableMib: fc.constantFrom(2048, 4096, 6144), totalVcpus: fc.constantFrom(1, 2, 4) }), {
+          minLength: 1,
+          maxLength: 3,
+        })
+        const burst = fc.array(fc.record({ session: fc.nat({ max: ids.length - 1 }), affinity: fc.option(host, { nil: null }) }), {
+          minLength: 2,
+          maxLength: 40,
+        })
+        yield* Effect.promise(() =>
+          fc.assert(
+            fc.asyncProperty(fleet, fc.array(burst, { minLength: 1, maxLength: 2 }), (hosts, bursts) =>
+              Effect.runPromise(
+                Effect.provide(
+                  Effect.gen(function* () {
+                    yield* prelude(limitsOf({ maxEntriesPerNode: 4 }))
+                    const s = yield* store
+                    for (const [i, h] of hosts.entries()) {
+                      yield* s.registerHost({ id: `h${i}` })
+                      yield* s.reportHost(`h${i}`, { totalMib: null, ...h })
+                    }
+                    for (const b of bursts) {
+                      const results = yield* Effect.all(
+                        b.map((c) =>
+                          Effect.result(
+                            s.createSession({
+                              id: ids[c.session] as string,
+                              budget: budgetOf(c.session),
+                              ...(c.affinity === null ? {} : { affinity: [c.affinity] }),
+                            }),
+                          ),
+                        ),
+                        { concurrency: "unbounded" },
+                      )
+                      const checked = yield* violations()
+                      expect(checked.violations, `after burst ${JSON.stringify(b)}`).toStrictEqual([])
+                      const sessions = new Map((yield* s.listSessions()).map((x) => [x.id, x]))
+                      for (const [k, r] of results.entries()) {
+                        const id = ids[(b[k] as { session: number }).session] as string
+                        expect(Result.isSuccess(r), `create ${id} answers`).toBe(true)
+                        if (Result.isFailure(r)) continue
+                        const now = sessions.get(id)
+                        // Nothing else changes these sessions: a create answers the state it left.
+                        expect(now?.state, id).toBe(r.success._tag === "Placed" ? "pending" : "queued")
+                        if (r.success._tag === "Placed") expect(now?.hostId, id).toBe(r.success.session.hostId)
+                      }
+                      // Every placed session holds exactly one reservation of its budget.
+                      const entries = yield* s.listReservations()
+                      for (const x of sessions.values())
+                        expect(entries.filter((e) => e.ownerId === x.id).length, x.id).toBe(x.state === "pending" ? 1 : 0)
+                    }
+                  }),
+                  context,
+                ),
+              ),
+            ),
+            { numRuns: options.numRuns, ...(options.seed === undefined ? {} : { seed: options.seed }) },
+          ),
+        )
+      }),
+    ),
   ],
 })
