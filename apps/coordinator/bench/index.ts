@@ -312,7 +312,15 @@ const main = async (): Promise<void> => {
       const fleet = await call(c.url, "GET", "/v1/fleet")
       const fleetMs = performance.now() - t0
       if (fleet.status !== 200) throw new Error(`fleet: ${fleet.status}`)
-      for (let i = 0; i < 3; i++) await call(c.url, "GET", "/v1/fleet")
+      // Later reads are incremental (only what changed since): the figure the reaper and /v1/fleet live with.
+      const later: number[] = []
+      for (let i = 0; i < 5; i++) {
+        await call(c.url, "POST", "/v1/sessions", { id: `rss-fleet-${i}`, memMib: 1024, vcpus: 1 })
+        const t = performance.now()
+        await call(c.url, "GET", "/v1/fleet")
+        later.push(performance.now() - t)
+      }
+      later.sort((x, y) => x - y)
       await call(c.url, "GET", "/v1/hosts?limit=1000")
       await call(c.url, "GET", "/v1/sessions?limit=1000")
       for (let i = 0; i < 200; i++) await call(c.url, "POST", "/v1/sessions", { id: `rss-${i}`, memMib: 1024, vcpus: 1 })
@@ -320,7 +328,16 @@ const main = async (): Promise<void> => {
       await new Promise((r) => setTimeout(r, 4000))
       const after = c.rss()
       console.log(`rss: idle ${idle.rssMib.toFixed(0)} MiB; with 10,000 hosts / 100,000 sessions ${after.rssMib.toFixed(0)} MiB, peak ${after.peakMib.toFixed(0)} MiB`)
-      report({ bench, figure: "GET /v1/fleet over HTTP, 10,000 hosts / 100,000 sessions (first)", value: fleetMs, unit: "ms" })
+      report({ bench, figure: "GET /v1/fleet over HTTP, 10,000 hosts / 100,000 sessions, first (whole) read", value: fleetMs, unit: "ms" })
+      report({
+        bench,
+        figure: "GET /v1/fleet over HTTP, 10,000 hosts / 100,000 sessions, later reads (median of 5)",
+        value: pct(later, 50),
+        unit: "ms",
+        ratio: pct(later, 50) / fleetMs,
+        baseline: "first read",
+        goal: "<= 20 ms",
+      })
       report({ bench, figure: "coordinator RSS, 10,000 hosts / 100,000 sessions", value: after.rssMib, unit: "MiB", goal: "<= 512 MiB" })
       report({ bench, figure: "coordinator peak RSS (VmHWM), same run", value: after.peakMib, unit: "MiB", ratio: after.peakMib / idle.rssMib, baseline: "idle RSS" })
       await stopAll()

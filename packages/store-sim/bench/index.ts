@@ -3,7 +3,7 @@
  * (`PlacementIndex.choose` + `Session.step` over the same fleet: what the store adds to core's
  * decision), and a scale curve at 1,000, 10,000 and 50,000 hosts of the cost of a placement,
  * a gate pass (the reaper pass's steps: fleet read, reclaim, park gate, queue drain) and a fleet read
- * (`fleetView` + `Fleet.snapshot`, what `/v1/fleet` computes). Every host holds 4 running
+ * (`fleetView` + `Fleet.snapshot`, what `/v1/fleet` computes). Every host holds 2 running
  * sessions and 2 parks; 1,000 sessions wait in the queue, too big for any host's free room.
  * Knob: BENCH_SCALE (comma list of host counts).
  */
@@ -20,7 +20,7 @@ const hostReport = { totalMib: 262_144 + 1024, allocatableMib: 262_144 + 1024, t
 const budgetOf = (i: number) => ({ memMib: 1024 * (1 + (i % 16)), vcpus: 1 + (i % 4) })
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number
 
-/** A store with `hosts` hosts, 4 running sessions and 2 parks on each, and 1,000 queued too big to fit now. */
+/** A store with `hosts` hosts, 2 running sessions and 2 parks on each, and 1,000 queued too big to fit now. */
 const fleetOf = (hosts: number): StoreShape => {
   const { store } = StoreSim.make({ limits, noFitDetails: false })
   Effect.runSync(
@@ -29,14 +29,14 @@ const fleetOf = (hosts: number): StoreShape => {
         const id = `h${String(i).padStart(6, "0")}`
         yield* store.registerHost({ id })
         yield* store.reportHost(id, hostReport)
-        for (let k = 0; k < 6; k++) {
+        for (let k = 0; k < 4; k++) {
           const s = `f${i}-${k}`
-          yield* store.createSession({ id: s, budget: { memMib: 32_768, vcpus: 4 }, affinity: [id] })
+          yield* store.createSession({ id: s, budget: { memMib: 16_384, vcpus: 4 }, affinity: [id] })
           yield* store.markRunning(s)
-          if (k >= 4) yield* store.idle(s, true)
+          if (k >= 2) yield* store.idle(s, true)
         }
       }
-      for (let q = 0; q < 1000; q++) yield* store.createSession({ id: `q${q}`, budget: { memMib: 200_000, vcpus: 8 } })
+      for (let q = 0; q < 1000; q++) yield* store.createSession({ id: `q${q}`, budget: { memMib: 240_000, vcpus: 8 } })
     }),
   )
   return store

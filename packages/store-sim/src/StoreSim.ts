@@ -124,6 +124,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   let hostsSorted: HostRec[] | null = null
   /** The queue as the fleet read carries it, and the sorted queue it was built from. */
   let fleetQueue: { of: SessionRec[]; list: Queued[] } | null = null
+  /**
+   * Core's too-big index: it depends on the hosts' capacities and states only (not on what they
+   * hold), so it is built once, and again only after a host came, went, reported or changed state.
+   */
+  let tooBigIndex: ((b: Budget) => boolean) | null = null
   let entries = new Map<string, LedgerEntry>()
   let moves = new Map<string, MoveRec>()
   let openMoves = new Map<string, string>()
@@ -141,6 +146,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     queueSorted = null
     hostsSorted = null
     fleetQueue = null
+    tooBigIndex = null
     entries = new Map()
     moves = new Map()
     openMoves = new Map()
@@ -259,7 +265,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   }
   const noFitFor = (b: Budget, affinity: readonly string[]): NoFitDetail[] =>
     noFitDetails ? Placement.noFit([...candidates()], { budget: b, affinity }, limits) : []
-  const tooBig = (b: Budget): boolean => Placement.tooBigFor([...candidates()], limits)(b)
+  const tooBig = (b: Budget): boolean => (tooBigIndex ??= Placement.tooBigFor([...candidates()], limits))(b)
   const standingOf = (s: SessionRec, position = positionOf(s)): QueueStanding => ({
     position,
     noFit: noFitFor(s.budget, s.affinity),
@@ -460,6 +466,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         refresh(h)
         hosts.set(h.id, h)
         hostsSorted = null
+        tooBigIndex = null
         return hostOf(h)
       }),
 
@@ -470,6 +477,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (bad) return yield* bad
         h.report = { totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus }
         h.reportedAt = yield* now
+        tooBigIndex = null
         refresh(h)
         return viewOf(h)
       }),
@@ -478,6 +486,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       Effect.gen(function* () {
         const h = yield* findHost(id)
         h.state = state
+        tooBigIndex = null
         refresh(h)
         return viewOf(h)
       }),
@@ -507,6 +516,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (refused) return yield* new Refused({ check: refused.check, reason: refused.message })
         hosts.delete(id)
         hostsSorted = null
+        tooBigIndex = null
         index.remove(id)
         return hostOf(h)
       }),
