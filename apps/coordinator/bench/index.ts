@@ -11,7 +11,9 @@
  *   f. the coordinator's RSS with 10,000 hosts and 100,000 sessions.
  *
  * Knobs: BENCH_SECONDS (measured seconds per load run, default 5), BENCH_WARMUP_SECONDS (2),
- * BENCH_HOSTS (2000), BENCH_IN_FLIGHT (64), BENCH_SKIP (comma list of a,b,c,d,f).
+ * BENCH_HOSTS (2000), BENCH_IN_FLIGHT (64), BENCH_SKIP (comma list of a,b,c,d,f), BENCH_CPU_PROF (a
+ * directory: every coordinator process writes a V8 CPU profile there when it stops; summarize one
+ * with `node tooling/scripts/cpu-profile-top.mjs <dir>`).
  */
 import { report } from "@engram/bench"
 import { createDatabase, freePort, pgBinDir, startEmbeddedPostgres } from "@engram/test-pg"
@@ -32,6 +34,7 @@ const IN_FLIGHT = Number(process.env["BENCH_IN_FLIGHT"] ?? 64)
 const PGBENCH_CLIENTS = 16
 const skip = new Set((process.env["BENCH_SKIP"] ?? "").split(",").filter(Boolean))
 const TOKEN = "bench-admin-token-0123456789"
+const cpuProf = process.env["BENCH_CPU_PROF"]
 const bench = "coordinator"
 const hostReport = { totalMib: 262_144, allocatableMib: 262_144, totalVcpus: 64 }
 
@@ -47,7 +50,8 @@ interface Coordinator {
 
 const startCoordinator = async (env: Record<string, string>): Promise<Coordinator> => {
   const port = await freePort()
-  const child = spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", join(here, "..", "src", "main.ts")], {
+  const profile = cpuProf === undefined || cpuProf === "" ? [] : ["--cpu-prof", `--cpu-prof-dir=${cpuProf}`]
+  const child = spawn(process.execPath, [...profile, "--import", "tsx", "--conditions=@engram/source", join(here, "..", "src", "main.ts")], {
     cwd: join(here, ".."),
     env: {
       ...process.env,
