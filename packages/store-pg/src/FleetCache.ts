@@ -67,16 +67,21 @@ export const deltaSql = (since: string | null): SQL => {
   // Row xmin is a 32-bit xid: compare by age (the distance back from now), wraparound-safe.
   const newer = since === null ? sql`true` : sql`age(xmin) <= age(${String(BigInt(since) % 4294967296n)}::xid)`
   const sessionFilter = since === null ? sql`state in ('parked', 'descending', 'queued')` : newer
+  // One pass over the sessions gives both their count and the changed ones.
   return sql`select
     pg_snapshot_xmin(pg_current_snapshot())::text as xmin,
     (select count(*)::int from hosts) as "hostCount",
-    (select count(*)::int from sessions where state in ('parked', 'descending', 'queued')) as "sessionCount",
+    s.n as "sessionCount",
     (select coalesce(json_agg(x), '[]'::json) from (
       select ${roomColumns("h", "room")}, 0 as "parks", 0 as "descents", null::json as "parkList" from hosts h where ${newer}
     ) x) as hosts,
-    (select coalesce(json_agg(json_build_object('id', id, 'state', state, 'hostId', host_id, 'parkedAt', parked_at,
-        'queuedAt', queued_at, 'memMib', mem_mib, 'vcpus', vcpus)), '[]'::json)
-      from sessions where ${sessionFilter}) as sessions`
+    s.list as sessions
+    from (
+      select (count(*) filter (where state in ('parked', 'descending', 'queued')))::int as n,
+        coalesce(json_agg(json_build_object('id', id, 'state', state, 'hostId', host_id, 'parkedAt', parked_at,
+          'queuedAt', queued_at, 'memMib', mem_mib, 'vcpus', vcpus)) filter (where ${sessionFilter}), '[]'::json) as list
+      from sessions
+    ) s`
 }
 
 const byId = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
