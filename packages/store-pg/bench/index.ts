@@ -9,7 +9,7 @@
 //   4. fleet view: the first (whole) read and the incremental reads after it, at 1,000 and 10,000 hosts
 import { report } from "@engram/bench"
 import { execFileSync } from "node:child_process"
-import { writeFileSync } from "node:fs"
+import { rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import path from "node:path"
 import { Limits } from "@engram/core"
@@ -80,12 +80,17 @@ const realPgbench = async (): Promise<number | null> => {
     script,
     "\\set aid random(1, 100000 * :scale)\nBEGIN;\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\nEND;\n",
   )
-  execFileSync(path.join(bin, "pgbench"), ["-i", "-s", "1", "-q", ...args], { env, stdio: "ignore" })
-  const out = execFileSync(
-    path.join(bin, "pgbench"),
-    ["-n", "-c", String(CLIENTS), "-j", "2", "-T", String(DURATION_MS / 1000), "-f", script, ...args],
-    { env, encoding: "utf8" },
-  )
+  let out: string
+  try {
+    execFileSync(path.join(bin, "pgbench"), ["-i", "-s", "1", "-q", ...args], { env, stdio: "ignore" })
+    out = execFileSync(
+      path.join(bin, "pgbench"),
+      ["-n", "-c", String(CLIENTS), "-j", "2", "-T", String(DURATION_MS / 1000), "-f", script, ...args],
+      { env, encoding: "utf8" },
+    )
+  } finally {
+    rmSync(script, { force: true })
+  }
   const m = /tps = ([\d.]+)/.exec(out)
   return m === null ? null : Number(m[1])
 }
