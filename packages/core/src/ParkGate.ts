@@ -141,7 +141,14 @@ export const byNearestToFit = (a: FleetHost, b: FleetHost): number => {
 // ---- step 1: unplaceable (too_big) ---------------------------------------------------------
 
 /** The headroom of a host with nothing reserved on it. */
-const emptied = (h: Candidate): Candidate => ({ ...h, entries: 0, headroom: { ...h.headroom, reserved: Headroom.zero } })
+const emptied = (h: Candidate): Candidate => ({
+  id: h.id,
+  headroom: { allocatableMib: h.headroom.allocatableMib, cpuBudget: h.headroom.cpuBudget, reserved: Headroom.zero },
+  entries: 0,
+  ...(h.state === undefined ? {} : { state: h.state }),
+  ...(h.measured === undefined ? {} : { measured: h.measured }),
+  ...(h.reported === undefined ? {} : { reported: h.reported }),
+})
 
 /**
  * Whether `budget` fits on none of the ready measured hosts even if that host were empty
@@ -149,9 +156,19 @@ const emptied = (h: Candidate): Candidate => ({ ...h, entries: 0, headroom: { ..
  * not measured yet, which says nothing about the size of its hosts.
  */
 export const tooBigFor = (hosts: readonly Candidate[], limits: Limits = defaults): ((budget: Budget) => boolean) => {
-  const sized = hosts.filter((h) => (h.state ?? "ready") === "ready" && Placement.isMeasured(h)).map(emptied)
-  if (sized.length === 0) return () => false
-  const index = Placement.roomIndex(sized, { ...limits, requireMeasured: false })
+  // Each ready measured host's fit limits as if it held nothing (`emptied`, judged open with
+  // requireMeasured off), without copying the hosts.
+  const open = { ...limits, requireMeasured: false }
+  const points: Budget[] = []
+  let sized = 0
+  for (const h of hosts) {
+    if ((h.state ?? "ready") !== "ready" || !Placement.isMeasured(h)) continue
+    sized++
+    const empty = emptied(h)
+    if (Placement.isOpen(empty, open)) points.push(Headroom.fitLimit(empty.headroom))
+  }
+  if (sized === 0) return () => false
+  const index = Placement.roomIndexOf(points)
   return (budget) => !index.anyFits(budget)
 }
 

@@ -25,37 +25,102 @@ interface Slot {
 const cmpSlot = (a: Slot, b: Slot): number =>
   a.mib !== b.mib ? (a.mib < b.mib ? -1 : 1) : a.vcpus !== b.vcpus ? (a.vcpus < b.vcpus ? -1 : 1) : a.c.id < b.c.id ? -1 : a.c.id > b.c.id ? 1 : 0
 
-/** A sorted array of slots with binary-search insert and remove. */
+/**
+ * Slots sorted by the ranking key, held in blocks of at most `BLOCK` slots (a bucketed sorted
+ * list): an insert or a remove binary-searches the block, then the slot within it, and splices
+ * one block, O(log n + BLOCK) instead of moving every slot of a 10,000-host array.
+ */
+const BLOCK = 256
+
 class Sorted {
-  readonly slots: Slot[] = []
-  private find(s: Slot): number {
+  private blocks: Slot[][] = []
+  private count = 0
+
+  get size(): number {
+    return this.count
+  }
+
+  // The block a slot with this key belongs in: the first whose last slot is >= it (else the last block).
+  private blockFor(s: Slot): number {
+    const blocks = this.blocks
     let lo = 0
-    let hi = this.slots.length
+    let hi = blocks.length - 1
     while (lo < hi) {
       const mid = (lo + hi) >>> 1
-      if (cmpSlot(this.slots[mid] as Slot, s) < 0) lo = mid + 1
+      const b = blocks[mid] as Slot[]
+      if (cmpSlot(b[b.length - 1] as Slot, s) < 0) lo = mid + 1
       else hi = mid
     }
     return lo
   }
+
+  private static find(block: readonly Slot[], s: Slot): number {
+    let lo = 0
+    let hi = block.length
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1
+      if (cmpSlot(block[mid] as Slot, s) < 0) lo = mid + 1
+      else hi = mid
+    }
+    return lo
+  }
+
   insert(s: Slot): void {
-    this.slots.splice(this.find(s), 0, s)
+    this.count++
+    if (this.blocks.length === 0) {
+      this.blocks.push([s])
+      return
+    }
+    const bi = this.blockFor(s)
+    const block = this.blocks[bi] as Slot[]
+    block.splice(Sorted.find(block, s), 0, s)
+    if (block.length > 2 * BLOCK) this.blocks.splice(bi + 1, 0, block.splice(BLOCK))
   }
+
   remove(s: Slot): void {
-    const i = this.find(s)
-    if (this.slots[i] === s) this.slots.splice(i, 1)
+    if (this.blocks.length === 0) return
+    const bi = this.blockFor(s)
+    const block = this.blocks[bi] as Slot[]
+    const i = Sorted.find(block, s)
+    if (block[i] !== s) return
+    block.splice(i, 1)
+    this.count--
+    if (block.length === 0) this.blocks.splice(bi, 1)
   }
-  /** The first index whose key is >= (mib, vcpus). */
-  lowerBound(mib: number, vcpus = Number.NEGATIVE_INFINITY): number {
+
+  /** The slots in order, from the first whose key is >= (mib, vcpus). */
+  *from(mib: number, vcpus = Number.NEGATIVE_INFINITY): Generator<Slot> {
+    const blocks = this.blocks
+    const below = (m: Slot): boolean => m.mib < mib || (m.mib === mib && m.vcpus < vcpus)
     let lo = 0
-    let hi = this.slots.length
+    let hi = blocks.length
+    // The first block whose last slot is not below the key.
     while (lo < hi) {
       const mid = (lo + hi) >>> 1
-      const m = this.slots[mid] as Slot
-      if (m.mib < mib || (m.mib === mib && m.vcpus < vcpus)) lo = mid + 1
+      const b = blocks[mid] as Slot[]
+      if (below(b[b.length - 1] as Slot)) lo = mid + 1
       else hi = mid
     }
-    return lo
+    for (let bi = lo; bi < blocks.length; bi++) {
+      const block = blocks[bi] as Slot[]
+      let i = 0
+      if (bi === lo) {
+        let l = 0
+        let h = block.length
+        while (l < h) {
+          const mid = (l + h) >>> 1
+          if (below(block[mid] as Slot)) l = mid + 1
+          else h = mid
+        }
+        i = l
+      }
+      for (; i < block.length; i++) yield block[i] as Slot
+    }
+  }
+
+  /** Every slot in order. */
+  all(): Generator<Slot> {
+    return this.from(Number.NEGATIVE_INFINITY)
   }
 }
 
@@ -156,7 +221,7 @@ export class Index {
       const c = this.all.get(id)
       if (c !== undefined && id !== exclude && Placement.fitsOn(c, b, this.limits)) return c.id
     }
-    for (const s of this.unmeasured.slots)
+    for (const s of this.unmeasured.all())
       if (s.fitMib >= b.memMib && s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude) return s.c.id
     return null
   }
@@ -173,9 +238,7 @@ export class Index {
 
   // The first slot at or above the budget's RAM whose CPU also fits; affinity hosts were judged already.
   private firstFit(list: Sorted, b: Budget, affinity: ReadonlyMap<string, number>, exclude: string | undefined): Candidate | undefined {
-    const slots = list.slots
-    for (let i = list.lowerBound(b.memMib); i < slots.length; i++) {
-      const s = slots[i] as Slot
+    for (const s of list.from(b.memMib)) {
       if (s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude) return s.c
     }
     return undefined

@@ -1,16 +1,16 @@
 /** Hosts: registration, reports, states, the host views, and the one fleet read (SPEC §1, §4.1). */
-import type { Queued } from "@engram/core"
 import { Ledger as LedgerRules } from "@engram/core"
 import { Conflict, Cursor, NotFound, Refused, Validate } from "@engram/store"
 import type { InvalidInput } from "@engram/store"
-import type { FleetRead, Host, HostView, StoreShape } from "@engram/store"
+import type { Host, HostView, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { query } from "./Db.js"
 import type { Exec } from "./Db.js"
 import type { Deps } from "./Deps.js"
+import * as FleetCache from "./FleetCache.js"
 import * as Pages from "./Pages.js"
-import { readRoom, roomSql, toCandidate, toHostView, toRoomRow } from "./Room.js"
+import { readRoom, toHostView } from "./Room.js"
 import { hosts, sessions } from "./schema.js"
 import { err, ok } from "./Transaction.js"
 
@@ -42,6 +42,7 @@ const hostOf = (h: typeof hosts.$inferSelect): Host => ({
 
 /** The host operations of the store. */
 export const make = ({ op, read, now, limits, cache }: Deps): HostOps => {
+  const fleet = FleetCache.make({ limits, read })
   const hostView = async (exec: Exec, id: string): Promise<HostView | undefined> => {
     const row = (await readRoom(exec, { hostIds: [id], sessions: "counts" }))[0]
     return row === undefined ? undefined : toHostView(row, limits())
@@ -152,31 +153,7 @@ export const make = ({ op, read, now, limits, cache }: Deps): HostOps => {
         return Cursor.pageOf("hosts", rows.map((r) => toHostView(r, limits())), (h) => [h.id], limit)
       }),
 
-    fleetView: () =>
-      Effect.gen(function* () {
-        const readAt = yield* now
-        // One statement: one snapshot of hosts, sums, parks and the queue, in one round trip.
-        const [row] = yield* read((exec) =>
-          query<{ hosts: unknown; queue: unknown }>(
-            exec,
-            sql`select
-              (select coalesce(json_agg(x order by x.id), '[]'::json) from (${roomSql({ sessions: "parks" })}) x) as hosts,
-              (select coalesce(json_agg(json_build_object('sessionId', id, 'memMib', mem_mib, 'vcpus', vcpus, 'queuedAt', queued_at)
-                 order by queued_at, id), '[]'::json)
-               from sessions where state = 'queued') as queue`,
-          ),
-        )
-        const parse = (v: unknown): unknown => (typeof v === "string" ? JSON.parse(v) : v)
-        const hostRows = (parse(row?.hosts) ?? []) as Record<string, unknown>[]
-        const queueRows = (parse(row?.queue) ?? []) as { sessionId: string; memMib: number; vcpus: number; queuedAt: number }[]
-        const fleetHosts = hostRows.map((r) => toCandidate(toRoomRow(r), limits()))
-        const queue: Queued[] = queueRows.map((q) => ({
-          sessionId: q.sessionId,
-          budget: { memMib: Number(q.memMib), vcpus: Number(q.vcpus) },
-          queuedAt: Number(q.queuedAt),
-        }))
-        const fleet: FleetRead = { hosts: fleetHosts, queue, readAt }
-        return fleet
-      }),
+    // Incremental (FleetCache): only the rows written since the last read are read.
+    fleetView: () => Effect.flatMap(now, (readAt) => fleet.read(readAt)),
   }
 }

@@ -59,6 +59,8 @@ interface HostRec {
   descents: Set<string>
   /** Rebuilt whenever the report, state or reservations change. */
   candidate: Candidate
+  /** The host as the fleet read carries it; null once anything it shows changed (rebuilt on the next read). */
+  fleet: FleetHost | null
 }
 
 interface SessionRec {
@@ -118,6 +120,15 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   let sessions = new Map<string, SessionRec>()
   let queue = new Map<string, SessionRec>()
   let queueSorted: SessionRec[] | null = null
+  /** The hosts in id order, null when a host came or went (rebuilt on the next read). */
+  let hostsSorted: HostRec[] | null = null
+  /** The queue as the fleet read carries it, and the sorted queue it was built from. */
+  let fleetQueue: { of: SessionRec[]; list: Queued[] } | null = null
+  /**
+   * Core's too-big index: it depends on the hosts' capacities and states only (not on what they
+   * hold), so it is built once, and again only after a host came, went, reported or changed state.
+   */
+  let tooBigIndex: ((b: Budget) => boolean) | null = null
   let entries = new Map<string, LedgerEntry>()
   let moves = new Map<string, MoveRec>()
   let openMoves = new Map<string, string>()
@@ -133,6 +144,9 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     sessions = new Map()
     queue = new Map()
     queueSorted = null
+    hostsSorted = null
+    fleetQueue = null
+    tooBigIndex = null
     entries = new Map()
     moves = new Map()
     openMoves = new Map()
@@ -161,6 +175,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       measured: measuredOf(h),
       reported: h.reportedAt !== null,
     }
+    h.fleet = null
     index.upsert(h.candidate)
   }
   const candidates = function* (): Iterable<Candidate> {
@@ -250,7 +265,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   }
   const noFitFor = (b: Budget, affinity: readonly string[]): NoFitDetail[] =>
     noFitDetails ? Placement.noFit([...candidates()], { budget: b, affinity }, limits) : []
-  const tooBig = (b: Budget): boolean => Placement.tooBigFor([...candidates()], limits)(b)
+  const tooBig = (b: Budget): boolean => (tooBigIndex ??= Placement.tooBigFor([...candidates()], limits))(b)
   const standingOf = (s: SessionRec, position = positionOf(s)): QueueStanding => ({
     position,
     noFit: noFitFor(s.budget, s.affinity),
@@ -331,16 +346,22 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   const leave = (s: SessionRec): void => {
     const h = s.hostId === null ? undefined : hosts.get(s.hostId)
     if (h !== undefined) {
-      if (s.state === "parked") h.parks.delete(s.id)
-      if (s.state === "descending") h.descents.delete(s.id)
+      if (s.state === "parked" && h.parks.delete(s.id)) h.fleet = null
+      if (s.state === "descending" && h.descents.delete(s.id)) h.fleet = null
     }
     if (s.state === "queued" && queue.delete(s.id)) queueSorted = null
   }
   const enter = (s: SessionRec): void => {
     const h = s.hostId === null ? undefined : hosts.get(s.hostId)
     if (h !== undefined) {
-      if (s.state === "parked") h.parks.set(s.id, { sessionId: s.id, parkedAt: s.parkedAt as number, budget: s.budget })
-      if (s.state === "descending") h.descents.add(s.id)
+      if (s.state === "parked") {
+        h.parks.set(s.id, { sessionId: s.id, parkedAt: s.parkedAt as number, budget: s.budget })
+        h.fleet = null
+      }
+      if (s.state === "descending") {
+        h.descents.add(s.id)
+        h.fleet = null
+      }
     }
     if (s.state === "queued") {
       queue.set(s.id, s)
@@ -440,9 +461,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           parks: new Map(),
           descents: new Set(),
           candidate: { id: input.id, headroom: { allocatableMib: null, cpuBudget: null, reserved: Headroom.zero } },
+          fleet: null,
         }
         refresh(h)
         hosts.set(h.id, h)
+        hostsSorted = null
+        tooBigIndex = null
         return hostOf(h)
       }),
 
@@ -453,6 +477,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (bad) return yield* bad
         h.report = { totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus }
         h.reportedAt = yield* now
+        tooBigIndex = null
         refresh(h)
         return viewOf(h)
       }),
@@ -461,6 +486,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       Effect.gen(function* () {
         const h = yield* findHost(id)
         h.state = state
+        tooBigIndex = null
         refresh(h)
         return viewOf(h)
       }),
@@ -489,6 +515,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const refused = Ledger.refuseHostRemoval(id, { entries: h.entries.size, sessions: onHost })
         if (refused) return yield* new Refused({ check: refused.check, reason: refused.message })
         hosts.delete(id)
+        hostsSorted = null
+        tooBigIndex = null
         index.remove(id)
         return hostOf(h)
       }),
@@ -496,20 +524,27 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     fleetView: () =>
       Effect.gen(function* () {
         const readAt = yield* now
-        const fleetHosts: FleetHost[] = [...hosts.values()].sort(byId).map((h) => ({
-          ...h.candidate,
-          descentsRunning: h.descents.size,
-          parks: [...h.parks.values()],
-        }))
-        const q: Queued[] = sortedQueue().map((s) => ({ sessionId: s.id, budget: s.budget, queuedAt: s.queuedAt as number }))
+        // Incremental: a host whose candidate, parks and descents did not change since the last
+        // read is the same (immutable) object as then; only changed hosts are rebuilt.
+        hostsSorted ??= [...hosts.values()].sort(byId)
+        const fleetHosts: FleetHost[] = hostsSorted.map(
+          (h) => (h.fleet ??= { ...h.candidate, descentsRunning: h.descents.size, parks: [...h.parks.values()] }),
+        )
+        // The queue's list is rebuilt only when the queue changed (its sorted order is rebuilt then too).
+        const sorted = sortedQueue()
+        if (fleetQueue === null || fleetQueue.of !== sorted)
+          fleetQueue = { of: sorted, list: sorted.map((s) => ({ sessionId: s.id, budget: s.budget, queuedAt: s.queuedAt as number })) }
+        const q: readonly Queued[] = fleetQueue.list
         return { hosts: fleetHosts, queue: q, readAt } satisfies FleetRead
       }),
 
+    // The hot path of the simulator and of the bench: one synchronous body under the clock, no
+    // generator per create (the decision is core's; this only reads the clock and writes).
     createSession: (input) =>
-      Effect.gen(function* () {
+      Effect.clockWith((clock): Effect.Effect<PlaceOutcome, InvalidInput | Conflict | NoRoom> => {
         const bad = Validate.sessionInput(input)
-        if (bad) return yield* bad
-        const t = yield* now
+        if (bad) return Effect.fail(bad)
+        const t = clock.currentTimeMillisUnsafe()
         const existing = sessions.get(input.id)
         const affinity = input.affinity ?? []
         const create = (placement: SessionRules.Placed | null): SessionRules.Step => ({
@@ -522,19 +557,21 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (existing !== undefined) {
           // A repeated create: core answers the session as it is, or a Conflict on another budget.
           const again = SessionRules.step(existing, create(null), t)
-          if (again._tag === "Unchanged") return outcomeOf(existing)
-          return yield* (fromRefusal(input.id, again as StepRefusal) as Conflict)
+          if (again._tag === "Unchanged") return Effect.succeed(outcomeOf(existing))
+          return Effect.fail(fromRefusal(input.id, again as StepRefusal) as Conflict)
         }
         const placement = placementFor(input.budget, affinity)
         if (placement === null && input.onNoRoom === "refuse")
-          return yield* new NoRoom({
-            sessionId: input.id,
-            noFit: Placement.noFit([...candidates()], { budget: input.budget, affinity }, limits),
-            tooBig: tooBig(input.budget),
-          })
+          return Effect.fail(
+            new NoRoom({
+              sessionId: input.id,
+              noFit: Placement.noFit([...candidates()], { budget: input.budget, affinity }, limits),
+              tooBig: tooBig(input.budget),
+            }),
+          )
         const answer = SessionRules.step(null, create(placement), t)
-        if (answer._tag !== "Applied") return yield* (fromRefusal(input.id, answer as StepRefusal) as Conflict)
-        return outcomeOf(applyStep(undefined, answer, t))
+        if (answer._tag !== "Applied") return Effect.fail(fromRefusal(input.id, answer as StepRefusal) as Conflict)
+        return Effect.succeed(outcomeOf(applyStep(undefined, answer, t)))
       }),
 
     getSession: (id) => Effect.map(findSession(id), sessionOf),
