@@ -87,7 +87,17 @@ export interface Hold {
 export interface Options {
   /** A queued session without room that has waited this long is starving (room is made for it). */
   readonly starvationLimitMs: number
+  /**
+   * How many sessions get a newly chosen host held for them in one pass (default
+   * {@link defaultMaxNewHoldsPerPass}); holds kept from the last pass do not count. Choosing a
+   * host searches every host, so this bounds a pass in an overloaded fleet where thousands
+   * starve at once; the oldest are served first and the rest in the next passes.
+   */
+  readonly maxNewHoldsPerPass?: number | undefined
 }
+
+/** Sixteen new holds a pass: at 10,000 hosts a pass stays well under a second however many starve. */
+export const defaultMaxNewHoldsPerPass = 16
 
 /** Ten minutes: a session without room waits at most about this long plus the descents it needs. */
 export const defaultOptions: Options = Object.freeze({ starvationLimitMs: 10 * 60 * 1000 })
@@ -399,6 +409,8 @@ export const serve = (
   const taken = new Set<string>()
   const holds: Hold[] = []
   const yields: Yield[] = []
+  const maxNew = ctx.options.maxNewHoldsPerPass ?? defaultMaxNewHoldsPerPass
+  let chosen = 0
   for (const q of order) {
     const isStarving = starvingIds.has(q.sessionId)
     const kept = byHostId.get(previous.get(q.sessionId) ?? "")
@@ -406,7 +418,12 @@ export const serve = (
     // A fitting hold lasts while its descents run or its parks can still make the room.
     if (kept !== undefined && !taken.has(kept.id) && rooms.could(kept, q.budget) && (isStarving || kept.descentsRunning > 0 || rooms.plan(kept, q.budget).fits))
       h = kept
-    if (h === undefined) h = isStarving ? holdFor(q, fleet.hosts, taken, rooms) : rooms.cheapest(q.budget, fleet.hosts, taken)?.host
+    if (h === undefined) {
+      // A new hold searches every host: a bounded number per pass (the queue's oldest first).
+      if (chosen >= maxNew) continue
+      chosen += 1
+      h = isStarving ? holdFor(q, fleet.hosts, taken, rooms) : rooms.cheapest(q.budget, fleet.hosts, taken)?.host
+    }
     if (h === undefined) continue
     taken.add(h.id)
     holds.push({ sessionId: q.sessionId, hostId: h.id, reason: isStarving ? "starving" : "fit" })

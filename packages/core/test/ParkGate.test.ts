@@ -268,6 +268,17 @@ describe("ParkGate", () => {
       expect(d.yields).toEqual([{ hostId: "h3", sessionId: "h3p0", reason: "demand" }])
     })
 
+    it("a pass chooses at most maxNewHoldsPerPass new holds, oldest first; the next pass keeps them and serves the rest", () => {
+      const queue = [queued("s1", 40 * GiB, NOW - LIMIT - 3), queued("s2", 40 * GiB, NOW - LIMIT - 2), queued("s3", 40 * GiB, NOW - LIMIT - 1)]
+      const options = { ...ParkGate.defaultOptions, maxNewHoldsPerPass: 2 }
+      const first = ParkGate.evaluate({ hosts: full(), queue }, NOW, Limits.defaults, options)
+      expect(first.holds.map((h) => h.sessionId)).toEqual(["s1", "s2"])
+      const second = ParkGate.evaluate({ hosts: full(), queue }, NOW, Limits.defaults, options, { holds: first.holds })
+      expect(second.holds.map((h) => h.sessionId)).toEqual(["s1", "s2", "s3"])
+      expect(second.holds.slice(0, 2)).toEqual(first.holds)
+      expect(new Set(second.holds.map((h) => h.hostId)).size).toBe(3)
+    })
+
     it("a hold ends when its session is no longer starving (placed or gone)", () => {
       const d = ParkGate.evaluate({ hosts: full(), queue: [] }, NOW, Limits.defaults, ParkGate.defaultOptions, { holds: [{ sessionId: "big", hostId: "h0", reason: "starving" }] })
       expect(d.holds).toEqual([])
