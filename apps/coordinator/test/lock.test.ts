@@ -1,17 +1,15 @@
 // One writer per embedded store (SPEC §12, issue 13 item 8), with real processes: a second
 // coordinator on the same ENGRAM_DATA_DIR exits 1 with one line naming the holder's pid; a
 // lock left by a process that no longer runs is taken over (and said); a clean stop removes it.
-import { spawn, spawnSync } from "node:child_process"
+import { spawnSync } from "node:child_process"
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { dirname, join } from "node:path"
-import { fileURLToPath } from "node:url"
+import { join } from "node:path"
 import { DataDirLock } from "@engram/coordinator"
 import { Effect, Exit } from "effect"
 import { afterAll, describe, expect, it } from "vitest"
-import { startChild } from "./support/child.js"
+import { runToEnd, startChild } from "./support/child.js"
 
-const appDir = join(dirname(fileURLToPath(import.meta.url)), "..")
 const dirs: string[] = []
 const freshDir = () => {
   const d = mkdtempSync(join(tmpdir(), "engram-lock-"))
@@ -25,28 +23,8 @@ afterAll(() => {
 const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("ENGRAM_")))
 const env = (dataDir: string) => ({ ...clean, ENGRAM_LOG_FORMAT: "json", ENGRAM_DATA_DIR: dataDir, ENGRAM_ADMIN_TOKEN: "lock-test-admin-token-0123" })
 
-/** Runs a coordinator to its end; answers its exit code and its JSON log lines. */
-const runToEnd = (dataDir: string): Promise<{ code: number | null; lines: { level: string; msg: string }[] }> =>
-  new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", "src/main.ts"], {
-      cwd: appDir,
-      env: { ...env(dataDir), ENGRAM_PORT: "0" },
-      stdio: ["ignore", "pipe", "pipe"],
-    })
-    let out = ""
-    child.stdout.on("data", (b: Buffer) => (out += b.toString()))
-    child.stderr.on("data", (b: Buffer) => (out += b.toString()))
-    child.on("close", (code) =>
-      resolve({
-        code,
-        lines: out
-          .trim()
-          .split("\n")
-          .filter((l) => l.startsWith("{"))
-          .map((l) => JSON.parse(l) as { level: string; msg: string }),
-      }),
-    )
-  })
+/** Runs a coordinator on `dataDir` to its end. */
+const runOn = (dataDir: string) => runToEnd({ ...env(dataDir), ENGRAM_PORT: "0" })
 
 describe("one coordinator per embedded data directory", () => {
   it("a second coordinator on the same ENGRAM_DATA_DIR exits 1 with one line naming the holder's pid; the first keeps serving; a clean stop removes the lock", async () => {
@@ -55,7 +33,7 @@ describe("one coordinator per embedded data directory", () => {
     try {
       const lockFile = join(dataDir, "coordinator.lock")
       expect(readFileSync(lockFile, "utf8").trim()).toBe(String(first.process.pid))
-      const second = await runToEnd(dataDir)
+      const second = await runOn(dataDir)
       expect(second.code).toBe(1)
       const fatal = second.lines.filter((l) => l.level === "fatal")
       expect(fatal.map((l) => l.msg)).toEqual([

@@ -2,14 +2,12 @@
 // in use and a database that refuses are each one line naming the setting, and exit 1.
 import { createServer } from "node:net"
 import type { Server } from "node:net"
-import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { dirname, join } from "node:path"
-import { fileURLToPath } from "node:url"
+import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { runToEnd } from "./support/child.js"
 
-const appDir = join(dirname(fileURLToPath(import.meta.url)), "..")
 const dataDir = mkdtempSync(join(tmpdir(), "engram-main-"))
 let holder: Server
 let heldPort = 0
@@ -24,29 +22,11 @@ afterAll(() => {
   rmSync(dataDir, { recursive: true, force: true })
 })
 
-/** Runs the coordinator to its end; answers its exit code and its JSON log lines. */
-const run = (env: Record<string, string>): Promise<{ code: number | null; lines: { level: string; msg: string }[] }> =>
-  new Promise((resolve) => {
-    const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("ENGRAM_")))
-    const child = spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", "src/main.ts"], {
-      cwd: appDir,
-      env: { ...clean, ENGRAM_LOG_FORMAT: "json", ENGRAM_DATA_DIR: dataDir, ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-    })
-    let out = ""
-    child.stdout.on("data", (b: Buffer) => (out += b.toString()))
-    child.stderr.on("data", (b: Buffer) => (out += b.toString()))
-    child.on("close", (code) =>
-      resolve({
-        code,
-        lines: out
-          .trim()
-          .split("\n")
-          .filter((l) => l.startsWith("{"))
-          .map((l) => JSON.parse(l) as { level: string; msg: string }),
-      }),
-    )
-  })
+/** Runs the coordinator on this file's data dir to its end, with `env` over the test's environment. */
+const run = (env: Record<string, string>) => {
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("ENGRAM_")))
+  return runToEnd({ ...clean, ENGRAM_DATA_DIR: dataDir, ...env })
+}
 
 describe("the coordinator's start-up failures", () => {
   it("a port in use: one line naming the port and ENGRAM_PORT, exit 1", async () => {

@@ -50,3 +50,35 @@ export const startChild = (env: Readonly<Record<string, string>>, timeoutMs = 90
       }
     })
   })
+
+/** What a coordinator process said before it ended: its exit code and its JSON log lines. */
+export interface Ended {
+  readonly code: number | null
+  readonly lines: readonly { readonly level: string; readonly msg: string }[]
+}
+
+/**
+ * Runs the coordinator's process (`src/main.ts`, as operators run it) to its end with exactly
+ * `env` (add `process.env` yourself) and JSON logs; answers its exit code and log lines.
+ */
+export const runToEnd = (env: Record<string, string | undefined>): Promise<Ended> =>
+  new Promise((resolve) => {
+    const child = spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", "src/main.ts"], {
+      cwd: appDir,
+      env: { ...env, ENGRAM_LOG_FORMAT: "json" },
+      stdio: ["ignore", "pipe", "pipe"],
+    })
+    let out = ""
+    child.stdout.on("data", (b: Buffer) => (out += b.toString()))
+    child.stderr.on("data", (b: Buffer) => (out += b.toString()))
+    child.on("close", (code) =>
+      resolve({
+        code,
+        lines: out
+          .trim()
+          .split("\n")
+          .filter((l) => l.startsWith("{"))
+          .map((l) => JSON.parse(l) as { level: string; msg: string }),
+      }),
+    )
+  })
