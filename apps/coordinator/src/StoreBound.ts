@@ -11,7 +11,7 @@
  */
 import { Unavailable } from "@engram/store"
 import type { StoreShape } from "@engram/store"
-import { Context, Effect } from "effect"
+import { Context, Effect, Fiber } from "effect"
 
 /** How long a caller should wait before retrying after a store call timed out. */
 export const retryAfterMs = 1000
@@ -35,9 +35,19 @@ const realTimeout = (ms: number, name: string): Effect.Effect<never, Unavailable
     return Effect.sync(() => clearTimeout(timer))
   })
 
-/** Bounds one effect: its own answer, or `Unavailable` after `ms` (the effect is interrupted). */
+/**
+ * Bounds one effect: its own answer, or `Unavailable` after `ms`. The effect runs in a fiber of
+ * its own that is interrupted in the background once the answer is given: a call stuck where
+ * interruption must wait (a transaction's rollback on a connection that went silent) cannot hold
+ * the answer past the bound.
+ */
 export const bounded = <A, E, R>(effect: Effect.Effect<A, E, R>, ms: number, name: string): Effect.Effect<A, E | Unavailable, R> =>
-  Effect.raceFirst(effect, realTimeout(ms, name))
+  Effect.gen(function* () {
+    const call = yield* Effect.forkDetach(effect)
+    return yield* Effect.raceFirst(Fiber.join(call), realTimeout(ms, name)).pipe(
+      Effect.onExit(() => Effect.asVoid(Effect.forkDetach(Fiber.interrupt(call)))),
+    )
+  })
 
 /** What the store's calls showed beyond their own answers. */
 export interface StoreHealthShape {

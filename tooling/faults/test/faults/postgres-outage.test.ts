@@ -50,8 +50,11 @@ describe("PostgreSQL stopped and started under load", () => {
     // hold and release an external reservation (the calls issue 13 saw hang during an outage).
     let hostWork = true
     // The agent's and operator's calls in a loop; asked to stop, it finishes with one whole
-    // acknowledged round (the database is back by then), so each call is seen served.
+    // round the store answered (the database is back by then), so each call is seen served.
+    // A reservation may be refused (409: the sessions filled the hosts): that is the store's
+    // answer too, not an outage.
     let lapsAfterStop = 0
+    const storeAnswered = (o: History.Op) => o.status !== null && o.status < 500
     const hostWorker = (async () => {
       for (let i = 0; ; i++) {
         const host = `outage-host-${i % 3}`
@@ -63,7 +66,7 @@ describe("PostgreSQL stopped and started under load", () => {
         const held = await recorder.call("other", `outage-ext-${i}`, "POST", "/v1/reservations", { id: `outage-ext-${i}`, hostId: host, ownerKind: "external", ownerId: "outage", memMib: 64, vcpus: 0 })
         ops.push(held)
         if (History.acknowledged(held)) ops.push(await recorder.call("other", `outage-ext-${i}`, "DELETE", `/v1/reservations/outage-ext-${i}`))
-        if (!hostWork && (ops.every(History.acknowledged) || ++lapsAfterStop >= 50)) break
+        if (!hostWork && (ops.every(storeAnswered) || ++lapsAfterStop >= 50)) break
         if (!ops.every(History.acknowledged)) await new Promise((r) => setTimeout(r, 100))
       }
     })()
@@ -120,7 +123,8 @@ describe("PostgreSQL stopped and started under load", () => {
           expect(Number(op.retryAfter)).toBeGreaterThan(0)
         }
       }
-      // The agent's and operator's calls were served outside the outages (they are not refused for another reason).
+      // The agent's and operator's calls were served outside the outages: the store answered them
+      // (a 2xx, or a 4xx of the ledger's own rules such as a full host; never only 503s).
       const served: readonly (readonly [string, RegExp])[] = [
         ["PUT", /\/report$/],
         ["POST", /\/heartbeat$/],
@@ -128,7 +132,9 @@ describe("PostgreSQL stopped and started under load", () => {
         ["POST", /^\/v1\/reservations$/],
         ["DELETE", /^\/v1\/reservations\//],
       ]
-      for (const [method, path] of served) expect(recorder.ops.some((o) => o.method === method && path.test(o.path) && History.acknowledged(o)), `${method} ${path}: ${tally(recorder.ops.filter((o) => o.method === method && path.test(o.path)))}`).toBe(true)
+      // A release is sent only for a reservation that was made (none while the hosts are full).
+      const made = recorder.ops.some((o) => o.method === "POST" && /^\/v1\/reservations$/.test(o.path) && History.acknowledged(o))
+      for (const [method, path] of served.filter(([m]) => m !== "DELETE" || made)) expect(recorder.ops.some((o) => o.method === method && path.test(o.path) && storeAnswered(o)), `${method} ${path}: ${tally(recorder.ops.filter((o) => o.method === method && path.test(o.path)))}`).toBe(true)
       // Every request got an answer (none hit the 20 s bound or a reset).
       expect(recorder.ops.filter((o) => o.status === null)).toEqual([])
       expect(recorder.ops.filter((o) => o.status !== null && o.status >= 500 && o.status !== 503)).toEqual([])
