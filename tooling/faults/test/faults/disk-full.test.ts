@@ -76,7 +76,9 @@ describe.skipIf(!mounted)("disk full on the embedded PGlite store (needs root to
         }
         return sinceFull().filter((o) => o.status === 503).length >= 8
       }, 90_000)
-      expect(await readyz(coordinator.url)).toBe(503)
+      // Not ready while writes are refused (a write that still fits makes it ready again until
+      // the next refusal, so the load keeps flipping it: wait for a not-ready answer).
+      await Load.until("/readyz not ready while the disk is full", async () => (await readyz(coordinator.url)) === 503, 60_000)
       expect(coordinator.alive(), coordinator.output()).toBe(true)
       const firstRefusal = recorder.ops.find((o) => o.startMs > full && o.status === 503)!.startMs
       await load.stop()
