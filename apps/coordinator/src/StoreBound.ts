@@ -9,7 +9,7 @@
  * It also keeps what readiness needs beyond a read: after a write failed for a full disk the
  * store is not ready (`StoreHealth.diskFull`) until a write succeeds again.
  */
-import { Unavailable } from "@engram/store"
+import { readOperations, Unavailable } from "@engram/store"
 import type { StoreShape } from "@engram/store"
 import { Context, Effect, Fiber } from "effect"
 
@@ -58,33 +58,6 @@ export interface StoreHealthShape {
 /** The store's health as its calls showed it (readiness). */
 export class StoreHealth extends Context.Service<StoreHealth, StoreHealthShape>()("@engram/coordinator/StoreHealth") {}
 
-// The store's calls that write nothing: their success says nothing about the disk.
-const reads: ReadonlySet<string> = new Set([
-  "getHost",
-  "hostTokenHash",
-  "listHosts",
-  "hostByTokenHash",
-  "pageHosts",
-  "fleetView",
-  "getSession",
-  "listSessions",
-  "pageSessions",
-  "sessionEvents",
-  "listQueue",
-  "pageQueue",
-  "queueStanding",
-  "getReservation",
-  "listReservations",
-  "pageReservations",
-  "hostSummary",
-  "clusterSummary",
-  "metrics",
-  "getMove",
-  "openMove",
-  "listMoves",
-  "pageMoves",
-])
-
 /**
  * The store with every call that answers an effect bounded by `timeoutMs`, and its health:
  * a write refused for a full disk marks it, a write that succeeds clears it.
@@ -99,7 +72,7 @@ export const boundStore = (store: StoreShape, timeoutMs: number): { readonly sto
             const result: unknown = (value as (...a: unknown[]) => unknown).apply(store, args)
             if (!Effect.isEffect(result)) return result
             const call = bounded(result, timeoutMs, name)
-            return reads.has(name)
+            return readOperations.has(name)
               ? call
               : call.pipe(
                   Effect.tap(() =>

@@ -221,3 +221,34 @@ export interface StoreTestingShape {
 
 /** The reset service of the conformance suite. */
 export class StoreTesting extends Context.Service<StoreTesting, StoreTestingShape>()("@engram/store/StoreTesting") {}
+
+/**
+ * The store's operations that only read (a journal, a readiness check or a retry policy treats
+ * every other operation as a write). A new operation that only reads belongs here.
+ */
+export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
+  "limits",
+  "getHost",
+  "hostTokenHash",
+  "listHosts",
+  "hostByTokenHash",
+  "pageHosts",
+  "fleetView",
+  "getSession",
+  "listSessions",
+  "pageSessions",
+  "sessionEvents",
+  "listQueue",
+  "pageQueue",
+  "queueStanding",
+  "getReservation",
+  "listReservations",
+  "pageReservations",
+  "hostSummary",
+  "clusterSummary",
+  "metrics",
+  "getMove",
+  "openMove",
+  "listMoves",
+  "pageMoves",
+])

@@ -5,7 +5,7 @@
  * leaves the decisions to `@engram/store-sim`, the in-memory reference; replace the delegate
  * with your database and the suite tells you where yours differs.
  */
-import { Store, StoreTesting } from "@engram/store"
+import { readOperations, Store, StoreTesting } from "@engram/store"
 import type { StoreShape } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Clock, Effect, Layer } from "effect"
@@ -16,34 +16,13 @@ export interface Entry {
   readonly at: number
 }
 
-/** The operations that only read. */
-const reads = new Set([
-  "limits",
-  "getHost",
-  "hostTokenHash",
-  "listHosts",
-  "hostByTokenHash",
-  "fleetView",
-  "getSession",
-  "listSessions",
-  "listQueue",
-  "getReservation",
-  "listReservations",
-  "hostSummary",
-  "clusterSummary",
-  "metrics",
-  "getMove",
-  "openMove",
-  "listMoves",
-])
-
 /** A journaling store over a fresh in-memory delegate. */
 export const make = (): { readonly store: StoreShape; readonly journal: Entry[]; readonly reset: (limits?: Parameters<ReturnType<typeof StoreSim.make>["reset"]>[0]) => void } => {
   const delegate = StoreSim.make()
   const journal: Entry[] = []
   const store = Object.fromEntries(
     Object.entries(delegate.store).map(([op, value]) => {
-      if (typeof value !== "function" || reads.has(op)) return [op, value]
+      if (typeof value !== "function" || readOperations.has(op)) return [op, value]
       const call = value as (...args: unknown[]) => unknown
       return [
         op,
