@@ -35,6 +35,7 @@ export interface MetricsShape {
 
 const help: Record<string, { readonly type: "counter" | "gauge"; readonly help: string }> = {
   engram_placements_total: { type: "counter", help: "Session placements by outcome (placed, queued) and source (create, resume, drain)." },
+  engram_drain_unapplied_total: { type: "counter", help: "Placements a queue drain decided but did not write (refused, or a lost race): their sessions stay queued." },
   engram_descents_total: { type: "counter", help: "Descents started, by reason (demand, over_reserved, hard_ttl, idle)." },
   engram_parks_total: { type: "counter", help: "Idle sessions parked." },
   engram_resumes_total: { type: "counter", help: "Resumes by how they came back (warm: a park unparked in place; cold: restored from a descent)." },

@@ -10,7 +10,7 @@ import { ParkPolicy } from "@engram/core"
 import { Reaper, ReaperEvents, ReaperState, Trigger } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
 import { Store } from "@engram/store"
-import type { StoreShape } from "@engram/store"
+import type { DrainResult, StoreShape } from "@engram/store"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
@@ -61,9 +61,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
       case "DescentFailed":
         return Effect.logWarning("reaper: descent not started, store unavailable", { sessionId: e.yield.sessionId, reason: e.reason })
       case "Drained":
-        if (e.result.placed.length === 0) return
-        metrics.inc("engram_placements_total", { outcome: "placed", source: "drain" }, e.result.placed.length)
-        return notifier.notify(...e.result.placed.map((p) => hostTopic(p.hostId)))
+        return drained(metrics, notifier, e.result)
       case "DrainFailed":
         return Effect.logWarning("queue drain failed", { reason: e.reason })
       case "LeadershipLost":
@@ -71,6 +69,22 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
       default:
         return
     }
+  })
+
+/**
+ * What follows a drain, wherever it ran: its placements counted and their hosts' agents woken;
+ * a placement the drain decided but did not write (core refused it, or its session or host
+ * changed first) is logged and counted, and its session stays queued for the next drain.
+ */
+const drained = (metrics: MetricsShape, notifier: NotifierShape, result: DrainResult) =>
+  Effect.gen(function* () {
+    if (result.unapplied.length > 0) {
+      metrics.inc("engram_drain_unapplied_total", {}, result.unapplied.length)
+      yield* Effect.logInfo("queue drain: placements not applied; the sessions stay queued", { unapplied: result.unapplied })
+    }
+    if (result.placed.length === 0) return
+    metrics.inc("engram_placements_total", { outcome: "placed", source: "drain" }, result.placed.length)
+    yield* notifier.notify(...result.placed.map((p) => hostTopic(p.hostId)))
   })
 
 /**
@@ -83,13 +97,10 @@ export const drainQueue = Effect.gen(function* () {
   const notifier = yield* Notifier
   const result = yield* store.drainQueue().pipe(
     Effect.catchTag("Unavailable", (e) =>
-      Effect.logWarning("queue drain failed", { reason: e.reason }).pipe(Effect.as({ placed: [], remaining: -1 })),
+      Effect.logWarning("queue drain failed", { reason: e.reason }).pipe(Effect.as<DrainResult>({ placed: [], unapplied: [], remaining: -1 })),
     ),
   )
-  if (result.placed.length > 0) {
-    metrics.inc("engram_placements_total", { outcome: "placed", source: "drain" }, result.placed.length)
-    yield* notifier.notify(...result.placed.map((p) => hostTopic(p.hostId)))
-  }
+  yield* drained(metrics, notifier, result)
   return result
 })
 

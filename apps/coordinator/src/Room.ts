@@ -21,7 +21,7 @@ export interface RoomShape {
   readonly appeared: (...topics: readonly (string | null | undefined)[]) => Effect.Effect<DrainResult>
 }
 
-const nothing: DrainResult = { placed: [], remaining: -1 }
+const nothing: DrainResult = { placed: [], unapplied: [], remaining: -1 }
 
 export class Room extends Context.Service<Room, RoomShape>()("@engram/coordinator/Room") {
   static readonly layer: Layer.Layer<Room, never, Store | Metrics | Notifier> = Layer.effect(

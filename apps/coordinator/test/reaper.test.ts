@@ -28,7 +28,7 @@ const parkedOn = (hostId: string, capacityMib: number, sessionId: string, memMib
     yield* store.reportHost(hostId, { totalMib: capacityMib + 2048, allocatableMib: capacityMib + 1024, totalVcpus: 8 })
     yield* store.createSession({ id: sessionId, budget: { memMib, vcpus: 1 }, affinity: [hostId] })
     yield* store.markRunning(sessionId)
-    yield* store.idle(sessionId, true)
+    yield* store.idle(sessionId)
   })
 
 describe("reaperPass", () => {

@@ -57,9 +57,9 @@ describe("Room.appeared", () => {
     const layer = Room.layer.pipe(Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer)), Layer.provideMerge(Layer.succeed(Store, store)))
     return Effect.gen(function* () {
       const room = yield* Room
-      assert.deepStrictEqual(yield* room.appeared(), { placed: [], remaining: -1 })
+      assert.deepStrictEqual(yield* room.appeared(), { placed: [], unapplied: [], remaining: -1 })
       // The next call starts a new drain (the failed one does not wedge the service).
-      assert.deepStrictEqual(yield* room.appeared(), { placed: [], remaining: -1 })
+      assert.deepStrictEqual(yield* room.appeared(), { placed: [], unapplied: [], remaining: -1 })
     }).pipe(Effect.provide(layer))
   })
 })

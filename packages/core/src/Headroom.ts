@@ -33,6 +33,9 @@ export const zero: Budget = Object.freeze({ memMib: 0, vcpus: 0 })
 /** Sum of two budgets. */
 export const add = (a: Budget, b: Budget): Budget => ({ memMib: a.memMib + b.memMib, vcpus: a.vcpus + b.vcpus })
 
+/** `a` less `b`, per dimension. */
+export const subtract = (a: Budget, b: Budget): Budget => ({ memMib: a.memMib - b.memMib, vcpus: a.vcpus - b.vcpus })
+
 /** RAM not reserved: negative when the host is reserved beyond its capacity; null when unmeasured. */
 export const freeMib = (h: HostHeadroom): number | null =>
   h.allocatableMib === null ? null : h.allocatableMib - h.reserved.memMib

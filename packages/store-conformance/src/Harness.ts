@@ -124,6 +124,18 @@ export const queued = (id: string, budget: Budget) =>
     return outcome
   })
 
+/**
+ * Idles a running session and fails the case unless it parked: what the store's default park
+ * policy does on a measured host while no queued session is without room.
+ */
+export const parkedNow = (id: string): Effect.Effect<Session, unknown, Store> =>
+  Effect.gen(function* () {
+    const s = yield* store
+    const after = yield* s.idle(id)
+    expect(after.state, `${id} should park (a measured host, no queued session without room)`).toBe("parked")
+    return after
+  })
+
 /** Creates a session, places it and walks it to `state` through the interface. */
 export const sessionIn = (
   id: string,
@@ -143,11 +155,14 @@ export const sessionIn = (
       case "running":
         return yield* s.getSession(id)
       case "parked":
-        return yield* s.idle(id, true)
+        return yield* parkedNow(id)
       case "descending":
-        return yield* s.idle(id, false)
+        // Parked, then yielded: reached the same way whatever waits in the queue.
+        yield* parkedNow(id)
+        return yield* s.beginDescent(id)
       case "descended":
-        yield* s.idle(id, false)
+        yield* parkedNow(id)
+        yield* s.beginDescent(id)
         return yield* s.finishDescent(id)
       case "moving": {
         yield* s.beginMove({ sessionId: id, maxDowntimeMs: 600 })

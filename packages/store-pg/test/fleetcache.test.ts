@@ -46,7 +46,7 @@ const client = (s: StoreShape, seed: number, steps: number) =>
                   : r < 0.52
                     ? s.markRunning(sid)
                     : r < 0.66
-                      ? s.idle(sid, rnd() < 0.7)
+                      ? s.idle(sid)
                       : r < 0.72
                         ? s.beginDescent(sid)
                         : r < 0.78

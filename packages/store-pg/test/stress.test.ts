@@ -10,7 +10,7 @@ import postgres from "postgres"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { PgDialect } from "drizzle-orm/pg-core"
 import { StorePg } from "../src/index.js"
-import { sumsDriftSql } from "../src/Room.js"
+import { sumsDriftSql } from "../src/HostRows.js"
 
 const HOSTS = 50
 const SESSIONS = 5000

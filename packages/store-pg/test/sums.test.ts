@@ -53,7 +53,7 @@ const client = (s: StoreShape, seed: number, steps: number) =>
           : r < 0.35
             ? s.markRunning(sid)
             : r < 0.42
-              ? s.idle(sid, rnd() < 0.5)
+              ? s.idle(sid)
               : r < 0.46
                 ? s.beginDescent(sid)
                 : r < 0.5

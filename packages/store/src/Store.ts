@@ -4,12 +4,13 @@
  *
  * Rules every implementation keeps:
  * - Every decision calls `@engram/core`: room (Headroom, Placement, QueueWalk), admission
- *   (Ledger), and what each operation does (`Session.step`: the next session record, the
- *   reservations, the move; `Reclaim.plan` for a reclaim). A store reads, asks, and applies.
+ *   (Ledger), whether an idle session parks (`ParkPolicy.mayPark`, with the store's configured
+ *   policy), and what each operation does (`Session.step`, `Reclaim.decide`): a `Plan`. A store
+ *   reads a snapshot, asks core, and hands the plan to its one apply.
  * - Placement is atomic with its reservation: no two placements take the last room on a host.
- * - Every session state change is one compare-and-set of core's answer; an illegal one fails
- *   with `IllegalTransition` (a commit or abort refused by core, with `Conflict` on the move)
- *   and changes nothing.
+ * - Every plan is applied as one compare-and-set (`Plan` says what is checked); an illegal
+ *   change fails with `IllegalTransition` (a commit or abort refused by core, with `Conflict` on
+ *   the move) and changes nothing.
  * - Time comes from the Effect `Clock`, so tests run on a `TestClock`.
  * - A failed operation changes nothing.
  */
@@ -104,17 +105,18 @@ export interface StoreShape {
   /** A page of sessions, oldest first (`[createdAt, id]`), filtered; a bad filter or cursor is `InvalidInput`. */
   readonly pageSessions: (filter?: SessionFilter, page?: PageRequest) => Fx<Page<Session>, InvalidInput>
   /**
-   * A session's history, oldest first: every event core's `Session.step` (and `Reclaim.plan`)
+   * A session's history, oldest first: every event core's `Session.step` (and `Reclaim.decide`)
    * answered for it, written in the same atomic change as the step.
    */
   readonly sessionEvents: (id: string, page?: PageRequest) => Fx<Page<SessionEvent>, NotFound | InvalidInput>
   /** `pending → running`: its agent started the VM. */
   readonly markRunning: (id: string) => Fx<Session, NotFound | IllegalTransition>
   /**
-   * An idle running session: `running → parked` when `mayPark` (the park gate's answer),
-   * else `running → descending`.
+   * An idle running session: `running → parked` when the store's park policy allows it on the
+   * session's host now (`ParkPolicy.mayPark`: a measured host, and for the demand policies no
+   * queued session without room), else `running → descending`.
    */
-  readonly idle: (id: string, mayPark: boolean) => Fx<Session, NotFound | IllegalTransition>
+  readonly idle: (id: string) => Fx<Session, NotFound | IllegalTransition>
   /** `parked → running`. */
   readonly unpark: (id: string) => Fx<Session, NotFound | IllegalTransition>
   /**

@@ -119,6 +119,12 @@ export interface FleetRead {
 /** What a queue drain placed. */
 export interface DrainResult {
   readonly placed: readonly { readonly sessionId: string; readonly hostId: string }[]
+  /**
+   * Sessions the walk placed whose placement was not written, and why: core refused the step
+   * (`refused`, e.g. the session changed state since the read), or the apply found the session
+   * or the host changed (`stale`, a lost race). They stay queued for the next drain.
+   */
+  readonly unapplied: readonly { readonly sessionId: string; readonly reason: "refused" | "stale" }[]
   /** Sessions still queued after the drain. */
   readonly remaining: number
 }

@@ -1,6 +1,5 @@
 /** `/v1/sessions…`: create, list, read, wait, history, the agent's acknowledgements, idle, resume, end, move. */
 import { ConflictError, CurrentPrincipal, EngramApi, Forbidden, ServiceUnavailable, WaitTimeout } from "@engram/api"
-import { ParkGate } from "@engram/core"
 import { Trigger } from "@engram/reaper"
 import { Store } from "@engram/store"
 import type { PlaceOutcome, Session } from "@engram/store"
@@ -141,11 +140,9 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
       )
       .handle("idle", ({ params }) =>
         Effect.gen(function* () {
-          const s = yield* sessionFor(params.id)
-          // The gate decides: park only on a measured host while no queued session is without room.
-          const fleet = yield* api(store.fleetView())
-          const mayPark = s.hostId !== null && ParkGate.mayPark(fleet, s.hostId, store.limits())
-          const after = yield* api(store.idle(params.id, mayPark))
+          yield* sessionFor(params.id)
+          // The store's step decides park or descent with the configured park policy.
+          const after = yield* api(store.idle(params.id))
           if (after.state === "parked") metrics.inc("engram_parks_total")
           else metrics.inc("engram_descents_total", { reason: "idle" })
           yield* notifier.notify(hostTopic(after.hostId), sessionTopic(after.id))

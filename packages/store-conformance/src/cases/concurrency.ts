@@ -82,6 +82,13 @@ export const concurrency: Group = {
         expect(new Set(placedBy).size).toBe(placedBy.length)
         expect(placedBy.length).toBe(12)
         expect((yield* s.listQueue()).length).toBe(18)
+        // A placement a drain decided but did not write is reported, and its session is still queued or placed by another drain.
+        for (const r of results)
+          if (Result.isSuccess(r))
+            for (const u of r.success.unapplied) {
+              expect(["refused", "stale"]).toContain(u.reason)
+              expect(r.success.placed.some((p) => p.sessionId === u.sessionId)).toBe(false)
+            }
         yield* expectInvariants
       }),
     ),

@@ -69,7 +69,7 @@ export const hosts: Group = {
         expect((yield* s.getHost("fresh")).headroom.reserved).toStrictEqual({ memMib: 0, vcpus: 0 })
         // Its first report opens it: even one without RAM figures (unmeasured, not gated).
         yield* s.reportHost("fresh", { totalMib: null, allocatableMib: null, totalVcpus: null })
-        expect(yield* s.drainQueue()).toStrictEqual({ placed: [{ sessionId: "s1", hostId: "fresh" }], remaining: 0 })
+        expect(yield* s.drainQueue()).toStrictEqual({ placed: [{ sessionId: "s1", hostId: "fresh" }], unapplied: [], remaining: 0 })
       }),
     ),
     kase(
@@ -78,7 +78,7 @@ export const hosts: Group = {
         const s = yield* store
         for (let i = 0; i < 40; i++) yield* queued(`q${String(i).padStart(2, "0")}`, { memMib: 256, vcpus: 1 })
         yield* registered("late")
-        expect(yield* s.drainQueue()).toStrictEqual({ placed: [], remaining: 40 })
+        expect(yield* s.drainQueue()).toStrictEqual({ placed: [], unapplied: [], remaining: 40 })
         expect((yield* s.getHost("late")).entries).toBe(0)
         // Capacity for 8 of them (2048 MiB), CPU budget for 32.
         yield* s.reportHost("late", reportFor(2048, 8, s.limits()))

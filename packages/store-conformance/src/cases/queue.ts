@@ -113,6 +113,7 @@ export const queue: Group = {
             { sessionId: "q1", hostId: "h1" },
             { sessionId: "q2", hostId: "h1" },
           ],
+          unapplied: [],
           remaining: 1,
         })
         expect((yield* s.getSession("q1")).state).toBe("pending")
@@ -176,7 +177,7 @@ export const queue: Group = {
       Effect.gen(function* () {
         const s = yield* store
         yield* addHost("h1", 4096)
-        expect(yield* s.drainQueue()).toStrictEqual({ placed: [], remaining: 0 })
+        expect(yield* s.drainQueue()).toStrictEqual({ placed: [], unapplied: [], remaining: 0 })
       }),
     ),
     kase(
@@ -189,7 +190,7 @@ export const queue: Group = {
         yield* TestClock.adjust(5)
         yield* queued("q2", gib(1))
         const before = yield* s.listQueue()
-        expect(yield* s.drainQueue()).toStrictEqual({ placed: [], remaining: 2 })
+        expect(yield* s.drainQueue()).toStrictEqual({ placed: [], unapplied: [], remaining: 2 })
         expect(yield* s.listQueue()).toStrictEqual(before)
       }),
     ),
