@@ -31,7 +31,7 @@ import { MoveWaiter } from "./MoveWaiter.js"
 import { Notifier } from "./Notifier.js"
 import { ReactAtOnce, reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
 import type { PassReport } from "./Reaper.js"
-import { Room } from "./Room.js"
+import { Drainer } from "./Drainer.js"
 import { SessionWaiter } from "./SessionWaiter.js"
 import { boundStore, StoreHealth } from "./StoreBound.js"
 import { Settings } from "./Settings.js"
@@ -78,7 +78,7 @@ export const loggerLayer = (level?: LogLevel.LogLevel) => {
 }
 
 /** The coordinator as a Layer: serves until the layer's scope closes. */
-export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Metrics | Notifier | Leader | Settings | Room, unknown> => {
+export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Metrics | Notifier | Leader | Settings | Drainer, unknown> => {
   const config = Config.fromInput(options.config)
   const databaseUrl = config.databaseUrl === null ? null : Redacted.value(config.databaseUrl)
   const backend: Backend = options.store !== undefined ? "custom" : databaseUrl !== null ? "postgres" : "pglite"
@@ -136,7 +136,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   // the reaper loop: tests that drive passes by hand get a trigger that does nothing).
   const trigger = options.reaper === false ? Layer.succeed(Trigger, Trigger.of({ poke: Effect.void })) : ReactAtOnce
   const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer, trigger).pipe(
-    Layer.provideMerge(Room.layer),
+    Layer.provideMerge(Drainer.layer),
     Layer.provideMerge(Layer.mergeAll(Metrics.layer, notifierLayer, settingsLayer, leaderLayer, adminLayer)),
     Layer.provideMerge(storeLayer),
   )

@@ -42,21 +42,21 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
   ReaperEvents.layer((e: Event) => {
     switch (e._tag) {
       case "FleetReadFailed":
-        if (e.source === "pass") metrics.inc("engram_reaper_fleet_read_failures_total")
+        if (e.source === "pass") metrics.reaperFleetReadFailures.inc()
         return Effect.logWarning(`reaper${e.source === "react" ? " (react)" : ""}: fleet read failed; holding every park this pass`, { reason: e.reason })
       case "Reclaimed":
         if (e.result.reclaimed.length === 0) return
-        metrics.inc("engram_reaper_reclaimed_total", {}, e.result.reclaimed.length)
+        metrics.reaperReclaimed.inc(e.result.reclaimed.length)
         return Effect.logInfo("reaper: reclaimed reservations", { count: e.result.reclaimed.length, lostSessions: e.result.lostSessions }).pipe(
           Effect.andThen(notifier.notify(...e.result.reclaimed.map((r) => hostTopic(r.hostId)))),
         )
       case "ReclaimFailed":
         return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
       case "DescentStarted":
-        metrics.inc("engram_descents_total", { reason: e.yield.reason })
+        metrics.descents.inc({ reason: e.yield.reason })
         return notifier.notify(hostTopic(e.yield.hostId))
       case "DescentLostRace":
-        metrics.inc("engram_reaper_lost_races_total")
+        metrics.reaperLostRaces.inc()
         return
       case "DescentFailed":
         return Effect.logWarning("reaper: descent not started, store unavailable", { sessionId: e.yield.sessionId, reason: e.reason })
@@ -79,11 +79,11 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
 const drained = (metrics: MetricsShape, notifier: NotifierShape, result: DrainResult) =>
   Effect.gen(function* () {
     if (result.unapplied.length > 0) {
-      metrics.inc("engram_drain_unapplied_total", {}, result.unapplied.length)
+      metrics.drainUnapplied.inc(result.unapplied.length)
       yield* Effect.logInfo("queue drain: placements not applied; the sessions stay queued", { unapplied: result.unapplied })
     }
     if (result.placed.length === 0) return
-    metrics.inc("engram_placements_total", { outcome: "placed", source: "drain" }, result.placed.length)
+    metrics.placements.inc({ outcome: "placed", source: "drain" }, result.placed.length)
     yield* notifier.notify(...result.placed.map((p) => hostTopic(p.hostId)))
   })
 
@@ -121,7 +121,7 @@ const reclaimNow = (context: string) =>
       ),
     )
     if (reclaim.reclaimed.length > 0) {
-      metrics.inc("engram_reaper_reclaimed_total", {}, reclaim.reclaimed.length)
+      metrics.reaperReclaimed.inc(reclaim.reclaimed.length)
       yield* Effect.logInfo(`${context}: reclaimed reservations`, { count: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions })
       yield* notifier.notify(...reclaim.reclaimed.map((r) => hostTopic(r.hostId)))
     }
@@ -161,7 +161,7 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const t0 = performance.now()
   const report = yield* Reaper.pass({ policy, leading, state: stateFor(store) }).pipe(Effect.provide(listen(metrics, notifier)))
   if (report._tag === "Done" && report.descents.length > 0) yield* Effect.logInfo("reaper: parks yield", { yields: report.descents })
-  metrics.inc("engram_reaper_passes_total", { result: report._tag === "Held" ? "held" : "ok" })
+  metrics.reaperPasses.inc({ result: report._tag === "Held" ? "held" : "ok" })
   metrics.observePassSeconds((performance.now() - t0) / 1000)
   return report
 }).pipe(Effect.withLogSpan("reaper"))
@@ -201,8 +201,8 @@ export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | 
     let wasLeader = false
     const tick = Effect.gen(function* () {
       const leading = yield* leader.tick
-      metrics.set("engram_reaper_leader", leading ? 1 : 0)
-      metrics.inc("engram_reaper_leader_checks_total")
+      metrics.reaperLeader.set(leading ? 1 : 0)
+      metrics.reaperLeaderChecks.inc()
       if (leading !== wasLeader) {
         wasLeader = leading
         yield* Effect.logInfo(leading ? "reaper: this replica is the leader" : "reaper: this replica is not the leader")

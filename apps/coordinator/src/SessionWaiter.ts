@@ -7,20 +7,20 @@
  * or every `storePollMs` on a shared store (the fallback for a notification lost with the
  * listening connection), so a change made anywhere is seen within that bound.
  */
-import { Session as SessionRules } from "@engram/core"
+import { Session } from "@engram/core"
 import type { SessionState } from "@engram/core"
 import { Store } from "@engram/store"
-import type { NotFound, Session, Unavailable } from "@engram/store"
+import type { NotFound, Unavailable } from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
 import { hostTopic, Notifier, sessionTopic } from "./Notifier.js"
 import { Settings } from "./Settings.js"
 
 /** How a wait ended. */
 export type WaitOutcome =
-  | { readonly _tag: "Reached"; readonly session: Session }
+  | { readonly _tag: "Reached"; readonly session: Session.Record }
   /** The wanted state can no longer come from the state the session is in. */
-  | { readonly _tag: "Unreachable"; readonly session: Session }
-  | { readonly _tag: "TimedOut"; readonly session: Session }
+  | { readonly _tag: "Unreachable"; readonly session: Session.Record }
+  | { readonly _tag: "TimedOut"; readonly session: Session.Record }
 
 /** The slice between two reads of a store nobody else writes: wake-ups come from this process. */
 const ownStoreSliceMs = 1000
@@ -38,10 +38,10 @@ export class SessionWaiter extends Context.Service<SessionWaiter, SessionWaiterS
       const notifier = yield* Notifier
       const settings = yield* Settings
       const slice = settings.sharedStore ? settings.config.storePollMs : ownStoreSliceMs
-      const judge = (s: Session, state: SessionState): WaitOutcome | null =>
+      const judge = (s: Session.Record, state: SessionState): WaitOutcome | null =>
         s.state === state
           ? { _tag: "Reached", session: s }
-          : SessionRules.canReach(s.state, state)
+          : Session.canReach(s.state, state)
             ? null
             : { _tag: "Unreachable", session: s }
       const until: SessionWaiterShape["until"] = (id, state, timeoutMs) =>

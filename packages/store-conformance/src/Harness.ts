@@ -3,10 +3,10 @@
  * 0, store reset with the case's limits), and the helpers cases share (fixtures, failure
  * assertions, a whole-store snapshot for "nothing changed", and the store-wide invariants).
  */
-import { Headroom, Limits, Session as SessionRules } from "@engram/core"
-import type { Budget } from "@engram/core"
+import { Headroom, Limits, Session } from "@engram/core"
+import type { Budget, Move } from "@engram/core"
 import { Store, StoreTesting } from "@engram/store"
-import type { HostView, Move, MovePhases, Reservation, Session, StoreError, StoreShape } from "@engram/store"
+import type { HostView, MovePhases, Reservation, StoreError, StoreShape } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect, Result } from "effect"
 import type { Scope } from "effect"
@@ -107,7 +107,7 @@ export const registered = (id: string): Effect.Effect<HostView, unknown, Store> 
   })
 
 /** Creates a session and fails the case unless it was placed; answers the session. */
-export const placed = (id: string, budget: Budget, affinity?: readonly string[]): Effect.Effect<Session, unknown, Store> =>
+export const placed = (id: string, budget: Budget, affinity?: readonly string[]): Effect.Effect<Session.Record, unknown, Store> =>
   Effect.gen(function* () {
     const s = yield* store
     const outcome = yield* s.createSession(affinity === undefined ? { id, budget } : { id, budget, affinity })
@@ -128,7 +128,7 @@ export const queued = (id: string, budget: Budget) =>
  * Idles a running session and fails the case unless it parked: what the store's default park
  * policy does on a measured host while no queued session is without room.
  */
-export const parkedNow = (id: string): Effect.Effect<Session, unknown, Store> =>
+export const parkedNow = (id: string): Effect.Effect<Session.Record, unknown, Store> =>
   Effect.gen(function* () {
     const s = yield* store
     const after = yield* s.idle(id)
@@ -139,9 +139,9 @@ export const parkedNow = (id: string): Effect.Effect<Session, unknown, Store> =>
 /** Creates a session, places it and walks it to `state` through the interface. */
 export const sessionIn = (
   id: string,
-  state: SessionRules.State,
+  state: Session.State,
   budget?: Budget,
-): Effect.Effect<Session, unknown, Store> =>
+): Effect.Effect<Session.Record, unknown, Store> =>
   Effect.gen(function* () {
     const s = yield* store
     // Unless told otherwise a queued session asks for more than any measured host has.
@@ -185,7 +185,7 @@ export const sessionIn = (
 export const finalRound = { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 } as const
 
 /** Records a move's final round, then commits it with `phases`: the source agent's last two calls. */
-export const commitAfterFinal = (moveId: string, phases: MovePhases): Effect.Effect<Move, StoreError, Store> =>
+export const commitAfterFinal = (moveId: string, phases: MovePhases): Effect.Effect<Move.Record, StoreError, Store> =>
   Effect.gen(function* () {
     const s = yield* store
     yield* s.recordRound(moveId, finalRound)
@@ -219,7 +219,7 @@ export const violations = (previous?: ReadonlyMap<string, Budget>) =>
     const reservations = yield* s.listReservations()
     const queue = yield* s.listQueue()
     const byId = new Map<string, Reservation>(reservations.map((r) => [r.id, r]))
-    const sessionsById = new Map<string, Session>(sessions.map((x) => [x.id, x]))
+    const sessionsById = new Map<string, Session.Record>(sessions.map((x) => [x.id, x]))
 
     const sorted = [...hosts].map((h) => h.id).sort()
     if (JSON.stringify(sorted) !== JSON.stringify(sortedIds(hosts))) out.push("listHosts is not sorted by id")
@@ -244,7 +244,7 @@ export const violations = (previous?: ReadonlyMap<string, Budget>) =>
 
     for (const x of sessions) {
       const owned = reservations.filter((r) => r.ownerKind === "session" && r.ownerId === x.id)
-      if (SessionRules.holdsReservation(x.state)) {
+      if (Session.holdsReservation(x.state)) {
         if (owned.length !== 1) out.push(`session ${x.id} (${x.state}) holds ${owned.length} session reservations`)
         const r = x.reservationId === null ? undefined : byId.get(x.reservationId)
         if (r === undefined) out.push(`session ${x.id} (${x.state}): reservationId ${String(x.reservationId)} is not in the ledger`)

@@ -3,7 +3,7 @@
  * write of a host's row answers the row, which the host cache learns once committed; the fleet
  * view is the host cache's (`HostCache.fleet`: only what changed since its last read is read).
  */
-import { Ledger as LedgerRules } from "@engram/core"
+import { Ledger } from "@engram/core"
 import { Conflict, Cursor, NotFound, Refused, Validate } from "@engram/store"
 import type { Host, HostReport, HostView, InvalidInput, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
@@ -129,7 +129,7 @@ export const make = ({ db, now, limits, cache }: Deps): HostOps => {
             const [h] = yield* tx.use((exec) => exec.select().from(hosts).where(eq(hosts.id, id)).for("update"))
             if (h === undefined) return yield* hostNotFound(id)
             const [onHost] = yield* tx.query<{ n: number }>(sql`select count(*)::int as n from ${sessions} where ${sessions.hostId} = ${id}`)
-            const refused = LedgerRules.refuseHostRemoval(id, { entries: h.entries, sessions: Number(onHost?.n ?? 0) })
+            const refused = Ledger.refuseHostRemoval(id, { entries: h.entries, sessions: Number(onHost?.n ?? 0) })
             if (refused) return yield* new Refused({ check: refused.check, reason: refused.message })
             yield* tx.use((exec) => exec.delete(hosts).where(eq(hosts.id, id)))
             tx.afterCommit(() => cache.forget(id))

@@ -5,10 +5,10 @@
  * Reads of moves.
  */
 import { randomUUID } from "node:crypto"
-import { Move as MoveRules, Placement, Session as SessionRules } from "@engram/core"
+import { Move, Placement, Session } from "@engram/core"
 import type { Plan } from "@engram/core"
 import { Conflict, Cursor, fromMoveRefusal, fromRefusal, fromTargetChoice, NotFound, Validate } from "@engram/store"
-import type { IllegalTransition, InvalidInput, Move, MoveFilter, Refused, StoreShape, Unavailable } from "@engram/store"
+import type { IllegalTransition, InvalidInput, MoveFilter, Refused, StoreShape, Unavailable } from "@engram/store"
 import { and, asc, eq, or, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
@@ -31,7 +31,7 @@ const filterOf = (filter: MoveFilter) =>
     filter.state === undefined ? undefined : eq(moves.state, filter.state),
     filter.hostId === undefined ? undefined : or(eq(moves.sourceHostId, filter.hostId), eq(moves.targetHostId, filter.hostId)),
   )
-const finished = (r: MoveRules.Refusal) => new Conflict({ entity: "move", id: r.moveId, reason: r.reason })
+const finished = (r: Move.Refusal) => new Conflict({ entity: "move", id: r.moveId, reason: r.reason })
 
 /** The move operations of the store. */
 export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
@@ -44,7 +44,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
    * plan applied. `early` refuses a finished move before the session is locked (core's rule;
    * the step judges it again).
    */
-  const finish = (moveId: string, early: (m: Move) => MoveRules.Refusal | null, stepOf: (m: Move) => SessionRules.Step) =>
+  const finish = (moveId: string, early: (m: Move.Record) => Move.Refusal | null, stepOf: (m: Move.Record) => Session.Step) =>
     Effect.gen(function* () {
       const t = yield* now
       return yield* db.transaction((tx) =>
@@ -60,10 +60,10 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
           const m = toMove(row)
           const refused = early(m)
           if (refused) return yield* finished(refused)
-          const answer = s === undefined ? ({ _tag: "NotFound" } as const) : SessionRules.step(toSession(s), stepOf(m), t)
-          if (answer._tag !== "Plan") return yield* fromMoveRefusal(moveId, answer as SessionRules.Refusal)
+          const answer = s === undefined ? ({ _tag: "NotFound" } as const) : Session.step(toSession(s), stepOf(m), t)
+          if (answer._tag !== "Plan") return yield* fromMoveRefusal(moveId, answer as Session.Refusal)
           yield* applyLocked(tx, answer)
-          return answer.moves[0]?.move as Move
+          return answer.moves[0]?.move as Move.Record
         }),
       )
     }).pipe(dieOnUnique)
@@ -96,7 +96,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
             const s = toSession(row)
             const open = yield* lockOpenMove(tx, s.id)
             const openMove = open === undefined ? null : toMove(open)
-            const refused = SessionRules.refuseBeginMove(s, openMove)
+            const refused = Session.refuseBeginMove(s, openMove)
             if (refused) return yield* (fromRefusal(s.id, refused) as Conflict | IllegalTransition)
             const badDowntime = Validate.maxDowntimeMs(input.maxDowntimeMs)
             if (badDowntime) return yield* badDowntime
@@ -110,10 +110,10 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
               reservationId: randomUUID(),
               maxDowntimeMs: input.maxDowntimeMs,
             }
-            const answer = SessionRules.step(s, { _tag: "beginMove", openMove, move }, t)
-            if (answer._tag !== "Plan") return yield* (fromRefusal(s.id, answer as SessionRules.Refusal) as Conflict | IllegalTransition)
+            const answer = Session.step(s, { _tag: "beginMove", openMove, move }, t)
+            if (answer._tag !== "Plan") return yield* (fromRefusal(s.id, answer as Session.Refusal) as Conflict | IllegalTransition)
             yield* applyLocked(tx, answer)
-            return answer.moves[0]?.move as Move
+            return answer.moves[0]?.move as Move.Record
           }),
         )
       }).pipe(
@@ -130,27 +130,27 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
             const row = yield* lockMove(tx, moveId)
             if (row === undefined) return yield* moveNotFound(moveId)
             const m = toMove(row)
-            const refused = MoveRules.refuseRound(m)
+            const refused = Move.refuseRound(m)
             if (refused) return yield* finished(refused)
             const bad = Validate.round(round)
             if (bad) return yield* bad
-            const plan = MoveRules.recordRound(m, round, t)
+            const plan = Move.recordRound(m, round, t)
             if (plan._tag === "Conflict") return yield* finished(plan)
             yield* applyLocked(tx, plan)
-            return plan.moves[0]?.move as Move
+            return plan.moves[0]?.move as Move.Record
           }),
         )
       }).pipe(dieOnUnique),
 
     commitMove: (moveId, phases) =>
-      Effect.suspend((): Effect.Effect<Move, NotFound | Conflict | InvalidInput | Unavailable> => {
+      Effect.suspend((): Effect.Effect<Move.Record, NotFound | Conflict | InvalidInput | Unavailable> => {
         const bad = Validate.phases(phases)
         if (bad) return Effect.fail(bad)
-        return finish(moveId, MoveRules.refuseCommit, (move) => ({ _tag: "commitMove", move, phases }))
+        return finish(moveId, Move.refuseCommit, (move) => ({ _tag: "commitMove", move, phases }))
       }),
 
     abortMove: (moveId, reason, options = {}) =>
-      Effect.suspend((): Effect.Effect<Move, NotFound | Conflict | InvalidInput | Unavailable> => {
+      Effect.suspend((): Effect.Effect<Move.Record, NotFound | Conflict | InvalidInput | Unavailable> => {
         const bad = Validate.text("reason", reason) ?? Validate.estimateMs(options.estimateMs)
         if (bad) return Effect.fail(bad)
         const onlyBeforeFinalRound = options.onlyBeforeFinalRound === true
@@ -158,7 +158,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
         // committed before this lock (we see it and refuse) or waits for this transaction.
         return finish(
           moveId,
-          (m) => MoveRules.refuseAbort(m, onlyBeforeFinalRound),
+          (m) => Move.refuseAbort(m, onlyBeforeFinalRound),
           (move) => ({ _tag: "abortMove", move, reason, estimateMs: options.estimateMs ?? null, onlyBeforeFinalRound, targetReclaimed: false }),
         )
       }),

@@ -7,7 +7,7 @@
  * dropped.
  */
 import { randomUUID } from "node:crypto"
-import { QueueWalk, Session as SessionRules } from "@engram/core"
+import { QueueWalk, Session } from "@engram/core"
 import type { Plan } from "@engram/core"
 import { Cursor } from "@engram/store"
 import type { DrainResult, StoreShape } from "@engram/store"
@@ -104,7 +104,7 @@ export const make = ({ db, now, limits, cache }: Deps): QueueOps => ({
           const plans: Plan.Plan[] = []
           for (const p of accepted) {
             const placement = { hostId: p.hostId, version: versionOf.get(p.hostId) as number, reservationId: randomUUID() }
-            const answer = SessionRules.step(p.waiting, { _tag: "place", placement }, t)
+            const answer = Session.step(p.waiting, { _tag: "place", placement }, t)
             if (answer._tag === "Plan") plans.push(answer)
             else unapplied.push({ sessionId: p.waiting.id, reason: "refused" })
           }

@@ -10,10 +10,10 @@
  * refused).
  */
 import { randomUUID } from "node:crypto"
-import { ParkGate, Placement, QueueWalk, Session as SessionRules } from "@engram/core"
+import { ParkGate, Placement, QueueWalk, Session } from "@engram/core"
 import type { Budget, Candidate, Limits, Plan } from "@engram/core"
 import { Cursor, fromRefusal, NoRoom, NotFound, Unavailable, Validate } from "@engram/store"
-import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, Session, SessionFilter, StoreShape } from "@engram/store"
+import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, SessionFilter, StoreShape } from "@engram/store"
 import { and, asc, eq, gt, inArray, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
@@ -64,7 +64,7 @@ const filterOf = (filter: SessionFilter) =>
   )
 
 /** The 1-based FIFO position of a queued session. */
-export const queuePosition = <E>(conn: Conn<E>, s: Pick<Session, "id" | "queuedAt">): Effect.Effect<number, E> =>
+export const queuePosition = <E>(conn: Conn<E>, s: Pick<Session.Record, "id" | "queuedAt">): Effect.Effect<number, E> =>
   s.queuedAt === null
     ? Effect.succeed(0)
     : Effect.map(
@@ -74,7 +74,7 @@ export const queuePosition = <E>(conn: Conn<E>, s: Pick<Session, "id" | "queuedA
       )
 
 /** Where a queued session stands among `hosts` (core's no-fit details and `too_big`), at `position`. */
-export const standingOf = (s: Session, hosts: readonly Candidate[], position: number, limits: Limits.Limits): QueueStanding => ({
+export const standingOf = (s: Session.Record, hosts: readonly Candidate[], position: number, limits: Limits.Limits): QueueStanding => ({
   position,
   noFit: Placement.noFit(hosts, { budget: s.budget, affinity: s.affinity }, limits),
   tooBig: Placement.tooBigFor(hosts, limits)(s.budget),
@@ -93,7 +93,7 @@ interface CreateItem {
 
 /** What a group answered one create. */
 type CreateAnswer =
-  | { readonly _tag: "Placed"; readonly session: Session }
+  | { readonly _tag: "Placed"; readonly session: Session.Record }
   | { readonly _tag: "Exists" }
   /** The host core chose changed before the write (another writer): decide again. */
   | { readonly _tag: "Lost" }
@@ -105,7 +105,7 @@ type ResumeAnswer =
   | { readonly _tag: "Done"; readonly outcome: PlaceOutcome }
   | { readonly _tag: "Refused"; readonly error: NotFound | IllegalTransition }
 
-const createStep = (id: string, budget: Budget, affinity: readonly string[], placement: SessionRules.Placed | null): SessionRules.Step => ({
+const createStep = (id: string, budget: Budget, affinity: readonly string[], placement: Session.Placed | null): Session.Step => ({
   _tag: "create",
   id,
   budget,
@@ -114,11 +114,11 @@ const createStep = (id: string, budget: Budget, affinity: readonly string[], pla
 })
 
 /** Core's plan of a create that is new. */
-const created = (id: string, budget: Budget, affinity: readonly string[], placement: SessionRules.Placed | null, t: number) =>
-  SessionRules.step(null, createStep(id, budget, affinity, placement), t) as Plan.Plan
+const created = (id: string, budget: Budget, affinity: readonly string[], placement: Session.Placed | null, t: number) =>
+  Session.step(null, createStep(id, budget, affinity, placement), t) as Plan.Plan
 
 /** The session a step's plan writes. */
-const written = (plan: Plan.Plan): Session => (plan.sessions[0] as Plan.SessionWrite).record
+const written = (plan: Plan.Plan): Session.Record => (plan.sessions[0] as Plan.SessionWrite).record
 
 /** The session operations of the store. */
 export const make = ({ db, limits, park, now, cache, both }: Deps, options: PlacementOptions): SessionOps => {
@@ -171,7 +171,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
     )
 
   /** Where a session stands now: placed, or queued with its position and the reasons no known host takes it. */
-  const outcomeOf = <E>(conn: Conn<E>, s: Session): Effect.Effect<PlaceOutcome, E> =>
+  const outcomeOf = <E>(conn: Conn<E>, s: Session.Record): Effect.Effect<PlaceOutcome, E> =>
     s.hostId !== null
       ? Effect.succeed({ _tag: "Placed", session: s })
       : Effect.map(queuePosition(conn, s), (position) => ({ _tag: "Queued", session: s, ...standingOf(s, cache.candidates(), position, limits()) }))
@@ -182,8 +182,8 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
       const [row] = yield* db.pool.use((exec) => exec.select().from(sessions).where(eq(sessions.id, id)))
       if (row === undefined) return null
       const s = toSession(row)
-      const answer = SessionRules.step(s, createStep(id, budget, s.affinity, null), t)
-      if (answer._tag !== "Unchanged") return yield* (fromRefusal(id, answer as SessionRules.Refusal) as Conflict)
+      const answer = Session.step(s, createStep(id, budget, s.affinity, null), t)
+      if (answer._tag !== "Unchanged") return yield* (fromRefusal(id, answer as Session.Refusal) as Conflict)
       return yield* outcomeOf(db.pool, s)
     }).pipe(dieOnUnique)
 
@@ -258,7 +258,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
     })
 
   /** Locks the session, asks core for `op`'s plan on what `read` reads, applies it: the session as it is after. */
-  const stepLocked = (id: string, read: (tx: Tx, s: Session) => Effect.Effect<SessionRules.Step, DbError | Transient>) =>
+  const stepLocked = (id: string, read: (tx: Tx, s: Session.Record) => Effect.Effect<Session.Step, DbError | Transient>) =>
     Effect.gen(function* () {
       const t = yield* now
       return yield* db.transaction((tx) =>
@@ -266,15 +266,15 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
           const row = yield* lockSession(tx, id)
           if (row === undefined) return yield* sessionNotFound(id)
           const s = toSession(row)
-          const answer = SessionRules.step(s, yield* read(tx, s), t)
-          if (answer._tag !== "Plan") return yield* (fromRefusal(id, answer as SessionRules.Refusal) as IllegalTransition)
+          const answer = Session.step(s, yield* read(tx, s), t)
+          if (answer._tag !== "Plan") return yield* (fromRefusal(id, answer as Session.Refusal) as IllegalTransition)
           const [outcome] = yield* apply(tx, cache, [answer])
           if (outcome?._tag !== "Applied") return yield* new RunAgain({ why: "the session changed under its lock" })
           return written(answer)
         }),
       )
     }).pipe(dieOnUnique)
-  const simple = (id: string, step: SessionRules.Step) => stepLocked(id, () => Effect.succeed(step))
+  const simple = (id: string, step: Session.Step) => stepLocked(id, () => Effect.succeed(step))
 
   /**
    * An idle session's step: parked or descending as the park policy decides on what it reads —
@@ -286,7 +286,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
       stepLocked(id, (tx, s) =>
         Effect.map(
           tx.query<{ mem_mib: number; vcpus: number }>(sql`select mem_mib, vcpus from sessions where state = 'queued' group by mem_mib, vcpus`),
-          (rows): SessionRules.Step => ({
+          (rows): Session.Step => ({
             _tag: "idle",
             policy: park,
             view: {
@@ -328,7 +328,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
           )
           const byId = new Map(locked.map((r) => [r.id, toSession(r)]))
           const answers = new Map<string, ResumeAnswer>()
-          const cold: Session[] = []
+          const cold: Session.Record[] = []
           for (const id of ids) {
             const s = byId.get(id)
             if (s === undefined) {
@@ -336,9 +336,9 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
               continue
             }
             // Judged before the host choice: a refused resume locks no host, and a park resumes warm in place.
-            const bad = SessionRules.judgeResume(s)
+            const bad = Session.judgeResume(s)
             if (bad) answers.set(id, { _tag: "Refused", error: fromRefusal(id, bad) as IllegalTransition })
-            else if (!SessionRules.resumesWarm(s.state)) cold.push(s)
+            else if (!Session.resumesWarm(s.state)) cold.push(s)
           }
           const hosts = cache.candidates()
           const walk = QueueWalk.walk(cold, hosts, {}, limits())
@@ -359,10 +359,10 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
             const s = byId.get(id)
             if (s === undefined || answers.has(id)) continue
             const hostId = hostOf.get(id)
-            const placement = SessionRules.resumesWarm(s.state) || hostId === undefined ? null : { hostId, version: versionOf.get(hostId) as number, reservationId: randomUUID() }
-            const answer = SessionRules.step(s, { _tag: "resume", placement }, t)
+            const placement = Session.resumesWarm(s.state) || hostId === undefined ? null : { hostId, version: versionOf.get(hostId) as number, reservationId: randomUUID() }
+            const answer = Session.step(s, { _tag: "resume", placement }, t)
             if (answer._tag === "Plan") plans.push(answer)
-            else answers.set(id, { _tag: "Refused", error: fromRefusal(id, answer as SessionRules.Refusal) as IllegalTransition })
+            else answers.set(id, { _tag: "Refused", error: fromRefusal(id, answer as Session.Refusal) as IllegalTransition })
           }
           const outcomes = yield* apply(tx, cache, plans)
           if (outcomes.some((o) => o._tag !== "Applied")) return yield* new RunAgain({ why: "a resumed session or its host changed under its lock" })
@@ -477,7 +477,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
     beginDescent: (id, options = {}) => simple(id, { _tag: "beginDescent", reason: options.reason ?? null }),
     finishDescent: (id) => simple(id, { _tag: "finishDescent" }),
     endSession: (id) =>
-      stepLocked(id, (tx) => Effect.map(lockOpenMove(tx, id), (open): SessionRules.Step => ({ _tag: "end", openMove: open === undefined ? null : toMove(open) }))),
+      stepLocked(id, (tx) => Effect.map(lockOpenMove(tx, id), (open): Session.Step => ({ _tag: "end", openMove: open === undefined ? null : toMove(open) }))),
 
     resume: (id) => Effect.flatMap(resumes(id), (a) => (a._tag === "Done" ? Effect.succeed(a.outcome) : Effect.fail(a.error))),
   }

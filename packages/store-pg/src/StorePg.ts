@@ -3,7 +3,7 @@
  * implementation, one query path, two drivers. This module assembles it: a driver's `Db`
  * (`PostgresJs.ts`, `Pglite.ts`, over the transaction runner of `Transaction.ts`), the host
  * cache (`HostCache.ts`), and one module per concern (`Hosts.ts`, `Sessions.ts`, `Queue.ts`,
- * `Ledger.ts`, `Moves.ts`), each of which reads, asks `@engram/core` for a plan, and hands it
+ * `Reservations.ts`, `Moves.ts`), each of which reads, asks `@engram/core` for a plan, and hands it
  * to the one apply (`Apply.ts`). Nothing partial is ever written; time comes from the Effect
  * Clock.
  */
@@ -20,7 +20,7 @@ import * as HostCache from "./HostCache.js"
 import { readSumsDrift } from "./HostRows.js"
 import type { SumsDrift } from "./HostRows.js"
 import * as Hosts from "./Hosts.js"
-import * as Ledger from "./Ledger.js"
+import * as Reservations from "./Reservations.js"
 import * as Moves from "./Moves.js"
 import * as Pglite from "./Pglite.js"
 import * as PostgresJs from "./PostgresJs.js"
@@ -119,7 +119,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
       batchWindowMs: Math.max(0, options.placementBatchWindowMs ?? 0.2),
     }),
     ...Queue.make(deps),
-    ...Ledger.make(deps),
+    ...Reservations.make(deps),
     ...Moves.make(deps),
   }
   const testing: StoreTestingShape = {

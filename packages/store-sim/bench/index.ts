@@ -7,7 +7,7 @@
  * Knob: BENCH_SCALE (comma list of host counts).
  */
 import { report } from "@engram/bench"
-import { Fleet, Limits, ParkGate, PlacementIndex, Session as SessionRules } from "@engram/core"
+import { Fleet, Limits, ParkGate, PlacementIndex, Session } from "@engram/core"
 import type { StoreShape } from "@engram/store"
 import { Effect } from "effect"
 import { StoreSim } from "../src/index.js"
@@ -60,7 +60,7 @@ const decisionRate = (store: StoreShape, n: number): number => {
   for (let i = 0; i < n; i++) {
     const chosen = index.choose({ budget: budgetOf(i), affinity: [] })
     const placement = chosen._tag === "Chosen" ? { hostId: chosen.hostId, version: 0, reservationId: `r${i}` } : null
-    SessionRules.step(null, { _tag: "create", id: `d${i}`, budget: budgetOf(i), affinity: [], placement }, 0)
+    Session.step(null, { _tag: "create", id: `d${i}`, budget: budgetOf(i), affinity: [], placement }, 0)
   }
   return n / ((performance.now() - t0) / 1000)
 }

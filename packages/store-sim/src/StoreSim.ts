@@ -7,7 +7,7 @@
  * reclaim deadlines incrementally, so a fleet of 10,000 hosts stays fast; every decision about
  * room still goes through @engram/core.
  */
-import { Headroom, Ledger, Limits, Move as MoveRules, Order, ParkGate, ParkPolicy, Placement, PlacementIndex, Plan, QueueWalk, Reclaim, Session as SessionRules } from "@engram/core"
+import { Headroom, Ledger, Limits, Move, Order, ParkGate, ParkPolicy, Placement, PlacementIndex, Plan, QueueWalk, Reclaim, Session } from "@engram/core"
 import type { Budget, Candidate, FleetHost, LedgerEntry, NoFitDetail, Park, Queued, SessionState } from "@engram/core"
 import {
   Conflict,
@@ -28,7 +28,6 @@ import type {
   Host,
   HostReport,
   HostView,
-  Move,
   MovePhases,
   MoveFilter,
   MoveRound,
@@ -38,7 +37,6 @@ import type {
   QueueStanding,
   ReclaimResult,
   ReserveInput,
-  Session,
   SessionEvent,
   SessionFilter,
   StoreShape,
@@ -87,7 +85,7 @@ interface MoveRec {
   targetHostId: string
   reservationId: string
   maxDowntimeMs: number
-  state: Move["state"]
+  state: Move.Record["state"]
   rounds: MoveRound[]
   phases: MovePhases | null
   abortReason: string | null
@@ -311,7 +309,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
   // ---- sessions ----------------------------------------------------------------------------
 
-  const sessionOf = (s: SessionRec): Session => ({
+  const sessionOf = (s: SessionRec): Session.Record => ({
     id: s.id,
     state: s.state,
     budget: s.budget,
@@ -356,11 +354,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   }
 
   // The host choice of a create or a resume: the index's pick, with a fresh reservation id.
-  const placementFor = (budget: Budget, affinity: readonly string[]): SessionRules.Placed | null => {
+  const placementFor = (budget: Budget, affinity: readonly string[]): Session.Placed | null => {
     const choice = index.choose({ budget, affinity })
     return choice._tag === "Chosen" ? placedOn(choice.hostId) : null
   }
-  const placedOn = (hostId: string): SessionRules.Placed => ({ hostId, version: (hosts.get(hostId) as HostRec).version, reservationId: reservationIdFor() })
+  const placedOn = (hostId: string): Session.Placed => ({ hostId, version: (hosts.get(hostId) as HostRec).version, reservationId: reservationIdFor() })
 
   /** What an idle step reads: the session's host, and whether a queued session has no room (each budget judged once). */
   const idleViewOf = (s: SessionRec): ParkPolicy.IdleView => ({
@@ -402,7 +400,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
   // ---- moves -------------------------------------------------------------------------------
 
-  const moveOf = (m: MoveRec): Move => ({ ...m, rounds: [...m.rounds] })
+  const moveOf = (m: MoveRec): Move.Record => ({ ...m, rounds: [...m.rounds] })
   const findMove = (id: string) => {
     const m = moves.get(id)
     return m === undefined ? Effect.fail(new NotFound({ entity: "move", id })) : Effect.succeed(m)
@@ -450,7 +448,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       else q.count++
     }
   }
-  const record = (sessionId: string, event: SessionRules.Event, t: number): void => {
+  const record = (sessionId: string, event: Session.Event, t: number): void => {
     let list = history.get(sessionId)
     if (list === undefined) history.set(sessionId, (list = []))
     list.push({ sessionId, seq: list.length + 1, at: t, event })
@@ -527,29 +525,29 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   }
 
   /** Runs a step on a found session and applies its plan, or answers core's refusal. */
-  const stepOn = (s: SessionRec, op: SessionRules.Step, t: number): SessionRec | SessionRules.Refusal => {
-    const answer = SessionRules.step(s, op, t)
+  const stepOn = (s: SessionRec, op: Session.Step, t: number): SessionRec | Session.Refusal => {
+    const answer = Session.step(s, op, t)
     if (answer._tag === "Plan") {
       applyNow(answer)
       return s
     }
     return answer._tag === "Unchanged" ? s : answer
   }
-  const isRefusal = (x: SessionRec | SessionRules.Refusal): x is SessionRules.Refusal => "_tag" in x
+  const isRefusal = (x: SessionRec | Session.Refusal): x is Session.Refusal => "_tag" in x
   /**
    * A step on a session (not a move's commit or abort): core's refusal is the store's error,
    * of the kinds the operation can answer (`E`: an IllegalTransition unless it says more).
    */
   const stepSession = <E extends IllegalTransition | Conflict = IllegalTransition>(
     s: SessionRec,
-    op: SessionRules.Step,
+    op: Session.Step,
     t: number,
   ): Effect.Effect<SessionRec, E> => {
     const out = stepOn(s, op, t)
     return isRefusal(out) ? Effect.fail(fromRefusal(s.id, out) as E) : Effect.succeed(out)
   }
   /** A commit or an abort of move `m`: core's refusal is a Conflict on the move. */
-  const stepMove = (m: MoveRec, op: SessionRules.Step, t: number): Effect.Effect<Move, Conflict> => {
+  const stepMove = (m: MoveRec, op: Session.Step, t: number): Effect.Effect<Move.Record, Conflict> => {
     const s = sessions.get(m.sessionId)
     const out = s === undefined ? ({ _tag: "NotFound" } as const) : stepOn(s, op, t)
     return isRefusal(out) ? Effect.fail(fromMoveRefusal(m.id, out)) : Effect.sync(() => moveOf(m))
@@ -668,7 +666,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const t = clock.currentTimeMillisUnsafe()
         const existing = sessions.get(input.id)
         const affinity = input.affinity ?? []
-        const create = (placement: SessionRules.Placed | null): SessionRules.Step => ({
+        const create = (placement: Session.Placed | null): Session.Step => ({
           _tag: "create",
           id: input.id,
           budget: input.budget,
@@ -677,9 +675,9 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         })
         if (existing !== undefined) {
           // A repeated create: core answers the session as it is, or a Conflict on another budget.
-          const again = SessionRules.step(existing, create(null), t)
+          const again = Session.step(existing, create(null), t)
           if (again._tag === "Unchanged") return Effect.succeed(outcomeOf(existing))
-          return Effect.fail(fromRefusal(input.id, again as SessionRules.Refusal) as Conflict)
+          return Effect.fail(fromRefusal(input.id, again as Session.Refusal) as Conflict)
         }
         const placement = placementFor(input.budget, affinity)
         if (placement === null && input.onNoRoom === "refuse")
@@ -690,8 +688,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
               tooBig: tooBig(input.budget),
             }),
           )
-        const answer = SessionRules.step(null, create(placement), t)
-        if (answer._tag !== "Plan") return Effect.fail(fromRefusal(input.id, answer as SessionRules.Refusal) as Conflict)
+        const answer = Session.step(null, create(placement), t)
+        if (answer._tag !== "Plan") return Effect.fail(fromRefusal(input.id, answer as Session.Refusal) as Conflict)
         applyNow(answer)
         return Effect.succeed(outcomeOf(sessions.get(input.id) as SessionRec))
       }),
@@ -723,10 +721,10 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       Effect.gen(function* () {
         const s = yield* findSession(id)
         // Judged before the host choice, so a refused resume takes no reservation id; a park resumes warm, placed nowhere.
-        const bad = SessionRules.judgeResume(s)
+        const bad = Session.judgeResume(s)
         if (bad) return yield* (fromRefusal(id, bad) as IllegalTransition)
         const t = yield* now
-        const placement = SessionRules.resumesWarm(s.state) ? null : placementFor(s.budget, s.affinity)
+        const placement = Session.resumesWarm(s.state) ? null : placementFor(s.budget, s.affinity)
         const resumed = yield* stepSession(s, { _tag: "resume", placement }, t)
         return outcomeOf(resumed)
       }),
@@ -754,7 +752,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const group: Plan.Plan[] = []
         const unapplied: { sessionId: string; reason: "refused" | "stale" }[] = []
         for (const p of walk.placed) {
-          const answer = SessionRules.step(p.waiting, { _tag: "place", placement: placedOn(p.hostId) }, t)
+          const answer = Session.step(p.waiting, { _tag: "place", placement: placedOn(p.hostId) }, t)
           if (answer._tag === "Plan") group.push(answer)
           else unapplied.push({ sessionId: p.waiting.id, reason: "refused" })
         }
@@ -764,7 +762,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         for (const p of walk.placed) index.upsert((hosts.get(p.hostId) as HostRec).candidate)
         const placed: { sessionId: string; hostId: string }[] = []
         group.forEach((plan, k) => {
-          const s = Plan.sessionOf(plan) as Session
+          const s = Plan.sessionOf(plan) as Session.Record
           if (outcomes[k] === applied) placed.push({ sessionId: s.id, hostId: s.hostId as string })
           else unapplied.push({ sessionId: s.id, reason: "stale" })
         })
@@ -888,7 +886,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       Effect.gen(function* () {
         const s = yield* findSession(input.sessionId)
         const openMove = openMoveOf(s.id)
-        const refused = SessionRules.refuseBeginMove(s, openMove)
+        const refused = Session.refuseBeginMove(s, openMove)
         if (refused) return yield* (fromRefusal(s.id, refused) as IllegalTransition | Conflict)
         const bad = Validate.maxDowntimeMs(input.maxDowntimeMs)
         if (bad) return yield* bad
@@ -906,11 +904,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     recordRound: (moveId, round) =>
       Effect.gen(function* () {
         const m = yield* findMove(moveId)
-        const refused = MoveRules.refuseRound(m)
+        const refused = Move.refuseRound(m)
         if (refused) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
         const bad = Validate.round(round)
         if (bad) return yield* bad
-        const recorded = MoveRules.recordRound(m, round, yield* now)
+        const recorded = Move.recordRound(m, round, yield* now)
         if (recorded._tag === "Conflict") return yield* new Conflict({ entity: "move", id: m.id, reason: recorded.reason })
         applyNow(recorded)
         return moveOf(m)
@@ -929,7 +927,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const bad = Validate.text("reason", reason) ?? Validate.estimateMs(options.estimateMs)
         if (bad) return yield* bad
         const m = yield* findMove(moveId)
-        const abort: SessionRules.Step = {
+        const abort: Session.Step = {
           _tag: "abortMove",
           move: m,
           reason,
@@ -955,7 +953,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
   }
 
-  function stepById(id: string, op: SessionRules.Step) {
+  function stepById(id: string, op: Session.Step) {
     return Effect.gen(function* () {
       const s = yield* findSession(id)
       return sessionOf(yield* stepSession(s, op, yield* now))

@@ -7,14 +7,14 @@ import { HttpApiBuilder } from "effect/http-api"
 import { requireHostOrAdmin } from "../Auth.js"
 import { api, badRequest } from "../HttpErrors.js"
 import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
-import { Room } from "../Room.js"
+import { Drainer } from "../Drainer.js"
 import { pageJson } from "../Views.js"
 
 export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
     const notifier = yield* Notifier
-    const room = yield* Room
+    const drainer = yield* Drainer
     /** The move, once the caller may act for it: its source (or, to read it, its target) or the admin. */
     const moveFor = (id: string, who: "source" | "either") =>
       api(store.getMove(id)).pipe(Effect.tap((m) => (who === "source" ? requireHostOrAdmin(m.sourceHostId) : requireHostOrAdmin(m.sourceHostId, m.targetHostId))))
@@ -42,7 +42,7 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
       .handle("commit", ({ params, payload }) =>
         moveFor(params.id, "source").pipe(
           Effect.andThen(api(store.commitMove(params.id, payload))),
-          Effect.tap((m) => room.appeared(...topics(m))),
+          Effect.tap((m) => drainer.roomAppeared(...topics(m))),
         ),
       )
       .handle("abort", ({ params, payload }) =>
@@ -51,7 +51,7 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
           if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
           // The estimate is kept on the move record, so a waiter on any replica can answer it.
           const m = yield* api(store.abortMove(params.id, payload.reason, { estimateMs: payload.estimateMs }))
-          yield* room.appeared(...topics(m))
+          yield* drainer.roomAppeared(...topics(m))
           return m
         }),
       )

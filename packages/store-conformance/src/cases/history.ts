@@ -3,7 +3,7 @@
  * answers is kept by the store, in the same atomic change as the step, numbered from 1 and
  * stamped with the Clock. A failed operation writes none. Read a page at a time.
  */
-import type { Session as SessionRules } from "@engram/core"
+import type { Session } from "@engram/core"
 import type { SessionEvent } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
@@ -133,7 +133,7 @@ export const historyGroup: Group = {
         const [aborted, lost] = yield* lastOf("m1")
         expect(aborted).toMatchObject({ _tag: "MoveAborted", moveId: move.id, hostId: m.hostId, estimateMs: null })
         expect(["session lost: its reservation was reclaimed", "move target's reservation was reclaimed"]).toContain(
-          (aborted as Extract<SessionRules.Event, { _tag: "MoveAborted" }>).reason,
+          (aborted as Extract<Session.Event, { _tag: "MoveAborted" }>).reason,
         )
         expect(lost).toStrictEqual({ _tag: "Lost", hostId: m.hostId })
         yield* s.endSession("p1")
@@ -173,7 +173,7 @@ export const historyGroup: Group = {
         // A cursor stays good as history grows: what came after it is the next page.
         yield* s.resume("s1")
         const grown = yield* s.sessionEvents("s1", { cursor: first.nextCursor ?? undefined })
-        expect(grown.items.map((e) => (e.event as SessionRules.Event)._tag)).toStrictEqual(["Running", "Parked", "Resumed"])
+        expect(grown.items.map((e) => (e.event as Session.Event)._tag)).toStrictEqual(["Running", "Parked", "Resumed"])
         yield* expectFailure(s.sessionEvents("nope"), "NotFound")
         expect((yield* expectFailure(s.sessionEvents("s1", { cursor: "garbage" }), "InvalidInput")).field).toBe("cursor")
         expect((yield* expectFailure(s.sessionEvents("s1", { limit: 0 }), "InvalidInput")).field).toBe("limit")

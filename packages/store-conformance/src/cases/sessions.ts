@@ -2,7 +2,7 @@
  * Sessions (SPEC §2): every legal transition, every illegal one refused with nothing changed,
  * idempotent create, and validation errors that name the field and the rule.
  */
-import { Session as SessionRules } from "@engram/core"
+import { Session } from "@engram/core"
 import type { SessionState } from "@engram/core"
 import type { StoreError, StoreShape } from "@engram/store"
 import { expect } from "@effect/vitest"
@@ -25,7 +25,7 @@ const ops: readonly Op[] = [
   { name: "markRunning", to: () => "running", from: ["pending"], run: (s, id) => s.markRunning(id) },
   // Idle asks to park where the default policy would park it (a measured host, nothing waiting
   // without room: the case's queue holds only a too-big session), else to descend.
-  { name: "idle", to: (st) => (SessionRules.holdsReservation(st) ? "parked" : "descending"), from: ["running"], run: (s, id) => s.idle(id) },
+  { name: "idle", to: (st) => (Session.holdsReservation(st) ? "parked" : "descending"), from: ["running"], run: (s, id) => s.idle(id) },
   { name: "unpark", to: () => "running", from: ["parked"], run: (s, id) => s.unpark(id) },
   { name: "beginDescent", to: () => "descending", from: ["parked"], run: (s, id) => s.beginDescent(id) },
   { name: "finishDescent", to: () => "descended", from: ["descending"], run: (s, id) => s.finishDescent(id) },
@@ -40,7 +40,7 @@ const illegalCase = (op: Op): Case =>
       const s = yield* store
       yield* addHost("h1", 65536)
       yield* addHost("h2", 65536)
-      const illegal = SessionRules.states.filter((st) => !op.from.includes(st))
+      const illegal = Session.states.filter((st) => !op.from.includes(st))
       for (const st of illegal) yield* sessionIn(`s-${st}`, st)
       yield* expectInvariants
       for (const st of illegal) {

@@ -4,7 +4,7 @@
  * moves), summaries and the cumulative metrics. Reservations, releases and reclaims are plans
  * the apply writes; heartbeats only renew a time.
  */
-import { Ledger as LedgerRules, Reclaim } from "@engram/core"
+import { Ledger, Reclaim } from "@engram/core"
 import type { LedgerEntry } from "@engram/core"
 import { Conflict, Cursor, NotFound, Refused, Validate } from "@engram/store"
 import type { ReclaimResult, ReserveInput, StoreShape } from "@engram/store"
@@ -21,7 +21,7 @@ import * as Pages from "./Pages.js"
 import { toMove, toReservation, toSession } from "./Rows.js"
 import { hosts, moves, reservations, sessions } from "./schema.js"
 
-type LedgerOps = Pick<
+type ReservationOps = Pick<
   StoreShape,
   | "reserve"
   | "release"
@@ -46,9 +46,9 @@ const countReserveFailure = (conn: Conn) =>
   )
 
 /** The ledger operations of the store. */
-export const make = ({ db, now, limits, cache, both }: Deps): LedgerOps => {
-  const summaryOf = (row: HostRow, entries: readonly LedgerEntry[], t: number): LedgerRules.HostSummary =>
-    LedgerRules.summarizeHost(row.id, toCandidate(row, limits()).headroom.allocatableMib, entries, t, limits())
+export const make = ({ db, now, limits, cache, both }: Deps): ReservationOps => {
+  const summaryOf = (row: HostRow, entries: readonly LedgerEntry[], t: number): Ledger.HostSummary =>
+    Ledger.summarizeHost(row.id, toCandidate(row, limits()).headroom.allocatableMib, entries, t, limits())
 
   const reserve: StoreShape["reserve"] = (input: ReserveInput) =>
     Effect.gen(function* () {
@@ -73,12 +73,12 @@ export const make = ({ db, now, limits, cache, both }: Deps): LedgerOps => {
           } else duplicate = yield* duplicateOf(tx)
           const c = row === undefined ? undefined : toCandidate(row, limits())
           const host = row === undefined || c === undefined ? undefined : { state: row.state, measured: c.measured ?? false, headroom: c.headroom, entries: row.entries }
-          const admission = LedgerRules.admit(input, { duplicate, host }, limits())
+          const admission = Ledger.admit(input, { duplicate, host }, limits())
           if (admission._tag === "Refuse") {
             if (admission.check === "duplicate") return yield* new Conflict({ entity: "reservation", id: String(id), reason: admission.message })
             return yield* new Refused({ check: admission.check, reason: admission.message })
           }
-          const plan = LedgerRules.reservePlan({ ...input, id: id as string, hostId: hostId as string }, (row as HostRow).version, t)
+          const plan = Ledger.reservePlan({ ...input, id: id as string, hostId: hostId as string }, (row as HostRow).version, t)
           const [outcome] = yield* apply(tx, cache, [plan])
           if (outcome?._tag !== "Applied") return yield* new RunAgain({ why: "the host changed under its lock" })
           return (plan.ledger[0] as { readonly entry: LedgerEntry }).entry
@@ -111,7 +111,7 @@ export const make = ({ db, now, limits, cache, both }: Deps): LedgerOps => {
               })
               .from(reservations),
           )
-          const suspects = LedgerRules.reclaimable(all, t, limits())
+          const suspects = Ledger.reclaimable(all, t, limits())
           if (suspects.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
           const ownerIds = (kind: string) => [...new Set(suspects.filter((e) => e.ownerKind === kind).map((e) => e.ownerId))].sort()
           const moveOwners = ownerIds("move")
@@ -169,10 +169,10 @@ export const make = ({ db, now, limits, cache, both }: Deps): LedgerOps => {
           Effect.gen(function* () {
             const [e] = yield* tx.use((exec) => exec.select().from(reservations).where(eq(reservations.id, id)).for("update"))
             if (e === undefined) return yield* new NotFound({ entity: "reservation", id })
-            const owned = LedgerRules.refuseRelease(e)
+            const owned = Ledger.refuseRelease(e)
             if (owned) return yield* new Refused({ check: owned.check, reason: owned.message })
             const entry = toReservation(e)
-            yield* apply(tx, cache, [LedgerRules.releasePlan(entry, t)])
+            yield* apply(tx, cache, [Ledger.releasePlan(entry, t)])
             return entry
           }),
         )
@@ -201,7 +201,7 @@ export const make = ({ db, now, limits, cache, both }: Deps): LedgerOps => {
                 .set({ lastHeartbeatAt: t })
                 .where(
                   sql`${reservations.id} in (select id from reservations where host_id = ${hostId}
-                    and owner_kind in (select jsonb_array_elements_text(${JSON.stringify(LedgerRules.renewedByHost)}::jsonb))
+                    and owner_kind in (select jsonb_array_elements_text(${JSON.stringify(Ledger.renewedByHost)}::jsonb))
                     order by id for update)`,
                 )
                 .returning({ id: reservations.id }),
@@ -276,7 +276,7 @@ export const make = ({ db, now, limits, cache, both }: Deps): LedgerOps => {
           if (list === undefined) byHost.set(e.hostId, [toReservation(e)])
           else list.push(toReservation(e))
         }
-        return LedgerRules.summarizeCluster(rows.map((r) => summaryOf(r, byHost.get(r.id) ?? [], t)))
+        return Ledger.summarizeCluster(rows.map((r) => summaryOf(r, byHost.get(r.id) ?? [], t)))
       }).pipe(dieOnUnique),
 
     metrics: () =>
@@ -289,7 +289,7 @@ export const make = ({ db, now, limits, cache, both }: Deps): LedgerOps => {
             coalesce((select sum(reserve_failures) from metrics), 0)::float8 as "reserveFailures",
             (select count(*) from reservations)::float8 as "activeEntries"`,
         ),
-        (rows): LedgerRules.Metrics => {
+        (rows): Ledger.Metrics => {
           const r = rows[0] ?? {}
           return {
             totalReservedMib: Number(r["totalReservedMib"] ?? 0),
