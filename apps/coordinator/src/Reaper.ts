@@ -167,7 +167,7 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
 }).pipe(Effect.withLogSpan("reaper"))
 
 /**
- * The immediate reaction (issue 15): `Trigger.poke` after a session queues without room runs
+ * The immediate reaction: `Trigger.poke` after a session queues without room runs
  * the gate within one coalescing window, on the leader only, with the passes' memory. Handlers
  * get the `Trigger` from context and call `poke` after every `Queued` outcome.
  */

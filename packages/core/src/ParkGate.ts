@@ -380,7 +380,8 @@ export const serve = (
   planner: DescentPlanner = new DescentPlanner(ctx.limits),
 ): Served => {
   const starvingNow = starving(waiting, ctx.now, ctx.options.starvationLimitMs)
-  if (starvingNow.length === 0 && !fit) return { holds: [], yields: [] }
+  // Nobody to serve (the common pass): no host is looked at.
+  if (starvingNow.length === 0 && (!fit || waiting.length === 0)) return { holds: [], yields: [] }
   const byHostId = new Map(fleet.hosts.map((h) => [h.id, h]))
   const previous = new Map(ctx.memory.holds.map((hold) => [hold.sessionId, hold.hostId]))
   const starvingIds = new Set(starvingNow.map((q) => q.sessionId))

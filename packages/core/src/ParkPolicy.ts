@@ -386,25 +386,30 @@ export const poissonQuantile = (mean: number, q: number): number => {
  */
 export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, options: Options = defaultOptions, maxCount = 256): Budget[] => {
   if (recent === undefined || !(recent.reservedMibPerSec > 0)) return []
-  const sizes = new Map<string, { budget: Budget; count: number }>()
+  // Sizes by one key each (a number for whole MiB and vCPUs, which is every session's: this runs
+  // over every park of the fleet each pass).
+  const sizes = new Map<number | string, { budget: Budget; count: number }>()
   let total = 0
   let mib = 0
   const add = (b: Budget): void => {
-    const key = `${b.memMib}:${b.vcpus}`
+    const key = Number.isInteger(b.memMib) && Number.isInteger(b.vcpus) && b.vcpus >= 0 && b.vcpus < 4096 ? b.memMib * 4096 + b.vcpus : `${b.memMib}:${b.vcpus}`
     const g = sizes.get(key)
     if (g === undefined) sizes.set(key, { budget: b, count: 1 })
     else g.count++
     total++
     mib += b.memMib
   }
-  // Sizes no host could take (SPEC §12 too_big) are no reason to make room.
-  const tooBig = Placement.tooBigFor(fleet.hosts)
   for (const h of fleet.hosts) for (const p of h.parks) add(p.budget)
-  for (const q of fleet.queue) if (!tooBig(q.budget)) add(q.budget)
+  if (fleet.queue.length > 0) {
+    // Sizes no host could take (SPEC §12 too_big) are no reason to make room.
+    const tooBig = Placement.tooBigFor(fleet.hosts)
+    for (const q of fleet.queue) if (!tooBig(q.budget)) add(q.budget)
+  }
   if (total === 0) return []
   const sessionsPerLead = (recent.reservedMibPerSec / (mib / total)) * (options.reserveLeadMs / 1000)
   const out: Budget[] = []
-  const groups = [...sizes.values()].sort((a, b) => b.budget.memMib - a.budget.memMib || b.budget.vcpus - a.budget.vcpus)
+  const groups = [...sizes.values()]
+  groups.sort((a, b) => b.budget.memMib - a.budget.memMib || b.budget.vcpus - a.budget.vcpus)
   for (const g of groups) {
     const places = poissonQuantile((sessionsPerLead * g.count) / total, options.reserveQuantile)
     for (let k = 0; k < places && out.length < maxCount; k++) out.push(g.budget)

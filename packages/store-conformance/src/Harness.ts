@@ -4,9 +4,9 @@
  * assertions, a whole-store snapshot for "nothing changed", and the store-wide invariants).
  */
 import { Headroom, Limits, Session } from "@engram/core"
-import type { Budget, Move } from "@engram/core"
+import type { Budget, Ledger, Move } from "@engram/core"
 import { Store, StoreTesting } from "@engram/store"
-import type { HostView, MovePhases, Reservation, StoreError, StoreShape } from "@engram/store"
+import type { HostView, MovePhases, Page, PageRequest, Reservation, StoreError, StoreShape, Unavailable } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect, Result } from "effect"
 import type { Scope } from "effect"
@@ -52,6 +52,32 @@ export const prelude = (limits: Limits.Limits): Effect.Effect<void, unknown, Env
     const testing = yield* StoreTesting
     yield* testing.reset(limits)
   })
+
+/** Every item of a paged list, page after page, as a client reads it. */
+export const allPages = <A, E>(page: (request: PageRequest) => Effect.Effect<Page<A>, E>): Effect.Effect<A[], E> =>
+  Effect.gen(function* () {
+    const out: A[] = []
+    let cursor: string | undefined
+    do {
+      const p = yield* page(cursor === undefined ? { limit: 1000 } : { limit: 1000, cursor })
+      out.push(...p.items)
+      cursor = p.nextCursor ?? undefined
+    } while (cursor !== undefined)
+    return out
+  })
+
+/** Every host with its room, by id. */
+export const hostsNow = (s: StoreShape) => allPages((p) => s.pageHosts(p))
+
+/** Every reservation (of one host), by id. */
+export const reservationsNow = (s: StoreShape, filter: { readonly hostId?: string | undefined } = {}) => allPages((p) => s.pageReservations(filter, p))
+
+/** The queued sessions, first in first out. */
+export const queueNow = (s: StoreShape) => Effect.map(allPages((p) => s.pageQueue(p)), (entries) => entries.map((e) => e.session))
+
+/** One host's ledger summary, from the cluster's; fails the case for a host the summary does not list. */
+export const hostSummaryOf = (s: StoreShape, hostId: string): Effect.Effect<Ledger.HostSummary, Unavailable> =>
+  Effect.map(s.clusterSummary(), (c) => c.hosts.find((h) => h.hostId === hostId) ?? expect.fail(`the cluster summary lists no host ${hostId}`))
 
 /** The store of the current case. */
 export const store: Effect.Effect<StoreShape, never, Store> = Effect.service(Store)
@@ -174,7 +200,7 @@ export const sessionIn = (
         const start = (yield* s.getReservation(own)).lastHeartbeatAt
         const window = s.limits().heartbeatStaleWindowMs
         yield* TestClock.setTime(start + window + 1)
-        for (const r of yield* s.listReservations()) if (r.id !== own) yield* s.heartbeat(r.id)
+        for (const r of yield* reservationsNow(s)) if (r.id !== own) yield* s.heartbeat(r.id)
         yield* s.reclaim()
         return yield* s.getSession(id)
       }
@@ -196,10 +222,10 @@ export const commitAfterFinal = (moveId: string, phases: MovePhases): Effect.Eff
 export const snapshot = Effect.gen(function* () {
   const s = yield* store
   return {
-    hosts: yield* s.listHosts(),
+    hosts: yield* hostsNow(s),
     sessions: yield* s.listSessions(),
-    reservations: yield* s.listReservations(),
-    queue: yield* s.listQueue(),
+    reservations: yield* reservationsNow(s),
+    queue: yield* queueNow(s),
   }
 })
 
@@ -214,17 +240,17 @@ export const violations = (previous?: ReadonlyMap<string, Budget>) =>
   Effect.gen(function* () {
     const s = yield* store
     const out: string[] = []
-    const hosts = yield* s.listHosts()
+    const hosts = yield* hostsNow(s)
     const sessions = yield* s.listSessions()
-    const reservations = yield* s.listReservations()
-    const queue = yield* s.listQueue()
+    const reservations = yield* reservationsNow(s)
+    const queue = yield* queueNow(s)
     const byId = new Map<string, Reservation>(reservations.map((r) => [r.id, r]))
     const sessionsById = new Map<string, Session.Record>(sessions.map((x) => [x.id, x]))
 
     const sorted = [...hosts].map((h) => h.id).sort()
-    if (JSON.stringify(sorted) !== JSON.stringify(sortedIds(hosts))) out.push("listHosts is not sorted by id")
+    if (JSON.stringify(sorted) !== JSON.stringify(sortedIds(hosts))) out.push("the hosts page is not sorted by id")
     const rsorted = [...reservations].map((r) => r.id).sort()
-    if (JSON.stringify(rsorted) !== JSON.stringify(sortedIds(reservations))) out.push("listReservations is not sorted by id")
+    if (JSON.stringify(rsorted) !== JSON.stringify(sortedIds(reservations))) out.push("the reservations page is not sorted by id")
 
     for (const h of hosts) {
       const mine = reservations.filter((r) => r.hostId === h.id)

@@ -27,7 +27,7 @@ import type { SQL } from "drizzle-orm"
 import { Effect } from "effect"
 import type { Conn } from "./Db.js"
 import type { HostCache } from "./HostCache.js"
-import { hostColumns, toHostRow } from "./HostRows.js"
+import { hostColumns, json, toHostRow } from "./HostRows.js"
 
 const rowsOf = (key: string, columns: string): SQL =>
   sql.raw(`select * from jsonb_to_recordset((select d->'${key}' from doc)) as x(${columns})`)
@@ -229,13 +229,11 @@ export const apply = <E>(conn: Conn<E>, cache: HostCache, plans: readonly Plan.P
         ? Effect.map(conn.pipeline([lockHostsSql(changed), statement]), (results) => results[1] ?? [])
         : conn.query(statement)
     return Effect.map(run, ([row]) => {
-      const outcomes = parse<{ p: number; ok: boolean; stale: boolean }[]>(row?.["outcomes"])
-      const hosts = parse<Record<string, unknown>[]>(row?.["hosts"]).map(toHostRow)
+      const outcomes = json<{ p: number; ok: boolean; stale: boolean }[]>(row?.["outcomes"] ?? [])
+      const hosts = json<Record<string, unknown>[]>(row?.["hosts"] ?? []).map(toHostRow)
       conn.afterCommit(() => {
         for (const h of hosts) cache.learn(h)
       })
       return outcomes.map((o) => (o.ok ? applied : o.stale ? staleSession : staleHost))
     })
   })
-
-const parse = <T>(v: unknown): T => (typeof v === "string" ? (JSON.parse(v) as T) : ((v ?? []) as T))

@@ -24,7 +24,7 @@ import { sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { Deferred, Effect, Exit, Request, RequestResolver, Semaphore } from "effect"
 import type { Conn } from "./Db.js"
-import { hostColumns, toCandidate, toHostRow } from "./HostRows.js"
+import { hostColumns, json, num, numOrNull, toCandidate, toHostRow } from "./HostRows.js"
 import type { HostRow } from "./HostRows.js"
 
 /** A known host: its newest committed row and core's candidate for it. */
@@ -55,6 +55,8 @@ interface Entry {
   readonly descents: Set<string>
   /** The host as the fleet view carries it; null once anything it shows changed. */
   fleet: FleetHost | null
+  /** Its parks, oldest first, as the fleet view carries them; null once a park came or went. */
+  parkList: Park[] | null
 }
 
 interface Delta {
@@ -65,9 +67,6 @@ interface Delta {
   readonly sessions?: { readonly count: number; readonly rows: Record<string, unknown>[] }
 }
 
-const num = (v: unknown): number => (typeof v === "number" ? v : Number(v))
-const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : num(v))
-const parse = <T>(v: unknown): T => (typeof v === "string" ? (JSON.parse(v) as T) : (v as T))
 const byString = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
 
 // Row xmin is a 32-bit xid: compare by age (the distance back from now), wraparound-safe.
@@ -174,7 +173,7 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
     if (e !== undefined && row.version < e.row.version) return
     const candidate = toCandidate(row, limits)
     if (e === undefined) {
-      hosts.set(row.id, { row, candidate, parks: new Map(), descents: new Set(), fleet: null })
+      hosts.set(row.id, { row, candidate, parks: new Map(), descents: new Set(), fleet: null, parkList: null })
       sortedHosts = null
       tooBigIndex = null
     } else {
@@ -197,7 +196,7 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
     if (s.state === "queued") queue = null
     const h = s.hostId === null ? undefined : hosts.get(s.hostId)
     if (h === undefined) return
-    if (s.state === "parked" && h.parks.delete(s.id)) h.fleet = null
+    if (s.state === "parked" && h.parks.delete(s.id)) h.fleet = h.parkList = null
     if (s.state === "descending" && h.descents.delete(s.id)) h.fleet = null
   }
   const enter = (s: SessionLite): void => {
@@ -207,7 +206,7 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
     if (h === undefined) return
     if (s.state === "parked") {
       h.parks.set(s.id, { sessionId: s.id, parkedAt: s.parkedAt ?? 0, budget: { memMib: s.memMib, vcpus: s.vcpus } })
-      h.fleet = null
+      h.fleet = h.parkList = null
     } else if (s.state === "descending") {
       h.descents.add(s.id)
       h.fleet = null
@@ -244,9 +243,9 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
     Effect.map(pool.query(deltaSql(hostsSince, withSessions ? sessionsSince : undefined)), ([row]): Delta => ({
       xmin: String(row?.["xmin"]),
       hostCount: num(row?.["hostCount"]),
-      hosts: parse<Record<string, unknown>[]>(row?.["hosts"] ?? []),
+      hosts: json<Record<string, unknown>[]>(row?.["hosts"] ?? []),
       ...(withSessions
-        ? { sessions: { count: num(row?.["sessionCount"]), rows: parse<Record<string, unknown>[]>(row?.["sessions"] ?? []) } }
+        ? { sessions: { count: num(row?.["sessionCount"]), rows: json<Record<string, unknown>[]>(row?.["sessions"] ?? []) } }
         : {}),
     }))
 
@@ -311,8 +310,8 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
     sortedHosts ??= [...hosts.values()].sort((a, b) => byString(a.row.id, b.row.id))
     const fleetHosts = sortedHosts.map((h) => {
       if (h.fleet === null) {
-        const parks = [...h.parks.values()].sort((a, b) => a.parkedAt - b.parkedAt || byString(a.sessionId, b.sessionId))
-        h.fleet = { ...h.candidate, descentsRunning: h.descents.size, parks }
+        h.parkList ??= [...h.parks.values()].sort((a, b) => a.parkedAt - b.parkedAt || byString(a.sessionId, b.sessionId))
+        h.fleet = { ...h.candidate, descentsRunning: h.descents.size, parks: h.parkList }
       }
       return h.fleet
     })

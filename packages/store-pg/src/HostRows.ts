@@ -133,9 +133,12 @@ export const readSumsDrift = <E>(conn: Conn<E>) =>
     ledgerEntries: num(r["ledgerEntries"]),
   })))
 
-const num = (v: unknown): number => (typeof v === "number" ? v : Number(v))
-const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : num(v))
-const json = <T>(v: unknown): T => (typeof v === "string" ? (JSON.parse(v) as T) : (v as T))
+/** A number from either driver (postgres.js answers bigints and numerics as text). */
+export const num = (v: unknown): number => (typeof v === "number" ? v : Number(v))
+/** A number, or null. */
+export const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : num(v))
+/** A json value from either driver (postgres.js parses it, PGlite may answer text). */
+export const json = <T>(v: unknown): T => (typeof v === "string" ? (JSON.parse(v) as T) : (v as T))
 
 /** Normalizes a row from either driver (or from json_agg). */
 export const toHostRow = (r: Record<string, unknown>): HostRow => ({

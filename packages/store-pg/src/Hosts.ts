@@ -21,11 +21,9 @@ type HostOps = Pick<
   | "reportHost"
   | "setHostState"
   | "getHost"
-  | "hostTokenHash"
   | "hostByTokenHash"
   | "setHostTokenHash"
   | "removeHost"
-  | "listHosts"
   | "pageHosts"
   | "fleetView"
 >
@@ -102,12 +100,6 @@ export const make = ({ db, now, limits, cache }: Deps): HostOps => {
     getHost: (id) =>
       Effect.flatMap(hostView(db.pool, id), (v) => (v === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(v))).pipe(dieOnUnique),
 
-    hostTokenHash: (id) =>
-      Effect.flatMap(
-        db.pool.use((exec) => exec.select({ tokenHash: hosts.tokenHash }).from(hosts).where(eq(hosts.id, id))),
-        (rows) => (rows[0] === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(rows[0].tokenHash)),
-      ).pipe(dieOnUnique),
-
     hostByTokenHash: (tokenHash) =>
       Effect.map(
         db.pool.use((exec) => exec.select().from(hosts).where(eq(hosts.tokenHash, tokenHash)).orderBy(hosts.id).limit(1)),
@@ -137,9 +129,6 @@ export const make = ({ db, now, limits, cache }: Deps): HostOps => {
           }),
         )
         .pipe(dieOnUnique),
-
-    listHosts: () =>
-      Effect.map(readHostRows(db.pool, { sessions: "counts" }), (rows) => rows.map((r) => toHostView(r, limits()))).pipe(dieOnUnique),
 
     pageHosts: (page) =>
       Effect.gen(function* () {

@@ -3,14 +3,14 @@
  * locks the best host no other transaction holds, core re-checks it under the lock. The one
  * lock order: sessions, then moves, then reservations, then hosts (several hosts in id order).
  */
-import { Placement } from "@engram/core"
+import { Placement, QueueWalk } from "@engram/core"
 import type { Candidate, Limits } from "@engram/core"
 import { and, eq, sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { Effect } from "effect"
-import { inJson } from "./Db.js"
+import { inJson, RunAgain } from "./Db.js"
 import type { Tx } from "./Db.js"
-import { hostRowsSql, toCandidate, toHostRow } from "./HostRows.js"
+import { hostRowsSql, readHostRows, toCandidate, toHostRow } from "./HostRows.js"
 import type { MoveRow, SessionRow } from "./Rows.js"
 import { hosts, moves, sessions } from "./schema.js"
 
@@ -129,4 +129,24 @@ export const pickAndLock = (tx: Tx, req: Placement.Request, limits: Limits.Limit
       if (Placement.fitsOn(c, req.budget, limits)) return { _tag: "Chosen", hostId: id, version: fresh.version } satisfies Picked
     }
     return { _tag: "NoFit", hosts: [...byId.values()] } satisfies Picked
+  })
+
+/**
+ * The hosts a walk decided on, locked in id order, and the walk replayed against their fresh
+ * rows (`QueueWalk.replay`): the placements that still fit, in order, with each host's version
+ * under the lock. Room changed between the walk's read and the locks: the transaction runs
+ * again (at most twice; then what still fits is kept).
+ */
+export const lockAndReplay = <W extends QueueWalk.Waiting>(tx: Tx, placed: readonly QueueWalk.Planned<W>[], limits: Limits.Limits, run: number) =>
+  Effect.gen(function* () {
+    const hostIds = [...new Set(placed.map((p) => p.hostId))].sort()
+    yield* lockHosts(tx, hostIds)
+    const fresh = yield* readHostRows(tx, { hostIds, columns: "room" })
+    const { accepted, diverged } = QueueWalk.replay(
+      placed,
+      fresh.map((r) => toCandidate(r, limits)),
+      limits,
+    )
+    if (diverged && run < 3) return yield* new RunAgain({ why: "room changed before the hosts were locked" })
+    return { accepted, versionOf: new Map(fresh.map((r) => [r.id, r.version])) }
   })

@@ -14,17 +14,16 @@ import type { DrainResult, StoreShape } from "@engram/store"
 import { and, asc, eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
-import { dieOnUnique, RunAgain } from "./Db.js"
+import { dieOnUnique } from "./Db.js"
 import type { Conn } from "./Db.js"
 import type { Deps } from "./Deps.js"
-import { readHostRows, toCandidate } from "./HostRows.js"
-import { lockHosts } from "./Locks.js"
+import { lockAndReplay } from "./Locks.js"
 import * as Pages from "./Pages.js"
 import { toSession } from "./Rows.js"
 import { sessions } from "./schema.js"
 import { queuePosition, standingOf } from "./Sessions.js"
 
-type QueueOps = Pick<StoreShape, "listQueue" | "pageQueue" | "drainQueue">
+type QueueOps = Pick<StoreShape, "pageQueue" | "drainQueue">
 
 const countQueued = <E>(conn: Conn<E>) =>
   Effect.map(conn.query<{ n: number }>(sql`select count(*)::int as n from sessions where state = 'queued'`), (rows) => Number(rows[0]?.n ?? 0))
@@ -58,12 +57,6 @@ export const make = ({ db, now, limits, cache }: Deps): QueueOps => ({
       return Cursor.pageOf("queue", entries, (e) => [e.session.queuedAt as number, e.session.id], limit)
     }).pipe(dieOnUnique),
 
-  listQueue: () =>
-    Effect.map(
-      db.pool.use((exec) => exec.select().from(sessions).where(eq(sessions.state, "queued")).orderBy(asc(sessions.queuedAt), asc(sessions.id))),
-      (rows) => rows.map(toSession),
-    ).pipe(dieOnUnique),
-
   drainQueue: (options = {}) =>
     Effect.gen(function* () {
       const t = yield* now
@@ -85,18 +78,7 @@ export const make = ({ db, now, limits, cache }: Deps): QueueOps => ({
           )
           const walk = queued.length === 0 ? { placed: [] } : QueueWalk.walk(queued.map(toSession), cache.candidates(), { limit }, limits())
           if (walk.placed.length === 0) return { placed: [], unapplied: [], remaining: yield* countQueued(tx) } satisfies DrainResult
-          // Lock every host of the walk in id order, then replay it against fresh sums.
-          const hostIds = [...new Set(walk.placed.map((p) => p.hostId))].sort()
-          yield* lockHosts(tx, hostIds)
-          const fresh = yield* readHostRows(tx, { hostIds, columns: "room" })
-          const { accepted, diverged } = QueueWalk.replay(
-            walk.placed,
-            fresh.map((r) => toCandidate(r, limits())),
-            limits(),
-          )
-          // Room changed between the read and the locks: decide again from fresh figures.
-          if (diverged && runs < 3) return yield* new RunAgain({ why: "room changed before the hosts were locked" })
-          const versionOf = new Map(fresh.map((r) => [r.id, r.version]))
+          const { accepted, versionOf } = yield* lockAndReplay(tx, walk.placed, limits(), runs)
           // What the walk placed but fresh room no longer takes stays queued, and is reported.
           const unapplied: { sessionId: string; reason: "refused" | "stale" }[] = walk.placed
             .filter((p) => !accepted.includes(p))

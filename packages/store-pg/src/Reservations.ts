@@ -28,10 +28,8 @@ type ReservationOps = Pick<
   | "heartbeat"
   | "heartbeatHost"
   | "getReservation"
-  | "listReservations"
   | "pageReservations"
   | "reclaim"
-  | "hostSummary"
   | "clusterSummary"
   | "metrics"
 >
@@ -238,33 +236,7 @@ export const make = ({ db, now, limits, cache, both }: Deps): ReservationOps => 
         return Cursor.pageOf("reservations", rows.map(toReservation), (e) => [e.id], limit)
       }).pipe(dieOnUnique),
 
-    listReservations: (filter = {}) =>
-      Effect.map(
-        db.pool.use((exec) =>
-          exec
-            .select()
-            .from(reservations)
-            .where(filter.hostId === undefined ? undefined : eq(reservations.hostId, filter.hostId))
-            .orderBy(asc(reservations.id)),
-        ),
-        (rows) => rows.map(toReservation),
-      ).pipe(dieOnUnique),
-
     reclaim,
-
-    hostSummary: (hostId) =>
-      Effect.gen(function* () {
-        const t = yield* now
-        const [rows, entries] = yield* db.transaction((tx) =>
-          both(
-            readHostRows(tx, { hostIds: [hostId] }),
-            tx.use((exec) => exec.select().from(reservations).where(eq(reservations.hostId, hostId))),
-          ),
-        )
-        const row = rows[0]
-        if (row === undefined) return yield* new NotFound({ entity: "host", id: hostId })
-        return summaryOf(row, entries.map(toReservation), t)
-      }).pipe(dieOnUnique),
 
     clusterSummary: () =>
       Effect.gen(function* () {

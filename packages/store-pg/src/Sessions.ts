@@ -21,8 +21,7 @@ import * as Batcher from "./Batcher.js"
 import { dieOnUnique, retryAfterMs, RunAgain } from "./Db.js"
 import type { Conn, DbError, Transient, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
-import { lockHosts, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
-import { readHostRows, toCandidate } from "./HostRows.js"
+import { lockAndReplay, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
 import * as Pages from "./Pages.js"
 import { toMove, toSession, toSessionEvent } from "./Rows.js"
 import { sessionEvents, sessions } from "./schema.js"
@@ -342,17 +341,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
           }
           const hosts = cache.candidates()
           const walk = QueueWalk.walk(cold, hosts, {}, limits())
-          const hostIds = [...new Set(walk.placed.map((p) => p.hostId))].sort()
-          yield* lockHosts(tx, hostIds)
-          const fresh = yield* readHostRows(tx, { hostIds, columns: "room" })
-          const { accepted, diverged } = QueueWalk.replay(
-            walk.placed,
-            fresh.map((r) => toCandidate(r, limits())),
-            limits(),
-          )
-          // Room changed between the read and the locks: decide again from fresh figures.
-          if (diverged && runs < 3) return yield* new RunAgain({ why: "room changed before the hosts were locked" })
-          const versionOf = new Map(fresh.map((r) => [r.id, r.version]))
+          const { accepted, versionOf } = yield* lockAndReplay(tx, walk.placed, limits(), runs)
           const hostOf = new Map(accepted.map((p) => [p.waiting.id, p.hostId]))
           const plans: Plan.Plan[] = []
           for (const id of ids) {

@@ -63,6 +63,8 @@ interface HostRec {
   candidate: Candidate
   /** The host as the fleet read carries it; null once anything it shows changed (rebuilt on the next read). */
   fleet: FleetHost | null
+  /** The host's parks as the fleet read carries them; null once a park came or went (kept across other changes). */
+  parkList: Park[] | null
 }
 
 interface SessionRec {
@@ -417,7 +419,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   const leave = (s: SessionRec): void => {
     const h = s.hostId === null ? undefined : hosts.get(s.hostId)
     if (h !== undefined) {
-      if (s.state === "parked" && h.parks.delete(s.id)) h.fleet = null
+      if (s.state === "parked" && h.parks.delete(s.id)) h.fleet = h.parkList = null
       if (s.state === "descending" && h.descents.delete(s.id)) h.fleet = null
     }
     if (s.state === "queued" && queue.delete(s.id)) {
@@ -432,7 +434,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     if (h !== undefined) {
       if (s.state === "parked") {
         h.parks.set(s.id, { sessionId: s.id, parkedAt: s.parkedAt as number, budget: s.budget })
-        h.fleet = null
+        h.fleet = h.parkList = null
       }
       if (s.state === "descending") {
         h.descents.add(s.id)
@@ -581,6 +583,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           version: 0,
           candidate: { id: input.id, headroom: { allocatableMib: null, cpuBudget: null, reserved: Headroom.zero } },
           fleet: null,
+          parkList: null,
         }
         refresh(h)
         hosts.set(h.id, h)
@@ -611,13 +614,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     getHost: (id) => Effect.map(findHost(id), viewOf),
-    hostTokenHash: (id) => Effect.map(findHost(id), (h) => h.tokenHash),
     hostByTokenHash: (tokenHash) =>
       Effect.sync(() => {
         for (const h of hosts.values()) if (h.tokenHash !== null && h.tokenHash === tokenHash) return hostOf(h)
         return null
       }),
-    listHosts: () => Effect.sync(() => [...hosts.values()].sort(byId).map(viewOf)),
     pageHosts: (page = {}) => pageOf("hosts", () => [...hosts.values()].sort(byId).map(viewOf), (h) => [h.id], page),
 
     setHostTokenHash: (id, tokenHash) =>
@@ -647,7 +648,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         // read is the same (immutable) object as then; only changed hosts are rebuilt.
         hostsSorted ??= [...hosts.values()].sort(byId)
         const fleetHosts: FleetHost[] = hostsSorted.map(
-          (h) => (h.fleet ??= { ...h.candidate, descentsRunning: h.descents.size, parks: [...h.parks.values()] }),
+          (h) => (h.fleet ??= { ...h.candidate, descentsRunning: h.descents.size, parks: (h.parkList ??= [...h.parks.values()]) }),
         )
         // The queue's list is rebuilt only when the queue changed (its sorted order is rebuilt then too).
         const sorted = sortedQueue()
@@ -735,7 +736,6 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return sessionOf(yield* stepSession(s, { _tag: "end", openMove: openMoveOf(id) }, yield* now))
       }),
 
-    listQueue: () => Effect.sync(() => sortedQueue().map(sessionOf)),
     pageQueue: (page = {}) =>
       Effect.map(
         pageOf("queue", () => sortedQueue().map((x, i) => ({ x, position: i + 1 })), ({ x }) => [x.queuedAt as number, x.id], page),
@@ -830,7 +830,6 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return e === undefined ? Effect.fail(new NotFound({ entity: "reservation", id })) : Effect.succeed(e)
       }),
 
-    listReservations: (filter = {}) => Effect.sync(() => reservationsSorted(filter)),
     pageReservations: (filter = {}, page = {}) =>
       Effect.suspend(() => {
         const bad = Validate.filter("hostId", filter.hostId)
@@ -866,12 +865,6 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const decided = Reclaim.decide({ entries: wanted.doomed, sessions: [...involved.values()].map(sessionOf), openMoves: open.map(moveOf) }, t, limits)
         applyNow(decided.plan)
         return { reclaimed: [...decided.reclaimed], lostSessions: [...decided.lostSessions] } satisfies ReclaimResult
-      }),
-
-    hostSummary: (hostId) =>
-      Effect.gen(function* () {
-        const h = yield* findHost(hostId)
-        return summaryOf(h, yield* now)
       }),
 
     clusterSummary: () =>

@@ -65,10 +65,6 @@ export interface StoreShape {
   /** Sets `ready` (uncordon), `cordoned` or `draining`. */
   readonly setHostState: (id: string, state: "ready" | "cordoned" | "draining") => Fx<HostView, NotFound>
   readonly getHost: (id: string) => Fx<HostView, NotFound>
-  /** The stored credential hash of a host, or null when it has none. */
-  readonly hostTokenHash: (id: string) => Fx<string | null, NotFound>
-  /** Every host, sorted by id. */
-  readonly listHosts: () => Fx<readonly HostView[]>
   /** The host whose credential hash this is, or null: how a coordinator authenticates an agent. */
   readonly hostByTokenHash: (tokenHash: string) => Fx<Host | null>
   /** Replaces a host's credential hash (a rotation): the old credential finds no host from now on. */
@@ -136,8 +132,6 @@ export interface StoreShape {
   readonly endSession: (id: string) => Fx<Session, NotFound | IllegalTransition>
 
   // The queue
-  /** Queued sessions, first in first out. */
-  readonly listQueue: () => Fx<readonly Session[]>
   /** A page of the queue, first in first out, each session with where it stands (position, reasons, `too_big`). */
   readonly pageQueue: (page?: PageRequest) => Fx<Page<QueueEntry>, InvalidInput>
   /** Where a session stands in the queue; null when it is not queued. */
@@ -157,13 +151,10 @@ export interface StoreShape {
   /** Renews every session, move and capture reservation on the host; answers how many. */
   readonly heartbeatHost: (hostId: string) => Fx<number, NotFound>
   readonly getReservation: (id: string) => Fx<Reservation, NotFound>
-  /** Reservations sorted by id, optionally of one host. */
-  readonly listReservations: (filter?: { readonly hostId?: string | undefined }) => Fx<readonly Reservation[]>
   /** A page of reservations by id, optionally of one host. */
   readonly pageReservations: (filter?: { readonly hostId?: string | undefined }, page?: PageRequest) => Fx<Page<Reservation>, InvalidInput>
   /** Removes every expired or stale reservation now; their sessions become `lost`. */
   readonly reclaim: () => Fx<ReclaimResult>
-  readonly hostSummary: (hostId: string) => Fx<Ledger.HostSummary, NotFound>
   readonly clusterSummary: () => Fx<Ledger.ClusterSummary>
   readonly metrics: () => Fx<Ledger.Metrics>
 
@@ -231,8 +222,6 @@ export class StoreTesting extends Context.Service<StoreTesting, StoreTestingShap
 export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "limits",
   "getHost",
-  "hostTokenHash",
-  "listHosts",
   "hostByTokenHash",
   "pageHosts",
   "fleetView",
@@ -240,13 +229,10 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "listSessions",
   "pageSessions",
   "sessionEvents",
-  "listQueue",
   "pageQueue",
   "queueStanding",
   "getReservation",
-  "listReservations",
   "pageReservations",
-  "hostSummary",
   "clusterSummary",
   "metrics",
   "getMove",

@@ -1,5 +1,5 @@
 /**
- * A session's history (issue 12): every event core's `Session.step` (and `Reclaim.plan`)
+ * A session's history: every event core's `Session.step` (and `Reclaim.decide`)
  * answers is kept by the store, in the same atomic change as the step, numbered from 1 and
  * stamped with the Clock. A failed operation writes none. Read a page at a time.
  */

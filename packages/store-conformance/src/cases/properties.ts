@@ -11,7 +11,7 @@ import { expect } from "@effect/vitest"
 import { Clock, Effect, Result } from "effect"
 import { TestClock } from "effect/testing"
 import fc from "fast-check"
-import { kase, limitsOf, prelude, snapshot, store, violations } from "../Harness.js"
+import { kase, limitsOf, prelude, reservationsNow, snapshot, store, violations } from "../Harness.js"
 import type { Env, Group } from "../Harness.js"
 
 const hostIds = ["h0", "h1", "h2"] as const
@@ -383,7 +383,7 @@ export const properties = (options: PropertyOptions): Group => ({
                         if (r.success._tag === "Placed") expect(now?.hostId, id).toBe(r.success.session.hostId)
                       }
                       // Every placed session holds exactly one reservation of its budget.
-                      const entries = yield* s.listReservations()
+                      const entries = yield* reservationsNow(s)
                       for (const x of sessions.values())
                         expect(entries.filter((e) => e.ownerId === x.id).length, x.id).toBe(x.state === "pending" ? 1 : 0)
                     }

@@ -8,7 +8,7 @@ import type { StoreError, StoreShape } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, placed, queued, reportFor, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, placed, queued, queueNow, reportFor, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
 import type { Case, Group } from "../Harness.js"
 
 const budget = { memMib: 1024, vcpus: 1 }
@@ -66,9 +66,9 @@ const endCase = (st: SessionState): Case =>
       yield* TestClock.adjust(7)
       const ended = yield* s.endSession("x")
       expect(ended).toMatchObject({ id: "x", state: "ended", reservationId: null })
-      expect((yield* s.listReservations()).filter((r) => r.ownerId === "x" || r.ownerKind === "move")).toStrictEqual([])
+      expect((yield* reservationsNow(s)).filter((r) => r.ownerId === "x" || r.ownerKind === "move")).toStrictEqual([])
       expect(yield* s.openMove("x")).toBeNull()
-      expect(yield* s.listQueue()).toStrictEqual([])
+      expect(yield* queueNow(s)).toStrictEqual([])
       yield* expectInvariants
     }),
   )
@@ -195,7 +195,7 @@ export const sessions: Group = {
           session: { ...x, state: "running", parkedAt: null, updatedAt: 9 },
         })
         expect(yield* s.metrics()).toStrictEqual(metrics)
-        expect((yield* s.listReservations()).map((r) => r.id)).toStrictEqual([x.reservationId])
+        expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([x.reservationId])
         expect((yield* s.getHost("h1")).parks).toBe(0)
         yield* expectInvariants
       }),
@@ -299,7 +299,7 @@ export const sessions: Group = {
         const again = yield* s.createSession({ id: "s1", budget })
         expect(again._tag).toBe("Placed")
         expect(again.session).toMatchObject({ state: "running", hostId: first.hostId, reservationId: first.reservationId })
-        expect((yield* s.listReservations()).length).toBe(1)
+        expect((yield* reservationsNow(s)).length).toBe(1)
         expect((yield* s.metrics()).totalReservedMib).toBe(1024)
       }),
     ),
@@ -324,7 +324,7 @@ export const sessions: Group = {
         yield* TestClock.adjust(50)
         const again = yield* s.createSession({ id: "q2", budget })
         expect(again).toMatchObject({ _tag: "Queued", position: 2, session: { id: "q2", queuedAt: 0 } })
-        expect((yield* s.listQueue()).length).toBe(2)
+        expect((yield* queueNow(s)).length).toBe(2)
       }),
     ),
     kase(
@@ -335,7 +335,7 @@ export const sessions: Group = {
         yield* sessionIn("s1", "descended")
         const again = yield* s.createSession({ id: "s1", budget })
         expect(again).toMatchObject({ _tag: "Queued", position: 0, session: { state: "descended", hostId: null } })
-        expect(yield* s.listReservations()).toStrictEqual([])
+        expect(yield* reservationsNow(s)).toStrictEqual([])
       }),
     ),
     kase(
