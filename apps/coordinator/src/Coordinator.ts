@@ -29,7 +29,7 @@ import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
 import { MoveWaiter } from "./MoveWaiter.js"
 import { Notifier } from "./Notifier.js"
-import { ReactAtOnce, reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
+import { park, ReactAtOnce, reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
 import type { PassReport } from "./Reaper.js"
 import { Drainer } from "./Drainer.js"
 import { SessionWaiter } from "./SessionWaiter.js"
@@ -90,6 +90,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
       ? StorePg.layer({
           url: databaseUrl,
           limits: config.limits,
+          park,
           placementReadMaxAgeMs: config.placementReadMaxAgeMs,
           connectTimeoutSec: Math.max(1, Math.ceil(config.storeTimeoutMs / 1000)),
           statementTimeoutMs: config.storeTimeoutMs,
@@ -101,7 +102,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
             mkdirSync(dataDir, { recursive: true })
             // One writer per embedded store: held until the coordinator stops.
             yield* DataDirLock.acquire(dataDir)
-            return StorePg.layerPglite({ dataDir: join(dataDir, "pglite"), limits: config.limits, ...batching })
+            return StorePg.layerPglite({ dataDir: join(dataDir, "pglite"), limits: config.limits, park, ...batching })
           }),
         ))
   // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).

@@ -22,8 +22,11 @@ import { Settings } from "./Settings.js"
 /** What one pass did (the shared pass's report). */
 export type PassReport = Reaper.PassReport
 
-/** The park policy the coordinator's reaper runs: core's measured default. */
-export const policy: ParkPolicy.Name = ParkPolicy.defaultName
+/**
+ * The park policy the coordinator runs, core's measured default: its reaper yields parks by it,
+ * and its store's idle steps decide by it (`Coordinator.ts` hands it to the store).
+ */
+export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
 
 // What the reaper remembers between passes (held hosts, the recent demand for room), per store:
 // the loop, passes driven by hand and the immediate reaction on one store share it.
@@ -159,7 +162,7 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const notifier = yield* Notifier
   const leading = yield* leadingNow
   const t0 = performance.now()
-  const report = yield* Reaper.pass({ policy, leading, state: stateFor(store) }).pipe(Effect.provide(listen(metrics, notifier)))
+  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store) }).pipe(Effect.provide(listen(metrics, notifier)))
   if (report._tag === "Done" && report.descents.length > 0) yield* Effect.logInfo("reaper: parks yield", { yields: report.descents })
   metrics.reaperPasses.inc({ result: report._tag === "Held" ? "held" : "ok" })
   metrics.observePassSeconds((performance.now() - t0) / 1000)
@@ -177,7 +180,7 @@ export const ReactAtOnce: Layer.Layer<Trigger, never, Store | Metrics | Notifier
     const metrics = yield* Metrics
     const notifier = yield* Notifier
     const leading = yield* leadingNow
-    return Trigger.layer({ policy, leading, state: stateFor(store) }).pipe(Layer.provide(listen(metrics, notifier)))
+    return Trigger.layer({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store) }).pipe(Layer.provide(listen(metrics, notifier)))
   }),
 )
 

@@ -158,18 +158,6 @@ export const changes = (plan: Plan): Changes => {
   }
 }
 
-/** Several plans as one (a reclaim's cascade): applied whole or not at all. At most one of them may take room. */
-export const merge = (at: number, plans: readonly Plan[]): Plan => {
-  const hosts = plans.map((p) => p.host).filter((h): h is HostVersion => h !== null)
-  return make(at, {
-    sessions: plans.flatMap((p) => p.sessions),
-    ledger: plans.flatMap((p) => p.ledger),
-    moves: plans.flatMap((p) => p.moves),
-    events: plans.flatMap((p) => p.events),
-    host: hosts[0] ?? null,
-  })
-}
-
 /**
  * Why a group of plans cannot be applied as one, or null. The version checks of an apply hold
  * only when (1) a plan's reservations are all on the host it relies on, (2) plans relying on a

@@ -33,11 +33,4 @@ describe("plans", () => {
     expect(Plan.sessionOf(p)?.state).toBe("pending")
     expect(Plan.moveOf(p)).toBeNull()
   })
-
-  it("merged plans write everything each wrote, in order", () => {
-    const m = Plan.merge(t, [created("a", "h1", 3), releaseOn("h3")])
-    expect(m.sessions.map((w) => w.record.id)).toStrictEqual(["a"])
-    expect(m.ledger.map((c) => c._tag)).toStrictEqual(["Reserve", "Release"])
-    expect(m.host).toStrictEqual({ hostId: "h1", version: 3 })
-  })
 })

@@ -3,7 +3,7 @@
  * 0, store reset with the case's limits), and the helpers cases share (fixtures, failure
  * assertions, a whole-store snapshot for "nothing changed", and the store-wide invariants).
  */
-import { Headroom, Limits, Session } from "@engram/core"
+import { Headroom, Limits, Order, Session } from "@engram/core"
 import type { Budget, Ledger, Move } from "@engram/core"
 import { Store, StoreTesting } from "@engram/store"
 import type { HostView, MovePhases, Page, PageRequest, Reservation, StoreError, StoreShape, Unavailable } from "@engram/store"
@@ -304,7 +304,7 @@ export const violations = (previous?: ReadonlyMap<string, Budget>) =>
 
     const expectedQueue = sessions
       .filter((x) => x.state === "queued")
-      .sort((a, b) => (a.queuedAt as number) - (b.queuedAt as number) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+      .sort((a, b) => (a.queuedAt as number) - (b.queuedAt as number) || Order.byId(a, b))
       .map((x) => x.id)
     if (JSON.stringify(expectedQueue) !== JSON.stringify(queue.map((x) => x.id)))
       out.push(`queue ${JSON.stringify(queue.map((x) => x.id))} != queued sessions by queuedAt ${JSON.stringify(expectedQueue)}`)

@@ -67,7 +67,7 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
       where hosts.id = delta.hid and (delta.v is null or hosts.version = delta.v)
       returning ${hostColumns("hosts", "room")}
     ),
-    ok as (select live.p from live where live.hid is null or exists (select 1 from h where h.id = live.hid)),
+    ok as (select live.p from live left join h on h.id = live.hid where live.hid is null or h.id is not null),
     si as (
       insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, queued_at, parked_at, created_at, updated_at)
       select s.sid, s.state, s.mem, s.vcpus, array(select jsonb_array_elements_text(s.aff)), s.hid, s.rid, s.qat, s.pat, s.cat, s.uat
@@ -121,8 +121,8 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
         total_reclaimed_mib = metrics.total_reclaimed_mib + excluded.total_reclaimed_mib
     )
     select
-      (select coalesce(json_agg(json_build_object('p', p.p, 'ok', exists (select 1 from ok where ok.p = p.p),
-        'stale', exists (select 1 from stale where stale.p = p.p)) order by p.p), '[]'::json) from p) as outcomes,
+      (select coalesce(json_agg(json_build_object('p', p.p, 'ok', ok.p is not null, 'stale', stale.p is not null) order by p.p), '[]'::json)
+        from p left join ok on ok.p = p.p left join stale on stale.p = p.p) as outcomes,
       (select coalesce(json_agg(h), '[]'::json) from h) as hosts`
 
 /** The rows of a group, keyed as `applySql` reads them; each plan's index is its `p`. */

@@ -17,7 +17,7 @@
  * together with the fleet's sessions for the fleet view (`fleet`). Nothing expires by time:
  * `maxReadAgeMs` only says how old a read a placement may decide on (`isRecent`).
  */
-import { PlacementIndex, Placement, QueueWalk } from "@engram/core"
+import { Order, PlacementIndex, Placement, QueueWalk } from "@engram/core"
 import type { Budget, Candidate, FleetHost, Limits, Park, Queued } from "@engram/core"
 import type { FleetRead, Unavailable } from "@engram/store"
 import { sql } from "drizzle-orm"
@@ -67,7 +67,6 @@ interface Delta {
   readonly sessions?: { readonly count: number; readonly rows: Record<string, unknown>[] }
 }
 
-const byString = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
 
 // Row xmin is a 32-bit xid: compare by age (the distance back from now), wraparound-safe.
 const writtenSince = (since: string | null): SQL =>
@@ -307,17 +306,17 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
   })
 
   const view = (readAt: number): FleetRead => {
-    sortedHosts ??= [...hosts.values()].sort((a, b) => byString(a.row.id, b.row.id))
+    sortedHosts ??= [...hosts.values()].sort((a, b) => Order.compareIds(a.row.id, b.row.id))
     const fleetHosts = sortedHosts.map((h) => {
       if (h.fleet === null) {
-        h.parkList ??= [...h.parks.values()].sort((a, b) => a.parkedAt - b.parkedAt || byString(a.sessionId, b.sessionId))
+        h.parkList ??= [...h.parks.values()].sort((a, b) => a.parkedAt - b.parkedAt || Order.compareIds(a.sessionId, b.sessionId))
         h.fleet = { ...h.candidate, descentsRunning: h.descents.size, parks: h.parkList }
       }
       return h.fleet
     })
     queue ??= [...sessions.values()]
       .filter((s) => s.state === "queued")
-      .sort((a, b) => (a.queuedAt ?? 0) - (b.queuedAt ?? 0) || byString(a.id, b.id))
+      .sort((a, b) => (a.queuedAt ?? 0) - (b.queuedAt ?? 0) || Order.compareIds(a.id, b.id))
       .map((s) => ({ sessionId: s.id, budget: { memMib: s.memMib, vcpus: s.vcpus }, queuedAt: s.queuedAt ?? 0 }))
     return { hosts: fleetHosts, queue, readAt }
   }

@@ -5,8 +5,7 @@
  * Reads of moves.
  */
 import { randomUUID } from "node:crypto"
-import { Move, Placement, Session } from "@engram/core"
-import type { Plan } from "@engram/core"
+import { Move, Placement, Plan, Session } from "@engram/core"
 import { Conflict, Cursor, fromMoveRefusal, fromRefusal, fromTargetChoice, NotFound, Validate } from "@engram/store"
 import type { IllegalTransition, InvalidInput, MoveFilter, Refused, StoreShape, Unavailable } from "@engram/store"
 import { and, asc, eq, or, sql } from "drizzle-orm"
@@ -63,7 +62,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
           const answer = s === undefined ? ({ _tag: "NotFound" } as const) : Session.step(toSession(s), stepOf(m), t)
           if (answer._tag !== "Plan") return yield* fromMoveRefusal(moveId, answer as Session.Refusal)
           yield* applyLocked(tx, answer)
-          return answer.moves[0]?.move as Move.Record
+          return Plan.moveOf(answer) as Move.Record
         }),
       )
     }).pipe(dieOnUnique)
@@ -113,7 +112,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
             const answer = Session.step(s, { _tag: "beginMove", openMove, move }, t)
             if (answer._tag !== "Plan") return yield* (fromRefusal(s.id, answer as Session.Refusal) as Conflict | IllegalTransition)
             yield* applyLocked(tx, answer)
-            return answer.moves[0]?.move as Move.Record
+            return Plan.moveOf(answer) as Move.Record
           }),
         )
       }).pipe(
@@ -137,7 +136,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
             const plan = Move.recordRound(m, round, t)
             if (plan._tag === "Conflict") return yield* finished(plan)
             yield* applyLocked(tx, plan)
-            return plan.moves[0]?.move as Move.Record
+            return Plan.moveOf(plan) as Move.Record
           }),
         )
       }).pipe(dieOnUnique),

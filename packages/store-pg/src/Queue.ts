@@ -7,8 +7,7 @@
  * dropped.
  */
 import { randomUUID } from "node:crypto"
-import { QueueWalk, Session } from "@engram/core"
-import type { Plan } from "@engram/core"
+import { Plan, QueueWalk, Session } from "@engram/core"
 import { Cursor } from "@engram/store"
 import type { DrainResult, StoreShape } from "@engram/store"
 import { and, asc, eq, sql } from "drizzle-orm"
@@ -93,7 +92,7 @@ export const make = ({ db, now, limits, cache }: Deps): QueueOps => ({
           const outcomes = yield* apply(tx, cache, plans)
           const placed: { sessionId: string; hostId: string }[] = []
           plans.forEach((plan, k) => {
-            const s = (plan.sessions[0] as Plan.SessionWrite).record
+            const s = Plan.sessionOf(plan) as Session.Record
             if (outcomes[k]?._tag === "Applied") placed.push({ sessionId: s.id, hostId: s.hostId as string })
             else unapplied.push({ sessionId: s.id, reason: "stale" })
           })

@@ -4,7 +4,7 @@
  * moves), summaries and the cumulative metrics. Reservations, releases and reclaims are plans
  * the apply writes; heartbeats only renew a time.
  */
-import { Ledger, Reclaim } from "@engram/core"
+import { Ledger, Order, Reclaim } from "@engram/core"
 import type { LedgerEntry } from "@engram/core"
 import { Conflict, Cursor, NotFound, Refused, Validate } from "@engram/store"
 import type { ReclaimResult, ReserveInput, StoreShape } from "@engram/store"
@@ -34,7 +34,6 @@ type ReservationOps = Pick<
   | "metrics"
 >
 
-const byId = (a: { readonly id: string }, b: { readonly id: string }): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 
 /** Counts one refused `reserve()` in this backend's shard of the metrics (after its transaction rolled back). */
 const countReserveFailure = (conn: Conn) =>
@@ -152,7 +151,7 @@ export const make = ({ db, now, limits, cache, both }: Deps): ReservationOps => 
           const decided = Reclaim.decide({ entries: wanted.doomed, sessions: sessionRows.map(toSession), openMoves: moveRows.map(toMove) }, t, limits())
           const [outcome] = yield* apply(tx, cache, [decided.plan])
           if (outcome?._tag !== "Applied") return yield* new RunAgain({ why: "a session changed under its lock" })
-          return { reclaimed: [...decided.reclaimed].sort(byId), lostSessions: [...decided.lostSessions] } satisfies ReclaimResult
+          return { reclaimed: [...decided.reclaimed].sort(Order.byId), lostSessions: [...decided.lostSessions] } satisfies ReclaimResult
         }),
       )
     }).pipe(dieOnUnique)

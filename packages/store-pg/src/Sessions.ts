@@ -10,8 +10,8 @@
  * refused).
  */
 import { randomUUID } from "node:crypto"
-import { ParkGate, Placement, QueueWalk, Session } from "@engram/core"
-import type { Budget, Candidate, Limits, Plan } from "@engram/core"
+import { ParkGate, Placement, Plan, QueueWalk, Session } from "@engram/core"
+import type { Budget, Candidate, Limits } from "@engram/core"
 import { Cursor, fromRefusal, NoRoom, NotFound, Unavailable, Validate } from "@engram/store"
 import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, SessionFilter, StoreShape } from "@engram/store"
 import { and, asc, eq, gt, inArray, sql } from "drizzle-orm"
@@ -116,8 +116,8 @@ const createStep = (id: string, budget: Budget, affinity: readonly string[], pla
 const created = (id: string, budget: Budget, affinity: readonly string[], placement: Session.Placed | null, t: number) =>
   Session.step(null, createStep(id, budget, affinity, placement), t) as Plan.Plan
 
-/** The session a step's plan writes. */
-const written = (plan: Plan.Plan): Session.Record => (plan.sessions[0] as Plan.SessionWrite).record
+/** The session a step's plan writes (it writes exactly one). */
+const written = (plan: Plan.Plan): Session.Record => Plan.sessionOf(plan) as Session.Record
 
 /** The session operations of the store. */
 export const make = ({ db, limits, park, now, cache, both }: Deps, options: PlacementOptions): SessionOps => {

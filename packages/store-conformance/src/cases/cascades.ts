@@ -1,7 +1,7 @@
 /**
  * Cascades (SPEC §2, §3, §5): what follows when a move's session ends or is lost, when a
  * move's target reservation is reclaimed, or when both of a moving session's reservations
- * go stale. Every store decides these through core's `Session.step` and `Reclaim.plan`; these
+ * go stale. Every store decides these through core's `Session.step` and `Reclaim.decide`; these
  * cases pin the answer, the records, the room and the metrics.
  */
 import { expect } from "@effect/vitest"
