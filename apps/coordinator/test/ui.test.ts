@@ -133,6 +133,22 @@ describe("the dashboard", () => {
   })
 })
 
+describe("the API reference at /docs", () => {
+  it("its curl samples send the bearer token, not Basic credentials", async () => {
+    const docs = await browser.newPage()
+    try {
+      await docs.goto(`${c.url}/docs`)
+      // The request sample of the first endpoint that needs a credential, once Scalar has drawn it.
+      const sample = async () => /--header 'Authorization: [^']*'/.exec(await docs.evaluate(() => document.body.innerText))?.[0] ?? ""
+      await expect.poll(sample, { timeout: 30_000 }).not.toBe("")
+      expect(await sample()).toMatch(/^--header 'Authorization: Bearer \S+'$/)
+      expect(await docs.evaluate(() => document.body.innerText)).not.toMatch(/Authorization: Basic/)
+    } finally {
+      await docs.close()
+    }
+  })
+})
+
 /** The pending move of a session, as its source host's assignments show it. */
 const pendingMove = async (sourceHostId: string, sessionId: string): Promise<string> => {
   const api = client(c.url, adminToken)
