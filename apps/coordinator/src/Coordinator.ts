@@ -22,6 +22,8 @@ import { AdminOnlyLive, AdminToken, BearerAuthLive, hashToken, resolveAdminToken
 import type { CoordinatorConfig, CoordinatorConfigInput } from "./Config.js"
 import * as Config from "./Config.js"
 import * as DataDirLock from "./DataDirLock.js"
+import { FleetHistory } from "./FleetHistory.js"
+import type { Options as FleetHistoryOptions } from "./FleetHistory.js"
 import { HandlersLive } from "./Handlers.js"
 import { edge } from "./HttpEdge.js"
 import { InputErrorsLive } from "./HttpErrors.js"
@@ -51,6 +53,8 @@ export interface CoordinatorOptions {
   readonly reaper?: boolean | undefined
   /** Minimum log level (default `ENGRAM_LOG_LEVEL`, else Info). */
   readonly logLevel?: LogLevel.LogLevel | undefined
+  /** How often the dashboard's charts sample the fleet, and how many samples they keep (default every 10 s, an hour). */
+  readonly uiHistory?: FleetHistoryOptions | undefined
 }
 
 /** What a running coordinator tells its starter. */
@@ -135,7 +139,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   // long-poll, and the gate's immediate reaction to a session queued without room (off with
   // the reaper loop: tests that drive passes by hand get a trigger that does nothing).
   const trigger = options.reaper === false ? Layer.succeed(Trigger, Trigger.of({ poke: Effect.void })) : ReactAtOnce
-  const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer, trigger).pipe(
+  const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer, trigger, FleetHistory.layer(options.uiHistory)).pipe(
     Layer.provideMerge(Room.layer),
     Layer.provideMerge(Layer.mergeAll(Metrics.layer, notifierLayer, settingsLayer, leaderLayer, adminLayer)),
     Layer.provideMerge(storeLayer),

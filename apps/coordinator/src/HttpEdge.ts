@@ -6,6 +6,7 @@
  * the request metrics (count and duration by method, route template and status).
  */
 import { EngramApi, Errors } from "@engram/api"
+import { Dashboard } from "@engram/dashboard"
 import { ByteSize, Effect } from "effect"
 import { FindMyWay, HttpEffect, HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApi } from "effect/http-api"
@@ -27,7 +28,7 @@ export const routeLabeler = (): ((method: string, url: string) => string) => {
     onEndpoint: ({ endpoint }) => router.on(endpoint.method, endpoint.path as FindMyWay.PathInput, endpoint.path),
   })
   router.on("GET", "/docs", "/docs")
-  for (const path of ["/", "/ui", "/ui/app.js", "/ui/style.css", "/ui/changes"] as const) router.on("GET", path, path)
+  for (const path of ["/", "/ui", "/ui/changes", "/ui/history", ...Dashboard.assetPaths()]) router.on("GET", path as FindMyWay.PathInput, path)
   return (method, url) => router.find(method, url.split("?")[0] ?? url)?.handler ?? "unmatched"
 }
 
