@@ -60,7 +60,7 @@ export class FleetHistory extends Context.Service<FleetHistory, FleetHistoryShap
             descents: s.descentsRunning,
           })
           if (kept.length > keep) kept.splice(0, kept.length - keep)
-        }).pipe(Effect.ignore)
+        }).pipe(Effect.ignore, Effect.withTracerEnabled(false))
         yield* Effect.forkScoped(sample.pipe(Effect.repeat(Schedule.spaced(Duration.millis(intervalMs)))))
         return FleetHistory.of({ intervalMs, samples: Effect.sync(() => [...kept]) })
       }),
