@@ -12,13 +12,24 @@ export const load = async (id) => {
   try {
     session = await api(`/v1/sessions/${encodeURIComponent(id)}`)
   } catch (e) {
-    if (e instanceof ApiError && e.status === 404) return { id, session: null, events: [], move: null, hosts: [] }
+    if (e instanceof ApiError && e.status === 404) return { id, session: null, events: [], move: null, allowance: null, hosts: [] }
     throw e
   }
   const [events, hosts] = await Promise.all([listAll(`/v1/sessions/${encodeURIComponent(id)}/events?limit=500`), listAll("/v1/hosts")])
   const begun = events.filter((e) => e.kind === "move_begun").at(-1)
   const move = begun === undefined ? null : await api(`/v1/moves/${encodeURIComponent(begun.moveId)}`).catch(() => null)
-  return { id, session, events, move, hosts: hosts.filter((x) => x.state === "ready").map((x) => x.id) }
+  // The commit allowance the source's move guard uses: the move's own where the coordinator
+  // learns it per host pair, else the one it gives the source agent with its assignments.
+  const allowance =
+    move === null
+      ? null
+      : typeof move.commitAllowanceMs === "number"
+        ? { ms: move.commitAllowanceMs, learned: true }
+        : await api(`/v1/hosts/${encodeURIComponent(move.sourceHostId)}/assignments?waitMs=0`).then(
+            (a) => (typeof a?.limits?.commitAllowanceMs === "number" ? { ms: a.limits.commitAllowanceMs, learned: false } : null),
+            () => null,
+          )
+  return { id, session, events, move, allowance, hosts: hosts.filter((x) => x.state === "ready").map((x) => x.id) }
 }
 
 /** A move asked for from this page, until its answer comes (the call waits for the outcome). @type {Map<string, string>} */
@@ -144,16 +155,20 @@ const actions = (s, hosts, changed) => {
   return [bar, h("h4", { text: "Move live to another host" }), form]
 }
 
-/** The session's latest move: where, its budget, its rounds and its phases or verdict. @param {any} m */
-const moveView = (m) => {
+/**
+ * The session's latest move: where, its budget, its rounds and its phases or verdict, and the
+ * commit allowance the guard counts for the pause after the final round.
+ * @param {any} m @param {{ ms: number, learned: boolean } | null} allowance
+ */
+const moveView = (m, allowance) => {
   if (m === null) return [h("p", { className: "muted empty", text: "No move yet." })]
   const rounds = table(
     ["Round", "Kind", "Sent", "Dirty", "Send", "Capture"],
     (m.rounds ?? []).map((/** @type {any} */ r, /** @type {number} */ i) => [String(i + 1), r.kind, bytes(r.wireBytes), bytes(r.apparentBytes), measured(r.sendMs), r.captureMs === undefined || r.captureMs === null ? "-" : measured(r.captureMs)]),
     "No round yet.",
   )
-  // The guard's commit allowance (the pause a commit is expected to take) where the coordinator reports it.
-  const allowance = typeof m.commitAllowanceMs === "number" ? duration(m.commitAllowanceMs) : "not reported by this coordinator"
+  const allowed =
+    allowance === null ? "not reported by this coordinator" : `${measured(allowance.ms)} (${allowance.learned ? "learned from this host pair's commits" : "the coordinator's setting, ENGRAM_COMMIT_ALLOWANCE_MS"})`
   return [
     h("dl", { className: "facts", attrs: { "data-move": m.id } }, [
       h("dt", { text: "Move" }),
@@ -165,7 +180,7 @@ const moveView = (m) => {
       h("dt", { text: "Outcome" }),
       h("dd", { className: "verdict", text: verdict(m) }),
       h("dt", { text: "Commit allowance" }),
-      h("dd", { className: "allowance", attrs: { id: "move-allowance" }, text: allowance }),
+      h("dd", { className: "allowance", attrs: { id: "move-allowance" }, text: allowed }),
     ]),
     rounds,
   ]
@@ -210,7 +225,7 @@ export const render = (d, changed) => {
     box.dataset["key"] = actionsKey
     box.replaceChildren(...actions(s, d.hosts, changed))
   }
-  el("session-move").replaceChildren(...moveView(d.move))
+  el("session-move").replaceChildren(...moveView(d.move, d.allowance))
   el("session-events").replaceChildren(
     table(
       ["#", "When", "Event", "Host", "Details"],
