@@ -6,20 +6,12 @@
  * Each replica keeps its own: a restarted coordinator starts a new history.
  */
 import { Fleet } from "@engram/core"
+import type { Dashboard } from "@engram/dashboard"
 import { Store } from "@engram/store"
 import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
 
-/** One sample of the fleet signal. */
-export interface Sample {
-  /** Epoch ms of the read. */
-  readonly at: number
-  readonly freeMib: number
-  readonly capacityMib: number
-  readonly queue: number
-  readonly withoutRoom: number
-  readonly parks: number
-  readonly descents: number
-}
+/** One sample of the fleet signal, as the dashboard draws it. */
+export type Sample = Dashboard.HistorySample
 
 /** How often to sample and how many samples to keep. */
 export interface Options {

@@ -10,7 +10,7 @@ import { StoreSim } from "@engram/store-sim"
 import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { client, uid } from "./support/http.js"
+import { client, pendingMove, uid } from "./support/http.js"
 
 const adminToken = "grafana-admin-token-0123456789"
 const dashboard = JSON.parse(readFileSync(join(import.meta.dirname, "..", "grafana", "engram-coordinator.json"), "utf8")) as {
@@ -114,11 +114,7 @@ beforeAll(async () => {
   // A committed move, b to a.
   await running(moved, b, 1024)
   const moving = api.post(`/v1/sessions/${moved}/move`, { targetHostId: a, maxDowntimeMs: 700 })
-  let moveId: string | undefined
-  while (moveId === undefined) {
-    const asg = await api.get(`/v1/hosts/${b}/assignments?waitMs=2000`)
-    moveId = (asg.body.moves as { id: string; sessionId: string; state: string }[]).find((m) => m.sessionId === moved && m.state === "pending")?.id
-  }
+  const moveId = await pendingMove(api, b, moved)
   expect((await api.post(`/v1/moves/${moveId}/rounds`, { kind: "final", wireBytes: 4 << 20, apparentBytes: 8 << 20, sendMs: 80, captureMs: 40 })).status).toBe(200)
   expect((await api.post(`/v1/moves/${moveId}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 80, commitMs: 390 })).status).toBe(200)
   expect((await moving).status).toBe(200)

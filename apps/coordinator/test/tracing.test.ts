@@ -7,7 +7,7 @@ import { StoreSim } from "@engram/store-sim"
 import { createServer } from "node:http"
 import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { client, uid } from "./support/http.js"
+import { client, pendingMove, uid } from "./support/http.js"
 
 const adminToken = "tracing-admin-token-0123456789"
 
@@ -82,11 +82,7 @@ beforeAll(async () => {
   expect((await api.post("/v1/sessions", { id: session, memMib: 1024, vcpus: 1, affinity: [source] })).status).toBe(201)
   expect((await api.post(`/v1/sessions/${session}/started`)).status).toBe(200)
   const moved = api.post(`/v1/sessions/${session}/move`, { targetHostId: target, maxDowntimeMs: 700 })
-  let moveId: string | undefined
-  while (moveId === undefined) {
-    const a = await api.get(`/v1/hosts/${source}/assignments?waitMs=2000`)
-    moveId = (a.body.moves as { id: string; sessionId: string; state: string }[]).find((m) => m.sessionId === session && m.state === "pending")?.id
-  }
+  const moveId = await pendingMove(api, source, session)
   expect((await api.post(`/v1/moves/${moveId}/rounds`, { kind: "full", wireBytes: 64 << 20, apparentBytes: 512 << 20, sendMs: 300, captureMs: 40 })).status).toBe(200)
   expect((await api.post(`/v1/moves/${moveId}/rounds`, { kind: "final", wireBytes: 4 << 20, apparentBytes: 8 << 20, sendMs: 80, captureMs: 40 })).status).toBe(200)
   expect((await api.post(`/v1/moves/${moveId}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 80, commitMs: 390 })).status).toBe(200)

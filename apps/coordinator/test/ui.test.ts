@@ -13,7 +13,7 @@ import { join } from "node:path"
 import { chromium } from "playwright-core"
 import type { BrowserContext, Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { client, uid } from "./support/http.js"
+import { client, pendingMove as pendingMoveOf, uid } from "./support/http.js"
 
 const adminToken = "ui-admin-token-0123456789"
 const chromiumPath = "/usr/bin/chromium"
@@ -134,6 +134,9 @@ describe("the dashboard", () => {
     expect(await page.evaluate(() => sessionStorage.getItem("engram-token"))).toBe(null)
   })
 })
+
+/** The pending move of a session, as its source host's assignments show it. */
+const pendingMove = (sourceHostId: string, sessionId: string) => pendingMoveOf(client(c.url, adminToken), sourceHostId, sessionId)
 
 /** Signs in on the dashboard (a tab that signed out asks again), then opens `hash`. */
 const signedIn = async (hash: string) => {
@@ -300,13 +303,3 @@ describe("the API reference at /docs", () => {
     }
   })
 })
-
-/** The pending move of a session, as its source host's assignments show it. */
-const pendingMove = async (sourceHostId: string, sessionId: string): Promise<string> => {
-  const api = client(c.url, adminToken)
-  for (;;) {
-    const a = await api.get(`/v1/hosts/${sourceHostId}/assignments?waitMs=2000`)
-    const m = (a.body.moves as { id: string; sessionId: string; state: string }[]).find((x) => x.sessionId === sessionId && x.state === "pending")
-    if (m !== undefined) return m.id
-  }
-}
