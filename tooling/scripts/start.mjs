@@ -6,7 +6,8 @@
 // SIGTERM to this process stops the demo first — it ends the sessions on its hosts, which needs
 // the coordinator still serving — then the coordinator, waits for both, and exits 0: no
 // package-manager noise. The coordinator runs in a process group of its own so that Ctrl-C
-// reaches it only through this script, in that order. If a child stops on its own (a port in
+// reaches it only through this script, in that order; its IPC channel to this process closes
+// however this process ends, and then it stops (apps/coordinator/src/main.ts). If a child stops on its own (a port in
 // use, a refused token), the other is stopped and this exits with the child's code.
 //
 // The coordinator logs warnings and errors only, so the tour is readable; set
@@ -51,7 +52,8 @@ const coordinator = start(
   "coordinator",
   "src/main.ts",
   { ENGRAM_PORT: port, ENGRAM_LOG_LEVEL: env.ENGRAM_LOG_LEVEL || (verbose ? "info" : "warn") },
-  { detached: true },
+  // An IPC channel too: the coordinator stops when this process goes away, even SIGKILLed.
+  { detached: true, stdio: ["inherit", "inherit", "inherit", "ipc"] },
 )
 const demo = start("demo", "host-agent", "src/demo.ts", { ENGRAM_COORDINATOR_URL: env.ENGRAM_COORDINATOR_URL || url, ENGRAM_PORT: port })
 const children = [coordinator, demo]
