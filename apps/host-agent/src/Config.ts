@@ -1,12 +1,12 @@
 /**
  * The agent's configuration, read through effect `Config` from the environment (every variable
- * in README.md). Every bad value is reported at start, all at once, in `@engram/api`'s `Env`
+ * in README.md). Every bad value is reported at start, all at once, in `@engram/process`'s `Env`
  * format (`VARIABLE="value": rule`); the host token and the peer secret are `Redacted` and never
  * echoed; nothing falls back silently. An `ENGRAM_*` variable that no engram component reads is
  * warned about by name.
  */
 import { tmpdir } from "node:os"
-import { Env } from "@engram/api"
+import { Env } from "@engram/process"
 import { Limits } from "@engram/core"
 import type { SimRuntime } from "@engram/runtime"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"

@@ -2,7 +2,7 @@
  * The agent's configuration through effect Config: every problem at once in `@engram/api`'s
  * one format, secrets never echoed, an unknown ENGRAM_* variable warned about by name.
  */
-import { Env } from "@engram/api"
+import { Env } from "@engram/process"
 import { Effect, Exit, Logger, Redacted } from "effect"
 import { describe, expect, it } from "vitest"
 import { fromEnvironment, variables } from "../src/Config.js"
