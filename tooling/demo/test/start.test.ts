@@ -5,8 +5,8 @@ import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
+import { setTimeout as sleep } from "node:timers/promises"
 import { afterAll, describe, expect, it } from "vitest"
-import { sleep } from "./support/E2e.js"
 
 const root = resolve(import.meta.dirname, "..", "..", "..")
 const dataDir = mkdtempSync(join(tmpdir(), "engram-start-"))
