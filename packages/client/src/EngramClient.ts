@@ -18,7 +18,8 @@
 import { Client } from "@engram/api"
 import type { Payloads, Records } from "@engram/api"
 import { Context, Effect, Layer, Redacted } from "effect"
-import { FetchHttpClient, HttpClient } from "effect/http"
+import { FetchHttpClient } from "effect/http"
+import type { HttpClient } from "effect/http"
 import * as Errors from "./Errors.js"
 import * as Page from "./Page.js"
 
