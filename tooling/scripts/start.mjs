@@ -9,6 +9,8 @@
 //
 // The coordinator logs warnings and errors only, so the tour is readable; set
 // ENGRAM_LOG_LEVEL=info (or ENGRAM_TOUR_VERBOSE=1) to see every line.
+// First: on a Node.js older than engram supports, one line and exit 1 (not a silent wait).
+import "../../packages/process/check-node.js"
 import { spawn } from "node:child_process"
 import { createServer } from "node:net"
 import { dirname, join } from "node:path"
