@@ -46,7 +46,7 @@ const engram = Command.make("engram").pipe(
     token: Flag.String("token").pipe(Flag.optional, Flag.withDescription("the admin token (ENGRAM_TOKEN; default: .engram/admin-token found from here up)")),
     json: Flag.Boolean("json").pipe(Flag.withDefault(false), Flag.withDescription("print the API's records as JSON")),
   }),
-  Command.withDescription("engram: the fleet's hosts, sessions, queue and reservations, from the command line."),
+  Command.withDescription("engram: the fleet's hosts, sessions, queue and reservations, from the command line. engram coordinator and engram agent run the services (engram coordinator --help)."),
 )
 
 /** The shared flags, the target they resolve to, and a client on it. */
