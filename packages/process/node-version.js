@@ -1,8 +1,9 @@
 // Which Node.js engram runs on, checked before anything else is loaded: on an older Node an
 // engram process stops at once with one line naming the version it needs and how to get it,
-// instead of failing somewhere inside a dependency (or hanging). Plain JavaScript with no
-// imports, so a launcher can run it first on any Node (`pnpm start`'s script, the `engram`
-// bin, the apps' entry points), before their own code is even parsed.
+// instead of failing somewhere inside a dependency (or hanging). Plain JavaScript that imports
+// nothing but Node's own `process`, so a launcher can run it first on any Node (`pnpm start`'s
+// script, the `engram` bin, the apps' entry points), before its own code is even parsed.
+import process from "node:process"
 
 /** The oldest Node.js engram supports; every package's `engines.node` is `>=` this. */
 export const minimum = { major: 22, minor: 19 }

@@ -8,9 +8,10 @@ export default mergeConfig(
       // A real PostgreSQL for the fresh project's outage test (or $ENGRAM_TEST_DATABASE_URL).
       globalSetup: ["@engram/test-pg/global-setup"],
       // Versioning, publishing and two installs from the npm registry through Verdaccio take
-      // minutes on a busy 2-core machine; each step has a bound three times what it took there.
-      testTimeout: 900_000,
-      hookTimeout: 900_000,
+      // minutes on a busy 2-core machine (the longest step took 264 s there, the whole file
+      // 509 s); each step's bound is more than three times that.
+      testTimeout: 1_200_000,
+      hookTimeout: 1_200_000,
     },
   }),
 )

@@ -10,6 +10,7 @@ import { spawnSync } from "node:child_process"
 import { existsSync } from "node:fs"
 import module from "node:module"
 import { dirname, join } from "node:path"
+import process from "node:process"
 import { fileURLToPath } from "node:url"
 import { staleness } from "./fresh.js"
 

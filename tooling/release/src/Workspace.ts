@@ -59,8 +59,13 @@ export const versionPackages = (root: string, copy: string): void => {
   execFileSync(join(root, "node_modules", ".bin", "changeset"), ["version"], { cwd: copy, env: cleanEnv(), stdio: ["ignore", "pipe", "pipe"] })
 }
 
-/** `pnpm publish -r` from the copy to `registry` (its `.npmrc` holds the token). */
+/**
+ * `pnpm publish -r` from the copy to `registry` (its `.npmrc` holds the token). pnpm resolves
+ * `workspace:` ranges from what is installed, so the copy is installed first, from pnpm's store
+ * alone (the checkout's lockfile, offline, no scripts).
+ */
 export const publishAll = (copy: string, npmrc: string, registry: string): string => {
+  execFileSync("pnpm", ["install", "--frozen-lockfile", "--offline", "--ignore-scripts"], { cwd: copy, env: cleanEnv(), stdio: ["ignore", "pipe", "pipe"], maxBuffer: 64 << 20 })
   writeFileSync(join(copy, ".npmrc"), npmrc)
   return execFileSync("pnpm", ["publish", "-r", "--no-git-checks", "--registry", registry], {
     cwd: copy,

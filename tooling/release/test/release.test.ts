@@ -4,7 +4,8 @@
 // a one-host fleet, and a fresh project installs @engram/client, core, store, store-sim,
 // store-pg and store-conformance from the registry, type-checks its own tests with `tsc` and
 // runs them (fixture/): the client drives that coordinator, the conformance suite runs on a
-// backend of the project's own, store-pg runs on PGlite and on PostgreSQL through an outage.
+// backend of the project's own (the conformance guide's example), store-pg runs on PGlite and
+// on PostgreSQL through an outage.
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -118,6 +119,8 @@ describe("the release", () => {
 
   it("a fresh project installs the packages from the registry, type-checks its tests and passes them", () => {
     cpSync(fixture, app, { recursive: true })
+    // The backend of its own: the conformance guide's example, as its guide tells an outsider.
+    cpSync(join(root, "tooling", "conformance-example", "src"), join(app, "src"), { recursive: true })
     const workspaceRange = (pkg: string, dep: string) => {
       const m = JSON.parse(readFileSync(join(copy, pkg, "package.json"), "utf8")) as Record<string, Record<string, string> | undefined>
       const range = m["dependencies"]?.[dep] ?? m["devDependencies"]?.[dep] ?? m["peerDependencies"]?.[dep]
