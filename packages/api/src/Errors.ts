@@ -9,13 +9,29 @@
 import { Schema } from "effect"
 import { HttpApiSchema } from "effect/http-api"
 
+/**
+ * The HTTP status of each error answer, by its class's tag: the classes below are declared
+ * with it, and clients read it here rather than keeping a table of their own.
+ */
+export const statuses = {
+  BadRequest: 400,
+  Unauthorized: 401,
+  Forbidden: 403,
+  NotFoundError: 404,
+  WaitTimeout: 408,
+  ConflictError: 409,
+  PayloadTooLarge: 413,
+  UnsupportedMediaType: 415,
+  ServiceUnavailable: 503,
+} as const
+
 /** Where a bad value was found. */
 export const InputLocation = Schema.Literals(["body", "query", "path", "headers"])
 
 /** 400: the input broke a rule; `field` is the path of the value (`affinity.1`), `rule` what it must be. */
 export class BadRequest extends Schema.Error<BadRequest>("BadRequest")(
   { error: Schema.String, field: Schema.String, rule: Schema.String, in: Schema.optionalKey(InputLocation) },
-  { httpApiStatus: 400 },
+  { httpApiStatus: statuses.BadRequest },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "BadRequest" as const
@@ -24,7 +40,7 @@ export class BadRequest extends Schema.Error<BadRequest>("BadRequest")(
 /** 401: no bearer token, or one that belongs to nobody. */
 export class Unauthorized extends Schema.Error<Unauthorized>("Unauthorized")(
   { error: Schema.String, message: Schema.String },
-  { httpApiStatus: 401 },
+  { httpApiStatus: statuses.Unauthorized },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "Unauthorized" as const
@@ -33,7 +49,7 @@ export class Unauthorized extends Schema.Error<Unauthorized>("Unauthorized")(
 /** 403: a host token used for another host's resources, or for an admin operation. */
 export class Forbidden extends Schema.Error<Forbidden>("Forbidden")(
   { error: Schema.String, message: Schema.String },
-  { httpApiStatus: 403 },
+  { httpApiStatus: statuses.Forbidden },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "Forbidden" as const
@@ -42,7 +58,7 @@ export class Forbidden extends Schema.Error<Forbidden>("Forbidden")(
 /** 404: no record with this id (`entity` names the kind: host, session, move, reservation, route). */
 export class NotFoundError extends Schema.Error<NotFoundError>("NotFoundError")(
   { error: Schema.String, entity: Schema.String, id: Schema.String, message: Schema.String },
-  { httpApiStatus: 404 },
+  { httpApiStatus: statuses.NotFoundError },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "NotFoundError" as const
@@ -70,7 +86,7 @@ export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
     ),
     tooBig: Schema.optionalKey(Schema.Boolean),
   },
-  { httpApiStatus: 409 },
+  { httpApiStatus: statuses.ConflictError },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "ConflictError" as const
@@ -79,7 +95,7 @@ export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
 /** 408: a wait for a state ran out of time; `state` is the session's state when it did. */
 export class WaitTimeout extends Schema.Error<WaitTimeout>("WaitTimeout")(
   { error: Schema.String, message: Schema.String, state: Schema.String },
-  { httpApiStatus: 408 },
+  { httpApiStatus: statuses.WaitTimeout },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "WaitTimeout" as const
@@ -88,7 +104,7 @@ export class WaitTimeout extends Schema.Error<WaitTimeout>("WaitTimeout")(
 /** 413: the request body is larger than the coordinator accepts (`limitBytes`, `ENGRAM_MAX_BODY_BYTES`). */
 export class PayloadTooLarge extends Schema.Error<PayloadTooLarge>("PayloadTooLarge")(
   { error: Schema.String, message: Schema.String, limitBytes: Schema.Finite },
-  { httpApiStatus: 413 },
+  { httpApiStatus: statuses.PayloadTooLarge },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "PayloadTooLarge" as const
@@ -97,7 +113,7 @@ export class PayloadTooLarge extends Schema.Error<PayloadTooLarge>("PayloadTooLa
 /** 415: a body that is not JSON; send `content-type: application/json` (or no content type). */
 export class UnsupportedMediaType extends Schema.Error<UnsupportedMediaType>("UnsupportedMediaType")(
   { error: Schema.String, message: Schema.String, contentType: Schema.String },
-  { httpApiStatus: 415 },
+  { httpApiStatus: statuses.UnsupportedMediaType },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "UnsupportedMediaType" as const
@@ -126,7 +142,7 @@ export class ServiceUnavailable extends Schema.Error<ServiceUnavailable>("Servic
   readonly _tag = "ServiceUnavailable" as const
 }
 
-const ServiceUnavailableBody = Schema.Struct(unavailableFields).pipe(HttpApiSchema.status(503))
+const ServiceUnavailableBody = Schema.Struct(unavailableFields).pipe(HttpApiSchema.status(statuses.ServiceUnavailable))
 
 /** The `Retry-After` header of a 503: whole seconds, at least 1. */
 export const retryAfterSeconds = (retryAfterMs: number): number => Math.max(1, Math.ceil(retryAfterMs / 1000))
@@ -169,3 +185,6 @@ export type ApiError =
   | PayloadTooLarge
   | UnsupportedMediaType
   | ServiceUnavailable
+
+/** The status an error answer is sent with (every class above has one in `statuses`). */
+export const statusOf = (e: ApiError): number => (statuses satisfies Record<ApiError["_tag"], number>)[e._tag]
