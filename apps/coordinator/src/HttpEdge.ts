@@ -17,6 +17,7 @@ import { HttpApi } from "effect/http-api"
 import { randomUUID } from "node:crypto"
 import { maxHeaderSize } from "node:http"
 import type { Socket } from "node:net"
+import { keyName } from "./HttpErrors.js"
 import type { MetricsShape } from "./Metrics.js"
 
 /** What the edge needs to know. */
@@ -114,7 +115,7 @@ export const badPercentEncoding = (
       const eq = pair.indexOf("=")
       const key = eq < 0 ? pair : pair.slice(0, eq)
       if (!decodes(key)) return { field: "query", in: "query" }
-      if (eq >= 0 && !decodes(pair.slice(eq + 1))) return { field: decodeURIComponent(key.replaceAll("+", " ")), in: "query" }
+      if (eq >= 0 && !decodes(pair.slice(eq + 1))) return { field: keyName(decodeURIComponent(key.replaceAll("+", " "))), in: "query" }
     }
   }
   return null

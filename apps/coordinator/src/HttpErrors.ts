@@ -48,6 +48,9 @@ export const api = <A, E extends StoreError, R>(eff: Effect.Effect<A, E, R>): Ef
 /** A 400 naming the field and the rule. */
 export const badRequest = (field: string, rule: string) => new BadRequest({ error: "InvalidInput", field, rule })
 
+/** A key as a 400 names it: itself, or `""` for the empty key (a field is never named by nothing). */
+export const keyName = (key: string): string => (key === "" ? '""' : key)
+
 /** The keys an object schema declares, for a refusal that says what would have been accepted. */
 const knownKeys = (ast: SchemaAST.AST): string =>
   SchemaAST.isObjects(ast) ? ast.propertySignatures.map((p) => String(p.name)).join(", ") : ""
@@ -83,7 +86,7 @@ export const InputErrorsLive = HttpApiMiddleware.layerSchemaErrorTransform(Input
   }
   const where: InputLocation = error.kind === "Payload" ? "body" : error.kind === "Query" ? "query" : error.kind === "Params" ? "path" : "headers"
   const first = formatters[where](error.cause.issue).issues[0]
-  const path = first?.path?.map((p) => (typeof p === "object" && p !== null ? String((p as { key: unknown }).key) : String(p))) ?? []
+  const path = first?.path?.map((p) => keyName(typeof p === "object" && p !== null ? String((p as { key: unknown }).key) : String(p))) ?? []
   const field = path.length > 0 ? path.join(".") : where
   return Effect.succeed(HttpServerResponse.jsonUnsafe({ error: "InvalidInput", field, rule: first?.message ?? "is invalid", in: where }, { status: 400 }))
 })

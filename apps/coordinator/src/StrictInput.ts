@@ -9,6 +9,7 @@ import { BadRequest, StrictInput } from "@engram/api"
 import { Effect, Layer } from "effect"
 import { HttpServerRequest } from "effect/http"
 import { isUtf8 } from "node:buffer"
+import { keyName } from "./HttpErrors.js"
 
 const bad = (field: string, rule: string, where: "body" | "query") => new BadRequest({ error: "InvalidInput", field, rule, in: where })
 
@@ -49,7 +50,7 @@ const strayBody = (bytes: ArrayBuffer): BadRequest | null => {
   }
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) return bad("body", "must be empty or {}: this endpoint takes no body", "body")
   const key = Object.keys(parsed)[0]
-  return key === undefined ? null : bad(key, "is not a key of this object (this endpoint takes no body)", "body")
+  return key === undefined ? null : bad(keyName(key), "is not a key of this object (this endpoint takes no body)", "body")
 }
 
 /** An endpoint without a body takes nothing, or `{}`. */
@@ -65,7 +66,7 @@ const noBody = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
 /** An endpoint without a query takes no query parameter. */
 const noQuery = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
   const key = firstQueryKey(request.url)
-  return key === undefined ? Effect.void : Effect.fail(bad(key, "is not a query parameter of this endpoint (it takes none)", "query"))
+  return key === undefined ? Effect.void : Effect.fail(bad(keyName(key), "is not a query parameter of this endpoint (it takes none)", "query"))
 })
 
 /** `StrictInput`: per endpoint, the checks its declaration calls for, before its own decoding. */

@@ -839,6 +839,9 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
           expect([q.status, q.body.field, q.body.in], key).toEqual([400, "zzUnknown", "query"])
           expect(q.body.rule, key).toMatch(/^is not a query parameter of this endpoint/)
         }
+        // The empty key is named too, as "".
+        expect((await admin.raw("POST", "/v1/sessions", '{"memMib":64,"vcpus":1,"":1}')).body).toMatchObject({ field: '""', in: "body" })
+        expect((await admin.get("/v1/fleet?=1")).body).toMatchObject({ field: '""', in: "query" })
         expect(await everything()).toBe(before)
       })
 
