@@ -31,13 +31,6 @@ const declaresBody = (request: HttpServerRequest.HttpServerRequest): boolean => 
 // API's own decoder reads the body: the edge answers them (413, 499).
 const bodyBytes = (request: HttpServerRequest.HttpServerRequest) => Effect.orDie(request.arrayBuffer)
 
-/** A body the decoder will read must be valid UTF-8 (reads it once; the decoder reuses it). */
-const utf8Body = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
-  declaresBody(request)
-    ? Effect.flatMap(bodyBytes(request), (bytes) => (isUtf8(bytes) ? Effect.void : Effect.fail(bad("body", "must be valid UTF-8", "body"))))
-    : Effect.void,
-)
-
 /** What a body sent to an endpoint that takes none may be: nothing or `{}`; else its first key is named, or the body. */
 const strayBody = (bytes: ArrayBuffer): BadRequest | null => {
   const text = isUtf8(bytes) ? Buffer.from(bytes).toString("utf8").trim() : null
@@ -53,28 +46,28 @@ const strayBody = (bytes: ArrayBuffer): BadRequest | null => {
   return key === undefined ? null : bad(keyName(key), "is not a key of this object (this endpoint takes no body)", "body")
 }
 
-/** An endpoint without a body takes nothing, or `{}`. */
-const noBody = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
-  declaresBody(request)
-    ? Effect.flatMap(bodyBytes(request), (bytes) => {
-        const refused = strayBody(bytes)
-        return refused === null ? Effect.void : Effect.fail(refused)
-      })
-    : Effect.void,
-)
+/** A body the endpoint's decoder will read must be valid UTF-8 (read once here; the decoder reuses it). */
+const notUtf8 = (bytes: ArrayBuffer): BadRequest | null => (isUtf8(bytes) ? null : bad("body", "must be valid UTF-8", "body"))
 
-/** An endpoint without a query takes no query parameter. */
-const noQuery = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
-  const key = firstQueryKey(request.url)
-  return key === undefined ? Effect.void : Effect.fail(bad(keyName(key), "is not a query parameter of this endpoint (it takes none)", "query"))
-})
+/**
+ * The checks of an endpoint, as one step per request: no query parameter where it declares no
+ * query, and a body read only when the request says it has one.
+ */
+const checks = (takesQuery: boolean, takesBody: boolean) => {
+  const judgeBody = takesBody ? notUtf8 : strayBody
+  return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const key = takesQuery ? undefined : firstQueryKey(request.url)
+    if (key !== undefined) return Effect.fail(bad(keyName(key), "is not a query parameter of this endpoint (it takes none)", "query"))
+    if (!declaresBody(request)) return Effect.void
+    return Effect.flatMap(bodyBytes(request), (bytes) => {
+      const refused = judgeBody(bytes)
+      return refused === null ? Effect.void : Effect.fail(refused)
+    })
+  })
+}
 
 /** `StrictInput`: per endpoint, the checks its declaration calls for, before its own decoding. */
 export const StrictInputLive: Layer.Layer<StrictInput> = Layer.succeed(
   StrictInput,
-  StrictInput.of((httpEffect, { endpoint }) => {
-    const body = endpoint.payload.size > 0 ? utf8Body : noBody
-    const checks = endpoint.query === undefined ? Effect.andThen(noQuery, body) : body
-    return Effect.andThen(checks, httpEffect)
-  }),
+  StrictInput.of((httpEffect, { endpoint }) => Effect.andThen(checks(endpoint.query !== undefined, endpoint.payload.size > 0), httpEffect)),
 )
