@@ -33,6 +33,24 @@ const raw = (
     req.end(options.body)
   })
 
+/** A coordinator on StoreSim whose `clusterSummary` (`GET /v1/ledger/summary`) does `summary` instead: a defect, a hang. */
+const withSummary = (
+  summary: (store: StoreModule.StoreShape) => ReturnType<StoreModule.StoreShape["clusterSummary"]>,
+  options: { readonly logLevel: "None" | "Error" | "Warn"; readonly storeTimeoutMs?: number },
+) =>
+  startCoordinator({
+    store: Layer.effect(
+      StoreModule.Store,
+      Effect.gen(function* () {
+        const store = yield* StoreModule.Store
+        return StoreModule.Store.of({ ...store, clusterSummary: () => summary(store) })
+      }),
+    ).pipe(Layer.provide(StoreSim.layer())),
+    reaper: false,
+    logLevel: options.logLevel,
+    config: { port: 0, adminToken, ...(options.storeTimeoutMs === undefined ? {} : { storeTimeoutMs: options.storeTimeoutMs }) },
+  })
+
 let c: RunningCoordinator
 beforeAll(async () => {
   c = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken, metricsToken, maxBodyBytes } })
@@ -207,18 +225,7 @@ describe("every error answer has a JSON body (issue 13)", () => {
   })
 
   it("a defect inside a handler is a JSON 500, never an empty body", async () => {
-    const broken = await startCoordinator({
-      store: Layer.effect(
-        StoreModule.Store,
-        Effect.gen(function* () {
-          const store = yield* StoreModule.Store
-          return StoreModule.Store.of({ ...store, clusterSummary: () => Effect.die(new Error("boom (test)")) })
-        }),
-      ).pipe(Layer.provide(StoreSim.layer())),
-      reaper: false,
-      logLevel: "None",
-      config: { port: 0, adminToken },
-    })
+    const broken = await withSummary(() => Effect.die(new Error("boom (test)")), { logLevel: "None" })
     try {
       const r = await raw(broken.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } })
       expect(r.status).toBe(500)
@@ -299,18 +306,7 @@ describe("every 5xx carries a request id, in its header and body, and is logged 
   }
 
   it("a defect: 500 with x-request-id and requestId, logged as an error with the id and its cause; a proxy's own x-request-id is kept", async () => {
-    const broken = await startCoordinator({
-      store: Layer.effect(
-        StoreModule.Store,
-        Effect.gen(function* () {
-          const store = yield* StoreModule.Store
-          return StoreModule.Store.of({ ...store, clusterSummary: () => Effect.die(new Error("boom (test)")) })
-        }),
-      ).pipe(Layer.provide(StoreSim.layer())),
-      reaper: false,
-      logLevel: "Error",
-      config: { port: 0, adminToken },
-    })
+    const broken = await withSummary(() => Effect.die(new Error("boom (test)")), { logLevel: "Error" })
     try {
       const { result: r, lines } = await logged(() => raw(broken.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } }))
       expect(r.status).toBe(500)
@@ -330,18 +326,7 @@ describe("every 5xx carries a request id, in its header and body, and is logged 
   })
 
   it("a 503 (the store did not answer in time) carries its id and is logged as a warning with it; a 4xx carries none", async () => {
-    const stuck = await startCoordinator({
-      store: Layer.effect(
-        StoreModule.Store,
-        Effect.gen(function* () {
-          const store = yield* StoreModule.Store
-          return StoreModule.Store.of({ ...store, clusterSummary: () => Effect.never })
-        }),
-      ).pipe(Layer.provide(StoreSim.layer())),
-      reaper: false,
-      logLevel: "Warn",
-      config: { port: 0, adminToken, storeTimeoutMs: 200 },
-    })
+    const stuck = await withSummary(() => Effect.never, { logLevel: "Warn", storeTimeoutMs: 200 })
     try {
       const { result: r, lines } = await logged(() => raw(stuck.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } }))
       expect(r.status).toBe(503)
@@ -360,18 +345,7 @@ describe("every 5xx carries a request id, in its header and body, and is logged 
 describe("every store call answers within ENGRAM_STORE_TIMEOUT_MS, whatever the backend", () => {
   it("a store call that never answers is a JSON 503 Unavailable with Retry-After naming the bound; the next call is served", async () => {
     let hang = true
-    const stuck = await startCoordinator({
-      store: Layer.effect(
-        StoreModule.Store,
-        Effect.gen(function* () {
-          const store = yield* StoreModule.Store
-          return StoreModule.Store.of({ ...store, clusterSummary: () => (hang ? Effect.never : store.clusterSummary()) })
-        }),
-      ).pipe(Layer.provide(StoreSim.layer())),
-      reaper: false,
-      logLevel: "None",
-      config: { port: 0, adminToken, storeTimeoutMs: 300 },
-    })
+    const stuck = await withSummary((store) => (hang ? Effect.never : store.clusterSummary()), { logLevel: "None", storeTimeoutMs: 300 })
     try {
       const r = await raw(stuck.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } })
       expect(r.status).toBe(503)
