@@ -131,20 +131,20 @@ const requestIdOf = (request: HttpServerRequest.HttpServerRequest): string => {
   return given !== undefined && REQUEST_ID.test(given) ? given : randomUUID()
 }
 
-/** A 5xx answer with its request id in an `x-request-id` header and in its JSON body. */
-const withRequestId = (r: HttpServerResponse.HttpServerResponse, requestId: string): HttpServerResponse.HttpServerResponse => {
-  let body: Record<string, unknown> | null = null
-  if (r.body._tag === "Uint8Array") {
-    try {
-      const parsed: unknown = JSON.parse(Buffer.from(r.body.body).toString("utf8"))
-      if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) body = parsed as Record<string, unknown>
-    } catch {
-      // not a JSON object: the header alone carries the id
-    }
+/** The JSON object an answer carries, or null (another body). */
+const jsonBody = (r: HttpServerResponse.HttpServerResponse): Record<string, unknown> | null => {
+  if (r.body._tag !== "Uint8Array") return null
+  try {
+    const parsed: unknown = JSON.parse(Buffer.from(r.body.body).toString("utf8"))
+    return typeof parsed === "object" && parsed !== null && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : null
+  } catch {
+    return null
   }
-  const headers = { ...r.headers, "x-request-id": requestId }
-  return body === null ? HttpServerResponse.setHeader(r, "x-request-id", requestId) : json(r.status, { ...body, requestId }, headers)
 }
+
+/** A 5xx answer with its request id in an `x-request-id` header and, when it is a JSON object, in its body. */
+const withRequestId = (r: HttpServerResponse.HttpServerResponse, body: Record<string, unknown> | null, requestId: string): HttpServerResponse.HttpServerResponse =>
+  body === null ? HttpServerResponse.setHeader(r, "x-request-id", requestId) : json(r.status, { ...body, requestId }, { ...r.headers, "x-request-id": requestId })
 
 /**
  * The defect a request died of, by request: the server reports a failure before it turns it
@@ -173,30 +173,23 @@ export const defectReporter: Layer.Layer<never> = ErrorReporter.layer(
 
 /** Logs a 5xx with its request id: a 503 (the store away, a move's outcome, shutdown) as a warning, else as an error with its cause. */
 const log5xx = (
-  r: HttpServerResponse.HttpServerResponse,
+  status: number,
+  body: Record<string, unknown> | null,
   request: HttpServerRequest.HttpServerRequest,
   route: string,
   requestId: string,
   cause: Cause.Cause<unknown> | undefined,
 ) => {
-  let body: { error?: unknown; message?: unknown } = {}
-  if (r.body._tag === "Uint8Array") {
-    try {
-      body = JSON.parse(Buffer.from(r.body.body).toString("utf8")) as typeof body
-    } catch {
-      // no error code to name
-    }
-  }
   const fields = {
     requestId,
-    status: r.status,
+    status,
     method: request.method,
     route,
-    error: typeof body.error === "string" ? body.error : null,
-    message: typeof body.message === "string" ? body.message : null,
-    ...(cause === undefined || r.status === 503 ? {} : { cause: Cause.pretty(cause) }),
+    error: typeof body?.["error"] === "string" ? body["error"] : null,
+    message: typeof body?.["message"] === "string" ? body["message"] : null,
+    ...(cause === undefined || status === 503 ? {} : { cause: Cause.pretty(cause) }),
   }
-  return r.status === 503 ? Effect.logWarning(`answered ${r.status}`, fields) : Effect.logError(`answered ${r.status}`, fields)
+  return status === 503 ? Effect.logWarning(`answered ${status}`, fields) : Effect.logError(`answered ${status}`, fields)
 }
 
 /**
@@ -213,19 +206,15 @@ export const edge = (options: EdgeOptions) => {
     Effect.gen(function* () {
       const request = yield* HttpServerRequest.HttpServerRequest
       const startedAt = performance.now()
-      const answered = (response: HttpServerResponse.HttpServerResponse) =>
-        Effect.suspend(() => {
-          const route = routeOf(request.method, request.url)
-          let final = response
-          let logged: Effect.Effect<void> = Effect.void
-          if (response.status >= 500) {
-            const requestId = requestIdOf(request)
-            final = withRequestId(response, requestId)
-            logged = log5xx(final, request, route, requestId, defects.get(request))
-          }
-          options.metrics.observeRequest(request.method, route, final.status, (performance.now() - startedAt) / 1000)
-          return Effect.as(logged, final)
-        })
+      // Called when the answer is ready: counts it, and gives a 5xx its request id and log line.
+      const answered = (response: HttpServerResponse.HttpServerResponse): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
+        const route = routeOf(request.method, request.url)
+        options.metrics.observeRequest(request.method, route, response.status, (performance.now() - startedAt) / 1000)
+        if (response.status < 500) return Effect.succeed(response)
+        const requestId = requestIdOf(request)
+        const body = jsonBody(response)
+        return Effect.as(log5xx(response.status, body, request, route, requestId, defects.get(request)), withRequestId(response, body, requestId))
+      }
       if (options.closing()) return yield* answered(unavailable("the coordinator is shutting down; retry"))
       const declared = Number(request.headers["content-length"] ?? "0")
       if (Number.isFinite(declared) && declared > options.maxBodyBytes) return yield* answered(tooLarge(options.maxBodyBytes))
