@@ -4,7 +4,10 @@
  * `Effect.catchTag`; it is not part of the body):
  * 400 `{error, field, rule, in?}`, 401/403 `{error, message}`, 404 `{error, entity, id, message}`,
  * 409 `{error, message, …}`, 413 `{error, message, limitBytes}`, 415 `{error, message, contentType}`,
- * 503 `{error, message, retryAfterMs, …}` with a `Retry-After` header in whole seconds.
+ * 431 `{error: "HeadersTooLarge", message, limitBytes}` (the request line and headers over Node's
+ * limit), 503 `{error, message, retryAfterMs, …}` with a `Retry-After` header in whole seconds.
+ * Every 5xx (a 503, or a 500 `{error: "Internal", message}`) carries `requestId`, also sent as the
+ * `x-request-id` header (a proxy's own `x-request-id` is kept) and logged by the coordinator with it.
  */
 import { Schema } from "effect"
 import { HttpApiSchema } from "effect/http-api"
@@ -127,6 +130,8 @@ const unavailableFields = {
   moveId: Schema.optionalKey(Schema.String),
   estimateMs: Schema.optionalKey(Schema.Finite),
   maxDowntimeMs: Schema.optionalKey(Schema.Finite),
+  /** The request's id, as in the `x-request-id` header and the coordinator's log line of the answer. */
+  requestId: Schema.optionalKey(Schema.String),
 }
 
 /**
@@ -161,6 +166,7 @@ export const ServiceUnavailableResponse = ServiceUnavailable.pipe(
           ...(e.moveId === undefined ? {} : { moveId: e.moveId }),
           ...(e.estimateMs === undefined ? {} : { estimateMs: e.estimateMs }),
           ...(e.maxDowntimeMs === undefined ? {} : { maxDowntimeMs: e.maxDowntimeMs }),
+          ...(e.requestId === undefined ? {} : { requestId: e.requestId }),
         },
         headers: { "retry-after": retryAfterSeconds(e.retryAfterMs) },
       }),

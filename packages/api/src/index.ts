@@ -27,5 +27,5 @@ export {
   WaitTimeout,
 } from "./Errors.js"
 export type { ApiError } from "./Errors.js"
-export { AdminOnly, BearerAuth, CurrentPrincipal, InputErrors, ScrapeAuth } from "./Security.js"
+export { AdminOnly, BearerAuth, CurrentPrincipal, InputErrors, ScrapeAuth, StrictInput } from "./Security.js"
 export type { Principal } from "./Security.js"
