@@ -12,6 +12,8 @@
 //
 // The coordinator logs warnings and errors only, so the tour is readable; set
 // ENGRAM_LOG_LEVEL=info (or ENGRAM_TOUR_VERBOSE=1) to see every line.
+// First: on a Node.js older than engram supports, one line and exit 1 (not a silent wait).
+import "../../packages/process/check-node.js"
 import { spawn } from "node:child_process"
 import { createServer } from "node:net"
 import { dirname, join } from "node:path"
@@ -36,10 +38,10 @@ const port = env.ENGRAM_PORT === "0" ? String(await freePort()) : env.ENGRAM_POR
 const host = env.ENGRAM_HOST || "127.0.0.1"
 const url = `http://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host}:${port}`
 
-/** Runs an app's source with tsx (resolved from that app's dependencies). */
-const start = (name, app, file, extra, options = {}) =>
+/** Runs a package's source with tsx (resolved from that package's dependencies). */
+const start = (name, dir, file, extra, options = {}) =>
   spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", file], {
-    cwd: join(root, "apps", app),
+    cwd: join(root, dir),
     env: { ...env, ...extra },
     stdio: "inherit",
     ...options,
@@ -49,13 +51,13 @@ const start = (name, app, file, extra, options = {}) =>
 
 const coordinator = start(
   "coordinator",
-  "coordinator",
+  "apps/coordinator",
   "src/main.ts",
   { ENGRAM_PORT: port, ENGRAM_LOG_LEVEL: env.ENGRAM_LOG_LEVEL || (verbose ? "info" : "warn") },
   // An IPC channel too: the coordinator stops when this process goes away, even SIGKILLed.
   { detached: true, stdio: ["inherit", "inherit", "inherit", "ipc"] },
 )
-const demo = start("demo", "host-agent", "src/demo.ts", { ENGRAM_COORDINATOR_URL: env.ENGRAM_COORDINATOR_URL || url, ENGRAM_PORT: port })
+const demo = start("demo", "tooling/demo", "src/demo.ts", { ENGRAM_COORDINATOR_URL: env.ENGRAM_COORDINATOR_URL || url, ENGRAM_PORT: port })
 const children = [coordinator, demo]
 
 const running = (c) => c.exitCode === null && c.signalCode === null

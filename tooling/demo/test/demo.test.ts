@@ -13,12 +13,12 @@ import { createHash } from "node:crypto"
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
+import { setTimeout as sleep } from "node:timers/promises"
 import { pathToFileURL } from "node:url"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
+import { MoveToken } from "@engram/host-agent"
 import { afterAll, describe, expect, it } from "vitest"
-import { statusToken } from "../src/MoveToken.js"
-import { sleep } from "./support/E2e.js"
 
 const pkgDir = resolve(import.meta.dirname, "..")
 const root = mkdtempSync(join(tmpdir(), "engram-demo-root-"))
@@ -155,7 +155,7 @@ describe("the demo (pnpm start)", () => {
     for (const [id, token] of Object.entries(hostTokens)) {
       secrets[`hostToken ${id}`] = token
       secrets[`hostTokenHash ${id}`] = sha256(token)
-      secrets[`statusToken ${id}`] = statusToken(peerSecret, id)
+      secrets[`statusToken ${id}`] = MoveToken.statusToken(peerSecret, id)
     }
     const all = run.text()
     for (const [name, value] of Object.entries(secrets)) {
