@@ -27,6 +27,12 @@ export interface QemuSettings {
   readonly accelerator?: "auto" | "kvm" | "tcg"
   /** QEMU's `max-bandwidth` for live moves, bytes/s (default 1 GiB/s). */
   readonly moveBandwidthBytesPerSec?: number
+  /** Guest RAM: RAM files (mapped snapshots, the default) or anonymous (stream snapshots). */
+  readonly memory?: "file" | "anonymous"
+  /** Where RAM files live (default: each VM's directory, on the state directory's filesystem). */
+  readonly ramDir?: string
+  /** The guest's readiness line; the test guest's by default when it boots the test guest, else none (QEMU running). */
+  readonly readyLine?: RegExp
 }
 
 /** Where a move's data plane listens on this host, and the address sources are told. */
@@ -68,7 +74,7 @@ const testGuest = (append: string | undefined) =>
           message: `cannot build the test guest: ${e instanceof Error ? e.message : String(e)}. It needs busybox-static installed and apt's package lists (apt-get update) for linux-image-amd64; or set ENGRAM_QEMU_KERNEL (+ ENGRAM_QEMU_INITRD) or ENGRAM_QEMU_DISK`,
         }),
     })
-    return { kernel: files.kernel, initrd: files.initrd, append: append ?? guest.cmdline(defaultGuestLoad) } satisfies QemuProcess.Boot
+    return { boot: { kernel: files.kernel, initrd: files.initrd, append: append ?? guest.cmdline(defaultGuestLoad) } satisfies QemuProcess.Boot, readyLine: guest.readyLine }
   })
 
 /** Builds the QEMU runtime in the agent's scope (its QMP connections; the VMs outlive it). */
@@ -87,12 +93,14 @@ export const makeQemu = (settings: QemuSettings, address: MigrationAddress): Eff
       })
     }
     const b = settings.boot
-    const boot: QemuProcess.Boot =
+    const chosen: { readonly boot: QemuProcess.Boot; readonly readyLine?: RegExp } =
       b.kind === "guest"
         ? yield* testGuest(b.append)
         : b.kind === "kernel"
-          ? { kernel: b.kernel, ...(b.initrd === undefined ? {} : { initrd: b.initrd }), ...(b.append === undefined ? {} : { append: b.append }) }
-          : { disk: b.disk, ...(b.format === undefined ? {} : { format: b.format }) }
+          ? { boot: { kernel: b.kernel, ...(b.initrd === undefined ? {} : { initrd: b.initrd }), ...(b.append === undefined ? {} : { append: b.append }) } }
+          : { boot: { disk: b.disk, ...(b.format === undefined ? {} : { format: b.format }) } }
+    const boot = chosen.boot
+    const readyLine = settings.readyLine ?? chosen.readyLine
     for (const file of "kernel" in boot ? [boot.kernel, boot.initrd] : [boot.disk]) {
       if (file !== undefined && !existsSync(file)) return yield* new RuntimeUnavailable({ runtime: "qemu", message: `no such file: ${file}` })
     }
@@ -104,6 +112,9 @@ export const makeQemu = (settings: QemuSettings, address: MigrationAddress): Eff
       migrationListenHost: address.listenHost,
       migrationAdvertiseHost: address.advertiseHost,
       ...(settings.moveBandwidthBytesPerSec === undefined ? {} : { moveBandwidthBytesPerSec: settings.moveBandwidthBytesPerSec }),
+      ...(settings.memory === undefined ? {} : { memory: settings.memory }),
+      ...(settings.ramDir === undefined ? {} : { ramDir: settings.ramDir }),
+      ...(readyLine === undefined ? {} : { readyLine }),
     })
   })
 
