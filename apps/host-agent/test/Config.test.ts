@@ -95,7 +95,7 @@ describe("host agent configuration", () => {
       boot: { kind: "kernel", kernel: "/boot/vmlinuz", initrd: "/boot/initrd", append: "console=ttyS0" },
       accelerator: "tcg",
     })
-    expect(kernel.config.templates).toEqual([
+    expect(kernel.config?.templates).toEqual([
       { name: "small", memMib: 256, vcpus: 1 },
       { name: "big", memMib: 1024, vcpus: 2 },
     ])
