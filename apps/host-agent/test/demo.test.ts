@@ -16,7 +16,8 @@ import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { afterAll, describe, expect, it } from "vitest"
 import { statusToken } from "../src/MoveToken.js"
-import { sleep } from "./support/E2e.js"
+import { api, sleep, until } from "./support/E2e.js"
+import { killQemus, qemuProcesses, runQemuTests } from "./support/Qemu.js"
 
 const pkgDir = resolve(import.meta.dirname, "..")
 const root = mkdtempSync(join(tmpdir(), "engram-demo-root-"))
@@ -109,4 +110,42 @@ describe("the demo (pnpm start)", () => {
     expect(text.match(/\b[0-9a-f]{64}\b/g) ?? []).toEqual([])
     expect(text.match(/(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])/g) ?? []).toEqual([])
   }, 240_000)
+})
+
+describe.skipIf(!runQemuTests)("the demo on real guests (ENGRAM_RUNTIME=qemu pnpm start; needs qemu-system-x86_64: CI installs it)", () => {
+  it("stopped as Ctrl-C stops it (SIGINT, then the launcher's SIGTERM), it ends its guests: no QEMU is left", async () => {
+    const qemuRoot = mkdtempSync(join(tmpdir(), "engram-demo-qemu-"))
+    const dataDir = join(qemuRoot, ".engram")
+    const own = await startCoordinator({ config: { port: 0, dataDir, limits: { ...Limits.defaults, reaperIntervalMs: 250 } }, logLevel: "Warn" })
+    const env: Record<string, string | undefined> = { ...process.env }
+    for (const k of ["ENGRAM_ADMIN_TOKEN", "ENGRAM_ADMIN_TOKEN_FILE", "ENGRAM_DATA_DIR", "ENGRAM_DEMO_STATE_DIR", "ENGRAM_PORT"]) delete env[k]
+    const loader = pathToFileURL(join(pkgDir, "node_modules/tsx/dist/loader.mjs")).href
+    const output: string[] = []
+    const child = spawn(process.execPath, ["--import", loader, "--conditions=@engram/source", join(pkgDir, "src/demo.ts")], {
+      cwd: pkgDir,
+      env: { ...env, INIT_CWD: qemuRoot, ENGRAM_COORDINATOR_URL: own.url, ENGRAM_RUNTIME: "qemu", ENGRAM_DEMO_TOUR: "0", NO_COLOR: "1", ENGRAM_LOG_FORMAT: "pretty" },
+      stdio: ["ignore", "pipe", "pipe"],
+    })
+    child.stdout?.on("data", (b: Buffer) => void output.push(b.toString()))
+    child.stderr?.on("data", (b: Buffer) => void output.push(b.toString()))
+    const stateDir = join(dataDir, "demo")
+    try {
+      await until("the demo is ready", async () => output.join(""), (t) => t.includes("Ctrl-C stops the coordinator and the agents.") || child.exitCode !== null, 180_000)
+      const admin = api(own.url, readFileSync(join(dataDir, "admin-token"), "utf8").trim())
+      expect((await admin.call("POST", "/v1/sessions", { id: "g1", memMib: 128, vcpus: 1 })).status).toBe(201)
+      await until("g1 runs a real guest", async () => (await admin.call("GET", "/v1/sessions/g1")).body.state, (s) => s === "running", 180_000)
+      expect(qemuProcesses(stateDir).map((p) => p.vmName)).toEqual(["g1"])
+      const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)))
+      child.kill("SIGINT")
+      await sleep(100)
+      if (child.exitCode === null) child.kill("SIGTERM")
+      expect(await exited, output.join("")).toBe(0)
+      expect(qemuProcesses(stateDir), "QEMU processes of the demo left after it stopped").toEqual([])
+    } finally {
+      if (child.exitCode === null) child.kill("SIGKILL")
+      killQemus(stateDir)
+      await own.stop()
+      rmSync(qemuRoot, { recursive: true, force: true })
+    }
+  }, 420_000)
 })

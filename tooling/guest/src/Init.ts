@@ -56,11 +56,12 @@ blocks=$((hot * 256))
 pause=$(awk "BEGIN{print $tick/1000}")
 echo "engram-guest boot=$boot dirty_kib_s=$rate hot_mib=$hot tick_ms=$tick fill_mib=$fill"
 # Used memory: non-zero pages (a zero page is free to capture), kept for the guest's life.
-# Doubled up from the 1 MiB of random data to a 64 MiB block, then written in whole blocks:
+# Doubled up from the 1 MiB of random data to a block of at most 64 MiB and an eighth of the
+# fill (the doubling and the fill hold at most fill + block), then written in whole blocks:
 # few large copies (every syscall is dear under TCG).
 if [ $fill -gt 0 ]; then
   cp /run/src /run/block; size=1
-  while [ $((size * 2)) -le 64 ] && [ $((size * 2)) -le $fill ]; do
+  while [ $((size * 2)) -le 64 ] && [ $((size * 8)) -le $fill ]; do
     cat /run/block /run/block > /run/block2; mv /run/block2 /run/block; size=$((size * 2))
   done
   left=$fill
