@@ -57,6 +57,8 @@ export const PendingCommit = Schema.Struct({
    * run the guest. Absent in files of older agents, which recorded it before writing the file.
    */
   final: Schema.optionalKey(Records.MoveRound),
+  /** Pre-copy rounds measured only at the pause, recorded before the final one. */
+  lateRounds: Schema.optionalKey(Schema.Array(Records.MoveRound)),
   finalRecorded: Schema.optionalKey(Schema.Boolean),
 })
 export type PendingCommit = typeof PendingCommit.Type

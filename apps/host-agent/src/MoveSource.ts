@@ -22,10 +22,10 @@
  * of the guard is learned from this host pair's recent commits (core's `Downtime.commitAllowance`);
  * the phases name every part of the pause and sum to it.
  */
-import { Effect, Schedule } from "effect"
+import { Effect, Fiber, Schedule } from "effect"
 import type { Downtime } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
-import type { AssignedMove, CoordinatorShape, PhasesReport, RoundReport } from "./Coordinator.js"
+import type { AssignedMove, Conflict, CoordinatorError, CoordinatorShape, PhasesReport, RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
 import type { MoveHeader } from "./MoveTarget.js"
 import type { PeerLink } from "./PeerLink.js"
@@ -127,6 +127,31 @@ const jsonMs = (ms: number) => (Number.isFinite(ms) ? Math.ceil(ms) : Number.MAX
 /** The round as the coordinator records it. */
 const report = (r: MoveRound): RoundReport => ({ kind: r.kind, wireBytes: r.wireBytes, apparentBytes: r.apparentBytes, sendMs: r.sendMs, captureMs: r.captureMs })
 
+/**
+ * Records a move's pre-copy rounds with the coordinator in order, each in a fiber of its own
+ * (in the caller's scope): the runtime's migration loop does not wait for the coordinator, so a
+ * slow answer never runs into the pause. `recorded` waits for every round pushed so far and
+ * fails with the first failure (a 409: the move is no longer pending).
+ */
+const roundRecorder = (coordinator: CoordinatorShape, moveId: string) =>
+  Effect.gen(function* () {
+    const scope = yield* Effect.scope
+    let last: Fiber.Fiber<void, Conflict | CoordinatorError> | null = null
+    const push = (round: RoundReport) =>
+      Effect.gen(function* () {
+        const before = last
+        last = yield* Effect.forkIn(
+          Effect.gen(function* () {
+            if (before !== null) yield* Fiber.join(before)
+            yield* retrying(coordinator.round(moveId, round))
+          }),
+          scope,
+        )
+      })
+    const recorded = Effect.suspend(() => (last === null ? Effect.void : Fiber.join(last)))
+    return { push, recorded }
+  })
+
 /** Runs one move from the source. Never fails: every failure is cleaned up and answered. */
 export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effect<MoveOutcome> =>
   Effect.gen(function* () {
@@ -160,6 +185,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
 
     const budget = { maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs: deps.allowance.allowanceMs, maxPreCopyRounds: deps.maxPreCopyRounds }
     const protocol = Effect.gen(function* () {
+      const recorder = yield* roundRecorder(coordinator, move.id)
       // A budget below the allowance alone is refused before the target starts anything.
       const upfront = MoveGuard.beforeStart(budget)
       if (upfront._tag === "Refuse") {
@@ -176,9 +202,10 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
           Effect.gen(function* () {
             const round = report(r)
             rounds.push(round)
-            yield* retrying(coordinator.round(move.id, round))
+            yield* recorder.push(round)
           }),
       })
+      if (result._tag !== "AtSwitchover") yield* recorder.recorded.pipe(Effect.ignore)
       if (result._tag === "Refused") {
         yield* abandon(result.reason, result.estimateMs)
         return { _tag: "Refused", stage: "pre-pause", estimateMs: result.estimateMs, reason: result.reason, paused: false, rounds } as const
@@ -197,6 +224,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       const at = result
       const checkedAtMs = yield* nowMs
       const final = report(at.final)
+      const late = at.unreported.map(report)
       const owed: PendingCommit = {
         moveId: move.id,
         sessionId: move.sessionId,
@@ -205,6 +233,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         pause: { pausedAtMs: at.pausedAtMs, captureMs: checkedAtMs - at.pausedAtMs },
         final,
         finalRecorded: false,
+        ...(late.length === 0 ? {} : { lateRounds: late }),
       }
       yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
       yield* residents.addPendingCommit(owed)
@@ -213,7 +242,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         const r = yield* Effect.result(eff)
         return { r, atMs: yield* nowMs }
       })
-      const [recorded, sent] = yield* Effect.all([timed(retrying(coordinator.round(move.id, final))), timed(at.switchover)], { concurrency: 2 })
+      // The pre-copy rounds' records first (a refused one, a 409: the move is no longer pending).
+      const record = recorder.recorded.pipe(Effect.andThen(Effect.forEach([...late, final], (r) => retrying(coordinator.round(move.id, r)), { discard: true })))
+      const [recorded, sent] = yield* Effect.all([timed(record), timed(at.switchover)], { concurrency: 2 })
       if (recorded.r._tag === "Failure") {
         // The coordinator does not hold the final round: the target never runs the guest (it
         // runs only on our commit); the pause is given back here, the target drops what it got.
@@ -224,7 +255,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         yield* abandon(reason)
         return { _tag: "Failed", reason, paused: true } as const
       }
-      rounds.push(final)
+      rounds.push(...late, final)
       if (sent.r._tag === "Failure") {
         // The stream did not complete: the target cannot run the guest (it runs only on our
         // commit, which is never sent now); the runtime gave the pause back here.
@@ -251,7 +282,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       return { _tag: "Confirmed", owed: settled.owed, runtimeDowntimeMs: sent.r.success.runtimeDowntimeMs, pause, estimateMs: at.estimateMs } as const
     })
 
-    const outcome = yield* protocol.pipe(
+    const outcome = yield* Effect.scoped(protocol).pipe(
       Effect.catchTag("Conflict", (e) =>
         Effect.gen(function* () {
           // The coordinator refused a round: the move is no longer pending there. The runtime
@@ -373,29 +404,31 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
 
 /**
  * An owed move whose final round may not be recorded (the agent stopped while recording it):
- * it is recorded before the target may run the guest. A 409 is read: a move that holds its
- * final round (recorded before the stop) or is committed goes on; one that ended otherwise must
- * not run on the target: the target drops what it holds, then the source copy resumes.
+ * the move is read, and what it lacks is recorded before the target may run the guest. A move
+ * that holds its final round or is committed goes on; one that ended otherwise must not run
+ * on the target: the target drops what it holds, then the source copy resumes.
  */
 const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
   Effect.gen(function* () {
     const { coordinator, residents, runtime, link } = deps
     if (owed.finalRecorded !== false || owed.final === undefined) return { _tag: "Recorded", owed } as const
     const recorded = { _tag: "Recorded", owed: { ...owed, finalRecorded: true } } as const
-    const r = yield* retrying(coordinator.round(owed.moveId, owed.final)).pipe(Effect.result)
-    if (r._tag === "Success") {
-      yield* residents.addPendingCommit(recorded.owed)
-      return recorded
-    }
-    if (r.failure._tag !== "Conflict") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
     const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
     if (read._tag === "Failure") return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const
     const m = read.success
-    if (m.state === "committed" || (m.state === "pending" && m.rounds.some((round) => round.kind === "final"))) {
+    if (m.state === "pending") {
+      if (!m.rounds.some((round) => round.kind === "final")) {
+        // The late rounds go first unless the last recorded round is the last of them.
+        const late = owed.lateRounds ?? []
+        const lastLate = late.at(-1)
+        const held = lastLate !== undefined && JSON.stringify(m.rounds.at(-1)) === JSON.stringify(lastLate)
+        const r = yield* Effect.forEach([...(held ? [] : late), owed.final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
+        if (r._tag === "Failure") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
+      }
       yield* residents.addPendingCommit(recorded.owed)
       return recorded
     }
-    if (m.state === "pending") return { _tag: "Owed", reason: `the final round was refused while the move is pending: ${r.failure.message}` } as const
+    if (m.state === "committed") return recorded
     const target = owed.target ?? { targetHostId: m.targetHostId, memMib: 0, vcpus: 0 }
     const dropped = yield* link.abort(headerOf(deps, owed, target)).pipe(Effect.retry({ times: 2 }), Effect.result)
     if (dropped._tag === "Failure") return { _tag: "Owed", reason: `the move ended before its final round was recorded; the target's copy could not be dropped yet: ${dropped.failure.message}` } as const

@@ -265,8 +265,8 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                 const stopQemuMs = stop?.qemuAtMs ?? e.qemuAtMs
                 const captureMs = Math.max(0, e.qemuAtMs - stopQemuMs)
                 // Rounds QEMU finished before the stop that were not measured yet (passes read after the fact).
+                // Recorded by the caller after the check, not here: a record would lengthen the pause.
                 const late = tracker.close(tracker.lastPassQemuMs, info)
-                if (late !== null) yield* req.onRound(late)
                 const finalApparent = M.finalApparentBytes(info, tracker, stopQemuMs)
                 const post = M.postCapture(tracker, captureMs, finalApparent, b)
                 if (post._tag === "Overrun") {
@@ -295,6 +295,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                 return {
                   _tag: "AtSwitchover",
                   rounds: tracker.rounds,
+                  unreported: late === null ? [] : [late],
                   final: { kind: "final", wireBytes: Math.round(MoveGuard.finalWireEstimate(tracker.rounds, { captureMs, apparentBytes: finalApparent })), apparentBytes: Math.round(finalApparent), sendMs: 0, captureMs },
                   estimateMs: post.estimateMs,
                   pausedAtMs,

@@ -78,6 +78,7 @@ export const between = (
       } as Outcome
     }
     const checkedAtMs = yield* nowMs
+    for (const r of result.unreported) yield* (options.onRound ?? (() => Effect.void))(r)
     const sent = yield* result.switchover.pipe(Effect.tapError(() => target.destroy(vmId)))
     yield* target.commitIncoming(vmId).pipe(Effect.tapError(() => source.unpark(vmId).pipe(Effect.ignore)))
     const runningAtMs = yield* nowMs

@@ -168,9 +168,10 @@ export interface MigrateRequest<E> {
   readonly endpoint: IncomingEndpoint
   readonly budget: MoveBudget
   /**
-   * Called with every pre-copy round once it is measured (the agent records it with the
-   * coordinator). A failure ends the move: the guest keeps (or resumes) running here and
-   * `migrate` fails with that error.
+   * Called with every pre-copy round measured while the guest runs (the agent records it with
+   * the coordinator); rounds measured once it paused come back in `AtSwitchover.unreported`. A
+   * failure ends the move: the guest keeps (or resumes) running here and `migrate` fails with
+   * that error.
    */
   readonly onRound: (round: MoveRound) => Effect.Effect<void, E>
 }
@@ -220,6 +221,12 @@ export interface Switched {
 export interface AtSwitchover {
   readonly _tag: "AtSwitchover"
   readonly rounds: readonly MoveRound[]
+  /**
+   * Pre-copy rounds measured only at the check point (the hypervisor finished them before the
+   * pause, unread): in `rounds`, but not passed to `onRound`, so no record of them lengthens
+   * the pause. The caller records them before the final round.
+   */
+  readonly unreported: readonly MoveRound[]
   /** The final round: `captureMs` measured, `sendMs` 0 (not sent yet). */
   readonly final: MoveRound
   /** The post-capture estimate that fit. */

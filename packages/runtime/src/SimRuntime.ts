@@ -273,6 +273,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           const at: AtSwitchover = {
             _tag: "AtSwitchover",
             rounds,
+            unreported: [],
             final: { kind: "final", wireBytes: final.wireBytes, apparentBytes: final.apparentBytes, sendMs: 0, captureMs },
             estimateMs: post.estimateMs,
             pausedAtMs: paused,
