@@ -19,7 +19,7 @@
  * ENGRAM_BENCH_SIZES=256,1024`. `ENGRAM_BENCH_PARTS=moves` or `snapshots` runs one part. Every
  * move and capture goes to `.bench/runtime-qemu-moves.jsonl` and `.bench/runtime-qemu-snapshots.jsonl`.
  */
-import { appendFileSync, mkdtempSync } from "node:fs"
+import { appendFileSync, mkdirSync, mkdtempSync } from "node:fs"
 import { loadavg, tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { report, resultsFile } from "@engram/bench"
@@ -45,7 +45,10 @@ const quantile = (xs: readonly number[], q: number) => {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))] as number
 }
 const f = (x: number) => (Number.isFinite(x) ? (Math.abs(x) >= 100 ? x.toFixed(0) : x.toFixed(1)) : "–")
-const jsonl = (name: string, row: unknown) => appendFileSync(join(dirname(resultsFile), name), `${JSON.stringify(row)}\n`)
+const jsonl = (name: string, row: unknown) => {
+  mkdirSync(dirname(resultsFile), { recursive: true })
+  appendFileSync(join(dirname(resultsFile), name), `${JSON.stringify(row)}\n`)
+}
 
 /** Polls until the guest has printed a counter line (a guest that booted and runs). */
 const awaitCounter = (rt: QemuRuntimeShape, vmId: string) =>
@@ -60,7 +63,7 @@ const program = Effect.gen(function* () {
   const boot = (spec: VmSpec) => {
     const m = /^mv-(\d+)/.exec(spec.vmId)
     const rate = m === null ? 0 : Number(m[1])
-    const load = m !== null ? { dirtyKibPerSec: rate * 1024, hotMib: rate === 0 ? 4 : 64 } : spec.vmId.startsWith("snap-") ? { dirtyKibPerSec: 0, hotMib: 4, fillMib: Math.round(spec.memMib * 0.7) } : { dirtyKibPerSec: 0, hotMib: 4 }
+    const load = m !== null ? { dirtyKibPerSec: rate * 1024, hotMib: rate === 0 ? 4 : 64 } : spec.vmId.startsWith("snap-") ? { dirtyKibPerSec: 0, hotMib: 4, fillMib: Math.round(spec.memMib * 0.75 - 64) } : { dirtyKibPerSec: 0, hotMib: 4 }
     return { kernel: guest.kernel, initrd: guest.initrd, append: cmdline(load) }
   }
   const runtime = (memory: "file" | "anonymous") => QemuRuntime.make({ stateDir: mkdtempSync(join(tmpdir(), "eq-bench-")), boot, readyLine, memory, accelerator: "tcg" })

@@ -29,6 +29,8 @@ interface Host {
 const hosts: Record<"A" | "B" | "C" | "D", Host> = {} as never
 let boot: QemuRuntime.QemuConfig["boot"]
 let calmLaunch: Launch
+/** The commit phases of the moves A → B so far: the guard learns its allowance for that pair from them. */
+const commitsAtoB: number[] = []
 
 /** The accelerator the first host probed: the others take it as configured (one probe, not four). */
 let accelerator: "auto" | "kvm" | "tcg" = "auto"
@@ -215,6 +217,7 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
       assert.strictEqual(out.rounds.at(-1)?.kind, "final")
       assert.deepStrictEqual(reported, out.rounds.slice(0, -1), "every pre-copy round was reported")
       assert.isNumber(out.runtimeDowntimeMs)
+      commitsAtoB.push(out.phases.commitMs)
       assert.isFalse(QemuProcess.alive(sourcePid), "the source QEMU is gone")
       assert.deepStrictEqual(yield* A.list, [])
       assert.deepStrictEqual((yield* B.list).map((v) => [v.vmId, v.status]), [[calm.vmId, "running"]])
@@ -237,6 +240,35 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
       assert.isFalse(existsSync(join(hosts.A.stateDir, calm.vmId)), "the target's incoming VM and its files are gone")
       const before = lastTick(B, calm.vmId)
       yield* awaitTick(B.consolePath(calm.vmId), continuedFrom(before), "counter on the source")
+    }))
+
+  it.live("a budget under the 400 ms prior is refused before any pause without history, and admitted with the allowance learned from the commits before", () =>
+    Effect.gen(function* () {
+      const A = hosts.A.rt
+      const B = hosts.B.rt
+      const prior = Downtime.commitAllowance([])
+      assert.deepStrictEqual(prior, { allowanceMs: 400, source: "prior", samples: 0 })
+      // B → A has no commit yet.
+      const refused = yield* Move.between(B, A, calm.vmId, { moveId: "m-prior", budget: { maxDowntimeMs: 399, commitAllowanceMs: prior.allowanceMs, maxPreCopyRounds: 8 } })
+      assert.strictEqual(refused._tag, "Refused")
+      if (refused._tag === "Refused") {
+        assert.strictEqual(refused.stage, "pre-pause")
+        assert.isNull(refused.pausedMs, "never paused")
+        assert.deepStrictEqual(refused.rounds, [])
+      }
+      // A → B has the commit of the move before.
+      const learned = Downtime.commitAllowance(commitsAtoB)
+      assert.strictEqual(learned.source, "learned")
+      const back = yield* Move.between(B, A, calm.vmId, { moveId: "m-back", budget: { maxDowntimeMs: 10_000, commitAllowanceMs: prior.allowanceMs, maxPreCopyRounds: 8 } })
+      assert.strictEqual(back._tag, "Committed")
+      const admitted = yield* Move.between(A, B, calm.vmId, { moveId: "m-learned", budget: { maxDowntimeMs: 399, commitAllowanceMs: learned.allowanceMs, maxPreCopyRounds: 8 } })
+      console.log(`learned allowance ${learned.allowanceMs.toFixed(1)} ms from ${learned.samples} commit(s):`, JSON.stringify(admitted._tag === "Committed" ? admitted.phases : admitted))
+      if (learned.allowanceMs < 300) {
+        // Past the pre-pause check (the post-capture one may still give a starved pause back).
+        assert.isFalse(admitted._tag === "Refused" && admitted.stage === "pre-pause" && admitted.pausedMs === null, JSON.stringify(admitted))
+      } else assert.fail(`the one commit A → B took ${learned.allowanceMs} ms: too loaded a machine to show the learned allowance at 399 ms`)
+      if ((yield* B.list).length === 0) yield* Move.between(A, B, calm.vmId, { moveId: "m-return", budget: { maxDowntimeMs: 10_000, commitAllowanceMs: 400, maxPreCopyRounds: 8 } })
+      assert.deepStrictEqual((yield* B.list).map((v) => v.vmId), [calm.vmId])
     }))
 
   it.live("a guest that dirties memory faster than its link is refused after its pre-copy rounds, before any pause", () =>
