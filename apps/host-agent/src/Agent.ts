@@ -58,7 +58,7 @@ export interface AgentStatus {
   readonly runtime: RuntimeInfo
   readonly vms: readonly { readonly vmId: string; readonly status: string; readonly memMib: number; readonly moveId: string | null }[]
   /** The runtime's resident VMs as measured: RSS (bytes) and the hypervisor process. */
-  readonly usage: readonly { readonly vmId: string; readonly status: string; readonly rssBytes: number | null; readonly pid: number | null }[]
+  readonly usage: readonly { readonly vmId: string; readonly status: string; readonly rssBytes: number | null; readonly ramBytes: number | null; readonly pid: number | null }[]
   /** Incoming VMs of moves to this host, not committed yet. */
   readonly incoming: readonly { readonly moveId: string; readonly vmId: string }[]
   /** Moves whose outcome this host (their source) still owes. */
@@ -301,8 +301,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         }
       })
 
-    /** The RAM the resident VMs hold, MiB: their measured RSS (SPEC §1: allocatable = MemAvailable + this). */
-    const residentMib = Effect.map(runtime.usage, (vms) => vms.reduce((n, v) => n + (v.rssBytes ?? 0), 0) / (1024 * 1024))
+    /**
+     * The RAM the resident VMs hold that MemAvailable does not count, MiB (SPEC §1: allocatable =
+     * MemAvailable + this): their anonymous and shared memory; a guest RAM file on disk is page
+     * cache, already in MemAvailable. The RSS where a runtime cannot tell them apart.
+     */
+    const residentMib = Effect.map(runtime.usage, (vms) => vms.reduce((n, v) => n + (v.ramBytes ?? v.rssBytes ?? 0), 0) / (1024 * 1024))
 
     const reportOnce = Effect.gen(function* () {
       const report = yield* deps.measure(yield* residentMib)
@@ -360,7 +364,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         hostId: me,
         runtime: yield* runtime.info,
         vms: snap.vms.map((v) => ({ vmId: v.vmId, status: v.status, memMib: v.memMib, moveId: v.moveId })),
-        usage: (yield* runtime.usage).map((u) => ({ vmId: u.vmId, status: u.status, rssBytes: u.rssBytes, pid: u.pid })),
+        usage: (yield* runtime.usage).map((u) => ({ vmId: u.vmId, status: u.status, rssBytes: u.rssBytes, ramBytes: u.ramBytes, pid: u.pid })),
         incoming: yield* target.incoming,
         pendingCommits: snap.pendingCommits.map((p) => p.moveId),
         moves: yield* Ref.get(outcomes),

@@ -103,7 +103,7 @@ const moves = (A: QemuRuntimeShape, B: QemuRuntimeShape) =>
             continue
           }
           const o = out.success
-          jsonl("runtime-qemu-moves.jsonl", { rateMibS: rate, maxDowntimeMs, allowance, out })
+          jsonl("runtime-qemu-moves.jsonl", { rateMibS: rate, maxDowntimeMs, allowance, out: o })
           cell.allowance.push(allowance.allowanceMs)
           if (o._tag === "Committed") {
             ;[here, there] = [there, here]
