@@ -4,7 +4,7 @@
 // recovery after an agent restart. The tests run in order and share four runtimes ("hosts"): A
 // and B (1 GiB/s moves), C (16 MiB/s, for a guest that dirties faster than its link) and D
 // (anonymous RAM: every capture streams).
-import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from "node:fs"
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
@@ -26,7 +26,7 @@ interface Host {
   readonly stateDir: string
   readonly bandwidth: number
 }
-const hosts: Record<"A" | "B" | "C" | "D", Host> = {} as never
+const hosts: Record<"A" | "B" | "C" | "D" | "E", Host> = {} as never
 let boot: QemuRuntime.QemuConfig["boot"]
 let calmLaunch: Launch
 /** The commit phases of the moves A → B so far: the guard learns its allowance for that pair from them. */
@@ -35,9 +35,11 @@ const commitsAtoB: number[] = []
 /** The accelerator the first host probed: the others take it as configured (one probe, not four). */
 let accelerator: "auto" | "kvm" | "tcg" = "auto"
 
-const openHost = async (stateDir: string, bandwidth: number, memory: "file" | "anonymous" = "file"): Promise<Host> => {
+const openHost = async (stateDir: string, bandwidth: number, memory: "file" | "anonymous" = "file", ramDir?: string): Promise<Host> => {
   const scope = Effect.runSync(Scope.make())
-  const rt = await Effect.runPromise(QemuRuntime.make({ stateDir, boot, moveBandwidthBytesPerSec: bandwidth, readyLine, memory, accelerator }).pipe(Scope.provide(scope)))
+  const rt = await Effect.runPromise(
+    QemuRuntime.make({ stateDir, boot, moveBandwidthBytesPerSec: bandwidth, readyLine, memory, accelerator, ...(ramDir === undefined ? {} : { ramDir }) }).pipe(Scope.provide(scope)),
+  )
   accelerator = rt.accel.accelerator
   return { rt, scope, stateDir, bandwidth }
 }
@@ -47,6 +49,15 @@ const lastTick = (rt: QemuRuntimeShape, vmId: string) => {
   return t
 }
 const statusOf = (rt: QemuRuntimeShape, vmId: string) => rt.qmp<{ running: boolean; status: string }>(vmId, "query-status")
+let shmRamDir: string | undefined
+/** A tmpfs on another filesystem than the temp directory, when the machine has one. */
+const tmpfsDir = (() => {
+  try {
+    return existsSync("/dev/shm") && statSync("/dev/shm").dev !== statSync(tmpdir()).dev ? "/dev/shm" : null
+  } catch {
+    return null
+  }
+})()
 
 describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-system-x86_64: CI installs it; skipped elsewhere without it)", () => {
   beforeAll(async () => {
@@ -66,6 +77,8 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
     hosts.B = await openHost(mkdtempSync(join(tmpdir(), "eq-b-")), 1024 ** 3)
     hosts.C = await openHost(mkdtempSync(join(tmpdir(), "eq-c-")), 16 * 1024 ** 2)
     hosts.D = await openHost(mkdtempSync(join(tmpdir(), "eq-d-")), 1024 ** 3, "anonymous")
+    // RAM files on a tmpfs, images on the temp directory's filesystem: two filesystems.
+    if (tmpfsDir !== null) hosts.E = await openHost(mkdtempSync(join(tmpdir(), "eq-e-")), 1024 ** 3, "file", (shmRamDir = mkdtempSync(join(tmpfsDir, "eq-e-ram-"))))
     // The calm guest serves most tests; the hot one (a core's worth of dirtying) and the template ones live only in their tests.
     calmLaunch = (await Effect.runPromise(hosts.A.rt.start(calm))).launch
   })
@@ -73,9 +86,10 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
   afterAll(async () => {
     for (const h of Object.values(hosts)) {
       if (h === undefined) continue
-      await Effect.runPromise(Effect.forEach([calm.vmId, hot.vmId, "tpl-1", "anon-1"], (id) => h.rt.destroy(id), { discard: true }))
+      await Effect.runPromise(Effect.forEach([calm.vmId, hot.vmId, "tpl-1", "anon-1", "shm-1"], (id) => h.rt.destroy(id), { discard: true }))
       await Effect.runPromise(Scope.close(h.scope, Exit.void))
     }
+    if (shmRamDir !== undefined) rmSync(shmRamDir, { recursive: true, force: true })
   })
 
   it.live("reports the accelerator it probed, and why", () =>
@@ -194,6 +208,28 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
       yield* awaitTick(rt.consolePath("anon-1"), continuedFrom(before), "counter after a stream restore")
       yield* rt.destroy("anon-1")
       yield* rt.removeTemplate("s128")
+    }))
+
+  it.live.skipIf(tmpfsDir === null)("RAM files on another filesystem (a tmpfs) than the images: the descent copies the RAM file sparsely, the restore maps the image privately, and that guest's next descent streams, saying why (skipped: no tmpfs beside the temp directory)", () =>
+    Effect.gen(function* () {
+      const { rt } = hosts.E
+      const spec: VmSpec = { vmId: "shm-1", memMib: 128, vcpus: 1 }
+      yield* rt.start(spec)
+      yield* awaitTick(rt.consolePath(spec.vmId), (t) => t.n >= 1, "the guest counts")
+      assert.strictEqual(statSync(rt.ramPathOf(spec.vmId)).dev, statSync(tmpfsDir!).dev, "its RAM file is on the tmpfs")
+      const store = ImageStore.directory(mkdtempSync(join(tmpdir(), "eq-images-")))
+      const before = lastTick(rt, spec.vmId)
+      const image = yield* rt.descend(spec.vmId, yield* store.prepare(spec.vmId))
+      assert.strictEqual(image.method, "mapped")
+      assert.match(image.detail ?? "", /fsynced and copied/)
+      assert.isFalse(existsSync(rt.ramPathOf(spec.vmId)), "the tmpfs holds nothing of it: its RAM is released")
+      const back = yield* rt.restore(spec, image)
+      assert.deepInclude(back.launch, { from: "image", method: "mapped" })
+      assert.match(back.launch.detail, /mapped privately/)
+      yield* awaitTick(rt.consolePath(spec.vmId), continuedFrom(before), "counter after a private mapping")
+      const streamed = yield* rt.descend(spec.vmId, yield* store.prepare(spec.vmId))
+      assert.strictEqual(streamed.method, "stream")
+      assert.match(streamed.detail ?? "", /^stream \(its RAM is a private mapping of the image it was restored from/)
     }))
 
   it.live("a live move within budget commits with its phases; the counter continues on the target and the source QEMU is gone", () =>
