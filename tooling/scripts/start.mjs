@@ -9,6 +9,8 @@
 //
 // The coordinator logs warnings and errors only, so the tour is readable; set
 // ENGRAM_LOG_LEVEL=info (or ENGRAM_TOUR_VERBOSE=1) to see every line.
+// First: on a Node.js older than engram supports, one line and exit 1 (not a silent wait).
+import "../../packages/process/check-node.js"
 import { spawn } from "node:child_process"
 import { createServer } from "node:net"
 import { dirname, join } from "node:path"
@@ -33,10 +35,10 @@ const port = env.ENGRAM_PORT === "0" ? String(await freePort()) : env.ENGRAM_POR
 const host = env.ENGRAM_HOST || "127.0.0.1"
 const url = `http://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host}:${port}`
 
-/** Runs an app's source with tsx (resolved from that app's dependencies). */
-const start = (name, app, file, extra) =>
+/** Runs a package's source with tsx (resolved from that package's dependencies). */
+const start = (name, dir, file, extra) =>
   spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", file], {
-    cwd: join(root, "apps", app),
+    cwd: join(root, dir),
     env: { ...env, ...extra },
     stdio: "inherit",
   }).on("error", (e) => {
@@ -44,11 +46,11 @@ const start = (name, app, file, extra) =>
   })
 
 const children = [
-  start("coordinator", "coordinator", "src/main.ts", {
+  start("coordinator", "apps/coordinator", "src/main.ts", {
     ENGRAM_PORT: port,
     ENGRAM_LOG_LEVEL: env.ENGRAM_LOG_LEVEL || (verbose ? "info" : "warn"),
   }),
-  start("demo", "host-agent", "src/demo.ts", { ENGRAM_COORDINATOR_URL: env.ENGRAM_COORDINATOR_URL || url, ENGRAM_PORT: port }),
+  start("demo", "tooling/demo", "src/demo.ts", { ENGRAM_COORDINATOR_URL: env.ENGRAM_COORDINATOR_URL || url, ENGRAM_PORT: port }),
 ]
 
 let stopping = false

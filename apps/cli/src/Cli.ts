@@ -7,7 +7,7 @@
  * 400, the estimate of a refused move) and exit 1; a usage error exits 2.
  */
 import { Errors, make as makeClient } from "@engram/client"
-import type { EngramClientShape, Records } from "@engram/client"
+import type { EngramClientShape, PlaceAnswer, Records } from "@engram/client"
 import { Data, Effect, Option } from "effect"
 import { Argument, CliOutput, Command, Flag } from "effect/cli"
 import { FetchHttpClient } from "effect/http"
@@ -46,7 +46,7 @@ const engram = Command.make("engram").pipe(
     token: Flag.String("token").pipe(Flag.optional, Flag.withDescription("the admin token (ENGRAM_TOKEN; default: .engram/admin-token found from here up)")),
     json: Flag.Boolean("json").pipe(Flag.withDefault(false), Flag.withDescription("print the API's records as JSON")),
   }),
-  Command.withDescription("engram: the fleet's hosts, sessions, queue and reservations, from the command line."),
+  Command.withDescription("engram: the fleet's hosts, sessions, queue and reservations, from the command line. engram coordinator and engram agent run the services (engram coordinator --help)."),
 )
 
 /** The shared flags, the target they resolve to, and a client on it. */
@@ -147,7 +147,7 @@ const sessionRows = (sessions: readonly Records.Session[], now: number) =>
   sessions.map((s) => [s.id, s.state, s.hostId ?? "-", Format.mib(s.budget.memMib), String(s.budget.vcpus), Format.age(since(s), now)])
 const sessionHeaders = ["SESSION", "STATE", "HOST", "MEM", "VCPUS", "FOR"]
 
-const sessionText = (s: Records.Session): string => {
+const sessionText = (s: Records.SessionDetail): string => {
   const now = Date.now()
   const lines: (readonly [string, string])[] = [
     ["session", s.id],
@@ -162,7 +162,7 @@ const sessionText = (s: Records.Session): string => {
   return Format.fields(lines)
 }
 
-const placeText = (a: Records.PlaceAnswer, verb: "created" | "resumed"): string => {
+const placeText = (a: PlaceAnswer, verb: "created" | "resumed"): string => {
   if (a.outcome === "queued") {
     const tooBig = a.tooBig === true ? " No host could take it even empty: add a bigger host." : ""
     return `${a.id} queued at position ${a.position}: ${Why.summarize(a.noFit)}.${tooBig} (engram why ${a.id})`
@@ -344,9 +344,10 @@ const sessions = Command.make("sessions").pipe(
         const page = yield* call(target, client.sessions.events(a.id, { limit: 500 }))
         if (json) return yield* printJson(page)
         const rows = page.items.map((e) => {
-          const { seq, at, kind, hostId, ...rest } = e
+          const { seq, at, kind, ...rest } = e
+          const hostId = "hostId" in e ? e.hostId : null
           const details = Object.entries(rest)
-            .filter(([k]) => k !== "sessionId")
+            .filter(([k]) => k !== "sessionId" && k !== "hostId")
             .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
             .join(" ")
           return [String(seq), new Date(at).toISOString(), kind, hostId ?? "-", details]
@@ -358,7 +359,7 @@ const sessions = Command.make("sessions").pipe(
 )
 
 /** Where a queued session stands: the coordinator's `queue`, or (older coordinators) the queue's order and a no-fit question. */
-const queueOf = (client: EngramClientShape, s: Records.Session) =>
+const queueOf = (client: EngramClientShape, s: Records.SessionDetail) =>
   Effect.gen(function* () {
     if (s.queue !== undefined && s.queue !== null) return s.queue
     const queued = yield* client.sessions.listAll({ state: "queued" })

@@ -2,11 +2,11 @@
  * The coordinator's configuration, read through effect `Config` from the environment and,
  * optionally, a JSON file under it (`ENGRAM_CONFIG_FILE`, keys are the variable names; the
  * environment wins). Every bad value is reported at start, all at once, with its variable and
- * the rule it broke (`@engram/api`'s `Env` format); secrets are `Redacted` and never echoed;
+ * the rule it broke (`@engram/process`'s `Env` format); secrets are `Redacted` and never echoed;
  * the limits are checked by core `Limits.make`, so the words match the agent's and the
  * simulator's. An `ENGRAM_*` variable that no engram component reads is warned about by name.
  */
-import { Env } from "@engram/api"
+import { Env } from "@engram/process"
 import { Limits } from "@engram/core"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"

@@ -23,7 +23,7 @@ import type { CoordinatorConfig, CoordinatorConfigInput } from "./Config.js"
 import * as Config from "./Config.js"
 import * as DataDirLock from "./DataDirLock.js"
 import { HandlersLive } from "./Handlers.js"
-import { edge } from "./HttpEdge.js"
+import { edge, defectReporter, onClientError } from "./HttpEdge.js"
 import { InputErrorsLive } from "./HttpErrors.js"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
@@ -33,6 +33,7 @@ import { ReactAtOnce, reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.
 import type { PassReport } from "./Reaper.js"
 import { Room } from "./Room.js"
 import { SessionWaiter } from "./SessionWaiter.js"
+import { StrictInputLive } from "./StrictInput.js"
 import { boundStore, StoreHealth } from "./StoreBound.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
@@ -143,7 +144,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
 
   const apiLayer = HttpApiBuilder.layer(EngramApi).pipe(
     Layer.provide(HandlersLive),
-    Layer.provide([BearerAuthLive, AdminOnlyLive, ScrapeAuthLive, InputErrorsLive]),
+    Layer.provide([BearerAuthLive, AdminOnlyLive, ScrapeAuthLive, InputErrorsLive, StrictInputLive]),
   )
   // The browsable reference (Scalar, served from this process: no CDN), and the dashboard at /ui.
   const docsLayer = HttpApiScalar.layer(EngramApi, { path: "/docs" })
@@ -156,10 +157,19 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
         disableLogger: true,
         disableListenLog: true,
         middleware: edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }),
-      })
+      }).pipe(
+        Layer.provideMerge(
+          NodeHttpServer.layer(
+            // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
+            () => createServer().on("clientError", onClientError(metrics)),
+            { port: config.port, host: config.host, gracefulShutdownTimeout: "10 seconds" },
+          ),
+        ),
+      )
     }),
   ).pipe(
-    Layer.provideMerge(NodeHttpServer.layer(createServer, { port: config.port, host: config.host, gracefulShutdownTimeout: "10 seconds" })),
+    // A request's defect reaches its 500's log line.
+    Layer.provide(defectReporter),
     // The start-up reconcile (reclaim, then drain) finishes before the server is built, so the
     // first request already sees what expired while no coordinator ran.
     Layer.provide(ReconcileAtStart),

@@ -7,6 +7,8 @@
  * bad setting exits 2 naming every bad variable; a port in use, a refused database or a data
  * directory another coordinator holds is said in one line (exit 1).
  */
+// First: on a Node.js older than engram supports, one line and exit 1 before anything else runs.
+import "@engram/process/check-node"
 import { Explain, Fatal, Main } from "@engram/process"
 import { Cause, Effect, Layer, Redacted } from "effect"
 import * as Config from "./Config.js"

@@ -1,7 +1,7 @@
 // Configuration: every bad value is named with its variable and rule; the limits come from core.
 import { Config } from "@engram/coordinator"
 import { Limits } from "@engram/core"
-import { Env } from "@engram/api"
+import { Env } from "@engram/process"
 import { Effect, Exit, Logger, Redacted } from "effect"
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"

@@ -1,12 +1,12 @@
 /**
  * The agent's configuration, read through effect `Config` from the environment (every variable
- * in README.md). Every bad value is reported at start, all at once, in `@engram/api`'s `Env`
+ * in README.md). Every bad value is reported at start, all at once, in `@engram/process`'s `Env`
  * format (`VARIABLE="value": rule`); the host token and the peer secret are `Redacted` and never
  * echoed; nothing falls back silently. An `ENGRAM_*` variable that no engram component reads is
  * warned about by name.
  */
 import { tmpdir } from "node:os"
-import { Env } from "@engram/api"
+import { Env } from "@engram/process"
 import { Limits } from "@engram/core"
 import type { SimRuntime } from "@engram/runtime"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
@@ -138,6 +138,9 @@ const crossIssues = (env: Env_): Env.Issue[] => {
   if (set("ENGRAM_QEMU_APPEND") && set("ENGRAM_QEMU_DISK")) issues.push({ variable: "ENGRAM_QEMU_APPEND", rule: "applies to a kernel boot, not to ENGRAM_QEMU_DISK", value: env["ENGRAM_QEMU_APPEND"] })
   if (set("ENGRAM_QEMU_DISK_FORMAT") && !set("ENGRAM_QEMU_DISK")) issues.push({ variable: "ENGRAM_QEMU_DISK_FORMAT", rule: "needs ENGRAM_QEMU_DISK", value: env["ENGRAM_QEMU_DISK_FORMAT"] })
   if (set("ENGRAM_QEMU_RAM_DIR") && env["ENGRAM_QEMU_MEMORY"] === "anonymous") issues.push({ variable: "ENGRAM_QEMU_RAM_DIR", rule: "applies to ENGRAM_QEMU_MEMORY=file (RAM files), not anonymous", value: env["ENGRAM_QEMU_RAM_DIR"] })
+  if (!set("ENGRAM_QEMU_KERNEL") && !set("ENGRAM_QEMU_DISK")) {
+    issues.push({ variable: "ENGRAM_QEMU_KERNEL", rule: "or ENGRAM_QEMU_DISK is required with ENGRAM_RUNTIME=qemu (the guest every VM boots)" })
+  }
   return issues
 }
 
@@ -174,12 +177,11 @@ const qemuOf = (s: RuntimeValues, hostId: string, stateFile: string | undefined)
     memory: s.qemuMemory,
     ...(ramDir === undefined ? {} : { ramDir }),
     ...(readyLine === undefined ? {} : { readyLine: new RegExp(readyLine) }),
+    // crossIssues guarantees one of the two.
     boot:
       kernel !== undefined
         ? { kind: "kernel", kernel, ...(initrd === undefined ? {} : { initrd }), ...(append === undefined ? {} : { append }) }
-        : disk !== undefined
-          ? { kind: "disk", disk, ...(format === undefined ? {} : { format }) }
-          : { kind: "guest", ...(append === undefined ? {} : { append }) },
+        : { kind: "disk", disk: disk ?? "", ...(format === undefined ? {} : { format }) },
     accelerator: s.qemuAccel,
     ...(binary === undefined ? {} : { binary }),
     ...(Option.isSome(s.qemuMoveMibPerSec) ? { moveBandwidthBytesPerSec: s.qemuMoveMibPerSec.value * 1024 * 1024 } : {}),

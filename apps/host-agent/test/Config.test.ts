@@ -2,7 +2,7 @@
  * The agent's configuration through effect Config: every problem at once in `@engram/api`'s
  * one format, secrets never echoed, an unknown ENGRAM_* variable warned about by name.
  */
-import { Env } from "@engram/api"
+import { Env } from "@engram/process"
 import { Effect, Exit, Logger, Redacted } from "effect"
 import { describe, expect, it } from "vitest"
 import { fromEnvironment, variables } from "../src/Config.js"
@@ -60,15 +60,28 @@ describe("host agent configuration", () => {
     ])
   })
 
-  it("every variable the agent reads is in @engram/api's list", () => {
+  it("every variable the agent reads is in @engram/process's list", () => {
     for (const v of variables) expect(Env.knownVariables.has(v), v).toBe(true)
   })
 
-  it("ENGRAM_RUNTIME=qemu selects QEMU: the test guest by default, the state directory beside the state file, the move data plane on the agent's host", async () => {
+  it("ENGRAM_RUNTIME=qemu selects QEMU: the guest named, the state directory beside the state file, the move data plane on the agent's host", async () => {
     const o = await Effect.runPromise(
-      fromEnvironment({ ...required, ENGRAM_RUNTIME: "qemu", ENGRAM_AGENT_STATE_FILE: "/var/lib/engram/agent.json", ENGRAM_AGENT_HOST: "10.0.0.2", ENGRAM_QEMU_MOVE_MIB_S: "64" }),
+      fromEnvironment({
+        ...required,
+        ENGRAM_RUNTIME: "qemu",
+        ENGRAM_QEMU_DISK: "/var/lib/engram/guest.qcow2",
+        ENGRAM_AGENT_STATE_FILE: "/var/lib/engram/agent.json",
+        ENGRAM_AGENT_HOST: "10.0.0.2",
+        ENGRAM_QEMU_MOVE_MIB_S: "64",
+      }),
     )
-    expect(o.qemu).toEqual({ stateDir: "/var/lib/engram/engram-qemu-h1", memory: "file", boot: { kind: "guest" }, accelerator: "auto", moveBandwidthBytesPerSec: 64 * 1024 * 1024 })
+    expect(o.qemu).toEqual({
+      stateDir: "/var/lib/engram/engram-qemu-h1",
+      memory: "file",
+      boot: { kind: "disk", disk: "/var/lib/engram/guest.qcow2" },
+      accelerator: "auto",
+      moveBandwidthBytesPerSec: 64 * 1024 * 1024,
+    })
     expect(o.migration).toEqual({ listenHost: "10.0.0.2", advertiseHost: "10.0.0.2" })
     const kernel = await Effect.runPromise(
       fromEnvironment({
@@ -116,6 +129,11 @@ describe("host agent configuration", () => {
     )
     const sim = await errorOf({ ...required, ENGRAM_RUNTIME: "firecracker", ENGRAM_QEMU_INITRD: "/i" })
     expect(sim?.message).toBe(['invalid host agent configuration:', '  ENGRAM_RUNTIME="firecracker": must be sim or qemu'].join("\n"))
+    // The agent boots what it is told: no guest named is a start-up error, not a built-in guest.
+    const noGuest = await errorOf({ ...required, ENGRAM_RUNTIME: "qemu" })
+    expect(noGuest?.message).toBe(
+      ["invalid host agent configuration:", "  ENGRAM_QEMU_KERNEL: or ENGRAM_QEMU_DISK is required with ENGRAM_RUNTIME=qemu (the guest every VM boots)"].join("\n"),
+    )
     const forgotten = await errorOf({ ...required, ENGRAM_QEMU_KERNEL: "/k" })
     expect(forgotten?.message).toBe(['invalid host agent configuration:', '  ENGRAM_QEMU_KERNEL="/k": applies only with ENGRAM_RUNTIME=qemu'].join("\n"))
     const snapshots = await errorOf({

@@ -15,6 +15,7 @@ import { join } from "node:path"
 import { tmpdir } from "node:os"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Downtime, Limits } from "@engram/core"
+import { agentEnvironment } from "@engram/guest"
 import { Store } from "@engram/store"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type AgentProcess, type Api, api, freePort, spawnAgent, until } from "./support/E2e.js"
@@ -63,6 +64,8 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     admin = api(coordinator.url, coordinator.adminToken)
     const ids = ["a", "b"] as const
     const ports = await Promise.all(ids.map(() => freePort()))
+    // The test guest, booted as any kernel (built once, cached in .tmp/guest).
+    const guest = await agentEnvironment()
     const peers = ids.map((id, i) => `${id}=http://127.0.0.1:${ports[i]}`).join(",")
     for (const [i, id] of ids.entries()) {
       const created = await admin.call("POST", "/v1/hosts", { id })
@@ -76,6 +79,7 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
         readyTimeoutMs: 180_000,
         env: {
           ENGRAM_RUNTIME: "qemu",
+          ...guest,
           ENGRAM_SIM_TOTAL_MIB: "256",
           ENGRAM_AGENT_POLL_WAIT_MS: "5000",
           ENGRAM_AGENT_REPORT_MS: "2000",
@@ -83,7 +87,6 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
           ...(id === "b" ? { ENGRAM_QEMU_MOVE_MIB_S: "8" } : { ENGRAM_AGENT_TEMPLATES: "t128=128:1" }),
         },
       }
-      // One at a time: the first builds the guest if it is not cached yet.
       agents[id] = await spawnAgent(spawnOptions[id])
     }
     await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body.items, (hs: { measured: boolean }[]) => hs.length === 2 && hs.every((h) => h.measured))

@@ -24,6 +24,8 @@ export class EngramApi extends HttpApi.make("engram")
   .add(FleetApi)
   .add(LedgerApi)
   .middleware(InputErrors)
+  .annotate(HttpApi.PayloadParseOptions, { onExcessProperty: "error" })
+  .annotate(HttpApi.QueryParseOptions, { onExcessProperty: "error" })
   .annotateMerge(
     OpenApi.annotations({
       title: "engram coordinator",

@@ -4,7 +4,7 @@ import { StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
 import { NoFitQuery, PageQuery } from "./Payloads.js"
 import { Fleet, NoFit, QueuePage } from "./Records.js"
-import { AdminOnly, BearerAuth } from "./Security.js"
+import { AdminOnly, BearerAuth, StrictInput } from "./Security.js"
 
 /** `/v1/fleet`, `/v1/queue` and `/v1/placement/no-fit`. */
 export class FleetApi extends HttpApiGroup.make("fleet")
@@ -25,5 +25,6 @@ export class FleetApi extends HttpApiGroup.make("fleet")
       doc("Would this budget fit?", "`{fits, hosts}`: whether `memMib`/`vcpus` would place now, and each candidate host's reason and free room (SPEC §2). Admin only."),
     ),
   )
+  .middleware(StrictInput)
   .middleware(AdminOnly)
   .middleware(BearerAuth) {}

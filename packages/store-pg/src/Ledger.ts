@@ -44,9 +44,9 @@ export const make = ({ op, read, both, now, limits }: Deps): LedgerOps => {
 
   const reserve: StoreShape["reserve"] = (input: ReserveInput) =>
     Effect.gen(function* () {
-      const bad = Validate.ownerKind(input.ownerKind) ?? Validate.reserveExtras(input)
-      if (bad) return yield* bad
       const t = yield* now
+      const bad = Validate.ownerKind(input.ownerKind) ?? Validate.reserveExtras(input, t)
+      if (bad) return yield* bad
       return yield* op<Reservation, Refused | Conflict>(
         async (tx) => {
           let duplicate = false

@@ -10,7 +10,8 @@ import { PgDialect } from "drizzle-orm/pg-core"
 import { drizzle } from "drizzle-orm/postgres-js"
 import { Effect } from "effect"
 import type { Scope } from "effect"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
+import type { Sql as UpstreamSql } from "postgres"
 import { registerPipeline, retryAfterMs } from "./Db.js"
 import type { Db, Exec } from "./Db.js"
 import { migrateUrl } from "./Migrate.js"
@@ -63,6 +64,13 @@ const preparing = (client: postgres.Sql): postgres.Sql => {
 const dialect = new PgDialect()
 
 /**
+ * drizzle's postgres.js driver on one of our connections. drizzle is typed against upstream
+ * `postgres`; `@engram/postgres` is the same API with its fixes, whose types are a copy and so
+ * not the same nominal type.
+ */
+export const drizzleOn = (client: postgres.Sql) => drizzle({ client: client as unknown as UpstreamSql })
+
+/**
  * The `Db` on a postgres.js pool. Transactions are ours, not drizzle's, so that `BEGIN`
  * travels in the same write as the transaction's first statements (postgres.js coalesces the
  * writes of one tick), and the queries of a transaction are drizzle's over the reserved
@@ -70,7 +78,7 @@ const dialect = new PgDialect()
  */
 export const makeDb = (pool: postgres.Sql): Db => {
   const runner = makeRunner(null)
-  const db = drizzle({ client: pool }) as unknown as Exec
+  const db = drizzleOn(pool) as unknown as Exec
   const send = (conn: postgres.Sql, statement: SQL) => {
     const q = dialect.sqlToQuery(statement)
     return conn.unsafe(q.sql, q.params as never[], { prepare: true }).execute()
@@ -80,7 +88,7 @@ export const makeDb = (pool: postgres.Sql): Db => {
       const conn = preparing(reserved)
       // A reserved connection has no `options`; drizzle reads the pool's (type parsers).
       ;(conn as unknown as { options: unknown }).options ??= pool.options
-      const exec = drizzle({ client: conn }) as unknown as Exec
+      const exec = drizzleOn(conn) as unknown as Exec
       registerPipeline(exec, (statements) =>
         Promise.all(statements.map((s) => send(conn, s))) as unknown as Promise<Record<string, unknown>[][]>,
       )

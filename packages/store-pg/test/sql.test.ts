@@ -9,7 +9,7 @@ import { Limits } from "@engram/core"
 import { Store } from "@engram/store"
 import { freePort, freshDatabase, startEmbeddedPostgres } from "@engram/test-pg"
 import { Effect, Exit, Layer, ManagedRuntime } from "effect"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 import { describe, expect, it } from "vitest"
 import { migrate, migrationsFolder, StorePg } from "../src/index.js"
 

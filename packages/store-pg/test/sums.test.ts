@@ -7,7 +7,7 @@ import { Headroom, Limits } from "@engram/core"
 import type { StoreShape } from "@engram/store"
 import { freshDatabase } from "@engram/test-pg"
 import { Effect } from "effect"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 import { describe, expect, it } from "vitest"
 import { StorePg } from "../src/index.js"
 

@@ -639,7 +639,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
     reserve: (input: ReserveInput) =>
       Effect.gen(function* () {
-        const bad = Validate.ownerKind(input.ownerKind) ?? Validate.reserveExtras(input)
+        const t = yield* now
+        const bad = Validate.ownerKind(input.ownerKind) ?? Validate.reserveExtras(input, t)
         if (bad) return yield* bad
         const host = input.hostId == null ? undefined : hosts.get(input.hostId)
         const admission = Ledger.admit(
@@ -653,7 +654,6 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           counters.reserveFailures++
           return yield* new Refused({ check: admission.check, reason: admission.message })
         }
-        const t = yield* now
         const e = Ledger.entryOf({ ...input, id: input.id as string, hostId: input.hostId as string }, t)
         addEntry(e)
         return e

@@ -113,3 +113,6 @@ export const ticks = (consoleText: string): Tick[] =>
     .split(/\r?\n/)
     .map(parseTick)
     .filter((t): t is Tick => t !== null)
+
+/** A calm guest: 256 KiB/s over a 4 MiB ring, a counter every 100 ms (the demo's and the agent tests' default). */
+export const calmLoad: GuestLoad = { dirtyKibPerSec: 256, hotMib: 4, tickMs: 100 }

@@ -76,10 +76,6 @@ export const agentVariables = [
   "ENGRAM_QEMU_MEMORY",
   "ENGRAM_QEMU_RAM_DIR",
   "ENGRAM_QEMU_READY_LINE",
-  // The test guest's (tooling/guest), which a QEMU agent boots by default.
-  "ENGRAM_GUEST_CACHE",
-  "ENGRAM_GUEST_KERNEL",
-  "ENGRAM_GUEST_BUSYBOX",
 ] as const
 
 /** The demo fleet's variables (`pnpm start`). */
@@ -92,6 +88,10 @@ export const demoVariables = [
   "ENGRAM_DEMO_STATE_DIR",
   "ENGRAM_DEMO_TOUR",
   "ENGRAM_TOUR_VERBOSE",
+  // The test guest's (tooling/guest), which the demo's QEMU hosts boot unless told otherwise.
+  "ENGRAM_GUEST_CACHE",
+  "ENGRAM_GUEST_KERNEL",
+  "ENGRAM_GUEST_BUSYBOX",
 ] as const
 
 /** Variables of the clients and of logging (read by every process that has them). */

@@ -4,6 +4,8 @@
  * `ENGRAM_DEMO_TOUR=0` tells a short numbered story so a new user sees sessions place, park,
  * descend and move, then a closing block with the CLI commands and the dashboard's address.
  * `pnpm start` at the repository root runs it next to the coordinator (tooling/scripts/start.mjs).
+ * With `ENGRAM_RUNTIME=qemu` and no guest of the user's (`ENGRAM_QEMU_KERNEL`/`ENGRAM_QEMU_DISK`),
+ * the agents boot the repository's test guest (`tooling/guest`), built here on first use.
  *
  * Environment: `ENGRAM_COORDINATOR_URL` (default `http://127.0.0.1:${ENGRAM_PORT ?? 7070}`),
  * `ENGRAM_ADMIN_TOKEN` or `ENGRAM_ADMIN_TOKEN_FILE` (default `<data dir>/admin-token`, the file
@@ -21,14 +23,12 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "n
 import { isAbsolute, join, relative, resolve } from "node:path"
 import { Errors, make as makeClient } from "@engram/client"
 import type { EngramClientShape, Records } from "@engram/client"
+import { Config, Measure, MoveToken, startHostAgent } from "@engram/host-agent"
 import { Fatal, Log, Main } from "@engram/process"
 import { Effect, References } from "effect"
 import type { LogLevel } from "effect"
 import { FetchHttpClient } from "effect/http"
-import { runtimeFromEnvironment } from "./Config.js"
-import { startHostAgent } from "./Host.js"
-import { HostMeter, layerFixed } from "./Measure.js"
-import { statusToken } from "./MoveToken.js"
+import { guestEnvironment } from "./Guest.js"
 
 const env = process.env
 const set = (name: string) => (env[name] === undefined || env[name] === "" ? undefined : env[name])
@@ -211,10 +211,11 @@ const program = Effect.gen(function* () {
   const agentLevel: LogLevel.LogLevel = verbose || set("ENGRAM_LOG_LEVEL") !== undefined ? logSettings.level : "Warn"
   const urls = new Map<string, string>()
   const kinds = new Set<string>()
+  const runtimeEnv = yield* guestEnvironment(env)
   for (const h of registered) {
     const stateFile = join(stateDir, `${h.id}.state.json`)
     // ENGRAM_RUNTIME=qemu: real guests (README "Real guests"); the simulated runtime otherwise.
-    const runtime = yield* runtimeFromEnvironment(env, h.id, stateFile).pipe(Effect.tapError((e) => Effect.logError(e.message)))
+    const runtime = yield* Config.runtimeFromEnvironment(runtimeEnv, h.id, stateFile).pipe(Effect.tapError((e) => Effect.logError(e.message)))
     const agent = yield* startHostAgent({
       ...runtime,
       hostId: h.id,
@@ -224,7 +225,7 @@ const program = Effect.gen(function* () {
       listen: { port: 0, host: "127.0.0.1" },
       stateFile,
       imageDir: join(stateDir, `${h.id}-images`),
-      measure: (mib) => HostMeter.use((m) => m.measure(mib)).pipe(Effect.provide(layerFixed({ totalMib: h.totalMib, osMib: h.osMib, vcpus: h.vcpus }))),
+      measure: (mib) => Measure.HostMeter.use((m) => m.measure(mib)).pipe(Effect.provide(Measure.layerFixed({ totalMib: h.totalMib, osMib: h.osMib, vcpus: h.vcpus }))),
       config: { pollWaitMs: 10_000, reportIntervalMs: 10_000 },
     }).pipe(Effect.provideService(References.MinimumLogLevel, agentLevel))
     // The demo's real guests end with it (a production agent leaves its VMs running across its
@@ -237,7 +238,7 @@ const program = Effect.gen(function* () {
     urls.set(h.id, `http://127.0.0.1:${agent.port}`)
     // The status bearer derives from the peer secret: it goes to a 0600 file, never to the output.
     const statusFile = join(stateDir, `${h.id}.status-token`)
-    writeFileSync(statusFile, `${statusToken(peerSecret, h.id)}\n`, { mode: 0o600 })
+    writeFileSync(statusFile, `${MoveToken.statusToken(peerSecret, h.id)}\n`, { mode: 0o600 })
     chmodSync(statusFile, 0o600)
     const status = `curl -s ${urls.get(h.id)}/v1/peer/status -H "authorization: Bearer $(cat ${statusFile})"`
     kinds.add(agent.runtimeInfo.kind === "sim" ? "simulated" : `${agent.runtimeInfo.kind} guests under ${agent.runtimeInfo.accelerator}`)

@@ -1,5 +1,5 @@
 // Settings: every refusal at once in one format, secrets hidden, unknown variables named.
-import { Env } from "@engram/api"
+import { Env } from "@engram/process"
 import { Config, ConfigProvider, Effect, Exit, Schema } from "effect"
 import { describe, expect, it } from "vitest"
 
