@@ -168,7 +168,7 @@ const moveView = (m, allowance) => {
     "No round yet.",
   )
   const allowed =
-    allowance === null ? "not reported by this coordinator" : `${measured(allowance.ms)} (${allowance.learned ? "learned from this host pair's commits" : "the coordinator's setting, ENGRAM_COMMIT_ALLOWANCE_MS"})`
+    allowance === null ? "not reported by this coordinator" : `${measured(allowance.ms)} (${allowance.learned ? "learned from this host pair's commits" : "the prior, ENGRAM_COMMIT_ALLOWANCE_MS; the source's agent learns its own per target host"})`
   return [
     h("dl", { className: "facts", attrs: { "data-move": m.id } }, [
       h("dt", { text: "Move" }),
