@@ -25,12 +25,18 @@ afterAll(() => {
 
 const closing = "Ctrl-C ends the sessions on the demo hosts and stops the coordinator and the agents."
 
-/** `pnpm start` in a process group of its own (so the test can signal the group as a terminal does), up to the demo's closing lines. */
-const start = async () => {
+/** A fresh data dir (removed after the file) and this process's environment without its ENGRAM_* settings. */
+const fresh = () => {
   const dataDir = mkdtempSync(join(tmpdir(), "engram-start-"))
   dataDirs.push(dataDir)
   const env: Record<string, string | undefined> = { ...process.env }
   for (const k of Object.keys(env)) if (k.startsWith("ENGRAM_")) delete env[k]
+  return { dataDir, env }
+}
+
+/** `pnpm start` in a process group of its own (so the test can signal the group as a terminal does), up to the demo's closing lines. */
+const start = async () => {
+  const { dataDir, env } = fresh()
   const child = spawn("pnpm", ["start"], {
     cwd: root,
     detached: true,
@@ -89,10 +95,7 @@ const isOlder = olderVersion !== "" && Number(olderVersion.split(".")[0]) < 22
 
 describe.skipIf(!isOlder)(`pnpm start on an unsupported Node.js (${olderNode} ${olderVersion} first on PATH; skipped where there is none)`, () => {
   it("stops at once with one line naming the version needed, instead of waiting for a coordinator that never comes", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "engram-start-"))
-    dataDirs.push(dataDir)
-    const env: Record<string, string | undefined> = { ...process.env }
-    for (const k of Object.keys(env)) if (k.startsWith("ENGRAM_")) delete env[k]
+    const { dataDir, env } = fresh()
     const child = spawn("pnpm", ["start"], {
       cwd: root,
       env: { ...env, PATH: `${dirname(olderNode)}:${env["PATH"] ?? ""}`, ENGRAM_DATA_DIR: join(dataDir, "old-node"), ENGRAM_PORT: "0", NO_COLOR: "1" },
