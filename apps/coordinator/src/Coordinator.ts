@@ -16,14 +16,17 @@ import { HttpRouter, HttpServer } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { mkdirSync } from "node:fs"
 import { createServer } from "node:http"
+import { createRequire } from "node:module"
 import { join, resolve } from "node:path"
 import { Assignments } from "./Assignments.js"
 import { AdminOnlyLive, AdminToken, BearerAuthLive, hashToken, resolveAdminToken, ScrapeAuthLive } from "./Auth.js"
 import type { CoordinatorConfig, CoordinatorConfigInput } from "./Config.js"
 import * as Config from "./Config.js"
 import * as DataDirLock from "./DataDirLock.js"
+import { FleetHistory } from "./FleetHistory.js"
+import type { Options as FleetHistoryOptions } from "./FleetHistory.js"
 import { HandlersLive } from "./Handlers.js"
-import { edge } from "./HttpEdge.js"
+import { defectReporter, edge, onClientError, routeLabeler } from "./HttpEdge.js"
 import { InputErrorsLive } from "./HttpErrors.js"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
@@ -33,9 +36,11 @@ import { park, ReactAtOnce, reaperPass, ReaperLoop, ReconcileAtStart } from "./R
 import type { PassReport } from "./Reaper.js"
 import { Drainer } from "./Drainer.js"
 import { SessionWaiter } from "./SessionWaiter.js"
+import { StrictInputLive } from "./StrictInput.js"
 import { boundStore, StoreHealth } from "./StoreBound.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
+import * as Tracing from "./Tracing.js"
 import { UiLive } from "./Ui.js"
 
 /** How to run a coordinator. */
@@ -51,6 +56,10 @@ export interface CoordinatorOptions {
   readonly reaper?: boolean | undefined
   /** Minimum log level (default `ENGRAM_LOG_LEVEL`, else Info). */
   readonly logLevel?: LogLevel.LogLevel | undefined
+  /** How often the dashboard's charts sample the fleet, and how many samples they keep (default every 10 s, an hour). */
+  readonly uiHistory?: FleetHistoryOptions | undefined
+  /** With `otlpUrl` configured: how often spans are sent (default 1 s; they are sent at stop too). */
+  readonly otlpExportIntervalMs?: number | undefined
 }
 
 /** What a running coordinator tells its starter. */
@@ -75,6 +84,15 @@ export class CoordinatorInfo extends Context.Service<CoordinatorInfo, Coordinato
 export const loggerLayer = (level?: LogLevel.LogLevel) => {
   const { settings } = Log.settingsOfProcess()
   return Log.layer(level === undefined ? settings : { ...settings, level })
+}
+
+/** This coordinator's version (its package's), for the traces' resource. */
+const coordinatorVersion = (): string => {
+  try {
+    return String((createRequire(import.meta.url)("../package.json") as { version?: unknown }).version ?? "unknown")
+  } catch {
+    return "unknown"
+  }
 }
 
 /** The coordinator as a Layer: serves until the layer's scope closes. */
@@ -108,7 +126,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).
   const storeLayer: Layer.Layer<Store | StoreHealth, unknown> = Layer.effectContext(
     Effect.gen(function* () {
-      const { store, health } = boundStore(yield* Store, config.storeTimeoutMs)
+      const { store, health } = boundStore(yield* Store, config.storeTimeoutMs, Tracing.childSpans(yield* Tracing.spans))
       return Context.add(Context.make(Store, store), StoreHealth, health)
     }),
   ).pipe(Layer.provide(openedStore))
@@ -136,7 +154,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   // long-poll, and the gate's immediate reaction to a session queued without room (off with
   // the reaper loop: tests that drive passes by hand get a trigger that does nothing).
   const trigger = options.reaper === false ? Layer.succeed(Trigger, Trigger.of({ poke: Effect.void })) : ReactAtOnce
-  const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer, trigger).pipe(
+  const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer, trigger, FleetHistory.layer(options.uiHistory), Tracing.MoveSpans.layer).pipe(
     Layer.provideMerge(Drainer.layer),
     Layer.provideMerge(Layer.mergeAll(Metrics.layer, notifierLayer, settingsLayer, leaderLayer, adminLayer)),
     Layer.provideMerge(storeLayer),
@@ -144,7 +162,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
 
   const apiLayer = HttpApiBuilder.layer(EngramApi).pipe(
     Layer.provide(HandlersLive),
-    Layer.provide([BearerAuthLive, AdminOnlyLive, ScrapeAuthLive, InputErrorsLive]),
+    Layer.provide([BearerAuthLive, AdminOnlyLive, ScrapeAuthLive, InputErrorsLive, StrictInputLive]),
   )
   // The browsable reference (Scalar, served from this process: no CDN), and the dashboard at /ui.
   const docsLayer = HttpApiScalar.layer(EngramApi, { path: "/docs" })
@@ -157,10 +175,19 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
         disableLogger: true,
         disableListenLog: true,
         middleware: edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }),
-      })
+      }).pipe(
+        Layer.provideMerge(
+          NodeHttpServer.layer(
+            // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
+            () => createServer().on("clientError", onClientError(metrics)),
+            { port: config.port, host: config.host, gracefulShutdownTimeout: "10 seconds" },
+          ),
+        ),
+      )
     }),
   ).pipe(
-    Layer.provideMerge(NodeHttpServer.layer(createServer, { port: config.port, host: config.host, gracefulShutdownTimeout: "10 seconds" })),
+    // A request's defect reaches its 500's log line.
+    Layer.provide(defectReporter),
     // The start-up reconcile (reclaim, then drain) finishes before the server is built, so the
     // first request already sees what expired while no coordinator ran.
     Layer.provide(ReconcileAtStart),
@@ -193,7 +220,13 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
     }),
   )
 
-  return Layer.mergeAll(info, reaper).pipe(Layer.provideMerge(server), Layer.provideMerge(shared))
+  // Traces over OTLP when a collector is configured; nothing otherwise (see Tracing.ts).
+  const tracing = Tracing.layer(
+    config.otlpUrl === null ? null : { url: config.otlpUrl, headers: config.otlpHeaders, exportIntervalMs: options.otlpExportIntervalMs },
+    routeLabeler(),
+    coordinatorVersion(),
+  )
+  return Layer.mergeAll(info, reaper).pipe(Layer.provideMerge(server), Layer.provideMerge(shared), Layer.provide(tracing))
 }
 
 /** A coordinator running in this process. */

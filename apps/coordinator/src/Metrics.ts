@@ -39,6 +39,9 @@ export const storeGauges = [
   "engram_descents_running",
   "engram_hosts",
   "engram_free_mib",
+  "engram_capacity_mib",
+  "engram_free_vcpus",
+  "engram_unplaceable",
   "engram_reserve_failures",
   "engram_ledger_active_entries",
 ] as const
@@ -59,6 +62,9 @@ const storeHelp: { readonly [G in StoreGauge]: string } = {
   engram_descents_running: "Descents running now.",
   engram_hosts: "Registered hosts.",
   engram_free_mib: "Free RAM over measured ready hosts.",
+  engram_capacity_mib: "RAM capacity over measured ready hosts (after the system reserve and the overcommit ratio).",
+  engram_free_vcpus: "Free vCPUs over ready hosts that reported cores.",
+  engram_unplaceable: "Queued sessions too big for every ready measured host even empty: the cue for a bigger host.",
   engram_reserve_failures: "Ledger reserve refusals (cumulative, from the store).",
   engram_ledger_active_entries: "Reservations held now.",
 }

@@ -11,7 +11,7 @@
  */
 import { Context, Deferred, Duration, Effect, Exit, Layer, Schedule } from "effect"
 import { randomUUID } from "node:crypto"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 
 export interface NotifierShape {
   /** Wakes every waiter of these topics (on every replica, when the store is shared through PostgreSQL). */

@@ -7,7 +7,7 @@ import type { RunningCoordinator } from "@engram/coordinator"
 import { freshDatabase } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
 import { Effect } from "effect"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { client } from "./support/http.js"
 

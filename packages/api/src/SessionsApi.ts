@@ -21,7 +21,7 @@ import {
   SessionEventsPage,
   SessionsPage,
 } from "./Records.js"
-import { AdminOnly, BearerAuth } from "./Security.js"
+import { AdminOnly, BearerAuth, StrictInput } from "./Security.js"
 
 const admin = " Admin only."
 const hostOrAdmin = " The admin, or the token of the session's host."
@@ -40,6 +40,7 @@ const ResumeAnswers = [
 export class SessionsApi extends HttpApiGroup.make("sessions")
   .add(
     HttpApiEndpoint.post("create", "/v1/sessions", { payload: CreateSession, success: PlaceAnswers, error: BodyErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc(
@@ -78,6 +79,7 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
       ),
     ),
     HttpApiEndpoint.post("resume", "/v1/sessions/:id/resume", { params: PathId, success: ResumeAnswers, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc(
@@ -92,9 +94,13 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
       doc("The agent stored the session's capture", `\`descending → descended\`: the reservation is released; then the queue is drained.${hostOrAdmin}`),
     ),
     HttpApiEndpoint.delete("end", "/v1/sessions/:id", { params: PathId, success: Session, error: StandardErrors }).annotateMerge(
-      doc("End a session", `\`→ ended\` from any state: its reservation is released and an open move aborted; then the queue is drained.${hostOrAdmin}`),
+      doc(
+          "End a session",
+          `\`→ ended\` from any state: its reservation is released and an open move aborted; then the queue is drained. Idempotent: ending an ended session answers it as it is (200) and changes nothing.${hostOrAdmin}`,
+        ),
     ),
     HttpApiEndpoint.post("move", "/v1/sessions/:id/move", { params: PathId, payload: StartMove, success: MoveCommitted, error: BodyErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc(
@@ -103,4 +109,5 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
         ),
       ),
   )
+  .middleware(StrictInput)
   .middleware(BearerAuth) {}
