@@ -2,7 +2,7 @@
 // drained by a drain that started after it (no sleeps: a latch holds the first drain open).
 import { assert, describe, it } from "@effect/vitest"
 import { Metrics, Notifier, Room } from "@engram/coordinator"
-import { Store } from "@engram/store"
+import { Changes, Store } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Deferred, Effect, Fiber, Layer } from "effect"
 
@@ -26,7 +26,7 @@ describe("Room.appeared", () => {
           return result
         }),
     })
-    const layer = Room.layer.pipe(Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer)), Layer.provideMerge(Layer.succeed(Store, store)))
+    const layer = Room.layer.pipe(Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer.pipe(Layer.provide(Changes.local)))), Layer.provideMerge(Layer.succeed(Store, store)))
     return Effect.gen(function* () {
       const room = yield* Room
       // A queued session and, so far, no host.
@@ -54,7 +54,7 @@ describe("Room.appeared", () => {
   it.effect("a failing drain is logged and places nothing; the caller does not fail", () => {
     const inner = StoreSim.make().store
     const store = Store.of({ ...inner, drainQueue: () => Effect.die(new Error("drain exploded (test)")) })
-    const layer = Room.layer.pipe(Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer)), Layer.provideMerge(Layer.succeed(Store, store)))
+    const layer = Room.layer.pipe(Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer.pipe(Layer.provide(Changes.local)))), Layer.provideMerge(Layer.succeed(Store, store)))
     return Effect.gen(function* () {
       const room = yield* Room
       assert.deepStrictEqual(yield* room.appeared(), { placed: [], remaining: -1 })

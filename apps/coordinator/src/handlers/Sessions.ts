@@ -9,6 +9,7 @@ import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
 import { requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
+import { LongPolls } from "../LongPolls.js"
 import { Metrics } from "../Metrics.js"
 import { MoveWaiter } from "../MoveWaiter.js"
 import type { MoveOutcome } from "../MoveWaiter.js"
@@ -65,6 +66,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     const waiter = yield* MoveWaiter
     const sessionWaiter = yield* SessionWaiter
     const trigger = yield* Trigger
+    const longPolls = yield* LongPolls
 
     /** The session, once the caller may act for it (the admin, or its host's agent). */
     const sessionFor = (id: string) => api(store.getSession(id)).pipe(Effect.tap((s) => requireHostOrAdmin(s.hostId)))
@@ -111,7 +113,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
       .handle("wait", ({ params, query }) =>
         Effect.gen(function* () {
           yield* sessionFor(params.id)
-          const outcome = yield* api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs))
+          const outcome = yield* longPolls.run(api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs)))
           const s = outcome.session
           switch (outcome._tag) {
             case "Reached":
