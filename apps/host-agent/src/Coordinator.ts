@@ -17,14 +17,17 @@ import type { HostReport } from "./Measure.js"
 /** A session's state. */
 export type SessionState = Records.SessionState
 
-/** A session as the agent needs it (the API's record has more). */
-export type AssignedSession = Pick<Records.Session, "id" | "state" | "budget" | "hostId" | "reservationId">
+/**
+ * A session as the agent needs it (the API's record has more). `template`: the template it
+ * starts from, when the coordinator's records carry one.
+ */
+export type AssignedSession = Pick<Records.Session, "id" | "state" | "budget" | "hostId" | "reservationId"> & { readonly template?: string | null | undefined }
 
 /** A move as the agent needs it. */
 export type AssignedMove = Pick<Records.Move, "id" | "sessionId" | "sourceHostId" | "targetHostId" | "maxDowntimeMs" | "state">
 
 /** A move as `GET /v1/moves/{id}` shows it, as far as the agent reads it. */
-export type MoveView = AssignedMove & Pick<Records.Move, "abortReason">
+export type MoveView = AssignedMove & Pick<Records.Move, "abortReason" | "rounds">
 
 /** The coordinator's limits that the agent's move guard uses (its `commitAllowanceMs`). */
 export type AssignedLimits = Records.AgentLimits

@@ -26,6 +26,12 @@ export interface QemuSettings {
   readonly accelerator?: "auto" | "kvm" | "tcg"
   /** QEMU's `max-bandwidth` for live moves, bytes/s (default 1 GiB/s). */
   readonly moveBandwidthBytesPerSec?: number
+  /** Guest RAM: RAM files (mapped snapshots, the default) or anonymous (stream snapshots). */
+  readonly memory?: "file" | "anonymous"
+  /** Where RAM files live (default: each VM's directory, on the state directory's filesystem). */
+  readonly ramDir?: string
+  /** The guest's readiness line (SPEC §13); none: a VM is ready when QEMU runs it. */
+  readonly readyLine?: RegExp
 }
 
 /** Where a move's data plane listens on this host, and the address sources are told. */
@@ -75,6 +81,9 @@ export const makeQemu = (settings: QemuSettings, address: MigrationAddress): Eff
       migrationListenHost: address.listenHost,
       migrationAdvertiseHost: address.advertiseHost,
       ...(settings.moveBandwidthBytesPerSec === undefined ? {} : { moveBandwidthBytesPerSec: settings.moveBandwidthBytesPerSec }),
+      ...(settings.memory === undefined ? {} : { memory: settings.memory }),
+      ...(settings.ramDir === undefined ? {} : { ramDir: settings.ramDir }),
+      ...(settings.readyLine === undefined ? {} : { readyLine: settings.readyLine }),
     })
   })
 

@@ -77,6 +77,7 @@ describe("host agent configuration", () => {
     )
     expect(o.qemu).toEqual({
       stateDir: "/var/lib/engram/engram-qemu-h1",
+      memory: "file",
       boot: { kind: "disk", disk: "/var/lib/engram/guest.qcow2" },
       accelerator: "auto",
       moveBandwidthBytesPerSec: 64 * 1024 * 1024,
@@ -93,9 +94,24 @@ describe("host agent configuration", () => {
         ENGRAM_QEMU_ACCEL: "tcg",
         ENGRAM_AGENT_MIGRATION_HOST: "0.0.0.0",
         ENGRAM_AGENT_ADVERTISE_HOST: "host-b.internal",
+        ENGRAM_QEMU_MEMORY: "file",
+        ENGRAM_QEMU_RAM_DIR: "/dev/shm/eq",
+        ENGRAM_QEMU_READY_LINE: "^login:",
+        ENGRAM_AGENT_TEMPLATES: "small=256:1, big=1024:2",
       }),
     )
-    expect(kernel.qemu).toEqual({ stateDir: "/run/eq", boot: { kind: "kernel", kernel: "/boot/vmlinuz", initrd: "/boot/initrd", append: "console=ttyS0" }, accelerator: "tcg" })
+    expect(kernel.qemu).toEqual({
+      stateDir: "/run/eq",
+      memory: "file",
+      ramDir: "/dev/shm/eq",
+      readyLine: /^login:/,
+      boot: { kind: "kernel", kernel: "/boot/vmlinuz", initrd: "/boot/initrd", append: "console=ttyS0" },
+      accelerator: "tcg",
+    })
+    expect(kernel.config?.templates).toEqual([
+      { name: "small", memMib: 256, vcpus: 1 },
+      { name: "big", memMib: 1024, vcpus: 2 },
+    ])
     expect(kernel.migration).toEqual({ listenHost: "0.0.0.0", advertiseHost: "host-b.internal" })
     // The default stays the simulated runtime.
     expect((await Effect.runPromise(fromEnvironment(required))).qemu).toBeUndefined()
@@ -120,6 +136,19 @@ describe("host agent configuration", () => {
     )
     const forgotten = await errorOf({ ...required, ENGRAM_QEMU_KERNEL: "/k" })
     expect(forgotten?.message).toBe(['invalid host agent configuration:', '  ENGRAM_QEMU_KERNEL="/k": applies only with ENGRAM_RUNTIME=qemu'].join("\n"))
+    const snapshots = await errorOf({
+      ...required,
+      ENGRAM_RUNTIME: "qemu",
+      ENGRAM_QEMU_MEMORY: "anonymous",
+      ENGRAM_QEMU_RAM_DIR: "/dev/shm/eq",
+      ENGRAM_QEMU_READY_LINE: "(",
+      ENGRAM_AGENT_TEMPLATES: "small=256",
+    })
+    expect(snapshots?.message).toMatch(/ENGRAM_QEMU_READY_LINE="\(": must be a regular expression/)
+    expect(snapshots?.message).toMatch(/ENGRAM_AGENT_TEMPLATES="small=256": must be name=memMib:vcpus/)
+    expect(snapshots?.message).toMatch(/ENGRAM_QEMU_RAM_DIR="\/dev\/shm\/eq": applies to ENGRAM_QEMU_MEMORY=file/)
+    const badName = await errorOf({ ...required, ENGRAM_AGENT_TEMPLATES: "a/b=256:1" })
+    expect(badName?.message).toMatch(/a template name must be 1-100 characters of \[A-Za-z0-9._-\]/)
   })
 })
 

@@ -84,7 +84,7 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
           ENGRAM_AGENT_POLL_WAIT_MS: "5000",
           ENGRAM_AGENT_REPORT_MS: "2000",
           ENGRAM_AGENT_RETRY_MS: "250",
-          ...(id === "b" ? { ENGRAM_QEMU_MOVE_MIB_S: "8" } : {}),
+          ...(id === "b" ? { ENGRAM_QEMU_MOVE_MIB_S: "8" } : { ENGRAM_AGENT_TEMPLATES: "t128=128:1" }),
         },
       }
       agents[id] = await spawnAgent(spawnOptions[id])
@@ -152,8 +152,11 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     expect(qemuProcesses(qemuDir("a")).map((p) => p.pid)).not.toContain(pid)
     expect((await usage("a")).map((u) => u.vmId)).not.toContain("q1")
     expect(await reservations("a")).not.toContain("q1")
+    // A mapped image: the devices in the image file, the guest's RAM file beside it.
     const image = join(agents.a!.dir, "images", "q1", "image")
-    expect(statSync(image).size).toBeGreaterThan(1024 * 1024)
+    expect(statSync(image).size).toBeGreaterThan(0)
+    expect(statSync(join(agents.a!.dir, "images", "q1", "ram")).blocks * 512).toBeGreaterThan(16 * 1024 * 1024)
+    expect(logged("a", "descent image written").at(-1)).toMatchObject({ sessionId: "q1", method: "mapped" })
     await waitState("q3", "running")
     expect(await reservations("a")).toEqual(["q2", "q3"])
 
@@ -165,7 +168,9 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     await awaitTick(con("a", "q1"), continuedFrom(before), "q1's counter goes on after the restore")
     expect(boots(con("a", "q1")), "no boot banner since the restore: the guest continued").toBe(0)
     await until("q2 and q3 gone from a", async () => qemuProcesses(qemuDir("a")).map((p) => p.vmName), (l) => l.length === 1 && l[0] === "q1")
-    console.log("through the agent: descend", logged("a", "descended to its image").map((l) => l["ms"]), "ms, restore", logged("a", "restored from its descent image").map((l) => l["ms"]), "ms")
+    const restored = logged("a", "restored from its descent image").at(-1)
+    expect(restored).toMatchObject({ sessionId: "q1", from: "image", method: "mapped", readiness: "guest" })
+    console.log("through the agent: descend", logged("a", "descended to its image").map((l) => l["ms"]), "ms, restore to ready", restored?.["readyMs"], "ms:", restored?.["detail"])
   }, 240_000)
 
   it("a move within budget answers 200 with its phases; the counter continues on the target and the source QEMU is gone", async () => {
@@ -177,6 +182,8 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     expect(moved.status).toBe(200)
     const phases = { downtimeMs: moved.body.downtimeMs, captureMs: moved.body.captureMs, sendMs: moved.body.sendMs, commitMs: moved.body.commitMs }
     expect(Downtime.phasesConsistent(phases), JSON.stringify(phases)).toBe(true)
+    // The phases name every part of the pause: they sum to it (within 5 ms; here exactly).
+    expect(Math.abs(phases.downtimeMs - (phases.captureMs + phases.sendMs + phases.commitMs))).toBeLessThanOrEqual(5)
     expect(moved.body.move.rounds[0].kind).toBe("full")
     expect(moved.body.move.rounds.at(-1).kind).toBe("final")
     expect([(await session("q1")).state, (await session("q1")).hostId]).toEqual(["running", "b"])
@@ -186,8 +193,12 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     expect(qemuProcesses(qemuDir("a")).some((p) => p.pid === sourcePid)).toBe(false)
     expect(await reservations("a")).toEqual([])
     expect(await reservations("b")).toEqual(["q1"])
-    const outcome = (await agents.a!.status()).moves.at(-1)
-    console.log("QEMU's own downtime:", outcome?.runtimeDowntimeMs, "ms; recording the final round and the owed record:", JSON.stringify(outcome?.paused))
+    // The agent keeps the outcome once the coordinator acknowledged the commit (just after the answer).
+    const outcome = await until("a's outcome of the move", async () => (await agents.a!.status()).moves.at(-1), (o) => o?._tag === "Committed")
+    console.log("QEMU's own downtime:", outcome.runtimeDowntimeMs, "ms; where the pause went:", JSON.stringify(outcome.pause), "guard:", JSON.stringify(outcome.guard))
+    const p = outcome.pause!
+    expect(Math.abs(p.captureMs + p.persistMs + p.sendMs + p.recordWaitMs + p.peerCommitMs - phases.downtimeMs)).toBeLessThan(0.001)
+    expect(outcome.guard).toMatchObject({ allowanceMs: 400, allowanceSource: "prior", allowanceSamples: 0 })
   }, 240_000)
 
   it("a move with a tiny budget answers 503 ErrMoveDowntime: the guest keeps running on the source, no target QEMU is left", async () => {
@@ -202,6 +213,48 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     expect((await usage("b")).map((u) => [u.vmId, u.status, u.pid])).toEqual([["q1", "running", pid]])
     await until("no QEMU left on a and a holds nothing", async () => ({ qemus: qemuProcesses(qemuDir("a")), vms: (await agents.a!.status()).vms }), (x) => x.qemus.length === 0 && x.vms.length === 0)
     expect(await reservations("a")).toEqual([])
+  }, 240_000)
+
+  it("an agent builds the templates it is configured with, in the background, and reports the ones it holds", async () => {
+    const held = await until("a holds t128", async () => (await agents.a!.status()).templates as { name: string; memMib: number; method: string }[], (t) => t.length > 0, 180_000)
+    expect(held.map((t) => [t.name, t.memMib, t.method])).toEqual([["t128", 128, "mapped"]])
+    expect((await agents.b!.status()).templates).toEqual([])
+    expect(logged("a", "template: built")[0]).toMatchObject({ template: "t128", method: "mapped" })
+  }, 240_000)
+
+  it("a budget under the 400 ms prior: refused before any pause while a host pair has no commits, admitted once it has (the allowance is learned)", async () => {
+    // b → a has no commit yet: the guard has only the coordinator's 400 ms.
+    const refused = await admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "a", maxDowntimeMs: 399 })
+    console.log("QEMU move b → a @399 ms, no history:", JSON.stringify({ status: refused.status, ...refused.body }))
+    expect(refused.status).toBe(503)
+    expect(refused.body.error).toBe("ErrMoveDowntime")
+    expect(refused.body.message).toMatch(/pre-pause estimate 400 ms > maxDowntimeMs 399 ms; refused before pausing/)
+    expect(refused.body.move?.rounds ?? []).toEqual([])
+    expect([(await session("q1")).state, (await session("q1")).hostId]).toEqual(["running", "b"])
+    // A commit b → a (a generous budget) gives the pair its history; a → b has one from the move before.
+    expect((await admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "a", maxDowntimeMs: 10_000 })).status).toBe(200)
+    // The source drops its paused copy once the coordinator acknowledged the commit (just after the answer).
+    await until("b holds nothing", async () => ({ qemus: qemuProcesses(qemuDir("b")), vms: (await agents.b!.status()).vms }), (x) => x.qemus.length === 0 && x.vms.length === 0)
+    // a → b has the commit of the move before: the guard's allowance is that commit now, not 400 ms.
+    const learned = ((await agents.a!.status()).allowances as { targetHostId: string; allowanceMs: number; source: string; samples: number }[]).find((x) => x.targetHostId === "b")
+    expect(learned).toMatchObject({ source: "learned", samples: 1 })
+    const admitted = await admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "b", maxDowntimeMs: 399 })
+    const outcome = await until("a's outcome of the move", async () => (await agents.a!.status()).moves.at(-1), (o) => o?.moveId === admitted.body.move?.id || o?.moveId === admitted.body.moveId)
+    console.log("QEMU move a → b @399 ms, with history:", JSON.stringify({ status: admitted.status, ...admitted.body, move: undefined }), JSON.stringify(outcome.guard ?? outcome))
+    if (learned!.allowanceMs < 399) {
+      // Admitted: past the pre-pause check (the post-capture one may still give the pause back on a starved machine).
+      if (admitted.status !== 200) expect(admitted.body.message).toMatch(/post-capture estimate/)
+      else expect(outcome.guard).toMatchObject({ allowanceSource: "learned", allowanceMs: learned!.allowanceMs })
+    } else {
+      // The one commit this pair had was slower than the budget (a loaded machine): refused before any
+      // pause on what was learned, not on the prior.
+      expect(admitted.status).toBe(503)
+      expect(admitted.body.estimateMs).toBeGreaterThanOrEqual(Math.floor(learned!.allowanceMs))
+    }
+    // The next test moves q1 from b.
+    if ((await session("q1")).hostId !== "b") expect((await admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "b", maxDowntimeMs: 10_000 })).status).toBe(200)
+    await until("a holds nothing", async () => ({ qemus: qemuProcesses(qemuDir("a")), vms: (await agents.a!.status()).vms }), (x) => x.qemus.length === 0 && x.vms.length === 0)
+    await awaitTick(con("b", "q1"), (t) => t !== undefined, "q1 counts on b")
   }, 240_000)
 
   it("an agent SIGKILLed in the middle of a move leaves exactly one running copy once it is back and everything reconciled", async () => {

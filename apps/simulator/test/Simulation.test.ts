@@ -114,7 +114,8 @@ describe("the simulator runs the reaper's own functions", () => {
       { id: "b", arriveAtMs: 62_000, budget: { memMib: 4096, vcpus: 1 }, activeMs: [Workload.OPEN], idleMs: [], endAfterIdle: false },
     ],
   }
-  const oneHost = { hosts: 1, hostMib: 8192, startMs: 2000 }
+  // Descents at 1 GiB/s, whatever the defaults (the runtime bench's) are.
+  const oneHost = { hosts: 1, hostMib: 8192, startMs: 2000, descentMibPerSec: 1024 }
 
   it("react at once: a session that queues without room starts a descent within one coalescing window, not at the next pass", () => {
     const reacting = Simulation.run(pair, { policy: "demand", fleet: { ...oneHost, reactWindowMs: 250 } })

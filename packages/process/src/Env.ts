@@ -59,6 +59,7 @@ export const agentVariables = [
   "ENGRAM_AGENT_MEASURE",
   "ENGRAM_AGENT_PROC_ROOT",
   "ENGRAM_AGENT_SYS_ROOT",
+  "ENGRAM_AGENT_TEMPLATES",
   "ENGRAM_SIM",
   "ENGRAM_SIM_TOTAL_MIB",
   "ENGRAM_SIM_OS_MIB",
@@ -75,6 +76,9 @@ export const agentVariables = [
   "ENGRAM_QEMU_BINARY",
   "ENGRAM_QEMU_ACCEL",
   "ENGRAM_QEMU_MOVE_MIB_S",
+  "ENGRAM_QEMU_MEMORY",
+  "ENGRAM_QEMU_RAM_DIR",
+  "ENGRAM_QEMU_READY_LINE",
 ] as const
 
 /** The demo fleet's variables (`pnpm start`). */

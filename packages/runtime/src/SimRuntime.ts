@@ -3,7 +3,8 @@
  * memory at a rate up to a hot working set, captured and sent at configured speeds, restored in
  * a configured commit time. Every duration is an `Effect.sleep`, so tests run it on a TestClock
  * and the demo in real time. Its move data plane is a `SimWire` (in-process or TCP) carrying
- * the captures' descriptions; its descent images are small JSON files in the image store.
+ * the captures' descriptions; its descent images are small JSON files in the image store. Its
+ * templates are names with a size: a start from one takes `templateStartMs` instead of `startMs`.
  */
 import { readFile, rename, stat, writeFile } from "node:fs/promises"
 import { Effect, Layer, Ref } from "effect"
@@ -11,14 +12,17 @@ import * as MoveGuard from "./MoveGuard.js"
 import {
   type AtSwitchover,
   type DescentImage,
+  type Launch,
   type MigrateResult,
   type MoveRound,
   nowMs,
   RuntimeError,
+  type TemplateInfo,
   type VmInfo,
   VmRuntime,
   type VmRuntimeShape,
   type VmSpec,
+  type VmStarted,
 } from "./Runtime.js"
 import * as SimWire from "./SimWire.js"
 
@@ -43,8 +47,10 @@ export interface SimConfig {
   readonly roundOverheadBytes: number
   /** Restore plus resume on the target (a move's commit, a descent's restore). */
   readonly commitMs: number
-  /** Boot time of a fresh VM. */
+  /** Boot time of a fresh VM (also what building a template takes). */
   readonly startMs: number
+  /** A start from a template the runtime holds. */
+  readonly templateStartMs: number
 }
 
 /**
@@ -62,6 +68,7 @@ export const defaultSimConfig: SimConfig = {
   roundOverheadBytes: 64 * 1024,
   commitMs: 420,
   startMs: 50,
+  templateStartMs: 10,
 }
 
 /** Runtime statistics of a simulated VM (tests). */
@@ -122,7 +129,10 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
     const vms = yield* Ref.make(new Map<string, SimVm>())
     const incoming = yield* Ref.make(new Map<string, Incoming>())
     const pauses = yield* Ref.make(0)
+    const templates = yield* Ref.make(new Map<string, TemplateInfo>())
     const fail = (op: string, vmId: string, message: string) => Effect.fail(new RuntimeError({ op, vmId, message }))
+    /** A VM that runs, with how it came to: the simulated guest is ready when its process is. */
+    const launched = (vm: VmInfo, launch: Omit<Launch, "readiness">): VmStarted => ({ ...vm, launch: { ...launch, readiness: "process" } })
 
     // Dirty bytes accrue only while the guest runs and tracking is on.
     const settle = (vm: SimVm, t: number) => {
@@ -263,6 +273,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           const at: AtSwitchover = {
             _tag: "AtSwitchover",
             rounds,
+            unreported: [],
             final: { kind: "final", wireBytes: final.wireBytes, apparentBytes: final.apparentBytes, sendMs: 0, captureMs },
             estimateMs: post.estimateMs,
             pausedAtMs: paused,
@@ -284,11 +295,35 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
       config: cfg,
       pauses,
       info: Effect.succeed({ kind: "sim", accelerator: "sim", detail: `simulated guests (link ${cfg.linkBytesPerMs} B/ms, commit ${cfg.commitMs} ms)` }),
-      start: (spec) =>
+      start: (spec, options) =>
         Effect.gen(function* () {
           yield* notResident("start", spec.vmId)
-          yield* sleepMs(cfg.startMs)
-          return yield* add(spec, "running")
+          const name = options?.template
+          if (name === undefined) {
+            yield* sleepMs(cfg.startMs)
+            return launched(yield* add(spec, "running"), { from: "boot", method: null, template: null, readyMs: cfg.startMs, detail: "simulated boot" })
+          }
+          const t = (yield* Ref.get(templates)).get(name)
+          if (t === undefined) return yield* fail("start", spec.vmId, `no template ${name} on this host`)
+          if (t.memMib !== spec.memMib || t.vcpus !== spec.vcpus) {
+            return yield* fail("start", spec.vmId, `template ${name} is ${t.memMib} MiB / ${t.vcpus} vCPUs; the VM asks ${spec.memMib} MiB / ${spec.vcpus} vCPUs`)
+          }
+          yield* sleepMs(cfg.templateStartMs)
+          return launched(yield* add(spec, "running"), { from: "template", method: t.method, template: name, readyMs: cfg.templateStartMs, detail: "simulated template start" })
+        }),
+      templates: Effect.map(Ref.get(templates), (m) => [...m.values()]),
+      buildTemplate: (t) =>
+        Effect.gen(function* () {
+          yield* sleepMs(cfg.startMs + captureTimeMs(t.memMib * MiB))
+          const info: TemplateInfo = { ...t, bytes: t.memMib * MiB, method: "stream" }
+          yield* Ref.update(templates, (m) => new Map(m).set(t.name, info))
+          return info
+        }),
+      removeTemplate: (name) =>
+        Ref.update(templates, (m) => {
+          const next = new Map(m)
+          next.delete(name)
+          return next
         }),
       park: (vmId) => setStatus(vmId, "paused"),
       unpark: (vmId) => setStatus(vmId, "running"),
@@ -306,7 +341,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
             catch: (e) => new RuntimeError({ op: "descend", vmId, message: `image write failed: ${String(e)}` }),
           })
           yield* remove(vmId)
-          return { vmId, path, bytes } satisfies DescentImage
+          return { vmId, path, bytes, method: "stream", detail: "simulated capture" } satisfies DescentImage
         }),
       restore: (spec, image) =>
         Effect.gen(function* () {
@@ -325,11 +360,11 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           }
           yield* notResident("restore", spec.vmId)
           yield* sleepMs(cfg.commitMs)
-          return yield* add(spec, "running")
+          return launched(yield* add(spec, "running"), { from: "image", method: "stream", template: null, readyMs: cfg.commitMs, detail: "simulated restore" })
         }),
       destroy: (vmId) => remove(vmId).pipe(Effect.andThen(dropIncoming(vmId))),
       list: Effect.map(Ref.get(vms), (m) => [...m.values()].map(info)),
-      usage: Effect.map(Ref.get(vms), (m) => [...m.values()].map((vm) => ({ ...info(vm), rssBytes: vm.spec.memMib * MiB, pid: null }))),
+      usage: Effect.map(Ref.get(vms), (m) => [...m.values()].map((vm) => ({ ...info(vm), rssBytes: vm.spec.memMib * MiB, ramBytes: vm.spec.memMib * MiB, pid: null }))),
       recover: (known) =>
         Effect.gen(function* () {
           for (const k of known) {

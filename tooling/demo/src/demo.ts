@@ -228,6 +228,13 @@ const program = Effect.gen(function* () {
       measure: (mib) => Measure.HostMeter.use((m) => m.measure(mib)).pipe(Effect.provide(Measure.layerFixed({ totalMib: h.totalMib, osMib: h.osMib, vcpus: h.vcpus }))),
       config: { pollWaitMs: 10_000, reportIntervalMs: 10_000 },
     }).pipe(Effect.provideService(References.MinimumLogLevel, agentLevel))
+    // The demo's real guests end with it (a production agent leaves its VMs running across its
+    // restarts: they outlive it by design). Run before the agent's scope closes its QMP links.
+    if (agent.runtimeInfo.kind === "qemu") {
+      yield* Effect.addFinalizer(() =>
+        Effect.flatMap(agent.runtime.list, (vms) => Effect.forEach(vms, (vm) => agent.runtime.destroy(vm.vmId), { concurrency: "unbounded", discard: true })),
+      )
+    }
     urls.set(h.id, `http://127.0.0.1:${agent.port}`)
     // The status bearer derives from the peer secret: it goes to a 0600 file, never to the output.
     const statusFile = join(stateDir, `${h.id}.status-token`)

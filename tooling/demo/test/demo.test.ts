@@ -8,7 +8,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { createHash } from "node:crypto"
-import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { setTimeout as sleep } from "node:timers/promises"
@@ -17,6 +17,7 @@ import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { MoveToken } from "@engram/host-agent"
 import { afterAll, describe, expect, it } from "vitest"
+import { runQemuTests } from "@engram/guest"
 
 const pkgDir = resolve(import.meta.dirname, "..")
 const root = mkdtempSync(join(tmpdir(), "engram-demo-root-"))
@@ -109,4 +110,70 @@ describe("the demo (pnpm start)", () => {
     expect(text.match(/\b[0-9a-f]{64}\b/g) ?? []).toEqual([])
     expect(text.match(/(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])/g) ?? []).toEqual([])
   }, 240_000)
+})
+
+/** Polls `f` until `ok` holds, or fails after `timeoutMs`. */
+const until = async <A>(what: string, f: () => Promise<A>, ok: (a: A) => boolean, timeoutMs: number): Promise<A> => {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const a = await f()
+    if (ok(a)) return a
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms (last: ${JSON.stringify(a)})`)
+    await sleep(250)
+  }
+}
+
+/** The live QEMU processes whose command line names `dir` (read from /proc: what really runs). */
+const qemuProcesses = (dir: string): { readonly pid: number; readonly vmName: string }[] =>
+  readdirSync("/proc")
+    .filter((e) => /^\d+$/.test(e))
+    .flatMap((e) => {
+      try {
+        const argv = readFileSync(`/proc/${e}/cmdline`, "utf8").split("\0")
+        const stat = readFileSync(`/proc/${e}/stat`, "utf8")
+        const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3)
+        if (!(argv[0] ?? "").includes("qemu-system") || !argv.some((a) => a.includes(dir)) || state === "Z") return []
+        return [{ pid: Number(e), vmName: (argv[argv.indexOf("-name") + 1] ?? "").replace(/^engram-/, "") }]
+      } catch {
+        return []
+      }
+    })
+
+describe.skipIf(!runQemuTests)("the demo on real guests (ENGRAM_RUNTIME=qemu pnpm start; needs qemu-system-x86_64: CI installs it)", () => {
+  it("stopped as Ctrl-C stops it (SIGINT, then the launcher's SIGTERM), it ends its guests: no QEMU is left", async () => {
+    const qemuRoot = mkdtempSync(join(tmpdir(), "engram-demo-qemu-"))
+    const dataDir = join(qemuRoot, ".engram")
+    const own = await startCoordinator({ config: { port: 0, dataDir, limits: { ...Limits.defaults, reaperIntervalMs: 250 } }, logLevel: "Warn" })
+    const env: Record<string, string | undefined> = { ...process.env }
+    for (const k of ["ENGRAM_ADMIN_TOKEN", "ENGRAM_ADMIN_TOKEN_FILE", "ENGRAM_DATA_DIR", "ENGRAM_DEMO_STATE_DIR", "ENGRAM_PORT"]) delete env[k]
+    const loader = pathToFileURL(join(pkgDir, "node_modules/tsx/dist/loader.mjs")).href
+    const output: string[] = []
+    const child = spawn(process.execPath, ["--import", loader, "--conditions=@engram/source", join(pkgDir, "src/demo.ts")], {
+      cwd: pkgDir,
+      env: { ...env, INIT_CWD: qemuRoot, ENGRAM_COORDINATOR_URL: own.url, ENGRAM_RUNTIME: "qemu", ENGRAM_DEMO_TOUR: "0", NO_COLOR: "1", ENGRAM_LOG_FORMAT: "pretty" },
+      stdio: ["ignore", "pipe", "pipe"],
+    })
+    child.stdout?.on("data", (b: Buffer) => void output.push(b.toString()))
+    child.stderr?.on("data", (b: Buffer) => void output.push(b.toString()))
+    const stateDir = join(dataDir, "demo")
+    try {
+      await until("the demo is ready", async () => output.join(""), (t) => t.includes("Ctrl-C stops the coordinator and the agents.") || child.exitCode !== null, 180_000)
+      const headers = { authorization: `Bearer ${readFileSync(join(dataDir, "admin-token"), "utf8").trim()}`, "content-type": "application/json" }
+      const created = await fetch(`${own.url}/v1/sessions`, { method: "POST", headers, body: JSON.stringify({ id: "g1", memMib: 128, vcpus: 1 }) })
+      expect(created.status).toBe(201)
+      await until("g1 runs a real guest", async () => ((await (await fetch(`${own.url}/v1/sessions/g1`, { headers })).json()) as { state: string }).state, (st) => st === "running", 180_000)
+      expect(qemuProcesses(stateDir).map((p) => p.vmName)).toEqual(["g1"])
+      const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)))
+      child.kill("SIGINT")
+      await sleep(100)
+      if (child.exitCode === null) child.kill("SIGTERM")
+      expect(await exited, output.join("")).toBe(0)
+      expect(qemuProcesses(stateDir), "QEMU processes of the demo left after it stopped").toEqual([])
+    } finally {
+      if (child.exitCode === null) child.kill("SIGKILL")
+      for (const p of qemuProcesses(stateDir)) process.kill(p.pid, "SIGKILL")
+      await own.stop()
+      rmSync(qemuRoot, { recursive: true, force: true })
+    }
+  }, 420_000)
 })
