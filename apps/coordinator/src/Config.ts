@@ -58,16 +58,21 @@ export interface CoordinatorConfig {
   readonly placementBatchSize: number
   /** Group placement: how long (µs of real time) a batch of creates gathers after its first create. */
   readonly placementBatchWindowUs: number
+  /** An OpenTelemetry collector's OTLP/HTTP base URL (`http://collector:4318`): traces go to `…/v1/traces`; null = no traces. */
+  readonly otlpUrl: string | null
+  /** Headers the collector needs (`key=value,key2=value2`, e.g. an API key); a secret. */
+  readonly otlpHeaders: Redacted.Redacted<string> | null
 }
 
 /** What a program may pass for a secret: the text, or it already redacted. */
 export type SecretInput = string | Redacted.Redacted<string> | null
 
 /** Settings a program passes (`startCoordinator({config})`): secrets as text or redacted. */
-export type CoordinatorConfigInput = Partial<Omit<CoordinatorConfig, "databaseUrl" | "adminToken" | "metricsToken">> & {
+export type CoordinatorConfigInput = Partial<Omit<CoordinatorConfig, "databaseUrl" | "adminToken" | "metricsToken" | "otlpHeaders">> & {
   readonly databaseUrl?: SecretInput
   readonly adminToken?: SecretInput
   readonly metricsToken?: SecretInput
+  readonly otlpHeaders?: SecretInput
 }
 
 /** One refused setting. */
@@ -94,7 +99,7 @@ export const limitVariables: { readonly [V: string]: keyof Limits.Limits } = {
 export const variables: readonly string[] = Env.coordinatorVariables
 
 /** Variables whose values are secrets (a database URL may hold a password): never echoed. */
-export const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN", "ENGRAM_METRICS_TOKEN", "ENGRAM_DATABASE_URL"])
+export const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN", "ENGRAM_METRICS_TOKEN", "ENGRAM_DATABASE_URL", "ENGRAM_OTLP_HEADERS"])
 
 /** The default bound on a store call: 15 s (well above a store call under load; a database that is away answers 503 past it). */
 export const defaultStoreTimeoutMs = 15_000
@@ -139,6 +144,11 @@ const settings = {
   storeTimeoutMs: int("ENGRAM_STORE_TIMEOUT_MS", defaultStoreTimeoutMs, 100, 600_000),
   placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),
   placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
+  otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), "ENGRAM_OTLP_URL").pipe(
+    Config.map((u): string | null => u),
+    Config.withDefault(null),
+  ),
+  otlpHeaders: secret("ENGRAM_OTLP_HEADERS", Schema.String.check(Schema.isPattern(/^\s*[^=,\s]+\s*=[^,]*(,\s*[^=,\s]+\s*=[^,]*)*\s*$/, { message: "must be key=value pairs separated by commas" }))),
 }
 
 // The limits are read as text and judged by core `Limits.make`, whose words every component shares.
@@ -201,6 +211,7 @@ export const fromInput = (input: CoordinatorConfigInput = {}): CoordinatorConfig
     databaseUrl: redact(input.databaseUrl, d.databaseUrl),
     adminToken: redact(input.adminToken, d.adminToken),
     metricsToken: redact(input.metricsToken, d.metricsToken),
+    otlpHeaders: redact(input.otlpHeaders, d.otlpHeaders),
   }
 }
 

@@ -17,14 +17,17 @@ import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { mkdirSync } from "node:fs"
 import { createServer } from "node:http"
 import type { Server } from "node:http"
+import { createRequire } from "node:module"
 import { join, resolve } from "node:path"
 import { Assignments } from "./Assignments.js"
 import { AdminOnlyLive, AdminToken, BearerAuthLive, Credentials, hashToken, resolveAdminToken, ScrapeAuthLive } from "./Auth.js"
 import type { CoordinatorConfig, CoordinatorConfigInput } from "./Config.js"
 import * as Config from "./Config.js"
 import * as DataDirLock from "./DataDirLock.js"
+import { FleetHistory } from "./FleetHistory.js"
+import type { Options as FleetHistoryOptions } from "./FleetHistory.js"
 import { HandlersLive } from "./Handlers.js"
-import { edge, defectReporter, onClientError } from "./HttpEdge.js"
+import { defectReporter, edge, onClientError, routeLabeler } from "./HttpEdge.js"
 import { InputErrorsLive } from "./HttpErrors.js"
 import { Leader } from "./Leader.js"
 import { LongPolls } from "./LongPolls.js"
@@ -39,6 +42,7 @@ import { StrictInputLive } from "./StrictInput.js"
 import { boundStore, StoreHealth } from "./StoreBound.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
+import * as Tracing from "./Tracing.js"
 import { UiLive } from "./Ui.js"
 
 /** How to run a coordinator. */
@@ -59,6 +63,10 @@ export interface CoordinatorOptions {
   readonly reaper?: boolean | undefined
   /** Minimum log level (default `ENGRAM_LOG_LEVEL`, else Info). */
   readonly logLevel?: LogLevel.LogLevel | undefined
+  /** How often the dashboard's charts sample the fleet, and how many samples they keep (default every 10 s, an hour). */
+  readonly uiHistory?: FleetHistoryOptions | undefined
+  /** With `otlpUrl` configured: how often spans are sent (default 1 s; they are sent at stop too). */
+  readonly otlpExportIntervalMs?: number | undefined
 }
 
 /** What a running coordinator tells its starter. */
@@ -105,6 +113,15 @@ const keepingAlive = (server: Server): Server => {
   return server
 }
 
+/** This coordinator's version (its package's), for the traces' resource. */
+const coordinatorVersion = (): string => {
+  try {
+    return String((createRequire(import.meta.url)("../package.json") as { version?: unknown }).version ?? "unknown")
+  } catch {
+    return "unknown"
+  }
+}
+
 /** The coordinator as a Layer: serves until the layer's scope closes. */
 export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Changes | Metrics | Notifier | LongPolls | Credentials | Leader | Settings | Room, unknown> => {
   const config = Config.fromInput(options.config)
@@ -135,7 +152,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).
   const storeLayer: Layer.Layer<Store | StoreHealth, unknown> = Layer.effectContext(
     Effect.gen(function* () {
-      const { store, health } = boundStore(yield* Store, config.storeTimeoutMs)
+      const { store, health } = boundStore(yield* Store, config.storeTimeoutMs, Tracing.childSpans(yield* Tracing.spans))
       return Context.add(Context.make(Store, store), StoreHealth, health)
     }),
   ).pipe(Layer.provide(openedStore))
@@ -164,7 +181,15 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   // long-poll, and the gate's immediate reaction to a session queued without room (off with
   // the reaper loop: tests that drive passes by hand get a trigger that does nothing).
   const trigger = options.reaper === false ? Layer.succeed(Trigger, Trigger.of({ poke: Effect.void })) : ReactAtOnce
-  const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer, LongPolls.layer, trigger).pipe(
+  const shared = Layer.mergeAll(
+    Assignments.layer,
+    MoveWaiter.layer,
+    SessionWaiter.layer,
+    LongPolls.layer,
+    trigger,
+    FleetHistory.layer(options.uiHistory),
+    Tracing.MoveSpans.layer,
+  ).pipe(
     Layer.provideMerge(Layer.mergeAll(Room.layer, Credentials.layer)),
     Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer)),
     Layer.provideMerge(storeLayer),
@@ -200,9 +225,12 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
     // A request's defect reaches its 500's log line.
     Layer.provide(defectReporter),
     // Set once for every request rather than per request (the hot path): the body limit, and no
-    // spans (nothing exports them; a span per request cost ~5 % of a request's CPU).
+    // spans unless they are exported (a span per request cost ~5 % of a request's CPU).
     Layer.provide(
-      Layer.mergeAll(Layer.succeed(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(config.maxBodyBytes)), Layer.succeed(References.TracerEnabled, false)),
+      Layer.mergeAll(
+        Layer.succeed(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(config.maxBodyBytes)),
+        Layer.succeed(References.TracerEnabled, config.otlpUrl !== null),
+      ),
     ),
     // The start-up reconcile (reclaim, then drain) finishes before the server is built, so the
     // first request already sees what expired while no coordinator ran.
@@ -236,7 +264,13 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
     }),
   )
 
-  return Layer.mergeAll(info, reaper).pipe(Layer.provideMerge(server), Layer.provideMerge(shared))
+  // Traces over OTLP when a collector is configured; nothing otherwise (see Tracing.ts).
+  const tracing = Tracing.layer(
+    config.otlpUrl === null ? null : { url: config.otlpUrl, headers: config.otlpHeaders, exportIntervalMs: options.otlpExportIntervalMs },
+    routeLabeler(),
+    coordinatorVersion(),
+  )
+  return Layer.mergeAll(info, reaper).pipe(Layer.provideMerge(server), Layer.provideMerge(shared), Layer.provide(tracing))
 }
 
 /** A coordinator running in this process. */

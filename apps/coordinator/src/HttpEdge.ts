@@ -10,6 +10,7 @@
  * before any of this runs (an oversized URL or header: a JSON 431).
  */
 import { EngramApi, Errors } from "@engram/api"
+import { Dashboard } from "@engram/dashboard"
 import { Cause, Context, Effect, ErrorReporter } from "effect"
 import type { Layer } from "effect"
 import { FindMyWay, HttpEffect, HttpServerRequest, HttpServerResponse } from "effect/http"
@@ -36,7 +37,7 @@ export const routeLabeler = (): ((method: string, url: string) => string) => {
     onEndpoint: ({ endpoint }) => router.on(endpoint.method, endpoint.path as FindMyWay.PathInput, endpoint.path),
   })
   router.on("GET", "/docs", "/docs")
-  for (const path of ["/", "/ui", "/ui/app.js", "/ui/style.css", "/ui/changes"] as const) router.on("GET", path, path)
+  for (const path of ["/", "/ui", "/ui/changes", "/ui/history", ...Dashboard.assetPaths()]) router.on("GET", path as FindMyWay.PathInput, path)
   return (method, url) => router.find(method, url.split("?")[0] ?? url)?.handler ?? "unmatched"
 }
 

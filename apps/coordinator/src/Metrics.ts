@@ -54,6 +54,9 @@ const help: Record<string, { readonly type: "counter" | "gauge"; readonly help: 
   engram_descents_running: { type: "gauge", help: "Descents running now." },
   engram_hosts: { type: "gauge", help: "Registered hosts." },
   engram_free_mib: { type: "gauge", help: "Free RAM over measured ready hosts." },
+  engram_capacity_mib: { type: "gauge", help: "RAM capacity over measured ready hosts (after the system reserve and the overcommit ratio)." },
+  engram_free_vcpus: { type: "gauge", help: "Free vCPUs over ready hosts that reported cores." },
+  engram_unplaceable: { type: "gauge", help: "Queued sessions too big for every ready measured host even empty: the cue for a bigger host." },
   engram_reserve_failures: { type: "gauge", help: "Ledger reserve refusals (cumulative, from the store)." },
   engram_ledger_active_entries: { type: "gauge", help: "Reservations held now." },
 }
@@ -66,6 +69,9 @@ export const storeGauges = [
   "engram_descents_running",
   "engram_hosts",
   "engram_free_mib",
+  "engram_capacity_mib",
+  "engram_free_vcpus",
+  "engram_unplaceable",
   "engram_reserve_failures",
   "engram_ledger_active_entries",
 ] as const

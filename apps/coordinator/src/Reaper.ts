@@ -184,7 +184,10 @@ export const ReactAtOnce: Layer.Layer<Trigger, never, Store | Metrics | Notifier
  * with the reaper loop off, and on a replica that does not lead).
  */
 export const ReconcileAtStart: Layer.Layer<never, never, Store | Metrics | Notifier> = Layer.effectDiscard(
-  reconcile.pipe(Effect.catchCause((cause) => Effect.logError("reconcile at start-up failed", cause))),
+  reconcile.pipe(
+    Effect.catchCause((cause) => Effect.logError("reconcile at start-up failed", cause)),
+    Effect.withTracerEnabled(false),
+  ),
 )
 
 /**
@@ -207,6 +210,7 @@ export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | 
       }
       if (leading) yield* reaperPass
     }).pipe(Effect.catchCause((cause) => Effect.logError("reaper: pass failed", cause)))
-    yield* Effect.forkScoped(tick.pipe(Effect.repeat(Schedule.spaced(Duration.millis(settings.config.limits.reaperIntervalMs)))))
+    // A pass every few seconds is not a trace worth sending (Tracing.ts): the loop makes no spans.
+    yield* Effect.forkScoped(tick.pipe(Effect.withTracerEnabled(false), Effect.repeat(Schedule.spaced(Duration.millis(settings.config.limits.reaperIntervalMs)))))
   }),
 )

@@ -11,6 +11,7 @@ import { Context, Deferred, Effect, Exit, Layer, Scope } from "effect"
 import type { Metrics } from "./Metrics.js"
 import { Notifier, sessionTopic } from "./Notifier.js"
 import { drainQueue } from "./Reaper.js"
+import * as Tracing from "./Tracing.js"
 
 export interface RoomShape {
   /**
@@ -30,6 +31,7 @@ export class Room extends Context.Service<Room, RoomShape>()("@engram/coordinato
       const context = yield* Effect.context<Store | Metrics | Notifier>()
       const notifier = yield* Notifier
       const scope = yield* Scope.Scope
+      const span = yield* Tracing.spans
       let running: Deferred.Deferred<DrainResult> | null = null
       let next: Deferred.Deferred<DrainResult> | null = null
 
@@ -41,6 +43,8 @@ export class Room extends Context.Service<Room, RoomShape>()("@engram/coordinato
           Effect.catchCause((cause) => Effect.logError("queue drain failed", cause).pipe(Effect.as(nothing))),
           // The waiters of the sessions it placed (their hosts' agents were woken by the drain).
           Effect.tap((result) => notifier.notify(...result.placed.map((p) => sessionTopic(p.sessionId)))),
+          Effect.tap((result) => Tracing.annotate(span, { "engram.queue.placed": result.placed.length, "engram.queue.remaining": result.remaining })),
+          span("engram.queue.drain"),
           Effect.flatMap((result) => Deferred.done(done, Exit.succeed(result))),
           Effect.andThen(
             Effect.suspend(() => {

@@ -33,6 +33,13 @@ const program = Config.fromEnvironment().pipe(
   }),
 )
 
+// Started by a launcher over an IPC channel (`pnpm start`): stop when the launcher goes away,
+// however it ended (a SIGKILL included), as a child in its process group would.
+if (process.connected) {
+  process.channel?.unref()
+  process.once("disconnect", () => process.kill(process.pid, "SIGTERM"))
+}
+
 Main.run(program, {
   name: "engram coordinator",
   explain: (cause) =>

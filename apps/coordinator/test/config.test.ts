@@ -28,6 +28,17 @@ describe("configuration", () => {
     expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable)).toEqual(["ENGRAM_PLACEMENT_READ_MAX_AGE_MS"])
   })
 
+  it("traces go to the collector ENGRAM_OTLP_URL names (none by default); a bad URL or headers are refused by name, the headers never echoed", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && [d.config.otlpUrl, d.config.otlpHeaders]).toEqual([null, null])
+    const set = Config.parse({ ENGRAM_OTLP_URL: "http://collector:4318", ENGRAM_OTLP_HEADERS: "x-api-key=secret-value-123" })
+    expect(set._tag === "Valid" && set.config.otlpUrl).toBe("http://collector:4318")
+    expect(set._tag === "Valid" && set.config.otlpHeaders !== null && Redacted.value(set.config.otlpHeaders)).toBe("x-api-key=secret-value-123")
+    const bad = Config.parse({ ENGRAM_OTLP_URL: "collector:4318", ENGRAM_OTLP_HEADERS: "no-equals-sign-secret" })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable).sort()).toEqual(["ENGRAM_OTLP_HEADERS", "ENGRAM_OTLP_URL"])
+    expect(JSON.stringify(bad)).not.toContain("no-equals-sign-secret")
+  })
+
   it("every store call is bounded by 15 s by default (ENGRAM_STORE_TIMEOUT_MS), from 100 ms to 10 min", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && d.config.storeTimeoutMs).toBe(15_000)

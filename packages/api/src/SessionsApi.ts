@@ -94,7 +94,10 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
       doc("The agent stored the session's capture", `\`descending → descended\`: the reservation is released; then the queue is drained.${hostOrAdmin}`),
     ),
     HttpApiEndpoint.delete("end", "/v1/sessions/:id", { params: PathId, success: Session, error: StandardErrors }).annotateMerge(
-      doc("End a session", `\`→ ended\` from any state: its reservation is released and an open move aborted; then the queue is drained.${hostOrAdmin}`),
+      doc(
+          "End a session",
+          `\`→ ended\` from any state: its reservation is released and an open move aborted; then the queue is drained. Idempotent: ending an ended session answers it as it is (200) and changes nothing.${hostOrAdmin}`,
+        ),
     ),
     HttpApiEndpoint.post("move", "/v1/sessions/:id/move", { params: PathId, payload: StartMove, success: MoveCommitted, error: BodyErrors })
       .middleware(StrictInput)

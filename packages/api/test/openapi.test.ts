@@ -84,6 +84,11 @@ describe("the OpenAPI document", () => {
     expect(text).not.toContain('"NaN"')
   })
 
+  it("the bearer scheme is written `bearer`, as readers of the document compare it (Scalar's samples otherwise say Basic)", () => {
+    const schemes = (spec as unknown as { components: { securitySchemes: Record<string, unknown> } }).components.securitySchemes
+    expect(schemes).toEqual({ bearer: { type: "http", scheme: "bearer" } })
+  })
+
   it("liveness, readiness and the document itself need no credential; everything else names the bearer scheme", () => {
     const open = new Set(["GET /livez", "GET /healthz", "GET /readyz", "GET /openapi.json"])
     for (const { path, method, op } of operations) {

@@ -36,6 +36,8 @@ export const coordinatorVariables = [
   "ENGRAM_PARK_HARD_TTL_MS",
   "ENGRAM_COMMIT_ALLOWANCE_MS",
   "ENGRAM_REAPER_INTERVAL_MS",
+  "ENGRAM_OTLP_URL",
+  "ENGRAM_OTLP_HEADERS",
 ] as const
 
 /** The host agent's variables (apps/host-agent, README "Configuration"). */

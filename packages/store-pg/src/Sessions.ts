@@ -429,6 +429,7 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
         if (row === undefined) return err(sessionNotFound(id))
         const s = toSession(row)
         const answer = SessionRules.step(s, await step(tx, s), t)
+        if (answer._tag === "Unchanged") return ok(s)
         if (answer._tag !== "Applied") return err(fromRefusal(id, answer as StepRefusal) as IllegalTransition)
         return ok((await applyStep(tx, answer)).session)
       })

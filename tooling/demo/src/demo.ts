@@ -10,10 +10,17 @@
  * Environment: `ENGRAM_COORDINATOR_URL` (default `http://127.0.0.1:${ENGRAM_PORT ?? 7070}`),
  * `ENGRAM_ADMIN_TOKEN` or `ENGRAM_ADMIN_TOKEN_FILE` (default `<data dir>/admin-token`, the file
  * the coordinator generates), `ENGRAM_DEMO_STATE_DIR` (default `<data dir>/demo`),
- * `ENGRAM_DEMO_TOUR` (`0` = no tour), `ENGRAM_TOUR_VERBOSE=1` (the agents' own lines: every
+ * `ENGRAM_DEMO_TOUR` (unset: the tour runs once per data dir; `1`: on every start; `0`: never;
+ * in every case only on a fleet nobody uses), `ENGRAM_TOUR_VERBOSE=1` (the agents' own lines: every
  * pre-copy round of a move, each VM started or parked). The data dir is the coordinator's:
  * `ENGRAM_DATA_DIR`, default `./.engram`, a relative path taken from the directory pnpm was
  * run from (`INIT_CWD`), so `pnpm start` at the repository root uses the root's `.engram/`.
+ *
+ * The tour leaves a fleet in use alone: it cordons a host and makes a park descend, so it runs
+ * only while no session or reservation holds room, nothing waits, and the fleet has only the
+ * demo's two hosts, both ready. On SIGINT/SIGTERM the demo ends the sessions that hold room on
+ * its hosts before its agents stop (their VMs stop with them; left alone, the sessions would
+ * turn `lost` once their reservations went stale).
  *
  * Secrets never reach the output: the admin token, the host tokens and the peer secret stay
  * in their files (mode 0600), and printed commands read them with `$(cat <file>)`.
@@ -49,7 +56,7 @@ const dataDir = fromInvocationDir(set("ENGRAM_DATA_DIR") ?? "./.engram")
 const adminFromEnv = set("ENGRAM_ADMIN_TOKEN")
 const tokenFile = fromInvocationDir(set("ENGRAM_ADMIN_TOKEN_FILE") ?? join(dataDir, "admin-token"))
 const stateDir = fromInvocationDir(set("ENGRAM_DEMO_STATE_DIR") ?? join(dataDir, "demo"))
-const tour = env["ENGRAM_DEMO_TOUR"] !== "0"
+const tourSetting = env["ENGRAM_DEMO_TOUR"]
 const verbose = env["ENGRAM_TOUR_VERBOSE"] === "1" || env["ENGRAM_TOUR_VERBOSE"] === "true"
 const logSettings = Log.settingsOfProcess().settings
 
@@ -121,6 +128,8 @@ const runTour = (engram: EngramClientShape, hostIds: readonly string[]) =>
     const [big, small] = hostIds as [string, string]
     yield* say("")
     yield* say(`The tour: two simulated hosts, ${big} (8 GiB, 8 vCPUs) and ${small} (4 GiB, 4 vCPUs).`)
+    const bigHost = yield* engram.hosts.get(big)
+    for (const line of roomLines(bigHost, hosts[0])) yield* say(line)
 
     const a = yield* engram.sessions.create({ id: id("a"), memMib: 1024, vcpus: 1, affinity: [small] })
     const aRunning = yield* waitFor(engram, id("a"), "running")
@@ -169,6 +178,72 @@ const runTour = (engram: EngramClientShape, hostIds: readonly string[]) =>
     yield* say("  6. The tour ends its sessions.")
   })
 
+/**
+ * Why a host offers less RAM and more vCPUs than it has, in one line each, from the figures the
+ * coordinator answers (its capacity after the system reserve, its CPU budget after overcommit).
+ */
+const roomLines = (h: Records.Host, size: { readonly totalMib: number; readonly vcpus: number }): string[] => {
+  const lines: string[] = []
+  if (h.allocatableMib !== null && h.reportedAllocatableMib !== null) {
+    const osMib = size.totalMib - h.reportedAllocatableMib
+    const reserveMib = h.reportedAllocatableMib - h.allocatableMib
+    lines.push(
+      `   Reserve: of ${h.id}'s ${gib(size.totalMib)}, its OS uses ${gib(osMib)} and the coordinator keeps ${gib(reserveMib)} for the host itself (ENGRAM_SYSTEM_RESERVE_MIB), so sessions get ${gib(h.allocatableMib)}.`,
+    )
+  }
+  if (h.cpuBudget !== null && h.cpuBudget > size.vcpus) {
+    lines.push(
+      `   Overcommit: sessions rarely keep every vCPU busy, so each core counts ${h.cpuBudget / size.vcpus} times (ENGRAM_CPU_OVERCOMMIT): its ${size.vcpus} cores offer ${h.cpuBudget} vCPUs. RAM is not overcommitted.`,
+    )
+  }
+  return lines
+}
+
+/** Why the tour would touch someone's fleet: null when the fleet is the demo's own and unused. */
+const inUse = (engram: EngramClientShape, demoHosts: readonly string[]) =>
+  Effect.gen(function* () {
+    const [all, fleet] = yield* Effect.all([engram.hosts.listAll(), engram.fleet.snapshot()])
+    const others = all.filter((h) => !demoHosts.includes(h.id)).map((h) => h.id)
+    const held = all.reduce((n, h) => n + h.entries, 0)
+    const notReady = all.filter((h) => demoHosts.includes(h.id) && h.state !== "ready").map((h) => `${h.id} ${h.state}`)
+    const reasons = [
+      held > 0 ? (held === 1 ? "1 session or reservation holds room" : `${held} sessions or reservations hold room`) : null,
+      fleet.queue.sessions > 0 ? `${fleet.queue.sessions} queued` : null,
+      others.length > 0 ? `hosts besides the demo's: ${others.slice(0, 3).join(", ")}${others.length > 3 ? ", …" : ""}` : null,
+      notReady.length > 0 ? notReady.join(", ") : null,
+    ].filter((r): r is string => r !== null)
+    return reasons.length === 0 ? null : reasons.join("; ")
+  })
+
+/** Sessions in these states hold room on a host: left behind by stopped agents they would turn `lost`. */
+const holdingRoom: ReadonlySet<Records.SessionState> = new Set(["pending", "running", "parked", "descending", "moving"])
+
+/** Ends the sessions that hold room on the demo's hosts (at Ctrl-C, while the agents still run). */
+const endDemoSessions = (engram: EngramClientShape, demoHosts: readonly string[]) =>
+  Effect.gen(function* () {
+    const ended: string[] = []
+    for (const hostId of demoHosts) {
+      const sessions = yield* engram.sessions.listAll({ hostId })
+      for (const s of sessions) {
+        if (!holdingRoom.has(s.state)) continue
+        yield* engram.sessions.end(s.id)
+        ended.push(s.id)
+      }
+    }
+    if (ended.length > 0) {
+      yield* say(`Stopping: ended ${ended.length} session${ended.length === 1 ? "" : "s"} on the demo hosts (${ended.slice(0, 5).join(", ")}${ended.length > 5 ? ", …" : ""}); their VMs stop with the agents.`, {
+        ended,
+      })
+    }
+  }).pipe(
+    Effect.timeout(10_000),
+    Effect.catch((e) =>
+      Effect.logWarning(
+        `demo: could not end the sessions on the demo hosts (${e instanceof Error ? e.message : String(e)}); they turn lost once their reservations go stale`,
+      ),
+    ),
+  )
+
 const closing = () => {
   const bearer = adminFromEnv !== undefined ? "$ENGRAM_ADMIN_TOKEN" : `$(cat ${shown(tokenFile)})`
   const tokenWhere = adminFromEnv !== undefined ? "ENGRAM_ADMIN_TOKEN" : shown(tokenFile)
@@ -183,7 +258,7 @@ const closing = () => {
     `  dashboard      ${coordinatorUrl}/ui   (sign in with the token in ${tokenWhere})`,
     `  API reference  ${coordinatorUrl}/docs`,
     `  curl -s -H "authorization: Bearer ${bearer}" ${coordinatorUrl}/v1/fleet`,
-    "Ctrl-C stops the coordinator and the agents.",
+    "Ctrl-C ends the sessions on the demo hosts and stops the coordinator and the agents.",
   ]
 }
 
@@ -246,12 +321,29 @@ const program = Effect.gen(function* () {
     else yield* Effect.logDebug(`demo: ${h.id} agent on ${urls.get(h.id)}`, { status })
   }
   yield* say(`engram demo: coordinator ${coordinatorUrl}, hosts ${registered.map((r) => r.id).join(" and ")} (${[...kinds].join(", ")}), state in ${shown(stateDir)}`)
-  if (tour) {
+  const demoHosts = registered.map((r) => r.id)
+  // Added after the agents started, so it runs before they stop.
+  yield* Effect.addFinalizer(() => endDemoSessions(engram, demoHosts))
+  const touredFile = join(stateDir, "toured")
+  if (tourSetting === "0") {
+    // No tour asked for.
+  } else if (tourSetting !== "1" && existsSync(touredFile)) {
+    yield* say("The tour ran on an earlier start (ENGRAM_DEMO_TOUR=1 shows it again).")
+  } else {
     // Let the agents' first reports land, so both hosts take placements.
     yield* Effect.sleep(1500)
-    yield* runTour(engram, registered.map((r) => r.id)).pipe(
-      Effect.catch((e: Errors.ClientError) => Effect.logWarning(`the tour stopped: ${Errors.describe(e)}`)),
-    )
+    const busy = yield* inUse(engram, demoHosts)
+    if (busy !== null) {
+      yield* say(
+        `The tour is skipped: this fleet is in use (${busy}), and the tour would cordon a host and make a park descend. ENGRAM_DATA_DIR=.engram-tour pnpm start gives it a fleet of its own.`,
+        { inUse: busy },
+      )
+    } else {
+      yield* runTour(engram, demoHosts).pipe(
+        Effect.andThen(Effect.sync(() => writeFileSync(touredFile, `${new Date().toISOString()}\n`))),
+        Effect.catch((e: Errors.ClientError) => Effect.logWarning(`the tour stopped: ${Errors.describe(e)}`)),
+      )
+    }
   }
   if (logSettings.format === "pretty") for (const line of closing()) yield* say(line)
   else yield* Effect.logInfo("demo ready: try the CLI, the dashboard and the API", { cli: "pnpm engram -- status", dashboard: `${coordinatorUrl}/ui`, docs: `${coordinatorUrl}/docs` })

@@ -16,6 +16,7 @@ import type { MoveOutcome } from "../MoveWaiter.js"
 import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
 import { Room } from "../Room.js"
 import { SessionWaiter } from "../SessionWaiter.js"
+import * as Tracing from "../Tracing.js"
 import { eventJson, pageJson, placeAnswer, resumeAnswer, sessionDetail } from "../Views.js"
 
 /** How long a wait for a state lasts when the caller does not say. */
@@ -67,6 +68,8 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     const sessionWaiter = yield* SessionWaiter
     const trigger = yield* Trigger
     const longPolls = yield* LongPolls
+    const span = yield* Tracing.spans
+    const moveSpans = yield* Tracing.MoveSpans
 
     /** The session, once the caller may act for it (the admin, or its host's agent). */
     const sessionFor = (id: string) => api(store.getSession(id)).pipe(Effect.tap((s) => requireHostOrAdmin(s.hostId)))
@@ -95,7 +98,11 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
           }),
         ).pipe(
           Effect.tap((o) => placed(o, "create")),
+          Effect.tap((o) =>
+            Tracing.annotate(span, { "engram.session.id": o.session.id, "engram.outcome": o._tag === "Placed" ? "placed" : "queued", "engram.host.id": o.session.hostId ?? "" }),
+          ),
           Effect.map(placeAnswer),
+          span("engram.session.create", { attributes: { "engram.budget.mem_mib": payload.memMib, "engram.budget.vcpus": payload.vcpus } }),
         ),
       )
       .handle("list", ({ query }) =>
@@ -202,8 +209,18 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
           const begun = yield* api(store.beginMove({ sessionId: params.id, targetHostId: payload.targetHostId, maxDowntimeMs: payload.maxDowntimeMs }))
           yield* Effect.logInfo("move begun", { moveId: begun.id, sessionId: begun.sessionId, from: begun.sourceHostId, to: begun.targetHostId })
           yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), sessionTopic(begun.sessionId))
-          return yield* api(waiter.outcome(begun)).pipe(Effect.flatMap(moveAnswer))
-        }),
+          if (!Tracing.isTracing(span)) return yield* api(waiter.outcome(begun)).pipe(Effect.flatMap(moveAnswer))
+          // The agent's rounds, commit or abort (their own requests) join this span's trace.
+          yield* Tracing.annotate(span, { "engram.move.id": begun.id, "engram.host.source": begun.sourceHostId, "engram.host.target": begun.targetHostId })
+          yield* Effect.flatMap(Effect.currentSpan, (s) => moveSpans.open(begun.id, s)).pipe(Effect.ignore)
+          const outcome = yield* api(waiter.outcome(begun)).pipe(
+            Effect.tap((o) => Tracing.annotate(span, { "engram.move.outcome": o._tag, ...(o._tag === "Committed" ? { "engram.move.downtime_ms": o.phases.downtimeMs } : {}) })),
+            span("engram.move.wait"),
+            Effect.ensuring(moveSpans.close(begun.id)),
+          )
+          yield* Tracing.annotate(span, { "engram.move.outcome": outcome._tag })
+          return yield* moveAnswer(outcome)
+        }).pipe(span("engram.session.move", { attributes: { "engram.session.id": params.id, "engram.move.max_downtime_ms": payload.maxDowntimeMs } })),
       )
   }),
 )
