@@ -77,7 +77,7 @@ const make = Effect.gen(function* () {
   }
   yield* changes.subscribe({
     changed: (topics) => {
-      for (const t of topics) {
+      for (const t of [...topics, anyTopic]) {
         const set = byTopic.get(t)
         if (set === undefined) continue
         for (const e of set) changedLater.add(e)
@@ -153,6 +153,12 @@ export class Notifier extends Context.Service<Notifier, NotifierShape>()("@engra
   /** The registry over the `Changes` of the store the coordinator runs on. */
   static readonly layer: Layer.Layer<Notifier, never, Changes> = Layer.effect(Notifier, make)
 }
+
+/** The topic a watch names to hear every change (the dashboard's long-poll). */
+export const anyTopic = "*"
+
+/** Topic of the fleet's room as a whole: a host's report, an external reservation. */
+export const fleetTopic = Topic.fleet
 
 /** Topic of a host's assignments. */
 export const hostTopic = (hostId: string | null | undefined): string | null => (hostId ? Topic.host(hostId) : null)

@@ -7,7 +7,7 @@ import { Assignments } from "../Assignments.js"
 import { hashToken, newToken, requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
 import { LongPolls } from "../LongPolls.js"
-import { credentialTopic, hostTopic, Notifier } from "../Notifier.js"
+import { credentialTopic, fleetTopic, hostTopic, Notifier } from "../Notifier.js"
 import { Room } from "../Room.js"
 import { hostJson, pageJson } from "../Views.js"
 
@@ -70,7 +70,7 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
               totalVcpus: payload.totalVcpus ?? null,
             }),
           )
-          yield* room.appeared()
+          yield* room.appeared(fleetTopic)
           return hostJson(view)
         }),
       )
