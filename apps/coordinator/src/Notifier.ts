@@ -157,6 +157,9 @@ export class Notifier extends Context.Service<Notifier, NotifierShape>()("@engra
 /** The topic a watch names to hear every change (the dashboard's long-poll). */
 export const anyTopic = "*"
 
+/** Topic of the queue: a session was queued. */
+export const queueTopic = Topic.queue
+
 /** Topic of the fleet's room as a whole: a host's report, an external reservation. */
 export const fleetTopic = Topic.fleet
 

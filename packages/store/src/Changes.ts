@@ -46,6 +46,8 @@ export const Topic = {
   session: (sessionId: string): string => `session:${sessionId}`,
   /** A move's record. */
   move: (moveId: string): string => `move:${moveId}`,
+  /** The queue: a session was queued (a drain has something to place). */
+  queue: "queue",
   /** The fleet's room, where no record above changed: a host's report, an external reservation. */
   fleet: "fleet",
   /** A host's credential: rotated, or the host removed. */

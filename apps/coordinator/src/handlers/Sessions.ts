@@ -13,7 +13,7 @@ import { LongPolls } from "../LongPolls.js"
 import { Metrics } from "../Metrics.js"
 import { MoveWaiter } from "../MoveWaiter.js"
 import type { MoveOutcome } from "../MoveWaiter.js"
-import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
+import { hostTopic, moveTopic, Notifier, queueTopic, sessionTopic } from "../Notifier.js"
 import { Room } from "../Room.js"
 import { SessionWaiter } from "../SessionWaiter.js"
 import * as Tracing from "../Tracing.js"
@@ -82,7 +82,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     const placed = (o: PlaceOutcome, source: "create" | "resume") =>
       Effect.gen(function* () {
         metrics.inc("engram_placements_total", { outcome: o._tag === "Placed" ? "placed" : "queued", source })
-        yield* notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : null, sessionTopic(o.session.id))
+        yield* notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : queueTopic, sessionTopic(o.session.id))
         // Queued without room: the park gate runs for it within one coalescing window, not at the next pass.
         if (o._tag === "Queued") yield* trigger.poke
       })
