@@ -14,7 +14,7 @@ import { Context, Effect, Layer, Redacted } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
-import { credentialTopic, Notifier } from "./Notifier.js"
+import { credentialTopic } from "./Notifier.js"
 
 /** A new random token: 32 bytes, base64url. */
 export const newToken = (): string => randomBytes(32).toString("base64url")
@@ -77,11 +77,6 @@ export class CurrentCredential extends Context.Service<CurrentCredential, Creden
 export interface CredentialsShape {
   /** Who holds the token of this hash: the admin, a host, or nobody (null). */
   readonly principalOf: (tokenHash: string) => Effect.Effect<Principal | null, ServiceUnavailable>
-  /**
-   * Fails with 401 as soon as `credential` is revoked (its host's token rotated, or the host
-   * removed), through any replica; never, for the admin.
-   */
-  readonly revoked: (credential: Credential) => Effect.Effect<never, Unauthorized>
   /** How many host credentials are kept in memory. */
   readonly cached: () => number
 }
@@ -98,13 +93,12 @@ export const maxCachedCredentials = 100_000
  * while the backend's notices are live; a lookup that a credential notice overtook is not kept.
  */
 export class Credentials extends Context.Service<Credentials, CredentialsShape>()("@engram/coordinator/Credentials") {
-  static readonly layer: Layer.Layer<Credentials, never, AdminToken | Store | Changes | Notifier> = Layer.effect(
+  static readonly layer: Layer.Layer<Credentials, never, AdminToken | Store | Changes> = Layer.effect(
     Credentials,
     Effect.gen(function* () {
       const admin = yield* AdminToken
       const store = yield* Store
       const changes = yield* Changes
-      const notifier = yield* Notifier
       const hosts = new Map<string, string>()
       const hashesOf = new Map<string, Set<string>>()
       // Bumped by every credential notice: a lookup that began before one is not kept.
@@ -164,31 +158,10 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
           )
         })
 
-      const revoked: CredentialsShape["revoked"] = (credential) => {
-        const p = credential.principal
-        if (p._tag === "Admin") return Effect.never
-        return Effect.scoped(
-          Effect.gen(function* () {
-            const watch = yield* notifier.watch([credentialTopic(p.hostId)])
-            for (;;) {
-              // A possible miss is not re-checked here (every open long-poll would read the store
-              // at once): the credential's copy is dropped, so its next request asks the store.
-              if ((yield* watch.next(revocationSliceMs)) !== "changed") continue
-              const now = yield* Effect.option(principalOf(credential.tokenHash))
-              if (now._tag === "Some" && (now.value === null || now.value._tag !== "Host" || now.value.hostId !== p.hostId)) {
-                return yield* unauthorized(`the token of host ${p.hostId} was revoked (rotated, or the host removed)`)
-              }
-            }
-          }),
-        )
-      }
-      return Credentials.of({ principalOf, revoked, cached: () => hosts.size })
+      return Credentials.of({ principalOf, cached: () => hosts.size })
     }),
   )
 }
-
-/** How long a revocation watch waits between two looks at nothing (it only loops). */
-const revocationSliceMs = 3_600_000
 
 const credentialPrefix = credentialTopic("")
 

@@ -5,11 +5,12 @@
  * and sockets without bound), and revocation (a host token rotated or removed through any
  * replica ends its open long-polls with 401 at once).
  */
-import { TooManyRequests } from "@engram/api"
-import type { Unauthorized } from "@engram/api"
-import { Context, Effect, Layer } from "effect"
+import { TooManyRequests, Unauthorized } from "@engram/api"
+import { Changes } from "@engram/store"
+import { Context, Deferred, Effect, Layer } from "effect"
 import type { Credential } from "./Auth.js"
 import { Credentials, CurrentCredential } from "./Auth.js"
+import { credentialTopic } from "./Notifier.js"
 import { Settings } from "./Settings.js"
 
 /** How long a client refused for too many long-polls should wait before it tries again. */
@@ -36,9 +37,11 @@ export interface LongPollsShape {
 }
 
 export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@engram/coordinator/LongPolls") {
-  static readonly layer: Layer.Layer<LongPolls, never, Settings | Credentials> = Layer.effect(
+  static readonly layer: Layer.Layer<LongPolls, never, Settings | Credentials | Changes> = Layer.effect(
     LongPolls,
     Effect.gen(function* () {
+      const changes = yield* Changes
+      const scope = yield* Effect.scope
       const config = (yield* Settings).config
       const caps: Caps = { perHostToken: config.maxWaitsPerHostToken, perAdminToken: config.maxWaitsPerAdminToken, total: config.maxWaits }
       const credentials = yield* Credentials
@@ -72,12 +75,76 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
             }),
         )
 
-      const run: LongPollsShape["run"] = (wait) =>
-        Effect.flatMap(Effect.serviceOption(CurrentCredential), (credential) =>
-          credential._tag === "None"
-            ? wait
-            : Effect.scoped(Effect.andThen(admit(credential.value), Effect.raceFirst(wait, credentials.revoked(credential.value)))),
+      // The open long-polls of host tokens, by host: a credential notice checks each one's token
+      // (after the notice dropped the credential's copy) and ends the revoked ones with 401.
+      interface Open {
+        readonly credential: Credential
+        readonly revoked: Deferred.Deferred<never, Unauthorized>
+      }
+      const openByHost = new Map<string, Set<Open>>()
+      const check = (hostId: string, polls: ReadonlySet<Open>) =>
+        Effect.forEach(
+          new Map([...polls].map((p) => [p.credential.tokenHash, p])).values(),
+          (p) =>
+            credentials.principalOf(p.credential.tokenHash).pipe(
+              Effect.map((now) => {
+                if (now !== null && now._tag === "Host" && now.hostId === hostId) return
+                const revoked = new Unauthorized({ error: "Unauthorized", message: `the token of host ${hostId} was revoked (rotated, or the host removed)` })
+                for (const q of polls) if (q.credential.tokenHash === p.credential.tokenHash) Deferred.doneUnsafe(q.revoked, Effect.fail(revoked))
+              }),
+              // The store away: the poll goes on; its next request is authenticated afresh.
+              Effect.ignore,
+            ),
+          { discard: true },
         )
+      const prefix = credentialTopic("")
+      yield* changes.subscribe({
+        changed: (topics) => {
+          for (const t of topics) {
+            if (!t.startsWith(prefix)) continue
+            const hostId = t.slice(prefix.length)
+            const polls = openByHost.get(hostId)
+            // A copy: the polls open now are the ones the notice is about.
+            if (polls !== undefined) Effect.runFork(Effect.forkIn(check(hostId, new Set(polls)), scope))
+          }
+        },
+        // A possible miss is not checked here (every open long-poll would read the store at once):
+        // the credentials' copies are dropped, so each poll's next request asks the store.
+        missed: () => undefined,
+      })
+      const revocable = (credential: Credential) =>
+        Effect.acquireRelease(
+          Effect.sync(() => {
+            const p: Open = { credential, revoked: Deferred.makeUnsafe<never, Unauthorized>() }
+            if (credential.principal._tag !== "Host") return p
+            const hostId = credential.principal.hostId
+            let set = openByHost.get(hostId)
+            if (set === undefined) openByHost.set(hostId, (set = new Set()))
+            set.add(p)
+            return p
+          }),
+          (p) =>
+            Effect.sync(() => {
+              if (p.credential.principal._tag !== "Host") return
+              const set = openByHost.get(p.credential.principal.hostId)
+              set?.delete(p)
+              if (set?.size === 0) openByHost.delete(p.credential.principal.hostId)
+            }),
+        )
+
+      const run: LongPollsShape["run"] = (wait) =>
+        Effect.flatMap(Effect.serviceOption(CurrentCredential), (credential) => {
+          if (credential._tag === "None") return wait
+          const c = credential.value
+          return Effect.scoped(
+            Effect.gen(function* () {
+              yield* admit(c)
+              if (c.principal._tag !== "Host") return yield* wait
+              const p = yield* revocable(c)
+              return yield* Effect.raceFirst(wait, Deferred.await(p.revoked))
+            }),
+          )
+        })
       return LongPolls.of({ run, open: () => total })
     }),
   )
