@@ -15,6 +15,7 @@ import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
 import { credentialTopic } from "./Notifier.js"
+import { addTo, removeFrom } from "./SetsByKey.js"
 
 /** A new random token: 32 bytes, base64url. */
 export const newToken = (): string => randomBytes(32).toString("base64url")
@@ -107,9 +108,7 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
         const hostId = hosts.get(hash)
         if (hostId === undefined) return
         hosts.delete(hash)
-        const set = hashesOf.get(hostId)
-        set?.delete(hash)
-        if (set?.size === 0) hashesOf.delete(hostId)
+        removeFrom(hashesOf, hostId, hash)
       }
       yield* changes.subscribe({
         changed: (topics) => {
@@ -131,9 +130,7 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
           if (oldest.done !== true) forget(oldest.value)
         }
         hosts.set(hash, hostId)
-        let set = hashesOf.get(hostId)
-        if (set === undefined) hashesOf.set(hostId, (set = new Set()))
-        set.add(hash)
+        addTo(hashesOf, hostId, hash)
       }
 
       const principalOf: CredentialsShape["principalOf"] = (hash) =>

@@ -12,6 +12,7 @@ import type { Credential } from "./Auth.js"
 import { Credentials, CurrentCredential } from "./Auth.js"
 import { credentialTopic } from "./Notifier.js"
 import { Settings } from "./Settings.js"
+import { addTo, removeFrom } from "./SetsByKey.js"
 
 /** How long a client refused for too many long-polls should wait before it tries again. */
 export const retryAfterMs = 1000
@@ -117,18 +118,12 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           Effect.sync(() => {
             const p: Open = { credential, revoked: Deferred.makeUnsafe<never, Unauthorized>() }
             if (credential.principal._tag !== "Host") return p
-            const hostId = credential.principal.hostId
-            let set = openByHost.get(hostId)
-            if (set === undefined) openByHost.set(hostId, (set = new Set()))
-            set.add(p)
+            addTo(openByHost, credential.principal.hostId, p)
             return p
           }),
           (p) =>
             Effect.sync(() => {
-              if (p.credential.principal._tag !== "Host") return
-              const set = openByHost.get(p.credential.principal.hostId)
-              set?.delete(p)
-              if (set?.size === 0) openByHost.delete(p.credential.principal.hostId)
+              if (p.credential.principal._tag === "Host") removeFrom(openByHost, p.credential.principal.hostId, p)
             }),
         )
 

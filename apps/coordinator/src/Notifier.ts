@@ -14,6 +14,7 @@
 import { Changes, Topic } from "@engram/store"
 import { Context, Deferred, Duration, Effect, Exit, Layer } from "effect"
 import type { Scope } from "effect"
+import { addTo, removeFrom } from "./SetsByKey.js"
 
 /** Why a watch's `next` answered. */
 export type Woken = "changed" | "missed" | "timeout"
@@ -95,22 +96,13 @@ const make = Effect.gen(function* () {
       Effect.sync(() => {
         const e: Entry = { pending: null, waiting: null }
         all.add(e)
-        for (const t of topics) {
-          let set = byTopic.get(t)
-          if (set === undefined) byTopic.set(t, (set = new Set()))
-          set.add(e)
-        }
+        for (const t of topics) addTo(byTopic, t, e)
         return e
       }),
       (e) =>
         Effect.sync(() => {
           all.delete(e)
-          for (const t of topics) {
-            const set = byTopic.get(t)
-            if (set === undefined) continue
-            set.delete(e)
-            if (set.size === 0) byTopic.delete(t)
-          }
+          for (const t of topics) removeFrom(byTopic, t, e)
         }),
     ).pipe(
       Effect.map((e): Watch => {

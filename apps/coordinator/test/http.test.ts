@@ -191,10 +191,10 @@ describe("kept-alive connections", () => {
     const agent = new Agent({ keepAlive: true, maxSockets: 1 })
     try {
       const get = () =>
-        new Promise<{ status: number; keepAlive: string | undefined; socket: unknown }>((resolve, reject) => {
+        new Promise<{ status: number; keepAlive: string; socket: unknown }>((resolve, reject) => {
           const req = httpRequest(`${c.url}/livez`, { agent }, (res) => {
             res.resume()
-            res.on("end", () => resolve({ status: res.statusCode ?? 0, keepAlive: res.headers["keep-alive"], socket: req.socket }))
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, keepAlive: String(res.headers["keep-alive"]), socket: req.socket }))
           })
           req.on("error", reject)
           req.end()
