@@ -26,7 +26,8 @@ describe("engram coordinator", () => {
     child.stderr.on("data", (b: Buffer) => (output += b.toString()))
     const exited = new Promise<number | null>((r) => child.on("close", (code) => r(code)))
     try {
-      const deadline = Date.now() + 60_000
+      // The embedded database starts in ~5 s on an idle machine, a minute or more on a starved one.
+      const deadline = Date.now() + 150_000
       while (!/listening on http/.test(output) && child.exitCode === null && Date.now() < deadline) await sleep(100)
       const url = /listening on (http:\/\/[0-9.]+:\d+)/.exec(output)?.[1]
       expect(url, output).toBeDefined()
@@ -37,7 +38,7 @@ describe("engram coordinator", () => {
       child.kill("SIGTERM")
     }
     expect(await exited, output).toBe(0)
-  })
+  }, 240_000)
 
   it("--help says what each service reads; an argument is a usage error (exit 2)", async () => {
     const help = await engram(["agent", "--help"])

@@ -18,11 +18,13 @@ import { Downtime, Limits } from "@engram/core"
 import { agentEnvironment } from "@engram/guest"
 import { Store } from "@engram/store"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type AgentProcess, type Api, api, freePort, spawnAgent, until } from "./support/E2e.js"
+import { type AgentProcess, type Api, api, freePort, spawnAgent, until as untilWithin } from "./support/E2e.js"
 import { boots, consolePath, consoleTicks, continuedFrom, killQemus, lastTick, qemuProcesses, runQemuTests } from "./support/Qemu.js"
 
 let coordinator: RunningCoordinator
 let admin: Api
+/** Real guests under TCG on a busy 2-core machine: a poll here waits up to 90 s unless it says otherwise (tests allow 240 s). */
+const until = <A>(what: string, f: () => Promise<A>, ok: (a: A) => boolean, timeoutMs = 90_000) => untilWithin(what, f, ok, timeoutMs)
 const agents: Record<string, AgentProcess> = {}
 const spawnOptions: Record<string, Parameters<typeof spawnAgent>[0]> = {}
 /** The QEMU state directory of a host (the agent's default: beside its state file). */
@@ -30,7 +32,8 @@ const qemuDir = (host: string) => join(agents[host]!.dir, `engram-qemu-${host}`)
 const con = (host: string, vmId: string) => consolePath(qemuDir(host), vmId)
 
 const session = async (id: string) => (await admin.call("GET", `/v1/sessions/${id}`)).body
-const waitState = (id: string, state: string, timeoutMs = 60_000) => until(`${id} ${state}`, () => session(id), (s) => s?.state === state, timeoutMs)
+/** Waits for a session state; a state reached through a boot or a restore under TCG on a busy machine takes a minute or more. */
+const waitState = (id: string, state: string, timeoutMs = 150_000) => until(`${id} ${state}`, () => session(id), (s) => s?.state === state, timeoutMs)
 const reservations = async (hostId: string) => ((await admin.call("GET", `/v1/reservations?hostId=${hostId}`)).body.items as { ownerId: string }[]).map((r) => r.ownerId).sort()
 type Usage = { vmId: string; status: string; rssBytes: number | null; pid: number | null }
 const usage = async (host: string): Promise<Usage[]> => (await agents[host]!.status()).usage
@@ -177,8 +180,9 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     expect((await admin.call("POST", "/v1/hosts/b/uncordon")).status).toBe(200)
     const sourcePid = (await usage("a"))[0]!.pid!
     const before = lastTick(con("a", "q1"))
-    const moved = await admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "b", maxDowntimeMs: 5000 })
-    console.log("QEMU move a → b @5000 ms:", JSON.stringify({ status: moved.status, ...moved.body, move: { rounds: moved.body.move?.rounds } }))
+    // A budget no pause of a 128 MiB guest on loopback reaches, even on a starved machine.
+    const moved = await admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "b", maxDowntimeMs: 20_000 })
+    console.log("QEMU move a → b @20000 ms:", JSON.stringify({ status: moved.status, ...moved.body, move: { rounds: moved.body.move?.rounds } }))
     expect(moved.status).toBe(200)
     const phases = { downtimeMs: moved.body.downtimeMs, captureMs: moved.body.captureMs, sendMs: moved.body.sendMs, commitMs: moved.body.commitMs }
     expect(Downtime.phasesConsistent(phases), JSON.stringify(phases)).toBe(true)

@@ -84,7 +84,7 @@ describe("Simulation", () => {
     expect(reserve.yields.reserve).toBeGreaterThan(0)
     expect(reserve.queued).toBeLessThan(demand.queued)
     for (const r of [demand, floor, reserve]) expect(Report.invariantBreaks(r)).toEqual([])
-  })
+  }, 180_000)
 
   it("never-park never parks and park-forever never descends for demand", () => {
     const w = small(7, 300)

@@ -81,6 +81,8 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
     if (tmpfsDir !== null) hosts.E = await openHost(mkdtempSync(join(tmpdir(), "eq-e-")), 1024 ** 3, "file", (shmRamDir = mkdtempSync(join(tmpfsDir, "eq-e-ram-"))))
     // The calm guest serves most tests; the hot one (a core's worth of dirtying) and the template ones live only in their tests.
     calmLaunch = (await Effect.runPromise(hosts.A.rt.start(calm))).launch
+    // Ready is the line before the first counter line; on a busy machine the counter can lag it.
+    await Effect.runPromise(awaitTick(hosts.A.rt.consolePath(calm.vmId), () => true, "the calm guest counts"))
   })
 
   afterAll(async () => {

@@ -2,7 +2,8 @@
  * The simulated VM runtime (the agent's default): a guest with a memory size that dirties its
  * memory at a rate up to a hot working set, captured and sent at configured speeds, restored in
  * a configured commit time. Every duration is an `Effect.sleep`, so tests run it on a TestClock
- * and the demo in real time. Its move data plane is a `SimWire` (in-process or TCP) carrying
+ * and the demo in real time; a round's capture and send times are the model's (what it sleeps), not
+ * the wall time a busy machine took. Its move data plane is a `SimWire` (in-process or TCP) carrying
  * the captures' descriptions; its descent images are small JSON files in the image store. Its
  * templates are names with a size: a start from one takes `templateStartMs` instead of `startMs`.
  */
@@ -112,15 +113,16 @@ interface SimImage {
   readonly vcpus: number
 }
 
-const sleepMs = (ms: number) => (ms > 0 ? Effect.sleep(Math.ceil(ms)) : Effect.void)
+/** The modeled duration of `ms`, as the runtime sleeps it (whole milliseconds). */
+const modeledMs = (ms: number) => (ms > 0 ? Math.ceil(ms) : 0)
+const sleepMs = (ms: number) => (ms > 0 ? Effect.sleep(modeledMs(ms)) : Effect.void)
+/**
+ * Runs `eff`, answering the modeled duration `ms` rather than the wall time it took: the simulated
+ * guest's link and capture are the model's, so a busy machine (a late timer, a slow loopback hop
+ * carrying the frame) does not make the simulated guest look slower than configured.
+ */
+const modeled = <A, E, R>(ms: number, eff: Effect.Effect<A, E, R>) => Effect.map(eff, (a) => [a, modeledMs(ms)] as const)
 const now = nowMs
-
-const timed = <A, E, R>(eff: Effect.Effect<A, E, R>) =>
-  Effect.gen(function* () {
-    const t0 = yield* now
-    const a = yield* eff
-    return [a, (yield* now) - t0] as const
-  })
 
 /** Builds a simulated runtime on `wire` (default: the in-process wire). */
 export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = SimWire.inMemory()): Effect.Effect<SimRuntimeShape> =>
@@ -192,12 +194,13 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
         const vm = yield* get("migrate", vmId)
         const apparentBytes = vm.spec.memMib * MiB
         yield* sleepMs(captureTimeMs(apparentBytes))
-        return yield* withSettled("migrate", vmId, (vm) => {
+        const taken = yield* withSettled("migrate", vmId, (vm) => {
           vm.tracking = true
           vm.dirty = 0
           vm.seq = 0
           return { seq: 0, apparentBytes, wireBytes: Math.round(apparentBytes * cfg.fullWireRatio) + cfg.roundOverheadBytes }
         })
+        return [taken, modeledMs(captureTimeMs(apparentBytes))] as const
       })
     /** A delta: the ranges dirty when it starts; what the guest dirties meanwhile is the next round's. */
     const deltaCapture = (vmId: string, kind: "delta" | "final") =>
@@ -208,8 +211,9 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           vm.seq += 1
           return { apparentBytes, seq: vm.seq, wireBytes: apparentBytes + cfg.roundOverheadBytes }
         })
-        yield* sleepMs(captureTimeMs(taken.apparentBytes) + (kind === "final" ? cfg.finalCaptureExtraMs : 0))
-        return taken
+        const ms = captureTimeMs(taken.apparentBytes) + (kind === "final" ? cfg.finalCaptureExtraMs : 0)
+        yield* sleepMs(ms)
+        return [taken, modeledMs(ms)] as const
       })
 
     const migrate = <E>(vmId: string, req: Parameters<VmRuntimeShape["migrate"]>[1] & { readonly onRound: (r: MoveRound) => Effect.Effect<void, E> }) =>
@@ -231,7 +235,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           memMib: vm.spec.memMib,
           vcpus: vm.spec.vcpus,
         })
-        const send = (f: SimWire.SimFrame) => timed(sleepMs(f.wireBytes / cfg.linkBytesPerMs).pipe(Effect.andThen(wire.send(req.endpoint.uri, f))))
+        const send = (f: SimWire.SimFrame) => modeled(f.wireBytes / cfg.linkBytesPerMs, sleepMs(f.wireBytes / cfg.linkBytesPerMs).pipe(Effect.andThen(wire.send(req.endpoint.uri, f))))
         const preCopy = (kind: "full" | "delta", c: { seq: number; apparentBytes: number; wireBytes: number }, captureMs: number) =>
           Effect.gen(function* () {
             const [, sendMs] = yield* send(frame(kind, c))
@@ -245,7 +249,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
         })
 
         const protocol = Effect.gen(function* () {
-          const [full, fullMs] = yield* timed(fullCapture(vmId))
+          const [full, fullMs] = yield* fullCapture(vmId)
           yield* preCopy("full", full, fullMs)
           for (;;) {
             const step = MoveGuard.afterRound(rounds, b)
@@ -254,7 +258,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
               return { _tag: "Refused", stage: "pre-pause", estimateMs: step.estimateMs, reason: step.reason, rounds } as MigrateResult
             }
             if (step._tag === "Pause") break
-            const [delta, deltaMs] = yield* timed(deltaCapture(vmId, "delta"))
+            const [delta, deltaMs] = yield* deltaCapture(vmId, "delta")
             yield* preCopy("delta", delta, deltaMs)
           }
           // Paused: the downtime runs from here to the target's resume.
@@ -262,7 +266,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           pausedAt = paused
           yield* Ref.update(pauses, (n) => n + 1)
           yield* setStatus(vmId, "paused")
-          const [final, captureMs] = yield* timed(deltaCapture(vmId, "final"))
+          const [final, captureMs] = yield* deltaCapture(vmId, "final")
           const post = MoveGuard.postCapture(rounds, { captureMs, apparentBytes: final.apparentBytes }, b)
           if (post._tag === "Overrun") {
             yield* giveBack

@@ -138,7 +138,7 @@ describe("maintained host sums", () => {
     } finally {
       await db.drop()
     }
-  }, 120_000)
+  }, 300_000)
 
   it("hold when two stores create the same sessions at once (batched placements that hit a duplicate)", async () => {
     const db = await freshDatabase()
