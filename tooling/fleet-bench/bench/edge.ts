@@ -8,7 +8,7 @@
 import { report } from "@engram/bench"
 import { startCoordinator } from "@engram/coordinator"
 import { StoreSim } from "@engram/store-sim"
-import { execFile } from "node:child_process"
+import { execFile, spawnSync } from "node:child_process"
 import http from "node:http"
 import type { AddressInfo } from "node:net"
 import { loadavg } from "node:os"
@@ -28,6 +28,12 @@ const wrk = (url: string): Promise<{ rps: number; p99: number }> =>
       resolve({ rps: Number(rps[1]), p99: Number(p99[1]) * scale })
     })
   })
+
+// Without wrk there is nothing to measure with (a Node load generator would be the bottleneck).
+if (spawnSync("wrk", ["-v"]).error !== undefined) {
+  console.log("fleet edge bench: skipped, `wrk` is not installed (Debian: apt-get install wrk)")
+  process.exit(0)
+}
 
 const bare = http.createServer((_req, res) => {
   res.writeHead(200, { "content-type": "application/json" })
