@@ -82,15 +82,21 @@ export const makeHub = (): Hub => {
   }
 }
 
+/**
+ * Notices within one process: every subscriber of this instance hears every publish. Shared by
+ * the coordinators of one process on one in-memory store (as replicas share `ChangesPg`).
+ */
+export const makeLocalChanges = (): ChangesShape => {
+  const hub = makeHub()
+  return {
+    publish: (topics) => Effect.sync(() => hub.deliver([...new Set(topics)])),
+    subscribe: hub.subscribe,
+    live: () => true,
+  }
+}
+
 /** The change notices service. */
 export class Changes extends Context.Service<Changes, ChangesShape>()("@engram/store/Changes") {
   /** Notices within this process only: right where no other process writes the store. */
-  static readonly local: Layer.Layer<Changes> = Layer.sync(Changes, () => {
-    const hub = makeHub()
-    return Changes.of({
-      publish: (topics) => Effect.sync(() => hub.deliver([...new Set(topics)])),
-      subscribe: hub.subscribe,
-      live: () => true,
-    })
-  })
+  static readonly local: Layer.Layer<Changes> = Layer.sync(Changes, () => Changes.of(makeLocalChanges()))
 }
