@@ -144,7 +144,6 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         seriesOf(name, labels, (attributes) => Metric.counter(name, { description: help[name]?.help, attributes, incremental: true }))
       const gauge = (name: string, labels: Labels) => seriesOf(name, labels, (attributes) => Metric.gauge(name, { description: help[name]?.help, attributes }))
       const passHistogram = Metric.histogram("engram_reaper_pass_duration_seconds", { description: "Reaper pass wall time.", boundaries: passBuckets })
-      const requestHistograms = new Map<string, Metric.Metric<number, unknown>>()
 
       const inc: MetricsShape["inc"] = (name, labels = {}, by = 1) => counter(name, labels).updateUnsafe(by, context)
       const set: MetricsShape["set"] = (name, value, labels = {}) => gauge(name, labels).updateUnsafe(value, context)
@@ -154,19 +153,24 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         const state = m.valueUnsafe(context) as { readonly count?: number; readonly value?: number }
         return state.count ?? state.value ?? 0
       }
+      // Every request is observed: its series are found by two map lookups (method and route, then
+      // status), not by spelling their labels into a key.
+      const requestSeries = new Map<string, { readonly duration: Metric.Metric<number, unknown>; readonly byStatus: Map<number, Metric.Metric<number, unknown>> }>()
       const observeRequest: MetricsShape["observeRequest"] = (method, route, status, seconds) => {
-        inc("engram_http_requests_total", { method, route, status: String(status) })
-        const key = keyOf("", { method, route })
-        let h = requestHistograms.get(key)
-        if (h === undefined) {
-          h = Metric.histogram("engram_http_request_duration_seconds", {
+        const key = `${method} ${route}`
+        let s = requestSeries.get(key)
+        if (s === undefined) {
+          const duration = Metric.histogram("engram_http_request_duration_seconds", {
             description: "HTTP request duration by method and route template, seconds (long-polls included).",
             attributes: sorted({ method, route }),
             boundaries: requestBuckets,
           })
-          requestHistograms.set(key, h)
+          requestSeries.set(key, (s = { duration, byStatus: new Map() }))
         }
-        h.updateUnsafe(seconds, context)
+        let count = s.byStatus.get(status)
+        if (count === undefined) s.byStatus.set(status, (count = counter("engram_http_requests_total", { method, route, status: String(status) })))
+        count.updateUnsafe(1, context)
+        s.duration.updateUnsafe(seconds, context)
       }
       const scrape: MetricsShape["scrape"] = (store) =>
         Effect.sync(() => {

@@ -10,12 +10,12 @@ import { ParkPolicy } from "@engram/core"
 import { Reaper, ReaperEvents, ReaperState, Trigger } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
 import { Store } from "@engram/store"
-import type { StoreShape } from "@engram/store"
+import type { DrainResult, ReclaimResult, StoreShape } from "@engram/store"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
 import type { MetricsShape } from "./Metrics.js"
-import { hostTopic, Notifier } from "./Notifier.js"
+import { hostTopic, moveTopic, Notifier, sessionTopic } from "./Notifier.js"
 import type { NotifierShape } from "./Notifier.js"
 import { Settings } from "./Settings.js"
 
@@ -37,6 +37,15 @@ const stateFor = (store: StoreShape): ReaperState.ReaperState => {
   return state
 }
 
+/** Who a reclaim changed: the hosts of the reservations, their sessions (now lost) and moves. */
+const reclaimedTopics = (r: ReclaimResult): (string | null)[] => [
+  ...r.reclaimed.flatMap((x) => [hostTopic(x.hostId), x.ownerKind === "move" ? moveTopic(x.ownerId) : x.ownerKind === "session" ? sessionTopic(x.ownerId) : null]),
+  ...r.lostSessions.map(sessionTopic),
+]
+
+/** Who a drain changed: the hosts it placed on and the sessions it placed. */
+const placedTopics = (r: DrainResult): (string | null)[] => r.placed.flatMap((p) => [hostTopic(p.hostId), sessionTopic(p.sessionId)])
+
 /** The pass's events as the coordinator's metrics, logs and wake-ups. */
 const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
   ReaperEvents.layer((e: Event) => {
@@ -48,13 +57,13 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
         if (e.result.reclaimed.length === 0) return
         metrics.inc("engram_reaper_reclaimed_total", {}, e.result.reclaimed.length)
         return Effect.logInfo("reaper: reclaimed reservations", { count: e.result.reclaimed.length, lostSessions: e.result.lostSessions }).pipe(
-          Effect.andThen(notifier.notify(...e.result.reclaimed.map((r) => hostTopic(r.hostId)))),
+          Effect.andThen(notifier.notify(...reclaimedTopics(e.result))),
         )
       case "ReclaimFailed":
         return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
       case "DescentStarted":
         metrics.inc("engram_descents_total", { reason: e.yield.reason })
-        return notifier.notify(hostTopic(e.yield.hostId))
+        return notifier.notify(hostTopic(e.yield.hostId), sessionTopic(e.yield.sessionId))
       case "DescentLostRace":
         metrics.inc("engram_reaper_lost_races_total")
         return
@@ -63,7 +72,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
       case "Drained":
         if (e.result.placed.length === 0) return
         metrics.inc("engram_placements_total", { outcome: "placed", source: "drain" }, e.result.placed.length)
-        return notifier.notify(...e.result.placed.map((p) => hostTopic(p.hostId)))
+        return notifier.notify(...placedTopics(e.result))
       case "DrainFailed":
         return Effect.logWarning("queue drain failed", { reason: e.reason })
       case "LeadershipLost":
@@ -88,7 +97,7 @@ export const drainQueue = Effect.gen(function* () {
   )
   if (result.placed.length > 0) {
     metrics.inc("engram_placements_total", { outcome: "placed", source: "drain" }, result.placed.length)
-    yield* notifier.notify(...result.placed.map((p) => hostTopic(p.hostId)))
+    yield* notifier.notify(...placedTopics(result))
   }
   return result
 })
@@ -112,7 +121,7 @@ const reclaimNow = (context: string) =>
     if (reclaim.reclaimed.length > 0) {
       metrics.inc("engram_reaper_reclaimed_total", {}, reclaim.reclaimed.length)
       yield* Effect.logInfo(`${context}: reclaimed reservations`, { count: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions })
-      yield* notifier.notify(...reclaim.reclaimed.map((r) => hostTopic(r.hostId)))
+      yield* notifier.notify(...reclaimedTopics(reclaim))
     }
     return reclaim
   })
