@@ -30,8 +30,18 @@ export interface CoordinatorConfig {
   readonly limits: Limits.Limits
   /** How long `POST /v1/sessions/{id}/move` waits for the source agent before aborting the move. */
   readonly moveTimeoutMs: number
-  /** How often a long-poll re-reads the store when other replicas may change it (PostgreSQL). */
-  readonly storePollMs: number
+  /**
+   * On PostgreSQL, how often each replica checks its change listener (a statement on the
+   * listening connection) and which replicas listen: a replica gone without a clean leave may
+   * have died between a write and its notice, so every waiter re-reads once.
+   */
+  readonly changesCheckMs: number
+  /** The most long-polls (assignments, session waits) one host token may hold open at once. */
+  readonly maxWaitsPerHostToken: number
+  /** The most long-polls the admin token may hold open at once (every tool using it shares them). */
+  readonly maxWaitsPerAdminToken: number
+  /** The most long-polls this replica holds open at once. */
+  readonly maxWaits: number
   /**
    * On PostgreSQL, how old a fleet read a placement may reuse (ms; 0 = a fresh read each time).
    * Safe at any age: core decides on the read and the write applies only if the chosen host is
@@ -126,7 +136,10 @@ const settings = {
   metricsToken: secret("ENGRAM_METRICS_TOKEN", Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" }))),
   maxBodyBytes: int("ENGRAM_MAX_BODY_BYTES", defaultMaxBodyBytes, 1024, 1024 * 1024 * 1024),
   moveTimeoutMs: int("ENGRAM_MOVE_TIMEOUT_MS", 120_000, 1, 3_600_000),
-  storePollMs: int("ENGRAM_STORE_POLL_MS", 500, 10, 60_000),
+  changesCheckMs: int("ENGRAM_CHANGES_CHECK_MS", 2000, 100, 60_000),
+  maxWaitsPerHostToken: int("ENGRAM_MAX_WAITS_PER_HOST_TOKEN", 4, 1, 1000),
+  maxWaitsPerAdminToken: int("ENGRAM_MAX_WAITS_PER_ADMIN_TOKEN", 5000, 1, 1_000_000),
+  maxWaits: int("ENGRAM_MAX_WAITS", 20_000, 1, 1_000_000),
   placementReadMaxAgeMs: int("ENGRAM_PLACEMENT_READ_MAX_AGE_MS", 100, 0, 60_000),
   storeTimeoutMs: int("ENGRAM_STORE_TIMEOUT_MS", defaultStoreTimeoutMs, 100, 600_000),
   placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),

@@ -12,16 +12,20 @@ import type { HttpRouter } from "effect/http"
 import { createHash } from "node:crypto"
 import { AdminToken, hashToken, sameHash } from "./Auth.js"
 import { FleetHistory } from "./FleetHistory.js"
+import { anyTopic, Notifier } from "./Notifier.js"
 
 /** The dashboard's routes, on this coordinator's store and admin token. */
-export const UiLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store | AdminToken | FleetHistory> = Layer.unwrap(
+export const UiLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store | AdminToken | FleetHistory | Notifier> = Layer.unwrap(
   Effect.gen(function* () {
     const store = yield* Store
     const admin = yield* AdminToken
     const history = yield* FleetHistory
+    const notifier = yield* Notifier
     return Dashboard.layer({
       authorize: (token) => Effect.sync(() => sameHash(hashToken(token), admin.tokenHash)),
       history: Effect.map(history.samples, (samples) => ({ intervalMs: history.intervalMs, samples })),
+      // Woken by any change notice (through any replica), never by a timer.
+      watch: Effect.map(notifier.watch([anyTopic]), (w) => ({ next: (ms: number) => Effect.map(w.next(ms), (why) => why !== "timeout") })),
       version: Effect.gen(function* () {
         const fleet = yield* store.fleetView()
         const moves = yield* store.listMoves({ state: "pending" })

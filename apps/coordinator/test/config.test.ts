@@ -132,7 +132,7 @@ describe("configuration", () => {
 
   it("every problem in the environment is reported at once, in one format naming the variable and the rule", async () => {
     const exit = await Effect.runPromiseExit(
-      Config.fromEnvironment({ ENGRAM_PORT: "seventy", ENGRAM_CPU_OVERCOMMIT: "0", ENGRAM_STORE_POLL_MS: "1", ENGRAM_ADMIN_TOKEN: "short" }),
+      Config.fromEnvironment({ ENGRAM_PORT: "seventy", ENGRAM_CPU_OVERCOMMIT: "0", ENGRAM_CHANGES_CHECK_MS: "1", ENGRAM_ADMIN_TOKEN: "short" }),
     )
     const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: { message: string } }).error : undefined
     expect(error?.message).toBe(
@@ -140,7 +140,7 @@ describe("configuration", () => {
         "invalid coordinator configuration:",
         '  ENGRAM_PORT="seventy": must be an integer from 0 to 65535',
         '  ENGRAM_ADMIN_TOKEN="<hidden>": must be at least 16 characters',
-        '  ENGRAM_STORE_POLL_MS="1": must be an integer from 10 to 60000',
+        '  ENGRAM_CHANGES_CHECK_MS="1": must be an integer from 100 to 60000',
         '  ENGRAM_CPU_OVERCOMMIT="0": must be > 0',
       ].join("\n"),
     )

@@ -2,14 +2,14 @@
 // without a content type, the body limit (declared and streamed), the admin-only middleware,
 // the scrape token, and the request and process metrics.
 import { AdminOnly, EngramApi } from "@engram/api"
-import { HttpEdge, Metrics, startCoordinator } from "@engram/coordinator"
+import { Coordinator, HttpEdge, Metrics, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import * as StoreModule from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApi } from "effect/http-api"
-import { request as httpRequest } from "node:http"
+import { Agent, request as httpRequest } from "node:http"
 import { connect } from "node:net"
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
 import { client, uid } from "./support/http.js"
@@ -182,6 +182,33 @@ describe("/metrics", () => {
     expect(text).toMatch(/^engram_http_requests_total\{method="GET",route="unmatched",status="404"\} \d+$/m)
     for (const name of ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_start_time_seconds", "nodejs_heap_size_used_bytes", "nodejs_eventloop_lag_p99_seconds"]) {
       expect(text).toMatch(new RegExp(`^${name} [0-9.e+-]+$`, "m"))
+    }
+  })
+})
+
+describe("kept-alive connections", () => {
+  it("the server advertises an idle timeout above the clients' and proxies' (so the client closes an idle socket first), and serves a second request on the same socket", async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    try {
+      const get = () =>
+        new Promise<{ status: number; keepAlive: string; socket: unknown }>((resolve, reject) => {
+          const req = httpRequest(`${c.url}/livez`, { agent }, (res) => {
+            res.resume()
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, keepAlive: String(res.headers["keep-alive"]), socket: req.socket }))
+          })
+          req.on("error", reject)
+          req.end()
+        })
+      const first = await get()
+      expect(first.status).toBe(200)
+      expect(first.keepAlive).toBe(`timeout=${Coordinator.keepAliveTimeoutMs / 1000}`)
+      // Above nginx's 75 s, AWS load balancers' 60 s and Go's 90 s idle timeouts.
+      expect(Coordinator.keepAliveTimeoutMs).toBeGreaterThan(90_000)
+      const second = await get()
+      expect(second.status).toBe(200)
+      expect(second.socket).toBe(first.socket)
+    } finally {
+      agent.destroy()
     }
   })
 })

@@ -4,6 +4,8 @@
  * `Effect.catchTag`; it is not part of the body):
  * 400 `{error, field, rule, in?}`, 401/403 `{error, message}`, 404 `{error, entity, id, message}`,
  * 409 `{error, message, …}`, 413 `{error, message, limitBytes}`, 415 `{error, message, contentType}`,
+ * 429 `{error: "TooManyWaits", message, retryAfterMs, limit}` with a `Retry-After` header (a long-poll
+ * beyond its credential's or the coordinator's cap),
  * 431 `{error: "HeadersTooLarge", message, limitBytes}` (the request line and headers over Node's
  * limit), 503 `{error, message, retryAfterMs, …}` with a `Retry-After` header in whole seconds.
  * Every 5xx (a 503, or a 500 `{error: "Internal", message}`) carries `requestId`, also sent as the
@@ -25,6 +27,7 @@ export const statuses = {
   ConflictError: 409,
   PayloadTooLarge: 413,
   UnsupportedMediaType: 415,
+  TooManyRequests: 429,
   ServiceUnavailable: 503,
 } as const
 
@@ -122,6 +125,32 @@ export class UnsupportedMediaType extends Schema.Error<UnsupportedMediaType>("Un
   readonly _tag = "UnsupportedMediaType" as const
 }
 
+const tooManyFields = { error: Schema.String, message: Schema.String, retryAfterMs: Schema.Finite, limit: Schema.Finite }
+
+/**
+ * 429: a long-poll (an agent's assignments, a wait for a session's state) beyond the caps: its
+ * credential holds `limit` open already, or the coordinator holds its total. Retry after
+ * `retryAfterMs` (also the `Retry-After` header, whole seconds).
+ */
+export class TooManyRequests extends Schema.Error<TooManyRequests>("TooManyRequests")(tooManyFields) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "TooManyRequests" as const
+}
+
+/** `TooManyRequests` on the wire: the JSON body plus a `Retry-After` header in whole seconds. */
+export const TooManyRequestsResponse = TooManyRequests.pipe(
+  HttpApiSchema.encodeToWithHeaders(
+    { body: Schema.Struct(tooManyFields).pipe(HttpApiSchema.status(statuses.TooManyRequests)), headers: { "retry-after": Schema.NumberFromString } },
+    {
+      decode: ({ body }) => new TooManyRequests(body),
+      encode: (e) => ({
+        body: { error: e.error, message: e.message, retryAfterMs: e.retryAfterMs, limit: e.limit },
+        headers: { "retry-after": retryAfterSeconds(e.retryAfterMs) },
+      }),
+    },
+  ),
+)
+
 const unavailableFields = {
   error: Schema.String,
   message: Schema.String,
@@ -149,7 +178,7 @@ export class ServiceUnavailable extends Schema.Error<ServiceUnavailable>("Servic
 
 const ServiceUnavailableBody = Schema.Struct(unavailableFields).pipe(HttpApiSchema.status(statuses.ServiceUnavailable))
 
-/** The `Retry-After` header of a 503: whole seconds, at least 1. */
+/** The `Retry-After` header of a 503 or a 429: whole seconds, at least 1. */
 export const retryAfterSeconds = (retryAfterMs: number): number => Math.max(1, Math.ceil(retryAfterMs / 1000))
 
 /** `ServiceUnavailable` on the wire: the JSON body plus a `Retry-After` header in whole seconds. */
@@ -177,6 +206,9 @@ export const ServiceUnavailableResponse = ServiceUnavailable.pipe(
 /** The errors every authenticated endpoint may answer. */
 export const StandardErrors = [BadRequest, Forbidden, NotFoundError, ConflictError, ServiceUnavailableResponse] as const
 
+/** The errors of a long-poll, on top of the standard ones. */
+export const LongPollErrors = [...StandardErrors, TooManyRequestsResponse] as const
+
 /** The errors of an endpoint that reads a JSON body, on top of the standard ones. */
 export const BodyErrors = [...StandardErrors, PayloadTooLarge, UnsupportedMediaType] as const
 
@@ -190,6 +222,7 @@ export type ApiError =
   | WaitTimeout
   | PayloadTooLarge
   | UnsupportedMediaType
+  | TooManyRequests
   | ServiceUnavailable
 
 /** The status an error answer is sent with (every class above has one in `statuses`). */

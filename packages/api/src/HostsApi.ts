@@ -3,7 +3,7 @@
  * agent's report and heartbeat, the administrative states, and the agent's assignments long-poll.
  */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
-import { BodyErrors, StandardErrors } from "./Errors.js"
+import { BodyErrors, LongPollErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
 import { AssignmentsQuery, CreateHost, PageQuery, PathId, Report } from "./Payloads.js"
 import { Assignments, HeartbeatRenewed, Host, HostCreated, HostsPage, HostToken } from "./Records.js"
@@ -75,10 +75,10 @@ export class HostsApi extends HttpApiGroup.make("hosts")
       .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(doc("Drain a host", `The host takes no new placements (state \`draining\`).${admin}`)),
-    HttpApiEndpoint.get("assignments", "/v1/hosts/:id/assignments", { params: PathId, query: AssignmentsQuery, success: Assignments, error: StandardErrors }).annotateMerge(
+    HttpApiEndpoint.get("assignments", "/v1/hosts/:id/assignments", { params: PathId, query: AssignmentsQuery, success: Assignments, error: LongPollErrors }).annotateMerge(
       doc(
         "A host's assignments (agent long-poll)",
-        `The host's desired state: its sessions in pending, running, parked, descending or moving, the pending moves where it is source or target (oldest first), and the limits its move guard uses. \`version\` changes whenever they change; with \`waitMs\` (at most 30000) the request answers as soon as the version differs from \`since\` (or from the version when it arrived), else when \`waitMs\` runs out.${hostOrAdmin}`,
+        `The host's desired state: its sessions in pending, running, parked, descending or moving, the pending moves where it is source or target (oldest first), and the limits its move guard uses. \`version\` changes whenever they change; with \`waitMs\` (at most 30000) the request answers as soon as the version differs from \`since\` (or from the version when it arrived), else when \`waitMs\` runs out. Woken by the change itself, through any replica. A host token holds at most a few long-polls open at once (\`ENGRAM_MAX_WAITS_PER_HOST_TOKEN\`); beyond it, or beyond the coordinator's total, 429 \`TooManyWaits\` with \`Retry-After\`. When the token is rotated or the host removed, an open long-poll answers 401 at once.${hostOrAdmin}`,
       ),
     ),
   )

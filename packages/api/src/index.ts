@@ -22,6 +22,7 @@ export {
   NotFoundError,
   PayloadTooLarge,
   ServiceUnavailable,
+  TooManyRequests,
   Unauthorized,
   UnsupportedMediaType,
   WaitTimeout,

@@ -112,6 +112,18 @@ export class Conflict extends EngramError {
   }
 }
 
+/** 429: a long-poll beyond its credential's cap or the coordinator's total; retry after `retryAfterMs`. */
+export class TooManyRequests extends EngramError {
+  readonly _tag = "TooManyRequests" as const
+  readonly retryAfterMs: number
+  readonly limit: number | undefined
+  constructor(answer: Answer) {
+    super(text(answer.body?.["message"]) ?? "too many open long-polls", answer, text(answer.body?.["error"]) ?? "TooManyWaits")
+    this.retryAfterMs = num(answer.body?.["retryAfterMs"]) ?? 1000
+    this.limit = num(answer.body?.["limit"])
+  }
+}
+
 /** Why one host does not take a budget, with its free room. */
 export interface NoFitDetail {
   readonly hostId: string
@@ -240,6 +252,7 @@ export type ClientError =
   | Unreachable
   | WaitTimeout
   | PayloadTooLarge
+  | TooManyRequests
   | Unavailable
   | MoveDowntime
   | MoveFailed
@@ -269,6 +282,8 @@ export const fromAnswer = (answer: Answer): ClientError => {
       return code === "NoRoom" ? new NoRoom(answer) : code === "Unreachable" || code === "WaitUnreachable" ? new Unreachable(answer) : new Conflict(answer)
     case 413:
       return new PayloadTooLarge(answer)
+    case 429:
+      return new TooManyRequests(answer)
     case 503:
       if (code === "ErrMoveDowntime") return new MoveDowntime(answer)
       if (code === "MoveAborted" || code === "MoveTimeout" || code === "MoveCommitPending") return new MoveFailed(answer)

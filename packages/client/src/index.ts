@@ -25,6 +25,7 @@ export {
   NoRoom,
   NotFound,
   PayloadTooLarge,
+  TooManyRequests,
   TransportError,
   Unauthorized,
   Unavailable,

@@ -7,7 +7,7 @@ import { Effect } from "effect"
 import { HttpClient, HttpClientResponse } from "effect/http"
 import { HttpApi } from "effect/http-api"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { Conflict, createClient, EngramClient, Errors, InvalidInput, make, MoveDowntime, NotFound, Page, TransportError, Unauthorized, UnexpectedAnswer, WaitTimeout } from "../src/index.js"
+import { Conflict, createClient, EngramClient, Errors, InvalidInput, make, MoveDowntime, NotFound, Page, TooManyRequests, TransportError, Unauthorized, UnexpectedAnswer, WaitTimeout } from "../src/index.js"
 import type { Engram, EngramClientShape } from "../src/index.js"
 import { addHost, adminToken, call, pendingMove, start, started, uid } from "./support/Fleet.js"
 
@@ -248,10 +248,15 @@ describe("one road to the API", () => {
   })
 
   it("a status the API does not declare for the call is read as it came; an answer that is not JSON says so", async () => {
-    const busy = recording(429, JSON.stringify({ error: "TooManyWaits", message: "too many open waits for this token" }))
-    const err = await Effect.runPromise(Effect.flip(busy.client.sessions.wait("s", { state: "running" })))
+    const teapot = recording(418, JSON.stringify({ error: "Teapot", message: "short and stout" }))
+    const err = await Effect.runPromise(Effect.flip(teapot.client.sessions.wait("s", { state: "running" })))
     expect(err).toBeInstanceOf(UnexpectedAnswer)
-    expect(err).toMatchObject({ status: 429, code: "TooManyWaits" })
+    expect(err).toMatchObject({ status: 418, code: "Teapot" })
+    // A wait's 429 (too many open long-polls) is declared: it says when to try again.
+    const busy = recording(429, JSON.stringify({ error: "TooManyWaits", message: "too many open waits for this token", limit: 4, retryAfterMs: 1000 }))
+    const refused = await Effect.runPromise(Effect.flip(busy.client.sessions.wait("s", { state: "running" })))
+    expect(refused).toBeInstanceOf(TooManyRequests)
+    expect(refused).toMatchObject({ status: 429, code: "TooManyWaits", limit: 4, retryAfterMs: 1000 })
     const proxy = recording(502, "<html>bad gateway</html>", "text/html")
     const html = await Effect.runPromise(Effect.flip(proxy.client.fleet.snapshot()))
     expect(html).toBeInstanceOf(UnexpectedAnswer)

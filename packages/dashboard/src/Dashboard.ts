@@ -7,6 +7,7 @@
  * that token too.
  */
 import { Effect, Layer } from "effect"
+import type { Scope } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
 import type { HttpServerRequest } from "effect/http"
 import { existsSync, readdirSync, readFileSync } from "node:fs"
@@ -39,8 +40,18 @@ export interface Options {
   readonly version: Effect.Effect<string, unknown>
   /** The fleet signal over time, for the charts; without it the page draws none. */
   readonly history?: Effect.Effect<History, unknown> | undefined
-  /** How often a waiting `/ui/changes` re-reads the version (default 500 ms). */
+  /**
+   * How often a waiting `/ui/changes` re-reads the version (default 500 ms); with `watch`, the
+   * least time between two of its reads.
+   */
   readonly pollMs?: number | undefined
+  /**
+   * Opens a watch on the fleet for the request's lifetime; its `next(ms)` waits until something
+   * may have changed since the watch opened or since the last `next` (true), or `ms` passes
+   * (false). With it, a waiting `/ui/changes` reads the version only after a change, not every
+   * `pollMs`.
+   */
+  readonly watch?: Effect.Effect<{ readonly next: (timeoutMs: number) => Effect.Effect<boolean> }, never, Scope.Scope> | undefined
 }
 
 /** The longest `/ui/changes` waits before it answers the same version. */
@@ -111,14 +122,21 @@ export const layer = (options: Options): Layer.Layer<never, never, HttpRouter.Ht
       const url = new URL(request.url, "http://localhost")
       const since = url.searchParams.get("since") ?? ""
       const waitMs = Math.min(maxWaitMs, Math.max(0, Number(url.searchParams.get("waitMs") ?? "0") || 0))
+      // Watching before the first read: a change made while it runs wakes the wait below.
+      const watch = options.watch === undefined ? null : yield* options.watch
       let version = yield* options.version
-      const deadline = Date.now() + waitMs
+      let readAt = Date.now()
+      const deadline = readAt + waitMs
       while (version === since && Date.now() < deadline) {
-        yield* Effect.sleep(Math.min(pollMs, Math.max(0, deadline - Date.now())))
+        // Nothing changed by the deadline: the version read last is the latest.
+        if (watch !== null && !(yield* watch.next(Math.max(0, deadline - Date.now())))) break
+        // At most one read per pollMs, whatever the rate of changes.
+        yield* Effect.sleep(Math.max(0, Math.min(readAt + pollMs, deadline) - Date.now()))
         version = yield* options.version
+        readAt = Date.now()
       }
       return json(200, { version })
-    }).pipe(Effect.catchCause(unavailable))
+    }).pipe(Effect.scoped, Effect.catchCause(unavailable))
 
   return Layer.mergeAll(
     // The root has nothing else to show a browser: send it to the dashboard.

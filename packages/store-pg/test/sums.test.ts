@@ -190,7 +190,7 @@ describe("maintained host sums", () => {
       expect(yield* p.sumsDrift).toStrictEqual([])
     })
     await Effect.runPromise(Effect.scoped(program))
-  }, 120_000)
+  }, 300_000)
 
   it("are backfilled from the ledger by the migration for a database that held reservations before them", async () => {
     const db = await freshDatabase()

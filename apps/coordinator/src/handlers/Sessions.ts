@@ -8,10 +8,11 @@ import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
 import { requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
+import { LongPolls } from "../LongPolls.js"
 import { Metrics } from "../Metrics.js"
 import { MoveWaiter } from "../MoveWaiter.js"
 import type { MoveOutcome } from "../MoveWaiter.js"
-import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
+import { hostTopic, moveTopic, Notifier, queueTopic, sessionTopic } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { SessionWaiter } from "../SessionWaiter.js"
 import * as Tracing from "../Tracing.js"
@@ -65,6 +66,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     const waiter = yield* MoveWaiter
     const sessionWaiter = yield* SessionWaiter
     const trigger = yield* Trigger
+    const longPolls = yield* LongPolls
     const span = yield* Tracing.spans
     const moveSpans = yield* Tracing.MoveSpans
 
@@ -79,7 +81,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     const placed = (o: PlaceOutcome, source: "create" | "resume") =>
       Effect.gen(function* () {
         metrics.placements.inc({ outcome: o._tag === "Placed" ? "placed" : "queued", source })
-        yield* notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : null, sessionTopic(o.session.id))
+        yield* notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : queueTopic, sessionTopic(o.session.id))
         // Queued without room: the park gate runs for it within one coalescing window, not at the next pass.
         if (o._tag === "Queued") yield* trigger.poke
       })
@@ -117,7 +119,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
       .handle("wait", ({ params, query }) =>
         Effect.gen(function* () {
           yield* sessionFor(params.id)
-          const outcome = yield* api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs))
+          const outcome = yield* longPolls.run(api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs)))
           const s = outcome.session
           switch (outcome._tag) {
             case "Reached":
