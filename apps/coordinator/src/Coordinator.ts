@@ -34,9 +34,9 @@ import { LongPolls } from "./LongPolls.js"
 import { Metrics } from "./Metrics.js"
 import { MoveWaiter } from "./MoveWaiter.js"
 import { Notifier } from "./Notifier.js"
-import { ReactAtOnce, reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
+import { park, ReactAtOnce, reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
 import type { PassReport } from "./Reaper.js"
-import { Room } from "./Room.js"
+import { Drainer } from "./Drainer.js"
 import { SessionWaiter } from "./SessionWaiter.js"
 import { StrictInputLive } from "./StrictInput.js"
 import { boundStore, StoreHealth } from "./StoreBound.js"
@@ -123,7 +123,7 @@ const coordinatorVersion = (): string => {
 }
 
 /** The coordinator as a Layer: serves until the layer's scope closes. */
-export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Changes | Metrics | Notifier | LongPolls | Credentials | Leader | Settings | Room, unknown> => {
+export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Changes | Metrics | Notifier | LongPolls | Credentials | Leader | Settings | Drainer, unknown> => {
   const config = Config.fromInput(options.config)
   const databaseUrl = config.databaseUrl === null ? null : Redacted.value(config.databaseUrl)
   const backend: Backend = options.store !== undefined ? "custom" : databaseUrl !== null ? "postgres" : "pglite"
@@ -135,6 +135,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
       ? StorePg.layer({
           url: databaseUrl,
           limits: config.limits,
+          park,
           placementReadMaxAgeMs: config.placementReadMaxAgeMs,
           connectTimeoutSec: Math.max(1, Math.ceil(config.storeTimeoutMs / 1000)),
           statementTimeoutMs: config.storeTimeoutMs,
@@ -146,7 +147,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
             mkdirSync(dataDir, { recursive: true })
             // One writer per embedded store: held until the coordinator stops.
             yield* DataDirLock.acquire(dataDir)
-            return StorePg.layerPglite({ dataDir: join(dataDir, "pglite"), limits: config.limits, ...batching })
+            return StorePg.layerPglite({ dataDir: join(dataDir, "pglite"), limits: config.limits, park, ...batching })
           }),
         ))
   // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).
@@ -190,7 +191,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
     FleetHistory.layer(options.uiHistory),
     Tracing.MoveSpans.layer,
   ).pipe(
-    Layer.provideMerge(Layer.mergeAll(Room.layer, Credentials.layer)),
+    Layer.provideMerge(Layer.mergeAll(Drainer.layer, Credentials.layer)),
     Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer)),
     Layer.provideMerge(storeLayer),
     Layer.provideMerge(changesLayer),

@@ -2,7 +2,7 @@
  * The handlers of `EngramApi`, one module per endpoint group under `handlers/`. A handler reads
  * its input, checks the caller where the resource decides (`requireHostOrAdmin`; admin-only
  * operations are refused by the `AdminOnly` middleware before any handler runs), calls the
- * store or a service (`Room`, `MoveWaiter`, `Assignments`) and shapes the answer. Every decision
+ * store or a service (`Drainer`, `MoveWaiter`, `Assignments`) and shapes the answer. Every decision
  * about room is core's: no arithmetic here.
  */
 import { Layer } from "effect"

@@ -39,7 +39,7 @@ export const api = <A, E extends StoreError, R>(eff: Effect.Effect<A, E, R>): Ef
   eff.pipe(
     Effect.catch((e: E) =>
       Effect.gen(function* () {
-        if (e._tag === "Unavailable") (yield* Metrics).inc("engram_http_store_unavailable_total")
+        if (e._tag === "Unavailable") (yield* Metrics).storeUnavailable.inc()
         return yield* Effect.fail(toApiError(e))
       }),
     ),

@@ -3,8 +3,11 @@
  * one process count apart), rendered by `effect/observability`'s `PrometheusMetrics` at
  * `GET /metrics`: this replica's counters (placements, descents, moves, reaper passes, HTTP
  * requests by route and status), the store's gauges set at scrape time (the same on every
- * replica), and process metrics read at scrape time.
+ * replica), and process metrics read at scrape time. Each metric is a typed handle (`Counter`
+ * with the types of its labels, `Gauge`) made once, here, with its name and help: callers
+ * never spell a metric's name.
  */
+import type { ParkPolicy } from "@engram/core"
 import { Context, Effect, Layer, Metric } from "effect"
 import { PrometheusMetrics } from "effect/observability"
 import { readdirSync } from "node:fs"
@@ -12,53 +15,20 @@ import { monitorEventLoopDelay } from "node:perf_hooks"
 
 type Labels = Readonly<Record<string, string>>
 
-/** A store gauge set at scrape time. */
+/** A counter with labels `L` (none when `L` is empty): its series are made on first use. */
+export interface Counter<L extends Labels = Record<never, string>> {
+  readonly name: string
+  /** Adds `by` (default 1) to the series of `labels`. */
+  readonly inc: keyof L extends never ? (by?: number) => void : (labels: L, by?: number) => void
+  /** The series' count (tests). */
+  readonly get: keyof L extends never ? () => number : (labels: L) => number
+}
+
+/** A gauge without labels. */
 export interface Gauge {
   readonly name: string
-  readonly value: number
-}
-
-export interface MetricsShape {
-  readonly inc: (name: string, labels?: Labels, by?: number) => void
-  readonly set: (name: string, value: number, labels?: Labels) => void
-  readonly observePassSeconds: (seconds: number) => void
-  /** One answered HTTP request: its route template (`/v1/sessions/:id`), status and duration. */
-  readonly observeRequest: (method: string, route: string, status: number, seconds: number) => void
-  /** The value of a counter or gauge (tests). */
-  readonly get: (name: string, labels?: Labels) => number
-  /**
-   * The Prometheus text exposition of this registry, after setting the store's gauges to those
-   * read for this scrape (`engram_store_up` = `up`); a store gauge not read is dropped, not stale.
-   */
-  readonly scrape: (store: { readonly up: boolean; readonly gauges: readonly Gauge[] }) => Effect.Effect<string>
-}
-
-const help: Record<string, { readonly type: "counter" | "gauge"; readonly help: string }> = {
-  engram_placements_total: { type: "counter", help: "Session placements by outcome (placed, queued) and source (create, resume, drain)." },
-  engram_descents_total: { type: "counter", help: "Descents started, by reason (demand, over_reserved, hard_ttl, idle)." },
-  engram_parks_total: { type: "counter", help: "Idle sessions parked." },
-  engram_resumes_total: { type: "counter", help: "Resumes by how they came back (warm: a park unparked in place; cold: restored from a descent)." },
-  engram_reaper_passes_total: { type: "counter", help: "Reaper passes by result (ok, held)." },
-  engram_reaper_fleet_read_failures_total: { type: "counter", help: "Reaper passes whose fleet read failed; every park was held." },
-  engram_reaper_lost_races_total: { type: "counter", help: "Yields skipped because the park changed first (lost CAS)." },
-  engram_reaper_reclaimed_total: { type: "counter", help: "Reservations reclaimed as expired or stale." },
-  engram_reaper_leader: { type: "gauge", help: "1 while this replica holds the reaper leader lock." },
-  engram_reaper_leader_checks_total: { type: "counter", help: "Reaper ticks: each takes or confirms the leader lock, leader or not." },
-  engram_moves_total: { type: "counter", help: "Moves by outcome (committed, downtime, aborted, timeout, commit_pending)." },
-  engram_http_store_unavailable_total: { type: "counter", help: "Requests answered 503 because the store was unavailable." },
-  engram_http_requests_total: { type: "counter", help: "HTTP requests answered, by method, route template and status." },
-  engram_store_up: { type: "gauge", help: "1 when the last store read for this scrape succeeded." },
-  engram_queue_length: { type: "gauge", help: "Sessions queued for room." },
-  engram_queue_without_room: { type: "gauge", help: "Queued sessions that fit on no candidate host." },
-  engram_parks: { type: "gauge", help: "Parked sessions now." },
-  engram_descents_running: { type: "gauge", help: "Descents running now." },
-  engram_hosts: { type: "gauge", help: "Registered hosts." },
-  engram_free_mib: { type: "gauge", help: "Free RAM over measured ready hosts." },
-  engram_capacity_mib: { type: "gauge", help: "RAM capacity over measured ready hosts (after the system reserve and the overcommit ratio)." },
-  engram_free_vcpus: { type: "gauge", help: "Free vCPUs over ready hosts that reported cores." },
-  engram_unplaceable: { type: "gauge", help: "Queued sessions too big for every ready measured host even empty: the cue for a bigger host." },
-  engram_reserve_failures: { type: "gauge", help: "Ledger reserve refusals (cumulative, from the store)." },
-  engram_ledger_active_entries: { type: "gauge", help: "Reservations held now." },
+  readonly set: (value: number) => void
+  readonly get: () => number
 }
 
 /** The store's gauges: set at every scrape, dropped when the store cannot be read. */
@@ -75,6 +45,59 @@ export const storeGauges = [
   "engram_reserve_failures",
   "engram_ledger_active_entries",
 ] as const
+
+/** The name of a store gauge. */
+export type StoreGauge = (typeof storeGauges)[number]
+
+/** A store gauge's value read for one scrape. */
+export interface StoreGaugeValue {
+  readonly name: StoreGauge
+  readonly value: number
+}
+
+const storeHelp: { readonly [G in StoreGauge]: string } = {
+  engram_queue_length: "Sessions queued for room.",
+  engram_queue_without_room: "Queued sessions that fit on no candidate host.",
+  engram_parks: "Parked sessions now.",
+  engram_descents_running: "Descents running now.",
+  engram_hosts: "Registered hosts.",
+  engram_free_mib: "Free RAM over measured ready hosts.",
+  engram_capacity_mib: "RAM capacity over measured ready hosts (after the system reserve and the overcommit ratio).",
+  engram_free_vcpus: "Free vCPUs over ready hosts that reported cores.",
+  engram_unplaceable: "Queued sessions too big for every ready measured host even empty: the cue for a bigger host.",
+  engram_reserve_failures: "Ledger reserve refusals (cumulative, from the store).",
+  engram_ledger_active_entries: "Reservations held now.",
+}
+
+/** Why a descent started: a yield's reason, or an idle session that could not park. */
+export type DescentReason = ParkPolicy.Reason | "idle"
+
+/** How a move ended, as its counter labels it. */
+export type MoveEnd = "committed" | "downtime" | "aborted" | "timeout" | "commit_pending"
+
+export interface MetricsShape {
+  readonly placements: Counter<{ readonly outcome: "placed" | "queued"; readonly source: "create" | "resume" | "drain" }>
+  readonly drainUnapplied: Counter
+  readonly descents: Counter<{ readonly reason: DescentReason }>
+  readonly parks: Counter
+  readonly resumes: Counter<{ readonly resumed: "warm" | "cold" }>
+  readonly reaperPasses: Counter<{ readonly result: "ok" | "held" }>
+  readonly reaperFleetReadFailures: Counter
+  readonly reaperLostRaces: Counter
+  readonly reaperReclaimed: Counter
+  readonly reaperLeader: Gauge
+  readonly reaperLeaderChecks: Counter
+  readonly moves: Counter<{ readonly outcome: MoveEnd }>
+  readonly storeUnavailable: Counter
+  readonly observePassSeconds: (seconds: number) => void
+  /** One answered HTTP request: its route template (`/v1/sessions/:id`), status and duration. */
+  readonly observeRequest: (method: string, route: string, status: number, seconds: number) => void
+  /**
+   * The Prometheus text exposition of this registry, after setting the store's gauges to those
+   * read for this scrape (`engram_store_up` = `up`); a store gauge not read is dropped, not stale.
+   */
+  readonly scrape: (store: { readonly up: boolean; readonly gauges: readonly StoreGaugeValue[] }) => Effect.Effect<string>
+}
 
 /** Reaper pass duration buckets, seconds. */
 const passBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
@@ -140,19 +163,32 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         if (m === undefined) series.set(key, (m = make(sorted(labels))))
         return m
       }
-      const counter = (name: string, labels: Labels) =>
-        seriesOf(name, labels, (attributes) => Metric.counter(name, { description: help[name]?.help, attributes, incremental: true }))
-      const gauge = (name: string, labels: Labels) => seriesOf(name, labels, (attributes) => Metric.gauge(name, { description: help[name]?.help, attributes }))
-      const passHistogram = Metric.histogram("engram_reaper_pass_duration_seconds", { description: "Reaper pass wall time.", boundaries: passBuckets })
-
-      const inc: MetricsShape["inc"] = (name, labels = {}, by = 1) => counter(name, labels).updateUnsafe(by, context)
-      const set: MetricsShape["set"] = (name, value, labels = {}) => gauge(name, labels).updateUnsafe(value, context)
-      const get: MetricsShape["get"] = (name, labels = {}) => {
+      const valueOf = (name: string, labels: Labels): number => {
         const m = series.get(keyOf(name, labels))
         if (m === undefined) return 0
         const state = m.valueUnsafe(context) as { readonly count?: number; readonly value?: number }
         return state.count ?? state.value ?? 0
       }
+      const counterSeries = (name: string, description: string, labels: Labels) =>
+        seriesOf(name, labels, (attributes) => Metric.counter(name, { description, attributes, incremental: true }))
+      const gaugeSeries = (name: string, description: string, labels: Labels = {}) =>
+        seriesOf(name, labels, (attributes) => Metric.gauge(name, { description, attributes }))
+
+      /** A counter; `shown`: its zero series exists from the first scrape (its HELP shows before anything happens). */
+      const counter = <L extends Labels = Record<never, string>>(name: string, description: string, shown = false): Counter<L> => {
+        if (shown) counterSeries(name, description, {}).updateUnsafe(0, context)
+        const inc = (a?: L | number, b?: number): void => {
+          const labels = typeof a === "object" ? a : {}
+          counterSeries(name, description, labels).updateUnsafe(typeof a === "number" ? a : (b ?? 1), context)
+        }
+        return { name, inc: inc as Counter<L>["inc"], get: ((labels: L = {} as L) => valueOf(name, labels)) as Counter<L>["get"] }
+      }
+      const gauge = (name: string, description: string): Gauge => ({
+        name,
+        set: (value) => gaugeSeries(name, description).updateUnsafe(value, context),
+        get: () => valueOf(name, {}),
+      })
+      const passHistogram = Metric.histogram("engram_reaper_pass_duration_seconds", { description: "Reaper pass wall time.", boundaries: passBuckets })
       // Every request is observed: its series are found by two map lookups (method and route, then
       // status), not by spelling their labels into a key.
       const requestSeries = new Map<string, { readonly duration: Metric.Metric<number, unknown>; readonly byStatus: Map<number, Metric.Metric<number, unknown>> }>()
@@ -168,36 +204,50 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
           requestSeries.set(key, (s = { duration, byStatus: new Map() }))
         }
         let count = s.byStatus.get(status)
-        if (count === undefined) s.byStatus.set(status, (count = counter("engram_http_requests_total", { method, route, status: String(status) })))
+        if (count === undefined)
+          s.byStatus.set(status, (count = counterSeries("engram_http_requests_total", "HTTP requests answered, by method, route template and status.", { method, route, status: String(status) })))
         count.updateUnsafe(1, context)
         s.duration.updateUnsafe(seconds, context)
       }
+      const up = gauge("engram_store_up", "1 when the last store read for this scrape succeeded.")
       const scrape: MetricsShape["scrape"] = (store) =>
         Effect.sync(() => {
-          set("engram_store_up", store.up ? 1 : 0)
+          up.set(store.up ? 1 : 0)
           const read = new Map(store.gauges.map((g) => [g.name, g.value]))
           for (const name of storeGauges) {
             const value = read.get(name)
-            if (value === undefined) Metric.removeUnsafe(gauge(name, {}), context)
-            else set(name, value)
+            const g = gaugeSeries(name, storeHelp[name])
+            if (value === undefined) Metric.removeUnsafe(g, context)
+            else g.updateUnsafe(value, context)
           }
           return PrometheusMetrics.formatUnsafe(context)
         })
 
-      // Series that exist before anything happens: their HELP and a zero show from the first scrape.
-      for (const name of ["engram_parks_total", "engram_reaper_fleet_read_failures_total", "engram_reaper_lost_races_total", "engram_reaper_reclaimed_total", "engram_http_store_unavailable_total", "engram_reaper_leader_checks_total"]) {
-        inc(name, {}, 0)
-      }
-      set("engram_reaper_leader", 0)
+      const reaperLeader = gauge("engram_reaper_leader", "1 while this replica holds the reaper leader lock.")
+      reaperLeader.set(0)
       passHistogram.valueUnsafe(context)
       yield* registerProcessMetrics(context)
 
       return Metrics.of({
-        inc,
-        set,
-        observePassSeconds: (s) => passHistogram.updateUnsafe(s, context),
+        placements: counter("engram_placements_total", "Session placements by outcome (placed, queued) and source (create, resume, drain)."),
+        drainUnapplied: counter(
+          "engram_drain_unapplied_total",
+          "Placements a queue drain decided but did not write (refused, or a lost race): their sessions stay queued.",
+          true,
+        ),
+        descents: counter("engram_descents_total", "Descents started, by reason (demand, over_reserved, hard_ttl, starving, reserve, idle…)."),
+        parks: counter("engram_parks_total", "Idle sessions parked.", true),
+        resumes: counter("engram_resumes_total", "Resumes by how they came back (warm: a park unparked in place; cold: restored from a descent)."),
+        reaperPasses: counter("engram_reaper_passes_total", "Reaper passes by result (ok, held)."),
+        reaperFleetReadFailures: counter("engram_reaper_fleet_read_failures_total", "Reaper passes whose fleet read failed; every park was held.", true),
+        reaperLostRaces: counter("engram_reaper_lost_races_total", "Yields skipped because the park changed first (lost CAS).", true),
+        reaperReclaimed: counter("engram_reaper_reclaimed_total", "Reservations reclaimed as expired or stale.", true),
+        reaperLeader,
+        reaperLeaderChecks: counter("engram_reaper_leader_checks_total", "Reaper ticks: each takes or confirms the leader lock, leader or not.", true),
+        moves: counter("engram_moves_total", "Moves by outcome (committed, downtime, aborted, timeout, commit_pending)."),
+        storeUnavailable: counter("engram_http_store_unavailable_total", "Requests answered 503 because the store was unavailable.", true),
+        observePassSeconds: (seconds) => passHistogram.updateUnsafe(seconds, context),
         observeRequest,
-        get,
         scrape,
       })
     }),

@@ -11,8 +11,9 @@ import type { Move, NotFound, Unavailable } from "@engram/store"
 import { Store } from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
 import { Metrics } from "./Metrics.js"
+import type { MoveEnd } from "./Metrics.js"
 import { hostTopic, moveTopic, Notifier, sessionTopic } from "./Notifier.js"
-import { Room } from "./Room.js"
+import { Drainer } from "./Drainer.js"
 import { Settings } from "./Settings.js"
 
 /** How a move ended, as far as its waiter knows. */
@@ -46,7 +47,7 @@ const verdict = (m: Move, timeoutMs: number): MoveOutcome =>
           ? { _tag: "TimedOut", move: m, timeoutMs }
           : { _tag: "Aborted", move: m }
 
-const counted: Record<MoveOutcome["_tag"], string> = {
+const counted: Record<MoveOutcome["_tag"], MoveEnd> = {
   Committed: "committed",
   Refused: "downtime",
   Aborted: "aborted",
@@ -55,14 +56,14 @@ const counted: Record<MoveOutcome["_tag"], string> = {
 }
 
 export class MoveWaiter extends Context.Service<MoveWaiter, MoveWaiterShape>()("@engram/coordinator/MoveWaiter") {
-  static readonly layer: Layer.Layer<MoveWaiter, never, Store | Notifier | Settings | Metrics | Room> = Layer.effect(
+  static readonly layer: Layer.Layer<MoveWaiter, never, Store | Notifier | Settings | Metrics | Drainer> = Layer.effect(
     MoveWaiter,
     Effect.gen(function* () {
       const store = yield* Store
       const notifier = yield* Notifier
       const settings = yield* Settings
       const metrics = yield* Metrics
-      const room = yield* Room
+      const drainer = yield* Drainer
       const timeoutMs = settings.config.moveTimeoutMs
 
       const settle = (begun: Move) =>
@@ -85,7 +86,7 @@ export class MoveWaiter extends Context.Service<MoveWaiter, MoveWaiterShape>()("
             .abortMove(begun.id, timeoutReason, { onlyBeforeFinalRound: true })
             .pipe(Effect.catchTag(["Conflict", "InvalidInput"], () => store.getMove(begun.id)))
           if (decided.state === "aborted" && decided.abortReason === timeoutReason) {
-            yield* room.appeared(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), moveTopic(begun.id), sessionTopic(begun.sessionId))
+            yield* drainer.roomAppeared(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), moveTopic(begun.id), sessionTopic(begun.sessionId))
           }
           const outcome = verdict(decided, timeoutMs)
           if (outcome._tag === "CommitPending") {
@@ -100,7 +101,7 @@ export class MoveWaiter extends Context.Service<MoveWaiter, MoveWaiterShape>()("
         })
 
       return MoveWaiter.of({
-        outcome: (begun) => Effect.scoped(settle(begun)).pipe(Effect.tap((o) => Effect.sync(() => metrics.inc("engram_moves_total", { outcome: counted[o._tag] })))),
+        outcome: (begun) => Effect.scoped(settle(begun)).pipe(Effect.tap((o) => Effect.sync(() => metrics.moves.inc({ outcome: counted[o._tag] })))),
       })
     }),
   )

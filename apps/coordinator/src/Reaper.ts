@@ -22,8 +22,11 @@ import { Settings } from "./Settings.js"
 /** What one pass did (the shared pass's report). */
 export type PassReport = Reaper.PassReport
 
-/** The park policy the coordinator's reaper runs: core's measured default. */
-export const policy: ParkPolicy.Name = ParkPolicy.defaultName
+/**
+ * The park policy the coordinator runs, core's measured default: its reaper yields parks by it,
+ * and its store's idle steps decide by it (`Coordinator.ts` hands it to the store).
+ */
+export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
 
 // What the reaper remembers between passes (held hosts, the recent demand for room), per store:
 // the loop, passes driven by hand and the immediate reaction on one store share it.
@@ -51,28 +54,26 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
   ReaperEvents.layer((e: Event) => {
     switch (e._tag) {
       case "FleetReadFailed":
-        if (e.source === "pass") metrics.inc("engram_reaper_fleet_read_failures_total")
+        if (e.source === "pass") metrics.reaperFleetReadFailures.inc()
         return Effect.logWarning(`reaper${e.source === "react" ? " (react)" : ""}: fleet read failed; holding every park this pass`, { reason: e.reason })
       case "Reclaimed":
         if (e.result.reclaimed.length === 0) return
-        metrics.inc("engram_reaper_reclaimed_total", {}, e.result.reclaimed.length)
+        metrics.reaperReclaimed.inc(e.result.reclaimed.length)
         return Effect.logInfo("reaper: reclaimed reservations", { count: e.result.reclaimed.length, lostSessions: e.result.lostSessions }).pipe(
           Effect.andThen(notifier.notify(...reclaimedTopics(e.result))),
         )
       case "ReclaimFailed":
         return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
       case "DescentStarted":
-        metrics.inc("engram_descents_total", { reason: e.yield.reason })
+        metrics.descents.inc({ reason: e.yield.reason })
         return notifier.notify(hostTopic(e.yield.hostId), sessionTopic(e.yield.sessionId))
       case "DescentLostRace":
-        metrics.inc("engram_reaper_lost_races_total")
+        metrics.reaperLostRaces.inc()
         return
       case "DescentFailed":
         return Effect.logWarning("reaper: descent not started, store unavailable", { sessionId: e.yield.sessionId, reason: e.reason })
       case "Drained":
-        if (e.result.placed.length === 0) return
-        metrics.inc("engram_placements_total", { outcome: "placed", source: "drain" }, e.result.placed.length)
-        return notifier.notify(...placedTopics(e.result))
+        return drained(metrics, notifier, e.result)
       case "DrainFailed":
         return Effect.logWarning("queue drain failed", { reason: e.reason })
       case "LeadershipLost":
@@ -80,6 +81,22 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
       default:
         return
     }
+  })
+
+/**
+ * What follows a drain, wherever it ran: its placements counted and their hosts' agents woken;
+ * a placement the drain decided but did not write (core refused it, or its session or host
+ * changed first) is logged and counted, and its session stays queued for the next drain.
+ */
+const drained = (metrics: MetricsShape, notifier: NotifierShape, result: DrainResult) =>
+  Effect.gen(function* () {
+    if (result.unapplied.length > 0) {
+      metrics.drainUnapplied.inc(result.unapplied.length)
+      yield* Effect.logInfo("queue drain: placements not applied; the sessions stay queued", { unapplied: result.unapplied })
+    }
+    if (result.placed.length === 0) return
+    metrics.placements.inc({ outcome: "placed", source: "drain" }, result.placed.length)
+    yield* notifier.notify(...placedTopics(result))
   })
 
 /**
@@ -92,13 +109,10 @@ export const drainQueue = Effect.gen(function* () {
   const notifier = yield* Notifier
   const result = yield* store.drainQueue().pipe(
     Effect.catchTag("Unavailable", (e) =>
-      Effect.logWarning("queue drain failed", { reason: e.reason }).pipe(Effect.as({ placed: [], remaining: -1 })),
+      Effect.logWarning("queue drain failed", { reason: e.reason }).pipe(Effect.as<DrainResult>({ placed: [], unapplied: [], remaining: -1 })),
     ),
   )
-  if (result.placed.length > 0) {
-    metrics.inc("engram_placements_total", { outcome: "placed", source: "drain" }, result.placed.length)
-    yield* notifier.notify(...placedTopics(result))
-  }
+  yield* drained(metrics, notifier, result)
   return result
 })
 
@@ -119,7 +133,7 @@ const reclaimNow = (context: string) =>
       ),
     )
     if (reclaim.reclaimed.length > 0) {
-      metrics.inc("engram_reaper_reclaimed_total", {}, reclaim.reclaimed.length)
+      metrics.reaperReclaimed.inc(reclaim.reclaimed.length)
       yield* Effect.logInfo(`${context}: reclaimed reservations`, { count: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions })
       yield* notifier.notify(...reclaimedTopics(reclaim))
     }
@@ -157,15 +171,15 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const notifier = yield* Notifier
   const leading = yield* leadingNow
   const t0 = performance.now()
-  const report = yield* Reaper.pass({ policy, leading, state: stateFor(store) }).pipe(Effect.provide(listen(metrics, notifier)))
+  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store) }).pipe(Effect.provide(listen(metrics, notifier)))
   if (report._tag === "Done" && report.descents.length > 0) yield* Effect.logInfo("reaper: parks yield", { yields: report.descents })
-  metrics.inc("engram_reaper_passes_total", { result: report._tag === "Held" ? "held" : "ok" })
+  metrics.reaperPasses.inc({ result: report._tag === "Held" ? "held" : "ok" })
   metrics.observePassSeconds((performance.now() - t0) / 1000)
   return report
 }).pipe(Effect.withLogSpan("reaper"))
 
 /**
- * The immediate reaction (issue 15): `Trigger.poke` after a session queues without room runs
+ * The immediate reaction: `Trigger.poke` after a session queues without room runs
  * the gate within one coalescing window, on the leader only, with the passes' memory. Handlers
  * get the `Trigger` from context and call `poke` after every `Queued` outcome.
  */
@@ -175,7 +189,7 @@ export const ReactAtOnce: Layer.Layer<Trigger, never, Store | Metrics | Notifier
     const metrics = yield* Metrics
     const notifier = yield* Notifier
     const leading = yield* leadingNow
-    return Trigger.layer({ policy, leading, state: stateFor(store) }).pipe(Layer.provide(listen(metrics, notifier)))
+    return Trigger.layer({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store) }).pipe(Layer.provide(listen(metrics, notifier)))
   }),
 )
 
@@ -202,8 +216,8 @@ export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | 
     let wasLeader = false
     const tick = Effect.gen(function* () {
       const leading = yield* leader.tick
-      metrics.set("engram_reaper_leader", leading ? 1 : 0)
-      metrics.inc("engram_reaper_leader_checks_total")
+      metrics.reaperLeader.set(leading ? 1 : 0)
+      metrics.reaperLeaderChecks.inc()
       if (leading !== wasLeader) {
         wasLeader = leading
         yield* Effect.logInfo(leading ? "reaper: this replica is the leader" : "reaper: this replica is not the leader")

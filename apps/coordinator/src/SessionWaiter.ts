@@ -6,27 +6,27 @@
  * replica): it reads the store when it begins and after each wake-up, never on a timer. At the deadline it answers the state it read last, which no notice has
  * changed since.
  */
-import { Session as SessionRules } from "@engram/core"
+import { Session } from "@engram/core"
 import type { SessionState } from "@engram/core"
 import { Store } from "@engram/store"
-import type { NotFound, Session, Unavailable } from "@engram/store"
+import type { NotFound, Unavailable } from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
 import { Notifier, sessionTopic } from "./Notifier.js"
 
 /** How a wait ended. */
 export type WaitOutcome =
-  | { readonly _tag: "Reached"; readonly session: Session }
+  | { readonly _tag: "Reached"; readonly session: Session.Record }
   /** The wanted state can no longer come from the state the session is in. */
-  | { readonly _tag: "Unreachable"; readonly session: Session }
-  | { readonly _tag: "TimedOut"; readonly session: Session }
+  | { readonly _tag: "Unreachable"; readonly session: Session.Record }
+  | { readonly _tag: "TimedOut"; readonly session: Session.Record }
 
 export interface SessionWaiterShape {
   /** Waits up to `timeoutMs` for session `id` to be in `state`. */
   readonly until: (id: string, state: SessionState, timeoutMs: number) => Effect.Effect<WaitOutcome, NotFound | Unavailable>
 }
 
-const judge = (s: Session, state: SessionState): WaitOutcome | null =>
-  s.state === state ? { _tag: "Reached", session: s } : SessionRules.canReach(s.state, state) ? null : { _tag: "Unreachable", session: s }
+const judge = (s: Session.Record, state: SessionState): WaitOutcome | null =>
+  s.state === state ? { _tag: "Reached", session: s } : Session.canReach(s.state, state) ? null : { _tag: "Unreachable", session: s }
 
 export class SessionWaiter extends Context.Service<SessionWaiter, SessionWaiterShape>()("@engram/coordinator/SessionWaiter") {
   static readonly layer: Layer.Layer<SessionWaiter, never, Store | Notifier> = Layer.effect(

@@ -1,4 +1,4 @@
-// Disk full on the embedded store (issue 13 item 7), for real: the coordinator's data dir on a
+// Disk full on the embedded store, for real: the coordinator's data dir on a
 // small tmpfs, then the rest of it filled by a file. A write the disk refuses answers 503
 // `DiskFull` (JSON, Retry-After, naming the cause) and changes nothing; reads go on; /readyz is
 // not ready until a write succeeds again, after room is freed. Mounting needs root (CI runs as

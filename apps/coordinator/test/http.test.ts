@@ -229,7 +229,7 @@ describe("the edge while the coordinator stops", () => {
   })
 })
 
-describe("every error answer has a JSON body (issue 13)", () => {
+describe("every error answer has a JSON body", () => {
   it("a known path with a method it does not take is a JSON error naming the method and path", async () => {
     const r = await raw(c.url, { method: "PATCH", path: "/v1/sessions", headers: { authorization: `Bearer ${adminToken}` } })
     expect(r.status).toBe(404)

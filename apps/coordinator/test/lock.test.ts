@@ -1,4 +1,4 @@
-// One writer per embedded store (SPEC §12, issue 13 item 8), with real processes: a second
+// One writer per embedded store (SPEC §12), with real processes: a second
 // coordinator on the same ENGRAM_DATA_DIR exits 1 with one line naming the holder's pid; a
 // lock left by a process that no longer runs is taken over (and said); a clean stop removes it.
 import { spawnSync } from "node:child_process"

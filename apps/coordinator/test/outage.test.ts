@@ -1,4 +1,4 @@
-// The coordinator while its PostgreSQL is away (issue 13): a real PostgreSQL behind a proxy the
+// The coordinator while its PostgreSQL is away: a real PostgreSQL behind a proxy the
 // test stalls (a silent partition: nothing answers, no error comes) or cuts (the database
 // refuses): every request answers 503 with Retry-After and a JSON body within the store bound,
 // /readyz says not ready, the process stays up, and once the database is back the same
@@ -99,7 +99,7 @@ const untilReady = async () => {
 
 const allUnavailable = (names: Record<string, unknown>) => Object.fromEntries(Object.keys(names).map((k) => [k, 503]))
 
-describe("the coordinator while its PostgreSQL is away (issue 13)", () => {
+describe("the coordinator while its PostgreSQL is away", () => {
   it("a silent partition: every request answers 503 with Retry-After and a JSON body (none hangs), /readyz is not ready; once it heals, 2xx again without a restart", async () => {
     expect((await readyz()).status).toBe(200)
     proxy.stall(true)

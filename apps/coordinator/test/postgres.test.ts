@@ -28,7 +28,7 @@ apiSuite("PostgreSQL", {
   },
 })
 
-describe("one bad create never fails valid creates sent beside it (issue 13 item 4, PostgreSQL)", () => {
+describe("one bad create never fails valid creates sent beside it (PostgreSQL)", () => {
   it("200 concurrent creates over HTTP, 24 of them bad: every bad one is a 400 naming its field, every good one is stored, none is a 500", async () => {
     const db = await freshDatabase()
     databases.push(db)

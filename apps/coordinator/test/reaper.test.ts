@@ -28,7 +28,7 @@ const parkedOn = (hostId: string, capacityMib: number, sessionId: string, memMib
     yield* store.reportHost(hostId, { totalMib: capacityMib + 2048, allocatableMib: capacityMib + 1024, totalVcpus: 8 })
     yield* store.createSession({ id: sessionId, budget: { memMib, vcpus: 1 }, affinity: [hostId] })
     yield* store.markRunning(sessionId)
-    yield* store.idle(sessionId, true)
+    yield* store.idle(sessionId)
   })
 
 describe("reaperPass", () => {
@@ -83,7 +83,7 @@ describe("reaperPass", () => {
       const held = yield* reaperPass
       assert.deepStrictEqual(held, { _tag: "Held", reason: "fleet read failed (test)" })
       assert.strictEqual((yield* store.getSession("p1")).state, "parked")
-      assert.strictEqual((yield* Metrics).get("engram_reaper_fleet_read_failures_total"), 1)
+      assert.strictEqual((yield* Metrics).reaperFleetReadFailures.get(), 1)
       sw.failFleet = false
       const next = yield* reaperPass
       assert.strictEqual(next._tag === "Done" ? next.descents.length : -1, 1)
@@ -125,7 +125,7 @@ describe("reaperPass", () => {
       const racing = Store.of({ ...store, fleetView: () => Effect.succeed(fleet) })
       const pass = yield* reaperPass.pipe(Effect.provideService(Store, racing))
       assert.deepStrictEqual(pass._tag === "Done" ? pass.descents : null, [])
-      assert.strictEqual((yield* Metrics).get("engram_reaper_lost_races_total"), 1)
+      assert.strictEqual((yield* Metrics).reaperLostRaces.get(), 1)
       assert.strictEqual((yield* store.getSession("p1")).state, "running")
     }).pipe(Effect.provide(services(StoreSim.layer()))))
 
@@ -138,7 +138,7 @@ describe("reaperPass", () => {
       yield* (yield* Trigger).poke
       yield* TestClock.adjust(defaultTriggerWindowMs)
       assert.strictEqual((yield* store.getSession("p1")).state, "descending")
-      assert.strictEqual((yield* Metrics).get("engram_descents_total", { reason: "demand" }), 1)
+      assert.strictEqual((yield* Metrics).descents.get({ reason: "demand" }), 1)
       // The next pass shares the reaction's memory: the descent serves q1, nothing more yields.
       const pass = yield* reaperPass
       assert.deepStrictEqual(pass._tag === "Done" ? pass.descents : null, [])

@@ -423,7 +423,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         void dst
       })
 
-      it("an abort's estimate past 2^53 - 1 (1e21) is a 400 naming estimateMs and changes nothing; a fractional one reads back exactly (issue 13 item 9)", async () => {
+      it("an abort's estimate past 2^53 - 1 (1e21) is a 400 naming estimateMs and changes nothing; a fractional one reads back exactly", async () => {
         const src = await addHost(admin, 2048)
         await addHost(admin, 2048)
         const sid = await runningOn(src)
@@ -532,7 +532,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
       })
     })
 
-    describe("the whole life cycle over HTTP (issue 12)", () => {
+    describe("the whole life cycle over HTTP", () => {
       /** Every item of a list, following its cursors `limit` at a time. */
       const follow = async (path: string, limit: number) => {
         const items: { id: string }[] = []
@@ -794,7 +794,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
       })
     })
 
-    describe("a host registered while sessions are queued (issue 13 item 10)", () => {
+    describe("a host registered while sessions are queued", () => {
       it("takes none of them before its first report, whatever drains the queue meanwhile; its report places them", async () => {
         const hid = uid("late")
         const queued = [uid("q"), uid("q"), uid("q")]
@@ -938,7 +938,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
       })
     })
 
-    describe("bad input never reaches the store as a 500 (issue 13)", () => {
+    describe("bad input never reaches the store as a 500", () => {
       it("NUL and lone surrogates in affinity, labels, a reservation's hostId, a reason and list filters are 400 naming the field; nothing is stored", async () => {
         const h = await addHost(admin, 2048)
         const before = (await admin.get("/v1/sessions?limit=1000")).body.items.length

@@ -12,6 +12,7 @@
  * The builder takes lines one at a time, so a converter can stream files far larger than memory;
  * only the kept VMs are held.
  */
+import { Order } from "@engram/core"
 import { OPEN } from "./Workload.js"
 import type { Script, Workload } from "./Workload.js"
 
@@ -149,7 +150,7 @@ export class AzureBuilder {
       else if (runsOn) idleMs[idleMs.length - 1] = OPEN
       scripts.push({ id: vm.id, arriveAtMs: ms(start), budget: { memMib: vm.memMib, vcpus: vm.cores }, activeMs, idleMs, endAfterIdle: endsIdle })
     }
-    scripts.sort((a, b) => a.arriveAtMs - b.arriveAtMs || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+    scripts.sort((a, b) => a.arriveAtMs - b.arriveAtMs || Order.byId(a, b))
     return { scripts, horizonMs }
   }
 }

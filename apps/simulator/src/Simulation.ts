@@ -1,18 +1,20 @@
 /**
  * The fleet simulator's engine: a discrete-event loop that plays a workload against the real
  * decisions. Every placement, state change, descent, drain and ledger operation runs in
- * `@engram/store-sim` (which decides through `@engram/core`), on a simulated Effect Clock; the
- * reaper pass and the immediate reaction to a queued session are `@engram/reaper`'s own
- * functions, the ones the coordinator runs, with the park policy as their parameter. The loop
- * only models what happens outside the store: users, VM start and restore times, descents that
- * take time, host agents' heartbeats and when the reaper runs.
+ * `@engram/store-sim` (which decides through `@engram/core`, its park policy the run's), on a
+ * simulated Effect Clock; the reaper pass and the immediate reaction to a queued session are
+ * `@engram/reaper`'s own functions, the ones the coordinator runs, with the park policy as their
+ * parameter. The loop keeps no state machine of its own: what a session is doing is what the
+ * store answers (a step the session's state refuses is simply not taken). It only models what
+ * happens outside the store: users, VM start and restore times, descents that take time, host
+ * agents' heartbeats and when the reaper runs.
  */
-import { Headroom, Limits, ParkGate, ParkPolicy } from "@engram/core"
-import type { FleetView } from "@engram/core"
+import { Headroom, Limits, ParkPolicy, Placement } from "@engram/core"
+import type { FleetView, SessionState } from "@engram/core"
 import { CoalescingWindow, defaultTriggerWindowMs, Reaper, ReaperEvents, ReaperState } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
 import { Store } from "@engram/store"
-import type { PlaceOutcome } from "@engram/store"
+import type { IllegalTransition, PlaceOutcome } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Exit } from "effect"
 import { EventHeap } from "./EventHeap.js"
@@ -225,17 +227,6 @@ const HEARTBEAT = 6
 const ARRIVE = 7
 const REACT = 8
 
-// What the simulator believes each session is doing (mirrors the store's state).
-const S_NEW = 0
-const S_QUEUED = 1
-const S_PENDING = 2
-const S_RUNNING = 3
-const S_PARKED = 4
-const S_DESCENDING = 5
-const S_DESCENDED = 6
-const S_ENDED = 7
-const S_LOST = 8
-
 const emptyQuantiles: Quantiles = { p50: 0, p95: 0, p99: 0, max: 0, mean: 0 }
 
 /** Nearest-rank quantiles of `xs` (sorted in place). */
@@ -306,7 +297,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   const limits: Limits.Limits = heartbeats ? fleet.limits : { ...fleet.limits, heartbeatStaleWindowMs: Number.MAX_SAFE_INTEGER }
   const policy = options.policy
   const clock = SimClock.make(0)
-  const { store } = StoreSim.make({ limits, noFitDetails: false })
+  const { store } = StoreSim.make({ limits, park: { name: policy, options: fleet.policyOptions }, noFitDetails: false })
   const scripts = workload.scripts
   const horizon = workload.horizonMs
   const n = scripts.length
@@ -324,6 +315,19 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     storeError(String(exit.cause))
     return undefined
   }
+  /**
+   * Runs a step the session's state may refuse (the user acts whatever the session is doing):
+   * the answer, or the state it refused from (the step is not taken); any other failure is
+   * counted as a store error and answers undefined.
+   */
+  const attempt = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>): { readonly ok: A } | { readonly refusedFrom: SessionState } | undefined => {
+    const exit = clock.run(effect)
+    if (Exit.isSuccess(exit)) return { ok: exit.value }
+    const refused = exit.cause.reasons.find((r) => r._tag === "Fail" && r.error._tag === "IllegalTransition")
+    if (refused !== undefined && refused._tag === "Fail") return { refusedFrom: (refused.error as unknown as IllegalTransition).from as SessionState }
+    storeError(String(exit.cause))
+    return undefined
+  }
 
   // ---- the fleet ------------------------------------------------------------------------------
   const shapes = shapesOf(fleet)
@@ -334,14 +338,11 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   // The simulator's own ledger, from session states alone, to check the store against.
   const capacityMib = new Float64Array(hostTotal)
   const cpuBudget = new Float64Array(hostTotal)
-  /** One host of each shape: what `mayPark` reads besides the idle session's own host. */
-  const shapeWitnesses: string[] = []
   for (const shape of shapes) {
     const headroom = Headroom.fromReport({ allocatableMib: shape.memMib, totalVcpus: shape.vcpus }, Headroom.zero, limits)
     for (let c = 0; c < shape.count; c++) {
       const i = hostIds.length
       const id = `h${String(i).padStart(width, "0")}`
-      if (c === 0) shapeWitnesses.push(id)
       hostIds.push(id)
       hostIndex.set(id, i)
       capacityMib[i] = headroom.allocatableMib ?? Number.POSITIVE_INFINITY
@@ -362,10 +363,9 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   }
   // Which budgets no host could take even empty (the hosts never change here): core's rule.
   const emptyFleet = exec(store.fleetView())
-  const tooBig = ParkGate.tooBigFor(emptyFleet?.hosts ?? [], limits)
+  const tooBig = Placement.tooBigFor(emptyFleet?.hosts ?? [], limits)
 
   // ---- sessions -------------------------------------------------------------------------------
-  const state = new Uint8Array(n)
   const phase = new Int32Array(n) // index of the current (or next) active period
   const host = new Int32Array(n).fill(-1)
   const requestAt = new Float64Array(n) // when the open request (create or resume) began
@@ -456,7 +456,6 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   /** A request has been answered with room: record its wait and start its VM. */
   const placed = (i: number, hostId: string, fromQueue: boolean): void => {
     place(i, hostId)
-    state[i] = S_PENDING
     const wait = now - (requestAt[i] as number)
     recordWait(i, fromQueue ? wait : 0)
     const resuming = requestIsResume[i] === 1
@@ -471,7 +470,6 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   const reactWindow = new CoalescingWindow()
 
   const startDescent = (i: number): void => {
-    state[i] = S_DESCENDING
     descents++
     windows.count(now, "descents")
     heap.push(now + descentMs(i), DESCENT_DONE, i)
@@ -522,7 +520,6 @@ export const run = (workload: Workload, options: RunOptions): Result => {
           if (i === undefined) continue
           unplace(i)
           waiting.delete(i)
-          state[i] = S_LOST
           lost++
         }
         return
@@ -564,13 +561,9 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   }
 
   const outcome = (i: number, o: PlaceOutcome | undefined): void => {
-    if (o === undefined) {
-      state[i] = S_LOST
-      return
-    }
+    if (o === undefined) return
     if (o._tag === "Placed") placed(i, o.session.hostId as string, false)
     else {
-      state[i] = S_QUEUED
       queuedRequests++
       windows.count(requestAt[i] as number, "queued")
       if (unplaceable[i] === 1) return
@@ -597,33 +590,6 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     heap.push(t, k < s.idleMs.length ? IDLE : END, i)
   }
 
-  /**
-   * The policy's answer for an idle session, fresh at the moment it goes idle. With drains on
-   * release no queued session fits on any host between drains, so a view of the session's host,
-   * one host of each shape (what "too big" is judged against) and one placeable queued session
-   * answers "is a queued session without room" as a full fleet read would, at a fraction of the
-   * cost; every policy's `mayPark` reads nothing else (a host held for a starving session has a
-   * session without room behind it, so no host parks then anyway).
-   */
-  const mayParkNow = (hostId: string): boolean => {
-    if (!fleet.drainOnRelease && waiting.size > 0) {
-      // Queued sessions may fit somewhere: only a full read answers exactly.
-      const full = exec(store.fleetView())
-      return full !== undefined && ParkPolicy.decide(policy, full, { now, limits, options: fleet.policyOptions }).mayPark(hostId)
-    }
-    const head = waiting.values().next()
-    // With nothing waiting every policy's answer reads the host alone.
-    const ids = head.done === true ? [hostId] : [hostId, ...shapeWitnesses.filter((w) => w !== hostId)]
-    const hosts: FleetView["hosts"][number][] = []
-    for (const id of ids) {
-      const view = exec(store.getHost(id))
-      if (view === undefined) return false
-      hosts.push({ id: view.id, headroom: view.headroom, state: view.state, entries: view.entries, measured: view.measured, descentsRunning: view.descentsRunning, parks: [] })
-    }
-    const queue = head.done === true ? [] : [{ sessionId: (scripts[head.value] as Script).id, budget: (scripts[head.value] as Script).budget, queuedAt: requestAt[head.value] as number }]
-    return ParkPolicy.decide(policy, { hosts, queue }, { now, limits, options: fleet.policyOptions }).mayPark(hostId)
-  }
-
   const pass = (): void => {
     passes++
     drainPending()
@@ -634,11 +600,31 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     judging.clear()
   }
 
+  /**
+   * The user asks for the session back: a park resumes warm in place, a descended session
+   * cold (placed, or queued); one still descending resumes cold once its capture is stored
+   * (it cannot be undone). The store's answer says which.
+   */
   const resume = (i: number): void => {
+    const answer = attempt(store.resume((scripts[i] as Script).id))
+    if (answer === undefined) return
+    if ("refusedFrom" in answer) {
+      if (answer.refusedFrom === "descending") resumeAfterDescent[i] = 1
+      return
+    }
     request(i, true)
+    const o = answer.ok
+    if (o._tag === "Placed" && o.session.state === "running") {
+      warm++
+      windows.count(now, "warm")
+      recordWait(i, 0)
+      resumeWaits.push(fleet.warmResumeMs)
+      scheduleActiveEnd(i, now + fleet.warmResumeMs)
+      return
+    }
     cold++
     windows.count(now, "cold")
-    outcome(i, exec(store.resume((scripts[i] as Script).id)))
+    outcome(i, o)
   }
 
   const handle = (kind: number, i: number): void => {
@@ -650,20 +636,16 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         return
       }
       case START: {
-        if (state[i] !== S_PENDING) return
-        if (exec(store.markRunning(s.id)) === undefined) return
-        state[i] = S_RUNNING
+        if (!("ok" in (attempt(store.markRunning(s.id)) ?? {}))) return
         scheduleActiveEnd(i, now)
         return
       }
       case IDLE: {
-        if (state[i] !== S_RUNNING) return
-        const mayPark = mayParkNow(hostIds[host[i] as number] as string)
-        if (exec(store.idle(s.id, mayPark)) === undefined) return
-        if (mayPark) {
-          state[i] = S_PARKED
-          parks++
-        } else {
+        const answer = attempt(store.idle(s.id))
+        if (answer === undefined || !("ok" in answer)) return
+        // The store's step decided with the run's park policy: parked, or descending at once.
+        if (answer.ok.state === "parked") parks++
+        else {
           idleDescents++
           startDescent(i)
         }
@@ -672,31 +654,13 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         heap.push(now + (s.idleMs[k] as number), k + 1 < s.activeMs.length ? RESUME : END, i)
         return
       }
-      case RESUME: {
-        const st = state[i]
-        if (st === S_PARKED) {
-          request(i, true)
-          if (exec(store.unpark(s.id)) === undefined) return
-          warm++
-          windows.count(now, "warm")
-          recordWait(i, 0)
-          resumeWaits.push(fleet.warmResumeMs)
-          state[i] = S_RUNNING
-          scheduleActiveEnd(i, now + fleet.warmResumeMs)
-        } else if (st === S_DESCENDING) {
-          // The capture cannot be undone: the session resumes cold once it is stored.
-          resumeAfterDescent[i] = 1
-        } else if (st === S_DESCENDED) {
-          resume(i)
-        }
+      case RESUME:
+        resume(i)
         return
-      }
       case DESCENT_DONE: {
-        if (state[i] !== S_DESCENDING) return
         const h = host[i] as number
-        if (exec(store.finishDescent(s.id)) === undefined) return
+        if (!("ok" in (attempt(store.finishDescent(s.id)) ?? {}))) return
         unplace(i)
-        state[i] = S_DESCENDED
         judging.set(h, (judging.get(h) ?? 0) + 1)
         if (resumeAfterDescent[i] === 1) {
           resumeAfterDescent[i] = 0
@@ -705,12 +669,9 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         return
       }
       case END: {
-        const st = state[i]
-        if (st === S_ENDED || st === S_LOST || st === S_NEW) return
-        if (st === S_QUEUED) waiting.delete(i)
-        if (exec(store.endSession(s.id)) === undefined) return
+        if (!("ok" in (attempt(store.endSession(s.id)) ?? {}))) return
+        waiting.delete(i)
         unplace(i)
-        state[i] = S_ENDED
         return
       }
       case PASS: {
@@ -783,13 +744,9 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   now = horizon
 
   // Requests still waiting count what they have waited so far.
-  let stillQueued = 0
-  for (let i = 0; i < n; i++) {
-    if (state[i] === S_QUEUED) {
-      stillQueued++
-      recordWait(i, horizon - (requestAt[i] as number))
-    }
-  }
+  const queuedAtEnd = new Set((exec(store.fleetView())?.queue ?? []).map((q) => sessionIndex.get(q.sessionId) as number))
+  const stillQueued = queuedAtEnd.size
+  for (let i = 0; i < n; i++) if (queuedAtEnd.has(i)) recordWait(i, horizon - (requestAt[i] as number))
   options.onProgress?.(1)
 
   const longestWaits: LongWait[] = []
@@ -805,7 +762,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         waitMs: longest[i] as number,
         requestAtMs: longestAt[i] as number,
         request: longestIsResume[i] === 1 ? "resume" : "create",
-        stillQueued: state[i] === S_QUEUED,
+        stillQueued: queuedAtEnd.has(i),
       })
     }
   }

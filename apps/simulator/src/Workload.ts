@@ -4,6 +4,7 @@
  * periods); the simulator plays each script against the fleet. Scripts come from the seeded
  * generator or from a trace (JSON Lines), and a script round-trips through the trace exactly.
  */
+import { Order } from "@engram/core"
 import type { Budget } from "@engram/core"
 import { Rng } from "./Rng.js"
 
@@ -328,7 +329,7 @@ export const parseTrace = (text: string, horizonMs?: number): ParseResult => {
     else b.idleMs.push(OPEN)
     done.set(b.id, scriptOf(b, !wasActive))
   }
-  const scripts = [...done.values()].sort((a, b) => a.arriveAtMs - b.arriveAtMs || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+  const scripts = [...done.values()].sort((a, b) => a.arriveAtMs - b.arriveAtMs || Order.byId(a, b))
   const horizon = horizonMs ?? metaHorizon ?? Math.max(1, lastT)
   return { _tag: "Parsed", workload: { scripts, horizonMs: horizon } }
 }

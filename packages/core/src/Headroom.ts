@@ -33,6 +33,9 @@ export const zero: Budget = Object.freeze({ memMib: 0, vcpus: 0 })
 /** Sum of two budgets. */
 export const add = (a: Budget, b: Budget): Budget => ({ memMib: a.memMib + b.memMib, vcpus: a.vcpus + b.vcpus })
 
+/** `a` less `b`, per dimension. */
+export const subtract = (a: Budget, b: Budget): Budget => ({ memMib: a.memMib - b.memMib, vcpus: a.vcpus - b.vcpus })
+
 /** RAM not reserved: negative when the host is reserved beyond its capacity; null when unmeasured. */
 export const freeMib = (h: HostHeadroom): number | null =>
   h.allocatableMib === null ? null : h.allocatableMib - h.reserved.memMib
@@ -51,22 +54,20 @@ export const gatesCpu = (h: HostHeadroom): boolean => h.cpuBudget !== null && h.
  * The largest budget that fits, per dimension; `Infinity` where the dimension is not gated.
  * `fits` and every index built for fast "does anything fit" queries read this.
  */
-export const fitLimit = (h: HostHeadroom): Budget => ({
-  memMib: gatesRam(h) ? (h.allocatableMib as number) - h.reserved.memMib : Number.POSITIVE_INFINITY,
-  vcpus: gatesCpu(h) ? (h.cpuBudget as number) - h.reserved.vcpus : Number.POSITIVE_INFINITY,
-})
+export const fitLimit = (h: HostHeadroom): Budget => ({ memMib: fitLimitMib(h), vcpus: fitLimitVcpus(h) })
+
+/** The RAM part of {@link fitLimit}. */
+export const fitLimitMib = (h: HostHeadroom): number => (gatesRam(h) ? (h.allocatableMib as number) - h.reserved.memMib : Number.POSITIVE_INFINITY)
+
+/** The CPU part of {@link fitLimit}. */
+export const fitLimitVcpus = (h: HostHeadroom): number => (gatesCpu(h) ? (h.cpuBudget as number) - h.reserved.vcpus : Number.POSITIVE_INFINITY)
 
 /** Whether `b` fits on the host now (SPEC §1). */
-export const fits = (h: HostHeadroom, b: Budget): boolean => {
-  const limit = fitLimit(h)
-  return b.memMib <= limit.memMib && b.vcpus <= limit.vcpus
-}
+export const fits = (h: HostHeadroom, b: Budget): boolean => b.memMib <= fitLimitMib(h) && b.vcpus <= fitLimitVcpus(h)
 
 /** Which dimension refuses `b`, if any: RAM is named first. */
-export const shortfall = (h: HostHeadroom, b: Budget): "ram" | "cpu" | null => {
-  const limit = fitLimit(h)
-  return b.memMib > limit.memMib ? "ram" : b.vcpus > limit.vcpus ? "cpu" : null
-}
+export const shortfall = (h: HostHeadroom, b: Budget): "ram" | "cpu" | null =>
+  b.memMib > fitLimitMib(h) ? "ram" : b.vcpus > fitLimitVcpus(h) ? "cpu" : null
 
 /** Whether a measured host is reserved beyond its RAM capacity. */
 export const isOverReserved = (h: HostHeadroom): boolean => gatesRam(h) && h.reserved.memMib > (h.allocatableMib as number)

@@ -6,6 +6,7 @@ import * as Headroom from "./Headroom.js"
 import type { Budget, HostHeadroom } from "./Headroom.js"
 import { defaults, type Limits } from "./Limits.js"
 import type { HostState } from "./Placement.js"
+import * as Plan from "./Plan.js"
 
 /** Who holds a reservation. */
 export type OwnerKind = "session" | "move" | "capture" | "external"
@@ -129,6 +130,15 @@ export const isStale = (e: Pick<Entry, "lastHeartbeatAt">, now: number, windowMs
 /** Whether `reclaim(now)` removes the entry. */
 export const isReclaimable = (e: Pick<Entry, "expiresAt" | "lastHeartbeatAt">, now: number, limits: Limits = defaults): boolean =>
   isExpired(e, now) || isStale(e, now, limits.heartbeatStaleWindowMs)
+
+/**
+ * The time after which the entry is reclaimable unless heartbeated again (its expiry, or its
+ * last heartbeat plus the stale window, whichever comes first): `isReclaimable(e, now)` holds
+ * exactly when `now` is past it. A heartbeat only moves it later, so a store may keep entries
+ * ordered by it and judge only those whose time has come.
+ */
+export const reclaimableAfter = (e: Pick<Entry, "expiresAt" | "lastHeartbeatAt">, limits: Limits = defaults): number =>
+  Math.min(e.expiresAt ?? Number.POSITIVE_INFINITY, e.lastHeartbeatAt + limits.heartbeatStaleWindowMs)
 
 /** The entries `reclaim(now)` removes. */
 export const reclaimable = <E extends Pick<Entry, "expiresAt" | "lastHeartbeatAt">>(
@@ -294,3 +304,11 @@ export const entryOf = (e: NewEntry, now: number): Entry => ({
   expiresAt: e.expiresAt ?? null,
   description: e.description ?? null,
 })
+
+/** The plan of an admitted reservation (SPEC §3): the new entry, taking room on its host at the version admission read. */
+export const reservePlan = (e: NewEntry, hostVersion: number, now: number): Plan.Plan =>
+  Plan.make(now, { ledger: [{ _tag: "Reserve", entry: entryOf(e, now) }], host: { hostId: e.hostId, version: hostVersion } })
+
+/** The plan of a release `refuseRelease` allows: the entry leaves the ledger, counted as released. */
+export const releasePlan = (e: Pick<Entry, "id" | "hostId" | "memMib" | "vcpus">, now: number): Plan.Plan =>
+  Plan.make(now, { ledger: [Plan.release(e, "released")] })

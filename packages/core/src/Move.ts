@@ -4,6 +4,7 @@
  * module holds the record and decides what may still happen to it; `Session.step` decides what
  * a commit or an abort does to the session and the ledger.
  */
+import * as Plan from "./Plan.js"
 
 /** A move's state: open (`pending`) or finished. */
 export type State = "pending" | "committed" | "aborted"
@@ -83,11 +84,12 @@ export const refuseRound = (m: Pick<Record, "id" | "state" | "rounds">): Refusal
   refuseUnlessPending(m) ??
   (finalRoundRecorded(m) ? { _tag: "Conflict", moveId: m.id, reason: "the final round is recorded: no round follows it" } : null)
 
-/** The move with one more round; refused on a finished move and after the final round. */
-export const recordRound = (m: Record, round: Round): { readonly _tag: "Recorded"; readonly move: Record } | Refusal => {
+/** The plan of one more round on the move (it updates the move alone); refused on a finished move and after the final round. */
+export const recordRound = (m: Record, round: Round, now: number): Plan.Plan | Refusal => {
   const refused = refuseRound(m)
   if (refused !== null) return refused
-  return { _tag: "Recorded", move: { ...m, rounds: [...m.rounds, { ...round }] } }
+  const { kind, wireBytes, apparentBytes, sendMs, captureMs } = round
+  return Plan.make(now, { moves: [{ _tag: "Update", move: { ...m, rounds: [...m.rounds, { kind, wireBytes, apparentBytes, sendMs, captureMs }] } }] })
 }
 
 /** The move closed without committing (`aborted`) at `now`, with why and the estimate it was refused on. */

@@ -1,7 +1,8 @@
 /**
  * The park gate (SPEC §4.1, §12): a park holds until a queued session has no room. Given one
- * fleet read it decides which parks yield (descend) this pass and whether an idle session
- * may park. Pure: the reaper reads the fleet, calls `evaluate`, and acts on the answer.
+ * fleet read it decides which parks yield (descend) this pass. Pure: the reaper reads the fleet,
+ * calls `evaluate` (or a `ParkPolicy`), and acts on the answer. Whether an idle session parks is
+ * `ParkPolicy.mayPark`, asked by the session's step; it reads `anyWithoutRoom`.
  *
  * The gate is a composition of steps, each exported so every `ParkPolicy` builds on the same
  * pieces instead of a copy of them:
@@ -14,8 +15,7 @@
  * 5. `nearestToFit`: the demand yields, on the hosts nearest to a fit;
  * 6. `serve`: one host held for each session it makes room for, every park it needs there
  *    yielding at once: a starving session always (see below), every waiting session under a
- *    fitting policy (`Steps.fit`, `demand-reserve`); `Rooms` plans the descents;
- * 7. `mayParkOn`: an idle session parks only on a measured host while nothing waits for room.
+ *    fitting policy (`Steps.fit`, `demand-reserve`); `DescentPlanner` plans the descents.
  * `decide` composes them, with seams for the policies (`Steps`).
  *
  * **The starvation bound.** The queue lets a later, smaller session place past a big one
@@ -25,7 +25,7 @@
  * host for it (the one that needs the fewest MiB of parks descended to fit it, else the nearest
  * to fitting it), yields on that host every park it takes to fit (oldest first; more than one
  * per pass), and while the hold lasts no idle session parks there (it descends, adding its
- * room). The hold is part of the gate's answer and comes back as an input at the next pass, so
+ * room: while its session waits without room no idle session parks anywhere). The hold is part of the gate's answer and comes back as an input at the next pass, so
  * the room gathers on one host instead of being spread over many. The queue drains in FIFO
  * order, so the starving session (the oldest waiting) takes the room when it is whole, unless a
  * smaller session takes a hole first: a hard bound needs placement to skip a held host for
@@ -34,6 +34,7 @@
 import * as Headroom from "./Headroom.js"
 import type { Budget } from "./Headroom.js"
 import { defaults, type Limits } from "./Limits.js"
+import { byId, compareIds } from "./Order.js"
 import * as Placement from "./Placement.js"
 import type { Candidate } from "./Placement.js"
 
@@ -122,15 +123,12 @@ export interface Decision<R extends string = YieldReason> {
   readonly descentsRunning: number
   /** Hosts held for starving sessions: the memory for the next pass. */
   readonly holds: readonly Hold[]
-  /** Whether an idle session on this host may park instead of descending. */
-  readonly mayPark: (hostId: string) => boolean
 }
 
 // ---- orders --------------------------------------------------------------------------------
 
 /** Park order: oldest first, ties by session id. */
-export const byParkAge = (a: Park, b: Park): number =>
-  a.parkedAt - b.parkedAt || (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0)
+export const byParkAge = (a: Park, b: Park): number => a.parkedAt - b.parkedAt || compareIds(a.sessionId, b.sessionId)
 
 /** The park that yields first on a host: the oldest. */
 export const oldestPark = (parks: readonly Park[]): Park | undefined => {
@@ -138,8 +136,6 @@ export const oldestPark = (parks: readonly Park[]): Park | undefined => {
   for (const p of parks) if (oldest === undefined || byParkAge(p, oldest) < 0) oldest = p
   return oldest
 }
-
-const byId = (a: { readonly id: string }, b: { readonly id: string }): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 
 /** Host order for demand (SPEC §4.1): the most unreserved RAM first (the nearest to a fit), ties by id. */
 export const byNearestToFit = (a: FleetHost, b: FleetHost): number => {
@@ -150,42 +146,10 @@ export const byNearestToFit = (a: FleetHost, b: FleetHost): number => {
 
 // ---- step 1: unplaceable (too_big) ---------------------------------------------------------
 
-/** The headroom of a host with nothing reserved on it. */
-const emptied = (h: Candidate): Candidate => ({
-  id: h.id,
-  headroom: { allocatableMib: h.headroom.allocatableMib, cpuBudget: h.headroom.cpuBudget, reserved: Headroom.zero },
-  entries: 0,
-  ...(h.state === undefined ? {} : { state: h.state }),
-  ...(h.measured === undefined ? {} : { measured: h.measured }),
-  ...(h.reported === undefined ? {} : { reported: h.reported }),
-})
-
-/**
- * Whether `budget` fits on none of the ready measured hosts even if that host were empty
- * (SPEC §12, `too_big`). With no ready measured host at all nothing is too big: the fleet is
- * not measured yet, which says nothing about the size of its hosts.
- */
-export const tooBigFor = (hosts: readonly Candidate[], limits: Limits = defaults): ((budget: Budget) => boolean) => {
-  // Each ready measured host's fit limits as if it held nothing (`emptied`, judged open with
-  // requireMeasured off), without copying the hosts.
-  const open = { ...limits, requireMeasured: false }
-  const points: Budget[] = []
-  let sized = 0
-  for (const h of hosts) {
-    if ((h.state ?? "ready") !== "ready" || !Placement.isMeasured(h)) continue
-    sized++
-    const empty = emptied(h)
-    if (Placement.isOpen(empty, open)) points.push(Headroom.fitLimit(empty.headroom))
-  }
-  if (sized === 0) return () => false
-  const index = Placement.roomIndexOf(points)
-  return (budget) => !index.anyFits(budget)
-}
-
 /** Queued sessions no descent can help: too big for every ready measured host, in queue order. */
 export const unplaceable = (fleet: FleetView, limits: Limits = defaults): Queued[] => {
   if (fleet.queue.length === 0) return []
-  const tooBig = tooBigFor(fleet.hosts, limits)
+  const tooBig = Placement.tooBigFor(fleet.hosts, limits)
   return fleet.queue.filter((q) => tooBig(q.budget))
 }
 
@@ -211,8 +175,24 @@ export const withoutRoom = (fleet: FleetView, limits: Limits = defaults): Queued
   const index = Placement.roomIndex(fleet.hosts, limits)
   const waiting = fleet.queue.filter((q) => !index.anyFits(q.budget))
   if (waiting.length === 0) return waiting
-  const tooBig = tooBigFor(fleet.hosts, limits)
+  const tooBig = Placement.tooBigFor(fleet.hosts, limits)
   return waiting.filter((q) => !tooBig(q.budget))
+}
+
+/**
+ * Whether any queued budget fits on no candidate host (`fits` answers that, e.g. a store's
+ * placement index), too-big ones left out: what the idle decision reads of the queue. Each
+ * budget is judged once however many sessions ask for it.
+ */
+export const anyWithoutRoom = (queued: Iterable<Budget>, fits: (b: Budget) => boolean, tooBig: (b: Budget) => boolean): boolean => {
+  const judged = new Set<string>()
+  for (const b of queued) {
+    const key = `${b.memMib}/${b.vcpus}`
+    if (judged.has(key)) continue
+    judged.add(key)
+    if (!fits(b) && !tooBig(b)) return true
+  }
+  return false
 }
 
 /** How many queued sessions are without room (`withoutRoom(...).length`). */
@@ -279,13 +259,12 @@ export const nearestToFit = (pool: readonly FleetHost[], wanted: number): Yield[
 export const starving = (waiting: readonly Queued[], now: number, limitMs: number): Queued[] =>
   waiting
     .filter((q) => now - q.queuedAt >= limitMs)
-    .sort((a, b) => a.queuedAt - b.queuedAt || (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0))
+    .sort((a, b) => a.queuedAt - b.queuedAt || compareIds(a.sessionId, b.sessionId))
 
-const minus = (a: Budget, b: Budget): Budget => ({ memMib: a.memMib - b.memMib, vcpus: a.vcpus - b.vcpus })
 const parkedMib = (parks: readonly Park[]): number => parks.reduce((a, p) => a + p.budget.memMib, 0)
 
 /** What descending parks on one host would do for one budget. */
-export interface Plan {
+export interface Descents {
   /** The parks to descend, oldest first (all the eligible ones when they do not suffice). */
   readonly parks: readonly Park[]
   /** Whether the budget fits once they have descended. */
@@ -293,11 +272,11 @@ export interface Plan {
 }
 
 /**
- * Room on hosts for one budget at a time, over one fleet read: each host's parks sorted once
+ * Plans descents for one budget at a time, over one fleet read: each host's parks sorted once
  * (oldest first), then for a budget the parks whose descents make it fit. Each descent frees
  * its budget and one entry.
  */
-export class Rooms {
+export class DescentPlanner {
   private readonly sorted = new Map<string, readonly Park[]>()
   constructor(readonly limits: Limits = defaults) {}
 
@@ -312,7 +291,7 @@ export class Rooms {
   }
 
   /** The oldest parks (those `eligible` accepts) whose descents make `budget` fit on `h`. */
-  plan(h: FleetHost, budget: Budget, eligible: (p: Park) => boolean = () => true): Plan {
+  descents(h: FleetHost, budget: Budget, eligible: (p: Park) => boolean = () => true): Descents {
     let headroom = h.headroom
     let entries = h.entries ?? 0
     const fitsNow = () => Placement.fitsOn({ ...h, headroom, entries }, budget, this.limits)
@@ -321,7 +300,7 @@ export class Rooms {
     for (const p of this.parksOf(h)) {
       if (!eligible(p)) continue
       out.push(p)
-      headroom = { ...headroom, reserved: minus(headroom.reserved, p.budget) }
+      headroom = { ...headroom, reserved: Headroom.subtract(headroom.reserved, p.budget) }
       entries = Math.max(0, entries - 1)
       if (fitsNow()) return { parks: out, fits: true }
     }
@@ -330,7 +309,7 @@ export class Rooms {
 
   /** Whether `h` could take `budget` at all: ready, measured, big enough when empty. */
   could(h: FleetHost, budget: Budget): boolean {
-    return (h.state ?? "ready") === "ready" && Placement.isMeasured(h) && Placement.fitsOn(emptied(h), budget, { ...this.limits, requireMeasured: false })
+    return (h.state ?? "ready") === "ready" && Placement.isMeasured(h) && Placement.fitsOn(Placement.emptied(h), budget, { ...this.limits, requireMeasured: false })
   }
 
   /**
@@ -343,17 +322,17 @@ export class Rooms {
     hosts: readonly FleetHost[],
     taken: ReadonlySet<string>,
     eligible?: (p: Park) => boolean,
-  ): { readonly host: FleetHost; readonly plan: Plan } | undefined {
-    let best: { host: FleetHost; plan: Plan; cost: number } | undefined
+  ): { readonly host: FleetHost; readonly descents: Descents } | undefined {
+    let best: { host: FleetHost; descents: Descents; cost: number } | undefined
     for (const h of hosts) {
       if (taken.has(h.id) || h.descentsRunning > 0 || h.parks.length === 0 || Headroom.isOverReserved(h.headroom) || !this.could(h, budget)) continue
       // Quick refusal: even with every park gone the RAM is short.
       const free = Headroom.gatesRam(h.headroom) ? (Headroom.freeMib(h.headroom) as number) : Number.POSITIVE_INFINITY
       if (free + parkedMib(h.parks) < budget.memMib) continue
-      const plan = this.plan(h, budget, eligible)
-      if (!plan.fits || plan.parks.length === 0) continue
-      const cost = parkedMib(plan.parks)
-      if (best === undefined || cost < best.cost || (cost === best.cost && byNearestToFit(h, best.host) < 0)) best = { host: h, plan, cost }
+      const descents = this.descents(h, budget, eligible)
+      if (!descents.fits || descents.parks.length === 0) continue
+      const cost = parkedMib(descents.parks)
+      if (best === undefined || cost < best.cost || (cost === best.cost && byNearestToFit(h, best.host) < 0)) best = { host: h, descents, cost }
     }
     return best
   }
@@ -364,12 +343,12 @@ export class Rooms {
  * that, the host nearest to fitting it (the most free RAM once all its parks descend), where
  * sessions that end or go idle will add the rest.
  */
-export const holdFor = (q: Queued, hosts: readonly FleetHost[], taken: ReadonlySet<string>, rooms: Rooms): FleetHost | undefined => {
-  const cheapest = rooms.cheapest(q.budget, hosts, taken)
+export const holdFor = (q: Queued, hosts: readonly FleetHost[], taken: ReadonlySet<string>, planner: DescentPlanner): FleetHost | undefined => {
+  const cheapest = planner.cheapest(q.budget, hosts, taken)
   if (cheapest !== undefined) return cheapest.host
   let nearest: { h: FleetHost; freeAfter: number } | undefined
   for (const h of hosts) {
-    if (taken.has(h.id) || !rooms.could(h, q.budget)) continue
+    if (taken.has(h.id) || !planner.could(h, q.budget)) continue
     const freeAfter = (Headroom.freeMib(h.headroom) ?? Number.POSITIVE_INFINITY) + parkedMib(h.parks)
     if (nearest === undefined || freeAfter > nearest.freeAfter || (freeAfter === nearest.freeAfter && byId(h, nearest.h) < 0)) nearest = { h, freeAfter }
   }
@@ -398,10 +377,11 @@ export const serve = (
   waiting: readonly Queued[],
   ctx: { readonly now: number; readonly limits: Limits; readonly options: Options; readonly memory: Memory },
   fit: boolean,
-  rooms: Rooms = new Rooms(ctx.limits),
+  planner: DescentPlanner = new DescentPlanner(ctx.limits),
 ): Served => {
   const starvingNow = starving(waiting, ctx.now, ctx.options.starvationLimitMs)
-  if (starvingNow.length === 0 && !fit) return { holds: [], yields: [] }
+  // Nobody to serve (the common pass): no host is looked at.
+  if (starvingNow.length === 0 && (!fit || waiting.length === 0)) return { holds: [], yields: [] }
   const byHostId = new Map(fleet.hosts.map((h) => [h.id, h]))
   const previous = new Map(ctx.memory.holds.map((hold) => [hold.sessionId, hold.hostId]))
   const starvingIds = new Set(starvingNow.map((q) => q.sessionId))
@@ -416,13 +396,13 @@ export const serve = (
     const kept = byHostId.get(previous.get(q.sessionId) ?? "")
     let h: FleetHost | undefined
     // A fitting hold lasts while its descents run or its parks can still make the room.
-    if (kept !== undefined && !taken.has(kept.id) && rooms.could(kept, q.budget) && (isStarving || kept.descentsRunning > 0 || rooms.plan(kept, q.budget).fits))
+    if (kept !== undefined && !taken.has(kept.id) && planner.could(kept, q.budget) && (isStarving || kept.descentsRunning > 0 || planner.descents(kept, q.budget).fits))
       h = kept
     if (h === undefined) {
       // A new hold searches every host: a bounded number per pass (the queue's oldest first).
       if (chosen >= maxNew) continue
       chosen += 1
-      h = isStarving ? holdFor(q, fleet.hosts, taken, rooms) : rooms.cheapest(q.budget, fleet.hosts, taken)?.host
+      h = isStarving ? holdFor(q, fleet.hosts, taken, planner) : planner.cheapest(q.budget, fleet.hosts, taken)?.host
     }
     if (h === undefined) continue
     taken.add(h.id)
@@ -430,20 +410,9 @@ export const serve = (
     // Descents already running on the held host free room: wait for them.
     if (h.descentsRunning > 0 || Headroom.isOverReserved(h.headroom)) continue
     const reason = isStarving ? ("starving" as const) : ("demand" as const)
-    for (const p of rooms.plan(h, q.budget).parks) yields.push({ hostId: h.id, sessionId: p.sessionId, reason })
+    for (const p of planner.descents(h, q.budget).parks) yields.push({ hostId: h.id, sessionId: p.sessionId, reason })
   }
   return { holds, yields }
-}
-
-// ---- step 7: may an idle session park ------------------------------------------------------
-
-/** `mayPark`: a measured host, not held for a starving session, while no queued session is without room. */
-export const mayParkOn = (fleet: FleetView, withoutRoomCount: number, holds: readonly Hold[] = []): ((hostId: string) => boolean) => {
-  if (withoutRoomCount > 0) return () => false
-  const measured = new Set<string>()
-  for (const h of fleet.hosts) if (Placement.isMeasured(h)) measured.add(h.id)
-  for (const hold of holds) measured.delete(hold.hostId)
-  return (hostId) => measured.has(hostId)
 }
 
 // ---- the composition -----------------------------------------------------------------------
@@ -465,8 +434,8 @@ export interface Steps<X extends string = never> {
 /** What an extra step sees. */
 export interface ExtraContext {
   readonly fleet: FleetView
-  /** The pass's room planner (each host's parks sorted once). */
-  readonly rooms: Rooms
+  /** The pass's descent planner (each host's parks sorted once). */
+  readonly planner: DescentPlanner
   /** Hosts held or yielding this pass. */
   readonly taken: ReadonlySet<string>
   /** The queued sessions without room. */
@@ -499,8 +468,8 @@ export const decide = <X extends string = never>(fleet: FleetView, ctx: Context,
   const unplaceableCount = fleet.queue.length === 0 ? 0 : unplaceable(fleet, limits).length
   const descents = descentsRunning(fleet)
 
-  const rooms = new Rooms(limits)
-  const starved = serve(fleet, waiting, { now, limits, options, memory: ctx.memory ?? noMemory }, steps.fit === true, rooms)
+  const planner = new DescentPlanner(limits)
+  const starved = serve(fleet, waiting, { now, limits, options, memory: ctx.memory ?? noMemory }, steps.fit === true, planner)
   const held = new Set(starved.holds.map((h) => h.hostId))
   const eligibleStep = steps.eligible
   const { forced, pool } = mayYield(fleet, now, limits, (h) => !held.has(h.id) && (eligibleStep === undefined || eligibleStep(h, now)))
@@ -520,7 +489,7 @@ export const decide = <X extends string = never>(fleet: FleetView, ctx: Context,
     const rest = pool.filter((h) => !used.has(h.id))
     // What the extra step may count on: every descent running and every yield made so far.
     const taken = new Set([...held, ...yields.map((y) => y.hostId)])
-    yields.push(...steps.extra(rest, { fleet, rooms, taken, waiting, committed: descents + yields.length, now, limits }))
+    yields.push(...steps.extra(rest, { fleet, planner, taken, waiting, committed: descents + yields.length, now, limits }))
   }
   return {
     yields,
@@ -528,16 +497,9 @@ export const decide = <X extends string = never>(fleet: FleetView, ctx: Context,
     unplaceable: unplaceableCount,
     descentsRunning: descents,
     holds: starved.holds,
-    mayPark: mayParkOn(fleet, waiting.length, starved.holds),
   }
 }
 
 /** Runs the gate over one fleet read (SPEC §4.1, §12). */
 export const evaluate = (fleet: FleetView, now: number, limits: Limits = defaults, options: Options = defaultOptions, memory: Memory = noMemory): Decision =>
   decide(fleet, { now, limits, options, memory })
-
-/** Whether an idle session on `hostId` may park now: the host is measured and no queued session is without room. */
-export const mayPark = (fleet: FleetView, hostId: string, limits: Limits = defaults): boolean => {
-  const host = fleet.hosts.find((h) => h.id === hostId)
-  return host !== undefined && Placement.isMeasured(host) && countWithoutRoom(fleet, limits) === 0
-}

@@ -2,17 +2,22 @@
  * Park policies (SPEC §4.2): the demand gate of §4.1 and the alternatives the fleet simulator
  * compares it with. Each policy is a pure function of one fleet read and a context (the time,
  * the limits, its options, what the gate remembers from the last pass, and the recent demand
- * for room), and answers as `ParkGate.decide` does: the parks that yield this pass and whether
- * an idle session may park. Every demand-style policy is `ParkGate.decide` with one of its
- * seams changed; `floor30`, `never-park` and `park-forever` are the baselines measured against.
- * `defaultName` is the policy the coordinator runs.
+ * for room), and answers as `ParkGate.decide` does: the parks that yield this pass. Every
+ * demand-style policy is `ParkGate.decide` with one of its seams changed; `floor30`,
+ * `never-park` and `park-forever` are the baselines measured against. `defaultName` is the
+ * policy the coordinator runs.
+ *
+ * Whether an idle session parks is the policy's too, decided once, in `mayPark`, on what the
+ * session's step reads (`IdleView`): its host, and whether a queued session has no room.
  */
 import * as Headroom from "./Headroom.js"
 import type { Budget } from "./Headroom.js"
 import { defaults, type Limits } from "./Limits.js"
+import { byId } from "./Order.js"
 import * as ParkGate from "./ParkGate.js"
 import type { FleetHost, FleetView, Park, Queued } from "./ParkGate.js"
 import * as Placement from "./Placement.js"
+import type { Candidate } from "./Placement.js"
 import * as QueueWalk from "./QueueWalk.js"
 
 /** The policies by name. */
@@ -44,7 +49,7 @@ export const defaultName: Name = "demand-reserve"
 /** What each policy does, in a line. */
 export const summaries: { readonly [N in Name]: string } = {
   demand: "SPEC §4.1: a park holds until a queued session (judged alone) has no room",
-  floor30: "seed 000 before #1782: a park holds only while its host keeps ≥ 30 % of its RAM unreserved",
+  floor30: "the percentage floor SPEC §11 replaced: a park holds only while its host keeps ≥ 30 % of its RAM unreserved",
   "never-park": "no parks: every idle session descends at once",
   "park-forever": "every idle session on a measured host parks; a park yields only at the hard TTL",
   "demand-cumulative": "demand, the queue judged cumulatively (first-fit of the whole queue in FIFO order)",
@@ -130,41 +135,93 @@ const gateContext = (ctx: Context): ParkGate.Context => ({
 
 const { byParkAge, oldestPark } = ParkGate
 
-const measuredHosts = (fleet: FleetView): ReadonlySet<string> => {
-  const s = new Set<string>()
-  for (const h of fleet.hosts) if (Placement.isMeasured(h)) s.add(h.id)
-  return s
+// ---- may an idle session park ------------------------------------------------------------------
+
+/** The configured policy: its name and its knobs (the stores' idle decision and the reaper run the same). */
+export interface Rule {
+  readonly name: Name
+  readonly options: Options
+}
+
+/** The coordinator's policy with its measured knobs. */
+export const defaultRule: Rule = Object.freeze({ name: defaultName, options: defaultOptions })
+
+/**
+ * What the idle decision reads (SPEC §4.1 `mayPark`): the idle session's host as placement
+ * sees it (null: it holds none), and whether a queued session has no room (judged alone;
+ * too-big ones aside, `ParkGate.anyWithoutRoom`). Nothing else: a host held for a starving
+ * session has a session without room behind it, so no host parks while the hold matters.
+ */
+export interface IdleView {
+  readonly host: Candidate | null
+  readonly queueWithoutRoom: boolean
+}
+
+/** A measured host whose unreserved RAM is at least `floorPct` of its capacity (one without a RAM cap always is). */
+const aboveFloor = (h: Candidate, floorPct: number): boolean => {
+  if (!Headroom.gatesRam(h.headroom)) return true
+  return (Headroom.freeMib(h.headroom) as number) >= (floorPct / 100) * (h.headroom.allocatableMib as number)
+}
+
+/**
+ * Whether an idle session parks under the policy (else it descends at once): only ever on a
+ * measured host; `demand` and its variants while no queued session is without room, `floor30`
+ * while its host stays above the floor, `park-forever` always, `never-park` never. The one
+ * park decision: every store's idle step asks it.
+ */
+export const mayPark = (rule: Rule, view: IdleView): boolean => {
+  const h = view.host
+  if (h === null || !Placement.isMeasured(h)) return false
+  switch (rule.name) {
+    case "never-park":
+      return false
+    case "park-forever":
+      return true
+    case "floor30":
+      return aboveFloor(h, rule.options.floorPct)
+    default:
+      return !view.queueWithoutRoom
+  }
+}
+
+/** The idle view of a session on `hostId` from one whole fleet read. */
+export const idleViewOf = (fleet: FleetView, hostId: string | null, limits: Limits = defaults): IdleView => {
+  const index = Placement.roomIndex(fleet.hosts, limits)
+  return {
+    host: fleet.hosts.find((h) => h.id === hostId) ?? null,
+    queueWithoutRoom: ParkGate.anyWithoutRoom(
+      fleet.queue.map((q) => q.budget),
+      (b) => index.anyFits(b),
+      Placement.tooBigFor(fleet.hosts, limits),
+    ),
+  }
 }
 
 // ---- the baselines ---------------------------------------------------------------------------
 
 /** Figures every baseline reports like the gate does (for the fleet signal and the simulator). */
-const baseline = (fleet: FleetView, limits: Limits, yields: PolicyYield[], mayPark: (hostId: string) => boolean): Decision => ({
+const baseline = (fleet: FleetView, limits: Limits, yields: PolicyYield[]): Decision => ({
   yields,
   withoutRoom: ParkGate.countWithoutRoom(fleet, limits),
   unplaceable: ParkGate.unplaceable(fleet, limits).length,
   descentsRunning: ParkGate.descentsRunning(fleet),
   holds: [],
-  mayPark,
 })
 
 /**
- * Seed 000's percentage floor (before #1782), on the one headroom: a park holds only while
- * its host's unreserved RAM is at least `floorPct` of its capacity, and a session parks only
- * on such a host. It ignores the queue. A host below the floor yields its oldest parks until
+ * The percentage floor SPEC §11 replaced, on the one headroom: a park holds only while its
+ * host's unreserved RAM is at least `floorPct` of its capacity (and `mayPark` parks a session
+ * only on such a host). It ignores the queue. A host below the floor yields its oldest parks until
  * the descents would lift it back to the floor; a host where a descent runs waits for it.
  */
 export const floor = (fleet: FleetView, now: number, limits: Limits = defaults, floorPct = defaultOptions.floorPct): Decision => {
   const share = floorPct / 100
   const yields: PolicyYield[] = []
-  const aboveFloor = new Set<string>()
   for (const h of fleet.hosts) {
-    if (!Placement.isMeasured(h)) continue
+    if (!Placement.isMeasured(h) || h.parks.length === 0 || h.descentsRunning > 0) continue
     const capacity = Headroom.gatesRam(h.headroom) ? (h.headroom.allocatableMib as number) : null
     // A measured host without a RAM cap is never below the floor.
     const shortMib = capacity === null ? 0 : share * capacity - (Headroom.freeMib(h.headroom) as number)
-    if (shortMib <= 0) aboveFloor.add(h.id)
-    if (h.parks.length === 0 || h.descentsRunning > 0) continue
     const parks = [...h.parks].sort(byParkAge)
     if (shortMib > 0) {
       // The first yield of an over-reserved host is named for it; the rest restore the floor.
@@ -181,7 +238,7 @@ export const floor = (fleet: FleetView, now: number, limits: Limits = defaults, 
       if (now - oldest.parkedAt > limits.parkHardTtlMs) yields.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "hard_ttl" })
     }
   }
-  return baseline(fleet, limits, yields, (hostId) => aboveFloor.has(hostId))
+  return baseline(fleet, limits, yields)
 }
 
 /** Parks age out at the hard TTL (one per host per pass); nothing else yields. */
@@ -197,13 +254,11 @@ const ttlOnly = (fleet: FleetView, now: number, limits: Limits): PolicyYield[] =
 
 /** No parks: every idle session descends at once (a park left from before still ages out). */
 export const neverPark = (fleet: FleetView, now: number, limits: Limits = defaults): Decision =>
-  baseline(fleet, limits, ttlOnly(fleet, now, limits), () => false)
+  baseline(fleet, limits, ttlOnly(fleet, now, limits))
 
 /** The other extreme: every idle session on a measured host parks; a park yields only at the hard TTL. */
-export const parkForever = (fleet: FleetView, now: number, limits: Limits = defaults): Decision => {
-  const measured = measuredHosts(fleet)
-  return baseline(fleet, limits, ttlOnly(fleet, now, limits), (hostId) => measured.has(hostId))
-}
+export const parkForever = (fleet: FleetView, now: number, limits: Limits = defaults): Decision =>
+  baseline(fleet, limits, ttlOnly(fleet, now, limits))
 
 // ---- demand and its variants: ParkGate.decide with one seam changed --------------------------
 
@@ -211,7 +266,6 @@ export const parkForever = (fleet: FleetView, now: number, limits: Limits = defa
 export const demand = (fleet: FleetView, now: number, limits: Limits = defaults, options: Options = defaultOptions): Decision =>
   ParkGate.decide(fleet, { now, limits, options })
 
-/** Places `budget` best-fit on the index and takes its room; answers whether it placed. */
 /**
  * Queued sessions that do not place when the whole queue is placed in FIFO order, each
  * placement taking its room (best fit, as placement ranks), in queue order. Two sessions that
@@ -221,7 +275,7 @@ export const withoutRoomCumulative = (fleet: FleetView, limits: Limits = default
   if (fleet.queue.length === 0) return []
   const out = QueueWalk.walk(fleet.queue, fleet.hosts, {}, limits).unplaced
   if (out.length === 0) return []
-  const tooBig = ParkGate.tooBigFor(fleet.hosts, limits)
+  const tooBig = Placement.tooBigFor(fleet.hosts, limits)
   return out.filter((q) => !tooBig(q.budget))
 }
 
@@ -232,8 +286,6 @@ export const countWithoutRoomCumulative = (fleet: FleetView, limits: Limits = de
 export const demandCumulative = (fleet: FleetView, now: number, limits: Limits = defaults, options: Options = defaultOptions): Decision =>
   ParkGate.decide(fleet, { now, limits, options }, { waiting: withoutRoomCumulative })
 
-const byId = (a: { readonly id: string }, b: { readonly id: string }): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
-const minus = (a: Budget, b: Budget): Budget => ({ memMib: a.memMib - b.memMib, vcpus: a.vcpus - b.vcpus })
 
 /**
  * Demand yields that make room where it is wanted: for each waiting session without room, in
@@ -268,9 +320,9 @@ const fitting = (pool: readonly FleetHost[], wanted: number, waiting: readonly Q
         // A descent frees one entry as well as its budget.
         const after = { ...h, entries: Math.max(0, (h.entries ?? 0) - 1) }
         const big = biggest.get(h.id) as Budget
-        if (!Placement.fitsOn({ ...after, headroom: { ...h.headroom, reserved: minus(h.headroom.reserved, big) } }, q.budget, limits)) continue
+        if (!Placement.fitsOn({ ...after, headroom: { ...h.headroom, reserved: Headroom.subtract(h.headroom.reserved, big) } }, q.budget, limits)) continue
         for (const p of parksOf.get(h.id) as Park[]) {
-          const headroom = { ...h.headroom, reserved: minus(h.headroom.reserved, p.budget) }
+          const headroom = { ...h.headroom, reserved: Headroom.subtract(h.headroom.reserved, p.budget) }
           if (!Placement.fitsOn({ ...after, headroom }, q.budget, limits)) continue
           const leftMib = (Headroom.freeMib(headroom) ?? Number.POSITIVE_INFINITY) - q.budget.memMib
           if (best === undefined || leftMib < best.leftMib || (leftMib === best.leftMib && byParkAge(p, best.park) < 0))
@@ -334,25 +386,30 @@ export const poissonQuantile = (mean: number, q: number): number => {
  */
 export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, options: Options = defaultOptions, maxCount = 256): Budget[] => {
   if (recent === undefined || !(recent.reservedMibPerSec > 0)) return []
-  const sizes = new Map<string, { budget: Budget; count: number }>()
+  // Sizes by one key each (a number for whole MiB and vCPUs, which is every session's: this runs
+  // over every park of the fleet each pass).
+  const sizes = new Map<number | string, { budget: Budget; count: number }>()
   let total = 0
   let mib = 0
   const add = (b: Budget): void => {
-    const key = `${b.memMib}:${b.vcpus}`
+    const key = Number.isInteger(b.memMib) && Number.isInteger(b.vcpus) && b.vcpus >= 0 && b.vcpus < 4096 ? b.memMib * 4096 + b.vcpus : `${b.memMib}:${b.vcpus}`
     const g = sizes.get(key)
     if (g === undefined) sizes.set(key, { budget: b, count: 1 })
     else g.count++
     total++
     mib += b.memMib
   }
-  // Sizes no host could take (SPEC §12 too_big) are no reason to make room.
-  const tooBig = ParkGate.tooBigFor(fleet.hosts)
   for (const h of fleet.hosts) for (const p of h.parks) add(p.budget)
-  for (const q of fleet.queue) if (!tooBig(q.budget)) add(q.budget)
+  if (fleet.queue.length > 0) {
+    // Sizes no host could take (SPEC §12 too_big) are no reason to make room.
+    const tooBig = Placement.tooBigFor(fleet.hosts)
+    for (const q of fleet.queue) if (!tooBig(q.budget)) add(q.budget)
+  }
   if (total === 0) return []
   const sessionsPerLead = (recent.reservedMibPerSec / (mib / total)) * (options.reserveLeadMs / 1000)
   const out: Budget[] = []
-  const groups = [...sizes.values()].sort((a, b) => b.budget.memMib - a.budget.memMib || b.budget.vcpus - a.budget.vcpus)
+  const groups = [...sizes.values()]
+  groups.sort((a, b) => b.budget.memMib - a.budget.memMib || b.budget.vcpus - a.budget.vcpus)
   for (const g of groups) {
     const places = poissonQuantile((sessionsPerLead * g.count) / total, options.reserveQuantile)
     for (let k = 0; k < places && out.length < maxCount; k++) out.push(g.budget)
@@ -398,10 +455,10 @@ const reserveStep =
       let fallback = pool.filter((h) => !taken.has(h.id) && h.parks.some(eligible)).sort(ParkGate.byNearestToFit)
       const left: Budget[] = []
       for (const b of targets) {
-        const room = at.rooms.cheapest(b, at.fleet.hosts, taken, eligible)
+        const room = at.planner.cheapest(b, at.fleet.hosts, taken, eligible)
         if (room !== undefined) {
           taken.add(room.host.id)
-          for (const p of room.plan.parks) yields.push({ hostId: room.host.id, sessionId: p.sessionId, reason: "reserve" })
+          for (const p of room.descents.parks) yields.push({ hostId: room.host.id, sessionId: p.sessionId, reason: "reserve" })
           continue
         }
         fallback = fallback.filter((h) => !taken.has(h.id))
@@ -411,7 +468,7 @@ const reserveStep =
           continue
         }
         taken.add(h.id)
-        const p = at.rooms.parksOf(h).find(eligible) as Park
+        const p = at.planner.parksOf(h).find(eligible) as Park
         yields.push({ hostId: h.id, sessionId: p.sessionId, reason: "reserve" })
       }
       targets = left

@@ -6,6 +6,7 @@
 import * as Headroom from "./Headroom.js"
 import type { Budget, HostHeadroom } from "./Headroom.js"
 import { defaults, type Limits } from "./Limits.js"
+import { compareIds } from "./Order.js"
 
 /** Host states that matter to placement; only `ready` hosts take new sessions. */
 export type HostState = "ready" | "draining" | "cordoned"
@@ -87,7 +88,7 @@ export const compare = (a: Candidate, b: Candidate, affinityIndex: ReadonlyMap<s
   const va = orNever(Headroom.freeVcpus(a.headroom))
   const vb = orNever(Headroom.freeVcpus(b.headroom))
   if (va !== vb) return va < vb ? -1 : 1
-  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0
+  return compareIds(a.id, b.id)
 }
 
 /** The position of each affinity host in the request's preference order. */
@@ -204,22 +205,28 @@ export const noFit = (hosts: readonly Candidate[], req: Request, limits: Limits 
       freeMib: Headroom.freeMib(c.headroom),
       freeVcpus: Headroom.freeVcpus(c.headroom),
     }))
-    .sort((a, b) => (a.hostId < b.hostId ? -1 : a.hostId > b.hostId ? 1 : 0))
+    .sort((a, b) => compareIds(a.hostId, b.hostId))
 
-/** The headroom of a host with nothing reserved on it. */
-const emptied = (h: Candidate): Candidate => ({ ...h, entries: 0, headroom: { ...h.headroom, reserved: Headroom.zero } })
+/** The host as it would be with nothing reserved on it. */
+export const emptied = (h: Candidate): Candidate => ({ ...h, entries: 0, headroom: { ...h.headroom, reserved: Headroom.zero } })
 
 /**
  * Whether a budget fits on none of the ready measured hosts even if that host were empty
  * (SPEC §12, `too_big`): no descent can help it. With no ready measured host at all nothing is
  * too big (the fleet is not measured yet, which says nothing about the size of its hosts).
  */
-// TODO(life): the gate branch holds this rule as `ParkGate.tooBigFor`; once it is on main this
-// copy goes and every caller uses that one.
-export const tooBigFor = (hosts: readonly Candidate[], limits: Limits = defaults): ((budget: Budget) => boolean) => {
-  const sized = hosts.filter((h) => (h.state ?? "ready") === "ready" && isMeasured(h)).map(emptied)
-  if (sized.length === 0) return () => false
-  const index = roomIndex(sized, { ...limits, requireMeasured: false })
+export const tooBigFor = (hosts: Iterable<Candidate>, limits: Limits = defaults): ((budget: Budget) => boolean) => {
+  // Each ready measured host's fit limits as if it held nothing: empty, such a host is open
+  // once it has reported (`isOpen` of `emptied(h)`, without copying the host).
+  const points: Budget[] = []
+  let sized = 0
+  for (const h of hosts) {
+    if ((h.state ?? "ready") !== "ready" || !isMeasured(h)) continue
+    sized++
+    if (h.reported !== false && limits.maxEntriesPerNode > 0) points.push(Headroom.fitLimit({ ...h.headroom, reserved: Headroom.zero }))
+  }
+  if (sized === 0) return () => false
+  const index = roomIndexOf(points)
   return (budget) => !index.anyFits(budget)
 }
 

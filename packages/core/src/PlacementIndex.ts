@@ -40,6 +40,13 @@ class Sorted {
     return this.count
   }
 
+  /** Replaces every slot with `slots`, already sorted by `cmpSlot`: one pass, no search per slot. */
+  load(slots: readonly Slot[]): void {
+    this.blocks = []
+    for (let i = 0; i < slots.length; i += BLOCK) this.blocks.push(slots.slice(i, i + BLOCK))
+    this.count = slots.length
+  }
+
   // The block a slot with this key belongs in: the first whose last slot is >= it (else the last block).
   private blockFor(s: Slot): number {
     const blocks = this.blocks
@@ -145,38 +152,68 @@ export class Index {
     for (const c of hosts) this.upsert(c)
   }
 
-  /** An index over these candidates. */
+  /** An index over these candidates (a later one of an id replaces an earlier), built in one sort. */
   static of(hosts: Iterable<Candidate>, limits: Limits = defaults): Index {
     const index = new Index(limits)
-    for (const c of hosts) index.upsert(c)
+    const measured: Slot[] = []
+    const unmeasured: Slot[] = []
+    let repeated = false
+    for (const c of hosts) {
+      if (index.all.has(c.id)) repeated = true
+      index.all.set(c.id, c)
+      if (repeated) continue
+      const slot = index.slotFor(c)
+      if (slot === null) continue
+      const list = index.listOf(c)
+      if (list === index.measured) measured.push(slot)
+      else if (list === index.unmeasured) unmeasured.push(slot)
+      else index.irregular.push(c)
+      index.slotOf.set(c.id, { slot, list })
+    }
+    // An id given twice: the last one counts, filed one by one.
+    if (repeated) {
+      const all = [...index.all.values()]
+      const again = new Index(limits)
+      for (const c of all) again.upsert(c)
+      return again
+    }
+    index.measured.load(measured.sort(cmpSlot))
+    index.unmeasured.load(unmeasured.sort(cmpSlot))
     return index
+  }
+
+  /** The slot of an open host; null for a host that takes no placement. */
+  private slotFor(c: Candidate): Slot | null {
+    if (!Placement.isOpen(c, this.limits)) return null
+    const h = c.headroom
+    return {
+      c,
+      mib: Headroom.freeMib(h) ?? Number.POSITIVE_INFINITY,
+      vcpus: Headroom.freeVcpus(h) ?? Number.POSITIVE_INFINITY,
+      fitMib: Headroom.fitLimitMib(h),
+      fitVcpus: Headroom.fitLimitVcpus(h),
+    }
+  }
+
+  /** Which list an open host is filed in. */
+  private listOf(c: Candidate): Sorted | Candidate[] {
+    if (!Placement.isMeasured(c)) return this.unmeasured
+    // The ranking key's RAM (freeMib, null = Infinity) equals the RAM fit limit here, so a
+    // binary search on it finds the first host with enough RAM.
+    if (Headroom.gatesRam(c.headroom) || c.headroom.allocatableMib === null) return this.measured
+    return this.irregular
   }
 
   /** Adds or replaces a host. */
   upsert(c: Candidate): void {
     this.remove(c.id)
     this.all.set(c.id, c)
-    if (!Placement.isOpen(c, this.limits)) return
-    const limit = Headroom.fitLimit(c.headroom)
-    const slot: Slot = {
-      c,
-      mib: Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY,
-      vcpus: Headroom.freeVcpus(c.headroom) ?? Number.POSITIVE_INFINITY,
-      fitMib: limit.memMib,
-      fitVcpus: limit.vcpus,
-    }
-    if (!Placement.isMeasured(c)) {
-      this.unmeasured.insert(slot)
-      this.slotOf.set(c.id, { slot, list: this.unmeasured })
-    } else if (Headroom.gatesRam(c.headroom) || c.headroom.allocatableMib === null) {
-      // The ranking key's RAM (freeMib, null = Infinity) equals the RAM fit limit here, so a
-      // binary search on it finds the first host with enough RAM.
-      this.measured.insert(slot)
-      this.slotOf.set(c.id, { slot, list: this.measured })
-    } else {
-      this.irregular.push(c)
-      this.slotOf.set(c.id, { slot, list: this.irregular })
-    }
+    const slot = this.slotFor(c)
+    if (slot === null) return
+    const list = this.listOf(c)
+    if (Array.isArray(list)) list.push(c)
+    else list.insert(slot)
+    this.slotOf.set(c.id, { slot, list })
   }
 
   /** Removes a host; unknown ids are ignored. */

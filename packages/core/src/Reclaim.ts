@@ -1,19 +1,19 @@
 /**
- * The reclaim plan (SPEC §3): which reservations a reclaim pass removes (every expired or stale
- * one) and what follows from it. A reclaimed session reservation makes its session `lost` and
- * closes its open move (the target's reservation goes too: reclaimed if it is itself stale,
+ * The reclaim pass (SPEC §3): which reservations it removes (every expired or stale one) and
+ * what follows from it, as one `Plan`. A reclaimed session reservation makes its session `lost`
+ * and closes its open move (the target's reservation goes too: reclaimed if it is itself stale,
  * else released); a reclaimed move target closes its move and the session runs on the source
  * again. Entries are judged in id order, so when both of a moving session's entries are stale
  * the first one decides why the move closed; the session ends lost either way. Each session
- * change is a `Session.step`.
+ * change is a `Session.step`; the cascade is applied whole.
  */
 import type { Entry } from "./Ledger.js"
 import * as Ledger from "./Ledger.js"
 import { defaults, type Limits } from "./Limits.js"
 import * as Move from "./Move.js"
+import { byId } from "./Order.js"
+import * as Plan from "./Plan.js"
 import * as Session from "./Session.js"
-
-const byId = (a: { readonly id: string }, b: { readonly id: string }): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 
 /** What a store must read, under its locks, before it asks for the plan. */
 export interface Wanted<E extends Entry = Entry> {
@@ -37,7 +37,7 @@ export const wanted = <E extends Entry>(entries: Iterable<E>, now: number, limit
   return { doomed, sessionIds: [...sessionIds].sort(), moveIds: [...moveIds].sort() }
 }
 
-/** What the plan reads: the candidate entries, and the sessions and open moves they may touch. */
+/** What the pass reads: the candidate entries, and the sessions and open moves they may touch. */
 export interface Input<E extends Entry = Entry> {
   /** Entries to judge; those neither expired nor stale stay (pass every entry, or those read as suspects). */
   readonly entries: Iterable<E>
@@ -48,27 +48,22 @@ export interface Input<E extends Entry = Entry> {
 }
 
 /** A reclaim pass, decided. */
-export interface Plan<E extends Entry = Entry> {
-  /** Every expired or stale entry, sorted by id: removed and counted as reclaimed. */
+export interface Decided<E extends Entry = Entry> {
+  /** Everything the pass writes: every removal, the sessions lost or running again, the moves closed, their events. */
+  readonly plan: Plan.Plan
+  /** Every expired or stale entry, sorted by id (removed and counted as reclaimed). */
   readonly reclaimed: readonly E[]
-  /** Entries removed with them and counted as released: the open move targets of lost sessions, not stale themselves. */
-  readonly released: readonly string[]
-  /** The next record of every session the pass changes (lost, or running again on its source), sorted by id. */
-  readonly sessions: readonly Session.Record[]
-  /** The next record of every move the pass closes, sorted by id. */
-  readonly moves: readonly Move.Record[]
   /** The sessions made lost, sorted. */
   readonly lostSessions: readonly string[]
-  /** What happened to each session, in the order decided. */
-  readonly events: readonly { readonly sessionId: string; readonly event: Session.Event }[]
 }
 
 /** Decides a reclaim pass at `now` (SPEC §3): the entries that go, and the cascade to sessions and moves. */
-export const plan = <E extends Entry>(input: Input<E>, now: number, limits: Limits = defaults): Plan<E> => {
+export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Limits = defaults): Decided<E> => {
   const { doomed } = wanted(input.entries, now, limits)
   const doomedIds = new Set(doomed.map((e) => e.id))
   const current = new Map<string, Session.Record>()
   for (const s of input.sessions) current.set(s.id, s)
+  const before = new Map(current)
   const openMoves = new Map<string, Move.Record>()
   const openOf = new Map<string, Move.Record>()
   for (const m of input.openMoves)
@@ -77,33 +72,31 @@ export const plan = <E extends Entry>(input: Input<E>, now: number, limits: Limi
       openOf.set(m.sessionId, m)
     }
   const removed = new Set<string>()
-  const released: string[] = []
-  const changed = new Set<string>()
+  const ledger: Plan.LedgerChange[] = []
   const closed = new Map<string, Move.Record>()
   const lost: string[] = []
-  const events: { sessionId: string; event: Session.Event }[] = []
+  const events: Plan.Happened[] = []
 
   const take = (sessionId: string, answer: Session.Answer): boolean => {
-    if (answer._tag !== "Applied") return false
-    current.set(sessionId, answer.session)
-    changed.add(sessionId)
+    if (answer._tag !== "Plan") return false
+    current.set(sessionId, answer.sessions[0]?.record as Session.Record)
     for (const c of answer.ledger)
-      if (c._tag === "Release") {
+      if (c._tag === "Release" && !removed.has(c.id)) {
         removed.add(c.id)
-        if (c.how === "released") released.push(c.id)
+        // A stale entry counts as reclaimed whichever step removes it.
+        ledger.push(doomedIds.has(c.id) ? Plan.release(c, "reclaimed") : c)
       }
-    if (answer.move !== null) {
-      closed.set(answer.move.move.id, answer.move.move)
-      openMoves.delete(answer.move.move.id)
+    for (const m of answer.moves) {
+      closed.set(m.move.id, m.move)
+      openMoves.delete(m.move.id)
       openOf.delete(sessionId)
     }
-    for (const event of answer.events) events.push({ sessionId, event })
+    events.push(...answer.events)
     return true
   }
 
   for (const e of doomed) {
     if (removed.has(e.id)) continue
-    removed.add(e.id)
     if (e.ownerKind === "session") {
       const s = current.get(e.ownerId)
       if (s !== undefined && s.reservationId === e.id) {
@@ -131,14 +124,19 @@ export const plan = <E extends Entry>(input: Input<E>, now: number, limits: Limi
         }
       }
     }
+    if (!removed.has(e.id)) {
+      removed.add(e.id)
+      ledger.push(Plan.release(e, "reclaimed"))
+    }
   }
 
-  return {
-    reclaimed: doomed,
-    released,
-    sessions: [...changed].sort().map((id) => current.get(id) as Session.Record),
-    moves: [...closed.values()].sort(byId),
-    lostSessions: lost.sort(),
+  const changed = [...current.keys()].filter((id) => current.get(id) !== before.get(id)).sort()
+  const plan = Plan.make(now, {
+    // Each session written once, from the state it was read in, to where the cascade left it.
+    sessions: changed.map((id) => ({ record: current.get(id) as Session.Record, from: (before.get(id) as Session.Record).state })),
+    ledger,
+    moves: [...closed.values()].sort(byId).map((move) => ({ _tag: "Update" as const, move })),
     events,
-  }
+  })
+  return { plan, reclaimed: doomed, lostSessions: lost.sort() }
 }

@@ -1,14 +1,17 @@
 /**
  * The session life cycle (SPEC §2): the states, the legal transitions, and what each store
- * operation does. `step` is the one place that decides an operation's effect: the next
- * session record, the reservations to create, hand over or release, the move to open, commit
- * or close, and what happened (for the session's history). Both stores read, call `step`,
- * and write its answer in one atomic change; neither decides any of it.
+ * operation does. `step` is the one place that decides an operation's effect: its `Plan` (the
+ * next session record, the reservations to create, hand over or release, the move to open or
+ * update, and what happened, for the session's history), or why it is refused. An idle session
+ * parks or descends by the configured park policy, decided here (`ParkPolicy.mayPark`). Both
+ * stores read, call `step`, and hand its plan to their one apply; neither decides any of it.
  */
 import type { Budget } from "./Headroom.js"
 import type { Entry } from "./Ledger.js"
 import * as Ledger from "./Ledger.js"
 import * as Move from "./Move.js"
+import * as ParkPolicy from "./ParkPolicy.js"
+import * as Plan from "./Plan.js"
 
 /** A session's state. */
 export type State = "queued" | "pending" | "running" | "parked" | "descending" | "descended" | "moving" | "ended" | "lost"
@@ -147,21 +150,26 @@ export interface Record {
   readonly updatedAt: number
 }
 
-/** Where a placement puts a session: the host the host choice picked, and the id of its new reservation. */
+/**
+ * Where a placement puts a session: the host the host choice picked, at the version of its row
+ * the choice read, and the id of its new reservation.
+ */
 export interface Placed {
   readonly hostId: string
+  readonly version: number
   readonly reservationId: string
 }
 
-/** A move about to open: ids chosen by the store, the target by the host choice. */
+/** A move about to open: ids chosen by the store, the target (at the version of its row) by the host choice. */
 export interface NewMove {
   readonly id: string
   readonly targetHostId: string
+  readonly targetVersion: number
   readonly reservationId: string
   readonly maxDowntimeMs: number
 }
 
-/** An operation with what it needs beyond the session record (ids and choices are arguments). */
+/** An operation with what it needs beyond the session record (ids, choices and reads are arguments). */
 export type Step =
   | {
       readonly _tag: "create"
@@ -173,7 +181,8 @@ export type Step =
     }
   | { readonly _tag: "place"; readonly placement: Placed }
   | { readonly _tag: "markRunning" }
-  | { readonly _tag: "idle"; readonly mayPark: boolean }
+  /** Parked or descending, as the configured park policy decides on what the store read (`ParkPolicy.mayPark`). */
+  | { readonly _tag: "idle"; readonly policy: ParkPolicy.Rule; readonly view: ParkPolicy.IdleView }
   | { readonly _tag: "unpark" }
   /** A park yields; `reason` is the gate's (`demand`, `over_reserved`, `hard_ttl`…), kept in the history. */
   | { readonly _tag: "beginDescent"; readonly reason?: string | null | undefined }
@@ -247,35 +256,6 @@ export const eventTags: readonly Event["_tag"][] = [
   "Ended",
 ]
 
-/** How a reservation leaves the ledger, for its cumulative metrics (SPEC §3). */
-export type Removal = "released" | "reclaimed"
-
-/** A change to the ledger that an operation makes. */
-export type LedgerChange =
-  | { readonly _tag: "Reserve"; readonly entry: Entry }
-  | { readonly _tag: "Release"; readonly id: string; readonly how: Removal }
-  /** The reservation changes hands (a committed move's target becomes the session's), renewed `heartbeatAt`. */
-  | { readonly _tag: "Transfer"; readonly id: string; readonly ownerId: string; readonly heartbeatAt: number }
-
-/** A change to a move that an operation makes; `move` is the move's next record. */
-export type MoveChange =
-  | { readonly _tag: "Open"; readonly move: Move.Record }
-  | { readonly _tag: "Commit"; readonly move: Move.Record }
-  | { readonly _tag: "Close"; readonly move: Move.Record }
-
-/** An applied operation: everything the store writes, in one atomic change. */
-export interface Applied {
-  readonly _tag: "Applied"
-  /** The next session record. */
-  readonly session: Record
-  /** Reservations to create, hand over or release. */
-  readonly ledger: readonly LedgerChange[]
-  /** The move to open, commit or close, if any. */
-  readonly move: MoveChange | null
-  /** What happened, in order. */
-  readonly events: readonly Event[]
-}
-
 /** A state change the life cycle (or the operation's own rule) refuses. */
 export interface Illegal {
   readonly _tag: "Illegal"
@@ -302,8 +282,11 @@ export interface Unchanged {
   readonly session: Record
 }
 
-/** The answer of {@link step}. */
-export type Answer = Applied | Illegal | Conflict | Unchanged | { readonly _tag: "NotFound" }
+/** The answer of {@link step}: a plan writing exactly this session (and what follows from it), or why not. */
+export type Answer = Plan.Plan | Illegal | Conflict | Unchanged | { readonly _tag: "NotFound" }
+
+/** A refusal of {@link step}: anything but a plan or `Unchanged`. */
+export type Refusal = Exclude<Answer, Plan.Plan | Unchanged>
 
 /** Judges `op` on the session, leading to `to`: the refusal, or null when legal (see {@link apply}). */
 export const judge = (s: Pick<Record, "id" | "state">, op: Operation, to: State): Illegal | null => {
@@ -345,7 +328,7 @@ export const target = (op: Step): State => {
     case "abortMove":
       return "running"
     case "idle":
-      return op.mayPark ? "parked" : "descending"
+      return ParkPolicy.mayPark(op.policy, op.view) ? "parked" : "descending"
     case "beginDescent":
       return "descending"
     case "finishDescent":
@@ -362,24 +345,44 @@ export const target = (op: Step): State => {
 const entryFor = (id: string, hostId: string, ownerKind: "session" | "move", ownerId: string, b: Budget, now: number): Entry =>
   Ledger.entryOf({ id, hostId, ownerKind, ownerId, memMib: b.memMib, vcpus: b.vcpus }, now)
 
-function applied(session: Record, ledger: readonly LedgerChange[], move: MoveChange | null, events: readonly Event[]): Applied {
+/** The release of the session's own reservation, if it holds one. */
+const releaseOwn = (s: Record, how: Plan.Removal): Plan.LedgerChange[] =>
+  s.reservationId === null || s.hostId === null
+    ? []
+    : [Plan.release({ id: s.reservationId, hostId: s.hostId, memMib: s.budget.memMib, vcpus: s.budget.vcpus }, how)]
+
+/** The release of a move's target reservation (it holds the session's budget). */
+const releaseTarget = (s: Record, m: Move.Record, how: Plan.Removal): Plan.LedgerChange =>
+  Plan.release({ id: m.reservationId, hostId: m.targetHostId, memMib: s.budget.memMib, vcpus: s.budget.vcpus }, how)
+
+const none: readonly Plan.LedgerChange[] = []
+
+/** The plan of a step on `s` (null: a new session): its next record and what else changes. */
+function planOf(
+  s: Record | null,
+  next: Record,
+  now: number,
+  ledger: readonly Plan.LedgerChange[],
+  move: Plan.MoveChange | null,
+  events: readonly Event[],
+  host: Plan.HostVersion | null = null,
+): Plan.Plan {
   return {
-    _tag: "Applied",
-    session,
+    _tag: "Plan",
+    at: now,
+    sessions: [{ record: next, from: s === null ? null : s.state }],
     ledger,
-    move,
-    events,
+    moves: move === null ? [] : [move],
+    events: events.map((event) => ({ sessionId: next.id, event })),
+    host,
   }
 }
 
-function release(id: string | null, how: Removal): LedgerChange[] {
-  return id === null ? [] : [{ _tag: "Release", id, how }]
-}
-
 /** The session placed on a host: pending there, holding a new reservation. */
-const placedOn = (s: Record, p: Placed, now: number): [Record, LedgerChange] => [
+const placedOn = (s: Record, p: Placed, now: number): [Record, Plan.LedgerChange, Plan.HostVersion] => [
   { ...s, state: "pending", hostId: p.hostId, reservationId: p.reservationId, queuedAt: null, parkedAt: null, updatedAt: now },
   { _tag: "Reserve", entry: entryFor(p.reservationId, p.hostId, "session", s.id, s.budget, now) },
+  { hostId: p.hostId, version: p.version },
 ]
 
 /** The session waiting in the queue from `now`, holding nothing. */
@@ -393,17 +396,17 @@ const queuedAt = (s: Record, now: number): Record => ({
   updatedAt: now,
 })
 
-const closed = (m: Move.Record, reason: string, estimateMs: number | null, now: number): MoveChange => ({
-  _tag: "Close",
+const closed = (m: Move.Record, reason: string, estimateMs: number | null, now: number): Plan.MoveChange => ({
+  _tag: "Update",
   move: Move.close(m, reason, estimateMs, now),
 })
 
 /** The close of a session's open move when the session leaves (ended or lost): its target reservation goes. */
-const leaving = (openMove: Move.Record | null, reason: string, how: Removal, now: number) =>
+const leaving = (s: Record, openMove: Move.Record | null, reason: string, how: Plan.Removal, now: number) =>
   openMove === null
-    ? { ledger: [] as LedgerChange[], move: null, events: [] as Event[] }
+    ? { ledger: [] as Plan.LedgerChange[], move: null, events: [] as Event[] }
     : {
-        ledger: release(openMove.reservationId, how),
+        ledger: [releaseTarget(s, openMove, how)],
         move: closed(openMove, reason, null, now),
         events: [{ _tag: "MoveAborted", moveId: openMove.id, hostId: openMove.sourceHostId, reason, estimateMs: null }] as Event[],
       }
@@ -413,7 +416,6 @@ const created = [{ _tag: "Created" }, { _tag: "Queued" }] as const satisfies rea
 const createdQueued: readonly Event[] = created
 const queuedEvent: Event = created[1]
 const cold: Event = { _tag: "Resumed", warm: false, hostId: null }
-const none: readonly LedgerChange[] = []
 
 /** The reason a move closes when its session ends. */
 export const endedReason = "session ended"
@@ -422,72 +424,78 @@ export const lostReason = "session lost: its reservation was reclaimed"
 /** The reason a move closes when its target's reservation is reclaimed. */
 export const targetLostReason = "move target's reservation was reclaimed"
 
+/** A new session's plan: pending on the chosen host, or queued. */
+const createPlan = (op: Extract<Step, { readonly _tag: "create" }>, now: number): Plan.Plan => {
+  // Built once, as it leaves: this is the hot path of every create.
+  const p = op.placement
+  const session: Record = {
+    id: op.id,
+    state: p === null ? "queued" : "pending",
+    budget: { memMib: op.budget.memMib, vcpus: op.budget.vcpus },
+    affinity: [...op.affinity],
+    hostId: p === null ? null : p.hostId,
+    reservationId: p === null ? null : p.reservationId,
+    queuedAt: p === null ? now : null,
+    parkedAt: null,
+    createdAt: now,
+    updatedAt: now,
+  }
+  if (p === null) return planOf(null, session, now, none, null, createdQueued)
+  const reserve: Plan.LedgerChange = { _tag: "Reserve", entry: entryFor(p.reservationId, p.hostId, "session", op.id, session.budget, now) }
+  return planOf(null, session, now, [reserve], null, [created[0], { _tag: "Placed", hostId: p.hostId }], { hostId: p.hostId, version: p.version })
+}
+
 /**
- * What `op` does to the session `s` at `now` (SPEC §2, §3, §5): the next record, the ledger
- * changes, the move change and the events, or why it is refused. `s` is null when no session
- * has the id (only a `create` applies then). Nothing else decides what an operation changes.
+ * What `op` does to the session `s` at `now` (SPEC §2, §3, §5): its plan, or why it is
+ * refused. `s` is null when no session has the id (only a `create` applies then). Nothing else
+ * decides what an operation changes.
  */
 export const step = (s: Record | null, op: Step, now: number): Answer => {
   if (op._tag === "create") {
-    if (s !== null)
-      return s.budget.memMib === op.budget.memMib && s.budget.vcpus === op.budget.vcpus
-        ? { _tag: "Unchanged", session: s }
-        : { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists with another budget" }
-    // Built once, as it leaves: this is the hot path of every create.
-    const p = op.placement
-    const session: Record = {
-      id: op.id,
-      state: p === null ? "queued" : "pending",
-      budget: { memMib: op.budget.memMib, vcpus: op.budget.vcpus },
-      affinity: [...op.affinity],
-      hostId: p === null ? null : p.hostId,
-      reservationId: p === null ? null : p.reservationId,
-      queuedAt: p === null ? now : null,
-      parkedAt: null,
-      createdAt: now,
-      updatedAt: now,
-    }
-    if (p === null) return applied(session, none, null, createdQueued)
-    const reserve: LedgerChange = { _tag: "Reserve", entry: entryFor(p.reservationId, p.hostId, "session", op.id, session.budget, now) }
-    return applied(session, [reserve], null, [created[0], { _tag: "Placed", hostId: p.hostId }])
+    if (s === null) return createPlan(op, now)
+    return s.budget.memMib === op.budget.memMib && s.budget.vcpus === op.budget.vcpus
+      ? { _tag: "Unchanged", session: s }
+      : { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists with another budget" }
   }
   if (s === null) return { _tag: "NotFound" }
   switch (op._tag) {
     case "place": {
       const bad = judge(s, "place", "pending")
       if (bad) return bad
-      const [next, reserve] = placedOn(s, op.placement, now)
-      return applied(next, [reserve], null, [{ _tag: "Placed", hostId: op.placement.hostId }])
+      const [next, reserve, host] = placedOn(s, op.placement, now)
+      return planOf(s, next, now, [reserve], null, [{ _tag: "Placed", hostId: op.placement.hostId }], host)
     }
     case "markRunning":
     case "unpark": {
       const bad = judge(s, op._tag, "running")
       if (bad) return bad
       const events: readonly Event[] = [op._tag === "unpark" ? { _tag: "Resumed", warm: true, hostId: s.hostId } : { _tag: "Running", hostId: s.hostId }]
-      return applied({ ...s, state: "running", parkedAt: null, updatedAt: now }, none, null, events)
+      return planOf(s, { ...s, state: "running", parkedAt: null, updatedAt: now }, now, none, null, events)
     }
     case "idle": {
       const to = target(op)
       const bad = judge(s, "idle", to)
       if (bad) return bad
       const events: readonly Event[] = [
-        op.mayPark ? { _tag: "Parked", hostId: s.hostId } : { _tag: "Descending", hostId: s.hostId, cause: "idle", reason: null },
+        to === "parked" ? { _tag: "Parked", hostId: s.hostId } : { _tag: "Descending", hostId: s.hostId, cause: "idle", reason: null },
       ]
-      return applied({ ...s, state: to, parkedAt: op.mayPark ? now : null, updatedAt: now }, none, null, events)
+      return planOf(s, { ...s, state: to, parkedAt: to === "parked" ? now : null, updatedAt: now }, now, none, null, events)
     }
     case "beginDescent": {
       const bad = judge(s, "beginDescent", "descending")
       if (bad) return bad
-      return applied({ ...s, state: "descending", parkedAt: null, updatedAt: now }, none, null, [
+      return planOf(s, { ...s, state: "descending", parkedAt: null, updatedAt: now }, now, none, null, [
         { _tag: "Descending", hostId: s.hostId, cause: "yield", reason: op.reason ?? null },
       ])
     }
     case "finishDescent": {
       const bad = judge(s, "finishDescent", "descended")
       if (bad) return bad
-      return applied(
+      return planOf(
+        s,
         { ...s, state: "descended", hostId: null, reservationId: null, parkedAt: null, updatedAt: now },
-        release(s.reservationId, "released"),
+        now,
+        releaseOwn(s, "released"),
         null,
         [{ _tag: "Descended", hostId: s.hostId }],
       )
@@ -498,10 +506,10 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       if (bad) return bad
       // A park resumes warm: running again on its host, with its reservation, no placement.
       if (resumesWarm(s.state))
-        return applied({ ...s, state: "running", parkedAt: null, updatedAt: now }, none, null, [{ _tag: "Resumed", warm: true, hostId: s.hostId }])
-      if (op.placement === null) return applied(queuedAt(s, now), none, null, [cold, queuedEvent])
-      const [next, reserve] = placedOn(s, op.placement, now)
-      return applied(next, [reserve], null, [cold, { _tag: "Placed", hostId: op.placement.hostId }])
+        return planOf(s, { ...s, state: "running", parkedAt: null, updatedAt: now }, now, none, null, [{ _tag: "Resumed", warm: true, hostId: s.hostId }])
+      if (op.placement === null) return planOf(s, queuedAt(s, now), now, none, null, [cold, queuedEvent])
+      const [next, reserve, host] = placedOn(s, op.placement, now)
+      return planOf(s, next, now, [reserve], null, [cold, { _tag: "Placed", hostId: op.placement.hostId }], host)
     }
     case "beginMove": {
       const bad = refuseBeginMove(s, op.openMove)
@@ -522,11 +530,14 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         createdAt: now,
         endedAt: null,
       }
-      return applied(
+      return planOf(
+        s,
         { ...s, state: "moving", parkedAt: null, updatedAt: now },
+        now,
         [{ _tag: "Reserve", entry: entryFor(m.reservationId, m.targetHostId, "move", m.id, s.budget, now) }],
         { _tag: "Open", move },
         [{ _tag: "MoveBegun", moveId: m.id, hostId: s.hostId, targetHostId: m.targetHostId }],
+        { hostId: m.targetHostId, version: m.targetVersion },
       )
     }
     case "commitMove": {
@@ -536,13 +547,15 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       const bad = judge(s, "commitMove", "running")
       if (bad) return bad
       // The target's reservation becomes the session's; the source's is released.
-      const ledger: LedgerChange[] = [{ _tag: "Transfer", id: m.reservationId, ownerId: s.id, heartbeatAt: now }]
-      if (s.reservationId !== m.reservationId) ledger.push(...release(s.reservationId, "released"))
+      const ledger: Plan.LedgerChange[] = [{ _tag: "Transfer", id: m.reservationId, ownerId: s.id, heartbeatAt: now }]
+      if (s.reservationId !== m.reservationId) ledger.push(...releaseOwn(s, "released"))
       const { downtimeMs, captureMs, sendMs, commitMs } = op.phases
-      return applied(
+      return planOf(
+        s,
         { ...s, state: "running", hostId: m.targetHostId, reservationId: m.reservationId, parkedAt: null, updatedAt: now },
+        now,
         ledger,
-        { _tag: "Commit", move: { ...m, state: "committed", phases: { downtimeMs, captureMs, sendMs, commitMs }, endedAt: now } },
+        { _tag: "Update", move: { ...m, state: "committed", phases: { downtimeMs, captureMs, sendMs, commitMs }, endedAt: now } },
         [{ _tag: "Moved", moveId: m.id, fromHostId: m.sourceHostId, toHostId: m.targetHostId, phases: { downtimeMs, captureMs, sendMs, commitMs } }],
       )
     }
@@ -552,9 +565,11 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       if (refused) return moveConflict(refused)
       const bad = judge(s, "abortMove", "running")
       if (bad) return bad
-      return applied(
+      return planOf(
+        s,
         { ...s, state: "running", parkedAt: null, updatedAt: now },
-        release(m.reservationId, op.targetReclaimed ? "reclaimed" : "released"),
+        now,
+        [releaseTarget(s, m, op.targetReclaimed ? "reclaimed" : "released")],
         closed(m, op.reason, op.estimateMs, now),
         [{ _tag: "MoveAborted", moveId: m.id, hostId: m.sourceHostId, reason: op.reason, estimateMs: op.estimateMs }],
       )
@@ -562,10 +577,12 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
     case "lose": {
       const bad = judge(s, "lose", "lost")
       if (bad) return bad
-      const gone = leaving(op.openMove, lostReason, op.targetReclaimed ? "reclaimed" : "released", now)
-      return applied(
+      const gone = leaving(s, op.openMove, lostReason, op.targetReclaimed ? "reclaimed" : "released", now)
+      return planOf(
+        s,
         { ...s, state: "lost", hostId: null, reservationId: null, parkedAt: null, updatedAt: now },
-        [...release(s.reservationId, "reclaimed"), ...gone.ledger],
+        now,
+        [...releaseOwn(s, "reclaimed"), ...gone.ledger],
         gone.move,
         [...gone.events, { _tag: "Lost", hostId: s.hostId }],
       )
@@ -577,9 +594,9 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       if (bad) return bad
       const next: Record = { ...s, state: "ended", hostId: null, reservationId: null, queuedAt: null, parkedAt: null, updatedAt: now }
       const ended: Event = { _tag: "Ended", hostId: s.hostId }
-      if (op.openMove === null) return applied(next, release(s.reservationId, "released"), null, [ended])
-      const gone = leaving(op.openMove, endedReason, "released", now)
-      return applied(next, [...gone.ledger, ...release(s.reservationId, "released")], gone.move, [...gone.events, ended])
+      if (op.openMove === null) return planOf(s, next, now, releaseOwn(s, "released"), null, [ended])
+      const gone = leaving(s, op.openMove, endedReason, "released", now)
+      return planOf(s, next, now, [...gone.ledger, ...releaseOwn(s, "released")], gone.move, [...gone.events, ended])
     }
   }
 }

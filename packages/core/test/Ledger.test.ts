@@ -1,3 +1,4 @@
+import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { Headroom, Ledger, Limits } from "../src/index.js"
 
@@ -95,6 +96,21 @@ describe("Ledger liveness", () => {
       { id: "expired", lastHeartbeatAt: 100_000, expiresAt: 50_000 },
     ]
     expect(Ledger.reclaimable(entries, 121_000).map((x) => x.id)).toEqual(["stale", "expired"])
+  })
+  it("property: an entry is reclaimable exactly when now is past its reclaimableAfter", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 1e9 }),
+        fc.option(fc.integer({ min: 0, max: 1e9 }), { nil: null }),
+        fc.integer({ min: 1, max: 1e8 }),
+        fc.integer({ min: 0, max: 2e9 }),
+        (lastHeartbeatAt, expiresAt, window, now) => {
+          const limits = { ...Limits.defaults, heartbeatStaleWindowMs: window }
+          const e = { lastHeartbeatAt, expiresAt }
+          expect(Ledger.isReclaimable(e, now, limits)).toBe(now > Ledger.reclaimableAfter(e, limits))
+        },
+      ),
+    )
   })
 })
 

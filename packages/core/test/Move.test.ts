@@ -20,10 +20,10 @@ const round = (kind: Move.RoundKind): Move.Round => ({ kind, wireBytes: 10, appa
 
 describe("Move rules (SPEC §5, §12)", () => {
   it("rounds are recorded in order until the final one; nothing follows the final round", () => {
-    const full = Move.recordRound(open, round("full"))
-    expect(full._tag).toBe("Recorded")
+    const full = Move.recordRound(open, round("full"), 7)
+    expect(full).toEqual({ _tag: "Plan", at: 7, sessions: [], ledger: [], moves: [{ _tag: "Update", move: { ...open, rounds: [round("full")] } }], events: [], host: null })
     const withFinal = { ...open, rounds: [round("full"), round("final")] }
-    expect(Move.recordRound(withFinal, round("delta"))).toEqual({
+    expect(Move.recordRound(withFinal, round("delta"), 7)).toEqual({
       _tag: "Conflict",
       moveId: "m1",
       reason: "the final round is recorded: no round follows it",

@@ -1,7 +1,11 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { Headroom, Limits, ParkGate } from "../src/index.js"
+import { Headroom, Limits, ParkGate, ParkPolicy } from "../src/index.js"
 import type { FleetHost, FleetView, Park } from "../src/index.js"
+
+/** The SPEC §4.1 gate's idle decision for a session on `hostId`, from a whole fleet read. */
+const mayPark = (fleet: FleetView, hostId: string): boolean =>
+  ParkPolicy.mayPark({ name: "demand", options: ParkPolicy.defaultOptions }, ParkPolicy.idleViewOf(fleet, hostId))
 
 const GiB = 1024
 const park = (sessionId: string, parkedAt: number, memMib = 4 * GiB): Park => ({ sessionId, parkedAt, budget: { memMib, vcpus: 1 } })
@@ -32,7 +36,7 @@ describe("ParkGate", () => {
     const fleet: FleetView = { hosts: [fleetHost("h1", 8 * GiB, 8 * GiB, [park("p1", 10), park("p2", 5)])], queue: [] }
     const d = ParkGate.evaluate(fleet, NOW)
     expect(d.yields).toEqual([])
-    expect(d.mayPark("h1")).toBe(true)
+    expect(mayPark(fleet, "h1")).toBe(true)
   })
 
   it("parks hold while every queued session fits somewhere", () => {
@@ -56,16 +60,14 @@ describe("ParkGate", () => {
 
   it("a session does not park while a queued session has no room", () => {
     const fleet: FleetView = { hosts: [fleetHost("h1", 8 * GiB, 8 * GiB)], queue: [queued("q1", 2 * GiB)] }
-    const d = ParkGate.evaluate(fleet, NOW)
-    expect(d.mayPark("h1")).toBe(false)
-    expect(ParkGate.mayPark(fleet, "h1")).toBe(false)
+    expect(ParkGate.evaluate(fleet, NOW).withoutRoom).toBe(1)
+    expect(mayPark(fleet, "h1")).toBe(false)
   })
 
   it("an unmeasured host does not park", () => {
     const fleet: FleetView = { hosts: [fleetHost("u", null, 0)], queue: [] }
-    expect(ParkGate.evaluate(fleet, NOW).mayPark("u")).toBe(false)
-    expect(ParkGate.mayPark(fleet, "u")).toBe(false)
-    expect(ParkGate.evaluate(fleet, NOW).mayPark("nowhere")).toBe(false)
+    expect(mayPark(fleet, "u")).toBe(false)
+    expect(mayPark(fleet, "nowhere")).toBe(false)
   })
 
   it("one running descent counts for one waiting session", () => {
@@ -215,8 +217,7 @@ describe("ParkGate", () => {
       // Queued at 0: it has waited far past the starvation limit, and still nothing yields for it.
       const d = ParkGate.evaluate(fleet, NOW)
       expect(d.yields).toEqual([])
-      expect(d.mayPark("h1")).toBe(true)
-      expect(ParkGate.mayPark(fleet, "h1")).toBe(true)
+      expect(mayPark(fleet, "h1")).toBe(true)
     })
 
     it("the CPU budget counts too; cordoned and unmeasured hosts do not make a session placeable", () => {
@@ -248,7 +249,7 @@ describe("ParkGate", () => {
       // h3 has 3 GiB free: 5 parks (40 GiB) make 43 GiB; h0 needs the same 5 but h3 is nearer to a fit.
       expect(d.holds).toEqual([{ sessionId: "big", hostId: "h3", reason: "starving" }])
       expect(d.yields).toEqual(["h3p0", "h3p1", "h3p2", "h3p3", "h3p4"].map((sessionId) => ({ hostId: "h3", sessionId, reason: "starving" })))
-      expect(d.mayPark("h3")).toBe(false)
+      expect(mayPark(fleet, "h3")).toBe(false)
     })
 
     it("before the limit the same session gets the ordinary demand yield (one park on one host)", () => {
@@ -282,7 +283,7 @@ describe("ParkGate", () => {
     it("a hold ends when its session is no longer starving (placed or gone)", () => {
       const d = ParkGate.evaluate({ hosts: full(), queue: [] }, NOW, Limits.defaults, ParkGate.defaultOptions, { holds: [{ sessionId: "big", hostId: "h0", reason: "starving" }] })
       expect(d.holds).toEqual([])
-      expect(d.mayPark("h0")).toBe(true)
+      expect(mayPark({ hosts: full(), queue: [] }, "h0")).toBe(true)
     })
 
     it("property: the starving session fits on its held host once the yields there finish", () => {

@@ -1,7 +1,12 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { Limits, ParkGate, ParkPolicy } from "../src/index.js"
+import { Limits, ParkGate, ParkPolicy, Placement } from "../src/index.js"
 import type { FleetHost, FleetView, Park } from "../src/index.js"
+
+
+/** The idle decision of policy `name` for a session on `hostId`, from a whole fleet read. */
+const mayPark = (name: ParkPolicy.Name, fleet: FleetView, hostId: string, options: ParkPolicy.Options = ParkPolicy.defaultOptions): boolean =>
+  ParkPolicy.mayPark({ name, options }, ParkPolicy.idleViewOf(fleet, hostId))
 
 const GiB = 1024
 const park = (sessionId: string, parkedAt: number, memMib = 4 * GiB, vcpus = 1): Park => ({ sessionId, parkedAt, budget: { memMib, vcpus } })
@@ -73,7 +78,8 @@ describe("ParkPolicy", () => {
           expect(d.withoutRoom).toBe(gate.withoutRoom)
           expect(d.unplaceable).toBe(gate.unplaceable)
           expect(d.descentsRunning).toBe(gate.descentsRunning)
-          for (const h of fleet.hosts) expect(d.mayPark(h.id)).toBe(gate.mayPark(h.id))
+          // An idle session parks on a measured host exactly while no queued session is without room.
+          for (const h of fleet.hosts) expect(mayPark("demand", fleet, h.id)).toBe(Placement.isMeasured(h) && gate.withoutRoom === 0)
         }
       }),
     )
@@ -136,7 +142,8 @@ describe("ParkPolicy", () => {
     const d = ParkPolicy.demandCumulative(fleet, NOW)
     expect(d.withoutRoom).toBe(1)
     expect(d.yields).toEqual([{ hostId: "h1", sessionId: "p1", reason: "demand" }])
-    expect(d.mayPark("h2")).toBe(false)
+    // The idle decision judges each queued session alone under every demand policy: each fits alone, so a session parks.
+    expect(mayPark("demand-cumulative", fleet, "h2")).toBe(true)
   })
 
   it("demand-fitting: the park whose descent makes the waiting session fit yields, not the nearest host's", () => {
@@ -177,7 +184,7 @@ describe("ParkPolicy", () => {
       { hostId: "h1", sessionId: "b", reason: "floor" },
       { hostId: "h1", sessionId: "c", reason: "floor" },
     ])
-    expect(d.mayPark("h1")).toBe(false)
+    expect(mayPark("floor30", fleet, "h1")).toBe(false)
   })
 
   it("floor30: a host at the floor holds its parks and takes new ones, even while sessions wait", () => {
@@ -185,13 +192,13 @@ describe("ParkPolicy", () => {
     const d = ParkPolicy.evaluate("floor30", fleet, NOW)
     expect(d.yields).toEqual([])
     expect(d.withoutRoom).toBe(1)
-    expect(d.mayPark("h1")).toBe(true)
-    expect(ParkPolicy.floor(fleet, NOW, Limits.defaults, 40).mayPark("h1")).toBe(false)
+    expect(mayPark("floor30", fleet, "h1")).toBe(true)
+    expect(mayPark("floor30", fleet, "h1", { ...ParkPolicy.defaultOptions, floorPct: 40 })).toBe(false)
   })
 
   it("floor30: an unmeasured host does not park", () => {
     const fleet: FleetView = { hosts: [fleetHost("u", null, 0)], queue: [] }
-    expect(ParkPolicy.floor(fleet, NOW).mayPark("u")).toBe(false)
+    expect(mayPark("floor30", fleet, "u")).toBe(false)
   })
 
   it("never-park never parks; park-forever parks on any measured host and yields only at the hard TTL", () => {
@@ -200,12 +207,11 @@ describe("ParkPolicy", () => {
       queue: [queued("q1", 4 * GiB)],
     }
     const limits = { ...Limits.defaults, parkHardTtlMs: 500 }
-    const never = ParkPolicy.neverPark(fleet, NOW, limits)
-    expect(never.mayPark("h1")).toBe(false)
+    expect(mayPark("never-park", fleet, "h1")).toBe(false)
     const forever = ParkPolicy.parkForever(fleet, NOW, limits)
     expect(forever.yields).toEqual([{ hostId: "h2", sessionId: "old", reason: "hard_ttl" }])
-    expect(forever.mayPark("h1")).toBe(true)
-    expect(forever.mayPark("u")).toBe(false)
+    expect(mayPark("park-forever", fleet, "h1")).toBe(true)
+    expect(mayPark("park-forever", fleet, "u")).toBe(false)
   })
 
   describe("demand-reserve", () => {
@@ -244,7 +250,7 @@ describe("ParkPolicy", () => {
       // One 8 GiB park makes room for one arrival on each host; four hosts.
       expect(d.yields).toEqual(["h0", "h1", "h2", "h3"].map((hostId) => ({ hostId, sessionId: `${hostId}p0`, reason: "reserve" })))
       // A session going idle still parks: the old parks make the room.
-      expect(d.mayPark("h0")).toBe(true)
+      expect(mayPark("demand-reserve", fleet, "h0")).toBe(true)
       // demand, on the same read, holds every park.
       expect(ParkPolicy.evaluate("demand", fleet, NOW).yields).toEqual([])
     })
@@ -297,7 +303,7 @@ describe("ParkPolicy", () => {
         { hostId: "h0", sessionId: "h0p0", reason: "demand" },
         { hostId: "h0", sessionId: "h0p1", reason: "demand" },
       ])
-      expect(d.mayPark("h1")).toBe(false)
+      expect(mayPark("demand-reserve", fleet, "h1")).toBe(false)
       // demand yields one park, on one host, and waits for the next pass.
       expect(ParkPolicy.evaluate("demand", fleet, NOW).yields).toEqual([{ hostId: "h0", sessionId: "h0p0", reason: "demand" }])
       // Next pass, the held host's descents run: nothing more yields for the session.

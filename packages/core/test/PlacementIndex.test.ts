@@ -32,9 +32,14 @@ describe("PlacementIndex", () => {
           }
         }
         expect(index.size).toBe(model.size)
+        // Built in one go from the upserts (a later one of an id replaces an earlier), it picks the same.
+        const built = PlacementIndex.Index.of(ops.flatMap((o) => (o.kind === "upsert" ? [o.c] : [])), limits)
         for (const q of queries) {
           const req = { budget: { memMib: q.memMib, vcpus: q.vcpus }, affinity: q.affinity }
           expect(index.pick(req)).toBe(Placement.pick([...model.values()], req, limits))
+          const survivors = new Map<string, Candidate>()
+          for (const o of ops) if (o.kind === "upsert") survivors.set(o.c.id, o.c)
+          expect(built.pick(req)).toBe(Placement.pick([...survivors.values()], req, limits))
         }
       }),
       { numRuns: 2000 },

@@ -1,6 +1,6 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { Headroom, Limits, ParkGate, ParkPolicy, Placement, PlacementIndex, QueueWalk } from "../src/index.js"
+import { Headroom, Limits, ParkPolicy, Placement, PlacementIndex, QueueWalk } from "../src/index.js"
 import type { Budget, Candidate } from "../src/index.js"
 import { arbBudget, arbFleet, hostIds } from "./arb.js"
 
@@ -103,7 +103,7 @@ describe("the queue walk", () => {
           hosts: hosts.map((h) => ({ ...h, descentsRunning: 0, parks: [] })),
           queue: queue.map((q, i) => ({ sessionId: q.id, budget: q.budget, queuedAt: i })),
         }
-        const tooBig = ParkGate.tooBigFor(fleet.hosts)
+        const tooBig = Placement.tooBigFor(fleet.hosts)
         const expected = QueueWalk.walk(fleet.queue, fleet.hosts).unplaced.filter((q) => !tooBig(q.budget)).length
         expect(ParkPolicy.countWithoutRoomCumulative(fleet)).toBe(expected)
       }),

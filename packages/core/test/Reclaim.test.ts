@@ -51,9 +51,26 @@ const move = (id: string, sessionId: string, reservationId: string): Move.Record
   endedAt: null,
 })
 
-describe("the reclaim plan", () => {
+/** A decided pass in the shape the cases read: the plan's removals by how they count, its records, its events. */
+const decide = (input: Reclaim.Input, t: number) => {
+  const d = Reclaim.decide(input, t)
+  const removals = d.plan.ledger.flatMap((c) => (c._tag === "Release" ? [c] : []))
+  // Every reclaimed entry leaves the ledger in the plan, counted as reclaimed; nothing else is reserved or handed over.
+  expect(removals.filter((c) => c.how === "reclaimed").map((c) => c.id).sort()).toStrictEqual(d.reclaimed.map((e) => e.id))
+  expect(d.plan.ledger.length).toBe(removals.length)
+  return {
+    reclaimed: d.reclaimed,
+    released: removals.filter((c) => c.how === "released").map((c) => c.id),
+    lostSessions: d.lostSessions,
+    sessions: d.plan.sessions.map((w) => w.record),
+    moves: d.plan.moves.map((m) => m.move),
+    events: d.plan.events,
+  }
+}
+
+describe("the reclaim pass", () => {
   it("a stale session reservation makes its session lost, holding nothing", () => {
-    const plan = Reclaim.plan(
+    const plan = decide(
       { entries: [entry("r1", "session", "s1", stale), entry("x1", "external", "ops", fresh)], sessions: [session("s1", "parked", "r1")], openMoves: [] },
       now,
     )
@@ -65,7 +82,7 @@ describe("the reclaim plan", () => {
   })
 
   it("a session reclaimed while moving is lost, its move closes and the move's fresh target is released", () => {
-    const plan = Reclaim.plan(
+    const plan = decide(
       {
         entries: [entry("r1", "session", "s1", stale), entry("t1", "move", "m1", fresh, "h2")],
         sessions: [session("s1", "moving", "r1")],
@@ -80,7 +97,7 @@ describe("the reclaim plan", () => {
   })
 
   it("a reclaimed move target closes the move and the session runs on its source again", () => {
-    const plan = Reclaim.plan(
+    const plan = decide(
       {
         entries: [entry("r1", "session", "s1", fresh), entry("t1", "move", "m1", stale, "h2")],
         sessions: [session("s1", "moving", "r1")],
@@ -99,7 +116,7 @@ describe("the reclaim plan", () => {
       ["a-own", "b-target", Session.lostReason],
       ["b-own", "a-target", Session.targetLostReason],
     ] as const) {
-      const plan = Reclaim.plan(
+      const plan = decide(
         {
           entries: [entry(own, "session", "s1", stale), entry(target, "move", "m1", stale, "h2")],
           sessions: [session("s1", "moving", own)],
@@ -116,7 +133,7 @@ describe("the reclaim plan", () => {
   })
 
   it("an entry a session no longer holds is reclaimed without touching the session", () => {
-    const plan = Reclaim.plan({ entries: [entry("old", "session", "s1", stale)], sessions: [session("s1", "running", "new")], openMoves: [] }, now)
+    const plan = decide({ entries: [entry("old", "session", "s1", stale)], sessions: [session("s1", "running", "new")], openMoves: [] }, now)
     expect(plan.reclaimed.map((e) => e.id)).toStrictEqual(["old"])
     expect(plan.sessions).toStrictEqual([])
   })
@@ -146,7 +163,7 @@ describe("the reclaim plan", () => {
           }
         })
         externals.forEach((s, i) => entries.push(entry(`x${i}`, "external", "ops", s ? stale : fresh)))
-        const plan = Reclaim.plan({ entries, sessions, openMoves: moves }, now)
+        const plan = decide({ entries, sessions, openMoves: moves }, now)
         const reclaimable = Ledger.reclaimable(entries, now).map((e) => e.id).sort()
         expect(plan.reclaimed.map((e) => e.id)).toStrictEqual(reclaimable)
         const lost = specs.flatMap((x, i) => (Session.holdsReservation(x.state) && x.ownStale ? [`s${i}`] : []))

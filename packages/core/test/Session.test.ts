@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest"
-import { Session } from "../src/index.js"
+import { ParkPolicy, Plan, Session } from "../src/index.js"
 import type { Move } from "../src/index.js"
 
 const legal: [Session.State, Session.State][] = [
@@ -121,21 +121,38 @@ describe("Session.step", () => {
     createdAt: 0,
     endedAt: null,
   }
-  const applied = (a: Session.Answer): Session.Applied => {
-    if (a._tag !== "Applied") throw new Error(`expected Applied, got ${JSON.stringify(a)}`)
-    return a
+  /** A step's plan, read as the one session it writes, the one move it changes, and its events. */
+  const applied = (a: Session.Answer) => {
+    if (a._tag !== "Plan") throw new Error(`expected a plan, got ${JSON.stringify(a)}`)
+    expect(a.sessions.length).toBe(1)
+    expect(a.moves.length).toBeLessThanOrEqual(1)
+    expect(a.at).toBe(t)
+    const session = (a.sessions[0] as Plan.SessionWrite).record
+    for (const e of a.events) expect(e.sessionId).toBe(session.id)
+    return { plan: a, session, from: (a.sessions[0] as Plan.SessionWrite).from, ledger: a.ledger, move: a.moves[0] ?? null, events: a.events.map((e) => e.event) }
   }
+  // The idle decision's inputs: a measured host with nothing queued parks; a queued session without room makes it descend.
+  const measuredHost = { id: "h1", headroom: { allocatableMib: 8192, cpuBudget: 32, reserved: { memMib: 1024, vcpus: 1 } } }
+  const idle = (park: boolean): Session.Step => ({
+    _tag: "idle",
+    policy: ParkPolicy.defaultRule,
+    view: { host: measuredHost, queueWithoutRoom: !park },
+  })
 
   it("a create with a host is pending there with a new session reservation; without one it queues", () => {
-    const placed = applied(Session.step(null, { _tag: "create", id: "s1", budget: base.budget, affinity: ["h1"], placement: { hostId: "h1", reservationId: "r9" } }, t))
+    const placed = applied(Session.step(null, { _tag: "create", id: "s1", budget: base.budget, affinity: ["h1"], placement: { hostId: "h1", version: 4, reservationId: "r9" } }, t))
     expect(placed.session).toStrictEqual({ ...base, state: "pending", affinity: ["h1"], reservationId: "r9", createdAt: t, updatedAt: t })
     expect(placed.ledger).toStrictEqual([
       { _tag: "Reserve", entry: { id: "r9", hostId: "h1", ownerKind: "session", ownerId: "s1", memMib: 1024, vcpus: 1, vramMib: null, createdAt: t, lastHeartbeatAt: t, expiresAt: null, description: null } },
     ])
     expect(placed.events.map((e) => e._tag)).toStrictEqual(["Created", "Placed"])
+    // A new session is written only if no session has its id, and only while its host is at the version chosen on.
+    expect(placed.from).toBeNull()
+    expect(placed.plan.host).toStrictEqual({ hostId: "h1", version: 4 })
     const queued = applied(Session.step(null, { _tag: "create", id: "s1", budget: base.budget, affinity: [], placement: null }, t))
     expect(queued.session).toMatchObject({ state: "queued", queuedAt: t, hostId: null, reservationId: null })
     expect(queued.ledger).toStrictEqual([])
+    expect(queued.plan.host).toBeNull()
   })
 
   it("a repeated create answers the session unchanged, or a Conflict on another budget", () => {
@@ -147,12 +164,13 @@ describe("Session.step", () => {
   it("finishing a descent releases the reservation and clears the host", () => {
     const done = applied(Session.step(at("descending"), { _tag: "finishDescent" }, t))
     expect(done.session).toMatchObject({ state: "descended", hostId: null, reservationId: null, updatedAt: t })
-    expect(done.ledger).toStrictEqual([{ _tag: "Release", id: "r1", how: "released" }])
+    expect(done.ledger).toStrictEqual([{ _tag: "Release", id: "r1", hostId: "h1", memMib: 1024, vcpus: 1, how: "released" }])
+    expect(done.from).toBe("descending")
   })
 
   it("idle parks (stamping parkedAt) or descends; unpark is a warm resume, a resume of a descended session a cold one", () => {
-    expect(applied(Session.step(base, { _tag: "idle", mayPark: true }, t)).session).toMatchObject({ state: "parked", parkedAt: t })
-    expect(applied(Session.step(base, { _tag: "idle", mayPark: false }, t)).events).toStrictEqual([
+    expect(applied(Session.step(base, idle(true), t)).session).toMatchObject({ state: "parked", parkedAt: t })
+    expect(applied(Session.step(base, idle(false), t)).events).toStrictEqual([
       { _tag: "Descending", hostId: "h1", cause: "idle", reason: null },
     ])
     expect(applied(Session.step(at("parked", { parkedAt: 5 }), { _tag: "unpark" }, t)).events).toStrictEqual([{ _tag: "Resumed", warm: true, hostId: "h1" }])
@@ -188,21 +206,22 @@ describe("Session.step", () => {
 
   it("a refused step names the operation, both states, and the state it asked for", () => {
     expect(Session.step(at("running"), { _tag: "resume", placement: null }, t)).toMatchObject({ _tag: "Illegal", sessionId: "s1", from: "running", to: "pending" })
-    expect(Session.step(at("pending"), { _tag: "idle", mayPark: true }, t)).toMatchObject({ _tag: "Illegal", to: "parked" })
+    expect(Session.step(at("pending"), idle(true), t)).toMatchObject({ _tag: "Illegal", to: "parked" })
     expect(Session.step(at("lost"), { _tag: "markRunning" }, t)).toMatchObject({ _tag: "Illegal", from: "lost", to: "running" })
-    expect(Session.step(at("queued"), { _tag: "place", placement: { hostId: "h1", reservationId: "r2" } }, t)._tag).toBe("Applied")
-    expect(Session.step(at("pending"), { _tag: "place", placement: { hostId: "h1", reservationId: "r2" } }, t)).toMatchObject({ _tag: "Illegal", to: "pending" })
+    expect(Session.step(at("queued"), { _tag: "place", placement: { hostId: "h1", version: 0, reservationId: "r2" } }, t)._tag).toBe("Plan")
+    expect(Session.step(at("pending"), { _tag: "place", placement: { hostId: "h1", version: 0, reservationId: "r2" } }, t)).toMatchObject({ _tag: "Illegal", to: "pending" })
     expect(Session.step(null, { _tag: "markRunning" }, t)).toStrictEqual({ _tag: "NotFound" })
   })
 
   it("a move begins only from running, one at a time (the open move is a Conflict, judged first)", () => {
-    const newMove = { id: "m2", targetHostId: "h2", reservationId: "t2", maxDowntimeMs: 600 }
+    const newMove = { id: "m2", targetHostId: "h2", targetVersion: 9, reservationId: "t2", maxDowntimeMs: 600 }
     expect(Session.step(at("parked"), { _tag: "beginMove", openMove: move, move: newMove }, t)).toMatchObject({ _tag: "Conflict", entity: "move", id: "m1" })
     expect(Session.step(at("parked"), { _tag: "beginMove", openMove: null, move: newMove }, t)).toMatchObject({ _tag: "Illegal", to: "moving" })
     const begun = applied(Session.step(base, { _tag: "beginMove", openMove: null, move: newMove }, t))
     expect(begun.session.state).toBe("moving")
     expect(begun.move).toMatchObject({ _tag: "Open", move: { id: "m2", sourceHostId: "h1", targetHostId: "h2", state: "pending", createdAt: t } })
     expect(begun.ledger).toMatchObject([{ _tag: "Reserve", entry: { id: "t2", hostId: "h2", ownerKind: "move", ownerId: "m2" } }])
+    expect(begun.plan.host).toStrictEqual({ hostId: "h2", version: 9 })
   })
 
   it("a commit needs the move's final round recorded (SPEC §12): a Conflict on the move otherwise", () => {
@@ -221,9 +240,9 @@ describe("Session.step", () => {
     expect(done.session).toMatchObject({ state: "running", hostId: "h2", reservationId: "t1" })
     expect(done.ledger).toStrictEqual([
       { _tag: "Transfer", id: "t1", ownerId: "s1", heartbeatAt: t },
-      { _tag: "Release", id: "r1", how: "released" },
+      { _tag: "Release", id: "r1", hostId: "h1", memMib: 1024, vcpus: 1, how: "released" },
     ])
-    expect(done.move).toMatchObject({ _tag: "Commit", move: { state: "committed", phases, endedAt: t } })
+    expect(done.move).toMatchObject({ _tag: "Update", move: { state: "committed", phases, endedAt: t } })
     expect(done.events).toStrictEqual([{ _tag: "Moved", moveId: "m1", fromHostId: "h1", toHostId: "h2", phases }])
   })
 
@@ -253,38 +272,38 @@ describe("Session.step", () => {
     })
     const aborted = applied(Session.step(at("moving"), abort(move), t))
     expect(aborted.session).toMatchObject({ state: "running", hostId: "h1", reservationId: "r1" })
-    expect(aborted.ledger).toStrictEqual([{ _tag: "Release", id: "t1", how: "released" }])
-    expect(aborted.move).toMatchObject({ _tag: "Close", move: { state: "aborted", abortReason: "test", abortEstimateMs: 812, endedAt: t } })
+    expect(aborted.ledger).toStrictEqual([{ _tag: "Release", id: "t1", hostId: "h2", memMib: 1024, vcpus: 1, how: "released" }])
+    expect(aborted.move).toMatchObject({ _tag: "Update", move: { state: "aborted", abortReason: "test", abortEstimateMs: 812, endedAt: t } })
   })
 
   it("ending or losing a moving session closes its move and lets both reservations go", () => {
     const ended = applied(Session.step(at("moving"), { _tag: "end", openMove: move }, t))
     expect(ended.session).toMatchObject({ state: "ended", hostId: null, reservationId: null })
     expect(ended.ledger).toStrictEqual([
-      { _tag: "Release", id: "t1", how: "released" },
-      { _tag: "Release", id: "r1", how: "released" },
+      { _tag: "Release", id: "t1", hostId: "h2", memMib: 1024, vcpus: 1, how: "released" },
+      { _tag: "Release", id: "r1", hostId: "h1", memMib: 1024, vcpus: 1, how: "released" },
     ])
-    expect(ended.move).toMatchObject({ _tag: "Close", move: { abortReason: Session.endedReason } })
+    expect(ended.move).toMatchObject({ _tag: "Update", move: { abortReason: Session.endedReason } })
     const lost = applied(Session.step(at("moving"), { _tag: "lose", openMove: move, targetReclaimed: true }, t))
     expect(lost.ledger).toStrictEqual([
-      { _tag: "Release", id: "r1", how: "reclaimed" },
-      { _tag: "Release", id: "t1", how: "reclaimed" },
+      { _tag: "Release", id: "r1", hostId: "h1", memMib: 1024, vcpus: 1, how: "reclaimed" },
+      { _tag: "Release", id: "t1", hostId: "h2", memMib: 1024, vcpus: 1, how: "reclaimed" },
     ])
     expect(lost.events.map((e) => e._tag)).toStrictEqual(["MoveAborted", "Lost"])
   })
 
   it("every applied step leads where its operation's rule says, and the next record holds a reservation exactly when its state does", () => {
     const steps: Session.Step[] = [
-      { _tag: "place", placement: { hostId: "h1", reservationId: "r2" } },
+      { _tag: "place", placement: { hostId: "h1", version: 0, reservationId: "r2" } },
       { _tag: "markRunning" },
-      { _tag: "idle", mayPark: true },
-      { _tag: "idle", mayPark: false },
+      idle(true),
+      idle(false),
       { _tag: "unpark" },
       { _tag: "beginDescent" },
       { _tag: "finishDescent" },
       { _tag: "resume", placement: null },
-      { _tag: "resume", placement: { hostId: "h1", reservationId: "r2" } },
-      { _tag: "beginMove", openMove: null, move: { id: "m2", targetHostId: "h2", reservationId: "t2", maxDowntimeMs: 600 } },
+      { _tag: "resume", placement: { hostId: "h1", version: 0, reservationId: "r2" } },
+      { _tag: "beginMove", openMove: null, move: { id: "m2", targetHostId: "h2", targetVersion: 0, reservationId: "t2", maxDowntimeMs: 600 } },
       { _tag: "commitMove", move: { ...move, rounds: [finalRound] }, phases: { downtimeMs: 3, captureMs: 1, sendMs: 1, commitMs: 1 } },
       { _tag: "abortMove", move, reason: "x", estimateMs: null, onlyBeforeFinalRound: false, targetReclaimed: false },
       { _tag: "lose", openMove: null, targetReclaimed: false },
@@ -294,13 +313,17 @@ describe("Session.step", () => {
       for (const op of steps) {
         const holds = Session.holdsReservation(from)
         const s = at(from, { hostId: holds ? "h1" : null, reservationId: holds ? "r1" : null })
-        const a = Session.step(s, op, t)
+        const answer = Session.step(s, op, t)
         const rule = Session.operations[op._tag]
-        if (a._tag !== "Applied") {
+        if (answer._tag !== "Plan") {
           expect((rule.from as readonly Session.State[]).includes(from), `${op._tag} from ${from}`).toBe(false)
           continue
         }
         expect((rule.from as readonly Session.State[]).includes(from), `${op._tag} from ${from}`).toBe(true)
+        const a = applied(answer)
+        // Written only while the session is still in the state it was decided on; a group of it is applicable.
+        expect(a.from).toBe(from)
+        expect(Plan.checkGroup([answer])).toBeNull()
         expect(rule.to as readonly Session.State[]).toContain(a.session.state)
         expect(Session.canTransition(from, a.session.state)).toBe(true)
         expect(a.session.reservationId !== null).toBe(Session.holdsReservation(a.session.state))

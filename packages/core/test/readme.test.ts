@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest"
-import { Downtime, Headroom, Limits, ParkGate, Placement } from "../src/index.js"
+import { Downtime, Headroom, Limits, ParkGate, ParkPolicy, Placement } from "../src/index.js"
 
 // The README's example, with the figures it shows.
 describe("the README example", () => {
@@ -13,15 +13,13 @@ describe("the README example", () => {
     ]
     expect(Placement.rank(hosts, { budget: { memMib: 2048, vcpus: 1 } })).toEqual(["h1", "h2"])
     expect(Placement.noFit(hosts, { budget: { memMib: 65_536, vcpus: 1 } })[0]?.reason).toBe("ram_full")
-    const decision = ParkGate.evaluate(
-      {
-        hosts: [{ ...hosts[0]!, descentsRunning: 0, parks: [{ sessionId: "p1", parkedAt: 0, budget: { memMib: 4096, vcpus: 2 } }] }],
-        queue: [{ sessionId: "q1", budget: { memMib: 8192, vcpus: 2 }, queuedAt: 10 }],
-      },
-      1000,
-    )
+    const fleet = {
+      hosts: [{ ...hosts[0]!, descentsRunning: 0, parks: [{ sessionId: "p1", parkedAt: 0, budget: { memMib: 4096, vcpus: 2 } }] }],
+      queue: [{ sessionId: "q1", budget: { memMib: 8192, vcpus: 2 }, queuedAt: 10 }],
+    }
+    const decision = ParkGate.evaluate(fleet, 1000)
     expect(decision.yields).toEqual([{ hostId: "h1", sessionId: "p1", reason: "demand" }])
-    expect(decision.mayPark("h1")).toBe(false)
+    expect(ParkPolicy.mayPark(ParkPolicy.defaultRule, ParkPolicy.idleViewOf(fleet, "h1"))).toBe(false)
     expect(Downtime.check({ lastDeltaWireBytes: 85 << 20, rateBytesPerMs: 1 << 20, maxDowntimeMs: 600 })).toEqual({ _tag: "Fits", estimateMs: 485 })
     expect(Limits.defaults.commitAllowanceMs).toBe(400)
   })

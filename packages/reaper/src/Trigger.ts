@@ -1,5 +1,5 @@
 /**
- * React at once (issue 15): when a session queues without room (a create or a resume that
+ * React at once: when a session queues without room (a create or a resume that
  * found no host, a host lost), the park gate should run for it now, not at the next reaper
  * pass. `Trigger.poke` asks for that; calls within one coalescing window (`windowMs`) share
  * one run of `Reaper.react` at the window's end, so a burst of queued sessions costs one fleet

@@ -31,7 +31,7 @@ const parked = (hostId: string, sessionId: string, memMib: number) =>
     const store = yield* Store
     yield* store.createSession({ id: sessionId, budget: { memMib, vcpus: 1 }, affinity: [hostId] })
     yield* store.markRunning(sessionId)
-    yield* store.idle(sessionId, true)
+    yield* store.idle(sessionId)
   })
 
 /** Records every event the reaper tells. */

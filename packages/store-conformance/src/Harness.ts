@@ -3,10 +3,10 @@
  * 0, store reset with the case's limits), and the helpers cases share (fixtures, failure
  * assertions, a whole-store snapshot for "nothing changed", and the store-wide invariants).
  */
-import { Headroom, Limits, Session as SessionRules } from "@engram/core"
-import type { Budget } from "@engram/core"
+import { Headroom, Limits, Order, Session } from "@engram/core"
+import type { Budget, Ledger, Move } from "@engram/core"
 import { Store, StoreTesting } from "@engram/store"
-import type { HostView, Move, MovePhases, Reservation, Session, StoreError, StoreShape } from "@engram/store"
+import type { HostView, MovePhases, Page, PageRequest, Reservation, StoreError, StoreShape, Unavailable } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect, Result } from "effect"
 import type { Scope } from "effect"
@@ -52,6 +52,32 @@ export const prelude = (limits: Limits.Limits): Effect.Effect<void, unknown, Env
     const testing = yield* StoreTesting
     yield* testing.reset(limits)
   })
+
+/** Every item of a paged list, page after page, as a client reads it. */
+export const allPages = <A, E>(page: (request: PageRequest) => Effect.Effect<Page<A>, E>): Effect.Effect<A[], E> =>
+  Effect.gen(function* () {
+    const out: A[] = []
+    let cursor: string | undefined
+    do {
+      const p = yield* page(cursor === undefined ? { limit: 1000 } : { limit: 1000, cursor })
+      out.push(...p.items)
+      cursor = p.nextCursor ?? undefined
+    } while (cursor !== undefined)
+    return out
+  })
+
+/** Every host with its room, by id. */
+export const hostsNow = (s: StoreShape) => allPages((p) => s.pageHosts(p))
+
+/** Every reservation (of one host), by id. */
+export const reservationsNow = (s: StoreShape, filter: { readonly hostId?: string | undefined } = {}) => allPages((p) => s.pageReservations(filter, p))
+
+/** The queued sessions, first in first out. */
+export const queueNow = (s: StoreShape) => Effect.map(allPages((p) => s.pageQueue(p)), (entries) => entries.map((e) => e.session))
+
+/** One host's ledger summary, from the cluster's; fails the case for a host the summary does not list. */
+export const hostSummaryOf = (s: StoreShape, hostId: string): Effect.Effect<Ledger.HostSummary, Unavailable> =>
+  Effect.map(s.clusterSummary(), (c) => c.hosts.find((h) => h.hostId === hostId) ?? expect.fail(`the cluster summary lists no host ${hostId}`))
 
 /** The store of the current case. */
 export const store: Effect.Effect<StoreShape, never, Store> = Effect.service(Store)
@@ -107,7 +133,7 @@ export const registered = (id: string): Effect.Effect<HostView, unknown, Store> 
   })
 
 /** Creates a session and fails the case unless it was placed; answers the session. */
-export const placed = (id: string, budget: Budget, affinity?: readonly string[]): Effect.Effect<Session, unknown, Store> =>
+export const placed = (id: string, budget: Budget, affinity?: readonly string[]): Effect.Effect<Session.Record, unknown, Store> =>
   Effect.gen(function* () {
     const s = yield* store
     const outcome = yield* s.createSession(affinity === undefined ? { id, budget } : { id, budget, affinity })
@@ -124,12 +150,24 @@ export const queued = (id: string, budget: Budget) =>
     return outcome
   })
 
+/**
+ * Idles a running session and fails the case unless it parked: what the store's default park
+ * policy does on a measured host while no queued session is without room.
+ */
+export const parkedNow = (id: string): Effect.Effect<Session.Record, unknown, Store> =>
+  Effect.gen(function* () {
+    const s = yield* store
+    const after = yield* s.idle(id)
+    expect(after.state, `${id} should park (a measured host, no queued session without room)`).toBe("parked")
+    return after
+  })
+
 /** Creates a session, places it and walks it to `state` through the interface. */
 export const sessionIn = (
   id: string,
-  state: SessionRules.State,
+  state: Session.State,
   budget?: Budget,
-): Effect.Effect<Session, unknown, Store> =>
+): Effect.Effect<Session.Record, unknown, Store> =>
   Effect.gen(function* () {
     const s = yield* store
     // Unless told otherwise a queued session asks for more than any measured host has.
@@ -143,11 +181,14 @@ export const sessionIn = (
       case "running":
         return yield* s.getSession(id)
       case "parked":
-        return yield* s.idle(id, true)
+        return yield* parkedNow(id)
       case "descending":
-        return yield* s.idle(id, false)
+        // Parked, then yielded: reached the same way whatever waits in the queue.
+        yield* parkedNow(id)
+        return yield* s.beginDescent(id)
       case "descended":
-        yield* s.idle(id, false)
+        yield* parkedNow(id)
+        yield* s.beginDescent(id)
         return yield* s.finishDescent(id)
       case "moving": {
         yield* s.beginMove({ sessionId: id, maxDowntimeMs: 600 })
@@ -159,7 +200,7 @@ export const sessionIn = (
         const start = (yield* s.getReservation(own)).lastHeartbeatAt
         const window = s.limits().heartbeatStaleWindowMs
         yield* TestClock.setTime(start + window + 1)
-        for (const r of yield* s.listReservations()) if (r.id !== own) yield* s.heartbeat(r.id)
+        for (const r of yield* reservationsNow(s)) if (r.id !== own) yield* s.heartbeat(r.id)
         yield* s.reclaim()
         return yield* s.getSession(id)
       }
@@ -170,7 +211,7 @@ export const sessionIn = (
 export const finalRound = { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 } as const
 
 /** Records a move's final round, then commits it with `phases`: the source agent's last two calls. */
-export const commitAfterFinal = (moveId: string, phases: MovePhases): Effect.Effect<Move, StoreError, Store> =>
+export const commitAfterFinal = (moveId: string, phases: MovePhases): Effect.Effect<Move.Record, StoreError, Store> =>
   Effect.gen(function* () {
     const s = yield* store
     yield* s.recordRound(moveId, finalRound)
@@ -181,10 +222,10 @@ export const commitAfterFinal = (moveId: string, phases: MovePhases): Effect.Eff
 export const snapshot = Effect.gen(function* () {
   const s = yield* store
   return {
-    hosts: yield* s.listHosts(),
+    hosts: yield* hostsNow(s),
     sessions: yield* s.listSessions(),
-    reservations: yield* s.listReservations(),
-    queue: yield* s.listQueue(),
+    reservations: yield* reservationsNow(s),
+    queue: yield* queueNow(s),
   }
 })
 
@@ -199,17 +240,17 @@ export const violations = (previous?: ReadonlyMap<string, Budget>) =>
   Effect.gen(function* () {
     const s = yield* store
     const out: string[] = []
-    const hosts = yield* s.listHosts()
+    const hosts = yield* hostsNow(s)
     const sessions = yield* s.listSessions()
-    const reservations = yield* s.listReservations()
-    const queue = yield* s.listQueue()
+    const reservations = yield* reservationsNow(s)
+    const queue = yield* queueNow(s)
     const byId = new Map<string, Reservation>(reservations.map((r) => [r.id, r]))
-    const sessionsById = new Map<string, Session>(sessions.map((x) => [x.id, x]))
+    const sessionsById = new Map<string, Session.Record>(sessions.map((x) => [x.id, x]))
 
     const sorted = [...hosts].map((h) => h.id).sort()
-    if (JSON.stringify(sorted) !== JSON.stringify(sortedIds(hosts))) out.push("listHosts is not sorted by id")
+    if (JSON.stringify(sorted) !== JSON.stringify(sortedIds(hosts))) out.push("the hosts page is not sorted by id")
     const rsorted = [...reservations].map((r) => r.id).sort()
-    if (JSON.stringify(rsorted) !== JSON.stringify(sortedIds(reservations))) out.push("listReservations is not sorted by id")
+    if (JSON.stringify(rsorted) !== JSON.stringify(sortedIds(reservations))) out.push("the reservations page is not sorted by id")
 
     for (const h of hosts) {
       const mine = reservations.filter((r) => r.hostId === h.id)
@@ -229,7 +270,7 @@ export const violations = (previous?: ReadonlyMap<string, Budget>) =>
 
     for (const x of sessions) {
       const owned = reservations.filter((r) => r.ownerKind === "session" && r.ownerId === x.id)
-      if (SessionRules.holdsReservation(x.state)) {
+      if (Session.holdsReservation(x.state)) {
         if (owned.length !== 1) out.push(`session ${x.id} (${x.state}) holds ${owned.length} session reservations`)
         const r = x.reservationId === null ? undefined : byId.get(x.reservationId)
         if (r === undefined) out.push(`session ${x.id} (${x.state}): reservationId ${String(x.reservationId)} is not in the ledger`)
@@ -263,7 +304,7 @@ export const violations = (previous?: ReadonlyMap<string, Budget>) =>
 
     const expectedQueue = sessions
       .filter((x) => x.state === "queued")
-      .sort((a, b) => (a.queuedAt as number) - (b.queuedAt as number) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+      .sort((a, b) => (a.queuedAt as number) - (b.queuedAt as number) || Order.byId(a, b))
       .map((x) => x.id)
     if (JSON.stringify(expectedQueue) !== JSON.stringify(queue.map((x) => x.id)))
       out.push(`queue ${JSON.stringify(queue.map((x) => x.id))} != queued sessions by queuedAt ${JSON.stringify(expectedQueue)}`)

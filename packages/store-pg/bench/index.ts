@@ -265,7 +265,7 @@ const fleetView = async (hostCount: number): Promise<{ wholeMs: number; medianMs
       await runtime.runPromise(
         Store.use((s) =>
           Effect.forEach(Array.from({ length: 20 }, (_, k) => k), (k) =>
-            Effect.andThen(s.createSession({ id: `n${i}-${k}`, budget: { memMib: 1024, vcpus: 1 } }), s.idle(`s${1 + i * 20 + k}-1`, true)),
+            Effect.andThen(s.createSession({ id: `n${i}-${k}`, budget: { memMib: 1024, vcpus: 1 } }), s.idle(`s${1 + i * 20 + k}-1`)),
           ),
         ),
       )

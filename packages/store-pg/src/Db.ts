@@ -1,14 +1,14 @@
 /**
  * The one database handle every part of the store runs through, whichever driver opened it
- * (`PostgresJs.ts`, `Pglite.ts`): a drizzle query surface, a transaction and a single-statement
- * runner, and what a driver error means. Transient conflicts (40001, 40P01) are retried by the
- * runner (`Transaction.ts`); a lost connection, a timeout or a full disk is `Unavailable`; a unique
- * violation is a `UniqueViolation` the operation turns into its `Conflict`; anything else is
- * a defect.
+ * (`PostgresJs.ts`, `Pglite.ts`): a connection whose every query is an Effect (so interruption
+ * and tracing reach it), transactions whose bodies are Effects, and what a driver error means.
+ * Transient conflicts (40001, 40P01) retry the statement, or the whole transaction, with backoff
+ * (`Transaction.ts`); a lost connection, a timeout or a full disk is `Unavailable`; a unique
+ * violation is a `UniqueViolation` the operation turns into its `Conflict`; anything else is a
+ * defect.
  */
 import { Unavailable } from "@engram/store"
-import { Data } from "effect"
-import type { Effect } from "effect"
+import { Data, Effect } from "effect"
 import { sql } from "drizzle-orm"
 import type { SQL, SQLWrapper } from "drizzle-orm"
 import type { PgDatabase, PgQueryResultHKT } from "drizzle-orm/pg-core"
@@ -19,25 +19,50 @@ export type Exec = PgDatabase<PgQueryResultHKT>
 /** A unique constraint refused a write: the operation maps it to its `Conflict`. */
 export class UniqueViolation extends Data.TaggedError("UniqueViolation")<{ readonly constraint: string }> {}
 
-/** The runner's errors. */
+/** A transient conflict (serialization failure, deadlock) inside a transaction: the transaction runs again. */
+export class Transient extends Data.TaggedError("Transient")<{ readonly code: "40001" | "40P01"; readonly message: string }> {}
+
+/** A transaction body saw a lost race under its locks (room changed between its read and its locks): run it again. */
+export class RunAgain extends Data.TaggedError("RunAgain")<{ readonly why: string }> {}
+
+/** The errors of a query. */
 export type DbError = Unavailable | UniqueViolation
+
+/**
+ * A connection: the pool (each query a statement of its own) or an open transaction (its
+ * queries see each other's writes and commit together).
+ */
+export interface Conn<E = DbError> {
+  /** Runs a driver call (a drizzle query) on this connection. */
+  readonly use: <A>(f: (exec: Exec) => Promise<A>) => Effect.Effect<A, E>
+  /** Runs a raw statement and answers its rows. */
+  readonly query: <R = Record<string, unknown>>(statement: SQL) => Effect.Effect<R[], E>
+  /**
+   * Runs statements in order and answers their rows: on postgres.js pipelined (one round trip;
+   * the server runs them strictly in order, each with its own snapshot), elsewhere one after another.
+   */
+  readonly pipeline: (statements: readonly SQL[]) => Effect.Effect<Record<string, unknown>[][], E>
+  /** Runs `f` once the transaction has committed (at once on the pool): what a cache may learn only from committed rows. */
+  readonly afterCommit: (f: () => void) => void
+  /** Whether this is an open transaction (its row locks last until it commits). */
+  readonly inTransaction: boolean
+}
+
+/** An open transaction: its queries may also fail with `Transient` (the transaction then runs again). */
+export type Tx = Conn<DbError | Transient>
 
 /** An open database. */
 export interface Db {
   readonly driver: "postgres" | "pglite"
-  readonly db: Exec
-  /** Runs `body` in one transaction (READ COMMITTED), retrying transient conflicts. */
-  readonly tx: <A>(body: (tx: Exec) => Promise<A>) => Effect.Effect<A, DbError>
-  /** Runs a single statement (or a read that needs no transaction). */
-  readonly run: <A>(body: (db: Exec) => Promise<A>) => Effect.Effect<A, DbError>
+  /** The pool: each query is a statement of its own, retried on transient conflicts. */
+  readonly pool: Conn
+  /**
+   * Runs `body` in one transaction (READ COMMITTED): committed when it succeeds, rolled back
+   * when it fails or is interrupted, run again on a transient conflict.
+   */
+  readonly transaction: <A, E, R>(body: (tx: Tx) => Effect.Effect<A, E, R>) => Effect.Effect<A, Exclude<E, Transient | RunAgain> | DbError, R>
   /** The transient conflicts this handle met (and retried) so far, by kind. */
   readonly conflicts: () => Conflicts
-  /**
-   * A hot statement compiled once (its values as drizzle placeholders): the function runs it
-   * outside a transaction with the given values, without building the statement again. Only
-   * on postgres.js; elsewhere the caller builds the statement per call.
-   */
-  readonly compile?: (statement: SQL) => (values: Record<string, unknown>) => Promise<Record<string, unknown>[]>
 }
 
 /** Transient conflicts met so far: deadlocks (40P01) and serialization failures (40001). */
@@ -115,34 +140,9 @@ export const classify = (error: unknown): Classified => {
   return { _tag: "Defect", error }
 }
 
-/** The statements pipelined on one connection: sent in one write, run in order, one round trip. */
-type Pipeline = (statements: readonly SQL[]) => Promise<Record<string, unknown>[][]>
-const pipelines = new WeakMap<object, Pipeline>()
-
-/** Registers how a driver pipelines statements on a transaction's connection. */
-export const registerPipeline = (exec: Exec, run: Pipeline): void => {
-  pipelines.set(exec, run)
-}
-
-/**
- * Runs statements in order and answers their rows. On postgres.js they are pipelined (one
- * round trip, and the server runs them strictly in order, each with its own snapshot);
- * elsewhere they run one after another.
- */
-export const pipeline = async (exec: Exec, statements: readonly SQL[]): Promise<Record<string, unknown>[][]> => {
-  const run = pipelines.get(exec)
-  if (run !== undefined) return run(statements)
-  const out: Record<string, unknown>[][] = []
-  for (const s of statements) out.push(await query<Record<string, unknown>>(exec, s))
-  return out
-}
-
 /** The rows of a raw `execute`: postgres.js answers an array, PGlite `{ rows }`. */
 export const rowsOf = <R>(result: unknown): R[] =>
   (Array.isArray(result) ? result : (result as { rows: R[] }).rows) as R[]
-
-/** Runs a raw statement and answers its rows, the same on both drivers. */
-export const query = async <R>(exec: Exec, statement: SQL): Promise<R[]> => rowsOf<R>(await exec.execute(statement))
 
 /**
  * `column in (…ids)` with the ids as one jsonb parameter: the statement text stays the same
@@ -150,3 +150,10 @@ export const query = async <R>(exec: Exec, statement: SQL): Promise<R[]> => rows
  */
 export const inJson = (column: SQLWrapper, ids: readonly string[]): SQL =>
   sql`${column} in (select jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb))`
+
+/**
+ * A unique violation as a defect: for reads, and writes whose every unique key the store chose
+ * itself (a violation there is a bug, not a caller's conflict).
+ */
+export const dieOnUnique = <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, Exclude<E, UniqueViolation>, R> =>
+  Effect.catch(self, (e) => (e instanceof UniqueViolation ? Effect.die(e) : Effect.fail(e as Exclude<E, UniqueViolation>)))

@@ -1,27 +1,23 @@
 /**
- * What every concern of the store (hosts, sessions, queue, ledger, moves) is built from:
- * the database, the limits in force, the Clock, the transaction runner, single-statement
- * reads, and the placement cache. `StorePg.ts` builds one and hands it to each concern.
+ * What every concern of the store (hosts, sessions, queue, ledger, moves) is built from: the
+ * database, the limits and the park policy in force, the Clock, and the host cache.
+ * `StorePg.ts` builds one and hands it to each concern.
  */
-import type { Limits } from "@engram/core"
-import type { Unavailable } from "@engram/store"
+import type { Limits, ParkPolicy } from "@engram/core"
 import type { Effect } from "effect"
-import type { Db, Exec } from "./Db.js"
-import type { PlacementCache } from "./PlacementCache.js"
-import type { Op } from "./Transaction.js"
+import type { Db } from "./Db.js"
+import type { HostCache } from "./HostCache.js"
 
 /** The parts a concern module is built from. */
 export interface Deps {
   readonly db: Db
   /** The limits the store decides with now (a test reset may change them). */
   readonly limits: () => Limits.Limits
+  /** The park policy an idle session's step decides with. */
+  readonly park: ParkPolicy.Rule
   /** The time from the Effect Clock, in epoch ms. */
   readonly now: Effect.Effect<number>
-  /** Runs a transaction body until it decides (see `Transaction.makeOp`). */
-  readonly op: Op
-  /** A read outside a transaction (one statement). */
-  readonly read: <A>(body: (exec: Exec) => Promise<A>) => Effect.Effect<A, Unavailable>
-  /** Two reads of one transaction: pipelined on postgres.js, one after the other on PGlite. */
-  readonly both: <A, B>(a: () => Promise<A>, b: () => Promise<B>) => Promise<[A, B]>
-  readonly cache: PlacementCache
+  readonly cache: HostCache
+  /** Two reads of one transaction at once: pipelined on postgres.js, one after the other on PGlite. */
+  readonly both: <A, B, E>(a: Effect.Effect<A, E>, b: Effect.Effect<B, E>) => Effect.Effect<[A, B], E>
 }

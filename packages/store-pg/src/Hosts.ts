@@ -1,18 +1,19 @@
-/** Hosts: registration, reports, states, the host views, and the one fleet read (SPEC §1, §4.1). */
-import { Ledger as LedgerRules } from "@engram/core"
+/**
+ * Hosts: registration, reports, states, the host views, and the fleet view (SPEC §1, §4.1). A
+ * write of a host's row answers the row, which the host cache learns once committed; the fleet
+ * view is the host cache's (`HostCache.fleet`: only what changed since its last read is read).
+ */
+import { Ledger } from "@engram/core"
 import { Conflict, Cursor, NotFound, Refused, Validate } from "@engram/store"
-import type { InvalidInput } from "@engram/store"
-import type { Host, HostView, StoreShape } from "@engram/store"
+import type { Host, HostReport, HostView, InvalidInput, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
-import { query } from "./Db.js"
-import type { Exec } from "./Db.js"
+import { dieOnUnique } from "./Db.js"
+import type { Conn, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
-import * as FleetCache from "./FleetCache.js"
+import { hostColumns, readHostRows, toHostRow, toHostView } from "./HostRows.js"
 import * as Pages from "./Pages.js"
-import { readRoom, toHostView } from "./Room.js"
 import { hosts, sessions } from "./schema.js"
-import { err, ok } from "./Transaction.js"
 
 type HostOps = Pick<
   StoreShape,
@@ -20,11 +21,9 @@ type HostOps = Pick<
   | "reportHost"
   | "setHostState"
   | "getHost"
-  | "hostTokenHash"
   | "hostByTokenHash"
   | "setHostTokenHash"
   | "removeHost"
-  | "listHosts"
   | "pageHosts"
   | "fleetView"
 >
@@ -41,12 +40,19 @@ const hostOf = (h: typeof hosts.$inferSelect): Host => ({
 })
 
 /** The host operations of the store. */
-export const make = ({ op, read, now, limits, cache }: Deps): HostOps => {
-  const fleet = FleetCache.make({ limits, read })
-  const hostView = async (exec: Exec, id: string): Promise<HostView | undefined> => {
-    const row = (await readRoom(exec, { hostIds: [id], sessions: "counts" }))[0]
-    return row === undefined ? undefined : toHostView(row, limits())
-  }
+export const make = ({ db, now, limits, cache }: Deps): HostOps => {
+  const hostView = <E>(conn: Conn<E>, id: string) =>
+    Effect.map(readHostRows(conn, { hostIds: [id], sessions: "counts" }), (rows) => (rows[0] === undefined ? undefined : toHostView(rows[0], limits())))
+
+  /** Writes a host's row (its version bumped: a placement decided on the old one is stale) and answers its view. */
+  const writeHost = (tx: Tx, id: string, set: SQLSet) =>
+    Effect.gen(function* () {
+      const [row] = yield* tx.query(sql`update hosts set ${set}, version = version + 1 where id = ${id} returning ${hostColumns("", "room")}, 0 as "parks", 0 as "descents"`)
+      if (row === undefined) return undefined
+      const written = toHostRow(row)
+      tx.afterCommit(() => cache.learn(written))
+      return yield* hostView(tx, id)
+    })
 
   return {
     registerHost: (input) =>
@@ -55,105 +61,84 @@ export const make = ({ op, read, now, limits, cache }: Deps): HostOps => {
         if (bad) return yield* bad
         const t = yield* now
         const labels = { ...(input.labels ?? {}) }
-        cache.stale()
-        const inserted = yield* read((exec) =>
-          exec
-            .insert(hosts)
-            .values({ id: input.id, labels, state: "ready", tokenHash: input.tokenHash ?? null, createdAt: t })
-            .onConflictDoNothing()
-            .returning({ id: hosts.id }),
-        )
-        cache.stale()
-        if (inserted.length === 0) return yield* new Conflict({ entity: "host", id: input.id, reason: "host already registered" })
+        const inserted = yield* db.pool.query(sql`insert into hosts (id, labels, state, token_hash, created_at)
+          values (${input.id}, ${JSON.stringify(labels)}::jsonb, 'ready', ${input.tokenHash ?? null}, ${t})
+          on conflict do nothing returning ${hostColumns("", "room")}, 0 as "parks", 0 as "descents"`)
+        const row = inserted[0]
+        if (row === undefined) return yield* new Conflict({ entity: "host", id: input.id, reason: "host already registered" })
+        cache.learn(toHostRow(row))
         const host: Host = { id: input.id, labels, state: "ready", report: null, reportedAt: null, createdAt: t }
         return host
-      }),
+      }).pipe(dieOnUnique),
 
-    reportHost: (id, report) =>
+    reportHost: (id, report: HostReport) =>
       Effect.gen(function* () {
         const t = yield* now
-        return yield* op<HostView, NotFound | InvalidInput>(async (tx) => {
-          const [h] = await tx.select({ id: hosts.id }).from(hosts).where(eq(hosts.id, id)).for("no key update")
-          if (h === undefined) return err(hostNotFound(id))
-          const bad = Validate.report(report)
-          if (bad) return err(bad)
-          await tx
-            .update(hosts)
-            .set({
-              totalMib: report.totalMib,
-              allocatableMib: report.allocatableMib,
-              totalVcpus: report.totalVcpus,
-              reportedAt: t,
-              version: sql`${hosts.version} + 1`,
-            })
-            .where(eq(hosts.id, id))
-          return ok((await hostView(tx, id)) as HostView)
-        })
-      }),
+        return yield* db.transaction((tx) =>
+          Effect.gen(function* () {
+            const [h] = yield* tx.use((exec) => exec.select({ id: hosts.id }).from(hosts).where(eq(hosts.id, id)).for("no key update"))
+            if (h === undefined) return yield* hostNotFound(id)
+            const bad: InvalidInput | null = Validate.report(report)
+            if (bad) return yield* bad
+            const view = yield* writeHost(
+              tx,
+              id,
+              sql`total_mib = ${report.totalMib}, allocatable_mib = ${report.allocatableMib}, total_vcpus = ${report.totalVcpus}, reported_at = ${t}`,
+            )
+            return view as HostView
+          }),
+        )
+      }).pipe(dieOnUnique),
 
     setHostState: (id, state) =>
-      op<HostView, NotFound>(async (tx) => {
-        const updated = await tx
-          .update(hosts)
-          .set({ state, version: sql`${hosts.version} + 1` })
-          .where(eq(hosts.id, id))
-          .returning({ id: hosts.id })
-        if (updated.length === 0) return err(hostNotFound(id))
-        return ok((await hostView(tx, id)) as HostView)
-      }),
+      db
+        .transaction((tx) =>
+          Effect.flatMap(writeHost(tx, id, sql`state = ${state}`), (view) => (view === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(view))),
+        )
+        .pipe(dieOnUnique),
 
     getHost: (id) =>
-      Effect.flatMap(read((exec) => hostView(exec, id)), (v) => (v === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(v))),
-
-    hostTokenHash: (id) =>
-      Effect.flatMap(
-        read((exec) => exec.select({ tokenHash: hosts.tokenHash }).from(hosts).where(eq(hosts.id, id))),
-        (rows) => (rows[0] === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(rows[0].tokenHash)),
-      ),
+      Effect.flatMap(hostView(db.pool, id), (v) => (v === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(v))).pipe(dieOnUnique),
 
     hostByTokenHash: (tokenHash) =>
       Effect.map(
-        read((exec) => exec.select().from(hosts).where(eq(hosts.tokenHash, tokenHash)).orderBy(hosts.id).limit(1)),
+        db.pool.use((exec) => exec.select().from(hosts).where(eq(hosts.tokenHash, tokenHash)).orderBy(hosts.id).limit(1)),
         (rows): Host | null => (rows[0] === undefined ? null : hostOf(rows[0])),
-      ),
+      ).pipe(dieOnUnique),
 
     setHostTokenHash: (id, tokenHash) =>
       Effect.flatMap(
-        read((exec) => exec.update(hosts).set({ tokenHash }).where(eq(hosts.id, id)).returning()),
+        db.pool.use((exec) => exec.update(hosts).set({ tokenHash }).where(eq(hosts.id, id)).returning()),
         (rows) => (rows[0] === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(hostOf(rows[0]))),
-      ),
+      ).pipe(dieOnUnique),
 
     removeHost: (id) =>
-      Effect.gen(function* () {
-        const removed = yield* op<Host, NotFound | Refused>(async (tx) => {
-          // The host's row lock first: placements onto it (which take a weaker lock on it) wait,
-          // then see it gone.
-          const [h] = await tx.select().from(hosts).where(eq(hosts.id, id)).for("update")
-          if (h === undefined) return err(hostNotFound(id))
-          const [onHost] = await query<{ n: number }>(tx, sql`select count(*)::int as n from ${sessions} where ${sessions.hostId} = ${id}`)
-          const refused = LedgerRules.refuseHostRemoval(id, { entries: h.entries, sessions: Number(onHost?.n ?? 0) })
-          if (refused) return err(new Refused({ check: refused.check, reason: refused.message }))
-          await tx.delete(hosts).where(eq(hosts.id, id))
-          return ok(hostOf(h))
-        })
-        cache.forget(id)
-        return removed
-      }),
-
-    listHosts: () =>
-      Effect.map(
-        read((exec) => readRoom(exec, { sessions: "counts" })),
-        (rows) => rows.map((r) => toHostView(r, limits())),
-      ),
+      db
+        .transaction((tx) =>
+          Effect.gen(function* () {
+            // The host's row lock first: placements onto it (which take a weaker lock on it) wait,
+            // then see it gone.
+            const [h] = yield* tx.use((exec) => exec.select().from(hosts).where(eq(hosts.id, id)).for("update"))
+            if (h === undefined) return yield* hostNotFound(id)
+            const [onHost] = yield* tx.query<{ n: number }>(sql`select count(*)::int as n from ${sessions} where ${sessions.hostId} = ${id}`)
+            const refused = Ledger.refuseHostRemoval(id, { entries: h.entries, sessions: Number(onHost?.n ?? 0) })
+            if (refused) return yield* new Refused({ check: refused.check, reason: refused.message })
+            yield* tx.use((exec) => exec.delete(hosts).where(eq(hosts.id, id)))
+            tx.afterCommit(() => cache.forget(id))
+            return hostOf(h)
+          }),
+        )
+        .pipe(dieOnUnique),
 
     pageHosts: (page) =>
       Effect.gen(function* () {
         const { after, limit } = yield* Pages.check("hosts", page)
-        const rows = yield* read((exec) => readRoom(exec, { sessions: "counts", afterId: after?.[0], limit: limit + 1 }))
+        const rows = yield* readHostRows(db.pool, { sessions: "counts", afterId: after?.[0], limit: limit + 1 })
         return Cursor.pageOf("hosts", rows.map((r) => toHostView(r, limits())), (h) => [h.id], limit)
-      }),
+      }).pipe(dieOnUnique),
 
-    // Incremental (FleetCache): only the rows written since the last read are read.
-    fleetView: () => Effect.flatMap(now, (readAt) => fleet.read(readAt)),
+    fleetView: () => Effect.flatMap(now, (readAt) => cache.fleet(readAt)),
   }
 }
+
+type SQLSet = ReturnType<typeof sql>

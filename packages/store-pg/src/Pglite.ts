@@ -8,10 +8,12 @@ import { Unavailable } from "@engram/store"
 import { drizzle } from "drizzle-orm/pglite"
 import { Effect, Semaphore } from "effect"
 import type { Scope } from "effect"
-import { retryAfterMs } from "./Db.js"
+import type { SQL } from "drizzle-orm"
+import { retryAfterMs, rowsOf } from "./Db.js"
 import type { Db, Exec } from "./Db.js"
 import { migratePgliteClient } from "./Migrate.js"
-import { makeRunner } from "./Transaction.js"
+import * as Transaction from "./Transaction.js"
+import type { OpenTx } from "./Transaction.js"
 
 /** Where the embedded database lives. */
 export interface ConnectOptions {
@@ -19,17 +21,29 @@ export interface ConnectOptions {
   readonly dataDir?: string | undefined
 }
 
-/** The `Db` over an open PGlite: its one connection serializes every call. */
+/**
+ * The `Db` over an open PGlite: its one connection serializes every call, so a transaction
+ * holds it from BEGIN to COMMIT and its statements run in turn.
+ */
 export const makeDb = (client: PGlite): Db => {
-  const runner = makeRunner(Semaphore.makeUnsafe(1))
   const db = drizzle({ client }) as unknown as Exec
-  return {
-    driver: "pglite",
-    db,
-    tx: (body) => runner(() => db.transaction((tx) => body(tx as unknown as Exec))),
-    run: (body) => runner(() => body(db)),
-    conflicts: runner.conflicts,
+  const inTurn = async (statements: readonly SQL[]): Promise<unknown[][]> => {
+    const out: unknown[][] = []
+    for (const s of statements) out.push(rowsOf(await db.execute(s)))
+    return out
   }
+  const begin = async (): Promise<OpenTx> => {
+    await client.exec("begin")
+    let open = true
+    const end = async (statement: "commit" | "rollback"): Promise<void> => {
+      if (!open) return
+      open = false
+      if (statement === "commit") await client.exec("commit")
+      else await client.exec("rollback").catch(() => undefined)
+    }
+    return { exec: db, pipeline: inTurn, commit: () => end("commit"), rollback: () => end("rollback") }
+  }
+  return Transaction.make({ driver: "pglite", exec: db, pipeline: inTurn, begin, lock: Semaphore.makeUnsafe(1) })
 }
 
 const unavailable = (cause: unknown): Unavailable =>

@@ -4,7 +4,6 @@
  * closes with the scope.
  */
 import { Unavailable } from "@engram/store"
-import { fillPlaceholders } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { PgDialect } from "drizzle-orm/pg-core"
 import { drizzle } from "drizzle-orm/postgres-js"
@@ -12,10 +11,11 @@ import { Effect } from "effect"
 import type { Scope } from "effect"
 import postgres from "@engram/postgres"
 import type { Sql as UpstreamSql } from "postgres"
-import { registerPipeline, retryAfterMs } from "./Db.js"
+import { retryAfterMs } from "./Db.js"
 import type { Db, Exec } from "./Db.js"
 import { migrateUrl } from "./Migrate.js"
-import { makeRunner } from "./Transaction.js"
+import * as Transaction from "./Transaction.js"
+import type { OpenTx } from "./Transaction.js"
 
 /** How to reach the database. */
 export interface ConnectOptions {
@@ -74,52 +74,47 @@ export const drizzleOn = (client: postgres.Sql) => drizzle({ client: client as u
  * The `Db` on a postgres.js pool. Transactions are ours, not drizzle's, so that `BEGIN`
  * travels in the same write as the transaction's first statements (postgres.js coalesces the
  * writes of one tick), and the queries of a transaction are drizzle's over the reserved
- * connection, pipelined where the store asks (`Db.pipeline`).
+ * connection, pipelined where the store asks (`Conn.pipeline`).
  */
 export const makeDb = (pool: postgres.Sql): Db => {
-  const runner = makeRunner(null)
   const db = drizzleOn(pool) as unknown as Exec
   const send = (conn: postgres.Sql, statement: SQL) => {
     const q = dialect.sqlToQuery(statement)
     return conn.unsafe(q.sql, q.params as never[], { prepare: true }).execute()
   }
-  const tx = <A>(body: (tx: Exec) => Promise<A>): Promise<A> =>
-    pool.reserve().then(async (reserved) => {
+  const pipelineOn = (conn: postgres.Sql) => (statements: readonly SQL[]) =>
+    Promise.all(statements.map((s) => send(conn, s))) as unknown as Promise<unknown[][]>
+  const begin = (): Promise<OpenTx> =>
+    pool.reserve().then((reserved) => {
       const conn = preparing(reserved)
       // A reserved connection has no `options`; drizzle reads the pool's (type parsers).
       ;(conn as unknown as { options: unknown }).options ??= pool.options
-      const exec = drizzleOn(conn) as unknown as Exec
-      registerPipeline(exec, (statements) =>
-        Promise.all(statements.map((s) => send(conn, s))) as unknown as Promise<Record<string, unknown>[][]>,
-      )
-      const begin = conn.unsafe("begin").execute()
-      try {
-        const value = await body(exec)
-        await begin
-        await conn.unsafe("commit")
-        return value
-      } catch (error) {
-        await Promise.resolve(begin).catch(() => undefined)
-        await conn.unsafe("rollback").catch(() => undefined)
-        throw error
-      } finally {
-        reserved.release()
+      // Not awaited: BEGIN leaves with the transaction's first statements.
+      const begun = Promise.resolve(conn.unsafe("begin").execute())
+      let open = true
+      const end = async (statement: "commit" | "rollback"): Promise<void> => {
+        if (!open) return
+        open = false
+        try {
+          if (statement === "commit") {
+            await begun
+            await conn.unsafe("commit")
+          } else {
+            await begun.catch(() => undefined)
+            await conn.unsafe("rollback").catch(() => undefined)
+          }
+        } finally {
+          reserved.release()
+        }
+      }
+      return {
+        exec: drizzleOn(conn) as unknown as Exec,
+        pipeline: pipelineOn(conn),
+        commit: () => end("commit"),
+        rollback: () => end("rollback"),
       }
     })
-  return {
-    driver: "postgres",
-    db,
-    tx: (body) => runner(() => tx(body)),
-    run: (body) => runner(() => body(db)),
-    conflicts: runner.conflicts,
-    compile: (statement) => {
-      const q = dialect.sqlToQuery(statement)
-      return (values) =>
-        pool.unsafe(q.sql, fillPlaceholders(q.params, values) as never[], { prepare: true }).execute() as unknown as Promise<
-          Record<string, unknown>[]
-        >
-    },
-  }
+  return Transaction.make({ driver: "postgres", exec: db, pipeline: pipelineOn(pool), begin, lock: null })
 }
 
 /**

@@ -1,6 +1,6 @@
 /** The store's records from their rows: sessions, reservations and moves. No decision here. */
-import type { Session as SessionRules, SessionState } from "@engram/core"
-import type { Move, MovePhases, MoveRound, Reservation, Session, SessionEvent } from "@engram/store"
+import type { Move, Session, SessionState } from "@engram/core"
+import type { MovePhases, MoveRound, Reservation, SessionEvent } from "@engram/store"
 import type { moves, reservations, sessionEvents, sessions } from "./schema.js"
 
 export type SessionRow = typeof sessions.$inferSelect
@@ -13,11 +13,11 @@ export const toSessionEvent = (r: SessionEventRow): SessionEvent => ({
   sessionId: r.sessionId,
   seq: r.seq,
   at: r.at,
-  event: r.event as SessionRules.Event,
+  event: r.event as Session.Event,
 })
 
 /** A session record from its row. */
-export const toSession = (r: SessionRow): Session => ({
+export const toSession = (r: SessionRow): Session.Record => ({
   id: r.id,
   state: r.state as SessionState,
   budget: { memMib: r.memMib, vcpus: r.vcpus },
@@ -46,7 +46,7 @@ export const toReservation = (r: ReservationRow): Reservation => ({
 })
 
 /** A move record from its row. */
-export const toMove = (r: MoveRow): Move => ({
+export const toMove = (r: MoveRow): Move.Record => ({
   id: r.id,
   sessionId: r.sessionId,
   sourceHostId: r.sourceHostId,

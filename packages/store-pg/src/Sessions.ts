@@ -1,32 +1,30 @@
 /**
- * Sessions: creates (placed or queued), reads, and every state change of a session by
- * itself (SPEC §2). Each change reads the session under its row lock, asks core's
- * `Session.step`, and writes the answer in the same transaction. New sessions are placed
- * optimistically and in groups: concurrent creates are gathered (`Batcher.ts`), core walks
- * the batch in order over the cached rows (`QueueWalk`), and one statement writes every
- * placement only if its host is still at the version core decided on; after repeated lost
- * races a create takes the locking path.
+ * Sessions: creates, reads, and every state change of a session by itself (SPEC §2). Every
+ * change reads a snapshot, asks core's `Session.step` for a plan, and hands it to the apply
+ * (`Apply.ts`). A state change locks the session first; an idle session's step reads its host
+ * from the host cache and the budgets waiting in the queue (one grouped read), nothing else. New
+ * sessions are placed in groups: concurrent creates are gathered (`Batcher.ts`), core walks the
+ * group in order over the host cache (`QueueWalk`), and one statement applies every plan, each
+ * only while its host is still at the version core decided on. A create that keeps losing that
+ * race decides under a host lock instead; one that fits nowhere on a fresh read is queued (or
+ * refused).
  */
 import { randomUUID } from "node:crypto"
-import { Placement, QueueWalk, Session as SessionRules } from "@engram/core"
-import type { Budget, FleetHost, Limits } from "@engram/core"
+import { ParkGate, Placement, Plan, QueueWalk, Session } from "@engram/core"
+import type { Budget, Candidate, Limits } from "@engram/core"
 import { Cursor, fromRefusal, NoRoom, NotFound, Unavailable, Validate } from "@engram/store"
-import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, Session, SessionFilter, StepRefusal, StoreShape } from "@engram/store"
+import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, SessionFilter, StoreShape } from "@engram/store"
 import { and, asc, eq, gt, inArray, sql } from "drizzle-orm"
-import type { SQL } from "drizzle-orm"
 import { Effect } from "effect"
+import { apply } from "./Apply.js"
 import * as Batcher from "./Batcher.js"
-import { query, retryAfterMs } from "./Db.js"
-import type { DbError, Exec } from "./Db.js"
+import { dieOnUnique, retryAfterMs, RunAgain } from "./Db.js"
+import type { Conn, DbError, Transient, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
-import { lockHosts, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
+import { lockAndReplay, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
 import * as Pages from "./Pages.js"
-import { readRoom, roomColumns, toCandidate, toRoomRow } from "./Room.js"
-import type { RoomRow } from "./Room.js"
 import { toMove, toSession, toSessionEvent } from "./Rows.js"
 import { sessionEvents, sessions } from "./schema.js"
-import { err, ok, retry } from "./Transaction.js"
-import { applyStep, bumpMetricSql, hostSumsSql } from "./Writes.js"
 
 type SessionOps = Pick<
   StoreShape,
@@ -47,8 +45,6 @@ type SessionOps = Pick<
 
 /** Options of the placement of new sessions. */
 export interface PlacementOptions {
-  /** See `StorePg.StoreOptions.placementReadMaxAgeMs`. */
-  readonly maxReadAgeMs: number
   /** See `StorePg.StoreOptions.optimisticPlacementAttempts`. */
   readonly maxCasAttempts: number
   /** See `StorePg.StoreOptions.placementBatchSize`. */
@@ -67,108 +63,23 @@ const filterOf = (filter: SessionFilter) =>
   )
 
 /** The 1-based FIFO position of a queued session. */
-export const queuePosition = async (tx: Exec, s: { readonly id: string; readonly queuedAt: number | null }): Promise<number> => {
-  if (s.queuedAt === null) return 0
-  const rows = await query<{ n: number }>(
-    tx,
-    sql`select count(*)::int as n from sessions
-      where state = 'queued' and (queued_at < ${s.queuedAt} or (queued_at = ${s.queuedAt} and id <= ${s.id}))`,
-  )
-  return Number(rows[0]?.n ?? 0)
-}
+export const queuePosition = <E>(conn: Conn<E>, s: Pick<Session.Record, "id" | "queuedAt">): Effect.Effect<number, E> =>
+  s.queuedAt === null
+    ? Effect.succeed(0)
+    : Effect.map(
+        conn.query<{ n: number }>(sql`select count(*)::int as n from sessions
+          where state = 'queued' and (queued_at < ${s.queuedAt} or (queued_at = ${s.queuedAt} and id <= ${s.id}))`),
+        (rows) => Number(rows[0]?.n ?? 0),
+      )
 
 /** Where a queued session stands among `hosts` (core's no-fit details and `too_big`), at `position`. */
-export const standingOf = (s: Session, hosts: readonly FleetHost[], position: number, limits: Limits.Limits): QueueStanding => ({
+export const standingOf = (s: Session.Record, hosts: readonly Candidate[], position: number, limits: Limits.Limits): QueueStanding => ({
   position,
   noFit: Placement.noFit(hosts, { budget: s.budget, affinity: s.affinity }, limits),
   tooBig: Placement.tooBigFor(hosts, limits)(s.budget),
 })
 
-/** The history of a new session (inserted by the CTE `s`, one row): its events numbered from 1. */
-const newEventsSql = (from: SQL, events: readonly SessionRules.Event[], at: number): SQL => sql`insert into session_events (session_id, seq, at, event)
-    select s.id, x.n, ${at}, x.e from ${from} s
-    cross join jsonb_array_elements(${JSON.stringify(events)}::jsonb) with ordinality as x(e, n)`
-
-const insertSessionSql = (s: Session): SQL => sql`insert into sessions
-      (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, queued_at, parked_at, created_at, updated_at)
-    values (${s.id}, ${s.state}, ${s.budget.memMib}, ${s.budget.vcpus},
-      array(select jsonb_array_elements_text(${JSON.stringify(s.affinity)}::jsonb)),
-      ${s.hostId}, ${s.reservationId}, ${s.queuedAt}, ${s.parkedAt}, ${s.createdAt}, ${s.updatedAt})
-    on conflict (id) do nothing
-    returning id`
-
-/** Inserts a queued session and its history; answers whether it was new and how many queued sessions are ahead of it. */
-const insertQueuedSql = (s: Session, events: readonly SessionRules.Event[]): SQL => sql`with s as (${insertSessionSql(s)}),
-    ev as (${newEventsSql(sql`s`, events, s.createdAt)})
-    select (select count(*)::int from s) as n,
-      (select count(*)::int from sessions where state = 'queued'
-        and (queued_at < ${s.queuedAt} or (queued_at = ${s.queuedAt} and id < ${s.id}))) as ahead`
-
-/**
- * The placement write: one statement (autocommit: one round trip) for every placement of a
- * batch core decided on one read (`p`, one row each, never two with the same session id;
- * several may go to one host: core's walk took each one's room before judging the next). It
- * adds the placements of each host to that host's sums only if the host row is still at the
- * version core decided on (all of a host's placements apply, or none) and leaves out a session
- * that exists, then inserts the session records and their reservations (as core's steps
- * answered them) of the hosts it updated, and counts the metric. No fit rule here: core
- * judged exactly the row at `v`. A concurrent create of the same id elsewhere makes a session
- * insert a unique violation, which undoes the whole statement.
- */
-const placeSql = (batch: unknown): SQL => sql`with p as (
-      select * from jsonb_to_recordset(${batch}::jsonb)
-        as p(sid text, state text, hid text, v bigint, rid text, mem float8, vcpus float8, aff jsonb, qat bigint, pat bigint,
-          cat bigint, uat bigint, rkind text, rat bigint, rbeat bigint, ev jsonb)
-    ), e as (
-      select sessions.id from sessions join p on sessions.id = p.sid
-    ), n as (
-      select * from p where not exists (select 1 from e where e.id = p.sid)
-    ), g as (
-      select hid, v, sum(mem::numeric) as mem, sum(vcpus::numeric) as vcpus, count(*)::int as k from n group by hid, v
-    ), h as (
-      update hosts set
-        reserved_mem_mib = hosts.reserved_mem_mib + g.mem,
-        reserved_vcpus = hosts.reserved_vcpus + g.vcpus,
-        entries = hosts.entries + g.k,
-        version = hosts.version + 1
-      from g
-      where hosts.id = g.hid and hosts.version = g.v
-      returning ${roomColumns("hosts", "room")}
-    ), s as (
-      insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, queued_at, parked_at, created_at, updated_at)
-      select n.sid, n.state, n.mem::bigint, n.vcpus::bigint, array(select jsonb_array_elements_text(n.aff)),
-        n.hid, n.rid, n.qat, n.pat, n.cat, n.uat
-      from n join h on h.id = n.hid
-      returning id
-    ), r as (
-      insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
-      select n.rid, n.hid, n.rkind, s.id, n.mem, n.vcpus, n.rat, n.rbeat from n join s on s.id = n.sid
-      returning mem_mib
-    ), ev as (
-      insert into session_events (session_id, seq, at, event)
-      select s.id, x.n, n.cat, x.e from n join s on s.id = n.sid
-      cross join lateral jsonb_array_elements(n.ev) with ordinality as x(e, n)
-    ), m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
-    select p.sid as "placeSid", (select count(*)::int from e where e.id = p.sid) as "exists",
-      (select count(*)::int from s where s.id = p.sid) as "placed", h.*
-    from p left join h on h.id = p.hid`
-
-/** A create core placed: its applied step, and the host row core decided on. */
-interface PlaceItem {
-  readonly session: Session
-  readonly entry: SessionRules.Applied["ledger"][number] & { readonly _tag: "Reserve" }
-  readonly events: readonly SessionRules.Event[]
-  readonly host: RoomRow
-}
-
-type PlaceAnswer = { readonly _tag: "Placed"; readonly row: RoomRow } | { readonly _tag: "Lost" } | { readonly _tag: "Exists" }
-
-/** What a batch of resumes answered one resume: its outcome, or its refusal (nothing changed for it). */
-type ResumeAnswer =
-  | { readonly _tag: "Done"; readonly outcome: PlaceOutcome }
-  | { readonly _tag: "Refused"; readonly error: NotFound | IllegalTransition }
-
-/** A new session waiting in a batch of creates (core's walk sees its budget and affinity). */
+/** A new session waiting in a group of creates (core's walk sees its budget and affinity). */
 interface CreateItem {
   readonly id: string
   readonly budget: Budget
@@ -179,103 +90,76 @@ interface CreateItem {
   readonly fresh: boolean
 }
 
-/** What a batch answered one create. */
+/** What a group answered one create. */
 type CreateAnswer =
-  | { readonly _tag: "Placed"; readonly session: Session }
+  | { readonly _tag: "Placed"; readonly session: Session.Record }
   | { readonly _tag: "Exists" }
   /** The host core chose changed before the write (another writer): decide again. */
   | { readonly _tag: "Lost" }
-  /** Fits nowhere on the read the batch decided on (`fresh`: a read that started after the create). */
+  /** Fits nowhere on the read the group decided on (`fresh`: a read that started after the create). */
   | { readonly _tag: "NoFit"; readonly fresh: boolean }
 
-/** The session operations of the store. */
-export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: PlacementOptions): SessionOps => {
-  // On postgres.js the placement statement is built once; the batch travels as its one parameter.
-  const placeCompiled = db.compile?.(placeSql(sql.placeholder("batch"))) ?? null
+/** What a group of resumes answered one resume: its outcome, or its refusal (nothing changed for it). */
+type ResumeAnswer =
+  | { readonly _tag: "Done"; readonly outcome: PlaceOutcome }
+  | { readonly _tag: "Refused"; readonly error: NotFound | IllegalTransition }
 
-  const writePlacements = (items: readonly PlaceItem[]): Effect.Effect<readonly PlaceAnswer[], DbError> => {
-    const json = JSON.stringify(
-      items.map(({ session: s, entry: { entry: e }, events, host }) => ({
-        sid: s.id,
-        state: s.state,
-        hid: host.id,
-        v: host.version,
-        rid: e.id,
-        mem: e.memMib,
-        vcpus: e.vcpus,
-        aff: s.affinity,
-        qat: s.queuedAt,
-        pat: s.parkedAt,
-        cat: s.createdAt,
-        uat: s.updatedAt,
-        rkind: e.ownerKind,
-        rat: e.createdAt,
-        rbeat: e.lastHeartbeatAt,
-        ev: events,
-      })),
-    )
-    const run =
-      placeCompiled === null
-        ? db.run((exec) => query<Record<string, unknown>>(exec, placeSql(json)))
-        : db.run(() => placeCompiled({ batch: json }))
-    return Effect.map(run, (rows) => {
-      const out = new Map<string, PlaceAnswer>()
-      for (const r of rows) {
-        const sid = r["placeSid"] as string
-        if (Number(r["placed"] ?? 0) > 0) out.set(sid, { _tag: "Placed", row: toRoomRow(r) })
-        else out.set(sid, Number(r["exists"] ?? 0) > 0 ? { _tag: "Exists" } : { _tag: "Lost" })
-      }
-      return items.map((i) => out.get(i.session.id) ?? { _tag: "Lost" })
-    })
-  }
+const createStep = (id: string, budget: Budget, affinity: readonly string[], placement: Session.Placed | null): Session.Step => ({
+  _tag: "create",
+  id,
+  budget,
+  affinity,
+  placement,
+})
+
+/** Core's plan of a create that is new. */
+const created = (id: string, budget: Budget, affinity: readonly string[], placement: Session.Placed | null, t: number) =>
+  Session.step(null, createStep(id, budget, affinity, placement), t) as Plan.Plan
+
+/** The session a step's plan writes (it writes exactly one). */
+const written = (plan: Plan.Plan): Session.Record => Plan.sessionOf(plan) as Session.Record
+
+/** The session operations of the store. */
+export const make = ({ db, limits, park, now, cache, both }: Deps, options: PlacementOptions): SessionOps => {
+  /** The host cache brought up to date unless its last read is recent enough (`placementReadMaxAgeMs`). */
+  const known = (fresh: boolean): Effect.Effect<boolean, Unavailable> =>
+    !fresh && cache.isRecent() ? Effect.succeed(false) : Effect.as(cache.refresh(performance.now()), true)
 
   /**
-   * A batch of creates, placed together: one fleet read (a read that starts after every
-   * create of the batch, or the reused one within `maxReadAgeMs`), core's walk of the batch
-   * in order over it (each placement taking its room before the next is judged), core's step
-   * for each placement, and one statement writing them all with the version check.
+   * A group of creates, placed together: one read of room (one that starts after every create
+   * of the group, or the reused one), core's walk of the group in order over it, core's plan for
+   * each placement, and one statement applying them all.
    */
-  const placeBatch = (items: readonly CreateItem[]): Effect.Effect<readonly CreateAnswer[], DbError | Unavailable> =>
+  const placeGroup = (items: readonly CreateItem[]): Effect.Effect<readonly CreateAnswer[], DbError> =>
     Effect.gen(function* () {
-      let fresh = false
-      if (!cache.isRecent() || items.some((i) => i.fresh)) {
-        yield* cache.readAll(performance.now())
-        fresh = true
-      }
+      const fresh = yield* known(items.some((i) => i.fresh))
       const walk = cache.plan(items)
       const answers = new Map<CreateItem, CreateAnswer>()
       for (const i of walk.unplaced) answers.set(i, { _tag: "NoFit", fresh })
-      const toWrite = walk.placed.map(({ waiting: i, hostId }): PlaceItem => {
-        const answer = created(i.id, i.budget, i.affinity, { hostId, reservationId: randomUUID() }, i.t)
-        const host = cache.get(hostId)?.row as RoomRow
-        return { session: answer.session, entry: answer.ledger[0] as PlaceItem["entry"], events: answer.events, host }
+      const plans = walk.placed.map(({ waiting: i, hostId }) => {
+        const version = cache.get(hostId)?.row.version ?? 0
+        return created(i.id, i.budget, i.affinity, { hostId, version, reservationId: randomUUID() }, i.t)
       })
-      if (toWrite.length > 0) {
-        const written = yield* writePlacements(toWrite)
-        written.forEach((w, k) => {
-          const p = toWrite[k] as PlaceItem
-          const item = (walk.placed[k] as (typeof walk.placed)[number]).waiting
-          if (w._tag === "Placed") {
-            cache.learn(w.row)
-            answers.set(item, { _tag: "Placed", session: p.session })
-          } else answers.set(item, w)
-        })
-      }
+      const outcomes = yield* apply(db.pool, cache, plans)
+      outcomes.forEach((o, k) => {
+        const item = (walk.placed[k] as QueueWalk.Planned<CreateItem>).waiting
+        answers.set(item, o._tag === "Applied" ? { _tag: "Placed", session: written(plans[k] as Plan.Plan) } : o.stale === "session" ? { _tag: "Exists" } : { _tag: "Lost" })
+      })
       return items.map((i) => answers.get(i) ?? { _tag: "Lost" })
     })
 
   // Concurrent creates of this store are gathered (up to `batchSize`, for `batchWindowMs`) and
-  // placed by one batch at a time; creates of one session id go in batches one after the other,
-  // as sequential creates would. A batch whose statement failed (a unique violation: a session
+  // placed by one group at a time; creates of one session id go in groups one after the other,
+  // as sequential creates would. A group whose statement failed (a unique violation: a session
   // id created concurrently by another store, or anything one create may cause) is undone
   // whole, and its creates run again one by one, so only that one fails.
-  const group = Batcher.make<CreateItem, CreateAnswer, DbError | Unavailable>({
+  const group = Batcher.make<CreateItem, CreateAnswer, DbError>({
     maxBatch: options.batchSize,
     maxInFlight: 1,
     windowMs: options.batchWindowMs,
     keysOf: (i) => [i.id],
     run: (items) =>
-      placeBatch(items).pipe(
+      placeGroup(items).pipe(
         Effect.catchTag("UniqueViolation", (u) => (items.length === 1 ? Effect.succeed([{ _tag: "Exists" } as const]) : Effect.fail(u))),
       ),
     splitOn: (e) => e._tag === "UniqueViolation",
@@ -285,236 +169,212 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
       Effect.catchTag("UniqueViolation", () => Effect.fail(new Unavailable({ reason: "unexpected unique violation", retryAfterMs }))),
     )
 
-  /** The outcome of a session as it is now (a repeated create, or after a placement). */
-  const outcomeOf = async (tx: Exec, s: Session, rows: readonly RoomRow[] | null): Promise<PlaceOutcome> => {
-    if (s.hostId !== null) return { _tag: "Placed", session: s }
-    const room = rows ?? (await readRoom(tx))
-    const position = s.state === "queued" ? await queuePosition(tx, s) : 0
-    return { _tag: "Queued", session: s, ...standingOf(s, room.map((r) => toCandidate(r, limits())), position, limits()) }
-  }
-
-  const createStep = (id: string, budget: Budget, affinity: readonly string[], placement: SessionRules.Placed | null): SessionRules.Step => ({
-    _tag: "create",
-    id,
-    budget,
-    affinity,
-    placement,
-  })
+  /** Where a session stands now: placed, or queued with its position and the reasons no known host takes it. */
+  const outcomeOf = <E>(conn: Conn<E>, s: Session.Record): Effect.Effect<PlaceOutcome, E> =>
+    s.hostId !== null
+      ? Effect.succeed({ _tag: "Placed", session: s })
+      : Effect.map(queuePosition(conn, s), (position) => ({ _tag: "Queued", session: s, ...standingOf(s, cache.candidates(), position, limits()) }))
 
   /** A create of a session that exists: core answers it as it is now, or a Conflict on another budget. */
-  const existing = async (tx: Exec, row: typeof sessions.$inferSelect, budget: Budget, rows: readonly RoomRow[] | null, t: number) => {
-    const s = toSession(row)
-    const again = SessionRules.step(s, createStep(s.id, budget, s.affinity, null), t)
-    if (again._tag === "Unchanged") return ok(await outcomeOf(tx, s, rows))
-    return err(fromRefusal(s.id, again as StepRefusal) as Conflict)
-  }
-
-  /** The outcome of a create whose id exists: the session as it is now, or a Conflict. */
-  const existingOutcome = (id: string, budget: Budget, t: number) =>
-    op<PlaceOutcome | null, Conflict>(
-      async (tx) => {
-        const [row] = await tx.select().from(sessions).where(eq(sessions.id, id))
-        return row === undefined ? ok(null) : existing(tx, row, budget, null, t)
-      },
-      undefined,
-      true,
-    )
-
-  /** Core's answer to a create that is new. */
-  const created = (id: string, budget: Budget, affinity: readonly string[], placement: SessionRules.Placed | null, t: number) =>
-    SessionRules.step(null, createStep(id, budget, affinity, placement), t) as SessionRules.Applied
-
-  const queuedOutcome = (s: Session, ahead: number, hosts: readonly FleetHost[]): PlaceOutcome => ({
-    _tag: "Queued",
-    session: s,
-    ...standingOf(s, hosts, ahead + 1, limits()),
-  })
+  const existing = (id: string, budget: Budget, t: number): Effect.Effect<PlaceOutcome | null, Conflict | Unavailable> =>
+    Effect.gen(function* () {
+      const [row] = yield* db.pool.use((exec) => exec.select().from(sessions).where(eq(sessions.id, id)))
+      if (row === undefined) return null
+      const s = toSession(row)
+      const answer = Session.step(s, createStep(id, budget, s.affinity, null), t)
+      if (answer._tag !== "Unchanged") return yield* (fromRefusal(id, answer as Session.Refusal) as Conflict)
+      return yield* outcomeOf(db.pool, s)
+    }).pipe(dieOnUnique)
 
   /** A create that asked to be refused rather than queued, and fits nowhere: nothing is stored. */
-  const noRoom = (id: string, budget: Budget, affinity: readonly string[], hosts: readonly FleetHost[]): NoRoom => {
-    const standing = standingOf({ ...created(id, budget, affinity, null, 0).session }, hosts, 0, limits())
+  const noRoom = (id: string, budget: Budget, affinity: readonly string[], hosts: readonly Candidate[]): NoRoom => {
+    const standing = standingOf(written(created(id, budget, affinity, null, 0)), hosts, 0, limits())
     return new NoRoom({ sessionId: id, noFit: standing.noFit, tooBig: standing.tooBig })
   }
 
+  /** Fits nowhere on a fresh read: queued (or refused, storing nothing). */
+  const queueOrRefuse = <E>(conn: Conn<E>, id: string, budget: Budget, affinity: readonly string[], onNoRoom: OnNoRoom, t: number, hosts: readonly Candidate[]) =>
+    Effect.gen(function* () {
+      if (onNoRoom === "refuse") return yield* noRoom(id, budget, affinity, hosts)
+      const plan = created(id, budget, affinity, null, t)
+      const [outcome] = yield* apply(conn, cache, [plan])
+      if (outcome?._tag !== "Applied") return null
+      const s = written(plan)
+      return { _tag: "Queued", session: s, ...standingOf(s, hosts, yield* queuePosition(conn, s), limits()) } satisfies PlaceOutcome
+    })
+
   /**
-   * Optimistic placement, in a batch of concurrent creates (`placeBatch`): core decides on the
-   * known rows, one statement writes if the chosen host is still at the version decided on. A
-   * lost race decides again in a later batch, on a read that starts after it; after
-   * `maxCasAttempts` the caller falls back to the locking path (null). No fit on a fresh read:
-   * the session is queued (or refused).
+   * Optimistic placement, in a group of concurrent creates: core decides on the cached rows,
+   * the apply writes if the chosen host is still at the version decided on. A lost race decides
+   * again in a later group, on a read that starts after it; after `maxCasAttempts` the caller
+   * falls back to the locking choice (null). No fit on a fresh read: queued (or refused).
    */
   const createOptimistic = (id: string, budget: Budget, affinity: readonly string[], onNoRoom: OnNoRoom, t: number) =>
     Effect.gen(function* () {
       let fresh = false
       for (let attempt = 0; attempt < options.maxCasAttempts; attempt++) {
         const answer = yield* placeGrouped({ id, budget, affinity, t, fresh })
-        switch (answer._tag) {
-          case "Placed": {
-            const outcome: PlaceOutcome = { _tag: "Placed", session: answer.session }
-            return outcome
-          }
-          case "Exists":
-            return yield* existingOutcome(id, budget, t)
-          case "Lost":
-            fresh = true
-            continue
-          case "NoFit":
-            if (!answer.fresh) {
-              // A reused read may miss room freed since: no queueing without a fresh read.
-              fresh = true
-              continue
-            }
+        if (answer._tag === "Placed") return { _tag: "Placed", session: answer.session } satisfies PlaceOutcome
+        if (answer._tag === "Exists") return yield* existing(id, budget, t)
+        // A lost race, or no fit on a reused read (which may miss room freed since): decide again on a fresh read.
+        if (answer._tag === "Lost" || !answer.fresh) {
+          fresh = true
+          continue
         }
-        if (onNoRoom === "refuse") {
-          // Refused, not queued: nothing is stored (a session of this id may exist: answer it as it is).
-          const already = yield* existingOutcome(id, budget, t)
-          if (already !== null) return already
-          return yield* noRoom(id, budget, affinity, cache.candidates())
-        }
-        const queued = created(id, budget, affinity, null, t)
-        const s = queued.session
-        const [written] = yield* read((exec) => query<{ n: number; ahead: number }>(exec, insertQueuedSql(s, queued.events)))
-        if (Number(written?.n ?? 0) === 0) return yield* existingOutcome(id, budget, t)
-        return queuedOutcome(s, Number(written?.ahead ?? 0), cache.candidates())
+        // Refused or queued; a session of this id may exist meanwhile: answer it as it is.
+        const already = yield* existing(id, budget, t)
+        if (already !== null) return already
+        const queued = yield* queueOrRefuse(db.pool, id, budget, affinity, onNoRoom, t, cache.candidates()).pipe(
+          Effect.catchTag("UniqueViolation", () => Effect.succeed(null)),
+        )
+        return queued ?? (yield* existing(id, budget, t))
       }
       return null
     })
 
   /**
-   * The locking placement (the fallback when optimistic attempts keep losing): read room,
-   * choose with core, lock the chosen host and re-check it with core under the lock, write.
+   * The locking placement (when optimistic attempts keep losing, or are off): choose with core
+   * on the cached rows, lock the chosen host and re-check it with core under the lock, apply.
    */
   const createLocked = (id: string, budget: Budget, affinity: readonly string[], onNoRoom: OnNoRoom, t: number) =>
-    op<PlaceOutcome, Conflict | NoRoom>(async (tx) => {
-      const [found, rows] = await both(
-        () => tx.select().from(sessions).where(eq(sessions.id, id)),
-        () => readRoom(tx, { columns: "room" }),
-      )
-      if (found[0] !== undefined) return existing(tx, found[0], budget, rows, t)
-      const picked = await pickAndLock(tx, { budget, affinity }, limits(), { rows })
-      if (picked._tag === "Chosen") {
-        const answer = created(id, budget, affinity, { hostId: picked.hostId, reservationId: randomUUID() }, t)
-        const s = answer.session
-        const e = (answer.ledger[0] as PlaceItem["entry"]).entry
-        const [written] = await query<{ n: number }>(
-          tx,
-          sql`with s as (${insertSessionSql(s)}),
-          r as (
-            insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
-            select ${e.id}, ${e.hostId}, ${e.ownerKind}, s.id, ${e.memMib}, ${e.vcpus}, ${e.createdAt}, ${e.lastHeartbeatAt} from s
-            returning host_id, mem_mib, vcpus
-          ), h as (${hostSumsSql("+", sql`r`)}),
-          ev as (${newEventsSql(sql`s`, answer.events, t)}),
-          m as (${bumpMetricSql("total_reserved_mib", sql`sum(mem_mib)`, sql`r`)})
-          select count(*)::int as n from s`,
+    Effect.gen(function* () {
+      const already = yield* existing(id, budget, t)
+      if (already !== null) return already
+      yield* known(true)
+      const outcome = yield* db
+        .transaction((tx) =>
+          Effect.gen(function* () {
+            const picked = yield* pickAndLock(tx, { budget, affinity }, limits(), cache.candidates())
+            if (picked._tag === "NoFit") return yield* queueOrRefuse(tx, id, budget, affinity, onNoRoom, t, picked.hosts)
+            const plan = created(id, budget, affinity, { hostId: picked.hostId, version: picked.version, reservationId: randomUUID() }, t)
+            const [o] = yield* apply(tx, cache, [plan])
+            // Another create of the same id won: answered below as a repeated create.
+            return o?._tag === "Applied" ? ({ _tag: "Placed", session: written(plan) } satisfies PlaceOutcome) : null
+          }),
         )
-        // Another create of the same id won: answer as a repeated create.
-        if (Number(written?.n ?? 0) === 0) return retry
-        return ok({ _tag: "Placed", session: s })
-      }
-      if (onNoRoom === "refuse") return err(noRoom(id, budget, affinity, picked.hosts))
-      const answer = created(id, budget, affinity, null, t)
-      const s = answer.session
-      const [written] = await query<{ n: number; ahead: number }>(tx, insertQueuedSql(s, answer.events))
-      if (Number(written?.n ?? 0) === 0) return retry
-      return ok(queuedOutcome(s, Number(written?.ahead ?? 0), picked.hosts))
+        .pipe(Effect.catchTag("UniqueViolation", () => Effect.succeed(null)))
+      return outcome ?? (yield* existing(id, budget, t)) ?? (yield* new Unavailable({ reason: "the session's create raced another; retry", retryAfterMs }))
     })
 
-  /** Locks the session, asks core for `op`'s step, writes it: the session as it is after. */
-  const stepLocked = (id: string, step: (tx: Exec, s: Session) => Promise<SessionRules.Step>) =>
+  /** Locks the session, asks core for `op`'s plan on what `read` reads, applies it: the session as it is after. */
+  const stepLocked = (id: string, read: (tx: Tx, s: Session.Record) => Effect.Effect<Session.Step, DbError | Transient>) =>
     Effect.gen(function* () {
       const t = yield* now
-      return yield* op<Session, NotFound | IllegalTransition>(async (tx) => {
-        const row = await lockSession(tx, id)
-        if (row === undefined) return err(sessionNotFound(id))
-        const s = toSession(row)
-        const answer = SessionRules.step(s, await step(tx, s), t)
-        if (answer._tag === "Unchanged") return ok(s)
-        if (answer._tag !== "Applied") return err(fromRefusal(id, answer as StepRefusal) as IllegalTransition)
-        return ok((await applyStep(tx, answer)).session)
-      })
-    })
-  const simple = (id: string, step: SessionRules.Step) => stepLocked(id, () => Promise.resolve(step))
+      return yield* db.transaction((tx) =>
+        Effect.gen(function* () {
+          const row = yield* lockSession(tx, id)
+          if (row === undefined) return yield* sessionNotFound(id)
+          const s = toSession(row)
+          const answer = Session.step(s, yield* read(tx, s), t)
+          if (answer._tag === "Unchanged") return answer.session
+          if (answer._tag !== "Plan") return yield* (fromRefusal(id, answer as Session.Refusal) as IllegalTransition)
+          const [outcome] = yield* apply(tx, cache, [answer])
+          if (outcome?._tag !== "Applied") return yield* new RunAgain({ why: "the session changed under its lock" })
+          return written(answer)
+        }),
+      )
+    }).pipe(dieOnUnique)
+  const simple = (id: string, step: Session.Step) => stepLocked(id, () => Effect.succeed(step))
 
   /**
-   * Resumes, in a batch of concurrent ones: one transaction locks the batch's sessions (in id
-   * order), asks core to judge each (`judgeResume`: a park resumes warm in place), walks the
-   * descended ones in order over one read of room (`QueueWalk.walk`), locks the planned hosts
-   * in id order, replays the plan against their fresh sums (`QueueWalk.replay`; room changed
-   * in between: plan again), and writes core's `resume` step of each; one commit for all.
-   * A refused resume answers its refusal and changes nothing; the others go on.
+   * An idle session's step: parked or descending as the park policy decides on what it reads —
+   * its host as the cache knows it, and whether a budget waiting in the queue fits on no known
+   * host (too-big ones aside). The queue is read as its distinct budgets, in the transaction.
    */
-  const resumeBatch = (ids: readonly string[]) =>
+  const idle = (id: string) =>
+    Effect.andThen(known(false), () =>
+      stepLocked(id, (tx, s) =>
+        Effect.map(
+          tx.query<{ mem_mib: number; vcpus: number }>(sql`select mem_mib, vcpus from sessions where state = 'queued' group by mem_mib, vcpus`),
+          (rows): Session.Step => ({
+            _tag: "idle",
+            policy: park,
+            view: {
+              host: s.hostId === null ? null : (cache.get(s.hostId)?.candidate ?? null),
+              queueWithoutRoom: ParkGate.anyWithoutRoom(
+                rows.map((r) => ({ memMib: Number(r.mem_mib), vcpus: Number(r.vcpus) })),
+                cache.anyFits,
+                cache.tooBig,
+              ),
+            },
+          }),
+        ),
+      ),
+    )
+
+  /**
+   * Resumes, in a group of concurrent ones: one transaction locks the group's sessions (in id
+   * order), asks core to judge each (`judgeResume`: a park resumes warm in place), walks the
+   * descended ones in order over the host cache (`QueueWalk.walk`), locks the planned hosts in
+   * id order, replays the walk against their fresh sums (`QueueWalk.replay`; room changed in
+   * between: decide again), and applies core's `resume` plans as one group. A refused resume
+   * answers its refusal and changes nothing; the others go on.
+   */
+  const resumeGroup = (ids: readonly string[]) =>
     Effect.gen(function* () {
       const t = yield* now
-      return yield* op<readonly ResumeAnswer[], never>(async (tx, attempt) => {
-        const [locked, rows] = await both(
-          () =>
-            tx
+      yield* known(false)
+      let runs = 0
+      return yield* db.transaction((tx) =>
+        Effect.gen(function* () {
+          runs++
+          const locked = yield* tx.use((exec) =>
+            exec
               .select()
               .from(sessions)
               .where(inArray(sessions.id, [...ids]))
               .orderBy(asc(sessions.id))
               .for("update"),
-          () => readRoom(tx, { columns: "room" }),
-        )
-        const byId = new Map(locked.map((r) => [r.id, toSession(r)]))
-        const answers = new Map<string, ResumeAnswer>()
-        const cold: Session[] = []
-        for (const id of ids) {
-          const s = byId.get(id)
-          if (s === undefined) {
-            answers.set(id, { _tag: "Refused", error: sessionNotFound(id) })
-            continue
-          }
-          // Judged before the host choice: a refused resume locks no host, and a park resumes warm in place.
-          const bad = SessionRules.judgeResume(s)
-          if (bad) answers.set(id, { _tag: "Refused", error: fromRefusal(id, bad) as IllegalTransition })
-          else if (!SessionRules.resumesWarm(s.state)) cold.push(s)
-        }
-        const walk = QueueWalk.walk(cold, rows.map((r) => toCandidate(r, limits())), {}, limits())
-        const hostIds = [...new Set(walk.placed.map((p) => p.hostId))].sort()
-        await lockHosts(tx, hostIds)
-        const fresh = hostIds.length === 0 ? [] : (await readRoom(tx, { hostIds, columns: "room" })).map((r) => toCandidate(r, limits()))
-        const { accepted, diverged } = QueueWalk.replay(walk.placed, fresh, limits())
-        // Room changed between the read and the locks: plan again from fresh figures.
-        if (diverged && attempt < 2) return retry
-        const hostOf = new Map(accepted.map((p) => [p.waiting.id, p.hostId]))
-        // Written host by host in id order (a warm resume writes its own host): the one lock order.
-        const hostKey = (id: string) => hostOf.get(id) ?? byId.get(id)?.hostId ?? ""
-        const toWrite = ids.filter((id) => byId.has(id) && !answers.has(id)).sort((x, y) => (hostKey(x) < hostKey(y) ? -1 : hostKey(x) > hostKey(y) ? 1 : 0))
-        for (const id of toWrite) {
-          const s = byId.get(id) as Session
-          const hostId = hostOf.get(id)
-          const warm = SessionRules.resumesWarm(s.state)
-          const placement = warm || hostId === undefined ? null : { hostId, reservationId: randomUUID() }
-          const answer = SessionRules.step(s, { _tag: "resume", placement }, t)
-          if (answer._tag !== "Applied") {
-            answers.set(id, { _tag: "Refused", error: fromRefusal(id, answer as StepRefusal) as IllegalTransition })
-            continue
-          }
-          const { session } = await applyStep(tx, answer)
-          answers.set(
-            id,
-            session.hostId !== null
-              ? { _tag: "Done", outcome: { _tag: "Placed", session } }
-              : { _tag: "Done", outcome: { _tag: "Queued", session, ...standingOf(session, rows.map((r) => toCandidate(r, limits())), await queuePosition(tx, session), limits()) } },
           )
-        }
-        return ok(ids.map((id) => answers.get(id) as ResumeAnswer))
-      })
-    })
-  // Concurrent resumes share a transaction (up to the create batch size); resumes of one
-  // session go in batches one after the other. A batch that fails is run again one by one.
+          const byId = new Map(locked.map((r) => [r.id, toSession(r)]))
+          const answers = new Map<string, ResumeAnswer>()
+          const cold: Session.Record[] = []
+          for (const id of ids) {
+            const s = byId.get(id)
+            if (s === undefined) {
+              answers.set(id, { _tag: "Refused", error: sessionNotFound(id) })
+              continue
+            }
+            // Judged before the host choice: a refused resume locks no host, and a park resumes warm in place.
+            const bad = Session.judgeResume(s)
+            if (bad) answers.set(id, { _tag: "Refused", error: fromRefusal(id, bad) as IllegalTransition })
+            else if (!Session.resumesWarm(s.state)) cold.push(s)
+          }
+          const hosts = cache.candidates()
+          const walk = QueueWalk.walk(cold, hosts, {}, limits())
+          const { accepted, versionOf } = yield* lockAndReplay(tx, walk.placed, limits(), runs)
+          const hostOf = new Map(accepted.map((p) => [p.waiting.id, p.hostId]))
+          const plans: Plan.Plan[] = []
+          for (const id of ids) {
+            const s = byId.get(id)
+            if (s === undefined || answers.has(id)) continue
+            const hostId = hostOf.get(id)
+            const placement = Session.resumesWarm(s.state) || hostId === undefined ? null : { hostId, version: versionOf.get(hostId) as number, reservationId: randomUUID() }
+            const answer = Session.step(s, { _tag: "resume", placement }, t)
+            if (answer._tag === "Plan") plans.push(answer)
+            else answers.set(id, { _tag: "Refused", error: fromRefusal(id, answer as Session.Refusal) as IllegalTransition })
+          }
+          const outcomes = yield* apply(tx, cache, plans)
+          if (outcomes.some((o) => o._tag !== "Applied")) return yield* new RunAgain({ why: "a resumed session or its host changed under its lock" })
+          for (const plan of plans) {
+            const s = written(plan)
+            const outcome: PlaceOutcome =
+              s.hostId !== null ? { _tag: "Placed", session: s } : { _tag: "Queued", session: s, ...standingOf(s, hosts, yield* queuePosition(tx, s), limits()) }
+            answers.set(s.id, { _tag: "Done", outcome })
+          }
+          return ids.map((id) => answers.get(id) as ResumeAnswer)
+        }),
+      )
+    }).pipe(dieOnUnique)
+  // Concurrent resumes share a transaction (up to the create group size); resumes of one
+  // session go in groups one after the other. A group that fails is run again one by one.
   const resumes = Batcher.make<string, ResumeAnswer, Unavailable>({
     maxBatch: options.batchSize,
     maxInFlight: 1,
     windowMs: options.batchWindowMs,
     keysOf: (id) => [id],
-    run: resumeBatch,
+    run: resumeGroup,
   })
-  const resumeGrouped = (id: string): Effect.Effect<PlaceOutcome, NotFound | IllegalTransition | Unavailable> =>
-    Effect.flatMap(resumes(id), (a) => (a._tag === "Done" ? Effect.succeed(a.outcome) : Effect.fail(a.error)))
 
   return {
     createSession: (input) =>
@@ -534,13 +394,13 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
 
     getSession: (id) =>
       Effect.flatMap(
-        read((exec) => exec.select().from(sessions).where(eq(sessions.id, id))),
+        db.pool.use((exec) => exec.select().from(sessions).where(eq(sessions.id, id))),
         (rows) => (rows[0] === undefined ? Effect.fail(sessionNotFound(id)) : Effect.succeed(toSession(rows[0]))),
-      ),
+      ).pipe(dieOnUnique),
 
     listSessions: (filter: SessionFilter = {}) =>
       Effect.map(
-        read((exec) =>
+        db.pool.use((exec) =>
           exec
             .select()
             .from(sessions)
@@ -548,14 +408,14 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
             .orderBy(asc(sessions.createdAt), asc(sessions.id)),
         ),
         (rows) => rows.map(toSession),
-      ),
+      ).pipe(dieOnUnique),
 
     pageSessions: (filter: SessionFilter = {}, page) =>
       Effect.gen(function* () {
         const bad = Validate.filter("hostId", filter.hostId)
         if (bad) return yield* bad
         const { after, limit } = yield* Pages.check("sessions", page)
-        const rows = yield* read((exec) =>
+        const rows = yield* db.pool.use((exec) =>
           exec
             .select()
             .from(sessions)
@@ -569,55 +429,46 @@ export const make = ({ db, op, read, both, now, limits, cache }: Deps, options: 
             .limit(limit + 1),
         )
         return Cursor.pageOf("sessions", rows.map(toSession), (x) => [x.createdAt, x.id], limit)
-      }),
+      }).pipe(dieOnUnique),
 
     sessionEvents: (id, page) =>
       Effect.gen(function* () {
         const { after, limit } = yield* Pages.check("events", page)
-        const [found, rows] = yield* read((exec) =>
+        const [found, rows] = yield* db.transaction((tx) =>
           both(
-            () => exec.select({ id: sessions.id }).from(sessions).where(eq(sessions.id, id)),
-            () =>
+            tx.use((exec) => exec.select({ id: sessions.id }).from(sessions).where(eq(sessions.id, id))),
+            tx.use((exec) =>
               exec
                 .select()
                 .from(sessionEvents)
                 .where(and(eq(sessionEvents.sessionId, id), after === undefined ? undefined : gt(sessionEvents.seq, after[0])))
                 .orderBy(asc(sessionEvents.seq))
                 .limit(limit + 1),
+            ),
           ),
         )
         if (found.length === 0) return yield* sessionNotFound(id)
         return Cursor.pageOf("events", rows.map(toSessionEvent), (e) => [e.seq], limit)
-      }),
+      }).pipe(dieOnUnique),
 
     queueStanding: (id) =>
-      op<QueueStanding | null, NotFound>(
-        async (tx) => {
-          const [found, rows] = await both(
-            () => tx.select().from(sessions).where(eq(sessions.id, id)),
-            () => readRoom(tx, { columns: "room" }),
-          )
-          const row = found[0]
-          if (row === undefined) return err(sessionNotFound(id))
-          const s = toSession(row)
-          if (s.state !== "queued") return ok(null)
-          return ok(standingOf(s, rows.map((r) => toCandidate(r, limits())), await queuePosition(tx, s), limits()))
-        },
-        undefined,
-        true,
-      ),
+      Effect.gen(function* () {
+        yield* known(false)
+        const [row] = yield* db.pool.use((exec) => exec.select().from(sessions).where(eq(sessions.id, id)))
+        if (row === undefined) return yield* sessionNotFound(id)
+        const s = toSession(row)
+        if (s.state !== "queued") return null
+        return standingOf(s, cache.candidates(), yield* queuePosition(db.pool, s), limits())
+      }).pipe(dieOnUnique),
 
     markRunning: (id) => simple(id, { _tag: "markRunning" }),
-    idle: (id, mayPark) => simple(id, { _tag: "idle", mayPark }),
+    idle,
     unpark: (id) => simple(id, { _tag: "unpark" }),
     beginDescent: (id, options = {}) => simple(id, { _tag: "beginDescent", reason: options.reason ?? null }),
     finishDescent: (id) => simple(id, { _tag: "finishDescent" }),
     endSession: (id) =>
-      stepLocked(id, async (tx) => {
-        const open = await lockOpenMove(tx, id)
-        return { _tag: "end", openMove: open === undefined ? null : toMove(open) }
-      }),
+      stepLocked(id, (tx) => Effect.map(lockOpenMove(tx, id), (open): Session.Step => ({ _tag: "end", openMove: open === undefined ? null : toMove(open) }))),
 
-    resume: (id) => resumeGrouped(id),
+    resume: (id) => Effect.flatMap(resumes(id), (a) => (a._tag === "Done" ? Effect.succeed(a.outcome) : Effect.fail(a.error))),
   }
 }

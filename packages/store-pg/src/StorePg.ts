@@ -1,36 +1,38 @@
 /**
  * The engram store on PostgreSQL (postgres.js) and on PGlite, through drizzle-orm: one
  * implementation, one query path, two drivers. This module assembles it: a driver's `Db`
- * (`PostgresJs.ts`, `Pglite.ts`), the transaction runner (`Transaction.ts`), the placement
- * cache (`PlacementCache.ts`), and one module per concern (`Hosts.ts`, `Sessions.ts`,
- * `Queue.ts`, `Ledger.ts`, `Moves.ts`). Every operation is one transaction (nothing partial
- * is ever written); every decision about room, admission and state is `@engram/core`'s; time
- * comes from the Effect Clock.
+ * (`PostgresJs.ts`, `Pglite.ts`, over the transaction runner of `Transaction.ts`), the host
+ * cache (`HostCache.ts`), and one module per concern (`Hosts.ts`, `Sessions.ts`, `Queue.ts`,
+ * `Reservations.ts`, `Moves.ts`), each of which reads, asks `@engram/core` for a plan, and hands it
+ * to the one apply (`Apply.ts`). Nothing partial is ever written; time comes from the Effect
+ * Clock.
  */
-import { Limits } from "@engram/core"
+import { Limits, ParkPolicy } from "@engram/core"
 import { Store, StoreTesting } from "@engram/store"
 import type { StoreShape, StoreTestingShape, Unavailable } from "@engram/store"
 import { sql } from "drizzle-orm"
 import { Clock, Context, Effect, Layer } from "effect"
 import type { Scope } from "effect"
-import type { Conflicts, Db, DbError, Exec } from "./Db.js"
+import { dieOnUnique } from "./Db.js"
+import type { Conflicts, Conn, Db } from "./Db.js"
 import type { Deps } from "./Deps.js"
+import * as HostCache from "./HostCache.js"
+import { readSumsDrift } from "./HostRows.js"
+import type { SumsDrift } from "./HostRows.js"
 import * as Hosts from "./Hosts.js"
-import * as Ledger from "./Ledger.js"
+import * as Reservations from "./Reservations.js"
 import * as Moves from "./Moves.js"
 import * as Pglite from "./Pglite.js"
-import * as PlacementCache from "./PlacementCache.js"
 import * as PostgresJs from "./PostgresJs.js"
 import * as Queue from "./Queue.js"
-import { readSumsDrift } from "./Room.js"
-import type { SumsDrift } from "./Room.js"
 import * as Sessions from "./Sessions.js"
-import { makeOp } from "./Transaction.js"
 
 /** Options of a store on a PostgreSQL URL. */
 export interface PgOptions extends PostgresJs.ConnectOptions {
   /** Decision limits (default `Limits.defaults`). */
   readonly limits?: Limits.Limits | undefined
+  /** See {@link StoreOptions.park}. */
+  readonly park?: ParkPolicy.Rule | undefined
   /** See {@link StoreOptions.placementReadMaxAgeMs}. */
   readonly placementReadMaxAgeMs?: number | undefined
   /** See {@link StoreOptions.optimisticPlacementAttempts}. */
@@ -43,13 +45,15 @@ export interface PgOptions extends PostgresJs.ConnectOptions {
 
 /** Tuning of the store itself. */
 export interface StoreOptions {
+  /** The park policy an idle session's step decides with (default `ParkPolicy.defaultRule`). */
+  readonly park?: ParkPolicy.Rule | undefined
   /**
    * How old (real ms) the fleet read a placement ranks from may be; 0 (the default) reads
    * the room of every host afresh for every placement (a read that starts after the call;
    * concurrent placements share it). Above 0, placements reuse the last read, kept up to
-   * date with this store's own placements (every other write drops it): the choice may then
-   * miss another replica's last changes, never the safety, which comes from the version the
-   * write checks. A placement finds no fit, and queues, only on a fresh read.
+   * date with this store's own writes (`HostCache.ts`): the choice may then miss another
+   * replica's last changes, never the safety, which comes from the version the apply checks.
+   * A placement finds no fit, and queues, only on a fresh read.
    */
   readonly placementReadMaxAgeMs?: number | undefined
   /**
@@ -75,6 +79,7 @@ export interface StoreOptions {
 /** Options of a store on PGlite. */
 export interface PgliteOptions extends Pglite.ConnectOptions {
   readonly limits?: Limits.Limits | undefined
+  readonly park?: ParkPolicy.Rule | undefined
   readonly placementReadMaxAgeMs?: number | undefined
   readonly optimisticPlacementAttempts?: number | undefined
   readonly placementBatchSize?: number | undefined
@@ -94,50 +99,55 @@ export interface StorePair {
 /** Builds the store over an open database. */
 export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, options: StoreOptions = {}): StorePair => {
   let limits = initialLimits
-  const maxReadAgeMs = options.placementReadMaxAgeMs ?? 0
-  const read = <A>(body: (exec: Exec) => Promise<A>): Effect.Effect<A, Unavailable> =>
-    db.run(body).pipe(Effect.catchTag("UniqueViolation", (u: DbError) => Effect.die(u)))
-  const cache = PlacementCache.make({ limits, maxReadAgeMs, read })
+  const cache = HostCache.make({ limits, maxReadAgeMs: options.placementReadMaxAgeMs ?? 0, pool: readsOf(db.pool) })
   // postgres.js pipelines concurrent queries of one transaction; PGlite runs them one by one.
-  const parallel = db.driver === "postgres"
+  const concurrency = db.driver === "postgres" ? 2 : 1
   const deps: Deps = {
     db,
     limits: () => limits,
+    park: options.park ?? ParkPolicy.defaultRule,
     now: Clock.currentTimeMillis,
-    // Any write but a create's own placement may change room: the cache's read is stale.
-    op: makeOp(db, cache.stale),
-    read,
-    both: async (a, b) => (parallel ? Promise.all([a(), b()]) : [await a(), await b()]),
     cache,
+    both: (a, b) => Effect.all([a, b], { concurrency }),
   }
   const store: StoreShape = {
     limits: () => limits,
     ...Hosts.make(deps),
     ...Sessions.make(deps, {
-      maxReadAgeMs,
       maxCasAttempts: options.optimisticPlacementAttempts ?? 8,
       batchSize: Math.max(1, Math.floor(options.placementBatchSize ?? 64)),
       batchWindowMs: Math.max(0, options.placementBatchWindowMs ?? 0.2),
     }),
     ...Queue.make(deps),
-    ...Ledger.make(deps),
+    ...Reservations.make(deps),
     ...Moves.make(deps),
   }
   const testing: StoreTestingShape = {
     reset: (next) =>
-      read((exec) => exec.execute(sql`truncate table session_events, moves, reservations, sessions, hosts, metrics`)).pipe(
-        Effect.andThen(
-          Effect.sync(() => {
-            limits = next ?? Limits.defaults
-            cache.reset(limits)
-          }),
+      readsOf(db.pool)
+        .query(sql`truncate table session_events, moves, reservations, sessions, hosts, metrics`)
+        .pipe(
+          Effect.andThen(
+            Effect.sync(() => {
+              limits = next ?? Limits.defaults
+              cache.reset(limits)
+            }),
+          ),
         ),
-      ),
   }
-  return { store, testing, sumsDrift: read(readSumsDrift), conflicts: db.conflicts }
+  return { store, testing, sumsDrift: readSumsDrift(readsOf(db.pool)), conflicts: db.conflicts }
 }
 
+/** The pool with a unique violation a defect: for reads and statements that insert nothing a client names. */
+const readsOf = (pool: Db["pool"]): Conn<Unavailable> => ({
+  ...pool,
+  use: (f) => dieOnUnique(pool.use(f)),
+  query: (s) => dieOnUnique(pool.query(s)),
+  pipeline: (s) => dieOnUnique(pool.pipeline(s)),
+})
+
 const storeOptions = (o: StoreOptions): StoreOptions => ({
+  park: o.park,
   placementReadMaxAgeMs: o.placementReadMaxAgeMs,
   optimisticPlacementAttempts: o.optimisticPlacementAttempts,
   placementBatchSize: o.placementBatchSize,
@@ -149,9 +159,9 @@ export const openUrl = (options: PgOptions): Effect.Effect<StorePair, Unavailabl
   Effect.map(PostgresJs.open(options), (db) => make(db, options.limits ?? Limits.defaults, storeOptions(options)))
 
 /**
- * How old a fleet read placements on PGlite may reuse by default: an embedded store has one
- * writer (SPEC §12), this store, whose every write that may change room marks the read stale;
- * placements keep it up to date themselves. So creates read the fleet only after another write.
+ * How old a read of the hosts placements on PGlite may reuse by default: an embedded store has
+ * one writer (SPEC §12), this store, whose every write of a host's room teaches the host cache
+ * the row it wrote. So creates decide on the cache without reading.
  */
 export const pgliteReadMaxAgeMs = 3_600_000
 

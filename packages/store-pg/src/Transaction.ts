@@ -1,17 +1,40 @@
 /**
- * The transaction runner: every driver call goes through it. It maps a driver error (see
- * `Db.classify`), retries transient conflicts (serialization failures, deadlocks) with a
- * real-time exponential backoff, and serializes calls on a driver with one connection. Above
- * it, `makeOp` runs an operation's transaction body until the body decides: a value, a typed
- * refusal (nothing written), or "run me again" (a lost race seen under the locks).
+ * The transaction runner, over what a driver provides (`Driver`): every query is an Effect
+ * (`Effect.tryPromise`, its error classified by `Db.classify`), a transaction body is an Effect
+ * run between BEGIN and COMMIT (rolled back when it fails or is interrupted), a transient
+ * conflict retries the statement, or the whole transaction, with a real-time exponential
+ * backoff, and a body that saw a lost race under its locks runs again (`RunAgain`). A driver
+ * with one connection (PGlite) serializes every statement and every transaction.
  */
 import { Unavailable } from "@engram/store"
 import { Effect } from "effect"
 import type { Semaphore } from "effect"
-import { classify, retryAfterMs } from "./Db.js"
-import type { Classified, Conflicts, Db, DbError, Exec } from "./Db.js"
+import type { SQL } from "drizzle-orm"
+import { classify, retryAfterMs, rowsOf, RunAgain, Transient } from "./Db.js"
+import type { Classified, Conflicts, Conn, Db, DbError, Exec, Tx } from "./Db.js"
+
+/** An open transaction as a driver hands it over. `commit` and `rollback` also give the connection back. */
+export interface OpenTx {
+  readonly exec: Exec
+  readonly pipeline: (statements: readonly SQL[]) => Promise<unknown[][]>
+  readonly commit: () => Promise<void>
+  readonly rollback: () => Promise<void>
+}
+
+/** What a driver provides. */
+export interface Driver {
+  readonly driver: "postgres" | "pglite"
+  /** The pool's query surface. */
+  readonly exec: Exec
+  /** How the pool runs statements in order (postgres.js: pipelined on one connection). */
+  readonly pipeline: (statements: readonly SQL[]) => Promise<unknown[][]>
+  readonly begin: () => Promise<OpenTx>
+  /** Held around every statement and transaction: a driver with one connection. */
+  readonly lock: Semaphore.Semaphore | null
+}
 
 const maxAttempts = 8
+const maxRunsAgain = 10
 
 // Real time, not the Effect Clock: tests run on a TestClock where Effect.sleep never advances.
 // Interruptible: an interrupted caller stops waiting at once.
@@ -24,94 +47,79 @@ const realDelay = (ms: number): Effect.Effect<void> =>
 /** The backoff before retry `attempt` (0-based): 2 ms doubling up to 200 ms, with ±50 % jitter. */
 export const backoffMs = (attempt: number): number => Math.min(200, 2 * 2 ** attempt) * (0.5 + Math.random())
 
-/** A runner of driver calls, and the transient conflicts it met. */
-export interface Runner {
-  <A>(thunk: () => Promise<A>): Effect.Effect<A, DbError>
-  readonly conflicts: () => Conflicts
-}
+/** A driver promise as an Effect: a transient conflict is `Transient`, a typed failure `DbError`, anything else a defect. */
+const attempt = <A>(thunk: () => Promise<A>): Effect.Effect<A, DbError | Transient> =>
+  Effect.tryPromise({ try: thunk, catch: classify }).pipe(
+    Effect.catch((c: Classified): Effect.Effect<never, DbError | Transient> =>
+      c._tag === "Transient" ? Effect.fail(new Transient({ code: c.code, message: c.message })) : c._tag === "Fail" ? Effect.fail(c.error) : Effect.die(c.error),
+    ),
+  )
 
-/**
- * Wraps a driver promise: maps its error, retries transient conflicts with backoff (counting
- * them by kind), and serializes through `lock` (a driver with one connection).
- */
-export const makeRunner = (lock: Semaphore.Semaphore | null): Runner => {
+/** Builds the store's `Db` over a driver. */
+export const make = (d: Driver): Db => {
   const seen = { deadlocks: 0, serializationFailures: 0 }
-  const run = <A>(thunk: () => Promise<A>): Effect.Effect<A, DbError> => {
-    const once = Effect.tryPromise({ try: thunk, catch: classify })
-    const guarded = lock === null ? once : lock.withPermits(1)(once)
-    const loop = (attempt: number): Effect.Effect<A, DbError> =>
-      guarded.pipe(
-        Effect.catch((c: Classified) => {
-          if (c._tag === "Fail") return Effect.fail(c.error)
-          if (c._tag === "Defect") return Effect.die(c.error)
-          if (c.code === "40P01") seen.deadlocks++
-          else seen.serializationFailures++
-          if (attempt + 1 >= maxAttempts)
-            return Effect.fail(new Unavailable({ reason: `transient conflicts persisted: ${c.message}`, retryAfterMs }))
-          return realDelay(backoffMs(attempt)).pipe(Effect.andThen(loop(attempt + 1)))
+  const count = (t: Transient): void => {
+    if (t.code === "40P01") seen.deadlocks++
+    else seen.serializationFailures++
+  }
+  const locked = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => (d.lock === null ? effect : d.lock.withPermits(1)(effect))
+
+  /** Retries `effect` on `Transient` with backoff; answers `Unavailable` once the conflicts persist. */
+  const retrying = <A, E, R>(effect: Effect.Effect<A, E | Transient, R>): Effect.Effect<A, E | Unavailable, R> => {
+    const loop = (n: number): Effect.Effect<A, E | Unavailable, R> =>
+      effect.pipe(
+        Effect.catch((t): Effect.Effect<A, E | Unavailable, R> => {
+          if (!(t instanceof Transient)) return Effect.fail(t)
+          count(t)
+          if (n + 1 >= maxAttempts) return Effect.fail(new Unavailable({ reason: `transient conflicts persisted: ${t.message}`, retryAfterMs }))
+          return realDelay(backoffMs(n)).pipe(Effect.andThen(loop(n + 1)))
         }),
       )
     return loop(0)
   }
-  return Object.assign(run, { conflicts: () => ({ ...seen }) })
-}
 
-/** What a transaction body decided: a value, a typed refusal (nothing written), or "run me again". */
-export type Out<A, E> =
-  | { readonly _tag: "Ok"; readonly value: A }
-  | { readonly _tag: "Err"; readonly error: E }
-  | { readonly _tag: "Retry" }
+  const pool: Conn = {
+    use: (f) => retrying(locked(attempt(() => f(d.exec)))),
+    query: <R>(statement: SQL) => retrying(locked(attempt(async () => rowsOf<R>(await d.exec.execute(statement))))),
+    pipeline: (statements) => retrying(locked(attempt(() => d.pipeline(statements) as Promise<Record<string, unknown>[][]>))),
+    afterCommit: (f) => f(),
+    inTransaction: false,
+  }
 
-/** The body decided a value. */
-export const ok = <A>(value: A): Out<A, never> => ({ _tag: "Ok", value })
-/** The body refused: nothing it wrote commits. */
-export const err = <E>(error: E): Out<never, E> => ({ _tag: "Err", error })
-/** The body lost a race: run it again. */
-export const retry: Out<never, never> = { _tag: "Retry" }
-
-const maxRetries = 10
-
-/** Runs a transaction body until it decides. */
-export type Op = <A, E>(
-  body: (tx: Exec, attempt: number) => Promise<Out<A, E>>,
-  onUnique?: (constraint: string) => E,
-  keepsRoom?: boolean,
-) => Effect.Effect<A, E | Unavailable>
-
-/**
- * Builds the operation runner over `db`. `aroundWrite` wraps every body that may change room
- * (all but those run with `keepsRoom`), so the placement cache can drop what it knows.
- */
-export const makeOp =
-  (db: Db, aroundWrite: () => void): Op =>
-  <A, E>(
-    body: (tx: Exec, attempt: number) => Promise<Out<A, E>>,
-    onUnique?: (constraint: string) => E,
-    keepsRoom = false,
-  ): Effect.Effect<A, E | Unavailable> => {
-    const body_ = keepsRoom
-      ? body
-      : async (tx: Exec, attempt: number) => {
-          aroundWrite()
-          try {
-            return await body(tx, attempt)
-          } finally {
-            aroundWrite()
+  /** One run of a transaction body: BEGIN, the body, COMMIT; ROLLBACK when it fails or is interrupted. */
+  const once = <A, E, R>(body: (tx: Tx) => Effect.Effect<A, E, R>): Effect.Effect<A, E | DbError | Transient, R> =>
+    locked(
+      Effect.acquireUseRelease(
+        attempt(d.begin),
+        (t) => {
+          const hooks: (() => void)[] = []
+          const tx: Tx = {
+            use: (f) => attempt(() => f(t.exec)),
+            query: <Row>(statement: SQL) => attempt(async () => rowsOf<Row>(await t.exec.execute(statement))),
+            pipeline: (statements) => attempt(() => t.pipeline(statements) as Promise<Record<string, unknown>[][]>),
+            afterCommit: (f) => void hooks.push(f),
+            inTransaction: true,
           }
-        }
-    const loop = (attempt: number): Effect.Effect<A, E | Unavailable> =>
-      db.tx((tx) => body_(tx, attempt)).pipe(
-        Effect.catchTag("UniqueViolation", (u): Effect.Effect<never, E | Unavailable> =>
-          onUnique === undefined
-            ? Effect.die(new Error(`unexpected unique violation of ${u.constraint}`))
-            : Effect.fail(onUnique(u.constraint)),
-        ),
-        Effect.flatMap((out): Effect.Effect<A, E | Unavailable> => {
-          if (out._tag === "Ok") return Effect.succeed(out.value)
-          if (out._tag === "Err") return Effect.fail(out.error)
-          if (attempt + 1 >= maxRetries) return Effect.fail(new Unavailable({ reason: "kept losing races; retry", retryAfterMs }))
-          return loop(attempt + 1)
+          return body(tx).pipe(
+            Effect.tap(() => attempt(t.commit)),
+            Effect.tap(() => Effect.sync(() => hooks.forEach((f) => f()))),
+          )
+        },
+        (t, exit) => (exit._tag === "Success" ? Effect.void : Effect.promise(() => t.rollback().catch(() => undefined))),
+      ),
+    )
+
+  const transaction: Db["transaction"] = <A, E, R>(body: (tx: Tx) => Effect.Effect<A, E, R>) => {
+    type Out = Effect.Effect<A, Exclude<E, Transient | RunAgain> | DbError, R>
+    const run = (again: number): Out =>
+      retrying(once(body)).pipe(
+        Effect.catch((e) => {
+          if (!(e instanceof RunAgain)) return Effect.fail(e)
+          return again + 1 >= maxRunsAgain ? Effect.fail(new Unavailable({ reason: "kept losing races; retry", retryAfterMs })) : run(again + 1)
         }),
-      )
-    return loop(0)
+      ) as Out
+    return run(0)
   }
+
+  return { driver: d.driver, pool, transaction, conflicts: () => ({ ...seen }) satisfies Conflicts }
+}

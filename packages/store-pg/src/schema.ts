@@ -158,7 +158,7 @@ export const moves = pgTable(
 )
 
 /**
- * Every session's history (issue 12): the events core's `Session.step` and `Reclaim.plan`
+ * Every session's history: the events core's `Session.step` and `Reclaim.decide`
  * answer, written in the same transaction as the step they come from, numbered from 1 per
  * session. `seq` is the next number under the session's row lock (every writer of a session
  * holds it; a new session's events go in with its insert). No foreign key: a session is

@@ -9,6 +9,7 @@ import { freshDatabase } from "@engram/test-pg"
 import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import { StorePg } from "../src/index.js"
+import { Harness } from "@engram/store-conformance"
 
 const limits: Limits.Limits = { ...Limits.defaults, maxEntriesPerNode: 6 }
 
@@ -46,7 +47,7 @@ const client = (s: StoreShape, seed: number, steps: number) =>
                   : r < 0.52
                     ? s.markRunning(sid)
                     : r < 0.66
-                      ? s.idle(sid, rnd() < 0.7)
+                      ? s.idle(sid)
                       : r < 0.72
                         ? s.beginDescent(sid)
                         : r < 0.78
@@ -103,14 +104,14 @@ describe("the incremental fleet read", () => {
     const agrees = (s: StoreShape) =>
       Effect.gen(function* () {
         const fleet = yield* s.fleetView()
-        const views = yield* s.listHosts()
+        const views = yield* Harness.hostsNow(s)
         expect(fleet.hosts.map((h) => [h.id, h.headroom, h.state, h.entries, h.descentsRunning])).toStrictEqual(
           views.map((h) => [h.id, h.headroom, h.state, h.entries, h.descentsRunning]),
         )
         const parked = yield* s.listSessions({ state: "parked" })
         for (const h of fleet.hosts)
           expect(h.parks.map((k) => k.sessionId).sort()).toStrictEqual(parked.filter((x) => x.hostId === h.id).map((x) => x.id).sort())
-        expect(fleet.queue.map((q) => q.sessionId)).toStrictEqual((yield* s.listQueue()).map((x) => x.id))
+        expect(fleet.queue.map((q) => q.sessionId)).toStrictEqual((yield* Harness.queueNow(s)).map((x) => x.id))
         return fleet
       })
     const program = Effect.gen(function* () {

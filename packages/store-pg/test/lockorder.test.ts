@@ -1,4 +1,4 @@
-// One lock order in every transaction of the store (issue 13 item 10): ending a session and
+// One lock order in every transaction of the store: ending a session and
 // committing or aborting its move both lock the session before the move, a reclaim locks
 // sessions before reservations, and a release across hosts locks the hosts in id order. Raced
 // on a real PostgreSQL, they never wait on each other in a circle: the server detects no
@@ -9,6 +9,7 @@ import { freshDatabase } from "@engram/test-pg"
 import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import { StorePg } from "../src/index.js"
+import { Harness } from "@engram/store-conformance"
 
 const limits: Limits.Limits = { ...Limits.defaults, heartbeatStaleWindowMs: 60_000 }
 const final = { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 } as const
@@ -57,7 +58,7 @@ describe("one lock order (PostgreSQL)", () => {
             expect((yield* s.getMove(m.moveId)).state).not.toBe("pending")
           }
         }
-        expect(yield* s.listReservations()).toStrictEqual([])
+        expect(yield* Harness.reservationsNow(s)).toStrictEqual([])
         expect(yield* pair.sumsDrift).toStrictEqual([])
         expect(pair.conflicts().deadlocks).toBe(0)
       })

@@ -12,6 +12,7 @@ import { Effect, Exit, Layer, ManagedRuntime } from "effect"
 import postgres from "@engram/postgres"
 import { describe, expect, it } from "vitest"
 import { migrate, migrationsFolder, StorePg } from "../src/index.js"
+import { Harness } from "@engram/store-conformance"
 
 const failureOf = <A, E>(exit: Exit.Exit<A, E>): unknown =>
   Exit.isFailure(exit) ? (exit.cause.reasons.find((r) => r._tag === "Fail") as { error: unknown } | undefined)?.error : undefined
@@ -62,7 +63,7 @@ describe("errors", () => {
       const exit = await runtime.runPromiseExit(Store.use((s) => s.registerHost({ id: "h2" })))
       const error = failureOf(exit)
       expect(error).toMatchObject({ _tag: "Unavailable", retryAfterMs: 1000 })
-      const read = await runtime.runPromiseExit(Store.use((s) => s.listHosts()))
+      const read = await runtime.runPromiseExit(Store.use((s) => Harness.hostsNow(s)))
       expect(failureOf(read)).toMatchObject({ _tag: "Unavailable" })
     } finally {
       await runtime.dispose()
@@ -123,7 +124,7 @@ describe("reclaim", () => {
       expect(sessions.map((x) => [x.state, x.hostId, x.reservationId])).toStrictEqual(ids.map(() => ["lost", null, null]))
       const open = await runtime.runPromise(Store.use((s) => Effect.forEach(ids, (id) => s.openMove(id))))
       expect(open.every((m) => m === null)).toBe(true)
-      expect(await runtime.runPromise(Store.use((s) => s.listReservations()))).toStrictEqual([])
+      expect(await runtime.runPromise(Store.use((s) => Harness.reservationsNow(s)))).toStrictEqual([])
     } finally {
       await runtime.dispose()
       await db.drop()

@@ -10,7 +10,8 @@ import postgres from "@engram/postgres"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { PgDialect } from "drizzle-orm/pg-core"
 import { StorePg } from "../src/index.js"
-import { sumsDriftSql } from "../src/Room.js"
+import { sumsDriftSql } from "../src/HostRows.js"
+import { Harness } from "@engram/store-conformance"
 
 const HOSTS = 50
 const SESSIONS = 5000
@@ -50,9 +51,9 @@ describe("stress", () => {
           }),
         { concurrency: CLIENTS },
       )
-      const views = yield* store.listHosts()
+      const views = yield* Harness.hostsNow(store)
       const sessions = yield* store.listSessions()
-      const entries = yield* store.listReservations()
+      const entries = yield* Harness.reservationsNow(store)
       return { outcomes, views, sessions, entries }
     })
     const { outcomes, views, sessions, entries } = await Effect.runPromise(

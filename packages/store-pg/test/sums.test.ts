@@ -10,6 +10,7 @@ import { Effect } from "effect"
 import postgres from "@engram/postgres"
 import { describe, expect, it } from "vitest"
 import { StorePg } from "../src/index.js"
+import { Harness } from "@engram/store-conformance"
 
 const limits: Limits.Limits = { ...Limits.defaults, heartbeatStaleWindowMs: 30 }
 
@@ -53,7 +54,7 @@ const client = (s: StoreShape, seed: number, steps: number) =>
           : r < 0.35
             ? s.markRunning(sid)
             : r < 0.42
-              ? s.idle(sid, rnd() < 0.5)
+              ? s.idle(sid)
               : r < 0.46
                 ? s.beginDescent(sid)
                 : r < 0.5
@@ -96,13 +97,13 @@ const client = (s: StoreShape, seed: number, steps: number) =>
 
 const checkStore = (s: StoreShape) =>
   Effect.gen(function* () {
-    for (const h of yield* s.listHosts()) {
+    for (const h of yield* Harness.hostsNow(s)) {
       expect(Headroom.isOverReserved(h.headroom)).toBe(false)
       expect(h.entries).toBeLessThanOrEqual(limits.maxEntriesPerNode)
     }
     // Views read the maintained sums: they agree with the entries the ledger lists.
-    const entries = yield* s.listReservations()
-    for (const h of yield* s.listHosts()) {
+    const entries = yield* Harness.reservationsNow(s)
+    for (const h of yield* Harness.hostsNow(s)) {
       const mine = entries.filter((e) => e.hostId === h.id)
       expect(h.entries).toBe(mine.length)
       expect(h.headroom.reserved.memMib).toBeCloseTo(mine.reduce((a, e) => a + e.memMib, 0), 6)
@@ -124,15 +125,15 @@ describe("maintained host sums", () => {
           { concurrency: "unbounded" },
         )
         yield* checkStore(a.store)
-        const ended = yield* a.store.listReservations()
+        const ended = yield* Harness.reservationsNow(a.store)
         expect(ended.length).toBeGreaterThan(0)
         expect(yield* a.sumsDrift).toStrictEqual([])
         // And back to zero when everything goes.
         for (const sx of yield* a.store.listSessions()) yield* Effect.ignore(a.store.endSession(sx.id))
-        for (const e of yield* a.store.listReservations()) yield* Effect.ignore(a.store.release(e.id))
-        expect(yield* a.store.listReservations()).toStrictEqual([])
+        for (const e of yield* Harness.reservationsNow(a.store)) yield* Effect.ignore(a.store.release(e.id))
+        expect(yield* Harness.reservationsNow(a.store)).toStrictEqual([])
         expect(yield* a.sumsDrift).toStrictEqual([])
-        for (const h of yield* a.store.listHosts()) expect([h.entries, h.headroom.reserved.memMib, h.headroom.reserved.vcpus]).toStrictEqual([0, 0, 0])
+        for (const h of yield* Harness.hostsNow(a.store)) expect([h.entries, h.headroom.reserved.memMib, h.headroom.reserved.vcpus]).toStrictEqual([0, 0, 0])
       })
       await Effect.runPromise(Effect.scoped(program))
     } finally {
@@ -169,7 +170,7 @@ describe("maintained host sums", () => {
             if (o?._tag === "Placed") expect(o.session.hostId).toBe(now?.hostId)
           }
         }
-        const entries = yield* a.store.listReservations()
+        const entries = yield* Harness.reservationsNow(a.store)
         expect(entries).toHaveLength(sessions.filter((x) => x.hostId !== null).length)
         yield* checkStore(a.store)
         expect(yield* a.sumsDrift).toStrictEqual([])
@@ -218,7 +219,7 @@ describe("maintained host sums", () => {
         Effect.scoped(
           Effect.gen(function* () {
             const pair = yield* StorePg.openUrl({ url: db.url })
-            return { drift: yield* pair.sumsDrift, hosts: yield* pair.store.listHosts() }
+            return { drift: yield* pair.sumsDrift, hosts: yield* Harness.hostsNow(pair.store) }
           }),
         ),
       )

@@ -7,7 +7,7 @@
  * Knob: BENCH_SCALE (comma list of host counts).
  */
 import { report } from "@engram/bench"
-import { Fleet, Limits, ParkGate, PlacementIndex, Session as SessionRules } from "@engram/core"
+import { Fleet, Limits, ParkGate, PlacementIndex, Session } from "@engram/core"
 import type { StoreShape } from "@engram/store"
 import { Effect } from "effect"
 import { StoreSim } from "../src/index.js"
@@ -32,7 +32,7 @@ const fleetOf = (hosts: number): StoreShape => {
           const s = `f${i}-${k}`
           yield* store.createSession({ id: s, budget: { memMib: 16_384, vcpus: 4 }, affinity: [id] })
           yield* store.markRunning(s)
-          yield* store.idle(s, true)
+          yield* store.idle(s)
         }
       }
       for (let q = 0; q < 1000; q++) yield* store.createSession({ id: `q${q}`, budget: { memMib: 240_000, vcpus: 8 } })
@@ -59,8 +59,8 @@ const decisionRate = (store: StoreShape, n: number): number => {
   const t0 = performance.now()
   for (let i = 0; i < n; i++) {
     const chosen = index.choose({ budget: budgetOf(i), affinity: [] })
-    const placement = chosen._tag === "Chosen" ? { hostId: chosen.hostId, reservationId: `r${i}` } : null
-    SessionRules.step(null, { _tag: "create", id: `d${i}`, budget: budgetOf(i), affinity: [], placement }, 0)
+    const placement = chosen._tag === "Chosen" ? { hostId: chosen.hostId, version: 0, reservationId: `r${i}` } : null
+    Session.step(null, { _tag: "create", id: `d${i}`, budget: budgetOf(i), affinity: [], placement }, 0)
   }
   return n / ((performance.now() - t0) / 1000)
 }

@@ -1,10 +1,13 @@
 /**
  * The in-memory store: deterministic, single-threaded, its time from the Effect Clock.
  * Every operation runs to completion synchronously inside one Effect, so it is atomic by
- * construction. It keeps per-host reserved sums incrementally so a fleet of 10,000 hosts
- * stays fast; every decision about room still goes through @engram/core.
+ * construction. Every operation that changes state reads the maps, asks core for a `Plan`, and
+ * hands it to `apply`, the one function that writes sessions, reservations, moves and history.
+ * It keeps per-host reserved sums, a placement index, the queue's budgets and the ledger's
+ * reclaim deadlines incrementally, so a fleet of 10,000 hosts stays fast; every decision about
+ * room still goes through @engram/core.
  */
-import { Headroom, Ledger, Limits, Move as MoveRules, Placement, PlacementIndex, QueueWalk, Reclaim, Session as SessionRules } from "@engram/core"
+import { Headroom, Ledger, Limits, Move, Order, ParkGate, ParkPolicy, Placement, PlacementIndex, Plan, QueueWalk, Reclaim, Session } from "@engram/core"
 import type { Budget, Candidate, FleetHost, LedgerEntry, NoFitDetail, Park, Queued, SessionState } from "@engram/core"
 import {
   Conflict,
@@ -25,7 +28,6 @@ import type {
   Host,
   HostReport,
   HostView,
-  Move,
   MovePhases,
   MoveFilter,
   MoveRound,
@@ -35,10 +37,8 @@ import type {
   QueueStanding,
   ReclaimResult,
   ReserveInput,
-  Session,
   SessionEvent,
   SessionFilter,
-  StepRefusal,
   StoreShape,
   IllegalTransition,
   InvalidInput,
@@ -57,10 +57,14 @@ interface HostRec {
   entries: Set<string>
   parks: Map<string, Park>
   descents: Set<string>
+  /** Bumped whenever the report, state or reservations change: a plan decided on an older one is stale. */
+  version: number
   /** Rebuilt whenever the report, state or reservations change. */
   candidate: Candidate
   /** The host as the fleet read carries it; null once anything it shows changed (rebuilt on the next read). */
   fleet: FleetHost | null
+  /** The host's parks as the fleet read carries them; null once a park came or went (kept across other changes). */
+  parkList: Park[] | null
 }
 
 interface SessionRec {
@@ -83,7 +87,7 @@ interface MoveRec {
   targetHostId: string
   reservationId: string
   maxDowntimeMs: number
-  state: Move["state"]
+  state: Move.Record["state"]
   rounds: MoveRound[]
   phases: MovePhases | null
   abortReason: string | null
@@ -99,11 +103,13 @@ interface Counters {
   reserveFailures: number
 }
 
-const byId = (a: { id: string }, b: { id: string }): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
+const { byId } = Order
 
 /** Options of the in-memory store. */
 export interface Options {
   readonly limits?: Limits.Limits | undefined
+  /** The park policy an idle session's step decides with (default `ParkPolicy.defaultRule`). */
+  readonly park?: ParkPolicy.Rule | undefined
   /**
    * Compute the no-fit details of a queued create or resume (default true). The fleet
    * simulator turns them off: they cost one pass over every host per queued session.
@@ -111,15 +117,79 @@ export interface Options {
   readonly noFitDetails?: boolean | undefined
 }
 
+/**
+ * The ledger's entries by the time after which each is reclaimable (`Ledger.reclaimableAfter`):
+ * a min-heap whose keys may be older than the entry's (a heartbeat moves the time later, and is
+ * not told here), so a key is a lower bound; `due` checks each candidate's real time.
+ */
+class Deadlines {
+  private readonly at: number[] = []
+  private readonly ids: string[] = []
+
+  push(at: number, id: string): void {
+    let i = this.at.length
+    this.at.push(at)
+    this.ids.push(id)
+    while (i > 0) {
+      const parent = (i - 1) >> 1
+      if ((this.at[parent] as number) <= at) break
+      this.at[i] = this.at[parent] as number
+      this.ids[i] = this.ids[parent] as string
+      i = parent
+    }
+    this.at[i] = at
+    this.ids[i] = id
+  }
+
+  private pop(): void {
+    const lastAt = this.at.pop() as number
+    const lastId = this.ids.pop() as string
+    const n = this.at.length
+    if (n === 0) return
+    let i = 0
+    for (;;) {
+      let child = 2 * i + 1
+      if (child >= n) break
+      if (child + 1 < n && (this.at[child + 1] as number) < (this.at[child] as number)) child++
+      if ((this.at[child] as number) >= lastAt) break
+      this.at[i] = this.at[child] as number
+      this.ids[i] = this.ids[child] as string
+      i = child
+    }
+    this.at[i] = lastAt
+    this.ids[i] = lastId
+  }
+
+  /** The entries reclaimable at `now` (each once), as `deadlineOf` judges them now; later ones stay. */
+  due<E>(now: number, find: (id: string) => E | undefined, deadlineOf: (e: E) => number): E[] {
+    const out = new Set<E>()
+    while (this.at.length > 0 && (this.at[0] as number) < now) {
+      const id = this.ids[0] as string
+      this.pop()
+      const e = find(id)
+      if (e === undefined) continue
+      const at = deadlineOf(e)
+      if (at < now) out.add(e)
+      else this.push(at, id)
+    }
+    // Entries the pass leaves (none, while the store is consistent) are judged again next time.
+    for (const e of out) this.push(deadlineOf(e), (e as { readonly id: string }).id)
+    return [...out]
+  }
+}
+
 /** Builds a fresh in-memory store: the `Store` operations and their `reset`. */
 export const make = (options: Options = {}): { store: StoreShape; reset: (limits?: Limits.Limits) => void } => {
   let limits: Limits.Limits = options.limits ?? Limits.defaults
+  const park = options.park ?? ParkPolicy.defaultRule
   let hosts = new Map<string, HostRec>()
   let index = new PlacementIndex.Index(limits)
   const noFitDetails = options.noFitDetails ?? true
   let sessions = new Map<string, SessionRec>()
   let queue = new Map<string, SessionRec>()
   let queueSorted: SessionRec[] | null = null
+  /** The budgets waiting in the queue, with how many ask for each: what the idle decision reads of the queue. */
+  let queuedBudgets = new Map<string, { readonly budget: Budget; count: number }>()
   /** The hosts in id order, null when a host came or went (rebuilt on the next read). */
   let hostsSorted: HostRec[] | null = null
   /** The queue as the fleet read carries it, and the sorted queue it was built from. */
@@ -130,6 +200,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
    */
   let tooBigIndex: ((b: Budget) => boolean) | null = null
   let entries = new Map<string, LedgerEntry>()
+  let deadlines = new Deadlines()
   let moves = new Map<string, MoveRec>()
   let openMoves = new Map<string, string>()
   let moveSeq = 0
@@ -144,10 +215,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     sessions = new Map()
     queue = new Map()
     queueSorted = null
+    queuedBudgets = new Map()
     hostsSorted = null
     fleetQueue = null
     tooBigIndex = null
     entries = new Map()
+    deadlines = new Deadlines()
     moves = new Map()
     openMoves = new Map()
     moveSeq = 0
@@ -167,6 +240,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   const measuredOf = (h: HostRec): boolean =>
     h.report !== null && Headroom.isMeasuredReport({ allocatableMib: h.report.allocatableMib, totalVcpus: h.report.totalVcpus })
   const refresh = (h: HostRec): void => {
+    h.version++
     h.candidate = {
       id: h.id,
       headroom: headroomOf(h),
@@ -202,21 +276,21 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     return h === undefined ? Effect.fail(new NotFound({ entity: "host", id })) : Effect.succeed(h)
   }
 
-  // ---- ledger primitives -------------------------------------------------------------------
+  // ---- ledger primitives (the apply's) -----------------------------------------------------
 
-  // Adds an admitted entry and keeps the host's sums; callers ran Ledger.admit first.
   const addEntry = (e: LedgerEntry): void => {
     const h = hosts.get(e.hostId) as HostRec
     entries.set(e.id, e)
+    deadlines.push(Ledger.reclaimableAfter(e, limits), e.id)
     h.entries.add(e.id)
     h.reserved.memMib += e.memMib
     h.reserved.vcpus += e.vcpus
     counters.totalReservedMib += e.memMib
     refresh(h)
   }
-  const removeEntry = (id: string, how: SessionRules.Removal): LedgerEntry | undefined => {
+  const removeEntry = (id: string, how: Plan.Removal): void => {
     const e = entries.get(id)
-    if (e === undefined) return undefined
+    if (e === undefined) return
     entries.delete(id)
     const h = hosts.get(e.hostId)
     if (h !== undefined) {
@@ -227,7 +301,6 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     }
     if (how === "released") counters.totalReleasedMib += e.memMib
     else counters.totalReclaimedMib += e.memMib
-    return e
   }
   const ledgerHostView = (h: HostRec): Ledger.HostView => ({
     state: h.state,
@@ -235,9 +308,10 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     headroom: h.candidate.headroom,
     entries: h.entries.size,
   })
+
   // ---- sessions ----------------------------------------------------------------------------
 
-  const sessionOf = (s: SessionRec): Session => ({
+  const sessionOf = (s: SessionRec): Session.Record => ({
     id: s.id,
     state: s.state,
     budget: s.budget,
@@ -265,7 +339,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   }
   const noFitFor = (b: Budget, affinity: readonly string[]): NoFitDetail[] =>
     noFitDetails ? Placement.noFit([...candidates()], { budget: b, affinity }, limits) : []
-  const tooBig = (b: Budget): boolean => (tooBigIndex ??= Placement.tooBigFor([...candidates()], limits))(b)
+  const tooBig = (b: Budget): boolean => (tooBigIndex ??= Placement.tooBigFor(candidates(), limits))(b)
   const standingOf = (s: SessionRec, position = positionOf(s)): QueueStanding => ({
     position,
     noFit: noFitFor(s.budget, s.affinity),
@@ -282,19 +356,18 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   }
 
   // The host choice of a create or a resume: the index's pick, with a fresh reservation id.
-  const placementFor = (budget: Budget, affinity: readonly string[]): SessionRules.Placed | null => {
+  const placementFor = (budget: Budget, affinity: readonly string[]): Session.Placed | null => {
     const choice = index.choose({ budget, affinity })
-    return choice._tag === "Chosen" ? { hostId: choice.hostId, reservationId: reservationIdFor() } : null
+    return choice._tag === "Chosen" ? placedOn(choice.hostId) : null
   }
+  const placedOn = (hostId: string): Session.Placed => ({ hostId, version: (hosts.get(hostId) as HostRec).version, reservationId: reservationIdFor() })
 
-  // ---- history -----------------------------------------------------------------------------
-
-  const record = (sessionId: string, events: readonly SessionRules.Event[], t: number): void => {
-    if (events.length === 0) return
-    let list = history.get(sessionId)
-    if (list === undefined) history.set(sessionId, (list = []))
-    for (const event of events) list.push({ sessionId, seq: list.length + 1, at: t, event })
-  }
+  /** What an idle step reads: the session's host, and whether a queued session has no room (each budget judged once). */
+  const idleViewOf = (s: SessionRec): ParkPolicy.IdleView => ({
+    host: s.hostId === null ? null : (hosts.get(s.hostId)?.candidate ?? null),
+    queueWithoutRoom:
+      queuedBudgets.size > 0 && ParkGate.anyWithoutRoom(Array.from(queuedBudgets.values(), (q) => q.budget), (b) => index.anyFits(b), tooBig),
+  })
 
   /** A page of a list held in memory: the request checked, the cursor decoded, the slice taken. */
   const pageOf = <A, L extends Cursor.List>(
@@ -329,7 +402,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
   // ---- moves -------------------------------------------------------------------------------
 
-  const moveOf = (m: MoveRec): Move => ({ ...m, rounds: [...m.rounds] })
+  const moveOf = (m: MoveRec): Move.Record => ({ ...m, rounds: [...m.rounds] })
   const findMove = (id: string) => {
     const m = moves.get(id)
     return m === undefined ? Effect.fail(new NotFound({ entity: "move", id })) : Effect.succeed(m)
@@ -339,24 +412,29 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     return id === undefined ? null : (moves.get(id) as MoveRec)
   }
 
-  // ---- applying core's answers -------------------------------------------------------------
+  // ---- the apply: the one writer of plans --------------------------------------------------
 
-  // The queue and the hosts' park and descent sets follow the session records: `leave` takes a
-  // record out of them, `enter` puts it in as it is now.
+  // The queue, the queued budgets and the hosts' park and descent sets follow the session
+  // records: `leave` takes a record out of them, `enter` puts it in as it is now.
   const leave = (s: SessionRec): void => {
     const h = s.hostId === null ? undefined : hosts.get(s.hostId)
     if (h !== undefined) {
-      if (s.state === "parked" && h.parks.delete(s.id)) h.fleet = null
+      if (s.state === "parked" && h.parks.delete(s.id)) h.fleet = h.parkList = null
       if (s.state === "descending" && h.descents.delete(s.id)) h.fleet = null
     }
-    if (s.state === "queued" && queue.delete(s.id)) queueSorted = null
+    if (s.state === "queued" && queue.delete(s.id)) {
+      queueSorted = null
+      const key = `${s.budget.memMib}/${s.budget.vcpus}`
+      const q = queuedBudgets.get(key) as { count: number }
+      if (--q.count === 0) queuedBudgets.delete(key)
+    }
   }
   const enter = (s: SessionRec): void => {
     const h = s.hostId === null ? undefined : hosts.get(s.hostId)
     if (h !== undefined) {
       if (s.state === "parked") {
         h.parks.set(s.id, { sessionId: s.id, parkedAt: s.parkedAt as number, budget: s.budget })
-        h.fleet = null
+        h.fleet = h.parkList = null
       }
       if (s.state === "descending") {
         h.descents.add(s.id)
@@ -366,70 +444,112 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     if (s.state === "queued") {
       queue.set(s.id, s)
       queueSorted = null
+      const key = `${s.budget.memMib}/${s.budget.vcpus}`
+      const q = queuedBudgets.get(key)
+      if (q === undefined) queuedBudgets.set(key, { budget: s.budget, count: 1 })
+      else q.count++
     }
   }
-  const setRecord = (s: SessionRec, next: Session): void => {
-    leave(s)
-    Object.assign(s, next)
-    enter(s)
+  const record = (sessionId: string, event: Session.Event, t: number): void => {
+    let list = history.get(sessionId)
+    if (list === undefined) history.set(sessionId, (list = []))
+    list.push({ sessionId, seq: list.length + 1, at: t, event })
   }
-  const applyLedger = (changes: readonly SessionRules.LedgerChange[]): void => {
-    for (const c of changes) {
+
+  const applied: Plan.Outcome = { _tag: "Applied" }
+  const staleSession: Plan.Outcome = { _tag: "Stale", stale: "session" }
+  const staleHost: Plan.Outcome = { _tag: "Stale", stale: "host" }
+
+  /** A plan's checks against the store as it is: its sessions still in the states decided on, its host at the version decided on. */
+  const check = (p: Plan.Plan): Plan.Outcome => {
+    for (const w of p.sessions) {
+      const current = sessions.get(w.record.id)
+      if (w.from === null ? current !== undefined : current?.state !== w.from) return staleSession
+    }
+    if (p.host !== null && hosts.get(p.host.hostId)?.version !== p.host.version) return staleHost
+    return applied
+  }
+
+  /** Writes a plan that passed its checks: the ledger, the moves, the session records, the history. */
+  const write = (p: Plan.Plan): void => {
+    for (const c of p.ledger) {
       if (c._tag === "Reserve") addEntry(c.entry)
       else if (c._tag === "Release") removeEntry(c.id, c.how)
       else {
         const e = entries.get(c.id) as LedgerEntry
-        entries.set(c.id, { ...e, ownerKind: "session", ownerId: c.ownerId, lastHeartbeatAt: c.heartbeatAt })
+        const renewed: LedgerEntry = { ...e, ownerKind: "session", ownerId: c.ownerId, lastHeartbeatAt: c.heartbeatAt }
+        entries.set(c.id, renewed)
+        deadlines.push(Ledger.reclaimableAfter(renewed, limits), c.id)
       }
     }
-  }
-  const applyMove = (change: SessionRules.MoveChange | null): void => {
-    if (change === null) return
-    const m = change.move
-    if (change._tag === "Open") {
-      moves.set(m.id, { ...m, rounds: [...m.rounds] })
-      openMoves.set(m.sessionId, m.id)
-    } else {
-      Object.assign(moves.get(m.id) as MoveRec, m, { rounds: [...m.rounds] })
-      openMoves.delete(m.sessionId)
+    for (const { move: m } of p.moves) {
+      const found = moves.get(m.id)
+      if (found === undefined) moves.set(m.id, { ...m, rounds: [...m.rounds] })
+      else Object.assign(found, m, { rounds: [...m.rounds] })
+      if (m.state === "pending") openMoves.set(m.sessionId, m.id)
+      else if (openMoves.get(m.sessionId) === m.id) openMoves.delete(m.sessionId)
     }
+    for (const { record: next } of p.sessions) {
+      const s = sessions.get(next.id)
+      if (s === undefined) {
+        // Core built this record for the store alone: it becomes the store's record as it is.
+        const created = next as SessionRec
+        sessions.set(created.id, created)
+        enter(created)
+      } else {
+        leave(s)
+        Object.assign(s, next)
+        enter(s)
+      }
+    }
+    for (const { sessionId, event } of p.events) record(sessionId, event, p.at)
   }
-  // Writes one applied step: the ledger, the move, the session record (a new one for a create), its history.
-  const applyStep = (s: SessionRec | undefined, answer: SessionRules.Applied, t: number): SessionRec => {
-    applyLedger(answer.ledger)
-    applyMove(answer.move)
-    record(answer.session.id, answer.events, t)
-    if (s !== undefined) {
-      setRecord(s, answer.session)
+
+  /**
+   * The one apply: each plan of the group is checked against the store as it was before the
+   * group, then those that pass are written, in order (`Plan` states the rule). Synchronous, so
+   * a group is one atomic change.
+   */
+  const apply = (plans: readonly Plan.Plan[]): Plan.Outcome[] => {
+    const bad = plans.length === 1 ? null : Plan.checkGroup(plans)
+    if (bad !== null) throw new Error(`store-sim: ${bad}`)
+    const outcomes = plans.map(check)
+    plans.forEach((p, k) => {
+      if (outcomes[k] === applied) write(p)
+    })
+    return outcomes
+  }
+
+  /** Applies one plan decided on the store as it is now: it cannot be stale (nothing runs between the read and the write). */
+  const applyNow = (p: Plan.Plan): void => {
+    const [outcome] = apply([p])
+    if (outcome !== applied) throw new Error(`store-sim: a plan decided now was stale (${JSON.stringify(outcome)})`)
+  }
+
+  /** Runs a step on a found session and applies its plan, or answers core's refusal. */
+  const stepOn = (s: SessionRec, op: Session.Step, t: number): SessionRec | Session.Refusal => {
+    const answer = Session.step(s, op, t)
+    if (answer._tag === "Plan") {
+      applyNow(answer)
       return s
     }
-    // Core built this record for the store alone: it becomes the store's record as it is.
-    const created = answer.session as SessionRec
-    sessions.set(created.id, created)
-    enter(created)
-    return created
-  }
-  /** Runs a step on a found session and writes it, or answers core's refusal. */
-  const stepOn = (s: SessionRec, op: SessionRules.Step, t: number): SessionRec | StepRefusal => {
-    const answer = SessionRules.step(s, op, t)
-    if (answer._tag === "Applied") return applyStep(s, answer, t)
     return answer._tag === "Unchanged" ? s : answer
   }
-  const isRefusal = (x: SessionRec | StepRefusal): x is StepRefusal => "_tag" in x
+  const isRefusal = (x: SessionRec | Session.Refusal): x is Session.Refusal => "_tag" in x
   /**
    * A step on a session (not a move's commit or abort): core's refusal is the store's error,
    * of the kinds the operation can answer (`E`: an IllegalTransition unless it says more).
    */
   const stepSession = <E extends IllegalTransition | Conflict = IllegalTransition>(
     s: SessionRec,
-    op: SessionRules.Step,
+    op: Session.Step,
     t: number,
   ): Effect.Effect<SessionRec, E> => {
     const out = stepOn(s, op, t)
     return isRefusal(out) ? Effect.fail(fromRefusal(s.id, out) as E) : Effect.succeed(out)
   }
   /** A commit or an abort of move `m`: core's refusal is a Conflict on the move. */
-  const stepMove = (m: MoveRec, op: SessionRules.Step, t: number): Effect.Effect<Move, Conflict> => {
+  const stepMove = (m: MoveRec, op: Session.Step, t: number): Effect.Effect<Move.Record, Conflict> => {
     const s = sessions.get(m.sessionId)
     const out = s === undefined ? ({ _tag: "NotFound" } as const) : stepOn(s, op, t)
     return isRefusal(out) ? Effect.fail(fromMoveRefusal(m.id, out)) : Effect.sync(() => moveOf(m))
@@ -460,8 +580,10 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           entries: new Set(),
           parks: new Map(),
           descents: new Set(),
+          version: 0,
           candidate: { id: input.id, headroom: { allocatableMib: null, cpuBudget: null, reserved: Headroom.zero } },
           fleet: null,
+          parkList: null,
         }
         refresh(h)
         hosts.set(h.id, h)
@@ -492,13 +614,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     getHost: (id) => Effect.map(findHost(id), viewOf),
-    hostTokenHash: (id) => Effect.map(findHost(id), (h) => h.tokenHash),
     hostByTokenHash: (tokenHash) =>
       Effect.sync(() => {
         for (const h of hosts.values()) if (h.tokenHash !== null && h.tokenHash === tokenHash) return hostOf(h)
         return null
       }),
-    listHosts: () => Effect.sync(() => [...hosts.values()].sort(byId).map(viewOf)),
     pageHosts: (page = {}) => pageOf("hosts", () => [...hosts.values()].sort(byId).map(viewOf), (h) => [h.id], page),
 
     setHostTokenHash: (id, tokenHash) =>
@@ -528,7 +648,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         // read is the same (immutable) object as then; only changed hosts are rebuilt.
         hostsSorted ??= [...hosts.values()].sort(byId)
         const fleetHosts: FleetHost[] = hostsSorted.map(
-          (h) => (h.fleet ??= { ...h.candidate, descentsRunning: h.descents.size, parks: [...h.parks.values()] }),
+          (h) => (h.fleet ??= { ...h.candidate, descentsRunning: h.descents.size, parks: (h.parkList ??= [...h.parks.values()]) }),
         )
         // The queue's list is rebuilt only when the queue changed (its sorted order is rebuilt then too).
         const sorted = sortedQueue()
@@ -547,7 +667,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const t = clock.currentTimeMillisUnsafe()
         const existing = sessions.get(input.id)
         const affinity = input.affinity ?? []
-        const create = (placement: SessionRules.Placed | null): SessionRules.Step => ({
+        const create = (placement: Session.Placed | null): Session.Step => ({
           _tag: "create",
           id: input.id,
           budget: input.budget,
@@ -556,9 +676,9 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         })
         if (existing !== undefined) {
           // A repeated create: core answers the session as it is, or a Conflict on another budget.
-          const again = SessionRules.step(existing, create(null), t)
+          const again = Session.step(existing, create(null), t)
           if (again._tag === "Unchanged") return Effect.succeed(outcomeOf(existing))
-          return Effect.fail(fromRefusal(input.id, again as StepRefusal) as Conflict)
+          return Effect.fail(fromRefusal(input.id, again as Session.Refusal) as Conflict)
         }
         const placement = placementFor(input.budget, affinity)
         if (placement === null && input.onNoRoom === "refuse")
@@ -569,9 +689,10 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
               tooBig: tooBig(input.budget),
             }),
           )
-        const answer = SessionRules.step(null, create(placement), t)
-        if (answer._tag !== "Applied") return Effect.fail(fromRefusal(input.id, answer as StepRefusal) as Conflict)
-        return Effect.succeed(outcomeOf(applyStep(undefined, answer, t)))
+        const answer = Session.step(null, create(placement), t)
+        if (answer._tag !== "Plan") return Effect.fail(fromRefusal(input.id, answer as Session.Refusal) as Conflict)
+        applyNow(answer)
+        return Effect.succeed(outcomeOf(sessions.get(input.id) as SessionRec))
       }),
 
     getSession: (id) => Effect.map(findSession(id), sessionOf),
@@ -589,18 +710,22 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     markRunning: (id) => stepById(id, { _tag: "markRunning" }),
     unpark: (id) => stepById(id, { _tag: "unpark" }),
     beginDescent: (id, options = {}) => stepById(id, { _tag: "beginDescent", reason: options.reason ?? null }),
-    // Idle applies only to a running session; the gate's answer picks parked or descending.
-    idle: (id, mayPark) => stepById(id, { _tag: "idle", mayPark }),
+    // Parked or descending: core's step decides with the store's park policy on what it reads here.
+    idle: (id) =>
+      Effect.gen(function* () {
+        const s = yield* findSession(id)
+        return sessionOf(yield* stepSession(s, { _tag: "idle", policy: park, view: idleViewOf(s) }, yield* now))
+      }),
     finishDescent: (id) => stepById(id, { _tag: "finishDescent" }),
 
     resume: (id) =>
       Effect.gen(function* () {
         const s = yield* findSession(id)
         // Judged before the host choice, so a refused resume takes no reservation id; a park resumes warm, placed nowhere.
-        const bad = SessionRules.judgeResume(s)
+        const bad = Session.judgeResume(s)
         if (bad) return yield* (fromRefusal(id, bad) as IllegalTransition)
         const t = yield* now
-        const placement = SessionRules.resumesWarm(s.state) ? null : placementFor(s.budget, s.affinity)
+        const placement = Session.resumesWarm(s.state) ? null : placementFor(s.budget, s.affinity)
         const resumed = yield* stepSession(s, { _tag: "resume", placement }, t)
         return outcomeOf(resumed)
       }),
@@ -611,7 +736,6 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return sessionOf(yield* stepSession(s, { _tag: "end", openMove: openMoveOf(id) }, yield* now))
       }),
 
-    listQueue: () => Effect.sync(() => sortedQueue().map(sessionOf)),
     pageQueue: (page = {}) =>
       Effect.map(
         pageOf("queue", () => sortedQueue().map((x, i) => ({ x, position: i + 1 })), ({ x }) => [x.queuedAt as number, x.id], page),
@@ -622,19 +746,27 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     drainQueue: (options = {}) =>
       Effect.gen(function* () {
         const t = yield* now
-        // Core's queue walk over the live index (it takes each placement's room from it), then
-        // each placement applied at once: the walk and the writes are one synchronous step.
+        // Core's queue walk over the live index (it takes each placement's room from it), core's
+        // step for each placement, and the group applied at once: one synchronous change.
         const walk = QueueWalk.walkOn(index, [...sortedQueue()], { limit: options.limit })
-        const placed: { sessionId: string; hostId: string }[] = []
+        const group: Plan.Plan[] = []
+        const unapplied: { sessionId: string; reason: "refused" | "stale" }[] = []
         for (const p of walk.placed) {
-          const s = p.waiting
-          const reservationId = reservationIdFor()
-          const answer = SessionRules.step(s, { _tag: "place", placement: { hostId: p.hostId, reservationId } }, t)
-          if (answer._tag !== "Applied") continue
-          applyStep(s, answer, t)
-          placed.push({ sessionId: s.id, hostId: p.hostId })
+          const answer = Session.step(p.waiting, { _tag: "place", placement: placedOn(p.hostId) }, t)
+          if (answer._tag === "Plan") group.push(answer)
+          else unapplied.push({ sessionId: p.waiting.id, reason: "refused" })
         }
-        return { placed, remaining: queue.size } satisfies DrainResult
+        const outcomes = apply(group)
+        // The walk took room from the index for every placement; the written ones gave it back
+        // as it is now, the rest must too.
+        for (const p of walk.placed) index.upsert((hosts.get(p.hostId) as HostRec).candidate)
+        const placed: { sessionId: string; hostId: string }[] = []
+        group.forEach((plan, k) => {
+          const s = Plan.sessionOf(plan) as Session.Record
+          if (outcomes[k] === applied) placed.push({ sessionId: s.id, hostId: s.hostId as string })
+          else unapplied.push({ sessionId: s.id, reason: "stale" })
+        })
+        return { placed, unapplied, remaining: queue.size } satisfies DrainResult
       }),
 
     reserve: (input: ReserveInput) =>
@@ -654,9 +786,9 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           counters.reserveFailures++
           return yield* new Refused({ check: admission.check, reason: admission.message })
         }
-        const e = Ledger.entryOf({ ...input, id: input.id as string, hostId: input.hostId as string }, t)
-        addEntry(e)
-        return e
+        const plan = Ledger.reservePlan({ ...input, id: input.id as string, hostId: input.hostId as string }, (host as HostRec).version, t)
+        applyNow(plan)
+        return entries.get(input.id as string) as LedgerEntry
       }),
 
     release: (id) =>
@@ -665,7 +797,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (e === undefined) return yield* new NotFound({ entity: "reservation", id })
         const owned = Ledger.refuseRelease(e)
         if (owned) return yield* new Refused({ check: owned.check, reason: owned.message })
-        return removeEntry(id, "released") as LedgerEntry
+        applyNow(Ledger.releasePlan(e, yield* now))
+        return e
       }),
 
     heartbeat: (id) =>
@@ -697,7 +830,6 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return e === undefined ? Effect.fail(new NotFound({ entity: "reservation", id })) : Effect.succeed(e)
       }),
 
-    listReservations: (filter = {}) => Effect.sync(() => reservationsSorted(filter)),
     pageReservations: (filter = {}, page = {}) =>
       Effect.suspend(() => {
         const bad = Validate.filter("hostId", filter.hostId)
@@ -708,8 +840,14 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     reclaim: () =>
       Effect.gen(function* () {
         const t = yield* now
-        // Core decides what goes and what follows; the store reads what it asks for and writes the plan.
-        const wanted = Reclaim.wanted(entries.values(), t, limits)
+        // Core decides what goes and what follows; the store reads what it asks for (only the
+        // entries whose reclaim time has come) and applies the plan.
+        const wanted = Reclaim.wanted(
+          deadlines.due(t, (id) => entries.get(id), (e) => Ledger.reclaimableAfter(e, limits)),
+          t,
+          limits,
+        )
+        if (wanted.doomed.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
         const involved = new Map<string, SessionRec>()
         const open: MoveRec[] = []
         for (const id of wanted.moveIds) {
@@ -724,19 +862,9 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           const s = sessions.get(id)
           if (s !== undefined) involved.set(id, s)
         }
-        const plan = Reclaim.plan({ entries: wanted.doomed, sessions: involved.values(), openMoves: open }, t, limits)
-        for (const e of plan.reclaimed) removeEntry(e.id, "reclaimed")
-        for (const id of plan.released) removeEntry(id, "released")
-        for (const m of plan.moves) applyMove({ _tag: "Close", move: m })
-        for (const next of plan.sessions) setRecord(involved.get(next.id) as SessionRec, next)
-        for (const { sessionId, event } of plan.events) record(sessionId, [event], t)
-        return { reclaimed: [...plan.reclaimed], lostSessions: [...plan.lostSessions] } satisfies ReclaimResult
-      }),
-
-    hostSummary: (hostId) =>
-      Effect.gen(function* () {
-        const h = yield* findHost(hostId)
-        return summaryOf(h, yield* now)
+        const decided = Reclaim.decide({ entries: wanted.doomed, sessions: [...involved.values()].map(sessionOf), openMoves: open.map(moveOf) }, t, limits)
+        applyNow(decided.plan)
+        return { reclaimed: [...decided.reclaimed], lostSessions: [...decided.lostSessions] } satisfies ReclaimResult
       }),
 
     clusterSummary: () =>
@@ -751,7 +879,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       Effect.gen(function* () {
         const s = yield* findSession(input.sessionId)
         const openMove = openMoveOf(s.id)
-        const refused = SessionRules.refuseBeginMove(s, openMove)
+        const refused = Session.refuseBeginMove(s, openMove)
         if (refused) return yield* (fromRefusal(s.id, refused) as IllegalTransition | Conflict)
         const bad = Validate.maxDowntimeMs(input.maxDowntimeMs)
         if (bad) return yield* bad
@@ -760,7 +888,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (refusedTarget !== null || choice._tag !== "Chosen") return yield* (refusedTarget as InvalidInput | NotFound | Refused)
         let moveId = `move-${++moveSeq}`
         while (moves.has(moveId)) moveId = `move-${++moveSeq}`
-        const move = { id: moveId, targetHostId: choice.hostId, reservationId: reservationIdFor(), maxDowntimeMs: input.maxDowntimeMs }
+        const target = placedOn(choice.hostId)
+        const move = { id: moveId, targetHostId: choice.hostId, targetVersion: target.version, reservationId: target.reservationId, maxDowntimeMs: input.maxDowntimeMs }
         yield* stepSession<IllegalTransition | Conflict>(s, { _tag: "beginMove", openMove, move }, yield* now)
         return moveOf(moves.get(moveId) as MoveRec)
       }),
@@ -768,13 +897,13 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     recordRound: (moveId, round) =>
       Effect.gen(function* () {
         const m = yield* findMove(moveId)
-        const refused = MoveRules.refuseRound(m)
+        const refused = Move.refuseRound(m)
         if (refused) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
         const bad = Validate.round(round)
         if (bad) return yield* bad
-        const recorded = MoveRules.recordRound(m, round)
+        const recorded = Move.recordRound(m, round, yield* now)
         if (recorded._tag === "Conflict") return yield* new Conflict({ entity: "move", id: m.id, reason: recorded.reason })
-        m.rounds = [...recorded.move.rounds]
+        applyNow(recorded)
         return moveOf(m)
       }),
 
@@ -791,7 +920,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const bad = Validate.text("reason", reason) ?? Validate.estimateMs(options.estimateMs)
         if (bad) return yield* bad
         const m = yield* findMove(moveId)
-        const abort: SessionRules.Step = {
+        const abort: Session.Step = {
           _tag: "abortMove",
           move: m,
           reason,
@@ -817,7 +946,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
   }
 
-  function stepById(id: string, op: SessionRules.Step) {
+  function stepById(id: string, op: Session.Step) {
     return Effect.gen(function* () {
       const s = yield* findSession(id)
       return sessionOf(yield* stepSession(s, op, yield* now))

@@ -3,7 +3,7 @@
  * each to one HTTP answer: NotFound 404, Conflict 409, IllegalTransition 409, Refused 409 (or
  * 503 for a move's downtime), InvalidInput 400, Unavailable 503 with a retry hint.
  */
-import type { Placement, Session as SessionRules } from "@engram/core"
+import type { Placement, Session } from "@engram/core"
 import { Schema } from "effect"
 
 /** The kinds of record a store holds. */
@@ -113,11 +113,8 @@ export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable"
 /** Every error a store operation can fail with. */
 export type StoreError = NotFound | Conflict | IllegalTransition | Refused | InvalidInput | NoRoom | Unavailable
 
-/** A refusal by core's `Session.step` (anything but `Applied` and `Unchanged`). */
-export type StepRefusal = Exclude<SessionRules.Answer, SessionRules.Applied | SessionRules.Unchanged>
-
 /** The store error for core's refusal of an operation on session `sessionId`: one mapping for every store. */
-export const fromRefusal = (sessionId: string, refusal: StepRefusal): NotFound | IllegalTransition | Conflict => {
+export const fromRefusal = (sessionId: string, refusal: Session.Refusal): NotFound | IllegalTransition | Conflict => {
   switch (refusal._tag) {
     case "NotFound":
       return new NotFound({ entity: "session", id: sessionId })
@@ -132,7 +129,7 @@ export const fromRefusal = (sessionId: string, refusal: StepRefusal): NotFound |
  * The store error for core's refusal of a commit or an abort of move `moveId`: a finished move,
  * or a session that is not moving (never, while the store is consistent), is a `Conflict` on the move.
  */
-export const fromMoveRefusal = (moveId: string, refusal: StepRefusal): Conflict =>
+export const fromMoveRefusal = (moveId: string, refusal: Session.Refusal): Conflict =>
   refusal._tag === "Conflict"
     ? new Conflict({ entity: refusal.entity, id: refusal.id, reason: refusal.reason })
     : new Conflict({ entity: "move", id: moveId, reason: refusal._tag === "Illegal" ? refusal.message : "its session is gone" })

@@ -4,12 +4,13 @@
  *
  * Rules every implementation keeps:
  * - Every decision calls `@engram/core`: room (Headroom, Placement, QueueWalk), admission
- *   (Ledger), and what each operation does (`Session.step`: the next session record, the
- *   reservations, the move; `Reclaim.plan` for a reclaim). A store reads, asks, and applies.
+ *   (Ledger), whether an idle session parks (`ParkPolicy.mayPark`, with the store's configured
+ *   policy), and what each operation does (`Session.step`, `Reclaim.decide`): a `Plan`. A store
+ *   reads a snapshot, asks core, and hands the plan to its one apply.
  * - Placement is atomic with its reservation: no two placements take the last room on a host.
- * - Every session state change is one compare-and-set of core's answer; an illegal one fails
- *   with `IllegalTransition` (a commit or abort refused by core, with `Conflict` on the move)
- *   and changes nothing.
+ * - Every plan is applied as one compare-and-set (`Plan` says what is checked); an illegal
+ *   change fails with `IllegalTransition` (a commit or abort refused by core, with `Conflict` on
+ *   the move) and changes nothing.
  * - Time comes from the Effect `Clock`, so tests run on a `TestClock`.
  * - A failed operation changes nothing.
  */
@@ -64,10 +65,6 @@ export interface StoreShape {
   /** Sets `ready` (uncordon), `cordoned` or `draining`. */
   readonly setHostState: (id: string, state: "ready" | "cordoned" | "draining") => Fx<HostView, NotFound>
   readonly getHost: (id: string) => Fx<HostView, NotFound>
-  /** The stored credential hash of a host, or null when it has none. */
-  readonly hostTokenHash: (id: string) => Fx<string | null, NotFound>
-  /** Every host, sorted by id. */
-  readonly listHosts: () => Fx<readonly HostView[]>
   /** The host whose credential hash this is, or null: how a coordinator authenticates an agent. */
   readonly hostByTokenHash: (tokenHash: string) => Fx<Host | null>
   /** Replaces a host's credential hash (a rotation): the old credential finds no host from now on. */
@@ -104,17 +101,18 @@ export interface StoreShape {
   /** A page of sessions, oldest first (`[createdAt, id]`), filtered; a bad filter or cursor is `InvalidInput`. */
   readonly pageSessions: (filter?: SessionFilter, page?: PageRequest) => Fx<Page<Session>, InvalidInput>
   /**
-   * A session's history, oldest first: every event core's `Session.step` (and `Reclaim.plan`)
+   * A session's history, oldest first: every event core's `Session.step` (and `Reclaim.decide`)
    * answered for it, written in the same atomic change as the step.
    */
   readonly sessionEvents: (id: string, page?: PageRequest) => Fx<Page<SessionEvent>, NotFound | InvalidInput>
   /** `pending → running`: its agent started the VM. */
   readonly markRunning: (id: string) => Fx<Session, NotFound | IllegalTransition>
   /**
-   * An idle running session: `running → parked` when `mayPark` (the park gate's answer),
-   * else `running → descending`.
+   * An idle running session: `running → parked` when the store's park policy allows it on the
+   * session's host now (`ParkPolicy.mayPark`: a measured host, and for the demand policies no
+   * queued session without room), else `running → descending`.
    */
-  readonly idle: (id: string, mayPark: boolean) => Fx<Session, NotFound | IllegalTransition>
+  readonly idle: (id: string) => Fx<Session, NotFound | IllegalTransition>
   /** `parked → running`. */
   readonly unpark: (id: string) => Fx<Session, NotFound | IllegalTransition>
   /**
@@ -134,8 +132,6 @@ export interface StoreShape {
   readonly endSession: (id: string) => Fx<Session, NotFound | IllegalTransition>
 
   // The queue
-  /** Queued sessions, first in first out. */
-  readonly listQueue: () => Fx<readonly Session[]>
   /** A page of the queue, first in first out, each session with where it stands (position, reasons, `too_big`). */
   readonly pageQueue: (page?: PageRequest) => Fx<Page<QueueEntry>, InvalidInput>
   /** Where a session stands in the queue; null when it is not queued. */
@@ -155,13 +151,10 @@ export interface StoreShape {
   /** Renews every session, move and capture reservation on the host; answers how many. */
   readonly heartbeatHost: (hostId: string) => Fx<number, NotFound>
   readonly getReservation: (id: string) => Fx<Reservation, NotFound>
-  /** Reservations sorted by id, optionally of one host. */
-  readonly listReservations: (filter?: { readonly hostId?: string | undefined }) => Fx<readonly Reservation[]>
   /** A page of reservations by id, optionally of one host. */
   readonly pageReservations: (filter?: { readonly hostId?: string | undefined }, page?: PageRequest) => Fx<Page<Reservation>, InvalidInput>
   /** Removes every expired or stale reservation now; their sessions become `lost`. */
   readonly reclaim: () => Fx<ReclaimResult>
-  readonly hostSummary: (hostId: string) => Fx<Ledger.HostSummary, NotFound>
   readonly clusterSummary: () => Fx<Ledger.ClusterSummary>
   readonly metrics: () => Fx<Ledger.Metrics>
 
@@ -229,8 +222,6 @@ export class StoreTesting extends Context.Service<StoreTesting, StoreTestingShap
 export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "limits",
   "getHost",
-  "hostTokenHash",
-  "listHosts",
   "hostByTokenHash",
   "pageHosts",
   "fleetView",
@@ -238,13 +229,10 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "listSessions",
   "pageSessions",
   "sessionEvents",
-  "listQueue",
   "pageQueue",
   "queueStanding",
   "getReservation",
-  "listReservations",
   "pageReservations",
-  "hostSummary",
   "clusterSummary",
   "metrics",
   "getMove",

@@ -3,7 +3,7 @@
  * times in epoch ms (from the store's Effect Clock), RAM in MiB.
  */
 import type { FleetHost, HostHeadroom, LedgerEntry, NoFitDetail, OwnerKind, Queued, SessionState } from "@engram/core"
-import type { Ledger, Move as MoveRules, Placement, Session as SessionRules } from "@engram/core"
+import type * as core from "@engram/core"
 
 /** What a host agent reports about its host (SPEC §1). Null = not measured. */
 export interface HostReport {
@@ -17,7 +17,7 @@ export interface HostReport {
 export interface Host {
   readonly id: string
   readonly labels: Readonly<Record<string, string>>
-  readonly state: Placement.HostState
+  readonly state: core.Placement.HostState
   readonly report: HostReport | null
   readonly reportedAt: number | null
   readonly createdAt: number
@@ -34,7 +34,7 @@ export interface HostView extends Host {
 }
 
 /** A session (core's record, `Session.Record`). `hostId` and `reservationId` are set while it holds a reservation. */
-export type Session = SessionRules.Record
+export type Session = core.Session.Record
 
 /** What a create or a resume did. */
 export type PlaceOutcome =
@@ -83,7 +83,7 @@ export interface SessionEvent {
   readonly seq: number
   /** Epoch ms, from the store's Clock. */
   readonly at: number
-  readonly event: SessionRules.Event
+  readonly event: core.Session.Event
 }
 
 /** A reservation in the ledger. */
@@ -119,24 +119,30 @@ export interface FleetRead {
 /** What a queue drain placed. */
 export interface DrainResult {
   readonly placed: readonly { readonly sessionId: string; readonly hostId: string }[]
+  /**
+   * Sessions the walk placed whose placement was not written, and why: core refused the step
+   * (`refused`, e.g. the session changed state since the read), or the apply found the session
+   * or the host changed (`stale`, a lost race). They stay queued for the next drain.
+   */
+  readonly unapplied: readonly { readonly sessionId: string; readonly reason: "refused" | "stale" }[]
   /** Sessions still queued after the drain. */
   readonly remaining: number
 }
 
 /** A live move's state. */
-export type MoveState = MoveRules.State
+export type MoveState = core.Move.State
 
 /** The kind of a pre-copy round. */
-export type RoundKind = MoveRules.RoundKind
+export type RoundKind = core.Move.RoundKind
 
 /** One pre-copy round as the source measured it. */
-export type MoveRound = MoveRules.Round
+export type MoveRound = core.Move.Round
 
 /** The phases of a committed move's pause. */
-export type MovePhases = MoveRules.Phases
+export type MovePhases = core.Move.Phases
 
 /** A live move of a running session (SPEC §5; core's record, `Move.Record`). */
-export type Move = MoveRules.Record
+export type Move = core.Move.Record
 
 /** Filters of `listMoves` and `pageMoves`. */
 export interface MoveFilter {
@@ -150,6 +156,3 @@ export interface SessionFilter {
   readonly state?: SessionState | undefined
   readonly hostId?: string | undefined
 }
-
-/** Re-exported for implementers. */
-export type { Ledger }

@@ -8,14 +8,14 @@ import { hashToken, newToken, requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
 import { LongPolls } from "../LongPolls.js"
 import { credentialTopic, fleetTopic, hostTopic, Notifier } from "../Notifier.js"
-import { Room } from "../Room.js"
+import { Drainer } from "../Drainer.js"
 import { hostJson, pageJson } from "../Views.js"
 
 export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
     const notifier = yield* Notifier
-    const room = yield* Room
+    const drainer = yield* Drainer
     const assignments = yield* Assignments
     const longPolls = yield* LongPolls
 
@@ -23,7 +23,7 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
       Effect.gen(function* () {
         const view = yield* api(store.setHostState(id, state))
         // Uncordoned: room appeared. Cordoned or draining: only the host's own view changed.
-        if (state === "ready") yield* room.appeared(hostTopic(id))
+        if (state === "ready") yield* drainer.roomAppeared(hostTopic(id))
         else yield* notifier.notify(hostTopic(id))
         return hostJson(view)
       })
@@ -70,7 +70,7 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
               totalVcpus: payload.totalVcpus ?? null,
             }),
           )
-          yield* room.appeared(fleetTopic)
+          yield* drainer.roomAppeared(fleetTopic)
           return hostJson(view)
         }),
       )

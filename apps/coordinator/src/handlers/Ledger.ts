@@ -7,13 +7,13 @@ import { randomUUID } from "node:crypto"
 import { requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
 import { fleetTopic, hostTopic, Notifier } from "../Notifier.js"
-import { Room } from "../Room.js"
+import { Drainer } from "../Drainer.js"
 import { pageJson } from "../Views.js"
 
 export const LedgerHandlers = HttpApiBuilder.group(EngramApi, "ledger", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
-    const room = yield* Room
+    const drainer = yield* Drainer
     const notifier = yield* Notifier
     return h
       .handle("reserve", ({ payload }) => api(store.reserve({ ...payload, id: payload.id ?? randomUUID() })).pipe(Effect.tap(() => notifier.notify(fleetTopic))))
@@ -21,7 +21,7 @@ export const LedgerHandlers = HttpApiBuilder.group(EngramApi, "ledger", (h) =>
         api(store.pageReservations({ hostId: query.hostId }, { limit: query.limit, cursor: query.cursor })).pipe(Effect.map((page) => pageJson(page, (r) => r))),
       )
       .handle("get", ({ params }) => api(store.getReservation(params.id)))
-      .handle("release", ({ params }) => api(store.release(params.id)).pipe(Effect.tap((r) => room.appeared(hostTopic(r.hostId)))))
+      .handle("release", ({ params }) => api(store.release(params.id)).pipe(Effect.tap((r) => drainer.roomAppeared(hostTopic(r.hostId)))))
       .handle("heartbeat", ({ params }) =>
         api(store.getReservation(params.id)).pipe(
           Effect.tap((r) => requireHostOrAdmin(r.hostId)),

@@ -7,7 +7,7 @@ import { HttpApiBuilder } from "effect/http-api"
 import { requireHostOrAdmin } from "../Auth.js"
 import { api, badRequest } from "../HttpErrors.js"
 import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
-import { Room } from "../Room.js"
+import { Drainer } from "../Drainer.js"
 import * as Tracing from "../Tracing.js"
 import { pageJson } from "../Views.js"
 
@@ -15,7 +15,7 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
     const notifier = yield* Notifier
-    const room = yield* Room
+    const drainer = yield* Drainer
     const span = yield* Tracing.spans
     const moveSpans = yield* Tracing.MoveSpans
     const step = (name: string, moveId: string, attributes: Record<string, unknown> = {}) => Tracing.moveStep(span, moveSpans, name, moveId, attributes)
@@ -52,7 +52,7 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
       .handle("commit", ({ params, payload }) =>
         moveFor(params.id, "source").pipe(
           Effect.andThen(api(store.commitMove(params.id, payload))),
-          Effect.tap((m) => room.appeared(...topics(m))),
+          Effect.tap((m) => drainer.roomAppeared(...topics(m))),
           step("engram.move.commit", params.id, {
             "engram.move.downtime_ms": payload.downtimeMs,
             "engram.move.capture_ms": payload.captureMs,
@@ -67,7 +67,7 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
           if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
           // The estimate is kept on the move record, so a waiter on any replica can answer it.
           const m = yield* api(store.abortMove(params.id, payload.reason, { estimateMs: payload.estimateMs }))
-          yield* room.appeared(...topics(m))
+          yield* drainer.roomAppeared(...topics(m))
           return m
         }).pipe(step("engram.move.abort", params.id, { "engram.move.abort_reason": payload.reason, ...(payload.estimateMs === undefined ? {} : { "engram.move.estimate_ms": payload.estimateMs }) })),
       )

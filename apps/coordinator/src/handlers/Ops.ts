@@ -7,7 +7,7 @@ import { HttpApiBuilder, OpenApi } from "effect/http-api"
 import { api } from "../HttpErrors.js"
 import { Leader } from "../Leader.js"
 import { Metrics } from "../Metrics.js"
-import type { Gauge } from "../Metrics.js"
+import type { StoreGaugeValue } from "../Metrics.js"
 import { Settings } from "../Settings.js"
 import { StoreHealth } from "../StoreBound.js"
 
@@ -16,7 +16,7 @@ const storeGauges = Effect.gen(function* () {
   const store = yield* Store
   const fleet = yield* Effect.result(store.fleetView())
   const ledger = yield* Effect.result(store.metrics())
-  const gauges: Gauge[] = []
+  const gauges: StoreGaugeValue[] = []
   if (fleet._tag === "Success") {
     const snap = Fleet.snapshot(fleet.success, store.limits())
     gauges.push(

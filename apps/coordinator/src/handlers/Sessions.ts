@@ -1,6 +1,5 @@
 /** `/v1/sessions…`: create, list, read, wait, history, the agent's acknowledgements, idle, resume, end, move. */
 import { ConflictError, CurrentPrincipal, EngramApi, Forbidden, ServiceUnavailable, WaitTimeout } from "@engram/api"
-import { ParkGate } from "@engram/core"
 import { Trigger } from "@engram/reaper"
 import { Store } from "@engram/store"
 import type { PlaceOutcome, Session } from "@engram/store"
@@ -14,7 +13,7 @@ import { Metrics } from "../Metrics.js"
 import { MoveWaiter } from "../MoveWaiter.js"
 import type { MoveOutcome } from "../MoveWaiter.js"
 import { hostTopic, moveTopic, Notifier, queueTopic, sessionTopic } from "../Notifier.js"
-import { Room } from "../Room.js"
+import { Drainer } from "../Drainer.js"
 import { SessionWaiter } from "../SessionWaiter.js"
 import * as Tracing from "../Tracing.js"
 import { eventJson, pageJson, placeAnswer, resumeAnswer, sessionDetail } from "../Views.js"
@@ -63,7 +62,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     const store = yield* Store
     const metrics = yield* Metrics
     const notifier = yield* Notifier
-    const room = yield* Room
+    const drainer = yield* Drainer
     const waiter = yield* MoveWaiter
     const sessionWaiter = yield* SessionWaiter
     const trigger = yield* Trigger
@@ -81,7 +80,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     /** Counts a create's or a cold resume's outcome and wakes who waits on it: its host's agent and its waiters. */
     const placed = (o: PlaceOutcome, source: "create" | "resume") =>
       Effect.gen(function* () {
-        metrics.inc("engram_placements_total", { outcome: o._tag === "Placed" ? "placed" : "queued", source })
+        metrics.placements.inc({ outcome: o._tag === "Placed" ? "placed" : "queued", source })
         yield* notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : queueTopic, sessionTopic(o.session.id))
         // Queued without room: the park gate runs for it within one coalescing window, not at the next pass.
         if (o._tag === "Queued") yield* trigger.poke
@@ -150,13 +149,11 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
       )
       .handle("idle", ({ params }) =>
         Effect.gen(function* () {
-          const s = yield* sessionFor(params.id)
-          // The gate decides: park only on a measured host while no queued session is without room.
-          const fleet = yield* api(store.fleetView())
-          const mayPark = s.hostId !== null && ParkGate.mayPark(fleet, s.hostId, store.limits())
-          const after = yield* api(store.idle(params.id, mayPark))
-          if (after.state === "parked") metrics.inc("engram_parks_total")
-          else metrics.inc("engram_descents_total", { reason: "idle" })
+          yield* sessionFor(params.id)
+          // The store's step decides park or descent with the configured park policy.
+          const after = yield* api(store.idle(params.id))
+          if (after.state === "parked") metrics.parks.inc()
+          else metrics.descents.inc({ reason: "idle" })
           yield* notifier.notify(hostTopic(after.hostId), sessionTopic(after.id))
           return { id: after.id, state: after.state }
         }),
@@ -167,10 +164,10 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
           const answer = resumeAnswer(o)
           if (answer.resumed === "warm") {
             // A park running again where it is: its agent resumes the paused VM.
-            metrics.inc("engram_resumes_total", { resumed: "warm" })
+            metrics.resumes.inc({ resumed: "warm" })
             yield* notifier.notify(hostTopic(o.session.hostId), sessionTopic(o.session.id))
           } else {
-            metrics.inc("engram_resumes_total", { resumed: "cold" })
+            metrics.resumes.inc({ resumed: "cold" })
             yield* placed(o, "resume")
           }
           return answer
@@ -186,7 +183,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
         Effect.gen(function* () {
           const before = yield* sessionFor(params.id)
           const s = yield* api(store.finishDescent(params.id))
-          yield* room.appeared(hostTopic(before.hostId), sessionTopic(s.id))
+          yield* drainer.roomAppeared(hostTopic(before.hostId), sessionTopic(s.id))
           return s
         }),
       )
@@ -195,7 +192,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
           const before = yield* sessionFor(params.id)
           const open = yield* api(store.openMove(params.id))
           const s = yield* api(store.endSession(params.id))
-          yield* room.appeared(
+          yield* drainer.roomAppeared(
             hostTopic(before.hostId),
             sessionTopic(s.id),
             open === null ? null : hostTopic(open.targetHostId),

@@ -1,13 +1,13 @@
 /**
  * Cascades (SPEC §2, §3, §5): what follows when a move's session ends or is lost, when a
  * move's target reservation is reclaimed, or when both of a moving session's reservations
- * go stale. Every store decides these through core's `Session.step` and `Reclaim.plan`; these
+ * go stale. Every store decides these through core's `Session.step` and `Reclaim.decide`; these
  * cases pin the answer, the records, the room and the metrics.
  */
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, commitAfterFinal, expectFailure, expectInvariants, expectUnchanged, kase, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, commitAfterFinal, expectFailure, expectInvariants, expectUnchanged, kase, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const budget = { memMib: 2048, vcpus: 2 }
@@ -152,8 +152,8 @@ export const cascades: Group = {
         const mx = yield* s.beginMove({ sessionId: "x", targetHostId: yOn, maxDowntimeMs: 600 })
         const my = yield* s.beginMove({ sessionId: "y", targetHostId: xOn, maxDowntimeMs: 600 })
         // Every entry on y's host goes stale: y's own, and x's move target.
-        const onYHost = (yield* s.listReservations({ hostId: yOn })).map((r) => r.id)
-        const keep = (yield* s.listReservations()).map((r) => r.id).filter((id) => !onYHost.includes(id))
+        const onYHost = (yield* reservationsNow(s, { hostId: yOn })).map((r) => r.id)
+        const keep = (yield* reservationsNow(s)).map((r) => r.id).filter((id) => !onYHost.includes(id))
         yield* staleBut(keep)
         const result = yield* s.reclaim()
         expect(result.reclaimed.map((r) => r.id)).toStrictEqual([...onYHost].sort())
@@ -163,7 +163,7 @@ export const cascades: Group = {
         expect((yield* s.getMove(mx.id)).abortReason).toBe("move target's reservation was reclaimed")
         expect((yield* s.getMove(my.id)).abortReason).toBe("session lost: its reservation was reclaimed")
         // y's move target on x's host was fresh: released, so x's host holds only x.
-        expect((yield* s.listReservations()).map((r) => r.id)).toStrictEqual([x.reservationId])
+        expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([x.reservationId])
         expect(y.id).toBe("y")
         yield* expectInvariants
       }),
@@ -191,7 +191,7 @@ export const cascades: Group = {
         yield* TestClock.adjust(5)
         const aborted = yield* s.abortMove(move.id, "ErrMoveDowntime", { estimateMs: 700 })
         expect(aborted).toMatchObject({ state: "aborted", abortEstimateMs: 700, endedAt: 5 })
-        expect((yield* s.listReservations()).map((r) => r.id)).toStrictEqual([session.reservationId])
+        expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([session.reservationId])
         expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src", reservationId: session.reservationId, updatedAt: 5 })
         expect(yield* s.metrics()).toMatchObject({ totalReleasedMib: 2048, totalReclaimedMib: 0 })
         yield* expectInvariants

@@ -2,7 +2,7 @@
  * The fleet read (SPEC §4.1): hosts sorted by id with headroom, parks and descents, the queue
  * in FIFO order, read at the store's now; and the park gate of core deciding on it.
  */
-import { ParkGate } from "@engram/core"
+import { ParkGate, ParkPolicy } from "@engram/core"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
@@ -56,9 +56,9 @@ export const fleet: Group = {
         yield* sessionIn("p1", "running", { memMib: 1000, vcpus: 1 })
         yield* sessionIn("p2", "running", { memMib: 2000, vcpus: 2 })
         yield* TestClock.adjust(10)
-        yield* s.idle("p2", true)
+        yield* s.idle("p2")
         yield* TestClock.adjust(10)
-        yield* s.idle("p1", true)
+        yield* s.idle("p1")
         const parks = (yield* s.fleetView()).hosts[0]?.parks ?? []
         const sorted = [...parks].sort((x, y) => x.parkedAt - y.parkedAt)
         expect(sorted).toStrictEqual([
@@ -109,7 +109,8 @@ export const fleet: Group = {
         const view = yield* s.fleetView()
         const decision = ParkGate.evaluate(view, view.readAt, s.limits())
         expect(decision.yields).toStrictEqual([{ hostId: "h1", sessionId: "old", reason: "demand" }])
-        expect(decision.mayPark("h1")).toBe(false)
+        // And an idle session would descend: core's idle decision on the same read.
+        expect(ParkPolicy.mayPark(ParkPolicy.defaultRule, ParkPolicy.idleViewOf(view, "h1", s.limits()))).toBe(false)
       }),
     ),
   ],

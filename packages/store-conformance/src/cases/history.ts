@@ -1,9 +1,9 @@
 /**
- * A session's history (issue 12): every event core's `Session.step` (and `Reclaim.plan`)
+ * A session's history: every event core's `Session.step` (and `Reclaim.decide`)
  * answers is kept by the store, in the same atomic change as the step, numbered from 1 and
  * stamped with the Clock. A failed operation writes none. Read a page at a time.
  */
-import type { Session as SessionRules } from "@engram/core"
+import type { Session } from "@engram/core"
 import type { SessionEvent } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
@@ -42,9 +42,9 @@ export const historyGroup: Group = {
         yield* TestClock.adjust(10)
         yield* s.markRunning("s1")
         yield* TestClock.adjust(10)
-        yield* s.idle("s1", true)
+        yield* s.idle("s1")
         yield* s.resume("s1")
-        yield* s.idle("s1", true)
+        yield* s.idle("s1")
         yield* TestClock.adjust(10)
         yield* s.beginDescent("s1", { reason: "demand" })
         yield* s.finishDescent("s1")
@@ -77,7 +77,9 @@ export const historyGroup: Group = {
         yield* addHost("h1", 1024)
         yield* s.drainQueue()
         yield* s.markRunning("s1")
-        yield* s.idle("s1", false)
+        // A session waiting without room (h1 is full): the idle session descends at once.
+        yield* queued("w", budget)
+        yield* s.idle("s1")
         yield* s.finishDescent("s1")
         yield* placed("other", budget)
         yield* s.resume("s1")
@@ -131,7 +133,7 @@ export const historyGroup: Group = {
         const [aborted, lost] = yield* lastOf("m1")
         expect(aborted).toMatchObject({ _tag: "MoveAborted", moveId: move.id, hostId: m.hostId, estimateMs: null })
         expect(["session lost: its reservation was reclaimed", "move target's reservation was reclaimed"]).toContain(
-          (aborted as Extract<SessionRules.Event, { _tag: "MoveAborted" }>).reason,
+          (aborted as Extract<Session.Event, { _tag: "MoveAborted" }>).reason,
         )
         expect(lost).toStrictEqual({ _tag: "Lost", hostId: m.hostId })
         yield* s.endSession("p1")
@@ -145,7 +147,7 @@ export const historyGroup: Group = {
         yield* addHost("h1", 8192)
         yield* placed("s1", budget)
         const before = yield* history("s1")
-        yield* expectFailure(s.idle("s1", true), "IllegalTransition")
+        yield* expectFailure(s.idle("s1"), "IllegalTransition")
         yield* expectFailure(s.finishDescent("s1"), "IllegalTransition")
         yield* expectFailure(s.createSession({ id: "s1", budget: { memMib: 2048, vcpus: 1 } }), "Conflict")
         yield* s.createSession({ id: "s1", budget })
@@ -171,7 +173,7 @@ export const historyGroup: Group = {
         // A cursor stays good as history grows: what came after it is the next page.
         yield* s.resume("s1")
         const grown = yield* s.sessionEvents("s1", { cursor: first.nextCursor ?? undefined })
-        expect(grown.items.map((e) => (e.event as SessionRules.Event)._tag)).toStrictEqual(["Running", "Parked", "Resumed"])
+        expect(grown.items.map((e) => (e.event as Session.Event)._tag)).toStrictEqual(["Running", "Parked", "Resumed"])
         yield* expectFailure(s.sessionEvents("nope"), "NotFound")
         expect((yield* expectFailure(s.sessionEvents("s1", { cursor: "garbage" }), "InvalidInput")).field).toBe("cursor")
         expect((yield* expectFailure(s.sessionEvents("s1", { limit: 0 }), "InvalidInput")).field).toBe("limit")

@@ -6,7 +6,7 @@ import type { MoveRound } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, commitAfterFinal, expectFailure, expectInvariants, expectUnchanged, kase, placed, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, commitAfterFinal, expectFailure, expectInvariants, expectUnchanged, kase, placed, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const budget = { memMib: 2048, vcpus: 2 }
@@ -151,7 +151,7 @@ export const moves: Group = {
         const aborted = yield* s.abortMove(move.id, "timeout", { onlyBeforeFinalRound: true })
         expect(aborted).toMatchObject({ state: "aborted", abortReason: "timeout" })
         expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src" })
-        expect(yield* s.listReservations({ hostId: "dst" })).toStrictEqual([])
+        expect(yield* reservationsNow(s, { hostId: "dst" })).toStrictEqual([])
         yield* expectInvariants
       }),
     ),
@@ -295,7 +295,7 @@ export const moves: Group = {
           const err = yield* expectFailure(s.beginMove({ sessionId: id, targetHostId: "dst", maxDowntimeMs: 600 }), "IllegalTransition")
           expect(err).toMatchObject({ sessionId: id, from, to: "moving" })
         }
-        expect(yield* s.listReservations()).toHaveLength(2)
+        expect(yield* reservationsNow(s)).toHaveLength(2)
       }),
     ),
     kase(
@@ -443,7 +443,7 @@ export const moves: Group = {
         const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
         yield* s.endSession("s1")
         expect((yield* s.getMove(move.id)).state).toBe("aborted")
-        expect(yield* s.listReservations()).toStrictEqual([])
+        expect(yield* reservationsNow(s)).toStrictEqual([])
         yield* expectInvariants
       }),
     ),

@@ -1,5 +1,5 @@
 /**
- * Pages (issue 12): every list pages by a stable key — sessions and moves oldest first
+ * Pages: every list pages by a stable key — sessions and moves oldest first
  * (`[createdAt, id]`), hosts and reservations by id, the queue first in first out — with an
  * opaque cursor. Following the cursors yields every item once, in the list's order; a cursor
  * keeps its place while items come and go; a cursor that is not one of the list's is refused
@@ -10,7 +10,7 @@ import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Effect as Fx } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, expectFailure, kase, placed, queued, sessionIn, store } from "../Harness.js"
+import { addHost, expectFailure, hostsNow, kase, placed, queued, reservationsNow, sessionIn, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 /** Every item of a list, `limit` at a time, and how many pages it took. */
@@ -46,12 +46,12 @@ export const pages: Group = {
           if (i % 2 === 0) yield* TestClock.adjust(1)
         }
         const hosts = yield* follow((p) => s.pageHosts(p), 2)
-        expect(ids(hosts.all)).toStrictEqual(ids(yield* s.listHosts()))
+        expect(ids(hosts.all)).toStrictEqual(ids(yield* hostsNow(s)))
         expect(hosts.pages).toBe(3)
         const sessions = yield* follow((p) => s.pageSessions({}, p), 3)
         expect(ids(sessions.all)).toStrictEqual(ids(yield* s.listSessions()))
         const reservations = yield* follow((p) => s.pageReservations({}, p), 4)
-        expect(ids(reservations.all)).toStrictEqual(ids(yield* s.listReservations()))
+        expect(ids(reservations.all)).toStrictEqual(ids(yield* reservationsNow(s)))
         // A page size that divides the list: the last full page says there is no more.
         expect((yield* follow((p) => s.pageHosts(p), 5)).pages).toBe(1)
         expect((yield* s.pageHosts()).items.length).toBe(5)
@@ -70,7 +70,7 @@ export const pages: Group = {
         const onA = yield* follow((p) => s.pageSessions({ hostId: "a" }, p), 2)
         expect(ids(onA.all)).toStrictEqual(ids(yield* s.listSessions({ hostId: "a" })))
         expect(ids((yield* follow((p) => s.pageReservations({ hostId: "b" }, p), 1)).all)).toStrictEqual(
-          ids(yield* s.listReservations({ hostId: "b" })),
+          ids(yield* reservationsNow(s, { hostId: "b" })),
         )
         for (const id of ["r0", "r1", "r2"]) yield* s.beginMove({ sessionId: id, maxDowntimeMs: 600 })
         const m = yield* s.openMove("r0")

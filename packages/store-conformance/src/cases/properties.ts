@@ -11,7 +11,7 @@ import { expect } from "@effect/vitest"
 import { Clock, Effect, Result } from "effect"
 import { TestClock } from "effect/testing"
 import fc from "fast-check"
-import { kase, limitsOf, prelude, snapshot, store, violations } from "../Harness.js"
+import { kase, limitsOf, prelude, reservationsNow, snapshot, store, violations } from "../Harness.js"
 import type { Env, Group } from "../Harness.js"
 
 const hostIds = ["h0", "h1", "h2"] as const
@@ -38,7 +38,7 @@ export type Op =
   | { readonly op: "setState"; readonly host: string; readonly state: "ready" | "cordoned" | "draining" }
   | { readonly op: "create"; readonly session: number; readonly affinity: string | null }
   | { readonly op: "markRunning" | "unpark" | "beginDescent" | "finishDescent" | "resume" | "end"; readonly session: number }
-  | { readonly op: "idle"; readonly session: number; readonly mayPark: boolean }
+  | { readonly op: "idle"; readonly session: number }
   /** The session's next natural step from the state it is in now (`choice` picks among branches). */
   | { readonly op: "advance"; readonly session: number; readonly choice: number }
   | { readonly op: "drain"; readonly limit: number | null }
@@ -79,7 +79,7 @@ export const opArbitrary: fc.Arbitrary<Op> = fc.oneof(
   { arbitrary: fc.record({ op: fc.constant("setState" as const), host, state: fc.constantFrom("ready", "cordoned", "draining" as const) }), weight: 1 },
   { arbitrary: fc.record({ op: fc.constant("create" as const), session, affinity: fc.option(host, { nil: null }) }), weight: 6 },
   { arbitrary: fc.record({ op: lifecycle, session }), weight: 10 },
-  { arbitrary: fc.record({ op: fc.constant("idle" as const), session, mayPark: fc.boolean() }), weight: 2 },
+  { arbitrary: fc.record({ op: fc.constant("idle" as const), session }), weight: 2 },
   { arbitrary: fc.record({ op: fc.constant("advance" as const), session, choice: fc.nat({ max: 5 }) }), weight: 16 },
   { arbitrary: fc.record({ op: fc.constant("drain" as const), limit: fc.option(fc.integer({ min: 1, max: 3 }), { nil: null }) }), weight: 3 },
   {
@@ -154,7 +154,7 @@ export const apply = (s: StoreShape, o: Op): Effect.Effect<unknown, StoreError, 
     case "end":
       return s.endSession(sid(o.session))
     case "idle":
-      return s.idle(sid(o.session), o.mayPark)
+      return s.idle(sid(o.session))
     case "advance":
       return Effect.flatMap(Effect.result(s.getSession(sid(o.session))), (found): Effect.Effect<unknown, StoreError> => {
         // A session not created yet: its next step is its create.
@@ -165,11 +165,9 @@ export const apply = (s: StoreShape, o: Op): Effect.Effect<unknown, StoreError, 
           case "pending":
             return o.choice === 0 ? s.endSession(id) : s.markRunning(id)
           case "running":
-            return o.choice <= 1
-              ? s.idle(id, true)
-              : o.choice === 2
-                ? s.idle(id, false)
-                : o.choice === 3
+            return o.choice <= 2
+              ? s.idle(id)
+              : o.choice === 3
                   ? s.beginMove({ sessionId: id, maxDowntimeMs: 600 })
                   : o.choice === 4
                     ? s.endSession(id)
@@ -385,7 +383,7 @@ export const properties = (options: PropertyOptions): Group => ({
                         if (r.success._tag === "Placed") expect(now?.hostId, id).toBe(r.success.session.hostId)
                       }
                       // Every placed session holds exactly one reservation of its budget.
-                      const entries = yield* s.listReservations()
+                      const entries = yield* reservationsNow(s)
                       for (const x of sessions.values())
                         expect(entries.filter((e) => e.ownerId === x.id).length, x.id).toBe(x.state === "pending" ? 1 : 0)
                     }

@@ -2,34 +2,35 @@
  * Sessions (SPEC §2): every legal transition, every illegal one refused with nothing changed,
  * idempotent create, and validation errors that name the field and the rule.
  */
-import { Session as SessionRules } from "@engram/core"
+import { Session } from "@engram/core"
 import type { SessionState } from "@engram/core"
 import type { StoreError, StoreShape } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, placed, queued, reportFor, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, expectFailure, expectInvariants, expectUnchanged, kase, placed, queued, queueNow, reportFor, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
 import type { Case, Group } from "../Harness.js"
 
 const budget = { memMib: 1024, vcpus: 1 }
 
-/** A state-changing operation and the state it asks for. */
+/** A state-changing operation and the state it asks for from a session in `from`. */
 interface Op {
   readonly name: string
-  readonly to: SessionState | null
+  readonly to: (from: SessionState) => SessionState | null
   readonly from: readonly SessionState[]
   readonly run: (s: StoreShape, id: string) => Effect.Effect<unknown, StoreError>
 }
 
 const ops: readonly Op[] = [
-  { name: "markRunning", to: "running", from: ["pending"], run: (s, id) => s.markRunning(id) },
-  { name: "idle with mayPark", to: "parked", from: ["running"], run: (s, id) => s.idle(id, true) },
-  { name: "idle without mayPark", to: "descending", from: ["running"], run: (s, id) => s.idle(id, false) },
-  { name: "unpark", to: "running", from: ["parked"], run: (s, id) => s.unpark(id) },
-  { name: "beginDescent", to: "descending", from: ["parked"], run: (s, id) => s.beginDescent(id) },
-  { name: "finishDescent", to: "descended", from: ["descending"], run: (s, id) => s.finishDescent(id) },
+  { name: "markRunning", to: () => "running", from: ["pending"], run: (s, id) => s.markRunning(id) },
+  // Idle asks to park where the default policy would park it (a measured host, nothing waiting
+  // without room: the case's queue holds only a too-big session), else to descend.
+  { name: "idle", to: (st) => (Session.holdsReservation(st) ? "parked" : "descending"), from: ["running"], run: (s, id) => s.idle(id) },
+  { name: "unpark", to: () => "running", from: ["parked"], run: (s, id) => s.unpark(id) },
+  { name: "beginDescent", to: () => "descending", from: ["parked"], run: (s, id) => s.beginDescent(id) },
+  { name: "finishDescent", to: () => "descended", from: ["descending"], run: (s, id) => s.finishDescent(id) },
   // resume asks for running (a park, warm), or pending or queued (descended, cold): only `from` is pinned.
-  { name: "resume", to: null, from: ["parked", "descended"], run: (s, id) => s.resume(id) },
+  { name: "resume", to: () => null, from: ["parked", "descended"], run: (s, id) => s.resume(id) },
 ]
 
 const illegalCase = (op: Op): Case =>
@@ -39,14 +40,15 @@ const illegalCase = (op: Op): Case =>
       const s = yield* store
       yield* addHost("h1", 65536)
       yield* addHost("h2", 65536)
-      const illegal = SessionRules.states.filter((st) => !op.from.includes(st))
+      const illegal = Session.states.filter((st) => !op.from.includes(st))
       for (const st of illegal) yield* sessionIn(`s-${st}`, st)
       yield* expectInvariants
       for (const st of illegal) {
         const before = yield* snapshot
         const err = yield* expectFailure(op.run(s, `s-${st}`), "IllegalTransition")
         expect(err).toMatchObject({ sessionId: `s-${st}`, from: st })
-        if (op.to !== null) expect(err.to).toBe(op.to)
+        const to = op.to(st)
+        if (to !== null) expect(err.to).toBe(to)
         expect(err.reason.length).toBeGreaterThan(0)
         yield* expectUnchanged(before, `${op.name} on a ${st} session`)
       }
@@ -64,9 +66,9 @@ const endCase = (st: SessionState): Case =>
       yield* TestClock.adjust(7)
       const ended = yield* s.endSession("x")
       expect(ended).toMatchObject({ id: "x", state: "ended", reservationId: null })
-      expect((yield* s.listReservations()).filter((r) => r.ownerId === "x" || r.ownerKind === "move")).toStrictEqual([])
+      expect((yield* reservationsNow(s)).filter((r) => r.ownerId === "x" || r.ownerKind === "move")).toStrictEqual([])
       expect(yield* s.openMove("x")).toBeNull()
-      expect(yield* s.listQueue()).toStrictEqual([])
+      expect(yield* queueNow(s)).toStrictEqual([])
       yield* expectInvariants
     }),
   )
@@ -86,25 +88,50 @@ export const sessions: Group = {
       }),
     ),
     kase(
-      "idle with mayPark parks a running session, stamps parkedAt and keeps its reservation",
+      "idle parks a running session on a measured host while no queued session is without room, stamps parkedAt and keeps its reservation",
       Effect.gen(function* () {
         const s = yield* store
         yield* addHost("h1", 8192)
         const x = yield* sessionIn("s1", "running")
+        // A queued session too big for every host waits for no descent: it does not stop a park (SPEC §12).
+        yield* queued("huge", { memMib: 1 << 20, vcpus: 1 })
         yield* TestClock.adjust(42)
-        const parked = yield* s.idle("s1", true)
+        const parked = yield* s.idle("s1")
         expect(parked).toMatchObject({ state: "parked", parkedAt: 42, hostId: "h1", reservationId: x.reservationId })
         expect((yield* s.getHost("h1")).headroom.reserved.memMib).toBe(1024)
       }),
     ),
     kase(
-      "idle without mayPark starts a descent straight away",
+      "idle starts a descent straight away while a queued session has no room",
       Effect.gen(function* () {
         const s = yield* store
-        yield* addHost("h1", 8192)
-        const x = yield* sessionIn("s1", "running")
-        const d = yield* s.idle("s1", false)
+        yield* addHost("h1", 2048)
+        const x = yield* sessionIn("s1", "running", { memMib: 2048, vcpus: 1 })
+        yield* queued("w", budget)
+        const d = yield* s.idle("s1")
         expect(d).toMatchObject({ state: "descending", hostId: "h1", reservationId: x.reservationId, parkedAt: null })
+      }),
+    ),
+    kase(
+      "idle starts a descent on an unmeasured host",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("u")
+        yield* sessionIn("s1", "running")
+        expect((yield* s.idle("s1")).state).toBe("descending")
+      }),
+    ),
+    kase(
+      "idle judges the queue against the room now: a queued session that fits since a release does not stop a park",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 4096)
+        yield* sessionIn("s1", "running", { memMib: 3072, vcpus: 1 })
+        yield* sessionIn("s2", "running")
+        yield* queued("w", budget)
+        yield* s.endSession("s2")
+        // w fits on h1 now (no drain ran yet): it waits for a drain, not for room.
+        expect((yield* s.idle("s1")).state).toBe("parked")
       }),
     ),
     kase(
@@ -168,7 +195,7 @@ export const sessions: Group = {
           session: { ...x, state: "running", parkedAt: null, updatedAt: 9 },
         })
         expect(yield* s.metrics()).toStrictEqual(metrics)
-        expect((yield* s.listReservations()).map((r) => r.id)).toStrictEqual([x.reservationId])
+        expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([x.reservationId])
         expect((yield* s.getHost("h1")).parks).toBe(0)
         yield* expectInvariants
       }),
@@ -225,7 +252,7 @@ export const sessions: Group = {
         yield* s.drainQueue()
         const seen: string[] = [q.session.state, (yield* s.getSession("s1")).state]
         seen.push((yield* s.markRunning("s1")).state)
-        seen.push((yield* s.idle("s1", true)).state)
+        seen.push((yield* s.idle("s1")).state)
         seen.push((yield* s.beginDescent("s1")).state)
         seen.push((yield* s.finishDescent("s1")).state)
         seen.push((yield* s.resume("s1")).session.state)
@@ -275,7 +302,7 @@ export const sessions: Group = {
         const again = yield* s.createSession({ id: "s1", budget })
         expect(again._tag).toBe("Placed")
         expect(again.session).toMatchObject({ state: "running", hostId: first.hostId, reservationId: first.reservationId })
-        expect((yield* s.listReservations()).length).toBe(1)
+        expect((yield* reservationsNow(s)).length).toBe(1)
         expect((yield* s.metrics()).totalReservedMib).toBe(1024)
       }),
     ),
@@ -300,7 +327,7 @@ export const sessions: Group = {
         yield* TestClock.adjust(50)
         const again = yield* s.createSession({ id: "q2", budget })
         expect(again).toMatchObject({ _tag: "Queued", position: 2, session: { id: "q2", queuedAt: 0 } })
-        expect((yield* s.listQueue()).length).toBe(2)
+        expect((yield* queueNow(s)).length).toBe(2)
       }),
     ),
     kase(
@@ -311,7 +338,7 @@ export const sessions: Group = {
         yield* sessionIn("s1", "descended")
         const again = yield* s.createSession({ id: "s1", budget })
         expect(again).toMatchObject({ _tag: "Queued", position: 0, session: { state: "descended", hostId: null } })
-        expect(yield* s.listReservations()).toStrictEqual([])
+        expect(yield* reservationsNow(s)).toStrictEqual([])
       }),
     ),
     kase(

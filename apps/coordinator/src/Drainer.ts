@@ -1,5 +1,5 @@
 /**
- * "Room appeared": the one place that, after anything that frees or adds room (a release, a
+ * The drainer: the one place that, after anything that frees or adds room (a release, a
  * finished descent, a move's end, a new, reported or uncordoned host, an ended session), wakes
  * the agents whose assignments changed and drains the queue into the room (waking the hosts
  * of what it placed). Concurrent calls share drains: a call that arrives while a drain runs
@@ -18,20 +18,20 @@ import { Notifier, sessionTopic } from "./Notifier.js"
 import { drainQueue } from "./Reaper.js"
 import * as Tracing from "./Tracing.js"
 
-export interface RoomShape {
+export interface DrainerShape {
   /**
    * Room appeared: wakes the waiters of `topics` (the changed hosts and moves), then drains the
    * queue. Answers the drain that started after this call. Never fails: a failed drain is logged
    * and placed nothing; the caller's own change stands.
    */
-  readonly appeared: (...topics: readonly (string | null | undefined)[]) => Effect.Effect<DrainResult>
+  readonly roomAppeared: (...topics: readonly (string | null | undefined)[]) => Effect.Effect<DrainResult>
 }
 
-const nothing: DrainResult = { placed: [], remaining: -1 }
+const nothing: DrainResult = { placed: [], unapplied: [], remaining: -1 }
 
-export class Room extends Context.Service<Room, RoomShape>()("@engram/coordinator/Room") {
-  static readonly layer: Layer.Layer<Room, never, Store | Metrics | Notifier | Changes> = Layer.effect(
-    Room,
+export class Drainer extends Context.Service<Drainer, DrainerShape>()("@engram/coordinator/Drainer") {
+  static readonly layer: Layer.Layer<Drainer, never, Store | Metrics | Notifier | Changes> = Layer.effect(
+    Drainer,
     Effect.gen(function* () {
       const context = yield* Effect.context<Store | Metrics | Notifier>()
       const notifier = yield* Notifier
@@ -85,7 +85,7 @@ export class Room extends Context.Service<Room, RoomShape>()("@engram/coordinato
         )
       }
 
-      const appeared: RoomShape["appeared"] = (...topics) =>
+      const roomAppeared: DrainerShape["roomAppeared"] = (...topics) =>
         Effect.gen(function* () {
           yield* notifier.notify(...topics)
           if (queueEmpty && changes.live()) return { ...nothing, remaining: 0 }
@@ -98,7 +98,7 @@ export class Room extends Context.Service<Room, RoomShape>()("@engram/coordinato
           next ??= Deferred.makeUnsafe<DrainResult>()
           return yield* Deferred.await(next)
         })
-      return Room.of({ appeared })
+      return Drainer.of({ roomAppeared })
     }),
   )
 }

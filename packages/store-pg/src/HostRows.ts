@@ -1,28 +1,21 @@
 /**
- * The one read of room: hosts with what the ledger holds on them. The reserved sums and entry
- * counts are the ones maintained on each host row (in the same statement as every ledger
- * write, see `Ops.hostSumsSql`); `host_reserved_sums` (a view, the one computation of the
- * sums from the ledger) backfilled them and `sumsDriftSql` checks them. What the sums mean
- * (room, fits, capacity) is decided by `@engram/core`, never here.
+ * Host rows: the SQL that reads hosts with what the ledger holds on them, and what their rows
+ * mean to the store's interface. The reserved sums and entry counts are the ones maintained on
+ * each host row by the apply (`Apply.ts`, in the same statement as every ledger write);
+ * `host_reserved_sums` (a view, the one computation of the sums from the ledger) backfilled
+ * them and `sumsDriftSql` checks them. What the sums mean (room, fits, capacity) is decided by
+ * `@engram/core`, never here.
  */
 import { Headroom } from "@engram/core"
-import type { Budget, FleetHost, Limits, Placement } from "@engram/core"
+import type { Budget, Candidate, Limits, Placement } from "@engram/core"
 import type { Host, HostView } from "@engram/store"
 import { sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
-import { query } from "./Db.js"
-import type { Exec } from "./Db.js"
+import { Effect } from "effect"
+import type { Conn } from "./Db.js"
 
-/** A park as the fleet read carries it. */
-export interface ParkRow {
-  readonly sessionId: string
-  readonly parkedAt: number
-  readonly memMib: number
-  readonly vcpus: number
-}
-
-/** A host with its reserved sums (and, when asked, its parks and descents). */
-export interface RoomRow {
+/** A host with its reserved sums (and, when asked, the count of its parks and descents). */
+export interface HostRow {
   readonly id: string
   readonly labels: Record<string, string>
   readonly state: Placement.HostState
@@ -38,15 +31,14 @@ export interface RoomRow {
   readonly entries: number
   readonly parks: number
   readonly descents: number
-  readonly parkList: readonly ParkRow[] | null
 }
 
 /** What to read beside the sums. */
-export interface RoomOptions {
+export interface HostRowsOptions {
   /** Only these hosts (all when absent). */
   readonly hostIds?: readonly string[] | undefined
-  /** `counts`: parks and descents per host; `parks`: also every park (the fleet read). */
-  readonly sessions?: "none" | "counts" | "parks" | undefined
+  /** `counts`: parks and descents per host (the host views). */
+  readonly sessions?: "none" | "counts" | undefined
   /** `room`: only what placement reads (no labels): less to send and parse per placement. */
   readonly columns?: "room" | "full" | undefined
   /** A page: hosts with an id after this one (in id order)… */
@@ -62,10 +54,10 @@ const idFilter = (column: SQL, ids: readonly string[] | undefined): SQL => {
 }
 
 /**
- * The columns of a room row from a `hosts` row (aliased `h`, or a `RETURNING` list when
- * `alias` is empty): the same shape for reads and for the placement write's answer.
+ * The columns of a host row from a `hosts` row (aliased `h`, or a `RETURNING` list when
+ * `alias` is empty): the same shape for reads and for the apply's answer.
  */
-export const roomColumns = (alias: "h" | "hosts" | "", columns: RoomOptions["columns"] = "full"): SQL => {
+export const hostColumns = (alias: "h" | "hosts" | "", columns: HostRowsOptions["columns"] = "full"): SQL => {
   const c = (name: string) => sql.raw(alias === "" ? name : `${alias}.${name}`)
   return sql`${c("id")} as id, ${columns === "room" ? sql`null::jsonb` : c("labels")} as labels, ${c("state")} as state,
       ${c("total_mib")} as "totalMib", ${c("allocatable_mib")} as "allocatableMib", ${c("total_vcpus")} as "totalVcpus",
@@ -75,36 +67,26 @@ export const roomColumns = (alias: "h" | "hosts" | "", columns: RoomOptions["col
 
 /**
  * The statement: hosts with their maintained sums (and, when asked, left-joined with one
- * grouped pass over the sessions), sorted by host id.
+ * grouped pass over their parked and descending sessions), sorted by host id.
  */
-export const roomSql = (options: RoomOptions = {}): SQL => {
+export const hostRowsSql = (options: HostRowsOptions = {}): SQL => {
   const ids = options.hostIds
-  const sessions = options.sessions ?? "none"
-  const sessionCols =
-    sessions === "none"
-      ? sql`0 as "parks", 0 as "descents", null::json as "parkList"`
-      : sql`coalesce(s.parks, 0) as "parks", coalesce(s.descents, 0) as "descents", ${
-          sessions === "parks" ? sql`coalesce(s.park_list, '[]'::json)` : sql`null::json`
-        } as "parkList"`
-  const sessionJoin =
-    sessions === "none"
-      ? sql``
-      : sql`left join (
+  const counts = (options.sessions ?? "none") === "counts"
+  const sessionCols = counts
+    ? sql`coalesce(s.parks, 0) as "parks", coalesce(s.descents, 0) as "descents"`
+    : sql`0 as "parks", 0 as "descents"`
+  const sessionJoin = counts
+    ? sql`left join (
           select host_id,
             (count(*) filter (where state = 'parked'))::int as parks,
             (count(*) filter (where state = 'descending'))::int as descents
-            ${
-              sessions === "parks"
-                ? sql`, json_agg(json_build_object('sessionId', id, 'parkedAt', parked_at, 'memMib', mem_mib, 'vcpus', vcpus)
-                    order by parked_at, id) filter (where state = 'parked') as park_list`
-                : sql``
-            }
           from sessions
           where state in ('parked', 'descending') and ${idFilter(sql`host_id`, ids)}
           group by host_id
         ) s on s.host_id = h.id`
+    : sql``
   return sql`
-    select ${roomColumns("h", options.columns)},
+    select ${hostColumns("h", options.columns)},
       ${sessionCols}
     from hosts h
     ${sessionJoin}
@@ -112,17 +94,6 @@ export const roomSql = (options: RoomOptions = {}): SQL => {
     order by h.id
     ${options.limit === undefined ? sql`` : sql`limit ${options.limit}`}`
 }
-
-/**
- * The room rows of the hosts whose version differs from `versions` (host id → version),
- * and of hosts not in it: a fresh read of every host that ships only what changed, since a
- * host at the same version is the same row.
- */
-export const roomChangedSql = (versions: Readonly<Record<string, number>>): SQL => sql`
-    select ${roomColumns("h", "room")}, 0 as "parks", 0 as "descents", null::json as "parkList"
-    from hosts h
-    left join jsonb_each_text(${JSON.stringify(versions)}::jsonb) k(id, v) on k.id = h.id
-    where k.v is null or k.v::bigint <> h.version`
 
 /**
  * The hosts whose maintained sums differ from the ledger (`host_reserved_sums`, the one
@@ -151,8 +122,8 @@ export interface SumsDrift {
 }
 
 /** The hosts whose maintained sums drifted from the ledger (none when consistent). */
-export const readSumsDrift = async (exec: Exec): Promise<SumsDrift[]> =>
-  (await query<Record<string, unknown>>(exec, sumsDriftSql())).map((r) => ({
+export const readSumsDrift = <E>(conn: Conn<E>) =>
+  Effect.map(conn.query(sumsDriftSql()), (rows) => rows.map((r): SumsDrift => ({
     id: (r["id"] as string | null) ?? null,
     reservedMemMib: numOrNull(r["reservedMemMib"]),
     reservedVcpus: numOrNull(r["reservedVcpus"]),
@@ -160,14 +131,17 @@ export const readSumsDrift = async (exec: Exec): Promise<SumsDrift[]> =>
     ledgerMemMib: num(r["ledgerMemMib"]),
     ledgerVcpus: num(r["ledgerVcpus"]),
     ledgerEntries: num(r["ledgerEntries"]),
-  }))
+  })))
 
-const num = (v: unknown): number => (typeof v === "number" ? v : Number(v))
-const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : num(v))
-const json = <T>(v: unknown): T => (typeof v === "string" ? (JSON.parse(v) as T) : (v as T))
+/** A number from either driver (postgres.js answers bigints and numerics as text). */
+export const num = (v: unknown): number => (typeof v === "number" ? v : Number(v))
+/** A number, or null. */
+export const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : num(v))
+/** A json value from either driver (postgres.js parses it, PGlite may answer text). */
+export const json = <T>(v: unknown): T => (typeof v === "string" ? (JSON.parse(v) as T) : (v as T))
 
 /** Normalizes a row from either driver (or from json_agg). */
-export const toRoomRow = (r: Record<string, unknown>): RoomRow => ({
+export const toHostRow = (r: Record<string, unknown>): HostRow => ({
   id: r["id"] as string,
   labels: json<Record<string, string>>(r["labels"] ?? {}),
   state: r["state"] as Placement.HostState,
@@ -182,31 +156,27 @@ export const toRoomRow = (r: Record<string, unknown>): RoomRow => ({
   entries: num(r["entries"]),
   parks: num(r["parks"] ?? 0),
   descents: num(r["descents"] ?? 0),
-  parkList: r["parkList"] == null ? null : json<ParkRow[]>(r["parkList"]),
 })
 
-/** Reads hosts with their reserved sums: the one read of room. */
-export const readRoom = async (exec: Exec, options: RoomOptions = {}): Promise<RoomRow[]> => {
-  if (options.hostIds !== undefined && options.hostIds.length === 0) return []
-  const rows = await query<Record<string, unknown>>(exec, roomSql(options))
-  return rows.map(toRoomRow)
-}
+/** Reads hosts with their reserved sums. */
+export const readHostRows = <E>(conn: Conn<E>, options: HostRowsOptions = {}): Effect.Effect<HostRow[], E> =>
+  options.hostIds !== undefined && options.hostIds.length === 0 ? Effect.succeed([]) : Effect.map(conn.query(hostRowsSql(options)), (rows) => rows.map(toHostRow))
 
 /** The report of a host, null before its first report. */
-export const reportOf = (row: RoomRow): Host["report"] =>
+export const reportOf = (row: HostRow): Host["report"] =>
   row.reportedAt === null ? null : { totalMib: row.totalMib, allocatableMib: row.allocatableMib, totalVcpus: row.totalVcpus }
 
 /** Whether the host is measured (core's rule). */
-export const measuredOf = (row: RoomRow): boolean => {
+export const measuredOf = (row: HostRow): boolean => {
   const report = reportOf(row)
   return report !== null && Headroom.isMeasuredReport(report)
 }
 
 /** The reserved budget of a row. */
-export const reservedOf = (row: RoomRow): Budget => ({ memMib: row.reservedMemMib, vcpus: row.reservedVcpus })
+export const reservedOf = (row: HostRow): Budget => ({ memMib: row.reservedMemMib, vcpus: row.reservedVcpus })
 
-/** The host as placement and the park gate see it; headroom through `Headroom.fromReport`. */
-export const toCandidate = (row: RoomRow, limits: Limits.Limits): FleetHost => ({
+/** The host as placement sees it; headroom through `Headroom.fromReport`. */
+export const toCandidate = (row: HostRow, limits: Limits.Limits): Candidate => ({
   id: row.id,
   headroom: Headroom.fromReport(
     { allocatableMib: row.allocatableMib, totalVcpus: row.totalVcpus },
@@ -217,16 +187,10 @@ export const toCandidate = (row: RoomRow, limits: Limits.Limits): FleetHost => (
   entries: row.entries,
   measured: measuredOf(row),
   reported: row.reportedAt !== null,
-  descentsRunning: row.descents,
-  parks: (row.parkList ?? []).map((p) => ({
-    sessionId: p.sessionId,
-    parkedAt: num(p.parkedAt),
-    budget: { memMib: num(p.memMib), vcpus: num(p.vcpus) },
-  })),
 })
 
 /** The host view of the store interface. */
-export const toHostView = (row: RoomRow, limits: Limits.Limits): HostView => {
+export const toHostView = (row: HostRow, limits: Limits.Limits): HostView => {
   const c = toCandidate(row, limits)
   return {
     id: row.id,

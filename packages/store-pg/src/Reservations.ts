@@ -1,0 +1,275 @@
+/**
+ * The reservation ledger (SPEC §3): admission (core's `Ledger.admit` under the host's lock),
+ * release, heartbeats, reclaim (core's `Reclaim.decide` over the locked entries, sessions and
+ * moves), summaries and the cumulative metrics. Reservations, releases and reclaims are plans
+ * the apply writes; heartbeats only renew a time.
+ */
+import { Ledger, Order, Reclaim } from "@engram/core"
+import type { LedgerEntry } from "@engram/core"
+import { Conflict, Cursor, NotFound, Refused, Validate } from "@engram/store"
+import type { ReclaimResult, ReserveInput, StoreShape } from "@engram/store"
+import { and, asc, eq, gt, sql } from "drizzle-orm"
+import { Effect } from "effect"
+import { apply } from "./Apply.js"
+import { dieOnUnique, inJson, RunAgain } from "./Db.js"
+import type { Conn, Tx } from "./Db.js"
+import type { Deps } from "./Deps.js"
+import { readHostRows, toCandidate } from "./HostRows.js"
+import type { HostRow } from "./HostRows.js"
+import { lockHosts } from "./Locks.js"
+import * as Pages from "./Pages.js"
+import { toMove, toReservation, toSession } from "./Rows.js"
+import { hosts, moves, reservations, sessions } from "./schema.js"
+
+type ReservationOps = Pick<
+  StoreShape,
+  | "reserve"
+  | "release"
+  | "heartbeat"
+  | "heartbeatHost"
+  | "getReservation"
+  | "pageReservations"
+  | "reclaim"
+  | "clusterSummary"
+  | "metrics"
+>
+
+
+/** Counts one refused `reserve()` in this backend's shard of the metrics (after its transaction rolled back). */
+const countReserveFailure = (conn: Conn) =>
+  dieOnUnique(
+    conn.query(sql`insert into metrics (shard, reserve_failures) values (pg_backend_pid() % 64, 1)
+      on conflict (shard) do update set reserve_failures = metrics.reserve_failures + 1`),
+  )
+
+/** The ledger operations of the store. */
+export const make = ({ db, now, limits, cache, both }: Deps): ReservationOps => {
+  const summaryOf = (row: HostRow, entries: readonly LedgerEntry[], t: number): Ledger.HostSummary =>
+    Ledger.summarizeHost(row.id, toCandidate(row, limits()).headroom.allocatableMib, entries, t, limits())
+
+  const reserve: StoreShape["reserve"] = (input: ReserveInput) =>
+    Effect.gen(function* () {
+      const t = yield* now
+      const bad = Validate.ownerKind(input.ownerKind) ?? Validate.reserveExtras(input, t)
+      if (bad) return yield* bad
+      const id = input.id
+      const hostId = input.hostId
+      const duplicateOf = (tx: Tx) =>
+        typeof id === "string" && id !== ""
+          ? Effect.map(tx.use((exec) => exec.select({ id: reservations.id }).from(reservations).where(eq(reservations.id, id))), (rows) => rows.length > 0)
+          : Effect.succeed(false)
+      return yield* db.transaction((tx) =>
+        Effect.gen(function* () {
+          let duplicate: boolean
+          let row: HostRow | undefined
+          if (typeof hostId === "string" && hostId !== "") {
+            yield* lockHosts(tx, [hostId])
+            const [dup, rows] = yield* both(duplicateOf(tx), readHostRows(tx, { hostIds: [hostId] }))
+            duplicate = dup
+            row = rows[0]
+          } else duplicate = yield* duplicateOf(tx)
+          const c = row === undefined ? undefined : toCandidate(row, limits())
+          const host = row === undefined || c === undefined ? undefined : { state: row.state, measured: c.measured ?? false, headroom: c.headroom, entries: row.entries }
+          const admission = Ledger.admit(input, { duplicate, host }, limits())
+          if (admission._tag === "Refuse") {
+            if (admission.check === "duplicate") return yield* new Conflict({ entity: "reservation", id: String(id), reason: admission.message })
+            return yield* new Refused({ check: admission.check, reason: admission.message })
+          }
+          const plan = Ledger.reservePlan({ ...input, id: id as string, hostId: hostId as string }, (row as HostRow).version, t)
+          const [outcome] = yield* apply(tx, cache, [plan])
+          if (outcome?._tag !== "Applied") return yield* new RunAgain({ why: "the host changed under its lock" })
+          return (plan.ledger[0] as { readonly entry: LedgerEntry }).entry
+        }),
+      ).pipe(
+        Effect.catchTag("UniqueViolation", () =>
+          Effect.fail(new Conflict({ entity: "reservation", id: String(input.id), reason: `reservation ${String(input.id)} already exists` })),
+        ),
+        // Every refusal but the duplicate counts (SPEC §3), also though nothing else is written.
+        Effect.tapError((e) => (e._tag === "Refused" ? countReserveFailure(db.pool) : Effect.void)),
+      )
+    })
+
+  const reclaim: StoreShape["reclaim"] = () =>
+    Effect.gen(function* () {
+      const t = yield* now
+      return yield* db.transaction((tx) =>
+        Effect.gen(function* () {
+          // Liveness is core's rule: read the figures it needs (no lock), let it judge, then lock
+          // what the pass may touch in the one lock order of the store — sessions, moves,
+          // reservations (the apply locks the hosts) — and judge again.
+          const all = yield* tx.use((exec) =>
+            exec
+              .select({
+                id: reservations.id,
+                expiresAt: reservations.expiresAt,
+                lastHeartbeatAt: reservations.lastHeartbeatAt,
+                ownerKind: reservations.ownerKind,
+                ownerId: reservations.ownerId,
+              })
+              .from(reservations),
+          )
+          const suspects = Ledger.reclaimable(all, t, limits())
+          if (suspects.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
+          const ownerIds = (kind: string) => [...new Set(suspects.filter((e) => e.ownerKind === kind).map((e) => e.ownerId))].sort()
+          const moveOwners = ownerIds("move")
+          const movesSessions =
+            moveOwners.length === 0
+              ? []
+              : (yield* tx.use((exec) => exec.select({ sessionId: moves.sessionId }).from(moves).where(inJson(moves.id, moveOwners)))).map((m) => m.sessionId)
+          const sessionIds = [...new Set([...ownerIds("session"), ...movesSessions])].sort()
+          const sessionRows =
+            sessionIds.length === 0
+              ? []
+              : yield* tx.use((exec) => exec.select().from(sessions).where(inJson(sessions.id, sessionIds)).orderBy(sessions.id).for("update"))
+          const lockedSessions = new Set(sessionRows.map((r) => r.id))
+          const moveRows =
+            sessionIds.length + moveOwners.length === 0
+              ? []
+              : yield* tx.use((exec) =>
+                  exec
+                    .select()
+                    .from(moves)
+                    .where(and(eq(moves.state, "pending"), sql`(${inJson(moves.id, moveOwners)} or ${inJson(moves.sessionId, sessionIds)})`))
+                    .orderBy(moves.id)
+                    .for("update"),
+                )
+          const lockedMoves = new Set(moveRows.map((m) => m.id))
+          const locked = yield* tx.use((exec) =>
+            exec
+              .select()
+              .from(reservations)
+              .where(inJson(reservations.id, suspects.map((e) => e.id)))
+              .orderBy(reservations.id)
+              .for("update"),
+          )
+          const wanted = Reclaim.wanted(locked.map(toReservation), t, limits())
+          // An entry changed hands after the first read (a commit gives a move's entry to its
+          // session): read again, with the locks this pass needs.
+          if (wanted.sessionIds.some((id) => !lockedSessions.has(id)) || wanted.moveIds.some((id) => !lockedMoves.has(id)))
+            return yield* new RunAgain({ why: "an entry changed hands" })
+          if (wanted.doomed.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
+          const decided = Reclaim.decide({ entries: wanted.doomed, sessions: sessionRows.map(toSession), openMoves: moveRows.map(toMove) }, t, limits())
+          const [outcome] = yield* apply(tx, cache, [decided.plan])
+          if (outcome?._tag !== "Applied") return yield* new RunAgain({ why: "a session changed under its lock" })
+          return { reclaimed: [...decided.reclaimed].sort(Order.byId), lostSessions: [...decided.lostSessions] } satisfies ReclaimResult
+        }),
+      )
+    }).pipe(dieOnUnique)
+
+  return {
+    reserve,
+
+    release: (id) =>
+      Effect.gen(function* () {
+        const t = yield* now
+        return yield* db.transaction((tx) =>
+          Effect.gen(function* () {
+            const [e] = yield* tx.use((exec) => exec.select().from(reservations).where(eq(reservations.id, id)).for("update"))
+            if (e === undefined) return yield* new NotFound({ entity: "reservation", id })
+            const owned = Ledger.refuseRelease(e)
+            if (owned) return yield* new Refused({ check: owned.check, reason: owned.message })
+            const entry = toReservation(e)
+            yield* apply(tx, cache, [Ledger.releasePlan(entry, t)])
+            return entry
+          }),
+        )
+      }).pipe(dieOnUnique),
+
+    heartbeat: (id) =>
+      Effect.gen(function* () {
+        const t = yield* now
+        const rows = yield* db.pool.use((exec) => exec.update(reservations).set({ lastHeartbeatAt: t }).where(eq(reservations.id, id)).returning())
+        const row = rows[0]
+        if (row === undefined) return yield* new NotFound({ entity: "reservation", id })
+        return toReservation(row)
+      }).pipe(dieOnUnique),
+
+    heartbeatHost: (hostId) =>
+      Effect.gen(function* () {
+        const t = yield* now
+        return yield* db.transaction((tx) =>
+          Effect.gen(function* () {
+            const [h] = yield* tx.use((exec) => exec.select({ id: hosts.id }).from(hosts).where(eq(hosts.id, hostId)))
+            if (h === undefined) return yield* new NotFound({ entity: "host", id: hostId })
+            // The rows locked in id order (the order reclaim locks them in), then renewed.
+            const renewed = yield* tx.use((exec) =>
+              exec
+                .update(reservations)
+                .set({ lastHeartbeatAt: t })
+                .where(
+                  sql`${reservations.id} in (select id from reservations where host_id = ${hostId}
+                    and owner_kind in (select jsonb_array_elements_text(${JSON.stringify(Ledger.renewedByHost)}::jsonb))
+                    order by id for update)`,
+                )
+                .returning({ id: reservations.id }),
+            )
+            return renewed.length
+          }),
+        )
+      }).pipe(dieOnUnique),
+
+    getReservation: (id) =>
+      Effect.flatMap(
+        db.pool.use((exec) => exec.select().from(reservations).where(eq(reservations.id, id))),
+        (rows) => (rows[0] === undefined ? Effect.fail(new NotFound({ entity: "reservation", id })) : Effect.succeed(toReservation(rows[0]))),
+      ).pipe(dieOnUnique),
+
+    pageReservations: (filter = {}, page) =>
+      Effect.gen(function* () {
+        const bad = Validate.filter("hostId", filter.hostId)
+        if (bad) return yield* bad
+        const { after, limit } = yield* Pages.check("reservations", page)
+        const rows = yield* db.pool.use((exec) =>
+          exec
+            .select()
+            .from(reservations)
+            .where(
+              and(
+                filter.hostId === undefined ? undefined : eq(reservations.hostId, filter.hostId),
+                after === undefined ? undefined : gt(reservations.id, after[0]),
+              ),
+            )
+            .orderBy(asc(reservations.id))
+            .limit(limit + 1),
+        )
+        return Cursor.pageOf("reservations", rows.map(toReservation), (e) => [e.id], limit)
+      }).pipe(dieOnUnique),
+
+    reclaim,
+
+    clusterSummary: () =>
+      Effect.gen(function* () {
+        const t = yield* now
+        const [rows, entries] = yield* db.transaction((tx) => both(readHostRows(tx), tx.use((exec) => exec.select().from(reservations))))
+        const byHost = new Map<string, LedgerEntry[]>()
+        for (const e of entries) {
+          const list = byHost.get(e.hostId)
+          if (list === undefined) byHost.set(e.hostId, [toReservation(e)])
+          else list.push(toReservation(e))
+        }
+        return Ledger.summarizeCluster(rows.map((r) => summaryOf(r, byHost.get(r.id) ?? [], t)))
+      }).pipe(dieOnUnique),
+
+    metrics: () =>
+      Effect.map(
+        db.pool.query(
+          sql`select
+            coalesce((select sum(total_reserved_mib) from metrics), 0)::float8 as "totalReservedMib",
+            coalesce((select sum(total_released_mib) from metrics), 0)::float8 as "totalReleasedMib",
+            coalesce((select sum(total_reclaimed_mib) from metrics), 0)::float8 as "totalReclaimedMib",
+            coalesce((select sum(reserve_failures) from metrics), 0)::float8 as "reserveFailures",
+            (select count(*) from reservations)::float8 as "activeEntries"`,
+        ),
+        (rows): Ledger.Metrics => {
+          const r = rows[0] ?? {}
+          return {
+            totalReservedMib: Number(r["totalReservedMib"] ?? 0),
+            totalReleasedMib: Number(r["totalReleasedMib"] ?? 0),
+            totalReclaimedMib: Number(r["totalReclaimedMib"] ?? 0),
+            reserveFailures: Number(r["reserveFailures"] ?? 0),
+            activeEntries: Number(r["activeEntries"] ?? 0),
+          }
+        },
+      ).pipe(dieOnUnique),
+  }
+}
