@@ -8,6 +8,7 @@
  */
 import { Env } from "@engram/api"
 import { Limits } from "@engram/core"
+import { checkLeaseTimes, defaultLeaseTimes } from "@engram/store"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
 import { isAbsolute, resolve } from "node:path"
@@ -48,6 +49,10 @@ export interface CoordinatorConfig {
   readonly placementBatchSize: number
   /** Group placement: how long (µs of real time) a batch of creates gathers after its first create. */
   readonly placementBatchWindowUs: number
+  /** On PostgreSQL, the reaper's lease: taken over by another replica once unrenewed this long (ms). */
+  readonly leaseDurationMs: number
+  /** How long the leader goes on acting after its last renewal (ms; less than the lease). */
+  readonly leaseRenewDeadlineMs: number
 }
 
 /** What a program may pass for a secret: the text, or it already redacted. */
@@ -126,6 +131,8 @@ const settings = {
   storeTimeoutMs: int("ENGRAM_STORE_TIMEOUT_MS", defaultStoreTimeoutMs, 100, 600_000),
   placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),
   placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
+  leaseDurationMs: int("ENGRAM_LEASE_DURATION_MS", defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),
+  leaseRenewDeadlineMs: int("ENGRAM_LEASE_RENEW_DEADLINE_MS", defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),
 }
 
 // The limits are read as text and judged by core `Limits.make`, whose words every component shares.
@@ -158,7 +165,10 @@ const load = (source: Env.Source): Effect.Effect<CoordinatorConfig, Env.ConfigIn
           })
         : []),
     ]
-    if (base._tag === "Failure" || made._tag === "Invalid") return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
+    const lease = base._tag === "Success" ? checkLeaseTimes({ leaseDurationMs: base.success.leaseDurationMs, renewDeadlineMs: base.success.leaseRenewDeadlineMs }) : null
+    if (lease !== null)
+      issues.push({ variable: "ENGRAM_LEASE_RENEW_DEADLINE_MS", rule: "must be less than ENGRAM_LEASE_DURATION_MS", value: source.raw("ENGRAM_LEASE_RENEW_DEADLINE_MS") })
+    if (base._tag === "Failure" || made._tag === "Invalid" || lease !== null) return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
     return { ...base.success, limits: made.limits }
   })
 

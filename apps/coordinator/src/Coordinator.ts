@@ -15,6 +15,8 @@ import type { LogLevel } from "effect"
 import { HttpRouter, HttpServer } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { mkdirSync } from "node:fs"
+import { randomUUID } from "node:crypto"
+import { hostname } from "node:os"
 import { createServer } from "node:http"
 import { join, resolve } from "node:path"
 import { Assignments } from "./Assignments.js"
@@ -25,7 +27,7 @@ import * as DataDirLock from "./DataDirLock.js"
 import { HandlersLive } from "./Handlers.js"
 import { edge } from "./HttpEdge.js"
 import { InputErrorsLive } from "./HttpErrors.js"
-import { Leader } from "./Leader.js"
+import { always as leaderAlways, Leader, postgres as leaderPostgres } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
 import { MoveWaiter } from "./MoveWaiter.js"
 import { Notifier } from "./Notifier.js"
@@ -112,7 +114,10 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
       return Context.add(Context.make(Store, store), StoreHealth, health)
     }),
   ).pipe(Layer.provide(openedStore))
-  const leaderLayer = backend === "postgres" && databaseUrl !== null ? Leader.postgres(databaseUrl) : Leader.always
+  const leaderLayer =
+    backend === "postgres" && databaseUrl !== null
+      ? leaderPostgres(databaseUrl, { leaseDurationMs: config.leaseDurationMs, renewDeadlineMs: config.leaseRenewDeadlineMs }, `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`)
+      : leaderAlways
   // Replicas on one PostgreSQL wake each other's waiters through LISTEN/NOTIFY.
   const notifierLayer = backend === "postgres" && databaseUrl !== null ? Notifier.postgres(databaseUrl) : Notifier.layer
 

@@ -3,5 +3,6 @@
  * drizzle-orm, with committed drizzle-kit migrations.
  */
 export * as StorePg from "./StorePg.js"
+export * as Lease from "./Lease.js"
 export * as schema from "./schema.js"
 export { migrate, migrationsFolder } from "./Migrate.js"
