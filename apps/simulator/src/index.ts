@@ -5,6 +5,7 @@
  * cold resumes, descents and over-commits.
  */
 export * as Cli from "./Cli.js"
+export * as Load from "./Load.js"
 export * as Plot from "./Plot.js"
 export * as Report from "./Report.js"
 export { Rng } from "./Rng.js"

@@ -4,7 +4,7 @@ import { BodyErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
 import { Abort, Commit, MovesQuery, PathId, Resolve, Round } from "./Payloads.js"
 import { Move, MovesPage } from "./Records.js"
-import { BearerAuth } from "./Security.js"
+import { BearerAuth, StrictInput } from "./Security.js"
 
 const source = " The admin, or the token of the move's source host."
 
@@ -45,4 +45,5 @@ export class MovesApi extends HttpApiGroup.make("moves")
       ),
     ),
   )
+  .middleware(StrictInput)
   .middleware(BearerAuth) {}
