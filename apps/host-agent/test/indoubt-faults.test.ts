@@ -84,8 +84,8 @@ describe("a peer frozen right after the final round is recorded", () => {
         const id = `${frozen}-${i}`
         expect((await admin.call("POST", "/v1/sessions", { id, memMib: 512, vcpus: 1, affinity: [src] })).body.hostId).toBe(src)
         await until(`${id} running`, () => session(id), (s) => s?.state === "running")
-        const moving = admin.call("POST", `/v1/sessions/${id}/move`, { targetHostId: dst, maxDowntimeMs: 60_000 })
         // A wide budget: the learned commit allowance grows with the slow simulated commits; the guard is not under test here.
+        const moving = admin.call("POST", `/v1/sessions/${id}/move`, { targetHostId: dst, maxDowntimeMs: 60_000 })
         // The move's final round recorded: freeze the peer at once.
         type Seen = { id: string; sessionId: string; state: string; rounds: { kind: string }[] }
         let move: Seen | undefined
