@@ -549,8 +549,41 @@ const watch = Command.make(
     }),
 ).pipe(Command.withDescription("a live table of the fleet, refreshing until Ctrl-C"))
 
+const resolveMove = (outcome: "commit" | "abort", description: string) =>
+  Command.make(
+    outcome,
+    {
+      id: id("the move"),
+      reason: Flag.String("reason").pipe(Flag.withDescription("why (kept in the log, and on an aborted move)")),
+    },
+    (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const m = yield* call(target, client.moves.resolve(a.id, outcome, a.reason))
+        yield* json ? printJson(m) : print(`${m.id} ${m.state}: ${m.sessionId} runs on ${m.state === "committed" ? m.targetHostId : m.sourceHostId}`)
+      }),
+  ).pipe(Command.withDescription(description))
+
+const moves = Command.make("moves").pipe(
+  Command.withDescription("live moves: ls, commit or abort an in-doubt one"),
+  Command.withSubcommands([
+    Command.make("ls", { state: Flag.String("state").pipe(Flag.optional, Flag.withDescription("pending, committed or aborted")), host: hostFlag }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const state = Option.getOrUndefined(a.state) as Records.Move["state"] | undefined
+        const all = yield* call(target, client.moves.listAll({ state, hostId: Option.getOrUndefined(a.host) }))
+        if (json) return yield* printJson(all)
+        const rows = all.map((m) => [m.id, m.sessionId, m.sourceHostId, m.targetHostId, m.state, m.state === "pending" && m.rounds.some((r) => r.kind === "final") ? "in doubt" : "-"])
+        yield* print(rows.length === 0 ? "no moves" : Format.table(["MOVE", "SESSION", "FROM", "TO", "STATE", "FINAL ROUND"], rows))
+      }),
+    ).pipe(Command.withDescription("moves, oldest first; an in-doubt one (final round recorded, still pending) is marked")),
+    resolveMove("commit", "an in-doubt move: the guest runs on the target (say so only when its target runs it)"),
+    resolveMove("abort", "an in-doubt move: the guest runs on the source; the target's copy is destroyed"),
+  ]),
+)
+
 /** The whole command line. */
-export const command = engram.pipe(Command.withSubcommands([status, hosts, sessions, why, reservations, watch]))
+export const command = engram.pipe(Command.withSubcommands([status, hosts, sessions, why, reservations, moves, watch]))
 
 /** pnpm passes `--` through (`pnpm engram -- status`): it is not an argument. */
 export const args = (argv: readonly string[]): string[] => (argv[0] === "--" ? argv.slice(1) : [...argv])

@@ -8,6 +8,7 @@
  */
 import { Env } from "@engram/process"
 import { Limits } from "@engram/core"
+import { checkLeaseTimes, defaultLeaseTimes } from "@engram/store"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
 import { isAbsolute, resolve } from "node:path"
@@ -58,6 +59,10 @@ export interface CoordinatorConfig {
   readonly placementBatchSize: number
   /** Group placement: how long (µs of real time) a batch of creates gathers after its first create. */
   readonly placementBatchWindowUs: number
+  /** On PostgreSQL, the reaper's lease: taken over by another replica once unrenewed this long (ms). */
+  readonly leaseDurationMs: number
+  /** How long the leader goes on acting after its last renewal (ms; less than the lease). */
+  readonly leaseRenewDeadlineMs: number
   /** An OpenTelemetry collector's OTLP/HTTP base URL (`http://collector:4318`): traces go to `…/v1/traces`; null = no traces. */
   readonly otlpUrl: string | null
   /** Headers the collector needs (`key=value,key2=value2`, e.g. an API key); a secret. */
@@ -144,6 +149,8 @@ const settings = {
   storeTimeoutMs: int("ENGRAM_STORE_TIMEOUT_MS", defaultStoreTimeoutMs, 100, 600_000),
   placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),
   placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
+  leaseDurationMs: int("ENGRAM_LEASE_DURATION_MS", defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),
+  leaseRenewDeadlineMs: int("ENGRAM_LEASE_RENEW_DEADLINE_MS", defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),
   otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), "ENGRAM_OTLP_URL").pipe(
     Config.map((u): string | null => u),
     Config.withDefault(null),
@@ -181,7 +188,10 @@ const load = (source: Env.Source): Effect.Effect<CoordinatorConfig, Env.ConfigIn
           })
         : []),
     ]
-    if (base._tag === "Failure" || made._tag === "Invalid") return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
+    const lease = base._tag === "Success" ? checkLeaseTimes({ leaseDurationMs: base.success.leaseDurationMs, renewDeadlineMs: base.success.leaseRenewDeadlineMs }) : null
+    if (lease !== null)
+      issues.push({ variable: "ENGRAM_LEASE_RENEW_DEADLINE_MS", rule: "must be less than ENGRAM_LEASE_DURATION_MS", value: source.raw("ENGRAM_LEASE_RENEW_DEADLINE_MS") })
+    if (base._tag === "Failure" || made._tag === "Invalid" || lease !== null) return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
     return { ...base.success, limits: made.limits }
   })
 

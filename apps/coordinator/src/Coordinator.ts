@@ -15,6 +15,8 @@ import type { LogLevel } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServer } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { mkdirSync } from "node:fs"
+import { randomUUID } from "node:crypto"
+import { hostname } from "node:os"
 import { createServer } from "node:http"
 import type { Server } from "node:http"
 import { createRequire } from "node:module"
@@ -29,7 +31,7 @@ import type { Options as FleetHistoryOptions } from "./FleetHistory.js"
 import { HandlersLive } from "./Handlers.js"
 import { defectReporter, edge, onClientError, routeLabeler } from "./HttpEdge.js"
 import { InputErrorsLive } from "./HttpErrors.js"
-import { Leader } from "./Leader.js"
+import { always as leaderAlways, Leader, postgres as leaderPostgres } from "./Leader.js"
 import { LongPolls } from "./LongPolls.js"
 import { Metrics } from "./Metrics.js"
 import { MoveWaiter } from "./MoveWaiter.js"
@@ -157,7 +159,10 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
       return Context.add(Context.make(Store, store), StoreHealth, health)
     }),
   ).pipe(Layer.provide(openedStore))
-  const leaderLayer = backend === "postgres" && databaseUrl !== null ? Leader.postgres(databaseUrl) : Leader.always
+  const leaderLayer =
+    backend === "postgres" && databaseUrl !== null
+      ? leaderPostgres(databaseUrl, { leaseDurationMs: config.leaseDurationMs, renewDeadlineMs: config.leaseRenewDeadlineMs }, `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`)
+      : leaderAlways
   // Replicas on one PostgreSQL wake each other's waiters through LISTEN/NOTIFY.
   const changesLayer: Layer.Layer<Changes> =
     options.changes ?? (backend === "postgres" && databaseUrl !== null ? ChangesPg.layer({ url: databaseUrl, checkMs: config.changesCheckMs }) : Changes.local)

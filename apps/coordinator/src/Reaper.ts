@@ -9,10 +9,10 @@
 import { ParkPolicy } from "@engram/core"
 import { Reaper, ReaperEvents, ReaperState, Trigger } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
-import { Store } from "@engram/store"
+import { CurrentFence, Store } from "@engram/store"
 import type { DrainResult, ReclaimResult, StoreShape } from "@engram/store"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
-import { Leader } from "./Leader.js"
+import { Leader, leaseRetryMs } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
 import type { MetricsShape } from "./Metrics.js"
 import { hostTopic, moveTopic, Notifier, sessionTopic } from "./Notifier.js"
@@ -164,14 +164,22 @@ export const reconcile: Effect.Effect<ReconcileReport, never, Store | Metrics | 
 /** Whether this replica leads: the Leader in context, or always without one. */
 const leadingNow = Effect.map(Effect.serviceOption(Leader), (leader) => () => Option.isNone(leader) || leader.value.isLeader())
 
+/** The fence the pass's writes carry: the leader's epoch (none without a Leader, or on a single process). */
+const fenceNow = Effect.map(Effect.serviceOption(Leader), (leader) => (Option.isNone(leader) ? null : leader.value.fence()))
+
 /** One reaper pass (`@engram/reaper`'s). Never fails: a store failure ends the pass (and is logged and counted). */
 export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Notifier> = Effect.gen(function* () {
   const store = yield* Store
   const metrics = yield* Metrics
   const notifier = yield* Notifier
   const leading = yield* leadingNow
+  const fence = yield* fenceNow
   const t0 = performance.now()
-  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store) }).pipe(Effect.provide(listen(metrics, notifier)))
+  // Every write of the pass carries the leader's epoch: refused in its transaction once a newer leader exists.
+  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store) }).pipe(
+    Effect.provide(listen(metrics, notifier)),
+    Effect.provideService(CurrentFence, fence),
+  )
   if (report._tag === "Done" && report.descents.length > 0) yield* Effect.logInfo("reaper: parks yield", { yields: report.descents })
   metrics.reaperPasses.inc({ result: report._tag === "Held" ? "held" : "ok" })
   metrics.observePassSeconds((performance.now() - t0) / 1000)
@@ -205,8 +213,9 @@ export const ReconcileAtStart: Layer.Layer<never, never, Store | Metrics | Notif
 )
 
 /**
- * The reaper loop: every `reaperIntervalMs`, take (or confirm) leadership and, when leading,
- * run one pass. Lives as long as the layer.
+ * The reaper loop: the lease renewed (or watched) every `leaseRetryMs`, and every
+ * `reaperIntervalMs` one pass while this replica leads. The two loops are apart so that a long
+ * pass never delays a renewal. Lives as long as the layer.
  */
 export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | Leader | Settings> = Layer.effectDiscard(
   Effect.gen(function* () {
@@ -214,17 +223,28 @@ export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | 
     const leader = yield* Leader
     const metrics = yield* Metrics
     let wasLeader = false
-    const tick = Effect.gen(function* () {
+    const lease = Effect.gen(function* () {
       const leading = yield* leader.tick
       metrics.reaperLeader.set(leading ? 1 : 0)
       metrics.reaperLeaderChecks.inc()
       if (leading !== wasLeader) {
         wasLeader = leading
-        yield* Effect.logInfo(leading ? "reaper: this replica is the leader" : "reaper: this replica is not the leader")
+        yield* Effect.logInfo(leading ? "reaper: this replica is the leader" : "reaper: this replica is not the leader", { fence: leader.fence() })
       }
-      if (leading) yield* reaperPass
+    }).pipe(Effect.catchCause((cause) => Effect.logError("reaper: lease check failed", cause)))
+    const pass = Effect.gen(function* () {
+      // Acting is judged now, not at the last renewal: a leader past its renew deadline stops.
+      if (leader.isLeader()) yield* reaperPass
     }).pipe(Effect.catchCause((cause) => Effect.logError("reaper: pass failed", cause)))
-    // A pass every few seconds is not a trace worth sending (Tracing.ts): the loop makes no spans.
-    yield* Effect.forkScoped(tick.pipe(Effect.withTracerEnabled(false), Effect.repeat(Schedule.spaced(Duration.millis(settings.config.limits.reaperIntervalMs)))))
+    const { config } = settings
+    yield* lease
+    // A pass every few seconds is not a trace worth sending (Tracing.ts): the loops make no spans.
+    yield* Effect.forkScoped(
+      lease.pipe(
+        Effect.withTracerEnabled(false),
+        Effect.repeat(Schedule.spaced(Duration.millis(leaseRetryMs({ leaseDurationMs: config.leaseDurationMs, renewDeadlineMs: config.leaseRenewDeadlineMs })))),
+      ),
+    )
+    yield* Effect.forkScoped(pass.pipe(Effect.withTracerEnabled(false), Effect.repeat(Schedule.spaced(Duration.millis(config.limits.reaperIntervalMs)))))
   }),
 )

@@ -37,7 +37,7 @@ describe("reaperPass", () => {
       const store = yield* Store
       yield* parkedOn("h1", 2048, "p1", 1536)
       yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
-      const pass = yield* reaperPass.pipe(Effect.provideService(Leader, Leader.of({ tick: Effect.succeed(false), isLeader: () => false })))
+      const pass = yield* reaperPass.pipe(Effect.provideService(Leader, Leader.of({ tick: Effect.succeed(false), isLeader: () => false, fence: () => null })))
       assert.deepStrictEqual(pass, { _tag: "Held", reason: "lost the leader lock mid-pass" })
       assert.strictEqual((yield* store.getSession("p1")).state, "parked")
       assert.strictEqual((yield* store.getSession("q1")).state, "queued")

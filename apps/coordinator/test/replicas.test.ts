@@ -1,6 +1,7 @@
 // Three coordinator processes on one PostgreSQL: 2,000 concurrent creates spread over them never
-// over-commit a host, every session is placed or queued once, exactly one replica reaps, and
-// when the leader is killed another takes over within two of its own reaper ticks.
+// over-commit a host, every session is placed or queued once, exactly one replica reaps; when
+// the leader is frozen (SIGSTOP) another takes over once the lease ran out and reaps, and the
+// woken one stands down; when the leader is killed another takes over the same way.
 import { freshDatabase } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -13,11 +14,19 @@ import { client, listAll } from "./support/http.js"
 
 const adminToken = "replicas-admin-token-0123456789"
 const intervalMs = 500
+const leaseMs = 1500
+const renewDeadlineMs = 1000
+/** A replica looks at the lease every third of the renew deadline (Leader.leaseRetryMs). */
+const retryMs = Math.floor(renewDeadlineMs / 3)
+/** The lease checks a survivor may take to lead: a whole lease unchanged, and two more looks. */
+const takeoverChecks = Math.ceil(leaseMs / retryMs) + 2
 
 /** A replica's leadership and how many reaper ticks it has run, from one scrape (null: killed). */
 const leadership = async (url: string): Promise<{ leading: boolean; checks: number } | null> => {
   try {
-    const text = (await client(url, adminToken).get("/metrics")).body as string
+    // Bounded: a frozen replica answers nothing.
+    const res = await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${adminToken}` }, signal: AbortSignal.timeout(1000) })
+    const text = await res.text()
     const leading = /^engram_reaper_leader (\d+)$/m.exec(text)?.[1]
     const checks = /^engram_reaper_leader_checks_total (\d+)$/m.exec(text)?.[1]
     return leading === undefined || checks === undefined ? null : { leading: leading === "1", checks: Number(checks) }
@@ -56,6 +65,8 @@ describe("three replicas on one PostgreSQL", () => {
       ENGRAM_DATABASE_URL: db.url,
       ENGRAM_ADMIN_TOKEN: adminToken,
       ENGRAM_REAPER_INTERVAL_MS: String(intervalMs),
+      ENGRAM_LEASE_DURATION_MS: String(leaseMs),
+      ENGRAM_LEASE_RENEW_DEADLINE_MS: String(renewDeadlineMs),
       ENGRAM_DATA_DIR: dataDir,
     }
     // The first applies the migrations; the others start beside it.
@@ -67,6 +78,54 @@ describe("three replicas on one PostgreSQL", () => {
     await Promise.all(replicas.map((r) => r.exited))
     await db?.drop()
     rmSync(dataDir, { recursive: true, force: true })
+  })
+
+  it("a frozen leader (SIGSTOP) is replaced once its lease ran out; the new leader reclaims an expired reservation; woken, the old one stands down", async () => {
+    await new Promise((r) => setTimeout(r, 3 * intervalMs))
+    const gauges = await Promise.all(replicas.map((r) => leaderGauge(r.url)))
+    expect(gauges.filter((g) => g === 1)).toHaveLength(1)
+    const frozen = replicas[gauges.indexOf(1)]!
+    const others = replicas.filter((r) => r !== frozen)
+    const admin = client(others[0]!.url, adminToken)
+    expect((await admin.post("/v1/hosts", { id: "frozen-h" })).status).toBe(201)
+    expect((await admin.put("/v1/hosts/frozen-h/report", { totalMib: 4096, allocatableMib: 4096, totalVcpus: 4 })).status).toBe(200)
+    frozen.process.kill("SIGSTOP")
+    try {
+      // Made while the leader is frozen, expiring at once: only a new leader can reclaim it.
+      const expiresAt = Date.now() + 300
+      const reserved = await admin.post("/v1/reservations", { id: "frozen-r", hostId: "frozen-h", ownerKind: "external", ownerId: "x", memMib: 256, vcpus: 1, expiresAt })
+      expect(reserved.status, JSON.stringify(reserved.body)).toBe(201)
+      const atFreeze = await Promise.all(others.map((r) => leadership(r.url)))
+      let tookOver: { checks: number } | null = null
+      while (tookOver === null) {
+        const now = await Promise.all(others.map((r) => leadership(r.url)))
+        const i = now.findIndex((l) => l?.leading === true)
+        if (i >= 0) tookOver = { checks: now[i]!.checks - atFreeze[i]!.checks }
+        else if (now.every((l, k) => l !== null && l.checks - atFreeze[k]!.checks > takeoverChecks)) break
+        else await new Promise((r) => setTimeout(r, 25))
+      }
+      console.log(`replicas: leader frozen; takeover after ${tookOver?.checks} lease checks of the new leader (lease ${leaseMs} ms, every ${retryMs} ms)`)
+      expect(tookOver, `no survivor led within ${takeoverChecks} of its lease checks after the freeze`).not.toBeNull()
+      // The new leader's passes reclaim the expired reservation (the frozen one's lease is gone).
+      let gone = false
+      for (let i = 0; i < 200 && !gone; i++) {
+        gone = (await admin.get("/v1/reservations/frozen-r")).status === 404
+        if (!gone) await new Promise((r) => setTimeout(r, 50))
+      }
+      expect(gone, "the expired reservation was not reclaimed while the leader was frozen").toBe(true)
+    } finally {
+      frozen.process.kill("SIGCONT")
+    }
+    // Woken, the old leader finds its lease taken: it stands down; still exactly one leader.
+    let woken = await leadership(frozen.url)
+    for (let i = 0; i < 200 && woken?.leading !== false; i++) {
+      await new Promise((r) => setTimeout(r, 25))
+      woken = await leadership(frozen.url)
+    }
+    expect(woken?.leading).toBe(false)
+    const after = await Promise.all(replicas.map((r) => leaderGauge(r.url)))
+    expect(after.filter((g) => g === 1)).toHaveLength(1)
+    expect((await admin.del("/v1/hosts/frozen-h")).status).toBe(200)
   })
 
   it("2,000 concurrent creates: no host over capacity, every session placed or queued exactly once", async () => {
@@ -108,7 +167,7 @@ describe("three replicas on one PostgreSQL", () => {
     expect(answers.filter((s) => s === 201).length).toBe(ours.filter((s) => s.state === "pending").length)
   })
 
-  it("exactly one reaper leader; SIGKILL it and another takes over within two of its reaper ticks", async () => {
+  it("exactly one reaper leader; SIGKILL it and another takes over once its lease ran out", async () => {
     // Let every replica tick at least twice.
     await new Promise((r) => setTimeout(r, 3 * intervalMs))
     const gauges = await Promise.all(replicas.map((r) => leaderGauge(r.url)))
@@ -126,18 +185,18 @@ describe("three replicas on one PostgreSQL", () => {
       const now = await Promise.all(others.map((r) => leadership(r.url)))
       const i = now.findIndex((l) => l?.leading === true)
       if (i >= 0) tookOver = { ticks: now[i]!.checks - atKill[i]!.checks }
-      else if (now.every((l, k) => l !== null && l.checks - atKill[k]!.checks > 2)) break
+      else if (now.every((l, k) => l !== null && l.checks - atKill[k]!.checks > takeoverChecks)) break
       else await new Promise((r) => setTimeout(r, 25))
     }
-    console.log(`replicas: leader killed; takeover after ${tookOver?.ticks} reaper ticks of the new leader (interval ${intervalMs} ms)`)
-    expect(tookOver, "no survivor led within two of its ticks after the kill").not.toBeNull()
-    expect(tookOver!.ticks).toBeLessThanOrEqual(2)
+    console.log(`replicas: leader killed; takeover after ${tookOver?.ticks} lease checks of the new leader (lease ${leaseMs} ms, every ${retryMs} ms)`)
+    expect(tookOver, `no survivor led within ${takeoverChecks} of its lease checks after the kill`).not.toBeNull()
+    expect(tookOver!.ticks).toBeLessThanOrEqual(takeoverChecks)
     // Still exactly one.
     await new Promise((r) => setTimeout(r, 2 * intervalMs))
     const after = await Promise.all(others.map((r) => leaderGauge(r.url)))
     expect(after.filter((g) => g === 1)).toHaveLength(1)
 
-    // A graceful stop releases the lock at once, and the last replica leads.
+    // A graceful stop gives the lease up at once, and the last replica leads.
     const next = others[after.indexOf(1)]!
     const last = others.find((r) => r !== next)!
     next.process.kill("SIGTERM")

@@ -48,6 +48,7 @@ const validBodies: Readonly<Record<string, unknown>> = {
   "POST /v1/moves/:id/rounds": { kind: "full", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 },
   "POST /v1/moves/:id/commit": { downtimeMs: 4, captureMs: 1, sendMs: 1, commitMs: 1 },
   "POST /v1/moves/:id/abort": { reason: "test" },
+  "POST /v1/moves/:id/resolve": { outcome: "abort", reason: "test" },
   "POST /v1/reservations": { hostId: "strict-h", ownerKind: "external", ownerId: "o", memMib: 1, vcpus: 0 },
 }
 
@@ -405,6 +406,49 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         const inconsistent = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 1, captureMs: 1, sendMs: 1, commitMs: 1 })
         expect([inconsistent.status, inconsistent.body.field]).toEqual([400, "downtimeMs"])
         await admin.del(`/v1/sessions/${sid}`)
+      })
+
+      it("an in-doubt move is resolved over HTTP: the target's report commits it (no phases), an operator aborts another; other hosts and early commits are refused", async () => {
+        const src = await addHost(admin, 2048)
+        const dst = await addHost(admin, 2048)
+        const other = await addHost(admin, 2048)
+        const final = { kind: "final", wireBytes: 1e6, apparentBytes: 1e6, sendMs: 0, captureMs: 40 }
+        const sid = await runningOn(src)
+        const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
+        const m = await findMove(src, sid)
+        const target = client(c.url, dst.token)
+        // Before the final round the target cannot run the guest: 409, nothing changed.
+        expect((await target.post(`/v1/moves/${m.id}/resolve`, { outcome: "commit", reason: "runs here" })).status).toBe(409)
+        const inDoubtBefore = (await admin.get("/v1/fleet")).body.movesInDoubt as number
+        expect((await client(c.url, src.token).post(`/v1/moves/${m.id}/rounds`, final)).status).toBe(200)
+        // The fleet signal shows the move in doubt until it is resolved.
+        expect((await admin.get("/v1/fleet")).body.movesInDoubt).toBe(inDoubtBefore + 1)
+        expect((await client(c.url, other.token).post(`/v1/moves/${m.id}/resolve`, { outcome: "commit", reason: "runs here" })).status).toBe(403)
+        // A target may report that it runs the guest; an abort is the operator's word only.
+        expect((await target.post(`/v1/moves/${m.id}/resolve`, { outcome: "abort", reason: "no" })).status).toBe(403)
+        const bad = await target.post(`/v1/moves/${m.id}/resolve`, { outcome: "maybe", reason: "x" })
+        expect([bad.status, bad.body.field]).toEqual([400, "outcome"])
+        const committed = await target.post(`/v1/moves/${m.id}/resolve`, { outcome: "commit", reason: "the target runs the guest" })
+        expect(committed.status).toBe(200)
+        expect(committed.body).toMatchObject({ state: "committed", phases: null })
+        expect((await admin.get("/v1/fleet")).body.movesInDoubt).toBe(inDoubtBefore)
+        expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running", hostId: dst.id })
+        const events = (await admin.get(`/v1/sessions/${sid}/events`)).body.items as { kind: string; phases?: unknown }[]
+        expect(events.find((e) => e.kind === "moved")).toMatchObject({ phases: null })
+        await answer
+        await admin.del(`/v1/sessions/${sid}`)
+
+        const sid2 = await runningOn(src)
+        const answer2 = admin.post(`/v1/sessions/${sid2}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
+        const m2 = await findMove(src, sid2)
+        expect((await client(c.url, src.token).post(`/v1/moves/${m2.id}/rounds`, final)).status).toBe(200)
+        const aborted = await admin.post(`/v1/moves/${m2.id}/resolve`, { outcome: "abort", reason: "the target host is gone" })
+        expect(aborted.status).toBe(200)
+        expect(aborted.body).toMatchObject({ state: "aborted", abortReason: "resolved by operator: the target host is gone" })
+        expect((await admin.get(`/v1/sessions/${sid2}`)).body).toMatchObject({ state: "running", hostId: src.id })
+        expect((await admin.post(`/v1/moves/${m2.id}/resolve`, { outcome: "commit", reason: "late" })).status).toBe(409)
+        await answer2
+        await admin.del(`/v1/sessions/${sid2}`)
       })
 
       it("an abort for downtime answers 503 ErrMoveDowntime with the estimate; the session stays on the source", async () => {

@@ -36,6 +36,11 @@ export interface AgentConfig {
   readonly maxPreCopyRounds: number
   /** How long a target keeps an incoming VM (or a committed one) of a move the coordinator does not show pending. */
   readonly stagingGraceMs: number
+  /**
+   * How long a target that runs a moved guest waits for its source's commit before it reports
+   * the guest running itself (SPEC §13: that report commits the in-doubt move).
+   */
+  readonly reportRunningAfterMs: number
   /** Templates this host builds at start (in the background) unless its runtime holds them. */
   readonly templates: readonly TemplateSpec[]
 }
@@ -249,6 +254,30 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         }
       })
 
+    /** Reports a guest this target runs for a still-open move (once at a time per move; a 409 is an answer). */
+    const forkReportRunning = (vmId: string, moveId: string) =>
+      FiberMap.run(inflight, `report:${moveId}`, { onlyIfMissing: true })(
+        Effect.gen(function* () {
+          yield* log("move: the guest runs here and its source has not committed; reporting it running", { sessionId: vmId, moveId })
+          yield* coordinator.reportRunning(moveId, "the target runs the guest").pipe(
+            Effect.catch((e) => Effect.logWarning("move: report of the running guest not recorded; asked again on a later pass", { hostId: me, moveId, error: e.message })),
+          )
+        }),
+      )
+
+    /**
+     * Whether a guest that ran here for `moveId` may go: its move is aborted, or committed and its
+     * session no longer here (ended since). Unreadable: no.
+     */
+    const explicitlyGone = (vmId: string, moveId: string) =>
+      Effect.gen(function* () {
+        const m = yield* coordinator.getMove(moveId).pipe(Effect.option)
+        if (m._tag === "None" || m.value.state === "pending") return false
+        if (m.value.state === "aborted") return true
+        const s = yield* coordinator.getSession(vmId).pipe(Effect.option)
+        return s._tag === "Some" && (s.value === null || s.value.hostId !== me)
+      })
+
     const reconcile = (a: Assignments): Effect.Effect<void> =>
       Effect.gen(function* () {
         yield* Ref.set(latest, a)
@@ -284,7 +313,17 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         for (const vm of yield* residents.all) {
           if (onHost.has(vm.vmId) || (yield* FiberMap.has(inflight, vm.vmId))) continue
           if (vm.moveId !== null) {
-            if (pendingMoves.has(vm.moveId) || nowMs - (yield* target.lastActivity(vm.moveId)) < config.stagingGraceMs) continue
+            const quietMs = nowMs - (yield* target.lastActivity(vm.moveId))
+            if (pendingMoves.has(vm.moveId)) {
+              // Running here while its move is still open: the source has not recorded the
+              // commit (frozen, crashed, cut off). After a while this target says so itself.
+              if (vm.status === "running" && quietMs >= config.reportRunningAfterMs) yield* forkReportRunning(vm.vmId, vm.moveId)
+              continue
+            }
+            if (quietMs < config.stagingGraceMs) continue
+            // A guest that ran here goes only on an explicit word: its move aborted (or its
+            // session ended after the commit). Unknown: kept, asked again on a later pass.
+            if (vm.status === "running" && !(yield* explicitlyGone(vm.vmId, vm.moveId))) continue
             yield* target.abort(vm.moveId)
             yield* log("dropped the VM of a move no longer pending", { sessionId: vm.vmId, moveId: vm.moveId })
             continue

@@ -50,6 +50,7 @@ const settings = {
   retryDelayMs: int("ENGRAM_AGENT_RETRY_MS", 1).pipe(Config.option),
   maxPreCopyRounds: int("ENGRAM_AGENT_MAX_PRECOPY_ROUNDS", 2).pipe(Config.option),
   stagingGraceMs: int("ENGRAM_AGENT_STAGING_GRACE_MS", 1).pipe(Config.option),
+  reportRunningAfterMs: int("ENGRAM_AGENT_REPORT_RUNNING_AFTER_MS", 1).pipe(Config.option),
   peers: Config.String("ENGRAM_PEERS").pipe(Config.withDefault("")),
   port: intOr("ENGRAM_AGENT_PORT", 7100, 0),
   listenHost: Config.String("ENGRAM_AGENT_HOST").pipe(Config.withDefault("127.0.0.1")),
@@ -212,6 +213,7 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       retryDelayMs: given(s.retryDelayMs)?.value ?? base.retryDelayMs,
       maxPreCopyRounds: given(s.maxPreCopyRounds)?.value ?? base.maxPreCopyRounds,
       stagingGraceMs: given(s.stagingGraceMs)?.value ?? base.stagingGraceMs,
+      reportRunningAfterMs: given(s.reportRunningAfterMs)?.value ?? base.reportRunningAfterMs,
       templates: (() => {
         const parsed = Templates.parse(s.templates)
         return "specs" in parsed ? parsed.specs : []

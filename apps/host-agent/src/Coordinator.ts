@@ -71,6 +71,11 @@ export interface CoordinatorShape {
   readonly round: (moveId: string, round: RoundReport) => Fx<void>
   readonly commit: (moveId: string, phases: PhasesReport) => Fx<void>
   readonly abort: (moveId: string, reason: string, estimateMs?: number) => Fx<void>
+  /**
+   * `POST /v1/moves/{id}/resolve` with `commit`: this host, the move's target, runs its guest
+   * (SPEC §13: the target's report commits an in-doubt move whose source is silent).
+   */
+  readonly reportRunning: (moveId: string, reason: string) => Fx<void>
   /** `GET /v1/moves/{id}` (this host is its source or target). */
   readonly getMove: (moveId: string) => Fx<MoveView>
   /** `GET /v1/sessions/{id}`; null when the session is not this host's (403) or unknown (404). */
@@ -116,6 +121,7 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
       commit: (id, phases) => call("commit", api.moves.commit({ params: { id }, payload: phases })).pipe(Effect.asVoid),
       abort: (id, reason, estimateMs) =>
         call("abort", api.moves.abort({ params: { id }, payload: estimateMs === undefined ? { reason } : { reason, estimateMs } })).pipe(Effect.asVoid),
+      reportRunning: (id, reason) => call("reportRunning", api.moves.resolve({ params: { id }, payload: { outcome: "commit", reason } })).pipe(Effect.asVoid),
       getMove: (id) => call("getMove", api.moves.get({ params: { id } })),
       getSession: (id) =>
         call("getSession", api.sessions.get({ params: { id } })).pipe(

@@ -53,6 +53,7 @@ export const guard = (coordinator: CoordinatorShape, hostId: string, url: string
     round: (id, round) => watch(coordinator.round(id, round)),
     commit: (id, phases) => watch(coordinator.commit(id, phases)),
     abort: (id, reason, estimateMs) => watch(coordinator.abort(id, reason, estimateMs)),
+    reportRunning: (id, reason) => watch(coordinator.reportRunning(id, reason)),
     getMove: (id) => watch(coordinator.getMove(id)),
     getSession: (id) => watch(coordinator.getSession(id)),
   }

@@ -2,7 +2,7 @@
 import { HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import { BodyErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
-import { Abort, Commit, MovesQuery, PathId, Round } from "./Payloads.js"
+import { Abort, Commit, MovesQuery, PathId, Resolve, Round } from "./Payloads.js"
 import { Move, MovesPage } from "./Records.js"
 import { BearerAuth, StrictInput } from "./Security.js"
 
@@ -36,6 +36,12 @@ export class MovesApi extends HttpApiGroup.make("moves")
       doc(
         "Abort a move",
         `The guest runs on the source: the target's reservation is dropped. \`estimateMs\` is the downtime estimate a guard refusal was made on (kept as \`abortEstimateMs\`; the mover gets 503 \`ErrMoveDowntime\`). Then the queue is drained.${source}`,
+      ),
+    ),
+    HttpApiEndpoint.post("resolve", "/v1/moves/:id/resolve", { params: PathId, payload: Resolve, success: Move, error: BodyErrors }).annotateMerge(
+      doc(
+        "Resolve an in-doubt move",
+        "Ends a pending move whose final round is recorded (SPEC §13: such a move is never reclaimed; it waits for this or for its source's commit or abort). `{outcome: \"commit\", reason}`: the guest runs on the target, the session goes there (the move keeps no phases: its pause was not measured); 409 before the final round. `{outcome: \"abort\", reason}`: the guest runs on the source, the target's reservation is dropped and its agent destroys its copy. The admin (an operator's explicit word), or the token of the move's target host for `commit` (its agent reports that it runs the guest). Then the queue is drained.",
       ),
     ),
   )

@@ -119,6 +119,17 @@ export const Abort = Schema.Struct({
 })
 export type Abort = typeof Abort.Type
 
+/**
+ * `POST /v1/moves/{id}/resolve`: ends an in-doubt move (SPEC §13). `commit`: the target runs the
+ * guest (its agent's report, or an operator's word); `abort`: it runs on the source. `reason` is
+ * kept on an aborted move.
+ */
+export const Resolve = Schema.Struct({
+  outcome: Schema.Literals(["commit", "abort"]),
+  reason: Schema.String,
+})
+export type Resolve = typeof Resolve.Type
+
 /** `GET /v1/placement/no-fit`: the budget to judge. */
 export const NoFitQuery = { memMib: Schema.NumberFromString, vcpus: Schema.NumberFromString }
 

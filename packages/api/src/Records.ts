@@ -292,6 +292,11 @@ export const Fleet = Schema.Struct({
   }),
   parks: Num,
   descentsRunning: Num,
+  /**
+   * Moves in doubt (SPEC §13): pending with the final round recorded, waiting for their source's
+   * or target's word or an operator's. Absent from a coordinator older than it.
+   */
+  movesInDoubt: Schema.optionalKey(Num),
   readAt: Num,
 })
 export type Fleet = typeof Fleet.Type
@@ -322,7 +327,7 @@ export const SessionEvent = Schema.Union([
   Schema.Struct({ ...at, kind: Schema.Literal("descended"), hostId: HostOrNull }),
   Schema.Struct({ ...at, kind: Schema.Literal("resumed"), resumed: Resumed, hostId: HostOrNull }),
   Schema.Struct({ ...at, kind: Schema.Literal("move_begun"), moveId: Schema.String, hostId: HostOrNull, targetHostId: Schema.String }),
-  /** A committed move, with the phases of its pause. */
+  /** A committed move, with the phases of its pause (null: committed on a resolution, its pause not measured). */
   Schema.Struct({
     ...at,
     kind: Schema.Literal("moved"),
@@ -330,7 +335,7 @@ export const SessionEvent = Schema.Union([
     hostId: Schema.String,
     fromHostId: Schema.String,
     toHostId: Schema.String,
-    phases: MovePhases,
+    phases: Schema.NullOr(MovePhases),
   }),
   /** A move that ended without committing: why, and the downtime estimate a guard refusal was made on. */
   Schema.Struct({

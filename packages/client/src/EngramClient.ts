@@ -134,6 +134,8 @@ export interface EngramClientShape {
     readonly get: (id: string) => Fx<Records.Move>
     readonly list: (query?: MovesQuery) => Fx<Page.Page<Records.Move>>
     readonly listAll: (query?: Omit<MovesQuery, "cursor">) => Fx<readonly Records.Move[]>
+    /** Ends an in-doubt move (SPEC §13): `commit` (the guest runs on the target) or `abort` (on the source). */
+    readonly resolve: (id: string, outcome: "commit" | "abort", reason: string) => Fx<Records.Move>
   }
   /** Whether the coordinator serves and its store answers (no token needed). */
   readonly ready: () => Fx<Records.Ready>
@@ -204,6 +206,7 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       get: (id) => call(api.moves.get(byId(id))),
       list: (q = {}) => call(api.moves.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => moves.list({ ...q, cursor })),
+      resolve: (id, outcome, reason) => call(api.moves.resolve({ ...byId(id), payload: { outcome, reason } })),
     }
 
     return { baseUrl, sessions, hosts, fleet, reservations, moves, ready: () => call(api.readyz()) }

@@ -64,6 +64,17 @@ export const refuseUnlessPending = (m: Pick<Record, "id" | "state">): Refusal | 
 export const finalRoundRecorded = (m: Pick<Record, "rounds">): boolean => m.rounds.some((r) => r.kind === "final")
 
 /**
+ * Whether the move is in doubt (SPEC §13): open with its final round recorded, so the guest may
+ * already run on the target while its source holds the paused copy. Only an explicit commit or
+ * abort ends it (the source's or the target's report, an operator, the end of its session); the
+ * stale window never does: its reservations are held (`Reclaim.decide`).
+ */
+export const inDoubt = (m: Pick<Record, "state" | "rounds">): boolean => m.state === "pending" && finalRoundRecorded(m)
+
+/** How an in-doubt move is resolved: committed (the target runs the guest) or aborted (it runs on the source). */
+export type Resolution = "commit" | "abort"
+
+/**
  * Judges an abort: refused on a finished move, and — with `onlyBeforeFinalRound` — on a move
  * whose final round is recorded (its pause is spent).
  */

@@ -3,7 +3,9 @@
  * what follows from it, as one `Plan`. A reclaimed session reservation makes its session `lost`
  * and closes its open move (the target's reservation goes too: reclaimed if it is itself stale,
  * else released); a reclaimed move target closes its move and the session runs on the source
- * again. Entries are judged in id order, so when both of a moving session's entries are stale
+ * again. An in-doubt move (`Move.inDoubt`: its final round recorded) is never reclaimed: its
+ * session's entry and its target's are held, stale as they are, until the move is committed or
+ * aborted explicitly (SPEC §13); a silent peer only delays that. Entries are judged in id order, so when both of a moving session's entries are stale
  * the first one decides why the move closed; the session ends lost either way. Each session
  * change is a `Session.step`; the cascade is applied whole.
  */
@@ -51,8 +53,10 @@ export interface Input<E extends Entry = Entry> {
 export interface Decided<E extends Entry = Entry> {
   /** Everything the pass writes: every removal, the sessions lost or running again, the moves closed, their events. */
   readonly plan: Plan.Plan
-  /** Every expired or stale entry, sorted by id (removed and counted as reclaimed). */
+  /** The expired or stale entries removed (counted as reclaimed), sorted by id. */
   readonly reclaimed: readonly E[]
+  /** The stale entries held for an in-doubt move (left in place, judged again next pass), sorted by id. */
+  readonly held: readonly E[]
   /** The sessions made lost, sorted. */
   readonly lostSessions: readonly string[]
 }
@@ -76,6 +80,18 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
   const closed = new Map<string, Move.Record>()
   const lost: string[] = []
   const events: Plan.Happened[] = []
+  const held: E[] = []
+  /** Whether the entry belongs to an in-doubt move: its session's own, or its target's. */
+  const ofMoveInDoubt = (e: E): boolean => {
+    if (e.ownerKind === "move") {
+      const m = openMoves.get(e.ownerId)
+      return m !== undefined && m.reservationId === e.id && Move.inDoubt(m)
+    }
+    if (e.ownerKind !== "session") return false
+    const s = current.get(e.ownerId)
+    const m = s === undefined ? undefined : openOf.get(s.id)
+    return s !== undefined && s.reservationId === e.id && m !== undefined && Move.inDoubt(m)
+  }
 
   const take = (sessionId: string, answer: Session.Answer): boolean => {
     if (answer._tag !== "Plan") return false
@@ -97,6 +113,10 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
 
   for (const e of doomed) {
     if (removed.has(e.id)) continue
+    if (ofMoveInDoubt(e)) {
+      held.push(e)
+      continue
+    }
     if (e.ownerKind === "session") {
       const s = current.get(e.ownerId)
       if (s !== undefined && s.reservationId === e.id) {
@@ -138,5 +158,6 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
     moves: [...closed.values()].sort(byId).map((move) => ({ _tag: "Update" as const, move })),
     events,
   })
-  return { plan, reclaimed: doomed, lostSessions: lost.sort() }
+  const heldIds = new Set(held.map((e) => e.id))
+  return { plan, reclaimed: doomed.filter((e) => !heldIds.has(e.id)), held, lostSessions: lost.sort() }
 }

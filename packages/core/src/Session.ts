@@ -190,7 +190,8 @@ export type Step =
   /** A park resumes warm (no placement: pass null); a descended session is placed, or queued when null. */
   | { readonly _tag: "resume"; readonly placement: Placed | null }
   | { readonly _tag: "beginMove"; readonly openMove: Move.Record | null; readonly move: NewMove }
-  | { readonly _tag: "commitMove"; readonly move: Move.Record; readonly phases: Move.Phases }
+  /** `phases` null: committed on a resolution (the target's report or an operator's), without the source's measurement. */
+  | { readonly _tag: "commitMove"; readonly move: Move.Record; readonly phases: Move.Phases | null }
   | {
       readonly _tag: "abortMove"
       readonly move: Move.Record
@@ -227,7 +228,8 @@ export type Event =
       readonly moveId: string
       readonly fromHostId: string
       readonly toHostId: string
-      readonly phases: Move.Phases
+      /** Null for a move committed on a resolution (SPEC §13): its pause was not measured. */
+      readonly phases: Move.Phases | null
     }
   | {
       readonly _tag: "MoveAborted"
@@ -549,14 +551,14 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       // The target's reservation becomes the session's; the source's is released.
       const ledger: Plan.LedgerChange[] = [{ _tag: "Transfer", id: m.reservationId, ownerId: s.id, heartbeatAt: now }]
       if (s.reservationId !== m.reservationId) ledger.push(...releaseOwn(s, "released"))
-      const { downtimeMs, captureMs, sendMs, commitMs } = op.phases
+      const phases = op.phases === null ? null : { downtimeMs: op.phases.downtimeMs, captureMs: op.phases.captureMs, sendMs: op.phases.sendMs, commitMs: op.phases.commitMs }
       return planOf(
         s,
         { ...s, state: "running", hostId: m.targetHostId, reservationId: m.reservationId, parkedAt: null, updatedAt: now },
         now,
         ledger,
-        { _tag: "Update", move: { ...m, state: "committed", phases: { downtimeMs, captureMs, sendMs, commitMs }, endedAt: now } },
-        [{ _tag: "Moved", moveId: m.id, fromHostId: m.sourceHostId, toHostId: m.targetHostId, phases: { downtimeMs, captureMs, sendMs, commitMs } }],
+        { _tag: "Update", move: { ...m, state: "committed", phases, endedAt: now } },
+        [{ _tag: "Moved", moveId: m.id, fromHostId: m.sourceHostId, toHostId: m.targetHostId, phases }],
       )
     }
     case "abortMove": {

@@ -18,14 +18,16 @@
  * a unique violation, which undoes the statement (the caller splits its group or answers the
  * session as it is). Inside a transaction the hosts a group changes are locked first, in id
  * order (the store's one lock order), in the same round trip. The host rows written are answered
- * and learned by the host cache once the transaction has committed. A fence (a leader's epoch a
- * plan carries) would be one more check of step 1, refusing the whole group.
+ * and learned by the host cache once the transaction has committed. A write made under a
+ * leader's lease (`CurrentFence`) is fenced (`Fence.ts`): refused whole when a newer epoch exists.
  */
 import { Plan } from "@engram/core"
+import { CurrentFence } from "@engram/store"
 import { sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { Effect } from "effect"
 import type { Conn } from "./Db.js"
+import * as Fence from "./Fence.js"
 import type { HostCache } from "./HostCache.js"
 import { hostColumns, json, toHostRow } from "./HostRows.js"
 
@@ -217,17 +219,14 @@ const staleHost: Plan.Outcome = { _tag: "Stale", stale: "host" }
  * wrote are learned by `cache` once committed.
  */
 export const apply = <E>(conn: Conn<E>, cache: HostCache, plans: readonly Plan.Plan[]): Effect.Effect<readonly Plan.Outcome[], E> =>
-  Effect.suspend(() => {
+  Effect.flatMap(Effect.service(CurrentFence), (fence) => {
     if (plans.length === 0) return Effect.succeed([])
     const bad = Plan.checkGroup(plans)
     if (bad !== null) return Effect.die(new Error(`store-pg: ${bad}`))
     const statement = applySql(docOf(plans))
     const changed = [...new Set(plans.flatMap(Plan.hostsChanged))].sort()
     // Several hosts in a transaction: locked in id order first, in the same round trip.
-    const run =
-      conn.inTransaction && changed.length > 1
-        ? Effect.map(conn.pipeline([lockHostsSql(changed), statement]), (results) => results[1] ?? [])
-        : conn.query(statement)
+    const run = Fence.run(conn, fence, conn.inTransaction && changed.length > 1 ? [lockHostsSql(changed), statement] : [statement])
     return Effect.map(run, ([row]) => {
       const outcomes = json<{ p: number; ok: boolean; stale: boolean }[]>(row?.["outcomes"] ?? [])
       const hosts = json<Record<string, unknown>[]>(row?.["hosts"] ?? []).map(toHostRow)

@@ -143,7 +143,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
 
     commitMove: (moveId, phases) =>
       Effect.suspend((): Effect.Effect<Move.Record, NotFound | Conflict | InvalidInput | Unavailable> => {
-        const bad = Validate.phases(phases)
+        const bad = phases === null ? null : Validate.phases(phases)
         if (bad) return Effect.fail(bad)
         return finish(moveId, Move.refuseCommit, (move) => ({ _tag: "commitMove", move, phases }))
       }),

@@ -149,6 +149,8 @@ export const make = ({ db, now, limits, cache, both }: Deps): ReservationOps => 
             return yield* new RunAgain({ why: "an entry changed hands" })
           if (wanted.doomed.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
           const decided = Reclaim.decide({ entries: wanted.doomed, sessions: sessionRows.map(toSession), openMoves: moveRows.map(toMove) }, t, limits())
+          // Only entries held for in-doubt moves: nothing to write.
+          if (decided.reclaimed.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
           const [outcome] = yield* apply(tx, cache, [decided.plan])
           if (outcome?._tag !== "Applied") return yield* new RunAgain({ why: "a session changed under its lock" })
           return { reclaimed: [...decided.reclaimed].sort(Order.byId), lostSessions: [...decided.lostSessions] } satisfies ReclaimResult

@@ -4,6 +4,7 @@
  * (`ChangesPg`: LISTEN/NOTIFY).
  */
 export * as StorePg from "./StorePg.js"
+export * as Lease from "./Lease.js"
 export * as ChangesPg from "./ChangesPg.js"
 export * as schema from "./schema.js"
 export { migrate, migrationsFolder } from "./Migrate.js"

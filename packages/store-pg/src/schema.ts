@@ -215,3 +215,20 @@ export const hostReservedSums = pgView("host_reserved_sums", {
   sql`select host_id, sum(mem_mib::numeric) as mem_mib, sum(vcpus::numeric) as vcpus, count(*)::int as entries
     from reservations group by host_id`,
 )
+
+/**
+ * Leases (leadership, SPEC §13): one row per name. `epoch` grows by one with every new holder
+ * and fences the holder's writes; `renewals` grows with every renewal, so another replica sees
+ * the lease alive by a change, never by comparing its clock with the holder's.
+ */
+export const leases = pgTable(
+  "leases",
+  {
+    name: text("name").primaryKey(),
+    holder: text("holder").notNull(),
+    epoch: bigint("epoch", { mode: "number" }).notNull(),
+    renewals: bigint("renewals", { mode: "number" }).notNull().default(0),
+    leaseDurationMs: bigint("lease_duration_ms", { mode: "number" }).notNull(),
+  },
+  (t) => [check("leases_epoch_check", sql`${t.epoch} >= 1`)],
+)

@@ -909,7 +909,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
     commitMove: (moveId, phases) =>
       Effect.gen(function* () {
-        const bad = Validate.phases(phases)
+        const bad = phases === null ? null : Validate.phases(phases)
         if (bad) return yield* bad
         const m = yield* findMove(moveId)
         return yield* stepMove(m, { _tag: "commitMove", move: m, phases }, yield* now)

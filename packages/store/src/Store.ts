@@ -174,9 +174,11 @@ export interface StoreShape {
   /**
    * The target committed: the session runs on the target, its reservation is the target's,
    * the source's is released. The move ends `committed`. A move without its final round
-   * recorded is a `Conflict`; every phase must be > 0 and their sum ≤ `downtimeMs`.
+   * recorded is a `Conflict`; every phase must be > 0 and their sum ≤ `downtimeMs`. `phases`
+   * null commits an in-doubt move on a resolution (the target's report that it runs the guest,
+   * or an operator's commit, SPEC §13): the move's pause was not measured and it keeps none.
    */
-  readonly commitMove: (moveId: string, phases: MovePhases) => Fx<Move, NotFound | Conflict | InvalidInput>
+  readonly commitMove: (moveId: string, phases: MovePhases | null) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
    * The move failed: the target's reservation is dropped, the session runs on the source.
    * With `onlyBeforeFinalRound`, a move whose final round is recorded is not aborted (its pause

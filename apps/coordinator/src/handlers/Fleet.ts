@@ -1,6 +1,6 @@
 /** `/v1/fleet`, `/v1/queue` and `/v1/placement/no-fit`: core's fleet signal, the queue with its standings, and no-fit details. */
 import { EngramApi } from "@engram/api"
-import { Fleet, Placement } from "@engram/core"
+import { Fleet, Move, Placement } from "@engram/core"
 import { Store, Validate } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
@@ -11,7 +11,14 @@ export const FleetHandlers = HttpApiBuilder.group(EngramApi, "fleet", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
     return h
-      .handle("snapshot", () => api(store.fleetView()).pipe(Effect.map((fleet) => ({ ...Fleet.snapshot(fleet, store.limits()), readAt: fleet.readAt }))))
+      .handle("snapshot", () =>
+        Effect.gen(function* () {
+          const fleet = yield* api(store.fleetView())
+          // Open moves are few (one per moving session): counted from their own list.
+          const open = yield* api(store.listMoves({ state: "pending" }))
+          return { ...Fleet.snapshot(fleet, store.limits()), movesInDoubt: open.filter(Move.inDoubt).length, readAt: fleet.readAt }
+        }),
+      )
       .handle("queue", ({ query }) =>
         api(store.pageQueue({ limit: query.limit, cursor: query.cursor })).pipe(
           Effect.map((page) => pageJson(page, (e) => sessionDetail(e.session, e.standing))),

@@ -1,4 +1,4 @@
-/** `/v1/moves…`: list and read moves; the source agent's rounds, commit and abort. */
+/** `/v1/moves…`: list and read moves; the source agent's rounds, commit and abort; the resolution of an in-doubt move. */
 import { CurrentPrincipal, EngramApi, Forbidden } from "@engram/api"
 import { Store } from "@engram/store"
 import type { Move } from "@engram/store"
@@ -60,6 +60,23 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
             "engram.move.commit_ms": payload.commitMs,
           }),
         ),
+      )
+      .handle("resolve", ({ params, payload }) =>
+        Effect.gen(function* () {
+          const m = yield* api(store.getMove(params.id))
+          // The target's agent may report only that it runs the guest; an abort is the admin's word.
+          if (payload.outcome === "commit") yield* requireHostOrAdmin(m.targetHostId)
+          else yield* requireHostOrAdmin()
+          if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
+          const p = yield* CurrentPrincipal
+          const by = p._tag === "Admin" ? "operator" : `host ${p.hostId}`
+          const resolved = yield* api(
+            payload.outcome === "commit" ? store.commitMove(params.id, null) : store.abortMove(params.id, `resolved by ${by}: ${payload.reason}`),
+          )
+          yield* Effect.logWarning(`in-doubt move resolved: ${payload.outcome}`, { moveId: m.id, sessionId: m.sessionId, by, reason: payload.reason })
+          yield* drainer.roomAppeared(...topics(resolved))
+          return resolved
+        }),
       )
       .handle("abort", ({ params, payload }) =>
         Effect.gen(function* () {

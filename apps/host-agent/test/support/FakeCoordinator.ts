@@ -47,8 +47,28 @@ export const makeFakeCoordinator = Effect.gen(function* () {
   }
   const log = (s: FakeState, call: string): FakeState => ({ ...s, calls: [...s.calls, call] })
 
-  /** The client of one host. */
-  const client = (hostId: string): CoordinatorShape => ({
+  /** Hosts whose calls never arrive (a frozen or cut-off agent, as the coordinator sees it). */
+  const silenced = new Set<string>()
+  const silent = (hostId: string) => new CoordinatorError({ op: "any", status: null, message: `host ${hostId} is cut off` })
+  /** The client of one host; every call fails while the host is silenced. */
+  const client = (hostId: string): CoordinatorShape => {
+    const c = answering(hostId)
+    const gate = <A>(eff: Effect.Effect<A, Conflict | CoordinatorError>) => Effect.suspend(() => (silenced.has(hostId) ? Effect.fail(silent(hostId)) : eff))
+    return {
+      report: (r) => gate(c.report(r)),
+      heartbeat: gate(c.heartbeat),
+      assignments: (o) => gate(c.assignments(o)),
+      started: (id) => gate(c.started(id)),
+      descended: (id) => gate(c.descended(id)),
+      round: (id, r) => gate(c.round(id, r)),
+      commit: (id, p) => gate(c.commit(id, p)),
+      abort: (id, reason, estimateMs) => gate(c.abort(id, reason, estimateMs)),
+      reportRunning: (id, reason) => gate(c.reportRunning(id, reason)),
+      getMove: (id) => gate(c.getMove(id)),
+      getSession: (id) => gate(c.getSession(id)),
+    }
+  }
+  const answering = (hostId: string): CoordinatorShape => ({
     report: (r) => Ref.update(ref, (s) => ({ ...s, reports: new Map(s.reports).set(hostId, r) })),
     heartbeat: Ref.modify(ref, (s) => [1, { ...s, heartbeats: new Map(s.heartbeats).set(hostId, (s.heartbeats.get(hostId) ?? 0) + 1) }]),
     assignments: () =>
@@ -112,6 +132,21 @@ export const makeFakeCoordinator = Effect.gen(function* () {
           return [Effect.void as Step, log(next, `commit ${id}`)]
         }),
       ),
+    reportRunning: (id) =>
+      Effect.flatten(
+        modify((s) => {
+          const m = s.moves.get(id)
+          // As the store: a commit on a resolution needs the move pending with its final round recorded.
+          if (m?.state !== "pending" || m.targetHostId !== hostId || !m.rounds.some((r) => r.kind === "final"))
+            return [conflict("reportRunning", `move ${id} is not in doubt here`), s]
+          const next = setSession(setMove(s, id, { state: "committed", phases: null }), m.sessionId, {
+            state: "running",
+            hostId: m.targetHostId,
+            reservationId: `res-move-${id}`,
+          })
+          return [Effect.void as Step, log(next, `reportRunning ${id}`)]
+        }),
+      ),
     abort: (id, reason, estimateMs) =>
       Effect.flatten(
         modify((s) => {
@@ -127,6 +162,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     ref,
     client,
     get: Ref.get(ref),
+    /** From now on the host's calls fail (`true`) or arrive again (`false`). */
+    silence: (hostId: string, on: boolean) => Effect.sync(() => (on ? silenced.add(hostId) : silenced.delete(hostId))),
     addSession: (id: string, hostId: string, memMib: number, vcpus = 1, template?: string) =>
       Ref.update(ref, (s) => ({
         ...s,
@@ -155,7 +192,7 @@ export const makeFakeCoordinator = Effect.gen(function* () {
         }
         return setSession({ ...s, moves: new Map(s.moves).set(moveId, move) }, sessionId, { state: "moving" })
       }),
-    assignmentsOf: (hostId: string) => client(hostId).assignments({ waitMs: 0, since: undefined }),
+    assignmentsOf: (hostId: string) => answering(hostId).assignments({ waitMs: 0, since: undefined }),
   }
 })
 export type FakeCoordinator = Effect.Success<typeof makeFakeCoordinator>

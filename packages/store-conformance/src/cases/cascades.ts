@@ -1,13 +1,14 @@
 /**
  * Cascades (SPEC §2, §3, §5): what follows when a move's session ends or is lost, when a
  * move's target reservation is reclaimed, or when both of a moving session's reservations
- * go stale. Every store decides these through core's `Session.step` and `Reclaim.decide`; these
+ * go stale; and that a move in doubt (its final round recorded) is held through every stale
+ * window until it is resolved (SPEC §13). Every store decides these through core's `Session.step` and `Reclaim.decide`; these
  * cases pin the answer, the records, the room and the metrics.
  */
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, commitAfterFinal, expectFailure, expectInvariants, expectUnchanged, kase, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, commitAfterFinal, expectFailure, finalRound, expectInvariants, expectUnchanged, kase, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const budget = { memMib: 2048, vcpus: 2 }
@@ -30,6 +31,24 @@ const staleBut = (keep: readonly string[]) =>
     const s = yield* store
     yield* TestClock.adjust(staleWindowMs + 1)
     for (const id of keep) yield* s.heartbeat(id)
+  })
+
+/** `s1` moving from `src` to `dst` with its final round recorded: the move is in doubt. */
+const inDoubt = Effect.gen(function* () {
+  const s = yield* store
+  const begun = yield* moving
+  yield* s.recordRound(begun.move.id, finalRound)
+  return begun
+})
+
+/** The records of an in-doubt move still as they were: session moving on `src` with both reservations, move pending. */
+const stillInDoubt = (session: { readonly reservationId: string | null }, move: { readonly id: string; readonly reservationId: string }) =>
+  Effect.gen(function* () {
+    const s = yield* store
+    expect(yield* s.getSession("s1")).toMatchObject({ state: "moving", hostId: "src", reservationId: session.reservationId })
+    expect(yield* s.getMove(move.id)).toMatchObject({ state: "pending", endedAt: null })
+    expect((yield* reservationsNow(s)).map((r) => r.id).sort()).toStrictEqual([session.reservationId as string, move.reservationId].sort())
+    for (const h of ["src", "dst"]) expect((yield* s.getHost(h)).headroom.reserved.memMib).toBe(budget.memMib)
   })
 
 /** A finished move refuses every change as a Conflict on the move, and nothing changes. */
@@ -181,6 +200,65 @@ export const cascades: Group = {
         expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [] })
         expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "dst" })
         yield* expectInvariants
+      }),
+    ),
+    kase(
+      "an in-doubt move is never reclaimed: a stale source, a stale target or both leave the session moving, the move pending and both reservations held, pass after pass",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { session, move } = yield* inDoubt
+        for (const keep of [[move.reservationId], [session.reservationId as string], []]) {
+          yield* staleBut(keep)
+          expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [] })
+          yield* stillInDoubt(session, move)
+        }
+        expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 0, totalReleasedMib: 0, activeEntries: 2 })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a held in-doubt move resolved as committed (phases null: the target's report or an operator) runs on the target; the stale source entry is released, nothing lost",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { move } = yield* inDoubt
+        yield* staleBut([])
+        yield* s.reclaim()
+        const committed = yield* s.commitMove(move.id, null)
+        expect(committed).toMatchObject({ state: "committed", phases: null, abortReason: null })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "dst", reservationId: move.reservationId })
+        // The target's entry changed hands with a fresh heartbeat: the next pass keeps it.
+        expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [] })
+        expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([move.reservationId])
+        expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 0, totalReleasedMib: 2048 })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a held in-doubt move resolved as aborted runs on the source; only then may its source's stale entry be reclaimed",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { session, move } = yield* inDoubt
+        yield* staleBut([])
+        yield* s.reclaim()
+        const aborted = yield* s.abortMove(move.id, "operator: the target has no guest")
+        expect(aborted).toMatchObject({ state: "aborted", abortReason: "operator: the target has no guest" })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src", reservationId: session.reservationId })
+        // The move no longer holds the source's entry: a silent source is a lost session again.
+        const result = yield* s.reclaim()
+        expect(result).toStrictEqual({ reclaimed: [expect.objectContaining({ id: session.reservationId })], lostSessions: ["s1"] })
+        expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 2048, totalReleasedMib: 2048, activeEntries: 0 })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a commit without phases is refused before the final round (Conflict), and bad phases are still refused by name",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { move } = yield* moving
+        const before = yield* snapshot
+        expect(yield* expectFailure(s.commitMove(move.id, null), "Conflict")).toMatchObject({ entity: "move", id: move.id })
+        expect((yield* expectFailure(s.commitMove(move.id, { ...phases, sendMs: 0 }), "InvalidInput")).field).toBe("sendMs")
+        yield* expectUnchanged(before, "a refused commit")
       }),
     ),
     kase(

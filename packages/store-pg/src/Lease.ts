@@ -1,0 +1,142 @@
+/**
+ * Leadership on PostgreSQL (SPEC §13), `@engram/store`'s `Leadership`: a lease row per name
+ * (`leases`: holder, epoch, renewals, the holder's lease duration). Time is Effect's `Clock`;
+ * no two replicas' clocks are compared, as in client-go's leaderelection:
+ *
+ * - the holder renews by bumping `renewals` where it is still the holder at its epoch; it acts
+ *   only until `renewDeadlineMs` after its last renewal, so a holder that cannot renew (frozen,
+ *   cut off, its queries timing out) stops by itself, before anyone may take over;
+ * - every other replica watches the row: a change (a renewal, a new holder) restarts its wait;
+ *   a row unchanged for the holder's whole `leaseDurationMs`, as this replica's clock measures
+ *   it, is taken over with a compare-and-set on what it saw, at the next epoch;
+ * - the holder's writes carry its epoch (`fence`, checked by the apply: `Fence.ts`), so a holder
+ *   that wakes up after a takeover changes nothing, even mid-transaction.
+ *
+ * Giving the lease up (scope end) sets its duration to 0: another replica takes over at its
+ * next look.
+ */
+import { checkLeaseTimes, defaultLeaseTimes, type Fence, Leadership, type LeadershipShape, type LeaseTimes, type Unavailable } from "@engram/store"
+import { sql } from "drizzle-orm"
+import { Clock, Duration, Effect, Layer, type Scope } from "effect"
+import type { Db } from "./Db.js"
+import * as PostgresJs from "./PostgresJs.js"
+
+export interface LeaseOptions extends Partial<LeaseTimes> {
+  /** This replica: unique among the replicas (default: a random id). */
+  readonly holder?: string | undefined
+  /** The lease (default `reaper`). */
+  readonly name?: string | undefined
+  /** The longest a lease query may take before it counts as failed (default 2 s). */
+  readonly queryTimeoutMs?: number | undefined
+}
+
+interface Row {
+  readonly holder: string
+  readonly epoch: number
+  readonly renewals: number
+  readonly durationMs: number
+}
+
+const rowOf = (r: Record<string, unknown> | undefined): Row | null =>
+  r === undefined
+    ? null
+    : { holder: String(r["holder"]), epoch: Number(r["epoch"]), renewals: Number(r["renewals"]), durationMs: Number(r["lease_duration_ms"]) }
+
+/** Leadership through the `leases` row of `options.name` on `db`; given up when the scope closes. */
+export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<LeadershipShape & { readonly holder: string }, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const times: LeaseTimes = {
+      leaseDurationMs: options.leaseDurationMs ?? defaultLeaseTimes.leaseDurationMs,
+      renewDeadlineMs: options.renewDeadlineMs ?? defaultLeaseTimes.renewDeadlineMs,
+    }
+    const bad = checkLeaseTimes(times)
+    if (bad !== null) return yield* Effect.die(new Error(`lease: ${bad}`))
+    const name = options.name ?? "reaper"
+    const holder = options.holder ?? `replica-${Math.random().toString(36).slice(2, 12)}`
+    const timeout = Duration.millis(options.queryTimeoutMs ?? 2000)
+    const clock = yield* Clock.Clock
+
+    /** The epoch this replica holds the lease at (null: not held), and when it last renewed it. */
+    let epoch: number | null = null
+    let renewedAt = 0
+    /** The row as last seen by a replica that does not hold it, and when it was first seen so. */
+    let seen: Row | null = null
+    let seenAt = 0
+
+    const isLeader = () => epoch !== null && clock.currentTimeMillisUnsafe() - renewedAt < times.renewDeadlineMs
+    const query = (statement: ReturnType<typeof sql>) => db.pool.query(statement).pipe(Effect.timeout(timeout))
+    const took = (e: number, at: number) => {
+      epoch = e
+      renewedAt = at
+      seen = null
+    }
+
+    const attempt = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeMillis
+      if (epoch !== null) {
+        const renewed = yield* query(sql`update leases set renewals = renewals + 1, lease_duration_ms = ${times.leaseDurationMs}
+          where name = ${name} and holder = ${holder} and epoch = ${epoch} returning epoch`)
+        if (renewed.length === 1) {
+          renewedAt = now
+          return isLeader()
+        }
+        yield* Effect.logWarning("lease lost: another replica holds it", { lease: name, holder, epoch })
+        epoch = null
+      }
+      const row = rowOf((yield* query(sql`select holder, epoch, renewals, lease_duration_ms from leases where name = ${name}`))[0])
+      if (row === null) {
+        const inserted = yield* query(sql`insert into leases (name, holder, epoch, renewals, lease_duration_ms)
+          values (${name}, ${holder}, 1, 0, ${times.leaseDurationMs}) on conflict (name) do nothing returning epoch`)
+        if (inserted.length === 1) took(1, now)
+        return isLeader()
+      }
+      if (seen === null || seen.holder !== row.holder || seen.epoch !== row.epoch || seen.renewals !== row.renewals || seen.durationMs !== row.durationMs) {
+        seen = row
+        seenAt = now
+      }
+      // Alive while it changes; unchanged for the holder's whole lease: taken over, if still as seen.
+      if (now - seenAt < row.durationMs) return false
+      const taken = yield* query(sql`update leases set holder = ${holder}, epoch = epoch + 1, renewals = 0, lease_duration_ms = ${times.leaseDurationMs}
+        where name = ${name} and epoch = ${row.epoch} and renewals = ${row.renewals} returning epoch`)
+      if (taken.length === 1) {
+        took(Number(taken[0]?.["epoch"]), now)
+        yield* Effect.logInfo("lease taken over", { lease: name, holder, epoch, from: row.holder })
+      }
+      return isLeader()
+    })
+
+    const tick = attempt.pipe(
+      Effect.catchCause((cause) =>
+        // Not renewed: a holder goes on only until its renew deadline.
+        Effect.logWarning("lease check failed", { lease: name, holder, cause: String(cause) }).pipe(Effect.as(isLeader())),
+      ),
+    )
+
+    yield* Effect.addFinalizer(() =>
+      epoch === null
+        ? Effect.void
+        : query(sql`update leases set lease_duration_ms = 0, renewals = renewals + 1 where name = ${name} and holder = ${holder} and epoch = ${epoch}`).pipe(
+            Effect.ignore,
+          ),
+    )
+
+    return {
+      holder,
+      tick,
+      isLeader,
+      fence: (): Fence | null => (isLeader() && epoch !== null ? { name, epoch } : null),
+    }
+  })
+
+/**
+ * Leadership on the PostgreSQL at `url`, on a connection of its own: renewals do not queue
+ * behind the store's pool. The store's start applies the migrations (the `leases` table).
+ */
+export const layer = (options: LeaseOptions & { readonly url: string }): Layer.Layer<Leadership, Unavailable> =>
+  Layer.effect(
+    Leadership,
+    Effect.gen(function* () {
+      const db = yield* PostgresJs.open({ url: options.url, poolSize: 1, migrate: false, connectTimeoutSec: 5 })
+      return Leadership.of(yield* make(db, options))
+    }),
+  )

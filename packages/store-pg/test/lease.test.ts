@@ -1,0 +1,87 @@
+// Leadership with a lease and fencing (SPEC §13) on PGlite, on the TestClock: a holder stops
+// acting by itself once it cannot renew within its renew deadline; another replica takes over
+// only after seeing the lease unchanged for a whole lease duration, at the next epoch; writes
+// made under the old epoch are refused in their own transaction; a lease given up is taken at once.
+import { it } from "@effect/vitest"
+import { CurrentFence } from "@engram/store"
+import { Effect, Exit, Scope } from "effect"
+import { TestClock } from "effect/testing"
+import { describe, expect } from "vitest"
+import * as Lease from "../src/Lease.js"
+import * as Pglite from "../src/Pglite.js"
+import * as StorePg from "../src/StorePg.js"
+
+const times = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000 }
+
+describe("a lease on PostgreSQL (PGlite, TestClock)", () => {
+  it.effect(
+    "a frozen holder stops acting at its renew deadline; another takes over after a whole unchanged lease, at the next epoch; the old epoch's writes are refused",
+    () =>
+      Effect.gen(function* () {
+        const db = yield* Pglite.open()
+        const { store } = StorePg.make(db)
+        const a = yield* Lease.make(db, { ...times, holder: "a" })
+        const b = yield* Lease.make(db, { ...times, holder: "b" })
+        expect(yield* a.tick).toBe(true)
+        expect(a.fence()).toStrictEqual({ name: "reaper", epoch: 1 })
+        expect(yield* b.tick).toBe(false)
+        // A renews every 5 s: B sees the row change and never takes over.
+        for (let i = 0; i < 6; i++) {
+          yield* TestClock.adjust(5_000)
+          expect(yield* a.tick).toBe(true)
+          expect(yield* b.tick).toBe(false)
+        }
+        // A freezes (ticks no more). It stops acting by itself at its renew deadline…
+        yield* TestClock.adjust(9_999)
+        expect(a.isLeader()).toBe(true)
+        yield* TestClock.adjust(1)
+        expect(a.isLeader()).toBe(false)
+        expect(a.fence()).toBeNull()
+        // …before B may take over: B's wait runs from the last change it saw (a renewal 10 s ago, seen then).
+        expect(yield* b.tick).toBe(false)
+        yield* TestClock.adjust(4_999)
+        expect(yield* b.tick).toBe(false)
+        yield* TestClock.adjust(1)
+        expect(yield* b.tick).toBe(true)
+        expect(b.fence()).toStrictEqual({ name: "reaper", epoch: 2 })
+
+        // A write made under epoch 1 (a frozen leader's pass, waking up) is refused whole, in its transaction.
+        yield* store.registerHost({ id: "h1", tokenHash: "x" })
+        yield* store.reportHost("h1", { totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 })
+        yield* store.reserve({ id: "r1", hostId: "h1", ownerKind: "external", ownerId: "x", memMib: 512, vcpus: 1 })
+        yield* TestClock.adjust(3 * 60_000)
+        const refused = yield* Effect.exit(store.reclaim().pipe(Effect.provideService(CurrentFence, { name: "reaper", epoch: 1 })))
+        expect(Exit.isFailure(refused)).toBe(true)
+        expect(String(refused)).toMatch(/fenced: lease reaper is at epoch 2, this write was made under epoch 1/)
+        expect((yield* store.getReservation("r1")).id).toBe("r1")
+        // The woken holder finds the lease gone at its next tick: it does not lead.
+        expect(yield* a.tick).toBe(false)
+        expect(a.isLeader()).toBe(false)
+        // The current epoch's write goes through.
+        expect(yield* b.tick).toBe(true)
+        const done = yield* store.reclaim().pipe(Effect.provideService(CurrentFence, b.fence()))
+        expect(done.reclaimed.map((r) => r.id)).toStrictEqual(["r1"])
+      }).pipe(Effect.scoped),
+    120_000,
+  )
+
+  it.effect(
+    "a holder that gives the lease up (its scope closes) is replaced at the next look; lease times are checked",
+    () =>
+      Effect.gen(function* () {
+        const db = yield* Pglite.open()
+        const scopeA = yield* Scope.make()
+        const a = yield* Lease.make(db, { ...times, holder: "a" }).pipe(Scope.provide(scopeA))
+        const b = yield* Lease.make(db, { ...times, holder: "b" })
+        expect(yield* a.tick).toBe(true)
+        expect(yield* b.tick).toBe(false)
+        yield* Scope.close(scopeA, Exit.void)
+        expect(yield* b.tick).toBe(true)
+        expect(b.fence()).toStrictEqual({ name: "reaper", epoch: 2 })
+        // Refused times are a defect at construction, naming the rule.
+        const bad = yield* Effect.exit(Lease.make(db, { leaseDurationMs: 10_000, renewDeadlineMs: 10_000 }))
+        expect(String(bad)).toMatch(/renewDeadlineMs must be an integer > 0 and < leaseDurationMs/)
+      }).pipe(Effect.scoped),
+    120_000,
+  )
+})
