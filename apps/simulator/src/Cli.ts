@@ -20,6 +20,7 @@ import * as Plot from "./Plot.js"
 import * as Report from "./Report.js"
 import * as Simulation from "./Simulation.js"
 import type { FleetConfig, Result } from "./Simulation.js"
+import * as Stress from "./Stress.js"
 import * as Workload from "./Workload.js"
 import type { GeneratorConfig } from "./Workload.js"
 
@@ -27,6 +28,8 @@ import type { GeneratorConfig } from "./Workload.js"
 export interface Options {
   readonly policies: readonly ParkPolicy.Name[]
   readonly generator: GeneratorConfig
+  /** The stress workload the generator follows (`--workload`), or null for the default generator. */
+  readonly scenario: Stress.Name | null
   readonly fleet: FleetConfig
   readonly trace: string | null
   readonly record: string | null
@@ -121,6 +124,13 @@ export const flags = {
   ),
   heartbeatS: atLeast0("heartbeat-s", 0, "model host agents' heartbeats every S s; 0 = agents never fail"),
   // The generated workload.
+  workload: Flag.String("workload").pipe(
+    Flag.optional,
+    Flag.withDescription(
+      `a stress workload with the fleet it is sized for (--host replaces the fleet, --sessions the count; the other workload flags but --seed, --hours and --size-jitter-pct are its own): ${Stress.names.join(", ")}`,
+    ),
+  ),
+  sizeJitterPct: between("size-jitter-pct", 0, 50, 0, "size noise: every generated session's RAM × (1 − U × pct / 100), U uniform in [0, 1)"),
   hours: positive("hours", gen0.hours, "simulated hours"),
   seed: Flag.Int("seed").pipe(Flag.withDefault(gen0.seed), Flag.withDescription(`workload seed (${gen0.seed})`)),
   sessions: Flag.Int("sessions").pipe(
@@ -202,9 +212,15 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
     if (f.heartbeatS > 0 && f.heartbeatS * 1000 >= limits.limits.heartbeatStaleWindowMs)
       return yield* new UsageError({ option: "--heartbeat-s", message: `must stay under the stale window (${limits.limits.heartbeatStaleWindowMs / 1000} s)` })
 
-    const shapes = yield* shapesFrom(f)
+    let scenario: Stress.Scenario | null = null
+    if (Option.isSome(f.workload)) {
+      const name = f.workload.value
+      if (!Stress.isName(name)) return yield* new UsageError({ option: "--workload", message: `unknown workload ${name}; one of ${Stress.names.join(", ")}` })
+      scenario = Stress.byName(name)
+    }
+    const shapes = (yield* shapesFrom(f)) ?? scenario?.shapes ?? null
     const hostTotal = shapes === null ? f.hosts : shapes.reduce((a, s) => a + s.count, 0)
-    const sessions = Option.getOrElse(f.sessions, () => 50 * hostTotal)
+    const sessions = Option.getOrElse(f.sessions, () => scenario?.sessions ?? 50 * hostTotal)
     const policyOptions: ParkPolicy.Options = {
       ...ParkPolicy.defaultOptions,
       floorPct: f.floorPct,
@@ -217,19 +233,23 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
       reserveYoungMinAgeMs: Math.round(f.reserveYoungMinAgeS * 1000),
     } satisfies ParkGate.Options & ParkPolicy.Options
     const svg = Option.getOrElse(f.svg, () => "sim.svg")
+    const generated: GeneratorConfig =
+      scenario === null
+        ? {
+            ...Workload.defaultGenerator,
+            seed: f.seed,
+            sessions,
+            resumeProb: f.resumeProb,
+            activeMedianMin: f.activeMedianMin,
+            idleMinMin: f.idleMinMin,
+            idleAlpha: f.idleAlpha,
+            dailyAmplitude: f.dailyAmplitude,
+          }
+        : scenario.generator(f.seed, sessions)
     return {
       policies,
-      generator: {
-        ...Workload.defaultGenerator,
-        seed: f.seed,
-        sessions,
-        hours: f.hours,
-        resumeProb: f.resumeProb,
-        activeMedianMin: f.activeMedianMin,
-        idleMinMin: f.idleMinMin,
-        idleAlpha: f.idleAlpha,
-        dailyAmplitude: f.dailyAmplitude,
-      },
+      generator: { ...generated, hours: f.hours, ...(f.sizeJitterPct > 0 ? { sizeJitterPct: f.sizeJitterPct } : {}) },
+      scenario: scenario?.name ?? null,
       fleet: {
         ...Simulation.defaultFleet,
         hosts: f.hosts,
@@ -311,7 +331,7 @@ export const runComparison = (options: Options) =>
   Effect.gen(function* () {
     const workload = yield* loadWorkload(options)
     if (options.record !== null) {
-      yield* writeText(options.record, Workload.toTrace(workload, `seed ${options.generator.seed}`))
+      yield* writeText(options.record, Workload.toTrace(workload, `${options.scenario ?? "generator"} seed ${options.generator.seed}`))
       process.stderr.write(`recorded ${workload.scripts.length} sessions to ${options.record}\n`)
     }
     const t0 = performance.now()
@@ -323,7 +343,7 @@ export const runComparison = (options: Options) =>
       const hours = workload.horizonMs / 3_600_000
       process.stdout.write(
         `${describeFleet(options.fleet)}, ${workload.scripts.length} sessions, ${hours} h` +
-          `${options.trace === null ? `, seed ${options.generator.seed}` : `, trace ${options.trace}`}; ` +
+          `${options.trace === null ? `, ${options.scenario === null ? "" : `${options.scenario}, `}seed ${options.generator.seed}` : `, trace ${options.trace}`}; ` +
           `${results.reduce((a, r) => a + r.events, 0)} events in ${wallS.toFixed(1)} s\n\n`,
       )
       process.stdout.write(Report.text(results))
@@ -394,6 +414,7 @@ const simCommand = (handler: (f: Flags) => Effect.Effect<void, UsageError | File
     Command.withExamples([
       { command: "pnpm sim -- --policy demand,floor30 --hosts 1000 --hours 24 --seed 7", description: "the reference day" },
       { command: "pnpm sim -- --policy all --host 80x64gx16 --host 20x256gx64 --sessions 6000", description: "a mixed fleet, every policy in worker threads" },
+      { command: "pnpm sim -- --policy demand,floor30,demand-reserve --workload flash-crowd", description: "a stress workload on the fleet it is sized for" },
       { command: "pnpm sim -- convert-azure --vmtable vmtable.csv --cpu vm_cpu_readings-file-1-of-195.csv --out azure.jsonl --max-vms 5000", description: "an Azure trace" },
     ]),
     Command.withSubcommands([
