@@ -34,7 +34,7 @@ const bigSizes: readonly SizeClass[] = [
   size(128, 32, 6),
   size(256, 64, 3),
   size(448, 112, 1),
-  size(768, 192, 0.2),
+  size(768, 192, 1),
 ]
 
 /** The default mix, every size doubled but the largest (48 GiB: it still fits a 64 GiB host). */
