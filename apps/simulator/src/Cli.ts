@@ -348,6 +348,7 @@ export const runComparison = (options: Options) =>
       )
       process.stdout.write(Report.text(results))
       process.stdout.write(Report.longestWaitsText(results))
+      process.stdout.write(Report.waitsBySizeText(results))
       if (options.windows) process.stdout.write(Report.windowsText(results))
     }
     if (options.svg !== null) {

@@ -148,6 +148,32 @@ export interface LongWait {
   readonly stillQueued: boolean
 }
 
+/** The waits of the requests of one size class (`ParkPolicy.sizeClass`: the nearest power of two of GiB on a log scale). */
+export interface SizeWaits {
+  /** The largest RAM budget of the class's sessions (MiB). */
+  readonly memMib: number
+  readonly requests: number
+  readonly queued: number
+  readonly p99Ms: number
+  readonly maxMs: number
+}
+
+/**
+ * The most warm resumes any policy could give on this workload under the hard TTL: resumes
+ * after an idle period short enough for a park to last it (at most the hard TTL plus one reaper
+ * interval, when the pass that ages a park out runs). A park past the TTL yields, and a resume
+ * during or after its descent is cold; a wait only pushes resumes later, out of the run.
+ */
+export const ttlWarmBound = (workload: Workload, limits: Limits.Limits): number => {
+  const longest = limits.parkHardTtlMs + limits.reaperIntervalMs
+  let bound = 0
+  for (const s of workload.scripts) {
+    // Idle period k is followed by a resume when another active period follows it.
+    for (let k = 0; k < s.idleMs.length && k + 1 < s.activeMs.length; k++) if ((s.idleMs[k] as number) <= longest) bound++
+  }
+  return bound
+}
+
 /** What one run measured. */
 export interface Result {
   readonly policy: ParkPolicy.Name
@@ -199,6 +225,10 @@ export interface Result {
   readonly windows: readonly WindowFigures[]
   /** The longest-waiting sessions, longest first. */
   readonly longestWaits: readonly LongWait[]
+  /** Queue waits per size class, smallest first (unplaceable sessions left out). */
+  readonly waitsBySize: readonly SizeWaits[]
+  /** `ttlWarmBound`: no policy keeps more resumes warm on this workload. */
+  readonly warmBoundTtl: number
 }
 
 /** Options of one run. */
@@ -387,6 +417,8 @@ export const run = (workload: Workload, options: RunOptions): Result => {
 
   // Measurements.
   const waits = new Samples()
+  const sizeClassOf = Uint8Array.from(scripts, (sc) => ParkPolicy.sizeClass(sc.budget.memMib))
+  const bySize: ({ memMib: number; requests: number; queued: number; waits: Samples } | undefined)[] = []
   const resumeWaits = new Samples()
   const windows = new Windows(fleet.windowMs, horizon)
   let requests = 0
@@ -438,6 +470,16 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   const recordWait = (i: number, wait: number): void => {
     if (unplaceable[i] === 1) return
     waits.push(wait)
+    const k = sizeClassOf[i] as number
+    let c = bySize[k]
+    if (c === undefined) {
+      c = { memMib: 0, requests: 0, queued: 0, waits: new Samples() }
+      bySize[k] = c
+    }
+    c.memMib = Math.max(c.memMib, (scripts[i] as Script).budget.memMib)
+    c.requests++
+    if (wait > 0) c.queued++
+    c.waits.push(wait)
     windows.wait(requestAt[i] as number, wait)
     if (wait > (longest[i] as number)) {
       longest[i] = wait
@@ -791,5 +833,11 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     series,
     windows: windows.figures(),
     longestWaits,
+    waitsBySize: bySize.flatMap((c) => {
+      if (c === undefined) return []
+      const q = quantiles(c.waits.values())
+      return [{ memMib: c.memMib, requests: c.requests, queued: c.queued, p99Ms: q.p99, maxMs: q.max }]
+    }),
+    warmBoundTtl: ttlWarmBound(workload, fleet.limits),
   }
 }

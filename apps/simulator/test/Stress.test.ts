@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest"
-import { Cli, Stress, Workload } from "../src/index.js"
+import { Cli, Simulation, Stress, Workload } from "../src/index.js"
 import { Effect } from "effect"
 
 const HOUR = 3_600_000
@@ -73,5 +73,23 @@ describe("Stress workloads", () => {
     expect(own?.generator.sizeJitterPct).toBe(2)
     const bad = await Effect.runPromise(Effect.flip(Cli.parse(["--workload", "nope"], { quiet: true })))
     expect(bad).toMatchObject({ _tag: "UsageError", option: "--workload" })
+  })
+})
+
+describe("the figures a table needs", () => {
+  it("no policy beats the TTL bound on warm resumes; the waits per size class cover every wait", () => {
+    const w = Workload.generate({ ...Workload.defaultGenerator, seed: 3, sessions: 300, hours: 4 })
+    const fleet = { hosts: 6, limits: { ...Simulation.defaultFleet.limits, parkHardTtlMs: 3_600_000 } }
+    const bound = Simulation.ttlWarmBound(w, fleet.limits)
+    // Resumes after a longer idle period than the TTL exist, so the bound is below the resumes.
+    const resumes = w.scripts.reduce((a, s) => a + Math.max(0, s.activeMs.length - 1), 0)
+    expect(bound).toBeLessThan(resumes)
+    for (const policy of ["park-forever", "demand-reserve"] as const) {
+      const r = Simulation.run(w, { policy, fleet })
+      expect(r.warmBoundTtl).toBe(bound)
+      expect(r.warmResumes).toBeLessThanOrEqual(bound)
+      expect(Math.max(...r.waitsBySize.map((c) => c.maxMs))).toBe(r.queueWait.max)
+      expect(r.waitsBySize.map((c) => c.memMib)).toStrictEqual([2048, 4096, 8192, 16_384, 32_768])
+    }
   })
 })
