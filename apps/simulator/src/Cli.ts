@@ -14,6 +14,7 @@ import { defaultTriggerWindowMs, ReaperState } from "@engram/reaper"
 import { Data, Effect, Option } from "effect"
 import { CliOutput, Command, Flag } from "effect/cli"
 import * as Azure from "./Azure.js"
+import * as Bound from "./Bound.js"
 import * as Hosts from "./Hosts.js"
 import * as Parallel from "./Parallel.js"
 import * as Plot from "./Plot.js"
@@ -40,6 +41,8 @@ export interface Options {
   readonly threads: number
   /** Print the figures per time window too. */
   readonly windows: boolean
+  /** Compute the pooled-RAM LP bound on warm resumes and print warm ÷ bound. */
+  readonly lpBound: boolean
 }
 
 /** Bad command-line input: the option and the rule it broke. */
@@ -149,6 +152,7 @@ export const flags = {
   svg: optionalString("svg", 'write the plot (sim.svg; "" for none)'),
   json: boolean("json", "print the results as JSON instead of a table"),
   windows: boolean("windows", "print the figures per time window too"),
+  lpBound: boolean("lp-bound", "compute the pooled-RAM LP bound on warm resumes (HiGHS) and print warm ÷ bound per policy"),
   windowH: positive("window-h", fleet0.windowMs / 3_600_000, "length of a time window of the figures, h"),
   worst: atLeast0Int("worst", fleet0.worstSessions, "name this many of the longest-waiting sessions"),
   threads: Flag.Int("threads").pipe(
@@ -277,6 +281,7 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
       progress: !f.noProgress,
       threads: Option.getOrElse(f.threads, () => Parallel.defaultThreads(policies.length)),
       windows: f.windows,
+      lpBound: f.lpBound,
     }
   })
 
@@ -350,6 +355,12 @@ export const runComparison = (options: Options) =>
       process.stdout.write(Report.longestWaitsText(results))
       process.stdout.write(Report.waitsBySizeText(results))
       if (options.windows) process.stdout.write(Report.windowsText(results))
+      if (options.lpBound) {
+        const bound = yield* Effect.promise(() => Bound.pooledRam(workload, Simulation.shapesOf(options.fleet), options.fleet.limits))
+        process.stdout.write(
+          `\npooled-RAM LP bound: ${bound.warm} warm resumes (TTL bound ${bound.ttl}); warm ÷ LP bound: ${results.map((r) => `${r.policy} ${bound.warm > 0 ? (r.warmResumes / bound.warm).toFixed(2) : "-"}`).join(", ")}\n`,
+        )
+      }
     }
     if (options.svg !== null) {
       yield* writeText(options.svg, Plot.svg(results, `engram simulator: ${describeFleet(options.fleet)}, ${workload.scripts.length} sessions`))

@@ -4,6 +4,7 @@
  * simulated clock, under each park policy of `ParkPolicy`, and reports queue waits, warm and
  * cold resumes, descents and over-commits.
  */
+export * as Bound from "./Bound.js"
 export * as Cli from "./Cli.js"
 export * as Plot from "./Plot.js"
 export * as Report from "./Report.js"
