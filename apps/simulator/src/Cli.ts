@@ -121,6 +121,13 @@ export const flags = {
   restoreBaseMs: atLeast0("restore-base-ms", fleet0.restoreBaseMs, "fixed cost of a restore, ms"),
   warmResumeMs: atLeast0("warm-resume-ms", fleet0.warmResumeMs, "unpausing a park, ms"),
   startMs: atLeast0("start-ms", fleet0.startMs, "booting a new session, ms"),
+  hostTransferMibPerS: atLeast0(
+    "host-transfer-mib-per-s",
+    fleet0.hostTransferMibPerSec,
+    "each host's disk/network, shared by its descents and restores, MiB/s (each also at most its own rate); 0 = no shared limit",
+  ),
+  patienceMedianS: atLeast0("patience-median-s", fleet0.patienceMedianS, "a queued request gives up after a lognormal patience with this median, s (the session ends: lost demand); 0 = users wait for ever"),
+  patienceSigma: positive("patience-sigma", fleet0.patienceSigma, "shape of the lognormal patience"),
   drain: Flag.Literals("drain", ["release", "pass"]).pipe(
     Flag.withDefault("release" as const),
     Flag.withDescription("drain the queue whenever room appears (release, SPEC §2) or only at passes (release)"),
@@ -265,6 +272,9 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
         restoreBaseMs: f.restoreBaseMs,
         warmResumeMs: f.warmResumeMs,
         startMs: f.startMs,
+        hostTransferMibPerSec: f.hostTransferMibPerS,
+        patienceMedianS: f.patienceMedianS,
+        patienceSigma: f.patienceSigma,
         heartbeatIntervalMs: Math.round(f.heartbeatS * 1000),
         drainOnRelease: f.drain === "release",
         reactWindowMs: f.reactMs,
@@ -354,6 +364,7 @@ export const runComparison = (options: Options) =>
       process.stdout.write(Report.text(results))
       process.stdout.write(Report.longestWaitsText(results))
       process.stdout.write(Report.waitsBySizeText(results))
+      if (options.fleet.patienceMedianS > 0) process.stdout.write(`\ngave up waiting (lost demand): ${results.map((r) => `${r.policy} ${r.gaveUp}`).join(", ")}\n`)
       if (options.windows) process.stdout.write(Report.windowsText(results))
       if (options.lpBound) {
         const bound = yield* Effect.promise(() => Bound.pooledRam(workload, Simulation.shapesOf(options.fleet), options.fleet.limits))
