@@ -81,16 +81,23 @@ const isStarving = (w: Waiting, s: Starvation): boolean => w.queuedAt != null &&
 export const claims = <W extends Waiting>(index: Index, queue: Iterable<W>, starvation: Starvation, limits: Limits): Map<string, W> => {
   const out = new Map<string, W>()
   const removed: Candidate[] = []
+  // A budget no host is left for (too big for every host, or every such host claimed) is
+  // judged once: an unplaceable session queues for ever and starves with its like.
+  const hopeless = new Set<string>()
   for (const w of queue) {
     if (!isStarving(w, starvation) || out.size >= maxClaims) break
-    if (index.anyFits(w.budget)) continue
+    const key = `${w.budget.memMib}/${w.budget.vcpus}`
+    if (hopeless.has(key) || index.anyFits(w.budget)) continue
     let best: { c: Candidate; free: number } | undefined
     for (const c of index.values()) {
       if ((c.state ?? "ready") !== "ready" || !Placement.isMeasured(c) || !Placement.fitsOn(Placement.emptied(c), w.budget, { ...limits, requireMeasured: false })) continue
       const free = Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY
       if (best === undefined || free > best.free || (free === best.free && c.id < best.c.id)) best = { c, free }
     }
-    if (best === undefined) continue
+    if (best === undefined) {
+      hopeless.add(key)
+      continue
+    }
     out.set(best.c.id, w)
     // Later sessions are judged without the claimed host.
     removed.push(best.c)
