@@ -6,10 +6,12 @@
  * wait + 600 s, 0.9 × the better warm resumes of `demand` and `demand-fitting`, no broken
  * invariant, and with unplaceable sessions more warm resumes than the floor.
  *
- *   pnpm exec tsx --conditions=@engram/source examples/table.ts [--traces DIR] [--json FILE] [--only NAME,…] [--policies P,…]
+ *   pnpm exec tsx --conditions=@engram/source examples/table.ts [--traces DIR] [--json FILE] [--only NAME|…] [--policies P,…]
  *
  * `--traces DIR` adds the Azure-like traces `DIR/ta1.jsonl` and `DIR/ta2.jsonl` (see the README
- * for how to make them). Prints Markdown; `--json FILE` also writes every figure.
+ * for how to make them). Prints Markdown; `--json FILE` also writes every figure. `--baseline
+ * FILE` (an earlier `--json`) takes the rows of every policy not in `--policies` from it, so one
+ * changed policy is measured again against the same baselines.
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
@@ -83,9 +85,11 @@ if (traces !== undefined) {
     })
 }
 
-const only = arg("--only")?.split(",")
+const only = arg("--only")?.split("|")
 const policies = (arg("--policies")?.split(",") ?? ["demand", "demand-fitting", "floor30", "demand-reserve"]) as ParkPolicy.Name[]
 const threads = Math.min(2, availableParallelism())
+const baselineFile = arg("--baseline")
+const baseline = baselineFile === undefined ? undefined : (JSON.parse(readFileSync(baselineFile, "utf8")) as { workload: string; results: Omit<Result, "series">[] }[])
 
 const s = (ms: number): string => (ms / 1000).toFixed(ms >= 100_000 ? 0 : 1)
 const rows: string[] = [
@@ -99,8 +103,12 @@ for (const c of cases) {
   if (only !== undefined && !only.includes(c.name)) continue
   const workload = c.workload()
   const fleet: FleetConfig = { ...Simulation.defaultFleet, shapes: c.shapes, limits: { ...Simulation.defaultFleet.limits, ...c.limits } }
-  const wanted = [...new Set<ParkPolicy.Name>([...policies, "floor30", "demand", "demand-fitting"])]
-  const results = await Parallel.runPolicies(workload, wanted, fleet, threads)
+  const stored = baseline?.find((b) => b.workload === c.name)?.results ?? []
+  const wanted = [...new Set<ParkPolicy.Name>([...policies, "floor30", "demand", "demand-fitting"])].filter(
+    (p) => policies.includes(p) || !stored.some((r) => r.policy === p),
+  )
+  const fresh = await Parallel.runPolicies(workload, wanted, fleet, threads)
+  const results = [...fresh, ...stored.filter((r) => !wanted.includes(r.policy))] as Result[]
   const lp = await Bound.pooledRam(workload, fleet.shapes ?? [], fleet.limits)
   const by = new Map(results.map((r) => [r.policy, r]))
   const floor = by.get("floor30") as Result
@@ -117,7 +125,7 @@ for (const c of cases) {
       `| ${c.name} | ${p} | ${r.queued} | ${s(r.queueWait.p99)} | ${s(r.queueWait.max)} | ${r.unplaceable} | ${r.warmResumes} | ${best > 0 ? (r.warmResumes / best).toFixed(2) : "-"} | ${r.warmBoundTtl > 0 ? (r.warmResumes / r.warmBoundTtl).toFixed(2) : "-"} | ${lp.warm > 0 ? (r.warmResumes / lp.warm).toFixed(2) : "-"} | ${r.descents} | ${p === "floor30" ? "(baseline)" : misses.length === 0 ? "✓" : `✗ ${misses.join(", ")}`} |`,
     )
   }
-  all.push({ workload: c.name, lp, results: results.map(({ series: _series, ...r }) => r) })
+  all.push({ workload: c.name, lp, results: results.map((r) => Object.fromEntries(Object.entries(r).filter(([k]) => k !== "series")) as Omit<Result, "series">) })
   process.stderr.write(`${c.name}: done at ${((performance.now() - t0) / 1000).toFixed(0)} s\n`)
 }
 const load1 = loadavg()[0] as number

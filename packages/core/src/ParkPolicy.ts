@@ -395,11 +395,11 @@ export const sizeClass = (memMib: number): number => {
  * sessions is the recent demand (`reservedMibPerSec`) over the mean size of the sessions of this
  * fleet (those parked and queued now, but for queued ones too big for every host). The sessions
  * are grouped by size class (`sizeClass`; a class asks for the largest budget seen in it), and
- * the places go from the largest class down: the classes at least as big as a class get as many
- * places as a Poisson count of their arrivals reaches with probability `reserveQuantile`. So a
- * rare big size still gets a place when arrivals that big are likely enough (which a reserve
- * counted in MiB would miss), and splitting a size into many nearby sizes (size noise) changes
- * neither the classes nor the places.
+ * the places go from the largest class down: each class gets as many places as a Poisson count
+ * of its arrivals reaches with probability `reserveQuantile`, or more when the classes at least
+ * as big together reach more. So a rare big size still gets a place when arrivals that big are
+ * likely enough (which a reserve counted in MiB would miss), and splitting a size into many
+ * nearby sizes (size noise) changes neither the classes nor the places.
  */
 export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, options: Options = defaultOptions, maxCount = 256): Budget[] => {
   if (recent === undefined || !(recent.reservedMibPerSec > 0)) return []
@@ -433,9 +433,11 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     const g = classes[k]
     if (g === undefined) continue
     atLeast += g.count
-    const places = Math.min(maxCount, poissonQuantile((sessionsPerLead * atLeast) / total, options.reserveQuantile))
+    // Its own arrivals' quantile, or what the tail from the largest class down still lacks.
+    const own = poissonQuantile((sessionsPerLead * g.count) / total, options.reserveQuantile)
+    const tail = poissonQuantile((sessionsPerLead * atLeast) / total, options.reserveQuantile) - out.length
     const budget = { memMib: g.memMib, vcpus: g.vcpus }
-    while (out.length < places) out.push(budget)
+    for (let n = Math.max(own, tail); n > 0 && out.length < maxCount; n--) out.push(budget)
   }
   return out
 }
