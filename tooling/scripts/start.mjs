@@ -2,13 +2,18 @@
 // `pnpm start`: the coordinator and the demo fleet (two simulated hosts and their agents, and
 // the tour) as two child processes of this one, from source (tsx). The root script is
 // `exec node …`: without `exec`, the shell pnpm runs the script in dies of the Ctrl-C first
-// and pnpm reports the script as failed. Ctrl-C (SIGINT to the
-// whole terminal group) or a SIGTERM to this process stops both, waits for them, and exits 0:
-// no package-manager noise. If a child stops on its own (a port in use, a refused token), the
-// other is stopped and this exits with the child's code.
+// and pnpm reports the script as failed. Ctrl-C (SIGINT to the terminal's process group) or a
+// SIGTERM to this process stops the demo first — it ends the sessions on its hosts, which needs
+// the coordinator still serving — then the coordinator, waits for both, and exits 0: no
+// package-manager noise. The coordinator runs in a process group of its own so that Ctrl-C
+// reaches it only through this script, in that order; its IPC channel to this process closes
+// however this process ends, and then it stops (apps/coordinator/src/main.ts). If a child stops on its own (a port in
+// use, a refused token), the other is stopped and this exits with the child's code.
 //
 // The coordinator logs warnings and errors only, so the tour is readable; set
 // ENGRAM_LOG_LEVEL=info (or ENGRAM_TOUR_VERBOSE=1) to see every line.
+// First: on a Node.js older than engram supports, one line and exit 1 (not a silent wait).
+import "../../packages/process/check-node.js"
 import { spawn } from "node:child_process"
 import { createServer } from "node:net"
 import { dirname, join } from "node:path"
@@ -33,37 +38,50 @@ const port = env.ENGRAM_PORT === "0" ? String(await freePort()) : env.ENGRAM_POR
 const host = env.ENGRAM_HOST || "127.0.0.1"
 const url = `http://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host}:${port}`
 
-/** Runs an app's source with tsx (resolved from that app's dependencies). */
-const start = (name, app, file, extra) =>
+/** Runs a package's source with tsx (resolved from that package's dependencies). */
+const start = (name, dir, file, extra, options = {}) =>
   spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", file], {
-    cwd: join(root, "apps", app),
+    cwd: join(root, dir),
     env: { ...env, ...extra },
     stdio: "inherit",
+    ...options,
   }).on("error", (e) => {
     console.error(`${name}: ${e.message}`)
   })
 
-const children = [
-  start("coordinator", "coordinator", "src/main.ts", {
-    ENGRAM_PORT: port,
-    ENGRAM_LOG_LEVEL: env.ENGRAM_LOG_LEVEL || (verbose ? "info" : "warn"),
-  }),
-  start("demo", "host-agent", "src/demo.ts", { ENGRAM_COORDINATOR_URL: env.ENGRAM_COORDINATOR_URL || url, ENGRAM_PORT: port }),
-]
+const coordinator = start(
+  "coordinator",
+  "apps/coordinator",
+  "src/main.ts",
+  { ENGRAM_PORT: port, ENGRAM_LOG_LEVEL: env.ENGRAM_LOG_LEVEL || (verbose ? "info" : "warn") },
+  // An IPC channel too: the coordinator stops when this process goes away, even SIGKILLed.
+  { detached: true, stdio: ["inherit", "inherit", "inherit", "ipc"] },
+)
+const demo = start("demo", "tooling/demo", "src/demo.ts", { ENGRAM_COORDINATOR_URL: env.ENGRAM_COORDINATOR_URL || url, ENGRAM_PORT: port })
+const children = [coordinator, demo]
+
+const running = (c) => c.exitCode === null && c.signalCode === null
+const exited = (c) => (running(c) ? new Promise((resolve) => c.once("exit", resolve)) : Promise.resolve())
 
 let stopping = false
 let code = 0
-const stop = (signal) => {
+const stop = async () => {
   if (stopping) {
     // A second Ctrl-C: do not wait any longer.
-    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL")
+    for (const c of children) if (running(c)) c.kill("SIGKILL")
     return
   }
   stopping = true
-  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill(signal)
+  if (running(demo)) demo.kill("SIGTERM")
+  // The demo ends its sessions through the coordinator: give it that long, then stop the coordinator.
+  await Promise.race([exited(demo), new Promise((resolve) => setTimeout(resolve, 15_000).unref())])
+  if (running(coordinator)) coordinator.kill("SIGTERM")
 }
-process.on("SIGINT", () => stop("SIGTERM"))
-process.on("SIGTERM", () => stop("SIGTERM"))
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(signal, () => void stop())
+// However this process ends, the coordinator (in its own process group) does not outlive it.
+process.on("exit", () => {
+  if (running(coordinator)) coordinator.kill("SIGKILL")
+})
 
 await Promise.all(
   children.map(
@@ -73,7 +91,7 @@ await Promise.all(
           // A child that stops on its own before we asked: stop the rest and report its code.
           if (!stopping) {
             code = exitCode ?? (signal === null ? 1 : 128)
-            stop("SIGTERM")
+            void stop()
           } else if (exitCode !== null && exitCode !== 0 && code === 0) code = exitCode
           resolve()
         }),

@@ -2,7 +2,7 @@
 # The system packages the tests need, installed with apt-get when missing (a no-op once they are
 # there): QEMU and a static busybox for the real-guest tests (the guest's kernel comes from
 # `apt-get download linux-image-amd64`, so apt's package lists must be present), Chromium for the
-# dashboard's browser test (playwright-core never downloads a browser). `.ci/run` and the
+# dashboard's browser test (playwright-core never downloads a browser), wrk for `pnpm bench`'s edge. `.ci/run` and the
 # README's `pnpm test` both call it. Without root (and without sudo) it says what is missing and
 # goes on: the tests that need a missing package then fail with a message naming it.
 set -euo pipefail
@@ -15,6 +15,8 @@ need=()
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 [ -x /usr/bin/chromium ] || need+=(chromium)
+# wrk: the fleet bench's HTTP load (Node's fetch cannot drive the edge fast enough to measure it).
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
 lists=1
 command -v apt-cache >/dev/null 2>&1 && { apt-cache show linux-image-amd64 >/dev/null 2>&1 || lists=0; }
 [ ${#need[@]} -eq 0 ] && [ "$lists" -eq 1 ] && exit 0

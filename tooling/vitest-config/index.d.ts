@@ -6,7 +6,7 @@ export declare const base: {
     include: string[]
     testTimeout: number
     hookTimeout: number
-    reporters: (string | [string, Record<string, unknown>])[]
+    reporters: (string | [string, Record<string, unknown>] | import("vitest/node").Reporter)[]
   }
 }
 export default base

@@ -2,6 +2,7 @@
 // (the "@engram/source" export condition, so tests need no build), tests live in
 // test/**/*.test.ts, and each run writes .vitest/results.json for the root `pnpm test` summary.
 // A package's vitest.config.ts merges its own options over it (vitest's `mergeConfig`).
+import timings from "./timings.js"
 
 /** The shared vitest options. */
 export const base = {
@@ -13,7 +14,8 @@ export const base = {
     // server can take longer than vitest's 5 s default there. A package sets its own above this.
     testTimeout: 30_000,
     hookTimeout: 60_000,
-    reporters: ["default", ["json", { outputFile: ".vitest/results.json" }]],
+    // `timings` writes each test's duration beside its timeout (.vitest/timings.json).
+    reporters: ["default", ["json", { outputFile: ".vitest/results.json" }], timings({ defaultTimeoutMs: 30_000 })],
   },
 }
 

@@ -1,13 +1,14 @@
 /**
- * The `engram` command line: `status`, `hosts …`, `sessions …`, `why`, `reservations`,
- * `watch`, over `@engram/client`. Every command prints an aligned, human-readable answer
+ * The `engram` command line: `status`, `hosts …`, `sessions …`, `why`, `reservations …`,
+ * `watch`, over `@engram/client`; every group lists with `ls` and reads one with `show`.
+ * Every command prints an aligned, human-readable answer
  * (RAM in GiB, ages, reasons summed) or, with `--json`, the records as the API answered them.
  * `--url`/`--token` (or `ENGRAM_URL`/`ENGRAM_TOKEN`, or `.engram/admin-token`) choose the
  * coordinator. Errors are one line on stderr (`Errors.describe`: the field and the rule of a
  * 400, the estimate of a refused move) and exit 1; a usage error exits 2.
  */
 import { Errors, make as makeClient } from "@engram/client"
-import type { EngramClientShape, Records } from "@engram/client"
+import type { EngramClientShape, PlaceAnswer, Records } from "@engram/client"
 import { Data, Effect, Option } from "effect"
 import { Argument, CliOutput, Command, Flag } from "effect/cli"
 import { FetchHttpClient } from "effect/http"
@@ -46,7 +47,7 @@ const engram = Command.make("engram").pipe(
     token: Flag.String("token").pipe(Flag.optional, Flag.withDescription("the admin token (ENGRAM_TOKEN; default: .engram/admin-token found from here up)")),
     json: Flag.Boolean("json").pipe(Flag.withDefault(false), Flag.withDescription("print the API's records as JSON")),
   }),
-  Command.withDescription("engram: the fleet's hosts, sessions, queue and reservations, from the command line."),
+  Command.withDescription("engram: the fleet's hosts, sessions, queue and reservations, from the command line. engram coordinator and engram agent run the services (engram coordinator --help)."),
 )
 
 /** The shared flags, the target they resolve to, and a client on it. */
@@ -147,7 +148,7 @@ const sessionRows = (sessions: readonly Records.Session[], now: number) =>
   sessions.map((s) => [s.id, s.state, s.hostId ?? "-", Format.mib(s.budget.memMib), String(s.budget.vcpus), Format.age(since(s), now)])
 const sessionHeaders = ["SESSION", "STATE", "HOST", "MEM", "VCPUS", "FOR"]
 
-const sessionText = (s: Records.Session): string => {
+const sessionText = (s: Records.SessionDetail): string => {
   const now = Date.now()
   const lines: (readonly [string, string])[] = [
     ["session", s.id],
@@ -162,7 +163,7 @@ const sessionText = (s: Records.Session): string => {
   return Format.fields(lines)
 }
 
-const placeText = (a: Records.PlaceAnswer, verb: "created" | "resumed"): string => {
+const placeText = (a: PlaceAnswer, verb: "created" | "resumed"): string => {
   if (a.outcome === "queued") {
     const tooBig = a.tooBig === true ? " No host could take it even empty: add a bigger host." : ""
     return `${a.id} queued at position ${a.position}: ${Why.summarize(a.noFit)}.${tooBig} (engram why ${a.id})`
@@ -191,9 +192,32 @@ const hostAction = (name: "cordon" | "uncordon" | "drain", description: string, 
     }),
   ).pipe(Command.withDescription(description))
 
+/** What to do with a host's new token: its agent needs it, and it is shown this once. */
+const tokenHint = (id: string, what: string) => `(${what} of ${id}: start its agent with ENGRAM_HOST_ID=${id} and ENGRAM_HOST_TOKEN set to it; it is not shown again)`
+
 const hosts = Command.make("hosts").pipe(
-  Command.withDescription("the hosts: ls, show, cordon, uncordon, drain, rm, rotate-token"),
+  Command.withDescription("the hosts: ls, show, add, cordon, uncordon, drain, rm, rotate-token"),
   Command.withSubcommands([
+    Command.make(
+      "add",
+      {
+        id: id("the new host's id"),
+        label: Flag.KeyValuePair("label").pipe(Flag.optional, Flag.withDescription("a label, key=value (repeat the flag for more)")),
+      },
+      (a) =>
+        Effect.gen(function* () {
+          const { client, json, target } = yield* context
+          const labels = Option.getOrUndefined(a.label)
+          const created = yield* call(target, client.hosts.create(labels === undefined ? { id: a.id } : { id: a.id, labels })).pipe(
+            Effect.mapError((e) =>
+              e.error instanceof Errors.Conflict ? new CallFailed({ error: e.error, message: `host ${a.id} is already registered (engram hosts rotate-token ${a.id} gives its agent a new token)` }) : e,
+            ),
+          )
+          yield* json
+            ? printJson(created)
+            : print(`${created.token}\n${tokenHint(created.id, "the token")}; it takes sessions once its agent reports`)
+        }),
+    ).pipe(Command.withDescription("register a host: prints the token its agent uses")),
     Command.make("ls", {}, () =>
       Effect.gen(function* () {
         const { client, json, target } = yield* context
@@ -224,7 +248,7 @@ const hosts = Command.make("hosts").pipe(
         const t = yield* call(target, client.hosts.rotateToken(a.id))
         yield* json
           ? printJson({ id: a.id, token: t.token })
-          : print(`${t.token}\n(the new token of ${a.id}: start its agent with ENGRAM_HOST_TOKEN set to it; the old token no longer works)`)
+          : print(`${t.token}\n${tokenHint(a.id, "the new token")}; the old token no longer works`)
       }),
     ).pipe(Command.withDescription("give a host's agent a new token; the old one stops working")),
   ]),
@@ -289,10 +313,12 @@ const sessions = Command.make("sessions").pipe(
     Command.make("end", { id: id("the session") }, (a) =>
       Effect.gen(function* () {
         const { client, json, target } = yield* context
+        // Ending is idempotent; reading first lets the answer say whether this call ended it.
+        const before = yield* call(target, client.sessions.get(a.id))
         const s = yield* call(target, client.sessions.end(a.id))
-        yield* json ? printJson(s) : print(`${s.id} ended`)
+        yield* json ? printJson(s) : print(before.state === "ended" ? `${s.id} was already ended: nothing to do` : `${s.id} ended`)
       }),
-    ).pipe(Command.withDescription("end a session; its room is released")),
+    ).pipe(Command.withDescription("end a session; its room is released (an ended session stays ended)")),
     Command.make(
       "move",
       {
@@ -344,9 +370,10 @@ const sessions = Command.make("sessions").pipe(
         const page = yield* call(target, client.sessions.events(a.id, { limit: 500 }))
         if (json) return yield* printJson(page)
         const rows = page.items.map((e) => {
-          const { seq, at, kind, hostId, ...rest } = e
+          const { seq, at, kind, ...rest } = e
+          const hostId = "hostId" in e ? e.hostId : null
           const details = Object.entries(rest)
-            .filter(([k]) => k !== "sessionId")
+            .filter(([k]) => k !== "sessionId" && k !== "hostId")
             .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
             .join(" ")
           return [String(seq), new Date(at).toISOString(), kind, hostId ?? "-", details]
@@ -358,7 +385,7 @@ const sessions = Command.make("sessions").pipe(
 )
 
 /** Where a queued session stands: the coordinator's `queue`, or (older coordinators) the queue's order and a no-fit question. */
-const queueOf = (client: EngramClientShape, s: Records.Session) =>
+const queueOf = (client: EngramClientShape, s: Records.SessionDetail) =>
   Effect.gen(function* () {
     if (s.queue !== undefined && s.queue !== null) return s.queue
     const queued = yield* client.sessions.listAll({ state: "queued" })
@@ -398,24 +425,80 @@ const why = Command.make("why", { id: id("the session") }, (a) =>
   }),
 ).pipe(Command.withDescription("why a session waits: its queue position and each host's reason"))
 
-const reservations = Command.make("reservations", { host: hostFlag }, (a) =>
-  Effect.gen(function* () {
-    const { client, json, target } = yield* context
-    const all = yield* call(target, client.reservations.listAll({ hostId: Option.getOrUndefined(a.host) }))
-    if (json) return yield* printJson(all)
-    const now = Date.now()
-    const rows = all.map((r) => [
-      r.id,
-      r.hostId,
-      `${r.ownerKind}:${r.ownerId}`,
-      Format.mib(r.memMib),
-      String(r.vcpus),
-      `${Format.age(r.lastHeartbeatAt, now)} ago`,
-      r.expiresAt === null ? "-" : r.expiresAt > now ? `in ${Format.duration(r.expiresAt - now)}` : "expired",
-    ])
-    yield* print(rows.length === 0 ? "no reservations" : Format.table(["RESERVATION", "HOST", "OWNER", "MEM", "VCPUS", "HEARTBEAT", "EXPIRES"], rows))
-  }),
-).pipe(Command.withDescription("the reservation ledger"))
+const reservationRows = (all: readonly Records.Reservation[], now: number) =>
+  all.map((r) => [
+    r.id,
+    r.hostId,
+    `${r.ownerKind}:${r.ownerId}`,
+    Format.mib(r.memMib),
+    String(r.vcpus),
+    `${Format.age(r.lastHeartbeatAt, now)} ago`,
+    r.expiresAt === null ? "-" : r.expiresAt > now ? `in ${Format.duration(r.expiresAt - now)}` : "expired",
+  ])
+const reservationHeaders = ["RESERVATION", "HOST", "OWNER", "MEM", "VCPUS", "HEARTBEAT", "EXPIRES"]
+
+const reservations = Command.make("reservations").pipe(
+  Command.withDescription("the reservation ledger: ls, show, add, rm"),
+  Command.withSubcommands([
+    Command.make("ls", { host: hostFlag }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const all = yield* call(target, client.reservations.listAll({ hostId: Option.getOrUndefined(a.host) }))
+        if (json) return yield* printJson(all)
+        yield* print(all.length === 0 ? "no reservations" : Format.table(reservationHeaders, reservationRows(all, Date.now())))
+      }),
+    ).pipe(Command.withDescription("every reservation, or one host's")),
+    Command.make("show", { id: id("the reservation") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const r = yield* call(target, client.reservations.get(a.id))
+        yield* json ? printJson(r) : print(Format.table(reservationHeaders, reservationRows([r], Date.now())))
+      }),
+    ).pipe(Command.withDescription("one reservation")),
+    Command.make(
+      "add",
+      {
+        host: Flag.String("host").pipe(Flag.withDescription("the host to hold room on")),
+        mem: memFlag,
+        vcpus: vcpuFlag,
+        owner: Flag.String("owner").pipe(Flag.withDescription("who holds it (your job's name)")),
+        id: Flag.String("id").pipe(Flag.optional, Flag.withDescription("your id for it (default: generated)")),
+        expires: Flag.String("expires").pipe(
+          Flag.filterMap(
+            (t) => Option.fromNullishOr(Format.parseMs(t)),
+            () => "a duration above 0: 10m, 1h",
+          ),
+          Flag.optional,
+          Flag.withDescription("release it by itself after this long: 10m, 1h (default: held until rm)"),
+        ),
+      },
+      (a) =>
+        Effect.gen(function* () {
+          const { client, json, target } = yield* context
+          // Optional keys are left out, not sent as undefined (the payload schema has exact optional keys).
+          const input = {
+            hostId: a.host,
+            ownerKind: "external" as const,
+            ownerId: a.owner,
+            memMib: a.mem,
+            vcpus: a.vcpus,
+            ...Option.match(a.id, { onNone: () => ({}), onSome: (v) => ({ id: v }) }),
+            ...Option.match(a.expires, { onNone: () => ({}), onSome: (ms) => ({ expiresAt: Date.now() + ms }) }),
+          }
+          const r = yield* call(target, client.reservations.reserve(input))
+          const until = r.expiresAt === null ? "until released (engram reservations rm " + r.id + ")" : `for ${Format.duration(r.expiresAt - Date.now())}`
+          yield* json ? printJson(r) : print(`${r.id} holds ${Format.mib(r.memMib)} and ${Format.vcpus(r.vcpus)} on ${r.hostId} for ${r.ownerId}, ${until}`)
+        }),
+    ).pipe(Command.withDescription("hold room on a host for something outside engram (an external reservation)")),
+    Command.make("rm", { id: id("the reservation") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const r = yield* call(target, client.reservations.release(a.id))
+        yield* json ? printJson(r) : print(`${r.id} released: ${Format.mib(r.memMib)} free again on ${r.hostId}`)
+      }),
+    ).pipe(Command.withDescription("release an external or capture reservation")),
+  ]),
+)
 
 /** One frame of `watch`: the fleet line, the hosts, the queue. */
 const frame = (client: EngramClientShape) =>

@@ -1,10 +1,12 @@
 #!/usr/bin/env node
 /**
- * The `engram` command (`pnpm engram -- <args>` at the repository root, or the built
- * `dist/main.js`). Exit codes: 0 done, 1 the coordinator refused or could not be reached (one
+ * The `engram` command line (bin/engram.js loads this file's build, `dist/main.js`; so does
+ * `pnpm engram -- <args>` at the repository root). Exit codes: 0 done, 1 the coordinator refused or could not be reached (one
  * line on stderr), 2 a usage error (the line says which flag or argument). Ctrl-C ends
  * `watch` with 0.
  */
+// First: on a Node.js older than engram supports, one line and exit 1 before anything else runs.
+import "@engram/process/check-node"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as NodeServices from "@effect/platform-node/NodeServices"
 import { Cause, Effect, Exit } from "effect"

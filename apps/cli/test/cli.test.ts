@@ -86,6 +86,9 @@ describe("engram sessions and why", () => {
       await call(c.url, "POST", `/v1/hosts/${big}/uncordon`)
     }
     for (const id of [a, q]) expect((await engram(["sessions", "end", id], { env })).stdout).toBe(`${id} ended\n`)
+    // Ending again is no error: it says so, exit 0.
+    const again = await engram(["sessions", "end", a], { env })
+    expect([again.code, again.stdout, again.stderr]).toEqual([0, `${a} was already ended: nothing to do\n`, ""])
     expect((await engram(["why", a], { env })).stdout).toBe(`${a} is not waiting: it is ended\n`)
   })
 
@@ -117,14 +120,35 @@ describe("engram sessions and why", () => {
     await engram(["sessions", "end", s], { env })
   })
 
-  it("reservations lists the ledger", async () => {
+  it("reservations ls lists the ledger; add holds room for an outside job and rm gives it back", async () => {
     const id = uid("r")
-    const made = await call(c.url, "POST", "/v1/reservations", { id, hostId: big, ownerKind: "external", ownerId: "job-7", memMib: 2048, vcpus: 2 })
-    expect(made.status, JSON.stringify(made.body)).toBe(201)
-    const r = await engram(["reservations", "--host", big], { env })
+    const added = await engram(["reservations", "add", "--host", big, "--mem", "2GiB", "--vcpus", "2", "--owner", "job-7", "--id", id], { env })
+    expect(added.code, added.stderr).toBe(0)
+    expect(added.stdout).toBe(`${id} holds 2 GiB and 2 vCPUs on ${big} for job-7, until released (engram reservations rm ${id})\n`)
+    const r = await engram(["reservations", "ls", "--host", big], { env })
+    expect(r.code, r.stderr).toBe(0)
     expect(lines(r.stdout)[0]).toMatch(/^RESERVATION\s+HOST\s+OWNER\s+MEM\s+VCPUS\s+HEARTBEAT\s+EXPIRES$/)
     expect(r.stdout).toMatch(new RegExp(`^${id}\\s+${big}\\s+external:job-7\\s+2 GiB\\s+2\\s+(\\d+ ms|\\d+s|\\d+m \\d\\ds) ago\\s+-$`, "m"))
-    await call(c.url, "DELETE", `/v1/reservations/${id}`)
+    expect((await engram(["reservations", "show", id], { env })).stdout).toMatch(new RegExp(`^${id}\\s+${big}\\s+external:job-7`, "m"))
+    const expiring = await engram(["reservations", "add", "--host", big, "--mem", "512", "--vcpus", "1", "--owner", "ci", "--expires", "10m", "--json"], { env })
+    const held = JSON.parse(expiring.stdout) as { id: string; expiresAt: number }
+    expect(held.expiresAt - Date.now()).toBeGreaterThan(9 * 60_000)
+    expect((await engram(["reservations", "rm", id], { env })).stdout).toBe(`${id} released: 2 GiB free again on ${big}\n`)
+    await engram(["reservations", "rm", held.id], { env })
+    expect((await call(c.url, "GET", `/v1/reservations/${id}`)).status).toBe(404)
+  })
+
+  it("status names sessions too big for any host (unplaceable), the cue for a bigger host", async () => {
+    const huge = uid("huge")
+    await engram(["sessions", "create", "--mem", "64GiB", "--vcpus", "1", "--id", huge], { env })
+    try {
+      const r = await engram(["status"], { env })
+      expect(r.code, r.stderr).toBe(0)
+      expect(r.stdout).toMatch(/^unplaceable\s+1 too big for any host even empty \(largest 64 GiB, 1 vCPU\): add a bigger host$/m)
+      expect(JSON.parse((await engram(["status", "--json"], { env })).stdout)).toMatchObject({ unplaceable: { count: 1, largestMemMib: 65536, largestVcpus: 1 } })
+    } finally {
+      await engram(["sessions", "end", huge], { env })
+    }
   })
 
   it("watch prints a frame per refresh and stops after --count", async () => {
@@ -212,7 +236,20 @@ describe("the lifecycle commands", () => {
     await engram(["sessions", "end", s], { env })
   })
 
-  it("hosts rm refuses a host that holds reservations; rotate-token prints the new token", async () => {
+  it("hosts add registers a host and prints its agent's token once; rm refuses a host that holds reservations; rotate-token prints the new token", async () => {
+    const added = uid("added")
+    const r = await engram(["hosts", "add", added, "--label", "rack=r7", "--label", "zone=b"], { env })
+    expect(r.code, r.stderr).toBe(0)
+    const [token, hint] = lines(r.stdout)
+    expect(token).toMatch(/^\S{16,}$/)
+    expect(hint).toBe(`(the token of ${added}: start its agent with ENGRAM_HOST_ID=${added} and ENGRAM_HOST_TOKEN set to it; it is not shown again); it takes sessions once its agent reports`)
+    expect((await call(c.url, "GET", `/v1/hosts/${added}`)).body).toMatchObject({ id: added, labels: { rack: "r7", zone: "b" }, measured: false })
+    // The printed token is the host's own credential.
+    expect((await fetch(`${c.url}/v1/hosts/${added}/assignments?waitMs=0`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200)
+    const twice = await engram(["hosts", "add", added], { env })
+    expect([twice.code, twice.stderr]).toEqual([1, `engram: host ${added} is already registered (engram hosts rotate-token ${added} gives its agent a new token)\n`])
+    expect((await engram(["hosts", "rm", added], { env })).code).toBe(0)
+
     const h = uid("h")
     await addHost(c.url, h, 2048, 2)
     const s = uid("s")

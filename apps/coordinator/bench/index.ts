@@ -24,7 +24,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const SECONDS = Number(process.env["BENCH_SECONDS"] ?? 5)

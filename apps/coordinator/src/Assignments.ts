@@ -1,10 +1,13 @@
 /**
  * A host's assignments (its desired state: the sessions with work for its agent, its pending
  * moves, and the limits its move guard uses) and the agent's long-poll on them. The version is
- * a hash of what the agent acts on, so it changes exactly when the assignments do. A waiter is
- * woken by the notifier (on PostgreSQL, by a change made through any replica: LISTEN/NOTIFY);
- * on a shared store it also re-reads the store every `storePollMs`, the fallback for a
- * notification lost with the listening connection.
+ * a hash of what the agent acts on, so it changes exactly when the assignments do.
+ *
+ * A long-poll is woken by the change itself: every write that changes a host's assignments
+ * notifies the host's topic (through any replica: `Changes`), which wakes its waiter and drops
+ * the host's copy in memory (`TopicCache`). So a poll of an idle host reads the store neither
+ * while it waits nor when it answers at its deadline: it answers the copy, which no change has
+ * touched since it was read.
  */
 import type { Records } from "@engram/api"
 import { Store } from "@engram/store"
@@ -13,12 +16,16 @@ import { Clock, Context, Effect, Layer } from "effect"
 import { createHash } from "node:crypto"
 import { hostTopic, Notifier } from "./Notifier.js"
 import { Settings } from "./Settings.js"
+import * as TopicCache from "./TopicCache.js"
 
 /** The states in which a session has work for its host's agent. */
 const assignedStates: ReadonlySet<string> = new Set(["pending", "running", "parked", "descending", "moving"])
 
 /** The longest an assignments request may wait. */
 export const maxWaitMs = 30_000
+
+/** The most hosts whose assignments are kept in memory (the oldest go first beyond it). */
+export const maxCachedHosts = 100_000
 
 export interface AssignmentsShape {
   /** The host's assignments now (404 for an unknown host). */
@@ -31,14 +38,16 @@ export interface AssignmentsShape {
 }
 
 export class Assignments extends Context.Service<Assignments, AssignmentsShape>()("@engram/coordinator/Assignments") {
-  static readonly layer: Layer.Layer<Assignments, never, Store | Notifier | Settings> = Layer.effect(
+  static readonly layer = Layer.effect(
     Assignments,
     Effect.gen(function* () {
       const store = yield* Store
       const notifier = yield* Notifier
       const settings = yield* Settings
-      const current = (hostId: string) =>
+      const cache = yield* TopicCache.make<Records.Assignments, NotFound | Unavailable>({ maxEntries: maxCachedHosts })
+      const load = (hostId: string) =>
         Effect.gen(function* () {
+          yield* store.getHost(hostId)
           const sessions = (yield* store.listSessions({ hostId })).filter((s) => assignedStates.has(s.state))
           // Pending moves where the host is the source or the target, oldest first.
           const moves = yield* store.listMoves({ hostId, state: "pending" })
@@ -49,24 +58,27 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
           // The limits an agent's move guard uses come from here, so agents and coordinator agree.
           return { hostId, version, sessions, moves, limits: { commitAllowanceMs: settings.config.limits.commitAllowanceMs } }
         })
-      const read = (hostId: string) => store.getHost(hostId).pipe(Effect.andThen(current(hostId)))
+      const read = (hostId: string) => cache.get(hostTopic(hostId) as string, load(hostId))
       const poll: AssignmentsShape["poll"] = (hostId, { waitMs, since }) =>
-        Effect.gen(function* () {
-          let latest = yield* read(hostId)
-          const wait = Math.min(waitMs, maxWaitMs)
-          if (wait <= 0) return latest
-          const baseline = since ?? latest.version
-          const deadline = (yield* Clock.currentTimeMillis) + wait
-          while (latest.version === baseline) {
-            const remaining = deadline - (yield* Clock.currentTimeMillis)
-            if (remaining <= 0) break
-            // The fallback for a notification lost with a listening connection: re-read every storePollMs.
-            const slice = settings.sharedStore ? Math.min(remaining, settings.config.storePollMs) : remaining
-            yield* notifier.wait([hostTopic(hostId) as string], slice)
-            latest = yield* current(hostId)
-          }
-          return latest
-        })
+        Effect.scoped(
+          Effect.gen(function* () {
+            // Watching before the first read: a change made while it runs wakes the wait below.
+            const watch = yield* notifier.watch([hostTopic(hostId) as string])
+            let latest = yield* read(hostId)
+            const wait = Math.min(waitMs, maxWaitMs)
+            if (wait <= 0) return latest
+            const baseline = since ?? latest.version
+            const deadline = (yield* Clock.currentTimeMillis) + wait
+            while (latest.version === baseline) {
+              const remaining = deadline - (yield* Clock.currentTimeMillis)
+              if (remaining <= 0) break
+              // Nothing changed by the deadline: what was read last is still the latest.
+              if ((yield* watch.next(remaining)) === "timeout") break
+              latest = yield* read(hostId)
+            }
+            return latest
+          }),
+        )
       return Assignments.of({ read, poll })
     }),
   )

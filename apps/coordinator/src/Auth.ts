@@ -2,18 +2,20 @@
  * Credentials: the admin token, the hosts' own tokens and the metrics scrape token. Tokens are
  * 32 random bytes (base64url); only their SHA-256 is kept (the store holds the hosts'). A
  * presented token is hashed; the admin's and the scrape token's hashes are compared with
- * `timingSafeEqual`, and a host is found by `Store.hostByTokenHash` on every request (no cache,
- * so a host registered through any replica authenticates at once). Tokens never reach a log
- * line. This module implements the API's security middlewares (`BearerAuth`, `AdminOnly`,
- * `ScrapeAuth`) and the per-resource check `requireHostOrAdmin`.
+ * `timingSafeEqual`, and a host is found by `Store.hostByTokenHash`, kept in memory until a
+ * notice of its credential (`Credentials`). Tokens never reach a log line. This module
+ * implements the API's security middlewares (`BearerAuth`, `AdminOnly`, `ScrapeAuth`), the
+ * per-resource check `requireHostOrAdmin`, and the revocation of a credential's open requests.
  */
 import { AdminOnly, BearerAuth, CurrentPrincipal, Forbidden, ScrapeAuth, ServiceUnavailable, Unauthorized } from "@engram/api"
 import type { Principal } from "@engram/api"
-import { Store } from "@engram/store"
+import { Changes, Store } from "@engram/store"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
+import { credentialTopic } from "./Notifier.js"
+import { addTo, removeFrom } from "./SetsByKey.js"
 
 /** A new random token: 32 bytes, base64url. */
 export const newToken = (): string => randomBytes(32).toString("base64url")
@@ -64,38 +66,122 @@ export class AdminToken extends Context.Service<
 
 const unauthorized = (message: string) => new Unauthorized({ error: "Unauthorized", message })
 
-/** Admin token → `Admin`; a host's token → `Host(hostId)`; else null. */
-const principalOf = (token: string) =>
-  Effect.gen(function* () {
-    const admin = yield* AdminToken
-    const store = yield* Store
-    const hash = hashToken(token)
-    // The admin token is a secret we compare against: constant time.
-    if (sameHash(hash, admin.tokenHash)) return { _tag: "Admin" } as Principal
-    // A host is found by an indexed equality lookup on the SHA-256 of the presented token, which
-    // is not constant-time. That leaks nothing useful: its timing could at most reveal part of a
-    // stored *hash*, and a hash does not authenticate. Only the token does, and getting it back
-    // from its hash means a SHA-256 preimage of 32 random bytes.
-    const host = yield* store.hostByTokenHash(hash).pipe(
-      Effect.catchTag("Unavailable", (e) => Effect.fail(new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs }))),
-    )
-    return host === null ? null : ({ _tag: "Host", hostId: host.id } as Principal)
-  })
+/** A request's credential: who it is, and the SHA-256 of its token (never the token). */
+export interface Credential {
+  readonly tokenHash: string
+  readonly principal: Principal
+}
+
+/** The credential of the current request, provided by `BearerAuth` (read with `Effect.serviceOption`). */
+export class CurrentCredential extends Context.Service<CurrentCredential, Credential>()("@engram/coordinator/CurrentCredential") {}
+
+export interface CredentialsShape {
+  /** Who holds the token of this hash: the admin, a host, or nobody (null). */
+  readonly principalOf: (tokenHash: string) => Effect.Effect<Principal | null, ServiceUnavailable>
+  /** How many host credentials are kept in memory. */
+  readonly cached: () => number
+}
+
+/** The most host credentials kept in memory (the oldest go first beyond it). */
+export const maxCachedCredentials = 100_000
+
+/**
+ * The credentials of this coordinator. A host is found by its token's hash in the store
+ * (`Store.hostByTokenHash`) and kept in memory until a notice of its credential (a rotation, a
+ * removal: `credential:<hostId>`, through any replica) or a possible miss drops it, so an agent's
+ * requests cost no store read for their credential, and a host registered anywhere
+ * authenticates at once (nothing is kept for a token that finds no host). The copy is used only
+ * while the backend's notices are live; a lookup that a credential notice overtook is not kept.
+ */
+export class Credentials extends Context.Service<Credentials, CredentialsShape>()("@engram/coordinator/Credentials") {
+  static readonly layer: Layer.Layer<Credentials, never, AdminToken | Store | Changes> = Layer.effect(
+    Credentials,
+    Effect.gen(function* () {
+      const admin = yield* AdminToken
+      const store = yield* Store
+      const changes = yield* Changes
+      const hosts = new Map<string, string>()
+      const hashesOf = new Map<string, Set<string>>()
+      // Bumped by every credential notice: a lookup that began before one is not kept.
+      let epoch = 0
+      const forget = (hash: string) => {
+        const hostId = hosts.get(hash)
+        if (hostId === undefined) return
+        hosts.delete(hash)
+        removeFrom(hashesOf, hostId, hash)
+      }
+      yield* changes.subscribe({
+        changed: (topics) => {
+          for (const t of topics) {
+            if (!t.startsWith(credentialPrefix)) continue
+            epoch++
+            for (const hash of hashesOf.get(t.slice(credentialPrefix.length)) ?? []) forget(hash)
+          }
+        },
+        missed: () => {
+          epoch++
+          hosts.clear()
+          hashesOf.clear()
+        },
+      })
+      const keep = (hash: string, hostId: string) => {
+        if (hosts.size >= maxCachedCredentials) {
+          const oldest = hosts.keys().next()
+          if (oldest.done !== true) forget(oldest.value)
+        }
+        hosts.set(hash, hostId)
+        addTo(hashesOf, hostId, hash)
+      }
+
+      const principalOf: CredentialsShape["principalOf"] = (hash) =>
+        Effect.suspend(() => {
+          // The admin token is a secret we compare against: constant time.
+          if (sameHash(hash, admin.tokenHash)) return Effect.succeed<Principal | null>({ _tag: "Admin" })
+          const live = changes.live()
+          const known = live ? hosts.get(hash) : undefined
+          if (known !== undefined) return Effect.succeed<Principal | null>({ _tag: "Host", hostId: known })
+          const began = epoch
+          // A host is found by an indexed equality lookup on the SHA-256 of the presented token, which
+          // is not constant-time. That leaks nothing useful: its timing could at most reveal part of a
+          // stored *hash*, and a hash does not authenticate. Only the token does, and getting it back
+          // from its hash means a SHA-256 preimage of 32 random bytes.
+          return store.hostByTokenHash(hash).pipe(
+            Effect.map((host): Principal | null => {
+              if (host === null) return null
+              if (live && began === epoch && changes.live()) keep(hash, host.id)
+              return { _tag: "Host", hostId: host.id }
+            }),
+            Effect.catchTag("Unavailable", (e) => Effect.fail(new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs }))),
+          )
+        })
+
+      return Credentials.of({ principalOf, cached: () => hosts.size })
+    }),
+  )
+}
+
+const credentialPrefix = credentialTopic("")
+
+/** The bearer token of a request, hashed; the empty token when there is none. */
+const bearerHash = (credential: Redacted.Redacted<string>): string | null => {
+  const token = Redacted.value(credential)
+  return token === "" ? null : hashToken(token)
+}
 
 /** `BearerAuth`: the admin's or a host's token, else 401. */
-export const BearerAuthLive: Layer.Layer<BearerAuth, never, AdminToken | Store> = Layer.effect(
+export const BearerAuthLive: Layer.Layer<BearerAuth, never, Credentials> = Layer.effect(
   BearerAuth,
   Effect.gen(function* () {
-    const context = yield* Effect.context<AdminToken | Store>()
+    const credentials = yield* Credentials
     return BearerAuth.of({
       bearer: (httpEffect, { credential }) =>
         Effect.gen(function* () {
-          const token = Redacted.value(credential)
-          if (token === "") return yield* unauthorized("missing bearer token")
-          const principal = yield* principalOf(token)
+          const hash = bearerHash(credential)
+          if (hash === null) return yield* unauthorized("missing bearer token")
+          const principal = yield* credentials.principalOf(hash)
           if (principal === null) return yield* unauthorized("invalid bearer token")
-          return yield* Effect.provideService(httpEffect, CurrentPrincipal, principal)
-        }).pipe(Effect.provideContext(context)),
+          return yield* httpEffect.pipe(Effect.provideService(CurrentPrincipal, principal), Effect.provideService(CurrentCredential, { tokenHash: hash, principal }))
+        }),
     })
   }),
 )
@@ -113,20 +199,20 @@ export const AdminOnlyLive: Layer.Layer<AdminOnly> = Layer.succeed(
 )
 
 /** `ScrapeAuth`: the scrape token (constant-time), or any token `BearerAuth` takes. */
-export const ScrapeAuthLive: Layer.Layer<ScrapeAuth, never, AdminToken | Store> = Layer.effect(
+export const ScrapeAuthLive: Layer.Layer<ScrapeAuth, never, AdminToken | Credentials> = Layer.effect(
   ScrapeAuth,
   Effect.gen(function* () {
-    const context = yield* Effect.context<AdminToken | Store>()
+    const admin = yield* AdminToken
+    const credentials = yield* Credentials
     return ScrapeAuth.of({
       bearer: (httpEffect, { credential }) =>
         Effect.gen(function* () {
-          const token = Redacted.value(credential)
-          if (token === "") return yield* unauthorized("missing bearer token")
-          const scrape = (yield* AdminToken).metricsTokenHash
-          if (scrape !== null && sameHash(hashToken(token), scrape)) return yield* httpEffect
-          if ((yield* principalOf(token)) === null) return yield* unauthorized("invalid bearer token")
+          const hash = bearerHash(credential)
+          if (hash === null) return yield* unauthorized("missing bearer token")
+          if (admin.metricsTokenHash !== null && sameHash(hash, admin.metricsTokenHash)) return yield* httpEffect
+          if ((yield* credentials.principalOf(hash)) === null) return yield* unauthorized("invalid bearer token")
           return yield* httpEffect
-        }).pipe(Effect.provideContext(context)),
+        }),
     })
   }),
 )

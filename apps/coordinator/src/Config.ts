@@ -2,11 +2,11 @@
  * The coordinator's configuration, read through effect `Config` from the environment and,
  * optionally, a JSON file under it (`ENGRAM_CONFIG_FILE`, keys are the variable names; the
  * environment wins). Every bad value is reported at start, all at once, with its variable and
- * the rule it broke (`@engram/api`'s `Env` format); secrets are `Redacted` and never echoed;
+ * the rule it broke (`@engram/process`'s `Env` format); secrets are `Redacted` and never echoed;
  * the limits are checked by core `Limits.make`, so the words match the agent's and the
  * simulator's. An `ENGRAM_*` variable that no engram component reads is warned about by name.
  */
-import { Env } from "@engram/api"
+import { Env } from "@engram/process"
 import { Limits } from "@engram/core"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
@@ -30,8 +30,18 @@ export interface CoordinatorConfig {
   readonly limits: Limits.Limits
   /** How long `POST /v1/sessions/{id}/move` waits for the source agent before aborting the move. */
   readonly moveTimeoutMs: number
-  /** How often a long-poll re-reads the store when other replicas may change it (PostgreSQL). */
-  readonly storePollMs: number
+  /**
+   * On PostgreSQL, how often each replica checks its change listener (a statement on the
+   * listening connection) and which replicas listen: a replica gone without a clean leave may
+   * have died between a write and its notice, so every waiter re-reads once.
+   */
+  readonly changesCheckMs: number
+  /** The most long-polls (assignments, session waits) one host token may hold open at once. */
+  readonly maxWaitsPerHostToken: number
+  /** The most long-polls the admin token may hold open at once (every tool using it shares them). */
+  readonly maxWaitsPerAdminToken: number
+  /** The most long-polls this replica holds open at once. */
+  readonly maxWaits: number
   /**
    * On PostgreSQL, how old a fleet read a placement may reuse (ms; 0 = a fresh read each time).
    * Safe at any age: core decides on the read and the write applies only if the chosen host is
@@ -48,16 +58,21 @@ export interface CoordinatorConfig {
   readonly placementBatchSize: number
   /** Group placement: how long (µs of real time) a batch of creates gathers after its first create. */
   readonly placementBatchWindowUs: number
+  /** An OpenTelemetry collector's OTLP/HTTP base URL (`http://collector:4318`): traces go to `…/v1/traces`; null = no traces. */
+  readonly otlpUrl: string | null
+  /** Headers the collector needs (`key=value,key2=value2`, e.g. an API key); a secret. */
+  readonly otlpHeaders: Redacted.Redacted<string> | null
 }
 
 /** What a program may pass for a secret: the text, or it already redacted. */
 export type SecretInput = string | Redacted.Redacted<string> | null
 
 /** Settings a program passes (`startCoordinator({config})`): secrets as text or redacted. */
-export type CoordinatorConfigInput = Partial<Omit<CoordinatorConfig, "databaseUrl" | "adminToken" | "metricsToken">> & {
+export type CoordinatorConfigInput = Partial<Omit<CoordinatorConfig, "databaseUrl" | "adminToken" | "metricsToken" | "otlpHeaders">> & {
   readonly databaseUrl?: SecretInput
   readonly adminToken?: SecretInput
   readonly metricsToken?: SecretInput
+  readonly otlpHeaders?: SecretInput
 }
 
 /** One refused setting. */
@@ -84,7 +99,7 @@ export const limitVariables: { readonly [V: string]: keyof Limits.Limits } = {
 export const variables: readonly string[] = Env.coordinatorVariables
 
 /** Variables whose values are secrets (a database URL may hold a password): never echoed. */
-export const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN", "ENGRAM_METRICS_TOKEN", "ENGRAM_DATABASE_URL"])
+export const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN", "ENGRAM_METRICS_TOKEN", "ENGRAM_DATABASE_URL", "ENGRAM_OTLP_HEADERS"])
 
 /** The default bound on a store call: 15 s (well above a store call under load; a database that is away answers 503 past it). */
 export const defaultStoreTimeoutMs = 15_000
@@ -121,11 +136,19 @@ const settings = {
   metricsToken: secret("ENGRAM_METRICS_TOKEN", Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" }))),
   maxBodyBytes: int("ENGRAM_MAX_BODY_BYTES", defaultMaxBodyBytes, 1024, 1024 * 1024 * 1024),
   moveTimeoutMs: int("ENGRAM_MOVE_TIMEOUT_MS", 120_000, 1, 3_600_000),
-  storePollMs: int("ENGRAM_STORE_POLL_MS", 500, 10, 60_000),
+  changesCheckMs: int("ENGRAM_CHANGES_CHECK_MS", 2000, 100, 60_000),
+  maxWaitsPerHostToken: int("ENGRAM_MAX_WAITS_PER_HOST_TOKEN", 4, 1, 1000),
+  maxWaitsPerAdminToken: int("ENGRAM_MAX_WAITS_PER_ADMIN_TOKEN", 5000, 1, 1_000_000),
+  maxWaits: int("ENGRAM_MAX_WAITS", 20_000, 1, 1_000_000),
   placementReadMaxAgeMs: int("ENGRAM_PLACEMENT_READ_MAX_AGE_MS", 100, 0, 60_000),
   storeTimeoutMs: int("ENGRAM_STORE_TIMEOUT_MS", defaultStoreTimeoutMs, 100, 600_000),
   placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),
   placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
+  otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), "ENGRAM_OTLP_URL").pipe(
+    Config.map((u): string | null => u),
+    Config.withDefault(null),
+  ),
+  otlpHeaders: secret("ENGRAM_OTLP_HEADERS", Schema.String.check(Schema.isPattern(/^\s*[^=,\s]+\s*=[^,]*(,\s*[^=,\s]+\s*=[^,]*)*\s*$/, { message: "must be key=value pairs separated by commas" }))),
 }
 
 // The limits are read as text and judged by core `Limits.make`, whose words every component shares.
@@ -188,6 +211,7 @@ export const fromInput = (input: CoordinatorConfigInput = {}): CoordinatorConfig
     databaseUrl: redact(input.databaseUrl, d.databaseUrl),
     adminToken: redact(input.adminToken, d.adminToken),
     metricsToken: redact(input.metricsToken, d.metricsToken),
+    otlpHeaders: redact(input.otlpHeaders, d.otlpHeaders),
   }
 }
 

@@ -6,26 +6,31 @@
  */
 import { NodeHttpServer } from "@effect/platform-node"
 import { EngramApi } from "@engram/api"
-import { Store } from "@engram/store"
-import { StorePg } from "@engram/store-pg"
+import { Changes, Store } from "@engram/store"
+import { ChangesPg, StorePg } from "@engram/store-pg"
 import { Trigger } from "@engram/reaper"
 import { Log } from "@engram/process"
-import { Context, Effect, Exit, Layer, Option, Redacted, Scope } from "effect"
+import { ByteSize, Context, Effect, Exit, Layer, Option, Redacted, References, Scope } from "effect"
 import type { LogLevel } from "effect"
-import { HttpRouter, HttpServer } from "effect/http"
+import { HttpIncomingMessage, HttpRouter, HttpServer } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
 import { mkdirSync } from "node:fs"
 import { createServer } from "node:http"
+import type { Server } from "node:http"
+import { createRequire } from "node:module"
 import { join, resolve } from "node:path"
 import { Assignments } from "./Assignments.js"
-import { AdminOnlyLive, AdminToken, BearerAuthLive, hashToken, resolveAdminToken, ScrapeAuthLive } from "./Auth.js"
+import { AdminOnlyLive, AdminToken, BearerAuthLive, Credentials, hashToken, resolveAdminToken, ScrapeAuthLive } from "./Auth.js"
 import type { CoordinatorConfig, CoordinatorConfigInput } from "./Config.js"
 import * as Config from "./Config.js"
 import * as DataDirLock from "./DataDirLock.js"
+import { FleetHistory } from "./FleetHistory.js"
+import type { Options as FleetHistoryOptions } from "./FleetHistory.js"
 import { HandlersLive } from "./Handlers.js"
-import { edge } from "./HttpEdge.js"
+import { defectReporter, edge, onClientError, routeLabeler } from "./HttpEdge.js"
 import { InputErrorsLive } from "./HttpErrors.js"
 import { Leader } from "./Leader.js"
+import { LongPolls } from "./LongPolls.js"
 import { Metrics } from "./Metrics.js"
 import { MoveWaiter } from "./MoveWaiter.js"
 import { Notifier } from "./Notifier.js"
@@ -33,9 +38,11 @@ import { park, ReactAtOnce, reaperPass, ReaperLoop, ReconcileAtStart } from "./R
 import type { PassReport } from "./Reaper.js"
 import { Drainer } from "./Drainer.js"
 import { SessionWaiter } from "./SessionWaiter.js"
+import { StrictInputLive } from "./StrictInput.js"
 import { boundStore, StoreHealth } from "./StoreBound.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
+import * as Tracing from "./Tracing.js"
 import { UiLive } from "./Ui.js"
 
 /** How to run a coordinator. */
@@ -47,10 +54,19 @@ export interface CoordinatorOptions {
    * that fails). Such a store is treated as single-process: this replica always leads.
    */
   readonly store?: Layer.Layer<Store, unknown> | undefined
+  /**
+   * The change notices to use (default: `ChangesPg` on PostgreSQL, else `Changes.local`). A test
+   * that passes its own `store` on a shared PostgreSQL passes `ChangesPg.layer` here.
+   */
+  readonly changes?: Layer.Layer<Changes> | undefined
   /** Run the reaper loop (default true). Tests that drive `reaperPass` themselves turn it off. */
   readonly reaper?: boolean | undefined
   /** Minimum log level (default `ENGRAM_LOG_LEVEL`, else Info). */
   readonly logLevel?: LogLevel.LogLevel | undefined
+  /** How often the dashboard's charts sample the fleet, and how many samples they keep (default every 10 s, an hour). */
+  readonly uiHistory?: FleetHistoryOptions | undefined
+  /** With `otlpUrl` configured: how often spans are sent (default 1 s; they are sent at stop too). */
+  readonly otlpExportIntervalMs?: number | undefined
 }
 
 /** What a running coordinator tells its starter. */
@@ -77,8 +93,37 @@ export const loggerLayer = (level?: LogLevel.LogLevel) => {
   return Log.layer(level === undefined ? settings : { ...settings, level })
 }
 
+/**
+ * How long an idle kept-alive connection stays open: longer than the idle timeouts of the
+ * clients and proxies in front of a coordinator (nginx 75 s, AWS load balancers 60 s, Go's
+ * `http.Transport` 90 s; undici, Node's `fetch`, follows the server's `Keep-Alive: timeout`
+ * hint minus a second), so the client closes an idle connection first. With Node's 5 s a
+ * loaded client reused a socket the server was closing at that moment ("fetch failed: other
+ * side closed"). The socket itself lives `keepAliveTimeoutBufferMs` past the advertised
+ * timeout, a margin for a loaded machine's late timers; the headers of a request may take as
+ * long as an idle connection (Node requires `headersTimeout` above the keep-alive timeout).
+ */
+export const keepAliveTimeoutMs = 95_000
+const keepAliveTimeoutBufferMs = 5_000
+
+const keepingAlive = (server: Server): Server => {
+  server.keepAliveTimeout = keepAliveTimeoutMs
+  ;(server as Server & { keepAliveTimeoutBuffer?: number }).keepAliveTimeoutBuffer = keepAliveTimeoutBufferMs
+  server.headersTimeout = keepAliveTimeoutMs + keepAliveTimeoutBufferMs + 1000
+  return server
+}
+
+/** This coordinator's version (its package's), for the traces' resource. */
+const coordinatorVersion = (): string => {
+  try {
+    return String((createRequire(import.meta.url)("../package.json") as { version?: unknown }).version ?? "unknown")
+  } catch {
+    return "unknown"
+  }
+}
+
 /** The coordinator as a Layer: serves until the layer's scope closes. */
-export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Metrics | Notifier | Leader | Settings | Drainer, unknown> => {
+export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Changes | Metrics | Notifier | LongPolls | Credentials | Leader | Settings | Drainer, unknown> => {
   const config = Config.fromInput(options.config)
   const databaseUrl = config.databaseUrl === null ? null : Redacted.value(config.databaseUrl)
   const backend: Backend = options.store !== undefined ? "custom" : databaseUrl !== null ? "postgres" : "pglite"
@@ -108,15 +153,16 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).
   const storeLayer: Layer.Layer<Store | StoreHealth, unknown> = Layer.effectContext(
     Effect.gen(function* () {
-      const { store, health } = boundStore(yield* Store, config.storeTimeoutMs)
+      const { store, health } = boundStore(yield* Store, config.storeTimeoutMs, Tracing.childSpans(yield* Tracing.spans))
       return Context.add(Context.make(Store, store), StoreHealth, health)
     }),
   ).pipe(Layer.provide(openedStore))
   const leaderLayer = backend === "postgres" && databaseUrl !== null ? Leader.postgres(databaseUrl) : Leader.always
   // Replicas on one PostgreSQL wake each other's waiters through LISTEN/NOTIFY.
-  const notifierLayer = backend === "postgres" && databaseUrl !== null ? Notifier.postgres(databaseUrl) : Notifier.layer
+  const changesLayer: Layer.Layer<Changes> =
+    options.changes ?? (backend === "postgres" && databaseUrl !== null ? ChangesPg.layer({ url: databaseUrl, checkMs: config.changesCheckMs }) : Changes.local)
 
-  const settingsLayer = Layer.succeed(Settings, Settings.of({ config, backend, sharedStore: backend === "postgres" }))
+  const settingsLayer = Layer.succeed(Settings, Settings.of({ config, backend }))
   const adminLayer = Layer.effect(
     AdminToken,
     Effect.gen(function* () {
@@ -136,15 +182,24 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   // long-poll, and the gate's immediate reaction to a session queued without room (off with
   // the reaper loop: tests that drive passes by hand get a trigger that does nothing).
   const trigger = options.reaper === false ? Layer.succeed(Trigger, Trigger.of({ poke: Effect.void })) : ReactAtOnce
-  const shared = Layer.mergeAll(Assignments.layer, MoveWaiter.layer, SessionWaiter.layer, trigger).pipe(
-    Layer.provideMerge(Drainer.layer),
-    Layer.provideMerge(Layer.mergeAll(Metrics.layer, notifierLayer, settingsLayer, leaderLayer, adminLayer)),
+  const shared = Layer.mergeAll(
+    Assignments.layer,
+    MoveWaiter.layer,
+    SessionWaiter.layer,
+    LongPolls.layer,
+    trigger,
+    FleetHistory.layer(options.uiHistory),
+    Tracing.MoveSpans.layer,
+  ).pipe(
+    Layer.provideMerge(Layer.mergeAll(Drainer.layer, Credentials.layer)),
+    Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer, settingsLayer, leaderLayer, adminLayer)),
     Layer.provideMerge(storeLayer),
+    Layer.provideMerge(changesLayer),
   )
 
   const apiLayer = HttpApiBuilder.layer(EngramApi).pipe(
     Layer.provide(HandlersLive),
-    Layer.provide([BearerAuthLive, AdminOnlyLive, ScrapeAuthLive, InputErrorsLive]),
+    Layer.provide([BearerAuthLive, AdminOnlyLive, ScrapeAuthLive, InputErrorsLive, StrictInputLive]),
   )
   // The browsable reference (Scalar, served from this process: no CDN), and the dashboard at /ui.
   const docsLayer = HttpApiScalar.layer(EngramApi, { path: "/docs" })
@@ -157,10 +212,27 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
         disableLogger: true,
         disableListenLog: true,
         middleware: edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }),
-      })
+      }).pipe(
+        Layer.provideMerge(
+          NodeHttpServer.layer(
+            // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
+            () => keepingAlive(createServer()).on("clientError", onClientError(metrics)),
+            { port: config.port, host: config.host, gracefulShutdownTimeout: "10 seconds" },
+          ),
+        ),
+      )
     }),
   ).pipe(
-    Layer.provideMerge(NodeHttpServer.layer(createServer, { port: config.port, host: config.host, gracefulShutdownTimeout: "10 seconds" })),
+    // A request's defect reaches its 500's log line.
+    Layer.provide(defectReporter),
+    // Set once for every request rather than per request (the hot path): the body limit, and no
+    // spans unless they are exported (a span per request cost ~5 % of a request's CPU).
+    Layer.provide(
+      Layer.mergeAll(
+        Layer.succeed(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(config.maxBodyBytes)),
+        Layer.succeed(References.TracerEnabled, config.otlpUrl !== null),
+      ),
+    ),
     // The start-up reconcile (reclaim, then drain) finishes before the server is built, so the
     // first request already sees what expired while no coordinator ran.
     Layer.provide(ReconcileAtStart),
@@ -193,7 +265,13 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
     }),
   )
 
-  return Layer.mergeAll(info, reaper).pipe(Layer.provideMerge(server), Layer.provideMerge(shared))
+  // Traces over OTLP when a collector is configured; nothing otherwise (see Tracing.ts).
+  const tracing = Tracing.layer(
+    config.otlpUrl === null ? null : { url: config.otlpUrl, headers: config.otlpHeaders, exportIntervalMs: options.otlpExportIntervalMs },
+    routeLabeler(),
+    coordinatorVersion(),
+  )
+  return Layer.mergeAll(info, reaper).pipe(Layer.provideMerge(server), Layer.provideMerge(shared), Layer.provide(tracing))
 }
 
 /** A coordinator running in this process. */
@@ -201,7 +279,7 @@ export interface RunningCoordinator extends CoordinatorInfoShape {
   /** Runs one reaper pass now against this coordinator's store (tests; no leadership check). */
   readonly reaperPass: () => Promise<PassReport>
   /** Runs an effect against this coordinator's services (tests). */
-  readonly run: <A, E>(effect: Effect.Effect<A, E, Store | Metrics | Notifier>) => Promise<A>
+  readonly run: <A, E>(effect: Effect.Effect<A, E, Store | Changes | Metrics | Notifier | LongPolls | Credentials>) => Promise<A>
   /** Stops serving (in-flight requests finish), releases the leader lock, closes the store. */
   readonly stop: () => Promise<void>
 }
@@ -215,7 +293,7 @@ export const startCoordinator = async (options: CoordinatorOptions = {}): Promis
     throw e
   })
   const info = Context.get(context, CoordinatorInfo)
-  const provide = <A, E>(effect: Effect.Effect<A, E, Store | Metrics | Notifier>) =>
+  const provide = <A, E>(effect: Effect.Effect<A, E, Store | Changes | Metrics | Notifier | LongPolls | Credentials>) =>
     effect.pipe(Effect.provideContext(context), Effect.provide(loggerLayer(options.logLevel)))
   let stopping: Promise<void> | undefined
   return {

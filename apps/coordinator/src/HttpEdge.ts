@@ -1,14 +1,24 @@
 /**
  * What every request meets before and after the API: the request body limit (a declared
  * length over it is refused at once; a streamed body is cut off while it streams, so an
- * oversized body never reaches memory), `503` while the coordinator shuts down, a JSON body on
- * every error answer (the router's 404, 413, 415, a 503 of an interrupted request, a 500), and
- * the request metrics (count and duration by method, route template and status).
+ * oversized body never reaches memory), `503` while the coordinator shuts down, a URL whose
+ * percent-escapes are not UTF-8 refused (`400` naming the path parameter or query key), a JSON
+ * body on every error answer (the router's 404, 413, 415, a 503 of an interrupted request, a
+ * 500), a request id on every 5xx (an `x-request-id` header and `requestId` in the body, logged
+ * with the answer and, for a defect, its cause), and the request metrics (count and duration by
+ * method, route template and status). `onClientError` answers what Node's HTTP parser refuses
+ * before any of this runs (an oversized URL or header: a JSON 431).
  */
 import { EngramApi, Errors } from "@engram/api"
-import { ByteSize, Effect } from "effect"
-import { FindMyWay, HttpEffect, HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { Dashboard } from "@engram/dashboard"
+import { Cause, Context, Effect, ErrorReporter } from "effect"
+import type { Layer } from "effect"
+import { FindMyWay, HttpEffect, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApi } from "effect/http-api"
+import { randomUUID } from "node:crypto"
+import { maxHeaderSize } from "node:http"
+import type { Socket } from "node:net"
+import { keyName } from "./HttpErrors.js"
 import type { MetricsShape } from "./Metrics.js"
 
 /** What the edge needs to know. */
@@ -27,7 +37,7 @@ export const routeLabeler = (): ((method: string, url: string) => string) => {
     onEndpoint: ({ endpoint }) => router.on(endpoint.method, endpoint.path as FindMyWay.PathInput, endpoint.path),
   })
   router.on("GET", "/docs", "/docs")
-  for (const path of ["/", "/ui", "/ui/app.js", "/ui/style.css", "/ui/changes"] as const) router.on("GET", path, path)
+  for (const path of ["/", "/ui", "/ui/changes", "/ui/history", ...Dashboard.assetPaths()]) router.on("GET", path as FindMyWay.PathInput, path)
   return (method, url) => router.find(method, url.split("?")[0] ?? url)?.handler ?? "unmatched"
 }
 
@@ -67,27 +77,198 @@ const asJson = (r: HttpServerResponse.HttpServerResponse, request: HttpServerReq
   }
 }
 
+// ---- percent-encoding ------------------------------------------------------------------------
+
+const decodes = (s: string): boolean => {
+  try {
+    decodeURIComponent(s)
+    return true
+  } catch {
+    return false
+  }
+}
+
+const badUrlRule = "must be percent-encoded UTF-8"
+
 /**
- * The server middleware (`HttpRouter.serve({middleware})`): shutdown 503s and a declared body
- * over the limit are answered here; every other request runs with the body limit in force and a
- * pre-response hook that gives its error answer a JSON body and counts it. (The hook sees every
- * answer the server sends, the router's 404 and an interrupted request's 503 included.)
+ * The part of a URL whose percent-escapes are malformed or not UTF-8 (which a decoder would
+ * read as U+FFFD): `{field, in}` naming the route's parameter or the query key, or null.
+ */
+export const badPercentEncoding = (
+  method: string,
+  url: string,
+  routeOf: (method: string, url: string) => string,
+): { readonly field: string; readonly in: "path" | "query" } | null => {
+  const q = url.indexOf("?")
+  const path = q < 0 ? url : url.slice(0, q)
+  if (path.includes("%")) {
+    const segments = path.split("/")
+    const i = segments.findIndex((s) => !decodes(s))
+    if (i >= 0) {
+      // Which parameter it is: the route the path takes with that segment readable.
+      const template = routeOf(method, segments.map((s, j) => (j === i ? "x" : s)).join("/")).split("/")
+      const name = template[i]
+      return { field: name !== undefined && name.startsWith(":") ? name.slice(1) : "path", in: "path" }
+    }
+  }
+  if (q >= 0 && url.includes("%", q)) {
+    for (const pair of url.slice(q + 1).split("&")) {
+      const eq = pair.indexOf("=")
+      const key = eq < 0 ? pair : pair.slice(0, eq)
+      if (!decodes(key)) return { field: "query", in: "query" }
+      if (eq >= 0 && !decodes(pair.slice(eq + 1))) return { field: keyName(decodeURIComponent(key.replaceAll("+", " "))), in: "query" }
+    }
+  }
+  return null
+}
+
+// ---- request ids on 5xx -----------------------------------------------------------------------
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+
+/** The id of a request: a proxy's `x-request-id` when it is a plain token, else a new one. */
+const requestIdOf = (request: HttpServerRequest.HttpServerRequest): string => {
+  const given = request.headers["x-request-id"]
+  return given !== undefined && REQUEST_ID.test(given) ? given : randomUUID()
+}
+
+/** The JSON object an answer carries, or null (another body). */
+const jsonBody = (r: HttpServerResponse.HttpServerResponse): Record<string, unknown> | null => {
+  if (r.body._tag !== "Uint8Array") return null
+  try {
+    const parsed: unknown = JSON.parse(Buffer.from(r.body.body).toString("utf8"))
+    return typeof parsed === "object" && parsed !== null && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : null
+  } catch {
+    return null
+  }
+}
+
+/** A 5xx answer with its request id in an `x-request-id` header and, when it is a JSON object, in its body. */
+const withRequestId = (r: HttpServerResponse.HttpServerResponse, body: Record<string, unknown> | null, requestId: string): HttpServerResponse.HttpServerResponse =>
+  body === null ? HttpServerResponse.setHeader(r, "x-request-id", requestId) : json(r.status, { ...body, requestId }, { ...r.headers, "x-request-id": requestId })
+
+/**
+ * The defect a request died of, by request: the server reports a failure before it turns it
+ * into the 500 the edge's pre-response hook sees, so the hook can log its cause.
+ */
+const defects = new WeakMap<HttpServerRequest.HttpServerRequest, Cause.Cause<unknown>>()
+
+/**
+ * The error reporter that keeps a request's defect for its 5xx log line (provided to the
+ * server). Typed failures (the API's 4xx and 503 answers) are reported too; they are skipped
+ * at the cost of one look at the cause, as their answer's body already says what they were.
+ */
+export const defectReporter: Layer.Layer<never> = ErrorReporter.layer(
+  [
+    {
+      [ErrorReporter.TypeId]: ErrorReporter.TypeId,
+      report: ({ cause, fiber }) => {
+        if (!cause.reasons.some((r) => r._tag === "Die")) return
+        const request = Context.getOrUndefined(fiber.context, HttpServerRequest.HttpServerRequest)
+        if (request !== undefined) defects.set(request, cause)
+      },
+    },
+  ],
+  { mergeWithExisting: true },
+)
+
+/** Logs a 5xx with its request id: a 503 (the store away, a move's outcome, shutdown) as a warning, else as an error with its cause. */
+const log5xx = (
+  status: number,
+  body: Record<string, unknown> | null,
+  request: HttpServerRequest.HttpServerRequest,
+  route: string,
+  requestId: string,
+  cause: Cause.Cause<unknown> | undefined,
+) => {
+  const fields = {
+    requestId,
+    status,
+    method: request.method,
+    route,
+    error: typeof body?.["error"] === "string" ? body["error"] : null,
+    message: typeof body?.["message"] === "string" ? body["message"] : null,
+    ...(cause === undefined || status === 503 ? {} : { cause: Cause.pretty(cause) }),
+  }
+  return status === 503 ? Effect.logWarning(`answered ${status}`, fields) : Effect.logError(`answered ${status}`, fields)
+}
+
+/**
+ * The server middleware (`HttpRouter.serve({middleware})`): shutdown 503s, a declared body over
+ * the limit and a URL that is not percent-encoded UTF-8 are answered here; every other request
+ * runs with the body limit in force and a pre-response hook that gives its error answer a JSON
+ * body, a 5xx its request id and a log line, and counts it. (The hook sees every answer the
+ * server sends, the router's 404 and an interrupted request's 503 included.)
  */
 export const edge = (options: EdgeOptions) => {
   const routeOf = routeLabeler()
-  const limit = ByteSize.bytes(options.maxBodyBytes)
+  // Every request passes here: no generator, one closure, the pre-response hook set directly.
   return <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>): Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | HttpServerRequest.HttpServerRequest> =>
-    Effect.gen(function* () {
-      const request = yield* HttpServerRequest.HttpServerRequest
+    Effect.withFiber((fiber) => {
+      const request = Context.getUnsafe(fiber.context, HttpServerRequest.HttpServerRequest)
       const startedAt = performance.now()
-      const answered = (response: HttpServerResponse.HttpServerResponse) => {
-        options.metrics.observeRequest(request.method, routeOf(request.method, request.url), response.status, (performance.now() - startedAt) / 1000)
-        return response
+      // Called when the answer is ready: counts it, and gives a 5xx its request id and log line.
+      const answered = (response: HttpServerResponse.HttpServerResponse): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
+        const route = routeOf(request.method, request.url)
+        options.metrics.observeRequest(request.method, route, response.status, (performance.now() - startedAt) / 1000)
+        if (response.status < 500) return Effect.succeed(response)
+        const requestId = requestIdOf(request)
+        const body = jsonBody(response)
+        return Effect.as(log5xx(response.status, body, request, route, requestId, defects.get(request)), withRequestId(response, body, requestId))
       }
       if (options.closing()) return answered(unavailable("the coordinator is shutting down; retry"))
-      const declared = Number(request.headers["content-length"] ?? "0")
-      if (Number.isFinite(declared) && declared > options.maxBodyBytes) return answered(tooLarge(options.maxBodyBytes))
-      yield* HttpEffect.appendPreResponseHandler((req, response) => Effect.sync(() => answered(asJson(response, req, options.maxBodyBytes))))
-      return yield* app.pipe(Effect.provideService(HttpIncomingMessage.MaxBodySize, limit))
+      const length = request.headers["content-length"]
+      if (length !== undefined) {
+        const declared = Number(length)
+        if (Number.isFinite(declared) && declared > options.maxBodyBytes) return answered(tooLarge(options.maxBodyBytes))
+      }
+      if (request.url.includes("%")) {
+        const bad = badPercentEncoding(request.method, request.url, routeOf)
+        if (bad !== null) return answered(json(400, { error: "InvalidInput", field: bad.field, rule: badUrlRule, in: bad.in }))
+      }
+      HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (req, response) => answered(asJson(response, req, options.maxBodyBytes)))
+      // The body limit itself (`HttpIncomingMessage.MaxBodySize`) is set once on the server.
+      return app
     })
+}
+
+/** What Node's parser refused, as the status and JSON body a client gets. */
+const clientErrorAnswer = (code: string | undefined): { readonly status: number; readonly reason: string; readonly body: Record<string, unknown> } => {
+  switch (code) {
+    case "HPE_HEADER_OVERFLOW":
+      return {
+        status: 431,
+        reason: "Request Header Fields Too Large",
+        body: { error: "HeadersTooLarge", message: `the request line and headers are larger than ${maxHeaderSize} bytes`, limitBytes: maxHeaderSize },
+      }
+    case "HPE_CHUNK_EXTENSIONS_OVERFLOW":
+      return { status: 413, reason: "Payload Too Large", body: { error: "PayloadTooLarge", message: "the chunk extensions of the request body are too large" } }
+    case "ERR_HTTP_REQUEST_TIMEOUT":
+      return { status: 408, reason: "Request Timeout", body: { error: "RequestTimeout", message: "the request did not arrive in time" } }
+    default:
+      return {
+        status: 400,
+        reason: "Bad Request",
+        body: { error: "InvalidInput", field: "request", rule: "must be a valid HTTP/1.1 request (a URL of ASCII characters: percent-encode the rest)", in: "headers" },
+      }
+  }
+}
+
+/**
+ * The `clientError` listener of the HTTP server: what Node's parser refuses (an oversized URL
+ * or header, a malformed request line) is answered with a JSON body, as every other error
+ * answer is, then the connection is closed (Node's own answer would be a bare status line).
+ */
+export const onClientError = (metrics: MetricsShape) => (error: Error & { readonly code?: string }, socket: Socket): void => {
+  const response = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage
+  if (error.code === "ECONNRESET" || !socket.writable || response?.headersSent === true) {
+    socket.destroy()
+    return
+  }
+  const answer = clientErrorAnswer(error.code)
+  const body = JSON.stringify(answer.body)
+  metrics.observeRequest("unknown", "unmatched", answer.status, 0)
+  socket.end(
+    `HTTP/1.1 ${answer.status} ${answer.reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+  )
 }

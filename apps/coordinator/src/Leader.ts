@@ -7,7 +7,7 @@
  * (PGlite, or a store in this process) has one process: it always leads.
  */
 import { Context, Duration, Effect, Layer } from "effect"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 
 /** The advisory lock key: "engram" in ASCII. */
 export const lockKey = 0x656e6772616d

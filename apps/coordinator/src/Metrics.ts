@@ -39,6 +39,9 @@ export const storeGauges = [
   "engram_descents_running",
   "engram_hosts",
   "engram_free_mib",
+  "engram_capacity_mib",
+  "engram_free_vcpus",
+  "engram_unplaceable",
   "engram_reserve_failures",
   "engram_ledger_active_entries",
 ] as const
@@ -59,6 +62,9 @@ const storeHelp: { readonly [G in StoreGauge]: string } = {
   engram_descents_running: "Descents running now.",
   engram_hosts: "Registered hosts.",
   engram_free_mib: "Free RAM over measured ready hosts.",
+  engram_capacity_mib: "RAM capacity over measured ready hosts (after the system reserve and the overcommit ratio).",
+  engram_free_vcpus: "Free vCPUs over ready hosts that reported cores.",
+  engram_unplaceable: "Queued sessions too big for every ready measured host even empty: the cue for a bigger host.",
   engram_reserve_failures: "Ledger reserve refusals (cumulative, from the store).",
   engram_ledger_active_entries: "Reservations held now.",
 }
@@ -183,25 +189,25 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         get: () => valueOf(name, {}),
       })
       const passHistogram = Metric.histogram("engram_reaper_pass_duration_seconds", { description: "Reaper pass wall time.", boundaries: passBuckets })
-      const requests = counter<{ readonly method: string; readonly route: string; readonly status: string }>(
-        "engram_http_requests_total",
-        "HTTP requests answered, by method, route template and status.",
-      )
-      const requestHistograms = new Map<string, Metric.Metric<number, unknown>>()
-
+      // Every request is observed: its series are found by two map lookups (method and route, then
+      // status), not by spelling their labels into a key.
+      const requestSeries = new Map<string, { readonly duration: Metric.Metric<number, unknown>; readonly byStatus: Map<number, Metric.Metric<number, unknown>> }>()
       const observeRequest: MetricsShape["observeRequest"] = (method, route, status, seconds) => {
-        requests.inc({ method, route, status: String(status) })
-        const key = keyOf("", { method, route })
-        let h = requestHistograms.get(key)
-        if (h === undefined) {
-          h = Metric.histogram("engram_http_request_duration_seconds", {
+        const key = `${method} ${route}`
+        let s = requestSeries.get(key)
+        if (s === undefined) {
+          const duration = Metric.histogram("engram_http_request_duration_seconds", {
             description: "HTTP request duration by method and route template, seconds (long-polls included).",
             attributes: sorted({ method, route }),
             boundaries: requestBuckets,
           })
-          requestHistograms.set(key, h)
+          requestSeries.set(key, (s = { duration, byStatus: new Map() }))
         }
-        h.updateUnsafe(seconds, context)
+        let count = s.byStatus.get(status)
+        if (count === undefined)
+          s.byStatus.set(status, (count = counterSeries("engram_http_requests_total", "HTTP requests answered, by method, route template and status.", { method, route, status: String(status) })))
+        count.updateUnsafe(1, context)
+        s.duration.updateUnsafe(seconds, context)
       }
       const up = gauge("engram_store_up", "1 when the last store read for this scrape succeeded.")
       const scrape: MetricsShape["scrape"] = (store) =>

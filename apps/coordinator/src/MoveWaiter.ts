@@ -1,7 +1,8 @@
 /**
  * The wait of `POST /v1/sessions/{id}/move`: level-triggered, the source agent sees the pending
  * move in its assignments, runs the rounds and commits or aborts it; this waits for that outcome
- * (woken by the notifier, re-reading a shared store every `storePollMs`) up to `moveTimeoutMs`.
+ * up to `moveTimeoutMs`, woken by the change itself (every write of a move notifies its topic,
+ * through any replica), reading the move only when it begins and after each wake-up.
  * On a timeout it aborts the move only while the source has not recorded its final round (SPEC
  * §5: no second check once the final round is sent); the store decides that atomically. The
  * outcome is a figure-carrying verdict; the handler turns it into the HTTP answer.
@@ -11,7 +12,7 @@ import { Store } from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
 import { Metrics } from "./Metrics.js"
 import type { MoveEnd } from "./Metrics.js"
-import { hostTopic, moveTopic, Notifier } from "./Notifier.js"
+import { hostTopic, moveTopic, Notifier, sessionTopic } from "./Notifier.js"
 import { Drainer } from "./Drainer.js"
 import { Settings } from "./Settings.js"
 
@@ -68,12 +69,14 @@ export class MoveWaiter extends Context.Service<MoveWaiter, MoveWaiterShape>()("
       const settle = (begun: Move) =>
         Effect.gen(function* () {
           const deadline = (yield* Clock.currentTimeMillis) + timeoutMs
+          // Watching before the read: a change made while it runs wakes the wait below.
+          const watch = yield* notifier.watch([moveTopic(begun.id)])
           for (;;) {
             const m = yield* store.getMove(begun.id)
             if (m.state !== "pending") return verdict(m, timeoutMs)
             const remaining = deadline - (yield* Clock.currentTimeMillis)
             if (remaining <= 0) break
-            yield* notifier.wait([moveTopic(begun.id)], Math.min(remaining, settings.sharedStore ? settings.config.storePollMs : 1000))
+            if ((yield* watch.next(remaining)) === "timeout") break
           }
           // Timed out. The store aborts only before a final round is recorded (`onlyBeforeFinalRound`),
           // so a final round recorded through any replica wins over this abort or loses to it, never
@@ -83,7 +86,7 @@ export class MoveWaiter extends Context.Service<MoveWaiter, MoveWaiterShape>()("
             .abortMove(begun.id, timeoutReason, { onlyBeforeFinalRound: true })
             .pipe(Effect.catchTag(["Conflict", "InvalidInput"], () => store.getMove(begun.id)))
           if (decided.state === "aborted" && decided.abortReason === timeoutReason) {
-            yield* drainer.roomAppeared(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId))
+            yield* drainer.roomAppeared(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), moveTopic(begun.id), sessionTopic(begun.sessionId))
           }
           const outcome = verdict(decided, timeoutMs)
           if (outcome._tag === "CommitPending") {
@@ -98,7 +101,7 @@ export class MoveWaiter extends Context.Service<MoveWaiter, MoveWaiterShape>()("
         })
 
       return MoveWaiter.of({
-        outcome: (begun) => settle(begun).pipe(Effect.tap((o) => Effect.sync(() => metrics.moves.inc({ outcome: counted[o._tag] })))),
+        outcome: (begun) => Effect.scoped(settle(begun)).pipe(Effect.tap((o) => Effect.sync(() => metrics.moves.inc({ outcome: counted[o._tag] })))),
       })
     }),
   )

@@ -1,209 +1,165 @@
 /**
- * Wake-ups for waiters: a long-polling agent waits on `host:<id>`, a move request on
- * `move:<id>`, a wait for a session's state on `session:<id>`. Handlers and the reaper notify
- * after they change something. On PostgreSQL (`Notifier.postgres`) a notify also reaches the
- * other replicas: its topics go out through `pg_notify` (coalesced: one statement at a time
- * carries every topic notified meanwhile) and each replica `LISTEN`s on a dedicated
- * connection, so a change made through one replica wakes the waiters of every replica at
- * once. Re-reading the store every `storePollMs` remains only the fallback: for a notification
- * lost with the listening connection (logged when it is lost and when it is back; every
- * waiter is woken once it is back, to re-read what it may have missed).
+ * The one registry of this process's waiters, keyed by topic: an agent's long-poll waits on
+ * its host (`host:<id>`), a wait for a session's state on the session and its host, a move
+ * request on its move and its hosts, a long-poll of a host token on its credential. Handlers
+ * and the reaper notify after they change something; the notice goes through `@engram/store`'s
+ * `Changes` (in this process at once; on PostgreSQL also to every other replica, by
+ * LISTEN/NOTIFY), and the registry wakes the waiters of its topics. Nothing here reads the
+ * store: a waiter re-reads only when its topics changed, or when the backend says notices may
+ * have been missed (then every waiter is woken once).
+ *
+ * A watch is level-triggered: a change that arrives while its waiter is busy re-reading is kept
+ * and answers the waiter's next `next` at once, so no change between two waits is lost.
  */
-import { Context, Deferred, Duration, Effect, Exit, Layer, Schedule } from "effect"
-import { randomUUID } from "node:crypto"
-import postgres from "postgres"
+import { Changes, Topic } from "@engram/store"
+import { Context, Deferred, Duration, Effect, Exit, Layer } from "effect"
+import type { Scope } from "effect"
+import { addTo, removeFrom } from "./SetsByKey.js"
+
+/** Why a watch's `next` answered. */
+export type Woken = "changed" | "missed" | "timeout"
+
+/** A watch on some topics, open until its scope closes. */
+export interface Watch {
+  /**
+   * Waits until one of the watch's topics changed since the watch opened or since the last
+   * `next` answered, or notices may have been missed, or `timeoutMs` passes (Effect Clock).
+   */
+  readonly next: (timeoutMs: number) => Effect.Effect<Woken>
+}
 
 export interface NotifierShape {
-  /** Wakes every waiter of these topics (on every replica, when the store is shared through PostgreSQL). */
+  /** Announces that these topics changed: wakes their waiters here and on every replica. */
   readonly notify: (...topics: readonly (string | null | undefined)[]) => Effect.Effect<void>
-  /** Waits until one of `topics` is notified or `timeoutMs` passes; answers whether it was notified. */
+  /** Opens a watch on `topics` until the scope closes. */
+  readonly watch: (topics: readonly string[]) => Effect.Effect<Watch, never, Scope.Scope>
+  /** Waits once on `topics` up to `timeoutMs`; answers whether one of them changed (or notices were missed). */
   readonly wait: (topics: readonly string[], timeoutMs: number) => Effect.Effect<boolean>
+  /** How many watches are open now. */
+  readonly watching: () => number
 }
 
-/** The channel replicas notify each other on. */
-export const channel = "engram_wake"
+interface Entry {
+  /** What happened since the last `next` answered: nothing, a possible miss, a change. */
+  pending: Woken | null
+  waiting: Deferred.Deferred<void> | null
+}
 
-/** The `application_name` of each replica's listening connection. */
-export const applicationName = "engram-wakeups"
+const topicsOf = (topics: readonly (string | null | undefined)[]): string[] => topics.filter((t): t is string => t !== null && t !== undefined && t !== "")
 
-/** The longest `pg_notify` payload sent (PostgreSQL refuses 8,000 bytes and more). */
-const maxPayloadBytes = 7000
-
-/** The waiters of this process: plain callbacks, so a notification from the database can wake them. */
-const makeLocal = () => {
-  const waiters = new Map<string, Set<Deferred.Deferred<void>>>()
-  const wake = (topics: Iterable<string>): void => {
-    for (const t of topics) {
-      const set = waiters.get(t)
-      if (set === undefined) continue
-      waiters.delete(t)
-      for (const d of set) Deferred.doneUnsafe(d, Exit.void)
+/** The registry over `changes`: subscribes for as long as `scope` lives. */
+const make = Effect.gen(function* () {
+  const changes = yield* Changes
+  const byTopic = new Map<string, Set<Entry>>()
+  const all = new Set<Entry>()
+  const fire = (e: Entry, why: "changed" | "missed") => {
+    if (e.pending !== "changed") e.pending = why
+    const w = e.waiting
+    if (w !== null) {
+      e.waiting = null
+      Deferred.doneUnsafe(w, Exit.void)
     }
   }
-  const wakeAll = (): void => wake([...waiters.keys()])
-  const wait = (topics: readonly string[], timeoutMs: number) =>
-    Effect.gen(function* () {
-      const d = yield* Deferred.make<void>()
-      for (const t of topics) {
-        let set = waiters.get(t)
-        if (set === undefined) waiters.set(t, (set = new Set()))
-        set.add(d)
+  // Woken after every subscriber heard the notice (a microtask later): a woken fiber may run at
+  // once, and must find the copies in memory the notice drops (assignments, credentials) gone.
+  const changedLater = new Set<Entry>()
+  let missedLater = false
+  let scheduled = false
+  const later = () => {
+    if (scheduled) return
+    scheduled = true
+    queueMicrotask(() => {
+      scheduled = false
+      for (const e of changedLater) fire(e, "changed")
+      changedLater.clear()
+      if (missedLater) for (const e of all) fire(e, "missed")
+      missedLater = false
+    })
+  }
+  yield* changes.subscribe({
+    changed: (topics) => {
+      for (const t of [...topics, anyTopic]) {
+        const set = byTopic.get(t)
+        if (set === undefined) continue
+        for (const e of set) changedLater.add(e)
+        later()
       }
-      const unregister = Effect.sync(() => {
-        for (const t of topics) {
-          const set = waiters.get(t)
-          if (set === undefined) continue
-          set.delete(d)
-          if (set.size === 0) waiters.delete(t)
-        }
-      })
-      const woke = yield* Deferred.await(d).pipe(Effect.timeoutOption(Duration.millis(Math.max(0, timeoutMs))), Effect.ensuring(unregister))
-      return woke._tag === "Some"
-    })
-  const topicsOf = (topics: readonly (string | null | undefined)[]): string[] => topics.filter((t): t is string => t !== null && t !== undefined && t !== "")
-  return { wake, wakeAll, wait, topicsOf }
-}
-
-/** Splits topics into `pg_notify` payloads (`<replica> <topic> <topic>…`) under the size limit. */
-export const payloadsOf = (replica: string, topics: Iterable<string>): string[] => {
-  const out: string[] = []
-  let current = replica
-  for (const t of topics) {
-    if (Buffer.byteLength(current) + 1 + Buffer.byteLength(t) > maxPayloadBytes && current !== replica) {
-      out.push(current)
-      current = replica
-    }
-    current += ` ${t}`
-  }
-  if (current !== replica) out.push(current)
-  return out
-}
-
-export class Notifier extends Context.Service<Notifier, NotifierShape>()("@engram/coordinator/Notifier") {
-  /** Wake-ups within this process only (an embedded store: no other process writes it). */
-  static readonly layer: Layer.Layer<Notifier> = Layer.sync(Notifier, () => {
-    const local = makeLocal()
-    return Notifier.of({
-      notify: (...topics) => Effect.sync(() => local.wake(local.topicsOf(topics))),
-      wait: local.wait,
-    })
+    },
+    missed: () => {
+      missedLater = true
+      later()
+    },
   })
 
-  /**
-   * Wake-ups across every replica sharing the PostgreSQL at `url`: `LISTEN` on a dedicated
-   * connection (re-established after a loss, with a log line each way), `pg_notify` for every
-   * notify of this replica (coalesced, sent in the background: a notify never waits on the
-   * database, and a failed send only leaves the waiters to their `storePollMs` re-read).
-   */
-  static readonly postgres = (url: string): Layer.Layer<Notifier> =>
-    Layer.effect(
-      Notifier,
-      Effect.gen(function* () {
-        const local = makeLocal()
-        // Our own notifications come back to us: they are recognised by this id and skipped.
-        const replica = randomUUID().slice(0, 8)
-        let closing = false
-        // Completed when the listening connection closes (a fresh one per connection).
-        let lost = Deferred.makeUnsafe<void>()
-        // `onnotify` is postgres.js's own option (parsed with the others, used by its `listen`),
-        // missing from its types: it hears the notifications of the one connection.
-        const options: postgres.Options<Record<string, never>> & { readonly onnotify: (channel: string, payload: string) => void } = {
-          max: 1,
-          idle_timeout: 0,
-          max_lifetime: null,
-          connect_timeout: 5,
-          fetch_types: false,
-          // Named, so an operator (or a test) finds the listening connection in pg_stat_activity.
-          connection: { application_name: applicationName },
-          onnotice: () => undefined,
-          onnotify: (_channel, payload) => {
-            const [from, ...topics] = payload.split(" ")
-            if (from !== replica) local.wake(topics)
-          },
-          onclose: () => {
-            Deferred.doneUnsafe(lost, Exit.void)
-          },
+  const watch: NotifierShape["watch"] = (topics) =>
+    Effect.acquireRelease(
+      Effect.sync(() => {
+        const e: Entry = { pending: null, waiting: null }
+        all.add(e)
+        for (const t of topics) addTo(byTopic, t, e)
+        return e
+      }),
+      (e) =>
+        Effect.sync(() => {
+          all.delete(e)
+          for (const t of topics) removeFrom(byTopic, t, e)
+        }),
+    ).pipe(
+      Effect.map((e): Watch => {
+        const take = (): Woken | null => {
+          const p = e.pending
+          e.pending = null
+          return p
         }
-        const sql = yield* Effect.acquireRelease(
-          Effect.sync(() => postgres(url, options)),
-          (sql) =>
-            Effect.promise(async () => {
-              closing = true
-              await sql.end({ timeout: 2 }).catch(() => undefined)
+        return {
+          next: (timeoutMs) =>
+            Effect.suspend(() => {
+              const already = take()
+              if (already !== null) return Effect.succeed(already)
+              const d = Deferred.makeUnsafe<void>()
+              e.waiting = d
+              return Deferred.await(d).pipe(
+                Effect.timeoutOption(Duration.millis(Math.max(0, timeoutMs))),
+                Effect.map(() => take() ?? "timeout"),
+                Effect.ensuring(
+                  Effect.sync(() => {
+                    if (e.waiting === d) e.waiting = null
+                  }),
+                ),
+              )
             }),
-        )
-
-        // LISTEN on the connection; `lost` completes when that connection closes.
-        const listenOnce = Effect.suspend(() => {
-          const current = Deferred.makeUnsafe<void>()
-          lost = current
-          return Effect.tryPromise({ try: () => sql.unsafe(`listen ${channel}`), catch: (e) => e }).pipe(Effect.as(current))
-        })
-        const backoff = Schedule.min([Schedule.exponential(Duration.millis(100), 2), Schedule.spaced(Duration.seconds(5))])
-        // The first LISTEN is in place before the layer is up, so no notification is missed from the start.
-        const first = yield* listenOnce.pipe(
-          Effect.timeout(Duration.seconds(10)),
-          Effect.tapError((e) =>
-            Effect.logWarning("wake-up listener could not start; until it does, waiters re-read the store every storePollMs", { channel, error: String(e) }),
-          ),
-          Effect.option,
-        )
-        // Then: wait for the connection to go, say so, LISTEN again (with a backoff), say so, wake every waiter.
-        const supervise = Effect.gen(function* () {
-          let current = first._tag === "Some" ? first.value : null
-          for (;;) {
-            if (current !== null) {
-              yield* Deferred.await(current)
-              if (closing) return
-              yield* Effect.logWarning("wake-up listener lost its connection: until it is back, waiters re-read the store every storePollMs", { channel })
-            }
-            current = yield* Effect.retry(listenOnce, backoff)
-            if (closing) return
-            yield* Effect.logInfo("wake-up listener re-established: other replicas' changes wake the waiters again", { channel })
-            // Whatever was notified while nobody listened is lost: every waiter re-reads now.
-            local.wakeAll()
-          }
-        })
-        yield* Effect.forkScoped(supervise.pipe(Effect.catchCause((cause) => Effect.logError("wake-up listener stopped", cause))))
-
-        // Publishing: topics gather while a pg_notify is in flight and leave together with the next.
-        const pending = new Set<string>()
-        let sending = false
-        const flush = Effect.gen(function* () {
-          while (pending.size > 0 && !closing) {
-            const batch = [...pending]
-            pending.clear()
-            yield* Effect.forEach(
-              payloadsOf(replica, batch),
-              (payload) => Effect.tryPromise({ try: () => sql`select pg_notify(${channel}, ${payload})`, catch: (e) => e }),
-              { discard: true },
-            ).pipe(Effect.catch((e) => Effect.logDebug("pg_notify failed; other replicas fall back on re-reading the store", { error: String(e) })))
-          }
-        }).pipe(
-          Effect.ensuring(
-            Effect.sync(() => {
-              sending = false
-            }),
-          ),
-        )
-        const notify: NotifierShape["notify"] = (...topics) =>
-          Effect.suspend(() => {
-            const ts = local.topicsOf(topics)
-            if (ts.length === 0) return Effect.void
-            local.wake(ts)
-            for (const t of ts) pending.add(t)
-            if (sending || closing) return Effect.void
-            sending = true
-            return Effect.asVoid(Effect.forkDetach(flush))
-          })
-        return Notifier.of({ notify, wait: local.wait })
+        }
       }),
     )
+
+  return Notifier.of({
+    notify: (...topics) => changes.publish(topicsOf(topics)),
+    watch,
+    wait: (topics, timeoutMs) =>
+      Effect.scoped(Effect.flatMap(watch(topics), (w) => w.next(timeoutMs))).pipe(Effect.map((w) => w !== "timeout")),
+    watching: () => all.size,
+  })
+})
+
+export class Notifier extends Context.Service<Notifier, NotifierShape>()("@engram/coordinator/Notifier") {
+  /** The registry over the `Changes` of the store the coordinator runs on. */
+  static readonly layer: Layer.Layer<Notifier, never, Changes> = Layer.effect(Notifier, make)
 }
 
+/** The topic a watch names to hear every change (the dashboard's long-poll). */
+export const anyTopic = "*"
+
+/** Topic of the queue: a session was queued. */
+export const queueTopic = Topic.queue
+
+/** Topic of the fleet's room as a whole: a host's report, an external reservation. */
+export const fleetTopic = Topic.fleet
+
 /** Topic of a host's assignments. */
-export const hostTopic = (hostId: string | null | undefined): string | null => (hostId ? `host:${hostId}` : null)
+export const hostTopic = (hostId: string | null | undefined): string | null => (hostId ? Topic.host(hostId) : null)
 /** Topic of a move's outcome. */
-export const moveTopic = (moveId: string): string => `move:${moveId}`
+export const moveTopic = (moveId: string): string => Topic.move(moveId)
 /** Topic of a session's state (its waiters, `GET /v1/sessions/{id}/wait`). */
-export const sessionTopic = (sessionId: string | null | undefined): string | null => (sessionId ? `session:${sessionId}` : null)
+export const sessionTopic = (sessionId: string | null | undefined): string | null => (sessionId ? Topic.session(sessionId) : null)
+/** Topic of a host's credential (rotated, or the host removed): its open long-polls end with 401. */
+export const credentialTopic = (hostId: string): string => Topic.credential(hostId)

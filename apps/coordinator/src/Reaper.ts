@@ -10,12 +10,12 @@ import { ParkPolicy } from "@engram/core"
 import { Reaper, ReaperEvents, ReaperState, Trigger } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
 import { Store } from "@engram/store"
-import type { DrainResult, StoreShape } from "@engram/store"
+import type { DrainResult, ReclaimResult, StoreShape } from "@engram/store"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
 import type { MetricsShape } from "./Metrics.js"
-import { hostTopic, Notifier } from "./Notifier.js"
+import { hostTopic, moveTopic, Notifier, sessionTopic } from "./Notifier.js"
 import type { NotifierShape } from "./Notifier.js"
 import { Settings } from "./Settings.js"
 
@@ -40,6 +40,15 @@ const stateFor = (store: StoreShape): ReaperState.ReaperState => {
   return state
 }
 
+/** Who a reclaim changed: the hosts of the reservations, their sessions (now lost) and moves. */
+const reclaimedTopics = (r: ReclaimResult): (string | null)[] => [
+  ...r.reclaimed.flatMap((x) => [hostTopic(x.hostId), x.ownerKind === "move" ? moveTopic(x.ownerId) : x.ownerKind === "session" ? sessionTopic(x.ownerId) : null]),
+  ...r.lostSessions.map(sessionTopic),
+]
+
+/** Who a drain changed: the hosts it placed on and the sessions it placed. */
+const placedTopics = (r: DrainResult): (string | null)[] => r.placed.flatMap((p) => [hostTopic(p.hostId), sessionTopic(p.sessionId)])
+
 /** The pass's events as the coordinator's metrics, logs and wake-ups. */
 const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
   ReaperEvents.layer((e: Event) => {
@@ -51,13 +60,13 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
         if (e.result.reclaimed.length === 0) return
         metrics.reaperReclaimed.inc(e.result.reclaimed.length)
         return Effect.logInfo("reaper: reclaimed reservations", { count: e.result.reclaimed.length, lostSessions: e.result.lostSessions }).pipe(
-          Effect.andThen(notifier.notify(...e.result.reclaimed.map((r) => hostTopic(r.hostId)))),
+          Effect.andThen(notifier.notify(...reclaimedTopics(e.result))),
         )
       case "ReclaimFailed":
         return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
       case "DescentStarted":
         metrics.descents.inc({ reason: e.yield.reason })
-        return notifier.notify(hostTopic(e.yield.hostId))
+        return notifier.notify(hostTopic(e.yield.hostId), sessionTopic(e.yield.sessionId))
       case "DescentLostRace":
         metrics.reaperLostRaces.inc()
         return
@@ -87,7 +96,7 @@ const drained = (metrics: MetricsShape, notifier: NotifierShape, result: DrainRe
     }
     if (result.placed.length === 0) return
     metrics.placements.inc({ outcome: "placed", source: "drain" }, result.placed.length)
-    yield* notifier.notify(...result.placed.map((p) => hostTopic(p.hostId)))
+    yield* notifier.notify(...placedTopics(result))
   })
 
 /**
@@ -126,7 +135,7 @@ const reclaimNow = (context: string) =>
     if (reclaim.reclaimed.length > 0) {
       metrics.reaperReclaimed.inc(reclaim.reclaimed.length)
       yield* Effect.logInfo(`${context}: reclaimed reservations`, { count: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions })
-      yield* notifier.notify(...reclaim.reclaimed.map((r) => hostTopic(r.hostId)))
+      yield* notifier.notify(...reclaimedTopics(reclaim))
     }
     return reclaim
   })
@@ -189,7 +198,10 @@ export const ReactAtOnce: Layer.Layer<Trigger, never, Store | Metrics | Notifier
  * with the reaper loop off, and on a replica that does not lead).
  */
 export const ReconcileAtStart: Layer.Layer<never, never, Store | Metrics | Notifier> = Layer.effectDiscard(
-  reconcile.pipe(Effect.catchCause((cause) => Effect.logError("reconcile at start-up failed", cause))),
+  reconcile.pipe(
+    Effect.catchCause((cause) => Effect.logError("reconcile at start-up failed", cause)),
+    Effect.withTracerEnabled(false),
+  ),
 )
 
 /**
@@ -212,6 +224,7 @@ export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | 
       }
       if (leading) yield* reaperPass
     }).pipe(Effect.catchCause((cause) => Effect.logError("reaper: pass failed", cause)))
-    yield* Effect.forkScoped(tick.pipe(Effect.repeat(Schedule.spaced(Duration.millis(settings.config.limits.reaperIntervalMs)))))
+    // A pass every few seconds is not a trace worth sending (Tracing.ts): the loop makes no spans.
+    yield* Effect.forkScoped(tick.pipe(Effect.withTracerEnabled(false), Effect.repeat(Schedule.spaced(Duration.millis(settings.config.limits.reaperIntervalMs)))))
   }),
 )

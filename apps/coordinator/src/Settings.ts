@@ -1,7 +1,4 @@
-/**
- * The running coordinator's settings: the validated configuration and what the store is,
- * which decides whether a long-poll must also re-read the store (other replicas may write it).
- */
+/** The running coordinator's settings: the validated configuration and what the store is. */
 import { Context } from "effect"
 import type { CoordinatorConfig } from "./Config.js"
 
@@ -11,8 +8,6 @@ export type Backend = "postgres" | "pglite" | "custom"
 export interface SettingsShape {
   readonly config: CoordinatorConfig
   readonly backend: Backend
-  /** True when other processes may change the store (PostgreSQL): waiters re-read it every `storePollMs`. */
-  readonly sharedStore: boolean
 }
 
 /** The settings service. */

@@ -12,6 +12,7 @@
 import { readOperations, Unavailable } from "@engram/store"
 import type { StoreShape } from "@engram/store"
 import { Context, Effect, Fiber } from "effect"
+import * as Tracing from "./Tracing.js"
 
 /** How long a caller should wait before retrying after a store call timed out. */
 export const retryAfterMs = 1000
@@ -60,9 +61,10 @@ export class StoreHealth extends Context.Service<StoreHealth, StoreHealthShape>(
 
 /**
  * The store with every call that answers an effect bounded by `timeoutMs`, and its health:
- * a write refused for a full disk marks it, a write that succeeds clears it.
+ * a write refused for a full disk marks it, a write that succeeds clears it. With tracing on
+ * (`span`), each call is a span `engram.store.<operation>`.
  */
-export const boundStore = (store: StoreShape, timeoutMs: number): { readonly store: StoreShape; readonly health: StoreHealthShape } => {
+export const boundStore = (store: StoreShape, timeoutMs: number, span: Tracing.Span = Tracing.none): { readonly store: StoreShape; readonly health: StoreHealthShape } => {
   let diskFull: string | null = null
   const out: Record<string, unknown> = {}
   for (const [name, value] of Object.entries(store)) {
@@ -71,7 +73,7 @@ export const boundStore = (store: StoreShape, timeoutMs: number): { readonly sto
         ? (...args: unknown[]) => {
             const result: unknown = (value as (...a: unknown[]) => unknown).apply(store, args)
             if (!Effect.isEffect(result)) return result
-            const call = bounded(result, timeoutMs, name)
+            const call = bounded(result, timeoutMs, name).pipe(span(`engram.store.${name}`))
             return readOperations.has(name)
               ? call
               : call.pipe(

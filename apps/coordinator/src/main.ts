@@ -7,6 +7,8 @@
  * bad setting exits 2 naming every bad variable; a port in use, a refused database or a data
  * directory another coordinator holds is said in one line (exit 1).
  */
+// First: on a Node.js older than engram supports, one line and exit 1 before anything else runs.
+import "@engram/process/check-node"
 import { Explain, Fatal, Main } from "@engram/process"
 import { Cause, Effect, Layer, Redacted } from "effect"
 import * as Config from "./Config.js"
@@ -30,6 +32,13 @@ const program = Config.fromEnvironment().pipe(
     return Layer.launch(layer({ config: c }))
   }),
 )
+
+// Started by a launcher over an IPC channel (`pnpm start`): stop when the launcher goes away,
+// however it ended (a SIGKILL included), as a child in its process group would.
+if (process.connected) {
+  process.channel?.unref()
+  process.once("disconnect", () => process.kill(process.pid, "SIGTERM"))
+}
 
 Main.run(program, {
   name: "engram coordinator",

@@ -1,7 +1,7 @@
 // Configuration: every bad value is named with its variable and rule; the limits come from core.
 import { Config } from "@engram/coordinator"
 import { Limits } from "@engram/core"
-import { Env } from "@engram/api"
+import { Env } from "@engram/process"
 import { Effect, Exit, Logger, Redacted } from "effect"
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -26,6 +26,17 @@ describe("configuration", () => {
     expect(z._tag === "Valid" && z.config.placementReadMaxAgeMs).toBe(0)
     const bad = Config.parse({ ENGRAM_PLACEMENT_READ_MAX_AGE_MS: "-1" })
     expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable)).toEqual(["ENGRAM_PLACEMENT_READ_MAX_AGE_MS"])
+  })
+
+  it("traces go to the collector ENGRAM_OTLP_URL names (none by default); a bad URL or headers are refused by name, the headers never echoed", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && [d.config.otlpUrl, d.config.otlpHeaders]).toEqual([null, null])
+    const set = Config.parse({ ENGRAM_OTLP_URL: "http://collector:4318", ENGRAM_OTLP_HEADERS: "x-api-key=secret-value-123" })
+    expect(set._tag === "Valid" && set.config.otlpUrl).toBe("http://collector:4318")
+    expect(set._tag === "Valid" && set.config.otlpHeaders !== null && Redacted.value(set.config.otlpHeaders)).toBe("x-api-key=secret-value-123")
+    const bad = Config.parse({ ENGRAM_OTLP_URL: "collector:4318", ENGRAM_OTLP_HEADERS: "no-equals-sign-secret" })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable).sort()).toEqual(["ENGRAM_OTLP_HEADERS", "ENGRAM_OTLP_URL"])
+    expect(JSON.stringify(bad)).not.toContain("no-equals-sign-secret")
   })
 
   it("every store call is bounded by 15 s by default (ENGRAM_STORE_TIMEOUT_MS), from 100 ms to 10 min", () => {
@@ -121,7 +132,7 @@ describe("configuration", () => {
 
   it("every problem in the environment is reported at once, in one format naming the variable and the rule", async () => {
     const exit = await Effect.runPromiseExit(
-      Config.fromEnvironment({ ENGRAM_PORT: "seventy", ENGRAM_CPU_OVERCOMMIT: "0", ENGRAM_STORE_POLL_MS: "1", ENGRAM_ADMIN_TOKEN: "short" }),
+      Config.fromEnvironment({ ENGRAM_PORT: "seventy", ENGRAM_CPU_OVERCOMMIT: "0", ENGRAM_CHANGES_CHECK_MS: "1", ENGRAM_ADMIN_TOKEN: "short" }),
     )
     const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: { message: string } }).error : undefined
     expect(error?.message).toBe(
@@ -129,7 +140,7 @@ describe("configuration", () => {
         "invalid coordinator configuration:",
         '  ENGRAM_PORT="seventy": must be an integer from 0 to 65535',
         '  ENGRAM_ADMIN_TOKEN="<hidden>": must be at least 16 characters',
-        '  ENGRAM_STORE_POLL_MS="1": must be an integer from 10 to 60000',
+        '  ENGRAM_CHANGES_CHECK_MS="1": must be an integer from 100 to 60000',
         '  ENGRAM_CPU_OVERCOMMIT="0": must be > 0',
       ].join("\n"),
     )

@@ -2,7 +2,7 @@
 // drained by a drain that started after it (no sleeps: a latch holds the first drain open).
 import { assert, describe, it } from "@effect/vitest"
 import { Drainer, Metrics, Notifier } from "@engram/coordinator"
-import { Store } from "@engram/store"
+import { Changes, Store, Topic } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Deferred, Effect, Fiber, Layer } from "effect"
 
@@ -26,7 +26,7 @@ describe("Drainer.roomAppeared", () => {
           return result
         }),
     })
-    const layer = Drainer.layer.pipe(Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer)), Layer.provideMerge(Layer.succeed(Store, store)))
+    const layer = Drainer.layer.pipe(Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer)), Layer.provideMerge(Changes.local), Layer.provideMerge(Layer.succeed(Store, store)))
     return Effect.gen(function* () {
       const drainer = yield* Drainer
       // A queued session and, so far, no host.
@@ -54,12 +54,38 @@ describe("Drainer.roomAppeared", () => {
   it.effect("a failing drain is logged and places nothing; the caller does not fail", () => {
     const inner = StoreSim.make().store
     const store = Store.of({ ...inner, drainQueue: () => Effect.die(new Error("drain exploded (test)")) })
-    const layer = Drainer.layer.pipe(Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer)), Layer.provideMerge(Layer.succeed(Store, store)))
+    const layer = Drainer.layer.pipe(Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer)), Layer.provideMerge(Changes.local), Layer.provideMerge(Layer.succeed(Store, store)))
     return Effect.gen(function* () {
       const drainer = yield* Drainer
       assert.deepStrictEqual(yield* drainer.roomAppeared(), { placed: [], unapplied: [], remaining: -1 })
       // The next call starts a new drain (the failed one does not wedge the service).
       assert.deepStrictEqual(yield* drainer.roomAppeared(), { placed: [], unapplied: [], remaining: -1 })
+    }).pipe(Effect.provide(layer))
+  })
+
+  it.effect("while the queue is known empty, room appearing drains nothing; a queued session's notice makes the next call drain", () => {
+    const inner = StoreSim.make().store
+    let drains = 0
+    const store = Store.of({ ...inner, drainQueue: (o) => Effect.suspend(() => ((drains += 1), inner.drainQueue(o))) })
+    const layer = Drainer.layer.pipe(Layer.provideMerge(Layer.mergeAll(Metrics.layer, Notifier.layer)), Layer.provideMerge(Changes.local), Layer.provideMerge(Layer.succeed(Store, store)))
+    return Effect.gen(function* () {
+      const drainer = yield* Drainer
+      const notifier = yield* Notifier
+      yield* inner.registerHost({ id: "e1" })
+      yield* inner.reportHost("e1", { totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })
+      // The first call cannot know: it drains, and finds nothing queued.
+      assert.strictEqual((yield* drainer.roomAppeared()).remaining, 0)
+      assert.strictEqual(drains, 1)
+      // Reports, releases…: nothing to drain, no drain.
+      for (let i = 0; i < 5; i++) yield* drainer.roomAppeared()
+      assert.strictEqual(drains, 1)
+      // A session queued (through any replica: its notice) makes the next call drain again.
+      yield* inner.createSession({ id: "e-q", budget: { memMib: 65_536, vcpus: 1 } })
+      yield* notifier.notify(Topic.queue)
+      assert.strictEqual((yield* drainer.roomAppeared()).remaining, 1)
+      assert.strictEqual(drains, 2)
+      yield* drainer.roomAppeared()
+      assert.strictEqual(drains, 3)
     }).pipe(Effect.provide(layer))
   })
 })

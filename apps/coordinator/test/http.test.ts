@@ -2,15 +2,16 @@
 // without a content type, the body limit (declared and streamed), the admin-only middleware,
 // the scrape token, and the request and process metrics.
 import { AdminOnly, EngramApi } from "@engram/api"
-import { HttpEdge, Metrics, startCoordinator } from "@engram/coordinator"
+import { Coordinator, HttpEdge, Metrics, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import * as StoreModule from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApi } from "effect/http-api"
-import { request as httpRequest } from "node:http"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { Agent, request as httpRequest } from "node:http"
+import { connect } from "node:net"
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
 import { client, uid } from "./support/http.js"
 
 const adminToken = "http-admin-token-0123456789"
@@ -30,6 +31,24 @@ const raw = (
     })
     req.on("error", reject)
     req.end(options.body)
+  })
+
+/** A coordinator on StoreSim whose `clusterSummary` (`GET /v1/ledger/summary`) does `summary` instead: a defect, a hang. */
+const withSummary = (
+  summary: (store: StoreModule.StoreShape) => ReturnType<StoreModule.StoreShape["clusterSummary"]>,
+  options: { readonly logLevel: "None" | "Error" | "Warn"; readonly storeTimeoutMs?: number },
+) =>
+  startCoordinator({
+    store: Layer.effect(
+      StoreModule.Store,
+      Effect.gen(function* () {
+        const store = yield* StoreModule.Store
+        return StoreModule.Store.of({ ...store, clusterSummary: () => summary(store) })
+      }),
+    ).pipe(Layer.provide(StoreSim.layer())),
+    reaper: false,
+    logLevel: options.logLevel,
+    config: { port: 0, adminToken, ...(options.storeTimeoutMs === undefined ? {} : { storeTimeoutMs: options.storeTimeoutMs }) },
   })
 
 let c: RunningCoordinator
@@ -167,6 +186,33 @@ describe("/metrics", () => {
   })
 })
 
+describe("kept-alive connections", () => {
+  it("the server advertises an idle timeout above the clients' and proxies' (so the client closes an idle socket first), and serves a second request on the same socket", async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    try {
+      const get = () =>
+        new Promise<{ status: number; keepAlive: string; socket: unknown }>((resolve, reject) => {
+          const req = httpRequest(`${c.url}/livez`, { agent }, (res) => {
+            res.resume()
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, keepAlive: String(res.headers["keep-alive"]), socket: req.socket }))
+          })
+          req.on("error", reject)
+          req.end()
+        })
+      const first = await get()
+      expect(first.status).toBe(200)
+      expect(first.keepAlive).toBe(`timeout=${Coordinator.keepAliveTimeoutMs / 1000}`)
+      // Above nginx's 75 s, AWS load balancers' 60 s and Go's 90 s idle timeouts.
+      expect(Coordinator.keepAliveTimeoutMs).toBeGreaterThan(90_000)
+      const second = await get()
+      expect(second.status).toBe(200)
+      expect(second.socket).toBe(first.socket)
+    } finally {
+      agent.destroy()
+    }
+  })
+})
+
 describe("the edge while the coordinator stops", () => {
   it("a request that arrives once shutdown began gets a JSON 503 with Retry-After", async () => {
     const response = await Effect.runPromise(
@@ -206,18 +252,7 @@ describe("every error answer has a JSON body", () => {
   })
 
   it("a defect inside a handler is a JSON 500, never an empty body", async () => {
-    const broken = await startCoordinator({
-      store: Layer.effect(
-        StoreModule.Store,
-        Effect.gen(function* () {
-          const store = yield* StoreModule.Store
-          return StoreModule.Store.of({ ...store, clusterSummary: () => Effect.die(new Error("boom (test)")) })
-        }),
-      ).pipe(Layer.provide(StoreSim.layer())),
-      reaper: false,
-      logLevel: "None",
-      config: { port: 0, adminToken },
-    })
+    const broken = await withSummary(() => Effect.die(new Error("boom (test)")), { logLevel: "None" })
     try {
       const r = await raw(broken.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } })
       expect(r.status).toBe(500)
@@ -244,21 +279,100 @@ describe("every error answer has a JSON body", () => {
   })
 })
 
+/** What a server answers to exactly these bytes on a fresh connection (the request as written, not as a client would build it). */
+const rawExchange = (base: string, request: Buffer): Promise<string> =>
+  new Promise((resolve, reject) => {
+    const { hostname, port } = new URL(base)
+    const socket = connect(Number(port), hostname, () => socket.end(request))
+    let text = ""
+    socket.on("data", (b: Buffer) => (text += b.toString("latin1")))
+    socket.on("close", () => resolve(text))
+    socket.on("error", reject)
+  })
+
+/** The status line and JSON body of a raw HTTP answer. */
+const parseAnswer = (text: string) => {
+  const [head = "", body = ""] = text.split("\r\n\r\n")
+  return { status: Number(head.split(" ")[1]), head: head.toLowerCase(), body: JSON.parse(body) as Record<string, unknown> }
+}
+
+describe("what Node's HTTP parser refuses is answered in JSON too", () => {
+  it("an oversized URL or header is a JSON 431 naming the limit; the coordinator serves on", async () => {
+    const url = await rawExchange(c.url, Buffer.from(`GET /v1/sessions?cursor=${"x".repeat(20_000)} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${adminToken}\r\n\r\n`))
+    const header = await rawExchange(c.url, Buffer.from(`GET /v1/fleet HTTP/1.1\r\nhost: x\r\nx-big: ${"y".repeat(20_000)}\r\n\r\n`))
+    for (const text of [url, header]) {
+      const a = parseAnswer(text)
+      expect(a.status).toBe(431)
+      expect(a.head).toContain("content-type: application/json")
+      expect(a.body).toMatchObject({ error: "HeadersTooLarge", limitBytes: expect.any(Number) })
+    }
+    expect((await client(c.url, adminToken).get("/v1/fleet")).status).toBe(200)
+  })
+
+  it("a URL with bytes outside ASCII is a JSON 400 that says to percent-encode them", async () => {
+    const a = parseAnswer(await rawExchange(c.url, Buffer.concat([Buffer.from("GET /v1/sessions/caf"), Buffer.from([0xc3, 0xa9, 0xff]), Buffer.from(" HTTP/1.1\r\nhost: x\r\n\r\n")])))
+    expect(a.status).toBe(400)
+    expect(a.body).toMatchObject({ error: "InvalidInput", field: "request" })
+    expect(String(a.body["rule"])).toContain("percent-encode")
+  })
+})
+
+describe("every 5xx carries a request id, in its header and body, and is logged with it", () => {
+  /** Runs `f` with the coordinator's log lines (stdout) captured. */
+  const logged = async <A>(f: () => Promise<A>): Promise<{ result: A; lines: string }> => {
+    let lines = ""
+    const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => {
+      lines += typeof chunk === "string" ? chunk : Buffer.from(chunk).toString()
+      return true
+    })
+    try {
+      return { result: await f(), lines }
+    } finally {
+      spy.mockRestore()
+    }
+  }
+
+  it("a defect: 500 with x-request-id and requestId, logged as an error with the id and its cause; a proxy's own x-request-id is kept", async () => {
+    const broken = await withSummary(() => Effect.die(new Error("boom (test)")), { logLevel: "Error" })
+    try {
+      const { result: r, lines } = await logged(() => raw(broken.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } }))
+      expect(r.status).toBe(500)
+      const id = r.headers["x-request-id"]
+      expect(id).toMatch(/^[0-9a-f-]{36}$/)
+      expect(r.body).toEqual({ error: "Internal", message: "internal error", requestId: id })
+      const line = lines.split("\n").find((l) => l.includes(String(id)))
+      expect(line, lines).toBeDefined()
+      expect(line).toContain("answered 500")
+      expect(line).toContain("boom (test)")
+      expect(line).toContain("/v1/ledger/summary")
+      const proxied = await raw(broken.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}`, "x-request-id": "edge-proxy.42" } })
+      expect([proxied.headers["x-request-id"], proxied.body.requestId]).toEqual(["edge-proxy.42", "edge-proxy.42"])
+    } finally {
+      await broken.stop()
+    }
+  })
+
+  it("a 503 (the store did not answer in time) carries its id and is logged as a warning with it; a 4xx carries none", async () => {
+    const stuck = await withSummary(() => Effect.never, { logLevel: "Warn", storeTimeoutMs: 200 })
+    try {
+      const { result: r, lines } = await logged(() => raw(stuck.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } }))
+      expect(r.status).toBe(503)
+      const id = String(r.headers["x-request-id"])
+      expect(r.body).toMatchObject({ error: "Unavailable", requestId: id })
+      const line = lines.split("\n").find((l) => l.includes(id))
+      expect(line, lines).toContain("answered 503")
+      const notFound = await raw(stuck.url, { method: "GET", path: "/v1/sessions/nope", headers: { authorization: `Bearer ${adminToken}` } })
+      expect([notFound.status, notFound.headers["x-request-id"], notFound.body.requestId]).toEqual([404, undefined, undefined])
+    } finally {
+      await stuck.stop()
+    }
+  })
+})
+
 describe("every store call answers within ENGRAM_STORE_TIMEOUT_MS, whatever the backend", () => {
   it("a store call that never answers is a JSON 503 Unavailable with Retry-After naming the bound; the next call is served", async () => {
     let hang = true
-    const stuck = await startCoordinator({
-      store: Layer.effect(
-        StoreModule.Store,
-        Effect.gen(function* () {
-          const store = yield* StoreModule.Store
-          return StoreModule.Store.of({ ...store, clusterSummary: () => (hang ? Effect.never : store.clusterSummary()) })
-        }),
-      ).pipe(Layer.provide(StoreSim.layer())),
-      reaper: false,
-      logLevel: "None",
-      config: { port: 0, adminToken, storeTimeoutMs: 300 },
-    })
+    const stuck = await withSummary((store) => (hang ? Effect.never : store.clusterSummary()), { logLevel: "None", storeTimeoutMs: 300 })
     try {
       const r = await raw(stuck.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } })
       expect(r.status).toBe(503)

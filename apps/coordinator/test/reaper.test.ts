@@ -4,7 +4,7 @@ import { Limits } from "@engram/core"
 import { Leader, Metrics, Notifier, reaperPass } from "@engram/coordinator"
 import { defaultTriggerWindowMs, Trigger } from "@engram/reaper"
 import { ReactAtOnce } from "../src/Reaper.js"
-import { Store } from "@engram/store"
+import { Changes, Store } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
@@ -18,7 +18,7 @@ const longLived = (() => {
   return r.limits
 })()
 
-const services = (store: Layer.Layer<Store>) => Layer.mergeAll(Metrics.layer, Notifier.layer).pipe(Layer.provideMerge(store))
+const services = (store: Layer.Layer<Store>) => Layer.mergeAll(Metrics.layer, Notifier.layer.pipe(Layer.provide(Changes.local))).pipe(Layer.provideMerge(store))
 
 // A measured host with `capacityMib` of room after policy, and a running session parked on it.
 const parkedOn = (hostId: string, capacityMib: number, sessionId: string, memMib: number) =>

@@ -1,7 +1,7 @@
 // The end-to-end suite on the in-memory store (fast), plus the cases only a wrapped store can show.
 import { Limits } from "@engram/core"
 import { startCoordinator } from "@engram/coordinator"
-import { Store } from "@engram/store"
+import { Changes, makeLocalChanges, Store } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -65,8 +65,10 @@ describe("two coordinators on one store (replicas)", () => {
   let b: Awaited<ReturnType<typeof startCoordinator>>
   beforeAll(async () => {
     const store = Layer.succeed(Store, shared)
-    a = await startCoordinator({ store, reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
-    b = await startCoordinator({ store, reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
+    // One store, one stream of change notices (replicas on PostgreSQL share ChangesPg).
+    const changes = Layer.succeed(Changes, makeLocalChanges())
+    a = await startCoordinator({ store, changes, reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
+    b = await startCoordinator({ store, changes, reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
   })
   afterAll(async () => {
     await a?.stop()
@@ -88,7 +90,7 @@ describe("two coordinators on one store (replicas)", () => {
     expect((await client(b.url, `${created.body.token as string}x`).get(`/v1/hosts/${hid}`)).status).toBe(401)
   })
 
-  it("a wait on one replica sees a change made through the other (it re-reads the store), and a rotated token stops on both", async () => {
+  it("a wait on one replica is woken by a change made through the other, and a rotated token stops on both", async () => {
     const hid = uid("h")
     const token = (await client(a.url, adminToken).post("/v1/hosts", { id: hid })).body.token as string
     await client(a.url, adminToken).put(`/v1/hosts/${hid}/report`, { totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })

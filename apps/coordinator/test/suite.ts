@@ -1,6 +1,9 @@
 // The end-to-end suite over real HTTP, a function of how to start a coordinator, run once
 // per backend (StoreSim, PGlite, PostgreSQL).
+import { EngramApi } from "@engram/api"
 import type { RunningCoordinator } from "@engram/coordinator"
+import { HttpApi } from "effect/http-api"
+import { request as httpRequest } from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { client, uid } from "./support/http.js"
 import type { Answer, Client } from "./support/http.js"
@@ -21,6 +24,47 @@ const addHost = async (admin: Client, capacityMib: number, vcpus = 8) => {
   const reported = await admin.put(`/v1/hosts/${id}/report`, report(capacityMib, vcpus))
   expect(reported.status).toBe(200)
   return { id, token: created.body.token as string }
+}
+
+
+/** A request whose body is exactly these bytes (fetch would encode text as UTF-8). */
+const sendBytes = (base: string, token: string, method: string, path: string, body?: Buffer): Promise<{ status: number; body: any }> => // eslint-disable-line @typescript-eslint/no-explicit-any
+  new Promise((resolve, reject) => {
+    const req = httpRequest(`${base}${path}`, { method, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" } }, (res) => {
+      let text = ""
+      res.on("data", (c: Buffer) => (text += c.toString()))
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text === "" ? null : JSON.parse(text) }))
+    })
+    req.on("error", reject)
+    req.end(body)
+  })
+
+/** A valid body of every endpoint that takes one, so that one extra key is its only fault. */
+const validBodies: Readonly<Record<string, unknown>> = {
+  "POST /v1/hosts": { id: "strict-h" },
+  "PUT /v1/hosts/:id/report": { totalMib: 2048, allocatableMib: 2048, totalVcpus: 2 },
+  "POST /v1/sessions": { memMib: 64, vcpus: 1 },
+  "POST /v1/sessions/:id/move": { maxDowntimeMs: 600 },
+  "POST /v1/moves/:id/rounds": { kind: "full", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 },
+  "POST /v1/moves/:id/commit": { downtimeMs: 4, captureMs: 1, sendMs: 1, commitMs: 1 },
+  "POST /v1/moves/:id/abort": { reason: "test" },
+  "POST /v1/reservations": { hostId: "strict-h", ownerKind: "external", ownerId: "o", memMib: 1, vcpus: 0 },
+}
+
+/** The query an endpoint needs before an extra parameter can be its only fault. */
+const requiredQueries: Readonly<Record<string, string>> = {
+  "GET /v1/sessions/:id/wait": "state=running&timeoutMs=0&",
+  "GET /v1/placement/no-fit": "memMib=64&vcpus=1&",
+}
+
+/** Every endpoint of the API: method, path template, whether it declares a body and a query. */
+const endpoints = (): { method: string; path: string; payload: boolean; query: boolean }[] => {
+  const all: { method: string; path: string; payload: boolean; query: boolean }[] = []
+  HttpApi.reflect(EngramApi, {
+    onGroup: () => {},
+    onEndpoint: ({ endpoint }) => all.push({ method: endpoint.method, path: endpoint.path, payload: endpoint.payload.size > 0, query: endpoint.query !== undefined }),
+  })
+  return all
 }
 
 export const apiSuite = (name: string, options: SuiteOptions) =>
@@ -208,6 +252,10 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         const got = await admin.get(`/v1/sessions/${id}`)
         expect(got.body).toMatchObject({ id, state: "pending", hostId: h.id, budget: { memMib: 768, vcpus: 1 } })
         expect(queued.body.tooBig).toBe(true)
+        // The fleet signal names it: too big for every host even empty (the cue for a bigger host).
+        const signal = (await admin.get("/v1/fleet")).body
+        expect(signal.unplaceable.count).toBeGreaterThanOrEqual(1)
+        expect(signal.unplaceable.largestMemMib).toBeGreaterThanOrEqual(10_000_000)
         const queuedList = await admin.get("/v1/sessions?state=queued&limit=1000")
         expect(queuedList.body.items.map((s: { id: string }) => s.id)).toContain(big)
         const onHost = await admin.get(`/v1/sessions?hostId=${h.id}`)
@@ -220,7 +268,9 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(generated.body.id).toMatch(/^[0-9a-f-]{36}$/)
 
         for (const s of [id, big, generated.body.id]) expect((await admin.del(`/v1/sessions/${s}`)).body.state).toBe("ended")
-        expect((await admin.del(`/v1/sessions/${id}`)).status).toBe(409)
+        // Ending is idempotent: an ended session is answered as it is.
+        const again2 = await admin.del(`/v1/sessions/${id}`)
+        expect([again2.status, again2.body]).toEqual([200, expect.objectContaining({ id, state: "ended", hostId: null })])
         expect((await admin.get("/v1/sessions/never-was")).status).toBe(404)
         expect((await admin.del("/v1/sessions/never-was")).status).toBe(404)
       })
@@ -764,6 +814,127 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect((await admin.put(`/v1/hosts/${hid}/report`, report(400_000, 512))).status).toBe(200)
         for (const id of queued) expect((await admin.get(`/v1/sessions/${id}`)).body).toMatchObject({ state: "pending", hostId: hid })
         for (const id of queued) await admin.del(`/v1/sessions/${id}`)
+      })
+    })
+
+    describe("strict input: what the API does not know, or a store cannot hold, is a 400 naming it; nothing changes", () => {
+      /** What a refused request must leave as it was. */
+      const everything = async () =>
+        JSON.stringify(await Promise.all(["/v1/sessions", "/v1/hosts", "/v1/reservations", "/v1/moves"].map(async (p) => (await admin.get(`${p}?limit=1000`)).body)))
+
+      it("an unknown key in any body, or an unknown query parameter of any endpoint, is named with the rule (the API description's additionalProperties: false holds)", async () => {
+        const before = await everything()
+        const all = endpoints()
+        expect(all.length).toBeGreaterThanOrEqual(36)
+        for (const e of all) {
+          const key = `${e.method} ${e.path}`
+          const path = e.path.replace(":id", "strict-nope")
+          if (e.payload) {
+            const valid = validBodies[key]
+            expect(valid, `a valid body for ${key} (add it to validBodies)`).toBeDefined()
+            const r = await admin.raw(e.method, path, JSON.stringify({ ...(valid as object), zzUnknown: 1 }))
+            expect([r.status, r.body.field, r.body.in], key).toEqual([400, "zzUnknown", "body"])
+            expect(r.body.rule, key).toMatch(/^is not a key of this object \(known: /)
+          } else if (e.method !== "GET") {
+            // An endpoint without a body takes none: a key sent anyway is unknown.
+            const r = await admin.raw(e.method, path, JSON.stringify({ zzUnknown: 1 }))
+            expect([r.status, r.body.field, r.body.in], key).toEqual([400, "zzUnknown", "body"])
+          }
+          const withQuery = `${path}?${requiredQueries[key] ?? ""}zzUnknown=1`
+          const q = e.method === "GET" ? await admin.get(withQuery) : await admin.raw(e.method, withQuery, JSON.stringify(validBodies[key] ?? {}))
+          expect([q.status, q.body.field, q.body.in], key).toEqual([400, "zzUnknown", "query"])
+          expect(q.body.rule, key).toMatch(/^is not a query parameter of this endpoint/)
+        }
+        // The empty key is named too, as "".
+        expect((await admin.raw("POST", "/v1/sessions", '{"memMib":64,"vcpus":1,"":1}')).body).toMatchObject({ field: '""', in: "body" })
+        expect((await admin.get("/v1/fleet?=1")).body).toMatchObject({ field: '""', in: "query" })
+        expect(await everything()).toBe(before)
+      })
+
+      it("a create with a misspelt onNoRoom is refused, not placed or queued as if it were absent; an empty body or {} still does for an endpoint that takes none", async () => {
+        const h = await addHost(admin, 1024)
+        const id = uid("typo")
+        const r = await admin.post("/v1/sessions", { id, memMib: 10_000_000, vcpus: 1, onNoroom: "refuse" })
+        expect([r.status, r.body.field]).toEqual([400, "onNoroom"])
+        expect(r.body.rule).toContain("onNoRoom")
+        expect((await admin.get(`/v1/sessions/${id}`)).status).toBe(404)
+        expect((await admin.raw("POST", `/v1/hosts/${h.id}/heartbeat`, "{}")).status).toBe(200)
+        expect((await admin.raw("POST", `/v1/hosts/${h.id}/heartbeat`, "")).status).toBe(200)
+        expect((await admin.raw("POST", `/v1/hosts/${h.id}/heartbeat`, "[1]")).body).toMatchObject({ error: "InvalidInput", field: "body" })
+      })
+
+      it("a report with misspelt keys, or allocatableMib above totalMib, is a 400 naming it; the host keeps its last report and nothing too big places on it", async () => {
+        const h = await addHost(admin, 1024)
+        const last = (await admin.get(`/v1/hosts/${h.id}`)).body
+        const misspelt = await admin.put(`/v1/hosts/${h.id}/report`, { totalMb: 2048, allocatableMb: 2048, totalVcpus: 8 })
+        expect([misspelt.status, misspelt.body.field]).toEqual([400, "totalMb"])
+        const inflated = await admin.put(`/v1/hosts/${h.id}/report`, { totalMib: 1024, allocatableMib: 500_000, totalVcpus: 8 })
+        expect([inflated.status, inflated.body.field, inflated.body.rule]).toEqual([400, "allocatableMib", "must be <= totalMib (1024)"])
+        expect((await admin.get(`/v1/hosts/${h.id}`)).body).toEqual(last)
+        for (const memMib of [500_000, 99_000_000_000]) {
+          const id = uid("big")
+          const s = await admin.post("/v1/sessions", { id, memMib, vcpus: 1, affinity: [h.id], onNoRoom: "refuse" })
+          expect(s.status, String(memMib)).toBe(409)
+        }
+      })
+
+      it("a well-formed cursor with a key no list holds (1.5, 1e19, 1e308, a NUL) is a 400 naming cursor on every list, never a 5xx", async () => {
+        const sid = uid("cur")
+        await admin.post("/v1/sessions", { id: sid, memMib: 64, vcpus: 1 })
+        const made = (...parts: unknown[]) => encodeURIComponent(Buffer.from(JSON.stringify(parts)).toString("base64url"))
+        const lists: [string, string, boolean][] = [
+          ["/v1/sessions", "sessions", true],
+          ["/v1/moves", "moves", true],
+          ["/v1/queue", "queue", true],
+          ["/v1/hosts", "hosts", false],
+          ["/v1/reservations", "reservations", false],
+          [`/v1/sessions/${sid}/events`, "events", false],
+        ]
+        for (const [path, list, timed] of lists) {
+          const keys: unknown[][] = list === "events" ? [[1.5], [1e19], [1e308], [2 ** 31]] : timed ? [1.5, 1e19, 1e308, -1e19].map((t) => [t, "x"]).concat([[1, "a\u0000"]]) : [["a\u0000"], [7]]
+          for (const key of keys) {
+            const r = await admin.get(`${path}?cursor=${made(list, ...key)}`)
+            expect([r.status, r.body.field], `${path} ${JSON.stringify(key)}`).toEqual([400, "cursor"])
+          }
+        }
+        await admin.del(`/v1/sessions/${sid}`)
+      })
+
+      it("a reservation whose expiry has passed (-1, or a minute ago) is a 400 naming expiresAt; nothing is stored", async () => {
+        const h = await addHost(admin, 2048)
+        for (const expiresAt of [-1, Date.now() - 60_000]) {
+          const id = uid("exp")
+          const r = await admin.post("/v1/reservations", { id, hostId: h.id, ownerKind: "external", ownerId: "x", memMib: 1, vcpus: 0, expiresAt })
+          expect([r.status, r.body.field], String(expiresAt)).toEqual([400, "expiresAt"])
+          expect((await admin.get(`/v1/reservations/${id}`)).status).toBe(404)
+        }
+        const later = await admin.post("/v1/reservations", { hostId: h.id, ownerKind: "external", ownerId: "x", memMib: 1, vcpus: 0, expiresAt: Date.now() + 60_000 })
+        expect(later.status).toBe(201)
+        await admin.del(`/v1/reservations/${later.body.id}`)
+      })
+
+      it("invalid UTF-8 in a body, a path id or a query value is a 400 naming it, never stored as U+FFFD", async () => {
+        const h = await addHost(admin, 2048)
+        const before = await everything()
+        const invalid = Buffer.concat([Buffer.from(`{"hostId":"${h.id}","ownerKind":"external","ownerId":"x","memMib":1,"vcpus":0,"description":"caf`), Buffer.from([0xe9]), Buffer.from('"}')])
+        const body = await sendBytes(c.url, c.adminToken, "POST", "/v1/reservations", invalid)
+        expect([body.status, body.body.field, body.body.rule]).toEqual([400, "body", "must be valid UTF-8"])
+        const labels = Buffer.concat([Buffer.from(`{"id":"${uid("h")}","labels":{"zone":"`), Buffer.from([0xff, 0xfe]), Buffer.from('"}}')])
+        expect((await sendBytes(c.url, c.adminToken, "POST", "/v1/hosts", labels)).body).toMatchObject({ error: "InvalidInput", field: "body" })
+        for (const [method, path, field, where] of [
+          ["GET", "/v1/sessions/%FF", "id", "path"],
+          ["PUT", `/v1/hosts/${h.id}%C3/report`, "id", "path"],
+          ["GET", "/v1/sessions?hostId=%FF", "hostId", "query"],
+          ["GET", "/v1/reservations?hostId=a%E9b", "hostId", "query"],
+        ] as const) {
+          const r = method === "GET" ? await admin.get(path) : await admin.raw(method, path, JSON.stringify({ totalMib: 1, allocatableMib: 1, totalVcpus: 1 }))
+          expect([r.status, r.body.field, r.body.in], path).toEqual([400, field, where])
+        }
+        // The same text, valid UTF-8, is taken as it was sent (U+FFFD included).
+        const valid = await admin.post("/v1/reservations", { hostId: h.id, ownerKind: "external", ownerId: "x", memMib: 1, vcpus: 0, description: "café \ufffd" })
+        expect([valid.status, valid.body.description]).toEqual([201, "café \ufffd"])
+        await admin.del(`/v1/reservations/${valid.body.id}`)
+        expect(await everything()).toBe(before)
       })
     })
 

@@ -1,7 +1,9 @@
 // The dashboard at /ui in a real browser (Debian's Chromium driven by playwright-core) against
 // a real coordinator: what a person sees. Sign-in (a wrong token is refused, the admin token
 // is kept for the tab), hosts as bars with their figures, a queued session with its reason,
-// a park, and a move with its phases and one with its verdict, each appearing without a reload.
+// a park, and a move with its phases and one with its verdict, each appearing without a reload;
+// the sessions list and its filters, a session's page with its events and its actions (park,
+// resume, a move within a budget, end), the hosts' actions, and the charts over time.
 import { startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import { StoreSim } from "@engram/store-sim"
@@ -11,7 +13,7 @@ import { join } from "node:path"
 import { chromium } from "playwright-core"
 import type { BrowserContext, Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { client, uid } from "./support/http.js"
+import { client, pendingMove as pendingMoveOf, uid } from "./support/http.js"
 
 const adminToken = "ui-admin-token-0123456789"
 const chromiumPath = "/usr/bin/chromium"
@@ -25,7 +27,7 @@ const small = uid("small")
 
 beforeAll(async () => {
   if (!existsSync(chromiumPath)) throw new Error(`${chromiumPath} is missing: apt-get install -y chromium (.ci/run installs it)`)
-  c = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
+  c = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken }, uiHistory: { sampleMs: 100 } })
   const api = client(c.url, adminToken)
   for (const [id, mib, vcpus] of [[big, 8192, 8], [small, 4096, 4]] as const) {
     expect((await api.post("/v1/hosts", { id })).status).toBe(201)
@@ -134,11 +136,170 @@ describe("the dashboard", () => {
 })
 
 /** The pending move of a session, as its source host's assignments show it. */
-const pendingMove = async (sourceHostId: string, sessionId: string): Promise<string> => {
-  const api = client(c.url, adminToken)
-  for (;;) {
-    const a = await api.get(`/v1/hosts/${sourceHostId}/assignments?waitMs=2000`)
-    const m = (a.body.moves as { id: string; sessionId: string; state: string }[]).find((x) => x.sessionId === sessionId && x.state === "pending")
-    if (m !== undefined) return m.id
+const pendingMove = (sourceHostId: string, sessionId: string) => pendingMoveOf(client(c.url, adminToken), sourceHostId, sessionId)
+
+/** Signs in on the dashboard (a tab that signed out asks again), then opens `hash`. */
+const signedIn = async (hash: string) => {
+  await page.goto(`${c.url}/ui${hash}`)
+  const form = page.getByLabel("Admin token")
+  if (await form.isVisible()) {
+    await form.fill(adminToken)
+    await page.getByRole("button", { name: "Sign in" }).click()
   }
+  await page.locator("#board").waitFor()
 }
+
+/** The cells of the sessions view's rows, first column (the id) only. */
+const listedIds = async () => (await page.locator("table.sessions tbody tr td:first-child").allTextContents()).sort()
+
+describe("the sessions and a session's page", () => {
+  it("lists sessions, filters them by state, host and id, and opens one's page", async () => {
+    const api = client(c.url, adminToken)
+    const tag = uid("list")
+    const [run, park, wait] = [`${tag}-run`, `${tag}-park`, `${tag}-wait`]
+    expect((await api.post("/v1/sessions", { id: run, memMib: 512, vcpus: 1, affinity: [small] })).status).toBe(201)
+    expect((await api.post("/v1/sessions", { id: park, memMib: 512, vcpus: 1, affinity: [big] })).status).toBe(201)
+    for (const id of [run, park]) expect((await api.post(`/v1/sessions/${id}/started`)).status).toBe(200)
+    expect((await api.post(`/v1/sessions/${park}/idle`)).body).toMatchObject({ state: "parked" })
+    expect((await api.post("/v1/sessions", { id: wait, memMib: 64 * 1024, vcpus: 1 })).status).toBe(202)
+
+    await signedIn(`#/sessions?q=${tag}`)
+    await expect.poll(listedIds).toEqual([park, run, wait].sort())
+    const row = page.locator("table.sessions tbody tr", { hasText: park })
+    expect((await row.locator("td").allTextContents()).slice(0, 4)).toEqual([park, "parked", big, "512 MiB, 1 vCPU"])
+    expect(await page.locator(".count").textContent()).toBe(`3 sessions with "${tag}" in the id`)
+
+    await page.getByLabel("State", { exact: true }).selectOption("parked")
+    await expect.poll(listedIds).toEqual([park])
+    expect(page.url()).toContain("state=parked")
+    await page.getByLabel("State", { exact: true }).selectOption("")
+    await page.getByLabel("Host", { exact: true }).selectOption(small)
+    await expect.poll(listedIds).toEqual([run])
+    await page.getByLabel("Host", { exact: true }).selectOption("")
+    await page.getByLabel("Id", { exact: true }).fill(`${tag}-wa`)
+    await page.getByLabel("Id", { exact: true }).press("Enter")
+    await expect.poll(listedIds).toEqual([wait])
+
+    await page.getByRole("link", { name: wait }).click()
+    await page.locator("#session-title", { hasText: `Session ${wait}` }).waitFor()
+    expect(page.url()).toBe(`${c.url}/ui#/sessions/${wait}`)
+    const facts = page.locator("#session-facts")
+    await facts.getByText("position 1; 0/2 hosts have room: 2 ram_full (too big for any host: it waits for a bigger one)").waitFor()
+    for (const id of [run, park, wait]) await api.del(`/v1/sessions/${id}`)
+  })
+
+  it("a session's page shows its events and acts: park, resume, a move within a budget, a refused move, end", async () => {
+    const api = client(c.url, adminToken)
+    const s = uid("acts")
+    expect((await api.post("/v1/sessions", { id: s, memMib: 512, vcpus: 1, affinity: [big] })).status).toBe(201)
+    expect((await api.post(`/v1/sessions/${s}/started`)).status).toBe(200)
+    await signedIn(`#/sessions/${encodeURIComponent(s)}`)
+    const events = page.locator("#session-events table.events")
+    await expect.poll(async () => events.locator("tbody td:nth-child(3)").allTextContents()).toEqual(["created", "placed", "running"])
+    const notice = page.locator("#notice")
+
+    await page.getByRole("button", { name: "Park" }).click()
+    await notice.getByText(`${s} parked: paused in RAM, resumes warm`).waitFor()
+    await page.locator("#session-title .badge", { hasText: "parked" }).waitFor()
+    expect((await api.get(`/v1/sessions/${s}`)).body.state).toBe("parked")
+
+    await page.getByRole("button", { name: "Resume" }).click()
+    await notice.getByText(`${s} resumed warm on ${big}: unparked where it was`).waitFor()
+    expect((await api.get(`/v1/sessions/${s}`)).body.state).toBe("running")
+
+    // A move within 700 ms to the small host; the source agent's part by hand over the API.
+    await page.getByLabel("Downtime budget (ms)").fill("700")
+    await page.getByLabel("Move to").selectOption(small)
+    await page.getByRole("button", { name: "Move", exact: true }).click()
+    await page.getByText(`Moving ${s} to ${small} within 700 ms`).waitFor()
+    const move = await pendingMove(big, s)
+    expect((await api.post(`/v1/moves/${move}/rounds`, { kind: "full", wireBytes: 64 << 20, apparentBytes: 512 << 20, sendMs: 300, captureMs: 40 })).status).toBe(200)
+    await page.locator("#session-move .verdict", { hasText: "in progress: 1 round, last full" }).waitFor()
+    expect((await api.post(`/v1/moves/${move}/rounds`, { kind: "final", wireBytes: 4 << 20, apparentBytes: 8 << 20, sendMs: 80, captureMs: 40 })).status).toBe(200)
+    expect((await api.post(`/v1/moves/${move}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 80, commitMs: 390 })).status).toBe(200)
+    await notice.getByText(`${s} moved to ${small}: paused 560 ms (capture 40 ms · send 80 ms · commit 390 ms) within 700 ms`).waitFor()
+    await page.locator("#session-move .verdict", { hasText: "committed: paused 560 ms" }).waitFor()
+    expect(await page.locator("#session-move dd").first().textContent()).toBe(`${big} → ${small}`)
+    expect(await page.locator("#session-move tbody tr").count()).toBe(2)
+    // The commit allowance the source's guard starts from (a move that reports a learned one shows that).
+    expect(await page.locator("#move-allowance").textContent()).toBe("400 ms (the prior, ENGRAM_COMMIT_ALLOWANCE_MS; the source's agent learns its own per target host)")
+
+    // Moving back within 300 ms: refused by the guard (the source's abort with its estimate).
+    await page.getByLabel("Downtime budget (ms)").fill("300")
+    await page.getByRole("button", { name: "Move", exact: true }).click()
+    const back = await pendingMove(small, s)
+    expect((await api.post(`/v1/moves/${back}/abort`, { reason: "estimate over budget", estimateMs: 812 })).status).toBe(200)
+    await notice.getByText("Move: refused before the guest paused: estimate 812 ms > budget 300 ms; it keeps running on its host").waitFor()
+    await page.locator("#session-move .verdict", { hasText: "refused: estimate 812 ms > budget 300 ms" }).waitFor()
+    await expect.poll(async () => events.locator("tbody td:nth-child(3)").allTextContents()).toEqual(
+      expect.arrayContaining(["parked", "resumed", "move_begun", "moved", "move_aborted"]),
+    )
+
+    // End asks once more before it acts.
+    await page.getByRole("button", { name: "End", exact: true }).click()
+    expect((await api.get(`/v1/sessions/${s}`)).body.state).toBe("running")
+    await page.getByRole("button", { name: `Confirm: end ${s}` }).click()
+    await notice.getByText(`${s} ended: its room is released`).waitFor()
+    await page.locator("#session-title .badge", { hasText: "ended" }).waitFor()
+    expect((await api.get(`/v1/sessions/${s}`)).body.state).toBe("ended")
+    expect(await page.getByRole("button", { name: "End", exact: true }).count()).toBe(0)
+    await expect.poll(async () => (await events.locator("tbody td:nth-child(3)").allTextContents()).at(-1)).toBe("ended")
+  })
+
+  it("a host's card cordons, uncordons and drains it", async () => {
+    const api = client(c.url, adminToken)
+    await signedIn("#/")
+    const card = page.locator(`[data-host="${small}"]`)
+    await card.getByRole("button", { name: "Cordon" }).click()
+    await page.locator("#notice", { hasText: `${small} cordoned: it takes no new sessions; what runs there stays` }).waitFor()
+    await card.locator(".badge", { hasText: "cordoned" }).waitFor()
+    expect((await api.get(`/v1/hosts/${small}`)).body.state).toBe("cordoned")
+    await card.getByRole("button", { name: "Uncordon" }).click()
+    await card.locator(".badge", { hasText: "ready" }).waitFor()
+    expect((await api.get(`/v1/hosts/${small}`)).body.state).toBe("ready")
+    await card.getByRole("button", { name: "Drain" }).click()
+    await card.locator(".badge", { hasText: "draining" }).waitFor()
+    expect((await api.get(`/v1/hosts/${small}`)).body.state).toBe("draining")
+    await card.getByRole("button", { name: "Uncordon" }).click()
+    await card.locator(".badge", { hasText: "ready" }).waitFor()
+  })
+
+  it("charts the free RAM, the queue and the parks over time from the coordinator's samples", async () => {
+    const api = client(c.url, adminToken)
+    // The samples are fleet data: the admin token only.
+    expect((await fetch(`${c.url}/ui/history`)).status).toBe(401)
+    expect((await api.get("/ui/history")).body).toMatchObject({ intervalMs: 100, samples: expect.any(Array) })
+    await signedIn("#/")
+    const queue = page.locator('[data-series="queue"]')
+    await queue.locator("svg").waitFor()
+    const waiting = uid("chart")
+    const queuedBefore = (await api.get("/v1/fleet")).body.queue.sessions as number
+    expect((await api.post("/v1/sessions", { id: waiting, memMib: 64 * 1024, vcpus: 1 })).status).toBe(202)
+    // A sample taken after the create shows it (the page reads the history as the fleet changes).
+    await queue.locator(".chart-now", { hasText: String(queuedBefore + 1) }).waitFor()
+    const label = (await queue.locator("svg").getAttribute("aria-label")) ?? ""
+    expect(label).toMatch(new RegExp(`^Queue: now ${queuedBefore + 1}; between [0-9]+ and ${queuedBefore + 1} over the last `))
+    expect(Number(await queue.locator("svg").getAttribute("data-points"))).toBeGreaterThan(1)
+    const free = (await api.get("/v1/fleet")).body.freeMib as number
+    expect(await page.locator('[data-series="freeMib"] svg').getAttribute("aria-label")).toMatch(new RegExp(`^Free RAM: now ${free / 1024} GiB;`))
+    expect(await page.locator('[data-series="parks"] .chart-title').textContent()).toBe("Parks")
+    await api.del(`/v1/sessions/${waiting}`)
+    await queue.locator(".chart-now", { hasText: String(queuedBefore) }).waitFor()
+  })
+})
+
+describe("the API reference at /docs", () => {
+  it("its curl samples send the bearer token, not Basic credentials", async () => {
+    const docs = await browser.newPage()
+    try {
+      await docs.goto(`${c.url}/docs`)
+      // The request sample of the first endpoint that needs a credential, once Scalar has drawn it.
+      const sample = async () => /--header 'Authorization: [^']*'/.exec(await docs.locator("body").innerText())?.[0] ?? ""
+      await expect.poll(sample, { timeout: 30_000 }).not.toBe("")
+      expect(await sample()).toMatch(/^--header 'Authorization: Bearer \S+'$/)
+      expect(await docs.locator("body").innerText()).not.toMatch(/Authorization: Basic/)
+    } finally {
+      await docs.close()
+    }
+  })
+})

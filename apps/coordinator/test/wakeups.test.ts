@@ -1,19 +1,17 @@
 // Cross-replica wake-ups through PostgreSQL LISTEN/NOTIFY: two coordinators on one database,
-// each re-reading the store only every 60 s (storePollMs at its maximum), so nothing but a
-// notification from the other replica can wake a waiter within the waits below. Then the
-// listening connection of one replica is killed: it listens again, and wakes again.
+// whose waiters never re-read the store on a timer, so nothing but a notification from the
+// other replica can wake a waiter within the waits below. Then the listening connection of one
+// replica is killed: it listens again, and wakes again.
 import { Notifier, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import { freshDatabase } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
 import { Effect } from "effect"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { client } from "./support/http.js"
 
 const adminToken = "wakeups-admin-token-0123456789"
-/** Longer than every wait below, so a re-read of the store cannot explain a wake-up. */
-const storePollMs = 60_000
 const waitMs = 20_000
 
 describe("wake-ups across replicas (LISTEN/NOTIFY)", () => {
@@ -22,7 +20,7 @@ describe("wake-ups across replicas (LISTEN/NOTIFY)", () => {
   let b: RunningCoordinator
   beforeAll(async () => {
     db = await freshDatabase()
-    const config = { port: 0, databaseUrl: db.url, adminToken, storePollMs }
+    const config = { port: 0, databaseUrl: db.url, adminToken }
     a = await startCoordinator({ reaper: false, logLevel: "Error", config })
     b = await startCoordinator({ reaper: false, logLevel: "Error", config })
   })

@@ -10,8 +10,8 @@
  * difference once: one fiber per session at a time, and the acknowledgement is a CAS on the
  * coordinator whose 409 (already done) counts as done.
  */
-import { Limits } from "@engram/core"
-import type { ImageStore, RuntimeInfo, VmRuntimeShape, VmSpec } from "@engram/runtime"
+import { Downtime, Limits } from "@engram/core"
+import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
 import { Clock, Effect, FiberMap, Ref, type Result, type Scope } from "effect"
 import type { Assignments, AssignedMove, AssignedSession, Conflict, CoordinatorError, CoordinatorShape } from "./Coordinator.js"
@@ -21,6 +21,7 @@ import type { PendingCommit } from "./LocalState.js"
 import { type MoveOutcome, runSource, settleCommit } from "./MoveSource.js"
 import type { PeerLink } from "./PeerLink.js"
 import type { Residents } from "./Residents.js"
+import * as Templates from "./Templates.js"
 
 /** The agent's timing and move policy. Durations in ms. */
 export interface AgentConfig {
@@ -35,6 +36,8 @@ export interface AgentConfig {
   readonly maxPreCopyRounds: number
   /** How long a target keeps an incoming VM (or a committed one) of a move the coordinator does not show pending. */
   readonly stagingGraceMs: number
+  /** Templates this host builds at start (in the background) unless its runtime holds them. */
+  readonly templates: readonly TemplateSpec[]
 }
 
 export interface AgentDeps {
@@ -55,12 +58,16 @@ export interface AgentStatus {
   readonly runtime: RuntimeInfo
   readonly vms: readonly { readonly vmId: string; readonly status: string; readonly memMib: number; readonly moveId: string | null }[]
   /** The runtime's resident VMs as measured: RSS (bytes) and the hypervisor process. */
-  readonly usage: readonly { readonly vmId: string; readonly status: string; readonly rssBytes: number | null; readonly pid: number | null }[]
+  readonly usage: readonly { readonly vmId: string; readonly status: string; readonly rssBytes: number | null; readonly ramBytes: number | null; readonly pid: number | null }[]
   /** Incoming VMs of moves to this host, not committed yet. */
   readonly incoming: readonly { readonly moveId: string; readonly vmId: string }[]
   /** Moves whose outcome this host (their source) still owes. */
   readonly pendingCommits: readonly string[]
   readonly moves: readonly ({ readonly moveId: string } & MoveOutcome)[]
+  /** The templates this host holds. */
+  readonly templates: readonly TemplateInfo[]
+  /** The guard's commit allowance per target host, learned from this host's recent commits to it. */
+  readonly allowances: readonly ({ readonly targetHostId: string } & Downtime.Allowance)[]
   readonly lastReport: HostReport | null
 }
 
@@ -87,6 +94,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const latest = yield* Ref.make<Assignments | null>(null)
     const outcomes = yield* Ref.make<readonly ({ readonly moveId: string } & MoveOutcome)[]>([])
     const lastReport = yield* Ref.make<HostReport | null>(null)
+    /** The commit phases of the recent moves from this host, by target host (the guard learns its allowance from them). */
+    const commits = yield* Ref.make(new Map<string, readonly number[]>())
+    const templates = yield* Templates.make(me, runtime)
     const log = (msg: string, fields: Record<string, unknown> = {}) => Effect.logInfo(msg, { hostId: me, ...fields })
 
     const done = <A>(eff: Effect.Effect<A, { readonly _tag: string }>) =>
@@ -103,7 +113,29 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         return a
       })
 
-    /** Makes the session's VM resident and running: unparked, restored from its descent image, or booted. */
+    /** How a VM came to run, for the log: from what, mapped or streamed, and ready how soon (SPEC §13). */
+    const launchFields = (l: Launch) => ({ from: l.from, method: l.method, template: l.template, readyMs: Math.round(l.readyMs), readiness: l.readiness, detail: l.detail })
+
+    /**
+     * Starts a new session's VM: from its template when it names one (built here first when
+     * this host does not hold it), else booted. A template of another size is not used.
+     */
+    const startNew = (s: AssignedSession, spec: VmSpec) =>
+      Effect.gen(function* () {
+        const name = s.template ?? null
+        if (name === null) return yield* runtime.start(spec)
+        const held = yield* templates.ensure({ name, memMib: spec.memMib, vcpus: spec.vcpus }).pipe(Effect.result)
+        if (held._tag === "Success" && held.success.memMib === spec.memMib && held.success.vcpus === spec.vcpus) return yield* runtime.start(spec, { template: name })
+        yield* Effect.logWarning("the session's template cannot start it here; booting instead", {
+          hostId: me,
+          sessionId: s.id,
+          template: name,
+          why: held._tag === "Failure" ? held.failure.message : `the template is ${held.success.memMib} MiB / ${held.success.vcpus} vCPUs`,
+        })
+        return yield* runtime.start(spec)
+      })
+
+    /** Makes the session's VM resident and running: unparked, restored from its descent image, or started. */
     const ensureRunning = (s: AssignedSession) =>
       Effect.gen(function* () {
         const vm = yield* residents.get(s.id)
@@ -111,9 +143,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           const spec = specOf(s)
           const image = yield* images.get(s.id)
           if (image !== undefined) {
-            yield* timedLog("restored from its descent image", { sessionId: s.id, imageBytes: image.bytes }, runtime.restore(spec, image))
+            const back = yield* runtime.restore(spec, image)
+            yield* log("restored from its descent image", { sessionId: s.id, imageBytes: image.bytes, ...launchFields(back.launch) })
           } else {
-            yield* timedLog("started", { sessionId: s.id, state: s.state }, runtime.start(spec))
+            const started = yield* startNew(s, spec)
+            yield* log("started", { sessionId: s.id, state: s.state, ...launchFields(started.launch) })
           }
           yield* residents.put({ ...spec, status: "running", reservationId: s.reservationId ?? null, moveId: null })
         } else if (vm.status === "paused") {
@@ -137,7 +171,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           const path = yield* images.prepare(s.id)
           const image = yield* timedLog("descended to its image", { sessionId: s.id }, runtime.descend(s.id, path))
           yield* residents.remove(s.id)
-          yield* log("descent image written", { sessionId: s.id, imageBytes: image.bytes })
+          yield* log("descent image written", { sessionId: s.id, imageBytes: image.bytes, method: image.method, detail: image.detail })
         } else if ((yield* images.get(s.id)) === undefined) {
           yield* Effect.logWarning("descending session has no resident VM and no image; reporting it descended", { hostId: me, sessionId: s.id })
         }
@@ -145,7 +179,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         yield* log("descended", { sessionId: s.id })
       })
 
-    /** The coordinator's commit allowance (SPEC §5); the SPEC §9 default from a coordinator too old to send it. */
+    /** The coordinator's commit allowance (SPEC §5): the prior of the learned one; the SPEC §9 default from a coordinator too old to send it. */
     const commitAllowanceOf = (a: Assignments) =>
       a.limits !== undefined
         ? Effect.succeed(a.limits.commitAllowanceMs)
@@ -153,6 +187,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             hostId: me,
             commitAllowanceMs: Limits.defaults.commitAllowanceMs,
           }).pipe(Effect.as(Limits.defaults.commitAllowanceMs))
+
+    /** The guard's allowance for moves to `targetHostId`: learned from this pair's recent commits (SPEC §13). */
+    const allowanceFor = (targetHostId: string, priorMs: number) =>
+      Effect.map(Ref.get(commits), (m) => Downtime.commitAllowance(m.get(targetHostId) ?? [], { priorMs }))
 
     /** Settles an owed move; still owed is a failure, so the action is retried after `retryDelayMs`. */
     const settle = (owed: PendingCommit) =>
@@ -162,17 +200,17 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     const moveSource = (s: AssignedSession, move: AssignedMove, a: Assignments) =>
       Effect.gen(function* () {
-        const commitAllowanceMs = yield* commitAllowanceOf(a)
-        yield* log("move: source starts", { moveId: move.id, sessionId: s.id, target: move.targetHostId, maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs })
-        const outcome = yield* runSource(move, {
-          hostId: me,
-          runtime,
-          coordinator,
-          link: deps.link,
-          residents,
-          maxPreCopyRounds: config.maxPreCopyRounds,
-          commitAllowanceMs,
+        const allowance = yield* allowanceFor(move.targetHostId, yield* commitAllowanceOf(a))
+        yield* log("move: source starts", {
+          moveId: move.id,
+          sessionId: s.id,
+          target: move.targetHostId,
+          maxDowntimeMs: move.maxDowntimeMs,
+          commitAllowanceMs: allowance.allowanceMs,
+          allowance: allowance.source === "prior" ? "the coordinator's (no commits to this host yet)" : `learned from the last ${allowance.samples} commits to this host`,
         })
+        const outcome = yield* runSource(move, { hostId: me, runtime, coordinator, link: deps.link, residents, maxPreCopyRounds: config.maxPreCopyRounds, allowance })
+        if (outcome._tag === "Committed") yield* Ref.update(commits, (m) => new Map(m).set(move.targetHostId, [...(m.get(move.targetHostId) ?? []), outcome.phases.commitMs].slice(-Downtime.defaultAllowancePolicy.window)))
         yield* Ref.update(outcomes, (o) => [...o.slice(-49), { moveId: move.id, ...outcome }])
         yield* log(`move: ${outcome._tag}`, { moveId: move.id, ...outcome })
       })
@@ -263,8 +301,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         }
       })
 
-    /** The RAM the resident VMs hold, MiB: their measured RSS (SPEC §1: allocatable = MemAvailable + this). */
-    const residentMib = Effect.map(runtime.usage, (vms) => vms.reduce((n, v) => n + (v.rssBytes ?? 0), 0) / (1024 * 1024))
+    /**
+     * The RAM the resident VMs hold that MemAvailable does not count, MiB (SPEC §1: allocatable =
+     * MemAvailable + this): their anonymous and shared memory; a guest RAM file on disk is page
+     * cache, already in MemAvailable. The RSS where a runtime cannot tell them apart.
+     */
+    const residentMib = Effect.map(runtime.usage, (vms) => vms.reduce((n, v) => n + (v.ramBytes ?? v.rssBytes ?? 0), 0) / (1024 * 1024))
 
     const reportOnce = Effect.gen(function* () {
       const report = yield* deps.measure(yield* residentMib)
@@ -297,9 +339,17 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       }
     })
 
+    /** The configured templates this host does not hold yet, built one by one in the background. */
+    const buildTemplates = Effect.forEach(
+      config.templates,
+      (t) => templates.ensure(t).pipe(Effect.catch((e) => Effect.logWarning("template: build failed", { hostId: me, template: t.name, error: e.message }))),
+      { discard: true },
+    )
+
     const run = Effect.gen(function* () {
       yield* reportOnce
       yield* log("agent running")
+      yield* Effect.forkIn(buildTemplates, scope)
       yield* Effect.all([reportLoop, heartbeatLoop, pollLoop], { concurrency: "unbounded", discard: true })
       return yield* Effect.never
     }) as Effect.Effect<never>
@@ -314,10 +364,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         hostId: me,
         runtime: yield* runtime.info,
         vms: snap.vms.map((v) => ({ vmId: v.vmId, status: v.status, memMib: v.memMib, moveId: v.moveId })),
-        usage: (yield* runtime.usage).map((u) => ({ vmId: u.vmId, status: u.status, rssBytes: u.rssBytes, pid: u.pid })),
+        usage: (yield* runtime.usage).map((u) => ({ vmId: u.vmId, status: u.status, rssBytes: u.rssBytes, ramBytes: u.ramBytes, pid: u.pid })),
         incoming: yield* target.incoming,
         pendingCommits: snap.pendingCommits.map((p) => p.moveId),
         moves: yield* Ref.get(outcomes),
+        templates: yield* templates.held,
+        allowances: [...(yield* Ref.get(commits)).entries()].map(([targetHostId, history]) => ({ targetHostId, ...Downtime.commitAllowance(history) })),
         lastReport: yield* Ref.get(lastReport),
       } satisfies AgentStatus
     })

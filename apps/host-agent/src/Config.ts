@@ -1,12 +1,12 @@
 /**
  * The agent's configuration, read through effect `Config` from the environment (every variable
- * in README.md). Every bad value is reported at start, all at once, in `@engram/api`'s `Env`
+ * in README.md). Every bad value is reported at start, all at once, in `@engram/process`'s `Env`
  * format (`VARIABLE="value": rule`); the host token and the peer secret are `Redacted` and never
  * echoed; nothing falls back silently. An `ENGRAM_*` variable that no engram component reads is
  * warned about by name.
  */
 import { tmpdir } from "node:os"
-import { Env } from "@engram/api"
+import { Env } from "@engram/process"
 import { Limits } from "@engram/core"
 import type { SimRuntime } from "@engram/runtime"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
@@ -15,6 +15,7 @@ import { defaultAgentConfig, type HostAgentOptions } from "./Host.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
 import { parsePeers } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
+import * as Templates from "./Templates.js"
 
 /** The configuration is invalid; `issues` names every bad variable. */
 export const ConfigInvalid = Env.ConfigInvalid
@@ -78,6 +79,15 @@ const settings = {
   imageDir: optionalText("ENGRAM_AGENT_IMAGE_DIR"),
   migrationHost: optionalText("ENGRAM_AGENT_MIGRATION_HOST"),
   advertiseHost: optionalText("ENGRAM_AGENT_ADVERTISE_HOST"),
+  templates: Config.schema(
+    Schema.String.check(
+      Schema.makeFilter((s: string) => {
+        const parsed = Templates.parse(s)
+        return "specs" in parsed ? true : parsed.problem
+      }),
+    ),
+    "ENGRAM_AGENT_TEMPLATES",
+  ).pipe(Config.withDefault("")),
 }
 
 /** The runtime's settings (`ENGRAM_RUNTIME` and, for QEMU, `ENGRAM_QEMU_*`). */
@@ -92,6 +102,21 @@ const runtimeSettings = {
   qemuBinary: optionalText("ENGRAM_QEMU_BINARY"),
   qemuAccel: Config.schema(Schema.Literals(["auto", "kvm", "tcg"]).annotate({ message: "must be auto, kvm or tcg" }), "ENGRAM_QEMU_ACCEL").pipe(Config.withDefault("auto" as const)),
   qemuMoveMibPerSec: int("ENGRAM_QEMU_MOVE_MIB_S", 1).pipe(Config.option),
+  qemuMemory: Config.schema(Schema.Literals(["file", "anonymous"]).annotate({ message: "must be file or anonymous" }), "ENGRAM_QEMU_MEMORY").pipe(Config.withDefault("file" as const)),
+  qemuRamDir: optionalText("ENGRAM_QEMU_RAM_DIR"),
+  qemuReadyLine: Config.schema(
+    Schema.String.check(
+      Schema.makeFilter((s: string) => {
+        try {
+          new RegExp(s)
+          return true
+        } catch (e) {
+          return `must be a regular expression (${e instanceof Error ? e.message : String(e)})`
+        }
+      }),
+    ),
+    "ENGRAM_QEMU_READY_LINE",
+  ).pipe(Config.option),
 }
 
 /** The QEMU variables, which apply only with `ENGRAM_RUNTIME=qemu`. */
@@ -112,6 +137,10 @@ const crossIssues = (env: Env_): Env.Issue[] => {
   if (set("ENGRAM_QEMU_INITRD") && !set("ENGRAM_QEMU_KERNEL")) issues.push({ variable: "ENGRAM_QEMU_INITRD", rule: "needs ENGRAM_QEMU_KERNEL", value: env["ENGRAM_QEMU_INITRD"] })
   if (set("ENGRAM_QEMU_APPEND") && set("ENGRAM_QEMU_DISK")) issues.push({ variable: "ENGRAM_QEMU_APPEND", rule: "applies to a kernel boot, not to ENGRAM_QEMU_DISK", value: env["ENGRAM_QEMU_APPEND"] })
   if (set("ENGRAM_QEMU_DISK_FORMAT") && !set("ENGRAM_QEMU_DISK")) issues.push({ variable: "ENGRAM_QEMU_DISK_FORMAT", rule: "needs ENGRAM_QEMU_DISK", value: env["ENGRAM_QEMU_DISK_FORMAT"] })
+  if (set("ENGRAM_QEMU_RAM_DIR") && env["ENGRAM_QEMU_MEMORY"] === "anonymous") issues.push({ variable: "ENGRAM_QEMU_RAM_DIR", rule: "applies to ENGRAM_QEMU_MEMORY=file (RAM files), not anonymous", value: env["ENGRAM_QEMU_RAM_DIR"] })
+  if (!set("ENGRAM_QEMU_KERNEL") && !set("ENGRAM_QEMU_DISK")) {
+    issues.push({ variable: "ENGRAM_QEMU_KERNEL", rule: "or ENGRAM_QEMU_DISK is required with ENGRAM_RUNTIME=qemu (the guest every VM boots)" })
+  }
   return issues
 }
 
@@ -141,14 +170,18 @@ const qemuOf = (s: RuntimeValues, hostId: string, stateFile: string | undefined)
   const initrd = text(s.qemuInitrd)
   const format = text(s.qemuDiskFormat)
   const binary = text(s.qemuBinary)
+  const ramDir = text(s.qemuRamDir)
+  const readyLine = text(s.qemuReadyLine)
   return {
     stateDir: text(s.qemuStateDir) ?? defaultQemuStateDir(hostId, stateFile, tmpdir()),
+    memory: s.qemuMemory,
+    ...(ramDir === undefined ? {} : { ramDir }),
+    ...(readyLine === undefined ? {} : { readyLine: new RegExp(readyLine) }),
+    // crossIssues guarantees one of the two.
     boot:
       kernel !== undefined
         ? { kind: "kernel", kernel, ...(initrd === undefined ? {} : { initrd }), ...(append === undefined ? {} : { append }) }
-        : disk !== undefined
-          ? { kind: "disk", disk, ...(format === undefined ? {} : { format }) }
-          : { kind: "guest", ...(append === undefined ? {} : { append }) },
+        : { kind: "disk", disk: disk ?? "", ...(format === undefined ? {} : { format }) },
     accelerator: s.qemuAccel,
     ...(binary === undefined ? {} : { binary }),
     ...(Option.isSome(s.qemuMoveMibPerSec) ? { moveBandwidthBytesPerSec: s.qemuMoveMibPerSec.value * 1024 * 1024 } : {}),
@@ -179,6 +212,10 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       retryDelayMs: given(s.retryDelayMs)?.value ?? base.retryDelayMs,
       maxPreCopyRounds: given(s.maxPreCopyRounds)?.value ?? base.maxPreCopyRounds,
       stagingGraceMs: given(s.stagingGraceMs)?.value ?? base.stagingGraceMs,
+      templates: (() => {
+        const parsed = Templates.parse(s.templates)
+        return "specs" in parsed ? parsed.specs : []
+      })(),
     }
     const peers = parsePeers(s.peers)
     const sim = Option.isSome(s.sim) ? (JSON.parse(s.sim.value) as Partial<SimRuntime.SimConfig>) : {}

@@ -6,7 +6,7 @@
  * CAS endpoints are the acknowledgements, and a 409 from one (a repeat, or a state that already
  * moved on) is `Conflict`, which the agent treats as done.
  */
-import { Client } from "@engram/api"
+import { Client, Errors as ApiErrors } from "@engram/api"
 import type { ApiError, Records } from "@engram/api"
 import { Context, Duration, Effect, Layer, Schema } from "effect"
 import type { Redacted } from "effect"
@@ -17,14 +17,17 @@ import type { HostReport } from "./Measure.js"
 /** A session's state. */
 export type SessionState = Records.SessionState
 
-/** A session as the agent needs it (the API's record has more). */
-export type AssignedSession = Pick<Records.Session, "id" | "state" | "budget" | "hostId" | "reservationId">
+/**
+ * A session as the agent needs it (the API's record has more). `template`: the template it
+ * starts from, when the coordinator's records carry one.
+ */
+export type AssignedSession = Pick<Records.Session, "id" | "state" | "budget" | "hostId" | "reservationId"> & { readonly template?: string | null | undefined }
 
 /** A move as the agent needs it. */
 export type AssignedMove = Pick<Records.Move, "id" | "sessionId" | "sourceHostId" | "targetHostId" | "maxDowntimeMs" | "state">
 
 /** A move as `GET /v1/moves/{id}` shows it, as far as the agent reads it. */
-export type MoveView = AssignedMove & Pick<Records.Move, "abortReason">
+export type MoveView = AssignedMove & Pick<Records.Move, "abortReason" | "rounds">
 
 /** The coordinator's limits that the agent's move guard uses (its `commitAllowanceMs`). */
 export type AssignedLimits = Records.AgentLimits
@@ -83,24 +86,10 @@ export interface CoordinatorTarget {
   readonly hostToken: string | Redacted.Redacted<string>
 }
 
-/** The HTTP status of each of the API's error answers. */
-const statusOf: Record<ApiError["_tag"], number> = {
-  BadRequest: 400,
-  Unauthorized: 401,
-  Forbidden: 403,
-  NotFoundError: 404,
-  ConflictError: 409,
-  WaitTimeout: 408,
-  PayloadTooLarge: 413,
-  UnsupportedMediaType: 415,
-  ServiceUnavailable: 503,
-}
-
 /** What went wrong, in the port's two words: a 409 is `Conflict`, anything else `CoordinatorError`. */
 const toPortError = (op: string, e: { readonly _tag: string; readonly message: string }): Conflict | CoordinatorError => {
   if (e._tag === "ConflictError") return new Conflict({ op, message: e.message })
-  const typed = statusOf[e._tag as ApiError["_tag"]]
-  if (typed !== undefined) return new CoordinatorError({ op, status: typed, message: e.message })
+  if (Object.hasOwn(ApiErrors.statuses, e._tag)) return new CoordinatorError({ op, status: ApiErrors.statusOf(e as ApiError), message: e.message })
   // Transport failures, an answer the API does not describe, or one that does not decode.
   const response = (e as { readonly response?: { readonly status?: number } }).response
   return new CoordinatorError({ op, status: response?.status ?? null, message: e._tag === "SchemaError" ? `bad answer: ${e.message}` : e.message })

@@ -31,6 +31,7 @@ export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limi
   retryDelayMs: 1_000,
   maxPreCopyRounds: 6,
   stagingGraceMs: 60_000,
+  templates: [],
 })
 
 export interface HostAgentOptions {

@@ -6,6 +6,7 @@
  * aside and logged), never trusted: the coordinator's view rebuilds what matters.
  */
 import { open, readFile, rename } from "node:fs/promises"
+import { Records } from "@engram/api"
 import { Effect, Schema } from "effect"
 
 export const ResidentVm = Schema.Struct({
@@ -30,6 +31,7 @@ export type MoveTargetRef = typeof MoveTargetRef.Type
 /** The pause of a move on the source's runtime clock (ms): the phases of a commit the target confirms late. */
 export const PauseTimes = Schema.Struct({
   pausedAtMs: Schema.Number,
+  /** Pause to the post-capture verdict (files of older agents: the runtime's capture alone). */
   captureMs: Schema.Number,
   /** Once the final round was sent. */
   sendMs: Schema.optionalKey(Schema.Number),
@@ -38,7 +40,7 @@ export const PauseTimes = Schema.Struct({
 export type PauseTimes = typeof PauseTimes.Type
 
 /**
- * A move whose final round the source recorded and whose outcome it still owes. `phases` null:
+ * A move whose final round the source took (the guest paused) and whose outcome it still owes. `phases` null:
  * the target's commit is not confirmed yet (the source keeps its copy paused and asks the
  * target again); set: the target runs the guest and the coordinator has not acknowledged the
  * commit yet. `target` and `pause` are absent in files written by agents before they existed.
@@ -49,6 +51,15 @@ export const PendingCommit = Schema.Struct({
   phases: Schema.NullOr(Phases),
   target: Schema.optionalKey(MoveTargetRef),
   pause: Schema.optionalKey(PauseTimes),
+  /**
+   * The final round, and whether the coordinator holds it: it is recorded while it is sent, so
+   * an agent that stopped in between records it (or learns the move ended) before the target may
+   * run the guest. Absent in files of older agents, which recorded it before writing the file.
+   */
+  final: Schema.optionalKey(Records.MoveRound),
+  /** Pre-copy rounds measured only at the pause, recorded before the final one. */
+  lateRounds: Schema.optionalKey(Schema.Array(Records.MoveRound)),
+  finalRecorded: Schema.optionalKey(Schema.Boolean),
 })
 export type PendingCommit = typeof PendingCommit.Type
 

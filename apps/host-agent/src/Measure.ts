@@ -155,7 +155,8 @@ export const layerFixed = (host: { readonly totalMib: number; readonly osMib: nu
     HostMeter.of({
       measure: (residentMib) => {
         const availableMib = Math.max(0, host.totalMib - host.osMib - residentMib)
-        return Effect.succeed({ totalMib: host.totalMib, allocatableMib: availableMib + residentMib, totalVcpus: host.vcpus })
+        // Resident VMs reserved past the host's RAM still leave it no more than it has (the coordinator refuses more).
+        return Effect.succeed({ totalMib: host.totalMib, allocatableMib: Math.min(host.totalMib, availableMib + residentMib), totalVcpus: host.vcpus })
       },
     }),
   )

@@ -8,20 +8,24 @@
  * 2. the runtime migrates to it, each pre-copy round recorded with the coordinator as it is
  *    measured; a refusal before the pause or an abort at the post-capture check ends the move
  *    with the guest running here;
- * 3. at the post-capture check point (guest paused, nothing of the final round sent) the final
- *    round is recorded with the coordinator: the point of no return. From here the source owes
- *    the move's outcome (durably, in the state file) until it is settled;
- * 4. the runtime sends the final round, the target commits (resumes the VM), the source posts
- *    the phases and drops its paused copy.
+ * 3. at the post-capture check point (guest paused, nothing of the final round sent) the source
+ *    writes that it owes the move's outcome (durably, in the state file), then records the
+ *    final round with the coordinator (the point of no return) while the runtime sends it: the
+ *    record is an HTTP round trip that need not lengthen the pause, since the target runs the
+ *    guest only on the source's commit, which waits for both;
+ * 4. the target commits (resumes the VM), the source posts the phases and drops its paused copy.
  *
- * What it decides: once the final round is recorded, the source copy is resumed only when the
- * target answered that the guest does not run there (it refused the commit, or confirmed an
- * abort). A link failure leaves the commit owed: the source stays paused and asks again.
- * Never two running copies.
+ * What it decides: the target runs the guest only once the coordinator holds the final round;
+ * from then on the source copy is resumed only when the target answered that the guest does not
+ * run there (it refused the commit, or confirmed an abort). A link failure leaves the commit
+ * owed: the source stays paused and asks again. Never two running copies. The commit allowance
+ * of the guard is learned from this host pair's recent commits (core's `Downtime.commitAllowance`);
+ * the phases name every part of the pause and sum to it.
  */
-import { Effect, Schedule } from "effect"
-import { Move, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
-import type { AssignedMove, CoordinatorShape, PhasesReport, RoundReport } from "./Coordinator.js"
+import { Effect, Fiber, Schedule } from "effect"
+import type { Downtime } from "@engram/core"
+import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
+import type { AssignedMove, Conflict, CoordinatorError, CoordinatorShape, PhasesReport, RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
 import type { MoveHeader } from "./MoveTarget.js"
 import type { PeerLink } from "./PeerLink.js"
@@ -35,8 +39,46 @@ export interface MoveSourceDeps {
   readonly residents: Residents
   /** Pre-copy rounds at most (the full round included). */
   readonly maxPreCopyRounds: number
-  /** The coordinator's `commitAllowanceMs`, from the assignments answer that carried the move. */
-  readonly commitAllowanceMs: number
+  /**
+   * The guard's commit allowance for this host pair: learned from its recent commits, the
+   * coordinator's `commitAllowanceMs` (from the assignments answer) before any.
+   */
+  readonly allowance: Downtime.Allowance
+}
+
+/**
+ * Where a committed move's pause went, on the source's clock (ms): consecutive parts that sum
+ * to the pause. The reported phases fold them: `captureMs` = capture, `sendMs` = the runtime's
+ * send, `commitMs` = the rest (persist, record wait, the target's commit, and the send's own
+ * round trips beyond the runtime's figure).
+ */
+export interface PauseParts {
+  /** Pause to the post-capture verdict. */
+  readonly captureMs: number
+  /** Writing the owed record (state file, fsync) before the final round leaves. */
+  readonly persistMs: number
+  /** The final round's send, from its start until the runtime said it was sent. */
+  readonly sendMs: number
+  /** Waiting for the final round's record with the coordinator after the send was done (0 when the record was first). */
+  readonly recordWaitMs: number
+  /** The target's commit: the peer round trip, its wait for the stream's end, the resume. */
+  readonly peerCommitMs: number
+  /** The record's own round trip, which ran beside the send (not a part of its own). */
+  readonly recordMs: number
+}
+
+/** The guard's figures of a committed move: the allowance it used, and how far off it was. */
+export interface GuardReport {
+  readonly allowanceMs: number
+  readonly allowanceSource: "prior" | "learned"
+  /** The commits the allowance was learned from (0 for the prior). */
+  readonly allowanceSamples: number
+  /** The post-capture estimate that let the guest switch over. */
+  readonly estimateMs: number
+  /** Estimate − measured downtime (positive: pessimistic). */
+  readonly estimateErrorMs: number
+  /** Allowance − measured commit phase (positive: pessimistic). */
+  readonly allowanceErrorMs: number
 }
 
 /** How a move ended on the source. */
@@ -47,8 +89,9 @@ export type MoveOutcome =
       readonly rounds: readonly RoundReport[]
       /** The hypervisor's own figure for the pause (QEMU's `downtime`), when it has one. */
       readonly runtimeDowntimeMs: number | null
-      /** Where the pause went besides the phases: recording the final round, writing the owed record (ms). */
-      readonly paused: { readonly recordFinalMs: number; readonly persistMs: number }
+      /** Where the pause went, part by part; null for a commit confirmed on a later pass. */
+      readonly pause: PauseParts | null
+      readonly guard: GuardReport
     }
   | {
       readonly _tag: "Refused"
@@ -84,6 +127,31 @@ const jsonMs = (ms: number) => (Number.isFinite(ms) ? Math.ceil(ms) : Number.MAX
 /** The round as the coordinator records it. */
 const report = (r: MoveRound): RoundReport => ({ kind: r.kind, wireBytes: r.wireBytes, apparentBytes: r.apparentBytes, sendMs: r.sendMs, captureMs: r.captureMs })
 
+/**
+ * Records a move's pre-copy rounds with the coordinator in order, each in a fiber of its own
+ * (in the caller's scope): the runtime's migration loop does not wait for the coordinator, so a
+ * slow answer never runs into the pause. `recorded` waits for every round pushed so far and
+ * fails with the first failure (a 409: the move is no longer pending).
+ */
+const roundRecorder = (coordinator: CoordinatorShape, moveId: string) =>
+  Effect.gen(function* () {
+    const scope = yield* Effect.scope
+    let last: Fiber.Fiber<void, Conflict | CoordinatorError> | null = null
+    const push = (round: RoundReport) =>
+      Effect.gen(function* () {
+        const before = last
+        last = yield* Effect.forkIn(
+          Effect.gen(function* () {
+            if (before !== null) yield* Fiber.join(before)
+            yield* retrying(coordinator.round(moveId, round))
+          }),
+          scope,
+        )
+      })
+    const recorded = Effect.suspend(() => (last === null ? Effect.void : Fiber.join(last)))
+    return { push, recorded }
+  })
+
 /** Runs one move from the source. Never fails: every failure is cleaned up and answered. */
 export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effect<MoveOutcome> =>
   Effect.gen(function* () {
@@ -115,20 +183,29 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         )
       })
 
+    const budget = { maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs: deps.allowance.allowanceMs, maxPreCopyRounds: deps.maxPreCopyRounds }
     const protocol = Effect.gen(function* () {
+      const recorder = yield* roundRecorder(coordinator, move.id)
+      // A budget below the allowance alone is refused before the target starts anything.
+      const upfront = MoveGuard.beforeStart(budget)
+      if (upfront._tag === "Refuse") {
+        yield* abandon(upfront.reason, upfront.estimateMs)
+        return { _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, paused: false, rounds } as const
+      }
       const endpoint = yield* link.prepare(header)
       yield* Effect.logInfo("move: the target waits; streaming", { hostId: deps.hostId, moveId: move.id, endpoint: endpoint.uri })
       const result = yield* runtime.migrate(move.sessionId, {
         moveId: move.id,
         endpoint,
-        budget: { maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs: deps.commitAllowanceMs, maxPreCopyRounds: deps.maxPreCopyRounds },
+        budget,
         onRound: (r) =>
           Effect.gen(function* () {
             const round = report(r)
             rounds.push(round)
-            yield* retrying(coordinator.round(move.id, round))
+            yield* recorder.push(round)
           }),
       })
+      if (result._tag !== "AtSwitchover") yield* recorder.recorded.pipe(Effect.ignore)
       if (result._tag === "Refused") {
         yield* abandon(result.reason, result.estimateMs)
         return { _tag: "Refused", stage: "pre-pause", estimateMs: result.estimateMs, reason: result.reason, paused: false, rounds } as const
@@ -139,56 +216,73 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       }
 
       // Paused at the post-capture check point: nothing of the final round has left this host.
-      // Record the final round BEFORE it leaves: from this record on the coordinator will not
-      // abort the move on its own (its move wait may time out, but the pause is spent and the
-      // target may run the guest soon). A 409 here means the move is no longer pending there
-      // (a timeout abort, the session ended): the pause is given back, the guest resumes here.
-      // The send time is not known yet: the record's `sendMs` is 0; the measured one is the
+      // First the debt, durably: once the send starts, a restarted agent finds the source copy
+      // paused past the switchover and must know it owes the outcome. Then the final round is
+      // recorded while it is sent; the target runs the guest only on our commit, after both.
+      // The send time is not known at the record: its `sendMs` is 0; the measured one is the
       // commit's `sendMs` phase.
       const at = result
-      const t0 = yield* nowMs
-      const recorded = yield* retrying(coordinator.round(move.id, report(at.final))).pipe(Effect.result)
-      const t1 = yield* nowMs
-      if (recorded._tag === "Failure") {
-        yield* at.abort
-        if (recorded.failure._tag === "Conflict") return yield* recorded.failure
-        const reason = `move failed: the final round could not be recorded: ${recorded.failure.message}`
-        yield* abandon(reason)
-        return { _tag: "Failed", reason, paused: true } as const
-      }
-      rounds.push(report(at.final))
+      const checkedAtMs = yield* nowMs
+      const final = report(at.final)
+      const late = at.unreported.map(report)
       const owed: PendingCommit = {
         moveId: move.id,
         sessionId: move.sessionId,
         phases: null,
         target: { targetHostId: move.targetHostId, memMib: vm.memMib, vcpus: vm.vcpus },
-        pause: { pausedAtMs: at.pausedAtMs, captureMs: at.captureMs },
+        pause: { pausedAtMs: at.pausedAtMs, captureMs: checkedAtMs - at.pausedAtMs },
+        final,
+        finalRecorded: false,
+        ...(late.length === 0 ? {} : { lateRounds: late }),
       }
       yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
       yield* residents.addPendingCommit(owed)
-      const paused = { recordFinalMs: t1 - t0, persistMs: (yield* nowMs) - t1 }
-
-      const sent = yield* at.switchover.pipe(Effect.result)
-      if (sent._tag === "Failure") {
+      const persistedAtMs = yield* nowMs
+      const timed = <A, E>(eff: Effect.Effect<A, E>) => Effect.gen(function* () {
+        const r = yield* Effect.result(eff)
+        return { r, atMs: yield* nowMs }
+      })
+      // The pre-copy rounds' records first (a refused one, a 409: the move is no longer pending).
+      const record = recorder.recorded.pipe(Effect.andThen(Effect.forEach([...late, final], (r) => retrying(coordinator.round(move.id, r)), { discard: true })))
+      const [recorded, sent] = yield* Effect.all([timed(record), timed(at.switchover)], { concurrency: 2 })
+      if (recorded.r._tag === "Failure") {
+        // The coordinator does not hold the final round: the target never runs the guest (it
+        // runs only on our commit); the pause is given back here, the target drops what it got.
+        yield* at.abort
+        yield* residents.removePendingCommit(move.id)
+        if (recorded.r.failure._tag === "Conflict") return yield* recorded.r.failure
+        const reason = `move failed: the final round could not be recorded: ${recorded.r.failure.message}`
+        yield* abandon(reason)
+        return { _tag: "Failed", reason, paused: true } as const
+      }
+      rounds.push(...late, final)
+      if (sent.r._tag === "Failure") {
         // The stream did not complete: the target cannot run the guest (it runs only on our
         // commit, which is never sent now); the runtime gave the pause back here.
-        const reason = `move failed: the final round was not sent: ${sent.failure.message}`
+        const reason = `move failed: the final round was not sent: ${sent.r.failure.message}`
         yield* abandon(reason)
         yield* residents.removePendingCommit(move.id)
         return { _tag: "Failed", reason, paused: true } as const
       }
-      // Sent: the send times join the owed record (written only if the commit stays owed: the
-      // guest is paused on both sides until the target answers).
-      const sentOwed: PendingCommit = { ...owed, pause: { ...owed.pause!, sendMs: sent.success.sendMs, sentAtMs: sent.success.sentAtMs } }
+      const bothAtMs = Math.max(recorded.atMs, sent.atMs)
+      const sentOwed: PendingCommit = { ...owed, finalRecorded: true, pause: { ...owed.pause!, sendMs: sent.r.success.sendMs, sentAtMs: bothAtMs } }
       const settled = yield* confirmAtTarget(deps, sentOwed)
       if (settled._tag === "Owed") return { _tag: "Owed", reason: settled.reason } as const
       if (settled._tag === "Refused") {
         return { _tag: "Failed", reason: settled.reason, paused: true } as const
       }
-      return { _tag: "Confirmed", owed: settled.owed, runtimeDowntimeMs: sent.success.runtimeDowntimeMs, paused } as const
+      const pause: PauseParts = {
+        captureMs: checkedAtMs - at.pausedAtMs,
+        persistMs: persistedAtMs - checkedAtMs,
+        sendMs: sent.atMs - persistedAtMs,
+        recordWaitMs: Math.max(0, recorded.atMs - sent.atMs),
+        peerCommitMs: settled.runningAtMs - bothAtMs,
+        recordMs: recorded.atMs - persistedAtMs,
+      }
+      return { _tag: "Confirmed", owed: settled.owed, runtimeDowntimeMs: sent.r.success.runtimeDowntimeMs, pause, estimateMs: at.estimateMs } as const
     })
 
-    const outcome = yield* protocol.pipe(
+    const outcome = yield* Effect.scoped(protocol).pipe(
       Effect.catchTag("Conflict", (e) =>
         Effect.gen(function* () {
           // The coordinator refused a round: the move is no longer pending there. The runtime
@@ -217,8 +311,25 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
     if (settled._tag === "Refused") {
       return { _tag: "CommitRefused", reason: settled.reason, phases, restoredOnSource: settled.restoredOnSource } as const
     }
-    return { _tag: "Committed", phases, rounds: rounds.map((r) => (r.kind === "final" ? { ...r, sendMs: phases.sendMs } : r)), runtimeDowntimeMs: outcome.runtimeDowntimeMs, paused: outcome.paused } as const
+    return {
+      _tag: "Committed",
+      phases,
+      rounds: rounds.map((r) => (r.kind === "final" ? { ...r, sendMs: phases.sendMs } : r)),
+      runtimeDowntimeMs: outcome.runtimeDowntimeMs,
+      pause: outcome.pause,
+      guard: guardReport(deps.allowance, outcome.estimateMs, phases),
+    } as const
   })
+
+/** The guard's figures of a committed move. */
+export const guardReport = (a: Downtime.Allowance, estimateMs: number, phases: PhasesReport): GuardReport => ({
+  allowanceMs: a.allowanceMs,
+  allowanceSource: a.source,
+  allowanceSamples: a.samples,
+  estimateMs,
+  estimateErrorMs: estimateMs - phases.downtimeMs,
+  allowanceErrorMs: a.allowanceMs - phases.commitMs,
+})
 
 /** How settling an owed move ended. */
 export type Settled =
@@ -264,12 +375,12 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
     if (committed._tag === "Success") {
       const runningAtMs = yield* nowMs
       const { pausedAtMs, captureMs } = owed.pause
-      // A final round whose send was never measured (the agent stopped during it): sent when captured.
-      const sentAtMs = owed.pause.sentAtMs ?? pausedAtMs + captureMs
-      const phases = Move.phases({ pausedAtMs, captureMs, sendMs: owed.pause.sendMs ?? 0, sentAtMs, runningAtMs })
+      // A final round whose send was never measured (the agent stopped during it): its send is
+      // not known, so the whole rest of the pause counts as the commit but for a nominal 1 ms.
+      const phases = Move.phases({ pausedAtMs, checkedAtMs: pausedAtMs + captureMs, sendMs: owed.pause.sendMs ?? 1, runningAtMs })
       const confirmed: PendingCommit = { ...owed, phases }
       yield* residents.addPendingCommit(confirmed)
-      return { _tag: "Confirmed", owed: confirmed } as const
+      return { _tag: "Confirmed", owed: confirmed, runningAtMs } as const
     }
     const e = committed.failure
     if (!e.refused) {
@@ -287,6 +398,44 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
       Effect.catch((err) => Effect.logWarning("move abort not acknowledged", { moveId: owed.moveId, error: err.message })),
     )
     yield* residents.removePendingCommit(owed.moveId)
+    yield* Effect.logWarning(reason, { moveId: owed.moveId, sessionId: owed.sessionId })
+    return { _tag: "Refused", reason, restoredOnSource: true } as const
+  })
+
+/**
+ * An owed move whose final round may not be recorded (the agent stopped while recording it):
+ * the move is read, and what it lacks is recorded before the target may run the guest. A move
+ * that holds its final round or is committed goes on; one that ended otherwise must not run
+ * on the target: the target drops what it holds, then the source copy resumes.
+ */
+const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
+  Effect.gen(function* () {
+    const { coordinator, residents, runtime, link } = deps
+    if (owed.finalRecorded !== false || owed.final === undefined) return { _tag: "Recorded", owed } as const
+    const recorded = { _tag: "Recorded", owed: { ...owed, finalRecorded: true } } as const
+    const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+    if (read._tag === "Failure") return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const
+    const m = read.success
+    if (m.state === "pending") {
+      if (!m.rounds.some((round) => round.kind === "final")) {
+        // The late rounds go first unless the last recorded round is the last of them.
+        const late = owed.lateRounds ?? []
+        const lastLate = late.at(-1)
+        const held = lastLate !== undefined && JSON.stringify(m.rounds.at(-1)) === JSON.stringify(lastLate)
+        const r = yield* Effect.forEach([...(held ? [] : late), owed.final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
+        if (r._tag === "Failure") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
+      }
+      yield* residents.addPendingCommit(recorded.owed)
+      return recorded
+    }
+    if (m.state === "committed") return recorded
+    const target = owed.target ?? { targetHostId: m.targetHostId, memMib: 0, vcpus: 0 }
+    const dropped = yield* link.abort(headerOf(deps, owed, target)).pipe(Effect.retry({ times: 2 }), Effect.result)
+    if (dropped._tag === "Failure") return { _tag: "Owed", reason: `the move ended before its final round was recorded; the target's copy could not be dropped yet: ${dropped.failure.message}` } as const
+    yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
+    yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
+    yield* residents.removePendingCommit(owed.moveId)
+    const reason = `the move ended (${m.state}: ${m.abortReason ?? "no reason"}) before its final round was recorded; the guest resumed on the source`
     yield* Effect.logWarning(reason, { moveId: owed.moveId, sessionId: owed.sessionId })
     return { _tag: "Refused", reason, restoredOnSource: true } as const
   })
@@ -311,7 +460,9 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
 export const settleCommit = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Settled> =>
   Effect.gen(function* () {
     if (owed.phases === null) {
-      const confirmed = yield* confirmAtTarget(deps, owed)
+      const recorded = yield* ensureFinalRecorded(deps, owed)
+      if (recorded._tag !== "Recorded") return recorded
+      const confirmed = yield* confirmAtTarget(deps, recorded.owed)
       if (confirmed._tag !== "Confirmed") return confirmed
       return yield* settleCommit(deps, confirmed.owed)
     }

@@ -4,9 +4,9 @@
  *
  * What it decides: the move data plane's addresses (the simulated wire over TCP when the agent
  * serves peers, in memory otherwise; QEMU's incoming migrations on the same host), and for
- * QEMU the guest every VM boots: the configured kernel (+ initramfs) or disk image, or else
- * the repository's test guest (`tooling/guest`), built on first use. A QEMU that is not
- * installed or a guest that cannot be built is refused at start with what to do about it.
+ * QEMU the guest every VM boots: the configured kernel (+ initramfs) or disk image. A QEMU
+ * that is not installed or a guest file that is missing is refused at start with what to do
+ * about it.
  */
 import { existsSync } from "node:fs"
 import { dirname, join } from "node:path"
@@ -18,15 +18,20 @@ import { Effect, Schema, type Scope } from "effect"
 export interface QemuSettings {
   /** VM directories (console, pid, `vm.json`) and QMP sockets. VMs outlive the agent: keep it across restarts. */
   readonly stateDir: string
-  /** What guests boot; `guest`: the repository's test guest, with an optional kernel command line. */
+  /** What guests boot: a kernel (+ initramfs, command line) or a disk image. */
   readonly boot:
     | { readonly kind: "kernel"; readonly kernel: string; readonly initrd?: string; readonly append?: string }
     | { readonly kind: "disk"; readonly disk: string; readonly format?: string }
-    | { readonly kind: "guest"; readonly append?: string }
   readonly binary?: string
   readonly accelerator?: "auto" | "kvm" | "tcg"
   /** QEMU's `max-bandwidth` for live moves, bytes/s (default 1 GiB/s). */
   readonly moveBandwidthBytesPerSec?: number
+  /** Guest RAM: RAM files (mapped snapshots, the default) or anonymous (stream snapshots). */
+  readonly memory?: "file" | "anonymous"
+  /** Where RAM files live (default: each VM's directory, on the state directory's filesystem). */
+  readonly ramDir?: string
+  /** The guest's readiness line (SPEC §13); none: a VM is ready when QEMU runs it. */
+  readonly readyLine?: RegExp
 }
 
 /** Where a move's data plane listens on this host, and the address sources are told. */
@@ -41,35 +46,9 @@ export class RuntimeUnavailable extends Schema.TaggedError<RuntimeUnavailable>()
   message: Schema.String,
 }) {}
 
-/** The default guest's kernel command line: a calm guest (256 KiB/s over a 4 MiB ring, a counter every 100 ms). */
-export const defaultGuestLoad = { dirtyKibPerSec: 256, hotMib: 4, tickMs: 100 } as const
-
 /** The simulated runtime: over TCP between agent processes when the agent serves peers, else in memory. */
 export const makeSim = (config: Partial<SimRuntime.SimConfig>, address: MigrationAddress | null): Effect.Effect<VmRuntimeShape> =>
   SimRuntime.make(config, address === null ? SimWire.inMemory() : SimWire.tcp(address))
-
-/** The guest files and command line of the repository's test guest, built on first use. */
-const testGuest = (append: string | undefined) =>
-  Effect.gen(function* () {
-    // Loaded only here: the test guest is a private workspace package, needed by nothing else.
-    const guest = yield* Effect.tryPromise({
-      try: () => import("@engram/guest"),
-      catch: (e) => new RuntimeUnavailable({ runtime: "qemu", message: `the test guest package is missing (${String(e)}): set ENGRAM_QEMU_KERNEL or ENGRAM_QEMU_DISK` }),
-    })
-    yield* Effect.logInfo(
-      `qemu: no ENGRAM_QEMU_KERNEL or ENGRAM_QEMU_DISK: guests boot the repository's test guest (kernel of linux-image-amd64 + a busybox initramfs), cached in ${process.env["ENGRAM_GUEST_CACHE"] ?? guest.defaultCacheDir}; the first build downloads the kernel package (about 15 s)`,
-    )
-    const logLine = Effect.runSyncWith(yield* Effect.context<never>())
-    const files = yield* Effect.tryPromise({
-      try: () => guest.ensureGuest({ log: (line) => logLine(Effect.logInfo(`qemu: ${line}`)) }),
-      catch: (e) =>
-        new RuntimeUnavailable({
-          runtime: "qemu",
-          message: `cannot build the test guest: ${e instanceof Error ? e.message : String(e)}. It needs busybox-static installed and apt's package lists (apt-get update) for linux-image-amd64; or set ENGRAM_QEMU_KERNEL (+ ENGRAM_QEMU_INITRD) or ENGRAM_QEMU_DISK`,
-        }),
-    })
-    return { kernel: files.kernel, initrd: files.initrd, append: append ?? guest.cmdline(defaultGuestLoad) } satisfies QemuProcess.Boot
-  })
 
 /** Builds the QEMU runtime in the agent's scope (its QMP connections; the VMs outlive it). */
 export const makeQemu = (settings: QemuSettings, address: MigrationAddress): Effect.Effect<QemuRuntime.QemuRuntimeShape, RuntimeUnavailable, Scope.Scope> =>
@@ -88,11 +67,9 @@ export const makeQemu = (settings: QemuSettings, address: MigrationAddress): Eff
     }
     const b = settings.boot
     const boot: QemuProcess.Boot =
-      b.kind === "guest"
-        ? yield* testGuest(b.append)
-        : b.kind === "kernel"
-          ? { kernel: b.kernel, ...(b.initrd === undefined ? {} : { initrd: b.initrd }), ...(b.append === undefined ? {} : { append: b.append }) }
-          : { disk: b.disk, ...(b.format === undefined ? {} : { format: b.format }) }
+      b.kind === "kernel"
+        ? { kernel: b.kernel, ...(b.initrd === undefined ? {} : { initrd: b.initrd }), ...(b.append === undefined ? {} : { append: b.append }) }
+        : { disk: b.disk, ...(b.format === undefined ? {} : { format: b.format }) }
     for (const file of "kernel" in boot ? [boot.kernel, boot.initrd] : [boot.disk]) {
       if (file !== undefined && !existsSync(file)) return yield* new RuntimeUnavailable({ runtime: "qemu", message: `no such file: ${file}` })
     }
@@ -104,6 +81,9 @@ export const makeQemu = (settings: QemuSettings, address: MigrationAddress): Eff
       migrationListenHost: address.listenHost,
       migrationAdvertiseHost: address.advertiseHost,
       ...(settings.moveBandwidthBytesPerSec === undefined ? {} : { moveBandwidthBytesPerSec: settings.moveBandwidthBytesPerSec }),
+      ...(settings.memory === undefined ? {} : { memory: settings.memory }),
+      ...(settings.ramDir === undefined ? {} : { ramDir: settings.ramDir }),
+      ...(settings.readyLine === undefined ? {} : { readyLine: settings.readyLine }),
     })
   })
 

@@ -6,6 +6,8 @@
  * line and exit 3; a bad setting exits 2; SIGINT/SIGTERM stop it with exit 0 (its VMs,
  * simulated ones included, are left as they are: the state file lets the next start adopt them).
  */
+// First: on a Node.js older than engram supports, one line and exit 1 before anything else runs.
+import "@engram/process/check-node"
 import { Fatal, Main } from "@engram/process"
 import { Deferred, Effect } from "effect"
 import { FetchHttpClient } from "effect/http"

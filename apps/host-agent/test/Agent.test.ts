@@ -93,17 +93,28 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       assert.deepStrictEqual(s.reports.get("a"), { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 })
     }))
 
-  it.effect("the report adds the RAM the resident VMs hold (their measured RSS), not their sizes, to what the host has available (SPEC §1)", () =>
+  it.effect("the report adds the RAM the resident VMs hold that MemAvailable does not count (not a RAM file's page cache), not their sizes, to what the host has available (SPEC §1)", () =>
     Effect.gen(function* () {
       const MiB = 1024 * 1024
       const sim = yield* SimRuntime.make({ startMs: 0 })
-      // A 512 MiB guest that touched 300 MiB of it; a second whose RSS cannot be read (its process just went).
+      // A 512 MiB guest holding 300 MiB outside the page cache (its RSS also counts 150 MiB of
+      // its RAM file's pages, which MemAvailable has already); a second whose figures cannot be
+      // read (its process just went); a third whose runtime knows only its RSS.
       const runtime = {
         ...sim,
-        usage: Effect.map(sim.usage, (vms) => vms.map((v) => ({ ...v, rssBytes: v.vmId === "s1" ? 300 * MiB : null }))),
+        usage: Effect.map(sim.usage, (vms) =>
+          vms.map((v) =>
+            v.vmId === "s1"
+              ? { ...v, rssBytes: 450 * MiB, ramBytes: 300 * MiB }
+              : v.vmId === "s3"
+                ? { ...v, rssBytes: 20 * MiB, ramBytes: null }
+                : { ...v, rssBytes: null, ramBytes: null },
+          ),
+        ),
       }
       yield* runtime.start({ vmId: "s1", memMib: 512, vcpus: 1 })
       yield* runtime.start({ vmId: "s2", memMib: 256, vcpus: 1 })
+      yield* runtime.start({ vmId: "s3", memMib: 256, vcpus: 1 })
       const seen: number[] = []
       const coordinator = yield* makeFakeCoordinator
       const residents = yield* makeResidents("a", null, () => Effect.void)
@@ -117,8 +128,8 @@ describe("the agent reconciles with the coordinator's assignments", () => {
         target: yield* makeMoveTarget("a", runtime, residents),
       })
       yield* agent.reportOnce
-      assert.deepStrictEqual(seen, [300])
-      assert.deepStrictEqual((yield* coordinator.get).reports.get("a"), { totalMib: 8192, allocatableMib: 4300, totalVcpus: 4 })
+      assert.deepStrictEqual(seen, [320])
+      assert.deepStrictEqual((yield* coordinator.get).reports.get("a"), { totalMib: 8192, allocatableMib: 4320, totalVcpus: 4 })
     }))
 })
 

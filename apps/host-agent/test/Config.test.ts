@@ -2,7 +2,7 @@
  * The agent's configuration through effect Config: every problem at once in `@engram/api`'s
  * one format, secrets never echoed, an unknown ENGRAM_* variable warned about by name.
  */
-import { Env } from "@engram/api"
+import { Env } from "@engram/process"
 import { Effect, Exit, Logger, Redacted } from "effect"
 import { describe, expect, it } from "vitest"
 import { fromEnvironment, variables } from "../src/Config.js"
@@ -60,15 +60,28 @@ describe("host agent configuration", () => {
     ])
   })
 
-  it("every variable the agent reads is in @engram/api's list", () => {
+  it("every variable the agent reads is in @engram/process's list", () => {
     for (const v of variables) expect(Env.knownVariables.has(v), v).toBe(true)
   })
 
-  it("ENGRAM_RUNTIME=qemu selects QEMU: the test guest by default, the state directory beside the state file, the move data plane on the agent's host", async () => {
+  it("ENGRAM_RUNTIME=qemu selects QEMU: the guest named, the state directory beside the state file, the move data plane on the agent's host", async () => {
     const o = await Effect.runPromise(
-      fromEnvironment({ ...required, ENGRAM_RUNTIME: "qemu", ENGRAM_AGENT_STATE_FILE: "/var/lib/engram/agent.json", ENGRAM_AGENT_HOST: "10.0.0.2", ENGRAM_QEMU_MOVE_MIB_S: "64" }),
+      fromEnvironment({
+        ...required,
+        ENGRAM_RUNTIME: "qemu",
+        ENGRAM_QEMU_DISK: "/var/lib/engram/guest.qcow2",
+        ENGRAM_AGENT_STATE_FILE: "/var/lib/engram/agent.json",
+        ENGRAM_AGENT_HOST: "10.0.0.2",
+        ENGRAM_QEMU_MOVE_MIB_S: "64",
+      }),
     )
-    expect(o.qemu).toEqual({ stateDir: "/var/lib/engram/engram-qemu-h1", boot: { kind: "guest" }, accelerator: "auto", moveBandwidthBytesPerSec: 64 * 1024 * 1024 })
+    expect(o.qemu).toEqual({
+      stateDir: "/var/lib/engram/engram-qemu-h1",
+      memory: "file",
+      boot: { kind: "disk", disk: "/var/lib/engram/guest.qcow2" },
+      accelerator: "auto",
+      moveBandwidthBytesPerSec: 64 * 1024 * 1024,
+    })
     expect(o.migration).toEqual({ listenHost: "10.0.0.2", advertiseHost: "10.0.0.2" })
     const kernel = await Effect.runPromise(
       fromEnvironment({
@@ -81,9 +94,24 @@ describe("host agent configuration", () => {
         ENGRAM_QEMU_ACCEL: "tcg",
         ENGRAM_AGENT_MIGRATION_HOST: "0.0.0.0",
         ENGRAM_AGENT_ADVERTISE_HOST: "host-b.internal",
+        ENGRAM_QEMU_MEMORY: "file",
+        ENGRAM_QEMU_RAM_DIR: "/dev/shm/eq",
+        ENGRAM_QEMU_READY_LINE: "^login:",
+        ENGRAM_AGENT_TEMPLATES: "small=256:1, big=1024:2",
       }),
     )
-    expect(kernel.qemu).toEqual({ stateDir: "/run/eq", boot: { kind: "kernel", kernel: "/boot/vmlinuz", initrd: "/boot/initrd", append: "console=ttyS0" }, accelerator: "tcg" })
+    expect(kernel.qemu).toEqual({
+      stateDir: "/run/eq",
+      memory: "file",
+      ramDir: "/dev/shm/eq",
+      readyLine: /^login:/,
+      boot: { kind: "kernel", kernel: "/boot/vmlinuz", initrd: "/boot/initrd", append: "console=ttyS0" },
+      accelerator: "tcg",
+    })
+    expect(kernel.config?.templates).toEqual([
+      { name: "small", memMib: 256, vcpus: 1 },
+      { name: "big", memMib: 1024, vcpus: 2 },
+    ])
     expect(kernel.migration).toEqual({ listenHost: "0.0.0.0", advertiseHost: "host-b.internal" })
     // The default stays the simulated runtime.
     expect((await Effect.runPromise(fromEnvironment(required))).qemu).toBeUndefined()
@@ -101,8 +129,26 @@ describe("host agent configuration", () => {
     )
     const sim = await errorOf({ ...required, ENGRAM_RUNTIME: "firecracker", ENGRAM_QEMU_INITRD: "/i" })
     expect(sim?.message).toBe(['invalid host agent configuration:', '  ENGRAM_RUNTIME="firecracker": must be sim or qemu'].join("\n"))
+    // The agent boots what it is told: no guest named is a start-up error, not a built-in guest.
+    const noGuest = await errorOf({ ...required, ENGRAM_RUNTIME: "qemu" })
+    expect(noGuest?.message).toBe(
+      ["invalid host agent configuration:", "  ENGRAM_QEMU_KERNEL: or ENGRAM_QEMU_DISK is required with ENGRAM_RUNTIME=qemu (the guest every VM boots)"].join("\n"),
+    )
     const forgotten = await errorOf({ ...required, ENGRAM_QEMU_KERNEL: "/k" })
     expect(forgotten?.message).toBe(['invalid host agent configuration:', '  ENGRAM_QEMU_KERNEL="/k": applies only with ENGRAM_RUNTIME=qemu'].join("\n"))
+    const snapshots = await errorOf({
+      ...required,
+      ENGRAM_RUNTIME: "qemu",
+      ENGRAM_QEMU_MEMORY: "anonymous",
+      ENGRAM_QEMU_RAM_DIR: "/dev/shm/eq",
+      ENGRAM_QEMU_READY_LINE: "(",
+      ENGRAM_AGENT_TEMPLATES: "small=256",
+    })
+    expect(snapshots?.message).toMatch(/ENGRAM_QEMU_READY_LINE="\(": must be a regular expression/)
+    expect(snapshots?.message).toMatch(/ENGRAM_AGENT_TEMPLATES="small=256": must be name=memMib:vcpus/)
+    expect(snapshots?.message).toMatch(/ENGRAM_QEMU_RAM_DIR="\/dev\/shm\/eq": applies to ENGRAM_QEMU_MEMORY=file/)
+    const badName = await errorOf({ ...required, ENGRAM_AGENT_TEMPLATES: "a/b=256:1" })
+    expect(badName?.message).toMatch(/a template name must be 1-100 characters of \[A-Za-z0-9._-\]/)
   })
 })
 

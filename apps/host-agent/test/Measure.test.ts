@@ -3,7 +3,7 @@ import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { measureHost, parseCpuList, parseCpuMax, parseMeminfo, parseMemLimit } from "../src/Measure.js"
+import { HostMeter, layerFixed, measureHost, parseCpuList, parseCpuMax, parseMeminfo, parseMemLimit } from "../src/Measure.js"
 
 /** A fixture tree: `{ "proc/meminfo": "…", "sys/fs/cgroup/memory.max": "…" }`. */
 const tree = (files: Record<string, string>) => {
@@ -72,4 +72,11 @@ describe("measureHost", () => {
       const roots = tree({ "proc/meminfo": "MemTotal: oops\n" })
       assert.deepStrictEqual(yield* measureHost(roots, 512), { totalMib: null, allocatableMib: null, totalVcpus: null })
     }))
+
+  it.effect("a simulated host with resident VMs reserved past its RAM reports no more than it has (the coordinator refuses allocatable > total)", () =>
+    Effect.gen(function* () {
+      const meter = yield* HostMeter
+      assert.deepStrictEqual(yield* meter.measure(1024), { totalMib: 4096, allocatableMib: 3584, totalVcpus: 2 })
+      assert.deepStrictEqual(yield* meter.measure(6000), { totalMib: 4096, allocatableMib: 4096, totalVcpus: 2 })
+    }).pipe(Effect.provide(layerFixed({ totalMib: 4096, osMib: 512, vcpus: 2 }))))
 })

@@ -56,6 +56,14 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
       assert.isTrue(p.commitMs >= 411 && p.commitMs <= 428, `commitMs ${p.commitMs}`)
       assert.isTrue(p.downtimeMs <= 600, `downtimeMs ${p.downtimeMs}`)
       assert.isTrue(Downtime.phasesConsistent(p))
+      // The phases name every part of the pause: they sum to it.
+      assert.strictEqual(p.captureMs + p.sendMs + p.commitMs, p.downtimeMs)
+      if (outcome._tag === "Committed") {
+        const parts = outcome.pause!
+        const sum = parts.captureMs + parts.persistMs + parts.sendMs + parts.recordWaitMs + parts.peerCommitMs
+        assert.isTrue(Math.abs(sum - p.downtimeMs) < 1e-6, `parts ${JSON.stringify(parts)} sum to ${sum}, downtime ${p.downtimeMs}`)
+        assert.deepStrictEqual(outcome.guard, { allowanceMs: 400, allowanceSource: "prior", allowanceSamples: 0, estimateMs: outcome.guard.estimateMs, estimateErrorMs: outcome.guard.estimateMs - p.downtimeMs, allowanceErrorMs: 400 - p.commitMs })
+      }
       // Rounds: a full round, deltas until the dirty set stops shrinking, then the final one.
       assert.deepStrictEqual(move.rounds.map((r) => r.kind), ["full", "delta", "delta", "final"])
       assert.strictEqual(session.hostId, "b")
@@ -138,22 +146,25 @@ const capturingLogs = Effect.sync(() => {
 })
 
 describe("the final round is the point of no return (SPEC §5), and the coordinator knows it", () => {
-  it.effect("the source records the final round with the coordinator before the target receives it", () =>
+  it.effect("the final round is recorded while it is sent, and the target runs the guest only once the coordinator holds it", () =>
     Effect.gen(function* () {
       const seen: string[][] = []
-      const { move } = yield* runMove({
+      const { move, outcome } = yield* runMove({
         maxDowntimeMs: 600,
         fleet: {
-          // Just before the runtime sends the final round to the target's incoming VM.
-          onSwitchover: (coordinator, hostId) =>
-            hostId === "a" ? Effect.flatMap(coordinator.get, (s) => Effect.sync(() => void seen.push(s.moves.get("m1")!.rounds.map((r) => r.kind)))) : Effect.void,
+          // The target's commit (it resumes the guest): what the coordinator holds by then.
+          wrapLink: (link, coordinator) => ({
+            ...link,
+            commit: (h) => Effect.flatMap(coordinator.get, (s) => Effect.sync(() => void seen.push(s.moves.get(h.moveId)!.rounds.map((r) => r.kind)))).pipe(Effect.andThen(link.commit(h))),
+          }),
         },
       })
       assert.strictEqual(move.state, "committed")
       assert.deepStrictEqual(seen, [["full", "delta", "delta", "final"]])
-      // Recorded before it was sent: its send time is the commit's `sendMs` phase.
+      // Recorded before its send was measured: its send time is the commit's `sendMs` phase.
       assert.strictEqual(move.rounds.at(-1)?.sendMs, 0)
       assert.isTrue(move.phases!.sendMs > 0)
+      assert.strictEqual(outcome._tag, "Committed")
     }))
 
   it.effect("the coordinator aborts the move while the source is paused (its move wait timed out): the final round is refused, nothing reaches the target, the guest resumes on the source", () =>
@@ -226,6 +237,104 @@ describe("the final round is the point of no return (SPEC §5), and the coordina
       // The ended session's copies go through each host's reconcile (the source's at once).
       assert.deepStrictEqual(yield* a.runtime.list, [])
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+})
+
+describe("the commit allowance is learned per host pair (SPEC §13)", () => {
+  it.effect("a budget under the 400 ms prior is refused before anything starts while a host pair has no commits, and admitted once it has", () =>
+    Effect.gen(function* () {
+      // Commits of ≈ 60 ms on both hosts: far under the prior.
+      const quick: Partial<SimConfig> = { ...seed004, commitMs: 60 }
+      const fleet = yield* makeFleet([
+        { hostId: "a", sim: quick },
+        { hostId: "b", sim: quick },
+      ])
+      const [a, b] = fleet.hosts as [TestHost, TestHost]
+      const settle = Effect.gen(function* () {
+        for (let i = 0; i < 4; i++) {
+          yield* fleet.pass
+          yield* fleet.quiesce
+        }
+      })
+      const move = (id: string, target: string, maxDowntimeMs: number) =>
+        Effect.gen(function* () {
+          yield* fleet.coordinator.beginMove(id, "s1", target, maxDowntimeMs)
+          yield* settle
+          return (yield* fleet.coordinator.get).moves.get(id)!
+        })
+      yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
+      yield* settle
+
+      const refused = yield* move("m1", "b", 300)
+      assert.strictEqual(refused.state, "aborted")
+      assert.strictEqual(refused.estimateMs, 400, "the estimate of an empty final round is the prior allowance alone")
+      assert.deepStrictEqual(refused.rounds, [], "refused before any round")
+      assert.strictEqual(yield* Ref.get(a.runtime.pauses), 0)
+      assert.deepStrictEqual(yield* b.runtime.list, [], "the target started nothing")
+
+      const first = yield* move("m2", "b", 2000)
+      assert.strictEqual(first.state, "committed")
+      yield* move("m3", "a", 2000) // b → a: that pair's own history
+      const admitted = yield* move("m4", "b", 300)
+      assert.strictEqual(admitted.state, "committed", admitted.abortReason ?? "")
+      const outcome = (yield* a.agent.status).moves.find((m) => m.moveId === "m4")!
+      assert.strictEqual(outcome._tag, "Committed")
+      if (outcome._tag !== "Committed") return
+      assert.strictEqual(outcome.guard.allowanceSource, "learned")
+      assert.strictEqual(outcome.guard.allowanceSamples, 1)
+      assert.strictEqual(outcome.guard.allowanceMs, first.phases!.commitMs, "the quantile of one commit is that commit")
+      assert.strictEqual(outcome.guard.allowanceErrorMs, outcome.guard.allowanceMs - admitted.phases!.commitMs)
+      assert.isTrue(admitted.phases!.downtimeMs <= 300, JSON.stringify(admitted.phases))
+      assert.deepStrictEqual(
+        (yield* a.agent.status).allowances.map((x) => [x.targetHostId, x.source, x.samples]),
+        [["b", "learned", 2]],
+      )
+    }))
+})
+
+describe("a final round whose record did not land (the agent stopped while it was being recorded)", () => {
+  /** A move left owed with its final round sent but not held by the coordinator: the link to the target cut at the commit. */
+  const strandedMove = Effect.gen(function* () {
+    const link = cuttable()
+    link.cut.commit = "before"
+    link.cut.abort = true
+    const run = yield* runMove({ maxDowntimeMs: 600, fleet: { wrapLink: link.wrap } })
+    assert.strictEqual(run.outcome._tag, "Owed")
+    const [owed] = yield* run.a.residents.pendingCommits
+    yield* run.a.residents.addPendingCommit({ ...owed!, finalRecorded: false })
+    yield* run.fleet.coordinator.forgetFinalRound("m1")
+    return { ...run, link }
+  })
+
+  it.effect("is recorded on the next pass before the target may run the guest; then the move commits", () =>
+    Effect.gen(function* () {
+      const { fleet, a, b, settle, link } = yield* strandedMove
+      link.cut.commit = "no"
+      link.cut.abort = false
+      yield* settle
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "committed")
+      assert.deepStrictEqual(s.moves.get("m1")?.rounds.map((r) => r.kind), ["full", "delta", "delta", "final"])
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+
+  it.effect("a move that ended meanwhile never runs on the target: the target drops what it holds, the guest resumes on the source", () =>
+    Effect.gen(function* () {
+      const { fleet, a, b, settle, link } = yield* strandedMove
+      yield* fleet.coordinator.abortMove("m1", "timeout")
+      link.cut.commit = "no"
+      link.cut.abort = false
+      yield* settle
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "aborted")
+      assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "a"])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.deepStrictEqual(yield* b.target.incoming, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
     }))
 })
 

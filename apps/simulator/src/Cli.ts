@@ -16,6 +16,7 @@ import { CliOutput, Command, Flag } from "effect/cli"
 import * as Azure from "./Azure.js"
 import * as Bound from "./Bound.js"
 import * as Hosts from "./Hosts.js"
+import * as Load from "./Load.js"
 import * as Parallel from "./Parallel.js"
 import * as Plot from "./Plot.js"
 import * as Report from "./Report.js"
@@ -146,7 +147,7 @@ export const flags = {
   sessions: Flag.Int("sessions").pipe(
     Flag.filter((n) => n > 0, (n) => `must be a positive integer (got ${n})`),
     Flag.optional,
-    Flag.withDescription("sessions arriving over the run (50 per host)"),
+    Flag.withDescription("sessions arriving over the run (50 per host per 24 h)"),
   ),
   resumeProb: between("resume-prob", 0, 1, gen0.resumeProb, "chance a session comes back after an idle period"),
   activeMedianMin: positive("active-median-min", gen0.activeMedianMin, "median active period, lognormal, min"),
@@ -172,6 +173,9 @@ export const flags = {
 
 /** The parsed flags. */
 export type Flags = Command.Command.Config.Infer<typeof flags>
+
+/** The default workload: this many sessions per host per 24 simulated hours (the reference day's load). */
+export const sessionsPerHostPerDay = 50
 
 /** Relative paths are read from where the user typed the command (pnpm runs scripts in the package). */
 const userPath = (path: string): string => resolve(process.env["INIT_CWD"] ?? process.cwd(), path)
@@ -231,7 +235,9 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
     }
     const shapes = (yield* shapesFrom(f)) ?? scenario?.shapes ?? null
     const hostTotal = shapes === null ? f.hosts : shapes.reduce((a, s) => a + s.count, 0)
-    const sessions = Option.getOrElse(f.sessions, () => scenario?.sessions ?? 50 * hostTotal)
+    // The reference load scales with the run: 50 sessions per host over a day, not 50 in every run
+    // (a stress workload has its own count).
+    const sessions = Option.getOrElse(f.sessions, () => scenario?.sessions ?? Math.max(1, Math.round((sessionsPerHostPerDay * hostTotal * f.hours) / 24)))
     const policyOptions: ParkPolicy.Options = {
       ...ParkPolicy.defaultOptions,
       floorPct: f.floorPct,
@@ -345,6 +351,10 @@ const describeFleet = (fleet: FleetConfig): string =>
 export const runComparison = (options: Options) =>
   Effect.gen(function* () {
     const workload = yield* loadWorkload(options)
+    const load = Load.offered(workload, options.fleet)
+    // Said before the run (which may take minutes) and on stderr, so --json output stays the results.
+    const overloaded = Load.warning(load)
+    if (overloaded !== null) process.stderr.write(`${overloaded}\n`)
     if (options.record !== null) {
       yield* writeText(options.record, Workload.toTrace(workload, `${options.scenario ?? "generator"} seed ${options.generator.seed}`))
       process.stderr.write(`recorded ${workload.scripts.length} sessions to ${options.record}\n`)
@@ -359,7 +369,7 @@ export const runComparison = (options: Options) =>
       process.stdout.write(
         `${describeFleet(options.fleet)}, ${workload.scripts.length} sessions, ${hours} h` +
           `${options.trace === null ? `, ${options.scenario === null ? "" : `${options.scenario}, `}seed ${options.generator.seed}` : `, trace ${options.trace}`}; ` +
-          `${results.reduce((a, r) => a + r.events, 0)} events in ${wallS.toFixed(1)} s\n\n`,
+          `${results.reduce((a, r) => a + r.events, 0)} events in ${wallS.toFixed(1)} s\n${Load.describe(load)}\n\n`,
       )
       process.stdout.write(Report.text(results))
       process.stdout.write(Report.longestWaitsText(results))
@@ -377,6 +387,8 @@ export const runComparison = (options: Options) =>
       yield* writeText(options.svg, Plot.svg(results, `engram simulator: ${describeFleet(options.fleet)}, ${workload.scripts.length} sessions`))
       process.stderr.write(`plot written to ${options.svg}\n`)
     }
+    // Again after the table, where the reader's eyes are.
+    if (overloaded !== null && !options.json) process.stderr.write(`${overloaded}\n`)
     const breaks = results.flatMap(Report.invariantBreaks)
     for (const b of breaks) process.stderr.write(`INVARIANT BROKEN: ${b}\n`)
     return breaks.length > 0 ? 1 : 0

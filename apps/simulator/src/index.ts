@@ -6,6 +6,7 @@
  */
 export * as Bound from "./Bound.js"
 export * as Cli from "./Cli.js"
+export * as Load from "./Load.js"
 export * as Plot from "./Plot.js"
 export * as Report from "./Report.js"
 export { Rng } from "./Rng.js"

@@ -88,6 +88,11 @@ describe("flags", () => {
     expect([o.threads, o.windows]).toEqual([1, true])
   })
 
+  it("the default number of sessions scales with the run: 50 per host per 24 h", async () => {
+    expect(((await parse(["--hosts", "20", "--hours", "2"])) as Cli.Options).generator.sessions).toBe(83)
+    expect(((await parse(["--hosts", "20", "--hours", "48"])) as Cli.Options).generator.sessions).toBe(2000)
+  })
+
   it("bad input names the flag and the rule", async () => {
     expect(await failure(["--policy", "always-park"])).toMatchObject({ _tag: "UsageError", option: "--policy", message: expect.stringContaining("unknown policy always-park") })
     expect(await failure(["--host", "10x64q"])).toMatchObject({ _tag: "UsageError", option: "--host" })
@@ -118,6 +123,17 @@ describe("pnpm sim (a real process)", () => {
       const { series: _series, ...local } = Simulation.run(w, { policy, fleet: { hosts: 4 } })
       expect(results[k]).toEqual(JSON.parse(JSON.stringify(local)))
     }
+  }, 180_000)
+
+  it("an overloaded run says so on stderr, before and after its table; a run within the fleet does not", async () => {
+    const over = await sim(["--policy", "demand", "--hosts", "2", "--hours", "2", "--sessions", "100", "--seed", "3", "--svg", "", "--no-progress"])
+    const warnings = over.stderr.split("\n").filter((l) => l.startsWith("WARNING: overloaded: the active sessions alone ask for "))
+    expect(warnings, over.stderr).toHaveLength(2)
+    expect(warnings[0]).toContain("Fewer --sessions, more --hours or more --hosts")
+    expect(over.stdout).toMatch(/^offered load \d+(\.\d)?× the fleet's RAM \(peak \d+(\.\d)?×\), .+ its vCPUs \(active sessions; 25\.0 sessions per host per hour\)$/m)
+    const within = await sim(["--policy", "demand", "--hosts", "2", "--hours", "2", "--seed", "3", "--svg", "", "--no-progress"])
+    expect(within.stderr).not.toContain("WARNING")
+    expect(within.stdout).toMatch(/^2 hosts × 65536 MiB\/16 cores, 8 sessions, 2 h/m)
   }, 180_000)
 
   it("convert-azure turns a VM table and CPU readings into a trace the simulator replays", async () => {

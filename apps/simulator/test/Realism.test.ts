@@ -76,7 +76,7 @@ describe("resident memory", () => {
     const a = (resident?: number) =>
       session("a", 0, 6144, { activeMs: [58_000, 1], idleMs: [Workload.OPEN], ...(resident === undefined ? {} : { residentMib: resident }) })
     const b = session("b", 62_000, 4096)
-    const fleet = { hosts: 1, hostMib: 8192, reactWindowMs: 250 }
+    const fleet = { hosts: 1, hostMib: 8192, reactWindowMs: 250, descentMibPerSec: 1024 }
     expect(run([a(1024), b], fleet, 120_000).queueWait.max).toBe(250 + 1000)
     expect(run([a(), b], fleet, 120_000).queueWait.max).toBe(250 + 6000)
   })

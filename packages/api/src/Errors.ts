@@ -4,10 +4,32 @@
  * `Effect.catchTag`; it is not part of the body):
  * 400 `{error, field, rule, in?}`, 401/403 `{error, message}`, 404 `{error, entity, id, message}`,
  * 409 `{error, message, …}`, 413 `{error, message, limitBytes}`, 415 `{error, message, contentType}`,
- * 503 `{error, message, retryAfterMs, …}` with a `Retry-After` header in whole seconds.
+ * 429 `{error: "TooManyWaits", message, retryAfterMs, limit}` with a `Retry-After` header (a long-poll
+ * beyond its credential's or the coordinator's cap),
+ * 431 `{error: "HeadersTooLarge", message, limitBytes}` (the request line and headers over Node's
+ * limit), 503 `{error, message, retryAfterMs, …}` with a `Retry-After` header in whole seconds.
+ * Every 5xx (a 503, or a 500 `{error: "Internal", message}`) carries `requestId`, also sent as the
+ * `x-request-id` header (a proxy's own `x-request-id` is kept) and logged by the coordinator with it.
  */
 import { Schema } from "effect"
 import { HttpApiSchema } from "effect/http-api"
+
+/**
+ * The HTTP status of each error answer, by its class's tag: the classes below are declared
+ * with it, and clients read it here rather than keeping a table of their own.
+ */
+export const statuses = {
+  BadRequest: 400,
+  Unauthorized: 401,
+  Forbidden: 403,
+  NotFoundError: 404,
+  WaitTimeout: 408,
+  ConflictError: 409,
+  PayloadTooLarge: 413,
+  UnsupportedMediaType: 415,
+  TooManyRequests: 429,
+  ServiceUnavailable: 503,
+} as const
 
 /** Where a bad value was found. */
 export const InputLocation = Schema.Literals(["body", "query", "path", "headers"])
@@ -15,7 +37,7 @@ export const InputLocation = Schema.Literals(["body", "query", "path", "headers"
 /** 400: the input broke a rule; `field` is the path of the value (`affinity.1`), `rule` what it must be. */
 export class BadRequest extends Schema.Error<BadRequest>("BadRequest")(
   { error: Schema.String, field: Schema.String, rule: Schema.String, in: Schema.optionalKey(InputLocation) },
-  { httpApiStatus: 400 },
+  { httpApiStatus: statuses.BadRequest },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "BadRequest" as const
@@ -24,7 +46,7 @@ export class BadRequest extends Schema.Error<BadRequest>("BadRequest")(
 /** 401: no bearer token, or one that belongs to nobody. */
 export class Unauthorized extends Schema.Error<Unauthorized>("Unauthorized")(
   { error: Schema.String, message: Schema.String },
-  { httpApiStatus: 401 },
+  { httpApiStatus: statuses.Unauthorized },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "Unauthorized" as const
@@ -33,7 +55,7 @@ export class Unauthorized extends Schema.Error<Unauthorized>("Unauthorized")(
 /** 403: a host token used for another host's resources, or for an admin operation. */
 export class Forbidden extends Schema.Error<Forbidden>("Forbidden")(
   { error: Schema.String, message: Schema.String },
-  { httpApiStatus: 403 },
+  { httpApiStatus: statuses.Forbidden },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "Forbidden" as const
@@ -42,7 +64,7 @@ export class Forbidden extends Schema.Error<Forbidden>("Forbidden")(
 /** 404: no record with this id (`entity` names the kind: host, session, move, reservation, route). */
 export class NotFoundError extends Schema.Error<NotFoundError>("NotFoundError")(
   { error: Schema.String, entity: Schema.String, id: Schema.String, message: Schema.String },
-  { httpApiStatus: 404 },
+  { httpApiStatus: statuses.NotFoundError },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "NotFoundError" as const
@@ -70,7 +92,7 @@ export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
     ),
     tooBig: Schema.optionalKey(Schema.Boolean),
   },
-  { httpApiStatus: 409 },
+  { httpApiStatus: statuses.ConflictError },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "ConflictError" as const
@@ -79,7 +101,7 @@ export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
 /** 408: a wait for a state ran out of time; `state` is the session's state when it did. */
 export class WaitTimeout extends Schema.Error<WaitTimeout>("WaitTimeout")(
   { error: Schema.String, message: Schema.String, state: Schema.String },
-  { httpApiStatus: 408 },
+  { httpApiStatus: statuses.WaitTimeout },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "WaitTimeout" as const
@@ -88,7 +110,7 @@ export class WaitTimeout extends Schema.Error<WaitTimeout>("WaitTimeout")(
 /** 413: the request body is larger than the coordinator accepts (`limitBytes`, `ENGRAM_MAX_BODY_BYTES`). */
 export class PayloadTooLarge extends Schema.Error<PayloadTooLarge>("PayloadTooLarge")(
   { error: Schema.String, message: Schema.String, limitBytes: Schema.Finite },
-  { httpApiStatus: 413 },
+  { httpApiStatus: statuses.PayloadTooLarge },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "PayloadTooLarge" as const
@@ -97,11 +119,37 @@ export class PayloadTooLarge extends Schema.Error<PayloadTooLarge>("PayloadTooLa
 /** 415: a body that is not JSON; send `content-type: application/json` (or no content type). */
 export class UnsupportedMediaType extends Schema.Error<UnsupportedMediaType>("UnsupportedMediaType")(
   { error: Schema.String, message: Schema.String, contentType: Schema.String },
-  { httpApiStatus: 415 },
+  { httpApiStatus: statuses.UnsupportedMediaType },
 ) {
   /** The tag `Effect.catchTag` matches (not part of the JSON body). */
   readonly _tag = "UnsupportedMediaType" as const
 }
+
+const tooManyFields = { error: Schema.String, message: Schema.String, retryAfterMs: Schema.Finite, limit: Schema.Finite }
+
+/**
+ * 429: a long-poll (an agent's assignments, a wait for a session's state) beyond the caps: its
+ * credential holds `limit` open already, or the coordinator holds its total. Retry after
+ * `retryAfterMs` (also the `Retry-After` header, whole seconds).
+ */
+export class TooManyRequests extends Schema.Error<TooManyRequests>("TooManyRequests")(tooManyFields) {
+  /** The tag `Effect.catchTag` matches (not part of the JSON body). */
+  readonly _tag = "TooManyRequests" as const
+}
+
+/** `TooManyRequests` on the wire: the JSON body plus a `Retry-After` header in whole seconds. */
+export const TooManyRequestsResponse = TooManyRequests.pipe(
+  HttpApiSchema.encodeToWithHeaders(
+    { body: Schema.Struct(tooManyFields).pipe(HttpApiSchema.status(statuses.TooManyRequests)), headers: { "retry-after": Schema.NumberFromString } },
+    {
+      decode: ({ body }) => new TooManyRequests(body),
+      encode: (e) => ({
+        body: { error: e.error, message: e.message, retryAfterMs: e.retryAfterMs, limit: e.limit },
+        headers: { "retry-after": retryAfterSeconds(e.retryAfterMs) },
+      }),
+    },
+  ),
+)
 
 const unavailableFields = {
   error: Schema.String,
@@ -111,6 +159,8 @@ const unavailableFields = {
   moveId: Schema.optionalKey(Schema.String),
   estimateMs: Schema.optionalKey(Schema.Finite),
   maxDowntimeMs: Schema.optionalKey(Schema.Finite),
+  /** The request's id, as in the `x-request-id` header and the coordinator's log line of the answer. */
+  requestId: Schema.optionalKey(Schema.String),
 }
 
 /**
@@ -126,9 +176,9 @@ export class ServiceUnavailable extends Schema.Error<ServiceUnavailable>("Servic
   readonly _tag = "ServiceUnavailable" as const
 }
 
-const ServiceUnavailableBody = Schema.Struct(unavailableFields).pipe(HttpApiSchema.status(503))
+const ServiceUnavailableBody = Schema.Struct(unavailableFields).pipe(HttpApiSchema.status(statuses.ServiceUnavailable))
 
-/** The `Retry-After` header of a 503: whole seconds, at least 1. */
+/** The `Retry-After` header of a 503 or a 429: whole seconds, at least 1. */
 export const retryAfterSeconds = (retryAfterMs: number): number => Math.max(1, Math.ceil(retryAfterMs / 1000))
 
 /** `ServiceUnavailable` on the wire: the JSON body plus a `Retry-After` header in whole seconds. */
@@ -145,6 +195,7 @@ export const ServiceUnavailableResponse = ServiceUnavailable.pipe(
           ...(e.moveId === undefined ? {} : { moveId: e.moveId }),
           ...(e.estimateMs === undefined ? {} : { estimateMs: e.estimateMs }),
           ...(e.maxDowntimeMs === undefined ? {} : { maxDowntimeMs: e.maxDowntimeMs }),
+          ...(e.requestId === undefined ? {} : { requestId: e.requestId }),
         },
         headers: { "retry-after": retryAfterSeconds(e.retryAfterMs) },
       }),
@@ -154,6 +205,9 @@ export const ServiceUnavailableResponse = ServiceUnavailable.pipe(
 
 /** The errors every authenticated endpoint may answer. */
 export const StandardErrors = [BadRequest, Forbidden, NotFoundError, ConflictError, ServiceUnavailableResponse] as const
+
+/** The errors of a long-poll, on top of the standard ones. */
+export const LongPollErrors = [...StandardErrors, TooManyRequestsResponse] as const
 
 /** The errors of an endpoint that reads a JSON body, on top of the standard ones. */
 export const BodyErrors = [...StandardErrors, PayloadTooLarge, UnsupportedMediaType] as const
@@ -168,4 +222,8 @@ export type ApiError =
   | WaitTimeout
   | PayloadTooLarge
   | UnsupportedMediaType
+  | TooManyRequests
   | ServiceUnavailable
+
+/** The status an error answer is sent with (every class above has one in `statuses`). */
+export const statusOf = (e: ApiError): number => (statuses satisfies Record<ApiError["_tag"], number>)[e._tag]

@@ -4,7 +4,7 @@ import { StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
 import { NoFitQuery, PageQuery } from "./Payloads.js"
 import { Fleet, NoFit, QueuePage } from "./Records.js"
-import { AdminOnly, BearerAuth } from "./Security.js"
+import { AdminOnly, BearerAuth, StrictInput } from "./Security.js"
 
 /** `/v1/fleet`, `/v1/queue` and `/v1/placement/no-fit`. */
 export class FleetApi extends HttpApiGroup.make("fleet")
@@ -12,7 +12,7 @@ export class FleetApi extends HttpApiGroup.make("fleet")
     HttpApiEndpoint.get("snapshot", "/v1/fleet", { success: Fleet, error: StandardErrors }).annotateMerge(
       doc(
         "The fleet signal",
-        "One fleet read summed by core `Fleet.snapshot`: hosts by state, capacity, reserved and free RAM and vCPUs, the queue (sessions, demand, `withoutRoom`), parks, descents running, and when the fleet was read. The autoscaling cue. Admin only.",
+        "One fleet read summed by core `Fleet.snapshot`: hosts by state, capacity, reserved and free RAM and vCPUs, the queue (sessions, demand, `withoutRoom`: the cue for more hosts), `unplaceable` (queued sessions no host could take even empty, and the largest such budget: the cue for a bigger host), parks, descents running, and when the fleet was read. The autoscaling cue. Admin only.",
       ),
     ),
     HttpApiEndpoint.get("queue", "/v1/queue", { query: PageQuery, success: QueuePage, error: StandardErrors }).annotateMerge(
@@ -25,5 +25,6 @@ export class FleetApi extends HttpApiGroup.make("fleet")
       doc("Would this budget fit?", "`{fits, hosts}`: whether `memMib`/`vcpus` would place now, and each candidate host's reason and free room (SPEC §2). Admin only."),
     ),
   )
+  .middleware(StrictInput)
   .middleware(AdminOnly)
   .middleware(BearerAuth) {}

@@ -3,11 +3,11 @@
  * agent's report and heartbeat, the administrative states, and the agent's assignments long-poll.
  */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
-import { BodyErrors, StandardErrors } from "./Errors.js"
+import { BodyErrors, LongPollErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
 import { AssignmentsQuery, CreateHost, PageQuery, PathId, Report } from "./Payloads.js"
 import { Assignments, HeartbeatRenewed, Host, HostCreated, HostsPage, HostToken } from "./Records.js"
-import { AdminOnly, BearerAuth } from "./Security.js"
+import { AdminOnly, BearerAuth, StrictInput } from "./Security.js"
 
 const admin = " Admin only."
 const hostOrAdmin = " The admin, or this host's own token."
@@ -16,6 +16,7 @@ const hostOrAdmin = " The admin, or this host's own token."
 export class HostsApi extends HttpApiGroup.make("hosts")
   .add(
     HttpApiEndpoint.post("create", "/v1/hosts", { payload: CreateHost, success: HostCreated.pipe(HttpApiSchema.status(201)), error: BodyErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc(
@@ -24,6 +25,7 @@ export class HostsApi extends HttpApiGroup.make("hosts")
         ),
       ),
     HttpApiEndpoint.get("list", "/v1/hosts", { query: PageQuery, success: HostsPage, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc(
@@ -32,6 +34,7 @@ export class HostsApi extends HttpApiGroup.make("hosts")
         ),
       ),
     HttpApiEndpoint.delete("remove", "/v1/hosts/:id", { params: PathId, success: Host, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc(
@@ -40,6 +43,7 @@ export class HostsApi extends HttpApiGroup.make("hosts")
         ),
       ),
     HttpApiEndpoint.post("rotateToken", "/v1/hosts/:id/token", { params: PathId, success: HostToken, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc(
@@ -60,19 +64,23 @@ export class HostsApi extends HttpApiGroup.make("hosts")
       doc("Heartbeat a host's reservations", `Renews every session, move and capture reservation held on the host; answers how many.${hostOrAdmin}`),
     ),
     HttpApiEndpoint.post("cordon", "/v1/hosts/:id/cordon", { params: PathId, success: Host, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(doc("Cordon a host", `The host takes no new placements; what runs there stays.${admin}`)),
     HttpApiEndpoint.post("uncordon", "/v1/hosts/:id/uncordon", { params: PathId, success: Host, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(doc("Uncordon a host", `The host is ready again; then the queue is drained.${admin}`)),
     HttpApiEndpoint.post("drain", "/v1/hosts/:id/drain", { params: PathId, success: Host, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(doc("Drain a host", `The host takes no new placements (state \`draining\`).${admin}`)),
-    HttpApiEndpoint.get("assignments", "/v1/hosts/:id/assignments", { params: PathId, query: AssignmentsQuery, success: Assignments, error: StandardErrors }).annotateMerge(
+    HttpApiEndpoint.get("assignments", "/v1/hosts/:id/assignments", { params: PathId, query: AssignmentsQuery, success: Assignments, error: LongPollErrors }).annotateMerge(
       doc(
         "A host's assignments (agent long-poll)",
-        `The host's desired state: its sessions in pending, running, parked, descending or moving, the pending moves where it is source or target (oldest first), and the limits its move guard uses. \`version\` changes whenever they change; with \`waitMs\` (at most 30000) the request answers as soon as the version differs from \`since\` (or from the version when it arrived), else when \`waitMs\` runs out.${hostOrAdmin}`,
+        `The host's desired state: its sessions in pending, running, parked, descending or moving, the pending moves where it is source or target (oldest first), and the limits its move guard uses. \`version\` changes whenever they change; with \`waitMs\` (at most 30000) the request answers as soon as the version differs from \`since\` (or from the version when it arrived), else when \`waitMs\` runs out. Woken by the change itself, through any replica. A host token holds at most a few long-polls open at once (\`ENGRAM_MAX_WAITS_PER_HOST_TOKEN\`); beyond it, or beyond the coordinator's total, 429 \`TooManyWaits\` with \`Retry-After\`. When the token is rotated or the host removed, an open long-poll answers 401 at once.${hostOrAdmin}`,
       ),
     ),
   )
+  .middleware(StrictInput)
   .middleware(BearerAuth) {}

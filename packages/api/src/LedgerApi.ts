@@ -4,7 +4,7 @@ import { BodyErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
 import { PathId, ReservationsQuery, Reserve } from "./Payloads.js"
 import { ClusterSummary, LedgerMetrics, Reservation, ReservationsPage } from "./Records.js"
-import { AdminOnly, BearerAuth } from "./Security.js"
+import { AdminOnly, BearerAuth, StrictInput } from "./Security.js"
 
 const admin = " Admin only."
 
@@ -12,6 +12,7 @@ const admin = " Admin only."
 export class LedgerApi extends HttpApiGroup.make("ledger")
   .add(
     HttpApiEndpoint.post("reserve", "/v1/reservations", { payload: Reserve, success: Reservation.pipe(HttpApiSchema.status(201)), error: BodyErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc(
@@ -20,12 +21,15 @@ export class LedgerApi extends HttpApiGroup.make("ledger")
         ),
       ),
     HttpApiEndpoint.get("list", "/v1/reservations", { query: ReservationsQuery, success: ReservationsPage, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(doc("List reservations", `A page of reservations by id, every host's or one's (\`hostId\`): \`{items, nextCursor}\`; \`?limit=&cursor=\` as every list.${admin}`)),
     HttpApiEndpoint.get("get", "/v1/reservations/:id", { params: PathId, success: Reservation, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(doc("Read a reservation", `One reservation.${admin}`)),
     HttpApiEndpoint.delete("release", "/v1/reservations/:id", { params: PathId, success: Reservation, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc("Release a reservation", `Releases a capture or external reservation (a session's or move's refuses with 409: end the session or abort the move); then the queue is drained.${admin}`),
@@ -34,10 +38,13 @@ export class LedgerApi extends HttpApiGroup.make("ledger")
       doc("Heartbeat a reservation", "Renews one reservation. The admin, or the token of the reservation's host."),
     ),
     HttpApiEndpoint.get("summary", "/v1/ledger/summary", { success: ClusterSummary, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(doc("The ledger's summary", `Per host and for the cluster: total, reserved and VRAM MiB, active and stale entries, utilization.${admin}`)),
     HttpApiEndpoint.get("metrics", "/v1/ledger/metrics", { success: LedgerMetrics, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(doc("The ledger's cumulative metrics", `Reserved, released and reclaimed MiB, reserve failures, active entries.${admin}`)),
   )
+  .middleware(StrictInput)
   .middleware(BearerAuth) {}

@@ -4,7 +4,7 @@ import { BodyErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
 import { Abort, Commit, MovesQuery, PathId, Round } from "./Payloads.js"
 import { Move, MovesPage } from "./Records.js"
-import { BearerAuth } from "./Security.js"
+import { BearerAuth, StrictInput } from "./Security.js"
 
 const source = " The admin, or the token of the move's source host."
 
@@ -39,4 +39,5 @@ export class MovesApi extends HttpApiGroup.make("moves")
       ),
     ),
   )
+  .middleware(StrictInput)
   .middleware(BearerAuth) {}

@@ -8,7 +8,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
 import { ServiceUnavailableResponse } from "./Errors.js"
 import { doc } from "./internal/doc.js"
 import { Alive, Ready } from "./Records.js"
-import { ScrapeAuth } from "./Security.js"
+import { ScrapeAuth, StrictInput } from "./Security.js"
 
 /** The Prometheus text exposition format's content type. */
 export const prometheusContentType = "text/plain; version=0.0.4; charset=utf-8"
@@ -29,6 +29,7 @@ export class OpsApi extends HttpApiGroup.make("ops", { topLevel: true }).add(
     doc("This API as OpenAPI 3.1", "The machine-readable description of every endpoint. No credential. A browsable reference is at `/docs`."),
   ),
   HttpApiEndpoint.get("metrics", "/metrics", { success: Schema.String.pipe(HttpApiSchema.asText({ contentType: prometheusContentType })) })
+    .middleware(StrictInput)
     .middleware(ScrapeAuth)
     .annotateMerge(
       doc(
@@ -36,4 +37,4 @@ export class OpsApi extends HttpApiGroup.make("ops", { topLevel: true }).add(
         "This replica's counters (placements, descents, moves, reaper passes, HTTP requests by route and status), the store's gauges read at scrape time (queue, parks, descents, hosts, free RAM) and process metrics. Takes the scrape token (`ENGRAM_METRICS_TOKEN`), the admin token or a host token.",
       ),
     ),
-) {}
+).middleware(StrictInput) {}

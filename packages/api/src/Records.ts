@@ -284,6 +284,12 @@ export const Fleet = Schema.Struct({
     vcpus: Num,
     withoutRoom: Num,
   }),
+  /** Queued sessions too big for every ready measured host even empty (`too_big`), and the largest budget among them (0 when none): the cue for a bigger host. */
+  unplaceable: Schema.Struct({
+    count: Num,
+    largestMemMib: Num,
+    largestVcpus: Num,
+  }),
   parks: Num,
   descentsRunning: Num,
   readAt: Num,

@@ -38,3 +38,14 @@ export class ScrapeAuth extends HttpApiMiddleware.Service<ScrapeAuth>()("@engram
 export class InputErrors extends HttpApiMiddleware.Service<InputErrors>()("@engram/api/InputErrors", {
   error: BadRequest,
 }) {}
+
+/**
+ * What the schemas cannot say: an endpoint that declares no query takes no query parameter, one
+ * that declares no body takes none (nothing, or `{}`), and a body is valid UTF-8 (a decoder
+ * would store U+FFFD for the bytes it cannot read). Refused with `400 {error, field, rule, in}`.
+ * Runs after the credential checks, as the schema decoding does, so a caller that may not call
+ * an endpoint learns nothing about its input rules.
+ */
+export class StrictInput extends HttpApiMiddleware.Service<StrictInput>()("@engram/api/StrictInput", {
+  error: BadRequest,
+}) {}

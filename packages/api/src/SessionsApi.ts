@@ -5,7 +5,7 @@
  * live move that waits for its outcome.
  */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
-import { BodyErrors, StandardErrors, WaitTimeout } from "./Errors.js"
+import { BodyErrors, LongPollErrors, StandardErrors, WaitTimeout } from "./Errors.js"
 import { doc } from "./internal/doc.js"
 import { CreateSession, PageQuery, PathId, SessionsQuery, StartMove, WaitQuery } from "./Payloads.js"
 import {
@@ -21,7 +21,7 @@ import {
   SessionEventsPage,
   SessionsPage,
 } from "./Records.js"
-import { AdminOnly, BearerAuth } from "./Security.js"
+import { AdminOnly, BearerAuth, StrictInput } from "./Security.js"
 
 const admin = " Admin only."
 const hostOrAdmin = " The admin, or the token of the session's host."
@@ -40,6 +40,7 @@ const ResumeAnswers = [
 export class SessionsApi extends HttpApiGroup.make("sessions")
   .add(
     HttpApiEndpoint.post("create", "/v1/sessions", { payload: CreateSession, success: PlaceAnswers, error: BodyErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc(
@@ -59,10 +60,10 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
         `The session's state, budget, host and reservation; while it is queued, \`queue: {position, noFit, tooBig}\` says where it stands and why no host takes it (null otherwise).${hostOrAdmin}`,
       ),
     ),
-    HttpApiEndpoint.get("wait", "/v1/sessions/:id/wait", { params: PathId, query: WaitQuery, success: SessionDetail, error: [...StandardErrors, WaitTimeout] }).annotateMerge(
+    HttpApiEndpoint.get("wait", "/v1/sessions/:id/wait", { params: PathId, query: WaitQuery, success: SessionDetail, error: [...LongPollErrors, WaitTimeout] }).annotateMerge(
       doc(
         "Wait for a session's state",
-        `Long-polls until the session is in \`state\` and answers it (200, as \`GET /v1/sessions/{id}\`); 408 \`{error: "WaitTimeout", state}\` when \`timeoutMs\` (default 30000, at most 60000) runs out first; 409 \`{error: "Unreachable", from, to}\` as soon as the state can no longer come (the session ended, or was lost). Woken by changes made through any replica.${hostOrAdmin}`,
+        `Long-polls until the session is in \`state\` and answers it (200, as \`GET /v1/sessions/{id}\`); 408 \`{error: "WaitTimeout", state}\` when \`timeoutMs\` (default 30000, at most 60000) runs out first; 409 \`{error: "Unreachable", from, to}\` as soon as the state can no longer come (the session ended, or was lost). Woken by changes made through any replica. Capped per credential and in total like the assignments long-poll (429 \`TooManyWaits\` with \`Retry-After\` beyond); a host token rotated or removed meanwhile answers 401 at once.${hostOrAdmin}`,
       ),
     ),
     HttpApiEndpoint.get("events", "/v1/sessions/:id/events", { params: PathId, query: PageQuery, success: SessionEventsPage, error: StandardErrors }).annotateMerge(
@@ -78,6 +79,7 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
       ),
     ),
     HttpApiEndpoint.post("resume", "/v1/sessions/:id/resume", { params: PathId, success: ResumeAnswers, error: StandardErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc(
@@ -92,9 +94,13 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
       doc("The agent stored the session's capture", `\`descending → descended\`: the reservation is released; then the queue is drained.${hostOrAdmin}`),
     ),
     HttpApiEndpoint.delete("end", "/v1/sessions/:id", { params: PathId, success: Session, error: StandardErrors }).annotateMerge(
-      doc("End a session", `\`→ ended\` from any state: its reservation is released and an open move aborted; then the queue is drained.${hostOrAdmin}`),
+      doc(
+          "End a session",
+          `\`→ ended\` from any state: its reservation is released and an open move aborted; then the queue is drained. Idempotent: ending an ended session answers it as it is (200) and changes nothing.${hostOrAdmin}`,
+        ),
     ),
     HttpApiEndpoint.post("move", "/v1/sessions/:id/move", { params: PathId, payload: StartMove, success: MoveCommitted, error: BodyErrors })
+      .middleware(StrictInput)
       .middleware(AdminOnly)
       .annotateMerge(
         doc(
@@ -103,4 +109,5 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
         ),
       ),
   )
+  .middleware(StrictInput)
   .middleware(BearerAuth) {}

@@ -1,10 +1,8 @@
 /**
  * @engram/api: the engram coordinator's HTTP API as an Effect `HttpApi` (groups, endpoints,
- * JSON schemas, typed errors, security), an Effect client with its auth layer, and the
- * `ENGRAM_*` settings shared by every engram process.
+ * JSON schemas, typed errors, security), and an Effect client with its auth layer.
  */
 export * as Client from "./Client.js"
-export * as Env from "./Env.js"
 export * as Errors from "./Errors.js"
 export * as Payloads from "./Payloads.js"
 export * as Records from "./Records.js"
@@ -24,10 +22,11 @@ export {
   NotFoundError,
   PayloadTooLarge,
   ServiceUnavailable,
+  TooManyRequests,
   Unauthorized,
   UnsupportedMediaType,
   WaitTimeout,
 } from "./Errors.js"
 export type { ApiError } from "./Errors.js"
-export { AdminOnly, BearerAuth, CurrentPrincipal, InputErrors, ScrapeAuth } from "./Security.js"
+export { AdminOnly, BearerAuth, CurrentPrincipal, InputErrors, ScrapeAuth, StrictInput } from "./Security.js"
 export type { Principal } from "./Security.js"

@@ -24,6 +24,7 @@ const fleet = {
   reservedVcpus: 0,
   freeVcpus: 16,
   queue: { sessions: 0, memMib: 0, vcpus: 0, withoutRoom: 0 },
+  unplaceable: { count: 0, largestMemMib: 0, largestVcpus: 0 },
   parks: 0,
   descentsRunning: 0,
   readAt: 1,

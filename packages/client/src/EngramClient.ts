@@ -1,8 +1,10 @@
 /**
- * The Effect-native client: `EngramClient`, a service of every call by resource
- * (`sessions`, `hosts`, `fleet`, `reservations`, `moves`), each an `Effect` that fails with
- * one of `Errors`' classes (`Effect.catchTag("NotFound", …)`). `EngramClient.layer(options)`
- * needs an `HttpClient`; `EngramClient.layerFetch(options)` brings the platform's `fetch`.
+ * The Effect-native client: `EngramClient`, every call by resource (`sessions`, `hosts`,
+ * `fleet`, `reservations`, `moves`), each an `Effect` that fails with one of `Errors`' classes
+ * (`Effect.catchTag("NotFound", …)`). It is `@engram/api`'s `HttpApiClient` (paths, payloads,
+ * answers and error statuses all come from the API's definition) with friendlier arguments.
+ * `EngramClient.layer(options)` needs an `HttpClient`; `EngramClient.layerFetch(options)` brings
+ * the platform's `fetch`.
  *
  * ```ts
  * const program = Effect.gen(function* () {
@@ -13,14 +15,13 @@
  * program.pipe(Effect.provide(EngramClient.layerFetch({ baseUrl: "http://127.0.0.1:7070", token })))
  * ```
  */
-import { Records as ApiRecords } from "@engram/api"
-import type { Payloads } from "@engram/api"
-import { Context, Effect, Layer, Redacted, Schema } from "effect"
-import { FetchHttpClient, HttpClient } from "effect/http"
+import { Client } from "@engram/api"
+import type { Payloads, Records } from "@engram/api"
+import { Context, Effect, Layer, Redacted } from "effect"
+import { FetchHttpClient } from "effect/http"
+import type { HttpClient } from "effect/http"
 import * as Errors from "./Errors.js"
-import * as Transport from "./internal/Transport.js"
 import * as Page from "./Page.js"
-import * as Records from "./Records.js"
 
 /** Where the coordinator is and the token to call it with. */
 export interface Options {
@@ -30,17 +31,11 @@ export interface Options {
   readonly token: string | Redacted.Redacted<string>
 }
 
-/** `sessions.create`'s input. */
-export interface CreateSession {
-  /** Your id for the session (1–100 of `A–Z a–z 0–9 . _ -`); a UUID when omitted. A repeated id answers the existing session. */
-  readonly id?: string | undefined
-  readonly memMib: number
-  readonly vcpus: number
-  /** Hosts to prefer, in order. */
-  readonly affinity?: readonly string[] | undefined
-  /** When nothing fits: wait in the queue (default) or fail with `NoRoom`. */
-  readonly onNoRoom?: "queue" | "refuse" | undefined
-}
+/** An input of the API as a call takes it: an optional field may also be `undefined` (sent as absent). */
+export type Input<T> = { readonly [K in keyof T]: object extends Pick<T, K> ? T[K] | undefined : T[K] }
+
+/** `sessions.create`'s input (`POST /v1/sessions`). */
+export type CreateSession = Input<Payloads.CreateSession>
 
 /** `sessions.list`'s filter. */
 export interface SessionsQuery extends Page.PageQuery {
@@ -51,16 +46,12 @@ export interface SessionsQuery extends Page.PageQuery {
 /** `sessions.wait`'s target. */
 export interface WaitFor {
   readonly state: Records.SessionState
-  /** How long the coordinator holds the request (it may cap it); default 30 s. */
+  /** How long the coordinator holds the request (at most 60 s); default 30 s. */
   readonly timeoutMs?: number | undefined
 }
 
-/** `sessions.move`'s budget and target. */
-export interface MoveOptions {
-  readonly maxDowntimeMs: number
-  /** Default: the best-ranked host other than the source. */
-  readonly targetHostId?: string | undefined
-}
+/** `sessions.move`'s budget and target (`POST /v1/sessions/{id}/move`). */
+export type MoveOptions = Input<Payloads.StartMove>
 
 /** `moves.list`'s filter. */
 export interface MovesQuery extends Page.PageQuery {
@@ -73,6 +64,15 @@ export interface ReservationsQuery extends Page.PageQuery {
   readonly hostId?: string | undefined
 }
 
+/**
+ * The answer of a create or a resume, tagged by `outcome`: `placed` (it holds a host: 201, or a
+ * warm resume's 200) or `queued` (202: its position, each host's reason, `tooBig`). A resume's
+ * answer also says how it came back (`resumed`: `warm` or `cold`).
+ */
+export type PlaceAnswer =
+  | ({ readonly outcome: "placed"; readonly resumed?: Records.Resumed } & Records.Placed)
+  | ({ readonly outcome: "queued"; readonly resumed?: Records.Resumed } & Records.Queued)
+
 type Fx<A> = Effect.Effect<A, Errors.ClientError>
 
 /** Every call, by resource. */
@@ -80,37 +80,37 @@ export interface EngramClientShape {
   readonly baseUrl: string
   readonly sessions: {
     /** Places a session, or queues it (`outcome: "queued"` with its position and each host's reason). */
-    readonly create: (input: CreateSession) => Fx<Records.PlaceAnswer>
-    /** One session; a queued one carries `queue` (position, reasons) where the coordinator sends it. */
-    readonly get: (id: string) => Fx<Records.Session>
+    readonly create: (input: CreateSession) => Fx<PlaceAnswer>
+    /** One session; while it is queued, `queue` says where it stands and why. */
+    readonly get: (id: string) => Fx<Records.SessionDetail>
     /** One page of sessions, oldest first. */
     readonly list: (query?: SessionsQuery) => Fx<Page.Page<Records.Session>>
     /** Every session of the filter, page after page. */
     readonly listAll: (query?: Omit<SessionsQuery, "cursor">) => Fx<readonly Records.Session[]>
     /** A running session went idle: the park gate parks it (paused in RAM) or descends it. */
-    readonly idle: (id: string) => Fx<{ readonly id: string; readonly state: Records.SessionState }>
+    readonly idle: (id: string) => Fx<Records.Idled>
     /** Parked → running on the same host (`resumed: "warm"`), or descended → restored (`"cold"`, placed or queued). */
-    readonly resume: (id: string) => Fx<Records.PlaceAnswer>
+    readonly resume: (id: string) => Fx<PlaceAnswer>
     /** Ends a session from any state; its room is released. */
     readonly end: (id: string) => Fx<Records.Session>
     /** Moves a running session live within `maxDowntimeMs`; fails with `MoveDowntime` (and the estimate) when the guard refuses. */
     readonly move: (id: string, options: MoveOptions) => Fx<Records.MoveCommitted>
     /** Waits until the session is in `state`: `WaitTimeout` when time runs out, `Unreachable` when it can no longer get there. */
-    readonly wait: (id: string, target: WaitFor) => Fx<Records.Session>
+    readonly wait: (id: string, target: WaitFor) => Fx<Records.SessionDetail>
     /** One page of the session's history, oldest first. */
     readonly events: (id: string, query?: Page.PageQuery) => Fx<Page.Page<Records.SessionEvent>>
   }
   readonly hosts: {
     /** Registers a host; answers its agent's token (shown this once). */
-    readonly create: (input: { readonly id: string; readonly labels?: Readonly<Record<string, string>> | undefined }) => Fx<Records.HostCreated>
+    readonly create: (input: Input<Payloads.CreateHost>) => Fx<Records.HostCreated>
     readonly get: (id: string) => Fx<Records.Host>
     readonly list: (query?: Page.PageQuery) => Fx<Page.Page<Records.Host>>
     readonly listAll: () => Fx<readonly Records.Host[]>
     readonly cordon: (id: string) => Fx<Records.Host>
     readonly uncordon: (id: string) => Fx<Records.Host>
     readonly drain: (id: string) => Fx<Records.Host>
-    /** Removes a host (`Conflict` while it holds reservations). */
-    readonly remove: (id: string) => Fx<void>
+    /** Removes a host and answers it as it was (`Conflict` while it holds reservations). */
+    readonly remove: (id: string) => Fx<Records.Host>
     /** A new token for the host's agent; the old one stops working. */
     readonly rotateToken: (id: string) => Fx<Records.HostToken>
   }
@@ -121,7 +121,7 @@ export interface EngramClientShape {
     readonly noFit: (budget: Records.Budget) => Fx<Records.NoFit>
   }
   readonly reservations: {
-    readonly reserve: (input: Payloads.Reserve) => Fx<Records.Reservation>
+    readonly reserve: (input: Input<Payloads.Reserve>) => Fx<Records.Reservation>
     readonly get: (id: string) => Fx<Records.Reservation>
     readonly list: (query?: ReservationsQuery) => Fx<Page.Page<Records.Reservation>>
     readonly listAll: (query?: Omit<ReservationsQuery, "cursor">) => Fx<readonly Records.Reservation[]>
@@ -139,108 +139,74 @@ export interface EngramClientShape {
   readonly ready: () => Fx<Records.Ready>
 }
 
-const SessionPage = Page.schema(Records.Session)
-const HostPage = Page.schema(ApiRecords.Host)
-const ReservationPage = Page.schema(ApiRecords.Reservation)
-const MovePage = Page.schema(ApiRecords.Move)
-const EventPage = Page.schema(Records.SessionEvent)
-const Idled = Schema.Struct({ id: Schema.String, state: Records.Session.fields.state })
+/** The input without its `undefined` fields: the API's schemas tell an absent field from an undefined one. */
+const defined = <T extends object>(o: T): { [K in keyof T]: Exclude<T[K], undefined> } =>
+  Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as { [K in keyof T]: Exclude<T[K], undefined> }
 
-const path = (...parts: readonly string[]) => parts.map((p, i) => (i % 2 === 1 ? encodeURIComponent(p) : p)).join("/")
+/** A create's or resume's answer, tagged: a queued one carries its `position`. */
+const tagged = (a: Records.Placed | Records.Queued | Records.ResumedWarm | Records.ResumedPlaced | Records.ResumedQueued): PlaceAnswer =>
+  "position" in a ? { outcome: "queued", ...a } : { outcome: "placed", ...a }
 
 /** Builds a client on an `HttpClient`. */
 export const make = (options: Options): Effect.Effect<EngramClientShape, never, HttpClient.HttpClient> =>
   Effect.gen(function* () {
-    const target: Transport.Target = {
-      baseUrl: Transport.normalizeBaseUrl(options.baseUrl),
-      token: typeof options.token === "string" ? Redacted.make(options.token) : options.token,
-    }
-    const http = yield* HttpClient.HttpClient
-    const api = yield* Transport.apiClient(target)
-    const run = <A>(eff: Effect.Effect<A, Errors.ClientError, HttpClient.HttpClient>): Fx<A> => Effect.provideService(eff, HttpClient.HttpClient, http)
-    const typed = <A, E>(eff: Effect.Effect<A, E>): Fx<A> => Transport.viaApi(target.baseUrl, eff)
-    const json = <S extends Schema.Codec<unknown, unknown>>(schema: S, r: Transport.Request): Fx<S["Type"]> =>
-      run(Transport.send(target, r).pipe(Effect.flatMap(Transport.decode(schema))))
-    const page = <S extends Schema.Codec<unknown, unknown>, A>(schema: S, r: Transport.Request): Fx<Page.Page<A>> =>
-      json(schema, r).pipe(Effect.map((a) => Page.normalize(a as readonly A[] | Page.Page<A>)))
-
-    /** A create's or resume's answer by its status: 201/200 placed (or warm), 202 queued. */
-    const placeAnswer = (r: Transport.Request): Fx<Records.PlaceAnswer> =>
-      run(
-        Transport.send(target, r).pipe(
-          Effect.flatMap((a) =>
-            a.status === 202
-              ? Effect.map(Transport.decode(Records.Queued)(a), (q): Records.PlaceAnswer => ({ outcome: "queued", ...q }))
-              : Effect.map(Transport.decode(Records.Placed)(a), (p): Records.PlaceAnswer => ({ outcome: "placed", ...p })),
-          ),
-        ),
-      )
+    const baseUrl = String(options.baseUrl).replace(/\/+$/, "")
+    const api = yield* Client.make({ baseUrl, token: typeof options.token === "string" ? Redacted.make(options.token) : options.token })
+    const call = <A, E>(eff: Effect.Effect<A, E>): Fx<A> => Effect.catch(eff, Errors.fromFailure(baseUrl))
+    const byId = (id: string) => ({ params: { id } })
 
     const sessions: EngramClientShape["sessions"] = {
-      create: (input) =>
-        placeAnswer({
-          method: "POST",
-          path: "/v1/sessions",
-          body: {
-            ...(input.id === undefined ? {} : { id: input.id }),
-            memMib: input.memMib,
-            vcpus: input.vcpus,
-            ...(input.affinity === undefined ? {} : { affinity: input.affinity }),
-            ...(input.onNoRoom === undefined ? {} : { onNoRoom: input.onNoRoom }),
-          },
-        }),
-      get: (id) => json(Records.Session, { method: "GET", path: path("/v1/sessions", id) }),
-      list: (q = {}) =>
-        page(SessionPage, { method: "GET", path: "/v1/sessions", query: { state: q.state, hostId: q.hostId, limit: q.limit, cursor: q.cursor } }),
+      create: (input) => call(api.sessions.create({ payload: defined(input) })).pipe(Effect.map(tagged)),
+      get: (id) => call(api.sessions.get(byId(id))),
+      list: (q = {}) => call(api.sessions.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => sessions.list({ ...q, cursor })),
-      idle: (id) => json(Idled, { method: "POST", path: `${path("/v1/sessions", id)}/idle` }),
-      resume: (id) => placeAnswer({ method: "POST", path: `${path("/v1/sessions", id)}/resume` }),
-      end: (id) => typed(api.sessions.end({ params: { id } })),
-      move: (id, o) =>
-        typed(api.sessions.move({ params: { id }, payload: o.targetHostId === undefined ? { maxDowntimeMs: o.maxDowntimeMs } : { maxDowntimeMs: o.maxDowntimeMs, targetHostId: o.targetHostId } })),
+      idle: (id) => call(api.sessions.idle(byId(id))),
+      resume: (id) => call(api.sessions.resume(byId(id))).pipe(Effect.map(tagged)),
+      end: (id) => call(api.sessions.end(byId(id))),
+      move: (id, o) => call(api.sessions.move({ ...byId(id), payload: defined(o) })),
       wait: (id, w) =>
-        json(Records.Session, { method: "GET", path: `${path("/v1/sessions", id)}/wait`, query: { state: w.state, timeoutMs: w.timeoutMs ?? 30_000 } }).pipe(
+        call(api.sessions.wait({ ...byId(id), query: { ...defined(w), timeoutMs: w.timeoutMs ?? 30_000 } })).pipe(
           // A 409 of a wait: the state can no longer be reached.
           Effect.mapError((e) => (e._tag === "Conflict" ? new Errors.Unreachable({ status: e.status, body: e.body }) : e)),
         ),
-      events: (id, q = {}) => page(EventPage, { method: "GET", path: `${path("/v1/sessions", id)}/events`, query: { limit: q.limit, cursor: q.cursor } }),
+      events: (id, q = {}) => call(api.sessions.events({ ...byId(id), query: defined(q) })),
     }
 
     const hosts: EngramClientShape["hosts"] = {
-      create: (input) => typed(api.hosts.create({ payload: input.labels === undefined ? { id: input.id } : { id: input.id, labels: { ...input.labels } } })),
-      get: (id) => typed(api.hosts.get({ params: { id } })),
-      list: (q = {}) => page(HostPage, { method: "GET", path: "/v1/hosts", query: { limit: q.limit, cursor: q.cursor } }),
+      create: (input) => call(api.hosts.create({ payload: defined(input) })),
+      get: (id) => call(api.hosts.get(byId(id))),
+      list: (q = {}) => call(api.hosts.list({ query: defined(q) })),
       listAll: () => Page.collect((cursor) => hosts.list({ cursor })),
-      cordon: (id) => typed(api.hosts.cordon({ params: { id } })),
-      uncordon: (id) => typed(api.hosts.uncordon({ params: { id } })),
-      drain: (id) => typed(api.hosts.drain({ params: { id } })),
-      remove: (id) => run(Transport.send(target, { method: "DELETE", path: path("/v1/hosts", id) }).pipe(Effect.asVoid)),
-      rotateToken: (id) => json(Records.HostToken, { method: "POST", path: `${path("/v1/hosts", id)}/token` }),
+      cordon: (id) => call(api.hosts.cordon(byId(id))),
+      uncordon: (id) => call(api.hosts.uncordon(byId(id))),
+      drain: (id) => call(api.hosts.drain(byId(id))),
+      remove: (id) => call(api.hosts.remove(byId(id))),
+      rotateToken: (id) => call(api.hosts.rotateToken(byId(id))),
     }
 
     const fleet: EngramClientShape["fleet"] = {
-      snapshot: () => json(Records.Fleet, { method: "GET", path: "/v1/fleet" }),
-      noFit: (b) => typed(api.fleet.noFit({ query: { memMib: b.memMib, vcpus: b.vcpus } })),
+      snapshot: () => call(api.fleet.snapshot()),
+      noFit: (b) => call(api.fleet.noFit({ query: { memMib: b.memMib, vcpus: b.vcpus } })),
     }
 
     const reservations: EngramClientShape["reservations"] = {
-      reserve: (input) => typed(api.ledger.reserve({ payload: input })),
-      get: (id) => typed(api.ledger.get({ params: { id } })),
-      list: (q = {}) => page(ReservationPage, { method: "GET", path: "/v1/reservations", query: { hostId: q.hostId, limit: q.limit, cursor: q.cursor } }),
+      reserve: (input) => call(api.ledger.reserve({ payload: defined(input) })),
+      get: (id) => call(api.ledger.get(byId(id))),
+      list: (q = {}) => call(api.ledger.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => reservations.list({ ...q, cursor })),
-      release: (id) => typed(api.ledger.release({ params: { id } })),
-      heartbeat: (id) => typed(api.ledger.heartbeat({ params: { id } })),
-      summary: () => typed(api.ledger.summary()),
-      metrics: () => typed(api.ledger.metrics()),
+      release: (id) => call(api.ledger.release(byId(id))),
+      heartbeat: (id) => call(api.ledger.heartbeat(byId(id))),
+      summary: () => call(api.ledger.summary()),
+      metrics: () => call(api.ledger.metrics()),
     }
 
     const moves: EngramClientShape["moves"] = {
-      get: (id) => typed(api.moves.get({ params: { id } })),
-      list: (q = {}) => page(MovePage, { method: "GET", path: "/v1/moves", query: { hostId: q.hostId, state: q.state, limit: q.limit, cursor: q.cursor } }),
+      get: (id) => call(api.moves.get(byId(id))),
+      list: (q = {}) => call(api.moves.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => moves.list({ ...q, cursor })),
     }
 
-    return { baseUrl: target.baseUrl, sessions, hosts, fleet, reservations, moves, ready: () => typed(api.readyz()) }
+    return { baseUrl, sessions, hosts, fleet, reservations, moves, ready: () => call(api.readyz()) }
   })
 
 /** The client as a service. */

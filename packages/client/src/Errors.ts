@@ -4,8 +4,12 @@
  * error bodies, by status and `error` code), each carrying the figures of its case, plus the
  * two failures that never reached an answer (the coordinator could not be reached, or answered
  * something this client cannot read). `fromAnswer` is the one place a status and body become
- * an error.
+ * an error; `fromFailure` turns a failure of `@engram/api`'s `HttpApiClient` into the status and
+ * body it stands for (the status of each API error is the API's own, `Errors.statuses`).
  */
+import { Errors as ApiErrors } from "@engram/api"
+import type { ApiError } from "@engram/api"
+import { Effect } from "effect"
 
 /** What the coordinator said, as far as an error needs it. */
 export interface Answer {
@@ -105,6 +109,18 @@ export class Conflict extends EngramError {
     this.check = text(answer.body?.["check"])
     this.entity = text(answer.body?.["entity"])
     this.id = text(answer.body?.["id"])
+  }
+}
+
+/** 429: a long-poll beyond its credential's cap or the coordinator's total; retry after `retryAfterMs`. */
+export class TooManyRequests extends EngramError {
+  readonly _tag = "TooManyRequests" as const
+  readonly retryAfterMs: number
+  readonly limit: number | undefined
+  constructor(answer: Answer) {
+    super(text(answer.body?.["message"]) ?? "too many open long-polls", answer, text(answer.body?.["error"]) ?? "TooManyWaits")
+    this.retryAfterMs = num(answer.body?.["retryAfterMs"]) ?? 1000
+    this.limit = num(answer.body?.["limit"])
   }
 }
 
@@ -236,6 +252,7 @@ export type ClientError =
   | Unreachable
   | WaitTimeout
   | PayloadTooLarge
+  | TooManyRequests
   | Unavailable
   | MoveDowntime
   | MoveFailed
@@ -265,6 +282,8 @@ export const fromAnswer = (answer: Answer): ClientError => {
       return code === "NoRoom" ? new NoRoom(answer) : code === "Unreachable" || code === "WaitUnreachable" ? new Unreachable(answer) : new Conflict(answer)
     case 413:
       return new PayloadTooLarge(answer)
+    case 429:
+      return new TooManyRequests(answer)
     case 503:
       if (code === "ErrMoveDowntime") return new MoveDowntime(answer)
       if (code === "MoveAborted" || code === "MoveTimeout" || code === "MoveCommitPending") return new MoveFailed(answer)
@@ -285,3 +304,53 @@ export const describe = (e: EngramError): string => {
   if (e instanceof Conflict && e.from !== undefined && e.to !== undefined) return `${e.message} (${e.from} → ${e.to})`
   return e.message
 }
+
+/** A transport failure's cause as a short text: its code (ECONNREFUSED…) and message. */
+const messageOf = (e: unknown): string => {
+  if (e instanceof Error) {
+    const cause = (e as { cause?: unknown }).cause
+    const code = typeof cause === "object" && cause !== null && "code" in cause ? String((cause as { code: unknown }).code) : undefined
+    const inner = cause instanceof Error ? cause.message : undefined
+    return [code, inner ?? e.message].filter((x) => x !== undefined && x !== "").join(" ")
+  }
+  return String(e)
+}
+
+const isApiError = (e: unknown): e is ApiError =>
+  typeof e === "object" && e !== null && "_tag" in e && Object.hasOwn(ApiErrors.statuses, String((e as { _tag: unknown })._tag))
+
+type Reason = { readonly _tag: string; readonly cause?: unknown; readonly response?: { readonly status: number; readonly json: Effect.Effect<unknown, unknown> } }
+
+/**
+ * A failure of `@engram/api`'s `HttpApiClient` (a decoded error answer, a transport or decode
+ * failure) as one of this client's errors. An answer whose status the API does not declare for
+ * the call is read as it came (status and JSON body).
+ */
+export const fromFailure =
+  (baseUrl: string) =>
+  (e: unknown): Effect.Effect<never, ClientError> => {
+    if (isApiError(e)) {
+      // The body's fields; an Error's `message` is not an own enumerable property, so it is copied by name.
+      const { _tag: _, ...fields } = { ...(e as unknown as Record<string, unknown>) }
+      const body = e.message === "" ? fields : { ...fields, message: e.message }
+      return Effect.fail(fromAnswer({ status: ApiErrors.statusOf(e), body }))
+    }
+    const reason = typeof e === "object" && e !== null && (e as { _tag?: unknown })._tag === "HttpClientError" ? (e as { reason: Reason }).reason : undefined
+    if (reason?._tag === "TransportError") return Effect.fail(new TransportError(baseUrl, messageOf(reason.cause ?? e)))
+    // An error status the call does not declare (or whose body does not decode): read it as it came.
+    if (reason?.response !== undefined && (reason.response.status < 200 || reason.response.status >= 300)) {
+      const status = reason.response.status
+      return reason.response.json.pipe(
+        Effect.orElseSucceed(() => null),
+        Effect.flatMap((body) =>
+          Effect.fail(
+            typeof body === "object" && body !== null && !Array.isArray(body)
+              ? fromAnswer({ status, body: body as Record<string, unknown> })
+              : new UnexpectedAnswer({ status, body: null }, `not an engram answer (is ${baseUrl} an engram coordinator?)`),
+          ),
+        ),
+      )
+    }
+    const status = reason?.response?.status ?? null
+    return Effect.fail(new UnexpectedAnswer({ status, body: null }, `${messageOf(e)} (is ${baseUrl} an engram coordinator?)`))
+  }

@@ -1,31 +1,22 @@
 /**
- * Cursor pagination: every list answers `{items, nextCursor}` (pass `nextCursor` back as
- * `cursor` for the next page; null = the last page). A coordinator that answers a plain array
- * (before cursor pagination) is read as one page with `nextCursor: null`, so one client works
- * with both.
+ * Lists answer pages: `{items, nextCursor}` (`@engram/api`'s `pageOf`); pass `nextCursor` back
+ * as `cursor` for the next one (null on the last). `collect` follows the cursors to the end.
  */
-import { Effect, Schema } from "effect"
+import { Effect } from "effect"
 
 /** One page of a list. */
 export interface Page<A> {
   readonly items: readonly A[]
-  /** The cursor of the next page; null on the last. */
   readonly nextCursor: string | null
 }
 
-/** Where a list starts and how long a page is (the coordinator caps `limit`). */
+/** `?limit=&cursor=` of every list. */
 export interface PageQuery {
-  readonly cursor?: string | undefined
+  /** Items per page, 1 to 1000 (the coordinator's default: 100). */
   readonly limit?: number | undefined
+  /** The `nextCursor` of the previous page. */
+  readonly cursor?: string | undefined
 }
-
-/** The schema of a page of `item`: `{items, nextCursor}` or a plain array (one page). */
-export const schema = <S extends Schema.Top>(item: S) =>
-  Schema.Union([Schema.Array(item), Schema.Struct({ items: Schema.Array(item), nextCursor: Schema.NullOr(Schema.String) })])
-
-/** A decoded answer as a page. */
-export const normalize = <A>(answer: readonly A[] | { readonly items: readonly A[]; readonly nextCursor: string | null }): Page<A> =>
-  Array.isArray(answer) ? { items: answer, nextCursor: null } : (answer as Page<A>)
 
 /** Every item of a list, following cursors until the last page (`maxPages` guards a cursor that never ends). */
 export const collect = <A, E, R>(fetch: (cursor: string | undefined) => Effect.Effect<Page<A>, E, R>, maxPages = 10_000): Effect.Effect<readonly A[], E, R> =>

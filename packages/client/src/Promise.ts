@@ -14,7 +14,7 @@ import { FetchHttpClient } from "effect/http"
 import type { EngramClientShape, MovesQuery, Options, ReservationsQuery, SessionsQuery } from "./EngramClient.js"
 import { make } from "./EngramClient.js"
 import type * as Page from "./Page.js"
-import type * as Records from "./Records.js"
+import type { Records } from "@engram/api"
 
 /** A shape of Effect-returning functions as Promise-returning ones. */
 export type Promised<T> = {

@@ -8,10 +8,11 @@
  */
 export * as Errors from "./Errors.js"
 export * as Page from "./Page.js"
-export * as Records from "./Records.js"
+/** The records the calls answer: `@engram/api`'s schemas and types, as the coordinator declares them. */
+export { Records } from "@engram/api"
 
 export { EngramClient, make } from "./EngramClient.js"
-export type { CreateSession, EngramClientShape, MoveOptions, MovesQuery, Options, ReservationsQuery, SessionsQuery, WaitFor } from "./EngramClient.js"
+export type { CreateSession, EngramClientShape, Input, MoveOptions, MovesQuery, Options, PlaceAnswer, ReservationsQuery, SessionsQuery, WaitFor } from "./EngramClient.js"
 export { createClient } from "./Promise.js"
 export type { Engram } from "./Promise.js"
 export {
@@ -24,6 +25,7 @@ export {
   NoRoom,
   NotFound,
   PayloadTooLarge,
+  TooManyRequests,
   TransportError,
   Unauthorized,
   Unavailable,

@@ -1,13 +1,14 @@
 // The client against a real coordinator over real HTTP: every call answers the records the
 // coordinator sent, errors arrive as the classes a caller tells apart (Promise and Effect),
-// and lists are pages followed by their cursors.
+// lists are pages followed by their cursors, and every call is one of the API's endpoints.
 import type { RunningCoordinator } from "@engram/coordinator"
 import { EngramApi } from "@engram/api"
 import { Effect } from "effect"
+import { HttpClient, HttpClientResponse } from "effect/http"
 import { HttpApi } from "effect/http-api"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { Conflict, createClient, EngramClient, Errors, InvalidInput, MoveDowntime, NotFound, Page, TransportError, Unauthorized } from "../src/index.js"
-import type { Engram } from "../src/index.js"
+import { Conflict, createClient, EngramClient, Errors, InvalidInput, make, MoveDowntime, NotFound, Page, TooManyRequests, TransportError, Unauthorized, UnexpectedAnswer, WaitTimeout } from "../src/index.js"
+import type { Engram, EngramClientShape } from "../src/index.js"
 import { addHost, adminToken, call, pendingMove, start, started, uid } from "./support/Fleet.js"
 
 let c: RunningCoordinator
@@ -163,11 +164,6 @@ describe("the Effect client", () => {
 })
 
 describe("pages", () => {
-  it("a plain array is one page; a cursor page is kept as it is", () => {
-    expect(Page.normalize([1, 2])).toEqual({ items: [1, 2], nextCursor: null })
-    expect(Page.normalize({ items: [3], nextCursor: "c2" })).toEqual({ items: [3], nextCursor: "c2" })
-  })
-
   it("collect follows nextCursor until null", async () => {
     const pages: Record<string, Page.Page<number>> = { start: { items: [1, 2], nextCursor: "b" }, b: { items: [3], nextCursor: "c" }, c: { items: [4], nextCursor: null } }
     const all = await Effect.runPromise(Page.collect((cursor) => Effect.succeed(pages[cursor ?? "start"] as Page.Page<number>)))
@@ -175,28 +171,95 @@ describe("pages", () => {
   })
 })
 
-describe("the routes the client calls", () => {
-  /** The contract's endpoints that a coordinator may not serve yet (docs: the lifecycle contract). */
-  const contract = new Set(["GET /v1/sessions/:id/wait", "GET /v1/sessions/:id/events", "DELETE /v1/hosts/:id", "POST /v1/hosts/:id/token", "GET /v1/moves"])
-  const declared = new Set<string>()
-  HttpApi.reflect(EngramApi, { onGroup: () => {}, onEndpoint: ({ endpoint }) => void declared.add(`${endpoint.method} ${endpoint.path}`) })
+/** A client on an `HttpClient` that records each request and answers `status` with `body`. */
+const recording = (status: number, body: string, contentType = "application/json") => {
+  const sent: string[] = []
+  const http = HttpClient.make((request, url) =>
+    Effect.sync(() => {
+      sent.push(`${request.method} ${url.pathname}`)
+      return HttpClientResponse.fromWeb(request, new Response(body, { status, headers: { "content-type": contentType } }))
+    }),
+  )
+  const client = Effect.runSync(make({ baseUrl: "http://engram.test", token: adminToken }).pipe(Effect.provideService(HttpClient.HttpClient, http)))
+  return { client, sent }
+}
 
-  it("each route of the contract road is one the API declares, or one of the lifecycle contract", () => {
-    const raw = [
-      "POST /v1/sessions",
-      "GET /v1/sessions/:id",
-      "GET /v1/sessions",
-      "POST /v1/sessions/:id/idle",
-      "POST /v1/sessions/:id/resume",
-      "GET /v1/sessions/:id/wait",
-      "GET /v1/sessions/:id/events",
-      "GET /v1/hosts",
-      "DELETE /v1/hosts/:id",
-      "POST /v1/hosts/:id/token",
-      "GET /v1/fleet",
-      "GET /v1/reservations",
-      "GET /v1/moves",
-    ]
-    for (const r of raw) expect(declared.has(r) || contract.has(r), r).toBe(true)
+/** Every call of the client once, with whatever arguments it takes. */
+const everyCall = (e: EngramClientShape): Effect.Effect<unknown, unknown>[] => [
+  e.sessions.create({ memMib: 1, vcpus: 1 }),
+  e.sessions.get("s"),
+  e.sessions.list(),
+  e.sessions.idle("s"),
+  e.sessions.resume("s"),
+  e.sessions.end("s"),
+  e.sessions.move("s", { maxDowntimeMs: 1 }),
+  e.sessions.wait("s", { state: "running" }),
+  e.sessions.events("s"),
+  e.hosts.create({ id: "h" }),
+  e.hosts.get("h"),
+  e.hosts.list(),
+  e.hosts.cordon("h"),
+  e.hosts.uncordon("h"),
+  e.hosts.drain("h"),
+  e.hosts.remove("h"),
+  e.hosts.rotateToken("h"),
+  e.fleet.snapshot(),
+  e.fleet.noFit({ memMib: 1, vcpus: 1 }),
+  e.reservations.reserve({ hostId: "h", ownerKind: "external", ownerId: "o", memMib: 1, vcpus: 1 }),
+  e.reservations.get("r"),
+  e.reservations.list(),
+  e.reservations.release("r"),
+  e.reservations.heartbeat("r"),
+  e.reservations.summary(),
+  e.reservations.metrics(),
+  e.moves.get("m"),
+  e.moves.list(),
+  e.ready(),
+]
+
+describe("one road to the API", () => {
+  const declared: { method: string; path: RegExp; route: string }[] = []
+  HttpApi.reflect(EngramApi, {
+    onGroup: () => {},
+    onEndpoint: ({ endpoint }) =>
+      void declared.push({ method: endpoint.method, route: `${endpoint.method} ${endpoint.path}`, path: new RegExp(`^${endpoint.path.replace(/:[^/]+/g, "[^/]+")}$`) }),
+  })
+  const routeOf = (sent: string) => declared.find((d) => sent.startsWith(`${d.method} `) && d.path.test(sent.slice(d.method.length + 1)))?.route
+
+  it("every call is a request to an endpoint the API declares, and every endpoint a service uses has a call", async () => {
+    const { client, sent } = recording(500, "{}")
+    for (const call of everyCall(client)) await Effect.runPromise(Effect.ignore(call))
+    const routes = sent.map((r) => routeOf(r) ?? `undeclared: ${r}`)
+    expect(routes.filter((r) => r.startsWith("undeclared"))).toEqual([])
+    // The agent's own endpoints and the operator's scrape and documents are not a service's calls.
+    const agentOrOps = ["PUT /v1/hosts/:id/report", "POST /v1/hosts/:id/heartbeat", "GET /v1/hosts/:id/assignments", "POST /v1/sessions/:id/started", "POST /v1/sessions/:id/descended",
+      "POST /v1/moves/:id/rounds", "POST /v1/moves/:id/commit", "POST /v1/moves/:id/abort", "GET /livez", "GET /healthz", "GET /openapi.json", "GET /metrics", "GET /v1/queue"]
+    const uncovered = declared.map((d) => d.route).filter((r) => !routes.includes(r) && !agentOrOps.includes(r))
+    expect(uncovered).toEqual([])
+  })
+
+  it("an error's status is the API's: a 408 of a wait is WaitTimeout, a 409 of a wait Unreachable", async () => {
+    const timeout = recording(408, JSON.stringify({ error: "WaitTimeout", message: "the wait timed out", state: "pending" }))
+    const err = await Effect.runPromise(Effect.flip(timeout.client.sessions.wait("s", { state: "running" })))
+    expect(err).toBeInstanceOf(WaitTimeout)
+    expect(err).toMatchObject({ status: 408, state: "pending" })
+    const gone = recording(409, JSON.stringify({ error: "Unreachable", message: "the session ended", from: "ended", to: "running" }))
+    expect(await Effect.runPromise(Effect.flip(gone.client.sessions.wait("s", { state: "running" })))).toMatchObject({ _tag: "Unreachable", status: 409, from: "ended" })
+  })
+
+  it("a status the API does not declare for the call is read as it came; an answer that is not JSON says so", async () => {
+    const teapot = recording(418, JSON.stringify({ error: "Teapot", message: "short and stout" }))
+    const err = await Effect.runPromise(Effect.flip(teapot.client.sessions.wait("s", { state: "running" })))
+    expect(err).toBeInstanceOf(UnexpectedAnswer)
+    expect(err).toMatchObject({ status: 418, code: "Teapot" })
+    // A wait's 429 (too many open long-polls) is declared: it says when to try again.
+    const busy = recording(429, JSON.stringify({ error: "TooManyWaits", message: "too many open waits for this token", limit: 4, retryAfterMs: 1000 }))
+    const refused = await Effect.runPromise(Effect.flip(busy.client.sessions.wait("s", { state: "running" })))
+    expect(refused).toBeInstanceOf(TooManyRequests)
+    expect(refused).toMatchObject({ status: 429, code: "TooManyWaits", limit: 4, retryAfterMs: 1000 })
+    const proxy = recording(502, "<html>bad gateway</html>", "text/html")
+    const html = await Effect.runPromise(Effect.flip(proxy.client.fleet.snapshot()))
+    expect(html).toBeInstanceOf(UnexpectedAnswer)
+    expect(html.message).toContain("is http://engram.test an engram coordinator?")
   })
 })

@@ -1,6 +1,7 @@
 /**
- * The downtime guard of a live move (SPEC §5): the estimate before the guest pauses and the
- * check after the final capture. Pure arithmetic over the pre-copy rounds' figures; the
+ * The downtime guard of a live move (SPEC §5): the estimate before the guest pauses, the
+ * check after the final capture, and the commit allowance both include, learned per host pair
+ * from recent commits (SPEC §13). Pure arithmetic over the figures the agents measured; the
  * agents measure, this module decides.
  */
 import { defaults } from "./Limits.js"
@@ -99,3 +100,50 @@ export interface Phases {
 /** Whether reported phases are consistent: each > 0 and their sum within the downtime. */
 export const phasesConsistent = (p: Phases): boolean =>
   p.captureMs > 0 && p.sendMs > 0 && p.commitMs > 0 && p.captureMs + p.sendMs + p.commitMs <= p.downtimeMs
+
+/** How the commit allowance is learned from recent commits of one host pair (SPEC §13). */
+export interface AllowancePolicy {
+  /** The allowance before any history: SPEC §9's `commitAllowanceMs`. */
+  readonly priorMs: number
+  /** Only the last `window` commits count: the estimate follows a host pair whose commits change. */
+  readonly window: number
+  /**
+   * The quantile of those commits (nearest rank). At 0.95 about one commit in twenty runs past
+   * the allowance: the documented commit tail, which `downtimeMs` reports.
+   */
+  readonly quantile: number
+  /** Added to the quantile: headroom for a commit slower than the ones seen. */
+  readonly marginMs: number
+}
+
+/** A high quantile of the last 20 commits; the fixed 400 ms only before any history. */
+export const defaultAllowancePolicy: AllowancePolicy = Object.freeze({
+  priorMs: defaults.commitAllowanceMs,
+  window: 20,
+  quantile: 0.95,
+  marginMs: 0,
+})
+
+/** A commit allowance and what it rests on. */
+export interface Allowance {
+  readonly allowanceMs: number
+  /** `prior`: no history yet; `learned`: the quantile of `samples` recent commits. */
+  readonly source: "prior" | "learned"
+  readonly samples: number
+}
+
+/**
+ * The commit allowance of a host pair from its recent commits (ms, oldest first): the policy's
+ * quantile of the last `window` plus the margin; the prior while there is no history. Samples
+ * that are not finite non-negative numbers are not commits and are ignored.
+ */
+export const commitAllowance = (commitsMs: readonly number[], policy: Partial<AllowancePolicy> = {}): Allowance => {
+  const p = { ...defaultAllowancePolicy, ...policy }
+  const window = Math.max(1, Math.floor(Number.isFinite(p.window) ? p.window : 1))
+  const recent = commitsMs.filter((ms) => Number.isFinite(ms) && ms >= 0).slice(-window)
+  if (recent.length === 0) return { allowanceMs: p.priorMs, source: "prior", samples: 0 }
+  const sorted = [...recent].sort((a, b) => a - b)
+  const q = Math.min(1, Math.max(0, Number.isFinite(p.quantile) ? p.quantile : 1))
+  const at = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))
+  return { allowanceMs: (sorted[at] as number) + Math.max(0, p.marginMs), source: "learned", samples: recent.length }
+}

@@ -273,7 +273,10 @@ export interface Conflict {
   readonly reason: string
 }
 
-/** A repeated create with the same budget: nothing changes, the caller gets the session as it is. */
+/**
+ * A step that is already done: a repeated create with the same budget, or an end of an ended
+ * session. Nothing changes; the caller gets the session as it is.
+ */
 export interface Unchanged {
   readonly _tag: "Unchanged"
   readonly session: Record
@@ -585,6 +588,8 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       )
     }
     case "end": {
+      // Ending is idempotent: a repeated end (a retry, a second operator) finds the session ended and changes nothing.
+      if (s.state === "ended") return { _tag: "Unchanged", session: s }
       const bad = judge(s, "end", "ended")
       if (bad) return bad
       const next: Record = { ...s, state: "ended", hostId: null, reservationId: null, queuedAt: null, parkedAt: null, updatedAt: now }

@@ -101,4 +101,59 @@ describe("Downtime", () => {
       }),
     )
   })
+
+  describe("the learned commit allowance", () => {
+    it("is the prior before any history, then a high quantile of the last commits", () => {
+      expect(Downtime.commitAllowance([])).toEqual({ allowanceMs: 400, source: "prior", samples: 0 })
+      expect(Downtime.commitAllowance([], { priorMs: 250 }).allowanceMs).toBe(250)
+      const twenty = Array.from({ length: 20 }, (_, i) => 10 * (i + 1)) // 10 … 200 ms
+      expect(Downtime.commitAllowance(twenty)).toEqual({ allowanceMs: 190, source: "learned", samples: 20 })
+      expect(Downtime.commitAllowance([42])).toEqual({ allowanceMs: 42, source: "learned", samples: 1 })
+      expect(Downtime.commitAllowance([40, 50], { marginMs: 5 }).allowanceMs).toBe(55)
+    })
+
+    it("counts only the last window of commits, and ignores what is not a commit time", () => {
+      expect(Downtime.commitAllowance([900, 30, 40], { window: 2 }).allowanceMs).toBe(40)
+      expect(Downtime.commitAllowance([Number.NaN, -1, Number.POSITIVE_INFINITY])).toEqual({ allowanceMs: 400, source: "prior", samples: 0 })
+      expect(Downtime.commitAllowance([Number.NaN, 60]).allowanceMs).toBe(60)
+    })
+
+    const commits = fc.array(fc.double({ min: 0, max: 10_000, noNaN: true }), { maxLength: 60 })
+    const policy = fc.record({ window: fc.integer({ min: 1, max: 40 }), quantile: fc.double({ min: 0, max: 1, noNaN: true }), marginMs: fc.integer({ min: 0, max: 100 }) })
+
+    it("property: with no history it is the prior, whatever the policy", () => {
+      fc.assert(fc.property(policy, fc.integer({ min: 0, max: 5000 }), (p, priorMs) => {
+        expect(Downtime.commitAllowance([], { ...p, priorMs })).toEqual({ allowanceMs: priorMs, source: "prior", samples: 0 })
+      }))
+    })
+
+    it("property: bounded by the fastest and slowest commit of the window, plus the margin", () => {
+      fc.assert(fc.property(commits.filter((c) => c.length > 0), policy, (c, p) => {
+        const recent = c.slice(-p.window)
+        const a = Downtime.commitAllowance(c, p)
+        expect(a.source).toBe("learned")
+        expect(a.samples).toBe(recent.length)
+        expect(a.allowanceMs).toBeGreaterThanOrEqual(Math.min(...recent) + p.marginMs)
+        expect(a.allowanceMs).toBeLessThanOrEqual(Math.max(...recent) + p.marginMs)
+      }))
+    })
+
+    it("property: monotone: a slower commit, a higher quantile or a larger margin never lowers it", () => {
+      fc.assert(fc.property(commits.filter((c) => c.length > 0), policy, fc.nat(), fc.double({ min: 0, max: 5000, noNaN: true }), fc.double({ min: 0, max: 1, noNaN: true }), (c, p, at, more, dq) => {
+        const base = Downtime.commitAllowance(c, p).allowanceMs
+        const i = at % c.length
+        const slower = c.map((ms, j) => (j === i ? ms + more : ms))
+        expect(Downtime.commitAllowance(slower, p).allowanceMs).toBeGreaterThanOrEqual(base)
+        expect(Downtime.commitAllowance(c, { ...p, quantile: Math.min(1, p.quantile + dq) }).allowanceMs).toBeGreaterThanOrEqual(base)
+        expect(Downtime.commitAllowance(c, { ...p, marginMs: p.marginMs + 1 }).allowanceMs).toBeGreaterThan(base)
+      }))
+    })
+
+    it("property: only the last window counts: older commits change nothing", () => {
+      fc.assert(fc.property(commits, commits, policy, (older, c, p) => {
+        fc.pre(c.length >= p.window)
+        expect(Downtime.commitAllowance([...older, ...c], p)).toEqual(Downtime.commitAllowance(c, p))
+      }))
+    })
+  })
 })

@@ -199,10 +199,15 @@ describe("Session.step", () => {
     expect(applied(Session.step(at("parked", { parkedAt: 5 }), { _tag: "beginDescent" }, t)).events).toMatchObject([{ cause: "yield", reason: null }])
   })
 
+  it("ending an ended session is unchanged: the session as it is, no ledger change, no event", () => {
+    const ended = at("ended")
+    expect(Session.step(ended, { _tag: "end", openMove: null }, t)).toStrictEqual({ _tag: "Unchanged", session: ended })
+  })
+
   it("a refused step names the operation, both states, and the state it asked for", () => {
     expect(Session.step(at("running"), { _tag: "resume", placement: null }, t)).toMatchObject({ _tag: "Illegal", sessionId: "s1", from: "running", to: "pending" })
     expect(Session.step(at("pending"), idle(true), t)).toMatchObject({ _tag: "Illegal", to: "parked" })
-    expect(Session.step(at("ended"), { _tag: "end", openMove: null }, t)).toMatchObject({ _tag: "Illegal", from: "ended", to: "ended" })
+    expect(Session.step(at("lost"), { _tag: "markRunning" }, t)).toMatchObject({ _tag: "Illegal", from: "lost", to: "running" })
     expect(Session.step(at("queued"), { _tag: "place", placement: { hostId: "h1", version: 0, reservationId: "r2" } }, t)._tag).toBe("Plan")
     expect(Session.step(at("pending"), { _tag: "place", placement: { hostId: "h1", version: 0, reservationId: "r2" } }, t)).toMatchObject({ _tag: "Illegal", to: "pending" })
     expect(Session.step(null, { _tag: "markRunning" }, t)).toStrictEqual({ _tag: "NotFound" })

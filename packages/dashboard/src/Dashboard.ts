@@ -1,17 +1,36 @@
 /**
  * The dashboard's routes on a coordinator's router: the page and its assets under `/ui`
- * (static files, no data, served without a token), and `/ui/changes`, a long-poll that
- * answers as soon as the fleet changes, so the page refetches from the API only then. The
- * page reads everything it shows from the API with the token the user signed in with; the
- * long-poll needs that token too and answers only a version string.
+ * (static files, no data, served without a token); `/ui/changes`, a long-poll that answers as
+ * soon as the fleet changes, so the page refetches from the API only then; and `/ui/history`,
+ * the coordinator's recent samples of the fleet signal for the page's small charts. The page
+ * reads everything else from the API with the token the user signed in with; both routes need
+ * that token too.
  */
 import { Effect, Layer } from "effect"
+import type { Scope } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
 import type { HttpServerRequest } from "effect/http"
-import { existsSync, readFileSync } from "node:fs"
+import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
+
+/** One sample of the fleet signal over time (free RAM, the queue, parks, descents), at epoch ms `at`. */
+export interface HistorySample {
+  readonly at: number
+  readonly freeMib: number
+  readonly capacityMib: number
+  readonly queue: number
+  readonly withoutRoom: number
+  readonly parks: number
+  readonly descents: number
+}
+
+/** The samples the coordinator kept, oldest first, and how far apart they are taken. */
+export interface History {
+  readonly intervalMs: number
+  readonly samples: readonly HistorySample[]
+}
 
 /** What the coordinator gives the dashboard. */
 export interface Options {
@@ -19,8 +38,20 @@ export interface Options {
   readonly authorize: (token: string) => Effect.Effect<boolean, unknown>
   /** A short string that changes whenever something the page shows changes (hosts, queue, parks, descents, moves). */
   readonly version: Effect.Effect<string, unknown>
-  /** How often a waiting `/ui/changes` re-reads the version (default 500 ms). */
+  /** The fleet signal over time, for the charts; without it the page draws none. */
+  readonly history?: Effect.Effect<History, unknown> | undefined
+  /**
+   * How often a waiting `/ui/changes` re-reads the version (default 500 ms); with `watch`, the
+   * least time between two of its reads.
+   */
   readonly pollMs?: number | undefined
+  /**
+   * Opens a watch on the fleet for the request's lifetime; its `next(ms)` waits until something
+   * may have changed since the watch opened or since the last `next` (true), or `ms` passes
+   * (false). With it, a waiting `/ui/changes` reads the version only after a change, not every
+   * `pollMs`.
+   */
+  readonly watch?: Effect.Effect<{ readonly next: (timeoutMs: number) => Effect.Effect<boolean> }, never, Scope.Scope> | undefined
 }
 
 /** The longest `/ui/changes` waits before it answers the same version. */
@@ -58,33 +89,68 @@ const bearer = (request: HttpServerRequest.HttpServerRequest): string => /^Beare
 export const layer = (options: Options): Layer.Layer<never, never, HttpRouter.HttpRouter> => {
   const dir = assetDir()
   const page = asset(dir, "index.html")
-  const script = asset(dir, "app.js")
   const style = asset(dir, "style.css")
+  // The page's modules (app.js imports the others), each at /ui/<name>.js.
+  const scripts = readdirSync(dir)
+    .filter((f) => f.endsWith(".js"))
+    .map((f) => [f, asset(dir, f)] as const)
   const pollMs = options.pollMs ?? 500
 
-  const changes = (request: HttpServerRequest.HttpServerRequest) =>
+  /** The admin's request, or the 401 that refuses it. */
+  const refusal = (request: HttpServerRequest.HttpServerRequest) =>
     Effect.gen(function* () {
       const token = bearer(request)
       if (token === "") return json(401, { error: "Unauthorized", message: "missing bearer token" })
       if (!(yield* options.authorize(token))) return json(401, { error: "Unauthorized", message: "the dashboard needs the admin token" })
+      return null
+    })
+
+  const unavailable = () => Effect.succeed(json(503, { error: "Unavailable", message: "the fleet could not be read; retry", retryAfterMs: 1000 }))
+
+  const history = (request: HttpServerRequest.HttpServerRequest) =>
+    Effect.gen(function* () {
+      const refused = yield* refusal(request)
+      if (refused !== null) return refused
+      const h = options.history === undefined ? { intervalMs: 0, samples: [] } : yield* options.history
+      return json(200, { intervalMs: h.intervalMs, samples: h.samples })
+    }).pipe(Effect.catchCause(unavailable))
+
+  const changes = (request: HttpServerRequest.HttpServerRequest) =>
+    Effect.gen(function* () {
+      const refused = yield* refusal(request)
+      if (refused !== null) return refused
       const url = new URL(request.url, "http://localhost")
       const since = url.searchParams.get("since") ?? ""
       const waitMs = Math.min(maxWaitMs, Math.max(0, Number(url.searchParams.get("waitMs") ?? "0") || 0))
+      // Watching before the first read: a change made while it runs wakes the wait below.
+      const watch = options.watch === undefined ? null : yield* options.watch
       let version = yield* options.version
-      const deadline = Date.now() + waitMs
+      let readAt = Date.now()
+      const deadline = readAt + waitMs
       while (version === since && Date.now() < deadline) {
-        yield* Effect.sleep(Math.min(pollMs, Math.max(0, deadline - Date.now())))
+        // Nothing changed by the deadline: the version read last is the latest.
+        if (watch !== null && !(yield* watch.next(Math.max(0, deadline - Date.now())))) break
+        // At most one read per pollMs, whatever the rate of changes.
+        yield* Effect.sleep(Math.max(0, Math.min(readAt + pollMs, deadline) - Date.now()))
         version = yield* options.version
+        readAt = Date.now()
       }
       return json(200, { version })
-    }).pipe(Effect.catchCause(() => Effect.succeed(json(503, { error: "Unavailable", message: "the fleet could not be read; retry", retryAfterMs: 1000 }))))
+    }).pipe(Effect.scoped, Effect.catchCause(unavailable))
 
   return Layer.mergeAll(
     // The root has nothing else to show a browser: send it to the dashboard.
     HttpRouter.add("GET", "/", HttpServerResponse.redirect("/ui", { status: 302 })),
     HttpRouter.add("GET", "/ui", file(page, "text/html; charset=utf-8")),
-    HttpRouter.add("GET", "/ui/app.js", file(script, "text/javascript; charset=utf-8")),
+    ...scripts.map(([name, body]) => HttpRouter.add("GET", `/ui/${name}`, file(body, "text/javascript; charset=utf-8"))),
     HttpRouter.add("GET", "/ui/style.css", file(style, "text/css; charset=utf-8")),
     HttpRouter.add("GET", "/ui/changes", changes),
+    HttpRouter.add("GET", "/ui/history", history),
   )
 }
+
+/** The page's files as the coordinator serves them (for route labels): `/ui/<name>`. */
+export const assetPaths = (): readonly string[] =>
+  readdirSync(assetDir())
+    .filter((f) => f.endsWith(".js") || f === "style.css")
+    .map((f) => `/ui/${f}`)

@@ -5,7 +5,7 @@
  * log collector. `ENGRAM_LOG_LEVEL` sets the minimum level (default `info`). Every line goes
  * to stdout.
  */
-import type { Env } from "@engram/api"
+import type * as Env from "./Env.js"
 import { Cause, Layer, Logger, References } from "effect"
 import type { LogLevel } from "effect"
 

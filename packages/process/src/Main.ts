@@ -4,7 +4,7 @@
  * exit code and one clear line, and any other failure with exit 1 and its cause.
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { Env } from "@engram/api"
+import * as Env from "./Env.js"
 import { Cause, Data, Effect, Exit } from "effect"
 import * as Explain from "./Explain.js"
 import * as Log from "./Log.js"

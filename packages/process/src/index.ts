@@ -4,6 +4,7 @@
  * process (exit 0 on SIGINT/SIGTERM, `Fatal` errors as one line with their exit code);
  * `Explain` says a failed listen or a refused database in one line.
  */
+export * as Env from "./Env.js"
 export * as Explain from "./Explain.js"
 export * as Log from "./Log.js"
 export * as Main from "./Main.js"

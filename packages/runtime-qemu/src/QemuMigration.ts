@@ -38,11 +38,18 @@ export interface MigrationInfo {
 /** QEMU's largest `downtime-limit` (2000 s): "switch over at the next iteration". */
 export const maxDowntimeLimitMs = 2_000_000
 
-/** Capabilities for a live move (both sides) or a descent (source only, no pause before switchover). */
-export const capabilities = (pauseBeforeSwitchover: boolean) => ({
+/**
+ * Capabilities for a live move (both sides: pause before switchover, RAM in the stream) or a
+ * snapshot (a descent, a restore, a template: no pause; `ignoreShared` leaves a shared RAM file
+ * out of the stream). Every migration sets every capability it depends on: QEMU keeps them
+ * between migrations, and a move after a failed mapped descent must send the RAM.
+ * `ignoreShared: null` for a QEMU without `x-ignore-shared` (before 4.0).
+ */
+export const capabilities = (o: { readonly pauseBeforeSwitchover: boolean; readonly ignoreShared: boolean | null }) => ({
   capabilities: [
     { capability: "events", state: true },
-    { capability: "pause-before-switchover", state: pauseBeforeSwitchover },
+    { capability: "pause-before-switchover", state: o.pauseBeforeSwitchover },
+    ...(o.ignoreShared === null ? [] : [{ capability: "x-ignore-shared", state: o.ignoreShared }]),
   ],
 })
 

@@ -1,6 +1,7 @@
 /**
  * One QEMU process per VM: its command line, its directory (`<stateDir>/<vmId>/`: `vm.json`,
- * `console.log`, `qemu.pid`, `qemu.stderr`), its QMP socket (`<stateDir>/q-<hash>.sock`: short,
+ * `console.log`, `qemu.pid`, `qemu.stderr`, and `ram`, the guest's RAM file when its RAM is a
+ * file), its QMP socket (`<stateDir>/q-<hash>.sock`: short,
  * unix socket paths hold at most 107 bytes), spawning it detached so it outlives the agent, and
  * reading its life and RSS from `/proc`.
  */
@@ -11,6 +12,7 @@ import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises"
 import { join } from "node:path"
 import { Effect, Schedule } from "effect"
 import { RuntimeError, type VmSpec } from "@engram/runtime"
+import type * as RamFile from "./RamFile.js"
 
 /** How the guest boots: a kernel (+ initramfs and command line) or a disk image. */
 export type Boot =
@@ -39,6 +41,8 @@ export interface VmRecord {
   readonly socket: string
   /** Set while the VM waits for (or holds, uncommitted) an incoming move. */
   readonly incomingMoveId: string | null
+  /** Where its RAM lives (absent in records of runtimes before RAM files: anonymous). */
+  readonly ram?: RamFile.RamBacking
 }
 
 /** The files of one VM. */
@@ -49,6 +53,8 @@ export interface VmPaths {
   readonly pidFile: string
   readonly stderr: string
   readonly socket: string
+  /** The guest's RAM file, when its RAM is a file in the VM's directory. */
+  readonly ram: string
 }
 
 /** The longest unix socket path Linux takes (`sun_path` is 108 bytes with the NUL). */
@@ -64,6 +70,7 @@ export const pathsOf = (stateDir: string, vmId: string): VmPaths => {
     console: join(dir, "console.log"),
     pidFile: join(dir, "qemu.pid"),
     stderr: join(dir, "qemu.stderr"),
+    ram: join(dir, "ram"),
     socket: join(stateDir, `q-${hash}.sock`),
   }
 }
@@ -71,8 +78,26 @@ export const pathsOf = (stateDir: string, vmId: string): VmPaths => {
 /** QEMU's option syntax doubles a comma inside a value. */
 const optValue = (s: string) => s.replaceAll(",", ",,")
 
+/** The memory backend's id on the command line (and in the migration stream: a restore must use the same). */
+export const ramBackendId = "ram0"
+
+/** The `-object` arguments of a RAM file of `size` (QEMU's `-m` syntax); none for anonymous RAM. */
+export const ramObjectArgs = (ram: RamFile.RamBacking, size: string): string[] =>
+  ram.kind === "anonymous" ? [] : ["-object", `memory-backend-file,id=${ramBackendId},size=${size},mem-path=${optValue(ram.path)},share=${ram.shared ? "on" : "off"}`]
+
+/** QEMU's `-m` size of a VM: its MiB, plus the TCG workaround's pad. */
+export const memSize = (spec: VmSpec, machine: Machine): string =>
+  machine.ramPadKib === undefined || machine.ramPadKib === 0 ? `${spec.memMib}M` : `${spec.memMib * 1024 + machine.ramPadKib}k`
+
 /** The command line of a VM (without the binary). `incoming`: started paused, waiting for `migrate-incoming`. */
-export const argv = (spec: VmSpec, machine: Machine, paths: VmPaths, options: { readonly incoming: boolean; readonly tcgTbSizeMib: number; readonly extra: readonly string[] }): string[] => {
+export const argv = (
+  spec: VmSpec,
+  machine: Machine,
+  paths: VmPaths,
+  options: { readonly incoming: boolean; readonly tcgTbSizeMib: number; readonly extra: readonly string[]; readonly ram?: RamFile.RamBacking },
+): string[] => {
+  const ram = options.ram ?? { kind: "anonymous" }
+  const size = memSize(spec, machine)
   const boot =
     "kernel" in machine.boot
       ? [
@@ -86,10 +111,11 @@ export const argv = (spec: VmSpec, machine: Machine, paths: VmPaths, options: { 
     "-name",
     `engram-${spec.vmId}`,
     "-machine",
-    machine.machineType,
+    ram.kind === "anonymous" ? machine.machineType : `${machine.machineType},memory-backend=${ramBackendId}`,
     ...(machine.accelerator === "kvm" ? ["-accel", "kvm", "-cpu", "host"] : ["-accel", `tcg,tb-size=${options.tcgTbSizeMib}`]),
     "-m",
-    machine.ramPadKib === undefined || machine.ramPadKib === 0 ? String(spec.memMib) : `${spec.memMib * 1024 + machine.ramPadKib}k`,
+    size,
+    ...ramObjectArgs(ram, size),
     "-smp",
     String(spec.vcpus),
     "-nodefaults",
@@ -210,9 +236,30 @@ export const rssBytes = (pid: number): number | null => {
 }
 
 /** Parses the `VmRSS` of a `/proc/<pid>/status` text, in bytes. */
-export const parseRss = (status: string): number | null => {
-  const m = /^VmRSS:\s+(\d+)\s*kB/m.exec(status)
+export const parseRss = (status: string): number | null => statusKib(status, "VmRSS")
+
+const statusKib = (status: string, field: string): number | null => {
+  const m = new RegExp(`^${field}:\\s+(\\d+)\\s*kB`, "m").exec(status)
   return m?.[1] === undefined ? null : Number(m[1]) * 1024
+}
+
+/**
+ * The RAM of `pid` the host cannot count as available (`RssAnon` + `RssShmem`), in bytes: a
+ * RAM file on disk is page cache, already in MemAvailable. Null when unreadable.
+ */
+export const unreclaimableBytes = (pid: number): number | null => {
+  try {
+    return parseUnreclaimable(readFileSync(`/proc/${pid}/status`, "utf8"))
+  } catch {
+    return null
+  }
+}
+
+/** Parses `RssAnon` + `RssShmem` of a `/proc/<pid>/status` text, in bytes. */
+export const parseUnreclaimable = (status: string): number | null => {
+  const anon = statusKib(status, "RssAnon")
+  const shmem = statusKib(status, "RssShmem")
+  return anon === null || shmem === null ? null : anon + shmem
 }
 
 /** Waits (polling on Effect's Clock) until `pid` is gone; false when it outlived `timeoutMs`. */

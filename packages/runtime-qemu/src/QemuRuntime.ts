@@ -2,35 +2,38 @@
  * The QEMU runtime: one `qemu-system-x86_64` per session, driven over QMP.
  *
  * - start: a QEMU booting the configured kernel (+ initramfs) or disk, KVM when the probe says
- *   it works, TCG otherwise; serial console to `console.log` in the VM's directory.
+ *   it works, TCG otherwise; serial console to `console.log` in the VM's directory; running
+ *   once the guest says so on its console (`readyLine`). Or started from a template.
+ * - guest RAM: a RAM file per VM (`memory-backend-file`, `share=on`) by default, so descents,
+ *   restores and templates map it instead of streaming it (Snapshots.ts); anonymous RAM with
+ *   `memory: "anonymous"` (every capture streams).
  * - park / unpark: QMP `stop` / `cont` (RAM stays resident).
- * - descend: `stop`, migrate to `exec:cat > <image>`, then `quit`: the process and its RAM are
- *   gone. restore: a new QEMU with `-incoming defer`, `migrate-incoming exec:cat <image>`, `cont`:
- *   the guest continues, it does not reboot.
+ * - descend / restore: Snapshots.ts (mapped or stream); the guest continues, it does not reboot.
  * - live move: the target starts QEMU with `-incoming` on a port QEMU picks; the source runs
  *   QEMU's migration to it under engram's guard (QemuMigration.ts) and stops at
  *   `pre-switchover`; the target's commit is `cont` once its incoming migration completed.
- * - usage: VmRSS from `/proc/<pid>/status`. recover: VMs outlive the agent; a new runtime adopts
- *   every VM of its state directory whose QMP socket answers. destroy: `quit`, then kill.
+ * - usage: VmRSS and RssAnon + RssShmem from `/proc/<pid>/status`. recover: VMs outlive the
+ *   agent; a new runtime adopts every VM of its state directory whose QMP socket answers.
+ *   destroy: `quit`, then kill.
  */
-import { readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises"
-import { dirname, join } from "node:path"
-import { Effect, Exit, Layer, Schedule, Scope } from "effect"
+import { readdir } from "node:fs/promises"
+import { join } from "node:path"
+import { Effect, Layer, type Scope } from "effect"
 import {
   type AtSwitchover,
-  type DescentImage,
   type IncomingEndpoint,
   type MigrateRequest,
   type MigrateResult,
   MoveGuard,
   nowMs,
-  RuntimeError,
+  type RuntimeError,
   type RuntimeInfo,
   type Switched,
   type VmInfo,
   VmRuntime,
   type VmRuntimeShape,
   type VmSpec,
+  type VmStarted,
   type VmStatus,
   type VmUsage,
 } from "@engram/runtime"
@@ -38,6 +41,8 @@ import * as Accel from "./Accel.js"
 import * as Qmp from "./Qmp.js"
 import * as M from "./QemuMigration.js"
 import * as P from "./QemuProcess.js"
+import * as Snap from "./Snapshots.js"
+import * as Host from "./VmHost.js"
 
 /** The runtime's settings. */
 export interface QemuConfig {
@@ -54,12 +59,33 @@ export interface QemuConfig {
   readonly accelerator?: "auto" | "kvm" | "tcg"
   /** Default `q35`. */
   readonly machineType?: string
+  /**
+   * Guest RAM: `file` (default), a RAM file per VM that descents, restores and templates map
+   * (`mapped`); `anonymous`, QEMU's own memory, captured in migration streams (`stream`).
+   */
+  readonly memory?: "file" | "anonymous"
+  /**
+   * Where RAM files live. Default: each VM's directory, on the state directory's filesystem:
+   * keep the image store there, so a descent renames the file instead of copying it. A tmpfs
+   * (`/dev/shm/…`) keeps running guests' RAM out of the page cache and off the disk, and a
+   * descent then copies the RAM to the image store (see the README, "Where RAM files live").
+   */
+  readonly ramDir?: string
+  /**
+   * The guest's readiness signal (SPEC §13): a console line matching it says the guest is ready
+   * (booted; or, after a resume, continuing). Default none: a VM is ready when QEMU runs it.
+   */
+  readonly readyLine?: RegExp
+  /** From spawn to the ready line of a boot (else the start fails). Default 300 s. */
+  readonly bootReadyTimeoutMs?: number
+  /** From `cont` to the ready line of a resume (else it counts as running by QEMU's word, and says so). Default 10 s. */
+  readonly resumeReadyTimeoutMs?: number
   /** Where incoming moves listen (default 127.0.0.1) and the address sources are told (default the same). */
   readonly migrationListenHost?: string
   readonly migrationAdvertiseHost?: string
   /** QEMU's `max-bandwidth` for live moves, bytes/s. Default 1 GiB/s. */
   readonly moveBandwidthBytesPerSec?: number
-  /** QEMU's `max-bandwidth` for descents (to a local file), bytes/s. Default 16 GiB/s. */
+  /** QEMU's `max-bandwidth` for descents and templates (to a local file), bytes/s. Default 16 GiB/s. */
   readonly descentBandwidthBytesPerSec?: number
   /** TCG translation cache, MiB (QEMU's default is 1 GiB of address space per VM). Default 64. */
   readonly tcgTbSizeMib?: number
@@ -80,6 +106,10 @@ export interface QemuRuntimeShape extends VmRuntimeShape {
   readonly qemuVersion: Accel.QemuVersion | null
   /** Whether guests get the TCG dirty-sync workaround (8 KiB more RAM; see Accel.ts). */
   readonly tcgSyncWorkaround: boolean
+  /** How this runtime captures guests (mapped RAM files or streams), and why. */
+  readonly snapshots: Host.Snapshots
+  /** Where the RAM file of a VM lives (when its RAM is a file). */
+  readonly ramPathOf: (vmId: string) => string
   /** The serial console file of a VM (a restore or an incoming move starts a new one). */
   readonly consolePath: (vmId: string) => string
   /** The QEMU process of a resident VM. */
@@ -88,26 +118,16 @@ export interface QemuRuntimeShape extends VmRuntimeShape {
   readonly qmp: <A = unknown>(vmId: string, command: string, args?: Readonly<Record<string, unknown>>) => Effect.Effect<A, RuntimeError>
 }
 
-interface Vm {
-  readonly spec: VmSpec
-  readonly paths: P.VmPaths
-  readonly pid: number
-  readonly client: Qmp.QmpClient
-  readonly scope: Scope.Closeable
-  record: P.VmRecord
-  status: VmStatus
-  endpoint: IncomingEndpoint | null
-}
+type Vm = Host.Vm
+const err = Host.err
 
-/** The descent image's side file: the machine to restore it into. */
-interface ImageMachine {
-  readonly engram: "qemu-image/v1"
-  readonly spec: VmSpec
-  readonly machine: P.Machine
+/** How a runtime on this QEMU captures guests, and why. */
+export const snapshotsOf = (memory: "file" | "anonymous", v: Accel.QemuVersion | null): Host.Snapshots => {
+  const ignoreShared = v !== null && v.major >= 4
+  if (!ignoreShared) return { method: "stream", ignoreShared, reason: `QEMU ${v === null ? "of unknown version" : `${v.major}.${v.minor}`} has no x-ignore-shared (4.0+): captures stream guest RAM` }
+  if (memory === "anonymous") return { method: "stream", ignoreShared, reason: "guest RAM is anonymous (memory: anonymous): captures stream it" }
+  return { method: "mapped", ignoreShared, reason: "guest RAM is a file (memory-backend-file, share=on): captures save devices only (x-ignore-shared) and map the RAM file back" }
 }
-
-const err = (op: string, vmId: string, message: string) => new RuntimeError({ op, vmId, message })
-const asRuntimeError = (op: string, vmId: string) => (e: { readonly message: string; readonly _tag: string }) => err(op, vmId, `${e._tag}: ${e.message}`)
 
 /** Builds a QEMU runtime; its QMP connections live in the scope (the VMs outlive it). */
 export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never, Scope.Scope> =>
@@ -132,90 +152,24 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
       accelerator: accel.accelerator,
       ...(ramPadKib === 0 ? {} : { ramPadKib }),
     })
-    const vms = new Map<string, Vm>()
-    yield* Effect.addFinalizer(() => Effect.forEach([...vms.values()], (vm) => Scope.close(vm.scope, Exit.void), { discard: true }))
-
-    const get = (op: string, vmId: string) => {
-      const vm = vms.get(vmId)
-      return vm === undefined ? Effect.fail(err(op, vmId, `no VM ${vmId} on this host`)) : Effect.succeed(vm)
-    }
-    const q = <A = unknown>(vm: Vm, op: string, command: string, args?: Readonly<Record<string, unknown>>, timeoutMs = qmpTimeoutMs) =>
-      vm.client.execute<A>(command, args, timeoutMs).pipe(Effect.mapError(asRuntimeError(op, vm.spec.vmId)))
-    const queryMigrate = (vm: Vm, op: string) => q<M.MigrationInfo>(vm, op, "query-migrate")
-    const runStatus = (vm: Vm, op: string) =>
-      Effect.map(q<{ status: string; running: boolean }>(vm, op, "query-status"), (s): VmStatus => (s.running ? "running" : "paused"))
-
-    /** Connects to a VM's QMP socket, retrying while its process lives, within `timeoutMs`. */
-    const attach = (paths: P.VmPaths, pid: number, vmId: string, timeoutMs: number) =>
-      Effect.gen(function* () {
-        const scope = yield* Scope.make()
-        const once = Effect.suspend(() =>
-          P.alive(pid) ? Qmp.connect(paths.socket, { timeoutMs: qmpTimeoutMs }) : Effect.fail(new Qmp.QmpClosed({ socket: paths.socket, command: "connect", message: "QEMU exited" })),
-        ).pipe(Scope.provide(scope))
-        const client = yield* once.pipe(
-          Effect.retry({ while: (e) => e.message !== "QEMU exited", times: Math.ceil(timeoutMs / 25), schedule: Schedule.spaced("25 millis") }),
-          Effect.tapError(() => Scope.close(scope, Exit.void)),
-          Effect.mapError((e) => err("attach", vmId, `QMP at ${paths.socket}: ${e.message}${P.stderrTail(paths) === "" ? "" : ` (qemu: ${P.stderrTail(paths)})`}`)),
-        )
-        return { client, scope }
-      })
-
-    /** VMs whose QEMU is being spawned (one launch per VM at a time). */
-    const launching = new Set<string>()
-
-    /**
-     * Spawns a VM's QEMU and connects to it. Not interruptible: a QEMU spawned and never
-     * registered would run on unseen. A live QEMU left in the VM's files (one this runtime does
-     * not hold: its QMP never answered after a restart) is ended first: one QEMU per VM.
-     */
-    const launch = (spec: VmSpec, m: P.Machine, incomingMoveId: string | null, incoming: boolean) =>
-      Effect.uninterruptible(
-        Effect.gen(function* () {
-          if (vms.has(spec.vmId) || launching.has(spec.vmId)) return yield* err("start", spec.vmId, "VM already resident")
-          launching.add(spec.vmId)
-          return yield* Effect.gen(function* () {
-            const paths = P.pathsOf(config.stateDir, spec.vmId)
-            const stray = P.readPid(paths)
-            if (stray !== undefined && P.aliveAs(stray, binary)) {
-              yield* Effect.logWarning("a QEMU this runtime does not hold runs in the VM's files; it is ended before a new one starts", { vmId: spec.vmId, pid: stray })
-              yield* P.kill(stray, 5000)
-            }
-            const args = P.argv(spec, m, paths, { incoming, tcgTbSizeMib: config.tcgTbSizeMib ?? 64, extra: config.extraArgs ?? [] })
-            const pid = yield* P.spawnQemu(binary, args, paths, spec.vmId)
-            const attached = yield* attach(paths, pid, spec.vmId, startTimeoutMs).pipe(Effect.tapError(() => P.kill(pid, 2000)))
-            const record: P.VmRecord = { engram: "qemu-vm/v1", spec, machine: m, socket: paths.socket, incomingMoveId }
-            yield* P.writeRecord(paths, record).pipe(Effect.tapError(() => P.kill(pid, 2000)))
-            const vm: Vm = { spec, paths, pid, ...attached, record, status: incoming ? "paused" : "running", endpoint: null }
-            vms.set(spec.vmId, vm)
-            return vm
-          }).pipe(Effect.ensuring(Effect.sync(() => launching.delete(spec.vmId))))
-        }),
-      )
-
-    /** Ends a VM's QEMU (`quit`, then signals) and removes its files. Never fails. */
-    const finish = (vm: Vm) =>
-      Effect.gen(function* () {
-        vms.delete(vm.spec.vmId)
-        yield* vm.client.execute("quit", undefined, 5000).pipe(Effect.ignore)
-        if (!(yield* P.awaitExit(vm.pid, 10_000))) yield* P.kill(vm.pid, 5000)
-        yield* Scope.close(vm.scope, Exit.void)
-        yield* Effect.promise(() => Promise.all([rm(vm.paths.dir, { recursive: true, force: true }), rm(vm.paths.socket, { force: true })]))
-      })
-
-    /** Waits for the end of a migration (either side): `completed`, or a failure as an error. */
-    const awaitMigrationEnd = (vm: Vm, op: string, sub: Parameters<typeof Qmp.awaitEvent>[0]) =>
-      Effect.gen(function* () {
-        const end = yield* Qmp.awaitEvent(
-          sub,
-          (e) => (e.event === "MIGRATION" && ["completed", "failed", "cancelled"].includes(String(e.data["status"])) ? e : e.event === "SHUTDOWN" ? e : undefined),
-          migrationTimeoutMs,
-          "end of migration",
-          vm.paths.socket,
-        ).pipe(Effect.mapError(asRuntimeError(op, vm.spec.vmId)))
-        if (end.event === "MIGRATION" && end.data["status"] === "completed") return end
-        const info = yield* queryMigrate(vm, op).pipe(Effect.orElseSucceed((): M.MigrationInfo => ({})))
-        return yield* err(op, vm.spec.vmId, `migration ${end.event === "SHUTDOWN" ? "ended by a QEMU shutdown" : String(end.data["status"])}${info["error-desc"] === undefined ? "" : `: ${info["error-desc"]}`}`)
-      })
+    const snapshots = snapshotsOf(config.memory ?? "file", qemuVersion)
+    const host = yield* Host.make({
+      stateDir: config.stateDir,
+      binary,
+      qmpTimeoutMs,
+      startTimeoutMs,
+      migrationTimeoutMs,
+      tcgTbSizeMib: config.tcgTbSizeMib ?? 64,
+      extraArgs: config.extraArgs ?? [],
+      snapshots,
+      ramDir: config.ramDir,
+      readyLine: config.readyLine,
+      bootReadyTimeoutMs: config.bootReadyTimeoutMs ?? 300_000,
+      resumeReadyTimeoutMs: config.resumeReadyTimeoutMs ?? 10_000,
+    })
+    const { vms, get, q, queryMigrate, runStatus, attach, launch, finish, awaitMigrationEnd } = host
+    const descentBandwidth = config.descentBandwidthBytesPerSec ?? 16 * 1024 ** 3
+    const moveCaps = M.capabilities({ pauseBeforeSwitchover: true, ignoreShared: snapshots.ignoreShared ? false : null })
 
     /** Cancels a VM's outgoing migration and waits until QEMU says it ended (a cancel at pre-switchover resumes a guest that ran). Never fails. */
     const cancelMigration = (vm: Vm) =>
@@ -252,7 +206,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         const protocol = Effect.scoped(
           Effect.gen(function* () {
             const sub = yield* vm.client.subscribe
-            yield* q(vm, "migrate", "migrate-set-capabilities", M.capabilities(true))
+            yield* q(vm, "migrate", "migrate-set-capabilities", moveCaps)
             yield* q(vm, "migrate", "migrate-set-parameters", { "downtime-limit": 1, "max-bandwidth": config.moveBandwidthBytesPerSec ?? 1024 ** 3 })
             yield* q(vm, "migrate", "migrate", { uri: req.endpoint.uri })
             let stop: Qmp.QmpEvent | null = null
@@ -260,7 +214,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
             let released = false
             let refusal: Extract<MoveGuard.Step, { _tag: "Refuse" }> | null = null
             for (;;) {
-              const e = yield* Qmp.awaitEvent(sub, (e) => e, migrationTimeoutMs, "migration event", vm.paths.socket).pipe(Effect.mapError(asRuntimeError("migrate", vmId)))
+              const e = yield* Qmp.awaitEvent(sub, (e) => e, migrationTimeoutMs, "migration event", vm.paths.socket).pipe(Effect.mapError(Host.asRuntimeError("migrate", vmId)))
               if (e.event === "STOP") stop = e
               else if (e.event === "RESUME") resumedAt = e.receivedAtMs
               else if (e.event === "SHUTDOWN") return yield* err("migrate", vmId, "QEMU shut down during the move")
@@ -311,8 +265,8 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                 const stopQemuMs = stop?.qemuAtMs ?? e.qemuAtMs
                 const captureMs = Math.max(0, e.qemuAtMs - stopQemuMs)
                 // Rounds QEMU finished before the stop that were not measured yet (passes read after the fact).
+                // Recorded by the caller after the check, not here: a record would lengthen the pause.
                 const late = tracker.close(tracker.lastPassQemuMs, info)
-                if (late !== null) yield* req.onRound(late)
                 const finalApparent = M.finalApparentBytes(info, tracker, stopQemuMs)
                 const post = M.postCapture(tracker, captureMs, finalApparent, b)
                 if (post._tag === "Overrun") {
@@ -341,6 +295,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                 return {
                   _tag: "AtSwitchover",
                   rounds: tracker.rounds,
+                  unreported: late === null ? [] : [late],
                   final: { kind: "final", wireBytes: Math.round(MoveGuard.finalWireEstimate(tracker.rounds, { captureMs, apparentBytes: finalApparent })), apparentBytes: Math.round(finalApparent), sendMs: 0, captureMs },
                   estimateMs: post.estimateMs,
                   pausedAtMs,
@@ -361,15 +316,35 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
       accel,
       qemuVersion,
       tcgSyncWorkaround: ramPadKib > 0,
+      snapshots,
+      ramPathOf: host.ramPathFor,
       consolePath: (vmId) => P.pathsOf(config.stateDir, vmId).console,
       pidOf: (vmId) => vms.get(vmId)?.pid,
       qmp: (vmId, command, args) => Effect.flatMap(get("qmp", vmId), (vm) => q(vm, "qmp", command, args)),
       info: Effect.succeed({
         kind: "qemu",
         accelerator: accel.accelerator,
-        detail: `${accel.detail}; QEMU ${qemuVersion === null ? "version unknown" : `${qemuVersion.major}.${qemuVersion.minor}.${qemuVersion.micro}`}${ramPadKib > 0 ? "; TCG dirty-sync workaround on (guest RAM + 8 KiB)" : ""}`,
+        detail: [
+          `${accel.detail}; QEMU ${qemuVersion === null ? "version unknown" : `${qemuVersion.major}.${qemuVersion.minor}.${qemuVersion.micro}`}`,
+          ...(ramPadKib > 0 ? ["TCG dirty-sync workaround on (guest RAM + 8 KiB)"] : []),
+          `snapshots ${snapshots.method}: ${snapshots.reason}`,
+          config.readyLine === undefined ? "ready: when QEMU runs the guest (no readiness line configured)" : `ready: when the guest prints a line matching ${String(config.readyLine)}`,
+        ].join("; "),
       } satisfies RuntimeInfo),
-      start: (spec) => Effect.map(launch(spec, machineFor(spec), null, false), (vm): VmInfo => ({ ...spec, status: vm.status })),
+      start: (spec, options) =>
+        options?.template !== undefined
+          ? Snap.startFromTemplate(host, spec, options.template)
+          : Effect.gen(function* () {
+              const t0 = yield* nowMs
+              const vm = yield* launch(spec, machineFor(spec), { incomingMoveId: null, incoming: false, ram: host.freshRam(spec.vmId), fresh: true })
+              const ready = yield* host.awaitReady(vm, "start", "boot", 0, t0).pipe(Effect.tapError(() => finish(vm)))
+              const ram = vm.record.ram?.kind === "file" ? "its RAM a file (mapped snapshots)" : `its RAM anonymous (stream snapshots: ${snapshots.reason})`
+              return {
+                ...spec,
+                status: vm.status,
+                launch: { from: "boot", method: null, template: null, readyMs: ready.readyMs, readiness: ready.readiness, detail: [`booted, ${ram}`, ready.note].filter((x) => x !== "").join("; ") },
+              } satisfies VmStarted
+            }),
       park: (vmId) =>
         Effect.gen(function* () {
           const vm = yield* get("park", vmId)
@@ -379,58 +354,17 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
       unpark: (vmId) =>
         Effect.gen(function* () {
           const vm = yield* get("unpark", vmId)
-          yield* q(vm, "unpark", "cont")
-          vm.status = "running"
+          if ((yield* runStatus(vm, "unpark")) === "running") {
+            vm.status = "running"
+            return
+          }
+          yield* host.resume(vm, "unpark", yield* nowMs)
         }),
-      descend: (vmId, path) =>
-        Effect.gen(function* () {
-          const vm = yield* get("descend", vmId)
-          const wasRunning = (yield* runStatus(vm, "descend")) === "running"
-          const part = `${path}.part`
-          yield* Effect.scoped(
-            Effect.gen(function* () {
-              const sub = yield* vm.client.subscribe
-              yield* q(vm, "descend", "migrate-set-capabilities", M.capabilities(false))
-              yield* q(vm, "descend", "migrate-set-parameters", { "max-bandwidth": config.descentBandwidthBytesPerSec ?? 16 * 1024 ** 3 })
-              // Stopped first: the image is one consistent capture, sent in a single pass.
-              if (wasRunning) yield* q(vm, "descend", "stop")
-              yield* q(vm, "descend", "migrate", { uri: `exec:cat > ${M.shellQuote(part)}` })
-              yield* awaitMigrationEnd(vm, "descend", sub)
-            }),
-          ).pipe(Effect.tapError(() => (wasRunning ? q(vm, "descend", "cont").pipe(Effect.ignore) : Effect.void)))
-          const side: ImageMachine = { engram: "qemu-image/v1", spec: vm.spec, machine: vm.record.machine }
-          const bytes = yield* Effect.tryPromise({
-            try: async () => {
-              await writeFile(join(dirname(path), "machine.json"), JSON.stringify(side, null, 2))
-              await rename(part, path)
-              return (await stat(path)).size
-            },
-            catch: (e) => err("descend", vmId, `image write failed: ${String(e)}`),
-          }).pipe(Effect.tapError(() => (wasRunning ? q(vm, "descend", "cont").pipe(Effect.ignore) : Effect.void)))
-          yield* finish(vm)
-          return { vmId, path, bytes } satisfies DescentImage
-        }),
-      restore: (spec, image) =>
-        Effect.gen(function* () {
-          const side = yield* Effect.tryPromise(() => readFile(join(dirname(image.path), "machine.json"), "utf8")).pipe(
-            Effect.map((t) => JSON.parse(t) as Partial<ImageMachine>),
-            Effect.orElseSucceed((): Partial<ImageMachine> => ({})),
-          )
-          if (side.spec !== undefined && side.spec.vmId !== spec.vmId) return yield* err("restore", spec.vmId, `${image.path} is an image of ${side.spec.vmId}`)
-          const m = side.machine ?? machineFor(spec)
-          const vm = yield* launch(spec, m, null, true)
-          yield* Effect.scoped(
-            Effect.gen(function* () {
-              const sub = yield* vm.client.subscribe
-              yield* q(vm, "restore", "migrate-set-capabilities", M.capabilities(false))
-              yield* q(vm, "restore", "migrate-incoming", { uri: `exec:cat ${M.shellQuote(image.path)}` })
-              yield* awaitMigrationEnd(vm, "restore", sub)
-              yield* q(vm, "restore", "cont")
-            }),
-          ).pipe(Effect.tapError(() => finish(vm)))
-          vm.status = "running"
-          return { ...spec, status: vm.status }
-        }),
+      descend: (vmId, path) => Effect.flatMap(get("descend", vmId), (vm) => Snap.descend(host, vm, path, descentBandwidth)),
+      restore: (spec, image) => Snap.restore(host, spec, image, machineFor),
+      templates: Snap.listTemplates(host),
+      buildTemplate: (t) => Snap.buildTemplate(host, t, machineFor({ vmId: t.name, memMib: t.memMib, vcpus: t.vcpus }), descentBandwidth),
+      removeTemplate: (name) => Snap.removeTemplate(host, name),
       destroy: (vmId) =>
         Effect.gen(function* () {
           const vm = vms.get(vmId)
@@ -439,10 +373,13 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
           const paths = P.pathsOf(config.stateDir, vmId)
           const pid = P.readPid(paths)
           if (pid !== undefined && P.aliveAs(pid, binary)) yield* P.kill(pid, 5000)
-          yield* Effect.promise(() => Promise.all([rm(paths.dir, { recursive: true, force: true }), rm(paths.socket, { force: true })]))
+          yield* host.removeFiles(paths, (yield* P.readRecord(paths.record))?.ram)
         }),
-      list: Effect.sync(() => [...vms.values()].map((vm): VmInfo => ({ ...vm.spec, status: vm.status }))),
-      usage: Effect.sync(() => [...vms.values()].map((vm): VmUsage => ({ ...vm.spec, status: vm.status, rssBytes: P.rssBytes(vm.pid), pid: vm.pid }))),
+      // A template's build is the runtime's own guest: it is no VM of the agent's (its RAM is measured all the same).
+      list: Effect.sync(() => [...vms.values()].filter((vm) => !Host.isInternal(vm.spec.vmId)).map((vm): VmInfo => ({ ...vm.spec, status: vm.status }))),
+      usage: Effect.sync(() =>
+        [...vms.values()].map((vm): VmUsage => ({ ...vm.spec, status: vm.status, rssBytes: P.rssBytes(vm.pid), ramBytes: P.unreclaimableBytes(vm.pid), pid: vm.pid })),
+      ),
       recover: () =>
         Effect.gen(function* () {
           const entries = yield* Effect.tryPromise(() => readdir(config.stateDir, { withFileTypes: true })).pipe(Effect.orElseSucceed(() => []))
@@ -454,7 +391,13 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
             const pid = P.readPid(paths)
             if (pid === undefined || !P.aliveAs(pid, binary)) {
               yield* Effect.logWarning("QEMU VM found dead after a restart; its files are removed", { vmId: record.spec.vmId })
-              yield* Effect.promise(() => Promise.all([rm(paths.dir, { recursive: true, force: true }), rm(paths.socket, { force: true })]))
+              yield* host.removeFiles(paths, record.ram)
+              continue
+            }
+            if (Host.isInternal(record.spec.vmId)) {
+              yield* Effect.logWarning("a template build was interrupted by a restart; its guest is ended", { vmId: record.spec.vmId })
+              yield* P.kill(pid, 5000)
+              yield* host.removeFiles(paths, record.ram)
               continue
             }
             const attached = yield* attach(paths, pid, record.spec.vmId, 3000).pipe(Effect.result)
@@ -510,9 +453,9 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
             yield* Effect.logInfo("incoming VM of a move asked again after its stream began; started afresh", { vmId: spec.vmId, moveId })
             yield* finish(existing)
           }
-          const vm = yield* launch(spec, machineFor(spec), moveId, true)
+          const vm = yield* launch(spec, machineFor(spec), { incomingMoveId: moveId, incoming: true, ram: host.freshRam(spec.vmId), fresh: true })
           const endpoint = yield* Effect.gen(function* () {
-            yield* q(vm, "prepareIncoming", "migrate-set-capabilities", M.capabilities(true))
+            yield* q(vm, "prepareIncoming", "migrate-set-capabilities", moveCaps)
             yield* q(vm, "prepareIncoming", "migrate-incoming", { uri: `tcp:${listenHost.includes(":") ? `[${listenHost}]` : listenHost}:0` })
             return yield* endpointOf(vm)
           }).pipe(Effect.tapError(() => finish(vm)))

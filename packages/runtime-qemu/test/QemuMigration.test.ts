@@ -1,6 +1,11 @@
-// QEMU's figures turned into engram's rounds and guard inputs (figures recorded from real runs).
+// QEMU's figures turned into engram's rounds and guard inputs (figures recorded from real runs),
+// its command line, the snapshot method and the guest's readiness line (no QEMU needed).
+import { appendFileSync, mkdtempSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
-import { Accel, QemuMigration, QemuProcess } from "../src/index.js"
+import { Accel, QemuMigration, QemuProcess, QemuRuntime, Readiness } from "../src/index.js"
 
 const pass = (qemuAtMs: number) => ({ event: "MIGRATION_PASS", data: {}, qemuAtMs, receivedAtMs: qemuAtMs })
 const info = (transferred: number, pages: number, remaining = 0, dirtyPagesRate = 0): QemuMigration.MigrationInfo => ({
@@ -82,16 +87,66 @@ describe("the QEMU process", () => {
     expect(tcg.join(" ")).toContain("-kernel /k -initrd /i -append console=ttyS0")
     expect(tcg.slice(-3)).toEqual(["-S", "-incoming", "defer"])
     const kvm = QemuProcess.argv(spec, { boot: { disk: "/d,x.img" }, machineType: "q35", accelerator: "kvm" }, paths, { incoming: false, tcgTbSizeMib: 64, extra: ["-no-reboot"] })
-    expect(kvm.join(" ")).toContain("-accel kvm -cpu host -m 128 ")
+    expect(kvm.join(" ")).toContain("-accel kvm -cpu host -m 128M ")
     expect(kvm).toContain("file=/d,,x.img,if=virtio,format=raw")
     expect(kvm.at(-1)).toBe("-no-reboot")
   })
 
-  it("reads VmRSS from /proc status text, and this process's own", () => {
-    expect(QemuProcess.parseRss("Name:\tqemu\nVmRSS:\t  205344 kB\n")).toBe(205344 * 1024)
+  it("puts guest RAM in a file when asked: the memory backend on the machine, its size the -m size, shared or private", () => {
+    const machine = { boot: { kernel: "/k" }, machineType: "q35", accelerator: "tcg" as const, ramPadKib: 8 }
+    const shared = QemuProcess.argv(spec, machine, paths, { incoming: false, tcgTbSizeMib: 64, extra: [], ram: { kind: "file", path: "/r/a,b", shared: true } }).join(" ")
+    expect(shared).toContain("-machine q35,memory-backend=ram0 ")
+    expect(shared).toContain("-m 131080k -object memory-backend-file,id=ram0,size=131080k,mem-path=/r/a,,b,share=on ")
+    const priv = QemuProcess.argv(spec, machine, paths, { incoming: true, tcgTbSizeMib: 64, extra: [], ram: { kind: "file", path: "/img/ram", shared: false } }).join(" ")
+    expect(priv).toContain("mem-path=/img/ram,share=off")
+    const anon = QemuProcess.argv(spec, machine, paths, { incoming: false, tcgTbSizeMib: 64, extra: [], ram: { kind: "anonymous" } }).join(" ")
+    expect(anon).not.toContain("memory-backend")
+  })
+
+  it("reads VmRSS, and RssAnon + RssShmem (what MemAvailable does not count), from /proc status text, and this process's own", () => {
+    const status = "Name:\tqemu\nVmRSS:\t  205344 kB\nRssAnon:\t   70000 kB\nRssFile:\t  120000 kB\nRssShmem:\t   15344 kB\n"
+    expect(QemuProcess.parseRss(status)).toBe(205344 * 1024)
+    expect(QemuProcess.parseUnreclaimable(status)).toBe((70000 + 15344) * 1024)
+    expect(QemuProcess.parseUnreclaimable("Name:\tx\nRssAnon:\t 1 kB\n")).toBeNull()
+    expect(QemuProcess.unreclaimableBytes(process.pid)).toBeGreaterThan(0)
     expect(QemuProcess.parseRss("Name:\tx\n")).toBeNull()
     expect(QemuProcess.rssBytes(process.pid)).toBeGreaterThan(0)
     expect(QemuProcess.alive(process.pid)).toBe(true)
+  })
+})
+
+describe("mapped or stream snapshots", () => {
+  it("mapped on a QEMU with x-ignore-shared (4.0+) and RAM files; stream otherwise, saying why", () => {
+    expect(QemuRuntime.snapshotsOf("file", { major: 7, minor: 2, micro: 22 })).toMatchObject({ method: "mapped", ignoreShared: true })
+    expect(QemuRuntime.snapshotsOf("anonymous", { major: 7, minor: 2, micro: 22 })).toMatchObject({ method: "stream", ignoreShared: true, reason: expect.stringMatching(/anonymous/) })
+    expect(QemuRuntime.snapshotsOf("file", { major: 3, minor: 1, micro: 0 })).toMatchObject({ method: "stream", ignoreShared: false, reason: expect.stringMatching(/no x-ignore-shared/) })
+    expect(QemuRuntime.snapshotsOf("file", null).method).toBe("stream")
+  })
+
+  it("every migration sets x-ignore-shared where QEMU has it: on for a snapshot's devices, off for a move (QEMU keeps capabilities between migrations)", () => {
+    const caps = (o: Parameters<typeof QemuMigration.capabilities>[0]) => QemuMigration.capabilities(o).capabilities.map((c) => [c.capability, c.state])
+    expect(caps({ pauseBeforeSwitchover: true, ignoreShared: false })).toEqual([["events", true], ["pause-before-switchover", true], ["x-ignore-shared", false]])
+    expect(caps({ pauseBeforeSwitchover: false, ignoreShared: true })).toEqual([["events", true], ["pause-before-switchover", false], ["x-ignore-shared", true]])
+    expect(caps({ pauseBeforeSwitchover: false, ignoreShared: null })).toEqual([["events", true], ["pause-before-switchover", false]])
+  })
+})
+
+describe("the guest's readiness line", () => {
+  it("is looked for after a point of the console, in whole lines; a guest whose process is gone stops the wait", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "eq-ready-"))
+    const con = join(dir, "console.log")
+    writeFileSync(con, "engram-ready 0b3c5a3e-1111-4222-8333-944455556666\nengram-tick partial")
+    const ready = /^engram-(ready|tick) [0-9a-f-]{36}/
+    // From the start: the ready line is there.
+    expect(await Effect.runPromise(Readiness.awaitLine(con, 0, ready, 1000))).toBe("seen")
+    // From the end: nothing new (a partial line is no line), then a whole line appended.
+    const offset = Readiness.offsetOf(con)
+    expect(await Effect.runPromise(Readiness.awaitLine(con, offset, ready, 50))).toBe("timeout")
+    const waiting = Effect.runPromise(Readiness.awaitLine(con, offset, ready, 10_000))
+    appendFileSync(con, " more\r\nengram-tick 0b3c5a3e-1111-4222-8333-944455556666 7 1.5\r\n")
+    expect(await waiting).toBe("seen")
+    expect(await Effect.runPromise(Readiness.awaitLine(con, Readiness.offsetOf(con), ready, 10_000, () => false))).toBe("exited")
+    expect(Readiness.offsetOf(join(dir, "none"))).toBe(0)
   })
 })
 

@@ -1,7 +1,8 @@
 /**
  * Where descents put their images: one directory per session under the store's root, holding
  * the image file (`image`) and whatever the runtime writes beside it (QEMU: the machine it
- * must be restored into). A resumed (descended → pending) session is restored from it.
+ * must be restored into, and a mapped image's RAM file). A resumed (descended → pending)
+ * session is restored from it; a restore may take the runtime's files back out of it.
  */
 import { mkdir, rm, stat } from "node:fs/promises"
 import { dirname, join } from "node:path"

@@ -17,16 +17,18 @@ export interface Phases {
 }
 
 /**
- * The phases from the times one clock observed: pause, final round known (`captureMs` after
- * it), final round sent, guest running on the target. Disjoint intervals inside the pause, so
- * their sum is within `downtimeMs` by construction.
+ * The phases from the times one clock observed: the pause, the final round captured and
+ * checked (`captureMs`: pause to the post-capture verdict), its send as the runtime measured it,
+ * and the guest running on the target. `commitMs` is the rest of the pause: whatever happens
+ * after the check that is not the send (making the outcome durable, recording the final round
+ * where that outlasts the send, the target's commit). So the phases name every part of the
+ * pause and sum to `downtimeMs` (computed as their sum: the store checks the same expression).
  */
-export const phases = (t: { readonly pausedAtMs: number; readonly captureMs: number; readonly sendMs: number; readonly sentAtMs: number; readonly runningAtMs: number }): Phases => ({
-  downtimeMs: t.runningAtMs - t.pausedAtMs,
-  captureMs: t.captureMs,
-  sendMs: t.sendMs,
-  commitMs: t.runningAtMs - t.sentAtMs,
-})
+export const phases = (t: { readonly pausedAtMs: number; readonly checkedAtMs: number; readonly sendMs: number; readonly runningAtMs: number }): Phases => {
+  const captureMs = t.checkedAtMs - t.pausedAtMs
+  const commitMs = t.runningAtMs - t.checkedAtMs - t.sendMs
+  return { downtimeMs: captureMs + t.sendMs + commitMs, captureMs, sendMs: t.sendMs, commitMs }
+}
 
 /** How a move between two runtimes ended. */
 export type Outcome =
@@ -75,13 +77,15 @@ export const between = (
         pausedMs: result._tag === "Aborted" ? result.pausedMs : null,
       } as Outcome
     }
+    const checkedAtMs = yield* nowMs
+    for (const r of result.unreported) yield* (options.onRound ?? (() => Effect.void))(r)
     const sent = yield* result.switchover.pipe(Effect.tapError(() => target.destroy(vmId)))
     yield* target.commitIncoming(vmId).pipe(Effect.tapError(() => source.unpark(vmId).pipe(Effect.ignore)))
     const runningAtMs = yield* nowMs
     yield* source.destroy(vmId)
     return {
       _tag: "Committed",
-      phases: phases({ pausedAtMs: result.pausedAtMs, captureMs: result.captureMs, sendMs: sent.sendMs, sentAtMs: sent.sentAtMs, runningAtMs }),
+      phases: phases({ pausedAtMs: result.pausedAtMs, checkedAtMs, sendMs: sent.sendMs, runningAtMs }),
       rounds: [...result.rounds, { ...result.final, wireBytes: sent.finalWireBytes, sendMs: sent.sendMs }],
       estimateMs: result.estimateMs,
       runtimeDowntimeMs: sent.runtimeDowntimeMs,

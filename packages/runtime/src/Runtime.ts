@@ -4,7 +4,10 @@
  * (`@engram/runtime-qemu`), Firecracker or Cloud Hypervisor are each one implementation of it.
  *
  * What it decides: the shape of the contract. Captures are files (a descent writes its image
- * to a path of the image store; a restore reads it back), never bytes held in memory. A live
+ * to a path of the image store; a restore reads it back), never bytes held in memory. A VM is
+ * running when its guest says it is ready (SPEC §13), so `start` and `restore` answer at that
+ * point and say how the VM came to run (`Launch`). A template is a booted, paused guest kept by
+ * the runtime under a name; a VM may start from it instead of booting. A live
  * move's data plane belongs to the runtime: the target's runtime prepares an incoming VM and
  * answers an endpoint; the source's runtime streams the VM to that endpoint, reports each
  * pre-copy round, applies the downtime guard (`MoveGuard`, over `@engram/core`'s `Downtime`)
@@ -34,10 +37,66 @@ export interface VmInfo extends VmSpec {
   readonly status: VmStatus
 }
 
+/**
+ * How a capture holds the guest's RAM: `mapped`, the guest's RAM file itself, mapped back (lazily)
+ * on restore; `stream`, the RAM inside one migration stream, read back in full.
+ */
+export type SnapshotMethod = "mapped" | "stream"
+
+/**
+ * How a VM came to run, as its runtime reports it (the agent logs it). A VM runs when its guest
+ * says so (SPEC §13): `readyMs` runs from the start of the operation to that signal.
+ */
+export interface Launch {
+  /** Booted, started from a template, or restored from a descent's image. */
+  readonly from: "boot" | "template" | "image"
+  /** How the template's or image's RAM came back; null for a boot. */
+  readonly method: SnapshotMethod | null
+  readonly template: string | null
+  readonly readyMs: number
+  /**
+   * `guest`: the guest said it is ready (a console line, for QEMU); `process`: the hypervisor
+   * runs it and no guest signal was configured or came (see `detail`).
+   */
+  readonly readiness: "guest" | "process"
+  /** Why this path, and where the time went, in the runtime's words. */
+  readonly detail: string
+}
+
+/** A VM that runs, and how it came to. */
+export interface VmStarted extends VmInfo {
+  readonly launch: Launch
+}
+
+/** What a VM is started from: a template the runtime holds (its RAM and devices), instead of a boot. */
+export interface StartOptions {
+  readonly template?: string
+}
+
+/** A template to build: a guest of this size booted until ready, then kept paused under `name`. */
+export interface TemplateSpec {
+  readonly name: string
+  readonly memMib: number
+  readonly vcpus: number
+}
+
+/** A template a runtime holds. */
+export interface TemplateInfo extends TemplateSpec {
+  /** Its files' allocated size (the RAM file is sparse: what the booted guest touched). */
+  readonly bytes: number
+  readonly method: SnapshotMethod
+}
+
 /** A resident VM as measured on the host. */
 export interface VmUsage extends VmInfo {
   /** Resident set size of the VM's process (or its model), bytes; null when it cannot be read. */
   readonly rssBytes: number | null
+  /**
+   * The RAM the VM holds that the host's MemAvailable does not count as available: its
+   * anonymous and shared-memory pages. A guest RAM file on disk lives in the page cache, which
+   * MemAvailable already counts, so it is not here. Null when it cannot be read.
+   */
+  readonly ramBytes: number | null
   /** The hypervisor process, when there is one. */
   readonly pid: number | null
 }
@@ -52,12 +111,16 @@ export interface RuntimeInfo {
   readonly detail: string
 }
 
-/** A descent's image: one file in the image store. */
+/** A descent's image: one file in the image store (and the runtime's files beside it). */
 export interface DescentImage {
   readonly vmId: string
   readonly path: string
-  /** Size of the file. */
+  /** Size of the image: the file, and for a mapped image its RAM file's allocated size. */
   readonly bytes: number
+  /** How it holds the guest's RAM, when the runtime that wrote it says (an image found in the store does not). */
+  readonly method?: SnapshotMethod
+  /** Why this method and where the time went, in the runtime's words. */
+  readonly detail?: string
 }
 
 /**
@@ -105,9 +168,10 @@ export interface MigrateRequest<E> {
   readonly endpoint: IncomingEndpoint
   readonly budget: MoveBudget
   /**
-   * Called with every pre-copy round once it is measured (the agent records it with the
-   * coordinator). A failure ends the move: the guest keeps (or resumes) running here and
-   * `migrate` fails with that error.
+   * Called with every pre-copy round measured while the guest runs (the agent records it with
+   * the coordinator); rounds measured once it paused come back in `AtSwitchover.unreported`. A
+   * failure ends the move: the guest keeps (or resumes) running here and `migrate` fails with
+   * that error.
    */
   readonly onRound: (round: MoveRound) => Effect.Effect<void, E>
 }
@@ -157,6 +221,12 @@ export interface Switched {
 export interface AtSwitchover {
   readonly _tag: "AtSwitchover"
   readonly rounds: readonly MoveRound[]
+  /**
+   * Pre-copy rounds measured only at the check point (the hypervisor finished them before the
+   * pause, unread): in `rounds`, but not passed to `onRound`, so no record of them lengthens
+   * the pause. The caller records them before the final round.
+   */
+  readonly unreported: readonly MoveRound[]
   /** The final round: `captureMs` measured, `sendMs` 0 (not sent yet). */
   readonly final: MoveRound
   /** The post-capture estimate that fit. */
@@ -185,19 +255,31 @@ export class RuntimeError extends Schema.TaggedError<RuntimeError>()("RuntimeErr
 /** The VM runtime of one host. */
 export interface VmRuntimeShape {
   readonly info: Effect.Effect<RuntimeInfo>
-  /** Boots a fresh VM, running. */
-  readonly start: (spec: VmSpec) => Effect.Effect<VmInfo, RuntimeError>
+  /**
+   * A fresh VM, running once its guest is ready: booted, or started from the template named in
+   * `options` (its size must be the spec's). A template the runtime does not hold fails.
+   */
+  readonly start: (spec: VmSpec, options?: StartOptions) => Effect.Effect<VmStarted, RuntimeError>
   /** Pauses the guest in place; its RAM stays resident. Parking a paused VM succeeds. */
   readonly park: (vmId: string) => Effect.Effect<void, RuntimeError>
-  /** Resumes a paused guest (also a source's paused copy after a switchover). Unparking a running VM succeeds. */
+  /**
+   * Resumes a paused guest (also a source's paused copy after a switchover), and waits for the
+   * guest's next readiness signal where the runtime has one. Unparking a running VM succeeds.
+   */
   readonly unpark: (vmId: string) => Effect.Effect<void, RuntimeError>
   /**
    * Captures the whole VM into the file `path` (the image store's), then removes the VM: its RAM
    * is free when this answers. The file is complete when it exists (written aside, then renamed).
    */
   readonly descend: (vmId: string, path: string) => Effect.Effect<DescentImage, RuntimeError>
-  /** Builds a VM from a descent's image and resumes it: the guest continues where it was, running. */
-  readonly restore: (spec: VmSpec, image: DescentImage) => Effect.Effect<VmInfo, RuntimeError>
+  /** Builds a VM from a descent's image and resumes it: the guest continues where it was, running once it says so. */
+  readonly restore: (spec: VmSpec, image: DescentImage) => Effect.Effect<VmStarted, RuntimeError>
+  /** The templates this runtime holds. */
+  readonly templates: Effect.Effect<readonly TemplateInfo[]>
+  /** Boots a guest of the template's size, waits until it is ready and keeps it as the template `name` (replacing one of that name). */
+  readonly buildTemplate: (template: TemplateSpec) => Effect.Effect<TemplateInfo, RuntimeError>
+  /** Removes a template; removing an absent one succeeds. */
+  readonly removeTemplate: (name: string) => Effect.Effect<void>
   /** Stops and removes a VM; removing an absent VM succeeds. */
   readonly destroy: (vmId: string) => Effect.Effect<void>
   readonly list: Effect.Effect<readonly VmInfo[]>

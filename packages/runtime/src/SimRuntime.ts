@@ -2,8 +2,10 @@
  * The simulated VM runtime (the agent's default): a guest with a memory size that dirties its
  * memory at a rate up to a hot working set, captured and sent at configured speeds, restored in
  * a configured commit time. Every duration is an `Effect.sleep`, so tests run it on a TestClock
- * and the demo in real time. Its move data plane is a `SimWire` (in-process or TCP) carrying
- * the captures' descriptions; its descent images are small JSON files in the image store.
+ * and the demo in real time; a round's capture and send times are the model's (what it sleeps), not
+ * the wall time a busy machine took. Its move data plane is a `SimWire` (in-process or TCP) carrying
+ * the captures' descriptions; its descent images are small JSON files in the image store. Its
+ * templates are names with a size: a start from one takes `templateStartMs` instead of `startMs`.
  */
 import { readFile, rename, stat, writeFile } from "node:fs/promises"
 import { Effect, Layer, Ref } from "effect"
@@ -11,14 +13,17 @@ import * as MoveGuard from "./MoveGuard.js"
 import {
   type AtSwitchover,
   type DescentImage,
+  type Launch,
   type MigrateResult,
   type MoveRound,
   nowMs,
   RuntimeError,
+  type TemplateInfo,
   type VmInfo,
   VmRuntime,
   type VmRuntimeShape,
   type VmSpec,
+  type VmStarted,
 } from "./Runtime.js"
 import * as SimWire from "./SimWire.js"
 
@@ -43,8 +48,10 @@ export interface SimConfig {
   readonly roundOverheadBytes: number
   /** Restore plus resume on the target (a move's commit, a descent's restore). */
   readonly commitMs: number
-  /** Boot time of a fresh VM. */
+  /** Boot time of a fresh VM (also what building a template takes). */
   readonly startMs: number
+  /** A start from a template the runtime holds. */
+  readonly templateStartMs: number
 }
 
 /**
@@ -62,6 +69,7 @@ export const defaultSimConfig: SimConfig = {
   roundOverheadBytes: 64 * 1024,
   commitMs: 420,
   startMs: 50,
+  templateStartMs: 10,
 }
 
 /** Runtime statistics of a simulated VM (tests). */
@@ -105,15 +113,16 @@ interface SimImage {
   readonly vcpus: number
 }
 
-const sleepMs = (ms: number) => (ms > 0 ? Effect.sleep(Math.ceil(ms)) : Effect.void)
+/** The modeled duration of `ms`, as the runtime sleeps it (whole milliseconds). */
+const modeledMs = (ms: number) => (ms > 0 ? Math.ceil(ms) : 0)
+const sleepMs = (ms: number) => (ms > 0 ? Effect.sleep(modeledMs(ms)) : Effect.void)
+/**
+ * Runs `eff`, answering the modeled duration `ms` rather than the wall time it took: the simulated
+ * guest's link and capture are the model's, so a busy machine (a late timer, a slow loopback hop
+ * carrying the frame) does not make the simulated guest look slower than configured.
+ */
+const modeled = <A, E, R>(ms: number, eff: Effect.Effect<A, E, R>) => Effect.map(eff, (a) => [a, modeledMs(ms)] as const)
 const now = nowMs
-
-const timed = <A, E, R>(eff: Effect.Effect<A, E, R>) =>
-  Effect.gen(function* () {
-    const t0 = yield* now
-    const a = yield* eff
-    return [a, (yield* now) - t0] as const
-  })
 
 /** Builds a simulated runtime on `wire` (default: the in-process wire). */
 export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = SimWire.inMemory()): Effect.Effect<SimRuntimeShape> =>
@@ -122,7 +131,10 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
     const vms = yield* Ref.make(new Map<string, SimVm>())
     const incoming = yield* Ref.make(new Map<string, Incoming>())
     const pauses = yield* Ref.make(0)
+    const templates = yield* Ref.make(new Map<string, TemplateInfo>())
     const fail = (op: string, vmId: string, message: string) => Effect.fail(new RuntimeError({ op, vmId, message }))
+    /** A VM that runs, with how it came to: the simulated guest is ready when its process is. */
+    const launched = (vm: VmInfo, launch: Omit<Launch, "readiness">): VmStarted => ({ ...vm, launch: { ...launch, readiness: "process" } })
 
     // Dirty bytes accrue only while the guest runs and tracking is on.
     const settle = (vm: SimVm, t: number) => {
@@ -182,12 +194,13 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
         const vm = yield* get("migrate", vmId)
         const apparentBytes = vm.spec.memMib * MiB
         yield* sleepMs(captureTimeMs(apparentBytes))
-        return yield* withSettled("migrate", vmId, (vm) => {
+        const taken = yield* withSettled("migrate", vmId, (vm) => {
           vm.tracking = true
           vm.dirty = 0
           vm.seq = 0
           return { seq: 0, apparentBytes, wireBytes: Math.round(apparentBytes * cfg.fullWireRatio) + cfg.roundOverheadBytes }
         })
+        return [taken, modeledMs(captureTimeMs(apparentBytes))] as const
       })
     /** A delta: the ranges dirty when it starts; what the guest dirties meanwhile is the next round's. */
     const deltaCapture = (vmId: string, kind: "delta" | "final") =>
@@ -198,8 +211,9 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           vm.seq += 1
           return { apparentBytes, seq: vm.seq, wireBytes: apparentBytes + cfg.roundOverheadBytes }
         })
-        yield* sleepMs(captureTimeMs(taken.apparentBytes) + (kind === "final" ? cfg.finalCaptureExtraMs : 0))
-        return taken
+        const ms = captureTimeMs(taken.apparentBytes) + (kind === "final" ? cfg.finalCaptureExtraMs : 0)
+        yield* sleepMs(ms)
+        return [taken, modeledMs(ms)] as const
       })
 
     const migrate = <E>(vmId: string, req: Parameters<VmRuntimeShape["migrate"]>[1] & { readonly onRound: (r: MoveRound) => Effect.Effect<void, E> }) =>
@@ -221,7 +235,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           memMib: vm.spec.memMib,
           vcpus: vm.spec.vcpus,
         })
-        const send = (f: SimWire.SimFrame) => timed(sleepMs(f.wireBytes / cfg.linkBytesPerMs).pipe(Effect.andThen(wire.send(req.endpoint.uri, f))))
+        const send = (f: SimWire.SimFrame) => modeled(f.wireBytes / cfg.linkBytesPerMs, sleepMs(f.wireBytes / cfg.linkBytesPerMs).pipe(Effect.andThen(wire.send(req.endpoint.uri, f))))
         const preCopy = (kind: "full" | "delta", c: { seq: number; apparentBytes: number; wireBytes: number }, captureMs: number) =>
           Effect.gen(function* () {
             const [, sendMs] = yield* send(frame(kind, c))
@@ -235,7 +249,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
         })
 
         const protocol = Effect.gen(function* () {
-          const [full, fullMs] = yield* timed(fullCapture(vmId))
+          const [full, fullMs] = yield* fullCapture(vmId)
           yield* preCopy("full", full, fullMs)
           for (;;) {
             const step = MoveGuard.afterRound(rounds, b)
@@ -244,7 +258,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
               return { _tag: "Refused", stage: "pre-pause", estimateMs: step.estimateMs, reason: step.reason, rounds } as MigrateResult
             }
             if (step._tag === "Pause") break
-            const [delta, deltaMs] = yield* timed(deltaCapture(vmId, "delta"))
+            const [delta, deltaMs] = yield* deltaCapture(vmId, "delta")
             yield* preCopy("delta", delta, deltaMs)
           }
           // Paused: the downtime runs from here to the target's resume.
@@ -252,7 +266,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           pausedAt = paused
           yield* Ref.update(pauses, (n) => n + 1)
           yield* setStatus(vmId, "paused")
-          const [final, captureMs] = yield* timed(deltaCapture(vmId, "final"))
+          const [final, captureMs] = yield* deltaCapture(vmId, "final")
           const post = MoveGuard.postCapture(rounds, { captureMs, apparentBytes: final.apparentBytes }, b)
           if (post._tag === "Overrun") {
             yield* giveBack
@@ -263,6 +277,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           const at: AtSwitchover = {
             _tag: "AtSwitchover",
             rounds,
+            unreported: [],
             final: { kind: "final", wireBytes: final.wireBytes, apparentBytes: final.apparentBytes, sendMs: 0, captureMs },
             estimateMs: post.estimateMs,
             pausedAtMs: paused,
@@ -284,11 +299,35 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
       config: cfg,
       pauses,
       info: Effect.succeed({ kind: "sim", accelerator: "sim", detail: `simulated guests (link ${cfg.linkBytesPerMs} B/ms, commit ${cfg.commitMs} ms)` }),
-      start: (spec) =>
+      start: (spec, options) =>
         Effect.gen(function* () {
           yield* notResident("start", spec.vmId)
-          yield* sleepMs(cfg.startMs)
-          return yield* add(spec, "running")
+          const name = options?.template
+          if (name === undefined) {
+            yield* sleepMs(cfg.startMs)
+            return launched(yield* add(spec, "running"), { from: "boot", method: null, template: null, readyMs: cfg.startMs, detail: "simulated boot" })
+          }
+          const t = (yield* Ref.get(templates)).get(name)
+          if (t === undefined) return yield* fail("start", spec.vmId, `no template ${name} on this host`)
+          if (t.memMib !== spec.memMib || t.vcpus !== spec.vcpus) {
+            return yield* fail("start", spec.vmId, `template ${name} is ${t.memMib} MiB / ${t.vcpus} vCPUs; the VM asks ${spec.memMib} MiB / ${spec.vcpus} vCPUs`)
+          }
+          yield* sleepMs(cfg.templateStartMs)
+          return launched(yield* add(spec, "running"), { from: "template", method: t.method, template: name, readyMs: cfg.templateStartMs, detail: "simulated template start" })
+        }),
+      templates: Effect.map(Ref.get(templates), (m) => [...m.values()]),
+      buildTemplate: (t) =>
+        Effect.gen(function* () {
+          yield* sleepMs(cfg.startMs + captureTimeMs(t.memMib * MiB))
+          const info: TemplateInfo = { ...t, bytes: t.memMib * MiB, method: "stream" }
+          yield* Ref.update(templates, (m) => new Map(m).set(t.name, info))
+          return info
+        }),
+      removeTemplate: (name) =>
+        Ref.update(templates, (m) => {
+          const next = new Map(m)
+          next.delete(name)
+          return next
         }),
       park: (vmId) => setStatus(vmId, "paused"),
       unpark: (vmId) => setStatus(vmId, "running"),
@@ -306,7 +345,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
             catch: (e) => new RuntimeError({ op: "descend", vmId, message: `image write failed: ${String(e)}` }),
           })
           yield* remove(vmId)
-          return { vmId, path, bytes } satisfies DescentImage
+          return { vmId, path, bytes, method: "stream", detail: "simulated capture" } satisfies DescentImage
         }),
       restore: (spec, image) =>
         Effect.gen(function* () {
@@ -325,11 +364,11 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           }
           yield* notResident("restore", spec.vmId)
           yield* sleepMs(cfg.commitMs)
-          return yield* add(spec, "running")
+          return launched(yield* add(spec, "running"), { from: "image", method: "stream", template: null, readyMs: cfg.commitMs, detail: "simulated restore" })
         }),
       destroy: (vmId) => remove(vmId).pipe(Effect.andThen(dropIncoming(vmId))),
       list: Effect.map(Ref.get(vms), (m) => [...m.values()].map(info)),
-      usage: Effect.map(Ref.get(vms), (m) => [...m.values()].map((vm) => ({ ...info(vm), rssBytes: vm.spec.memMib * MiB, pid: null }))),
+      usage: Effect.map(Ref.get(vms), (m) => [...m.values()].map((vm) => ({ ...info(vm), rssBytes: vm.spec.memMib * MiB, ramBytes: vm.spec.memMib * MiB, pid: null }))),
       recover: (known) =>
         Effect.gen(function* () {
           for (const k of known) {

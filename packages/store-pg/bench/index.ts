@@ -21,7 +21,7 @@ import { Store } from "@engram/store"
 import { createDatabase, pgBinDir, startEmbeddedPostgres } from "@engram/test-pg"
 import { Effect, ManagedRuntime } from "effect"
 import type { Layer } from "effect"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 import { StorePg } from "../src/index.js"
 
 const CLIENTS = 16

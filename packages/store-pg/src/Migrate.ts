@@ -9,7 +9,8 @@ import { drizzle as drizzlePglite } from "drizzle-orm/pglite"
 import { migrate as migratePglite } from "drizzle-orm/pglite/migrator"
 import { drizzle as drizzlePostgres } from "drizzle-orm/postgres-js"
 import { migrate as migratePostgres } from "drizzle-orm/postgres-js/migrator"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
+import type { Sql as UpstreamSql } from "postgres"
 
 /** The folder of the committed migrations (beside `src/` and `dist/`). */
 export const migrationsFolder: string = fileURLToPath(new URL("../drizzle", import.meta.url))
@@ -23,7 +24,8 @@ export const migrateUrl = async (url: string): Promise<void> => {
   try {
     await client`select pg_advisory_lock(${MIGRATION_LOCK_KEY})`
     try {
-      await migratePostgres(drizzlePostgres({ client }), { migrationsFolder })
+      // drizzle is typed against upstream `postgres`; @engram/postgres is its fixed copy (PostgresJs.drizzleOn).
+      await migratePostgres(drizzlePostgres({ client: client as unknown as UpstreamSql }), { migrationsFolder })
     } finally {
       await client`select pg_advisory_unlock(${MIGRATION_LOCK_KEY})`
     }

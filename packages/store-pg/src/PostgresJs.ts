@@ -9,7 +9,8 @@ import { PgDialect } from "drizzle-orm/pg-core"
 import { drizzle } from "drizzle-orm/postgres-js"
 import { Effect } from "effect"
 import type { Scope } from "effect"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
+import type { Sql as UpstreamSql } from "postgres"
 import { retryAfterMs } from "./Db.js"
 import type { Db, Exec } from "./Db.js"
 import { migrateUrl } from "./Migrate.js"
@@ -63,13 +64,20 @@ const preparing = (client: postgres.Sql): postgres.Sql => {
 const dialect = new PgDialect()
 
 /**
+ * drizzle's postgres.js driver on one of our connections. drizzle is typed against upstream
+ * `postgres`; `@engram/postgres` is the same API with its fixes, whose types are a copy and so
+ * not the same nominal type.
+ */
+export const drizzleOn = (client: postgres.Sql) => drizzle({ client: client as unknown as UpstreamSql })
+
+/**
  * The `Db` on a postgres.js pool. Transactions are ours, not drizzle's, so that `BEGIN`
  * travels in the same write as the transaction's first statements (postgres.js coalesces the
  * writes of one tick), and the queries of a transaction are drizzle's over the reserved
  * connection, pipelined where the store asks (`Conn.pipeline`).
  */
 export const makeDb = (pool: postgres.Sql): Db => {
-  const db = drizzle({ client: pool }) as unknown as Exec
+  const db = drizzleOn(pool) as unknown as Exec
   const send = (conn: postgres.Sql, statement: SQL) => {
     const q = dialect.sqlToQuery(statement)
     return conn.unsafe(q.sql, q.params as never[], { prepare: true }).execute()
@@ -100,7 +108,7 @@ export const makeDb = (pool: postgres.Sql): Db => {
         }
       }
       return {
-        exec: drizzle({ client: conn }) as unknown as Exec,
+        exec: drizzleOn(conn) as unknown as Exec,
         pipeline: pipelineOn(conn),
         commit: () => end("commit"),
         rollback: () => end("rollback"),

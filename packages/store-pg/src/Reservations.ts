@@ -49,9 +49,9 @@ export const make = ({ db, now, limits, cache, both }: Deps): ReservationOps => 
 
   const reserve: StoreShape["reserve"] = (input: ReserveInput) =>
     Effect.gen(function* () {
-      const bad = Validate.ownerKind(input.ownerKind) ?? Validate.reserveExtras(input)
-      if (bad) return yield* bad
       const t = yield* now
+      const bad = Validate.ownerKind(input.ownerKind) ?? Validate.reserveExtras(input, t)
+      if (bad) return yield* bad
       const id = input.id
       const hostId = input.hostId
       const duplicateOf = (tx: Tx) =>

@@ -266,6 +266,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
           if (row === undefined) return yield* sessionNotFound(id)
           const s = toSession(row)
           const answer = Session.step(s, yield* read(tx, s), t)
+          if (answer._tag === "Unchanged") return answer.session
           if (answer._tag !== "Plan") return yield* (fromRefusal(id, answer as Session.Refusal) as IllegalTransition)
           const [outcome] = yield* apply(tx, cache, [answer])
           if (outcome?._tag !== "Applied") return yield* new RunAgain({ why: "the session changed under its lock" })

@@ -1,12 +1,12 @@
 // Connections that drop under load (a partition, a restart of PostgreSQL): every request in
 // flight gets an answer, nothing crashes the process, and the next request is served. The
-// driver half pins the fixes in `patches/postgres@3.4.9.patch` (upstream porsager/postgres
-// #1154, #1208); the store half runs the same cut under the store's own requests.
+// driver half pins the fixes `@engram/postgres` carries over postgres.js 3.4.9 (upstream
+// porsager/postgres #1154, #1208); the store half runs the same cut under the store's own requests.
 import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
 import type { CuttableProxy, TestDatabase } from "@engram/test-pg"
 import { Store } from "@engram/store"
 import { Effect, Exit, ManagedRuntime } from "effect"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { StorePg } from "../src/index.js"
 

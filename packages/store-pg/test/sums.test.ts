@@ -7,7 +7,7 @@ import { Headroom, Limits } from "@engram/core"
 import type { StoreShape } from "@engram/store"
 import { freshDatabase } from "@engram/test-pg"
 import { Effect } from "effect"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 import { describe, expect, it } from "vitest"
 import { StorePg } from "../src/index.js"
 import { Harness } from "@engram/store-conformance"
@@ -139,7 +139,7 @@ describe("maintained host sums", () => {
     } finally {
       await db.drop()
     }
-  }, 120_000)
+  }, 300_000)
 
   it("hold when two stores create the same sessions at once (batched placements that hit a duplicate)", async () => {
     const db = await freshDatabase()
@@ -190,7 +190,7 @@ describe("maintained host sums", () => {
       expect(yield* p.sumsDrift).toStrictEqual([])
     })
     await Effect.runPromise(Effect.scoped(program))
-  }, 120_000)
+  }, 300_000)
 
   it("are backfilled from the ledger by the migration for a database that held reservations before them", async () => {
     const db = await freshDatabase()

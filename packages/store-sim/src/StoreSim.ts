@@ -787,7 +787,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
     reserve: (input: ReserveInput) =>
       Effect.gen(function* () {
-        const bad = Validate.ownerKind(input.ownerKind) ?? Validate.reserveExtras(input)
+        const t = yield* now
+        const bad = Validate.ownerKind(input.ownerKind) ?? Validate.reserveExtras(input, t)
         if (bad) return yield* bad
         const host = input.hostId == null ? undefined : hosts.get(input.hostId)
         const admission = Ledger.admit(
@@ -801,7 +802,6 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           counters.reserveFailures++
           return yield* new Refused({ check: admission.check, reason: admission.message })
         }
-        const t = yield* now
         const plan = Ledger.reservePlan({ ...input, id: input.id as string, hostId: input.hostId as string }, (host as HostRec).version, t)
         applyNow(plan)
         return entries.get(input.id as string) as LedgerEntry

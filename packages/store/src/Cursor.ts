@@ -6,7 +6,7 @@
  * refused with the same `InvalidInput` naming `cursor`.
  */
 import { InvalidInput } from "./Errors.js"
-import { defaultPageLimit } from "./Validate.js"
+import { defaultPageLimit, text } from "./Validate.js"
 
 /** The lists that page, each with the shape of its key. */
 export interface Keys {
@@ -27,13 +27,35 @@ export interface Keys {
 /** The name of a list that pages. */
 export type List = keyof Keys
 
-const shapes: { readonly [L in List]: readonly ("number" | "string")[] } = {
-  sessions: ["number", "string"],
-  hosts: ["string"],
-  reservations: ["string"],
-  moves: ["number", "string"],
-  queue: ["number", "string"],
-  events: ["number"],
+/**
+ * What each part of a key may be. A cursor is made only by `encode`, from stored keys, so a
+ * part outside its column's range is not one of the list's cursors: it is refused here, before
+ * a database is asked to compare a column with it. Times are epoch milliseconds (integers a
+ * 64-bit column holds exactly), a history's `seq` a 32-bit integer, ids text without NUL or a
+ * lone surrogate.
+ */
+type Part = "ms" | "seq" | "id"
+
+const shapes: { readonly [L in List]: readonly Part[] } = {
+  sessions: ["ms", "id"],
+  hosts: ["id"],
+  reservations: ["id"],
+  moves: ["ms", "id"],
+  queue: ["ms", "id"],
+  events: ["seq"],
+}
+
+const MAX_SEQ = 2 ** 31 - 1
+
+const isPart = (kind: Part, v: unknown): boolean => {
+  switch (kind) {
+    case "ms":
+      return Number.isSafeInteger(v)
+    case "seq":
+      return Number.isInteger(v) && (v as number) >= 0 && (v as number) <= MAX_SEQ
+    case "id":
+      return text("cursor", v) === null
+  }
 }
 
 /** The cursor of a page that ends with the item whose key is `key`. */
@@ -55,10 +77,7 @@ export const decode = <L extends List>(list: L, cursor: string | undefined): Key
   const shape = shapes[list]
   if (!Array.isArray(parsed) || parsed.length !== shape.length + 1 || parsed[0] !== list) return bad(list)
   const key = parsed.slice(1)
-  for (const [i, kind] of shape.entries()) {
-    const v: unknown = key[i]
-    if (kind === "number" ? typeof v !== "number" || !Number.isFinite(v) : typeof v !== "string") return bad(list)
-  }
+  for (const [i, kind] of shape.entries()) if (!isPart(kind, key[i])) return bad(list)
   return key as unknown as Keys[L]
 }
 

@@ -128,7 +128,7 @@ export interface StoreShape {
    * `pending` (placed, then a restore) or `queued`. Any other state is an `IllegalTransition`.
    */
   readonly resume: (id: string) => Fx<PlaceOutcome, NotFound | IllegalTransition>
-  /** Any state but `ended` → `ended`; releases its reservation and aborts an open move. */
+  /** Any state but `ended` → `ended`; releases its reservation and aborts an open move. An ended session is answered as it is (ending is idempotent). */
   readonly endSession: (id: string) => Fx<Session, NotFound | IllegalTransition>
 
   // The queue

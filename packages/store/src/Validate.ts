@@ -92,7 +92,10 @@ export const hostInput = (input: { id: unknown; labels?: unknown }): InvalidInpu
   return null
 }
 
-/** A host report: each figure null or a finite number >= 0; `totalVcpus` an integer. */
+/**
+ * A host report: each figure null or a finite number >= 0; `totalVcpus` an integer; and a
+ * host cannot offer more RAM than it has (`allocatableMib` <= `totalMib` when both are reported).
+ */
 export const report = (r: HostReport): InvalidInput | null => {
   for (const field of ["totalMib", "allocatableMib"] as const) {
     const v = r[field]
@@ -101,6 +104,8 @@ export const report = (r: HostReport): InvalidInput | null => {
       if (bad) return bad
     }
   }
+  if (r.totalMib !== null && r.allocatableMib !== null && r.allocatableMib > r.totalMib)
+    return new InvalidInput({ field: "allocatableMib", rule: `must be <= totalMib (${r.totalMib})` })
   return r.totalVcpus === null ? null : integerAtLeast("totalVcpus", r.totalVcpus, 0)
 }
 
@@ -137,18 +142,22 @@ export const ownerKind = (v: unknown): InvalidInput | null =>
 /**
  * The shape of a reservation request, before the ledger's checks: a given id follows the id
  * rule (a missing one is the ledger's `id_missing`), figures fit exactly, `vramMib` >= 0,
- * `expiresAt` finite, `ownerId` and `description` text.
+ * `expiresAt` finite and not already passed at `now` (an entry expired on arrival would be
+ * reclaimed by the next pass: core's `Ledger.isExpired` decides), `ownerId` and `description` text.
  */
-export const reserveExtras = (r: {
-  id?: unknown
-  hostId?: unknown
-  memMib?: unknown
-  vcpus?: unknown
-  vramMib?: unknown
-  expiresAt?: unknown
-  description?: unknown
-  ownerId?: unknown
-}): InvalidInput | null =>
+export const reserveExtras = (
+  r: {
+    id?: unknown
+    hostId?: unknown
+    memMib?: unknown
+    vcpus?: unknown
+    vramMib?: unknown
+    expiresAt?: unknown
+    description?: unknown
+    ownerId?: unknown
+  },
+  now: number,
+): InvalidInput | null =>
   (r.id == null || r.id === "" ? null : id("id", r.id)) ??
   (r.hostId == null || r.hostId === "" ? null : text("hostId", r.hostId)) ??
   (typeof r.memMib === "number" && Math.abs(r.memMib) > MAX ? new InvalidInput({ field: "memMib", rule: `must be <= ${MAX}` }) : null) ??
@@ -160,6 +169,9 @@ export const reserveExtras = (r: {
   (r.expiresAt == null || (typeof r.expiresAt === "number" && Number.isFinite(r.expiresAt) && Math.abs(r.expiresAt) <= MAX)
     ? null
     : new InvalidInput({ field: "expiresAt", rule: `must be epoch milliseconds (a finite number, at most ${MAX})` })) ??
+  (typeof r.expiresAt === "number" && Ledger.isExpired({ expiresAt: r.expiresAt }, now)
+    ? new InvalidInput({ field: "expiresAt", rule: `must not be in the past (now is ${now} epoch ms)` })
+    : null) ??
   (r.description == null ? null : text("description", r.description))
 
 /**

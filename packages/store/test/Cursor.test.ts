@@ -18,6 +18,32 @@ describe("Cursor", () => {
     }
   })
 
+  it("a well-formed cursor whose key no list holds is InvalidInput naming cursor: a fraction, a time past 2^53, a seq past 2^31, text with a NUL", () => {
+    const made = (...parts: unknown[]) => Buffer.from(JSON.stringify(parts)).toString("base64url")
+    const odd: [Cursor.List, string][] = [
+      ["sessions", made("sessions", 1.5, "s")],
+      ["sessions", made("sessions", 1e19, "s")],
+      ["sessions", made("sessions", 1e308, "s")],
+      ["sessions", made("sessions", 12, "s\u0000")],
+      ["sessions", made("sessions", 12, "\ud800")],
+      ["moves", made("moves", -1e19, "m")],
+      ["queue", made("queue", 2 ** 53, "q")],
+      ["hosts", made("hosts", "h\u0000")],
+      ["reservations", made("reservations", 7)],
+      ["events", made("events", 1.5)],
+      ["events", made("events", 2 ** 31)],
+      ["events", made("events", -1)],
+    ]
+    for (const [list, cursor] of odd) {
+      const got = Cursor.decode(list, cursor)
+      expect(got, `${list} ${Buffer.from(cursor, "base64url").toString()}`).toBeInstanceOf(InvalidInput)
+      expect((got as InvalidInput).field).toBe("cursor")
+    }
+    // The edges a store can hold still decode.
+    expect(Cursor.decode("sessions", made("sessions", Number.MAX_SAFE_INTEGER, "s"))).toEqual([Number.MAX_SAFE_INTEGER, "s"])
+    expect(Cursor.decode("events", made("events", 2 ** 31 - 1))).toEqual([2 ** 31 - 1])
+  })
+
   it("slice pages a sorted list: every item once, in order, and null after the last", () => {
     const items = Array.from({ length: 7 }, (_, i) => ({ id: `h${i}` }))
     const seen: string[] = []

@@ -27,13 +27,13 @@ describe("Validate", () => {
     expect(rule(Validate.sessionInput({ ...s, onNoRoom: "wait" }))).toEqual(["onNoRoom", "must be one of queue, refuse"])
     expect(rule(Validate.hostInput({ id: "h", labels: { "\ud800": "a" } }))?.[0]).toBe("labels")
     expect(rule(Validate.hostInput({ id: "h", labels: { a: "\u0000" } }))?.[0]).toBe("labels")
-    expect(rule(Validate.reserveExtras({ hostId: "h\u0000", ownerId: "o" }))?.[0]).toBe("hostId")
+    expect(rule(Validate.reserveExtras({ hostId: "h\u0000", ownerId: "o" }, 0))?.[0]).toBe("hostId")
   })
 
   it("figures are finite and exact: at most 2^53 - 1", () => {
     expect(rule(Validate.maxDowntimeMs(1e21))).toEqual(["maxDowntimeMs", `must be <= ${Number.MAX_SAFE_INTEGER}`])
     expect(rule(Validate.estimateMs(1e21))).toEqual(["estimateMs", `must be <= ${Number.MAX_SAFE_INTEGER}`])
-    expect(rule(Validate.reserveExtras({ ownerId: "o", expiresAt: 1e21 }))?.[0]).toBe("expiresAt")
+    expect(rule(Validate.reserveExtras({ ownerId: "o", expiresAt: 1e21 }, 0))?.[0]).toBe("expiresAt")
   })
 
   it("a commit's phases are each > 0 and sum to at most the downtime", () => {
@@ -72,6 +72,22 @@ describe("Validate", () => {
     expect(rule(Validate.report({ totalMib: 1, allocatableMib: 1, totalVcpus: 1.5 }))).toEqual(["totalVcpus", "must be an integer >= 0"])
   })
 
+  it("a host offers no more RAM than it has: allocatableMib above totalMib names allocatableMib and the rule", () => {
+    expect(rule(Validate.report({ totalMib: 1024, allocatableMib: 500_000, totalVcpus: 4 }))).toEqual(["allocatableMib", "must be <= totalMib (1024)"])
+    expect(Validate.report({ totalMib: 1024, allocatableMib: 1024, totalVcpus: 4 })).toBeNull()
+    // Only one figure measured: nothing to compare.
+    expect(Validate.report({ totalMib: null, allocatableMib: 500_000, totalVcpus: 4 })).toBeNull()
+    expect(Validate.report({ totalMib: 1024, allocatableMib: null, totalVcpus: 4 })).toBeNull()
+  })
+
+  it("a reservation's expiry may not have passed already: -1 or any time before now names expiresAt", () => {
+    const now = 1_700_000_000_000
+    for (const expiresAt of [-1, 0, now - 1]) {
+      expect(rule(Validate.reserveExtras({ ownerId: "o", expiresAt }, now)), String(expiresAt)).toEqual(["expiresAt", `must not be in the past (now is ${now} epoch ms)`])
+    }
+    for (const expiresAt of [now, now + 1, null, undefined]) expect(Validate.reserveExtras({ ownerId: "o", expiresAt }, now), String(expiresAt)).toBeNull()
+  })
+
   it("moves need a positive budget and well-formed rounds", () => {
     expect(rule(Validate.maxDowntimeMs(0))).toEqual(["maxDowntimeMs", "must be a finite number > 0"])
     expect(Validate.maxDowntimeMs(600)).toBeNull()
@@ -82,9 +98,9 @@ describe("Validate", () => {
   it("reservations name a known owner kind and a non-empty owner", () => {
     expect(Validate.ownerKind("external")).toBeNull()
     expect(rule(Validate.ownerKind("vm"))).toEqual(["ownerKind", "must be one of session, move, capture, external"])
-    expect(rule(Validate.reserveExtras({ ownerId: "" }))).toEqual(["ownerId", "must be a non-empty string without NUL"])
-    expect(rule(Validate.reserveExtras({ ownerId: "x", vramMib: -2 }))).toEqual(["vramMib", "must be a finite number >= 0"])
-    expect(rule(Validate.reserveExtras({ ownerId: "x", expiresAt: "soon" }))).toEqual(["expiresAt", `must be epoch milliseconds (a finite number, at most ${Number.MAX_SAFE_INTEGER})`])
+    expect(rule(Validate.reserveExtras({ ownerId: "" }, 0))).toEqual(["ownerId", "must be a non-empty string without NUL"])
+    expect(rule(Validate.reserveExtras({ ownerId: "x", vramMib: -2 }, 0))).toEqual(["vramMib", "must be a finite number >= 0"])
+    expect(rule(Validate.reserveExtras({ ownerId: "x", expiresAt: "soon" }, 0))).toEqual(["expiresAt", `must be epoch milliseconds (a finite number, at most ${Number.MAX_SAFE_INTEGER})`])
   })
 
   it("errors carry a message naming the field and the rule", () => {
@@ -96,21 +112,21 @@ describe("Validate: what the stores' columns can hold", () => {
   it("integers past 2^53 - 1 are refused by name, not left to overflow a column", () => {
     expect(rule(Validate.budget({ memMib: 1e19, vcpus: 1 }))).toEqual(["memMib", `must be <= ${Number.MAX_SAFE_INTEGER}`])
     expect(rule(Validate.report({ totalMib: 1, allocatableMib: 1, totalVcpus: 1e19 }))).toEqual(["totalVcpus", `must be <= ${Number.MAX_SAFE_INTEGER}`])
-    expect(rule(Validate.reserveExtras({ ownerId: "x", memMib: 1e19 }))).toEqual(["memMib", `must be <= ${Number.MAX_SAFE_INTEGER}`])
+    expect(rule(Validate.reserveExtras({ ownerId: "x", memMib: 1e19 }, 0))).toEqual(["memMib", `must be <= ${Number.MAX_SAFE_INTEGER}`])
   })
 
   it("text with a NUL character is refused: PostgreSQL text cannot hold it", () => {
     expect(rule(Validate.text("reason", "a\u0000b"))).toEqual(["reason", "must not contain a NUL character"])
     expect(Validate.text("reason", "timeout")).toBeNull()
-    expect(rule(Validate.reserveExtras({ ownerId: "x", description: "a\u0000b" }))).toEqual(["description", "must not contain a NUL character"])
-    expect(rule(Validate.reserveExtras({ ownerId: "a\u0000b" }))).toEqual(["ownerId", "must be a non-empty string without NUL"])
+    expect(rule(Validate.reserveExtras({ ownerId: "x", description: "a\u0000b" }, 0))).toEqual(["description", "must not contain a NUL character"])
+    expect(rule(Validate.reserveExtras({ ownerId: "a\u0000b" }, 0))).toEqual(["ownerId", "must be a non-empty string without NUL"])
     expect(rule(Validate.hostInput({ id: "h", labels: { zone: "a\u0000" } }))).toEqual(["labels", "must not contain a NUL character"])
   })
 
   it("a given reservation id follows the id rule; a missing one is left to the ledger's id_missing", () => {
-    expect(rule(Validate.reserveExtras({ id: "a\u0000b", ownerId: "x" }))).toEqual(["id", Validate.idRule])
-    expect(Validate.reserveExtras({ id: "", ownerId: "x" })).toBeNull()
-    expect(Validate.reserveExtras({ id: null, ownerId: "x" })).toBeNull()
+    expect(rule(Validate.reserveExtras({ id: "a\u0000b", ownerId: "x" }, 0))).toEqual(["id", Validate.idRule])
+    expect(Validate.reserveExtras({ id: "", ownerId: "x" }, 0)).toBeNull()
+    expect(Validate.reserveExtras({ id: null, ownerId: "x" }, 0)).toBeNull()
   })
 
   it("a move's phases are figures > 0 whose capture, send and commit fit within the downtime", () => {

@@ -3,7 +3,7 @@
  * the API (any backend) or straight from PostgreSQL (the maintained sums as the store keeps them,
  * in one snapshot), and samples of every host's reserved room taken while the load runs.
  */
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 import type { HostSums, Observation, Sample, StoredReservation, StoredSession } from "./Checker.js"
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- API pages are read loosely; each field read is named */

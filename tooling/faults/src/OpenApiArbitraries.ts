@@ -61,6 +61,14 @@ export interface FuzzRequest {
   readonly body: { readonly json: unknown } | { readonly raw: string } | null
   /** Which credential it carries. */
   readonly auth: "admin" | "host" | "none" | "garbage"
+  /**
+   * A key the operation does not declare, which the request carries (in its body or its query),
+   * or `body` for a body sent to an operation that takes none; null when it carries none. Such
+   * a request is never accepted.
+   */
+  readonly undeclared: string | null
+  /** Whether a percent-escape of its path or query is malformed or not UTF-8: never accepted either. */
+  readonly badEscape: boolean
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -179,23 +187,24 @@ export const pathId = (ids: readonly string[]): fc.Arbitrary<string> =>
     { weight: 3, arbitrary: ids.length > 0 ? fc.constantFrom(...ids).map(encodeURIComponent) : idString },
     { weight: 1, arbitrary: idString },
     { weight: 3, arbitrary: hostileString.map(encodeURIComponentLoose) },
-    { weight: 1, arbitrary: fc.constantFrom("%00", "%ZZ", "%", "%E0%A4%A", "%ED%A0%80", "..", ".", "%2e%2e", "a%2Fb", "%20", "x".repeat(2000)) },
+    { weight: 1, arbitrary: fc.constantFrom("%00", "%ZZ", "%", "%E0%A4%A", "%ED%A0%80", "%FF", "a%C3", "%C3%A9", "..", ".", "%2e%2e", "a%2Fb", "%20", "x".repeat(2000)) },
   )
 
 /** A query string for `params`: each absent, valid or hostile; sometimes a repeated or an unknown one. */
 export const query = (params: readonly Parameter[], ids: readonly string[]): fc.Arbitrary<string> => {
-  if (params.length === 0) return fc.oneof(fc.constant(""), fc.constant("?x=1"), fc.constant("?%ZZ=%00"))
+  // An undeclared parameter now and then (always refused): most requests should reach the handlers.
+  if (params.length === 0) return fc.oneof({ weight: 4, arbitrary: fc.constant("") }, { weight: 1, arbitrary: fc.constantFrom("?x=1", "?%ZZ=%00") })
   const each = params.map((p) =>
     fc.option(
       fc.oneof(
         { weight: 3, arbitrary: validQueryValue(p, ids) },
         { weight: 2, arbitrary: fc.oneof(hostileString, hostileNumber.map(String)).map(encodeURIComponentLoose) },
-        { weight: 1, arbitrary: fc.constantFrom("%00", "%ZZ", "%ED%A0%80", "", "1e309", "-1", "1.5", "NaN", "Infinity") },
+        { weight: 1, arbitrary: fc.constantFrom("%00", "%ZZ", "%ED%A0%80", "%FF", "caf%E9", "", "1e309", "-1", "1.5", "NaN", "Infinity") },
       ),
       { freq: 2 },
     ),
   )
-  return fc.tuple(fc.tuple(...each), fc.boolean(), fc.boolean()).map(([values, repeat, unknown]) => {
+  return fc.tuple(fc.tuple(...each), fc.boolean(), fc.nat({ max: 4 }).map((n) => n === 0)).map(([values, repeat, unknown]) => {
     const parts: string[] = []
     values.forEach((v, i) => {
       if (v === null) return
@@ -232,6 +241,32 @@ const encodeURIComponentLoose = (s: string): string => {
   }
 }
 
+/** Whether some percent-escape of a URL's path segments or query parts is malformed or not UTF-8. */
+const hasBadEscape = (url: string): boolean =>
+  url.split(/[/?&=]/).some((part) => {
+    try {
+      decodeURIComponent(part)
+      return false
+    } catch {
+      return true
+    }
+  })
+
+/** The first key of `req` that `op` does not declare (see `FuzzRequest.undeclared`). */
+const undeclaredIn = (op: Operation, query: string, body: FuzzRequest["body"]): string | null => {
+  const params = new Set(op.query.map((p) => p.name))
+  for (const key of new URLSearchParams(query.replace(/^\?/, "")).keys()) if (!params.has(key)) return key
+  if (body === null) return null
+  if (op.body === null) {
+    const text = "json" in body ? JSON.stringify(body.json) : body.raw
+    return text.trim() === "" || text.trim() === "{}" ? null : "body"
+  }
+  const json = "json" in body ? body.json : undefined
+  const declared = op.body.properties
+  if (declared === undefined || typeof json !== "object" || json === null || Array.isArray(json)) return null
+  return Object.keys(json).find((k) => !(k in declared)) ?? null
+}
+
 /** A request for `op`: its path ids, its query and its body, with a credential. */
 export const request = (op: Operation, ids: readonly string[]): fc.Arbitrary<FuzzRequest> =>
   fc
@@ -251,7 +286,7 @@ export const request = (op: Operation, ids: readonly string[]): fc.Arbitrary<Fuz
       op.pathParams.forEach((name, i) => {
         path = path.replace(`{${name}}`, pathValues[i]!)
       })
-      return { operation: `${op.method} ${op.path}`, method: op.method, path: `${path}${q}`, body: b, auth }
+      return { operation: `${op.method} ${op.path}`, method: op.method, path: `${path}${q}`, body: b, auth, undeclared: undeclaredIn(op, q, b), badEscape: hasBadEscape(`${path}${q}`) }
     })
 
 /** A request for any operation of `ops`. */

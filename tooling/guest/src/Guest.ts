@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
 import { gzipSync } from "node:zlib"
 import { newc } from "./Cpio.js"
-import { initScript } from "./Init.js"
+import { calmLoad, cmdline, initScript, readyLine, type GuestLoad } from "./Init.js"
 
 const run = promisify(execFile)
 
@@ -138,4 +138,14 @@ export const ensureGuest = async (options: GuestOptions = {}): Promise<Guest> =>
   }
   const { kernel, pkg } = await fetchKernel(dir, log)
   return { kernel, initrd, kernelPackage: pkg }
+}
+
+/**
+ * The host agent's settings that boot this guest (`ENGRAM_QEMU_KERNEL`, `_INITRD`, `_APPEND`)
+ * and say when it is ready (`ENGRAM_QEMU_READY_LINE`): the agent knows nothing of the test
+ * guest, it boots a kernel like any other.
+ */
+export const agentEnvironment = async (load: GuestLoad = calmLoad, options: GuestOptions = {}): Promise<Record<string, string>> => {
+  const guest = await ensureGuest(options)
+  return { ENGRAM_QEMU_KERNEL: guest.kernel, ENGRAM_QEMU_INITRD: guest.initrd, ENGRAM_QEMU_APPEND: cmdline(load), ENGRAM_QEMU_READY_LINE: readyLine.source }
 }

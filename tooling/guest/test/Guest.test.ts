@@ -1,7 +1,7 @@
 import { closeSync, openSync, readSync } from "node:fs"
 import { gunzipSync } from "node:zlib"
 import { describe, expect, it } from "vitest"
-import { Cpio, cmdline, initramfs, isStaticElf, parseTick, ticks } from "../src/index.js"
+import { Cpio, cmdline, initramfs, isStaticElf, parseTick, readyLine, ticks } from "../src/index.js"
 
 describe("the newc writer", () => {
   it("writes entries the reader gets back, 4-byte aligned, with the trailer", () => {
@@ -46,6 +46,15 @@ describe("the initramfs", () => {
 describe("the console protocol", () => {
   it("puts the load on the command line", () => {
     expect(cmdline({ dirtyKibPerSec: 4096, hotMib: 32, tickMs: 50 })).toContain("engram.dirty_kib_s=4096 engram.hot_mib=32 engram.tick_ms=50")
+    expect(cmdline({ fillMib: 768 })).toContain("engram.fill_mib=768")
+    expect(cmdline({})).not.toContain("fill_mib")
+  })
+
+  it("says it is ready once, after its fill, and then with every counter line", () => {
+    const id = "0b3c5a3e-1111-4222-8333-944455556666"
+    expect(readyLine.test(`engram-ready ${id}`)).toBe(true)
+    expect(readyLine.test(`engram-tick ${id} 3 1.5`)).toBe(true)
+    expect(readyLine.test(`engram-guest boot=${id} dirty_kib_s=0`)).toBe(false)
   })
 
   it("reads counter lines and skips the rest", () => {

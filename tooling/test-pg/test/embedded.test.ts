@@ -2,11 +2,12 @@
 // reaper of servers left by a crashed run, and pgBinDir.
 import { spawnSync } from "node:child_process"
 import { existsSync } from "node:fs"
-import { chmod, cp, mkdtemp, rm, writeFile } from "node:fs/promises"
+import { chmod, mkdir, mkdtemp, readFile, readlink, rm, stat, symlink, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import path from "node:path"
 import postgres from "postgres"
-import { describe, expect, inject, it } from "vitest"
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
+import { mirrorTree } from "../src/embedded.js"
 import { databaseUrl, embeddedPgBinDir, pgBinDir, reapStaleServers, startEmbeddedPostgres } from "../src/index.js"
 
 describe("startEmbeddedPostgres", () => {
@@ -72,30 +73,64 @@ describe("startEmbeddedPostgres", () => {
 
 describe("a private checkout as root", () => {
   // CI clones into `mktemp -d` (mode 0700) or /root: the postgres user cannot reach binaries there.
+  // The private checkout is prepared once, outside the test's own budget (hard links: instant
+  // where the filesystem allows, a copy elsewhere).
+  const asRoot = process.getuid?.() === 0
+  let privateDir = ""
+  beforeAll(async () => {
+    if (!asRoot) return
+    privateDir = await mkdtemp(path.join(tmpdir(), "engram-private-checkout-"))
+    await chmod(privateDir, 0o700)
+    await mkdir(path.join(privateDir, "native"))
+    await mirrorTree(path.dirname(embeddedPgBinDir()), path.join(privateDir, "native"))
+  })
+  afterAll(async () => {
+    if (privateDir !== "") await rm(privateDir, { recursive: true, force: true })
+  })
+
   it("runs the server from a reachable copy of binaries the postgres user cannot reach", async (context) => {
-    if (process.getuid?.() !== 0) {
+    if (!asRoot) {
       context.skip("only root runs the server as another user (postgres); as any other user the binaries run in place")
       return
     }
-    const privateDir = await mkdtemp(path.join(tmpdir(), "engram-private-checkout-"))
+    const privateBin = path.join(privateDir, "native", "bin")
+    const asPostgres = spawnSync("su", ["-s", "/bin/sh", "postgres", "-c", `test -x ${privateBin}/postgres`])
+    expect(asPostgres.status).not.toBe(0) // the setting of the case: unreachable in place
+    const server = await startEmbeddedPostgres({ binDir: privateBin })
     try {
-      await chmod(privateDir, 0o700)
-      const distribution = path.join(privateDir, "native")
-      await cp(path.dirname(embeddedPgBinDir()), distribution, { recursive: true, verbatimSymlinks: true })
-      const privateBin = path.join(distribution, "bin")
-      const asPostgres = spawnSync("su", ["-s", "/bin/sh", "postgres", "-c", `test -x ${privateBin}/postgres`])
-      expect(asPostgres.status).not.toBe(0) // the setting of the case: unreachable in place
-      const server = await startEmbeddedPostgres({ binDir: privateBin })
-      try {
-        expect(server.binDir.startsWith(privateDir)).toBe(false)
-        const sql = postgres(server.url, { max: 1 })
-        expect((await sql`SELECT 1 AS one`)[0]?.["one"]).toBe(1)
-        await sql.end()
-      } finally {
-        await server.stop()
-      }
+      expect(server.binDir.startsWith(privateDir)).toBe(false)
+      const sql = postgres(server.url, { max: 1 })
+      expect((await sql`SELECT 1 AS one`)[0]?.["one"]).toBe(1)
+      await sql.end()
     } finally {
-      await rm(privateDir, { recursive: true, force: true })
+      await server.stop()
+    }
+  })
+})
+
+describe("mirrorTree", () => {
+  it("mirrors files, directories and symlinks; a file others may write is copied, not linked", async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), "engram-mirror-"))
+    try {
+      const from = path.join(dir, "from")
+      await mkdir(path.join(from, "lib"), { recursive: true })
+      await writeFile(path.join(from, "lib", "a.so"), "library")
+      await symlink("a.so", path.join(from, "lib", "a.so.1"))
+      await writeFile(path.join(from, "open"), "anyone may write me")
+      await chmod(path.join(from, "open"), 0o666)
+      const to = path.join(dir, "to")
+      await mkdir(to)
+      await mirrorTree(from, to)
+      expect(await readFile(path.join(to, "lib", "a.so.1"), "utf8")).toBe("library")
+      expect(await readlink(path.join(to, "lib", "a.so.1"))).toBe("a.so")
+      const open = await stat(path.join(to, "open"))
+      expect(open.ino).not.toBe((await stat(path.join(from, "open"))).ino)
+      expect(await readFile(path.join(to, "open"), "utf8")).toBe("anyone may write me")
+      const root = process.getuid?.() === 0
+      // Root's own file, writable by nobody else, is linked (same inode); anyone else's is copied.
+      expect((await stat(path.join(to, "lib", "a.so"))).ino === (await stat(path.join(from, "lib", "a.so"))).ino).toBe(root)
+    } finally {
+      await rm(dir, { recursive: true, force: true })
     }
   })
 })

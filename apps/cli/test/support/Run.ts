@@ -28,8 +28,8 @@ export const runCommand = (command: string, args: readonly string[], options: { 
     child.on("close", (code) => resolve({ code, stdout, stderr }))
   })
 
-/** The built `engram` (test/support/build.ts builds it before the tests). */
-export const bin = join(appDir, "dist", "main.js")
+/** The `engram` a user runs: the bin, which loads the build (test/support/build.ts builds it before the tests). */
+export const bin = join(appDir, "bin", "engram.js")
 
 /** Runs `engram <args>`: the built entry point, as a user runs it. */
 export const engram = (args: readonly string[], options: { readonly env?: Record<string, string>; readonly cwd?: string } = {}): Promise<Ran> =>

@@ -6,7 +6,8 @@ import { HttpApiBuilder } from "effect/http-api"
 import { Assignments } from "../Assignments.js"
 import { hashToken, newToken, requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
-import { hostTopic, Notifier } from "../Notifier.js"
+import { LongPolls } from "../LongPolls.js"
+import { credentialTopic, fleetTopic, hostTopic, Notifier } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { hostJson, pageJson } from "../Views.js"
 
@@ -16,6 +17,7 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
     const notifier = yield* Notifier
     const drainer = yield* Drainer
     const assignments = yield* Assignments
+    const longPolls = yield* LongPolls
 
     const setState = (id: string, state: "ready" | "cordoned" | "draining") =>
       Effect.gen(function* () {
@@ -42,8 +44,8 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
           const view = yield* api(store.getHost(params.id))
           yield* api(store.removeHost(params.id))
           yield* Effect.logInfo("host removed", { hostId: params.id })
-          // Its agent's long-poll answers 404 from now on.
-          yield* notifier.notify(hostTopic(params.id))
+          // Its token stops working at once, its open long-polls with it (401), on every replica.
+          yield* notifier.notify(hostTopic(params.id), credentialTopic(params.id))
           return hostJson(view)
         }),
       )
@@ -51,6 +53,8 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
         Effect.gen(function* () {
           const token = newToken()
           yield* api(store.setHostTokenHash(params.id, hashToken(token)))
+          // The old token's open long-polls end with 401 at once, on every replica.
+          yield* notifier.notify(credentialTopic(params.id))
           yield* Effect.logInfo("host token rotated", { hostId: params.id })
           return { id: params.id, token }
         }),
@@ -66,7 +70,7 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
               totalVcpus: payload.totalVcpus ?? null,
             }),
           )
-          yield* drainer.roomAppeared()
+          yield* drainer.roomAppeared(fleetTopic)
           return hostJson(view)
         }),
       )
@@ -80,7 +84,7 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
       .handle("uncordon", ({ params }) => setState(params.id, "ready"))
       .handle("drain", ({ params }) => setState(params.id, "draining"))
       .handle("assignments", ({ params, query }) =>
-        requireHostOrAdmin(params.id).pipe(Effect.andThen(api(assignments.poll(params.id, { waitMs: query.waitMs ?? 0, since: query.since })))),
+        requireHostOrAdmin(params.id).pipe(Effect.andThen(longPolls.run(api(assignments.poll(params.id, { waitMs: query.waitMs ?? 0, since: query.since }))))),
       )
   }),
 )

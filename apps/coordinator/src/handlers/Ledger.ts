@@ -6,7 +6,7 @@ import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
 import { requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
-import { hostTopic } from "../Notifier.js"
+import { fleetTopic, hostTopic, Notifier } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { pageJson } from "../Views.js"
 
@@ -14,8 +14,9 @@ export const LedgerHandlers = HttpApiBuilder.group(EngramApi, "ledger", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
     const drainer = yield* Drainer
+    const notifier = yield* Notifier
     return h
-      .handle("reserve", ({ payload }) => api(store.reserve({ ...payload, id: payload.id ?? randomUUID() })))
+      .handle("reserve", ({ payload }) => api(store.reserve({ ...payload, id: payload.id ?? randomUUID() })).pipe(Effect.tap(() => notifier.notify(fleetTopic))))
       .handle("list", ({ query }) =>
         api(store.pageReservations({ hostId: query.hostId }, { limit: query.limit, cursor: query.cursor })).pipe(Effect.map((page) => pageJson(page, (r) => r))),
       )

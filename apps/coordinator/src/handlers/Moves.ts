@@ -8,6 +8,7 @@ import { requireHostOrAdmin } from "../Auth.js"
 import { api, badRequest } from "../HttpErrors.js"
 import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
+import * as Tracing from "../Tracing.js"
 import { pageJson } from "../Views.js"
 
 export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
@@ -15,6 +16,9 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
     const store = yield* Store
     const notifier = yield* Notifier
     const drainer = yield* Drainer
+    const span = yield* Tracing.spans
+    const moveSpans = yield* Tracing.MoveSpans
+    const step = (name: string, moveId: string, attributes: Record<string, unknown> = {}) => Tracing.moveStep(span, moveSpans, name, moveId, attributes)
     /** The move, once the caller may act for it: its source (or, to read it, its target) or the admin. */
     const moveFor = (id: string, who: "source" | "either") =>
       api(store.getMove(id)).pipe(Effect.tap((m) => (who === "source" ? requireHostOrAdmin(m.sourceHostId) : requireHostOrAdmin(m.sourceHostId, m.targetHostId))))
@@ -37,12 +41,24 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
           // Once a final round is recorded, the store refuses the waiter's timeout abort: the record is the point of no return.
           Effect.andThen(api(store.recordRound(params.id, payload))),
           Effect.tap((m) => notifier.notify(...topics(m))),
+          step("engram.move.round", params.id, {
+            "engram.round.kind": payload.kind,
+            "engram.round.wire_bytes": payload.wireBytes,
+            "engram.round.apparent_bytes": payload.apparentBytes,
+            "engram.round.send_ms": payload.sendMs,
+          }),
         ),
       )
       .handle("commit", ({ params, payload }) =>
         moveFor(params.id, "source").pipe(
           Effect.andThen(api(store.commitMove(params.id, payload))),
           Effect.tap((m) => drainer.roomAppeared(...topics(m))),
+          step("engram.move.commit", params.id, {
+            "engram.move.downtime_ms": payload.downtimeMs,
+            "engram.move.capture_ms": payload.captureMs,
+            "engram.move.send_ms": payload.sendMs,
+            "engram.move.commit_ms": payload.commitMs,
+          }),
         ),
       )
       .handle("abort", ({ params, payload }) =>
@@ -53,7 +69,7 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
           const m = yield* api(store.abortMove(params.id, payload.reason, { estimateMs: payload.estimateMs }))
           yield* drainer.roomAppeared(...topics(m))
           return m
-        }),
+        }).pipe(step("engram.move.abort", params.id, { "engram.move.abort_reason": payload.reason, ...(payload.estimateMs === undefined ? {} : { "engram.move.estimate_ms": payload.estimateMs }) })),
       )
   }),
 )

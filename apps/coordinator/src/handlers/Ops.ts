@@ -26,6 +26,9 @@ const storeGauges = Effect.gen(function* () {
       { name: "engram_descents_running", value: snap.descentsRunning },
       { name: "engram_hosts", value: snap.hosts.total },
       { name: "engram_free_mib", value: snap.freeMib },
+      { name: "engram_capacity_mib", value: snap.capacityMib },
+      { name: "engram_free_vcpus", value: snap.freeVcpus },
+      { name: "engram_unplaceable", value: snap.unplaceable.count },
     )
   }
   if (ledger._tag === "Success") {

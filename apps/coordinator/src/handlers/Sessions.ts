@@ -8,12 +8,14 @@ import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
 import { requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
+import { LongPolls } from "../LongPolls.js"
 import { Metrics } from "../Metrics.js"
 import { MoveWaiter } from "../MoveWaiter.js"
 import type { MoveOutcome } from "../MoveWaiter.js"
-import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
+import { hostTopic, moveTopic, Notifier, queueTopic, sessionTopic } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { SessionWaiter } from "../SessionWaiter.js"
+import * as Tracing from "../Tracing.js"
 import { eventJson, pageJson, placeAnswer, resumeAnswer, sessionDetail } from "../Views.js"
 
 /** How long a wait for a state lasts when the caller does not say. */
@@ -64,6 +66,9 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     const waiter = yield* MoveWaiter
     const sessionWaiter = yield* SessionWaiter
     const trigger = yield* Trigger
+    const longPolls = yield* LongPolls
+    const span = yield* Tracing.spans
+    const moveSpans = yield* Tracing.MoveSpans
 
     /** The session, once the caller may act for it (the admin, or its host's agent). */
     const sessionFor = (id: string) => api(store.getSession(id)).pipe(Effect.tap((s) => requireHostOrAdmin(s.hostId)))
@@ -76,7 +81,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     const placed = (o: PlaceOutcome, source: "create" | "resume") =>
       Effect.gen(function* () {
         metrics.placements.inc({ outcome: o._tag === "Placed" ? "placed" : "queued", source })
-        yield* notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : null, sessionTopic(o.session.id))
+        yield* notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : queueTopic, sessionTopic(o.session.id))
         // Queued without room: the park gate runs for it within one coalescing window, not at the next pass.
         if (o._tag === "Queued") yield* trigger.poke
       })
@@ -92,7 +97,11 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
           }),
         ).pipe(
           Effect.tap((o) => placed(o, "create")),
+          Effect.tap((o) =>
+            Tracing.annotate(span, { "engram.session.id": o.session.id, "engram.outcome": o._tag === "Placed" ? "placed" : "queued", "engram.host.id": o.session.hostId ?? "" }),
+          ),
           Effect.map(placeAnswer),
+          span("engram.session.create", { attributes: { "engram.budget.mem_mib": payload.memMib, "engram.budget.vcpus": payload.vcpus } }),
         ),
       )
       .handle("list", ({ query }) =>
@@ -110,7 +119,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
       .handle("wait", ({ params, query }) =>
         Effect.gen(function* () {
           yield* sessionFor(params.id)
-          const outcome = yield* api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs))
+          const outcome = yield* longPolls.run(api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs)))
           const s = outcome.session
           switch (outcome._tag) {
             case "Reached":
@@ -197,8 +206,18 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
           const begun = yield* api(store.beginMove({ sessionId: params.id, targetHostId: payload.targetHostId, maxDowntimeMs: payload.maxDowntimeMs }))
           yield* Effect.logInfo("move begun", { moveId: begun.id, sessionId: begun.sessionId, from: begun.sourceHostId, to: begun.targetHostId })
           yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), sessionTopic(begun.sessionId))
-          return yield* api(waiter.outcome(begun)).pipe(Effect.flatMap(moveAnswer))
-        }),
+          if (!Tracing.isTracing(span)) return yield* api(waiter.outcome(begun)).pipe(Effect.flatMap(moveAnswer))
+          // The agent's rounds, commit or abort (their own requests) join this span's trace.
+          yield* Tracing.annotate(span, { "engram.move.id": begun.id, "engram.host.source": begun.sourceHostId, "engram.host.target": begun.targetHostId })
+          yield* Effect.flatMap(Effect.currentSpan, (s) => moveSpans.open(begun.id, s)).pipe(Effect.ignore)
+          const outcome = yield* api(waiter.outcome(begun)).pipe(
+            Effect.tap((o) => Tracing.annotate(span, { "engram.move.outcome": o._tag, ...(o._tag === "Committed" ? { "engram.move.downtime_ms": o.phases.downtimeMs } : {}) })),
+            span("engram.move.wait"),
+            Effect.ensuring(moveSpans.close(begun.id)),
+          )
+          yield* Tracing.annotate(span, { "engram.move.outcome": outcome._tag })
+          return yield* moveAnswer(outcome)
+        }).pipe(span("engram.session.move", { attributes: { "engram.session.id": params.id, "engram.move.max_downtime_ms": payload.maxDowntimeMs } })),
       )
   }),
 )

@@ -61,3 +61,12 @@ export const listAll = async <T = any>(c: Client, path: string): Promise<T[]> =>
     if (cursor === null) return items
   }
 }
+
+/** The pending move of a session, as its source host's assignments show it (long-polled until it appears). */
+export const pendingMove = async (api: Client, sourceHostId: string, sessionId: string): Promise<string> => {
+  for (;;) {
+    const a = await api.get(`/v1/hosts/${sourceHostId}/assignments?waitMs=2000`)
+    const m = (a.body.moves as { id: string; sessionId: string; state: string }[]).find((x) => x.sessionId === sessionId && x.state === "pending")
+    if (m !== undefined) return m.id
+  }
+}

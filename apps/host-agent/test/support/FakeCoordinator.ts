@@ -91,9 +91,10 @@ export const makeFakeCoordinator = Effect.gen(function* () {
       Effect.flatten(
         modify((s) => {
           const m = s.moves.get(id)
-          return m?.state === "pending"
-            ? [Effect.void as Step, log(setMove(s, id, { rounds: [...m.rounds, round] }), `round ${id} ${round.kind}`)]
-            : [conflict("round", `move ${id} is not pending`), s]
+          if (m?.state !== "pending") return [conflict("round", `move ${id} is not pending`), s]
+          // SPEC §12: rounds after the final round are refused.
+          if (m.rounds.some((r) => r.kind === "final")) return [conflict("round", `move ${id} already holds its final round`), s]
+          return [Effect.void as Step, log(setMove(s, id, { rounds: [...m.rounds, round] }), `round ${id} ${round.kind}`)]
         }),
       ),
     commit: (id, phases) =>
@@ -101,6 +102,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
         modify((s) => {
           const m = s.moves.get(id)
           if (m?.state !== "pending") return [conflict("commit", `move ${id} is not pending`), s]
+          // SPEC §12: a commit needs the move's final round recorded.
+          if (!m.rounds.some((r) => r.kind === "final")) return [conflict("commit", `move ${id} has no final round recorded`), s]
           const next = setSession(setMove(s, id, { state: "committed", phases }), m.sessionId, {
             state: "running",
             hostId: m.targetHostId,
@@ -124,11 +127,13 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     ref,
     client,
     get: Ref.get(ref),
-    addSession: (id: string, hostId: string, memMib: number, vcpus = 1) =>
+    addSession: (id: string, hostId: string, memMib: number, vcpus = 1, template?: string) =>
       Ref.update(ref, (s) => ({
         ...s,
-        sessions: new Map(s.sessions).set(id, { id, state: "pending", budget: { memMib, vcpus }, hostId, reservationId: `res-${id}` }),
+        sessions: new Map(s.sessions).set(id, { id, state: "pending", budget: { memMib, vcpus }, hostId, reservationId: `res-${id}`, ...(template === undefined ? {} : { template }) }),
       })),
+    /** Takes a move's recorded final round away (as if its record never landed). */
+    forgetFinalRound: (moveId: string) => Ref.update(ref, (s) => setMove(s, moveId, { rounds: (s.moves.get(moveId)?.rounds ?? []).filter((r) => r.kind !== "final") })),
     setState: (id: string, state: AssignedSession["state"]) => Ref.update(ref, (s) => setSession(s, id, { state })),
     setCommitAllowance: (ms: number | null) => Ref.update(ref, (s) => ({ ...s, commitAllowanceMs: ms })),
     /** The coordinator aborts a pending move itself (its move wait timed out, or a race across replicas). */

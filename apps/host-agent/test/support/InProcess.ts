@@ -6,7 +6,7 @@
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { ImageStore, type MigrateResult, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
+import { ImageStore, type Launch, type MigrateResult, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Effect, Ref } from "effect"
 import { TestClock } from "effect/testing"
 import { type Agent, makeAgent } from "../../src/Agent.js"
@@ -19,19 +19,21 @@ import { makeFakeCoordinator, type FakeCoordinator } from "./FakeCoordinator.js"
 export interface TestHost {
   readonly hostId: string
   readonly agent: Agent
-  readonly runtime: SimRuntime.SimRuntimeShape & { readonly starts: Ref.Ref<number> }
+  readonly runtime: SimRuntime.SimRuntimeShape & { readonly starts: Ref.Ref<number>; readonly launches: Ref.Ref<readonly Launch[]> }
   readonly residents: Residents
   readonly target: MoveTarget
 }
 
 /**
- * Wraps a runtime to count boots (a guest booted again lost its memory), to run `onPause` when
+ * Wraps a runtime to count starts (a guest booted again lost its memory) and keep how each VM
+ * came to run, to run `onPause` when
  * a move has paused the guest at its post-capture check point (nothing sent yet), and
  * `onSwitchover` just before the final round is sent.
  */
 const counting = (rt: SimRuntime.SimRuntimeShape, onPause: (vmId: string) => Effect.Effect<void>, onSwitchover: (vmId: string) => Effect.Effect<void>) =>
   Effect.gen(function* () {
     const starts = yield* Ref.make(0)
+    const launches = yield* Ref.make<readonly Launch[]>([])
     const migrate: VmRuntimeShape["migrate"] = (vmId, req) =>
       rt.migrate(vmId, req).pipe(
         Effect.tap((r: MigrateResult) => (r._tag === "AtSwitchover" ? onPause(vmId) : Effect.void)),
@@ -40,8 +42,13 @@ const counting = (rt: SimRuntime.SimRuntimeShape, onPause: (vmId: string) => Eff
     return {
       ...rt,
       starts,
+      launches,
       migrate,
-      start: (spec: Parameters<VmRuntimeShape["start"]>[0]) => Ref.update(starts, (n) => n + 1).pipe(Effect.andThen(rt.start(spec))),
+      start: (...args: Parameters<VmRuntimeShape["start"]>) =>
+        Ref.update(starts, (n) => n + 1).pipe(
+          Effect.andThen(rt.start(...args)),
+          Effect.tap((v) => Ref.update(launches, (l) => [...l, v.launch])),
+        ),
     }
   })
 

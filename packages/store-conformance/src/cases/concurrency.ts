@@ -181,14 +181,16 @@ export const concurrency: Group = {
       }),
     ),
     kase(
-      "concurrent ends of one session have exactly one winner and release once",
+      "concurrent ends of one session all answer it ended; it is ended once and releases once",
       Effect.gen(function* () {
         const s = yield* store
         yield* addHost("h1", 8192)
         yield* sessionIn("s1", "running")
         const results = yield* all([s.endSession("s1"), s.endSession("s1"), s.endSession("s1")])
-        expect(wins(results)).toBe(1)
+        expect(wins(results)).toBe(3)
         expect((yield* s.metrics()).totalReleasedMib).toBe(1024)
+        const ended = (yield* s.sessionEvents("s1", { limit: 100 })).items.filter((e) => e.event._tag === "Ended")
+        expect(ended).toHaveLength(1)
         yield* expectInvariants
       }),
     ),

@@ -37,6 +37,26 @@ export const hosts: Group = {
       }),
     ),
     kase(
+      "a report whose allocatableMib exceeds its totalMib is refused naming allocatableMib, and changes nothing: the host keeps its last report",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* s.registerHost({ id: "h1" })
+        yield* s.registerHost({ id: "h2" })
+        yield* s.reportHost("h2", { totalMib: 4096, allocatableMib: 4096, totalVcpus: 4 })
+        const before = yield* snapshot
+        for (const id of ["h1", "h2"]) {
+          const err = yield* expectFailure(s.reportHost(id, { totalMib: 1024, allocatableMib: 500_000, totalVcpus: 4 }), "InvalidInput")
+          expect([err.field, err.rule]).toStrictEqual(["allocatableMib", "must be <= totalMib (1024)"])
+        }
+        yield* expectUnchanged(before, "a report with allocatableMib > totalMib")
+        // So a budget no host can hold stays queued rather than placed on the inflated figure.
+        yield* queued("big", { memMib: 400_000, vcpus: 1 })
+        // The boundary and the unmeasured halves are reports like any other.
+        expect((yield* s.reportHost("h1", { totalMib: 2048, allocatableMib: 2048, totalVcpus: 2 })).measured).toBe(true)
+        yield* s.reportHost("h1", { totalMib: null, allocatableMib: 3000, totalVcpus: 2 })
+      }),
+    ),
+    kase(
       "registering an existing host id is a Conflict on the host",
       Effect.gen(function* () {
         const s = yield* store

@@ -71,6 +71,26 @@ export const ledger: Group = {
       }),
     ),
     kase(
+      "a reservation whose expiry has already passed (-1, or any time before now) is refused naming expiresAt; nothing is stored",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* TestClock.adjust(10_000)
+        const before = yield* snapshot
+        const failures = (yield* s.metrics()).reserveFailures
+        for (const expiresAt of [-1, 0, 9_999]) {
+          const err = yield* expectFailure(s.reserve(ext(`x${expiresAt}`, "h1", 512, { expiresAt })), "InvalidInput")
+          expect([err.field, err.rule], String(expiresAt)).toStrictEqual(["expiresAt", "must not be in the past (now is 10000 epoch ms)"])
+        }
+        yield* expectUnchanged(before, "a reserve with an expiry in the past")
+        // Bad input is not a ledger refusal: reserveFailures counts the ledger's checks only.
+        expect((yield* s.metrics()).reserveFailures).toBe(failures)
+        // Now and later are accepted.
+        expect((yield* s.reserve(ext("now", "h1", 512, { expiresAt: 10_000 }))).expiresAt).toBe(10_000)
+        expect((yield* s.reserve(ext("later", "h1", 512, { expiresAt: 70_000 }))).expiresAt).toBe(70_000)
+      }),
+    ),
+    kase(
       "reserve refuses a missing id first, before every other check",
       Effect.gen(function* () {
         yield* refusedBy(ext(null, null, 0), "id_missing")

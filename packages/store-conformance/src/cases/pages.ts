@@ -5,7 +5,7 @@
  * keeps its place while items come and go; a cursor that is not one of the list's is refused
  * naming `cursor`, a bad limit naming `limit`, a filter with a NUL naming the filter.
  */
-import type { Page, PageRequest } from "@engram/store"
+import type { Page, PageRequest, StoreError } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Effect as Fx } from "effect"
@@ -137,6 +137,36 @@ export const pages: Group = {
         expect((yield* expectFailure(s.pageMoves({ hostId: "\ud800" }), "InvalidInput")).field).toBe("hostId")
         // An unknown host is no error: its page is empty.
         expect(yield* s.pageSessions({ hostId: "nope" })).toStrictEqual({ items: [], nextCursor: null })
+      }),
+    ),
+    kase(
+      "a well-formed cursor with a key no list holds (a fraction, past 2^53, 1e308, a seq past 2^31, a NUL, a lone surrogate) is refused naming cursor on every list",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* placed("s1", { memMib: 256, vcpus: 1 })
+        const made = (...parts: unknown[]) => Buffer.from(JSON.stringify(parts)).toString("base64url")
+        const times = [1.5, 1e19, -1e19, 1e308, 2 ** 53, Number.MIN_VALUE]
+        const texts = ["a\u0000b", "\u0000", "\ud800", "x\udc00"]
+        const lists: [string, (cursor: string) => Fx.Effect<void, StoreError>, (string | number)[][]][] = [
+          ["sessions", (cursor) => Effect.asVoid(s.pageSessions({}, { cursor })), [...times.map((t) => ["sessions", t, "s1"]), ...texts.map((x) => ["sessions", 0, x])]],
+          ["moves", (cursor) => Effect.asVoid(s.pageMoves({}, { cursor })), [...times.map((t) => ["moves", t, "m"]), ...texts.map((x) => ["moves", 0, x])]],
+          ["queue", (cursor) => Effect.asVoid(s.pageQueue({ cursor })), [...times.map((t) => ["queue", t, "q"]), ...texts.map((x) => ["queue", 0, x])]],
+          ["hosts", (cursor) => Effect.asVoid(s.pageHosts({ cursor })), texts.map((x) => ["hosts", x])],
+          ["reservations", (cursor) => Effect.asVoid(s.pageReservations({}, { cursor })), [...texts.map((x) => ["reservations", x]), ["reservations", 7]]],
+          ["events", (cursor) => Effect.asVoid(s.sessionEvents("s1", { cursor })), [...times, 2 ** 31, -1].map((n) => ["events", n])],
+        ]
+        for (const [list, read, keys] of lists) {
+          for (const key of keys) {
+            const cursor = made(...key)
+            const refused = yield* expectFailure(read(cursor), "InvalidInput")
+            expect([refused.field, refused.rule], `${list} ${JSON.stringify(key)}`).toStrictEqual(["cursor", `must be a nextCursor of a previous page of ${list}`])
+          }
+        }
+        // The keys a list can hold still page: the largest time and seq a store keeps exactly.
+        expect((yield* s.pageSessions({}, { cursor: made("sessions", Number.MAX_SAFE_INTEGER, "s") })).items).toStrictEqual([])
+        expect((yield* s.sessionEvents("s1", { cursor: made("events", 2 ** 31 - 1) })).items).toStrictEqual([])
+        expect(ids((yield* s.pageHosts({ cursor: made("hosts", "a") })).items)).toStrictEqual(["h1"])
       }),
     ),
   ],

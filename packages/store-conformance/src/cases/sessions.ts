@@ -264,14 +264,17 @@ export const sessions: Group = {
     ),
     ...ops.map(illegalCase),
     kase(
-      "ending an ended session is an IllegalTransition",
+      "ending an ended session answers it as it is and changes nothing (ending is idempotent)",
       Effect.gen(function* () {
         const s = yield* store
         yield* addHost("h1", 8192)
         yield* sessionIn("s1", "ended")
         const before = yield* snapshot
-        const err = yield* expectFailure(s.endSession("s1"), "IllegalTransition")
-        expect(err).toMatchObject({ sessionId: "s1", from: "ended", to: "ended" })
+        const events = (yield* s.sessionEvents("s1", { limit: 100 })).items.length
+        const again = yield* s.endSession("s1")
+        expect(again).toStrictEqual(yield* s.getSession("s1"))
+        expect(again).toMatchObject({ id: "s1", state: "ended", hostId: null, reservationId: null })
+        expect((yield* s.sessionEvents("s1", { limit: 100 })).items).toHaveLength(events)
         yield* expectUnchanged(before, "ending an ended session")
       }),
     ),

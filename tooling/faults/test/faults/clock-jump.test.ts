@@ -12,7 +12,7 @@
 import { Coordinator, CoordinatorInfo, Leader, reaperPass } from "@engram/coordinator"
 import { freshDatabase, type TestDatabase } from "@engram/test-pg"
 import { Context, Effect, Exit, Layer, Option, Scope } from "effect"
-import postgres from "postgres"
+import postgres from "@engram/postgres"
 import { setTimeout as delay } from "node:timers/promises"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { History, JumpClock, Load, Observe } from "../../src/index.js"

@@ -1,17 +1,18 @@
 // The OpenAPI-driven fuzzer: requests built from the API's own document (every operation; valid
 // and hostile bodies, path ids and queries; the admin's, a host's, no and a wrong credential) sent
 // over real HTTP to a real coordinator, on the embedded PGlite store and on PostgreSQL. Each must
-// be answered within a bound, never with a 5xx (but a move's own 503 outcomes), every 4xx is a
-// JSON body with an `error` code (a 400 names the field and the rule), and a 4xx changes nothing
-// (the sessions, hosts, reservations and moves read the same before and after).
+// be answered within a bound, never with a 5xx (but a move's own 503 outcomes, which carry their
+// request id), every 4xx is a JSON body with an `error` code (a 400 names the field and the rule),
+// a request with a key its operation does not declare (in the body or the query), or with a
+// percent-escape that is not UTF-8, is never accepted, and a 4xx changes nothing (the sessions, hosts, reservations and moves read the same
+// before and after).
 import { EngramApi } from "@engram/api"
-import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
-import { freshDatabase, type TestDatabase } from "@engram/test-pg"
+import type { RunningCoordinator } from "@engram/coordinator"
 import { OpenApi } from "effect/http-api"
 import fc from "fast-check"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { OpenApiArbitraries } from "../../src/index.js"
-import { killAll, tempDir } from "../../src/Processes.js"
+import { backends } from "./backends.js"
 
 const ADMIN = "fuzz-admin-token-0123456789abcdef"
 /** Requests per operation and backend (ENGRAM_FUZZ_RUNS raises it for a longer hunt). */
@@ -28,6 +29,7 @@ interface Answer {
   readonly status: number
   readonly text: string
   readonly json: unknown
+  readonly requestId: string | null
 }
 
 const send = async (url: string, tokens: { admin: string; host: string }, req: OpenApiArbitraries.FuzzRequest): Promise<Answer> => {
@@ -48,7 +50,7 @@ const send = async (url: string, tokens: { admin: string; host: string }, req: O
   } catch {
     // not JSON: judged below where JSON is required
   }
-  return { status: res.status, text, json }
+  return { status: res.status, text, json, requestId: res.headers.get("x-request-id") }
 }
 
 /** What a 4xx must leave as it was. */
@@ -67,26 +69,6 @@ const describeRequest = (req: OpenApiArbitraries.FuzzRequest) => {
   return `${req.method} ${path} (${req.auth}) ${b.length > 300 ? `${b.slice(0, 300)}… (${b.length} chars)` : b}`
 }
 
-const backends: { readonly name: string; readonly start: () => Promise<{ c: RunningCoordinator; done: () => Promise<void> }> }[] = [
-  {
-    name: "PGlite",
-    start: async () => {
-      const dataDir = tempDir("fuzz-pglite")
-      const c = await startCoordinator({ reaper: false, logLevel: "None", config: { port: 0, adminToken: ADMIN, dataDir, moveTimeoutMs: 1000 } })
-      return { c, done: killAll }
-    },
-  },
-  {
-    name: "PostgreSQL",
-    start: async () => {
-      const db: TestDatabase = await freshDatabase({ prefix: "faults_fuzz" })
-      const dataDir = tempDir("fuzz-pg")
-      const c = await startCoordinator({ reaper: false, logLevel: "None", config: { port: 0, adminToken: ADMIN, dataDir, databaseUrl: db.url, moveTimeoutMs: 1000 } })
-      return { c, done: () => db.drop().then(killAll) }
-    },
-  },
-]
-
 for (const backend of backends) {
   describe(`the OpenAPI fuzzer on ${backend.name}`, () => {
     let c: RunningCoordinator
@@ -95,7 +77,7 @@ for (const backend of backends) {
     const ids = ["fz-h1", "fz-h2", "fz-h3", "fz-s1", "fz-s2", "fz-s3", "fz-r1", "fz-missing"]
 
     beforeAll(async () => {
-      ;({ c, done } = await backend.start())
+      ;({ c, done } = await backend.start(ADMIN))
       const admin = (method: string, path: string, body?: unknown) =>
         fetch(`${c.url}${path}`, { method, headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) }).then(async (r) => ({
           status: r.status,
@@ -132,9 +114,12 @@ for (const backend of backends) {
             counts.set(answer.status, (counts.get(answer.status) ?? 0) + 1)
             seen.set(req.operation, counts)
             if (answer.status >= 500) {
-              const error = (answer.json as { error?: unknown } | undefined)?.error
+              const { error, requestId } = (answer.json ?? {}) as { error?: unknown; requestId?: unknown }
               expect(req.operation === "POST /v1/sessions/{id}/move" && answer.status === 503 && MOVE_OUTCOMES.has(String(error)), `a 5xx: ${what}`).toBe(true)
+              expect(typeof requestId === "string" && requestId === answer.requestId, `a 5xx without its request id in the body and the x-request-id header: ${what}`).toBe(true)
             }
+            if (req.badEscape) expect(answer.status, `a URL with an escape that is not UTF-8 was accepted: ${what}`).toBeGreaterThanOrEqual(400)
+            if (req.undeclared !== null) expect(answer.status, `a request with the undeclared key ${JSON.stringify(req.undeclared)} was accepted: ${what}`).toBeGreaterThanOrEqual(400)
             if (answer.status >= 400 && answer.status < 500) {
               expect(typeof answer.json === "object" && answer.json !== null && typeof (answer.json as { error?: unknown }).error === "string", `a 4xx without a JSON error: ${what}`).toBe(true)
               if (answer.status === 400) {

@@ -1,0 +1,207 @@
+/**
+ * The VMs of one QEMU runtime and what every operation on them uses: the table of resident VMs,
+ * spawning a VM's QEMU and connecting to it (`launch`), ending it and removing its files
+ * (`finish`), QMP calls with their errors as `RuntimeError`s, the end of a migration, and the
+ * guest's readiness (SPEC §13: a VM runs once its guest says so on its console).
+ */
+import { mkdir, rm } from "node:fs/promises"
+import { dirname, join } from "node:path"
+import { Effect, Exit, Schedule, Scope } from "effect"
+import { type IncomingEndpoint, nowMs, RuntimeError, type VmSpec, type VmStatus } from "@engram/runtime"
+import * as Qmp from "./Qmp.js"
+import type * as M from "./QemuMigration.js"
+import * as P from "./QemuProcess.js"
+import type * as RamFile from "./RamFile.js"
+import * as Readiness from "./Readiness.js"
+
+/** A resident VM. */
+export interface Vm {
+  readonly spec: VmSpec
+  readonly paths: P.VmPaths
+  readonly pid: number
+  readonly client: Qmp.QmpClient
+  readonly scope: Scope.Closeable
+  record: P.VmRecord
+  status: VmStatus
+  endpoint: IncomingEndpoint | null
+}
+
+/** How a runtime captures guests: mapped (RAM files, `x-ignore-shared`) or stream, and why. */
+export interface Snapshots {
+  readonly method: "mapped" | "stream"
+  readonly reason: string
+  /** Whether this QEMU knows `x-ignore-shared` (4.0 and later): a mapped image or template can be loaded. */
+  readonly ignoreShared: boolean
+}
+
+/** What the host needs of the runtime's settings. */
+export interface HostSettings {
+  readonly stateDir: string
+  readonly binary: string
+  readonly qmpTimeoutMs: number
+  readonly startTimeoutMs: number
+  readonly migrationTimeoutMs: number
+  readonly tcgTbSizeMib: number
+  readonly extraArgs: readonly string[]
+  readonly snapshots: Snapshots
+  /** Where RAM files live; undefined: each VM's own directory. */
+  readonly ramDir: string | undefined
+  readonly readyLine: RegExp | undefined
+  readonly bootReadyTimeoutMs: number
+  readonly resumeReadyTimeoutMs: number
+}
+
+/** How a guest came to be ready. */
+export interface Ready {
+  readonly readiness: "guest" | "process"
+  readonly readyMs: number
+  /** Empty when the guest said it; else why not. */
+  readonly note: string
+}
+
+export const err = (op: string, vmId: string, message: string) => new RuntimeError({ op, vmId, message })
+export const asRuntimeError = (op: string, vmId: string) => (e: { readonly message: string; readonly _tag: string }) => err(op, vmId, `${e._tag}: ${e.message}`)
+
+/** VM ids of the runtime's own guests (template builds): `@` is no character of a session id. */
+export const isInternal = (vmId: string): boolean => vmId.startsWith("@")
+
+/** The host's VM table and primitives; QMP connections live in the scope (the VMs outlive it). */
+export const make = (s: HostSettings) =>
+  Effect.gen(function* () {
+    const vms = new Map<string, Vm>()
+    yield* Effect.addFinalizer(() => Effect.forEach([...vms.values()], (vm) => Scope.close(vm.scope, Exit.void), { discard: true }))
+
+    const get = (op: string, vmId: string) => {
+      const vm = vms.get(vmId)
+      return vm === undefined ? Effect.fail(err(op, vmId, `no VM ${vmId} on this host`)) : Effect.succeed(vm)
+    }
+    const q = <A = unknown>(vm: Vm, op: string, command: string, args?: Readonly<Record<string, unknown>>, timeoutMs = s.qmpTimeoutMs) =>
+      vm.client.execute<A>(command, args, timeoutMs).pipe(Effect.mapError(asRuntimeError(op, vm.spec.vmId)))
+    const queryMigrate = (vm: Vm, op: string) => q<M.MigrationInfo>(vm, op, "query-migrate")
+    const runStatus = (vm: Vm, op: string) =>
+      Effect.map(q<{ status: string; running: boolean }>(vm, op, "query-status"), (st): VmStatus => (st.running ? "running" : "paused"))
+
+    /** Where the RAM file of `vmId` lives. */
+    const ramPathFor = (vmId: string) => (s.ramDir === undefined ? P.pathsOf(s.stateDir, vmId).ram : join(s.ramDir, `${encodeURIComponent(vmId)}.ram`))
+    /** A new VM's RAM: a new file it owns (mapped snapshots), or QEMU's own memory. */
+    const freshRam = (vmId: string): RamFile.RamBacking =>
+      s.snapshots.method === "mapped" ? { kind: "file", path: ramPathFor(vmId), shared: true } : { kind: "anonymous" }
+    /** A VM owns its RAM file when it writes it (shared); a private mapping's file is its image's. */
+    const ownedRam = (ram: RamFile.RamBacking | undefined): string | null => (ram?.kind === "file" && ram.shared ? ram.path : null)
+    const prepareRamDir = (vmId: string) => Effect.promise(() => mkdir(dirname(ramPathFor(vmId)), { recursive: true }))
+
+    /** Connects to a VM's QMP socket, retrying while its process lives, within `timeoutMs`. */
+    const attach = (paths: P.VmPaths, pid: number, vmId: string, timeoutMs: number) =>
+      Effect.gen(function* () {
+        const scope = yield* Scope.make()
+        const once = Effect.suspend(() =>
+          P.alive(pid) ? Qmp.connect(paths.socket, { timeoutMs: s.qmpTimeoutMs }) : Effect.fail(new Qmp.QmpClosed({ socket: paths.socket, command: "connect", message: "QEMU exited" })),
+        ).pipe(Scope.provide(scope))
+        const client = yield* once.pipe(
+          Effect.retry({ while: (e) => e.message !== "QEMU exited", times: Math.ceil(timeoutMs / 25), schedule: Schedule.spaced("25 millis") }),
+          Effect.tapError(() => Scope.close(scope, Exit.void)),
+          Effect.mapError((e) => err("attach", vmId, `QMP at ${paths.socket}: ${e.message}${P.stderrTail(paths) === "" ? "" : ` (qemu: ${P.stderrTail(paths)})`}`)),
+        )
+        return { client, scope }
+      })
+
+    /** VMs whose QEMU is being spawned (one launch per VM at a time). */
+    const launching = new Set<string>()
+
+    /**
+     * Spawns a VM's QEMU on `ram` and connects to it. Not interruptible: a QEMU spawned and never
+     * registered would run on unseen. A live QEMU left in the VM's files (one this runtime does
+     * not hold: its QMP never answered after a restart) is ended first: one QEMU per VM. A new
+     * RAM file (`fresh`) starts empty: a stale one of an earlier VM is removed.
+     */
+    const launch = (spec: VmSpec, m: P.Machine, o: { readonly incomingMoveId: string | null; readonly incoming: boolean; readonly ram: RamFile.RamBacking; readonly fresh: boolean }) =>
+      Effect.uninterruptible(
+        Effect.gen(function* () {
+          if (vms.has(spec.vmId) || launching.has(spec.vmId)) return yield* err("start", spec.vmId, "VM already resident")
+          launching.add(spec.vmId)
+          return yield* Effect.gen(function* () {
+            const paths = P.pathsOf(s.stateDir, spec.vmId)
+            const stray = P.readPid(paths)
+            if (stray !== undefined && P.aliveAs(stray, s.binary)) {
+              yield* Effect.logWarning("a QEMU this runtime does not hold runs in the VM's files; it is ended before a new one starts", { vmId: spec.vmId, pid: stray })
+              yield* P.kill(stray, 5000)
+            }
+            if (o.fresh && o.ram.kind === "file") {
+              yield* prepareRamDir(spec.vmId)
+              yield* Effect.promise(() => rm(o.ram.kind === "file" ? o.ram.path : "", { force: true }))
+            }
+            const args = P.argv(spec, m, paths, { incoming: o.incoming, tcgTbSizeMib: s.tcgTbSizeMib, extra: s.extraArgs, ram: o.ram })
+            const pid = yield* P.spawnQemu(s.binary, args, paths, spec.vmId)
+            const attached = yield* attach(paths, pid, spec.vmId, s.startTimeoutMs).pipe(Effect.tapError(() => P.kill(pid, 2000)))
+            const record: P.VmRecord = { engram: "qemu-vm/v1", spec, machine: m, socket: paths.socket, incomingMoveId: o.incomingMoveId, ram: o.ram }
+            yield* P.writeRecord(paths, record).pipe(Effect.tapError(() => P.kill(pid, 2000)))
+            const vm: Vm = { spec, paths, pid, ...attached, record, status: o.incoming ? "paused" : "running", endpoint: null }
+            vms.set(spec.vmId, vm)
+            return vm
+          }).pipe(Effect.ensuring(Effect.sync(() => launching.delete(spec.vmId))))
+        }),
+      )
+
+    /** Ends a VM's QEMU (`quit`, then signals) and removes its files, its RAM file with them when it owns it. Never fails. */
+    const finish = (vm: Vm) =>
+      Effect.gen(function* () {
+        vms.delete(vm.spec.vmId)
+        yield* vm.client.execute("quit", undefined, 5000).pipe(Effect.ignore)
+        if (!(yield* P.awaitExit(vm.pid, 10_000))) yield* P.kill(vm.pid, 5000)
+        yield* Scope.close(vm.scope, Exit.void)
+        yield* removeFiles(vm.paths, vm.record.ram)
+      })
+
+    /** Removes a VM's directory, socket and owned RAM file. */
+    const removeFiles = (paths: P.VmPaths, ram: RamFile.RamBacking | undefined) =>
+      Effect.promise(() =>
+        Promise.all([rm(paths.dir, { recursive: true, force: true }), rm(paths.socket, { force: true }), ...[ownedRam(ram)].filter((f) => f !== null).map((f) => rm(f, { force: true }))]),
+      ).pipe(Effect.asVoid)
+
+    /** Waits for the end of a migration (either side): `completed`, or a failure as an error. */
+    const awaitMigrationEnd = (vm: Vm, op: string, sub: Parameters<typeof Qmp.awaitEvent>[0]) =>
+      Effect.gen(function* () {
+        const end = yield* Qmp.awaitEvent(
+          sub,
+          (e) => (e.event === "MIGRATION" && ["completed", "failed", "cancelled"].includes(String(e.data["status"])) ? e : e.event === "SHUTDOWN" ? e : undefined),
+          s.migrationTimeoutMs,
+          "end of migration",
+          vm.paths.socket,
+        ).pipe(Effect.mapError(asRuntimeError(op, vm.spec.vmId)))
+        if (end.event === "MIGRATION" && end.data["status"] === "completed") return end
+        const info = yield* queryMigrate(vm, op).pipe(Effect.orElseSucceed((): M.MigrationInfo => ({})))
+        return yield* err(op, vm.spec.vmId, `migration ${end.event === "SHUTDOWN" ? "ended by a QEMU shutdown" : String(end.data["status"])}${info["error-desc"] === undefined ? "" : `: ${info["error-desc"]}`}`)
+      })
+
+    /**
+     * Waits for the guest to say it is ready: its console line after `offset` (a boot: 0; a
+     * resume: the console's size at `cont`), timed from `t0`. Without a configured line, or a
+     * resumed guest that does not say it in time, the VM counts as ready when QEMU runs it (the
+     * note says which); a booted guest that never says it fails.
+     */
+    const awaitReady = (vm: Vm, op: string, kind: "boot" | "resume", offset: number, t0: number) =>
+      Effect.gen(function* () {
+        if (s.readyLine === undefined) return { readiness: "process", readyMs: (yield* nowMs) - t0, note: "no guest readiness line configured" } satisfies Ready
+        const timeoutMs = kind === "boot" ? s.bootReadyTimeoutMs : s.resumeReadyTimeoutMs
+        const seen = yield* Readiness.awaitLine(vm.paths.console, offset, s.readyLine, timeoutMs, () => P.alive(vm.pid))
+        const readyMs = (yield* nowMs) - t0
+        if (seen === "seen") return { readiness: "guest", readyMs, note: "" } satisfies Ready
+        const why = seen === "exited" ? "its QEMU exited" : `no console line matching ${String(s.readyLine)} within ${timeoutMs} ms`
+        if (kind === "boot") return yield* err(op, vm.spec.vmId, `the guest did not say it is ready: ${why}${P.stderrTail(vm.paths) === "" ? "" : ` (qemu: ${P.stderrTail(vm.paths)})`}`)
+        return { readiness: "process", readyMs, note: `the guest did not say it is ready (${why}); running as far as QEMU knows` } satisfies Ready
+      })
+
+    /** Resumes a paused VM and waits for its guest's next readiness line. */
+    const resume = (vm: Vm, op: string, t0: number) =>
+      Effect.gen(function* () {
+        const offset = Readiness.offsetOf(vm.paths.console)
+        yield* q(vm, op, "cont")
+        vm.status = "running"
+        return yield* awaitReady(vm, op, "resume", offset, t0)
+      })
+
+    return { settings: s, vms, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, launch, finish, removeFiles, awaitMigrationEnd, awaitReady, resume }
+  })
+
+/** The host of one runtime. */
+export type VmHost = Effect.Success<ReturnType<typeof make>>

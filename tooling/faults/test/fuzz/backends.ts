@@ -1,0 +1,30 @@
+// The coordinators the fuzzers run against: on the embedded PGlite store and on PostgreSQL.
+import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
+import { freshDatabase, type TestDatabase } from "@engram/test-pg"
+import { killAll, tempDir } from "../../src/Processes.js"
+
+/** A backend: how to start a coordinator on it, and how to clean up after. */
+export interface Backend {
+  readonly name: string
+  readonly start: (adminToken: string) => Promise<{ c: RunningCoordinator; done: () => Promise<void> }>
+}
+
+export const backends: readonly Backend[] = [
+  {
+    name: "PGlite",
+    start: async (adminToken) => {
+      const dataDir = tempDir("fuzz-pglite")
+      const c = await startCoordinator({ reaper: false, logLevel: "None", config: { port: 0, adminToken, dataDir, moveTimeoutMs: 1000 } })
+      return { c, done: killAll }
+    },
+  },
+  {
+    name: "PostgreSQL",
+    start: async (adminToken) => {
+      const db: TestDatabase = await freshDatabase({ prefix: "faults_fuzz" })
+      const dataDir = tempDir("fuzz-pg")
+      const c = await startCoordinator({ reaper: false, logLevel: "None", config: { port: 0, adminToken, dataDir, databaseUrl: db.url, moveTimeoutMs: 1000 } })
+      return { c, done: () => db.drop().then(killAll) }
+    },
+  },
+]

@@ -1,0 +1,360 @@
+/**
+ * fleet bench: a fleet of simulated host agents held against a coordinator process, on
+ * PostgreSQL and on PGlite, each figure beside its baseline from the same run:
+ *
+ *   a. the scale curve (1,000 / 5,000 / 10,000 agents): database transactions/s with the fleet
+ *      idle (PostgreSQL: `pg_stat_database`) against the fleet's heartbeat requests/s, ordinary
+ *      request p50/p99 with the fleet against the same requests without it, the coordinator's RSS
+ *      and CPU; every long-poll's answer against its bound;
+ *   b. 2,000 concurrent waits (1,000 session waits and 1,000 assignments long-polls): every
+ *      answer against its bound + 1 s, and session creates meanwhile against creates without them.
+ *
+ * The agents and the probes run in another process (`driver.ts`: raw `node:http`; each agent's
+ * long-poll holds a connection of its own, heartbeats and reports share a keep-alive pool).
+ *
+ * Knobs: FLEET_CURVE (agents per step, default 1000,5000,10000), FLEET_BACKENDS (postgres,pglite),
+ * FLEET_WINDOW_SECONDS (the idle window, default 30), FLEET_PROBE_SECONDS (10), FLEET_WAITS
+ * (2000; 0 skips b), FLEET_WAIT_MS (bound of each wait, 20000), FLEET_SKIP (a,b).
+ */
+import { report } from "@engram/bench"
+import { createDatabase, freePort, startEmbeddedPostgres } from "@engram/test-pg"
+import type { EmbeddedPostgresServer } from "@engram/test-pg"
+import postgres from "@engram/postgres"
+import { spawn } from "node:child_process"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import http from "node:http"
+import { cpus, loadavg, tmpdir } from "node:os"
+import { dirname, join } from "node:path"
+import { createInterface } from "node:readline"
+import { fileURLToPath } from "node:url"
+
+const here = dirname(fileURLToPath(import.meta.url))
+const root = join(here, "..", "..", "..")
+const env = process.env
+const CURVE = (env["FLEET_CURVE"] ?? "1000,5000,10000").split(",").map(Number).filter((n) => n > 0)
+const BACKENDS = (env["FLEET_BACKENDS"] ?? "postgres,pglite").split(",").filter(Boolean)
+const WINDOW_S = Number(env["FLEET_WINDOW_SECONDS"] ?? 30)
+const PROBE_S = Number(env["FLEET_PROBE_SECONDS"] ?? 10)
+const WAITS = Number(env["FLEET_WAITS"] ?? 2000)
+const WAIT_MS = Number(env["FLEET_WAIT_MS"] ?? 20_000)
+const skip = new Set((env["FLEET_SKIP"] ?? "").split(",").filter(Boolean))
+const TOKEN = "fleet-bench-admin-token-0123456789"
+const bench = "fleet"
+/** The agent's defaults (apps/host-agent: a third of the 2 min stale window, 30 s, 20 s). */
+const agentTiming = { heartbeatMs: 40_000, reportMs: 30_000, pollWaitMs: 20_000 }
+const hostReport = { totalMib: 262_144, allocatableMib: 262_144, totalVcpus: 64 }
+
+// ---- the coordinator process ----------------------------------------------------------------
+
+interface Coordinator {
+  readonly url: string
+  /** Resident set size now (MiB). */
+  readonly rssMib: () => number
+  /** CPU seconds used so far (user + system). */
+  readonly cpuSeconds: () => number
+  readonly stop: () => Promise<void>
+}
+
+const startCoordinator = async (extra: Record<string, string>): Promise<Coordinator> => {
+  const port = await freePort()
+  const child = spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", join(root, "apps", "coordinator", "src", "main.ts")], {
+    cwd: join(root, "apps", "coordinator"),
+    env: { ...env, ENGRAM_PORT: String(port), ENGRAM_ADMIN_TOKEN: TOKEN, ENGRAM_LOG_LEVEL: "Warn", ENGRAM_LOG_FORMAT: "json", ...extra },
+    stdio: ["ignore", "ignore", "pipe"],
+  })
+  let stderr = ""
+  child.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)))
+  const url = `http://127.0.0.1:${port}`
+  const deadline = Date.now() + 180_000
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`coordinator exited ${child.exitCode}: ${stderr}`)
+    if ((await get(url, "/livez", "").catch(() => ({ status: 0 }))).status === 200) break
+    if (Date.now() > deadline) throw new Error(`coordinator did not start: ${stderr}`)
+    await sleep(100)
+  }
+  const stat = () => readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? []
+  return {
+    url,
+    rssMib: () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))?.[1]) / 1024,
+    cpuSeconds: () => (Number(stat()[11]) + Number(stat()[12])) / 100,
+    stop: async () => {
+      if (child.exitCode !== null) return
+      const exited = new Promise((r) => child.once("exit", r))
+      child.kill("SIGTERM")
+      await Promise.race([exited, sleep(15_000)])
+      if (child.exitCode === null) child.kill("SIGKILL")
+    },
+  }
+}
+
+// ---- HTTP from here (set-up only) ------------------------------------------------------------
+
+const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 64 })
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+const call = (url: string, method: string, path: string, token: string, body?: unknown): Promise<{ status: number; json: unknown }> =>
+  new Promise((resolve, reject) => {
+    const u = new URL(url)
+    const text = body === undefined ? undefined : JSON.stringify(body)
+    const headers: Record<string, string | number> = token === "" ? {} : { authorization: `Bearer ${token}` }
+    if (text !== undefined) Object.assign(headers, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
+    const req = http.request({ agent: setupAgent, host: u.hostname, port: u.port, method, path, headers }, (res) => {
+      let data = ""
+      res.on("data", (c: Buffer) => (data += c.toString()))
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, json: data === "" ? null : (JSON.parse(data) as unknown) }))
+    })
+    req.on("error", reject)
+    req.end(text)
+  })
+const get = (url: string, path: string, token: string) => call(url, "GET", path, token)
+
+/** Runs `task` for 0..n-1 with `limit` in flight. */
+const inParallel = async (n: number, limit: number, task: (i: number) => Promise<void>): Promise<void> => {
+  let next = 0
+  await Promise.all(
+    Array.from({ length: Math.min(limit, n) }, async () => {
+      while (next < n) await task(next++)
+    }),
+  )
+}
+
+interface Agent {
+  readonly id: string
+  readonly token: string
+}
+
+/** Registers and reports `n` hosts over HTTP, answering each with its agent's token. */
+const registerHosts = async (url: string, n: number, prefix: string): Promise<Agent[]> => {
+  const out: Agent[] = new Array(n)
+  await inParallel(n, 64, async (i) => {
+    const id = `${prefix}${String(i).padStart(5, "0")}`
+    const r = await call(url, "POST", "/v1/hosts", TOKEN, { id })
+    if (r.status !== 201) throw new Error(`register ${id}: ${r.status} ${JSON.stringify(r.json)}`)
+    const p = await call(url, "PUT", `/v1/hosts/${id}/report`, TOKEN, hostReport)
+    if (p.status !== 200) throw new Error(`report ${id}: ${p.status} ${JSON.stringify(p.json)}`)
+    out[i] = { id, token: (r.json as { token: string }).token }
+  })
+  return out
+}
+
+// ---- the driver process -----------------------------------------------------------------------
+
+interface Driver {
+  readonly send: <A>(command: Record<string, unknown>) => Promise<A>
+  readonly stop: () => Promise<void>
+}
+
+const startDriver = (): Driver => {
+  const child = spawn(process.execPath, ["--import", "tsx", join(here, "driver.ts")], { stdio: ["pipe", "pipe", "inherit"] })
+  const waiting = new Map<number, (value: unknown) => void>()
+  let next = 0
+  void (async () => {
+    for await (const line of createInterface({ input: child.stdout })) {
+      const { id, value } = JSON.parse(line) as { id: number; value: unknown }
+      waiting.get(id)?.(value)
+      waiting.delete(id)
+    }
+  })()
+  return {
+    send: <A>(command: Record<string, unknown>) =>
+      new Promise<A>((resolve) => {
+        const id = next++
+        waiting.set(id, resolve as (value: unknown) => void)
+        child.stdin.write(`${JSON.stringify({ ...command, id })}\n`)
+      }),
+    stop: async () => {
+      if (child.exitCode !== null) return
+      const exited = new Promise((r) => child.once("exit", r))
+      child.stdin.write(`${JSON.stringify({ cmd: "stop", id: -1 })}\n`)
+      await Promise.race([exited, sleep(5000)])
+      if (child.exitCode === null) child.kill("SIGKILL")
+    },
+  }
+}
+
+interface Latency {
+  readonly count: number
+  readonly p50: number
+  readonly p99: number
+  readonly max: number
+  readonly failures?: number
+}
+
+interface AgentStats {
+  readonly polls: number
+  readonly pollErrors: number
+  readonly heartbeats: number
+  readonly heartbeatErrors: number
+  readonly reports: number
+  readonly reportErrors: number
+  readonly pollsOpen: number
+  readonly latePolls: number
+  readonly maxPollOverMs: number
+  readonly heartbeatLatency: Latency
+}
+
+/** The coordinator's JS heap in use (MiB), from its own metrics. */
+const heapUsedMib = async (url: string): Promise<number> => {
+  const text = await new Promise<string>((resolve, reject) => {
+    const u = new URL(url)
+    http
+      .get({ agent: setupAgent, host: u.hostname, port: u.port, path: "/metrics", headers: { authorization: `Bearer ${TOKEN}` } }, (res) => {
+        let data = ""
+        res.on("data", (c: Buffer) => (data += c.toString()))
+        res.on("end", () => resolve(data))
+      })
+      .on("error", reject)
+  })
+  return Number(/^nodejs_heap_size_used_bytes (\S+)$/m.exec(text)?.[1]) / 1024 / 1024
+}
+
+/** Committed and rolled-back transactions of the database so far. */
+const transactions = async (dbUrl: string): Promise<number> => {
+  const sql = postgres(dbUrl, { max: 1, onnotice: () => undefined })
+  try {
+    const [row] = await sql<{ n: string }[]>`select (xact_commit + xact_rollback)::text as n from pg_stat_database where datname = current_database()`
+    return Number(row?.n)
+  } finally {
+    await sql.end()
+  }
+}
+
+// ---- (a) the scale curve ------------------------------------------------------------------
+
+const curveStep = async (backend: string, agents: number, server: EmbeddedPostgresServer | null): Promise<void> => {
+  const db = server === null ? null : await createDatabase(server.url, { prefix: `fleet_${agents}` })
+  const dir = server === null ? mkdtempSync(join(tmpdir(), "engram-fleet-bench-")) : null
+  const coordinator = await startCoordinator(db !== null ? { ENGRAM_DATABASE_URL: db.url } : { ENGRAM_DATA_DIR: dir as string })
+  const driver = startDriver()
+  const label = `${backend}, ${agents.toLocaleString("en")} agents`
+  try {
+    const fleet = await registerHosts(coordinator.url, agents, "f")
+    const sessions: string[] = []
+    for (let i = 0; i < 100; i++) {
+      const r = await call(coordinator.url, "POST", "/v1/sessions", TOKEN, { id: `probe-${i}`, memMib: 1024, vcpus: 1 })
+      if (r.status === 201) sessions.push(`probe-${i}`)
+    }
+    const paths = sessions.flatMap((s, i) => [`/v1/sessions/${s}`, `/v1/hosts/${fleet[i % fleet.length]?.id ?? ""}`])
+    const probe = () => driver.send<Latency>({ cmd: "probe", url: coordinator.url, token: TOKEN, paths, concurrency: 4, durationMs: PROBE_S * 1000 })
+    const quiet = await probe()
+    const before = { rss: coordinator.rssMib(), heap: await heapUsedMib(coordinator.url) }
+
+    await driver.send({ cmd: "agents", url: coordinator.url, agents: fleet, sharedSockets: 512, ...agentTiming })
+    // Every agent's long-poll open and answered once (the first answers at once: no `since`).
+    for (let i = 0; i < 600; i++) {
+      const s = await driver.send<AgentStats>({ cmd: "stats" })
+      if (s.pollsOpen >= agents && s.polls >= agents) break
+      await sleep(500)
+    }
+    await sleep(5000)
+    await driver.send({ cmd: "reset" })
+    const tx0 = db === null ? 0 : await transactions(db.url)
+    const cpu0 = coordinator.cpuSeconds()
+    const t0 = performance.now()
+    await sleep(WINDOW_S * 1000)
+    const seconds = (performance.now() - t0) / 1000
+    const tx1 = db === null ? 0 : await transactions(db.url)
+    const cpu1 = coordinator.cpuSeconds()
+    const idle = await driver.send<AgentStats>({ cmd: "stats" })
+    const heap = await heapUsedMib(coordinator.url)
+    const loaded = await probe()
+    const rss = coordinator.rssMib()
+
+    const heartbeatsPerSec = idle.heartbeats / seconds
+    // The two reads of pg_stat_database are transactions too.
+    const txPerSec = (tx1 - tx0 - 1) / seconds
+    console.log(
+      `${label}: ${idle.polls} polls, ${idle.heartbeats} heartbeats, ${idle.reports} reports in ${seconds.toFixed(0)} s; ` +
+        `errors: polls ${idle.pollErrors}, heartbeats ${idle.heartbeatErrors}, reports ${idle.reportErrors}; ` +
+        `polls answered past their bound + 1 s: ${idle.latePolls} (worst +${idle.maxPollOverMs.toFixed(0)} ms); heartbeat p99 ${idle.heartbeatLatency.p99.toFixed(1)} ms`,
+    )
+    if (db !== null) {
+      report({
+        bench,
+        figure: `${label} idle: database transactions/s`,
+        value: txPerSec,
+        unit: "/s",
+        ratio: txPerSec / Math.max(heartbeatsPerSec, 1e-9),
+        baseline: `heartbeat requests ${heartbeatsPerSec.toFixed(0)}/s`,
+        goal: `<= heartbeat writes/s + 10`,
+      })
+    }
+    report({ bench, figure: `${label}: ordinary request p50 (4 in flight)`, value: loaded.p50, unit: "ms", ratio: loaded.p50 / quiet.p50, baseline: `no fleet ${quiet.p50.toFixed(1)} ms` })
+    report({ bench, figure: `${label}: ordinary request p99 (4 in flight)`, value: loaded.p99, unit: "ms", ratio: loaded.p99 / quiet.p99, baseline: `no fleet ${quiet.p99.toFixed(1)} ms`, goal: "<= 2x" })
+    report({ bench, figure: `${label}: coordinator RSS`, value: rss, unit: "MiB", ratio: rss / before.rss, baseline: `before the fleet ${before.rss.toFixed(0)} MiB`, goal: "<= 1024 MiB" })
+    report({
+      bench,
+      figure: `${label}: JS heap per agent (its long-poll, connection, cached credential and assignments)`,
+      value: ((heap - before.heap) * 1024) / agents,
+      unit: "KiB",
+      baseline: `heap ${before.heap.toFixed(0)} → ${heap.toFixed(0)} MiB`,
+    })
+    report({ bench, figure: `${label} idle: coordinator CPU`, value: ((cpu1 - cpu0) / seconds) * 100, unit: "% of a core" })
+    report({ bench, figure: `${label} idle: long-polls past their bound + 1 s`, value: idle.latePolls, unit: "polls", goal: "0" })
+  } finally {
+    await driver.stop()
+    await coordinator.stop()
+    if (dir !== null) rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+// ---- (b) 2,000 concurrent waits ------------------------------------------------------------------
+
+const concurrentWaits = async (server: EmbeddedPostgresServer): Promise<void> => {
+  const db = await createDatabase(server.url, { prefix: "fleet_waits" })
+  const coordinator = await startCoordinator({ ENGRAM_DATABASE_URL: db.url })
+  const driver = startDriver()
+  try {
+    const half = Math.floor(WAITS / 2)
+    const hosts = await registerHosts(coordinator.url, Math.max(half, 100), "w")
+    // Sessions that stay pending (no agent starts them): a wait for `running` runs to its bound.
+    const sessions: string[] = []
+    await inParallel(half, 32, async (i) => {
+      const h = hosts[i % hosts.length] as Agent
+      const r = await call(coordinator.url, "POST", "/v1/sessions", TOKEN, { id: `pending-${i}`, memMib: 256, vcpus: 1, affinity: [h.id] })
+      if (r.status !== 201) throw new Error(`create pending-${i}: ${r.status}`)
+      sessions.push(`pending-${i}`)
+    })
+    const polled = await Promise.all(
+      hosts.slice(0, WAITS - half).map(async (h) => ({ ...h, version: ((await get(coordinator.url, `/v1/hosts/${h.id}/assignments`, h.token)).json as { version: string }).version })),
+    )
+    const creates = (prefix: string) => driver.send<Latency & { perSec: number }>({ cmd: "creates", url: coordinator.url, token: TOKEN, prefix, concurrency: 16, durationMs: PROBE_S * 1000 })
+    const quiet = await creates("quiet")
+    const waited = driver.send<{ waits: number; statuses: Record<string, number>; maxOverMs: number; p50OverMs: number; withinBound: number }>({
+      cmd: "waits",
+      url: coordinator.url,
+      token: TOKEN,
+      sessions,
+      hosts: polled,
+      timeoutMs: WAIT_MS,
+    })
+    await sleep(2000)
+    const during = await creates("during")
+    const w = await waited
+    console.log(`waits: ${w.waits} answered, statuses ${JSON.stringify(w.statuses)}, worst ${w.maxOverMs.toFixed(0)} ms past the bound (p50 ${w.p50OverMs.toFixed(0)} ms)`)
+    report({ bench, figure: `${w.waits} concurrent waits (${WAIT_MS / 1000} s): answered within bound + 1 s`, value: w.withinBound, unit: "waits", ratio: w.withinBound / w.waits, baseline: `${w.waits} waits`, goal: "all" })
+    report({ bench, figure: `${w.waits} concurrent waits: latest answer past its bound`, value: w.maxOverMs, unit: "ms", goal: "<= 1000 ms" })
+    report({ bench, figure: `creates p99 during ${w.waits} waits (16 in flight)`, value: during.p99, unit: "ms", ratio: during.p99 / quiet.p99, baseline: `without waits ${quiet.p99.toFixed(1)} ms`, goal: "<= 2x" })
+    report({ bench, figure: `creates/s during ${w.waits} waits (16 in flight)`, value: during.perSec, unit: "/s", ratio: during.perSec / quiet.perSec, baseline: `without waits ${quiet.perSec.toFixed(0)}/s` })
+  } finally {
+    await driver.stop()
+    await coordinator.stop()
+  }
+}
+
+const main = async (): Promise<void> => {
+  console.log(`fleet bench: ${cpus().length} cores, load ${loadavg().map((l) => l.toFixed(1)).join(" ")}; curve ${CURVE.join(", ")} agents on ${BACKENDS.join(", ")}; idle window ${WINDOW_S} s`)
+  const server = BACKENDS.includes("postgres") || !skip.has("b") ? await startEmbeddedPostgres() : null
+  try {
+    if (!skip.has("a")) {
+      for (const backend of BACKENDS) for (const n of CURVE) await curveStep(backend, n, backend === "postgres" ? server : null)
+    }
+    if (!skip.has("b") && WAITS > 0 && server !== null) await concurrentWaits(server)
+  } finally {
+    setupAgent.destroy()
+    await server?.stop()
+  }
+  console.log(`fleet bench: done; load ${loadavg().map((l) => l.toFixed(1)).join(" ")}`)
+}
+
+await main()

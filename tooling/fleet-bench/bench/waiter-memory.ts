@@ -1,0 +1,80 @@
+/**
+ * Memory per waiter: a coordinator in this process (the in-memory store, real HTTP), N agents'
+ * assignments long-polls held open by another process (`driver.ts`), and this process's JS heap
+ * after a full collection before and after they open: what one open long-poll costs (its
+ * request and socket, its fiber and watch, its revocation watch, the host's credential and
+ * assignments kept in memory). Run with `node --expose-gc`.
+ *
+ *   tsx --conditions=@engram/source --expose-gc bench/waiter-memory.ts   (WAITERS=2000)
+ */
+import { report } from "@engram/bench"
+import { startCoordinator } from "@engram/coordinator"
+import { StoreSim } from "@engram/store-sim"
+import { spawn } from "node:child_process"
+import http from "node:http"
+import { dirname, join } from "node:path"
+import { createInterface } from "node:readline"
+import { fileURLToPath } from "node:url"
+
+const here = dirname(fileURLToPath(import.meta.url))
+const N = Number(process.env["WAITERS"] ?? 2000)
+const TOKEN = "waiter-memory-admin-token-0123456789"
+const gc = (globalThis as { gc?: () => void }).gc
+if (gc === undefined) throw new Error("run with node --expose-gc")
+
+const heapMib = (): number => {
+  for (let i = 0; i < 3; i++) gc()
+  return process.memoryUsage().heapUsed / 1024 / 1024
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 32 })
+const call = (url: string, method: string, path: string, body?: unknown): Promise<{ status: number; json: unknown }> =>
+  new Promise((resolve, reject) => {
+    const u = new URL(url)
+    const text = body === undefined ? undefined : JSON.stringify(body)
+    const headers: Record<string, string | number> = { authorization: `Bearer ${TOKEN}` }
+    if (text !== undefined) Object.assign(headers, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
+    const req = http.request({ agent, host: u.hostname, port: u.port, method, path, headers }, (res) => {
+      let data = ""
+      res.on("data", (c: Buffer) => (data += c.toString()))
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, json: data === "" ? null : (JSON.parse(data) as unknown) }))
+    })
+    req.on("error", reject)
+    req.end(text)
+  })
+
+const c = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Warn", config: { port: 0, adminToken: TOKEN } })
+const driver = spawn(process.execPath, ["--import", "tsx", join(here, "driver.ts")], { stdio: ["pipe", "pipe", "inherit"] })
+const answers = createInterface({ input: driver.stdout })[Symbol.asyncIterator]()
+try {
+  const agents: { id: string; token: string }[] = []
+  for (let i = 0; i < N; i++) {
+    const id = `m${i}`
+    const r = await call(c.url, "POST", "/v1/hosts", { id })
+    await call(c.url, "PUT", `/v1/hosts/${id}/report`, { totalMib: 65_536, allocatableMib: 65_536, totalVcpus: 16 })
+    agents.push({ id, token: (r.json as { token: string }).token })
+  }
+  // Each host's assignments read once (as an agent's first poll does), so the copies are in both figures.
+  for (const a of agents) await call(c.url, "GET", `/v1/hosts/${a.id}/assignments`)
+  const before = heapMib()
+  // Polls only: heartbeats and reports far apart (they would otherwise run during the measure).
+  driver.stdin.write(`${JSON.stringify({ id: 0, cmd: "agents", url: c.url, agents, sharedSockets: 8, pollWaitMs: 30_000, heartbeatMs: 3_600_000, reportMs: 3_600_000 })}\n`)
+  await answers.next()
+  for (let i = 0; i < 200; i++) {
+    driver.stdin.write(`${JSON.stringify({ id: 1, cmd: "stats" })}\n`)
+    const s = JSON.parse(((await answers.next()).value as string) ?? "{}") as { value: { pollsOpen: number; polls: number } }
+    if (s.value.polls >= N && s.value.pollsOpen >= N) break
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  await new Promise((r) => setTimeout(r, 1000))
+  const during = heapMib()
+  const perWaiterKiB = ((during - before) * 1024) / N
+  report({ bench: "fleet", figure: `JS heap per open assignments long-poll (${N} open, after GC)`, value: perWaiterKiB, unit: "KiB", baseline: `heap ${before.toFixed(1)} → ${during.toFixed(1)} MiB` })
+} finally {
+  // The driver gone first, so its open polls are not cut off by the coordinator's shutdown.
+  const exited = new Promise((r) => driver.once("exit", r))
+  driver.stdin.write(`${JSON.stringify({ id: 2, cmd: "stop" })}\n`)
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))])
+  agent.destroy()
+  await c.stop()
+}
