@@ -116,7 +116,7 @@ describe("a host's shared link and users' patience", () => {
     const idleAt10 = { activeMs: [10_000, 1], idleMs: [Workload.OPEN] }
     const w = [session("a1", 0, 3072, idleAt10), session("a2", 0, 3072, idleAt10), session("b", 10_500, 6144)]
     const waitOf = (hostTransferMibPerSec: number) =>
-      Simulation.run({ scripts: w, horizonMs: 60_000 }, { policy: "never-park", fleet: { hosts: 1, hostMib: 8192, hostTransferMibPerSec } }).queueWait.max
+      Simulation.run({ scripts: w, horizonMs: 60_000 }, { policy: "never-park", fleet: { hosts: 1, hostMib: 8192, descentMibPerSec: 1024, startMs: 2000, hostTransferMibPerSec } }).queueWait.max
     expect(waitOf(0)).toBe(4500)
     expect(waitOf(1024)).toBe(7500)
     // A link faster than both descents together holds neither back.
