@@ -14,6 +14,7 @@ import { defaultTriggerWindowMs, ReaperState } from "@engram/reaper"
 import { Data, Effect, Option } from "effect"
 import { CliOutput, Command, Flag } from "effect/cli"
 import * as Azure from "./Azure.js"
+import * as Bound from "./Bound.js"
 import * as Hosts from "./Hosts.js"
 import * as Load from "./Load.js"
 import * as Parallel from "./Parallel.js"
@@ -21,6 +22,7 @@ import * as Plot from "./Plot.js"
 import * as Report from "./Report.js"
 import * as Simulation from "./Simulation.js"
 import type { FleetConfig, Result } from "./Simulation.js"
+import * as Stress from "./Stress.js"
 import * as Workload from "./Workload.js"
 import type { GeneratorConfig } from "./Workload.js"
 
@@ -28,6 +30,8 @@ import type { GeneratorConfig } from "./Workload.js"
 export interface Options {
   readonly policies: readonly ParkPolicy.Name[]
   readonly generator: GeneratorConfig
+  /** The stress workload the generator follows (`--workload`), or null for the default generator. */
+  readonly scenario: Stress.Name | null
   readonly fleet: FleetConfig
   readonly trace: string | null
   readonly record: string | null
@@ -38,6 +42,8 @@ export interface Options {
   readonly threads: number
   /** Print the figures per time window too. */
   readonly windows: boolean
+  /** Compute the pooled-RAM LP bound on warm resumes and print warm ÷ bound. */
+  readonly lpBound: boolean
 }
 
 /** Bad command-line input: the option and the rule it broke. */
@@ -116,12 +122,26 @@ export const flags = {
   restoreBaseMs: atLeast0("restore-base-ms", fleet0.restoreBaseMs, "fixed cost of a restore, ms"),
   warmResumeMs: atLeast0("warm-resume-ms", fleet0.warmResumeMs, "unpausing a park, ms"),
   startMs: atLeast0("start-ms", fleet0.startMs, "booting a new session, ms"),
+  hostTransferMibPerS: atLeast0(
+    "host-transfer-mib-per-s",
+    fleet0.hostTransferMibPerSec,
+    "each host's disk/network, shared by its descents and restores, MiB/s (each also at most its own rate); 0 = no shared limit",
+  ),
+  patienceMedianS: atLeast0("patience-median-s", fleet0.patienceMedianS, "a queued request gives up after a lognormal patience with this median, s (the session ends: lost demand); 0 = users wait for ever"),
+  patienceSigma: positive("patience-sigma", fleet0.patienceSigma, "shape of the lognormal patience"),
   drain: Flag.Literals("drain", ["release", "pass"]).pipe(
     Flag.withDefault("release" as const),
     Flag.withDescription("drain the queue whenever room appears (release, SPEC §2) or only at passes (release)"),
   ),
   heartbeatS: atLeast0("heartbeat-s", 0, "model host agents' heartbeats every S s; 0 = agents never fail"),
   // The generated workload.
+  workload: Flag.String("workload").pipe(
+    Flag.optional,
+    Flag.withDescription(
+      `a stress workload with the fleet it is sized for (--host replaces the fleet, --sessions the count; the other workload flags but --seed, --hours and --size-jitter-pct are its own): ${Stress.names.join(", ")}`,
+    ),
+  ),
+  sizeJitterPct: between("size-jitter-pct", 0, 50, 0, "size noise: every generated session's RAM × (1 − U × pct / 100), U uniform in [0, 1)"),
   hours: positive("hours", gen0.hours, "simulated hours"),
   seed: Flag.Int("seed").pipe(Flag.withDefault(gen0.seed), Flag.withDescription(`workload seed (${gen0.seed})`)),
   sessions: Flag.Int("sessions").pipe(
@@ -140,6 +160,7 @@ export const flags = {
   svg: optionalString("svg", 'write the plot (sim.svg; "" for none)'),
   json: boolean("json", "print the results as JSON instead of a table"),
   windows: boolean("windows", "print the figures per time window too"),
+  lpBound: boolean("lp-bound", "compute the pooled-RAM LP bound on warm resumes (HiGHS) and print warm ÷ bound per policy"),
   windowH: positive("window-h", fleet0.windowMs / 3_600_000, "length of a time window of the figures, h"),
   worst: atLeast0Int("worst", fleet0.worstSessions, "name this many of the longest-waiting sessions"),
   threads: Flag.Int("threads").pipe(
@@ -206,10 +227,17 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
     if (f.heartbeatS > 0 && f.heartbeatS * 1000 >= limits.limits.heartbeatStaleWindowMs)
       return yield* new UsageError({ option: "--heartbeat-s", message: `must stay under the stale window (${limits.limits.heartbeatStaleWindowMs / 1000} s)` })
 
-    const shapes = yield* shapesFrom(f)
+    let scenario: Stress.Scenario | null = null
+    if (Option.isSome(f.workload)) {
+      const name = f.workload.value
+      if (!Stress.isName(name)) return yield* new UsageError({ option: "--workload", message: `unknown workload ${name}; one of ${Stress.names.join(", ")}` })
+      scenario = Stress.byName(name)
+    }
+    const shapes = (yield* shapesFrom(f)) ?? scenario?.shapes ?? null
     const hostTotal = shapes === null ? f.hosts : shapes.reduce((a, s) => a + s.count, 0)
-    // The reference load scales with the run: 50 sessions per host over a day, not 50 in every run.
-    const sessions = Option.getOrElse(f.sessions, () => Math.max(1, Math.round((sessionsPerHostPerDay * hostTotal * f.hours) / 24)))
+    // The reference load scales with the run: 50 sessions per host over a day, not 50 in every run
+    // (a stress workload has its own count).
+    const sessions = Option.getOrElse(f.sessions, () => scenario?.sessions ?? Math.max(1, Math.round((sessionsPerHostPerDay * hostTotal * f.hours) / 24)))
     const policyOptions: ParkPolicy.Options = {
       ...ParkPolicy.defaultOptions,
       floorPct: f.floorPct,
@@ -222,19 +250,23 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
       reserveYoungMinAgeMs: Math.round(f.reserveYoungMinAgeS * 1000),
     } satisfies ParkGate.Options & ParkPolicy.Options
     const svg = Option.getOrElse(f.svg, () => "sim.svg")
+    const generated: GeneratorConfig =
+      scenario === null
+        ? {
+            ...Workload.defaultGenerator,
+            seed: f.seed,
+            sessions,
+            resumeProb: f.resumeProb,
+            activeMedianMin: f.activeMedianMin,
+            idleMinMin: f.idleMinMin,
+            idleAlpha: f.idleAlpha,
+            dailyAmplitude: f.dailyAmplitude,
+          }
+        : scenario.generator(f.seed, sessions)
     return {
       policies,
-      generator: {
-        ...Workload.defaultGenerator,
-        seed: f.seed,
-        sessions,
-        hours: f.hours,
-        resumeProb: f.resumeProb,
-        activeMedianMin: f.activeMedianMin,
-        idleMinMin: f.idleMinMin,
-        idleAlpha: f.idleAlpha,
-        dailyAmplitude: f.dailyAmplitude,
-      },
+      generator: { ...generated, hours: f.hours, ...(f.sizeJitterPct > 0 ? { sizeJitterPct: f.sizeJitterPct } : {}) },
+      scenario: scenario?.name ?? null,
       fleet: {
         ...Simulation.defaultFleet,
         hosts: f.hosts,
@@ -246,6 +278,9 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
         restoreBaseMs: f.restoreBaseMs,
         warmResumeMs: f.warmResumeMs,
         startMs: f.startMs,
+        hostTransferMibPerSec: f.hostTransferMibPerS,
+        patienceMedianS: f.patienceMedianS,
+        patienceSigma: f.patienceSigma,
         heartbeatIntervalMs: Math.round(f.heartbeatS * 1000),
         drainOnRelease: f.drain === "release",
         reactWindowMs: f.reactMs,
@@ -262,6 +297,7 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
       progress: !f.noProgress,
       threads: Option.getOrElse(f.threads, () => Parallel.defaultThreads(policies.length)),
       windows: f.windows,
+      lpBound: f.lpBound,
     }
   })
 
@@ -320,7 +356,7 @@ export const runComparison = (options: Options) =>
     const overloaded = Load.warning(load)
     if (overloaded !== null) process.stderr.write(`${overloaded}\n`)
     if (options.record !== null) {
-      yield* writeText(options.record, Workload.toTrace(workload, `seed ${options.generator.seed}`))
+      yield* writeText(options.record, Workload.toTrace(workload, `${options.scenario ?? "generator"} seed ${options.generator.seed}`))
       process.stderr.write(`recorded ${workload.scripts.length} sessions to ${options.record}\n`)
     }
     const t0 = performance.now()
@@ -332,12 +368,20 @@ export const runComparison = (options: Options) =>
       const hours = workload.horizonMs / 3_600_000
       process.stdout.write(
         `${describeFleet(options.fleet)}, ${workload.scripts.length} sessions, ${hours} h` +
-          `${options.trace === null ? `, seed ${options.generator.seed}` : `, trace ${options.trace}`}; ` +
+          `${options.trace === null ? `, ${options.scenario === null ? "" : `${options.scenario}, `}seed ${options.generator.seed}` : `, trace ${options.trace}`}; ` +
           `${results.reduce((a, r) => a + r.events, 0)} events in ${wallS.toFixed(1)} s\n${Load.describe(load)}\n\n`,
       )
       process.stdout.write(Report.text(results))
       process.stdout.write(Report.longestWaitsText(results))
+      process.stdout.write(Report.waitsBySizeText(results))
+      if (options.fleet.patienceMedianS > 0) process.stdout.write(`\ngave up waiting (lost demand): ${results.map((r) => `${r.policy} ${r.gaveUp}`).join(", ")}\n`)
       if (options.windows) process.stdout.write(Report.windowsText(results))
+      if (options.lpBound) {
+        const bound = yield* Effect.promise(() => Bound.pooledRam(workload, Simulation.shapesOf(options.fleet), options.fleet.limits))
+        process.stdout.write(
+          `\npooled-RAM LP bound: ${bound.warm} warm resumes (TTL bound ${bound.ttl}); warm ÷ LP bound: ${results.map((r) => `${r.policy} ${bound.warm > 0 ? (r.warmResumes / bound.warm).toFixed(2) : "-"}`).join(", ")}\n`,
+        )
+      }
     }
     if (options.svg !== null) {
       yield* writeText(options.svg, Plot.svg(results, `engram simulator: ${describeFleet(options.fleet)}, ${workload.scripts.length} sessions`))
@@ -405,6 +449,7 @@ const simCommand = (handler: (f: Flags) => Effect.Effect<void, UsageError | File
     Command.withExamples([
       { command: "pnpm sim -- --policy demand,floor30 --hosts 1000 --hours 24 --seed 7", description: "the reference day" },
       { command: "pnpm sim -- --policy all --host 80x64gx16 --host 20x256gx64 --sessions 6000", description: "a mixed fleet, every policy in worker threads" },
+      { command: "pnpm sim -- --policy demand,floor30,demand-reserve --workload flash-crowd", description: "a stress workload on the fleet it is sized for" },
       { command: "pnpm sim -- convert-azure --vmtable vmtable.csv --cpu vm_cpu_readings-file-1-of-195.csv --out azure.jsonl --max-vms 5000", description: "an Azure trace" },
     ]),
     Command.withSubcommands([

@@ -18,6 +18,7 @@ const columns: readonly { readonly head: string; readonly cell: (r: Result) => s
   { head: "wait max s", cell: (r) => seconds(r.queueWait.max) },
   { head: "unplaceable", cell: (r) => String(r.unplaceable) },
   { head: "warm", cell: (r) => String(r.warmResumes) },
+  { head: "warm ÷ TTL bound", cell: (r) => (r.warmBoundTtl > 0 ? (r.warmResumes / r.warmBoundTtl).toFixed(2) : "-") },
   { head: "cold", cell: (r) => String(r.coldResumes) },
   { head: "resume p99 s", cell: (r) => seconds(r.resumeToRun.p99) },
   { head: "descents", cell: (r) => String(r.descents) },
@@ -56,6 +57,16 @@ export const longestWaitsText = (results: readonly Result[], count = 5): string 
       rows.push([`  ${w.sessionId}`, `${w.memMib} MiB/${w.vcpus}`, w.request, hm(w.requestAtMs), seconds(w.waitMs), w.stillQueued ? "still queued" : ""])
     out.push(`\nlongest waits under ${r.policy}${r.unplaceable > 0 ? ` (${r.unplaceable} unplaceable sessions left out)` : ""}:\n${pad(rows)}`)
   }
+  return out.join("")
+}
+
+const gib = (mib: number): string => (mib >= 1024 ? `${+(mib / 1024).toFixed(1)} GiB` : `${mib} MiB`)
+
+/** The queue waits per size class, one line per policy: the bound on waiting shows here (the biggest sessions wait longest). */
+export const waitsBySizeText = (results: readonly Result[]): string => {
+  const out: string[] = ["\nwait by size class (up to the largest budget; p99 / max s):\n"]
+  for (const r of results)
+    out.push(`  ${r.policy.padEnd(18)} ${r.waitsBySize.map((c) => `${gib(c.memMib)} ${seconds(c.p99Ms)} / ${seconds(c.maxMs)}`).join(" · ")}\n`)
   return out.join("")
 }
 

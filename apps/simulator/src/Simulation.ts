@@ -18,6 +18,7 @@ import type { IllegalTransition, PlaceOutcome } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Exit } from "effect"
 import { EventHeap } from "./EventHeap.js"
+import { Rng } from "./Rng.js"
 import * as SimClock from "./SimClock.js"
 import type { Script, Workload } from "./Workload.js"
 
@@ -72,6 +73,20 @@ export interface FleetConfig {
   readonly windowMs: number
   /** How many of the longest-waiting sessions to name. */
   readonly worstSessions: number
+  /**
+   * Each host's disk and network (MiB/s), shared by its descents and restores: together they
+   * move at most this much, each at most at its own rate (`descentMibPerSec`,
+   * `restoreMibPerSec`); transfers take the link in turn. `0`: no shared limit (each runs at its
+   * own rate, however many run at once).
+   */
+  readonly hostTransferMibPerSec: number
+  /**
+   * Users' patience: a queued request gives up after a lognormal time with this median (s) and
+   * shape `patienceSigma`, drawn per request from a seeded stream; the session ends (lost
+   * demand, `gaveUp`). `0`: users wait for ever.
+   */
+  readonly patienceMedianS: number
+  readonly patienceSigma: number
 }
 
 /**
@@ -100,6 +115,9 @@ export const defaultFleet: FleetConfig = Object.freeze({
   meter: ReaperState.defaultMeterOptions,
   windowMs: 3_600_000,
   worstSessions: 10,
+  hostTransferMibPerSec: 0,
+  patienceMedianS: 0,
+  patienceSigma: 1,
 })
 
 /** The host shapes of a fleet, in order. */
@@ -155,6 +173,32 @@ export interface LongWait {
   readonly stillQueued: boolean
 }
 
+/** The waits of the requests of one size class (`ParkPolicy.sizeClass`: the nearest power of two of GiB on a log scale). */
+export interface SizeWaits {
+  /** The largest RAM budget of the class's sessions (MiB). */
+  readonly memMib: number
+  readonly requests: number
+  readonly queued: number
+  readonly p99Ms: number
+  readonly maxMs: number
+}
+
+/**
+ * The most warm resumes any policy could give on this workload under the hard TTL: resumes
+ * after an idle period short enough for a park to last it (at most the hard TTL plus one reaper
+ * interval, when the pass that ages a park out runs). A park past the TTL yields, and a resume
+ * during or after its descent is cold; a wait only pushes resumes later, out of the run.
+ */
+export const ttlWarmBound = (workload: Workload, limits: Limits.Limits): number => {
+  const longest = limits.parkHardTtlMs + limits.reaperIntervalMs
+  let bound = 0
+  for (const s of workload.scripts) {
+    // Idle period k is followed by a resume when another active period follows it.
+    for (let k = 0; k < s.idleMs.length && k + 1 < s.activeMs.length; k++) if ((s.idleMs[k] as number) <= longest) bound++
+  }
+  return bound
+}
+
 /** What one run measured. */
 export interface Result {
   readonly policy: ParkPolicy.Name
@@ -206,6 +250,12 @@ export interface Result {
   readonly windows: readonly WindowFigures[]
   /** The longest-waiting sessions, longest first. */
   readonly longestWaits: readonly LongWait[]
+  /** Queue waits per size class, smallest first (unplaceable sessions left out). */
+  readonly waitsBySize: readonly SizeWaits[]
+  /** `ttlWarmBound`: no policy keeps more resumes warm on this workload. */
+  readonly warmBoundTtl: number
+  /** Queued requests whose user gave up waiting (`patienceMedianS`): the session ended, lost demand. */
+  readonly gaveUp: number
 }
 
 /** Options of one run. */
@@ -226,6 +276,7 @@ const PASS = 5
 const HEARTBEAT = 6
 const ARRIVE = 7
 const REACT = 8
+const GIVE_UP = 9
 
 const emptyQuantiles: Quantiles = { p50: 0, p95: 0, p99: 0, max: 0, mean: 0 }
 
@@ -390,10 +441,16 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   let events = 0
   /** Sessions queued now that some host could take (unplaceable ones wait apart). */
   const waiting = new Set<number>()
+  // Users' patience: a stream of its own, so the workload and the rest of the run do not change with it.
+  const patience = fleet.patienceMedianS > 0 ? new Rng(0x9a7e_4ce5) : null
+  const giveUpAt = new Float64Array(n)
+  let gaveUp = 0
   let roomAppeared = false
 
   // Measurements.
   const waits = new Samples()
+  const sizeClassOf = Uint8Array.from(scripts, (sc) => ParkPolicy.sizeClass(sc.budget.memMib))
+  const bySize: ({ memMib: number; requests: number; queued: number; waits: Samples } | undefined)[] = []
   const resumeWaits = new Samples()
   const windows = new Windows(fleet.windowMs, horizon)
   let requests = 0
@@ -438,13 +495,37 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     const s = scripts[i] as Script
     return s.residentMib ?? s.budget.memMib
   }
-  const restoreMs = (i: number): number => fleet.restoreBaseMs + (residentOf(i) / fleet.restoreMibPerSec) * 1000
-  const descentMs = (i: number): number => (residentOf(i) / fleet.descentMibPerSec) * 1000
+  /** When the link of host `h` is free again (shared transfers). */
+  const linkFreeAt = new Float64Array(hostTotal)
+  /**
+   * When a transfer of `mib` at `rate` MiB/s that starts now on host `h` ends: at its own rate,
+   * and with a shared link no sooner than the link has moved it after the transfers before it.
+   */
+  const transferEnd = (h: number, mib: number, rate: number): number => {
+    const alone = now + (mib / rate) * 1000
+    const link = fleet.hostTransferMibPerSec
+    if (!(link > 0) || h < 0) return alone
+    const through = Math.max(now, linkFreeAt[h] as number) + (mib / link) * 1000
+    linkFreeAt[h] = through
+    return Math.max(alone, through)
+  }
+  const restoreMs = (i: number): number => fleet.restoreBaseMs + transferEnd(host[i] as number, residentOf(i), fleet.restoreMibPerSec) - now
+  const descentMs = (i: number): number => transferEnd(host[i] as number, residentOf(i), fleet.descentMibPerSec) - now
 
   /** Records how long request `i` waited (the figures leave unplaceable sessions out). */
   const recordWait = (i: number, wait: number): void => {
     if (unplaceable[i] === 1) return
     waits.push(wait)
+    const k = sizeClassOf[i] as number
+    let c = bySize[k]
+    if (c === undefined) {
+      c = { memMib: 0, requests: 0, queued: 0, waits: new Samples() }
+      bySize[k] = c
+    }
+    c.memMib = Math.max(c.memMib, (scripts[i] as Script).budget.memMib)
+    c.requests++
+    if (wait > 0) c.queued++
+    c.waits.push(wait)
     windows.wait(requestAt[i] as number, wait)
     if (wait > (longest[i] as number)) {
       longest[i] = wait
@@ -568,6 +649,10 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       windows.count(requestAt[i] as number, "queued")
       if (unplaceable[i] === 1) return
       waiting.add(i)
+      if (patience !== null) {
+        giveUpAt[i] = now + Math.max(1, Math.round(patience.lognormal(fleet.patienceMedianS * 1000, fleet.patienceSigma)))
+        heap.push(giveUpAt[i] as number, GIVE_UP, i)
+      }
       // React at once (the coordinator's handlers poke the Trigger on every Queued answer).
       if (fleet.reactWindowMs > 0) {
         const due = reactWindow.request(now, fleet.reactWindowMs)
@@ -678,6 +763,15 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         pass()
         const next = now + limits.reaperIntervalMs
         if (next <= horizon) heap.push(next, PASS, 0)
+        return
+      }
+      case GIVE_UP: {
+        // Only the request that set this time, and only while it still waits.
+        if (!waiting.has(i) || giveUpAt[i] !== now) return
+        if (!("ok" in (attempt(store.endSession(s.id)) ?? {}))) return
+        waiting.delete(i)
+        gaveUp++
+        recordWait(i, now - (requestAt[i] as number))
         return
       }
       case REACT: {
@@ -798,5 +892,12 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     series,
     windows: windows.figures(),
     longestWaits,
+    waitsBySize: bySize.flatMap((c) => {
+      if (c === undefined) return []
+      const q = quantiles(c.waits.values())
+      return [{ memMib: c.memMib, requests: c.requests, queued: c.queued, p99Ms: q.p99, maxMs: q.max }]
+    }),
+    warmBoundTtl: ttlWarmBound(workload, fleet.limits),
+    gaveUp,
   }
 }

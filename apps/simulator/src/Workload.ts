@@ -69,6 +69,28 @@ export interface GeneratorConfig {
   readonly abandonIdleProb: number
   /** At most this many active periods per session. */
   readonly maxCycles: number
+  /**
+   * Stretches of the run where the arrival rate is multiplied (a flash crowd, a shift that
+   * lasts to the end) and, optionally, sizes come from another mix (a burst of very big
+   * sessions, a size shift). Where phases overlap, the rates multiply and the last one's sizes win.
+   */
+  readonly phases?: readonly Phase[] | undefined
+  /**
+   * Size noise: every session's RAM is multiplied by (1 − U × pct / 100), U uniform in [0, 1),
+   * drawn from a stream of its own, so a jittered workload is the unjittered one with slightly
+   * smaller sessions (the same arrivals, periods and vCPUs). 0 or missing: none.
+   */
+  readonly sizeJitterPct?: number | undefined
+}
+
+/** A stretch of the run with another arrival rate and, optionally, other sizes. */
+export interface Phase {
+  readonly fromHour: number
+  readonly hours: number
+  /** The arrival rate in the phase is the daily cycle's times this. */
+  readonly rateFactor: number
+  /** Sizes of the sessions arriving in the phase (missing: the generator's). */
+  readonly sizes?: readonly SizeClass[] | undefined
 }
 
 /** Defaults: a working day of sandboxes with 2–32 GiB, a busy afternoon and a long idle tail. */
@@ -95,31 +117,68 @@ export const defaultGenerator: GeneratorConfig = Object.freeze({
   maxCycles: 40,
 })
 
-/** Arrival times of `n` sessions over `hours`, from a rate with a daily cycle (thinning). */
+const inPhase = (p: Phase, hour: number): boolean => hour >= p.fromHour && hour < p.fromHour + p.hours
+
+/** The product of the rate factors of the phases at `hour`. */
+const phaseFactor = (phases: readonly Phase[], hour: number): number => {
+  let f = 1
+  for (const p of phases) if (inPhase(p, hour)) f *= p.rateFactor
+  return f
+}
+
+/** The largest rate factor the phases reach at any time (their product where they overlap at most). */
+const maxPhaseFactor = (phases: readonly Phase[]): number => {
+  let max = 1
+  for (const p of phases) max = Math.max(max, phaseFactor(phases, p.fromHour))
+  return max
+}
+
+/** Arrival times of `n` sessions over `hours`, from a rate with a daily cycle and the phases (thinning). */
 const arrivals = (rng: Rng, cfg: GeneratorConfig): number[] => {
   const horizon = cfg.hours * HOUR
   const amp = Math.max(0, Math.min(1, cfg.dailyAmplitude))
+  const phases = cfg.phases ?? []
+  const bound = (1 + amp) * maxPhaseFactor(phases)
   const out: number[] = []
   while (out.length < cfg.sessions) {
     const t = rng.uniform() * horizon
     const hour = t / HOUR
-    const rate = 1 + amp * Math.cos((2 * Math.PI * (hour - cfg.peakHour)) / 24)
-    if (rng.uniform() * (1 + amp) < rate) out.push(Math.floor(t))
+    const daily = 1 + amp * Math.cos((2 * Math.PI * (hour - cfg.peakHour)) / 24)
+    const rate = phases.length === 0 ? daily : daily * phaseFactor(phases, hour)
+    if (rng.uniform() * bound < rate) out.push(Math.floor(t))
   }
   return out.sort((a, b) => a - b)
 }
+
+/** The sizes of a session arriving at `hour`: the last phase with sizes that covers it, else the generator's. */
+const sizesAt = (cfg: GeneratorConfig, hour: number): readonly SizeClass[] => {
+  let sizes = cfg.sizes
+  for (const p of cfg.phases ?? []) if (p.sizes !== undefined && inPhase(p, hour)) sizes = p.sizes
+  return sizes
+}
+
+/** A different stream for the size noise, so the rest of the workload does not change with it. */
+const JITTER_STREAM = 0x5eed_0003
 
 const msAtLeast1 = (x: number): number => Math.max(1, Math.round(x))
 
 /** Generates a workload from the seed: the same config always gives the same scripts. */
 export const generate = (cfg: GeneratorConfig): Workload => {
   const rng = new Rng(cfg.seed)
+  const jitter = cfg.sizeJitterPct !== undefined && cfg.sizeJitterPct > 0 ? { rng: new Rng((cfg.seed ^ JITTER_STREAM) >>> 0), share: cfg.sizeJitterPct / 100 } : null
   const times = arrivals(rng, cfg)
-  const weights = cfg.sizes.map((s) => s.weight)
+  const weightsOf = new Map<readonly SizeClass[], number[]>()
   const width = String(cfg.sessions).length
   const idleCap = cfg.idleCapHours * HOUR
   const scripts: Script[] = times.map((arriveAtMs, i) => {
-    const size = cfg.sizes[rng.weighted(weights)] as SizeClass
+    const mix = cfg.phases === undefined ? cfg.sizes : sizesAt(cfg, arriveAtMs / HOUR)
+    let weights = weightsOf.get(mix)
+    if (weights === undefined) {
+      weights = mix.map((s) => s.weight)
+      weightsOf.set(mix, weights)
+    }
+    const size = mix[rng.weighted(weights)] as SizeClass
+    const memMib = jitter === null ? size.memMib : Math.max(1, Math.floor(size.memMib * (1 - jitter.rng.uniform() * jitter.share)))
     const activeMs: number[] = []
     const idleMs: number[] = []
     let endAfterIdle = false
@@ -139,7 +198,7 @@ export const generate = (cfg: GeneratorConfig): Workload => {
     return {
       id: `s${String(i).padStart(width, "0")}`,
       arriveAtMs,
-      budget: { memMib: size.memMib, vcpus: size.vcpus },
+      budget: { memMib, vcpus: size.vcpus },
       activeMs,
       idleMs,
       endAfterIdle,

@@ -4,6 +4,7 @@
  * simulated clock, under each park policy of `ParkPolicy`, and reports queue waits, warm and
  * cold resumes, descents and over-commits.
  */
+export * as Bound from "./Bound.js"
 export * as Cli from "./Cli.js"
 export * as Load from "./Load.js"
 export * as Plot from "./Plot.js"
@@ -11,4 +12,5 @@ export * as Report from "./Report.js"
 export { Rng } from "./Rng.js"
 export * as SimClock from "./SimClock.js"
 export * as Simulation from "./Simulation.js"
+export * as Stress from "./Stress.js"
 export * as Workload from "./Workload.js"

@@ -108,3 +108,28 @@ describe("figures per window and the longest waits", () => {
     expect(Report.windowsText([r]).split("\n").length).toBeGreaterThan(7)
   })
 })
+
+describe("a host's shared link and users' patience", () => {
+  it("descents on one host share its link: the second waits for the first", () => {
+    // a1 and a2 (3 GiB each) go idle at 12 s (after a 2 s boot) and descend at once (never-park),
+    // 3 s each at 1 GiB/s; b (6 GiB) arrives at 10.5 s and needs both gone.
+    const idleAt10 = { activeMs: [10_000, 1], idleMs: [Workload.OPEN] }
+    const w = [session("a1", 0, 3072, idleAt10), session("a2", 0, 3072, idleAt10), session("b", 10_500, 6144)]
+    const waitOf = (hostTransferMibPerSec: number) =>
+      Simulation.run({ scripts: w, horizonMs: 60_000 }, { policy: "never-park", fleet: { hosts: 1, hostMib: 8192, descentMibPerSec: 1024, startMs: 2000, hostTransferMibPerSec } }).queueWait.max
+    expect(waitOf(0)).toBe(4500)
+    expect(waitOf(1024)).toBe(7500)
+    // A link faster than both descents together holds neither back.
+    expect(waitOf(4096)).toBe(4500)
+  })
+
+  it("a queued request gives up after its patience: the session ends, counted as lost demand", () => {
+    const w = [session("a", 0, 6144), session("b", 1000, 4096)]
+    const fleet = { hosts: 1, hostMib: 8192, patienceSigma: 1e-6 }
+    const patient = run(w, fleet, 120_000)
+    expect(patient).toMatchObject({ gaveUp: 0, stillQueued: 1 })
+    const impatient = run(w, { ...fleet, patienceMedianS: 30 }, 120_000)
+    expect(impatient).toMatchObject({ gaveUp: 1, stillQueued: 0 })
+    expect(Math.abs(impatient.queueWait.max - 30_000)).toBeLessThan(10)
+  })
+})

@@ -27,9 +27,10 @@
  * per pass), and while the hold lasts no idle session parks there (it descends, adding its
  * room: while its session waits without room no idle session parks anywhere). The hold is part of the gate's answer and comes back as an input at the next pass, so
  * the room gathers on one host instead of being spread over many. The queue drains in FIFO
- * order, so the starving session (the oldest waiting) takes the room when it is whole, unless a
- * smaller session takes a hole first: a hard bound needs placement to skip a held host for
- * every session but its holder, which the gate cannot do alone.
+ * order, so the starving session (the oldest waiting) takes the room when it is whole. Where
+ * descents alone cannot make the room, the gate holds the host placement claims for it
+ * (`QueueWalk.claims`): every placement but the holder's skips that host, so smaller sessions
+ * cannot take its holes, and the wait is bounded by the time its sessions take to leave.
  */
 import * as Headroom from "./Headroom.js"
 import type { Budget } from "./Headroom.js"
@@ -37,6 +38,8 @@ import { defaults, type Limits } from "./Limits.js"
 import { byId, compareIds } from "./Order.js"
 import * as Placement from "./Placement.js"
 import type { Candidate } from "./Placement.js"
+import { Index } from "./PlacementIndex.js"
+import * as QueueWalk from "./QueueWalk.js"
 
 /** A parked session on a host. */
 export interface Park {
@@ -340,12 +343,20 @@ export class DescentPlanner {
 
 /**
  * The host to hold for a starving session: the cheapest room made by descents alone; failing
- * that, the host nearest to fitting it (the most free RAM once all its parks descend), where
- * sessions that end or go idle will add the rest.
+ * that, the host placement has claimed for it (`QueueWalk.claims`: only it may place there, so
+ * the room gathers as sessions end or go idle and its parks descend), else the host nearest to
+ * fitting it (the most free RAM once all its parks descend).
  */
-export const holdFor = (q: Queued, hosts: readonly FleetHost[], taken: ReadonlySet<string>, planner: DescentPlanner): FleetHost | undefined => {
+export const holdFor = (
+  q: Queued,
+  hosts: readonly FleetHost[],
+  taken: ReadonlySet<string>,
+  planner: DescentPlanner,
+  claimed?: FleetHost | undefined,
+): FleetHost | undefined => {
   const cheapest = planner.cheapest(q.budget, hosts, taken)
   if (cheapest !== undefined) return cheapest.host
+  if (claimed !== undefined && !taken.has(claimed.id)) return claimed
   let nearest: { h: FleetHost; freeAfter: number } | undefined
   for (const h of hosts) {
     if (taken.has(h.id) || !planner.could(h, q.budget)) continue
@@ -353,6 +364,19 @@ export const holdFor = (q: Queued, hosts: readonly FleetHost[], taken: ReadonlyS
     if (nearest === undefined || freeAfter > nearest.freeAfter || (freeAfter === nearest.freeAfter && byId(h, nearest.h) < 0)) nearest = { h, freeAfter }
   }
   return nearest?.h
+}
+
+/** Queue order (SPEC §2): first queued first, ties by id. */
+const byQueueOrder = (a: Queued, b: Queued): number => a.queuedAt - b.queuedAt || compareIds(a.sessionId, b.sessionId)
+
+/** The hosts placement claims for the starving sessions of this read, by holder (`QueueWalk.claims`). */
+export const claimedHosts = (fleet: FleetView, now: number, limits: Limits, options: Options): Map<string, FleetHost> => {
+  const byHostId = new Map(fleet.hosts.map((h) => [h.id, h]))
+  const out = new Map<string, FleetHost>()
+  const queue = [...fleet.queue].sort(byQueueOrder)
+  for (const [hostId, q] of QueueWalk.claims(Index.of(fleet.hosts, limits), queue, { now, limitMs: options.starvationLimitMs }, limits))
+    out.set(q.sessionId, byHostId.get(hostId) as FleetHost)
+  return out
 }
 
 /** The serving step's answer: the holds for the next pass and the yields on held hosts. */
@@ -391,18 +415,30 @@ export const serve = (
   const yields: Yield[] = []
   const maxNew = ctx.options.maxNewHoldsPerPass ?? defaultMaxNewHoldsPerPass
   let chosen = 0
+  // Computed once, when a starving session needs it.
+  let claimed: Map<string, FleetHost> | undefined
   for (const q of order) {
     const isStarving = starvingIds.has(q.sessionId)
     const kept = byHostId.get(previous.get(q.sessionId) ?? "")
     let h: FleetHost | undefined
     // A fitting hold lasts while its descents run or its parks can still make the room.
-    if (kept !== undefined && !taken.has(kept.id) && planner.could(kept, q.budget) && (isStarving || kept.descentsRunning > 0 || planner.descents(kept, q.budget).fits))
-      h = kept
+    if (kept !== undefined && !taken.has(kept.id) && planner.could(kept, q.budget)) {
+      if (isStarving) {
+        // A starving session's hold stays unless placement now claims another host for it and
+        // the kept one's parks cannot make the room.
+        claimed ??= claimedHosts(fleet, ctx.now, ctx.limits, ctx.options)
+        const claim = claimed.get(q.sessionId)
+        if (claim === undefined || claim.id === kept.id || kept.descentsRunning > 0 || planner.descents(kept, q.budget).fits) h = kept
+      } else if (kept.descentsRunning > 0 || planner.descents(kept, q.budget).fits) h = kept
+    }
     if (h === undefined) {
       // A new hold searches every host: a bounded number per pass (the queue's oldest first).
       if (chosen >= maxNew) continue
       chosen += 1
-      h = isStarving ? holdFor(q, fleet.hosts, taken, planner) : planner.cheapest(q.budget, fleet.hosts, taken)?.host
+      if (isStarving) {
+        claimed ??= claimedHosts(fleet, ctx.now, ctx.limits, ctx.options)
+        h = holdFor(q, fleet.hosts, taken, planner, claimed.get(q.sessionId))
+      } else h = planner.cheapest(q.budget, fleet.hosts, taken)?.host
     }
     if (h === undefined) continue
     taken.add(h.id)

@@ -378,24 +378,44 @@ export const poissonQuantile = (mean: number, q: number): number => {
 }
 
 /**
+ * The size class of a RAM size: the nearest power of two on a log scale (sizes from 0.71× to
+ * 1.41× of 2^k share class k). Sessions come in round sizes, so the class bounds lie far from
+ * every common size: a few percent of size noise never moves a session to another class.
+ */
+export const sizeClass = (memMib: number): number => {
+  if (!(memMib >= 1)) return 0
+  if (memMib > 0x7fffffff) return Math.round(Math.log2(memMib))
+  const k = 31 - Math.clz32(memMib)
+  // Above 2^k × √2 the next power is nearer on a log scale.
+  return memMib >= (1 << k) * Math.SQRT2 ? k + 1 : k
+}
+
+/**
  * The sessions expected to ask for room within `reserveLeadMs`, largest first. The rate of
  * sessions is the recent demand (`reservedMibPerSec`) over the mean size of the sessions of this
- * fleet (those parked and queued now, but for queued ones too big for every host); each size takes its share of that rate, and gets as many
- * places as a Poisson count reaches with probability `reserveQuantile`: a rare big size still
- * gets one place when it is likely enough to come, which a reserve counted in MiB would miss.
+ * fleet (those parked and queued now, but for queued ones too big for every host). The sessions
+ * are grouped by size class (`sizeClass`; a class asks for the largest budget seen in it), and
+ * the places go from the largest class down: each class gets as many places as a Poisson count
+ * of its arrivals reaches with probability `reserveQuantile`, or more when the classes at least
+ * as big together reach more. So a rare big size still gets a place when arrivals that big are
+ * likely enough (which a reserve counted in MiB would miss), and splitting a size into many
+ * nearby sizes (size noise) changes neither the classes nor the places.
  */
 export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, options: Options = defaultOptions, maxCount = 256): Budget[] => {
   if (recent === undefined || !(recent.reservedMibPerSec > 0)) return []
-  // Sizes by one key each (a number for whole MiB and vCPUs, which is every session's: this runs
-  // over every park of the fleet each pass).
-  const sizes = new Map<number | string, { budget: Budget; count: number }>()
+  // This runs over every park of the fleet each pass: classes in an array by class number.
+  const classes: ({ memMib: number; vcpus: number; count: number } | undefined)[] = []
   let total = 0
   let mib = 0
   const add = (b: Budget): void => {
-    const key = Number.isInteger(b.memMib) && Number.isInteger(b.vcpus) && b.vcpus >= 0 && b.vcpus < 4096 ? b.memMib * 4096 + b.vcpus : `${b.memMib}:${b.vcpus}`
-    const g = sizes.get(key)
-    if (g === undefined) sizes.set(key, { budget: b, count: 1 })
-    else g.count++
+    const k = sizeClass(b.memMib)
+    const g = classes[k]
+    if (g === undefined) classes[k] = { memMib: b.memMib, vcpus: b.vcpus, count: 1 }
+    else {
+      g.count++
+      if (b.memMib > g.memMib) g.memMib = b.memMib
+      if (b.vcpus > g.vcpus) g.vcpus = b.vcpus
+    }
     total++
     mib += b.memMib
   }
@@ -408,11 +428,16 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
   if (total === 0) return []
   const sessionsPerLead = (recent.reservedMibPerSec / (mib / total)) * (options.reserveLeadMs / 1000)
   const out: Budget[] = []
-  const groups = [...sizes.values()]
-  groups.sort((a, b) => b.budget.memMib - a.budget.memMib || b.budget.vcpus - a.budget.vcpus)
-  for (const g of groups) {
-    const places = poissonQuantile((sessionsPerLead * g.count) / total, options.reserveQuantile)
-    for (let k = 0; k < places && out.length < maxCount; k++) out.push(g.budget)
+  let atLeast = 0
+  for (let k = classes.length - 1; k >= 0 && out.length < maxCount; k--) {
+    const g = classes[k]
+    if (g === undefined) continue
+    atLeast += g.count
+    // Its own arrivals' quantile, or what the tail from the largest class down still lacks.
+    const own = poissonQuantile((sessionsPerLead * g.count) / total, options.reserveQuantile)
+    const tail = poissonQuantile((sessionsPerLead * atLeast) / total, options.reserveQuantile) - out.length
+    const budget = { memMib: g.memMib, vcpus: g.vcpus }
+    for (let n = Math.max(own, tail); n > 0 && out.length < maxCount; n--) out.push(budget)
   }
   return out
 }

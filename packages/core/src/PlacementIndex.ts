@@ -142,11 +142,20 @@ export class Index {
   /** Open, measured hosts whose RAM is not gated although measured (rare): judged one by one. */
   private readonly irregular: Candidate[] = []
 
-  constructor(private limits: Limits = defaults) {}
+  #limits: Limits
+
+  constructor(limits: Limits = defaults) {
+    this.#limits = limits
+  }
+
+  /** The limits the index judges fits by. */
+  get limits(): Limits {
+    return this.#limits
+  }
 
   /** Replaces the limits; every host is re-filed. */
   setLimits(limits: Limits): void {
-    this.limits = limits
+    this.#limits = limits
     const hosts = [...this.all.values()]
     for (const c of hosts) this.remove(c.id)
     for (const c of hosts) this.upsert(c)
@@ -184,7 +193,7 @@ export class Index {
 
   /** The slot of an open host; null for a host that takes no placement. */
   private slotFor(c: Candidate): Slot | null {
-    if (!Placement.isOpen(c, this.limits)) return null
+    if (!Placement.isOpen(c, this.#limits)) return null
     const h = c.headroom
     return {
       c,
@@ -247,16 +256,16 @@ export class Index {
     // Measured affinity hosts rank above every other measured host, in preference order.
     for (const id of affinity.keys()) {
       const c = this.all.get(id)
-      if (c !== undefined && id !== exclude && Placement.isMeasured(c) && Placement.fitsOn(c, b, this.limits)) return c.id
+      if (c !== undefined && id !== exclude && Placement.isMeasured(c) && Placement.fitsOn(c, b, this.#limits)) return c.id
     }
     let best = this.firstFit(this.measured, b, affinity, exclude)
     for (const c of this.irregular) {
-      if (c.id !== exclude && Placement.fitsOn(c, b, this.limits) && (best === undefined || Placement.compare(c, best, affinity) < 0)) best = c
+      if (c.id !== exclude && Placement.fitsOn(c, b, this.#limits) && (best === undefined || Placement.compare(c, best, affinity) < 0)) best = c
     }
     if (best !== undefined) return best.id
     for (const id of affinity.keys()) {
       const c = this.all.get(id)
-      if (c !== undefined && id !== exclude && Placement.fitsOn(c, b, this.limits)) return c.id
+      if (c !== undefined && id !== exclude && Placement.fitsOn(c, b, this.#limits)) return c.id
     }
     for (const s of this.unmeasured.all())
       if (s.fitMib >= b.memMib && s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude) return s.c.id
@@ -265,7 +274,7 @@ export class Index {
 
   /** The host choice (`Placement.choose`) over the hosts here, picking through the index. */
   choose(req: Choice): Chosen {
-    return Placement.chooseWith(req, (id) => this.all.get(id), (r) => this.pick(r), this.limits)
+    return Placement.chooseWith(req, (id) => this.all.get(id), (r) => this.pick(r), this.#limits)
   }
 
   /** Whether anything here fits the budget. */

@@ -3,6 +3,17 @@
  * each placement taking its room before the next session is judged; a session that fits
  * nowhere keeps its place and a later, smaller one may pass it. Both stores' drains and the
  * cumulative park policy walk the queue with it.
+ *
+ * **Holds for starving sessions.** A later, smaller session may pass a big one, so a big session
+ * could wait for ever while small ones take each hole as it opens. A queued session that has
+ * waited `starvation.limitMs` and fits nowhere gets a host *claimed* for it (`claims`): the
+ * ready host that could take it when empty with the most free RAM (ties by id; oldest starving
+ * session first, at most `maxClaims`). Every placement but the holder's skips a claimed host:
+ * the walk, and a store's create and resume (`excludingClaims`). The rule is a function of the
+ * queue and the hosts alone, so every store and the park gate (which descends the claimed
+ * host's parks) find the same hosts without sharing any memory. A claimed host's free RAM only
+ * grows (nobody else places there), so it stays the holder's host, or the claim moves to a host
+ * with still more room; the wait ends when its sessions have left.
  */
 import * as Headroom from "./Headroom.js"
 import type { Budget } from "./Headroom.js"
@@ -15,7 +26,18 @@ import { Index } from "./PlacementIndex.js"
 export interface Waiting {
   readonly budget: Budget
   readonly affinity?: readonly string[] | undefined
+  /** When it queued (a session that waited the starvation limit gets a host claimed). */
+  readonly queuedAt?: number | null | undefined
 }
+
+/** When a queued session is starving: it has waited `limitMs` at `now`. */
+export interface Starvation {
+  readonly now: number
+  readonly limitMs: number
+}
+
+/** At most this many claims at once: finding a host scans every host, and a claim per starving session could fence off a whole overloaded fleet. */
+export const maxClaims = 16
 
 /** A planned placement: the session goes to the host. */
 export interface Planned<W extends Waiting = Waiting> {
@@ -35,6 +57,8 @@ export interface Walk<W extends Waiting = Waiting> {
 export interface WalkOptions {
   /** Stop once this many are placed (later sessions are neither placed nor judged). */
   readonly limit?: number | undefined
+  /** Claim hosts for the starving sessions of the queue (see `claims`); missing: no claims. */
+  readonly starvation?: Starvation | undefined
 }
 
 /** The candidate with one more reservation of `budget` on it. */
@@ -44,20 +68,96 @@ export const withReservation = <C extends Candidate>(c: C, budget: Budget): C =>
   entries: (c.entries ?? 0) + 1,
 })
 
+/** Whether `w` has waited the starvation limit. */
+const isStarving = (w: Waiting, s: Starvation): boolean => w.queuedAt != null && s.now - w.queuedAt >= s.limitMs
+
+/**
+ * The hosts claimed for starving sessions, holder by host id: for each queued session (FIFO
+ * order) that has waited `starvation.limitMs` and fits on no host left unclaimed, the ready,
+ * measured host that could take it when empty with the most free RAM (ties by id), at most
+ * `maxClaims`. The queue is in FIFO order, so the starving sessions come first: the scan stops
+ * at the first that is not.
+ */
+export const claims = <W extends Waiting>(index: Index, queue: Iterable<W>, starvation: Starvation, limits: Limits): Map<string, W> => {
+  const out = new Map<string, W>()
+  const removed: Candidate[] = []
+  // A budget no host is left for (too big for every host, or every such host claimed) is
+  // judged once: an unplaceable session queues for ever and starves with its like.
+  const hopeless = new Set<string>()
+  for (const w of queue) {
+    if (!isStarving(w, starvation) || out.size >= maxClaims) break
+    const key = `${w.budget.memMib}/${w.budget.vcpus}`
+    if (hopeless.has(key) || index.anyFits(w.budget)) continue
+    let best: { c: Candidate; free: number } | undefined
+    for (const c of index.values()) {
+      if ((c.state ?? "ready") !== "ready" || !Placement.isMeasured(c) || !Placement.fitsOn(Placement.emptied(c), w.budget, { ...limits, requireMeasured: false })) continue
+      const free = Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY
+      if (best === undefined || free > best.free || (free === best.free && c.id < best.c.id)) best = { c, free }
+    }
+    if (best === undefined) {
+      hopeless.add(key)
+      continue
+    }
+    out.set(best.c.id, w)
+    // Later sessions are judged without the claimed host.
+    removed.push(best.c)
+    index.remove(best.c.id)
+  }
+  for (const c of removed) index.upsert(c)
+  return out
+}
+
+/**
+ * The host placement picks for a request that is not a claim's holder (a create, a cold
+ * resume): `index.pick` with the claimed hosts left out (they are set aside for a moment and
+ * put back).
+ */
+export const pickUnclaimed = (index: Index, req: Placement.Request, claimed: ReadonlyMap<string, unknown>): string | null => {
+  const first = index.pick(req)
+  if (first === null || !claimed.has(first)) return first
+  const aside: Candidate[] = []
+  for (const id of claimed.keys()) {
+    const c = index.get(id)
+    if (c === undefined) continue
+    aside.push(c)
+    index.remove(id)
+  }
+  const other = index.pick(req)
+  for (const c of aside) index.upsert(c)
+  return other
+}
+
 /**
  * Walks `queue` (in FIFO order) over `index`, taking each placement's room out of it: the
  * index afterwards holds the room left. For a store that applies every planned placement to
- * the same hosts right away; {@link walk} leaves its input alone.
+ * the same hosts right away; {@link walk} leaves its input alone. With `starvation`, hosts are
+ * claimed for starving sessions first (`claims`): only its holder places on a claimed host.
  */
 export const walkOn = <W extends Waiting>(index: Index, queue: Iterable<W>, options: WalkOptions = {}): Walk<W> => {
   const limit = options.limit ?? Number.POSITIVE_INFINITY
   const placed: Planned<W>[] = []
   const unplaced: W[] = []
+  const list = options.starvation === undefined ? queue : [...queue]
+  const claimed = options.starvation === undefined ? new Map<string, W>() : claims(index, list, options.starvation, index.limits)
+  // Claimed hosts leave the index for the walk; their holders are judged on them alone.
+  const held = new Map<W, Candidate>()
+  for (const [hostId, w] of claimed) {
+    held.set(w, index.get(hostId) as Candidate)
+    index.remove(hostId)
+  }
   // Room only shrinks during a walk: a budget that fit nowhere (whatever its affinity, which
   // only ranks) fits nowhere later.
   const missed = new Set<string>()
-  for (const w of queue) {
+  for (const w of list) {
     if (placed.length >= limit) break
+    const own = held.get(w)
+    if (own !== undefined) {
+      if (Placement.fitsOn(own, w.budget, index.limits)) {
+        held.set(w, withReservation(own, w.budget))
+        placed.push({ waiting: w, hostId: own.id })
+      } else unplaced.push(w)
+      continue
+    }
     const key = `${w.budget.memMib}/${w.budget.vcpus}`
     const hostId = missed.has(key) ? null : index.pick({ budget: w.budget, affinity: w.affinity ?? [] })
     if (hostId === null) {
@@ -68,6 +168,7 @@ export const walkOn = <W extends Waiting>(index: Index, queue: Iterable<W>, opti
     index.upsert(withReservation(index.get(hostId) as Candidate, w.budget))
     placed.push({ waiting: w, hostId })
   }
+  for (const c of held.values()) index.upsert(c)
   return { placed, unplaced }
 }
 

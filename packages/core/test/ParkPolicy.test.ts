@@ -1,7 +1,7 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { Limits, ParkGate, ParkPolicy, Placement } from "../src/index.js"
-import type { FleetHost, FleetView, Park } from "../src/index.js"
+import type { Budget, FleetHost, FleetView, Park } from "../src/index.js"
 
 
 /** The idle decision of policy `name` for a session on `hostId`, from a whole fleet read. */
@@ -241,6 +241,34 @@ describe("ParkPolicy", () => {
       // A queued session too big for every host is no reason to keep room (it would yield every park).
       const poisoned: FleetView = { ...fullOfParks(), queue: Array.from({ length: 40 }, (_, i) => queued(`huge${i}`, 128 * GiB)) }
       expect(ParkPolicy.expectedArrivals(poisoned, recent)).toEqual(ParkPolicy.expectedArrivals(fullOfParks(), recent))
+    })
+
+    it("size noise changes neither the size classes nor the places: a few percent smaller sessions keep their reserve", () => {
+      // 8 × 2 GiB, 6 × 4 GiB, 4 × 8 GiB, 1 × 32 GiB parks per host; the noisy copy shrinks every park by up to 3 %.
+      const sizes = [...Array(8).fill(2), ...Array(6).fill(4), ...Array(4).fill(8), 32] as number[]
+      const fleetOf = (shrink: (i: number) => number): FleetView => ({
+        hosts: Array.from({ length: 4 }, (_, h) =>
+          fleetHost(`h${h}`, 128 * GiB, 128 * GiB, sizes.map((g, j) => park(`h${h}p${j}`, OLD + j, Math.floor(g * GiB * (1 - shrink(h * 100 + j)))))),
+        ),
+        queue: [],
+      })
+      const exact = ParkPolicy.expectedArrivals(fleetOf(() => 0), recent)
+      // A deterministic spread of shrinks over [0, 3 %): every park a size of its own.
+      const noisy = ParkPolicy.expectedArrivals(fleetOf((i) => ((i * 0.618034) % 1) * 0.03), recent)
+      expect(exact.length).toBeGreaterThan(4)
+      // The same classes, each with as many places but for one more where the lighter sessions
+      // make the expected count pass a step of its quantile.
+      const perClass = (xs: readonly Budget[]) => {
+        const m = new Map<number, number>()
+        for (const b of xs) m.set(ParkPolicy.sizeClass(b.memMib), (m.get(ParkPolicy.sizeClass(b.memMib)) ?? 0) + 1)
+        return m
+      }
+      const [e, n] = [perClass(exact), perClass(noisy)]
+      expect([...n.keys()]).toEqual([...e.keys()])
+      for (const [k, count] of e) expect(Math.abs((n.get(k) as number) - count)).toBeLessThanOrEqual(1)
+      for (const [i, b] of noisy.entries()) if (i < exact.length) expect(b.memMib / (exact[i] as Budget).memMib).toBeGreaterThan(0.97)
+      // The classes sit between powers of two on a log scale: round sizes are far from their bounds.
+      expect([1536, 2048, 2800, 2900, 4096].map(ParkPolicy.sizeClass)).toEqual([11, 11, 11, 12, 12])
     })
 
     it("with nothing queued, old parks descend on a full fleet when the expected arrivals would not fit", () => {

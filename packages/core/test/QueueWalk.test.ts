@@ -119,4 +119,57 @@ describe("the queue walk", () => {
     expect(shrunk.accepted.map((p) => p.waiting.id)).toStrictEqual(["q0"])
     expect(QueueWalk.replay(plan, []).accepted).toStrictEqual([])
   })
+
+  describe("holds for starving sessions", () => {
+    const LIMIT = 600_000
+    const NOW = 10_000_000
+    const used = (id: string, capacityGiB: number, usedGiB: number): Candidate => ({
+      id,
+      headroom: { allocatableMib: capacityGiB * 1024, cpuBudget: 64, reserved: { memMib: usedGiB * 1024, vcpus: 0 } },
+    })
+    const q = (id: string, sizeGiB: number, queuedAt: number) => ({ id, budget: { memMib: sizeGiB * 1024, vcpus: 1 }, queuedAt })
+    const starvation = { now: NOW, limitMs: LIMIT }
+
+    it("a starving session that fits nowhere gets the host with the most free RAM; a smaller later session cannot take its room", () => {
+      // a: 3 GiB free, b: 2 GiB free; big (4 GiB) starves; small (3 GiB) fits only on a.
+      const hosts = [used("a", 8, 5), used("b", 8, 6)]
+      const queue = [q("big", 4, NOW - LIMIT), q("small", 3, NOW - 1)]
+      expect(QueueWalk.claims(PlacementIndex.Index.of(hosts), queue, starvation, Limits.defaults).get("a")?.id).toBe("big")
+      expect(QueueWalk.walk(queue, hosts, { starvation }).unplaced.map((w) => w.id)).toStrictEqual(["big", "small"])
+      // Without the rule, or a moment before the limit, the small session takes a's hole.
+      expect(QueueWalk.walk(queue, hosts).placed.map((p) => [p.waiting.id, p.hostId])).toStrictEqual([["small", "a"]])
+      expect(QueueWalk.walk(queue, hosts, { starvation: { now: NOW - 1, limitMs: LIMIT } }).placed.map((p) => p.waiting.id)).toStrictEqual(["small"])
+      // Other hosts still take smaller sessions.
+      expect(QueueWalk.walk([...queue, q("tiny", 2, NOW)], hosts, { starvation }).placed.map((p) => [p.waiting.id, p.hostId])).toStrictEqual([["tiny", "b"]])
+      // Once a has room, the holder places there first.
+      const freed = QueueWalk.walk(queue, [used("a", 8, 3), used("b", 8, 6)], { starvation })
+      expect(freed.placed.map((p) => [p.waiting.id, p.hostId])).toStrictEqual([["big", "a"]])
+    })
+
+    it("a create picks past a claimed host (pickUnclaimed); a starving session that fits somewhere claims nothing", () => {
+      const hosts = [used("a", 8, 5), used("b", 8, 6)]
+      const index = PlacementIndex.Index.of(hosts)
+      const claimed = QueueWalk.claims(index, [q("big", 4, NOW - LIMIT)], starvation, Limits.defaults)
+      expect([...claimed.keys()]).toStrictEqual(["a"])
+      expect(QueueWalk.pickUnclaimed(index, { budget: { memMib: 3 * 1024, vcpus: 1 } }, claimed)).toBeNull()
+      expect(QueueWalk.pickUnclaimed(index, { budget: { memMib: 2 * 1024, vcpus: 1 } }, claimed)).toBe("b")
+      // The index is left as it was.
+      expect(index.pick({ budget: { memMib: 3 * 1024, vcpus: 1 } })).toBe("a")
+      expect(QueueWalk.claims(index, [q("mid", 3, NOW - LIMIT)], starvation, Limits.defaults).size).toBe(0)
+    })
+
+    it("property: with the rule a later, smaller session never places on a host claimed for a session queued before it", () => {
+      fc.assert(
+        fc.property(arbFleet, arbQueue, (hosts, queue) => {
+          const timed = queue.map((w, i) => ({ ...w, queuedAt: i < 3 ? NOW - LIMIT - 3 + i : NOW }))
+          const claimed = QueueWalk.claims(PlacementIndex.Index.of(hosts), timed, starvation, Limits.defaults)
+          const walk = QueueWalk.walk(timed, hosts, { starvation })
+          for (const p of walk.placed) {
+            const holder = claimed.get(p.hostId)
+            if (holder !== undefined) expect(p.waiting.id).toBe(holder.id)
+          }
+        }),
+      )
+    })
+  })
 })

@@ -3,7 +3,7 @@
  * locks the queued rows it decides on (a concurrent drain takes the others), walks them with
  * `QueueWalk.walk` over the host cache, locks the planned hosts in id order, replays the walk
  * against their fresh figures (`QueueWalk.replay`), and applies core's `place` plans as one
- * group. A placement the walk made but core refused or the apply left out is reported, never
+ * group. The walk honours core's holds for starving sessions (`QueueWalk.claims`). A placement the walk made but core refused or the apply left out is reported, never
  * dropped.
  */
 import { randomUUID } from "node:crypto"
@@ -28,7 +28,7 @@ const countQueued = <E>(conn: Conn<E>) =>
   Effect.map(conn.query<{ n: number }>(sql`select count(*)::int as n from sessions where state = 'queued'`), (rows) => Number(rows[0]?.n ?? 0))
 
 /** The queue operations of the store. */
-export const make = ({ db, now, limits, cache }: Deps): QueueOps => ({
+export const make = ({ db, now, limits, cache, park }: Deps): QueueOps => ({
   pageQueue: (page) =>
     Effect.gen(function* () {
       const { after, limit } = yield* Pages.check("queue", page)
@@ -75,7 +75,7 @@ export const make = ({ db, now, limits, cache }: Deps): QueueOps => ({
               .orderBy(asc(sessions.queuedAt), asc(sessions.id))
               .for("update", { skipLocked: true }),
           )
-          const walk = queued.length === 0 ? { placed: [] } : QueueWalk.walk(queued.map(toSession), cache.candidates(), { limit }, limits())
+          const walk = queued.length === 0 ? { placed: [] } : QueueWalk.walk(queued.map(toSession), cache.candidates(), { limit, starvation: { now: t, limitMs: park.options.starvationLimitMs } }, limits())
           if (walk.placed.length === 0) return { placed: [], unapplied: [], remaining: yield* countQueued(tx) } satisfies DrainResult
           const { accepted, versionOf } = yield* lockAndReplay(tx, walk.placed, limits(), runs)
           // What the walk placed but fresh room no longer takes stays queued, and is reported.

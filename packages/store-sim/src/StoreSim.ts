@@ -178,6 +178,8 @@ class Deadlines {
   }
 }
 
+const noClaims: ReadonlyMap<string, unknown> = new Map()
+
 /** Builds a fresh in-memory store: the `Store` operations and their `reset`. */
 export const make = (options: Options = {}): { store: StoreShape; reset: (limits?: Limits.Limits) => void } => {
   let limits: Limits.Limits = options.limits ?? Limits.defaults
@@ -355,10 +357,24 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     return id
   }
 
-  // The host choice of a create or a resume: the index's pick, with a fresh reservation id.
-  const placementFor = (budget: Budget, affinity: readonly string[]): Session.Placed | null => {
+  /** When a queued session starves (it gets a host claimed for it: core's `QueueWalk.claims`). */
+  const starvationAt = (t: number): QueueWalk.Starvation => ({ now: t, limitMs: park.options.starvationLimitMs })
+  /** The hosts claimed for starving sessions now; none (and no work) while the queue's head has waited less than the limit. */
+  const claimsAt = (t: number): ReadonlyMap<string, unknown> => {
+    const head = queue.size === 0 ? undefined : sortedQueue()[0]
+    if (head === undefined || t - (head.queuedAt as number) < park.options.starvationLimitMs) return noClaims
+    return QueueWalk.claims(index, sortedQueue(), starvationAt(t), limits)
+  }
+
+  // The host choice of a create or a resume: the index's pick past the hosts claimed for
+  // starving sessions, with a fresh reservation id.
+  const placementFor = (budget: Budget, affinity: readonly string[], t: number): Session.Placed | null => {
     const choice = index.choose({ budget, affinity })
-    return choice._tag === "Chosen" ? placedOn(choice.hostId) : null
+    if (choice._tag !== "Chosen") return null
+    const claimed = claimsAt(t)
+    if (!claimed.has(choice.hostId)) return placedOn(choice.hostId)
+    const other = QueueWalk.pickUnclaimed(index, { budget, affinity }, claimed)
+    return other === null ? null : placedOn(other)
   }
   const placedOn = (hostId: string): Session.Placed => ({ hostId, version: (hosts.get(hostId) as HostRec).version, reservationId: reservationIdFor() })
 
@@ -680,7 +696,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           if (again._tag === "Unchanged") return Effect.succeed(outcomeOf(existing))
           return Effect.fail(fromRefusal(input.id, again as Session.Refusal) as Conflict)
         }
-        const placement = placementFor(input.budget, affinity)
+        const placement = placementFor(input.budget, affinity, t)
         if (placement === null && input.onNoRoom === "refuse")
           return Effect.fail(
             new NoRoom({
@@ -725,7 +741,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const bad = Session.judgeResume(s)
         if (bad) return yield* (fromRefusal(id, bad) as IllegalTransition)
         const t = yield* now
-        const placement = Session.resumesWarm(s.state) ? null : placementFor(s.budget, s.affinity)
+        const placement = Session.resumesWarm(s.state) ? null : placementFor(s.budget, s.affinity, t)
         const resumed = yield* stepSession(s, { _tag: "resume", placement }, t)
         return outcomeOf(resumed)
       }),
@@ -748,7 +764,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const t = yield* now
         // Core's queue walk over the live index (it takes each placement's room from it), core's
         // step for each placement, and the group applied at once: one synchronous change.
-        const walk = QueueWalk.walkOn(index, [...sortedQueue()], { limit: options.limit })
+        const walk = QueueWalk.walkOn(index, [...sortedQueue()], { limit: options.limit, starvation: starvationAt(t) })
         const group: Plan.Plan[] = []
         const unapplied: { sessionId: string; reason: "refused" | "stale" }[] = []
         for (const p of walk.placed) {

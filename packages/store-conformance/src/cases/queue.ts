@@ -3,6 +3,7 @@
  * blocking, each placement a compare-and-set, and the drain limit.
  */
 import { expect } from "@effect/vitest"
+import { ParkPolicy } from "@engram/core"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
 import { addHost, expectFailure, expectInvariants, kase, placed, queued, queueNow, sessionIn, store } from "../Harness.js"
@@ -13,6 +14,32 @@ const gib = (n: number) => ({ memMib: n * 1024, vcpus: 1 })
 export const queue: Group = {
   name: "queue",
   cases: [
+    kase(
+      "a session queued past the starvation limit gets the host with the most free RAM held: a later, smaller session may not take its room, the holder places there when it is whole",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("a", 8192)
+        yield* placed("a-big", gib(5))
+        yield* placed("a-small", gib(1))
+        yield* addHost("b", 8192)
+        yield* placed("b-big", gib(6))
+        // a: 2 GiB free, b: 2 GiB free. "big" (4 GiB) queues first, "small" (3 GiB) after it.
+        yield* queued("big", gib(4))
+        yield* TestClock.adjust(1)
+        yield* queued("small", gib(3))
+        yield* TestClock.adjust(ParkPolicy.defaultOptions.starvationLimitMs)
+        // a now has 3 GiB free, the most: it is held for "big", which still does not fit there.
+        yield* s.endSession("a-small")
+        const held = yield* s.drainQueue()
+        expect(held.placed).toStrictEqual([])
+        expect((yield* queueNow(s)).map((x) => x.id)).toStrictEqual(["big", "small"])
+        // Once a has room for it, the holder places there first.
+        yield* s.endSession("a-big")
+        const whole = yield* s.drainQueue()
+        expect(whole.placed[0]).toStrictEqual({ sessionId: "big", hostId: "a" })
+        yield* expectInvariants
+      }),
+    ),
     kase(
       "queued sessions are listed first in first out with 1-based positions",
       Effect.gen(function* () {
