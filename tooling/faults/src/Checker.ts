@@ -10,9 +10,12 @@
  *   reservations, the reserved RAM (and vCPUs) of a gated host is within its capacity;
  * - the maintained per-host sums equal the sums of the host's reservations;
  * - nothing runs twice: a session holds at most one session reservation, on its own host, and
- *   runs on at most one agent, the one the store places it on.
+ *   runs on at most one agent, the one the store places it on;
+ * - no guest an agent reported running was destroyed there without an explicit end of its session
+ *   or an outcome of a move that lets that host drop it (a commit drops the source's copy, an abort
+ *   the target's), recorded before the destroy was seen.
  */
-import { acknowledged, indeterminate, type Op } from "./History.js"
+import { acknowledged, type GuestEvent, indeterminate, type Op } from "./History.js"
 
 /** A session as the store lists it (one item per row the listing answered: duplicates kept). */
 export interface StoredSession {
@@ -69,6 +72,7 @@ export type Rule =
   | "sums_mismatch"
   | "runs_twice"
   | "runs_elsewhere"
+  | "destroyed_without_end"
 
 /** One thing that must not have happened, with what shows it. */
 export interface Violation {
@@ -81,7 +85,7 @@ export interface Violation {
 const EPSILON = 1e-6
 
 /** Every violation of the rules above in `history` and `observation` (empty: all hold). */
-export const check = (history: readonly Op[], observation: Observation): Violation[] => {
+export const check = (history: readonly Op[], observation: Observation, guests: readonly GuestEvent[] = []): Violation[] => {
   const violations: Violation[] = []
   const stored = new Map<string, StoredSession[]>()
   for (const s of observation.sessions) stored.set(s.id, [...(stored.get(s.id) ?? []), s])
@@ -178,6 +182,40 @@ export const check = (history: readonly Op[], observation: Observation): Violati
     const placedOn = s !== undefined && ["pending", "running", "parked", "descending", "moving"].includes(s.state) ? s.hostId : null
     for (const h of hosts) {
       if (h !== placedOn) violations.push({ rule: "runs_elsewhere", id: sessionId, detail: `runs on ${h}; the store has it ${s === undefined ? "nowhere" : `${s.state} on ${s.hostId ?? "no host"}`}` })
+    }
+  }
+  violations.push(...checkDestroys(history, guests))
+  return violations
+}
+
+/**
+ * Destroys without an end or abort: a guest an agent reported running, later gone from that
+ * agent, needs its session's end (a `DELETE` the client sent, acknowledged or not, or a recorded
+ * end) or the outcome of a move that drops that copy, at or before the destroy was seen.
+ */
+export const checkDestroys = (history: readonly Op[], guests: readonly GuestEvent[]): Violation[] => {
+  const violations: Violation[] = []
+  const endsAt = (sessionId: string): number[] => [
+    ...history.filter((op) => op.kind === "end" && op.id === sessionId && (acknowledged(op) || indeterminate(op))).map((op) => op.startMs),
+    ...guests.flatMap((e) => (e.kind === "session_ended" && e.sessionId === sessionId ? [e.atMs] : [])),
+  ]
+  const dropsAt = (sessionId: string, hostId: string): number[] =>
+    guests.flatMap((e) =>
+      (e.kind === "move_committed" && e.sessionId === sessionId && e.sourceHostId === hostId) || (e.kind === "move_aborted" && e.sessionId === sessionId && e.targetHostId === hostId)
+        ? [e.atMs]
+        : [],
+    )
+  for (const d of guests) {
+    if (d.kind !== "guest_destroyed") continue
+    const ran = guests.some((e) => e.kind === "guest_running" && e.hostId === d.hostId && e.sessionId === d.sessionId && e.atMs <= d.atMs)
+    if (!ran) continue
+    const justified = [...endsAt(d.sessionId), ...dropsAt(d.sessionId, d.hostId)].some((at) => at <= d.atMs)
+    if (!justified) {
+      violations.push({
+        rule: "destroyed_without_end",
+        id: d.sessionId,
+        detail: `reported running on ${d.hostId}, destroyed there (seen at ${d.atMs}) with no end of the session and no move outcome that drops it there`,
+      })
     }
   }
   return violations

@@ -90,3 +90,31 @@ export class Recorder {
     return this.call("end", id, "DELETE", `/v1/sessions/${encodeURIComponent(id)}`)
   }
 }
+
+/**
+ * What the agents and the coordinator said about guests, for the rule that no guest an agent
+ * reported running is destroyed without an explicit end or abort: an agent's report of a guest it
+ * runs, the guest gone from that agent's report, a session's end and a move's outcome. `atMs` is
+ * when it was seen (a report: when the read was sent; a destroy: when the read that lacks the
+ * guest answered) or, for an end or a move's outcome, when it was asked for or recorded.
+ */
+export type GuestEvent =
+  | { readonly kind: "guest_running"; readonly hostId: string; readonly sessionId: string; readonly atMs: number }
+  | { readonly kind: "guest_destroyed"; readonly hostId: string; readonly sessionId: string; readonly atMs: number }
+  | { readonly kind: "session_ended"; readonly sessionId: string; readonly atMs: number }
+  | {
+      readonly kind: "move_committed" | "move_aborted"
+      readonly moveId: string
+      readonly sessionId: string
+      readonly sourceHostId: string
+      readonly targetHostId: string
+      readonly atMs: number
+    }
+
+/** The guest events of a run, in the order they were recorded. */
+export class GuestLog {
+  readonly events: GuestEvent[] = []
+  record(event: GuestEvent): void {
+    this.events.push(event)
+  }
+}

@@ -5,6 +5,7 @@
  */
 import postgres from "@engram/postgres"
 import type { HostSums, Observation, Sample, StoredReservation, StoredSession } from "./Checker.js"
+import type { GuestLog } from "./History.js"
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- API pages are read loosely; each field read is named */
 const get = async (url: string, token: string, path: string): Promise<any> => {
@@ -110,6 +111,59 @@ export const startSampler = (take: () => Promise<Sample>, everyMs = 250): { read
   })()
   return {
     samples,
+    stop: async () => {
+      stopping = true
+      await loop
+    },
+  }
+}
+
+/** One agent the guest watcher reads: its host id and its report of the guests it holds. */
+export interface WatchedAgent {
+  readonly hostId: string
+  readonly guests: () => Promise<readonly { readonly vmId: string; readonly status: string }[]>
+}
+
+/**
+ * Reads every agent's guests every `everyMs` until stopped and records into `log` each guest an
+ * agent first reports running and each guest gone from an agent's report. A read that fails or
+ * takes longer than `boundMs` (the agent is stopped, killed or restarting) says nothing: only two
+ * answered reads of the same agent, the later without the guest, make a destroy.
+ */
+export const watchGuests = (agents: () => readonly WatchedAgent[], log: GuestLog, everyMs = 200, boundMs = 1000): { readonly stop: () => Promise<void> } => {
+  const held = new Map<string, Set<string>>()
+  const reported = new Map<string, Set<string>>()
+  let stopping = false
+  const readOne = async (agent: WatchedAgent): Promise<void> => {
+    const sentMs = Date.now()
+    let timer: NodeJS.Timeout | undefined
+    const bound = new Promise<null>((r) => (timer = setTimeout(() => r(null), boundMs)))
+    const vms = await Promise.race([agent.guests().catch(() => null), bound]).finally(() => clearTimeout(timer))
+    if (vms === null) return
+    const answeredMs = Date.now()
+    const before = held.get(agent.hostId) ?? new Set<string>()
+    const seen = reported.get(agent.hostId) ?? new Set<string>()
+    const now = new Set(vms.map((v) => v.vmId))
+    for (const id of before) {
+      if (now.has(id)) continue
+      log.record({ kind: "guest_destroyed", hostId: agent.hostId, sessionId: id, atMs: answeredMs })
+      seen.delete(id)
+    }
+    for (const v of vms) {
+      if (v.status !== "running" || seen.has(v.vmId)) continue
+      seen.add(v.vmId)
+      log.record({ kind: "guest_running", hostId: agent.hostId, sessionId: v.vmId, atMs: sentMs })
+    }
+    held.set(agent.hostId, now)
+    reported.set(agent.hostId, seen)
+  }
+  const loop = (async () => {
+    while (!stopping) {
+      await Promise.all(agents().map(readOne))
+      await new Promise((r) => setTimeout(r, everyMs))
+    }
+  })()
+  return {
     stop: async () => {
       stopping = true
       await loop

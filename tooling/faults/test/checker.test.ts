@@ -4,7 +4,7 @@ import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { Checker } from "../src/index.js"
 import type { HostSums, Observation, StoredReservation } from "../src/Checker.js"
-import type { Op } from "../src/History.js"
+import type { GuestEvent, Op } from "../src/History.js"
 
 let clock = 0
 const op = (kind: Op["kind"], id: string, status: number | null): Op => ({
@@ -143,5 +143,35 @@ describe("the checker over a recorded history", () => {
         if (sizes.length > 0) expect(rules(history, { ...exact, hosts: [{ ...host("h1", total, sizes.length), capacityMib: total - 1 }] })).toEqual(["over_capacity"])
       }),
     )
+  })
+
+  describe("no guest reported running is destroyed without an end or abort", () => {
+    const running = (hostId: string, atMs: number): GuestEvent => ({ kind: "guest_running", hostId, sessionId: "s1", atMs })
+    const destroyed = (hostId: string, atMs: number): GuestEvent => ({ kind: "guest_destroyed", hostId, sessionId: "s1", atMs })
+    const move = (kind: "move_committed" | "move_aborted", atMs: number): GuestEvent => ({ kind, moveId: "m1", sessionId: "s1", sourceHostId: "h1", targetHostId: "h2", atMs })
+    const { history, observation } = clean()
+    const destroys = (guests: GuestEvent[], ops: readonly Op[] = history) => Checker.check(ops, observation, guests).filter((v) => v.rule === "destroyed_without_end")
+
+    it("a destroy after a running report with no end or abort names the session and the host", () => {
+      const found = destroys([running("h1", 10), destroyed("h1", 20)])
+      expect(found.map((v) => v.id)).toEqual(["s1"])
+      expect(found[0]!.detail).toContain("h1")
+    })
+
+    it("an end, the move's commit (on the source) or its abort (on the target) before the destroy lets it go", () => {
+      expect(destroys([running("h1", 10), { kind: "session_ended", sessionId: "s1", atMs: 15 }, destroyed("h1", 20)])).toEqual([])
+      expect(destroys([running("h1", 10), destroyed("h1", 20)], [...history, { ...op("end", "s1", null), startMs: 12 }])).toEqual([])
+      expect(destroys([running("h1", 10), move("move_committed", 15), destroyed("h1", 20)])).toEqual([])
+      expect(destroys([running("h2", 10), move("move_aborted", 15), destroyed("h2", 20)])).toEqual([])
+      // A guest never reported running (a copy still being received) may go without one.
+      expect(destroys([destroyed("h2", 20)])).toEqual([])
+    })
+
+    it("an outcome that drops the other copy, or comes after the destroy, or an end refused, does not", () => {
+      expect(destroys([running("h2", 10), move("move_committed", 15), destroyed("h2", 20)]).map((v) => v.id)).toEqual(["s1"])
+      expect(destroys([running("h1", 10), move("move_aborted", 15), destroyed("h1", 20)]).map((v) => v.id)).toEqual(["s1"])
+      expect(destroys([running("h1", 10), destroyed("h1", 20), { kind: "session_ended", sessionId: "s1", atMs: 25 }]).map((v) => v.id)).toEqual(["s1"])
+      expect(destroys([running("h1", 10), destroyed("h1", 20)], [...history, { ...op("end", "s1", 404), startMs: 12 }]).map((v) => v.id)).toEqual(["s1"])
+    })
   })
 })
