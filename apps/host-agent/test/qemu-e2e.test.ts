@@ -16,7 +16,6 @@ import { tmpdir } from "node:os"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Downtime, Limits } from "@engram/core"
 import { agentEnvironment } from "@engram/guest"
-import { Store } from "@engram/store"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type AgentProcess, type Api, api, freePort, spawnAgent, until as untilWithin } from "./support/E2e.js"
 import { boots, consolePath, consoleTicks, continuedFrom, killQemus, lastTick, qemuProcesses, runQemuTests } from "./support/Qemu.js"
@@ -134,8 +133,9 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     expect(parked[0]!.pid).toBe(running!.pid)
     expect(parked[0]!.rssBytes ?? 0).toBeGreaterThan(16 * 1024 * 1024)
     const before = lastTick(con("a", "q1"))
-    // Unparked by the coordinator's store (this API resumes only descended sessions).
-    await coordinator.run(Store.use((s) => s.unpark("q1")))
+    // A resume of a parked session is warm: running again in place, its agent told by a change notice.
+    const resumed = await admin.call("POST", "/v1/sessions/q1/resume")
+    expect([resumed.status, resumed.body.resumed, resumed.body.hostId]).toEqual([200, "warm", "a"])
     await until("q1 running on a", () => usage("a"), (u) => u[0]?.status === "running")
     await awaitTick(con("a", "q1"), continuedFrom(before), "q1's counter goes on after the unpark")
     expect(boots(con("a", "q1"))).toBe(1)

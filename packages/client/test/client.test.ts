@@ -214,6 +214,7 @@ const everyCall = (e: EngramClientShape): Effect.Effect<unknown, unknown>[] => [
   e.reservations.metrics(),
   e.moves.get("m"),
   e.moves.list(),
+  e.moves.resolve("m", "abort", "operator: the source host is gone"),
   e.ready(),
 ]
 
