@@ -81,8 +81,17 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
       interface Open {
         readonly credential: Credential
         readonly revoked: Deferred.Deferred<never, Unauthorized>
+        /** A credential notice of its host came while it was open (set at once, before the check's store read). */
+        touched: boolean
       }
       const openByHost = new Map<string, Set<Open>>()
+      const revokedError = (hostId: string) => new Unauthorized({ error: "Unauthorized", message: `the token of host ${hostId} was revoked (rotated, or the host removed)` })
+      /** Whether `hash` still acts for `hostId` (true while the store is away: the next request is authenticated afresh). */
+      const stillActs = (hash: string, hostId: string) =>
+        credentials.principalOf(hash).pipe(
+          Effect.map((now) => now !== null && now._tag === "Host" && now.hostId === hostId),
+          Effect.orElseSucceed(() => true),
+        )
       const check = (hostId: string, polls: ReadonlySet<Open>) =>
         Effect.forEach(
           new Map([...polls].map((p) => [p.credential.tokenHash, p])).values(),
@@ -90,7 +99,7 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
             credentials.principalOf(p.credential.tokenHash).pipe(
               Effect.map((now) => {
                 if (now !== null && now._tag === "Host" && now.hostId === hostId) return
-                const revoked = new Unauthorized({ error: "Unauthorized", message: `the token of host ${hostId} was revoked (rotated, or the host removed)` })
+                const revoked = revokedError(hostId)
                 for (const q of polls) if (q.credential.tokenHash === p.credential.tokenHash) Deferred.doneUnsafe(q.revoked, Effect.fail(revoked))
               }),
               // The store away: the poll goes on; its next request is authenticated afresh.
@@ -106,7 +115,9 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
             const hostId = t.slice(prefix.length)
             const polls = openByHost.get(hostId)
             // A copy: the polls open now are the ones the notice is about.
-            if (polls !== undefined) Effect.runFork(Effect.forkIn(check(hostId, new Set(polls)), scope))
+            if (polls === undefined) continue
+            for (const p of polls) p.touched = true
+            Effect.runFork(Effect.forkIn(check(hostId, new Set(polls)), scope))
           }
         },
         // A possible miss is not checked here (every open long-poll would read the store at once):
@@ -116,7 +127,7 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
       const revocable = (credential: Credential) =>
         Effect.acquireRelease(
           Effect.sync(() => {
-            const p: Open = { credential, revoked: Deferred.makeUnsafe<never, Unauthorized>() }
+            const p: Open = { credential, revoked: Deferred.makeUnsafe<never, Unauthorized>(), touched: false }
             if (credential.principal._tag !== "Host") return p
             addTo(openByHost, credential.principal.hostId, p)
             return p
@@ -135,8 +146,14 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
             Effect.gen(function* () {
               yield* admit(c)
               if (c.principal._tag !== "Host") return yield* wait
+              const hostId = c.principal.hostId
               const p = yield* revocable(c)
-              return yield* Effect.raceFirst(wait, Deferred.await(p.revoked))
+              const answer = yield* Effect.exit(Effect.raceFirst(wait, Deferred.await(p.revoked)))
+              // The same notice that revoked the credential (a host removed) can wake the wait before
+              // the revocation's check has read the store: a poll touched by a credential notice
+              // answers (a success or an error) only once its credential is known to still act.
+              if (p.touched && !(yield* stillActs(c.tokenHash, hostId))) return yield* Effect.fail(revokedError(hostId))
+              return yield* answer
             }),
           )
         })

@@ -17,8 +17,11 @@ import { backends } from "./backends.js"
 const ADMIN = "fuzz-admin-token-0123456789abcdef"
 /** Requests per operation and backend (ENGRAM_FUZZ_RUNS raises it for a longer hunt). */
 const RUNS = Number(process.env["ENGRAM_FUZZ_RUNS"] ?? 8)
-/** Generous: a valid long-poll waits at most 1.5 s here, a move at most its 1 s timeout. */
-const BOUND_MS = 30_000
+/**
+ * Generous: a long-poll given its timeout waits at most 1.5 s here, one without it the default
+ * 30 s (answered at its deadline, so the bound must be above it), a move at most its 1 s timeout.
+ */
+const BOUND_MS = 45_000
 /** The 503s a move may answer by contract (SPEC §5: the guard, an abort, no agent in time). */
 const MOVE_OUTCOMES = new Set(["ErrMoveDowntime", "MoveAborted", "MoveTimeout", "MoveCommitPending"])
 
