@@ -152,7 +152,7 @@ for (const backend of backends) {
         )
       }
       // Every operation was exercised; a quarter of them answered a 2xx at least once (the valid
-      // arbitraries reach the handlers: 12 to 20 of 43 in runs of 8 requests per operation).
+      // arbitraries reach the handlers; one seed gave 12 of 43 with 8 requests per operation).
       expect([...seen.keys()].length).toBe(ops.length)
       const anyOk = [...seen.values()].filter((counts) => [...counts.keys()].some((s) => s < 300)).length
       expect(anyOk).toBeGreaterThanOrEqual(Math.floor(ops.length / 4))
