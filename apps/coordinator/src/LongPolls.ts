@@ -96,15 +96,11 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         Effect.forEach(
           new Map([...polls].map((p) => [p.credential.tokenHash, p])).values(),
           (p) =>
-            credentials.principalOf(p.credential.tokenHash).pipe(
-              Effect.map((now) => {
-                if (now !== null && now._tag === "Host" && now.hostId === hostId) return
-                const revoked = revokedError(hostId)
-                for (const q of polls) if (q.credential.tokenHash === p.credential.tokenHash) Deferred.doneUnsafe(q.revoked, Effect.fail(revoked))
-              }),
-              // The store away: the poll goes on; its next request is authenticated afresh.
-              Effect.ignore,
-            ),
+            Effect.map(stillActs(p.credential.tokenHash, hostId), (acts) => {
+              if (acts) return
+              const revoked = revokedError(hostId)
+              for (const q of polls) if (q.credential.tokenHash === p.credential.tokenHash) Deferred.doneUnsafe(q.revoked, Effect.fail(revoked))
+            }),
           { discard: true },
         )
       const prefix = credentialTopic("")
