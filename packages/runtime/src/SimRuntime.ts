@@ -235,7 +235,10 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           memMib: vm.spec.memMib,
           vcpus: vm.spec.vcpus,
         })
-        const send = (f: SimWire.SimFrame) => modeled(f.wireBytes / cfg.linkBytesPerMs, sleepMs(f.wireBytes / cfg.linkBytesPerMs).pipe(Effect.andThen(wire.send(req.endpoint.uri, f))))
+        const send = (f: SimWire.SimFrame) => {
+          const ms = f.wireBytes / cfg.linkBytesPerMs
+          return modeled(ms, sleepMs(ms).pipe(Effect.andThen(wire.send(req.endpoint.uri, f))))
+        }
         const preCopy = (kind: "full" | "delta", c: { seq: number; apparentBytes: number; wireBytes: number }, captureMs: number) =>
           Effect.gen(function* () {
             const [, sendMs] = yield* send(frame(kind, c))
