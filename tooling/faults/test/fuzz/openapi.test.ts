@@ -103,7 +103,7 @@ for (const backend of backends) {
       await done?.()
     })
 
-    it("every operation: answered in bound, never a 5xx, every 4xx a JSON error naming the field and rule, a 4xx changes nothing", { timeout: Math.max(360_000, RUNS * 15_000) }, async () => {
+    it("every operation: answered in bound, never a 5xx, every 4xx a JSON error naming the field and rule, a 4xx changes nothing", { timeout: Math.max(480_000, RUNS * 20_000) }, async () => {
       const tokens = { admin: ADMIN, host: hostToken }
       let before: string | null = null
       const seen = new Map<string, Map<number, number>>()
