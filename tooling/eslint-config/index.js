@@ -5,7 +5,7 @@ import js from "@eslint/js"
 import tseslint from "typescript-eslint"
 
 export default tseslint.config(
-  { ignores: ["**/dist/**", "**/node_modules/**", "**/.turbo/**", "**/drizzle/**"] },
+  { ignores: ["**/dist/**", "**/dist-sea/**", "**/node_modules/**", "**/.turbo/**", "**/drizzle/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
