@@ -22,7 +22,7 @@
  * leader's lease (`CurrentFence`) is fenced (`Fence.ts`): refused whole when a newer epoch exists.
  */
 import { Plan } from "@engram/core"
-import { CurrentFence } from "@engram/store"
+import { CurrentFence, type Fence as LeaseFence } from "@engram/store"
 import { sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { Effect } from "effect"
@@ -51,7 +51,10 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
       select distinct s.p from s left join sessions cur on cur.id = s.sid
       where case when s."from" is null then cur.id is not null else cur.state is distinct from s."from" end
     ),
-    live as (select p.* from p where not exists (select 1 from stale where stale.p = p.p)),
+    fz as (select d->'f'->>'n' as n, (d->'f'->>'e')::bigint as e from doc where d->'f' <> 'null'::jsonb),
+    fence as (select leases.epoch from leases join fz on leases.name = fz.n for share of leases),
+    fenced as (select (select epoch from fence) as epoch from fz where not exists (select 1 from fence where fence.epoch = fz.e)),
+    live as (select p.* from p where not exists (select 1 from stale where stale.p = p.p) and not exists (select 1 from fenced)),
     delta as (
       select hid, sum(mem) as mem, sum(vcpus) as vcpus, sum(n)::int as n, max(v) as v from (
         select live.hid, 0::numeric as mem, 0::numeric as vcpus, 0 as n, live.v from live where live.hid is not null
@@ -125,10 +128,14 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
     select
       (select coalesce(json_agg(json_build_object('p', p.p, 'ok', ok.p is not null, 'stale', stale.p is not null) order by p.p), '[]'::json)
         from p left join ok on ok.p = p.p left join stale on stale.p = p.p) as outcomes,
-      (select coalesce(json_agg(h), '[]'::json) from h) as hosts`
+      (select coalesce(json_agg(h), '[]'::json) from h) as hosts,
+      (select json_build_object('epoch', epoch) from fenced) as fenced`
 
-/** The rows of a group, keyed as `applySql` reads them; each plan's index is its `p`. */
-export const docOf = (plans: readonly Plan.Plan[]): string => {
+/**
+ * The rows of a group, keyed as `applySql` reads them; each plan's index is its `p`. `f`: the
+ * lease the group is written under, if any.
+ */
+export const docOf = (plans: readonly Plan.Plan[], fence: LeaseFence | null = null): string => {
   const p: unknown[] = []
   const s: unknown[] = []
   const r: unknown[] = []
@@ -202,7 +209,7 @@ export const docOf = (plans: readonly Plan.Plan[]): string => {
       e.push({ p: k, sid: sessionId, n: next, at: plan.at, ev: event })
     }
   })
-  return JSON.stringify({ p, s, r, l, t, o, u, e })
+  return JSON.stringify({ p, s, r, l, t, o, u, e, f: fence === null ? null : { n: fence.name, e: fence.epoch } })
 }
 
 /** Locks host rows in id order (`NO KEY UPDATE`, as the apply's `UPDATE` takes them). */
@@ -216,23 +223,27 @@ const staleHost: Plan.Outcome = { _tag: "Stale", stale: "host" }
 /**
  * Applies a group of plans on `conn` (the pool: the statement commits alone; a transaction:
  * with the caller's locks) and answers what happened to each plan, in order. The host rows it
- * wrote are learned by `cache` once committed.
+ * wrote are learned by `cache` once committed. Under a lease (`CurrentFence`) the statement
+ * itself checks the lease row (`FOR SHARE`: a takeover waits for it) and writes nothing at
+ * another epoch: the group is refused whole, on the pool as in a transaction.
  */
 export const apply = <E>(conn: Conn<E>, cache: HostCache, plans: readonly Plan.Plan[]): Effect.Effect<readonly Plan.Outcome[], E> =>
   Effect.flatMap(Effect.service(CurrentFence), (fence) => {
     if (plans.length === 0) return Effect.succeed([])
     const bad = Plan.checkGroup(plans)
     if (bad !== null) return Effect.die(new Error(`store-pg: ${bad}`))
-    const statement = applySql(docOf(plans))
+    const statement = applySql(docOf(plans, fence))
     const changed = [...new Set(plans.flatMap(Plan.hostsChanged))].sort()
     // Several hosts in a transaction: locked in id order first, in the same round trip.
-    const run = Fence.run(conn, fence, conn.inTransaction && changed.length > 1 ? [lockHostsSql(changed), statement] : [statement])
-    return Effect.map(run, ([row]) => {
+    const run = conn.inTransaction && changed.length > 1 ? Effect.map(conn.pipeline([lockHostsSql(changed), statement]), (r) => r.at(-1) ?? []) : conn.query(statement)
+    return Effect.flatMap(run, ([row]) => {
+      const refused = fence === null ? null : Fence.refusal(fence, json<{ epoch: unknown } | null>(row?.["fenced"] ?? null))
+      if (refused !== null) return Effect.fail(refused as E)
       const outcomes = json<{ p: number; ok: boolean; stale: boolean }[]>(row?.["outcomes"] ?? [])
       const hosts = json<Record<string, unknown>[]>(row?.["hosts"] ?? []).map(toHostRow)
       conn.afterCommit(() => {
         for (const h of hosts) cache.learn(h)
       })
-      return outcomes.map((o) => (o.ok ? applied : o.stale ? staleSession : staleHost))
+      return Effect.succeed(outcomes.map((o) => (o.ok ? applied : o.stale ? staleSession : staleHost)))
     })
   })

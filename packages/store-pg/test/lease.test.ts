@@ -54,6 +54,12 @@ describe("a lease on PostgreSQL (PGlite, TestClock)", () => {
         expect(Exit.isFailure(refused)).toBe(true)
         expect(String(refused)).toMatch(/fenced: lease reaper is at epoch 2, this write was made under epoch 1/)
         expect((yield* store.getReservation("r1")).id).toBe("r1")
+        // A write on the pool (a create: one statement, no transaction) under epoch 1 is refused
+        // and stores nothing: the statement itself checks the lease.
+        const stale = yield* Effect.exit(store.createSession({ id: "s-stale", budget: { memMib: 256, vcpus: 1 } }).pipe(Effect.provideService(CurrentFence, { name: "reaper", epoch: 1 })))
+        expect(String(stale)).toMatch(/fenced: lease reaper is at epoch 2, this write was made under epoch 1/)
+        expect(Exit.isFailure(yield* Effect.exit(store.getSession("s-stale")))).toBe(true)
+        expect((yield* store.createSession({ id: "s-now", budget: { memMib: 256, vcpus: 1 } }).pipe(Effect.provideService(CurrentFence, b.fence())))._tag).toBe("Placed")
         // The woken holder finds the lease gone at its next tick: it does not lead.
         expect(yield* a.tick).toBe(false)
         expect(a.isLeader()).toBe(false)
@@ -62,7 +68,7 @@ describe("a lease on PostgreSQL (PGlite, TestClock)", () => {
         const done = yield* store.reclaim().pipe(Effect.provideService(CurrentFence, b.fence()))
         expect(done.reclaimed.map((r) => r.id)).toStrictEqual(["r1"])
       }).pipe(Effect.scoped),
-    120_000,
+    300_000,
   )
 
   it.effect(
@@ -82,6 +88,6 @@ describe("a lease on PostgreSQL (PGlite, TestClock)", () => {
         const bad = yield* Effect.exit(Lease.make(db, { leaseDurationMs: 10_000, renewDeadlineMs: 10_000 }))
         expect(String(bad)).toMatch(/renewDeadlineMs must be an integer > 0 and < leaseDurationMs/)
       }).pipe(Effect.scoped),
-    120_000,
+    300_000,
   )
 })
