@@ -38,3 +38,16 @@ export const isIdle = (s: Pick<Record, "state" | "idleTimeoutMs">, lastActiveAt:
 
 /** Whether a session's TTL has ended it by `now`: any state but `ended`, with a deadline reached. */
 export const isExpired = (s: Pick<Record, "state" | "endsAt">, now: number): boolean => s.state !== "ended" && s.endsAt !== null && now >= s.endsAt
+
+/**
+ * The least share of wall time a guest must have used the CPU for to count as active (1%):
+ * an idle guest's timer ticks and housekeeping stay below it, any real work is above.
+ */
+export const minActiveCpuShare = 0.01
+
+/**
+ * Whether a guest was active between two readings of its CPU time `elapsedMs` apart: it used
+ * at least `minActiveCpuShare` of that time. What the agent reports as activity.
+ */
+export const wasActive = (previousCpuMs: number, cpuMs: number, elapsedMs: number): boolean =>
+  elapsedMs > 0 && cpuMs - previousCpuMs >= elapsedMs * minActiveCpuShare

@@ -41,6 +41,14 @@ describe("Lifetime", () => {
     expect(Lifetime.isExpired(record(), Number.MAX_SAFE_INTEGER)).toBe(false)
   })
 
+  it("a guest was active when it used at least 1% of the wall time on the CPU between two readings", () => {
+    expect(Lifetime.wasActive(1000, 1600, 60_000)).toBe(true)
+    expect(Lifetime.wasActive(1000, 1599, 60_000)).toBe(false)
+    expect(Lifetime.wasActive(1000, 1000, 60_000)).toBe(false)
+    // No time passed (or the clock went back): nothing to judge.
+    expect(Lifetime.wasActive(0, 500, 0)).toBe(false)
+  })
+
   it("a lifetime is an integer from 1 ms to ten years", () => {
     for (const ok of [1, 60_000, Lifetime.maxLifetimeMs]) expect(Lifetime.validLifetimeMs(ok), String(ok)).toBe(true)
     for (const bad of [0, -1, 1.5, Number.NaN, Infinity, Lifetime.maxLifetimeMs + 1, "60000", null]) expect(Lifetime.validLifetimeMs(bad), String(bad)).toBe(false)

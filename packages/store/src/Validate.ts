@@ -3,11 +3,9 @@
  * and rule whichever store runs. Each check answers the first broken rule, or null.
  */
 import type { Budget } from "@engram/core"
-import { Ledger, Lifetime } from "@engram/core"
+import { Ledger, Lifetime, Names } from "@engram/core"
 import { InvalidInput } from "./Errors.js"
 import type { HostReport, MoveRound } from "./Types.js"
-
-const ID = /^[A-Za-z0-9._-]{1,100}$/
 
 /** The id rule's words, as a refusal names it. */
 export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
@@ -17,8 +15,7 @@ export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or 
  * reservations: 1–100 of `[A-Za-z0-9._-]`, and not `.` or `..` (a path segment that names
  * nothing). Ids the store makes itself (reservations of placements, moves) keep to it too.
  */
-export const id = (field: string, value: unknown): InvalidInput | null =>
-  typeof value !== "string" || !ID.test(value) || value === "." || value === ".." ? new InvalidInput({ field, rule: idRule }) : null
+export const id = (field: string, value: unknown): InvalidInput | null => (Names.isId(value) ? null : new InvalidInput({ field, rule: idRule }))
 
 // Every figure must fit the stores' 64-bit columns exactly: past 2^53 - 1 a number is not exact.
 const MAX = Number.MAX_SAFE_INTEGER
