@@ -85,6 +85,16 @@ const memFlag = Flag.String("mem").pipe(
   ),
   Flag.withDescription("RAM: 1024 (MiB), 512MiB, 1GiB, 1.5g"),
 )
+/** An optional lifetime flag: a duration, sent as ms (the coordinator refuses one out of range by name). */
+const lifetimeFlag = (name: string, description: string) =>
+  Flag.String(name).pipe(
+    Flag.filterMap(
+      (t) => Option.fromNullishOr(Format.parseMs(t)),
+      () => "a duration above 0: 90s, 5m, 2h",
+    ),
+    Flag.optional,
+    Flag.withDescription(description),
+  )
 const vcpuFlag = Flag.Int("vcpus").pipe(
   Flag.filter((n) => n > 0, () => "a whole number above 0"),
   Flag.withDescription("vCPUs"),
@@ -255,7 +265,7 @@ const hosts = Command.make("hosts").pipe(
 )
 
 const sessions = Command.make("sessions").pipe(
-  Command.withDescription("the sessions: ls, show, create, idle, resume, end, move, wait, events"),
+  Command.withDescription("the sessions: ls, show, create, idle, resume, end, ttl, move, wait, events"),
   Command.withSubcommands([
     Command.make("ls", { state: stateFlag, host: hostFlag }, (a) =>
       Effect.gen(function* () {
@@ -280,6 +290,8 @@ const sessions = Command.make("sessions").pipe(
         id: Flag.String("id").pipe(Flag.optional, Flag.withDescription("your id for it (default: a UUID)")),
         affinity: Flag.String("affinity").pipe(Flag.optional, Flag.withDescription("hosts to prefer, comma-separated, in order")),
         refuse: Flag.Boolean("refuse").pipe(Flag.withDefault(false), Flag.withDescription("fail instead of queueing when nothing fits")),
+        idleTimeout: lifetimeFlag("idle-timeout", "idle after this long with no guest activity (the gate parks or descends it): 5m, 30s"),
+        ttl: lifetimeFlag("ttl", "ended this long after its create, whatever its state: 2h, 30m"),
       },
       (a) =>
         Effect.gen(function* () {
@@ -290,7 +302,15 @@ const sessions = Command.make("sessions").pipe(
             .filter((s) => s !== "")
           const placed = yield* call(
             target,
-            client.sessions.create({ id: Option.getOrUndefined(a.id), memMib: a.mem, vcpus: a.vcpus, affinity, onNoRoom: a.refuse ? "refuse" : undefined }),
+            client.sessions.create({
+              id: Option.getOrUndefined(a.id),
+              memMib: a.mem,
+              vcpus: a.vcpus,
+              affinity,
+              onNoRoom: a.refuse ? "refuse" : undefined,
+              idleTimeoutMs: Option.getOrUndefined(a.idleTimeout),
+              ttlMs: Option.getOrUndefined(a.ttl),
+            }),
           )
           yield* json ? printJson(placed) : print(placeText(placed, "created"))
         }),
@@ -319,6 +339,13 @@ const sessions = Command.make("sessions").pipe(
         yield* json ? printJson(s) : print(before.state === "ended" ? `${s.id} was already ended: nothing to do` : `${s.id} ended`)
       }),
     ).pipe(Command.withDescription("end a session; its room is released (an ended session stays ended)")),
+    Command.make("ttl", { id: id("the session"), ttl: Argument.String("duration").pipe(Argument.filterMap((t) => Option.fromNullishOr(Format.parseMs(t)), () => "a duration above 0: 1h, 30m, 90s")) }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const s = yield* call(target, client.sessions.setTtl(a.id, a.ttl))
+        yield* json ? printJson(s) : print(`${s.id} ends in ${Format.duration(a.ttl)} (${s.state})`)
+      }),
+    ).pipe(Command.withDescription("set a session's TTL anew: it ends this long from now, whatever its state")),
     Command.make(
       "move",
       {

@@ -64,6 +64,14 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
         )
       case "ReclaimFailed":
         return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
+      case "LifetimesApplied":
+        // The sessions' agents are woken: an idle one parks or descends, an ended one stops.
+        return Effect.logInfo("reaper: session lifetimes", {
+          idled: e.idled.map((x) => `${x.sessionId}→${x.state}`),
+          ttlExpired: e.expired.map((x) => x.sessionId),
+        }).pipe(Effect.andThen(notifier.notify(...[...e.idled, ...e.expired].flatMap((x) => [hostTopic(x.hostId), sessionTopic(x.sessionId)]))))
+      case "LifetimesFailed":
+        return Effect.logWarning("reaper: lifetime read failed; no session idled or ended this pass", { reason: e.reason })
       case "DescentStarted":
         metrics.descents.inc({ reason: e.yield.reason })
         return notifier.notify(hostTopic(e.yield.hostId), sessionTopic(e.yield.sessionId))

@@ -94,6 +94,8 @@ export const eventJson = (x: SessionEvent): Records.SessionEvent => {
     case "Lost":
       return { ...at, kind: "lost", hostId: e.hostId }
     case "Ended":
-      return { ...at, kind: "ended", hostId: e.hostId }
+      return e.reason === undefined ? { ...at, kind: "ended", hostId: e.hostId } : { ...at, kind: "ended", hostId: e.hostId, reason: e.reason }
+    case "TtlSet":
+      return { ...at, kind: "ttl_set", endsAt: e.endsAt }
   }
 }

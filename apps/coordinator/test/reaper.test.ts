@@ -143,4 +143,61 @@ describe("reaperPass", () => {
       const pass = yield* reaperPass
       assert.deepStrictEqual(pass._tag === "Done" ? pass.descents : null, [])
     }).pipe(Effect.provide(ReactAtOnce.pipe(Layer.provideMerge(services(StoreSim.layer()))))))
+
+  it.effect("a session with an idle timeout and no activity goes idle by itself: the pass parks it, with no explicit idle call", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* store.registerHost({ id: "h1" })
+      yield* store.reportHost("h1", { totalMib: 8192, allocatableMib: 7168, totalVcpus: 8 })
+      yield* store.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 }, idleTimeoutMs: 5 * 60_000 })
+      yield* store.markRunning("s1")
+      yield* TestClock.adjust("4 minutes")
+      // The agent's report says the guest was active: its idle clock starts again.
+      yield* store.recordActivity("h1", ["s1"])
+      yield* TestClock.adjust("4 minutes")
+      const early = yield* reaperPass
+      assert.deepStrictEqual(early._tag === "Done" ? early.idled : null, [])
+      assert.strictEqual((yield* store.getSession("s1")).state, "running")
+      yield* TestClock.adjust("1 minute")
+      const pass = yield* reaperPass
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.idled : null, [{ sessionId: "s1", hostId: "h1", state: "parked" }])
+      assert.strictEqual((yield* store.getSession("s1")).state, "parked")
+    }).pipe(Effect.provide(services(StoreSim.layer({ limits: longLived })))))
+
+  it.effect("an idle session descends at once when a queued session has no room: the gate decides, not the timeout", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* store.registerHost({ id: "h1" })
+      yield* store.reportHost("h1", { totalMib: 4096, allocatableMib: 3072, totalVcpus: 8 })
+      yield* store.createSession({ id: "s1", budget: { memMib: 1536, vcpus: 1 }, idleTimeoutMs: 60_000 })
+      yield* store.markRunning("s1")
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      yield* TestClock.adjust("1 minute")
+      const pass = yield* reaperPass
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.idled : null, [{ sessionId: "s1", hostId: "h1", state: "descending" }])
+      assert.strictEqual((yield* store.getSession("s1")).state, "descending")
+    }).pipe(Effect.provide(services(StoreSim.layer({ limits: longLived })))))
+
+  it.effect("a TTL ends a parked session: its reservation goes and its history says ttl expired", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* store.registerHost({ id: "h1" })
+      yield* store.reportHost("h1", { totalMib: 8192, allocatableMib: 7168, totalVcpus: 8 })
+      yield* store.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 }, ttlMs: 2 * 60 * 60_000 })
+      yield* store.markRunning("s1")
+      yield* store.idle("s1")
+      yield* TestClock.adjust("1 hour")
+      // Extended by an hour from now: it would have ended at 2 h, it ends at 3 h.
+      yield* store.setTtl("s1", 2 * 60 * 60_000)
+      yield* TestClock.adjust("1 hour")
+      const before = yield* reaperPass
+      assert.deepStrictEqual(before._tag === "Done" ? before.expired : null, [])
+      yield* TestClock.adjust("1 hour")
+      const pass = yield* reaperPass
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.expired : null, [{ sessionId: "s1", hostId: "h1", state: "ended" }])
+      const s = yield* store.getSession("s1")
+      assert.deepStrictEqual([s.state, s.reservationId], ["ended", null])
+      const events = yield* store.sessionEvents("s1")
+      assert.deepStrictEqual(events.items.at(-1)?.event, { _tag: "Ended", hostId: "h1", reason: "ttl expired" })
+    }).pipe(Effect.provide(services(StoreSim.layer({ limits: longLived })))))
 })

@@ -45,6 +45,7 @@ const validBodies: Readonly<Record<string, unknown>> = {
   "PUT /v1/hosts/:id/report": { totalMib: 2048, allocatableMib: 2048, totalVcpus: 2 },
   "POST /v1/sessions": { memMib: 64, vcpus: 1 },
   "POST /v1/sessions/:id/move": { maxDowntimeMs: 600 },
+  "PUT /v1/sessions/:id/ttl": { ttlMs: 60_000 },
   "POST /v1/moves/:id/rounds": { kind: "full", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 },
   "POST /v1/moves/:id/commit": { downtimeMs: 4, captureMs: 1, sendMs: 1, commitMs: 1 },
   "POST /v1/moves/:id/abort": { reason: "test" },
@@ -1095,6 +1096,70 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect((await adm.get(`/v1/sessions/${waiting}`)).body).toMatchObject({ state: "pending", hostId: hid })
         const metrics = (await adm.get("/metrics")).body as string
         expect(metrics).toContain('engram_descents_total{reason="demand"} 1')
+      })
+
+      /** Reaper passes until the session leaves `state` (a deadline of a millisecond or so passes meanwhile); answers its state. */
+      const passUntilNot = async (id: string, state: string) => {
+        for (let i = 0; i < 10_000; i++) {
+          const now = (await adm.get(`/v1/sessions/${id}`)).body.state as string
+          if (now !== state) return now
+          await r.reaperPass()
+        }
+        return state
+      }
+
+      it("a session created with a short idle timeout goes idle by itself: the reaper's pass parks it, with no idle call; the agent's report carries activity", async () => {
+        const hid = uid("h")
+        const token = (await adm.post("/v1/hosts", { id: hid })).body.token as string
+        await adm.put(`/v1/hosts/${hid}/report`, report(8192))
+        const agent = client(r.url, token)
+        const quick = uid("s")
+        expect((await adm.post("/v1/sessions", { id: quick, memMib: 1024, vcpus: 1, idleTimeoutMs: 1, affinity: [hid] })).body.hostId).toBe(hid)
+        const long = uid("s")
+        expect((await adm.post("/v1/sessions", { id: long, memMib: 1024, vcpus: 1, idleTimeoutMs: 3_600_000, affinity: [hid] })).status).toBe(201)
+        await agent.post(`/v1/sessions/${quick}/started`)
+        await agent.post(`/v1/sessions/${long}/started`)
+        expect((await adm.get(`/v1/sessions/${long}`)).body).toMatchObject({ idleTimeoutMs: 3_600_000, endsAt: null })
+        // Activity rides on the agent's report; a bad list refuses the whole report, by name.
+        const bad = await agent.put(`/v1/hosts/${hid}/report`, { ...report(4096), activeSessions: ["no spaces"] })
+        expect(bad.status).toBe(400)
+        expect(JSON.stringify(bad.body)).toContain("activeSessions.0")
+        expect((await adm.get(`/v1/hosts/${hid}`)).body.reportedAllocatableMib).toBe(8192 + 1024)
+        expect((await agent.put(`/v1/hosts/${hid}/report`, { ...report(8192), activeSessions: [long] })).status).toBe(200)
+        expect(await passUntilNot(quick, "running")).toBe("parked")
+        const events = (await adm.get(`/v1/sessions/${quick}/events`)).body.items.map((e: { kind: string }) => e.kind)
+        expect(events).toEqual(["created", "placed", "running", "parked"])
+        expect((await adm.get(`/v1/sessions/${long}`)).body.state).toBe("running")
+      })
+
+      it("a TTL ends a parked session, and says so in its history; a new TTL moves the deadline; bad lifetimes are refused by name", async () => {
+        const hid = uid("h")
+        const token = (await adm.post("/v1/hosts", { id: hid })).body.token as string
+        await adm.put(`/v1/hosts/${hid}/report`, report(8192))
+        const agent = client(r.url, token)
+        for (const [field, value] of [["idleTimeoutMs", 0], ["ttlMs", 1.5], ["ttlMs", "2h"]] as const) {
+          const refused = await adm.post("/v1/sessions", { id: uid("bad"), memMib: 64, vcpus: 1, [field]: value })
+          expect(refused.status).toBe(400)
+          expect(JSON.stringify(refused.body)).toContain(field)
+        }
+        const id = uid("s")
+        await adm.post("/v1/sessions", { id, memMib: 1024, vcpus: 1, ttlMs: 3_600_000, affinity: [hid] })
+        await agent.post(`/v1/sessions/${id}/started`)
+        expect((await agent.post(`/v1/sessions/${id}/idle`)).body.state).toBe("parked")
+        const endsAt = (await adm.get(`/v1/sessions/${id}`)).body.endsAt as number
+        expect((await r.reaperPass()) as unknown).toMatchObject({ expired: [] })
+        const refused = await adm.put(`/v1/sessions/${id}/ttl`, { ttlMs: 0 })
+        expect(refused.status).toBe(400)
+        expect(JSON.stringify(refused.body)).toContain("ttlMs")
+        expect((await adm.get(`/v1/sessions/${id}`)).body.endsAt).toBe(endsAt)
+        const set = await adm.put(`/v1/sessions/${id}/ttl`, { ttlMs: 1 })
+        expect(set.status).toBe(200)
+        expect(set.body.endsAt).toBeLessThan(endsAt)
+        expect(await passUntilNot(id, "parked")).toBe("ended")
+        const items = (await adm.get(`/v1/sessions/${id}/events`)).body.items
+        expect(items.at(-2)).toMatchObject({ kind: "ttl_set" })
+        expect(items.at(-1)).toMatchObject({ kind: "ended", hostId: hid, reason: "ttl expired" })
+        expect((await adm.put(`/v1/sessions/${id}/ttl`, { ttlMs: 1000 })).status).toBe(409)
       })
     })
   })

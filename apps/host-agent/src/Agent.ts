@@ -10,8 +10,8 @@
  * difference once: one fiber per session at a time, and the acknowledgement is a CAS on the
  * coordinator whose 409 (already done) counts as done.
  */
-import { Downtime, Limits } from "@engram/core"
-import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec } from "@engram/runtime"
+import { Downtime, Lifetime, Limits, Names } from "@engram/core"
+import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
 import { Clock, Effect, FiberMap, Ref, type Result, type Scope } from "effect"
 import type { Assignments, AssignedMove, AssignedSession, Conflict, CoordinatorError, CoordinatorShape } from "./Coordinator.js"
@@ -345,12 +345,31 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * MemAvailable + this): their anonymous and shared memory; a guest RAM file on disk is page
      * cache, already in MemAvailable. The RSS where a runtime cannot tell them apart.
      */
-    const residentMib = Effect.map(runtime.usage, (vms) => vms.reduce((n, v) => n + (v.ramBytes ?? v.rssBytes ?? 0), 0) / (1024 * 1024))
+    const residentMibOf = (vms: readonly VmUsage[]) => vms.reduce((n, v) => n + (v.ramBytes ?? v.rssBytes ?? 0), 0) / (1024 * 1024)
+
+    // Each VM's CPU time at the last report, to tell which guests did work since (core's `Lifetime.wasActive`).
+    let cpuSeen = new Map<string, { readonly cpuMs: number; readonly at: number }>()
+    /** The running sessions whose guest was active since the last report; remembers this reading. */
+    const activeSince = (vms: readonly VmUsage[], t: number): string[] => {
+      const active: string[] = []
+      const next = new Map<string, { readonly cpuMs: number; readonly at: number }>()
+      for (const v of vms) {
+        // A runtime's own guests (template builds) are no sessions; a guest it cannot measure reports nothing.
+        if (v.cpuMs === null || v.cpuMs === undefined || !Names.isId(v.vmId)) continue
+        const before = cpuSeen.get(v.vmId)
+        if (v.status === "running" && before !== undefined && Lifetime.wasActive(before.cpuMs, v.cpuMs, t - before.at)) active.push(v.vmId)
+        next.set(v.vmId, { cpuMs: v.cpuMs, at: t })
+      }
+      cpuSeen = next
+      return active
+    }
 
     const reportOnce = Effect.gen(function* () {
-      const report = yield* deps.measure(yield* residentMib)
+      const vms = yield* runtime.usage
+      const report = yield* deps.measure(residentMibOf(vms))
+      const active = activeSince(vms, yield* Clock.currentTimeMillis)
       yield* Ref.set(lastReport, report)
-      yield* coordinator.report(report).pipe(Effect.catch((e) => Effect.logWarning("report failed", { hostId: me, error: e.message })))
+      yield* coordinator.report(report, active).pipe(Effect.catch((e) => Effect.logWarning("report failed", { hostId: me, error: e.message })))
     })
 
     const reportLoop = Effect.forever(Effect.sleep(config.reportIntervalMs).pipe(Effect.andThen(reportOnce)))

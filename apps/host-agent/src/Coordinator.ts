@@ -63,7 +63,8 @@ type Fx<A> = Effect.Effect<A, Conflict | CoordinatorError>
 
 /** The agent-facing coordinator API. */
 export interface CoordinatorShape {
-  readonly report: (r: HostReport) => Fx<void>
+  /** The host's measurement, with the sessions whose guest was active since the last report (none: omitted). */
+  readonly report: (r: HostReport, activeSessions?: readonly string[]) => Fx<void>
   readonly heartbeat: Fx<number>
   readonly assignments: (opts: { readonly waitMs: number; readonly since: string | undefined }) => Fx<Assignments>
   readonly started: (sessionId: string) => Fx<void>
@@ -111,7 +112,8 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
         Effect.mapError((e) => (e._tag === "TimeoutError" ? new CoordinatorError({ op, status: null, message: "timed out" }) : toPortError(op, e))),
       )
     return {
-      report: (r) => call("report", api.hosts.report({ params: host, payload: r })).pipe(Effect.asVoid),
+      report: (r, activeSessions = []) =>
+        call("report", api.hosts.report({ params: host, payload: activeSessions.length === 0 ? r : { ...r, activeSessions } })).pipe(Effect.asVoid),
       heartbeat: call("heartbeat", api.hosts.heartbeat({ params: host })).pipe(Effect.map((b) => b.renewed)),
       assignments: ({ waitMs, since }) =>
         call("assignments", api.hosts.assignments({ params: host, query: since === undefined ? { waitMs } : { waitMs, since } }), waitMs + 15_000),

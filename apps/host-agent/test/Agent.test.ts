@@ -93,6 +93,36 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       assert.deepStrictEqual(s.reports.get("a"), { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 })
     }))
 
+  it.effect("the report names the sessions whose guest did work since the last report (its CPU time grew), and only those", () =>
+    Effect.gen(function* () {
+      // Modeled guests: busy for 30 s after they start, resume or are touched, then quiet.
+      const f = yield* fleetOf
+      yield* f.coordinator.addSession("busy", "a", 256)
+      yield* f.coordinator.addSession("quiet", "a", 256)
+      yield* f.settle
+      assert.deepStrictEqual((yield* f.a.runtime.list).map((v) => v.status), ["running", "running"])
+      // The first report reads each guest's CPU time: nothing to compare with yet.
+      yield* f.a.agent.reportOnce
+      yield* f.a.runtime.touch("busy")
+      yield* f.a.runtime.touch("quiet")
+      yield* TestClock.adjust("1 minute")
+      yield* f.a.agent.reportOnce
+      yield* TestClock.adjust("1 minute")
+      yield* f.a.runtime.touch("busy")
+      yield* TestClock.adjust("10 seconds")
+      yield* f.a.agent.reportOnce
+      // The touched guest works out its 30 s, then both are quiet for a whole interval.
+      yield* TestClock.adjust("1 minute")
+      yield* f.a.agent.reportOnce
+      yield* TestClock.adjust("1 minute")
+      yield* f.a.agent.reportOnce
+      const s = yield* f.coordinator.get
+      assert.deepStrictEqual(
+        s.activity.filter((x) => x.hostId === "a").map((x) => [...x.activeSessions].sort()),
+        [[], ["busy", "quiet"], ["busy"], ["busy"], []],
+      )
+    }))
+
   it.effect("the report adds the RAM the resident VMs hold that MemAvailable does not count (not a RAM file's page cache), not their sizes, to what the host has available (SPEC §1)", () =>
     Effect.gen(function* () {
       const MiB = 1024 * 1024

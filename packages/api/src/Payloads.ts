@@ -47,6 +47,11 @@ export const Report = Schema.Struct({
   totalMib: Schema.optionalKey(NullableFinite),
   allocatableMib: Schema.optionalKey(NullableFinite),
   totalVcpus: Schema.optionalKey(NullableFinite),
+  /**
+   * The sessions whose guest was active since the agent's last report (for QEMU: guest CPU time
+   * grew). Each restarts its idle clock; absent = no activity measured.
+   */
+  activeSessions: Schema.optionalKey(Schema.Array(Schema.String)),
 })
 export type Report = typeof Report.Type
 
@@ -66,8 +71,16 @@ export const CreateSession = Schema.Struct({
   vcpus: Schema.Finite,
   affinity: Schema.optionalKey(Schema.Array(Schema.String)),
   onNoRoom: Schema.optionalKey(OnNoRoom),
+  /** No reported guest activity for this long (ms) makes the running session idle; the park gate then parks or descends it. */
+  idleTimeoutMs: Schema.optionalKey(Schema.Finite),
+  /** The session ends this long (ms) after its create, whatever its state; `PUT /v1/sessions/{id}/ttl` sets it anew. */
+  ttlMs: Schema.optionalKey(Schema.Finite),
 })
 export type CreateSession = typeof CreateSession.Type
+
+/** `PUT /v1/sessions/{id}/ttl`: the session ends `ttlMs` from now. */
+export const SetTtl = Schema.Struct({ ttlMs: Schema.Finite })
+export type SetTtl = typeof SetTtl.Type
 
 /** `GET /v1/sessions`: filters and a page. */
 export const SessionsQuery = {

@@ -42,6 +42,12 @@ export const Session = Schema.Struct({
   reservationId: Schema.NullOr(Schema.String),
   queuedAt: NullableNum,
   parkedAt: NullableNum,
+  /** No reported activity for this long (ms) makes the running session idle; null: never. */
+  idleTimeoutMs: NullableNum,
+  /** The last reported guest activity, or when the session last began to run (epoch ms). */
+  lastActiveAt: Num,
+  /** When the TTL ends the session (epoch ms); null: no TTL. */
+  endsAt: NullableNum,
   createdAt: Num,
   updatedAt: Num,
 })
@@ -347,7 +353,10 @@ export const SessionEvent = Schema.Union([
     estimateMs: NullableNum,
   }),
   Schema.Struct({ ...at, kind: Schema.Literal("lost"), hostId: HostOrNull }),
-  Schema.Struct({ ...at, kind: Schema.Literal("ended"), hostId: HostOrNull }),
+  /** Ended; `reason` when not at a caller's word (`ttl expired`). */
+  Schema.Struct({ ...at, kind: Schema.Literal("ended"), hostId: HostOrNull, reason: Schema.optionalKey(Schema.String) }),
+  /** The TTL was set anew: the session ends at `endsAt` (epoch ms). */
+  Schema.Struct({ ...at, kind: Schema.Literal("ttl_set"), endsAt: Num }),
 ])
 export type SessionEvent = typeof SessionEvent.Type
 

@@ -7,7 +7,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
 import { BodyErrors, LongPollErrors, StandardErrors, WaitTimeout } from "./Errors.js"
 import { doc } from "./internal/doc.js"
-import { CreateSession, PageQuery, PathId, SessionsQuery, StartMove, WaitQuery } from "./Payloads.js"
+import { CreateSession, PageQuery, PathId, SessionsQuery, SetTtl, StartMove, WaitQuery } from "./Payloads.js"
 import {
   Idled,
   MoveCommitted,
@@ -45,7 +45,7 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
       .annotateMerge(
         doc(
           "Create a session",
-          `Places a session of \`{memMib, vcpus}\` on the best-fitting ready host that has reported (\`affinity\` hosts first): 201 \`{id, state, hostId}\`. When nothing fits it is queued: 202 \`{id, state: "queued", position, noFit, tooBig}\` with each host's reason (\`ram_full\`, \`cpu_full\`, \`entries_full\`, \`unmeasured\`, \`cordoned\`, \`draining\`, \`fits_now\`) and whether the budget is too big for every host even when empty. With \`onNoRoom: "refuse"\` a session that fits nowhere is not stored: 409 \`{error: "NoRoom", noFit, tooBig}\`. Without \`id\` a UUID is generated (an id is 1-100 characters of \`[A-Za-z0-9._-]\`, not \`.\` or \`..\`); a repeated \`id\` answers the existing session, and a different budget under it is a 409.${admin}`,
+          `Places a session of \`{memMib, vcpus}\` on the best-fitting ready host that has reported (\`affinity\` hosts first): 201 \`{id, state, hostId}\`. When nothing fits it is queued: 202 \`{id, state: "queued", position, noFit, tooBig}\` with each host's reason (\`ram_full\`, \`cpu_full\`, \`entries_full\`, \`unmeasured\`, \`cordoned\`, \`draining\`, \`fits_now\`) and whether the budget is too big for every host even when empty. With \`onNoRoom: "refuse"\` a session that fits nowhere is not stored: 409 \`{error: "NoRoom", noFit, tooBig}\`. Optional lifetimes (ms, integers from 1 to 10 years): \`idleTimeoutMs\` — no reported guest activity for that long makes the running session idle, and the park gate parks or descends it; \`ttlMs\` — the session is ended that long after its create, whatever its state (its history says \`ttl expired\`). Without \`id\` a UUID is generated (an id is 1-100 characters of \`[A-Za-z0-9._-]\`, not \`.\` or \`..\`); a repeated \`id\` answers the existing session, and a different budget under it is a 409.${admin}`,
         ),
       ),
     HttpApiEndpoint.get("list", "/v1/sessions", { query: SessionsQuery, success: SessionsPage, error: StandardErrors }).annotateMerge(
@@ -99,6 +99,15 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
           `\`→ ended\` from any state: its reservation is released and an open move aborted; then the queue is drained. Idempotent: ending an ended session answers it as it is (200) and changes nothing.${hostOrAdmin}`,
         ),
     ),
+    HttpApiEndpoint.put("ttl", "/v1/sessions/:id/ttl", { params: PathId, payload: SetTtl, success: Session, error: BodyErrors })
+      .middleware(StrictInput)
+      .middleware(AdminOnly)
+      .annotateMerge(
+        doc(
+          "Set a session's TTL",
+          `The session ends \`ttlMs\` from now (an integer from 1 ms to 10 years), whatever its state: extends or shortens its lifetime. Answers the session with its new \`endsAt\`. 409 on an ended session.${admin}`,
+        ),
+      ),
     HttpApiEndpoint.post("move", "/v1/sessions/:id/move", { params: PathId, payload: StartMove, success: MoveCommitted, error: BodyErrors })
       .middleware(StrictInput)
       .middleware(AdminOnly)

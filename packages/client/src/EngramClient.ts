@@ -93,6 +93,8 @@ export interface EngramClientShape {
     readonly resume: (id: string) => Fx<PlaceAnswer>
     /** Ends a session from any state; its room is released. */
     readonly end: (id: string) => Fx<Records.Session>
+    /** A new TTL: the session ends `ttlMs` from now, whatever its state (extends or shortens it). */
+    readonly setTtl: (id: string, ttlMs: number) => Fx<Records.Session>
     /** Moves a running session live within `maxDowntimeMs`; fails with `MoveDowntime` (and the estimate) when the guard refuses. */
     readonly move: (id: string, options: MoveOptions) => Fx<Records.MoveCommitted>
     /** Waits until the session is in `state`: `WaitTimeout` when time runs out, `Unreachable` when it can no longer get there. */
@@ -165,6 +167,7 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       idle: (id) => call(api.sessions.idle(byId(id))),
       resume: (id) => call(api.sessions.resume(byId(id))).pipe(Effect.map(tagged)),
       end: (id) => call(api.sessions.end(byId(id))),
+      setTtl: (id, ttlMs) => call(api.sessions.ttl({ ...byId(id), payload: { ttlMs } })),
       move: (id, o) => call(api.sessions.move({ ...byId(id), payload: defined(o) })),
       wait: (id, w) =>
         call(api.sessions.wait({ ...byId(id), query: { ...defined(w), timeoutMs: w.timeoutMs ?? 30_000 } })).pipe(

@@ -34,6 +34,17 @@ describe("the Promise client", () => {
     await engram.sessions.end(id)
   })
 
+  it("creates a session with an idle timeout and a TTL, and sets a new TTL", async () => {
+    const id = uid("s")
+    await engram.sessions.create({ id, memMib: 512, vcpus: 1, idleTimeoutMs: 300_000, ttlMs: 7_200_000 })
+    const s = await engram.sessions.get(id)
+    expect(s).toMatchObject({ idleTimeoutMs: 300_000 })
+    const set = await engram.sessions.setTtl(id, 60_000)
+    expect(set.endsAt).not.toBeNull()
+    expect(set.endsAt as number).toBeLessThan(s.endsAt as number)
+    await engram.sessions.end(id)
+  })
+
   it("a session that fits nowhere is queued with each host's reason", async () => {
     const id = uid("huge")
     const queued = await engram.sessions.create({ id, memMib: 64 * 1024, vcpus: 1 })
@@ -192,6 +203,7 @@ const everyCall = (e: EngramClientShape): Effect.Effect<unknown, unknown>[] => [
   e.sessions.idle("s"),
   e.sessions.resume("s"),
   e.sessions.end("s"),
+  e.sessions.setTtl("s", 1000),
   e.sessions.move("s", { maxDowntimeMs: 1 }),
   e.sessions.wait("s", { state: "running" }),
   e.sessions.events("s"),

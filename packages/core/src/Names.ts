@@ -30,3 +30,12 @@ export const moveStates = every<MoveState>()(["pending", "committed", "aborted"]
 export type RoundKind = "full" | "delta" | "final"
 /** Every round kind, in the order a move sends them. */
 export const roundKinds = every<RoundKind>()(["full", "delta", "final"])
+
+const ID = /^[A-Za-z0-9._-]{1,100}$/
+
+/**
+ * The one id rule (SPEC §10, §12) for every id a client chooses — sessions, hosts,
+ * reservations, moves: 1–100 of `[A-Za-z0-9._-]`, and not `.` or `..` (a path segment that
+ * names nothing).
+ */
+export const isId = (value: unknown): value is string => typeof value === "string" && ID.test(value) && value !== "." && value !== ".."

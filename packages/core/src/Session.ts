@@ -9,6 +9,7 @@
 import type { Budget } from "./Headroom.js"
 import type { Entry } from "./Ledger.js"
 import * as Ledger from "./Ledger.js"
+import * as Lifetime from "./Lifetime.js"
 import * as Move from "./Move.js"
 import * as ParkPolicy from "./ParkPolicy.js"
 import * as Plan from "./Plan.js"
@@ -146,6 +147,12 @@ export interface Record {
   readonly reservationId: string | null
   readonly queuedAt: number | null
   readonly parkedAt: number | null
+  /** No reported activity for this long makes a running session idle (`Lifetime.isIdle`); null: never. */
+  readonly idleTimeoutMs: number | null
+  /** The last reported guest activity, or the last time the session began to run (its idle clock starts there). */
+  readonly lastActiveAt: number
+  /** When the TTL ends the session whatever its state (`Lifetime.isExpired`); null: no TTL. */
+  readonly endsAt: number | null
   readonly createdAt: number
   readonly updatedAt: number
 }
@@ -178,6 +185,9 @@ export type Step =
       readonly affinity: readonly string[]
       /** The chosen host, or null: no host fits and the session queues. */
       readonly placement: Placed | null
+      /** Valid lifetimes (`Lifetime.validLifetimeMs`) or absent. */
+      readonly idleTimeoutMs?: number | null | undefined
+      readonly ttlMs?: number | null | undefined
     }
   | { readonly _tag: "place"; readonly placement: Placed }
   | { readonly _tag: "markRunning" }
@@ -208,7 +218,10 @@ export type Step =
       /** Whether the open move's target reservation is reclaimed too (else it is released). */
       readonly targetReclaimed: boolean
     }
-  | { readonly _tag: "end"; readonly openMove: Move.Record | null }
+  /** `reason`: why it ends when not at a caller's word (the TTL's `Lifetime.ttlExpiredReason`), kept on `Ended`. */
+  | { readonly _tag: "end"; readonly openMove: Move.Record | null; readonly reason?: string | null | undefined }
+  /** A new TTL from now (a valid `ttlMs`): the session's `endsAt` moves; its state stays. */
+  | { readonly _tag: "setTtl"; readonly ttlMs: number }
 
 /** What happened to a session, for its history. `hostId` names the host it happened on, where there is one. */
 export type Event =
@@ -239,7 +252,10 @@ export type Event =
       readonly estimateMs: number | null
     }
   | { readonly _tag: "Lost"; readonly hostId: string | null }
-  | { readonly _tag: "Ended"; readonly hostId: string | null }
+  /** `reason`: why, when the session did not end at a caller's word (e.g. `ttl expired`). */
+  | { readonly _tag: "Ended"; readonly hostId: string | null; readonly reason?: string | undefined }
+  /** The TTL was set anew: the session ends at `endsAt`. */
+  | { readonly _tag: "TtlSet"; readonly endsAt: number }
 
 /** Every event tag, in life-cycle order. */
 export const eventTags: readonly Event["_tag"][] = [
@@ -256,6 +272,7 @@ export const eventTags: readonly Event["_tag"][] = [
   "MoveAborted",
   "Lost",
   "Ended",
+  "TtlSet",
 ]
 
 /** A state change the life cycle (or the operation's own rule) refuses. */
@@ -318,7 +335,7 @@ export const judgeResume = (s: Pick<Record, "id" | "state">): Illegal | null =>
   judge(s, "resume", resumesWarm(s.state) ? "running" : "pending")
 
 /** The state an operation asks for (the state named by its refusal). */
-export const target = (op: Step): State => {
+export const target = (op: Exclude<Step, { readonly _tag: "setTtl" }>): State => {
   switch (op._tag) {
     case "create":
     case "place":
@@ -439,6 +456,9 @@ const createPlan = (op: Extract<Step, { readonly _tag: "create" }>, now: number)
     reservationId: p === null ? null : p.reservationId,
     queuedAt: p === null ? now : null,
     parkedAt: null,
+    idleTimeoutMs: op.idleTimeoutMs ?? null,
+    lastActiveAt: now,
+    endsAt: Lifetime.endsAtOf(op.ttlMs, now),
     createdAt: now,
     updatedAt: now,
   }
@@ -472,7 +492,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       const bad = judge(s, op._tag, "running")
       if (bad) return bad
       const events: readonly Event[] = [op._tag === "unpark" ? { _tag: "Resumed", warm: true, hostId: s.hostId } : { _tag: "Running", hostId: s.hostId }]
-      return planOf(s, { ...s, state: "running", parkedAt: null, updatedAt: now }, now, none, null, events)
+      return planOf(s, { ...s, state: "running", parkedAt: null, lastActiveAt: now, updatedAt: now }, now, none, null, events)
     }
     case "idle": {
       const to = target(op)
@@ -508,7 +528,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       if (bad) return bad
       // A park resumes warm: running again on its host, with its reservation, no placement.
       if (resumesWarm(s.state))
-        return planOf(s, { ...s, state: "running", parkedAt: null, updatedAt: now }, now, none, null, [{ _tag: "Resumed", warm: true, hostId: s.hostId }])
+        return planOf(s, { ...s, state: "running", parkedAt: null, lastActiveAt: now, updatedAt: now }, now, none, null, [{ _tag: "Resumed", warm: true, hostId: s.hostId }])
       if (op.placement === null) return planOf(s, queuedAt(s, now), now, none, null, [cold, queuedEvent])
       const [next, reserve, host] = placedOn(s, op.placement, now)
       return planOf(s, next, now, [reserve], null, [cold, { _tag: "Placed", hostId: op.placement.hostId }], host)
@@ -554,7 +574,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       const phases = op.phases === null ? null : { downtimeMs: op.phases.downtimeMs, captureMs: op.phases.captureMs, sendMs: op.phases.sendMs, commitMs: op.phases.commitMs }
       return planOf(
         s,
-        { ...s, state: "running", hostId: m.targetHostId, reservationId: m.reservationId, parkedAt: null, updatedAt: now },
+        { ...s, state: "running", hostId: m.targetHostId, reservationId: m.reservationId, parkedAt: null, lastActiveAt: now, updatedAt: now },
         now,
         ledger,
         { _tag: "Update", move: { ...m, state: "committed", phases, endedAt: now } },
@@ -569,7 +589,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       if (bad) return bad
       return planOf(
         s,
-        { ...s, state: "running", parkedAt: null, updatedAt: now },
+        { ...s, state: "running", parkedAt: null, lastActiveAt: now, updatedAt: now },
         now,
         [releaseTarget(s, m, op.targetReclaimed ? "reclaimed" : "released")],
         closed(m, op.reason, op.estimateMs, now),
@@ -595,10 +615,16 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       const bad = judge(s, "end", "ended")
       if (bad) return bad
       const next: Record = { ...s, state: "ended", hostId: null, reservationId: null, queuedAt: null, parkedAt: null, updatedAt: now }
-      const ended: Event = { _tag: "Ended", hostId: s.hostId }
+      const ended: Event = op.reason === null || op.reason === undefined ? { _tag: "Ended", hostId: s.hostId } : { _tag: "Ended", hostId: s.hostId, reason: op.reason }
       if (op.openMove === null) return planOf(s, next, now, releaseOwn(s, "released"), null, [ended])
       const gone = leaving(s, op.openMove, endedReason, "released", now)
       return planOf(s, next, now, [...gone.ledger, ...releaseOwn(s, "released")], gone.move, [...gone.events, ended])
+    }
+    case "setTtl": {
+      // Any live session may get a new TTL; an ended one has nothing left to end.
+      if (s.state === "ended") return { _tag: "Illegal", sessionId: s.id, from: s.state, to: s.state, message: "an ended session has no TTL to set" }
+      const endsAt = Lifetime.endsAtOf(op.ttlMs, now) as number
+      return planOf(s, { ...s, endsAt, updatedAt: now }, now, none, null, [{ _tag: "TtlSet", endsAt }])
     }
   }
 }

@@ -31,6 +31,9 @@ const session = (id: string, state: Session.State, reservationId: string | null,
   reservationId,
   queuedAt: null,
   parkedAt: state === "parked" ? 5 : null,
+  idleTimeoutMs: null,
+  lastActiveAt: 0,
+  endsAt: null,
   createdAt: 0,
   updatedAt: 0,
 })
@@ -107,7 +110,7 @@ describe("the reclaim pass", () => {
     )
     expect(plan.reclaimed.map((e) => e.id)).toStrictEqual(["t1"])
     expect(plan.lostSessions).toStrictEqual([])
-    expect(plan.sessions).toStrictEqual([{ ...session("s1", "running", "r1"), updatedAt: now }])
+    expect(plan.sessions).toStrictEqual([{ ...session("s1", "running", "r1"), lastActiveAt: now, updatedAt: now }])
     expect(plan.moves.map((m) => [m.state, m.abortReason])).toStrictEqual([["aborted", Session.targetLostReason]])
   })
 

@@ -101,6 +101,9 @@ describe("Session.step", () => {
     reservationId: "r1",
     queuedAt: null,
     parkedAt: null,
+    idleTimeoutMs: null,
+    lastActiveAt: 0,
+    endsAt: null,
     createdAt: 0,
     updatedAt: 0,
   }
@@ -133,7 +136,7 @@ describe("Session.step", () => {
   }
   // The idle decision's inputs: a measured host with nothing queued parks; a queued session without room makes it descend.
   const measuredHost = { id: "h1", headroom: { allocatableMib: 8192, cpuBudget: 32, reserved: { memMib: 1024, vcpus: 1 } } }
-  const idle = (park: boolean): Session.Step => ({
+  const idle = (park: boolean): Extract<Session.Step, { readonly _tag: "idle" }> => ({
     _tag: "idle",
     policy: ParkPolicy.defaultRule,
     view: { host: measuredHost, queueWithoutRoom: !park },
@@ -141,7 +144,7 @@ describe("Session.step", () => {
 
   it("a create with a host is pending there with a new session reservation; without one it queues", () => {
     const placed = applied(Session.step(null, { _tag: "create", id: "s1", budget: base.budget, affinity: ["h1"], placement: { hostId: "h1", version: 4, reservationId: "r9" } }, t))
-    expect(placed.session).toStrictEqual({ ...base, state: "pending", affinity: ["h1"], reservationId: "r9", createdAt: t, updatedAt: t })
+    expect(placed.session).toStrictEqual({ ...base, state: "pending", affinity: ["h1"], reservationId: "r9", lastActiveAt: t, createdAt: t, updatedAt: t })
     expect(placed.ledger).toStrictEqual([
       { _tag: "Reserve", entry: { id: "r9", hostId: "h1", ownerKind: "session", ownerId: "s1", memMib: 1024, vcpus: 1, vramMib: null, createdAt: t, lastHeartbeatAt: t, expiresAt: null, description: null } },
     ])
@@ -181,7 +184,7 @@ describe("Session.step", () => {
 
   it("resume is one verb: a park resumes warm in place (same host, same reservation, no placement), a descended session cold", () => {
     const warm = applied(Session.step(at("parked", { parkedAt: 5 }), { _tag: "resume", placement: null }, t))
-    expect(warm.session).toStrictEqual({ ...base, state: "running", parkedAt: null, updatedAt: t })
+    expect(warm.session).toStrictEqual({ ...base, state: "running", parkedAt: null, lastActiveAt: t, updatedAt: t })
     expect(warm.ledger).toStrictEqual([])
     expect(warm.events).toStrictEqual([{ _tag: "Resumed", warm: true, hostId: "h1" }])
     expect(Session.resumesWarm("parked")).toBe(true)
@@ -293,7 +296,7 @@ describe("Session.step", () => {
   })
 
   it("every applied step leads where its operation's rule says, and the next record holds a reservation exactly when its state does", () => {
-    const steps: Session.Step[] = [
+    const steps: Exclude<Session.Step, { readonly _tag: "setTtl" }>[] = [
       { _tag: "place", placement: { hostId: "h1", version: 0, reservationId: "r2" } },
       { _tag: "markRunning" },
       idle(true),

@@ -14,8 +14,8 @@
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
  */
-import { ParkPolicy } from "@engram/core"
-import type { Limits, ParkGate } from "@engram/core"
+import { Lifetime, ParkPolicy } from "@engram/core"
+import type { Limits, ParkGate, SessionState } from "@engram/core"
 import { Store } from "@engram/store"
 import type { FleetRead, StoreShape } from "@engram/store"
 import { Effect } from "effect"
@@ -44,6 +44,13 @@ export interface Placed {
   readonly hostId: string
 }
 
+/** A session a lifetime changed: its id, its host before, and the state it is in now. */
+export interface LifetimeStep {
+  readonly sessionId: string
+  readonly hostId: string | null
+  readonly state: SessionState
+}
+
 /** What one pass did. */
 export type PassReport =
   | { readonly _tag: "Held"; readonly reason: string }
@@ -51,6 +58,10 @@ export type PassReport =
       readonly _tag: "Done"
       readonly reclaimed: number
       readonly lostSessions: readonly string[]
+      /** Running sessions made idle for want of activity (each then parked or descended by the park policy). */
+      readonly idled: readonly LifetimeStep[]
+      /** Sessions ended because their TTL passed. */
+      readonly expired: readonly LifetimeStep[]
       readonly yields: readonly ParkPolicy.PolicyYield[]
       /** Yields whose descent started (the others lost a race and were skipped). */
       readonly descents: readonly ParkPolicy.PolicyYield[]
@@ -122,6 +133,41 @@ const descend = (store: StoreShape, yields: readonly ParkPolicy.PolicyYield[], l
     return started
   })
 
+/**
+ * The lifetime step of a pass: the store's indexed read of what is due (core's `Lifetime`
+ * decides), then for each, while this replica leads, the store's own step: `endSession` with
+ * the TTL's reason, or `idle`. A session that changed first (a lost race) is skipped; a failed
+ * read skips the step. Null: leadership was lost midway.
+ */
+const lifetimes = (
+  store: StoreShape,
+  leading: () => boolean,
+  tell: Tell,
+): Effect.Effect<{ idled: LifetimeStep[]; expired: LifetimeStep[] } | null> =>
+  Effect.gen(function* () {
+    const idled: LifetimeStep[] = []
+    const expired: LifetimeStep[] = []
+    const due = yield* Effect.result(store.lifetimesDue())
+    if (due._tag === "Failure") {
+      if (tell) yield* tell({ _tag: "LifetimesFailed", reason: due.failure.reason })
+      return { idled, expired }
+    }
+    for (const s of due.success.expired) {
+      if (!leading()) return null
+      const ended = yield* Effect.result(store.endSession(s.id, { reason: Lifetime.ttlExpiredReason }))
+      if (ended._tag === "Success") expired.push({ sessionId: s.id, hostId: s.hostId, state: ended.success.state })
+      else if (ended.failure._tag === "Unavailable") break
+    }
+    for (const s of due.success.idle) {
+      if (!leading()) return null
+      const idle = yield* Effect.result(store.idle(s.id))
+      if (idle._tag === "Success") idled.push({ sessionId: s.id, hostId: s.hostId, state: idle.success.state })
+      else if (idle.failure._tag === "Unavailable") break
+    }
+    if (tell && (idled.length > 0 || expired.length > 0)) yield* tell({ _tag: "LifetimesApplied", idled, expired })
+    return { idled, expired }
+  })
+
 // The pass is one generator with the steps inline: it runs every few seconds over the whole
 // fleet, and each nested generator or event nobody hears costs allocations there.
 
@@ -162,10 +208,16 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
       yield* tell({ _tag: "ReclaimFailed", reason: reclaim.failure.reason })
     }
 
-    // A reclaim that freed room changed the fleet: the gate decides on a read taken after it,
-    // so no park yields for room the reclaim just gave back. A failed re-read holds every park.
+    // 2b. Lifetimes: a TTL that passed ends its session; a running session with no activity for
+    // its idle timeout goes idle by the explicit idle step (the park policy parks or descends it).
+    // Leadership was asked for the reclaim; each write of this step asks again.
+    const lives = yield* lifetimes(store, leading, tell)
+    if (lives === null) return yield* held("lifetimes")
+
+    // A reclaim or a lifetime that changed the fleet: the gate decides on a read taken after it,
+    // so no park yields for room just given back. A failed re-read holds every park.
     let gateHeld = false
-    if (reclaimed > 0) {
+    if (reclaimed > 0 || lives.idled.length > 0 || lives.expired.length > 0) {
       const again = yield* Effect.result(store.fleetView())
       if (again._tag === "Success") {
         fleet = again.success
@@ -198,6 +250,8 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
       _tag: "Done",
       reclaimed,
       lostSessions,
+      idled: lives.idled,
+      expired: lives.expired,
       yields,
       descents,
       placed,

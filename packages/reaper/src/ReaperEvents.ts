@@ -16,6 +16,13 @@ export type Event =
   | { readonly _tag: "FleetReadFailed"; readonly source: Source; readonly reason: string }
   | { readonly _tag: "Reclaimed"; readonly result: ReclaimResult }
   | { readonly _tag: "ReclaimFailed"; readonly reason: string }
+  /** Sessions a lifetime changed this pass: made idle (then parked or descending), or ended by their TTL. */
+  | {
+      readonly _tag: "LifetimesApplied"
+      readonly idled: readonly { readonly sessionId: string; readonly hostId: string | null; readonly state: string }[]
+      readonly expired: readonly { readonly sessionId: string; readonly hostId: string | null; readonly state: string }[]
+    }
+  | { readonly _tag: "LifetimesFailed"; readonly reason: string }
   | { readonly _tag: "Decided"; readonly source: Source; readonly decision: ParkPolicy.Decision }
   | { readonly _tag: "DescentStarted"; readonly source: Source; readonly yield: ParkPolicy.PolicyYield }
   /** The park changed first (resumed, ended): the CAS `parked → descending` lost; skipped. */

@@ -235,6 +235,27 @@ export const rssBytes = (pid: number): number | null => {
   }
 }
 
+/** The CPU time (user + system, ms) the process has used, from `/proc/<pid>/stat`; null when unreadable. */
+export const cpuMs = (pid: number): number | null => {
+  try {
+    return parseCpuMs(readFileSync(`/proc/${pid}/stat`, "utf8"))
+  } catch {
+    return null
+  }
+}
+
+// Linux reports utime and stime in clock ticks, USER_HZ, which is 100 on every Linux ABI.
+const msPerTick = 10
+
+/** Parses utime + stime (fields 14 and 15) of a `/proc/<pid>/stat` text, in ms. The name (field 2) may hold spaces: fields count from its closing parenthesis. */
+export const parseCpuMs = (stat: string): number | null => {
+  const after = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  // `after[0]` is field 3 (state): utime is field 14, stime field 15.
+  const utime = Number(after[11])
+  const stime = Number(after[12])
+  return Number.isFinite(utime) && Number.isFinite(stime) ? (utime + stime) * msPerTick : null
+}
+
 /** Parses the `VmRSS` of a `/proc/<pid>/status` text, in bytes. */
 export const parseRss = (status: string): number | null => statusKib(status, "VmRSS")
 

@@ -378,7 +378,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
       // A template's build is the runtime's own guest: it is no VM of the agent's (its RAM is measured all the same).
       list: Effect.sync(() => [...vms.values()].filter((vm) => !Host.isInternal(vm.spec.vmId)).map((vm): VmInfo => ({ ...vm.spec, status: vm.status }))),
       usage: Effect.sync(() =>
-        [...vms.values()].map((vm): VmUsage => ({ ...vm.spec, status: vm.status, rssBytes: P.rssBytes(vm.pid), ramBytes: P.unreclaimableBytes(vm.pid), pid: vm.pid })),
+        [...vms.values()].map((vm): VmUsage => ({ ...vm.spec, status: vm.status, rssBytes: P.rssBytes(vm.pid), ramBytes: P.unreclaimableBytes(vm.pid), pid: vm.pid, cpuMs: P.cpuMs(vm.pid) })),
       ),
       recover: () =>
         Effect.gen(function* () {

@@ -113,6 +113,15 @@ describe("the QEMU process", () => {
     expect(QemuProcess.rssBytes(process.pid)).toBeGreaterThan(0)
     expect(QemuProcess.alive(process.pid)).toBe(true)
   })
+
+  it("reads the CPU time (utime + stime, in 10 ms ticks) from /proc stat text, also with spaces and parentheses in the name, and this process's own", () => {
+    const tail = "S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 3 0 100"
+    expect(QemuProcess.parseCpuMs(`4242 (qemu-system-x86) ${tail}`)).toBe(3000)
+    expect(QemuProcess.parseCpuMs(`4242 (a (b) c) ${tail}`)).toBe(3000)
+    expect(QemuProcess.parseCpuMs("4242 (x) S")).toBeNull()
+    expect(QemuProcess.cpuMs(process.pid)).toBeGreaterThanOrEqual(0)
+    expect(QemuProcess.cpuMs(2 ** 22 + 7)).toBeNull()
+  })
 })
 
 describe("mapped or stream snapshots", () => {

@@ -99,6 +99,11 @@ export interface VmUsage extends VmInfo {
   readonly ramBytes: number | null
   /** The hypervisor process, when there is one. */
   readonly pid: number | null
+  /**
+   * CPU time the guest has used so far (ms; for QEMU the process's user + system time), the
+   * agent's measure of guest activity. Null or absent when the runtime cannot measure it.
+   */
+  readonly cpuMs?: number | null | undefined
 }
 
 /** What a runtime says about itself at start (logged and shown on the agent's status). */

@@ -52,6 +52,11 @@ export interface SimConfig {
   readonly startMs: number
   /** A start from a template the runtime holds. */
   readonly templateStartMs: number
+  /**
+   * The modeled guest's activity: after it starts, resumes or is touched (`touch`) it is busy
+   * (its CPU time grows with the wall clock) for this long, then quiet until the next of those.
+   */
+  readonly guestBusyMs: number
 }
 
 /**
@@ -70,6 +75,7 @@ export const defaultSimConfig: SimConfig = {
   commitMs: 420,
   startMs: 50,
   templateStartMs: 10,
+  guestBusyMs: 30_000,
 }
 
 /** Runtime statistics of a simulated VM (tests). */
@@ -85,6 +91,8 @@ export interface SimRuntimeShape extends VmRuntimeShape {
   /** Pauses taken for moves (the guard's "never paused" is `pauses` unchanged). */
   readonly pauses: Ref.Ref<number>
   readonly stats: (vmId: string) => Effect.Effect<VmInfo & SimStats, RuntimeError>
+  /** The modeled guest does some work now: busy again for `guestBusyMs` (its CPU time grows). */
+  readonly touch: (vmId: string) => Effect.Effect<void, RuntimeError>
 }
 
 interface SimVm {
@@ -95,6 +103,10 @@ interface SimVm {
   dirty: number
   settledAt: number
   seq: number
+  /** CPU time the modeled guest has used (ms), up to `settledAt`. */
+  cpuMs: number
+  /** The modeled guest is busy until then (epoch ms). */
+  busyUntil: number
 }
 
 interface Incoming {
@@ -139,6 +151,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
     // Dirty bytes accrue only while the guest runs and tracking is on.
     const settle = (vm: SimVm, t: number) => {
       if (vm.status === "running" && vm.tracking) vm.dirty += cfg.dirtyBytesPerMs * (t - vm.settledAt)
+      if (vm.status === "running") vm.cpuMs += Math.max(0, Math.min(t, vm.busyUntil) - vm.settledAt)
       vm.settledAt = t
     }
     const get = (op: string, vmId: string) =>
@@ -155,7 +168,8 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
     const info = (vm: SimVm): VmInfo => ({ ...vm.spec, status: vm.status })
     const add = (spec: VmSpec, status: VmInfo["status"]) =>
       Effect.gen(function* () {
-        const vm: SimVm = { spec, status, tracking: false, dirty: 0, settledAt: yield* now, seq: 0 }
+        const t = yield* now
+        const vm: SimVm = { spec, status, tracking: false, dirty: 0, settledAt: t, seq: 0, cpuMs: 0, busyUntil: t + cfg.guestBusyMs }
         yield* Ref.update(vms, (m) => new Map(m).set(spec.vmId, vm))
         return info(vm)
       })
@@ -181,7 +195,12 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
         if ((yield* Ref.get(vms)).has(vmId)) return yield* fail(op, vmId, "VM already resident")
       })
     const captureTimeMs = (apparentBytes: number) => cfg.captureFixedMs + apparentBytes / cfg.captureBytesPerMs
-    const setStatus = (vmId: string, status: VmInfo["status"]) => withSettled("status", vmId, (vm) => void (vm.status = status))
+    const setStatus = (vmId: string, status: VmInfo["status"]) =>
+      withSettled("status", vmId, (vm) => {
+        // A guest that runs again (unparked, a move aborted) wakes busy.
+        if (status === "running" && vm.status !== "running") vm.busyUntil = vm.settledAt + cfg.guestBusyMs
+        vm.status = status
+      })
     const stopTracking = (vmId: string) =>
       withSettled("stopTracking", vmId, (vm) => {
         vm.tracking = false
@@ -371,7 +390,14 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
         }),
       destroy: (vmId) => remove(vmId).pipe(Effect.andThen(dropIncoming(vmId))),
       list: Effect.map(Ref.get(vms), (m) => [...m.values()].map(info)),
-      usage: Effect.map(Ref.get(vms), (m) => [...m.values()].map((vm) => ({ ...info(vm), rssBytes: vm.spec.memMib * MiB, ramBytes: vm.spec.memMib * MiB, pid: null }))),
+      usage: Effect.gen(function* () {
+        const t = yield* now
+        return [...(yield* Ref.get(vms)).values()].map((vm) => {
+          settle(vm, t)
+          return { ...info(vm), rssBytes: vm.spec.memMib * MiB, ramBytes: vm.spec.memMib * MiB, pid: null, cpuMs: vm.cpuMs }
+        })
+      }),
+      touch: (vmId) => Effect.asVoid(withSettled("touch", vmId, (vm) => void (vm.busyUntil = vm.settledAt + cfg.guestBusyMs))),
       recover: (known) =>
         Effect.gen(function* () {
           for (const k of known) {

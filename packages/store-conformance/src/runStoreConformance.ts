@@ -11,6 +11,7 @@ import { cascades } from "./cases/cascades.js"
 import { concurrency } from "./cases/concurrency.js"
 import { fleet } from "./cases/fleet.js"
 import { historyGroup } from "./cases/history.js"
+import { lifetimes } from "./cases/lifetimes.js"
 import { hosts } from "./cases/hosts.js"
 import { ledger } from "./cases/ledger.js"
 import { moves } from "./cases/moves.js"
@@ -47,6 +48,7 @@ export const groups = (options: ConformanceOptions = {}): readonly Group[] => [
   moves,
   cascades,
   historyGroup,
+  lifetimes,
   pages,
   concurrency,
   properties({

@@ -26,6 +26,9 @@ export const toSession = (r: SessionRow): Session.Record => ({
   reservationId: r.reservationId,
   queuedAt: r.queuedAt,
   parkedAt: r.parkedAt,
+  idleTimeoutMs: r.idleTimeoutMs,
+  lastActiveAt: r.lastActiveAt,
+  endsAt: r.endsAt,
   createdAt: r.createdAt,
   updatedAt: r.updatedAt,
 })

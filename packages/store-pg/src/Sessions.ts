@@ -10,11 +10,11 @@
  * refused).
  */
 import { randomUUID } from "node:crypto"
-import { ParkGate, Placement, Plan, QueueWalk, Session } from "@engram/core"
+import { Lifetime, ParkGate, Placement, Plan, QueueWalk, Session } from "@engram/core"
 import type { Budget, Candidate, Limits } from "@engram/core"
 import { Cursor, fromRefusal, NoRoom, NotFound, Unavailable, Validate } from "@engram/store"
 import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, SessionFilter, StoreShape } from "@engram/store"
-import { and, asc, eq, gt, inArray, sql } from "drizzle-orm"
+import { and, asc, eq, gt, inArray, isNotNull, lt, lte, ne, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
 import * as Batcher from "./Batcher.js"
@@ -41,6 +41,9 @@ type SessionOps = Pick<
   | "finishDescent"
   | "resume"
   | "endSession"
+  | "setTtl"
+  | "recordActivity"
+  | "lifetimesDue"
 >
 
 /** Options of the placement of new sessions. */
@@ -84,6 +87,7 @@ interface CreateItem {
   readonly id: string
   readonly budget: Budget
   readonly affinity: readonly string[]
+  readonly life: Lifetimes
   /** The create's time (the Clock's, when it was called). */
   readonly t: number
   /** Whether it needs a read that starts after it (it found no fit on a reused read, or lost a race). */
@@ -104,17 +108,26 @@ type ResumeAnswer =
   | { readonly _tag: "Done"; readonly outcome: PlaceOutcome }
   | { readonly _tag: "Refused"; readonly error: NotFound | IllegalTransition }
 
-const createStep = (id: string, budget: Budget, affinity: readonly string[], placement: Session.Placed | null): Session.Step => ({
+/** A create's lifetime options (validated). */
+interface Lifetimes {
+  readonly idleTimeoutMs?: number | undefined
+  readonly ttlMs?: number | undefined
+}
+const noLifetimes: Lifetimes = {}
+
+const createStep = (id: string, budget: Budget, affinity: readonly string[], placement: Session.Placed | null, life: Lifetimes = noLifetimes): Session.Step => ({
   _tag: "create",
   id,
   budget,
   affinity,
   placement,
+  idleTimeoutMs: life.idleTimeoutMs,
+  ttlMs: life.ttlMs,
 })
 
 /** Core's plan of a create that is new. */
-const created = (id: string, budget: Budget, affinity: readonly string[], placement: Session.Placed | null, t: number) =>
-  Session.step(null, createStep(id, budget, affinity, placement), t) as Plan.Plan
+const created = (id: string, budget: Budget, affinity: readonly string[], life: Lifetimes, placement: Session.Placed | null, t: number) =>
+  Session.step(null, createStep(id, budget, affinity, placement, life), t) as Plan.Plan
 
 /** The session a step's plan writes (it writes exactly one). */
 const written = (plan: Plan.Plan): Session.Record => Plan.sessionOf(plan) as Session.Record
@@ -138,7 +151,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
       for (const i of walk.unplaced) answers.set(i, { _tag: "NoFit", fresh })
       const plans = walk.placed.map(({ waiting: i, hostId }) => {
         const version = cache.get(hostId)?.row.version ?? 0
-        return created(i.id, i.budget, i.affinity, { hostId, version, reservationId: randomUUID() }, i.t)
+        return created(i.id, i.budget, i.affinity, i.life, { hostId, version, reservationId: randomUUID() }, i.t)
       })
       const outcomes = yield* apply(db.pool, cache, plans)
       outcomes.forEach((o, k) => {
@@ -188,15 +201,15 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
 
   /** A create that asked to be refused rather than queued, and fits nowhere: nothing is stored. */
   const noRoom = (id: string, budget: Budget, affinity: readonly string[], hosts: readonly Candidate[]): NoRoom => {
-    const standing = standingOf(written(created(id, budget, affinity, null, 0)), hosts, 0, limits())
+    const standing = standingOf(written(created(id, budget, affinity, noLifetimes, null, 0)), hosts, 0, limits())
     return new NoRoom({ sessionId: id, noFit: standing.noFit, tooBig: standing.tooBig })
   }
 
   /** Fits nowhere on a fresh read: queued (or refused, storing nothing). */
-  const queueOrRefuse = <E>(conn: Conn<E>, id: string, budget: Budget, affinity: readonly string[], onNoRoom: OnNoRoom, t: number, hosts: readonly Candidate[]) =>
+  const queueOrRefuse = <E>(conn: Conn<E>, id: string, budget: Budget, affinity: readonly string[], life: Lifetimes, onNoRoom: OnNoRoom, t: number, hosts: readonly Candidate[]) =>
     Effect.gen(function* () {
       if (onNoRoom === "refuse") return yield* noRoom(id, budget, affinity, hosts)
-      const plan = created(id, budget, affinity, null, t)
+      const plan = created(id, budget, affinity, life, null, t)
       const [outcome] = yield* apply(conn, cache, [plan])
       if (outcome?._tag !== "Applied") return null
       const s = written(plan)
@@ -209,11 +222,11 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
    * again in a later group, on a read that starts after it; after `maxCasAttempts` the caller
    * falls back to the locking choice (null). No fit on a fresh read: queued (or refused).
    */
-  const createOptimistic = (id: string, budget: Budget, affinity: readonly string[], onNoRoom: OnNoRoom, t: number) =>
+  const createOptimistic = (id: string, budget: Budget, affinity: readonly string[], life: Lifetimes, onNoRoom: OnNoRoom, t: number) =>
     Effect.gen(function* () {
       let fresh = false
       for (let attempt = 0; attempt < options.maxCasAttempts; attempt++) {
-        const answer = yield* placeGrouped({ id, budget, affinity, t, fresh })
+        const answer = yield* placeGrouped({ id, budget, affinity, life, t, fresh })
         if (answer._tag === "Placed") return { _tag: "Placed", session: answer.session } satisfies PlaceOutcome
         if (answer._tag === "Exists") return yield* existing(id, budget, t)
         // A lost race, or no fit on a reused read (which may miss room freed since): decide again on a fresh read.
@@ -224,7 +237,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         // Refused or queued; a session of this id may exist meanwhile: answer it as it is.
         const already = yield* existing(id, budget, t)
         if (already !== null) return already
-        const queued = yield* queueOrRefuse(db.pool, id, budget, affinity, onNoRoom, t, cache.candidates()).pipe(
+        const queued = yield* queueOrRefuse(db.pool, id, budget, affinity, life, onNoRoom, t, cache.candidates()).pipe(
           Effect.catchTag("UniqueViolation", () => Effect.succeed(null)),
         )
         return queued ?? (yield* existing(id, budget, t))
@@ -236,7 +249,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
    * The locking placement (when optimistic attempts keep losing, or are off): choose with core
    * on the cached rows, lock the chosen host and re-check it with core under the lock, apply.
    */
-  const createLocked = (id: string, budget: Budget, affinity: readonly string[], onNoRoom: OnNoRoom, t: number) =>
+  const createLocked = (id: string, budget: Budget, affinity: readonly string[], life: Lifetimes, onNoRoom: OnNoRoom, t: number) =>
     Effect.gen(function* () {
       const already = yield* existing(id, budget, t)
       if (already !== null) return already
@@ -245,8 +258,8 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         .transaction((tx) =>
           Effect.gen(function* () {
             const picked = yield* pickAndLock(tx, { budget, affinity }, limits(), cache.candidates())
-            if (picked._tag === "NoFit") return yield* queueOrRefuse(tx, id, budget, affinity, onNoRoom, t, picked.hosts)
-            const plan = created(id, budget, affinity, { hostId: picked.hostId, version: picked.version, reservationId: randomUUID() }, t)
+            if (picked._tag === "NoFit") return yield* queueOrRefuse(tx, id, budget, affinity, life, onNoRoom, t, picked.hosts)
+            const plan = created(id, budget, affinity, life, { hostId: picked.hostId, version: picked.version, reservationId: randomUUID() }, t)
             const [o] = yield* apply(tx, cache, [plan])
             // Another create of the same id won: answered below as a repeated create.
             return o?._tag === "Applied" ? ({ _tag: "Placed", session: written(plan) } satisfies PlaceOutcome) : null
@@ -385,11 +398,12 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         const budget: Budget = { memMib: input.budget.memMib, vcpus: input.budget.vcpus }
         const affinity = [...(input.affinity ?? [])]
         const onNoRoom = input.onNoRoom ?? "queue"
+        const life: Lifetimes = { idleTimeoutMs: input.idleTimeoutMs, ttlMs: input.ttlMs }
         if (options.maxCasAttempts > 0) {
-          const optimistic = yield* createOptimistic(input.id, budget, affinity, onNoRoom, t)
+          const optimistic = yield* createOptimistic(input.id, budget, affinity, life, onNoRoom, t)
           if (optimistic !== null) return optimistic
         }
-        return yield* createLocked(input.id, budget, affinity, onNoRoom, t)
+        return yield* createLocked(input.id, budget, affinity, life, onNoRoom, t)
       }),
 
     getSession: (id) =>
@@ -466,8 +480,66 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
     unpark: (id) => simple(id, { _tag: "unpark" }),
     beginDescent: (id, options = {}) => simple(id, { _tag: "beginDescent", reason: options.reason ?? null }),
     finishDescent: (id) => simple(id, { _tag: "finishDescent" }),
-    endSession: (id) =>
-      stepLocked(id, (tx) => Effect.map(lockOpenMove(tx, id), (open): Session.Step => ({ _tag: "end", openMove: open === undefined ? null : toMove(open) }))),
+    endSession: (id, options = {}) =>
+      Effect.gen(function* () {
+        const bad = options.reason === undefined ? null : Validate.text("reason", options.reason)
+        if (bad) return yield* bad
+        const reason = options.reason ?? null
+        return yield* stepLocked(id, (tx) =>
+          Effect.map(lockOpenMove(tx, id), (open): Session.Step => ({ _tag: "end", openMove: open === undefined ? null : toMove(open), reason })),
+        )
+      }),
+    setTtl: (id, ttlMs) =>
+      Effect.gen(function* () {
+        const bad = Validate.ttl(ttlMs)
+        if (bad) return yield* bad
+        return yield* simple(id, { _tag: "setTtl", ttlMs })
+      }),
+    recordActivity: (hostId, sessionIds) =>
+      Effect.gen(function* () {
+        const bad = Validate.id("hostId", hostId) ?? Validate.activity(sessionIds)
+        if (bad) return yield* bad
+        if (sessionIds.length === 0) return 0
+        const t = yield* now
+        // Not a state change (no step): only the idle clock of the host's running sessions moves.
+        const rows = yield* db.pool.use((exec) =>
+          exec
+            .update(sessions)
+            .set({ lastActiveAt: t })
+            .where(and(inArray(sessions.id, [...sessionIds]), eq(sessions.hostId, hostId), eq(sessions.state, "running"), lt(sessions.lastActiveAt, t)))
+            .returning({ id: sessions.id }),
+        )
+        return rows.length
+      }).pipe(dieOnUnique),
+    lifetimesDue: (options = {}) =>
+      Effect.gen(function* () {
+        const t = yield* now
+        const limit = options.limit ?? 1000
+        // Both reads walk their partial index (sessions_idle_idx, sessions_ends_idx) up to now.
+        const [idleRows, expiredRows] = yield* both(
+          db.pool.use((exec) =>
+            exec
+              .select()
+              .from(sessions)
+              .where(and(eq(sessions.state, "running"), isNotNull(sessions.idleTimeoutMs), sql`(${sessions.lastActiveAt} + ${sessions.idleTimeoutMs}) <= ${t}`))
+              .orderBy(sql`(${sessions.lastActiveAt} + ${sessions.idleTimeoutMs})`, asc(sessions.id))
+              .limit(limit),
+          ),
+          db.pool.use((exec) =>
+            exec
+              .select()
+              .from(sessions)
+              .where(and(isNotNull(sessions.endsAt), ne(sessions.state, "ended"), lte(sessions.endsAt, t)))
+              .orderBy(asc(sessions.endsAt), asc(sessions.id))
+              .limit(limit),
+          ),
+        )
+        // Core has the last word: the reads only find the candidates.
+        const expired = expiredRows.map(toSession).filter((s) => Lifetime.isExpired(s, t))
+        const ended = new Set(expired.map((s) => s.id))
+        const idle = idleRows.map(toSession).filter((s) => !ended.has(s.id) && Lifetime.isIdle(s, s.lastActiveAt, t))
+        return { idle, expired }
+      }).pipe(dieOnUnique),
 
     resume: (id) => Effect.flatMap(resumes(id), (a) => (a._tag === "Done" ? Effect.succeed(a.outcome) : Effect.fail(a.error))),
   }

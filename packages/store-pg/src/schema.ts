@@ -78,6 +78,9 @@ export const sessions = pgTable(
     reservationId: text("reservation_id"),
     queuedAt: ms("queued_at"),
     parkedAt: ms("parked_at"),
+    idleTimeoutMs: ms("idle_timeout_ms"),
+    lastActiveAt: ms("last_active_at").notNull().default(0),
+    endsAt: ms("ends_at"),
     createdAt: ms("created_at").notNull(),
     updatedAt: ms("updated_at").notNull(),
   },
@@ -93,6 +96,11 @@ export const sessions = pgTable(
     index("sessions_queue_idx").on(t.queuedAt, t.id).where(sql`${t.state} = 'queued'`),
     index("sessions_host_idx").on(t.hostId).where(sql`${t.hostId} is not null`),
     index("sessions_created_idx").on(t.createdAt, t.id),
+    // The reaper's lifetime reads: running sessions by idle deadline, live ones by TTL deadline.
+    index("sessions_idle_idx")
+      .on(sql`(${t.lastActiveAt} + ${t.idleTimeoutMs})`)
+      .where(sql`${t.state} = 'running' and ${t.idleTimeoutMs} is not null`),
+    index("sessions_ends_idx").on(t.endsAt).where(sql`${t.endsAt} is not null and ${t.state} <> 'ended'`),
   ],
 )
 

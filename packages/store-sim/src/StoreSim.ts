@@ -7,7 +7,7 @@
  * reclaim deadlines incrementally, so a fleet of 10,000 hosts stays fast; every decision about
  * room still goes through @engram/core.
  */
-import { Headroom, Ledger, Limits, Move, Order, ParkGate, ParkPolicy, Placement, PlacementIndex, Plan, QueueWalk, Reclaim, Session } from "@engram/core"
+import { Headroom, Ledger, Lifetime, Limits, Move, Order, ParkGate, ParkPolicy, Placement, PlacementIndex, Plan, QueueWalk, Reclaim, Session } from "@engram/core"
 import type { Budget, Candidate, FleetHost, LedgerEntry, NoFitDetail, Park, Queued, SessionState } from "@engram/core"
 import {
   Conflict,
@@ -76,6 +76,9 @@ interface SessionRec {
   reservationId: string | null
   queuedAt: number | null
   parkedAt: number | null
+  idleTimeoutMs: number | null
+  lastActiveAt: number
+  endsAt: number | null
   createdAt: number
   updatedAt: number
 }
@@ -188,6 +191,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   let index = new PlacementIndex.Index(limits)
   const noFitDetails = options.noFitDetails ?? true
   let sessions = new Map<string, SessionRec>()
+  // The sessions a lifetime can end or idle (an idle timeout or a TTL), so a pass reads only those.
+  let withLifetime = new Set<SessionRec>()
   let queue = new Map<string, SessionRec>()
   let queueSorted: SessionRec[] | null = null
   /** The budgets waiting in the queue, with how many ask for each: what the idle decision reads of the queue. */
@@ -215,6 +220,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     hosts = new Map()
     index = new PlacementIndex.Index(limits)
     sessions = new Map()
+    withLifetime = new Set()
     queue = new Map()
     queueSorted = null
     queuedBudgets = new Map()
@@ -322,6 +328,9 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     reservationId: s.reservationId,
     queuedAt: s.queuedAt,
     parkedAt: s.parkedAt,
+    idleTimeoutMs: s.idleTimeoutMs,
+    lastActiveAt: s.lastActiveAt,
+    endsAt: s.endsAt,
     createdAt: s.createdAt,
     updatedAt: s.updatedAt,
   })
@@ -512,10 +521,15 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const created = next as SessionRec
         sessions.set(created.id, created)
         enter(created)
+        if (created.idleTimeoutMs !== null || created.endsAt !== null) withLifetime.add(created)
       } else {
         leave(s)
-        Object.assign(s, next)
+        // Activity recorded since the step's read stands: the idle clock never runs backwards.
+        const lastActiveAt = Math.max(s.lastActiveAt, next.lastActiveAt)
+        Object.assign(s, next, { lastActiveAt })
         enter(s)
+        if (s.idleTimeoutMs !== null || s.endsAt !== null) withLifetime.add(s)
+        if (s.state === "ended") withLifetime.delete(s)
       }
     }
     for (const { sessionId, event } of p.events) record(sessionId, event, p.at)
@@ -689,6 +703,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           budget: input.budget,
           affinity,
           placement,
+          idleTimeoutMs: input.idleTimeoutMs,
+          ttlMs: input.ttlMs,
         })
         if (existing !== undefined) {
           // A repeated create: core answers the session as it is, or a Conflict on another budget.
@@ -746,10 +762,48 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return outcomeOf(resumed)
       }),
 
-    endSession: (id) =>
+    endSession: (id, options = {}) =>
       Effect.gen(function* () {
+        const bad = options.reason === undefined ? null : Validate.text("reason", options.reason)
+        if (bad) return yield* bad
         const s = yield* findSession(id)
-        return sessionOf(yield* stepSession(s, { _tag: "end", openMove: openMoveOf(id) }, yield* now))
+        return sessionOf(yield* stepSession(s, { _tag: "end", openMove: openMoveOf(id), reason: options.reason ?? null }, yield* now))
+      }),
+    setTtl: (id, ttlMs) =>
+      Effect.gen(function* () {
+        const bad = Validate.ttl(ttlMs)
+        if (bad) return yield* bad
+        const s = yield* findSession(id)
+        return sessionOf(yield* stepSession(s, { _tag: "setTtl", ttlMs }, yield* now))
+      }),
+    recordActivity: (hostId, sessionIds) =>
+      Effect.gen(function* () {
+        const bad = Validate.id("hostId", hostId) ?? Validate.activity(sessionIds)
+        if (bad) return yield* bad
+        const t = yield* now
+        let moved = 0
+        for (const id of sessionIds) {
+          const s = sessions.get(id)
+          if (s === undefined || s.state !== "running" || s.hostId !== hostId || s.lastActiveAt >= t) continue
+          s.lastActiveAt = t
+          moved++
+        }
+        return moved
+      }),
+    lifetimesDue: (options = {}) =>
+      Effect.gen(function* () {
+        const t = yield* now
+        const limit = options.limit ?? 1000
+        const idle: SessionRec[] = []
+        const expired: SessionRec[] = []
+        for (const s of withLifetime) {
+          if (Lifetime.isExpired(s, t)) expired.push(s)
+          else if (Lifetime.isIdle(s, s.lastActiveAt, t)) idle.push(s)
+        }
+        const idleAt = (s: SessionRec) => Lifetime.idleAt(s, s.lastActiveAt) as number
+        idle.sort((a, b) => idleAt(a) - idleAt(b) || Order.compareIds(a.id, b.id))
+        expired.sort((a, b) => (a.endsAt as number) - (b.endsAt as number) || Order.compareIds(a.id, b.id))
+        return { idle: idle.slice(0, limit).map(sessionOf), expired: expired.slice(0, limit).map(sessionOf) }
       }),
 
     pageQueue: (page = {}) =>

@@ -19,6 +19,7 @@ import { Context } from "effect"
 import type { Effect } from "effect"
 import type { Conflict, IllegalTransition, InvalidInput, NoRoom, NotFound, Refused, Unavailable } from "./Errors.js"
 import type {
+  LifetimesDue,
   DrainResult,
   FleetRead,
   Host,
@@ -94,6 +95,10 @@ export interface StoreShape {
     readonly budget: Budget
     readonly affinity?: readonly string[] | undefined
     readonly onNoRoom?: OnNoRoom | undefined
+    /** No reported activity for this long makes the running session idle (ms; `Lifetime.lifetimeRule`). */
+    readonly idleTimeoutMs?: number | undefined
+    /** The session ends this long after its create (ms; `Lifetime.lifetimeRule`); `setTtl` moves it. */
+    readonly ttlMs?: number | undefined
   }) => Fx<PlaceOutcome, Conflict | InvalidInput | NoRoom>
   readonly getSession: (id: string) => Fx<Session, NotFound>
   /** Sessions, oldest first. */
@@ -128,8 +133,29 @@ export interface StoreShape {
    * `pending` (placed, then a restore) or `queued`. Any other state is an `IllegalTransition`.
    */
   readonly resume: (id: string) => Fx<PlaceOutcome, NotFound | IllegalTransition>
-  /** Any state but `ended` → `ended`; releases its reservation and aborts an open move. An ended session is answered as it is (ending is idempotent). */
-  readonly endSession: (id: string) => Fx<Session, NotFound | IllegalTransition>
+  /**
+   * Any state but `ended` → `ended`; releases its reservation and aborts an open move. An ended
+   * session is answered as it is (ending is idempotent). `reason` (text) is kept on the `Ended`
+   * event when the session ends other than at a caller's word (the TTL's `ttl expired`).
+   */
+  readonly endSession: (id: string, options?: { readonly reason?: string | undefined }) => Fx<Session, NotFound | IllegalTransition | InvalidInput>
+  /**
+   * A new TTL: the session ends `ttlMs` from now, whatever its state (an extension, or a cut).
+   * A bad `ttlMs` is `InvalidInput` naming `ttlMs`; an ended session is an `IllegalTransition`.
+   */
+  readonly setTtl: (id: string, ttlMs: number) => Fx<Session, NotFound | IllegalTransition | InvalidInput>
+  /**
+   * Guest activity a host's agent reported: each listed session running on `hostId` was active
+   * now (its `lastActiveAt` moves to now). Others (not on the host, not running) are skipped;
+   * answers how many moved.
+   */
+  readonly recordActivity: (hostId: string, sessionIds: readonly string[]) => Fx<number, InvalidInput>
+  /**
+   * The sessions whose lifetime is due now, by indexed reads (not a scan): running sessions
+   * whose idle deadline passed (`Lifetime.isIdle`) and live sessions whose TTL passed
+   * (`Lifetime.isExpired`), each oldest deadline first, at most `limit` (default 1000) of each.
+   */
+  readonly lifetimesDue: (options?: { readonly limit?: number | undefined }) => Fx<LifetimesDue>
 
   // The queue
   /** A page of the queue, first in first out, each session with where it stands (position, reasons, `too_big`). */
@@ -241,4 +267,5 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "openMove",
   "listMoves",
   "pageMoves",
+  "lifetimesDue",
 ])

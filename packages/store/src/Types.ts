@@ -156,3 +156,11 @@ export interface SessionFilter {
   readonly state?: SessionState | undefined
   readonly hostId?: string | undefined
 }
+
+/** The sessions whose lifetime is due (the reaper idles the first and ends the second). */
+export interface LifetimesDue {
+  /** Running sessions with no activity for their idle timeout. */
+  readonly idle: readonly Session[]
+  /** Sessions, in any state but ended, whose TTL passed. */
+  readonly expired: readonly Session[]
+}

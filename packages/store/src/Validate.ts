@@ -3,11 +3,9 @@
  * and rule whichever store runs. Each check answers the first broken rule, or null.
  */
 import type { Budget } from "@engram/core"
-import { Ledger } from "@engram/core"
+import { Ledger, Lifetime, Names } from "@engram/core"
 import { InvalidInput } from "./Errors.js"
 import type { HostReport, MoveRound } from "./Types.js"
-
-const ID = /^[A-Za-z0-9._-]{1,100}$/
 
 /** The id rule's words, as a refusal names it. */
 export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
@@ -17,8 +15,7 @@ export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or 
  * reservations: 1–100 of `[A-Za-z0-9._-]`, and not `.` or `..` (a path segment that names
  * nothing). Ids the store makes itself (reservations of placements, moves) keep to it too.
  */
-export const id = (field: string, value: unknown): InvalidInput | null =>
-  typeof value !== "string" || !ID.test(value) || value === "." || value === ".." ? new InvalidInput({ field, rule: idRule }) : null
+export const id = (field: string, value: unknown): InvalidInput | null => (Names.isId(value) ? null : new InvalidInput({ field, rule: idRule }))
 
 // Every figure must fit the stores' 64-bit columns exactly: past 2^53 - 1 a number is not exact.
 const MAX = Number.MAX_SAFE_INTEGER
@@ -60,9 +57,38 @@ export const filter = (field: string, value: unknown): InvalidInput | null => (v
 /** A session budget: `memMib` an integer > 0, `vcpus` an integer > 0. */
 export const budget = (b: Budget): InvalidInput | null => integerAtLeast("memMib", b.memMib, 1) ?? integerAtLeast("vcpus", b.vcpus, 1)
 
+/** An optional session lifetime (`idleTimeoutMs`, `ttlMs`): absent, or core's `Lifetime.lifetimeRule`. */
+export const lifetime = (field: string, value: unknown): InvalidInput | null =>
+  value === undefined || Lifetime.validLifetimeMs(value) ? null : new InvalidInput({ field, rule: Lifetime.lifetimeRule })
+
+/** A new TTL (`setTtl`): required, by the same rule. */
+export const ttl = (value: unknown): InvalidInput | null =>
+  Lifetime.validLifetimeMs(value) ? null : new InvalidInput({ field: "ttlMs", rule: Lifetime.lifetimeRule })
+
+/** The most sessions one activity report may name. */
+export const maxActivitySessions = 10_000
+
+/** The sessions an agent reports active: an array of session ids (the id rule), at most `maxActivitySessions`. */
+export const activity = (value: unknown): InvalidInput | null => {
+  if (!Array.isArray(value) || value.length > maxActivitySessions)
+    return new InvalidInput({ field: "activeSessions", rule: `must be an array of at most ${maxActivitySessions} session ids` })
+  for (const [i, x] of value.entries()) {
+    const bad = id(`activeSessions.${i}`, x)
+    if (bad) return bad
+  }
+  return null
+}
+
 /** A new session: its id, budget and affinity list (each entry text), and what to do without room. */
-export const sessionInput = (input: { id: unknown; budget: Budget; affinity?: unknown; onNoRoom?: unknown }): InvalidInput | null => {
-  const bad = id("id", input.id) ?? budget(input.budget)
+export const sessionInput = (input: {
+  id: unknown
+  budget: Budget
+  affinity?: unknown
+  onNoRoom?: unknown
+  idleTimeoutMs?: unknown
+  ttlMs?: unknown
+}): InvalidInput | null => {
+  const bad = id("id", input.id) ?? budget(input.budget) ?? lifetime("idleTimeoutMs", input.idleTimeoutMs) ?? lifetime("ttlMs", input.ttlMs)
   if (bad) return bad
   if (input.affinity !== undefined) {
     if (!Array.isArray(input.affinity)) return new InvalidInput({ field: "affinity", rule: "must be an array of host ids" })

@@ -1,6 +1,6 @@
 /** `/v1/hosts…`: registration, removal, token rotation, report, heartbeat, administrative states, assignments. */
 import { EngramApi } from "@engram/api"
-import { Store } from "@engram/store"
+import { Store, Validate } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { Assignments } from "../Assignments.js"
@@ -63,6 +63,9 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
       .handle("report", ({ params, payload }) =>
         Effect.gen(function* () {
           yield* requireHostOrAdmin(params.id)
+          // A bad activity list refuses the whole report before anything is written.
+          const badActivity = payload.activeSessions === undefined ? null : Validate.activity(payload.activeSessions)
+          if (badActivity) yield* api(Effect.fail(badActivity))
           const view = yield* api(
             store.reportHost(params.id, {
               totalMib: payload.totalMib ?? null,
@@ -70,6 +73,8 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
               totalVcpus: payload.totalVcpus ?? null,
             }),
           )
+          // Guest activity rides on the report (no request per session): it restarts those sessions' idle clocks.
+          if (payload.activeSessions !== undefined && payload.activeSessions.length > 0) yield* api(store.recordActivity(params.id, payload.activeSessions))
           yield* drainer.roomAppeared(fleetTopic)
           return hostJson(view)
         }),

@@ -94,6 +94,8 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
             budget: { memMib: payload.memMib, vcpus: payload.vcpus },
             affinity: payload.affinity,
             onNoRoom: payload.onNoRoom,
+            idleTimeoutMs: payload.idleTimeoutMs,
+            ttlMs: payload.ttlMs,
           }),
         ).pipe(
           Effect.tap((o) => placed(o, "create")),
@@ -200,6 +202,9 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
           )
           return s
         }),
+      )
+      .handle("ttl", ({ params, payload }) =>
+        api(store.setTtl(params.id, payload.ttlMs)).pipe(Effect.tap((s) => notifier.notify(sessionTopic(s.id)))),
       )
       .handle("move", ({ params, payload }) =>
         Effect.gen(function* () {

@@ -26,6 +26,8 @@ export interface FakeState {
   readonly sessions: ReadonlyMap<string, AssignedSession>
   readonly moves: ReadonlyMap<string, FakeMove>
   readonly reports: ReadonlyMap<string, HostReport>
+  /** Each report's active sessions (the guests that did work since the host's previous report), in order. */
+  readonly activity: readonly { readonly hostId: string; readonly activeSessions: readonly string[] }[]
   readonly heartbeats: ReadonlyMap<string, number>
   readonly calls: readonly string[]
   /** The coordinator's `commitAllowanceMs` sent with the assignments; null = sent no limits (an older coordinator). */
@@ -33,7 +35,7 @@ export interface FakeState {
 }
 
 export const makeFakeCoordinator = Effect.gen(function* () {
-  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), heartbeats: new Map(), calls: [], commitAllowanceMs: 400 })
+  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), activity: [], heartbeats: new Map(), calls: [], commitAllowanceMs: 400 })
   type Step = Effect.Effect<void, Conflict>
   const modify = (f: (s: FakeState) => readonly [Step, FakeState]) => Ref.modify(ref, f)
   const conflict = (op: string, message: string): Step => Effect.fail(new Conflict({ op, message }))
@@ -55,7 +57,7 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     const c = answering(hostId)
     const gate = <A>(eff: Effect.Effect<A, Conflict | CoordinatorError>) => Effect.suspend(() => (silenced.has(hostId) ? Effect.fail(silent(hostId)) : eff))
     return {
-      report: (r) => gate(c.report(r)),
+      report: (r, active) => gate(c.report(r, active)),
       heartbeat: gate(c.heartbeat),
       assignments: (o) => gate(c.assignments(o)),
       started: (id) => gate(c.started(id)),
@@ -69,7 +71,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     }
   }
   const answering = (hostId: string): CoordinatorShape => ({
-    report: (r) => Ref.update(ref, (s) => ({ ...s, reports: new Map(s.reports).set(hostId, r) })),
+    report: (r, active = []) =>
+      Ref.update(ref, (s) => ({ ...s, reports: new Map(s.reports).set(hostId, r), activity: [...s.activity, { hostId, activeSessions: active }] })),
     heartbeat: Ref.modify(ref, (s) => [1, { ...s, heartbeats: new Map(s.heartbeats).set(hostId, (s.heartbeats.get(hostId) ?? 0) + 1) }]),
     assignments: () =>
       Effect.map(Ref.get(ref), (s): Assignments => ({

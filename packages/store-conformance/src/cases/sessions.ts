@@ -192,7 +192,7 @@ export const sessions: Group = {
         const outcome = yield* s.resume("s1")
         expect(outcome).toStrictEqual({
           _tag: "Placed",
-          session: { ...x, state: "running", parkedAt: null, updatedAt: 9 },
+          session: { ...x, state: "running", parkedAt: null, lastActiveAt: 9, updatedAt: 9 },
         })
         expect(yield* s.metrics()).toStrictEqual(metrics)
         expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([x.reservationId])
