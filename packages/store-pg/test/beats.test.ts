@@ -7,23 +7,15 @@ import { Limits } from "@engram/core"
 import type { StoreShape } from "@engram/store"
 import { freshDatabase } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
-import { Effect, Exit, Scope } from "effect"
+import { Effect } from "effect"
 import postgres from "@engram/postgres"
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest"
 import { StorePg } from "../src/index.js"
 import type { StorePair } from "../src/StorePg.js"
+import { openUrl } from "./open.js"
 
 const limits: Limits.Limits = { ...Limits.defaults, maxEntriesPerNode: 256 }
 const HOSTS = 60
-
-const open = (url: string, options: Partial<StorePg.PgOptions> = {}) =>
-  Effect.runPromise(
-    Effect.gen(function* () {
-      const scope = yield* Scope.make()
-      const pair = yield* Scope.provide(StorePg.openUrl({ url, limits, ...options }), scope)
-      return { pair, close: () => Effect.runPromise(Scope.close(scope, Exit.void)) }
-    }),
-  )
 
 /** Each writing transaction that updates `reservations` or `hosts` logs its id once per statement. */
 const countingSql = `
@@ -69,10 +61,24 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
   const hostOf = async (): Promise<Map<string, string>> =>
     new Map((await sql<{ id: string; host: string }[]>`select id, host_id as host from reservations`).map((r) => [r.id, r.host]))
 
+  /** Waits for a group's statement to sleep in the trigger, lets the trigger go, and terminates its backend. */
+  const terminateGroup = async (): Promise<void> => {
+    let pid: number | undefined
+    for (let i = 0; i < 400 && pid === undefined; i++) {
+      const [row] = await sql<{ pid: number }[]>`select pid from pg_stat_activity
+        where datname = current_database() and state = 'active' and query like '%jsonb_to_recordset%' and pid <> pg_backend_pid()`
+      pid = row?.pid
+      if (pid === undefined) await new Promise((r) => setTimeout(r, 25))
+    }
+    expect(pid).toBeDefined()
+    await sql`delete from beat_slow`
+    await sql`select pg_terminate_backend(${pid ?? -1})`
+  }
+
   beforeAll(async () => {
     db = await freshDatabase()
     sql = postgres(db.url, { max: 1, onnotice: () => undefined })
-    store = await open(db.url, { beatWindowMs: 20 })
+    store = await openUrl(db.url, { limits, beatWindowMs: 20 })
     s = store.pair.store
     await sql.unsafe(countingSql)
     await Effect.runPromise(
@@ -167,16 +173,7 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
     await new Promise((r) => setTimeout(r, 5))
     await sql`insert into beat_slow values ('reservations')`
     const pending = answersOf(hostIds.map((id) => s.heartbeatHost(id)))
-    let pid: number | undefined
-    for (let i = 0; i < 400 && pid === undefined; i++) {
-      const [row] = await sql<{ pid: number }[]>`select pid from pg_stat_activity
-        where datname = current_database() and state = 'active' and query like '%jsonb_to_recordset%' and pid <> pg_backend_pid()`
-      pid = row?.pid
-      if (pid === undefined) await new Promise((r) => setTimeout(r, 25))
-    }
-    expect(pid).toBeDefined()
-    await sql`delete from beat_slow`
-    await sql`select pg_terminate_backend(${pid ?? -1})`
+    await terminateGroup()
     const answers = await pending
     expect(answers.every((a) => !a.ok && a.error === "Unavailable")).toBe(true)
     expect(await heartbeats()).toStrictEqual(before)
@@ -192,16 +189,7 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
     const before = await hostsNow()
     await sql`insert into beat_slow values ('hosts')`
     const pending = answersOf(hostIds.map((id) => s.reportHost(id, { totalMib: 65536, allocatableMib: 1234, totalVcpus: 16 })))
-    let pid: number | undefined
-    for (let i = 0; i < 400 && pid === undefined; i++) {
-      const [row] = await sql<{ pid: number }[]>`select pid from pg_stat_activity
-        where datname = current_database() and state = 'active' and query like '%jsonb_to_recordset%' and pid <> pg_backend_pid()`
-      pid = row?.pid
-      if (pid === undefined) await new Promise((r) => setTimeout(r, 25))
-    }
-    expect(pid).toBeDefined()
-    await sql`delete from beat_slow`
-    await sql`select pg_terminate_backend(${pid ?? -1})`
+    await terminateGroup()
     const answers = await pending
     expect(answers.every((a) => !a.ok && a.error === "Unavailable")).toBe(true)
     expect(await hostsNow()).toStrictEqual(before)
