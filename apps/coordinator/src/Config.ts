@@ -59,6 +59,11 @@ export interface CoordinatorConfig {
   readonly placementBatchSize: number
   /** Group placement: how long (µs of real time) a batch of creates gathers after its first create. */
   readonly placementBatchWindowUs: number
+  /**
+   * Heartbeats and host reports from many agents are written in groups: how long (ms of real
+   * time) a group gathers after its first one (0 = only what arrives together).
+   */
+  readonly beatWindowMs: number
   /** On PostgreSQL, the reaper's lease: taken over by another replica once unrenewed this long (ms). */
   readonly leaseDurationMs: number
   /** How long the leader goes on acting after its last renewal (ms; less than the lease). */
@@ -149,6 +154,7 @@ const settings = {
   storeTimeoutMs: int("ENGRAM_STORE_TIMEOUT_MS", defaultStoreTimeoutMs, 100, 600_000),
   placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),
   placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
+  beatWindowMs: int("ENGRAM_BEAT_WINDOW_MS", 100, 0, 10_000),
   leaseDurationMs: int("ENGRAM_LEASE_DURATION_MS", defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),
   leaseRenewDeadlineMs: int("ENGRAM_LEASE_RENEW_DEADLINE_MS", defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),
   otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), "ENGRAM_OTLP_URL").pipe(

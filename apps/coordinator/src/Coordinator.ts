@@ -130,7 +130,8 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   const databaseUrl = config.databaseUrl === null ? null : Redacted.value(config.databaseUrl)
   const backend: Backend = options.store !== undefined ? "custom" : databaseUrl !== null ? "postgres" : "pglite"
   // Group placement: concurrent creates placed together (see @engram/store-pg).
-  const batching = { placementBatchSize: config.placementBatchSize, placementBatchWindowMs: config.placementBatchWindowUs / 1000 }
+  // Heartbeats and reports of many agents written together.
+  const batching = { placementBatchSize: config.placementBatchSize, placementBatchWindowMs: config.placementBatchWindowUs / 1000, beatWindowMs: config.beatWindowMs }
   const openedStore: Layer.Layer<Store, unknown> =
     options.store ??
     (databaseUrl !== null

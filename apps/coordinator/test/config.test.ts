@@ -57,6 +57,15 @@ describe("configuration", () => {
     expect(badBatch._tag === "Invalid" && badBatch.issues.map((i) => i.variable).sort()).toEqual(["ENGRAM_PLACEMENT_BATCH_SIZE", "ENGRAM_PLACEMENT_BATCH_WINDOW_US"])
   })
 
+  it("heartbeats and reports gather for 100 ms by default; 0 writes only what arrives together; beyond 10 s is refused", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && d.config.beatWindowMs).toBe(100)
+    const none = Config.parse({ ENGRAM_BEAT_WINDOW_MS: "0" })
+    expect(none._tag === "Valid" && none.config.beatWindowMs).toBe(0)
+    const bad = Config.parse({ ENGRAM_BEAT_WINDOW_MS: "10001" })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_BEAT_WINDOW_MS", "must be an integer from 0 to 10000"]])
+  })
+
   it("every bad value is reported with its variable and rule", () => {
     const r = Config.parse({
       ENGRAM_PORT: "70000",

@@ -11,6 +11,7 @@
  */
 import { Cause, Effect, Exit, Request, RequestResolver, Semaphore } from "effect"
 import type { NonEmptyArray } from "effect/Array"
+import { realDelay } from "./Transaction.js"
 
 /** How a batcher groups and writes its items. */
 export interface Options<I, A, E> {
@@ -24,6 +25,12 @@ export interface Options<I, A, E> {
    * wait yields to the event loop (`setImmediate`), so requests read from sockets meanwhile join.
    */
   readonly windowMs?: number | undefined
+  /**
+   * How long (real ms) a batch waits on a timer after its first item arrived, before it waits
+   * for a free slot (default 0: none). For writes whose callers do not mind waiting (heartbeats,
+   * reports): unlike `windowMs` the event loop sleeps meanwhile, so a long wait costs no CPU.
+   */
+  readonly timerMs?: number | undefined
   /** Keys no two items of one statement may share (e.g. the host written to, the session id). */
   readonly keysOf: (item: I) => readonly string[]
   /** Writes `items` in one statement; answers each item's answer, in order. */
@@ -97,11 +104,13 @@ export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.E
   }
 
   const windowMs = options.windowMs ?? 0
+  const timerMs = options.timerMs ?? 0
+  const gathering = timerMs > 0 ? realDelay(timerMs) : windowMs > 0 ? gather(windowMs) : Effect.yieldNow
   const resolver = RequestResolver.makeWith<Item>({
     batchKey: () => "batch",
     // Gather what arrives in this tick (or within the window), then wait for a free slot:
     // items keep joining meanwhile.
-    delay: Effect.andThen(windowMs > 0 ? gather(windowMs) : Effect.yieldNow, slots.withPermits(1)(Effect.void)),
+    delay: Effect.andThen(gathering, slots.withPermits(1)(Effect.void)),
     collectWhile: (entries) => entries.size < maxBatch,
     runAll: (entries) => slots.withPermits(1)(Effect.forEach(statementsOf(entries), runStatement, { discard: true })),
   })

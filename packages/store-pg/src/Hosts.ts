@@ -4,15 +4,18 @@
  * view is the host cache's (`HostCache.fleet`: only what changed since its last read is read).
  */
 import { Ledger } from "@engram/core"
-import { Conflict, Cursor, NotFound, Refused, Validate } from "@engram/store"
+import { Conflict, CurrentFence, Cursor, NotFound, Refused, Validate } from "@engram/store"
 import type { Host, HostReport, HostView, InvalidInput, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
+import * as Batcher from "./Batcher.js"
 import { dieOnUnique } from "./Db.js"
-import type { Conn, Tx } from "./Db.js"
+import type { Conn, DbError, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { hostColumns, readHostRows, toHostRow, toHostView } from "./HostRows.js"
 import * as Pages from "./Pages.js"
+import { beatBatching } from "./Reservations.js"
+import type { BeatOptions } from "./Reservations.js"
 import { hosts, sessions } from "./schema.js"
 
 type HostOps = Pick<
@@ -39,8 +42,14 @@ const hostOf = (h: typeof hosts.$inferSelect): Host => ({
   createdAt: h.createdAt,
 })
 
+/** A report to write at `t`. */
+interface ReportItem extends HostReport {
+  readonly id: string
+  readonly t: number
+}
+
 /** The host operations of the store. */
-export const make = ({ db, now, limits, cache }: Deps): HostOps => {
+export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}): HostOps => {
   const hostView = <E>(conn: Conn<E>, id: string) =>
     Effect.map(readHostRows(conn, { hostIds: [id], sessions: "counts" }), (rows) => (rows[0] === undefined ? undefined : toHostView(rows[0], limits())))
 
@@ -53,6 +62,45 @@ export const make = ({ db, now, limits, cache }: Deps): HostOps => {
       tx.afterCommit(() => cache.learn(written))
       return yield* hostView(tx, id)
     })
+
+  const reportAlone = (id: string, report: HostReport, t: number) =>
+    db.transaction((tx) =>
+      Effect.gen(function* () {
+        const [h] = yield* tx.use((exec) => exec.select({ id: hosts.id }).from(hosts).where(eq(hosts.id, id)).for("no key update"))
+        if (h === undefined) return yield* hostNotFound(id)
+        const bad: InvalidInput | null = Validate.report(report)
+        if (bad) return yield* bad
+        const view = yield* writeHost(tx, id, sql`total_mib = ${report.totalMib}, allocatable_mib = ${report.allocatableMib}, total_vcpus = ${report.totalVcpus}, reported_at = ${t}`)
+        return view as HostView
+      }),
+    )
+
+  /**
+   * Writes reports of many hosts in one transaction: their rows locked in id order and written
+   * by one statement (each version bumped), then their views read; answers each report's
+   * view, or undefined when its host is unknown.
+   */
+  const reportGroup = (items: readonly ReportItem[]) =>
+    db.transaction((tx) =>
+      Effect.gen(function* () {
+        const written = yield* tx.query(sql`with report as (
+            select * from jsonb_to_recordset(${JSON.stringify(items)}::jsonb)
+              as r(id text, t bigint, "totalMib" float8, "allocatableMib" float8, "totalVcpus" bigint))
+          update ${hosts} h set total_mib = report."totalMib", allocatable_mib = report."allocatableMib", total_vcpus = report."totalVcpus",
+            reported_at = report.t, version = h.version + 1
+          from report
+          where h.id = report.id and h.id in (select id from ${hosts} where id in (select id from report) order by id for no key update)
+          returning ${hostColumns("h", "room")}, 0 as "parks", 0 as "descents"`)
+        const rows = written.map(toHostRow)
+        tx.afterCommit(() => rows.forEach((r) => cache.learn(r)))
+        const views = new Map((yield* readHostRows(tx, { hostIds: rows.map((r) => r.id), sessions: "counts" })).map((r) => [r.id, toHostView(r, limits())]))
+        return items.map((i) => views.get(i.id))
+      }),
+    )
+  // Reports from many agents share a transaction (`BeatOptions`); two of one host go one after
+  // the other. An unknown host fails its own caller alone; a failure of the database fails the
+  // group's callers and writes nothing.
+  const reports = Batcher.make<ReportItem, HostView | undefined, DbError>({ ...beatBatching(options), keysOf: (i) => [i.id], run: reportGroup })
 
   return {
     registerHost: (input) =>
@@ -73,21 +121,13 @@ export const make = ({ db, now, limits, cache }: Deps): HostOps => {
 
     reportHost: (id, report: HostReport) =>
       Effect.gen(function* () {
+        const fence = yield* Effect.service(CurrentFence)
         const t = yield* now
-        return yield* db.transaction((tx) =>
-          Effect.gen(function* () {
-            const [h] = yield* tx.use((exec) => exec.select({ id: hosts.id }).from(hosts).where(eq(hosts.id, id)).for("no key update"))
-            if (h === undefined) return yield* hostNotFound(id)
-            const bad: InvalidInput | null = Validate.report(report)
-            if (bad) return yield* bad
-            const view = yield* writeHost(
-              tx,
-              id,
-              sql`total_mib = ${report.totalMib}, allocatable_mib = ${report.allocatableMib}, total_vcpus = ${report.totalVcpus}, reported_at = ${t}`,
-            )
-            return view as HostView
-          }),
-        )
+        // A report that will be refused, or one made under a lease, is written alone.
+        if (fence !== null || Validate.report(report) !== null) return yield* reportAlone(id, report, t)
+        const view = yield* reports({ id, t, totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus })
+        if (view === undefined) return yield* hostNotFound(id)
+        return view
       }).pipe(dieOnUnique),
 
     setHostState: (id, state) =>

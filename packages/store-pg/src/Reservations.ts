@@ -6,19 +6,22 @@
  */
 import { Ledger, Order, Reclaim } from "@engram/core"
 import type { LedgerEntry } from "@engram/core"
-import { Conflict, Cursor, NotFound, Refused, Validate } from "@engram/store"
-import type { ReclaimResult, ReserveInput, StoreShape } from "@engram/store"
+import { Conflict, CurrentFence, Cursor, NotFound, Refused, Validate } from "@engram/store"
+import type { Fence, ReclaimResult, Reservation, ReserveInput, StoreShape } from "@engram/store"
 import { and, asc, eq, gt, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
+import * as Batcher from "./Batcher.js"
 import { dieOnUnique, inJson, RunAgain } from "./Db.js"
-import type { Conn, Tx } from "./Db.js"
+import type { Conn, DbError, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { readHostRows, toCandidate } from "./HostRows.js"
 import type { HostRow } from "./HostRows.js"
 import { lockHosts } from "./Locks.js"
+import * as FenceSql from "./Fence.js"
 import * as Pages from "./Pages.js"
 import { toMove, toReservation, toSession } from "./Rows.js"
+import type { ReservationRow } from "./Rows.js"
 import { hosts, moves, reservations, sessions } from "./schema.js"
 
 type ReservationOps = Pick<
@@ -42,8 +45,103 @@ const countReserveFailure = (conn: Conn) =>
       on conflict (shard) do update set reserve_failures = metrics.reserve_failures + 1`),
   )
 
+/** How heartbeats and reports from many agents are grouped into statements. */
+export interface BeatOptions {
+  /**
+   * How long (real ms) a group of heartbeats (or host reports) gathers after its first one
+   * before it is written (default 0: what arrives together, or while a group is written).
+   */
+  readonly beatWindowMs?: number | undefined
+  /** At most this many heartbeats (or reports) per statement (default 512). */
+  readonly beatBatchSize?: number | undefined
+}
+
+/** The batcher options of heartbeats and reports. */
+export const beatBatching = (options: BeatOptions) => ({
+  maxBatch: Math.max(1, Math.floor(options.beatBatchSize ?? 512)),
+  maxInFlight: 1,
+  timerMs: Math.max(0, options.beatWindowMs ?? 0),
+})
+
+/** A reservation row as `toReservation` reads it, from a raw statement over `reservations r`. */
+const reservationColumns = sql`r.id, r.host_id as "hostId", r.owner_kind as "ownerKind", r.owner_id as "ownerId", r.mem_mib as "memMib",
+  r.vcpus, r.vram_mib as "vramMib", r.created_at::float8 as "createdAt", r.last_heartbeat_at::float8 as "lastHeartbeatAt",
+  r.expires_at as "expiresAt", r.description`
+
+/** A heartbeat of one reservation, at `t`. */
+interface EntryBeat {
+  readonly id: string
+  readonly t: number
+}
+
+/** A heartbeat of a host (its resident reservations), at `t`. */
+interface HostBeat {
+  readonly hostId: string
+  readonly t: number
+}
+
+/**
+ * Renews the reservations named, each at its own time, in one statement, the rows locked in id
+ * order (the order reclaim locks them in); answers, for each beat in order, its renewed entry
+ * (none when the reservation is unknown or already reclaimed).
+ */
+const renewEntries = <E>(conn: Conn<E>, fence: Fence | null, beats: readonly EntryBeat[]): Effect.Effect<Reservation[][], E> =>
+  Effect.map(
+    FenceSql.run(
+      conn,
+      fence,
+      [
+        sql`with beat as (select * from jsonb_to_recordset(${JSON.stringify(beats)}::jsonb) as b(id text, t bigint))
+        update ${reservations} r set last_heartbeat_at = beat.t from beat
+        where r.id = beat.id and r.id in (select id from ${reservations} where id in (select id from beat) order by id for update)
+        returning ${reservationColumns}`,
+      ],
+    ),
+    (rows) => {
+      const byId = new Map(rows.map((r) => [r["id"] as string, toReservation(r as unknown as ReservationRow)]))
+      return beats.map((b) => {
+        const e = byId.get(b.id)
+        return e === undefined ? [] : [e]
+      })
+    },
+  )
+
+/**
+ * Renews the reservations resident on each host named (`Ledger.renewedByHost`), each host at
+ * its own time, in one statement, the rows locked in id order; answers, for each beat in order,
+ * how many it renewed, or undefined when the host is unknown.
+ */
+const renewHosts = <E>(conn: Conn<E>, fence: Fence | null, beats: readonly HostBeat[]): Effect.Effect<(number | undefined)[], E> =>
+  Effect.map(
+    FenceSql.run(conn, fence, [
+      sql`with beat as (select * from jsonb_to_recordset(${JSON.stringify(beats)}::jsonb) as b("hostId" text, t bigint)),
+        renewed as (
+          update ${reservations} r set last_heartbeat_at = beat.t from beat
+          where r.host_id = beat."hostId" and r.id in (select id from ${reservations} where host_id in (select "hostId" from beat)
+            and owner_kind in (select jsonb_array_elements_text(${JSON.stringify(Ledger.renewedByHost)}::jsonb))
+            order by id for update)
+          returning r.host_id
+        )
+        select h.id as "hostId", (select count(*) from renewed n where n.host_id = h.id)::int as renewed
+        from ${hosts} h where h.id in (select "hostId" from beat)`,
+    ]),
+    (rows) => {
+      const renewed = new Map(rows.map((r) => [r["hostId"] as string, Number(r["renewed"])]))
+      return beats.map((b) => renewed.get(b.hostId))
+    },
+  )
+
 /** The ledger operations of the store. */
-export const make = ({ db, now, limits, cache, both }: Deps): ReservationOps => {
+export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOptions = {}): ReservationOps => {
+  // Heartbeats from many agents go in one statement: those that arrive within `beatWindowMs`
+  // of the first, up to `beatBatchSize`; two beats of one reservation (or host) go one after
+  // the other. A statement renews only rows that exist, so one unknown id fails its own caller
+  // alone; a failure of the database fails the group's callers, and the statement is all or
+  // nothing.
+  const batching = beatBatching(options)
+  const renewals = Batcher.make<EntryBeat, Reservation[], DbError>({ ...batching, keysOf: (b) => [b.id], run: (beats) => renewEntries(db.pool, null, beats) })
+  const hostRenewals = Batcher.make<HostBeat, number | undefined, DbError>({ ...batching, keysOf: (b) => [b.hostId], run: (beats) => renewHosts(db.pool, null, beats) })
+
   const summaryOf = (row: HostRow, entries: readonly LedgerEntry[], t: number): Ledger.HostSummary =>
     Ledger.summarizeHost(row.id, toCandidate(row, limits()).headroom.allocatableMib, entries, t, limits())
 
@@ -179,35 +277,21 @@ export const make = ({ db, now, limits, cache, both }: Deps): ReservationOps => 
 
     heartbeat: (id) =>
       Effect.gen(function* () {
+        const fence = yield* Effect.service(CurrentFence)
         const t = yield* now
-        const rows = yield* db.pool.use((exec) => exec.update(reservations).set({ lastHeartbeatAt: t }).where(eq(reservations.id, id)).returning())
-        const row = rows[0]
+        // A write under a lease runs alone, behind its own fence check.
+        const [row] = fence === null ? yield* renewals({ id, t }) : (yield* renewEntries(db.pool, fence, [{ id, t }]))[0] ?? []
         if (row === undefined) return yield* new NotFound({ entity: "reservation", id })
-        return toReservation(row)
+        return row
       }).pipe(dieOnUnique),
 
     heartbeatHost: (hostId) =>
       Effect.gen(function* () {
+        const fence = yield* Effect.service(CurrentFence)
         const t = yield* now
-        return yield* db.transaction((tx) =>
-          Effect.gen(function* () {
-            const [h] = yield* tx.use((exec) => exec.select({ id: hosts.id }).from(hosts).where(eq(hosts.id, hostId)))
-            if (h === undefined) return yield* new NotFound({ entity: "host", id: hostId })
-            // The rows locked in id order (the order reclaim locks them in), then renewed.
-            const renewed = yield* tx.use((exec) =>
-              exec
-                .update(reservations)
-                .set({ lastHeartbeatAt: t })
-                .where(
-                  sql`${reservations.id} in (select id from reservations where host_id = ${hostId}
-                    and owner_kind in (select jsonb_array_elements_text(${JSON.stringify(Ledger.renewedByHost)}::jsonb))
-                    order by id for update)`,
-                )
-                .returning({ id: reservations.id }),
-            )
-            return renewed.length
-          }),
-        )
+        const answer = fence === null ? yield* hostRenewals({ hostId, t }) : (yield* renewHosts(db.pool, fence, [{ hostId, t }]))[0]
+        if (answer === undefined) return yield* new NotFound({ entity: "host", id: hostId })
+        return answer
       }).pipe(dieOnUnique),
 
     getReservation: (id) =>

@@ -41,6 +41,10 @@ export interface PgOptions extends PostgresJs.ConnectOptions {
   readonly placementBatchSize?: number | undefined
   /** See {@link StoreOptions.placementBatchWindowMs}. */
   readonly placementBatchWindowMs?: number | undefined
+  /** See {@link StoreOptions.beatWindowMs}. */
+  readonly beatWindowMs?: number | undefined
+  /** See {@link StoreOptions.beatBatchSize}. */
+  readonly beatBatchSize?: number | undefined
 }
 
 /** Tuning of the store itself. */
@@ -74,6 +78,17 @@ export interface StoreOptions {
    * gathers anyway.
    */
   readonly placementBatchWindowMs?: number | undefined
+  /**
+   * Heartbeats (of hosts and of reservations) and host reports from many agents are written
+   * together: those that arrive within this many real ms of the first of a group, up to
+   * `beatBatchSize`, in one statement (default 0: what arrives together, or while the last
+   * group is written). A fleet's coordinator waits a little (its `ENGRAM_BEAT_WINDOW_MS`), so
+   * an idle fleet costs the database a few groups a second instead of one transaction per
+   * heartbeat. Each caller still gets its own answer: an unknown id fails that caller alone.
+   */
+  readonly beatWindowMs?: number | undefined
+  /** At most this many heartbeats or reports per statement (default 512). */
+  readonly beatBatchSize?: number | undefined
 }
 
 /** Options of a store on PGlite. */
@@ -84,6 +99,8 @@ export interface PgliteOptions extends Pglite.ConnectOptions {
   readonly optimisticPlacementAttempts?: number | undefined
   readonly placementBatchSize?: number | undefined
   readonly placementBatchWindowMs?: number | undefined
+  readonly beatWindowMs?: number | undefined
+  readonly beatBatchSize?: number | undefined
 }
 
 /** A store with its test reset. */
@@ -110,16 +127,17 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
     cache,
     both: (a, b) => Effect.all([a, b], { concurrency }),
   }
+  const beats = { beatWindowMs: options.beatWindowMs, beatBatchSize: options.beatBatchSize }
   const store: StoreShape = {
     limits: () => limits,
-    ...Hosts.make(deps),
+    ...Hosts.make(deps, beats),
     ...Sessions.make(deps, {
       maxCasAttempts: options.optimisticPlacementAttempts ?? 8,
       batchSize: Math.max(1, Math.floor(options.placementBatchSize ?? 64)),
       batchWindowMs: Math.max(0, options.placementBatchWindowMs ?? 0.2),
     }),
     ...Queue.make(deps),
-    ...Reservations.make(deps),
+    ...Reservations.make(deps, beats),
     ...Moves.make(deps),
   }
   const testing: StoreTestingShape = {
@@ -152,6 +170,8 @@ const storeOptions = (o: StoreOptions): StoreOptions => ({
   optimisticPlacementAttempts: o.optimisticPlacementAttempts,
   placementBatchSize: o.placementBatchSize,
   placementBatchWindowMs: o.placementBatchWindowMs,
+  beatWindowMs: o.beatWindowMs,
+  beatBatchSize: o.beatBatchSize,
 })
 
 /** Opens the store on a PostgreSQL URL: applies the migrations, then a postgres.js pool. Closed with the scope. */

@@ -38,7 +38,7 @@ const maxRunsAgain = 10
 
 // Real time, not the Effect Clock: tests run on a TestClock where Effect.sleep never advances.
 // Interruptible: an interrupted caller stops waiting at once.
-const realDelay = (ms: number): Effect.Effect<void> =>
+export const realDelay = (ms: number): Effect.Effect<void> =>
   Effect.callback<void>((resume) => {
     const timer = setTimeout(() => resume(Effect.void), ms)
     return Effect.sync(() => clearTimeout(timer))

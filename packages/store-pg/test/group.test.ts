@@ -6,11 +6,12 @@ import { Limits } from "@engram/core"
 import type { PlaceOutcome, StoreShape } from "@engram/store"
 import { freshDatabase } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
-import { Effect, Exit, Scope } from "effect"
+import { Effect, Exit } from "effect"
 import postgres from "@engram/postgres"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { StorePg } from "../src/index.js"
 import type { StorePair } from "../src/StorePg.js"
+import { openUrl } from "./open.js"
 
 const limits: Limits.Limits = { ...Limits.defaults, maxEntriesPerNode: 256 }
 
@@ -24,14 +25,7 @@ const refuseSql = `
   end $$;
   create trigger refuse_some before insert on sessions for each row execute function refuse_some();`
 
-const open = (url: string, options: Partial<StorePg.PgOptions> = {}) =>
-  Effect.runPromise(
-    Effect.gen(function* () {
-      const scope = yield* Scope.make()
-      const pair = yield* Scope.provide(StorePg.openUrl({ url, limits, ...options }), scope)
-      return { pair, close: () => Effect.runPromise(Scope.close(scope, Exit.void)) }
-    }),
-  )
+const open = (url: string, options: Partial<StorePg.PgOptions> = {}) => openUrl(url, { limits, ...options })
 
 const hostVersion = async (url: string, id: string): Promise<number> => {
   const sql = postgres(url, { max: 1, onnotice: () => undefined })

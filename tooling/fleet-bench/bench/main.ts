@@ -14,9 +14,13 @@
  *
  * Knobs: FLEET_CURVE (agents per step, default 1000,5000,10000), FLEET_BACKENDS (postgres,pglite),
  * FLEET_WINDOW_SECONDS (the idle window, default 30), FLEET_PROBE_SECONDS (10), FLEET_WAITS
- * (2000; 0 skips b), FLEET_WAIT_MS (bound of each wait, 20000), FLEET_SKIP (a,b).
+ * (2000; 0 skips b), FLEET_WAIT_MS (bound of each wait, 20000), FLEET_SKIP (a,b), FLEET_BREAKDOWN=1
+ * (PostgreSQL logs every statement; each idle window prints its transactions by kind, `breakdown.ts`),
+ * FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
+ * another branch beside this one).
  */
 import { report } from "@engram/bench"
+import { makeBreakdown, statementLogSettings } from "./breakdown.js"
 import { createDatabase, freePort, startEmbeddedPostgres } from "@engram/test-pg"
 import type { EmbeddedPostgresServer } from "@engram/test-pg"
 import postgres from "@engram/postgres"
@@ -37,6 +41,9 @@ const WINDOW_S = Number(env["FLEET_WINDOW_SECONDS"] ?? 30)
 const PROBE_S = Number(env["FLEET_PROBE_SECONDS"] ?? 10)
 const WAITS = Number(env["FLEET_WAITS"] ?? 2000)
 const WAIT_MS = Number(env["FLEET_WAIT_MS"] ?? 20_000)
+const BREAKDOWN = env["FLEET_BREAKDOWN"] === "1"
+const breakdown = makeBreakdown()
+const coordinatorRoot = env["FLEET_COORDINATOR_ROOT"] ?? root
 const skip = new Set((env["FLEET_SKIP"] ?? "").split(",").filter(Boolean))
 const TOKEN = "fleet-bench-admin-token-0123456789"
 const bench = "fleet"
@@ -57,8 +64,8 @@ interface Coordinator {
 
 const startCoordinator = async (extra: Record<string, string>): Promise<Coordinator> => {
   const port = await freePort()
-  const child = spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", join(root, "apps", "coordinator", "src", "main.ts")], {
-    cwd: join(root, "apps", "coordinator"),
+  const child = spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", join(coordinatorRoot, "apps", "coordinator", "src", "main.ts")], {
+    cwd: join(coordinatorRoot, "apps", "coordinator"),
     env: { ...env, ENGRAM_PORT: String(port), ENGRAM_ADMIN_TOKEN: TOKEN, ENGRAM_LOG_LEVEL: "Warn", ENGRAM_LOG_FORMAT: "json", ...extra },
     stdio: ["ignore", "ignore", "pipe"],
   })
@@ -249,12 +256,18 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     await sleep(5000)
     await driver.send({ cmd: "reset" })
     const tx0 = db === null ? 0 : await transactions(db.url)
+    breakdown.start()
     const cpu0 = coordinator.cpuSeconds()
     const t0 = performance.now()
     await sleep(WINDOW_S * 1000)
     const seconds = (performance.now() - t0) / 1000
     const tx1 = db === null ? 0 : await transactions(db.url)
+    const kinds = breakdown.stop()
     const cpu1 = coordinator.cpuSeconds()
+    if (BREAKDOWN && db !== null) {
+      console.log(`${label} idle: transactions/s by their first statement (every database of the server):`)
+      for (const k of kinds.slice(0, 20)) console.log(`  ${(k.count / seconds).toFixed(2).padStart(8)}/s  ${k.shape}`)
+    }
     const idle = await driver.send<AgentStats>({ cmd: "stats" })
     const heap = await heapUsedMib(coordinator.url)
     const loaded = await probe()
@@ -344,7 +357,7 @@ const concurrentWaits = async (server: EmbeddedPostgresServer): Promise<void> =>
 
 const main = async (): Promise<void> => {
   console.log(`fleet bench: ${cpus().length} cores, load ${loadavg().map((l) => l.toFixed(1)).join(" ")}; curve ${CURVE.join(", ")} agents on ${BACKENDS.join(", ")}; idle window ${WINDOW_S} s`)
-  const server = BACKENDS.includes("postgres") || !skip.has("b") ? await startEmbeddedPostgres() : null
+  const server = BACKENDS.includes("postgres") || !skip.has("b") ? await startEmbeddedPostgres(BREAKDOWN ? { settings: statementLogSettings, onLog: breakdown.line } : {}) : null
   try {
     if (!skip.has("a")) {
       for (const backend of BACKENDS) for (const n of CURVE) await curveStep(backend, n, backend === "postgres" ? server : null)

@@ -18,6 +18,11 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
     const drainer = yield* Drainer
     const assignments = yield* Assignments
     const longPolls = yield* LongPolls
+    // The figures of each host's last report written through this process. An agent reports
+    // the same figures every interval: such a report makes no room appear, so it sends no notice
+    // and starts no drain (each notice is a transaction of its own on PostgreSQL). A queue that
+    // room from elsewhere could serve is drained by the reaper's next pass anyway.
+    const lastFigures = new Map<string, string>()
 
     const setState = (id: string, state: "ready" | "cordoned" | "draining") =>
       Effect.gen(function* () {
@@ -43,6 +48,7 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
         Effect.gen(function* () {
           const view = yield* api(store.getHost(params.id))
           yield* api(store.removeHost(params.id))
+          lastFigures.delete(params.id)
           yield* Effect.logInfo("host removed", { hostId: params.id })
           // Its token stops working at once, its open long-polls with it (401), on every replica.
           yield* notifier.notify(hostTopic(params.id), credentialTopic(params.id))
@@ -66,16 +72,15 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
           // A bad activity list refuses the whole report before anything is written.
           const badActivity = payload.activeSessions === undefined ? null : Validate.activity(payload.activeSessions)
           if (badActivity) yield* api(Effect.fail(badActivity))
-          const view = yield* api(
-            store.reportHost(params.id, {
-              totalMib: payload.totalMib ?? null,
-              allocatableMib: payload.allocatableMib ?? null,
-              totalVcpus: payload.totalVcpus ?? null,
-            }),
-          )
+          const report = { totalMib: payload.totalMib ?? null, allocatableMib: payload.allocatableMib ?? null, totalVcpus: payload.totalVcpus ?? null }
+          const view = yield* api(store.reportHost(params.id, report))
           // Guest activity rides on the report (no request per session): it restarts those sessions' idle clocks.
           if (payload.activeSessions !== undefined && payload.activeSessions.length > 0) yield* api(store.recordActivity(params.id, payload.activeSessions))
-          yield* drainer.roomAppeared(fleetTopic)
+          const figures = JSON.stringify(report)
+          if (lastFigures.get(params.id) !== figures) {
+            lastFigures.set(params.id, figures)
+            yield* drainer.roomAppeared(fleetTopic)
+          }
           return hostJson(view)
         }),
       )
