@@ -279,8 +279,8 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
       Effect.gen(function* () {
         const fence = yield* Effect.service(CurrentFence)
         const t = yield* now
-        // A write under a lease runs alone, behind its own fence check.
-        const [row] = fence === null ? yield* renewals({ id, t }) : (yield* renewEntries(db.pool, fence, [{ id, t }]))[0] ?? []
+        // A write under a lease runs alone, in a transaction behind its own fence check.
+        const [row] = fence === null ? yield* renewals({ id, t }) : (yield* db.transaction((tx) => renewEntries(tx, fence, [{ id, t }])))[0] ?? []
         if (row === undefined) return yield* new NotFound({ entity: "reservation", id })
         return row
       }).pipe(dieOnUnique),
@@ -289,7 +289,7 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
       Effect.gen(function* () {
         const fence = yield* Effect.service(CurrentFence)
         const t = yield* now
-        const answer = fence === null ? yield* hostRenewals({ hostId, t }) : (yield* renewHosts(db.pool, fence, [{ hostId, t }]))[0]
+        const answer = fence === null ? yield* hostRenewals({ hostId, t }) : (yield* db.transaction((tx) => renewHosts(tx, fence, [{ hostId, t }])))[0]
         if (answer === undefined) return yield* new NotFound({ entity: "host", id: hostId })
         return answer
       }).pipe(dieOnUnique),
