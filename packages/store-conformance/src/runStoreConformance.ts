@@ -13,6 +13,7 @@ import { fleet } from "./cases/fleet.js"
 import { historyGroup } from "./cases/history.js"
 import { hosts } from "./cases/hosts.js"
 import { ledger } from "./cases/ledger.js"
+import { guard } from "./cases/guard.js"
 import { moves } from "./cases/moves.js"
 import { pages } from "./cases/pages.js"
 import { placement } from "./cases/placement.js"
@@ -45,6 +46,7 @@ export const groups = (options: ConformanceOptions = {}): readonly Group[] => [
   ledger,
   fleet,
   moves,
+  guard,
   cascades,
   historyGroup,
   pages,
