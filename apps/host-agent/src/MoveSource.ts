@@ -23,6 +23,7 @@
  * the phases name every part of the pause and sum to it.
  */
 import { Effect, Fiber, Schedule } from "effect"
+import type { Records } from "@engram/api"
 import type { Downtime } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
 import type { AssignedMove, Conflict, CoordinatorError, CoordinatorShape, PhasesReport, RoundReport } from "./Coordinator.js"
@@ -44,6 +45,8 @@ export interface MoveSourceDeps {
    * coordinator's `commitAllowanceMs` (from the assignments answer) before any.
    */
   readonly allowance: Downtime.Allowance
+  /** Whether the coordinator keeps the guard's figures (it sent the allowance): the commit then carries them. */
+  readonly coordinatorKeepsGuard: boolean
 }
 
 /**
@@ -234,6 +237,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         final,
         finalRecorded: false,
         ...(late.length === 0 ? {} : { lateRounds: late }),
+        ...(deps.coordinatorKeepsGuard ? { guard: reportOf(deps.allowance, at.estimateMs) } : {}),
       }
       yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
       yield* residents.addPendingCommit(owed)
@@ -320,6 +324,14 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       guard: guardReport(deps.allowance, outcome.estimateMs, phases),
     } as const
   })
+
+/** What the guard decided on, as the commit posts it. */
+const reportOf = (a: Downtime.Allowance, estimateMs: number): Records.MoveGuardReport => ({
+  allowanceMs: a.allowanceMs,
+  allowanceSource: a.source,
+  allowanceSamples: a.samples,
+  estimateMs: jsonMs(estimateMs),
+})
 
 /** The guard's figures of a committed move. */
 export const guardReport = (a: Downtime.Allowance, estimateMs: number, phases: PhasesReport): GuardReport => ({
@@ -477,7 +489,7 @@ export const settleCommit = (deps: SettleDeps, owed: PendingCommit): Effect.Effe
       yield* residents.removePendingCommit(owed.moveId)
       return { _tag: "Acknowledged" } as const
     })
-    const posted = yield* retrying(coordinator.commit(owed.moveId, phases)).pipe(Effect.result)
+    const posted = yield* retrying(coordinator.commit(owed.moveId, phases, owed.guard)).pipe(Effect.result)
     if (posted._tag === "Success") return yield* dropLocalCopy
     if (posted.failure._tag !== "Conflict") {
       const reason = `move commit owed; retried on the next pass: ${posted.failure.message}`

@@ -3,10 +3,12 @@ import { EngramApi } from "@engram/api"
 import { Store } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
+import * as Allowances from "../Allowances.js"
 import { Assignments } from "../Assignments.js"
 import { hashToken, newToken, requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
 import { LongPolls } from "../LongPolls.js"
+import { Settings } from "../Settings.js"
 import { credentialTopic, fleetTopic, hostTopic, Notifier } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { hostJson, pageJson } from "../Views.js"
@@ -18,6 +20,7 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
     const drainer = yield* Drainer
     const assignments = yield* Assignments
     const longPolls = yield* LongPolls
+    const settings = yield* Settings
 
     const setState = (id: string, state: "ready" | "cordoned" | "draining") =>
       Effect.gen(function* () {
@@ -60,6 +63,15 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
         }),
       )
       .handle("get", ({ params }) => requireHostOrAdmin(params.id).pipe(Effect.andThen(api(store.getHost(params.id))), Effect.map(hostJson)))
+      .handle("allowances", ({ params }) =>
+        Effect.gen(function* () {
+          yield* requireHostOrAdmin(params.id)
+          yield* api(store.getHost(params.id))
+          const priorMs = settings.config.limits.commitAllowanceMs
+          const items = yield* api(Allowances.histories(store, priorMs, { sourceHostId: params.id }))
+          return { hostId: params.id, priorMs, items }
+        }),
+      )
       .handle("report", ({ params, payload }) =>
         Effect.gen(function* () {
           yield* requireHostOrAdmin(params.id)
