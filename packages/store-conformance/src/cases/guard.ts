@@ -8,7 +8,7 @@ import type { MoveGuardReport } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, commitAfterFinal, expectFailure, kase, sessionIn, store } from "../Harness.js"
+import { addHost, expectFailure, finalRound, kase, sessionIn, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const budget = { memMib: 2048, vcpus: 2 }
@@ -22,12 +22,20 @@ const twoHosts = Effect.gen(function* () {
   return x.hostId as string
 })
 
+/** Begins a move of `s1` to `to` and records its final round: what a commit needs. */
+const readyToCommit = (to: string) =>
+  Effect.gen(function* () {
+    const s = yield* store
+    const move = yield* s.beginMove({ sessionId: "s1", targetHostId: to, maxDowntimeMs: 5000 })
+    yield* s.recordRound(move.id, finalRound)
+    return move
+  })
+
 /** Moves `s1` to the other host and commits with a commit phase of `commitMs`. */
 const moveOnce = (to: string, commitMs: number, guard?: MoveGuardReport) =>
   Effect.gen(function* () {
     const s = yield* store
-    const move = yield* s.beginMove({ sessionId: "s1", targetHostId: to, maxDowntimeMs: 5000 })
-    yield* s.recordRound(move.id, { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 })
+    const move = yield* readyToCommit(to)
     return yield* s.commitMove(move.id, { downtimeMs: commitMs + 100, captureMs: 40, sendMs: 50, commitMs }, guard)
   })
 
@@ -57,8 +65,7 @@ export const guard: Group = {
         const s = yield* store
         const from = yield* twoHosts
         const to = from === "a" ? "b" : "a"
-        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: to, maxDowntimeMs: 5000 })
-        yield* s.recordRound(move.id, { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 })
+        const move = yield* readyToCommit(to)
         const phases = { downtimeMs: 400, captureMs: 40, sendMs: 50, commitMs: 300 }
         const bad: readonly [Partial<Record<keyof MoveGuardReport, unknown>>, string][] = [
           [{ allowanceMs: -1 }, "guard.allowanceMs"],
@@ -108,8 +115,7 @@ export const guard: Group = {
         const s = yield* store
         const from = yield* twoHosts
         const to = from === "a" ? "b" : "a"
-        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: to, maxDowntimeMs: 5000 })
-        yield* s.recordRound(move.id, { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 })
+        const move = yield* readyToCommit(to)
         const done = yield* s.commitMove(move.id, null, report)
         expect(done).toMatchObject({ state: "committed", phases: null, guard: null })
         expect(yield* s.listPairCommits()).toStrictEqual([])
