@@ -23,8 +23,7 @@
  * the phases name every part of the pause and sum to it.
  */
 import { Effect, Fiber, Schedule } from "effect"
-import type { Records } from "@engram/api"
-import type { Downtime } from "@engram/core"
+import { type Downtime, Move as CoreMove } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
 import type { AssignedMove, Conflict, CoordinatorError, CoordinatorShape, PhasesReport, RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
@@ -70,20 +69,6 @@ export interface PauseParts {
   readonly recordMs: number
 }
 
-/** The guard's figures of a committed move: the allowance it used, and how far off it was. */
-export interface GuardReport {
-  readonly allowanceMs: number
-  readonly allowanceSource: "prior" | "learned"
-  /** The commits the allowance was learned from (0 for the prior). */
-  readonly allowanceSamples: number
-  /** The post-capture estimate that let the guest switch over. */
-  readonly estimateMs: number
-  /** Estimate − measured downtime (positive: pessimistic). */
-  readonly estimateErrorMs: number
-  /** Allowance − measured commit phase (positive: pessimistic). */
-  readonly allowanceErrorMs: number
-}
-
 /** How a move ended on the source. */
 export type MoveOutcome =
   | {
@@ -94,7 +79,8 @@ export type MoveOutcome =
       readonly runtimeDowntimeMs: number | null
       /** Where the pause went, part by part; null for a commit confirmed on a later pass. */
       readonly pause: PauseParts | null
-      readonly guard: GuardReport
+      /** What the guard decided on (the allowance it used and where it came from, its estimate) and how far off each was. */
+      readonly guard: CoreMove.Guard
     }
   | {
       readonly _tag: "Refused"
@@ -321,26 +307,16 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       rounds: rounds.map((r) => (r.kind === "final" ? { ...r, sendMs: phases.sendMs } : r)),
       runtimeDowntimeMs: outcome.runtimeDowntimeMs,
       pause: outcome.pause,
-      guard: guardReport(deps.allowance, outcome.estimateMs, phases),
+      guard: CoreMove.guardOf(reportOf(deps.allowance, outcome.estimateMs), phases),
     } as const
   })
 
 /** What the guard decided on, as the commit posts it. */
-const reportOf = (a: Downtime.Allowance, estimateMs: number): Records.MoveGuardReport => ({
+const reportOf = (a: Downtime.Allowance, estimateMs: number): CoreMove.GuardReport => ({
   allowanceMs: a.allowanceMs,
   allowanceSource: a.source,
   allowanceSamples: a.samples,
   estimateMs: jsonMs(estimateMs),
-})
-
-/** The guard's figures of a committed move. */
-export const guardReport = (a: Downtime.Allowance, estimateMs: number, phases: PhasesReport): GuardReport => ({
-  allowanceMs: a.allowanceMs,
-  allowanceSource: a.source,
-  allowanceSamples: a.samples,
-  estimateMs,
-  estimateErrorMs: estimateMs - phases.downtimeMs,
-  allowanceErrorMs: a.allowanceMs - phases.commitMs,
 })
 
 /** How settling an owed move ended. */
