@@ -151,6 +151,33 @@ const hostText = (h: Records.Host): string =>
     ["reported", h.reportedAt === null ? "never" : `${Format.age(h.reportedAt, Date.now())} ago`],
   ])
 
+/** A signed difference in ms: how far an estimate was off (`+25 ms` pessimistic, `-12 ms` short). */
+const offBy = (ms: number) => `${ms >= 0 ? "+" : "-"}${Math.round(Math.abs(ms))} ms`
+
+/** One move for a person: its hosts and state, its pause by phase, and what its downtime guard decided on. */
+const moveText = (m: Records.Move): string => {
+  const g = m.guard ?? null
+  const allowanceFrom = (x: Records.MoveGuard) => (x.allowanceSource === "prior" ? "the prior (no commits between these hosts yet)" : `learned from the last ${x.allowanceSamples} commits between these hosts`)
+  return Format.fields([
+    ["move", m.id],
+    ["session", m.sessionId],
+    ["from → to", `${m.sourceHostId} → ${m.targetHostId}`],
+    ["state", m.state === "pending" && m.rounds.some((r) => r.kind === "final") ? "pending (in doubt: final round recorded)" : m.state],
+    ["budget", Format.duration(m.maxDowntimeMs)],
+    ["rounds", m.rounds.length === 0 ? "none" : m.rounds.map((r) => r.kind).join(", ")],
+    ...(m.phases === null
+      ? []
+      : ([["paused", `${Format.duration(m.phases.downtimeMs)} (capture ${Format.duration(m.phases.captureMs)}, send ${Format.duration(m.phases.sendMs)}, commit ${Format.duration(m.phases.commitMs)})`]] as const)),
+    ...(g === null
+      ? []
+      : ([
+          ["allowance", `${Format.duration(g.allowanceMs)}: ${allowanceFrom(g)}; off by ${offBy(g.allowanceErrorMs)} against the commit`],
+          ["estimate", `${Format.duration(g.estimateMs)}; off by ${offBy(g.estimateErrorMs)} against the pause`],
+        ] as const)),
+    ...(m.abortReason === null ? [] : ([["aborted", m.abortReason]] as const)),
+  ])
+}
+
 /** Since when a session is in its state: parked or queued time, else its last change. */
 const since = (s: Records.Session) => (s.state === "parked" ? s.parkedAt : s.state === "queued" ? s.queuedAt : s.updatedAt)
 
@@ -242,6 +269,17 @@ const hosts = Command.make("hosts").pipe(
         yield* json ? printJson(h) : print(hostText(h))
       }),
     ).pipe(Command.withDescription("one host")),
+    Command.make("allowances", { id: id("the source host") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const r = yield* call(target, client.hosts.allowances(a.id))
+        if (json) return yield* printJson(r)
+        const rows = r.items.map((p) => [p.targetHostId, Format.duration(p.allowanceMs), p.source, String(p.samples), p.commitsMs.map((ms) => Math.round(ms)).join(" ")])
+        yield* print(
+          `${rows.length === 0 ? "no commits from this host yet" : Format.table(["TO", "ALLOWANCE", "FROM", "COMMITS", "RECENT COMMITS (ms)"], rows)}\nany other target: the prior, ${Format.duration(r.priorMs)}`,
+        )
+      }),
+    ).pipe(Command.withDescription("the downtime guard's learned commit allowance of moves from a host, per target host")),
     hostAction("cordon", "take no new sessions; what runs there stays", (h) => `${h} cordoned: it takes no new sessions; what runs there stays`),
     hostAction("uncordon", "take sessions again", (h) => `${h} is ready: it takes sessions again`),
     hostAction("drain", "take no new sessions (state draining)", (h) => `${h} draining: it takes no new sessions`),
@@ -592,7 +630,7 @@ const resolveMove = (outcome: "commit" | "abort", description: string) =>
   ).pipe(Command.withDescription(description))
 
 const moves = Command.make("moves").pipe(
-  Command.withDescription("live moves: ls, commit or abort an in-doubt one"),
+  Command.withDescription("live moves: ls, show, commit or abort an in-doubt one"),
   Command.withSubcommands([
     Command.make("ls", { state: Flag.String("state").pipe(Flag.optional, Flag.withDescription("pending, committed or aborted")), host: hostFlag }, (a) =>
       Effect.gen(function* () {
@@ -604,6 +642,13 @@ const moves = Command.make("moves").pipe(
         yield* print(rows.length === 0 ? "no moves" : Format.table(["MOVE", "SESSION", "FROM", "TO", "STATE", "FINAL ROUND"], rows))
       }),
     ).pipe(Command.withDescription("moves, oldest first; an in-doubt one (final round recorded, still pending) is marked")),
+    Command.make("show", { id: id("the move") }, (a) =>
+      Effect.gen(function* () {
+        const { client, json, target } = yield* context
+        const m = yield* call(target, client.moves.get(a.id))
+        yield* json ? printJson(m) : print(moveText(m))
+      }),
+    ).pipe(Command.withDescription("one move: its pause by phase, and the commit allowance and estimate its guard used, with their errors")),
     resolveMove("commit", "an in-doubt move: the guest runs on the target (say so only when its target runs it)"),
     resolveMove("abort", "an in-doubt move: the guest runs on the source; the target's copy is destroyed"),
   ]),

@@ -120,6 +120,32 @@ describe("engram sessions and why", () => {
     await engram(["sessions", "end", s], { env })
   })
 
+  it("moves show prints the pause by phase and the guard's allowance and estimate with their errors; hosts allowances shows the learned allowance per target", async () => {
+    const s = uid("g")
+    await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", s, "--affinity", small], { env })
+    await started(c.url, s)
+    const moving = engram(["sessions", "move", s, "--max-downtime", "5s", "--to", big], { env })
+    const move = await pendingMove(c.url, small, s)
+    // The source agent's last two calls, its guard's figures with the commit.
+    await call(c.url, "POST", `/v1/moves/${move.id}/rounds`, { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 })
+    const guard = { allowanceMs: 400, allowanceSource: "prior", allowanceSamples: 0, estimateMs: 520 }
+    const committed = await call(c.url, "POST", `/v1/moves/${move.id}/commit`, { downtimeMs: 480, captureMs: 40, sendMs: 90, commitMs: 350, guard })
+    expect(committed.status, JSON.stringify(committed.body)).toBe(200)
+    expect((await moving).code).toBe(0)
+    const shown = await engram(["moves", "show", move.id], { env })
+    expect(shown.code, shown.stderr).toBe(0)
+    expect(shown.stdout).toMatch(/^paused\s+480 ms \(capture 40 ms, send 90 ms, commit 350 ms\)$/m)
+    expect(shown.stdout).toMatch(/^allowance\s+400 ms: the prior \(no commits between these hosts yet\); off by \+50 ms against the commit$/m)
+    expect(shown.stdout).toMatch(/^estimate\s+520 ms; off by \+40 ms against the pause$/m)
+    const j = JSON.parse((await engram(["moves", "show", move.id, "--json"], { env })).stdout)
+    expect(j.guard).toEqual({ ...guard, estimateErrorMs: 40, allowanceErrorMs: 50 })
+    const allowances = await engram(["hosts", "allowances", small], { env })
+    expect(allowances.code, allowances.stderr).toBe(0)
+    expect(allowances.stdout).toMatch(new RegExp(`^${big}\\s+350 ms\\s+learned\\s+1\\s+350$`, "m"))
+    expect(allowances.stdout).toMatch(/^any other target: the prior, 400 ms$/m)
+    await engram(["sessions", "end", s], { env })
+  })
+
   it("reservations ls lists the ledger; add holds room for an outside job and rm gives it back", async () => {
     const id = uid("r")
     const added = await engram(["reservations", "add", "--host", big, "--mem", "2GiB", "--vcpus", "2", "--owner", "job-7", "--id", id], { env })

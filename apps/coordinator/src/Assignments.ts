@@ -15,6 +15,7 @@ import type { NotFound, Unavailable } from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
 import { createHash } from "node:crypto"
 import { hostTopic, Notifier } from "./Notifier.js"
+import * as Allowances from "./Allowances.js"
 import { Settings } from "./Settings.js"
 import * as TopicCache from "./TopicCache.js"
 
@@ -51,12 +52,16 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
           const sessions = (yield* store.listSessions({ hostId })).filter((s) => assignedStates.has(s.state))
           // Pending moves where the host is the source or the target, oldest first.
           const moves = yield* store.listMoves({ hostId, state: "pending" })
+          // The limits an agent's move guard uses come from here, so agents and coordinator agree;
+          // so does the allowance learned for each move it is the source of.
+          const priorMs = settings.config.limits.commitAllowanceMs
+          const targets = moves.filter((m) => m.sourceHostId === hostId).map((m) => m.targetHostId)
+          const allowances = yield* Allowances.forTargets(store, priorMs, hostId, targets).pipe(Effect.catchTag("InvalidInput", (e) => Effect.die(e)))
           const version = createHash("sha256")
-            .update(JSON.stringify([sessions.map((s) => [s.id, s.state, s.updatedAt]), moves.map((m) => [m.id, m.state, m.rounds.length])]))
+            .update(JSON.stringify([sessions.map((s) => [s.id, s.state, s.updatedAt]), moves.map((m) => [m.id, m.state, m.rounds.length]), allowances.map((a) => [a.targetHostId, a.allowanceMs])]))
             .digest("base64url")
             .slice(0, 22)
-          // The limits an agent's move guard uses come from here, so agents and coordinator agree.
-          return { hostId, version, sessions, moves, limits: { commitAllowanceMs: settings.config.limits.commitAllowanceMs } }
+          return { hostId, version, sessions, moves, limits: { commitAllowanceMs: priorMs }, allowances }
         })
       const read = (hostId: string) => cache.get(hostTopic(hostId) as string, load(hostId))
       const poll: AssignmentsShape["poll"] = (hostId, { waitMs, since }) =>

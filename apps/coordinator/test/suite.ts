@@ -395,8 +395,18 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         // Every phase > 0: a phase of 0 is a 400 naming it.
         const zero = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 0, commitMs: 420 })
         expect([zero.status, zero.body.field]).toEqual([400, "sendMs"])
-        const committed = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420 })
+        // The guard's figures: an unknown key in them, or a bad figure, is a 400 naming it.
+        const guard = { allowanceMs: 400, allowanceSource: "prior", allowanceSamples: 0, estimateMs: 590 }
+        const strange = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420, guard: { ...guard, zzUnknown: 1 } })
+        expect([strange.status, strange.body.field]).toEqual([400, "guard.zzUnknown"])
+        const badSource = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420, guard: { ...guard, allowanceSamples: 2 } })
+        expect([badSource.status, badSource.body.field]).toEqual([400, "guard.allowanceSamples"])
+        expect((await admin.get(`/v1/moves/${m.id}`)).body.state).toBe("pending")
+        const committed = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420, guard })
         expect(committed.status).toBe(200)
+        expect(committed.body.guard).toEqual({ ...guard, estimateErrorMs: 30, allowanceErrorMs: -20 })
+        const pairs = (await agent.get(`/v1/hosts/${src.id}/allowances`)).body
+        expect(pairs).toEqual({ hostId: src.id, priorMs: 400, items: [expect.objectContaining({ targetHostId: dst.id, allowanceMs: 420, source: "learned", samples: 1, commitsMs: [420] })] })
         const done = await answer
         expect(done.status).toBe(200)
         expect(done.body).toMatchObject({ downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420, move: { id: m.id, state: "committed" } })

@@ -108,7 +108,8 @@ describe("the dashboard", () => {
     await page.locator("#moves tr", { hasText: "in progress: 1 round, last full" }).waitFor()
     expect((await row.locator("td").allTextContents()).slice(0, 4)).toEqual([s, `${small} → ${big}`, "700 ms", "pending"])
     expect((await api.post(`/v1/moves/${move}/rounds`, { kind: "final", wireBytes: 4 << 20, apparentBytes: 8 << 20, sendMs: 80, captureMs: 40 })).status).toBe(200)
-    expect((await api.post(`/v1/moves/${move}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 80, commitMs: 390 })).status).toBe(200)
+    const guard = { allowanceMs: 400, allowanceSource: "prior", allowanceSamples: 0, estimateMs: 600 }
+    expect((await api.post(`/v1/moves/${move}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 80, commitMs: 390, guard })).status).toBe(200)
     expect((await committed).status).toBe(200)
     const done = page.locator("#moves tr", { hasText: "committed: paused 560 ms" })
     await done.waitFor()
@@ -216,13 +217,15 @@ describe("the sessions and a session's page", () => {
     expect((await api.post(`/v1/moves/${move}/rounds`, { kind: "full", wireBytes: 64 << 20, apparentBytes: 512 << 20, sendMs: 300, captureMs: 40 })).status).toBe(200)
     await page.locator("#session-move .verdict", { hasText: "in progress: 1 round, last full" }).waitFor()
     expect((await api.post(`/v1/moves/${move}/rounds`, { kind: "final", wireBytes: 4 << 20, apparentBytes: 8 << 20, sendMs: 80, captureMs: 40 })).status).toBe(200)
-    expect((await api.post(`/v1/moves/${move}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 80, commitMs: 390 })).status).toBe(200)
+    const guard = { allowanceMs: 400, allowanceSource: "prior", allowanceSamples: 0, estimateMs: 600 }
+    expect((await api.post(`/v1/moves/${move}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 80, commitMs: 390, guard })).status).toBe(200)
     await notice.getByText(`${s} moved to ${small}: paused 560 ms (capture 40 ms · send 80 ms · commit 390 ms) within 700 ms`).waitFor()
     await page.locator("#session-move .verdict", { hasText: "committed: paused 560 ms" }).waitFor()
     expect(await page.locator("#session-move dd").first().textContent()).toBe(`${big} → ${small}`)
     expect(await page.locator("#session-move tbody tr").count()).toBe(2)
-    // The commit allowance the source's guard starts from (a move that reports a learned one shows that).
-    expect(await page.locator("#move-allowance").textContent()).toBe("400 ms (the prior, ENGRAM_COMMIT_ALLOWANCE_MS; the source's agent learns its own per target host)")
+    // What the source's guard decided on, and how far off it was.
+    expect(await page.locator("#move-allowance").textContent()).toBe("400 ms (the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no commits of this host pair yet); off by +10 ms against the commit")
+    expect(await page.locator("#move-estimate").textContent()).toBe("600 ms; off by +40 ms against the pause")
 
     // Moving back within 300 ms: refused by the guard (the source's abort with its estimate).
     await page.getByLabel("Downtime budget (ms)").fill("300")
@@ -231,6 +234,14 @@ describe("the sessions and a session's page", () => {
     expect((await api.post(`/v1/moves/${back}/abort`, { reason: "estimate over budget", estimateMs: 812 })).status).toBe(200)
     await notice.getByText("Move: refused before the guest paused: estimate 812 ms > budget 300 ms; it keeps running on its host").waitFor()
     await page.locator("#session-move .verdict", { hasText: "refused: estimate 812 ms > budget 300 ms" }).waitFor()
+    // A move without the guard's figures shows its pair's allowance now (the cases above may have moved between these hosts).
+    const pair = ((await api.get(`/v1/hosts/${small}/allowances`)).body.items as { targetHostId: string; allowanceMs: number; samples: number }[]).find((x) => x.targetHostId === big)
+    expect(await page.locator("#move-allowance").textContent()).toBe(
+      pair === undefined
+        ? "400 ms now (the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no commits of this host pair yet)"
+        : `${pair.allowanceMs} ms now (learned from the last ${pair.samples} commits of this host pair)`,
+    )
+    expect(await page.locator("#move-estimate").count()).toBe(0)
     await expect.poll(async () => events.locator("tbody td:nth-child(3)").allTextContents()).toEqual(
       expect.arrayContaining(["parked", "resumed", "move_begun", "moved", "move_aborted"]),
     )

@@ -193,9 +193,19 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             commitAllowanceMs: Limits.defaults.commitAllowanceMs,
           }).pipe(Effect.as(Limits.defaults.commitAllowanceMs))
 
-    /** The guard's allowance for moves to `targetHostId`: learned from this pair's recent commits (SPEC §13). */
-    const allowanceFor = (targetHostId: string, priorMs: number) =>
-      Effect.map(Ref.get(commits), (m) => Downtime.commitAllowance(m.get(targetHostId) ?? [], { priorMs }))
+    /**
+     * The guard's allowance for a move to `targetHostId` (SPEC §13): the coordinator's, learned
+     * from the pair's recent commits on every agent and replica; from a coordinator that does not
+     * send it, learned from this agent's own recent commits (lost when it restarts).
+     */
+    const allowanceFor = (a: Assignments, targetHostId: string) =>
+      Effect.gen(function* () {
+        const sent = a.allowances?.find((x) => x.sourceHostId === me && x.targetHostId === targetHostId)
+        if (sent !== undefined) return { allowance: { allowanceMs: sent.allowanceMs, source: sent.source, samples: sent.samples }, fromCoordinator: true }
+        const priorMs = yield* commitAllowanceOf(a)
+        const own = Downtime.commitAllowance((yield* Ref.get(commits)).get(targetHostId) ?? [], { priorMs })
+        return { allowance: own, fromCoordinator: false }
+      })
 
     /** Settles an owed move; still owed is a failure, so the action is retried after `retryDelayMs`. */
     const settle = (owed: PendingCommit) =>
@@ -205,16 +215,28 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     const moveSource = (s: AssignedSession, move: AssignedMove, a: Assignments) =>
       Effect.gen(function* () {
-        const allowance = yield* allowanceFor(move.targetHostId, yield* commitAllowanceOf(a))
+        const { allowance, fromCoordinator } = yield* allowanceFor(a, move.targetHostId)
         yield* log("move: source starts", {
           moveId: move.id,
           sessionId: s.id,
           target: move.targetHostId,
           maxDowntimeMs: move.maxDowntimeMs,
           commitAllowanceMs: allowance.allowanceMs,
-          allowance: allowance.source === "prior" ? "the coordinator's (no commits to this host yet)" : `learned from the last ${allowance.samples} commits to this host`,
+          allowance:
+            allowance.source === "prior"
+              ? "the coordinator's prior (no commits to this host yet)"
+              : `learned from the last ${allowance.samples} commits to this host${fromCoordinator ? "" : " (this agent's own: the coordinator sent none)"}`,
         })
-        const outcome = yield* runSource(move, { hostId: me, runtime, coordinator, link: deps.link, residents, maxPreCopyRounds: config.maxPreCopyRounds, allowance })
+        const outcome = yield* runSource(move, {
+          hostId: me,
+          runtime,
+          coordinator,
+          link: deps.link,
+          residents,
+          maxPreCopyRounds: config.maxPreCopyRounds,
+          allowance,
+          coordinatorKeepsGuard: fromCoordinator,
+        })
         if (outcome._tag === "Committed") yield* Ref.update(commits, (m) => new Map(m).set(move.targetHostId, [...(m.get(move.targetHostId) ?? []), outcome.phases.commitMs].slice(-Downtime.defaultAllowancePolicy.window)))
         yield* Ref.update(outcomes, (o) => [...o.slice(-49), { moveId: move.id, ...outcome }])
         yield* log(`move: ${outcome._tag}`, { moveId: move.id, ...outcome })

@@ -41,6 +41,8 @@ export interface Assignments {
   readonly sessions: readonly AssignedSession[]
   readonly moves: readonly AssignedMove[]
   readonly limits?: AssignedLimits | undefined
+  /** The learned allowance of each move this host is the source of; absent from a coordinator that does not learn it. */
+  readonly allowances?: readonly AssignedAllowance[] | undefined
 }
 
 /** One pre-copy round as the source reports it. */
@@ -48,6 +50,12 @@ export type RoundReport = Records.MoveRound
 
 /** The phases of a committed move. */
 export type PhasesReport = Records.MovePhases
+
+/** What the source's guard decided a committed move on, posted with the commit. */
+export type GuardReport = Records.MoveGuardReport
+
+/** The guard's commit allowance of a move from this host, as the coordinator learned it. */
+export type AssignedAllowance = Records.PairAllowance
 
 /** 409: the coordinator's state already moved past this step; the agent treats it as done. */
 export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", { op: Schema.String, message: Schema.String }) {}
@@ -70,7 +78,8 @@ export interface CoordinatorShape {
   readonly started: (sessionId: string) => Fx<void>
   readonly descended: (sessionId: string) => Fx<void>
   readonly round: (moveId: string, round: RoundReport) => Fx<void>
-  readonly commit: (moveId: string, phases: PhasesReport) => Fx<void>
+  /** `guard`: posted only to a coordinator that keeps it (one that sends `allowances`; an older one refuses the key). */
+  readonly commit: (moveId: string, phases: PhasesReport, guard?: GuardReport) => Fx<void>
   readonly abort: (moveId: string, reason: string, estimateMs?: number) => Fx<void>
   /**
    * `POST /v1/moves/{id}/resolve` with `commit`: this host, the move's target, runs its guest
@@ -120,7 +129,7 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
       started: (id) => call("started", api.sessions.started({ params: { id } })).pipe(Effect.asVoid),
       descended: (id) => call("descended", api.sessions.descended({ params: { id } })).pipe(Effect.asVoid),
       round: (id, round) => call("round", api.moves.round({ params: { id }, payload: round })).pipe(Effect.asVoid),
-      commit: (id, phases) => call("commit", api.moves.commit({ params: { id }, payload: phases })).pipe(Effect.asVoid),
+      commit: (id, phases, guard) => call("commit", api.moves.commit({ params: { id }, payload: guard === undefined ? phases : { ...phases, guard } })).pipe(Effect.asVoid),
       abort: (id, reason, estimateMs) =>
         call("abort", api.moves.abort({ params: { id }, payload: estimateMs === undefined ? { reason } : { reason, estimateMs } })).pipe(Effect.asVoid),
       reportRunning: (id, reason) => call("reportRunning", api.moves.resolve({ params: { id }, payload: { outcome: "commit", reason } })).pipe(Effect.asVoid),

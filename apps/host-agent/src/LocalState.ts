@@ -60,6 +60,8 @@ export const PendingCommit = Schema.Struct({
   /** Pre-copy rounds measured only at the pause, recorded before the final one. */
   lateRounds: Schema.optionalKey(Schema.Array(Records.MoveRound)),
   finalRecorded: Schema.optionalKey(Schema.Boolean),
+  /** What the guard decided on, posted with the commit to a coordinator that keeps it (absent: it does not). */
+  guard: Schema.optionalKey(Records.MoveGuardReport),
 })
 export type PendingCommit = typeof PendingCommit.Type
 

@@ -23,7 +23,7 @@
  * the phases name every part of the pause and sum to it.
  */
 import { Effect, Fiber, Schedule } from "effect"
-import type { Downtime } from "@engram/core"
+import { type Downtime, Move as CoreMove } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
 import type { AssignedMove, Conflict, CoordinatorError, CoordinatorShape, PhasesReport, RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
@@ -44,6 +44,8 @@ export interface MoveSourceDeps {
    * coordinator's `commitAllowanceMs` (from the assignments answer) before any.
    */
   readonly allowance: Downtime.Allowance
+  /** Whether the coordinator keeps the guard's figures (it sent the allowance): the commit then carries them. */
+  readonly coordinatorKeepsGuard: boolean
 }
 
 /**
@@ -67,20 +69,6 @@ export interface PauseParts {
   readonly recordMs: number
 }
 
-/** The guard's figures of a committed move: the allowance it used, and how far off it was. */
-export interface GuardReport {
-  readonly allowanceMs: number
-  readonly allowanceSource: "prior" | "learned"
-  /** The commits the allowance was learned from (0 for the prior). */
-  readonly allowanceSamples: number
-  /** The post-capture estimate that let the guest switch over. */
-  readonly estimateMs: number
-  /** Estimate − measured downtime (positive: pessimistic). */
-  readonly estimateErrorMs: number
-  /** Allowance − measured commit phase (positive: pessimistic). */
-  readonly allowanceErrorMs: number
-}
-
 /** How a move ended on the source. */
 export type MoveOutcome =
   | {
@@ -91,7 +79,8 @@ export type MoveOutcome =
       readonly runtimeDowntimeMs: number | null
       /** Where the pause went, part by part; null for a commit confirmed on a later pass. */
       readonly pause: PauseParts | null
-      readonly guard: GuardReport
+      /** What the guard decided on (the allowance it used and where it came from, its estimate) and how far off each was. */
+      readonly guard: CoreMove.Guard
     }
   | {
       readonly _tag: "Refused"
@@ -234,6 +223,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         final,
         finalRecorded: false,
         ...(late.length === 0 ? {} : { lateRounds: late }),
+        ...(deps.coordinatorKeepsGuard ? { guard: reportOf(deps.allowance, at.estimateMs) } : {}),
       }
       yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
       yield* residents.addPendingCommit(owed)
@@ -317,18 +307,16 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       rounds: rounds.map((r) => (r.kind === "final" ? { ...r, sendMs: phases.sendMs } : r)),
       runtimeDowntimeMs: outcome.runtimeDowntimeMs,
       pause: outcome.pause,
-      guard: guardReport(deps.allowance, outcome.estimateMs, phases),
+      guard: CoreMove.guardOf(reportOf(deps.allowance, outcome.estimateMs), phases),
     } as const
   })
 
-/** The guard's figures of a committed move. */
-export const guardReport = (a: Downtime.Allowance, estimateMs: number, phases: PhasesReport): GuardReport => ({
+/** What the guard decided on, as the commit posts it. */
+const reportOf = (a: Downtime.Allowance, estimateMs: number): CoreMove.GuardReport => ({
   allowanceMs: a.allowanceMs,
   allowanceSource: a.source,
   allowanceSamples: a.samples,
-  estimateMs,
-  estimateErrorMs: estimateMs - phases.downtimeMs,
-  allowanceErrorMs: a.allowanceMs - phases.commitMs,
+  estimateMs: jsonMs(estimateMs),
 })
 
 /** How settling an owed move ended. */
@@ -477,7 +465,7 @@ export const settleCommit = (deps: SettleDeps, owed: PendingCommit): Effect.Effe
       yield* residents.removePendingCommit(owed.moveId)
       return { _tag: "Acknowledged" } as const
     })
-    const posted = yield* retrying(coordinator.commit(owed.moveId, phases)).pipe(Effect.result)
+    const posted = yield* retrying(coordinator.commit(owed.moveId, phases, owed.guard)).pipe(Effect.result)
     if (posted._tag === "Success") return yield* dropLocalCopy
     if (posted.failure._tag !== "Conflict") {
       const reason = `move commit owed; retried on the next pass: ${posted.failure.message}`

@@ -18,7 +18,7 @@ export class MovesApi extends HttpApiGroup.make("moves")
       ),
     ),
     HttpApiEndpoint.get("get", "/v1/moves/:id", { params: PathId, success: Move, error: StandardErrors }).annotateMerge(
-      doc("Read a move", "The move with its rounds, and its phases (committed) or its reason and estimate (aborted). The admin, or the token of its source or target host."),
+      doc("Read a move", "The move with its rounds, and its phases and `guard` (committed: the commit allowance its guard used, `prior` or `learned` from how many commits, its estimate, and how far each was off) or its reason and estimate (aborted). The admin, or the token of its source or target host."),
     ),
     HttpApiEndpoint.post("round", "/v1/moves/:id/rounds", { params: PathId, payload: Round, success: Move, error: BodyErrors }).annotateMerge(
       doc(
@@ -29,7 +29,7 @@ export class MovesApi extends HttpApiGroup.make("moves")
     HttpApiEndpoint.post("commit", "/v1/moves/:id/commit", { params: PathId, payload: Commit, success: Move, error: BodyErrors }).annotateMerge(
       doc(
         "Commit a move",
-        `The target runs the guest: \`{downtimeMs, captureMs, sendMs, commitMs}\`, each > 0 (400 naming a phase that is not) and capture + send + commit at most \`downtimeMs\`. The move's final round must be recorded first (409 otherwise). The session runs on the target; then the queue is drained.${source}`,
+        `The target runs the guest: \`{downtimeMs, captureMs, sendMs, commitMs}\`, each > 0 (400 naming a phase that is not) and capture + send + commit at most \`downtimeMs\`; optional \`guard\`: \`{allowanceMs, allowanceSource, allowanceSamples, estimateMs}\`, what the source's downtime guard decided on, kept on the move with its errors (\`estimateErrorMs\`, \`allowanceErrorMs\`). The commit phase joins the host pair's recent commits, from which the allowance of its next moves is learned (SPEC §13). The move's final round must be recorded first (409 otherwise). The session runs on the target; then the queue is drained.${source}`,
       ),
     ),
     HttpApiEndpoint.post("abort", "/v1/moves/:id/abort", { params: PathId, payload: Abort, success: Move, error: BodyErrors }).annotateMerge(

@@ -3,7 +3,7 @@
  * check ranges and ids and name the field they refuse (a 400 `{error, field, rule}`).
  */
 import { Schema } from "effect"
-import { MoveState, MovePhases, MoveRound, SessionState } from "./Records.js"
+import { MoveGuardReport, MoveState, MovePhases, MoveRound, SessionState } from "./Records.js"
 
 // A high surrogate not followed by a low one, or a low one not preceded by a high one.
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
@@ -118,8 +118,8 @@ export type StartMove = typeof StartMove.Type
 export const Round = MoveRound
 export type Round = typeof Round.Type
 
-/** `POST /v1/moves/{id}/commit`. */
-export const Commit = MovePhases
+/** `POST /v1/moves/{id}/commit`: the phases, and what the source's guard decided on (kept on the move). */
+export const Commit = Schema.Struct({ ...MovePhases.fields, guard: Schema.optionalKey(MoveGuardReport) })
 export type Commit = typeof Commit.Type
 
 /**

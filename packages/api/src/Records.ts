@@ -182,6 +182,32 @@ export const MovePhases = Schema.Struct({
 })
 export type MovePhases = typeof MovePhases.Type
 
+/** Where a commit allowance came from: the configured prior (no history) or the host pair's recent commits. */
+export const AllowanceSource = Schema.Literals(["prior", "learned"])
+export type AllowanceSource = typeof AllowanceSource.Type
+
+/** What the source's downtime guard decided a committed move on (SPEC §13), as it reports it with the commit. */
+export const MoveGuardReport = Schema.Struct({
+  /** The commit allowance added to its estimates, ms. */
+  allowanceMs: Num,
+  allowanceSource: AllowanceSource,
+  /** The commits the allowance was learned from (0 for the prior). */
+  allowanceSamples: Num,
+  /** The post-capture estimate that let the guest switch over, ms. */
+  estimateMs: Num,
+})
+export type MoveGuardReport = typeof MoveGuardReport.Type
+
+/** The guard's figures a committed move keeps: its report, and how far off it was. */
+export const MoveGuard = Schema.Struct({
+  ...MoveGuardReport.fields,
+  /** Estimate − measured downtime, ms (positive: pessimistic). */
+  estimateErrorMs: Num,
+  /** Allowance − measured commit phase, ms (positive: pessimistic; negative: the commit ran past it). */
+  allowanceErrorMs: Num,
+})
+export type MoveGuard = typeof MoveGuard.Type
+
 /** A live move with its rounds, and its phases or abort once it ended. */
 export const Move = Schema.Struct({
   id: Id,
@@ -196,6 +222,12 @@ export const Move = Schema.Struct({
   abortReason: Schema.NullOr(Schema.String),
   /** The downtime estimate an `ErrMoveDowntime` abort was refused on, in ms; null otherwise. */
   abortEstimateMs: NullableNum,
+  /**
+   * The source guard's figures of a committed move (the allowance it used and where it came
+   * from, its estimate, and their errors against the measured phases); null otherwise. Absent
+   * from a coordinator that does not keep them.
+   */
+  guard: Schema.optionalKey(Schema.NullOr(MoveGuard)),
   createdAt: Num,
   endedAt: NullableNum,
 })
@@ -372,6 +404,36 @@ export type NoFit = typeof NoFit.Type
 export const AgentLimits = Schema.Struct({ commitAllowanceMs: Num })
 export type AgentLimits = typeof AgentLimits.Type
 
+/** The guard's commit allowance for moves from one host to another (SPEC §13). */
+export const PairAllowance = Schema.Struct({
+  sourceHostId: Schema.String,
+  targetHostId: Schema.String,
+  allowanceMs: Num,
+  source: AllowanceSource,
+  /** The commits it was learned from (0 for the prior). */
+  samples: Num,
+})
+export type PairAllowance = typeof PairAllowance.Type
+
+/** A host pair's learned allowance with the recent commit phases it is made of. */
+export const PairHistory = Schema.Struct({
+  ...PairAllowance.fields,
+  /** Its recent commit phases, ms, oldest first (at most the policy's window). */
+  commitsMs: Schema.Array(Num),
+  /** When the last one was recorded (epoch ms). */
+  updatedAt: Num,
+})
+export type PairHistory = typeof PairHistory.Type
+
+/** `GET /v1/hosts/{id}/allowances`: the allowance of moves from the host to each target it has committed moves to. */
+export const HostAllowances = Schema.Struct({
+  hostId: Schema.String,
+  /** The allowance of a pair without history: the coordinator's `commitAllowanceMs`. */
+  priorMs: Num,
+  items: Schema.Array(PairHistory),
+})
+export type HostAllowances = typeof HostAllowances.Type
+
 /** A host's desired state: its sessions with work for its agent and its pending moves. */
 export const Assignments = Schema.Struct({
   hostId: Schema.String,
@@ -380,6 +442,12 @@ export const Assignments = Schema.Struct({
   sessions: Schema.Array(Session),
   moves: Schema.Array(Move),
   limits: AgentLimits,
+  /**
+   * The guard's commit allowance of each pending move this host is the source of, by target:
+   * learned from the pair's recent commits, or the prior before any. Absent from an older
+   * coordinator (the agent then learns from its own commits).
+   */
+  allowances: Schema.optionalKey(Schema.Array(PairAllowance)),
 })
 export type Assignments = typeof Assignments.Type
 

@@ -115,6 +115,8 @@ export interface EngramClientShape {
     readonly remove: (id: string) => Fx<Records.Host>
     /** A new token for the host's agent; the old one stops working. */
     readonly rotateToken: (id: string) => Fx<Records.HostToken>
+    /** The guard's learned commit allowance of moves from the host, per target host (SPEC §13). */
+    readonly allowances: (id: string) => Fx<Records.HostAllowances>
   }
   readonly fleet: {
     /** The fleet signal: hosts by state, capacity, reserved and free room, the queue, parks, descents. */
@@ -187,6 +189,7 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       drain: (id) => call(api.hosts.drain(byId(id))),
       remove: (id) => call(api.hosts.remove(byId(id))),
       rotateToken: (id) => call(api.hosts.rotateToken(byId(id))),
+      allowances: (id) => call(api.hosts.allowances(byId(id))),
     }
 
     const fleet: EngramClientShape["fleet"] = {

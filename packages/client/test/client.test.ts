@@ -215,6 +215,7 @@ const everyCall = (e: EngramClientShape): Effect.Effect<unknown, unknown>[] => [
   e.hosts.drain("h"),
   e.hosts.remove("h"),
   e.hosts.rotateToken("h"),
+  e.hosts.allowances("h"),
   e.fleet.snapshot(),
   e.fleet.noFit({ memMib: 1, vcpus: 1 }),
   e.reservations.reserve({ hostId: "h", ownerKind: "external", ownerId: "o", memMib: 1, vcpus: 1 }),

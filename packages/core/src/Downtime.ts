@@ -132,6 +132,12 @@ export interface Allowance {
   readonly samples: number
 }
 
+/** How many recent commits count: the policy's window, at least 1. */
+const windowOf = (policy: Partial<AllowancePolicy>): number => {
+  const w = policy.window ?? defaultAllowancePolicy.window
+  return Math.max(1, Math.floor(Number.isFinite(w) ? w : 1))
+}
+
 /**
  * The commit allowance of a host pair from its recent commits (ms, oldest first): the policy's
  * quantile of the last `window` plus the margin; the prior while there is no history. Samples
@@ -139,11 +145,31 @@ export interface Allowance {
  */
 export const commitAllowance = (commitsMs: readonly number[], policy: Partial<AllowancePolicy> = {}): Allowance => {
   const p = { ...defaultAllowancePolicy, ...policy }
-  const window = Math.max(1, Math.floor(Number.isFinite(p.window) ? p.window : 1))
+  const window = windowOf(p)
   const recent = commitsMs.filter((ms) => Number.isFinite(ms) && ms >= 0).slice(-window)
   if (recent.length === 0) return { allowanceMs: p.priorMs, source: "prior", samples: 0 }
   const sorted = [...recent].sort((a, b) => a - b)
   const q = Math.min(1, Math.max(0, Number.isFinite(p.quantile) ? p.quantile : 1))
   const at = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))
   return { allowanceMs: (sorted[at] as number) + Math.max(0, p.marginMs), source: "learned", samples: recent.length }
+}
+
+/**
+ * A host pair's commit history after one more commit (ms, oldest first): only the policy's
+ * `window` most recent are kept, since no allowance reads further back. A commit that is not a
+ * finite non-negative number is not kept.
+ */
+export const recordCommit = (commitsMs: readonly number[], commitMs: number, policy: Partial<AllowancePolicy> = {}): readonly number[] => {
+  const kept = Number.isFinite(commitMs) && commitMs >= 0 ? [...commitsMs, commitMs] : [...commitsMs]
+  return kept.slice(-windowOf(policy))
+}
+
+/** The recent commits of moves from one host to another, as a store keeps them. */
+export interface PairCommits {
+  readonly sourceHostId: string
+  readonly targetHostId: string
+  /** Commit phases (ms), oldest first, at most the policy's window. */
+  readonly commitsMs: readonly number[]
+  /** When the last one was recorded (epoch ms). */
+  readonly updatedAt: number
 }

@@ -29,6 +29,39 @@ export interface Phases {
   readonly commitMs: number
 }
 
+/**
+ * What the source's downtime guard decided a committed move on (SPEC §13): the commit allowance
+ * it used and where that came from, and its post-capture estimate. Reported with the commit.
+ */
+export interface GuardReport {
+  /** The commit allowance the guard added to its estimates. */
+  readonly allowanceMs: number
+  /** `prior`: the configured `commitAllowanceMs` (no history); `learned`: from the host pair's recent commits. */
+  readonly allowanceSource: "prior" | "learned"
+  /** The commits the allowance was learned from (0 for the prior). */
+  readonly allowanceSamples: number
+  /** The post-capture estimate that let the guest switch over. */
+  readonly estimateMs: number
+}
+
+/** The guard's figures as the move keeps them: what it decided on, and how far off it was. */
+export interface Guard extends GuardReport {
+  /** Estimate − measured downtime (positive: pessimistic). */
+  readonly estimateErrorMs: number
+  /** Allowance − measured commit phase (positive: pessimistic; negative: the commit ran past it). */
+  readonly allowanceErrorMs: number
+}
+
+/** The guard's figures of a move committed with `phases`: its report and the errors against the measurement. */
+export const guardOf = (r: GuardReport, phases: Phases): Guard => ({
+  allowanceMs: r.allowanceMs,
+  allowanceSource: r.allowanceSource,
+  allowanceSamples: r.allowanceSamples,
+  estimateMs: r.estimateMs,
+  estimateErrorMs: r.estimateMs - phases.downtimeMs,
+  allowanceErrorMs: r.allowanceMs - phases.commitMs,
+})
+
 /** A live move of a running session. Times are epoch ms. */
 export interface Record {
   readonly id: string
@@ -45,6 +78,8 @@ export interface Record {
   readonly abortReason: string | null
   /** The downtime estimate an aborted move was refused on (`ErrMoveDowntime`), in ms; null otherwise. */
   readonly abortEstimateMs: number | null
+  /** The source guard's figures of a committed move; null otherwise (or when its source did not report them). */
+  readonly guard: Guard | null
   readonly createdAt: number
   readonly endedAt: number | null
 }

@@ -201,7 +201,13 @@ export type Step =
   | { readonly _tag: "resume"; readonly placement: Placed | null }
   | { readonly _tag: "beginMove"; readonly openMove: Move.Record | null; readonly move: NewMove }
   /** `phases` null: committed on a resolution (the target's report or an operator's), without the source's measurement. */
-  | { readonly _tag: "commitMove"; readonly move: Move.Record; readonly phases: Move.Phases | null }
+  | {
+      readonly _tag: "commitMove"
+      readonly move: Move.Record
+      readonly phases: Move.Phases | null
+      /** The source guard's figures, kept on the move with their errors (only beside measured phases). */
+      readonly guard?: Move.GuardReport | null | undefined
+    }
   | {
       readonly _tag: "abortMove"
       readonly move: Move.Record
@@ -549,6 +555,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         phases: null,
         abortReason: null,
         abortEstimateMs: null,
+        guard: null,
         createdAt: now,
         endedAt: null,
       }
@@ -577,7 +584,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         { ...s, state: "running", hostId: m.targetHostId, reservationId: m.reservationId, parkedAt: null, lastActiveAt: now, updatedAt: now },
         now,
         ledger,
-        { _tag: "Update", move: { ...m, state: "committed", phases, endedAt: now } },
+        { _tag: "Update", move: { ...m, state: "committed", phases, guard: phases === null || op.guard == null ? null : Move.guardOf(op.guard, phases), endedAt: now } },
         [{ _tag: "Moved", moveId: m.id, fromHostId: m.sourceHostId, toHostId: m.targetHostId, phases }],
       )
     }

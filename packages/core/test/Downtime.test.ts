@@ -118,6 +118,15 @@ describe("Downtime", () => {
       expect(Downtime.commitAllowance([Number.NaN, 60]).allowanceMs).toBe(60)
     })
 
+    it("a pair's history keeps only the window's most recent commits, oldest first", () => {
+      let h: readonly number[] = []
+      for (let i = 1; i <= 25; i++) h = Downtime.recordCommit(h, i)
+      expect(h).toEqual(Array.from({ length: 20 }, (_, i) => i + 6))
+      expect(Downtime.recordCommit([1, 2, 3], 4, { window: 2 })).toEqual([3, 4])
+      expect(Downtime.recordCommit([1], Number.NaN)).toEqual([1])
+      expect(Downtime.commitAllowance(h)).toEqual(Downtime.commitAllowance([...Array.from({ length: 5 }, () => 9999), ...h]))
+    })
+
     const commits = fc.array(fc.double({ min: 0, max: 10_000, noNaN: true }), { maxLength: 60 })
     const policy = fc.record({ window: fc.integer({ min: 1, max: 40 }), quantile: fc.double({ min: 0, max: 1, noNaN: true }), marginMs: fc.integer({ min: 0, max: 100 }) })
 

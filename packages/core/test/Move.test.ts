@@ -13,6 +13,7 @@ const open: Move.Record = {
   phases: null,
   abortReason: null,
   abortEstimateMs: null,
+  guard: null,
   createdAt: 0,
   endedAt: null,
 }

@@ -50,6 +50,7 @@ const move = (id: string, sessionId: string, reservationId: string): Move.Record
   phases: null,
   abortReason: null,
   abortEstimateMs: null,
+  guard: null,
   createdAt: 0,
   endedAt: null,
 })

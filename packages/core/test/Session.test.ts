@@ -121,6 +121,7 @@ describe("Session.step", () => {
     phases: null,
     abortReason: null,
     abortEstimateMs: null,
+    guard: null,
     createdAt: 0,
     endedAt: null,
   }
@@ -247,6 +248,15 @@ describe("Session.step", () => {
     ])
     expect(done.move).toMatchObject({ _tag: "Update", move: { state: "committed", phases, endedAt: t } })
     expect(done.events).toStrictEqual([{ _tag: "Moved", moveId: "m1", fromHostId: "h1", toHostId: "h2", phases }])
+  })
+
+  it("a commit keeps its source guard's figures with their errors against the measured phases; a resolution keeps none", () => {
+    const phases = { downtimeMs: 500, captureMs: 40, sendMs: 80, commitMs: 300 }
+    const guard = { allowanceMs: 250, allowanceSource: "learned", allowanceSamples: 7, estimateMs: 420 } as const
+    const done = applied(Session.step(at("moving"), { _tag: "commitMove", move: { ...move, rounds: [finalRound] }, phases, guard }, t))
+    expect(done.move).toMatchObject({ move: { guard: { ...guard, estimateErrorMs: -80, allowanceErrorMs: -50 } } })
+    const resolved = applied(Session.step(at("moving"), { _tag: "commitMove", move: { ...move, rounds: [finalRound] }, phases: null, guard }, t))
+    expect(resolved.move).toMatchObject({ move: { phases: null, guard: null } })
   })
 
   it("commit, abort and lose are judged like every other operation", () => {

@@ -65,6 +65,9 @@ export const summarize = (noFit) => {
 /** Since when a session is in its state: parked or queued time, else its last change. @param {any} s */
 export const since = (s) => (s.state === "parked" ? s.parkedAt : s.state === "queued" ? s.queuedAt : s.updatedAt)
 
+/** How far an estimate was off, signed: `+25 ms` (pessimistic), `-12 ms` (short). @param {number} ms */
+export const signed = (ms) => `${ms >= 0 ? "+" : "-"}${Math.round(Math.abs(ms))} ms`
+
 /** A move's outcome in one line: its phases, its verdict, or how far it got. @param {any} m */
 export const verdict = (m) => {
   if (m.state === "committed" && m.phases) {

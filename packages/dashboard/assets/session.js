@@ -4,7 +4,7 @@
 // and phases or verdict, and its history, oldest first.
 import { ApiError, api, describe, listAll } from "./api.js"
 import { badge, button, el, h, notice, table } from "./dom.js"
-import { age, budget, bytes, clock, duration, measured, since, summarize, verdict } from "./format.js"
+import { age, budget, bytes, clock, duration, measured, signed, since, summarize, verdict } from "./format.js"
 
 /** The session, its events, its latest move and the hosts a move may go to. @param {string} id */
 export const load = async (id) => {
@@ -18,17 +18,22 @@ export const load = async (id) => {
   const [events, hosts] = await Promise.all([listAll(`/v1/sessions/${encodeURIComponent(id)}/events?limit=500`), listAll("/v1/hosts")])
   const begun = events.filter((e) => e.kind === "move_begun").at(-1)
   const move = begun === undefined ? null : await api(`/v1/moves/${encodeURIComponent(begun.moveId)}`).catch(() => null)
-  // The commit allowance the source's move guard uses: the move's own where the coordinator
-  // learns it per host pair, else the one it gives the source agent with its assignments.
+  // The commit allowance of the move's host pair as the coordinator knows it now (the one a
+  // committed move used is on the move itself, `guard`); from an older coordinator, its prior.
   const allowance =
     move === null
       ? null
-      : typeof move.commitAllowanceMs === "number"
-        ? { ms: move.commitAllowanceMs, learned: true }
-        : await api(`/v1/hosts/${encodeURIComponent(move.sourceHostId)}/assignments?waitMs=0`).then(
-            (a) => (typeof a?.limits?.commitAllowanceMs === "number" ? { ms: a.limits.commitAllowanceMs, learned: false } : null),
-            () => null,
-          )
+      : await api(`/v1/hosts/${encodeURIComponent(move.sourceHostId)}/allowances`).then(
+          (a) => {
+            const pair = (a?.items ?? []).find((/** @type {any} */ x) => x.targetHostId === move.targetHostId)
+            return pair === undefined ? { ms: a.priorMs, learned: false, samples: 0 } : { ms: pair.allowanceMs, learned: pair.source === "learned", samples: pair.samples }
+          },
+          () =>
+            api(`/v1/hosts/${encodeURIComponent(move.sourceHostId)}/assignments?waitMs=0`).then(
+              (a) => (typeof a?.limits?.commitAllowanceMs === "number" ? { ms: a.limits.commitAllowanceMs, learned: false, samples: 0 } : null),
+              () => null,
+            ),
+        )
   return { id, session, events, move, allowance, hosts: hosts.filter((x) => x.state === "ready").map((x) => x.id) }
 }
 
@@ -158,7 +163,7 @@ const actions = (s, hosts, changed) => {
 /**
  * The session's latest move: where, its budget, its rounds and its phases or verdict, and the
  * commit allowance the guard counts for the pause after the final round.
- * @param {any} m @param {{ ms: number, learned: boolean } | null} allowance
+ * @param {any} m @param {{ ms: number, learned: boolean, samples: number } | null} allowance
  */
 const moveView = (m, allowance) => {
   if (m === null) return [h("p", { className: "muted empty", text: "No move yet." })]
@@ -167,8 +172,18 @@ const moveView = (m, allowance) => {
     (m.rounds ?? []).map((/** @type {any} */ r, /** @type {number} */ i) => [String(i + 1), r.kind, bytes(r.wireBytes), bytes(r.apparentBytes), measured(r.sendMs), r.captureMs === undefined || r.captureMs === null ? "-" : measured(r.captureMs)]),
     "No round yet.",
   )
+  const g = m.guard ?? null
+  const source = (/** @type {boolean} */ learned, /** @type {number} */ samples) => (learned ? `learned from the last ${samples} commits of this host pair` : "the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no commits of this host pair yet")
   const allowed =
-    allowance === null ? "not reported by this coordinator" : `${measured(allowance.ms)} (${allowance.learned ? "learned from this host pair's commits" : "the prior, ENGRAM_COMMIT_ALLOWANCE_MS; the source's agent learns its own per target host"})`
+    g !== null
+      ? `${measured(g.allowanceMs)} (${source(g.allowanceSource === "learned", g.allowanceSamples)}); off by ${signed(g.allowanceErrorMs)} against the commit`
+      : allowance === null
+        ? "not reported by this coordinator"
+        : `${measured(allowance.ms)} now (${source(allowance.learned, allowance.samples)})`
+  const guardFacts =
+    g === null
+      ? []
+      : [h("dt", { text: "Guard estimate" }), h("dd", { className: "estimate", attrs: { id: "move-estimate" }, text: `${measured(g.estimateMs)}; off by ${signed(g.estimateErrorMs)} against the pause` })]
   return [
     h("dl", { className: "facts", attrs: { "data-move": m.id } }, [
       h("dt", { text: "Move" }),
@@ -181,6 +196,7 @@ const moveView = (m, allowance) => {
       h("dd", { className: "verdict", text: verdict(m) }),
       h("dt", { text: "Commit allowance" }),
       h("dd", { className: "allowance", attrs: { id: "move-allowance" }, text: allowed }),
+      ...guardFacts,
     ]),
     rounds,
   ]

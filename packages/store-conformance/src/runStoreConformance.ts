@@ -14,6 +14,7 @@ import { historyGroup } from "./cases/history.js"
 import { lifetimes } from "./cases/lifetimes.js"
 import { hosts } from "./cases/hosts.js"
 import { ledger } from "./cases/ledger.js"
+import { guard } from "./cases/guard.js"
 import { moves } from "./cases/moves.js"
 import { pages } from "./cases/pages.js"
 import { placement } from "./cases/placement.js"
@@ -46,6 +47,7 @@ export const groups = (options: ConformanceOptions = {}): readonly Group[] => [
   ledger,
   fleet,
   moves,
+  guard,
   cascades,
   historyGroup,
   lifetimes,

@@ -5,22 +5,23 @@
  * Reads of moves.
  */
 import { randomUUID } from "node:crypto"
-import { Move, Placement, Plan, Session } from "@engram/core"
+import { Downtime, Move, Placement, Plan, Session } from "@engram/core"
 import { Conflict, Cursor, fromMoveRefusal, fromRefusal, fromTargetChoice, NotFound, Validate } from "@engram/store"
-import type { IllegalTransition, InvalidInput, MoveFilter, Refused, StoreShape, Unavailable } from "@engram/store"
+import type { IllegalTransition, InvalidInput, MoveFilter, PairFilter, Refused, StoreShape, Unavailable } from "@engram/store"
 import { and, asc, eq, or, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
 import { dieOnUnique, RunAgain } from "./Db.js"
+import type { DbError, Transient } from "./Db.js"
 import type { Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { readHostRows, toCandidate } from "./HostRows.js"
 import { lockHosts, lockMove, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
 import * as Pages from "./Pages.js"
 import { toMove, toSession } from "./Rows.js"
-import { moves } from "./schema.js"
+import { movePairs, moves } from "./schema.js"
 
-type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "abortMove" | "getMove" | "listMoves" | "pageMoves" | "openMove">
+type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "abortMove" | "getMove" | "listMoves" | "pageMoves" | "openMove" | "listPairCommits">
 
 const moveNotFound = (id: string) => new NotFound({ entity: "move", id })
 
@@ -30,6 +31,34 @@ const filterOf = (filter: MoveFilter) =>
     filter.state === undefined ? undefined : eq(moves.state, filter.state),
     filter.hostId === undefined ? undefined : or(eq(moves.sourceHostId, filter.hostId), eq(moves.targetHostId, filter.hostId)),
   )
+/** The SQL of a host pair filter. */
+const pairFilterOf = (filter: PairFilter) =>
+  and(
+    filter.sourceHostId === undefined ? undefined : eq(movePairs.sourceHostId, filter.sourceHostId),
+    filter.targetHostId === undefined ? undefined : eq(movePairs.targetHostId, filter.targetHostId),
+  )
+
+/**
+ * What a commit keeps beside the plan the apply writes: the guard's figures on the move, and
+ * its commit phase in its host pair's history (read under the pair's row lock, trimmed by core).
+ */
+const keepCommit = (tx: Tx, m: Move.Record, t: number) =>
+  Effect.gen(function* () {
+    if (m.phases === null) return
+    const commitMs = m.phases.commitMs
+    if (m.guard !== null) {
+      const guard = m.guard
+      yield* tx.use((exec) => exec.update(moves).set({ guard }).where(eq(moves.id, m.id)))
+    }
+    const pair = and(eq(movePairs.sourceHostId, m.sourceHostId), eq(movePairs.targetHostId, m.targetHostId))
+    yield* tx.use((exec) =>
+      exec.insert(movePairs).values({ sourceHostId: m.sourceHostId, targetHostId: m.targetHostId, commitsMs: [], updatedAt: t }).onConflictDoNothing(),
+    )
+    const [row] = yield* tx.use((exec) => exec.select({ commitsMs: movePairs.commitsMs }).from(movePairs).where(pair).for("update"))
+    const commitsMs = Downtime.recordCommit((row?.commitsMs ?? []) as number[], commitMs)
+    yield* tx.use((exec) => exec.update(movePairs).set({ commitsMs, updatedAt: t }).where(pair))
+  })
+
 const finished = (r: Move.Refusal) => new Conflict({ entity: "move", id: r.moveId, reason: r.reason })
 
 /** The move operations of the store. */
@@ -43,7 +72,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
    * plan applied. `early` refuses a finished move before the session is locked (core's rule;
    * the step judges it again).
    */
-  const finish = (moveId: string, early: (m: Move.Record) => Move.Refusal | null, stepOf: (m: Move.Record) => Session.Step) =>
+  const finish = (moveId: string, early: (m: Move.Record) => Move.Refusal | null, stepOf: (m: Move.Record) => Session.Step, after?: (tx: Tx, m: Move.Record, t: number) => Effect.Effect<void, DbError | Transient>) =>
     Effect.gen(function* () {
       const t = yield* now
       return yield* db.transaction((tx) =>
@@ -62,7 +91,9 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
           const answer = s === undefined ? ({ _tag: "NotFound" } as const) : Session.step(toSession(s), stepOf(m), t)
           if (answer._tag !== "Plan") return yield* fromMoveRefusal(moveId, answer as Session.Refusal)
           yield* applyLocked(tx, answer)
-          return Plan.moveOf(answer) as Move.Record
+          const m2 = Plan.moveOf(answer) as Move.Record
+          if (after !== undefined) yield* after(tx, m2, t)
+          return m2
         }),
       )
     }).pipe(dieOnUnique)
@@ -141,11 +172,11 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
         )
       }).pipe(dieOnUnique),
 
-    commitMove: (moveId, phases) =>
+    commitMove: (moveId, phases, guard) =>
       Effect.suspend((): Effect.Effect<Move.Record, NotFound | Conflict | InvalidInput | Unavailable> => {
-        const bad = phases === null ? null : Validate.phases(phases)
+        const bad = phases === null ? null : (Validate.phases(phases) ?? (guard == null ? null : Validate.guard(guard)))
         if (bad) return Effect.fail(bad)
-        return finish(moveId, Move.refuseCommit, (move) => ({ _tag: "commitMove", move, phases }))
+        return finish(moveId, Move.refuseCommit, (move) => ({ _tag: "commitMove", move, phases, guard: guard ?? null }), keepCommit)
       }),
 
     abortMove: (moveId, reason, options = {}) =>
@@ -161,6 +192,16 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
           (move) => ({ _tag: "abortMove", move, reason, estimateMs: options.estimateMs ?? null, onlyBeforeFinalRound, targetReclaimed: false }),
         )
       }),
+
+    listPairCommits: (filter = {}) =>
+      Effect.gen(function* () {
+        const bad = Validate.filter("sourceHostId", filter.sourceHostId) ?? Validate.filter("targetHostId", filter.targetHostId)
+        if (bad) return yield* bad
+        const rows = yield* db.pool.use((exec) =>
+          exec.select().from(movePairs).where(pairFilterOf(filter)).orderBy(asc(movePairs.sourceHostId), asc(movePairs.targetHostId)),
+        )
+        return rows.map((r) => ({ sourceHostId: r.sourceHostId, targetHostId: r.targetHostId, commitsMs: r.commitsMs as number[], updatedAt: r.updatedAt }))
+      }).pipe(dieOnUnique),
 
     getMove: (id) =>
       Effect.flatMap(

@@ -61,6 +61,7 @@ export const toMove = (r: MoveRow): Move.Record => ({
   phases: r.phases as MovePhases | null,
   abortReason: r.abortReason,
   abortEstimateMs: r.abortEstimateMs,
+  guard: r.guard as Move.Guard | null,
   createdAt: r.createdAt,
   endedAt: r.endedAt,
 })

@@ -143,7 +143,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
   const testing: StoreTestingShape = {
     reset: (next) =>
       readsOf(db.pool)
-        .query(sql`truncate table session_events, moves, reservations, sessions, hosts, metrics`)
+        .query(sql`truncate table session_events, move_pairs, moves, reservations, sessions, hosts, metrics`)
         .pipe(
           Effect.andThen(
             Effect.sync(() => {

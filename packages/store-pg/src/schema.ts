@@ -149,6 +149,8 @@ export const moves = pgTable(
     phases: jsonb("phases"),
     abortReason: text("abort_reason"),
     abortEstimateMs: doublePrecision("abort_estimate_ms"),
+    /** The source guard's figures of a committed move (core's `Move.Guard`). */
+    guard: jsonb("guard"),
     createdAt: ms("created_at").notNull(),
     endedAt: ms("ended_at"),
   },
@@ -163,6 +165,22 @@ export const moves = pgTable(
     index("moves_source_idx").on(t.sourceHostId),
     index("moves_target_idx").on(t.targetHostId),
   ],
+)
+
+/**
+ * Each host pair's recent commit phases (ms, oldest first), at most the allowance policy's
+ * window (core's `Downtime.recordCommit` trims them): the guard's learned allowance is made of
+ * them, so it survives agent restarts and is the same on every replica.
+ */
+export const movePairs = pgTable(
+  "move_pairs",
+  {
+    sourceHostId: text("source_host_id").notNull(),
+    targetHostId: text("target_host_id").notNull(),
+    commitsMs: jsonb("commits_ms").notNull().default([]),
+    updatedAt: ms("updated_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.sourceHostId, t.targetHostId] })],
 )
 
 /**

@@ -32,7 +32,7 @@ describe("migrations", () => {
         expect(applied[0]?.["n"]).toBe(journal.entries.length)
         const tables = await sql`select table_name from information_schema.tables
           where table_schema = 'public' and table_type = 'BASE TABLE' order by 1`
-        expect(tables.map((t) => t["table_name"])).toStrictEqual(["hosts", "leases", "metrics", "moves", "reservations", "session_events", "sessions"])
+        expect(tables.map((t) => t["table_name"])).toStrictEqual(["hosts", "leases", "metrics", "move_pairs", "moves", "reservations", "session_events", "sessions"])
         const views = await sql`select table_name from information_schema.views where table_schema = 'public'`
         expect(views.map((t) => t["table_name"])).toStrictEqual(["host_reserved_sums"])
         // CHECK constraints are the last line of defence.

@@ -7,7 +7,7 @@
  * reclaim deadlines incrementally, so a fleet of 10,000 hosts stays fast; every decision about
  * room still goes through @engram/core.
  */
-import { Headroom, Ledger, Lifetime, Limits, Move, Order, ParkGate, ParkPolicy, Placement, PlacementIndex, Plan, QueueWalk, Reclaim, Session } from "@engram/core"
+import { Downtime, Headroom, Ledger, Lifetime, Limits, Move, Order, ParkGate, ParkPolicy, Placement, PlacementIndex, Plan, QueueWalk, Reclaim, Session } from "@engram/core"
 import type { Budget, Candidate, FleetHost, LedgerEntry, NoFitDetail, Park, Queued, SessionState } from "@engram/core"
 import {
   Conflict,
@@ -95,6 +95,7 @@ interface MoveRec {
   phases: MovePhases | null
   abortReason: string | null
   abortEstimateMs: number | null
+  guard: Move.Guard | null
   createdAt: number
   endedAt: number | null
 }
@@ -213,6 +214,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   let moveSeq = 0
   let sessionSeq = 0
   let history = new Map<string, SessionEvent[]>()
+  /** Each host pair's recent commit phases, by `source target`. */
+  let pairs = new Map<string, Downtime.PairCommits>()
   let counters: Counters = { totalReservedMib: 0, totalReleasedMib: 0, totalReclaimedMib: 0, reserveFailures: 0 }
 
   const reset = (next: Limits.Limits = Limits.defaults): void => {
@@ -234,6 +237,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     moveSeq = 0
     sessionSeq = 0
     history = new Map()
+    pairs = new Map()
     counters = { totalReservedMib: 0, totalReleasedMib: 0, totalReclaimedMib: 0, reserveFailures: 0 }
   }
 
@@ -977,12 +981,31 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return moveOf(m)
       }),
 
-    commitMove: (moveId, phases) =>
+    commitMove: (moveId, phases, guard) =>
       Effect.gen(function* () {
-        const bad = phases === null ? null : Validate.phases(phases)
+        const bad = phases === null ? null : (Validate.phases(phases) ?? (guard == null ? null : Validate.guard(guard)))
         if (bad) return yield* bad
         const m = yield* findMove(moveId)
-        return yield* stepMove(m, { _tag: "commitMove", move: m, phases }, yield* now)
+        const t = yield* now
+        const done = yield* stepMove(m, { _tag: "commitMove", move: m, phases, guard: guard ?? null }, t)
+        if (done.phases !== null) {
+          const key = `${done.sourceHostId} ${done.targetHostId}`
+          const commitsMs = Downtime.recordCommit(pairs.get(key)?.commitsMs ?? [], done.phases.commitMs)
+          pairs.set(key, { sourceHostId: done.sourceHostId, targetHostId: done.targetHostId, commitsMs, updatedAt: t })
+        }
+        return done
+      }),
+
+    listPairCommits: (filter = {}) =>
+      Effect.suspend(() => {
+        const bad = Validate.filter("sourceHostId", filter.sourceHostId) ?? Validate.filter("targetHostId", filter.targetHostId)
+        if (bad) return Effect.fail(bad)
+        return Effect.succeed(
+          [...pairs.values()]
+            .filter((p) => (filter.sourceHostId === undefined || p.sourceHostId === filter.sourceHostId) && (filter.targetHostId === undefined || p.targetHostId === filter.targetHostId))
+            .sort((a, b) => (a.sourceHostId === b.sourceHostId ? (a.targetHostId < b.targetHostId ? -1 : 1) : a.sourceHostId < b.sourceHostId ? -1 : 1))
+            .map((p) => ({ ...p, commitsMs: [...p.commitsMs] })),
+        )
       }),
 
     abortMove: (moveId, reason, options = {}) =>

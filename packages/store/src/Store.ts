@@ -26,8 +26,11 @@ import type {
   HostReport,
   HostView,
   Move,
+  MoveGuardReport,
   MovePhases,
   MoveFilter,
+  PairCommits,
+  PairFilter,
   MoveRound,
   OnNoRoom,
   Page,
@@ -203,8 +206,11 @@ export interface StoreShape {
    * recorded is a `Conflict`; every phase must be > 0 and their sum ≤ `downtimeMs`. `phases`
    * null commits an in-doubt move on a resolution (the target's report that it runs the guest,
    * or an operator's commit, SPEC §13): the move's pause was not measured and it keeps none.
+   * `guard`: the source guard's figures, kept on the move with their errors (core's
+   * `Move.guardOf`; ignored beside null phases). A measured commit phase joins the host pair's
+   * recent commits (`listPairCommits`), the policy's window of them kept.
    */
-  readonly commitMove: (moveId: string, phases: MovePhases | null) => Fx<Move, NotFound | Conflict | InvalidInput>
+  readonly commitMove: (moveId: string, phases: MovePhases | null, guard?: MoveGuardReport | null) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
    * The move failed: the target's reservation is dropped, the session runs on the source.
    * With `onlyBeforeFinalRound`, a move whose final round is recorded is not aborted (its pause
@@ -226,6 +232,12 @@ export interface StoreShape {
   readonly listMoves: (filter?: MoveFilter) => Fx<readonly Move[]>
   /** A page of moves, oldest first (`[createdAt, id]`), filtered. */
   readonly pageMoves: (filter?: MoveFilter, page?: PageRequest) => Fx<Page<Move>, InvalidInput>
+  /**
+   * The recent commit phases of each host pair with a committed move (at most the allowance
+   * policy's window each, oldest first), by source then target; core's
+   * `Downtime.commitAllowance` makes the guard's allowance of them.
+   */
+  readonly listPairCommits: (filter?: PairFilter) => Fx<readonly PairCommits[], InvalidInput>
 }
 
 /** The store service. */
@@ -268,4 +280,5 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "listMoves",
   "pageMoves",
   "lifetimesDue",
+  "listPairCommits",
 ])

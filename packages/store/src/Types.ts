@@ -141,6 +141,21 @@ export type MoveRound = core.Move.Round
 /** The phases of a committed move's pause. */
 export type MovePhases = core.Move.Phases
 
+/** What the source's downtime guard decided a move on, as it reports it with the commit. */
+export type MoveGuardReport = core.Move.GuardReport
+
+/** The guard's figures a committed move keeps: its report and its errors. */
+export type MoveGuard = core.Move.Guard
+
+/** The recent commit phases of moves from one host to another (SPEC §13: the guard learns its allowance from them). */
+export type PairCommits = core.Downtime.PairCommits
+
+/** Filters of `listPairCommits`. */
+export interface PairFilter {
+  readonly sourceHostId?: string | undefined
+  readonly targetHostId?: string | undefined
+}
+
 /** A live move of a running session (SPEC §5; core's record, `Move.Record`). */
 export type Move = core.Move.Record
 

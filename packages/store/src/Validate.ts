@@ -5,7 +5,7 @@
 import type { Budget } from "@engram/core"
 import { Ledger, Lifetime, Names } from "@engram/core"
 import { InvalidInput } from "./Errors.js"
-import type { HostReport, MoveRound } from "./Types.js"
+import type { HostReport, MoveGuardReport, MoveRound } from "./Types.js"
 
 /** The id rule's words, as a refusal names it. */
 export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
@@ -147,6 +147,21 @@ export const maxDowntimeMs = (v: unknown): InvalidInput | null => finiteAboveZer
 
 /** The estimate an abort records: absent, or a finite number >= 0. */
 export const estimateMs = (v: unknown): InvalidInput | null => (v === undefined ? null : finiteAtLeastZero("estimateMs", v))
+
+/** A source guard's report: figures finite and >= 0, a known source, a whole number of samples (0 for the prior). */
+export const guard = (g: MoveGuardReport): InvalidInput | null => {
+  for (const field of ["allowanceMs", "estimateMs"] as const) {
+    const bad = finiteAtLeastZero(`guard.${field}`, g[field])
+    if (bad) return bad
+  }
+  if (g.allowanceSource !== "prior" && g.allowanceSource !== "learned")
+    return new InvalidInput({ field: "guard.allowanceSource", rule: "must be one of prior, learned" })
+  if (!Number.isSafeInteger(g.allowanceSamples) || g.allowanceSamples < 0)
+    return new InvalidInput({ field: "guard.allowanceSamples", rule: "must be an integer >= 0" })
+  return g.allowanceSource === "prior" && g.allowanceSamples !== 0
+    ? new InvalidInput({ field: "guard.allowanceSamples", rule: "must be 0 for the prior" })
+    : null
+}
 
 /** A pre-copy round: a known kind and every figure finite and >= 0. */
 export const round = (r: MoveRound): InvalidInput | null => {

@@ -3,10 +3,12 @@ import { EngramApi } from "@engram/api"
 import { Store, Validate } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
+import * as Allowances from "../Allowances.js"
 import { Assignments } from "../Assignments.js"
 import { hashToken, newToken, requireHostOrAdmin } from "../Auth.js"
 import { api } from "../HttpErrors.js"
 import { LongPolls } from "../LongPolls.js"
+import { Settings } from "../Settings.js"
 import { credentialTopic, fleetTopic, hostTopic, Notifier } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { hostJson, pageJson } from "../Views.js"
@@ -23,6 +25,7 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
     // and starts no drain (each notice is a transaction of its own on PostgreSQL). A queue that
     // room from elsewhere could serve is drained by the reaper's next pass anyway.
     const lastFigures = new Map<string, string>()
+    const settings = yield* Settings
 
     const setState = (id: string, state: "ready" | "cordoned" | "draining") =>
       Effect.gen(function* () {
@@ -66,6 +69,15 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
         }),
       )
       .handle("get", ({ params }) => requireHostOrAdmin(params.id).pipe(Effect.andThen(api(store.getHost(params.id))), Effect.map(hostJson)))
+      .handle("allowances", ({ params }) =>
+        Effect.gen(function* () {
+          yield* requireHostOrAdmin(params.id)
+          yield* api(store.getHost(params.id))
+          const priorMs = settings.config.limits.commitAllowanceMs
+          const items = yield* api(Allowances.histories(store, priorMs, { sourceHostId: params.id }))
+          return { hostId: params.id, priorMs, items }
+        }),
+      )
       .handle("report", ({ params, payload }) =>
         Effect.gen(function* () {
           yield* requireHostOrAdmin(params.id)

@@ -11,6 +11,14 @@ import { Drainer } from "../Drainer.js"
 import * as Tracing from "../Tracing.js"
 import { pageJson } from "../Views.js"
 
+/** The phases of a commit's payload (its guard report is kept apart). */
+const phasesOf = (p: { readonly downtimeMs: number; readonly captureMs: number; readonly sendMs: number; readonly commitMs: number }) => ({
+  downtimeMs: p.downtimeMs,
+  captureMs: p.captureMs,
+  sendMs: p.sendMs,
+  commitMs: p.commitMs,
+})
+
 export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
@@ -51,13 +59,14 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
       )
       .handle("commit", ({ params, payload }) =>
         moveFor(params.id, "source").pipe(
-          Effect.andThen(api(store.commitMove(params.id, payload))),
+          Effect.andThen(api(store.commitMove(params.id, phasesOf(payload), payload.guard ?? null))),
           Effect.tap((m) => drainer.roomAppeared(...topics(m))),
           step("engram.move.commit", params.id, {
             "engram.move.downtime_ms": payload.downtimeMs,
             "engram.move.capture_ms": payload.captureMs,
             "engram.move.send_ms": payload.sendMs,
             "engram.move.commit_ms": payload.commitMs,
+            ...(payload.guard === undefined ? {} : { "engram.move.allowance_ms": payload.guard.allowanceMs, "engram.move.allowance_source": payload.guard.allowanceSource }),
           }),
         ),
       )
