@@ -5,6 +5,6 @@ export default mergeConfig(
   base,
   defineConfig({
     // The tests run the built `engram` as a real process (built once, before the files run).
-    test: { globalSetup: ["test/support/build.ts"], testTimeout: 120_000, hookTimeout: 180_000 },
+    test: { globalSetup: ["test/support/build.ts"], testTimeout: 300_000, hookTimeout: 300_000 },
   }),
 )

@@ -5,7 +5,7 @@ export default mergeConfig(base, defineConfig({
   test: {
     // One PostgreSQL server per run (or $ENGRAM_TEST_DATABASE_URL); each file makes its own database.
     globalSetup: ["@engram/test-pg/global-setup"],
-    testTimeout: 60_000,
+    testTimeout: 180_000,
     hookTimeout: 120_000,
   },
 }))

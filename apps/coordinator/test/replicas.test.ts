@@ -165,7 +165,7 @@ describe("three replicas on one PostgreSQL", () => {
     for (const s of ours) if (s.hostId !== null) placedMib.set(s.hostId, (placedMib.get(s.hostId) ?? 0) + s.budget.memMib)
     for (const h of hosts) expect(h.reservedMib, h.id).toBe(placedMib.get(h.id) ?? 0)
     expect(answers.filter((s) => s === 201).length).toBe(ours.filter((s) => s.state === "pending").length)
-  })
+  }, 300_000)
 
   it("exactly one reaper leader; SIGKILL it and another takes over once its lease ran out", async () => {
     // Let every replica tick at least twice.

@@ -186,7 +186,7 @@ describe("a peer frozen or killed right after the final round is recorded", () =
         for (const kind of ["guest_running", "guest_destroyed"] as const) {
           expect(guests.events.filter((e) => e.kind === kind && e.sessionId.startsWith(`${side}-${fault}-`)).length, kind).toBeGreaterThanOrEqual(TRIES)
         }
-      }, 60_000 + TRIES * 30_000)
+      }, 120_000 + TRIES * 90_000)
     }
   }
 })

@@ -129,5 +129,5 @@ describe("the incremental fleet read", () => {
       yield* agrees(p.store)
     })
     await Effect.runPromise(Effect.scoped(program))
-  }, 120_000)
+  }, 300_000)
 })

@@ -156,5 +156,5 @@ describe("PGlite", () => {
     } finally {
       await rm(dataDir, { recursive: true, force: true })
     }
-  }, 120_000)
+  }, 300_000)
 })

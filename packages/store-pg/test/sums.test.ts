@@ -139,7 +139,7 @@ describe("maintained host sums", () => {
     } finally {
       await db.drop()
     }
-  }, 300_000)
+  }, 500_000)
 
   it("hold when two stores create the same sessions at once (batched placements that hit a duplicate)", async () => {
     const db = await freshDatabase()
@@ -179,7 +179,7 @@ describe("maintained host sums", () => {
     } finally {
       await db.drop()
     }
-  }, 120_000)
+  }, 300_000)
 
   it("equal the ledger after a random run on PGlite", async () => {
     const program = Effect.gen(function* () {
@@ -190,7 +190,7 @@ describe("maintained host sums", () => {
       expect(yield* p.sumsDrift).toStrictEqual([])
     })
     await Effect.runPromise(Effect.scoped(program))
-  }, 300_000)
+  }, 500_000)
 
   it("are backfilled from the ledger by the migration for a database that held reservations before them", async () => {
     const db = await freshDatabase()

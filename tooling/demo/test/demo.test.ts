@@ -166,7 +166,7 @@ describe("the demo (pnpm start)", () => {
     // Move tokens (HMAC hex) and any other 64-hex or 43-char base64url credential: none at all.
     expect(all.match(/\b[0-9a-f]{64}\b/g) ?? []).toEqual([])
     expect(all.match(/(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])/g) ?? []).toEqual([])
-  }, 360_000)
+  }, 600_000)
 
   it("started again on a fleet in use, it does not tour it: a parked session stays parked", async () => {
     // A session parked on a demo host while no demo runs (as an operator would leave one).
