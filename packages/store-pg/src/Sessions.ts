@@ -14,7 +14,7 @@ import { Lifetime, ParkGate, Placement, Plan, QueueWalk, Session } from "@engram
 import type { Budget, Candidate, Limits } from "@engram/core"
 import { Cursor, fromRefusal, NoRoom, NotFound, Unavailable, Validate } from "@engram/store"
 import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, SessionFilter, StoreShape } from "@engram/store"
-import { and, asc, eq, gt, inArray, isNotNull, lt, lte, ne, sql } from "drizzle-orm"
+import { and, asc, eq, gt, inArray, isNotNull, lte, ne, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
 import * as Batcher from "./Batcher.js"
@@ -22,6 +22,8 @@ import { dieOnUnique, retryAfterMs, RunAgain } from "./Db.js"
 import type { Conn, DbError, Transient, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { lockAndReplay, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
+import { beatBatching } from "./Reservations.js"
+import type { BeatOptions } from "./Reservations.js"
 import * as Pages from "./Pages.js"
 import { toMove, toSession, toSessionEvent } from "./Rows.js"
 import { sessionEvents, sessions } from "./schema.js"
@@ -45,6 +47,13 @@ type SessionOps = Pick<
   | "recordActivity"
   | "lifetimesDue"
 >
+
+/** One host's report of the sessions whose guests did work, at `t`. */
+interface ActivityItem {
+  readonly hostId: string
+  readonly sessionIds: readonly string[]
+  readonly t: number
+}
 
 /** Options of the placement of new sessions. */
 export interface PlacementOptions {
@@ -133,7 +142,31 @@ const created = (id: string, budget: Budget, affinity: readonly string[], life: 
 const written = (plan: Plan.Plan): Session.Record => Plan.sessionOf(plan) as Session.Record
 
 /** The session operations of the store. */
-export const make = ({ db, limits, park, now, cache, both }: Deps, options: PlacementOptions): SessionOps => {
+export const make = ({ db, limits, park, now, cache, both }: Deps, options: PlacementOptions, beats: BeatOptions = {}): SessionOps => {
+  // Guest activity rides on every agent's report: many hosts' activity is written by one
+  // statement, as their reports are (`beatBatching`). Not a state change (no step): only the idle
+  // clock of each host's running sessions moves, never back.
+  const activity = Batcher.make<ActivityItem, number, DbError>({
+    ...beatBatching(beats),
+    keysOf: (i) => [i.hostId],
+    run: (items) =>
+      Effect.map(
+        db.pool.query<{ k: number; n: number }>(sql`with b as (
+            select * from jsonb_to_recordset(${JSON.stringify(items.flatMap((i, k) => i.sessionIds.map((sid) => ({ k, hid: i.hostId, sid, t: i.t }))))}::jsonb)
+              as b(k int, hid text, sid text, t bigint)
+          ),
+          touched as (
+            update ${sessions} s set last_active_at = b.t from b
+            where s.id = b.sid and s.host_id = b.hid and s.state = 'running' and s.last_active_at < b.t
+            returning b.k
+          )
+          select k, count(*)::int as n from touched group by k`),
+        (rows) => {
+          const n = new Map(rows.map((r) => [Number(r.k), Number(r.n)]))
+          return items.map((_, k) => n.get(k) ?? 0)
+        },
+      ),
+  })
   /** The host cache brought up to date unless its last read is recent enough (`placementReadMaxAgeMs`). */
   const known = (fresh: boolean): Effect.Effect<boolean, Unavailable> =>
     !fresh && cache.isRecent() ? Effect.succeed(false) : Effect.as(cache.refresh(performance.now()), true)
@@ -500,16 +533,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         const bad = Validate.id("hostId", hostId) ?? Validate.activity(sessionIds)
         if (bad) return yield* bad
         if (sessionIds.length === 0) return 0
-        const t = yield* now
-        // Not a state change (no step): only the idle clock of the host's running sessions moves.
-        const rows = yield* db.pool.use((exec) =>
-          exec
-            .update(sessions)
-            .set({ lastActiveAt: t })
-            .where(and(inArray(sessions.id, [...sessionIds]), eq(sessions.hostId, hostId), eq(sessions.state, "running"), lt(sessions.lastActiveAt, t)))
-            .returning({ id: sessions.id }),
-        )
-        return rows.length
+        return yield* activity({ hostId, sessionIds, t: yield* now })
       }).pipe(dieOnUnique),
     lifetimesDue: (options = {}) =>
       Effect.gen(function* () {

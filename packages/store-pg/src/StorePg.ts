@@ -135,7 +135,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
       maxCasAttempts: options.optimisticPlacementAttempts ?? 8,
       batchSize: Math.max(1, Math.floor(options.placementBatchSize ?? 64)),
       batchWindowMs: Math.max(0, options.placementBatchWindowMs ?? 0.2),
-    }),
+    }, beats),
     ...Queue.make(deps),
     ...Reservations.make(deps, beats),
     ...Moves.make(deps),

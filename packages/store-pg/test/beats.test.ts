@@ -1,4 +1,4 @@
-// Grouped heartbeats and host reports on a real PostgreSQL (what the shared suite cannot see):
+// Grouped heartbeats, host reports and guest activity on a real PostgreSQL (what the shared suite cannot see):
 // many agents' heartbeats and reports land in few transactions (counted by a statement-level
 // trigger that logs each writing transaction's id), each caller still gets its own answer (an
 // unknown id fails its caller alone), and a group whose backend is terminated mid-statement
@@ -28,7 +28,8 @@ const countingSql = `
     return null;
   end $$;
   create trigger log_beat after update on reservations for each statement execute function log_beat();
-  create trigger log_beat after update on hosts for each statement execute function log_beat();`
+  create trigger log_beat after update on hosts for each statement execute function log_beat();
+  create trigger log_beat after update on sessions for each statement execute function log_beat();`
 
 /** What each call answered: its value, or its error's tag (and entity, for a NotFound). */
 const answersOf = <A>(effects: readonly Effect.Effect<A, { readonly _tag: string }>[]) =>
@@ -166,6 +167,21 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
     expect(answers[11]).toStrictEqual({ ok: false, error: "InvalidInput" })
     const [h10] = await sql<{ a: number }[]>`select allocatable_mib as a from hosts where id = ${hostIds[10] as string}`
     expect(h10?.a).toBe(60000 - 10)
+  })
+
+  it("60 hosts' guest activity at once is written by a few transactions; each host's answer counts its own running sessions", async () => {
+    const running = hostIds.flatMap((id, i) => Array.from({ length: residents(i) }, (_, k) => `${id}-s${k}`))
+    await Effect.runPromise(Effect.forEach(running, (id) => Effect.ignore(s.markRunning(id)), { discard: true }))
+    await sql`truncate beat_log`
+    const lastActive = async () => new Map((await sql<{ id: string; at: string }[]>`select id, last_active_at::text as at from sessions`).map((r) => [r.id, Number(r.at)]))
+    const before = await lastActive()
+    await new Promise((r) => setTimeout(r, 5))
+    // Each host names its own sessions, one a session of another host (not its own: not touched) and one unknown.
+    const answers = await answersOf(hostIds.map((id, i) => s.recordActivity(id, [...Array.from({ length: residents(i) }, (_, k) => `${id}-s${k}`), "h02-s1", "nobody"])))
+    expect(answers).toStrictEqual(hostIds.map((id, i) => ({ ok: true, value: residents(i) })))
+    expect(await transactionsOn("sessions")).toBeLessThanOrEqual(3)
+    const after = await lastActive()
+    for (const id of running) expect(after.get(id), id).toBeGreaterThan(before.get(id) as number)
   })
 
   it("a group whose backend is terminated mid-statement fails every caller and changes no row", async () => {
