@@ -2,7 +2,7 @@ import { base } from "@engram/vitest-config"
 import { defineConfig } from "vitest/config"
 
 /** The end-to-end files start a coordinator (PGlite) and agent processes. */
-const timeouts = { testTimeout: 60_000, hookTimeout: 240_000 }
+const timeouts = { testTimeout: 180_000, hookTimeout: 240_000 }
 const realGuests = "test/qemu-e2e.test.ts"
 const project = (name: string, include: string[], exclude: string[], groupOrder: number) => ({
   resolve: base.resolve,
