@@ -102,7 +102,7 @@ const config = join(out, "sea-config.json")
 const blob = join(out, "sea-prep.blob")
 writeFileSync(
   config,
-  JSON.stringify({ main: bundle, output: blob, disableExperimentalSEAWarning: true, useSnapshot: false, useCodeCache: false, assets: Object.fromEntries(assets) }, null, 2),
+  JSON.stringify({ main: bundle, output: blob, disableExperimentalSEAWarning: true, useSnapshot: false, useCodeCache: true, assets: Object.fromEntries(assets) }, null, 2),
 )
 execFileSync(process.execPath, ["--experimental-sea-config", config], { stdio: "pipe" })
 const exe = join(out, "engram")
