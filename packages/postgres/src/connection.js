@@ -786,14 +786,22 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
 
   async function fetchArrayTypes() {
     needsTypes = false
-    const types = await new Query([`
-      select b.oid, b.typarray
-      from pg_catalog.pg_type a
-      left join pg_catalog.pg_type b on b.oid = a.typelem
-      where a.typcategory = 'A'
-      group by b.oid, b.typarray
-      order by b.oid
-    `], [], execute)
+    // engram fix: the connection may drop while it asks (a reset, a restart of the server). Its
+    // close answers the query that waits behind this one (`initial`); this promise, which nobody
+    // awaits, must not become an unhandled rejection (Node ends the process on one).
+    let types
+    try {
+      types = await new Query([`
+        select b.oid, b.typarray
+        from pg_catalog.pg_type a
+        left join pg_catalog.pg_type b on b.oid = a.typelem
+        where a.typcategory = 'A'
+        group by b.oid, b.typarray
+        order by b.oid
+      `], [], execute)
+    } catch {
+      return
+    }
     types.forEach(({ oid, typarray }) => addArrayType(oid, typarray))
   }
 

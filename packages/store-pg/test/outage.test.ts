@@ -2,6 +2,7 @@
 // flight gets an answer, nothing crashes the process, and the next request is served. The
 // driver half pins the fixes `@engram/postgres` carries over postgres.js 3.4.9 (upstream
 // porsager/postgres #1154, #1208); the store half runs the same cut under the store's own requests.
+import * as net from "node:net"
 import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
 import type { CuttableProxy, TestDatabase } from "@engram/test-pg"
 import { Store } from "@engram/store"
@@ -84,6 +85,53 @@ describe("the driver when its connections are cut", () => {
       expect(await answered(sql`select 4 as x`)).toMatchObject({ ok: [{ x: 4 }] })
     } finally {
       await sql.end({ timeout: 1 })
+    }
+  })
+})
+
+describe("the driver when a connection drops while it asks for the array types", () => {
+  it("answers the query waiting behind that first question, with no unhandled rejection, and serves the next", async () => {
+    // A proxy that resets both sides as soon as the client asks for the array types (the first
+    // query of every connection with fetch_types on), once.
+    const target = new URL(db.url)
+    let cut = 0
+    const server = net.createServer((client) => {
+      const upstream = net.connect(Number(target.port), target.hostname)
+      client.on("data", (b: Buffer) => {
+        if (cut === 0 && b.includes("typarray")) {
+          cut++
+          client.resetAndDestroy()
+          upstream.resetAndDestroy()
+          return
+        }
+        upstream.write(b)
+      })
+      upstream.on("data", (b: Buffer) => client.write(b))
+      client.on("error", () => upstream.destroy())
+      upstream.on("error", () => client.destroy())
+      client.on("close", () => upstream.destroy())
+      upstream.on("close", () => client.destroy())
+    })
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r))
+    const unhandled: unknown[] = []
+    const onUnhandled = (e: unknown) => void unhandled.push(e)
+    process.on("unhandledRejection", onUnhandled)
+    const url = new URL(db.url)
+    url.port = String((server.address() as net.AddressInfo).port)
+    const sql = postgres(url.toString(), { max: 1, onnotice: () => undefined })
+    try {
+      const first = await answered(sql`select 1 as one`)
+      // Answered: failed with the connection's error, or served by the next connection.
+      expect(first).not.toBe("no answer")
+      expect(cut).toBe(1)
+      expect(await answered(sql`select 2 as two`)).toEqual({ ok: [{ two: 2 }] })
+      // A turn of the event loop for a rejection nobody handled to be reported.
+      await new Promise((r) => setTimeout(r, 50))
+      expect(unhandled).toStrictEqual([])
+    } finally {
+      process.off("unhandledRejection", onUnhandled)
+      await sql.end({ timeout: 1 })
+      server.close()
     }
   })
 })
