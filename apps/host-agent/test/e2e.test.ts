@@ -164,9 +164,10 @@ describe("a coordinator and its agents, end to end", () => {
     expect(outcome).toMatchObject({ _tag: "Refused", stage: "pre-pause", paused: false })
     expect(st.vms.map((v: { vmId: string; status: string }) => [v.vmId, v.status])).toEqual([["s4", "running"]])
     expect((await session("s4")).state).toBe("running")
-    expect((await agents.a!.status()).incoming).toEqual([])
+    // The target had made ready for the move; it ends that on hearing the abort, a moment after the 503.
+    await until("target holds nothing", () => agents.a!.status(), (x) => x.vms.length === 0 && x.incoming.length === 0, 45_000)
     expect(await reservations("a")).toEqual([])
-  }, 60_000)
+  }, 120_000)
 
   it("a SIGKILLed agent's reservations go stale; the reaper reclaims them, its sessions become lost, nothing is double-placed", async () => {
     expect((await reservations("c")).map((r) => r.ownerId)).toEqual(["s5"])
