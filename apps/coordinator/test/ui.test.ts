@@ -165,21 +165,23 @@ describe("the sessions and a session's page", () => {
     expect((await api.post("/v1/sessions", { id: wait, memMib: 64 * 1024, vcpus: 1 })).status).toBe(202)
 
     await signedIn(`#/sessions?q=${tag}`)
-    await expect.poll(listedIds).toEqual([park, run, wait].sort())
+    await expect.poll(listedIds, { timeout: 30_000 }).toEqual([park, run, wait].sort())
     const row = page.locator("table.sessions tbody tr", { hasText: park })
     expect((await row.locator("td").allTextContents()).slice(0, 4)).toEqual([park, "parked", big, "512 MiB, 1 vCPU"])
     expect(await page.locator(".count").textContent()).toBe(`3 sessions with "${tag}" in the id`)
 
     await page.getByLabel("State", { exact: true }).selectOption("parked")
-    await expect.poll(listedIds).toEqual([park])
+    await expect.poll(listedIds, { timeout: 30_000 }).toEqual([park])
     expect(page.url()).toContain("state=parked")
     await page.getByLabel("State", { exact: true }).selectOption("")
     await page.getByLabel("Host", { exact: true }).selectOption(small)
-    await expect.poll(listedIds).toEqual([run])
+    await expect.poll(listedIds, { timeout: 30_000 }).toEqual([run])
     await page.getByLabel("Host", { exact: true }).selectOption("")
+    // The cleared filter builds the form again: type into the new one, once it shows every session.
+    await expect.poll(listedIds, { timeout: 30_000 }).toEqual([park, run, wait].sort())
     await page.getByLabel("Id", { exact: true }).fill(`${tag}-wa`)
     await page.getByLabel("Id", { exact: true }).press("Enter")
-    await expect.poll(listedIds).toEqual([wait])
+    await expect.poll(listedIds, { timeout: 30_000 }).toEqual([wait])
 
     await page.getByRole("link", { name: wait }).click()
     await page.locator("#session-title", { hasText: `Session ${wait}` }).waitFor()
@@ -196,7 +198,7 @@ describe("the sessions and a session's page", () => {
     expect((await api.post(`/v1/sessions/${s}/started`)).status).toBe(200)
     await signedIn(`#/sessions/${encodeURIComponent(s)}`)
     const events = page.locator("#session-events table.events")
-    await expect.poll(async () => events.locator("tbody td:nth-child(3)").allTextContents()).toEqual(["created", "placed", "running"])
+    await expect.poll(async () => events.locator("tbody td:nth-child(3)").allTextContents(), { timeout: 30_000 }).toEqual(["created", "placed", "running"])
     const notice = page.locator("#notice")
 
     await page.getByRole("button", { name: "Park" }).click()
@@ -242,7 +244,7 @@ describe("the sessions and a session's page", () => {
         : `${pair.allowanceMs} ms now (learned from the last ${pair.samples} commits of this host pair)`,
     )
     expect(await page.locator("#move-estimate").count()).toBe(0)
-    await expect.poll(async () => events.locator("tbody td:nth-child(3)").allTextContents()).toEqual(
+    await expect.poll(async () => events.locator("tbody td:nth-child(3)").allTextContents(), { timeout: 30_000 }).toEqual(
       expect.arrayContaining(["parked", "resumed", "move_begun", "moved", "move_aborted"]),
     )
 
@@ -254,7 +256,7 @@ describe("the sessions and a session's page", () => {
     await page.locator("#session-title .badge", { hasText: "ended" }).waitFor()
     expect((await api.get(`/v1/sessions/${s}`)).body.state).toBe("ended")
     expect(await page.getByRole("button", { name: "End", exact: true }).count()).toBe(0)
-    await expect.poll(async () => (await events.locator("tbody td:nth-child(3)").allTextContents()).at(-1)).toBe("ended")
+    await expect.poll(async () => (await events.locator("tbody td:nth-child(3)").allTextContents()).at(-1), { timeout: 30_000 }).toBe("ended")
   })
 
   it("a host's card cordons, uncordons and drains it", async () => {
