@@ -7,7 +7,7 @@
 // acknowledged create stored once, no host over capacity, the maintained sums equal to the
 // reservations, nothing placed twice.
 import { createDatabase, startCuttableProxy, type CuttableProxy, type TestDatabase } from "@engram/test-pg"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest"
 import { History, Load, Observe, PgServer, Processes } from "../../src/index.js"
 import { ADMIN_TOKEN, capacities, expectNoViolations, registerHosts, tally } from "./fixture.js"
 
@@ -40,11 +40,19 @@ afterAll(async () => {
 
 describe("PostgreSQL stopped and started under load", () => {
   it("stopped, partitioned, stopped: 503s with Retry-After during each, 2xx after, the coordinator alive, and the history checks out", async () => {
+    // Where the scenario got to, with times: printed with the coordinator's log if it fails
+    // (a timeout of the whole test says nothing of where it stood).
+    const t0 = Date.now()
+    const progress: string[] = []
+    const step = (what: string) => progress.push(`${((Date.now() - t0) / 1000).toFixed(1)} s: ${what}`)
     await registerHosts(coordinator.url, "outage-host", 3, 4096)
     const caps = await capacities(coordinator.url)
     const observer = Observe.sqlObserver(db.url, caps)
     const sampler = Observe.startSampler(observer.sample)
     const recorder = new History.Recorder(coordinator.url, ADMIN_TOKEN)
+    onTestFailed(() => {
+      console.error(`postgres-outage progress:\n${progress.join("\n")}\nops: ${tally(recorder.ops)}\nunanswered: ${JSON.stringify(recorder.ops.filter((o) => o.status === null).slice(0, 20))}\ncoordinator output:\n${coordinator.output().slice(-20_000)}`)
+    })
     const load = Load.startLoad(recorder, { prefix: "outage", workers: 4, memMib: 512, endEvery: 3 })
     // Beside the sessions, what an agent and an operator do: report, heartbeat, read the ledger,
     // hold and release an external reservation (the calls issue 13 saw hang during an outage).
@@ -78,17 +86,20 @@ describe("PostgreSQL stopped and started under load", () => {
     const answeredAfter = (t: number) => recorder.ops.filter((o) => o.startMs > t && o.status !== null).length
     try {
       await Load.until("the first acknowledged writes", () => acksAfter(0) >= 20)
+      step("first acknowledged writes")
       const windows: { readonly from: number; readonly to: number }[] = []
       const kinds = ["stopped", "partitioned", "stopped"] as const
       for (const [outage, kind] of kinds.entries()) {
         // Down: the server stopped, or new connections refused and every open one reset. The
         // window starts once it is down and ends before it comes back up.
+        step(`outage ${outage + 1} (${kind}): going down`)
         if (kind === "stopped") await pg.stop()
         else {
           proxy.refuse(true)
           proxy.cut()
         }
         const from = Date.now()
+        step(`outage ${outage + 1}: down`)
         await Load.until(
           `answers during outage ${outage + 1}`,
           () => {
@@ -101,16 +112,22 @@ describe("PostgreSQL stopped and started under load", () => {
         ).catch((e: unknown) => {
           throw new Error(`${String(e)} (${kind}); since it went down: ${tally(recorder.ops.filter((o) => o.startMs > from))} ("none": no answer within ${recorder.boundMs} ms)`)
         })
+        step(`outage ${outage + 1}: answered during`)
         expect(coordinator.alive(), coordinator.output()).toBe(true)
         // Up again: writes are acknowledged without a restart of the coordinator.
         const to = Date.now()
         if (kind === "stopped") await pg.start()
         else proxy.refuse(false)
         windows.push({ from, to })
+        step(`outage ${outage + 1}: up again`)
         await Load.until(`acknowledged writes after outage ${outage + 1}`, () => acksAfter(to) >= 8, 90_000)
+        step(`outage ${outage + 1}: writes acknowledged after`)
       }
+      step("stopping the load")
       await load.stop()
+      step("stopping the host work")
       await stopHostWork()
+      step("stopped")
       await sampler.stop()
       expect(coordinator.alive(), coordinator.output()).toBe(true)
 
