@@ -205,7 +205,15 @@ function Postgres(a, b) {
     const c = open.length
       ? open.shift()
       : await new Promise((resolve, reject) => {
-        const query = { reserve: resolve, reject }
+        // engram fix: a reserve waits in `queries` and may also be a reconnect's first query;
+        // it is answered once: rejected by a failed connect (and then taken out of the queue,
+        // so no connection is later handed to a promise nobody waits on), or given a
+        // connection by `onopen`, which skips one already answered.
+        let answered = false
+        const query = {
+          reserve: c => answered ? false : (answered = true, resolve(c), true),
+          reject: e => { answered || (answered = true, queries.remove(query), reject(e)) }
+        }
         queries.push(query)
         closed.length && connect(closed.shift(), query)
       })
@@ -406,14 +414,23 @@ function Postgres(a, b) {
 
     let max = Math.ceil(queries.length / (connecting.length + 1))
       , ready = true
+      , executed = false
 
     while (ready && queries.length && max-- > 0) {
       const query = queries.shift()
-      if (query.reserve)
-        return query.reserve(c)
+      if (query.reserve) {
+        if (query.reserve(c))
+          return
+        continue
+      }
 
+      executed = true
       ready = c.execute(query)
     }
+
+    // engram fix: only answered reserves were taken: the connection is as free as before.
+    if (!executed)
+      return onopen(c)
 
     ready
       ? move(c, busy)
@@ -425,7 +442,14 @@ function Postgres(a, b) {
     c.reserved = null
     c.onclose && (c.onclose(e), c.onclose = null)
     options.onclose && options.onclose(c.id)
-    queries.length && connect(c, queries.shift())
+    if (queries.length) {
+      // engram fix: a reserve handed to this reconnect stays first in the queue. A connection
+      // drops a reserve it connected for once it is ready and serves the queue (`onopen`);
+      // taken out of the queue here, the reserve was never answered.
+      const query = queries.shift()
+      query.reserve && queries.unshift(query)
+      connect(c, query)
+    }
   }
 }
 

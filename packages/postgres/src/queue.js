@@ -15,6 +15,8 @@ function Queue(initial = []) {
         : (xs.splice(index, 1), x)
     },
     push: (x) => (xs.push(x), x),
+    // engram: puts `x` back at the head (a reserve a reconnect carries stays first in line).
+    unshift: (x) => (index > 0 ? (xs[--index] = x) : xs.unshift(x), x),
     shift: () => {
       const out = xs[index++]
 

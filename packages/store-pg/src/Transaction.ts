@@ -47,13 +47,32 @@ export const realDelay = (ms: number): Effect.Effect<void> =>
 /** The backoff before retry `attempt` (0-based): 2 ms doubling up to 200 ms, with ±50 % jitter. */
 export const backoffMs = (attempt: number): number => Math.min(200, 2 * 2 ** attempt) * (0.5 + Math.random())
 
-/** A driver promise as an Effect: a transient conflict is `Transient`, a typed failure `DbError`, anything else a defect. */
+/** A classified driver error as the store's: a transient conflict is `Transient`, a typed failure `DbError`, anything else a defect. */
+const declassify = (c: Classified): Effect.Effect<never, DbError | Transient> =>
+  c._tag === "Transient" ? Effect.fail(new Transient({ code: c.code, message: c.message })) : c._tag === "Fail" ? Effect.fail(c.error) : Effect.die(c.error)
+
+/** A driver promise as an Effect (see `declassify`). */
 const attempt = <A>(thunk: () => Promise<A>): Effect.Effect<A, DbError | Transient> =>
-  Effect.tryPromise({ try: thunk, catch: classify }).pipe(
-    Effect.catch((c: Classified): Effect.Effect<never, DbError | Transient> =>
-      c._tag === "Transient" ? Effect.fail(new Transient({ code: c.code, message: c.message })) : c._tag === "Fail" ? Effect.fail(c.error) : Effect.die(c.error),
-    ),
-  )
+  Effect.tryPromise({ try: thunk, catch: classify }).pipe(Effect.catch(declassify))
+
+/**
+ * BEGIN, interruptible: a caller interrupted while the driver waits for a connection (the pool
+ * busy, the database away) stops waiting at once, and a transaction that opens after that is
+ * rolled back at once, its connection given back, never leaked. (An uninterruptible wait here
+ * held whatever its caller held, such as a write group's only slot, for as long as the driver
+ * took to answer.)
+ */
+const beginOn = (d: Driver): Effect.Effect<OpenTx, DbError | Transient> =>
+  Effect.callback<OpenTx, Classified>((resume) => {
+    let abandoned = false
+    d.begin().then(
+      (t) => (abandoned ? void t.rollback().catch(() => undefined) : resume(Effect.succeed(t))),
+      (e: unknown) => abandoned || resume(Effect.fail(classify(e))),
+    )
+    return Effect.sync(() => {
+      abandoned = true
+    })
+  }).pipe(Effect.catch(declassify))
 
 /** Builds the store's `Db` over a driver. */
 export const make = (d: Driver): Db => {
@@ -89,9 +108,10 @@ export const make = (d: Driver): Db => {
   /** One run of a transaction body: BEGIN, the body, COMMIT; ROLLBACK when it fails or is interrupted. */
   const once = <A, E, R>(body: (tx: Tx) => Effect.Effect<A, E, R>): Effect.Effect<A, E | DbError | Transient, R> =>
     locked(
-      Effect.acquireUseRelease(
-        attempt(d.begin),
-        (t) => {
+      // acquire/use/release with an interruptible acquire (`beginOn`): once BEGIN answered, the
+      // rollback on failure or interruption is certain.
+      Effect.uninterruptibleMask((restore) =>
+        Effect.flatMap(restore(beginOn(d)), (t) => {
           const hooks: (() => void)[] = []
           const tx: Tx = {
             use: (f) => attempt(() => f(t.exec)),
@@ -100,12 +120,13 @@ export const make = (d: Driver): Db => {
             afterCommit: (f) => void hooks.push(f),
             inTransaction: true,
           }
-          return body(tx).pipe(
-            Effect.tap(() => attempt(t.commit)),
-            Effect.tap(() => Effect.sync(() => hooks.forEach((f) => f()))),
-          )
-        },
-        (t, exit) => (exit._tag === "Success" ? Effect.void : Effect.promise(() => t.rollback().catch(() => undefined))),
+          return restore(
+            body(tx).pipe(
+              Effect.tap(() => attempt(t.commit)),
+              Effect.tap(() => Effect.sync(() => hooks.forEach((f) => f()))),
+            ),
+          ).pipe(Effect.onExit((exit) => (exit._tag === "Success" ? Effect.void : Effect.promise(() => t.rollback().catch(() => undefined)))))
+        }),
       ),
     )
 

@@ -6,10 +6,12 @@ import * as net from "node:net"
 import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
 import type { CuttableProxy, TestDatabase } from "@engram/test-pg"
 import { Store } from "@engram/store"
-import { Effect, Exit, ManagedRuntime } from "effect"
+import { sql as drizzleSql } from "drizzle-orm"
+import { Deferred, Effect, Exit, Fiber, ManagedRuntime } from "effect"
 import postgres from "@engram/postgres"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { StorePg } from "../src/index.js"
+import * as PostgresJs from "../src/PostgresJs.js"
 
 let db: TestDatabase
 let proxy: CuttableProxy
@@ -85,6 +87,95 @@ describe("the driver when its connections are cut", () => {
       expect(await answered(sql`select 4 as x`)).toMatchObject({ ok: [{ x: 4 }] })
     } finally {
       await sql.end({ timeout: 1 })
+    }
+  })
+})
+
+describe("the driver when a reserve waits out an outage", () => {
+  // A reserve (the store's transactions begin with one) that waits while the database is away
+  // is handed, on a failed reconnect, to the connection's next attempt. Unpatched, an attempt
+  // that then succeeds dropped it: the reserve never answered, and a store call waiting on it
+  // held what it held (a group's only statement slot) for ever. The proxy heals at each close
+  // in turn, so one of the runs heals just before the attempt that carries the waiting reserve.
+  it("answers every reserve made while connections are refused, whichever reconnect finds the database back, and serves the next", async () => {
+    for (let healAt = 1; healAt <= 6; healAt++) {
+      let closes = 0
+      const sql = postgres(proxiedUrl, {
+        max: 1,
+        onnotice: () => undefined,
+        // Called once per close of a connection, before it reconnects: the moment to heal.
+        backoff: () => {
+          if (++closes === healAt) proxy.refuse(false)
+          return 0.02
+        },
+      })
+      try {
+        await sql`select 1`
+        proxy.refuse(true)
+        proxy.cut()
+        // The cut seen (the connection closed), so no reserve is handed the dead one.
+        await until(() => closes >= 1)
+        // One connection: a reserve that gets it gives it back at once, for the next.
+        const reserve = () =>
+          answered(
+            sql.reserve().then((r) => {
+              r.release()
+              return "reserved"
+            }),
+            15_000,
+          )
+        const reserves = [reserve()]
+        await reserves[0]
+        reserves.push(reserve(), reserve())
+        const outcomes = await Promise.all(reserves)
+        expect(outcomes.filter((o) => o === "no answer"), `healed at close ${healAt}: ${JSON.stringify(outcomes)}`).toStrictEqual([])
+        proxy.refuse(false)
+        const next = await answered(sql.reserve().then(async (r) => {
+          try {
+            return await r`select 5 as x`
+          } finally {
+            r.release()
+          }
+        }))
+        expect(next, `healed at close ${healAt}`).toMatchObject({ ok: [{ x: 5 }] })
+      } finally {
+        proxy.refuse(false)
+        await sql.end({ timeout: 1 })
+      }
+    }
+  })
+})
+
+describe("a transaction interrupted while it waits for a connection", () => {
+  // Its caller gave up (a request's bound, a group whose callers timed out): the wait ends at
+  // once instead of holding what the caller holds until a connection comes, and the connection
+  // that comes later is given back, not lost to the pool.
+  it("stops waiting at once, and the connection it was given later goes back to the pool", async () => {
+    const pool = postgres(db.url, { max: 1, onnotice: () => undefined })
+    let reserving = 0
+    const reserve = pool.reserve.bind(pool)
+    ;(pool as { reserve: typeof pool.reserve }).reserve = () => {
+      reserving++
+      return reserve()
+    }
+    const tdb = PostgresJs.makeDb(pool)
+    try {
+      const release = Effect.runSync(Deferred.make<void>())
+      const begun = Effect.runSync(Deferred.make<void>())
+      // The pool's one connection, held by a transaction until released.
+      const holder = Effect.runFork(tdb.transaction((tx) => tx.query(drizzleSql`select 1`).pipe(Effect.andThen(Deferred.succeed(begun, undefined)), Effect.andThen(Deferred.await(release)))))
+      await Effect.runPromise(Deferred.await(begun))
+      const waiter = Effect.runFork(tdb.transaction((tx) => tx.query(drizzleSql`select 2 as two`)))
+      await until(() => reserving === 2)
+      // Unpatched, the interruption waited for the connection, which the holder gives back only
+      // after it: no answer.
+      expect(await answered(Effect.runPromise(Fiber.interrupt(waiter)), 10_000)).toEqual({ ok: undefined })
+      await Effect.runPromise(Deferred.succeed(release, undefined))
+      expect(await answered(Effect.runPromise(Fiber.join(holder)), 10_000)).not.toBe("no answer")
+      // The connection the interrupted waiter was handed went back: the next transaction runs.
+      expect(await answered(Effect.runPromise(tdb.transaction((tx) => tx.query(drizzleSql`select 3 as three`))), 10_000)).toEqual({ ok: [{ three: 3 }] })
+    } finally {
+      await pool.end({ timeout: 1 })
     }
   })
 })

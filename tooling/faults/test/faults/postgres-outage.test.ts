@@ -159,6 +159,8 @@ describe("PostgreSQL stopped and started under load", () => {
       const observation = { ...(await observer.observe()), samples: sampler.samples }
       expect(sampler.samples.length).toBeGreaterThan(0)
       expectNoViolations(recorder.ops, observation)
+      // ENGRAM_FAULTS_PROGRESS=1 prints the timeline of a passing run too (to see how close to its bounds it ran).
+      if (process.env.ENGRAM_FAULTS_PROGRESS) console.log(`postgres-outage progress:\n${progress.join("\n")}\nops: ${tally(recorder.ops)}`)
     } finally {
       await load.stop()
       await stopHostWork()
