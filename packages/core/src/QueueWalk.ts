@@ -9,7 +9,7 @@
  * waited `starvation.limitMs` and fits nowhere gets a host *claimed* for it (`claims`): the
  * ready host that could take it when empty with the most free RAM (ties by id; oldest starving
  * session first, at most `maxClaims`). Every placement but the holder's skips a claimed host:
- * the walk, and a store's create and resume (`excludingClaims`). The rule is a function of the
+ * the walk, and a store's create and resume (`pickUnclaimed`). The rule is a function of the
  * queue and the hosts alone, so every store and the park gate (which descends the claimed
  * host's parks) find the same hosts without sharing any memory. A claimed host's free RAM only
  * grows (nobody else places there), so it stays the holder's host, or the claim moves to a host

@@ -8,7 +8,9 @@
 //   3. queue drain: placements per second, in batches
 //   4. fleet view: the first (whole) read and the incremental reads after it, at 1,000 and 10,000 hosts
 //   5. group placement: creates/s at 64 clients over 2,000 hosts, batched (the default) beside
-//      one by one (`placementBatchSize: 1`), on PostgreSQL and on PGlite, with p50/p99
+//      one by one (`placementBatchSize: 1`), on PostgreSQL and on PGlite, with p50/p99; on
+//      PostgreSQL also batched while a session too big for every host starves in the queue
+//      (every group then reads the starving part of the queue for claims)
 //
 // `BENCH_ONLY=group` runs only 5 (and the baseline).
 import { report } from "@engram/bench"
@@ -16,7 +18,7 @@ import { execFileSync } from "node:child_process"
 import { rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import path from "node:path"
-import { Limits } from "@engram/core"
+import { Limits, ParkPolicy } from "@engram/core"
 import { Store } from "@engram/store"
 import { createDatabase, pgBinDir, startEmbeddedPostgres } from "@engram/test-pg"
 import { Effect, ManagedRuntime } from "effect"
@@ -106,6 +108,7 @@ const groupRun = async (
   label: string,
   clients: number,
   hostCount: number,
+  starving = false,
 ): Promise<{ perSec: number; p50: number; p99: number; placed: number }> => {
   const runtime = ManagedRuntime.make(layer)
   try {
@@ -118,6 +121,7 @@ const groupRun = async (
         ),
       ),
     )
+    if (starving) await runtime.runPromise(Store.use((s) => s.createSession({ id: `${label}-too-big`, budget: { memMib: 2 * 524288, vcpus: 1 } })))
     const latencies: number[] = []
     let placed = 0
     const perSec = await closedLoop(clients, async (client, i) => {
@@ -158,6 +162,21 @@ const groupPlacement = async (base: number): Promise<void> => {
     }
     const grouped = figures["grouped"] as { perSec: number; p99: number }
     const single = figures["one by one"] as { perSec: number; p99: number }
+    if (backend === "PostgreSQL") {
+      // Starving from its first millisecond: every group of creates reads the queue for claims.
+      const park = { ...ParkPolicy.defaultRule, options: { ...ParkPolicy.defaultOptions, starvationLimitMs: 1 } }
+      const layer = StorePg.layer({ url: await freshDb(), poolSize: 16, limits: PLACEMENT_LIMITS, placementBatchSize: 64, placementReadMaxAgeMs, park })
+      const f = await groupRun(layer, "PostgreSQLstarving", GROUP_CLIENTS, GROUP_HOSTS, true)
+      console.log(`  ${backend}, grouped, a too-big session starving in the queue: ${fmt(f.perSec)} creates/s, p50 ${fmt(f.p50, 1)} ms, p99 ${fmt(f.p99, 1)} ms (${f.placed} placed)`)
+      report({
+        bench: "store-pg",
+        figure: `creates, ${GROUP_CLIENTS} in flight, ${fmt(GROUP_HOSTS)} hosts, PostgreSQL, read reuse ${placementReadMaxAgeMs} ms, grouped, a session starving in the queue (p99 ${fmt(f.p99, 1)} ms)`,
+        value: f.perSec,
+        unit: "/s",
+        ratio: f.perSec / grouped.perSec,
+        baseline: "the same, nobody starving",
+      })
+    }
     report({
       bench: "store-pg",
       figure: `creates, ${GROUP_CLIENTS} in flight, ${fmt(GROUP_HOSTS)} hosts, ${backend}${placementReadMaxAgeMs === undefined ? "" : `, read reuse ${placementReadMaxAgeMs} ms`}, grouped (one by one: ${fmt(single.perSec)}/s, p99 ${fmt(single.p99, 1)} ms)`,

@@ -16,6 +16,18 @@
  * fresh figures (`refresh`: callers that arrive while a read runs share the next one), and
  * together with the fleet's sessions for the fleet view (`fleet`). Nothing expires by time:
  * `maxReadAgeMs` only says how old a read a placement may decide on (`isRecent`).
+ *
+ * **Claims.** Creates and cold resumes skip the hosts core claims for starving sessions
+ * (`QueueWalk.claims`, SPEC §2's bound on waiting). A claim is a function of the queue and the
+ * hosts, so every replica finds the same one from the same reads; no replica tells another.
+ * Claims exist only once the queue's head has waited the starvation limit, so the cache
+ * remembers until when none can (`quietUntil`: the head's queue time, or the read's time when
+ * the queue was empty or its head newer, plus the limit; a session queued later queues at or
+ * after that read). Before then a placement reads nothing more; after, each group of creates or
+ * resumes reads the starving part of the queue once (an index range scan of `sessions_queue_idx`)
+ * and core judges it over the cached hosts. A stale read never over-commits (every write still
+ * holds only at the host version decided on, or under the host's lock): at worst one placement
+ * lands on a host claimed a moment before, or keeps off one whose claim just ended.
  */
 import { Order, PlacementIndex, Placement, QueueWalk } from "@engram/core"
 import type { Budget, Candidate, FleetHost, Limits, Park, Queued } from "@engram/core"
@@ -105,7 +117,14 @@ export interface HostCache {
    * before the next is judged (`QueueWalk.walkOn`): a group decided on one read. The known rows
    * are left as they were (the placements are not written yet).
    */
-  readonly plan: <W extends QueueWalk.Waiting>(queue: readonly W[]) => QueueWalk.Walk<W>
+  readonly plan: <W extends QueueWalk.Waiting>(queue: readonly W[], claimed?: Claimed) => QueueWalk.Walk<W>
+  /**
+   * The hosts claimed at `t` for starving sessions (core's `QueueWalk.claims` over the known
+   * hosts and the sessions queued at least `limitMs` before `t`), holder by host id. Reads the
+   * starving part of the queue only when the queue's head may have waited `limitMs` (see the
+   * header); otherwise none, without a read.
+   */
+  readonly claims: (t: number, limitMs: number) => Effect.Effect<Claimed, Unavailable>
   /** Whether `budget` fits on a known host now (core's index). */
   readonly anyFits: (budget: Budget) => boolean
   /** Whether `budget` is too big for every ready measured known host, even empty (SPEC §12). */
@@ -126,6 +145,22 @@ export interface HostCache {
   readonly stats: () => { readonly full: number; readonly delta: number }
 }
 
+/** Hosts claimed for starving sessions, holder by host id: a placement other than the holder's skips them. */
+export type Claimed = ReadonlyMap<string, QueueWalk.Waiting>
+const noClaims: Claimed = new Map()
+
+/**
+ * The queued sessions that have waited since `cutoff` or longer (first in first out), then the
+ * next one in line: both walk `sessions_queue_idx`.
+ */
+export const starvingSql = (cutoff: number): SQL =>
+  sql`(select id, mem_mib as "memMib", vcpus, queued_at as "queuedAt" from sessions
+      where state = 'queued' and queued_at <= ${cutoff} order by queued_at, id)
+    union all
+    (select id, mem_mib, vcpus, queued_at from sessions
+      where state = 'queued' and queued_at > ${cutoff} order by queued_at, id limit 1)
+    order by "queuedAt", id`
+
 /** Builds the cache over the pool's single statements. */
 export const make = (options: { readonly limits: Limits.Limits; readonly maxReadAgeMs: number; readonly pool: Conn<Unavailable> }): HostCache => {
   let limits = options.limits
@@ -142,6 +177,9 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
   let knownAt = Number.NEGATIVE_INFINITY
   // Bumped by a reset: a read that started before it must not fill the cache after it.
   let generation = 0
+  // No queued session can be starving at a Clock time in [quietFrom, quietUntil) (see the header).
+  let quietFrom = Number.POSITIVE_INFINITY
+  let quietUntil = Number.NEGATIVE_INFINITY
   let full = 0
   let delta = 0
   // One read at a time: a read's snapshot and what it learned stay in step.
@@ -157,6 +195,8 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
     hostsSince = null
     sessionsSince = null
     knownAt = Number.NEGATIVE_INFINITY
+    quietFrom = Number.POSITIVE_INFINITY
+    quietUntil = Number.NEGATIVE_INFINITY
   }
 
   // A change of capacity or state changes which budgets are too big; a change of sums does not.
@@ -324,15 +364,42 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
   return {
     get: (id) => hosts.get(id),
     candidates: () => Array.from(hosts.values(), (e) => e.candidate),
-    plan: (waiting) => {
+    plan: (waiting, claimed = noClaims) => {
+      // Claimed hosts leave the index for the walk: none of these is their holder.
+      for (const id of claimed.keys()) index.remove(id)
       const walk = QueueWalk.walkOn(index, waiting)
       // The walk took each placement's room out of the index: put the known rows back.
-      for (const p of walk.placed) {
-        const e = hosts.get(p.hostId)
+      for (const id of [...claimed.keys(), ...walk.placed.map((p) => p.hostId)]) {
+        const e = hosts.get(id)
         if (e !== undefined) index.upsert(e.candidate)
       }
       return walk
     },
+    claims: (t, limitMs) =>
+      Effect.suspend(() => {
+        if (quietFrom <= t && t < quietUntil) return Effect.succeed(noClaims)
+        const gen = generation
+        const cutoff = t - limitMs
+        return Effect.map(pool.query(starvingSql(cutoff)), (rows) => {
+          const starving: QueueWalk.Waiting[] = []
+          let next: number | null = null
+          for (const r of rows) {
+            const queuedAt = num(r["queuedAt"])
+            if (queuedAt > cutoff) next = queuedAt
+            else starving.push({ budget: { memMib: num(r["memMib"]), vcpus: num(r["vcpus"]) }, queuedAt })
+          }
+          if (gen !== generation) return noClaims
+          if (starving.length > 0) {
+            quietUntil = Number.NEGATIVE_INFINITY
+            return QueueWalk.claims(index, starving, { now: t, limitMs }, limits)
+          }
+          // A session queued after this read queues at t or later (the Clock of another replica
+          // may lag a little: its session is judged starving that much later).
+          quietFrom = t
+          quietUntil = Math.min(next ?? t, t) + limitMs
+          return noClaims
+        })
+      }),
     anyFits: (budget) => index.anyFits(budget),
     tooBig: (budget) => (tooBigIndex ??= Placement.tooBigFor(Array.from(hosts.values(), (e) => e.candidate), limits))(budget),
     learn,

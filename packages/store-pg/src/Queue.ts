@@ -3,8 +3,9 @@
  * locks the queued rows it decides on (a concurrent drain takes the others), walks them with
  * `QueueWalk.walk` over the host cache, locks the planned hosts in id order, replays the walk
  * against their fresh figures (`QueueWalk.replay`), and applies core's `place` plans as one
- * group. The walk honours core's holds for starving sessions (`QueueWalk.claims`). A placement the walk made but core refused or the apply left out is reported, never
- * dropped.
+ * group. The walk honours core's holds for starving sessions (`QueueWalk.claims`): only a
+ * claim's holder places on its host (creates and cold resumes skip it too: `Sessions.ts`). A
+ * placement the walk made but core refused or the apply left out is reported, never dropped.
  */
 import { randomUUID } from "node:crypto"
 import { Plan, QueueWalk, Session } from "@engram/core"

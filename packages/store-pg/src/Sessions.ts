@@ -7,7 +7,9 @@
  * group in order over the host cache (`QueueWalk`), and one statement applies every plan, each
  * only while its host is still at the version core decided on. A create that keeps losing that
  * race decides under a host lock instead; one that fits nowhere on a fresh read is queued (or
- * refused).
+ * refused). Creates and cold resumes skip the hosts core claims for starving sessions
+ * (`QueueWalk.claims`, read through the host cache's `claims`): no new session and no resumed
+ * one is ever a claim's holder, so only the queue drain places on a claimed host.
  */
 import { randomUUID } from "node:crypto"
 import { Lifetime, ParkGate, Placement, Plan, QueueWalk, Session } from "@engram/core"
@@ -167,6 +169,9 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         },
       ),
   })
+  /** The hosts claimed for starving sessions now: creates and cold resumes (never a holder) skip them. */
+  const claimed = Effect.flatMap(now, (t) => cache.claims(t, park.options.starvationLimitMs))
+
   /** The host cache brought up to date unless its last read is recent enough (`placementReadMaxAgeMs`). */
   const known = (fresh: boolean): Effect.Effect<boolean, Unavailable> =>
     !fresh && cache.isRecent() ? Effect.succeed(false) : Effect.as(cache.refresh(performance.now()), true)
@@ -179,7 +184,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
   const placeGroup = (items: readonly CreateItem[]): Effect.Effect<readonly CreateAnswer[], DbError> =>
     Effect.gen(function* () {
       const fresh = yield* known(items.some((i) => i.fresh))
-      const walk = cache.plan(items)
+      const walk = cache.plan(items, yield* claimed)
       const answers = new Map<CreateItem, CreateAnswer>()
       for (const i of walk.unplaced) answers.set(i, { _tag: "NoFit", fresh })
       const plans = walk.placed.map(({ waiting: i, hostId }) => {
@@ -287,11 +292,14 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
       const already = yield* existing(id, budget, t)
       if (already !== null) return already
       yield* known(true)
+      const held = yield* claimed
       const outcome = yield* db
         .transaction((tx) =>
           Effect.gen(function* () {
-            const picked = yield* pickAndLock(tx, { budget, affinity }, limits(), cache.candidates())
-            if (picked._tag === "NoFit") return yield* queueOrRefuse(tx, id, budget, affinity, life, onNoRoom, t, picked.hosts)
+            const all = cache.candidates()
+            const picked = yield* pickAndLock(tx, { budget, affinity }, limits(), held.size === 0 ? all : all.filter((c) => !held.has(c.id)))
+            // Its standing is judged among every host, the claimed ones too.
+            if (picked._tag === "NoFit") return yield* queueOrRefuse(tx, id, budget, affinity, life, onNoRoom, t, held.size === 0 ? picked.hosts : [...picked.hosts, ...all.filter((c) => held.has(c.id))])
             const plan = created(id, budget, affinity, life, { hostId: picked.hostId, version: picked.version, reservationId: randomUUID() }, t)
             const [o] = yield* apply(tx, cache, [plan])
             // Another create of the same id won: answered below as a repeated create.
@@ -360,6 +368,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
     Effect.gen(function* () {
       const t = yield* now
       yield* known(false)
+      const held = yield* claimed
       let runs = 0
       return yield* db.transaction((tx) =>
         Effect.gen(function* () {
@@ -387,7 +396,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
             else if (!Session.resumesWarm(s.state)) cold.push(s)
           }
           const hosts = cache.candidates()
-          const walk = QueueWalk.walk(cold, hosts, {}, limits())
+          const walk = QueueWalk.walk(cold, held.size === 0 ? hosts : hosts.filter((h) => !held.has(h.id)), {}, limits())
           const { accepted, versionOf } = yield* lockAndReplay(tx, walk.placed, limits(), runs)
           const hostOf = new Map(accepted.map((p) => [p.waiting.id, p.hostId]))
           const plans: Plan.Plan[] = []

@@ -6,7 +6,7 @@ import { expect } from "@effect/vitest"
 import { ParkPolicy } from "@engram/core"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, expectFailure, expectInvariants, kase, placed, queued, queueNow, sessionIn, store } from "../Harness.js"
+import { addHost, expectFailure, expectInvariants, kase, parkedNow, placed, queued, queueNow, sessionIn, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const gib = (n: number) => ({ memMib: n * 1024, vcpus: 1 })
@@ -37,6 +37,47 @@ export const queue: Group = {
         yield* s.endSession("a-big")
         const whole = yield* s.drainQueue()
         expect(whole.placed[0]).toStrictEqual({ sessionId: "big", hostId: "a" })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a host held for a starving session takes no create and no cold resume: they go elsewhere or queue, and the holder places there once it has room",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("a", 8192)
+        // "d" (1 GiB, preferring a) descends: its resume is a cold one, placed anew.
+        const d = yield* s.createSession({ id: "d", budget: gib(1), affinity: ["a"] })
+        expect(d.session.hostId).toBe("a")
+        yield* s.markRunning("d")
+        yield* parkedNow("d")
+        yield* s.beginDescent("d")
+        yield* s.finishDescent("d")
+        yield* placed("a-big", gib(5))
+        yield* placed("a-small", gib(1))
+        yield* addHost("b", 8192)
+        yield* placed("b-big", gib(6))
+        // a: 2 GiB free, b: 2 GiB free; "big" (4 GiB) fits nowhere and starves.
+        yield* queued("big", gib(4))
+        yield* TestClock.adjust(ParkPolicy.defaultOptions.starvationLimitMs)
+        // a now has 3 GiB free, the most: it is held for "big", which still does not fit there.
+        yield* s.endSession("a-small")
+        // A create and a cold resume that prefer a go to b instead.
+        const near = yield* s.createSession({ id: "near", budget: gib(1), affinity: ["a"] })
+        expect(near._tag).toBe("Placed")
+        expect(near.session.hostId, "a create placed on the host held for a starving session").toBe("b")
+        const back = yield* s.resume("d")
+        expect(back._tag).toBe("Placed")
+        expect(back.session.hostId, "a cold resume placed on the host held for a starving session").toBe("b")
+        // A create that would fit only on a queues behind the holder.
+        const only = yield* s.createSession({ id: "only", budget: gib(2) })
+        expect(only._tag, `"only" placed on ${String(only.session.hostId)}, the host held for a starving session`).toBe("Queued")
+        expect((yield* s.drainQueue()).placed).toStrictEqual([])
+        expect((yield* queueNow(s)).map((x) => x.id)).toStrictEqual(["big", "only"])
+        // Once a has room for it, the holder places there first.
+        yield* s.endSession("a-big")
+        const whole = yield* s.drainQueue()
+        expect(whole.placed[0]).toStrictEqual({ sessionId: "big", hostId: "a" })
+        expect(yield* queueNow(s)).toStrictEqual([])
         yield* expectInvariants
       }),
     ),
