@@ -223,9 +223,17 @@ function Postgres(a, b) {
       ? c.execute(queue.shift())
       : move(c, reserved)
     c.reserved.release = true
+    // engram fix: queries waiting in this reserved connection's own queue (behind a statement
+    // it was describing, or a full pipeline) are answered when the connection closes; they
+    // used to wait for a ReadyForQuery that never comes.
+    const onclose = c.onclose = e => {
+      while (queue.length)
+        queue.shift().reject(e)
+    }
 
     const sql = Sql(handler)
     sql.release = () => {
+      c.onclose === onclose && (c.onclose = null)
       c.reserved = null
       // engram fix: a reserved connection that closed meanwhile stays closed; made open, its
       // dead socket would take the next queries (written to a null socket, or never answered).

@@ -70,6 +70,29 @@ describe("the driver when its connections are cut", () => {
     }
   })
 
+  it("answers the queries queued on a reserved connection behind a statement it was describing when the connection drops", async () => {
+    const sql = postgres(proxiedUrl, { max: 2, onnotice: () => undefined })
+    try {
+      const reserved = await sql.reserve()
+      await reserved`select 1`
+      // Nothing crosses now: the first statement with parameters (new on this connection, so
+      // described first) is sent and the connection counts as full, so the next two wait in the
+      // reserved connection's own queue. Unpatched, the close never answered those two.
+      proxy.stall(true)
+      const pipelined = [1, 2, 3].map((n) => answered(reserved`select ${n}::int as n`, 10_000))
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      proxy.cut()
+      proxy.stall(false)
+      const outcomes = await Promise.all(pipelined)
+      expect(outcomes.filter((o) => o === "no answer")).toStrictEqual([])
+      reserved.release()
+      expect(await answered(sql`select 6 as x`)).toMatchObject({ ok: [{ x: 6 }] })
+    } finally {
+      proxy.stall(false)
+      await sql.end({ timeout: 1 })
+    }
+  })
+
   it("refuses a query on a reserved connection whose socket already closed, instead of writing to a null socket", async () => {
     const sql = postgres(proxiedUrl, { max: 2, onnotice: () => undefined })
     try {
