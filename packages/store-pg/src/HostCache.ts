@@ -124,6 +124,20 @@ export interface HostCache {
   readonly reset: (limits: Limits.Limits) => void
   /** What the fleet reads cost: whole reads and delta reads so far (for tests and the bench). */
   readonly stats: () => { readonly full: number; readonly delta: number }
+  /** Counts the version checks of one apply: plans written at the host version they decided on, and plans refused for a host changed since. */
+  readonly checked: (placed: number, conflicts: number) => void
+  /** The version checks this store's applies met so far (`checked`). */
+  readonly checks: () => PlacementChecks
+}
+
+/**
+ * The version checks of this store's placements so far: each plan that took room at the host
+ * version it decided on (`placed`), and each refused because another writer changed that host
+ * first (`conflicts`, every one decided again). Replicas that pick the same hosts show it here.
+ */
+export interface PlacementChecks {
+  readonly placed: number
+  readonly conflicts: number
 }
 
 /** Builds the cache over the pool's single statements. */
@@ -144,6 +158,8 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
   let generation = 0
   let full = 0
   let delta = 0
+  let placed = 0
+  let conflicts = 0
   // One read at a time: a read's snapshot and what it learned stay in step.
   const reader = Semaphore.makeUnsafe(1)
 
@@ -351,5 +367,10 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
       clear()
     },
     stats: () => ({ full, delta }),
+    checked: (p, c) => {
+      placed += p
+      conflicts += c
+    },
+    checks: () => ({ placed, conflicts }),
   }
 }

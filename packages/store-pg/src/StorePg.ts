@@ -111,7 +111,15 @@ export interface StorePair {
   readonly sumsDrift: Effect.Effect<readonly SumsDrift[], Unavailable>
   /** The transient conflicts (deadlocks, serialization failures) the store met and retried so far. */
   readonly conflicts: () => Conflicts
+  /** The version checks of this store's placements so far: written, and lost to another writer. */
+  readonly placementChecks: () => HostCache.PlacementChecks
 }
+
+/**
+ * This store's placement version checks (`StorePair.placementChecks`), beside the `Store` its
+ * layers provide: the coordinator shows them on `/metrics`. Counted per store, so per replica.
+ */
+export class PlacementStats extends Context.Service<PlacementStats, { readonly checks: () => HostCache.PlacementChecks }>()("@engram/store-pg/PlacementStats") {}
 
 /** Builds the store over an open database. */
 export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, options: StoreOptions = {}): StorePair => {
@@ -153,7 +161,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
           ),
         ),
   }
-  return { store, testing, sumsDrift: readSumsDrift(readsOf(db.pool)), conflicts: db.conflicts }
+  return { store, testing, sumsDrift: readSumsDrift(readsOf(db.pool)), conflicts: db.conflicts, placementChecks: cache.checks }
 }
 
 /** The pool with a unique violation a defect: for reads and statements that insert nothing a client names. */
@@ -194,13 +202,15 @@ export const openPglite = (options: PgliteOptions = {}): Effect.Effect<StorePair
 const testingContext = (pair: StorePair): Context.Context<Store | StoreTesting> =>
   Context.add(Context.make(Store, pair.store), StoreTesting, pair.testing)
 
-/** The store on a PostgreSQL URL. */
-export const layer = (options: PgOptions): Layer.Layer<Store, Unavailable> =>
-  Layer.effect(Store, Effect.map(openUrl(options), (p) => p.store))
+const storeContext = (pair: StorePair): Context.Context<Store | PlacementStats> =>
+  Context.add(Context.make(Store, pair.store), PlacementStats, { checks: pair.placementChecks })
 
-/** The store on PGlite (embedded; in memory unless `dataDir`). */
-export const layerPglite = (options: PgliteOptions = {}): Layer.Layer<Store, Unavailable> =>
-  Layer.effect(Store, Effect.map(openPglite(options), (p) => p.store))
+/** The store on a PostgreSQL URL, with its placement checks. */
+export const layer = (options: PgOptions): Layer.Layer<Store | PlacementStats, Unavailable> => Layer.effectContext(Effect.map(openUrl(options), storeContext))
+
+/** The store on PGlite (embedded; in memory unless `dataDir`), with its placement checks. */
+export const layerPglite = (options: PgliteOptions = {}): Layer.Layer<Store | PlacementStats, Unavailable> =>
+  Layer.effectContext(Effect.map(openPglite(options), storeContext))
 
 /** The store on a PostgreSQL URL with its `StoreTesting` reset (for the conformance suite). */
 export const layerTesting = (options: PgOptions): Layer.Layer<Store | StoreTesting, Unavailable> =>
