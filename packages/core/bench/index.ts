@@ -79,3 +79,5 @@ report({
   ratio: starveBig / gateBig,
   baseline: "the same fleet, nobody starving",
 })
+// What the replicas' spread costs in packing (its own module: a churn, not a timing).
+await import("./spread.js")
