@@ -20,7 +20,7 @@ import { createDatabase, freePort, pgBinDir, startEmbeddedPostgres } from "@engr
 import type { EmbeddedPostgresServer } from "@engram/test-pg"
 import { execFileSync, spawn } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
-import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -195,16 +195,74 @@ const counterOn = async (url: string, name: string): Promise<number> => {
   return line === undefined ? 0 : Number(line.split(" ").pop())
 }
 
-/** Version-check conflicts per placement written, over the replicas (each counts its own). */
-const conflictFigures = async (label: string, replicas: readonly Coordinator[]): Promise<void> => {
+/** What the replicas counted so far: placements written, version-check conflicts, their CPU seconds. */
+interface Counted {
+  readonly writes: number
+  readonly conflicts: number
+  readonly cpuSeconds: number
+}
+const countedOn = async (replicas: readonly Coordinator[]): Promise<Counted> => {
   let writes = 0
   let conflicts = 0
+  let cpuSeconds = 0
   for (const r of replicas) {
     writes += await counterOn(r.url, "engram_placement_writes_total")
     conflicts += await counterOn(r.url, "engram_placement_conflicts_total")
+    cpuSeconds += await counterOn(r.url, "process_cpu_seconds_total")
   }
+  return { writes, conflicts, cpuSeconds }
+}
+
+/**
+ * CPU seconds PostgreSQL spent so far (/proc, clock ticks of 1/100 s): the postmaster, the
+ * backends it reaped, and those alive now.
+ */
+const pgCpuSeconds = (server: EmbeddedPostgresServer): number => {
+  const ticks = (stat: string, from: number, to: number): number => {
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    let t = 0
+    for (let i = from; i <= to; i++) t += Number(fields[i])
+    return t
+  }
+  try {
+    const pid = readFileSync(join(server.dataDir, "postmaster.pid"), "utf8").split("\n")[0]
+    // After the ")": state is field 0, ppid 1, utime 11, stime 12, cutime 13, cstime 14.
+    let total = ticks(readFileSync(`/proc/${pid}/stat`, "utf8"), 11, 14)
+    for (const entry of readdirSync("/proc")) {
+      if (!/^\d+$/.test(entry)) continue
+      try {
+        const stat = readFileSync(`/proc/${entry}/stat`, "utf8")
+        if (stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1] === pid) total += ticks(stat, 11, 12)
+      } catch {
+        // a process that ended meanwhile is counted by its parent
+      }
+    }
+    return total / 100
+  } catch {
+    return Number.NaN
+  }
+}
+
+/**
+ * The load against `replicas`, with what it cost: version-check conflicts per placement written,
+ * and the CPU seconds per 1,000 placements of the coordinators and of PostgreSQL (warm-up included).
+ */
+const measuredLoad = async (label: string, server: EmbeddedPostgresServer, replicas: readonly Coordinator[], prefix: string): Promise<Load> => {
+  const before = await countedOn(replicas)
+  const pgBefore = pgCpuSeconds(server)
+  const load = await loadgen(
+    replicas.map((r) => r.url),
+    prefix,
+  )
+  const pgAfter = pgCpuSeconds(server)
+  const after = await countedOn(replicas)
+  const writes = after.writes - before.writes
+  const conflicts = after.conflicts - before.conflicts
   console.log(`${label}: ${conflicts} version-check conflicts over ${writes} placements written`)
   report({ bench, figure: `${label}: version-check conflicts per placement`, value: writes === 0 ? 0 : conflicts / writes, unit: "x", goal: "<= 0.05" })
+  report({ bench, figure: `${label}: coordinator CPU per 1,000 placements`, value: (1000 * (after.cpuSeconds - before.cpuSeconds)) / writes, unit: "s" })
+  report({ bench, figure: `${label}: PostgreSQL CPU per 1,000 placements`, value: (1000 * (pgAfter - pgBefore)) / writes, unit: "s" })
+  return load
 }
 
 /** (d) A long-poll on replica B answered after a create on replica A: ms from the create's answer. */
@@ -297,10 +355,9 @@ const main = async (): Promise<void> => {
       const db = await createDatabase(server.url, { prefix: "bench_one" })
       const c = await start({ ENGRAM_DATABASE_URL: db.url })
       await seedHosts(db.url, HOSTS)
-      one = await loadgen([c.url], "one")
+      one = await measuredLoad("postgres, 1 replica", server, [c], "one")
       loadFigures("postgres, 1 replica", one, { ratio: one.perSec / tps, baseline: "pgbench -N TPS", goal: ">= 1.0" })
       report({ bench, figure: "postgres, 1 replica: HTTP create p99", value: one.p99, unit: "ms", goal: "<= 50 ms" })
-      await conflictFigures("postgres, 1 replica", [c])
       await stopAll()
     }
     // (c) Three replicas on one database, the load spread round-robin.
@@ -308,13 +365,9 @@ const main = async (): Promise<void> => {
       const db = await createDatabase(server.url, { prefix: "bench_three" })
       const replicas = [await start({ ENGRAM_DATABASE_URL: db.url }), await start({ ENGRAM_DATABASE_URL: db.url }), await start({ ENGRAM_DATABASE_URL: db.url })]
       await seedHosts(db.url, HOSTS)
-      const three = await loadgen(
-        replicas.map((r) => r.url),
-        "three",
-      )
+      const three = await measuredLoad("postgres, 3 replicas", server, replicas, "three")
       loadFigures("postgres, 3 replicas", three, { ratio: three.perSec / one.perSec, baseline: "1 replica", goal: ">= 0.9" })
       report({ bench, figure: "postgres, 3 replicas: HTTP create p99", value: three.p99, unit: "ms" })
-      await conflictFigures("postgres, 3 replicas", replicas)
       await stopAll()
     }
     // (d) Wake-up across replicas.
