@@ -142,6 +142,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
           placementReadMaxAgeMs: config.placementReadMaxAgeMs,
           connectTimeoutSec: Math.max(1, Math.ceil(config.storeTimeoutMs / 1000)),
           statementTimeoutMs: config.storeTimeoutMs,
+          spreadPlacements: config.placementSpread === 1,
           ...batching,
         })
       : Layer.unwrap(
