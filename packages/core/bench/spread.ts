@@ -8,6 +8,7 @@
  */
 import { report } from "@engram/bench"
 import { Headroom, Limits, PlacementIndex } from "../src/index.js"
+import { rng } from "./rng.js"
 import type { Budget, Candidate } from "../src/index.js"
 
 const HOSTS = 200
@@ -24,14 +25,6 @@ const sizes: readonly Budget[] = [
 ]
 const largest = sizes[sizes.length - 1] as Budget
 
-// mulberry32: every run sees the same churn.
-const rng = (seed: number) => () => {
-  seed |= 0
-  seed = (seed + 0x6d2b79f5) | 0
-  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
-  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-}
 
 interface Packing {
   readonly inUse: number
