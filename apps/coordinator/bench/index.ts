@@ -6,7 +6,9 @@
  *   a. PostgreSQL: creates/s, p50, p99 with 2,000 hosts, against `pgbench -N` (16 clients) on
  *      the same PostgreSQL server (PostgreSQL 15 from `pg_config --bindir` when installed);
  *   b. the embedded default (PGlite): creates/s and p99, same load;
- *   c. three coordinator replicas on one PostgreSQL ÷ one replica (a), creates/s;
+ *   c. three coordinator replicas on one PostgreSQL ÷ one replica (a), creates/s, without the
+ *      spread (every replica ranks every host alike) and with it, with version-check conflicts
+ *      per placement and CPU per placement;
  *   d. wake-up: an agent long-polling replica B after a create on replica A (ms);
  *   f. the coordinator's RSS with 10,000 hosts and 100,000 sessions.
  *
@@ -20,7 +22,7 @@ import { createDatabase, freePort, pgBinDir, startEmbeddedPostgres } from "@engr
 import type { EmbeddedPostgresServer } from "@engram/test-pg"
 import { execFileSync, spawn } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
-import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -188,6 +190,83 @@ const loadFigures = (label: string, load: Load, extra: { ratio?: number; baselin
   if (load.failures > 0) console.log(`${label}: ${load.failures} of ${load.creates} creates were not 201 (first: ${load.firstFailure})`)
 }
 
+/** A counter's value on a coordinator's `/metrics` (0 when absent). */
+const counterOn = async (url: string, name: string): Promise<number> => {
+  const res = await fetch(`${url}/metrics`, { headers })
+  const line = (await res.text()).split("\n").find((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`))
+  return line === undefined ? 0 : Number(line.split(" ").pop())
+}
+
+/** What the replicas counted so far: placements written, version-check conflicts, their CPU seconds. */
+interface Counted {
+  readonly writes: number
+  readonly conflicts: number
+  readonly cpuSeconds: number
+}
+const countedOn = async (replicas: readonly Coordinator[]): Promise<Counted> => {
+  let writes = 0
+  let conflicts = 0
+  let cpuSeconds = 0
+  for (const r of replicas) {
+    writes += await counterOn(r.url, "engram_placement_writes_total")
+    conflicts += await counterOn(r.url, "engram_placement_conflicts_total")
+    cpuSeconds += await counterOn(r.url, "process_cpu_seconds_total")
+  }
+  return { writes, conflicts, cpuSeconds }
+}
+
+/**
+ * CPU seconds PostgreSQL spent so far (/proc, clock ticks of 1/100 s): the postmaster, the
+ * backends it reaped, and those alive now.
+ */
+const pgCpuSeconds = (server: EmbeddedPostgresServer): number => {
+  const ticks = (stat: string, from: number, to: number): number => {
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    let t = 0
+    for (let i = from; i <= to; i++) t += Number(fields[i])
+    return t
+  }
+  try {
+    const pid = readFileSync(join(server.dataDir, "postmaster.pid"), "utf8").split("\n")[0]
+    // After the ")": state is field 0, ppid 1, utime 11, stime 12, cutime 13, cstime 14.
+    let total = ticks(readFileSync(`/proc/${pid}/stat`, "utf8"), 11, 14)
+    for (const entry of readdirSync("/proc")) {
+      if (!/^\d+$/.test(entry)) continue
+      try {
+        const stat = readFileSync(`/proc/${entry}/stat`, "utf8")
+        if (stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1] === pid) total += ticks(stat, 11, 12)
+      } catch {
+        // a process that ended meanwhile is counted by its parent
+      }
+    }
+    return total / 100
+  } catch {
+    return Number.NaN
+  }
+}
+
+/**
+ * The load against `replicas`, with what it cost: version-check conflicts per placement written,
+ * and the CPU seconds per 1,000 placements of the coordinators and of PostgreSQL (warm-up included).
+ */
+const measuredLoad = async (label: string, server: EmbeddedPostgresServer, replicas: readonly Coordinator[], prefix: string): Promise<Load> => {
+  const before = await countedOn(replicas)
+  const pgBefore = pgCpuSeconds(server)
+  const load = await loadgen(
+    replicas.map((r) => r.url),
+    prefix,
+  )
+  const pgAfter = pgCpuSeconds(server)
+  const after = await countedOn(replicas)
+  const writes = after.writes - before.writes
+  const conflicts = after.conflicts - before.conflicts
+  console.log(`${label}: ${conflicts} version-check conflicts over ${writes} placements written`)
+  report({ bench, figure: `${label}: version-check conflicts per placement`, value: writes === 0 ? 0 : conflicts / writes, unit: "x", goal: "<= 0.05" })
+  report({ bench, figure: `${label}: coordinator CPU per 1,000 placements`, value: (1000 * (after.cpuSeconds - before.cpuSeconds)) / writes, unit: "s" })
+  report({ bench, figure: `${label}: PostgreSQL CPU per 1,000 placements`, value: (1000 * (pgAfter - pgBefore)) / writes, unit: "s" })
+  return load
+}
+
 /** (d) A long-poll on replica B answered after a create on replica A: ms from the create's answer. */
 const wakeUp = async (a: Coordinator, b: Coordinator, rounds: number): Promise<number[]> => {
   await registerHosts(a.url, 1, "w")
@@ -278,23 +357,25 @@ const main = async (): Promise<void> => {
       const db = await createDatabase(server.url, { prefix: "bench_one" })
       const c = await start({ ENGRAM_DATABASE_URL: db.url })
       await seedHosts(db.url, HOSTS)
-      one = await loadgen([c.url], "one")
+      one = await measuredLoad("postgres, 1 replica", server, [c], "one")
       loadFigures("postgres, 1 replica", one, { ratio: one.perSec / tps, baseline: "pgbench -N TPS", goal: ">= 1.0" })
       report({ bench, figure: "postgres, 1 replica: HTTP create p99", value: one.p99, unit: "ms", goal: "<= 50 ms" })
       await stopAll()
     }
-    // (c) Three replicas on one database, the load spread round-robin.
+    // (c) Three replicas on one database, the load spread round-robin: first each ranking every
+    // host alike (they choose the same best-fit hosts), then spreading (each its own share first).
     if (!skip.has("c") && one !== undefined) {
-      const db = await createDatabase(server.url, { prefix: "bench_three" })
-      const replicas = [await start({ ENGRAM_DATABASE_URL: db.url }), await start({ ENGRAM_DATABASE_URL: db.url }), await start({ ENGRAM_DATABASE_URL: db.url })]
-      await seedHosts(db.url, HOSTS)
-      const three = await loadgen(
-        replicas.map((r) => r.url),
-        "three",
-      )
-      loadFigures("postgres, 3 replicas", three, { ratio: three.perSec / one.perSec, baseline: "1 replica", goal: ">= 1.5" })
-      report({ bench, figure: "postgres, 3 replicas: HTTP create p99", value: three.p99, unit: "ms" })
-      await stopAll()
+      for (const spread of ["0", "1"]) {
+        const label = spread === "1" ? "postgres, 3 replicas" : "postgres, 3 replicas without the spread"
+        const db = await createDatabase(server.url, { prefix: `bench_three_${spread}` })
+        const env = { ENGRAM_DATABASE_URL: db.url, ENGRAM_PLACEMENT_SPREAD: spread }
+        const replicas = [await start(env), await start(env), await start(env)]
+        await seedHosts(db.url, HOSTS)
+        const three = await measuredLoad(label, server, replicas, `three${spread}`)
+        loadFigures(label, three, { ratio: three.perSec / one.perSec, baseline: "1 replica", ...(spread === "1" ? { goal: ">= 0.9" } : {}) })
+        report({ bench, figure: `${label}: HTTP create p99`, value: three.p99, unit: "ms" })
+        await stopAll()
+      }
     }
     // (d) Wake-up across replicas.
     if (!skip.has("d")) {

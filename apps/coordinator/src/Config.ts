@@ -57,6 +57,12 @@ export interface CoordinatorConfig {
   readonly storeTimeoutMs: number
   /** Group placement: at most this many concurrent creates placed by one statement (1 = one by one). */
   readonly placementBatchSize: number
+  /**
+   * On PostgreSQL, 1: replicas spread their creates, each ranking its own share of the hosts
+   * first among those that fit (they stop choosing the same host at once); 0: every replica
+   * ranks every host alike.
+   */
+  readonly placementSpread: number
   /** Group placement: how long (µs of real time) a batch of creates gathers after its first create. */
   readonly placementBatchWindowUs: number
   /**
@@ -153,6 +159,7 @@ const settings = {
   placementReadMaxAgeMs: int("ENGRAM_PLACEMENT_READ_MAX_AGE_MS", 100, 0, 60_000),
   storeTimeoutMs: int("ENGRAM_STORE_TIMEOUT_MS", defaultStoreTimeoutMs, 100, 600_000),
   placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),
+  placementSpread: int("ENGRAM_PLACEMENT_SPREAD", 1, 0, 1),
   placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
   beatWindowMs: int("ENGRAM_BEAT_WINDOW_MS", 100, 0, 10_000),
   leaseDurationMs: int("ENGRAM_LEASE_DURATION_MS", defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),

@@ -142,6 +142,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
           placementReadMaxAgeMs: config.placementReadMaxAgeMs,
           connectTimeoutSec: Math.max(1, Math.ceil(config.storeTimeoutMs / 1000)),
           statementTimeoutMs: config.storeTimeoutMs,
+          spreadPlacements: config.placementSpread === 1,
           ...batching,
         })
       : Layer.unwrap(
@@ -157,7 +158,10 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   const storeLayer: Layer.Layer<Store | StoreHealth, unknown> = Layer.effectContext(
     Effect.gen(function* () {
       const { store, health } = boundStore(yield* Store, config.storeTimeoutMs, Tracing.childSpans(yield* Tracing.spans))
-      return Context.add(Context.make(Store, store), StoreHealth, health)
+      const bound = Context.add(Context.make(Store, store), StoreHealth, health)
+      // The placement checks of a store-pg store go along (`/metrics` shows them).
+      const stats = yield* Effect.serviceOption(StorePg.PlacementStats)
+      return Option.isSome(stats) ? Context.add(bound, StorePg.PlacementStats, stats.value) : bound
     }),
   ).pipe(Layer.provide(openedStore))
   const leaderLayer =

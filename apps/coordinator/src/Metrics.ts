@@ -96,7 +96,13 @@ export interface MetricsShape {
    * The Prometheus text exposition of this registry, after setting the store's gauges to those
    * read for this scrape (`engram_store_up` = `up`); a store gauge not read is dropped, not stale.
    */
-  readonly scrape: (store: { readonly up: boolean; readonly gauges: readonly StoreGaugeValue[] }) => Effect.Effect<string>
+  readonly scrape: (store: { readonly up: boolean; readonly gauges: readonly StoreGaugeValue[]; readonly checks?: PlacementChecks | undefined }) => Effect.Effect<string>
+}
+
+/** This replica's store's placement version checks so far (cumulative): written, and lost to another writer's change. */
+export interface PlacementChecks {
+  readonly placed: number
+  readonly conflicts: number
 }
 
 /** Reaper pass duration buckets, seconds. */
@@ -210,9 +216,22 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         s.duration.updateUnsafe(seconds, context)
       }
       const up = gauge("engram_store_up", "1 when the last store read for this scrape succeeded.")
+      // The store counts its version checks itself; each scrape adds what it counted since the last.
+      const placementWrites = counter("engram_placement_writes_total", "Placements written at the host version they were decided on (this replica).", true)
+      const placementConflicts = counter(
+        "engram_placement_conflicts_total",
+        "Placements refused at their write because another writer changed the host since the decision; each is decided again (this replica).",
+        true,
+      )
+      let checksSeen: PlacementChecks = { placed: 0, conflicts: 0 }
       const scrape: MetricsShape["scrape"] = (store) =>
         Effect.sync(() => {
           up.set(store.up ? 1 : 0)
+          if (store.checks !== undefined) {
+            placementWrites.inc(Math.max(0, store.checks.placed - checksSeen.placed))
+            placementConflicts.inc(Math.max(0, store.checks.conflicts - checksSeen.conflicts))
+            checksSeen = store.checks
+          }
           const read = new Map(store.gauges.map((g) => [g.name, g.value]))
           for (const name of storeGauges) {
             const value = read.get(name)

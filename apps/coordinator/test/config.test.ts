@@ -57,6 +57,15 @@ describe("configuration", () => {
     expect(badBatch._tag === "Invalid" && badBatch.issues.map((i) => i.variable).sort()).toEqual(["ENGRAM_PLACEMENT_BATCH_SIZE", "ENGRAM_PLACEMENT_BATCH_WINDOW_US"])
   })
 
+  it("replicas spread their placements by default; 0 turns it off; anything but 0 or 1 is refused", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && d.config.placementSpread).toBe(1)
+    const off = Config.parse({ ENGRAM_PLACEMENT_SPREAD: "0" })
+    expect(off._tag === "Valid" && off.config.placementSpread).toBe(0)
+    const bad = Config.parse({ ENGRAM_PLACEMENT_SPREAD: "2" })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable)).toEqual(["ENGRAM_PLACEMENT_SPREAD"])
+  })
+
   it("heartbeats and reports gather for 100 ms by default; 0 writes only what arrives together; beyond 10 s is refused", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && d.config.beatWindowMs).toBe(100)

@@ -165,6 +165,14 @@ describe("three replicas on one PostgreSQL", () => {
     for (const s of ours) if (s.hostId !== null) placedMib.set(s.hostId, (placedMib.get(s.hostId) ?? 0) + s.budget.memMib)
     for (const h of hosts) expect(h.reservedMib, h.id).toBe(placedMib.get(h.id) ?? 0)
     expect(answers.filter((s) => s === 201).length).toBe(ours.filter((s) => s.state === "pending").length)
+    // Each replica counts the version checks of its own placements: together at least every create placed.
+    let written = 0
+    for (const r of replicas) {
+      const text = await (await fetch(`${r.url}/metrics`, { headers: { authorization: `Bearer ${adminToken}` } })).text()
+      expect(text).toMatch(/^engram_placement_conflicts_total \d+$/m)
+      written += Number(/^engram_placement_writes_total (\d+)$/m.exec(text)?.[1])
+    }
+    expect(written).toBeGreaterThanOrEqual(answers.filter((s) => s === 201).length)
   }, 300_000)
 
   it("exactly one reaper leader; SIGKILL it and another takes over once its lease ran out", async () => {

@@ -6,18 +6,11 @@
  */
 import { report, timeMs } from "@engram/bench"
 import { ParkGate, Placement } from "../src/index.js"
+import { rng } from "./rng.js"
 import type { FleetHost, FleetView } from "../src/index.js"
 
 const NOW = 2e7
 
-// A deterministic generator (mulberry32), so every run measures the same fleet.
-const rng = (seed: number) => () => {
-  seed |= 0
-  seed = (seed + 0x6d2b79f5) | 0
-  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
-  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-}
 
 /** `queuedAgo(i)`: how long before NOW the i-th queued session was queued. */
 const fleetOf = (hosts: number, parks: number, queued: number, queuedAgo: (i: number) => number = (i) => 60_000 + i): FleetView => {
@@ -79,3 +72,5 @@ report({
   ratio: starveBig / gateBig,
   baseline: "the same fleet, nobody starving",
 })
+// What the replicas' spread costs in packing (its own module: a churn, not a timing).
+await import("./spread.js")

@@ -38,7 +38,38 @@ export interface Request {
   readonly affinity?: readonly string[]
   /** A host never chosen (a move's source). */
   readonly exclude?: string | undefined
+  /** The deciding replica's share of the hosts, ranked before the rest (see {@link Spread}); missing: no preference. */
+  readonly spread?: Spread | undefined
 }
+
+/**
+ * A replica's share of the hosts. Replicas that place at once on one database, each from its
+ * own read of the fleet, would all choose the same best-fit host and lose each other's version
+ * checks. With a spread, among the hosts that fit, those of the replica's own share (`shareOf`)
+ * rank before the others, best fit within each: the replicas fill different hosts until a
+ * share has no room left, then fall back to the rest. It only orders the hosts that fit: a
+ * budget that fits somewhere is placed with or without it, and one replica decides as without.
+ */
+export interface Spread {
+  /** This replica's position among the replicas, 0-based. */
+  readonly replica: number
+  /** How many replicas place on these hosts. */
+  readonly replicas: number
+}
+
+/** The share a host belongs to among `replicas`: the FNV-1a hash of its id, modulo `replicas`. */
+export const shareOf = (hostId: string, replicas: number): number => {
+  let h = 0x811c9dc5
+  for (let i = 0; i < hostId.length; i++) {
+    h ^= hostId.charCodeAt(i)
+    h = Math.imul(h, 0x01000193)
+  }
+  return (h >>> 0) % Math.max(1, replicas)
+}
+
+/** Whether the host is in the spread's own share: every host is without a spread, or with one replica. */
+export const isOwn = (spread: Spread | undefined, hostId: string): boolean =>
+  spread === undefined || spread.replicas <= 1 || shareOf(hostId, spread.replicas) === spread.replica
 
 /** Why a host cannot take a budget. `fits_now` means it could (a race with a release). */
 export type NoFitReason = "unmeasured" | "ram_full" | "cpu_full" | "entries_full" | "cordoned" | "draining" | "fits_now"
@@ -72,16 +103,21 @@ const orNever = (n: number | null): number => (n === null ? Number.POSITIVE_INFI
 
 /**
  * The ranking order: measured before unmeasured; within each, affinity hosts first in the
- * request's order, then best fit (smallest free RAM, then fewest free vCPUs), then host id.
- * Negative: `a` ranks first. Exported for indexes that must rank exactly as `rank` does.
+ * request's order, then the hosts of the `spread`'s own share, then best fit (smallest free
+ * RAM, then fewest free vCPUs), then host id. Negative: `a` ranks first. Exported for indexes
+ * that must rank exactly as `rank` does.
  */
-export const compare = (a: Candidate, b: Candidate, affinityIndex: ReadonlyMap<string, number>): number => {
+export const compare = (a: Candidate, b: Candidate, affinityIndex: ReadonlyMap<string, number>, spread?: Spread): number => {
   const ma = isMeasured(a) ? 0 : 1
   const mb = isMeasured(b) ? 0 : 1
   if (ma !== mb) return ma - mb
   const ia = affinityIndex.get(a.id) ?? Number.POSITIVE_INFINITY
   const ib = affinityIndex.get(b.id) ?? Number.POSITIVE_INFINITY
   if (ia !== ib) return ia < ib ? -1 : 1
+  if (spread !== undefined) {
+    const oa = isOwn(spread, a.id)
+    if (oa !== isOwn(spread, b.id)) return oa ? -1 : 1
+  }
   const fa = orNever(Headroom.freeMib(a.headroom))
   const fb = orNever(Headroom.freeMib(b.headroom))
   if (fa !== fb) return fa < fb ? -1 : 1
@@ -105,7 +141,7 @@ export const rank = (hosts: readonly Candidate[], req: Request, limits: Limits =
   const index = affinityIndexOf(req)
   return hosts
     .filter((h) => h.id !== req.exclude && fitsOn(h, req.budget, limits))
-    .sort((a, b) => compare(a, b, index))
+    .sort((a, b) => compare(a, b, index, req.spread))
     .map((h) => h.id)
 }
 
@@ -115,7 +151,7 @@ export const pick = (hosts: Iterable<Candidate>, req: Request, limits: Limits = 
   let best: Candidate | undefined
   for (const h of hosts) {
     if (h.id === req.exclude || !fitsOn(h, req.budget, limits)) continue
-    if (best === undefined || compare(h, best, index) < 0) best = h
+    if (best === undefined || compare(h, best, index, req.spread) < 0) best = h
   }
   return best === undefined ? null : best.id
 }

@@ -258,18 +258,18 @@ export class Index {
       const c = this.all.get(id)
       if (c !== undefined && id !== exclude && Placement.isMeasured(c) && Placement.fitsOn(c, b, this.#limits)) return c.id
     }
-    let best = this.firstFit(this.measured, b, affinity, exclude)
+    // With a spread, the hosts of the replica's own share first (best fit among them), then the rest.
+    const spread = req.spread === undefined || req.spread.replicas <= 1 ? undefined : req.spread
+    let best = this.firstFit(this.measured, b, affinity, exclude, spread) ?? (spread === undefined ? undefined : this.firstFit(this.measured, b, affinity, exclude))
     for (const c of this.irregular) {
-      if (c.id !== exclude && Placement.fitsOn(c, b, this.#limits) && (best === undefined || Placement.compare(c, best, affinity) < 0)) best = c
+      if (c.id !== exclude && Placement.fitsOn(c, b, this.#limits) && (best === undefined || Placement.compare(c, best, affinity, spread) < 0)) best = c
     }
     if (best !== undefined) return best.id
     for (const id of affinity.keys()) {
       const c = this.all.get(id)
       if (c !== undefined && id !== exclude && Placement.fitsOn(c, b, this.#limits)) return c.id
     }
-    for (const s of this.unmeasured.all())
-      if (s.fitMib >= b.memMib && s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude) return s.c.id
-    return null
+    return (this.firstFit(this.unmeasured, b, affinity, exclude, spread) ?? (spread === undefined ? undefined : this.firstFit(this.unmeasured, b, affinity, exclude)))?.id ?? null
   }
 
   /** The host choice (`Placement.choose`) over the hosts here, picking through the index. */
@@ -282,10 +282,11 @@ export class Index {
     return this.pick({ budget }) !== null
   }
 
-  // The first slot at or above the budget's RAM whose CPU also fits; affinity hosts were judged already.
-  private firstFit(list: Sorted, b: Budget, affinity: ReadonlyMap<string, number>, exclude: string | undefined): Candidate | undefined {
-    for (const s of list.from(b.memMib)) {
-      if (s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude) return s.c
+  // The first slot whose RAM and CPU fit (in the spread's own share, with one); affinity hosts were judged already.
+  // Measured slots rank by their RAM limit, so the walk starts at the budget's RAM; unmeasured ones are all walked.
+  private firstFit(list: Sorted, b: Budget, affinity: ReadonlyMap<string, number>, exclude: string | undefined, spread?: Placement.Spread): Candidate | undefined {
+    for (const s of list === this.measured ? list.from(b.memMib) : list.all()) {
+      if (s.fitMib >= b.memMib && s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude && (spread === undefined || Placement.isOwn(spread, s.c.id))) return s.c
     }
     return undefined
   }

@@ -59,6 +59,8 @@ export interface WalkOptions {
   readonly limit?: number | undefined
   /** Claim hosts for the starving sessions of the queue (see `claims`); missing: no claims. */
   readonly starvation?: Starvation | undefined
+  /** The deciding replica's share of the hosts, ranked first (`Placement.Spread`); missing: none. */
+  readonly spread?: Placement.Spread | undefined
 }
 
 /** The candidate with one more reservation of `budget` on it. */
@@ -159,7 +161,7 @@ export const walkOn = <W extends Waiting>(index: Index, queue: Iterable<W>, opti
       continue
     }
     const key = `${w.budget.memMib}/${w.budget.vcpus}`
-    const hostId = missed.has(key) ? null : index.pick({ budget: w.budget, affinity: w.affinity ?? [] })
+    const hostId = missed.has(key) ? null : index.pick({ budget: w.budget, affinity: w.affinity ?? [], spread: options.spread })
     if (hostId === null) {
       missed.add(key)
       unplaced.push(w)

@@ -223,6 +223,18 @@ export const docOf = (plans: readonly Plan.Plan[], fence: LeaseFence | null = nu
 export const lockHostsSql = (ids: readonly string[]): SQL =>
   sql`select id from hosts where id in (select jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)) order by id for no key update`
 
+/** Of the plans that took room at a host version: how many were written, and how many refused for that host's change. */
+const versionChecks = (plans: readonly Plan.Plan[], outcomes: readonly { readonly ok: boolean; readonly stale: boolean }[]): [number, number] => {
+  let placed = 0
+  let conflicts = 0
+  outcomes.forEach((o, k) => {
+    if (plans[k]?.host == null) return
+    if (o.ok) placed++
+    else if (!o.stale) conflicts++
+  })
+  return [placed, conflicts]
+}
+
 const applied: Plan.Outcome = { _tag: "Applied" }
 const staleSession: Plan.Outcome = { _tag: "Stale", stale: "session" }
 const staleHost: Plan.Outcome = { _tag: "Stale", stale: "host" }
@@ -248,8 +260,10 @@ export const apply = <E>(conn: Conn<E>, cache: HostCache, plans: readonly Plan.P
       if (refused !== null) return Effect.fail(refused as E)
       const outcomes = json<{ p: number; ok: boolean; stale: boolean }[]>(row?.["outcomes"] ?? [])
       const hosts = json<Record<string, unknown>[]>(row?.["hosts"] ?? []).map(toHostRow)
+      const [placed, conflicts] = versionChecks(plans, outcomes)
       conn.afterCommit(() => {
         for (const h of hosts) cache.learn(h)
+        cache.checked(placed, conflicts)
       })
       return Effect.succeed(outcomes.map((o) => (o.ok ? applied : o.stale ? staleSession : staleHost)))
     })

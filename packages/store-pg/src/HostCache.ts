@@ -73,6 +73,8 @@ interface Entry {
 
 interface Delta {
   readonly xmin: string
+  /** The placing stores connected now (sorted), when this store spreads its placements. */
+  readonly placers?: readonly string[]
   readonly hostCount: number
   readonly hosts: Record<string, unknown>[]
   /** Absent on a read of hosts alone. */
@@ -85,12 +87,23 @@ const writtenSince = (since: string | null): SQL =>
   since === null ? sql`true` : sql`age(xmin) <= age(${String(BigInt(since) % 4294967296n)}::xid)`
 
 /**
+ * The `application_name` prefix of the connections of a store that spreads its placements: the
+ * stores placing on one database find each other by it (`pg_stat_activity`), with no table.
+ */
+export const placerPrefix = "engram-placer "
+
+/**
  * The statement: the snapshot's xmin, the count of hosts and the hosts written since
  * `hostsSince` (every host when null), and — for the fleet view — the count of fleet sessions
- * and those written since `sessionsSince` (every fleet session when null).
+ * and those written since `sessionsSince` (every fleet session when null). With `placers`, the
+ * placing stores connected to this database now, by name (`placerPrefix`), sorted.
  */
-export const deltaSql = (hostsSince: string | null, sessionsSince?: string | null): SQL => {
-  const hosts = sql`(select count(*)::int from hosts) as "hostCount",
+export const deltaSql = (hostsSince: string | null, sessionsSince?: string | null, placers = false): SQL => {
+  const found = placers
+    ? sql`(select coalesce(json_agg(distinct application_name order by application_name), '[]'::json) from pg_stat_activity
+        where starts_with(application_name, ${placerPrefix}) and datname = current_database()) as placers,`
+    : sql``
+  const hosts = sql`${found} (select count(*)::int from hosts) as "hostCount",
     (select coalesce(json_agg(x), '[]'::json) from (
       select ${hostColumns("h", "room")}, 0 as "parks", 0 as "descents" from hosts h where ${writtenSince(hostsSince)}
     ) x) as hosts`
@@ -143,6 +156,12 @@ export interface HostCache {
   readonly reset: (limits: Limits.Limits) => void
   /** What the fleet reads cost: whole reads and delta reads so far (for tests and the bench). */
   readonly stats: () => { readonly full: number; readonly delta: number }
+  /** Counts the version checks of one apply: plans written at the host version they decided on, and plans refused for a host changed since. */
+  readonly checked: (placed: number, conflicts: number) => void
+  /** The version checks this store's applies met so far (`checked`). */
+  readonly checks: () => PlacementChecks
+  /** This store's share of the hosts as the last read found the placing stores (none: it ranks every host alike). */
+  readonly spread: () => Placement.Spread | undefined
 }
 
 /** Hosts claimed for starving sessions, holder by host id: a placement other than the holder's skips them. */
@@ -161,10 +180,31 @@ export const starvingSql = (cutoff: number): SQL =>
       where state = 'queued' and queued_at > ${cutoff} order by queued_at, id limit 1)
     order by "queuedAt", id`
 
-/** Builds the cache over the pool's single statements. */
-export const make = (options: { readonly limits: Limits.Limits; readonly maxReadAgeMs: number; readonly pool: Conn<Unavailable> }): HostCache => {
+/**
+ * The version checks of this store's placements so far: each plan that took room at the host
+ * version it decided on (`placed`), and each refused because another writer changed that host
+ * first (`conflicts`, every one decided again). Replicas that pick the same hosts show it here.
+ */
+export interface PlacementChecks {
+  readonly placed: number
+  readonly conflicts: number
+}
+
+/**
+ * Builds the cache over the pool's single statements. With `placer` (this store's
+ * `application_name` on every connection of the pool, starting with `placerPrefix`), each read
+ * also finds the stores placing on the database, and this one's share of the hosts among them
+ * (`Placement.Spread`: its position among their sorted names) ranks first in its placements.
+ */
+export const make = (options: {
+  readonly limits: Limits.Limits
+  readonly maxReadAgeMs: number
+  readonly pool: Conn<Unavailable>
+  readonly placer?: string | undefined
+}): HostCache => {
   let limits = options.limits
-  const { maxReadAgeMs, pool } = options
+  const { maxReadAgeMs, pool, placer } = options
+  let spread: Placement.Spread | undefined
   let hosts = new Map<string, Entry>()
   let sessions = new Map<string, SessionLite>()
   let index = new PlacementIndex.Index(limits)
@@ -182,6 +222,8 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
   let quietUntil = Number.NEGATIVE_INFINITY
   let full = 0
   let delta = 0
+  let placed = 0
+  let conflicts = 0
   // One read at a time: a read's snapshot and what it learned stay in step.
   const reader = Semaphore.makeUnsafe(1)
 
@@ -254,6 +296,10 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
 
   /** Applies a read; false when the counts say a row went away (the cache must be read whole). */
   const take = (d: Delta): boolean => {
+    if (d.placers !== undefined && placer !== undefined) {
+      const replica = d.placers.indexOf(placer)
+      spread = replica < 0 || d.placers.length < 2 ? undefined : { replica, replicas: d.placers.length }
+    }
     for (const r of d.hosts) learn(toHostRow(r))
     hostsSince = d.xmin
     if (d.sessions !== undefined) {
@@ -279,8 +325,9 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
   }
 
   const fetch = (withSessions: boolean) =>
-    Effect.map(pool.query(deltaSql(hostsSince, withSessions ? sessionsSince : undefined)), ([row]): Delta => ({
+    Effect.map(pool.query(deltaSql(hostsSince, withSessions ? sessionsSince : undefined, placer !== undefined)), ([row]): Delta => ({
       xmin: String(row?.["xmin"]),
+      ...(placer === undefined ? {} : { placers: json<string[]>(row?.["placers"] ?? []) }),
       hostCount: num(row?.["hostCount"]),
       hosts: json<Record<string, unknown>[]>(row?.["hosts"] ?? []),
       ...(withSessions
@@ -367,7 +414,7 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
     plan: (waiting, claimed = noClaims) => {
       // Claimed hosts leave the index for the walk: none of these is their holder.
       for (const id of claimed.keys()) index.remove(id)
-      const walk = QueueWalk.walkOn(index, waiting)
+      const walk = QueueWalk.walkOn(index, waiting, { spread })
       // The walk took each placement's room out of the index: put the known rows back.
       for (const id of [...claimed.keys(), ...walk.placed.map((p) => p.hostId)]) {
         const e = hosts.get(id)
@@ -418,5 +465,11 @@ export const make = (options: { readonly limits: Limits.Limits; readonly maxRead
       clear()
     },
     stats: () => ({ full, delta }),
+    checked: (p, c) => {
+      placed += p
+      conflicts += c
+    },
+    checks: () => ({ placed, conflicts }),
+    spread: () => spread,
   }
 }

@@ -34,6 +34,8 @@ export interface ConnectOptions {
   readonly statementTimeoutMs?: number | undefined
   /** Apply the migrations at start (default true). */
   readonly migrate?: boolean | undefined
+  /** The `application_name` of every connection of the pool (default: none). */
+  readonly applicationName?: string | undefined
 }
 
 /**
@@ -140,14 +142,12 @@ export const open = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Sc
             connect_timeout: options.connectTimeoutSec ?? 5,
             backoff: reconnectBackoffSec,
             onnotice: () => undefined,
-            ...(options.statementTimeoutMs === undefined || options.statementTimeoutMs <= 0
-              ? {}
-              : {
-                  connection: {
-                    statement_timeout: options.statementTimeoutMs,
-                    idle_in_transaction_session_timeout: options.statementTimeoutMs,
-                  },
-                }),
+            connection: {
+              ...(options.applicationName === undefined ? {} : { application_name: options.applicationName }),
+              ...(options.statementTimeoutMs === undefined || options.statementTimeoutMs <= 0
+                ? {}
+                : { statement_timeout: options.statementTimeoutMs, idle_in_transaction_session_timeout: options.statementTimeoutMs }),
+            },
           }),
         ),
       ),

@@ -7,7 +7,9 @@
  * to the one apply (`Apply.ts`). Nothing partial is ever written; time comes from the Effect
  * Clock.
  */
+import { randomUUID } from "node:crypto"
 import { Limits, ParkPolicy } from "@engram/core"
+import type { Placement } from "@engram/core"
 import { Store, StoreTesting } from "@engram/store"
 import type { StoreShape, StoreTestingShape, Unavailable } from "@engram/store"
 import { sql } from "drizzle-orm"
@@ -45,6 +47,15 @@ export interface PgOptions extends PostgresJs.ConnectOptions {
   readonly beatWindowMs?: number | undefined
   /** See {@link StoreOptions.beatBatchSize}. */
   readonly beatBatchSize?: number | undefined
+  /**
+   * Replicas spread their placements (default true): the stores placing on one database find
+   * each other (each pool's connections carry the store's name as their `application_name`,
+   * `engram-placer <id>`, read back from `pg_stat_activity` with every fleet read) and each ranks
+   * its own share of the hosts first (`Placement.Spread`), so they stop choosing the same host
+   * at once. It orders the hosts that fit, never whether a session fits; alone on its database a
+   * store decides as without it. False: every host ranked alike (the connections are not named).
+   */
+  readonly spreadPlacements?: boolean | undefined
 }
 
 /** Tuning of the store itself. */
@@ -111,12 +122,26 @@ export interface StorePair {
   readonly sumsDrift: Effect.Effect<readonly SumsDrift[], Unavailable>
   /** The transient conflicts (deadlocks, serialization failures) the store met and retried so far. */
   readonly conflicts: () => Conflicts
+  /** The version checks of this store's placements so far: written, and lost to another writer. */
+  readonly placementChecks: () => HostCache.PlacementChecks
+  /** This store's share of the hosts as its last fleet read found the placing stores (none: alone, or not spreading). */
+  readonly placementSpread: () => Placement.Spread | undefined
 }
 
-/** Builds the store over an open database. */
-export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, options: StoreOptions = {}): StorePair => {
+/**
+ * This store's placement version checks (`StorePair.placementChecks`), beside the `Store` its
+ * layers provide: the coordinator shows them on `/metrics`. Counted per store, so per replica.
+ */
+export class PlacementStats extends Context.Service<PlacementStats, { readonly checks: () => HostCache.PlacementChecks }>()("@engram/store-pg/PlacementStats") {}
+
+/**
+ * Builds the store over an open database. `placer`: the `application_name` every connection of
+ * `db` carries (`HostCache.placerPrefix` and an id unique to this store), for a store that
+ * spreads its placements among the others placing on the database (`PgOptions.spreadPlacements`).
+ */
+export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, options: StoreOptions = {}, placer?: string): StorePair => {
   let limits = initialLimits
-  const cache = HostCache.make({ limits, maxReadAgeMs: options.placementReadMaxAgeMs ?? 0, pool: readsOf(db.pool) })
+  const cache = HostCache.make({ limits, maxReadAgeMs: options.placementReadMaxAgeMs ?? 0, pool: readsOf(db.pool), placer })
   // postgres.js pipelines concurrent queries of one transaction; PGlite runs them one by one.
   const concurrency = db.driver === "postgres" ? 2 : 1
   const deps: Deps = {
@@ -153,7 +178,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
           ),
         ),
   }
-  return { store, testing, sumsDrift: readSumsDrift(readsOf(db.pool)), conflicts: db.conflicts }
+  return { store, testing, sumsDrift: readSumsDrift(readsOf(db.pool)), conflicts: db.conflicts, placementChecks: cache.checks, placementSpread: cache.spread }
 }
 
 /** The pool with a unique violation a defect: for reads and statements that insert nothing a client names. */
@@ -175,8 +200,10 @@ const storeOptions = (o: StoreOptions): StoreOptions => ({
 })
 
 /** Opens the store on a PostgreSQL URL: applies the migrations, then a postgres.js pool. Closed with the scope. */
-export const openUrl = (options: PgOptions): Effect.Effect<StorePair, Unavailable, Scope.Scope> =>
-  Effect.map(PostgresJs.open(options), (db) => make(db, options.limits ?? Limits.defaults, storeOptions(options)))
+export const openUrl = (options: PgOptions): Effect.Effect<StorePair, Unavailable, Scope.Scope> => {
+  const placer = options.spreadPlacements === false ? undefined : `${HostCache.placerPrefix}${randomUUID().slice(0, 13)}`
+  return Effect.map(PostgresJs.open({ ...options, applicationName: placer }), (db) => make(db, options.limits ?? Limits.defaults, storeOptions(options), placer))
+}
 
 /**
  * How old a read of the hosts placements on PGlite may reuse by default: an embedded store has
@@ -194,13 +221,15 @@ export const openPglite = (options: PgliteOptions = {}): Effect.Effect<StorePair
 const testingContext = (pair: StorePair): Context.Context<Store | StoreTesting> =>
   Context.add(Context.make(Store, pair.store), StoreTesting, pair.testing)
 
-/** The store on a PostgreSQL URL. */
-export const layer = (options: PgOptions): Layer.Layer<Store, Unavailable> =>
-  Layer.effect(Store, Effect.map(openUrl(options), (p) => p.store))
+const storeContext = (pair: StorePair): Context.Context<Store | PlacementStats> =>
+  Context.add(Context.make(Store, pair.store), PlacementStats, { checks: pair.placementChecks })
 
-/** The store on PGlite (embedded; in memory unless `dataDir`). */
-export const layerPglite = (options: PgliteOptions = {}): Layer.Layer<Store, Unavailable> =>
-  Layer.effect(Store, Effect.map(openPglite(options), (p) => p.store))
+/** The store on a PostgreSQL URL, with its placement checks. */
+export const layer = (options: PgOptions): Layer.Layer<Store | PlacementStats, Unavailable> => Layer.effectContext(Effect.map(openUrl(options), storeContext))
+
+/** The store on PGlite (embedded; in memory unless `dataDir`), with its placement checks. */
+export const layerPglite = (options: PgliteOptions = {}): Layer.Layer<Store | PlacementStats, Unavailable> =>
+  Layer.effectContext(Effect.map(openPglite(options), storeContext))
 
 /** The store on a PostgreSQL URL with its `StoreTesting` reset (for the conformance suite). */
 export const layerTesting = (options: PgOptions): Layer.Layer<Store | StoreTesting, Unavailable> =>

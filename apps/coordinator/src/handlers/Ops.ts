@@ -2,7 +2,8 @@
 import { EngramApi, ServiceUnavailable } from "@engram/api"
 import { Fleet } from "@engram/core"
 import { Store } from "@engram/store"
-import { Effect } from "effect"
+import { StorePg } from "@engram/store-pg"
+import { Effect, Option } from "effect"
 import { HttpApiBuilder, OpenApi } from "effect/http-api"
 import { api } from "../HttpErrors.js"
 import { Leader } from "../Leader.js"
@@ -45,6 +46,8 @@ export const OpsHandlers = HttpApiBuilder.group(EngramApi, "ops", (h) =>
     const leader = yield* Leader
     const health = yield* StoreHealth
     const context = yield* Effect.context<Store>()
+    // A store on PostgreSQL or PGlite counts its placements' version checks; another store does not.
+    const stats = yield* Effect.serviceOption(StorePg.PlacementStats)
     const spec = OpenApi.fromApi(EngramApi)
     const alive = () => Effect.succeed({ ok: true })
     return h
@@ -64,6 +67,10 @@ export const OpsHandlers = HttpApiBuilder.group(EngramApi, "ops", (h) =>
         ),
       )
       .handle("openapi", () => Effect.succeed(spec as unknown))
-      .handle("metrics", () => storeGauges.pipe(Effect.provideContext(context), Effect.flatMap(metrics.scrape)))
+      .handle("metrics", () => storeGauges.pipe(
+          Effect.provideContext(context),
+          Effect.map((read) => ({ ...read, checks: Option.getOrUndefined(stats)?.checks() })),
+          Effect.flatMap(metrics.scrape),
+        ))
   }),
 )
