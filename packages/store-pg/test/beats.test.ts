@@ -191,8 +191,15 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
     const pending = answersOf(hostIds.map((id) => s.heartbeatHost(id)))
     await terminateGroup()
     const answers = await pending
-    expect(answers.every((a) => !a.ok && a.error === "Unavailable")).toBe(true)
-    expect(await heartbeats()).toStrictEqual(before)
+    // The terminated group's callers are answered Unavailable and none of their rows changed. On
+    // a loaded machine a few calls may come too late for that group: the next group, run once
+    // the backend is gone, writes theirs (answered, and their rows renewed).
+    expect(answers.filter((a) => !a.ok && a.error !== "Unavailable")).toStrictEqual([])
+    const failed = new Set(hostIds.filter((_, i) => answers[i]?.ok === false))
+    expect(failed.size).toBeGreaterThan(0)
+    const hostOfReservation = await hostOf()
+    const whileTerminated = await heartbeats()
+    for (const [id, at] of whileTerminated) if (failed.has(hostOfReservation.get(id) as string)) expect(at, id).toBe(before.get(id))
     // The store goes on: the next group is written.
     const again = await answersOf(hostIds.map((id) => s.heartbeatHost(id)))
     expect(again.every((a) => a.ok)).toBe(true)
@@ -207,8 +214,14 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
     const pending = answersOf(hostIds.map((id) => s.reportHost(id, { totalMib: 65536, allocatableMib: 1234, totalVcpus: 16 })))
     await terminateGroup()
     const answers = await pending
-    expect(answers.every((a) => !a.ok && a.error === "Unavailable")).toBe(true)
-    expect(await hostsNow()).toStrictEqual(before)
+    // As with heartbeats: the terminated group's callers are Unavailable and their hosts as
+    // before; a report too late for that group is written by the next one.
+    expect(answers.filter((a) => !a.ok && a.error !== "Unavailable")).toStrictEqual([])
+    const failed = new Set(hostIds.filter((_, i) => answers[i]?.ok === false))
+    expect(failed.size).toBeGreaterThan(0)
+    const after = await hostsNow()
+    expect(after.filter((h) => failed.has(h.id))).toStrictEqual(before.filter((h) => failed.has(h.id)))
+    expect(after.filter((h) => !failed.has(h.id)).every((h) => h.a === 1234)).toBe(true)
   })
 })
 
