@@ -9,8 +9,10 @@
  * refuses) splits the statement too. Everything runs in fibers, so
  * interruption and tracing reach every statement.
  */
-import { Cause, Effect, Exit, Request, RequestResolver, Semaphore } from "effect"
+import { Unavailable } from "@engram/store"
+import { Cause, Effect, Exit, Fiber, Request, RequestResolver, Semaphore } from "effect"
 import type { NonEmptyArray } from "effect/Array"
+import { retryAfterMs } from "./Db.js"
 import { realDelay } from "./Transaction.js"
 
 /** How a batcher groups and writes its items. */
@@ -37,6 +39,14 @@ export interface Options<I, A, E> {
   readonly run: (items: readonly I[]) => Effect.Effect<readonly A[], E>
   /** Whether a failure of a statement of several items may come from one item alone: each then runs alone. */
   readonly splitOn?: ((error: E) => boolean) | undefined
+  /**
+   * How long (real ms) a statement may hold its slot (default 60,000). Past it, its items are
+   * answered `Unavailable`, the slot is free for the next group, and the statement is
+   * interrupted in the background. A statement's callers leaving does not end it, so without
+   * this one that never answers (a driver waiting on a connection that will not) would hold
+   * the slot, and every later item would wait behind it, for ever.
+   */
+  readonly holdBoundMs?: number | undefined
 }
 
 /**
@@ -56,8 +66,9 @@ const gather = (ms: number): Effect.Effect<void> =>
   })
 
 /** Builds a batcher: a function that writes one item, together with whatever items are waiting. */
-export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.Effect<A, E>) => {
-  interface Item extends Request.Request<A, E> {
+export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.Effect<A, E | Unavailable>) => {
+  type E2 = E | Unavailable
+  interface Item extends Request.Request<A, E2> {
     readonly item: I
   }
   const Item = Request.of<Item>()
@@ -65,20 +76,34 @@ export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.E
   const slots = Semaphore.makeUnsafe(options.maxInFlight ?? 2)
   const splitOn = options.splitOn ?? (() => false)
 
-  const complete = (entries: readonly Request.Entry<Item>[], exit: Exit.Exit<readonly A[], E>) =>
+  const holdBoundMs = options.holdBoundMs ?? 60_000
+
+  const complete = (entries: readonly Request.Entry<Item>[], exit: Exit.Exit<readonly A[], E2>) =>
     Effect.sync(() =>
       entries.forEach((e, i) =>
-        e.completeUnsafe(Exit.isSuccess(exit) ? Exit.succeed(exit.value[i] as A) : (exit as Exit.Exit<never, E>)),
+        e.completeUnsafe(Exit.isSuccess(exit) ? Exit.succeed(exit.value[i] as A) : (exit as Exit.Exit<never, E2>)),
       ),
     )
 
+  /** One statement, or `Unavailable` once it held its slot `holdBoundMs` (then interrupted in the background). */
+  const bounded = (items: readonly I[]): Effect.Effect<readonly A[], E2> =>
+    Effect.gen(function* () {
+      const statement = yield* Effect.forkDetach(options.run(items))
+      const timedOut = realDelay(holdBoundMs).pipe(
+        Effect.andThen(
+          Effect.fail(new Unavailable({ reason: `a grouped write did not finish within ${holdBoundMs} ms; its slot is given back and its outcome is unknown until read back`, retryAfterMs })),
+        ),
+      )
+      return yield* Effect.raceFirst(Fiber.join(statement), timedOut).pipe(Effect.onExit(() => Effect.asVoid(Effect.forkDetach(Fiber.interrupt(statement)))))
+    })
+
   const runStatement = (entries: readonly Request.Entry<Item>[]): Effect.Effect<void> =>
-    Effect.exit(options.run(entries.map((e) => e.request.item))).pipe(
+    Effect.exit(bounded(entries.map((e) => e.request.item))).pipe(
       Effect.flatMap((exit) => {
         if (
           Exit.isFailure(exit) &&
           entries.length > 1 &&
-          exit.cause.reasons.some((r) => (Cause.isFailReason(r) && splitOn(r.error)) || Cause.isDieReason(r))
+          exit.cause.reasons.some((r) => (Cause.isFailReason(r) && splitOn(r.error as E)) || Cause.isDieReason(r))
         )
           // One item may have failed them all (a typed failure `splitOn` names, or a defect such
           // as a value the database refuses): each again, alone, so only that item fails.

@@ -118,4 +118,28 @@ describe("the batcher", () => {
       expect(yield* Fiber.join(second)).toBe(4)
     }),
   )
+
+  // it.live: the bound is real time (the store's groups run beside a TestClock in other tests).
+  it.live("a statement that never answers gives its slot back after its bound: its items answered Unavailable, the next group written, the stuck one interrupted", () =>
+    Effect.gen(function* () {
+      let runs = 0
+      let interrupted = 0
+      const write = Batcher.make<number, number, string>({
+        maxInFlight: 1,
+        holdBoundMs: 50,
+        keysOf: () => [],
+        run: (items) => {
+          runs++
+          return runs === 1 ? Effect.never.pipe(Effect.onInterrupt(() => Effect.sync(() => void interrupted++))) : Effect.succeed(items.map((i) => i * 10))
+        },
+      })
+      const stuck = yield* Effect.exit(write(1))
+      expect(Exit.isFailure(stuck) && JSON.stringify(stuck.cause)).toContain("Unavailable")
+      expect(yield* write(2)).toBe(20)
+      // The interruption runs in the background: wait for it, by yielding turns.
+      for (let i = 0; i < 1000 && interrupted === 0; i++) yield* Effect.yieldNow
+      expect(interrupted).toBe(1)
+    }),
+  )
 })
+
