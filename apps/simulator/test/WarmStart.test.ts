@@ -3,16 +3,9 @@
 import { describe, expect, it } from "vitest"
 import { Report, Simulation, Workload } from "../src/index.js"
 import type { Script } from "../src/Workload.js"
+import { expectWindowsAddUp, session } from "./helpers.js"
 
 const HOUR = 3_600_000
-const session = (id: string, arriveAtMs: number, memMib: number): Script => ({
-  id,
-  arriveAtMs,
-  budget: { memMib, vcpus: 1 },
-  activeMs: [Workload.OPEN],
-  idleMs: [],
-  endAfterIdle: false,
-})
 // One host reporting 8 GiB: capacity (8192 − 1024 reserve) × 1.0 = 7168 MiB.
 const oneHost = { hosts: 1, hostMib: 8192, hostVcpus: 16 }
 const runOne = (scripts: Script[], vmOverheadMib: number) => Simulation.run({ scripts, horizonMs: 60_000 }, { policy: "demand", fleet: { ...oneHost, vmOverheadMib } })
@@ -82,13 +75,7 @@ describe("a warm start", () => {
 
   it("figures count from the trace's start only: the windows cover the trace and add up to the totals", () => {
     expect(warm).toMatchObject({ sessions: w.scripts.length, horizonMs: w.horizonMs })
-    expect(warm.windows.map((x) => x.startMs)).toEqual([0, 1, 2, 3, 4, 5].map((h) => h * HOUR))
-    const sum = (f: (x: Simulation.WindowFigures) => number) => warm.windows.reduce((a, x) => a + f(x), 0)
-    expect(sum((x) => x.requests)).toBe(warm.requests)
-    expect(sum((x) => x.queued)).toBe(warm.queued)
-    expect(sum((x) => x.warm)).toBe(warm.warmResumes)
-    expect(sum((x) => x.cold)).toBe(warm.coldResumes)
-    expect(sum((x) => x.descents)).toBe(warm.descents)
+    expectWindowsAddUp(warm, HOUR, 6)
     // A pass every reaper interval over the trace, none of the burn-in's.
     expect(warm.passes).toBe(cold.passes)
     for (const x of warm.longestWaits) expect(x.requestAtMs).toBeGreaterThanOrEqual(0)
