@@ -129,6 +129,9 @@ export const flags = {
   ),
   patienceMedianS: atLeast0("patience-median-s", fleet0.patienceMedianS, "a queued request gives up after a lognormal patience with this median, s (the session ends: lost demand); 0 = users wait for ever"),
   patienceSigma: positive("patience-sigma", fleet0.patienceSigma, "shape of the lognormal patience"),
+  vmOverheadMib: atLeast0Int("vm-overhead-mib", fleet0.vmOverheadMib, "RAM every running or parked VM costs its host beyond its session's budget (QEMU, page tables), MiB"),
+  warmStart: boolean("warm-start", "begin in steady state: the trace's last --warm-start-h hours play first as a burn-in whose figures are not counted"),
+  warmStartH: positive("warm-start-h", 24, "length of the --warm-start burn-in, h (at most the whole trace)"),
   drain: Flag.Literals("drain", ["release", "pass"]).pipe(
     Flag.withDefault("release" as const),
     Flag.withDescription("drain the queue whenever room appears (release, SPEC §2) or only at passes (release)"),
@@ -227,6 +230,8 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
     if (f.heartbeatS > 0 && f.heartbeatS * 1000 >= limits.limits.heartbeatStaleWindowMs)
       return yield* new UsageError({ option: "--heartbeat-s", message: `must stay under the stale window (${limits.limits.heartbeatStaleWindowMs / 1000} s)` })
 
+    // The LP bounds a run that starts empty: a burn-in's sessions hold RAM and resume warm outside its model.
+    if (f.warmStart && f.lpBound) return yield* new UsageError({ option: "--lp-bound", message: "bounds a run that starts empty; leave out --warm-start" })
     let scenario: Stress.Scenario | null = null
     if (Option.isSome(f.workload)) {
       const name = f.workload.value
@@ -281,6 +286,8 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
         hostTransferMibPerSec: f.hostTransferMibPerS,
         patienceMedianS: f.patienceMedianS,
         patienceSigma: f.patienceSigma,
+        vmOverheadMib: f.vmOverheadMib,
+        warmStartMs: f.warmStart ? Math.round(f.warmStartH * 3_600_000) : 0,
         heartbeatIntervalMs: Math.round(f.heartbeatS * 1000),
         drainOnRelease: f.drain === "release",
         reactWindowMs: f.reactMs,

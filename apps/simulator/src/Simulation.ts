@@ -10,7 +10,7 @@
  * agents' heartbeats and when the reaper runs.
  */
 import { Headroom, Limits, ParkPolicy, Placement } from "@engram/core"
-import type { FleetView, SessionState } from "@engram/core"
+import type { Budget, FleetView, SessionState } from "@engram/core"
 import { CoalescingWindow, defaultTriggerWindowMs, Reaper, ReaperEvents, ReaperState } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
 import { Store } from "@engram/store"
@@ -87,6 +87,18 @@ export interface FleetConfig {
    */
   readonly patienceMedianS: number
   readonly patienceSigma: number
+  /**
+   * What a VM costs its host beyond its session's RAM budget (MiB): QEMU's own memory, page
+   * tables. Every running or parked VM reserves its budget plus this, through the store and
+   * core's room rules like the budget itself; a descended session holds none. `0`: none.
+   */
+  readonly vmOverheadMib: number
+  /**
+   * A warm start: before the trace's first arrival, the trace's last `warmStartMs` (at most the
+   * whole trace) is played as a burn-in whose figures are not counted, so the fleet begins in
+   * the steady state the trace itself leads to. `0`: the fleet starts empty.
+   */
+  readonly warmStartMs: number
 }
 
 /**
@@ -118,6 +130,8 @@ export const defaultFleet: FleetConfig = Object.freeze({
   hostTransferMibPerSec: 0,
   patienceMedianS: 0,
   patienceSigma: 1,
+  vmOverheadMib: 0,
+  warmStartMs: 0,
 })
 
 /** The host shapes of a fleet, in order. */
@@ -340,6 +354,34 @@ class Windows {
   }
 }
 
+/** The scripts a run plays: a burn-in first (maybe none), then the trace's, shifted to start at `startMs`. */
+export interface Played {
+  readonly scripts: readonly Script[]
+  /** Where the trace's time 0 falls on the run's clock: figures count from here. */
+  readonly startMs: number
+  /** Scripts of the burn-in (the first ones). */
+  readonly burnIn: number
+}
+
+/**
+ * A burn-in of `warmStartMs` before the trace: the sessions that arrive in the trace's last
+ * `warmStartMs` (at most the whole trace) arrive again before its start, as if the trace had
+ * run once already, so a day-long trace begins at the hour of day it follows (a diurnal fleet
+ * starts at its midnight state, not at its noon one). The trace starts on a reaper pass
+ * (`startMs` a multiple of `passMs`), as it does without a burn-in. Burn-in ids are the trace's
+ * with a `warm.` prefix.
+ */
+export const withBurnIn = (workload: Workload, warmStartMs: number, passMs: number): Played => {
+  const span = Math.min(warmStartMs, workload.horizonMs)
+  if (!(span > 0)) return { scripts: workload.scripts, startMs: 0, burnIn: 0 }
+  const startMs = Math.ceil(span / passMs) * passMs
+  // The trace's end falls on the run's startMs.
+  const shift = startMs - workload.horizonMs
+  const burn = workload.scripts.filter((s) => s.arriveAtMs >= workload.horizonMs - span).map((s) => ({ ...s, id: `warm.${s.id}`, arriveAtMs: s.arriveAtMs + shift }))
+  const trace = workload.scripts.map((s) => ({ ...s, arriveAtMs: s.arriveAtMs + startMs }))
+  return { scripts: [...burn, ...trace], startMs, burnIn: burn.length }
+}
+
 /** Plays `workload` against a fresh in-memory store under `options.policy`. */
 export const run = (workload: Workload, options: RunOptions): Result => {
   const fleet: FleetConfig = { ...defaultFleet, ...options.fleet }
@@ -349,9 +391,14 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   const policy = options.policy
   const clock = SimClock.make(0)
   const { store } = StoreSim.make({ limits, park: { name: policy, options: fleet.policyOptions }, noFitDetails: false })
-  const scripts = workload.scripts
-  const horizon = workload.horizonMs
+  const played = withBurnIn(workload, fleet.warmStartMs, limits.reaperIntervalMs)
+  const scripts = played.scripts
+  // Figures count from the trace's start: `startMs` on the run's clock (0 without a burn-in).
+  const startMs = played.startMs
+  const horizon = workload.horizonMs + startMs
   const n = scripts.length
+  // What each VM reserves on its host: its session's budget and the VM's own overhead.
+  const footprint = scripts.map((s) => (fleet.vmOverheadMib > 0 ? { ...s.budget, memMib: s.budget.memMib + fleet.vmOverheadMib } : s.budget))
 
   let storeErrors = 0
   let firstStoreError: string | null = null
@@ -430,9 +477,9 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   let unplaceableCount = 0
   scripts.forEach((s, i) => {
     sessionIndex.set(s.id, i)
-    if (tooBig(s.budget)) {
+    if (tooBig(footprint[i] as Budget)) {
       unplaceable[i] = 1
-      unplaceableCount++
+      if (i >= played.burnIn) unplaceableCount++
     }
   })
 
@@ -446,13 +493,20 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   const giveUpAt = new Float64Array(n)
   let gaveUp = 0
   let roomAppeared = false
+  /** Whether what happens now counts (the burn-in's figures do not; the invariants always do). */
+  const counting = (): boolean => now >= startMs
+  /** Whether request `i`'s figures count: it began at or after the trace's start. */
+  const countedRequest = (i: number): boolean => (requestAt[i] as number) >= startMs
 
   // Measurements.
   const waits = new Samples()
   const sizeClassOf = Uint8Array.from(scripts, (sc) => ParkPolicy.sizeClass(sc.budget.memMib))
   const bySize: ({ memMib: number; requests: number; queued: number; waits: Samples } | undefined)[] = []
   const resumeWaits = new Samples()
-  const windows = new Windows(fleet.windowMs, horizon)
+  const windows = new Windows(fleet.windowMs, workload.horizonMs)
+  const countNow = (what: "requests" | "warm" | "cold" | "descents"): void => {
+    if (counting()) windows.count(now - startMs, what)
+  }
   let requests = 0
   let queuedRequests = 0
   let warm = 0
@@ -475,7 +529,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
 
   const place = (i: number, hostId: string): void => {
     const h = hostIndex.get(hostId) as number
-    const b = (scripts[i] as Script).budget
+    const b = footprint[i] as Budget
     host[i] = h
     shadowMib[h] = (shadowMib[h] as number) + b.memMib
     shadowVcpus[h] = (shadowVcpus[h] as number) + b.vcpus
@@ -484,7 +538,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   const unplace = (i: number): void => {
     const h = host[i] as number
     if (h < 0) return
-    const b = (scripts[i] as Script).budget
+    const b = footprint[i] as Budget
     shadowMib[h] = (shadowMib[h] as number) - b.memMib
     shadowVcpus[h] = (shadowVcpus[h] as number) - b.vcpus
     host[i] = -1
@@ -514,7 +568,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
 
   /** Records how long request `i` waited (the figures leave unplaceable sessions out). */
   const recordWait = (i: number, wait: number): void => {
-    if (unplaceable[i] === 1) return
+    if (unplaceable[i] === 1 || !countedRequest(i)) return
     waits.push(wait)
     const k = sizeClassOf[i] as number
     let c = bySize[k]
@@ -526,7 +580,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     c.requests++
     if (wait > 0) c.queued++
     c.waits.push(wait)
-    windows.wait(requestAt[i] as number, wait)
+    windows.wait((requestAt[i] as number) - startMs, wait)
     if (wait > (longest[i] as number)) {
       longest[i] = wait
       longestAt[i] = requestAt[i] as number
@@ -541,7 +595,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     recordWait(i, fromQueue ? wait : 0)
     const resuming = requestIsResume[i] === 1
     const bootMs = resuming ? restoreMs(i) : fleet.startMs
-    if (resuming) resumeWaits.push(wait + bootMs)
+    if (resuming && countedRequest(i)) resumeWaits.push(wait + bootMs)
     heap.push(now + bootMs, START, i)
   }
 
@@ -551,8 +605,8 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   const reactWindow = new CoalescingWindow()
 
   const startDescent = (i: number): void => {
-    descents++
-    windows.count(now, "descents")
+    if (counting()) descents++
+    countNow("descents")
     heap.push(now + descentMs(i), DESCENT_DONE, i)
   }
 
@@ -569,6 +623,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   /** The store's sums against the simulator's own, and the samples for the plot, from one pass's read. */
   const checkRead = (view: FleetView): void => {
     const viewHosts = view.hosts
+    const sampling = counting()
     let reserved = 0
     let capacity = 0
     let parksNow = 0
@@ -577,14 +632,16 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       // The read is sorted by id, as the simulator numbered its hosts.
       const k = h.id === hostIds[j] ? j : (hostIndex.get(h.id) as number)
       if (h.headroom.reserved.memMib !== shadowMib[k] || h.headroom.reserved.vcpus !== shadowVcpus[k]) ledgerDrift++
+      if (!sampling) continue
       reserved += h.headroom.reserved.memMib
       capacity += h.headroom.allocatableMib ?? 0
       parksNow += h.parks.length
     }
+    if (!sampling) return
     const pct = capacity > 0 ? (reserved / capacity) * 100 : 0
     reservedPctSum += pct
     peakQueue = Math.max(peakQueue, view.queue.length)
-    series.tMs.push(now)
+    series.tMs.push(now - startMs)
     series.queue.push(view.queue.length)
     series.parks.push(parksNow)
     series.reservedPct.push(pct)
@@ -606,7 +663,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         return
       case "DescentStarted": {
         const i = sessionIndex.get(e.yield.sessionId) as number
-        yields[e.yield.reason]++
+        if (counting()) yields[e.yield.reason]++
         startDescent(i)
         return
       }
@@ -645,8 +702,10 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     if (o === undefined) return
     if (o._tag === "Placed") placed(i, o.session.hostId as string, false)
     else {
-      queuedRequests++
-      windows.count(requestAt[i] as number, "queued")
+      if (countedRequest(i)) {
+        queuedRequests++
+        windows.count((requestAt[i] as number) - startMs, "queued")
+      }
       if (unplaceable[i] === 1) return
       waiting.add(i)
       if (patience !== null) {
@@ -661,10 +720,10 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     }
   }
   const request = (i: number, resume: boolean): void => {
-    requests++
+    if (counting()) requests++
     requestAt[i] = now
     requestIsResume[i] = resume ? 1 : 0
-    windows.count(now, "requests")
+    countNow("requests")
   }
 
   /** The next user action after the active period that starts now. */
@@ -676,12 +735,12 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   }
 
   const pass = (): void => {
-    passes++
+    if (counting()) passes++
     drainPending()
     // SPEC §4.3: one fleet read, reclaim, the gate, a descent per yield, then the drain.
     runReaper(Reaper.pass(reaperOptions))
     // The judgement of descents that finished before this pass closes with its drain.
-    for (const count of judging.values()) wasted += count
+    if (counting()) for (const count of judging.values()) wasted += count
     judging.clear()
   }
 
@@ -700,15 +759,15 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     request(i, true)
     const o = answer.ok
     if (o._tag === "Placed" && o.session.state === "running") {
-      warm++
-      windows.count(now, "warm")
+      if (counting()) warm++
+      countNow("warm")
       recordWait(i, 0)
-      resumeWaits.push(fleet.warmResumeMs)
+      if (counting()) resumeWaits.push(fleet.warmResumeMs)
       scheduleActiveEnd(i, now + fleet.warmResumeMs)
       return
     }
-    cold++
-    windows.count(now, "cold")
+    if (counting()) cold++
+    countNow("cold")
     outcome(i, o)
   }
 
@@ -717,7 +776,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     switch (kind) {
       case ARRIVE: {
         request(i, false)
-        outcome(i, exec(store.createSession({ id: s.id, budget: s.budget })))
+        outcome(i, exec(store.createSession({ id: s.id, budget: footprint[i] as Budget })))
         return
       }
       case START: {
@@ -729,9 +788,10 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         const answer = attempt(store.idle(s.id))
         if (answer === undefined || !("ok" in answer)) return
         // The store's step decided with the run's park policy: parked, or descending at once.
-        if (answer.ok.state === "parked") parks++
-        else {
-          idleDescents++
+        if (answer.ok.state === "parked") {
+          if (counting()) parks++
+        } else {
+          if (counting()) idleDescents++
           startDescent(i)
         }
         const k = phase[i] as number
@@ -770,7 +830,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         if (!waiting.has(i) || giveUpAt[i] !== now) return
         if (!("ok" in (attempt(store.endSession(s.id)) ?? {}))) return
         waiting.delete(i)
-        gaveUp++
+        if (countedRequest(i)) gaveUp++
         recordWait(i, now - (requestAt[i] as number))
         return
       }
@@ -778,7 +838,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         reactWindow.close()
         drainPending()
         if (waiting.size === 0) return
-        reactions++
+        if (counting()) reactions++
         runReaper(Reaper.react(reaperOptions))
         return
       }
@@ -839,7 +899,8 @@ export const run = (workload: Workload, options: RunOptions): Result => {
 
   // Requests still waiting count what they have waited so far.
   const queuedAtEnd = new Set((exec(store.fleetView())?.queue ?? []).map((q) => sessionIndex.get(q.sessionId) as number))
-  const stillQueued = queuedAtEnd.size
+  let stillQueued = 0
+  for (const i of queuedAtEnd) if (countedRequest(i)) stillQueued++
   for (let i = 0; i < n; i++) if (queuedAtEnd.has(i)) recordWait(i, horizon - (requestAt[i] as number))
   options.onProgress?.(1)
 
@@ -854,7 +915,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         memMib: s.budget.memMib,
         vcpus: s.budget.vcpus,
         waitMs: longest[i] as number,
-        requestAtMs: longestAt[i] as number,
+        requestAtMs: (longestAt[i] as number) - startMs,
         request: longestIsResume[i] === 1 ? "resume" : "create",
         stillQueued: queuedAtEnd.has(i),
       })
@@ -864,8 +925,8 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   return {
     policy,
     hosts: hostTotal,
-    sessions: n,
-    horizonMs: horizon,
+    sessions: n - played.burnIn,
+    horizonMs: workload.horizonMs,
     requests,
     queueWait: quantiles(waits.values()),
     queued: queuedRequests,
@@ -897,7 +958,8 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       const q = quantiles(c.waits.values())
       return [{ memMib: c.memMib, requests: c.requests, queued: c.queued, p99Ms: q.p99, maxMs: q.max }]
     }),
-    warmBoundTtl: ttlWarmBound(workload, fleet.limits),
+    // With a burn-in, its sessions' resumes may fall in the counted part: the bound counts them too.
+    warmBoundTtl: ttlWarmBound(played.burnIn > 0 ? { scripts, horizonMs: horizon } : workload, fleet.limits),
     gaveUp,
   }
 }

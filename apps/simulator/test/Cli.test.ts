@@ -93,6 +93,16 @@ describe("flags", () => {
     expect(((await parse(["--hosts", "20", "--hours", "48"])) as Cli.Options).generator.sessions).toBe(2000)
   })
 
+  it("a VM's overhead and a warm start are options of the fleet, off by default", async () => {
+    expect(((await parse([])) as Cli.Options).fleet).toMatchObject({ vmOverheadMib: 0, warmStartMs: 0 })
+    expect(((await parse(["--vm-overhead-mib", "300", "--warm-start"])) as Cli.Options).fleet).toMatchObject({ vmOverheadMib: 300, warmStartMs: 24 * 3_600_000 })
+    expect(((await parse(["--warm-start", "--warm-start-h", "6"])) as Cli.Options).fleet.warmStartMs).toBe(6 * 3_600_000)
+    // The burn-in's length alone does not start warm.
+    expect(((await parse(["--warm-start-h", "6"])) as Cli.Options).fleet.warmStartMs).toBe(0)
+    expect(await failure(["--vm-overhead-mib", "-1"])).toMatchObject({ _tag: "UsageError", message: expect.stringContaining("--vm-overhead-mib") })
+    expect(await failure(["--warm-start", "--lp-bound"])).toMatchObject({ _tag: "UsageError", option: "--lp-bound" })
+  })
+
   it("bad input names the flag and the rule", async () => {
     expect(await failure(["--policy", "always-park"])).toMatchObject({ _tag: "UsageError", option: "--policy", message: expect.stringContaining("unknown policy always-park") })
     expect(await failure(["--host", "10x64q"])).toMatchObject({ _tag: "UsageError", option: "--host" })

@@ -4,17 +4,9 @@ import { Limits } from "@engram/core"
 import { describe, expect, it } from "vitest"
 import { Report, Simulation, Workload } from "../src/index.js"
 import type { Script } from "../src/Workload.js"
+import { expectWindowsAddUp, session } from "./helpers.js"
 
 const HOUR = 3_600_000
-const session = (id: string, arriveAtMs: number, memMib: number, extra: Partial<Script> = {}): Script => ({
-  id,
-  arriveAtMs,
-  budget: { memMib, vcpus: 1 },
-  activeMs: [Workload.OPEN],
-  idleMs: [],
-  endAfterIdle: false,
-  ...extra,
-})
 const run = (scripts: Script[], fleet: Partial<Simulation.FleetConfig>, horizonMs = 60_000) =>
   Simulation.run({ scripts, horizonMs }, { policy: "demand", fleet })
 
@@ -87,14 +79,7 @@ describe("figures per window and the longest waits", () => {
   const r = Simulation.run(w, { policy: "demand", fleet: { hosts: 4, windowMs: HOUR, worstSessions: 5 } })
 
   it("the windows cover the run and add up to the totals", () => {
-    expect(r.windows.map((x) => x.startMs)).toEqual([0, 1, 2, 3, 4, 5].map((h) => h * HOUR))
-    const sum = (f: (x: Simulation.WindowFigures) => number) => r.windows.reduce((a, x) => a + f(x), 0)
-    expect(sum((x) => x.requests)).toBe(r.requests)
-    expect(sum((x) => x.queued)).toBe(r.queued)
-    expect(sum((x) => x.warm)).toBe(r.warmResumes)
-    expect(sum((x) => x.cold)).toBe(r.coldResumes)
-    expect(sum((x) => x.descents)).toBe(r.descents)
-    expect(Math.max(...r.windows.map((x) => x.waitMaxMs))).toBe(r.queueWait.max)
+    expectWindowsAddUp(r, HOUR, 6)
   })
 
   it("the longest waits are named, longest first, the first being the run's maximum", () => {
