@@ -75,6 +75,8 @@ export const CreateSession = Schema.Struct({
   idleTimeoutMs: Schema.optionalKey(Schema.Finite),
   /** The session ends this long (ms) after its create, whatever its state; `PUT /v1/sessions/{id}/ttl` sets it anew. */
   ttlMs: Schema.optionalKey(Schema.Finite),
+  /** The template the session starts from instead of a boot (1-100 of `[A-Za-z0-9._-]`, not starting with `.`); hosts holding it are preferred. */
+  template: Schema.optionalKey(Schema.String),
 })
 export type CreateSession = typeof CreateSession.Type
 

@@ -48,6 +48,8 @@ export const Session = Schema.Struct({
   lastActiveAt: Num,
   /** When the TTL ends the session (epoch ms); null: no TTL. */
   endsAt: NullableNum,
+  /** The template the session starts from (its host's agent starts it from there, or boots when it cannot); null: booted. */
+  template: Schema.NullOr(Schema.String),
   createdAt: Num,
   updatedAt: Num,
 })

@@ -79,7 +79,11 @@ export const activity = (value: unknown): InvalidInput | null => {
   return null
 }
 
-/** A new session: its id, budget and affinity list (each entry text), and what to do without room. */
+/** An optional template name: absent, or core's one rule (`Names.isTemplateName`). */
+export const template = (value: unknown): InvalidInput | null =>
+  value === undefined || Names.isTemplateName(value) ? null : new InvalidInput({ field: "template", rule: Names.templateNameRule })
+
+/** A new session: its id, budget and affinity list (each entry text), its template, and what to do without room. */
 export const sessionInput = (input: {
   id: unknown
   budget: Budget
@@ -87,8 +91,10 @@ export const sessionInput = (input: {
   onNoRoom?: unknown
   idleTimeoutMs?: unknown
   ttlMs?: unknown
+  template?: unknown
 }): InvalidInput | null => {
-  const bad = id("id", input.id) ?? budget(input.budget) ?? lifetime("idleTimeoutMs", input.idleTimeoutMs) ?? lifetime("ttlMs", input.ttlMs)
+  const bad =
+    id("id", input.id) ?? budget(input.budget) ?? lifetime("idleTimeoutMs", input.idleTimeoutMs) ?? lifetime("ttlMs", input.ttlMs) ?? template(input.template)
   if (bad) return bad
   if (input.affinity !== undefined) {
     if (!Array.isArray(input.affinity)) return new InvalidInput({ field: "affinity", rule: "must be an array of host ids" })
