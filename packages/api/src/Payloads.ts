@@ -52,6 +52,12 @@ export const Report = Schema.Struct({
    * grew). Each restarts its idle clock; absent = no activity measured.
    */
   activeSessions: Schema.optionalKey(Schema.Array(Schema.String)),
+  /**
+   * The templates the host's runtime holds, each name once (`name`: 1-100 of `[A-Za-z0-9._-]`,
+   * not starting with `.`; `memMib`, `vcpus`: integers > 0). Placement prefers a host holding a
+   * session's template; absent = none.
+   */
+  templates: Schema.optionalKey(Schema.Array(Schema.Struct({ name: Schema.String, memMib: Schema.Finite, vcpus: Schema.Finite }))),
 })
 export type Report = typeof Report.Type
 

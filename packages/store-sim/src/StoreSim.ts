@@ -261,6 +261,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       entries: h.entries.size,
       measured: measuredOf(h),
       reported: h.reportedAt !== null,
+      // Only a host holding templates names them: most hosts' candidates stay as they were.
+      ...(h.report?.templates !== undefined && h.report.templates.length > 0 ? { templates: h.report.templates } : {}),
     }
     h.fleet = null
     index.upsert(h.candidate)
@@ -633,7 +635,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const h = yield* findHost(id)
         const bad = Validate.report(report)
         if (bad) return yield* bad
-        h.report = { totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus }
+        h.report = {
+          totalMib: report.totalMib,
+          allocatableMib: report.allocatableMib,
+          totalVcpus: report.totalVcpus,
+          templates: (report.templates ?? []).map((t) => ({ name: t.name, memMib: t.memMib, vcpus: t.vcpus })),
+        }
         h.reportedAt = yield* now
         tooBigIndex = null
         refresh(h)

@@ -138,7 +138,28 @@ export const report = (r: HostReport): InvalidInput | null => {
   }
   if (r.totalMib !== null && r.allocatableMib !== null && r.allocatableMib > r.totalMib)
     return new InvalidInput({ field: "allocatableMib", rule: `must be <= totalMib (${r.totalMib})` })
-  return r.totalVcpus === null ? null : integerAtLeast("totalVcpus", r.totalVcpus, 0)
+  return (r.totalVcpus === null ? null : integerAtLeast("totalVcpus", r.totalVcpus, 0)) ?? heldTemplates(r.templates)
+}
+
+/** The most templates one host report may list. */
+export const maxReportedTemplates = 1000
+
+/** The templates a host reports: absent, or at most `maxReportedTemplates`, each a template name (once) with a size of integers > 0. */
+export const heldTemplates = (value: unknown): InvalidInput | null => {
+  if (value === undefined) return null
+  if (!Array.isArray(value) || value.length > maxReportedTemplates)
+    return new InvalidInput({ field: "templates", rule: `must be an array of at most ${maxReportedTemplates} templates` })
+  const seen = new Set<string>()
+  for (const [i, t] of value.entries()) {
+    if (typeof t !== "object" || t === null || Array.isArray(t)) return new InvalidInput({ field: `templates.${i}`, rule: "must be an object {name, memMib, vcpus}" })
+    const { name, memMib, vcpus } = t as { name?: unknown; memMib?: unknown; vcpus?: unknown }
+    if (!Names.isTemplateName(name)) return new InvalidInput({ field: `templates.${i}.name`, rule: Names.templateNameRule })
+    if (seen.has(name)) return new InvalidInput({ field: `templates.${i}.name`, rule: "must be unique within the report" })
+    seen.add(name)
+    const bad = integerAtLeast(`templates.${i}.memMib`, memMib, 1) ?? integerAtLeast(`templates.${i}.vcpus`, vcpus, 1)
+    if (bad) return bad
+  }
+  return null
 }
 
 const finiteAboveZero = (field: string, value: unknown): InvalidInput | null =>
