@@ -106,6 +106,16 @@ describe("engram sessions and why", () => {
     await engram(["sessions", "end", s], { env })
   })
 
+  it("create --template stores the template, show prints it, and a bad name is refused naming template", async () => {
+    const s = uid("t")
+    await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", s, "--template", "py-3.12"], { env })
+    expect((await engram(["sessions", "show", s], { env })).stdout).toMatch(/^template\s+py-3\.12$/m)
+    const bad = await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--template", ".hidden"], { env })
+    expect(bad.code).not.toBe(0)
+    expect(bad.stderr).toContain("template")
+    await engram(["sessions", "end", s], { env })
+  })
+
   it("a move the guard refuses is one line with the estimate, exit 1", async () => {
     const s = uid("m")
     await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", s, "--affinity", small], { env })
