@@ -148,6 +148,7 @@ const hostText = (h: Records.Host): string =>
     ["parks", String(h.parks)],
     ["descents", `${h.descentsRunning} running`],
     ["labels", Object.entries(h.labels).map(([k, v]) => `${k}=${v}`).join(" ") || "-"],
+    ["templates", (h.report?.templates ?? []).map((t) => `${t.name} (${Format.mib(t.memMib)}, ${Format.vcpus(t.vcpus)})`).join(", ") || "-"],
     ["reported", h.reportedAt === null ? "never" : `${Format.age(h.reportedAt, Date.now())} ago`],
   ])
 
