@@ -148,6 +148,7 @@ const hostText = (h: Records.Host): string =>
     ["parks", String(h.parks)],
     ["descents", `${h.descentsRunning} running`],
     ["labels", Object.entries(h.labels).map(([k, v]) => `${k}=${v}`).join(" ") || "-"],
+    ["templates", (h.report?.templates ?? []).map((t) => `${t.name} (${Format.mib(t.memMib)}, ${Format.vcpus(t.vcpus)})`).join(", ") || "-"],
     ["reported", h.reportedAt === null ? "never" : `${Format.age(h.reportedAt, Date.now())} ago`],
   ])
 
@@ -193,6 +194,7 @@ const sessionText = (s: Records.SessionDetail): string => {
     ["host", s.hostId ?? "-"],
     ["budget", `${Format.mib(s.budget.memMib)}, ${Format.vcpus(s.budget.vcpus)}`],
     ["affinity", s.affinity.length === 0 ? "-" : s.affinity.join(", ")],
+    ["template", s.template ?? "-"],
     ["reservation", s.reservationId ?? "-"],
     ["created", `${Format.age(s.createdAt, now)} ago`],
   ]
@@ -330,6 +332,10 @@ const sessions = Command.make("sessions").pipe(
         refuse: Flag.Boolean("refuse").pipe(Flag.withDefault(false), Flag.withDescription("fail instead of queueing when nothing fits")),
         idleTimeout: lifetimeFlag("idle-timeout", "idle after this long with no guest activity (the gate parks or descends it): 5m, 30s"),
         ttl: lifetimeFlag("ttl", "ended this long after its create, whatever its state: 2h, 30m"),
+        template: Flag.String("template").pipe(
+          Flag.optional,
+          Flag.withDescription("start it from this template instead of a boot (hosts holding it are preferred)"),
+        ),
       },
       (a) =>
         Effect.gen(function* () {
@@ -348,6 +354,7 @@ const sessions = Command.make("sessions").pipe(
               onNoRoom: a.refuse ? "refuse" : undefined,
               idleTimeoutMs: Option.getOrUndefined(a.idleTimeout),
               ttlMs: Option.getOrUndefined(a.ttl),
+              template: Option.getOrUndefined(a.template),
             }),
           )
           yield* json ? printJson(placed) : print(placeText(placed, "created"))

@@ -57,6 +57,7 @@ describe("engram status and hosts", () => {
     const shown = await engram(["hosts", "show", big], { env })
     expect(shown.stdout).toMatch(/^state\s+cordoned$/m)
     expect(shown.stdout).toMatch(/^RAM\s+0 MiB reserved of 8 GiB \(8 GiB free; reported 9 GiB allocatable\)$/m)
+    expect(shown.stdout).toMatch(/^templates\s+-$/m)
     expect((await engram(["hosts", "uncordon", big], { env })).code).toBe(0)
     expect(JSON.parse((await engram(["hosts", "show", big, "--json"], { env })).stdout)).toMatchObject({ id: big, state: "ready" })
   })
@@ -103,6 +104,22 @@ describe("engram sessions and why", () => {
     expect((await engram(["sessions", "idle", s], { env })).stdout).toBe(`${s} parked: paused in RAM, resumes warm\n`)
     const parked = JSON.parse((await engram(["sessions", "ls", "--state", "parked", "--json"], { env })).stdout) as { id: string }[]
     expect(parked.map((p) => p.id)).toContain(s)
+    await engram(["sessions", "end", s], { env })
+  })
+
+  it("create --template stores the template, show prints it, and a bad name is refused naming template", async () => {
+    const s = uid("t")
+    // The small host reports the template (as its agent would): hosts show lists it.
+    const reported = await call(c.url, "PUT", `/v1/hosts/${small}/report`, { totalMib: 5120, allocatableMib: 5120, totalVcpus: 4, templates: [{ name: "py-3.12", memMib: 512, vcpus: 1 }] })
+    expect(reported.status).toBe(200)
+    expect((await engram(["hosts", "show", small], { env })).stdout).toMatch(/^templates\s+py-3\.12 \(512 MiB, 1 vCPU\)$/m)
+    await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", s, "--template", "py-3.12"], { env })
+    const shown = (await engram(["sessions", "show", s], { env })).stdout
+    expect(shown).toMatch(/^template\s+py-3\.12$/m)
+    expect(shown).toMatch(new RegExp(`^host\\s+${small}$`, "m"))
+    const bad = await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--template", ".hidden"], { env })
+    expect(bad.code).not.toBe(0)
+    expect(bad.stderr).toContain("template")
     await engram(["sessions", "end", s], { env })
   })
 

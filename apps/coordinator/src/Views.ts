@@ -13,7 +13,7 @@ export const hostJson = (h: HostView): Records.Host => ({
   labels: h.labels,
   state: h.state,
   measured: h.measured,
-  report: h.report,
+  report: h.report === null ? null : { totalMib: h.report.totalMib, allocatableMib: h.report.allocatableMib, totalVcpus: h.report.totalVcpus, templates: h.report.templates ?? [] },
   reportedAt: h.reportedAt,
   createdAt: h.createdAt,
   allocatableMib: h.headroom.allocatableMib,

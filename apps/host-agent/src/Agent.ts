@@ -388,7 +388,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     const reportOnce = Effect.gen(function* () {
       const vms = yield* runtime.usage
-      const report = yield* deps.measure(residentMibOf(vms))
+      // The templates held ride on the report: the coordinator prefers this host for sessions that name one.
+      const held = (yield* templates.held).map((t) => ({ name: t.name, memMib: t.memMib, vcpus: t.vcpus }))
+      const report = { ...(yield* deps.measure(residentMibOf(vms))), templates: held }
       const active = activeSince(vms, yield* Clock.currentTimeMillis)
       yield* Ref.set(lastReport, report)
       yield* coordinator.report(report, active).pipe(Effect.catch((e) => Effect.logWarning("report failed", { hostId: me, error: e.message })))

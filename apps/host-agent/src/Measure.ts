@@ -14,6 +14,8 @@ export interface HostReport {
   readonly totalMib: number | null
   readonly allocatableMib: number | null
   readonly totalVcpus: number | null
+  /** The templates the runtime holds (the agent adds them to what the meter measured). */
+  readonly templates?: readonly { readonly name: string; readonly memMib: number; readonly vcpus: number }[]
 }
 
 /** The host meter: measures the host given the RAM of the VMs resident on it. */

@@ -5,7 +5,7 @@
  * one at a time (each boots a guest); a second ask for the same template waits for the first.
  */
 import { nowMs, type RuntimeError, type TemplateInfo, type TemplateSpec, type VmRuntimeShape } from "@engram/runtime"
-import { Validate } from "@engram/store"
+import { Names } from "@engram/core"
 import { Effect, Semaphore } from "effect"
 
 export interface Templates {
@@ -22,8 +22,8 @@ export const parse = (text: string): { readonly specs: readonly TemplateSpec[] }
     const m = /^([^=]*)=(\d+):(\d+)$/.exec(part)
     if (m === null) return { problem: `must be name=memMib:vcpus, separated by commas (e.g. small=256:1): ${JSON.stringify(part)}` }
     const [, name = "", mem, vcpus] = m
-    // A template name is an id like a session's (one rule).
-    if (Validate.id("template", name) !== null) return { problem: `a template name ${Validate.idRule}: ${JSON.stringify(name)}` }
+    // The one template name rule, as the API and the runtimes judge it.
+    if (!Names.isTemplateName(name)) return { problem: `a template name ${Names.templateNameRule}: ${JSON.stringify(name)}` }
     if (specs.some((s) => s.name === name)) return { problem: `names the template ${name} twice` }
     if (Number(mem) <= 0 || Number(vcpus) <= 0) return { problem: `needs a memMib and vcpus > 0: ${JSON.stringify(part)}` }
     specs.push({ name, memMib: Number(mem), vcpus: Number(vcpus) })

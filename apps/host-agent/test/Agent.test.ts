@@ -90,7 +90,7 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       const s = yield* f.coordinator.get
       // Stale window 2 min → a heartbeat every 40 s: at 0, 40, 80, 120 s.
       assert.strictEqual(s.heartbeats.get("a"), 4)
-      assert.deepStrictEqual(s.reports.get("a"), { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 })
+      assert.deepStrictEqual(s.reports.get("a"), { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8, templates: [] })
     }))
 
   it.effect("the report names the sessions whose guest did work since the last report (its CPU time grew), and only those", () =>
@@ -159,7 +159,7 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       })
       yield* agent.reportOnce
       assert.deepStrictEqual(seen, [320])
-      assert.deepStrictEqual((yield* coordinator.get).reports.get("a"), { totalMib: 8192, allocatableMib: 4320, totalVcpus: 4 })
+      assert.deepStrictEqual((yield* coordinator.get).reports.get("a"), { totalMib: 8192, allocatableMib: 4320, totalVcpus: 4, templates: [] })
     }))
 })
 

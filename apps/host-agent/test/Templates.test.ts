@@ -37,6 +37,13 @@ describe("a session that names a template", () => {
       assert.deepStrictEqual((yield* Ref.get(a.runtime.launches)).map((l) => [l.from, l.template]), [["template", "small"]])
     }))
 
+  it.effect("the host report carries the templates the runtime holds", () =>
+    Effect.gen(function* () {
+      const { fleet, a } = yield* run("small", 512)
+      yield* a.agent.reportOnce
+      assert.deepStrictEqual((yield* fleet.coordinator.get).reports.get("a")?.templates, [{ name: "small", memMib: 512, vcpus: 1 }])
+    }))
+
   it.effect("a held template of another size is not used: the session boots", () =>
     Effect.gen(function* () {
       const fleet = yield* makeFleet([{ hostId: "a" }])

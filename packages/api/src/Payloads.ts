@@ -52,6 +52,12 @@ export const Report = Schema.Struct({
    * grew). Each restarts its idle clock; absent = no activity measured.
    */
   activeSessions: Schema.optionalKey(Schema.Array(Schema.String)),
+  /**
+   * The templates the host's runtime holds, each name once (`name`: 1-100 of `[A-Za-z0-9._-]`,
+   * not starting with `.`; `memMib`, `vcpus`: integers > 0). Placement prefers a host holding a
+   * session's template; absent = none.
+   */
+  templates: Schema.optionalKey(Schema.Array(Schema.Struct({ name: Schema.String, memMib: Schema.Finite, vcpus: Schema.Finite }))),
 })
 export type Report = typeof Report.Type
 
@@ -75,6 +81,8 @@ export const CreateSession = Schema.Struct({
   idleTimeoutMs: Schema.optionalKey(Schema.Finite),
   /** The session ends this long (ms) after its create, whatever its state; `PUT /v1/sessions/{id}/ttl` sets it anew. */
   ttlMs: Schema.optionalKey(Schema.Finite),
+  /** The template the session starts from instead of a boot (1-100 of `[A-Za-z0-9._-]`, not starting with `.`); hosts holding it are preferred. */
+  template: Schema.optionalKey(Schema.String),
 })
 export type CreateSession = typeof CreateSession.Type
 

@@ -48,6 +48,11 @@ export const Session = Schema.Struct({
   lastActiveAt: Num,
   /** When the TTL ends the session (epoch ms); null: no TTL. */
   endsAt: NullableNum,
+  /**
+   * The template the session starts from (its host's agent starts it from there, or boots when it
+   * cannot); null: booted. Absent from a coordinator older than templates.
+   */
+  template: Schema.optionalKey(Schema.NullOr(Schema.String)),
   createdAt: Num,
   updatedAt: Num,
 })
@@ -119,11 +124,17 @@ export type SessionsPage = typeof SessionsPage.Type
 export const QueuePage = pageOf(SessionDetail)
 export type QueuePage = typeof QueuePage.Type
 
+/** A template a host holds: its name and the size of the guest it starts. */
+export const HeldTemplate = Schema.Struct({ name: Schema.String, memMib: Num, vcpus: Num })
+export type HeldTemplate = typeof HeldTemplate.Type
+
 /** What a host reported (SPEC §1); null = not measured. */
 export const HostReport = Schema.Struct({
   totalMib: NullableNum,
   allocatableMib: NullableNum,
   totalVcpus: NullableNum,
+  /** The templates the host's runtime holds (placement prefers their holders for sessions that name one). Absent from an older coordinator. */
+  templates: Schema.optionalKey(Schema.Array(HeldTemplate)),
 })
 export type HostReport = typeof HostReport.Type
 
@@ -330,6 +341,8 @@ export const Fleet = Schema.Struct({
   }),
   parks: Num,
   descentsRunning: Num,
+  /** Each template (name and size) the hosts hold, with how many hosts hold it. Absent from an older coordinator. */
+  templates: Schema.optionalKey(Schema.Array(Schema.Struct({ ...HeldTemplate.fields, hosts: Num }))),
   /**
    * Moves in doubt (SPEC §13): pending with the final round recorded, waiting for their source's
    * or target's word or an operator's. Absent from a coordinator older than it.

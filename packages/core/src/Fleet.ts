@@ -7,6 +7,7 @@
 import * as Headroom from "./Headroom.js"
 import { defaults, type Limits } from "./Limits.js"
 import * as ParkGate from "./ParkGate.js"
+import { compareIds } from "./Order.js"
 import * as Placement from "./Placement.js"
 
 /** The fleet at a glance. */
@@ -44,6 +45,25 @@ export interface Snapshot {
   }
   readonly parks: number
   readonly descentsRunning: number
+  /** Each template (name and size) the hosts hold, with how many hold it (any state), by name then size. */
+  readonly templates: readonly TemplateCount[]
+}
+
+/** A template and how many hosts hold it. */
+export interface TemplateCount extends Placement.HeldTemplate {
+  readonly hosts: number
+}
+
+/** The templates the hosts hold, each with its number of holders, by name then size. */
+export const templateCounts = (hosts: Iterable<Placement.Candidate>): TemplateCount[] => {
+  const counts = new Map<string, TemplateCount>()
+  for (const h of hosts)
+    for (const t of h.templates ?? []) {
+      const key = `${t.name}/${t.memMib}/${t.vcpus}`
+      const c = counts.get(key)
+      counts.set(key, { name: t.name, memMib: t.memMib, vcpus: t.vcpus, hosts: (c?.hosts ?? 0) + 1 })
+    }
+  return [...counts.values()].sort((a, b) => compareIds(a.name, b.name) || a.memMib - b.memMib || a.vcpus - b.vcpus)
 }
 
 /** Computes the snapshot from one fleet read. */
@@ -101,5 +121,6 @@ export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults): 
     unplaceable: { count: tooBig.length, largestMemMib: largest.memMib, largestVcpus: largest.vcpus },
     parks,
     descentsRunning,
+    templates: templateCounts(fleet.hosts),
   }
 }

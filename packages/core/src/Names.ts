@@ -39,3 +39,12 @@ const ID = /^[A-Za-z0-9._-]{1,100}$/
  * names nothing).
  */
 export const isId = (value: unknown): value is string => typeof value === "string" && ID.test(value) && value !== "." && value !== ".."
+
+/** The template name rule's words, as a refusal names it. */
+export const templateNameRule = "must be 1-100 characters of [A-Za-z0-9._-], not starting with ."
+
+/**
+ * The one template name rule, for the API and every runtime: an id (`isId`) that does not start
+ * with a dot, so a template's name is a plain file name next to the runtime's hidden build files.
+ */
+export const isTemplateName = (value: unknown): value is string => isId(value) && !value.startsWith(".")

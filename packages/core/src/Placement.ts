@@ -30,6 +30,15 @@ export interface Candidate {
    * queue drains, move targets), whatever its state.
    */
   readonly reported?: boolean
+  /** The templates the host holds (a ranking signal only: a host without the session's template fits as well). */
+  readonly templates?: readonly HeldTemplate[] | undefined
+}
+
+/** A template a host holds: its name and the size of the guest it starts. */
+export interface HeldTemplate {
+  readonly name: string
+  readonly memMib: number
+  readonly vcpus: number
 }
 
 /** A placement request: a budget, an optional list of preferred hosts (best first), and a host it must not go to. */
@@ -40,6 +49,8 @@ export interface Request {
   readonly exclude?: string | undefined
   /** The deciding replica's share of the hosts, ranked before the rest (see {@link Spread}); missing: no preference. */
   readonly spread?: Spread | undefined
+  /** The template the session starts from: hosts that hold it (same name and size) rank first among those that fit. */
+  readonly template?: string | null | undefined
 }
 
 /**
@@ -101,19 +112,35 @@ export const fitsOn = (c: Candidate, budget: Budget, limits: Limits = defaults):
 
 const orNever = (n: number | null): number => (n === null ? Number.POSITIVE_INFINITY : n)
 
+/** The template a request asks for, with the size it must start (the request's budget); undefined when none. */
+export const wantedTemplate = (req: Request): HeldTemplate | undefined =>
+  req.template == null ? undefined : { name: req.template, memMib: req.budget.memMib, vcpus: req.budget.vcpus }
+
+/** Whether the host holds the wanted template: the same name and size. */
+export const holdsTemplate = (c: Candidate, wanted: HeldTemplate | undefined): boolean =>
+  wanted !== undefined &&
+  c.templates !== undefined &&
+  c.templates.some((t) => t.name === wanted.name && t.memMib === wanted.memMib && t.vcpus === wanted.vcpus)
+
 /**
  * The ranking order: measured before unmeasured; within each, affinity hosts first in the
- * request's order, then the hosts of the `spread`'s own share, then best fit (smallest free
- * RAM, then fewest free vCPUs), then host id. Negative: `a` ranks first. Exported for indexes
- * that must rank exactly as `rank` does.
+ * request's order, then hosts that hold the wanted template (a start without a boot), then
+ * the hosts of the `spread`'s own share, then best fit (smallest free RAM, then fewest free
+ * vCPUs), then host id. Negative: `a` ranks first. Exported for indexes that must rank exactly
+ * as `rank` does.
  */
-export const compare = (a: Candidate, b: Candidate, affinityIndex: ReadonlyMap<string, number>, spread?: Spread): number => {
+export const compare = (a: Candidate, b: Candidate, affinityIndex: ReadonlyMap<string, number>, wanted?: HeldTemplate, spread?: Spread): number => {
   const ma = isMeasured(a) ? 0 : 1
   const mb = isMeasured(b) ? 0 : 1
   if (ma !== mb) return ma - mb
   const ia = affinityIndex.get(a.id) ?? Number.POSITIVE_INFINITY
   const ib = affinityIndex.get(b.id) ?? Number.POSITIVE_INFINITY
   if (ia !== ib) return ia < ib ? -1 : 1
+  if (wanted !== undefined) {
+    const ta = holdsTemplate(a, wanted) ? 0 : 1
+    const tb = holdsTemplate(b, wanted) ? 0 : 1
+    if (ta !== tb) return ta - tb
+  }
   if (spread !== undefined) {
     const oa = isOwn(spread, a.id)
     if (oa !== isOwn(spread, b.id)) return oa ? -1 : 1
@@ -139,19 +166,21 @@ export const affinityIndexOf = (req: Request): ReadonlyMap<string, number> => {
 /** The ids of the hosts that fit the request, best first (SPEC §2). */
 export const rank = (hosts: readonly Candidate[], req: Request, limits: Limits = defaults): string[] => {
   const index = affinityIndexOf(req)
+  const wanted = wantedTemplate(req)
   return hosts
     .filter((h) => h.id !== req.exclude && fitsOn(h, req.budget, limits))
-    .sort((a, b) => compare(a, b, index, req.spread))
+    .sort((a, b) => compare(a, b, index, wanted, req.spread))
     .map((h) => h.id)
 }
 
 /** The best host for the request, or null when none fits: `rank(...)[0]` in one linear pass. */
 export const pick = (hosts: Iterable<Candidate>, req: Request, limits: Limits = defaults): string | null => {
   const index = affinityIndexOf(req)
+  const wanted = wantedTemplate(req)
   let best: Candidate | undefined
   for (const h of hosts) {
     if (h.id === req.exclude || !fitsOn(h, req.budget, limits)) continue
-    if (best === undefined || compare(h, best, index, req.spread) < 0) best = h
+    if (best === undefined || compare(h, best, index, wanted, req.spread) < 0) best = h
   }
   return best === undefined ? null : best.id
 }

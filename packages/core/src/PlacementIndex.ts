@@ -3,13 +3,15 @@
  * `pick` exactly as `Placement.pick` does over the same candidates, in O(log n + k) instead of
  * O(n). Hosts are kept sorted by the ranking key (free RAM, free vCPUs, id); a pick binary
  * searches the first host with enough RAM and walks up to the first whose CPU also fits.
- * Property tests pin `Index.pick === Placement.pick` after random updates.
+ * Property tests pin `Index.pick === Placement.pick` after random updates. The measured hosts
+ * that hold a template are also filed per template (name and size), so a request for one finds
+ * its best-fitting holder by the same search.
  */
 import * as Headroom from "./Headroom.js"
 import type { Budget } from "./Headroom.js"
 import { defaults, type Limits } from "./Limits.js"
 import * as Placement from "./Placement.js"
-import type { Candidate, Choice, Chosen, Request } from "./Placement.js"
+import type { Candidate, Choice, Chosen, HeldTemplate, Request } from "./Placement.js"
 
 interface Slot {
   readonly c: Candidate
@@ -131,6 +133,9 @@ class Sorted {
   }
 }
 
+/** The key a template is filed under: its size and name (a name holds no `/`). */
+const templateKey = (t: HeldTemplate): string => `${t.memMib}/${t.vcpus}/${t.name}`
+
 /** A placement index over candidates that change one at a time. */
 export class Index {
   private readonly all = new Map<string, Candidate>()
@@ -141,6 +146,8 @@ export class Index {
   private readonly unmeasured = new Sorted()
   /** Open, measured hosts whose RAM is not gated although measured (rare): judged one by one. */
   private readonly irregular: Candidate[] = []
+  /** The slots of `measured` again, per template their host holds (by `templateKey`). */
+  private readonly holders = new Map<string, Sorted>()
 
   #limits: Limits
 
@@ -188,6 +195,18 @@ export class Index {
     }
     index.measured.load(measured.sort(cmpSlot))
     index.unmeasured.load(unmeasured.sort(cmpSlot))
+    const held = new Map<string, Slot[]>()
+    for (const slot of measured)
+      for (const key of Index.keysOf(slot.c)) {
+        const list = held.get(key)
+        if (list === undefined) held.set(key, [slot])
+        else list.push(slot)
+      }
+    for (const [key, slots] of held) {
+      const list = new Sorted()
+      list.load(slots)
+      index.holders.set(key, list)
+    }
     return index
   }
 
@@ -213,6 +232,11 @@ export class Index {
     return this.irregular
   }
 
+  /** The distinct template keys a host holds. */
+  private static keysOf(c: Candidate): ReadonlySet<string> {
+    return new Set((c.templates ?? []).map(templateKey))
+  }
+
   /** Adds or replaces a host. */
   upsert(c: Candidate): void {
     this.remove(c.id)
@@ -222,6 +246,12 @@ export class Index {
     const list = this.listOf(c)
     if (Array.isArray(list)) list.push(c)
     else list.insert(slot)
+    if (c.templates !== undefined && c.templates.length > 0 && list === this.measured)
+      for (const key of Index.keysOf(c)) {
+        let held = this.holders.get(key)
+        if (held === undefined) this.holders.set(key, (held = new Sorted()))
+        held.insert(slot)
+      }
     this.slotOf.set(c.id, { slot, list })
   }
 
@@ -231,6 +261,13 @@ export class Index {
     if (at !== undefined) {
       if (Array.isArray(at.list)) at.list.splice(at.list.indexOf(at.slot.c), 1)
       else at.list.remove(at.slot)
+      const held = at.slot.c.templates
+      if (held !== undefined && held.length > 0 && at.list === this.measured)
+        for (const key of Index.keysOf(at.slot.c)) {
+          const list = this.holders.get(key)
+          list?.remove(at.slot)
+          if (list?.size === 0) this.holders.delete(key)
+        }
       this.slotOf.delete(id)
     }
     this.all.delete(id)
@@ -258,16 +295,27 @@ export class Index {
       const c = this.all.get(id)
       if (c !== undefined && id !== exclude && Placement.isMeasured(c) && Placement.fitsOn(c, b, this.#limits)) return c.id
     }
-    // With a spread, the hosts of the replica's own share first (best fit among them), then the rest.
+    // Then, among the hosts that fit: the holders of the wanted template, then (with a spread)
+    // the replica's own share, then best fit; each preference falls back to the next.
     const spread = req.spread === undefined || req.spread.replicas <= 1 ? undefined : req.spread
-    let best = this.firstFit(this.measured, b, affinity, exclude, spread) ?? (spread === undefined ? undefined : this.firstFit(this.measured, b, affinity, exclude))
+    const wanted = req.template == null ? undefined : Placement.wantedTemplate(req)
+    const inOrder = (list: Sorted | undefined): Candidate | undefined =>
+      list === undefined ? undefined : (this.firstFit(list, b, affinity, exclude, spread) ?? (spread === undefined ? undefined : this.firstFit(list, b, affinity, exclude)))
+    let best = wanted === undefined ? undefined : inOrder(this.holders.get(templateKey(wanted)))
+    best ??= inOrder(this.measured)
     for (const c of this.irregular) {
-      if (c.id !== exclude && Placement.fitsOn(c, b, this.#limits) && (best === undefined || Placement.compare(c, best, affinity, spread) < 0)) best = c
+      if (c.id !== exclude && Placement.fitsOn(c, b, this.#limits) && (best === undefined || Placement.compare(c, best, affinity, wanted, spread) < 0)) best = c
     }
     if (best !== undefined) return best.id
     for (const id of affinity.keys()) {
       const c = this.all.get(id)
       if (c !== undefined && id !== exclude && Placement.fitsOn(c, b, this.#limits)) return c.id
+    }
+    const fits = (s: Slot): boolean => s.fitMib >= b.memMib && s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude
+    const own = (s: Slot): boolean => spread === undefined || Placement.isOwn(spread, s.c.id)
+    if (wanted !== undefined) {
+      for (const s of this.unmeasured.all()) if (fits(s) && Placement.holdsTemplate(s.c, wanted) && own(s)) return s.c.id
+      if (spread !== undefined) for (const s of this.unmeasured.all()) if (fits(s) && Placement.holdsTemplate(s.c, wanted)) return s.c.id
     }
     return (this.firstFit(this.unmeasured, b, affinity, exclude, spread) ?? (spread === undefined ? undefined : this.firstFit(this.unmeasured, b, affinity, exclude)))?.id ?? null
   }
@@ -283,9 +331,9 @@ export class Index {
   }
 
   // The first slot whose RAM and CPU fit (in the spread's own share, with one); affinity hosts were judged already.
-  // Measured slots rank by their RAM limit, so the walk starts at the budget's RAM; unmeasured ones are all walked.
+  // Lists sorted by RAM limit (the measured hosts, a template's holders) are walked from the budget's RAM; unmeasured ones are all walked.
   private firstFit(list: Sorted, b: Budget, affinity: ReadonlyMap<string, number>, exclude: string | undefined, spread?: Placement.Spread): Candidate | undefined {
-    for (const s of list === this.measured ? list.from(b.memMib) : list.all()) {
+    for (const s of list === this.unmeasured ? list.all() : list.from(b.memMib)) {
       if (s.fitMib >= b.memMib && s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude && (spread === undefined || Placement.isOwn(spread, s.c.id))) return s.c
     }
     return undefined

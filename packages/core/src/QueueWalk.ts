@@ -22,10 +22,12 @@ import * as Placement from "./Placement.js"
 import type { Candidate } from "./Placement.js"
 import { Index } from "./PlacementIndex.js"
 
-/** A queued session as the walk sees it (any record with a budget and, optionally, an affinity). */
+/** A queued session as the walk sees it (any record with a budget and, optionally, an affinity and a template). */
 export interface Waiting {
   readonly budget: Budget
   readonly affinity?: readonly string[] | undefined
+  /** The template it starts from: hosts holding it rank first (`Placement.Request.template`). */
+  readonly template?: string | null | undefined
   /** When it queued (a session that waited the starvation limit gets a host claimed). */
   readonly queuedAt?: number | null | undefined
 }
@@ -161,7 +163,7 @@ export const walkOn = <W extends Waiting>(index: Index, queue: Iterable<W>, opti
       continue
     }
     const key = `${w.budget.memMib}/${w.budget.vcpus}`
-    const hostId = missed.has(key) ? null : index.pick({ budget: w.budget, affinity: w.affinity ?? [], spread: options.spread })
+    const hostId = missed.has(key) ? null : index.pick({ budget: w.budget, affinity: w.affinity ?? [], template: w.template, spread: options.spread })
     if (hostId === null) {
       missed.add(key)
       unplaced.push(w)

@@ -153,6 +153,8 @@ export interface Record {
   readonly lastActiveAt: number
   /** When the TTL ends the session whatever its state (`Lifetime.isExpired`); null: no TTL. */
   readonly endsAt: number | null
+  /** The template the session starts from (`Names.isTemplateName`), instead of a boot; null: booted. */
+  readonly template: string | null
   readonly createdAt: number
   readonly updatedAt: number
 }
@@ -188,6 +190,8 @@ export type Step =
       /** Valid lifetimes (`Lifetime.validLifetimeMs`) or absent. */
       readonly idleTimeoutMs?: number | null | undefined
       readonly ttlMs?: number | null | undefined
+      /** A valid template name (`Names.isTemplateName`) or absent. */
+      readonly template?: string | null | undefined
     }
   | { readonly _tag: "place"; readonly placement: Placed }
   | { readonly _tag: "markRunning" }
@@ -465,6 +469,7 @@ const createPlan = (op: Extract<Step, { readonly _tag: "create" }>, now: number)
     idleTimeoutMs: op.idleTimeoutMs ?? null,
     lastActiveAt: now,
     endsAt: Lifetime.endsAtOf(op.ttlMs, now),
+    template: op.template ?? null,
     createdAt: now,
     updatedAt: now,
   }

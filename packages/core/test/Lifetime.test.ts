@@ -13,6 +13,7 @@ const record = (over: Partial<Session.Record> = {}): Session.Record => ({
   idleTimeoutMs: null,
   lastActiveAt: 0,
   endsAt: null,
+  template: null,
   createdAt: 0,
   updatedAt: 0,
   ...over,

@@ -1,7 +1,8 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { Headroom, Limits, Placement } from "../src/index.js"
+import { Headroom, Limits, Placement, PlacementIndex } from "../src/index.js"
 import type { Candidate } from "../src/index.js"
+import { arbCandidate, arbFleet, arbTemplateBudget, hostIds, templateNames, templateSizes } from "./arb.js"
 
 const host = (id: string, allocatableMib: number | null, cpuBudget: number | null, memMib = 0, vcpus = 0, extra: Partial<Candidate> = {}): Candidate => ({
   id,
@@ -128,5 +129,61 @@ describe("Placement.noFit", () => {
     const hosts = [host("h1", 16384, 64, 16384, 8), host("h2", 16384, 64, 16384, 8)]
     expect(Placement.pick(hosts, req(4096))).toBeNull()
     expect(Placement.noFit(hosts, req(4096)).map((d) => d.reason)).toEqual(["ram_full", "ram_full"])
+  })
+})
+
+describe("Placement: templates rank, never fit (SPEC §13)", () => {
+  const held = (name: string, memMib: number, vcpus: number) => ({ templates: [{ name, memMib, vcpus }] })
+
+  it("a host holding the session's template ranks first among the hosts that fit, over a better fit", () => {
+    const hosts = [host("a", 16384, 64, 12288), host("b", 16384, 64, 0, 0, held("py", 1024, 1)), host("c", 16384, 64, 8192)]
+    expect(Placement.rank(hosts, { budget: { memMib: 1024, vcpus: 1 }, template: "py" })).toEqual(["b", "a", "c"])
+    expect(Placement.rank(hosts, { budget: { memMib: 1024, vcpus: 1 } })).toEqual(["a", "c", "b"])
+  })
+
+  it("a template of the same name but another size is no match", () => {
+    const hosts = [host("a", 16384, 64, 12288), host("b", 16384, 64, 0, 0, held("py", 2048, 1))]
+    expect(Placement.pick(hosts, { budget: { memMib: 1024, vcpus: 1 }, template: "py" })).toBe("a")
+  })
+
+  it("a host without the template still takes the session when it is the only fit", () => {
+    const hosts = [host("a", 4096, 64, 0), host("b", 16384, 64, 16000, 0, held("py", 1024, 1))]
+    expect(Placement.pick(hosts, { budget: { memMib: 1024, vcpus: 1 }, template: "py" })).toBe("a")
+  })
+
+  it("affinity still ranks above the template", () => {
+    const hosts = [host("a", 16384, 64), host("b", 16384, 64, 0, 0, held("py", 1024, 1))]
+    expect(Placement.pick(hosts, { budget: { memMib: 1024, vcpus: 1 }, affinity: ["a"], template: "py" })).toBe("a")
+  })
+
+  it("property: the template never changes whether a session is placed, only where among the hosts that fit", () => {
+    fc.assert(
+      fc.property(arbFleet, arbTemplateBudget, fc.constantFrom(...templateNames), fc.array(fc.constantFrom(...hostIds), { maxLength: 3 }), (hosts, budget, template, affinity) => {
+        const plain = { budget, affinity }
+        const withTemplate = { budget, affinity, template }
+        // The same hosts fit, in the same number; only the order may differ.
+        expect([...Placement.rank(hosts, withTemplate)].sort()).toEqual([...Placement.rank(hosts, plain)].sort())
+        expect(Placement.pick(hosts, withTemplate) === null).toBe(Placement.pick(hosts, plain) === null)
+        const picked = Placement.pick(hosts, withTemplate)
+        if (picked !== null) expect(Placement.rank(hosts, withTemplate)[0]).toBe(picked)
+      }),
+      { numRuns: 1000 },
+    )
+  })
+
+  it("property: of two otherwise equal hosts, the one holding the template wins", () => {
+    fc.assert(
+      fc.property(arbCandidate("x"), fc.constantFrom(...templateSizes), fc.constantFrom(...templateNames), (base, size, template) => {
+        const plain: Candidate = { ...base, templates: [] }
+        const holder: Candidate = { ...base, id: "y", templates: [{ name: template, ...size }] }
+        // "x" wins every tie by id; the template must outrank that.
+        const req = { budget: size, template }
+        const fits = Placement.fitsOn(plain, size)
+        expect(Placement.pick([plain, holder], req)).toBe(fits ? "y" : null)
+        expect(new PlacementIndex.Index().pick(req)).toBeNull()
+        expect(PlacementIndex.Index.of([plain, holder]).pick(req)).toBe(fits ? "y" : null)
+      }),
+      { numRuns: 500 },
+    )
   })
 })

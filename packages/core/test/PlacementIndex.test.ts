@@ -2,7 +2,7 @@ import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { Limits, Placement, PlacementIndex } from "../src/index.js"
 import type { Candidate } from "../src/index.js"
-import { arbCandidate } from "./arb.js"
+import { arbCandidate, arbTemplateBudget, templateNames } from "./arb.js"
 
 const ids = Array.from({ length: 12 }, (_, i) => `h${i}`)
 
@@ -13,9 +13,9 @@ describe("PlacementIndex", () => {
       fc.constantFrom(...ids).map((id) => ({ kind: "remove" as const, id })),
     )
     const query = fc.record({
-      memMib: fc.integer({ min: 1, max: 64 * 256 }),
-      vcpus: fc.integer({ min: 0, max: 16 }),
+      budget: arbTemplateBudget,
       affinity: fc.array(fc.constantFrom(...ids, "nowhere"), { maxLength: 4 }),
+      template: fc.option(fc.constantFrom(...templateNames, "t9"), { nil: undefined }),
     })
     fc.assert(
       fc.property(fc.array(op, { maxLength: 40 }), fc.array(query, { minLength: 1, maxLength: 8 }), fc.boolean(), (ops, queries, requireMeasured) => {
@@ -35,7 +35,7 @@ describe("PlacementIndex", () => {
         // Built in one go from the upserts (a later one of an id replaces an earlier), it picks the same.
         const built = PlacementIndex.Index.of(ops.flatMap((o) => (o.kind === "upsert" ? [o.c] : [])), limits)
         for (const q of queries) {
-          const req = { budget: { memMib: q.memMib, vcpus: q.vcpus }, affinity: q.affinity }
+          const req = { budget: q.budget, affinity: q.affinity, template: q.template }
           expect(index.pick(req)).toBe(Placement.pick([...model.values()], req, limits))
           const survivors = new Map<string, Candidate>()
           for (const o of ops) if (o.kind === "upsert") survivors.set(o.c.id, o.c)

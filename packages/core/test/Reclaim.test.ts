@@ -34,6 +34,7 @@ const session = (id: string, state: Session.State, reservationId: string | null,
   idleTimeoutMs: null,
   lastActiveAt: 0,
   endsAt: null,
+  template: null,
   createdAt: 0,
   updatedAt: 0,
 })

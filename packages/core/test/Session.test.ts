@@ -104,6 +104,7 @@ describe("Session.step", () => {
     idleTimeoutMs: null,
     lastActiveAt: 0,
     endsAt: null,
+    template: null,
     createdAt: 0,
     updatedAt: 0,
   }

@@ -2,7 +2,7 @@ import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { Limits, Placement, PlacementIndex, QueueWalk } from "../src/index.js"
 import type { Candidate } from "../src/index.js"
-import { arbCandidate } from "./arb.js"
+import { arbCandidate, arbTemplateBudget, templateNames } from "./arb.js"
 
 const ids = Array.from({ length: 12 }, (_, i) => `h${i}`)
 
@@ -38,6 +38,30 @@ describe("Placement spread (a replica's share of the hosts)", () => {
           expect(Placement.rank(hosts, req, limits)[0] ?? null).toBe(picked)
         }
       }),
+      { numRuns: 2000 },
+    )
+  })
+
+  it("property: with a template too, the index picks exactly as Placement.pick and rank (the template's holders first, then the own share)", () => {
+    fc.assert(
+      fc.property(
+        arbFleet,
+        fc.array(fc.record({ budget: arbTemplateBudget, template: fc.option(fc.constantFrom(...templateNames), { nil: undefined }), affinity: fc.array(fc.constantFrom(...ids), { maxLength: 1 }) }), { minLength: 1, maxLength: 6 }),
+        arbSpread,
+        fc.boolean(),
+        (hosts, queries, spread, requireMeasured) => {
+          const limits = limitsOf(requireMeasured)
+          const index = PlacementIndex.Index.of(hosts, limits)
+          for (const q of queries) {
+            const req = { budget: q.budget, affinity: q.affinity, template: q.template, spread }
+            const picked = Placement.pick(hosts, req, limits)
+            expect(index.pick(req)).toBe(picked)
+            expect(Placement.rank(hosts, req, limits)[0] ?? null).toBe(picked)
+            // Neither preference changes whether it fits.
+            expect(picked === null).toBe(Placement.pick(hosts, { budget: q.budget }, limits) === null)
+          }
+        },
+      ),
       { numRuns: 2000 },
     )
   })

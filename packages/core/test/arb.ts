@@ -2,6 +2,27 @@
 import fc from "fast-check"
 import type { Candidate, Placement } from "../src/index.js"
 
+/** Template names the arbitraries draw from. */
+export const templateNames = ["t1", "t2"]
+
+/** Sizes a template of the arbitraries starts (a budget of one of them may match a host's template). */
+export const templateSizes = [
+  { memMib: 256, vcpus: 1 },
+  { memMib: 1024, vcpus: 1 },
+  { memMib: 1024, vcpus: 2 },
+]
+
+/** A template a host holds: one of a few names and sizes. */
+export const arbHeldTemplate = fc
+  .record({ name: fc.constantFrom(...templateNames), size: fc.constantFrom(...templateSizes) })
+  .map((r): Placement.HeldTemplate => ({ name: r.name, ...r.size }))
+
+/** A budget that is often a template's size. */
+export const arbTemplateBudget = fc.oneof(
+  fc.constantFrom(...templateSizes),
+  fc.record({ memMib: fc.integer({ min: 1, max: 64 * 256 }), vcpus: fc.integer({ min: 0, max: 16 }) }),
+)
+
 /** A candidate host `id`: any mix of measured, unmeasured, gated and full, in any state. */
 export const arbCandidate = (id: string) =>
   fc
@@ -13,6 +34,7 @@ export const arbCandidate = (id: string) =>
       state: fc.constantFrom("ready", "ready", "ready", "cordoned", "draining"),
       entries: fc.integer({ min: 0, max: 5 }),
       measured: fc.option(fc.boolean(), { nil: undefined }),
+      templates: fc.option(fc.array(arbHeldTemplate, { maxLength: 2 }), { nil: undefined }),
     })
     .map(
       (r): Candidate => ({
@@ -25,6 +47,7 @@ export const arbCandidate = (id: string) =>
         state: r.state as Placement.HostState,
         entries: r.entries,
         ...(r.measured === undefined ? {} : { measured: r.measured }),
+        ...(r.templates === undefined ? {} : { templates: r.templates }),
       }),
     )
 

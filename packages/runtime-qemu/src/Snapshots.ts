@@ -13,6 +13,7 @@
  */
 import { copyFile, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises"
 import { dirname, join } from "node:path"
+import { Names } from "@engram/core"
 import { type DescentImage, type Launch, nowMs, type RuntimeError, type SnapshotMethod, type TemplateInfo, type TemplateSpec, type VmSpec, type VmStarted } from "@engram/runtime"
 import { Effect } from "effect"
 import * as M from "./QemuMigration.js"
@@ -200,7 +201,7 @@ const builderId = (name: string) => `@template-${name}`
 export const buildTemplate = (h: VmHost, t: TemplateSpec, machine: P.Machine, bandwidthBytesPerSec: number): Effect.Effect<TemplateInfo, RuntimeError> =>
   Effect.gen(function* () {
     const spec: VmSpec = { vmId: builderId(t.name), memMib: t.memMib, vcpus: t.vcpus }
-    if (!Templates.validName(t.name)) return yield* err("buildTemplate", spec.vmId, `a template name must be a non-empty name that does not start with a dot: ${JSON.stringify(t.name)}`)
+    if (!Templates.validName(t.name)) return yield* err("buildTemplate", spec.vmId, `a template name ${Names.templateNameRule}: ${JSON.stringify(t.name)}`)
     const part = Templates.partOf(h.settings.stateDir, t.name)
     yield* Templates.remove(part)
     yield* attempt("buildTemplate", spec.vmId, "template directory", () => mkdir(part.dir, { recursive: true }))

@@ -8,6 +8,7 @@
  */
 import { readdir, readFile, rename, rm, writeFile } from "node:fs/promises"
 import { join } from "node:path"
+import { Names } from "@engram/core"
 import type { SnapshotMethod, TemplateInfo, TemplateSpec } from "@engram/runtime"
 import { Effect } from "effect"
 import type { Machine } from "./QemuProcess.js"
@@ -32,8 +33,8 @@ export interface TemplatePaths {
 /** The directory of every template of a runtime. */
 export const rootOf = (stateDir: string): string => join(stateDir, "@templates")
 
-/** Whether `name` can name a template directory (not empty, no path of its own). */
-export const validName = (name: string): boolean => name !== "" && name !== "." && name !== ".." && !name.startsWith(".")
+/** Whether `name` can name a template: core's one rule (`Names.isTemplateName`), a plain file name that is not hidden. */
+export const validName = (name: string): boolean => Names.isTemplateName(name)
 
 const filesIn = (dir: string): TemplatePaths => ({ dir, state: join(dir, "state"), ram: join(dir, "ram"), record: join(dir, "template.json") })
 

@@ -21,6 +21,7 @@ import { placement } from "./cases/placement.js"
 import { properties } from "./cases/properties.js"
 import { queue } from "./cases/queue.js"
 import { sessions } from "./cases/sessions.js"
+import { templates } from "./cases/templates.js"
 import { prelude } from "./Harness.js"
 import type { Group } from "./Harness.js"
 
@@ -51,6 +52,7 @@ export const groups = (options: ConformanceOptions = {}): readonly Group[] => [
   cascades,
   historyGroup,
   lifetimes,
+  templates,
   pages,
   concurrency,
   properties({

@@ -22,6 +22,8 @@ export interface HostRow {
   readonly totalMib: number | null
   readonly allocatableMib: number | null
   readonly totalVcpus: number | null
+  /** The templates of the host's last report (placement prefers their holders). */
+  readonly templates: readonly Placement.HeldTemplate[]
   readonly reportedAt: number | null
   readonly createdAt: number
   /** Bumped by every change of the sums, the report or the state (see schema.ts). */
@@ -60,7 +62,7 @@ const idFilter = (column: SQL, ids: readonly string[] | undefined): SQL => {
 export const hostColumns = (alias: "h" | "hosts" | "", columns: HostRowsOptions["columns"] = "full"): SQL => {
   const c = (name: string) => sql.raw(alias === "" ? name : `${alias}.${name}`)
   return sql`${c("id")} as id, ${columns === "room" ? sql`null::jsonb` : c("labels")} as labels, ${c("state")} as state,
-      ${c("total_mib")} as "totalMib", ${c("allocatable_mib")} as "allocatableMib", ${c("total_vcpus")} as "totalVcpus",
+      ${c("total_mib")} as "totalMib", ${c("allocatable_mib")} as "allocatableMib", ${c("total_vcpus")} as "totalVcpus", ${c("templates")} as "templates",
       ${c("reported_at")}::float8 as "reportedAt", ${c("created_at")}::float8 as "createdAt", ${c("version")}::float8 as "version",
       ${c("reserved_mem_mib")}::float8 as "reservedMemMib", ${c("reserved_vcpus")}::float8 as "reservedVcpus", ${c("entries")} as "entries"`
 }
@@ -148,6 +150,7 @@ export const toHostRow = (r: Record<string, unknown>): HostRow => ({
   totalMib: numOrNull(r["totalMib"]),
   allocatableMib: numOrNull(r["allocatableMib"]),
   totalVcpus: numOrNull(r["totalVcpus"]),
+  templates: json<Placement.HeldTemplate[]>(r["templates"] ?? []),
   reportedAt: numOrNull(r["reportedAt"]),
   createdAt: num(r["createdAt"]),
   version: num(r["version"]),
@@ -164,7 +167,7 @@ export const readHostRows = <E>(conn: Conn<E>, options: HostRowsOptions = {}): E
 
 /** The report of a host, null before its first report. */
 export const reportOf = (row: HostRow): Host["report"] =>
-  row.reportedAt === null ? null : { totalMib: row.totalMib, allocatableMib: row.allocatableMib, totalVcpus: row.totalVcpus }
+  row.reportedAt === null ? null : { totalMib: row.totalMib, allocatableMib: row.allocatableMib, totalVcpus: row.totalVcpus, templates: row.templates }
 
 /** Whether the host is measured (core's rule). */
 export const measuredOf = (row: HostRow): boolean => {
@@ -187,6 +190,8 @@ export const toCandidate = (row: HostRow, limits: Limits.Limits): Candidate => (
   entries: row.entries,
   measured: measuredOf(row),
   reported: row.reportedAt !== null,
+  // Only a host holding templates names them: most hosts' candidates stay as they were.
+  ...(row.templates.length > 0 ? { templates: row.templates } : {}),
 })
 
 /** The host view of the store interface. */

@@ -4,6 +4,7 @@
  * view is the host cache's (`HostCache.fleet`: only what changed since its last read is read).
  */
 import { Ledger } from "@engram/core"
+import type { Placement } from "@engram/core"
 import { Conflict, CurrentFence, Cursor, NotFound, Refused, Validate } from "@engram/store"
 import type { Host, HostReport, HostView, InvalidInput, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
@@ -37,10 +38,14 @@ const hostOf = (h: typeof hosts.$inferSelect): Host => ({
   id: h.id,
   labels: { ...h.labels },
   state: h.state,
-  report: h.reportedAt === null ? null : { totalMib: h.totalMib, allocatableMib: h.allocatableMib, totalVcpus: h.totalVcpus },
+  report: h.reportedAt === null ? null : { totalMib: h.totalMib, allocatableMib: h.allocatableMib, totalVcpus: h.totalVcpus, templates: h.templates },
   reportedAt: h.reportedAt,
   createdAt: h.createdAt,
 })
+
+/** A report's templates as stored: each `{name, memMib, vcpus}` (no other key), none when absent. */
+const heldOf = (r: HostReport): readonly Placement.HeldTemplate[] => (r.templates ?? []).map((x) => ({ name: x.name, memMib: x.memMib, vcpus: x.vcpus }))
+const templatesJson = (r: HostReport): string => JSON.stringify(heldOf(r))
 
 /** A report to write at `t`. */
 interface ReportItem extends HostReport {
@@ -70,7 +75,8 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         if (h === undefined) return yield* hostNotFound(id)
         const bad: InvalidInput | null = Validate.report(report)
         if (bad) return yield* bad
-        const view = yield* writeHost(tx, id, sql`total_mib = ${report.totalMib}, allocatable_mib = ${report.allocatableMib}, total_vcpus = ${report.totalVcpus}, reported_at = ${t}`)
+        const view = yield* writeHost(tx, id, sql`total_mib = ${report.totalMib}, allocatable_mib = ${report.allocatableMib}, total_vcpus = ${report.totalVcpus},
+          templates = ${templatesJson(report)}::jsonb, reported_at = ${t}`)
         return view as HostView
       }),
     )
@@ -85,9 +91,9 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
       Effect.gen(function* () {
         const written = yield* tx.query(sql`with report as (
             select * from jsonb_to_recordset(${JSON.stringify(items)}::jsonb)
-              as r(id text, t bigint, "totalMib" float8, "allocatableMib" float8, "totalVcpus" bigint))
+              as r(id text, t bigint, "totalMib" float8, "allocatableMib" float8, "totalVcpus" bigint, templates jsonb))
           update ${hosts} h set total_mib = report."totalMib", allocatable_mib = report."allocatableMib", total_vcpus = report."totalVcpus",
-            reported_at = report.t, version = h.version + 1
+            templates = report.templates, reported_at = report.t, version = h.version + 1
           from report
           where h.id = report.id and h.id in (select id from ${hosts} where id in (select id from report) order by id for no key update)
           returning ${hostColumns("h", "room")}, 0 as "parks", 0 as "descents"`)
@@ -125,7 +131,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         const t = yield* now
         // A report that will be refused, or one made under a lease, is written alone.
         if (fence !== null || Validate.report(report) !== null) return yield* reportAlone(id, report, t)
-        const view = yield* reports({ id, t, totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus })
+        const view = yield* reports({ id, t, totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus, templates: heldOf(report) })
         if (view === undefined) return yield* hostNotFound(id)
         return view
       }).pipe(dieOnUnique),

@@ -29,6 +29,7 @@ export const toSession = (r: SessionRow): Session.Record => ({
   idleTimeoutMs: r.idleTimeoutMs,
   lastActiveAt: r.lastActiveAt,
   endsAt: r.endsAt,
+  template: r.template,
   createdAt: r.createdAt,
   updatedAt: r.updatedAt,
 })

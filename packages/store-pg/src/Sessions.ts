@@ -93,12 +93,13 @@ export const standingOf = (s: Session.Record, hosts: readonly Candidate[], posit
   tooBig: Placement.tooBigFor(hosts, limits)(s.budget),
 })
 
-/** A new session waiting in a group of creates (core's walk sees its budget and affinity). */
+/** A new session waiting in a group of creates (core's walk sees its budget, affinity and template). */
 interface CreateItem {
   readonly id: string
   readonly budget: Budget
   readonly affinity: readonly string[]
-  readonly life: Lifetimes
+  readonly template: string | null
+  readonly life: CreateOptions
   /** The create's time (the Clock's, when it was called). */
   readonly t: number
   /** Whether it needs a read that starts after it (it found no fit on a reused read, or lost a race). */
@@ -119,14 +120,15 @@ type ResumeAnswer =
   | { readonly _tag: "Done"; readonly outcome: PlaceOutcome }
   | { readonly _tag: "Refused"; readonly error: NotFound | IllegalTransition }
 
-/** A create's lifetime options (validated). */
-interface Lifetimes {
+/** A create's options beyond its budget and affinity (validated): its lifetimes and its template. */
+interface CreateOptions {
   readonly idleTimeoutMs?: number | undefined
   readonly ttlMs?: number | undefined
+  readonly template?: string | undefined
 }
-const noLifetimes: Lifetimes = {}
+const noLifetimes: CreateOptions = {}
 
-const createStep = (id: string, budget: Budget, affinity: readonly string[], placement: Session.Placed | null, life: Lifetimes = noLifetimes): Session.Step => ({
+const createStep = (id: string, budget: Budget, affinity: readonly string[], placement: Session.Placed | null, life: CreateOptions = noLifetimes): Session.Step => ({
   _tag: "create",
   id,
   budget,
@@ -134,10 +136,11 @@ const createStep = (id: string, budget: Budget, affinity: readonly string[], pla
   placement,
   idleTimeoutMs: life.idleTimeoutMs,
   ttlMs: life.ttlMs,
+  template: life.template,
 })
 
 /** Core's plan of a create that is new. */
-const created = (id: string, budget: Budget, affinity: readonly string[], life: Lifetimes, placement: Session.Placed | null, t: number) =>
+const created = (id: string, budget: Budget, affinity: readonly string[], life: CreateOptions, placement: Session.Placed | null, t: number) =>
   Session.step(null, createStep(id, budget, affinity, placement, life), t) as Plan.Plan
 
 /** The session a step's plan writes (it writes exactly one). */
@@ -244,7 +247,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
   }
 
   /** Fits nowhere on a fresh read: queued (or refused, storing nothing). */
-  const queueOrRefuse = <E>(conn: Conn<E>, id: string, budget: Budget, affinity: readonly string[], life: Lifetimes, onNoRoom: OnNoRoom, t: number, hosts: readonly Candidate[]) =>
+  const queueOrRefuse = <E>(conn: Conn<E>, id: string, budget: Budget, affinity: readonly string[], life: CreateOptions, onNoRoom: OnNoRoom, t: number, hosts: readonly Candidate[]) =>
     Effect.gen(function* () {
       if (onNoRoom === "refuse") return yield* noRoom(id, budget, affinity, hosts)
       const plan = created(id, budget, affinity, life, null, t)
@@ -260,11 +263,11 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
    * again in a later group, on a read that starts after it; after `maxCasAttempts` the caller
    * falls back to the locking choice (null). No fit on a fresh read: queued (or refused).
    */
-  const createOptimistic = (id: string, budget: Budget, affinity: readonly string[], life: Lifetimes, onNoRoom: OnNoRoom, t: number) =>
+  const createOptimistic = (id: string, budget: Budget, affinity: readonly string[], life: CreateOptions, onNoRoom: OnNoRoom, t: number) =>
     Effect.gen(function* () {
       let fresh = false
       for (let attempt = 0; attempt < options.maxCasAttempts; attempt++) {
-        const answer = yield* placeGrouped({ id, budget, affinity, life, t, fresh })
+        const answer = yield* placeGrouped({ id, budget, affinity, template: life.template ?? null, life, t, fresh })
         if (answer._tag === "Placed") return { _tag: "Placed", session: answer.session } satisfies PlaceOutcome
         if (answer._tag === "Exists") return yield* existing(id, budget, t)
         // A lost race, or no fit on a reused read (which may miss room freed since): decide again on a fresh read.
@@ -287,7 +290,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
    * The locking placement (when optimistic attempts keep losing, or are off): choose with core
    * on the cached rows, lock the chosen host and re-check it with core under the lock, apply.
    */
-  const createLocked = (id: string, budget: Budget, affinity: readonly string[], life: Lifetimes, onNoRoom: OnNoRoom, t: number) =>
+  const createLocked = (id: string, budget: Budget, affinity: readonly string[], life: CreateOptions, onNoRoom: OnNoRoom, t: number) =>
     Effect.gen(function* () {
       const already = yield* existing(id, budget, t)
       if (already !== null) return already
@@ -297,7 +300,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         .transaction((tx) =>
           Effect.gen(function* () {
             const all = cache.candidates()
-            const picked = yield* pickAndLock(tx, { budget, affinity }, limits(), held.size === 0 ? all : all.filter((c) => !held.has(c.id)))
+            const picked = yield* pickAndLock(tx, { budget, affinity, template: life.template }, limits(), held.size === 0 ? all : all.filter((c) => !held.has(c.id)))
             // Its standing is judged among every host, the claimed ones too.
             if (picked._tag === "NoFit") return yield* queueOrRefuse(tx, id, budget, affinity, life, onNoRoom, t, held.size === 0 ? picked.hosts : [...picked.hosts, ...all.filter((c) => held.has(c.id))])
             const plan = created(id, budget, affinity, life, { hostId: picked.hostId, version: picked.version, reservationId: randomUUID() }, t)
@@ -440,7 +443,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         const budget: Budget = { memMib: input.budget.memMib, vcpus: input.budget.vcpus }
         const affinity = [...(input.affinity ?? [])]
         const onNoRoom = input.onNoRoom ?? "queue"
-        const life: Lifetimes = { idleTimeoutMs: input.idleTimeoutMs, ttlMs: input.ttlMs }
+        const life: CreateOptions = { idleTimeoutMs: input.idleTimeoutMs, ttlMs: input.ttlMs, template: input.template }
         if (options.maxCasAttempts > 0) {
           const optimistic = yield* createOptimistic(input.id, budget, affinity, life, onNoRoom, t)
           if (optimistic !== null) return optimistic

@@ -5,6 +5,7 @@
  *
  * Times are epoch milliseconds from the store's Effect Clock (never the server's `now()`).
  */
+import type { Placement } from "@engram/core"
 import { sql } from "drizzle-orm"
 import {
   bigint,
@@ -45,6 +46,8 @@ export const hosts = pgTable(
     allocatableMib: doublePrecision("allocatable_mib"),
     totalVcpus: bigint("total_vcpus", { mode: "number" }),
     reportedAt: ms("reported_at"),
+    // The templates the host's last report said it holds (placement prefers their holders).
+    templates: jsonb("templates").$type<Placement.HeldTemplate[]>().notNull().default([]),
     createdAt: ms("created_at").notNull(),
     reservedMemMib: numeric("reserved_mem_mib", { mode: "number" }).notNull().default(0),
     reservedVcpus: numeric("reserved_vcpus", { mode: "number" }).notNull().default(0),
@@ -81,6 +84,8 @@ export const sessions = pgTable(
     idleTimeoutMs: ms("idle_timeout_ms"),
     lastActiveAt: ms("last_active_at").notNull().default(0),
     endsAt: ms("ends_at"),
+    // The template the session starts from (core's `Names.isTemplateName`); null: booted.
+    template: text("template"),
     createdAt: ms("created_at").notNull(),
     updatedAt: ms("updated_at").notNull(),
   },

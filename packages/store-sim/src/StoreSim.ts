@@ -79,6 +79,7 @@ interface SessionRec {
   idleTimeoutMs: number | null
   lastActiveAt: number
   endsAt: number | null
+  template: string | null
   createdAt: number
   updatedAt: number
 }
@@ -260,6 +261,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       entries: h.entries.size,
       measured: measuredOf(h),
       reported: h.reportedAt !== null,
+      // Only a host holding templates names them: most hosts' candidates stay as they were.
+      ...(h.report?.templates !== undefined && h.report.templates.length > 0 ? { templates: h.report.templates } : {}),
     }
     h.fleet = null
     index.upsert(h.candidate)
@@ -335,6 +338,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     idleTimeoutMs: s.idleTimeoutMs,
     lastActiveAt: s.lastActiveAt,
     endsAt: s.endsAt,
+    template: s.template,
     createdAt: s.createdAt,
     updatedAt: s.updatedAt,
   })
@@ -381,12 +385,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
   // The host choice of a create or a resume: the index's pick past the hosts claimed for
   // starving sessions, with a fresh reservation id.
-  const placementFor = (budget: Budget, affinity: readonly string[], t: number): Session.Placed | null => {
-    const choice = index.choose({ budget, affinity })
+  const placementFor = (budget: Budget, affinity: readonly string[], template: string | null, t: number): Session.Placed | null => {
+    const choice = index.choose({ budget, affinity, template })
     if (choice._tag !== "Chosen") return null
     const claimed = claimsAt(t)
     if (!claimed.has(choice.hostId)) return placedOn(choice.hostId)
-    const other = QueueWalk.pickUnclaimed(index, { budget, affinity }, claimed)
+    const other = QueueWalk.pickUnclaimed(index, { budget, affinity, template }, claimed)
     return other === null ? null : placedOn(other)
   }
   const placedOn = (hostId: string): Session.Placed => ({ hostId, version: (hosts.get(hostId) as HostRec).version, reservationId: reservationIdFor() })
@@ -631,7 +635,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const h = yield* findHost(id)
         const bad = Validate.report(report)
         if (bad) return yield* bad
-        h.report = { totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus }
+        h.report = {
+          totalMib: report.totalMib,
+          allocatableMib: report.allocatableMib,
+          totalVcpus: report.totalVcpus,
+          templates: (report.templates ?? []).map((t) => ({ name: t.name, memMib: t.memMib, vcpus: t.vcpus })),
+        }
         h.reportedAt = yield* now
         tooBigIndex = null
         refresh(h)
@@ -709,6 +718,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           placement,
           idleTimeoutMs: input.idleTimeoutMs,
           ttlMs: input.ttlMs,
+          template: input.template,
         })
         if (existing !== undefined) {
           // A repeated create: core answers the session as it is, or a Conflict on another budget.
@@ -716,7 +726,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           if (again._tag === "Unchanged") return Effect.succeed(outcomeOf(existing))
           return Effect.fail(fromRefusal(input.id, again as Session.Refusal) as Conflict)
         }
-        const placement = placementFor(input.budget, affinity, t)
+        const placement = placementFor(input.budget, affinity, input.template ?? null, t)
         if (placement === null && input.onNoRoom === "refuse")
           return Effect.fail(
             new NoRoom({
@@ -761,7 +771,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const bad = Session.judgeResume(s)
         if (bad) return yield* (fromRefusal(id, bad) as IllegalTransition)
         const t = yield* now
-        const placement = Session.resumesWarm(s.state) ? null : placementFor(s.budget, s.affinity, t)
+        const placement = Session.resumesWarm(s.state) ? null : placementFor(s.budget, s.affinity, s.template, t)
         const resumed = yield* stepSession(s, { _tag: "resume", placement }, t)
         return outcomeOf(resumed)
       }),

@@ -102,6 +102,11 @@ export interface StoreShape {
     readonly idleTimeoutMs?: number | undefined
     /** The session ends this long after its create (ms; `Lifetime.lifetimeRule`); `setTtl` moves it. */
     readonly ttlMs?: number | undefined
+    /**
+     * The template the session starts from (`Names.templateNameRule`), kept on the session for its
+     * host's agent. Placement prefers hosts that hold it (same name and size); it never decides fit.
+     */
+    readonly template?: string | undefined
   }) => Fx<PlaceOutcome, Conflict | InvalidInput | NoRoom>
   readonly getSession: (id: string) => Fx<Session, NotFound>
   /** Sessions, oldest first. */

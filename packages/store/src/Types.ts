@@ -11,6 +11,11 @@ export interface HostReport {
   /** MemAvailable + the RAM of the VMs resident on the host. */
   readonly allocatableMib: number | null
   readonly totalVcpus: number | null
+  /**
+   * The templates the host's runtime holds (each name once): placement prefers a host holding a
+   * session's template. Absent in a report: none; a host's stored report always lists them.
+   */
+  readonly templates?: readonly core.Placement.HeldTemplate[] | undefined
 }
 
 /** A host as registered. */

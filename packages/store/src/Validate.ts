@@ -79,7 +79,11 @@ export const activity = (value: unknown): InvalidInput | null => {
   return null
 }
 
-/** A new session: its id, budget and affinity list (each entry text), and what to do without room. */
+/** An optional template name: absent, or core's one rule (`Names.isTemplateName`). */
+export const template = (value: unknown): InvalidInput | null =>
+  value === undefined || Names.isTemplateName(value) ? null : new InvalidInput({ field: "template", rule: Names.templateNameRule })
+
+/** A new session: its id, budget and affinity list (each entry text), its template, and what to do without room. */
 export const sessionInput = (input: {
   id: unknown
   budget: Budget
@@ -87,8 +91,10 @@ export const sessionInput = (input: {
   onNoRoom?: unknown
   idleTimeoutMs?: unknown
   ttlMs?: unknown
+  template?: unknown
 }): InvalidInput | null => {
-  const bad = id("id", input.id) ?? budget(input.budget) ?? lifetime("idleTimeoutMs", input.idleTimeoutMs) ?? lifetime("ttlMs", input.ttlMs)
+  const bad =
+    id("id", input.id) ?? budget(input.budget) ?? lifetime("idleTimeoutMs", input.idleTimeoutMs) ?? lifetime("ttlMs", input.ttlMs) ?? template(input.template)
   if (bad) return bad
   if (input.affinity !== undefined) {
     if (!Array.isArray(input.affinity)) return new InvalidInput({ field: "affinity", rule: "must be an array of host ids" })
@@ -132,7 +138,28 @@ export const report = (r: HostReport): InvalidInput | null => {
   }
   if (r.totalMib !== null && r.allocatableMib !== null && r.allocatableMib > r.totalMib)
     return new InvalidInput({ field: "allocatableMib", rule: `must be <= totalMib (${r.totalMib})` })
-  return r.totalVcpus === null ? null : integerAtLeast("totalVcpus", r.totalVcpus, 0)
+  return (r.totalVcpus === null ? null : integerAtLeast("totalVcpus", r.totalVcpus, 0)) ?? heldTemplates(r.templates)
+}
+
+/** The most templates one host report may list. */
+export const maxReportedTemplates = 1000
+
+/** The templates a host reports: absent, or at most `maxReportedTemplates`, each a template name (once) with a size of integers > 0. */
+export const heldTemplates = (value: unknown): InvalidInput | null => {
+  if (value === undefined) return null
+  if (!Array.isArray(value) || value.length > maxReportedTemplates)
+    return new InvalidInput({ field: "templates", rule: `must be an array of at most ${maxReportedTemplates} templates` })
+  const seen = new Set<string>()
+  for (const [i, t] of value.entries()) {
+    if (typeof t !== "object" || t === null || Array.isArray(t)) return new InvalidInput({ field: `templates.${i}`, rule: "must be an object {name, memMib, vcpus}" })
+    const { name, memMib, vcpus } = t as { name?: unknown; memMib?: unknown; vcpus?: unknown }
+    if (!Names.isTemplateName(name)) return new InvalidInput({ field: `templates.${i}.name`, rule: Names.templateNameRule })
+    if (seen.has(name)) return new InvalidInput({ field: `templates.${i}.name`, rule: "must be unique within the report" })
+    seen.add(name)
+    const bad = integerAtLeast(`templates.${i}.memMib`, memMib, 1) ?? integerAtLeast(`templates.${i}.vcpus`, vcpus, 1)
+    if (bad) return bad
+  }
+  return null
 }
 
 const finiteAboveZero = (field: string, value: unknown): InvalidInput | null =>

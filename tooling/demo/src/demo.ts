@@ -67,6 +67,13 @@ const hosts = [
 ] as const
 
 /**
+ * The template both demo agents hold (built in the background as they start): the tour's 1 GiB
+ * sessions start from it instead of booting. Simulated, a template start is a shorter wait; on
+ * QEMU it is the booted guest's devices and RAM file, the RAM copied sparsely and mapped.
+ */
+const template = { name: "demo-1g", memMib: 1024, vcpus: 1 } as const
+
+/**
  * One line of the story: plain text on a terminal (the story is the output), an info event
  * with its fields in JSON mode.
  */
@@ -131,9 +138,12 @@ const runTour = (engram: EngramClientShape, hostIds: readonly string[]) =>
     const bigHost = yield* engram.hosts.get(big)
     for (const line of roomLines(bigHost, hosts[0])) yield* say(line)
 
-    const a = yield* engram.sessions.create({ id: id("a"), memMib: 1024, vcpus: 1, affinity: [small] })
+    const a = yield* engram.sessions.create({ id: id("a"), memMib: 1024, vcpus: 1, affinity: [small], template: template.name })
     const aRunning = yield* waitFor(engram, id("a"), "running")
-    yield* say(`  1. A session of 1 GiB is created: placed on ${aRunning.hostId ?? "?"}, where its agent starts the VM (${aRunning.state}).`, { session: a.id, hostId: aRunning.hostId })
+    yield* say(
+      `  1. A session of 1 GiB is created from the template ${template.name}: placed on ${aRunning.hostId ?? "?"}, where its agent starts the VM from that booted, paused guest instead of booting one (${aRunning.state}).`,
+      { session: a.id, hostId: aRunning.hostId, template: template.name },
+    )
 
     yield* engram.sessions.idle(id("a"))
     const parked = yield* waitFor(engram, id("a"), "parked")
@@ -141,7 +151,7 @@ const runTour = (engram: EngramClientShape, hostIds: readonly string[]) =>
 
     yield* engram.hosts.cordon(big)
     yield* engram.sessions.create({ id: id("b"), memMib: 1536, vcpus: 1, affinity: [small] })
-    const c = yield* engram.sessions.create({ id: id("c"), memMib: 1024, vcpus: 1 })
+    const c = yield* engram.sessions.create({ id: id("c"), memMib: 1024, vcpus: 1, template: template.name })
     const why = c.outcome === "queued" ? c.noFit.map((d) => `${d.hostId} ${d.reason}`).join(", ") : "it placed at once"
     yield* say(`  3. ${big} is cordoned and ${small} filled; a new 1 GiB session finds no room and queues (${why}).`, { session: c.id, outcome: c.outcome })
     const descended = yield* waitFor(engram, id("a"), "descended")
@@ -301,7 +311,7 @@ const program = Effect.gen(function* () {
       stateFile,
       imageDir: join(stateDir, `${h.id}-images`),
       measure: (mib) => Measure.HostMeter.use((m) => m.measure(mib)).pipe(Effect.provide(Measure.layerFixed({ totalMib: h.totalMib, osMib: h.osMib, vcpus: h.vcpus }))),
-      config: { pollWaitMs: 10_000, reportIntervalMs: 10_000 },
+      config: { pollWaitMs: 10_000, reportIntervalMs: 10_000, templates: [template] },
     }).pipe(Effect.provideService(References.MinimumLogLevel, agentLevel))
     // The demo's real guests end with it (a production agent leaves its VMs running across its
     // restarts: they outlive it by design). Run before the agent's scope closes its QMP links.

@@ -102,7 +102,7 @@ describe("the demo (pnpm start)", () => {
       "The tour: two simulated hosts, sim-host-1 (8 GiB, 8 vCPUs) and sim-host-2 (4 GiB, 4 vCPUs).",
       "   Reserve: of sim-host-1's 8 GiB, its OS uses 0.5 GiB and the coordinator keeps 1 GiB for the host itself (ENGRAM_SYSTEM_RESERVE_MIB), so sessions get 6.5 GiB.",
       "   Overcommit: sessions rarely keep every vCPU busy, so each core counts 4 times (ENGRAM_CPU_OVERCOMMIT): its 8 cores offer 32 vCPUs. RAM is not overcommitted.",
-      "  1. A session of 1 GiB is created: placed on sim-host-2, where its agent starts the VM (running).",
+      "  1. A session of 1 GiB is created from the template demo-1g: placed on sim-host-2, where its agent starts the VM from that booted, paused guest instead of booting one (running).",
       "  2. It goes idle. Nothing waits for room, so it parks: paused in RAM, keeping its room, ready to resume in milliseconds.",
       "  3. sim-host-1 is cordoned and sim-host-2 filled; a new 1 GiB session finds no room and queues (sim-host-1 cordoned, sim-host-2 ram_full).",
       "     The park yields: session a descended (captured to disk, room released), and the queued session runs on sim-host-2.",
@@ -118,6 +118,9 @@ describe("the demo (pnpm start)", () => {
       expect(next, `"${line}" after the previous line of the story:\n${text}`).toBeGreaterThan(at)
       at = next
     }
+    // The tour's sessions start from the agents' template, as their own lines say (ENGRAM_TOUR_VERBOSE=1).
+    expect(text, text).toMatch(/started {2}.*sessionId=tour-[0-9a-z]+-a .*from=template .*template=demo-1g /)
+    expect(text, text).toMatch(/started {2}.*sessionId=tour-[0-9a-z]+-c .*from=template /)
     // The figures of the reserve line are the coordinator's own.
     const host = (await admin("GET", "/v1/hosts/sim-host-1")).body
     expect(host).toMatchObject({ allocatableMib: 6656, reportedAllocatableMib: 7680, cpuBudget: 32 })
@@ -242,7 +245,8 @@ describe.skipIf(!runQemuTests)("the demo on real guests (ENGRAM_RUNTIME=qemu pnp
       const created = await fetch(`${own.url}/v1/sessions`, { method: "POST", headers, body: JSON.stringify({ id: "g1", memMib: 128, vcpus: 1 }) })
       expect(created.status).toBe(201)
       await until("g1 runs a real guest", async () => ((await (await fetch(`${own.url}/v1/sessions/g1`, { headers })).json()) as { state: string }).state, (st) => st === "running", 180_000)
-      expect(qemuProcesses(stateDir).map((p) => p.vmName)).toEqual(["g1"])
+      // Besides the session's guest, only the agents' template builds (`@template-…`, the demo's template) may run.
+      expect(qemuProcesses(stateDir).map((p) => p.vmName).filter((n) => !n.startsWith("@template-"))).toEqual(["g1"])
       const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)))
       child.kill("SIGINT")
       await sleep(100)

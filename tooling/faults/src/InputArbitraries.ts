@@ -106,7 +106,13 @@ type Figure = (typeof figures)[number]
 export interface ReportCase {
   readonly body: string
   readonly faults: readonly string[]
-  readonly stored: { readonly totalMib: number | null; readonly allocatableMib: number | null; readonly totalVcpus: number | null } | null
+  readonly stored: {
+    readonly totalMib: number | null
+    readonly allocatableMib: number | null
+    readonly totalVcpus: number | null
+    /** A report without templates holds none. */
+    readonly templates: readonly never[]
+  } | null
 }
 
 /** Misspellings of each figure's key, as an agent or a hand-written script might send them. */
@@ -151,7 +157,7 @@ const judge = (entries: ReadonlyMap<string, string>): Pick<ReportCase, "faults" 
     read[f] = v === "fault" ? null : v
   }
   if (read.totalMib !== null && read.allocatableMib !== null && read.allocatableMib > read.totalMib) faults.push("allocatableMib")
-  return { faults, stored: faults.length === 0 ? read : null }
+  return { faults, stored: faults.length === 0 ? { ...read, templates: [] } : null }
 }
 
 /** Reports for a host: valid ones, and ones with misspelt or extra keys, allocatable above total, or odd figures, alone or together. */

@@ -84,7 +84,12 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
           // A bad activity list refuses the whole report before anything is written.
           const badActivity = payload.activeSessions === undefined ? null : Validate.activity(payload.activeSessions)
           if (badActivity) yield* api(Effect.fail(badActivity))
-          const report = { totalMib: payload.totalMib ?? null, allocatableMib: payload.allocatableMib ?? null, totalVcpus: payload.totalVcpus ?? null }
+          const report = {
+            totalMib: payload.totalMib ?? null,
+            allocatableMib: payload.allocatableMib ?? null,
+            totalVcpus: payload.totalVcpus ?? null,
+            templates: payload.templates ?? [],
+          }
           const view = yield* api(store.reportHost(params.id, report))
           // Guest activity rides on the report (no request per session): it restarts those sessions' idle clocks.
           if (payload.activeSessions !== undefined && payload.activeSessions.length > 0) yield* api(store.recordActivity(params.id, payload.activeSessions))

@@ -96,6 +96,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
             onNoRoom: payload.onNoRoom,
             idleTimeoutMs: payload.idleTimeoutMs,
             ttlMs: payload.ttlMs,
+            template: payload.template,
           }),
         ).pipe(
           Effect.tap((o) => placed(o, "create")),

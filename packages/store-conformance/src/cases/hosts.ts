@@ -209,7 +209,7 @@ export const hosts: Group = {
         expect(view.measured).toBe(true)
         expect(view.headroom.allocatableMib).toBe(8192)
         expect(view.reportedAt).toBe(0)
-        expect(view.report).toStrictEqual({ totalMib: 16384, allocatableMib: 9216, totalVcpus: 4 })
+        expect(view.report).toStrictEqual({ totalMib: 16384, allocatableMib: 9216, totalVcpus: 4, templates: [] })
       }),
     ),
     kase(
