@@ -583,7 +583,14 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
         return fetchArrayTypes()
       }
 
-      initial && !initial.reserve && execute(initial)
+      // engram fix: a reserve this connection was opened for is given it by the pool (`onopen`:
+      // the reserve waits first in its queue); left in `connecting`, it served nobody.
+      if (initial && initial.reserve) {
+        options.shared.retries = retries = 0
+        initial = null
+        return onopen(connection)
+      }
+      initial && execute(initial)
       options.shared.retries = retries = 0
       initial = null
       return

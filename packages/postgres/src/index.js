@@ -226,7 +226,12 @@ function Postgres(a, b) {
     // engram fix: queries waiting in this reserved connection's own queue (behind a statement
     // it was describing, or a full pipeline) are answered when the connection closes; they
     // used to wait for a ReadyForQuery that never comes.
+    // engram fix: once it closed, the connection is the pool's again (it may already reconnect
+    // for, or be reserved by, someone else): this reservation's later queries are refused and
+    // its release touches nothing.
+    let dead = false
     const onclose = c.onclose = e => {
+      dead = true
       while (queue.length)
         queue.shift().reject(e)
     }
@@ -234,6 +239,8 @@ function Postgres(a, b) {
     const sql = Sql(handler)
     sql.release = () => {
       c.onclose === onclose && (c.onclose = null)
+      if (dead)
+        return
       c.reserved = null
       // engram fix: a reserved connection that closed meanwhile stays closed; made open, its
       // dead socket would take the next queries (written to a null socket, or never answered).
@@ -243,6 +250,8 @@ function Postgres(a, b) {
     return sql
 
     function handler(q) {
+      if (dead)
+        return q.reject(Errors.connection('CONNECTION_CLOSED', options))
       c.queue === full
         ? queue.push(q)
         : c.execute(q) || move(c, full)

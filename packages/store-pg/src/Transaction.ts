@@ -111,7 +111,9 @@ export const make = (d: Driver): Db => {
       // acquire/use/release with an interruptible acquire (`beginOn`): once BEGIN answered, the
       // rollback on failure or interruption is certain.
       Effect.uninterruptibleMask((restore) =>
-        Effect.flatMap(restore(beginOn(d)), (t) => {
+        // With one connection (PGlite, `lock`), BEGIN stays uninterruptible: an abandoned BEGIN
+        // and its rollback would run outside the lock, inside the next holder's transaction.
+        Effect.flatMap(d.lock === null ? restore(beginOn(d)) : attempt(d.begin), (t) => {
           const hooks: (() => void)[] = []
           const tx: Tx = {
             use: (f) => attempt(() => f(t.exec)),

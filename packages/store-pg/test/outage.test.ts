@@ -93,6 +93,35 @@ describe("the driver when its connections are cut", () => {
     }
   })
 
+  it("a release after the reserved connection closed and went to another reserve leaves that reserve's connection alone", async () => {
+    const sql = postgres(proxiedUrl, { max: 1, onnotice: () => undefined })
+    try {
+      const first = await sql.reserve()
+      await first`select 1`
+      proxy.cut()
+      await until(() => proxy.open() === 0)
+      // The close seen: the pool's one connection is the pool's again, and a new reserve gets it.
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      const second = await sql.reserve()
+      await second`select 2`
+      // Unpatched, the late release of the first made the connection open while the second
+      // still held it: the pool's next query ran on it at once, inside the second's reservation.
+      first.release()
+      expect(await answered(first`select 3`)).toMatchObject({ error: "CONNECTION_CLOSED" })
+      let poolAnswered = false
+      const onPool = sql`select 4 as x`.then((rows) => {
+        poolAnswered = true
+        return rows
+      })
+      await second`select 5`
+      expect(poolAnswered).toBe(false)
+      second.release()
+      expect(await answered(onPool)).toMatchObject({ ok: [{ x: 4 }] })
+    } finally {
+      await sql.end({ timeout: 1 })
+    }
+  })
+
   it("refuses a query on a reserved connection whose socket already closed, instead of writing to a null socket", async () => {
     const sql = postgres(proxiedUrl, { max: 2, onnotice: () => undefined })
     try {
