@@ -46,19 +46,30 @@ describe("Placement spread (a replica's share of the hosts)", () => {
     fc.assert(
       fc.property(
         arbFleet,
-        fc.array(fc.record({ budget: arbTemplateBudget, template: fc.option(fc.constantFrom(...templateNames), { nil: undefined }), affinity: fc.array(fc.constantFrom(...ids), { maxLength: 1 }) }), { minLength: 1, maxLength: 6 }),
+        fc.array(
+          fc.record({
+            budget: arbTemplateBudget,
+            template: fc.option(fc.constantFrom(...templateNames), { nil: undefined }),
+            affinity: fc.array(fc.constantFrom(...ids), { maxLength: 2 }),
+            exclude: fc.option(fc.constantFrom(...ids), { nil: undefined }),
+          }),
+          { minLength: 1, maxLength: 6 },
+        ),
         arbSpread,
         fc.boolean(),
-        (hosts, queries, spread, requireMeasured) => {
+        fc.boolean(),
+        (hosts, queries, spread, requireMeasured, incremental) => {
           const limits = limitsOf(requireMeasured)
-          const index = PlacementIndex.Index.of(hosts, limits)
+          // Built at once, or host by host (each host filed twice: the second replaces the first).
+          const index = incremental ? new PlacementIndex.Index(limits) : PlacementIndex.Index.of(hosts, limits)
+          if (incremental) for (const h of [...hosts, ...hosts]) index.upsert(h)
           for (const q of queries) {
-            const req = { budget: q.budget, affinity: q.affinity, template: q.template, spread }
+            const req = { budget: q.budget, affinity: q.affinity, template: q.template, spread, exclude: q.exclude }
             const picked = Placement.pick(hosts, req, limits)
             expect(index.pick(req)).toBe(picked)
             expect(Placement.rank(hosts, req, limits)[0] ?? null).toBe(picked)
             // Neither preference changes whether it fits.
-            expect(picked === null).toBe(Placement.pick(hosts, { budget: q.budget }, limits) === null)
+            expect(picked === null).toBe(Placement.pick(hosts, { budget: q.budget, exclude: q.exclude }, limits) === null)
           }
         },
       ),
