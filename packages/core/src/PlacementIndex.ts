@@ -298,9 +298,11 @@ export class Index {
     // Then, among the hosts that fit: the holders of the wanted template, then (with a spread)
     // the replica's own share, then best fit; each preference falls back to the next.
     const spread = req.spread === undefined || req.spread.replicas <= 1 ? undefined : req.spread
-    const wanted = req.template == null ? undefined : Placement.wantedTemplate(req)
-    const inOrder = (list: Sorted | undefined): Candidate | undefined =>
-      list === undefined ? undefined : (this.firstFit(list, b, affinity, exclude, spread) ?? (spread === undefined ? undefined : this.firstFit(list, b, affinity, exclude)))
+    const wanted = Placement.wantedTemplate(req)
+    const inOrder = (list: Sorted | undefined, only?: (c: Candidate) => boolean): Candidate | undefined =>
+      list === undefined
+        ? undefined
+        : (this.firstFit(list, b, affinity, exclude, spread, only) ?? (spread === undefined ? undefined : this.firstFit(list, b, affinity, exclude, undefined, only)))
     let best = wanted === undefined ? undefined : inOrder(this.holders.get(templateKey(wanted)))
     best ??= inOrder(this.measured)
     for (const c of this.irregular) {
@@ -311,13 +313,9 @@ export class Index {
       const c = this.all.get(id)
       if (c !== undefined && id !== exclude && Placement.fitsOn(c, b, this.#limits)) return c.id
     }
-    const fits = (s: Slot): boolean => s.fitMib >= b.memMib && s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude
-    const own = (s: Slot): boolean => spread === undefined || Placement.isOwn(spread, s.c.id)
-    if (wanted !== undefined) {
-      for (const s of this.unmeasured.all()) if (fits(s) && Placement.holdsTemplate(s.c, wanted) && own(s)) return s.c.id
-      if (spread !== undefined) for (const s of this.unmeasured.all()) if (fits(s) && Placement.holdsTemplate(s.c, wanted)) return s.c.id
-    }
-    return (this.firstFit(this.unmeasured, b, affinity, exclude, spread) ?? (spread === undefined ? undefined : this.firstFit(this.unmeasured, b, affinity, exclude)))?.id ?? null
+    // The unmeasured hosts in the same order; their holders are not filed apart (rarely asked).
+    const holder = (c: Candidate): boolean => Placement.holdsTemplate(c, wanted)
+    return ((wanted === undefined ? undefined : inOrder(this.unmeasured, holder)) ?? inOrder(this.unmeasured))?.id ?? null
   }
 
   /** The host choice (`Placement.choose`) over the hosts here, picking through the index. */
@@ -330,11 +328,27 @@ export class Index {
     return this.pick({ budget }) !== null
   }
 
-  // The first slot whose RAM and CPU fit (in the spread's own share, with one); affinity hosts were judged already.
-  // Lists sorted by RAM limit (the measured hosts, a template's holders) are walked from the budget's RAM; unmeasured ones are all walked.
-  private firstFit(list: Sorted, b: Budget, affinity: ReadonlyMap<string, number>, exclude: string | undefined, spread?: Placement.Spread): Candidate | undefined {
+  // The first slot whose RAM and CPU fit (in the spread's own share, with one; of the hosts `only` accepts, with it);
+  // affinity hosts were judged already. Lists sorted by RAM limit (the measured hosts, a template's holders) are
+  // walked from the budget's RAM; unmeasured ones are all walked.
+  private firstFit(
+    list: Sorted,
+    b: Budget,
+    affinity: ReadonlyMap<string, number>,
+    exclude: string | undefined,
+    spread?: Placement.Spread,
+    only?: (c: Candidate) => boolean,
+  ): Candidate | undefined {
     for (const s of list === this.unmeasured ? list.all() : list.from(b.memMib)) {
-      if (s.fitMib >= b.memMib && s.fitVcpus >= b.vcpus && !affinity.has(s.c.id) && s.c.id !== exclude && (spread === undefined || Placement.isOwn(spread, s.c.id))) return s.c
+      if (
+        s.fitMib >= b.memMib &&
+        s.fitVcpus >= b.vcpus &&
+        !affinity.has(s.c.id) &&
+        s.c.id !== exclude &&
+        (spread === undefined || Placement.isOwn(spread, s.c.id)) &&
+        (only === undefined || only(s.c))
+      )
+        return s.c
     }
     return undefined
   }

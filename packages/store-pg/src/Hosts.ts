@@ -4,8 +4,7 @@
  * view is the host cache's (`HostCache.fleet`: only what changed since its last read is read).
  */
 import { Ledger } from "@engram/core"
-import type { Placement } from "@engram/core"
-import { Conflict, CurrentFence, Cursor, NotFound, Refused, Validate } from "@engram/store"
+import { Conflict, CurrentFence, Cursor, NotFound, Refused, reportedTemplates, Validate } from "@engram/store"
 import type { Host, HostReport, HostView, InvalidInput, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
@@ -43,9 +42,6 @@ const hostOf = (h: typeof hosts.$inferSelect): Host => ({
   createdAt: h.createdAt,
 })
 
-/** A report's templates as stored: each `{name, memMib, vcpus}` (no other key), none when absent. */
-const heldOf = (r: HostReport): readonly Placement.HeldTemplate[] => (r.templates ?? []).map((x) => ({ name: x.name, memMib: x.memMib, vcpus: x.vcpus }))
-const templatesJson = (r: HostReport): string => JSON.stringify(heldOf(r))
 
 /** A report to write at `t`. */
 interface ReportItem extends HostReport {
@@ -76,7 +72,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         const bad: InvalidInput | null = Validate.report(report)
         if (bad) return yield* bad
         const view = yield* writeHost(tx, id, sql`total_mib = ${report.totalMib}, allocatable_mib = ${report.allocatableMib}, total_vcpus = ${report.totalVcpus},
-          templates = ${templatesJson(report)}::jsonb, reported_at = ${t}`)
+          templates = ${JSON.stringify(reportedTemplates(report))}::jsonb, reported_at = ${t}`)
         return view as HostView
       }),
     )
@@ -131,7 +127,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         const t = yield* now
         // A report that will be refused, or one made under a lease, is written alone.
         if (fence !== null || Validate.report(report) !== null) return yield* reportAlone(id, report, t)
-        const view = yield* reports({ id, t, totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus, templates: heldOf(report) })
+        const view = yield* reports({ id, t, totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus, templates: reportedTemplates(report) })
         if (view === undefined) return yield* hostNotFound(id)
         return view
       }).pipe(dieOnUnique),

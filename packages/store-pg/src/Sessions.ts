@@ -23,6 +23,7 @@ import * as Batcher from "./Batcher.js"
 import { dieOnUnique, retryAfterMs, RunAgain } from "./Db.js"
 import type { Conn, DbError, Transient, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
+import type { Claimed } from "./HostCache.js"
 import { lockAndReplay, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
 import { beatBatching } from "./Reservations.js"
 import type { BeatOptions } from "./Reservations.js"
@@ -174,6 +175,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
   })
   /** The hosts claimed for starving sessions now: creates and cold resumes (never a holder) skip them. */
   const claimed = Effect.flatMap(now, (t) => cache.claims(t, park.options.starvationLimitMs))
+  const unclaimed = (hosts: readonly Candidate[], held: Claimed): readonly Candidate[] => (held.size === 0 ? hosts : hosts.filter((h) => !held.has(h.id)))
 
   /** The host cache brought up to date unless its last read is recent enough (`placementReadMaxAgeMs`). */
   const known = (fresh: boolean): Effect.Effect<boolean, Unavailable> =>
@@ -300,7 +302,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         .transaction((tx) =>
           Effect.gen(function* () {
             const all = cache.candidates()
-            const picked = yield* pickAndLock(tx, { budget, affinity, template: life.template }, limits(), held.size === 0 ? all : all.filter((c) => !held.has(c.id)))
+            const picked = yield* pickAndLock(tx, { budget, affinity, template: life.template }, limits(), unclaimed(all, held))
             // Its standing is judged among every host, the claimed ones too.
             if (picked._tag === "NoFit") return yield* queueOrRefuse(tx, id, budget, affinity, life, onNoRoom, t, held.size === 0 ? picked.hosts : [...picked.hosts, ...all.filter((c) => held.has(c.id))])
             const plan = created(id, budget, affinity, life, { hostId: picked.hostId, version: picked.version, reservationId: randomUUID() }, t)
@@ -399,7 +401,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
             else if (!Session.resumesWarm(s.state)) cold.push(s)
           }
           const hosts = cache.candidates()
-          const walk = QueueWalk.walk(cold, held.size === 0 ? hosts : hosts.filter((h) => !held.has(h.id)), {}, limits())
+          const walk = QueueWalk.walk(cold, unclaimed(hosts, held), {}, limits())
           const { accepted, versionOf } = yield* lockAndReplay(tx, walk.placed, limits(), runs)
           const hostOf = new Map(accepted.map((p) => [p.waiting.id, p.hostId]))
           const plans: Plan.Plan[] = []

@@ -18,6 +18,7 @@ import {
   NoRoom,
   NotFound,
   Refused,
+  reportedTemplates,
   Store,
   StoreTesting,
   Validate,
@@ -639,7 +640,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           totalMib: report.totalMib,
           allocatableMib: report.allocatableMib,
           totalVcpus: report.totalVcpus,
-          templates: (report.templates ?? []).map((t) => ({ name: t.name, memMib: t.memMib, vcpus: t.vcpus })),
+          templates: reportedTemplates(report),
         }
         h.reportedAt = yield* now
         tooBigIndex = null

@@ -18,6 +18,10 @@ export interface HostReport {
   readonly templates?: readonly core.Placement.HeldTemplate[] | undefined
 }
 
+/** A report's templates as a store keeps them: each `{name, memMib, vcpus}` (no other key); none when absent. */
+export const reportedTemplates = (r: HostReport): readonly core.Placement.HeldTemplate[] =>
+  (r.templates ?? []).map((t) => ({ name: t.name, memMib: t.memMib, vcpus: t.vcpus }))
+
 /** A host as registered. */
 export interface Host {
   readonly id: string
