@@ -127,6 +127,13 @@ export const isExpired = (e: Pick<Entry, "expiresAt">, now: number): boolean => 
 export const isStale = (e: Pick<Entry, "lastHeartbeatAt">, now: number, windowMs: number = defaults.heartbeatStaleWindowMs): boolean =>
   now - e.lastHeartbeatAt > windowMs
 
+/**
+ * An entry's heartbeat after a beat stamped `t`: never earlier than it was. A beat written late
+ * (a grouped write that stalled while a newer one landed) or stamped by a replica whose clock is
+ * behind does not make the entry look staler than a beat already recorded.
+ */
+export const renewedAt = (lastHeartbeatAt: number, t: number): number => Math.max(lastHeartbeatAt, t)
+
 /** Whether `reclaim(now)` removes the entry. */
 export const isReclaimable = (e: Pick<Entry, "expiresAt" | "lastHeartbeatAt">, now: number, limits: Limits = defaults): boolean =>
   isExpired(e, now) || isStale(e, now, limits.heartbeatStaleWindowMs)

@@ -96,7 +96,7 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
       returning reservations.mem_mib, l.how
     ),
     rt as (
-      update reservations set owner_kind = 'session', owner_id = t.owner, last_heartbeat_at = t.beat
+      update reservations set owner_kind = 'session', owner_id = t.owner, last_heartbeat_at = greatest(reservations.last_heartbeat_at, t.beat)
       from t join ok using (p) where reservations.id = t.id
     ),
     oi as (

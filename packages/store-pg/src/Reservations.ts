@@ -54,6 +54,8 @@ export interface BeatOptions {
   readonly beatWindowMs?: number | undefined
   /** At most this many heartbeats (or reports) per statement (default 512). */
   readonly beatBatchSize?: number | undefined
+  /** See `StorePg.StoreOptions.groupHoldBoundMs`. */
+  readonly holdBoundMs?: number | undefined
 }
 
 /** The batcher options of heartbeats and reports. */
@@ -61,6 +63,7 @@ export const beatBatching = (options: BeatOptions) => ({
   maxBatch: Math.max(1, Math.floor(options.beatBatchSize ?? 512)),
   maxInFlight: 1,
   timerMs: Math.max(0, options.beatWindowMs ?? 0),
+  holdBoundMs: options.holdBoundMs,
 })
 
 /** A reservation row as `toReservation` reads it, from a raw statement over `reservations r`. */
@@ -92,7 +95,7 @@ const renewEntries = <E>(conn: Conn<E>, fence: Fence | null, beats: readonly Ent
       fence,
       [
         sql`with beat as (select * from jsonb_to_recordset(${JSON.stringify(beats)}::jsonb) as b(id text, t bigint))
-        update ${reservations} r set last_heartbeat_at = beat.t from beat
+        update ${reservations} r set last_heartbeat_at = greatest(r.last_heartbeat_at, beat.t) from beat
         where r.id = beat.id and r.id in (select id from ${reservations} where id in (select id from beat) order by id for update)
         returning ${reservationColumns}`,
       ],
@@ -116,7 +119,7 @@ const renewHosts = <E>(conn: Conn<E>, fence: Fence | null, beats: readonly HostB
     FenceSql.run(conn, fence, [
       sql`with beat as (select * from jsonb_to_recordset(${JSON.stringify(beats)}::jsonb) as b("hostId" text, t bigint)),
         renewed as (
-          update ${reservations} r set last_heartbeat_at = beat.t from beat
+          update ${reservations} r set last_heartbeat_at = greatest(r.last_heartbeat_at, beat.t) from beat
           where r.host_id = beat."hostId" and r.id in (select id from ${reservations} where host_id in (select "hostId" from beat)
             and owner_kind in (select jsonb_array_elements_text(${JSON.stringify(Ledger.renewedByHost)}::jsonb))
             order by id for update)

@@ -66,6 +66,8 @@ export interface PlacementOptions {
   readonly batchSize: number
   /** See `StorePg.StoreOptions.placementBatchWindowMs`. */
   readonly batchWindowMs: number
+  /** See `StorePg.StoreOptions.groupHoldBoundMs`. */
+  readonly holdBoundMs?: number | undefined
 }
 
 const sessionNotFound = (id: string) => new NotFound({ entity: "session", id })
@@ -213,6 +215,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
     maxBatch: options.batchSize,
     maxInFlight: 1,
     windowMs: options.batchWindowMs,
+    holdBoundMs: options.holdBoundMs,
     keysOf: (i) => [i.id],
     run: (items) =>
       placeGroup(items).pipe(
@@ -432,6 +435,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
     maxBatch: options.batchSize,
     maxInFlight: 1,
     windowMs: options.batchWindowMs,
+    holdBoundMs: options.holdBoundMs,
     keysOf: (id) => [id],
     run: resumeGroup,
   })

@@ -48,6 +48,12 @@ export interface PgOptions extends PostgresJs.ConnectOptions {
   /** See {@link StoreOptions.beatBatchSize}. */
   readonly beatBatchSize?: number | undefined
   /**
+   * See {@link StoreOptions.groupHoldBoundMs}; on a URL with `statementTimeoutMs` the default is
+   * 4× that bound (the server cancels a statement past it, so a group still held at 4× is stuck
+   * in the driver, not running).
+   */
+  readonly groupHoldBoundMs?: number | undefined
+  /**
    * Replicas spread their placements (default true): the stores placing on one database find
    * each other (each pool's connections carry the store's name as their `application_name`,
    * `engram-placer <id>`, read back from `pg_stat_activity` with every fleet read) and each ranks
@@ -100,6 +106,13 @@ export interface StoreOptions {
   readonly beatWindowMs?: number | undefined
   /** At most this many heartbeats or reports per statement (default 512). */
   readonly beatBatchSize?: number | undefined
+  /**
+   * How long (real ms) one grouped write (creates, resumes, heartbeats, reports, activity) may
+   * hold its slot (default 60,000): past it, its callers are answered `Unavailable` (the outcome
+   * unknown until read back), the next group goes, and the statement is interrupted in the
+   * background. Without a bound, a statement that never answers would hold every later group.
+   */
+  readonly groupHoldBoundMs?: number | undefined
 }
 
 /** Options of a store on PGlite. */
@@ -112,6 +125,7 @@ export interface PgliteOptions extends Pglite.ConnectOptions {
   readonly placementBatchWindowMs?: number | undefined
   readonly beatWindowMs?: number | undefined
   readonly beatBatchSize?: number | undefined
+  readonly groupHoldBoundMs?: number | undefined
 }
 
 /** A store with its test reset. */
@@ -152,7 +166,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
     cache,
     both: (a, b) => Effect.all([a, b], { concurrency }),
   }
-  const beats = { beatWindowMs: options.beatWindowMs, beatBatchSize: options.beatBatchSize }
+  const beats = { beatWindowMs: options.beatWindowMs, beatBatchSize: options.beatBatchSize, holdBoundMs: options.groupHoldBoundMs }
   const store: StoreShape = {
     limits: () => limits,
     ...Hosts.make(deps, beats),
@@ -160,6 +174,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
       maxCasAttempts: options.optimisticPlacementAttempts ?? 8,
       batchSize: Math.max(1, Math.floor(options.placementBatchSize ?? 64)),
       batchWindowMs: Math.max(0, options.placementBatchWindowMs ?? 0.2),
+      holdBoundMs: options.groupHoldBoundMs,
     }, beats),
     ...Queue.make(deps),
     ...Reservations.make(deps, beats),
@@ -197,12 +212,17 @@ const storeOptions = (o: StoreOptions): StoreOptions => ({
   placementBatchWindowMs: o.placementBatchWindowMs,
   beatWindowMs: o.beatWindowMs,
   beatBatchSize: o.beatBatchSize,
+  groupHoldBoundMs: o.groupHoldBoundMs,
 })
+
+/** A group's hold bound on a URL: 4× the server's statement bound where one is set. */
+export const groupHoldBoundFor = (options: Pick<PgOptions, "groupHoldBoundMs" | "statementTimeoutMs">): number | undefined =>
+  options.groupHoldBoundMs ?? (options.statementTimeoutMs !== undefined && options.statementTimeoutMs > 0 ? 4 * options.statementTimeoutMs : undefined)
 
 /** Opens the store on a PostgreSQL URL: applies the migrations, then a postgres.js pool. Closed with the scope. */
 export const openUrl = (options: PgOptions): Effect.Effect<StorePair, Unavailable, Scope.Scope> => {
   const placer = options.spreadPlacements === false ? undefined : `${HostCache.placerPrefix}${randomUUID().slice(0, 13)}`
-  return Effect.map(PostgresJs.open({ ...options, applicationName: placer }), (db) => make(db, options.limits ?? Limits.defaults, storeOptions(options), placer))
+  return Effect.map(PostgresJs.open({ ...options, applicationName: placer }), (db) => make(db, options.limits ?? Limits.defaults, storeOptions({ ...options, groupHoldBoundMs: groupHoldBoundFor(options) }), placer))
 }
 
 /**

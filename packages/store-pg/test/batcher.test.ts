@@ -3,6 +3,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Fiber } from "effect"
 import * as Batcher from "../src/Batcher.js"
+import { groupHoldBoundFor } from "../src/StorePg.js"
 
 interface Item {
   readonly id: number
@@ -141,5 +142,12 @@ describe("the batcher", () => {
       expect(interrupted).toBe(1)
     }),
   )
-})
 
+  it("a group's hold bound follows the server's statement bound (4×), unless set; none without either (the batcher's 60 s)", () => {
+    expect(groupHoldBoundFor({ statementTimeoutMs: 15_000 })).toBe(60_000)
+    expect(groupHoldBoundFor({ statementTimeoutMs: 1_000 })).toBe(4_000)
+    expect(groupHoldBoundFor({ statementTimeoutMs: 1_000, groupHoldBoundMs: 250 })).toBe(250)
+    expect(groupHoldBoundFor({ statementTimeoutMs: 0 })).toBeUndefined()
+    expect(groupHoldBoundFor({})).toBeUndefined()
+  })
+})

@@ -511,7 +511,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       else if (c._tag === "Release") removeEntry(c.id, c.how)
       else {
         const e = entries.get(c.id) as LedgerEntry
-        const renewed: LedgerEntry = { ...e, ownerKind: "session", ownerId: c.ownerId, lastHeartbeatAt: c.heartbeatAt }
+        const renewed: LedgerEntry = { ...e, ownerKind: "session", ownerId: c.ownerId, lastHeartbeatAt: Ledger.renewedAt(e.lastHeartbeatAt, c.heartbeatAt) }
         entries.set(c.id, renewed)
         deadlines.push(Ledger.reclaimableAfter(renewed, limits), c.id)
       }
@@ -890,7 +890,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       Effect.gen(function* () {
         const e = entries.get(id)
         if (e === undefined) return yield* new NotFound({ entity: "reservation", id })
-        const renewed = { ...e, lastHeartbeatAt: yield* now }
+        const renewed = { ...e, lastHeartbeatAt: Ledger.renewedAt(e.lastHeartbeatAt, yield* now) }
         entries.set(id, renewed)
         return renewed
       }),
@@ -903,7 +903,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         for (const id of h.entries) {
           const e = entries.get(id) as LedgerEntry
           if (!Ledger.renewedByHost.includes(e.ownerKind)) continue
-          entries.set(id, { ...e, lastHeartbeatAt: t })
+          entries.set(id, { ...e, lastHeartbeatAt: Ledger.renewedAt(e.lastHeartbeatAt, t) })
           n++
         }
         return n

@@ -338,6 +338,26 @@ export const ledger: Group = {
       }),
     ),
     kase(
+      "a heartbeat never moves an entry's heartbeat back (a late write, a replica whose clock is behind)",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("s1", "running")
+        yield* s.reserve(ext("x1", "h1"))
+        yield* TestClock.setTime(90_000)
+        expect((yield* s.heartbeat("x1")).lastHeartbeatAt).toBe(90_000)
+        expect(yield* s.heartbeatHost("h1")).toBe(1)
+        // A beat stamped 60 s earlier lands after them: it renews nothing backwards.
+        yield* TestClock.setTime(30_000)
+        expect((yield* s.heartbeat("x1")).lastHeartbeatAt).toBe(90_000)
+        yield* s.heartbeatHost("h1")
+        expect((yield* reservationsNow(s)).map((r) => r.lastHeartbeatAt)).toStrictEqual([90_000, 90_000])
+        // A later beat still renews.
+        yield* TestClock.setTime(120_000)
+        expect((yield* s.heartbeat("x1")).lastHeartbeatAt).toBe(120_000)
+      }),
+    ),
+    kase(
       "an entry is stale only once its heartbeat is older than the stale window",
       Effect.gen(function* () {
         const s = yield* store
