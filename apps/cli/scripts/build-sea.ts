@@ -41,6 +41,28 @@ const assets = new Map<string, string>([
   ...["pglite.wasm", "pglite.data", "initdb.wasm"].map((f): [string, string] => [`dist/${f}`, join(pgliteDist, f)]),
   ["package.json", join(coordinatorDir, "package.json")],
 ])
+rmSync(out, { recursive: true, force: true })
+mkdirSync(out, { recursive: true })
+
+// PGlite's worker thread (`ENGRAM_PGLITE_WORKER`) loads a script from disk: store-pg's
+// `worker/pglite-worker.mjs` bundled here as CommonJS with PGlite and drizzle inside, written
+// beside the other files; its `import.meta.url` is the bundle's (`workerData.metaUrl`), so PGlite
+// finds its WebAssembly in the same `dist/`.
+const workerBundle = join(out, "pglite-worker.cjs")
+await build({
+  entryPoints: [join(storePgDir, "worker/pglite-worker.mjs")],
+  outfile: workerBundle,
+  bundle: true,
+  format: "cjs",
+  platform: "node",
+  target: "node22",
+  define: { "import.meta.url": "__engramMetaUrl" },
+  banner: { js: `var __engramMetaUrl = require("node:worker_threads").workerData.metaUrl;` },
+  logLevel: "silent",
+})
+if (/import\.meta/.test(readFileSync(workerBundle, "utf8"))) throw new Error(`${workerBundle} still uses import.meta (only import.meta.url is rewritten)`)
+assets.set("worker/pglite-worker.cjs", workerBundle)
+
 const id = createHash("sha256")
 for (const [key, path] of [...assets].sort()) id.update(key).update("\0").update(readFileSync(path))
 const buildId = id.digest("hex").slice(0, 16)
@@ -77,8 +99,6 @@ const banner = `var __engramMetaUrl = (() => {
   process.exit(1);
 })();`
 
-rmSync(out, { recursive: true, force: true })
-mkdirSync(out, { recursive: true })
 const bundle = join(out, "engram.cjs")
 const result = await build({
   entryPoints: [join(cliDir, "src/sea.ts")],
@@ -97,6 +117,7 @@ const result = await build({
 const bundled = readFileSync(bundle, "utf8")
 if (/import\.meta/.test(bundled)) throw new Error(`${bundle} still uses import.meta (only import.meta.url is rewritten)`)
 for (const w of result.warnings) process.stderr.write(`esbuild: ${w.text}\n`)
+
 
 const config = join(out, "sea-config.json")
 const blob = join(out, "sea-prep.blob")

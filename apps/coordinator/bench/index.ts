@@ -436,11 +436,18 @@ const main = async (): Promise<void> => {
     if (!skip.has("b")) {
       const dir = mkdtempSync(join(tmpdir(), "engram-coordinator-bench-"))
       dirs.push(dir)
-      const c = await start({ ENGRAM_DATA_DIR: dir })
+      // PGlite in the main thread first (the baseline), then in its worker thread (the default).
+      const inThread = await start({ ENGRAM_DATA_DIR: join(dir, "thread"), ENGRAM_PGLITE_WORKER: "0" })
+      await registerHosts(inThread.url, HOSTS)
+      const here = await loadgen([inThread.url], "lite0")
+      loadFigures("pglite in the main thread", here, {})
+      report({ bench, figure: "pglite in the main thread: HTTP create p99", value: here.p99, unit: "ms" })
+      await stopAll()
+      const c = await start({ ENGRAM_DATA_DIR: join(dir, "worker"), ENGRAM_PGLITE_WORKER: "1" })
       await registerHosts(c.url, HOSTS)
       const lite = await loadgen([c.url], "lite")
-      loadFigures("pglite", lite, { goal: ">= 1,000/s" })
-      report({ bench, figure: "pglite: HTTP create p99", value: lite.p99, unit: "ms", goal: "<= 100 ms" })
+      loadFigures("pglite", lite, { goal: ">= 1,000/s", ratio: lite.perSec / here.perSec, baseline: "pglite in the main thread" })
+      report({ bench, figure: "pglite: HTTP create p99", value: lite.p99, unit: "ms", goal: "<= 100 ms", ratio: lite.p99 / here.p99, baseline: "pglite in the main thread" })
       if (one !== undefined) report({ bench, figure: "pglite ÷ postgres creates/s (same run)", value: lite.perSec / one.perSec, unit: "x" })
     }
   } finally {

@@ -63,6 +63,8 @@ export interface CoordinatorConfig {
    * ranks every host alike.
    */
   readonly placementSpread: number
+  /** On the embedded store, 1: PGlite's engine runs in a worker thread (beside the HTTP server's event loop); 0: in the main thread. */
+  readonly pgliteWorker: number
   /** Group placement: how long (µs of real time) a batch of creates gathers after its first create. */
   readonly placementBatchWindowUs: number
   /**
@@ -160,6 +162,7 @@ const settings = {
   storeTimeoutMs: int("ENGRAM_STORE_TIMEOUT_MS", defaultStoreTimeoutMs, 100, 600_000),
   placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),
   placementSpread: int("ENGRAM_PLACEMENT_SPREAD", 1, 0, 1),
+  pgliteWorker: int("ENGRAM_PGLITE_WORKER", 1, 0, 1),
   placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
   beatWindowMs: int("ENGRAM_BEAT_WINDOW_MS", 100, 0, 10_000),
   leaseDurationMs: int("ENGRAM_LEASE_DURATION_MS", defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),

@@ -151,7 +151,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
             mkdirSync(dataDir, { recursive: true })
             // One writer per embedded store: held until the coordinator stops.
             yield* DataDirLock.acquire(dataDir)
-            return StorePg.layerPglite({ dataDir: join(dataDir, "pglite"), limits: config.limits, park, ...batching })
+            return StorePg.layerPglite({ dataDir: join(dataDir, "pglite"), worker: config.pgliteWorker === 1, limits: config.limits, park, ...batching })
           }),
         ))
   // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).

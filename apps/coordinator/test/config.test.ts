@@ -66,6 +66,15 @@ describe("configuration", () => {
     expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable)).toEqual(["ENGRAM_PLACEMENT_SPREAD"])
   })
 
+  it("PGlite runs in a worker thread by default; 0 keeps it in the main thread; anything but 0 or 1 is refused", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && d.config.pgliteWorker).toBe(1)
+    const off = Config.parse({ ENGRAM_PGLITE_WORKER: "0" })
+    expect(off._tag === "Valid" && off.config.pgliteWorker).toBe(0)
+    const bad = Config.parse({ ENGRAM_PGLITE_WORKER: "yes" })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable)).toEqual(["ENGRAM_PGLITE_WORKER"])
+  })
+
   it("heartbeats and reports gather for 100 ms by default; 0 writes only what arrives together; beyond 10 s is refused", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && d.config.beatWindowMs).toBe(100)

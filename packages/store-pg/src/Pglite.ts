@@ -2,7 +2,15 @@
  * The PGlite driver: embedded PostgreSQL in this process (in memory, or in a data directory),
  * behind the store's `Db`. It has one connection, so every call runs alone, in turn. The
  * migrations are applied at open; the database closes with the scope.
+ *
+ * With `worker: true` PGlite's engine runs in a thread of its own (`worker/pglite-worker.mjs`)
+ * and each statement is a message to it: the engine's work runs beside the event loop (the HTTP
+ * server, Effect) instead of taking turns with it on one core, at the cost of a message round
+ * trip per statement. Everything else (drizzle, the transaction runner, the errors) is the same.
  */
+import { existsSync } from "node:fs"
+import { Worker } from "node:worker_threads"
+import { fileURLToPath } from "node:url"
 import { PGlite } from "@electric-sql/pglite"
 import { Unavailable } from "@engram/store"
 import { drizzle } from "drizzle-orm/pglite"
@@ -11,7 +19,7 @@ import type { Scope } from "effect"
 import type { SQL } from "drizzle-orm"
 import { retryAfterMs, rowsOf } from "./Db.js"
 import type { Db, Exec } from "./Db.js"
-import { migratePgliteClient } from "./Migrate.js"
+import { migratePgliteClient, migrationsFolder } from "./Migrate.js"
 import * as Transaction from "./Transaction.js"
 import type { OpenTx } from "./Transaction.js"
 
@@ -19,6 +27,8 @@ import type { OpenTx } from "./Transaction.js"
 export interface ConnectOptions {
   /** A data directory that survives restarts; in memory when absent. */
   readonly dataDir?: string | undefined
+  /** Runs PGlite's engine in a worker thread (default false: in this thread). */
+  readonly worker?: boolean | undefined
 }
 
 /**
@@ -49,8 +59,115 @@ export const makeDb = (client: PGlite): Db => {
 const unavailable = (cause: unknown): Unavailable =>
   new Unavailable({ reason: cause instanceof Error ? cause.message : String(cause), retryAfterMs })
 
+/** What the worker answers for a message. */
+type Answer = { readonly id: number; readonly ok: true; readonly result: unknown } | { readonly id: number; readonly ok: false; readonly error: WorkerError }
+
+interface WorkerError {
+  readonly message: string
+  readonly name: string
+  readonly code?: string | undefined
+  readonly constraint?: string | undefined
+  readonly detail?: string | undefined
+}
+
+/** The worker's error as an error of this thread, with the fields `Db.classify` reads (`code`, `constraint`). */
+const errorFrom = (e: WorkerError): Error => Object.assign(new Error(e.message), { name: e.name, code: e.code, constraint: e.constraint, detail: e.detail })
+
+/**
+ * The worker's script: the package's `worker/pglite-worker.mjs`, or, in `engram`'s single
+ * executable (no `node_modules`), its bundle `worker/pglite-worker.cjs` beside the executable's
+ * other files.
+ */
+const workerScript = (): string => {
+  const script = fileURLToPath(new URL("../worker/pglite-worker.mjs", import.meta.url))
+  const bundled = fileURLToPath(new URL("../worker/pglite-worker.cjs", import.meta.url))
+  return !existsSync(script) && existsSync(bundled) ? bundled : script
+}
+
+/** The part of a PGlite client `makeDb` and drizzle's PGlite session use. */
+type ClientSurface = Pick<PGlite, "query" | "exec">
+
+/**
+ * PGlite in a worker thread: resolves once the worker has opened the database and applied the
+ * migrations. The answer speaks the part of PGlite's client the store uses (`query`, `exec`) by
+ * messages; `close` closes the database and ends the thread. The thread keeps the process alive
+ * only while a call waits on it.
+ */
+export const startWorker = (options: Pick<ConnectOptions, "dataDir"> = {}): Promise<{ readonly client: ClientSurface; readonly close: () => Promise<void> }> =>
+  new Promise((resolveStart, rejectStart) => {
+    const worker = new Worker(workerScript(), {
+      // `metaUrl`: the URL the executable's bundle of the script resolves its files from.
+      workerData: { dataDir: options.dataDir, migrationsFolder, metaUrl: import.meta.url },
+      // The thread runs plain JavaScript: no loader of this process's (tsx, a test runner's).
+      execArgv: [],
+    })
+    const waiting = new Map<number, { readonly resolve: (v: unknown) => void; readonly reject: (e: unknown) => void }>()
+    let next = 1
+    let gone: Error | undefined
+    const settle = (): void => {
+      if (waiting.size === 0) worker.unref()
+    }
+    worker.on("message", (a: Answer) => {
+      if (a.id === 0) {
+        if (a.ok) {
+          settle()
+          resolveStart({ client, close })
+        } else {
+          rejectStart(errorFrom(a.error))
+          void worker.terminate()
+        }
+        return
+      }
+      const w = waiting.get(a.id)
+      if (w === undefined) return
+      waiting.delete(a.id)
+      settle()
+      if (a.ok) w.resolve(a.result)
+      else w.reject(errorFrom(a.error))
+    })
+    const fail = (why: string) => {
+      // CONNECTION_CLOSED: what `Db.classify` reads as Unavailable (the database is gone).
+      gone ??= Object.assign(new Error(`the PGlite worker closed: ${why}`), { code: "CONNECTION_CLOSED" })
+      rejectStart(gone)
+      for (const w of waiting.values()) w.reject(gone)
+      waiting.clear()
+    }
+    worker.on("error", (e) => fail(e.message))
+    worker.on("exit", (code) => fail(`exit code ${code}`))
+    const call = (message: Record<string, unknown>): Promise<unknown> => {
+      if (gone !== undefined) return Promise.reject(gone)
+      const id = next++
+      return new Promise((resolve, reject) => {
+        waiting.set(id, { resolve, reject })
+        worker.ref()
+        worker.postMessage({ ...message, id })
+      })
+    }
+    const client: ClientSurface = {
+      query: ((sql: string, params?: unknown[], opts?: { rowMode?: "array" | "object" }) =>
+        call({ op: "query", sql, params: params ?? [], rowMode: opts?.rowMode ?? "object" })) as PGlite["query"],
+      exec: ((sql: string) => call({ op: "exec", sql }).then(() => [])) as PGlite["exec"],
+    }
+    const close = async (): Promise<void> => {
+      if (gone === undefined) await call({ op: "close" }).catch(() => undefined)
+      await worker.terminate()
+    }
+  })
+
 /** Opens PGlite (in memory, or in `dataDir`) and applies the migrations; closed with the scope. */
 export const open = (options: ConnectOptions = {}): Effect.Effect<Db, Unavailable, Scope.Scope> =>
+  options.worker === true ? openInWorker(options) : openHere(options)
+
+const openInWorker = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Scope.Scope> =>
+  Effect.map(
+    Effect.acquireRelease(
+      Effect.tryPromise({ try: () => startWorker(options), catch: unavailable }),
+      (w) => Effect.promise(() => w.close()),
+    ),
+    (w) => makeDb(w.client as PGlite),
+  )
+
+const openHere = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Scope.Scope> =>
   Effect.gen(function* () {
     const client = yield* Effect.acquireRelease(
       Effect.tryPromise({

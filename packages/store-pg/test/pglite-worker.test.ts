@@ -1,0 +1,42 @@
+// PGlite in a worker thread (`Pglite.open({ worker: true })`): what the conformance suite does not
+// show — rows and errors cross the thread as they are, a data directory survives the thread, and
+// a thread that is gone answers Unavailable.
+import { describe, expect, it } from "@effect/vitest"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { sql } from "drizzle-orm"
+import { Effect, Exit } from "effect"
+import type { PGlite } from "@electric-sql/pglite"
+import { classify } from "../src/Db.js"
+import * as Pglite from "../src/Pglite.js"
+
+describe("PGlite in a worker thread", () => {
+  it("answers rows, keeps a data directory across threads, names a unique violation, and is Unavailable once closed", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engram-pglite-worker-"))
+    try {
+      const first = await Pglite.startWorker({ dataDir: dir })
+      const db = Pglite.makeDb(first.client as PGlite)
+      await Effect.runPromise(db.pool.query(sql`create table t (id text primary key, n bigint)`))
+      await Effect.runPromise(db.pool.query(sql`insert into t values (${"a"}, ${1})`))
+      // A unique violation keeps its SQLSTATE and constraint across the thread.
+      const dup = await first.client.query("insert into t values ('a', 2)").then(
+        () => undefined,
+        (e: unknown) => e,
+      )
+      expect(classify(dup)).toMatchObject({ _tag: "Fail", error: { _tag: "UniqueViolation", constraint: "t_pkey" } })
+      await first.close()
+      // Closed: every call is Unavailable, nothing hangs.
+      const after = await Effect.runPromiseExit(db.pool.query(sql`select 1`))
+      expect(Exit.isFailure(after) && JSON.stringify(after.cause)).toContain("Unavailable")
+
+      // A new thread on the same directory finds the row (and the migrations applied once).
+      const second = await Pglite.startWorker({ dataDir: dir })
+      const rows = await Effect.runPromise(Pglite.makeDb(second.client as PGlite).pool.query<{ id: string; n: string }>(sql`select id, n::text from t`))
+      expect(rows).toStrictEqual([{ id: "a", n: "1" }])
+      await second.close()
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})
