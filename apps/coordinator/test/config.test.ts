@@ -19,13 +19,21 @@ describe("configuration", () => {
     if (r._tag === "Valid") expect(r.config).toMatchObject({ port: 0, limits: { cpuOvercommit: 2.5, requireMeasured: true, reaperIntervalMs: 500 } })
   })
 
-  it("placements on PostgreSQL may reuse a fleet read up to 100 ms old by default; 0 asks for a fresh read", () => {
+  // A setting's default, a value that changes it, and one refused (naming the variable).
+  it.each([
+    // Placements on PostgreSQL may reuse a fleet read up to 100 ms old; 0 asks for a fresh read.
+    { variable: "ENGRAM_PLACEMENT_READ_MAX_AGE_MS", key: "placementReadMaxAgeMs", byDefault: 100, set: "0", becomes: 0, refused: "-1" },
+    // Replicas spread their placements; 0 turns it off; only 0 or 1.
+    { variable: "ENGRAM_PLACEMENT_SPREAD", key: "placementSpread", byDefault: 1, set: "0", becomes: 0, refused: "2" },
+    // PGlite runs in a worker thread; 0 keeps it in the main thread; only 0 or 1.
+    { variable: "ENGRAM_PGLITE_WORKER", key: "pgliteWorker", byDefault: 1, set: "0", becomes: 0, refused: "yes" },
+  ] as const)("$variable: $byDefault by default, $set sets $becomes, $refused is refused", ({ variable, key, byDefault, set, becomes, refused }) => {
     const d = Config.parse({})
-    expect(d._tag === "Valid" && d.config.placementReadMaxAgeMs).toBe(100)
-    const z = Config.parse({ ENGRAM_PLACEMENT_READ_MAX_AGE_MS: "0" })
-    expect(z._tag === "Valid" && z.config.placementReadMaxAgeMs).toBe(0)
-    const bad = Config.parse({ ENGRAM_PLACEMENT_READ_MAX_AGE_MS: "-1" })
-    expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable)).toEqual(["ENGRAM_PLACEMENT_READ_MAX_AGE_MS"])
+    expect(d._tag === "Valid" && d.config[key]).toBe(byDefault)
+    const changed = Config.parse({ [variable]: set })
+    expect(changed._tag === "Valid" && changed.config[key]).toBe(becomes)
+    const bad = Config.parse({ [variable]: refused })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable)).toEqual([variable])
   })
 
   it("traces go to the collector ENGRAM_OTLP_URL names (none by default); a bad URL or headers are refused by name, the headers never echoed", () => {
@@ -55,24 +63,6 @@ describe("configuration", () => {
     expect(batch._tag === "Valid" && [batch.config.placementBatchSize, batch.config.placementBatchWindowUs]).toEqual([1, 0])
     const badBatch = Config.parse({ ENGRAM_PLACEMENT_BATCH_SIZE: "0", ENGRAM_PLACEMENT_BATCH_WINDOW_US: "0.5" })
     expect(badBatch._tag === "Invalid" && badBatch.issues.map((i) => i.variable).sort()).toEqual(["ENGRAM_PLACEMENT_BATCH_SIZE", "ENGRAM_PLACEMENT_BATCH_WINDOW_US"])
-  })
-
-  it("replicas spread their placements by default; 0 turns it off; anything but 0 or 1 is refused", () => {
-    const d = Config.parse({})
-    expect(d._tag === "Valid" && d.config.placementSpread).toBe(1)
-    const off = Config.parse({ ENGRAM_PLACEMENT_SPREAD: "0" })
-    expect(off._tag === "Valid" && off.config.placementSpread).toBe(0)
-    const bad = Config.parse({ ENGRAM_PLACEMENT_SPREAD: "2" })
-    expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable)).toEqual(["ENGRAM_PLACEMENT_SPREAD"])
-  })
-
-  it("PGlite runs in a worker thread by default; 0 keeps it in the main thread; anything but 0 or 1 is refused", () => {
-    const d = Config.parse({})
-    expect(d._tag === "Valid" && d.config.pgliteWorker).toBe(1)
-    const off = Config.parse({ ENGRAM_PGLITE_WORKER: "0" })
-    expect(off._tag === "Valid" && off.config.pgliteWorker).toBe(0)
-    const bad = Config.parse({ ENGRAM_PGLITE_WORKER: "yes" })
-    expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable)).toEqual(["ENGRAM_PGLITE_WORKER"])
   })
 
   it("heartbeats and reports gather for 100 ms by default; 0 writes only what arrives together; beyond 10 s is refused", () => {
