@@ -102,7 +102,8 @@ export interface FleetConfig {
   /**
    * Moves as a policy action (core's `MakeRoom.plan`): a session starving on a held host whose
    * parks alone cannot make its room gets it from running sessions moved off that host (to hosts
-   * neither held nor claimed for another session). A move reserves its target at once (both
+   * neither held nor claimed for another session), while the fleet's free RAM covers the queue
+   * (`MakeRoom.roomIsSplit`: the room exists but is split). A move reserves its target at once (both
    * hosts hold the session's RAM during the copy), copies at `moveCosts.copyMibPerSec` over both
    * hosts' links (shared with descents and restores when `hostTransferMibPerSec` is on) and
    * costs its session the guard's downtime estimate. `false`: no moves.
@@ -799,7 +800,8 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     if (holds.length === 0) return
     let view = exec(store.fleetView())
     for (const hold of holds) {
-      if (view === undefined) return
+      // Moves only where the room exists but is split (core's rule): in an overloaded fleet they only reorder who waits.
+      if (view === undefined || !MakeRoom.roomIsSplit(view, limits)) return
       const h = hostIndex.get(hold.hostId)
       if (h === undefined || (movesFrom[h] as number) > 0) continue
       const q = view.queue.find((x) => x.sessionId === hold.sessionId)

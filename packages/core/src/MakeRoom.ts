@@ -17,13 +17,19 @@
  * movable session that closes the remaining RAM gap (else the largest), each to the host where it
  * fits tightest (best fit, ties by id); then any chosen move whose absence still leaves the room
  * is dropped (largest first).
+ *
+ * **When.** A move changes where RAM is used, not how much: it only helps when the room the
+ * queue waits for exists but is split over hosts (`roomIsSplit`). In an overloaded fleet it would
+ * only let the starving session pass the others, the moved sessions taking room the queue's
+ * next sessions needed, so the caller moves nothing there.
  */
 import * as Downtime from "./Downtime.js"
 import * as Headroom from "./Headroom.js"
 import type { Budget } from "./Headroom.js"
 import { defaults, type Limits } from "./Limits.js"
 import { compareIds } from "./Order.js"
-import type { FleetHost } from "./ParkGate.js"
+import type { FleetHost, FleetView } from "./ParkGate.js"
+import * as ParkGate from "./ParkGate.js"
 import * as Placement from "./Placement.js"
 import type { Candidate } from "./Placement.js"
 import { withReservation } from "./QueueWalk.js"
@@ -199,3 +205,22 @@ export const plan = (input: Input): Planned[] | null => {
   return kept
 }
 
+
+/**
+ * Whether the room the queue waits for exists in the fleet but split over hosts: the free RAM of
+ * the ready measured hosts, with their parks counted as free (the gate descends them for the
+ * queue), covers every queued session that some host could take (too-big ones left out).
+ * Where it does not, the fleet lacks RAM, and moving sessions only reorders who waits.
+ */
+export const roomIsSplit = (fleet: FleetView, limits: Limits = defaults): boolean => {
+  let free = 0
+  for (const h of fleet.hosts) {
+    if ((h.state ?? "ready") !== "ready" || !Placement.isMeasured(h) || !Headroom.gatesRam(h.headroom)) continue
+    free += Math.max(0, Headroom.freeMib(h.headroom) as number)
+    for (const p of h.parks) free += p.budget.memMib
+  }
+  const tooBig = new Set(ParkGate.unplaceable(fleet, limits).map((q) => q.sessionId))
+  let wanted = 0
+  for (const q of fleet.queue) if (!tooBig.has(q.sessionId)) wanted += q.budget.memMib
+  return wanted <= free
+}

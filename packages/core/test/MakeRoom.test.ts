@@ -148,4 +148,15 @@ describe("MakeRoom.plan", () => {
       { numRuns: 500 },
     )
   })
+
+  it("roomIsSplit: moves only where the fleet's free RAM (parks counted free) covers the queue", () => {
+    const q = (sessionId: string, memMib: number) => ({ sessionId, budget: budget(memMib), queuedAt: 0 })
+    const hosts = [host("a", 64 * GiB, 40 * GiB, [{ sessionId: "p", parkedAt: 1, budget: budget(8 * GiB, 0) }]), host("b", 64 * GiB, 32 * GiB)]
+    // Free: 24 + 8 (the park) + 32 = 64 GiB.
+    expect(MakeRoom.roomIsSplit({ hosts, queue: [q("x", 48 * GiB), q("y", 16 * GiB)] }, limits)).toBe(true)
+    expect(MakeRoom.roomIsSplit({ hosts, queue: [q("x", 48 * GiB), q("y", 17 * GiB)] }, limits)).toBe(false)
+    // A session no host could take does not count; a cordoned host's room does not either.
+    expect(MakeRoom.roomIsSplit({ hosts, queue: [q("x", 48 * GiB), q("giant", 100 * GiB)] }, limits)).toBe(true)
+    expect(MakeRoom.roomIsSplit({ hosts: [hosts[0] as FleetHost, { ...(hosts[1] as FleetHost), state: "cordoned" }], queue: [q("x", 48 * GiB)] }, limits)).toBe(false)
+  })
 })
