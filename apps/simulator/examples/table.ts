@@ -11,7 +11,11 @@
  * `--traces DIR` adds the Azure-like traces `DIR/ta1.jsonl` and `DIR/ta2.jsonl` (see the README
  * for how to make them). Prints Markdown; `--json FILE` also writes every figure. `--baseline
  * FILE` (an earlier `--json`) takes the rows of every policy not in `--policies` from it, so one
- * changed policy is measured again against the same baselines.
+ * changed policy is measured again against the same baselines. `--baseline-md FILE` takes them
+ * from the Markdown rows of a README's table instead (its p99, maximum, warm and unplaceable
+ * columns: what the goal reads). `--moves` runs with moves as a policy action (`FleetConfig.moves`);
+ * `--timings stream` with the costs the README's table was first measured with (descents 1,024
+ * MiB/s, restores 1 s + 2,048 MiB/s, warm resumes 50 ms). `--no-lp` leaves the LP bound out.
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
@@ -89,7 +93,30 @@ const only = arg("--only")?.split("|")
 const policies = (arg("--policies")?.split(",") ?? ["demand", "demand-fitting", "floor30", "demand-reserve"]) as ParkPolicy.Name[]
 const threads = Math.min(2, availableParallelism())
 const baselineFile = arg("--baseline")
-const baseline = baselineFile === undefined ? undefined : (JSON.parse(readFileSync(baselineFile, "utf8")) as { workload: string; results: Omit<Result, "series">[] }[])
+type Stored = { workload: string; results: Omit<Result, "series">[] }
+/** The baselines' rows of a README's Markdown table: what the goal reads of them. */
+const fromMarkdown = (text: string): Stored[] => {
+  const out = new Map<string, Omit<Result, "series">[]>()
+  for (const line of text.split("\n")) {
+    const cells = line.split("|").map((c) => c.trim())
+    if (cells.length < 13 || !["demand", "demand-fitting", "floor30"].includes(cells[2] as string)) continue
+    const [, workload, policy, queued, p99, max, unplaceable, warm] = cells as [string, string, string, string, string, string, string, string]
+    const q = { p50: 0, p95: 0, p99: Number(p99) * 1000, max: Number(max.replace(/,/g, "")) * 1000, mean: 0 }
+    const r = { policy, queued: Number(queued), queueWait: q, unplaceable: Number(unplaceable), warmResumes: Number(warm) } as unknown as Omit<Result, "series">
+    out.set(workload, [...(out.get(workload) ?? []), r])
+  }
+  return [...out].map(([workload, results]) => ({ workload, results }))
+}
+const baselineMd = arg("--baseline-md")
+const baseline: Stored[] | undefined =
+  baselineMd !== undefined
+    ? fromMarkdown(readFileSync(baselineMd, "utf8"))
+    : baselineFile === undefined
+      ? undefined
+      : (JSON.parse(readFileSync(baselineFile, "utf8")) as Stored[])
+const moves = process.argv.includes("--moves")
+const noLp = process.argv.includes("--no-lp")
+const streamTimings = arg("--timings") === "stream" ? { descentMibPerSec: 1024, restoreMibPerSec: 2048, restoreBaseMs: 1000, warmResumeMs: 50 } : {}
 
 const s = (ms: number): string => (ms / 1000).toFixed(ms >= 100_000 ? 0 : 1)
 const rows: string[] = [
@@ -102,14 +129,14 @@ const t0 = performance.now()
 for (const c of cases) {
   if (only !== undefined && !only.includes(c.name)) continue
   const workload = c.workload()
-  const fleet: FleetConfig = { ...Simulation.defaultFleet, shapes: c.shapes, limits: { ...Simulation.defaultFleet.limits, ...c.limits } }
+  const fleet: FleetConfig = { ...Simulation.defaultFleet, ...streamTimings, moves, shapes: c.shapes, limits: { ...Simulation.defaultFleet.limits, ...c.limits } }
   const stored = baseline?.find((b) => b.workload === c.name)?.results ?? []
   const wanted = [...new Set<ParkPolicy.Name>([...policies, "floor30", "demand", "demand-fitting"])].filter(
     (p) => policies.includes(p) || !stored.some((r) => r.policy === p),
   )
   const fresh = await Parallel.runPolicies(workload, wanted, fleet, threads)
   const results = [...fresh, ...stored.filter((r) => !wanted.includes(r.policy))] as Result[]
-  const lp = await Bound.pooledRam(workload, fleet.shapes ?? [], fleet.limits)
+  const lp = noLp ? { warm: 0 } : await Bound.pooledRam(workload, fleet.shapes ?? [], fleet.limits)
   const by = new Map(results.map((r) => [r.policy, r]))
   const floor = by.get("floor30") as Result
   const best = Math.max((by.get("demand") as Result).warmResumes, (by.get("demand-fitting") as Result).warmResumes)
@@ -122,11 +149,16 @@ for (const c of cases) {
     if (r.warmResumes < 0.9 * best) misses.push("warm")
     if (r.unplaceable > 0 && r.warmResumes <= floor.warmResumes && p !== "floor30") misses.push("warm vs floor")
     rows.push(
-      `| ${c.name} | ${p} | ${r.queued} | ${s(r.queueWait.p99)} | ${s(r.queueWait.max)} | ${r.unplaceable} | ${r.warmResumes} | ${best > 0 ? (r.warmResumes / best).toFixed(2) : "-"} | ${r.warmBoundTtl > 0 ? (r.warmResumes / r.warmBoundTtl).toFixed(2) : "-"} | ${lp.warm > 0 ? (r.warmResumes / lp.warm).toFixed(2) : "-"} | ${r.descents} | ${p === "floor30" ? "(baseline)" : misses.length === 0 ? "✓" : `✗ ${misses.join(", ")}`} |`,
+      `| ${c.name} | ${p}${moves ? " + moves" : ""} | ${r.queued} | ${s(r.queueWait.p99)} | ${s(r.queueWait.max)} | ${r.unplaceable} | ${r.warmResumes} | ${best > 0 ? (r.warmResumes / best).toFixed(2) : "-"} | ${r.warmBoundTtl > 0 ? (r.warmResumes / r.warmBoundTtl).toFixed(2) : "-"} | ${lp.warm > 0 ? (r.warmResumes / lp.warm).toFixed(2) : "-"} | ${r.descents} | ${p === "floor30" ? "(baseline)" : misses.length === 0 ? "✓" : `✗ ${misses.join(", ")}`} |`,
     )
   }
-  all.push({ workload: c.name, lp, results: results.map((r) => Object.fromEntries(Object.entries(r).filter(([k]) => k !== "series")) as Omit<Result, "series">) })
-  process.stderr.write(`${c.name}: done at ${((performance.now() - t0) / 1000).toFixed(0)} s\n`)
+  all.push({ workload: c.name, lp: lp as Bound.LpBound, results: results.map((r) => Object.fromEntries(Object.entries(r).filter(([k]) => k !== "series")) as Omit<Result, "series">) })
+  const sizes = policies.map((p) => {
+    const r = by.get(p) as Result
+    const biggest = r.waitsBySize[r.waitsBySize.length - 1]
+    return `${p}: moves ${r.moves ?? 0}, largest class ${biggest === undefined ? "-" : `${biggest.memMib / GIB} GiB max ${s(biggest.maxMs)} s`}`
+  })
+  process.stderr.write(`${c.name}: done at ${((performance.now() - t0) / 1000).toFixed(0)} s; ${sizes.join("; ")}\n`)
 }
 const load1 = loadavg()[0] as number
 process.stdout.write(`${rows.join("\n")}\n\n${threads} threads, ${((performance.now() - t0) / 1000).toFixed(0)} s wall, load average ${load0.toFixed(1)} at the start and ${load1.toFixed(1)} at the end\n`)

@@ -67,6 +67,9 @@ export const waitsBySizeText = (results: readonly Result[]): string => {
   const out: string[] = ["\nwait by size class (up to the largest budget; p99 / max s):\n"]
   for (const r of results)
     out.push(`  ${r.policy.padEnd(18)} ${r.waitsBySize.map((c) => `${gib(c.memMib)} ${seconds(c.p99Ms)} / ${seconds(c.maxMs)}`).join(" · ")}\n`)
+  for (const r of results)
+    if (r.moves > 0)
+      out.push(`  ${r.policy.padEnd(18)} moves for starving sessions: ${r.moves} started, ${r.movesCommitted} committed (${gib(r.movedMib)}), downtime p99 / max ${seconds(r.moveDowntime.p99)} / ${seconds(r.moveDowntime.max)} s\n`)
   return out.join("")
 }
 

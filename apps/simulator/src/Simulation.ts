@@ -9,7 +9,7 @@
  * happens outside the store: users, VM start and restore times, descents that take time, host
  * agents' heartbeats and when the reaper runs.
  */
-import { Headroom, Limits, ParkPolicy, Placement } from "@engram/core"
+import { Headroom, Limits, MakeRoom, ParkGate, ParkPolicy, Placement } from "@engram/core"
 import type { Budget, FleetView, SessionState } from "@engram/core"
 import { CoalescingWindow, defaultTriggerWindowMs, Reaper, ReaperEvents, ReaperState } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
@@ -99,6 +99,18 @@ export interface FleetConfig {
    * the steady state the trace itself leads to. `0`: the fleet starts empty.
    */
   readonly warmStartMs: number
+  /**
+   * Moves as a policy action (core's `MakeRoom.plan`): a session starving on a held host whose
+   * parks alone cannot make its room gets it from running sessions moved off that host (to hosts
+   * neither held nor claimed for another session), while the fleet's free RAM covers the queue
+   * (`MakeRoom.roomIsSplit`: the room exists but is split). A move reserves its target at once (both
+   * hosts hold the session's RAM during the copy), copies at `moveCosts.copyMibPerSec` over both
+   * hosts' links (shared with descents and restores when `hostTransferMibPerSec` is on) and
+   * costs its session the guard's downtime estimate. `false`: no moves.
+   */
+  readonly moves: boolean
+  /** What a move costs (`MakeRoom.Costs`): copy rate, dirty rate, rounds, allowance, downtime budget. */
+  readonly moveCosts: MakeRoom.Costs
 }
 
 /**
@@ -132,6 +144,8 @@ export const defaultFleet: FleetConfig = Object.freeze({
   patienceSigma: 1,
   vmOverheadMib: 0,
   warmStartMs: 0,
+  moves: false,
+  moveCosts: MakeRoom.defaultCosts,
 })
 
 /** The host shapes of a fleet, in order. */
@@ -270,6 +284,13 @@ export interface Result {
   readonly warmBoundTtl: number
   /** Queued requests whose user gave up waiting (`patienceMedianS`): the session ended, lost demand. */
   readonly gaveUp: number
+  /** Moves started to make room for starving sessions (`moves`), and those committed. */
+  readonly moves: number
+  readonly movesCommitted: number
+  /** RAM of the committed moves' sessions (MiB). */
+  readonly movedMib: number
+  /** The pause each committed move cost its session (the guard's estimate). */
+  readonly moveDowntime: Quantiles
 }
 
 /** Options of one run. */
@@ -291,6 +312,7 @@ const HEARTBEAT = 6
 const ARRIVE = 7
 const REACT = 8
 const GIVE_UP = 9
+const MOVE_DONE = 10
 
 const emptyQuantiles: Quantiles = { p50: 0, p95: 0, p99: 0, max: 0, mean: 0 }
 
@@ -474,6 +496,14 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   const longestAt = new Float64Array(n)
   const longestIsResume = new Uint8Array(n)
   const sessionIndex = new Map<string, number>()
+  // Moves: which sessions run (not parked, starting or moving), each host's sessions, open moves.
+  const isRunning = new Uint8Array(n)
+  const onHost: Set<number>[] = Array.from({ length: hostTotal }, () => new Set<number>())
+  const moveTarget = new Int32Array(n).fill(-1)
+  const moveIdOf: (string | undefined)[] = new Array(n)
+  const moveEstimate: (MakeRoom.Estimate | undefined)[] = new Array(n)
+  const idleAfterMove = new Uint8Array(n)
+  const movesFrom = new Int32Array(hostTotal)
   let unplaceableCount = 0
   scripts.forEach((s, i) => {
     sessionIndex.set(s.id, i)
@@ -523,6 +553,10 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   let reactions = 0
   let peakQueue = 0
   let reservedPctSum = 0
+  let movesStarted = 0
+  let movesCommitted = 0
+  let movedMib = 0
+  const moveDowntimes = new Samples()
   const series: Series = { tMs: [], queue: [], parks: [], reservedPct: [] }
   // Descents finished since the last pass, per host, not yet followed by a queued placement there.
   const judging = new Map<number, number>()
@@ -531,6 +565,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     const h = hostIndex.get(hostId) as number
     const b = footprint[i] as Budget
     host[i] = h
+    ;(onHost[h] as Set<number>).add(i)
     shadowMib[h] = (shadowMib[h] as number) + b.memMib
     shadowVcpus[h] = (shadowVcpus[h] as number) + b.vcpus
     touch(h)
@@ -541,6 +576,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     const b = footprint[i] as Budget
     shadowMib[h] = (shadowMib[h] as number) - b.memMib
     shadowVcpus[h] = (shadowVcpus[h] as number) - b.vcpus
+    ;(onHost[h] as Set<number>).delete(i)
     host[i] = -1
     touch(h)
     roomAppeared = true
@@ -739,9 +775,108 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     drainPending()
     // SPEC §4.3: one fleet read, reclaim, the gate, a descent per yield, then the drain.
     runReaper(Reaper.pass(reaperOptions))
+    if (fleet.moves) planMoves()
     // The judgement of descents that finished before this pass closes with its drain.
     if (counting()) for (const count of judging.values()) wasted += count
     judging.clear()
+  }
+
+  /** The target's share of an open move (its reservation), in the simulator's own sums. */
+  const shadowTarget = (i: number, sign: 1 | -1): void => {
+    const t = moveTarget[i] as number
+    const b = footprint[i] as Budget
+    shadowMib[t] = (shadowMib[t] as number) + sign * b.memMib
+    shadowVcpus[t] = (shadowVcpus[t] as number) + sign * b.vcpus
+    touch(t)
+  }
+
+  /**
+   * Moves for the starving sessions' held hosts (core's `MakeRoom.plan`), after a pass: on a held
+   * host with no descent and no move running, the running sessions whose moves make the room the
+   * parks cannot, to hosts no session holds or is claimed for.
+   */
+  const planMoves = (): void => {
+    const holds = reaperState.memory.holds.filter((h) => h.reason === "starving")
+    if (holds.length === 0) return
+    let view = exec(store.fleetView())
+    for (const hold of holds) {
+      // Moves only where the room exists but is split (core's rule): in an overloaded fleet they only reorder who waits.
+      if (view === undefined || !MakeRoom.roomIsSplit(view, limits)) return
+      const h = hostIndex.get(hold.hostId)
+      if (h === undefined || (movesFrom[h] as number) > 0) continue
+      const q = view.queue.find((x) => x.sessionId === hold.sessionId)
+      const held = view.hosts.find((x) => x.id === hold.hostId)
+      if (q === undefined || held === undefined || held.descentsRunning > 0) continue
+      const fenced = new Set(reaperState.memory.holds.map((x) => x.hostId))
+      for (const c of ParkGate.claimedHosts(view, now, limits, fleet.policyOptions).values()) fenced.add(c.id)
+      const running: MakeRoom.Running[] = []
+      for (const i of onHost[h] as Set<number>) if (isRunning[i] === 1 && (moveTarget[i] as number) < 0) running.push({ sessionId: (scripts[i] as Script).id, budget: footprint[i] as Budget, residentMib: residentOf(i) })
+      const planned = MakeRoom.plan({ budget: q.budget, host: held, running, targets: view.hosts.filter((x) => !fenced.has(x.id)), costs: fleet.moveCosts, limits })
+      if (planned === null || planned.length === 0) continue
+      for (const m of planned) beginMove(sessionIndex.get(m.sessionId) as number, m)
+      view = exec(store.fleetView())
+    }
+  }
+
+  const beginMove = (i: number, m: MakeRoom.Planned): void => {
+    const move = exec(store.beginMove({ sessionId: m.sessionId, targetHostId: m.toHostId, maxDowntimeMs: fleet.moveCosts.maxDowntimeMs }))
+    if (move === undefined) return
+    const src = host[i] as number
+    const t = hostIndex.get(m.toHostId) as number
+    moveTarget[i] = t
+    moveIdOf[i] = move.id
+    moveEstimate[i] = m.estimate
+    shadowTarget(i, 1)
+    movesFrom[src] = (movesFrom[src] as number) + 1
+    if (counting()) movesStarted++
+    // The copy takes both hosts' links; the pause follows it.
+    const rate = fleet.moveCosts.copyMibPerSec
+    const copied = (m.estimate.copyMs / 1000) * rate
+    const copyEnd = Math.max(transferEnd(src, copied, rate), transferEnd(t, copied, rate))
+    heap.push(copyEnd + m.estimate.downtimeMs, MOVE_DONE, i)
+  }
+
+  /** The move of session `i` commits: it runs on the target, its source room is free. */
+  const finishMove = (i: number): void => {
+    const t = moveTarget[i] as number
+    if (t < 0) return
+    const e = moveEstimate[i] as MakeRoom.Estimate
+    const id = moveIdOf[i] as string
+    const MiB = 1024 * 1024
+    const sendMs = Math.max(1, e.downtimeMs - fleet.moveCosts.commitAllowanceMs)
+    const commitMs = Math.max(1, fleet.moveCosts.commitAllowanceMs)
+    exec(store.recordRound(id, { kind: "final", wireBytes: e.finalMib * MiB, apparentBytes: e.finalMib * MiB, sendMs, captureMs: 1 }))
+    const done = exec(store.commitMove(id, { downtimeMs: 1 + sendMs + commitMs, captureMs: 1, sendMs, commitMs }))
+    const src = host[i] as number
+    movesFrom[src] = (movesFrom[src] as number) - 1
+    moveTarget[i] = -1
+    if (done === undefined) {
+      shadowTarget(i, -1)
+      return
+    }
+    // The session's footprint leaves the source (room for the queue) and is the target's own now.
+    const b = footprint[i] as Budget
+    shadowTargetTo(i, t, b)
+    if (counting()) {
+      movesCommitted++
+      movedMib += (scripts[i] as Script).budget.memMib
+      moveDowntimes.push(1 + sendMs + commitMs)
+    }
+    if (idleAfterMove[i] === 1) {
+      idleAfterMove[i] = 0
+      handle(IDLE, i)
+    }
+  }
+  /** Session `i` now lives on `t` (its target reservation already counted there). */
+  const shadowTargetTo = (i: number, t: number, b: Budget): void => {
+    const src = host[i] as number
+    shadowMib[src] = (shadowMib[src] as number) - b.memMib
+    shadowVcpus[src] = (shadowVcpus[src] as number) - b.vcpus
+    ;(onHost[src] as Set<number>).delete(i)
+    ;(onHost[t] as Set<number>).add(i)
+    host[i] = t
+    touch(src)
+    roomAppeared = true
   }
 
   /**
@@ -763,6 +898,7 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       countNow("warm")
       recordWait(i, 0)
       if (counting()) resumeWaits.push(fleet.warmResumeMs)
+      isRunning[i] = 1
       scheduleActiveEnd(i, now + fleet.warmResumeMs)
       return
     }
@@ -781,12 +917,19 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       }
       case START: {
         if (!("ok" in (attempt(store.markRunning(s.id)) ?? {}))) return
+        isRunning[i] = 1
         scheduleActiveEnd(i, now)
         return
       }
       case IDLE: {
         const answer = attempt(store.idle(s.id))
-        if (answer === undefined || !("ok" in answer)) return
+        if (answer === undefined) return
+        if (!("ok" in answer)) {
+          // A session being moved goes idle once its move is done.
+          if (answer.refusedFrom === "moving") idleAfterMove[i] = 1
+          return
+        }
+        isRunning[i] = 0
         // The store's step decided with the run's park policy: parked, or descending at once.
         if (answer.ok.state === "parked") {
           if (counting()) parks++
@@ -816,6 +959,14 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       case END: {
         if (!("ok" in (attempt(store.endSession(s.id)) ?? {}))) return
         waiting.delete(i)
+        isRunning[i] = 0
+        // Its open move ended with it: the target's reservation is gone too.
+        if ((moveTarget[i] as number) >= 0) {
+          shadowTarget(i, -1)
+          const src = host[i] as number
+          movesFrom[src] = (movesFrom[src] as number) - 1
+          moveTarget[i] = -1
+        }
         unplace(i)
         return
       }
@@ -825,6 +976,9 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         if (next <= horizon) heap.push(next, PASS, 0)
         return
       }
+      case MOVE_DONE:
+        finishMove(i)
+        return
       case GIVE_UP: {
         // Only the request that set this time, and only while it still waits.
         if (!waiting.has(i) || giveUpAt[i] !== now) return
@@ -961,5 +1115,9 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     // With a burn-in, its sessions' resumes may fall in the counted part: the bound counts them too.
     warmBoundTtl: ttlWarmBound(played.burnIn > 0 ? { scripts, horizonMs: horizon } : workload, fleet.limits),
     gaveUp,
+    moves: movesStarted,
+    movesCommitted,
+    movedMib,
+    moveDowntime: quantiles(moveDowntimes.values()),
   }
 }

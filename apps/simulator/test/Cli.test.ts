@@ -103,6 +103,14 @@ describe("flags", () => {
     expect(await failure(["--warm-start", "--lp-bound"])).toMatchObject({ _tag: "UsageError", option: "--lp-bound" })
   })
 
+  it("moves are an option of the fleet, off by default, with their costs", async () => {
+    expect(((await parse([])) as Cli.Options).fleet).toMatchObject({ moves: false, moveCosts: Simulation.defaultFleet.moveCosts })
+    const on = ((await parse(["--moves", "--move-mib-per-s", "512", "--move-dirty-mib-per-s", "0", "--move-max-downtime-ms", "300"])) as Cli.Options).fleet
+    expect(on).toMatchObject({ moves: true, moveCosts: { copyMibPerSec: 512, dirtyMibPerSec: 0, maxDowntimeMs: 300 } })
+    expect(await failure(["--move-mib-per-s", "0"])).toMatchObject({ _tag: "UsageError", message: expect.stringContaining("--move-mib-per-s") })
+    expect(await failure(["--move-dirty-mib-per-s", "-1"])).toMatchObject({ _tag: "UsageError", message: expect.stringContaining("--move-dirty-mib-per-s") })
+  })
+
   it("bad input names the flag and the rule", async () => {
     expect(await failure(["--policy", "always-park"])).toMatchObject({ _tag: "UsageError", option: "--policy", message: expect.stringContaining("unknown policy always-park") })
     expect(await failure(["--host", "10x64q"])).toMatchObject({ _tag: "UsageError", option: "--host" })

@@ -1,0 +1,226 @@
+/**
+ * Room made by moving running sessions (SPEC §5's live move as a policy action, issue 22): a
+ * session that starves on a held host whose room its parks alone cannot make gets it from
+ * running sessions moved off that host onto others. Pure: given the held host, the sessions
+ * running there, the hosts that may take them and the costs of a move, `plan` answers which
+ * sessions move where, or that moving cannot make the room. The caller starts the moves
+ * (`Store.beginMove` with the chosen target); the ledger holds both hosts' RAM until each
+ * commits.
+ *
+ * **Costs.** A move pre-copies the guest's resident RAM at `copyMibPerSec` while the guest keeps
+ * dirtying it at `dirtyMibPerSec`; each round sends what the last one let the guest dirty, up to
+ * `maxRounds`. The last round's bytes go into the downtime guard's own pre-pause estimate
+ * (`Downtime.prePauseEstimateMs`, with the commit allowance); a session whose estimate passes
+ * `maxDowntimeMs` is one the guard would refuse to switch over, so it is never chosen.
+ *
+ * **Choice.** The fewest MiB moved, approximately: while the budget does not fit, the smallest
+ * movable session that closes the remaining RAM gap (else the largest), each to the host where it
+ * fits tightest (best fit, ties by id); then any chosen move whose absence still leaves the room
+ * is dropped (largest first).
+ *
+ * **When.** A move changes where RAM is used, not how much: it only helps when the room the
+ * queue waits for exists but is split over hosts (`roomIsSplit`). In an overloaded fleet it would
+ * only let the starving session pass the others, the moved sessions taking room the queue's
+ * next sessions needed, so the caller moves nothing there.
+ */
+import * as Downtime from "./Downtime.js"
+import * as Headroom from "./Headroom.js"
+import type { Budget } from "./Headroom.js"
+import { defaults, type Limits } from "./Limits.js"
+import { compareIds } from "./Order.js"
+import type { FleetHost, FleetView } from "./ParkGate.js"
+import * as ParkGate from "./ParkGate.js"
+import * as Placement from "./Placement.js"
+import type { Candidate } from "./Placement.js"
+import { withReservation } from "./QueueWalk.js"
+
+/** A session running on the held host, as a move would carry it. */
+export interface Running {
+  readonly sessionId: string
+  /** Its reservation (what leaves the source and lands on the target). */
+  readonly budget: Budget
+  /** The RAM its guest touches: what a move copies. */
+  readonly residentMib: number
+}
+
+/** What a move costs (the simulator's and the coordinator's figures). */
+export interface Costs {
+  /** A move's copy rate, MiB/s. */
+  readonly copyMibPerSec: number
+  /** How fast a running guest dirties its RAM during the copy, MiB/s. */
+  readonly dirtyMibPerSec: number
+  /** Pre-copy rounds before the final one (at least 1: the full copy). */
+  readonly maxRounds: number
+  /** The commit allowance the guard adds (SPEC §9 `commitAllowanceMs`). */
+  readonly commitAllowanceMs: number
+  /** The downtime a move may cost its session (the move's `maxDowntimeMs`). */
+  readonly maxDowntimeMs: number
+}
+
+/** 1 GiB/s copies (a 10 Gbit/s link), 64 MiB/s dirtied, 5 rounds, SPEC §9's 400 ms allowance, 1 s of downtime. */
+export const defaultCosts: Costs = Object.freeze({
+  copyMibPerSec: 1024,
+  dirtyMibPerSec: 64,
+  maxRounds: 5,
+  commitAllowanceMs: defaults.commitAllowanceMs,
+  maxDowntimeMs: 1000,
+})
+
+/** One move's figures under `Costs`. */
+export interface Estimate {
+  /** The pre-copy rounds' time (the session runs meanwhile). */
+  readonly copyMs: number
+  /** The final round's bytes (MiB) sent with the guest paused. */
+  readonly finalMib: number
+  /** The guard's pre-pause estimate: the pause the move costs its session. */
+  readonly downtimeMs: number
+  /** Whether the guard would let it switch over (`downtimeMs ≤ maxDowntimeMs`). */
+  readonly allowed: boolean
+}
+
+const MiB = 1024 * 1024
+
+/**
+ * A move of `residentMib` under `costs`: rounds of pre-copy (the first the whole RAM, each next
+ * what the guest dirtied meanwhile, at most `maxRounds`), then the guard's pre-pause estimate of
+ * the final round. A rate that is not positive copies nothing: the estimate is infinite.
+ */
+export const estimate = (residentMib: number, costs: Costs): Estimate => {
+  const rate = costs.copyMibPerSec
+  if (!(rate > 0)) return { copyMs: Number.POSITIVE_INFINITY, finalMib: residentMib, downtimeMs: Number.POSITIVE_INFINITY, allowed: false }
+  const rounds = Math.max(1, Math.floor(costs.maxRounds))
+  let send = Math.max(0, residentMib)
+  let copyMs = 0
+  for (let k = 0; k < rounds; k++) {
+    const ms = (send / rate) * 1000
+    copyMs += ms
+    // What the guest dirtied while this round ran, never more than its RAM.
+    send = Math.min(Math.max(0, residentMib), (Math.max(0, costs.dirtyMibPerSec) * ms) / 1000)
+  }
+  const verdict = Downtime.check({
+    lastDeltaWireBytes: send * MiB,
+    rateBytesPerMs: (rate * MiB) / 1000,
+    commitAllowanceMs: costs.commitAllowanceMs,
+    maxDowntimeMs: costs.maxDowntimeMs,
+  })
+  return { copyMs, finalMib: send, downtimeMs: verdict.estimateMs, allowed: verdict._tag === "Fits" }
+}
+
+/** One planned move. */
+export interface Planned {
+  readonly sessionId: string
+  readonly fromHostId: string
+  readonly toHostId: string
+  readonly budget: Budget
+  readonly estimate: Estimate
+}
+
+/** What `plan` reads. */
+export interface Input {
+  /** The budget to make room for. */
+  readonly budget: Budget
+  /** The held host, with its parks (they are counted as gone: the gate descends them for the budget). */
+  readonly host: FleetHost
+  /** The sessions running on it that may move (none with an open move). */
+  readonly running: readonly Running[]
+  /** Hosts that may take a moved session (the caller leaves out hosts held or claimed for others). */
+  readonly targets: readonly Candidate[]
+  readonly costs?: Costs | undefined
+  readonly limits?: Limits | undefined
+}
+
+/** The host with `budget` released from it (one entry fewer). */
+const without = (c: FleetHost, budget: Budget): FleetHost => ({
+  ...c,
+  headroom: { ...c.headroom, reserved: Headroom.subtract(c.headroom.reserved, budget) },
+  entries: Math.max(0, (c.entries ?? 0) - 1),
+})
+
+/** The best-fit target for `budget` among `targets` (the least RAM left after it, ties by id). */
+const bestTarget = (targets: ReadonlyMap<string, Candidate>, budget: Budget, sourceId: string, limits: Limits): Candidate | undefined => {
+  let best: { c: Candidate; left: number } | undefined
+  for (const c of targets.values()) {
+    if (c.id === sourceId || (c.state ?? "ready") !== "ready" || !Placement.fitsOn(c, budget, limits)) continue
+    const left = (Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY) - budget.memMib
+    if (best === undefined || left < best.left || (left === best.left && compareIds(c.id, best.c.id) < 0)) best = { c, left }
+  }
+  return best?.c
+}
+
+/**
+ * The moves that make room for `budget` on the held host once its parks have descended: `[]`
+ * when the parks alone make it (or it fits now), `null` when the movable sessions cannot (the
+ * host could never take it, no target has room, or the guard would refuse the moves needed).
+ * Every move lands on a target that has room for it after the moves planned before it; the
+ * budget fits on the host once all of them have left; no move can be dropped.
+ */
+export const plan = (input: Input): Planned[] | null => {
+  const limits = input.limits ?? defaults
+  const costs = input.costs ?? defaultCosts
+  const src = input.host
+  if ((src.state ?? "ready") !== "ready" || !Placement.isMeasured(src)) return null
+  if (!Placement.fitsOn(Placement.emptied(src), input.budget, { ...limits, requireMeasured: false })) return null
+  let host: FleetHost = src
+  for (const p of src.parks) host = without(host, p.budget)
+  if (Placement.fitsOn(host, input.budget, limits)) return []
+
+  const movable = input.running
+    .map((r) => ({ r, e: estimate(r.residentMib, costs) }))
+    .filter((m) => m.e.allowed)
+    .sort((a, b) => a.r.budget.memMib - b.r.budget.memMib || compareIds(a.r.sessionId, b.r.sessionId))
+  const targets = new Map(input.targets.filter((c) => c.id !== src.id).map((c) => [c.id, c]))
+  const chosen: Planned[] = []
+  const used = new Set<string>()
+  while (!Placement.fitsOn(host, input.budget, limits)) {
+    const gap = input.budget.memMib - (Headroom.freeMib(host.headroom) ?? Number.POSITIVE_INFINITY)
+    // The smallest that closes the RAM gap, else the largest; only one that some target takes.
+    let pick: { m: (typeof movable)[number]; to: Candidate } | undefined
+    let largest: typeof pick
+    for (const m of movable) {
+      if (used.has(m.r.sessionId)) continue
+      const to = bestTarget(targets, m.r.budget, src.id, limits)
+      if (to === undefined) continue
+      if (m.r.budget.memMib >= gap) {
+        pick = { m, to }
+        break
+      }
+      largest = { m, to }
+    }
+    pick ??= largest
+    if (pick === undefined) return null
+    used.add(pick.m.r.sessionId)
+    host = without(host, pick.m.r.budget)
+    targets.set(pick.to.id, withReservation(pick.to, pick.m.r.budget))
+    chosen.push({ sessionId: pick.m.r.sessionId, fromHostId: src.id, toHostId: pick.to.id, budget: pick.m.r.budget, estimate: pick.m.e })
+  }
+  // Drop what is not needed, the largest first (dropping a move only frees its target).
+  const kept = [...chosen]
+  for (const c of [...chosen].sort((a, b) => b.budget.memMib - a.budget.memMib || compareIds(a.sessionId, b.sessionId))) {
+    const back = withReservation(host, c.budget)
+    if (Placement.fitsOn(back, input.budget, limits)) {
+      host = back
+      kept.splice(kept.indexOf(c), 1)
+    }
+  }
+  return kept
+}
+
+
+/**
+ * Whether the room the queue waits for exists in the fleet but split over hosts: the free RAM of
+ * the ready measured hosts, with their parks counted as free (the gate descends them for the
+ * queue), covers every queued session that some host could take (too-big ones left out).
+ * Where it does not, the fleet lacks RAM, and moving sessions only reorders who waits.
+ */
+export const roomIsSplit = (fleet: FleetView, limits: Limits = defaults): boolean => {
+  let free = 0
+  for (const h of fleet.hosts) {
+    if ((h.state ?? "ready") !== "ready" || !Placement.isMeasured(h) || !Headroom.gatesRam(h.headroom)) continue
+    free += Math.max(0, Headroom.freeMib(h.headroom) as number)
+    for (const p of h.parks) free += p.budget.memMib
+  }
+  const tooBig = new Set(ParkGate.unplaceable(fleet, limits).map((q) => q.sessionId))
+  let wanted = 0
+  for (const q of fleet.queue) if (!tooBig.has(q.sessionId)) wanted += q.budget.memMib
+  return wanted <= free
+}

@@ -1,0 +1,162 @@
+import fc from "fast-check"
+import { describe, expect, it } from "vitest"
+import { Downtime, Headroom, Limits, MakeRoom, Placement } from "../src/index.js"
+import type { Budget, Candidate, FleetHost, Park } from "../src/index.js"
+
+const GiB = 1024
+const limits = { ...Limits.defaults, systemReserveMib: 0 }
+const budget = (memMib: number, vcpus = 1): Budget => ({ memMib, vcpus })
+const host = (id: string, capMib: number, reservedMib: number, parks: Park[] = [], extra: Partial<FleetHost> = {}): FleetHost => ({
+  id,
+  headroom: { allocatableMib: capMib, cpuBudget: 64, reserved: { memMib: reservedMib, vcpus: 0 } },
+  descentsRunning: 0,
+  parks,
+  entries: 0,
+  ...extra,
+})
+const running = (sessionId: string, memMib: number, residentMib = memMib): MakeRoom.Running => ({ sessionId, budget: budget(memMib, 0), residentMib })
+
+describe("MakeRoom.estimate", () => {
+  it("rounds of pre-copy, then the guard's own pre-pause estimate of the final round", () => {
+    const costs = { ...MakeRoom.defaultCosts, copyMibPerSec: 1024, dirtyMibPerSec: 64, maxRounds: 2, commitAllowanceMs: 400, maxDowntimeMs: 1000 }
+    const e = MakeRoom.estimate(8 * GiB, costs)
+    // Round 1: 8 GiB in 8 s (512 MiB dirtied); round 2: 512 MiB in 0.5 s (32 MiB dirtied).
+    expect(e.copyMs).toBeCloseTo(8500)
+    expect(e.finalMib).toBeCloseTo(32)
+    const guard = Downtime.prePauseEstimateMs({ lastDeltaWireBytes: 32 * 1024 * 1024, rateBytesPerMs: (1024 * 1024 * 1024) / 1000, commitAllowanceMs: 400 })
+    expect(e.downtimeMs).toBeCloseTo(guard)
+    expect(e.allowed).toBe(true)
+  })
+
+  it("a guest that dirties faster than the copy is refused by the guard", () => {
+    const e = MakeRoom.estimate(8 * GiB, { ...MakeRoom.defaultCosts, copyMibPerSec: 100, dirtyMibPerSec: 200 })
+    expect(e.allowed).toBe(false)
+    expect(MakeRoom.estimate(1, { ...MakeRoom.defaultCosts, copyMibPerSec: 0 }).allowed).toBe(false)
+  })
+})
+
+describe("MakeRoom.plan", () => {
+  it("moves the smallest running session that closes the gap, to the tightest target", () => {
+    // 64 GiB held host: 8 GiB free, 8 GiB of parks, 48 GiB running. A 32 GiB session needs 16 GiB more.
+    const held = host("h0", 64 * GiB, 56 * GiB, [{ sessionId: "p", parkedAt: 1, budget: budget(8 * GiB, 0) }])
+    const moves = MakeRoom.plan({
+      budget: budget(32 * GiB),
+      host: held,
+      running: [running("a", 4 * GiB), running("b", 16 * GiB), running("c", 28 * GiB)],
+      targets: [host("h1", 64 * GiB, 0), host("h2", 64 * GiB, 40 * GiB)],
+      limits,
+    })
+    expect(moves?.map((m) => [m.sessionId, m.toHostId])).toEqual([["b", "h2"]])
+  })
+
+  it("nothing to move when the parks alone make the room; null when moves cannot", () => {
+    const held = host("h0", 64 * GiB, 60 * GiB, [{ sessionId: "p", parkedAt: 1, budget: budget(32 * GiB, 0) }])
+    expect(MakeRoom.plan({ budget: budget(32 * GiB), host: held, running: [running("a", 28 * GiB)], targets: [host("h1", 64 * GiB, 0)], limits })).toEqual([])
+    const full = host("h0", 64 * GiB, 60 * GiB)
+    // No target has room for the running session.
+    expect(MakeRoom.plan({ budget: budget(32 * GiB), host: full, running: [running("a", 60 * GiB)], targets: [host("h1", 64 * GiB, 8 * GiB)], limits })).toBeNull()
+    // Too big for the host even empty.
+    expect(MakeRoom.plan({ budget: budget(65 * GiB), host: full, running: [running("a", 60 * GiB)], targets: [host("h1", 128 * GiB, 0)], limits })).toBeNull()
+    // The guard would refuse the move: 60 GiB at 1 MiB/s with a busy guest.
+    const slow = { ...MakeRoom.defaultCosts, copyMibPerSec: 1, dirtyMibPerSec: 2 }
+    expect(MakeRoom.plan({ budget: budget(32 * GiB), host: full, running: [running("a", 60 * GiB)], targets: [host("h1", 64 * GiB, 0)], costs: slow, limits })).toBeNull()
+  })
+
+  it("drops a move that is not needed once a bigger one was taken", () => {
+    // Gap 20 GiB: no single session closes it among a (8) and b (16); largest first (b, gap 4), then a (closes it). Neither can go.
+    const held = host("h0", 64 * GiB, 64 * GiB)
+    const moves = MakeRoom.plan({ budget: budget(20 * GiB), host: held, running: [running("a", 8 * GiB), running("b", 16 * GiB)], targets: [host("h1", 64 * GiB, 0)], limits })
+    expect(moves?.map((m) => m.sessionId).sort()).toEqual(["a", "b"])
+    // With c (40) present, c alone closes the gap.
+    const one = MakeRoom.plan({
+      budget: budget(20 * GiB),
+      host: held,
+      running: [running("a", 8 * GiB), running("b", 16 * GiB), running("c", 40 * GiB)],
+      targets: [host("h1", 64 * GiB, 0)],
+      limits,
+    })
+    expect(one?.map((m) => m.sessionId)).toEqual(["c"])
+  })
+
+  const arbInput = fc
+    .record({
+      cap: fc.integer({ min: 4, max: 32 }),
+      parks: fc.array(fc.integer({ min: 1, max: 4 }), { maxLength: 3 }),
+      run: fc.array(fc.record({ mem: fc.integer({ min: 1, max: 8 }), resident: fc.integer({ min: 0, max: 64 }) }), { maxLength: 6 }),
+      want: fc.integer({ min: 1, max: 32 }),
+      free: fc.integer({ min: 0, max: 4 }),
+      targets: fc.array(fc.record({ cap: fc.integer({ min: 0, max: 32 }), used: fc.integer({ min: 0, max: 32 }), state: fc.constantFrom("ready", "ready", "cordoned") }), { maxLength: 4 }),
+      dirty: fc.integer({ min: 0, max: 2048 }),
+    })
+    .map((r) => {
+      const parks: Park[] = r.parks.map((m, k) => ({ sessionId: `p${k}`, parkedAt: k, budget: budget(m * GiB, 0) }))
+      const runs = r.run.map((x, k) => running(`r${k}`, x.mem * GiB, x.resident * 256))
+      const reserved = parks.reduce((a, p) => a + p.budget.memMib, 0) + runs.reduce((a, x) => a + x.budget.memMib, 0)
+      const cap = Math.max(r.cap * GiB, reserved + r.free * GiB)
+      const targets: Candidate[] = r.targets.map((t, k) => ({
+        id: `t${k}`,
+        headroom: { allocatableMib: t.cap * GiB, cpuBudget: 64, reserved: { memMib: Math.min(t.used, t.cap) * GiB, vcpus: 0 } },
+        state: t.state as Placement.HostState,
+        entries: 0,
+      }))
+      return {
+        input: { budget: budget(r.want * GiB), host: host("h", cap, reserved, parks), running: runs, targets, costs: { ...MakeRoom.defaultCosts, dirtyMibPerSec: r.dirty }, limits },
+      }
+    })
+
+  it("property: a plan makes the room, lands every move where it fits, passes the guard, and keeps no move it does not need", () => {
+    fc.assert(
+      fc.property(arbInput, ({ input }) => {
+        const moves = MakeRoom.plan(input)
+        if (moves === null) return
+        const ids = moves.map((m) => m.sessionId)
+        expect(new Set(ids).size).toBe(ids.length)
+        const release = (h: FleetHost, b: Budget): FleetHost => ({ ...h, headroom: { ...h.headroom, reserved: Headroom.subtract(h.headroom.reserved, b) } })
+        let after = input.host
+        for (const p of input.host.parks) after = release(after, p.budget)
+        const targets = new Map(input.targets.map((t) => [t.id, t]))
+        for (const m of moves) {
+          expect(m.fromHostId).toBe("h")
+          expect(m.estimate.downtimeMs).toBeLessThanOrEqual(input.costs.maxDowntimeMs)
+          expect(input.running.some((r) => r.sessionId === m.sessionId)).toBe(true)
+          const t = targets.get(m.toHostId) as Candidate
+          expect(t).toBeDefined()
+          expect(Placement.fitsOn(t, m.budget, limits)).toBe(true)
+          targets.set(t.id, { ...t, headroom: { ...t.headroom, reserved: Headroom.add(t.headroom.reserved, m.budget) }, entries: (t.entries ?? 0) + 1 })
+          after = release(after, m.budget)
+        }
+        expect(Placement.fitsOn(after, input.budget, limits)).toBe(true)
+        // Minimal: putting any one move back leaves no room.
+        for (const m of moves) {
+          const back = { ...after, headroom: { ...after.headroom, reserved: Headroom.add(after.headroom.reserved, m.budget) } }
+          expect(Placement.fitsOn(back, input.budget, limits)).toBe(false)
+        }
+      }),
+      { numRuns: 500 },
+    )
+  })
+
+  it("property: with one empty target as big as the host, a plan exists whenever the guard allows every running session", () => {
+    fc.assert(
+      fc.property(arbInput, ({ input }) => {
+        const big = { id: "big", headroom: { allocatableMib: input.host.headroom.allocatableMib, cpuBudget: 64, reserved: Headroom.zero }, entries: 0 }
+        const allAllowed = input.running.every((r) => MakeRoom.estimate(r.residentMib, input.costs).allowed)
+        const couldTake = Placement.fitsOn(Placement.emptied(input.host), input.budget, limits)
+        if (!allAllowed || !couldTake) return
+        expect(MakeRoom.plan({ ...input, targets: [big] })).not.toBeNull()
+      }),
+      { numRuns: 500 },
+    )
+  })
+
+  it("roomIsSplit: moves only where the fleet's free RAM (parks counted free) covers the queue", () => {
+    const q = (sessionId: string, memMib: number) => ({ sessionId, budget: budget(memMib), queuedAt: 0 })
+    const hosts = [host("a", 64 * GiB, 40 * GiB, [{ sessionId: "p", parkedAt: 1, budget: budget(8 * GiB, 0) }]), host("b", 64 * GiB, 32 * GiB)]
+    // Free: 24 + 8 (the park) + 32 = 64 GiB.
+    expect(MakeRoom.roomIsSplit({ hosts, queue: [q("x", 48 * GiB), q("y", 16 * GiB)] }, limits)).toBe(true)
+    expect(MakeRoom.roomIsSplit({ hosts, queue: [q("x", 48 * GiB), q("y", 17 * GiB)] }, limits)).toBe(false)
+    // A session no host could take does not count; a cordoned host's room does not either.
+    expect(MakeRoom.roomIsSplit({ hosts, queue: [q("x", 48 * GiB), q("giant", 100 * GiB)] }, limits)).toBe(true)
+    expect(MakeRoom.roomIsSplit({ hosts: [hosts[0] as FleetHost, { ...(hosts[1] as FleetHost), state: "cordoned" }], queue: [q("x", 48 * GiB)] }, limits)).toBe(false)
+  })
+})
