@@ -144,6 +144,8 @@ export class Forwarder extends Context.Service<Forwarder, ForwarderShape>()("@en
       let localUntil = 0
       const placerNow = (now: number): string | null => (leader.isLeader() || now < localUntil ? null : leaderUrl())
 
+      /** Why the last batch failed (logged with the fallback it causes). */
+      let lastFailure = ""
       let pending: Pending[] = []
       let inFlight = 0
       let scheduled = false
@@ -170,7 +172,10 @@ export class Forwarder extends Context.Service<Forwarder, ForwarderShape>()("@en
                 const answers = (body as { answers?: unknown }).answers
                 settle(batch, Array.isArray(answers) && answers.length === batch.length ? (answers as Answer[]) : [])
               },
-              () => settle(batch, []),
+              (e: unknown) => {
+                lastFailure = e instanceof Error ? e.message : String(e)
+                settle(batch, [])
+              },
             )
             .finally(() => {
               clearTimeout(timer)
@@ -189,7 +194,16 @@ export class Forwarder extends Context.Service<Forwarder, ForwarderShape>()("@en
       const fallback = (input: CreateInput, reason: "timeout" | "error") =>
         Effect.gen(function* () {
           metrics.forwardFallbacks.inc({ reason })
-          localUntil = (yield* Effect.clockWith((c) => c.currentTimeMillis)) + backoffFactor * boundMs
+          const now = yield* Effect.clockWith((c) => c.currentTimeMillis)
+          // Said once per backoff, not once per create.
+          if (now >= localUntil)
+            yield* Effect.logWarning("forwarded creates are placed here: the placer did not answer", {
+              reason,
+              boundMs,
+              failure: reason === "timeout" ? `no answer within ${boundMs} ms` : lastFailure,
+              placesHereForMs: backoffFactor * boundMs,
+            })
+          localUntil = now + backoffFactor * boundMs
           return yield* local(input)
         })
 
@@ -203,7 +217,10 @@ export class Forwarder extends Context.Service<Forwarder, ForwarderShape>()("@en
           const got = yield* Deferred.await(answer).pipe(Effect.timeoutOption(Duration.millis(boundMs)))
           if (Option.isNone(got)) return yield* fallback(input, "timeout")
           const a = got.value
-          if (a === null || "unavailable" in a) return yield* fallback(input, "error")
+          if (a === null || "unavailable" in a) {
+            if (a !== null) lastFailure = a.unavailable
+            return yield* fallback(input, "error")
+          }
           metrics.forwarded.inc()
           if ("refused" in a) return yield* Effect.fail(decodeRefusal(a.refused))
           return a.placed
