@@ -109,6 +109,8 @@ export interface MetricsShape {
 export interface PlacementChecks {
   readonly placed: number
   readonly conflicts: number
+  /** Apply statements that wrote placements (absent: not counted). */
+  readonly statements?: number | undefined
 }
 
 /** Reaper pass duration buckets, seconds. */
@@ -229,13 +231,19 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         "Placements refused at their write because another writer changed the host since the decision; each is decided again (this replica).",
         true,
       )
-      let checksSeen: PlacementChecks = { placed: 0, conflicts: 0 }
+      const placementStatements = counter(
+        "engram_placement_statements_total",
+        "Apply statements that wrote placements (this replica): engram_placement_writes_total divided by it is the mean group one statement placed.",
+        true,
+      )
+      let checksSeen: PlacementChecks = { placed: 0, conflicts: 0, statements: 0 }
       const scrape: MetricsShape["scrape"] = (store) =>
         Effect.sync(() => {
           up.set(store.up ? 1 : 0)
           if (store.checks !== undefined) {
             placementWrites.inc(Math.max(0, store.checks.placed - checksSeen.placed))
             placementConflicts.inc(Math.max(0, store.checks.conflicts - checksSeen.conflicts))
+            placementStatements.inc(Math.max(0, (store.checks.statements ?? 0) - (checksSeen.statements ?? 0)))
             checksSeen = store.checks
           }
           const read = new Map(store.gauges.map((g) => [g.name, g.value]))

@@ -14,6 +14,7 @@ import { peerToken, placementsPath } from "../src/Forward.js"
 import { startChild } from "./support/child.js"
 import type { ChildCoordinator } from "./support/child.js"
 import { call, client, listAll } from "./support/http.js"
+import type { Answer } from "./support/http.js"
 
 const adminToken = "forward-admin-token-0123456789"
 // Well above a forward's time on a loaded 2-core machine: only the hang test reaches it.
@@ -127,7 +128,7 @@ describe("placement forwarding, two replicas on one PostgreSQL", () => {
     const n = 20
     const ids = Array.from({ length: n }, (_, k) => `f-hang${k}`)
     placer.process.kill("SIGSTOP")
-    let answers: Awaited<ReturnType<typeof api.post>>[]
+    let answers: Answer[]
     try {
       answers = await Promise.all(ids.map((id) => api.post("/v1/sessions", { id, memMib: 256, vcpus: 1 })))
     } finally {
