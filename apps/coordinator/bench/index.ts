@@ -16,7 +16,8 @@
  *
  * Knobs: BENCH_SECONDS (measured seconds per load run, default 5), BENCH_WARMUP_SECONDS (2),
  * BENCH_HOSTS (2000), BENCH_IN_FLIGHT (64), BENCH_SKIP (comma list of a,b,c,d,f), BENCH_REPLICAS
- * (the runs of c, comma list of nospread,spread,forward; default all three), BENCH_CPU_PROF (a
+ * (the runs of c, comma list of nospread,spread,forward,window; default the first three; `window` is
+ * the spread with ENGRAM_PLACEMENT_BATCH_WINDOW_US=BENCH_WINDOW_US, default 2000), BENCH_CPU_PROF (a
  * directory: every coordinator process writes a V8 CPU profile there when it stops; summarize one
  * with `node tooling/scripts/cpu-profile-top.mjs <dir>`).
  */
@@ -383,12 +384,26 @@ const main = async (): Promise<void> => {
     // host alike (they choose the same best-fit hosts), then spreading (each its own share first).
     if (!skip.has("c") && one !== undefined) {
       const modes = (process.env["BENCH_REPLICAS"] ?? "nospread,spread,forward").split(",").filter(Boolean)
+      // `window`: the spread with a longer group window (each replica's groups larger, its creates later).
+      const windowUs = Number(process.env["BENCH_WINDOW_US"] ?? 2000)
       for (const mode of modes) {
         const spread = mode === "nospread" ? "0" : "1"
         const forward = mode === "forward" ? "1" : "0"
-        const label = mode === "forward" ? "postgres, 3 replicas forwarding to the placer" : spread === "1" ? "postgres, 3 replicas" : "postgres, 3 replicas without the spread"
+        const label =
+          mode === "forward"
+            ? "postgres, 3 replicas forwarding to the placer"
+            : mode === "window"
+              ? `postgres, 3 replicas, group window ${windowUs} µs`
+              : spread === "1"
+                ? "postgres, 3 replicas"
+                : "postgres, 3 replicas without the spread"
         const db = await createDatabase(server.url, { prefix: `bench_three_${mode}` })
-        const env = { ENGRAM_DATABASE_URL: db.url, ENGRAM_PLACEMENT_SPREAD: spread, ENGRAM_PLACEMENT_FORWARD: forward }
+        const env = {
+          ENGRAM_DATABASE_URL: db.url,
+          ENGRAM_PLACEMENT_SPREAD: spread,
+          ENGRAM_PLACEMENT_FORWARD: forward,
+          ...(mode === "window" ? { ENGRAM_PLACEMENT_BATCH_WINDOW_US: String(windowUs) } : {}),
+        }
         const replicas = [await start(env), await start(env), await start(env)]
         await seedHosts(db.url, HOSTS)
         // Forwarding: every replica has read the lease and its holder's address (a look every 2 s).
