@@ -16,8 +16,9 @@
  *
  * Knobs: BENCH_SECONDS (measured seconds per load run, default 5), BENCH_WARMUP_SECONDS (2),
  * BENCH_HOSTS (2000), BENCH_IN_FLIGHT (64), BENCH_SKIP (comma list of a,b,c,d,f), BENCH_REPLICAS
- * (the runs of c, comma list of nospread,spread,forward,window; default the first three; `window` is
- * the spread with ENGRAM_PLACEMENT_BATCH_WINDOW_US=BENCH_WINDOW_US, default 2000), BENCH_CPU_PROF (a
+ * (the runs of c, comma list of nospread,spread,forward,window,adapt; default nospread,spread,forward,adapt;
+ * `window` is the spread with ENGRAM_PLACEMENT_BATCH_WINDOW_US=BENCH_WINDOW_US, default 2000; `adapt`
+ * the spread with ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS=1), BENCH_CPU_PROF (a
  * directory: every coordinator process writes a V8 CPU profile there when it stops; summarize one
  * with `node tooling/scripts/cpu-profile-top.mjs <dir>`).
  */
@@ -383,7 +384,7 @@ const main = async (): Promise<void> => {
     // (c) Three replicas on one database, the load spread round-robin: first each ranking every
     // host alike (they choose the same best-fit hosts), then spreading (each its own share first).
     if (!skip.has("c") && one !== undefined) {
-      const modes = (process.env["BENCH_REPLICAS"] ?? "nospread,spread,forward").split(",").filter(Boolean)
+      const modes = (process.env["BENCH_REPLICAS"] ?? "nospread,spread,forward,adapt").split(",").filter(Boolean)
       // `window`: the spread with a longer group window (each replica's groups larger, its creates later).
       const windowUs = Number(process.env["BENCH_WINDOW_US"] ?? 2000)
       for (const mode of modes) {
@@ -394,6 +395,8 @@ const main = async (): Promise<void> => {
             ? "postgres, 3 replicas forwarding to the placer"
             : mode === "window"
               ? `postgres, 3 replicas, group window ${windowUs} µs`
+              : mode === "adapt"
+                ? "postgres, 3 replicas, group window by replicas"
               : spread === "1"
                 ? "postgres, 3 replicas"
                 : "postgres, 3 replicas without the spread"
@@ -403,6 +406,7 @@ const main = async (): Promise<void> => {
           ENGRAM_PLACEMENT_SPREAD: spread,
           ENGRAM_PLACEMENT_FORWARD: forward,
           ...(mode === "window" ? { ENGRAM_PLACEMENT_BATCH_WINDOW_US: String(windowUs) } : {}),
+          ...(mode === "adapt" ? { ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS: "1" } : {}),
         }
         const replicas = [await start(env), await start(env), await start(env)]
         await seedHosts(db.url, HOSTS)

@@ -65,6 +65,8 @@ export interface CoordinatorConfig {
   readonly placementSpread: number
   /** Group placement: how long (µs of real time) a batch of creates gathers after its first create. */
   readonly placementBatchWindowUs: number
+  /** On PostgreSQL with the spread, 1: the window grows with the square of the replicas placing (R² × the window). */
+  readonly placementWindowByReplicas: number
   /**
    * On PostgreSQL, 1: a replica that does not hold the reaper's lease forwards its creates, in
    * batches, to the replica that does (the placer), so one replica's groups place them all;
@@ -174,6 +176,7 @@ const settings = {
   placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),
   placementSpread: int("ENGRAM_PLACEMENT_SPREAD", 1, 0, 1),
   placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
+  placementWindowByReplicas: int("ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS", 0, 0, 1),
   placementForward: int("ENGRAM_PLACEMENT_FORWARD", 0, 0, 1),
   placementForwardTimeoutMs: int("ENGRAM_PLACEMENT_FORWARD_TIMEOUT_MS", 1000, 10, 60_000),
   peerUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s/]+\/?$/, { message: "must be an http:// or https:// URL of this replica, without a path (http://10.0.0.5:7070)" })), "ENGRAM_PEER_URL").pipe(

@@ -144,6 +144,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
           connectTimeoutSec: Math.max(1, Math.ceil(config.storeTimeoutMs / 1000)),
           statementTimeoutMs: config.storeTimeoutMs,
           spreadPlacements: config.placementSpread === 1,
+          placementWindowByReplicas: config.placementWindowByReplicas === 1,
           ...batching,
         })
       : Layer.unwrap(
