@@ -155,6 +155,8 @@ export class Forwarder extends Context.Service<Forwarder, ForwarderShape>()("@en
       }
       const flush = () => {
         scheduled = false
+        // A create whose caller gave up (it timed out, and was placed here) is not sent.
+        pending = pending.filter((p) => !Deferred.isDoneUnsafe(p.answer))
         while (inFlight < maxInFlight && pending.length > 0) {
           const batch = pending.slice(0, maxForwardBatch)
           pending = pending.slice(batch.length)
@@ -215,8 +217,15 @@ export class Forwarder extends Context.Service<Forwarder, ForwarderShape>()("@en
           const answer = Deferred.makeUnsafe<Answer | null>()
           pending.push({ input, answer })
           if (inFlight < maxInFlight) schedule()
-          const got = yield* Deferred.await(answer).pipe(Effect.timeoutOption(Duration.millis(boundMs)))
-          if (Option.isNone(got)) return yield* fallback(input, "timeout")
+          const got = yield* Deferred.await(answer).pipe(
+            Effect.timeoutOption(Duration.millis(boundMs)),
+            // Given up (or the caller left): a batch not sent yet leaves this create out.
+            Effect.onInterrupt(() => Effect.sync(() => Deferred.doneUnsafe(answer, Exit.succeed(null)))),
+          )
+          if (Option.isNone(got)) {
+            Deferred.doneUnsafe(answer, Exit.succeed(null))
+            return yield* fallback(input, "timeout")
+          }
           const a = got.value
           if (a === null || "unavailable" in a) {
             if (a !== null) lastFailure = a.unavailable
