@@ -243,13 +243,25 @@ export class Forwarder extends Context.Service<Forwarder, ForwarderShape>()("@en
 const json = (status: number, body: Record<string, unknown>) => HttpServerResponse.jsonUnsafe(body, { status, headers: { "cache-control": "no-store" } })
 const bearer = (r: HttpServerRequest.HttpServerRequest): string => /^Bearer\s+(.+)$/i.exec(r.headers["authorization"] ?? "")?.[1]?.trim() ?? ""
 
-/** Why a forwarded batch's body is refused, or null. The store checks each create itself. */
+/** The keys a forwarded create may have (the store's create input), and its budget's. */
+const createKeys = new Set(["id", "budget", "affinity", "onNoRoom", "idleTimeoutMs", "ttlMs", "template"])
+const budgetKeys = new Set(["memMib", "vcpus"])
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v)
+
+/** Why a forwarded batch's body is refused, or null. The store checks each create's values itself. */
 const badBatch = (body: unknown): string | null => {
-  if (typeof body !== "object" || body === null || !Array.isArray((body as { creates?: unknown }).creates)) return "creates: must be an array of creates"
-  const creates = (body as { creates: unknown[] }).creates
+  if (!isObject(body) || !Array.isArray(body["creates"]) || Object.keys(body).length !== 1) return "creates: the body must be {creates: [...]}"
+  const creates = body["creates"] as unknown[]
   if (creates.length < 1 || creates.length > maxForwardBatch) return `creates: must hold 1 to ${maxForwardBatch} creates`
-  const i = creates.findIndex((c) => typeof c !== "object" || c === null || typeof (c as { id?: unknown }).id !== "string" || typeof (c as { budget?: unknown }).budget !== "object")
-  return i === -1 ? null : `creates[${i}]: must be an object with a string id and a budget`
+  const i = creates.findIndex(
+    (c) =>
+      !isObject(c) ||
+      typeof c["id"] !== "string" ||
+      !isObject(c["budget"]) ||
+      Object.keys(c).some((k) => !createKeys.has(k)) ||
+      Object.keys(c["budget"]).some((k) => !budgetKeys.has(k)),
+  )
+  return i === -1 ? null : `creates[${i}]: must be a create (a string id, a budget of memMib and vcpus, and only the create's keys)`
 }
 
 /**

@@ -91,6 +91,9 @@ describe("placement forwarding, two replicas on one PostgreSQL", () => {
     const bad = await call(placer.url, "POST", placementsPath, { token: peerToken(adminToken), body: { creates: [] } })
     expect(bad.status).toBe(400)
     expect(bad.body.field).toBe("creates")
+    const extra = await call(placer.url, "POST", placementsPath, { token: peerToken(adminToken), body: { creates: [{ ...batch.creates[0], hostId: "f-h0" }] } })
+    expect(extra.status).toBe(400)
+    expect(extra.body.message).toMatch(/^creates\[0\]: /)
     expect((await client(placer.url, adminToken).get("/v1/sessions/f-never")).status).toBe(404)
   })
 
