@@ -7,13 +7,19 @@
  *      the same PostgreSQL server (PostgreSQL 15 from `pg_config --bindir` when installed);
  *   b. the embedded default (PGlite): creates/s and p99, same load;
  *   c. three coordinator replicas on one PostgreSQL ÷ one replica (a), creates/s, without the
- *      spread (every replica ranks every host alike) and with it, with version-check conflicts
- *      per placement and CPU per placement;
+ *      spread (every replica ranks every host alike), with it, and with the spread and placement
+ *      forwarding (`ENGRAM_PLACEMENT_FORWARD=1`: two replicas forward their creates to the lease
+ *      holder), with version-check conflicts per placement, placements per apply statement, CPU
+ *      per placement, and the creates forwarded and fallen back;
  *   d. wake-up: an agent long-polling replica B after a create on replica A (ms);
  *   f. the coordinator's RSS with 10,000 hosts and 100,000 sessions.
  *
  * Knobs: BENCH_SECONDS (measured seconds per load run, default 5), BENCH_WARMUP_SECONDS (2),
- * BENCH_HOSTS (2000), BENCH_IN_FLIGHT (64), BENCH_SKIP (comma list of a,b,c,d,f), BENCH_CPU_PROF (a
+ * BENCH_HOSTS (2000), BENCH_IN_FLIGHT (64), BENCH_SKIP (comma list of a,b,c,d,f), BENCH_ROUNDS (1: rounds of c,
+ * each with its own one-replica baseline; the median ratio is reported), BENCH_REPLICAS
+ * (the runs of c, comma list of nospread,spread,forward,window,adapt; default nospread,spread,forward,adapt;
+ * `window` is the spread with ENGRAM_PLACEMENT_BATCH_WINDOW_US=BENCH_WINDOW_US, default 2000; `adapt`
+ * the spread with ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS=1), BENCH_CPU_PROF (a
  * directory: every coordinator process writes a V8 CPU profile there when it stops; summarize one
  * with `node tooling/scripts/cpu-profile-top.mjs <dir>`).
  */
@@ -201,18 +207,27 @@ const counterOn = async (url: string, name: string): Promise<number> => {
 interface Counted {
   readonly writes: number
   readonly conflicts: number
+  readonly statements: number
+  readonly forwarded: number
+  readonly fallbacks: number
   readonly cpuSeconds: number
 }
 const countedOn = async (replicas: readonly Coordinator[]): Promise<Counted> => {
   let writes = 0
   let conflicts = 0
   let cpuSeconds = 0
+  let statements = 0
+  let forwarded = 0
+  let fallbacks = 0
   for (const r of replicas) {
     writes += await counterOn(r.url, "engram_placement_writes_total")
     conflicts += await counterOn(r.url, "engram_placement_conflicts_total")
+    statements += await counterOn(r.url, "engram_placement_statements_total")
+    forwarded += await counterOn(r.url, "engram_placement_forwarded_total")
+    fallbacks += (await counterOn(r.url, 'engram_placement_forward_fallbacks_total{reason="timeout"}')) + (await counterOn(r.url, 'engram_placement_forward_fallbacks_total{reason="error"}'))
     cpuSeconds += await counterOn(r.url, "process_cpu_seconds_total")
   }
-  return { writes, conflicts, cpuSeconds }
+  return { writes, conflicts, statements, forwarded, fallbacks, cpuSeconds }
 }
 
 /**
@@ -260,7 +275,12 @@ const measuredLoad = async (label: string, server: EmbeddedPostgresServer, repli
   const after = await countedOn(replicas)
   const writes = after.writes - before.writes
   const conflicts = after.conflicts - before.conflicts
-  console.log(`${label}: ${conflicts} version-check conflicts over ${writes} placements written`)
+  const statements = after.statements - before.statements
+  console.log(
+    `${label}: ${conflicts} version-check conflicts over ${writes} placements written in ${statements} apply statements; ` +
+      `${after.forwarded - before.forwarded} creates forwarded, ${after.fallbacks - before.fallbacks} fallbacks`,
+  )
+  report({ bench, figure: `${label}: placements per apply statement`, value: statements === 0 ? 0 : writes / statements, unit: "x" })
   report({ bench, figure: `${label}: version-check conflicts per placement`, value: writes === 0 ? 0 : conflicts / writes, unit: "x", goal: "<= 0.05" })
   report({ bench, figure: `${label}: coordinator CPU per 1,000 placements`, value: (1000 * (after.cpuSeconds - before.cpuSeconds)) / writes, unit: "s" })
   report({ bench, figure: `${label}: PostgreSQL CPU per 1,000 placements`, value: (1000 * (pgAfter - pgBefore)) / writes, unit: "s" })
@@ -365,17 +385,62 @@ const main = async (): Promise<void> => {
     // (c) Three replicas on one database, the load spread round-robin: first each ranking every
     // host alike (they choose the same best-fit hosts), then spreading (each its own share first).
     if (!skip.has("c") && one !== undefined) {
-      for (const spread of ["0", "1"]) {
-        const label = spread === "1" ? "postgres, 3 replicas" : "postgres, 3 replicas without the spread"
-        const db = await createDatabase(server.url, { prefix: `bench_three_${spread}` })
-        const env = { ENGRAM_DATABASE_URL: db.url, ENGRAM_PLACEMENT_SPREAD: spread }
-        const replicas = [await start(env), await start(env), await start(env)]
-        await seedHosts(db.url, HOSTS)
-        const three = await measuredLoad(label, server, replicas, `three${spread}`)
-        loadFigures(label, three, { ratio: three.perSec / one.perSec, baseline: "1 replica", ...(spread === "1" ? { goal: ">= 0.9" } : {}) })
-        report({ bench, figure: `${label}: HTTP create p99`, value: three.p99, unit: "ms" })
-        await stopAll()
+      const modes = (process.env["BENCH_REPLICAS"] ?? "nospread,spread,forward,adapt").split(",").filter(Boolean)
+      // `window`: the spread with a longer group window (each replica's groups larger, its creates later).
+      const windowUs = Number(process.env["BENCH_WINDOW_US"] ?? 2000)
+      // On a shared machine the load of others moves every figure: with BENCH_ROUNDS > 1 each round
+      // measures one replica again right before its three-replica runs, and the ratio reported is
+      // the median of the rounds' ratios, each against its own round's baseline.
+      const rounds = Math.max(1, Number(process.env["BENCH_ROUNDS"] ?? 1))
+      const ratios = new Map<string, number[]>()
+      for (let round = 0; round < rounds; round++) {
+        let baseline = one
+        if (round > 0) {
+          const db = await createDatabase(server.url, { prefix: `bench_one_r${round}` })
+          const c = await start({ ENGRAM_DATABASE_URL: db.url })
+          await seedHosts(db.url, HOSTS)
+          baseline = await measuredLoad(`postgres, 1 replica (round ${round + 1})`, server, [c], `one-r${round}`)
+          loadFigures(`postgres, 1 replica (round ${round + 1})`, baseline)
+          await stopAll()
+        }
+        for (const mode of modes) {
+          const spread = mode === "nospread" ? "0" : "1"
+          const forward = mode === "forward" ? "1" : "0"
+          const label =
+            mode === "forward"
+              ? "postgres, 3 replicas forwarding to the placer"
+              : mode === "window"
+                ? `postgres, 3 replicas, group window ${windowUs} µs`
+                : mode === "adapt"
+                  ? "postgres, 3 replicas, group window by replicas"
+                  : spread === "1"
+                    ? "postgres, 3 replicas"
+                    : "postgres, 3 replicas without the spread"
+          const db = await createDatabase(server.url, { prefix: `bench_three_${mode}` })
+          const env = {
+            ENGRAM_DATABASE_URL: db.url,
+            ENGRAM_PLACEMENT_SPREAD: spread,
+            ENGRAM_PLACEMENT_FORWARD: forward,
+            ...(mode === "window" ? { ENGRAM_PLACEMENT_BATCH_WINDOW_US: String(windowUs) } : {}),
+            ...(mode === "adapt" ? { ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS: "1" } : {}),
+          }
+          const replicas = [await start(env), await start(env), await start(env)]
+          await seedHosts(db.url, HOSTS)
+          // Forwarding: every replica has read the lease and its holder's address (a look every 2 s).
+          if (forward === "1") await new Promise((r) => setTimeout(r, 4500))
+          const three = await measuredLoad(label, server, replicas, `three-${mode}-r${round}`)
+          loadFigures(label, three, { ratio: three.perSec / baseline.perSec, baseline: "1 replica", ...(spread === "1" ? { goal: ">= 0.9" } : {}) })
+          report({ bench, figure: `${label}: HTTP create p99`, value: three.p99, unit: "ms" })
+          ratios.set(label, [...(ratios.get(label) ?? []), three.perSec / baseline.perSec])
+          await stopAll()
+        }
       }
+      if (rounds > 1)
+        for (const [label, rs] of ratios) {
+          const sorted = [...rs].sort((a, b) => a - b)
+          console.log(`${label}: ratios by round ${rs.map((r) => r.toFixed(2)).join(", ")}`)
+          report({ bench, figure: `${label} ÷ 1 replica, median of ${rounds} rounds`, value: pct(sorted, 50), unit: "x", goal: ">= 0.9" })
+        }
     }
     // (d) Wake-up across replicas.
     if (!skip.has("d")) {

@@ -67,6 +67,21 @@ export interface CoordinatorConfig {
   readonly pgliteWorker: number
   /** Group placement: how long (µs of real time) a batch of creates gathers after its first create. */
   readonly placementBatchWindowUs: number
+  /** On PostgreSQL with the spread, 1: the window grows with the square of the replicas placing (R² × the window). */
+  readonly placementWindowByReplicas: number
+  /**
+   * On PostgreSQL, 1: a replica that does not hold the reaper's lease forwards its creates, in
+   * batches, to the replica that does (the placer), so one replica's groups place them all;
+   * 0: every replica places its own creates.
+   */
+  readonly placementForward: number
+  /** How long (ms) a forwarded batch may go unanswered before its creates are placed here instead. */
+  readonly placementForwardTimeoutMs: number
+  /**
+   * The address other replicas reach this one at for forwarded creates (`http://host:port`);
+   * null: this replica's listen address (the host name when it listens on every interface).
+   */
+  readonly peerUrl: string | null
   /**
    * Heartbeats and host reports from many agents are written in groups: how long (ms of real
    * time) a group gathers after its first one (0 = only what arrives together).
@@ -164,6 +179,13 @@ const settings = {
   placementSpread: int("ENGRAM_PLACEMENT_SPREAD", 1, 0, 1),
   pgliteWorker: int("ENGRAM_PGLITE_WORKER", 1, 0, 1),
   placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
+  placementWindowByReplicas: int("ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS", 0, 0, 1),
+  placementForward: int("ENGRAM_PLACEMENT_FORWARD", 0, 0, 1),
+  placementForwardTimeoutMs: int("ENGRAM_PLACEMENT_FORWARD_TIMEOUT_MS", 1000, 10, 60_000),
+  peerUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s/]+\/?$/, { message: "must be an http:// or https:// URL of this replica, without a path (http://10.0.0.5:7070)" })), "ENGRAM_PEER_URL").pipe(
+    Config.map((u): string | null => u.replace(/\/$/, "")),
+    Config.withDefault(null),
+  ),
   beatWindowMs: int("ENGRAM_BEAT_WINDOW_MS", 100, 0, 10_000),
   leaseDurationMs: int("ENGRAM_LEASE_DURATION_MS", defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),
   leaseRenewDeadlineMs: int("ENGRAM_LEASE_RENEW_DEADLINE_MS", defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),

@@ -27,6 +27,7 @@ import type { CoordinatorConfig, CoordinatorConfigInput } from "./Config.js"
 import * as Config from "./Config.js"
 import * as DataDirLock from "./DataDirLock.js"
 import { FleetHistory } from "./FleetHistory.js"
+import { Forwarder, PeerLive } from "./Forward.js"
 import type { Options as FleetHistoryOptions } from "./FleetHistory.js"
 import { HandlersLive } from "./Handlers.js"
 import { defectReporter, edge, onClientError, routeLabeler } from "./HttpEdge.js"
@@ -143,6 +144,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
           connectTimeoutSec: Math.max(1, Math.ceil(config.storeTimeoutMs / 1000)),
           statementTimeoutMs: config.storeTimeoutMs,
           spreadPlacements: config.placementSpread === 1,
+          placementWindowByReplicas: config.placementWindowByReplicas === 1,
           ...batching,
         })
       : Layer.unwrap(
@@ -164,9 +166,17 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
       return Option.isSome(stats) ? Context.add(bound, StorePg.PlacementStats, stats.value) : bound
     }),
   ).pipe(Layer.provide(openedStore))
+  // This replica's internal address (forwarded creates come here while it leads): configured,
+  // or its listen address once the server listens.
+  let advertised: string | null = config.peerUrl
   const leaderLayer =
     backend === "postgres" && databaseUrl !== null
-      ? leaderPostgres(databaseUrl, { leaseDurationMs: config.leaseDurationMs, renewDeadlineMs: config.leaseRenewDeadlineMs }, `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`)
+      ? leaderPostgres(
+          databaseUrl,
+          { leaseDurationMs: config.leaseDurationMs, renewDeadlineMs: config.leaseRenewDeadlineMs },
+          `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`,
+          () => advertised,
+        )
       : leaderAlways
   // Replicas on one PostgreSQL wake each other's waiters through LISTEN/NOTIFY.
   const changesLayer: Layer.Layer<Changes> =
@@ -197,6 +207,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
     MoveWaiter.layer,
     SessionWaiter.layer,
     LongPolls.layer,
+    Forwarder.layer,
     trigger,
     FleetHistory.layer(options.uiHistory),
     Tracing.MoveSpans.layer,
@@ -218,7 +229,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   const server = Layer.unwrap(
     Effect.gen(function* () {
       const metrics = yield* Metrics
-      return HttpRouter.serve(Layer.mergeAll(apiLayer, docsLayer, UiLive), {
+      return HttpRouter.serve(Layer.mergeAll(apiLayer, docsLayer, UiLive, PeerLive), {
         disableLogger: true,
         disableListenLog: true,
         middleware: edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }),
@@ -257,6 +268,8 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
       const address = http.address
       const port = address._tag === "UnixPathAddress" ? 0 : address.port
       const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`
+      // Listening on every interface: other replicas reach this one by its host name.
+      advertised ??= config.host === "0.0.0.0" || config.host === "::" ? `http://${hostname()}:${port}` : url
       const infoValue: CoordinatorInfoShape = { url, port, adminToken: admin.token, adminTokenFile: admin.file, backend, config }
       yield* Effect.addFinalizer(() =>
         Effect.sync(() => {

@@ -78,6 +78,12 @@ export type MoveEnd = "committed" | "downtime" | "aborted" | "timeout" | "commit
 export interface MetricsShape {
   readonly placements: Counter<{ readonly outcome: "placed" | "queued"; readonly source: "create" | "resume" | "drain" }>
   readonly drainUnapplied: Counter
+  /** Creates this replica forwarded to the placer and the placer answered (`ENGRAM_PLACEMENT_FORWARD`). */
+  readonly forwarded: Counter
+  /** Forwarded creates placed here instead: the placer did not answer within the bound (`timeout`) or refused or failed the batch (`error`). */
+  readonly forwardFallbacks: Counter<{ readonly reason: "timeout" | "error" }>
+  /** Creates other replicas forwarded to this one (the placer), answered. */
+  readonly placedForPeers: Counter
   readonly descents: Counter<{ readonly reason: DescentReason }>
   readonly parks: Counter
   readonly resumes: Counter<{ readonly resumed: "warm" | "cold" }>
@@ -103,6 +109,8 @@ export interface MetricsShape {
 export interface PlacementChecks {
   readonly placed: number
   readonly conflicts: number
+  /** Apply statements that wrote placements (absent: not counted). */
+  readonly statements?: number | undefined
 }
 
 /** Reaper pass duration buckets, seconds. */
@@ -223,13 +231,19 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         "Placements refused at their write because another writer changed the host since the decision; each is decided again (this replica).",
         true,
       )
-      let checksSeen: PlacementChecks = { placed: 0, conflicts: 0 }
+      const placementStatements = counter(
+        "engram_placement_statements_total",
+        "Apply statements that wrote placements (this replica): engram_placement_writes_total divided by it is the mean group one statement placed.",
+        true,
+      )
+      let checksSeen: PlacementChecks = { placed: 0, conflicts: 0, statements: 0 }
       const scrape: MetricsShape["scrape"] = (store) =>
         Effect.sync(() => {
           up.set(store.up ? 1 : 0)
           if (store.checks !== undefined) {
             placementWrites.inc(Math.max(0, store.checks.placed - checksSeen.placed))
             placementConflicts.inc(Math.max(0, store.checks.conflicts - checksSeen.conflicts))
+            placementStatements.inc(Math.max(0, (store.checks.statements ?? 0) - (checksSeen.statements ?? 0)))
             checksSeen = store.checks
           }
           const read = new Map(store.gauges.map((g) => [g.name, g.value]))
@@ -254,6 +268,12 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
           "Placements a queue drain decided but did not write (refused, or a lost race): their sessions stay queued.",
           true,
         ),
+        forwarded: counter("engram_placement_forwarded_total", "Creates this replica forwarded to the placer (the reaper's lease holder), answered by it.", true),
+        forwardFallbacks: counter(
+          "engram_placement_forward_fallbacks_total",
+          "Forwarded creates placed by this replica instead, by reason: the placer did not answer within ENGRAM_PLACEMENT_FORWARD_TIMEOUT_MS (timeout), or refused or failed the batch (error).",
+        ),
+        placedForPeers: counter("engram_placement_placed_for_peers_total", "Creates other replicas forwarded to this one (the placer), answered.", true),
         descents: counter("engram_descents_total", "Descents started, by reason (demand, over_reserved, hard_ttl, starving, reserve, idle…)."),
         parks: counter("engram_parks_total", "Idle sessions parked.", true),
         resumes: counter("engram_resumes_total", "Resumes by how they came back (warm: a park unparked in place; cold: restored from a descent)."),

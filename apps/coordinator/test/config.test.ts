@@ -65,6 +65,20 @@ describe("configuration", () => {
     expect(badBatch._tag === "Invalid" && badBatch.issues.map((i) => i.variable).sort()).toEqual(["ENGRAM_PLACEMENT_BATCH_SIZE", "ENGRAM_PLACEMENT_BATCH_WINDOW_US"])
   })
 
+  it("placement forwarding is off by default; its bound and the peer URL are checked, each bad one named", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && [d.config.placementForward, d.config.placementForwardTimeoutMs, d.config.peerUrl, d.config.placementWindowByReplicas]).toEqual([0, 1000, null, 0])
+    const on = Config.parse({ ENGRAM_PLACEMENT_FORWARD: "1", ENGRAM_PLACEMENT_FORWARD_TIMEOUT_MS: "250", ENGRAM_PEER_URL: "http://10.0.0.5:7070/" })
+    expect(on._tag === "Valid" && [on.config.placementForward, on.config.placementForwardTimeoutMs, on.config.peerUrl]).toEqual([1, 250, "http://10.0.0.5:7070"])
+    const bad = Config.parse({ ENGRAM_PLACEMENT_FORWARD: "yes", ENGRAM_PLACEMENT_FORWARD_TIMEOUT_MS: "5", ENGRAM_PEER_URL: "http://10.0.0.5:7070/v1", ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS: "2" })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => i.variable).sort()).toEqual([
+      "ENGRAM_PEER_URL",
+      "ENGRAM_PLACEMENT_FORWARD",
+      "ENGRAM_PLACEMENT_FORWARD_TIMEOUT_MS",
+      "ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS",
+    ])
+  })
+
   it("heartbeats and reports gather for 100 ms by default; 0 writes only what arrives together; beyond 10 s is refused", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && d.config.beatWindowMs).toBe(100)

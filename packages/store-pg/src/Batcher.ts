@@ -25,8 +25,9 @@ export interface Options<I, A, E> {
    * How long (real ms, fractions allowed) a batch keeps gathering items after its first one
    * arrived, before it waits for a free slot (default 0: what arrives in the same tick). The
    * wait yields to the event loop (`setImmediate`), so requests read from sockets meanwhile join.
+   * A function is asked again for each batch.
    */
-  readonly windowMs?: number | undefined
+  readonly windowMs?: number | (() => number) | undefined
   /**
    * How long (real ms) a batch waits on a timer after its first item arrived, before it waits
    * for a free slot (default 0: none). For writes whose callers do not mind waiting (heartbeats,
@@ -130,7 +131,17 @@ export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.E
 
   const windowMs = options.windowMs ?? 0
   const timerMs = options.timerMs ?? 0
-  const gathering = timerMs > 0 ? realDelay(timerMs) : windowMs > 0 ? gather(windowMs) : Effect.yieldNow
+  const gathering =
+    timerMs > 0
+      ? realDelay(timerMs)
+      : typeof windowMs === "function"
+        ? Effect.suspend(() => {
+            const ms = windowMs()
+            return ms > 0 ? gather(ms) : Effect.yieldNow
+          })
+        : windowMs > 0
+          ? gather(windowMs)
+          : Effect.yieldNow
   const resolver = RequestResolver.makeWith<Item>({
     batchKey: () => "batch",
     // Gather what arrives in this tick (or within the window), then wait for a free slot:

@@ -188,6 +188,8 @@ export const starvingSql = (cutoff: number): SQL =>
 export interface PlacementChecks {
   readonly placed: number
   readonly conflicts: number
+  /** Apply statements that carried at least one placement: `placed / statements` is the mean group placed by one statement. */
+  readonly statements: number
 }
 
 /**
@@ -224,6 +226,7 @@ export const make = (options: {
   let delta = 0
   let placed = 0
   let conflicts = 0
+  let statements = 0
   // One read at a time: a read's snapshot and what it learned stay in step.
   const reader = Semaphore.makeUnsafe(1)
 
@@ -468,8 +471,9 @@ export const make = (options: {
     checked: (p, c) => {
       placed += p
       conflicts += c
+      if (p + c > 0) statements++
     },
-    checks: () => ({ placed, conflicts }),
+    checks: () => ({ placed, conflicts, statements }),
     spread: () => spread,
   }
 }

@@ -14,6 +14,10 @@
  *
  * Giving the lease up (scope end) sets its duration to 0: another replica takes over at its
  * next look.
+ *
+ * The holder also writes its internal address (`advertise`) with every renewal, and every other
+ * replica reads it with its watch (`leaderUrl`): the coordinator's replicas forward their
+ * creates to the holder there (its placer). Nothing else reads it.
  */
 import { checkLeaseTimes, defaultLeaseTimes, type Fence, Leadership, type LeadershipShape, type LeaseTimes, type Unavailable } from "@engram/store"
 import { sql } from "drizzle-orm"
@@ -28,6 +32,8 @@ export interface LeaseOptions extends Partial<LeaseTimes> {
   readonly name?: string | undefined
   /** The longest a lease query may take before it counts as failed (default 2 s). */
   readonly queryTimeoutMs?: number | undefined
+  /** This replica's internal address, written with the lease while it holds it (read at each write; null: none yet). */
+  readonly advertise?: (() => string | null) | undefined
 }
 
 interface Row {
@@ -35,15 +41,22 @@ interface Row {
   readonly epoch: number
   readonly renewals: number
   readonly durationMs: number
+  readonly url: string | null
 }
 
 const rowOf = (r: Record<string, unknown> | undefined): Row | null =>
   r === undefined
     ? null
-    : { holder: String(r["holder"]), epoch: Number(r["epoch"]), renewals: Number(r["renewals"]), durationMs: Number(r["lease_duration_ms"]) }
+    : {
+        holder: String(r["holder"]),
+        epoch: Number(r["epoch"]),
+        renewals: Number(r["renewals"]),
+        durationMs: Number(r["lease_duration_ms"]),
+        url: typeof r["url"] === "string" ? r["url"] : null,
+      }
 
 /** Leadership through the `leases` row of `options.name` on `db`; given up when the scope closes. */
-export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<LeadershipShape & { readonly holder: string }, never, Scope.Scope> =>
+export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<LeadershipShape & { readonly holder: string; readonly leaderUrl: () => string | null }, never, Scope.Scope> =>
   Effect.gen(function* () {
     const times: LeaseTimes = {
       leaseDurationMs: options.leaseDurationMs ?? defaultLeaseTimes.leaseDurationMs,
@@ -55,6 +68,9 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<Leadersh
     const holder = options.holder ?? `replica-${Math.random().toString(36).slice(2, 12)}`
     const timeout = Duration.millis(options.queryTimeoutMs ?? 2000)
     const clock = yield* Clock.Clock
+    const advertise = options.advertise ?? (() => null)
+    /** The holder's address as last read (another replica's), or null. */
+    let holderUrl: string | null = null
 
     /** The epoch this replica holds the lease at (null: not held), and when it last renewed it. */
     let epoch: number | null = null
@@ -74,7 +90,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<Leadersh
     const attempt = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
       if (epoch !== null) {
-        const renewed = yield* query(sql`update leases set renewals = renewals + 1, lease_duration_ms = ${times.leaseDurationMs}
+        const renewed = yield* query(sql`update leases set renewals = renewals + 1, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}
           where name = ${name} and holder = ${holder} and epoch = ${epoch} returning epoch`)
         if (renewed.length === 1) {
           renewedAt = now
@@ -83,20 +99,21 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<Leadersh
         yield* Effect.logWarning("lease lost: another replica holds it", { lease: name, holder, epoch })
         epoch = null
       }
-      const row = rowOf((yield* query(sql`select holder, epoch, renewals, lease_duration_ms from leases where name = ${name}`))[0])
+      const row = rowOf((yield* query(sql`select holder, epoch, renewals, lease_duration_ms, url from leases where name = ${name}`))[0])
       if (row === null) {
-        const inserted = yield* query(sql`insert into leases (name, holder, epoch, renewals, lease_duration_ms)
-          values (${name}, ${holder}, 1, 0, ${times.leaseDurationMs}) on conflict (name) do nothing returning epoch`)
+        const inserted = yield* query(sql`insert into leases (name, holder, epoch, renewals, lease_duration_ms, url)
+          values (${name}, ${holder}, 1, 0, ${times.leaseDurationMs}, ${advertise()}) on conflict (name) do nothing returning epoch`)
         if (inserted.length === 1) took(1, now)
         return isLeader()
       }
+      holderUrl = row.holder === holder ? null : row.url
       if (seen === null || seen.holder !== row.holder || seen.epoch !== row.epoch || seen.renewals !== row.renewals || seen.durationMs !== row.durationMs) {
         seen = row
         seenAt = now
       }
       // Alive while it changes; unchanged for the holder's whole lease: taken over, if still as seen.
       if (now - seenAt < row.durationMs) return false
-      const taken = yield* query(sql`update leases set holder = ${holder}, epoch = epoch + 1, renewals = 0, lease_duration_ms = ${times.leaseDurationMs}
+      const taken = yield* query(sql`update leases set holder = ${holder}, epoch = epoch + 1, renewals = 0, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}
         where name = ${name} and epoch = ${row.epoch} and renewals = ${row.renewals} returning epoch`)
       if (taken.length === 1) {
         took(Number(taken[0]?.["epoch"]), now)
@@ -125,6 +142,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<Leadersh
       tick,
       isLeader,
       fence: (): Fence | null => (isLeader() && epoch !== null ? { name, epoch } : null),
+      leaderUrl: () => (isLeader() ? advertise() : epoch === null ? holderUrl : null),
     }
   })
 

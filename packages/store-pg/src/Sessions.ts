@@ -68,6 +68,8 @@ export interface PlacementOptions {
   readonly batchWindowMs: number
   /** See `StorePg.StoreOptions.groupHoldBoundMs`. */
   readonly holdBoundMs?: number | undefined
+  /** See `StorePg.StoreOptions.placementWindowByReplicas`. */
+  readonly windowByReplicas?: boolean | undefined
 }
 
 const sessionNotFound = (id: string) => new NotFound({ entity: "session", id })
@@ -214,7 +216,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
   const group = Batcher.make<CreateItem, CreateAnswer, DbError>({
     maxBatch: options.batchSize,
     maxInFlight: 1,
-    windowMs: options.batchWindowMs,
+    windowMs: options.windowByReplicas === true ? () => options.batchWindowMs * (cache.spread()?.replicas ?? 1) ** 2 : options.batchWindowMs,
     holdBoundMs: options.holdBoundMs,
     keysOf: (i) => [i.id],
     run: (items) =>

@@ -43,6 +43,8 @@ export interface PgOptions extends PostgresJs.ConnectOptions {
   readonly placementBatchSize?: number | undefined
   /** See {@link StoreOptions.placementBatchWindowMs}. */
   readonly placementBatchWindowMs?: number | undefined
+  /** See {@link StoreOptions.placementWindowByReplicas}. */
+  readonly placementWindowByReplicas?: boolean | undefined
   /** See {@link StoreOptions.beatWindowMs}. */
   readonly beatWindowMs?: number | undefined
   /** See {@link StoreOptions.beatBatchSize}. */
@@ -95,6 +97,13 @@ export interface StoreOptions {
    * gathers anyway.
    */
   readonly placementBatchWindowMs?: number | undefined
+  /**
+   * With the spread (`spreadPlacements`): the creates' window grows with the square of the
+   * stores placing on the database, as the last fleet read found them (R stores: R² ×
+   * `placementBatchWindowMs`). Each of R replicas sees a R-th of the creates, so its groups
+   * would shrink R-fold; the longer window keeps them near one store's (default false).
+   */
+  readonly placementWindowByReplicas?: boolean | undefined
   /**
    * Heartbeats (of hosts and of reservations) and host reports from many agents are written
    * together: those that arrive within this many real ms of the first of a group, up to
@@ -175,6 +184,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
       batchSize: Math.max(1, Math.floor(options.placementBatchSize ?? 64)),
       batchWindowMs: Math.max(0, options.placementBatchWindowMs ?? 0.2),
       holdBoundMs: options.groupHoldBoundMs,
+      windowByReplicas: options.placementWindowByReplicas === true,
     }, beats),
     ...Queue.make(deps),
     ...Reservations.make(deps, beats),
@@ -210,6 +220,7 @@ const storeOptions = (o: StoreOptions): StoreOptions => ({
   optimisticPlacementAttempts: o.optimisticPlacementAttempts,
   placementBatchSize: o.placementBatchSize,
   placementBatchWindowMs: o.placementBatchWindowMs,
+  placementWindowByReplicas: o.placementWindowByReplicas,
   beatWindowMs: o.beatWindowMs,
   beatBatchSize: o.beatBatchSize,
   groupHoldBoundMs: o.groupHoldBoundMs,

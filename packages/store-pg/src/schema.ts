@@ -260,6 +260,8 @@ export const leases = pgTable(
     epoch: bigint("epoch", { mode: "number" }).notNull(),
     renewals: bigint("renewals", { mode: "number" }).notNull().default(0),
     leaseDurationMs: bigint("lease_duration_ms", { mode: "number" }).notNull(),
+    /** The holder's internal address (the coordinator's placer, `ENGRAM_PLACEMENT_FORWARD`); null when it has none. */
+    url: text("url"),
   },
   (t) => [check("leases_epoch_check", sql`${t.epoch} >= 1`)],
 )

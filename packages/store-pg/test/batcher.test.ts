@@ -33,6 +33,25 @@ const recording = (options: { readonly failsWith?: number; readonly yields?: num
 }
 
 describe("the batcher", () => {
+  it.effect("a window given as a function is asked again for each batch", () =>
+    Effect.gen(function* () {
+      let asked = 0
+      const statements: number[][] = []
+      const write = Batcher.make<Item, number, string>({
+        windowMs: () => {
+          asked++
+          return 0
+        },
+        keysOf: (i) => [i.host],
+        run: (items) => Effect.sync(() => (statements.push(items.map((i) => i.id)), items.map((i) => i.id))),
+      })
+      yield* Effect.all([1, 2].map((id) => write({ id, host: `h${id}` })), { concurrency: "unbounded" })
+      yield* write({ id: 3, host: "h3" })
+      expect(statements).toEqual([[1, 2], [3]])
+      expect(asked).toBe(2)
+    }),
+  )
+
   it.effect("items asked for together are written by one statement, each with its own answer", () =>
     Effect.gen(function* () {
       const b = recording()

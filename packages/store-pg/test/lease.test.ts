@@ -14,6 +14,35 @@ import * as StorePg from "../src/StorePg.js"
 const times = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000 }
 
 describe("a lease on PostgreSQL (PGlite, TestClock)", () => {
+  it.effect("the holder's advertised address is what the others read as the leader's; it moves with the lease", () =>
+    Effect.gen(function* () {
+      const db = yield* Pglite.open()
+      let aUrl: string | null = null
+      const a = yield* Lease.make(db, { ...times, holder: "a", advertise: () => aUrl })
+      const b = yield* Lease.make(db, { ...times, holder: "b", advertise: () => "http://b:7070" })
+      expect(yield* a.tick).toBe(true)
+      expect(yield* b.tick).toBe(false)
+      // A took the lease before it knew its address: none yet.
+      expect(b.leaderUrl()).toBeNull()
+      aUrl = "http://a:7070"
+      expect(a.leaderUrl()).toBe("http://a:7070")
+      yield* TestClock.adjust(5_000)
+      expect(yield* a.tick).toBe(true)
+      expect(yield* b.tick).toBe(false)
+      expect(b.leaderUrl()).toBe("http://a:7070")
+      // A freezes; B takes over after a whole unchanged lease and answers its own address; A, not leading, none.
+      yield* TestClock.adjust(14_999)
+      expect(yield* b.tick).toBe(false)
+      expect(b.leaderUrl()).toBe("http://a:7070")
+      yield* TestClock.adjust(1)
+      expect(yield* b.tick).toBe(true)
+      expect(b.leaderUrl()).toBe("http://b:7070")
+      expect(a.leaderUrl()).toBeNull()
+      expect(yield* a.tick).toBe(false)
+      expect(a.leaderUrl()).toBe("http://b:7070")
+    }),
+  )
+
   it.effect(
     "a frozen holder stops acting at its renew deadline; another takes over after a whole unchanged lease, at the next epoch; the old epoch's writes are refused",
     () =>

@@ -50,6 +50,11 @@ export interface LeadershipShape {
   readonly isLeader: () => boolean
   /** The fence of this replica's writes while it leads; null when it does not (or needs none). */
   readonly fence: () => Fence | null
+  /**
+   * The leader's internal address as last seen (its own while it leads), or null: none
+   * advertised, or not known. Where the coordinator's replicas forward their creates. No I/O.
+   */
+  readonly leaderUrl?: (() => string | null) | undefined
 }
 
 export class Leadership extends Context.Service<Leadership, LeadershipShape>()("@engram/store/Leadership") {

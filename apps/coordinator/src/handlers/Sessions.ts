@@ -7,6 +7,7 @@ import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
 import { requireHostOrAdmin } from "../Auth.js"
+import { Forwarder } from "../Forward.js"
 import { api } from "../HttpErrors.js"
 import { LongPolls } from "../LongPolls.js"
 import { Metrics } from "../Metrics.js"
@@ -60,6 +61,7 @@ const moveAnswer = (o: MoveOutcome) => {
 export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) =>
   Effect.gen(function* () {
     const store = yield* Store
+    const forwarder = yield* Forwarder
     const metrics = yield* Metrics
     const notifier = yield* Notifier
     const drainer = yield* Drainer
@@ -89,7 +91,7 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
     return h
       .handle("create", ({ payload }) =>
         api(
-          store.createSession({
+          forwarder.create({
             id: payload.id ?? randomUUID(),
             budget: { memMib: payload.memMib, vcpus: payload.vcpus },
             affinity: payload.affinity,
