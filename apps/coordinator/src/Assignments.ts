@@ -1,7 +1,9 @@
 /**
  * A host's assignments (its desired state: the sessions with work for its agent, its pending
  * moves, and the limits its move guard uses) and the agent's long-poll on them. The version is
- * a hash of what the agent acts on, so it changes exactly when the assignments do.
+ * a hash of what the agent acts on, so it changes exactly when the assignments do. A move's
+ * rounds are not part of it (no agent acts on them, and a round does not notify the hosts'
+ * topics): the moves of an answer may show fewer rounds than `GET /v1/moves/{id}`.
  *
  * A long-poll is woken by the change itself: every write that changes a host's assignments
  * notifies the host's topic (through any replica: `Changes`), which wakes its waiter and drops
@@ -58,7 +60,7 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
           const targets = moves.filter((m) => m.sourceHostId === hostId).map((m) => m.targetHostId)
           const allowances = yield* Allowances.forTargets(store, priorMs, hostId, targets).pipe(Effect.catchTag("InvalidInput", (e) => Effect.die(e)))
           const version = createHash("sha256")
-            .update(JSON.stringify([sessions.map((s) => [s.id, s.state, s.updatedAt]), moves.map((m) => [m.id, m.state, m.rounds.length]), allowances.map((a) => [a.targetHostId, a.allowanceMs])]))
+            .update(JSON.stringify([sessions.map((s) => [s.id, s.state, s.updatedAt]), moves.map((m) => [m.id, m.state]), allowances.map((a) => [a.targetHostId, a.allowanceMs])]))
             .digest("base64url")
             .slice(0, 22)
           return { hostId, version, sessions, moves, limits: { commitAllowanceMs: priorMs }, allowances }

@@ -385,7 +385,12 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(targetView.body.moves.map((x: { id: string }) => x.id)).toContain(m.id)
         const agent = client(c.url, src.token)
         expect((await client(c.url, dst.token).post(`/v1/moves/${m.id}/rounds`, { kind: "full", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 })).status).toBe(403)
+        // A round changes nothing an agent acts on: the hosts' assignments keep their version (their
+        // long polls are not woken, so their reads do not queue beside the final round's record).
+        const versions = async () => Promise.all([src, dst].map(async (h) => (await client(c.url, h.token).get(`/v1/hosts/${h.id}/assignments`)).body.version as string))
+        const before = await versions()
         expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "full", wireBytes: 1e8, apparentBytes: 1e8, sendMs: 100, captureMs: 40 })).status).toBe(200)
+        expect(await versions()).toEqual(before)
         expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "bogus", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 })).status).toBe(400)
         // A commit needs the final round recorded (SPEC §12): 409 before it, and no round after it.
         const early = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420 })

@@ -259,6 +259,26 @@ describe("the sessions and a session's page", () => {
     await expect.poll(async () => (await events.locator("tbody td:nth-child(3)").allTextContents()).at(-1), { timeout: 30_000 }).toBe("ended")
   })
 
+  it("a host's card shows the templates it holds, and a session's page the template it starts from", async () => {
+    const api = client(c.url, adminToken)
+    const tpl = uid("tpl")
+    expect((await api.put(`/v1/hosts/${small}/report`, { totalMib: 4096 + 1024, allocatableMib: 4096 + 1024, totalVcpus: 4, templates: [{ name: tpl, memMib: 512, vcpus: 1 }] })).status).toBe(200)
+    await signedIn("#/")
+    await page.locator(`[data-host="${small}"] .figures.templates`, { hasText: `Templates: ${tpl} (512 MiB, 1 vCPU)` }).waitFor()
+    expect(await page.locator(`[data-host="${big}"] .figures.templates`).textContent()).toBe("Templates: none")
+    const s = uid("from-tpl")
+    const created = await api.post("/v1/sessions", { id: s, memMib: 512, vcpus: 1, template: tpl })
+    expect(created.status).toBe(201)
+    // Placement prefers the template's holder.
+    expect(created.body.hostId).toBe(small)
+    await signedIn(`#/sessions/${encodeURIComponent(s)}`)
+    const facts = page.locator("#session-facts")
+    await facts.locator("dt", { hasText: "Template" }).waitFor()
+    expect(await facts.locator("dt:text-is('Template') + dd").textContent()).toBe(tpl)
+    await api.del(`/v1/sessions/${s}`)
+    expect((await api.put(`/v1/hosts/${small}/report`, { totalMib: 4096 + 1024, allocatableMib: 4096 + 1024, totalVcpus: 4, templates: [] })).status).toBe(200)
+  })
+
   it("a host's card cordons, uncordons and drains it", async () => {
     const api = client(c.url, adminToken)
     await signedIn("#/")

@@ -101,7 +101,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const lastReport = yield* Ref.make<HostReport | null>(null)
     /** The commit phases of the recent moves from this host, by target host (the guard learns its allowance from them). */
     const commits = yield* Ref.make(new Map<string, readonly number[]>())
-    const templates = yield* Templates.make(me, runtime)
+    // A template just built is reported at once (reportOnce, below, answers its own failures).
+    const templates = yield* Templates.make(me, runtime, () => Effect.suspend(() => reportOnce))
     const log = (msg: string, fields: Record<string, unknown> = {}) => Effect.logInfo(msg, { hostId: me, ...fields })
 
     const done = <A>(eff: Effect.Effect<A, { readonly _tag: string }>) =>
@@ -386,7 +387,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       return active
     }
 
-    const reportOnce = Effect.gen(function* () {
+    const reportOnce: Effect.Effect<void> = Effect.gen(function* () {
       const vms = yield* runtime.usage
       // The templates held ride on the report: the coordinator prefers this host for sessions that name one.
       const held = (yield* templates.held).map((t) => ({ name: t.name, memMib: t.memMib, vcpus: t.vcpus }))

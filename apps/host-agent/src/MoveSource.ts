@@ -225,15 +225,18 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         ...(late.length === 0 ? {} : { lateRounds: late }),
         ...(deps.coordinatorKeepsGuard ? { guard: reportOf(deps.allowance, at.estimateMs) } : {}),
       }
-      yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
-      yield* residents.addPendingCommit(owed)
+      // The pre-copy rounds QEMU finished before the pause are records like the others (no point
+      // of no return): they go now, beside the write of the debt, so that only the final
+      // round's record is left after it.
+      for (const r of late) yield* recorder.push(r)
+      yield* residents.owePaused(owed)
       const persistedAtMs = yield* nowMs
       const timed = <A, E>(eff: Effect.Effect<A, E>) => Effect.gen(function* () {
         const r = yield* Effect.result(eff)
         return { r, atMs: yield* nowMs }
       })
       // The pre-copy rounds' records first (a refused one, a 409: the move is no longer pending).
-      const record = recorder.recorded.pipe(Effect.andThen(Effect.forEach([...late, final], (r) => retrying(coordinator.round(move.id, r)), { discard: true })))
+      const record = recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, final))))
       const [recorded, sent] = yield* Effect.all([timed(record), timed(at.switchover)], { concurrency: 2 })
       if (recorded.r._tag === "Failure") {
         // The coordinator does not hold the final round: the target never runs the guest (it
@@ -361,7 +364,10 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
     const header = headerOf(deps, owed, owed.target)
     const committed = yield* link.commit(header).pipe(Effect.result)
     if (committed._tag === "Success") {
-      const runningAtMs = yield* nowMs
+      // The pause ends where the guest resumed on the target: its answer less the target's own
+      // bookkeeping after the resume (never before the commit was asked for).
+      const answeredAtMs = yield* nowMs
+      const runningAtMs = Math.max(owed.pause.sentAtMs ?? answeredAtMs, answeredAtMs - committed.success.resumedForMs)
       const { pausedAtMs, captureMs } = owed.pause
       // A final round whose send was never measured (the agent stopped during it): its send is
       // not known, so the whole rest of the pause counts as the commit but for a nominal 1 ms.

@@ -36,6 +36,11 @@ export class PeerError extends Schema.TaggedError<PeerError>()("PeerError", {
   refused: Schema.Boolean,
 }) {}
 
+/** A target's commit: how long the guest had run here when it answered (0: it ran already, a repeated commit). */
+export interface Committed {
+  readonly resumedForMs: number
+}
+
 /** An incoming VM this target holds for a move, not committed yet. */
 export interface IncomingMove {
   readonly moveId: string
@@ -45,8 +50,12 @@ export interface IncomingMove {
 export interface MoveTarget {
   /** Prepares (or finds again, for a repeated request) the incoming VM of a move; answers its endpoint. */
   readonly prepare: (header: MoveHeader) => Effect.Effect<IncomingEndpoint, PeerError>
-  /** The stream is complete: resume the VM here. Committing a committed move succeeds. */
-  readonly commit: (header: MoveHeader) => Effect.Effect<void, PeerError>
+  /**
+   * The stream is complete: resume the VM here. Committing a committed move succeeds. Answers
+   * how long the guest had run here when the answer left (the bookkeeping after the resume:
+   * recording it in the state file), so the source ends the pause where the guest resumed.
+   */
+  readonly commit: (header: MoveHeader) => Effect.Effect<Committed, PeerError>
   /** Destroys what the move left here (its incoming or committed VM); nothing left succeeds. */
   readonly abort: (moveId: string) => Effect.Effect<void>
   /** The incoming VMs not committed yet. */
@@ -101,12 +110,15 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
           const vm = yield* residents.get(h.sessionId)
           if (vm?.moveId !== h.moveId) return yield* refuse("commit", h.moveId, "no incoming VM for this move")
           yield* touch(h.moveId)
-          if (vm.status === "running") return
+          if (vm.status === "running") return { resumedForMs: 0 }
           // The runtime destroys the incoming VM when its stream failed; so does the agent's record.
           yield* runtime.commitIncoming(h.sessionId).pipe(
             Effect.catchTag("RuntimeError", (e) => drop(h.moveId, h.sessionId).pipe(Effect.andThen(refuse("commit", h.moveId, `${e.op}: ${e.message}`)))),
           )
+          // The guest runs: what follows (the state file's write and fsync) is not a part of its pause.
+          const resumedAt = yield* Clock.currentTimeMillis
           yield* residents.update(h.sessionId, (v) => ({ ...v, status: "running" }))
+          return { resumedForMs: Math.max(0, (yield* Clock.currentTimeMillis) - resumedAt) }
         }).pipe(Effect.uninterruptible),
       abort: (moveId) =>
         Effect.gen(function* () {

@@ -12,11 +12,11 @@ import { Duration, Effect, Schema } from "effect"
 import { FetchHttpClient, HttpBody, HttpClient, HttpClientRequest } from "effect/http"
 import type { IncomingEndpoint } from "@engram/runtime"
 import { moveToken } from "./MoveToken.js"
-import { type MoveHeader, type MoveTarget, PeerError } from "./MoveTarget.js"
+import { type Committed, type MoveHeader, type MoveTarget, PeerError } from "./MoveTarget.js"
 
 export interface PeerLink {
   readonly prepare: (header: MoveHeader) => Effect.Effect<IncomingEndpoint, PeerError>
-  readonly commit: (header: MoveHeader) => Effect.Effect<void, PeerError>
+  readonly commit: (header: MoveHeader) => Effect.Effect<Committed, PeerError>
   readonly abort: (header: MoveHeader) => Effect.Effect<void, PeerError>
 }
 
@@ -32,6 +32,9 @@ export const inMemory = (targets: ReadonlyMap<string, MoveTarget>): PeerLink => 
     abort: (h) => Effect.flatMap(find("abort", h), (t) => t.abort(h.moveId)),
   }
 }
+
+/** The answer of `POST /v1/peer/moves/{id}/commit` (an older target answers no `resumedForMs`: 0). */
+export const CommitAnswer = Schema.Struct({ resumedForMs: Schema.optionalKey(Schema.Number) })
 
 /** The answer of `POST /v1/peer/moves/{id}/prepare`. */
 export const PrepareAnswer = Schema.Struct({ endpoint: Schema.Struct({ runtime: Schema.String, uri: Schema.String }) })
@@ -71,7 +74,19 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
           ),
         ),
       ),
-    commit: (h) => Effect.asVoid(call("commit", h, "commit")),
+    commit: (h) =>
+      call("commit", h, "commit").pipe(
+        Effect.map((text): Committed => {
+          // The target committed (2xx); how long the guest had run there is a refinement only.
+          try {
+            const r = Schema.decodeUnknownSync(CommitAnswer)(JSON.parse(text))
+            const ms = r.resumedForMs ?? 0
+            return { resumedForMs: Number.isFinite(ms) && ms > 0 ? ms : 0 }
+          } catch {
+            return { resumedForMs: 0 }
+          }
+        }),
+      ),
     abort: (h) => Effect.asVoid(call("abort", h, "abort")),
   }
 }

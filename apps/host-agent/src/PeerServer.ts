@@ -71,8 +71,8 @@ export const routes = (deps: PeerServerDeps) =>
       Effect.gen(function* () {
         const a = yield* authorizedMove(deps, Header)
         if (a._tag === "Bad") return a.response
-        yield* deps.target.commit(a.body)
-        return json(200, { ok: true })
+        const committed = yield* deps.target.commit(a.body)
+        return json(200, { ok: true, resumedForMs: committed.resumedForMs })
       }).pipe(Effect.catchTag("PeerError", peerError)),
     ),
     HttpRouter.add(

@@ -14,6 +14,11 @@ export interface Residents {
   readonly remove: (vmId: string) => Effect.Effect<void>
   readonly pendingCommits: Effect.Effect<readonly PendingCommit[]>
   readonly addPendingCommit: (c: PendingCommit) => Effect.Effect<void>
+  /**
+   * Owes a move's outcome and marks its (source) VM paused, in one write of the state file: at a
+   * move's switchover this write is a part of the guest's pause, so it is one fsync, not two.
+   */
+  readonly owePaused: (c: PendingCommit) => Effect.Effect<void>
   readonly removePendingCommit: (moveId: string) => Effect.Effect<void>
   readonly snapshot: Effect.Effect<StateFile>
 }
@@ -40,6 +45,12 @@ export const makeResidents = (
       remove: (vmId) => change((s) => ({ ...s, vms: s.vms.filter((v) => v.vmId !== vmId) })),
       pendingCommits: Effect.map(Ref.get(ref), (s) => s.pendingCommits),
       addPendingCommit: (c) => change((s) => ({ ...s, pendingCommits: [...s.pendingCommits.filter((p) => p.moveId !== c.moveId), c] })),
+      owePaused: (c) =>
+        change((s) => ({
+          ...s,
+          vms: s.vms.map((v) => (v.vmId === c.sessionId ? { ...v, status: "paused" } : v)),
+          pendingCommits: [...s.pendingCommits.filter((p) => p.moveId !== c.moveId), c],
+        })),
       removePendingCommit: (moveId) => change((s) => ({ ...s, pendingCommits: s.pendingCommits.filter((p) => p.moveId !== moveId) })),
       snapshot: Ref.get(ref),
     }

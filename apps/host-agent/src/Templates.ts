@@ -31,7 +31,11 @@ export const parse = (text: string): { readonly specs: readonly TemplateSpec[] }
   return { specs }
 }
 
-export const make = (hostId: string, runtime: VmRuntimeShape): Effect.Effect<Templates> =>
+/**
+ * `onBuilt` runs after each build (the agent reports its host at once, so the coordinator's
+ * placement prefers this host for the new template without waiting for the next periodic report).
+ */
+export const make = (hostId: string, runtime: VmRuntimeShape, onBuilt: (t: TemplateInfo) => Effect.Effect<void> = () => Effect.void): Effect.Effect<Templates> =>
   Effect.gen(function* () {
     const builds = yield* Semaphore.make(1)
     const ensure = (t: TemplateSpec) =>
@@ -42,6 +46,7 @@ export const make = (hostId: string, runtime: VmRuntimeShape): Effect.Effect<Tem
         yield* Effect.logInfo("template: building", { hostId, template: t.name, memMib: t.memMib, vcpus: t.vcpus })
         const built = yield* runtime.buildTemplate(t)
         yield* Effect.logInfo("template: built", { hostId, template: t.name, method: built.method, bytes: built.bytes, ms: Math.round((yield* nowMs) - t0) })
+        yield* onBuilt(built)
         return built
       }).pipe(builds.withPermits(1))
     return { held: runtime.templates, ensure }

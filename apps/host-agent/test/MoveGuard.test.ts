@@ -75,6 +75,31 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
       assert.deepStrictEqual((yield* a.residents.pendingCommits), [])
     }))
 
+  it.effect("the pause holds one write of the source's state file (the debt and the paused VM together), and ends where the guest resumed on the target", () =>
+    Effect.gen(function* () {
+      // Writes of a's state file between its pause and the final round's send.
+      const phase = { paused: false, sent: false, writes: 0 }
+      const base = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          onPause: (_, hostId) => Effect.sync(() => void (hostId === "a" && (phase.paused = true))),
+          onSwitchover: (_, hostId) => Effect.sync(() => void (hostId === "a" && (phase.sent = true))),
+          onPersist: (hostId) => Effect.sync(() => void (hostId === "a" && phase.paused && !phase.sent && phase.writes++)),
+        },
+      })
+      assert.strictEqual(base.move.state, "committed")
+      assert.strictEqual(phase.writes, 1)
+      // A target that says the guest had run for 25 ms when its answer left (its own state file's
+      // write after the resume): the pause ends 25 ms before the answer.
+      const later = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: { wrapLink: (link) => ({ ...link, commit: (h) => Effect.as(link.commit(h), { resumedForMs: 25 }) }) },
+      })
+      if (base.outcome._tag !== "Committed" || later.outcome._tag !== "Committed") return assert.fail(`not committed: ${later.outcome._tag}`)
+      assert.strictEqual(later.move.phases!.downtimeMs, base.move.phases!.downtimeMs - 25)
+      assert.strictEqual(later.outcome.pause!.peerCommitMs, base.outcome.pause!.peerCommitMs - 25)
+    }))
+
   it.effect("a 480 ms budget is refused before any pause", () =>
     Effect.gen(function* () {
       const { a, b, move, session, outcome } = yield* runMove({ maxDowntimeMs: 480 })
@@ -194,7 +219,7 @@ describe("the final round is the point of no return (SPEC §5), and the coordina
         fleet: {
           // The race the fence closes within one process (replicas on PostgreSQL): the coordinator
           // aborts just after the target committed, before the source's commit arrives.
-          wrapLink: (link, coordinator) => ({ ...link, commit: (h) => link.commit(h).pipe(Effect.andThen(coordinator.abortMove(h.moveId, "timeout"))) }),
+          wrapLink: (link, coordinator) => ({ ...link, commit: (h) => link.commit(h).pipe(Effect.tap(() => coordinator.abortMove(h.moveId, "timeout"))) }),
         },
       }).pipe(Effect.provide(logs.layer))
       assert.strictEqual(move.state, "aborted")
@@ -223,8 +248,8 @@ describe("the final round is the point of no return (SPEC §5), and the coordina
             ...link,
             commit: (h) =>
               link.commit(h).pipe(
-                Effect.andThen(coordinator.abortMove(h.moveId, "session ended")),
-                Effect.andThen(coordinator.setState(h.sessionId, "ended")),
+                Effect.tap(() => coordinator.abortMove(h.moveId, "session ended")),
+                Effect.tap(() => coordinator.setState(h.sessionId, "ended")),
               ),
             abort: (h) => Effect.sync(() => void (targetRanAtRefusal = true)).pipe(Effect.andThen(link.abort(h))),
           }),
@@ -352,8 +377,9 @@ const cuttable = () => {
       Effect.gen(function* () {
         cut.commits++
         if (cut.commit === "before") return yield* lost("commit", h.moveId)
-        yield* link.commit(h)
+        const committed = yield* link.commit(h)
         if (cut.commit === "after") return yield* lost("commit", h.moveId)
+        return committed
       }),
     abort: (h) => (cut.abort ? Effect.fail(lost("abort", h.moveId)) : link.abort(h)),
   })

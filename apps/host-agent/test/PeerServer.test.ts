@@ -39,11 +39,13 @@ describe("the peer server", () => {
         assert.strictEqual(at._tag, "AtSwitchover")
         if (at._tag !== "AtSwitchover") return
         yield* at.switchover
-        yield* link.commit(header)
+        // The answer says how long the guest had run there (the target's bookkeeping after the resume).
+        const committed = yield* link.commit(header)
+        assert.isTrue(Number.isFinite(committed.resumedForMs) && committed.resumedForMs >= 0, JSON.stringify(committed))
         assert.deepStrictEqual((yield* runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
         assert.deepStrictEqual(yield* target.incoming, [])
-        // A repeated commit (a lost answer) succeeds: the guest runs here.
-        yield* link.commit(header)
+        // A repeated commit (a lost answer) succeeds: the guest runs here (already: 0).
+        assert.deepStrictEqual(yield* link.commit(header), { resumedForMs: 0 })
       }),
     ))
 

@@ -44,6 +44,13 @@ describe("a session that names a template", () => {
       assert.deepStrictEqual((yield* fleet.coordinator.get).reports.get("a")?.templates, [{ name: "small", memMib: 512, vcpus: 1 }])
     }))
 
+  it.effect("a template built here is reported at once, not at the next periodic report", () =>
+    Effect.gen(function* () {
+      const { fleet } = yield* run("small", 512)
+      // No reportOnce here, and the report interval has not passed: the build itself reported it.
+      assert.deepStrictEqual((yield* fleet.coordinator.get).reports.get("a")?.templates, [{ name: "small", memMib: 512, vcpus: 1 }])
+    }))
+
   it.effect("a held template of another size is not used: the session boots", () =>
     Effect.gen(function* () {
       const fleet = yield* makeFleet([{ hostId: "a" }])

@@ -1,6 +1,6 @@
 // @ts-check
 // The fleet view: the signal over time, every host as a card with a RAM bar and a vCPU bar
-// (reserved, parked, free) and its actions (cordon, uncordon, drain), the queue with each
+// (reserved, parked, free), the templates it holds and its actions (cordon, uncordon, drain), the queue with each
 // session's reasons, parks, descents running, and the latest moves.
 import { ApiError, api, describe, isMissingRoute, listAll } from "./api.js"
 import { charts } from "./charts.js"
@@ -106,6 +106,18 @@ const hostActions = {
 /** The actions a host in this state offers. @param {string} state @returns {("cordon" | "uncordon" | "drain")[]} */
 const actionsFor = (state) => (state === "ready" ? ["cordon", "drain"] : state === "cordoned" ? ["uncordon", "drain"] : ["uncordon"])
 
+/**
+ * The templates a host reported holding (sessions that name one prefer its holders), or null
+ * from a coordinator older than templates.
+ * @param {any} host
+ */
+const templatesText = (host) => {
+  /** @type {{ name: string, memMib: number, vcpus: number }[] | undefined} */
+  const held = host.report?.templates
+  if (held === undefined) return host.report === null ? "Templates: not reported yet" : null
+  return held.length === 0 ? "Templates: none" : `Templates: ${held.map((t) => `${t.name} (${budget(t)})`).join(" · ")}`
+}
+
 /** @param {any} host @param {number} parkedMib @param {number} parkedVcpus @param {() => void} changed */
 const hostCard = (host, parkedMib, parkedVcpus, changed) => {
   const capacity = host.allocatableMib
@@ -119,6 +131,7 @@ const hostCard = (host, parkedMib, parkedVcpus, changed) => {
     host.cpuBudget === null
       ? `vCPUs ${host.reservedVcpus} reserved (not measured yet)`
       : `vCPUs ${host.reservedVcpus - parkedVcpus} reserved · ${parkedVcpus} parked · ${Math.max(0, host.cpuBudget - host.reservedVcpus)} free of ${host.cpuBudget}`
+  const tpl = templatesText(host)
   const total = capacity ?? Math.max(reserved, 1)
   const cpuTotal = host.cpuBudget ?? Math.max(host.reservedVcpus, 1)
   const actions = h(
@@ -162,6 +175,7 @@ const hostCard = (host, parkedMib, parkedVcpus, changed) => {
     ),
     h("p", { className: "figures cpu", text: cpuText }),
     h("p", { className: "muted", text: `${count(host.entries, "reservation")} · ${count(host.parks, "park")} · ${count(host.descentsRunning, "descent")}` }),
+    ...(tpl === null ? [] : [h("p", { className: "figures templates", text: tpl })]),
     actions,
   ])
 }

@@ -1,5 +1,5 @@
 // @ts-check
-// One session's page: what it is (state, host, budget, queue position and reasons), its
+// One session's page: what it is (state, host, budget, the template it starts from, queue position and reasons), its
 // actions (park, resume, move within a downtime budget, end), its latest move with its rounds
 // and phases or verdict, and its history, oldest first.
 import { ApiError, api, describe, listAll } from "./api.js"
@@ -47,6 +47,8 @@ const facts = (s) => {
     ["State", h("span", {}, [badge(s.state), ` for ${age(since(s))}`])],
     ["Host", s.hostId ?? "-"],
     ["Budget", budget(s.budget)],
+    // Absent from a coordinator older than templates.
+    ...(/** @type {[string, string][]} */ (s.template === undefined ? [] : [["Template", s.template ?? "none (boots)"]])),
     ["Affinity", s.affinity.length === 0 ? "-" : s.affinity.join(", ")],
     ["Reservation", s.reservationId ?? "-"],
     ["Created", `${clock(s.createdAt)} (${age(s.createdAt)} ago)`],

@@ -48,7 +48,11 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
         moveFor(params.id, "source").pipe(
           // Once a final round is recorded, the store refuses the waiter's timeout abort: the record is the point of no return.
           Effect.andThen(api(store.recordRound(params.id, payload))),
-          Effect.tap((m) => notifier.notify(...topics(m))),
+          // Only the move's and the session's watchers (and the dashboard's): a round changes
+          // nothing an agent acts on, so it does not wake the hosts' long polls. Their reads
+          // (a store read each) would queue beside this move's next record, which may be the
+          // final round's, recorded while the guest is paused.
+          Effect.tap((m) => notifier.notify(moveTopic(m.id), sessionTopic(m.sessionId))),
           step("engram.move.round", params.id, {
             "engram.round.kind": payload.kind,
             "engram.round.wire_bytes": payload.wireBytes,

@@ -59,6 +59,8 @@ export interface FleetOptions {
   readonly onSwitchover?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
   /** Wraps the in-memory peer link (e.g. to watch it, or cut it). */
   readonly wrapLink?: (link: PeerLink.PeerLink, coordinator: FakeCoordinator) => PeerLink.PeerLink
+  /** Runs on each write of a host's state file (e.g. to count them). */
+  readonly onPersist?: (hostId: string) => Effect.Effect<void>
 }
 
 export const makeFleet = (hosts: readonly { readonly hostId: string; readonly sim?: Partial<SimRuntime.SimConfig> }[], options: FleetOptions = {}) =>
@@ -71,7 +73,7 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
     for (const h of hosts) {
       const hook = (f: FleetOptions["onPause"]) => (vmId: string) => (f === undefined ? Effect.void : f(coordinator, h.hostId, vmId))
       const runtime = yield* counting(yield* SimRuntime.make(h.sim), hook(options.onPause), hook(options.onSwitchover))
-      const residents = yield* makeResidents(h.hostId, null, () => Effect.void)
+      const residents = yield* makeResidents(h.hostId, null, () => (options.onPersist === undefined ? Effect.void : options.onPersist(h.hostId)))
       const target = yield* makeMoveTarget(h.hostId, runtime, residents)
       targets.set(h.hostId, target)
       const agent = yield* makeAgent(defaultAgentConfig(h.hostId), {
