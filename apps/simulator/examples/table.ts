@@ -16,6 +16,7 @@
  * columns: what the goal reads). `--moves` runs with moves as a policy action (`FleetConfig.moves`);
  * `--timings stream` with the costs the README's table was first measured with (descents 1,024
  * MiB/s, restores 1 s + 2,048 MiB/s, warm resumes 50 ms). `--no-lp` leaves the LP bound out.
+ * `--lead-per-class` runs demand-reserve with a lead per size class (`reserveLeadPerClass`).
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
