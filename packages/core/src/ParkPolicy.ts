@@ -443,8 +443,7 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
   if (total === 0) return []
   const sessionsPerLead = (recent.reservedMibPerSec / (mib / total)) * (options.reserveLeadMs / 1000)
   const perClass = options.reserveLeadPerClass && options.descentMibPerSec > 0
-  // With a lead per class, the sessions a class expects within its own lead (its share of
-  // sessionsPerLead scaled by lead ÷ reserveLeadMs); the tail sums them.
+  // With a lead per class, each class's mean is its arrivals within its own lead; the tail sums them.
   const leadMs = (memMib: number): number => options.reserveLeadMs + Math.max(0, options.descentBaseMs) + (memMib / options.descentMibPerSec) * 1000
   const perSecond = recent.reservedMibPerSec / (mib / total)
   const out: Budget[] = []
