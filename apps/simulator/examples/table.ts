@@ -16,6 +16,7 @@
  * columns: what the goal reads). `--moves` runs with moves as a policy action (`FleetConfig.moves`);
  * `--timings stream` with the costs the README's table was first measured with (descents 1,024
  * MiB/s, restores 1 s + 2,048 MiB/s, warm resumes 50 ms). `--no-lp` leaves the LP bound out.
+ * `--lead-per-class` runs demand-reserve with a lead per size class (`reserveLeadPerClass`).
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
@@ -116,6 +117,10 @@ const baseline: Stored[] | undefined =
       : (JSON.parse(readFileSync(baselineFile, "utf8")) as Stored[])
 const moves = process.argv.includes("--moves")
 const noLp = process.argv.includes("--no-lp")
+// `--lead-per-class`: demand-reserve counts each size class over its own lead (`reserveLeadPerClass`).
+const policyOptions = process.argv.includes("--lead-per-class")
+  ? { policyOptions: { ...Simulation.defaultFleet.policyOptions, reserveLeadPerClass: true } }
+  : {}
 const streamTimings = arg("--timings") === "stream" ? { descentMibPerSec: 1024, restoreMibPerSec: 2048, restoreBaseMs: 1000, warmResumeMs: 50 } : {}
 
 const s = (ms: number): string => (ms / 1000).toFixed(ms >= 100_000 ? 0 : 1)
@@ -129,7 +134,7 @@ const t0 = performance.now()
 for (const c of cases) {
   if (only !== undefined && !only.includes(c.name)) continue
   const workload = c.workload()
-  const fleet: FleetConfig = { ...Simulation.defaultFleet, ...streamTimings, moves, shapes: c.shapes, limits: { ...Simulation.defaultFleet.limits, ...c.limits } }
+  const fleet: FleetConfig = { ...Simulation.defaultFleet, ...streamTimings, ...policyOptions, moves, shapes: c.shapes, limits: { ...Simulation.defaultFleet.limits, ...c.limits } }
   const stored = baseline?.find((b) => b.workload === c.name)?.results ?? []
   const wanted = [...new Set<ParkPolicy.Name>([...policies, "floor30", "demand", "demand-fitting"])].filter(
     (p) => policies.includes(p) || !stored.some((r) => r.policy === p),

@@ -113,6 +113,10 @@ export const flags = {
     Flag.withDescription(`demand-reserve: each session size gets as many places as its expected arrivals reach with this probability (${policy0.reserveQuantile})`),
   ),
   reserveYoungMinAgeS: atLeast0("reserve-young-min-age-s", policy0.reserveYoungMinAgeMs / 1000, "demand-reserve: parks younger than this never yield for the reserve, s"),
+  reserveLeadPerClass: boolean(
+    "reserve-lead-per-class",
+    "demand-reserve: each size class counts its arrivals over --reserve-lead-s plus a descent of its size at --descent-mib-per-s",
+  ),
   reserveOldOnly: boolean("reserve-old-only", "demand-reserve: only parks past --reserve-min-age-s yield for the reserve (by default younger ones do too when the old cannot make it)"),
   demandWindowS: positive("demand-window-s", ReaperState.defaultMeterOptions.windowMs / 1000, "the reaper measures the recent demand for room over this window, s"),
   reactMs: atLeast0("react-ms", defaultTriggerWindowMs, "the gate runs this long after a request queues (coalescing window), ms; 0 = only at passes"),
@@ -257,6 +261,8 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
       reserveQuantile: f.reserveQuantile,
       reserveYoungToo: !f.reserveOldOnly,
       reserveYoungMinAgeMs: Math.round(f.reserveYoungMinAgeS * 1000),
+      reserveLeadPerClass: f.reserveLeadPerClass,
+      descentMibPerSec: f.descentMibPerS,
     } satisfies ParkGate.Options & ParkPolicy.Options
     const svg = Option.getOrElse(f.svg, () => "sim.svg")
     const generated: GeneratorConfig =

@@ -406,7 +406,9 @@ export const withBurnIn = (workload: Workload, warmStartMs: number, passMs: numb
 
 /** Plays `workload` against a fresh in-memory store under `options.policy`. */
 export const run = (workload: Workload, options: RunOptions): Result => {
-  const fleet: FleetConfig = { ...defaultFleet, ...options.fleet }
+  const given: FleetConfig = { ...defaultFleet, ...options.fleet }
+  // The policy's descent rate is the one this run charges (a reserve's lead per class reads it).
+  const fleet: FleetConfig = { ...given, policyOptions: { ...given.policyOptions, descentMibPerSec: given.descentMibPerSec } }
   const heartbeats = fleet.heartbeatIntervalMs > 0
   // Agents that never fail keep every reservation fresh: nothing goes stale.
   const limits: Limits.Limits = heartbeats ? fleet.limits : { ...fleet.limits, heartbeatStaleWindowMs: Number.MAX_SAFE_INTEGER }

@@ -92,6 +92,16 @@ export interface Options extends ParkGate.Options {
   readonly reserveYoungToo: boolean
   /** `demand-reserve`: a park younger than this never yields for the reserve, old parks short or not. */
   readonly reserveYoungMinAgeMs: number
+  /**
+   * `demand-reserve`: each size class counts its arrivals over its own lead, `reserveLeadMs`
+   * plus the time a descent of its size takes (`descentBaseMs + size ÷ descentMibPerSec`), so a
+   * big class gets its place earlier; off, every class counts over `reserveLeadMs`.
+   */
+  readonly reserveLeadPerClass: boolean
+  /** How fast a descent captures resident RAM (MiB/s): the runtime's measured figure (the simulator passes its configured one). */
+  readonly descentMibPerSec: number
+  /** A descent's fixed cost (ms), whatever its size. */
+  readonly descentBaseMs: number
 }
 
 /** Seed 000's floor (30 %), a five-minute minimum park age, and the measured reserve knobs. */
@@ -104,6 +114,10 @@ export const defaultOptions: Options = Object.freeze({
   reserveQuantile: 0.9,
   reserveYoungToo: true,
   reserveYoungMinAgeMs: 60 * 1000,
+  reserveLeadPerClass: false,
+  // @engram/runtime-qemu's bench: a mapped descent 362 ms per GiB at the p95.
+  descentMibPerSec: 2800,
+  descentBaseMs: 0,
 })
 
 /** The recent demand for room, measured by the reaper between passes. */
@@ -391,7 +405,8 @@ export const sizeClass = (memMib: number): number => {
 }
 
 /**
- * The sessions expected to ask for room within `reserveLeadMs`, largest first. The rate of
+ * The sessions expected to ask for room within `reserveLeadMs` (with `reserveLeadPerClass`,
+ * within each class's own lead: `reserveLeadMs` plus a descent of its size), largest first. The rate of
  * sessions is the recent demand (`reservedMibPerSec`) over the mean size of the sessions of this
  * fleet (those parked and queued now, but for queued ones too big for every host). The sessions
  * are grouped by size class (`sizeClass`; a class asks for the largest budget seen in it), and
@@ -427,15 +442,22 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
   }
   if (total === 0) return []
   const sessionsPerLead = (recent.reservedMibPerSec / (mib / total)) * (options.reserveLeadMs / 1000)
+  const perClass = options.reserveLeadPerClass && options.descentMibPerSec > 0
+  // With a lead per class, each class's mean is its arrivals within its own lead; the tail sums them.
+  const leadMs = (memMib: number): number => options.reserveLeadMs + Math.max(0, options.descentBaseMs) + (memMib / options.descentMibPerSec) * 1000
+  const perSecond = recent.reservedMibPerSec / (mib / total)
   const out: Budget[] = []
   let atLeast = 0
+  let tailMean = 0
   for (let k = classes.length - 1; k >= 0 && out.length < maxCount; k--) {
     const g = classes[k]
     if (g === undefined) continue
     atLeast += g.count
+    const ownMean = perClass ? (perSecond * (leadMs(g.memMib) / 1000) * g.count) / total : (sessionsPerLead * g.count) / total
+    tailMean += ownMean
     // Its own arrivals' quantile, or what the tail from the largest class down still lacks.
-    const own = poissonQuantile((sessionsPerLead * g.count) / total, options.reserveQuantile)
-    const tail = poissonQuantile((sessionsPerLead * atLeast) / total, options.reserveQuantile) - out.length
+    const own = poissonQuantile(ownMean, options.reserveQuantile)
+    const tail = poissonQuantile(perClass ? tailMean : (sessionsPerLead * atLeast) / total, options.reserveQuantile) - out.length
     const budget = { memMib: g.memMib, vcpus: g.vcpus }
     for (let n = Math.max(own, tail); n > 0 && out.length < maxCount; n--) out.push(budget)
   }

@@ -271,6 +271,43 @@ describe("ParkPolicy", () => {
       expect([1536, 2048, 2800, 2900, 4096].map(ParkPolicy.sizeClass)).toEqual([11, 11, 11, 12, 12])
     })
 
+    it("a lead per class: a rare big class gets a place over its own descent's time, the small classes keep the short lead", () => {
+      // 99 parks of 2 GiB and one of 128 GiB; 256 MiB/s reserved: 4.6 sessions a minute, 0.046 of them 128 GiB.
+      const fleet: FleetView = {
+        hosts: [fleetHost("h0", 512 * GiB, 326 * GiB, [...Array.from({ length: 99 }, (_, j) => park(`s${j}`, OLD, 2 * GiB)), park("big", OLD, 128 * GiB)])],
+        queue: [],
+      }
+      const slow = { reservedMibPerSec: 256 }
+      const oneLead = ParkPolicy.expectedArrivals(fleet, slow)
+      // One lead (60 s): the 128 GiB class's mean stays under the 0.105 that one place needs at 90 %.
+      expect(oneLead.some((b) => b.memMib === 128 * GiB)).toBe(false)
+      // Its own lead, 60 s + a 128 GiB descent at 1 GiB/s (188 s): mean 0.144, one place.
+      const perClass = { ...ParkPolicy.defaultOptions, reserveLeadPerClass: true, descentMibPerSec: 1024 }
+      const own = ParkPolicy.expectedArrivals(fleet, slow, perClass)
+      expect(own[0]).toEqual({ memMib: 128 * GiB, vcpus: 1 })
+      expect(own.filter((b) => b.memMib === 128 * GiB).length).toBe(1)
+      // The 2 GiB class counts over 60 s + 2 s, not the big class's 188 s.
+      const short = ParkPolicy.expectedArrivals(fleet, slow, { ...ParkPolicy.defaultOptions, reserveLeadMs: 62_000 })
+      const twos = (xs: readonly Budget[]) => xs.filter((b) => b.memMib === 2 * GiB).length
+      expect(twos(own)).toBe(twos(short))
+      expect(twos(own)).toBeLessThan(twos(ParkPolicy.expectedArrivals(fleet, slow, { ...ParkPolicy.defaultOptions, reserveLeadMs: 188_000 })))
+      // A faster descent shortens the big class's lead: at 2,800 MiB/s (107 s) its mean is 0.082, no place.
+      expect(ParkPolicy.expectedArrivals(fleet, slow, { ...perClass, descentMibPerSec: 2800 }).some((b) => b.memMib === 128 * GiB)).toBe(false)
+      // A descent's fixed cost lengthens every class's lead.
+      expect(ParkPolicy.expectedArrivals(fleet, slow, { ...perClass, descentMibPerSec: 2800, descentBaseMs: 90_000 })[0]?.memMib).toBe(128 * GiB)
+    })
+
+    it("property: with a lead per class, the places at least as big as any size are never fewer than with one lead", () => {
+      fc.assert(
+        fc.property(arbFleet, fc.integer({ min: 1, max: 4096 }), fc.integer({ min: 64, max: 8192 }), ({ fleet }, rate, descent) => {
+          const recentRate = { reservedMibPerSec: rate }
+          const one = ParkPolicy.expectedArrivals(fleet, recentRate)
+          const own = ParkPolicy.expectedArrivals(fleet, recentRate, { ...ParkPolicy.defaultOptions, reserveLeadPerClass: true, descentMibPerSec: descent })
+          for (const b of [...one, ...own]) expect(own.filter((x) => x.memMib >= b.memMib).length).toBeGreaterThanOrEqual(one.filter((x) => x.memMib >= b.memMib).length)
+        }),
+      )
+    })
+
     it("with nothing queued, old parks descend on a full fleet when the expected arrivals would not fit", () => {
       const fleet = fullOfParks()
       expect(ParkPolicy.reserveShortfall(fleet, ParkPolicy.expectedArrivals(fleet, recent)).length).toBe(11)
