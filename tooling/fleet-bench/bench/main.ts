@@ -79,11 +79,10 @@ const startCoordinator = async (extra: Record<string, string>): Promise<Coordina
     if (Date.now() > deadline) throw new Error(`coordinator did not start: ${stderr}`)
     await sleep(100)
   }
-  const stat = () => readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? []
   return {
     url,
     rssMib: () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))?.[1]) / 1024,
-    cpuSeconds: () => (Number(stat()[11]) + Number(stat()[12])) / 100,
+    cpuSeconds: () => cpuSecondsOf(child.pid),
     stop: async () => {
       if (child.exitCode !== null) return
       const exited = new Promise((r) => child.once("exit", r))
@@ -92,6 +91,12 @@ const startCoordinator = async (extra: Record<string, string>): Promise<Coordina
       if (child.exitCode === null) child.kill("SIGKILL")
     },
   }
+}
+
+/** CPU seconds (user + system) process `pid` has used. */
+const cpuSecondsOf = (pid: number | undefined): number => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? []
+  return (Number(stat[11]) + Number(stat[12])) / 100
 }
 
 // ---- HTTP from here (set-up only) ------------------------------------------------------------
@@ -148,6 +153,8 @@ const registerHosts = async (url: string, n: number, prefix: string): Promise<Ag
 
 interface Driver {
   readonly send: <A>(command: Record<string, unknown>) => Promise<A>
+  /** The load generator's CPU seconds so far (user + system): whether it, not the coordinator, was the bottleneck. */
+  readonly cpuSeconds: () => number
   readonly stop: () => Promise<void>
 }
 
@@ -163,6 +170,7 @@ const startDriver = (): Driver => {
     }
   })()
   return {
+    cpuSeconds: () => cpuSecondsOf(child.pid),
     send: <A>(command: Record<string, unknown>) =>
       new Promise<A>((resolve) => {
         const id = next++
@@ -201,7 +209,10 @@ interface AgentStats {
 }
 
 /** The coordinator's JS heap in use (MiB), from its own metrics. */
-const heapUsedMib = async (url: string): Promise<number> => {
+const heapUsedMib = (url: string): Promise<number> => heapMetricMib(url, "nodejs_heap_size_used_bytes")
+/** The coordinator's JS heap reserved (MiB), from its own metrics. */
+const heapTotalMib = (url: string): Promise<number> => heapMetricMib(url, "nodejs_heap_size_total_bytes")
+const heapMetricMib = async (url: string, metric: string): Promise<number> => {
   const text = await new Promise<string>((resolve, reject) => {
     const u = new URL(url)
     http
@@ -212,7 +223,7 @@ const heapUsedMib = async (url: string): Promise<number> => {
       })
       .on("error", reject)
   })
-  return Number(/^nodejs_heap_size_used_bytes (\S+)$/m.exec(text)?.[1]) / 1024 / 1024
+  return Number(new RegExp(`^${metric} (\\S+)$`, "m").exec(text)?.[1]) / 1024 / 1024
 }
 
 /** Committed and rolled-back transactions of the database so far. */
@@ -258,18 +269,21 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     const tx0 = db === null ? 0 : await transactions(db.url)
     breakdown.start()
     const cpu0 = coordinator.cpuSeconds()
+    const driverCpu0 = driver.cpuSeconds()
     const t0 = performance.now()
     await sleep(WINDOW_S * 1000)
     const seconds = (performance.now() - t0) / 1000
     const tx1 = db === null ? 0 : await transactions(db.url)
     const kinds = breakdown.stop()
     const cpu1 = coordinator.cpuSeconds()
+    const driverCpu1 = driver.cpuSeconds()
     if (BREAKDOWN && db !== null) {
       console.log(`${label} idle: transactions/s by their first statement (every database of the server):`)
       for (const k of kinds.slice(0, 20)) console.log(`  ${(k.count / seconds).toFixed(2).padStart(8)}/s  ${k.shape}`)
     }
     const idle = await driver.send<AgentStats>({ cmd: "stats" })
     const heap = await heapUsedMib(coordinator.url)
+    const heapTotal = await heapTotalMib(coordinator.url)
     const loaded = await probe()
     const rss = coordinator.rssMib()
 
@@ -302,7 +316,9 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
       unit: "KiB",
       baseline: `heap ${before.heap.toFixed(0)} → ${heap.toFixed(0)} MiB`,
     })
+    report({ bench, figure: `${label}: coordinator JS heap in use / reserved (no GC forced)`, value: heap, unit: "MiB", baseline: `reserved ${heapTotal.toFixed(0)} MiB` })
     report({ bench, figure: `${label} idle: coordinator CPU`, value: ((cpu1 - cpu0) / seconds) * 100, unit: "% of a core" })
+    report({ bench, figure: `${label} idle: load generator CPU (its agents)`, value: ((driverCpu1 - driverCpu0) / seconds) * 100, unit: "% of a core" })
     report({ bench, figure: `${label} idle: long-polls past their bound + 1 s`, value: idle.latePolls, unit: "polls", goal: "0" })
   } finally {
     await driver.stop()

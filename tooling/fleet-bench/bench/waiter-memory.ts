@@ -60,6 +60,7 @@ try {
   // Each host's assignments read once (as an agent's first poll does), so the copies are in both figures.
   for (const a of agents) await call(c.url, "GET", `/v1/hosts/${a.id}/assignments`)
   const before = heapMib()
+  const mem0 = process.memoryUsage()
   const census0 = CENSUS ? await census() : null
   // Polls only: heartbeats and reports far apart (they would otherwise run during the measure).
   driver.stdin.write(`${JSON.stringify({ id: 0, cmd: "agents", url: c.url, agents, sharedSockets: 8, pollWaitMs: 30_000, heartbeatMs: 3_600_000, reportMs: 3_600_000 })}\n`)
@@ -72,6 +73,12 @@ try {
   }
   await new Promise((r) => setTimeout(r, 1000))
   const during = heapMib()
+  const mem1 = process.memoryUsage()
+  const mib = (n: number) => `${(n / 1024 / 1024).toFixed(0)} MiB`
+  console.log(
+    `memory before → with ${N} polls open (this process: the coordinator; after GC): ` +
+      (["rss", "heapTotal", "heapUsed", "external", "arrayBuffers"] as const).map((k) => `${k} ${mib(mem0[k])} → ${mib(mem1[k])}`).join(", "),
+  )
   const perWaiterKiB = ((during - before) * 1024) / N
   if (census0 !== null) {
     console.log(`what one open long-poll holds (objects and bytes per poll, by kind; ${N} open):`)
