@@ -43,6 +43,12 @@ interface AgentsCommand {
 
 const counters = () => ({ polls: 0, pollErrors: 0, heartbeats: 0, heartbeatErrors: 0, reports: 0, reportErrors: 0, pollsOpen: 0, latePolls: 0, maxPollOverMs: 0 })
 let stats = counters()
+/** What the failed polls answered (status, or 0 for a connection error), since the last `reset`. */
+let pollErrorStatuses = new Map<number, number>()
+const pollFailed = (status: number) => {
+  stats.pollErrors++
+  pollErrorStatuses.set(status, (pollErrorStatuses.get(status) ?? 0) + 1)
+}
 let heartbeatLatencies: number[] = []
 let running = true
 
@@ -64,7 +70,7 @@ const runAgents = (c: AgentsCommand): void => {
           const r = await own.request("GET", `/v1/hosts/${a.id}/assignments?waitMs=${c.pollWaitMs}${since === undefined ? "" : `&since=${encodeURIComponent(since)}`}`, a.token)
           stats.pollsOpen--
           if (r.status !== 200) {
-            stats.pollErrors++
+            pollFailed(r.status)
             await sleep(1000)
             continue
           }
@@ -78,7 +84,7 @@ const runAgents = (c: AgentsCommand): void => {
           stats.polls++
         } catch {
           stats.pollsOpen--
-          stats.pollErrors++
+          pollFailed(0)
           await sleep(1000)
         }
       }
@@ -244,11 +250,12 @@ for await (const line of createInterface({ input: process.stdin })) {
       void waits(c).then(answer)
       break
     case "stats":
-      answer({ ...stats, heartbeatLatency: summary([...heartbeatLatencies]) })
+      answer({ ...stats, pollErrorStatuses: Object.fromEntries(pollErrorStatuses), heartbeatLatency: summary([...heartbeatLatencies]) })
       break
     case "reset":
       stats = { ...counters(), pollsOpen: stats.pollsOpen }
       heartbeatLatencies = []
+      pollErrorStatuses = new Map()
       answer({ ok: true })
       break
     case "stop":

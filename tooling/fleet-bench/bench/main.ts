@@ -17,7 +17,7 @@
  * (2000; 0 skips b), FLEET_WAIT_MS (bound of each wait, 20000), FLEET_SKIP (a,b), FLEET_BREAKDOWN=1
  * (PostgreSQL logs every statement; each idle window prints its transactions by kind, `breakdown.ts`),
  * FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
- * another branch beside this one).
+ * another branch beside this one), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process).
  */
 import { report } from "@engram/bench"
 import { makeBreakdown, statementLogSettings } from "./breakdown.js"
@@ -44,6 +44,8 @@ const WAIT_MS = Number(env["FLEET_WAIT_MS"] ?? 20_000)
 const BREAKDOWN = env["FLEET_BREAKDOWN"] === "1"
 const breakdown = makeBreakdown()
 const coordinatorRoot = env["FLEET_COORDINATOR_ROOT"] ?? root
+/** Node flags of the coordinator process (e.g. `--max-old-space-size=768`: how its RSS answers a heap cap). */
+const coordinatorFlags = (env["FLEET_COORDINATOR_FLAGS"] ?? "").split(" ").filter(Boolean)
 const skip = new Set((env["FLEET_SKIP"] ?? "").split(",").filter(Boolean))
 const TOKEN = "fleet-bench-admin-token-0123456789"
 const bench = "fleet"
@@ -60,17 +62,24 @@ interface Coordinator {
   /** CPU seconds used so far (user + system). */
   readonly cpuSeconds: () => number
   readonly stop: () => Promise<void>
+  /** Its warnings so far that its change listener lost or failed a check (each empties its copies in memory: credentials, assignments). */
+  readonly listenerWarnings: () => number
 }
 
 const startCoordinator = async (extra: Record<string, string>): Promise<Coordinator> => {
   const port = await freePort()
-  const child = spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", join(coordinatorRoot, "apps", "coordinator", "src", "main.ts")], {
+  const child = spawn(process.execPath, [...coordinatorFlags, "--import", "tsx", "--conditions=@engram/source", join(coordinatorRoot, "apps", "coordinator", "src", "main.ts")], {
     cwd: join(coordinatorRoot, "apps", "coordinator"),
     env: { ...env, ENGRAM_PORT: String(port), ENGRAM_ADMIN_TOKEN: TOKEN, ENGRAM_LOG_LEVEL: "Warn", ENGRAM_LOG_FORMAT: "json", ...extra },
     stdio: ["ignore", "ignore", "pipe"],
   })
   let stderr = ""
-  child.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)))
+  let listenerWarnings = 0
+  child.stderr.on("data", (d: Buffer) => {
+    const text = d.toString()
+    listenerWarnings += text.split("change listener").length - 1
+    stderr = (stderr + text).slice(-4000)
+  })
   const url = `http://127.0.0.1:${port}`
   const deadline = Date.now() + 180_000
   for (;;) {
@@ -83,6 +92,7 @@ const startCoordinator = async (extra: Record<string, string>): Promise<Coordina
     url,
     rssMib: () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))?.[1]) / 1024,
     cpuSeconds: () => cpuSecondsOf(child.pid),
+    listenerWarnings: () => listenerWarnings,
     stop: async () => {
       if (child.exitCode !== null) return
       const exited = new Promise((r) => child.once("exit", r))
@@ -205,6 +215,7 @@ interface AgentStats {
   readonly pollsOpen: number
   readonly latePolls: number
   readonly maxPollOverMs: number
+  readonly pollErrorStatuses: Record<string, number>
   readonly heartbeatLatency: Latency
 }
 
@@ -224,6 +235,20 @@ const heapMetricMib = async (url: string, metric: string): Promise<number> => {
       .on("error", reject)
   })
   return Number(new RegExp(`^${metric} (\\S+)$`, "m").exec(text)?.[1]) / 1024 / 1024
+}
+
+/** The database's connections now (every process's: coordinator and bench) by state, wait event and statement. */
+const activity = async (dbUrl: string): Promise<string> => {
+  const sql = postgres(dbUrl, { max: 1, onnotice: () => undefined })
+  try {
+    const rows = await sql<{ state: string | null; wait: string | null; query: string; n: number }[]>`
+      select state, wait_event as wait, left(regexp_replace(query, '\s+', ' ', 'g'), 50) as query, count(*)::int as n
+      from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()
+      group by 1, 2, 3 order by 4 desc limit 8`
+    return rows.map((r) => `${r.n}× ${r.state ?? "?"}/${r.wait ?? "-"} "${r.query}"`).join("; ")
+  } finally {
+    await sql.end()
+  }
 }
 
 /** Committed and rolled-back transactions of the database so far. */
@@ -271,7 +296,9 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     const cpu0 = coordinator.cpuSeconds()
     const driverCpu0 = driver.cpuSeconds()
     const t0 = performance.now()
-    await sleep(WINDOW_S * 1000)
+    await sleep((WINDOW_S * 1000) / 2)
+    if (db !== null) console.log(`${label}, mid-window: the coordinator's database connections by state and wait: ${await activity(db.url)}`)
+    await sleep((WINDOW_S * 1000) / 2)
     const seconds = (performance.now() - t0) / 1000
     const tx1 = db === null ? 0 : await transactions(db.url)
     const kinds = breakdown.stop()
@@ -292,8 +319,9 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     const txPerSec = (tx1 - tx0 - 1) / seconds
     console.log(
       `${label}: ${idle.polls} polls, ${idle.heartbeats} heartbeats, ${idle.reports} reports in ${seconds.toFixed(0)} s; ` +
-        `errors: polls ${idle.pollErrors}, heartbeats ${idle.heartbeatErrors}, reports ${idle.reportErrors}; ` +
-        `polls answered past their bound + 1 s: ${idle.latePolls} (worst +${idle.maxPollOverMs.toFixed(0)} ms); heartbeat p99 ${idle.heartbeatLatency.p99.toFixed(1)} ms`,
+        `errors: polls ${idle.pollErrors} ${JSON.stringify(idle.pollErrorStatuses)}, heartbeats ${idle.heartbeatErrors}, reports ${idle.reportErrors}; ` +
+        `polls answered past their bound + 1 s: ${idle.latePolls} (worst +${idle.maxPollOverMs.toFixed(0)} ms); heartbeat p99 ${idle.heartbeatLatency.p99.toFixed(1)} ms; ` +
+        `change listener warnings so far ${coordinator.listenerWarnings()}`,
     )
     if (db !== null) {
       report({
