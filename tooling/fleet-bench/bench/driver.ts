@@ -45,8 +45,11 @@ const counters = () => ({ polls: 0, pollErrors: 0, heartbeats: 0, heartbeatError
 let stats = counters()
 /** What the failed polls answered (status, or 0 for a connection error), since the last `reset`. */
 let pollErrorStatuses = new Map<number, number>()
-const pollFailed = (status: number) => {
+/** The first few connection errors of polls, as text. */
+let pollErrorSample: string[] = []
+const pollFailed = (status: number, error?: unknown) => {
   stats.pollErrors++
+  if (error !== undefined && pollErrorSample.length < 5) pollErrorSample.push(String(error))
   pollErrorStatuses.set(status, (pollErrorStatuses.get(status) ?? 0) + 1)
 }
 let heartbeatLatencies: number[] = []
@@ -82,9 +85,9 @@ const runAgents = (c: AgentsCommand): void => {
           }
           since = version
           stats.polls++
-        } catch {
+        } catch (e) {
           stats.pollsOpen--
-          pollFailed(0)
+          pollFailed(0, e)
           await sleep(1000)
         }
       }
@@ -250,12 +253,13 @@ for await (const line of createInterface({ input: process.stdin })) {
       void waits(c).then(answer)
       break
     case "stats":
-      answer({ ...stats, pollErrorStatuses: Object.fromEntries(pollErrorStatuses), heartbeatLatency: summary([...heartbeatLatencies]) })
+      answer({ ...stats, pollErrorStatuses: Object.fromEntries(pollErrorStatuses), pollErrorSample, heartbeatLatency: summary([...heartbeatLatencies]) })
       break
     case "reset":
       stats = { ...counters(), pollsOpen: stats.pollsOpen }
       heartbeatLatencies = []
       pollErrorStatuses = new Map()
+      pollErrorSample = []
       answer({ ok: true })
       break
     case "stop":

@@ -216,6 +216,7 @@ interface AgentStats {
   readonly latePolls: number
   readonly maxPollOverMs: number
   readonly pollErrorStatuses: Record<string, number>
+  readonly pollErrorSample: readonly string[]
   readonly heartbeatLatency: Latency
 }
 
@@ -242,7 +243,7 @@ const activity = async (dbUrl: string): Promise<string> => {
   const sql = postgres(dbUrl, { max: 1, onnotice: () => undefined })
   try {
     const rows = await sql<{ state: string | null; wait: string | null; query: string; n: number }[]>`
-      select state, wait_event as wait, left(regexp_replace(query, '\s+', ' ', 'g'), 50) as query, count(*)::int as n
+      select state, wait_event as wait, left(regexp_replace(query, '\\s+', ' ', 'g'), 50) as query, count(*)::int as n
       from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()
       group by 1, 2, 3 order by 4 desc limit 8`
     return rows.map((r) => `${r.n}× ${r.state ?? "?"}/${r.wait ?? "-"} "${r.query}"`).join("; ")
@@ -319,7 +320,7 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     const txPerSec = (tx1 - tx0 - 1) / seconds
     console.log(
       `${label}: ${idle.polls} polls, ${idle.heartbeats} heartbeats, ${idle.reports} reports in ${seconds.toFixed(0)} s; ` +
-        `errors: polls ${idle.pollErrors} ${JSON.stringify(idle.pollErrorStatuses)}, heartbeats ${idle.heartbeatErrors}, reports ${idle.reportErrors}; ` +
+        `errors: polls ${idle.pollErrors} ${JSON.stringify(idle.pollErrorStatuses)} ${JSON.stringify(idle.pollErrorSample)}, heartbeats ${idle.heartbeatErrors}, reports ${idle.reportErrors}; ` +
         `polls answered past their bound + 1 s: ${idle.latePolls} (worst +${idle.maxPollOverMs.toFixed(0)} ms); heartbeat p99 ${idle.heartbeatLatency.p99.toFixed(1)} ms; ` +
         `change listener warnings so far ${coordinator.listenerWarnings()}`,
     )
