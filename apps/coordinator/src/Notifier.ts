@@ -71,11 +71,11 @@ export const endWaits = (handle: WaitEndHandle): void => {
 }
 
 /** The most a timed-out wait answers before its deadline. */
-export const maxEarlyMs = 200
+export const maxEarlyMs = 1000
 
 /**
  * How early the deadline wheel may answer a wait of `timeoutMs`: a twentieth of it, at most
- * `maxEarlyMs` (a 20 s long-poll answers at 19.8–19.85 s). A busy event loop runs timers late,
+ * `maxEarlyMs` (a 20 s long-poll answers at 19.00–19.05 s). A busy event loop runs timers late,
  * never early: answering a little early keeps a poll inside its bound under load.
  */
 export const earlyMs = (timeoutMs: number): number => Math.min(maxEarlyMs, Math.floor(timeoutMs / 20))

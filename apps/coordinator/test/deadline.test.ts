@@ -35,7 +35,7 @@ describe("deadlines", () => {
       const reads = counted.counts.total()
       const poll = yield* Effect.forkChild(assignments.poll("d1", { waitMs: 30_000, since: first.version }))
       yield* settle
-      // Early by at most `earlyMs` (200 ms of 30 s), by the wheel's slot of 50 ms at most.
+      // Early by at most `earlyMs` (1 s of 30 s), by the wheel's slot of 50 ms at most.
       yield* TestClock.adjust(30_000 - earlyMs(30_000) - slotMs - 1)
       assert.isUndefined(poll.pollUnsafe(), "still waiting before its deadline less the early margin")
       yield* TestClock.adjust(earlyMs(30_000) + slotMs + 1)
