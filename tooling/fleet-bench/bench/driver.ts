@@ -74,7 +74,7 @@ const runAgents = (c: AgentsCommand): void => {
           stats.pollsOpen--
           if (r.status !== 200) {
             pollFailed(r.status)
-            await sleep(1000)
+            await sleep(1000 + Math.random() * 1000)
             continue
           }
           const version = (JSON.parse(r.body) as { version: string }).version
@@ -88,7 +88,7 @@ const runAgents = (c: AgentsCommand): void => {
         } catch (e) {
           stats.pollsOpen--
           pollFailed(0, e)
-          await sleep(1000)
+          await sleep(1000 + Math.random() * 1000)
         }
       }
     }
