@@ -9,7 +9,7 @@
  *   b. 2,000 concurrent waits (1,000 session waits and 1,000 assignments long-polls): every
  *      answer against its bound + 1 s, and session creates meanwhile against creates without them.
  *
- * The agents and the probes run in another process (`driver.ts`: raw `node:http`; each agent's
+ * The agents and the probes run in another process (`driver.ts`, on raw keep-alive sockets: `raw-http.ts`; each agent's
  * long-poll holds a connection of its own, heartbeats and reports share a keep-alive pool).
  *
  * Knobs: FLEET_CURVE (agents per step, default 1000,5000,10000), FLEET_BACKENDS (postgres,pglite),
