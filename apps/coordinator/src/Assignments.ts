@@ -79,8 +79,10 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
             while (latest.version === baseline) {
               const remaining = deadline - (yield* Clock.currentTimeMillis)
               if (remaining <= 0) break
-              // Nothing changed by the deadline: what was read last is still the latest.
-              if ((yield* watch.next(remaining)) === "timeout") break
+              // Nothing changed by the deadline (or the poll was ended: its credential revoked):
+              // what was read last is still the latest.
+              const why = yield* watch.next(remaining)
+              if (why === "timeout" || why === "ended") break
               latest = yield* read(hostId)
             }
             return latest

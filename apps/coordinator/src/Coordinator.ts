@@ -107,6 +107,13 @@ export const loggerLayer = (level?: LogLevel.LogLevel) => {
  * long as an idle connection (Node requires `headersTimeout` above the keep-alive timeout).
  */
 export const keepAliveTimeoutMs = 95_000
+/**
+ * The listening socket's queue of connections not yet accepted (Node's default is 511; the
+ * kernel caps it at `net.core.somaxconn`). A fleet's agents reconnect together (a restart, a
+ * network blip): with 10,000 of them on a busy coordinator a queue of 511 overflowed, and the
+ * kernel reset the connections it dropped (`ECONNRESET` at the agents, which then retried).
+ */
+export const listenBacklog = 8192
 const keepAliveTimeoutBufferMs = 5_000
 
 const keepingAlive = (server: Server): Server => {
@@ -238,7 +245,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
           NodeHttpServer.layer(
             // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
             () => keepingAlive(createServer()).on("clientError", onClientError(metrics)),
-            { port: config.port, host: config.host, gracefulShutdownTimeout: "10 seconds" },
+            { port: config.port, host: config.host, backlog: listenBacklog, gracefulShutdownTimeout: "10 seconds" },
           ),
         ),
       )

@@ -3,14 +3,15 @@
  * the caps on how many are open at once, per credential and in total (beyond them, 429 with
  * `Retry-After`: a host's agent needs one or two, a runaway client would otherwise hold memory
  * and sockets without bound), and revocation (a host token rotated or removed through any
- * replica ends its open long-polls with 401 at once).
+ * replica ends its open long-polls with 401 at once: the poll's `WaitEnd` answers its wait).
  */
 import { TooManyRequests, Unauthorized } from "@engram/api"
 import { Changes } from "@engram/store"
-import { Context, Deferred, Effect, Layer } from "effect"
+import { Context, Effect, Layer } from "effect"
 import type { Credential } from "./Auth.js"
 import { Credentials, CurrentCredential } from "./Auth.js"
-import { credentialTopic } from "./Notifier.js"
+import { credentialTopic, endWaits, makeWaitEnd, WaitEnd } from "./Notifier.js"
+import type { WaitEndHandle } from "./Notifier.js"
 import { Settings } from "./Settings.js"
 import { addTo, removeFrom } from "./SetsByKey.js"
 
@@ -56,31 +57,12 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           retryAfterMs,
           limit,
         })
-      const admit = (c: Credential) =>
-        Effect.acquireRelease(
-          Effect.suspend(() => {
-            const limit = c.principal._tag === "Admin" ? caps.perAdminToken : caps.perHostToken
-            const held = byCredential.get(c.tokenHash) ?? 0
-            if (held >= limit) return Effect.fail(refuse(limit, c.principal._tag === "Admin" ? "the admin token" : `the token of host ${c.principal.hostId}`))
-            if (total >= caps.total) return Effect.fail(refuse(caps.total, "this coordinator"))
-            byCredential.set(c.tokenHash, held + 1)
-            total++
-            return Effect.void
-          }),
-          () =>
-            Effect.sync(() => {
-              total--
-              const held = (byCredential.get(c.tokenHash) ?? 1) - 1
-              if (held <= 0) byCredential.delete(c.tokenHash)
-              else byCredential.set(c.tokenHash, held)
-            }),
-        )
-
       // The open long-polls of host tokens, by host: a credential notice checks each one's token
       // (after the notice dropped the credential's copy) and ends the revoked ones with 401.
       interface Open {
         readonly credential: Credential
-        readonly revoked: Deferred.Deferred<never, Unauthorized>
+        /** Ends the poll's waits (its credential revoked): they answer at once, and the poll 401. */
+        readonly end: WaitEndHandle
         /** A credential notice of its host came while it was open (set at once, before the check's store read). */
         touched: boolean
       }
@@ -98,8 +80,7 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           (p) =>
             Effect.map(stillActs(p.credential.tokenHash, hostId), (acts) => {
               if (acts) return
-              const revoked = revokedError(hostId)
-              for (const q of polls) if (q.credential.tokenHash === p.credential.tokenHash) Deferred.doneUnsafe(q.revoked, Effect.fail(revoked))
+              for (const q of polls) if (q.credential.tokenHash === p.credential.tokenHash) endWaits(q.end)
             }),
           { discard: true },
         )
@@ -120,37 +101,50 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         // the credentials' copies are dropped, so each poll's next request asks the store.
         missed: () => undefined,
       })
-      const revocable = (credential: Credential) =>
-        Effect.acquireRelease(
-          Effect.sync(() => {
-            const p: Open = { credential, revoked: Deferred.makeUnsafe<never, Unauthorized>(), touched: false }
-            if (credential.principal._tag !== "Host") return p
-            addTo(openByHost, credential.principal.hostId, p)
-            return p
-          }),
-          (p) =>
-            Effect.sync(() => {
-              if (p.credential.principal._tag === "Host") removeFrom(openByHost, p.credential.principal.hostId, p)
-            }),
-        )
 
-      const run: LongPollsShape["run"] = (wait) =>
+      /** Admits a long-poll of `c` (429 beyond the caps) and files it for revocation; `leave` undoes both. */
+      const enter = (c: Credential): Effect.Effect<Open, TooManyRequests> =>
+        Effect.suspend(() => {
+          const limit = c.principal._tag === "Admin" ? caps.perAdminToken : caps.perHostToken
+          const held = byCredential.get(c.tokenHash) ?? 0
+          if (held >= limit) return Effect.fail(refuse(limit, c.principal._tag === "Admin" ? "the admin token" : `the token of host ${c.principal.hostId}`))
+          if (total >= caps.total) return Effect.fail(refuse(caps.total, "this coordinator"))
+          byCredential.set(c.tokenHash, held + 1)
+          total++
+          const p: Open = { credential: c, end: makeWaitEnd(), touched: false }
+          if (c.principal._tag === "Host") addTo(openByHost, c.principal.hostId, p)
+          return Effect.succeed(p)
+        })
+      const leave = (p: Open) =>
+        Effect.sync(() => {
+          const c = p.credential
+          total--
+          const held = (byCredential.get(c.tokenHash) ?? 1) - 1
+          if (held <= 0) byCredential.delete(c.tokenHash)
+          else byCredential.set(c.tokenHash, held)
+          if (c.principal._tag === "Host") removeFrom(openByHost, c.principal.hostId, p)
+        })
+
+      // No fiber of its own: the wait runs in the request's fiber, with the poll's `WaitEnd` in
+      // context, so a revocation ends the wait's watch (`Notifier`) rather than racing it.
+      const run: LongPollsShape["run"] = <A, E, R>(wait: Effect.Effect<A, E, R>) =>
         Effect.flatMap(Effect.serviceOption(CurrentCredential), (credential) => {
           if (credential._tag === "None") return wait
           const c = credential.value
-          return Effect.scoped(
-            Effect.gen(function* () {
-              yield* admit(c)
-              if (c.principal._tag !== "Host") return yield* wait
-              const hostId = c.principal.hostId
-              const p = yield* revocable(c)
-              const answer = yield* Effect.exit(Effect.raceFirst(wait, Deferred.await(p.revoked)))
-              // The same notice that revoked the credential (a host removed) can wake the wait before
-              // the revocation's check has read the store: a poll touched by a credential notice
-              // answers (a success or an error) only once its credential is known to still act.
-              if (p.touched && !(yield* stillActs(c.tokenHash, hostId))) return yield* Effect.fail(revokedError(hostId))
-              return yield* answer
-            }),
+          return Effect.acquireUseRelease(
+            enter(c),
+            (p) =>
+              Effect.flatMap(Effect.exit(Effect.provideService(wait, WaitEnd, p.end)), (answer): Effect.Effect<A, E | Unauthorized, R> => {
+                if (c.principal._tag !== "Host") return answer
+                const hostId = c.principal.hostId
+                if (p.end.ended) return Effect.fail(revokedError(hostId))
+                // The same notice that revoked the credential (a host removed) can wake the wait before
+                // the revocation's check has read the store: a poll touched by a credential notice
+                // answers (a success or an error) only once its credential is known to still act.
+                if (!p.touched) return answer
+                return Effect.flatMap(stillActs(c.tokenHash, hostId), (acts): Effect.Effect<A, E | Unauthorized> => (acts ? answer : Effect.fail(revokedError(hostId))))
+              }),
+            leave,
           )
         })
       return LongPolls.of({ run, open: () => total })

@@ -76,7 +76,8 @@ export class MoveWaiter extends Context.Service<MoveWaiter, MoveWaiterShape>()("
             if (m.state !== "pending") return verdict(m, timeoutMs)
             const remaining = deadline - (yield* Clock.currentTimeMillis)
             if (remaining <= 0) break
-            if ((yield* watch.next(remaining)) === "timeout") break
+            // At the deadline itself, not before it: the timeout aborts the move.
+            if ((yield* watch.next(remaining, { exact: true })) === "timeout") break
           }
           // Timed out. The store aborts only before a final round is recorded (`onlyBeforeFinalRound`),
           // so a final round recorded through any replica wins over this abort or loses to it, never

@@ -12,20 +12,25 @@
  * and answers the waiter's next `next` at once, so no change between two waits is lost.
  */
 import { Changes, Topic } from "@engram/store"
-import { Context, Deferred, Duration, Effect, Exit, Layer } from "effect"
+import { Clock, Context, Duration, Effect, Layer } from "effect"
 import type { Scope } from "effect"
 import { addTo, removeFrom } from "./SetsByKey.js"
 
-/** Why a watch's `next` answered. */
-export type Woken = "changed" | "missed" | "timeout"
+/**
+ * Why a watch's `next` answered. `ended`: the long-poll it belongs to was ended from outside
+ * (its credential revoked, `WaitEnd`): the wait answers now, and the caller decides the answer.
+ */
+export type Woken = "changed" | "missed" | "timeout" | "ended"
 
 /** A watch on some topics, open until its scope closes. */
 export interface Watch {
   /**
    * Waits until one of the watch's topics changed since the watch opened or since the last
-   * `next` answered, or notices may have been missed, or `timeoutMs` passes (Effect Clock).
+   * `next` answered, or notices may have been missed, or the wait was ended (`WaitEnd`), or
+   * `timeoutMs` passes (Effect Clock; by the deadline wheel's pass, up to `earlyMs(timeoutMs)`
+   * before, or at the deadline itself with `exact`: a wait whose deadline acts, as a move's).
    */
-  readonly next: (timeoutMs: number) => Effect.Effect<Woken>
+  readonly next: (timeoutMs: number, options?: { readonly exact?: boolean }) => Effect.Effect<Woken>
 }
 
 export interface NotifierShape {
@@ -37,12 +42,54 @@ export interface NotifierShape {
   readonly wait: (topics: readonly string[], timeoutMs: number) => Effect.Effect<boolean>
   /** How many watches are open now. */
   readonly watching: () => number
+  /** How many waits the deadline wheel holds now (each `next` in progress). */
+  readonly timed: () => number
+  /** How many passes of the deadline wheel have answered waits so far (each answers every wait then due). */
+  readonly passes: () => number
 }
+
+/**
+ * The handle that ends one long-poll's waits from outside (`LongPolls`: its credential was
+ * revoked): every watch opened with it in context answers `ended` now and at every later `next`.
+ */
+export class WaitEnd extends Context.Service<WaitEnd, WaitEndHandle>()("@engram/coordinator/WaitEnd") {}
+
+export interface WaitEndHandle {
+  ended: boolean
+  /** The watches open under it: each ends its wait. */
+  readonly watches: Set<() => void>
+}
+
+/** A handle for `WaitEnd`, not ended. */
+export const makeWaitEnd = (): WaitEndHandle => ({ ended: false, watches: new Set() })
+
+/** Ends the waits under `handle`: now, and every later one. */
+export const endWaits = (handle: WaitEndHandle): void => {
+  if (handle.ended) return
+  handle.ended = true
+  for (const end of handle.watches) end()
+}
+
+/** The most a timed-out wait answers before its deadline. */
+export const maxEarlyMs = 1000
+
+/**
+ * How early the deadline wheel may answer a wait of `timeoutMs`: a twentieth of it, at most
+ * `maxEarlyMs` (a 20 s long-poll answers at 19.00–19.05 s). A busy event loop runs timers late,
+ * never early: answering a little early keeps a poll inside its bound under load.
+ */
+export const earlyMs = (timeoutMs: number): number => Math.min(maxEarlyMs, Math.floor(timeoutMs / 20))
+
+/** The wheel's resolution: deadlines in one slot of this many ms are answered in one pass. */
+export const slotMs = 50
 
 interface Entry {
   /** What happened since the last `next` answered: nothing, a possible miss, a change. */
   pending: Woken | null
-  waiting: Deferred.Deferred<void> | null
+  /** The wait in progress (a `next` suspended), resumed once. */
+  resume: ((why: Woken) => void) | null
+  /** The wheel's slot of the wait in progress, or null. */
+  slot: number | null
 }
 
 const topicsOf = (topics: readonly (string | null | undefined)[]): string[] => topics.filter((t): t is string => t !== null && t !== undefined && t !== "")
@@ -52,13 +99,79 @@ const make = Effect.gen(function* () {
   const changes = yield* Changes
   const byTopic = new Map<string, Set<Entry>>()
   const all = new Set<Entry>()
-  const fire = (e: Entry, why: "changed" | "missed") => {
-    if (e.pending !== "changed") e.pending = why
-    const w = e.waiting
-    if (w !== null) {
-      e.waiting = null
-      Deferred.doneUnsafe(w, Exit.void)
+
+  // ---- the deadline wheel: every wait's deadline in one map of slots, one fiber and one timer
+  // for all of them (no fiber, timer or sleep per wait). The fiber sleeps (Effect Clock) until
+  // the earliest slot, then answers every wait of every slot that is due, in one pass; a wait
+  // that is answered otherwise leaves its slot.
+  const slots = new Map<number, Set<Entry>>()
+  let timed = 0
+  let passes = 0
+  /** The slot the wheel's fiber sleeps until (Infinity: until a wait arrives). */
+  let armedAt = Number.POSITIVE_INFINITY
+  /** Wakes the wheel's fiber to re-arm earlier (set while it sleeps). */
+  let rearm: (() => void) | null = null
+  const unslot = (e: Entry) => {
+    if (e.slot === null) return
+    removeFrom(slots, e.slot, e)
+    e.slot = null
+    timed--
+  }
+  const enslot = (e: Entry, slot: number) => {
+    e.slot = slot
+    addTo(slots, slot, e)
+    timed++
+    if (slot < armedAt) {
+      armedAt = slot
+      const r = rearm
+      rearm = null
+      r?.()
     }
+  }
+  /** Answers the wait in progress on `e` (if any) with `why`. */
+  const answer = (e: Entry, why: Woken): boolean => {
+    const r = e.resume
+    if (r === null) return false
+    e.resume = null
+    unslot(e)
+    r(why)
+    return true
+  }
+  const sleepUntilRearmed = Effect.callback<void>((resume) => {
+    rearm = () => resume(Effect.void)
+    return Effect.sync(() => {
+      rearm = null
+    })
+  })
+  const turn = Effect.gen(function* () {
+    const now = yield* Clock.currentTimeMillis
+    let earliest = Number.POSITIVE_INFINITY
+    const due: Entry[] = []
+    // One pass over the slots (a few hundred at most: deadlines within minutes, 50 ms apart).
+    for (const [slot, entries] of slots) {
+      if (slot > now) {
+        if (slot < earliest) earliest = slot
+        continue
+      }
+      for (const e of entries) due.push(e)
+      slots.delete(slot)
+    }
+    armedAt = earliest
+    for (const e of due) {
+      e.slot = null
+      timed--
+    }
+    // Every due wait answered in this pass (their fibers run as they are resumed).
+    if (due.length > 0) passes++
+    for (const e of due) answer(e, "timeout")
+    if (armedAt === Number.POSITIVE_INFINITY) yield* sleepUntilRearmed
+    else yield* Effect.timeoutOption(sleepUntilRearmed, Duration.millis(armedAt - now))
+  })
+  yield* Effect.forkScoped(Effect.forever(turn))
+
+  const fire = (e: Entry, why: "changed" | "missed") => {
+    if (answer(e, why)) return
+    if (e.pending !== "changed") e.pending = why
   }
   // Woken after every subscriber heard the notice (a microtask later): a woken fiber may run at
   // once, and must find the copies in memory the notice drops (assignments, credentials) gone.
@@ -70,10 +183,12 @@ const make = Effect.gen(function* () {
     scheduled = true
     queueMicrotask(() => {
       scheduled = false
-      for (const e of changedLater) fire(e, "changed")
+      const changed = [...changedLater]
       changedLater.clear()
-      if (missedLater) for (const e of all) fire(e, "missed")
+      const missed = missedLater
       missedLater = false
+      for (const e of changed) fire(e, "changed")
+      if (missed) for (const e of [...all]) fire(e, "missed")
     })
   }
   yield* changes.subscribe({
@@ -92,52 +207,59 @@ const make = Effect.gen(function* () {
   })
 
   const watch: NotifierShape["watch"] = (topics) =>
-    Effect.acquireRelease(
-      Effect.sync(() => {
-        const e: Entry = { pending: null, waiting: null }
-        all.add(e)
-        for (const t of topics) addTo(byTopic, t, e)
-        return e
-      }),
-      (e) =>
+    Effect.flatMap(Effect.serviceOption(WaitEnd), (handle) => {
+      const end = handle._tag === "Some" ? handle.value : null
+      return Effect.acquireRelease(
         Effect.sync(() => {
-          all.delete(e)
-          for (const t of topics) removeFrom(byTopic, t, e)
+          const e: Entry = { pending: null, resume: null, slot: null }
+          all.add(e)
+          for (const t of topics) addTo(byTopic, t, e)
+          const ender = () => void answer(e, "ended")
+          end?.watches.add(ender)
+          return { e, ender }
         }),
-    ).pipe(
-      Effect.map((e): Watch => {
-        const take = (): Woken | null => {
-          const p = e.pending
-          e.pending = null
-          return p
-        }
-        return {
-          next: (timeoutMs) =>
+        ({ e, ender }) =>
+          Effect.sync(() => {
+            all.delete(e)
+            changedLater.delete(e)
+            for (const t of topics) removeFrom(byTopic, t, e)
+            end?.watches.delete(ender)
+            e.resume = null
+            unslot(e)
+          }),
+      ).pipe(
+        Effect.map(({ e }): Watch => ({
+          next: (timeoutMs, options) =>
             Effect.suspend(() => {
-              const already = take()
+              if (end?.ended === true) return Effect.succeed<Woken>("ended")
+              const already = e.pending
+              e.pending = null
               if (already !== null) return Effect.succeed(already)
-              const d = Deferred.makeUnsafe<void>()
-              e.waiting = d
-              return Deferred.await(d).pipe(
-                Effect.timeoutOption(Duration.millis(Math.max(0, timeoutMs))),
-                Effect.map(() => take() ?? "timeout"),
-                Effect.ensuring(
-                  Effect.sync(() => {
-                    if (e.waiting === d) e.waiting = null
-                  }),
-                ),
+              if (!(timeoutMs > 0)) return Effect.succeed<Woken>("timeout")
+              return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+                Effect.callback<Woken>((resume) => {
+                  e.resume = (why) => resume(Effect.succeed(why))
+                  enslot(e, options?.exact === true ? now + timeoutMs : Math.ceil((now + timeoutMs - earlyMs(timeoutMs)) / slotMs) * slotMs)
+                  // Interrupted (the request went away): out of the wheel at once.
+                  return Effect.sync(() => {
+                    e.resume = null
+                    unslot(e)
+                  })
+                }),
               )
             }),
-        }
-      }),
-    )
+        })),
+      )
+    })
 
   return Notifier.of({
     notify: (...topics) => changes.publish(topicsOf(topics)),
     watch,
     wait: (topics, timeoutMs) =>
-      Effect.scoped(Effect.flatMap(watch(topics), (w) => w.next(timeoutMs))).pipe(Effect.map((w) => w !== "timeout")),
+      Effect.scoped(Effect.flatMap(watch(topics), (w) => w.next(timeoutMs))).pipe(Effect.map((w) => w === "changed" || w === "missed")),
     watching: () => all.size,
+    timed: () => timed,
+    passes: () => passes,
   })
 })
 

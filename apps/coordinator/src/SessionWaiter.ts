@@ -46,7 +46,9 @@ export class SessionWaiter extends Context.Service<SessionWaiter, SessionWaiterS
               if (verdict !== null) return verdict
               const remaining = deadline - (yield* Clock.currentTimeMillis)
               if (remaining <= 0) return { _tag: "TimedOut", session: s } as const
-              if ((yield* watch.next(remaining)) === "timeout") return { _tag: "TimedOut", session: s } as const
+              const why = yield* watch.next(remaining)
+              // Ended (its credential revoked): the caller answers 401 in its place.
+              if (why === "timeout" || why === "ended") return { _tag: "TimedOut", session: s } as const
               s = yield* store.getSession(id)
             }
           }),

@@ -25,7 +25,7 @@ export const UiLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store | A
       authorize: (token) => Effect.sync(() => sameHash(hashToken(token), admin.tokenHash)),
       history: Effect.map(history.samples, (samples) => ({ intervalMs: history.intervalMs, samples })),
       // Woken by any change notice (through any replica), never by a timer.
-      watch: Effect.map(notifier.watch([anyTopic]), (w) => ({ next: (ms: number) => Effect.map(w.next(ms), (why) => why !== "timeout") })),
+      watch: Effect.map(notifier.watch([anyTopic]), (w) => ({ next: (ms: number) => Effect.map(w.next(ms), (why) => why === "changed" || why === "missed") })),
       version: Effect.gen(function* () {
         const fleet = yield* store.fleetView()
         const moves = yield* store.listMoves({ state: "pending" })

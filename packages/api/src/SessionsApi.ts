@@ -63,7 +63,7 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
     HttpApiEndpoint.get("wait", "/v1/sessions/:id/wait", { params: PathId, query: WaitQuery, success: SessionDetail, error: [...LongPollErrors, WaitTimeout] }).annotateMerge(
       doc(
         "Wait for a session's state",
-        `Long-polls until the session is in \`state\` and answers it (200, as \`GET /v1/sessions/{id}\`); 408 \`{error: "WaitTimeout", state}\` when \`timeoutMs\` (default 30000, at most 60000) runs out first; 409 \`{error: "Unreachable", from, to}\` as soon as the state can no longer come (the session ended, or was lost). Woken by changes made through any replica. Capped per credential and in total like the assignments long-poll (429 \`TooManyWaits\` with \`Retry-After\` beyond); a host token rotated or removed meanwhile answers 401 at once.${hostOrAdmin}`,
+        `Long-polls until the session is in \`state\` and answers it (200, as \`GET /v1/sessions/{id}\`); 408 \`{error: "WaitTimeout", state}\` when \`timeoutMs\` (default 30000, at most 60000) runs out first (a little early rather than late: by up to a twentieth of it, at most 1 s); 409 \`{error: "Unreachable", from, to}\` as soon as the state can no longer come (the session ended, or was lost). Woken by changes made through any replica. Capped per credential and in total like the assignments long-poll (429 \`TooManyWaits\` with \`Retry-After\` beyond); a host token rotated or removed meanwhile answers 401 at once.${hostOrAdmin}`,
       ),
     ),
     HttpApiEndpoint.get("events", "/v1/sessions/:id/events", { params: PathId, query: PageQuery, success: SessionEventsPage, error: StandardErrors }).annotateMerge(

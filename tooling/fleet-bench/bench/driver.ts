@@ -1,6 +1,7 @@
 /**
  * The fleet bench's load: a process of its own (its CPU is not the coordinator's), raw
- * `node:http` (Node's `fetch` cannot hold 10,000 connections efficiently), driven by JSON
+ * keep-alive sockets (`raw-http.ts`: no `http.Agent` or stream per request, so 10,000 agents
+ * cost the generator little), driven by JSON
  * commands on stdin, answering one JSON line each on stdout:
  *
  * - `agents`: N host agents as the real one behaves with its defaults: a long-poll of its
@@ -13,35 +14,8 @@
  *   time against its bound;
  * - `stats` (the agents' counters since the last `reset`), `reset`, `stop`.
  */
-import http from "node:http"
 import { createInterface } from "node:readline"
-
-interface Target {
-  readonly host: string
-  readonly port: number
-}
-
-interface Answer {
-  readonly status: number
-  readonly body: string
-}
-
-const request = (agent: http.Agent, target: Target, method: string, path: string, token: string, body?: string): Promise<Answer> =>
-  new Promise((resolve, reject) => {
-    const headers: Record<string, string | number> = { authorization: `Bearer ${token}` }
-    if (body !== undefined) {
-      headers["content-type"] = "application/json"
-      headers["content-length"] = Buffer.byteLength(body)
-    }
-    const req = http.request({ agent, host: target.host, port: target.port, method, path, headers }, (res) => {
-      const chunks: Buffer[] = []
-      res.on("data", (c: Buffer) => chunks.push(c))
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }))
-      res.on("error", reject)
-    })
-    req.on("error", reject)
-    req.end(body)
-  })
+import { Pool } from "./raw-http.js"
 
 const pct = (sorted: readonly number[], p: number): number => sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))] ?? 0
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -69,16 +43,25 @@ interface AgentsCommand {
 
 const counters = () => ({ polls: 0, pollErrors: 0, heartbeats: 0, heartbeatErrors: 0, reports: 0, reportErrors: 0, pollsOpen: 0, latePolls: 0, maxPollOverMs: 0 })
 let stats = counters()
+/** What the failed polls answered (status, or 0 for a connection error), since the last `reset`. */
+let pollErrorStatuses = new Map<number, number>()
+/** The first few connection errors of polls, as text. */
+let pollErrorSample: string[] = []
+const pollFailed = (status: number, error?: unknown) => {
+  stats.pollErrors++
+  if (error !== undefined && pollErrorSample.length < 5) pollErrorSample.push(String(error))
+  pollErrorStatuses.set(status, (pollErrorStatuses.get(status) ?? 0) + 1)
+}
 let heartbeatLatencies: number[] = []
 let running = true
 
 const runAgents = (c: AgentsCommand): void => {
   const url = new URL(c.url)
   const target = { host: url.hostname, port: Number(url.port) }
-  const shared = new http.Agent({ keepAlive: true, maxSockets: c.sharedSockets })
+  const shared = new Pool(target, c.sharedSockets)
   const report = JSON.stringify({ totalMib: 262_144, allocatableMib: 262_144, totalVcpus: 64 })
   c.agents.forEach((a, i) => {
-    const own = new http.Agent({ keepAlive: true, maxSockets: 1 })
+    const own = new Pool(target, 1)
     let since: string | undefined
     const poll = async (): Promise<void> => {
       // Spread the first polls over two seconds, as agents starting at different times would.
@@ -87,11 +70,11 @@ const runAgents = (c: AgentsCommand): void => {
         const t0 = performance.now()
         stats.pollsOpen++
         try {
-          const r = await request(own, target, "GET", `/v1/hosts/${a.id}/assignments?waitMs=${c.pollWaitMs}${since === undefined ? "" : `&since=${encodeURIComponent(since)}`}`, a.token)
+          const r = await own.request("GET", `/v1/hosts/${a.id}/assignments?waitMs=${c.pollWaitMs}${since === undefined ? "" : `&since=${encodeURIComponent(since)}`}`, a.token)
           stats.pollsOpen--
           if (r.status !== 200) {
-            stats.pollErrors++
-            await sleep(1000)
+            pollFailed(r.status)
+            await sleep(1000 + Math.random() * 1000)
             continue
           }
           const version = (JSON.parse(r.body) as { version: string }).version
@@ -102,10 +85,10 @@ const runAgents = (c: AgentsCommand): void => {
           }
           since = version
           stats.polls++
-        } catch {
+        } catch (e) {
           stats.pollsOpen--
-          stats.pollErrors++
-          await sleep(1000)
+          pollFailed(0, e)
+          await sleep(1000 + Math.random() * 1000)
         }
       }
     }
@@ -121,7 +104,7 @@ const runAgents = (c: AgentsCommand): void => {
     every(c.heartbeatMs, async () => {
       const t0 = performance.now()
       try {
-        const r = await request(shared, target, "POST", `/v1/hosts/${a.id}/heartbeat`, a.token, "{}")
+        const r = await shared.request("POST", `/v1/hosts/${a.id}/heartbeat`, a.token, "{}")
         if (r.status === 200) stats.heartbeats++
         else stats.heartbeatErrors++
         heartbeatLatencies.push(performance.now() - t0)
@@ -131,7 +114,7 @@ const runAgents = (c: AgentsCommand): void => {
     })
     every(c.reportMs, async () => {
       try {
-        const r = await request(shared, target, "PUT", `/v1/hosts/${a.id}/report`, a.token, report)
+        const r = await shared.request("PUT", `/v1/hosts/${a.id}/report`, a.token, report)
         if (r.status === 200) stats.reports++
         else stats.reportErrors++
       } catch {
@@ -155,7 +138,7 @@ interface ProbeCommand {
 const probe = async (c: ProbeCommand) => {
   const url = new URL(c.url)
   const target = { host: url.hostname, port: Number(url.port) }
-  const agent = new http.Agent({ keepAlive: true, maxSockets: c.concurrency })
+  const agent = new Pool(target, c.concurrency)
   const latencies: number[] = []
   let failures = 0
   let n = 0
@@ -165,7 +148,7 @@ const probe = async (c: ProbeCommand) => {
       while (performance.now() < until) {
         const path = c.paths[n++ % c.paths.length] as string
         const t0 = performance.now()
-        const r = await request(agent, target, "GET", path, c.token).catch(() => ({ status: 0, body: "" }))
+        const r = await agent.request("GET", path, c.token).catch(() => ({ status: 0, body: "" }))
         latencies.push(performance.now() - t0)
         if (r.status !== 200) failures++
       }
@@ -187,7 +170,7 @@ interface CreatesCommand {
 const creates = async (c: CreatesCommand) => {
   const url = new URL(c.url)
   const target = { host: url.hostname, port: Number(url.port) }
-  const agent = new http.Agent({ keepAlive: true, maxSockets: c.concurrency })
+  const agent = new Pool(target, c.concurrency)
   const latencies: number[] = []
   let failures = 0
   let firstFailure = ""
@@ -200,7 +183,7 @@ const creates = async (c: CreatesCommand) => {
         const i = n++
         const t0 = performance.now()
         const body = JSON.stringify({ id: `${c.prefix}-${i}`, memMib: 128 * (1 + (i % 8)), vcpus: 1 })
-        const r = await request(agent, target, "POST", "/v1/sessions", c.token, body).catch((e: unknown) => ({ status: 0, body: String(e) }))
+        const r = await agent.request("POST", "/v1/sessions", c.token, body).catch((e: unknown) => ({ status: 0, body: String(e) }))
         latencies.push(performance.now() - t0)
         if (r.status !== 201) {
           failures++
@@ -227,12 +210,12 @@ interface WaitsCommand {
 const waits = async (c: WaitsCommand) => {
   const url = new URL(c.url)
   const target = { host: url.hostname, port: Number(url.port) }
-  const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity })
+  const agent = new Pool(target, c.sessions.length + c.hosts.length)
   const over: number[] = []
   const statuses = new Map<number, number>()
   const one = async (path: string, token: string) => {
     const t0 = performance.now()
-    const r = await request(agent, target, "GET", path, token).catch(() => ({ status: 0, body: "" }))
+    const r = await agent.request("GET", path, token).catch(() => ({ status: 0, body: "" }))
     over.push(performance.now() - t0 - c.timeoutMs)
     statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1)
   }
@@ -240,6 +223,7 @@ const waits = async (c: WaitsCommand) => {
     ...c.sessions.map((id) => one(`/v1/sessions/${id}/wait?state=running&timeoutMs=${c.timeoutMs}`, c.token)),
     ...c.hosts.map((h) => one(`/v1/hosts/${h.id}/assignments?waitMs=${c.timeoutMs}&since=${encodeURIComponent(h.version)}`, h.token)),
   ])
+  agent.destroy()
   over.sort((a, b) => a - b)
   return { waits: over.length, statuses: Object.fromEntries(statuses), maxOverMs: over[over.length - 1] ?? 0, p50OverMs: pct(over, 50), withinBound: over.filter((x) => x <= 1000).length }
 }
@@ -269,11 +253,13 @@ for await (const line of createInterface({ input: process.stdin })) {
       void waits(c).then(answer)
       break
     case "stats":
-      answer({ ...stats, heartbeatLatency: summary([...heartbeatLatencies]) })
+      answer({ ...stats, pollErrorStatuses: Object.fromEntries(pollErrorStatuses), pollErrorSample, heartbeatLatency: summary([...heartbeatLatencies]) })
       break
     case "reset":
       stats = { ...counters(), pollsOpen: stats.pollsOpen }
       heartbeatLatencies = []
+      pollErrorStatuses = new Map()
+      pollErrorSample = []
       answer({ ok: true })
       break
     case "stop":

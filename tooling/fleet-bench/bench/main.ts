@@ -9,7 +9,7 @@
  *   b. 2,000 concurrent waits (1,000 session waits and 1,000 assignments long-polls): every
  *      answer against its bound + 1 s, and session creates meanwhile against creates without them.
  *
- * The agents and the probes run in another process (`driver.ts`: raw `node:http`; each agent's
+ * The agents and the probes run in another process (`driver.ts`, on raw keep-alive sockets: `raw-http.ts`; each agent's
  * long-poll holds a connection of its own, heartbeats and reports share a keep-alive pool).
  *
  * Knobs: FLEET_CURVE (agents per step, default 1000,5000,10000), FLEET_BACKENDS (postgres,pglite),
@@ -17,7 +17,7 @@
  * (2000; 0 skips b), FLEET_WAIT_MS (bound of each wait, 20000), FLEET_SKIP (a,b), FLEET_BREAKDOWN=1
  * (PostgreSQL logs every statement; each idle window prints its transactions by kind, `breakdown.ts`),
  * FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
- * another branch beside this one).
+ * another branch beside this one), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process).
  */
 import { report } from "@engram/bench"
 import { makeBreakdown, statementLogSettings } from "./breakdown.js"
@@ -44,6 +44,8 @@ const WAIT_MS = Number(env["FLEET_WAIT_MS"] ?? 20_000)
 const BREAKDOWN = env["FLEET_BREAKDOWN"] === "1"
 const breakdown = makeBreakdown()
 const coordinatorRoot = env["FLEET_COORDINATOR_ROOT"] ?? root
+/** Node flags of the coordinator process (e.g. `--max-old-space-size=768`: how its RSS answers a heap cap). */
+const coordinatorFlags = (env["FLEET_COORDINATOR_FLAGS"] ?? "").split(" ").filter(Boolean)
 const skip = new Set((env["FLEET_SKIP"] ?? "").split(",").filter(Boolean))
 const TOKEN = "fleet-bench-admin-token-0123456789"
 const bench = "fleet"
@@ -60,17 +62,24 @@ interface Coordinator {
   /** CPU seconds used so far (user + system). */
   readonly cpuSeconds: () => number
   readonly stop: () => Promise<void>
+  /** Its warnings so far that its change listener lost or failed a check (each empties its copies in memory: credentials, assignments). */
+  readonly listenerWarnings: () => number
 }
 
 const startCoordinator = async (extra: Record<string, string>): Promise<Coordinator> => {
   const port = await freePort()
-  const child = spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", join(coordinatorRoot, "apps", "coordinator", "src", "main.ts")], {
+  const child = spawn(process.execPath, [...coordinatorFlags, "--import", "tsx", "--conditions=@engram/source", join(coordinatorRoot, "apps", "coordinator", "src", "main.ts")], {
     cwd: join(coordinatorRoot, "apps", "coordinator"),
     env: { ...env, ENGRAM_PORT: String(port), ENGRAM_ADMIN_TOKEN: TOKEN, ENGRAM_LOG_LEVEL: "Warn", ENGRAM_LOG_FORMAT: "json", ...extra },
     stdio: ["ignore", "ignore", "pipe"],
   })
   let stderr = ""
-  child.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)))
+  let listenerWarnings = 0
+  child.stderr.on("data", (d: Buffer) => {
+    const text = d.toString()
+    listenerWarnings += text.split("change listener").length - 1
+    stderr = (stderr + text).slice(-4000)
+  })
   const url = `http://127.0.0.1:${port}`
   const deadline = Date.now() + 180_000
   for (;;) {
@@ -79,11 +88,11 @@ const startCoordinator = async (extra: Record<string, string>): Promise<Coordina
     if (Date.now() > deadline) throw new Error(`coordinator did not start: ${stderr}`)
     await sleep(100)
   }
-  const stat = () => readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? []
   return {
     url,
     rssMib: () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))?.[1]) / 1024,
-    cpuSeconds: () => (Number(stat()[11]) + Number(stat()[12])) / 100,
+    cpuSeconds: () => cpuSecondsOf(child.pid),
+    listenerWarnings: () => listenerWarnings,
     stop: async () => {
       if (child.exitCode !== null) return
       const exited = new Promise((r) => child.once("exit", r))
@@ -92,6 +101,12 @@ const startCoordinator = async (extra: Record<string, string>): Promise<Coordina
       if (child.exitCode === null) child.kill("SIGKILL")
     },
   }
+}
+
+/** CPU seconds (user + system) process `pid` has used. */
+const cpuSecondsOf = (pid: number | undefined): number => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? []
+  return (Number(stat[11]) + Number(stat[12])) / 100
 }
 
 // ---- HTTP from here (set-up only) ------------------------------------------------------------
@@ -148,6 +163,8 @@ const registerHosts = async (url: string, n: number, prefix: string): Promise<Ag
 
 interface Driver {
   readonly send: <A>(command: Record<string, unknown>) => Promise<A>
+  /** The load generator's CPU seconds so far (user + system): whether it, not the coordinator, was the bottleneck. */
+  readonly cpuSeconds: () => number
   readonly stop: () => Promise<void>
 }
 
@@ -163,6 +180,7 @@ const startDriver = (): Driver => {
     }
   })()
   return {
+    cpuSeconds: () => cpuSecondsOf(child.pid),
     send: <A>(command: Record<string, unknown>) =>
       new Promise<A>((resolve) => {
         const id = next++
@@ -197,11 +215,16 @@ interface AgentStats {
   readonly pollsOpen: number
   readonly latePolls: number
   readonly maxPollOverMs: number
+  readonly pollErrorStatuses: Record<string, number>
+  readonly pollErrorSample: readonly string[]
   readonly heartbeatLatency: Latency
 }
 
 /** The coordinator's JS heap in use (MiB), from its own metrics. */
-const heapUsedMib = async (url: string): Promise<number> => {
+const heapUsedMib = (url: string): Promise<number> => heapMetricMib(url, "nodejs_heap_size_used_bytes")
+/** The coordinator's JS heap reserved (MiB), from its own metrics. */
+const heapTotalMib = (url: string): Promise<number> => heapMetricMib(url, "nodejs_heap_size_total_bytes")
+const heapMetricMib = async (url: string, metric: string): Promise<number> => {
   const text = await new Promise<string>((resolve, reject) => {
     const u = new URL(url)
     http
@@ -212,7 +235,21 @@ const heapUsedMib = async (url: string): Promise<number> => {
       })
       .on("error", reject)
   })
-  return Number(/^nodejs_heap_size_used_bytes (\S+)$/m.exec(text)?.[1]) / 1024 / 1024
+  return Number(new RegExp(`^${metric} (\\S+)$`, "m").exec(text)?.[1]) / 1024 / 1024
+}
+
+/** The database's connections now (every process's: coordinator and bench) by state, wait event and statement. */
+const activity = async (dbUrl: string): Promise<string> => {
+  const sql = postgres(dbUrl, { max: 1, onnotice: () => undefined })
+  try {
+    const rows = await sql<{ state: string | null; wait: string | null; query: string; n: number }[]>`
+      select state, wait_event as wait, left(regexp_replace(query, '\\s+', ' ', 'g'), 50) as query, count(*)::int as n
+      from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()
+      group by 1, 2, 3 order by 4 desc limit 8`
+    return rows.map((r) => `${r.n}× ${r.state ?? "?"}/${r.wait ?? "-"} "${r.query}"`).join("; ")
+  } finally {
+    await sql.end()
+  }
 }
 
 /** Committed and rolled-back transactions of the database so far. */
@@ -258,18 +295,23 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     const tx0 = db === null ? 0 : await transactions(db.url)
     breakdown.start()
     const cpu0 = coordinator.cpuSeconds()
+    const driverCpu0 = driver.cpuSeconds()
     const t0 = performance.now()
-    await sleep(WINDOW_S * 1000)
+    await sleep((WINDOW_S * 1000) / 2)
+    if (db !== null) console.log(`${label}, mid-window: the coordinator's database connections by state and wait: ${await activity(db.url)}`)
+    await sleep((WINDOW_S * 1000) / 2)
     const seconds = (performance.now() - t0) / 1000
     const tx1 = db === null ? 0 : await transactions(db.url)
     const kinds = breakdown.stop()
     const cpu1 = coordinator.cpuSeconds()
+    const driverCpu1 = driver.cpuSeconds()
     if (BREAKDOWN && db !== null) {
       console.log(`${label} idle: transactions/s by their first statement (every database of the server):`)
       for (const k of kinds.slice(0, 20)) console.log(`  ${(k.count / seconds).toFixed(2).padStart(8)}/s  ${k.shape}`)
     }
     const idle = await driver.send<AgentStats>({ cmd: "stats" })
     const heap = await heapUsedMib(coordinator.url)
+    const heapTotal = await heapTotalMib(coordinator.url)
     const loaded = await probe()
     const rss = coordinator.rssMib()
 
@@ -278,8 +320,9 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     const txPerSec = (tx1 - tx0 - 1) / seconds
     console.log(
       `${label}: ${idle.polls} polls, ${idle.heartbeats} heartbeats, ${idle.reports} reports in ${seconds.toFixed(0)} s; ` +
-        `errors: polls ${idle.pollErrors}, heartbeats ${idle.heartbeatErrors}, reports ${idle.reportErrors}; ` +
-        `polls answered past their bound + 1 s: ${idle.latePolls} (worst +${idle.maxPollOverMs.toFixed(0)} ms); heartbeat p99 ${idle.heartbeatLatency.p99.toFixed(1)} ms`,
+        `errors: polls ${idle.pollErrors} ${JSON.stringify(idle.pollErrorStatuses)} ${JSON.stringify(idle.pollErrorSample)}, heartbeats ${idle.heartbeatErrors}, reports ${idle.reportErrors}; ` +
+        `polls answered past their bound + 1 s: ${idle.latePolls} (worst +${idle.maxPollOverMs.toFixed(0)} ms); heartbeat p99 ${idle.heartbeatLatency.p99.toFixed(1)} ms; ` +
+        `change listener warnings so far ${coordinator.listenerWarnings()}`,
     )
     if (db !== null) {
       report({
@@ -302,7 +345,9 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
       unit: "KiB",
       baseline: `heap ${before.heap.toFixed(0)} → ${heap.toFixed(0)} MiB`,
     })
+    report({ bench, figure: `${label}: coordinator JS heap in use / reserved (no GC forced)`, value: heap, unit: "MiB", baseline: `reserved ${heapTotal.toFixed(0)} MiB` })
     report({ bench, figure: `${label} idle: coordinator CPU`, value: ((cpu1 - cpu0) / seconds) * 100, unit: "% of a core" })
+    report({ bench, figure: `${label} idle: load generator CPU (its agents)`, value: ((driverCpu1 - driverCpu0) / seconds) * 100, unit: "% of a core" })
     report({ bench, figure: `${label} idle: long-polls past their bound + 1 s`, value: idle.latePolls, unit: "polls", goal: "0" })
   } finally {
     await driver.stop()

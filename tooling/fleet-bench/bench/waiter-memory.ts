@@ -8,6 +8,7 @@
  *   tsx --conditions=@engram/source --expose-gc bench/waiter-memory.ts   (WAITERS=2000)
  */
 import { report } from "@engram/bench"
+import { census, growth } from "./heap-census.js"
 import { startCoordinator } from "@engram/coordinator"
 import { StoreSim } from "@engram/store-sim"
 import { spawn } from "node:child_process"
@@ -18,6 +19,8 @@ import { fileURLToPath } from "node:url"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const N = Number(process.env["WAITERS"] ?? 2000)
+/** `WAITER_CENSUS=1`: also print what the open long-polls hold, kind by kind (a heap snapshot before and after). */
+const CENSUS = process.env["WAITER_CENSUS"] === "1"
 const TOKEN = "waiter-memory-admin-token-0123456789"
 const gc = (globalThis as { gc?: () => void }).gc
 if (gc === undefined) throw new Error("run with node --expose-gc")
@@ -57,6 +60,8 @@ try {
   // Each host's assignments read once (as an agent's first poll does), so the copies are in both figures.
   for (const a of agents) await call(c.url, "GET", `/v1/hosts/${a.id}/assignments`)
   const before = heapMib()
+  const mem0 = process.memoryUsage()
+  const census0 = CENSUS ? await census() : null
   // Polls only: heartbeats and reports far apart (they would otherwise run during the measure).
   driver.stdin.write(`${JSON.stringify({ id: 0, cmd: "agents", url: c.url, agents, sharedSockets: 8, pollWaitMs: 30_000, heartbeatMs: 3_600_000, reportMs: 3_600_000 })}\n`)
   await answers.next()
@@ -68,7 +73,17 @@ try {
   }
   await new Promise((r) => setTimeout(r, 1000))
   const during = heapMib()
+  const mem1 = process.memoryUsage()
+  const mib = (n: number) => `${(n / 1024 / 1024).toFixed(0)} MiB`
+  console.log(
+    `memory before → with ${N} polls open (this process: the coordinator; after GC): ` +
+      (["rss", "heapTotal", "heapUsed", "external", "arrayBuffers"] as const).map((k) => `${k} ${mib(mem0[k])} → ${mib(mem1[k])}`).join(", "),
+  )
   const perWaiterKiB = ((during - before) * 1024) / N
+  if (census0 !== null) {
+    console.log(`what one open long-poll holds (objects and bytes per poll, by kind; ${N} open):`)
+    for (const [kind, count, bytes] of growth(census0, await census(), N)) console.log(`  ${bytes.toFixed(0).padStart(7)} B ${count.toFixed(2).padStart(7)} × ${kind}`)
+  }
   report({ bench: "fleet", figure: `JS heap per open assignments long-poll (${N} open, after GC)`, value: perWaiterKiB, unit: "KiB", baseline: `heap ${before.toFixed(1)} → ${during.toFixed(1)} MiB` })
 } finally {
   // The driver gone first, so its open polls are not cut off by the coordinator's shutdown.
