@@ -213,7 +213,10 @@ export class Forwarder extends Context.Service<Forwarder, ForwarderShape>()("@en
       const create = (input: CreateInput): Effect.Effect<PlaceOutcome, CreateError> =>
         Effect.gen(function* () {
           const now = yield* Effect.clockWith((c) => c.currentTimeMillis)
-          if (placerNow(now) === null) return yield* local(input)
+          // A create that asked to be refused is placed here: refused here after a forward timed
+          // out, the placer could still place it later (room freed meanwhile), and the client
+          // would hold a refusal for a session that runs.
+          if (input.onNoRoom === "refuse" || placerNow(now) === null) return yield* local(input)
           const answer = Deferred.makeUnsafe<Answer | null>()
           pending.push({ input, answer })
           if (inFlight < maxInFlight) schedule()
@@ -270,6 +273,7 @@ const badBatch = (body: unknown): string | null => {
  */
 export const PeerLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store | AdminToken | Metrics> = Layer.unwrap(
   Effect.gen(function* () {
+    const leader = yield* Effect.serviceOption(Leader)
     const store = yield* Store
     const admin = yield* AdminToken
     const metrics = yield* Metrics
@@ -282,6 +286,11 @@ export const PeerLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store |
         if (Option.isNone(body)) return json(400, { error: "InvalidInput", field: "body", rule: "must be JSON", message: "body: must be JSON" })
         const bad = badBatch(body.value)
         if (bad !== null) return json(400, { error: "InvalidInput", field: "creates", rule: bad, message: bad })
+        // Only the leader places for the others: a batch sent to a stale or wrong address (an old
+        // leader, a loopback address advertised to another machine) is refused, and its sender
+        // places it itself.
+        if (Option.isSome(leader) && !leader.value.isLeader())
+          return json(409, { error: "NotLeader", message: "this replica does not hold the lease: it places no creates for others" })
         const creates = (body.value as unknown as { creates: CreateInput[] }).creates
         const answers = yield* Effect.forEach(
           creates,

@@ -94,6 +94,10 @@ describe("placement forwarding, two replicas on one PostgreSQL", () => {
     const extra = await call(placer.url, "POST", placementsPath, { token: peerToken(adminToken), body: { creates: [{ ...batch.creates[0], hostId: "f-h0" }] } })
     expect(extra.status).toBe(400)
     expect(extra.body.message).toMatch(/^creates\[0\]: /)
+    // A replica that does not hold the lease places nothing for others: its sender places it itself.
+    const notLeader = await call(other.url, "POST", placementsPath, { token: peerToken(adminToken), body: batch })
+    expect(notLeader.status).toBe(409)
+    expect(notLeader.body.error).toBe("NotLeader")
     expect((await client(placer.url, adminToken).get("/v1/sessions/f-never")).status).toBe(404)
   })
 
@@ -123,6 +127,12 @@ describe("placement forwarding, two replicas on one PostgreSQL", () => {
     expect((await counter(other.url, "engram_placement_forward_fallbacks_total", '{reason="timeout"}')) + (await counter(other.url, "engram_placement_forward_fallbacks_total", '{reason="error"}'))).toBe(before.fallbacks)
     const sessions = await ledgerAgrees()
     expect(sessions.filter((s) => s.id.startsWith("f-s"))).toHaveLength(n)
+    // A create that asked to be refused rather than queued is placed here, never forwarded (a
+    // forward that timed out could otherwise be placed by the placer after this replica refused it).
+    const refuseMode = await api.post("/v1/sessions", { id: "f-refuse", memMib: 256, vcpus: 1, onNoRoom: "refuse" })
+    expect(refuseMode.status).toBe(201)
+    expect((await counter(other.url, "engram_placement_forwarded_total")) - before.forwarded).toBe(n)
+    expect((await counter(other.url, "engram_placement_writes_total")) - before.writesHere).toBe(1)
   })
 
   it("a placer that hangs (SIGSTOP) loses no create and places none twice: each is placed here after the bound", async () => {

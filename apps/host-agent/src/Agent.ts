@@ -13,7 +13,7 @@
 import { Downtime, Lifetime, Limits, Names } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
-import { Clock, Effect, FiberMap, Ref, type Result, type Scope } from "effect"
+import { Clock, Effect, FiberMap, Ref, type Result, type Scope, Semaphore } from "effect"
 import type { Assignments, AssignedMove, AssignedSession, Conflict, CoordinatorError, CoordinatorShape } from "./Coordinator.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
@@ -101,8 +101,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const lastReport = yield* Ref.make<HostReport | null>(null)
     /** The commit phases of the recent moves from this host, by target host (the guard learns its allowance from them). */
     const commits = yield* Ref.make(new Map<string, readonly number[]>())
-    // A template just built is reported at once (reportOnce, below, answers its own failures).
-    const templates = yield* Templates.make(me, runtime, () => Effect.suspend(() => reportOnce))
+    // A template just built is reported at once (reportOnce, below, answers its own failures), in
+    // the background: a session starting from it, and the next build, do not wait on the coordinator.
+    const templates = yield* Templates.make(me, runtime, () => Effect.asVoid(Effect.forkIn(Effect.suspend(() => reportOnce), scope)))
     const log = (msg: string, fields: Record<string, unknown> = {}) => Effect.logInfo(msg, { hostId: me, ...fields })
 
     const done = <A>(eff: Effect.Effect<A, { readonly _tag: string }>) =>
@@ -387,6 +388,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       return active
     }
 
+    // One report at a time: a report read before a template was built cannot land after the one
+    // that carries it (and two reports never share the activity meter, `cpuSeen`).
+    const reporting = yield* Semaphore.make(1)
     const reportOnce: Effect.Effect<void> = Effect.gen(function* () {
       const vms = yield* runtime.usage
       // The templates held ride on the report: the coordinator prefers this host for sessions that name one.
@@ -395,7 +399,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       const active = activeSince(vms, yield* Clock.currentTimeMillis)
       yield* Ref.set(lastReport, report)
       yield* coordinator.report(report, active).pipe(Effect.catch((e) => Effect.logWarning("report failed", { hostId: me, error: e.message })))
-    })
+    }).pipe(reporting.withPermits(1))
 
     const reportLoop = Effect.forever(Effect.sleep(config.reportIntervalMs).pipe(Effect.andThen(reportOnce)))
     const heartbeatLoop = Effect.forever(

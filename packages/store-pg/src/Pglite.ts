@@ -84,6 +84,9 @@ const workerScript = (): string => {
   return !existsSync(script) && existsSync(bundled) ? bundled : script
 }
 
+/** How long a worker's PGlite may take to close before its thread is ended. */
+const closeBoundMs = 30_000
+
 /** The part of a PGlite client `makeDb` and drizzle's PGlite session use. */
 type ClientSurface = Pick<PGlite, "query" | "exec">
 
@@ -148,8 +151,17 @@ export const startWorker = (options: Pick<ConnectOptions, "dataDir"> = {}): Prom
         call({ op: "query", sql, params: params ?? [], rowMode: opts?.rowMode ?? "object" })) as PGlite["query"],
       exec: ((sql: string) => call({ op: "exec", sql }).then(() => [])) as PGlite["exec"],
     }
+    // PGlite closes cleanly (its data directory flushed) when the thread answers; a thread that
+    // does not within `closeBoundMs` is ended anyway, so a stop never hangs on it.
     const close = async (): Promise<void> => {
-      if (gone === undefined) await call({ op: "close" }).catch(() => undefined)
+      if (gone === undefined) {
+        let timer: NodeJS.Timeout | undefined
+        const bound = new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, closeBoundMs)
+        })
+        await Promise.race([call({ op: "close" }).catch(() => undefined), bound])
+        clearTimeout(timer)
+      }
       await worker.terminate()
     }
   })

@@ -72,6 +72,9 @@ export interface PlacementOptions {
   readonly windowByReplicas?: boolean | undefined
 }
 
+/** The longest a create group's window grows with the replicas placing (`windowByReplicas`), in ms. */
+const maxGrownWindowMs = 20
+
 const sessionNotFound = (id: string) => new NotFound({ entity: "session", id })
 
 /** The SQL of a session filter: its state and its host. */
@@ -216,7 +219,8 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
   const group = Batcher.make<CreateItem, CreateAnswer, DbError>({
     maxBatch: options.batchSize,
     maxInFlight: 1,
-    windowMs: options.windowByReplicas === true ? () => options.batchWindowMs * (cache.spread()?.replicas ?? 1) ** 2 : options.batchWindowMs,
+    // Grown with the replicas placing, never past `maxGrownWindowMs` (a window is spent in busy turns of the event loop).
+    windowMs: options.windowByReplicas === true ? () => Math.min(maxGrownWindowMs, options.batchWindowMs * (cache.spread()?.replicas ?? 1) ** 2) : options.batchWindowMs,
     holdBoundMs: options.holdBoundMs,
     keysOf: (i) => [i.id],
     run: (items) =>
