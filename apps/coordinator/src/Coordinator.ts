@@ -10,7 +10,7 @@ import { Changes, Store } from "@engram/store"
 import { ChangesPg, StorePg } from "@engram/store-pg"
 import { Trigger } from "@engram/reaper"
 import { Log } from "@engram/process"
-import { ByteSize, Context, Effect, Exit, Layer, Option, Redacted, References, Scope } from "effect"
+import { ByteSize, Context, Deferred, Effect, Exit, Layer, Option, Redacted, References, Scope } from "effect"
 import type { LogLevel } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServer } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
@@ -81,6 +81,12 @@ export interface CoordinatorInfoShape {
   readonly adminTokenFile: string | null
   readonly backend: Backend
   readonly config: CoordinatorConfig
+  /**
+   * Succeeds, with the reason, if the embedded store's engine ends while the coordinator runs
+   * (PGlite's worker thread died); never otherwise. Every store call answers 503 from then on:
+   * `main` exits 1 on it, so a supervisor restarts the coordinator on its data directory.
+   */
+  readonly storeLost: Effect.Effect<string>
 }
 
 /** The running coordinator's address and admin credential. */
@@ -139,6 +145,8 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   const backend: Backend = options.store !== undefined ? "custom" : databaseUrl !== null ? "postgres" : "pglite"
   // Group placement: concurrent creates placed together (see @engram/store-pg).
   // Heartbeats and reports of many agents written together.
+  // The embedded store's engine thread ended on its own (see CoordinatorInfoShape.storeLost).
+  const storeLost = Deferred.makeUnsafe<string>()
   const batching = { placementBatchSize: config.placementBatchSize, placementBatchWindowMs: config.placementBatchWindowUs / 1000, beatWindowMs: config.beatWindowMs }
   const openedStore: Layer.Layer<Store, unknown> =
     options.store ??
@@ -160,7 +168,14 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
             mkdirSync(dataDir, { recursive: true })
             // One writer per embedded store: held until the coordinator stops.
             yield* DataDirLock.acquire(dataDir)
-            return StorePg.layerPglite({ dataDir: join(dataDir, "pglite"), worker: config.pgliteWorker === 1, limits: config.limits, park, ...batching })
+            return StorePg.layerPglite({
+              dataDir: join(dataDir, "pglite"),
+              worker: config.pgliteWorker === 1,
+              onWorkerExit: (why) => Deferred.doneUnsafe(storeLost, Effect.succeed(why)),
+              limits: config.limits,
+              park,
+              ...batching,
+            })
           }),
         ))
   // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).
@@ -277,7 +292,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
       const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`
       // Listening on every interface: other replicas reach this one by its host name.
       advertised ??= config.host === "0.0.0.0" || config.host === "::" ? `http://${hostname()}:${port}` : url
-      const infoValue: CoordinatorInfoShape = { url, port, adminToken: admin.token, adminTokenFile: admin.file, backend, config }
+      const infoValue: CoordinatorInfoShape = { url, port, adminToken: admin.token, adminTokenFile: admin.file, backend, config, storeLost: Deferred.await(storeLost) }
       yield* Effect.addFinalizer(() =>
         Effect.sync(() => {
           closing = true

@@ -10,10 +10,10 @@
 // First: on a Node.js older than engram supports, one line and exit 1 before anything else runs.
 import "@engram/process/check-node"
 import { Explain, Fatal, Main } from "@engram/process"
-import { Cause, Effect, Layer, Redacted } from "effect"
+import { Cause, Context, Effect, Layer, Redacted } from "effect"
 import * as Config from "./Config.js"
 import type { CoordinatorConfig } from "./Config.js"
-import { layer } from "./Coordinator.js"
+import { CoordinatorInfo, layer } from "./Coordinator.js"
 import { DataDirLocked } from "./DataDirLock.js"
 
 let config: CoordinatorConfig | undefined
@@ -29,7 +29,15 @@ const program = Config.fromEnvironment().pipe(
   Effect.mapError((e) => new Fatal({ message: e.message, exitCode: Main.exitCodes.configuration })),
   Effect.flatMap((c) => {
     config = c
-    return Layer.launch(layer({ config: c }))
+    // Serves until stopped, or until the embedded store's engine ends on its own: then exit 1
+    // (every store call would answer 503 for good), so a supervisor restarts the coordinator.
+    return Effect.scoped(
+      Effect.gen(function* () {
+        const running = yield* Layer.build(layer({ config: c }))
+        const why = yield* Context.get(running, CoordinatorInfo).storeLost
+        return yield* new Fatal({ message: `${why}: the embedded database is gone; exiting so a supervisor restarts the coordinator (PGlite recovers its data directory at the next start)`, exitCode: Main.exitCodes.failure })
+      }),
+    )
   }),
 )
 

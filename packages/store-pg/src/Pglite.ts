@@ -29,6 +29,14 @@ export interface ConnectOptions {
   readonly dataDir?: string | undefined
   /** Runs PGlite's engine in a worker thread (default false: in this thread). */
   readonly worker?: boolean | undefined
+  /**
+   * With `worker`: called once if the thread ends while the database is open (a crash, an
+   * out-of-memory end), never for a close. Every later statement answers `Unavailable`: the
+   * engine is not restarted under a transaction in flight, so a process that cannot go on
+   * without its database should stop (the coordinator exits 1; PGlite recovers its data
+   * directory at the next open).
+   */
+  readonly onWorkerExit?: ((why: string) => void) | undefined
 }
 
 /**
@@ -96,7 +104,9 @@ type ClientSurface = Pick<PGlite, "query" | "exec">
  * messages; `close` closes the database and ends the thread. The thread keeps the process alive
  * only while a call waits on it.
  */
-export const startWorker = (options: Pick<ConnectOptions, "dataDir"> = {}): Promise<{ readonly client: ClientSurface; readonly close: () => Promise<void> }> =>
+export const startWorker = (
+  options: Pick<ConnectOptions, "dataDir" | "onWorkerExit"> = {},
+): Promise<{ readonly client: ClientSurface; readonly close: () => Promise<void>; /** The engine's thread (diagnostics, tests). */ readonly thread: Worker }> =>
   new Promise((resolveStart, rejectStart) => {
     const worker = new Worker(workerScript(), {
       // `metaUrl`: the URL the executable's bundle of the script resolves its files from.
@@ -107,6 +117,8 @@ export const startWorker = (options: Pick<ConnectOptions, "dataDir"> = {}): Prom
     const waiting = new Map<number, { readonly resolve: (v: unknown) => void; readonly reject: (e: unknown) => void }>()
     let next = 1
     let gone: Error | undefined
+    let started = false
+    let closing = false
     const settle = (): void => {
       if (waiting.size === 0) worker.unref()
     }
@@ -114,7 +126,8 @@ export const startWorker = (options: Pick<ConnectOptions, "dataDir"> = {}): Prom
       if (a.id === 0) {
         if (a.ok) {
           settle()
-          resolveStart({ client, close })
+          started = true
+          resolveStart({ client, close, thread: worker })
         } else {
           rejectStart(errorFrom(a.error))
           void worker.terminate()
@@ -129,6 +142,8 @@ export const startWorker = (options: Pick<ConnectOptions, "dataDir"> = {}): Prom
       else w.reject(errorFrom(a.error))
     })
     const fail = (why: string) => {
+      // The thread ended on its own while open: said once, to whoever must act on it.
+      if (gone === undefined && started && !closing) options.onWorkerExit?.(`the PGlite worker thread ended: ${why}`)
       // CONNECTION_CLOSED: what `Db.classify` reads as Unavailable (the database is gone).
       gone ??= Object.assign(new Error(`the PGlite worker closed: ${why}`), { code: "CONNECTION_CLOSED" })
       rejectStart(gone)
@@ -154,6 +169,7 @@ export const startWorker = (options: Pick<ConnectOptions, "dataDir"> = {}): Prom
     // PGlite closes cleanly (its data directory flushed) when the thread answers; a thread that
     // does not within `closeBoundMs` is ended anyway, so a stop never hangs on it.
     const close = async (): Promise<void> => {
+      closing = true
       if (gone === undefined) {
         let timer: NodeJS.Timeout | undefined
         const bound = new Promise<void>((resolve) => {

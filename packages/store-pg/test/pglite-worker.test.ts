@@ -39,4 +39,30 @@ describe("PGlite in a worker thread", () => {
       rmSync(dir, { recursive: true, force: true })
     }
   })
+
+  it("a thread that ends while open is said once (onWorkerExit), its statements answer Unavailable; a close is not such an end", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engram-pglite-worker-"))
+    try {
+      const ended: string[] = []
+      const w = await Pglite.startWorker({ dataDir: dir, onWorkerExit: (why) => ended.push(why) })
+      const db = Pglite.makeDb(w.client as PGlite)
+      expect(await Effect.runPromise(db.pool.query<{ n: number }>(sql`select 1 as n`))).toStrictEqual([{ n: 1 }])
+      // The thread ends as a crash would end it, from outside the database.
+      await w.thread.terminate()
+      expect(ended).toHaveLength(1)
+      expect(ended[0]).toMatch(/^the PGlite worker thread ended: exit code/)
+      const after = await Effect.runPromiseExit(db.pool.query(sql`select 1`))
+      expect(Exit.isFailure(after) && JSON.stringify(after.cause)).toContain("Unavailable")
+      await w.close()
+      expect(ended).toHaveLength(1)
+
+      // A close, and the thread's end that follows it, are not said.
+      const closed: string[] = []
+      const again = await Pglite.startWorker({ dataDir: dir, onWorkerExit: (why) => closed.push(why) })
+      await again.close()
+      expect(closed).toStrictEqual([])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
 })
