@@ -92,7 +92,11 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
       agents[id] = await spawnAgent(spawnOptions[id])
     }
     await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body.items, (hs: { measured: boolean }[]) => hs.length === 2 && hs.every((h) => h.measured))
-  }, 300_000)
+    // a builds its template in the background from its start: a guest of its own, booting beside
+    // the tests' first guest. On a slow machine (CI's TCG ran 3-5x slower than here) that build was
+    // still running when the tests read which QEMUs run on a, so the fleet starts once it is built.
+    await until("a holds t128", async () => (await agents.a!.status()).templates as unknown[], (t) => t.length > 0, 300_000)
+  }, 480_000)
 
   afterAll(async () => {
     // End the sessions (the agents destroy their guests), stop the agents, then make sure no
@@ -220,7 +224,8 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
   }, 240_000)
 
   it("an agent builds the templates it is configured with, in the background, and reports the ones it holds", async () => {
-    const held = await until("a holds t128", async () => (await agents.a!.status()).templates as { name: string; memMib: number; method: string }[], (t) => t.length > 0, 180_000)
+    // Built before the first test (beforeAll waits for it, while the agents already served).
+    const held = (await agents.a!.status()).templates as { name: string; memMib: number; method: string }[]
     expect(held.map((t) => [t.name, t.memMib, t.method])).toEqual([["t128", 128, "mapped"]])
     expect((await agents.b!.status()).templates).toEqual([])
     expect(logged("a", "template: built")[0]).toMatchObject({ template: "t128", method: "mapped" })
