@@ -226,10 +226,9 @@ export const ScrapeAuthLive: Layer.Layer<ScrapeAuth, never, AdminToken | Credent
  * The admin, or the agent of one of `hostIds` (a session's host, a move's source…). A host
  * token for any other host is refused with 403.
  */
-export const requireHostOrAdmin = (...hostIds: readonly (string | null)[]) =>
-  Effect.gen(function* () {
-    const p = yield* CurrentPrincipal
-    if (p._tag === "Admin") return
-    if (hostIds.includes(p.hostId)) return
-    return yield* new Forbidden({ error: "Forbidden", message: `the token of host ${p.hostId} does not act for this resource` })
-  })
+export const requireHostOrAdmin = (...hostIds: readonly (string | null)[]): Effect.Effect<void, Forbidden, CurrentPrincipal> =>
+  Effect.flatMap(Effect.service(CurrentPrincipal), (p) =>
+    p._tag === "Admin" || hostIds.includes(p.hostId)
+      ? Effect.void
+      : Effect.fail(new Forbidden({ error: "Forbidden", message: `the token of host ${p.hostId} does not act for this resource` })),
+  )
