@@ -168,20 +168,25 @@ const bearerHash = (credential: Redacted.Redacted<string>): string | null => {
   return token === "" ? null : hashToken(token)
 }
 
-/** `BearerAuth`: the admin's or a host's token, else 401. */
+/** `BearerAuth`: the admin's or a host's token, else 401. (Every request but the open ones passes here: no generator.) */
 export const BearerAuthLive: Layer.Layer<BearerAuth, never, Credentials> = Layer.effect(
   BearerAuth,
   Effect.gen(function* () {
     const credentials = yield* Credentials
     return BearerAuth.of({
-      bearer: (httpEffect, { credential }) =>
-        Effect.gen(function* () {
+      bearer: (httpEffect, { credential }) => {
+        type Out<E> = Effect.Effect<Effect.Success<typeof httpEffect>, Effect.Error<typeof httpEffect> | E, Exclude<Effect.Services<typeof httpEffect>, CurrentPrincipal>>
+        // The principal and credential added to the request's context in one step (as provideService does, without its second copy).
+        const as = (held: Credential) =>
+          Effect.updateContext(httpEffect, (context) => Context.add(Context.add(context, CurrentPrincipal, held.principal), CurrentCredential, held)) as Out<never>
+        return Effect.suspend((): Out<Unauthorized | ServiceUnavailable> => {
           const hash = bearerHash(credential)
-          if (hash === null) return yield* unauthorized("missing bearer token")
-          const principal = yield* credentials.principalOf(hash)
-          if (principal === null) return yield* unauthorized("invalid bearer token")
-          return yield* httpEffect.pipe(Effect.provideService(CurrentPrincipal, principal), Effect.provideService(CurrentCredential, { tokenHash: hash, principal }))
-        }),
+          if (hash === null) return Effect.fail(unauthorized("missing bearer token"))
+          return Effect.flatMap(credentials.principalOf(hash), (principal): Out<Unauthorized> =>
+            principal === null ? Effect.fail(unauthorized("invalid bearer token")) : as({ tokenHash: hash, principal }),
+          )
+        })
+      },
     })
   }),
 )
@@ -190,11 +195,11 @@ export const BearerAuthLive: Layer.Layer<BearerAuth, never, Credentials> = Layer
 export const AdminOnlyLive: Layer.Layer<AdminOnly> = Layer.succeed(
   AdminOnly,
   AdminOnly.of((httpEffect) =>
-    Effect.gen(function* () {
-      const p = yield* CurrentPrincipal
-      if (p._tag !== "Admin") return yield* new Forbidden({ error: "Forbidden", message: "this operation needs the admin token" })
-      return yield* httpEffect
-    }),
+    Effect.flatMap(
+      Effect.service(CurrentPrincipal),
+      (p): Effect.Effect<Effect.Success<typeof httpEffect>, Effect.Error<typeof httpEffect> | Forbidden, Effect.Services<typeof httpEffect>> =>
+        p._tag === "Admin" ? httpEffect : Effect.fail(new Forbidden({ error: "Forbidden", message: "this operation needs the admin token" })),
+    ),
   ),
 )
 
@@ -221,10 +226,9 @@ export const ScrapeAuthLive: Layer.Layer<ScrapeAuth, never, AdminToken | Credent
  * The admin, or the agent of one of `hostIds` (a session's host, a move's source…). A host
  * token for any other host is refused with 403.
  */
-export const requireHostOrAdmin = (...hostIds: readonly (string | null)[]) =>
-  Effect.gen(function* () {
-    const p = yield* CurrentPrincipal
-    if (p._tag === "Admin") return
-    if (hostIds.includes(p.hostId)) return
-    return yield* new Forbidden({ error: "Forbidden", message: `the token of host ${p.hostId} does not act for this resource` })
-  })
+export const requireHostOrAdmin = (...hostIds: readonly (string | null)[]): Effect.Effect<void, Forbidden, CurrentPrincipal> =>
+  Effect.flatMap(Effect.service(CurrentPrincipal), (p) =>
+    p._tag === "Admin" || hostIds.includes(p.hostId)
+      ? Effect.void
+      : Effect.fail(new Forbidden({ error: "Forbidden", message: `the token of host ${p.hostId} does not act for this resource` })),
+  )

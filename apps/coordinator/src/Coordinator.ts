@@ -251,10 +251,12 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   const server = Layer.unwrap(
     Effect.gen(function* () {
       const metrics = yield* Metrics
-      return HttpRouter.serve(Layer.mergeAll(apiLayer, docsLayer, UiLive, PeerLive), {
+      // The edge wraps the router (every route and its 404) as its global middleware rather than
+      // as the server's: a server middleware costs every request the server's longer path.
+      const edgeLayer = HttpRouter.middleware(edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }), { global: true })
+      return HttpRouter.serve(Layer.mergeAll(apiLayer, docsLayer, UiLive, PeerLive, edgeLayer), {
         disableLogger: true,
         disableListenLog: true,
-        middleware: edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }),
       }).pipe(
         Layer.provideMerge(
           NodeHttpServer.layer(

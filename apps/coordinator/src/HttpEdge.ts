@@ -11,9 +11,9 @@
  */
 import { EngramApi, Errors } from "@engram/api"
 import { Dashboard } from "@engram/dashboard"
-import { Cause, Context, Effect, ErrorReporter } from "effect"
+import { Cause, Context, Effect, ErrorReporter, Fiber } from "effect"
 import type { Layer } from "effect"
-import { FindMyWay, HttpEffect, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { FindMyWay, HttpEffect, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApi } from "effect/http-api"
 import { randomUUID } from "node:crypto"
 import { maxHeaderSize } from "node:http"
@@ -194,39 +194,58 @@ const log5xx = (
 }
 
 /**
- * The server middleware (`HttpRouter.serve({middleware})`): shutdown 503s, a declared body over
- * the limit and a URL that is not percent-encoded UTF-8 are answered here; every other request
- * runs with the body limit in force and a pre-response hook that gives its error answer a JSON
- * body, a 5xx its request id and a log line, and counts it. (The hook sees every answer the
- * server sends, the router's 404 and an interrupted request's 503 included.)
+ * The route template the router matched for the request being answered (`/v1/sessions/:id`), or
+ * `unmatched`. Read from the request fiber's context, where the router left its match: a request
+ * is routed once, not again for its metric label. (The pre-response hook runs before the server
+ * restores the fiber's context; an answer given before the router ran — the edge's own, a 404 —
+ * finds no match there.)
+ */
+const matchedRoute = (): string => {
+  const fiber = Fiber.getCurrent()
+  const matched = fiber === undefined ? undefined : Context.getOrUndefined(fiber.context, HttpRouter.RouteContext)
+  return matched === undefined ? "unmatched" : String(matched.route.path)
+}
+
+/**
+ * The edge, as the router's global middleware (`HttpRouter.middleware(edge(…), { global: true })`,
+ * so it wraps every route and the router's 404, and the server keeps its one-frame path for a
+ * request, which a server middleware turns off): shutdown 503s, a declared body over the limit
+ * and a URL that is not percent-encoded UTF-8 are answered here; every other request runs with
+ * the body limit in force and a pre-response hook that gives its error answer a JSON body, a 5xx
+ * its request id and a log line, and counts it. (The hook sees every answer the server sends,
+ * the router's 404 and an interrupted request's 503 included.)
  */
 export const edge = (options: EdgeOptions) => {
   const routeOf = routeLabeler()
-  // Every request passes here: no generator, one closure, the pre-response hook set directly.
+  // Called when the answer is ready: counts it, and gives a 5xx its request id and log line.
+  const answered = (
+    request: HttpServerRequest.HttpServerRequest,
+    startedAt: number,
+    route: string,
+    response: HttpServerResponse.HttpServerResponse,
+  ): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
+    options.metrics.observeRequest(request.method, route, response.status, (performance.now() - startedAt) / 1000)
+    if (response.status < 500) return Effect.succeed(response)
+    const requestId = requestIdOf(request)
+    const body = jsonBody(response)
+    return Effect.as(log5xx(response.status, body, request, route, requestId, defects.get(request)), withRequestId(response, body, requestId))
+  }
+  // Every request passes here: no generator, no closure but the hook's, no second routing.
   return <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>): Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | HttpServerRequest.HttpServerRequest> =>
     Effect.withFiber((fiber) => {
       const request = Context.getUnsafe(fiber.context, HttpServerRequest.HttpServerRequest)
       const startedAt = performance.now()
-      // Called when the answer is ready: counts it, and gives a 5xx its request id and log line.
-      const answered = (response: HttpServerResponse.HttpServerResponse): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
-        const route = routeOf(request.method, request.url)
-        options.metrics.observeRequest(request.method, route, response.status, (performance.now() - startedAt) / 1000)
-        if (response.status < 500) return Effect.succeed(response)
-        const requestId = requestIdOf(request)
-        const body = jsonBody(response)
-        return Effect.as(log5xx(response.status, body, request, route, requestId, defects.get(request)), withRequestId(response, body, requestId))
-      }
-      if (options.closing()) return answered(unavailable("the coordinator is shutting down; retry"))
+      if (options.closing()) return answered(request, startedAt, routeOf(request.method, request.url), unavailable("the coordinator is shutting down; retry"))
       const length = request.headers["content-length"]
       if (length !== undefined) {
         const declared = Number(length)
-        if (Number.isFinite(declared) && declared > options.maxBodyBytes) return answered(tooLarge(options.maxBodyBytes))
+        if (Number.isFinite(declared) && declared > options.maxBodyBytes) return answered(request, startedAt, routeOf(request.method, request.url), tooLarge(options.maxBodyBytes))
       }
       if (request.url.includes("%")) {
         const bad = badPercentEncoding(request.method, request.url, routeOf)
-        if (bad !== null) return answered(json(400, { error: "InvalidInput", field: bad.field, rule: badUrlRule, in: bad.in }))
+        if (bad !== null) return answered(request, startedAt, routeOf(request.method, request.url), json(400, { error: "InvalidInput", field: bad.field, rule: badUrlRule, in: bad.in }))
       }
-      HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (req, response) => answered(asJson(response, req, options.maxBodyBytes)))
+      HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (req, response) => answered(request, startedAt, matchedRoute(), asJson(response, req, options.maxBodyBytes)))
       // The body limit itself (`HttpIncomingMessage.MaxBodySize`) is set once on the server.
       return app
     })

@@ -11,43 +11,48 @@
  */
 import { readOperations, Unavailable } from "@engram/store"
 import type { StoreShape } from "@engram/store"
-import { Context, Effect, Fiber } from "effect"
+import { Context, Effect } from "effect"
 import * as Tracing from "./Tracing.js"
 
 /** How long a caller should wait before retrying after a store call timed out. */
 export const retryAfterMs = 1000
 
-// Real time, not the Effect Clock: tests drive the reaper on a TestClock, where a bound
-// on the Effect Clock would fire when the test moves time, not when the database is slow.
-const realTimeout = (ms: number, name: string): Effect.Effect<never, Unavailable> =>
-  Effect.callback<never, Unavailable>((resume) => {
-    const timer = setTimeout(
-      () =>
-        resume(
-          Effect.fail(
-            new Unavailable({
-              reason: `the database did not answer ${name} within ${ms} ms (ENGRAM_STORE_TIMEOUT_MS); a write's outcome is unknown until read back`,
-              retryAfterMs,
-            }),
-          ),
-        ),
-      ms,
-    )
-    return Effect.sync(() => clearTimeout(timer))
+const timedOut = (ms: number, name: string) =>
+  new Unavailable({
+    reason: `the database did not answer ${name} within ${ms} ms (ENGRAM_STORE_TIMEOUT_MS); a write's outcome is unknown until read back`,
+    retryAfterMs,
   })
 
 /**
  * Bounds one effect: its own answer, or `Unavailable` after `ms`. The effect runs in a fiber of
  * its own that is interrupted in the background once the answer is given: a call stuck where
  * interruption must wait (a transaction's rollback on a connection that went silent) cannot hold
- * the answer past the bound.
+ * the answer past the bound. The bound is real time, not the Effect Clock: tests drive the
+ * reaper on a TestClock, where a bound on the Effect Clock would fire when the test moves time,
+ * not when the database is slow. Every request that reads the store passes here, so it costs one
+ * fiber and, unless the call answers at once, one timer and one observer (no race of fibers).
  */
 export const bounded = <A, E, R>(effect: Effect.Effect<A, E, R>, ms: number, name: string): Effect.Effect<A, E | Unavailable, R> =>
-  Effect.gen(function* () {
-    const call = yield* Effect.forkDetach(effect)
-    return yield* Effect.raceFirst(Fiber.join(call), realTimeout(ms, name)).pipe(
-      Effect.onExit(() => Effect.asVoid(Effect.forkDetach(Fiber.interrupt(call)))),
-    )
+  Effect.flatMap(Effect.forkDetach(effect, { startImmediately: true }), (call) => {
+    const answered = call.pollUnsafe()
+    if (answered !== undefined) return answered
+    return Effect.callback<A, E | Unavailable>((resume) => {
+      const timer = setTimeout(() => {
+        stopObserving()
+        resume(Effect.fail(timedOut(ms, name)))
+        call.interruptUnsafe()
+      }, ms)
+      const stopObserving = call.addObserver((exit) => {
+        clearTimeout(timer)
+        resume(exit)
+      })
+      // The caller was interrupted (its client left, the server stops): so is the call, in the background.
+      return Effect.sync(() => {
+        clearTimeout(timer)
+        stopObserving()
+        call.interruptUnsafe()
+      })
+    })
   })
 
 /** What the store's calls showed beyond their own answers. */

@@ -180,6 +180,9 @@ describe("/metrics", () => {
     expect(Number(notFound.exec(text)?.[1])).toBe(before + 2)
     expect(text).toMatch(/^engram_http_request_duration_seconds_count\{method="GET",route="\/v1\/sessions\/:id"\} \d+$/m)
     expect(text).toMatch(/^engram_http_requests_total\{method="GET",route="unmatched",status="404"\} \d+$/m)
+    // A HEAD is answered by its GET route and counted under it (the router's own match labels a request).
+    expect((await raw(c.url, { method: "HEAD", path: "/livez" })).status).toBe(200)
+    expect((await admin.get("/metrics")).body as string).toMatch(/^engram_http_requests_total\{method="HEAD",route="\/livez",status="200"\} \d+$/m)
     for (const name of ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_start_time_seconds", "nodejs_heap_size_used_bytes", "nodejs_eventloop_lag_p99_seconds"]) {
       expect(text).toMatch(new RegExp(`^${name} [0-9.e+-]+$`, "m"))
     }
@@ -383,6 +386,32 @@ describe("every store call answers within ENGRAM_STORE_TIMEOUT_MS, whatever the 
       expect((await raw(stuck.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } })).status).toBe(200)
     } finally {
       await stuck.stop()
+    }
+  })
+
+  it("the call that ran past its bound is interrupted once the 503 is given, and a call whose client left is interrupted too", async () => {
+    let started = 0
+    let interrupted = 0
+    const never = Effect.never.pipe(Effect.onInterrupt(() => Effect.sync(() => void interrupted++)))
+    const stuck = await withSummary(() => Effect.suspend(() => (started++, never)), { logLevel: "None", storeTimeoutMs: 300 })
+    try {
+      // Past the bound: the answer is the 503, and the call goes (a stuck call holds nothing).
+      expect((await raw(stuck.url, { method: "GET", path: "/v1/ledger/summary", headers: { authorization: `Bearer ${adminToken}` } })).status).toBe(503)
+      await vi.waitFor(() => expect(interrupted).toBe(1))
+    } finally {
+      await stuck.stop()
+    }
+    const waiting = await withSummary(() => Effect.suspend(() => (started++, never)), { logLevel: "None", storeTimeoutMs: 600_000 })
+    try {
+      // Within the bound, the client leaves: its request's call is interrupted, not left running.
+      const leaving = new AbortController()
+      const answer = fetch(`${waiting.url}/v1/ledger/summary`, { headers: { authorization: `Bearer ${adminToken}` }, signal: leaving.signal }).catch(() => "left")
+      await vi.waitFor(() => expect(started).toBe(2))
+      leaving.abort()
+      expect(await answer).toBe("left")
+      await vi.waitFor(() => expect(interrupted).toBe(2))
+    } finally {
+      await waiting.stop()
     }
   })
 })
