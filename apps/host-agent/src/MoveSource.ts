@@ -61,12 +61,18 @@ export interface PauseParts {
   readonly persistMs: number
   /** The final round's send, from its start until the runtime said it was sent. */
   readonly sendMs: number
-  /** Waiting for the final round's record with the coordinator after the send was done (0 when the record was first). */
+  /**
+   * Waiting for the intent's record with the coordinator after the send was done: 0 when the
+   * intent was held before the pause (`intentBeforePause`), else the part of its round trip
+   * (beside the send) that outlasted the send.
+   */
   readonly recordWaitMs: number
   /** The target's commit: the peer round trip, its wait for the stream's end, the resume. */
   readonly peerCommitMs: number
-  /** The record's own round trip, which ran beside the send (not a part of its own). */
+  /** The intent's own round trip: before the pause, or beside the send (not a part of the pause of its own). */
   readonly recordMs: number
+  /** Whether the coordinator held the intent before the pause (false: the runtime paused on its own first). */
+  readonly intentBeforePause: boolean
 }
 
 /** How a move ended on the source. */
@@ -112,6 +118,9 @@ const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Effect<A, 
   eff.pipe(Effect.retry({ schedule: Schedule.exponential("100 millis"), times: 4, while: (e) => e._tag === "CoordinatorError" }))
 
 const jsonMs = (ms: number) => (Number.isFinite(ms) ? Math.ceil(ms) : Number.MAX_SAFE_INTEGER)
+
+/** The source's intent as the coordinator records it: the next round is the final one (no figures). */
+const intentRound: RoundReport = { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }
 
 /** The round as the coordinator records it. */
 const report = (r: MoveRound): RoundReport => ({ kind: r.kind, wireBytes: r.wireBytes, apparentBytes: r.apparentBytes, sendMs: r.sendMs, captureMs: r.captureMs })
@@ -182,6 +191,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         return { _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, paused: false, rounds } as const
       }
       const endpoint = yield* link.prepare(header)
+      // The point of no return, recorded while the guest still runs (after the rounds so far).
+      const intent = { startedAtMs: null as number | null, heldAtMs: null as number | null }
+      const recordIntent = recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, intentRound))))
       yield* Effect.logInfo("move: the target waits; streaming", { hostId: deps.hostId, moveId: move.id, endpoint: endpoint.uri })
       const result = yield* runtime.migrate(move.sessionId, {
         moveId: move.id,
@@ -193,6 +205,11 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
             rounds.push(round)
             yield* recorder.push(round)
           }),
+        beforePause: Effect.gen(function* () {
+          intent.startedAtMs = yield* nowMs
+          yield* recordIntent
+          intent.heldAtMs = yield* nowMs
+        }),
       })
       if (result._tag !== "AtSwitchover") yield* recorder.recorded.pipe(Effect.ignore)
       if (result._tag === "Refused") {
@@ -206,14 +223,16 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
 
       // Paused at the post-capture check point: nothing of the final round has left this host.
       // First the debt, durably: once the send starts, a restarted agent finds the source copy
-      // paused past the switchover and must know it owes the outcome. Then the final round is
-      // recorded while it is sent; the target runs the guest only on our commit, after both.
-      // The send time is not known at the record: its `sendMs` is 0; the measured one is the
-      // commit's `sendMs` phase.
+      // paused past the switchover and must know it owes the outcome. The coordinator holds the
+      // intent (taken before the pause, `beforePause`), so the paused path waits only for the
+      // send and the target's commit; a runtime that paused on its own before the intent was
+      // taken (QEMU converging by itself) records it now, beside the send. The final round's
+      // figures are recorded once the guest runs on the target, outside the pause.
       const at = result
       const checkedAtMs = yield* nowMs
       const final = report(at.final)
       const late = at.unreported.map(report)
+      const intentBeforePause = intent.heldAtMs !== null
       const owed: PendingCommit = {
         moveId: move.id,
         sessionId: move.sessionId,
@@ -222,12 +241,12 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         pause: { pausedAtMs: at.pausedAtMs, captureMs: checkedAtMs - at.pausedAtMs },
         final,
         finalRecorded: false,
+        intentRecorded: intentBeforePause,
         ...(late.length === 0 ? {} : { lateRounds: late }),
         ...(deps.coordinatorKeepsGuard ? { guard: reportOf(deps.allowance, at.estimateMs) } : {}),
       }
-      // The pre-copy rounds QEMU finished before the pause are records like the others (no point
-      // of no return): they go now, beside the write of the debt, so that only the final
-      // round's record is left after it.
+      // The pre-copy rounds QEMU finished before the pause are records like the others: they go
+      // now, in the background, recorded before the final round (once the guest runs on the target).
       for (const r of late) yield* recorder.push(r)
       yield* residents.owePaused(owed)
       const persistedAtMs = yield* nowMs
@@ -235,30 +254,35 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         const r = yield* Effect.result(eff)
         return { r, atMs: yield* nowMs }
       })
-      // The pre-copy rounds' records first (a refused one, a 409: the move is no longer pending).
-      const record = recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, final))))
-      const [recorded, sent] = yield* Effect.all([timed(record), timed(at.switchover)], { concurrency: 2 })
+      const [recorded, sent] = yield* Effect.all([timed(intentBeforePause ? Effect.void : recordIntent), timed(at.switchover)], { concurrency: 2 })
       if (recorded.r._tag === "Failure") {
-        // The coordinator does not hold the final round: the target never runs the guest (it
-        // runs only on our commit); the pause is given back here, the target drops what it got.
+        // The coordinator does not hold the intent: the target never runs the guest (it runs
+        // only on our commit); the pause is given back here, the target drops what it got.
         yield* at.abort
         yield* residents.removePendingCommit(move.id)
         if (recorded.r.failure._tag === "Conflict") return yield* recorded.r.failure
-        const reason = `move failed: the final round could not be recorded: ${recorded.r.failure.message}`
+        const reason = `move failed: the intent could not be recorded: ${recorded.r.failure.message}`
         yield* abandon(reason)
         return { _tag: "Failed", reason, paused: true } as const
       }
-      rounds.push(...late, final)
       if (sent.r._tag === "Failure") {
         // The stream did not complete: the target cannot run the guest (it runs only on our
-        // commit, which is never sent now); the runtime gave the pause back here.
+        // commit, which is never sent now); the runtime gave the pause back here. The intent is
+        // no fence against that: the source's own abort ends the move.
         const reason = `move failed: the final round was not sent: ${sent.r.failure.message}`
         yield* abandon(reason)
         yield* residents.removePendingCommit(move.id)
         return { _tag: "Failed", reason, paused: true } as const
       }
       const bothAtMs = Math.max(recorded.atMs, sent.atMs)
-      const sentOwed: PendingCommit = { ...owed, finalRecorded: true, pause: { ...owed.pause!, sendMs: sent.r.success.sendMs, sentAtMs: bothAtMs } }
+      // The final round as measured: its bytes on the wire and its send.
+      const measured: RoundReport = { ...final, wireBytes: Math.round(sent.r.success.finalWireBytes), sendMs: sent.r.success.sendMs }
+      const sentOwed: PendingCommit = {
+        ...owed,
+        final: measured,
+        intentRecorded: true,
+        pause: { ...owed.pause!, sendMs: sent.r.success.sendMs, sentAtMs: bothAtMs },
+      }
       const settled = yield* confirmAtTarget(deps, sentOwed)
       if (settled._tag === "Owed") return { _tag: "Owed", reason: settled.reason } as const
       if (settled._tag === "Refused") {
@@ -270,9 +294,17 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         sendMs: sent.atMs - persistedAtMs,
         recordWaitMs: Math.max(0, recorded.atMs - sent.atMs),
         peerCommitMs: settled.runningAtMs - bothAtMs,
-        recordMs: recorded.atMs - persistedAtMs,
+        recordMs: intent.heldAtMs !== null && intent.startedAtMs !== null ? intent.heldAtMs - intent.startedAtMs : recorded.atMs - persistedAtMs,
+        intentBeforePause,
       }
-      return { _tag: "Confirmed", owed: settled.owed, runtimeDowntimeMs: sent.r.success.runtimeDowntimeMs, pause, estimateMs: at.estimateMs } as const
+      // The guest runs on the target: the late rounds and the final round's measured figures
+      // go to the coordinator now, outside the pause (the commit needs the final round). A
+      // failure here leaves `finalRecorded` false: settling the debt records it first.
+      const figures = yield* recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, measured))), Effect.result)
+      const owedNow: PendingCommit = { ...settled.owed, finalRecorded: figures._tag === "Success" }
+      if (figures._tag === "Success") yield* residents.addPendingCommit(owedNow)
+      rounds.push(...late, measured)
+      return { _tag: "Confirmed", owed: owedNow, runtimeDowntimeMs: sent.r.success.runtimeDowntimeMs, pause, estimateMs: at.estimateMs } as const
     })
 
     const outcome = yield* Effect.scoped(protocol).pipe(
@@ -307,7 +339,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
     return {
       _tag: "Committed",
       phases,
-      rounds: rounds.map((r) => (r.kind === "final" ? { ...r, sendMs: phases.sendMs } : r)),
+      rounds,
       runtimeDowntimeMs: outcome.runtimeDowntimeMs,
       pause: outcome.pause,
       guard: CoreMove.guardOf(reportOf(deps.allowance, outcome.estimateMs), phases),
@@ -383,55 +415,91 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
       yield* Effect.logWarning(`move outcome owed: ${reason}`, { moveId: owed.moveId, target: owed.target.targetHostId })
       return { _tag: "Owed", reason } as const
     }
-    // The target answered: the guest does not run there. Only now the source copy runs again.
+    // The target answered: the guest does not run there (its stream was incomplete, or its VM
+    // failed). The coordinator holds the intent, so it ends the move first (the source's abort);
+    // only then the source copy runs again. An abort not acknowledged leaves the debt: the
+    // source stays paused and asks the target again on the next pass (it refuses again).
     const reason = `move failed: the target refused the commit: ${e.message}`
+    const ended = yield* retrying(coordinator.abort(owed.moveId, reason)).pipe(
+      Effect.map(() => true),
+      Effect.catchTag("Conflict", () => Effect.succeed(true)),
+      Effect.catch((err) => Effect.logWarning("move abort not acknowledged; the source copy stays paused", { moveId: owed.moveId, error: err.message }).pipe(Effect.as(false))),
+    )
+    if (!ended) {
+      yield* residents.addPendingCommit(owed)
+      return { _tag: "Owed", reason: `${reason}; the coordinator has not ended the move yet` } as const
+    }
     yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
     yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
-    yield* retrying(coordinator.abort(owed.moveId, reason)).pipe(
-      Effect.catchTag("Conflict", () => Effect.void),
-      Effect.catch((err) => Effect.logWarning("move abort not acknowledged", { moveId: owed.moveId, error: err.message })),
-    )
     yield* residents.removePendingCommit(owed.moveId)
     yield* Effect.logWarning(reason, { moveId: owed.moveId, sessionId: owed.sessionId })
     return { _tag: "Refused", reason, restoredOnSource: true } as const
   })
 
+/** Whether an owed move's intent is known to be held by the coordinator (files of older agents: their final round's record). */
+const intentHeld = (owed: PendingCommit): boolean => owed.intentRecorded ?? owed.finalRecorded !== false
+
 /**
- * An owed move whose final round may not be recorded (the agent stopped while recording it):
- * the move is read, and what it lacks is recorded before the target may run the guest. A move
- * that holds its final round or is committed goes on; one that ended otherwise must not run
- * on the target: the target drops what it holds, then the source copy resumes.
+ * An owed move whose intent may not be recorded (the runtime paused on its own and the agent
+ * stopped while recording it beside the send): the move is read, and a pending move without
+ * its intent gets it before the target may run the guest. Recording it now is safe whatever the
+ * stream did: the target runs the guest only on our commit and only with a complete stream; it
+ * refuses an incomplete one, and then the move is aborted before the source copy resumes
+ * (`confirmAtTarget`). A committed move goes on; one that ended otherwise must not run on the
+ * target: the target drops what it holds, then the source copy resumes.
+ */
+const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
+  Effect.gen(function* () {
+    const { coordinator, residents, runtime, link } = deps
+    if (intentHeld(owed)) return { _tag: "Held", owed } as const
+    const held = { _tag: "Held", owed: { ...owed, intentRecorded: true } } as const
+    const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+    if (read._tag === "Failure") return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const
+    const m = read.success
+    if (m.state === "pending") {
+      if (!CoreMove.pastNoReturn(m)) {
+        const r = yield* retrying(coordinator.round(owed.moveId, intentRound)).pipe(Effect.result)
+        if (r._tag === "Failure") return { _tag: "Owed", reason: `the intent is not recorded yet: ${r.failure.message}` } as const
+      }
+      yield* residents.addPendingCommit(held.owed)
+      return held
+    }
+    if (m.state === "committed") return held
+    const target = owed.target ?? { targetHostId: m.targetHostId, memMib: 0, vcpus: 0 }
+    const dropped = yield* link.abort(headerOf(deps, owed, target)).pipe(Effect.retry({ times: 2 }), Effect.result)
+    if (dropped._tag === "Failure") return { _tag: "Owed", reason: `the move ended before its intent was recorded; the target's copy could not be dropped yet: ${dropped.failure.message}` } as const
+    yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
+    yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
+    yield* residents.removePendingCommit(owed.moveId)
+    const reason = `the move ended (${m.state}: ${m.abortReason ?? "no reason"}) before its intent was recorded; the guest resumed on the source`
+    yield* Effect.logWarning(reason, { moveId: owed.moveId, sessionId: owed.sessionId })
+    return { _tag: "Refused", reason, restoredOnSource: true } as const
+  })
+
+/**
+ * The final round's figures of a move the target runs, recorded before the commit (which needs
+ * them) when the coordinator may not hold them yet: the late rounds first unless held. A move
+ * that no longer reads pending needs none (the commit's answer tells what happened to it).
  */
 const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
   Effect.gen(function* () {
-    const { coordinator, residents, runtime, link } = deps
+    const { coordinator, residents } = deps
     if (owed.finalRecorded !== false || owed.final === undefined) return { _tag: "Recorded", owed } as const
     const recorded = { _tag: "Recorded", owed: { ...owed, finalRecorded: true } } as const
     const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
     if (read._tag === "Failure") return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const
     const m = read.success
-    if (m.state === "pending") {
-      if (!m.rounds.some((round) => round.kind === "final")) {
-        // The late rounds go first unless the last recorded round is the last of them.
-        const late = owed.lateRounds ?? []
-        const lastLate = late.at(-1)
-        const held = lastLate !== undefined && JSON.stringify(m.rounds.at(-1)) === JSON.stringify(lastLate)
-        const r = yield* Effect.forEach([...(held ? [] : late), owed.final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
-        if (r._tag === "Failure") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
-      }
-      yield* residents.addPendingCommit(recorded.owed)
-      return recorded
+    if (m.state === "pending" && !CoreMove.finalRoundRecorded(m)) {
+      const late = owed.lateRounds ?? []
+      const lastLate = late.at(-1)
+      const held = lastLate === undefined || m.rounds.some((round) => JSON.stringify(round) === JSON.stringify(lastLate))
+      // A final round whose send was never measured (the agent stopped during it): the send time known at the pause, if any.
+      const final = owed.final.sendMs === 0 && owed.pause?.sendMs !== undefined ? { ...owed.final, sendMs: owed.pause.sendMs } : owed.final
+      const r = yield* Effect.forEach([...(held ? [] : late), final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
+      if (r._tag === "Failure" && r.failure._tag !== "Conflict") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
     }
-    if (m.state === "committed") return recorded
-    const target = owed.target ?? { targetHostId: m.targetHostId, memMib: 0, vcpus: 0 }
-    const dropped = yield* link.abort(headerOf(deps, owed, target)).pipe(Effect.retry({ times: 2 }), Effect.result)
-    if (dropped._tag === "Failure") return { _tag: "Owed", reason: `the move ended before its final round was recorded; the target's copy could not be dropped yet: ${dropped.failure.message}` } as const
-    yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
-    yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
-    yield* residents.removePendingCommit(owed.moveId)
-    const reason = `the move ended (${m.state}: ${m.abortReason ?? "no reason"}) before its final round was recorded; the guest resumed on the source`
-    yield* Effect.logWarning(reason, { moveId: owed.moveId, sessionId: owed.sessionId })
-    return { _tag: "Refused", reason, restoredOnSource: true } as const
+    yield* residents.addPendingCommit(recorded.owed)
+    return recorded
   })
 
 /**
@@ -451,16 +519,19 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
  * - anything else (the coordinator unreachable, the target unreachable for the abort): still
  *   owed, retried on the next pass.
  */
-export const settleCommit = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Settled> =>
+export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effect<Settled> =>
   Effect.gen(function* () {
-    if (owed.phases === null) {
-      const recorded = yield* ensureFinalRecorded(deps, owed)
-      if (recorded._tag !== "Recorded") return recorded
-      const confirmed = yield* confirmAtTarget(deps, recorded.owed)
+    if (debt.phases === null) {
+      const held = yield* ensureIntent(deps, debt)
+      if (held._tag !== "Held") return held
+      const confirmed = yield* confirmAtTarget(deps, held.owed)
       if (confirmed._tag !== "Confirmed") return confirmed
       return yield* settleCommit(deps, confirmed.owed)
     }
-    const phases = owed.phases
+    const figures = yield* ensureFinalRecorded(deps, debt)
+    if (figures._tag !== "Recorded") return figures
+    const owed = figures.owed
+    const phases = owed.phases!
     const { coordinator, residents, runtime, link } = deps
     const dropLocalCopy = Effect.gen(function* () {
       const vm = yield* residents.get(owed.sessionId)

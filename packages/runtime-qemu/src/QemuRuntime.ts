@@ -232,6 +232,9 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                 const step = MoveGuard.afterRound(tracker.rounds, b)
                 if (step._tag === "Pause") {
                   released = true
+                  // The caller's last word before the pause, the guest still running (its intent
+                  // with the coordinator). QEMU keeps copying meanwhile at its 1 ms downtime-limit.
+                  if (req.beforePause !== undefined) yield* req.beforePause
                   yield* q(vm, "migrate", "migrate-set-parameters", { "downtime-limit": M.maxDowntimeLimitMs })
                 } else if (step._tag === "Refuse") {
                   refusal = step

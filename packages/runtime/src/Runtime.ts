@@ -179,6 +179,14 @@ export interface MigrateRequest<E> {
    * that error.
    */
   readonly onRound: (round: MoveRound) => Effect.Effect<void, E>
+  /**
+   * Called at most once, with the guest still running, when the guard decides to pause it and
+   * before the runtime lets it pause (the agent records its intent with the coordinator here:
+   * the point of no return is held before the pause, SPEC §5). A failure ends the move: the guest
+   * keeps (or resumes) running here and `migrate` fails with that error. A hypervisor that
+   * paused on its own before the guard decided (`AtSwitchover.selfConverged`) never calls it.
+   */
+  readonly beforePause?: Effect.Effect<void, E> | undefined
 }
 
 /** The stage at which the guard refused a move. */

@@ -283,6 +283,8 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
             const [delta, deltaMs] = yield* deltaCapture(vmId, "delta")
             yield* preCopy("delta", delta, deltaMs)
           }
+          // The guest still runs: the caller's last word before the pause.
+          if (req.beforePause !== undefined) yield* req.beforePause
           // Paused: the downtime runs from here to the target's resume.
           const paused = yield* now
           pausedAt = paused
