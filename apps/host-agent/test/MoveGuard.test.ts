@@ -525,6 +525,34 @@ describe("past the intent, a link failure never resumes the source copy (issue 1
       assert.deepStrictEqual(yield* a.runtime.list, [])
     }))
 
+  it.effect("the target refuses the commit while the coordinator cannot be reached: the source copy stays paused until the coordinator ended the move, then resumes", () =>
+    Effect.gen(function* () {
+      let cut = false
+      const { fleet, a, b, settle, move, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          // The target's incoming VM is lost (its commit is refused), and the source's calls to the coordinator fail for a while.
+          wrapLink: (link, coordinator) => ({
+            ...link,
+            commit: (h) => link.abort(h).pipe(Effect.andThen(cut ? Effect.void : Effect.andThen(Effect.sync(() => void (cut = true)), coordinator.silence(h.sourceHostId, true))), Effect.andThen(link.commit(h))),
+          }),
+        },
+      })
+      assert.strictEqual(outcome._tag, "Owed")
+      assert.strictEqual(move.state, "pending", "the coordinator holds the intent: only the source's abort ends the move")
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]], "not resumed before the coordinator ended the move")
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.deepStrictEqual((yield* a.residents.pendingCommits).map((c) => [c.moveId, c.phases]), [["m1", null]])
+      yield* fleet.coordinator.silence("a", false)
+      yield* settle
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "aborted")
+      assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "a"])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+
   it.effect("the target answers that it does not run the guest (its incoming VM failed): only then the source copy resumes, and the move aborts", () =>
     Effect.gen(function* () {
       const { fleet, a, b, move, session, outcome } = yield* runMove({
