@@ -6,19 +6,23 @@
  *
  * 1. the target prepares an incoming VM and answers its endpoint (`link.prepare`);
  * 2. the runtime migrates to it, each pre-copy round recorded with the coordinator as it is
- *    measured; a refusal before the pause or an abort at the post-capture check ends the move
- *    with the guest running here;
+ *    measured; before the runtime may let the guest pause (`beforePause`), the source records
+ *    its intent with the coordinator, the guest still running: the next round is the final one,
+ *    and the target may run the guest once that stream is complete (the point of no return: no
+ *    timeout aborts the move from then on); a refusal before the pause or an abort at the
+ *    post-capture check ends the move with the guest running here;
  * 3. at the post-capture check point (guest paused, nothing of the final round sent) the source
- *    writes that it owes the move's outcome (durably, in the state file), then records the
- *    final round with the coordinator (the point of no return) while the runtime sends it: the
- *    record is an HTTP round trip that need not lengthen the pause, since the target runs the
- *    guest only on the source's commit, which waits for both;
- * 4. the target commits (resumes the VM), the source posts the phases and drops its paused copy.
+ *    writes that it owes the move's outcome (durably, in the state file), then the runtime sends
+ *    the final round; the paused path waits for no record (a runtime that paused before the
+ *    intent was held has it recorded beside the send);
+ * 4. the target commits (resumes the VM); then, outside the pause, the source records the final
+ *    round's measured figures, posts the phases and drops its paused copy.
  *
- * What it decides: the target runs the guest only once the coordinator holds the final round;
- * from then on the source copy is resumed only when the target answered that the guest does not
- * run there (it refused the commit, or confirmed an abort). A link failure leaves the commit
- * owed: the source stays paused and asks again. Never two running copies. The commit allowance
+ * What it decides: the target runs the guest only once the coordinator holds the intent and the
+ * stream is complete; from then on the source copy is resumed only when the target answered that
+ * the guest does not run there (it refused the commit, or confirmed an abort) and the coordinator
+ * has ended the move. A link failure leaves the commit owed: the source stays paused and asks
+ * again. Never two running copies. The commit allowance
  * of the guard is learned from this host pair's recent commits (core's `Downtime.commitAllowance`);
  * the phases name every part of the pause and sum to it.
  */
@@ -101,7 +105,7 @@ export type MoveOutcome =
   /** The coordinator no longer holds the move pending (ended or aborted elsewhere). */
   | { readonly _tag: "Gone"; readonly reason: string }
   /**
-   * The final round is recorded and sent, but the target's commit is not confirmed (the link
+   * The intent is recorded and the final round sent, but the target's commit is not confirmed (the link
    * failed): the source keeps its copy paused and the outcome stays owed, settled on a later pass.
    */
   | { readonly _tag: "Owed"; readonly reason: string }
@@ -376,12 +380,13 @@ const headerOf = (deps: SettleDeps, owed: PendingCommit, target: { readonly targ
 })
 
 /**
- * Asks the target to commit a move whose final round is recorded (and, normally, sent):
+ * Asks the target to commit a move whose intent is recorded (and, normally, its final round sent):
  *
  * - it commits (or had committed: a repeat succeeds): the phases are measured to its answer and
  *   the owed record carries them (`Confirmed`);
- * - it refuses (`refused`: the guest does not run there, its incoming VM is gone): only then the
- *   source copy resumes, and the move is aborted with the coordinator (`Refused`);
+ * - it refuses (`refused`: the guest does not run there, its incoming VM is gone, e.g. its stream
+ *   was incomplete): the move is aborted with the coordinator, and only once the coordinator has
+ *   ended it the source copy resumes (`Refused`; an abort not acknowledged: `Owed`, still paused);
  * - no answer (the link failed, the target is down): the owed record stays, the source stays
  *   paused (`Owed`), asked again on a later pass. Never two running copies.
  */
