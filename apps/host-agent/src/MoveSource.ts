@@ -289,6 +289,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       }
       const settled = yield* confirmAtTarget(deps, sentOwed)
       if (settled._tag === "Owed") return { _tag: "Owed", reason: settled.reason } as const
+      if (settled._tag === "CommittedElsewhere") return { _tag: "Gone", reason: settled.reason } as const
       if (settled._tag === "Refused") {
         return { _tag: "Failed", reason: settled.reason, paused: true } as const
       }
@@ -386,7 +387,10 @@ const headerOf = (deps: SettleDeps, owed: PendingCommit, target: { readonly targ
  *   the owed record carries them (`Confirmed`);
  * - it refuses (`refused`: the guest does not run there, its incoming VM is gone, e.g. its stream
  *   was incomplete): the move is aborted with the coordinator, and only once the coordinator has
- *   ended it the source copy resumes (`Refused`; an abort not acknowledged: `Owed`, still paused);
+ *   ended it the source copy resumes (`Refused`; an abort not acknowledged: `Owed`, still paused).
+ *   An abort refused (409) means the move ended either way: it is read, and the source copy
+ *   resumes only if it reads aborted with the session on this host; committed (the target's
+ *   report landed while the link was down) drops the paused copy (`CommittedElsewhere`);
  * - no answer (the link failed, the target is down): the owed record stays, the source stays
  *   paused (`Owed`), asked again on a later pass. Never two running copies.
  */
@@ -425,14 +429,41 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
     // only then the source copy runs again. An abort not acknowledged leaves the debt: the
     // source stays paused and asks the target again on the next pass (it refuses again).
     const reason = `move failed: the target refused the commit: ${e.message}`
-    const ended = yield* retrying(coordinator.abort(owed.moveId, reason)).pipe(
-      Effect.map(() => true),
-      Effect.catchTag("Conflict", () => Effect.succeed(true)),
-      Effect.catch((err) => Effect.logWarning("move abort not acknowledged; the source copy stays paused", { moveId: owed.moveId, error: err.message }).pipe(Effect.as(false))),
-    )
-    if (!ended) {
-      yield* residents.addPendingCommit(owed)
-      return { _tag: "Owed", reason: `${reason}; the coordinator has not ended the move yet` } as const
+    const stayPaused = (why: string) =>
+      Effect.gen(function* () {
+        yield* residents.addPendingCommit(owed)
+        yield* Effect.logWarning(`${reason}; ${why}; the source copy stays paused`, { moveId: owed.moveId })
+        return { _tag: "Owed", reason: `${reason}; ${why}` } as const
+      })
+    const aborted = yield* retrying(coordinator.abort(owed.moveId, reason)).pipe(Effect.result)
+    if (aborted._tag === "Failure") {
+      if (aborted.failure._tag !== "Conflict") return yield* stayPaused(`the coordinator has not ended the move yet (${aborted.failure.message})`)
+      // 409: the move is no longer pending, but it may have ended either way: committed (the
+      // target's report landed while the link was down; the target then refuses a late commit,
+      // its reconcile having cleared the move) means the guest runs there. Read which.
+      const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+      if (read._tag === "Failure") return yield* stayPaused(`the move cannot be read (${read.failure.message})`)
+      const m = read.success
+      if (m.state === "committed") {
+        const vm = yield* residents.get(owed.sessionId)
+        if (vm !== undefined && vm.moveId === null) {
+          yield* runtime.destroy(owed.sessionId)
+          yield* residents.remove(owed.sessionId)
+        }
+        yield* residents.removePendingCommit(owed.moveId)
+        const why = `the target refused a late commit of move ${m.id}, which the coordinator holds committed (the guest runs on ${m.targetHostId}); the paused source copy was dropped`
+        yield* Effect.logWarning(why, { moveId: owed.moveId, sessionId: owed.sessionId })
+        return { _tag: "CommittedElsewhere", reason: why } as const
+      }
+      if (m.state !== "aborted") return yield* stayPaused(`the move reads ${m.state}`)
+      const session = yield* retrying(coordinator.getSession(owed.sessionId)).pipe(Effect.result)
+      if (session._tag === "Failure") return yield* stayPaused(`the session's placement cannot be read (${session.failure.message})`)
+      const here = session.success !== null && session.success.hostId === deps.hostId && onHostStates.has(session.success.state)
+      if (!here) {
+        yield* residents.removePendingCommit(owed.moveId)
+        yield* Effect.logError(`${reason}; the move was aborted but the session is not on this host: the source copy is not resumed`, { moveId: owed.moveId, sessionId: owed.sessionId })
+        return { _tag: "Refused", reason, restoredOnSource: false } as const
+      }
     }
     yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
     yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
@@ -530,6 +561,7 @@ export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effe
       const held = yield* ensureIntent(deps, debt)
       if (held._tag !== "Held") return held
       const confirmed = yield* confirmAtTarget(deps, held.owed)
+      if (confirmed._tag === "CommittedElsewhere") return { _tag: "Acknowledged" } as const
       if (confirmed._tag !== "Confirmed") return confirmed
       return yield* settleCommit(deps, confirmed.owed)
     }

@@ -455,7 +455,7 @@ const runningCopies = (hosts: readonly TestHost[], vmId: string) =>
 
 /** A peer link whose commit (and abort) a test can cut: the request is lost before or after the target acted on it. */
 const cuttable = () => {
-  const cut = { commit: "no" as "no" | "before" | "after", abort: false, commits: 0 }
+  const cut = { commit: "no" as "no" | "before" | "after" | "refuse", abort: false, commits: 0 }
   const lost = (op: string, moveId: string) => new PeerError({ op, moveId, message: "connection reset", refused: false })
   const wrap = (link: PeerLink): PeerLink => ({
     ...link,
@@ -463,6 +463,7 @@ const cuttable = () => {
       Effect.gen(function* () {
         cut.commits++
         if (cut.commit === "before") return yield* lost("commit", h.moveId)
+        if (cut.commit === "refuse") return yield* new PeerError({ op: "commit", moveId: h.moveId, message: "no incoming VM for this move", refused: true })
         const committed = yield* link.commit(h)
         if (cut.commit === "after") return yield* lost("commit", h.moveId)
         return committed
@@ -570,5 +571,71 @@ describe("past the intent, a link failure never resumes the source copy (issue 1
       assert.deepStrictEqual(yield* b.runtime.list, [])
       assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+})
+
+describe("a move committed by the target's report while the link was down (review item 2: never two running copies)", () => {
+  /**
+   * The target commits and the answer is lost; then the move commits on the target's report and
+   * the target's reconcile clears its move. The source settles its debt on a view of the
+   * coordinator taken just before that commit (its poll answered first): the session still reads
+   * on the source, so its reconcile keeps the paused copy and only the debt's settling decides.
+   */
+  const committedByReport = (link: ReturnType<typeof cuttable>) =>
+    Effect.gen(function* () {
+      link.cut.commit = "after"
+      link.cut.abort = true
+      const run = yield* runMove({ maxDowntimeMs: 600, fleet: { wrapLink: link.wrap } })
+      assert.strictEqual(run.outcome._tag, "Owed")
+      // Nothing reaches the target until the test says so.
+      link.cut.commit = "before"
+      const staleView = yield* run.fleet.coordinator.assignmentsOf("a")
+      yield* run.fleet.coordinator.client("b").reportRunning("m1", "the target runs the guest")
+      yield* run.b.agent.reconcile(yield* run.fleet.coordinator.assignmentsOf("b"))
+      yield* run.fleet.quiesce
+      assert.strictEqual((yield* run.fleet.coordinator.get).moves.get("m1")?.state, "committed")
+      assert.deepStrictEqual((yield* run.b.residents.all).map((v) => [v.vmId, v.status, v.moveId]), [["s1", "running", null]], "the target's reconcile cleared the move")
+      assert.deepStrictEqual((yield* run.a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
+      const settleOnStaleView = Effect.gen(function* () {
+        yield* run.a.agent.reconcile(staleView)
+        yield* run.fleet.quiesce
+      })
+      return { ...run, settleOnStaleView }
+    })
+
+  it.effect("the link is back: the target answers the late commit with success (the guest runs there); the source drops its paused copy", () =>
+    Effect.gen(function* () {
+      const link = cuttable()
+      const { fleet, a, b, settle, settleOnStaleView } = yield* committedByReport(link)
+      // The target's own answer: the guest runs there, so the repeat of the commit succeeds.
+      const answer = yield* b.target.commit({ moveId: "m1", sessionId: "s1", sourceHostId: "a", targetHostId: "b", memMib: 4096, vcpus: 2 }).pipe(Effect.result)
+      assert.strictEqual(answer._tag, "Success", "a commit that landed is answered with success, not a refusal")
+      link.cut.commit = "no"
+      link.cut.abort = false
+      yield* settleOnStaleView
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1, "never two running copies")
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      yield* settle
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual((yield* fleet.coordinator.get).moves.get("m1")?.state, "committed")
+    }))
+
+  it.effect("a target that refuses the late commit (an older agent): the source's abort meets a 409, it reads the move committed and drops its paused copy instead of resuming it", () =>
+    Effect.gen(function* () {
+      const link = cuttable()
+      const { fleet, a, b, settle, settleOnStaleView } = yield* committedByReport(link)
+      // An older target: a commit for a move it no longer holds is refused.
+      link.cut.commit = "refuse"
+      link.cut.abort = false
+      yield* settleOnStaleView
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1, "never two running copies")
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      yield* settle
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "committed")
+      assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "b"])
     }))
 })
