@@ -99,7 +99,7 @@ const main = async () => {
         hostToken: created.body.token,
         peers,
         readyTimeoutMs: 180_000,
-        env: { ENGRAM_RUNTIME: "qemu", ...guest, ENGRAM_SIM_TOTAL_MIB: "1024", ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_RETRY_MS: "250"},
+        env: { ENGRAM_RUNTIME: "qemu", ...guest, ENGRAM_SIM_TOTAL_MIB: "1024", ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_RETRY_MS: "250", ENGRAM_AGENT_MOVE_INTENT: env["ENGRAM_AGENT_MOVE_INTENT"] ?? "1" },
       })
     }
     await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body.items, (hs: { measured: boolean }[]) => hs.length === 2 && hs.every((h) => h.measured), 60_000)

@@ -50,6 +50,11 @@ export interface MoveSourceDeps {
   readonly allowance: Downtime.Allowance
   /** Whether the coordinator keeps the guard's figures (it sent the allowance): the commit then carries them. */
   readonly coordinatorKeepsGuard: boolean
+  /**
+   * Whether the intent is recorded before the pause (`ENGRAM_AGENT_MOVE_INTENT=1`). Off (the
+   * default): the final round's record, beside its send in the pause, is the point of no return.
+   */
+  readonly moveIntent?: boolean | undefined
 }
 
 /**
@@ -133,12 +138,14 @@ const report = (r: MoveRound): RoundReport => ({ kind: r.kind, wireBytes: r.wire
  * Records a move's pre-copy rounds with the coordinator in order, each in a fiber of its own
  * (in the caller's scope): the runtime's migration loop does not wait for the coordinator, so a
  * slow answer never runs into the pause. `recorded` waits for every round pushed so far and
- * fails with the first failure (a 409: the move is no longer pending).
+ * fails with the first failure (a 409: the move is no longer pending). `ended` answers, without
+ * waiting, the 409 a round already got (the move ended meanwhile), if any.
  */
 const roundRecorder = (coordinator: CoordinatorShape, moveId: string) =>
   Effect.gen(function* () {
     const scope = yield* Effect.scope
     let last: Fiber.Fiber<void, Conflict | CoordinatorError> | null = null
+    let conflict: Conflict | null = null
     const push = (round: RoundReport) =>
       Effect.gen(function* () {
         const before = last
@@ -146,12 +153,13 @@ const roundRecorder = (coordinator: CoordinatorShape, moveId: string) =>
           Effect.gen(function* () {
             if (before !== null) yield* Fiber.join(before)
             yield* retrying(coordinator.round(moveId, round))
-          }),
+          }).pipe(Effect.tapError((e) => Effect.sync(() => void (e._tag === "Conflict" && conflict === null ? (conflict = e) : undefined)))),
           scope,
         )
       })
     const recorded = Effect.suspend(() => (last === null ? Effect.void : Fiber.join(last)))
-    return { push, recorded }
+    const ended = Effect.sync(() => conflict)
+    return { push, recorded, ended }
   })
 
 /** Runs one move from the source. Never fails: every failure is cleaned up and answered. */
@@ -196,6 +204,8 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       }
       const endpoint = yield* link.prepare(header)
       // The point of no return, recorded while the guest still runs (after the rounds so far).
+      // Only with `moveIntent`; off, the final round's record (in the pause) is that point.
+      const withIntent = deps.moveIntent === true
       const intent = { startedAtMs: null as number | null, heldAtMs: null as number | null }
       const recordIntent = recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, intentRound))))
       yield* Effect.logInfo("move: the target waits; streaming", { hostId: deps.hostId, moveId: move.id, endpoint: endpoint.uri })
@@ -209,11 +219,15 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
             rounds.push(round)
             yield* recorder.push(round)
           }),
-        beforePause: Effect.gen(function* () {
-          intent.startedAtMs = yield* nowMs
-          yield* recordIntent
-          intent.heldAtMs = yield* nowMs
-        }),
+        ...(withIntent
+          ? {
+              beforePause: Effect.gen(function* () {
+                intent.startedAtMs = yield* nowMs
+                yield* recordIntent
+                intent.heldAtMs = yield* nowMs
+              }),
+            }
+          : {}),
       })
       if (result._tag !== "AtSwitchover") yield* recorder.recorded.pipe(Effect.ignore)
       if (result._tag === "Refused") {
@@ -245,27 +259,43 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         pause: { pausedAtMs: at.pausedAtMs, captureMs: checkedAtMs - at.pausedAtMs },
         final,
         finalRecorded: false,
-        intentRecorded: intentBeforePause,
+        ...(withIntent ? { intentRecorded: intentBeforePause } : {}),
         ...(late.length === 0 ? {} : { lateRounds: late }),
         ...(deps.coordinatorKeepsGuard ? { guard: reportOf(deps.allowance, at.estimateMs) } : {}),
       }
       // The pre-copy rounds QEMU finished before the pause are records like the others: they go
       // now, in the background, recorded before the final round (once the guest runs on the target).
       for (const r of late) yield* recorder.push(r)
+      // With the intent held before the first round (QEMU), the pre-copy rounds are recorded in
+      // the background while the guest runs: one refused (409) means the move ended meanwhile
+      // (an admin abort, the session ended). Checked without waiting, before the debt and again
+      // before the send: the pause is given back, nothing reaches the target.
+      const endedMeanwhile = Effect.gen(function* () {
+        const conflict = yield* recorder.ended
+        if (conflict === null) return
+        yield* at.abort
+        yield* residents.removePendingCommit(move.id)
+        return yield* conflict
+      })
+      yield* endedMeanwhile
       yield* residents.owePaused(owed)
+      yield* endedMeanwhile
       const persistedAtMs = yield* nowMs
       const timed = <A, E>(eff: Effect.Effect<A, E>) => Effect.gen(function* () {
         const r = yield* Effect.result(eff)
         return { r, atMs: yield* nowMs }
       })
-      const [recorded, sent] = yield* Effect.all([timed(intentBeforePause ? Effect.void : recordIntent), timed(at.switchover)], { concurrency: 2 })
+      // Off: the final round is recorded beside its send (the point of no return, in the pause).
+      const recordFinal = recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, final))))
+      const record = withIntent ? (intentBeforePause ? Effect.void : recordIntent) : recordFinal
+      const [recorded, sent] = yield* Effect.all([timed(record), timed(at.switchover)], { concurrency: 2 })
       if (recorded.r._tag === "Failure") {
         // The coordinator does not hold the intent: the target never runs the guest (it runs
         // only on our commit); the pause is given back here, the target drops what it got.
         yield* at.abort
         yield* residents.removePendingCommit(move.id)
         if (recorded.r.failure._tag === "Conflict") return yield* recorded.r.failure
-        const reason = `move failed: the intent could not be recorded: ${recorded.r.failure.message}`
+        const reason = `move failed: the ${withIntent ? "intent" : "final round"} could not be recorded: ${recorded.r.failure.message}`
         yield* abandon(reason)
         return { _tag: "Failed", reason, paused: true } as const
       }
@@ -283,8 +313,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       const measured: RoundReport = { ...final, wireBytes: Math.round(sent.r.success.finalWireBytes), sendMs: sent.r.success.sendMs }
       const sentOwed: PendingCommit = {
         ...owed,
-        final: measured,
-        intentRecorded: true,
+        ...(withIntent ? { final: measured, intentRecorded: true } : { finalRecorded: true }),
         pause: { ...owed.pause!, sendMs: sent.r.success.sendMs, sentAtMs: bothAtMs },
       }
       const settled = yield* confirmAtTarget(deps, sentOwed)
@@ -305,9 +334,10 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // The guest runs on the target: the late rounds and the final round's measured figures
       // go to the coordinator now, outside the pause (the commit needs the final round). A
       // failure here leaves `finalRecorded` false: settling the debt records it first.
-      const figures = yield* recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, measured))), Effect.result)
-      const owedNow: PendingCommit = { ...settled.owed, finalRecorded: figures._tag === "Success" }
-      if (figures._tag === "Success") yield* residents.addPendingCommit(owedNow)
+      // Off: the final round was recorded in the pause; nothing is left to record.
+      const figures = withIntent ? yield* recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, measured))), Effect.result) : null
+      const owedNow: PendingCommit = figures === null ? settled.owed : { ...settled.owed, finalRecorded: figures._tag === "Success" }
+      if (figures?._tag === "Success") yield* residents.addPendingCommit(owedNow)
       rounds.push(...late, measured)
       return { _tag: "Confirmed", owed: owedNow, runtimeDowntimeMs: sent.r.success.runtimeDowntimeMs, pause, estimateMs: at.estimateMs } as const
     })
@@ -492,6 +522,21 @@ const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
     const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
     if (read._tag === "Failure") return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const
     const m = read.success
+    if (m.state === "pending" && owed.intentRecorded === undefined) {
+      // A debt of an agent without the intent (`moveIntent` off, or older): its point of no
+      // return is the final round, recorded (the late rounds first unless held) before the
+      // target may run the guest.
+      if (owed.final !== undefined && !CoreMove.finalRoundRecorded(m)) {
+        const late = owed.lateRounds ?? []
+        const lastLate = late.at(-1)
+        const lateHeld = lastLate !== undefined && JSON.stringify(m.rounds.at(-1)) === JSON.stringify(lastLate)
+        const r = yield* Effect.forEach([...(lateHeld ? [] : late), owed.final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
+        if (r._tag === "Failure") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
+      }
+      const recorded = { ...owed, finalRecorded: true }
+      yield* residents.addPendingCommit(recorded)
+      return { _tag: "Held", owed: recorded } as const
+    }
     if (m.state === "pending") {
       if (!CoreMove.pastNoReturn(m)) {
         const r = yield* retrying(coordinator.round(owed.moveId, intentRound)).pipe(Effect.result)

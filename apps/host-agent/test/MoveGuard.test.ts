@@ -639,3 +639,118 @@ describe("a move committed by the target's report while the link was down (revie
       assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "b"])
     }))
 })
+
+describe("ENGRAM_AGENT_MOVE_INTENT=0 (the default): the final round is the point of no return (SPEC §5), recorded in the pause, as before the intent", () => {
+  const off = (fleet: FleetOptions = {}): FleetOptions => ({ ...fleet, moveIntent: false })
+
+  it.effect("the final round is recorded while it is sent, and the target runs the guest only once the coordinator holds it; no intent is recorded", () =>
+    Effect.gen(function* () {
+      const seen: string[][] = []
+      const { move, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: off({
+          // The target's commit (it resumes the guest): what the coordinator holds by then.
+          wrapLink: (link, coordinator) => ({
+            ...link,
+            commit: (h) => Effect.flatMap(coordinator.get, (s) => Effect.sync(() => void seen.push(s.moves.get(h.moveId)!.rounds.map((r) => r.kind)))).pipe(Effect.andThen(link.commit(h))),
+          }),
+        }),
+      })
+      assert.strictEqual(move.state, "committed")
+      assert.deepStrictEqual(seen, [["full", "delta", "delta", "final"]])
+      assert.deepStrictEqual(move.rounds.map((r) => r.kind), ["full", "delta", "delta", "final"])
+      // Recorded before its send was measured: its send time is the commit's `sendMs` phase.
+      assert.strictEqual(move.rounds.at(-1)?.sendMs, 0)
+      assert.isTrue(move.phases!.sendMs > 0)
+      assert.strictEqual(outcome._tag, "Committed")
+    }))
+
+  it.effect("the coordinator aborts the move while the source is paused (its move wait timed out): the final round is refused, nothing reaches the target, the guest resumes on the source", () =>
+    Effect.gen(function* () {
+      const { a, b, move, session, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: off({ onPause: (coordinator, hostId, vmId) => (hostId === "a" && vmId === "s1" ? coordinator.abortMove("m1", "timeout") : Effect.void) }),
+      })
+      assert.strictEqual(move.state, "aborted")
+      assert.strictEqual(move.abortReason, "timeout")
+      assert.isFalse(move.rounds.some((r) => r.kind === "final" || r.kind === "intent"))
+      assert.strictEqual(outcome._tag, "Gone")
+      assert.deepStrictEqual(yield* b.runtime.list, [], "the target never committed, and dropped its incoming VM")
+      assert.deepStrictEqual(yield* b.residents.all, [])
+      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1)
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+
+  /** A move left owed with its final round sent but not held by the coordinator: the link to the target cut at the commit. */
+  const strandedMove = Effect.gen(function* () {
+    const link = cuttable()
+    link.cut.commit = "before"
+    link.cut.abort = true
+    const run = yield* runMove({ maxDowntimeMs: 600, fleet: off({ wrapLink: link.wrap }) })
+    assert.strictEqual(run.outcome._tag, "Owed")
+    const [owed] = yield* run.a.residents.pendingCommits
+    assert.isUndefined(owed!.intentRecorded, "a debt without the intent")
+    yield* run.a.residents.addPendingCommit({ ...owed!, finalRecorded: false })
+    yield* run.fleet.coordinator.forgetFinalRound("m1")
+    return { ...run, link }
+  })
+
+  it.effect("a final round whose record did not land is recorded on the next pass (no intent) before the target may run the guest; then the move commits", () =>
+    Effect.gen(function* () {
+      const { fleet, a, b, settle, link } = yield* strandedMove
+      link.cut.commit = "no"
+      link.cut.abort = false
+      yield* settle
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "committed")
+      assert.deepStrictEqual(s.moves.get("m1")?.rounds.map((r) => r.kind), ["full", "delta", "delta", "final"])
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+
+  it.effect("a move that ended before its final round's record never runs on the target: the target drops what it holds, the guest resumes on the source", () =>
+    Effect.gen(function* () {
+      const { fleet, a, b, settle, link } = yield* strandedMove
+      yield* fleet.coordinator.abortMove("m1", "timeout")
+      link.cut.commit = "no"
+      link.cut.abort = false
+      yield* settle
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "aborted")
+      assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "a"])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.deepStrictEqual(yield* b.target.incoming, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
+    }))
+})
+
+describe("the intent held before the first round (as QEMU), then the move ends while the rounds are recorded (review item 3)", () => {
+  it.effect("a pre-copy round refused (409: an admin aborted the move) is seen before the debt: the pause is given back, nothing reaches the target, the guest runs on the source", () =>
+    Effect.gen(function* () {
+      let commits = 0
+      const { fleet, a, b, move, session, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          intentFirst: (coordinator, hostId) => (hostId === "a" ? coordinator.abortMove("m1", "an admin's abort") : Effect.void),
+          wrapLink: (link) => ({ ...link, commit: (h) => Effect.andThen(Effect.sync(() => void commits++), link.commit(h)) }),
+        },
+      })
+      assert.strictEqual(move.state, "aborted")
+      assert.strictEqual(move.abortReason, "an admin's abort")
+      assert.deepStrictEqual(move.rounds.map((r) => r.kind), ["intent"])
+      assert.strictEqual(outcome._tag, "Gone")
+      assert.strictEqual(commits, 0, "the target was never asked to run the guest")
+      assert.strictEqual(yield* Ref.get(b.runtime.starts), 0)
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1)
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
+    }))
+})

@@ -188,10 +188,8 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     expect(Downtime.phasesConsistent(phases), JSON.stringify(phases)).toBe(true)
     // The phases name every part of the pause: they sum to it (within 5 ms; here exactly).
     expect(Math.abs(phases.downtimeMs - (phases.captureMs + phases.sendMs + phases.commitMs))).toBeLessThanOrEqual(5)
-    // The intent first (QEMU may stop the guest at any pass, so it precedes the first round), the final round's measured figures last.
-    expect(moved.body.move.rounds.map((r: { kind: string }) => r.kind).slice(0, 2)).toEqual(["intent", "full"])
+    expect(moved.body.move.rounds[0].kind).toBe("full")
     expect(moved.body.move.rounds.at(-1).kind).toBe("final")
-    expect(moved.body.move.rounds.at(-1).sendMs).toBeGreaterThan(0)
     expect([(await session("q1")).state, (await session("q1")).hostId]).toEqual(["running", "b"])
     await awaitTick(con("b", "q1"), continuedFrom(before), "q1's counter goes on on b")
     expect(boots(con("b", "q1"))).toBe(0)
@@ -204,8 +202,6 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     console.log("QEMU's own downtime:", outcome.runtimeDowntimeMs, "ms; where the pause went:", JSON.stringify(outcome.pause), "guard:", JSON.stringify(outcome.guard))
     const p = outcome.pause!
     expect(Math.abs(p.captureMs + p.persistMs + p.sendMs + p.recordWaitMs + p.peerCommitMs - phases.downtimeMs)).toBeLessThan(0.001)
-    // The coordinator held the intent before the pause: nothing of its record is in the pause.
-    expect([p.intentBeforePause, p.recordWaitMs]).toEqual([true, 0])
     expect(outcome.guard).toMatchObject({ allowanceMs: 400, allowanceSource: "prior", allowanceSamples: 0 })
   }, 240_000)
 
