@@ -163,7 +163,7 @@ const moveText = (m: Records.Move): string => {
     ["move", m.id],
     ["session", m.sessionId],
     ["from → to", `${m.sourceHostId} → ${m.targetHostId}`],
-    ["state", m.state === "pending" && m.rounds.some((r) => r.kind === "final") ? "pending (in doubt: final round recorded)" : m.state],
+    ["state", m.state === "pending" && m.rounds.some((r) => r.kind === "final" || r.kind === "intent") ? "pending (in doubt: past the point of no return)" : m.state],
     ["budget", Format.duration(m.maxDowntimeMs)],
     ["rounds", m.rounds.length === 0 ? "none" : m.rounds.map((r) => r.kind).join(", ")],
     ...(m.phases === null
@@ -645,7 +645,7 @@ const moves = Command.make("moves").pipe(
         const state = Option.getOrUndefined(a.state) as Records.Move["state"] | undefined
         const all = yield* call(target, client.moves.listAll({ state, hostId: Option.getOrUndefined(a.host) }))
         if (json) return yield* printJson(all)
-        const rows = all.map((m) => [m.id, m.sessionId, m.sourceHostId, m.targetHostId, m.state, m.state === "pending" && m.rounds.some((r) => r.kind === "final") ? "in doubt" : "-"])
+        const rows = all.map((m) => [m.id, m.sessionId, m.sourceHostId, m.targetHostId, m.state, m.state === "pending" && m.rounds.some((r) => r.kind === "final" || r.kind === "intent") ? "in doubt" : "-"])
         yield* print(rows.length === 0 ? "no moves" : Format.table(["MOVE", "SESSION", "FROM", "TO", "STATE", "FINAL ROUND"], rows))
       }),
     ).pipe(Command.withDescription("moves, oldest first; an in-doubt one (final round recorded, still pending) is marked")),

@@ -41,6 +41,12 @@ export interface AgentConfig {
    * the guest running itself (SPEC §13: that report commits the in-doubt move).
    */
   readonly reportRunningAfterMs: number
+  /**
+   * Whether a source records its move's intent (the point of no return) with the coordinator
+   * before the pause (`ENGRAM_AGENT_MOVE_INTENT=1`; needs a coordinator that accepts intent
+   * rounds). Off: the final round's record is the point of no return, taken in the pause.
+   */
+  readonly moveIntent: boolean
   /** Templates this host builds at start (in the background) unless its runtime holds them. */
   readonly templates: readonly TemplateSpec[]
 }
@@ -238,6 +244,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           maxPreCopyRounds: config.maxPreCopyRounds,
           allowance,
           coordinatorKeepsGuard: fromCoordinator,
+          moveIntent: config.moveIntent,
         })
         if (outcome._tag === "Committed") yield* Ref.update(commits, (m) => new Map(m).set(move.targetHostId, [...(m.get(move.targetHostId) ?? []), outcome.phases.commitMs].slice(-Downtime.defaultAllowancePolicy.window)))
         yield* Ref.update(outcomes, (o) => [...o.slice(-49), { moveId: move.id, ...outcome }])

@@ -51,6 +51,7 @@ const settings = {
   maxPreCopyRounds: int("ENGRAM_AGENT_MAX_PRECOPY_ROUNDS", 2).pipe(Config.option),
   stagingGraceMs: int("ENGRAM_AGENT_STAGING_GRACE_MS", 1).pipe(Config.option),
   reportRunningAfterMs: int("ENGRAM_AGENT_REPORT_RUNNING_AFTER_MS", 1).pipe(Config.option),
+  moveIntent: Config.schema(Schema.Literals(["0", "1"]).annotate({ message: "must be 0 or 1" }), "ENGRAM_AGENT_MOVE_INTENT").pipe(Config.withDefault("0" as const)),
   peers: Config.String("ENGRAM_PEERS").pipe(Config.withDefault("")),
   port: intOr("ENGRAM_AGENT_PORT", 7100, 0),
   listenHost: Config.String("ENGRAM_AGENT_HOST").pipe(Config.withDefault("127.0.0.1")),
@@ -214,6 +215,7 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       maxPreCopyRounds: given(s.maxPreCopyRounds)?.value ?? base.maxPreCopyRounds,
       stagingGraceMs: given(s.stagingGraceMs)?.value ?? base.stagingGraceMs,
       reportRunningAfterMs: given(s.reportRunningAfterMs)?.value ?? base.reportRunningAfterMs,
+      moveIntent: s.moveIntent === "1",
       templates: (() => {
         const parsed = Templates.parse(s.templates)
         return "specs" in parsed ? parsed.specs : []

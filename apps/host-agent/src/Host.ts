@@ -32,6 +32,7 @@ export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limi
   maxPreCopyRounds: 6,
   stagingGraceMs: 60_000,
   reportRunningAfterMs: 10_000,
+  moveIntent: false,
   templates: [],
 })
 

@@ -52,14 +52,21 @@ export const PendingCommit = Schema.Struct({
   target: Schema.optionalKey(MoveTargetRef),
   pause: Schema.optionalKey(PauseTimes),
   /**
-   * The final round, and whether the coordinator holds it: it is recorded while it is sent, so
-   * an agent that stopped in between records it (or learns the move ended) before the target may
-   * run the guest. Absent in files of older agents, which recorded it before writing the file.
+   * The final round (its measured figures once sent), and whether the coordinator holds it: it
+   * is recorded once the guest runs on the target, before the commit. Absent in files of older
+   * agents, which recorded it before writing the file.
    */
   final: Schema.optionalKey(Records.MoveRound),
   /** Pre-copy rounds measured only at the pause, recorded before the final one. */
   lateRounds: Schema.optionalKey(Schema.Array(Records.MoveRound)),
   finalRecorded: Schema.optionalKey(Schema.Boolean),
+  /**
+   * Whether the coordinator is known to hold the move's intent (its point of no return): true
+   * when it was recorded before the pause or once recorded beside the send. False: an agent that
+   * stopped records it (or learns the move ended) before the target may run the guest. Absent in
+   * files of older agents: their `finalRecorded` stands for it.
+   */
+  intentRecorded: Schema.optionalKey(Schema.Boolean),
   /** What the guard decided on, posted with the commit to a coordinator that keeps it (absent: it does not). */
   guard: Schema.optionalKey(Records.MoveGuardReport),
 })

@@ -6,19 +6,23 @@
  *
  * 1. the target prepares an incoming VM and answers its endpoint (`link.prepare`);
  * 2. the runtime migrates to it, each pre-copy round recorded with the coordinator as it is
- *    measured; a refusal before the pause or an abort at the post-capture check ends the move
- *    with the guest running here;
+ *    measured; before the runtime may let the guest pause (`beforePause`), the source records
+ *    its intent with the coordinator, the guest still running: the next round is the final one,
+ *    and the target may run the guest once that stream is complete (the point of no return: no
+ *    timeout aborts the move from then on); a refusal before the pause or an abort at the
+ *    post-capture check ends the move with the guest running here;
  * 3. at the post-capture check point (guest paused, nothing of the final round sent) the source
- *    writes that it owes the move's outcome (durably, in the state file), then records the
- *    final round with the coordinator (the point of no return) while the runtime sends it: the
- *    record is an HTTP round trip that need not lengthen the pause, since the target runs the
- *    guest only on the source's commit, which waits for both;
- * 4. the target commits (resumes the VM), the source posts the phases and drops its paused copy.
+ *    writes that it owes the move's outcome (durably, in the state file), then the runtime sends
+ *    the final round; the paused path waits for no record (a runtime that paused before the
+ *    intent was held has it recorded beside the send);
+ * 4. the target commits (resumes the VM); then, outside the pause, the source records the final
+ *    round's measured figures, posts the phases and drops its paused copy.
  *
- * What it decides: the target runs the guest only once the coordinator holds the final round;
- * from then on the source copy is resumed only when the target answered that the guest does not
- * run there (it refused the commit, or confirmed an abort). A link failure leaves the commit
- * owed: the source stays paused and asks again. Never two running copies. The commit allowance
+ * What it decides: the target runs the guest only once the coordinator holds the intent and the
+ * stream is complete; from then on the source copy is resumed only when the target answered that
+ * the guest does not run there (it refused the commit, or confirmed an abort) and the coordinator
+ * has ended the move. A link failure leaves the commit owed: the source stays paused and asks
+ * again. Never two running copies. The commit allowance
  * of the guard is learned from this host pair's recent commits (core's `Downtime.commitAllowance`);
  * the phases name every part of the pause and sum to it.
  */
@@ -46,6 +50,11 @@ export interface MoveSourceDeps {
   readonly allowance: Downtime.Allowance
   /** Whether the coordinator keeps the guard's figures (it sent the allowance): the commit then carries them. */
   readonly coordinatorKeepsGuard: boolean
+  /**
+   * Whether the intent is recorded before the pause (`ENGRAM_AGENT_MOVE_INTENT=1`). Off (the
+   * default): the final round's record, beside its send in the pause, is the point of no return.
+   */
+  readonly moveIntent?: boolean | undefined
 }
 
 /**
@@ -61,12 +70,18 @@ export interface PauseParts {
   readonly persistMs: number
   /** The final round's send, from its start until the runtime said it was sent. */
   readonly sendMs: number
-  /** Waiting for the final round's record with the coordinator after the send was done (0 when the record was first). */
+  /**
+   * Waiting for the intent's record with the coordinator after the send was done: 0 when the
+   * intent was held before the pause (`intentBeforePause`), else the part of its round trip
+   * (beside the send) that outlasted the send.
+   */
   readonly recordWaitMs: number
   /** The target's commit: the peer round trip, its wait for the stream's end, the resume. */
   readonly peerCommitMs: number
-  /** The record's own round trip, which ran beside the send (not a part of its own). */
+  /** The intent's own round trip: before the pause, or beside the send (not a part of the pause of its own). */
   readonly recordMs: number
+  /** Whether the coordinator held the intent before the pause (false: the runtime paused on its own first). */
+  readonly intentBeforePause: boolean
 }
 
 /** How a move ended on the source. */
@@ -95,7 +110,7 @@ export type MoveOutcome =
   /** The coordinator no longer holds the move pending (ended or aborted elsewhere). */
   | { readonly _tag: "Gone"; readonly reason: string }
   /**
-   * The final round is recorded and sent, but the target's commit is not confirmed (the link
+   * The intent is recorded and the final round sent, but the target's commit is not confirmed (the link
    * failed): the source keeps its copy paused and the outcome stays owed, settled on a later pass.
    */
   | { readonly _tag: "Owed"; readonly reason: string }
@@ -113,6 +128,9 @@ const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Effect<A, 
 
 const jsonMs = (ms: number) => (Number.isFinite(ms) ? Math.ceil(ms) : Number.MAX_SAFE_INTEGER)
 
+/** The source's intent as the coordinator records it: the next round is the final one (no figures). */
+const intentRound: RoundReport = { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }
+
 /** The round as the coordinator records it. */
 const report = (r: MoveRound): RoundReport => ({ kind: r.kind, wireBytes: r.wireBytes, apparentBytes: r.apparentBytes, sendMs: r.sendMs, captureMs: r.captureMs })
 
@@ -120,12 +138,14 @@ const report = (r: MoveRound): RoundReport => ({ kind: r.kind, wireBytes: r.wire
  * Records a move's pre-copy rounds with the coordinator in order, each in a fiber of its own
  * (in the caller's scope): the runtime's migration loop does not wait for the coordinator, so a
  * slow answer never runs into the pause. `recorded` waits for every round pushed so far and
- * fails with the first failure (a 409: the move is no longer pending).
+ * fails with the first failure (a 409: the move is no longer pending). `ended` answers, without
+ * waiting, the 409 a round already got (the move ended meanwhile), if any.
  */
 const roundRecorder = (coordinator: CoordinatorShape, moveId: string) =>
   Effect.gen(function* () {
     const scope = yield* Effect.scope
     let last: Fiber.Fiber<void, Conflict | CoordinatorError> | null = null
+    let conflict: Conflict | null = null
     const push = (round: RoundReport) =>
       Effect.gen(function* () {
         const before = last
@@ -133,12 +153,13 @@ const roundRecorder = (coordinator: CoordinatorShape, moveId: string) =>
           Effect.gen(function* () {
             if (before !== null) yield* Fiber.join(before)
             yield* retrying(coordinator.round(moveId, round))
-          }),
+          }).pipe(Effect.tapError((e) => Effect.sync(() => void (e._tag === "Conflict" && conflict === null ? (conflict = e) : undefined)))),
           scope,
         )
       })
     const recorded = Effect.suspend(() => (last === null ? Effect.void : Fiber.join(last)))
-    return { push, recorded }
+    const ended = Effect.sync(() => conflict)
+    return { push, recorded, ended }
   })
 
 /** Runs one move from the source. Never fails: every failure is cleaned up and answered. */
@@ -182,6 +203,11 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         return { _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, paused: false, rounds } as const
       }
       const endpoint = yield* link.prepare(header)
+      // The point of no return, recorded while the guest still runs (after the rounds so far).
+      // Only with `moveIntent`; off, the final round's record (in the pause) is that point.
+      const withIntent = deps.moveIntent === true
+      const intent = { startedAtMs: null as number | null, heldAtMs: null as number | null }
+      const recordIntent = recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, intentRound))))
       yield* Effect.logInfo("move: the target waits; streaming", { hostId: deps.hostId, moveId: move.id, endpoint: endpoint.uri })
       const result = yield* runtime.migrate(move.sessionId, {
         moveId: move.id,
@@ -193,6 +219,15 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
             rounds.push(round)
             yield* recorder.push(round)
           }),
+        ...(withIntent
+          ? {
+              beforePause: Effect.gen(function* () {
+                intent.startedAtMs = yield* nowMs
+                yield* recordIntent
+                intent.heldAtMs = yield* nowMs
+              }),
+            }
+          : {}),
       })
       if (result._tag !== "AtSwitchover") yield* recorder.recorded.pipe(Effect.ignore)
       if (result._tag === "Refused") {
@@ -206,14 +241,16 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
 
       // Paused at the post-capture check point: nothing of the final round has left this host.
       // First the debt, durably: once the send starts, a restarted agent finds the source copy
-      // paused past the switchover and must know it owes the outcome. Then the final round is
-      // recorded while it is sent; the target runs the guest only on our commit, after both.
-      // The send time is not known at the record: its `sendMs` is 0; the measured one is the
-      // commit's `sendMs` phase.
+      // paused past the switchover and must know it owes the outcome. The coordinator holds the
+      // intent (taken before the pause, `beforePause`), so the paused path waits only for the
+      // send and the target's commit; a runtime that paused on its own before the intent was
+      // taken (QEMU converging by itself) records it now, beside the send. The final round's
+      // figures are recorded once the guest runs on the target, outside the pause.
       const at = result
       const checkedAtMs = yield* nowMs
       const final = report(at.final)
       const late = at.unreported.map(report)
+      const intentBeforePause = intent.heldAtMs !== null
       const owed: PendingCommit = {
         moveId: move.id,
         sessionId: move.sessionId,
@@ -222,45 +259,66 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         pause: { pausedAtMs: at.pausedAtMs, captureMs: checkedAtMs - at.pausedAtMs },
         final,
         finalRecorded: false,
+        ...(withIntent ? { intentRecorded: intentBeforePause } : {}),
         ...(late.length === 0 ? {} : { lateRounds: late }),
         ...(deps.coordinatorKeepsGuard ? { guard: reportOf(deps.allowance, at.estimateMs) } : {}),
       }
-      // The pre-copy rounds QEMU finished before the pause are records like the others (no point
-      // of no return): they go now, beside the write of the debt, so that only the final
-      // round's record is left after it.
+      // The pre-copy rounds QEMU finished before the pause are records like the others: they go
+      // now, in the background, recorded before the final round (once the guest runs on the target).
       for (const r of late) yield* recorder.push(r)
+      // With the intent held before the first round (QEMU), the pre-copy rounds are recorded in
+      // the background while the guest runs: one refused (409) means the move ended meanwhile
+      // (an admin abort, the session ended). Checked without waiting, before the debt and again
+      // before the send: the pause is given back, nothing reaches the target.
+      const endedMeanwhile = Effect.gen(function* () {
+        const conflict = yield* recorder.ended
+        if (conflict === null) return
+        yield* at.abort
+        yield* residents.removePendingCommit(move.id)
+        return yield* conflict
+      })
+      yield* endedMeanwhile
       yield* residents.owePaused(owed)
+      yield* endedMeanwhile
       const persistedAtMs = yield* nowMs
       const timed = <A, E>(eff: Effect.Effect<A, E>) => Effect.gen(function* () {
         const r = yield* Effect.result(eff)
         return { r, atMs: yield* nowMs }
       })
-      // The pre-copy rounds' records first (a refused one, a 409: the move is no longer pending).
-      const record = recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, final))))
+      // Off: the final round is recorded beside its send (the point of no return, in the pause).
+      const recordFinal = recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, final))))
+      const record = withIntent ? (intentBeforePause ? Effect.void : recordIntent) : recordFinal
       const [recorded, sent] = yield* Effect.all([timed(record), timed(at.switchover)], { concurrency: 2 })
       if (recorded.r._tag === "Failure") {
-        // The coordinator does not hold the final round: the target never runs the guest (it
-        // runs only on our commit); the pause is given back here, the target drops what it got.
+        // The coordinator does not hold the intent: the target never runs the guest (it runs
+        // only on our commit); the pause is given back here, the target drops what it got.
         yield* at.abort
         yield* residents.removePendingCommit(move.id)
         if (recorded.r.failure._tag === "Conflict") return yield* recorded.r.failure
-        const reason = `move failed: the final round could not be recorded: ${recorded.r.failure.message}`
+        const reason = `move failed: the ${withIntent ? "intent" : "final round"} could not be recorded: ${recorded.r.failure.message}`
         yield* abandon(reason)
         return { _tag: "Failed", reason, paused: true } as const
       }
-      rounds.push(...late, final)
       if (sent.r._tag === "Failure") {
         // The stream did not complete: the target cannot run the guest (it runs only on our
-        // commit, which is never sent now); the runtime gave the pause back here.
+        // commit, which is never sent now); the runtime gave the pause back here. The intent is
+        // no fence against that: the source's own abort ends the move.
         const reason = `move failed: the final round was not sent: ${sent.r.failure.message}`
         yield* abandon(reason)
         yield* residents.removePendingCommit(move.id)
         return { _tag: "Failed", reason, paused: true } as const
       }
       const bothAtMs = Math.max(recorded.atMs, sent.atMs)
-      const sentOwed: PendingCommit = { ...owed, finalRecorded: true, pause: { ...owed.pause!, sendMs: sent.r.success.sendMs, sentAtMs: bothAtMs } }
+      // The final round as measured: its bytes on the wire and its send.
+      const measured: RoundReport = { ...final, wireBytes: Math.round(sent.r.success.finalWireBytes), sendMs: sent.r.success.sendMs }
+      const sentOwed: PendingCommit = {
+        ...owed,
+        ...(withIntent ? { final: measured, intentRecorded: true } : { finalRecorded: true }),
+        pause: { ...owed.pause!, sendMs: sent.r.success.sendMs, sentAtMs: bothAtMs },
+      }
       const settled = yield* confirmAtTarget(deps, sentOwed)
       if (settled._tag === "Owed") return { _tag: "Owed", reason: settled.reason } as const
+      if (settled._tag === "CommittedElsewhere") return { _tag: "Gone", reason: settled.reason } as const
       if (settled._tag === "Refused") {
         return { _tag: "Failed", reason: settled.reason, paused: true } as const
       }
@@ -270,9 +328,18 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         sendMs: sent.atMs - persistedAtMs,
         recordWaitMs: Math.max(0, recorded.atMs - sent.atMs),
         peerCommitMs: settled.runningAtMs - bothAtMs,
-        recordMs: recorded.atMs - persistedAtMs,
+        recordMs: intent.heldAtMs !== null && intent.startedAtMs !== null ? intent.heldAtMs - intent.startedAtMs : recorded.atMs - persistedAtMs,
+        intentBeforePause,
       }
-      return { _tag: "Confirmed", owed: settled.owed, runtimeDowntimeMs: sent.r.success.runtimeDowntimeMs, pause, estimateMs: at.estimateMs } as const
+      // The guest runs on the target: the late rounds and the final round's measured figures
+      // go to the coordinator now, outside the pause (the commit needs the final round). A
+      // failure here leaves `finalRecorded` false: settling the debt records it first.
+      // Off: the final round was recorded in the pause; nothing is left to record.
+      const figures = withIntent ? yield* recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, measured))), Effect.result) : null
+      const owedNow: PendingCommit = figures === null ? settled.owed : { ...settled.owed, finalRecorded: figures._tag === "Success" }
+      if (figures?._tag === "Success") yield* residents.addPendingCommit(owedNow)
+      rounds.push(...late, measured)
+      return { _tag: "Confirmed", owed: owedNow, runtimeDowntimeMs: sent.r.success.runtimeDowntimeMs, pause, estimateMs: at.estimateMs } as const
     })
 
     const outcome = yield* Effect.scoped(protocol).pipe(
@@ -307,7 +374,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
     return {
       _tag: "Committed",
       phases,
-      rounds: rounds.map((r) => (r.kind === "final" ? { ...r, sendMs: phases.sendMs } : r)),
+      rounds,
       runtimeDowntimeMs: outcome.runtimeDowntimeMs,
       pause: outcome.pause,
       guard: CoreMove.guardOf(reportOf(deps.allowance, outcome.estimateMs), phases),
@@ -344,12 +411,16 @@ const headerOf = (deps: SettleDeps, owed: PendingCommit, target: { readonly targ
 })
 
 /**
- * Asks the target to commit a move whose final round is recorded (and, normally, sent):
+ * Asks the target to commit a move whose intent is recorded (and, normally, its final round sent):
  *
  * - it commits (or had committed: a repeat succeeds): the phases are measured to its answer and
  *   the owed record carries them (`Confirmed`);
- * - it refuses (`refused`: the guest does not run there, its incoming VM is gone): only then the
- *   source copy resumes, and the move is aborted with the coordinator (`Refused`);
+ * - it refuses (`refused`: the guest does not run there, its incoming VM is gone, e.g. its stream
+ *   was incomplete): the move is aborted with the coordinator, and only once the coordinator has
+ *   ended it the source copy resumes (`Refused`; an abort not acknowledged: `Owed`, still paused).
+ *   An abort refused (409) means the move ended either way: it is read, and the source copy
+ *   resumes only if it reads aborted with the session on this host; committed (the target's
+ *   report landed while the link was down) drops the paused copy (`CommittedElsewhere`);
  * - no answer (the link failed, the target is down): the owed record stays, the source stays
  *   paused (`Owed`), asked again on a later pass. Never two running copies.
  */
@@ -383,55 +454,133 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
       yield* Effect.logWarning(`move outcome owed: ${reason}`, { moveId: owed.moveId, target: owed.target.targetHostId })
       return { _tag: "Owed", reason } as const
     }
-    // The target answered: the guest does not run there. Only now the source copy runs again.
+    // The target answered: the guest does not run there (its stream was incomplete, or its VM
+    // failed). The coordinator holds the intent, so it ends the move first (the source's abort);
+    // only then the source copy runs again. An abort not acknowledged leaves the debt: the
+    // source stays paused and asks the target again on the next pass (it refuses again).
     const reason = `move failed: the target refused the commit: ${e.message}`
+    const stayPaused = (why: string) =>
+      Effect.gen(function* () {
+        yield* residents.addPendingCommit(owed)
+        yield* Effect.logWarning(`${reason}; ${why}; the source copy stays paused`, { moveId: owed.moveId })
+        return { _tag: "Owed", reason: `${reason}; ${why}` } as const
+      })
+    const aborted = yield* retrying(coordinator.abort(owed.moveId, reason)).pipe(Effect.result)
+    if (aborted._tag === "Failure") {
+      if (aborted.failure._tag !== "Conflict") return yield* stayPaused(`the coordinator has not ended the move yet (${aborted.failure.message})`)
+      // 409: the move is no longer pending, but it may have ended either way: committed (the
+      // target's report landed while the link was down; the target then refuses a late commit,
+      // its reconcile having cleared the move) means the guest runs there. Read which.
+      const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+      if (read._tag === "Failure") return yield* stayPaused(`the move cannot be read (${read.failure.message})`)
+      const m = read.success
+      if (m.state === "committed") {
+        const vm = yield* residents.get(owed.sessionId)
+        if (vm !== undefined && vm.moveId === null) {
+          yield* runtime.destroy(owed.sessionId)
+          yield* residents.remove(owed.sessionId)
+        }
+        yield* residents.removePendingCommit(owed.moveId)
+        const why = `the target refused a late commit of move ${m.id}, which the coordinator holds committed (the guest runs on ${m.targetHostId}); the paused source copy was dropped`
+        yield* Effect.logWarning(why, { moveId: owed.moveId, sessionId: owed.sessionId })
+        return { _tag: "CommittedElsewhere", reason: why } as const
+      }
+      if (m.state !== "aborted") return yield* stayPaused(`the move reads ${m.state}`)
+      const session = yield* retrying(coordinator.getSession(owed.sessionId)).pipe(Effect.result)
+      if (session._tag === "Failure") return yield* stayPaused(`the session's placement cannot be read (${session.failure.message})`)
+      const here = session.success !== null && session.success.hostId === deps.hostId && onHostStates.has(session.success.state)
+      if (!here) {
+        yield* residents.removePendingCommit(owed.moveId)
+        yield* Effect.logError(`${reason}; the move was aborted but the session is not on this host: the source copy is not resumed`, { moveId: owed.moveId, sessionId: owed.sessionId })
+        return { _tag: "Refused", reason, restoredOnSource: false } as const
+      }
+    }
     yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
     yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
-    yield* retrying(coordinator.abort(owed.moveId, reason)).pipe(
-      Effect.catchTag("Conflict", () => Effect.void),
-      Effect.catch((err) => Effect.logWarning("move abort not acknowledged", { moveId: owed.moveId, error: err.message })),
-    )
     yield* residents.removePendingCommit(owed.moveId)
     yield* Effect.logWarning(reason, { moveId: owed.moveId, sessionId: owed.sessionId })
     return { _tag: "Refused", reason, restoredOnSource: true } as const
   })
 
+/** Whether an owed move's intent is known to be held by the coordinator (files of older agents: their final round's record). */
+const intentHeld = (owed: PendingCommit): boolean => owed.intentRecorded ?? owed.finalRecorded !== false
+
 /**
- * An owed move whose final round may not be recorded (the agent stopped while recording it):
- * the move is read, and what it lacks is recorded before the target may run the guest. A move
- * that holds its final round or is committed goes on; one that ended otherwise must not run
- * on the target: the target drops what it holds, then the source copy resumes.
+ * An owed move whose intent may not be recorded (the runtime paused on its own and the agent
+ * stopped while recording it beside the send): the move is read, and a pending move without
+ * its intent gets it before the target may run the guest. Recording it now is safe whatever the
+ * stream did: the target runs the guest only on our commit and only with a complete stream; it
+ * refuses an incomplete one, and then the move is aborted before the source copy resumes
+ * (`confirmAtTarget`). A committed move goes on; one that ended otherwise must not run on the
+ * target: the target drops what it holds, then the source copy resumes.
+ */
+const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
+  Effect.gen(function* () {
+    const { coordinator, residents, runtime, link } = deps
+    if (intentHeld(owed)) return { _tag: "Held", owed } as const
+    const held = { _tag: "Held", owed: { ...owed, intentRecorded: true } } as const
+    const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+    if (read._tag === "Failure") return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const
+    const m = read.success
+    if (m.state === "pending" && owed.intentRecorded === undefined) {
+      // A debt of an agent without the intent (`moveIntent` off, or older): its point of no
+      // return is the final round, recorded (the late rounds first unless held) before the
+      // target may run the guest.
+      if (owed.final !== undefined && !CoreMove.finalRoundRecorded(m)) {
+        const late = owed.lateRounds ?? []
+        const lastLate = late.at(-1)
+        const lateHeld = lastLate !== undefined && JSON.stringify(m.rounds.at(-1)) === JSON.stringify(lastLate)
+        const r = yield* Effect.forEach([...(lateHeld ? [] : late), owed.final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
+        if (r._tag === "Failure") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
+      }
+      const recorded = { ...owed, finalRecorded: true }
+      yield* residents.addPendingCommit(recorded)
+      return { _tag: "Held", owed: recorded } as const
+    }
+    if (m.state === "pending") {
+      if (!CoreMove.pastNoReturn(m)) {
+        const r = yield* retrying(coordinator.round(owed.moveId, intentRound)).pipe(Effect.result)
+        if (r._tag === "Failure") return { _tag: "Owed", reason: `the intent is not recorded yet: ${r.failure.message}` } as const
+      }
+      yield* residents.addPendingCommit(held.owed)
+      return held
+    }
+    if (m.state === "committed") return held
+    const target = owed.target ?? { targetHostId: m.targetHostId, memMib: 0, vcpus: 0 }
+    const dropped = yield* link.abort(headerOf(deps, owed, target)).pipe(Effect.retry({ times: 2 }), Effect.result)
+    if (dropped._tag === "Failure") return { _tag: "Owed", reason: `the move ended before its intent was recorded; the target's copy could not be dropped yet: ${dropped.failure.message}` } as const
+    yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
+    yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
+    yield* residents.removePendingCommit(owed.moveId)
+    const reason = `the move ended (${m.state}: ${m.abortReason ?? "no reason"}) before its intent was recorded; the guest resumed on the source`
+    yield* Effect.logWarning(reason, { moveId: owed.moveId, sessionId: owed.sessionId })
+    return { _tag: "Refused", reason, restoredOnSource: true } as const
+  })
+
+/**
+ * The final round's figures of a move the target runs, recorded before the commit (which needs
+ * them) when the coordinator may not hold them yet: the late rounds first unless held. A move
+ * that no longer reads pending needs none (the commit's answer tells what happened to it).
  */
 const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
   Effect.gen(function* () {
-    const { coordinator, residents, runtime, link } = deps
+    const { coordinator, residents } = deps
     if (owed.finalRecorded !== false || owed.final === undefined) return { _tag: "Recorded", owed } as const
     const recorded = { _tag: "Recorded", owed: { ...owed, finalRecorded: true } } as const
     const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
     if (read._tag === "Failure") return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const
     const m = read.success
-    if (m.state === "pending") {
-      if (!m.rounds.some((round) => round.kind === "final")) {
-        // The late rounds go first unless the last recorded round is the last of them.
-        const late = owed.lateRounds ?? []
-        const lastLate = late.at(-1)
-        const held = lastLate !== undefined && JSON.stringify(m.rounds.at(-1)) === JSON.stringify(lastLate)
-        const r = yield* Effect.forEach([...(held ? [] : late), owed.final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
-        if (r._tag === "Failure") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
-      }
-      yield* residents.addPendingCommit(recorded.owed)
-      return recorded
+    if (m.state === "pending" && !CoreMove.finalRoundRecorded(m)) {
+      const late = owed.lateRounds ?? []
+      const lastLate = late.at(-1)
+      const held = lastLate === undefined || m.rounds.some((round) => JSON.stringify(round) === JSON.stringify(lastLate))
+      // A final round whose send was never measured (the agent stopped during it): the send time known at the pause, if any.
+      const final = owed.final.sendMs === 0 && owed.pause?.sendMs !== undefined ? { ...owed.final, sendMs: owed.pause.sendMs } : owed.final
+      const r = yield* Effect.forEach([...(held ? [] : late), final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
+      if (r._tag === "Failure" && r.failure._tag !== "Conflict") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
     }
-    if (m.state === "committed") return recorded
-    const target = owed.target ?? { targetHostId: m.targetHostId, memMib: 0, vcpus: 0 }
-    const dropped = yield* link.abort(headerOf(deps, owed, target)).pipe(Effect.retry({ times: 2 }), Effect.result)
-    if (dropped._tag === "Failure") return { _tag: "Owed", reason: `the move ended before its final round was recorded; the target's copy could not be dropped yet: ${dropped.failure.message}` } as const
-    yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
-    yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
-    yield* residents.removePendingCommit(owed.moveId)
-    const reason = `the move ended (${m.state}: ${m.abortReason ?? "no reason"}) before its final round was recorded; the guest resumed on the source`
-    yield* Effect.logWarning(reason, { moveId: owed.moveId, sessionId: owed.sessionId })
-    return { _tag: "Refused", reason, restoredOnSource: true } as const
+    yield* residents.addPendingCommit(recorded.owed)
+    return recorded
   })
 
 /**
@@ -451,16 +600,20 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
  * - anything else (the coordinator unreachable, the target unreachable for the abort): still
  *   owed, retried on the next pass.
  */
-export const settleCommit = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Settled> =>
+export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effect<Settled> =>
   Effect.gen(function* () {
-    if (owed.phases === null) {
-      const recorded = yield* ensureFinalRecorded(deps, owed)
-      if (recorded._tag !== "Recorded") return recorded
-      const confirmed = yield* confirmAtTarget(deps, recorded.owed)
+    if (debt.phases === null) {
+      const held = yield* ensureIntent(deps, debt)
+      if (held._tag !== "Held") return held
+      const confirmed = yield* confirmAtTarget(deps, held.owed)
+      if (confirmed._tag === "CommittedElsewhere") return { _tag: "Acknowledged" } as const
       if (confirmed._tag !== "Confirmed") return confirmed
       return yield* settleCommit(deps, confirmed.owed)
     }
-    const phases = owed.phases
+    const figures = yield* ensureFinalRecorded(deps, debt)
+    if (figures._tag !== "Recorded") return figures
+    const owed = figures.owed
+    const phases = owed.phases!
     const { coordinator, residents, runtime, link } = deps
     const dropLocalCopy = Effect.gen(function* () {
       const vm = yield* residents.get(owed.sessionId)

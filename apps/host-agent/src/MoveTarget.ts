@@ -108,6 +108,11 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
         Effect.gen(function* () {
           if (h.targetHostId !== hostId) return yield* refuse("commit", h.moveId, `this host is ${hostId}, not ${h.targetHostId}`)
           const vm = yield* residents.get(h.sessionId)
+          // A repeat of a commit that landed, answered after this host's reconcile cleared the
+          // move (the coordinator committed it on this target's report and places the session
+          // here): the guest runs here, which is what the source asks. Not a refusal, which
+          // would tell the source that the guest does not run here.
+          if (vm !== undefined && vm.moveId === null && vm.status === "running") return { resumedForMs: 0 }
           if (vm?.moveId !== h.moveId) return yield* refuse("commit", h.moveId, "no incoming VM for this move")
           yield* touch(h.moveId)
           if (vm.status === "running") return { resumedForMs: 0 }

@@ -51,6 +51,14 @@ describe("host agent configuration", () => {
     expect(error?.message).not.toContain("short-secret")
   })
 
+  it("ENGRAM_AGENT_MOVE_INTENT: off by default, 1 turns the move's intent on, anything else is refused by name and rule", async () => {
+    expect((await Effect.runPromise(fromEnvironment(required))).config?.moveIntent).toBe(false)
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_MOVE_INTENT: "0" }))).config?.moveIntent).toBe(false)
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_MOVE_INTENT: "1" }))).config?.moveIntent).toBe(true)
+    const error = await errorOf({ ...required, ENGRAM_AGENT_MOVE_INTENT: "yes" })
+    expect(error?.message).toBe(["invalid host agent configuration:", '  ENGRAM_AGENT_MOVE_INTENT="yes": must be 0 or 1'].join("\n"))
+  })
+
   it("an ENGRAM_* variable no engram component reads is warned about by name; the coordinator's are not", async () => {
     const lines: string[] = []
     const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])

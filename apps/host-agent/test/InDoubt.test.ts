@@ -1,5 +1,5 @@
 /**
- * An in-doubt move on the agents' side (SPEC §13): once the final round is recorded, a silent
+ * An in-doubt move on the agents' side (SPEC §13): once its intent is recorded (before the pause), a silent
  * source delays the move's end but never costs the guest. The target that runs the guest keeps
  * it and, when the source stays silent, reports it running itself, which commits the move; the
  * source, back, finds the move committed and drops its paused copy. Never two running copies.
@@ -36,9 +36,9 @@ describe("an in-doubt move on the agents", () => {
       yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
       yield* fleet.pass
       yield* fleet.quiesce
-      // In doubt: the final round is recorded, the guest runs on the target, the source paused.
+      // In doubt: the intent is recorded (the final round's figures, due after the resume, are not), the guest runs on the target, the source paused.
       let state = yield* fleet.coordinator.get
-      assert.isTrue(state.moves.get("m1")!.rounds.some((r) => r.kind === "final"))
+      assert.deepStrictEqual(state.moves.get("m1")!.rounds.map((r) => r.kind).slice(-1), ["intent"])
       assert.deepStrictEqual(running(yield* b.runtime.list), ["s1"])
       assert.deepStrictEqual(running(yield* a.runtime.list), [])
 

@@ -4,6 +4,7 @@ import { SimRuntime } from "@engram/runtime"
 import { Effect, Logger, Ref } from "effect"
 import { PeerError } from "../src/MoveTarget.js"
 import type { PeerLink } from "../src/PeerLink.js"
+import type { FakeCoordinator } from "./support/FakeCoordinator.js"
 import { makeFleet, type FleetOptions, type TestHost } from "./support/InProcess.js"
 
 type SimConfig = SimRuntime.SimConfig
@@ -64,8 +65,8 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
         assert.isTrue(Math.abs(sum - p.downtimeMs) < 1e-6, `parts ${JSON.stringify(parts)} sum to ${sum}, downtime ${p.downtimeMs}`)
         assert.deepStrictEqual(outcome.guard, { allowanceMs: 400, allowanceSource: "prior", allowanceSamples: 0, estimateMs: outcome.guard.estimateMs, estimateErrorMs: outcome.guard.estimateMs - p.downtimeMs, allowanceErrorMs: 400 - p.commitMs })
       }
-      // Rounds: a full round, deltas until the dirty set stops shrinking, then the final one.
-      assert.deepStrictEqual(move.rounds.map((r) => r.kind), ["full", "delta", "delta", "final"])
+      // Rounds: a full round, deltas until the dirty set stops shrinking, the intent (before the pause), then the final one.
+      assert.deepStrictEqual(move.rounds.map((r) => r.kind), ["full", "delta", "delta", "intent", "final"])
       assert.strictEqual(session.hostId, "b")
       assert.strictEqual(session.state, "running")
       assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
@@ -170,45 +171,96 @@ const capturingLogs = Effect.sync(() => {
   return { lines, layer: Logger.layer([logger]) }
 })
 
-describe("the final round is the point of no return (SPEC §5), and the coordinator knows it", () => {
-  it.effect("the final round is recorded while it is sent, and the target runs the guest only once the coordinator holds it", () =>
+describe("the intent is the point of no return (SPEC §5), held by the coordinator before the pause", () => {
+  it.effect("the intent is recorded while the guest still runs; the target runs the guest only once the coordinator holds it; the final round's measured figures follow the resume", () =>
+    Effect.gen(function* () {
+      const seen: Record<string, string[]> = {}
+      const kinds = (coordinator: FakeCoordinator, at: string) =>
+        Effect.flatMap(coordinator.get, (s) => Effect.sync(() => void (seen[at] = s.moves.get("m1")!.rounds.map((r) => r.kind))))
+      const { move, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          onBeforePause: (coordinator, hostId) => (hostId === "a" ? kinds(coordinator, "beforePause") : Effect.void),
+          onPause: (coordinator, hostId) => (hostId === "a" ? kinds(coordinator, "pause") : Effect.void),
+          // The target's commit (it resumes the guest): what the coordinator holds by then.
+          wrapLink: (link, coordinator) => ({ ...link, commit: (h) => kinds(coordinator, "commit").pipe(Effect.andThen(link.commit(h))) }),
+        },
+      })
+      // Before the intent the rounds' records may still be in flight; the intent follows them.
+      assert.isFalse(seen["beforePause"]!.includes("intent"))
+      assert.deepStrictEqual(seen, {
+        beforePause: seen["beforePause"]!,
+        pause: ["full", "delta", "delta", "intent"],
+        commit: ["full", "delta", "delta", "intent"],
+      })
+      assert.strictEqual(move.state, "committed")
+      // Recorded once the guest ran on the target: its measured send, the commit's `sendMs` phase.
+      const final = move.rounds.at(-1)!
+      assert.strictEqual(final.kind, "final")
+      assert.isTrue(final.sendMs > 0)
+      assert.strictEqual(final.sendMs, move.phases!.sendMs)
+      assert.strictEqual(outcome._tag, "Committed")
+      if (outcome._tag === "Committed") {
+        assert.isTrue(outcome.pause!.intentBeforePause)
+        assert.strictEqual(outcome.pause!.recordWaitMs, 0, "nothing of the intent's record is in the pause")
+      }
+    }))
+
+  it.effect("the coordinator's move wait times out while the source is paused: the intent refuses its abort, the move commits on the target", () =>
+    Effect.gen(function* () {
+      const tried: boolean[] = []
+      const { a, b, move, session, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: { onPause: (coordinator, hostId) => (hostId === "a" ? coordinator.timeoutAbort("m1").pipe(Effect.tap((x) => Effect.sync(() => void tried.push(x)))) : Effect.void) },
+      })
+      assert.deepStrictEqual(tried, [false], "refused: the move is past its point of no return")
+      assert.strictEqual(move.state, "committed")
+      assert.strictEqual(outcome._tag, "Committed")
+      assert.deepStrictEqual([session.state, session.hostId], ["running", "b"])
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+    }))
+
+  it.effect("the coordinator's move wait timed out before the intent: the intent is refused (409), the guest never pauses, nothing reaches the target, the guest runs on the source", () =>
+    Effect.gen(function* () {
+      const { a, b, move, session, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: { onBeforePause: (coordinator, hostId) => (hostId === "a" ? coordinator.timeoutAbort("m1").pipe(Effect.asVoid) : Effect.void) },
+      })
+      assert.strictEqual(move.state, "aborted")
+      assert.strictEqual(move.abortReason, "MoveTimeout")
+      assert.isFalse(move.rounds.some((r) => r.kind === "intent" || r.kind === "final"))
+      assert.strictEqual(outcome._tag, "Gone")
+      assert.strictEqual(yield* Ref.get(a.runtime.pauses), 0, "the guest never paused")
+      assert.deepStrictEqual(yield* b.runtime.list, [], "the target never committed, and dropped its incoming VM")
+      assert.deepStrictEqual(yield* b.residents.all, [])
+      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1)
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+
+  it.effect("a runtime that paused on its own before the intent (QEMU converging by itself) records it beside the send, before the target may run the guest", () =>
     Effect.gen(function* () {
       const seen: string[][] = []
       const { move, outcome } = yield* runMove({
         maxDowntimeMs: 600,
         fleet: {
-          // The target's commit (it resumes the guest): what the coordinator holds by then.
+          selfConverge: true,
           wrapLink: (link, coordinator) => ({
             ...link,
             commit: (h) => Effect.flatMap(coordinator.get, (s) => Effect.sync(() => void seen.push(s.moves.get(h.moveId)!.rounds.map((r) => r.kind)))).pipe(Effect.andThen(link.commit(h))),
           }),
         },
       })
+      assert.deepStrictEqual(seen, [["full", "delta", "delta", "intent"]])
       assert.strictEqual(move.state, "committed")
-      assert.deepStrictEqual(seen, [["full", "delta", "delta", "final"]])
-      // Recorded before its send was measured: its send time is the commit's `sendMs` phase.
-      assert.strictEqual(move.rounds.at(-1)?.sendMs, 0)
-      assert.isTrue(move.phases!.sendMs > 0)
       assert.strictEqual(outcome._tag, "Committed")
-    }))
-
-  it.effect("the coordinator aborts the move while the source is paused (its move wait timed out): the final round is refused, nothing reaches the target, the guest resumes on the source", () =>
-    Effect.gen(function* () {
-      const { a, b, move, session, outcome } = yield* runMove({
-        maxDowntimeMs: 600,
-        fleet: { onPause: (coordinator, hostId, vmId) => (hostId === "a" && vmId === "s1" ? coordinator.abortMove("m1", "timeout") : Effect.void) },
-      })
-      assert.strictEqual(move.state, "aborted")
-      assert.strictEqual(move.abortReason, "timeout")
-      assert.isFalse(move.rounds.some((r) => r.kind === "final"))
-      assert.strictEqual(outcome._tag, "Gone")
-      assert.deepStrictEqual(yield* b.runtime.list, [], "the target never committed, and dropped its incoming VM")
-      assert.deepStrictEqual(yield* b.residents.all, [])
-      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
-      // The same guest runs on the source: resumed, not booted again.
-      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
-      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1)
-      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      if (outcome._tag === "Committed") {
+        assert.isFalse(outcome.pause!.intentBeforePause)
+        const p = outcome.pause!
+        assert.isTrue(Math.abs(p.captureMs + p.persistMs + p.sendMs + p.recordWaitMs + p.peerCommitMs - move.phases!.downtimeMs) < 1e-6)
+      }
     }))
 
   it.effect("a commit that reaches an already-aborted move is logged as an error; the coordinator places the session on the source, so the target's copy is destroyed and the source's paused copy resumes", () =>
@@ -317,8 +369,8 @@ describe("the commit allowance is learned per host pair (SPEC §13)", () => {
     }))
 })
 
-describe("a final round whose record did not land (the agent stopped while it was being recorded)", () => {
-  /** A move left owed with its final round sent but not held by the coordinator: the link to the target cut at the commit. */
+describe("an intent whose record did not land (the runtime paused on its own, the agent stopped while recording it)", () => {
+  /** A move left owed with its final round sent but its intent not held by the coordinator: the link to the target cut at the commit. */
   const strandedMove = Effect.gen(function* () {
     const link = cuttable()
     link.cut.commit = "before"
@@ -326,20 +378,22 @@ describe("a final round whose record did not land (the agent stopped while it wa
     const run = yield* runMove({ maxDowntimeMs: 600, fleet: { wrapLink: link.wrap } })
     assert.strictEqual(run.outcome._tag, "Owed")
     const [owed] = yield* run.a.residents.pendingCommits
-    yield* run.a.residents.addPendingCommit({ ...owed!, finalRecorded: false })
-    yield* run.fleet.coordinator.forgetFinalRound("m1")
+    yield* run.a.residents.addPendingCommit({ ...owed!, intentRecorded: false })
+    yield* run.fleet.coordinator.forgetIntent("m1")
     return { ...run, link }
   })
 
-  it.effect("is recorded on the next pass before the target may run the guest; then the move commits", () =>
+  it.effect("is recorded on the next pass before the target may run the guest; then the final round's figures and the commit", () =>
     Effect.gen(function* () {
       const { fleet, a, b, settle, link } = yield* strandedMove
+      const before = link.cut.commits
       link.cut.commit = "no"
       link.cut.abort = false
       yield* settle
+      assert.isTrue(link.cut.commits > before)
       const s = yield* fleet.coordinator.get
       assert.strictEqual(s.moves.get("m1")?.state, "committed")
-      assert.deepStrictEqual(s.moves.get("m1")?.rounds.map((r) => r.kind), ["full", "delta", "delta", "final"])
+      assert.deepStrictEqual(s.moves.get("m1")?.rounds.map((r) => r.kind), ["full", "delta", "delta", "intent", "final"])
       assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
       assert.deepStrictEqual(yield* a.runtime.list, [])
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
@@ -348,7 +402,7 @@ describe("a final round whose record did not land (the agent stopped while it wa
   it.effect("a move that ended meanwhile never runs on the target: the target drops what it holds, the guest resumes on the source", () =>
     Effect.gen(function* () {
       const { fleet, a, b, settle, link } = yield* strandedMove
-      yield* fleet.coordinator.abortMove("m1", "timeout")
+      assert.isTrue(yield* fleet.coordinator.timeoutAbort("m1"), "without the intent, the move wait's timeout aborts it")
       link.cut.commit = "no"
       link.cut.abort = false
       yield* settle
@@ -363,13 +417,45 @@ describe("a final round whose record did not land (the agent stopped while it wa
     }))
 })
 
+describe("the final round's figures, recorded after the resume", () => {
+  it.effect("a source cut off from the coordinator right after the resume: the target's report commits the move (past the intent); back, the source finds it committed and drops its paused copy", () =>
+    Effect.gen(function* () {
+      let silenced = false
+      const { fleet, a, b, settle, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          // The target resumed the guest; then the source's calls to the coordinator fail.
+          wrapLink: (link, coordinator) => ({ ...link, commit: (h) => link.commit(h).pipe(Effect.tap(() => (silenced ? Effect.void : Effect.andThen(Effect.sync(() => void (silenced = true)), coordinator.silence("a", true))))) }),
+        },
+      })
+      // The guest runs on the target; the source still owes the record (its copy never ran again).
+      assert.strictEqual(outcome._tag, "Committed")
+      assert.deepStrictEqual((yield* a.residents.pendingCommits).map((c) => [c.moveId, c.finalRecorded]), [["m1", false]])
+      assert.isFalse((yield* a.runtime.list).some((v) => v.status === "running"))
+      const held = yield* fleet.coordinator.get
+      // The target's report (the source silent) commits the move without phases: the intent made it in doubt.
+      assert.strictEqual(held.moves.get("m1")?.state, "committed")
+      assert.strictEqual(held.moves.get("m1")?.phases, null)
+      assert.deepStrictEqual(held.moves.get("m1")?.rounds.map((r) => r.kind), ["full", "delta", "delta", "intent"])
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
+      yield* fleet.coordinator.silence("a", false)
+      yield* settle
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "committed")
+      assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "b"])
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+})
+
 /** The copies of `vmId` that run, over every host. */
 const runningCopies = (hosts: readonly TestHost[], vmId: string) =>
   Effect.map(Effect.forEach(hosts, (h) => h.runtime.list), (lists) => lists.flat().filter((v) => v.vmId === vmId && v.status === "running").length)
 
 /** A peer link whose commit (and abort) a test can cut: the request is lost before or after the target acted on it. */
 const cuttable = () => {
-  const cut = { commit: "no" as "no" | "before" | "after", abort: false, commits: 0 }
+  const cut = { commit: "no" as "no" | "before" | "after" | "refuse", abort: false, commits: 0 }
   const lost = (op: string, moveId: string) => new PeerError({ op, moveId, message: "connection reset", refused: false })
   const wrap = (link: PeerLink): PeerLink => ({
     ...link,
@@ -377,6 +463,7 @@ const cuttable = () => {
       Effect.gen(function* () {
         cut.commits++
         if (cut.commit === "before") return yield* lost("commit", h.moveId)
+        if (cut.commit === "refuse") return yield* new PeerError({ op: "commit", moveId: h.moveId, message: "no incoming VM for this move", refused: true })
         const committed = yield* link.commit(h)
         if (cut.commit === "after") return yield* lost("commit", h.moveId)
         return committed
@@ -386,7 +473,7 @@ const cuttable = () => {
   return { cut, wrap }
 }
 
-describe("after the final round is recorded, a link failure never resumes the source copy (issue 13 item 11)", () => {
+describe("past the intent, a link failure never resumes the source copy (issue 13 item 11)", () => {
   it.effect("the target commits and the link drops before its answer: the source stays paused and owes the outcome; once the link is back the commit is confirmed and posted", () =>
     Effect.gen(function* () {
       const link = cuttable()
@@ -399,8 +486,8 @@ describe("after the final round is recorded, a link failure never resumes the so
       assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]], "the source copy stays paused")
       assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
       assert.deepStrictEqual(yield* a.residents.pendingCommits.pipe(Effect.map((p) => p.map((c) => [c.moveId, c.phases]))), [["m1", null]])
-      assert.strictEqual(move.state, "pending", "the final round is recorded: the coordinator waits for the commit")
-      assert.strictEqual(move.rounds.at(-1)?.kind, "final")
+      assert.strictEqual(move.state, "pending", "the intent is recorded: the coordinator waits for the commit")
+      assert.strictEqual(move.rounds.at(-1)?.kind, "intent", "the final round's figures follow the target's confirmed commit")
       // More passes with the link still down: asked again, still paused, never two copies.
       const asked = link.cut.commits
       yield* settle
@@ -439,6 +526,34 @@ describe("after the final round is recorded, a link failure never resumes the so
       assert.deepStrictEqual(yield* a.runtime.list, [])
     }))
 
+  it.effect("the target refuses the commit while the coordinator cannot be reached: the source copy stays paused until the coordinator ended the move, then resumes", () =>
+    Effect.gen(function* () {
+      let cut = false
+      const { fleet, a, b, settle, move, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          // The target's incoming VM is lost (its commit is refused), and the source's calls to the coordinator fail for a while.
+          wrapLink: (link, coordinator) => ({
+            ...link,
+            commit: (h) => link.abort(h).pipe(Effect.andThen(cut ? Effect.void : Effect.andThen(Effect.sync(() => void (cut = true)), coordinator.silence(h.sourceHostId, true))), Effect.andThen(link.commit(h))),
+          }),
+        },
+      })
+      assert.strictEqual(outcome._tag, "Owed")
+      assert.strictEqual(move.state, "pending", "the coordinator holds the intent: only the source's abort ends the move")
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]], "not resumed before the coordinator ended the move")
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.deepStrictEqual((yield* a.residents.pendingCommits).map((c) => [c.moveId, c.phases]), [["m1", null]])
+      yield* fleet.coordinator.silence("a", false)
+      yield* settle
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "aborted")
+      assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "a"])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+
   it.effect("the target answers that it does not run the guest (its incoming VM failed): only then the source copy resumes, and the move aborts", () =>
     Effect.gen(function* () {
       const { fleet, a, b, move, session, outcome } = yield* runMove({
@@ -456,5 +571,186 @@ describe("after the final round is recorded, a link failure never resumes the so
       assert.deepStrictEqual(yield* b.runtime.list, [])
       assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+})
+
+describe("a move committed by the target's report while the link was down (review item 2: never two running copies)", () => {
+  /**
+   * The target commits and the answer is lost; then the move commits on the target's report and
+   * the target's reconcile clears its move. The source settles its debt on a view of the
+   * coordinator taken just before that commit (its poll answered first): the session still reads
+   * on the source, so its reconcile keeps the paused copy and only the debt's settling decides.
+   */
+  const committedByReport = (link: ReturnType<typeof cuttable>) =>
+    Effect.gen(function* () {
+      link.cut.commit = "after"
+      link.cut.abort = true
+      const run = yield* runMove({ maxDowntimeMs: 600, fleet: { wrapLink: link.wrap } })
+      assert.strictEqual(run.outcome._tag, "Owed")
+      // Nothing reaches the target until the test says so.
+      link.cut.commit = "before"
+      const staleView = yield* run.fleet.coordinator.assignmentsOf("a")
+      yield* run.fleet.coordinator.client("b").reportRunning("m1", "the target runs the guest")
+      yield* run.b.agent.reconcile(yield* run.fleet.coordinator.assignmentsOf("b"))
+      yield* run.fleet.quiesce
+      assert.strictEqual((yield* run.fleet.coordinator.get).moves.get("m1")?.state, "committed")
+      assert.deepStrictEqual((yield* run.b.residents.all).map((v) => [v.vmId, v.status, v.moveId]), [["s1", "running", null]], "the target's reconcile cleared the move")
+      assert.deepStrictEqual((yield* run.a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
+      const settleOnStaleView = Effect.gen(function* () {
+        yield* run.a.agent.reconcile(staleView)
+        yield* run.fleet.quiesce
+      })
+      return { ...run, settleOnStaleView }
+    })
+
+  it.effect("the link is back: the target answers the late commit with success (the guest runs there); the source drops its paused copy", () =>
+    Effect.gen(function* () {
+      const link = cuttable()
+      const { fleet, a, b, settle, settleOnStaleView } = yield* committedByReport(link)
+      // The target's own answer: the guest runs there, so the repeat of the commit succeeds.
+      const answer = yield* b.target.commit({ moveId: "m1", sessionId: "s1", sourceHostId: "a", targetHostId: "b", memMib: 4096, vcpus: 2 }).pipe(Effect.result)
+      assert.strictEqual(answer._tag, "Success", "a commit that landed is answered with success, not a refusal")
+      link.cut.commit = "no"
+      link.cut.abort = false
+      yield* settleOnStaleView
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1, "never two running copies")
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      yield* settle
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual((yield* fleet.coordinator.get).moves.get("m1")?.state, "committed")
+    }))
+
+  it.effect("a target that refuses the late commit (an older agent): the source's abort meets a 409, it reads the move committed and drops its paused copy instead of resuming it", () =>
+    Effect.gen(function* () {
+      const link = cuttable()
+      const { fleet, a, b, settle, settleOnStaleView } = yield* committedByReport(link)
+      // An older target: a commit for a move it no longer holds is refused.
+      link.cut.commit = "refuse"
+      link.cut.abort = false
+      yield* settleOnStaleView
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1, "never two running copies")
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      yield* settle
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "committed")
+      assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "b"])
+    }))
+})
+
+describe("ENGRAM_AGENT_MOVE_INTENT=0 (the default): the final round is the point of no return (SPEC §5), recorded in the pause, as before the intent", () => {
+  const off = (fleet: FleetOptions = {}): FleetOptions => ({ ...fleet, moveIntent: false })
+
+  it.effect("the final round is recorded while it is sent, and the target runs the guest only once the coordinator holds it; no intent is recorded", () =>
+    Effect.gen(function* () {
+      const seen: string[][] = []
+      const { move, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: off({
+          // The target's commit (it resumes the guest): what the coordinator holds by then.
+          wrapLink: (link, coordinator) => ({
+            ...link,
+            commit: (h) => Effect.flatMap(coordinator.get, (s) => Effect.sync(() => void seen.push(s.moves.get(h.moveId)!.rounds.map((r) => r.kind)))).pipe(Effect.andThen(link.commit(h))),
+          }),
+        }),
+      })
+      assert.strictEqual(move.state, "committed")
+      assert.deepStrictEqual(seen, [["full", "delta", "delta", "final"]])
+      assert.deepStrictEqual(move.rounds.map((r) => r.kind), ["full", "delta", "delta", "final"])
+      // Recorded before its send was measured: its send time is the commit's `sendMs` phase.
+      assert.strictEqual(move.rounds.at(-1)?.sendMs, 0)
+      assert.isTrue(move.phases!.sendMs > 0)
+      assert.strictEqual(outcome._tag, "Committed")
+    }))
+
+  it.effect("the coordinator aborts the move while the source is paused (its move wait timed out): the final round is refused, nothing reaches the target, the guest resumes on the source", () =>
+    Effect.gen(function* () {
+      const { a, b, move, session, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: off({ onPause: (coordinator, hostId, vmId) => (hostId === "a" && vmId === "s1" ? coordinator.abortMove("m1", "timeout") : Effect.void) }),
+      })
+      assert.strictEqual(move.state, "aborted")
+      assert.strictEqual(move.abortReason, "timeout")
+      assert.isFalse(move.rounds.some((r) => r.kind === "final" || r.kind === "intent"))
+      assert.strictEqual(outcome._tag, "Gone")
+      assert.deepStrictEqual(yield* b.runtime.list, [], "the target never committed, and dropped its incoming VM")
+      assert.deepStrictEqual(yield* b.residents.all, [])
+      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1)
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+
+  /** A move left owed with its final round sent but not held by the coordinator: the link to the target cut at the commit. */
+  const strandedMove = Effect.gen(function* () {
+    const link = cuttable()
+    link.cut.commit = "before"
+    link.cut.abort = true
+    const run = yield* runMove({ maxDowntimeMs: 600, fleet: off({ wrapLink: link.wrap }) })
+    assert.strictEqual(run.outcome._tag, "Owed")
+    const [owed] = yield* run.a.residents.pendingCommits
+    assert.isUndefined(owed!.intentRecorded, "a debt without the intent")
+    yield* run.a.residents.addPendingCommit({ ...owed!, finalRecorded: false })
+    yield* run.fleet.coordinator.forgetFinalRound("m1")
+    return { ...run, link }
+  })
+
+  it.effect("a final round whose record did not land is recorded on the next pass (no intent) before the target may run the guest; then the move commits", () =>
+    Effect.gen(function* () {
+      const { fleet, a, b, settle, link } = yield* strandedMove
+      link.cut.commit = "no"
+      link.cut.abort = false
+      yield* settle
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "committed")
+      assert.deepStrictEqual(s.moves.get("m1")?.rounds.map((r) => r.kind), ["full", "delta", "delta", "final"])
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }))
+
+  it.effect("a move that ended before its final round's record never runs on the target: the target drops what it holds, the guest resumes on the source", () =>
+    Effect.gen(function* () {
+      const { fleet, a, b, settle, link } = yield* strandedMove
+      yield* fleet.coordinator.abortMove("m1", "timeout")
+      link.cut.commit = "no"
+      link.cut.abort = false
+      yield* settle
+      const s = yield* fleet.coordinator.get
+      assert.strictEqual(s.moves.get("m1")?.state, "aborted")
+      assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "a"])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.deepStrictEqual(yield* b.target.incoming, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
+    }))
+})
+
+describe("the intent held before the first round (as QEMU), then the move ends while the rounds are recorded (review item 3)", () => {
+  it.effect("a pre-copy round refused (409: an admin aborted the move) is seen before the debt: the pause is given back, nothing reaches the target, the guest runs on the source", () =>
+    Effect.gen(function* () {
+      let commits = 0
+      const { fleet, a, b, move, session, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          intentFirst: (coordinator, hostId) => (hostId === "a" ? coordinator.abortMove("m1", "an admin's abort") : Effect.void),
+          wrapLink: (link) => ({ ...link, commit: (h) => Effect.andThen(Effect.sync(() => void commits++), link.commit(h)) }),
+        },
+      })
+      assert.strictEqual(move.state, "aborted")
+      assert.strictEqual(move.abortReason, "an admin's abort")
+      assert.deepStrictEqual(move.rounds.map((r) => r.kind), ["intent"])
+      assert.strictEqual(outcome._tag, "Gone")
+      assert.strictEqual(commits, 0, "the target was never asked to run the guest")
+      assert.strictEqual(yield* Ref.get(b.runtime.starts), 0)
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1)
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
     }))
 })

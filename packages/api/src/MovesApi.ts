@@ -23,7 +23,7 @@ export class MovesApi extends HttpApiGroup.make("moves")
     HttpApiEndpoint.post("round", "/v1/moves/:id/rounds", { params: PathId, payload: Round, success: Move, error: BodyErrors }).annotateMerge(
       doc(
         "Record a pre-copy round",
-        `A round's wire bytes, apparent size, send and capture times (finite, at most 2^53 - 1). The final round is recorded before it is sent: from then on no timeout aborts the move; rounds after it are refused (409).${source}`,
+        `A round's wire bytes, apparent size, send and capture times (finite, at most 2^53 - 1). \`kind: "intent"\` (all figures 0) is the source's intent, recorded while the guest still runs: the next round is the final one, and the target may run the guest once its stream is complete. From the intent (or, from a source that records none, the final round) no timeout aborts the move; a repeated intent changes nothing; rounds after the final one are refused (409). The final round's figures are recorded once the guest runs on the target, before the commit.${source}`,
       ),
     ),
     HttpApiEndpoint.post("commit", "/v1/moves/:id/commit", { params: PathId, payload: Commit, success: Move, error: BodyErrors }).annotateMerge(

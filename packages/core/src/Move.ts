@@ -9,8 +9,8 @@ import * as Plan from "./Plan.js"
 /** A move's state: open (`pending`) or finished. */
 export type State = "pending" | "committed" | "aborted"
 
-/** The kind of a pre-copy round. */
-export type RoundKind = "full" | "delta" | "final"
+/** The kind of a move's record: a pre-copy round, the source's intent (no figures), the final round (Names.RoundKind). */
+export type RoundKind = "full" | "delta" | "intent" | "final"
 
 /** One pre-copy round as the source measured it. */
 export interface Round {
@@ -95,45 +95,75 @@ export interface Refusal {
 export const refuseUnlessPending = (m: Pick<Record, "id" | "state">): Refusal | null =>
   m.state === "pending" ? null : { _tag: "Conflict", moveId: m.id, reason: `move is ${m.state}` }
 
-/** Whether the move's final round is recorded: its guest paused and the target may have committed. */
+/** Whether the move's final round is recorded: its guest paused and the stream sent (or being sent). */
 export const finalRoundRecorded = (m: Pick<Record, "rounds">): boolean => m.rounds.some((r) => r.kind === "final")
 
 /**
- * Whether the move is in doubt (SPEC §13): open with its final round recorded, so the guest may
+ * Whether the source's intent is recorded (SPEC §5, §13): taken while the guest still runs, it
+ * says that the next round is the final one and that the target may run the guest once that
+ * stream is complete. An older source records no intent: its final round stands for it.
+ */
+export const intentRecorded = (m: Pick<Record, "rounds">): boolean => m.rounds.some((r) => r.kind === "intent")
+
+/**
+ * Whether the move is past its point of no return: its intent or its final round is recorded, so
+ * the target may run the guest (once the stream is complete and the source commits it). From
+ * then on no timeout aborts it.
+ */
+export const pastNoReturn = (m: Pick<Record, "rounds">): boolean => intentRecorded(m) || finalRoundRecorded(m)
+
+/**
+ * Whether the move is in doubt (SPEC §13): open and past its point of no return, so the guest may
  * already run on the target while its source holds the paused copy. Only an explicit commit or
  * abort ends it (the source's or the target's report, an operator, the end of its session); the
  * stale window never does: its reservations are held (`Reclaim.decide`).
  */
-export const inDoubt = (m: Pick<Record, "state" | "rounds">): boolean => m.state === "pending" && finalRoundRecorded(m)
+export const inDoubt = (m: Pick<Record, "state" | "rounds">): boolean => m.state === "pending" && pastNoReturn(m)
 
 /** How an in-doubt move is resolved: committed (the target runs the guest) or aborted (it runs on the source). */
 export type Resolution = "commit" | "abort"
 
 /**
- * Judges an abort: refused on a finished move, and — with `onlyBeforeFinalRound` — on a move
- * whose final round is recorded (its pause is spent).
+ * Judges an abort: refused on a finished move, and — with `onlyBeforeFinalRound` (a timeout's
+ * abort) — on a move past its point of no return (its intent or its final round recorded).
  */
 export const refuseAbort = (m: Pick<Record, "id" | "state" | "rounds">, onlyBeforeFinalRound: boolean): Refusal | null =>
   refuseUnlessPending(m) ??
-  (onlyBeforeFinalRound && finalRoundRecorded(m) ? { _tag: "Conflict", moveId: m.id, reason: "final round recorded: the pause is spent" } : null)
+  (onlyBeforeFinalRound && pastNoReturn(m)
+    ? { _tag: "Conflict", moveId: m.id, reason: finalRoundRecorded(m) ? "final round recorded: the pause is spent" : "intent recorded: the target may run the guest" }
+    : null)
 
 /**
  * Judges a commit (SPEC §5, §12): refused on a finished move, and on a move whose final round
- * is not recorded (the target cannot hold the guest's last state).
+ * is not recorded (the target cannot hold the guest's last state). A resolution's commit
+ * (`measured` false: the target reports that it runs the guest, or an operator's word) needs
+ * only the point of no return (the intent): the source may not have recorded the final round's
+ * figures yet (they follow the resume).
  */
-export const refuseCommit = (m: Pick<Record, "id" | "state" | "rounds">): Refusal | null =>
+export const refuseCommit = (m: Pick<Record, "id" | "state" | "rounds">, measured = true): Refusal | null =>
   refuseUnlessPending(m) ??
-  (finalRoundRecorded(m) ? null : { _tag: "Conflict", moveId: m.id, reason: "no final round recorded: a commit needs the final round" })
+  (measured
+    ? finalRoundRecorded(m)
+      ? null
+      : { _tag: "Conflict", moveId: m.id, reason: "no final round recorded: a commit needs the final round" }
+    : pastNoReturn(m)
+      ? null
+      : { _tag: "Conflict", moveId: m.id, reason: "neither an intent nor a final round recorded: the move is not in doubt" })
 
 /** Judges a new round: refused on a finished move, and after the final round (nothing follows it). */
 export const refuseRound = (m: Pick<Record, "id" | "state" | "rounds">): Refusal | null =>
   refuseUnlessPending(m) ??
   (finalRoundRecorded(m) ? { _tag: "Conflict", moveId: m.id, reason: "the final round is recorded: no round follows it" } : null)
 
-/** The plan of one more round on the move (it updates the move alone); refused on a finished move and after the final round. */
+/**
+ * The plan of one more record on the move (it updates the move alone); refused on a finished move
+ * and after the final round. A second intent changes nothing (a source that runs the move again
+ * after a restart records it again): the plan writes the move as it is.
+ */
 export const recordRound = (m: Record, round: Round, now: number): Plan.Plan | Refusal => {
   const refused = refuseRound(m)
   if (refused !== null) return refused
+  if (round.kind === "intent" && intentRecorded(m)) return Plan.make(now, { moves: [{ _tag: "Update", move: m }] })
   const { kind, wireBytes, apparentBytes, sendMs, captureMs } = round
   return Plan.make(now, { moves: [{ _tag: "Update", move: { ...m, rounds: [...m.rounds, { kind, wireBytes, apparentBytes, sendMs, captureMs }] } }] })
 }

@@ -26,10 +26,14 @@ export type MoveState = "pending" | "committed" | "aborted"
 /** Every move state. */
 export const moveStates = every<MoveState>()(["pending", "committed", "aborted"])
 
-/** The kind of a pre-copy round (SPEC §5). */
-export type RoundKind = "full" | "delta" | "final"
-/** Every round kind, in the order a move sends them. */
-export const roundKinds = every<RoundKind>()(["full", "delta", "final"])
+/**
+ * The kind of a move's record (SPEC §5): a pre-copy round (`full`, `delta`), the source's
+ * `intent` (recorded with the guest still running: the next round is the final one, and the
+ * target may run the guest once that stream is complete; it carries no figures), the `final` round.
+ */
+export type RoundKind = "full" | "delta" | "intent" | "final"
+/** Every round kind, in the order a move records them. */
+export const roundKinds = every<RoundKind>()(["full", "delta", "intent", "final"])
 
 const ID = /^[A-Za-z0-9._-]{1,100}$/
 

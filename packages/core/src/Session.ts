@@ -576,7 +576,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
     }
     case "commitMove": {
       const m = op.move
-      const refused = Move.refuseCommit(m)
+      const refused = Move.refuseCommit(m, op.phases !== null)
       if (refused) return moveConflict(refused)
       const bad = judge(s, "commitMove", "running")
       if (bad) return bad

@@ -38,4 +38,18 @@ describe("Move rules (SPEC §5, §12)", () => {
     expect(Move.refuseCommit({ ...open, rounds: [round("final")] })).toBeNull()
     expect(Move.refuseCommit({ ...open, state: "aborted", rounds: [round("final")] })).toMatchObject({ reason: "move is aborted" })
   })
+
+  it("the intent is the point of no return: in doubt, a timeout's abort refused, a resolution's commit allowed, a measured commit still needs the final round; a second intent changes nothing", () => {
+    const intent: Move.Round = { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }
+    const held = { ...open, rounds: [round("full"), intent] }
+    expect([Move.inDoubt(open), Move.inDoubt(held), Move.inDoubt({ ...held, state: "aborted" })]).toStrictEqual([false, true, false])
+    expect(Move.refuseAbort(held, true)).toMatchObject({ reason: "intent recorded: the target may run the guest" })
+    expect(Move.refuseAbort(held, false)).toBeNull()
+    expect(Move.refuseAbort({ ...open, rounds: [round("full")] }, true)).toBeNull()
+    expect(Move.refuseCommit(held, false)).toBeNull()
+    expect(Move.refuseCommit({ ...open, rounds: [round("full")] }, false)).toMatchObject({ reason: "neither an intent nor a final round recorded: the move is not in doubt" })
+    expect(Move.refuseCommit(held)).toMatchObject({ reason: "no final round recorded: a commit needs the final round" })
+    expect(Move.recordRound(held, intent, 7)).toMatchObject({ moves: [{ _tag: "Update", move: held }] })
+    expect(Move.recordRound(held, round("delta"), 7)).toMatchObject({ moves: [{ _tag: "Update", move: { ...held, rounds: [round("full"), intent, round("delta")] } }] })
+  })
 })

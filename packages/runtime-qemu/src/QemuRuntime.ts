@@ -208,6 +208,11 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
             const sub = yield* vm.client.subscribe
             yield* q(vm, "migrate", "migrate-set-capabilities", moveCaps)
             yield* q(vm, "migrate", "migrate-set-parameters", { "downtime-limit": 1, "max-bandwidth": config.moveBandwidthBytesPerSec ?? 1024 ** 3 })
+            // The caller's last word before QEMU may pause the guest (its intent with the
+            // coordinator): QEMU 7.2 stops the guest on its own at any pass once what is left fits
+            // its 1 ms downtime-limit, and has no point to hold before that stop, so the word is
+            // taken before the first round, the guest running (see the README).
+            if (req.beforePause !== undefined) yield* req.beforePause
             yield* q(vm, "migrate", "migrate", { uri: req.endpoint.uri })
             let stop: Qmp.QmpEvent | null = null
             let resumedAt: number | null = null

@@ -179,6 +179,16 @@ export interface MigrateRequest<E> {
    * that error.
    */
   readonly onRound: (round: MoveRound) => Effect.Effect<void, E>
+  /**
+   * Called at most once, with the guest still running, before the runtime may let it pause (the
+   * agent records its intent with the coordinator here: the point of no return is held before
+   * the pause, SPEC §5). The simulated runtime calls it when its guard decides to pause; a
+   * hypervisor that may stop the guest on its own at any pass with no point to hold before that
+   * stop (QEMU 7.2) calls it before the first round. A failure ends the move: the guest keeps
+   * running here and `migrate` fails with that error. A runtime that paused before calling it
+   * never calls it (the agent then records the intent in the pause, beside the send).
+   */
+  readonly beforePause?: Effect.Effect<void, E> | undefined
 }
 
 /** The stage at which the guard refused a move. */

@@ -40,6 +40,11 @@ export interface SimConfig {
   readonly captureFixedMs: number
   /** Extra time of a final capture: a starved source (the seed 004 incident). */
   readonly finalCaptureExtraMs: number
+  /**
+   * From the guard's decision to pause (and the caller's `beforePause`) to the pause, while the
+   * guest still runs: QEMU stops the guest at its next iteration. Default 0.
+   */
+  readonly pauseDelayMs: number
   /** Speed of the link to the peer agent. */
   readonly linkBytesPerMs: number
   /** Wire bytes per apparent byte of a full capture (zero pages compress). */
@@ -69,6 +74,7 @@ export const defaultSimConfig: SimConfig = {
   captureBytesPerMs: 2 * MiB,
   captureFixedMs: 8,
   finalCaptureExtraMs: 0,
+  pauseDelayMs: 0,
   linkBytesPerMs: 790_000,
   fullWireRatio: 0.05,
   roundOverheadBytes: 64 * 1024,
@@ -283,6 +289,9 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
             const [delta, deltaMs] = yield* deltaCapture(vmId, "delta")
             yield* preCopy("delta", delta, deltaMs)
           }
+          // The guest still runs: the caller's last word before the pause.
+          if (req.beforePause !== undefined) yield* req.beforePause
+          if (cfg.pauseDelayMs > 0) yield* sleepMs(cfg.pauseDelayMs)
           // Paused: the downtime runs from here to the target's resume.
           const paused = yield* now
           pausedAt = paused

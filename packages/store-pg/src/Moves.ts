@@ -176,7 +176,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
       Effect.suspend((): Effect.Effect<Move.Record, NotFound | Conflict | InvalidInput | Unavailable> => {
         const bad = phases === null ? null : (Validate.phases(phases) ?? (guard == null ? null : Validate.guard(guard)))
         if (bad) return Effect.fail(bad)
-        return finish(moveId, Move.refuseCommit, (move) => ({ _tag: "commitMove", move, phases, guard: guard ?? null }), keepCommit)
+        return finish(moveId, (m) => Move.refuseCommit(m, phases !== null), (move) => ({ _tag: "commitMove", move, phases, guard: guard ?? null }), keepCommit)
       }),
 
     abortMove: (moveId, reason, options = {}) =>

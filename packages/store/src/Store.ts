@@ -203,7 +203,10 @@ export interface StoreShape {
     readonly targetHostId?: string | undefined
     readonly maxDowntimeMs: number
   }) => Fx<Move, NotFound | Conflict | IllegalTransition | Refused | InvalidInput>
-  /** Appends a pre-copy round to a pending move; a round after the final one is a `Conflict`. */
+  /**
+   * Appends a round (or the source's intent, `kind: "intent"`, no figures) to a pending move; a
+   * round after the final one is a `Conflict`; a second intent changes nothing.
+   */
   readonly recordRound: (moveId: string, round: MoveRound) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
    * The target committed: the session runs on the target, its reservation is the target's,
@@ -218,8 +221,8 @@ export interface StoreShape {
   readonly commitMove: (moveId: string, phases: MovePhases | null, guard?: MoveGuardReport | null) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
    * The move failed: the target's reservation is dropped, the session runs on the source.
-   * With `onlyBeforeFinalRound`, a move whose final round is recorded is not aborted (its pause
-   * is spent and the target may have committed): `Conflict`, nothing changed.
+   * With `onlyBeforeFinalRound`, a move past its point of no return (its intent or its final
+   * round recorded: the target may run the guest) is not aborted: `Conflict`, nothing changed.
    */
   readonly abortMove: (
     moveId: string,

@@ -192,11 +192,12 @@ export const guard = (g: MoveGuardReport): InvalidInput | null => {
 
 /** A pre-copy round: a known kind and every figure finite and >= 0. */
 export const round = (r: MoveRound): InvalidInput | null => {
-  if (r.kind !== "full" && r.kind !== "delta" && r.kind !== "final")
-    return new InvalidInput({ field: "kind", rule: "must be one of full, delta, final" })
+  if (r.kind !== "full" && r.kind !== "delta" && r.kind !== "intent" && r.kind !== "final")
+    return new InvalidInput({ field: "kind", rule: "must be one of full, delta, intent, final" })
   for (const field of ["wireBytes", "apparentBytes", "sendMs", "captureMs"] as const) {
     const bad = finiteAtLeastZero(field, r[field])
     if (bad) return bad
+    if (r.kind === "intent" && r[field] !== 0) return new InvalidInput({ field, rule: "must be 0 for an intent (it carries no figures)" })
   }
   return null
 }

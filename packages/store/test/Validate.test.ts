@@ -92,7 +92,10 @@ describe("Validate", () => {
     expect(rule(Validate.maxDowntimeMs(0))).toEqual(["maxDowntimeMs", "must be a finite number > 0"])
     expect(Validate.maxDowntimeMs(600)).toBeNull()
     expect(rule(Validate.round({ kind: "delta", wireBytes: -1, apparentBytes: 0, sendMs: 0, captureMs: 0 }))).toEqual(["wireBytes", "must be a finite number >= 0"])
-    expect(rule(Validate.round({ kind: "other" as "delta", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }))).toEqual(["kind", "must be one of full, delta, final"])
+    expect(rule(Validate.round({ kind: "other" as "delta", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }))).toEqual(["kind", "must be one of full, delta, intent, final"])
+    // The intent carries no figures: each one is refused by name.
+    expect(rule(Validate.round({ kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 3, captureMs: 0 }))).toEqual(["sendMs", "must be 0 for an intent (it carries no figures)"])
+    expect(Validate.round({ kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 })).toBeNull()
   })
 
   it("reservations name a known owner kind and a non-empty owner", () => {

@@ -115,8 +115,9 @@ export const makeFakeCoordinator = Effect.gen(function* () {
         modify((s) => {
           const m = s.moves.get(id)
           if (m?.state !== "pending") return [conflict("round", `move ${id} is not pending`), s]
-          // SPEC §12: rounds after the final round are refused.
+          // SPEC §12: rounds after the final round are refused; a second intent changes nothing.
           if (m.rounds.some((r) => r.kind === "final")) return [conflict("round", `move ${id} already holds its final round`), s]
+          if (round.kind === "intent" && m.rounds.some((r) => r.kind === "intent")) return [Effect.void as Step, s]
           return [Effect.void as Step, log(setMove(s, id, { rounds: [...m.rounds, round] }), `round ${id} ${round.kind}`)]
         }),
       ),
@@ -139,8 +140,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
       Effect.flatten(
         modify((s) => {
           const m = s.moves.get(id)
-          // As the store: a commit on a resolution needs the move pending with its final round recorded.
-          if (m?.state !== "pending" || m.targetHostId !== hostId || !m.rounds.some((r) => r.kind === "final"))
+          // As the store: a commit on a resolution needs the move pending past its point of no return (its intent or its final round).
+          if (m?.state !== "pending" || m.targetHostId !== hostId || !m.rounds.some((r) => r.kind === "final" || r.kind === "intent"))
             return [conflict("reportRunning", `move ${id} is not in doubt here`), s]
           const next = setSession(setMove(s, id, { state: "committed", phases: null }), m.sessionId, {
             state: "running",
@@ -176,8 +177,23 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     forgetFinalRound: (moveId: string) => Ref.update(ref, (s) => setMove(s, moveId, { rounds: (s.moves.get(moveId)?.rounds ?? []).filter((r) => r.kind !== "final") })),
     setState: (id: string, state: AssignedSession["state"]) => Ref.update(ref, (s) => setSession(s, id, { state })),
     setCommitAllowance: (ms: number | null) => Ref.update(ref, (s) => ({ ...s, commitAllowanceMs: ms })),
-    /** The coordinator aborts a pending move itself (its move wait timed out, or a race across replicas). */
+    /** An explicit abort of a pending move (an operator's, the end of its session, a race across replicas): never refused while pending. */
     abortMove: (moveId: string, reason: string) => client("admin").abort(moveId, reason).pipe(Effect.ignore),
+    /**
+     * The coordinator's move wait timed out: as the store's abort `onlyBeforeFinalRound`, refused
+     * (nothing changes) once the move is past its point of no return (its intent or its final
+     * round recorded). Answers whether it aborted.
+     */
+    timeoutAbort: (moveId: string) =>
+      Ref.get(ref).pipe(
+        Effect.flatMap((s) =>
+          s.moves.get(moveId)?.rounds.some((r) => r.kind === "intent" || r.kind === "final") === true
+            ? Effect.succeed(false)
+            : client("admin").abort(moveId, "MoveTimeout").pipe(Effect.as(true), Effect.orElseSucceed(() => false)),
+        ),
+      ),
+    /** Takes a move's recorded intent away (as if its record never landed). */
+    forgetIntent: (moveId: string) => Ref.update(ref, (s) => setMove(s, moveId, { rounds: (s.moves.get(moveId)?.rounds ?? []).filter((r) => r.kind !== "intent") })),
     beginMove: (moveId: string, sessionId: string, targetHostId: string, maxDowntimeMs: number) =>
       Ref.update(ref, (s) => {
         const sess = s.sessions.get(sessionId)!

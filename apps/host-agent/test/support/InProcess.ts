@@ -28,16 +28,29 @@ export interface TestHost {
  * Wraps a runtime to count starts (a guest booted again lost its memory) and keep how each VM
  * came to run, to run `onPause` when
  * a move has paused the guest at its post-capture check point (nothing sent yet), and
- * `onSwitchover` just before the final round is sent.
+ * `onSwitchover` just before the final round is sent, and `onBeforePause` when the guard decided
+ * to pause, the guest still running, before the caller's `beforePause` (its intent).
  */
-const counting = (rt: SimRuntime.SimRuntimeShape, onPause: (vmId: string) => Effect.Effect<void>, onSwitchover: (vmId: string) => Effect.Effect<void>) =>
+const counting = (
+  rt: SimRuntime.SimRuntimeShape,
+  onPause: (vmId: string) => Effect.Effect<void>,
+  onSwitchover: (vmId: string) => Effect.Effect<void>,
+  onBeforePause: (vmId: string) => Effect.Effect<void>,
+  selfConverge: boolean,
+  intentFirst: ((vmId: string) => Effect.Effect<void>) | undefined,
+) =>
   Effect.gen(function* () {
     const starts = yield* Ref.make(0)
     const launches = yield* Ref.make<readonly Launch[]>([])
     const migrate: VmRuntimeShape["migrate"] = (vmId, req) =>
-      rt.migrate(vmId, req).pipe(
+      intentFirst !== undefined
+        ? Effect.andThen(Effect.andThen(req.beforePause ?? Effect.void, intentFirst(vmId)), rt.migrate(vmId, { ...req, beforePause: undefined })).pipe(
+            Effect.tap((r: MigrateResult) => (r._tag === "AtSwitchover" ? onPause(vmId) : Effect.void)),
+          )
+        : // `selfConverge`: as a hypervisor that paused on its own before the guard decided (QEMU converging by itself): `beforePause` is never called.
+      rt.migrate(vmId, { ...req, beforePause: selfConverge ? undefined : Effect.andThen(onBeforePause(vmId), req.beforePause ?? Effect.void) }).pipe(
         Effect.tap((r: MigrateResult) => (r._tag === "AtSwitchover" ? onPause(vmId) : Effect.void)),
-        Effect.map((r): MigrateResult => (r._tag === "AtSwitchover" ? { ...r, switchover: Effect.andThen(onSwitchover(vmId), r.switchover) } : r)),
+        Effect.map((r): MigrateResult => (r._tag === "AtSwitchover" ? { ...r, selfConverged: selfConverge, switchover: Effect.andThen(onSwitchover(vmId), r.switchover) } : r)),
       )
     return {
       ...rt,
@@ -55,12 +68,23 @@ const counting = (rt: SimRuntime.SimRuntimeShape, onPause: (vmId: string) => Eff
 export interface FleetOptions {
   /** Runs on a host when a move paused a VM there (e.g. the coordinator acting meanwhile). */
   readonly onPause?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
+  /** Runs on a host when a move's guard decided to pause a VM there, the guest still running, before the agent records its intent. */
+  readonly onBeforePause?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
+  /** The runtime pauses on its own before its guard decides (as QEMU may): it never calls the agent's `beforePause`. */
+  readonly selfConverge?: boolean
+  /**
+   * As QEMU: the caller's `beforePause` (its intent) is taken before the first round, then this
+   * hook runs (the guest running, the intent held); the simulated migration follows.
+   */
+  readonly intentFirst?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
   /** Runs on a host just before a move's final round leaves it. */
   readonly onSwitchover?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
   /** Wraps the in-memory peer link (e.g. to watch it, or cut it). */
   readonly wrapLink?: (link: PeerLink.PeerLink, coordinator: FakeCoordinator) => PeerLink.PeerLink
   /** Runs on each write of a host's state file (e.g. to count them). */
   readonly onPersist?: (hostId: string) => Effect.Effect<void>
+  /** The agents' `moveIntent` (`ENGRAM_AGENT_MOVE_INTENT`); these in-process tests default to on. */
+  readonly moveIntent?: boolean
 }
 
 export const makeFleet = (hosts: readonly { readonly hostId: string; readonly sim?: Partial<SimRuntime.SimConfig> }[], options: FleetOptions = {}) =>
@@ -72,11 +96,11 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
     const built: TestHost[] = []
     for (const h of hosts) {
       const hook = (f: FleetOptions["onPause"]) => (vmId: string) => (f === undefined ? Effect.void : f(coordinator, h.hostId, vmId))
-      const runtime = yield* counting(yield* SimRuntime.make(h.sim), hook(options.onPause), hook(options.onSwitchover))
+      const runtime = yield* counting(yield* SimRuntime.make(h.sim), hook(options.onPause), hook(options.onSwitchover), hook(options.onBeforePause), options.selfConverge === true, options.intentFirst === undefined ? undefined : hook(options.intentFirst))
       const residents = yield* makeResidents(h.hostId, null, () => (options.onPersist === undefined ? Effect.void : options.onPersist(h.hostId)))
       const target = yield* makeMoveTarget(h.hostId, runtime, residents)
       targets.set(h.hostId, target)
-      const agent = yield* makeAgent(defaultAgentConfig(h.hostId), {
+      const agent = yield* makeAgent({ ...defaultAgentConfig(h.hostId), moveIntent: options.moveIntent ?? true }, {
         coordinator: coordinator.client(h.hostId),
         runtime,
         measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),

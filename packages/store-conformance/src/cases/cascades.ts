@@ -251,6 +251,23 @@ export const cascades: Group = {
       }),
     ),
     kase(
+      "a move whose intent is recorded (no final round yet) is in doubt: never reclaimed, and the target's report (a commit without phases) commits it",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { session, move } = yield* moving
+        yield* s.recordRound(move.id, { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 })
+        for (const keep of [[move.reservationId], [session.reservationId as string], []]) {
+          yield* staleBut(keep)
+          expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [] })
+          yield* stillInDoubt(session, move)
+        }
+        const committed = yield* s.commitMove(move.id, null)
+        expect(committed).toMatchObject({ state: "committed", phases: null })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "dst", reservationId: move.reservationId })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
       "a commit without phases is refused before the final round (Conflict), and bad phases are still refused by name",
       Effect.gen(function* () {
         const s = yield* store

@@ -19,6 +19,9 @@ const round = (kind: MoveRound["kind"], wireBytes: number): MoveRound => ({
   captureMs: 5,
 })
 
+/** The source's intent: the next round is the final one (no figures). */
+const intent: MoveRound = { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }
+
 /** A running session `s1` on `src` (the snug host) and a roomier `dst`. */
 const twoHosts = Effect.gen(function* () {
   yield* addHost("src", 4096)
@@ -138,6 +141,48 @@ export const moves: Group = {
         // The commit still lands.
         const done = yield* s.commitMove(move.id, phases)
         expect(done.state).toBe("committed")
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "an abort only before the final round refuses a move whose intent is recorded (its point of no return), and changes nothing; the source's own abort still ends it",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, round("full", 1000))
+        yield* s.recordRound(move.id, intent)
+        const before = yield* snapshot
+        const err = yield* expectFailure(s.abortMove(move.id, "timeout", { onlyBeforeFinalRound: true }), "Conflict")
+        expect(err).toMatchObject({ entity: "move", id: move.id })
+        expect(err.reason).toContain("intent")
+        yield* expectUnchanged(before, "a refused guarded abort")
+        // The source's abort (its stream never completed, the target refused its commit) ends it.
+        const aborted = yield* s.abortMove(move.id, "move failed: the target refused the commit")
+        expect(aborted.state).toBe("aborted")
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src" })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "an intent carries no figures (InvalidInput by name, nothing changes); a second intent changes nothing; rounds and the final round follow it; a measured commit still needs the final round",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, round("full", 1000))
+        const before = yield* snapshot
+        const bad = yield* expectFailure(s.recordRound(move.id, { ...intent, wireBytes: 5 }), "InvalidInput")
+        expect([bad.field, bad.rule]).toStrictEqual(["wireBytes", "must be 0 for an intent (it carries no figures)"])
+        yield* expectUnchanged(before, "a refused intent")
+        yield* s.recordRound(move.id, intent)
+        const again = yield* s.recordRound(move.id, intent)
+        expect(again.rounds.map((r) => r.kind)).toStrictEqual(["full", "intent"])
+        yield* s.recordRound(move.id, round("delta", 100))
+        expect((yield* expectFailure(s.commitMove(move.id, phases), "Conflict")).reason).toContain("final round")
+        yield* s.recordRound(move.id, round("final", 10))
+        expect((yield* s.getMove(move.id)).rounds.map((r) => r.kind)).toStrictEqual(["full", "intent", "delta", "final"])
+        expect((yield* s.commitMove(move.id, phases)).state).toBe("committed")
         yield* expectInvariants
       }),
     ),
