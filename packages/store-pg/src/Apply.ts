@@ -43,7 +43,8 @@ const moveColumns =
 // null: no row answers null) and its last event number are scalar subqueries, each a
 // primary-key probe: as joins (or EXISTS, which the planner may hash), the planner, which
 // guesses 100 rows for any jsonb_to_recordset, scanned the whole sessions and session_events
-// tables for them, so a group's statement cost grew with every session stored.
+// tables for them, so a group's statement cost grew with every session stored. The hosts a group
+// changes are found by key (`= any(array(…))`, an index condition): the join alone read every host.
 export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::jsonb as d),
     p as (${rowsOf("p", "p int, hid text, v bigint")}),
     s as (${rowsOf("s", `p int, sid text, "from" text, state text, mem bigint, vcpus bigint, aff jsonb, hid text, rid text, qat bigint, pat bigint, itm bigint, lat bigint, eat bigint, tpl text, cat bigint, uat bigint`)}),
@@ -75,7 +76,7 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
         entries = hosts.entries + delta.n,
         version = hosts.version + 1
       from delta
-      where hosts.id = delta.hid and (delta.v is null or hosts.version = delta.v)
+      where hosts.id = any(array(select hid from delta)) and hosts.id = delta.hid and (delta.v is null or hosts.version = delta.v)
       returning ${hostColumns("hosts", "room")}
     ),
     ok as (select live.p from live left join h on h.id = live.hid where live.hid is null or h.id is not null),

@@ -27,8 +27,8 @@ describe("the apply statement", () => {
     const sql = postgres(db.url, { max: 1, onnotice: () => undefined })
     try {
       await migrate(db.url)
-      const hosts = 20
-      const perHost = 1000
+      const hosts = 2000
+      const perHost = 10
       await sql`insert into hosts (id, state, total_mib, allocatable_mib, total_vcpus, reported_at, created_at, reserved_mem_mib, reserved_vcpus, entries)
         select 'h' || g, 'ready', 1048576, 1048576, 4096, 0, 0, ${perHost}, ${perHost}, ${perHost} from generate_series(1, ${hosts}) g`
       await sql`insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
@@ -58,9 +58,11 @@ describe("the apply statement", () => {
         nodes(plan)
           .filter((n) => n["Node Type"] === "Seq Scan" && n["Relation Name"] === table)
           .reduce((sum, n) => sum + (n["Actual Rows"] ?? 0) * (n["Actual Loops"] ?? 1), 0)
-      // 20,000 sessions and 40,000 events are stored: a probe per new session reads none of them.
+      // 20,000 sessions and 40,000 events are stored on 2,000 hosts: a probe per new session reads none of them.
       expect(readWhole("sessions")).toBeLessThan(100)
       expect(readWhole("session_events")).toBeLessThan(100)
+      // 2,000 hosts: the one host the group placed on is updated by its key.
+      expect(readWhole("hosts")).toBeLessThan(100)
       // And it writes what it planned: 64 sessions placed, each with its events numbered from 1.
       const [written] = await sql`select count(*)::int as n, min(seq)::int as lo from session_events where session_id like 'new-%'`
       expect(written?.["n"]).toBe(64 * plans[0]!.events.length)
