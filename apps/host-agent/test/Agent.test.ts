@@ -1,4 +1,4 @@
-import { assert, describe, it } from "@effect/vitest"
+import { assert, describe } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
 import { ImageStore, SimRuntime } from "@engram/runtime"
@@ -11,6 +11,7 @@ import { makeMoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
+import { effect } from "./support/PatientClock.js"
 import { makeFleet } from "./support/InProcess.js"
 
 const fleetOf = Effect.gen(function* () {
@@ -25,7 +26,7 @@ const fleetOf = Effect.gen(function* () {
 })
 
 describe("the agent reconciles with the coordinator's assignments", () => {
-  it.effect("a pending session starts and is acknowledged once; repeated passes change nothing", () =>
+  effect("a pending session starts and is acknowledged once; repeated passes change nothing", () =>
     Effect.gen(function* () {
       const f = yield* fleetOf
       yield* f.coordinator.addSession("s1", "a", 512)
@@ -38,7 +39,7 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       assert.deepStrictEqual((yield* f.a.residents.all).map((v) => v.reservationId), ["res-s1"])
     }))
 
-  it.effect("parked pauses in place; running again resumes; descending captures, frees and acknowledges", () =>
+  effect("parked pauses in place; running again resumes; descending captures, frees and acknowledges", () =>
     Effect.gen(function* () {
       const f = yield* fleetOf
       yield* f.coordinator.addSession("s1", "a", 512)
@@ -57,7 +58,7 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       assert.deepStrictEqual(yield* f.a.residents.all, [])
     }))
 
-  it.effect("a resumed descended session is restored from its descent image", () =>
+  effect("a resumed descended session is restored from its descent image", () =>
     Effect.gen(function* () {
       const f = yield* fleetOf
       yield* f.coordinator.addSession("s1", "a", 512)
@@ -71,7 +72,7 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       assert.deepStrictEqual((yield* f.a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
     }))
 
-  it.effect("a VM the coordinator no longer assigns here (ended or lost) is destroyed", () =>
+  effect("a VM the coordinator no longer assigns here (ended or lost) is destroyed", () =>
     Effect.gen(function* () {
       const f = yield* fleetOf
       yield* f.coordinator.addSession("s1", "a", 512)
@@ -82,7 +83,7 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       assert.deepStrictEqual(yield* f.a.residents.all, [])
     }))
 
-  it.effect("heartbeats and reports run on their intervals", () =>
+  effect("heartbeats and reports run on their intervals", () =>
     Effect.gen(function* () {
       const f = yield* fleetOf
       yield* Effect.forkChild(f.a.agent.run)
@@ -93,7 +94,7 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       assert.deepStrictEqual(s.reports.get("a"), { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8, templates: [] })
     }))
 
-  it.effect("the report names the sessions whose guest did work since the last report (its CPU time grew), and only those", () =>
+  effect("the report names the sessions whose guest did work since the last report (its CPU time grew), and only those", () =>
     Effect.gen(function* () {
       // Modeled guests: busy for 30 s after they start, resume or are touched, then quiet.
       const f = yield* fleetOf
@@ -123,7 +124,7 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       )
     }))
 
-  it.effect("the report adds the RAM the resident VMs hold that MemAvailable does not count (not a RAM file's page cache), not their sizes, to what the host has available (SPEC §1)", () =>
+  effect("the report adds the RAM the resident VMs hold that MemAvailable does not count (not a RAM file's page cache), not their sizes, to what the host has available (SPEC §1)", () =>
     Effect.gen(function* () {
       const MiB = 1024 * 1024
       const sim = yield* SimRuntime.make({ startMs: 0 })

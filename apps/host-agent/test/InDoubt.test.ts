@@ -4,15 +4,16 @@
  * it and, when the source stays silent, reports it running itself, which commits the move; the
  * source, back, finds the move committed and drops its paused copy. Never two running copies.
  */
-import { assert, describe, it } from "@effect/vitest"
+import { assert, describe } from "@effect/vitest"
 import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
+import { effect } from "./support/PatientClock.js"
 import { makeFleet } from "./support/InProcess.js"
 
 const running = (vms: readonly { readonly vmId: string; readonly status: string }[]) => vms.filter((v) => v.status === "running").map((v) => v.vmId)
 
 describe("an in-doubt move on the agents", () => {
-  it.effect("the source goes silent right after the target committed: the target keeps the guest, reports it running, and the move commits; the source then drops its copy", () =>
+  effect("the source goes silent right after the target committed: the target keeps the guest, reports it running, and the move commits; the source then drops its copy", () =>
     Effect.gen(function* () {
       const fleet = yield* makeFleet(
         [

@@ -1,10 +1,11 @@
-import { assert, describe, it } from "@effect/vitest"
+import { assert, describe } from "@effect/vitest"
 import { Downtime } from "@engram/core"
 import { SimRuntime } from "@engram/runtime"
 import { Effect, Logger, Ref } from "effect"
 import { PeerError } from "../src/MoveTarget.js"
 import type { PeerLink } from "../src/PeerLink.js"
 import type { FakeCoordinator } from "./support/FakeCoordinator.js"
+import { effect } from "./support/PatientClock.js"
 import { makeFleet, type FleetOptions, type TestHost } from "./support/InProcess.js"
 
 type SimConfig = SimRuntime.SimConfig
@@ -46,7 +47,7 @@ const runMove = (opts: {
   })
 
 describe("the seed 004 hardware table on the simulated runtime", () => {
-  it.effect("a 600 ms budget succeeds: capture ≈ 40, send ≈ 85, commit ≈ 420, within the pause", () =>
+  effect("a 600 ms budget succeeds: capture ≈ 40, send ≈ 85, commit ≈ 420, within the pause", () =>
     Effect.gen(function* () {
       const { a, b, move, session, outcome } = yield* runMove({ maxDowntimeMs: 600 })
       assert.strictEqual(move.state, "committed")
@@ -76,7 +77,7 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
       assert.deepStrictEqual((yield* a.residents.pendingCommits), [])
     }))
 
-  it.effect("the pause holds one write of the source's state file (the debt and the paused VM together), and ends where the guest resumed on the target", () =>
+  effect("the pause holds one write of the source's state file (the debt and the paused VM together), and ends where the guest resumed on the target", () =>
     Effect.gen(function* () {
       // Writes of a's state file between its pause and the final round's send.
       const phase = { paused: false, sent: false, writes: 0 }
@@ -101,7 +102,7 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
       assert.strictEqual(later.outcome.pause!.peerCommitMs, base.outcome.pause!.peerCommitMs - 25)
     }))
 
-  it.effect("a 480 ms budget is refused before any pause", () =>
+  effect("a 480 ms budget is refused before any pause", () =>
     Effect.gen(function* () {
       const { a, b, move, session, outcome } = yield* runMove({ maxDowntimeMs: 480 })
       assert.strictEqual(move.state, "aborted")
@@ -121,7 +122,7 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
 })
 
 describe("the post-capture check", () => {
-  it.effect("a slow final capture aborts before the final round: the guest resumes on the source, the target holds nothing", () =>
+  effect("a slow final capture aborts before the final round: the guest resumes on the source, the target holds nothing", () =>
     Effect.gen(function* () {
       const { a, b, move, session, outcome } = yield* runMove({ maxDowntimeMs: 600, source: { finalCaptureExtraMs: 300 } })
       assert.strictEqual(move.state, "aborted")
@@ -143,7 +144,7 @@ describe("the post-capture check", () => {
 })
 
 describe("the commit allowance is the coordinator's", () => {
-  it.effect("a coordinator with commitAllowanceMs 600 makes the agent refuse, before pausing, the 600 ms move it accepts at 400", () =>
+  effect("a coordinator with commitAllowanceMs 600 makes the agent refuse, before pausing, the 600 ms move it accepts at 400", () =>
     Effect.gen(function* () {
       const { a, move, session, outcome } = yield* runMove({ maxDowntimeMs: 600, commitAllowanceMs: 600 })
       assert.strictEqual(move.state, "aborted")
@@ -155,7 +156,7 @@ describe("the commit allowance is the coordinator's", () => {
       assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
     }))
 
-  it.effect("a coordinator that sends no limits (older than the field): the SPEC default 400 applies", () =>
+  effect("a coordinator that sends no limits (older than the field): the SPEC default 400 applies", () =>
     Effect.gen(function* () {
       const { move } = yield* runMove({ maxDowntimeMs: 600, commitAllowanceMs: null })
       assert.strictEqual(move.state, "committed")
@@ -172,7 +173,7 @@ const capturingLogs = Effect.sync(() => {
 })
 
 describe("the intent is the point of no return (SPEC §5), held by the coordinator before the pause", () => {
-  it.effect("the intent is recorded while the guest still runs; the target runs the guest only once the coordinator holds it; the final round's measured figures follow the resume", () =>
+  effect("the intent is recorded while the guest still runs; the target runs the guest only once the coordinator holds it; the final round's measured figures follow the resume", () =>
     Effect.gen(function* () {
       const seen: Record<string, string[]> = {}
       const kinds = (coordinator: FakeCoordinator, at: string) =>
@@ -206,7 +207,7 @@ describe("the intent is the point of no return (SPEC §5), held by the coordinat
       }
     }))
 
-  it.effect("the coordinator's move wait times out while the source is paused: the intent refuses its abort, the move commits on the target", () =>
+  effect("the coordinator's move wait times out while the source is paused: the intent refuses its abort, the move commits on the target", () =>
     Effect.gen(function* () {
       const tried: boolean[] = []
       const { a, b, move, session, outcome } = yield* runMove({
@@ -221,7 +222,7 @@ describe("the intent is the point of no return (SPEC §5), held by the coordinat
       assert.deepStrictEqual(yield* a.runtime.list, [])
     }))
 
-  it.effect("the coordinator's move wait timed out before the intent: the intent is refused (409), the guest never pauses, nothing reaches the target, the guest runs on the source", () =>
+  effect("the coordinator's move wait timed out before the intent: the intent is refused (409), the guest never pauses, nothing reaches the target, the guest runs on the source", () =>
     Effect.gen(function* () {
       const { a, b, move, session, outcome } = yield* runMove({
         maxDowntimeMs: 600,
@@ -240,7 +241,7 @@ describe("the intent is the point of no return (SPEC §5), held by the coordinat
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
     }))
 
-  it.effect("a runtime that paused on its own before the intent (QEMU converging by itself) records it beside the send, before the target may run the guest", () =>
+  effect("a runtime that paused on its own before the intent (QEMU converging by itself) records it beside the send, before the target may run the guest", () =>
     Effect.gen(function* () {
       const seen: string[][] = []
       const { move, outcome } = yield* runMove({
@@ -263,7 +264,7 @@ describe("the intent is the point of no return (SPEC §5), held by the coordinat
       }
     }))
 
-  it.effect("a commit that reaches an already-aborted move is logged as an error; the coordinator places the session on the source, so the target's copy is destroyed and the source's paused copy resumes", () =>
+  effect("a commit that reaches an already-aborted move is logged as an error; the coordinator places the session on the source, so the target's copy is destroyed and the source's paused copy resumes", () =>
     Effect.gen(function* () {
       const logs = yield* capturingLogs
       const { a, b, move, session, outcome } = yield* runMove({
@@ -289,7 +290,7 @@ describe("the intent is the point of no return (SPEC §5), held by the coordinat
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
     }))
 
-  it.effect("a commit refused for a session no longer on the source (ended meanwhile): logged, the target's copy is not touched by the source", () =>
+  effect("a commit refused for a session no longer on the source (ended meanwhile): logged, the target's copy is not touched by the source", () =>
     Effect.gen(function* () {
       const logs = yield* capturingLogs
       let targetRanAtRefusal = false
@@ -318,7 +319,7 @@ describe("the intent is the point of no return (SPEC §5), held by the coordinat
 })
 
 describe("the commit allowance is learned per host pair (SPEC §13)", () => {
-  it.effect("a budget under the 400 ms prior is refused before anything starts while a host pair has no commits, and admitted once it has", () =>
+  effect("a budget under the 400 ms prior is refused before anything starts while a host pair has no commits, and admitted once it has", () =>
     Effect.gen(function* () {
       // Commits of ≈ 60 ms on both hosts: far under the prior.
       const quick: Partial<SimConfig> = { ...seed004, commitMs: 60 }
@@ -383,7 +384,7 @@ describe("an intent whose record did not land (the runtime paused on its own, th
     return { ...run, link }
   })
 
-  it.effect("is recorded on the next pass before the target may run the guest; then the final round's figures and the commit", () =>
+  effect("is recorded on the next pass before the target may run the guest; then the final round's figures and the commit", () =>
     Effect.gen(function* () {
       const { fleet, a, b, settle, link } = yield* strandedMove
       const before = link.cut.commits
@@ -399,7 +400,7 @@ describe("an intent whose record did not land (the runtime paused on its own, th
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
     }))
 
-  it.effect("a move that ended meanwhile never runs on the target: the target drops what it holds, the guest resumes on the source", () =>
+  effect("a move that ended meanwhile never runs on the target: the target drops what it holds, the guest resumes on the source", () =>
     Effect.gen(function* () {
       const { fleet, a, b, settle, link } = yield* strandedMove
       assert.isTrue(yield* fleet.coordinator.timeoutAbort("m1"), "without the intent, the move wait's timeout aborts it")
@@ -418,7 +419,7 @@ describe("an intent whose record did not land (the runtime paused on its own, th
 })
 
 describe("the final round's figures, recorded after the resume", () => {
-  it.effect("a source cut off from the coordinator right after the resume: the target's report commits the move (past the intent); back, the source finds it committed and drops its paused copy", () =>
+  effect("a source cut off from the coordinator right after the resume: the target's report commits the move (past the intent); back, the source finds it committed and drops its paused copy", () =>
     Effect.gen(function* () {
       let silenced = false
       const { fleet, a, b, settle, outcome } = yield* runMove({
@@ -474,7 +475,7 @@ const cuttable = () => {
 }
 
 describe("past the intent, a link failure never resumes the source copy (issue 13 item 11)", () => {
-  it.effect("the target commits and the link drops before its answer: the source stays paused and owes the outcome; once the link is back the commit is confirmed and posted", () =>
+  effect("the target commits and the link drops before its answer: the source stays paused and owes the outcome; once the link is back the commit is confirmed and posted", () =>
     Effect.gen(function* () {
       const link = cuttable()
       link.cut.commit = "after"
@@ -508,7 +509,7 @@ describe("past the intent, a link failure never resumes the source copy (issue 1
       assert.strictEqual(yield* Ref.get(b.runtime.starts), 0, "the guest on the target is the moved one, never booted")
     }))
 
-  it.effect("the link drops before the commit reaches the target: the source stays paused; once it is back the target commits the VM it holds", () =>
+  effect("the link drops before the commit reaches the target: the source stays paused; once it is back the target commits the VM it holds", () =>
     Effect.gen(function* () {
       const link = cuttable()
       link.cut.commit = "before"
@@ -526,7 +527,7 @@ describe("past the intent, a link failure never resumes the source copy (issue 1
       assert.deepStrictEqual(yield* a.runtime.list, [])
     }))
 
-  it.effect("the target refuses the commit while the coordinator cannot be reached: the source copy stays paused until the coordinator ended the move, then resumes", () =>
+  effect("the target refuses the commit while the coordinator cannot be reached: the source copy stays paused until the coordinator ended the move, then resumes", () =>
     Effect.gen(function* () {
       let cut = false
       const { fleet, a, b, settle, move, outcome } = yield* runMove({
@@ -554,7 +555,7 @@ describe("past the intent, a link failure never resumes the source copy (issue 1
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
     }))
 
-  it.effect("the target answers that it does not run the guest (its incoming VM failed): only then the source copy resumes, and the move aborts", () =>
+  effect("the target answers that it does not run the guest (its incoming VM failed): only then the source copy resumes, and the move aborts", () =>
     Effect.gen(function* () {
       const { fleet, a, b, move, session, outcome } = yield* runMove({
         maxDowntimeMs: 600,
@@ -603,7 +604,7 @@ describe("a move committed by the target's report while the link was down (revie
       return { ...run, settleOnStaleView }
     })
 
-  it.effect("the link is back: the target answers the late commit with success (the guest runs there); the source drops its paused copy", () =>
+  effect("the link is back: the target answers the late commit with success (the guest runs there); the source drops its paused copy", () =>
     Effect.gen(function* () {
       const link = cuttable()
       const { fleet, a, b, settle, settleOnStaleView } = yield* committedByReport(link)
@@ -621,7 +622,7 @@ describe("a move committed by the target's report while the link was down (revie
       assert.strictEqual((yield* fleet.coordinator.get).moves.get("m1")?.state, "committed")
     }))
 
-  it.effect("a target that refuses the late commit (an older agent): the source's abort meets a 409, it reads the move committed and drops its paused copy instead of resuming it", () =>
+  effect("a target that refuses the late commit (an older agent): the source's abort meets a 409, it reads the move committed and drops its paused copy instead of resuming it", () =>
     Effect.gen(function* () {
       const link = cuttable()
       const { fleet, a, b, settle, settleOnStaleView } = yield* committedByReport(link)
@@ -643,7 +644,7 @@ describe("a move committed by the target's report while the link was down (revie
 describe("ENGRAM_AGENT_MOVE_INTENT=0 (the default): the final round is the point of no return (SPEC §5), recorded in the pause, as before the intent", () => {
   const off = (fleet: FleetOptions = {}): FleetOptions => ({ ...fleet, moveIntent: false })
 
-  it.effect("the final round is recorded while it is sent, and the target runs the guest only once the coordinator holds it; no intent is recorded", () =>
+  effect("the final round is recorded while it is sent, and the target runs the guest only once the coordinator holds it; no intent is recorded", () =>
     Effect.gen(function* () {
       const seen: string[][] = []
       const { move, outcome } = yield* runMove({
@@ -665,7 +666,7 @@ describe("ENGRAM_AGENT_MOVE_INTENT=0 (the default): the final round is the point
       assert.strictEqual(outcome._tag, "Committed")
     }))
 
-  it.effect("the coordinator aborts the move while the source is paused (its move wait timed out): the final round is refused, nothing reaches the target, the guest resumes on the source", () =>
+  effect("the coordinator aborts the move while the source is paused (its move wait timed out): the final round is refused, nothing reaches the target, the guest resumes on the source", () =>
     Effect.gen(function* () {
       const { a, b, move, session, outcome } = yield* runMove({
         maxDowntimeMs: 600,
@@ -697,7 +698,7 @@ describe("ENGRAM_AGENT_MOVE_INTENT=0 (the default): the final round is the point
     return { ...run, link }
   })
 
-  it.effect("a final round whose record did not land is recorded on the next pass (no intent) before the target may run the guest; then the move commits", () =>
+  effect("a final round whose record did not land is recorded on the next pass (no intent) before the target may run the guest; then the move commits", () =>
     Effect.gen(function* () {
       const { fleet, a, b, settle, link } = yield* strandedMove
       link.cut.commit = "no"
@@ -711,7 +712,7 @@ describe("ENGRAM_AGENT_MOVE_INTENT=0 (the default): the final round is the point
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
     }))
 
-  it.effect("a move that ended before its final round's record never runs on the target: the target drops what it holds, the guest resumes on the source", () =>
+  effect("a move that ended before its final round's record never runs on the target: the target drops what it holds, the guest resumes on the source", () =>
     Effect.gen(function* () {
       const { fleet, a, b, settle, link } = yield* strandedMove
       yield* fleet.coordinator.abortMove("m1", "timeout")
@@ -730,7 +731,7 @@ describe("ENGRAM_AGENT_MOVE_INTENT=0 (the default): the final round is the point
 })
 
 describe("the intent held before the first round (as QEMU), then the move ends while the rounds are recorded (review item 3)", () => {
-  it.effect("a pre-copy round refused (409: an admin aborted the move) is seen before the debt: the pause is given back, nothing reaches the target, the guest runs on the source", () =>
+  effect("a pre-copy round refused (409: an admin aborted the move) is seen before the debt: the pause is given back, nothing reaches the target, the guest runs on the source", () =>
     Effect.gen(function* () {
       let commits = 0
       const { fleet, a, b, move, session, outcome } = yield* runMove({
