@@ -575,7 +575,9 @@ describe("past the intent, a link failure never resumes the source copy (issue 1
     }))
 })
 
-describe("a move committed by the target's report while the link was down (review item 2: never two running copies)", () => {
+// Both protocols: with the intent (ENGRAM_AGENT_MOVE_INTENT=1) and without it (the default).
+for (const moveIntent of [true, false])
+  describe(`a move committed by the target's report while the link was down (review item 2: never two running copies), intent ${moveIntent ? "on" : "off"}`, () => {
   /**
    * The target commits and the answer is lost; then the move commits on the target's report and
    * the target's reconcile clears its move. The source settles its debt on a view of the
@@ -586,7 +588,7 @@ describe("a move committed by the target's report while the link was down (revie
     Effect.gen(function* () {
       link.cut.commit = "after"
       link.cut.abort = true
-      const run = yield* runMove({ maxDowntimeMs: 600, fleet: { wrapLink: link.wrap } })
+      const run = yield* runMove({ maxDowntimeMs: 600, fleet: { wrapLink: link.wrap, moveIntent } })
       assert.strictEqual(run.outcome._tag, "Owed")
       // Nothing reaches the target until the test says so.
       link.cut.commit = "before"
