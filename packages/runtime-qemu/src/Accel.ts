@@ -1,12 +1,25 @@
 /**
  * Which accelerator guests get: KVM when `/dev/kvm` really works, TCG otherwise. Decided once
- * per runtime by a probe: a QEMU with `-accel kvm -cpu host` must start, run its firmware, say
- * `query-kvm` enabled and quit cleanly. (Nested KVM can expose a `/dev/kvm` on which `-cpu host`
- * asserts; the probe catches that and falls back to TCG, saying why.)
+ * per runtime by a probe in two steps:
+ *
+ * 1. a QEMU with `-accel kvm -cpu host` must start, run its firmware, say `query-kvm` enabled and
+ *    quit cleanly (nested KVM can expose a `/dev/kvm` on which `-cpu host` asserts);
+ * 2. when guests boot a kernel, that kernel must get as far as its banner (`Linux version`) on
+ *    the serial console under KVM. Some nested hypervisors (seen: a `kvm-pvm` host module) pass
+ *    step 1 but stop a Linux kernel in its decompressor ("Invalid physical address chosen!"), so
+ *    every guest would hang at boot. The banner comes within a second on a working KVM; no banner
+ *    within the bound is TCG. The verdict of step 2 is kept for the host's boot (a file in the
+ *    temporary directory keyed by the kernel, the QEMU binary and the host's boot id), so the
+ *    agents of one machine pay for it once.
+ *
+ * Either step failing falls back to TCG and says why.
  */
 import { spawn } from "node:child_process"
-import { constants } from "node:fs"
+import { createHash } from "node:crypto"
+import { constants, readFileSync, renameSync, statSync, writeFileSync } from "node:fs"
 import { access } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { Effect } from "effect"
 
 /** The accelerator and why. */
@@ -17,8 +30,19 @@ export interface Accel {
 
 const probeScript = ['{"execute":"qmp_capabilities"}', '{"execute":"query-kvm"}', '{"execute":"quit"}', ""].join("\n")
 
-/** Runs the KVM probe with `binary`; never fails (a failed probe answers TCG with the reason). */
-export const probe = (binary: string, timeoutMs = 20_000): Effect.Effect<Accel> =>
+/** The kernel banner's bound: a working KVM prints it well within a second. */
+export const kernelProbeTimeoutMs = 10_000
+
+/**
+ * Runs the KVM probe with `binary` (step 2 with `kernel`, when guests boot one); never fails (a
+ * failed probe answers TCG with the reason).
+ */
+export const probe = (binary: string, timeoutMs = 20_000, kernel?: string, kernelTimeoutMs = kernelProbeTimeoutMs): Effect.Effect<Accel> =>
+  Effect.flatMap(firmwareProbe(binary, timeoutMs), (firmware) =>
+    firmware.accelerator === "tcg" || kernel === undefined ? Effect.succeed(firmware) : kernelProbe(binary, kernel, kernelTimeoutMs),
+  )
+
+const firmwareProbe = (binary: string, timeoutMs: number): Effect.Effect<Accel> =>
   Effect.gen(function* () {
     const usable = yield* Effect.tryPromise(() => access("/dev/kvm", constants.R_OK | constants.W_OK)).pipe(Effect.result)
     if (usable._tag === "Failure") return { accelerator: "tcg", detail: "TCG: /dev/kvm is absent or not read-writable" } as Accel
@@ -43,6 +67,82 @@ export const probe = (binary: string, timeoutMs = 20_000): Effect.Effect<Accel> 
     const why = r.signal !== null ? `QEMU died of ${r.signal}` : `QEMU exited ${r.code}`
     const tail = r.err.trim().split("\n").at(-1) ?? ""
     return { accelerator: "tcg", detail: `TCG: the KVM probe failed (${why}${tail === "" ? "" : `: ${tail}`})` } as Accel
+  })
+
+/** Where step 2's verdict for this kernel, binary and host boot is kept; null when it cannot be keyed. */
+const verdictFile = (binary: string, kernel: string): string | null => {
+  try {
+    const bootId = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim()
+    const k = statSync(kernel)
+    const key = createHash("sha256").update(JSON.stringify([binary, kernel, k.size, k.mtimeMs, bootId])).digest("hex").slice(0, 24)
+    return join(tmpdir(), `engram-kvm-probe-${key}.json`)
+  } catch {
+    return null
+  }
+}
+
+const kernelProbe = (binary: string, kernel: string, timeoutMs: number): Effect.Effect<Accel> =>
+  Effect.suspend(() => {
+    const file = verdictFile(binary, kernel)
+    if (file !== null) {
+      try {
+        const kept = JSON.parse(readFileSync(file, "utf8")) as Accel
+        if ((kept.accelerator === "kvm" || kept.accelerator === "tcg") && typeof kept.detail === "string") return Effect.succeed(kept)
+      } catch {
+        // none kept yet
+      }
+    }
+    return Effect.map(bootsUnderKvm(binary, kernel, timeoutMs), (accel) => {
+      if (file !== null) {
+        try {
+          const tmp = `${file}.${process.pid}`
+          writeFileSync(tmp, JSON.stringify(accel))
+          renameSync(tmp, file)
+        } catch {
+          // a verdict not kept is probed again by the next runtime
+        }
+      }
+      return accel
+    })
+  })
+
+/**
+ * Boots `kernel` under KVM (no initramfs: only its banner matters) and waits for the banner.
+ * `accel` is for tests, which check the banner logic under TCG.
+ */
+export const bootsUnderKvm = (binary: string, kernel: string, timeoutMs: number, accel: readonly string[] = ["-accel", "kvm", "-cpu", "host"]): Effect.Effect<Accel> =>
+  Effect.callback<Accel>((resume) => {
+    const args = ["-machine", "q35", ...accel, "-m", "128", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]
+    const child = spawn(binary, [...args, "-kernel", kernel, "-append", "console=ttyS0 loglevel=8 panic=-1", "-serial", "stdio"], { stdio: ["ignore", "pipe", "pipe"] })
+    let out = ""
+    let err = ""
+    let done = false
+    const finish = (accel: Accel) => {
+      if (done) return
+      done = true
+      clearTimeout(timer)
+      child.kill("SIGKILL")
+      resume(Effect.succeed(accel))
+    }
+    const timer = setTimeout(
+      () => finish({ accelerator: "tcg", detail: `TCG: /dev/kvm passed QEMU's own check, but the guest kernel printed no banner within ${timeoutMs} ms under KVM (a nested KVM that cannot run it)` }),
+      timeoutMs,
+    )
+    child.stdout.on("data", (d: Buffer) => {
+      out = (out + d.toString()).slice(-4096)
+      if (out.includes("Linux version")) finish({ accelerator: "kvm", detail: "KVM: /dev/kvm works with -cpu host and boots the guest kernel" })
+    })
+    child.stderr.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4096)))
+    child.on("error", (e) => finish({ accelerator: "tcg", detail: `TCG: the KVM boot probe failed (${e.message})` }))
+    child.on("close", (code, signal) => {
+      const tail = err.trim().split("\n").at(-1) ?? ""
+      finish({ accelerator: "tcg", detail: `TCG: the guest kernel stopped under KVM before its banner (QEMU ${signal ?? `exited ${code}`}${tail === "" ? "" : `: ${tail}`})` })
+    })
+    return Effect.sync(() => {
+      done = true
+      clearTimeout(timer)
+      child.kill("SIGKILL")
+    })
   })
 
 /** A QEMU version. */

@@ -129,6 +129,12 @@ export const snapshotsOf = (memory: "file" | "anonymous", v: Accel.QemuVersion |
   return { method: "mapped", ignoreShared, reason: "guest RAM is a file (memory-backend-file, share=on): captures save devices only (x-ignore-shared) and map the RAM file back" }
 }
 
+/** The kernel the KVM probe boots: the configured one (a boot chosen per VM: the one a 1-vCPU VM of 128 MiB gets). */
+const probeKernel = (boot: QemuConfig["boot"]): string | undefined => {
+  const b = typeof boot === "function" ? boot({ vmId: "engram-kvm-probe", memMib: 128, vcpus: 1 }) : boot
+  return "kernel" in b ? b.kernel : undefined
+}
+
 /** Builds a QEMU runtime; its QMP connections live in the scope (the VMs outlive it). */
 export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never, Scope.Scope> =>
   Effect.gen(function* () {
@@ -143,7 +149,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         ? { accelerator: "kvm", detail: "KVM: configured" }
         : config.accelerator === "tcg"
           ? { accelerator: "tcg", detail: "TCG: configured" }
-          : yield* Accel.probe(binary)
+          : yield* Accel.probe(binary, undefined, probeKernel(config.boot))
     const qemuVersion = yield* Accel.version(binary)
     const ramPadKib = Accel.needsTcgSyncWorkaround(accel.accelerator, qemuVersion) ? 8 : 0
     const machineFor = (spec: VmSpec): P.Machine => ({
