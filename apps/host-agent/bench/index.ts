@@ -45,6 +45,13 @@ const quantile = (xs: readonly number[], q: number) => {
   const s = [...xs].sort((a, b) => a - b)
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))] as number
 }
+/**
+ * An overrun past the documented tail (runtime-qemu's README): a committed move whose downtime
+ * exceeded its budget by more than its commit exceeded the guard's allowance. A commit slower than
+ * its allowance is the tail the guard documents (its allowance is a high quantile, not a maximum).
+ */
+const pastTail = (s: Sample) =>
+  s.kind === "ok" && s.downtimeMs !== null && s.downtimeMs > s.budgetMs && s.downtimeMs - s.budgetMs > (s.commitMs === null || s.allowanceMs === null ? 0 : Math.max(0, s.commitMs - s.allowanceMs))
 const f = (x: number) => (Number.isFinite(x) ? x.toFixed(0) : "–")
 const jsonl = (row: unknown) => {
   mkdirSync(dirname(resultsFile), { recursive: true })
@@ -99,7 +106,7 @@ const main = async () => {
         hostToken: created.body.token,
         peers,
         readyTimeoutMs: 180_000,
-        env: { ENGRAM_RUNTIME: "qemu", ...guest, ENGRAM_SIM_TOTAL_MIB: "1024", ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_RETRY_MS: "250", ENGRAM_AGENT_MOVE_INTENT: env["ENGRAM_AGENT_MOVE_INTENT"] ?? "1" },
+        env: { ENGRAM_RUNTIME: "qemu", ...guest, ENGRAM_SIM_TOTAL_MIB: "1024", ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_RETRY_MS: "250", ENGRAM_AGENT_MOVE_INTENT: env["ENGRAM_AGENT_MOVE_INTENT"] ?? "0" },
       })
     }
     await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body.items, (hs: { measured: boolean }[]) => hs.length === 2 && hs.every((h) => h.measured), 60_000)
@@ -152,8 +159,8 @@ const main = async () => {
 
   const load1 = loadavg()
   console.log(`\nmoves of an idle 128 MiB guest through the API (TCG), load average ${load0[0]!.toFixed(2)} → ${load1[0]!.toFixed(2)}`)
-  console.log("| budget | n | ok | over budget | refused before pause | given back | other | downtime min–median–max | commit phase median | capture | persist | send | record wait | peer commit | record round trip |")
-  console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+  console.log("| budget | n | ok | over budget | past the documented tail | refused before pause | given back | other | downtime min–median–max | commit phase median | capture | persist | send | record wait | peer commit | record round trip |")
+  console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for (const budgetMs of WARMUP > 0 ? [WARMUP_BUDGET_MS, ...BUDGETS] : BUDGETS) {
     const cell = samples.filter((s) => s.budgetMs === budgetMs)
     const ok = cell.filter((s) => s.kind === "ok")
@@ -162,7 +169,7 @@ const main = async () => {
     const n = (k: Sample["kind"]) => cell.filter((s) => s.kind === k).length
     const commit = f(quantile(ok.flatMap((s) => (s.commitMs === null ? [] : [s.commitMs])), 0.5))
     console.log(
-      `| ${budgetMs === WARMUP_BUDGET_MS ? `${budgetMs} ms (warm-up)` : `${budgetMs} ms`} | ${cell.length} | ${ok.length} | ${ok.filter((x) => (x.downtimeMs ?? 0) > budgetMs).length} | ${n("refused")} | ${n("givenBack")} | ${n("other")} | ${ok.length === 0 ? "–" : `${f(Math.min(...dt))}–${f(quantile(dt, 0.5))}–${f(Math.max(...dt))}`} ms | ${commit} | ${part("captureMs")} | ${part("persistMs")} | ${part("sendMs")} | ${part("recordWaitMs")} | ${part("peerCommitMs")} | ${part("recordMs")} |`,
+      `| ${budgetMs === WARMUP_BUDGET_MS ? `${budgetMs} ms (warm-up)` : `${budgetMs} ms`} | ${cell.length} | ${ok.length} | ${ok.filter((x) => (x.downtimeMs ?? 0) > budgetMs).length} | ${ok.filter(pastTail).length} | ${n("refused")} | ${n("givenBack")} | ${n("other")} | ${ok.length === 0 ? "–" : `${f(Math.min(...dt))}–${f(quantile(dt, 0.5))}–${f(Math.max(...dt))}`} ms | ${commit} | ${part("captureMs")} | ${part("persistMs")} | ${part("sendMs")} | ${part("recordWaitMs")} | ${part("peerCommitMs")} | ${part("recordMs")} |`,
     )
     if (budgetMs === WARMUP_BUDGET_MS) continue
     report({ bench: "host-agent", figure: `idle-guest moves through the API ok @${budgetMs} ms`, value: cell.length === 0 ? 0 : ok.length / cell.length, unit: "ratio", goal: budgetMs === 200 ? ">= 0.9" : undefined })
