@@ -12,7 +12,7 @@
  */
 import { EngramApi, Errors } from "@engram/api"
 import { Dashboard } from "@engram/dashboard"
-import { Cause, Context, Effect, ErrorReporter, Fiber, identity } from "effect"
+import { Cause, Context, Effect, ErrorReporter, Fiber } from "effect"
 import type { Layer } from "effect"
 import { FindMyWay, HttpEffect, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApi } from "effect/http-api"
@@ -263,21 +263,22 @@ export const edge = (options: EdgeOptions) => {
     return Effect.as(log5xx(response.status, body, request, route, requestId, defects.get(request)), withRequestId(response, body, requestId))
   }
   // Total: whatever throws or fails in it (a metrics observer, a body that does not encode), the
-  // request is still answered — as the edge shaped it (`shape`), or as it was if the shaping
-  // failed — with a request id, and the failure logged once; a hook that failed would leave the
-  // request unanswered.
+  // request is still answered — as the edge shaped it, or as it was if the shaping failed — with
+  // a request id, and the failure logged once; a hook that failed would leave the request
+  // unanswered. `routed`: the hook's request (the answer is shaped, its route the router's
+  // match), or null for the edge's own early answers (labelled by `routeOf`).
   const answeredTotal = (
     request: HttpServerRequest.HttpServerRequest,
     startedAt: number,
-    route: () => string,
     response: HttpServerResponse.HttpServerResponse,
-    shape: (r: HttpServerResponse.HttpServerResponse) => HttpServerResponse.HttpServerResponse,
+    routed: HttpServerRequest.HttpServerRequest | null,
   ): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
     let shaped = response
     try {
-      shaped = shape(response)
+      shaped = routed === null ? response : asJson(response, routed, options.maxBodyBytes)
       const answer = shaped
-      return Effect.catchCause(answered(request, startedAt, route(), answer), (cause) => hookFailed(request, answer, cause))
+      const route = routed === null ? routeOf(request.method, request.url) : matchedRoute()
+      return Effect.catchCause(answered(request, startedAt, route, answer), (cause) => hookFailed(request, answer, cause))
     } catch (e) {
       return hookFailed(request, shaped, Cause.die(e))
     }
@@ -287,20 +288,17 @@ export const edge = (options: EdgeOptions) => {
     Effect.withFiber((fiber) => {
       const request = Context.getUnsafe(fiber.context, HttpServerRequest.HttpServerRequest)
       const startedAt = performance.now()
-      const early = (response: HttpServerResponse.HttpServerResponse) => answeredTotal(request, startedAt, () => routeOf(request.method, request.url), response, identity)
-      if (options.closing()) return early(unavailable("the coordinator is shutting down; retry"))
+      if (options.closing()) return answeredTotal(request, startedAt, unavailable("the coordinator is shutting down; retry"), null)
       const length = request.headers["content-length"]
       if (length !== undefined) {
         const declared = Number(length)
-        if (Number.isFinite(declared) && declared > options.maxBodyBytes) return early(tooLarge(options.maxBodyBytes))
+        if (Number.isFinite(declared) && declared > options.maxBodyBytes) return answeredTotal(request, startedAt, tooLarge(options.maxBodyBytes), null)
       }
       if (request.url.includes("%")) {
         const bad = badPercentEncoding(request.method, request.url, routeOf)
-        if (bad !== null) return early(json(400, { error: "InvalidInput", field: bad.field, rule: badUrlRule, in: bad.in }))
+        if (bad !== null) return answeredTotal(request, startedAt, json(400, { error: "InvalidInput", field: bad.field, rule: badUrlRule, in: bad.in }), null)
       }
-      HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (req, response) =>
-        answeredTotal(request, startedAt, matchedRoute, response, (r) => asJson(r, req, options.maxBodyBytes)),
-      )
+      HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (req, response) => answeredTotal(request, startedAt, response, req))
       // The body limit itself (`HttpIncomingMessage.MaxBodySize`) is set once on the server.
       return app
     })
