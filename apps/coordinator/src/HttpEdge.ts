@@ -6,8 +6,9 @@
  * body on every error answer (the router's 404, 413, 415, a 503 of an interrupted request, a
  * 500), a request id on every 5xx (an `x-request-id` header and `requestId` in the body, logged
  * with the answer and, for a defect, its cause), and the request metrics (count and duration by
- * method, route template and status). `onClientError` answers what Node's HTTP parser refuses
- * before any of this runs (an oversized URL or header: a JSON 431).
+ * method, route template and status). Whatever fails in that handling of an answer, the answer
+ * still goes out, with a request id, and the failure is logged. `onClientError` answers what
+ * Node's HTTP parser refuses before any of this runs (an oversized URL or header: a JSON 431).
  */
 import { EngramApi, Errors } from "@engram/api"
 import { Dashboard } from "@engram/dashboard"
@@ -18,6 +19,7 @@ import { HttpApi } from "effect/http-api"
 import { randomUUID } from "node:crypto"
 import { maxHeaderSize } from "node:http"
 import type { Socket } from "node:net"
+import { placementsPath } from "./Forward.js"
 import { keyName } from "./HttpErrors.js"
 import type { MetricsShape } from "./Metrics.js"
 
@@ -29,7 +31,11 @@ export interface EdgeOptions {
   readonly metrics: MetricsShape
 }
 
-/** The route template of a request (`/v1/sessions/:id`), for metric labels; `unmatched` when none. */
+/**
+ * The route template of a request (`/v1/sessions/:id`), for metric labels; `unmatched` when none.
+ * A HEAD without a route of its own is labelled by the GET route that answers it, as the router
+ * matches it (`HttpRouter`: HEAD falls back to GET).
+ */
 export const routeLabeler = (): ((method: string, url: string) => string) => {
   const router = FindMyWay.make<string>()
   HttpApi.reflect(EngramApi, {
@@ -38,7 +44,11 @@ export const routeLabeler = (): ((method: string, url: string) => string) => {
   })
   router.on("GET", "/docs", "/docs")
   for (const path of ["/", "/ui", "/ui/changes", "/ui/history", ...Dashboard.assetPaths()]) router.on("GET", path as FindMyWay.PathInput, path)
-  return (method, url) => router.find(method, url.split("?")[0] ?? url)?.handler ?? "unmatched"
+  router.on("POST", placementsPath, placementsPath)
+  return (method, url) => {
+    const path = url.split("?")[0] ?? url
+    return router.find(method, path)?.handler ?? (method === "HEAD" ? router.find("GET", path)?.handler : undefined) ?? "unmatched"
+  }
 }
 
 const json = (status: number, body: Record<string, unknown>, headers: Record<string, string> = {}) => HttpServerResponse.jsonUnsafe(body, { status, headers })
@@ -194,6 +204,28 @@ const log5xx = (
 }
 
 /**
+ * The answer when the edge's own handling of an answer failed: the answer as it was, with a
+ * request id (`x-request-id`), and one error log line with that id and the cause.
+ */
+const hookFailed = (
+  request: HttpServerRequest.HttpServerRequest,
+  response: HttpServerResponse.HttpServerResponse,
+  cause: Cause.Cause<unknown>,
+): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
+  const requestId = requestIdOf(request)
+  return Effect.as(
+    Effect.logError("the edge failed to finish an answer; answered it as it was", {
+      requestId,
+      status: response.status,
+      method: request.method,
+      path: request.url.split("?")[0] ?? request.url,
+      cause: Cause.pretty(cause),
+    }),
+    HttpServerResponse.setHeader(response, "x-request-id", requestId),
+  )
+}
+
+/**
  * The route template the router matched for the request being answered (`/v1/sessions/:id`), or
  * `unmatched`. Read from the request fiber's context, where the router left its match: a request
  * is routed once, not again for its metric label. (The pre-response hook runs before the server
@@ -230,22 +262,43 @@ export const edge = (options: EdgeOptions) => {
     const body = jsonBody(response)
     return Effect.as(log5xx(response.status, body, request, route, requestId, defects.get(request)), withRequestId(response, body, requestId))
   }
+  // Total: whatever throws or fails in it (a metrics observer, a body that does not encode), the
+  // request is still answered — as the edge shaped it, or as it was if the shaping failed — with
+  // a request id, and the failure logged once; a hook that failed would leave the request
+  // unanswered. `routed`: the hook's request (the answer is shaped, its route the router's
+  // match), or null for the edge's own early answers (labelled by `routeOf`).
+  const answeredTotal = (
+    request: HttpServerRequest.HttpServerRequest,
+    startedAt: number,
+    response: HttpServerResponse.HttpServerResponse,
+    routed: HttpServerRequest.HttpServerRequest | null,
+  ): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
+    let shaped = response
+    try {
+      shaped = routed === null ? response : asJson(response, routed, options.maxBodyBytes)
+      const answer = shaped
+      const route = routed === null ? routeOf(request.method, request.url) : matchedRoute()
+      return Effect.catchCause(answered(request, startedAt, route, answer), (cause) => hookFailed(request, answer, cause))
+    } catch (e) {
+      return hookFailed(request, shaped, Cause.die(e))
+    }
+  }
   // Every request passes here: no generator, no closure but the hook's, no second routing.
   return <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>): Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | HttpServerRequest.HttpServerRequest> =>
     Effect.withFiber((fiber) => {
       const request = Context.getUnsafe(fiber.context, HttpServerRequest.HttpServerRequest)
       const startedAt = performance.now()
-      if (options.closing()) return answered(request, startedAt, routeOf(request.method, request.url), unavailable("the coordinator is shutting down; retry"))
+      if (options.closing()) return answeredTotal(request, startedAt, unavailable("the coordinator is shutting down; retry"), null)
       const length = request.headers["content-length"]
       if (length !== undefined) {
         const declared = Number(length)
-        if (Number.isFinite(declared) && declared > options.maxBodyBytes) return answered(request, startedAt, routeOf(request.method, request.url), tooLarge(options.maxBodyBytes))
+        if (Number.isFinite(declared) && declared > options.maxBodyBytes) return answeredTotal(request, startedAt, tooLarge(options.maxBodyBytes), null)
       }
       if (request.url.includes("%")) {
         const bad = badPercentEncoding(request.method, request.url, routeOf)
-        if (bad !== null) return answered(request, startedAt, routeOf(request.method, request.url), json(400, { error: "InvalidInput", field: bad.field, rule: badUrlRule, in: bad.in }))
+        if (bad !== null) return answeredTotal(request, startedAt, json(400, { error: "InvalidInput", field: bad.field, rule: badUrlRule, in: bad.in }), null)
       }
-      HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (req, response) => answered(request, startedAt, matchedRoute(), asJson(response, req, options.maxBodyBytes)))
+      HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (req, response) => answeredTotal(request, startedAt, response, req))
       // The body limit itself (`HttpIncomingMessage.MaxBodySize`) is set once on the server.
       return app
     })

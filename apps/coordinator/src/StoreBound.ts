@@ -31,29 +31,36 @@ const timedOut = (ms: number, name: string) =>
  * reaper on a TestClock, where a bound on the Effect Clock would fire when the test moves time,
  * not when the database is slow. Every request that reads the store passes here, so it costs one
  * fiber and, unless the call answers at once, one timer and one observer (no race of fibers).
+ * A caller interrupted at any point, even before its call's first step ended, interrupts the call.
  */
 export const bounded = <A, E, R>(effect: Effect.Effect<A, E, R>, ms: number, name: string): Effect.Effect<A, E | Unavailable, R> =>
-  Effect.flatMap(Effect.forkDetach(effect, { startImmediately: true }), (call) => {
-    const answered = call.pollUnsafe()
-    if (answered !== undefined) return answered
-    return Effect.callback<A, E | Unavailable>((resume) => {
-      const timer = setTimeout(() => {
-        stopObserving()
-        resume(Effect.fail(timedOut(ms, name)))
-        call.interruptUnsafe()
-      }, ms)
-      const stopObserving = call.addObserver((exit) => {
-        clearTimeout(timer)
-        resume(exit)
+  // Uninterruptible from the fork until the wait: a caller interrupted in between (the call's
+  // first step runs before the fork returns) would leave the call running on, unbounded. The
+  // call's fiber is interruptible all the same (a fork does not inherit the mask).
+  Effect.uninterruptibleMask((restore) =>
+    Effect.flatMap(Effect.forkDetach(effect, { startImmediately: true }), (call) => {
+      const answered = call.pollUnsafe()
+      if (answered !== undefined) return answered
+      const wait = Effect.callback<A, E | Unavailable>((resume) => {
+        const timer = setTimeout(() => {
+          stopObserving()
+          resume(Effect.fail(timedOut(ms, name)))
+          call.interruptUnsafe()
+        }, ms)
+        const stopObserving = call.addObserver((exit) => {
+          clearTimeout(timer)
+          resume(exit)
+        })
+        return Effect.sync(() => {
+          clearTimeout(timer)
+          stopObserving()
+        })
       })
-      // The caller was interrupted (its client left, the server stops): so is the call, in the background.
-      return Effect.sync(() => {
-        clearTimeout(timer)
-        stopObserving()
-        call.interruptUnsafe()
-      })
-    })
-  })
+      // The caller was interrupted (its client left, the server stops), while waiting or before
+      // it began (`restore` answers a pending interruption at once): so is the call, in the background.
+      return Effect.onInterrupt(restore(wait), () => Effect.sync(() => call.interruptUnsafe()))
+    }),
+  )
 
 /** What the store's calls showed beyond their own answers. */
 export interface StoreHealthShape {

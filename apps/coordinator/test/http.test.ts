@@ -1,6 +1,7 @@
 // The HTTP edge over real HTTP: JSON on every error answer (404, 400, 413, 415, 500, 503), a JSON body
 // without a content type, the body limit (declared and streamed), the admin-only middleware,
-// the scrape token, and the request and process metrics.
+// the scrape token, the request and process metrics (the edge's own answers labelled as the
+// router labels them), and an answer that goes out even when the edge's handling of it fails.
 import { AdminOnly, EngramApi } from "@engram/api"
 import { Coordinator, HttpEdge, Metrics, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
@@ -50,6 +51,20 @@ const withSummary = (
     logLevel: options.logLevel,
     config: { port: 0, adminToken, ...(options.storeTimeoutMs === undefined ? {} : { storeTimeoutMs: options.storeTimeoutMs }) },
   })
+
+/** Runs `f` with the coordinator's log lines (stdout) captured. */
+const logged = async <A>(f: () => Promise<A>): Promise<{ result: A; lines: string }> => {
+  let lines = ""
+  const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => {
+    lines += typeof chunk === "string" ? chunk : Buffer.from(chunk).toString()
+    return true
+  })
+  try {
+    return { result: await f(), lines }
+  } finally {
+    spy.mockRestore()
+  }
+}
 
 let c: RunningCoordinator
 beforeAll(async () => {
@@ -321,20 +336,6 @@ describe("what Node's HTTP parser refuses is answered in JSON too", () => {
 })
 
 describe("every 5xx carries a request id, in its header and body, and is logged with it", () => {
-  /** Runs `f` with the coordinator's log lines (stdout) captured. */
-  const logged = async <A>(f: () => Promise<A>): Promise<{ result: A; lines: string }> => {
-    let lines = ""
-    const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => {
-      lines += typeof chunk === "string" ? chunk : Buffer.from(chunk).toString()
-      return true
-    })
-    try {
-      return { result: await f(), lines }
-    } finally {
-      spy.mockRestore()
-    }
-  }
-
   it("a defect: 500 with x-request-id and requestId, logged as an error with the id and its cause; a proxy's own x-request-id is kept", async () => {
     const broken = await withSummary(() => Effect.die(new Error("boom (test)")), { logLevel: "Error" })
     try {
@@ -414,4 +415,47 @@ describe("every store call answers within ENGRAM_STORE_TIMEOUT_MS, whatever the 
       await waiting.stop()
     }
   })
+})
+
+describe("the edge's own answers are labelled like the router's", () => {
+  it("a HEAD the edge refuses (a declared body too large) counts under the GET route that answers it; a peer route under its own", async () => {
+    const admin = client(c.url, adminToken)
+    const big = "x".repeat(maxBodyBytes + 1)
+    const head = await raw(c.url, { method: "HEAD", path: "/v1/fleet", headers: { "content-length": String(big.length) }, body: big })
+    expect(head.status).toBe(413)
+    const peer = await raw(c.url, { method: "POST", path: "/internal/v1/placements", headers: { "content-length": String(big.length) }, body: big })
+    expect(peer.status).toBe(413)
+    const text = (await admin.get("/metrics")).body as string
+    expect(text).toMatch(/^engram_http_requests_total\{method="HEAD",route="\/v1\/fleet",status="413"\} \d+$/m)
+    expect(text).toMatch(/^engram_http_requests_total\{method="POST",route="\/internal\/v1\/placements",status="413"\} \d+$/m)
+  })
+})
+
+describe("the edge's answer hook is total", () => {
+  it("a metrics observer that throws: every request is still answered as it would have been, and the failure logged once per request", async () => {
+    const own = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken, maxBodyBytes } })
+    const metrics = await own.run(Effect.service(Metrics))
+    const broken = vi.spyOn(metrics, "observeRequest").mockImplementation(() => {
+      throw new Error("observer broke (test)")
+    })
+    try {
+      const big = "x".repeat(maxBodyBytes + 1)
+      const { result, lines } = await logged(async () => [
+        // Answered by a route (the hook), by the router's 404 (the hook), by the edge itself (413).
+        await raw(own.url, { method: "GET", path: "/livez" }),
+        await raw(own.url, { method: "GET", path: "/v1/nowhere" }),
+        await raw(own.url, { method: "POST", path: "/v1/sessions", headers: { "content-length": String(big.length) }, body: big }),
+      ])
+      expect(result.map((r) => r.status)).toStrictEqual([200, 404, 413])
+      expect(result[1]?.body).toMatchObject({ error: "NotFound", entity: "route" })
+      expect(result[2]?.body).toMatchObject({ error: "PayloadTooLarge", limitBytes: maxBodyBytes })
+      const failures = lines.split("\n").filter((l) => l.includes("observer broke (test)"))
+      expect(failures, lines).toHaveLength(3)
+      for (const r of result) expect(failures.filter((l) => l.includes(String(r.headers["x-request-id"])))).toHaveLength(1)
+      expect(broken).toHaveBeenCalledTimes(3)
+    } finally {
+      broken.mockRestore()
+      await own.stop()
+    }
+  }, 60_000)
 })

@@ -16,8 +16,9 @@
  * A session a plan updates is locked by the caller's transaction (`FOR UPDATE`), so its check
  * holds until the statement writes; a new session's insert that races another of the same id is
  * a unique violation, which undoes the statement (the caller splits its group or answers the
- * session as it is). Inside a transaction the hosts a group changes are locked first, in id
- * order (the store's one lock order), in the same round trip. The host rows written are answered
+ * session as it is). The hosts a group writes are locked in id order (the store's one lock
+ * order) before the first is written: by the statement itself (`lk`), and inside a transaction
+ * by a lock of the hosts it changes sent first, in the same round trip. The host rows written are answered
  * and learned by the host cache once the transaction has committed. A write made under a
  * leader's lease (`CurrentFence`) is fenced (`Fence.ts`): refused whole when a newer epoch exists.
  */
@@ -45,6 +46,11 @@ const moveColumns =
 // guesses 100 rows for any jsonb_to_recordset, scanned the whole sessions and session_events
 // tables for them, so a group's statement cost grew with every session stored. The hosts a group
 // changes are found by key (`= any(array(…))`, an index condition): the join alone read every host.
+// Those keys are `lk`'s, which locks the rows in id order (the store's one lock order, as
+// `lockHostsSql` in a transaction): the array is built, so every lock taken, before the
+// `UPDATE` writes its first row. In the order the plan visited them (storage order), two
+// replicas' groups over the same hosts each held one and waited on the other: a deadlock,
+// broken after `deadlock_timeout` by failing one group.
 export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::jsonb as d),
     p as (${rowsOf("p", "p int, hid text, v bigint")}),
     s as (${rowsOf("s", `p int, sid text, "from" text, state text, mem bigint, vcpus bigint, aff jsonb, hid text, rid text, qat bigint, pat bigint, itm bigint, lat bigint, eat bigint, tpl text, cat bigint, uat bigint`)}),
@@ -69,6 +75,7 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
         union all select l.hid, -l.mem::numeric, -l.vcpus::numeric, -1, null from l join live using (p)
       ) x group by hid
     ),
+    lk as materialized (select id from hosts where id = any(array(select hid from delta)) order by id for no key update),
     h as (
       update hosts set
         reserved_mem_mib = hosts.reserved_mem_mib + delta.mem,
@@ -76,7 +83,7 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
         entries = hosts.entries + delta.n,
         version = hosts.version + 1
       from delta
-      where hosts.id = any(array(select hid from delta)) and hosts.id = delta.hid and (delta.v is null or hosts.version = delta.v)
+      where hosts.id = any(array(select id from lk)) and hosts.id = delta.hid and (delta.v is null or hosts.version = delta.v)
       returning ${hostColumns("hosts", "room")}
     ),
     ok as (select live.p from live left join h on h.id = live.hid where live.hid is null or h.id is not null),

@@ -15,6 +15,9 @@ import { drizzleOn } from "../src/PostgresJs.js"
 interface PlanNode {
   readonly "Node Type": string
   readonly "Relation Name"?: string
+  readonly "Parent Relationship"?: string
+  readonly "CTE Name"?: string
+  readonly Operation?: string
   readonly "Actual Rows"?: number
   readonly "Actual Loops"?: number
   readonly Plans?: readonly PlanNode[]
@@ -63,6 +66,12 @@ describe("the apply statement", () => {
       expect(readWhole("session_events")).toBeLessThan(100)
       // 2,000 hosts: the one host the group placed on is updated by its key.
       expect(readWhole("hosts")).toBeLessThan(100)
+      // The hosts it updates are locked in id order (`lk`: rows locked after sorting by id), all of
+      // them before the update's first row: its scan's key array is an InitPlan over `lk`.
+      const lockRows = nodes(plan).filter((n) => n["Node Type"] === "LockRows")
+      expect(lockRows.map((n) => n.Plans?.find((c) => c["Parent Relationship"] === "Outer")?.["Node Type"])).toContain("Sort")
+      const update = nodes(plan).find((n) => n["Node Type"] === "ModifyTable" && n.Operation === "Update" && n["Relation Name"] === "hosts")
+      expect(update?.Plans?.some((c) => c["Parent Relationship"] === "InitPlan" && c["Node Type"] === "CTE Scan" && c["CTE Name"] === "lk")).toBe(true)
       // And it writes what it planned: 64 sessions placed, each with its events numbered from 1.
       const [written] = await sql`select count(*)::int as n, min(seq)::int as lo from session_events where session_id like 'new-%'`
       expect(written?.["n"]).toBe(64 * plans[0]!.events.length)

@@ -1,0 +1,54 @@
+// A bounded store call never outlives its caller: however early the caller is interrupted, even
+// while the call it forked is still taking its first step, the call is interrupted too.
+import { Effect, Exit } from "effect"
+import type { Fiber } from "effect"
+import { describe, expect, it } from "vitest"
+import { bounded } from "../src/StoreBound.js"
+
+/** Polls `done` on the event loop, bounded by 10 s or more. */
+const until = async (done: () => boolean): Promise<boolean> => {
+  for (let k = 0; k < 1000 && !done(); k++) await new Promise((r) => setTimeout(r, 10))
+  return done()
+}
+
+describe("bounded", () => {
+  it("a caller interrupted while its call takes its first step interrupts the call", async () => {
+    let caller: Fiber.Fiber<unknown, unknown> | undefined
+    let callInterrupted = false
+    // The call's first step interrupts its caller, then the call waits forever (a database away).
+    const call = Effect.suspend(() => {
+      caller?.interruptUnsafe()
+      return Effect.never
+    }).pipe(
+      Effect.onInterrupt(() =>
+        Effect.sync(() => {
+          callInterrupted = true
+        }),
+      ),
+    )
+    const exit = await Effect.runPromiseExit(
+      Effect.withFiber((fiber) => {
+        caller = fiber
+        return bounded(call, 600_000, "test")
+      }),
+    )
+    expect(Exit.hasInterrupts(exit)).toBe(true)
+    expect(await until(() => callInterrupted)).toBe(true)
+  })
+
+  it("answers the call's own answer, and times out a call that does not answer", async () => {
+    expect(await Effect.runPromise(bounded(Effect.succeed(7), 600_000, "now"))).toBe(7)
+    expect(await Effect.runPromise(bounded(Effect.as(Effect.sleep(5), 8), 600_000, "later"))).toBe(8)
+    let callInterrupted = false
+    const slow = Effect.never.pipe(
+      Effect.onInterrupt(() =>
+        Effect.sync(() => {
+          callInterrupted = true
+        }),
+      ),
+    )
+    const exit = await Effect.runPromiseExit(bounded(slow, 50, "slow"))
+    expect(Exit.isFailure(exit) && String(exit.cause)).toContain("did not answer slow within 50 ms")
+    expect(await until(() => callInterrupted)).toBe(true)
+  })
+})
