@@ -480,7 +480,8 @@ for (const moveIntent of [true, false])
   /**
    * The target commits and the answer is lost; then the move commits on the target's report and
    * the target's reconcile clears its move. The source settles its debt on a view of the
-   * coordinator taken just before that commit (its poll answered first): the session still reads
+   * coordinator taken just before that commit (its poll answered first, then it could not reach
+   * the coordinator until the settling: its retries read no newer view): the session still reads
    * on the source, so its reconcile keeps the paused copy and only the debt's settling decides.
    */
   const committedByReport = (link: ReturnType<typeof cuttable>) =>
@@ -492,6 +493,7 @@ for (const moveIntent of [true, false])
       // Nothing reaches the target until the test says so.
       link.cut.commit = "before"
       const staleView = yield* run.fleet.coordinator.assignmentsOf("a")
+      yield* run.fleet.coordinator.silence("a", true)
       yield* run.fleet.coordinator.client("b").reportRunning("m1", "the target runs the guest")
       yield* run.b.agent.reconcile(yield* run.fleet.coordinator.assignmentsOf("b"))
       yield* run.fleet.quiesce
@@ -499,6 +501,7 @@ for (const moveIntent of [true, false])
       assert.deepStrictEqual((yield* run.b.residents.all).map((v) => [v.vmId, v.status, v.moveId]), [["s1", "running", null]], "the target's reconcile cleared the move")
       assert.deepStrictEqual((yield* run.a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
       const settleOnStaleView = Effect.gen(function* () {
+        yield* run.fleet.coordinator.silence("a", false)
         yield* run.a.agent.reconcile(staleView)
         yield* run.fleet.quiesce
       })
