@@ -205,6 +205,8 @@ export const inDoubtFaultRun = (o: {
               outcomes.push(`${ended.state}${ended.phases === null ? " (resolved)" : ""}`)
               expect((await client.end(id)).status).toBe(200)
               await until(`${id} gone from the agents`, () => heldOn(id), (hosts) => hosts.length === 0, 30_000)
+              // The watcher reads the agents on its own period: its read that follows the destroy may still be on its way.
+              await until(`${id} seen destroyed by the guest watcher`, async () => guests.events.some((e) => e.kind === "guest_destroyed" && e.sessionId === id), (seen) => seen, 15_000)
             }
             console.log(`in-doubt, ${point.label === undefined ? "" : `${point.label}, `}${side} ${fault}: ${o.tries} tries in ${Math.round((Date.now() - startedMs) / 1000)} s: ${outcomes.join(", ")}`)
             expect(outcomes).toHaveLength(o.tries)
