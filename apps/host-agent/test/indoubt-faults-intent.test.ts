@@ -23,7 +23,7 @@
  */
 import { expect } from "vitest"
 import { sleep } from "./support/E2e.js"
-import { inDoubtFaultRun, roundKinds, type SeenMove } from "./support/InDoubtFaults.js"
+import { inDoubtFaultRun, roundKinds } from "./support/InDoubtFaults.js"
 
 inDoubtFaultRun({
   title: "a peer frozen or killed past the move's intent (ENGRAM_FAULT_INTENT=1)",
@@ -41,11 +41,7 @@ inDoubtFaultRun({
       sessions: "intent-",
       // Once the coordinator holds the move's intent while the source's guest still runs.
       reach: async (run, src, id) => {
-        let move: SeenMove | undefined
-        for (const deadline = Date.now() + 30_000; Date.now() < deadline; await sleep(10)) {
-          move = await run.moveOf(src, id)
-          if (roundKinds(move).includes("intent")) break
-        }
+        const move = await run.moveWithRound(src, id, "intent")
         expect(roundKinds(move), `${id}: the intent was not seen: ${JSON.stringify(move)}`).toContain("intent")
         // The pause follows the intent by 1.5 s: struck at once, the source's guest still runs (not
         // asserted: a status read on a loaded machine may take longer than that).

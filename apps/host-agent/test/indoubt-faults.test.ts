@@ -11,8 +11,7 @@
  * fault) sets how many tries. The run itself is `support/InDoubtFaults.ts`, shared with
  * `indoubt-faults-intent.test.ts`.
  */
-import { sleep } from "./support/E2e.js"
-import { inDoubtFaultRun, roundKinds, type SeenMove } from "./support/InDoubtFaults.js"
+import { inDoubtFaultRun } from "./support/InDoubtFaults.js"
 
 inDoubtFaultRun({
   title: "a peer frozen or killed right after the final round is recorded",
@@ -25,14 +24,7 @@ inDoubtFaultRun({
     {
       sessions: "",
       // The move's final round recorded: strike the peer at once.
-      reach: async (run, src, id) => {
-        let move: SeenMove | undefined
-        for (const deadline = Date.now() + 30_000; Date.now() < deadline; await sleep(10)) {
-          move = await run.moveOf(src, id)
-          if (roundKinds(move).includes("final")) break
-        }
-        return move
-      },
+      reach: (run, src, id) => run.moveWithRound(src, id, "final"),
     },
   ],
 })

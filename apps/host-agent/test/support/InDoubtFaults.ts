@@ -33,8 +33,10 @@ export const roundKinds = (m: SeenMove | undefined) => (m?.rounds ?? []).map((r)
 export interface FaultRun {
   readonly admin: Api
   readonly agents: Readonly<Record<string, AgentProcess>>
-  /** The pending move of session `id` whose source is `src`, as the coordinator holds it now. */
+  /** The move of session `id` whose source is `src`, as the coordinator holds it now. */
   readonly moveOf: (src: string, id: string) => Promise<SeenMove | undefined>
+  /** That move once it holds a round of `kind` (read every 10 ms, for up to 30 s); as last read if it never does. */
+  readonly moveWithRound: (src: string, id: string, kind: string) => Promise<SeenMove | undefined>
 }
 
 /** Where a try strikes: resolves once the move reached it, with the move as seen then (asserted pending). */
@@ -83,6 +85,14 @@ export const inDoubtFaultRun = (o: {
     }
     /* eslint-enable @typescript-eslint/no-explicit-any */
     const moveOf = async (src: string, id: string) => ((await admin.call("GET", `/v1/moves?hostId=${src}`)).body.items as SeenMove[]).find((m) => m.sessionId === id)
+    const moveWithRound = async (src: string, id: string, kind: string) => {
+      let move: SeenMove | undefined
+      for (const deadline = Date.now() + 30_000; Date.now() < deadline; await sleep(10)) {
+        move = await moveOf(src, id)
+        if (roundKinds(move).includes(kind)) break
+      }
+      return move
+    }
 
     beforeAll(async () => {
       coordinator = await startCoordinator({
@@ -182,7 +192,7 @@ export const inDoubtFaultRun = (o: {
               await until(`${id} running`, () => session(id), (s) => s?.state === "running")
               // A wide budget: the learned commit allowance grows with the slow simulated commits; the guard is not under test here.
               const moving = admin.call("POST", `/v1/sessions/${id}/move`, { targetHostId: dst, maxDowntimeMs: 60_000 })
-              const move = await point.reach({ admin, agents, moveOf }, src!, id)
+              const move = await point.reach({ admin, agents, moveOf, moveWithRound }, src!, id)
               expect(move?.state, `${id}: the move was not caught pending at the strike point: ${JSON.stringify(move)}`).toBe("pending")
               // Meanwhile, past the stale window: the session is never lost, the move never reclaimed.
               await inject(agents[side === "source" ? src! : dst!]!, async () => {
