@@ -551,8 +551,8 @@ for (const moveIntent of [true, false])
 for (const moveIntent of [true, false])
   describe(
     moveIntent
-      ? "the intent is the point of no return (SPEC §5), held by the coordinator before the pause (intent on)"
-      : "ENGRAM_AGENT_MOVE_INTENT=0 (the default): the final round is the point of no return (SPEC §5), recorded in the pause, as before the intent",
+      ? "the point of no return (SPEC §5), intent on (ENGRAM_AGENT_MOVE_INTENT=1): the intent, held by the coordinator before the pause"
+      : "the point of no return (SPEC §5), intent off (ENGRAM_AGENT_MOVE_INTENT=0, the default): the final round, recorded in the pause, as before the intent",
     () => {
       const mode = (fleet: FleetOptions = {}): FleetOptions => ({ ...fleet, moveIntent })
 
