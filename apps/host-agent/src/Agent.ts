@@ -13,7 +13,7 @@
 import { Downtime, Lifetime, Limits, Names } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
-import { Clock, Effect, FiberMap, Ref, type Result, type Scope, Semaphore } from "effect"
+import { Clock, Effect, FiberMap, Ref, type Result, Schedule, type Scope, Semaphore } from "effect"
 import type { Assignments, AssignedMove, AssignedSession, Conflict, CoordinatorError, CoordinatorShape } from "./Coordinator.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
@@ -102,7 +102,6 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const me = config.hostId
     const scope = yield* Effect.scope
     const inflight = yield* FiberMap.make<string>()
-    const latest = yield* Ref.make<Assignments | null>(null)
     const outcomes = yield* Ref.make<readonly ({ readonly moveId: string } & MoveOutcome)[]>([])
     const lastReport = yield* Ref.make<HostReport | null>(null)
     /** The commit phases of the recent moves from this host, by target host (the guard learns its allowance from them). */
@@ -311,7 +310,6 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     const reconcile = (a: Assignments): Effect.Effect<void> =>
       Effect.gen(function* () {
-        yield* Ref.set(latest, a)
         const nowMs = yield* Clock.currentTimeMillis
         const mine = a.sessions.filter((s) => s.hostId === me)
         for (const s of mine) {
@@ -323,10 +321,14 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
               Effect.catch((e) =>
                 Effect.gen(function* () {
                   yield* Effect.logWarning("action failed; retried on a later pass", { hostId: me, sessionId: s.id, state: s.state, error: e.message ?? e._tag })
-                  // Level-triggered: look again after a pause even if nothing changes on the coordinator.
+                  // Level-triggered: look again after a pause even if nothing changes on the
+                  // coordinator, on its view read then. The last poll's may be older than the
+                  // failure (polls fail through a coordinator outage): from it the retry would
+                  // run again an action that ended since, say a move already aborted. A read
+                  // that fails is tried again after each pause.
                   yield* Effect.sleep(config.retryDelayMs).pipe(
-                    Effect.andThen(Ref.get(latest)),
-                    Effect.flatMap((l) => (l === null ? Effect.void : reconcile(l))),
+                    Effect.andThen(coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Schedule.spaced(config.retryDelayMs) }))),
+                    Effect.flatMap(reconcile),
                     Effect.forkIn(scope),
                   )
                 }),

@@ -6,20 +6,24 @@
  *
  * 1. the target prepares an incoming VM and answers its endpoint (`link.prepare`);
  * 2. the runtime migrates to it, each pre-copy round recorded with the coordinator as it is
- *    measured; before the runtime may let the guest pause (`beforePause`), the source records
- *    its intent with the coordinator, the guest still running: the next round is the final one,
- *    and the target may run the guest once that stream is complete (the point of no return: no
- *    timeout aborts the move from then on); a refusal before the pause or an abort at the
- *    post-capture check ends the move with the guest running here;
+ *    measured; a refusal before the pause or an abort at the post-capture check ends the move
+ *    with the guest running here. With the intent on (`moveIntent`, `ENGRAM_AGENT_MOVE_INTENT=1`),
+ *    before the runtime may let the guest pause (`beforePause`) the source records its intent
+ *    with the coordinator, the guest still running: the next round is the final one, and the
+ *    target may run the guest once that stream is complete (the point of no return: no timeout
+ *    aborts the move from then on). Off (the default) nothing is recorded before the pause;
  * 3. at the post-capture check point (guest paused, nothing of the final round sent) the source
  *    writes that it owes the move's outcome (durably, in the state file), then the runtime sends
- *    the final round; the paused path waits for no record (a runtime that paused before the
- *    intent was held has it recorded beside the send);
+ *    the final round. Off, the final round's record goes beside its send, in the pause: it is the
+ *    point of no return, and the paused path waits for it. On, the paused path waits for no
+ *    record (a runtime that paused before the intent was held has it recorded beside the send);
  * 4. the target commits (resumes the VM); then, outside the pause, the source records the final
- *    round's measured figures, posts the phases and drops its paused copy.
+ *    round's measured figures (on; off they were recorded in the pause), posts the phases and
+ *    drops its paused copy.
  *
- * What it decides: the target runs the guest only once the coordinator holds the intent and the
- * stream is complete; from then on the source copy is resumed only when the target answered that
+ * What it decides: the target runs the guest only once the coordinator holds the point of no
+ * return (the intent, or with it off the final round) and the stream is complete; from then on
+ * the source copy is resumed only when the target answered that
  * the guest does not run there (it refused the commit, or confirmed an abort) and the coordinator
  * has ended the move. A link failure leaves the commit owed: the source stays paused and asks
  * again. Never two running copies. The commit allowance
@@ -71,16 +75,20 @@ export interface PauseParts {
   /** The final round's send, from its start until the runtime said it was sent. */
   readonly sendMs: number
   /**
-   * Waiting for the intent's record with the coordinator after the send was done: 0 when the
-   * intent was held before the pause (`intentBeforePause`), else the part of its round trip
-   * (beside the send) that outlasted the send.
+   * Waiting for the point of no return's record with the coordinator after the send was done:
+   * 0 when the intent was held before the pause (`intentBeforePause`), else the part of the round
+   * trip beside the send (the intent's, or with the intent off the final round's) that outlasted
+   * the send.
    */
   readonly recordWaitMs: number
   /** The target's commit: the peer round trip, its wait for the stream's end, the resume. */
   readonly peerCommitMs: number
-  /** The intent's own round trip: before the pause, or beside the send (not a part of the pause of its own). */
+  /**
+   * The point of no return's own round trip (not a part of the pause of its own): the intent's,
+   * before the pause or beside the send; with the intent off, the final round's, beside the send.
+   */
   readonly recordMs: number
-  /** Whether the coordinator held the intent before the pause (false: the runtime paused on its own first). */
+  /** Whether the coordinator held the intent before the pause (false: the runtime paused on its own first, or the intent is off). */
   readonly intentBeforePause: boolean
 }
 
@@ -110,8 +118,9 @@ export type MoveOutcome =
   /** The coordinator no longer holds the move pending (ended or aborted elsewhere). */
   | { readonly _tag: "Gone"; readonly reason: string }
   /**
-   * The intent is recorded and the final round sent, but the target's commit is not confirmed (the link
-   * failed): the source keeps its copy paused and the outcome stays owed, settled on a later pass.
+   * The point of no return is recorded (the intent, or with it off the final round) and the final round
+   * sent, but the target's commit is not confirmed (the link failed): the source keeps its copy
+   * paused and the outcome stays owed, settled on a later pass.
    */
   | { readonly _tag: "Owed"; readonly reason: string }
   /**
@@ -241,11 +250,12 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
 
       // Paused at the post-capture check point: nothing of the final round has left this host.
       // First the debt, durably: once the send starts, a restarted agent finds the source copy
-      // paused past the switchover and must know it owes the outcome. The coordinator holds the
-      // intent (taken before the pause, `beforePause`), so the paused path waits only for the
-      // send and the target's commit; a runtime that paused on its own before the intent was
-      // taken (QEMU converging by itself) records it now, beside the send. The final round's
-      // figures are recorded once the guest runs on the target, outside the pause.
+      // paused past the switchover and must know it owes the outcome. With the intent on, the
+      // coordinator holds it (taken before the pause, `beforePause`), so the paused path waits
+      // only for the send and the target's commit; a runtime that paused on its own before the
+      // intent was taken (QEMU converging by itself) records it now, beside the send; the final
+      // round's figures are recorded once the guest runs on the target, outside the pause. Off,
+      // the final round itself is recorded beside the send, and the paused path waits for it.
       const at = result
       const checkedAtMs = yield* nowMs
       const final = report(at.final)
@@ -264,12 +274,14 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         ...(deps.coordinatorKeepsGuard ? { guard: reportOf(deps.allowance, at.estimateMs) } : {}),
       }
       // The pre-copy rounds QEMU finished before the pause are records like the others: they go
-      // now, in the background, recorded before the final round (once the guest runs on the target).
+      // now, in the background, recorded before the final round (with the intent on, once the
+      // guest runs on the target; off, beside the send).
       for (const r of late) yield* recorder.push(r)
-      // With the intent held before the first round (QEMU), the pre-copy rounds are recorded in
-      // the background while the guest runs: one refused (409) means the move ended meanwhile
-      // (an admin abort, the session ended). Checked without waiting, before the debt and again
-      // before the send: the pause is given back, nothing reaches the target.
+      // The pre-copy rounds are recorded in the background while the guest runs (in either mode;
+      // with the intent on and held before the first round, as QEMU asks, the move is already
+      // past its intent then): one refused (409) means the move ended meanwhile (an admin abort,
+      // the session ended). Checked without waiting, before the debt and again before the send:
+      // the pause is given back, nothing reaches the target.
       const endedMeanwhile = Effect.gen(function* () {
         const conflict = yield* recorder.ended
         if (conflict === null) return
@@ -290,8 +302,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       const record = withIntent ? (intentBeforePause ? Effect.void : recordIntent) : recordFinal
       const [recorded, sent] = yield* Effect.all([timed(record), timed(at.switchover)], { concurrency: 2 })
       if (recorded.r._tag === "Failure") {
-        // The coordinator does not hold the intent: the target never runs the guest (it runs
-        // only on our commit); the pause is given back here, the target drops what it got.
+        // The coordinator does not hold the point of no return (the intent, or off the final
+        // round): the target never runs the guest (it runs only on our commit); the pause is
+        // given back here, the target drops what it got.
         yield* at.abort
         yield* residents.removePendingCommit(move.id)
         if (recorded.r.failure._tag === "Conflict") return yield* recorded.r.failure
@@ -301,8 +314,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       }
       if (sent.r._tag === "Failure") {
         // The stream did not complete: the target cannot run the guest (it runs only on our
-        // commit, which is never sent now); the runtime gave the pause back here. The intent is
-        // no fence against that: the source's own abort ends the move.
+        // commit, which is never sent now); the runtime gave the pause back here. The point of
+        // no return (intent or final round) is no fence against that: the source's own abort
+        // ends the move.
         const reason = `move failed: the final round was not sent: ${sent.r.failure.message}`
         yield* abandon(reason)
         yield* residents.removePendingCommit(move.id)
@@ -411,7 +425,8 @@ const headerOf = (deps: SettleDeps, owed: PendingCommit, target: { readonly targ
 })
 
 /**
- * Asks the target to commit a move whose intent is recorded (and, normally, its final round sent):
+ * Asks the target to commit a move whose point of no return is recorded (its intent, or with the
+ * intent off its final round) and, normally, whose final round is sent:
  *
  * - it commits (or had committed: a repeat succeeds): the phases are measured to its answer and
  *   the owed record carries them (`Confirmed`);
@@ -455,7 +470,8 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
       return { _tag: "Owed", reason } as const
     }
     // The target answered: the guest does not run there (its stream was incomplete, or its VM
-    // failed). The coordinator holds the intent, so it ends the move first (the source's abort);
+    // failed). The coordinator holds the point of no return (the intent, or off the final round),
+    // so it ends the move first (the source's abort);
     // only then the source copy runs again. An abort not acknowledged leaves the debt: the
     // source stays paused and asks the target again on the next pass (it refuses again).
     const reason = `move failed: the target refused the commit: ${e.message}`
@@ -502,13 +518,18 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
     return { _tag: "Refused", reason, restoredOnSource: true } as const
   })
 
-/** Whether an owed move's intent is known to be held by the coordinator (files of older agents: their final round's record). */
+/**
+ * Whether an owed move's point of no return is known to be held by the coordinator: its intent
+ * (`intentRecorded`, a debt of an agent with the intent on), else its final round's record (a
+ * debt with the intent off, or of an older agent).
+ */
 const intentHeld = (owed: PendingCommit): boolean => owed.intentRecorded ?? owed.finalRecorded !== false
 
 /**
- * An owed move whose intent may not be recorded (the runtime paused on its own and the agent
- * stopped while recording it beside the send): the move is read, and a pending move without
- * its intent gets it before the target may run the guest. Recording it now is safe whatever the
+ * An owed move whose point of no return may not be recorded (the agent stopped while recording
+ * it beside the send: the intent, after the runtime paused on its own, or with the intent off the
+ * final round): the move is read, and a pending move without it gets it (the intent, or off the
+ * late rounds and the final round) before the target may run the guest. Recording it now is safe whatever the
  * stream did: the target runs the guest only on our commit and only with a complete stream; it
  * refuses an incomplete one, and then the move is aborted before the source copy resumes
  * (`confirmAtTarget`). A committed move goes on; one that ended otherwise must not run on the

@@ -83,6 +83,34 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       assert.deepStrictEqual(yield* f.a.residents.all, [])
     }))
 
+  effect("a failed action is retried on the coordinator's view read then, not on the last poll's: through an outage, a move that ended is not run again; the retry still comes without a pass", () =>
+    Effect.gen(function* () {
+      const f = yield* fleetOf
+      yield* f.coordinator.addSession("s1", "a", 512)
+      yield* f.settle
+      // A move the source refuses at once (a budget under the commit allowance alone): it aborts it.
+      yield* f.coordinator.beginMove("m1", "s1", "b", 100)
+      yield* f.coordinator.addSession("s2", "a", 512)
+      const view = yield* f.coordinator.assignmentsOf("a")
+      yield* f.a.agent.reconcile(view)
+      // The move ends (aborted); s2 starts (50 ms) while the coordinator cannot be reached, so its
+      // acknowledgement fails and is retried. The last view this agent saw still shows the move pending.
+      yield* TestClock.adjust("10 millis")
+      assert.strictEqual((yield* f.coordinator.get).moves.get("m1")?.state, "aborted")
+      yield* f.coordinator.silence("a", true)
+      const retryMs = defaultAgentConfig("a").retryDelayMs
+      for (let i = 0; i < 5; i++) yield* TestClock.adjust(retryMs)
+      yield* f.coordinator.silence("a", false)
+      // No pass: only the agent's own retry looks again.
+      for (let i = 0; i < 3; i++) yield* TestClock.adjust(retryMs)
+      yield* f.quiesce
+      const moves = (yield* f.a.agent.status).moves.filter((m) => m.moveId === "m1").map((m) => m._tag)
+      assert.deepStrictEqual(moves, ["Refused"], "the aborted move ran once")
+      const s = yield* f.coordinator.get
+      assert.deepStrictEqual(s.calls.filter((c) => c.startsWith("started s2")), ["started s2"], "the failed acknowledgement was retried without a pass")
+      assert.deepStrictEqual((yield* f.a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"], ["s2", "running"]])
+    }))
+
   effect("heartbeats and reports run on their intervals", () =>
     Effect.gen(function* () {
       const f = yield* fleetOf

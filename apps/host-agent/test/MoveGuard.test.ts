@@ -173,40 +173,6 @@ const capturingLogs = Effect.sync(() => {
 })
 
 describe("the intent is the point of no return (SPEC §5), held by the coordinator before the pause", () => {
-  effect("the intent is recorded while the guest still runs; the target runs the guest only once the coordinator holds it; the final round's measured figures follow the resume", () =>
-    Effect.gen(function* () {
-      const seen: Record<string, string[]> = {}
-      const kinds = (coordinator: FakeCoordinator, at: string) =>
-        Effect.flatMap(coordinator.get, (s) => Effect.sync(() => void (seen[at] = s.moves.get("m1")!.rounds.map((r) => r.kind))))
-      const { move, outcome } = yield* runMove({
-        maxDowntimeMs: 600,
-        fleet: {
-          onBeforePause: (coordinator, hostId) => (hostId === "a" ? kinds(coordinator, "beforePause") : Effect.void),
-          onPause: (coordinator, hostId) => (hostId === "a" ? kinds(coordinator, "pause") : Effect.void),
-          // The target's commit (it resumes the guest): what the coordinator holds by then.
-          wrapLink: (link, coordinator) => ({ ...link, commit: (h) => kinds(coordinator, "commit").pipe(Effect.andThen(link.commit(h))) }),
-        },
-      })
-      // Before the intent the rounds' records may still be in flight; the intent follows them.
-      assert.isFalse(seen["beforePause"]!.includes("intent"))
-      assert.deepStrictEqual(seen, {
-        beforePause: seen["beforePause"]!,
-        pause: ["full", "delta", "delta", "intent"],
-        commit: ["full", "delta", "delta", "intent"],
-      })
-      assert.strictEqual(move.state, "committed")
-      // Recorded once the guest ran on the target: its measured send, the commit's `sendMs` phase.
-      const final = move.rounds.at(-1)!
-      assert.strictEqual(final.kind, "final")
-      assert.isTrue(final.sendMs > 0)
-      assert.strictEqual(final.sendMs, move.phases!.sendMs)
-      assert.strictEqual(outcome._tag, "Committed")
-      if (outcome._tag === "Committed") {
-        assert.isTrue(outcome.pause!.intentBeforePause)
-        assert.strictEqual(outcome.pause!.recordWaitMs, 0, "nothing of the intent's record is in the pause")
-      }
-    }))
-
   effect("the coordinator's move wait times out while the source is paused: the intent refuses its abort, the move commits on the target", () =>
     Effect.gen(function* () {
       const tried: boolean[] = []
@@ -220,25 +186,6 @@ describe("the intent is the point of no return (SPEC §5), held by the coordinat
       assert.deepStrictEqual([session.state, session.hostId], ["running", "b"])
       assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
       assert.deepStrictEqual(yield* a.runtime.list, [])
-    }))
-
-  effect("the coordinator's move wait timed out before the intent: the intent is refused (409), the guest never pauses, nothing reaches the target, the guest runs on the source", () =>
-    Effect.gen(function* () {
-      const { a, b, move, session, outcome } = yield* runMove({
-        maxDowntimeMs: 600,
-        fleet: { onBeforePause: (coordinator, hostId) => (hostId === "a" ? coordinator.timeoutAbort("m1").pipe(Effect.asVoid) : Effect.void) },
-      })
-      assert.strictEqual(move.state, "aborted")
-      assert.strictEqual(move.abortReason, "MoveTimeout")
-      assert.isFalse(move.rounds.some((r) => r.kind === "intent" || r.kind === "final"))
-      assert.strictEqual(outcome._tag, "Gone")
-      assert.strictEqual(yield* Ref.get(a.runtime.pauses), 0, "the guest never paused")
-      assert.deepStrictEqual(yield* b.runtime.list, [], "the target never committed, and dropped its incoming VM")
-      assert.deepStrictEqual(yield* b.residents.all, [])
-      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
-      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
-      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1)
-      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
     }))
 
   effect("a runtime that paused on its own before the intent (QEMU converging by itself) records it beside the send, before the target may run the guest", () =>
@@ -367,54 +314,6 @@ describe("the commit allowance is learned per host pair (SPEC §13)", () => {
         (yield* a.agent.status).allowances.map((x) => [x.targetHostId, x.source, x.samples]),
         [["b", "learned", 2]],
       )
-    }))
-})
-
-describe("an intent whose record did not land (the runtime paused on its own, the agent stopped while recording it)", () => {
-  /** A move left owed with its final round sent but its intent not held by the coordinator: the link to the target cut at the commit. */
-  const strandedMove = Effect.gen(function* () {
-    const link = cuttable()
-    link.cut.commit = "before"
-    link.cut.abort = true
-    const run = yield* runMove({ maxDowntimeMs: 600, fleet: { wrapLink: link.wrap } })
-    assert.strictEqual(run.outcome._tag, "Owed")
-    const [owed] = yield* run.a.residents.pendingCommits
-    yield* run.a.residents.addPendingCommit({ ...owed!, intentRecorded: false })
-    yield* run.fleet.coordinator.forgetIntent("m1")
-    return { ...run, link }
-  })
-
-  effect("is recorded on the next pass before the target may run the guest; then the final round's figures and the commit", () =>
-    Effect.gen(function* () {
-      const { fleet, a, b, settle, link } = yield* strandedMove
-      const before = link.cut.commits
-      link.cut.commit = "no"
-      link.cut.abort = false
-      yield* settle
-      assert.isTrue(link.cut.commits > before)
-      const s = yield* fleet.coordinator.get
-      assert.strictEqual(s.moves.get("m1")?.state, "committed")
-      assert.deepStrictEqual(s.moves.get("m1")?.rounds.map((r) => r.kind), ["full", "delta", "delta", "intent", "final"])
-      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
-      assert.deepStrictEqual(yield* a.runtime.list, [])
-      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
-    }))
-
-  effect("a move that ended meanwhile never runs on the target: the target drops what it holds, the guest resumes on the source", () =>
-    Effect.gen(function* () {
-      const { fleet, a, b, settle, link } = yield* strandedMove
-      assert.isTrue(yield* fleet.coordinator.timeoutAbort("m1"), "without the intent, the move wait's timeout aborts it")
-      link.cut.commit = "no"
-      link.cut.abort = false
-      yield* settle
-      const s = yield* fleet.coordinator.get
-      assert.strictEqual(s.moves.get("m1")?.state, "aborted")
-      assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "a"])
-      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
-      assert.deepStrictEqual(yield* b.runtime.list, [])
-      assert.deepStrictEqual(yield* b.target.incoming, [])
-      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
-      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
     }))
 })
 
@@ -581,7 +480,8 @@ for (const moveIntent of [true, false])
   /**
    * The target commits and the answer is lost; then the move commits on the target's report and
    * the target's reconcile clears its move. The source settles its debt on a view of the
-   * coordinator taken just before that commit (its poll answered first): the session still reads
+   * coordinator taken just before that commit (its poll answered first, then it could not reach
+   * the coordinator until the settling: its retries read no newer view): the session still reads
    * on the source, so its reconcile keeps the paused copy and only the debt's settling decides.
    */
   const committedByReport = (link: ReturnType<typeof cuttable>) =>
@@ -593,6 +493,7 @@ for (const moveIntent of [true, false])
       // Nothing reaches the target until the test says so.
       link.cut.commit = "before"
       const staleView = yield* run.fleet.coordinator.assignmentsOf("a")
+      yield* run.fleet.coordinator.silence("a", true)
       yield* run.fleet.coordinator.client("b").reportRunning("m1", "the target runs the guest")
       yield* run.b.agent.reconcile(yield* run.fleet.coordinator.assignmentsOf("b"))
       yield* run.fleet.quiesce
@@ -600,6 +501,7 @@ for (const moveIntent of [true, false])
       assert.deepStrictEqual((yield* run.b.residents.all).map((v) => [v.vmId, v.status, v.moveId]), [["s1", "running", null]], "the target's reconcile cleared the move")
       assert.deepStrictEqual((yield* run.a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
       const settleOnStaleView = Effect.gen(function* () {
+        yield* run.fleet.coordinator.silence("a", false)
         yield* run.a.agent.reconcile(staleView)
         yield* run.fleet.quiesce
       })
@@ -643,94 +545,147 @@ for (const moveIntent of [true, false])
     }))
 })
 
-describe("ENGRAM_AGENT_MOVE_INTENT=0 (the default): the final round is the point of no return (SPEC §5), recorded in the pause, as before the intent", () => {
-  const off = (fleet: FleetOptions = {}): FleetOptions => ({ ...fleet, moveIntent: false })
+// The cases both protocols share, each named by its mode: with the intent (ENGRAM_AGENT_MOVE_INTENT=1)
+// the intent, recorded before the pause, is the point of no return (SPEC §5); without it (the default)
+// the final round, recorded in the pause, as before the intent.
+for (const moveIntent of [true, false])
+  describe(
+    moveIntent
+      ? "the point of no return (SPEC §5), intent on (ENGRAM_AGENT_MOVE_INTENT=1): the intent, held by the coordinator before the pause"
+      : "the point of no return (SPEC §5), intent off (ENGRAM_AGENT_MOVE_INTENT=0, the default): the final round, recorded in the pause, as before the intent",
+    () => {
+      const mode = (fleet: FleetOptions = {}): FleetOptions => ({ ...fleet, moveIntent })
 
-  effect("the final round is recorded while it is sent, and the target runs the guest only once the coordinator holds it; no intent is recorded", () =>
-    Effect.gen(function* () {
-      const seen: string[][] = []
-      const { move, outcome } = yield* runMove({
-        maxDowntimeMs: 600,
-        fleet: off({
-          // The target's commit (it resumes the guest): what the coordinator holds by then.
-          wrapLink: (link, coordinator) => ({
-            ...link,
-            commit: (h) => Effect.flatMap(coordinator.get, (s) => Effect.sync(() => void seen.push(s.moves.get(h.moveId)!.rounds.map((r) => r.kind)))).pipe(Effect.andThen(link.commit(h))),
+      effect(
+        moveIntent
+          ? "the intent is recorded while the guest still runs; the target runs the guest only once the coordinator holds it; the final round's measured figures follow the resume"
+          : "the final round is recorded while it is sent, and the target runs the guest only once the coordinator holds it; no intent is recorded",
+        () =>
+          Effect.gen(function* () {
+            const seen: Record<string, string[][]> = {}
+            const kinds = (coordinator: FakeCoordinator, at: string) =>
+              Effect.flatMap(coordinator.get, (s) => Effect.sync(() => void (seen[at] ??= []).push(s.moves.get("m1")!.rounds.map((r) => r.kind))))
+            const { move, outcome } = yield* runMove({
+              maxDowntimeMs: 600,
+              fleet: mode({
+                onBeforePause: (coordinator, hostId) => (hostId === "a" ? kinds(coordinator, "beforePause") : Effect.void),
+                onPause: (coordinator, hostId) => (hostId === "a" ? kinds(coordinator, "pause") : Effect.void),
+                // The target's commit (it resumes the guest): what the coordinator holds by then.
+                wrapLink: (link, coordinator) => ({ ...link, commit: (h) => kinds(coordinator, "commit").pipe(Effect.andThen(link.commit(h))) }),
+              }),
+            })
+            assert.strictEqual(move.state, "committed")
+            assert.strictEqual(outcome._tag, "Committed")
+            const final = move.rounds.at(-1)!
+            assert.strictEqual(final.kind, "final")
+            if (moveIntent) {
+              // Before the intent the rounds' records may still be in flight; the intent follows them.
+              assert.isFalse(seen["beforePause"]!.at(-1)!.includes("intent"))
+              assert.deepStrictEqual(seen["pause"]!.at(-1), ["full", "delta", "delta", "intent"])
+              assert.deepStrictEqual(seen["commit"]!.at(-1), ["full", "delta", "delta", "intent"])
+              // Recorded once the guest ran on the target: its measured send, the commit's `sendMs` phase.
+              assert.isTrue(final.sendMs > 0)
+              assert.strictEqual(final.sendMs, move.phases!.sendMs)
+              if (outcome._tag === "Committed") {
+                assert.isTrue(outcome.pause!.intentBeforePause)
+                assert.strictEqual(outcome.pause!.recordWaitMs, 0, "nothing of the intent's record is in the pause")
+              }
+            } else {
+              assert.deepStrictEqual(seen["commit"], [["full", "delta", "delta", "final"]])
+              assert.deepStrictEqual(move.rounds.map((r) => r.kind), ["full", "delta", "delta", "final"])
+              // Recorded before its send was measured: its send time is the commit's `sendMs` phase.
+              assert.strictEqual(final.sendMs, 0)
+              assert.isTrue(move.phases!.sendMs > 0)
+            }
           }),
-        }),
-      })
-      assert.strictEqual(move.state, "committed")
-      assert.deepStrictEqual(seen, [["full", "delta", "delta", "final"]])
-      assert.deepStrictEqual(move.rounds.map((r) => r.kind), ["full", "delta", "delta", "final"])
-      // Recorded before its send was measured: its send time is the commit's `sendMs` phase.
-      assert.strictEqual(move.rounds.at(-1)?.sendMs, 0)
-      assert.isTrue(move.phases!.sendMs > 0)
-      assert.strictEqual(outcome._tag, "Committed")
-    }))
+      )
 
-  effect("the coordinator aborts the move while the source is paused (its move wait timed out): the final round is refused, nothing reaches the target, the guest resumes on the source", () =>
-    Effect.gen(function* () {
-      const { a, b, move, session, outcome } = yield* runMove({
-        maxDowntimeMs: 600,
-        fleet: off({ onPause: (coordinator, hostId, vmId) => (hostId === "a" && vmId === "s1" ? coordinator.abortMove("m1", "timeout") : Effect.void) }),
-      })
-      assert.strictEqual(move.state, "aborted")
-      assert.strictEqual(move.abortReason, "timeout")
-      assert.isFalse(move.rounds.some((r) => r.kind === "final" || r.kind === "intent"))
-      assert.strictEqual(outcome._tag, "Gone")
-      assert.deepStrictEqual(yield* b.runtime.list, [], "the target never committed, and dropped its incoming VM")
-      assert.deepStrictEqual(yield* b.residents.all, [])
-      assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
-      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
-      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1)
-      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
-    }))
+      effect(
+        moveIntent
+          ? "the coordinator's move wait timed out before the intent: the intent is refused (409), the guest never pauses, nothing reaches the target, the guest runs on the source"
+          : "the coordinator's move wait times out while the source is paused: the final round is refused, nothing reaches the target, the guest resumes on the source",
+        () =>
+          Effect.gen(function* () {
+            const timeout = (coordinator: FakeCoordinator, hostId: string) => (hostId === "a" ? coordinator.timeoutAbort("m1").pipe(Effect.asVoid) : Effect.void)
+            const { a, b, move, session, outcome } = yield* runMove({
+              maxDowntimeMs: 600,
+              // Just before each protocol's point of no return: the intent's record, or the final round's in the pause.
+              fleet: mode(moveIntent ? { onBeforePause: timeout } : { onPause: timeout }),
+            })
+            assert.strictEqual(move.state, "aborted")
+            assert.strictEqual(move.abortReason, "MoveTimeout")
+            assert.isFalse(move.rounds.some((r) => r.kind === "intent" || r.kind === "final"))
+            assert.strictEqual(outcome._tag, "Gone")
+            if (moveIntent) assert.strictEqual(yield* Ref.get(a.runtime.pauses), 0, "the guest never paused")
+            assert.deepStrictEqual(yield* b.runtime.list, [], "the target never committed, and dropped its incoming VM")
+            assert.deepStrictEqual(yield* b.residents.all, [])
+            assert.deepStrictEqual([session.state, session.hostId], ["running", "a"])
+            assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+            assert.strictEqual(yield* Ref.get(a.runtime.starts), 1)
+            assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+          }),
+      )
 
-  /** A move left owed with its final round sent but not held by the coordinator: the link to the target cut at the commit. */
-  const strandedMove = Effect.gen(function* () {
-    const link = cuttable()
-    link.cut.commit = "before"
-    link.cut.abort = true
-    const run = yield* runMove({ maxDowntimeMs: 600, fleet: off({ wrapLink: link.wrap }) })
-    assert.strictEqual(run.outcome._tag, "Owed")
-    const [owed] = yield* run.a.residents.pendingCommits
-    assert.isUndefined(owed!.intentRecorded, "a debt without the intent")
-    yield* run.a.residents.addPendingCommit({ ...owed!, finalRecorded: false })
-    yield* run.fleet.coordinator.forgetFinalRound("m1")
-    return { ...run, link }
-  })
+      describe(
+        moveIntent
+          ? "an intent whose record did not land (the runtime paused on its own, the agent stopped while recording it)"
+          : "a final round whose record did not land (no intent)",
+        () => {
+          /** A move left owed with its final round sent but its point of no return not held by the coordinator: the link to the target cut at the commit. */
+          const strandedMove = Effect.gen(function* () {
+            const link = cuttable()
+            link.cut.commit = "before"
+            link.cut.abort = true
+            const run = yield* runMove({ maxDowntimeMs: 600, fleet: mode({ wrapLink: link.wrap }) })
+            assert.strictEqual(run.outcome._tag, "Owed")
+            const [owed] = yield* run.a.residents.pendingCommits
+            if (moveIntent) {
+              yield* run.a.residents.addPendingCommit({ ...owed!, intentRecorded: false })
+              yield* run.fleet.coordinator.forgetIntent("m1")
+            } else {
+              assert.isUndefined(owed!.intentRecorded, "a debt without the intent")
+              yield* run.a.residents.addPendingCommit({ ...owed!, finalRecorded: false })
+              yield* run.fleet.coordinator.forgetFinalRound("m1")
+            }
+            return { ...run, link }
+          })
 
-  effect("a final round whose record did not land is recorded on the next pass (no intent) before the target may run the guest; then the move commits", () =>
-    Effect.gen(function* () {
-      const { fleet, a, b, settle, link } = yield* strandedMove
-      link.cut.commit = "no"
-      link.cut.abort = false
-      yield* settle
-      const s = yield* fleet.coordinator.get
-      assert.strictEqual(s.moves.get("m1")?.state, "committed")
-      assert.deepStrictEqual(s.moves.get("m1")?.rounds.map((r) => r.kind), ["full", "delta", "delta", "final"])
-      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
-      assert.deepStrictEqual(yield* a.runtime.list, [])
-      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
-    }))
+          effect("is recorded on the next pass before the target may run the guest; then the final round's figures and the commit", () =>
+            Effect.gen(function* () {
+              const { fleet, a, b, settle, link } = yield* strandedMove
+              const before = link.cut.commits
+              link.cut.commit = "no"
+              link.cut.abort = false
+              yield* settle
+              assert.isTrue(link.cut.commits > before)
+              const s = yield* fleet.coordinator.get
+              assert.strictEqual(s.moves.get("m1")?.state, "committed")
+              assert.deepStrictEqual(s.moves.get("m1")?.rounds.map((r) => r.kind), moveIntent ? ["full", "delta", "delta", "intent", "final"] : ["full", "delta", "delta", "final"])
+              assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+              assert.deepStrictEqual(yield* a.runtime.list, [])
+              assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+            }))
 
-  effect("a move that ended before its final round's record never runs on the target: the target drops what it holds, the guest resumes on the source", () =>
-    Effect.gen(function* () {
-      const { fleet, a, b, settle, link } = yield* strandedMove
-      yield* fleet.coordinator.abortMove("m1", "timeout")
-      link.cut.commit = "no"
-      link.cut.abort = false
-      yield* settle
-      const s = yield* fleet.coordinator.get
-      assert.strictEqual(s.moves.get("m1")?.state, "aborted")
-      assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "a"])
-      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
-      assert.deepStrictEqual(yield* b.runtime.list, [])
-      assert.deepStrictEqual(yield* b.target.incoming, [])
-      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
-      assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
-    }))
-})
+          effect("a move that ended meanwhile never runs on the target: the target drops what it holds, the guest resumes on the source", () =>
+            Effect.gen(function* () {
+              const { fleet, a, b, settle, link } = yield* strandedMove
+              assert.isTrue(yield* fleet.coordinator.timeoutAbort("m1"), "without its point of no return recorded, the move wait's timeout aborts it")
+              link.cut.commit = "no"
+              link.cut.abort = false
+              yield* settle
+              const s = yield* fleet.coordinator.get
+              assert.strictEqual(s.moves.get("m1")?.state, "aborted")
+              assert.deepStrictEqual([s.sessions.get("s1")?.state, s.sessions.get("s1")?.hostId], ["running", "a"])
+              assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+              assert.deepStrictEqual(yield* b.runtime.list, [])
+              assert.deepStrictEqual(yield* b.target.incoming, [])
+              assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+              assert.strictEqual(yield* runningCopies(fleet.hosts, "s1"), 1)
+            }))
+        },
+      )
+    },
+  )
 
 describe("the intent held before the first round (as QEMU), then the move ends while the rounds are recorded (review item 3)", () => {
   effect("a pre-copy round refused (409: an admin aborted the move) is seen before the debt: the pause is given back, nothing reaches the target, the guest runs on the source", () =>
