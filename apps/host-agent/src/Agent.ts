@@ -13,7 +13,7 @@
 import { Downtime, Lifetime, Limits, Names } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
-import { Clock, Effect, FiberMap, Ref, type Result, Schedule, type Scope, Semaphore } from "effect"
+import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, Schedule, type Scope, Semaphore } from "effect"
 import type { Assignments, AssignedMove, AssignedSession, Conflict, CoordinatorError, CoordinatorShape } from "./Coordinator.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
@@ -102,6 +102,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const me = config.hostId
     const scope = yield* Effect.scope
     const inflight = yield* FiberMap.make<string>()
+    /** The one pending retry pass (after a failed action): failures while it waits share it. */
+    const retryPass = yield* FiberHandle.make()
     const outcomes = yield* Ref.make<readonly ({ readonly moveId: string } & MoveOutcome)[]>([])
     const lastReport = yield* Ref.make<HostReport | null>(null)
     /** The commit phases of the recent moves from this host, by target host (the guard learns its allowance from them). */
@@ -325,11 +327,14 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
                   // coordinator, on its view read then. The last poll's may be older than the
                   // failure (polls fail through a coordinator outage): from it the retry would
                   // run again an action that ended since, say a move already aborted. A read
-                  // that fails is tried again after each pause.
-                  yield* Effect.sleep(config.retryDelayMs).pipe(
-                    Effect.andThen(coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Schedule.spaced(config.retryDelayMs) }))),
-                    Effect.flatMap(reconcile),
-                    Effect.forkIn(scope),
+                  // that fails is tried again after each pause. One pass serves every failure
+                  // that comes while it waits (it reconciles the whole view): an outage that
+                  // fails many actions costs one read per pause, not one per action.
+                  yield* FiberHandle.run(retryPass, { onlyIfMissing: true })(
+                    Effect.sleep(config.retryDelayMs).pipe(
+                      Effect.andThen(coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Schedule.spaced(config.retryDelayMs) }))),
+                      Effect.flatMap(reconcile),
+                    ),
                   )
                 }),
               ),
