@@ -226,12 +226,17 @@ export interface RecencyPolicy extends AllowancePolicy {
    * would refuse its tight-budget moves for ever.
    */
   readonly horizonMs: number
-  /** A pair with fewer recent commits of its own than this pools them with others' (first its target's, then the fleet's). */
+  /**
+   * A pair with fewer recent commits of its own than this pools them with others' (first its
+   * target's, then the fleet's). 1 by default: a pair's own commit is the most specific evidence
+   * (a pair with any keeps the allowance it had before the horizon existed); pooling replaces
+   * only the prior. Higher values trade that specificity for a quantile over more samples.
+   */
   readonly minSamples: number
 }
 
-/** An hour's horizon; three own commits before the pair stands alone. */
-export const defaultRecencyPolicy: RecencyPolicy = Object.freeze({ ...defaultAllowancePolicy, horizonMs: 60 * 60 * 1000, minSamples: 3 })
+/** An hour's horizon; a pair's own recent commits, when it has any, stand alone. */
+export const defaultRecencyPolicy: RecencyPolicy = Object.freeze({ ...defaultAllowancePolicy, horizonMs: 60 * 60 * 1000, minSamples: 1 })
 
 /**
  * The recent commits a pair's allowance may use, in three disjoint pools: the pair's own, other

@@ -179,7 +179,10 @@ describe("Downtime", () => {
     it("a pair with too few recent commits learns from moves into its target, then from the fleet", () => {
       const now = 10 * H
       expect(Downtime.recentAllowance({ pair: [], target: at(now - 5, 60, 70, 80), fleet: at(now - 5, 300, 300, 300) }, now)).toEqual({ allowanceMs: 80, source: "target", samples: 3 })
-      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60, 70), fleet: at(now - 5, 300) }, now)).toEqual({ allowanceMs: 70, source: "target", samples: 3 })
+      // By default any own recent commit stands alone; with a higher bar a pair pools its few with its target's.
+      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60, 70), fleet: at(now - 5, 300) }, now)).toEqual({ allowanceMs: 50, source: "learned", samples: 1 })
+      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60, 70), fleet: at(now - 5, 300) }, now, { minSamples: 3 })).toEqual({ allowanceMs: 70, source: "target", samples: 3 })
+      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60), fleet: at(now - 5, 300) }, now, { minSamples: 3 })).toEqual({ allowanceMs: 300, source: "fleet", samples: 3 })
       expect(Downtime.recentAllowance({ pair: [], target: at(now - H, 60, 70, 80), fleet: at(now - 5, 120) }, now)).toEqual({ allowanceMs: 120, source: "fleet", samples: 1 })
       // Pools that add nothing do not rename the source.
       expect(Downtime.recentAllowance({ ...none, pair: at(now, 42) }, now)).toEqual({ allowanceMs: 42, source: "learned", samples: 1 })
@@ -191,7 +194,8 @@ describe("Downtime", () => {
       const pair = (sourceHostId: string, targetHostId: string, commitsMs: number[], recordedAtMs: number[]): Downtime.PairCommits => ({ sourceHostId, targetHostId, commitsMs, recordedAtMs, updatedAt: Math.max(0, ...recordedAtMs) })
       const pairs = [pair("a", "b", [900], [0]), pair("c", "b", [60, 70, 80], [100, 100, 100]), pair("b", "a", [20, 20, 20], [100, 100, 100])]
       expect(Downtime.pairAllowance(pairs, "a", "b", H + 50)).toEqual({ allowanceMs: 80, source: "target", samples: 3 })
-      expect(Downtime.pairAllowance(pairs, "a", "b", 50)).toEqual({ allowanceMs: 900, source: "target", samples: 4 })
+      expect(Downtime.pairAllowance(pairs, "a", "b", 50)).toEqual({ allowanceMs: 900, source: "learned", samples: 1 })
+      expect(Downtime.pairAllowance(pairs, "a", "b", 150, { minSamples: 2 })).toEqual({ allowanceMs: 900, source: "target", samples: 4 })
       expect(Downtime.pairAllowance(pairs, "c", "a", H + 50)).toEqual({ allowanceMs: 20, source: "target", samples: 3 })
       expect(Downtime.pairAllowance(pairs, "x", "y", H + 50)).toEqual({ allowanceMs: 80, source: "fleet", samples: 6 })
       expect(Downtime.pairAllowance(pairs, "x", "y", H + 101)).toEqual({ allowanceMs: 400, source: "prior", samples: 0 })

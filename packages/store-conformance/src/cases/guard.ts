@@ -139,11 +139,11 @@ export const guard: Group = {
         const [kept] = yield* s.listPairCommits({ sourceHostId: from })
         expect(kept).toMatchObject({ commitsMs: [900, 950], recordedAtMs: [1000, 1005], updatedAt: 1005 })
         const spike = yield* allowanceNow(from, to)
-        expect(spike).toStrictEqual({ allowanceMs: 950, source: "fleet", samples: 3 })
+        expect(spike).toStrictEqual({ allowanceMs: 950, source: "learned", samples: 2 })
         expect(verdict(spike.allowanceMs, 600)).toBe("Overrun")
         // Refused moves commit nothing; an hour on, the spike no longer counts.
         yield* TestClock.adjust(horizonMs - 1)
-        expect(yield* allowanceNow(from, to)).toStrictEqual({ allowanceMs: 950, source: "fleet", samples: 2 }) // the 900 ms one aged out…
+        expect(yield* allowanceNow(from, to)).toStrictEqual({ allowanceMs: 950, source: "learned", samples: 1 }) // the 900 ms one aged out…
         yield* TestClock.adjust(5)
         expect(yield* s.listPairCommits({ recordedSince: (yield* Clock.currentTimeMillis) - horizonMs + 1 })).toStrictEqual([])
         const quiet = yield* allowanceNow(from, to) // …and now every one has
