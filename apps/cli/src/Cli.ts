@@ -152,13 +152,23 @@ const hostText = (h: Records.Host): string =>
     ["reported", h.reportedAt === null ? "never" : `${Format.age(h.reportedAt, Date.now())} ago`],
   ])
 
+/** Where a commit allowance came from, for a person (SPEC §13). */
+const allowanceSourceText = (source: Records.AllowanceSource, samples: number): string =>
+  source === "prior"
+    ? "the prior (no recent commits between these hosts, into the target or anywhere)"
+    : source === "learned"
+      ? `learned from the last ${samples} recent commits between these hosts`
+      : source === "target"
+        ? `learned from ${samples} recent commits into the target host (too few between these hosts)`
+        : `learned from ${samples} recent commits of the fleet (too few between these hosts or into the target)`
+
 /** A signed difference in ms: how far an estimate was off (`+25 ms` pessimistic, `-12 ms` short). */
 const offBy = (ms: number) => `${ms >= 0 ? "+" : "-"}${Math.round(Math.abs(ms))} ms`
 
 /** One move for a person: its hosts and state, its pause by phase, and what its downtime guard decided on. */
 const moveText = (m: Records.Move): string => {
   const g = m.guard ?? null
-  const allowanceFrom = (x: Records.MoveGuard) => (x.allowanceSource === "prior" ? "the prior (no commits between these hosts yet)" : `learned from the last ${x.allowanceSamples} commits between these hosts`)
+  const allowanceFrom = (x: Records.MoveGuard) => allowanceSourceText(x.allowanceSource, x.allowanceSamples)
   return Format.fields([
     ["move", m.id],
     ["session", m.sessionId],
@@ -278,7 +288,7 @@ const hosts = Command.make("hosts").pipe(
         if (json) return yield* printJson(r)
         const rows = r.items.map((p) => [p.targetHostId, Format.duration(p.allowanceMs), p.source, String(p.samples), p.commitsMs.map((ms) => Math.round(ms)).join(" ")])
         yield* print(
-          `${rows.length === 0 ? "no commits from this host yet" : Format.table(["TO", "ALLOWANCE", "FROM", "COMMITS", "RECENT COMMITS (ms)"], rows)}\nany other target: the prior, ${Format.duration(r.priorMs)}`,
+          `${rows.length === 0 ? "no commits from this host yet" : Format.table(["TO", "ALLOWANCE", "FROM", "COMMITS", "RECENT COMMITS (ms)"], rows)}\ncommits older than ${Format.duration(r.horizonMs)} no longer count; a pair with too few recent ones learns from its target's, then the fleet's; the prior, ${Format.duration(r.priorMs)}, when none is recent`,
         )
       }),
     ).pipe(Command.withDescription("the downtime guard's learned commit allowance of moves from a host, per target host")),

@@ -1,38 +1,76 @@
 /**
  * The downtime guard's learned commit allowance per host pair (SPEC §13): core's
- * `Downtime.commitAllowance` over the pair's recent commit phases the store keeps, the
- * configured `commitAllowanceMs` as its prior. The assignments hand it to a move's source, so
- * an agent restart or another replica loses nothing, and `GET /v1/hosts/{id}/allowances` shows it.
+ * `Downtime.pairAllowance` over the recent commit phases the store keeps (the pair's own, else
+ * pooled with its target's, then the fleet's; none older than the horizon), the configured
+ * `commitAllowanceMs` as its prior. The assignments hand it to a move's source, so an agent
+ * restart or another replica loses nothing, and `GET /v1/hosts/{id}/allowances` shows it.
  */
 import type { Records } from "@engram/api"
 import { Downtime } from "@engram/core"
-import type { InvalidInput, PairCommits, PairFilter, StoreShape, Unavailable } from "@engram/store"
-import { Effect } from "effect"
+import type { InvalidInput, PairCommits, StoreShape, Unavailable } from "@engram/store"
+import { Clock, Effect } from "effect"
 
-/** A pair's allowance with the commits it is made of. */
-export const historyOf = (p: PairCommits, priorMs: number): Records.PairHistory => {
-  const a = Downtime.commitAllowance(p.commitsMs, { priorMs })
-  return { sourceHostId: p.sourceHostId, targetHostId: p.targetHostId, allowanceMs: a.allowanceMs, source: a.source, samples: a.samples, commitsMs: [...p.commitsMs], updatedAt: p.updatedAt }
+/** What the allowance rests on: the prior and the horizon (the coordinator's settings). */
+export interface AllowanceSettings {
+  readonly priorMs: number
+  readonly horizonMs: number
 }
 
-/** The allowances of the pairs the filter names that have committed moves. */
-export const histories = (store: StoreShape, priorMs: number, filter: PairFilter): Effect.Effect<readonly Records.PairHistory[], InvalidInput | Unavailable> =>
-  Effect.map(store.listPairCommits(filter), (pairs) => pairs.map((p) => historyOf(p, priorMs)))
+/** Every pair with a commit within the horizon at `nowMs`: all an allowance may count, in one read. */
+const recentPairs = (store: StoreShape, s: AllowanceSettings, nowMs: number) => store.listPairCommits({ recordedSince: nowMs - s.horizonMs + 1 })
 
-/** The allowance of moves from `sourceHostId` to each of `targetHostIds`: learned, or the prior before any commit. */
+/** A pair's allowance at `nowMs`, from the recent pairs, with its own kept commits. */
+export const historyOf = (p: Omit<PairCommits, "updatedAt"> & { readonly updatedAt: number | null }, recent: readonly PairCommits[], s: AllowanceSettings, nowMs: number): Records.PairHistory => {
+  const a = Downtime.pairAllowance(recent, p.sourceHostId, p.targetHostId, nowMs, s)
+  return {
+    sourceHostId: p.sourceHostId,
+    targetHostId: p.targetHostId,
+    allowanceMs: a.allowanceMs,
+    source: a.source,
+    samples: a.samples,
+    commitsMs: [...p.commitsMs],
+    recordedAtMs: [...p.recordedAtMs],
+    updatedAt: p.updatedAt,
+  }
+}
+
+/**
+ * The allowances now of moves from `sourceHostId`: to each target it has committed moves to; or,
+ * with `targetHostId`, to that one only, listed even without commits of its own (it may learn
+ * from its target's or the fleet's).
+ */
+export const histories = (
+  store: StoreShape,
+  s: AllowanceSettings,
+  sourceHostId: string,
+  targetHostId?: string,
+): Effect.Effect<readonly Records.PairHistory[], InvalidInput | Unavailable> =>
+  Effect.gen(function* () {
+    const nowMs = yield* Clock.currentTimeMillis
+    const named: readonly PairCommits[] = yield* store.listPairCommits({ sourceHostId, targetHostId })
+    const asked = targetHostId === undefined || named.length > 0 ? named : [{ sourceHostId, targetHostId, commitsMs: [], recordedAtMs: [], updatedAt: null }]
+    if (asked.length === 0) return []
+    const recent = yield* recentPairs(store, s, nowMs)
+    return asked.map((p) => historyOf(p, recent, s, nowMs))
+  })
+
+/**
+ * The allowance now of moves from `sourceHostId` to each of `targetHostIds`: one read of the
+ * pairs with a recent commit (no read without a target), then core's rule per target.
+ */
 export const forTargets = (
   store: StoreShape,
-  priorMs: number,
+  s: AllowanceSettings,
   sourceHostId: string,
   targetHostIds: readonly string[],
 ): Effect.Effect<readonly Records.PairAllowance[], InvalidInput | Unavailable> =>
   targetHostIds.length === 0
     ? Effect.succeed([])
-    : Effect.map(histories(store, priorMs, { sourceHostId }), (known) =>
-        [...new Set(targetHostIds)].map((targetHostId) => {
-          const h = known.find((k) => k.targetHostId === targetHostId)
-          return h === undefined
-            ? { sourceHostId, targetHostId, allowanceMs: priorMs, source: "prior" as const, samples: 0 }
-            : { sourceHostId, targetHostId, allowanceMs: h.allowanceMs, source: h.source, samples: h.samples }
-        }),
-      )
+    : Effect.gen(function* () {
+        const nowMs = yield* Clock.currentTimeMillis
+        const recent = yield* recentPairs(store, s, nowMs)
+        return [...new Set(targetHostIds)].map((targetHostId) => {
+          const a = Downtime.pairAllowance(recent, sourceHostId, targetHostId, nowMs, s)
+          return { sourceHostId, targetHostId, allowanceMs: a.allowanceMs, source: a.source, samples: a.samples }
+        })
+      })

@@ -58,7 +58,9 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
           // so does the allowance learned for each move it is the source of.
           const priorMs = settings.config.limits.commitAllowanceMs
           const targets = moves.filter((m) => m.sourceHostId === hostId).map((m) => m.targetHostId)
-          const allowances = yield* Allowances.forTargets(store, priorMs, hostId, targets).pipe(Effect.catchTag("InvalidInput", (e) => Effect.die(e)))
+          const allowances = yield* Allowances.forTargets(store, { priorMs, horizonMs: settings.config.allowanceHorizonMs }, hostId, targets).pipe(
+            Effect.catchTag("InvalidInput", (e) => Effect.die(e)),
+          )
           const version = createHash("sha256")
             .update(JSON.stringify([sessions.map((s) => [s.id, s.state, s.updatedAt]), moves.map((m) => [m.id, m.state]), allowances.map((a) => [a.targetHostId, a.allowanceMs])]))
             .digest("base64url")

@@ -7,7 +7,7 @@
  * simulator's. An `ENGRAM_*` variable that no engram component reads is warned about by name.
  */
 import { Env } from "@engram/process"
-import { Limits } from "@engram/core"
+import { Downtime, Limits } from "@engram/core"
 import { checkLeaseTimes, defaultLeaseTimes } from "@engram/store"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
@@ -29,6 +29,12 @@ export interface CoordinatorConfig {
   /** The largest request body accepted; a larger one is refused with 413 while it streams in. */
   readonly maxBodyBytes: number
   readonly limits: Limits.Limits
+  /**
+   * How old a commit may be and still count in the move guard's commit allowance (ms; SPEC §13):
+   * a pair refused before any pause makes no commit, so without an end its old slow commits
+   * would refuse its tight-budget moves for ever.
+   */
+  readonly allowanceHorizonMs: number
   /** How long `POST /v1/sessions/{id}/move` waits for the source agent before aborting the move. */
   readonly moveTimeoutMs: number
   /**
@@ -169,6 +175,7 @@ const settings = {
   metricsToken: secret("ENGRAM_METRICS_TOKEN", Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" }))),
   maxBodyBytes: int("ENGRAM_MAX_BODY_BYTES", defaultMaxBodyBytes, 1024, 1024 * 1024 * 1024),
   moveTimeoutMs: int("ENGRAM_MOVE_TIMEOUT_MS", 120_000, 1, 3_600_000),
+  allowanceHorizonMs: int("ENGRAM_ALLOWANCE_HORIZON_MS", Downtime.defaultRecencyPolicy.horizonMs, 1000, 7 * 24 * 3_600_000),
   changesCheckMs: int("ENGRAM_CHANGES_CHECK_MS", 2000, 100, 60_000),
   maxWaitsPerHostToken: int("ENGRAM_MAX_WAITS_PER_HOST_TOKEN", 4, 1, 1000),
   maxWaitsPerAdminToken: int("ENGRAM_MAX_WAITS_PER_ADMIN_TOKEN", 5000, 1, 1_000_000),

@@ -88,6 +88,17 @@ describe("configuration", () => {
     expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_BEAT_WINDOW_MS", "must be an integer from 0 to 10000"]])
   })
 
+  it("the commit allowance counts commits of the last hour by default; the horizon is checked, a bad one named", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && d.config.allowanceHorizonMs).toBe(3_600_000)
+    const short = Config.parse({ ENGRAM_ALLOWANCE_HORIZON_MS: "600000" })
+    expect(short._tag === "Valid" && short.config.allowanceHorizonMs).toBe(600_000)
+    for (const v of ["0", "999", "1h", "604800001"]) {
+      const bad = Config.parse({ ENGRAM_ALLOWANCE_HORIZON_MS: v })
+      expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_ALLOWANCE_HORIZON_MS", "must be an integer from 1000 to 604800000"]])
+    }
+  })
+
   it("every bad value is reported with its variable and rule", () => {
     const r = Config.parse({
       ENGRAM_PORT: "70000",

@@ -233,8 +233,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           commitAllowanceMs: allowance.allowanceMs,
           allowance:
             allowance.source === "prior"
-              ? "the coordinator's prior (no commits to this host yet)"
-              : `learned from the last ${allowance.samples} commits to this host${fromCoordinator ? "" : " (this agent's own: the coordinator sent none)"}`,
+              ? "the coordinator's prior (no recent commits to this host, into it or anywhere)"
+              : allowance.source === "target"
+                ? `learned from ${allowance.samples} recent commits into this host (too few from this one)`
+                : allowance.source === "fleet"
+                  ? `learned from ${allowance.samples} recent commits of the fleet (too few from this one or into it)`
+                  : `learned from the last ${allowance.samples} commits to this host${fromCoordinator ? "" : " (this agent's own: the coordinator sent none)"}`,
         })
         const outcome = yield* runSource(move, {
           hostId: me,

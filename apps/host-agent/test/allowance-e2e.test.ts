@@ -87,7 +87,7 @@ describe("the commit allowance is learned and kept by the coordinator", () => {
     expect(refused.body.estimateMs).toBeGreaterThanOrEqual(PRIOR_MS)
     const shown = await admin.call("GET", "/v1/hosts/a/allowances")
     expect(shown.status).toBe(200)
-    expect(shown.body).toEqual({ hostId: "a", priorMs: PRIOR_MS, items: [] })
+    expect(shown.body).toEqual({ hostId: "a", priorMs: PRIOR_MS, horizonMs: 3_600_000, items: [] })
   }, 60_000)
 
   it("commits between the two hosts are kept per pair; the first one's guard used the prior", async () => {

@@ -5,7 +5,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
 import { BodyErrors, LongPollErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
-import { AssignmentsQuery, CreateHost, PageQuery, PathId, Report } from "./Payloads.js"
+import { AllowancesQuery, AssignmentsQuery, CreateHost, PageQuery, PathId, Report } from "./Payloads.js"
 import { Assignments, HeartbeatRenewed, Host, HostAllowances, HostCreated, HostsPage, HostToken } from "./Records.js"
 import { AdminOnly, BearerAuth, StrictInput } from "./Security.js"
 
@@ -54,10 +54,10 @@ export class HostsApi extends HttpApiGroup.make("hosts")
     HttpApiEndpoint.get("get", "/v1/hosts/:id", { params: PathId, success: Host, error: StandardErrors }).annotateMerge(
       doc("Read a host", `One host with its room. \`allocatableMib\` is the capacity after policy (SPEC §1), \`reportedAllocatableMib\` what the host reported.${hostOrAdmin}`),
     ),
-    HttpApiEndpoint.get("allowances", "/v1/hosts/:id/allowances", { params: PathId, success: HostAllowances, error: StandardErrors }).middleware(StrictInput).annotateMerge(
+    HttpApiEndpoint.get("allowances", "/v1/hosts/:id/allowances", { params: PathId, query: AllowancesQuery, success: HostAllowances, error: StandardErrors }).middleware(StrictInput).annotateMerge(
       doc(
         "A host's learned commit allowances",
-        `The downtime guard's commit allowance of moves from this host, per target host it has committed moves to (SPEC §13): a high quantile of the pair's recent commit phases (\`commitsMs\`, oldest first), and \`priorMs\` (the configured \`commitAllowanceMs\`) for a target without history.${hostOrAdmin}`,
+        `The downtime guard's commit allowance of moves from this host, per target host it has committed moves to (SPEC §13): a high quantile of recent commit phases: the pair's own (\`commitsMs\`, oldest first, recorded at \`recordedAtMs\`) when it has enough within \`horizonMs\` (\`source: learned\`), else pooled with recent commits into the same target (\`target\`) or of the whole fleet (\`fleet\`); \`priorMs\` (the configured \`commitAllowanceMs\`) when no commit anywhere is recent (\`prior\`). With \`targetHostId\`, only the pair to that host, listed (\`commitsMs: []\`, \`updatedAt: null\`) even without commits of its own.${hostOrAdmin}`,
       ),
     ),
     HttpApiEndpoint.put("report", "/v1/hosts/:id/report", { params: PathId, payload: Report, success: Host, error: BodyErrors }).annotateMerge(

@@ -67,6 +67,11 @@ export const AssignmentsQuery = {
   since: Schema.optionalKey(Schema.String),
 }
 
+/** `GET /v1/hosts/{id}/allowances?targetHostId=`: also the pair to this target, though it has no commits of its own. */
+export const AllowancesQuery = {
+  targetHostId: Schema.optionalKey(Schema.String),
+}
+
 /** What a create does when nothing fits: `queue` (the default) or `refuse` (409 `NoRoom`, nothing stored). */
 export const OnNoRoom = Schema.Literals(["queue", "refuse"])
 

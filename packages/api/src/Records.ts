@@ -193,8 +193,12 @@ export const MovePhases = Schema.Struct({
 })
 export type MovePhases = typeof MovePhases.Type
 
-/** Where a commit allowance came from: the configured prior (no history) or the host pair's recent commits. */
-export const AllowanceSource = Schema.Literals(["prior", "learned"])
+/**
+ * Where a commit allowance came from (SPEC §13): `prior`, the configured `commitAllowanceMs` (no
+ * commit within the horizon anywhere); `learned`, the host pair's own recent commits; `target`,
+ * pooled with recent commits of other pairs into the same target; `fleet`, with the whole fleet's.
+ */
+export const AllowanceSource = Schema.Literals(["prior", "learned", "target", "fleet"])
 export type AllowanceSource = typeof AllowanceSource.Type
 
 /** What the source's downtime guard decided a committed move on (SPEC §13), as it reports it with the commit. */
@@ -433,16 +437,20 @@ export const PairHistory = Schema.Struct({
   ...PairAllowance.fields,
   /** Its recent commit phases, ms, oldest first (at most the policy's window). */
   commitsMs: Schema.Array(Num),
-  /** When the last one was recorded (epoch ms). */
-  updatedAt: Num,
+  /** When each of them was recorded (epoch ms), in the same order: one older than the horizon no longer counts. */
+  recordedAtMs: Schema.Array(Num),
+  /** When the last one was recorded (epoch ms); null: the pair has no commits of its own (it was asked for by target). */
+  updatedAt: Schema.NullOr(Num),
 })
 export type PairHistory = typeof PairHistory.Type
 
 /** `GET /v1/hosts/{id}/allowances`: the allowance of moves from the host to each target it has committed moves to. */
 export const HostAllowances = Schema.Struct({
   hostId: Schema.String,
-  /** The allowance of a pair without history: the coordinator's `commitAllowanceMs`. */
+  /** The allowance when no commit anywhere is recent: the coordinator's `commitAllowanceMs`. */
   priorMs: Num,
+  /** How old a commit may be and still count (ms): the coordinator's `ENGRAM_ALLOWANCE_HORIZON_MS`. */
+  horizonMs: Num,
   items: Schema.Array(PairHistory),
 })
 export type HostAllowances = typeof HostAllowances.Type
@@ -457,7 +465,8 @@ export const Assignments = Schema.Struct({
   limits: AgentLimits,
   /**
    * The guard's commit allowance of each pending move this host is the source of, by target:
-   * learned from the pair's recent commits, or the prior before any. Absent from an older
+   * learned from recent commits (the pair's own, else pooled with its target's or the fleet's),
+   * or the prior when none is recent. Absent from an older
    * coordinator (the agent then learns from its own commits).
    */
   allowances: Schema.optionalKey(Schema.Array(PairAllowance)),

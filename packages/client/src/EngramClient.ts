@@ -116,7 +116,8 @@ export interface EngramClientShape {
     /** A new token for the host's agent; the old one stops working. */
     readonly rotateToken: (id: string) => Fx<Records.HostToken>
     /** The guard's learned commit allowance of moves from the host, per target host (SPEC §13). */
-    readonly allowances: (id: string) => Fx<Records.HostAllowances>
+    /** With `targetHostId`, only the pair to that host, listed even without commits of its own. */
+    readonly allowances: (id: string, query?: { readonly targetHostId?: string }) => Fx<Records.HostAllowances>
   }
   readonly fleet: {
     /** The fleet signal: hosts by state, capacity, reserved and free room, the queue, parks, descents. */
@@ -189,7 +190,7 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       drain: (id) => call(api.hosts.drain(byId(id))),
       remove: (id) => call(api.hosts.remove(byId(id))),
       rotateToken: (id) => call(api.hosts.rotateToken(byId(id))),
-      allowances: (id) => call(api.hosts.allowances(byId(id))),
+      allowances: (id, q = {}) => call(api.hosts.allowances({ ...byId(id), query: defined(q) })),
     }
 
     const fleet: EngramClientShape["fleet"] = {

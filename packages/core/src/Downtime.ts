@@ -124,11 +124,21 @@ export const defaultAllowancePolicy: AllowancePolicy = Object.freeze({
   marginMs: 0,
 })
 
+/**
+ * Where a commit allowance came from: `prior`, no recent commit anywhere; `learned`, the host
+ * pair's own recent commits; `target`, pooled with recent commits of other pairs into the same
+ * target host; `fleet`, pooled with recent commits of the whole fleet.
+ */
+export type AllowanceSource = "prior" | "learned" | "target" | "fleet"
+
+/** Every {@link AllowanceSource}, from no evidence to the widest pool. */
+export const allowanceSources: readonly AllowanceSource[] = ["prior", "learned", "target", "fleet"]
+
 /** A commit allowance and what it rests on. */
 export interface Allowance {
   readonly allowanceMs: number
-  /** `prior`: no history yet; `learned`: the quantile of `samples` recent commits. */
-  readonly source: "prior" | "learned"
+  /** What the quantile was taken over (see {@link AllowanceSource}). */
+  readonly source: AllowanceSource
   readonly samples: number
 }
 
@@ -170,6 +180,123 @@ export interface PairCommits {
   readonly targetHostId: string
   /** Commit phases (ms), oldest first, at most the policy's window. */
   readonly commitsMs: readonly number[]
+  /** When each of `commitsMs` was recorded (epoch ms), in the same order. */
+  readonly recordedAtMs: readonly number[]
   /** When the last one was recorded (epoch ms). */
   readonly updatedAt: number
+}
+
+/**
+ * A pair's history after one more commit recorded at `atMs`: {@link recordCommit}'s window, with
+ * each commit's time beside it (a kept commit without one takes the history's `updatedAt`). A
+ * commit that is not a finite non-negative number is not kept.
+ */
+export const recordTimedCommit = (
+  history: Pick<PairCommits, "commitsMs" | "recordedAtMs"> & { readonly updatedAt?: number },
+  commitMs: number,
+  atMs: number,
+  policy: Partial<AllowancePolicy> = {},
+): Pick<PairCommits, "commitsMs" | "recordedAtMs"> => {
+  if (!(Number.isFinite(commitMs) && commitMs >= 0)) return { commitsMs: [...history.commitsMs], recordedAtMs: timesOf(history) }
+  const keep = windowOf(policy)
+  return { commitsMs: [...history.commitsMs, commitMs].slice(-keep), recordedAtMs: [...timesOf(history), atMs].slice(-keep) }
+}
+
+/** A pair's commit times, one per commit: a commit kept without one (an older store) counts as recorded at the pair's last. */
+const timesOf = (p: Pick<PairCommits, "commitsMs" | "recordedAtMs"> & { readonly updatedAt?: number }): number[] =>
+  p.commitsMs.map((_, i) => p.recordedAtMs[i] ?? p.updatedAt ?? p.recordedAtMs[p.recordedAtMs.length - 1] ?? 0)
+
+/** One commit phase and when the coordinator recorded it (epoch ms). */
+export interface CommitSample {
+  readonly commitMs: number
+  readonly atMs: number
+}
+
+/** A pair's commits as samples, oldest first. */
+export const samplesOf = (p: PairCommits): readonly CommitSample[] => {
+  const at = timesOf(p)
+  return p.commitsMs.map((commitMs, i) => ({ commitMs, atMs: at[i] as number }))
+}
+
+/** How old a commit may be and still count, and when a pair's own commits are enough (SPEC §13). */
+export interface RecencyPolicy extends AllowancePolicy {
+  /**
+   * A commit recorded this long ago (ms) or longer no longer counts: a pair refused before any
+   * pause makes no commit, so without an end to old evidence two slow commits in a load spike
+   * would refuse its tight-budget moves for ever.
+   */
+  readonly horizonMs: number
+  /**
+   * A pair with fewer recent commits of its own than this pools them with others' (first its
+   * target's, then the fleet's). 1 by default: a pair's own commit is the most specific evidence
+   * (a pair with any keeps the allowance it had before the horizon existed); pooling replaces
+   * only the prior. Higher values trade that specificity for a quantile over more samples.
+   */
+  readonly minSamples: number
+}
+
+/** An hour's horizon; a pair's own recent commits, when it has any, stand alone. */
+export const defaultRecencyPolicy: RecencyPolicy = Object.freeze({ ...defaultAllowancePolicy, horizonMs: 60 * 60 * 1000, minSamples: 1 })
+
+/**
+ * The recent commits a pair's allowance may use, in three disjoint pools: the pair's own, other
+ * pairs' into the same target host, and the rest of the fleet's.
+ */
+export interface CommitPools {
+  readonly pair: readonly CommitSample[]
+  readonly target: readonly CommitSample[]
+  readonly fleet: readonly CommitSample[]
+}
+
+/** The samples that count at `nowMs`: commit times that are finite and ≥ 0, recorded less than `horizonMs` ago. */
+const recentOf = (samples: readonly CommitSample[], nowMs: number, horizonMs: number): CommitSample[] =>
+  samples.filter((s) => Number.isFinite(s.commitMs) && s.commitMs >= 0 && Number.isFinite(s.atMs) && nowMs - s.atMs < horizonMs)
+
+/** The quantile of the `window` most recent samples (by time) plus the margin. */
+const quantileOf = (samples: readonly CommitSample[], p: AllowancePolicy): number => {
+  const latest = [...samples].sort((a, b) => a.atMs - b.atMs).slice(-windowOf(p))
+  return commitAllowance(latest.map((s) => s.commitMs), p).allowanceMs
+}
+
+/**
+ * The commit allowance of a host pair at `nowMs` (SPEC §13): the pair's own recent commits when it
+ * has `minSamples` of them; else pooled with recent commits into the same target (the commit
+ * phase is the coordinator's final-round record and the target's commit, so the target and the
+ * coordinator dominate it), else with the whole fleet's; the prior only when no commit anywhere
+ * is recent. A commit older than `horizonMs` never counts. The quantile is over the `window`
+ * most recent samples of the pool chosen; `source` names the narrowest pool holding them.
+ */
+export const recentAllowance = (pools: CommitPools, nowMs: number, policy: Partial<RecencyPolicy> = {}): Allowance => {
+  const p = { ...defaultRecencyPolicy, ...policy }
+  const own = recentOf(pools.pair, nowMs, p.horizonMs)
+  const target = [...own, ...recentOf(pools.target, nowMs, p.horizonMs)]
+  const fleet = [...target, ...recentOf(pools.fleet, nowMs, p.horizonMs)]
+  const levels: readonly [AllowanceSource, CommitSample[]][] = [["learned", own], ["target", target], ["fleet", fleet]]
+  const enough = Math.max(1, p.minSamples)
+  const chosen = levels.find(([, s]) => s.length >= enough) ?? levels[levels.length - 1]!
+  if (chosen[1].length === 0) return { allowanceMs: p.priorMs, source: "prior", samples: 0 }
+  // A wider pool that added nothing is the narrower one: name the narrowest.
+  const [source] = levels.find(([, s]) => s.length === chosen[1].length)!
+  return { allowanceMs: quantileOf(chosen[1], p), source, samples: Math.min(chosen[1].length, windowOf(p)) }
+}
+
+/**
+ * The allowance of moves from `sourceHostId` to `targetHostId` at `nowMs`, from the pairs a store
+ * returned (any superset of the recent ones): {@link recentAllowance} over their pools.
+ */
+export const pairAllowance = (
+  pairs: readonly PairCommits[],
+  sourceHostId: string,
+  targetHostId: string,
+  nowMs: number,
+  policy: Partial<RecencyPolicy> = {},
+): Allowance => {
+  const pair: CommitSample[] = []
+  const target: CommitSample[] = []
+  const fleet: CommitSample[] = []
+  for (const q of pairs) {
+    const into = q.targetHostId !== targetHostId ? fleet : q.sourceHostId === sourceHostId ? pair : target
+    into.push(...samplesOf(q))
+  }
+  return recentAllowance({ pair, target, fleet }, nowMs, policy)
 }

@@ -4,6 +4,7 @@
  * module holds the record and decides what may still happen to it; `Session.step` decides what
  * a commit or an abort does to the session and the ledger.
  */
+import type * as Downtime from "./Downtime.js"
 import * as Plan from "./Plan.js"
 
 /** A move's state: open (`pending`) or finished. */
@@ -36,8 +37,11 @@ export interface Phases {
 export interface GuardReport {
   /** The commit allowance the guard added to its estimates. */
   readonly allowanceMs: number
-  /** `prior`: the configured `commitAllowanceMs` (no history); `learned`: from the host pair's recent commits. */
-  readonly allowanceSource: "prior" | "learned"
+  /**
+   * `prior`: the configured `commitAllowanceMs` (no recent commit anywhere); `learned`: the host
+   * pair's recent commits; `target`, `fleet`: pooled with recent commits into the same target, of the fleet.
+   */
+  readonly allowanceSource: Downtime.AllowanceSource
   /** The commits the allowance was learned from (0 for the prior). */
   readonly allowanceSamples: number
   /** The post-capture estimate that let the guest switch over. */

@@ -165,4 +165,98 @@ describe("Downtime", () => {
       }))
     })
   })
+  describe("the allowance that relearns (recent commits, pooled when a pair has too few)", () => {
+    const H = Downtime.defaultRecencyPolicy.horizonMs
+    const at = (atMs: number, ...commitsMs: number[]) => commitsMs.map((commitMs) => ({ commitMs, atMs }))
+    const none = { pair: [], target: [], fleet: [] }
+
+    it("two slow commits that aged out no longer count: the prior again, a refused pair relearns", () => {
+      const slow = { ...none, pair: at(0, 900, 950) }
+      expect(Downtime.recentAllowance(slow, H - 1)).toEqual({ allowanceMs: 950, source: "learned", samples: 2 })
+      expect(Downtime.recentAllowance(slow, H)).toEqual({ allowanceMs: 400, source: "prior", samples: 0 })
+    })
+
+    it("a pair with too few recent commits learns from moves into its target, then from the fleet", () => {
+      const now = 10 * H
+      expect(Downtime.recentAllowance({ pair: [], target: at(now - 5, 60, 70, 80), fleet: at(now - 5, 300, 300, 300) }, now)).toEqual({ allowanceMs: 80, source: "target", samples: 3 })
+      // By default any own recent commit stands alone; with a higher bar a pair pools its few with its target's.
+      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60, 70), fleet: at(now - 5, 300) }, now)).toEqual({ allowanceMs: 50, source: "learned", samples: 1 })
+      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60, 70), fleet: at(now - 5, 300) }, now, { minSamples: 3 })).toEqual({ allowanceMs: 70, source: "target", samples: 3 })
+      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60), fleet: at(now - 5, 300) }, now, { minSamples: 3 })).toEqual({ allowanceMs: 300, source: "fleet", samples: 3 })
+      expect(Downtime.recentAllowance({ pair: [], target: at(now - H, 60, 70, 80), fleet: at(now - 5, 120) }, now)).toEqual({ allowanceMs: 120, source: "fleet", samples: 1 })
+      // Pools that add nothing do not rename the source.
+      expect(Downtime.recentAllowance({ ...none, pair: at(now, 42) }, now)).toEqual({ allowanceMs: 42, source: "learned", samples: 1 })
+      expect(Downtime.recentAllowance({ ...none, target: at(now, 42) }, now, { priorMs: 250 })).toEqual({ allowanceMs: 42, source: "target", samples: 1 })
+      expect(Downtime.recentAllowance(none, now, { priorMs: 250 })).toEqual({ allowanceMs: 250, source: "prior", samples: 0 })
+    })
+
+    it("a store's pairs split into the pair's own, its target's and the fleet's pools", () => {
+      const pair = (sourceHostId: string, targetHostId: string, commitsMs: number[], recordedAtMs: number[]): Downtime.PairCommits => ({ sourceHostId, targetHostId, commitsMs, recordedAtMs, updatedAt: Math.max(0, ...recordedAtMs) })
+      const pairs = [pair("a", "b", [900], [0]), pair("c", "b", [60, 70, 80], [100, 100, 100]), pair("b", "a", [20, 20, 20], [100, 100, 100])]
+      expect(Downtime.pairAllowance(pairs, "a", "b", H + 50)).toEqual({ allowanceMs: 80, source: "target", samples: 3 })
+      expect(Downtime.pairAllowance(pairs, "a", "b", 50)).toEqual({ allowanceMs: 900, source: "learned", samples: 1 })
+      expect(Downtime.pairAllowance(pairs, "a", "b", 150, { minSamples: 2 })).toEqual({ allowanceMs: 900, source: "target", samples: 4 })
+      expect(Downtime.pairAllowance(pairs, "c", "a", H + 50)).toEqual({ allowanceMs: 20, source: "target", samples: 3 })
+      expect(Downtime.pairAllowance(pairs, "x", "y", H + 50)).toEqual({ allowanceMs: 80, source: "fleet", samples: 6 })
+      expect(Downtime.pairAllowance(pairs, "x", "y", H + 101)).toEqual({ allowanceMs: 400, source: "prior", samples: 0 })
+    })
+
+    it("a commit is kept with its time, the window of both", () => {
+      let h: Pick<Downtime.PairCommits, "commitsMs" | "recordedAtMs"> = { commitsMs: [], recordedAtMs: [] }
+      for (let i = 1; i <= 22; i++) h = Downtime.recordTimedCommit(h, i, 1000 + i)
+      expect(h.commitsMs).toEqual(Array.from({ length: 20 }, (_, i) => i + 3))
+      expect(h.recordedAtMs).toEqual(Array.from({ length: 20 }, (_, i) => 1003 + i))
+      expect(Downtime.recordTimedCommit(h, Number.NaN, 5000)).toEqual(h)
+      // Commits kept before their times were (an older store) count as recorded at the pair's last.
+      expect(Downtime.samplesOf({ sourceHostId: "a", targetHostId: "b", commitsMs: [5, 6], recordedAtMs: [], updatedAt: 77 })).toEqual(at(77, 5, 6))
+    })
+
+    const sample = (maxAt: number) => fc.record({ commitMs: fc.double({ min: 0, max: 10_000, noNaN: true }), atMs: fc.integer({ min: 0, max: maxAt }) })
+    const samples = (maxAt: number) => fc.array(sample(maxAt), { maxLength: 30 })
+    const recency = fc.record({
+      window: fc.integer({ min: 1, max: 40 }),
+      quantile: fc.double({ min: 0, max: 1, noNaN: true }),
+      horizonMs: fc.integer({ min: 1, max: 10_000 }),
+      minSamples: fc.integer({ min: 1, max: 10 }),
+      priorMs: fc.integer({ min: 0, max: 5000 }),
+    })
+
+    it("property: with only commits no slower than the prior, the allowance never exceeds the prior", () => {
+      fc.assert(fc.property(recency, samples(20_000), samples(20_000), samples(20_000), fc.integer({ min: 0, max: 20_000 }), (p, a, b, c, now) => {
+        const fast = (xs: typeof a) => xs.map((x) => ({ ...x, commitMs: Math.min(x.commitMs, p.priorMs) }))
+        expect(Downtime.recentAllowance({ pair: fast(a), target: fast(b), fleet: fast(c) }, now, p).allowanceMs).toBeLessThanOrEqual(p.priorMs)
+      }))
+    })
+
+    it("property: an aged commit never counts, however slow", () => {
+      fc.assert(fc.property(recency, samples(20_000), samples(20_000), samples(20_000), fc.integer({ min: 0, max: 20_000 }), fc.double({ min: 0, max: 1e6, noNaN: true }), (p, a, b, c, now, slowMs) => {
+        const fresh = (xs: typeof a) => xs.filter((x) => now - x.atMs < p.horizonMs)
+        const base = Downtime.recentAllowance({ pair: fresh(a), target: fresh(b), fleet: fresh(c) }, now, p)
+        const aged = { commitMs: slowMs, atMs: now - p.horizonMs - 1 }
+        const edge = { commitMs: slowMs, atMs: now - p.horizonMs }
+        expect(Downtime.recentAllowance({ pair: [...a, aged, edge], target: [...b, aged], fleet: [...c, edge] }, now, p)).toEqual(Downtime.recentAllowance({ pair: a, target: b, fleet: c }, now, p))
+        expect(Downtime.recentAllowance({ pair: a, target: b, fleet: c }, now, p)).toEqual(base)
+      }))
+    })
+
+    it("property: enough recent commits of its own win over pooled ones", () => {
+      fc.assert(fc.property(recency, samples(100), samples(100), samples(100), (p, own, b, c) => {
+        const now = 100
+        const recentOwn = own.filter((x) => now - x.atMs < p.horizonMs)
+        fc.pre(recentOwn.length >= p.minSamples)
+        const alone = Downtime.recentAllowance({ pair: own, target: [], fleet: [] }, now, p)
+        expect(alone.source).toBe("learned")
+        expect(Downtime.recentAllowance({ pair: own, target: b, fleet: c }, now, p)).toEqual(alone)
+      }))
+    })
+
+    it("property: it is the prior exactly when no commit anywhere is recent", () => {
+      fc.assert(fc.property(recency, samples(20_000), samples(20_000), samples(20_000), fc.integer({ min: 0, max: 20_000 }), (p, a, b, c, now) => {
+        const anyRecent = [...a, ...b, ...c].some((x) => now - x.atMs < p.horizonMs)
+        const out = Downtime.recentAllowance({ pair: a, target: b, fleet: c }, now, p)
+        expect(out.source === "prior").toBe(!anyRecent)
+        if (!anyRecent) expect(out).toEqual({ allowanceMs: p.priorMs, source: "prior", samples: 0 })
+      }))
+    })
+  })
 })

@@ -22,5 +22,7 @@ describe("the README example", () => {
     expect(ParkPolicy.mayPark(ParkPolicy.defaultRule, ParkPolicy.idleViewOf(fleet, "h1"))).toBe(false)
     expect(Downtime.check({ lastDeltaWireBytes: 85 << 20, rateBytesPerMs: 1 << 20, maxDowntimeMs: 600 })).toEqual({ _tag: "Fits", estimateMs: 485 })
     expect(Limits.defaults.commitAllowanceMs).toBe(400)
+    const hour = 60 * 60 * 1000
+    expect(Downtime.recentAllowance({ pair: [{ commitMs: 900, atMs: 0 }], target: [{ commitMs: 70, atMs: hour }], fleet: [] }, hour + 1)).toEqual({ allowanceMs: 70, source: "target", samples: 1 })
   })
 })

@@ -23,14 +23,14 @@ export const load = async (id) => {
   const allowance =
     move === null
       ? null
-      : await api(`/v1/hosts/${encodeURIComponent(move.sourceHostId)}/allowances`).then(
+      : await api(`/v1/hosts/${encodeURIComponent(move.sourceHostId)}/allowances?targetHostId=${encodeURIComponent(move.targetHostId)}`).then(
           (a) => {
             const pair = (a?.items ?? []).find((/** @type {any} */ x) => x.targetHostId === move.targetHostId)
-            return pair === undefined ? { ms: a.priorMs, learned: false, samples: 0 } : { ms: pair.allowanceMs, learned: pair.source === "learned", samples: pair.samples }
+            return pair === undefined ? { ms: a.priorMs, source: "prior", samples: 0 } : { ms: pair.allowanceMs, source: pair.source, samples: pair.samples }
           },
           () =>
             api(`/v1/hosts/${encodeURIComponent(move.sourceHostId)}/assignments?waitMs=0`).then(
-              (a) => (typeof a?.limits?.commitAllowanceMs === "number" ? { ms: a.limits.commitAllowanceMs, learned: false, samples: 0 } : null),
+              (a) => (typeof a?.limits?.commitAllowanceMs === "number" ? { ms: a.limits.commitAllowanceMs, source: "prior", samples: 0 } : null),
               () => null,
             ),
         )
@@ -163,9 +163,23 @@ const actions = (s, hosts, changed) => {
 }
 
 /**
+ * Where a commit allowance came from (SPEC §13): the pair's own recent commits, pooled with its
+ * target's or the fleet's when it has too few, or the prior when none is recent.
+ * @param {string} source @param {number} samples
+ */
+const allowanceSource = (source, samples) =>
+  source === "learned"
+    ? `learned from the last ${samples} commits of this host pair`
+    : source === "target"
+      ? `learned from ${samples} recent commits into this target: too few of this host pair`
+      : source === "fleet"
+        ? `learned from ${samples} recent commits of the fleet: too few of this host pair or into this target`
+        : "the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no recent commits of this host pair, into this target or anywhere"
+
+/**
  * The session's latest move: where, its budget, its rounds and its phases or verdict, and the
  * commit allowance the guard counts for the pause after the final round.
- * @param {any} m @param {{ ms: number, learned: boolean, samples: number } | null} allowance
+ * @param {any} m @param {{ ms: number, source: string, samples: number } | null} allowance
  */
 const moveView = (m, allowance) => {
   if (m === null) return [h("p", { className: "muted empty", text: "No move yet." })]
@@ -175,13 +189,12 @@ const moveView = (m, allowance) => {
     "No round yet.",
   )
   const g = m.guard ?? null
-  const source = (/** @type {boolean} */ learned, /** @type {number} */ samples) => (learned ? `learned from the last ${samples} commits of this host pair` : "the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no commits of this host pair yet")
   const allowed =
     g !== null
-      ? `${measured(g.allowanceMs)} (${source(g.allowanceSource === "learned", g.allowanceSamples)}); off by ${signed(g.allowanceErrorMs)} against the commit`
+      ? `${measured(g.allowanceMs)} (${allowanceSource(g.allowanceSource, g.allowanceSamples)}); off by ${signed(g.allowanceErrorMs)} against the commit`
       : allowance === null
         ? "not reported by this coordinator"
-        : `${measured(allowance.ms)} now (${source(allowance.learned, allowance.samples)})`
+        : `${measured(allowance.ms)} now (${allowanceSource(allowance.source, allowance.samples)})`
   const guardFacts =
     g === null
       ? []

@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto"
 import { Downtime, Move, Placement, Plan, Session } from "@engram/core"
 import { Conflict, Cursor, fromMoveRefusal, fromRefusal, fromTargetChoice, NotFound, Validate } from "@engram/store"
 import type { IllegalTransition, InvalidInput, MoveFilter, PairFilter, Refused, StoreShape, Unavailable } from "@engram/store"
-import { and, asc, eq, or, sql } from "drizzle-orm"
+import { and, asc, eq, gte, or, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
 import { dieOnUnique, RunAgain } from "./Db.js"
@@ -36,6 +36,7 @@ const pairFilterOf = (filter: PairFilter) =>
   and(
     filter.sourceHostId === undefined ? undefined : eq(movePairs.sourceHostId, filter.sourceHostId),
     filter.targetHostId === undefined ? undefined : eq(movePairs.targetHostId, filter.targetHostId),
+    filter.recordedSince === undefined ? undefined : gte(movePairs.updatedAt, filter.recordedSince),
   )
 
 /**
@@ -52,11 +53,14 @@ const keepCommit = (tx: Tx, m: Move.Record, t: number) =>
     }
     const pair = and(eq(movePairs.sourceHostId, m.sourceHostId), eq(movePairs.targetHostId, m.targetHostId))
     yield* tx.use((exec) =>
-      exec.insert(movePairs).values({ sourceHostId: m.sourceHostId, targetHostId: m.targetHostId, commitsMs: [], updatedAt: t }).onConflictDoNothing(),
+      exec.insert(movePairs).values({ sourceHostId: m.sourceHostId, targetHostId: m.targetHostId, commitsMs: [], recordedAtMs: [], updatedAt: t }).onConflictDoNothing(),
     )
-    const [row] = yield* tx.use((exec) => exec.select({ commitsMs: movePairs.commitsMs }).from(movePairs).where(pair).for("update"))
-    const commitsMs = Downtime.recordCommit((row?.commitsMs ?? []) as number[], commitMs)
-    yield* tx.use((exec) => exec.update(movePairs).set({ commitsMs, updatedAt: t }).where(pair))
+    const [row] = yield* tx.use((exec) =>
+      exec.select({ commitsMs: movePairs.commitsMs, recordedAtMs: movePairs.recordedAtMs, updatedAt: movePairs.updatedAt }).from(movePairs).where(pair).for("update"),
+    )
+    const before = { commitsMs: (row?.commitsMs ?? []) as number[], recordedAtMs: (row?.recordedAtMs ?? []) as number[], updatedAt: row?.updatedAt ?? t }
+    const kept = Downtime.recordTimedCommit(before, commitMs, t)
+    yield* tx.use((exec) => exec.update(movePairs).set({ ...kept, updatedAt: t }).where(pair))
   })
 
 const finished = (r: Move.Refusal) => new Conflict({ entity: "move", id: r.moveId, reason: r.reason })
@@ -195,12 +199,18 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
 
     listPairCommits: (filter = {}) =>
       Effect.gen(function* () {
-        const bad = Validate.filter("sourceHostId", filter.sourceHostId) ?? Validate.filter("targetHostId", filter.targetHostId)
+        const bad = Validate.pairFilter(filter)
         if (bad) return yield* bad
         const rows = yield* db.pool.use((exec) =>
           exec.select().from(movePairs).where(pairFilterOf(filter)).orderBy(asc(movePairs.sourceHostId), asc(movePairs.targetHostId)),
         )
-        return rows.map((r) => ({ sourceHostId: r.sourceHostId, targetHostId: r.targetHostId, commitsMs: r.commitsMs as number[], updatedAt: r.updatedAt }))
+        return rows.map((r) => ({
+          sourceHostId: r.sourceHostId,
+          targetHostId: r.targetHostId,
+          commitsMs: r.commitsMs as number[],
+          recordedAtMs: r.recordedAtMs as number[],
+          updatedAt: r.updatedAt,
+        }))
       }).pipe(dieOnUnique),
 
     getMove: (id) =>

@@ -183,9 +183,12 @@ export const movePairs = pgTable(
     sourceHostId: text("source_host_id").notNull(),
     targetHostId: text("target_host_id").notNull(),
     commitsMs: jsonb("commits_ms").notNull().default([]),
+    /** When each of `commits_ms` was recorded (epoch ms), same order (migration 0011; older commits take `updated_at`). */
+    recordedAtMs: jsonb("recorded_at_ms").notNull().default([]),
     updatedAt: ms("updated_at").notNull(),
   },
-  (t) => [primaryKey({ columns: [t.sourceHostId, t.targetHostId] })],
+  // The allowance reads the pairs with a recent commit (`updated_at` within the horizon).
+  (t) => [primaryKey({ columns: [t.sourceHostId, t.targetHostId] }), index("move_pairs_updated_at_idx").on(t.updatedAt)],
 )
 
 /**

@@ -1,6 +1,7 @@
 // The SQL paths beyond the shared suite: migrations applied again (and at once from two
 // replicas), the typed errors when the server goes away, and a PGlite data directory that
 // survives a restart.
+import { createHash } from "node:crypto"
 import { readFileSync } from "node:fs"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
@@ -51,6 +52,32 @@ describe("migrations", () => {
       await db.drop()
     }
   })
+
+  it("commits kept before their times were (migration 0011) take their pair's last commit time", async () => {
+    const db = await freshDatabase()
+    const sql = postgres(db.url, { max: 1, onnotice: () => undefined })
+    try {
+      // The schema as of the migrations before 0011, applied by hand, with a pair's history in it.
+      const journal = JSON.parse(readFileSync(path.join(migrationsFolder, "meta", "_journal.json"), "utf8")) as { entries: { tag: string; when: number; idx: number }[] }
+      await sql`create schema if not exists drizzle`
+      await sql`create table drizzle.__drizzle_migrations (id serial primary key, hash text not null, created_at bigint)`
+      for (const e of journal.entries.filter((e) => e.idx < 11)) {
+        const text = readFileSync(path.join(migrationsFolder, `${e.tag}.sql`), "utf8")
+        for (const stmt of text.split("--> statement-breakpoint")) if (stmt.trim() !== "") await sql.unsafe(stmt)
+        await sql`insert into drizzle.__drizzle_migrations (hash, created_at) values (${createHash("sha256").update(text).digest("hex")}, ${e.when})`
+      }
+      await sql`insert into move_pairs (source_host_id, target_host_id, commits_ms, updated_at) values ('a', 'b', '[900, 950]'::jsonb, 5000), ('b', 'a', '[]'::jsonb, 7000)`
+      // Now the store's migrator applies the rest, including the backfill.
+      const pairs = await Effect.runPromise(Effect.scoped(Effect.flatMap(StorePg.openUrl({ url: db.url }), (p) => p.store.listPairCommits())))
+      expect(pairs.map((p) => [p.sourceHostId, p.commitsMs, p.recordedAtMs])).toStrictEqual([
+        ["a", [900, 950], [5000, 5000]],
+        ["b", [], []],
+      ])
+    } finally {
+      await sql.end()
+      await db.drop()
+    }
+  }, 60_000)
 })
 
 describe("errors", () => {

@@ -1001,21 +1001,26 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const done = yield* stepMove(m, { _tag: "commitMove", move: m, phases, guard: guard ?? null }, t)
         if (done.phases !== null) {
           const key = `${done.sourceHostId} ${done.targetHostId}`
-          const commitsMs = Downtime.recordCommit(pairs.get(key)?.commitsMs ?? [], done.phases.commitMs)
-          pairs.set(key, { sourceHostId: done.sourceHostId, targetHostId: done.targetHostId, commitsMs, updatedAt: t })
+          const kept = Downtime.recordTimedCommit(pairs.get(key) ?? { commitsMs: [], recordedAtMs: [] }, done.phases.commitMs, t)
+          pairs.set(key, { sourceHostId: done.sourceHostId, targetHostId: done.targetHostId, ...kept, updatedAt: t })
         }
         return done
       }),
 
     listPairCommits: (filter = {}) =>
       Effect.suspend(() => {
-        const bad = Validate.filter("sourceHostId", filter.sourceHostId) ?? Validate.filter("targetHostId", filter.targetHostId)
+        const bad = Validate.pairFilter(filter)
         if (bad) return Effect.fail(bad)
         return Effect.succeed(
           [...pairs.values()]
-            .filter((p) => (filter.sourceHostId === undefined || p.sourceHostId === filter.sourceHostId) && (filter.targetHostId === undefined || p.targetHostId === filter.targetHostId))
+            .filter(
+              (p) =>
+                (filter.sourceHostId === undefined || p.sourceHostId === filter.sourceHostId) &&
+                (filter.targetHostId === undefined || p.targetHostId === filter.targetHostId) &&
+                (filter.recordedSince === undefined || p.updatedAt >= filter.recordedSince),
+            )
             .sort((a, b) => (a.sourceHostId === b.sourceHostId ? (a.targetHostId < b.targetHostId ? -1 : 1) : a.sourceHostId < b.sourceHostId ? -1 : 1))
-            .map((p) => ({ ...p, commitsMs: [...p.commitsMs] })),
+            .map((p) => ({ ...p, commitsMs: [...p.commitsMs], recordedAtMs: [...p.recordedAtMs] })),
         )
       }),
 

@@ -216,7 +216,8 @@ export interface StoreShape {
    * or an operator's commit, SPEC §13): the move's pause was not measured and it keeps none.
    * `guard`: the source guard's figures, kept on the move with their errors (core's
    * `Move.guardOf`; ignored beside null phases). A measured commit phase joins the host pair's
-   * recent commits (`listPairCommits`), the policy's window of them kept.
+   * recent commits with the time it is recorded (`listPairCommits`), the policy's window of them
+   * kept (core's `Downtime.recordTimedCommit`).
    */
   readonly commitMove: (moveId: string, phases: MovePhases | null, guard?: MoveGuardReport | null) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
@@ -242,8 +243,10 @@ export interface StoreShape {
   readonly pageMoves: (filter?: MoveFilter, page?: PageRequest) => Fx<Page<Move>, InvalidInput>
   /**
    * The recent commit phases of each host pair with a committed move (at most the allowance
-   * policy's window each, oldest first), by source then target; core's
-   * `Downtime.commitAllowance` makes the guard's allowance of them.
+   * policy's window each, oldest first, each with its time), by source then target; with
+   * `recordedSince`, only the pairs with a commit recorded since then (one read of all an
+   * allowance within the horizon may count). Core's `Downtime.pairAllowance` makes the guard's
+   * allowance of them. A bad filter is `InvalidInput` naming its field.
    */
   readonly listPairCommits: (filter?: PairFilter) => Fx<readonly PairCommits[], InvalidInput>
 }

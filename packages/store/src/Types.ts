@@ -163,6 +163,11 @@ export type PairCommits = core.Downtime.PairCommits
 export interface PairFilter {
   readonly sourceHostId?: string | undefined
   readonly targetHostId?: string | undefined
+  /**
+   * Only pairs with a commit recorded at or after this time (epoch ms): what the guard's
+   * allowance may count (core's `Downtime.pairAllowance` over the allowance horizon), in one read.
+   */
+  readonly recordedSince?: number | undefined
 }
 
 /** A live move of a running session (SPEC §5; core's record, `Move.Record`). */

@@ -3,7 +3,7 @@
  * and rule whichever store runs. Each check answers the first broken rule, or null.
  */
 import type { Budget } from "@engram/core"
-import { Ledger, Lifetime, Names } from "@engram/core"
+import { Downtime, Ledger, Lifetime, Names } from "@engram/core"
 import { InvalidInput } from "./Errors.js"
 import type { HostReport, MoveGuardReport, MoveRound } from "./Types.js"
 
@@ -53,6 +53,14 @@ export const text = (field: string, value: unknown): InvalidInput | null =>
 
 /** An optional filter (`?hostId=`): absent, or text. */
 export const filter = (field: string, value: unknown): InvalidInput | null => (value === undefined ? null : text(field, value))
+
+/** A host pair filter: host ids as text, `recordedSince` absent or a finite number (a time before the epoch selects every pair). */
+export const pairFilter = (f: { readonly sourceHostId?: unknown; readonly targetHostId?: unknown; readonly recordedSince?: unknown }): InvalidInput | null =>
+  filter("sourceHostId", f.sourceHostId) ??
+  filter("targetHostId", f.targetHostId) ??
+  (f.recordedSince === undefined || (typeof f.recordedSince === "number" && Number.isFinite(f.recordedSince))
+    ? null
+    : new InvalidInput({ field: "recordedSince", rule: "must be a finite number (epoch ms)" }))
 
 /** A session budget: `memMib` an integer > 0, `vcpus` an integer > 0. */
 export const budget = (b: Budget): InvalidInput | null => integerAtLeast("memMib", b.memMib, 1) ?? integerAtLeast("vcpus", b.vcpus, 1)
@@ -181,8 +189,8 @@ export const guard = (g: MoveGuardReport): InvalidInput | null => {
     const bad = finiteAtLeastZero(`guard.${field}`, g[field])
     if (bad) return bad
   }
-  if (g.allowanceSource !== "prior" && g.allowanceSource !== "learned")
-    return new InvalidInput({ field: "guard.allowanceSource", rule: "must be one of prior, learned" })
+  if (!Downtime.allowanceSources.includes(g.allowanceSource))
+    return new InvalidInput({ field: "guard.allowanceSource", rule: `must be one of ${Downtime.allowanceSources.join(", ")}` })
   if (!Number.isSafeInteger(g.allowanceSamples) || g.allowanceSamples < 0)
     return new InvalidInput({ field: "guard.allowanceSamples", rule: "must be an integer >= 0" })
   return g.allowanceSource === "prior" && g.allowanceSamples !== 0

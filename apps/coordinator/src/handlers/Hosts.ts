@@ -69,13 +69,14 @@ export const HostsHandlers = HttpApiBuilder.group(EngramApi, "hosts", (h) =>
         }),
       )
       .handle("get", ({ params }) => requireHostOrAdmin(params.id).pipe(Effect.andThen(api(store.getHost(params.id))), Effect.map(hostJson)))
-      .handle("allowances", ({ params }) =>
+      .handle("allowances", ({ params, query }) =>
         Effect.gen(function* () {
           yield* requireHostOrAdmin(params.id)
           yield* api(store.getHost(params.id))
           const priorMs = settings.config.limits.commitAllowanceMs
-          const items = yield* api(Allowances.histories(store, priorMs, { sourceHostId: params.id }))
-          return { hostId: params.id, priorMs, items }
+          const horizonMs = settings.config.allowanceHorizonMs
+          const items = yield* api(Allowances.histories(store, { priorMs, horizonMs }, params.id, query.targetHostId))
+          return { hostId: params.id, priorMs, horizonMs, items }
         }),
       )
       .handle("report", ({ params, payload }) =>

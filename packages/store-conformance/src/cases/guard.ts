@@ -1,12 +1,13 @@
 /**
  * The downtime guard's learning (SPEC §13, the store's part): a commit keeps its source guard's
- * figures with their errors, and each host pair's recent commit phases, the policy's window of
- * them, from which core's `Downtime.commitAllowance` makes the allowance.
+ * figures with their errors, and each host pair's recent commit phases with their times, the
+ * policy's window of them; the pairs with a commit within the horizon come back in one read
+ * (`recordedSince`), from which core's `Downtime.pairAllowance` makes the allowance.
  */
 import { Downtime } from "@engram/core"
 import type { MoveGuardReport } from "@engram/store"
 import { expect } from "@effect/vitest"
-import { Effect } from "effect"
+import { Clock, Effect } from "effect"
 import { TestClock } from "effect/testing"
 import { addHost, expectFailure, finalRound, kase, sessionIn, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
@@ -38,6 +39,20 @@ const moveOnce = (to: string, commitMs: number, guard?: MoveGuardReport) =>
     const move = yield* readyToCommit(to)
     return yield* s.commitMove(move.id, { downtimeMs: commitMs + 100, captureMs: 40, sendMs: 50, commitMs }, guard)
   })
+
+const horizonMs = Downtime.defaultRecencyPolicy.horizonMs
+
+/** The allowance of moves `from` → `to` now, from the one read the coordinator makes. */
+const allowanceNow = (from: string, to: string) =>
+  Effect.gen(function* () {
+    const s = yield* store
+    const nowMs = yield* Clock.currentTimeMillis
+    return Downtime.pairAllowance(yield* s.listPairCommits({ recordedSince: nowMs - horizonMs + 1 }), from, to, nowMs)
+  })
+
+/** The guard's pre-pause verdict of a move with nothing left to send: only the allowance against the budget. */
+const verdict = (allowanceMs: number, maxDowntimeMs: number) =>
+  Downtime.check({ lastDeltaWireBytes: 0, rateBytesPerMs: 0, commitAllowanceMs: allowanceMs, maxDowntimeMs })._tag
 
 export const guard: Group = {
   name: "guard",
@@ -81,6 +96,7 @@ export const guard: Group = {
         expect((yield* s.getMove(move.id)).state).toBe("pending")
         expect(yield* s.listPairCommits()).toStrictEqual([])
         expect(yield* expectFailure(s.listPairCommits({ sourceHostId: "a\u0000" }), "InvalidInput")).toMatchObject({ field: "sourceHostId" })
+        expect(yield* expectFailure(s.listPairCommits({ recordedSince: Number.NaN }), "InvalidInput")).toMatchObject({ field: "recordedSince" })
       }),
     ),
     kase(
@@ -107,6 +123,50 @@ export const guard: Group = {
         expect(Downtime.commitAllowance(out.commitsMs)).toStrictEqual({ allowanceMs: 100 + n - 1, source: "learned", samples: window })
         expect(yield* s.listPairCommits({ sourceHostId: first, targetHostId: second })).toStrictEqual([out])
         expect(yield* s.listPairCommits({ targetHostId: "nowhere" })).toStrictEqual([])
+      }),
+    ),
+    kase(
+      "a pair whose two slow commits aged out is admitted at a budget it was refused at",
+      Effect.gen(function* () {
+        const s = yield* store
+        const from = yield* twoHosts
+        const to = from === "a" ? "b" : "a"
+        yield* TestClock.adjust(1000)
+        yield* moveOnce(to, 900) // a load spike: two slow commits
+        yield* TestClock.adjust(5)
+        yield* moveOnce(from, 30)
+        yield* moveOnce(to, 950)
+        const [kept] = yield* s.listPairCommits({ sourceHostId: from })
+        expect(kept).toMatchObject({ commitsMs: [900, 950], recordedAtMs: [1000, 1005], updatedAt: 1005 })
+        const spike = yield* allowanceNow(from, to)
+        expect(spike).toStrictEqual({ allowanceMs: 950, source: "learned", samples: 2 })
+        expect(verdict(spike.allowanceMs, 600)).toBe("Overrun")
+        // Refused moves commit nothing; an hour on, the spike no longer counts.
+        yield* TestClock.adjust(horizonMs - 1)
+        expect(yield* allowanceNow(from, to)).toStrictEqual({ allowanceMs: 950, source: "learned", samples: 1 }) // the 900 ms one aged out…
+        yield* TestClock.adjust(5)
+        expect(yield* s.listPairCommits({ recordedSince: (yield* Clock.currentTimeMillis) - horizonMs + 1 })).toStrictEqual([])
+        const quiet = yield* allowanceNow(from, to) // …and now every one has
+        expect(quiet).toStrictEqual({ allowanceMs: Downtime.defaultRecencyPolicy.priorMs, source: "prior", samples: 0 })
+        expect(verdict(quiet.allowanceMs, 600)).toBe("Fits")
+      }),
+    ),
+    kase(
+      "a pair without history learns from moves into the same target, then from the fleet",
+      Effect.gen(function* () {
+        const from = yield* twoHosts
+        const to = from === "a" ? "b" : "a"
+        yield* addHost("c", 8192)
+        for (const commitMs of [50, 60, 70]) {
+          yield* TestClock.adjust(10)
+          yield* moveOnce(to, commitMs)
+          yield* moveOnce(from, 900)
+        }
+        // c has moved nothing: into `to` it learns from `from`'s fast commits, into `from` from the slow ones back.
+        expect(yield* allowanceNow("c", to)).toStrictEqual({ allowanceMs: 70, source: "target", samples: 3 })
+        expect(yield* allowanceNow("c", from)).toStrictEqual({ allowanceMs: 900, source: "target", samples: 3 })
+        expect(yield* allowanceNow(to, "c")).toStrictEqual({ allowanceMs: 900, source: "fleet", samples: 6 })
+        expect(yield* allowanceNow(from, to)).toStrictEqual({ allowanceMs: 70, source: "learned", samples: 3 })
       }),
     ),
     kase(

@@ -1,0 +1,71 @@
+// The guard's commit allowance as the coordinator hands it out (SPEC §13), on the in-memory store
+// under a TestClock: commits older than the horizon stop counting, so a pair refused before any
+// pause relearns; a pair without commits of its own learns from its target's, then the fleet's.
+import { assert, describe, it } from "@effect/vitest"
+import { Store } from "@engram/store"
+import { StoreSim } from "@engram/store-sim"
+import { Effect } from "effect"
+import { TestClock } from "effect/testing"
+import * as Allowances from "../src/Allowances.js"
+
+const settings = { priorMs: 400, horizonMs: 60_000 }
+const finalRound = { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 } as const
+
+/** Moves session `s1` from its host to `to` and commits with a commit phase of `commitMs`. */
+const moveOnce = (to: string, commitMs: number) =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    const move = yield* store.beginMove({ sessionId: "s1", targetHostId: to, maxDowntimeMs: 5000 })
+    yield* store.recordRound(move.id, finalRound)
+    yield* store.commitMove(move.id, { downtimeMs: commitMs + 100, captureMs: 40, sendMs: 50, commitMs })
+  })
+
+/** Measured hosts a, b and c; `s1` running on a. */
+const fleet = Effect.gen(function* () {
+  const store = yield* Store
+  for (const id of ["a", "b", "c"]) {
+    yield* store.registerHost({ id })
+    yield* store.reportHost(id, { totalMib: 16_384, allocatableMib: 8192, totalVcpus: 8 })
+  }
+  yield* store.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 }, affinity: ["a"] })
+  assert.strictEqual((yield* store.markRunning("s1")).hostId, "a")
+})
+
+describe("the commit allowance the coordinator hands out", () => {
+  it.effect("a pair's slow commits stop counting after the horizon: the prior again, without any new commit of its own", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* fleet
+      yield* TestClock.adjust(1000)
+      yield* moveOnce("b", 900)
+      yield* moveOnce("a", 30)
+      yield* moveOnce("b", 950)
+      const [spike] = yield* Allowances.forTargets(store, settings, "a", ["b"])
+      assert.deepStrictEqual(spike, { sourceHostId: "a", targetHostId: "b", allowanceMs: 950, source: "learned", samples: 2 })
+      yield* TestClock.adjust(settings.horizonMs - 1)
+      assert.strictEqual((yield* Allowances.forTargets(store, settings, "a", ["b"]))[0]?.allowanceMs, 950)
+      yield* TestClock.adjust(1)
+      assert.deepStrictEqual(yield* Allowances.forTargets(store, settings, "a", ["b"]), [{ sourceHostId: "a", targetHostId: "b", allowanceMs: 400, source: "prior", samples: 0 }])
+      // The kept history still shows the commits, with the allowance they no longer make.
+      const [shown] = yield* Allowances.histories(store, settings, "a")
+      assert.deepStrictEqual([shown?.commitsMs, shown?.recordedAtMs, shown?.source], [[900, 950], [1000, 1000], "prior"])
+    }).pipe(Effect.provide(StoreSim.layer())))
+
+  it.effect("a pair without commits of its own learns from recent commits into its target, then from the fleet's", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* fleet
+      yield* moveOnce("b", 80) // a → b
+      yield* moveOnce("a", 700) // b → a
+      const answer = yield* Allowances.forTargets(store, settings, "c", ["b", "a", "nowhere", "b"])
+      assert.deepStrictEqual(
+        answer.map((x) => [x.targetHostId, x.allowanceMs, x.source, x.samples]),
+        [["b", 80, "target", 1], ["a", 700, "target", 1], ["nowhere", 700, "fleet", 2]],
+      )
+      const [asked] = yield* Allowances.histories(store, settings, "c", "b")
+      assert.deepStrictEqual(asked, { sourceHostId: "c", targetHostId: "b", allowanceMs: 80, source: "target", samples: 1, commitsMs: [], recordedAtMs: [], updatedAt: null })
+      assert.deepStrictEqual(yield* Allowances.histories(store, settings, "c"), [])
+      // No pending move from a host: no read at all.
+      assert.deepStrictEqual(yield* Allowances.forTargets(store, settings, "c", []), [])
+    }).pipe(Effect.provide(StoreSim.layer())))
+})
