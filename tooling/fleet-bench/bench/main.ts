@@ -16,7 +16,8 @@
  * FLEET_WINDOW_SECONDS (the idle window, default 30), FLEET_PROBE_SECONDS (10), FLEET_WAITS
  * (2000; 0 skips b), FLEET_WAIT_MS (bound of each wait, 20000), FLEET_SKIP (a,b), FLEET_BREAKDOWN=1
  * (PostgreSQL logs every statement; each idle window prints its transactions by kind, `breakdown.ts`),
- * FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
+ * FLEET_STAGES=1 (the coordinator loads `stages.ts`: its event-loop delay, each request's time by kind and each
+ * grouped write's wait and statement, printed per step beside the generator's own lag), FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
  * another branch beside this one), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process).
  */
 import { report } from "@engram/bench"
