@@ -139,9 +139,10 @@ export const readSomaxconn = (path = "/proc/sys/net/core/somaxconn"): number | u
  * `listenBacklog` (it does so silently). Measured (fleet bench, 2 December, `net.core.somaxconn`
  * 4,096): 5,000 agents connecting within 2 s filled the queue for 5 s (the coordinator accepted
  * about 300 connections a second while it answered their first polls), the kernel dropped 5,800
- * connection attempts (62,000 at 10,000 agents), and a heartbeat sent on such a connection was
- * answered after 2.7–18 s, nearly all of it TCP's retransmit waits (1, 3, 7, 15 s…) before the
- * coordinator saw it; on connections already open the same heartbeats took at most 0.75 s.
+ * connection attempts (62,000 at 10,000 agents), and the worst heartbeat sent on such a
+ * connection was answered after 2.7 to 18 s (by run), nearly all of it TCP's retransmit waits
+ * (1, 3, 7, 15 s…) before the coordinator saw it; on connections already open the same
+ * heartbeats took at most 0.75 s.
  * A larger queue does not make the coordinator accept faster: connections then wait their turn
  * in it rather than in doubling retransmits. Undefined when the cap is unknown or high enough.
  */
