@@ -14,7 +14,7 @@ import { ByteSize, Context, Deferred, Effect, Exit, Layer, Option, Redacted, Ref
 import type { LogLevel } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServer } from "effect/http"
 import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
-import { mkdirSync } from "node:fs"
+import { mkdirSync, readFileSync } from "node:fs"
 import { randomUUID } from "node:crypto"
 import { hostname } from "node:os"
 import { createServer } from "node:http"
@@ -120,6 +120,38 @@ export const keepAliveTimeoutMs = 95_000
  * kernel reset the connections it dropped (`ECONNRESET` at the agents, which then retried).
  */
 export const listenBacklog = 8192
+
+/**
+ * The kernel's cap on a listening socket's queue (`net.core.somaxconn`, read from `path`), or
+ * undefined where it cannot be read (not Linux).
+ */
+export const readSomaxconn = (path = "/proc/sys/net/core/somaxconn"): number | undefined => {
+  try {
+    const n = Number(readFileSync(path, "utf8").trim())
+    return Number.isInteger(n) && n > 0 ? n : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * The warning a coordinator logs at start when the kernel caps its listen queue below
+ * `listenBacklog` (it does so silently). Measured (fleet bench, 2 December, `net.core.somaxconn`
+ * 4,096): 5,000 agents connecting within 2 s filled the queue for 5 s (the coordinator accepted
+ * about 300 connections a second while it answered their first polls), the kernel dropped 5,800
+ * connection attempts (62,000 at 10,000 agents), and the worst heartbeat sent on such a
+ * connection was answered after 2.7 to 18 s (by run), nearly all of it TCP's retransmit waits
+ * (1, 3, 7, 15 s…) before the coordinator saw it; on connections already open the same
+ * heartbeats took at most 0.75 s.
+ * A larger queue does not make the coordinator accept faster: connections then wait their turn
+ * in it rather than in doubling retransmits. Undefined when the cap is unknown or high enough.
+ */
+export const listenQueueWarning = (somaxconn: number | undefined): string | undefined =>
+  somaxconn === undefined || somaxconn >= listenBacklog
+    ? undefined
+    : `the kernel caps this coordinator's listen queue at ${somaxconn} connections (net.core.somaxconn), below the ${listenBacklog} it asks for: ` +
+      `when more agents than that connect at once (a restart, a network blip), the kernel drops the rest and their first requests (heartbeats among them) wait for TCP's retransmits (1, 3, 7, 15 s…); ` +
+      `raise it (sysctl -w net.core.somaxconn=${listenBacklog})`
 const keepAliveTimeoutBufferMs = 5_000
 
 const keepingAlive = (server: Server): Server => {
@@ -300,6 +332,8 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
           closing = true
         }),
       )
+      const queueWarning = listenQueueWarning(readSomaxconn())
+      if (queueWarning !== undefined) yield* Effect.logWarning(queueWarning, { somaxconn: readSomaxconn(), listenBacklog })
       yield* Effect.logInfo(`engram coordinator listening on ${url}`, {
         url,
         port,

@@ -17,6 +17,8 @@ import { realDelay } from "./Transaction.js"
 
 /** How a batcher groups and writes its items. */
 export interface Options<I, A, E> {
+  /** What it writes (e.g. `hostBeats`), as the timing hook names it (`timingHook`). */
+  readonly name?: string | undefined
   /** At most this many items per statement (default 64). */
   readonly maxBatch?: number | undefined
   /** At most this many statements in flight (default 2). */
@@ -50,6 +52,26 @@ export interface Options<I, A, E> {
   readonly holdBoundMs?: number | undefined
 }
 
+/** One statement's timing, as a batcher gives it to `timingHook`. */
+export interface StatementTiming {
+  /** The batcher's `name`. */
+  readonly name: string
+  /** Its items. */
+  readonly items: number
+  /** From its first item's arrival to the statement's start (real ms): the gathering window plus any wait for a free slot. */
+  readonly waitedMs: number
+  /** The statement's own time (real ms), until it answered or gave its slot back. */
+  readonly statementMs: number
+}
+
+/**
+ * A diagnostic hook: when a function is installed at this global symbol before a batcher is
+ * made, that batcher gives it each statement's timing (the fleet bench's `stages.ts` installs
+ * one in the coordinator's process). Without one, items carry no timestamps and nothing is
+ * measured.
+ */
+export const timingHook = Symbol.for("engram.batcher.timing")
+
 /**
  * Waits `ms` of real time (not the Clock: tests run on a TestClock), turn by turn of the event
  * loop (`setImmediate`), so that I/O arriving meanwhile is handled and its items join the batch.
@@ -71,6 +93,8 @@ export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.E
   type E2 = E | Unavailable
   interface Item extends Request.Request<A, E2> {
     readonly item: I
+    /** When it arrived (`performance.now()`), with a timing hook installed; else 0. */
+    readonly at: number
   }
   const Item = Request.of<Item>()
   const maxBatch = options.maxBatch ?? 64
@@ -98,8 +122,21 @@ export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.E
       return yield* Effect.raceFirst(Fiber.join(statement), timedOut).pipe(Effect.onExit(() => Effect.asVoid(Effect.forkDetach(Fiber.interrupt(statement)))))
     })
 
+  const hook = (globalThis as Record<symbol, unknown>)[timingHook] as ((t: StatementTiming) => void) | undefined
+  const name = options.name ?? "batch"
+  /** One statement, its timing given to the hook when one is installed. */
+  const timed = (entries: readonly Request.Entry<Item>[]): Effect.Effect<readonly A[], E2> => {
+    if (hook === undefined) return bounded(entries.map((e) => e.request.item))
+    return Effect.suspend(() => {
+      const start = performance.now()
+      const first = entries.reduce((min, e) => Math.min(min, e.request.at), start)
+      return bounded(entries.map((e) => e.request.item)).pipe(
+        Effect.onExit(() => Effect.sync(() => hook({ name, items: entries.length, waitedMs: start - first, statementMs: performance.now() - start }))),
+      )
+    })
+  }
   const runStatement = (entries: readonly Request.Entry<Item>[]): Effect.Effect<void> =>
-    Effect.exit(bounded(entries.map((e) => e.request.item))).pipe(
+    Effect.exit(timed(entries)).pipe(
       Effect.flatMap((exit) => {
         if (
           Exit.isFailure(exit) &&
@@ -151,5 +188,7 @@ export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.E
     runAll: (entries) => slots.withPermits(1)(Effect.forEach(statementsOf(entries), runStatement, { discard: true })),
   })
 
-  return (item) => Effect.request(Item({ item }), resolver)
+  return hook === undefined
+    ? (item) => Effect.request(Item({ item, at: 0 }), resolver)
+    : (item) => Effect.suspend(() => Effect.request(Item({ item, at: performance.now() }), resolver))
 }

@@ -102,7 +102,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
   // Reports from many agents share a transaction (`BeatOptions`); two of one host go one after
   // the other. An unknown host fails its own caller alone; a failure of the database fails the
   // group's callers and writes nothing.
-  const reports = Batcher.make<ReportItem, HostView | undefined, DbError>({ ...beatBatching(options), keysOf: (i) => [i.id], run: reportGroup })
+  const reports = Batcher.make<ReportItem, HostView | undefined, DbError>({ ...beatBatching(options), name: "reports", keysOf: (i) => [i.id], run: reportGroup })
 
   return {
     registerHost: (input) =>

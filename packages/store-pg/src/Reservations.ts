@@ -142,8 +142,8 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
   // alone; a failure of the database fails the group's callers, and the statement is all or
   // nothing.
   const batching = beatBatching(options)
-  const renewals = Batcher.make<EntryBeat, Reservation[], DbError>({ ...batching, keysOf: (b) => [b.id], run: (beats) => renewEntries(db.pool, null, beats) })
-  const hostRenewals = Batcher.make<HostBeat, number | undefined, DbError>({ ...batching, keysOf: (b) => [b.hostId], run: (beats) => renewHosts(db.pool, null, beats) })
+  const renewals = Batcher.make<EntryBeat, Reservation[], DbError>({ ...batching, name: "renewals", keysOf: (b) => [b.id], run: (beats) => renewEntries(db.pool, null, beats) })
+  const hostRenewals = Batcher.make<HostBeat, number | undefined, DbError>({ ...batching, name: "hostBeats", keysOf: (b) => [b.hostId], run: (beats) => renewHosts(db.pool, null, beats) })
 
   const summaryOf = (row: HostRow, entries: readonly LedgerEntry[], t: number): Ledger.HostSummary =>
     Ledger.summarizeHost(row.id, toCandidate(row, limits()).headroom.allocatableMib, entries, t, limits())

@@ -161,6 +161,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
   // clock of each host's running sessions moves, never back.
   const activity = Batcher.make<ActivityItem, number, DbError>({
     ...beatBatching(beats),
+    name: "activity",
     keysOf: (i) => [i.hostId],
     run: (items) =>
       Effect.map(
@@ -217,6 +218,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
   // id created concurrently by another store, or anything one create may cause) is undone
   // whole, and its creates run again one by one, so only that one fails.
   const group = Batcher.make<CreateItem, CreateAnswer, DbError>({
+    name: "creates",
     maxBatch: options.batchSize,
     maxInFlight: 1,
     // Grown with the replicas placing, never past `maxGrownWindowMs` (a window is spent in busy turns of the event loop).
@@ -438,6 +440,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
   // Concurrent resumes share a transaction (up to the create group size); resumes of one
   // session go in groups one after the other. A group that fails is run again one by one.
   const resumes = Batcher.make<string, ResumeAnswer, Unavailable>({
+    name: "resumes",
     maxBatch: options.batchSize,
     maxInFlight: 1,
     windowMs: options.batchWindowMs,

@@ -52,6 +52,29 @@ describe("the batcher", () => {
     }),
   )
 
+  it.effect("with a timing hook installed, each statement's name, items and times reach it; without one, nothing does", () =>
+    Effect.gen(function* () {
+      const timings: Batcher.StatementTiming[] = []
+      const global = globalThis as Record<symbol, unknown>
+      const run = (items: readonly Item[]) => Effect.succeed(items.map((i) => i.id))
+      global[Batcher.timingHook] = (t: Batcher.StatementTiming) => timings.push(t)
+      const timed = Batcher.make<Item, number, string>({ name: "beats", keysOf: (i) => [i.host], run })
+      delete global[Batcher.timingHook]
+      const plain = Batcher.make<Item, number, string>({ keysOf: (i) => [i.host], run })
+      // Two items of one host: two statements of one batch.
+      yield* Effect.all([1, 2, 3].map((id) => timed({ id, host: id === 3 ? "h1" : `h${id}` })), { concurrency: "unbounded" })
+      yield* Effect.all([1, 2].map((id) => plain({ id, host: `h${id}` })), { concurrency: "unbounded" })
+      expect(timings.map((t) => [t.name, t.items])).toEqual([
+        ["beats", 2],
+        ["beats", 1],
+      ])
+      for (const t of timings) {
+        expect(t.waitedMs).toBeGreaterThanOrEqual(0)
+        expect(t.statementMs).toBeGreaterThanOrEqual(0)
+      }
+    }),
+  )
+
   it.effect("items asked for together are written by one statement, each with its own answer", () =>
     Effect.gen(function* () {
       const b = recording()

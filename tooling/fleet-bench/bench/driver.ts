@@ -14,6 +14,7 @@
  *   time against its bound;
  * - `stats` (the agents' counters since the last `reset`), `reset`, `stop`.
  */
+import { monitorEventLoopDelay } from "node:perf_hooks"
 import { createInterface } from "node:readline"
 import { Pool } from "./raw-http.js"
 
@@ -52,10 +53,26 @@ const pollFailed = (status: number, error?: unknown) => {
   if (error !== undefined && pollErrorSample.length < 5) pollErrorSample.push(String(error))
   pollErrorStatuses.set(status, (pollErrorStatuses.get(status) ?? 0) + 1)
 }
+/** Each heartbeat from its bytes written to its answer (what the coordinator took, and this process's turn to read it). */
 let heartbeatLatencies: number[] = []
+/** Each heartbeat's lag in this process before its bytes were written: its timer firing late plus its wait in the shared pool's queue. */
+let heartbeatSendLags: number[] = []
+/** Each heartbeat from its due time to its answer (send lag + answer), what an agent of its own would not see (its lag is this process's). */
+let heartbeatTotals: number[] = []
+/** This process's event-loop delay (a starved generator writes its requests late). */
+/** Every heartbeat since the agents started (not reset): [seconds since the start it was due, written → answered ms, lag before writing ms]. */
+const heartbeatTimeline: [number, number, number][] = []
+/** Heartbeats written on a connection opened for them, and their worst answer (ms), since the agents started. */
+const freshHeartbeats = { count: 0, maxAnswerMs: 0, over1s: 0 }
+/** Heartbeats written on a connection already open, and their worst answer (ms), since the agents started. */
+const reusedHeartbeats = { count: 0, maxAnswerMs: 0, over1s: 0 }
+let agentsStarted = 0
+const loopDelay = monitorEventLoopDelay({ resolution: 10 })
+loopDelay.enable()
 let running = true
 
 const runAgents = (c: AgentsCommand): void => {
+  agentsStarted = performance.now()
   const url = new URL(c.url)
   const target = { host: url.hostname, port: Number(url.port) }
   const shared = new Pool(target, c.sharedSockets)
@@ -92,22 +109,33 @@ const runAgents = (c: AgentsCommand): void => {
         }
       }
     }
-    const every = (periodMs: number, call: () => Promise<void>) => {
-      const tick = async (): Promise<void> => {
-        if (!running) return
-        await call()
-        setTimeout(() => void tick(), periodMs)
+    // `call` is given how late (ms) its timer fired.
+    const every = (periodMs: number, call: (lateMs: number) => Promise<void>) => {
+      const after = (ms: number) => {
+        const due = performance.now() + ms
+        setTimeout(() => void tick(due), ms)
       }
-      setTimeout(() => void tick(), Math.random() * periodMs)
+      const tick = async (due: number): Promise<void> => {
+        if (!running) return
+        await call(performance.now() - due)
+        after(periodMs)
+      }
+      after(Math.random() * periodMs)
     }
     void poll()
-    every(c.heartbeatMs, async () => {
-      const t0 = performance.now()
+    every(c.heartbeatMs, async (lateMs) => {
       try {
         const r = await shared.request("POST", `/v1/hosts/${a.id}/heartbeat`, a.token, "{}")
         if (r.status === 200) stats.heartbeats++
         else stats.heartbeatErrors++
-        heartbeatLatencies.push(performance.now() - t0)
+        heartbeatLatencies.push(r.answerMs)
+        heartbeatSendLags.push(lateMs + r.queuedMs)
+        heartbeatTotals.push(lateMs + r.queuedMs + r.answerMs)
+        const kind = r.fresh ? freshHeartbeats : reusedHeartbeats
+        kind.count++
+        kind.maxAnswerMs = Math.max(kind.maxAnswerMs, r.answerMs)
+        if (r.answerMs > 1000) kind.over1s++
+        heartbeatTimeline.push([(performance.now() - r.answerMs - r.queuedMs - lateMs - agentsStarted) / 1000, r.answerMs, lateMs + r.queuedMs])
       } catch {
         stats.heartbeatErrors++
       }
@@ -253,11 +281,34 @@ for await (const line of createInterface({ input: process.stdin })) {
       void waits(c).then(answer)
       break
     case "stats":
-      answer({ ...stats, pollErrorStatuses: Object.fromEntries(pollErrorStatuses), pollErrorSample, heartbeatLatency: summary([...heartbeatLatencies]) })
+      answer({
+        ...stats,
+        pollErrorStatuses: Object.fromEntries(pollErrorStatuses),
+        pollErrorSample,
+        heartbeatLatency: summary([...heartbeatLatencies]),
+        heartbeatSendLag: summary([...heartbeatSendLags]),
+        heartbeatTotal: summary([...heartbeatTotals]),
+        // Heartbeats since the agents started, by 5 s of their due time: the worst answer and lag of each.
+        freshHeartbeats,
+        reusedHeartbeats,
+        heartbeatTimeline: Object.entries(
+          heartbeatTimeline.reduce<Record<number, { n: number; answerMax: number; lagMax: number }>>((acc, [t, answer, lag]) => {
+            const b = (acc[Math.floor(t / 5) * 5] ??= { n: 0, answerMax: 0, lagMax: 0 })
+            b.n++
+            b.answerMax = Math.max(b.answerMax, Math.round(answer))
+            b.lagMax = Math.max(b.lagMax, Math.round(lag))
+            return acc
+          }, {}),
+        ).map(([t, b]) => `${t}s:${b.n}/${b.answerMax}/${b.lagMax}`).join(" "),
+        loopDelay: { p50: loopDelay.percentile(50) / 1e6, p99: loopDelay.percentile(99) / 1e6, max: loopDelay.max / 1e6 },
+      })
       break
     case "reset":
       stats = { ...counters(), pollsOpen: stats.pollsOpen }
       heartbeatLatencies = []
+      heartbeatSendLags = []
+      heartbeatTotals = []
+      loopDelay.reset()
       pollErrorStatuses = new Map()
       pollErrorSample = []
       answer({ ok: true })

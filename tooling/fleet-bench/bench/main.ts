@@ -16,7 +16,8 @@
  * FLEET_WINDOW_SECONDS (the idle window, default 30), FLEET_PROBE_SECONDS (10), FLEET_WAITS
  * (2000; 0 skips b), FLEET_WAIT_MS (bound of each wait, 20000), FLEET_SKIP (a,b), FLEET_BREAKDOWN=1
  * (PostgreSQL logs every statement; each idle window prints its transactions by kind, `breakdown.ts`),
- * FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
+ * FLEET_STAGES=1 (the coordinator loads `stages.ts`: its event-loop delay, each request's time by kind and each
+ * grouped write's wait and statement, printed per step beside the generator's own lag), FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
  * another branch beside this one), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process).
  */
 import { report } from "@engram/bench"
@@ -46,6 +47,8 @@ const breakdown = makeBreakdown()
 const coordinatorRoot = env["FLEET_COORDINATOR_ROOT"] ?? root
 /** Node flags of the coordinator process (e.g. `--max-old-space-size=768`: how its RSS answers a heap cap). */
 const coordinatorFlags = (env["FLEET_COORDINATOR_FLAGS"] ?? "").split(" ").filter(Boolean)
+/** Load `stages.ts` into the coordinator: its event-loop delay, each request's time by kind and each grouped write's wait and statement, printed per step. */
+const STAGES = env["FLEET_STAGES"] === "1"
 const skip = new Set((env["FLEET_SKIP"] ?? "").split(",").filter(Boolean))
 const TOKEN = "fleet-bench-admin-token-0123456789"
 const bench = "fleet"
@@ -64,13 +67,17 @@ interface Coordinator {
   readonly stop: () => Promise<void>
   /** Its warnings so far that its change listener lost or failed a check (each empties its copies in memory: credentials, assignments). */
   readonly listenerWarnings: () => number
+  /** With `FLEET_STAGES=1`: the probe's figures since its last reset (`stages.ts`), or resets them. */
+  readonly stages: (reset: boolean) => Promise<unknown>
 }
 
 const startCoordinator = async (extra: Record<string, string>): Promise<Coordinator> => {
   const port = await freePort()
-  const child = spawn(process.execPath, [...coordinatorFlags, "--import", "tsx", "--conditions=@engram/source", join(coordinatorRoot, "apps", "coordinator", "src", "main.ts")], {
+  const stagesPort = STAGES ? await freePort() : 0
+  const probe = STAGES ? ["--import", join(here, "stages.ts")] : []
+  const child = spawn(process.execPath, [...coordinatorFlags, "--import", "tsx", ...probe, "--conditions=@engram/source", join(coordinatorRoot, "apps", "coordinator", "src", "main.ts")], {
     cwd: join(coordinatorRoot, "apps", "coordinator"),
-    env: { ...env, ENGRAM_PORT: String(port), ENGRAM_ADMIN_TOKEN: TOKEN, ENGRAM_LOG_LEVEL: "Warn", ENGRAM_LOG_FORMAT: "json", ...extra },
+    env: { ...env, ENGRAM_PORT: String(port), ENGRAM_ADMIN_TOKEN: TOKEN, ENGRAM_LOG_LEVEL: "Warn", ENGRAM_LOG_FORMAT: "json", FLEET_STAGES_PORT: String(stagesPort), ...extra },
     stdio: ["ignore", "ignore", "pipe"],
   })
   let stderr = ""
@@ -93,6 +100,7 @@ const startCoordinator = async (extra: Record<string, string>): Promise<Coordina
     rssMib: () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))?.[1]) / 1024,
     cpuSeconds: () => cpuSecondsOf(child.pid),
     listenerWarnings: () => listenerWarnings,
+    stages: async (reset) => (STAGES ? (await call(`http://127.0.0.1:${stagesPort}`, reset ? "POST" : "GET", "/", "")).json : null),
     stop: async () => {
       if (child.exitCode !== null) return
       const exited = new Promise((r) => child.once("exit", r))
@@ -101,6 +109,17 @@ const startCoordinator = async (extra: Record<string, string>): Promise<Coordina
       if (child.exitCode === null) child.kill("SIGKILL")
     },
   }
+}
+
+/**
+ * The kernel's count of connections dropped because a listen queue was full (`ListenOverflows`,
+ * every listener of the machine's network namespace): a connection dropped so waits for the
+ * server's SYN-ACK retransmits (1, 2, 4, 8 s…) before its first request is even read.
+ */
+const listenOverflows = (): number => {
+  const [names, values] = readFileSync("/proc/net/netstat", "utf8").split("\n")
+  const i = names?.split(" ").indexOf("ListenOverflows") ?? -1
+  return i < 0 ? Number.NaN : Number(values?.split(" ")[i])
 }
 
 /** CPU seconds (user + system) process `pid` has used. */
@@ -218,6 +237,12 @@ interface AgentStats {
   readonly pollErrorStatuses: Record<string, number>
   readonly pollErrorSample: readonly string[]
   readonly heartbeatLatency: Latency
+  readonly heartbeatSendLag: Latency
+  readonly heartbeatTotal: Latency
+  readonly heartbeatTimeline: string
+  readonly freshHeartbeats: { readonly count: number; readonly maxAnswerMs: number; readonly over1s: number }
+  readonly reusedHeartbeats: { readonly count: number; readonly maxAnswerMs: number; readonly over1s: number }
+  readonly loopDelay: { readonly p50: number; readonly p99: number; readonly max: number }
 }
 
 /** The coordinator's JS heap in use (MiB), from its own metrics. */
@@ -283,6 +308,8 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     const quiet = await probe()
     const before = { rss: coordinator.rssMib(), heap: await heapUsedMib(coordinator.url) }
 
+    await coordinator.stages(true)
+    const overflows0 = listenOverflows()
     await driver.send({ cmd: "agents", url: coordinator.url, agents: fleet, sharedSockets: 512, ...agentTiming })
     // Every agent's long-poll open and answered once (the first answers at once: no `since`).
     for (let i = 0; i < 600; i++) {
@@ -292,6 +319,9 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     }
     await sleep(5000)
     await driver.send({ cmd: "reset" })
+    const startup = await coordinator.stages(false)
+    if (startup !== null) console.log(`${label} inside the coordinator while the agents started (stages.ts): ${JSON.stringify(startup)}`)
+    await coordinator.stages(true)
     const tx0 = db === null ? 0 : await transactions(db.url)
     breakdown.start()
     const cpu0 = coordinator.cpuSeconds()
@@ -310,6 +340,7 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
       for (const k of kinds.slice(0, 20)) console.log(`  ${(k.count / seconds).toFixed(2).padStart(8)}/s  ${k.shape}`)
     }
     const idle = await driver.send<AgentStats>({ cmd: "stats" })
+    const stages = await coordinator.stages(false)
     const heap = await heapUsedMib(coordinator.url)
     const heapTotal = await heapTotalMib(coordinator.url)
     const loaded = await probe()
@@ -324,6 +355,16 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
         `polls answered past their bound + 1 s: ${idle.latePolls} (worst +${idle.maxPollOverMs.toFixed(0)} ms); heartbeat p99 ${idle.heartbeatLatency.p99.toFixed(1)} ms; ` +
         `change listener warnings so far ${coordinator.listenerWarnings()}`,
     )
+    const ms = (l: Latency) => `p50 ${l.p50.toFixed(1)}, p99 ${l.p99.toFixed(1)}, max ${l.max.toFixed(0)} ms (${l.count})`
+    console.log(
+      `${label} heartbeats (load ${loadavg().map((l) => l.toFixed(1)).join(" ")}): written → answered ${ms(idle.heartbeatLatency)}; ` +
+        `the generator's lag before writing (timer late + its pool's queue) ${ms(idle.heartbeatSendLag)}; due → answered ${ms(idle.heartbeatTotal)}; ` +
+        `the generator's event-loop delay p99 ${idle.loopDelay.p99.toFixed(1)}, max ${idle.loopDelay.max.toFixed(0)} ms`,
+    )
+    console.log(`${label} heartbeats since the agents started, by 5 s of their due time (count/worst answer ms/worst lag before writing ms): ${idle.heartbeatTimeline}`)
+    const kind = (k: AgentStats["freshHeartbeats"]) => `${k.count} (worst ${k.maxAnswerMs.toFixed(0)} ms, ${k.over1s} over 1 s)`
+    console.log(`${label} heartbeats since the agents started: on a connection opened for them ${kind(idle.freshHeartbeats)}; on one already open ${kind(idle.reusedHeartbeats)}; the kernel's listen-queue overflows so far ${listenOverflows() - overflows0}`)
+    if (stages !== null) console.log(`${label} inside the coordinator (stages.ts): ${JSON.stringify(stages)}`)
     if (db !== null) {
       report({
         bench,

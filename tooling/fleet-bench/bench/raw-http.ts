@@ -16,10 +16,21 @@ export interface Target {
 export interface Answer {
   readonly status: number
   readonly body: string
+  /** How long (ms) the request waited in this process before its bytes were written: the pool's queue (every connection busy). */
+  readonly queuedMs: number
+  /** How long (ms) from its bytes written to its answer parsed: what the server (and this process's turn to read) took. */
+  readonly answerMs: number
+  /** Whether it was the first request of a connection opened for it (its time then includes the server's accepting it). */
+  readonly fresh: boolean
 }
 
 interface Pending {
   readonly bytes: string
+  /** `performance.now()` when asked for. */
+  readonly asked: number
+  /** `performance.now()` when its bytes were written. */
+  written: number
+  fresh: boolean
   readonly resolve: (a: Answer) => void
   readonly reject: (e: Error) => void
 }
@@ -38,7 +49,9 @@ class Connection {
 
   send(p: Pending): void {
     this.current = p
+    p.fresh = this.socket === null
     if (this.socket === null) this.open()
+    p.written = performance.now()
     ;(this.socket as Socket).write(p.bytes)
   }
 
@@ -109,7 +122,7 @@ class Connection {
     this.data = this.data.subarray(rest)
     this.current = null
     if (lower.includes("\r\nconnection: close")) this.close()
-    p.resolve({ status, body })
+    p.resolve({ status, body, queuedMs: p.written - p.asked, answerMs: performance.now() - p.written, fresh: p.fresh })
     this.onIdle(this)
   }
 }
@@ -129,7 +142,7 @@ export class Pool {
     const extra = body === undefined ? "" : `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n`
     const bytes = `${method} ${path} HTTP/1.1\r\nhost: ${this.target.host}:${this.target.port}\r\nauthorization: Bearer ${token}\r\n${extra}\r\n${body ?? ""}`
     return new Promise<Answer>((resolve, reject) => {
-      const p: Pending = { bytes, resolve, reject }
+      const p: Pending = { bytes, asked: performance.now(), written: 0, fresh: false, resolve, reject }
       const c = this.idle.pop() ?? (this.opened < this.size ? this.make() : null)
       if (c === null) this.queue.push(p)
       else c.send(p)
