@@ -333,7 +333,9 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
         }),
       )
       const queueWarning = listenQueueWarning(readSomaxconn())
-      if (queueWarning !== undefined) yield* Effect.logWarning(queueWarning, { somaxconn: readSomaxconn(), listenBacklog })
+      // Info, not a warning: most kernels cap the queue at 4,096, which only a fleet of thousands
+      // of agents connecting at once (a restart, a network blip) outgrows.
+      if (queueWarning !== undefined) yield* Effect.logInfo(queueWarning, { somaxconn: readSomaxconn(), listenBacklog })
       yield* Effect.logInfo(`engram coordinator listening on ${url}`, {
         url,
         port,
