@@ -30,7 +30,7 @@ import { report, resultsFile } from "@engram/bench"
 import { startCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { agentEnvironment, haveQemu } from "@engram/guest"
-import { type AgentProcess, type Api, api, freePort, spawnAgent, until } from "../test/support/E2e.js"
+import { type AgentProcess, type Api, api, registerHosts, spawnAgent, until } from "../test/support/E2e.js"
 import { killQemus, qemuProcesses } from "../test/support/Qemu.js"
 
 const env = process.env
@@ -93,18 +93,12 @@ const main = async () => {
   const qemuDir = (h: string) => join(agents[h]!.dir, `engram-qemu-${h}`)
   const samples: Sample[] = []
   try {
-    const ports = await Promise.all(ids.map(() => freePort()))
     // An idle guest: nothing but its counter line every 100 ms.
     const guest = await agentEnvironment({ dirtyKibPerSec: 0, hotMib: 1, tickMs: 100 })
-    const peers = ids.map((id, i) => `${id}=http://127.0.0.1:${ports[i]}`).join(",")
-    for (const [i, id] of ids.entries()) {
-      const created = await admin.call("POST", "/v1/hosts", { id })
+    const hosts = await registerHosts(admin, coordinator.url, ids)
+    for (const id of ids) {
       agents[id] = await spawnAgent({
-        hostId: id,
-        port: ports[i]!,
-        coordinatorUrl: coordinator.url,
-        hostToken: created.body.token,
-        peers,
+        ...hosts[id]!,
         readyTimeoutMs: 180_000,
         env: { ENGRAM_RUNTIME: "qemu", ...guest, ENGRAM_SIM_TOTAL_MIB: "1024", ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_RETRY_MS: "250", ENGRAM_AGENT_MOVE_INTENT: env["ENGRAM_AGENT_MOVE_INTENT"] ?? "0" },
       })

@@ -9,7 +9,7 @@ import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type AgentProcess, type Api, api, freePort, sleep, spawnAgent, until } from "./support/E2e.js"
+import { type AgentProcess, type Api, api, registerHosts, sleep, spawnAgent, until } from "./support/E2e.js"
 
 const STALE_MS = 3000
 let coordinator: RunningCoordinator
@@ -34,24 +34,13 @@ beforeAll(async () => {
   })
   admin = api(coordinator.url, coordinator.adminToken)
   const ids = ["a", "b", "c"]
-  const ports = await Promise.all(ids.map(() => freePort()))
-  const peers = ids.map((id, i) => `${id}=http://127.0.0.1:${ports[i]}`).join(",")
-  const tokens: Record<string, string> = {}
-  for (const id of ids) {
-    const created = await admin.call("POST", "/v1/hosts", { id })
-    expect(created.status).toBe(201)
-    tokens[id] = created.body.token
-  }
+  const hosts = await registerHosts(admin, coordinator.url, ids)
   // One at a time: tsx compiles each on start, and the machine may have two cores.
   const started: AgentProcess[] = []
-  for (const [i, id] of ids.entries()) {
+  for (const id of ids) {
     started.push(
       await spawnAgent({
-        hostId: id,
-        port: ports[i]!,
-        coordinatorUrl: coordinator.url,
-        hostToken: tokens[id]!,
-        peers,
+        ...hosts[id]!,
         env: {
           ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(STALE_MS),
           ENGRAM_AGENT_POLL_WAIT_MS: "5000",

@@ -17,7 +17,7 @@ import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Downtime, Limits } from "@engram/core"
 import { agentEnvironment } from "@engram/guest"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type AgentProcess, type Api, api, freePort, spawnAgent, until as untilWithin } from "./support/E2e.js"
+import { type AgentProcess, type Api, api, registerHosts, spawnAgent, until as untilWithin } from "./support/E2e.js"
 import { boots, consolePath, consoleTicks, continuedFrom, killQemus, lastTick, qemuProcesses, runQemuTests } from "./support/Qemu.js"
 
 let coordinator: RunningCoordinator
@@ -65,19 +65,12 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     })
     admin = api(coordinator.url, coordinator.adminToken)
     const ids = ["a", "b"] as const
-    const ports = await Promise.all(ids.map(() => freePort()))
     // The test guest, booted as any kernel (built once, cached in .tmp/guest).
     const guest = await agentEnvironment()
-    const peers = ids.map((id, i) => `${id}=http://127.0.0.1:${ports[i]}`).join(",")
-    for (const [i, id] of ids.entries()) {
-      const created = await admin.call("POST", "/v1/hosts", { id })
-      expect(created.status).toBe(201)
-      spawnOptions[id] = {
-        hostId: id,
-        port: ports[i]!,
-        coordinatorUrl: coordinator.url,
-        hostToken: created.body.token,
-        peers,
+    const hosts = await registerHosts(admin, coordinator.url, ids)
+    for (const id of ids) {
+      const spawn = {
+        ...hosts[id]!,
         readyTimeoutMs: 180_000,
         env: {
           ENGRAM_RUNTIME: "qemu",
@@ -89,7 +82,8 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
           ...(id === "b" ? { ENGRAM_QEMU_MOVE_MIB_S: "8" } : { ENGRAM_AGENT_TEMPLATES: "t128=128:1" }),
         },
       }
-      agents[id] = await spawnAgent(spawnOptions[id])
+      spawnOptions[id] = spawn
+      agents[id] = await spawnAgent(spawn)
     }
     await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body.items, (hs: { measured: boolean }[]) => hs.length === 2 && hs.every((h) => h.measured))
     // a builds its template in the background from its start: a guest of its own, booting beside

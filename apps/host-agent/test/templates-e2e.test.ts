@@ -10,7 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type AgentProcess, type Api, api, freePort, spawnAgent, until } from "./support/E2e.js"
+import { type AgentProcess, type Api, api, registerHosts, spawnAgent, until } from "./support/E2e.js"
 
 let coordinator: RunningCoordinator
 let admin: Api
@@ -35,18 +35,11 @@ beforeAll(async () => {
   })
   admin = api(coordinator.url, coordinator.adminToken)
   const ids = ["a", "b"]
-  const ports = await Promise.all(ids.map(() => freePort()))
-  const peers = ids.map((id, i) => `${id}=http://127.0.0.1:${ports[i]}`).join(",")
+  const hosts = await registerHosts(admin, coordinator.url, ids)
   // One at a time: tsx compiles each on start, and the machine may have two cores.
-  for (const [i, id] of ids.entries()) {
-    const created = await admin.call("POST", "/v1/hosts", { id })
-    expect(created.status).toBe(201)
+  for (const id of ids) {
     agents[id] = await spawnAgent({
-      hostId: id,
-      port: ports[i]!,
-      coordinatorUrl: coordinator.url,
-      hostToken: created.body.token,
-      peers,
+      ...hosts[id]!,
       env: { ENGRAM_AGENT_REPORT_MS: "500", ENGRAM_AGENT_POLL_WAIT_MS: "5000", ...(id === "b" ? { ENGRAM_AGENT_TEMPLATES: "py=512:1" } : {}) },
     })
   }

@@ -66,6 +66,31 @@ export interface AgentProcess {
 
 export const PEER_SECRET = "e2e-peer-secret-0123456789"
 
+/** What an agent of a registered host needs to start (see {@link registerHosts}). */
+export interface HostSpawn {
+  readonly hostId: string
+  readonly port: number
+  readonly coordinatorUrl: string
+  readonly hostToken: string
+  readonly peers: string
+}
+
+/**
+ * Registers `ids` as hosts at the coordinator (each `POST /v1/hosts` must answer 201) and answers
+ * each one's spawn options: a free port of its own, its host token, and every host as a peer.
+ */
+export const registerHosts = async (admin: Api, coordinatorUrl: string, ids: readonly string[]): Promise<Record<string, HostSpawn>> => {
+  const ports = await Promise.all(ids.map(() => freePort()))
+  const peers = ids.map((id, i) => `${id}=http://127.0.0.1:${ports[i]}`).join(",")
+  const hosts: Record<string, HostSpawn> = {}
+  for (const [i, id] of ids.entries()) {
+    const created = await admin.call("POST", "/v1/hosts", { id })
+    if (created.status !== 201) throw new Error(`POST /v1/hosts ${id}: ${created.status} ${JSON.stringify(created.body)}`)
+    hosts[id] = { hostId: id, port: ports[i]!, coordinatorUrl, hostToken: created.body.token as string, peers }
+  }
+  return hosts
+}
+
 /** Spawns one agent process and waits for its ready line. */
 export const spawnAgent = async (o: {
   readonly hostId: string

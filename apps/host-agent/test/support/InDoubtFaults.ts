@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { check, describe as describeViolations } from "../../../../tooling/faults/src/Checker.js"
 import { GuestLog, Recorder } from "../../../../tooling/faults/src/History.js"
 import { observeApi, watchGuests } from "../../../../tooling/faults/src/Observe.js"
-import { type AgentProcess, type Api, api, freePort, sleep, spawnAgent, until } from "./E2e.js"
+import { type AgentProcess, type Api, api, registerHosts, sleep, spawnAgent, until } from "./E2e.js"
 
 /** The agents' heartbeat stale window: a frozen agent stays stopped for twice it. */
 export const STALE_MS = 2000
@@ -107,17 +107,10 @@ export const inDoubtFaultRun = (o: {
       })
       admin = api(coordinator.url, coordinator.adminToken)
       const ids = ["a", "b"]
-      const ports = await Promise.all(ids.map(() => freePort()))
-      const peers = ids.map((id, i) => `${id}=http://127.0.0.1:${ports[i]}`).join(",")
-      for (const [i, id] of ids.entries()) {
-        const created = await admin.call("POST", "/v1/hosts", { id })
-        expect(created.status).toBe(201)
-        spawns[id] = {
-          hostId: id,
-          port: ports[i]!,
-          coordinatorUrl: coordinator.url,
-          hostToken: created.body.token,
-          peers,
+      const hosts = await registerHosts(admin, coordinator.url, ids)
+      for (const id of ids) {
+        const spawn = {
+          ...hosts[id]!,
           env: {
             ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(STALE_MS),
             ENGRAM_AGENT_POLL_WAIT_MS: "1000",
@@ -128,8 +121,9 @@ export const inDoubtFaultRun = (o: {
             ...o.agentEnv,
           },
         }
-        agents[id] = await spawnAgent(spawns[id])
-        spawns[id] = { ...spawns[id], dir: agents[id].dir }
+        const agent = await spawnAgent(spawn)
+        agents[id] = agent
+        spawns[id] = { ...spawn, dir: agent.dir }
       }
       client = new Recorder(coordinator.url, coordinator.adminToken, 30_000)
       watcher = watchGuests(
