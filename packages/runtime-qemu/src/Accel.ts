@@ -8,15 +8,17 @@
  *    the serial console under KVM. Some nested hypervisors (seen: a `kvm-pvm` host module) pass
  *    step 1 but stop a Linux kernel in its decompressor ("Invalid physical address chosen!"), so
  *    every guest would hang at boot. The banner comes within a second on a working KVM; no banner
- *    within the bound is TCG. The verdict of step 2 is kept for the host's boot (a file in the
- *    temporary directory keyed by the kernel, the QEMU binary and the host's boot id), so the
- *    agents of one machine pay for it once.
+ *    within the bound is TCG. A lasting verdict of step 2 (the banner, or none while QEMU ran on)
+ *    is kept for the host's boot, in a directory of the user's own (mode 0700) in the temporary
+ *    directory, keyed by the kernel, the QEMU binary and the host's boot id, so the agents of one
+ *    machine pay for it once. (A kernel that prints nothing on `ttyS0`, say one with only a
+ *    virtio console, reads as a KVM that cannot run it: set the accelerator explicitly there.)
  *
  * Either step failing falls back to TCG and says why.
  */
 import { spawn } from "node:child_process"
-import { createHash } from "node:crypto"
-import { constants, readFileSync, renameSync, statSync, writeFileSync } from "node:fs"
+import { createHash, randomBytes } from "node:crypto"
+import { accessSync, closeSync, constants, fstatSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs"
 import { access } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -69,34 +71,100 @@ const firmwareProbe = (binary: string, timeoutMs: number): Effect.Effect<Accel> 
     return { accelerator: "tcg", detail: `TCG: the KVM probe failed (${why}${tail === "" ? "" : `: ${tail}`})` } as Accel
   })
 
-/** Where step 2's verdict for this kernel, binary and host boot is kept; null when it cannot be keyed. */
-const verdictFile = (binary: string, kernel: string): string | null => {
+/** `binary` as run: a path as given, else the first executable of that name on `PATH`. */
+const resolveBinary = (binary: string): string | null => {
+  if (binary.includes("/")) return binary
+  for (const dir of (process.env["PATH"] ?? "").split(":")) {
+    if (dir === "") continue
+    try {
+      const candidate = join(dir, binary)
+      accessSync(candidate, constants.X_OK)
+      return candidate
+    } catch {
+      // not here
+    }
+  }
+  return null
+}
+
+/**
+ * The directory step 2's verdicts are kept in: the user's own (`engram-kvm-probe-<uid>` in the
+ * temporary directory, mode 0700), trusted only while it is a real directory of this user that
+ * nobody else can write. Null when it is not (another user made it first, a symlink): then
+ * nothing is kept, and each runtime probes.
+ */
+const verdictDir = (): string | null => {
+  const uid = typeof process.getuid === "function" ? process.getuid() : -1
+  if (uid < 0) return null
+  const dir = join(tmpdir(), `engram-kvm-probe-${uid}`)
   try {
-    const bootId = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim()
-    const k = statSync(kernel)
-    const key = createHash("sha256").update(JSON.stringify([binary, kernel, k.size, k.mtimeMs, bootId])).digest("hex").slice(0, 24)
-    return join(tmpdir(), `engram-kvm-probe-${key}.json`)
+    mkdirSync(dir, { mode: 0o700 })
+  } catch {
+    // there already (checked below)
+  }
+  try {
+    const st = lstatSync(dir)
+    return st.isDirectory() && !st.isSymbolicLink() && st.uid === uid && (st.mode & 0o077) === 0 ? dir : null
   } catch {
     return null
   }
 }
 
-const kernelProbe = (binary: string, kernel: string, timeoutMs: number): Effect.Effect<Accel> =>
+/**
+ * Where step 2's verdict for this kernel, QEMU binary and host boot is kept (the binary and the
+ * kernel by path, size and modification time: an upgrade of either probes again); null when it
+ * cannot be keyed or kept safely.
+ */
+const verdictFile = (binary: string, kernel: string): string | null => {
+  try {
+    const bootId = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim()
+    const k = statSync(kernel)
+    const path = resolveBinary(binary)
+    if (path === null) return null
+    const b = statSync(path)
+    const dir = verdictDir()
+    if (dir === null) return null
+    const key = createHash("sha256").update(JSON.stringify([path, b.size, b.mtimeMs, kernel, k.size, k.mtimeMs, bootId])).digest("hex").slice(0, 24)
+    return join(dir, `${key}.json`)
+  } catch {
+    return null
+  }
+}
+
+/** A kept verdict: read without following a link, only from a regular file of this user. */
+const readVerdict = (file: string): Accel | null => {
+  let fd: number | undefined
+  try {
+    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW)
+    const st = fstatSync(fd)
+    if (!st.isFile() || (typeof process.getuid === "function" && st.uid !== process.getuid())) return null
+    const kept = JSON.parse(readFileSync(fd, "utf8")) as Accel
+    if ((kept.accelerator !== "kvm" && kept.accelerator !== "tcg") || typeof kept.detail !== "string") return null
+    return { accelerator: kept.accelerator, detail: `${kept.detail} (kept from this boot's first probe: ${file})` }
+  } catch {
+    return null
+  } finally {
+    if (fd !== undefined) closeSync(fd)
+  }
+}
+
+/**
+ * Step 2 with its kept verdict: the one this boot's first lasting probe of the same kernel and
+ * binary kept, else a probe (kept when it lasts). `accel` is for tests (under TCG).
+ */
+export const kernelProbe = (binary: string, kernel: string, timeoutMs: number, accel?: readonly string[]): Effect.Effect<Accel> =>
   Effect.suspend(() => {
     const file = verdictFile(binary, kernel)
-    if (file !== null) {
-      try {
-        const kept = JSON.parse(readFileSync(file, "utf8")) as Accel
-        if ((kept.accelerator === "kvm" || kept.accelerator === "tcg") && typeof kept.detail === "string") return Effect.succeed(kept)
-      } catch {
-        // none kept yet
-      }
-    }
-    return Effect.map(bootsUnderKvm(binary, kernel, timeoutMs), (accel) => {
-      if (file !== null) {
+    const kept = file === null ? null : readVerdict(file)
+    if (kept !== null) return Effect.succeed(kept)
+    return Effect.map(bootProbe(binary, kernel, timeoutMs, accel), ({ accel, lasting }) => {
+      // Only a lasting verdict is kept: the banner (KVM), or none while QEMU kept running (a
+      // KVM that cannot run the kernel). A QEMU that failed to start or died (no memory, a
+      // busy /dev/kvm) may do better next time: the next runtime probes again.
+      if (file !== null && lasting) {
         try {
-          const tmp = `${file}.${process.pid}`
-          writeFileSync(tmp, JSON.stringify(accel))
+          const tmp = `${file}.${randomBytes(8).toString("hex")}`
+          writeFileSync(tmp, JSON.stringify(accel), { flag: "wx", mode: 0o600 })
           renameSync(tmp, file)
         } catch {
           // a verdict not kept is probed again by the next runtime
@@ -111,32 +179,45 @@ const kernelProbe = (binary: string, kernel: string, timeoutMs: number): Effect.
  * `accel` is for tests, which check the banner logic under TCG.
  */
 export const bootsUnderKvm = (binary: string, kernel: string, timeoutMs: number, accel: readonly string[] = ["-accel", "kvm", "-cpu", "host"]): Effect.Effect<Accel> =>
-  Effect.callback<Accel>((resume) => {
+  Effect.map(bootProbe(binary, kernel, timeoutMs, accel), (r) => r.accel)
+
+/** {@link bootsUnderKvm}, and whether its verdict lasts (the banner, or none while QEMU ran on). */
+const bootProbe = (
+  binary: string,
+  kernel: string,
+  timeoutMs: number,
+  accel: readonly string[] = ["-accel", "kvm", "-cpu", "host"],
+): Effect.Effect<{ readonly accel: Accel; readonly lasting: boolean }> =>
+  Effect.callback<{ readonly accel: Accel; readonly lasting: boolean }>((resume) => {
     const args = ["-machine", "q35", ...accel, "-m", "128", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]
     const child = spawn(binary, [...args, "-kernel", kernel, "-append", "console=ttyS0 loglevel=8 panic=-1", "-serial", "stdio"], { stdio: ["ignore", "pipe", "pipe"] })
     let out = ""
     let err = ""
     let done = false
-    const finish = (accel: Accel) => {
+    const finish = (accel: Accel, lasting: boolean) => {
       if (done) return
       done = true
       clearTimeout(timer)
       child.kill("SIGKILL")
-      resume(Effect.succeed(accel))
+      resume(Effect.succeed({ accel, lasting }))
     }
     const timer = setTimeout(
-      () => finish({ accelerator: "tcg", detail: `TCG: /dev/kvm passed QEMU's own check, but the guest kernel printed no banner within ${timeoutMs} ms under KVM (a nested KVM that cannot run it)` }),
+      () =>
+        finish(
+          { accelerator: "tcg", detail: `TCG: /dev/kvm passed QEMU's own check, but the guest kernel printed no banner within ${timeoutMs} ms under KVM (a nested KVM that cannot run it)` },
+          true,
+        ),
       timeoutMs,
     )
     child.stdout.on("data", (d: Buffer) => {
       out = (out + d.toString()).slice(-4096)
-      if (out.includes("Linux version")) finish({ accelerator: "kvm", detail: "KVM: /dev/kvm works with -cpu host and boots the guest kernel" })
+      if (out.includes("Linux version")) finish({ accelerator: "kvm", detail: "KVM: /dev/kvm works with -cpu host and boots the guest kernel" }, true)
     })
     child.stderr.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4096)))
-    child.on("error", (e) => finish({ accelerator: "tcg", detail: `TCG: the KVM boot probe failed (${e.message})` }))
+    child.on("error", (e) => finish({ accelerator: "tcg", detail: `TCG: the KVM boot probe failed (${e.message})` }, false))
     child.on("close", (code, signal) => {
       const tail = err.trim().split("\n").at(-1) ?? ""
-      finish({ accelerator: "tcg", detail: `TCG: the guest kernel stopped under KVM before its banner (QEMU ${signal ?? `exited ${code}`}${tail === "" ? "" : `: ${tail}`})` })
+      finish({ accelerator: "tcg", detail: `TCG: the guest kernel stopped under KVM before its banner (QEMU ${signal ?? `exited ${code}`}${tail === "" ? "" : `: ${tail}`})` }, false)
     })
     return Effect.sync(() => {
       done = true

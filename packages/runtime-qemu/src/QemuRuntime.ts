@@ -129,10 +129,17 @@ export const snapshotsOf = (memory: "file" | "anonymous", v: Accel.QemuVersion |
   return { method: "mapped", ignoreShared, reason: "guest RAM is a file (memory-backend-file, share=on): captures save devices only (x-ignore-shared) and map the RAM file back" }
 }
 
-/** The kernel the KVM probe boots: the configured one (a boot chosen per VM: the one a 1-vCPU VM of 128 MiB gets). */
+/**
+ * The kernel the KVM probe boots: the configured one (a boot chosen per VM: the one a 1-vCPU VM
+ * of 128 MiB gets; none when that choice throws, and the probe is QEMU's own check alone).
+ */
 const probeKernel = (boot: QemuConfig["boot"]): string | undefined => {
-  const b = typeof boot === "function" ? boot({ vmId: "engram-kvm-probe", memMib: 128, vcpus: 1 }) : boot
-  return "kernel" in b ? b.kernel : undefined
+  try {
+    const b = typeof boot === "function" ? boot({ vmId: "engram-kvm-probe", memMib: 128, vcpus: 1 }) : boot
+    return "kernel" in b ? b.kernel : undefined
+  } catch {
+    return undefined
+  }
 }
 
 /** Builds a QEMU runtime; its QMP connections live in the scope (the VMs outlive it). */
