@@ -104,6 +104,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const inflight = yield* FiberMap.make<string>()
     /** The one pending retry pass (after a failed action): failures while it waits share it. */
     const retryPass = yield* FiberHandle.make()
+    /** Whether a failure since the retry pass last read the assignments asks for another pass. */
+    const retryWanted = yield* Ref.make(false)
     const outcomes = yield* Ref.make<readonly ({ readonly moveId: string } & MoveOutcome)[]>([])
     const lastReport = yield* Ref.make<HostReport | null>(null)
     /** The commit phases of the recent moves from this host, by target host (the guard learns its allowance from them). */
@@ -314,6 +316,20 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         return s._tag === "Some" && (s.value === null || s.value.hostId !== me)
       })
 
+    /** The retry pass: rounds of pause, fresh read, reconcile, while a failure asked for one. */
+    const retryRounds = Effect.suspend(() =>
+      Effect.whileLoop({
+        while: () => Ref.getUnsafe(retryWanted),
+        body: () =>
+          Ref.set(retryWanted, false).pipe(
+            Effect.andThen(Effect.sleep(config.retryDelayMs)),
+            Effect.andThen(coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Schedule.spaced(config.retryDelayMs) }))),
+            Effect.flatMap(reconcile),
+          ),
+        step: () => undefined,
+      }),
+    )
+
     const reconcile = (a: Assignments): Effect.Effect<void> =>
       Effect.gen(function* () {
         const nowMs = yield* Clock.currentTimeMillis
@@ -333,13 +349,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
                   // run again an action that ended since, say a move already aborted. A read
                   // that fails is tried again after each pause. One pass serves every failure
                   // that comes while it waits (it reconciles the whole view): an outage that
-                  // fails many actions costs one read per pause, not one per action.
-                  yield* FiberHandle.run(retryPass, { onlyIfMissing: true })(
-                    Effect.sleep(config.retryDelayMs).pipe(
-                      Effect.andThen(coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Schedule.spaced(config.retryDelayMs) }))),
-                      Effect.flatMap(reconcile),
-                    ),
-                  )
+                  // fails many actions costs one read per pause, not one per action. A failure
+                  // while the pass reads or reconciles asks it for one more round.
+                  yield* Ref.set(retryWanted, true)
+                  yield* FiberHandle.run(retryPass, { onlyIfMissing: true })(retryRounds)
                 }),
               ),
             ),
