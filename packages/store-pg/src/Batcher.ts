@@ -131,7 +131,16 @@ export const make = <I, A, E>(options: Options<I, A, E>): ((item: I) => Effect.E
       const start = performance.now()
       const first = entries.reduce((min, e) => Math.min(min, e.request.at), start)
       return bounded(entries.map((e) => e.request.item)).pipe(
-        Effect.onExit(() => Effect.sync(() => hook({ name, items: entries.length, waitedMs: start - first, statementMs: performance.now() - start }))),
+        // A diagnostic hook that throws must not turn rows that were written into a failure.
+        Effect.onExit(() =>
+          Effect.sync(() => {
+            try {
+              hook({ name, items: entries.length, waitedMs: start - first, statementMs: performance.now() - start })
+            } catch {
+              // the hook's own failure is the hook's
+            }
+          }),
+        ),
       )
     })
   }

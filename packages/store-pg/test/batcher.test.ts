@@ -75,6 +75,20 @@ describe("the batcher", () => {
     }),
   )
 
+  it.effect("a timing hook that throws does not fail the items its statement wrote", () =>
+    Effect.gen(function* () {
+      const global = globalThis as Record<symbol, unknown>
+      const run = (items: readonly Item[]) => Effect.succeed(items.map((i) => i.id))
+      global[Batcher.timingHook] = () => {
+        throw new Error("the hook broke")
+      }
+      const timed = Batcher.make<Item, number, string>({ name: "beats", keysOf: (i) => [i.host], run })
+      delete global[Batcher.timingHook]
+      const answers = yield* Effect.all([1, 2].map((id) => timed({ id, host: `h${id}` })), { concurrency: "unbounded" })
+      expect(answers).toEqual([1, 2])
+    }),
+  )
+
   it.effect("items asked for together are written by one statement, each with its own answer", () =>
     Effect.gen(function* () {
       const b = recording()
