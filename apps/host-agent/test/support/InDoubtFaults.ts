@@ -91,6 +91,8 @@ export const inDoubtFaultRun = (o: {
         move = await moveOf(src, id)
         if (roundKinds(move).includes(kind)) break
       }
+      // A try that never saw its strike point would strike at an unknown one and prove nothing.
+      expect(roundKinds(move), `${id}'s move reached its ${kind} round`).toContain(kind)
       return move
     }
 
