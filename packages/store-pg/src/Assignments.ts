@@ -18,9 +18,11 @@ import type { MoveRow, SessionRow } from "./Rows.js"
 
 const states = JSON.stringify(assignedStates)
 
-// Oldest first, as `listSessions` and `listMoves` order them. A move's source and target differ
-// (`moves_target_check`), so the two halves of the union never hold the same move.
-const statement = (hostId: string) => sql`select to_jsonb(h) as "host",
+/**
+ * The statement. Oldest first, as `listSessions` and `listMoves` order them. A move's source and
+ * target differ (`moves_target_check`), so the two halves of the union never hold the same move.
+ */
+export const assignmentsSql = (hostId: string) => sql`select to_jsonb(h) as "host",
     coalesce((select jsonb_agg(to_jsonb(s) order by s.created_at, s.id) from sessions s
       where s.host_id = h.id and s.state in (select jsonb_array_elements_text(${states}::jsonb))), '[]'::jsonb) as "sessions",
     coalesce((select jsonb_agg(to_jsonb(m) order by m.created_at, m.id) from (
@@ -92,7 +94,7 @@ const hostOfJson = (j: Json): Host => {
 /** The assignments operation of the store. */
 export const make = ({ db }: Deps): Pick<StoreShape, "hostAssignments"> => ({
   hostAssignments: (hostId) =>
-    Effect.flatMap(db.pool.query(statement(hostId)), ([row]) => {
+    Effect.flatMap(db.pool.query(assignmentsSql(hostId)), ([row]) => {
       if (row === undefined) return Effect.fail(new NotFound({ entity: "host", id: hostId }))
       const answer: HostAssignments = {
         host: hostOfJson(json<Json>(row["host"])),
