@@ -21,9 +21,6 @@ import * as Allowances from "./Allowances.js"
 import { Settings } from "./Settings.js"
 import * as TopicCache from "./TopicCache.js"
 
-/** The states in which a session has work for its host's agent. */
-const assignedStates: ReadonlySet<string> = new Set(["pending", "running", "parked", "descending", "moving"])
-
 /** The longest an assignments request may wait. */
 export const maxWaitMs = 30_000
 
@@ -50,10 +47,9 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
       const cache = yield* TopicCache.make<Records.Assignments, NotFound | Unavailable>({ maxEntries: maxCachedHosts })
       const load = (hostId: string) =>
         Effect.gen(function* () {
-          yield* store.getHost(hostId)
-          const sessions = (yield* store.listSessions({ hostId })).filter((s) => assignedStates.has(s.state))
-          // Pending moves where the host is the source or the target, oldest first.
-          const moves = yield* store.listMoves({ hostId, state: "pending" })
+          // One read: the host (NotFound when unknown), its sessions in the assigned states and
+          // its pending moves where it is the source or the target, each oldest first.
+          const { sessions, moves } = yield* store.hostAssignments(hostId)
           // The limits an agent's move guard uses come from here, so agents and coordinator agree;
           // so does the allowance learned for each move it is the source of.
           const priorMs = settings.config.limits.commitAllowanceMs

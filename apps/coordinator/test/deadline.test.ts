@@ -56,15 +56,15 @@ describe("deadlines", () => {
       const first = yield* assignments.read("d2")
       const poll = yield* Effect.forkChild(assignments.poll("d2", { waitMs: 20_000, since: first.version }))
       yield* settle
-      const before = counted.counts.byName.get("listSessions") ?? 0
+      const before = counted.counts.byName.get("hostAssignments") ?? 0
       yield* TestClock.adjust(5_000)
       yield* notifier.notify(Topic.host("d2"))
       yield* settle
-      assert.strictEqual((counted.counts.byName.get("listSessions") ?? 0) - before, 1)
+      assert.strictEqual((counted.counts.byName.get("hostAssignments") ?? 0) - before, 1)
       assert.isUndefined(poll.pollUnsafe())
       yield* TestClock.adjust(15_000)
       assert.strictEqual((yield* Fiber.join(poll)).version, first.version)
-      assert.strictEqual((counted.counts.byName.get("listSessions") ?? 0) - before, 1)
+      assert.strictEqual((counted.counts.byName.get("hostAssignments") ?? 0) - before, 1)
     }).pipe(Effect.provide(layer)),
   )
 

@@ -7,6 +7,7 @@ import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Layer } from "effect"
 import type { Store, StoreTesting } from "@engram/store"
+import { assignments } from "./cases/assignments.js"
 import { cascades } from "./cases/cascades.js"
 import { concurrency } from "./cases/concurrency.js"
 import { fleet } from "./cases/fleet.js"
@@ -48,6 +49,7 @@ export const groups = (options: ConformanceOptions = {}): readonly Group[] => [
   ledger,
   fleet,
   moves,
+  assignments,
   guard,
   cascades,
   historyGroup,

@@ -11,8 +11,12 @@
 //      one by one (`placementBatchSize: 1`), on PostgreSQL and on PGlite, with p50/p99; on
 //      PostgreSQL also batched while a session too big for every host starves in the queue
 //      (every group then reads the starving part of the queue for claims)
+//   6. a host's assignments (an agent's first poll): the one statement of `hostAssignments`
+//      beside the three reads it replaced (`getHost`, `listSessions`, `listMoves`, one after the
+//      other), at 1 and 64 clients over 2,000 hosts of 10 sessions, with the Node process's CPU
+//      per read
 //
-// `BENCH_ONLY=group` runs only 5 (and the baseline).
+// `BENCH_ONLY=group` runs only 5 (and the baseline); `BENCH_ONLY=assignments` only 6.
 import { report } from "@engram/bench"
 import { execFileSync } from "node:child_process"
 import { rmSync, writeFileSync } from "node:fs"
@@ -315,10 +319,89 @@ const fleetView = async (hostCount: number): Promise<{ wholeMs: number; medianMs
   }
 }
 
+/** One way to read a host's assignments, its reads a second and the Node process's CPU per read. */
+interface AssignmentsRun {
+  readonly perSec: number
+  readonly cpuUsPerRead: number
+}
+
+/**
+ * A host's assignments read `clients` at a time for the bench's duration, at random hosts of a
+ * fleet of 2,000 hosts with 10 sessions each (one of them moving to the next host): the one
+ * statement beside the three reads of before, same store, same database.
+ */
+const assignments = async (clients: number): Promise<{ one: AssignmentsRun; three: AssignmentsRun }> => {
+  const url = await freshDb()
+  const runtime = ManagedRuntime.make(StorePg.layer({ url, poolSize: 16 }))
+  const sql = postgres(url, { max: 1, onnotice: () => undefined })
+  const hosts = 2000
+  try {
+    await runtime.runPromise(Store.use((s) => Effect.sync(() => s.limits())))
+    await sql`insert into hosts (id, state, total_mib, allocatable_mib, total_vcpus, reported_at, created_at, reserved_mem_mib, reserved_vcpus, entries)
+      select 'h' || g, 'ready', 262144, 262144, 64, 0, 0, 10240, 10, 10 from generate_series(1, ${hosts}) g`
+    await sql`insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
+      select 'r' || h || '-' || k, 'h' || h, 'session', 's' || h || '-' || k, 1024, 1, 0, 0 from generate_series(1, ${hosts}) h, generate_series(1, 10) k`
+    await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, created_at, updated_at)
+      select 's' || h || '-' || k, case when k = 1 then 'moving' else 'running' end, 1024, 1, '{}', 'h' || h, 'r' || h || '-' || k, k, k
+      from generate_series(1, ${hosts}) h, generate_series(1, 10) k`
+    await sql`insert into moves (id, session_id, source_host_id, target_host_id, reservation_id, max_downtime_ms, state, created_at)
+      select 'mv-' || h, 's' || h || '-1', 'h' || h, 'h' || (h % ${hosts} + 1), 'x', 600, 'pending', h from generate_series(1, ${hosts}) h`
+    await sql`analyze`
+    const host = () => `h${1 + Math.floor(Math.random() * hosts)}`
+    const one = (id: string) => Store.use((s) => s.hostAssignments(id))
+    const three = (id: string) =>
+      Store.use((s) => Effect.andThen(s.getHost(id), Effect.andThen(s.listSessions({ hostId: id }), s.listMoves({ hostId: id, state: "pending" }))))
+    const run = async (read: (id: string) => Effect.Effect<unknown, unknown, Store>): Promise<AssignmentsRun> => {
+      // Warm: every connection has prepared the statements.
+      await Promise.all(Array.from({ length: 32 }, () => runtime.runPromise(read(host()))))
+      const cpu = process.cpuUsage()
+      let reads = 0
+      const perSec = await closedLoop(clients, async () => {
+        await runtime.runPromise(read(host()))
+        reads++
+      })
+      const used = process.cpuUsage(cpu)
+      return { perSec, cpuUsPerRead: (used.user + used.system) / reads }
+    }
+    const threeRun = await run(three)
+    const oneRun = await run(one)
+    return { one: oneRun, three: threeRun }
+  } finally {
+    await sql.end()
+    await runtime.dispose()
+  }
+}
+
+const reportAssignments = async (): Promise<void> => {
+  for (const clients of [1, 64]) {
+    const { one, three } = await assignments(clients)
+    report({ bench: "store-pg", figure: `assignments, 3 reads (before), ${clients} client${clients === 1 ? "" : "s"}`, value: three.perSec, unit: "/s" })
+    report({ bench: "store-pg", figure: `assignments, 1 statement, ${clients} client${clients === 1 ? "" : "s"}`, value: one.perSec, unit: "/s", ratio: one.perSec / three.perSec, baseline: "3 reads" })
+    report({ bench: "store-pg", figure: `assignments, Node CPU per read, 3 reads, ${clients} client${clients === 1 ? "" : "s"}`, value: three.cpuUsPerRead, unit: "µs" })
+    report({
+      bench: "store-pg",
+      figure: `assignments, Node CPU per read, 1 statement, ${clients} client${clients === 1 ? "" : "s"}`,
+      value: one.cpuUsPerRead,
+      unit: "µs",
+      ratio: one.cpuUsPerRead / three.cpuUsPerRead,
+      baseline: "3 reads",
+    })
+  }
+}
+
 const onlyGroup = process.env["BENCH_ONLY"] === "group"
+const onlyAssignments = process.env["BENCH_ONLY"] === "assignments"
 
 try {
   console.log(`store-pg bench: ${server === undefined ? "external server" : "embedded PostgreSQL 18 (fsync off)"}, ${CLIENTS} clients, ${DURATION_MS / 1000} s per figure, placement limits = defaults with maxEntriesPerNode ${PLACEMENT_LIMITS.maxEntriesPerNode}`)
+  if (onlyAssignments) await reportAssignments()
+  else await everyFigure()
+} finally {
+  for (const drop of dropLater) await drop().catch(() => undefined)
+  await server?.stop()
+}
+
+async function everyFigure(): Promise<void> {
   const base = await baseline()
   console.log(`baseline (postgres.js, BEGIN; UPDATE one row by random key; COMMIT) at ${CLIENTS} clients: ${fmt(base)} TPS`)
   report({ bench: "store-pg", figure: `write baseline (BEGIN; UPDATE; COMMIT), ${CLIENTS} clients`, value: base, unit: "TPS" })
@@ -351,7 +434,5 @@ try {
     }
   }
   await groupPlacement(base)
-} finally {
-  for (const drop of dropLater) await drop().catch(() => undefined)
-  await server?.stop()
+  if (!onlyGroup) await reportAssignments()
 }

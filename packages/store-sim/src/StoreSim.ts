@@ -10,6 +10,7 @@
 import { Downtime, Headroom, Ledger, Lifetime, Limits, Move, Order, ParkGate, ParkPolicy, Placement, PlacementIndex, Plan, QueueWalk, Reclaim, Session } from "@engram/core"
 import type { Budget, Candidate, FleetHost, LedgerEntry, NoFitDetail, Park, Queued, SessionState } from "@engram/core"
 import {
+  assignedStates,
   Conflict,
   Cursor,
   fromMoveRefusal,
@@ -110,6 +111,7 @@ interface Counters {
 }
 
 const { byId } = Order
+const assigned: ReadonlySet<SessionState> = new Set(assignedStates)
 
 /** Options of the in-memory store. */
 export interface Options {
@@ -658,6 +660,14 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     getHost: (id) => Effect.map(findHost(id), viewOf),
+    hostAssignments: (hostId) =>
+      Effect.map(findHost(hostId), (h) => {
+        const onHost = [...sessions.values()].filter((x) => x.hostId === hostId && assigned.has(x.state))
+        // An open move is pending: the open ones are all a host's assignments may hold.
+        const open = [...openMoves.values()].map((id) => moves.get(id) as MoveRec).filter((m) => m.sourceHostId === hostId || m.targetHostId === hostId)
+        const oldestFirst = <T extends { createdAt: number; id: string }>(a: T, b: T) => a.createdAt - b.createdAt || byId(a, b)
+        return { host: hostOf(h), sessions: onHost.sort(oldestFirst).map(sessionOf), moves: open.sort(oldestFirst).map(moveOf) }
+      }),
     hostByTokenHash: (tokenHash) =>
       Effect.sync(() => {
         for (const h of hosts.values()) if (h.tokenHash !== null && h.tokenHash === tokenHash) return hostOf(h)

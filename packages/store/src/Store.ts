@@ -24,6 +24,7 @@ import type {
   FleetRead,
   Host,
   HostReport,
+  HostAssignments,
   HostView,
   Move,
   MoveGuardReport,
@@ -78,6 +79,12 @@ export interface StoreShape {
    * `Refused` with check `host_in_use` (core's `Ledger.refuseHostRemoval`) and stays.
    */
   readonly removeHost: (id: string) => Fx<Host, NotFound | Refused>
+  /**
+   * A host's assignments in one read: the host, its sessions in the assigned states and its
+   * pending moves (what `getHost`, `listSessions({ hostId })` and `listMoves({ hostId, state:
+   * "pending" })` answer, filtered alike), all as of one moment. An unknown host is `NotFound`.
+   */
+  readonly hostAssignments: (hostId: string) => Fx<HostAssignments, NotFound>
   /** A page of hosts, by id. A cursor that is not one of this list's is `InvalidInput` naming `cursor`. */
   readonly pageHosts: (page?: PageRequest) => Fx<Page<HostView>, InvalidInput>
 
@@ -273,6 +280,7 @@ export class StoreTesting extends Context.Service<StoreTesting, StoreTestingShap
 export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "limits",
   "getHost",
+  "hostAssignments",
   "hostByTokenHash",
   "pageHosts",
   "fleetView",

@@ -180,6 +180,21 @@ export interface MoveFilter {
   readonly state?: MoveState | undefined
 }
 
+/**
+ * The states in which a session has work for its host's agent: the sessions of a host's
+ * assignments (`hostAssignments`).
+ */
+export const assignedStates: readonly SessionState[] = ["pending", "running", "parked", "descending", "moving"]
+
+/** A host's assignments as one read (`hostAssignments`): what its agent acts on. */
+export interface HostAssignments {
+  readonly host: Host
+  /** Its sessions in the assigned states (`assignedStates`), oldest first (`[createdAt, id]`). */
+  readonly sessions: readonly Session[]
+  /** The pending moves it is the source or the target of, oldest first (`[createdAt, id]`). */
+  readonly moves: readonly Move[]
+}
+
 /** Filters of `listSessions`. */
 export interface SessionFilter {
   readonly state?: SessionState | undefined

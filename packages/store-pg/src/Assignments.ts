@@ -1,0 +1,106 @@
+/**
+ * A host's assignments (`hostAssignments`) in one statement: the host's row, its sessions in the
+ * assigned states and its pending moves, each list aggregated into json inside the statement.
+ * An agent's first poll after a reconnect is this read; thousands of agents reconnecting at once
+ * made three reads (the host, its sessions, its moves) the coordinator's bottleneck. The text is
+ * constant (the states travel as one jsonb parameter), so it is prepared once per connection;
+ * the sessions come by `sessions_host_idx`, the moves by `moves_source_idx` and `moves_target_idx`.
+ */
+import { assignedStates, NotFound } from "@engram/store"
+import type { Host, HostAssignments, HostReport, StoreShape } from "@engram/store"
+import { sql } from "drizzle-orm"
+import { Effect } from "effect"
+import { dieOnUnique } from "./Db.js"
+import type { Deps } from "./Deps.js"
+import { json, num, numOrNull } from "./HostRows.js"
+import { toMove, toSession } from "./Rows.js"
+import type { MoveRow, SessionRow } from "./Rows.js"
+
+const states = JSON.stringify(assignedStates)
+
+/**
+ * The statement. Oldest first, as `listSessions` and `listMoves` order them. A move's source and
+ * target differ (`moves_target_check`), so the two halves of the union never hold the same move.
+ */
+export const assignmentsSql = (hostId: string) => sql`select to_jsonb(h) as "host",
+    coalesce((select jsonb_agg(to_jsonb(s) order by s.created_at, s.id) from sessions s
+      where s.host_id = h.id and s.state in (select jsonb_array_elements_text(${states}::jsonb))), '[]'::jsonb) as "sessions",
+    coalesce((select jsonb_agg(to_jsonb(m) order by m.created_at, m.id) from (
+        select * from moves where source_host_id = h.id and state = 'pending'
+        union all
+        select * from moves where target_host_id = h.id and state = 'pending') m), '[]'::jsonb) as "moves"
+  from hosts h where h.id = ${hostId}`
+
+type Json = Record<string, unknown>
+
+/** A session's row from its `to_jsonb` (snake_case keys, numbers as json numbers). */
+const sessionRowOf = (j: Json): SessionRow => ({
+  id: j["id"] as string,
+  state: j["state"] as string,
+  memMib: num(j["mem_mib"]),
+  vcpus: num(j["vcpus"]),
+  affinity: (j["affinity"] ?? []) as string[],
+  hostId: (j["host_id"] ?? null) as string | null,
+  reservationId: (j["reservation_id"] ?? null) as string | null,
+  queuedAt: numOrNull(j["queued_at"]),
+  parkedAt: numOrNull(j["parked_at"]),
+  idleTimeoutMs: numOrNull(j["idle_timeout_ms"]),
+  lastActiveAt: num(j["last_active_at"]),
+  endsAt: numOrNull(j["ends_at"]),
+  template: (j["template"] ?? null) as string | null,
+  createdAt: num(j["created_at"]),
+  updatedAt: num(j["updated_at"]),
+})
+
+/** A move's row from its `to_jsonb`. */
+const moveRowOf = (j: Json): MoveRow => ({
+  id: j["id"] as string,
+  sessionId: j["session_id"] as string,
+  sourceHostId: j["source_host_id"] as string,
+  targetHostId: j["target_host_id"] as string,
+  reservationId: j["reservation_id"] as string,
+  maxDowntimeMs: num(j["max_downtime_ms"]),
+  state: j["state"] as MoveRow["state"],
+  rounds: j["rounds"] ?? [],
+  phases: j["phases"] ?? null,
+  abortReason: (j["abort_reason"] ?? null) as string | null,
+  abortEstimateMs: numOrNull(j["abort_estimate_ms"]),
+  guard: j["guard"] ?? null,
+  createdAt: num(j["created_at"]),
+  endedAt: numOrNull(j["ended_at"]),
+})
+
+/** A host from its row's `to_jsonb` (as `getHost` answers it, without the view's figures). */
+const hostOfJson = (j: Json): Host => {
+  const reportedAt = numOrNull(j["reported_at"])
+  return {
+    id: j["id"] as string,
+    labels: { ...((j["labels"] ?? {}) as Record<string, string>) },
+    state: j["state"] as Host["state"],
+    report:
+      reportedAt === null
+        ? null
+        : {
+            totalMib: numOrNull(j["total_mib"]),
+            allocatableMib: numOrNull(j["allocatable_mib"]),
+            totalVcpus: numOrNull(j["total_vcpus"]),
+            templates: (j["templates"] ?? []) as NonNullable<HostReport["templates"]>,
+          },
+    reportedAt,
+    createdAt: num(j["created_at"]),
+  }
+}
+
+/** The assignments operation of the store. */
+export const make = ({ db }: Deps): Pick<StoreShape, "hostAssignments"> => ({
+  hostAssignments: (hostId) =>
+    Effect.flatMap(db.pool.query(assignmentsSql(hostId)), ([row]) => {
+      if (row === undefined) return Effect.fail(new NotFound({ entity: "host", id: hostId }))
+      const answer: HostAssignments = {
+        host: hostOfJson(json<Json>(row["host"])),
+        sessions: json<Json[]>(row["sessions"]).map((j) => toSession(sessionRowOf(j))),
+        moves: json<Json[]>(row["moves"]).map((j) => toMove(moveRowOf(j))),
+      }
+      return Effect.succeed(answer)
+    }).pipe(dieOnUnique),
+})
