@@ -432,6 +432,40 @@ export const PairAllowance = Schema.Struct({
 })
 export type PairAllowance = typeof PairAllowance.Type
 
+/** The pool a pooled allowance was learned from: `target`, recent commits into the same target; `fleet`, the whole fleet's. */
+export const AllowancePool = Schema.Literals(["target", "fleet"])
+export type AllowancePool = typeof AllowancePool.Type
+
+/**
+ * A pending move's allowance as the assignments carry it to its source's agent. `source` stays
+ * within `prior` | `learned` (a pooled allowance is `learned`), the literals an agent of an
+ * earlier release decodes: a value it does not know would fail its whole poll. `pool` names a
+ * pooled allowance's pool; an older agent ignores the key it does not know.
+ */
+export const AssignedAllowance = Schema.Struct({
+  sourceHostId: Schema.String,
+  targetHostId: Schema.String,
+  allowanceMs: Num,
+  source: Schema.Literals(["prior", "learned"]),
+  /** The commits it was learned from (0 for the prior). */
+  samples: Num,
+  /** Present only when it was pooled: with the target's recent commits, or the fleet's. */
+  pool: Schema.optionalKey(AllowancePool),
+})
+export type AssignedAllowance = typeof AssignedAllowance.Type
+
+/** A pair's allowance as the assignments carry it: a pooled source is `learned` with its `pool`. */
+export const assignedAllowance = (a: PairAllowance): AssignedAllowance => {
+  const { source, ...rest } = a
+  return source === "target" || source === "fleet" ? { ...rest, source: "learned", pool: source } : { ...rest, source }
+}
+
+/** The full allowance back from the assignments' form: a `learned` one with a `pool` came from that pool. */
+export const pairAllowanceOf = (a: AssignedAllowance): PairAllowance => {
+  const { pool, source, ...rest } = a
+  return { ...rest, source: source === "learned" && pool !== undefined ? pool : source }
+}
+
 /** A host pair's learned allowance with the recent commit phases it is made of. */
 export const PairHistory = Schema.Struct({
   ...PairAllowance.fields,
@@ -466,10 +500,12 @@ export const Assignments = Schema.Struct({
   /**
    * The guard's commit allowance of each pending move this host is the source of, by target:
    * learned from recent commits (the pair's own, else pooled with its target's or the fleet's),
-   * or the prior when none is recent. Absent from an older
-   * coordinator (the agent then learns from its own commits).
+   * or the prior when none is recent (a pooled one is `learned` with its `pool`: see
+   * {@link AssignedAllowance}). It is not part of `version`: the allowance of a move is the one
+   * read when the move appeared. Absent from an older coordinator (the agent then learns from
+   * its own commits).
    */
-  allowances: Schema.optionalKey(Schema.Array(PairAllowance)),
+  allowances: Schema.optionalKey(Schema.Array(AssignedAllowance)),
 })
 export type Assignments = typeof Assignments.Type
 
