@@ -56,19 +56,23 @@ describe("the commit allowance the coordinator hands out", () => {
       assert.deepStrictEqual([shown?.commitsMs, shown?.recordedAtMs, shown?.source], [[900, 950], [1000, 1000], "prior"])
     }).pipe(Effect.provide(StoreSim.layer())))
 
-  it.effect("a pair without commits of its own learns from recent commits into its target, then from the fleet's", () =>
+  it.effect("a pair without commits of its own learns from recent commits into its target, then from the fleet's, once a pool holds 5", () =>
     Effect.gen(function* () {
       const store = yield* Store
       yield* fleet
-      yield* moveOnce("b", 80) // a → b
-      yield* moveOnce("a", 700) // b → a
+      for (let i = 0; i < 5; i++) {
+        yield* moveOnce("b", 80) // a → b
+        yield* moveOnce("a", 700) // b → a
+        // One commit into each target is too few to pool: the prior.
+        if (i === 0) assert.deepStrictEqual(yield* Allowances.forTargets(store, settings, "c", ["b"]), [{ sourceHostId: "c", targetHostId: "b", allowanceMs: 400, source: "prior", samples: 0 }])
+      }
       const answer = yield* Allowances.forTargets(store, settings, "c", ["b", "a", "nowhere", "b"])
       assert.deepStrictEqual(
         answer.map((x) => [x.targetHostId, x.allowanceMs, x.source, x.samples]),
-        [["b", 80, "target", 1], ["a", 700, "target", 1], ["nowhere", 700, "fleet", 2]],
+        [["b", 80, "target", 5], ["a", 700, "target", 5], ["nowhere", 700, "fleet", 10]],
       )
       const [asked] = yield* Allowances.histories(store, settings, "c", "b")
-      assert.deepStrictEqual(asked, { sourceHostId: "c", targetHostId: "b", allowanceMs: 80, source: "target", samples: 1, commitsMs: [], recordedAtMs: [], updatedAt: null })
+      assert.deepStrictEqual(asked, { sourceHostId: "c", targetHostId: "b", allowanceMs: 80, source: "target", samples: 5, commitsMs: [], recordedAtMs: [], updatedAt: null })
       assert.deepStrictEqual(yield* Allowances.histories(store, settings, "c"), [])
       // No pending move from a host: no read at all.
       assert.deepStrictEqual(yield* Allowances.forTargets(store, settings, "c", []), [])
@@ -110,16 +114,19 @@ describe("the allowances in a host's assignments", () => {
     Effect.gen(function* () {
       const store = yield* Store
       yield* fleet
-      yield* moveOnce("b", 80) // a → b
+      for (let i = 0; i < 5; i++) {
+        yield* moveOnce("b", 80) // a → b
+        yield* moveOnce("a", 80) // b → a
+      }
       yield* store.createSession({ id: "s2", budget: { memMib: 1024, vcpus: 1 }, affinity: ["c"] })
       assert.strictEqual((yield* store.markRunning("s2")).hostId, "c")
       yield* store.beginMove({ sessionId: "s2", targetHostId: "b", maxDowntimeMs: 5000 })
       const answer = yield* replica("c")
       const wire = JSON.parse(JSON.stringify(Schema.encodeSync(Records.Assignments)(answer))) as unknown
       const old = Schema.decodeUnknownSync(PreviousAssignments)(wire)
-      assert.deepStrictEqual(old.allowances, [{ sourceHostId: "c", targetHostId: "b", allowanceMs: 80, source: "learned", samples: 1 }])
+      assert.deepStrictEqual(old.allowances, [{ sourceHostId: "c", targetHostId: "b", allowanceMs: 80, source: "learned", samples: 5 }])
       const now = Schema.decodeUnknownSync(Records.Assignments)(wire)
-      assert.deepStrictEqual(now.allowances?.map(Records.pairAllowanceOf), [{ sourceHostId: "c", targetHostId: "b", allowanceMs: 80, source: "target", samples: 1 }])
+      assert.deepStrictEqual(now.allowances?.map(Records.pairAllowanceOf), [{ sourceHostId: "c", targetHostId: "b", allowanceMs: 80, source: "target", samples: 5 }])
     }).pipe(Effect.provide(services)))
 
   it.effect("the version does not follow the allowance: two replicas reading different allowances for the same moves answer the same version", () =>

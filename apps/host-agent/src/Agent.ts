@@ -238,7 +238,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           commitAllowanceMs: allowance.allowanceMs,
           allowance:
             allowance.source === "prior"
-              ? "the coordinator's prior (no recent commits to this host, into it or anywhere)"
+              ? "the coordinator's prior (no recent commits to this host, too few into it or anywhere)"
               : allowance.source === "target"
                 ? `learned from ${allowance.samples} recent commits into this host (too few from this one)`
                 : allowance.source === "fleet"

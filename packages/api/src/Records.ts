@@ -195,8 +195,9 @@ export type MovePhases = typeof MovePhases.Type
 
 /**
  * Where a commit allowance came from (SPEC §13): `prior`, the configured `commitAllowanceMs` (no
- * commit within the horizon anywhere); `learned`, the host pair's own recent commits; `target`,
- * pooled with recent commits of other pairs into the same target; `fleet`, with the whole fleet's.
+ * commit of the pair's own within the horizon, and fewer than 5 of others' to pool); `learned`,
+ * the host pair's own recent commits; `target`, pooled with recent commits of other pairs into
+ * the same target; `fleet`, with the whole fleet's.
  */
 export const AllowanceSource = Schema.Literals(["prior", "learned", "target", "fleet"])
 export type AllowanceSource = typeof AllowanceSource.Type
@@ -481,7 +482,7 @@ export type PairHistory = typeof PairHistory.Type
 /** `GET /v1/hosts/{id}/allowances`: the allowance of moves from the host to each target it has committed moves to. */
 export const HostAllowances = Schema.Struct({
   hostId: Schema.String,
-  /** The allowance when no commit anywhere is recent: the coordinator's `commitAllowanceMs`. */
+  /** The allowance of a pair without recent commits and too few to pool: the coordinator's `commitAllowanceMs`. */
   priorMs: Num,
   /** How old a commit may be and still count (ms): the coordinator's `ENGRAM_ALLOWANCE_HORIZON_MS`. */
   horizonMs: Num,
@@ -500,7 +501,7 @@ export const Assignments = Schema.Struct({
   /**
    * The guard's commit allowance of each pending move this host is the source of, by target:
    * learned from recent commits (the pair's own, else pooled with its target's or the fleet's),
-   * or the prior when none is recent (a pooled one is `learned` with its `pool`: see
+   * or the prior when too few are (a pooled one is `learned` with its `pool`: see
    * {@link AssignedAllowance}). It is not part of `version`: the allowance of a move is the one
    * read when the move appeared. Absent from an older coordinator (the agent then learns from
    * its own commits).
