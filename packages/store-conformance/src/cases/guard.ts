@@ -173,6 +173,23 @@ export const guard: Group = {
       }),
     ),
     kase(
+      "`recordedSince` may be any finite number: a fractional one selects from the next whole ms, a huge one nothing, a very negative one every pair",
+      Effect.gen(function* () {
+        const s = yield* store
+        const from = yield* twoHosts
+        const to = from === "a" ? "b" : "a"
+        yield* TestClock.adjust(1000)
+        yield* moveOnce(to, 40)
+        const since = (recordedSince: number) => s.listPairCommits({ recordedSince }).pipe(Effect.map((ps) => ps.map((p) => p.updatedAt)))
+        expect(yield* since(999.5)).toStrictEqual([1000])
+        expect(yield* since(1000)).toStrictEqual([1000])
+        expect(yield* since(1000.25)).toStrictEqual([])
+        expect(yield* since(1e300)).toStrictEqual([])
+        expect(yield* since(-1e300)).toStrictEqual([1000])
+        expect(yield* expectFailure(s.listPairCommits({ recordedSince: Number.NaN }), "InvalidInput")).toMatchObject({ field: "recordedSince" })
+      }),
+    ),
+    kase(
       "a commit on a resolution (no measured phases) keeps neither a guard nor a commit time",
       Effect.gen(function* () {
         const s = yield* store
