@@ -155,7 +155,7 @@ const hostText = (h: Records.Host): string =>
 /** Where a commit allowance came from, for a person (SPEC §13). */
 const allowanceSourceText = (source: Records.AllowanceSource, samples: number): string =>
   source === "prior"
-    ? "the prior (no recent commits between these hosts, into the target or anywhere)"
+    ? "the prior (no recent commits between these hosts, too few into the target or anywhere)"
     : source === "learned"
       ? `learned from the last ${samples} recent commits between these hosts`
       : source === "target"
@@ -288,7 +288,7 @@ const hosts = Command.make("hosts").pipe(
         if (json) return yield* printJson(r)
         const rows = r.items.map((p) => [p.targetHostId, Format.duration(p.allowanceMs), p.source, String(p.samples), p.commitsMs.map((ms) => Math.round(ms)).join(" ")])
         yield* print(
-          `${rows.length === 0 ? "no commits from this host yet" : Format.table(["TO", "ALLOWANCE", "FROM", "COMMITS", "RECENT COMMITS (ms)"], rows)}\ncommits older than ${Format.duration(r.horizonMs)} no longer count; a pair with too few recent ones learns from its target's, then the fleet's; the prior, ${Format.duration(r.priorMs)}, when none is recent`,
+          `${rows.length === 0 ? "no commits from this host yet" : Format.table(["TO", "ALLOWANCE", "FROM", "COMMITS", "RECENT COMMITS (ms)"], rows)}\ncommits older than ${Format.duration(r.horizonMs)} no longer count; a pair with too few recent ones learns from its target's, then the fleet's (a pool counts from 5); else the prior, ${Format.duration(r.priorMs)}`,
         )
       }),
     ).pipe(Command.withDescription("the downtime guard's learned commit allowance of moves from a host, per target host")),

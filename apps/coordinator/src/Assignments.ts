@@ -1,7 +1,8 @@
 /**
  * A host's assignments (its desired state: the sessions with work for its agent, its pending
  * moves, and the limits its move guard uses) and the agent's long-poll on them. The version is
- * a hash of what the agent acts on, so it changes exactly when the assignments do. A move's
+ * a hash of the sessions and moves the agent acts on, so it changes exactly when they do (not
+ * when a pending move's allowance does: see {@link versionOf}). A move's
  * rounds are not part of it (no agent acts on them, and a round does not notify the hosts'
  * topics): the moves of an answer may show fewer rounds than `GET /v1/moves/{id}`.
  *
@@ -11,7 +12,7 @@
  * while it waits nor when it answers at its deadline: it answers the copy, which no change has
  * touched since it was read.
  */
-import type { Records } from "@engram/api"
+import { Records } from "@engram/api"
 import { Store } from "@engram/store"
 import type { NotFound, Unavailable } from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
@@ -26,6 +27,22 @@ export const maxWaitMs = 30_000
 
 /** The most hosts whose assignments are kept in memory (the oldest go first beyond it). */
 export const maxCachedHosts = 100_000
+
+/**
+ * The version of a host's assignments: a hash of its sessions and moves. Not of the allowances:
+ * they follow the clock and other pairs' commits, which notify no host's topic, so two replicas
+ * (each with its own copy) may compute different ones for the same host, and an agent polling
+ * both would see a new version on every poll. A move's allowance is the one read when the move
+ * appeared (its id is in the version); the agent reads it when it starts the move.
+ */
+export const versionOf = (
+  sessions: readonly Pick<Records.Session, "id" | "state" | "updatedAt">[],
+  moves: readonly Pick<Records.Move, "id" | "state">[],
+): string =>
+  createHash("sha256")
+    .update(JSON.stringify([sessions.map((s) => [s.id, s.state, s.updatedAt]), moves.map((m) => [m.id, m.state])]))
+    .digest("base64url")
+    .slice(0, 22)
 
 export interface AssignmentsShape {
   /** The host's assignments now (404 for an unknown host). */
@@ -57,11 +74,14 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
           const allowances = yield* Allowances.forTargets(store, { priorMs, horizonMs: settings.config.allowanceHorizonMs }, hostId, targets).pipe(
             Effect.catchTag("InvalidInput", (e) => Effect.die(e)),
           )
-          const version = createHash("sha256")
-            .update(JSON.stringify([sessions.map((s) => [s.id, s.state, s.updatedAt]), moves.map((m) => [m.id, m.state]), allowances.map((a) => [a.targetHostId, a.allowanceMs])]))
-            .digest("base64url")
-            .slice(0, 22)
-          return { hostId, version, sessions, moves, limits: { commitAllowanceMs: priorMs }, allowances }
+          return {
+            hostId,
+            version: versionOf(sessions, moves),
+            sessions,
+            moves,
+            limits: { commitAllowanceMs: priorMs },
+            allowances: allowances.map(Records.assignedAllowance),
+          }
         })
       const read = (hostId: string) => cache.get(hostTopic(hostId) as string, load(hostId))
       const poll: AssignmentsShape["poll"] = (hostId, { waitMs, since }) =>

@@ -417,10 +417,11 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
           horizonMs: 3_600_000,
           items: [expect.objectContaining({ targetHostId: dst.id, allowanceMs: 420, source: "learned", samples: 1, commitsMs: [420], recordedAtMs: [expect.any(Number)] })],
         })
-        // A pair without commits of its own, asked for by target, learns from the commit into that target.
+        // A pair without commits of its own, asked for by target, is listed; one commit into that
+        // target is too few to pool (a pool counts from 5): the prior.
         const third = await addHost(admin, 2048)
         const pooled = (await admin.get(`/v1/hosts/${third.id}/allowances?targetHostId=${dst.id}`)).body
-        expect(pooled.items).toEqual([{ sourceHostId: third.id, targetHostId: dst.id, allowanceMs: 420, source: "target", samples: 1, commitsMs: [], recordedAtMs: [], updatedAt: null }])
+        expect(pooled.items).toEqual([{ sourceHostId: third.id, targetHostId: dst.id, allowanceMs: 400, source: "prior", samples: 0, commitsMs: [], recordedAtMs: [], updatedAt: null }])
         const done = await answer
         expect(done.status).toBe(200)
         expect(done.body).toMatchObject({ downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420, move: { id: m.id, state: "committed" } })

@@ -226,7 +226,7 @@ describe("the sessions and a session's page", () => {
     expect(await page.locator("#session-move dd").first().textContent()).toBe(`${big} → ${small}`)
     expect(await page.locator("#session-move tbody tr").count()).toBe(2)
     // What the source's guard decided on, and how far off it was.
-    expect(await page.locator("#move-allowance").textContent()).toBe("400 ms (the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no recent commits of this host pair, into this target or anywhere); off by +10 ms against the commit")
+    expect(await page.locator("#move-allowance").textContent()).toBe("400 ms (the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no recent commits of this host pair, too few into this target or anywhere); off by +10 ms against the commit")
     expect(await page.locator("#move-estimate").textContent()).toBe("600 ms; off by +40 ms against the pause")
 
     // Moving back within 300 ms: refused by the guard (the source's abort with its estimate).
@@ -237,10 +237,11 @@ describe("the sessions and a session's page", () => {
     await notice.getByText("Move: refused before the guest paused: estimate 812 ms > budget 300 ms; it keeps running on its host").waitFor()
     await page.locator("#session-move .verdict", { hasText: "refused: estimate 812 ms > budget 300 ms" }).waitFor()
     // A move without the guard's figures shows its pair's allowance now (the cases above may have moved between these hosts).
-    // Asked for by target, the pair is listed even without commits of its own: it learns from recent commits (the move above at least).
+    // Asked for by target, the pair is listed even without commits of its own: it learns from recent commits once a pool holds 5, else the prior.
     const [pair] = (await api.get(`/v1/hosts/${small}/allowances?targetHostId=${big}`)).body.items as { targetHostId: string; allowanceMs: number; source: string; samples: number }[]
     expect(pair).toMatchObject({ targetHostId: big })
     const from: Record<string, string> = {
+      prior: "the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no recent commits of this host pair, too few into this target or anywhere",
       learned: `learned from the last ${pair!.samples} commits of this host pair`,
       target: `learned from ${pair!.samples} recent commits into this target: too few of this host pair`,
       fleet: `learned from ${pair!.samples} recent commits of the fleet: too few of this host pair or into this target`,

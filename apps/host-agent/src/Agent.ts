@@ -10,6 +10,7 @@
  * difference once: one fiber per session at a time, and the acknowledgement is a CAS on the
  * coordinator whose 409 (already done) counts as done.
  */
+import { Records } from "@engram/api"
 import { Downtime, Lifetime, Limits, Names } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
@@ -212,7 +213,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const allowanceFor = (a: Assignments, targetHostId: string) =>
       Effect.gen(function* () {
         const sent = a.allowances?.find((x) => x.sourceHostId === me && x.targetHostId === targetHostId)
-        if (sent !== undefined) return { allowance: { allowanceMs: sent.allowanceMs, source: sent.source, samples: sent.samples }, fromCoordinator: true }
+        if (sent !== undefined) {
+          // A pooled allowance travels as `learned` with its pool (the literals older agents decode).
+          const { allowanceMs, source, samples } = Records.pairAllowanceOf(sent)
+          return { allowance: { allowanceMs, source, samples }, fromCoordinator: true }
+        }
         const priorMs = yield* commitAllowanceOf(a)
         const own = Downtime.commitAllowance((yield* Ref.get(commits)).get(targetHostId) ?? [], { priorMs })
         return { allowance: own, fromCoordinator: false }
@@ -235,7 +240,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           commitAllowanceMs: allowance.allowanceMs,
           allowance:
             allowance.source === "prior"
-              ? "the coordinator's prior (no recent commits to this host, into it or anywhere)"
+              ? "the coordinator's prior (no recent commits to this host, too few into it or anywhere)"
               : allowance.source === "target"
                 ? `learned from ${allowance.samples} recent commits into this host (too few from this one)`
                 : allowance.source === "fleet"

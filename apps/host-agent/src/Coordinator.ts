@@ -54,8 +54,11 @@ export type PhasesReport = Records.MovePhases
 /** What the source's guard decided a committed move on, posted with the commit. */
 export type GuardReport = Records.MoveGuardReport
 
-/** The guard's commit allowance of a move from this host, as the coordinator learned it. */
-export type AssignedAllowance = Records.PairAllowance
+/**
+ * The guard's commit allowance of a move from this host, as the coordinator learned it: a pooled
+ * one is `learned` with its `pool` (`Records.pairAllowanceOf` gives back `target` or `fleet`).
+ */
+export type AssignedAllowance = Records.AssignedAllowance
 
 /** 409: the coordinator's state already moved past this step; the agent treats it as done. */
 export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", { op: Schema.String, message: Schema.String }) {}

@@ -317,6 +317,35 @@ describe("the commit allowance is learned per host pair (SPEC §13)", () => {
     }))
 })
 
+describe("the allowance the coordinator sends", () => {
+  effect("a pooled allowance arrives as `learned` with its pool: the guard uses it and reports the pool (`target`, `fleet`) with the commit", () =>
+    Effect.gen(function* () {
+      for (const pool of ["target", "fleet"] as const) {
+        const fleet = yield* makeFleet([
+          { hostId: "a", sim: { ...seed004, commitMs: 60 } },
+          { hostId: "b", sim: { ...seed004, commitMs: 60 } },
+        ])
+        const [a] = fleet.hosts as [TestHost, TestHost]
+        const settle = Effect.gen(function* () {
+          for (let i = 0; i < 4; i++) {
+            yield* fleet.pass
+            yield* fleet.quiesce
+          }
+        })
+        // As a coordinator sends it: `source` within the literals every agent decodes, the pool beside it.
+        yield* fleet.coordinator.setAllowances([{ sourceHostId: "a", targetHostId: "b", allowanceMs: 100, source: "learned", samples: 6, pool }])
+        yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
+        yield* settle
+        yield* fleet.coordinator.beginMove("m1", "s1", "b", 300)
+        yield* settle
+        const outcome = (yield* a.agent.status).moves.find((m) => m.moveId === "m1")!
+        assert.strictEqual(outcome._tag, "Committed", JSON.stringify(outcome))
+        if (outcome._tag !== "Committed") return
+        assert.deepStrictEqual([outcome.guard.allowanceMs, outcome.guard.allowanceSource, outcome.guard.allowanceSamples], [100, pool, 6])
+      }
+    }))
+})
+
 describe("the final round's figures, recorded after the resume", () => {
   effect("a source cut off from the coordinator right after the resume: the target's report commits the move (past the intent); back, the source finds it committed and drops its paused copy", () =>
     Effect.gen(function* () {

@@ -206,7 +206,7 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
   it("a move with a tiny budget answers 503 ErrMoveDowntime: the guest keeps running on the source, no target QEMU is left", async () => {
     const before = lastTick(con("b", "q1"))
     const pid = (await usage("b"))[0]!.pid
-    // 1 ms: under any allowance (b → a learns from the fleet's recent commits, a → b's above, not only the 400 ms prior).
+    // 1 ms: under any allowance (b → a has none of its own and the fleet's one commit, a → b's above, is too few to pool: the 400 ms prior).
     const moved = await admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "a", maxDowntimeMs: 1 })
     console.log("QEMU move b → a @1 ms:", JSON.stringify({ status: moved.status, ...moved.body }))
     expect(moved.status).toBe(503)
@@ -226,10 +226,11 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     expect(logged("a", "template: built")[0]).toMatchObject({ template: "t128", method: "mapped" })
   }, 240_000)
 
-  it("a budget under the allowance is refused before any pause; a pair without commits of its own learns from the fleet's, then from its own", async () => {
-    // b → a has no commit of its own: the guard learns from the fleet's recent one (a → b, above), not the 400 ms prior.
+  it("a budget under the allowance is refused before any pause; a pair without commits of its own keeps the prior while the fleet's are too few to pool, then learns from its own", async () => {
+    // b → a has no commit of its own, and the fleet's one recent commit (a → b, above) is too few
+    // to pool (a pool counts from 5): the 400 ms prior, not that one commit.
     const [pooled] = (await admin.call("GET", "/v1/hosts/b/allowances?targetHostId=a")).body.items
-    expect(pooled).toMatchObject({ source: "fleet", commitsMs: [] })
+    expect(pooled).toMatchObject({ source: "prior", allowanceMs: 400, samples: 0, commitsMs: [] })
     const under = Math.max(1, Math.floor(pooled.allowanceMs) - 1)
     const refused = await admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "a", maxDowntimeMs: under })
     console.log(`QEMU move b → a @${under} ms, no history of its own:`, JSON.stringify({ status: refused.status, pooled, ...refused.body }))

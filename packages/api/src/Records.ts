@@ -195,8 +195,9 @@ export type MovePhases = typeof MovePhases.Type
 
 /**
  * Where a commit allowance came from (SPEC §13): `prior`, the configured `commitAllowanceMs` (no
- * commit within the horizon anywhere); `learned`, the host pair's own recent commits; `target`,
- * pooled with recent commits of other pairs into the same target; `fleet`, with the whole fleet's.
+ * commit of the pair's own within the horizon, and fewer than 5 of others' to pool); `learned`,
+ * the host pair's own recent commits; `target`, pooled with recent commits of other pairs into
+ * the same target; `fleet`, with the whole fleet's.
  */
 export const AllowanceSource = Schema.Literals(["prior", "learned", "target", "fleet"])
 export type AllowanceSource = typeof AllowanceSource.Type
@@ -432,6 +433,40 @@ export const PairAllowance = Schema.Struct({
 })
 export type PairAllowance = typeof PairAllowance.Type
 
+/** The pool a pooled allowance was learned from: `target`, recent commits into the same target; `fleet`, the whole fleet's. */
+export const AllowancePool = Schema.Literals(["target", "fleet"])
+export type AllowancePool = typeof AllowancePool.Type
+
+/**
+ * A pending move's allowance as the assignments carry it to its source's agent. `source` stays
+ * within `prior` | `learned` (a pooled allowance is `learned`), the literals an agent of an
+ * earlier release decodes: a value it does not know would fail its whole poll. `pool` names a
+ * pooled allowance's pool; an older agent ignores the key it does not know.
+ */
+export const AssignedAllowance = Schema.Struct({
+  sourceHostId: Schema.String,
+  targetHostId: Schema.String,
+  allowanceMs: Num,
+  source: Schema.Literals(["prior", "learned"]),
+  /** The commits it was learned from (0 for the prior). */
+  samples: Num,
+  /** Present only when it was pooled: with the target's recent commits, or the fleet's. */
+  pool: Schema.optionalKey(AllowancePool),
+})
+export type AssignedAllowance = typeof AssignedAllowance.Type
+
+/** A pair's allowance as the assignments carry it: a pooled source is `learned` with its `pool`. */
+export const assignedAllowance = (a: PairAllowance): AssignedAllowance => {
+  const { source, ...rest } = a
+  return source === "target" || source === "fleet" ? { ...rest, source: "learned", pool: source } : { ...rest, source }
+}
+
+/** The full allowance back from the assignments' form: a `learned` one with a `pool` came from that pool. */
+export const pairAllowanceOf = (a: AssignedAllowance): PairAllowance => {
+  const { pool, source, ...rest } = a
+  return { ...rest, source: source === "learned" && pool !== undefined ? pool : source }
+}
+
 /** A host pair's learned allowance with the recent commit phases it is made of. */
 export const PairHistory = Schema.Struct({
   ...PairAllowance.fields,
@@ -447,7 +482,7 @@ export type PairHistory = typeof PairHistory.Type
 /** `GET /v1/hosts/{id}/allowances`: the allowance of moves from the host to each target it has committed moves to. */
 export const HostAllowances = Schema.Struct({
   hostId: Schema.String,
-  /** The allowance when no commit anywhere is recent: the coordinator's `commitAllowanceMs`. */
+  /** The allowance of a pair without recent commits and too few to pool: the coordinator's `commitAllowanceMs`. */
   priorMs: Num,
   /** How old a commit may be and still count (ms): the coordinator's `ENGRAM_ALLOWANCE_HORIZON_MS`. */
   horizonMs: Num,
@@ -466,10 +501,12 @@ export const Assignments = Schema.Struct({
   /**
    * The guard's commit allowance of each pending move this host is the source of, by target:
    * learned from recent commits (the pair's own, else pooled with its target's or the fleet's),
-   * or the prior when none is recent. Absent from an older
-   * coordinator (the agent then learns from its own commits).
+   * or the prior when too few are (a pooled one is `learned` with its `pool`: see
+   * {@link AssignedAllowance}). It is not part of `version`: the allowance of a move is the one
+   * read when the move appeared. Absent from an older coordinator (the agent then learns from
+   * its own commits).
    */
-  allowances: Schema.optionalKey(Schema.Array(PairAllowance)),
+  allowances: Schema.optionalKey(Schema.Array(AssignedAllowance)),
 })
 export type Assignments = typeof Assignments.Type
 

@@ -125,8 +125,8 @@ export const defaultAllowancePolicy: AllowancePolicy = Object.freeze({
 })
 
 /**
- * Where a commit allowance came from: `prior`, no recent commit anywhere; `learned`, the host
- * pair's own recent commits; `target`, pooled with recent commits of other pairs into the same
+ * Where a commit allowance came from: `prior`, no recent commit of the pair's own and too few
+ * pooled ones (`pooledMinSamples`); `learned`, the host pair's own recent commits; `target`, pooled with recent commits of other pairs into the same
  * target host; `fleet`, pooled with recent commits of the whole fleet.
  */
 export type AllowanceSource = "prior" | "learned" | "target" | "fleet"
@@ -233,10 +233,17 @@ export interface RecencyPolicy extends AllowancePolicy {
    * only the prior. Higher values trade that specificity for a quantile over more samples.
    */
   readonly minSamples: number
+  /**
+   * A pooled level (the target's, the fleet's) replaces the prior only when it holds at least
+   * this many recent commits (5 by default): one other pair's commit, perhaps from an unrelated
+   * part of the fleet, is weaker evidence than the conservative prior. A pair's own commits
+   * count from 1.
+   */
+  readonly pooledMinSamples: number
 }
 
-/** An hour's horizon; a pair's own recent commits, when it has any, stand alone. */
-export const defaultRecencyPolicy: RecencyPolicy = Object.freeze({ ...defaultAllowancePolicy, horizonMs: 60 * 60 * 1000, minSamples: 1 })
+/** An hour's horizon; a pair's own recent commits, when it has any, stand alone; a pool needs 5. */
+export const defaultRecencyPolicy: RecencyPolicy = Object.freeze({ ...defaultAllowancePolicy, horizonMs: 60 * 60 * 1000, minSamples: 1, pooledMinSamples: 5 })
 
 /**
  * The recent commits a pair's allowance may use, in three disjoint pools: the pair's own, other
@@ -262,9 +269,11 @@ const quantileOf = (samples: readonly CommitSample[], p: AllowancePolicy): numbe
  * The commit allowance of a host pair at `nowMs` (SPEC §13): the pair's own recent commits when it
  * has `minSamples` of them; else pooled with recent commits into the same target (the commit
  * phase is the coordinator's final-round record and the target's commit, so the target and the
- * coordinator dominate it), else with the whole fleet's; the prior only when no commit anywhere
- * is recent. A commit older than `horizonMs` never counts. The quantile is over the `window`
- * most recent samples of the pool chosen; `source` names the narrowest pool holding them.
+ * coordinator dominate it), else with the whole fleet's. A pool counts only when it holds
+ * `pooledMinSamples` (and, for the target's, `minSamples`); else the pair's own, however few;
+ * the prior when it has none. A commit older than `horizonMs` never counts. The quantile is
+ * over the `window` most recent samples of the pool chosen; `source` names the narrowest pool
+ * holding them.
  */
 export const recentAllowance = (pools: CommitPools, nowMs: number, policy: Partial<RecencyPolicy> = {}): Allowance => {
   const p = { ...defaultRecencyPolicy, ...policy }
@@ -272,12 +281,15 @@ export const recentAllowance = (pools: CommitPools, nowMs: number, policy: Parti
   const target = [...own, ...recentOf(pools.target, nowMs, p.horizonMs)]
   const fleet = [...target, ...recentOf(pools.fleet, nowMs, p.horizonMs)]
   const levels: readonly [AllowanceSource, CommitSample[]][] = [["learned", own], ["target", target], ["fleet", fleet]]
-  const enough = Math.max(1, p.minSamples)
-  const chosen = levels.find(([, s]) => s.length >= enough) ?? levels[levels.length - 1]!
-  if (chosen[1].length === 0) return { allowanceMs: p.priorMs, source: "prior", samples: 0 }
+  const ownEnough = Math.max(1, p.minSamples)
+  const pooledEnough = Math.max(1, p.pooledMinSamples)
+  // Each level holds the narrower ones, so the widest that holds `pooledEnough` is the best pool.
+  const chosen =
+    own.length >= ownEnough ? own : target.length >= Math.max(ownEnough, pooledEnough) ? target : fleet.length >= pooledEnough ? fleet : own
+  if (chosen.length === 0) return { allowanceMs: p.priorMs, source: "prior", samples: 0 }
   // A wider pool that added nothing is the narrower one: name the narrowest.
-  const [source] = levels.find(([, s]) => s.length === chosen[1].length)!
-  return { allowanceMs: quantileOf(chosen[1], p), source, samples: Math.min(chosen[1].length, windowOf(p)) }
+  const [source] = levels.find(([, s]) => s.length === chosen.length)!
+  return { allowanceMs: quantileOf(chosen, p), source, samples: Math.min(chosen.length, windowOf(p)) }
 }
 
 /**

@@ -38,7 +38,8 @@ export interface GuardReport {
   /** The commit allowance the guard added to its estimates. */
   readonly allowanceMs: number
   /**
-   * `prior`: the configured `commitAllowanceMs` (no recent commit anywhere); `learned`: the host
+   * `prior`: the configured `commitAllowanceMs` (no recent commit of the pair's own, and too few
+   * pooled ones); `learned`: the host
    * pair's recent commits; `target`, `fleet`: pooled with recent commits into the same target, of the fleet.
    */
   readonly allowanceSource: Downtime.AllowanceSource

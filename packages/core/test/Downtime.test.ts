@@ -178,25 +178,40 @@ describe("Downtime", () => {
 
     it("a pair with too few recent commits learns from moves into its target, then from the fleet", () => {
       const now = 10 * H
-      expect(Downtime.recentAllowance({ pair: [], target: at(now - 5, 60, 70, 80), fleet: at(now - 5, 300, 300, 300) }, now)).toEqual({ allowanceMs: 80, source: "target", samples: 3 })
+      expect(Downtime.recentAllowance({ pair: [], target: at(now - 5, 60, 70, 80, 80, 80), fleet: at(now - 5, 300, 300, 300) }, now)).toEqual({ allowanceMs: 80, source: "target", samples: 5 })
+      // Too few into the target (3 of the 5 a pool needs): the fleet's, which holds 6.
+      expect(Downtime.recentAllowance({ pair: [], target: at(now - 5, 60, 70, 80), fleet: at(now - 5, 300, 300, 300) }, now)).toEqual({ allowanceMs: 300, source: "fleet", samples: 6 })
       // By default any own recent commit stands alone; with a higher bar a pair pools its few with its target's.
       expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60, 70), fleet: at(now - 5, 300) }, now)).toEqual({ allowanceMs: 50, source: "learned", samples: 1 })
-      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60, 70), fleet: at(now - 5, 300) }, now, { minSamples: 3 })).toEqual({ allowanceMs: 70, source: "target", samples: 3 })
-      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60), fleet: at(now - 5, 300) }, now, { minSamples: 3 })).toEqual({ allowanceMs: 300, source: "fleet", samples: 3 })
-      expect(Downtime.recentAllowance({ pair: [], target: at(now - H, 60, 70, 80), fleet: at(now - 5, 120) }, now)).toEqual({ allowanceMs: 120, source: "fleet", samples: 1 })
+      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60, 70), fleet: at(now - 5, 300) }, now, { minSamples: 3, pooledMinSamples: 3 })).toEqual({ allowanceMs: 70, source: "target", samples: 3 })
+      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60), fleet: at(now - 5, 300) }, now, { minSamples: 3, pooledMinSamples: 3 })).toEqual({ allowanceMs: 300, source: "fleet", samples: 3 })
+      // No pool reaches the 5 it needs: the pair's own few, however few.
+      expect(Downtime.recentAllowance({ pair: at(now - 1, 50), target: at(now - 5, 60), fleet: at(now - 5, 300) }, now, { minSamples: 3 })).toEqual({ allowanceMs: 50, source: "learned", samples: 1 })
+      expect(Downtime.recentAllowance({ pair: [], target: at(now - H, 60, 70, 80), fleet: at(now - 5, 120) }, now, { pooledMinSamples: 1 })).toEqual({ allowanceMs: 120, source: "fleet", samples: 1 })
       // Pools that add nothing do not rename the source.
       expect(Downtime.recentAllowance({ ...none, pair: at(now, 42) }, now)).toEqual({ allowanceMs: 42, source: "learned", samples: 1 })
-      expect(Downtime.recentAllowance({ ...none, target: at(now, 42) }, now, { priorMs: 250 })).toEqual({ allowanceMs: 42, source: "target", samples: 1 })
+      expect(Downtime.recentAllowance({ ...none, target: at(now, 42) }, now, { priorMs: 250, pooledMinSamples: 1 })).toEqual({ allowanceMs: 42, source: "target", samples: 1 })
       expect(Downtime.recentAllowance(none, now, { priorMs: 250 })).toEqual({ allowanceMs: 250, source: "prior", samples: 0 })
+    })
+
+    it("one pooled commit, even a fast one, does not replace the prior: a pool needs `pooledMinSamples` (5)", () => {
+      const now = 10 * H
+      expect(Downtime.defaultRecencyPolicy.pooledMinSamples).toBe(5)
+      expect(Downtime.recentAllowance({ pair: [], target: at(now - H, 60, 70, 80), fleet: at(now - 5, 120) }, now)).toEqual({ allowanceMs: 400, source: "prior", samples: 0 })
+      expect(Downtime.recentAllowance({ ...none, target: at(now, 42) }, now, { priorMs: 250 })).toEqual({ allowanceMs: 250, source: "prior", samples: 0 })
+      expect(Downtime.recentAllowance({ ...none, target: at(now, 1, 2), fleet: at(now, 3, 4) }, now)).toEqual({ allowanceMs: 400, source: "prior", samples: 0 })
+      expect(Downtime.recentAllowance({ ...none, target: at(now, 1, 2), fleet: at(now, 3, 4, 5) }, now)).toEqual({ allowanceMs: 5, source: "fleet", samples: 5 })
     })
 
     it("a store's pairs split into the pair's own, its target's and the fleet's pools", () => {
       const pair = (sourceHostId: string, targetHostId: string, commitsMs: number[], recordedAtMs: number[]): Downtime.PairCommits => ({ sourceHostId, targetHostId, commitsMs, recordedAtMs, updatedAt: Math.max(0, ...recordedAtMs) })
       const pairs = [pair("a", "b", [900], [0]), pair("c", "b", [60, 70, 80], [100, 100, 100]), pair("b", "a", [20, 20, 20], [100, 100, 100])]
-      expect(Downtime.pairAllowance(pairs, "a", "b", H + 50)).toEqual({ allowanceMs: 80, source: "target", samples: 3 })
+      const pooled = { pooledMinSamples: 3 }
+      expect(Downtime.pairAllowance(pairs, "a", "b", H + 50, pooled)).toEqual({ allowanceMs: 80, source: "target", samples: 3 })
+      expect(Downtime.pairAllowance(pairs, "a", "b", H + 50)).toEqual({ allowanceMs: 80, source: "fleet", samples: 6 })
       expect(Downtime.pairAllowance(pairs, "a", "b", 50)).toEqual({ allowanceMs: 900, source: "learned", samples: 1 })
-      expect(Downtime.pairAllowance(pairs, "a", "b", 150, { minSamples: 2 })).toEqual({ allowanceMs: 900, source: "target", samples: 4 })
-      expect(Downtime.pairAllowance(pairs, "c", "a", H + 50)).toEqual({ allowanceMs: 20, source: "target", samples: 3 })
+      expect(Downtime.pairAllowance(pairs, "a", "b", 150, { minSamples: 2, ...pooled })).toEqual({ allowanceMs: 900, source: "target", samples: 4 })
+      expect(Downtime.pairAllowance(pairs, "c", "a", H + 50, pooled)).toEqual({ allowanceMs: 20, source: "target", samples: 3 })
       expect(Downtime.pairAllowance(pairs, "x", "y", H + 50)).toEqual({ allowanceMs: 80, source: "fleet", samples: 6 })
       expect(Downtime.pairAllowance(pairs, "x", "y", H + 101)).toEqual({ allowanceMs: 400, source: "prior", samples: 0 })
     })
@@ -218,6 +233,7 @@ describe("Downtime", () => {
       quantile: fc.double({ min: 0, max: 1, noNaN: true }),
       horizonMs: fc.integer({ min: 1, max: 10_000 }),
       minSamples: fc.integer({ min: 1, max: 10 }),
+      pooledMinSamples: fc.integer({ min: 1, max: 10 }),
       priorMs: fc.integer({ min: 0, max: 5000 }),
     })
 
@@ -250,12 +266,23 @@ describe("Downtime", () => {
       }))
     })
 
-    it("property: it is the prior exactly when no commit anywhere is recent", () => {
+    it("property: it is the prior exactly when the pair has no recent commit of its own and all pools together hold fewer than `pooledMinSamples`", () => {
       fc.assert(fc.property(recency, samples(20_000), samples(20_000), samples(20_000), fc.integer({ min: 0, max: 20_000 }), (p, a, b, c, now) => {
-        const anyRecent = [...a, ...b, ...c].some((x) => now - x.atMs < p.horizonMs)
+        const recent = (xs: typeof a) => xs.filter((x) => now - x.atMs < p.horizonMs).length
+        const prior = recent(a) === 0 && recent(a) + recent(b) + recent(c) < p.pooledMinSamples
         const out = Downtime.recentAllowance({ pair: a, target: b, fleet: c }, now, p)
-        expect(out.source === "prior").toBe(!anyRecent)
-        if (!anyRecent) expect(out).toEqual({ allowanceMs: p.priorMs, source: "prior", samples: 0 })
+        expect(out.source === "prior").toBe(prior)
+        if (prior) expect(out).toEqual({ allowanceMs: p.priorMs, source: "prior", samples: 0 })
+      }))
+    })
+
+    it("property: pools too small to count change nothing: the pair's own alone (or the prior)", () => {
+      fc.assert(fc.property(recency, samples(20_000), samples(20_000), samples(20_000), fc.integer({ min: 0, max: 20_000 }), (p, a, b, c, now) => {
+        const recent = (xs: typeof a) => xs.filter((x) => now - x.atMs < p.horizonMs).length
+        fc.pre(recent(a) + recent(b) + recent(c) < p.pooledMinSamples)
+        const out = Downtime.recentAllowance({ pair: a, target: b, fleet: c }, now, p)
+        expect(out).toEqual(Downtime.recentAllowance({ pair: a, target: [], fleet: [] }, now, p))
+        expect(["prior", "learned"]).toContain(out.source)
       }))
     })
   })

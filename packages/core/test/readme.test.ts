@@ -23,6 +23,8 @@ describe("the README example", () => {
     expect(Downtime.check({ lastDeltaWireBytes: 85 << 20, rateBytesPerMs: 1 << 20, maxDowntimeMs: 600 })).toEqual({ _tag: "Fits", estimateMs: 485 })
     expect(Limits.defaults.commitAllowanceMs).toBe(400)
     const hour = 60 * 60 * 1000
-    expect(Downtime.recentAllowance({ pair: [{ commitMs: 900, atMs: 0 }], target: [{ commitMs: 70, atMs: hour }], fleet: [] }, hour + 1)).toEqual({ allowanceMs: 70, source: "target", samples: 1 })
+    const at = (atMs: number, ...commitsMs: number[]) => commitsMs.map((commitMs) => ({ commitMs, atMs }))
+    expect(Downtime.recentAllowance({ pair: at(0, 900), target: at(hour, 60, 65, 70, 70, 80), fleet: [] }, hour + 1)).toEqual({ allowanceMs: 80, source: "target", samples: 5 })
+    expect(Downtime.recentAllowance({ pair: [], target: at(hour, 70), fleet: [] }, hour + 1)).toEqual({ allowanceMs: 400, source: "prior", samples: 0 })
   })
 })

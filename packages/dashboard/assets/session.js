@@ -164,7 +164,7 @@ const actions = (s, hosts, changed) => {
 
 /**
  * Where a commit allowance came from (SPEC §13): the pair's own recent commits, pooled with its
- * target's or the fleet's when it has too few, or the prior when none is recent.
+ * target's or the fleet's when it has none (a pool counts from 5), or the prior.
  * @param {string} source @param {number} samples
  */
 const allowanceSource = (source, samples) =>
@@ -174,7 +174,7 @@ const allowanceSource = (source, samples) =>
       ? `learned from ${samples} recent commits into this target: too few of this host pair`
       : source === "fleet"
         ? `learned from ${samples} recent commits of the fleet: too few of this host pair or into this target`
-        : "the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no recent commits of this host pair, into this target or anywhere"
+        : "the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no recent commits of this host pair, too few into this target or anywhere"
 
 /**
  * The session's latest move: where, its budget, its rounds and its phases or verdict, and the

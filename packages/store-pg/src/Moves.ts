@@ -31,12 +31,19 @@ const filterOf = (filter: MoveFilter) =>
     filter.state === undefined ? undefined : eq(moves.state, filter.state),
     filter.hostId === undefined ? undefined : or(eq(moves.sourceHostId, filter.hostId), eq(moves.targetHostId, filter.hostId)),
   )
+/**
+ * `recordedSince` as a bound on the bigint `updated_at`: PostgreSQL refuses a fractional or
+ * out-of-range bigint parameter, and a whole-ms time is at or after `x` exactly when it is at or
+ * after `ceil(x)`. Clamped to the safe integers (epoch ms are far inside them).
+ */
+const sinceMs = (x: number): number => Math.min(Number.MAX_SAFE_INTEGER, Math.max(Number.MIN_SAFE_INTEGER, Math.ceil(x)))
+
 /** The SQL of a host pair filter. */
 const pairFilterOf = (filter: PairFilter) =>
   and(
     filter.sourceHostId === undefined ? undefined : eq(movePairs.sourceHostId, filter.sourceHostId),
     filter.targetHostId === undefined ? undefined : eq(movePairs.targetHostId, filter.targetHostId),
-    filter.recordedSince === undefined ? undefined : gte(movePairs.updatedAt, filter.recordedSince),
+    filter.recordedSince === undefined ? undefined : gte(movePairs.updatedAt, sinceMs(filter.recordedSince)),
   )
 
 /**

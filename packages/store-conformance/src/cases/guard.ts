@@ -152,21 +152,41 @@ export const guard: Group = {
       }),
     ),
     kase(
-      "a pair without history learns from moves into the same target, then from the fleet",
+      "a pair without history learns from moves into the same target, then from the fleet, once a pool holds 5 commits",
       Effect.gen(function* () {
         const from = yield* twoHosts
         const to = from === "a" ? "b" : "a"
         yield* addHost("c", 8192)
-        for (const commitMs of [50, 60, 70]) {
+        const { pooledMinSamples } = Downtime.defaultRecencyPolicy
+        for (const [i, commitMs] of [50, 60, 70, 65, 55].entries()) {
           yield* TestClock.adjust(10)
           yield* moveOnce(to, commitMs)
           yield* moveOnce(from, 900)
+          // Fewer than a pool needs: the prior, though others' commits are recent.
+          if (i === 0) expect(yield* allowanceNow("c", to)).toStrictEqual({ allowanceMs: Downtime.defaultRecencyPolicy.priorMs, source: "prior", samples: 0 })
         }
         // c has moved nothing: into `to` it learns from `from`'s fast commits, into `from` from the slow ones back.
-        expect(yield* allowanceNow("c", to)).toStrictEqual({ allowanceMs: 70, source: "target", samples: 3 })
-        expect(yield* allowanceNow("c", from)).toStrictEqual({ allowanceMs: 900, source: "target", samples: 3 })
-        expect(yield* allowanceNow(to, "c")).toStrictEqual({ allowanceMs: 900, source: "fleet", samples: 6 })
-        expect(yield* allowanceNow(from, to)).toStrictEqual({ allowanceMs: 70, source: "learned", samples: 3 })
+        expect(yield* allowanceNow("c", to)).toStrictEqual({ allowanceMs: 70, source: "target", samples: pooledMinSamples })
+        expect(yield* allowanceNow("c", from)).toStrictEqual({ allowanceMs: 900, source: "target", samples: pooledMinSamples })
+        expect(yield* allowanceNow(to, "c")).toStrictEqual({ allowanceMs: 900, source: "fleet", samples: 2 * pooledMinSamples })
+        expect(yield* allowanceNow(from, to)).toStrictEqual({ allowanceMs: 70, source: "learned", samples: pooledMinSamples })
+      }),
+    ),
+    kase(
+      "`recordedSince` may be any finite number: a fractional one selects from the next whole ms, a huge one nothing, a very negative one every pair",
+      Effect.gen(function* () {
+        const s = yield* store
+        const from = yield* twoHosts
+        const to = from === "a" ? "b" : "a"
+        yield* TestClock.adjust(1000)
+        yield* moveOnce(to, 40)
+        const since = (recordedSince: number) => s.listPairCommits({ recordedSince }).pipe(Effect.map((ps) => ps.map((p) => p.updatedAt)))
+        expect(yield* since(999.5)).toStrictEqual([1000])
+        expect(yield* since(1000)).toStrictEqual([1000])
+        expect(yield* since(1000.25)).toStrictEqual([])
+        expect(yield* since(1e300)).toStrictEqual([])
+        expect(yield* since(-1e300)).toStrictEqual([1000])
+        expect(yield* expectFailure(s.listPairCommits({ recordedSince: Number.NaN }), "InvalidInput")).toMatchObject({ field: "recordedSince" })
       }),
     ),
     kase(
