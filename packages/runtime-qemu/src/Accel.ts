@@ -8,17 +8,17 @@
  *    the serial console under KVM. Some nested hypervisors (seen: a `kvm-pvm` host module) pass
  *    step 1 but stop a Linux kernel in its decompressor ("Invalid physical address chosen!"), so
  *    every guest would hang at boot. The banner comes within a second on a working KVM; no banner
- *    within the bound is TCG. A lasting verdict of step 2 (the banner, or none while QEMU ran on)
- *    is kept for the host's boot, in a directory of the user's own (mode 0700) in the temporary
- *    directory, keyed by the kernel, the QEMU binary and the host's boot id, so the agents of one
- *    machine pay for it once. (A kernel that prints nothing on `ttyS0`, say one with only a
+ *    within the bound (15 s) is TCG. A lasting verdict of step 2 (the banner, or none while QEMU
+ *    ran on) is kept for the host's boot, in a directory of the user's own (mode 0700) in the
+ *    temporary directory, keyed by the kernel, the QEMU binary and the host's boot id, so the
+ *    agents of one machine pay for it once; a TCG verdict never replaces a kept KVM one. (A kernel that prints nothing on `ttyS0`, say one with only a
  *    virtio console, reads as a KVM that cannot run it: set the accelerator explicitly there.)
  *
  * Either step failing falls back to TCG and says why.
  */
 import { spawn } from "node:child_process"
 import { createHash, randomBytes } from "node:crypto"
-import { accessSync, closeSync, constants, fstatSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs"
+import { accessSync, chmodSync, closeSync, constants, fstatSync, linkSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { access } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -33,7 +33,7 @@ export interface Accel {
 const probeScript = ['{"execute":"qmp_capabilities"}', '{"execute":"query-kvm"}', '{"execute":"quit"}', ""].join("\n")
 
 /** The kernel banner's bound: a working KVM prints it well within a second. */
-export const kernelProbeTimeoutMs = 10_000
+export const kernelProbeTimeoutMs = 15_000
 
 /**
  * Runs the KVM probe with `binary` (step 2 with `kernel`, when guests boot one); never fails (a
@@ -104,7 +104,10 @@ const verdictDir = (): string | null => {
   }
   try {
     const st = lstatSync(dir)
-    return st.isDirectory() && !st.isSymbolicLink() && st.uid === uid && (st.mode & 0o077) === 0 ? dir : null
+    if (!st.isDirectory() || st.isSymbolicLink() || st.uid !== uid) return null
+    // Ours but open to others (made by hand, a umask): closed again before it is trusted.
+    if ((st.mode & 0o077) !== 0) chmodSync(dir, 0o700)
+    return (lstatSync(dir).mode & 0o077) === 0 ? dir : null
   } catch {
     return null
   }
@@ -158,16 +161,20 @@ export const kernelProbe = (binary: string, kernel: string, timeoutMs: number, a
     const kept = file === null ? null : readVerdict(file)
     if (kept !== null) return Effect.succeed(kept)
     return Effect.map(bootProbe(binary, kernel, timeoutMs, accel), ({ accel, lasting }) => {
-      // Only a lasting verdict is kept: the banner (KVM), or none while QEMU kept running (a
-      // KVM that cannot run the kernel). A QEMU that failed to start or died (no memory, a
-      // busy /dev/kvm) may do better next time: the next runtime probes again.
+      // Only a lasting verdict is kept: the banner (KVM), or no banner while QEMU kept running (a
+      // KVM that stops the kernel). A QEMU that failed to start or died (no memory, a busy
+      // /dev/kvm) may do better next time: the next runtime probes again. A KVM verdict replaces
+      // any kept one; a TCG one never replaces a kept verdict (first writer wins).
       if (file !== null && lasting) {
+        const tmp = `${file}.${randomBytes(8).toString("hex")}`
         try {
-          const tmp = `${file}.${randomBytes(8).toString("hex")}`
           writeFileSync(tmp, JSON.stringify(accel), { flag: "wx", mode: 0o600 })
-          renameSync(tmp, file)
+          if (accel.accelerator === "kvm") renameSync(tmp, file)
+          else linkSync(tmp, file)
         } catch {
           // a verdict not kept is probed again by the next runtime
+        } finally {
+          rmSync(tmp, { force: true })
         }
       }
       return accel
@@ -181,6 +188,19 @@ export const kernelProbe = (binary: string, kernel: string, timeoutMs: number, a
 export const bootsUnderKvm = (binary: string, kernel: string, timeoutMs: number, accel: readonly string[] = ["-accel", "kvm", "-cpu", "host"]): Effect.Effect<Accel> =>
   Effect.map(bootProbe(binary, kernel, timeoutMs, accel), (r) => r.accel)
 
+/** A process's CPU time so far (user + system, ms; `/proc/<pid>/stat`), 0 when unknown. */
+const cpuTimeMs = (pid: number | undefined): number => {
+  if (pid === undefined) return 0
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    // utime and stime are fields 14 and 15 of the line (11 and 12 after the command): clock ticks, 100 a second on Linux.
+    return Math.round(((Number(fields[11]) + Number(fields[12])) * 1000) / 100)
+  } catch {
+    return 0
+  }
+}
+
 /** {@link bootsUnderKvm}, and whether its verdict lasts (the banner, or none while QEMU ran on). */
 const bootProbe = (
   binary: string,
@@ -190,7 +210,10 @@ const bootProbe = (
 ): Effect.Effect<{ readonly accel: Accel; readonly lasting: boolean }> =>
   Effect.callback<{ readonly accel: Accel; readonly lasting: boolean }>((resume) => {
     const args = ["-machine", "q35", ...accel, "-m", "128", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]
-    const child = spawn(binary, [...args, "-kernel", kernel, "-append", "console=ttyS0 loglevel=8 panic=-1", "-serial", "stdio"], { stdio: ["ignore", "pipe", "pipe"] })
+    // earlyprintk: the decompressor prints too, so a kernel stopped there shows it was running.
+    const child = spawn(binary, [...args, "-kernel", kernel, "-append", "console=ttyS0 earlyprintk=serial,ttyS0 loglevel=8 panic=-1", "-serial", "stdio"], {
+      stdio: ["ignore", "pipe", "pipe"],
+    })
     let out = ""
     let err = ""
     let done = false
@@ -201,14 +224,21 @@ const bootProbe = (
       child.kill("SIGKILL")
       resume(Effect.succeed({ accel, lasting }))
     }
-    const timer = setTimeout(
-      () =>
-        finish(
-          { accelerator: "tcg", detail: `TCG: /dev/kvm passed QEMU's own check, but the guest kernel printed no banner within ${timeoutMs} ms under KVM (a nested KVM that cannot run it)` },
-          true,
-        ),
-      timeoutMs,
-    )
+    // No banner within the bound while QEMU ran on is lasting: a working KVM prints it within a
+    // second, and a kernel stopped by a broken one prints nothing at all (seen: no output, QEMU
+    // idle). A host too starved to print it in the bound would be kept on TCG for this boot, and
+    // its `info` says how much CPU the probe got; a TCG verdict never replaces a kept KVM one.
+    const timer = setTimeout(() => {
+      const cpuMs = cpuTimeMs(child.pid)
+      const last = out.trim().split("\n").at(-1)?.slice(0, 120) ?? ""
+      finish(
+        {
+          accelerator: "tcg",
+          detail: `TCG: /dev/kvm passed QEMU's own check, but the guest kernel printed no banner within ${timeoutMs} ms under KVM (a nested KVM that cannot run it; the probe's QEMU used ${cpuMs} ms of CPU${last === "" ? ", printed nothing" : `; its last output: ${JSON.stringify(last)}`})`,
+        },
+        true,
+      )
+    }, timeoutMs)
     child.stdout.on("data", (d: Buffer) => {
       out = (out + d.toString()).slice(-4096)
       if (out.includes("Linux version")) finish({ accelerator: "kvm", detail: "KVM: /dev/kvm works with -cpu host and boots the guest kernel" }, true)

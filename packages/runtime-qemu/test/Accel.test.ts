@@ -51,5 +51,6 @@ describe.skipIf(!runQemuTests)("the KVM probe's kept verdict", () => {
     expect(failed.accelerator).toBe("tcg")
     const failedAgain = await Effect.runPromise(Accel.kernelProbe("qemu-system-x86_64", notKernel, 120_000, tcg))
     expect(failedAgain.detail).not.toMatch(/kept from/)
+    rmSync(dir, { recursive: true, force: true })
   }, 300_000)
 })
