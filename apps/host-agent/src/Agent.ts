@@ -103,10 +103,14 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const me = config.hostId
     const scope = yield* Effect.scope
     const inflight = yield* FiberMap.make<string>()
-    /** The one pending retry pass (after a failed action): failures while it waits share it. */
+    /** The one retry pass (after a failed action): failures before its next read share it. */
     const retryPass = yield* FiberHandle.make()
-    /** Whether a failure since the retry pass last read the assignments asks for another pass. */
-    const retryWanted = yield* Ref.make(false)
+    /**
+     * The pass's state, plain variables (one thread): `wanted`, a failure since the pass last
+     * began a read asks for another round; `running`, a pass runs and will look at `wanted`
+     * before it ends (it stops looking in the same step that clears this).
+     */
+    const retry = { wanted: false, running: false }
     const outcomes = yield* Ref.make<readonly ({ readonly moveId: string } & MoveOutcome)[]>([])
     const lastReport = yield* Ref.make<HostReport | null>(null)
     /** The commit phases of the recent moves from this host, by target host (the guard learns its allowance from them). */
@@ -322,18 +326,31 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       })
 
     /** The retry pass: rounds of pause, fresh read, reconcile, while a failure asked for one. */
-    const retryRounds = Effect.suspend(() =>
-      Effect.whileLoop({
-        while: () => Ref.getUnsafe(retryWanted),
-        body: () =>
-          Ref.set(retryWanted, false).pipe(
-            Effect.andThen(Effect.sleep(config.retryDelayMs)),
-            Effect.andThen(coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Schedule.spaced(config.retryDelayMs) }))),
-            Effect.flatMap(reconcile),
-          ),
-        step: () => undefined,
-      }),
-    )
+    const retryRounds = Effect.whileLoop({
+      while: () => {
+        if (retry.wanted) return true
+        retry.running = false
+        return false
+      },
+      body: () =>
+        Effect.sleep(config.retryDelayMs).pipe(
+          // Cleared as the read begins: a failure during the pause is served by this read.
+          Effect.andThen(Effect.sync(() => (retry.wanted = false))),
+          Effect.andThen(coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Schedule.spaced(config.retryDelayMs) }))),
+          Effect.flatMap(reconcile),
+          // A defect ends no pass: it would leave `running` set and no retry after it.
+          Effect.catchDefect((defect) => Effect.logError("retry pass failed; retried on the next round", { hostId: me, error: String(defect) })),
+        ),
+      step: () => undefined,
+    })
+    /** Asks for a retry round; starts the pass unless one runs that will still look. */
+    const wantRetry = Effect.suspend(() => {
+      retry.wanted = true
+      if (retry.running) return Effect.void
+      retry.running = true
+      // Not onlyIfMissing: a pass that stopped looking but has not ended yet is replaced.
+      return Effect.asVoid(FiberHandle.run(retryPass)(retryRounds))
+    })
 
     const reconcile = (a: Assignments): Effect.Effect<void> =>
       Effect.gen(function* () {
@@ -356,8 +373,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
                   // that comes while it waits (it reconciles the whole view): an outage that
                   // fails many actions costs one read per pause, not one per action. A failure
                   // while the pass reads or reconciles asks it for one more round.
-                  yield* Ref.set(retryWanted, true)
-                  yield* FiberHandle.run(retryPass, { onlyIfMissing: true })(retryRounds)
+                  yield* wantRetry
                 }),
               ),
             ),
