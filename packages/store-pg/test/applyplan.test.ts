@@ -6,23 +6,11 @@ import { Session } from "@engram/core"
 import type { Plan } from "@engram/core"
 import { freshDatabase } from "@engram/test-pg"
 import postgres from "@engram/postgres"
-import { PgDialect } from "drizzle-orm/pg-core"
 import { describe, expect, it } from "vitest"
 import { applySql, docOf } from "../src/Apply.js"
 import { migrate } from "../src/index.js"
-import { drizzleOn } from "../src/PostgresJs.js"
+import { explainAnalyze, fillHosts, nodes, seqRowsRead } from "./plans.js"
 
-interface PlanNode {
-  readonly "Node Type": string
-  readonly "Relation Name"?: string
-  readonly "Parent Relationship"?: string
-  readonly "CTE Name"?: string
-  readonly Operation?: string
-  readonly "Actual Rows"?: number
-  readonly "Actual Loops"?: number
-  readonly Plans?: readonly PlanNode[]
-}
-const nodes = (n: PlanNode): PlanNode[] => [n, ...(n.Plans ?? []).flatMap(nodes)]
 
 describe("the apply statement", () => {
   it("a group of creates reads no whole sessions or session_events table, however many sessions are stored", async () => {
@@ -32,10 +20,7 @@ describe("the apply statement", () => {
       await migrate(db.url)
       const hosts = 2000
       const perHost = 10
-      await sql`insert into hosts (id, state, total_mib, allocatable_mib, total_vcpus, reported_at, created_at, reserved_mem_mib, reserved_vcpus, entries)
-        select 'h' || g, 'ready', 1048576, 1048576, 4096, 0, 0, ${perHost}, ${perHost}, ${perHost} from generate_series(1, ${hosts}) g`
-      await sql`insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
-        select 'r' || h || '-' || k, 'h' || h, 'session', 's' || h || '-' || k, 1, 1, 0, 0 from generate_series(1, ${hosts}) h, generate_series(1, ${perHost}) k`
+      await fillHosts(sql, hosts, perHost)
       await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, created_at, updated_at)
         select 's' || h || '-' || k, 'running', 1, 1, '{}', 'h' || h, 'r' || h || '-' || k, 0, 0 from generate_series(1, ${hosts}) h, generate_series(1, ${perHost}) k`
       await sql`insert into session_events (session_id, seq, at, event)
@@ -51,16 +36,9 @@ describe("the apply statement", () => {
         expect(answer._tag).toBe("Plan")
         return answer as Plan.Plan
       })
-      // As the store sends it: drizzle's driver passes the jsonb parameter's text as it is.
-      drizzleOn(sql)
-      const q = new PgDialect().sqlToQuery(applySql(docOf(plans)))
       // Run under EXPLAIN ANALYZE: the rows each scan of each table read.
-      const [row] = await sql.unsafe(`explain (analyze, format json) ${q.sql}`, q.params as never[])
-      const plan = (row?.["QUERY PLAN"] as { Plan: PlanNode }[])[0]?.Plan as PlanNode
-      const readWhole = (table: string) =>
-        nodes(plan)
-          .filter((n) => n["Node Type"] === "Seq Scan" && n["Relation Name"] === table)
-          .reduce((sum, n) => sum + (n["Actual Rows"] ?? 0) * (n["Actual Loops"] ?? 1), 0)
+      const plan = await explainAnalyze(sql, applySql(docOf(plans)))
+      const readWhole = (table: string) => seqRowsRead(plan, table)
       // 20,000 sessions and 40,000 events are stored on 2,000 hosts: a probe per new session reads none of them.
       expect(readWhole("sessions")).toBeLessThan(100)
       expect(readWhole("session_events")).toBeLessThan(100)
