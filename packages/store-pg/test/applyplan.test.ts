@@ -11,7 +11,6 @@ import { applySql, docOf } from "../src/Apply.js"
 import { migrate } from "../src/index.js"
 import { explainAnalyze, fillHosts, nodes, seqRowsRead } from "./plans.js"
 
-
 describe("the apply statement", () => {
   it("a group of creates reads no whole sessions or session_events table, however many sessions are stored", async () => {
     const db = await freshDatabase()

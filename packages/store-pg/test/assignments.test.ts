@@ -9,7 +9,6 @@ import { assignmentsSql } from "../src/Assignments.js"
 import { migrate } from "../src/index.js"
 import { explainAnalyze, fillHosts, seqRowsRead } from "./plans.js"
 
-
 describe("the assignments statement", () => {
   it("reads a host's sessions and pending moves by index, however many sessions and moves are stored", async () => {
     const db = await freshDatabase()
