@@ -2,7 +2,8 @@
  * What every request meets before and after the API: the request body limit (a declared
  * length over it is refused at once; a streamed body is cut off while it streams, so an
  * oversized body never reaches memory), `503` while the coordinator shuts down, a URL whose
- * percent-escapes are not UTF-8 refused (`400` naming the path parameter or query key), a JSON
+ * percent-escapes are not UTF-8 refused (`400` naming the path parameter or query key), the
+ * liveness probes (`/livez`, `/healthz`) answered without the API builder, a JSON
  * body on every error answer (the router's 404, 413, 415, a 503 of an interrupted request, a
  * 500), a request id on every 5xx (an `x-request-id` header and `requestId` in the body, logged
  * with the answer and, for a defect, its cause), and the request metrics (count and duration by
@@ -86,6 +87,9 @@ const asJson = (r: HttpServerResponse.HttpServerResponse, request: HttpServerReq
       return json(r.status, { error: r.status >= 500 ? "Internal" : "HttpError", message: r.status >= 500 ? "internal error" : `HTTP ${r.status}` })
   }
 }
+
+/** The liveness probes the edge answers itself (`{ok: true}`, as the API documents them). */
+const probePaths: ReadonlySet<string> = new Set(["/livez", "/healthz"])
 
 // ---- percent-encoding ------------------------------------------------------------------------
 
@@ -249,6 +253,8 @@ const matchedRoute = (): string => {
  */
 export const edge = (options: EdgeOptions) => {
   const routeOf = routeLabeler()
+  // The liveness probes' one answer (immutable: every probe gets the same value).
+  const aliveAnswer = json(200, { ok: true })
   // Called when the answer is ready: counts it, and gives a 5xx its request id and log line.
   const answered = (
     request: HttpServerRequest.HttpServerRequest,
@@ -272,12 +278,13 @@ export const edge = (options: EdgeOptions) => {
     startedAt: number,
     response: HttpServerResponse.HttpServerResponse,
     routed: HttpServerRequest.HttpServerRequest | null,
+    label?: string,
   ): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
     let shaped = response
     try {
       shaped = routed === null ? response : asJson(response, routed, options.maxBodyBytes)
       const answer = shaped
-      const route = routed === null ? routeOf(request.method, request.url) : matchedRoute()
+      const route = label ?? (routed === null ? routeOf(request.method, request.url) : matchedRoute())
       return Effect.catchCause(answered(request, startedAt, route, answer), (cause) => hookFailed(request, answer, cause))
     } catch (e) {
       return hookFailed(request, shaped, Cause.die(e))
@@ -294,6 +301,11 @@ export const edge = (options: EdgeOptions) => {
         const declared = Number(length)
         if (Number.isFinite(declared) && declared > options.maxBodyBytes) return answeredTotal(request, startedAt, tooLarge(options.maxBodyBytes), null)
       }
+      // A liveness probe (`GET` or `HEAD` of `/livez` or `/healthz`, nothing after the path) is
+      // answered here: it has no input to decode and no credential to check, and the API builder
+      // would cost it more than the rest of the request (it merges the handlers' whole context
+      // into the request's on every request). With a query it goes to the API, which refuses it.
+      if (probePaths.has(request.url) && (request.method === "GET" || request.method === "HEAD")) return answeredTotal(request, startedAt, aliveAnswer, null, request.url)
       if (request.url.includes("%")) {
         const bad = badPercentEncoding(request.method, request.url, routeOf)
         if (bad !== null) return answeredTotal(request, startedAt, json(400, { error: "InvalidInput", field: bad.field, rule: badUrlRule, in: bad.in }), null)

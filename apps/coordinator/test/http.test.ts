@@ -202,6 +202,26 @@ describe("/metrics", () => {
       expect(text).toMatch(new RegExp(`^${name} [0-9.e+-]+$`, "m"))
     }
   })
+
+  it("answers the liveness probes at the edge as the API documents them, counted by route; a probe with a query meets the API's strict input", async () => {
+    const admin = client(c.url, adminToken)
+    const counted = (path: string) => new RegExp(`^engram_http_requests_total\\{method="GET",route="${path.replaceAll("/", "\\/")}",status="200"\\} (\\d+)$`, "m")
+    const before = (await admin.get("/metrics")).body as string
+    for (const path of ["/livez", "/healthz"]) {
+      const answer = await raw(c.url, { method: "GET", path })
+      expect(answer.status).toBe(200)
+      expect(answer.headers["content-type"]).toBe("application/json")
+      expect(answer.body).toEqual({ ok: true })
+      const head = await raw(c.url, { method: "HEAD", path })
+      expect([head.status, head.body]).toEqual([200, null])
+    }
+    const after = (await admin.get("/metrics")).body as string
+    for (const path of ["/livez", "/healthz"]) expect(Number(counted(path).exec(after)?.[1])).toBe(Number(counted(path).exec(before)?.[1] ?? 0) + 1)
+    // Not a probe: the API answers these, as it would without the edge's shortcut.
+    expect(await raw(c.url, { method: "GET", path: "/livez?verbose=1" })).toMatchObject({ status: 400, body: { error: "InvalidInput", field: "verbose", in: "query" } })
+    expect(await raw(c.url, { method: "POST", path: "/livez" })).toMatchObject({ status: 404, body: { error: "NotFound", entity: "route" } })
+    expect(await raw(c.url, { method: "GET", path: "/livez/" })).toMatchObject({ status: 200, body: { ok: true } })
+  })
 })
 
 describe("kept-alive connections", () => {
