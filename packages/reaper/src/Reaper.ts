@@ -11,13 +11,17 @@
  * checked between steps through an injected predicate: a replica that loses the lock stops at
  * once. Each step is told to `ReaperEvents` as it happens (metrics, logs, wake-ups).
  *
+ * With `moves` set, a fifth step after the drain: room made by moving running sessions off the
+ * hosts held for starving sessions (core's `MakeRoom.forHolds` decides; each move begun through
+ * `Store.beginMove`, as the API's, so the agents run it and the guard judges it like any move).
+ *
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
  */
-import { Lifetime, ParkPolicy } from "@engram/core"
+import { Lifetime, MakeRoom, ParkPolicy } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
 import { Store } from "@engram/store"
-import type { FleetRead, StoreShape } from "@engram/store"
+import type { FleetRead, Session, StoreShape } from "@engram/store"
 import { Effect } from "effect"
 import { ReaperEvents } from "./ReaperEvents.js"
 import type { Event, Source } from "./ReaperEvents.js"
@@ -36,6 +40,27 @@ export interface Options {
    * Missing: a fresh memory for this call only (no holds kept, no reserve of free room).
    */
   readonly state?: ReaperState.ReaperState | undefined
+  /** Moves for starving sessions after the drain (`MakeRoom.forHolds`); missing: no moves. */
+  readonly moves?: MoveOptions | undefined
+}
+
+/** How a pass moves running sessions to make room for starving ones. */
+export interface MoveOptions {
+  /** What a move costs (`MakeRoom.Costs`); its `maxDowntimeMs` is each begun move's downtime budget. */
+  readonly costs: MakeRoom.Costs
+  /** At most this many moves begun in one pass. */
+  readonly maxPerPass: number
+  /**
+   * The RAM a running session's guest touches (what its move copies). Missing: its
+   * reservation's RAM, the most a move of it can copy.
+   */
+  readonly residentMib?: ((session: Session) => number) | undefined
+}
+
+/** A move a pass began to make room, and the plan it carries out. */
+export interface MoveBegun {
+  readonly moveId: string
+  readonly planned: MakeRoom.Planned
 }
 
 /** A placement a drain made. */
@@ -69,6 +94,8 @@ export type PassReport =
       readonly withoutRoom: number
       readonly unplaceable: number
       readonly holds: readonly ParkGate.Hold[]
+      /** Moves begun to make room for starving sessions (`Options.moves`). */
+      readonly moves: readonly MoveBegun[]
     }
 
 /** What one immediate reaction did. */
@@ -168,6 +195,64 @@ const lifetimes = (
     return { idled, expired }
   })
 
+/**
+ * The moves step of a pass: when a starving session's host is held, one more fleet read, the
+ * open moves and the running sessions of the holds' hosts moves may serve, then core's
+ * `MakeRoom.forHolds`; each planned move is begun while this replica leads. A failed read skips
+ * the step; a move the store refuses (its session changed, its target filled) is skipped and
+ * told. Null: leadership was lost midway.
+ */
+const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state: ReaperState.ReaperState, leading: () => boolean, tell: Tell) =>
+  Effect.gen(function* () {
+    const begun: MoveBegun[] = []
+    const holds = state.memory.holds
+    if (!holds.some((h) => h.reason === "starving")) return begun
+    const read = yield* Effect.result(store.fleetView())
+    if (read._tag === "Failure") {
+      if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: read.failure.reason })
+      return begun
+    }
+    const open = yield* Effect.result(store.listMoves({ state: "pending" }))
+    if (open._tag === "Failure") return begun
+    const limits = store.limits()
+    const movingFrom = new Set(open.success.map((m) => m.sourceHostId))
+    const running = new Map<string, MakeRoom.Running[]>()
+    for (const hold of MakeRoom.servable(read.success, holds, movingFrom, limits)) {
+      const sessions = yield* Effect.result(store.listSessions({ hostId: hold.hostId, state: "running" }))
+      if (sessions._tag === "Failure") return begun
+      running.set(
+        hold.hostId,
+        sessions.success.map((s) => ({ sessionId: s.id, budget: s.budget, residentMib: moves.residentMib?.(s) ?? s.budget.memMib })),
+      )
+    }
+    if (running.size === 0) return begun
+    const planned = MakeRoom.forHolds({
+      fleet: read.success,
+      holds,
+      running,
+      movingFrom,
+      now: read.success.readAt,
+      gate: options.policyOptions ?? ParkPolicy.defaultOptions,
+      maxMoves: moves.maxPerPass,
+      costs: moves.costs,
+      limits,
+    })
+    for (const m of planned) {
+      if (!leading()) {
+        if (tell) yield* tell({ _tag: "LeadershipLost", source: "pass", step: "moves" })
+        return null
+      }
+      const move = yield* Effect.result(store.beginMove({ sessionId: m.sessionId, targetHostId: m.toHostId, maxDowntimeMs: moves.costs.maxDowntimeMs }))
+      if (move._tag === "Success") {
+        begun.push({ moveId: move.success.id, planned: m })
+        if (tell) yield* tell({ _tag: "MoveBegun", move: move.success, planned: m })
+      } else if (tell) {
+        yield* tell({ _tag: "MoveNotBegun", planned: m, reason: `${move.failure._tag}: ${move.failure.message}` })
+      }
+    }
+    return begun
+  })
+
 // The pass is one generator with the steps inline: it runs every few seconds over the whole
 // fleet, and each nested generator or event nobody hears costs allocations there.
 
@@ -246,6 +331,10 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     } else if (tell) {
       yield* tell({ _tag: "DrainFailed", reason: drained.failure.reason })
     }
+
+    // 5. Moves for starving sessions whose held host's parks cannot make the room.
+    const moves = options.moves === undefined ? [] : yield* makeRoom(store, options.moves, options, state, leading, tell)
+    if (moves === null) return { _tag: "Held", reason: LOST } satisfies PassReport
     return {
       _tag: "Done",
       reclaimed,
@@ -258,6 +347,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
       withoutRoom: decision?.withoutRoom ?? 0,
       unplaceable: decision?.unplaceable ?? 0,
       holds: decision?.holds ?? state.memory.holds,
+      moves,
     } satisfies PassReport
   })
 
