@@ -205,7 +205,7 @@ const settings = {
   leaseDurationMs: int("ENGRAM_LEASE_DURATION_MS", defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),
   leaseRenewDeadlineMs: int("ENGRAM_LEASE_RENEW_DEADLINE_MS", defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),
   makeRoomMoves: int("ENGRAM_MAKE_ROOM_MOVES", 0, 0, 1),
-  makeRoomMovesPerPass: int("ENGRAM_MAKE_ROOM_MOVES_PER_PASS", 8, 1, 1000),
+  makeRoomMovesPerPass: int("ENGRAM_MAKE_ROOM_MOVES_PER_PASS", 16, 1, 1000),
   otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), "ENGRAM_OTLP_URL").pipe(
     Config.map((u): string | null => u),
     Config.withDefault(null),

@@ -149,7 +149,7 @@ export const defaultFleet: FleetConfig = Object.freeze({
   vmOverheadMib: 0,
   warmStartMs: 0,
   moves: false,
-  movesPerPass: 8,
+  movesPerPass: 16,
   moveCosts: MakeRoom.defaultCosts,
 })
 
