@@ -108,6 +108,8 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
           from: e.move.sourceHostId,
           to: e.move.targetHostId,
         }).pipe(Effect.andThen(notifier.notify(hostTopic(e.move.sourceHostId), hostTopic(e.move.targetHostId), sessionTopic(e.move.sessionId))))
+      case "MovesFailed":
+        return Effect.logWarning("reaper: moves for starving sessions skipped this pass, store read failed", { reason: e.reason })
       case "MoveNotBegun":
         metrics.makeRoomMoves.inc({ result: "refused" })
         return Effect.logInfo("reaper: planned move not begun", { sessionId: e.planned.sessionId, to: e.planned.toHostId, reason: e.reason })

@@ -723,6 +723,9 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       case "MoveNotBegun":
         storeError(`MoveNotBegun ${e.planned.sessionId}: ${e.reason}`)
         return
+      case "MovesFailed":
+        storeError(`MovesFailed: ${e.reason}`)
+        return
       case "FleetReadFailed":
       case "ReclaimFailed":
       case "DrainFailed":

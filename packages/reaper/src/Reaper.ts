@@ -207,19 +207,17 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
     const begun: MoveBegun[] = []
     const holds = state.memory.holds
     if (!holds.some((h) => h.reason === "starving")) return begun
+    const failed = (reason: string) => (tell ? tell({ _tag: "MovesFailed", reason }).pipe(Effect.as(begun)) : Effect.succeed(begun))
     const read = yield* Effect.result(store.fleetView())
-    if (read._tag === "Failure") {
-      if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: read.failure.reason })
-      return begun
-    }
+    if (read._tag === "Failure") return yield* failed(read.failure.reason)
     const open = yield* Effect.result(store.listMoves({ state: "pending" }))
-    if (open._tag === "Failure") return begun
+    if (open._tag === "Failure") return yield* failed(open.failure.reason)
     const limits = store.limits()
     const movingFrom = new Set(open.success.map((m) => m.sourceHostId))
     const running = new Map<string, MakeRoom.Running[]>()
     for (const hold of MakeRoom.servable(read.success, holds, movingFrom, limits)) {
       const sessions = yield* Effect.result(store.listSessions({ hostId: hold.hostId, state: "running" }))
-      if (sessions._tag === "Failure") return begun
+      if (sessions._tag === "Failure") return yield* failed(sessions.failure.reason)
       running.set(
         hold.hostId,
         sessions.success.map((s) => ({ sessionId: s.id, budget: s.budget, residentMib: moves.residentMib?.(s) ?? s.budget.memMib })),

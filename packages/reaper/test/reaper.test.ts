@@ -267,6 +267,22 @@ describe("Reaper.pass moves for starving sessions", () => {
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
   })
 
+  it.effect("a failed read of the open moves skips the step: told, nothing begun, the pass done", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      yield* fleet
+      const store = yield* Store
+      const flaky = Store.of({ ...store, listMoves: () => Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000 })) })
+      const pass = yield* Reaper.pass({ state: ReaperState.make(), moves }).pipe(Effect.provideService(Store, flaky))
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.moves : null, [])
+      assert.deepStrictEqual(
+        rec.events.filter((e) => e._tag === "MovesFailed"),
+        [{ _tag: "MovesFailed", reason: "down (test)" }],
+      )
+      assert.strictEqual(yield* stateOf("b"), "running")
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
   it.effect("a replica that loses the lock before the moves begins none: the pass is held", () => {
     const rec = recorder()
     return Effect.gen(function* () {
