@@ -36,11 +36,18 @@ export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
  * The costs are core's `MakeRoom.defaultCosts` (1 GiB/s copies, 64 MiB/s dirtied, 5 rounds, 1 s
  * of downtime) with the configured commit allowance, the guard's prior; the store knows no
  * guest's resident RAM, so a move is judged on its whole reservation (the most it can copy).
- * The source's guard judges each move again on its measured rounds and learned allowance.
+ * The source's guard judges each move again on its measured rounds and learned allowance. A
+ * move no agent has taken past its point of no return within `ENGRAM_MOVE_TIMEOUT_MS` is aborted
+ * by a later pass of the same leader, as the API aborts its own.
  */
-export const makeRoomMoves = (config: Pick<CoordinatorConfig, "makeRoomMoves" | "makeRoomMovesPerPass" | "limits">): Reaper.MoveOptions | undefined =>
+export const makeRoomMoves = (config: Pick<CoordinatorConfig, "makeRoomMoves" | "makeRoomMovesPerPass" | "moveTimeoutMs" | "limits">): Reaper.MoveOptions | undefined =>
   config.makeRoomMoves === 1
-    ? { costs: { ...MakeRoom.defaultCosts, commitAllowanceMs: config.limits.commitAllowanceMs }, maxPerPass: config.makeRoomMovesPerPass }
+    ? {
+        costs: { ...MakeRoom.defaultCosts, commitAllowanceMs: config.limits.commitAllowanceMs },
+        maxPerPass: config.makeRoomMovesPerPass,
+        // As the API's moves: one no agent takes past its point of no return in time is aborted.
+        timeoutMs: config.moveTimeoutMs,
+      }
     : undefined
 
 // What the reaper remembers between passes (held hosts, the recent demand for room), per store:
@@ -108,6 +115,15 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
           from: e.move.sourceHostId,
           to: e.move.targetHostId,
         }).pipe(Effect.andThen(notifier.notify(hostTopic(e.move.sourceHostId), hostTopic(e.move.targetHostId), sessionTopic(e.move.sessionId))))
+      case "MoveTimedOut":
+        // Its target's room is free again (the next pass drains into it); the session runs on at its source.
+        metrics.makeRoomMoves.inc({ result: "timeout" })
+        return Effect.logWarning("reaper: a move begun for a starving session timed out before its agents took it up; aborted", {
+          moveId: e.move.id,
+          sessionId: e.move.sessionId,
+          from: e.move.sourceHostId,
+          to: e.move.targetHostId,
+        }).pipe(Effect.andThen(notifier.notify(hostTopic(e.move.sourceHostId), hostTopic(e.move.targetHostId), moveTopic(e.move.id), sessionTopic(e.move.sessionId))))
       case "MovesFailed":
         return Effect.logWarning("reaper: moves for starving sessions skipped this pass, store read failed", { reason: e.reason })
       case "MoveNotBegun":

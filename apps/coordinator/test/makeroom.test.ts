@@ -125,6 +125,33 @@ for (const [name, store] of backends) {
       }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
     )
 
+    it.effect("a move no agent takes up within ENGRAM_MOVE_TIMEOUT_MS is aborted by a later pass; one past its intent is left to its source", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        yield* starvingOnFullHosts()
+        const first = yield* reaperPass
+        const ids = first._tag === "Done" ? first.moves.map((m) => m.moveId) : []
+        assert.strictEqual(ids.length, 3)
+        // The source of the first recorded its intent: the guest may pause at any moment now.
+        yield* store.recordRound(ids[0] as string, { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 })
+        yield* TestClock.adjust(Config.defaults().moveTimeoutMs - 1000)
+        yield* reaperPass
+        assert.deepStrictEqual((yield* openMoves).length, 3)
+        yield* TestClock.adjust(2000)
+        const late = yield* reaperPass
+        const states = yield* Effect.forEach(ids, (id) => Effect.map(store.getMove(id), (m) => [m.state, m.abortReason]))
+        assert.deepStrictEqual(states, [
+          ["pending", null],
+          ["aborted", "timeout"],
+          ["aborted", "timeout"],
+        ])
+        // The aborted moves' sessions run on at their source; no new move while the first runs.
+        const second = yield* store.getMove(ids[1] as string)
+        assert.deepStrictEqual([(yield* store.getSession(second.sessionId)).state, (yield* store.getSession(second.sessionId)).hostId], ["running", "h1"])
+        assert.deepStrictEqual(movesOf(late), [])
+      }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
+    )
+
     it.effect("off (the default, or no settings): the same fleet gets no move", () =>
       Effect.gen(function* () {
         yield* starvingOnFullHosts()

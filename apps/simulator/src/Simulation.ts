@@ -726,6 +726,10 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       case "MovesFailed":
         storeError(`MovesFailed: ${e.reason}`)
         return
+      case "MoveTimedOut":
+        // The simulator sets no timeout: its moves always end.
+        storeError(`MoveTimedOut ${e.move.sessionId}`)
+        return
       case "FleetReadFailed":
       case "ReclaimFailed":
       case "DrainFailed":

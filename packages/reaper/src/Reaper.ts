@@ -21,8 +21,8 @@
 import { Lifetime, MakeRoom, ParkPolicy } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
 import { Store } from "@engram/store"
-import type { FleetRead, Session, StoreShape } from "@engram/store"
-import { Effect } from "effect"
+import type { FleetRead, Move, Session, StoreShape } from "@engram/store"
+import { Clock, Effect } from "effect"
 import { ReaperEvents } from "./ReaperEvents.js"
 import type { Event, Source } from "./ReaperEvents.js"
 import * as ReaperState from "./ReaperState.js"
@@ -55,6 +55,13 @@ export interface MoveOptions {
    * reservation's RAM, the most a move of it can copy.
    */
   readonly residentMib?: ((session: Session) => number) | undefined
+  /**
+   * A move the pass began that no agent has taken past its point of no return (its intent or
+   * final round) this long after it began is aborted (reason `timeout`), as the API aborts its
+   * own on `ENGRAM_MOVE_TIMEOUT_MS`: the session runs on at its source and can idle again.
+   * Missing: never (the simulator, whose moves always end).
+   */
+  readonly timeoutMs?: number | undefined
 }
 
 /** A move a pass began to make room, and the plan it carries out. */
@@ -109,6 +116,9 @@ export type ReactReport =
     }
 
 const LOST = "lost the leader lock mid-pass"
+
+/** The abort reason of a move the pass began that timed out (the API's own word for its timeout). */
+export const timeoutReason = "timeout"
 
 /** Tells the listener an event; undefined when nobody listens (then nothing is built or run). */
 type Tell = ((event: Event) => Effect.Effect<void>) | undefined
@@ -196,6 +206,37 @@ const lifetimes = (
   })
 
 /**
+ * The pass's own moves that timed out (`MoveOptions.timeoutMs`), aborted before their point of no
+ * return (the store's conditional abort, as the API's timeout); the memory keeps only the pass's
+ * moves still pending. Answers the moves still pending, or null when leadership was lost.
+ */
+const timeOut = (store: StoreShape, moves: MoveOptions, state: ReaperState.ReaperState, open: readonly Move[], leading: () => boolean, tell: Tell) =>
+  Effect.gen(function* () {
+    const pendingIds = new Set(open.map((m) => m.id))
+    for (const id of state.moves) if (!pendingIds.has(id)) state.moves.delete(id)
+    const timeoutMs = moves.timeoutMs
+    if (timeoutMs === undefined || state.moves.size === 0) return open
+    const now = yield* Clock.currentTimeMillis
+    const aborted = new Set<string>()
+    for (const m of open) {
+      if (!state.moves.has(m.id) || now - m.createdAt < timeoutMs) continue
+      if (!leading()) {
+        if (tell) yield* tell({ _tag: "LeadershipLost", source: "pass", step: "moves" })
+        return null
+      }
+      const abort = yield* Effect.result(store.abortMove(m.id, timeoutReason, { onlyBeforeFinalRound: true }))
+      if (abort._tag === "Failure" && abort.failure._tag === "Unavailable") continue
+      // Aborted, or past its point of no return (the source's commit or abort settles it): no longer the pass's to time out.
+      state.moves.delete(m.id)
+      if (abort._tag === "Success") {
+        aborted.add(m.id)
+        if (tell) yield* tell({ _tag: "MoveTimedOut", move: abort.success })
+      }
+    }
+    return open.filter((m) => !aborted.has(m.id))
+  })
+
+/**
  * The moves step of a pass: when a starving session's host is held, one more fleet read, the
  * open moves and the running sessions of the holds' hosts moves may serve, then core's
  * `MakeRoom.forHolds`; each planned move is begun while this replica leads. A failed read skips
@@ -206,14 +247,18 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
   Effect.gen(function* () {
     const begun: MoveBegun[] = []
     const holds = state.memory.holds
-    if (!holds.some((h) => h.reason === "starving")) return begun
+    const starving = holds.some((h) => h.reason === "starving")
+    if (!starving && state.moves.size === 0) return begun
     const failed = (reason: string) => (tell ? tell({ _tag: "MovesFailed", reason }).pipe(Effect.as(begun)) : Effect.succeed(begun))
-    const read = yield* Effect.result(store.fleetView())
-    if (read._tag === "Failure") return yield* failed(read.failure.reason)
     const open = yield* Effect.result(store.listMoves({ state: "pending" }))
     if (open._tag === "Failure") return yield* failed(open.failure.reason)
+    const pending = yield* timeOut(store, moves, state, open.success, leading, tell)
+    if (pending === null) return null
+    if (!starving) return begun
+    const read = yield* Effect.result(store.fleetView())
+    if (read._tag === "Failure") return yield* failed(read.failure.reason)
     const limits = store.limits()
-    const movingFrom = new Set(open.success.map((m) => m.sourceHostId))
+    const movingFrom = new Set(pending.map((m) => m.sourceHostId))
     const running = new Map<string, MakeRoom.Running[]>()
     for (const hold of MakeRoom.servable(read.success, holds, movingFrom, limits)) {
       const sessions = yield* Effect.result(store.listSessions({ hostId: hold.hostId, state: "running" }))
@@ -243,6 +288,7 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
       const move = yield* Effect.result(store.beginMove({ sessionId: m.sessionId, targetHostId: m.toHostId, maxDowntimeMs: moves.costs.maxDowntimeMs }))
       if (move._tag === "Success") {
         begun.push({ moveId: move.success.id, planned: m })
+        if (moves.timeoutMs !== undefined) state.moves.add(move.success.id)
         if (tell) yield* tell({ _tag: "MoveBegun", move: move.success, planned: m })
       } else if (tell) {
         yield* tell({ _tag: "MoveNotBegun", planned: m, reason: `${move.failure._tag}: ${move.failure.message}` })

@@ -32,6 +32,8 @@ export type Event =
   | { readonly _tag: "DrainFailed"; readonly reason: string }
   /** A move begun to make room for a starving session (`Reaper.Options.moves`): the agents run it. */
   | { readonly _tag: "MoveBegun"; readonly move: Move; readonly planned: MakeRoom.Planned }
+  /** A move the pass began that no agent took past its point of no return in time: aborted, the session runs on at its source. */
+  | { readonly _tag: "MoveTimedOut"; readonly move: Move }
   /** The moves step could not read what it plans on (the fleet, the open moves, a host's sessions): no move this pass. */
   | { readonly _tag: "MovesFailed"; readonly reason: string }
   /** A planned move the store refused (its session or target changed first) or could not begin. */
