@@ -237,11 +237,12 @@ const timeOut = (store: StoreShape, moves: MoveOptions, state: ReaperState.Reape
   })
 
 /**
- * The moves step of a pass: when a starving session's host is held, one more fleet read, the
- * open moves and the running sessions of the holds' hosts moves may serve, then core's
- * `MakeRoom.forHolds`; each planned move is begun while this replica leads. A failed read skips
- * the step; a move the store refuses (its session changed, its target filled) is skipped and
- * told. Null: leadership was lost midway.
+ * The moves step of a pass: when a starving session's host is held (or a move the passes began
+ * is still open), the open moves (the pass's own timed out first), one more fleet read and the
+ * running sessions of the holds' hosts moves may serve, then core's `MakeRoom.forHolds`; each
+ * planned move is begun while this replica leads. A failed read skips the step (told); a move
+ * the store refuses (its session changed, its target filled) is skipped and told. Null:
+ * leadership was lost midway.
  */
 const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state: ReaperState.ReaperState, leading: () => boolean, tell: Tell) =>
   Effect.gen(function* () {
