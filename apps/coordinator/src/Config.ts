@@ -97,6 +97,14 @@ export interface CoordinatorConfig {
   readonly leaseDurationMs: number
   /** How long the leader goes on acting after its last renewal (ms; less than the lease). */
   readonly leaseRenewDeadlineMs: number
+  /**
+   * 1: the reaper moves running sessions off a starving session's held host when its parks
+   * cannot make the room and the room exists elsewhere (core's `MakeRoom`, the simulator's
+   * `--moves`); 0: it waits for them to leave.
+   */
+  readonly makeRoomMoves: number
+  /** At most this many moves begun by one reaper pass for starving sessions (`makeRoomMoves`). */
+  readonly makeRoomMovesPerPass: number
   /** An OpenTelemetry collector's OTLP/HTTP base URL (`http://collector:4318`): traces go to `…/v1/traces`; null = no traces. */
   readonly otlpUrl: string | null
   /** Headers the collector needs (`key=value,key2=value2`, e.g. an API key); a secret. */
@@ -196,6 +204,8 @@ const settings = {
   beatWindowMs: int("ENGRAM_BEAT_WINDOW_MS", 100, 0, 10_000),
   leaseDurationMs: int("ENGRAM_LEASE_DURATION_MS", defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),
   leaseRenewDeadlineMs: int("ENGRAM_LEASE_RENEW_DEADLINE_MS", defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),
+  makeRoomMoves: int("ENGRAM_MAKE_ROOM_MOVES", 0, 0, 1),
+  makeRoomMovesPerPass: int("ENGRAM_MAKE_ROOM_MOVES_PER_PASS", 16, 1, 1000),
   otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), "ENGRAM_OTLP_URL").pipe(
     Config.map((u): string | null => u),
     Config.withDefault(null),

@@ -94,6 +94,8 @@ export interface MetricsShape {
   readonly reaperLeader: Gauge
   readonly reaperLeaderChecks: Counter
   readonly moves: Counter<{ readonly outcome: MoveEnd }>
+  /** Moves the reaper planned for starving sessions (`ENGRAM_MAKE_ROOM_MOVES`): begun, refused by the store, or begun and timed out. */
+  readonly makeRoomMoves: Counter<{ readonly result: "begun" | "refused" | "timeout" }>
   readonly storeUnavailable: Counter
   readonly observePassSeconds: (seconds: number) => void
   /** One answered HTTP request: its route template (`/v1/sessions/:id`), status and duration. */
@@ -284,6 +286,10 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         reaperLeader,
         reaperLeaderChecks: counter("engram_reaper_leader_checks_total", "Reaper ticks: each takes or confirms the leader lock, leader or not.", true),
         moves: counter("engram_moves_total", "Moves by outcome (committed, downtime, aborted, timeout, commit_pending)."),
+        makeRoomMoves: counter(
+          "engram_reaper_make_room_moves_total",
+          "Moves the reaper planned to make room for starving sessions (ENGRAM_MAKE_ROOM_MOVES), by result: begun, refused by the store, or begun and aborted because no agent took it up within ENGRAM_MOVE_TIMEOUT_MS (timeout).",
+        ),
         storeUnavailable: counter("engram_http_store_unavailable_total", "Requests answered 503 because the store was unavailable.", true),
         observePassSeconds: (seconds) => passHistogram.updateUnsafe(seconds, context),
         observeRequest,

@@ -4,9 +4,11 @@
  * (Leader.ts), metrics, log lines and wake-ups of host agents, each from the pass's events.
  * `reaperPass` is one pass, for the loop and for tests under a TestClock. `reconcile` (reclaim,
  * then drain) runs once at every replica's start-up (`ReconcileAtStart`). `ReactAtOnce` is the
- * immediate reaction to a queued session (`Trigger`), sharing the passes' memory.
+ * immediate reaction to a queued session (`Trigger`), sharing the passes' memory. With
+ * `ENGRAM_MAKE_ROOM_MOVES=1` a pass also begins the moves core's `MakeRoom` plans for starving
+ * sessions (`makeRoomMoves`); the agents run them like any move.
  */
-import { ParkPolicy } from "@engram/core"
+import { MakeRoom, ParkPolicy } from "@engram/core"
 import { Reaper, ReaperEvents, ReaperState, Trigger } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
 import { CurrentFence, Store } from "@engram/store"
@@ -17,6 +19,7 @@ import { Metrics } from "./Metrics.js"
 import type { MetricsShape } from "./Metrics.js"
 import { hostTopic, moveTopic, Notifier, sessionTopic } from "./Notifier.js"
 import type { NotifierShape } from "./Notifier.js"
+import type { CoordinatorConfig } from "./Config.js"
 import { Settings } from "./Settings.js"
 
 /** What one pass did (the shared pass's report). */
@@ -27,6 +30,25 @@ export type PassReport = Reaper.PassReport
  * and its store's idle steps decide by it (`Coordinator.ts` hands it to the store).
  */
 export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
+
+/**
+ * The pass's moves for starving sessions under the settings, or none (`ENGRAM_MAKE_ROOM_MOVES=0`).
+ * The costs are core's `MakeRoom.defaultCosts` (1 GiB/s copies, 64 MiB/s dirtied, 5 rounds, 1 s
+ * of downtime) with the configured commit allowance, the guard's prior; the store knows no
+ * guest's resident RAM, so a move is judged on its whole reservation (the most it can copy).
+ * The source's guard judges each move again on its measured rounds and learned allowance. A
+ * move no agent has taken past its point of no return within `ENGRAM_MOVE_TIMEOUT_MS` is aborted
+ * by a later pass of the same leader, as the API aborts its own.
+ */
+export const makeRoomMoves = (config: Pick<CoordinatorConfig, "makeRoomMoves" | "makeRoomMovesPerPass" | "moveTimeoutMs" | "limits">): Reaper.MoveOptions | undefined =>
+  config.makeRoomMoves === 1
+    ? {
+        costs: { ...MakeRoom.defaultCosts, commitAllowanceMs: config.limits.commitAllowanceMs },
+        maxPerPass: config.makeRoomMovesPerPass,
+        // As the API's moves: one no agent takes past its point of no return in time is aborted.
+        timeoutMs: config.moveTimeoutMs,
+      }
+    : undefined
 
 // What the reaper remembers between passes (held hosts, the recent demand for room), per store:
 // the loop, passes driven by hand and the immediate reaction on one store share it.
@@ -84,6 +106,29 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
         return drained(metrics, notifier, e.result)
       case "DrainFailed":
         return Effect.logWarning("queue drain failed", { reason: e.reason })
+      case "MoveBegun":
+        // The source's and the target's agents run it; the session's waiters see it moving.
+        metrics.makeRoomMoves.inc({ result: "begun" })
+        return Effect.logInfo("reaper: move begun to make room for a starving session", {
+          moveId: e.move.id,
+          sessionId: e.move.sessionId,
+          from: e.move.sourceHostId,
+          to: e.move.targetHostId,
+        }).pipe(Effect.andThen(notifier.notify(hostTopic(e.move.sourceHostId), hostTopic(e.move.targetHostId), sessionTopic(e.move.sessionId))))
+      case "MoveTimedOut":
+        // Its target's room is free again (the next pass drains into it); the session runs on at its source.
+        metrics.makeRoomMoves.inc({ result: "timeout" })
+        return Effect.logWarning("reaper: a move begun for a starving session timed out before its agents took it up; aborted", {
+          moveId: e.move.id,
+          sessionId: e.move.sessionId,
+          from: e.move.sourceHostId,
+          to: e.move.targetHostId,
+        }).pipe(Effect.andThen(notifier.notify(hostTopic(e.move.sourceHostId), hostTopic(e.move.targetHostId), moveTopic(e.move.id), sessionTopic(e.move.sessionId))))
+      case "MovesFailed":
+        return Effect.logWarning("reaper: moves for starving sessions skipped this pass, store read failed", { reason: e.reason })
+      case "MoveNotBegun":
+        metrics.makeRoomMoves.inc({ result: "refused" })
+        return Effect.logInfo("reaper: planned move not begun", { sessionId: e.planned.sessionId, to: e.planned.toHostId, reason: e.reason })
       case "LeadershipLost":
         return Effect.logWarning("reaper: lost the leader lock mid-pass; no further descents", { step: e.step })
       default:
@@ -175,16 +220,21 @@ const leadingNow = Effect.map(Effect.serviceOption(Leader), (leader) => () => Op
 /** The fence the pass's writes carry: the leader's epoch (none without a Leader, or on a single process). */
 const fenceNow = Effect.map(Effect.serviceOption(Leader), (leader) => (Option.isNone(leader) ? null : leader.value.fence()))
 
-/** One reaper pass (`@engram/reaper`'s). Never fails: a store failure ends the pass (and is logged and counted). */
+/**
+ * One reaper pass (`@engram/reaper`'s). Never fails: a store failure ends the pass (and is logged
+ * and counted). Its moves for starving sessions follow the `Settings` in context (none without).
+ */
 export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Notifier> = Effect.gen(function* () {
   const store = yield* Store
   const metrics = yield* Metrics
   const notifier = yield* Notifier
+  const settings = yield* Effect.serviceOption(Settings)
   const leading = yield* leadingNow
   const fence = yield* fenceNow
+  const moves = Option.isSome(settings) ? makeRoomMoves(settings.value.config) : undefined
   const t0 = performance.now()
   // Every write of the pass carries the leader's epoch: refused in its transaction once a newer leader exists.
-  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store) }).pipe(
+  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store), moves }).pipe(
     Effect.provide(listen(metrics, notifier)),
     Effect.provideService(CurrentFence, fence),
   )

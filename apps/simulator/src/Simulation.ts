@@ -9,7 +9,7 @@
  * happens outside the store: users, VM start and restore times, descents that take time, host
  * agents' heartbeats and when the reaper runs.
  */
-import { Headroom, Limits, MakeRoom, ParkGate, ParkPolicy, Placement } from "@engram/core"
+import { Headroom, Limits, MakeRoom, ParkPolicy, Placement } from "@engram/core"
 import type { Budget, FleetView, SessionState } from "@engram/core"
 import { CoalescingWindow, defaultTriggerWindowMs, Reaper, ReaperEvents, ReaperState } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
@@ -100,15 +100,19 @@ export interface FleetConfig {
    */
   readonly warmStartMs: number
   /**
-   * Moves as a policy action (core's `MakeRoom.plan`): a session starving on a held host whose
-   * parks alone cannot make its room gets it from running sessions moved off that host (to hosts
-   * neither held nor claimed for another session), while the fleet's free RAM covers the queue
-   * (`MakeRoom.roomIsSplit`: the room exists but is split). A move reserves its target at once (both
-   * hosts hold the session's RAM during the copy), copies at `moveCosts.copyMibPerSec` over both
-   * hosts' links (shared with descents and restores when `hostTransferMibPerSec` is on) and
-   * costs its session the guard's downtime estimate. `false`: no moves.
+   * Moves as a policy action (the reaper pass's moves step, `@engram/reaper`'s `Options.moves`,
+   * which the coordinator runs with `ENGRAM_MAKE_ROOM_MOVES=1`; core's `MakeRoom.forHolds`
+   * decides): a session starving on a held host whose parks alone cannot make its room gets it
+   * from running sessions moved off that host (to hosts neither held nor claimed for another
+   * session), while the fleet's free RAM covers the queue (`MakeRoom.roomIsSplit`: the room
+   * exists but is split). A move reserves its target at once (both hosts hold the session's RAM
+   * during the copy), copies at `moveCosts.copyMibPerSec` over both hosts' links (shared with
+   * descents and restores when `hostTransferMibPerSec` is on) and costs its session the guard's
+   * downtime estimate. `false`: no moves.
    */
   readonly moves: boolean
+  /** At most this many moves begun by one pass (the coordinator's `ENGRAM_MAKE_ROOM_MOVES_PER_PASS`). */
+  readonly movesPerPass: number
   /** What a move costs (`MakeRoom.Costs`): copy rate, dirty rate, rounds, allowance, downtime budget. */
   readonly moveCosts: MakeRoom.Costs
 }
@@ -145,6 +149,7 @@ export const defaultFleet: FleetConfig = Object.freeze({
   vmOverheadMib: 0,
   warmStartMs: 0,
   moves: false,
+  movesPerPass: 16,
   moveCosts: MakeRoom.defaultCosts,
 })
 
@@ -639,7 +644,11 @@ export const run = (workload: Workload, options: RunOptions): Result => {
 
   // ---- the reaper: @engram/reaper's pass and reaction, on this store ----------------------------
   const reaperState = ReaperState.make(fleet.meter)
-  const reaperOptions: Reaper.Options = { policy, policyOptions: fleet.policyOptions, state: reaperState }
+  // The pass's moves step: what a move copies is the guest's resident RAM (the trace's, else its budget).
+  const moveOptions: Reaper.MoveOptions | undefined = fleet.moves
+    ? { costs: fleet.moveCosts, maxPerPass: fleet.movesPerPass, residentMib: (s) => residentOf(sessionIndex.get(s.id) as number) }
+    : undefined
+  const reaperOptions: Reaper.Options = { policy, policyOptions: fleet.policyOptions, state: reaperState, moves: moveOptions }
   const reactWindow = new CoalescingWindow()
 
   const startDescent = (i: number): void => {
@@ -707,6 +716,19 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       }
       case "Drained":
         drained(e.result)
+        return
+      case "MoveBegun":
+        moveBegun(sessionIndex.get(e.move.sessionId) as number, e.move.id, e.planned)
+        return
+      case "MoveNotBegun":
+        storeError(`MoveNotBegun ${e.planned.sessionId}: ${e.reason}`)
+        return
+      case "MovesFailed":
+        storeError(`MovesFailed: ${e.reason}`)
+        return
+      case "MoveTimedOut":
+        // The simulator sets no timeout: its moves always end.
+        storeError(`MoveTimedOut ${e.move.sessionId}`)
         return
       case "FleetReadFailed":
       case "ReclaimFailed":
@@ -776,8 +798,8 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     if (counting()) passes++
     drainPending()
     // SPEC §4.3: one fleet read, reclaim, the gate, a descent per yield, then the drain.
+    // Its moves for starving sessions (when on) are begun by the pass itself, told as `MoveBegun`.
     runReaper(Reaper.pass(reaperOptions))
-    if (fleet.moves) planMoves()
     // The judgement of descents that finished before this pass closes with its drain.
     if (counting()) for (const count of judging.values()) wasted += count
     judging.clear()
@@ -792,41 +814,12 @@ export const run = (workload: Workload, options: RunOptions): Result => {
     touch(t)
   }
 
-  /**
-   * Moves for the starving sessions' held hosts (core's `MakeRoom.plan`), after a pass: on a held
-   * host with no descent and no move running, the running sessions whose moves make the room the
-   * parks cannot, to hosts no session holds or is claimed for.
-   */
-  const planMoves = (): void => {
-    const holds = reaperState.memory.holds.filter((h) => h.reason === "starving")
-    if (holds.length === 0) return
-    let view = exec(store.fleetView())
-    for (const hold of holds) {
-      // Moves only where the room exists but is split (core's rule): in an overloaded fleet they only reorder who waits.
-      if (view === undefined || !MakeRoom.roomIsSplit(view, limits)) return
-      const h = hostIndex.get(hold.hostId)
-      if (h === undefined || (movesFrom[h] as number) > 0) continue
-      const q = view.queue.find((x) => x.sessionId === hold.sessionId)
-      const held = view.hosts.find((x) => x.id === hold.hostId)
-      if (q === undefined || held === undefined || held.descentsRunning > 0) continue
-      const fenced = new Set(reaperState.memory.holds.map((x) => x.hostId))
-      for (const c of ParkGate.claimedHosts(view, now, limits, fleet.policyOptions).values()) fenced.add(c.id)
-      const running: MakeRoom.Running[] = []
-      for (const i of onHost[h] as Set<number>) if (isRunning[i] === 1 && (moveTarget[i] as number) < 0) running.push({ sessionId: (scripts[i] as Script).id, budget: footprint[i] as Budget, residentMib: residentOf(i) })
-      const planned = MakeRoom.plan({ budget: q.budget, host: held, running, targets: view.hosts.filter((x) => !fenced.has(x.id)), costs: fleet.moveCosts, limits })
-      if (planned === null || planned.length === 0) continue
-      for (const m of planned) beginMove(sessionIndex.get(m.sessionId) as number, m)
-      view = exec(store.fleetView())
-    }
-  }
-
-  const beginMove = (i: number, m: MakeRoom.Planned): void => {
-    const move = exec(store.beginMove({ sessionId: m.sessionId, targetHostId: m.toHostId, maxDowntimeMs: fleet.moveCosts.maxDowntimeMs }))
-    if (move === undefined) return
+  /** The pass began a move of session `i` to make room (`MoveBegun`): its copy and pause, on the simulated links. */
+  const moveBegun = (i: number, moveId: string, m: MakeRoom.Planned): void => {
     const src = host[i] as number
     const t = hostIndex.get(m.toHostId) as number
     moveTarget[i] = t
-    moveIdOf[i] = move.id
+    moveIdOf[i] = moveId
     moveEstimate[i] = m.estimate
     shadowTarget(i, 1)
     movesFrom[src] = (movesFrom[src] as number) + 1

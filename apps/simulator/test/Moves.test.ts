@@ -52,6 +52,17 @@ describe("moves for starving sessions", () => {
     expect(Report.waitsBySizeText([on])).toContain("moves for starving sessions: 2 started, 2 committed")
   })
 
+  it("at most movesPerPass moves a pass: with one, the second move starts after the first commits, and the session still places", () => {
+    const w = { scripts: fragmented(), horizonMs: 5 * HOUR }
+    const one = Simulation.run(w, { policy: "demand-reserve", fleet: { ...fleet(true), movesPerPass: 1 } })
+    const all = Simulation.run(w, { policy: "demand-reserve", fleet: fleet(true) })
+    expect([one.moves, one.movesCommitted]).toEqual([2, 2])
+    // The moves ran one after the other: the session waited longer than with both at once, but far less than without.
+    expect(bigWait(one)).toBeGreaterThan(bigWait(all))
+    expect(bigWait(one)).toBeLessThan(Simulation.defaultFleet.policyOptions.starvationLimitMs + 5 * MIN)
+    expect(Report.invariantBreaks(one)).toEqual([])
+  })
+
   it("a session that goes idle or ends during its move is handled after it: no over-commit, no drift, no store error", () => {
     // The sessions left on the second and third hosts go idle at 31 min (for a minute, then run 5
     // more and end), s12 ends at 31.5 min: both while a slow copy runs (64 MiB/s: 8 GiB in 128 s, from 30 min).

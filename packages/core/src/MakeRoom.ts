@@ -224,3 +224,72 @@ export const roomIsSplit = (fleet: FleetView, limits: Limits = defaults): boolea
   for (const q of fleet.queue) if (!tooBig.has(q.sessionId)) wanted += q.budget.memMib
   return wanted <= free
 }
+
+/** What `forHolds` reads: the fleet as the pass left it, the gate's holds, what runs on the held hosts. */
+export interface HoldsInput {
+  /** The fleet after the pass (its descents started and its drain done). */
+  readonly fleet: FleetView
+  /** The gate's holds (`ParkGate.Decision.holds`); only the starving ones get moves. */
+  readonly holds: readonly ParkGate.Hold[]
+  /** The sessions running on each held host with no open move, by host id (a host missing runs none). */
+  readonly running: ReadonlyMap<string, readonly Running[]>
+  /** Hosts a move runs from: no second move starts there until it ends. */
+  readonly movingFrom: ReadonlySet<string>
+  /** The time of the fleet read (epoch ms): the claims of starving sessions are judged at it. */
+  readonly now: number
+  /** The gate's knobs (its starvation limit decides the claimed hosts moves keep off). */
+  readonly gate: ParkGate.Options
+  /** At most this many moves in the answer (the first ones, in the holds' order). */
+  readonly maxMoves: number
+  readonly costs?: Costs | undefined
+  readonly limits?: Limits | undefined
+}
+
+/**
+ * The starving holds moves may serve now: the held host runs no descent and no move (the room
+ * they make is waited for first), while the room is split (`roomIsSplit`). The caller reads the
+ * running sessions of these hosts only.
+ */
+export const servable = (fleet: FleetView, holds: readonly ParkGate.Hold[], movingFrom: ReadonlySet<string>, limits: Limits = defaults): ParkGate.Hold[] => {
+  if (!holds.some((h) => h.reason === "starving") || !roomIsSplit(fleet, limits)) return []
+  const byId = new Map(fleet.hosts.map((h) => [h.id, h]))
+  return holds.filter((h) => h.reason === "starving" && !movingFrom.has(h.hostId) && byId.get(h.hostId)?.descentsRunning === 0)
+}
+
+/**
+ * The moves of one reaper pass (the simulator's `--moves` and the coordinator's
+ * `ENGRAM_MAKE_ROOM_MOVES`): for each servable starving hold in order, `plan` on its host, the
+ * targets every host but those held or claimed (`ParkGate.claimedHosts`) for a session; the
+ * fleet then counts each planned move's target reservation (as `Store.beginMove` takes it), so
+ * the next hold's plan and `roomIsSplit` see it. Stops when the room is no longer split, and
+ * answers at most `maxMoves` moves: a hold whose plan passes the bound gets its first moves now
+ * (its host then runs a move, so the rest are planned again once they end).
+ */
+export const forHolds = (input: HoldsInput): Planned[] => {
+  const limits = input.limits ?? defaults
+  const max = Math.max(0, Math.floor(input.maxMoves))
+  const out: Planned[] = []
+  let fleet = input.fleet
+  for (const hold of servable(fleet, input.holds, input.movingFrom, limits)) {
+    if (out.length >= max) break
+    // Moves only where the room exists but is split: in an overloaded fleet they only reorder who waits.
+    if (!roomIsSplit(fleet, limits)) break
+    const q = fleet.queue.find((x) => x.sessionId === hold.sessionId)
+    const held = fleet.hosts.find((x) => x.id === hold.hostId)
+    if (q === undefined || held === undefined) continue
+    const fenced = new Set(input.holds.map((x) => x.hostId))
+    for (const c of ParkGate.claimedHosts(fleet, input.now, limits, input.gate).values()) fenced.add(c.id)
+    const running = input.running.get(hold.hostId) ?? []
+    const planned = plan({ budget: q.budget, host: held, running, targets: fleet.hosts.filter((x) => !fenced.has(x.id)), costs: input.costs, limits })
+    if (planned === null || planned.length === 0) continue
+    const taken = planned.slice(0, max - out.length)
+    out.push(...taken)
+    const reserved = new Map<string, Budget[]>()
+    for (const m of taken) reserved.set(m.toHostId, [...(reserved.get(m.toHostId) ?? []), m.budget])
+    fleet = {
+      ...fleet,
+      hosts: fleet.hosts.map((h) => (reserved.get(h.id) ?? []).reduce((acc: FleetHost, b) => withReservation(acc, b), h)),
+    }
+  }
+  return out
+}

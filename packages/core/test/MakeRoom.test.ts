@@ -1,7 +1,7 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { Downtime, Headroom, Limits, MakeRoom, Placement } from "../src/index.js"
-import type { Budget, Candidate, FleetHost, Park } from "../src/index.js"
+import { Downtime, Headroom, Limits, MakeRoom, ParkGate, Placement } from "../src/index.js"
+import type { Budget, Candidate, FleetHost, FleetView, Park } from "../src/index.js"
 
 const GiB = 1024
 const limits = { ...Limits.defaults, systemReserveMib: 0 }
@@ -158,5 +158,79 @@ describe("MakeRoom.plan", () => {
     // A session no host could take does not count; a cordoned host's room does not either.
     expect(MakeRoom.roomIsSplit({ hosts, queue: [q("x", 48 * GiB), q("giant", 100 * GiB)] }, limits)).toBe(true)
     expect(MakeRoom.roomIsSplit({ hosts: [hosts[0] as FleetHost, { ...(hosts[1] as FleetHost), state: "cordoned" }], queue: [q("x", 48 * GiB)] }, limits)).toBe(false)
+  })
+})
+
+describe("MakeRoom.forHolds", () => {
+  const q = (sessionId: string, memMib: number, queuedAt = 0) => ({ sessionId, budget: budget(memMib), queuedAt })
+  const starving = (sessionId: string, hostId: string): ParkGate.Hold => ({ sessionId, hostId, reason: "starving" })
+  // h1 held for a 48 GiB session: 24 GiB free, five 8 GiB sessions running; h0 16 GiB free, h2 24 GiB.
+  const fleet = (h0FreeGiB = 16, h2FreeGiB = 24): FleetView => ({
+    hosts: [host("h0", 64 * GiB, (64 - h0FreeGiB) * GiB), host("h1", 64 * GiB, 40 * GiB), host("h2", 64 * GiB, (64 - h2FreeGiB) * GiB)],
+    queue: [q("big", 48 * GiB)],
+  })
+  const onH1 = new Map([["h1", ["s1", "s2", "s3", "s4", "s5"].map((id) => running(id, 8 * GiB))]])
+  const input = (over: Partial<MakeRoom.HoldsInput> = {}): MakeRoom.HoldsInput => ({
+    fleet: fleet(),
+    holds: [starving("big", "h1")],
+    running: onH1,
+    movingFrom: new Set(),
+    now: 0,
+    gate: ParkGate.defaultOptions,
+    maxMoves: 4,
+    limits,
+    ...over,
+  })
+  const pairs = (moves: readonly MakeRoom.Planned[]) => moves.map((m) => [m.sessionId, m.fromHostId, m.toHostId])
+
+  it("a starving session's held host full of small running sessions: the moves that make its room, best fit first", () => {
+    // Gap 24 GiB: no one session closes it, so the largest (ties by id, the last) until one does; h0 fits tightest.
+    expect(pairs(MakeRoom.forHolds(input()))).toEqual([
+      ["s5", "h1", "h0"],
+      ["s4", "h1", "h0"],
+      ["s1", "h1", "h2"],
+    ])
+  })
+
+  it("none while the room is not split, on a host with a move or a descent running, or for a hold that is not starving", () => {
+    expect(MakeRoom.forHolds(input({ fleet: fleet(0, 16) }))).toEqual([])
+    expect(MakeRoom.forHolds(input({ movingFrom: new Set(["h1"]) }))).toEqual([])
+    const descending = fleet()
+    expect(MakeRoom.forHolds(input({ fleet: { ...descending, hosts: descending.hosts.map((h) => (h.id === "h1" ? { ...h, descentsRunning: 1 } : h)) } }))).toEqual([])
+    expect(MakeRoom.forHolds(input({ holds: [{ sessionId: "big", hostId: "h1", reason: "fit" }] }))).toEqual([])
+  })
+
+  it("at most maxMoves a pass: the first of the plan now, the rest once those end", () => {
+    expect(pairs(MakeRoom.forHolds(input({ maxMoves: 2 })))).toEqual([
+      ["s5", "h1", "h0"],
+      ["s4", "h1", "h0"],
+    ])
+    expect(MakeRoom.forHolds(input({ maxMoves: 0 }))).toEqual([])
+  })
+
+  it("moves land on no host held for another session, and a later hold's plan sees the earlier moves' targets reserved", () => {
+    // A second 48 GiB session is held on h0: its host is off limits to the first's moves.
+    const two: FleetView = {
+      hosts: [host("h0", 64 * GiB, 40 * GiB), host("h1", 64 * GiB, 40 * GiB), host("h2", 64 * GiB, 16 * GiB), host("h3", 64 * GiB, 40 * GiB)],
+      queue: [q("big", 48 * GiB), q("big2", 48 * GiB)],
+    }
+    const runs = new Map([
+      ["h1", ["s1", "s2", "s3", "s4", "s5"].map((id) => running(id, 8 * GiB))],
+      ["h0", ["t1", "t2", "t3", "t4", "t5"].map((id) => running(id, 8 * GiB))],
+    ])
+    const moves = MakeRoom.forHolds(input({ fleet: two, holds: [starving("big", "h1"), starving("big2", "h0")], running: runs, maxMoves: 10 }))
+    expect(moves.every((m) => m.toHostId !== "h0" && m.toHostId !== "h1")).toBe(true)
+    // h2 has 48 GiB free, h3 24: the first session's moves fill h3 (tightest), the second's then go to h2.
+    const into = new Map<string, number>()
+    for (const m of moves) into.set(m.toHostId, (into.get(m.toHostId) ?? 0) + m.budget.memMib)
+    expect((into.get("h2") ?? 0) <= 48 * GiB && (into.get("h3") ?? 0) <= 24 * GiB).toBe(true)
+    expect(pairs(moves)).toEqual([
+      ["s5", "h1", "h3"],
+      ["s4", "h1", "h3"],
+      ["s1", "h1", "h3"],
+      ["t5", "h0", "h2"],
+      ["t4", "h0", "h2"],
+      ["t1", "h0", "h2"],
+    ])
   })
 })

@@ -11,14 +11,18 @@
  * checked between steps through an injected predicate: a replica that loses the lock stops at
  * once. Each step is told to `ReaperEvents` as it happens (metrics, logs, wake-ups).
  *
+ * With `moves` set, a fifth step after the drain: room made by moving running sessions off the
+ * hosts held for starving sessions (core's `MakeRoom.forHolds` decides; each move begun through
+ * `Store.beginMove`, as the API's, so the agents run it and the guard judges it like any move).
+ *
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
  */
-import { Lifetime, ParkPolicy } from "@engram/core"
+import { Lifetime, MakeRoom, ParkPolicy } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
 import { Store } from "@engram/store"
-import type { FleetRead, StoreShape } from "@engram/store"
-import { Effect } from "effect"
+import type { FleetRead, Move, Session, StoreShape } from "@engram/store"
+import { Clock, Effect } from "effect"
 import { ReaperEvents } from "./ReaperEvents.js"
 import type { Event, Source } from "./ReaperEvents.js"
 import * as ReaperState from "./ReaperState.js"
@@ -36,6 +40,34 @@ export interface Options {
    * Missing: a fresh memory for this call only (no holds kept, no reserve of free room).
    */
   readonly state?: ReaperState.ReaperState | undefined
+  /** Moves for starving sessions after the drain (`MakeRoom.forHolds`); missing: no moves. */
+  readonly moves?: MoveOptions | undefined
+}
+
+/** How a pass moves running sessions to make room for starving ones. */
+export interface MoveOptions {
+  /** What a move costs (`MakeRoom.Costs`); its `maxDowntimeMs` is each begun move's downtime budget. */
+  readonly costs: MakeRoom.Costs
+  /** At most this many moves begun in one pass. */
+  readonly maxPerPass: number
+  /**
+   * The RAM a running session's guest touches (what its move copies). Missing: its
+   * reservation's RAM, the most a move of it can copy.
+   */
+  readonly residentMib?: ((session: Session) => number) | undefined
+  /**
+   * A move the pass began that no agent has taken past its point of no return (its intent or
+   * final round) this long after it began is aborted (reason `timeout`), as the API aborts its
+   * own on `ENGRAM_MOVE_TIMEOUT_MS`: the session runs on at its source and can idle again.
+   * Missing: never (the simulator, whose moves always end).
+   */
+  readonly timeoutMs?: number | undefined
+}
+
+/** A move a pass began to make room, and the plan it carries out. */
+export interface MoveBegun {
+  readonly moveId: string
+  readonly planned: MakeRoom.Planned
 }
 
 /** A placement a drain made. */
@@ -69,6 +101,8 @@ export type PassReport =
       readonly withoutRoom: number
       readonly unplaceable: number
       readonly holds: readonly ParkGate.Hold[]
+      /** Moves begun to make room for starving sessions (`Options.moves`). */
+      readonly moves: readonly MoveBegun[]
     }
 
 /** What one immediate reaction did. */
@@ -82,6 +116,9 @@ export type ReactReport =
     }
 
 const LOST = "lost the leader lock mid-pass"
+
+/** The abort reason of a move the pass began that timed out (the API's own word for its timeout). */
+export const timeoutReason = "timeout"
 
 /** Tells the listener an event; undefined when nobody listens (then nothing is built or run). */
 type Tell = ((event: Event) => Effect.Effect<void>) | undefined
@@ -168,6 +205,99 @@ const lifetimes = (
     return { idled, expired }
   })
 
+/**
+ * The pass's own moves that timed out (`MoveOptions.timeoutMs`), aborted before their point of no
+ * return (the store's conditional abort, as the API's timeout); the memory keeps only the pass's
+ * moves still pending. Answers the moves still pending, or null when leadership was lost.
+ */
+const timeOut = (store: StoreShape, moves: MoveOptions, state: ReaperState.ReaperState, open: readonly Move[], leading: () => boolean, tell: Tell) =>
+  Effect.gen(function* () {
+    const pendingIds = new Set(open.map((m) => m.id))
+    for (const id of state.moves) if (!pendingIds.has(id)) state.moves.delete(id)
+    const timeoutMs = moves.timeoutMs
+    if (timeoutMs === undefined || state.moves.size === 0) return open
+    const now = yield* Clock.currentTimeMillis
+    const aborted = new Set<string>()
+    for (const m of open) {
+      if (!state.moves.has(m.id) || now - m.createdAt < timeoutMs) continue
+      if (!leading()) {
+        if (tell) yield* tell({ _tag: "LeadershipLost", source: "pass", step: "moves" })
+        return null
+      }
+      const abort = yield* Effect.result(store.abortMove(m.id, timeoutReason, { onlyBeforeFinalRound: true }))
+      if (abort._tag === "Failure" && abort.failure._tag === "Unavailable") continue
+      // Aborted, or past its point of no return (the source's commit or abort settles it): no longer the pass's to time out.
+      state.moves.delete(m.id)
+      if (abort._tag === "Success") {
+        aborted.add(m.id)
+        if (tell) yield* tell({ _tag: "MoveTimedOut", move: abort.success })
+      }
+    }
+    return open.filter((m) => !aborted.has(m.id))
+  })
+
+/**
+ * The moves step of a pass: when a starving session's host is held (or a move the passes began
+ * is still open), the open moves (the pass's own timed out first), one more fleet read and the
+ * running sessions of the holds' hosts moves may serve, then core's `MakeRoom.forHolds`; each
+ * planned move is begun while this replica leads. A failed read skips the step (told); a move
+ * the store refuses (its session changed, its target filled) is skipped and told. Null:
+ * leadership was lost midway.
+ */
+const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state: ReaperState.ReaperState, leading: () => boolean, tell: Tell) =>
+  Effect.gen(function* () {
+    const begun: MoveBegun[] = []
+    const holds = state.memory.holds
+    const starving = holds.some((h) => h.reason === "starving")
+    if (!starving && state.moves.size === 0) return begun
+    const failed = (reason: string) => (tell ? tell({ _tag: "MovesFailed", reason }).pipe(Effect.as(begun)) : Effect.succeed(begun))
+    const open = yield* Effect.result(store.listMoves({ state: "pending" }))
+    if (open._tag === "Failure") return yield* failed(open.failure.reason)
+    const pending = yield* timeOut(store, moves, state, open.success, leading, tell)
+    if (pending === null) return null
+    if (!starving) return begun
+    const read = yield* Effect.result(store.fleetView())
+    if (read._tag === "Failure") return yield* failed(read.failure.reason)
+    const limits = store.limits()
+    const movingFrom = new Set(pending.map((m) => m.sourceHostId))
+    const running = new Map<string, MakeRoom.Running[]>()
+    for (const hold of MakeRoom.servable(read.success, holds, movingFrom, limits)) {
+      const sessions = yield* Effect.result(store.listSessions({ hostId: hold.hostId, state: "running" }))
+      if (sessions._tag === "Failure") return yield* failed(sessions.failure.reason)
+      running.set(
+        hold.hostId,
+        sessions.success.map((s) => ({ sessionId: s.id, budget: s.budget, residentMib: moves.residentMib?.(s) ?? s.budget.memMib })),
+      )
+    }
+    if (running.size === 0) return begun
+    const planned = MakeRoom.forHolds({
+      fleet: read.success,
+      holds,
+      running,
+      movingFrom,
+      now: read.success.readAt,
+      gate: options.policyOptions ?? ParkPolicy.defaultOptions,
+      maxMoves: moves.maxPerPass,
+      costs: moves.costs,
+      limits,
+    })
+    for (const m of planned) {
+      if (!leading()) {
+        if (tell) yield* tell({ _tag: "LeadershipLost", source: "pass", step: "moves" })
+        return null
+      }
+      const move = yield* Effect.result(store.beginMove({ sessionId: m.sessionId, targetHostId: m.toHostId, maxDowntimeMs: moves.costs.maxDowntimeMs }))
+      if (move._tag === "Success") {
+        begun.push({ moveId: move.success.id, planned: m })
+        if (moves.timeoutMs !== undefined) state.moves.add(move.success.id)
+        if (tell) yield* tell({ _tag: "MoveBegun", move: move.success, planned: m })
+      } else if (tell) {
+        yield* tell({ _tag: "MoveNotBegun", planned: m, reason: `${move.failure._tag}: ${move.failure.message}` })
+      }
+    }
+    return begun
+  })
+
 // The pass is one generator with the steps inline: it runs every few seconds over the whole
 // fleet, and each nested generator or event nobody hears costs allocations there.
 
@@ -246,6 +376,10 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     } else if (tell) {
       yield* tell({ _tag: "DrainFailed", reason: drained.failure.reason })
     }
+
+    // 5. Moves for starving sessions whose held host's parks cannot make the room.
+    const moves = options.moves === undefined ? [] : yield* makeRoom(store, options.moves, options, state, leading, tell)
+    if (moves === null) return { _tag: "Held", reason: LOST } satisfies PassReport
     return {
       _tag: "Done",
       reclaimed,
@@ -258,6 +392,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
       withoutRoom: decision?.withoutRoom ?? 0,
       unplaceable: decision?.unplaceable ?? 0,
       holds: decision?.holds ?? state.memory.holds,
+      moves,
     } satisfies PassReport
   })
 

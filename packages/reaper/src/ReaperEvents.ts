@@ -3,8 +3,8 @@
  * metrics, log lines and wake-ups of host agents; the fleet simulator into its own books. The
  * pass runs without a listener (every event is dropped); an app provides `ReaperEvents` to hear.
  */
-import type { ParkPolicy } from "@engram/core"
-import type { DrainResult, FleetRead, ReclaimResult } from "@engram/store"
+import type { MakeRoom, ParkPolicy } from "@engram/core"
+import type { DrainResult, FleetRead, Move, ReclaimResult } from "@engram/store"
 import { Context, Effect, Layer } from "effect"
 
 /** Which entry point decided: the periodic pass or the immediate reaction to a session that queued. */
@@ -30,6 +30,14 @@ export type Event =
   | { readonly _tag: "DescentFailed"; readonly source: Source; readonly yield: ParkPolicy.PolicyYield; readonly reason: string }
   | { readonly _tag: "Drained"; readonly result: DrainResult }
   | { readonly _tag: "DrainFailed"; readonly reason: string }
+  /** A move begun to make room for a starving session (`Reaper.Options.moves`): the agents run it. */
+  | { readonly _tag: "MoveBegun"; readonly move: Move; readonly planned: MakeRoom.Planned }
+  /** A move the pass began that no agent took past its point of no return in time: aborted, the session runs on at its source. */
+  | { readonly _tag: "MoveTimedOut"; readonly move: Move }
+  /** The moves step could not read what it plans on (the fleet, the open moves, a host's sessions): no move this pass. */
+  | { readonly _tag: "MovesFailed"; readonly reason: string }
+  /** A planned move the store refused (its session or target changed first) or could not begin. */
+  | { readonly _tag: "MoveNotBegun"; readonly planned: MakeRoom.Planned; readonly reason: string }
   /** The leader lock was lost between two steps: the pass stops there. */
   | { readonly _tag: "LeadershipLost"; readonly source: Source; readonly step: string }
 

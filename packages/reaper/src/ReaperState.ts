@@ -1,6 +1,7 @@
 /**
  * What the reaper remembers from one pass to the next: the park gate's memory (the hosts held
- * for starving sessions) and the recent demand for room, measured from the store's cumulative
+ * for starving sessions), the moves it began to make room (so it can time them out) and the
+ * recent demand for room, measured from the store's cumulative
  * `totalReservedMib` (every replica's placements count, not only this one's). Leader-local: a
  * new leader starts empty, and the gate rebuilds both within a few passes.
  */
@@ -56,8 +57,10 @@ export class DemandMeter {
 export interface ReaperState {
   /** What the gate answered last (`ParkGate.Decision.holds`). */
   memory: ParkGate.Memory
+  /** The open moves the passes began for starving sessions (`Reaper.Options.moves`), by id. */
+  readonly moves: Set<string>
   readonly meter: DemandMeter
 }
 
 /** A fresh memory. */
-export const make = (meter: MeterOptions = defaultMeterOptions): ReaperState => ({ memory: ParkGate.noMemory, meter: new DemandMeter(meter) })
+export const make = (meter: MeterOptions = defaultMeterOptions): ReaperState => ({ memory: ParkGate.noMemory, moves: new Set(), meter: new DemandMeter(meter) })

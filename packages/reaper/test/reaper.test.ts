@@ -1,6 +1,6 @@
 // The shared reaper pass and the immediate reaction, on the in-memory store under a TestClock.
 import { assert, describe, it } from "@effect/vitest"
-import { Limits, ParkGate, ParkPolicy } from "@engram/core"
+import { Limits, MakeRoom, ParkGate, ParkPolicy } from "@engram/core"
 import { Store, Unavailable } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer } from "effect"
@@ -229,6 +229,75 @@ describe("Reaper.pass", () => {
       assert.deepStrictEqual(after._tag === "Done" ? after.placed : null, [{ sessionId: "big", hostId: held }])
       assert.deepStrictEqual(state.memory.holds, [])
     }).pipe(Effect.provide(storeLayer())))
+})
+
+describe("Reaper.pass moves for starving sessions", () => {
+  const GiB = 1024
+  /** h1 (held for a starving 24 GiB session) runs two 8 GiB sessions beside 8 GiB free; h2 has 16 GiB, empty. */
+  const fleet = Effect.gen(function* () {
+    const store = yield* Store
+    yield* host("h1", 24 * GiB)
+    yield* host("h2", 16 * GiB)
+    for (const id of ["a", "b"]) {
+      yield* store.createSession({ id, budget: { memMib: 8 * GiB, vcpus: 1 }, affinity: ["h1"] })
+      yield* store.markRunning(id)
+    }
+    yield* store.createSession({ id: "big", budget: { memMib: 24 * GiB, vcpus: 1 } })
+    yield* TestClock.adjust(ParkPolicy.defaultOptions.starvationLimitMs + 1000)
+  })
+  const moves: Reaper.MoveOptions = { costs: MakeRoom.defaultCosts, maxPerPass: 8 }
+
+  it.effect("the pass begins core's moves after the drain and tells each; without the option it begins none", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      yield* fleet
+      const off = yield* Reaper.pass({ state: ReaperState.make() })
+      assert.deepStrictEqual(off._tag === "Done" ? off.moves : null, [])
+      const pass = yield* Reaper.pass({ state: ReaperState.make(), moves })
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.moves.map((m) => [m.planned.sessionId, m.planned.toHostId]) : null, [
+        ["b", "h2"],
+        ["a", "h2"],
+      ])
+      const begun = rec.events.filter((e) => e._tag === "MoveBegun")
+      assert.deepStrictEqual(begun.map((e) => (e._tag === "MoveBegun" ? [e.move.sessionId, e.move.sourceHostId, e.move.targetHostId] : null)), [
+        ["b", "h1", "h2"],
+        ["a", "h1", "h2"],
+      ])
+      assert.strictEqual(yield* stateOf("b"), "moving")
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
+  it.effect("a failed read of the open moves skips the step: told, nothing begun, the pass done", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      yield* fleet
+      const store = yield* Store
+      const flaky = Store.of({ ...store, listMoves: () => Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000 })) })
+      const pass = yield* Reaper.pass({ state: ReaperState.make(), moves }).pipe(Effect.provideService(Store, flaky))
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.moves : null, [])
+      assert.deepStrictEqual(
+        rec.events.filter((e) => e._tag === "MovesFailed"),
+        [{ _tag: "MovesFailed", reason: "down (test)" }],
+      )
+      assert.strictEqual(yield* stateOf("b"), "running")
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
+  it.effect("a replica that loses the lock before the moves begins none: the pass is held", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      yield* fleet
+      let asked = 0
+      // Leading for every step up to the drain (reclaim, gate, drain), then no longer.
+      const pass = yield* Reaper.pass({ state: ReaperState.make(), moves, leading: () => ++asked <= 3 })
+      assert.strictEqual(pass._tag, "Held")
+      assert.deepStrictEqual(
+        rec.events.filter((e) => e._tag === "LeadershipLost"),
+        [{ _tag: "LeadershipLost", source: "pass", step: "moves" }],
+      )
+      assert.deepStrictEqual(yield* (yield* Store).listMoves({ state: "pending" }), [])
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
 })
 
 describe("Trigger", () => {

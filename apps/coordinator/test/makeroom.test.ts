@@ -1,0 +1,191 @@
+// Moves for starving sessions in the coordinator's reaper pass (ENGRAM_MAKE_ROOM_MOVES), on each
+// real store (the in-memory one, PGlite, PostgreSQL) under a TestClock: no sleeps, the
+// starvation limit passed by hand, the agents' rounds and commits made through the store as
+// their HTTP calls make them.
+import { assert, describe, it } from "@effect/vitest"
+import { Limits, ParkPolicy } from "@engram/core"
+import { Config, Metrics, Notifier, reaperPass, Settings } from "@engram/coordinator"
+import type { PassReport } from "@engram/coordinator"
+import { Changes, Store } from "@engram/store"
+import type { Unavailable } from "@engram/store"
+import { StorePg } from "@engram/store-pg"
+import { StoreSim } from "@engram/store-sim"
+import { freshDatabase } from "@engram/test-pg"
+import type { TestDatabase } from "@engram/test-pg"
+import { Effect, Layer } from "effect"
+import { TestClock } from "effect/testing"
+import { afterAll } from "vitest"
+
+const GiB = 1024
+
+// Heartbeats are not the point here: a day-long stale window keeps reservations alive while the clock jumps.
+const longLived = (() => {
+  const r = Limits.make({ heartbeatStaleWindowMs: 24 * 60 * 60 * 1000 })
+  if (r._tag === "Invalid") throw new Error("bad test limits")
+  return r.limits
+})()
+
+const databases: Promise<TestDatabase>[] = []
+afterAll(async () => {
+  for (const d of databases) await (await d).drop()
+})
+
+/** Each backend, a fresh store per test. */
+const backends: readonly (readonly [string, () => Layer.Layer<Store, Unavailable>])[] = [
+  ["in-memory", () => StoreSim.layer({ limits: longLived })],
+  ["PGlite", () => StorePg.layerPglite({ limits: longLived })],
+  [
+    "PostgreSQL",
+    () =>
+      Layer.unwrap(
+        Effect.promise(() => {
+          const db = freshDatabase()
+          databases.push(db)
+          return db
+        }).pipe(Effect.map((db) => StorePg.layer({ url: db.url, limits: longLived }))),
+      ),
+  ],
+]
+
+/** The coordinator's settings from these variables over the defaults. */
+const settings = (variables: Record<string, string>) => {
+  const parsed = Config.parse(variables)
+  if (parsed._tag === "Invalid") throw new Error(`bad test settings: ${JSON.stringify(parsed.issues)}`)
+  return Layer.succeed(Settings, Settings.of({ config: parsed.config, backend: "custom" }))
+}
+const on = (perPass?: number) => settings({ ENGRAM_MAKE_ROOM_MOVES: "1", ...(perPass === undefined ? {} : { ENGRAM_MAKE_ROOM_MOVES_PER_PASS: String(perPass) }) })
+
+const services = (store: Layer.Layer<Store, Unavailable>) => Layer.mergeAll(Metrics.layer, Notifier.layer.pipe(Layer.provide(Changes.local))).pipe(Layer.provideMerge(store))
+
+/**
+ * Three 64 GiB hosts full of running 8 GiB sessions: h1 runs five (24 GiB free), h0 and h2 as
+ * many as `h0UsedGiB` and `h2UsedGiB` make. Then a 48 GiB session queues (it fits nowhere) and
+ * waits past the starvation limit: the gate holds h1 for it (the host with the most free RAM),
+ * and no park anywhere can make its room.
+ */
+const starvingOnFullHosts = (h0UsedGiB = 48, h2UsedGiB = 40) =>
+  Effect.gen(function* () {
+    const store = yield* Store
+    for (const [id, usedGiB] of [["h0", h0UsedGiB], ["h1", 40], ["h2", h2UsedGiB]] as const) {
+      yield* store.registerHost({ id })
+      // Capacity after policy = allocatable − 1024 (the system reserve).
+      yield* store.reportHost(id, { totalMib: 64 * GiB + 2048, allocatableMib: 64 * GiB + 1024, totalVcpus: 64 })
+      for (let k = 0; k < usedGiB / 8; k++) {
+        const placed = yield* store.createSession({ id: `${id}-s${k}`, budget: { memMib: 8 * GiB, vcpus: 1 }, affinity: [id] })
+        assert.strictEqual(placed._tag === "Placed" ? placed.session.hostId : "queued", id)
+        yield* store.markRunning(`${id}-s${k}`)
+      }
+    }
+    const big = yield* store.createSession({ id: "big", budget: { memMib: 48 * GiB, vcpus: 1 } })
+    assert.strictEqual(big._tag, "Queued")
+    yield* TestClock.adjust(ParkPolicy.defaultOptions.starvationLimitMs + 1000)
+  })
+
+/** The open moves as [session, source, target], by session id (begun at one instant, their order is their ids'). */
+const openMoves = Effect.gen(function* () {
+  const moves = yield* (yield* Store).listMoves({ state: "pending" })
+  return moves.map((m) => [m.sessionId, m.sourceHostId, m.targetHostId]).sort((a, b) => String(a[0]).localeCompare(String(b[0])))
+})
+
+/** The source agent's last two calls for every open move: the final round, then the commit. */
+const commitAll = Effect.gen(function* () {
+  const store = yield* Store
+  for (const m of yield* store.listMoves({ state: "pending" })) {
+    yield* store.recordRound(m.id, { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 })
+    yield* store.commitMove(m.id, { downtimeMs: 300, captureMs: 5, sendMs: 10, commitMs: 200 })
+  }
+})
+
+const movesOf = (report: PassReport) => (report._tag === "Done" ? report.moves.map((m) => [m.planned.sessionId, m.planned.fromHostId, m.planned.toHostId]) : null)
+const placedOf = (report: PassReport) => (report._tag === "Done" ? report.placed : null)
+
+for (const [name, store] of backends) {
+  describe(`make-room moves in the reaper pass: ${name}`, () => {
+    it.effect("on: moves begin off the starving session's held host to where they fit best; once they commit it places there", () =>
+      Effect.gen(function* () {
+        yield* starvingOnFullHosts()
+        const first = yield* reaperPass
+        assert.deepStrictEqual(first._tag === "Done" ? first.holds : null, [{ sessionId: "big", hostId: "h1", reason: "starving" }])
+        // Gap 24 GiB: the largest until one closes it (ties by id, the last), h0 fitting tightest.
+        const planned = [
+          ["h1-s4", "h1", "h0"],
+          ["h1-s3", "h1", "h0"],
+          ["h1-s0", "h1", "h2"],
+        ]
+        assert.deepStrictEqual(movesOf(first), planned)
+        assert.deepStrictEqual(yield* openMoves, [...planned].sort((a, b) => String(a[0]).localeCompare(String(b[0]))))
+        assert.strictEqual((yield* (yield* Store).getSession("h1-s4")).state, "moving")
+        // While they run, no second move starts for the host or its sessions.
+        assert.deepStrictEqual(movesOf(yield* reaperPass), [])
+        yield* commitAll
+        const after = yield* reaperPass
+        assert.deepStrictEqual(placedOf(after), [{ sessionId: "big", hostId: "h1" }])
+        assert.deepStrictEqual(movesOf(after), [])
+        assert.strictEqual((yield* (yield* Store).getSession("h1-s0")).hostId, "h2")
+      }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
+    )
+
+    it.effect("a move no agent takes up within ENGRAM_MOVE_TIMEOUT_MS is aborted by a later pass; one past its intent is left to its source", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        yield* starvingOnFullHosts()
+        const first = yield* reaperPass
+        const ids = first._tag === "Done" ? first.moves.map((m) => m.moveId) : []
+        assert.strictEqual(ids.length, 3)
+        // The source of the first recorded its intent: the guest may pause at any moment now.
+        yield* store.recordRound(ids[0] as string, { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 })
+        yield* TestClock.adjust(Config.defaults().moveTimeoutMs - 1000)
+        yield* reaperPass
+        assert.deepStrictEqual((yield* openMoves).length, 3)
+        yield* TestClock.adjust(2000)
+        const late = yield* reaperPass
+        const states = yield* Effect.forEach(ids, (id) => Effect.map(store.getMove(id), (m) => [m.state, m.abortReason]))
+        assert.deepStrictEqual(states, [
+          ["pending", null],
+          ["aborted", "timeout"],
+          ["aborted", "timeout"],
+        ])
+        // The aborted moves' sessions run on at their source; no new move while the first runs.
+        const second = yield* store.getMove(ids[1] as string)
+        assert.deepStrictEqual([(yield* store.getSession(second.sessionId)).state, (yield* store.getSession(second.sessionId)).hostId], ["running", "h1"])
+        assert.deepStrictEqual(movesOf(late), [])
+      }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
+    )
+
+    it.effect("off (the default, or no settings): the same fleet gets no move", () =>
+      Effect.gen(function* () {
+        yield* starvingOnFullHosts()
+        assert.deepStrictEqual(movesOf(yield* reaperPass.pipe(Effect.provide(settings({})))), [])
+        assert.deepStrictEqual(movesOf(yield* reaperPass), [])
+        assert.deepStrictEqual(yield* openMoves, [])
+      }).pipe(Effect.provide(services(store()))),
+    )
+
+    it.effect("no move while the room is not split: the fleet's free RAM cannot take the queue", () =>
+      Effect.gen(function* () {
+        // Free: h0 0, h1 24, h2 16 GiB = 40 < 48.
+        yield* starvingOnFullHosts(64, 48)
+        const pass = yield* reaperPass
+        assert.strictEqual(pass._tag === "Done" && pass.holds.some((h) => h.reason === "starving"), true)
+        assert.deepStrictEqual(movesOf(pass), [])
+        assert.deepStrictEqual(yield* openMoves, [])
+      }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
+    )
+
+    it.effect("at most ENGRAM_MAKE_ROOM_MOVES_PER_PASS moves a pass: the first now, the rest once they end", () =>
+      Effect.gen(function* () {
+        yield* starvingOnFullHosts()
+        assert.deepStrictEqual(movesOf(yield* reaperPass), [
+          ["h1-s4", "h1", "h0"],
+          ["h1-s3", "h1", "h0"],
+        ])
+        assert.deepStrictEqual(movesOf(yield* reaperPass), [])
+        yield* commitAll
+        // h0 is full now; the 8 GiB still missing on h1 go to h2.
+        assert.deepStrictEqual(movesOf(yield* reaperPass), [["h1-s0", "h1", "h2"]])
+        yield* commitAll
+        assert.deepStrictEqual(placedOf(yield* reaperPass), [{ sessionId: "big", hostId: "h1" }])
+      }).pipe(Effect.provide(Layer.merge(services(store()), on(2)))),
+    )
+  })
+}
