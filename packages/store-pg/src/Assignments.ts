@@ -4,7 +4,8 @@
  * An agent's first poll after a reconnect is this read; thousands of agents reconnecting at once
  * made three reads (the host, its sessions, its moves) the coordinator's bottleneck. The text is
  * constant (the states travel as one jsonb parameter), so it is prepared once per connection;
- * the sessions come by `sessions_host_idx`, the moves by `moves_source_idx` and `moves_target_idx`.
+ * the sessions come by `sessions_host_idx`, the moves by the partial (pending only) indexes
+ * `moves_source_pending_idx` and `moves_target_pending_idx`, never through the host's ended moves.
  */
 import { assignedStates, NotFound } from "@engram/store"
 import type { Host, HostAssignments, HostReport, StoreShape } from "@engram/store"

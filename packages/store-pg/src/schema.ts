@@ -169,6 +169,10 @@ export const moves = pgTable(
     index("moves_created_idx").on(t.createdAt, t.id),
     index("moves_source_idx").on(t.sourceHostId),
     index("moves_target_idx").on(t.targetHostId),
+    // A host's pending moves (its assignments, `listMoves({ hostId, state: "pending" })`): moves
+    // are never deleted, so the whole-state indexes above walk the host's every past move.
+    index("moves_source_pending_idx").on(t.sourceHostId).where(sql`${t.state} = 'pending'`),
+    index("moves_target_pending_idx").on(t.targetHostId).where(sql`${t.state} = 'pending'`),
   ],
 )
 
