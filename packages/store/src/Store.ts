@@ -80,9 +80,9 @@ export interface StoreShape {
    */
   readonly removeHost: (id: string) => Fx<Host, NotFound | Refused>
   /**
-   * A host's assignments in one read: the host, its sessions in the assigned states and its
-   * pending moves (what `getHost`, `listSessions({ hostId })` and `listMoves({ hostId, state:
-   * "pending" })` answer, filtered alike), all as of one moment. An unknown host is `NotFound`.
+   * A host's assignments in one read: its sessions in the assigned states and its pending moves
+   * (what `listSessions({ hostId })` and `listMoves({ hostId, state: "pending" })` answer,
+   * filtered alike), as of one moment. An unknown host is `NotFound`.
    */
   readonly hostAssignments: (hostId: string) => Fx<HostAssignments, NotFound>
   /** A page of hosts, by id. A cursor that is not one of this list's is `InvalidInput` naming `cursor`. */

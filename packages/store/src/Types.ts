@@ -186,9 +186,12 @@ export interface MoveFilter {
  */
 export const assignedStates: readonly SessionState[] = ["pending", "running", "parked", "descending", "moving"]
 
-/** A host's assignments as one read (`hostAssignments`): what its agent acts on. */
+/**
+ * A host's assignments as one read (`hostAssignments`): what its agent acts on. Not the host's
+ * record (`getHost` answers it): the coordinator needs only to know the host exists.
+ */
 export interface HostAssignments {
-  readonly host: Host
+  readonly hostId: string
   /** Its sessions in the assigned states (`assignedStates`), oldest first (`[createdAt, id]`). */
   readonly sessions: readonly Session[]
   /** The pending moves it is the source or the target of, oldest first (`[createdAt, id]`). */
