@@ -191,8 +191,13 @@ export const movePairs = pgTable(
     recordedAtMs: jsonb("recorded_at_ms").notNull().default([]),
     updatedAt: ms("updated_at").notNull(),
   },
-  // The allowance reads the pairs with a recent commit (`updated_at` within the horizon).
-  (t) => [primaryKey({ columns: [t.sourceHostId, t.targetHostId] }), index("move_pairs_updated_at_idx").on(t.updatedAt)],
+  // The allowance reads the pairs with a recent commit (`updated_at` within the horizon), the
+  // latest first; and the pairs into a move's target (`listAllowanceCommits`: the target's pool).
+  (t) => [
+    primaryKey({ columns: [t.sourceHostId, t.targetHostId] }),
+    index("move_pairs_updated_at_idx").on(t.updatedAt),
+    index("move_pairs_target_idx").on(t.targetHostId, t.updatedAt),
+  ],
 )
 
 /**

@@ -1034,6 +1034,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         )
       }),
 
+    listAllowanceCommits: (query) =>
+      Effect.suspend(() => {
+        const bad = Validate.allowanceCommitsQuery(query)
+        return bad ? Effect.fail(bad) : Effect.succeed(Downtime.allowanceCommits([...pairs.values()], query))
+      }),
+
     abortMove: (moveId, reason, options = {}) =>
       Effect.gen(function* () {
         const bad = Validate.text("reason", reason) ?? Validate.estimateMs(options.estimateMs)

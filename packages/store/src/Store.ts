@@ -30,6 +30,7 @@ import type {
   MoveGuardReport,
   MovePhases,
   MoveFilter,
+  AllowanceCommitsQuery,
   PairCommits,
   PairFilter,
   MoveRound,
@@ -256,6 +257,15 @@ export interface StoreShape {
    * allowance of them. A bad filter is `InvalidInput` naming its field.
    */
   readonly listPairCommits: (filter?: PairFilter) => Fx<readonly PairCommits[], InvalidInput>
+  /**
+   * The commits the allowances of moves from one host to some targets may count, bounded: core's
+   * `Downtime.allowanceCommits` of every pair (at most `limit` of each of the pair's own, the
+   * others' into each target, and the rest of the fleet's), over which `Downtime.pairAllowance`
+   * answers as over every recent pair, in one read whatever the fleet's size. A store may rely on
+   * a pair's commits being recorded oldest first, its last at its `updatedAt`. A bad query is
+   * `InvalidInput` naming its field.
+   */
+  readonly listAllowanceCommits: (query: AllowanceCommitsQuery) => Fx<readonly PairCommits[], InvalidInput>
 }
 
 /** The store service. */
@@ -300,4 +310,5 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "pageMoves",
   "lifetimesDue",
   "listPairCommits",
+  "listAllowanceCommits",
 ])

@@ -159,6 +159,13 @@ export type MoveGuard = core.Move.Guard
 /** The recent commit phases of moves from one host to another (SPEC §13: the guard learns its allowance from them). */
 export type PairCommits = core.Downtime.PairCommits
 
+/**
+ * Which commits `listAllowanceCommits` answers: those the allowances of moves from
+ * `sourceHostId` to each of `targetHostIds` may count, recorded since `recordedSince`, at most
+ * `limit` of each group (core's `Downtime.allowanceCommits`; `limit` is core's `Downtime.poolLimit`).
+ */
+export type AllowanceCommitsQuery = core.Downtime.AllowanceCommitsQuery
+
 /** Filters of `listPairCommits`. */
 export interface PairFilter {
   readonly sourceHostId?: string | undefined
