@@ -5,8 +5,8 @@
  * most `limit` of each; reading every pair with a commit within the horizon (`listPairCommits`)
  * grew with the fleet. Here the asked pairs come by primary key, the others into an asked target
  * by `move_pairs_target_idx`, and the rest of the fleet by `move_pairs_updated_at_idx`, only the
- * `limit` pairs with the latest last commits (a pair's commits are recorded oldest first, its last
- * at `updated_at`, so no older pair holds one of the `limit` most recent).
+ * `limit` pairs with the latest last commits, ties included (a pair's commits are recorded oldest
+ * first, its last at `updated_at`, so no older pair holds one of the `limit` most recent).
  */
 import { Validate } from "@engram/store"
 import type { AllowanceCommitsQuery, PairCommits, StoreShape } from "@engram/store"
@@ -30,18 +30,16 @@ export const allowanceCommitsSql = (q: AllowanceCommitsQuery) => {
   const since = sinceMs(q.recordedSince)
   // The asked targets as an array the planner probes the indexes with (`= any`), not a join.
   const asked = sql`array(select jsonb_array_elements_text(${targets}::jsonb))`
-  return sql`with bound as (select coalesce((select p.updated_at from move_pairs p
-      where p.updated_at >= ${since} and p.target_host_id <> all(${asked}) and jsonb_array_length(p.commits_ms) > 0
-      order by p.updated_at desc offset ${q.limit - 1} limit 1), ${since}) as at),
-  chosen as (
+  return sql`with chosen as (
     select p.*, 'p' || p.target_host_id as grp from move_pairs p
       where p.source_host_id = ${q.sourceHostId} and p.target_host_id = any(${asked}) and p.updated_at >= ${since}
     union all
     select p.*, 't' || p.target_host_id from move_pairs p
       where p.target_host_id = any(${asked}) and p.source_host_id <> ${q.sourceHostId} and p.updated_at >= ${since}
     union all
-    select p.*, 'f' from move_pairs p
-      where p.target_host_id <> all(${asked}) and p.updated_at >= (select at from bound)),
+    select f.*, 'f' from (select * from move_pairs p
+      where p.target_host_id <> all(${asked}) and p.updated_at >= ${since} and jsonb_array_length(p.commits_ms) > 0
+      order by p.updated_at desc fetch first (${q.limit}::int) rows with ties) f),
   samples as (
     select c.source_host_id, c.target_host_id, c.updated_at, c.grp, e.i, (e.v #>> '{}')::float8 as commit_ms,
       coalesce((c.recorded_at_ms -> (e.i::int - 1)) #>> '{}', c.updated_at::text)::float8 as at_ms

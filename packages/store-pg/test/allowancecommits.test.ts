@@ -51,4 +51,35 @@ describe("the allowance commits statement", () => {
       await db.drop()
     }
   }, 120_000)
+
+  it("answers core's `allowanceCommits` when many commits and pairs share a time", async () => {
+    const db = await freshDatabase()
+    const sql = postgres(db.url, { max: 1, onnotice: () => undefined })
+    try {
+      await migrate(db.url)
+      // 30 hosts, each with commits to its next 3; each pair's commits at a few whole seconds,
+      // so times tie within a pair, across pairs, and at every group's cut.
+      const hosts = 30
+      await sql`insert into move_pairs (source_host_id, target_host_id, commits_ms, recorded_at_ms, updated_at)
+        select 'h' || h, 'h' || ((h + k - 1) % ${hosts} + 1),
+          (select jsonb_agg((h * 7 + k * 13 + i * 31) % 90 order by i) from generate_series(1, 6) i),
+          (select jsonb_agg(1000 * ((h + k + i) / 4) order by i) from generate_series(1, 6) i),
+          1000 * ((h + k + 6) / 4)
+        from generate_series(1, ${hosts}) h, generate_series(1, 3) k`
+      const queries = [1, 2, 5, 17].flatMap((s) =>
+        [[], [`h${(s % hosts) + 1}`], [`h${(s % hosts) + 1}`, `h${((s + 2) % hosts) + 1}`, "nowhere"]].flatMap((targetHostIds) =>
+          [1, 2, 3, 7].flatMap((limit) => [0, 5000, 8000].map((recordedSince) => ({ sourceHostId: `h${s}`, targetHostIds, recordedSince, limit }))),
+        ),
+      )
+      const [answers, every] = await Effect.runPromise(
+        Effect.scoped(
+          Effect.flatMap(StorePg.openUrl({ url: db.url }), ({ store }) => Effect.all([Effect.forEach(queries, (q) => store.listAllowanceCommits(q)), store.listPairCommits()])),
+        ),
+      )
+      queries.forEach((q, i) => expect(answers[i], JSON.stringify(q)).toStrictEqual(Downtime.allowanceCommits(every, q)))
+    } finally {
+      await sql.end()
+      await db.drop()
+    }
+  }, 120_000)
 })
