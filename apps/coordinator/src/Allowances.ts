@@ -16,10 +16,16 @@ export interface AllowanceSettings {
   readonly horizonMs: number
 }
 
-/** Every pair with a commit within the horizon at `nowMs`: all an allowance may count, in one read. */
-const recentPairs = (store: StoreShape, s: AllowanceSettings, nowMs: number) => store.listPairCommits({ recordedSince: nowMs - s.horizonMs + 1 })
+/**
+ * The commits within the horizon at `nowMs` that the allowances of moves from `sourceHostId` to
+ * `targetHostIds` may count, in one bounded read (core's `Downtime.allowanceCommits`, cut to
+ * `Downtime.poolLimit`): the answer of `Downtime.pairAllowance` over every recent pair, at a cost
+ * that does not grow with the fleet's pairs.
+ */
+const recentPairs = (store: StoreShape, s: AllowanceSettings, nowMs: number, sourceHostId: string, targetHostIds: readonly string[]) =>
+  store.listAllowanceCommits({ sourceHostId, targetHostIds, recordedSince: nowMs - s.horizonMs + 1, limit: Downtime.poolLimit(s) })
 
-/** A pair's allowance at `nowMs`, from the recent pairs, with its own kept commits. */
+/** A pair's allowance at `nowMs`, from the recent commits read for it, with its own kept commits. */
 export const historyOf = (p: Omit<PairCommits, "updatedAt"> & { readonly updatedAt: number | null }, recent: readonly PairCommits[], s: AllowanceSettings, nowMs: number): Records.PairHistory => {
   const a = Downtime.pairAllowance(recent, p.sourceHostId, p.targetHostId, nowMs, s)
   return {
@@ -50,13 +56,13 @@ export const histories = (
     const named: readonly PairCommits[] = yield* store.listPairCommits({ sourceHostId, targetHostId })
     const asked = targetHostId === undefined || named.length > 0 ? named : [{ sourceHostId, targetHostId, commitsMs: [], recordedAtMs: [], updatedAt: null }]
     if (asked.length === 0) return []
-    const recent = yield* recentPairs(store, s, nowMs)
+    const recent = yield* recentPairs(store, s, nowMs, sourceHostId, asked.map((p) => p.targetHostId))
     return asked.map((p) => historyOf(p, recent, s, nowMs))
   })
 
 /**
- * The allowance now of moves from `sourceHostId` to each of `targetHostIds`: one read of the
- * pairs with a recent commit (no read without a target), then core's rule per target.
+ * The allowance now of moves from `sourceHostId` to each of `targetHostIds`: one bounded read of
+ * the recent commits they may count (no read without a target), then core's rule per target.
  */
 export const forTargets = (
   store: StoreShape,
@@ -68,8 +74,9 @@ export const forTargets = (
     ? Effect.succeed([])
     : Effect.gen(function* () {
         const nowMs = yield* Clock.currentTimeMillis
-        const recent = yield* recentPairs(store, s, nowMs)
-        return [...new Set(targetHostIds)].map((targetHostId) => {
+        const targets = [...new Set(targetHostIds)]
+        const recent = yield* recentPairs(store, s, nowMs, sourceHostId, targets)
+        return targets.map((targetHostId) => {
           const a = Downtime.pairAllowance(recent, sourceHostId, targetHostId, nowMs, s)
           return { sourceHostId, targetHostId, allowanceMs: a.allowanceMs, source: a.source, samples: a.samples }
         })

@@ -312,3 +312,76 @@ export const pairAllowance = (
   }
   return recentAllowance({ pair, target, fleet }, nowMs, policy)
 }
+
+/**
+ * How many of a pool's most recent samples {@link recentAllowance} may read: the quantile's
+ * `window`, and enough to tell whether a pool holds `minSamples` / `pooledMinSamples`. A store may
+ * cut each pool to this many (see {@link allowanceCommits}) and the allowance is the same.
+ */
+export const poolLimit = (policy: Partial<RecencyPolicy> = {}): number => {
+  const p = { ...defaultRecencyPolicy, ...policy }
+  const atLeast = (n: number) => Math.max(1, Math.floor(Number.isFinite(n) ? n : 1))
+  return Math.max(windowOf(p), atLeast(p.minSamples), atLeast(p.pooledMinSamples))
+}
+
+/** Which commits the allowances of moves from one host to some targets may count ({@link allowanceCommits}). */
+export interface AllowanceCommitsQuery {
+  readonly sourceHostId: string
+  readonly targetHostIds: readonly string[]
+  /** Only commits recorded at or after this time (epoch ms): the allowance horizon's start. */
+  readonly recordedSince: number
+  /** How many of each group's most recent commits: {@link poolLimit} of the policy. */
+  readonly limit: number
+}
+
+/** One kept commit of a pair, where it sits in the pair's history. */
+interface Indexed {
+  readonly pair: PairCommits
+  readonly index: number
+  readonly commitMs: number
+  readonly atMs: number
+}
+
+const byCodeUnits = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
+
+/** Oldest first; a tie by time goes by source, target, then place in the pair's history. */
+const olderFirst = (a: Indexed, b: Indexed): number =>
+  a.atMs - b.atMs || byCodeUnits(a.pair.sourceHostId, b.pair.sourceHostId) || byCodeUnits(a.pair.targetHostId, b.pair.targetHostId) || a.index - b.index
+
+/**
+ * The commits the allowances of moves from `sourceHostId` to each of `targetHostIds` may count,
+ * at most `limit` of each group, from every pair a store keeps: the most recent (recorded since
+ * `recordedSince`) of each asked target's own pair, of the other pairs into each asked target,
+ * and of the pairs into any other target. {@link pairAllowance} of any asked target over them
+ * answers as over every pair (sorted by source then target) when `limit` is the policy's
+ * {@link poolLimit}: each pool it reads is a union of these groups, and the most recent
+ * `limit` of a union are among the most recent `limit` of its parts. So a store answers a
+ * bounded read (at most `limit` × (2 × targets + 1) commits) however many pairs the fleet has.
+ * Pairs are answered by source then target (by code units), each with its kept commits oldest
+ * first; a pair whose last commit is older than `recordedSince` has none that count.
+ */
+export const allowanceCommits = (pairs: readonly PairCommits[], q: AllowanceCommitsQuery): PairCommits[] => {
+  const asked = new Set(q.targetHostIds)
+  const groupOf = (p: PairCommits) => (!asked.has(p.targetHostId) ? "" : p.sourceHostId === q.sourceHostId ? `pair ${p.targetHostId}` : `into ${p.targetHostId}`)
+  const groups = new Map<string, Indexed[]>()
+  for (const pair of pairs) {
+    if (!(pair.updatedAt >= q.recordedSince)) continue
+    const at = timesOf(pair)
+    const group = groups.get(groupOf(pair)) ?? []
+    groups.set(groupOf(pair), group)
+    pair.commitsMs.forEach((commitMs, index) => {
+      const atMs = at[index] as number
+      if (Number.isFinite(commitMs) && commitMs >= 0 && Number.isFinite(atMs) && atMs >= q.recordedSince) group.push({ pair, index, commitMs, atMs })
+    })
+  }
+  const keep = Math.max(0, Math.floor(q.limit))
+  const kept = [...groups.values()].flatMap((g) => (keep === 0 ? [] : g.sort(olderFirst).slice(-keep)))
+  const byPair = new Map<PairCommits, Indexed[]>()
+  for (const s of kept) byPair.set(s.pair, [...(byPair.get(s.pair) ?? []), s])
+  return [...byPair.entries()]
+    .sort(([a], [b]) => byCodeUnits(a.sourceHostId, b.sourceHostId) || byCodeUnits(a.targetHostId, b.targetHostId))
+    .map(([p, ss]) => {
+      const inOrder = ss.sort((a, b) => a.index - b.index)
+      return { sourceHostId: p.sourceHostId, targetHostId: p.targetHostId, commitsMs: inOrder.map((s) => s.commitMs), recordedAtMs: inOrder.map((s) => s.atMs), updatedAt: p.updatedAt }
+    })
+}

@@ -285,5 +285,78 @@ describe("Downtime", () => {
         expect(["prior", "learned"]).toContain(out.source)
       }))
     })
+
+    // A fleet's pairs: each pair once, its commits recorded oldest first, its last at `updatedAt`.
+    const hostIds = ["a", "b", "c", "d", "e"]
+    const fleetPairs = fc
+      .uniqueArray(
+        fc.record({
+          sourceHostId: fc.constantFrom(...hostIds),
+          targetHostId: fc.constantFrom(...hostIds),
+          commits: fc.array(fc.record({ commitMs: fc.integer({ min: 0, max: 2000 }), atMs: fc.integer({ min: 0, max: 30 }) }), { minLength: 1, maxLength: 25 }),
+        }),
+        { selector: (p) => `${p.sourceHostId} ${p.targetHostId}`, maxLength: 20 },
+      )
+      .map((ps) =>
+        ps
+          .filter((p) => p.sourceHostId !== p.targetHostId)
+          .map((p): Downtime.PairCommits => {
+            const sorted = [...p.commits].sort((x, y) => x.atMs - y.atMs)
+            const recordedAtMs = sorted.map((c) => c.atMs)
+            return { sourceHostId: p.sourceHostId, targetHostId: p.targetHostId, commitsMs: sorted.map((c) => c.commitMs), recordedAtMs, updatedAt: recordedAtMs[recordedAtMs.length - 1] ?? 0 }
+          }),
+      )
+    const smallPools = fc.record({
+      window: fc.integer({ min: 1, max: 8 }),
+      quantile: fc.double({ min: 0, max: 1, noNaN: true }),
+      horizonMs: fc.integer({ min: 1, max: 40 }),
+      minSamples: fc.integer({ min: 1, max: 6 }),
+      pooledMinSamples: fc.integer({ min: 1, max: 10 }),
+      priorMs: fc.integer({ min: 0, max: 5000 }),
+    })
+
+    it("property: the allowances over a store's bounded answer (`allowanceCommits`, `poolLimit` of each group) are those over every pair", () => {
+      fc.assert(
+        fc.property(smallPools, fleetPairs, fc.constantFrom(...hostIds), fc.subarray(hostIds), fc.integer({ min: 0, max: 40 }), (p, pairs, sourceHostId, targets, now) => {
+          const targetHostIds = targets.filter((t) => t !== sourceHostId)
+          const recordedSince = now - p.horizonMs + 1
+          const limit = Downtime.poolLimit(p)
+          const bounded = Downtime.allowanceCommits(pairs, { sourceHostId, targetHostIds, recordedSince, limit })
+          // What a store answered before: every pair with a recent commit, by source then target.
+          const every = pairs.filter((q) => q.updatedAt >= recordedSince).sort((x, y) => (x.sourceHostId + " " + x.targetHostId < y.sourceHostId + " " + y.targetHostId ? -1 : 1))
+          for (const t of targetHostIds) expect(Downtime.pairAllowance(bounded, sourceHostId, t, now, p)).toEqual(Downtime.pairAllowance(every, sourceHostId, t, now, p))
+          expect(bounded.reduce((n, q) => n + q.commitsMs.length, 0)).toBeLessThanOrEqual(limit * (2 * targetHostIds.length + 1))
+          // Only commits recorded since, each with its time, in its pair's order.
+          for (const q of bounded) {
+            expect(q.recordedAtMs.every((at) => at >= recordedSince)).toBe(true)
+            expect([...q.recordedAtMs].sort((x, y) => x - y)).toStrictEqual(q.recordedAtMs)
+          }
+        }),
+        { numRuns: 2000 },
+      )
+    })
+
+    it("a pool is cut to its most recent commits, the policy's window and enough to count", () => {
+      expect(Downtime.poolLimit()).toBe(20)
+      expect(Downtime.poolLimit({ window: 5, pooledMinSamples: 8 })).toBe(8)
+      expect(Downtime.poolLimit({ window: 5, minSamples: 12 })).toBe(12)
+      const pair = (sourceHostId: string, targetHostId: string, n: number, from: number): Downtime.PairCommits => {
+        const recordedAtMs = Array.from({ length: n }, (_, i) => from + i)
+        return { sourceHostId, targetHostId, commitsMs: recordedAtMs.map((at) => at * 10), recordedAtMs, updatedAt: from + n - 1 }
+      }
+      const out = Downtime.allowanceCommits([pair("x", "b", 4, 100), pair("a", "b", 4, 0), pair("c", "b", 4, 50), pair("c", "d", 4, 10), pair("d", "c", 1, 1)], {
+        sourceHostId: "a",
+        targetHostIds: ["b"],
+        recordedSince: 2,
+        limit: 3,
+      })
+      // a→b: its 3 most recent since 2 (2 of them); into b from others: x→b's 3 newest; elsewhere: c→d's 3 newest; d→c too old.
+      expect(out.map((q) => [q.sourceHostId, q.targetHostId, q.recordedAtMs])).toStrictEqual([
+        ["a", "b", [2, 3]],
+        ["c", "d", [11, 12, 13]],
+        ["x", "b", [101, 102, 103]],
+      ])
+      expect(out[0]?.commitsMs).toStrictEqual([20, 30])
+    })
   })
 })

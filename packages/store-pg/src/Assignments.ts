@@ -1,13 +1,15 @@
 /**
- * A host's assignments (`hostAssignments`) in one statement: the host's row, its sessions in the
- * assigned states and its pending moves, each list aggregated into json inside the statement.
+ * A host's assignments (`hostAssignments`) in one statement: the host's id (found by its key: an
+ * unknown host is no row), its sessions in the assigned states and its pending moves, each list
+ * aggregated into json inside the statement. Not the host's row: the coordinator discards it.
  * An agent's first poll after a reconnect is this read; thousands of agents reconnecting at once
  * made three reads (the host, its sessions, its moves) the coordinator's bottleneck. The text is
  * constant (the states travel as one jsonb parameter), so it is prepared once per connection;
- * the sessions come by `sessions_host_idx`, the moves by `moves_source_idx` and `moves_target_idx`.
+ * the sessions come by `sessions_host_idx`, the moves by the partial (pending only) indexes
+ * `moves_source_pending_idx` and `moves_target_pending_idx`, never through the host's ended moves.
  */
 import { assignedStates, NotFound } from "@engram/store"
-import type { Host, HostAssignments, HostReport, StoreShape } from "@engram/store"
+import type { HostAssignments, StoreShape } from "@engram/store"
 import { sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { dieOnUnique } from "./Db.js"
@@ -22,7 +24,7 @@ const states = JSON.stringify(assignedStates)
  * The statement. Oldest first, as `listSessions` and `listMoves` order them. A move's source and
  * target differ (`moves_target_check`), so the two halves of the union never hold the same move.
  */
-export const assignmentsSql = (hostId: string) => sql`select to_jsonb(h) as "host",
+export const assignmentsSql = (hostId: string) => sql`select h.id as "hostId",
     coalesce((select jsonb_agg(to_jsonb(s) order by s.created_at, s.id) from sessions s
       where s.host_id = h.id and s.state in (select jsonb_array_elements_text(${states}::jsonb))), '[]'::jsonb) as "sessions",
     coalesce((select jsonb_agg(to_jsonb(m) order by m.created_at, m.id) from (
@@ -70,34 +72,13 @@ const moveRowOf = (j: Json): MoveRow => ({
   endedAt: numOrNull(j["ended_at"]),
 })
 
-/** A host from its row's `to_jsonb` (as `getHost` answers it, without the view's figures). */
-const hostOfJson = (j: Json): Host => {
-  const reportedAt = numOrNull(j["reported_at"])
-  return {
-    id: j["id"] as string,
-    labels: { ...((j["labels"] ?? {}) as Record<string, string>) },
-    state: j["state"] as Host["state"],
-    report:
-      reportedAt === null
-        ? null
-        : {
-            totalMib: numOrNull(j["total_mib"]),
-            allocatableMib: numOrNull(j["allocatable_mib"]),
-            totalVcpus: numOrNull(j["total_vcpus"]),
-            templates: (j["templates"] ?? []) as NonNullable<HostReport["templates"]>,
-          },
-    reportedAt,
-    createdAt: num(j["created_at"]),
-  }
-}
-
 /** The assignments operation of the store. */
 export const make = ({ db }: Deps): Pick<StoreShape, "hostAssignments"> => ({
   hostAssignments: (hostId) =>
     Effect.flatMap(db.pool.query(assignmentsSql(hostId)), ([row]) => {
       if (row === undefined) return Effect.fail(new NotFound({ entity: "host", id: hostId }))
       const answer: HostAssignments = {
-        host: hostOfJson(json<Json>(row["host"])),
+        hostId: row["hostId"] as string,
         sessions: json<Json[]>(row["sessions"]).map((j) => toSession(sessionRowOf(j))),
         moves: json<Json[]>(row["moves"]).map((j) => toMove(moveRowOf(j))),
       }

@@ -13,7 +13,7 @@ import { Effect } from "effect"
 import { apply } from "./Apply.js"
 import { dieOnUnique, RunAgain } from "./Db.js"
 import type { DbError, Transient } from "./Db.js"
-import type { Tx } from "./Db.js"
+import type { Exec, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { readHostRows, toCandidate } from "./HostRows.js"
 import { lockHosts, lockMove, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
@@ -31,6 +31,17 @@ const filterOf = (filter: MoveFilter) =>
     filter.state === undefined ? undefined : eq(moves.state, filter.state),
     filter.hostId === undefined ? undefined : or(eq(moves.sourceHostId, filter.hostId), eq(moves.targetHostId, filter.hostId)),
   )
+/**
+ * `listMoves`'s statement: oldest first, filtered. A host's pending moves come by the partial
+ * indexes `moves_source_pending_idx` and `moves_target_pending_idx`, not its whole history.
+ */
+export const listMovesQuery = (exec: Exec, filter: MoveFilter) =>
+  exec
+    .select()
+    .from(moves)
+    .where(filterOf(filter))
+    .orderBy(asc(moves.createdAt), asc(moves.id))
+
 /**
  * `recordedSince` as a bound on the bigint `updated_at`: PostgreSQL refuses a fractional or
  * out-of-range bigint parameter, and a whole-ms time is at or after `x` exactly when it is at or
@@ -247,17 +258,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
         return Cursor.pageOf("moves", rows.map(toMove), (m) => [m.createdAt, m.id], limit)
       }).pipe(dieOnUnique),
 
-    listMoves: (filter = {}) =>
-      Effect.map(
-        db.pool.use((exec) =>
-          exec
-            .select()
-            .from(moves)
-            .where(filterOf(filter))
-            .orderBy(asc(moves.createdAt), asc(moves.id)),
-        ),
-        (rows) => rows.map(toMove),
-      ).pipe(dieOnUnique),
+    listMoves: (filter = {}) => Effect.map(db.pool.use((exec) => listMovesQuery(exec, filter)), (rows) => rows.map(toMove)).pipe(dieOnUnique),
 
     openMove: (sessionId) =>
       Effect.map(

@@ -18,6 +18,7 @@ import type { Scope } from "effect"
 import { dieOnUnique } from "./Db.js"
 import type { Conflicts, Conn, Db } from "./Db.js"
 import type { Deps } from "./Deps.js"
+import * as AllowanceCommits from "./AllowanceCommits.js"
 import * as Assignments from "./Assignments.js"
 import * as HostCache from "./HostCache.js"
 import { readSumsDrift } from "./HostRows.js"
@@ -191,6 +192,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
     ...Reservations.make(deps, beats),
     ...Moves.make(deps),
     ...Assignments.make(deps),
+    ...AllowanceCommits.make(deps),
   }
   const testing: StoreTestingShape = {
     reset: (next) =>

@@ -169,6 +169,10 @@ export const moves = pgTable(
     index("moves_created_idx").on(t.createdAt, t.id),
     index("moves_source_idx").on(t.sourceHostId),
     index("moves_target_idx").on(t.targetHostId),
+    // A host's pending moves (its assignments, `listMoves({ hostId, state: "pending" })`): moves
+    // are never deleted, so the whole-state indexes above walk the host's every past move.
+    index("moves_source_pending_idx").on(t.sourceHostId).where(sql`${t.state} = 'pending'`),
+    index("moves_target_pending_idx").on(t.targetHostId).where(sql`${t.state} = 'pending'`),
   ],
 )
 
@@ -187,8 +191,13 @@ export const movePairs = pgTable(
     recordedAtMs: jsonb("recorded_at_ms").notNull().default([]),
     updatedAt: ms("updated_at").notNull(),
   },
-  // The allowance reads the pairs with a recent commit (`updated_at` within the horizon).
-  (t) => [primaryKey({ columns: [t.sourceHostId, t.targetHostId] }), index("move_pairs_updated_at_idx").on(t.updatedAt)],
+  // The allowance reads the pairs with a recent commit (`updated_at` within the horizon), the
+  // latest first; and the pairs into a move's target (`listAllowanceCommits`: the target's pool).
+  (t) => [
+    primaryKey({ columns: [t.sourceHostId, t.targetHostId] }),
+    index("move_pairs_updated_at_idx").on(t.updatedAt),
+    index("move_pairs_target_idx").on(t.targetHostId, t.updatedAt),
+  ],
 )
 
 /**

@@ -9,11 +9,14 @@ import { drizzleOn } from "../src/PostgresJs.js"
 export interface PlanNode {
   readonly "Node Type": string
   readonly "Relation Name"?: string
+  readonly "Index Name"?: string
   readonly "Parent Relationship"?: string
   readonly "CTE Name"?: string
   readonly Operation?: string
   readonly "Actual Rows"?: number
   readonly "Actual Loops"?: number
+  readonly "Rows Removed by Filter"?: number
+  readonly "Rows Removed by Index Recheck"?: number
   readonly Plans?: readonly PlanNode[]
 }
 
@@ -41,3 +44,13 @@ export const seqRowsRead = (plan: PlanNode, table: string): number =>
   nodes(plan)
     .filter((n) => n["Node Type"] === "Seq Scan" && n["Relation Name"] === table)
     .reduce((sum, n) => sum + (n["Actual Rows"] ?? 0) * (n["Actual Loops"] ?? 1), 0)
+
+/**
+ * The rows the plan read from `table` by any scan, all loops counted: the rows each scan of the
+ * table returned and those it read and dropped (by its filter or an index recheck), and the
+ * entries each bitmap scan of one of its indexes (named `<table>_…`) read.
+ */
+export const rowsRead = (plan: PlanNode, table: string): number =>
+  nodes(plan)
+    .filter((n) => (n["Relation Name"] === table && n["Node Type"].endsWith("Scan")) || (n["Node Type"] === "Bitmap Index Scan" && n["Index Name"]?.startsWith(`${table}_`) === true))
+    .reduce((sum, n) => sum + ((n["Actual Rows"] ?? 0) + (n["Rows Removed by Filter"] ?? 0) + (n["Rows Removed by Index Recheck"] ?? 0)) * (n["Actual Loops"] ?? 1), 0)

@@ -661,12 +661,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
     getHost: (id) => Effect.map(findHost(id), viewOf),
     hostAssignments: (hostId) =>
-      Effect.map(findHost(hostId), (h) => {
+      Effect.map(findHost(hostId), () => {
         const onHost = [...sessions.values()].filter((x) => x.hostId === hostId && assigned.has(x.state))
         // An open move is pending: the open ones are all a host's assignments may hold.
         const open = [...openMoves.values()].map((id) => moves.get(id) as MoveRec).filter((m) => m.sourceHostId === hostId || m.targetHostId === hostId)
         const oldestFirst = <T extends { createdAt: number; id: string }>(a: T, b: T) => a.createdAt - b.createdAt || byId(a, b)
-        return { host: hostOf(h), sessions: onHost.sort(oldestFirst).map(sessionOf), moves: open.sort(oldestFirst).map(moveOf) }
+        return { hostId, sessions: onHost.sort(oldestFirst).map(sessionOf), moves: open.sort(oldestFirst).map(moveOf) }
       }),
     hostByTokenHash: (tokenHash) =>
       Effect.sync(() => {
@@ -1032,6 +1032,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
             .sort((a, b) => (a.sourceHostId === b.sourceHostId ? (a.targetHostId < b.targetHostId ? -1 : 1) : a.sourceHostId < b.sourceHostId ? -1 : 1))
             .map((p) => ({ ...p, commitsMs: [...p.commitsMs], recordedAtMs: [...p.recordedAtMs] })),
         )
+      }),
+
+    listAllowanceCommits: (query) =>
+      Effect.suspend(() => {
+        const bad = Validate.allowanceCommitsQuery(query)
+        return bad ? Effect.fail(bad) : Effect.succeed(Downtime.allowanceCommits([...pairs.values()], query))
       }),
 
     abortMove: (moveId, reason, options = {}) =>

@@ -30,6 +30,7 @@ import type {
   MoveGuardReport,
   MovePhases,
   MoveFilter,
+  AllowanceCommitsQuery,
   PairCommits,
   PairFilter,
   MoveRound,
@@ -80,9 +81,9 @@ export interface StoreShape {
    */
   readonly removeHost: (id: string) => Fx<Host, NotFound | Refused>
   /**
-   * A host's assignments in one read: the host, its sessions in the assigned states and its
-   * pending moves (what `getHost`, `listSessions({ hostId })` and `listMoves({ hostId, state:
-   * "pending" })` answer, filtered alike), all as of one moment. An unknown host is `NotFound`.
+   * A host's assignments in one read: its sessions in the assigned states and its pending moves
+   * (what `listSessions({ hostId })` and `listMoves({ hostId, state: "pending" })` answer,
+   * filtered alike), as of one moment. An unknown host is `NotFound`.
    */
   readonly hostAssignments: (hostId: string) => Fx<HostAssignments, NotFound>
   /** A page of hosts, by id. A cursor that is not one of this list's is `InvalidInput` naming `cursor`. */
@@ -256,6 +257,15 @@ export interface StoreShape {
    * allowance of them. A bad filter is `InvalidInput` naming its field.
    */
   readonly listPairCommits: (filter?: PairFilter) => Fx<readonly PairCommits[], InvalidInput>
+  /**
+   * The commits the allowances of moves from one host to some targets may count, bounded: core's
+   * `Downtime.allowanceCommits` of every pair (at most `limit` of each of the pair's own, the
+   * others' into each target, and the rest of the fleet's), over which `Downtime.pairAllowance`
+   * answers as over every recent pair, in one read whatever the fleet's size. A store may rely on
+   * a pair's commits being recorded oldest first, its last at its `updatedAt`. A bad query is
+   * `InvalidInput` naming its field.
+   */
+  readonly listAllowanceCommits: (query: AllowanceCommitsQuery) => Fx<readonly PairCommits[], InvalidInput>
 }
 
 /** The store service. */
@@ -300,4 +310,5 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "pageMoves",
   "lifetimesDue",
   "listPairCommits",
+  "listAllowanceCommits",
 ])

@@ -159,6 +159,13 @@ export type MoveGuard = core.Move.Guard
 /** The recent commit phases of moves from one host to another (SPEC §13: the guard learns its allowance from them). */
 export type PairCommits = core.Downtime.PairCommits
 
+/**
+ * Which commits `listAllowanceCommits` answers: those the allowances of moves from
+ * `sourceHostId` to each of `targetHostIds` may count, recorded since `recordedSince`, at most
+ * `limit` of each group (core's `Downtime.allowanceCommits`; `limit` is core's `Downtime.poolLimit`).
+ */
+export type AllowanceCommitsQuery = core.Downtime.AllowanceCommitsQuery
+
 /** Filters of `listPairCommits`. */
 export interface PairFilter {
   readonly sourceHostId?: string | undefined
@@ -186,9 +193,12 @@ export interface MoveFilter {
  */
 export const assignedStates: readonly SessionState[] = ["pending", "running", "parked", "descending", "moving"]
 
-/** A host's assignments as one read (`hostAssignments`): what its agent acts on. */
+/**
+ * A host's assignments as one read (`hostAssignments`): what its agent acts on. Not the host's
+ * record (`getHost` answers it): the coordinator needs only to know the host exists.
+ */
 export interface HostAssignments {
-  readonly host: Host
+  readonly hostId: string
   /** Its sessions in the assigned states (`assignedStates`), oldest first (`[createdAt, id]`). */
   readonly sessions: readonly Session[]
   /** The pending moves it is the source or the target of, oldest first (`[createdAt, id]`). */

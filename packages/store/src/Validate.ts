@@ -62,6 +62,16 @@ export const pairFilter = (f: { readonly sourceHostId?: unknown; readonly target
     ? null
     : new InvalidInput({ field: "recordedSince", rule: "must be a finite number (epoch ms)" }))
 
+/** The most commits of each group `listAllowanceCommits` may be asked for. */
+export const maxAllowanceLimit = 1000
+
+/** An allowance commits query: host ids as text, `recordedSince` a finite number, `limit` an integer from 1 to {@link maxAllowanceLimit}. */
+export const allowanceCommitsQuery = (q: { readonly sourceHostId: unknown; readonly targetHostIds: unknown; readonly recordedSince: unknown; readonly limit: unknown }): InvalidInput | null =>
+  text("sourceHostId", q.sourceHostId) ??
+  (Array.isArray(q.targetHostIds) ? (q.targetHostIds as unknown[]).reduce<InvalidInput | null>((bad, t) => bad ?? text("targetHostIds", t), null) : new InvalidInput({ field: "targetHostIds", rule: "must be an array of strings" })) ??
+  (typeof q.recordedSince === "number" && Number.isFinite(q.recordedSince) ? null : new InvalidInput({ field: "recordedSince", rule: "must be a finite number (epoch ms)" })) ??
+  (integerAtLeast("limit", q.limit, 1) ?? (typeof q.limit === "number" && q.limit > maxAllowanceLimit ? new InvalidInput({ field: "limit", rule: `must be <= ${maxAllowanceLimit}` }) : null))
+
 /** A session budget: `memMib` an integer > 0, `vcpus` an integer > 0. */
 export const budget = (b: Budget): InvalidInput | null => integerAtLeast("memMib", b.memMib, 1) ?? integerAtLeast("vcpus", b.vcpus, 1)
 

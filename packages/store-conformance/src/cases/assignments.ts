@@ -1,6 +1,6 @@
 /**
- * A host's assignments in one read (`hostAssignments`): the same host, sessions and pending moves
- * as the three reads it stands for (`getHost`, `listSessions`, `listMoves`), filtered alike.
+ * A host's assignments in one read (`hostAssignments`): the same sessions and pending moves as
+ * the reads it stands for (`listSessions`, `listMoves`), filtered alike, for a host that exists.
  */
 import { assignedStates } from "@engram/store"
 import type { SessionState } from "@engram/core"
@@ -56,15 +56,16 @@ export const assignments: Group = {
   name: "assignments",
   cases: [
     kase(
-      "a host's assignments are its view's host, its sessions in the assigned states and its pending moves, oldest first",
+      "a host's assignments are its id, its sessions in the assigned states and its pending moves, oldest first",
       Effect.gen(function* () {
         const s = yield* store
         yield* fleet
         const seenStates = new Set<SessionState>()
         for (const hostId of ["a", "b", "idle"]) {
           const one = yield* s.hostAssignments(hostId)
-          const { measured: _m, headroom: _h, entries: _e, parks: _p, descentsRunning: _d, ...host } = yield* s.getHost(hostId)
-          expect(one.host).toStrictEqual(host)
+          // Only the id of the host's record (the coordinator discards the rest; `getHost` answers it).
+          expect(Object.keys(one).sort()).toStrictEqual(["hostId", "moves", "sessions"])
+          expect(one.hostId).toBe(hostId)
           const onHost = yield* s.listSessions({ hostId })
           expect(one.sessions).toStrictEqual(onHost.filter((x) => assigned.has(x.state)))
           const moves = yield* s.listMoves({ hostId, state: "pending" })

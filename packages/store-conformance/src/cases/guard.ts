@@ -2,7 +2,9 @@
  * The downtime guard's learning (SPEC §13, the store's part): a commit keeps its source guard's
  * figures with their errors, and each host pair's recent commit phases with their times, the
  * policy's window of them; the pairs with a commit within the horizon come back in one read
- * (`recordedSince`), from which core's `Downtime.pairAllowance` makes the allowance.
+ * (`recordedSince`), from which core's `Downtime.pairAllowance` makes the allowance; or, bounded
+ * whatever the fleet's size, the commits a source's allowances may count (`listAllowanceCommits`:
+ * core's `Downtime.allowanceCommits`).
  */
 import { Downtime } from "@engram/core"
 import type { MoveGuardReport } from "@engram/store"
@@ -187,6 +189,60 @@ export const guard: Group = {
         expect(yield* since(1e300)).toStrictEqual([])
         expect(yield* since(-1e300)).toStrictEqual([1000])
         expect(yield* expectFailure(s.listPairCommits({ recordedSince: Number.NaN }), "InvalidInput")).toMatchObject({ field: "recordedSince" })
+      }),
+    ),
+    kase(
+      "the commits a source's allowances may count are core's `allowanceCommits` of every pair, and make the same allowances",
+      Effect.gen(function* () {
+        const s = yield* store
+        let at = yield* twoHosts
+        yield* addHost("c", 8192)
+        yield* addHost("d", 8192)
+        const hosts = ["a", "b", "c", "d"]
+        // 80 moves around the four hosts; every third commit at the time of the one before (ties).
+        for (let i = 0; i < 80; i++) {
+          const to = hosts.filter((h) => h !== at)[(i * i + Math.floor(i / 5)) % 3] as string
+          yield* TestClock.adjust(i % 3 === 0 ? 0 : 10)
+          yield* moveOnce(to, 20 + ((i * 37) % 500))
+          at = to
+        }
+        const nowMs = yield* Clock.currentTimeMillis
+        const every = yield* s.listPairCommits()
+        expect(every.length).toBeGreaterThan(8)
+        for (const sourceHostId of hosts) {
+          const others = hosts.filter((h) => h !== sourceHostId)
+          for (const targetHostIds of [[], others.slice(0, 1), others.slice(0, 2), others])
+            for (const limit of [1, 3, Downtime.poolLimit()])
+              for (const recordedSince of [0, nowMs - 300, nowMs + 1]) {
+                const q = { sourceHostId, targetHostIds, recordedSince, limit }
+                expect(yield* s.listAllowanceCommits(q), JSON.stringify(q)).toStrictEqual(Downtime.allowanceCommits(every, q))
+              }
+        }
+        // The allowances over them are those over every recent pair, now and as the first commits age out.
+        for (const step of [0, horizonMs - 500, 200]) {
+          yield* TestClock.adjust(step)
+          const later = yield* Clock.currentTimeMillis
+          const recordedSince = later - horizonMs + 1
+          const recent = yield* s.listPairCommits({ recordedSince })
+          for (const sourceHostId of hosts) {
+            const others = hosts.filter((h) => h !== sourceHostId)
+            const bounded = yield* s.listAllowanceCommits({ sourceHostId, targetHostIds: others, recordedSince, limit: Downtime.poolLimit() })
+            for (const t of others) expect(Downtime.pairAllowance(bounded, sourceHostId, t, later)).toStrictEqual(Downtime.pairAllowance(recent, sourceHostId, t, later))
+          }
+        }
+      }),
+    ),
+    kase(
+      "a bad allowance commits query is InvalidInput naming its field",
+      Effect.gen(function* () {
+        const s = yield* store
+        const q = { sourceHostId: "a", targetHostIds: ["b"], recordedSince: 0, limit: 20 }
+        const field = (bad: Partial<typeof q>) => expectFailure(s.listAllowanceCommits({ ...q, ...bad }), "InvalidInput").pipe(Effect.map((e) => e.field))
+        expect(yield* field({ sourceHostId: "a\u0000" })).toBe("sourceHostId")
+        expect(yield* field({ targetHostIds: ["b", "\u0000"] })).toBe("targetHostIds")
+        expect(yield* field({ recordedSince: Number.NaN })).toBe("recordedSince")
+        for (const limit of [0, 1.5, 1001]) expect(yield* field({ limit })).toBe("limit")
+        expect(yield* s.listAllowanceCommits(q)).toStrictEqual([])
       }),
     ),
     kase(
