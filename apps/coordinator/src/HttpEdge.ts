@@ -301,11 +301,14 @@ export const edge = (options: EdgeOptions) => {
         const declared = Number(length)
         if (Number.isFinite(declared) && declared > options.maxBodyBytes) return answeredTotal(request, startedAt, tooLarge(options.maxBodyBytes), null)
       }
-      // A liveness probe (`GET` or `HEAD` of `/livez` or `/healthz`, nothing after the path) is
-      // answered here: it has no input to decode and no credential to check, and the API builder
-      // would cost it more than the rest of the request (it merges the handlers' whole context
-      // into the request's on every request). With a query it goes to the API, which refuses it.
-      if (probePaths.has(request.url) && (request.method === "GET" || request.method === "HEAD")) return answeredTotal(request, startedAt, aliveAnswer, null, request.url)
+      // A liveness probe (`GET` or `HEAD` of `/livez` or `/healthz`, nothing after the path, no
+      // body) is answered here: it has no input to decode and no credential to check, and the API
+      // builder would cost it more than the rest of the request (it merges the handlers' whole
+      // context into the request's on every request). With a query or a body it goes to the API,
+      // which refuses it (strict input: a `400`; a body over the limit: a `413`).
+      if (probePaths.has(request.url) && (request.method === "GET" || request.method === "HEAD") && (length === undefined || length === "0") && request.headers["transfer-encoding"] === undefined) {
+        return answeredTotal(request, startedAt, aliveAnswer, null, request.url)
+      }
       if (request.url.includes("%")) {
         const bad = badPercentEncoding(request.method, request.url, routeOf)
         if (bad !== null) return answeredTotal(request, startedAt, json(400, { error: "InvalidInput", field: bad.field, rule: badUrlRule, in: bad.in }), null)
