@@ -19,6 +19,7 @@
  * `--timings stream` with the costs the README's table was first measured with (descents 1,024
  * MiB/s, restores 1 s + 2,048 MiB/s, warm resumes 50 ms). `--no-lp` leaves the LP bound out.
  * `--lead-per-class` runs demand-reserve with a lead per size class (`reserveLeadPerClass`).
+ * `--seed N` generates every generated workload with seed N (the traces are files: unchanged).
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
@@ -45,7 +46,12 @@ interface Case {
 }
 
 const hosts100: readonly HostShape[] = [{ count: 100, memMib: 64 * GIB, vcpus: 16 }]
-const generated = (seed: number, sessions: number) => () => Workload.generate({ ...Workload.defaultGenerator, seed, sessions })
+// `--seed N`: every generated workload (the loads and the stress workloads) with seed N instead of its own, to see how
+// much a row owes to its one seed.
+const seedArg = arg("--seed")
+const seedOver = seedArg === undefined ? undefined : Number(seedArg)
+if (seedOver !== undefined && !Number.isSafeInteger(seedOver)) throw new Error(`--seed ${seedArg}: not an integer`)
+const generated = (seed: number, sessions: number) => () => Workload.generate({ ...Workload.defaultGenerator, seed: seedOver ?? seed, sessions })
 const trace = (path: string) => () => {
   const parsed = Workload.parseTrace(readFileSync(path, "utf8"))
   if (parsed._tag === "Invalid") throw new Error(`${path}: line ${parsed.issue.line}: ${parsed.issue.message}`)
@@ -59,7 +65,7 @@ const cases: Case[] = [
   { name: "80 per host", shapes: hosts100, workload: generated(7, 8000) },
   { name: "reference day (1,000 hosts)", shapes: [{ count: 1000, memMib: 64 * GIB, vcpus: 16 }], workload: generated(7, 50_000) },
   { name: "60 per host, seed 1", shapes: hosts100, workload: generated(1, 6000) },
-  ...Stress.scenarios.map((s) => ({ name: s.name, shapes: s.shapes, workload: () => Workload.generate(s.generator(1, s.sessions)) })),
+  ...Stress.scenarios.map((s) => ({ name: s.name, shapes: s.shapes, workload: () => Workload.generate(s.generator(seedOver ?? 1, s.sessions)) })),
 ]
 const traces = arg("--traces")
 if (traces !== undefined) {
