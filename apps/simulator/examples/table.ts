@@ -12,11 +12,14 @@
  * for how to make them). Prints Markdown; `--json FILE` also writes every figure. `--baseline
  * FILE` (an earlier `--json`) takes the rows of every policy not in `--policies` from it, so one
  * changed policy is measured again against the same baselines. `--baseline-md FILE` takes them
- * from the Markdown rows of a README's table instead (its p99, maximum, warm and unplaceable
- * columns: what the goal reads). `--moves` runs with moves as a policy action (`FleetConfig.moves`);
+ * from the Markdown rows of a README's goal table instead (its p99, maximum, warm and unplaceable
+ * columns: what the goal reads): the first goal table in the file, or the N-th with
+ * `--baseline-table N`. `--policy-option NAME=VALUE` (repeatable) sets one knob of
+ * `ParkPolicy.Options` over the defaults. `--moves` runs with moves as a policy action (`FleetConfig.moves`);
  * `--timings stream` with the costs the README's table was first measured with (descents 1,024
  * MiB/s, restores 1 s + 2,048 MiB/s, warm resumes 50 ms). `--no-lp` leaves the LP bound out.
  * `--lead-per-class` runs demand-reserve with a lead per size class (`reserveLeadPerClass`).
+ * `--seed N` generates every generated workload with seed N (the traces are files: unchanged).
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
@@ -43,7 +46,12 @@ interface Case {
 }
 
 const hosts100: readonly HostShape[] = [{ count: 100, memMib: 64 * GIB, vcpus: 16 }]
-const generated = (seed: number, sessions: number) => () => Workload.generate({ ...Workload.defaultGenerator, seed, sessions })
+// `--seed N`: every generated workload (the loads and the stress workloads) with seed N instead of its own, to see how
+// much a row owes to its one seed.
+const seedArg = arg("--seed")
+const seedOver = seedArg === undefined ? undefined : Number(seedArg)
+if (seedOver !== undefined && !Number.isSafeInteger(seedOver)) throw new Error(`--seed ${seedArg}: not an integer`)
+const generated = (seed: number, sessions: number) => () => Workload.generate({ ...Workload.defaultGenerator, seed: seedOver ?? seed, sessions })
 const trace = (path: string) => () => {
   const parsed = Workload.parseTrace(readFileSync(path, "utf8"))
   if (parsed._tag === "Invalid") throw new Error(`${path}: line ${parsed.issue.line}: ${parsed.issue.message}`)
@@ -57,7 +65,7 @@ const cases: Case[] = [
   { name: "80 per host", shapes: hosts100, workload: generated(7, 8000) },
   { name: "reference day (1,000 hosts)", shapes: [{ count: 1000, memMib: 64 * GIB, vcpus: 16 }], workload: generated(7, 50_000) },
   { name: "60 per host, seed 1", shapes: hosts100, workload: generated(1, 6000) },
-  ...Stress.scenarios.map((s) => ({ name: s.name, shapes: s.shapes, workload: () => Workload.generate(s.generator(1, s.sessions)) })),
+  ...Stress.scenarios.map((s) => ({ name: s.name, shapes: s.shapes, workload: () => Workload.generate(s.generator(seedOver ?? 1, s.sessions)) })),
 ]
 const traces = arg("--traces")
 if (traces !== undefined) {
@@ -95,10 +103,23 @@ const policies = (arg("--policies")?.split(",") ?? ["demand", "demand-fitting", 
 const threads = Math.min(2, availableParallelism())
 const baselineFile = arg("--baseline")
 type Stored = { workload: string; results: Omit<Result, "series">[] }
-/** The baselines' rows of a README's Markdown table: what the goal reads of them. */
-const fromMarkdown = (text: string): Stored[] => {
+/**
+ * The baselines' rows of the `table`-th goal table (1: the first) of a README: what the goal
+ * reads of them. A goal table is a Markdown table whose header has a "warm ÷ best demand" column;
+ * a README may hold several (today's costs, the stream timings), and only the chosen one counts.
+ */
+const fromMarkdown = (text: string, table: number): Stored[] => {
   const out = new Map<string, Omit<Result, "series">[]>()
+  const tables: string[][] = []
+  let current: string[] | undefined
   for (const line of text.split("\n")) {
+    if (!line.startsWith("|")) current = undefined
+    else if (current !== undefined) current.push(line)
+    else if (line.includes("| warm ÷ best demand |")) tables.push((current = []))
+  }
+  const chosen = tables[table - 1]
+  if (chosen === undefined) throw new Error(`--baseline-table ${table}: the file has ${tables.length} goal table(s) (a header with a "warm ÷ best demand" column)`)
+  for (const line of chosen) {
     const cells = line.split("|").map((c) => c.trim())
     if (cells.length < 13 || !["demand", "demand-fitting", "floor30"].includes(cells[2] as string)) continue
     const [, workload, policy, queued, p99, max, unplaceable, warm] = cells as [string, string, string, string, string, string, string, string]
@@ -111,16 +132,29 @@ const fromMarkdown = (text: string): Stored[] => {
 const baselineMd = arg("--baseline-md")
 const baseline: Stored[] | undefined =
   baselineMd !== undefined
-    ? fromMarkdown(readFileSync(baselineMd, "utf8"))
+    ? fromMarkdown(readFileSync(baselineMd, "utf8"), Number(arg("--baseline-table") ?? 1))
     : baselineFile === undefined
       ? undefined
       : (JSON.parse(readFileSync(baselineFile, "utf8")) as Stored[])
 const moves = process.argv.includes("--moves")
 const noLp = process.argv.includes("--no-lp")
-// `--lead-per-class`: demand-reserve counts each size class over its own lead (`reserveLeadPerClass`).
-const policyOptions = process.argv.includes("--lead-per-class")
-  ? { policyOptions: { ...Simulation.defaultFleet.policyOptions, reserveLeadPerClass: true } }
-  : {}
+/**
+ * `--policy-option NAME=VALUE` (repeatable): one knob of `ParkPolicy.Options`, a number or
+ * `true`/`false`, over the defaults (`--policy-option reserveLeadMs=20000`). An unknown name or a
+ * value of the wrong type stops the run. `--lead-per-class` is `--policy-option reserveLeadPerClass=true`.
+ */
+const knobs: Record<string, number | boolean> = {}
+process.argv.forEach((a, k) => {
+  if (a !== "--policy-option") return
+  const [name, value] = (process.argv[k + 1] ?? "").split("=") as [string, string | undefined]
+  const current = (Simulation.defaultFleet.policyOptions as unknown as Record<string, unknown>)[name]
+  if (typeof current === "number" && value !== undefined && value !== "" && Number.isFinite(Number(value))) knobs[name] = Number(value)
+  else if (typeof current === "boolean" && (value === "true" || value === "false")) knobs[name] = value === "true"
+  else throw new Error(`--policy-option ${name}=${value ?? ""}: not a knob of ParkPolicy.Options with a ${typeof current === "undefined" ? "known name" : `${typeof current} value`}`)
+})
+if (process.argv.includes("--lead-per-class")) knobs.reserveLeadPerClass = true
+const policyOptions = Object.keys(knobs).length > 0 ? { policyOptions: { ...Simulation.defaultFleet.policyOptions, ...knobs } } : {}
+if (Object.keys(knobs).length > 0) process.stderr.write(`policy options: ${JSON.stringify(knobs)}\n`)
 const streamTimings = arg("--timings") === "stream" ? { descentMibPerSec: 1024, restoreMibPerSec: 2048, restoreBaseMs: 1000, warmResumeMs: 50 } : {}
 
 const s = (ms: number): string => (ms / 1000).toFixed(ms >= 100_000 ? 0 : 1)

@@ -104,12 +104,17 @@ export interface Options extends ParkGate.Options {
   readonly descentBaseMs: number
 }
 
-/** Seed 000's floor (30 %), a five-minute minimum park age, and the measured reserve knobs. */
+/**
+ * Seed 000's floor (30 %), a five-minute minimum park age, and the measured reserve knobs: a
+ * 20 s lead for every class (the simulator README's sweep, "Choosing the reserve's knobs": with
+ * descents at 2,800 MiB/s a 32 GiB descent takes 12 s, so a minute's lead made room far ahead of
+ * demand and cost warm resumes on loaded fleets).
+ */
 export const defaultOptions: Options = Object.freeze({
   ...ParkGate.defaultOptions,
   floorPct: 30,
   minParkAgeMs: 5 * 60 * 1000,
-  reserveLeadMs: 60 * 1000,
+  reserveLeadMs: 20 * 1000,
   reserveMinParkAgeMs: 5 * 60 * 1000,
   reserveQuantile: 0.9,
   reserveYoungToo: true,

@@ -224,17 +224,36 @@ describe("ParkPolicy", () => {
       queue: [],
     })
     const recent = { reservedMibPerSec: 1024 }
+    // The examples below were sized for a one-minute lead (the default until the sweep of the
+    // simulator README's "Choosing the reserve's knobs" cut it to 20 s).
+    const lead60 = { ...ParkPolicy.defaultOptions, reserveLeadMs: 60_000 }
+
+    it("the default knobs: the simulator's sweep's winner (a 20 s lead for every class, 90 %, parks 5 min old first)", () => {
+      expect(ParkPolicy.defaultOptions).toMatchObject({
+        reserveLeadMs: 20_000,
+        reserveLeadPerClass: false,
+        reserveQuantile: 0.9,
+        reserveMinParkAgeMs: 300_000,
+        reserveYoungToo: true,
+        reserveYoungMinAgeMs: 60_000,
+      })
+      expect(ParkPolicy.defaultRule.options).toBe(ParkPolicy.defaultOptions)
+    })
 
     it("the expected arrivals: the recent MiB per second over the mean size, each size to its Poisson quantile, largest first", () => {
-      // 1 GiB/s of 8 GiB sessions over the 60 s lead: 7.5 expected; 11 places reach 90 %.
+      // 1 GiB/s of 8 GiB sessions over the default 20 s lead: 2.5 expected; 5 places reach 90 %.
+      expect(ParkPolicy.poissonQuantile(2.5, 0.9)).toBe(5)
+      expect(ParkPolicy.expectedArrivals(fullOfParks(), recent).length).toBe(5)
+      // Over a 60 s lead: 7.5 expected; 11 places reach 90 %.
       expect(ParkPolicy.poissonQuantile(7.5, 0.9)).toBe(11)
-      expect(ParkPolicy.expectedArrivals(fullOfParks(), recent).length).toBe(11)
+      expect(ParkPolicy.expectedArrivals(fullOfParks(), recent, lead60).length).toBe(11)
       // A rare big size still gets its place: 1 in 20 parks is 32 GiB.
       const mixed: FleetView = {
         hosts: [fleetHost("h0", 256 * GiB, 256 * GiB, [...Array.from({ length: 19 }, (_, j) => park(`s${j}`, OLD, 2 * GiB)), park("big", OLD, 32 * GiB)])],
         queue: [],
       }
-      const arrivals = ParkPolicy.expectedArrivals(mixed, { reservedMibPerSec: 200 })
+      // 600 MiB/s over the mean 3.5 GiB: 3.3 sessions in 20 s, 0.17 of them 32 GiB (one place needs 0.105).
+      const arrivals = ParkPolicy.expectedArrivals(mixed, { reservedMibPerSec: 600 })
       expect(arrivals[0]).toEqual({ memMib: 32 * GiB, vcpus: 1 })
       expect(arrivals.slice(1).every((b) => b.memMib === 2 * GiB)).toBe(true)
       expect(ParkPolicy.expectedArrivals(mixed, { reservedMibPerSec: 0 })).toEqual([])
@@ -278,11 +297,11 @@ describe("ParkPolicy", () => {
         queue: [],
       }
       const slow = { reservedMibPerSec: 256 }
-      const oneLead = ParkPolicy.expectedArrivals(fleet, slow)
+      const oneLead = ParkPolicy.expectedArrivals(fleet, slow, lead60)
       // One lead (60 s): the 128 GiB class's mean stays under the 0.105 that one place needs at 90 %.
       expect(oneLead.some((b) => b.memMib === 128 * GiB)).toBe(false)
       // Its own lead, 60 s + a 128 GiB descent at 1 GiB/s (188 s): mean 0.144, one place.
-      const perClass = { ...ParkPolicy.defaultOptions, reserveLeadPerClass: true, descentMibPerSec: 1024 }
+      const perClass = { ...lead60, reserveLeadPerClass: true, descentMibPerSec: 1024 }
       const own = ParkPolicy.expectedArrivals(fleet, slow, perClass)
       expect(own[0]).toEqual({ memMib: 128 * GiB, vcpus: 1 })
       expect(own.filter((b) => b.memMib === 128 * GiB).length).toBe(1)
@@ -310,7 +329,7 @@ describe("ParkPolicy", () => {
 
     it("with nothing queued, old parks descend on a full fleet when the expected arrivals would not fit", () => {
       const fleet = fullOfParks()
-      expect(ParkPolicy.reserveShortfall(fleet, ParkPolicy.expectedArrivals(fleet, recent)).length).toBe(11)
+      expect(ParkPolicy.reserveShortfall(fleet, ParkPolicy.expectedArrivals(fleet, recent)).length).toBe(5)
       const d = ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent })
       // One 8 GiB park makes room for one arrival on each host; four hosts.
       expect(d.yields).toEqual(["h0", "h1", "h2", "h3"].map((hostId) => ({ hostId, sessionId: `${hostId}p0`, reason: "reserve" })))
@@ -328,9 +347,9 @@ describe("ParkPolicy", () => {
         ],
         queue: [],
       }
-      const d = ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: { reservedMibPerSec: 1024 }, options: { ...ParkPolicy.defaultOptions, reserveQuantile: 0.5 } })
+      const d = ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: { reservedMibPerSec: 1024 }, options: { ...lead60, reserveQuantile: 0.5 } })
       // The 32 GiB size is expected: a (8 GiB free) needs 24 GiB of parks, b needs 48: a's three parks go.
-      expect(ParkPolicy.expectedArrivals(fleet, { reservedMibPerSec: 1024 }, { ...ParkPolicy.defaultOptions, reserveQuantile: 0.5 })[0]?.memMib).toBe(32 * GiB)
+      expect(ParkPolicy.expectedArrivals(fleet, { reservedMibPerSec: 1024 }, { ...lead60, reserveQuantile: 0.5 })[0]?.memMib).toBe(32 * GiB)
       expect(d.yields.filter((y) => y.hostId === "a").map((y) => y.sessionId)).toEqual(["a1", "a2", "a3"])
     })
 
