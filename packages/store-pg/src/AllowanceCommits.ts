@@ -5,8 +5,9 @@
  * most `limit` of each; reading every pair with a commit within the horizon (`listPairCommits`)
  * grew with the fleet. Here the asked pairs come by primary key, the others into an asked target
  * by `move_pairs_target_idx`, and the rest of the fleet by `move_pairs_updated_at_idx`, only the
- * `limit` pairs with the latest last commits, ties included (a pair's commits are recorded oldest
- * first, its last at `updated_at`, so no older pair holds one of the `limit` most recent).
+ * `limit` pairs with the latest last commits, ties included (a pair's commit times never
+ * decrease and its last is `updated_at`, as core's `Downtime.recordTimedCommit` records them in
+ * `Moves.ts`, so no pair outside them holds one of the `limit` most recent).
  */
 import { Validate } from "@engram/store"
 import type { AllowanceCommitsQuery, PairCommits, StoreShape } from "@engram/store"
