@@ -332,7 +332,8 @@ export const pairAllowance = (
  */
 export const poolLimit = (policy: Partial<RecencyPolicy> = {}): number => {
   const p = { ...defaultRecencyPolicy, ...policy }
-  const atLeast = (n: number) => Math.max(1, Math.floor(Number.isFinite(n) ? n : 1))
+  // `recentAllowance` compares a pool's count with the policy's as given: holding 1.5 is holding 2.
+  const atLeast = (n: number) => Math.max(1, Math.ceil(Number.isFinite(n) ? n : 1))
   return Math.max(windowOf(p), atLeast(p.minSamples), atLeast(p.pooledMinSamples))
 }
 

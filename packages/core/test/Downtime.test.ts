@@ -333,8 +333,9 @@ describe("Downtime", () => {
       window: fc.integer({ min: 1, max: 8 }),
       quantile: fc.double({ min: 0, max: 1, noNaN: true }),
       horizonMs: fc.integer({ min: 1, max: 40 }),
-      minSamples: fc.integer({ min: 1, max: 6 }),
-      pooledMinSamples: fc.integer({ min: 1, max: 10 }),
+      // Counts as configured, whole or not (a pool holds 1.5 when it holds 2).
+      minSamples: fc.oneof(fc.integer({ min: 1, max: 6 }), fc.double({ min: 0, max: 6, noNaN: true })),
+      pooledMinSamples: fc.oneof(fc.integer({ min: 1, max: 10 }), fc.double({ min: 0, max: 10, noNaN: true })),
       priorMs: fc.integer({ min: 0, max: 5000 }),
     })
 
@@ -367,6 +368,15 @@ describe("Downtime", () => {
       expect(Downtime.poolLimit()).toBe(20)
       expect(Downtime.poolLimit({ window: 5, pooledMinSamples: 8 })).toBe(8)
       expect(Downtime.poolLimit({ window: 5, minSamples: 12 })).toBe(12)
+      // A fractional count is reached at the next whole one: a pool must hold that many to tell.
+      expect(Downtime.poolLimit({ window: 1, minSamples: 1, pooledMinSamples: 1.5 })).toBe(2)
+      expect(Downtime.poolLimit({ window: 1, minSamples: 2.2, pooledMinSamples: 1 })).toBe(3)
+      const into = (sourceHostId: string, atMs: number): Downtime.PairCommits => ({ sourceHostId, targetHostId: "b", commitsMs: [100], recordedAtMs: [atMs], updatedAt: atMs })
+      const fractional = { window: 1, minSamples: 1, pooledMinSamples: 1.5 }
+      const two = [into("x", 10), into("y", 11)]
+      const cut = Downtime.allowanceCommits(two, { sourceHostId: "a", targetHostIds: ["b"], recordedSince: 0, limit: Downtime.poolLimit(fractional) })
+      expect(Downtime.pairAllowance(two, "a", "b", 20, fractional)).toMatchObject({ allowanceMs: 100, source: "target" })
+      expect(Downtime.pairAllowance(cut, "a", "b", 20, fractional)).toMatchObject({ allowanceMs: 100, source: "target" })
       const pair = (sourceHostId: string, targetHostId: string, n: number, from: number): Downtime.PairCommits => {
         const recordedAtMs = Array.from({ length: n }, (_, i) => from + i)
         return { sourceHostId, targetHostId, commitsMs: recordedAtMs.map((at) => at * 10), recordedAtMs, updatedAt: from + n - 1 }
