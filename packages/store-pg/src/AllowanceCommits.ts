@@ -24,7 +24,8 @@ const sinceMs = (x: number): number => Math.min(Number.MAX_SAFE_INTEGER, Math.ma
  * The statement. Groups as core's: `p<target>` an asked pair, `t<target>` the others into an
  * asked target, `f` the rest; in each, the `limit` most recent commits (a tie by time goes by
  * source, target, then place in the pair's history, as core's), answered per pair by source then
- * target (`collate "C"`: code points, as core compares), commits oldest first.
+ * target (`collate "C"`: by UTF-8 bytes, which is core's order by UTF-16 code units for host ids,
+ * `[A-Za-z0-9._-]`), commits oldest first.
  */
 export const allowanceCommitsSql = (q: AllowanceCommitsQuery) => {
   const targets = JSON.stringify([...new Set(q.targetHostIds)])
