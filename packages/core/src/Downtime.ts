@@ -174,32 +174,44 @@ export const recordCommit = (commitsMs: readonly number[], commitMs: number, pol
   return kept.slice(-windowOf(policy))
 }
 
-/** The recent commits of moves from one host to another, as a store keeps them. */
+/**
+ * The recent commits of moves from one host to another, as a store keeps them. Their times never
+ * decrease and the last is `updatedAt` ({@link recordTimedCommit} keeps it so, whatever the
+ * clocks of the coordinators that record them): a store may cut the fleet's pairs by
+ * `updatedAt` and hold every one of the fleet's most recent commits ({@link allowanceCommits}).
+ */
 export interface PairCommits {
   readonly sourceHostId: string
   readonly targetHostId: string
   /** Commit phases (ms), oldest first, at most the policy's window. */
   readonly commitsMs: readonly number[]
-  /** When each of `commitsMs` was recorded (epoch ms), in the same order. */
+  /** When each of `commitsMs` was recorded (epoch ms), in the same order: never decreasing. */
   readonly recordedAtMs: readonly number[]
-  /** When the last one was recorded (epoch ms). */
+  /** When the last one was recorded (epoch ms): the last of `recordedAtMs`. */
   readonly updatedAt: number
 }
 
 /**
  * A pair's history after one more commit recorded at `atMs`: {@link recordCommit}'s window, with
- * each commit's time beside it (a kept commit without one takes the history's `updatedAt`). A
- * commit that is not a finite non-negative number is not kept.
+ * each commit's time beside it (a kept commit without one takes the history's `updatedAt`), and
+ * the pair's `updatedAt`, the last commit's time. The commit is recorded no earlier than any time
+ * the pair keeps (nor its `updatedAt`): a coordinator whose clock is behind another's, or a clock
+ * stepped back, would otherwise record a commit before older ones, and a pair's `updatedAt`
+ * would no longer be its latest commit's time. Every store records a pair's commits through
+ * this. A commit that is not a finite non-negative number is not kept (the history is unchanged).
  */
 export const recordTimedCommit = (
   history: Pick<PairCommits, "commitsMs" | "recordedAtMs"> & { readonly updatedAt?: number },
   commitMs: number,
   atMs: number,
   policy: Partial<AllowancePolicy> = {},
-): Pick<PairCommits, "commitsMs" | "recordedAtMs"> => {
-  if (!(Number.isFinite(commitMs) && commitMs >= 0)) return { commitsMs: [...history.commitsMs], recordedAtMs: timesOf(history) }
+): Pick<PairCommits, "commitsMs" | "recordedAtMs" | "updatedAt"> => {
+  const times = timesOf(history)
+  if (!(Number.isFinite(commitMs) && commitMs >= 0))
+    return { commitsMs: [...history.commitsMs], recordedAtMs: times, updatedAt: history.updatedAt ?? times[times.length - 1] ?? atMs }
+  const at = Math.max(atMs, ...times, ...(history.updatedAt === undefined ? [] : [history.updatedAt]))
   const keep = windowOf(policy)
-  return { commitsMs: [...history.commitsMs, commitMs].slice(-keep), recordedAtMs: [...timesOf(history), atMs].slice(-keep) }
+  return { commitsMs: [...history.commitsMs, commitMs].slice(-keep), recordedAtMs: [...times, at].slice(-keep), updatedAt: at }
 }
 
 /** A pair's commit times, one per commit: a commit kept without one (an older store) counts as recorded at the pair's last. */
@@ -320,7 +332,8 @@ export const pairAllowance = (
  */
 export const poolLimit = (policy: Partial<RecencyPolicy> = {}): number => {
   const p = { ...defaultRecencyPolicy, ...policy }
-  const atLeast = (n: number) => Math.max(1, Math.floor(Number.isFinite(n) ? n : 1))
+  // `recentAllowance` compares a pool's count with the policy's as given: holding 1.5 is holding 2.
+  const atLeast = (n: number) => Math.max(1, Math.ceil(Number.isFinite(n) ? n : 1))
   return Math.max(windowOf(p), atLeast(p.minSamples), atLeast(p.pooledMinSamples))
 }
 

@@ -222,8 +222,28 @@ describe("Downtime", () => {
       expect(h.commitsMs).toEqual(Array.from({ length: 20 }, (_, i) => i + 3))
       expect(h.recordedAtMs).toEqual(Array.from({ length: 20 }, (_, i) => 1003 + i))
       expect(Downtime.recordTimedCommit(h, Number.NaN, 5000)).toEqual(h)
+      expect(h).toMatchObject({ updatedAt: 1022 })
       // Commits kept before their times were (an older store) count as recorded at the pair's last.
       expect(Downtime.samplesOf({ sourceHostId: "a", targetHostId: "b", commitsMs: [5, 6], recordedAtMs: [], updatedAt: 77 })).toEqual(at(77, 5, 6))
+    })
+
+    it("a commit is recorded no earlier than the pair's last, whatever the clock says: times never decrease, the last is `updatedAt`", () => {
+      // Recorded at 5,000 and 5,001, then by a clock behind at 1,500: kept at 5,001.
+      let h: Pick<Downtime.PairCommits, "commitsMs" | "recordedAtMs" | "updatedAt"> = { commitsMs: [], recordedAtMs: [], updatedAt: 0 }
+      for (const [commitMs, atMs] of [[3000, 5000], [3000, 5001], [100, 1500]] as const) h = Downtime.recordTimedCommit(h, commitMs, atMs)
+      expect(h).toStrictEqual({ commitsMs: [3000, 3000, 100], recordedAtMs: [5000, 5001, 5001], updatedAt: 5001 })
+      expect(Downtime.recordTimedCommit(h, 7, 6000)).toStrictEqual({ commitsMs: [3000, 3000, 100, 7], recordedAtMs: [5000, 5001, 5001, 6000], updatedAt: 6000 })
+      // Nor before the pair's `updatedAt` (its commits kept before their times were), nor any time it
+      // keeps (a row written out of order before this rule): from then on its last is its latest.
+      expect(Downtime.recordTimedCommit({ commitsMs: [5], recordedAtMs: [], updatedAt: 900 }, 6, 800)).toStrictEqual({ commitsMs: [5, 6], recordedAtMs: [900, 900], updatedAt: 900 })
+      expect(Downtime.recordTimedCommit({ commitsMs: [5, 6], recordedAtMs: [5000, 1500], updatedAt: 1500 }, 7, 2000)).toStrictEqual({
+        commitsMs: [5, 6, 7],
+        recordedAtMs: [5000, 1500, 5000],
+        updatedAt: 5000,
+      })
+      // A first commit takes the clock's time; one not kept changes nothing.
+      expect(Downtime.recordTimedCommit({ commitsMs: [], recordedAtMs: [] }, 1, 42)).toStrictEqual({ commitsMs: [1], recordedAtMs: [42], updatedAt: 42 })
+      expect(Downtime.recordTimedCommit(h, -1, 9000)).toStrictEqual(h)
     })
 
     const sample = (maxAt: number) => fc.record({ commitMs: fc.double({ min: 0, max: 10_000, noNaN: true }), atMs: fc.integer({ min: 0, max: maxAt }) })
@@ -286,7 +306,8 @@ describe("Downtime", () => {
       }))
     })
 
-    // A fleet's pairs: each pair once, its commits recorded oldest first, its last at `updatedAt`.
+    // A fleet's pairs: each pair once, its commits recorded as a store records them (core's
+    // `recordTimedCommit`) by clocks that may step back between them.
     const hostIds = ["a", "b", "c", "d", "e"]
     const fleetPairs = fc
       .uniqueArray(
@@ -301,17 +322,20 @@ describe("Downtime", () => {
         ps
           .filter((p) => p.sourceHostId !== p.targetHostId)
           .map((p): Downtime.PairCommits => {
-            const sorted = [...p.commits].sort((x, y) => x.atMs - y.atMs)
-            const recordedAtMs = sorted.map((c) => c.atMs)
-            return { sourceHostId: p.sourceHostId, targetHostId: p.targetHostId, commitsMs: sorted.map((c) => c.commitMs), recordedAtMs, updatedAt: recordedAtMs[recordedAtMs.length - 1] ?? 0 }
+            const kept = p.commits.reduce<Pick<Downtime.PairCommits, "commitsMs" | "recordedAtMs" | "updatedAt">>(
+              (h, c) => Downtime.recordTimedCommit(h, c.commitMs, c.atMs),
+              { commitsMs: [], recordedAtMs: [], updatedAt: 0 },
+            )
+            return { sourceHostId: p.sourceHostId, targetHostId: p.targetHostId, ...kept }
           }),
       )
     const smallPools = fc.record({
       window: fc.integer({ min: 1, max: 8 }),
       quantile: fc.double({ min: 0, max: 1, noNaN: true }),
       horizonMs: fc.integer({ min: 1, max: 40 }),
-      minSamples: fc.integer({ min: 1, max: 6 }),
-      pooledMinSamples: fc.integer({ min: 1, max: 10 }),
+      // Counts as configured, whole or not (a pool holds 1.5 when it holds 2).
+      minSamples: fc.oneof(fc.integer({ min: 1, max: 6 }), fc.double({ min: 0, max: 6, noNaN: true })),
+      pooledMinSamples: fc.oneof(fc.integer({ min: 1, max: 10 }), fc.double({ min: 0, max: 10, noNaN: true })),
       priorMs: fc.integer({ min: 0, max: 5000 }),
     })
 
@@ -327,6 +351,10 @@ describe("Downtime", () => {
           for (const t of targetHostIds) expect(Downtime.pairAllowance(bounded, sourceHostId, t, now, p)).toEqual(Downtime.pairAllowance(every, sourceHostId, t, now, p))
           expect(bounded.reduce((n, q) => n + q.commitsMs.length, 0)).toBeLessThanOrEqual(limit * (2 * targetHostIds.length + 1))
           // Only commits recorded since, each with its time, in its pair's order.
+          for (const q of pairs) {
+            expect([...q.recordedAtMs].sort((x, y) => x - y)).toStrictEqual(q.recordedAtMs)
+            expect(q.updatedAt).toBe(q.recordedAtMs[q.recordedAtMs.length - 1])
+          }
           for (const q of bounded) {
             expect(q.recordedAtMs.every((at) => at >= recordedSince)).toBe(true)
             expect([...q.recordedAtMs].sort((x, y) => x - y)).toStrictEqual(q.recordedAtMs)
@@ -340,6 +368,15 @@ describe("Downtime", () => {
       expect(Downtime.poolLimit()).toBe(20)
       expect(Downtime.poolLimit({ window: 5, pooledMinSamples: 8 })).toBe(8)
       expect(Downtime.poolLimit({ window: 5, minSamples: 12 })).toBe(12)
+      // A fractional count is reached at the next whole one: a pool must hold that many to tell.
+      expect(Downtime.poolLimit({ window: 1, minSamples: 1, pooledMinSamples: 1.5 })).toBe(2)
+      expect(Downtime.poolLimit({ window: 1, minSamples: 2.2, pooledMinSamples: 1 })).toBe(3)
+      const into = (sourceHostId: string, atMs: number): Downtime.PairCommits => ({ sourceHostId, targetHostId: "b", commitsMs: [100], recordedAtMs: [atMs], updatedAt: atMs })
+      const fractional = { window: 1, minSamples: 1, pooledMinSamples: 1.5 }
+      const two = [into("x", 10), into("y", 11)]
+      const cut = Downtime.allowanceCommits(two, { sourceHostId: "a", targetHostIds: ["b"], recordedSince: 0, limit: Downtime.poolLimit(fractional) })
+      expect(Downtime.pairAllowance(two, "a", "b", 20, fractional)).toMatchObject({ allowanceMs: 100, source: "target" })
+      expect(Downtime.pairAllowance(cut, "a", "b", 20, fractional)).toMatchObject({ allowanceMs: 100, source: "target" })
       const pair = (sourceHostId: string, targetHostId: string, n: number, from: number): Downtime.PairCommits => {
         const recordedAtMs = Array.from({ length: n }, (_, i) => from + i)
         return { sourceHostId, targetHostId, commitsMs: recordedAtMs.map((at) => at * 10), recordedAtMs, updatedAt: from + n - 1 }

@@ -5,8 +5,9 @@
  * most `limit` of each; reading every pair with a commit within the horizon (`listPairCommits`)
  * grew with the fleet. Here the asked pairs come by primary key, the others into an asked target
  * by `move_pairs_target_idx`, and the rest of the fleet by `move_pairs_updated_at_idx`, only the
- * `limit` pairs with the latest last commits, ties included (a pair's commits are recorded oldest
- * first, its last at `updated_at`, so no older pair holds one of the `limit` most recent).
+ * `limit` pairs with the latest last commits, ties included (a pair's commit times never
+ * decrease and its last is `updated_at`, as core's `Downtime.recordTimedCommit` records them in
+ * `Moves.ts`, so no pair outside them holds one of the `limit` most recent).
  */
 import { Validate } from "@engram/store"
 import type { AllowanceCommitsQuery, PairCommits, StoreShape } from "@engram/store"
@@ -23,7 +24,8 @@ const sinceMs = (x: number): number => Math.min(Number.MAX_SAFE_INTEGER, Math.ma
  * The statement. Groups as core's: `p<target>` an asked pair, `t<target>` the others into an
  * asked target, `f` the rest; in each, the `limit` most recent commits (a tie by time goes by
  * source, target, then place in the pair's history, as core's), answered per pair by source then
- * target (`collate "C"`: code points, as core compares), commits oldest first.
+ * target (`collate "C"`: by UTF-8 bytes, which is core's order by UTF-16 code units for host ids,
+ * `[A-Za-z0-9._-]`), commits oldest first.
  */
 export const allowanceCommitsSql = (q: AllowanceCommitsQuery) => {
   const targets = JSON.stringify([...new Set(q.targetHostIds)])

@@ -59,7 +59,8 @@ const pairFilterOf = (filter: PairFilter) =>
 
 /**
  * What a commit keeps beside the plan the apply writes: the guard's figures on the move, and
- * its commit phase in its host pair's history (read under the pair's row lock, trimmed by core).
+ * its commit phase in its host pair's history (read under the pair's row lock; its time, the
+ * window and the pair's `updatedAt` by core's `Downtime.recordTimedCommit`).
  */
 const keepCommit = (tx: Tx, m: Move.Record, t: number) =>
   Effect.gen(function* () {
@@ -77,8 +78,10 @@ const keepCommit = (tx: Tx, m: Move.Record, t: number) =>
       exec.select({ commitsMs: movePairs.commitsMs, recordedAtMs: movePairs.recordedAtMs, updatedAt: movePairs.updatedAt }).from(movePairs).where(pair).for("update"),
     )
     const before = { commitsMs: (row?.commitsMs ?? []) as number[], recordedAtMs: (row?.recordedAtMs ?? []) as number[], updatedAt: row?.updatedAt ?? t }
+    // Core records it no earlier than the pair's last (this replica's clock may be behind) and
+    // answers the pair's `updatedAt`, its last commit's time: what the allowance read cuts by.
     const kept = Downtime.recordTimedCommit(before, commitMs, t)
-    yield* tx.use((exec) => exec.update(movePairs).set({ ...kept, updatedAt: t }).where(pair))
+    yield* tx.use((exec) => exec.update(movePairs).set(kept).where(pair))
   })
 
 const finished = (r: Move.Refusal) => new Conflict({ entity: "move", id: r.moveId, reason: r.reason })

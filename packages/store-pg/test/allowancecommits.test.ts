@@ -10,7 +10,8 @@ import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import { allowanceCommitsSql } from "../src/AllowanceCommits.js"
 import { migrate, StorePg } from "../src/index.js"
-import { explainAnalyze, rowsRead } from "./plans.js"
+import { explainAnalyze, nodes, rowsRead } from "./plans.js"
+import type { PlanNode } from "./plans.js"
 
 describe("the allowance commits statement", () => {
   it("reads a bounded number of pairs, however many pairs have recent commits", async () => {
@@ -33,6 +34,12 @@ describe("the allowance commits statement", () => {
       // 5,000 pairs (100,000 commits) stored: the two asked pairs, the 8 others into their
       // targets and about 20 of the fleet's latest pairs are read.
       expect(rowsRead(plan, "move_pairs")).toBeLessThan(200)
+      // The others into the asked targets come by `move_pairs_target_idx`, not by the primary key
+      // (source, target) searched on its second column: what the planner picks without that index,
+      // fetching as few rows (so the count above cannot tell) but searching every pair's entry.
+      const intoTargets = nodes(plan).filter((n) => n["Relation Name"] === "move_pairs" && [n.Filter, n["Index Cond"]].some((c) => c?.includes("source_host_id <>")))
+      expect(intoTargets.map((n) => n["Node Type"])).toHaveLength(1)
+      expect(nodes(intoTargets[0] as PlanNode).flatMap((n) => n["Index Name"] ?? [])).toStrictEqual(["move_pairs_target_idx"])
       const answer = await Effect.runPromise(
         Effect.scoped(
           Effect.flatMap(StorePg.openUrl({ url: db.url }), ({ store }) => Effect.all([store.listAllowanceCommits(query), store.listPairCommits({ recordedSince: 0 })])),

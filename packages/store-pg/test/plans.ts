@@ -17,6 +17,8 @@ export interface PlanNode {
   readonly "Actual Loops"?: number
   readonly "Rows Removed by Filter"?: number
   readonly "Rows Removed by Index Recheck"?: number
+  readonly Filter?: string
+  readonly "Index Cond"?: string
   readonly Plans?: readonly PlanNode[]
 }
 

@@ -1012,7 +1012,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (done.phases !== null) {
           const key = `${done.sourceHostId} ${done.targetHostId}`
           const kept = Downtime.recordTimedCommit(pairs.get(key) ?? { commitsMs: [], recordedAtMs: [] }, done.phases.commitMs, t)
-          pairs.set(key, { sourceHostId: done.sourceHostId, targetHostId: done.targetHostId, ...kept, updatedAt: t })
+          pairs.set(key, { sourceHostId: done.sourceHostId, targetHostId: done.targetHostId, ...kept })
         }
         return done
       }),

@@ -225,7 +225,8 @@ export interface StoreShape {
    * `guard`: the source guard's figures, kept on the move with their errors (core's
    * `Move.guardOf`; ignored beside null phases). A measured commit phase joins the host pair's
    * recent commits with the time it is recorded (`listPairCommits`), the policy's window of them
-   * kept (core's `Downtime.recordTimedCommit`).
+   * kept (core's `Downtime.recordTimedCommit`: never before a time the pair keeps, and the pair's
+   * `updatedAt` is then that time).
    */
   readonly commitMove: (moveId: string, phases: MovePhases | null, guard?: MoveGuardReport | null) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
@@ -261,9 +262,11 @@ export interface StoreShape {
    * The commits the allowances of moves from one host to some targets may count, bounded: core's
    * `Downtime.allowanceCommits` of every pair (at most `limit` of each of the pair's own, the
    * others' into each target, and the rest of the fleet's), over which `Downtime.pairAllowance`
-   * answers as over every recent pair, in one read whatever the fleet's size. A store may rely on
-   * a pair's commits being recorded oldest first, its last at its `updatedAt`. A bad query is
-   * `InvalidInput` naming its field.
+   * answers as over every recent pair, in one read whatever the fleet's size. A store must keep
+   * each pair's commit times never decreasing and its `updatedAt` the last of them, whatever the
+   * clock says at a commit (it records commits through core's `Downtime.recordTimedCommit`, which
+   * does): then the fleet's most recent commits are in its pairs with the latest `updatedAt`. A
+   * bad query is `InvalidInput` naming its field.
    */
   readonly listAllowanceCommits: (query: AllowanceCommitsQuery) => Fx<readonly PairCommits[], InvalidInput>
 }

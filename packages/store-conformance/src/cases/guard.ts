@@ -233,6 +233,47 @@ export const guard: Group = {
       }),
     ),
     kase(
+      "a pair's commits stay oldest first, its last at its `updatedAt`, when the clock steps back; the bounded read is still core's over every pair",
+      Effect.gen(function* () {
+        const s = yield* store
+        const from = yield* twoHosts
+        const to = from === "a" ? "b" : "a"
+        yield* addHost("c", 8192)
+        // from → to at 5,000, back at 5,001, then from → to again with the clock stepped back to
+        // 1,500 (a replica's clock behind), then to → c at 2,000.
+        yield* TestClock.setTime(5000)
+        yield* moveOnce(to, 300)
+        yield* TestClock.setTime(5001)
+        yield* moveOnce(from, 200)
+        yield* TestClock.setTime(1500)
+        yield* moveOnce(to, 100)
+        yield* TestClock.setTime(2000)
+        yield* moveOnce("c", 50)
+        const every = yield* s.listPairCommits()
+        expect(every.map((p) => [p.sourceHostId, p.targetHostId, p.commitsMs])).toStrictEqual(
+          [
+            [from, to, [300, 100]],
+            [to, from, [200]],
+            [to, "c", [50]],
+          ].sort((x, y) => (`${x[0]} ${x[1]}` < `${y[0]} ${y[1]}` ? -1 : 1)),
+        )
+        const hosts = ["a", "b", "c"]
+        for (const sourceHostId of hosts) {
+          const others = hosts.filter((h) => h !== sourceHostId)
+          for (const targetHostIds of [[], others.slice(0, 1), others])
+            for (const limit of [1, 2, 3, Downtime.poolLimit()]) {
+              const q = { sourceHostId, targetHostIds, recordedSince: 0, limit }
+              expect(yield* s.listAllowanceCommits(q), JSON.stringify(q)).toStrictEqual(Downtime.allowanceCommits(every, q))
+            }
+        }
+        // What makes that so on every store: the pair's times are kept in order, its last at `updatedAt`.
+        for (const p of every) {
+          expect([...p.recordedAtMs].sort((x, y) => x - y), `${p.sourceHostId} → ${p.targetHostId}`).toStrictEqual(p.recordedAtMs)
+          expect(p.updatedAt, `${p.sourceHostId} → ${p.targetHostId}`).toBe(p.recordedAtMs[p.recordedAtMs.length - 1])
+        }
+      }),
+    ),
+    kase(
       "a bad allowance commits query is InvalidInput naming its field",
       Effect.gen(function* () {
         const s = yield* store
