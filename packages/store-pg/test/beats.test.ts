@@ -226,7 +226,9 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
 })
 
 describe("grouped heartbeats on PGlite", () => {
-  it("heartbeats and reports at once each get their own answer", async () => {
+  // Most of it is opening PGlite and migrating it: about 5 s alone, 102 s in a CI run on a
+  // loaded machine (with 180 s of timeout), so it gets the bound the other PGlite files have.
+  it("heartbeats and reports at once each get their own answer", { timeout: 600_000 }, async () => {
     await Effect.runPromise(
       Effect.scoped(
         Effect.gen(function* () {
