@@ -18,6 +18,13 @@
  * fits tightest (best fit, ties by id); then any chosen move whose absence still leaves the room
  * is dropped (largest first).
  *
+ * **Cooldown.** A session whose move ended aborted (its source's guard refused it, it timed out,
+ * any abort) is not planned to move again, to any target, until `cooldownMs` after it ended
+ * (`cooling`): plans are deterministic, so without it the next pass would begin the same doomed
+ * move again, each one copying the session's whole RAM. The session, not the pair: what dooms
+ * a move (the guest's dirty rate, a dead agent) mostly goes with the session, and best fit picks
+ * another target as the fleet changes, so a pair rule could try it on every host in turn.
+ *
  * **When.** A move changes where RAM is used, not how much: it only helps when the room the
  * queue waits for exists but is split over hosts (`roomIsSplit`). In an overloaded fleet it would
  * only let the starving session pass the others, the moved sessions taking room the queue's
@@ -105,6 +112,20 @@ export const estimate = (residentMib: number, costs: Costs): Estimate => {
   })
   return { copyMs, finalMib: send, downtimeMs: verdict.estimateMs, allowed: verdict._tag === "Fits" }
 }
+
+/** A move that ended aborted: its session and target, and when (epoch ms). */
+export interface Aborted {
+  readonly sessionId: string
+  readonly targetHostId: string
+  readonly endedAt: number
+}
+
+/** Ten minutes: an aborted move is not planned again, its session to its target, for this long. */
+export const defaultCooldownMs = 10 * 60 * 1000
+
+/** The aborted moves still cooling down at `now`: ended less than `cooldownMs` before it. */
+export const cooling = (aborted: readonly Aborted[], now: number, cooldownMs: number = defaultCooldownMs): Aborted[] =>
+  aborted.filter((a) => now - a.endedAt < cooldownMs)
 
 /** One planned move. */
 export interface Planned {
@@ -241,6 +262,10 @@ export interface HoldsInput {
   readonly gate: ParkGate.Options
   /** At most this many moves in the answer (the first ones, in the holds' order). */
   readonly maxMoves: number
+  /** Moves that ended aborted: the session of one still cooling down at `now` is not planned to move. */
+  readonly aborted?: readonly Aborted[] | undefined
+  /** How long an aborted move cools down (ms); `defaultCooldownMs` when missing. */
+  readonly cooldownMs?: number | undefined
   readonly costs?: Costs | undefined
   readonly limits?: Limits | undefined
 }
@@ -259,7 +284,8 @@ export const servable = (fleet: FleetView, holds: readonly ParkGate.Hold[], movi
 /**
  * The moves of one reaper pass (the simulator's `--moves` and the coordinator's
  * `ENGRAM_MAKE_ROOM_MOVES`): for each servable starving hold in order, `plan` on its host, the
- * targets every host but those held or claimed (`ParkGate.claimedHosts`) for a session; the
+ * targets every host but those held or claimed (`ParkGate.claimedHosts`) for a session, the
+ * sessions whose moves aborted still cooling down left out; the
  * fleet then counts each planned move's target reservation (as `Store.beginMove` takes it), so
  * the next hold's plan and `roomIsSplit` see it. Stops when the room is no longer split, and
  * answers at most `maxMoves` moves: a hold whose plan passes the bound gets its first moves now
@@ -270,6 +296,7 @@ export const forHolds = (input: HoldsInput): Planned[] => {
   const max = Math.max(0, Math.floor(input.maxMoves))
   const out: Planned[] = []
   let fleet = input.fleet
+  const resting = new Set(cooling(input.aborted ?? [], input.now, input.cooldownMs ?? defaultCooldownMs).map((a) => a.sessionId))
   for (const hold of servable(fleet, input.holds, input.movingFrom, limits)) {
     if (out.length >= max) break
     // Moves only where the room exists but is split: in an overloaded fleet they only reorder who waits.
@@ -279,7 +306,7 @@ export const forHolds = (input: HoldsInput): Planned[] => {
     if (q === undefined || held === undefined) continue
     const fenced = new Set(input.holds.map((x) => x.hostId))
     for (const c of ParkGate.claimedHosts(fleet, input.now, limits, input.gate).values()) fenced.add(c.id)
-    const running = input.running.get(hold.hostId) ?? []
+    const running = (input.running.get(hold.hostId) ?? []).filter((r) => !resting.has(r.sessionId))
     const planned = plan({ budget: q.budget, host: held, running, targets: fleet.hosts.filter((x) => !fenced.has(x.id)), costs: input.costs, limits })
     if (planned === null || planned.length === 0) continue
     const taken = planned.slice(0, max - out.length)
