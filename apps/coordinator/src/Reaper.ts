@@ -34,16 +34,17 @@ export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
 /**
  * The pass's moves for starving sessions under the settings, or none (`ENGRAM_MAKE_ROOM_MOVES=0`).
  * The costs are core's `MakeRoom.defaultCosts` (1 GiB/s copies, 64 MiB/s dirtied, 5 rounds, 1 s
- * of downtime) with the configured commit allowance, the guard's prior; the store knows no
- * guest's resident RAM, so a move is judged on its whole reservation (the most it can copy).
- * The source's guard judges each move again on its measured rounds and learned allowance. A
+ * of downtime), each pair's commit allowance the guard's own (learned from its recent commits
+ * within `ENGRAM_ALLOWANCE_HORIZON_MS`, else the configured prior); the store knows no guest's
+ * resident RAM, so a move is judged on its whole reservation (the most it can copy). The
+ * source's guard judges each move again on its measured rounds. A
  * move no agent has taken past its point of no return within `ENGRAM_MOVE_TIMEOUT_MS` is aborted
  * by a later pass of the same leader, as the API aborts its own; the leader aborts any pending
  * move twice that old, whoever began it. A move that ended aborted is not begun again, its
  * session to its target, within `ENGRAM_MAKE_ROOM_COOLDOWN_MS`.
  */
 export const makeRoomMoves = (
-  config: Pick<CoordinatorConfig, "makeRoomMoves" | "makeRoomMovesPerPass" | "makeRoomCooldownMs" | "moveTimeoutMs" | "limits">,
+  config: Pick<CoordinatorConfig, "makeRoomMoves" | "makeRoomMovesPerPass" | "makeRoomCooldownMs" | "moveTimeoutMs" | "allowanceHorizonMs" | "limits">,
 ): Reaper.MoveOptions | undefined =>
   config.makeRoomMoves === 1
     ? {
@@ -52,6 +53,8 @@ export const makeRoomMoves = (
         // As the API's moves: one no agent takes past its point of no return in time is aborted.
         timeoutMs: config.moveTimeoutMs,
         cooldownMs: config.makeRoomCooldownMs,
+        // As the assignments hand it to the source's guard (Allowances.ts).
+        allowance: { priorMs: config.limits.commitAllowanceMs, horizonMs: config.allowanceHorizonMs },
       }
     : undefined
 

@@ -173,6 +173,27 @@ for (const [name, store] of backends) {
       }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
     )
 
+    it.effect("a pair whose learned commit allowance passes the downtime budget takes no move: the plan goes where the guard would let it", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        yield* starvingOnFullHosts()
+        // h1 → h0 committed once with a 1.5 s commit (the pair's allowance now passes the 1 s budget); the session moved back.
+        const final = { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 } as const
+        const there = yield* store.beginMove({ sessionId: "h1-s4", targetHostId: "h0", maxDowntimeMs: 2000 })
+        yield* store.recordRound(there.id, final)
+        yield* store.commitMove(there.id, { downtimeMs: 1600, captureMs: 5, sendMs: 10, commitMs: 1500 })
+        const back = yield* store.beginMove({ sessionId: "h1-s4", targetHostId: "h1", maxDowntimeMs: 2000 })
+        yield* store.recordRound(back.id, final)
+        yield* store.commitMove(back.id, { downtimeMs: 300, captureMs: 5, sendMs: 10, commitMs: 200 })
+        // Without it: h1-s4 and h1-s3 to h0 (the tightest), h1-s0 to h2.
+        assert.deepStrictEqual(movesOf(yield* reaperPass), [
+          ["h1-s4", "h1", "h2"],
+          ["h1-s3", "h1", "h2"],
+          ["h1-s0", "h1", "h2"],
+        ])
+      }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
+    )
+
     it.effect("the leader aborts a pending move twice ENGRAM_MOVE_TIMEOUT_MS old that it did not begin; one past its intent is left to its source", () =>
       Effect.gen(function* () {
         const store = yield* Store

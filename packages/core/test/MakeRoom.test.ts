@@ -214,6 +214,22 @@ describe("MakeRoom.forHolds", () => {
     expect(MakeRoom.cooling(aborted, 2000, 1000)).toEqual([])
   })
 
+  it("a target whose pair's learned allowance alone passes the downtime budget takes no move; the prior elsewhere", () => {
+    const allowanceMs = new Map([["h1", new Map([["h0", MakeRoom.defaultCosts.maxDowntimeMs + 1]])]])
+    const moves = MakeRoom.forHolds(input({ allowanceMs }))
+    expect(pairs(moves)).toEqual([
+      ["s5", "h1", "h2"],
+      ["s4", "h1", "h2"],
+      ["s1", "h1", "h2"],
+    ])
+    expect(moves.every((m) => m.estimate.allowed && m.estimate.downtimeMs === MakeRoom.estimate(8 * GiB, MakeRoom.defaultCosts).downtimeMs)).toBe(true)
+    // A learned allowance under the budget is planned on: the estimate carries it.
+    const fast = MakeRoom.forHolds(input({ allowanceMs: new Map([["h1", new Map([["h0", 50]])]]) }))
+    expect(pairs(fast)).toEqual(pairs(MakeRoom.forHolds(input())))
+    const toH0 = fast.find((m) => m.toHostId === "h0")
+    expect(toH0?.estimate.downtimeMs).toBe(MakeRoom.estimate(8 * GiB, { ...MakeRoom.defaultCosts, commitAllowanceMs: 50 }).downtimeMs)
+  })
+
   it("moves land on no host claimed for another starving session, though it holds none", () => {
     // big (48 GiB) and big2 (40) starve; big is held on h1. Claims: big h1 (24 free, ties by id), big2 h2.
     const fl: FleetView = {

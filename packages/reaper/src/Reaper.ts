@@ -19,7 +19,7 @@
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
  */
-import { Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy } from "@engram/core"
+import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
 import { Store } from "@engram/store"
 import type { FleetRead, Move, Session, StoreShape } from "@engram/store"
@@ -70,6 +70,13 @@ export interface MoveOptions {
    * `MakeRoom.defaultCooldownMs`.
    */
   readonly cooldownMs?: number | undefined
+  /**
+   * The guard's allowance policy (its prior and horizon): with it, a pass plans each move on its
+   * host pair's learned commit allowance (`Downtime.pairAllowance` over one bounded
+   * `Store.listAllowanceCommits` read per held host), so a pair whose allowance alone passes the
+   * budget takes no move. Missing: `costs.commitAllowanceMs` for every pair (the simulator).
+   */
+  readonly allowance?: Partial<Downtime.RecencyPolicy> | undefined
 }
 
 /** A move a pass began to make room, and the plan it carries out. */
@@ -302,6 +309,7 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
     const limits = store.limits()
     const movingFrom = new Set(pending.map((m) => m.sourceHostId))
     const running = new Map<string, MakeRoom.Running[]>()
+    const allowanceMs = new Map<string, Map<string, number>>()
     for (const hold of MakeRoom.servable(read.success, holds, movingFrom, limits)) {
       const sessions = yield* Effect.result(store.listSessions({ hostId: hold.hostId, state: "running" }))
       if (sessions._tag === "Failure") return yield* failed(sessions.failure.reason)
@@ -309,6 +317,16 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
         hold.hostId,
         sessions.success.map((s) => ({ sessionId: s.id, budget: s.budget, residentMib: moves.residentMib?.(s) ?? s.budget.memMib })),
       )
+      const policy = moves.allowance
+      if (policy === undefined) continue
+      // The guard's own allowance of each pair from this host, as the assignments hand it to the source.
+      const targetHostIds = read.success.hosts.filter((h) => h.id !== hold.hostId).map((h) => h.id)
+      const horizonMs = policy.horizonMs ?? Downtime.defaultRecencyPolicy.horizonMs
+      const recent = yield* Effect.result(
+        store.listAllowanceCommits({ sourceHostId: hold.hostId, targetHostIds, recordedSince: now - horizonMs + 1, limit: Downtime.poolLimit(policy) }),
+      )
+      if (recent._tag === "Failure") return yield* failed(recent.failure.message)
+      allowanceMs.set(hold.hostId, new Map(targetHostIds.map((t) => [t, Downtime.pairAllowance(recent.success, hold.hostId, t, now, policy).allowanceMs])))
     }
     if (running.size === 0) return begun
     const planned = MakeRoom.forHolds({
@@ -321,6 +339,7 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
       maxMoves: moves.maxPerPass,
       aborted: state.aborted,
       cooldownMs,
+      allowanceMs,
       costs: moves.costs,
       limits,
     })
