@@ -342,6 +342,21 @@ describe("Reaper.pass moves for starving sessions", () => {
     }).pipe(Effect.provide(storeLayer())),
   )
 
+  it.effect("a replica that leads again (relead) reads the moves aborted under another leader before it plans", () =>
+    Effect.gen(function* () {
+      yield* fleet
+      const store = yield* Store
+      const state = ReaperState.make()
+      // This replica led once (its memory has read the store), then another began the moves, and their guard refused them.
+      state.abortedRead = true
+      for (const id of ["b", "a"]) yield* store.beginMove({ sessionId: id, targetHostId: "h2", maxDowntimeMs: 1000 })
+      yield* refuseAll
+      ReaperState.relead(state)
+      assert.deepStrictEqual(begunOf(yield* Reaper.pass({ state, moves })), [])
+      assert.deepStrictEqual(state.aborted.map((a) => a.sessionId).sort(), ["a", "b"])
+    }).pipe(Effect.provide(storeLayer())),
+  )
+
   it.effect("the leader aborts a pending move older than twice the timeout whoever began it, unless past its point of no return", () => {
     const rec = recorder()
     return Effect.gen(function* () {
