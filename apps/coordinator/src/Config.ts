@@ -112,7 +112,7 @@ export interface CoordinatorConfig {
   readonly makeRoomMovesPerPass: number
   /**
    * How long a move that ended aborted (refused by its source's guard, timed out) keeps the
-   * reaper from moving its session to its target again (ms; core's `MakeRoom.cooling`).
+   * reaper from moving its session again, to any target (ms; core's `MakeRoom.cooling`).
    */
   readonly makeRoomCooldownMs: number
   /** An OpenTelemetry collector's OTLP/HTTP base URL (`http://collector:4318`): traces go to `…/v1/traces`; null = no traces. */

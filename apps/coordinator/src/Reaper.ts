@@ -40,8 +40,8 @@ export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
  * source's guard judges each move again on its measured rounds. A
  * move no agent has taken past its point of no return within `ENGRAM_MOVE_TIMEOUT_MS` is aborted
  * by a later pass of the same leader, as the API aborts its own; the leader aborts any pending
- * move twice that old, whoever began it. A move that ended aborted is not begun again, its
- * session to its target, within `ENGRAM_MAKE_ROOM_COOLDOWN_MS`.
+ * move twice that old, whoever began it. A session whose move ended aborted is not moved again
+ * within `ENGRAM_MAKE_ROOM_COOLDOWN_MS`.
  */
 export const makeRoomMoves = (
   config: Pick<CoordinatorConfig, "makeRoomMoves" | "makeRoomMovesPerPass" | "makeRoomCooldownMs" | "moveTimeoutMs" | "allowanceHorizonMs" | "limits">,
@@ -138,7 +138,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
         // A loop of doomed moves shows as begun and aborted rising together.
         metrics.makeRoomMoves.inc({ result: e.move.state === "committed" ? "committed" : "aborted" })
         return e.move.state === "aborted"
-          ? Effect.logInfo("reaper: a move begun for a starving session aborted; not begun again, its session to its target, within ENGRAM_MAKE_ROOM_COOLDOWN_MS", {
+          ? Effect.logInfo("reaper: a move begun for a starving session aborted; its session is not moved again within ENGRAM_MAKE_ROOM_COOLDOWN_MS", {
               moveId: e.move.id,
               sessionId: e.move.sessionId,
               to: e.move.targetHostId,

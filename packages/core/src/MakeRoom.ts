@@ -123,7 +123,7 @@ export interface Aborted {
   readonly endedAt: number
 }
 
-/** Ten minutes: an aborted move is not planned again, its session to its target, for this long. */
+/** Ten minutes: a session whose move aborted is not planned to move again for this long. */
 export const defaultCooldownMs = 10 * 60 * 1000
 
 /** The aborted moves still cooling down at `now`: ended less than `cooldownMs` before it. */

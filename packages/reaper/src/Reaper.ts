@@ -14,7 +14,7 @@
  * With `moves` set, a fifth step after the drain: room made by moving running sessions off the
  * hosts held for starving sessions (core's `MakeRoom.forHolds` decides; each move begun through
  * `Store.beginMove`, as the API's, so the agents run it and the guard judges it like any move).
- * A move that ended aborted is not begun again, its session to its target, within the cooldown.
+ * A session whose move ended aborted is not moved again within the cooldown.
  *
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
@@ -66,7 +66,7 @@ export interface MoveOptions {
   readonly timeoutMs?: number | undefined
   /**
    * How long a move that ended aborted (refused by its source's guard, timed out) keeps its
-   * session from being moved to its target again (core's `MakeRoom.cooling`). Missing:
+   * session from being moved again, to any target (core's `MakeRoom.cooling`). Missing:
    * `MakeRoom.defaultCooldownMs`.
    */
   readonly cooldownMs?: number | undefined

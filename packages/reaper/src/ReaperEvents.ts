@@ -40,7 +40,7 @@ export type Event =
   | { readonly _tag: "MoveTimedOut"; readonly move: Move; readonly own: boolean }
   /** A move this replica's passes began left pending (committed, or aborted by its agents); a timeout is `MoveTimedOut`. */
   | { readonly _tag: "MoveEnded"; readonly move: Move }
-  /** The moves step could not read what it plans on (the fleet, the open moves, a host's sessions): no move this pass. */
+  /** The moves step could not read what it plans on (the fleet, the open or aborted moves, a held host's sessions or pair allowances): no move this pass. */
   | { readonly _tag: "MovesFailed"; readonly reason: string }
   /**
    * A planned move the store refused (its session or target changed first) or could not begin
