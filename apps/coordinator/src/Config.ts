@@ -7,7 +7,7 @@
  * simulator's. An `ENGRAM_*` variable that no engram component reads is warned about by name.
  */
 import { Env } from "@engram/process"
-import { Downtime, Limits } from "@engram/core"
+import { Downtime, Limits, MakeRoom } from "@engram/core"
 import { checkLeaseTimes, defaultLeaseTimes } from "@engram/store"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
@@ -35,7 +35,12 @@ export interface CoordinatorConfig {
    * would refuse its tight-budget moves for ever.
    */
   readonly allowanceHorizonMs: number
-  /** How long `POST /v1/sessions/{id}/move` waits for the source agent before aborting the move. */
+  /**
+   * How long a move waits for its source agent to take it past its point of no return before it
+   * is aborted: `POST /v1/sessions/{id}/move`'s wait, and the reaper's moves for starving
+   * sessions (`makeRoomMoves`). The leader also aborts any pending move twice this old, whoever
+   * began it (a replica that died with its timeouts).
+   */
   readonly moveTimeoutMs: number
   /**
    * On PostgreSQL, how often each replica checks its change listener (a statement on the
@@ -105,6 +110,11 @@ export interface CoordinatorConfig {
   readonly makeRoomMoves: number
   /** At most this many moves begun by one reaper pass for starving sessions (`makeRoomMoves`). */
   readonly makeRoomMovesPerPass: number
+  /**
+   * How long a move that ended aborted (refused by its source's guard, timed out) keeps the
+   * reaper from moving its session again, to any target (ms; core's `MakeRoom.cooling`).
+   */
+  readonly makeRoomCooldownMs: number
   /** An OpenTelemetry collector's OTLP/HTTP base URL (`http://collector:4318`): traces go to `…/v1/traces`; null = no traces. */
   readonly otlpUrl: string | null
   /** Headers the collector needs (`key=value,key2=value2`, e.g. an API key); a secret. */
@@ -206,6 +216,7 @@ const settings = {
   leaseRenewDeadlineMs: int("ENGRAM_LEASE_RENEW_DEADLINE_MS", defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),
   makeRoomMoves: int("ENGRAM_MAKE_ROOM_MOVES", 0, 0, 1),
   makeRoomMovesPerPass: int("ENGRAM_MAKE_ROOM_MOVES_PER_PASS", 16, 1, 1000),
+  makeRoomCooldownMs: int("ENGRAM_MAKE_ROOM_COOLDOWN_MS", MakeRoom.defaultCooldownMs, 0, 7 * 24 * 3_600_000),
   otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), "ENGRAM_OTLP_URL").pipe(
     Config.map((u): string | null => u),
     Config.withDefault(null),

@@ -94,8 +94,12 @@ export interface MetricsShape {
   readonly reaperLeader: Gauge
   readonly reaperLeaderChecks: Counter
   readonly moves: Counter<{ readonly outcome: MoveEnd }>
-  /** Moves the reaper planned for starving sessions (`ENGRAM_MAKE_ROOM_MOVES`): begun, refused by the store, or begun and timed out. */
-  readonly makeRoomMoves: Counter<{ readonly result: "begun" | "refused" | "timeout" }>
+  /**
+   * Moves the reaper planned for starving sessions (`ENGRAM_MAKE_ROOM_MOVES`): begun, refused by
+   * the store, not begun with the store unavailable (a fenced write too), and how the begun ones
+   * ended: committed, aborted (by their agents, e.g. the downtime guard) or timed out.
+   */
+  readonly makeRoomMoves: Counter<{ readonly result: "begun" | "refused" | "unavailable" | "committed" | "aborted" | "timeout" }>
   readonly storeUnavailable: Counter
   readonly observePassSeconds: (seconds: number) => void
   /** One answered HTTP request: its route template (`/v1/sessions/:id`), status and duration. */
@@ -288,7 +292,7 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         moves: counter("engram_moves_total", "Moves by outcome (committed, downtime, aborted, timeout, commit_pending)."),
         makeRoomMoves: counter(
           "engram_reaper_make_room_moves_total",
-          "Moves the reaper planned to make room for starving sessions (ENGRAM_MAKE_ROOM_MOVES), by result: begun, refused by the store, or begun and aborted because no agent took it up within ENGRAM_MOVE_TIMEOUT_MS (timeout).",
+          "Moves the reaper planned to make room for starving sessions (ENGRAM_MAKE_ROOM_MOVES), by result: begun, refused by the store, unavailable (the store down or the write fenced), and how begun ones ended: committed, aborted by their agents, or timeout (no agent took it up within ENGRAM_MOVE_TIMEOUT_MS).",
         ),
         storeUnavailable: counter("engram_http_store_unavailable_total", "Requests answered 503 because the store was unavailable.", true),
         observePassSeconds: (seconds) => passHistogram.updateUnsafe(seconds, context),

@@ -34,19 +34,27 @@ export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
 /**
  * The pass's moves for starving sessions under the settings, or none (`ENGRAM_MAKE_ROOM_MOVES=0`).
  * The costs are core's `MakeRoom.defaultCosts` (1 GiB/s copies, 64 MiB/s dirtied, 5 rounds, 1 s
- * of downtime) with the configured commit allowance, the guard's prior; the store knows no
- * guest's resident RAM, so a move is judged on its whole reservation (the most it can copy).
- * The source's guard judges each move again on its measured rounds and learned allowance. A
+ * of downtime), each pair's commit allowance the guard's own (learned from its recent commits
+ * within `ENGRAM_ALLOWANCE_HORIZON_MS`, else the configured prior); the store knows no guest's
+ * resident RAM, so a move is judged on its whole reservation (the most it can copy). The
+ * source's guard judges each move again on its measured rounds. A
  * move no agent has taken past its point of no return within `ENGRAM_MOVE_TIMEOUT_MS` is aborted
- * by a later pass of the same leader, as the API aborts its own.
+ * by a later pass of the same leader, as the API aborts its own; the leader aborts any pending
+ * move twice that old, whoever began it. A session whose move ended aborted is not moved again
+ * within `ENGRAM_MAKE_ROOM_COOLDOWN_MS`.
  */
-export const makeRoomMoves = (config: Pick<CoordinatorConfig, "makeRoomMoves" | "makeRoomMovesPerPass" | "moveTimeoutMs" | "limits">): Reaper.MoveOptions | undefined =>
+export const makeRoomMoves = (
+  config: Pick<CoordinatorConfig, "makeRoomMoves" | "makeRoomMovesPerPass" | "makeRoomCooldownMs" | "moveTimeoutMs" | "allowanceHorizonMs" | "limits">,
+): Reaper.MoveOptions | undefined =>
   config.makeRoomMoves === 1
     ? {
         costs: { ...MakeRoom.defaultCosts, commitAllowanceMs: config.limits.commitAllowanceMs },
         maxPerPass: config.makeRoomMovesPerPass,
         // As the API's moves: one no agent takes past its point of no return in time is aborted.
         timeoutMs: config.moveTimeoutMs,
+        cooldownMs: config.makeRoomCooldownMs,
+        // As the assignments hand it to the source's guard (Allowances.ts).
+        allowance: { priorMs: config.limits.commitAllowanceMs, horizonMs: config.allowanceHorizonMs },
       }
     : undefined
 
@@ -117,20 +125,31 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
         }).pipe(Effect.andThen(notifier.notify(hostTopic(e.move.sourceHostId), hostTopic(e.move.targetHostId), sessionTopic(e.move.sessionId))))
       case "MoveTimedOut":
         // Its target's room is free again (the next pass drains into it); the session runs on at its source.
-        metrics.makeRoomMoves.inc({ result: "timeout" })
-        return Effect.logWarning("reaper: a move begun for a starving session timed out before its agents took it up; aborted", {
-          moveId: e.move.id,
-          sessionId: e.move.sessionId,
-          from: e.move.sourceHostId,
-          to: e.move.targetHostId,
-        }).pipe(Effect.andThen(notifier.notify(hostTopic(e.move.sourceHostId), hostTopic(e.move.targetHostId), moveTopic(e.move.id), sessionTopic(e.move.sessionId))))
+        if (e.own) metrics.makeRoomMoves.inc({ result: "timeout" })
+        return Effect.logWarning(
+          e.own
+            ? "reaper: a move begun for a starving session timed out before its agents took it up; aborted"
+            : "reaper: a pending move twice ENGRAM_MOVE_TIMEOUT_MS old that no agent took up (the replica that began it gone?); aborted",
+          { moveId: e.move.id, sessionId: e.move.sessionId, from: e.move.sourceHostId, to: e.move.targetHostId },
+        ).pipe(Effect.andThen(notifier.notify(hostTopic(e.move.sourceHostId), hostTopic(e.move.targetHostId), moveTopic(e.move.id), sessionTopic(e.move.sessionId))))
       case "MovesFailed":
         return Effect.logWarning("reaper: moves for starving sessions skipped this pass, store read failed", { reason: e.reason })
+      case "MoveEnded":
+        // A loop of doomed moves shows as begun and aborted rising together.
+        metrics.makeRoomMoves.inc({ result: e.move.state === "committed" ? "committed" : "aborted" })
+        return e.move.state === "aborted"
+          ? Effect.logInfo("reaper: a move begun for a starving session aborted; its session is not moved again within ENGRAM_MAKE_ROOM_COOLDOWN_MS", {
+              moveId: e.move.id,
+              sessionId: e.move.sessionId,
+              to: e.move.targetHostId,
+              reason: e.move.abortReason,
+            })
+          : undefined
       case "MoveNotBegun":
-        metrics.makeRoomMoves.inc({ result: "refused" })
+        metrics.makeRoomMoves.inc({ result: e.unavailable ? "unavailable" : "refused" })
         return Effect.logInfo("reaper: planned move not begun", { sessionId: e.planned.sessionId, to: e.planned.toHostId, reason: e.reason })
       case "LeadershipLost":
-        return Effect.logWarning("reaper: lost the leader lock mid-pass; no further descents", { step: e.step })
+        return Effect.logWarning("reaper: lost the leader lock mid-pass; the pass stops there", { step: e.step })
       default:
         return
     }
@@ -278,6 +297,7 @@ export const ReconcileAtStart: Layer.Layer<never, never, Store | Metrics | Notif
 export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | Leader | Settings> = Layer.effectDiscard(
   Effect.gen(function* () {
     const settings = yield* Settings
+    const store = yield* Store
     const leader = yield* Leader
     const metrics = yield* Metrics
     let wasLeader = false
@@ -287,6 +307,8 @@ export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | 
       metrics.reaperLeaderChecks.inc()
       if (leading !== wasLeader) {
         wasLeader = leading
+        // Moves may have aborted under another leader meanwhile: the next moves step reads them.
+        if (leading) ReaperState.relead(stateFor(store))
         yield* Effect.logInfo(leading ? "reaper: this replica is the leader" : "reaper: this replica is not the leader", { fence: leader.fence() })
       }
     }).pipe(Effect.catchCause((cause) => Effect.logError("reaper: lease check failed", cause)))

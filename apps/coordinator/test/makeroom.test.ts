@@ -7,7 +7,7 @@ import { Limits, ParkPolicy } from "@engram/core"
 import { Config, Metrics, Notifier, reaperPass, Settings } from "@engram/coordinator"
 import type { PassReport } from "@engram/coordinator"
 import { Changes, Store } from "@engram/store"
-import type { Unavailable } from "@engram/store"
+import { Unavailable } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { StoreSim } from "@engram/store-sim"
 import { freshDatabase } from "@engram/test-pg"
@@ -149,6 +149,98 @@ for (const [name, store] of backends) {
         const second = yield* store.getMove(ids[1] as string)
         assert.deepStrictEqual([(yield* store.getSession(second.sessionId)).state, (yield* store.getSession(second.sessionId)).hostId], ["running", "h1"])
         assert.deepStrictEqual(movesOf(late), [])
+      }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
+    )
+
+    it.effect("sessions whose moves the source's guard refused are not moved again within ENGRAM_MAKE_ROOM_COOLDOWN_MS, by this leader or a new one; after it, they are", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        const metrics = yield* Metrics
+        yield* starvingOnFullHosts()
+        const first = yield* reaperPass
+        assert.strictEqual(movesOf(first)?.length, 3)
+        // Each source's guard refuses its move before any pause, as the agent aborts it.
+        for (const m of yield* store.listMoves({ state: "pending" })) yield* store.abortMove(m.id, "ErrMoveDowntime: estimate 1400 ms > 1000 ms", { estimateMs: 1400 })
+        yield* TestClock.adjust(60_000)
+        assert.deepStrictEqual(movesOf(yield* reaperPass), [])
+        assert.deepStrictEqual([metrics.makeRoomMoves.get({ result: "begun" }), metrics.makeRoomMoves.get({ result: "aborted" })], [3, 3])
+        // Another replica leads now (its memory, one per store, is empty): it reads the aborted moves from the store.
+        const replica = Store.of({ ...store })
+        yield* TestClock.adjust(60_000)
+        assert.deepStrictEqual(movesOf(yield* reaperPass.pipe(Effect.provideService(Store, replica))), [])
+        yield* TestClock.adjust(10 * 60_000 - 120_000)
+        assert.strictEqual(movesOf(yield* reaperPass.pipe(Effect.provideService(Store, replica)))?.length, 3)
+      }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
+    )
+
+    it.effect("a pair whose learned commit allowance passes the downtime budget takes no move: the plan goes where the guard would let it", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        yield* starvingOnFullHosts()
+        // h1 → h0 committed once with a 1.5 s commit (the pair's allowance now passes the 1 s budget); the session moved back.
+        const final = { kind: "final", wireBytes: 1000, apparentBytes: 2000, sendMs: 10, captureMs: 5 } as const
+        const there = yield* store.beginMove({ sessionId: "h1-s4", targetHostId: "h0", maxDowntimeMs: 2000 })
+        yield* store.recordRound(there.id, final)
+        yield* store.commitMove(there.id, { downtimeMs: 1600, captureMs: 5, sendMs: 10, commitMs: 1500 })
+        const back = yield* store.beginMove({ sessionId: "h1-s4", targetHostId: "h1", maxDowntimeMs: 2000 })
+        yield* store.recordRound(back.id, final)
+        yield* store.commitMove(back.id, { downtimeMs: 300, captureMs: 5, sendMs: 10, commitMs: 200 })
+        // Without it: h1-s4 and h1-s3 to h0 (the tightest), h1-s0 to h2.
+        assert.deepStrictEqual(movesOf(yield* reaperPass), [
+          ["h1-s4", "h1", "h2"],
+          ["h1-s3", "h1", "h2"],
+          ["h1-s0", "h1", "h2"],
+        ])
+      }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
+    )
+
+    it.effect("the leader aborts a pending move twice ENGRAM_MOVE_TIMEOUT_MS old that it did not begin; one past its intent is left to its source", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        yield* starvingOnFullHosts()
+        // Begun by hand, as a replica that died since (or the API) began them: no memory here has them.
+        const a = yield* store.beginMove({ sessionId: "h1-s0", targetHostId: "h2", maxDowntimeMs: 1000 })
+        const b = yield* store.beginMove({ sessionId: "h1-s1", targetHostId: "h0", maxDowntimeMs: 1000 })
+        yield* store.recordRound(b.id, { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 })
+        const timeoutMs = Config.defaults().moveTimeoutMs
+        yield* TestClock.adjust(2 * timeoutMs - 1000)
+        yield* reaperPass
+        assert.deepStrictEqual((yield* openMoves).length, 2)
+        yield* TestClock.adjust(2000)
+        yield* reaperPass
+        const states = yield* Effect.forEach([a.id, b.id], (id) => Effect.map(store.getMove(id), (m) => [m.state, m.abortReason]))
+        assert.deepStrictEqual(states, [
+          ["aborted", "timeout"],
+          ["pending", null],
+        ])
+        // Not this replica's make-room move: not counted as one.
+        assert.strictEqual((yield* Metrics).makeRoomMoves.get({ result: "timeout" }), 0)
+      }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
+    )
+
+    it.effect("a planned move the store refuses is counted refused; one it cannot take (down, or fenced) unavailable", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        const metrics = yield* Metrics
+        yield* starvingOnFullHosts()
+        // h0 fills between the plan's fleet read and its first move: the store refuses both moves to it.
+        // The third (to h2) meets a store that cannot take it, as a write fenced off by a newer leader.
+        let beginning = 0
+        const racing = Store.of({
+          ...store,
+          beginMove: (input) =>
+            ++beginning === 1
+              ? Effect.flatMap(Effect.orDie(store.createSession({ id: "filler", budget: { memMib: 16 * GiB, vcpus: 1 }, affinity: ["h0"] })), () => store.beginMove(input))
+              : beginning === 3
+                ? Effect.fail(new Unavailable({ reason: "fenced (test)", retryAfterMs: 1000 }))
+                : store.beginMove(input),
+        })
+        const pass = yield* reaperPass.pipe(Effect.provideService(Store, racing))
+        assert.deepStrictEqual(movesOf(pass), [])
+        assert.deepStrictEqual(
+          ["begun", "refused", "unavailable"].map((result) => metrics.makeRoomMoves.get({ result: result as "begun" })),
+          [0, 2, 1],
+        )
       }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
     )
 

@@ -11,12 +11,22 @@
  * dirtying it at `dirtyMibPerSec`; each round sends what the last one let the guest dirty, up to
  * `maxRounds`. The last round's bytes go into the downtime guard's own pre-pause estimate
  * (`Downtime.prePauseEstimateMs`, with the commit allowance); a session whose estimate passes
- * `maxDowntimeMs` is one the guard would refuse to switch over, so it is never chosen.
+ * `maxDowntimeMs` is one the guard would refuse to switch over, so it is never chosen. The
+ * allowance is the pair's learned one where the caller knows it (`Input.allowanceMs`, the
+ * guard's `Downtime.pairAllowance`), else `costs.commitAllowanceMs`: a target whose pair's
+ * allowance alone passes the budget takes no move.
  *
  * **Choice.** The fewest MiB moved, approximately: while the budget does not fit, the smallest
  * movable session that closes the remaining RAM gap (else the largest), each to the host where it
  * fits tightest (best fit, ties by id); then any chosen move whose absence still leaves the room
  * is dropped (largest first).
+ *
+ * **Cooldown.** A session whose move ended aborted (its source's guard refused it, it timed out,
+ * any abort) is not planned to move again, to any target, until `cooldownMs` after it ended
+ * (`cooling`): plans are deterministic, so without it the next pass would begin the same doomed
+ * move again, each one copying the session's whole RAM. The session, not the pair: what dooms
+ * a move (the guest's dirty rate, a dead agent) mostly goes with the session, and best fit picks
+ * another target as the fleet changes, so a pair rule could try it on every host in turn.
  *
  * **When.** A move changes where RAM is used, not how much: it only helps when the room the
  * queue waits for exists but is split over hosts (`roomIsSplit`). In an overloaded fleet it would
@@ -106,6 +116,20 @@ export const estimate = (residentMib: number, costs: Costs): Estimate => {
   return { copyMs, finalMib: send, downtimeMs: verdict.estimateMs, allowed: verdict._tag === "Fits" }
 }
 
+/** A move that ended aborted: its session and target, and when (epoch ms). */
+export interface Aborted {
+  readonly sessionId: string
+  readonly targetHostId: string
+  readonly endedAt: number
+}
+
+/** Ten minutes: a session whose move aborted is not planned to move again for this long. */
+export const defaultCooldownMs = 10 * 60 * 1000
+
+/** The aborted moves still cooling down at `now`: ended less than `cooldownMs` before it. */
+export const cooling = (aborted: readonly Aborted[], now: number, cooldownMs: number = defaultCooldownMs): Aborted[] =>
+  aborted.filter((a) => now - a.endedAt < cooldownMs)
+
 /** One planned move. */
 export interface Planned {
   readonly sessionId: string
@@ -125,6 +149,11 @@ export interface Input {
   readonly running: readonly Running[]
   /** Hosts that may take a moved session (the caller leaves out hosts held or claimed for others). */
   readonly targets: readonly Candidate[]
+  /**
+   * The guard's commit allowance of a move from the held host to each target (ms), by target id
+   * (`Downtime.pairAllowance`); a target missing here: `costs.commitAllowanceMs`.
+   */
+  readonly allowanceMs?: ReadonlyMap<string, number> | undefined
   readonly costs?: Costs | undefined
   readonly limits?: Limits | undefined
 }
@@ -137,10 +166,10 @@ const without = (c: FleetHost, budget: Budget): FleetHost => ({
 })
 
 /** The best-fit target for `budget` among `targets` (the least RAM left after it, ties by id). */
-const bestTarget = (targets: ReadonlyMap<string, Candidate>, budget: Budget, sourceId: string, limits: Limits): Candidate | undefined => {
+const bestTarget = (targets: ReadonlyMap<string, Candidate>, budget: Budget, sourceId: string, limits: Limits, allowed: (c: Candidate) => boolean): Candidate | undefined => {
   let best: { c: Candidate; left: number } | undefined
   for (const c of targets.values()) {
-    if (c.id === sourceId || (c.state ?? "ready") !== "ready" || !Placement.fitsOn(c, budget, limits)) continue
+    if (c.id === sourceId || !allowed(c) || (c.state ?? "ready") !== "ready" || !Placement.fitsOn(c, budget, limits)) continue
     const left = (Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY) - budget.memMib
     if (best === undefined || left < best.left || (left === best.left && compareIds(c.id, best.c.id) < 0)) best = { c, left }
   }
@@ -164,9 +193,20 @@ export const plan = (input: Input): Planned[] | null => {
   for (const p of src.parks) host = without(host, p.budget)
   if (Placement.fitsOn(host, input.budget, limits)) return []
 
+  // A session's estimate to a target: one per distinct allowance (most targets share the prior).
+  const estimates = new Map<string, Estimate>()
+  const estimateTo = (r: Running, targetId: string): Estimate => {
+    const allowanceMs = input.allowanceMs?.get(targetId) ?? costs.commitAllowanceMs
+    const key = `${r.sessionId}\u0000${allowanceMs}`
+    let e = estimates.get(key)
+    if (e === undefined) {
+      e = estimate(r.residentMib, allowanceMs === costs.commitAllowanceMs ? costs : { ...costs, commitAllowanceMs: allowanceMs })
+      estimates.set(key, e)
+    }
+    return e
+  }
   const movable = input.running
-    .map((r) => ({ r, e: estimate(r.residentMib, costs) }))
-    .filter((m) => m.e.allowed)
+    .map((r) => ({ r }))
     .sort((a, b) => a.r.budget.memMib - b.r.budget.memMib || compareIds(a.r.sessionId, b.r.sessionId))
   const targets = new Map(input.targets.filter((c) => c.id !== src.id).map((c) => [c.id, c]))
   const chosen: Planned[] = []
@@ -178,7 +218,7 @@ export const plan = (input: Input): Planned[] | null => {
     let largest: typeof pick
     for (const m of movable) {
       if (used.has(m.r.sessionId)) continue
-      const to = bestTarget(targets, m.r.budget, src.id, limits)
+      const to = bestTarget(targets, m.r.budget, src.id, limits, (c) => estimateTo(m.r, c.id).allowed)
       if (to === undefined) continue
       if (m.r.budget.memMib >= gap) {
         pick = { m, to }
@@ -191,7 +231,7 @@ export const plan = (input: Input): Planned[] | null => {
     used.add(pick.m.r.sessionId)
     host = without(host, pick.m.r.budget)
     targets.set(pick.to.id, withReservation(pick.to, pick.m.r.budget))
-    chosen.push({ sessionId: pick.m.r.sessionId, fromHostId: src.id, toHostId: pick.to.id, budget: pick.m.r.budget, estimate: pick.m.e })
+    chosen.push({ sessionId: pick.m.r.sessionId, fromHostId: src.id, toHostId: pick.to.id, budget: pick.m.r.budget, estimate: estimateTo(pick.m.r, pick.to.id) })
   }
   // Drop what is not needed, the largest first (dropping a move only frees its target).
   const kept = [...chosen]
@@ -241,6 +281,12 @@ export interface HoldsInput {
   readonly gate: ParkGate.Options
   /** At most this many moves in the answer (the first ones, in the holds' order). */
   readonly maxMoves: number
+  /** Moves that ended aborted: the session of one still cooling down at `now` is not planned to move. */
+  readonly aborted?: readonly Aborted[] | undefined
+  /** How long an aborted move cools down (ms); `defaultCooldownMs` when missing. */
+  readonly cooldownMs?: number | undefined
+  /** The learned commit allowance of each pair, by source host id then target id (`Input.allowanceMs`); missing: the prior. */
+  readonly allowanceMs?: ReadonlyMap<string, ReadonlyMap<string, number>> | undefined
   readonly costs?: Costs | undefined
   readonly limits?: Limits | undefined
 }
@@ -259,7 +305,8 @@ export const servable = (fleet: FleetView, holds: readonly ParkGate.Hold[], movi
 /**
  * The moves of one reaper pass (the simulator's `--moves` and the coordinator's
  * `ENGRAM_MAKE_ROOM_MOVES`): for each servable starving hold in order, `plan` on its host, the
- * targets every host but those held or claimed (`ParkGate.claimedHosts`) for a session; the
+ * targets every host but those held or claimed (`ParkGate.claimedHosts`) for a session, the
+ * sessions whose moves aborted still cooling down left out; the
  * fleet then counts each planned move's target reservation (as `Store.beginMove` takes it), so
  * the next hold's plan and `roomIsSplit` see it. Stops when the room is no longer split, and
  * answers at most `maxMoves` moves: a hold whose plan passes the bound gets its first moves now
@@ -270,6 +317,7 @@ export const forHolds = (input: HoldsInput): Planned[] => {
   const max = Math.max(0, Math.floor(input.maxMoves))
   const out: Planned[] = []
   let fleet = input.fleet
+  const resting = new Set(cooling(input.aborted ?? [], input.now, input.cooldownMs ?? defaultCooldownMs).map((a) => a.sessionId))
   for (const hold of servable(fleet, input.holds, input.movingFrom, limits)) {
     if (out.length >= max) break
     // Moves only where the room exists but is split: in an overloaded fleet they only reorder who waits.
@@ -279,8 +327,8 @@ export const forHolds = (input: HoldsInput): Planned[] => {
     if (q === undefined || held === undefined) continue
     const fenced = new Set(input.holds.map((x) => x.hostId))
     for (const c of ParkGate.claimedHosts(fleet, input.now, limits, input.gate).values()) fenced.add(c.id)
-    const running = input.running.get(hold.hostId) ?? []
-    const planned = plan({ budget: q.budget, host: held, running, targets: fleet.hosts.filter((x) => !fenced.has(x.id)), costs: input.costs, limits })
+    const running = (input.running.get(hold.hostId) ?? []).filter((r) => !resting.has(r.sessionId))
+    const planned = plan({ budget: q.budget, host: held, running, targets: fleet.hosts.filter((x) => !fenced.has(x.id)), allowanceMs: input.allowanceMs?.get(hold.hostId), costs: input.costs, limits })
     if (planned === null || planned.length === 0) continue
     const taken = planned.slice(0, max - out.length)
     out.push(...taken)

@@ -200,6 +200,55 @@ describe("MakeRoom.forHolds", () => {
     expect(MakeRoom.forHolds(input({ holds: [{ sessionId: "big", hostId: "h1", reason: "fit" }] }))).toEqual([])
   })
 
+  it("a session whose move aborted is not planned to move, to any target, until its cooldown has passed", () => {
+    const aborted = [{ sessionId: "s5", targetHostId: "h0", endedAt: 1000 }]
+    // The room is still made, by the others.
+    expect(pairs(MakeRoom.forHolds(input({ aborted, now: 1000 + MakeRoom.defaultCooldownMs - 1 })))).toEqual([
+      ["s4", "h1", "h0"],
+      ["s3", "h1", "h0"],
+      ["s1", "h1", "h2"],
+    ])
+    expect(pairs(MakeRoom.forHolds(input({ aborted, now: 1000 + MakeRoom.defaultCooldownMs })))).toEqual(pairs(MakeRoom.forHolds(input())))
+    expect(pairs(MakeRoom.forHolds(input({ aborted, now: 2000, cooldownMs: 1000 })))).toEqual(pairs(MakeRoom.forHolds(input())))
+    expect(MakeRoom.cooling(aborted, 1999, 1000)).toEqual(aborted)
+    expect(MakeRoom.cooling(aborted, 2000, 1000)).toEqual([])
+  })
+
+  it("a target whose pair's learned allowance alone passes the downtime budget takes no move; the prior elsewhere", () => {
+    const allowanceMs = new Map([["h1", new Map([["h0", MakeRoom.defaultCosts.maxDowntimeMs + 1]])]])
+    const moves = MakeRoom.forHolds(input({ allowanceMs }))
+    expect(pairs(moves)).toEqual([
+      ["s5", "h1", "h2"],
+      ["s4", "h1", "h2"],
+      ["s1", "h1", "h2"],
+    ])
+    expect(moves.every((m) => m.estimate.allowed && m.estimate.downtimeMs === MakeRoom.estimate(8 * GiB, MakeRoom.defaultCosts).downtimeMs)).toBe(true)
+    // A learned allowance under the budget is planned on: the estimate carries it.
+    const fast = MakeRoom.forHolds(input({ allowanceMs: new Map([["h1", new Map([["h0", 50]])]]) }))
+    expect(pairs(fast)).toEqual(pairs(MakeRoom.forHolds(input())))
+    const toH0 = fast.find((m) => m.toHostId === "h0")
+    expect(toH0?.estimate.downtimeMs).toBe(MakeRoom.estimate(8 * GiB, { ...MakeRoom.defaultCosts, commitAllowanceMs: 50 }).downtimeMs)
+  })
+
+  it("moves land on no host claimed for another starving session, though it holds none", () => {
+    // big (48 GiB) and big2 (40) starve; big is held on h1. Claims: big h1 (24 free, ties by id), big2 h2.
+    const fl: FleetView = {
+      hosts: [host("h0", 64 * GiB, 48 * GiB), host("h1", 64 * GiB, 40 * GiB), host("h2", 64 * GiB, 40 * GiB), host("h3", 64 * GiB, 40 * GiB)],
+      queue: [q("big", 48 * GiB), q("big2", 40 * GiB)],
+    }
+    const now = ParkGate.defaultOptions.starvationLimitMs
+    expect([...ParkGate.claimedHosts(fl, now, limits, ParkGate.defaultOptions)].map(([s, h]) => [s, h.id])).toEqual([
+      ["big", "h1"],
+      ["big2", "h2"],
+    ])
+    // h2 (tied with h3, first by id) would take the third move without the claim.
+    expect(pairs(MakeRoom.forHolds(input({ fleet: fl, now })))).toEqual([
+      ["s5", "h1", "h0"],
+      ["s4", "h1", "h0"],
+      ["s1", "h1", "h3"],
+    ])
+  })
+
   it("at most maxMoves a pass: the first of the plan now, the rest once those end", () => {
     expect(pairs(MakeRoom.forHolds(input({ maxMoves: 2 })))).toEqual([
       ["s5", "h1", "h0"],

@@ -14,11 +14,12 @@
  * With `moves` set, a fifth step after the drain: room made by moving running sessions off the
  * hosts held for starving sessions (core's `MakeRoom.forHolds` decides; each move begun through
  * `Store.beginMove`, as the API's, so the agents run it and the guard judges it like any move).
+ * A session whose move ended aborted is not moved again within the cooldown.
  *
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
  */
-import { Lifetime, MakeRoom, ParkPolicy } from "@engram/core"
+import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
 import { Store } from "@engram/store"
 import type { FleetRead, Move, Session, StoreShape } from "@engram/store"
@@ -58,10 +59,24 @@ export interface MoveOptions {
   /**
    * A move the pass began that no agent has taken past its point of no return (its intent or
    * final round) this long after it began is aborted (reason `timeout`), as the API aborts its
-   * own on `ENGRAM_MOVE_TIMEOUT_MS`: the session runs on at its source and can idle again.
-   * Missing: never (the simulator, whose moves always end).
+   * own on `ENGRAM_MOVE_TIMEOUT_MS`: the session runs on at its source and can idle again. Any
+   * pending move twice this old, whoever began it (a replica that died, an API waiter gone with
+   * its process), is aborted the same way. Missing: never (the simulator, whose moves always end).
    */
   readonly timeoutMs?: number | undefined
+  /**
+   * How long a move that ended aborted (refused by its source's guard, timed out) keeps its
+   * session from being moved again, to any target (core's `MakeRoom.cooling`). Missing:
+   * `MakeRoom.defaultCooldownMs`.
+   */
+  readonly cooldownMs?: number | undefined
+  /**
+   * The guard's allowance policy (its prior and horizon): with it, a pass plans each move on its
+   * host pair's learned commit allowance (`Downtime.pairAllowance` over one bounded
+   * `Store.listAllowanceCommits` read per held host), so a pair whose allowance alone passes the
+   * budget takes no move. Missing: `costs.commitAllowanceMs` for every pair (the simulator).
+   */
+  readonly allowance?: Partial<Downtime.RecencyPolicy> | undefined
 }
 
 /** A move a pass began to make room, and the plan it carries out. */
@@ -205,62 +220,96 @@ const lifetimes = (
     return { idled, expired }
   })
 
+/** An aborted move as the cooldown keeps it. */
+const abortOf = (m: Move, now: number): MakeRoom.Aborted => ({ sessionId: m.sessionId, targetHostId: m.targetHostId, endedAt: m.endedAt ?? now })
+
 /**
- * The pass's own moves that timed out (`MoveOptions.timeoutMs`), aborted before their point of no
- * return (the store's conditional abort, as the API's timeout); the memory keeps only the pass's
- * moves still pending. Answers the moves still pending, or null when leadership was lost.
+ * The pass's own moves that left pending since the last pass, each read once to learn how it
+ * ended (told as `MoveEnded`: a loop of doomed moves shows in the counts); an aborted one
+ * cools down. A failed read keeps the move for the next pass.
  */
-const timeOut = (store: StoreShape, moves: MoveOptions, state: ReaperState.ReaperState, open: readonly Move[], leading: () => boolean, tell: Tell) =>
+const settle = (store: StoreShape, state: ReaperState.ReaperState, open: readonly Move[], now: number, tell: Tell) =>
   Effect.gen(function* () {
     const pendingIds = new Set(open.map((m) => m.id))
-    for (const id of state.moves) if (!pendingIds.has(id)) state.moves.delete(id)
+    for (const id of [...state.moves]) {
+      if (pendingIds.has(id)) continue
+      const ended = yield* Effect.result(store.getMove(id))
+      if (ended._tag === "Failure" && ended.failure._tag === "Unavailable") continue
+      state.moves.delete(id)
+      if (ended._tag === "Failure") continue
+      if (ended.success.state === "aborted") state.aborted.push(abortOf(ended.success, now))
+      if (tell) yield* tell({ _tag: "MoveEnded", move: ended.success })
+    }
+  })
+
+/**
+ * The pending moves that timed out (`MoveOptions.timeoutMs`): the pass's own at the timeout, any
+ * other at twice it (the leader's safety net for a replica that died with its timeouts), each
+ * aborted before its point of no return (the store's conditional abort, as the API's timeout;
+ * one past it is left to its source). Answers the moves still pending, or null when leadership
+ * was lost.
+ */
+const timeOut = (store: StoreShape, moves: MoveOptions, state: ReaperState.ReaperState, open: readonly Move[], now: number, leading: () => boolean, tell: Tell) =>
+  Effect.gen(function* () {
     const timeoutMs = moves.timeoutMs
-    if (timeoutMs === undefined || state.moves.size === 0) return open
-    const now = yield* Clock.currentTimeMillis
+    if (timeoutMs === undefined) return open
     const aborted = new Set<string>()
     for (const m of open) {
-      if (!state.moves.has(m.id) || now - m.createdAt < timeoutMs) continue
+      const own = state.moves.has(m.id)
+      if (now - m.createdAt < (own ? timeoutMs : 2 * timeoutMs) || MoveRecord.pastNoReturn(m)) continue
       if (!leading()) {
         if (tell) yield* tell({ _tag: "LeadershipLost", source: "pass", step: "moves" })
         return null
       }
       const abort = yield* Effect.result(store.abortMove(m.id, timeoutReason, { onlyBeforeFinalRound: true }))
-      if (abort._tag === "Failure" && abort.failure._tag === "Unavailable") continue
-      // Aborted, or past its point of no return (the source's commit or abort settles it): no longer the pass's to time out.
+      if (abort._tag === "Failure") continue
+      // Told here, not as it leaves pending: its end is this timeout.
       state.moves.delete(m.id)
-      if (abort._tag === "Success") {
-        aborted.add(m.id)
-        if (tell) yield* tell({ _tag: "MoveTimedOut", move: abort.success })
-      }
+      aborted.add(m.id)
+      state.aborted.push(abortOf(abort.success, now))
+      if (tell) yield* tell({ _tag: "MoveTimedOut", move: abort.success, own })
     }
     return open.filter((m) => !aborted.has(m.id))
   })
 
 /**
- * The moves step of a pass: when a starving session's host is held (or a move the passes began
- * is still open), the open moves (the pass's own timed out first), one more fleet read and the
- * running sessions of the holds' hosts moves may serve, then core's `MakeRoom.forHolds`; each
- * planned move is begun while this replica leads. A failed read skips the step (told); a move
- * the store refuses (its session changed, its target filled) is skipped and told. Null:
- * leadership was lost midway.
+ * The moves step of a pass: the open moves (how the pass's own that left pending ended, then
+ * the timed out aborted); when a starving session's host is held, the aborted moves still
+ * cooling down (read from the store once per leadership: a new leader does not begin them
+ * again), one more fleet read and the running sessions of the holds' hosts moves may serve,
+ * then core's `MakeRoom.forHolds`; each planned move is begun while this replica leads. A
+ * failed read skips the step (told); a move the store refuses (its session changed, its target
+ * filled) is skipped and told. Null: leadership was lost midway.
  */
 const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state: ReaperState.ReaperState, leading: () => boolean, tell: Tell) =>
   Effect.gen(function* () {
     const begun: MoveBegun[] = []
     const holds = state.memory.holds
     const starving = holds.some((h) => h.reason === "starving")
-    if (!starving && state.moves.size === 0) return begun
+    if (!starving && state.moves.size === 0 && moves.timeoutMs === undefined) return begun
     const failed = (reason: string) => (tell ? tell({ _tag: "MovesFailed", reason }).pipe(Effect.as(begun)) : Effect.succeed(begun))
     const open = yield* Effect.result(store.listMoves({ state: "pending" }))
     if (open._tag === "Failure") return yield* failed(open.failure.reason)
-    const pending = yield* timeOut(store, moves, state, open.success, leading, tell)
+    const now = yield* Clock.currentTimeMillis
+    yield* settle(store, state, open.success, now, tell)
+    const pending = yield* timeOut(store, moves, state, open.success, now, leading, tell)
     if (pending === null) return null
     if (!starving) return begun
+    const cooldownMs = moves.cooldownMs ?? MakeRoom.defaultCooldownMs
+    if (!state.abortedRead) {
+      // Every aborted move, once per leadership (the store keeps no index of recent ones).
+      const ended = yield* Effect.result(store.listMoves({ state: "aborted" }))
+      if (ended._tag === "Failure") return yield* failed(ended.failure.reason)
+      state.aborted.push(...MakeRoom.cooling(ended.success.map((m) => abortOf(m, now)), now, cooldownMs))
+      state.abortedRead = true
+    }
+    state.aborted = MakeRoom.cooling(state.aborted, now, cooldownMs)
     const read = yield* Effect.result(store.fleetView())
     if (read._tag === "Failure") return yield* failed(read.failure.reason)
     const limits = store.limits()
     const movingFrom = new Set(pending.map((m) => m.sourceHostId))
     const running = new Map<string, MakeRoom.Running[]>()
+    const allowanceMs = new Map<string, Map<string, number>>()
     for (const hold of MakeRoom.servable(read.success, holds, movingFrom, limits)) {
       const sessions = yield* Effect.result(store.listSessions({ hostId: hold.hostId, state: "running" }))
       if (sessions._tag === "Failure") return yield* failed(sessions.failure.reason)
@@ -268,6 +317,16 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
         hold.hostId,
         sessions.success.map((s) => ({ sessionId: s.id, budget: s.budget, residentMib: moves.residentMib?.(s) ?? s.budget.memMib })),
       )
+      const policy = moves.allowance
+      if (policy === undefined) continue
+      // The guard's own allowance of each pair from this host, as the assignments hand it to the source.
+      const targetHostIds = read.success.hosts.filter((h) => h.id !== hold.hostId).map((h) => h.id)
+      const horizonMs = policy.horizonMs ?? Downtime.defaultRecencyPolicy.horizonMs
+      const recent = yield* Effect.result(
+        store.listAllowanceCommits({ sourceHostId: hold.hostId, targetHostIds, recordedSince: now - horizonMs + 1, limit: Downtime.poolLimit(policy) }),
+      )
+      if (recent._tag === "Failure") return yield* failed(recent.failure.message)
+      allowanceMs.set(hold.hostId, new Map(targetHostIds.map((t) => [t, Downtime.pairAllowance(recent.success, hold.hostId, t, now, policy).allowanceMs])))
     }
     if (running.size === 0) return begun
     const planned = MakeRoom.forHolds({
@@ -278,6 +337,9 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
       now: read.success.readAt,
       gate: options.policyOptions ?? ParkPolicy.defaultOptions,
       maxMoves: moves.maxPerPass,
+      aborted: state.aborted,
+      cooldownMs,
+      allowanceMs,
       costs: moves.costs,
       limits,
     })
@@ -289,10 +351,11 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
       const move = yield* Effect.result(store.beginMove({ sessionId: m.sessionId, targetHostId: m.toHostId, maxDowntimeMs: moves.costs.maxDowntimeMs }))
       if (move._tag === "Success") {
         begun.push({ moveId: move.success.id, planned: m })
-        if (moves.timeoutMs !== undefined) state.moves.add(move.success.id)
+        state.moves.add(move.success.id)
         if (tell) yield* tell({ _tag: "MoveBegun", move: move.success, planned: m })
       } else if (tell) {
-        yield* tell({ _tag: "MoveNotBegun", planned: m, reason: `${move.failure._tag}: ${move.failure.message}` })
+        const unavailable = move.failure._tag === "Unavailable"
+        yield* tell({ _tag: "MoveNotBegun", planned: m, unavailable, reason: `${move.failure._tag}: ${move.failure.message}` })
       }
     }
     return begun

@@ -32,12 +32,21 @@ export type Event =
   | { readonly _tag: "DrainFailed"; readonly reason: string }
   /** A move begun to make room for a starving session (`Reaper.Options.moves`): the agents run it. */
   | { readonly _tag: "MoveBegun"; readonly move: Move; readonly planned: MakeRoom.Planned }
-  /** A move the pass began that no agent took past its point of no return in time: aborted, the session runs on at its source. */
-  | { readonly _tag: "MoveTimedOut"; readonly move: Move }
-  /** The moves step could not read what it plans on (the fleet, the open moves, a host's sessions): no move this pass. */
+  /**
+   * A pending move no agent took past its point of no return in time: aborted, the session runs
+   * on at its source. `own`: this replica's passes began it (else the leader's safety net at
+   * twice the timeout: begun by another replica or the API).
+   */
+  | { readonly _tag: "MoveTimedOut"; readonly move: Move; readonly own: boolean }
+  /** A move this replica's passes began left pending (committed, or aborted by its agents); a timeout is `MoveTimedOut`. */
+  | { readonly _tag: "MoveEnded"; readonly move: Move }
+  /** The moves step could not read what it plans on (the fleet, the open or aborted moves, a held host's sessions or pair allowances): no move this pass. */
   | { readonly _tag: "MovesFailed"; readonly reason: string }
-  /** A planned move the store refused (its session or target changed first) or could not begin. */
-  | { readonly _tag: "MoveNotBegun"; readonly planned: MakeRoom.Planned; readonly reason: string }
+  /**
+   * A planned move the store refused (its session or target changed first) or could not begin
+   * (`unavailable`: the store was down, or the write was fenced off by a newer leader).
+   */
+  | { readonly _tag: "MoveNotBegun"; readonly planned: MakeRoom.Planned; readonly unavailable: boolean; readonly reason: string }
   /** The leader lock was lost between two steps: the pass stops there. */
   | { readonly _tag: "LeadershipLost"; readonly source: Source; readonly step: string }
 

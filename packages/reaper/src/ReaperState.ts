@@ -1,12 +1,18 @@
 /**
  * What the reaper remembers from one pass to the next: the park gate's memory (the hosts held
- * for starving sessions), the moves it began to make room (so it can time them out) and the
- * recent demand for room, measured from the store's cumulative
- * `totalReservedMib` (every replica's placements count, not only this one's). Leader-local: a
- * new leader starts empty, and the gate rebuilds both within a few passes.
+ * for starving sessions), the moves it began to make room (to time them out and to learn how
+ * each ended), the moves that ended aborted within the cooldown (core's `MakeRoom.cooling`: not
+ * begun again meanwhile) and the recent demand for room, measured from the store's cumulative
+ * `totalReservedMib` (every replica's placements count, not only this one's).
+ *
+ * Leader-local: a new leader starts empty, and the gate rebuilds its holds within a few passes.
+ * What must not be lost with the leader is read from the store instead: the aborted moves once
+ * (`abortedRead` false: a fresh memory, or `relead` when this replica leads again), and the
+ * timeouts of moves begun elsewhere by the leader's safety net (a pending move older than twice
+ * the timeout is aborted whoever began it).
  */
 import { ParkGate } from "@engram/core"
-import type { ParkPolicy } from "@engram/core"
+import type { MakeRoom, ParkPolicy } from "@engram/core"
 
 /** The meter's knobs. */
 export interface MeterOptions {
@@ -59,8 +65,26 @@ export interface ReaperState {
   memory: ParkGate.Memory
   /** The open moves the passes began for starving sessions (`Reaper.Options.moves`), by id. */
   readonly moves: Set<string>
+  /** Moves that ended aborted, kept while they cool down (`MakeRoom.cooling`). */
+  aborted: MakeRoom.Aborted[]
+  /** Whether `aborted` holds the store's (read once per leadership) as well as this replica's. */
+  abortedRead: boolean
   readonly meter: DemandMeter
 }
 
 /** A fresh memory. */
-export const make = (meter: MeterOptions = defaultMeterOptions): ReaperState => ({ memory: ParkGate.noMemory, moves: new Set(), meter: new DemandMeter(meter) })
+export const make = (meter: MeterOptions = defaultMeterOptions): ReaperState => ({
+  memory: ParkGate.noMemory,
+  moves: new Set(),
+  aborted: [],
+  abortedRead: false,
+  meter: new DemandMeter(meter),
+})
+
+/**
+ * This replica leads again: moves may have ended aborted under another leader meanwhile, so the
+ * next moves step reads them from the store before it plans.
+ */
+export const relead = (state: ReaperState): void => {
+  state.abortedRead = false
+}

@@ -298,6 +298,89 @@ describe("Reaper.pass moves for starving sessions", () => {
       assert.deepStrictEqual(yield* (yield* Store).listMoves({ state: "pending" }), [])
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
   })
+  /** The store's abort of every open move as the source's downtime guard aborts one it refuses. */
+  const refuseAll = Effect.gen(function* () {
+    const store = yield* Store
+    for (const m of yield* store.listMoves({ state: "pending" })) yield* store.abortMove(m.id, "ErrMoveDowntime: estimate 1400 ms > 1000 ms", { estimateMs: 1400 })
+  })
+  const begunOf = (report: Reaper.PassReport) => (report._tag === "Done" ? report.moves.map((m) => `${m.planned.sessionId}->${m.planned.toHostId}`) : null)
+
+  it.effect("a move the guard refused is not begun again within the cooldown, and is after it", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      yield* fleet
+      const state = ReaperState.make()
+      assert.deepStrictEqual(begunOf(yield* Reaper.pass({ state, moves })), ["b->h2", "a->h2"])
+      yield* refuseAll
+      // The next passes, up to the cooldown's end, leave the refused pairs out.
+      for (let k = 0; k < 4; k++) {
+        assert.deepStrictEqual(begunOf(yield* Reaper.pass({ state, moves })), [], `pass ${k + 2} within the cooldown`)
+        yield* TestClock.adjust((MakeRoom.defaultCooldownMs - 1000) / 4)
+      }
+      yield* TestClock.adjust(1000)
+      assert.deepStrictEqual(begunOf(yield* Reaper.pass({ state, moves })), ["b->h2", "a->h2"])
+      // Their ends were counted as they left pending: two aborted.
+      assert.deepStrictEqual(
+        rec.events.flatMap((e) => (e._tag === "MoveEnded" ? [[e.move.sessionId, e.move.state]] : [])),
+        [
+          ["b", "aborted"],
+          ["a", "aborted"],
+        ],
+      )
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
+  it.effect("a new leader (a fresh memory) does not begin again the moves aborted within the cooldown", () =>
+    Effect.gen(function* () {
+      yield* fleet
+      assert.deepStrictEqual(begunOf(yield* Reaper.pass({ state: ReaperState.make(), moves })), ["b->h2", "a->h2"])
+      yield* refuseAll
+      const state = ReaperState.make()
+      assert.deepStrictEqual(begunOf(yield* Reaper.pass({ state, moves })), [])
+      yield* TestClock.adjust(MakeRoom.defaultCooldownMs)
+      assert.deepStrictEqual(begunOf(yield* Reaper.pass({ state, moves })), ["b->h2", "a->h2"])
+    }).pipe(Effect.provide(storeLayer())),
+  )
+
+  it.effect("a replica that leads again (relead) reads the moves aborted under another leader before it plans", () =>
+    Effect.gen(function* () {
+      yield* fleet
+      const store = yield* Store
+      const state = ReaperState.make()
+      // This replica led once (its memory has read the store), then another began the moves, and their guard refused them.
+      state.abortedRead = true
+      for (const id of ["b", "a"]) yield* store.beginMove({ sessionId: id, targetHostId: "h2", maxDowntimeMs: 1000 })
+      yield* refuseAll
+      ReaperState.relead(state)
+      assert.deepStrictEqual(begunOf(yield* Reaper.pass({ state, moves })), [])
+      assert.deepStrictEqual(state.aborted.map((a) => a.sessionId).sort(), ["a", "b"])
+    }).pipe(Effect.provide(storeLayer())),
+  )
+
+  it.effect("the leader aborts a pending move older than twice the timeout whoever began it, unless past its point of no return", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      yield* fleet
+      const store = yield* Store
+      // Begun by another replica (or the API) that died: this leader's memory does not know them.
+      const first = yield* Reaper.pass({ state: ReaperState.make(), moves })
+      const ids = first._tag === "Done" ? first.moves.map((m) => m.moveId) : []
+      yield* store.recordRound(ids[0] as string, { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 })
+      const timed = { ...moves, timeoutMs: 60_000 }
+      const state = ReaperState.make()
+      yield* TestClock.adjust(2 * 60_000 - 1000)
+      yield* Reaper.pass({ state, moves: timed })
+      assert.deepStrictEqual((yield* store.listMoves({ state: "pending" })).length, 2)
+      yield* TestClock.adjust(2000)
+      yield* Reaper.pass({ state, moves: timed })
+      const states = yield* Effect.forEach(ids, (id) => Effect.map(store.getMove(id), (m) => [m.state, m.abortReason]))
+      assert.deepStrictEqual(states, [
+        ["pending", null],
+        ["aborted", "timeout"],
+      ])
+      assert.deepStrictEqual(rec.events.flatMap((e) => (e._tag === "MoveTimedOut" ? [e.move.id] : [])), [ids[1]])
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
 })
 
 describe("Trigger", () => {
