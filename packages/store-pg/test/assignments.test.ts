@@ -11,7 +11,7 @@ import type { Exec } from "../src/Db.js"
 import { migrate } from "../src/index.js"
 import { listMovesQuery } from "../src/Moves.js"
 import { drizzleOn } from "../src/PostgresJs.js"
-import { explainAnalyze, fillHosts, rowsRead, seqRowsRead } from "./plans.js"
+import { explainAnalyze, fillHosts, fillSessions, rowsRead, seqRowsRead } from "./plans.js"
 
 describe("the assignments statement", () => {
   it("reads a host's sessions and pending moves by index, however many sessions and moves are stored", async () => {
@@ -22,9 +22,7 @@ describe("the assignments statement", () => {
       const hosts = 2000
       const perHost = 10
       await fillHosts(sql, hosts, perHost)
-      await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, created_at, updated_at)
-        select 's' || h || '-' || k, case when k = 1 then 'moving' else 'running' end, 1, 1, '{}', 'h' || h, 'r' || h || '-' || k, k, k
-        from generate_series(1, ${hosts}) h, generate_series(1, ${perHost}) k`
+      await fillSessions(sql, hosts, perHost)
       // Every session moved once before (committed, to the next host), and each host's first session is moving now.
       await sql`insert into moves (id, session_id, source_host_id, target_host_id, reservation_id, max_downtime_ms, state, created_at, ended_at)
         select 'old-' || h || '-' || k, 's' || h || '-' || k, 'h' || (h % ${hosts} + 1), 'h' || h, 'x', 600, 'committed', 0, 0
@@ -61,9 +59,7 @@ describe("the assignments statement", () => {
       const perHost = 10
       const history = 20_000
       await fillHosts(sql, hosts, perHost)
-      await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, created_at, updated_at)
-        select 's' || h || '-' || k, case when k = 1 then 'moving' else 'running' end, 1, 1, '{}', 'h' || h, 'r' || h || '-' || k, k, k
-        from generate_series(1, ${hosts}) h, generate_series(1, ${perHost}) k`
+      await fillSessions(sql, hosts, perHost)
       // h1's sessions went back and forth to h2 20,000 times (half out, half in; committed or
       // aborted, as moves are never deleted); each host's first session is moving now.
       await sql`insert into moves (id, session_id, source_host_id, target_host_id, reservation_id, max_downtime_ms, state, created_at, ended_at)

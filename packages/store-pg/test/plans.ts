@@ -33,6 +33,13 @@ export const fillHosts = async (sql: postgres.Sql, hosts: number, perHost: numbe
     select 'r' || h || '-' || k, 'h' || h, 'session', 's' || h || '-' || k, 1, 1, 0, 0 from generate_series(1, ${hosts}) h, generate_series(1, ${perHost}) k`
 }
 
+/** `perHost` sessions on each of `hosts` hosts (`s<h>-<k>`, on `fillHosts`'s reservations): each host's first moving, the rest running. */
+export const fillSessions = async (sql: postgres.Sql, hosts: number, perHost: number): Promise<void> => {
+  await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, created_at, updated_at)
+    select 's' || h || '-' || k, case when k = 1 then 'moving' else 'running' end, 1, 1, '{}', 'h' || h, 'r' || h || '-' || k, k, k
+    from generate_series(1, ${hosts}) h, generate_series(1, ${perHost}) k`
+}
+
 /** `statement` as the store sends it (drizzle's driver passes a jsonb parameter's text as it is), under EXPLAIN ANALYZE: its plan. */
 export const explainAnalyze = async (sql: postgres.Sql, statement: SQL): Promise<PlanNode> => {
   drizzleOn(sql)
