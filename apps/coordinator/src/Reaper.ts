@@ -37,10 +37,11 @@ export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
  * of downtime), each pair's commit allowance the guard's own (learned from its recent commits
  * within `ENGRAM_ALLOWANCE_HORIZON_MS`, else the configured prior); the store knows no guest's
  * resident RAM, so a move is judged on its whole reservation (the most it can copy). The
- * source's guard judges each move again on its measured rounds. A
+ * source's guard judges each move again on its measured rounds. A move whose estimated
+ * pre-copy runs past half of `ENGRAM_MOVE_TIMEOUT_MS` is never begun. A
  * move no agent has taken past its point of no return within `ENGRAM_MOVE_TIMEOUT_MS` is aborted
- * by a later pass of the same leader, as the API aborts its own; the leader aborts any pending
- * move twice that old, whoever began it. A session whose move ended aborted is not moved again
+ * by a later pass of the same leader, as the API aborts its own; with make-room moves on, the
+ * leader also aborts any pending move twice that old, whoever began it. A session whose move ended aborted is not moved again
  * within `ENGRAM_MAKE_ROOM_COOLDOWN_MS`.
  */
 export const makeRoomMoves = (
@@ -48,7 +49,9 @@ export const makeRoomMoves = (
 ): Reaper.MoveOptions | undefined =>
   config.makeRoomMoves === 1
     ? {
-        costs: { ...MakeRoom.defaultCosts, commitAllowanceMs: config.limits.commitAllowanceMs },
+        // A move whose pre-copy would outlast half the timeout is never begun: it would be
+        // aborted before its point of no return and planned again after the cooldown.
+        costs: { ...MakeRoom.defaultCosts, commitAllowanceMs: config.limits.commitAllowanceMs, maxCopyMs: config.moveTimeoutMs / 2 },
         maxPerPass: config.makeRoomMovesPerPass,
         // As the API's moves: one no agent takes past its point of no return in time is aborted.
         timeoutMs: config.moveTimeoutMs,

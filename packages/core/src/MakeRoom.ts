@@ -65,6 +65,12 @@ export interface Costs {
   readonly commitAllowanceMs: number
   /** The downtime a move may cost its session (the move's `maxDowntimeMs`). */
   readonly maxDowntimeMs: number
+  /**
+   * The longest pre-copy a move may take: one whose rounds would run longer is never chosen (a
+   * move not past its point of no return in time is aborted, so it would copy for nothing and be
+   * planned again). Missing: no bound.
+   */
+  readonly maxCopyMs?: number | undefined
 }
 
 /** 1 GiB/s copies (a 10 Gbit/s link), 64 MiB/s dirtied, 5 rounds, SPEC §9's 400 ms allowance, 1 s of downtime. */
@@ -84,7 +90,7 @@ export interface Estimate {
   readonly finalMib: number
   /** The guard's pre-pause estimate: the pause the move costs its session. */
   readonly downtimeMs: number
-  /** Whether the guard would let it switch over (`downtimeMs ≤ maxDowntimeMs`). */
+  /** Whether the guard would let it switch over (`downtimeMs ≤ maxDowntimeMs`) and its pre-copy ends within `maxCopyMs`. */
   readonly allowed: boolean
 }
 
@@ -113,7 +119,8 @@ export const estimate = (residentMib: number, costs: Costs): Estimate => {
     commitAllowanceMs: costs.commitAllowanceMs,
     maxDowntimeMs: costs.maxDowntimeMs,
   })
-  return { copyMs, finalMib: send, downtimeMs: verdict.estimateMs, allowed: verdict._tag === "Fits" }
+  const inTime = costs.maxCopyMs === undefined || copyMs <= costs.maxCopyMs
+  return { copyMs, finalMib: send, downtimeMs: verdict.estimateMs, allowed: verdict._tag === "Fits" && inTime }
 }
 
 /** A move that ended aborted: its session and target, and when (epoch ms). */

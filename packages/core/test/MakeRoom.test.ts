@@ -33,6 +33,21 @@ describe("MakeRoom.estimate", () => {
     expect(e.allowed).toBe(false)
     expect(MakeRoom.estimate(1, { ...MakeRoom.defaultCosts, copyMibPerSec: 0 }).allowed).toBe(false)
   })
+
+  it("a move whose pre-copy would outlast maxCopyMs is not allowed (it would be aborted before its point of no return)", () => {
+    // 128 GiB at 1 GiB/s: about 136 s of pre-copy, and the guard would let it switch over.
+    const unbounded = MakeRoom.estimate(128 * GiB, MakeRoom.defaultCosts)
+    expect(unbounded.copyMs).toBeGreaterThan(120_000)
+    expect(unbounded.allowed).toBe(true)
+    expect(MakeRoom.estimate(128 * GiB, { ...MakeRoom.defaultCosts, maxCopyMs: 60_000 }).allowed).toBe(false)
+    expect(MakeRoom.estimate(32 * GiB, { ...MakeRoom.defaultCosts, maxCopyMs: 60_000 }).allowed).toBe(true)
+    // So the plan leaves it out: only the sessions that copy in time move.
+    const held = host("h0", 256 * GiB, 256 * GiB)
+    const costs = { ...MakeRoom.defaultCosts, maxCopyMs: 60_000 }
+    const plan = (r: MakeRoom.Running[]) => MakeRoom.plan({ budget: budget(128 * GiB), host: held, running: r, targets: [host("h1", 512 * GiB, 0)], costs, limits })
+    expect(plan([running("x", 128 * GiB), running("y", 128 * GiB)])).toBeNull()
+    expect(plan([running("x", 128 * GiB), running("a", 32 * GiB), running("b", 32 * GiB), running("c", 32 * GiB), running("d", 32 * GiB)])?.map((m) => m.sessionId).sort()).toEqual(["a", "b", "c", "d"])
+  })
 })
 
 describe("MakeRoom.plan", () => {

@@ -294,8 +294,10 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
     yield* settle(store, state, open.success, now, tell)
     const pending = yield* timeOut(store, moves, state, open.success, now, leading, tell)
     if (pending === null) return null
-    if (!starving) return begun
     const cooldownMs = moves.cooldownMs ?? MakeRoom.defaultCooldownMs
+    // Pruned every pass, starving or not: the aborts only matter within the cooldown.
+    state.aborted = MakeRoom.cooling(state.aborted, now, cooldownMs)
+    if (!starving) return begun
     if (!state.abortedRead) {
       // Every aborted move, once per leadership (the store keeps no index of recent ones).
       const ended = yield* Effect.result(store.listMoves({ state: "aborted" }))

@@ -330,6 +330,20 @@ describe("Reaper.pass moves for starving sessions", () => {
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
   })
 
+  it.effect("the memory of aborted moves is pruned every pass, starving or not: a leader that rarely starves keeps none past the cooldown", () =>
+    Effect.gen(function* () {
+      const state = ReaperState.make()
+      state.aborted.push({ sessionId: "z", targetHostId: "h9", endedAt: 0 })
+      // Nothing starves in this fleet (none at all); with timeouts on, the step runs every pass.
+      const timed = { ...moves, timeoutMs: 120_000 }
+      yield* Reaper.pass({ state, moves: timed })
+      assert.deepStrictEqual(state.aborted.map((a) => a.sessionId), ["z"])
+      yield* TestClock.adjust(MakeRoom.defaultCooldownMs)
+      yield* Reaper.pass({ state, moves: timed })
+      assert.deepStrictEqual(state.aborted, [])
+    }).pipe(Effect.provide(storeLayer())),
+  )
+
   it.effect("a new leader (a fresh memory) does not begin again the moves aborted within the cooldown", () =>
     Effect.gen(function* () {
       yield* fleet
