@@ -2,7 +2,8 @@
  * What the reaper remembers from one pass to the next: the park gate's memory (the hosts held
  * for starving sessions), the moves it began to make room (so it can time them out) and the
  * recent demand for room, measured from the store's cumulative
- * `totalReservedMib` (every replica's placements count, not only this one's). Leader-local: a
+ * `totalReservedMib` (every replica's placements count, not only this one's) and, for how grouped
+ * it comes, the MiB queued at each pass. Leader-local: a
  * new leader starts empty, and the gate rebuilds both within a few passes.
  */
 import { ParkGate } from "@engram/core"
