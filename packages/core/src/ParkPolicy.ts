@@ -129,17 +129,7 @@ export const defaultOptions: Options = Object.freeze({
 export interface Recent {
   /** New reservations per second (MiB): creates, cold resumes, move targets. */
   readonly reservedMibPerSec: number
-  /**
-   * How grouped the reservations come: the variance of the MiB reserved between two reads over
-   * its mean (the index of dispersion, in MiB). For arrivals in groups at random times (a
-   * compound Poisson stream) it is E[Y²] ÷ E[Y] for Y the MiB of one group; for single arrivals
-   * it is the same of one session's size. Absent: arrivals count as single (group size 1).
-   */
-  readonly dispersionMib?: number | undefined
 }
-
-/** The largest group size the reserve counts with (`groupSize`): a burst of a few passes' noise cannot ask for a fleet. */
-export const maxGroupSize = 8
 
 /** Everything a policy reads besides the fleet. */
 export interface Context {
@@ -420,26 +410,6 @@ export const sizeClass = (memMib: number): number => {
 }
 
 /**
- * The effective size of a group of arrivals, from 1 (single arrivals) to `maxGroupSize`: the
- * measured dispersion (`Recent.dispersionMib`) over what single arrivals of the sessions' sizes
- * would give (E[X²] ÷ E[X] for X a session's MiB, given as its sum of squares over its sum). So
- * size variety alone (2 and 32 GiB sessions, each arriving alone) counts as single arrivals, and
- * four 32 GiB sessions arriving together count as groups of four.
- */
-export const groupSize = (dispersionMib: number | undefined, sumMib: number, sumSquaredMib: number): number => {
-  if (dispersionMib === undefined || !(dispersionMib > 0) || !(sumMib > 0) || !(sumSquaredMib > 0)) return 1
-  const g = dispersionMib / (sumSquaredMib / sumMib)
-  return Number.isFinite(g) ? Math.min(maxGroupSize, Math.max(1, g)) : 1
-}
-
-/**
- * The places a stream of `mean` arrivals in groups of `group` needs with probability `q`: a
- * Poisson count of groups times the group size, rounded up (`poissonQuantile` when `group` is 1).
- */
-export const groupedQuantile = (mean: number, group: number, q: number): number =>
-  group <= 1 ? poissonQuantile(mean, q) : Math.max(poissonQuantile(mean, q), Math.ceil(group * poissonQuantile(mean / group, q) - 1e-9))
-
-/**
  * The sessions expected to ask for room within `reserveLeadMs` (with `reserveLeadPerClass`,
  * within each class's own lead: `reserveLeadMs` plus a descent of its size), largest first. The rate of
  * sessions is the recent demand (`reservedMibPerSec`) over the mean size of the sessions of this
@@ -449,10 +419,7 @@ export const groupedQuantile = (mean: number, group: number, q: number): number 
  * of its arrivals reaches with probability `reserveQuantile`, or more when the classes at least
  * as big together reach more. So a rare big size still gets a place when arrivals that big are
  * likely enough (which a reserve counted in MiB would miss), and splitting a size into many
- * nearby sizes (size noise) changes neither the classes nor the places. When arrivals come in
- * groups (`groupSize` of `Recent.dispersionMib` and the sizes of the same sessions), the count is
- * of groups: a class gets the group size times the quantile of its groups (`groupedQuantile`), so
- * a deployment of several big sessions at once finds room for all of them.
+ * nearby sizes (size noise) changes neither the classes nor the places.
  */
 export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, options: Options = defaultOptions, maxCount = 256): Budget[] => {
   if (recent === undefined || !(recent.reservedMibPerSec > 0)) return []
@@ -460,7 +427,6 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
   const classes: ({ memMib: number; vcpus: number; count: number } | undefined)[] = []
   let total = 0
   let mib = 0
-  let squared = 0
   const add = (b: Budget): void => {
     const k = sizeClass(b.memMib)
     const g = classes[k]
@@ -472,7 +438,6 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     }
     total++
     mib += b.memMib
-    squared += b.memMib * b.memMib
   }
   for (const h of fleet.hosts) for (const p of h.parks) add(p.budget)
   if (fleet.queue.length > 0) {
@@ -481,7 +446,6 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     for (const q of fleet.queue) if (!tooBig(q.budget)) add(q.budget)
   }
   if (total === 0) return []
-  const group = groupSize(recent.dispersionMib, mib, squared)
   const sessionsPerLead = (recent.reservedMibPerSec / (mib / total)) * (options.reserveLeadMs / 1000)
   const perClass = options.reserveLeadPerClass && options.descentMibPerSec > 0
   // With a lead per class, each class's mean is its arrivals within its own lead; the tail sums them.
@@ -497,8 +461,8 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     const ownMean = perClass ? (perSecond * (leadMs(g.memMib) / 1000) * g.count) / total : (sessionsPerLead * g.count) / total
     tailMean += ownMean
     // Its own arrivals' quantile, or what the tail from the largest class down still lacks.
-    const own = groupedQuantile(ownMean, group, options.reserveQuantile)
-    const tail = groupedQuantile(perClass ? tailMean : (sessionsPerLead * atLeast) / total, group, options.reserveQuantile) - out.length
+    const own = poissonQuantile(ownMean, options.reserveQuantile)
+    const tail = poissonQuantile(perClass ? tailMean : (sessionsPerLead * atLeast) / total, options.reserveQuantile) - out.length
     const budget = { memMib: g.memMib, vcpus: g.vcpus }
     for (let n = Math.max(own, tail); n > 0 && out.length < maxCount; n--) out.push(budget)
   }

@@ -262,46 +262,6 @@ describe("ParkPolicy", () => {
       expect(ParkPolicy.expectedArrivals(poisoned, recent)).toEqual(ParkPolicy.expectedArrivals(fullOfParks(), recent))
     })
 
-    it("arrivals in groups: the places are the group size times its groups' quantile; single arrivals keep today's count", () => {
-      // One 8 GiB session's own dispersion (E[X²] ÷ E[X] = 8 GiB) is single arrivals: today's 5 places.
-      const single = ParkPolicy.expectedArrivals(fullOfParks(), recent)
-      expect(single.length).toBe(5)
-      expect(ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, dispersionMib: 8 * GiB })).toEqual(single)
-      expect(ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, dispersionMib: undefined })).toEqual(single)
-      // Less than single (regular arrivals) counts as single too.
-      expect(ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, dispersionMib: 1024 })).toEqual(single)
-      // Groups of four 8 GiB sessions: 2.5 sessions in 20 s are 0.625 groups, 2 groups reach 90 %: 8 places.
-      expect(ParkPolicy.groupSize(4 * 8 * GiB, 8 * GiB, 8 * GiB * 8 * GiB)).toBe(4)
-      expect(ParkPolicy.poissonQuantile(0.625, 0.9)).toBe(2)
-      expect(ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, dispersionMib: 4 * 8 * GiB }).length).toBe(8)
-      // A measure gone wild asks for groups of at most `maxGroupSize`.
-      expect(ParkPolicy.groupSize(1e12, 8 * GiB, 8 * GiB * 8 * GiB)).toBe(ParkPolicy.maxGroupSize)
-      expect(ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, dispersionMib: 1e12 }).length).toBe(ParkPolicy.maxGroupSize)
-    })
-
-    it("size variety alone is no group: 2 and 32 GiB sessions arriving alone keep the single count", () => {
-      const sizes = [...Array(19).fill(2), 32] as number[]
-      const mixed: FleetView = { hosts: [fleetHost("h0", 256 * GiB, 256 * GiB, sizes.map((g, j) => park(`s${j}`, OLD, g * GiB)))], queue: [] }
-      // Single arrivals of these sizes disperse E[X²] ÷ E[X] = Σx² ÷ Σx, far above the mean size (3.5 GiB).
-      const sum = sizes.reduce((a, g) => a + g * GiB, 0)
-      const squares = sizes.reduce((a, g) => a + g * GiB * g * GiB, 0)
-      expect(squares / sum).toBeGreaterThan(3 * (sum / sizes.length))
-      const slow = { reservedMibPerSec: 600 }
-      expect(ParkPolicy.groupSize(squares / sum, sum, squares)).toBe(1)
-      expect(ParkPolicy.expectedArrivals(mixed, { ...slow, dispersionMib: squares / sum })).toEqual(ParkPolicy.expectedArrivals(mixed, slow))
-      // The same fleet with arrivals in fours gets more places.
-      expect(ParkPolicy.expectedArrivals(mixed, { ...slow, dispersionMib: (4 * squares) / sum }).length).toBeGreaterThan(ParkPolicy.expectedArrivals(mixed, slow).length)
-    })
-
-    it("property: counting groups never gives fewer places than counting single arrivals, and group size 1 is exactly the single count", () => {
-      fc.assert(
-        fc.property(fc.double({ min: 0, max: 200, noNaN: true }), fc.double({ min: 1, max: 8, noNaN: true }), fc.constantFrom(0.5, 0.9, 0.99), (mean, group, q) => {
-          expect(ParkPolicy.groupedQuantile(mean, 1, q)).toBe(ParkPolicy.poissonQuantile(mean, q))
-          expect(ParkPolicy.groupedQuantile(mean, group, q)).toBeGreaterThanOrEqual(ParkPolicy.poissonQuantile(mean, q))
-        }),
-      )
-    })
-
     it("size noise changes neither the size classes nor the places: a few percent smaller sessions keep their reserve", () => {
       // 8 × 2 GiB, 6 × 4 GiB, 4 × 8 GiB, 1 × 32 GiB parks per host; the noisy copy shrinks every park by up to 3 %.
       const sizes = [...Array(8).fill(2), ...Array(6).fill(4), ...Array(4).fill(8), 32] as number[]

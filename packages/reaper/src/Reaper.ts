@@ -388,11 +388,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     if (tell) yield* tell({ _tag: "FleetRead", source: "pass", fleet })
     // The recent demand for room, from the store's cumulative counter (a failed read keeps the last rate).
     const counters = yield* Effect.result(store.metrics())
-    if (counters._tag === "Success") {
-      let queuedMib = 0
-      for (const q of fleet.queue) queuedMib += q.budget.memMib
-      state.meter.sample(fleet.readAt, counters.success.totalReservedMib, queuedMib)
-    }
+    if (counters._tag === "Success") state.meter.sample(fleet.readAt, counters.success.totalReservedMib)
 
     // 2. Reclaim expired and stale reservations (their sessions become lost).
     if (!leading()) return yield* held("reclaim")

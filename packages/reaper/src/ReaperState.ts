@@ -3,8 +3,7 @@
  * for starving sessions), the moves it began to make room (to time them out and to learn how
  * each ended), the moves that ended aborted within the cooldown (core's `MakeRoom.cooling`: not
  * begun again meanwhile) and the recent demand for room, measured from the store's cumulative
- * `totalReservedMib` (every replica's placements count, not only this one's) and, for how grouped
- * it comes, the MiB queued at each pass.
+ * `totalReservedMib` (every replica's placements count, not only this one's).
  *
  * Leader-local: a new leader starts empty, and the gate rebuilds its holds within a few passes.
  * What must not be lost with the leader is read from the store instead: the aborted moves once
@@ -26,64 +25,37 @@ export interface MeterOptions {
 /** A five-minute window, answered after thirty seconds of samples. */
 export const defaultMeterOptions: MeterOptions = Object.freeze({ windowMs: 5 * 60 * 1000, minSpanMs: 30 * 1000 })
 
-/**
- * The rate of new reservations from samples of the store's cumulative reserved MiB, and how
- * grouped the demand for room comes, from the same samples plus the MiB queued at each.
- */
+/** The rate of new reservations from samples of the store's cumulative reserved MiB. */
 export class DemandMeter {
   private readonly t: number[] = []
   private readonly mib: number[] = []
-  /** The MiB asked for so far: reserved plus queued now (a queued session placed later moves from one to the other). */
-  private readonly asked: number[] = []
   constructor(readonly options: MeterOptions = defaultMeterOptions) {}
 
-  /**
-   * Records the store's cumulative reserved MiB at `now`, and the MiB of the sessions queued
-   * then (`queuedMib`, 0 when not given). A counter that went back (a reset) restarts the meter.
-   */
-  sample(now: number, totalReservedMib: number, queuedMib = 0): void {
+  /** Records the store's cumulative reserved MiB at `now`. A counter that went back (a reset) restarts the meter. */
+  sample(now: number, totalReservedMib: number): void {
     const last = this.mib[this.mib.length - 1]
     if (last !== undefined && totalReservedMib < last) this.clear()
     this.t.push(now)
     this.mib.push(totalReservedMib)
-    this.asked.push(totalReservedMib + (queuedMib > 0 ? queuedMib : 0))
     // Keep one sample at or before the window's start, so the rate spans the whole window.
     while (this.t.length > 2 && (this.t[1] as number) <= now - this.options.windowMs) {
       this.t.shift()
       this.mib.shift()
-      this.asked.shift()
     }
   }
 
-  /**
-   * MiB reserved per second over the window, or undefined before the samples span `minSpanMs`;
-   * with it, from two increments between samples on, how grouped the demand comes
-   * (`ParkPolicy.Recent.dispersionMib`) from the MiB asked for (reserved plus queued, so a queue
-   * placed in one pass is not a group): Σ(Δᵢ − r·τᵢ)² ÷ ΣΔᵢ over the increments Δᵢ in times τᵢ
-   * at the window's rate r, times n ÷ (n − 1) for the rate's own fit. For a compound Poisson
-   * stream it estimates E[Y²] ÷ E[Y] for Y the MiB of one group, whatever the spacing of the samples.
-   */
+  /** MiB reserved per second over the window, or undefined before the samples span `minSpanMs`. */
   rate(): ParkPolicy.Recent | undefined {
     const n = this.t.length
     if (n < 2) return undefined
     const span = (this.t[n - 1] as number) - (this.t[0] as number)
     if (span < this.options.minSpanMs) return undefined
-    const reservedMibPerSec = (((this.mib[n - 1] as number) - (this.mib[0] as number)) / span) * 1000
-    const total = (this.asked[n - 1] as number) - (this.asked[0] as number)
-    if (n < 3 || !(total > 0)) return { reservedMibPerSec }
-    const perMs = total / span
-    let squares = 0
-    for (let i = 1; i < n; i++) {
-      const d = (this.asked[i] as number) - (this.asked[i - 1] as number) - perMs * ((this.t[i] as number) - (this.t[i - 1] as number))
-      squares += d * d
-    }
-    return { reservedMibPerSec, dispersionMib: ((squares / total) * (n - 1)) / (n - 2) }
+    return { reservedMibPerSec: (((this.mib[n - 1] as number) - (this.mib[0] as number)) / span) * 1000 }
   }
 
   clear(): void {
     this.t.length = 0
     this.mib.length = 0
-    this.asked.length = 0
   }
 }
 

@@ -451,69 +451,12 @@ describe("ReaperState.DemandMeter", () => {
     meter.sample(5_000, 5_000)
     assert.isUndefined(meter.rate())
     meter.sample(10_000, 10_240)
-    assert.strictEqual(meter.rate()?.reservedMibPerSec, 1024)
+    assert.deepStrictEqual(meter.rate(), { reservedMibPerSec: 1024 })
     // Old samples leave the window: the rate follows the last minute only.
     for (let t = 15_000; t <= 120_000; t += 5_000) meter.sample(t, 10_240)
     assert.deepStrictEqual(meter.rate(), { reservedMibPerSec: 0 })
     meter.sample(125_000, 100)
     assert.isUndefined(meter.rate())
-  })
-
-  // A seeded stream of groups of `size` sessions of 8 GiB at random times (Poisson, 0.2 groups a
-  // pass), sampled every 5 s over an hour: the meter's dispersion over one session's 8 GiB.
-  const dispersionOf = (size: number, seed: number): number => {
-    let x = seed
-    const random = (): number => {
-      x = (x + 0x6d2b79f5) | 0
-      let t = Math.imul(x ^ (x >>> 15), 1 | x)
-      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
-      return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-    }
-    const meter = new ReaperState.DemandMeter({ windowMs: 3_600_000, minSpanMs: 10_000 })
-    let total = 0
-    for (let t = 0; t <= 3_600_000; t += 5_000) {
-      // Knuth's Poisson draw of the groups in this pass.
-      let groups = -1
-      for (let p = 1; p > Math.exp(-0.2); p *= random()) groups++
-      total += groups * size * 8192
-      meter.sample(t, total)
-    }
-    return (meter.rate()?.dispersionMib ?? Number.NaN) / 8192
-  }
-
-  it("measures how grouped the demand comes: one session's size for single arrivals, four for groups of four", () => {
-    for (const seed of [1, 2, 3]) {
-      const single = dispersionOf(1, seed)
-      const fours = dispersionOf(4, seed)
-      assert.isTrue(single > 0.7 && single < 1.3, `single ${single}`)
-      assert.isTrue(fours > 2.8 && fours < 5.2, `fours ${fours}`)
-    }
-    // Exactly: a 32 GiB group every fourth pass of 5 s is Σ(Δ − r·τ)² ÷ ΣΔ = 12 × 8192² ÷ 32768 per group, × n ÷ (n − 1).
-    const meter = new ReaperState.DemandMeter({ windowMs: 60_000, minSpanMs: 10_000 })
-    for (let i = 0; i <= 8; i++) meter.sample(i * 5_000, Math.floor((i + 3) / 4) * 32_768)
-    assert.deepStrictEqual(meter.rate(), { reservedMibPerSec: (65_536 / 40_000) * 1000, dispersionMib: ((2 * 12 * 8192 * 8192) / 65_536) * (8 / 7) })
-  })
-
-  it("a queue placed in one pass is no group: the MiB queued count as asked for when they queue", () => {
-    const meter = new ReaperState.DemandMeter({ windowMs: 60_000, minSpanMs: 10_000 })
-    const reservedOnly = new ReaperState.DemandMeter({ windowMs: 60_000, minSpanMs: 10_000 })
-    // One 8 GiB session asks every pass; they queue for four passes, then all four are placed at once.
-    let reserved = 0
-    let queued = 0
-    for (let i = 0; i <= 12; i++) {
-      if (i > 0) queued += 8192
-      if (i % 4 === 0) {
-        reserved += queued
-        queued = 0
-      }
-      meter.sample(i * 5_000, reserved, queued)
-      reservedOnly.sample(i * 5_000, reserved)
-    }
-    const recent = meter.rate()
-    assert.strictEqual(recent?.reservedMibPerSec, (12 * 8192 * 1000) / 60_000)
-    // Every pass asked for the same 8 GiB: no dispersion at all; the reserved MiB alone would say groups of four.
-    assert.strictEqual(recent?.dispersionMib, 0)
-    assert.isAbove(reservedOnly.rate()?.dispersionMib ?? 0, 3 * 8192)
   })
 
   it.effect("the pass feeds the meter from the store's cumulative reserved MiB, so demand-reserve keeps room before anyone waits", () =>
