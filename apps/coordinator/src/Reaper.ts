@@ -38,11 +38,11 @@ export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
  * within `ENGRAM_ALLOWANCE_HORIZON_MS`, else the configured prior); the store knows no guest's
  * resident RAM, so a move is judged on its whole reservation (the most it can copy). The
  * source's guard judges each move again on its measured rounds. A move whose estimated
- * pre-copy runs past half of `ENGRAM_MOVE_TIMEOUT_MS` is never begun. A
- * move no agent has taken past its point of no return within `ENGRAM_MOVE_TIMEOUT_MS` is aborted
- * by a later pass of the same leader, as the API aborts its own; with make-room moves on, the
- * leader also aborts any pending move twice that old, whoever began it. A session whose move ended aborted is not moved again
- * within `ENGRAM_MAKE_ROOM_COOLDOWN_MS`.
+ * pre-copy runs past half of `ENGRAM_MOVE_TIMEOUT_MS` is never begun. A move no agent has taken
+ * past its point of no return within `ENGRAM_MOVE_TIMEOUT_MS` is aborted by a later pass of the
+ * same leader, as the API aborts its own; with make-room moves on, the leader also aborts any
+ * pending move twice that old, whoever began it. A session whose move ended aborted is not moved
+ * again within `ENGRAM_MAKE_ROOM_COOLDOWN_MS`.
  */
 export const makeRoomMoves = (
   config: Pick<CoordinatorConfig, "makeRoomMoves" | "makeRoomMovesPerPass" | "makeRoomCooldownMs" | "moveTimeoutMs" | "allowanceHorizonMs" | "limits">,
