@@ -100,7 +100,9 @@ const movesOf = (report: PassReport) => (report._tag === "Done" ? report.moves.m
 const placedOf = (report: PassReport) => (report._tag === "Done" ? report.placed : null)
 
 for (const [name, store] of backends) {
-  describe(`make-room moves in the reaper pass: ${name}`, () => {
+  // Each case opens its own store: on PGlite that is a WASM initdb and the migrations, which
+  // took 60 s of the default 120 s in a CI run beside another (load 30): the PGlite tests' bound.
+  describe(`make-room moves in the reaper pass: ${name}`, { timeout: 600_000 }, () => {
     it.effect("on: moves begin off the starving session's held host to where they fit best; once they commit it places there", () =>
       Effect.gen(function* () {
         yield* starvingOnFullHosts()
