@@ -23,7 +23,7 @@ export interface AllowanceSettings {
  * that does not grow with the fleet's pairs.
  */
 const recentPairs = (store: StoreShape, s: AllowanceSettings, nowMs: number, sourceHostId: string, targetHostIds: readonly string[]) =>
-  store.listAllowanceCommits({ sourceHostId, targetHostIds, recordedSince: nowMs - s.horizonMs + 1, limit: Downtime.poolLimit(s) })
+  store.listAllowanceCommits(Downtime.allowanceCommitsQuery(sourceHostId, targetHostIds, nowMs, s))
 
 /** A pair's allowance at `nowMs`, from the recent commits read for it, with its own kept commits. */
 export const historyOf = (p: Omit<PairCommits, "updatedAt"> & { readonly updatedAt: number | null }, recent: readonly PairCommits[], s: AllowanceSettings, nowMs: number): Records.PairHistory => {

@@ -347,6 +347,24 @@ export interface AllowanceCommitsQuery {
   readonly limit: number
 }
 
+/**
+ * The bounded read ({@link allowanceCommits}) the allowances of moves from `sourceHostId` to each
+ * of `targetHostIds` need at `nowMs` under `policy`: the commits recorded within its horizon
+ * (whole ms: at or after `nowMs − horizonMs + 1` is less than `horizonMs` ago, as
+ * {@link recentAllowance} counts them), at most its {@link poolLimit} of each group.
+ */
+export const allowanceCommitsQuery = (
+  sourceHostId: string,
+  targetHostIds: readonly string[],
+  nowMs: number,
+  policy: Partial<RecencyPolicy> = {},
+): AllowanceCommitsQuery => ({
+  sourceHostId,
+  targetHostIds,
+  recordedSince: nowMs - { ...defaultRecencyPolicy, ...policy }.horizonMs + 1,
+  limit: poolLimit(policy),
+})
+
 /** One kept commit of a pair, where it sits in the pair's history. */
 interface Indexed {
   readonly pair: PairCommits
