@@ -212,33 +212,31 @@ export const plan = (input: Input): Planned[] | null => {
     }
     return e
   }
-  const movable = input.running
-    .map((r) => ({ r }))
-    .sort((a, b) => a.r.budget.memMib - b.r.budget.memMib || compareIds(a.r.sessionId, b.r.sessionId))
+  const movable = [...input.running].sort((a, b) => a.budget.memMib - b.budget.memMib || compareIds(a.sessionId, b.sessionId))
   const targets = new Map(input.targets.filter((c) => c.id !== src.id).map((c) => [c.id, c]))
   const chosen: Planned[] = []
   const used = new Set<string>()
   while (!Placement.fitsOn(host, input.budget, limits)) {
     const gap = input.budget.memMib - (Headroom.freeMib(host.headroom) ?? Number.POSITIVE_INFINITY)
     // The smallest that closes the RAM gap, else the largest; only one that some target takes.
-    let pick: { m: (typeof movable)[number]; to: Candidate } | undefined
+    let pick: { r: Running; to: Candidate } | undefined
     let largest: typeof pick
-    for (const m of movable) {
-      if (used.has(m.r.sessionId)) continue
-      const to = bestTarget(targets, m.r.budget, src.id, limits, (c) => estimateTo(m.r, c.id).allowed)
+    for (const r of movable) {
+      if (used.has(r.sessionId)) continue
+      const to = bestTarget(targets, r.budget, src.id, limits, (c) => estimateTo(r, c.id).allowed)
       if (to === undefined) continue
-      if (m.r.budget.memMib >= gap) {
-        pick = { m, to }
+      if (r.budget.memMib >= gap) {
+        pick = { r, to }
         break
       }
-      largest = { m, to }
+      largest = { r, to }
     }
     pick ??= largest
     if (pick === undefined) return null
-    used.add(pick.m.r.sessionId)
-    host = without(host, pick.m.r.budget)
-    targets.set(pick.to.id, withReservation(pick.to, pick.m.r.budget))
-    chosen.push({ sessionId: pick.m.r.sessionId, fromHostId: src.id, toHostId: pick.to.id, budget: pick.m.r.budget, estimate: estimateTo(pick.m.r, pick.to.id) })
+    used.add(pick.r.sessionId)
+    host = without(host, pick.r.budget)
+    targets.set(pick.to.id, withReservation(pick.to, pick.r.budget))
+    chosen.push({ sessionId: pick.r.sessionId, fromHostId: src.id, toHostId: pick.to.id, budget: pick.r.budget, estimate: estimateTo(pick.r, pick.to.id) })
   }
   // Drop what is not needed, the largest first (dropping a move only frees its target).
   const kept = [...chosen]
@@ -251,7 +249,6 @@ export const plan = (input: Input): Planned[] | null => {
   }
   return kept
 }
-
 
 /**
  * Whether the room the queue waits for exists in the fleet but split over hosts: the free RAM of

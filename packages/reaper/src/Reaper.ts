@@ -305,7 +305,6 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
       state.aborted.push(...MakeRoom.cooling(ended.success.map((m) => abortOf(m, now)), now, cooldownMs))
       state.abortedRead = true
     }
-    state.aborted = MakeRoom.cooling(state.aborted, now, cooldownMs)
     const read = yield* Effect.result(store.fleetView())
     if (read._tag === "Failure") return yield* failed(read.failure.reason)
     const limits = store.limits()
