@@ -39,8 +39,8 @@ export interface CoordinatorConfig {
    * How long a move waits for its source agent to take it past its point of no return before it
    * is aborted: `POST /v1/sessions/{id}/move`'s wait, and the reaper's moves for starving
    * sessions (`makeRoomMoves`, which never begins one whose estimated pre-copy runs past half of
-   * this). With `makeRoomMoves` on, the leader also aborts any pending move twice this old,
-   * whoever began it (a replica that died with its timeouts).
+   * this). The leader's reaper also aborts any pending move twice this old, whoever began it
+   * (a replica that died with its timeouts), with `makeRoomMoves` on or off.
    */
   readonly moveTimeoutMs: number
   /**

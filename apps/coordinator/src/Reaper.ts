@@ -32,7 +32,7 @@ export type PassReport = Reaper.PassReport
 export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
 
 /**
- * The pass's moves for starving sessions under the settings, or none (`ENGRAM_MAKE_ROOM_MOVES=0`).
+ * The pass's moves for starving sessions under the settings (`maxPerPass` 0 with `ENGRAM_MAKE_ROOM_MOVES=0`).
  * The costs are core's `MakeRoom.defaultCosts` (1 GiB/s copies, 64 MiB/s dirtied, 5 rounds, 1 s
  * of downtime), each pair's commit allowance the guard's own (learned from its recent commits
  * within `ENGRAM_ALLOWANCE_HORIZON_MS`, else the configured prior); the store knows no guest's
@@ -40,26 +40,25 @@ export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
  * source's guard judges each move again on its measured rounds. A move whose estimated
  * pre-copy runs past half of `ENGRAM_MOVE_TIMEOUT_MS` is never begun. A move no agent has taken
  * past its point of no return within `ENGRAM_MOVE_TIMEOUT_MS` is aborted by a later pass of the
- * same leader, as the API aborts its own; with make-room moves on, the leader also aborts any
- * pending move twice that old, whoever began it. A session whose move ended aborted is not moved
- * again within `ENGRAM_MAKE_ROOM_COOLDOWN_MS`.
+ * same leader, as the API aborts its own. The leader also aborts any pending move twice that old,
+ * whoever began it, with make-room moves on or off (`maxPerPass` 0 when off: no move is begun),
+ * so an API move whose waiter died with its replica does not stay pending. A session whose move
+ * ended aborted is not moved again within `ENGRAM_MAKE_ROOM_COOLDOWN_MS`.
  */
 export const makeRoomMoves = (
   config: Pick<CoordinatorConfig, "makeRoomMoves" | "makeRoomMovesPerPass" | "makeRoomCooldownMs" | "moveTimeoutMs" | "allowanceHorizonMs" | "limits">,
-): Reaper.MoveOptions | undefined =>
-  config.makeRoomMoves === 1
-    ? {
-        // A move whose pre-copy would outlast half the timeout is never begun: it would be
-        // aborted before its point of no return and planned again after the cooldown.
-        costs: { ...MakeRoom.defaultCosts, commitAllowanceMs: config.limits.commitAllowanceMs, maxCopyMs: config.moveTimeoutMs / 2 },
-        maxPerPass: config.makeRoomMovesPerPass,
-        // As the API's moves: one no agent takes past its point of no return in time is aborted.
-        timeoutMs: config.moveTimeoutMs,
-        cooldownMs: config.makeRoomCooldownMs,
-        // As the assignments hand it to the source's guard (Allowances.ts).
-        allowance: { priorMs: config.limits.commitAllowanceMs, horizonMs: config.allowanceHorizonMs },
-      }
-    : undefined
+): Reaper.MoveOptions => ({
+  // A move whose pre-copy would outlast half the timeout is never begun: it would be
+  // aborted before its point of no return and planned again after the cooldown.
+  costs: { ...MakeRoom.defaultCosts, commitAllowanceMs: config.limits.commitAllowanceMs, maxCopyMs: config.moveTimeoutMs / 2 },
+  // Off: no move is begun, but the timeouts' safety net still runs.
+  maxPerPass: config.makeRoomMoves === 1 ? config.makeRoomMovesPerPass : 0,
+  // As the API's moves: one no agent takes past its point of no return in time is aborted.
+  timeoutMs: config.moveTimeoutMs,
+  cooldownMs: config.makeRoomCooldownMs,
+  // As the assignments hand it to the source's guard (Allowances.ts).
+  allowance: { priorMs: config.limits.commitAllowanceMs, horizonMs: config.allowanceHorizonMs },
+})
 
 // What the reaper remembers between passes (held hosts, the recent demand for room), per store:
 // the loop, passes driven by hand and the immediate reaction on one store share it.

@@ -196,7 +196,10 @@ for (const [name, store] of backends) {
       }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
     )
 
-    it.effect("the leader aborts a pending move twice ENGRAM_MOVE_TIMEOUT_MS old that it did not begin; one past its intent is left to its source", () =>
+    // With make-room moves off too: an API move whose waiter died with its replica would
+    // otherwise stay pending, and its session could never idle or move again.
+    for (const [mode, moveSettings] of [["on", on], ["off", () => settings({})]] as const)
+    it.effect(`the leader aborts a pending move twice ENGRAM_MOVE_TIMEOUT_MS old that it did not begin (make-room moves ${mode}); one past its intent is left to its source`, () =>
       Effect.gen(function* () {
         const store = yield* Store
         yield* starvingOnFullHosts()
@@ -217,7 +220,7 @@ for (const [name, store] of backends) {
         ])
         // Not this replica's make-room move: not counted as one.
         assert.strictEqual((yield* Metrics).makeRoomMoves.get({ result: "timeout" }), 0)
-      }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
+      }).pipe(Effect.provide(Layer.merge(services(store()), moveSettings()))),
     )
 
     it.effect("a planned move the store refuses is counted refused; one it cannot take (down, or fenced) unavailable", () =>

@@ -49,7 +49,7 @@ export interface Options {
 export interface MoveOptions {
   /** What a move costs (`MakeRoom.Costs`); its `maxDowntimeMs` is each begun move's downtime budget. */
   readonly costs: MakeRoom.Costs
-  /** At most this many moves begun in one pass. */
+  /** At most this many moves begun in one pass; 0: none (only the timeouts below are enforced). */
   readonly maxPerPass: number
   /**
    * The RAM a running session's guest touches (what its move copies). Missing: its
@@ -297,7 +297,8 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
     const cooldownMs = moves.cooldownMs ?? MakeRoom.defaultCooldownMs
     // Pruned every pass, starving or not: the aborts only matter within the cooldown.
     state.aborted = MakeRoom.cooling(state.aborted, now, cooldownMs)
-    if (!starving) return begun
+    // No move to begin (none starving, or `maxPerPass` 0): the timeouts above were the step.
+    if (!starving || moves.maxPerPass <= 0) return begun
     if (!state.abortedRead) {
       // Every aborted move, once per leadership (the store keeps no index of recent ones).
       const ended = yield* Effect.result(store.listMoves({ state: "aborted" }))
