@@ -277,9 +277,13 @@ describe("the sessions and a session's page", () => {
     // Placement prefers the template's holder.
     expect(created.body.hostId).toBe(small)
     await signedIn(`#/sessions/${encodeURIComponent(s)}`)
+    // The last test's session page can still be on screen (it has a Template row too, "none
+    // (boots)"): wait for this session's page, then for its facts to show the template.
+    await page.locator("#session-title", { hasText: `Session ${s}` }).waitFor()
     const facts = page.locator("#session-facts")
-    await facts.locator("dt", { hasText: "Template" }).waitFor()
-    expect(await facts.locator("dt:text-is('Template') + dd").textContent()).toBe(tpl)
+    const template = facts.locator("dt:text-is('Template') + dd")
+    await template.filter({ hasText: tpl }).waitFor()
+    expect(await template.textContent()).toBe(tpl)
     await api.del(`/v1/sessions/${s}`)
     expect((await api.put(`/v1/hosts/${small}/report`, { totalMib: 4096 + 1024, allocatableMib: 4096 + 1024, totalVcpus: 4, templates: [] })).status).toBe(200)
   })
