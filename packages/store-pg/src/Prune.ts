@@ -19,11 +19,16 @@ import { dieOnUnique } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import * as FenceSql from "./Fence.js"
 
+// Each statement locks its chunk in a subquery and deletes it by `= any(array(…))`, which the
+// planner probes the primary key with (a join with the chunk would hash the whole table; the
+// `::text[]` makes `any` take the chunk as one array, not as a subquery to join).
+
 /** The ended moves' statement: at most `limit` committed or aborted before `cut`, oldest first. */
-export const pruneMovesSql = (cut: number, limit: number): SQL => sql`with doomed as (
-    select id from moves where state <> 'pending' and ended_at < ${cut}
-    order by ended_at limit ${limit} for update skip locked),
-  gone as (delete from moves m using doomed d where m.id = d.id returning 1)
+export const pruneMovesSql = (cut: number, limit: number): SQL => sql`with gone as (
+    delete from moves where id = any(array(
+      select id from moves where state <> 'pending' and ended_at < ${cut}
+      order by ended_at limit ${limit} for update skip locked))
+    returning 1)
   select count(*)::int as moves from gone`
 
 /**
@@ -31,23 +36,25 @@ export const pruneMovesSql = (cut: number, limit: number): SQL => sql`with doome
  * first, and their events. An ended session never changes again: its `updated_at` is its end.
  */
 export const pruneSessionsSql = (cut: number, limit: number): SQL => sql`with doomed as (
-    select s.id from sessions s
-    where s.state = 'ended' and s.updated_at < ${cut} and not exists (select 1 from moves m where m.session_id = s.id)
-    order by s.updated_at limit ${limit} for update of s skip locked),
-  events as (delete from session_events e using doomed d where e.session_id = d.id returning 1),
-  gone as (delete from sessions s using doomed d where s.id = d.id returning 1)
+    select array(
+      select s.id from sessions s
+      where s.state = 'ended' and s.updated_at < ${cut} and not exists (select 1 from moves m where m.session_id = s.id)
+      order by s.updated_at limit ${limit} for update of s skip locked) as ids),
+  events as (delete from session_events where session_id = any((select ids from doomed)::text[]) returning 1),
+  gone as (delete from sessions where id = any((select ids from doomed)::text[]) returning 1)
   select (select count(*) from gone)::int as sessions, (select count(*) from events)::int as events`
 
 /**
  * The host pairs' statement: at most `limit` whose last commit was recorded before `cut`, oldest
- * first. A commit locks its pair's row before it reads it (`Moves.ts`), so a pair being written
- * is skipped, never deleted under the commit.
+ * first (by their row address: a locked row stays where it is until this transaction ends). A
+ * commit locks its pair's row before it reads it (`Moves.ts`), so a pair being written is
+ * skipped, never deleted under the commit.
  */
-export const prunePairsSql = (cut: number, limit: number): SQL => sql`with doomed as (
-    select source_host_id, target_host_id from move_pairs where updated_at < ${cut}
-    order by updated_at limit ${limit} for update skip locked),
-  gone as (delete from move_pairs p using doomed d
-    where p.source_host_id = d.source_host_id and p.target_host_id = d.target_host_id returning 1)
+export const prunePairsSql = (cut: number, limit: number): SQL => sql`with gone as (
+    delete from move_pairs where ctid = any(array(
+      select ctid from move_pairs where updated_at < ${cut}
+      order by updated_at limit ${limit} for update skip locked))
+    returning 1)
   select count(*)::int as pairs from gone`
 
 const count = (rows: readonly Record<string, unknown>[] | undefined, key: string): number => Number(rows?.[0]?.[key] ?? 0)
