@@ -1,9 +1,11 @@
 // The retention statements' plans on a database holding a large history beside a live fleet: a
 // prune reads its chunk of ended rows by the end-time indexes of migration 0013, never the whole
 // sessions, moves or pairs tables, and never the live rows; the reaper's read of the recent
-// aborts reads the cooldown window's, not every abort kept.
+// aborts reads the cooldown window's, not every abort kept. And a row another transaction holds
+// (a commit writing its pair, a writer of a session) is skipped, not waited on nor deleted under it.
 import { freshDatabase } from "@engram/test-pg"
 import postgres from "@engram/postgres"
+import { PgDialect } from "drizzle-orm/pg-core"
 import { describe, expect, it } from "vitest"
 import type { Exec } from "../src/Db.js"
 import { migrate } from "../src/index.js"
@@ -84,6 +86,45 @@ describe("the retention statements", () => {
       expect(seqRowsRead(read, "moves")).toBe(0)
       expect(rowsRead(read, "moves")).toBeLessThan(300)
     } finally {
+      await sql.end()
+      await db.drop()
+    }
+  }, 600_000)
+
+  it("skip the rows another transaction holds (a commit writing its pair, a session's writer): the next call takes them", async () => {
+    const db = await freshDatabase()
+    const sql = postgres(db.url, { max: 1, onnotice: () => undefined })
+    const other = postgres(db.url, { max: 1, onnotice: () => undefined })
+    try {
+      await migrate(db.url)
+      await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, created_at, updated_at) values ('e1', 'ended', 1, 1, '{}', 0, 1), ('e2', 'ended', 1, 1, '{}', 0, 2)`
+      await sql`insert into move_pairs (source_host_id, target_host_id, commits_ms, recorded_at_ms, updated_at) values ('a', 'b', '[300]', '[1]', 1), ('a', 'c', '[300]', '[2]', 2)`
+      const run = async (statement: ReturnType<typeof prunePairsSql>) => {
+        const q = new PgDialect().sqlToQuery(statement)
+        return (await sql.unsafe(q.sql, q.params as never[]))[0]
+      }
+      let release!: () => void
+      const released = new Promise<void>((r) => (release = r))
+      let locked!: () => void
+      const held = new Promise<void>((r) => (locked = r))
+      // Another transaction holds the pair a→b (as a commit's upsert does) and the session e1.
+      const holder = other.begin(async (tx) => {
+        await tx`select 1 from move_pairs where source_host_id = 'a' and target_host_id = 'b' for update`
+        await tx`select 1 from sessions where id = 'e1' for update`
+        locked()
+        await released
+      })
+      await held
+      expect(await run(prunePairsSql(10, 10))).toStrictEqual({ pairs: 1 })
+      expect(await run(pruneSessionsSql(10, 10))).toStrictEqual({ sessions: 1, events: 0 })
+      expect((await sql`select source_host_id || target_host_id as pair from move_pairs`).map((r) => r["pair"])).toStrictEqual(["ab"])
+      expect((await sql`select id from sessions`).map((r) => r["id"])).toStrictEqual(["e1"])
+      release()
+      await holder
+      expect(await run(prunePairsSql(10, 10))).toStrictEqual({ pairs: 1 })
+      expect(await run(pruneSessionsSql(10, 10))).toStrictEqual({ sessions: 1, events: 0 })
+    } finally {
+      await other.end()
       await sql.end()
       await db.drop()
     }
