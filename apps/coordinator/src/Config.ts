@@ -8,7 +8,7 @@
  */
 import { Env } from "@engram/process"
 import { Downtime, Limits, MakeRoom } from "@engram/core"
-import { checkLeaseTimes, defaultLeaseTimes } from "@engram/store"
+import { checkLeaseTimes, defaultLeaseTimes, Validate } from "@engram/store"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
 import { isAbsolute, resolve } from "node:path"
@@ -116,6 +116,15 @@ export interface CoordinatorConfig {
    * reaper from moving its session again, to any target (ms; core's `MakeRoom.cooling`).
    */
   readonly makeRoomCooldownMs: number
+  /**
+   * How long history is kept after it ended (ms; 0 keeps it for ever): the reaper's leader
+   * deletes ended sessions with their events, ended moves and host pairs with no commit for this
+   * long (`Store.pruneHistory`), a bounded chunk a pass. At least the allowance horizon and the
+   * make-room cooldown, whose reads need the history within them.
+   */
+  readonly retentionMs: number
+  /** At most this many rows of each kind one reaper pass deletes (`retentionMs`). */
+  readonly retentionPruneLimit: number
   /** An OpenTelemetry collector's OTLP/HTTP base URL (`http://collector:4318`): traces go to `…/v1/traces`; null = no traces. */
   readonly otlpUrl: string | null
   /** Headers the collector needs (`key=value,key2=value2`, e.g. an API key); a secret. */
@@ -161,6 +170,22 @@ export const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN
 
 /** The default bound on a store call: 15 s (well above a store call under load; a database that is away answers 503 past it). */
 export const defaultStoreTimeoutMs = 15_000
+
+/** The default retention of history (`ENGRAM_RETENTION_MS`): 7 days. */
+export const defaultRetentionMs = 7 * 24 * 3_600_000
+
+/** The longest retention: 10 years (0 keeps history for ever). */
+const maxRetentionMs = 3650 * 24 * 3_600_000
+
+/**
+ * The retention's rule beside the windows that read history: 0 (off), or at least the allowance
+ * horizon and the make-room cooldown (a shorter one would delete the commits and aborts they
+ * count). Null when it holds.
+ */
+export const retentionIssue = (c: Pick<CoordinatorConfig, "retentionMs" | "allowanceHorizonMs" | "makeRoomCooldownMs">): string | null =>
+  c.retentionMs === 0 || (c.retentionMs >= c.allowanceHorizonMs && c.retentionMs >= c.makeRoomCooldownMs)
+    ? null
+    : `must be 0 (keep history for ever) or at least ENGRAM_ALLOWANCE_HORIZON_MS (${c.allowanceHorizonMs}) and ENGRAM_MAKE_ROOM_COOLDOWN_MS (${c.makeRoomCooldownMs})`
 
 /** The default request body limit: 1 MiB. */
 export const defaultMaxBodyBytes = 1024 * 1024
@@ -218,6 +243,8 @@ const settings = {
   makeRoomMoves: int("ENGRAM_MAKE_ROOM_MOVES", 0, 0, 1),
   makeRoomMovesPerPass: int("ENGRAM_MAKE_ROOM_MOVES_PER_PASS", 16, 1, 1000),
   makeRoomCooldownMs: int("ENGRAM_MAKE_ROOM_COOLDOWN_MS", MakeRoom.defaultCooldownMs, 0, 7 * 24 * 3_600_000),
+  retentionMs: int("ENGRAM_RETENTION_MS", defaultRetentionMs, 0, maxRetentionMs),
+  retentionPruneLimit: int("ENGRAM_RETENTION_PRUNE_LIMIT", 1000, 1, Validate.maxPruneLimit),
   otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), "ENGRAM_OTLP_URL").pipe(
     Config.map((u): string | null => u),
     Config.withDefault(null),
@@ -258,7 +285,9 @@ const load = (source: Env.Source): Effect.Effect<CoordinatorConfig, Env.ConfigIn
     const lease = base._tag === "Success" ? checkLeaseTimes({ leaseDurationMs: base.success.leaseDurationMs, renewDeadlineMs: base.success.leaseRenewDeadlineMs }) : null
     if (lease !== null)
       issues.push({ variable: "ENGRAM_LEASE_RENEW_DEADLINE_MS", rule: "must be less than ENGRAM_LEASE_DURATION_MS", value: source.raw("ENGRAM_LEASE_RENEW_DEADLINE_MS") })
-    if (base._tag === "Failure" || made._tag === "Invalid" || lease !== null) return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
+    const retention = base._tag === "Success" ? retentionIssue(base.success) : null
+    if (retention !== null) issues.push({ variable: "ENGRAM_RETENTION_MS", rule: retention, value: source.raw("ENGRAM_RETENTION_MS") })
+    if (base._tag === "Failure" || made._tag === "Invalid" || lease !== null || retention !== null) return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
     return { ...base.success, limits: made.limits }
   })
 

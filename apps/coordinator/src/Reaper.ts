@@ -6,12 +6,13 @@
  * then drain) runs once at every replica's start-up (`ReconcileAtStart`). `ReactAtOnce` is the
  * immediate reaction to a queued session (`Trigger`), sharing the passes' memory. With
  * `ENGRAM_MAKE_ROOM_MOVES=1` a pass also begins the moves core's `MakeRoom` plans for starving
- * sessions (`makeRoomMoves`); the agents run them like any move.
+ * sessions (`makeRoomMoves`); the agents run them like any move. With `ENGRAM_RETENTION_MS` above
+ * 0 a pass of the leader also deletes a chunk of the history that ended longer ago (`retention`).
  */
 import { MakeRoom, ParkPolicy } from "@engram/core"
 import { Reaper, ReaperEvents, ReaperState, Trigger } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
-import { CurrentFence, Store } from "@engram/store"
+import { CurrentFence, pruneKinds, Store } from "@engram/store"
 import type { DrainResult, ReclaimResult, StoreShape } from "@engram/store"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { Leader, leaseRetryMs } from "./Leader.js"
@@ -59,6 +60,14 @@ export const makeRoomMoves = (
   // As the assignments hand it to the source's guard (Allowances.ts).
   allowance: { priorMs: config.limits.commitAllowanceMs, horizonMs: config.allowanceHorizonMs },
 })
+
+/**
+ * The pass's retention under the settings, or none (`ENGRAM_RETENTION_MS=0`): each pass of the
+ * leader deletes at most `ENGRAM_RETENTION_PRUNE_LIMIT` rows of each kind of the history that
+ * ended `ENGRAM_RETENTION_MS` ago, behind the leader's fence like its other writes.
+ */
+export const retention = (config: Pick<CoordinatorConfig, "retentionMs" | "retentionPruneLimit">): Reaper.RetentionOptions | undefined =>
+  config.retentionMs === 0 ? undefined : { retentionMs: config.retentionMs, limit: config.retentionPruneLimit }
 
 // What the reaper remembers between passes (held hosts, the recent demand for room), per store:
 // the loop, passes driven by hand and the immediate reaction on one store share it.
@@ -150,6 +159,14 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
       case "MoveNotBegun":
         metrics.makeRoomMoves.inc({ result: e.unavailable ? "unavailable" : "refused" })
         return Effect.logInfo("reaper: planned move not begun", { sessionId: e.planned.sessionId, to: e.planned.toHostId, reason: e.reason })
+      case "Pruned": {
+        const r = e.result
+        if (r.sessions + r.events + r.moves + r.pairs === 0) return
+        for (const kind of pruneKinds) if (r[kind] > 0) metrics.reaperPruned.inc({ kind }, r[kind])
+        return Effect.logInfo("reaper: pruned history older than ENGRAM_RETENTION_MS", { sessions: r.sessions, events: r.events, moves: r.moves, pairs: r.pairs })
+      }
+      case "PruneFailed":
+        return Effect.logWarning("reaper: history prune failed; the next pass tries again", { reason: e.reason })
       case "LeadershipLost":
         return Effect.logWarning("reaper: lost the leader lock mid-pass; the pass stops there", { step: e.step })
       default:
@@ -253,9 +270,10 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const leading = yield* leadingNow
   const fence = yield* fenceNow
   const moves = Option.isSome(settings) ? makeRoomMoves(settings.value.config) : undefined
+  const kept = Option.isSome(settings) ? retention(settings.value.config) : undefined
   const t0 = performance.now()
   // Every write of the pass carries the leader's epoch: refused in its transaction once a newer leader exists.
-  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store), moves }).pipe(
+  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store), moves, retention: kept }).pipe(
     Effect.provide(listen(metrics, notifier)),
     Effect.provideService(CurrentFence, fence),
   )

@@ -92,6 +92,31 @@ describe("configuration", () => {
     ])
   })
 
+  it("history is kept 7 days by default and pruned 1,000 rows of each kind a pass; 0 keeps it for ever; a bad value or one shorter than the windows that read history is named with its rule", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && [d.config.retentionMs, d.config.retentionPruneLimit]).toEqual([7 * 24 * 3_600_000, 1000])
+    const off = Config.parse({ ENGRAM_RETENTION_MS: "0", ENGRAM_RETENTION_PRUNE_LIMIT: "10000" })
+    expect(off._tag === "Valid" && [off.config.retentionMs, off.config.retentionPruneLimit]).toEqual([0, 10_000])
+    // Exactly the longer of the allowance horizon and the make-room cooldown is enough.
+    const tight = Config.parse({ ENGRAM_RETENTION_MS: "3600000", ENGRAM_ALLOWANCE_HORIZON_MS: "3600000", ENGRAM_MAKE_ROOM_COOLDOWN_MS: "600000" })
+    expect(tight._tag === "Valid" && tight.config.retentionMs).toBe(3_600_000)
+    const bad = Config.parse({ ENGRAM_RETENTION_MS: "7d", ENGRAM_RETENTION_PRUNE_LIMIT: "0" })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule]).sort()).toEqual([
+      ["ENGRAM_RETENTION_MS", "must be an integer from 0 to 315360000000"],
+      ["ENGRAM_RETENTION_PRUNE_LIMIT", "must be an integer from 1 to 10000"],
+    ])
+    for (const [raw, value] of [[{ ENGRAM_RETENTION_MS: "-1" }, "-1"], [{ ENGRAM_RETENTION_MS: "1.5" }, "1.5"], [{ ENGRAM_RETENTION_PRUNE_LIMIT: "10001" }, "10001"]] as const) {
+      const r = Config.parse(raw)
+      expect(r._tag === "Invalid" && r.issues.map((i) => i.value), JSON.stringify(raw)).toEqual([value])
+    }
+    const short = Config.parse({ ENGRAM_RETENTION_MS: "3599999" })
+    expect(short._tag === "Invalid" && short.issues.map((i) => [i.variable, i.rule])).toEqual([
+      ["ENGRAM_RETENTION_MS", "must be 0 (keep history for ever) or at least ENGRAM_ALLOWANCE_HORIZON_MS (3600000) and ENGRAM_MAKE_ROOM_COOLDOWN_MS (600000)"],
+    ])
+    const belowCooldown = Config.parse({ ENGRAM_RETENTION_MS: "3600000", ENGRAM_MAKE_ROOM_COOLDOWN_MS: "3600001" })
+    expect(belowCooldown._tag === "Invalid" && belowCooldown.issues.map((i) => i.variable)).toEqual(["ENGRAM_RETENTION_MS"])
+  })
+
   it("heartbeats and reports gather for 100 ms by default; 0 writes only what arrives together; beyond 10 s is refused", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && d.config.beatWindowMs).toBe(100)

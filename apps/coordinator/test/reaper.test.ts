@@ -1,7 +1,7 @@
 // The reaper pass on the in-memory store under a TestClock: no sleeps, time moved by hand.
 import { assert, describe, it } from "@effect/vitest"
 import { Limits } from "@engram/core"
-import { Leader, Metrics, Notifier, reaperPass } from "@engram/coordinator"
+import { Config, Leader, Metrics, Notifier, reaperPass, Settings } from "@engram/coordinator"
 import { defaultTriggerWindowMs, Trigger } from "@engram/reaper"
 import { ReactAtOnce } from "../src/Reaper.js"
 import { Changes, Store } from "@engram/store"
@@ -17,6 +17,13 @@ const longLived = (() => {
   if (r._tag === "Invalid") throw new Error("bad test limits")
   return r.limits
 })()
+
+/** The coordinator's settings from these variables over the defaults. */
+const settingsOf = (variables: Record<string, string>) => {
+  const parsed = Config.parse(variables)
+  if (parsed._tag === "Invalid") throw new Error(`bad test settings: ${JSON.stringify(parsed.issues)}`)
+  return Settings.of({ config: parsed.config, backend: "custom" })
+}
 
 const services = (store: Layer.Layer<Store>) => Layer.mergeAll(Metrics.layer, Notifier.layer.pipe(Layer.provide(Changes.local))).pipe(Layer.provideMerge(store))
 
@@ -199,5 +206,28 @@ describe("reaperPass", () => {
       assert.deepStrictEqual([s.state, s.reservationId], ["ended", null])
       const events = yield* store.sessionEvents("s1")
       assert.deepStrictEqual(events.items.at(-1)?.event, { _tag: "Ended", hostId: "h1", reason: "ttl expired" })
+    }).pipe(Effect.provide(services(StoreSim.layer({ limits: longLived })))))
+
+  it.effect("with ENGRAM_RETENTION_MS the leader's pass prunes the history that ended longer ago, counted by kind; 0 keeps it", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      const metrics = yield* Metrics
+      yield* store.registerHost({ id: "h1" })
+      yield* store.reportHost("h1", { totalMib: 8192, allocatableMib: 7168, totalVcpus: 8 })
+      for (const id of ["s1", "s2"]) {
+        yield* store.createSession({ id, budget: { memMib: 1024, vcpus: 1 } })
+        yield* store.endSession(id)
+      }
+      yield* TestClock.adjust("7 days")
+      yield* TestClock.adjust(1)
+      const keepAll = settingsOf({ ENGRAM_RETENTION_MS: "0" })
+      const off = yield* reaperPass.pipe(Effect.provideService(Settings, keepAll))
+      assert.strictEqual(off._tag === "Done" ? off.pruned : undefined, null)
+      assert.strictEqual((yield* store.listSessions()).length, 2)
+      // The default: 7 days, 1,000 rows of each kind a pass.
+      const pass = yield* reaperPass.pipe(Effect.provideService(Settings, settingsOf({})))
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.pruned : null, { sessions: 2, events: 6, moves: 0, pairs: 0 })
+      assert.deepStrictEqual(yield* store.listSessions(), [])
+      assert.deepStrictEqual([metrics.reaperPruned.get({ kind: "sessions" }), metrics.reaperPruned.get({ kind: "events" })], [2, 6])
     }).pipe(Effect.provide(services(StoreSim.layer({ limits: longLived })))))
 })

@@ -16,13 +16,17 @@
  * `Store.beginMove`, as the API's, so the agents run it and the guard judges it like any move).
  * A session whose move ended aborted is not moved again within the cooldown.
  *
+ * With `retention` set, a last step: one bounded chunk of the history that ended more than
+ * `retentionMs` ago is deleted (`Store.pruneHistory`, the cutoff from the Clock), so the store's
+ * tables stop growing with the fleet's age; a backlog goes a chunk a pass.
+ *
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
  */
 import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
 import { Store } from "@engram/store"
-import type { FleetRead, Move, Session, StoreShape } from "@engram/store"
+import type { FleetRead, Move, PruneResult, Session, StoreError, StoreShape } from "@engram/store"
 import { Clock, Effect } from "effect"
 import { ReaperEvents } from "./ReaperEvents.js"
 import type { Event, Source } from "./ReaperEvents.js"
@@ -43,6 +47,20 @@ export interface Options {
   readonly state?: ReaperState.ReaperState | undefined
   /** Moves for starving sessions after the drain (`MakeRoom.forHolds`); missing: no moves. */
   readonly moves?: MoveOptions | undefined
+  /** The history the pass deletes once it is old enough (`Store.pruneHistory`); missing: none (the simulator). */
+  readonly retention?: RetentionOptions | undefined
+}
+
+/**
+ * How long the store keeps history, and how much a pass deletes. Pick `retentionMs` longer than
+ * every window history is still read in: the allowance horizon, the make-room cooldown, a
+ * client's retry of a create by id (a pruned session's id makes a new session).
+ */
+export interface RetentionOptions {
+  /** History that ended at least this long ago (ms, an integer > 0) is deleted. */
+  readonly retentionMs: number
+  /** At most this many rows of each kind a pass (`PruneRequest.limit`). */
+  readonly limit: number
 }
 
 /** How a pass moves running sessions to make room for starving ones. */
@@ -118,6 +136,8 @@ export type PassReport =
       readonly holds: readonly ParkGate.Hold[]
       /** Moves begun to make room for starving sessions (`Options.moves`). */
       readonly moves: readonly MoveBegun[]
+      /** What the retention deleted this pass (`Options.retention`); null: no retention, or its call failed. */
+      readonly pruned: PruneResult | null
     }
 
 /** What one immediate reaction did. */
@@ -220,6 +240,9 @@ const lifetimes = (
     return { idled, expired }
   })
 
+/** Why a store call failed: an outage's reason, else the error's words (a bad request names its field). */
+const reasonOf = (e: StoreError): string => (e._tag === "Unavailable" ? e.reason : e.message)
+
 /** An aborted move as the cooldown keeps it. */
 const abortOf = (m: Move, now: number): MakeRoom.Aborted => ({ sessionId: m.sessionId, targetHostId: m.targetHostId, endedAt: m.endedAt ?? now })
 
@@ -289,7 +312,7 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
     if (!starving && state.moves.size === 0 && moves.timeoutMs === undefined) return begun
     const failed = (reason: string) => (tell ? tell({ _tag: "MovesFailed", reason }).pipe(Effect.as(begun)) : Effect.succeed(begun))
     const open = yield* Effect.result(store.listMoves({ state: "pending" }))
-    if (open._tag === "Failure") return yield* failed(open.failure.reason)
+    if (open._tag === "Failure") return yield* failed(reasonOf(open.failure))
     const now = yield* Clock.currentTimeMillis
     yield* settle(store, state, open.success, now, tell)
     const pending = yield* timeOut(store, moves, state, open.success, now, leading, tell)
@@ -300,9 +323,10 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
     // No move to begin (none starving, or `maxPerPass` 0): the timeouts above were the step.
     if (!starving || moves.maxPerPass <= 0) return begun
     if (!state.abortedRead) {
-      // Every aborted move, once per leadership (the store keeps no index of recent ones).
-      const ended = yield* Effect.result(store.listMoves({ state: "aborted" }))
-      if (ended._tag === "Failure") return yield* failed(ended.failure.reason)
+      // The moves aborted within the cooldown, once per leadership: the store's indexed read of
+      // the window (`endedSince`), not every abort it keeps.
+      const ended = yield* Effect.result(store.listMoves({ state: "aborted", endedSince: now - cooldownMs }))
+      if (ended._tag === "Failure") return yield* failed(reasonOf(ended.failure))
       state.aborted.push(...MakeRoom.cooling(ended.success.map((m) => abortOf(m, now)), now, cooldownMs))
       state.abortedRead = true
     }
@@ -358,6 +382,22 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
       }
     }
     return begun
+  })
+
+/**
+ * The retention step: `Store.pruneHistory` of what ended `retentionMs` before the Clock's now, at
+ * most `limit` of each kind; told either way. Null when it failed (the next pass tries again).
+ */
+const prune = (store: StoreShape, retention: RetentionOptions, tell: Tell) =>
+  Effect.gen(function* () {
+    const now = yield* Clock.currentTimeMillis
+    const done = yield* Effect.result(store.pruneHistory({ endedBefore: Math.max(0, now - retention.retentionMs), limit: retention.limit }))
+    if (done._tag === "Failure") {
+      if (tell) yield* tell({ _tag: "PruneFailed", reason: reasonOf(done.failure) })
+      return null
+    }
+    if (tell) yield* tell({ _tag: "Pruned", result: done.success })
+    return done.success
   })
 
 // The pass is one generator with the steps inline: it runs every few seconds over the whole
@@ -442,6 +482,13 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     // 5. Moves for starving sessions whose held host's parks cannot make the room.
     const moves = options.moves === undefined ? [] : yield* makeRoom(store, options.moves, options, state, leading, tell)
     if (moves === null) return { _tag: "Held", reason: LOST } satisfies PassReport
+
+    // 6. Retention: one bounded chunk of the history that ended before the cutoff.
+    let pruned: PruneResult | null = null
+    if (options.retention !== undefined) {
+      if (!leading()) return yield* held("prune")
+      pruned = yield* prune(store, options.retention, tell)
+    }
     return {
       _tag: "Done",
       reclaimed,
@@ -455,6 +502,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
       unplaceable: decision?.unplaceable ?? 0,
       holds: decision?.holds ?? state.memory.holds,
       moves,
+      pruned,
     } satisfies PassReport
   })
 

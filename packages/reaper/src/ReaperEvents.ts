@@ -4,7 +4,7 @@
  * pass runs without a listener (every event is dropped); an app provides `ReaperEvents` to hear.
  */
 import type { MakeRoom, ParkPolicy } from "@engram/core"
-import type { DrainResult, FleetRead, Move, ReclaimResult } from "@engram/store"
+import type { DrainResult, FleetRead, Move, PruneResult, ReclaimResult } from "@engram/store"
 import { Context, Effect, Layer } from "effect"
 
 /** Which entry point decided: the periodic pass or the immediate reaction to a session that queued. */
@@ -47,6 +47,10 @@ export type Event =
    * (`unavailable`: the store was down, or the write was fenced off by a newer leader).
    */
   | { readonly _tag: "MoveNotBegun"; readonly planned: MakeRoom.Planned; readonly unavailable: boolean; readonly reason: string }
+  /** The retention step deleted this much old history (`Reaper.Options.retention`; every count may be 0). */
+  | { readonly _tag: "Pruned"; readonly result: PruneResult }
+  /** The retention step's call failed (the store was down, the write fenced off): the next pass tries again. */
+  | { readonly _tag: "PruneFailed"; readonly reason: string }
   /** The leader lock was lost between two steps: the pass stops there. */
   | { readonly _tag: "LeadershipLost"; readonly source: Source; readonly step: string }
 

@@ -2,8 +2,9 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Limits, MakeRoom, ParkGate, ParkPolicy } from "@engram/core"
 import { Store, Unavailable } from "@engram/store"
+import type { MoveFilter } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
-import { Effect, Layer } from "effect"
+import { Clock, Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
 import { Reaper, ReaperEvents, ReaperState, Trigger, defaultTriggerWindowMs } from "../src/index.js"
 import type { Event } from "../src/index.js"
@@ -356,6 +357,33 @@ describe("Reaper.pass moves for starving sessions", () => {
     }).pipe(Effect.provide(storeLayer())),
   )
 
+  it.effect("a new leader reads only the moves aborted within the cooldown, not every abort the store keeps", () =>
+    Effect.gen(function* () {
+      yield* fleet
+      const store = yield* Store
+      // An abort long ago (two cooldowns back), then the refusals of a leader that died.
+      assert.deepStrictEqual(begunOf(yield* Reaper.pass({ state: ReaperState.make(), moves })), ["b->h2", "a->h2"])
+      yield* refuseAll
+      yield* TestClock.adjust(2 * MakeRoom.defaultCooldownMs)
+      assert.deepStrictEqual(begunOf(yield* Reaper.pass({ state: ReaperState.make(), moves })), ["b->h2", "a->h2"])
+      yield* refuseAll
+      yield* TestClock.adjust(1000)
+      const now = yield* Clock.currentTimeMillis
+      const asked: MoveFilter[] = []
+      const counting = Store.of({ ...store, listMoves: (filter = {}) => Effect.andThen(Effect.sync(() => asked.push(filter)), store.listMoves(filter)) })
+      const state = ReaperState.make()
+      assert.deepStrictEqual(begunOf(yield* Reaper.pass({ state, moves }).pipe(Effect.provideService(Store, counting))), [])
+      // The read of the aborts is bounded by the window; it answered the last two, not the four kept.
+      assert.deepStrictEqual(
+        asked.filter((f) => f.state === "aborted"),
+        [{ state: "aborted", endedSince: now - MakeRoom.defaultCooldownMs }],
+      )
+      assert.strictEqual((yield* store.listMoves({ state: "aborted" })).length, 4)
+      assert.deepStrictEqual(state.aborted.map((a) => a.sessionId).sort(), ["a", "b"])
+      assert.isTrue(state.aborted.every((a) => a.endedAt === now - 1000))
+    }).pipe(Effect.provide(storeLayer())),
+  )
+
   it.effect("a replica that leads again (relead) reads the moves aborted under another leader before it plans", () =>
     Effect.gen(function* () {
       yield* fleet
@@ -393,6 +421,84 @@ describe("Reaper.pass moves for starving sessions", () => {
         ["aborted", "timeout"],
       ])
       assert.deepStrictEqual(rec.events.flatMap((e) => (e._tag === "MoveTimedOut" ? [e.move.id] : [])), [ids[1]])
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+})
+
+describe("Reaper.pass retention", () => {
+  const hour = 3_600_000
+  const retention: Reaper.RetentionOptions = { retentionMs: hour, limit: 2 }
+  /** Three sessions ended at the start (s1…s3), one running (live), on h1. */
+  const history = Effect.gen(function* () {
+    const store = yield* Store
+    yield* host("h1", 8192)
+    for (const id of ["s1", "s2", "s3", "live"]) yield* store.createSession({ id, budget: { memMib: 512, vcpus: 1 } })
+    yield* store.markRunning("live")
+    for (const id of ["s1", "s2", "s3"]) yield* store.endSession(id)
+  })
+  const sessionsNow = Effect.gen(function* () {
+    return (yield* (yield* Store).listSessions()).map((x) => x.id).sort()
+  })
+  const prunedOf = (report: Reaper.PassReport) => (report._tag === "Done" ? report.pruned : null)
+
+  it.effect("each pass deletes one chunk of the history that ended before the Clock's now less the retention; a live session stays", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      yield* history
+      const state = ReaperState.make()
+      // Within the retention: nothing goes.
+      yield* TestClock.adjust(hour)
+      assert.deepStrictEqual(prunedOf(yield* Reaper.pass({ state, retention })), { sessions: 0, events: 0, moves: 0, pairs: 0 })
+      yield* TestClock.adjust(1)
+      // A chunk of 2 a pass (each ended session's history: created, placed, ended).
+      assert.deepStrictEqual(prunedOf(yield* Reaper.pass({ state, retention })), { sessions: 2, events: 6, moves: 0, pairs: 0 })
+      assert.deepStrictEqual(yield* sessionsNow, ["live", "s3"])
+      assert.deepStrictEqual(prunedOf(yield* Reaper.pass({ state, retention })), { sessions: 1, events: 3, moves: 0, pairs: 0 })
+      assert.deepStrictEqual(yield* sessionsNow, ["live"])
+      // Told every pass, counts and all; without the option no pass prunes.
+      assert.deepStrictEqual(
+        rec.events.flatMap((e) => (e._tag === "Pruned" ? [e.result.sessions] : [])),
+        [0, 2, 1],
+      )
+      yield* (yield* Store).endSession("live")
+      yield* TestClock.adjust(2 * hour)
+      assert.strictEqual(prunedOf(yield* Reaper.pass({ state })), null)
+      assert.deepStrictEqual(yield* sessionsNow, ["live"])
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
+  it.effect("a replica that loses the lock before the retention step deletes nothing: the pass is held", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      yield* history
+      yield* TestClock.adjust(2 * hour)
+      let asked = 0
+      // Leading for every step up to the drain (reclaim, gate, drain), then no longer.
+      const pass = yield* Reaper.pass({ state: ReaperState.make(), retention, leading: () => ++asked <= 3 })
+      assert.strictEqual(pass._tag, "Held")
+      assert.deepStrictEqual(
+        rec.events.filter((e) => e._tag === "LeadershipLost"),
+        [{ _tag: "LeadershipLost", source: "pass", step: "prune" }],
+      )
+      assert.deepStrictEqual(yield* sessionsNow, ["live", "s1", "s2", "s3"])
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
+  it.effect("a failed prune is told and the pass is done; the next pass deletes the chunk", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      yield* history
+      yield* TestClock.adjust(2 * hour)
+      const store = yield* Store
+      const down = Store.of({ ...store, pruneHistory: () => Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000 })) })
+      const failed = yield* Reaper.pass({ state: ReaperState.make(), retention }).pipe(Effect.provideService(Store, down))
+      assert.strictEqual(failed._tag, "Done")
+      assert.strictEqual(prunedOf(failed), null)
+      assert.deepStrictEqual(
+        rec.events.filter((e) => e._tag === "PruneFailed"),
+        [{ _tag: "PruneFailed", reason: "down (test)" }],
+      )
+      assert.strictEqual(prunedOf(yield* Reaper.pass({ state: ReaperState.make(), retention }))?.sessions, 2)
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
   })
 })

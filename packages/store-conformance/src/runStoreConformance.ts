@@ -21,6 +21,7 @@ import { pages } from "./cases/pages.js"
 import { placement } from "./cases/placement.js"
 import { properties } from "./cases/properties.js"
 import { queue } from "./cases/queue.js"
+import { retention } from "./cases/retention.js"
 import { sessions } from "./cases/sessions.js"
 import { templates } from "./cases/templates.js"
 import { prelude } from "./Harness.js"
@@ -55,6 +56,7 @@ export const groups = (options: ConformanceOptions = {}): readonly Group[] => [
   historyGroup,
   lifetimes,
   templates,
+  retention,
   pages,
   concurrency,
   properties({

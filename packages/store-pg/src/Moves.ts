@@ -25,15 +25,21 @@ type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "ab
 
 const moveNotFound = (id: string) => new NotFound({ entity: "move", id })
 
-/** The SQL of a move filter: its state, and its source or target. */
+/**
+ * The SQL of a move filter: its state, its source or target, and its end. `endedSince` as a bound
+ * on the bigint `ended_at`: a whole-ms time is at or after `x` exactly when it is at or after
+ * `ceil(x)`; the state `<> 'pending'` beside it lets the planner use the ended moves' indexes.
+ */
 const filterOf = (filter: MoveFilter) =>
   and(
     filter.state === undefined ? undefined : eq(moves.state, filter.state),
     filter.hostId === undefined ? undefined : or(eq(moves.sourceHostId, filter.hostId), eq(moves.targetHostId, filter.hostId)),
+    filter.endedSince === undefined ? undefined : and(sql`${moves.state} <> 'pending'`, gte(moves.endedAt, sinceMs(filter.endedSince))),
   )
 /**
  * `listMoves`'s statement: oldest first, filtered. A host's pending moves come by the partial
- * indexes `moves_source_pending_idx` and `moves_target_pending_idx`, not its whole history.
+ * indexes `moves_source_pending_idx` and `moves_target_pending_idx`, not its whole history; the
+ * aborts since a time (the reaper's cooldown read) by `moves_aborted_idx`.
  */
 export const listMovesQuery = (exec: Exec, filter: MoveFilter) =>
   exec
@@ -71,8 +77,13 @@ const keepCommit = (tx: Tx, m: Move.Record, t: number) =>
       yield* tx.use((exec) => exec.update(moves).set({ guard }).where(eq(moves.id, m.id)))
     }
     const pair = and(eq(movePairs.sourceHostId, m.sourceHostId), eq(movePairs.targetHostId, m.targetHostId))
+    // An upsert that locks the pair's row (a no-op update when it exists): a prune of the pair
+    // (`pruneHistory`, which skips locked rows) cannot delete it between this and the read.
     yield* tx.use((exec) =>
-      exec.insert(movePairs).values({ sourceHostId: m.sourceHostId, targetHostId: m.targetHostId, commitsMs: [], recordedAtMs: [], updatedAt: t }).onConflictDoNothing(),
+      exec
+        .insert(movePairs)
+        .values({ sourceHostId: m.sourceHostId, targetHostId: m.targetHostId, commitsMs: [], recordedAtMs: [], updatedAt: t })
+        .onConflictDoUpdate({ target: [movePairs.sourceHostId, movePairs.targetHostId], set: { updatedAt: sql`${movePairs.updatedAt}` } }),
     )
     const [row] = yield* tx.use((exec) =>
       exec.select({ commitsMs: movePairs.commitsMs, recordedAtMs: movePairs.recordedAtMs, updatedAt: movePairs.updatedAt }).from(movePairs).where(pair).for("update"),
@@ -242,7 +253,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
 
     pageMoves: (filter = {}, page) =>
       Effect.gen(function* () {
-        const bad = Validate.filter("hostId", filter.hostId)
+        const bad = Validate.moveFilter(filter)
         if (bad) return yield* bad
         const { after, limit } = yield* Pages.check("moves", page)
         const rows = yield* db.pool.use((exec) =>
@@ -261,7 +272,13 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
         return Cursor.pageOf("moves", rows.map(toMove), (m) => [m.createdAt, m.id], limit)
       }).pipe(dieOnUnique),
 
-    listMoves: (filter = {}) => Effect.map(db.pool.use((exec) => listMovesQuery(exec, filter)), (rows) => rows.map(toMove)).pipe(dieOnUnique),
+    listMoves: (filter = {}) =>
+      Effect.gen(function* () {
+        const bad = Validate.moveFilter(filter)
+        if (bad) return yield* bad
+        const rows = yield* db.pool.use((exec) => listMovesQuery(exec, filter))
+        return rows.map(toMove)
+      }).pipe(dieOnUnique),
 
     openMove: (sessionId) =>
       Effect.map(

@@ -3,7 +3,7 @@
  * implementation, one query path, two drivers. This module assembles it: a driver's `Db`
  * (`PostgresJs.ts`, `Pglite.ts`, over the transaction runner of `Transaction.ts`), the host
  * cache (`HostCache.ts`), and one module per concern (`Hosts.ts`, `Sessions.ts`, `Queue.ts`,
- * `Reservations.ts`, `Moves.ts`), each of which reads, asks `@engram/core` for a plan, and hands it
+ * `Reservations.ts`, `Moves.ts`, `Prune.ts`), each of which reads, asks `@engram/core` for a plan, and hands it
  * to the one apply (`Apply.ts`). Nothing partial is ever written; time comes from the Effect
  * Clock.
  */
@@ -28,6 +28,7 @@ import * as Reservations from "./Reservations.js"
 import * as Moves from "./Moves.js"
 import * as Pglite from "./Pglite.js"
 import * as PostgresJs from "./PostgresJs.js"
+import * as Prune from "./Prune.js"
 import * as Queue from "./Queue.js"
 import * as Sessions from "./Sessions.js"
 
@@ -193,6 +194,7 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
     ...Moves.make(deps),
     ...Assignments.make(deps),
     ...AllowanceCommits.make(deps),
+    ...Prune.make(deps),
   }
   const testing: StoreTestingShape = {
     reset: (next) =>

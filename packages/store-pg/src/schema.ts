@@ -106,6 +106,9 @@ export const sessions = pgTable(
       .on(sql`(${t.lastActiveAt} + ${t.idleTimeoutMs})`)
       .where(sql`${t.state} = 'running' and ${t.idleTimeoutMs} is not null`),
     index("sessions_ends_idx").on(t.endsAt).where(sql`${t.endsAt} is not null and ${t.state} <> 'ended'`),
+    // Retention (`pruneHistory`): the ended sessions by end time (an ended session never changes
+    // again, so `updated_at` is its end), oldest first, without reading the live ones.
+    index("sessions_ended_idx").on(t.updatedAt).where(sql`${t.state} = 'ended'`),
   ],
 )
 
@@ -170,9 +173,16 @@ export const moves = pgTable(
     index("moves_source_idx").on(t.sourceHostId),
     index("moves_target_idx").on(t.targetHostId),
     // A host's pending moves (its assignments, `listMoves({ hostId, state: "pending" })`): moves
-    // are never deleted, so the whole-state indexes above walk the host's every past move.
+    // are kept for the retention (`pruneHistory`), so the whole-state indexes above walk the
+    // host's every kept move.
     index("moves_source_pending_idx").on(t.sourceHostId).where(sql`${t.state} = 'pending'`),
     index("moves_target_pending_idx").on(t.targetHostId).where(sql`${t.state} = 'pending'`),
+    // Retention: the ended moves by end time, oldest first; a session's moves (the foreign key's
+    // check when a pruned session is deleted, and "no move left" before it is).
+    index("moves_ended_idx").on(t.endedAt).where(sql`${t.state} <> 'pending'`),
+    index("moves_session_idx").on(t.sessionId),
+    // The reaper's read of the aborts still cooling down (`listMoves({ state: "aborted", endedSince })`).
+    index("moves_aborted_idx").on(t.endedAt).where(sql`${t.state} = 'aborted'`),
   ],
 )
 
@@ -204,8 +214,9 @@ export const movePairs = pgTable(
  * Every session's history: the events core's `Session.step` and `Reclaim.decide`
  * answer, written in the same transaction as the step they come from, numbered from 1 per
  * session. `seq` is the next number under the session's row lock (every writer of a session
- * holds it; a new session's events go in with its insert). No foreign key: a session is
- * never deleted, and the insert of a new session and its events share one statement.
+ * holds it; a new session's events go in with its insert). No foreign key: the insert of a new
+ * session and its events share one statement; a pruned session's events are deleted with it
+ * (`pruneHistory`, by the primary key's `session_id` prefix).
  */
 export const sessionEvents = pgTable(
   "session_events",

@@ -1,7 +1,7 @@
 // The assignments statement's plan on a database holding many sessions and moves: a host's
 // sessions and pending moves come by index, never by reading the whole sessions or moves table
 // (an agent's first poll is this read, thousands at once when a fleet reconnects), nor the
-// host's ended moves (moves are never deleted: a host's history only grows).
+// host's ended moves (kept for the retention period, `pruneHistory`: a host's history grows until then).
 import { freshDatabase } from "@engram/test-pg"
 import postgres from "@engram/postgres"
 import { PgDialect } from "drizzle-orm/pg-core"
@@ -61,7 +61,7 @@ describe("the assignments statement", () => {
       await fillHosts(sql, hosts, perHost)
       await fillSessions(sql, hosts, perHost)
       // h1's sessions went back and forth to h2 20,000 times (half out, half in; committed or
-      // aborted, as moves are never deleted); each host's first session is moving now.
+      // aborted, as moves are kept for the retention period); each host's first session is moving now.
       await sql`insert into moves (id, session_id, source_host_id, target_host_id, reservation_id, max_downtime_ms, state, created_at, ended_at)
         select 'old-' || n, 's1-' || (n % ${perHost} + 1), case when n % 2 = 0 then 'h1' else 'h2' end, case when n % 2 = 0 then 'h2' else 'h1' end,
           'x', 600, case when n % 3 = 0 then 'aborted' else 'committed' end, n, n

@@ -4,7 +4,7 @@
 // made under the old epoch are refused in their own transaction; a lease given up is taken at once.
 import { it } from "@effect/vitest"
 import { CurrentFence } from "@engram/store"
-import { Effect, Exit, Scope } from "effect"
+import { Clock, Effect, Exit, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { describe, expect } from "vitest"
 import * as Lease from "../src/Lease.js"
@@ -83,6 +83,15 @@ describe("a lease on PostgreSQL (PGlite, TestClock)", () => {
         expect(Exit.isFailure(refused)).toBe(true)
         expect(String(refused)).toMatch(/fenced: lease reaper is at epoch 2, this write was made under epoch 1/)
         expect((yield* store.getReservation("r1")).id).toBe("r1")
+        // So is a prune of history (the reaper's retention): nothing deleted under epoch 1, the chunk under epoch 2.
+        yield* store.createSession({ id: "s-old", budget: { memMib: 256, vcpus: 1 } })
+        yield* store.endSession("s-old")
+        yield* TestClock.adjust(1)
+        const request = { endedBefore: yield* Clock.currentTimeMillis, limit: 10 }
+        const stalePrune = yield* Effect.exit(store.pruneHistory(request).pipe(Effect.provideService(CurrentFence, { name: "reaper", epoch: 1 })))
+        expect(String(stalePrune)).toMatch(/fenced: lease reaper is at epoch 2, this write was made under epoch 1/)
+        expect((yield* store.getSession("s-old")).state).toBe("ended")
+        expect((yield* store.pruneHistory(request).pipe(Effect.provideService(CurrentFence, b.fence()))).sessions).toBe(1)
         // A write on the pool (a create: one statement, no transaction) under epoch 1 is refused
         // and stores nothing: the statement itself checks the lease.
         const stale = yield* Effect.exit(store.createSession({ id: "s-stale", budget: { memMib: 256, vcpus: 1 } }).pipe(Effect.provideService(CurrentFence, { name: "reaper", epoch: 1 })))

@@ -427,7 +427,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       .filter(
         (m) =>
           (filter.state === undefined || m.state === filter.state) &&
-          (filter.hostId === undefined || m.sourceHostId === filter.hostId || m.targetHostId === filter.hostId),
+          (filter.hostId === undefined || m.sourceHostId === filter.hostId || m.targetHostId === filter.hostId) &&
+          (filter.endedSince === undefined || (m.endedAt !== null && m.endedAt >= filter.endedSince)),
       )
       .sort((a, b) => a.createdAt - b.createdAt || byId(a, b))
   const reservationsSorted = (filter: { readonly hostId?: string | undefined }): LedgerEntry[] => {
@@ -1057,10 +1058,14 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     getMove: (id) => Effect.map(findMove(id), moveOf),
-    listMoves: (filter = {}) => Effect.sync(() => movesSorted(filter).map(moveOf)),
+    listMoves: (filter = {}) =>
+      Effect.suspend(() => {
+        const bad = Validate.moveFilter(filter)
+        return bad ? Effect.fail(bad) : Effect.succeed(movesSorted(filter).map(moveOf))
+      }),
     pageMoves: (filter = {}, page = {}) =>
       Effect.suspend(() => {
-        const bad = Validate.filter("hostId", filter.hostId)
+        const bad = Validate.moveFilter(filter)
         if (bad) return Effect.fail(bad)
         return pageOf("moves", () => movesSorted(filter).map(moveOf), (m) => [m.createdAt, m.id], page)
       }),
@@ -1069,6 +1074,38 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const id = openMoves.get(sessionId)
         return id === undefined ? null : moveOf(moves.get(id) as MoveRec)
       }),
+
+    pruneHistory: (request) =>
+      Effect.gen(function* () {
+        const bad = Validate.pruneRequest(request, yield* now)
+        if (bad) return yield* bad
+        return prune(request.endedBefore, request.limit)
+      }),
+  }
+
+  /**
+   * The history that ended before `cut`, at most `limit` of each kind, oldest first (as
+   * store-pg's indexes walk it): the ended moves first, so a session whose moves went in this
+   * call may go too; then the ended sessions with no move left, with their events; then the
+   * host pairs with no commit since. A scan of the maps: the simulator never prunes in a run.
+   */
+  function prune(cut: number, limit: number) {
+    const oldest = <A>(xs: A[], at: (x: A) => number, id: (x: A) => string): A[] =>
+      xs.sort((a, b) => at(a) - at(b) || (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0)).slice(0, limit)
+    const endedMoves = oldest([...moves.values()].filter((m) => m.state !== "pending" && m.endedAt !== null && m.endedAt < cut), (m) => m.endedAt as number, (m) => m.id)
+    for (const m of endedMoves) moves.delete(m.id)
+    const withMoves = new Set([...moves.values()].map((m) => m.sessionId))
+    const endedSessions = oldest([...sessions.values()].filter((x) => x.state === "ended" && x.updatedAt < cut && !withMoves.has(x.id)), (x) => x.updatedAt, (x) => x.id)
+    let events = 0
+    for (const x of endedSessions) {
+      sessions.delete(x.id)
+      withLifetime.delete(x)
+      events += history.get(x.id)?.length ?? 0
+      history.delete(x.id)
+    }
+    const stalePairs = oldest([...pairs.entries()].filter(([, p]) => p.updatedAt < cut), ([, p]) => p.updatedAt, ([k]) => k)
+    for (const [key] of stalePairs) pairs.delete(key)
+    return { sessions: endedSessions.length, events, moves: endedMoves.length, pairs: stalePairs.length }
   }
 
   function stepById(id: string, op: Session.Step) {

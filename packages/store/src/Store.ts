@@ -38,6 +38,8 @@ import type {
   Page,
   PageRequest,
   PlaceOutcome,
+  PruneRequest,
+  PruneResult,
   QueueEntry,
   QueueStanding,
   ReclaimResult,
@@ -246,8 +248,12 @@ export interface StoreShape {
   readonly getMove: (id: string) => Fx<Move, NotFound>
   /** The open (pending) move of a session, if any. */
   readonly openMove: (sessionId: string) => Fx<Move | null>
-  /** Moves oldest first; `hostId` matches the source or the target. */
-  readonly listMoves: (filter?: MoveFilter) => Fx<readonly Move[]>
+  /**
+   * Moves oldest first; `hostId` matches the source or the target; `endedSince` keeps the moves
+   * that ended at or after it (by an index: the reaper reads the aborts of its cooldown window,
+   * not every abort kept). A bad filter is `InvalidInput` naming its field.
+   */
+  readonly listMoves: (filter?: MoveFilter) => Fx<readonly Move[], InvalidInput>
   /** A page of moves, oldest first (`[createdAt, id]`), filtered. */
   readonly pageMoves: (filter?: MoveFilter, page?: PageRequest) => Fx<Page<Move>, InvalidInput>
   /**
@@ -269,6 +275,22 @@ export interface StoreShape {
    * bad query is `InvalidInput` naming its field.
    */
   readonly listAllowanceCommits: (query: AllowanceCommitsQuery) => Fx<readonly PairCommits[], InvalidInput>
+
+  // Retention
+  /**
+   * Deletes history that ended before `endedBefore`, at most `limit` rows of each kind, oldest
+   * first, each call one short atomic change (a backlog goes in bounded chunks: call again while
+   * a kind comes back full). Sessions in state `ended` whose end (`updatedAt`) is before the
+   * cutoff and which have no move left, with their events; moves committed or aborted before it;
+   * host pairs whose last commit was recorded before it. Never anything live: a session in any
+   * other state (queued, running, parked, descended, lost…), a pending move, a reservation (the
+   * ledger holds only live ones: a released or reclaimed reservation is deleted as it goes), a
+   * pair with a commit at or after the cutoff. The caller picks a cutoff older than every window
+   * it still reads history in (the allowance horizon, the make-room cooldown, a client's retry of
+   * a create by id). A bad request is `InvalidInput` naming `endedBefore` or `limit`, nothing
+   * deleted. A write: under a lease it carries the leader's fence (`CurrentFence`).
+   */
+  readonly pruneHistory: (request: PruneRequest) => Fx<PruneResult, InvalidInput>
 }
 
 /** The store service. */

@@ -185,7 +185,39 @@ export interface MoveFilter {
   /** The source or the target. */
   readonly hostId?: string | undefined
   readonly state?: MoveState | undefined
+  /**
+   * Only moves that ended (committed or aborted) at or after this time (epoch ms, a finite
+   * number): a pending move has not ended and is left out. The reaper's read of the aborts still
+   * cooling down: bounded by the window, not by every abort the store keeps.
+   */
+  readonly endedSince?: number | undefined
 }
+
+/**
+ * Which history `pruneHistory` deletes: what ended before `endedBefore`, at most `limit` rows of
+ * each kind (sessions, moves, host pairs) in one call, oldest first.
+ */
+export interface PruneRequest {
+  /** Only history that ended before this time (epoch ms): an integer >= 0, not after the store's now. */
+  readonly endedBefore: number
+  /** At most this many sessions, this many moves and this many host pairs: an integer from 1 to `Validate.maxPruneLimit`. */
+  readonly limit: number
+}
+
+/** What one `pruneHistory` call deleted, per kind. */
+export interface PruneResult {
+  /** Ended sessions (state `ended`, ended before the cutoff, no move of theirs left). */
+  readonly sessions: number
+  /** The history of those sessions (`sessionEvents`): a session's events go with it, not counted against `limit`. */
+  readonly events: number
+  /** Committed and aborted moves that ended before the cutoff. */
+  readonly moves: number
+  /** Host pairs whose last commit (`updatedAt`) was recorded before the cutoff. */
+  readonly pairs: number
+}
+
+/** A prune's kinds, as `PruneResult` counts them (and `engram_reaper_pruned_total{kind}` labels them). */
+export const pruneKinds = ["sessions", "events", "moves", "pairs"] as const satisfies readonly (keyof PruneResult)[]
 
 /**
  * The states in which a session has work for its host's agent: the sessions of a host's

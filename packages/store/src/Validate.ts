@@ -72,6 +72,35 @@ export const allowanceCommitsQuery = (q: { readonly sourceHostId: unknown; reado
   (typeof q.recordedSince === "number" && Number.isFinite(q.recordedSince) ? null : new InvalidInput({ field: "recordedSince", rule: "must be a finite number (epoch ms)" })) ??
   (integerAtLeast("limit", q.limit, 1) ?? (typeof q.limit === "number" && q.limit > maxAllowanceLimit ? new InvalidInput({ field: "limit", rule: `must be <= ${maxAllowanceLimit}` }) : null))
 
+/** The most rows of each kind one `pruneHistory` call may be asked to delete. */
+export const maxPruneLimit = 10_000
+
+/** A move filter (`listMoves`, `pageMoves`): `hostId` absent or text, `endedSince` absent or a finite number (epoch ms). */
+export const moveFilter = (f: { readonly hostId?: unknown; readonly endedSince?: unknown }): InvalidInput | null =>
+  filter("hostId", f.hostId) ??
+  (f.endedSince === undefined || (typeof f.endedSince === "number" && Number.isFinite(f.endedSince))
+    ? null
+    : new InvalidInput({ field: "endedSince", rule: "must be a finite number (epoch ms)" }))
+
+/**
+ * A prune request at `nowMs`: `endedBefore` an integer >= 0 and not after now (history ends in
+ * the past: a cutoff in the future is a caller's mistake), `limit` an integer from 1 to
+ * {@link maxPruneLimit} (each call is a bounded chunk).
+ */
+export const pruneRequest = (r: unknown, nowMs: number): InvalidInput | null => {
+  if (typeof r !== "object" || r === null) return new InvalidInput({ field: "endedBefore", rule: "must be an integer >= 0 (epoch ms)" })
+  const { endedBefore, limit } = r as { readonly endedBefore?: unknown; readonly limit?: unknown }
+  return (
+    (typeof endedBefore !== "number" || !Number.isInteger(endedBefore) || endedBefore < 0 || endedBefore > MAX
+      ? new InvalidInput({ field: "endedBefore", rule: "must be an integer >= 0 (epoch ms)" })
+      : endedBefore > nowMs
+        ? new InvalidInput({ field: "endedBefore", rule: `must not be after now (${nowMs})` })
+        : null) ??
+    integerAtLeast("limit", limit, 1) ??
+    ((limit as number) > maxPruneLimit ? new InvalidInput({ field: "limit", rule: `must be <= ${maxPruneLimit}` }) : null)
+  )
+}
+
 /** A session budget: `memMib` an integer > 0, `vcpus` an integer > 0. */
 export const budget = (b: Budget): InvalidInput | null => integerAtLeast("memMib", b.memMib, 1) ?? integerAtLeast("vcpus", b.vcpus, 1)
 
