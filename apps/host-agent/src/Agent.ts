@@ -14,10 +14,11 @@ import { Records } from "@engram/api"
 import { Downtime, Lifetime, Limits, Names } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
-import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, Schedule, type Scope, Semaphore } from "effect"
+import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, type Scope, Semaphore } from "effect"
 import type { Assignments, AssignedMove, AssignedSession, Conflict, CoordinatorError, CoordinatorShape } from "./Coordinator.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
+import * as Pacing from "./Pacing.js"
 import type { PendingCommit } from "./LocalState.js"
 import { type MoveOutcome, runSource, settleCommit } from "./MoveSource.js"
 import type { PeerLink } from "./PeerLink.js"
@@ -32,7 +33,10 @@ export interface AgentConfig {
   readonly reportIntervalMs: number
   /** How long one assignments long-poll may wait on the coordinator. */
   readonly pollWaitMs: number
-  /** Pause after a failed poll or action before the next try. */
+  /**
+   * The first pause after a failed poll or action before the next try: consecutive failures back
+   * off from it, drawn, up to `Pacing.capFactor` times it (`Pacing.backoffOf`).
+   */
   readonly retryDelayMs: number
   readonly maxPreCopyRounds: number
   /** How long a target keeps an incoming VM (or a committed one) of a move the coordinator does not show pending. */
@@ -108,9 +112,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     /**
      * The pass's state, plain variables (one thread): `wanted`, a failure since the pass last
      * began a read asks for another round; `running`, a pass runs and will look at `wanted`
-     * before it ends (it stops looking in the same step that clears this).
+     * before it ends (it stops looking in the same step that clears this); `rounds`, the rounds
+     * of this pass so far (its pauses back off, the next pass starts again from the first);
+     * `retryAfterMs`, the longest wait the coordinator asked for in a failure since the last pause began.
      */
-    const retry = { wanted: false, running: false }
+    const retry: { wanted: boolean; running: boolean; rounds: number; retryAfterMs: number | undefined } = { wanted: false, running: false, rounds: 0, retryAfterMs: undefined }
+    const backoff = Pacing.backoffOf(config.retryDelayMs)
     const outcomes = yield* Ref.make<readonly ({ readonly moveId: string } & MoveOutcome)[]>([])
     const lastReport = yield* Ref.make<HostReport | null>(null)
     /** The commit phases of the recent moves from this host, by target host (the guard learns its allowance from them). */
@@ -227,7 +234,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         return { allowance: own, fromCoordinator: false }
       })
 
-    /** Settles an owed move; still owed is a failure, so the action is retried after `retryDelayMs`. */
+    /** Settles an owed move; still owed is a failure, so the action is retried (after `retryDelayMs`, backing off). */
     const settle = (owed: PendingCommit) =>
       settleCommit({ hostId: me, coordinator, residents, runtime, link: deps.link }, owed).pipe(
         Effect.flatMap((r) => (r._tag === "Owed" ? Effect.fail({ _tag: "MoveOutcomeOwed", message: r.reason }) : Effect.void)),
@@ -325,27 +332,37 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         return s._tag === "Some" && (s.value === null || s.value.hostId !== me)
       })
 
-    /** The retry pass: rounds of pause, fresh read, reconcile, while a failure asked for one. */
+    /**
+     * The retry pass: rounds of pause, fresh read, reconcile, while a failure asked for one. Its
+     * pauses back off (a failure in every round is an outage, or a peer away); a read that fails
+     * is tried again, backing off too; a pass that ends (a round without failure) resets both.
+     */
     const retryRounds = Effect.whileLoop({
       while: () => {
         if (retry.wanted) return true
         retry.running = false
+        retry.rounds = 0
         return false
       },
       body: () =>
-        Effect.sleep(config.retryDelayMs).pipe(
+        Effect.suspend(() => {
+          const asked = retry.retryAfterMs
+          retry.retryAfterMs = undefined
+          return Effect.flatMap(Pacing.retryDelayMs(backoff, ++retry.rounds, asked), (ms) => Effect.sleep(ms))
+        }).pipe(
           // Cleared as the read begins: a failure during the pause is served by this read.
           Effect.andThen(Effect.sync(() => (retry.wanted = false))),
-          Effect.andThen(coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Schedule.spaced(config.retryDelayMs) }))),
+          Effect.andThen(coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Pacing.retrySchedule(backoff) }))),
           Effect.flatMap(reconcile),
           // A defect ends no pass: it would leave `running` set and no retry after it.
           Effect.catchDefect((defect) => Effect.logError("retry pass failed; retried on the next round", { hostId: me, error: String(defect) })),
         ),
       step: () => undefined,
     })
-    /** Asks for a retry round; starts the pass unless one runs that will still look. */
-    const wantRetry = Effect.suspend(() => {
+    /** Asks for a retry round (after `retryAfterMs` at least, when the coordinator asked); starts the pass unless one runs that will still look. */
+    const wantRetry = (retryAfterMs: number | undefined) => Effect.suspend(() => {
       retry.wanted = true
+      if (retryAfterMs !== undefined) retry.retryAfterMs = Math.max(retry.retryAfterMs ?? 0, retryAfterMs)
       if (retry.running) return Effect.void
       retry.running = true
       // Not onlyIfMissing: a pass that stopped looking but has not ended yet is replaced.
@@ -373,7 +390,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
                   // that comes while it waits (it reconciles the whole view): an outage that
                   // fails many actions costs one read per pause, not one per action. A failure
                   // while the pass reads or reconciles asks it for one more round.
-                  yield* wantRetry
+                  yield* wantRetry(Pacing.retryAfterOf(e))
                 }),
               ),
             ),
@@ -443,33 +460,54 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     // One report at a time: a report read before a template was built cannot land after the one
     // that carries it (and two reports never share the activity meter, `cpuSeen`).
     const reporting = yield* Semaphore.make(1)
-    const reportOnce: Effect.Effect<void> = Effect.gen(function* () {
+    /** One report; answers how long the coordinator asked to wait when it failed. */
+    const reportAsked: Effect.Effect<number | undefined> = Effect.gen(function* () {
       const vms = yield* runtime.usage
       // The templates held ride on the report: the coordinator prefers this host for sessions that name one.
       const held = (yield* templates.held).map((t) => ({ name: t.name, memMib: t.memMib, vcpus: t.vcpus }))
       const report = { ...(yield* deps.measure(residentMibOf(vms))), templates: held }
       const active = activeSince(vms, yield* Clock.currentTimeMillis)
       yield* Ref.set(lastReport, report)
-      yield* coordinator.report(report, active).pipe(Effect.catch((e) => Effect.logWarning("report failed", { hostId: me, error: e.message })))
+      return yield* coordinator.report(report, active).pipe(
+        Effect.as(undefined),
+        Effect.catch((e) => Effect.logWarning("report failed", { hostId: me, error: e.message }).pipe(Effect.as(Pacing.retryAfterOf(e)))),
+      )
     }).pipe(reporting.withPermits(1))
-
-    const reportLoop = Effect.forever(Effect.sleep(config.reportIntervalMs).pipe(Effect.andThen(reportOnce)))
-    const heartbeatLoop = Effect.forever(
-      coordinator.heartbeat.pipe(
-        Effect.catch((e) => Effect.logWarning("heartbeat failed", { hostId: me, error: e.message })),
-        Effect.andThen(Effect.sleep(config.heartbeatIntervalMs)),
-      ),
+    const reportOnce: Effect.Effect<void> = Effect.asVoid(reportAsked)
+    const heartbeatAsked: Effect.Effect<number | undefined> = coordinator.heartbeat.pipe(
+      Effect.as(undefined),
+      Effect.catch((e) => Effect.logWarning("heartbeat failed", { hostId: me, error: e.message }).pipe(Effect.as(Pacing.retryAfterOf(e)))),
     )
+
+    /**
+     * Calls `call` every `intervalMs`: the first time at a random point within one interval,
+     * then each interval shortened by up to a tenth, drawn (`Pacing`), so agents started at one
+     * instant (a fleet rebooted at once) spread out and stay spread. Never later than the
+     * interval unless the coordinator asked for longer. `asked`: what the call just before asked.
+     */
+    const every = (intervalMs: number, call: Effect.Effect<number | undefined>, asked: number | undefined) =>
+      Effect.gen(function* () {
+        let delayMs = yield* Pacing.firstTickMs(intervalMs, asked)
+        while (true) {
+          yield* Effect.sleep(delayMs)
+          delayMs = yield* Pacing.nextTickMs(intervalMs, yield* call)
+        }
+      })
+    // A heartbeat at once on start (a restarted agent renews its reservations at once), then every interval.
+    const heartbeatLoop = Effect.flatMap(heartbeatAsked, (asked) => every(config.heartbeatIntervalMs, heartbeatAsked, asked))
     const pollLoop = Effect.gen(function* () {
       let since: string | undefined = undefined
+      // Consecutive failed polls: the back-off's attempt; a poll answered starts it again.
+      let failures = 0
       while (true) {
         const answer: Result.Result<Assignments, Conflict | CoordinatorError> = yield* coordinator.assignments({ waitMs: config.pollWaitMs, since }).pipe(Effect.result)
         if (answer._tag === "Failure") {
           yield* Effect.logWarning("assignments poll failed", { hostId: me, error: answer.failure.message })
           since = undefined
-          yield* Effect.sleep(config.retryDelayMs)
+          yield* Effect.sleep(yield* Pacing.retryDelayMs(backoff, ++failures, Pacing.retryAfterOf(answer.failure)))
           continue
         }
+        failures = 0
         const unchanged = since !== undefined && answer.success.version === since
         since = answer.success.version
         yield* reconcile(answer.success)
@@ -486,9 +524,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     )
 
     const run = Effect.gen(function* () {
-      yield* reportOnce
+      const asked = yield* reportAsked
       yield* log("agent running")
       yield* Effect.forkIn(buildTemplates, scope)
+      const reportLoop = every(config.reportIntervalMs, reportAsked, asked)
       yield* Effect.all([reportLoop, heartbeatLoop, pollLoop], { concurrency: "unbounded", discard: true })
       return yield* Effect.never
     }) as Effect.Effect<never>

@@ -8,7 +8,7 @@
  */
 import { Client, Errors as ApiErrors } from "@engram/api"
 import type { ApiError, Records } from "@engram/api"
-import { Context, Duration, Effect, Layer, Schema } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Schema } from "effect"
 import type { Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import type { HttpClient } from "effect/http"
@@ -63,11 +63,16 @@ export type AssignedAllowance = Records.AssignedAllowance
 /** 409: the coordinator's state already moved past this step; the agent treats it as done. */
 export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", { op: Schema.String, message: Schema.String }) {}
 
-/** Any other failure: the request may be retried (level-triggered, the next pass retries). */
+/**
+ * Any other failure: the request may be retried (level-triggered, the next pass retries).
+ * `retryAfterMs`: how long the coordinator asked to wait first (a 429's or 503's `retryAfterMs`,
+ * or a `Retry-After` header on an answer the API does not describe); the agent waits at least that.
+ */
 export class CoordinatorError extends Schema.TaggedError<CoordinatorError>()("CoordinatorError", {
   op: Schema.String,
   status: Schema.NullOr(Schema.Number),
   message: Schema.String,
+  retryAfterMs: Schema.optionalKey(Schema.Number),
 }) {}
 
 type Fx<A> = Effect.Effect<A, Conflict | CoordinatorError>
@@ -104,13 +109,40 @@ export interface CoordinatorTarget {
   readonly hostToken: string | Redacted.Redacted<string>
 }
 
+/**
+ * A `Retry-After` header in ms: delta-seconds, or an HTTP date (from `nowMs`); undefined when
+ * absent or unreadable.
+ */
+export const retryAfterHeaderMs = (value: string | undefined, nowMs: number): number | undefined => {
+  if (value === undefined) return undefined
+  const text = value.trim()
+  if (/^\d+$/.test(text)) return Number(text) * 1000
+  const at = Date.parse(text)
+  return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs)
+}
+
 /** What went wrong, in the port's two words: a 409 is `Conflict`, anything else `CoordinatorError`. */
-const toPortError = (op: string, e: { readonly _tag: string; readonly message: string }): Conflict | CoordinatorError => {
+const toPortError = (op: string, e: { readonly _tag: string; readonly message: string }, nowMs: number): Conflict | CoordinatorError => {
   if (e._tag === "ConflictError") return new Conflict({ op, message: e.message })
-  if (Object.hasOwn(ApiErrors.statuses, e._tag)) return new CoordinatorError({ op, status: ApiErrors.statusOf(e as ApiError), message: e.message })
-  // Transport failures, an answer the API does not describe, or one that does not decode.
-  const response = (e as { readonly response?: { readonly status?: number } }).response
-  return new CoordinatorError({ op, status: response?.status ?? null, message: e._tag === "SchemaError" ? `bad answer: ${e.message}` : e.message })
+  if (Object.hasOwn(ApiErrors.statuses, e._tag)) {
+    // A 429 or 503 of the API carries `retryAfterMs` in its body (its `Retry-After` header is the same, in whole seconds).
+    const asked = (e as { readonly retryAfterMs?: unknown }).retryAfterMs
+    return new CoordinatorError({
+      op,
+      status: ApiErrors.statusOf(e as ApiError),
+      message: e.message,
+      ...(typeof asked === "number" && Number.isFinite(asked) ? { retryAfterMs: asked } : {}),
+    })
+  }
+  // Transport failures, an answer the API does not describe (a proxy's 502 or 503), or one that does not decode.
+  const response = (e as { readonly response?: { readonly status?: number; readonly headers?: Readonly<Record<string, string | undefined>> } }).response
+  const asked = retryAfterHeaderMs(response?.headers?.["retry-after"], nowMs)
+  return new CoordinatorError({
+    op,
+    status: response?.status ?? null,
+    message: e._tag === "SchemaError" ? `bad answer: ${e.message}` : e.message,
+    ...(asked === undefined ? {} : { retryAfterMs: asked }),
+  })
 }
 
 /** The coordinator over HTTP, through the API's typed client. Needs an `HttpClient`. */
@@ -121,7 +153,11 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
     const call = <A>(op: string, eff: Effect.Effect<A, { readonly _tag: string; readonly message: string }>, timeoutMs = 30_000): Fx<A> =>
       eff.pipe(
         Effect.timeout(Duration.millis(timeoutMs)),
-        Effect.mapError((e) => (e._tag === "TimeoutError" ? new CoordinatorError({ op, status: null, message: "timed out" }) : toPortError(op, e))),
+        Effect.catch((e) =>
+          e._tag === "TimeoutError"
+            ? Effect.fail(new CoordinatorError({ op, status: null, message: "timed out" }))
+            : Effect.flatMap(Clock.currentTimeMillis, (nowMs) => Effect.fail(toPortError(op, e, nowMs))),
+        ),
       )
     return {
       report: (r, activeSessions = []) =>

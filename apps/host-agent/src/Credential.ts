@@ -6,6 +6,7 @@
  */
 import { Deferred, Effect } from "effect"
 import type { CoordinatorError, CoordinatorShape } from "./Coordinator.js"
+import * as Pacing from "./Pacing.js"
 
 /** Why the coordinator refuses this agent's credential, in one line. */
 export const refusal = (status: number, hostId: string, url: string): string | null => {
@@ -16,8 +17,9 @@ export const refusal = (status: number, hostId: string, url: string): string | n
 
 /**
  * Waits until the coordinator answers a heartbeat for this host: a refused token fails with
- * its one-line reason; an unreachable coordinator is retried every `retryMs` (it may start
- * after the agent), with a warning now and then.
+ * its one-line reason; an unreachable coordinator is retried (it may start after the agent, or
+ * a whole fleet may boot with it), from `retryMs` backing off with jitter (`Pacing`), never
+ * sooner than it asked, with a warning now and then.
  */
 export const verify = (coordinator: CoordinatorShape, hostId: string, url: string, retryMs = 1000): Effect.Effect<void, string> =>
   Effect.gen(function* () {
@@ -28,7 +30,7 @@ export const verify = (coordinator: CoordinatorShape, hostId: string, url: strin
       const reason = e._tag === "CoordinatorError" && e.status !== null ? refusal(e.status, hostId, url) : null
       if (reason !== null) return yield* Effect.fail(reason)
       if (attempt % 10 === 0) yield* Effect.logWarning(`waiting for the coordinator at ${url}`, { hostId, error: e.message })
-      yield* Effect.sleep(retryMs)
+      yield* Effect.sleep(yield* Pacing.retryDelayMs(Pacing.backoffOf(retryMs), attempt + 1, Pacing.retryAfterOf(e)))
     }
   })
 

@@ -26,7 +26,7 @@ const program = fromEnvironment().pipe(
         const url = options.coordinator.url
         const http = yield* makeHttp({ url, hostId: options.hostId, hostToken: options.coordinator.hostToken }).pipe(Effect.provide(FetchHttpClient.layer))
         const credential = (message: string) => new Fatal({ message, exitCode: Main.exitCodes.credential })
-        yield* Credential.verify(http, options.hostId, url).pipe(Effect.mapError(credential))
+        yield* Credential.verify(http, options.hostId, url, options.config?.retryDelayMs).pipe(Effect.mapError(credential))
         const refused = yield* Deferred.make<string>()
         const agent = yield* startHostAgent({ ...options, coordinator: Credential.guard(http, options.hostId, url, refused) })
         // A line tests and scripts can wait for.

@@ -117,8 +117,9 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       yield* Effect.forkChild(f.a.agent.run)
       yield* TestClock.adjust("2 minutes")
       const s = yield* f.coordinator.get
-      // Stale window 2 min → a heartbeat every 40 s: at 0, 40, 80, 120 s.
-      assert.strictEqual(s.heartbeats.get("a"), 4)
+      // Stale window 2 min → a heartbeat at 0 s, then never more than 40 s after the last (the
+      // second at a random point of the first 40 s, each next one 36-40 s later): 4 or more.
+      assert.isAtLeast(s.heartbeats.get("a") ?? 0, 4)
       assert.deepStrictEqual(s.reports.get("a"), { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8, templates: [] })
     }))
 

@@ -3,12 +3,15 @@
  * (in-process, StoreSim) over real HTTP, every agent call lands, a 409 is `Conflict`, another
  * host's or an unknown session reads as null, and a rejected token is a `CoordinatorError` 401.
  */
+import { createServer } from "node:http"
+import type { AddressInfo } from "node:net"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
+import { Store, type StoreShape, Unavailable } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
-import { Effect, Redacted } from "effect"
+import { Effect, Layer, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { makeHttp, type CoordinatorShape } from "../src/Coordinator.js"
+import { makeHttp, retryAfterHeaderMs, type CoordinatorShape } from "../src/Coordinator.js"
 
 const adminToken = "client-admin-token-0123456789"
 let coordinator: RunningCoordinator
@@ -18,8 +21,8 @@ const admin = (method: string, path: string, body?: unknown) =>
     headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
   }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, unknown> }))
-const clientOf = (hostId: string, token: string) =>
-  Effect.runPromise(makeHttp({ url: `${coordinator.url}/`, hostId, hostToken: Redacted.make(token) }).pipe(Effect.provide(FetchHttpClient.layer)))
+const clientOf = (hostId: string, token: string, url = coordinator.url) =>
+  Effect.runPromise(makeHttp({ url: `${url}/`, hostId, hostToken: Redacted.make(token) }).pipe(Effect.provide(FetchHttpClient.layer)))
 const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff))
 
 let a: CoordinatorShape
@@ -87,5 +90,80 @@ describe("the agent's HTTP client (HttpApiClient over @engram/api)", () => {
     // Another host's resources: 403, as a CoordinatorError the agent retries later.
     const foreign = await run(a.descended("sb"))
     expect(foreign._tag === "Failure" && foreign.failure).toMatchObject({ _tag: "CoordinatorError", status: 403 })
+  })
+})
+
+describe("the coordinator's back-off advice reaches the agent (it waits at least that long)", () => {
+  it("a long-poll over the host token's cap is a CoordinatorError 429 with the coordinator's retryAfterMs", async () => {
+    const capped = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken, maxWaitsPerHostToken: 1 } })
+    try {
+      const registered = await fetch(`${capped.url}/v1/hosts`, { method: "POST", headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" }, body: JSON.stringify({ id: "h" }) })
+      const h = await clientOf("h", ((await registered.json()) as { token: string }).token, capped.url)
+      expect((await run(h.report({ totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })))._tag).toBe("Success")
+      const first = await run(h.assignments({ waitMs: 0, since: undefined }))
+      if (first._tag !== "Success") throw new Error("no assignments")
+      // The host token's one long-poll, held open; a second is refused.
+      const open = run(h.assignments({ waitMs: 20_000, since: first.success.version }))
+      let refused: Awaited<ReturnType<typeof run>> | undefined
+      for (let i = 0; i < 50 && refused?._tag !== "Failure"; i++) refused = await run(h.assignments({ waitMs: 1000, since: first.success.version }))
+      expect(refused?._tag === "Failure" && refused.failure).toMatchObject({ _tag: "CoordinatorError", op: "assignments", status: 429, retryAfterMs: 1000 })
+      await fetch(`${capped.url}/v1/sessions`, { method: "POST", headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" }, body: JSON.stringify({ id: "wake", memMib: 64, vcpus: 1, affinity: ["h"] }) })
+      expect(await open).toMatchObject({ _tag: "Success" })
+    } finally {
+      await capped.stop()
+    }
+  })
+
+  it("a request while the store is away is a CoordinatorError 503 with the store's retryAfterMs", async () => {
+    let away = false
+    // The store of a real coordinator whose every call fails while `away` (a store outage, as the store reports it).
+    const flaky = Layer.effect(
+      Store,
+      Effect.gen(function* () {
+        const store = yield* Store
+        const wrapped: Record<string, unknown> = {}
+        for (const [k, v] of Object.entries(store)) {
+          wrapped[k] =
+            typeof v === "function"
+              ? (...args: unknown[]) => (away ? Effect.fail(new Unavailable({ reason: "away (test)", retryAfterMs: 7000 })) : (v as (...a: unknown[]) => unknown).apply(store, args))
+              : v
+        }
+        return wrapped as unknown as StoreShape
+      }),
+    ).pipe(Layer.provide(StoreSim.layer()))
+    const c = await startCoordinator({ store: flaky, reaper: false, logLevel: "None", config: { port: 0, adminToken } })
+    try {
+      const registered = await fetch(`${c.url}/v1/hosts`, { method: "POST", headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" }, body: JSON.stringify({ id: "h" }) })
+      const h = await clientOf("h", ((await registered.json()) as { token: string }).token, c.url)
+      expect((await run(h.heartbeat))._tag).toBe("Success")
+      away = true
+      const refused = await run(h.heartbeat)
+      expect(refused._tag === "Failure" && refused.failure).toMatchObject({ _tag: "CoordinatorError", op: "heartbeat", status: 503, retryAfterMs: 7000 })
+      away = false
+      expect((await run(h.heartbeat))._tag).toBe("Success")
+    } finally {
+      await c.stop()
+    }
+  })
+
+  it("an answer the API does not describe (a proxy's 503) is a CoordinatorError with its Retry-After header, in ms", async () => {
+    const proxy = createServer((_req, res) => res.writeHead(503, { "retry-after": "7", "content-type": "text/html" }).end("<h1>upstream away</h1>"))
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve))
+    try {
+      const h = await clientOf("h", "a-token-of-nobody-0123456789", `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`)
+      const refused = await run(h.heartbeat)
+      expect(refused._tag === "Failure" && refused.failure).toMatchObject({ _tag: "CoordinatorError", op: "heartbeat", status: 503, retryAfterMs: 7000 })
+    } finally {
+      await new Promise((resolve) => proxy.close(resolve))
+    }
+  })
+
+  it("Retry-After reads as delta-seconds or an HTTP date; anything else is no advice", () => {
+    const now = Date.parse("Thu, 03 Dec 2026 07:00:00 GMT")
+    expect(retryAfterHeaderMs("7", now)).toBe(7000)
+    expect(retryAfterHeaderMs("Thu, 03 Dec 2026 07:00:30 GMT", now)).toBe(30_000)
+    expect(retryAfterHeaderMs("Thu, 03 Dec 2026 06:00:00 GMT", now)).toBe(0)
+    expect(retryAfterHeaderMs("soon", now)).toBeUndefined()
+    expect(retryAfterHeaderMs(undefined, now)).toBeUndefined()
   })
 })

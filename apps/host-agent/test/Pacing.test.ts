@@ -1,0 +1,204 @@
+/**
+ * A fleet of agents that does not stampede: on the TestClock, with a seeded or fixed `Random`,
+ * the agent's calls land where `Pacing` says. Failed polls back off (drawn, capped) and a poll
+ * answered starts the back-off again; a failure that carries the coordinator's `retryAfterMs`
+ * (a 429's or 503's) is not tried again sooner; agents started at one instant heartbeat and
+ * report at instants of their own, each heartbeat within one interval of the last.
+ */
+import { assert, describe } from "@effect/vitest"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { ImageStore, SimRuntime } from "@engram/runtime"
+import { Clock, Effect, Random } from "effect"
+import { TestClock } from "effect/testing"
+import { type AgentConfig, makeAgent } from "../src/Agent.js"
+import { CoordinatorError, type CoordinatorShape } from "../src/Coordinator.js"
+import { defaultAgentConfig } from "../src/Host.js"
+import { makeMoveTarget } from "../src/MoveTarget.js"
+import * as PeerLink from "../src/PeerLink.js"
+import { makeResidents } from "../src/Residents.js"
+import { type FakeCoordinator, makeFakeCoordinator } from "./support/FakeCoordinator.js"
+import { effect } from "./support/PatientClock.js"
+
+/** A `Random` whose every draw is `u` of its range: 0 the lowest, just under 1 the highest. */
+const fixedRandom = (u: number): Random.Random => ({ nextDoubleUnsafe: () => u, nextIntUnsafe: () => 0 })
+const highest = 1 - 1e-9
+
+interface Call {
+  readonly op: string
+  readonly atMs: number
+  readonly waitMs?: number
+}
+
+/** The fake's client for `hostId`, every call's instant (the TestClock's) recorded; an op in `failing` fails with its error. */
+const watched = (fake: FakeCoordinator, hostId: string) => {
+  const calls: Call[] = []
+  const failing = new Map<string, CoordinatorError>()
+  const c = fake.client(hostId)
+  const at = <A, E>(op: string, eff: Effect.Effect<A, E | CoordinatorError>, waitMs?: number): Effect.Effect<A, E | CoordinatorError> =>
+    Effect.flatMap(Clock.currentTimeMillis, (atMs) => {
+      calls.push(waitMs === undefined ? { op, atMs } : { op, atMs, waitMs })
+      const e = failing.get(op)
+      return e === undefined ? eff : Effect.fail(e)
+    })
+  const client: CoordinatorShape = {
+    ...c,
+    report: (r, active) => at("report", c.report(r, active)),
+    heartbeat: at("heartbeat", c.heartbeat),
+    assignments: (o) => at("assignments", c.assignments(o), o.waitMs),
+    started: (id) => at("started", c.started(id)),
+  }
+  /** The instants of `op`'s calls (and of only the long-polls or only the fresh reads, by `waitMs`). */
+  const times = (op: string, waitMs?: (w: number) => boolean) => calls.filter((x) => x.op === op && (waitMs === undefined || waitMs(x.waitMs ?? 0))).map((x) => x.atMs)
+  return { client, failing, times }
+}
+
+const agentWith = (coordinator: CoordinatorShape, hostId: string, config: Partial<AgentConfig> = {}) =>
+  Effect.gen(function* () {
+    const runtime = yield* SimRuntime.make({ startMs: 50 })
+    const residents = yield* makeResidents(hostId, null, () => Effect.void)
+    return yield* makeAgent(
+      { ...defaultAgentConfig(hostId), ...config },
+      {
+        coordinator,
+        runtime,
+        measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
+        residents,
+        images: ImageStore.directory(mkdtempSync(join(tmpdir(), `engram-images-${hostId}-`))),
+        link: PeerLink.inMemory(new Map()),
+        target: yield* makeMoveTarget(hostId, runtime, residents),
+      },
+    )
+  })
+
+const gaps = (ts: readonly number[]) => ts.slice(1).map((t, i) => t - ts[i]!)
+const away = (retryAfterMs?: number) => new CoordinatorError({ op: "any", status: 503, message: "the store is away", ...(retryAfterMs === undefined ? {} : { retryAfterMs }) })
+
+describe("retries back off, drawn and capped, and a success starts them again", () => {
+  effect("failed polls wait longer each time up to the cap (30 × ENGRAM_AGENT_RETRY_MS); a poll answered resets the back-off", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      // ENGRAM_AGENT_RETRY_MS=1000 (the default): cap 30 s. The highest draws show the ceilings.
+      const agent = yield* agentWith(a.client, "a")
+      a.failing.set("assignments", away())
+      yield* Effect.forkChild(agent.run)
+      yield* TestClock.adjust("61 seconds")
+      assert.deepStrictEqual(gaps(a.times("assignments")), [2000, 4000, 8000, 16000, 30000], "each failed poll waits up to twice as long as the one before, at most 30 s")
+      // The coordinator answers again: the poll at 90 s is answered, the next ones too (1 s apart: this fake does not long-poll).
+      a.failing.delete("assignments")
+      yield* TestClock.adjust("34500 millis")
+      assert.deepStrictEqual(a.times("assignments").filter((t) => t >= 90_000 && t <= 95_000), [90_000, 90_000, 91_000, 92_000, 93_000, 94_000, 95_000])
+      // A new outage starts from the first delay again, not from the cap.
+      a.failing.set("assignments", away())
+      yield* TestClock.adjust("7 seconds")
+      assert.deepStrictEqual(gaps(a.times("assignments").filter((t) => t >= 95_000)), [1000, 2000, 4000])
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
+
+  effect("agents whose polls fail at one instant retry at instants of their own, each delay inside its bounds", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const hosts = ["a", "b", "c", "d"].map((id) => ({ id, w: watched(fake, id) }))
+      for (const h of hosts) {
+        h.w.failing.set("assignments", away())
+        const agent = yield* agentWith(h.w.client, h.id)
+        yield* Effect.forkChild(agent.run.pipe(Random.withSeed(`host-${h.id}`)))
+      }
+      yield* TestClock.adjust("3 minutes")
+      const retries = hosts.map((h) => h.w.times("assignments"))
+      for (const ts of retries) {
+        gaps(ts).forEach((g, i) => {
+          const ceiling = Math.min(30_000, 1000 * 2 ** (i + 1))
+          assert.isTrue(g >= 1000 && g <= ceiling, `retry ${i + 1} waited ${g} ms, not in [1000, ${ceiling}]`)
+        })
+      }
+      // Every host's first poll is at 0; after it, no two hosts poll at one instant.
+      const later = retries.flatMap((ts) => ts.slice(1))
+      assert.strictEqual(new Set(later).size, later.length, `instants shared by hosts: ${JSON.stringify(retries)}`)
+    }))
+})
+
+describe("never sooner than the coordinator asked", () => {
+  effect("a poll answered 503 with retryAfterMs waits at least that long, even on the lowest draw", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      const agent = yield* agentWith(a.client, "a")
+      a.failing.set("assignments", away(7000))
+      yield* Effect.forkChild(agent.run)
+      yield* TestClock.adjust("30 seconds")
+      const ts = a.times("assignments")
+      assert.isAtLeast(ts.length, 3)
+      for (const g of gaps(ts)) assert.isAtLeast(g, 7000, `a poll came ${g} ms after a 503 that asked for 7000`)
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(0))))
+
+  effect("a failed action's retry reads again no sooner than its 503 asked", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      const agent = yield* agentWith(a.client, "a")
+      yield* fake.addSession("s1", "a", 256)
+      // The VM starts (50 ms), its acknowledgement is refused with a 503 that asks for 7 s.
+      a.failing.set("started", away(7000))
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      // The start reads the image store (real file I/O) before its simulated 50 ms: step the clock until it asks.
+      for (let i = 0; i < 2000 && a.times("started").length === 0; i++) {
+        yield* Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 1)))
+        yield* TestClock.adjust("1 millis")
+      }
+      const [refusedAt] = a.times("started")
+      assert.isDefined(refusedAt)
+      a.failing.delete("started")
+      yield* TestClock.adjust("20 seconds")
+      const reads = a.times("assignments", (w) => w === 0)
+      assert.isAtLeast(reads.length, 1)
+      assert.isAtLeast(reads[0]! - refusedAt!, 7000, `the retry read at ${reads[0]} ms, the refusal at ${refusedAt} ms`)
+      assert.deepStrictEqual(a.times("started").length, 2, "the acknowledgement was retried once, after the wait")
+      assert.strictEqual((yield* fake.get).sessions.get("s1")?.state, "running")
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(0))))
+
+  effect("a heartbeat refused with a retryAfterMs longer than the interval waits that long", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      const agent = yield* agentWith(a.client, "a")
+      a.failing.set("heartbeat", away(100_000))
+      yield* Effect.forkChild(agent.run)
+      yield* TestClock.adjust("5 minutes")
+      const ts = a.times("heartbeat")
+      assert.isAtLeast(ts.length, 3)
+      for (const g of gaps(ts)) assert.isAtLeast(g, 100_000)
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(0))))
+})
+
+describe("agents started at one instant spread out", () => {
+  effect("heartbeats and reports of agents started together land at instants of their own, each heartbeat within one interval of the last", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const hosts = ["a", "b", "c", "d", "e"].map((id) => ({ id, w: watched(fake, id) }))
+      for (const h of hosts) {
+        const agent = yield* agentWith(h.w.client, h.id)
+        // Each host draws from its own generator, as separate machines do.
+        yield* Effect.forkChild(agent.run.pipe(Random.withSeed(`host-${h.id}`)))
+      }
+      yield* TestClock.adjust("10 minutes")
+      const intervalMs = defaultAgentConfig("a").heartbeatIntervalMs
+      for (const op of ["heartbeat", "report"]) {
+        const byHost = hosts.map((h) => h.w.times(op))
+        // All start at once (the heartbeat and the report on start); after that, no instant is shared.
+        assert.deepStrictEqual(byHost.map((ts) => ts[0]), [0, 0, 0, 0, 0])
+        const later = byHost.flatMap((ts) => ts.slice(1))
+        assert.strictEqual(new Set(later).size, later.length, `${op}s in lock-step: ${JSON.stringify(byHost)}`)
+        const seconds = byHost.map((ts) => ts[1]!)
+        assert.isAbove(Math.max(...seconds) - Math.min(...seconds), (op === "heartbeat" ? intervalMs : 30_000) / 4, `the second ${op}s: ${JSON.stringify(seconds)}`)
+      }
+      // The stale window's guarantee is the interval's: no heartbeat comes later than one interval after the last.
+      for (const h of hosts) {
+        const ts = h.w.times("heartbeat")
+        assert.isAtLeast(ts.length, 15)
+        for (const g of gaps(ts)) assert.isAtMost(g, intervalMs)
+        for (const g of gaps(ts).slice(1)) assert.isAtLeast(g, 0.9 * intervalMs - 1)
+      }
+    }))
+})
