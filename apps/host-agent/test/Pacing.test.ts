@@ -10,10 +10,11 @@ import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { ImageStore, SimRuntime } from "@engram/runtime"
-import { Clock, Effect, Random } from "effect"
+import { Clock, Effect, Fiber, Random } from "effect"
 import { TestClock } from "effect/testing"
 import { type AgentConfig, makeAgent } from "../src/Agent.js"
 import { CoordinatorError, type CoordinatorShape } from "../src/Coordinator.js"
+import * as Credential from "../src/Credential.js"
 import { defaultAgentConfig } from "../src/Host.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
@@ -94,6 +95,20 @@ describe("retries back off, drawn and capped, and a success starts them again", 
       a.failing.set("assignments", away())
       yield* TestClock.adjust("7 seconds")
       assert.deepStrictEqual(gaps(a.times("assignments").filter((t) => t >= 95_000)), [1000, 2000, 4000])
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
+
+  effect("an agent waiting on start for a coordinator that is away backs off too, and goes on once it answers", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      a.failing.set("heartbeat", new CoordinatorError({ op: "heartbeat", status: null, message: "connection refused" }))
+      const verified = yield* Effect.forkChild(Credential.verify(a.client, "a", "http://coordinator", 1000))
+      yield* TestClock.adjust("31 seconds")
+      assert.deepStrictEqual(gaps(a.times("heartbeat")), [2000, 4000, 8000, 16000])
+      a.failing.delete("heartbeat")
+      yield* TestClock.adjust("30 seconds")
+      assert.strictEqual(a.times("heartbeat").length, 6)
+      assert.isUndefined(yield* Fiber.join(verified))
     }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
 
   effect("agents whose polls fail at one instant retry at instants of their own, each delay inside its bounds", () =>
