@@ -28,8 +28,12 @@ import * as Templates from "./Templates.js"
 /** The agent's timing and move policy. Durations in ms. */
 export interface AgentConfig {
   readonly hostId: string
-  /** Default: a third of the coordinator's heartbeat stale window. */
+  /**
+   * The longest between two heartbeats (each interval is drawn in 90-100 % of it, `Pacing`).
+   * Default: a third of the coordinator's heartbeat stale window.
+   */
   readonly heartbeatIntervalMs: number
+  /** The longest between two periodic reports (drawn as the heartbeat's). */
   readonly reportIntervalMs: number
   /** How long one assignments long-poll may wait on the coordinator. */
   readonly pollWaitMs: number
