@@ -15,7 +15,7 @@ import { Downtime, Lifetime, Limits, Names } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
 import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, type Scope, Semaphore } from "effect"
-import type { Assignments, AssignedMove, AssignedSession, Conflict, CoordinatorError, CoordinatorShape } from "./Coordinator.js"
+import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound } from "./Coordinator.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
 import * as Pacing from "./Pacing.js"
@@ -324,14 +324,17 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       )
 
     /**
-     * Whether a guest that ran here for `moveId` may go: its move is aborted, or committed and its
-     * session no longer here (ended since). Unreadable: no.
+     * Whether a guest that ran here for `moveId` may go: its move is aborted, or committed (or no
+     * longer on the coordinator) and its session no longer here (ended, lost or elsewhere since).
+     * The coordinator's 404 of the move is an answer: a pending move is never pruned, so the move
+     * ended longer ago than the coordinator keeps history (`ENGRAM_RETENTION_MS`), either way.
+     * Unreadable (any other failure, a 404 that does not name the move): no.
      */
     const explicitlyGone = (vmId: string, moveId: string) =>
       Effect.gen(function* () {
-        const m = yield* coordinator.getMove(moveId).pipe(Effect.option)
-        if (m._tag === "None" || m.value.state === "pending") return false
-        if (m.value.state === "aborted") return true
+        const m = yield* coordinator.getMove(moveId).pipe(Effect.result)
+        if (m._tag === "Failure" ? !isNotFound(m.failure, "move", moveId) : m.success.state === "pending") return false
+        if (m._tag === "Success" && m.success.state === "aborted") return true
         const s = yield* coordinator.getSession(vmId).pipe(Effect.option)
         return s._tag === "Some" && (s.value === null || s.value.hostId !== me)
       })
@@ -419,7 +422,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             }
             if (quietMs < config.stagingGraceMs) continue
             // A guest that ran here goes only on an explicit word: its move aborted (or its
-            // session ended after the commit). Unknown: kept, asked again on a later pass.
+            // session ended or went elsewhere after the commit, or after the move was pruned).
+            // Unknown: kept, asked again on a later pass.
             if (vm.status === "running" && !(yield* explicitlyGone(vm.vmId, vm.moveId))) continue
             yield* target.abort(vm.moveId)
             yield* log("dropped the VM of a move no longer pending", { sessionId: vm.vmId, moveId: vm.moveId })

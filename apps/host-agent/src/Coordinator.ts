@@ -67,13 +67,27 @@ export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", { op: S
  * Any other failure: the request may be retried (level-triggered, the next pass retries).
  * `retryAfterMs`: how long the coordinator asked to wait first (a 429's or 503's `retryAfterMs`,
  * or a `Retry-After` header on an answer the API does not describe); the agent waits at least that.
+ * `notFound`: the API's own 404 (`NotFoundError`) named this record: it does not exist (never
+ * did, or was deleted, e.g. a move pruned by the coordinator's retention). A 404 without it (a
+ * wrong coordinator URL, a proxy) says nothing about any record (`isNotFound`).
  */
 export class CoordinatorError extends Schema.TaggedError<CoordinatorError>()("CoordinatorError", {
   op: Schema.String,
   status: Schema.NullOr(Schema.Number),
   message: Schema.String,
   retryAfterMs: Schema.optionalKey(Schema.Number),
+  notFound: Schema.optionalKey(Schema.Struct({ entity: Schema.String, id: Schema.String })),
 }) {}
+
+/**
+ * Whether `e` is the coordinator's word that the record `entity` `id` does not exist (its API's
+ * 404 naming it), not any other 404 (a wrong URL answers one for every path).
+ */
+export const isNotFound = (e: { readonly _tag: string }, entity: "move" | "session", id: string): boolean => {
+  if (e._tag !== "CoordinatorError") return false
+  const named = (e as CoordinatorError).notFound
+  return named !== undefined && named.entity === entity && named.id === id
+}
 
 type Fx<A> = Effect.Effect<A, Conflict | CoordinatorError>
 
@@ -96,7 +110,10 @@ export interface CoordinatorShape {
   readonly reportRunning: (moveId: string, reason: string) => Fx<void>
   /** `GET /v1/moves/{id}` (this host is its source or target). */
   readonly getMove: (moveId: string) => Fx<MoveView>
-  /** `GET /v1/sessions/{id}`; null when the session is not this host's (403) or unknown (404). */
+  /**
+   * `GET /v1/sessions/{id}`; null when the session is not this host's (403) or unknown (the API's
+   * 404 of the session: never created, or ended and pruned). Any other 404 is a `CoordinatorError`.
+   */
   readonly getSession: (sessionId: string) => Fx<AssignedSession | null>
 }
 
@@ -132,6 +149,7 @@ const toPortError = (op: string, e: { readonly _tag: string; readonly message: s
       status: ApiErrors.statusOf(e as ApiError),
       message: e.message,
       ...(typeof asked === "number" && Number.isFinite(asked) ? { retryAfterMs: asked } : {}),
+      ...(e._tag === "NotFoundError" ? { notFound: { entity: (e as ApiErrors.NotFoundError).entity, id: (e as ApiErrors.NotFoundError).id } } : {}),
     })
   }
   // Transport failures, an answer the API does not describe (a proxy's 502 or 503), or one that does not decode.
@@ -176,7 +194,7 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
       getSession: (id) =>
         call("getSession", api.sessions.get({ params: { id } })).pipe(
           Effect.catchIf(
-            (e) => e._tag === "CoordinatorError" && (e.status === 403 || e.status === 404),
+            (e) => e._tag === "CoordinatorError" && (e.status === 403 || isNotFound(e, "session", id)),
             () => Effect.succeed(null),
           ),
         ),

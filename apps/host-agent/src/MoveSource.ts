@@ -33,7 +33,7 @@
 import { Effect, Fiber, Schedule } from "effect"
 import { type Downtime, Move as CoreMove } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
-import type { AssignedMove, Conflict, CoordinatorError, CoordinatorShape, PhasesReport, RoundReport } from "./Coordinator.js"
+import { type AssignedMove, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, type PhasesReport, type RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
 import type { MoveHeader } from "./MoveTarget.js"
 import type { PeerLink } from "./PeerLink.js"
@@ -131,9 +131,9 @@ export type MoveOutcome =
    */
   | { readonly _tag: "CommitRefused"; readonly reason: string; readonly phases: PhasesReport; readonly restoredOnSource: boolean }
 
-/** The coordinator's call, retried briefly on transient errors (a 409 is an answer, not retried). */
+/** The coordinator's call, retried briefly on transient errors (a 409, or a 404 that names the record, is an answer, not retried). */
 const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Effect<A, E>) =>
-  eff.pipe(Effect.retry({ schedule: Schedule.exponential("100 millis"), times: 4, while: (e) => e._tag === "CoordinatorError" }))
+  eff.pipe(Effect.retry({ schedule: Schedule.exponential("100 millis"), times: 4, while: (e) => e._tag === "CoordinatorError" && (e as unknown as CoordinatorError).notFound === undefined }))
 
 const jsonMs = (ms: number) => (Number.isFinite(ms) ? Math.ceil(ms) : Number.MAX_SAFE_INTEGER)
 
@@ -424,6 +424,76 @@ const headerOf = (deps: SettleDeps, owed: PendingCommit, target: { readonly targ
   vcpus: target.vcpus,
 })
 
+/** Whether the coordinator answered that it no longer holds the owed move (its 404 naming the move). */
+const moveGone = (owed: PendingCommit, e: { readonly _tag: string }) => isNotFound(e, "move", owed.moveId)
+
+/**
+ * Settles a debt whose move the coordinator no longer holds (its 404 of the move): a pending move
+ * is never pruned, so the move ended (committed or aborted, no longer known which) longer ago
+ * than the coordinator keeps history (`ENGRAM_RETENTION_MS`), while this host was away. The
+ * session's placement decides, by the rule of a move read `aborted` (`settleCommit`):
+ *
+ * - placed on this host: the coordinator's view wins. The target's copy is destroyed first (two
+ *   running copies must never outlive this step; not reachable: still owed), then the paused
+ *   copy resumes here;
+ * - not here (elsewhere, ended, lost, or itself pruned): the guest is not this host's to run;
+ *   the paused copy is destroyed and the target's is not touched (its reconcile decides);
+ * - unreadable: still owed, asked again on the next pass.
+ */
+const settleGone = (deps: SettleDeps, owed: PendingCommit, step: string) =>
+  Effect.gen(function* () {
+    const { coordinator, residents, runtime, link } = deps
+    const reason = `move ${owed.moveId} is no longer on the coordinator (${step} answered 404): it ended longer ago than the coordinator keeps history`
+    const session = yield* retrying(coordinator.getSession(owed.sessionId)).pipe(Effect.result)
+    if (session._tag === "Failure") {
+      yield* Effect.logWarning(`${reason}; the session's placement cannot be read, retried on the next pass`, { moveId: owed.moveId, sessionId: owed.sessionId, error: session.failure.message })
+      return { _tag: "Owed", reason: `${reason}; the session's placement cannot be read: ${session.failure.message}` } as const
+    }
+    const here = session.success !== null && session.success.hostId === deps.hostId && onHostStates.has(session.success.state)
+    const local = yield* residents.get(owed.sessionId)
+    const paused = local !== undefined && local.moveId === null
+    if (!here) {
+      if (paused) {
+        yield* runtime.destroy(owed.sessionId)
+        yield* residents.remove(owed.sessionId)
+      }
+      yield* residents.removePendingCommit(owed.moveId)
+      yield* Effect.logWarning(`${reason}. The session is not on this host (${session.success === null ? "not visible to this host" : `${session.success.state} on ${session.success.hostId ?? "no host"}`}): ${paused ? "the paused copy was destroyed" : "no copy was left here"}; the target's copy was not touched`, {
+        moveId: owed.moveId,
+        sessionId: owed.sessionId,
+      })
+      return { _tag: "Refused", reason, restoredOnSource: false } as const
+    }
+    if (!paused) {
+      yield* residents.removePendingCommit(owed.moveId)
+      yield* Effect.logError(`${reason}. The coordinator places the session on this host but no local copy is left; the target's copy was not touched`, { moveId: owed.moveId, sessionId: owed.sessionId })
+      return { _tag: "Refused", reason, restoredOnSource: false } as const
+    }
+    if (owed.target === undefined) {
+      yield* Effect.logError(`${reason}. The coordinator places the session on this host, but the owed move has no target recorded (a state file of an older agent): the source copy stays paused`, { moveId: owed.moveId, sessionId: owed.sessionId })
+      return { _tag: "Owed", reason: `${reason}; no target recorded` } as const
+    }
+    const dropped = yield* link.abort(headerOf(deps, owed, { ...owed.target, memMib: local.memMib, vcpus: local.vcpus })).pipe(Effect.retry({ times: 2 }), Effect.result)
+    if (dropped._tag === "Failure") {
+      yield* Effect.logWarning(`${reason}. The coordinator places the session on this host, but the target's copy could not be destroyed yet; retried on the next pass`, {
+        moveId: owed.moveId,
+        sessionId: owed.sessionId,
+        target: owed.target.targetHostId,
+        error: dropped.failure.message,
+      })
+      return { _tag: "Owed", reason: `${reason}; the target's copy could not be destroyed yet: ${dropped.failure.message}` } as const
+    }
+    yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
+    yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
+    yield* residents.removePendingCommit(owed.moveId)
+    yield* Effect.logWarning(`${reason}. The coordinator places the session on this host: the target's copy was destroyed and the guest resumed here from its pause`, {
+      moveId: owed.moveId,
+      sessionId: owed.sessionId,
+      target: owed.target.targetHostId,
+    })
+    return { _tag: "Refused", reason, restoredOnSource: true } as const
+  })
+
 /**
  * Asks the target to commit a move whose point of no return is recorded (its intent, or with the
  * intent off its final round) and, normally, whose final round is sent:
@@ -483,11 +553,13 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
       })
     const aborted = yield* retrying(coordinator.abort(owed.moveId, reason)).pipe(Effect.result)
     if (aborted._tag === "Failure") {
+      if (moveGone(owed, aborted.failure)) return yield* settleGone(deps, owed, "its abort")
       if (aborted.failure._tag !== "Conflict") return yield* stayPaused(`the coordinator has not ended the move yet (${aborted.failure.message})`)
       // 409: the move is no longer pending, but it may have ended either way: committed (the
       // target's report landed while the link was down; the target then refuses a late commit,
       // its reconcile having cleared the move) means the guest runs there. Read which.
       const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+      if (read._tag === "Failure" && moveGone(owed, read.failure)) return yield* settleGone(deps, owed, "its read")
       if (read._tag === "Failure") return yield* stayPaused(`the move cannot be read (${read.failure.message})`)
       const m = read.success
       if (m.state === "committed") {
@@ -541,6 +613,7 @@ const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
     if (intentHeld(owed)) return { _tag: "Held", owed } as const
     const held = { _tag: "Held", owed: { ...owed, intentRecorded: true } } as const
     const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+    if (read._tag === "Failure" && moveGone(owed, read.failure)) return yield* settleGone(deps, owed, "its read")
     if (read._tag === "Failure") return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const
     const m = read.success
     if (m.state === "pending" && owed.intentRecorded === undefined) {
@@ -552,6 +625,7 @@ const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
         const lastLate = late.at(-1)
         const lateHeld = lastLate !== undefined && JSON.stringify(m.rounds.at(-1)) === JSON.stringify(lastLate)
         const r = yield* Effect.forEach([...(lateHeld ? [] : late), owed.final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
+        if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its final round")
         if (r._tag === "Failure") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
       }
       const recorded = { ...owed, finalRecorded: true }
@@ -561,6 +635,7 @@ const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
     if (m.state === "pending") {
       if (!CoreMove.pastNoReturn(m)) {
         const r = yield* retrying(coordinator.round(owed.moveId, intentRound)).pipe(Effect.result)
+        if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its intent")
         if (r._tag === "Failure") return { _tag: "Owed", reason: `the intent is not recorded yet: ${r.failure.message}` } as const
       }
       yield* residents.addPendingCommit(held.owed)
@@ -589,6 +664,7 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
     if (owed.finalRecorded !== false || owed.final === undefined) return { _tag: "Recorded", owed } as const
     const recorded = { _tag: "Recorded", owed: { ...owed, finalRecorded: true } } as const
     const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+    if (read._tag === "Failure" && moveGone(owed, read.failure)) return yield* settleGone(deps, owed, "its read")
     if (read._tag === "Failure") return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const
     const m = read.success
     if (m.state === "pending" && !CoreMove.finalRoundRecorded(m)) {
@@ -598,6 +674,7 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
       // A final round whose send was never measured (the agent stopped during it): the send time known at the pause, if any.
       const final = owed.final.sendMs === 0 && owed.pause?.sendMs !== undefined ? { ...owed.final, sendMs: owed.pause.sendMs } : owed.final
       const r = yield* Effect.forEach([...(held ? [] : late), final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
+      if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its final round")
       if (r._tag === "Failure" && r.failure._tag !== "Conflict") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
     }
     yield* residents.addPendingCommit(recorded.owed)
@@ -618,6 +695,8 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
  *   paused local copy resumed; the guest loses what it ran on the target since the commit.
  *   If the session is not here (ended, or elsewhere), nothing is destroyed on the target by
  *   this agent; the reconcile loops on both hosts drop what is no longer assigned;
+ * - 404 of the move (at any step: its read, final round, commit or abort): the coordinator
+ *   pruned it, long ended; the session's placement decides as for `aborted` (`settleGone`);
  * - anything else (the coordinator unreachable, the target unreachable for the abort): still
  *   owed, retried on the next pass.
  */
@@ -647,6 +726,7 @@ export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effe
     })
     const posted = yield* retrying(coordinator.commit(owed.moveId, phases, owed.guard)).pipe(Effect.result)
     if (posted._tag === "Success") return yield* dropLocalCopy
+    if (moveGone(owed, posted.failure)) return yield* settleGone(deps, owed, "its commit")
     if (posted.failure._tag !== "Conflict") {
       const reason = `move commit owed; retried on the next pass: ${posted.failure.message}`
       yield* Effect.logWarning("move commit owed; retried on the next pass", { moveId: owed.moveId, error: posted.failure.message })
@@ -654,6 +734,7 @@ export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effe
     }
     // 409: already recorded, or the move ended otherwise. Ask which.
     const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+    if (read._tag === "Failure" && moveGone(owed, read.failure)) return yield* settleGone(deps, owed, "its read")
     if (read._tag === "Failure") {
       yield* Effect.logWarning("move commit refused and the move cannot be read; retried on the next pass", { moveId: owed.moveId, error: read.failure.message })
       return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const

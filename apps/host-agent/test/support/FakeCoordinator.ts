@@ -88,8 +88,10 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     getMove: (id) =>
       Effect.flatMap(Ref.get(ref), (s) => {
         const m = s.moves.get(id)
-        return m === undefined || (m.sourceHostId !== hostId && m.targetHostId !== hostId)
-          ? Effect.fail(new CoordinatorError({ op: "getMove", status: 404, message: `no move ${id}` }))
+        // As the coordinator: an unknown move is its 404 naming the move; another host's, a 403.
+        if (m === undefined) return Effect.fail(new CoordinatorError({ op: "getMove", status: 404, message: `no move ${id}`, notFound: { entity: "move", id } }))
+        return m.sourceHostId !== hostId && m.targetHostId !== hostId
+          ? Effect.fail(new CoordinatorError({ op: "getMove", status: 403, message: `move ${id} is not host ${hostId}'s` }))
           : Effect.succeed(m)
       }),
     getSession: (id) =>
