@@ -6,6 +6,9 @@
  * - the event loop's delay (`monitorEventLoopDelay`): a starved or blocked loop answers late;
  * - each request from Node's `request` event (its head parsed) to its answer's last byte handed
  *   to the socket (`finish`), by kind (heartbeat, report, assignments, other);
+ * - the process's memory each second (`process.memoryUsage()`: RSS, the JS heap reserved and in
+ *   use, external) at its highest, and the garbage collector's pauses by kind (`PerformanceObserver`
+ *   on `gc`): how many, their total, p99 and longest, and the longest pauses with their time;
  * - each grouped write's statement (store-pg `Batcher.ts` reports its timings to the hook
  *   `Symbol.for("engram.batcher.timing")` when one is installed): the wait of its first item
  *   until the statement began (its gathering window plus any wait for the slot), the statement's
@@ -15,7 +18,8 @@
  * `POST /reset`.
  */
 import http from "node:http"
-import { monitorEventLoopDelay } from "node:perf_hooks"
+import { monitorEventLoopDelay, PerformanceObserver } from "node:perf_hooks"
+import { constants } from "node:perf_hooks"
 
 /** As store-pg's `Batcher.StatementTiming` (this file is loaded before the coordinator's modules, so it imports none of them). */
 interface Timing {
@@ -35,6 +39,36 @@ const loop = monitorEventLoopDelay({ resolution: 10 })
 loop.enable()
 let requests = new Map<string, number[]>()
 let statements: Timing[] = []
+
+// ---- memory and the collector's pauses
+const gcKinds: Record<number, string> = {
+  [constants.NODE_PERFORMANCE_GC_MINOR]: "minor",
+  [constants.NODE_PERFORMANCE_GC_MAJOR]: "major",
+  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: "incremental",
+  [constants.NODE_PERFORMANCE_GC_WEAKCB]: "weakcb",
+}
+let pauses = new Map<string, number[]>()
+let longest: { kind: string; ms: number; at: number }[] = []
+const gcObserver = new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) {
+    const kind = gcKinds[(e.detail as { kind?: number } | undefined)?.kind ?? -1] ?? "other"
+    let l = pauses.get(kind)
+    if (l === undefined) pauses.set(kind, (l = []))
+    l.push(e.duration)
+    longest.push({ kind, ms: Math.round(e.duration * 10) / 10, at: Math.round(e.startTime) })
+    if (longest.length > 64) longest = longest.sort((a, b) => b.ms - a.ms).slice(0, 8)
+  }
+})
+gcObserver.observe({ entryTypes: ["gc"] })
+const mib = (n: number) => Math.round(n / 1024 / 1024)
+let memMax = { rss: 0, heapTotal: 0, heapUsed: 0, external: 0 }
+let memLast = memMax
+const sampleMemory = () => {
+  const m = process.memoryUsage()
+  memLast = { rss: mib(m.rss), heapTotal: mib(m.heapTotal), heapUsed: mib(m.heapUsed), external: mib(m.external) }
+  memMax = { rss: Math.max(memMax.rss, memLast.rss), heapTotal: Math.max(memMax.heapTotal, memLast.heapTotal), heapUsed: Math.max(memMax.heapUsed, memLast.heapUsed), external: Math.max(memMax.external, memLast.external) }
+}
+setInterval(sampleMemory, 1000).unref()
 
 const kindOf = (method: string | undefined, url: string | undefined): string => {
   const path = url ?? ""
@@ -72,6 +106,9 @@ const figures = () => {
     list.push(t)
   }
   return {
+    memoryMib: { max: memMax, now: memLast },
+    gcPausesMs: Object.fromEntries([...pauses].map(([k, v]) => [k, { ...summary(v), totalMs: Math.round(v.reduce((a, b) => a + b, 0)) }])),
+    gcLongestMs: [...longest].sort((a, b) => b.ms - a.ms).slice(0, 8),
     loopDelayMs: { p50: loop.percentile(50) / 1e6, p99: loop.percentile(99) / 1e6, max: loop.max / 1e6 },
     requestsMs: Object.fromEntries([...requests].map(([k, v]) => [k, summary(v)])),
     statements: Object.fromEntries(
@@ -88,6 +125,9 @@ const probeServer: http.Server = http.createServer((req, res) => {
     loop.reset()
     requests = new Map()
     statements = []
+    pauses = new Map()
+    longest = []
+    memMax = { rss: 0, heapTotal: 0, heapUsed: 0, external: 0 }
     res.end("{}")
   } else res.end(JSON.stringify(figures()))
 })
