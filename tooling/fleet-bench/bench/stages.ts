@@ -14,10 +14,17 @@
  *   until the statement began (its gathering window plus any wait for the slot), the statement's
  *   time, its items.
  *
+ * With `FLEET_ALLOC_PROFILE=<file>` it also samples every allocation (V8's sampling heap profiler
+ * through the inspector, objects collected since included: what the requests allocate, not what
+ * stays) from each `POST /reset` to the next `GET /`, and writes the profile (`.heapprofile`,
+ * readable in Chrome's DevTools) to that file.
+ *
  * It answers on a port of its own (`FLEET_STAGES_PORT`): `GET /` the figures since the last
  * `POST /reset`.
  */
+import { writeFileSync } from "node:fs"
 import http from "node:http"
+import { Session } from "node:inspector"
 import { monitorEventLoopDelay, PerformanceObserver } from "node:perf_hooks"
 import { constants } from "node:perf_hooks"
 
@@ -51,7 +58,7 @@ let pauses = new Map<string, number[]>()
 let longest: { kind: string; ms: number; at: number }[] = []
 const gcObserver = new PerformanceObserver((list) => {
   for (const e of list.getEntries()) {
-    const kind = gcKinds[(e.detail as { kind?: number } | undefined)?.kind ?? -1] ?? "other"
+    const kind = gcKinds[(e as { readonly detail?: { readonly kind?: number } }).detail?.kind ?? -1] ?? "other"
     let l = pauses.get(kind)
     if (l === undefined) pauses.set(kind, (l = []))
     l.push(e.duration)
@@ -120,6 +127,26 @@ const figures = () => {
   }
 }
 
+// ---- allocations (FLEET_ALLOC_PROFILE)
+const allocFile = process.env["FLEET_ALLOC_PROFILE"]
+const inspector = allocFile === undefined ? null : new Session()
+inspector?.connect()
+const post = (method: string, params?: object): Promise<unknown> =>
+  new Promise((resolve, reject) => inspector?.post(method, params, (err, result) => (err ? reject(err) : resolve(result))))
+let sampling = false
+const startSampling = async () => {
+  if (inspector === null) return
+  if (sampling) await post("HeapProfiler.stopSampling")
+  await post("HeapProfiler.startSampling", { samplingInterval: 32768, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true })
+  sampling = true
+}
+const stopSampling = async () => {
+  if (inspector === null || !sampling || allocFile === undefined) return
+  const { profile } = (await post("HeapProfiler.stopSampling")) as { profile: unknown }
+  sampling = false
+  writeFileSync(allocFile, JSON.stringify(profile))
+}
+
 const probeServer: http.Server = http.createServer((req, res) => {
   if (req.method === "POST") {
     loop.reset()
@@ -128,8 +155,8 @@ const probeServer: http.Server = http.createServer((req, res) => {
     pauses = new Map()
     longest = []
     memMax = { rss: 0, heapTotal: 0, heapUsed: 0, external: 0 }
-    res.end("{}")
-  } else res.end(JSON.stringify(figures()))
+    void startSampling().then(() => res.end("{}"))
+  } else void stopSampling().then(() => res.end(JSON.stringify(figures())))
 })
 probeServer.listen(Number(process.env["FLEET_STAGES_PORT"]), "127.0.0.1")
 probeServer.unref()
