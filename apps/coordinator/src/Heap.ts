@@ -6,9 +6,10 @@
  * bench (a live set of about 320–460 MiB) the heap in use climbed to 1.2 GiB and the process's
  * RSS to 1.4 GiB before a full collection brought the heap back to 440 MiB (and V8 kept the
  * pages). The coordinator's start (`main.ts`) sets the factor to 1.5×: the heap then stays within
- * half its live set above it (RSS 641 MiB at 10,000 agents, the collector's share of the CPU
- * about the same). It is not a cap: a coordinator whose live set grows (a larger fleet, a
- * `/v1/fleet` over many sessions) grows its heap with it, and never stops for want of heap.
+ * half its live set above it (RSS 632–646 MiB at 10,000 agents, at the cost of a few more full
+ * collections: 10–25 % more of the coordinator's CPU in that bench). It is not a cap: a
+ * coordinator whose live set grows (a larger fleet, a `/v1/fleet` over many sessions) grows its
+ * heap with it, and never stops for want of heap.
  *
  * An operator who wants another factor starts Node with `--heap-growing-percent=<n>` (V8's flag;
  * `0` is V8's own rule; Node refuses it in `NODE_OPTIONS`): the coordinator then leaves it alone.
