@@ -85,10 +85,9 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
         })
       const read = (hostId: string) => cache.get(hostTopic(hostId) as string, load(hostId))
       const poll: AssignmentsShape["poll"] = (hostId, { waitMs, since }) =>
-        Effect.scoped(
+        // Watching before the first read: a change made while it runs wakes the wait below.
+        notifier.withWatch([hostTopic(hostId) as string], (watch) =>
           Effect.gen(function* () {
-            // Watching before the first read: a change made while it runs wakes the wait below.
-            const watch = yield* notifier.watch([hostTopic(hostId) as string])
             let latest = yield* read(hostId)
             const wait = Math.min(waitMs, maxWaitMs)
             if (wait <= 0) return latest

@@ -13,7 +13,7 @@
  */
 import { Changes, Topic } from "@engram/store"
 import { Clock, Context, Duration, Effect, Layer } from "effect"
-import type { Scope } from "effect"
+import type { Option, Scope } from "effect"
 import { addTo, removeFrom } from "./SetsByKey.js"
 
 /**
@@ -38,6 +38,11 @@ export interface NotifierShape {
   readonly notify: (...topics: readonly (string | null | undefined)[]) => Effect.Effect<void>
   /** Opens a watch on `topics` until the scope closes. */
   readonly watch: (topics: readonly string[]) => Effect.Effect<Watch, never, Scope.Scope>
+  /**
+   * Runs `use` with a watch on `topics`, open until `use` ends: as `watch`, without a scope (what
+   * the long-polls use: closing it copies no context).
+   */
+  readonly withWatch: <A, E, R>(topics: readonly string[], use: (watch: Watch) => Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
   /** Waits once on `topics` up to `timeoutMs`; answers whether one of them changed (or notices were missed). */
   readonly wait: (topics: readonly string[], timeoutMs: number) => Effect.Effect<boolean>
   /** How many watches are open now. */
@@ -206,57 +211,69 @@ const make = Effect.gen(function* () {
     },
   })
 
-  const watch: NotifierShape["watch"] = (topics) =>
-    Effect.flatMap(Effect.serviceOption(WaitEnd), (handle) => {
-      const end = handle._tag === "Some" ? handle.value : null
-      return Effect.acquireRelease(
-        Effect.sync(() => {
-          const e: Entry = { pending: null, resume: null, slot: null }
-          all.add(e)
-          for (const t of topics) addTo(byTopic, t, e)
-          const ender = () => void answer(e, "ended")
-          end?.watches.add(ender)
-          return { e, ender }
-        }),
-        ({ e, ender }) =>
-          Effect.sync(() => {
-            all.delete(e)
-            changedLater.delete(e)
-            for (const t of topics) removeFrom(byTopic, t, e)
-            end?.watches.delete(ender)
-            e.resume = null
-            unslot(e)
+  /** Opens a watch on `topics` (ended with `end`, when given): the watch, and what closes it. */
+  const open = (topics: readonly string[], end: WaitEndHandle | null): { readonly watch: Watch; readonly close: () => void } => {
+    const e: Entry = { pending: null, resume: null, slot: null }
+    all.add(e)
+    for (const t of topics) addTo(byTopic, t, e)
+    const ender = () => void answer(e, "ended")
+    end?.watches.add(ender)
+    const close = () => {
+      all.delete(e)
+      changedLater.delete(e)
+      for (const t of topics) removeFrom(byTopic, t, e)
+      end?.watches.delete(ender)
+      e.resume = null
+      unslot(e)
+    }
+    const next: Watch["next"] = (timeoutMs, options) =>
+      Effect.suspend(() => {
+        if (end?.ended === true) return Effect.succeed<Woken>("ended")
+        const already = e.pending
+        e.pending = null
+        if (already !== null) return Effect.succeed(already)
+        if (!(timeoutMs > 0)) return Effect.succeed<Woken>("timeout")
+        return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          Effect.callback<Woken>((resume) => {
+            e.resume = (why) => resume(Effect.succeed(why))
+            enslot(e, options?.exact === true ? now + timeoutMs : Math.ceil((now + timeoutMs - earlyMs(timeoutMs)) / slotMs) * slotMs)
+            // Interrupted (the request went away): out of the wheel at once.
+            return Effect.sync(() => {
+              e.resume = null
+              unslot(e)
+            })
           }),
-      ).pipe(
-        Effect.map(({ e }): Watch => ({
-          next: (timeoutMs, options) =>
-            Effect.suspend(() => {
-              if (end?.ended === true) return Effect.succeed<Woken>("ended")
-              const already = e.pending
-              e.pending = null
-              if (already !== null) return Effect.succeed(already)
-              if (!(timeoutMs > 0)) return Effect.succeed<Woken>("timeout")
-              return Effect.flatMap(Clock.currentTimeMillis, (now) =>
-                Effect.callback<Woken>((resume) => {
-                  e.resume = (why) => resume(Effect.succeed(why))
-                  enslot(e, options?.exact === true ? now + timeoutMs : Math.ceil((now + timeoutMs - earlyMs(timeoutMs)) / slotMs) * slotMs)
-                  // Interrupted (the request went away): out of the wheel at once.
-                  return Effect.sync(() => {
-                    e.resume = null
-                    unslot(e)
-                  })
-                }),
-              )
-            }),
-        })),
-      )
-    })
+        )
+      })
+    return { watch: { next }, close }
+  }
+  const endOf = (handle: Option.Option<WaitEndHandle>): WaitEndHandle | null => (handle._tag === "Some" ? handle.value : null)
+  const watch: NotifierShape["watch"] = (topics) =>
+    Effect.flatMap(Effect.serviceOption(WaitEnd), (handle) =>
+      Effect.map(
+        Effect.acquireRelease(
+          Effect.sync(() => open(topics, endOf(handle))),
+          (w) => Effect.sync(w.close),
+        ),
+        (w) => w.watch,
+      ),
+    )
+  // Without a scope: a scope's finalizer runs in the context its resource was acquired in, which
+  // costs a copy of the request's whole context (every service) when the wait ends.
+  const withWatch: NotifierShape["withWatch"] = (topics, use) =>
+    Effect.flatMap(Effect.serviceOption(WaitEnd), (handle) =>
+      Effect.acquireUseRelease(
+        Effect.sync(() => open(topics, endOf(handle))),
+        (w) => use(w.watch),
+        (w) => Effect.sync(w.close),
+      ),
+    )
 
   return Notifier.of({
     notify: (...topics) => changes.publish(topicsOf(topics)),
     watch,
-    wait: (topics, timeoutMs) =>
-      Effect.scoped(Effect.flatMap(watch(topics), (w) => w.next(timeoutMs))).pipe(Effect.map((w) => w === "changed" || w === "missed")),
+    withWatch,
+    wait: (topics, timeoutMs) => withWatch(topics, (w) => Effect.map(w.next(timeoutMs), (why) => why === "changed" || why === "missed")),
     watching: () => all.size,
     timed: () => timed,
     passes: () => passes,

@@ -35,11 +35,10 @@ export class SessionWaiter extends Context.Service<SessionWaiter, SessionWaiterS
       const store = yield* Store
       const notifier = yield* Notifier
       const until: SessionWaiterShape["until"] = (id, state, timeoutMs) =>
-        Effect.scoped(
+        // Watching before the read: a change made while it runs wakes the wait below.
+        notifier.withWatch([sessionTopic(id) as string], (watch) =>
           Effect.gen(function* () {
             const deadline = (yield* Clock.currentTimeMillis) + timeoutMs
-            // Watching before the read: a change made while it runs wakes the wait below.
-            const watch = yield* notifier.watch([sessionTopic(id) as string])
             let s = yield* store.getSession(id)
             for (;;) {
               const verdict = judge(s, state)

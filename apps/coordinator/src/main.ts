@@ -15,6 +15,13 @@ import * as Config from "./Config.js"
 import type { CoordinatorConfig } from "./Config.js"
 import { CoordinatorInfo, layer } from "./Coordinator.js"
 import { DataDirLocked } from "./DataDirLock.js"
+import { heapGrowingFlag } from "./Heap.js"
+import { setFlagsFromString } from "node:v8"
+
+// The JS heap kept within half its live set above it (`Heap.ts`), unless Node was started with a
+// factor of the operator's own. Set before the coordinator allocates anything of its own.
+const heapFlag = heapGrowingFlag(process.execArgv)
+if (heapFlag !== null) setFlagsFromString(heapFlag)
 
 let config: CoordinatorConfig | undefined
 

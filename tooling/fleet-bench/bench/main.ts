@@ -17,7 +17,8 @@
  * (2000; 0 skips b), FLEET_WAIT_MS (bound of each wait, 20000), FLEET_SKIP (a,b), FLEET_BREAKDOWN=1
  * (PostgreSQL logs every statement; each idle window prints its transactions by kind, `breakdown.ts`),
  * FLEET_STAGES=1 (the coordinator loads `stages.ts`: its event-loop delay, each request's time by kind and each
- * grouped write's wait and statement, printed per step beside the generator's own lag), FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
+ * grouped write's wait and statement, its memory and the collector's pauses, printed per step beside the generator's own lag;
+ * with FLEET_ALLOC_PROFILE=<file> also every allocation of the idle window, as a `.heapprofile`), FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
  * another branch beside this one), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process).
  */
 import { report } from "@engram/bench"

@@ -6,16 +6,27 @@
  * - the event loop's delay (`monitorEventLoopDelay`): a starved or blocked loop answers late;
  * - each request from Node's `request` event (its head parsed) to its answer's last byte handed
  *   to the socket (`finish`), by kind (heartbeat, report, assignments, other);
+ * - the process's memory each second (`process.memoryUsage()`: RSS, the JS heap reserved and in
+ *   use, external) at its highest, and the garbage collector's pauses by kind (`PerformanceObserver`
+ *   on `gc`): how many, their total, p99 and longest, and the longest pauses with their time;
  * - each grouped write's statement (store-pg `Batcher.ts` reports its timings to the hook
  *   `Symbol.for("engram.batcher.timing")` when one is installed): the wait of its first item
  *   until the statement began (its gathering window plus any wait for the slot), the statement's
  *   time, its items.
  *
+ * With `FLEET_ALLOC_PROFILE=<file>` it also samples every allocation (V8's sampling heap profiler
+ * through the inspector, objects collected since included: what the requests allocate, not what
+ * stays) from each `POST /reset` to the next `GET /`, and writes the profile (`.heapprofile`,
+ * readable in Chrome's DevTools) to that file.
+ *
  * It answers on a port of its own (`FLEET_STAGES_PORT`): `GET /` the figures since the last
  * `POST /reset`.
  */
+import { writeFileSync } from "node:fs"
 import http from "node:http"
-import { monitorEventLoopDelay } from "node:perf_hooks"
+import { Session } from "node:inspector"
+import { monitorEventLoopDelay, PerformanceObserver } from "node:perf_hooks"
+import { constants } from "node:perf_hooks"
 
 /** As store-pg's `Batcher.StatementTiming` (this file is loaded before the coordinator's modules, so it imports none of them). */
 interface Timing {
@@ -35,6 +46,36 @@ const loop = monitorEventLoopDelay({ resolution: 10 })
 loop.enable()
 let requests = new Map<string, number[]>()
 let statements: Timing[] = []
+
+// ---- memory and the collector's pauses
+const gcKinds: Record<number, string> = {
+  [constants.NODE_PERFORMANCE_GC_MINOR]: "minor",
+  [constants.NODE_PERFORMANCE_GC_MAJOR]: "major",
+  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: "incremental",
+  [constants.NODE_PERFORMANCE_GC_WEAKCB]: "weakcb",
+}
+let pauses = new Map<string, number[]>()
+let longest: { kind: string; ms: number; at: number }[] = []
+const gcObserver = new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) {
+    const kind = gcKinds[(e as { readonly detail?: { readonly kind?: number } }).detail?.kind ?? -1] ?? "other"
+    let l = pauses.get(kind)
+    if (l === undefined) pauses.set(kind, (l = []))
+    l.push(e.duration)
+    longest.push({ kind, ms: Math.round(e.duration * 10) / 10, at: Math.round(e.startTime) })
+    if (longest.length > 64) longest = longest.sort((a, b) => b.ms - a.ms).slice(0, 8)
+  }
+})
+gcObserver.observe({ entryTypes: ["gc"] })
+const mib = (n: number) => Math.round(n / 1024 / 1024)
+let memMax = { rss: 0, heapTotal: 0, heapUsed: 0, external: 0 }
+let memLast = memMax
+const sampleMemory = () => {
+  const m = process.memoryUsage()
+  memLast = { rss: mib(m.rss), heapTotal: mib(m.heapTotal), heapUsed: mib(m.heapUsed), external: mib(m.external) }
+  memMax = { rss: Math.max(memMax.rss, memLast.rss), heapTotal: Math.max(memMax.heapTotal, memLast.heapTotal), heapUsed: Math.max(memMax.heapUsed, memLast.heapUsed), external: Math.max(memMax.external, memLast.external) }
+}
+setInterval(sampleMemory, 1000).unref()
 
 const kindOf = (method: string | undefined, url: string | undefined): string => {
   const path = url ?? ""
@@ -72,6 +113,9 @@ const figures = () => {
     list.push(t)
   }
   return {
+    memoryMib: { max: memMax, now: memLast },
+    gcPausesMs: Object.fromEntries([...pauses].map(([k, v]) => [k, { ...summary(v), totalMs: Math.round(v.reduce((a, b) => a + b, 0)) }])),
+    gcLongestMs: [...longest].sort((a, b) => b.ms - a.ms).slice(0, 8),
     loopDelayMs: { p50: loop.percentile(50) / 1e6, p99: loop.percentile(99) / 1e6, max: loop.max / 1e6 },
     requestsMs: Object.fromEntries([...requests].map(([k, v]) => [k, summary(v)])),
     statements: Object.fromEntries(
@@ -83,13 +127,36 @@ const figures = () => {
   }
 }
 
+// ---- allocations (FLEET_ALLOC_PROFILE)
+const allocFile = process.env["FLEET_ALLOC_PROFILE"]
+const inspector = allocFile === undefined ? null : new Session()
+inspector?.connect()
+const post = (method: string, params?: object): Promise<unknown> =>
+  new Promise((resolve, reject) => inspector?.post(method, params, (err, result) => (err ? reject(err) : resolve(result))))
+let sampling = false
+const startSampling = async () => {
+  if (inspector === null) return
+  if (sampling) await post("HeapProfiler.stopSampling")
+  await post("HeapProfiler.startSampling", { samplingInterval: 32768, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true })
+  sampling = true
+}
+const stopSampling = async () => {
+  if (inspector === null || !sampling || allocFile === undefined) return
+  const { profile } = (await post("HeapProfiler.stopSampling")) as { profile: unknown }
+  sampling = false
+  writeFileSync(allocFile, JSON.stringify(profile))
+}
+
 const probeServer: http.Server = http.createServer((req, res) => {
   if (req.method === "POST") {
     loop.reset()
     requests = new Map()
     statements = []
-    res.end("{}")
-  } else res.end(JSON.stringify(figures()))
+    pauses = new Map()
+    longest = []
+    memMax = { rss: 0, heapTotal: 0, heapUsed: 0, external: 0 }
+    void startSampling().then(() => res.end("{}"))
+  } else void stopSampling().then(() => res.end(JSON.stringify(figures())))
 })
 probeServer.listen(Number(process.env["FLEET_STAGES_PORT"]), "127.0.0.1")
 probeServer.unref()
