@@ -91,6 +91,45 @@ describe("the retention statements", () => {
     }
   }, 600_000)
 
+  it("read a bounded chunk of sessions when the moves run behind (ended sessions moved twice or more), pass after pass", async () => {
+    const db = await freshDatabase()
+    const sql = postgres(db.url, { max: 1, onnotice: () => undefined })
+    try {
+      await migrate(db.url)
+      const history = 20_000
+      const limit = 500
+      // 20,000 ended sessions (ended at 10, 20, … 200,000), each moved twice before its end (its
+      // moves ended at 10n - 2 and 10n - 1): twice as many ended moves as sessions, all before the
+      // cutoff, so a chunk of 500 moves frees only 250 sessions and the moves never catch up.
+      await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, created_at, updated_at)
+        select 'e' || n, 'ended', 1, 1, '{}', 0, 10 * n from generate_series(1, ${history}) n`
+      await sql`insert into moves (id, session_id, source_host_id, target_host_id, reservation_id, max_downtime_ms, state, created_at, ended_at)
+        select 'm' || n || '-' || k, 'e' || n, 'h1', 'h2', 'x', 600, 'committed', 10 * n - 3 + k, 10 * n - 3 + k
+        from generate_series(1, ${history}) n, generate_series(1, 2) k`
+      await sql`analyze`
+      const cut = 10 * history + 1
+      for (let pass = 1; pass <= 3; pass++) {
+        const moves = await explainAnalyze(sql, pruneMovesSql(cut, limit))
+        // Its chunk by `moves_ended_idx`, then deleted by the primary key (here a bitmap scan: the index entries and the rows).
+        expect(seqRowsRead(moves, "moves"), `pass ${pass}: the moves' statement scanned moves`).toBe(0)
+        expect(rowsRead(moves, "moves"), `pass ${pass}: the moves' statement read moves`).toBeLessThan(4 * limit)
+        const sessions = await explainAnalyze(sql, pruneSessionsSql(cut, limit))
+        // The sessions whose moves went, not the 19,000-odd behind them that still have moves (nor a probe of each).
+        expect(seqRowsRead(sessions, "sessions"), `pass ${pass}: the sessions' statement scanned sessions`).toBe(0)
+        expect(seqRowsRead(sessions, "moves"), `pass ${pass}: the sessions' statement scanned moves`).toBe(0)
+        expect(rowsRead(sessions, "sessions"), `pass ${pass}: the sessions' statement read sessions`).toBeLessThan(3 * limit)
+        expect(rowsRead(sessions, "moves"), `pass ${pass}: the sessions' statement read moves`).toBeLessThan(3 * limit)
+      }
+      // Three passes: 1,500 moves went, and the 750 sessions whose moves all went, the oldest.
+      const [left] = await sql`select (select count(*)::int from sessions) as sessions, (select min(updated_at)::int from sessions) as "oldestSession",
+        (select count(*)::int from moves) as moves`
+      expect(left).toStrictEqual({ sessions: history - 750, oldestSession: 10 * 751, moves: 2 * history - 1500 })
+    } finally {
+      await sql.end()
+      await db.drop()
+    }
+  }, 600_000)
+
   it("skip the rows another transaction holds (a commit writing its pair, a session's writer): the next call takes them", async () => {
     const db = await freshDatabase()
     const sql = postgres(db.url, { max: 1, onnotice: () => undefined })
