@@ -144,7 +144,8 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
           { moveId: e.move.id, sessionId: e.move.sessionId, from: e.move.sourceHostId, to: e.move.targetHostId },
         ).pipe(Effect.andThen(notifier.notify(hostTopic(e.move.sourceHostId), hostTopic(e.move.targetHostId), moveTopic(e.move.id), sessionTopic(e.move.sessionId))))
       case "MovesFailed":
-        return Effect.logWarning("reaper: moves for starving sessions skipped this pass, store read failed", { reason: e.reason })
+        // The pending moves are read every pass (their timeouts run with make-room moves off too).
+        return Effect.logWarning("reaper: moves step skipped this pass (pending-move timeouts, moves for starving sessions), store read failed", { reason: e.reason })
       case "MoveEnded":
         // A loop of doomed moves shows as begun and aborted rising together.
         metrics.makeRoomMoves.inc({ result: e.move.state === "committed" ? "committed" : "aborted" })

@@ -18,14 +18,16 @@
  *
  * With `retention` set, a last step: one bounded chunk of the history that ended more than
  * `retentionMs` ago is deleted (`Store.pruneHistory`, the cutoff from the Clock), so the store's
- * tables stop growing with the fleet's age; a backlog goes a chunk a pass.
+ * tables stop growing with the fleet's age; a backlog goes a chunk a pass. After a chunk that
+ * deleted nothing the step waits `idleIntervalMs` (by the Clock) before it prunes again, so an
+ * idle fleet runs no write transaction a pass for it.
  *
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
  */
 import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
-import { Store } from "@engram/store"
+import { pruneKinds, Store } from "@engram/store"
 import type { FleetRead, Move, PruneResult, Session, StoreError, StoreShape } from "@engram/store"
 import { Clock, Effect } from "effect"
 import { ReaperEvents } from "./ReaperEvents.js"
@@ -61,7 +63,16 @@ export interface RetentionOptions {
   readonly retentionMs: number
   /** At most this many rows of each kind a pass (`PruneRequest.limit`). */
   readonly limit: number
+  /**
+   * After a prune that deleted nothing, the passes skip the step until this long (ms) has passed
+   * on the Clock; a prune that deleted anything is followed by one the next pass. Default
+   * `idleRetentionIntervalMs`; 0: every pass.
+   */
+  readonly idleIntervalMs?: number | undefined
 }
+
+/** How long the retention step waits after a prune that deleted nothing (ms): a minute. */
+export const idleRetentionIntervalMs = 60_000
 
 /** How a pass moves running sessions to make room for starving ones. */
 export interface MoveOptions {
@@ -136,7 +147,10 @@ export type PassReport =
       readonly holds: readonly ParkGate.Hold[]
       /** Moves begun to make room for starving sessions (`Options.moves`). */
       readonly moves: readonly MoveBegun[]
-      /** What the retention deleted this pass (`Options.retention`); null: no retention, or its call failed. */
+      /**
+       * What the retention deleted this pass (`Options.retention`); null: no retention, its call
+       * failed, or the step waited (`RetentionOptions.idleIntervalMs` after a prune that deleted nothing).
+       */
       readonly pruned: PruneResult | null
     }
 
@@ -487,7 +501,15 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     let pruned: PruneResult | null = null
     if (options.retention !== undefined) {
       if (!leading()) return yield* held("prune")
-      pruned = yield* prune(store, options.retention, tell)
+      const now = yield* Clock.currentTimeMillis
+      if (now >= state.pruneAfter) {
+        const done = yield* prune(store, options.retention, tell)
+        pruned = done
+        // Nothing was due: wait before the next write transaction. Anything deleted (a backlog) or a
+        // failed call: the next pass prunes again.
+        const idle = done !== null && pruneKinds.every((kind) => done[kind] === 0)
+        state.pruneAfter = idle ? now + (options.retention.idleIntervalMs ?? idleRetentionIntervalMs) : 0
+      }
     }
     return {
       _tag: "Done",

@@ -40,7 +40,12 @@ export type Event =
   | { readonly _tag: "MoveTimedOut"; readonly move: Move; readonly own: boolean }
   /** A move this replica's passes began left pending (committed, or aborted by its agents); a timeout is `MoveTimedOut`. */
   | { readonly _tag: "MoveEnded"; readonly move: Move }
-  /** The moves step could not read what it plans on (the fleet, the open or aborted moves, a held host's sessions or pair allowances): no move this pass. */
+  /**
+   * The moves step could not read what it needs (the pending moves, read every pass for their
+   * timeouts; when a session starves, the aborted moves, the fleet, a held host's sessions or pair
+   * allowances): the rest of the step is skipped this pass (no timeout enforced after a failed
+   * read of the pending moves, no move begun).
+   */
   | { readonly _tag: "MovesFailed"; readonly reason: string }
   /**
    * A planned move the store refused (its session or target changed first) or could not begin

@@ -69,6 +69,8 @@ export interface ReaperState {
   aborted: MakeRoom.Aborted[]
   /** Whether `aborted` holds the store's (read once per leadership) as well as this replica's. */
   abortedRead: boolean
+  /** The retention step waits until this time (Clock ms) after a prune that deleted nothing; 0: no wait. */
+  pruneAfter: number
   readonly meter: DemandMeter
 }
 
@@ -78,13 +80,16 @@ export const make = (meter: MeterOptions = defaultMeterOptions): ReaperState => 
   moves: new Set(),
   aborted: [],
   abortedRead: false,
+  pruneAfter: 0,
   meter: new DemandMeter(meter),
 })
 
 /**
  * This replica leads again: moves may have ended aborted under another leader meanwhile, so the
- * next moves step reads them from the store before it plans.
+ * next moves step reads them from the store before it plans; and the next retention step runs
+ * at once (this replica's wait was from its last leadership).
  */
 export const relead = (state: ReaperState): void => {
   state.abortedRead = false
+  state.pruneAfter = 0
 }

@@ -449,7 +449,8 @@ describe("Reaper.pass retention", () => {
       // Within the retention: nothing goes.
       yield* TestClock.adjust(hour)
       assert.deepStrictEqual(prunedOf(yield* Reaper.pass({ state, retention })), { sessions: 0, events: 0, moves: 0, pairs: 0 })
-      yield* TestClock.adjust(1)
+      // (Past the wait that follows a prune that deleted nothing.)
+      yield* TestClock.adjust(Reaper.idleRetentionIntervalMs)
       // A chunk of 2 a pass (each ended session's history: created, placed, ended).
       assert.deepStrictEqual(prunedOf(yield* Reaper.pass({ state, retention })), { sessions: 2, events: 6, moves: 0, pairs: 0 })
       assert.deepStrictEqual(yield* sessionsNow, ["live", "s3"])
@@ -464,6 +465,38 @@ describe("Reaper.pass retention", () => {
       yield* TestClock.adjust(2 * hour)
       assert.strictEqual(prunedOf(yield* Reaper.pass({ state })), null)
       assert.deepStrictEqual(yield* sessionsNow, ["live"])
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
+  it.effect("after a prune that deleted nothing the step waits a minute on the Clock; after one that deleted anything, the next pass prunes", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      yield* history
+      const state = ReaperState.make()
+      const told = () => rec.events.flatMap((e) => (e._tag === "Pruned" ? [e.result.sessions] : []))
+      yield* TestClock.adjust(hour)
+      assert.strictEqual(prunedOf(yield* Reaper.pass({ state, retention }))?.sessions, 0)
+      // s1…s3 are due from here, but the step waits out the minute: no store call, nothing told.
+      yield* TestClock.adjust(1)
+      assert.strictEqual(prunedOf(yield* Reaper.pass({ state, retention })), null)
+      yield* TestClock.adjust(Reaper.idleRetentionIntervalMs - 2)
+      assert.strictEqual(prunedOf(yield* Reaper.pass({ state, retention })), null)
+      assert.deepStrictEqual(yield* sessionsNow, ["live", "s1", "s2", "s3"])
+      assert.deepStrictEqual(told(), [0])
+      yield* TestClock.adjust(1)
+      // A minute after the empty prune: a chunk, then at once the rest, then nothing and a wait again.
+      assert.strictEqual(prunedOf(yield* Reaper.pass({ state, retention }))?.sessions, 2)
+      assert.strictEqual(prunedOf(yield* Reaper.pass({ state, retention }))?.sessions, 1)
+      assert.strictEqual(prunedOf(yield* Reaper.pass({ state, retention }))?.sessions, 0)
+      assert.strictEqual(prunedOf(yield* Reaper.pass({ state, retention })), null)
+      assert.deepStrictEqual(told(), [0, 2, 1, 0])
+      assert.deepStrictEqual(yield* sessionsNow, ["live"])
+      // Leading again: the step runs at once. With a wait of 0: every pass.
+      ReaperState.relead(state)
+      const everyPass = { ...retention, idleIntervalMs: 0 }
+      assert.strictEqual(prunedOf(yield* Reaper.pass({ state, retention: everyPass }))?.sessions, 0)
+      assert.strictEqual(prunedOf(yield* Reaper.pass({ state, retention: everyPass }))?.sessions, 0)
+      assert.deepStrictEqual(told(), [0, 2, 1, 0, 0, 0])
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
   })
 

@@ -1,7 +1,10 @@
 /**
  * The row locks of the store's transactions, and the locking host choice: core ranks, SQL
  * locks the best host no other transaction holds, core re-checks it under the lock. The one
- * lock order: sessions, then moves, then reservations, then hosts (several hosts in id order).
+ * lock order: sessions, then moves, then reservations, then hosts (several hosts in id order),
+ * then host pairs (a commit takes its pair last, `Moves.ts`). A prune (`Prune.ts`) locks moves,
+ * then sessions, then pairs, against that order: safe only because each of its locks is
+ * `skip locked` and never waits.
  */
 import { Placement, QueueWalk } from "@engram/core"
 import type { Candidate, Limits } from "@engram/core"

@@ -77,13 +77,15 @@ const keepCommit = (tx: Tx, m: Move.Record, t: number) =>
       yield* tx.use((exec) => exec.update(moves).set({ guard }).where(eq(moves.id, m.id)))
     }
     const pair = and(eq(movePairs.sourceHostId, m.sourceHostId), eq(movePairs.targetHostId, m.targetHostId))
-    // An upsert that locks the pair's row (a no-op update when it exists): a prune of the pair
-    // (`pruneHistory`, which skips locked rows) cannot delete it between this and the read.
+    // An upsert that locks the pair's row: a prune of the pair (`pruneHistory`, which skips
+    // locked rows) cannot delete it between this and the read. `where false` updates nothing
+    // (no new row version a commit) but the conflicting row is locked all the same (PostgreSQL's
+    // INSERT: "all rows will be locked when the ON CONFLICT DO UPDATE action is taken").
     yield* tx.use((exec) =>
       exec
         .insert(movePairs)
         .values({ sourceHostId: m.sourceHostId, targetHostId: m.targetHostId, commitsMs: [], recordedAtMs: [], updatedAt: t })
-        .onConflictDoUpdate({ target: [movePairs.sourceHostId, movePairs.targetHostId], set: { updatedAt: sql`${movePairs.updatedAt}` } }),
+        .onConflictDoUpdate({ target: [movePairs.sourceHostId, movePairs.targetHostId], set: { updatedAt: sql`${movePairs.updatedAt}` }, setWhere: sql`false` }),
     )
     const [row] = yield* tx.use((exec) =>
       exec.select({ commitsMs: movePairs.commitsMs, recordedAtMs: movePairs.recordedAtMs, updatedAt: movePairs.updatedAt }).from(movePairs).where(pair).for("update"),

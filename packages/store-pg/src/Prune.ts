@@ -4,8 +4,9 @@
  * index on the end time (migration 0013), never by reading the live rows:
  * - moves committed or aborted before the cutoff (`moves_ended_idx`), first, so a session whose
  *   moves go in this call may go too;
- * - sessions `ended` before the cutoff with no move left (`sessions_ended_idx`; the moves by
- *   `moves_session_idx`), with their events (by the primary key of `session_events`);
+ * - sessions `ended` before the cutoff and before the oldest ended move still kept, with no move
+ *   left (`sessions_ended_idx`; the moves by `moves_ended_idx` and `moves_session_idx`), with
+ *   their events (by the primary key of `session_events`);
  * - host pairs whose last commit was recorded before it (`move_pairs_updated_at_idx`).
  * Rows another transaction holds are skipped (`skip locked`), not waited on: the next call takes
  * them. Under a lease the statements run behind the leader's fence (`Fence.ts`).
@@ -34,11 +35,22 @@ export const pruneMovesSql = (cut: number, limit: number): SQL => sql`with gone 
 /**
  * The ended sessions' statement: at most `limit` ended before `cut` with no move left, oldest
  * first, and their events. An ended session never changes again: its `updated_at` is its end.
+ * A session's moves end no later than it does (ending a session aborts its pending move), so
+ * only the sessions that ended before the oldest ended move still kept can have none left: the
+ * walk stops there (one probe of `moves_ended_idx`), not at the cutoff. Without that bound, when
+ * the moves' chunks run behind (sessions moved twice or more), every call walked every ended
+ * session whose moves were still kept and probed `moves` for each. The `not exists` stays: a
+ * session ended on a replica whose clock is behind the one that ended its move may end before it.
+ * `least` ignores a null: with no ended move kept the bound is the cutoff. The `offset 0` keeps
+ * the `not exists` a probe of `moves_session_idx` per session walked: the planner cannot estimate
+ * the bound (it is known only when the statement runs), and without it it hashed all of `moves`.
  */
 export const pruneSessionsSql = (cut: number, limit: number): SQL => sql`with doomed as (
     select array(
       select s.id from sessions s
-      where s.state = 'ended' and s.updated_at < ${cut} and not exists (select 1 from moves m where m.session_id = s.id)
+      where s.state = 'ended'
+        and s.updated_at < least(${cut}, (select min(m.ended_at) from moves m where m.state <> 'pending'))
+        and not exists (select 1 from moves m where m.session_id = s.id offset 0)
       order by s.updated_at limit ${limit} for update of s skip locked) as ids),
   events as (delete from session_events where session_id = any((select ids from doomed)::text[]) returning 1),
   gone as (delete from sessions where id = any((select ids from doomed)::text[]) returning 1)

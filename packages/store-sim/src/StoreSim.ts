@@ -1086,8 +1086,9 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   /**
    * The history that ended before `cut`, at most `limit` of each kind, oldest first (as
    * store-pg's indexes walk it): the ended moves first, so a session whose moves went in this
-   * call may go too; then the ended sessions with no move left, with their events; then the
-   * host pairs with no commit since. A scan of the maps: the simulator never prunes in a run.
+   * call may go too; then the ended sessions with no move left that ended before every ended
+   * move still kept, with their events; then the host pairs with no commit since. A scan of the
+   * maps: the simulator never prunes in a run.
    */
   function prune(cut: number, limit: number) {
     const oldest = <A>(xs: A[], at: (x: A) => number, id: (x: A) => string): A[] =>
@@ -1095,7 +1096,10 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     const endedMoves = oldest([...moves.values()].filter((m) => m.state !== "pending" && m.endedAt !== null && m.endedAt < cut), (m) => m.endedAt as number, (m) => m.id)
     for (const m of endedMoves) moves.delete(m.id)
     const withMoves = new Set([...moves.values()].map((m) => m.sessionId))
-    const endedSessions = oldest([...sessions.values()].filter((x) => x.state === "ended" && x.updatedAt < cut && !withMoves.has(x.id)), (x) => x.updatedAt, (x) => x.id)
+    // Only the sessions that ended before every ended move still kept (store-pg's bound on its walk).
+    let before = cut
+    for (const m of moves.values()) if (m.state !== "pending" && m.endedAt !== null && m.endedAt < before) before = m.endedAt
+    const endedSessions = oldest([...sessions.values()].filter((x) => x.state === "ended" && x.updatedAt < before && !withMoves.has(x.id)), (x) => x.updatedAt, (x) => x.id)
     let events = 0
     for (const x of endedSessions) {
       sessions.delete(x.id)

@@ -281,7 +281,10 @@ export interface StoreShape {
    * Deletes history that ended before `endedBefore`, at most `limit` rows of each kind, oldest
    * first, each call one short atomic change (a backlog goes in bounded chunks: call again while
    * a kind comes back full). Sessions in state `ended` whose end (`updatedAt`) is before the
-   * cutoff and which have no move left, with their events; moves committed or aborted before it;
+   * cutoff and which have no move left, with their events, oldest first across kinds: a session
+   * goes only once every ended move that ended no later than it has gone (a session's moves end no
+   * later than it does; this bounds a store's walk when moves outnumber sessions), so while moves
+   * come back full, sessions may come back short; moves committed or aborted before the cutoff;
    * host pairs whose last commit was recorded before it. Never anything live: a session in any
    * other state (queued, running, parked, descended, lost…), a pending move, a reservation (the
    * ledger holds only live ones: a released or reclaimed reservation is deleted as it goes), a

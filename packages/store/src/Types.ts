@@ -206,7 +206,7 @@ export interface PruneRequest {
 
 /** What one `pruneHistory` call deleted, per kind. */
 export interface PruneResult {
-  /** Ended sessions (state `ended`, ended before the cutoff, no move of theirs left). */
+  /** Ended sessions (state `ended`, ended before the cutoff and before every ended move still kept, no move of theirs left). */
   readonly sessions: number
   /** The history of those sessions (`sessionEvents`): a session's events go with it, not counted against `limit`. */
   readonly events: number

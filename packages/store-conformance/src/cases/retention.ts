@@ -167,6 +167,37 @@ export const retention: Group = {
       }),
     ),
     kase(
+      "a session goes only after every ended move that ended before it, its own or another's: while moves come back full, sessions wait",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* addHost("h2", 8192)
+        const first = yield* running("moved")
+        const back = first.hostId === "h1" ? "h1" : "h2"
+        const away = back === "h1" ? "h2" : "h1"
+        yield* placed("still", budget)
+        // "moved" moves at 100 and 200 and ends at 400; "still" never moves and ends at 300.
+        yield* TestClock.setTime(100)
+        yield* committedMove("moved", away)
+        yield* TestClock.setTime(200)
+        yield* committedMove("moved", back)
+        yield* TestClock.setTime(300)
+        yield* s.endSession("still")
+        yield* TestClock.setTime(400)
+        yield* s.endSession("moved")
+        yield* TestClock.setTime(1000)
+        const ended = () => Effect.map(s.listSessions(), (xs) => xs.map((x) => x.id).sort())
+        // The move of 100 goes; the one of 200 is kept, so "still" (ended at 300, no move) waits for it.
+        expect(yield* s.pruneHistory({ endedBefore: 1000, limit: 1 })).toMatchObject({ sessions: 0, events: 0, moves: 1 })
+        expect(yield* ended()).toStrictEqual(["moved", "still"])
+        // The move of 200 goes: both sessions may go now, the oldest first.
+        expect(yield* s.pruneHistory({ endedBefore: 1000, limit: 1 })).toMatchObject({ sessions: 1, moves: 1 })
+        expect(yield* ended()).toStrictEqual(["moved"])
+        expect(yield* s.pruneHistory({ endedBefore: 1000, limit: 1 })).toMatchObject({ sessions: 1, moves: 0 })
+        expect(yield* ended()).toStrictEqual([])
+      }),
+    ),
+    kase(
       "a host pair with a commit at or after the cutoff survives, and the allowance's commits within the horizon are unchanged",
       Effect.gen(function* () {
         const s = yield* store
