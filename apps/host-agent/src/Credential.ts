@@ -47,7 +47,7 @@ export const guard = (coordinator: CoordinatorShape, hostId: string, url: string
       return reason === null ? Effect.void : Deferred.succeed(refused, reason)
     })
   return {
-    report: (r) => watch(coordinator.report(r)),
+    report: (r, activeSessions) => watch(coordinator.report(r, activeSessions)),
     heartbeat: watch(coordinator.heartbeat),
     assignments: (o) => watch(coordinator.assignments(o)),
     started: (id) => watch(coordinator.started(id)),

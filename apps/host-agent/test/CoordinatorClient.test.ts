@@ -8,10 +8,11 @@ import type { AddressInfo } from "node:net"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Store, type StoreShape, Unavailable } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
-import { Effect, Layer, Redacted } from "effect"
+import { Deferred, Effect, Layer, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeHttp, retryAfterHeaderMs, type CoordinatorShape } from "../src/Coordinator.js"
+import * as Credential from "../src/Credential.js"
 
 const adminToken = "client-admin-token-0123456789"
 let coordinator: RunningCoordinator
@@ -90,6 +91,20 @@ describe("the agent's HTTP client (HttpApiClient over @engram/api)", () => {
     // Another host's resources: 403, as a CoordinatorError the agent retries later.
     const foreign = await run(a.descended("sb"))
     expect(foreign._tag === "Failure" && foreign.failure).toMatchObject({ _tag: "CoordinatorError", status: 403 })
+  })
+})
+
+describe("the client as the agent's main runs it, watched for a refused token (Credential.guard)", () => {
+  it("a report through the guard carries the active sessions: the coordinator records the guest's activity", async () => {
+    const g = Credential.guard(a, "a", coordinator.url, Effect.runSync(Deferred.make<string>()))
+    expect((await run(g.report({ totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })))._tag).toBe("Success")
+    expect((await admin("POST", "/v1/sessions", { id: "busy", memMib: 64, vcpus: 1, affinity: ["a"] })).body).toMatchObject({ hostId: "a" })
+    expect((await run(g.started("busy")))._tag).toBe("Success")
+    const before = (await admin("GET", "/v1/sessions/busy")).body["lastActiveAt"] as number
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    expect((await run(g.report({ totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 }, ["busy"])))._tag).toBe("Success")
+    const after = (await admin("GET", "/v1/sessions/busy")).body["lastActiveAt"] as number
+    expect(after, "the coordinator recorded no activity for the session the report named").toBeGreaterThan(before)
   })
 })
 
