@@ -118,8 +118,10 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       yield* TestClock.adjust("2 minutes")
       const s = yield* f.coordinator.get
       // Stale window 2 min → a heartbeat at 0 s, then never more than 40 s after the last (the
-      // second at a random point of the first 40 s, each next one 36-40 s later): 4 or more.
+      // second at a random point of the first 40 s, each next one 36-40 s later): 4 or more
+      // (0, 40, 80, 120 at the latest), and at most 5 (0, 0, 36, 72, 108 at the earliest; 144 is past 2 min).
       assert.isAtLeast(s.heartbeats.get("a") ?? 0, 4)
+      assert.isAtMost(s.heartbeats.get("a") ?? 0, 5)
       assert.deepStrictEqual(s.reports.get("a"), { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8, templates: [] })
     }))
 
