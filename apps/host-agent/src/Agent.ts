@@ -117,10 +117,22 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * The pass's state, plain variables (one thread): `wanted`, a failure since the pass last
      * began a read asks for another round; `running`, a pass runs and will look at `wanted`
      * before it ends (it stops looking in the same step that clears this); `rounds`, the rounds
-     * of this pass so far (its pauses back off, the next pass starts again from the first);
-     * `retryAfterMs`, the longest wait the coordinator asked for in a failure since the last pause began.
+     * since an action last succeeded (the pauses back off; an action that succeeds starts them
+     * again from the first, and so does a failure that comes more than the back-off's cap after
+     * the last pass ended); `endedAt`, when the last pass ended (the clock's ms); `retryAfterMs`,
+     * the longest wait the coordinator asked for in a failure since the last pause began.
+     *
+     * The rounds are not reset when a pass ends: a pass ends as soon as its reconcile has forked
+     * the actions, before a failing one answers (an HTTP round trip later), so each failure of an
+     * action that keeps failing starts a new pass, and a reset there would never back off.
      */
-    const retry: { wanted: boolean; running: boolean; rounds: number; retryAfterMs: number | undefined } = { wanted: false, running: false, rounds: 0, retryAfterMs: undefined }
+    const retry: { wanted: boolean; running: boolean; rounds: number; endedAt: number; retryAfterMs: number | undefined } = {
+      wanted: false,
+      running: false,
+      rounds: 0,
+      endedAt: Number.NEGATIVE_INFINITY,
+      retryAfterMs: undefined,
+    }
     const backoff = Pacing.backoffOf(config.retryDelayMs)
     const outcomes = yield* Ref.make<readonly ({ readonly moveId: string } & MoveOutcome)[]>([])
     const lastReport = yield* Ref.make<HostReport | null>(null)
@@ -341,14 +353,14 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     /**
      * The retry pass: rounds of pause, fresh read, reconcile, while a failure asked for one. Its
-     * pauses back off (a failure in every round is an outage, or a peer away); a read that fails
-     * is tried again, backing off too; a pass that ends (a round without failure) resets both.
+     * pauses back off (an action failing again and again is an outage, or a peer away) until an
+     * action succeeds (`retry.rounds`); a read that fails is tried again, backing off too, its
+     * count started again by each pause.
      */
     const retryRounds = Effect.whileLoop({
       while: () => {
         if (retry.wanted) return true
         retry.running = false
-        retry.rounds = 0
         return false
       },
       body: () =>
@@ -365,16 +377,18 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           Effect.catchDefect((defect) => Effect.logError("retry pass failed; retried on the next round", { hostId: me, error: String(defect) })),
         ),
       step: () => undefined,
-    })
+    }).pipe(Effect.andThen(Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.sync(() => (retry.endedAt = t)))))
     /** Asks for a retry round (after `retryAfterMs` at least, when the coordinator asked); starts the pass unless one runs that will still look. */
-    const wantRetry = (retryAfterMs: number | undefined) => Effect.suspend(() => {
+    const wantRetry = (retryAfterMs: number | undefined) => Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.suspend(() => {
       retry.wanted = true
       if (retryAfterMs !== undefined) retry.retryAfterMs = Math.max(retry.retryAfterMs ?? 0, retryAfterMs)
       if (retry.running) return Effect.void
       retry.running = true
+      // A failure long after the last pass ended is a new trouble: its pauses start from the first.
+      if (t - retry.endedAt > backoff.capMs) retry.rounds = 0
       // Not onlyIfMissing: a pass that stopped looking but has not ended yet is replaced.
       return Effect.asVoid(FiberHandle.run(retryPass)(retryRounds))
-    })
+    }))
 
     const reconcile = (a: Assignments): Effect.Effect<void> =>
       Effect.gen(function* () {
@@ -386,6 +400,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           if (action === null) continue
           yield* FiberMap.run(inflight, s.id, { onlyIfMissing: true })(
             (action as Effect.Effect<unknown, { readonly _tag: string; readonly message?: string }>).pipe(
+              // An action that succeeds starts the retry pass's back-off again.
+              Effect.tap(() => Effect.sync(() => (retry.rounds = 0))),
               Effect.catch((e) =>
                 Effect.gen(function* () {
                   yield* Effect.logWarning("action failed; retried on a later pass", { hostId: me, sessionId: s.id, state: s.state, error: e.message ?? e._tag })
@@ -487,22 +503,34 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       Effect.catch((e) => Effect.logWarning("heartbeat failed", { hostId: me, error: e.message }).pipe(Effect.as(Pacing.retryAfterOf(e)))),
     )
 
-    /**
-     * Calls `call` every `intervalMs`: the first time at a random point within one interval,
-     * then each interval shortened by up to a tenth, drawn (`Pacing`), so agents started at one
-     * instant (a fleet rebooted at once) spread out and stay spread. Never later than the
-     * interval unless the coordinator asked for longer. `asked`: what the call just before asked.
-     */
-    const every = (intervalMs: number, call: Effect.Effect<number | undefined>, asked: number | undefined) =>
+    /** `call`, and how long it took (ms, the clock's). */
+    const timed = (call: Effect.Effect<number | undefined>) =>
       Effect.gen(function* () {
-        let delayMs = yield* Pacing.firstTickMs(intervalMs, asked)
+        const t0 = yield* Clock.currentTimeMillis
+        const asked = yield* call
+        return { asked, tookMs: (yield* Clock.currentTimeMillis) - t0 }
+      })
+    /**
+     * Calls `call` every `intervalMs`, measured from one send to the next (a call that hangs until
+     * its timeout does not stretch the gap): the first time at a random point within one interval
+     * of the send just before, then each interval shortened by up to a tenth, drawn (`Pacing`), so
+     * agents started at one instant (a fleet rebooted at once) spread out and stay spread. Never
+     * later than the interval for a heartbeat (`adviceCapMs` undefined), whatever the coordinator
+     * asked; a report waits what it asked up to `adviceCapMs`, plus up to half. `first`: the call
+     * just before.
+     */
+    const every = (intervalMs: number, call: Effect.Effect<number | undefined>, first: { readonly asked: number | undefined; readonly tookMs: number }, adviceCapMs?: number) =>
+      Effect.gen(function* () {
+        let last = first
+        let delayMs = yield* Pacing.firstTickMs(intervalMs, last.asked, adviceCapMs)
         while (true) {
-          yield* Effect.sleep(delayMs)
-          delayMs = yield* Pacing.nextTickMs(intervalMs, yield* call)
+          yield* Effect.sleep(Math.max(0, delayMs - last.tookMs))
+          last = yield* timed(call)
+          delayMs = yield* Pacing.nextTickMs(intervalMs, last.asked, adviceCapMs)
         }
       })
     // A heartbeat at once on start (a restarted agent renews its reservations at once), then every interval.
-    const heartbeatLoop = Effect.flatMap(heartbeatAsked, (asked) => every(config.heartbeatIntervalMs, heartbeatAsked, asked))
+    const heartbeatLoop = Effect.flatMap(timed(heartbeatAsked), (first) => every(config.heartbeatIntervalMs, heartbeatAsked, first))
     const pollLoop = Effect.gen(function* () {
       let since: string | undefined = undefined
       // Consecutive failed polls: the back-off's attempt; a poll answered starts it again.
@@ -532,10 +560,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     )
 
     const run = Effect.gen(function* () {
-      const asked = yield* reportAsked
+      const first = yield* timed(reportAsked)
       yield* log("agent running")
       yield* Effect.forkIn(buildTemplates, scope)
-      const reportLoop = every(config.reportIntervalMs, reportAsked, asked)
+      const reportLoop = every(config.reportIntervalMs, reportAsked, first, backoff.capMs)
       yield* Effect.all([reportLoop, heartbeatLoop, pollLoop], { concurrency: "unbounded", discard: true })
       return yield* Effect.never
     }) as Effect.Effect<never>

@@ -5,13 +5,16 @@
  * time drawn uniformly between `baseMs` (`ENGRAM_AGENT_RETRY_MS`) and `baseMs · 2^n`, capped at
  * `capFactor · baseMs` ("full jitter" above a floor, as in the AWS architecture blog's "Exponential
  * Backoff And Jitter"); a success starts the count again. Never sooner than the coordinator
- * asked: a failure that carries `retryAfterMs` (a 429 or 503 body, or a `Retry-After` header)
- * waits at least that long, plus up to half of it again, drawn, so the agents it answered at
- * once do not come back at once either.
+ * asked, up to the cap: a failure that carries `retryAfterMs` (a 429 or 503 body, or a
+ * `Retry-After` header, a proxy's unbounded) waits at least that long, clamped to `capMs`, plus up
+ * to half of it again, drawn, so the agents it answered at once do not come back at once either
+ * (at most 1.5 × `capMs`: a proxy's `Retry-After: 3600` does not stop an agent for an hour).
  *
  * Periodic calls (heartbeats, reports): the first after start at a random point within one
- * interval, then each interval shortened by up to a tenth, drawn. Never later than the interval,
- * so the heartbeat's bound against the stale window is the interval itself, as without jitter.
+ * interval, then each interval shortened by up to a tenth, drawn. A heartbeat never later than
+ * its interval, whatever the coordinator (or a proxy) asked: its bound against the stale window
+ * is the interval itself, as without jitter. A report honours the advice as a retry does (up to
+ * the cap, plus up to half).
  *
  * Every draw goes through Effect's `Random` service (tests seed it with `Random.withSeed`) and
  * every wait through the caller's `Clock`.
@@ -39,18 +42,21 @@ export const retryAfterOf = (e: unknown): number | undefined => {
   return typeof ms === "number" && Number.isFinite(ms) && ms > 0 ? ms : undefined
 }
 
-/** At least `retryAfterMs`, plus up to half of it, drawn; 0 without it. */
-const askedMs = (retryAfterMs: number | undefined): Effect.Effect<number> =>
-  retryAfterMs === undefined ? Effect.succeed(0) : Effect.map(Random.nextBetween(0, retryAfterMs / 2), (extra) => Math.ceil(retryAfterMs + extra))
+/** At least `retryAfterMs` clamped to `capMs`, plus up to half of that, drawn; 0 without it. */
+const askedMs = (retryAfterMs: number | undefined, capMs: number): Effect.Effect<number> => {
+  if (retryAfterMs === undefined) return Effect.succeed(0)
+  const honoured = Math.min(retryAfterMs, capMs)
+  return Effect.map(Random.nextBetween(0, honoured / 2), (extra) => Math.ceil(honoured + extra))
+}
 
 /**
  * How long the `attempt`-th consecutive retry (from 1) waits, ms: drawn in
- * `[baseMs, ceilingMs(attempt)]`, and at least what the coordinator asked (`retryAfterMs`).
+ * `[baseMs, ceilingMs(attempt)]`, and at least what the coordinator asked (`retryAfterMs`), up to `capMs`.
  */
 export const retryDelayMs = (b: Backoff, attempt: number, retryAfterMs?: number): Effect.Effect<number> =>
   Effect.gen(function* () {
     const drawn = Math.ceil(yield* Random.nextBetween(b.baseMs, Math.max(b.baseMs, ceilingMs(b, attempt))))
-    return Math.max(drawn, yield* askedMs(retryAfterMs))
+    return Math.max(drawn, yield* askedMs(retryAfterMs, b.capMs))
   })
 
 /**
@@ -62,16 +68,26 @@ export const retrySchedule = (b: Backoff): Schedule.Schedule<number, unknown> =>
     Effect.succeed((meta: Schedule.InputMetadata<unknown>) => Effect.map(retryDelayMs(b, meta.attempt, retryAfterOf(meta.input)), (ms): [number, Duration.Duration] => [ms, Duration.millis(ms)])),
   )
 
-/** The first periodic call after start: at a random point within one interval (and no sooner than asked). */
-export const firstTickMs = (intervalMs: number, retryAfterMs?: number): Effect.Effect<number> =>
+/**
+ * How a periodic call takes the coordinator's advice (`retryAfterMs`): a heartbeat (`adviceCapMs`
+ * undefined) never past its interval, the stale window's bound; a report up to `adviceCapMs`
+ * (the back-off's cap), plus up to half of it, drawn.
+ */
+const periodicMs = (drawn: number, intervalMs: number, retryAfterMs: number | undefined, adviceCapMs: number | undefined): Effect.Effect<number> =>
+  adviceCapMs === undefined
+    ? Effect.map(askedMs(retryAfterMs, intervalMs), (asked) => Math.max(Math.min(drawn, intervalMs), Math.min(asked, intervalMs)))
+    : Effect.map(askedMs(retryAfterMs, adviceCapMs), (asked) => Math.max(drawn, asked))
+
+/** The first periodic call after start: at a random point within one interval (later only as `periodicMs` lets the coordinator ask). */
+export const firstTickMs = (intervalMs: number, retryAfterMs?: number, adviceCapMs?: number): Effect.Effect<number> =>
   Effect.gen(function* () {
     const drawn = Math.round(yield* Random.nextBetween(0, intervalMs))
-    return Math.max(drawn, yield* askedMs(retryAfterMs))
+    return yield* periodicMs(drawn, intervalMs, retryAfterMs, adviceCapMs)
   })
 
-/** The next periodic call: the interval shortened by up to a tenth, drawn, never longer (unless the coordinator asked for longer). */
-export const nextTickMs = (intervalMs: number, retryAfterMs?: number): Effect.Effect<number> =>
+/** The next periodic call: the interval shortened by up to a tenth, drawn, never longer (a report's, unless the coordinator asked for longer). */
+export const nextTickMs = (intervalMs: number, retryAfterMs?: number, adviceCapMs?: number): Effect.Effect<number> =>
   Effect.gen(function* () {
     const drawn = Math.max(1, Math.round(yield* Random.nextBetween(0.9 * intervalMs, intervalMs)))
-    return Math.max(Math.min(drawn, intervalMs), yield* askedMs(retryAfterMs))
+    return yield* periodicMs(Math.min(drawn, intervalMs), intervalMs, retryAfterMs, adviceCapMs)
   })

@@ -32,16 +32,21 @@ interface Call {
   readonly waitMs?: number
 }
 
-/** The fake's client for `hostId`, every call's instant (the TestClock's) recorded; an op in `failing` fails with its error. */
+/**
+ * The fake's client for `hostId`, every call's instant (the TestClock's) recorded; an op in
+ * `failing` fails with its error, after `slow`'s ms for it on the TestClock (an HTTP round trip,
+ * or a call hanging to its timeout).
+ */
 const watched = (fake: FakeCoordinator, hostId: string) => {
   const calls: Call[] = []
   const failing = new Map<string, CoordinatorError>()
+  const slow = new Map<string, number>()
   const c = fake.client(hostId)
   const at = <A, E>(op: string, eff: Effect.Effect<A, E | CoordinatorError>, waitMs?: number): Effect.Effect<A, E | CoordinatorError> =>
     Effect.flatMap(Clock.currentTimeMillis, (atMs) => {
       calls.push(waitMs === undefined ? { op, atMs } : { op, atMs, waitMs })
       const e = failing.get(op)
-      return e === undefined ? eff : Effect.fail(e)
+      return e === undefined ? eff : Effect.andThen(Effect.sleep(slow.get(op) ?? 0), Effect.fail(e))
     })
   const client: CoordinatorShape = {
     ...c,
@@ -52,7 +57,7 @@ const watched = (fake: FakeCoordinator, hostId: string) => {
   }
   /** The instants of `op`'s calls (and of only the long-polls or only the fresh reads, by `waitMs`). */
   const times = (op: string, waitMs?: (w: number) => boolean) => calls.filter((x) => x.op === op && (waitMs === undefined || waitMs(x.waitMs ?? 0))).map((x) => x.atMs)
-  return { client, failing, times }
+  return { client, failing, slow, times }
 }
 
 const agentWith = (coordinator: CoordinatorShape, hostId: string, config: Partial<AgentConfig> = {}) =>
@@ -173,7 +178,53 @@ describe("never sooner than the coordinator asked", () => {
       assert.strictEqual((yield* fake.get).sessions.get("s1")?.state, "running")
     }).pipe(Effect.provideService(Random.Random, fixedRandom(0))))
 
-  effect("a heartbeat refused with a retryAfterMs longer than the interval waits that long", () =>
+  effect("a proxy's Retry-After: 3600 does not stop polls or the start-up check for an hour: the advice is honoured up to the back-off's cap (30 s, plus up to half)", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      const hour = new CoordinatorError({ op: "any", status: 503, message: "proxy: upstream away", retryAfterMs: 3_600_000 })
+      const agent = yield* agentWith(a.client, "a")
+      a.failing.set("assignments", hour)
+      yield* Effect.forkChild(agent.run)
+      const verifier = watched(fake, "v")
+      verifier.failing.set("heartbeat", hour)
+      yield* Effect.forkChild(Credential.verify(verifier.client, "v", "http://coordinator", 1000))
+      yield* TestClock.adjust("5 minutes")
+      for (const [what, ts] of [["polls", a.times("assignments")], ["start-up checks", verifier.times("heartbeat")]] as const) {
+        assert.isAtLeast(ts.length, 6, `${what}: ${JSON.stringify(ts)}`)
+        for (const g of gaps(ts)) {
+          assert.isAtMost(g, 45_000, `${what} ${g} ms apart after a Retry-After of an hour`)
+          assert.isAtLeast(g, 30_000, `${what} ${g} ms apart: the advice is still honoured up to the cap`)
+        }
+      }
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
+
+  effect("a failed action's retry pass backs off to the cap while the action keeps failing (each failure an HTTP round trip after its pass's read)", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      const agent = yield* agentWith(a.client, "a")
+      yield* fake.addSession("s1", "a", 256)
+      a.failing.set("started", new CoordinatorError({ op: "started", status: 500, message: "boom" }))
+      a.slow.set("started", 200)
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      // The start reads the image store (real file I/O) before its simulated 50 ms: step the clock until it asks.
+      for (let i = 0; i < 2000 && a.times("started").length === 0; i++) {
+        yield* Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 1)))
+        yield* TestClock.adjust("1 millis")
+      }
+      for (let i = 0; i < 120; i++) yield* TestClock.adjust("1 second")
+      const reads = a.times("assignments", (w) => w === 0)
+      const g = gaps(reads)
+      // The highest draws: 2, 4, 8, 16, then 30 s (the cap) between reads, each plus the 200 ms the failure takes.
+      assert.deepStrictEqual(g.slice(0, 5), [4200, 8200, 16200, 30200, 30200], `reads ${JSON.stringify(reads)}`)
+      assert.isAtMost(reads.length, 8, `${reads.length} reads in 2 minutes`)
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
+})
+
+describe("a heartbeat never comes later than its interval after the last, whatever the coordinator or a proxy asked", () => {
+  const intervalMs = defaultAgentConfig("a").heartbeatIntervalMs
+  effect("every heartbeat refused with a retryAfterMs of 100 s (over the interval): still one every interval", () =>
     Effect.gen(function* () {
       const fake = yield* makeFakeCoordinator
       const a = watched(fake, "a")
@@ -182,9 +233,42 @@ describe("never sooner than the coordinator asked", () => {
       yield* Effect.forkChild(agent.run)
       yield* TestClock.adjust("5 minutes")
       const ts = a.times("heartbeat")
-      assert.isAtLeast(ts.length, 3)
-      for (const g of gaps(ts)) assert.isAtLeast(g, 100_000)
+      assert.isAtLeast(ts.length, 7, JSON.stringify(ts))
+      for (const g of gaps(ts)) assert.isAtMost(g, intervalMs, `heartbeats ${g} ms apart: ${JSON.stringify(ts)}`)
     }).pipe(Effect.provideService(Random.Random, fixedRandom(0))))
+
+  effect("one heartbeat answered by a proxy's 503 with Retry-After: 60: the next still within the interval", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const c = fake.client("a")
+      const sent: number[] = []
+      const client: CoordinatorShape = {
+        ...c,
+        heartbeat: Effect.flatMap(Clock.currentTimeMillis, (t) => {
+          sent.push(t)
+          return sent.length === 3 ? Effect.fail(new CoordinatorError({ op: "heartbeat", status: 503, message: "proxy", retryAfterMs: 60_000 })) : c.heartbeat
+        }),
+      }
+      const agent = yield* agentWith(client, "a")
+      yield* Effect.forkChild(agent.run)
+      yield* TestClock.adjust("6 minutes")
+      assert.isAtLeast(sent.length, 9, JSON.stringify(sent))
+      for (const g of gaps(sent)) assert.isAtMost(g, intervalMs, `heartbeats ${g} ms apart: ${JSON.stringify(sent)}`)
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
+
+  effect("heartbeats that hang until their timeout (30 s): measured from one send to the next, still one every interval", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      const agent = yield* agentWith(a.client, "a")
+      a.failing.set("heartbeat", new CoordinatorError({ op: "heartbeat", status: null, message: "timed out" }))
+      a.slow.set("heartbeat", 30_000)
+      yield* Effect.forkChild(agent.run)
+      yield* TestClock.adjust("5 minutes")
+      const ts = a.times("heartbeat")
+      assert.isAtLeast(ts.length, 7, JSON.stringify(ts))
+      for (const g of gaps(ts)) assert.isAtMost(g, intervalMs, `heartbeats sent ${g} ms apart: ${JSON.stringify(ts)}`)
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
 })
 
 describe("agents started at one instant spread out", () => {
