@@ -1,9 +1,11 @@
 /**
  * A fleet of agents that does not stampede: on the TestClock, with a seeded or fixed `Random`,
  * the agent's calls land where `Pacing` says. Failed polls back off (drawn, capped) and a poll
- * answered starts the back-off again; a failure that carries the coordinator's `retryAfterMs`
- * (a 429's or 503's) is not tried again sooner; agents started at one instant heartbeat and
- * report at instants of their own, each heartbeat within one interval of the last.
+ * answered starts the back-off again, and a failed action's retry pass backs off while the
+ * action keeps failing; a failure that carries the coordinator's `retryAfterMs` (a 429's or 503's)
+ * is not tried again sooner, up to the back-off's cap; agents started at one instant heartbeat and
+ * report at instants of their own, each heartbeat within one interval of the last send, whatever
+ * the coordinator asked.
  */
 import { assert, describe } from "@effect/vitest"
 import { mkdtempSync } from "node:fs"
