@@ -125,6 +125,14 @@ export interface CoordinatorConfig {
   readonly retentionMs: number
   /** At most this many rows of each kind one reaper pass deletes (`retentionMs`). */
   readonly retentionPruneLimit: number
+  /**
+   * The failover grace (ms; Nomad's `failover_heartbeat_ttl`): the reaper reclaims no reservation
+   * until it has reached the store as leader this long without a gap (from a leadership's first
+   * pass, and from the first fleet read after a failed one), and the start-up reconcile reclaims
+   * none; so hosts that could not heartbeat while the coordinator side was down renew before
+   * anything is reclaimed. Default the heartbeat stale window; 0: no grace.
+   */
+  readonly reclaimGraceMs: number
   /** An OpenTelemetry collector's OTLP/HTTP base URL (`http://collector:4318`): traces go to `…/v1/traces`; null = no traces. */
   readonly otlpUrl: string | null
   /** Headers the collector needs (`key=value,key2=value2`, e.g. an API key); a secret. */
@@ -187,6 +195,12 @@ export const retentionIssue = (c: Pick<CoordinatorConfig, "retentionMs" | "allow
     ? null
     : `must be 0 (keep history for ever) or at least ENGRAM_ALLOWANCE_HORIZON_MS (${c.allowanceHorizonMs}) and ENGRAM_MAKE_ROOM_COOLDOWN_MS (${c.makeRoomCooldownMs})`
 
+/** The longest failover grace (`ENGRAM_RECLAIM_GRACE_MS`): a day. */
+export const maxReclaimGraceMs = 24 * 3_600_000
+
+// `ENGRAM_RECLAIM_GRACE_MS` unset: the heartbeat stale window, known once the limits are read.
+const graceFromStaleWindow = -1
+
 /** The default request body limit: 1 MiB. */
 export const defaultMaxBodyBytes = 1024 * 1024
 
@@ -245,6 +259,7 @@ const settings = {
   makeRoomCooldownMs: int("ENGRAM_MAKE_ROOM_COOLDOWN_MS", MakeRoom.defaultCooldownMs, 0, 7 * 24 * 3_600_000),
   retentionMs: int("ENGRAM_RETENTION_MS", defaultRetentionMs, 0, maxRetentionMs),
   retentionPruneLimit: int("ENGRAM_RETENTION_PRUNE_LIMIT", 1000, 1, Validate.maxPruneLimit),
+  reclaimGraceMs: int("ENGRAM_RECLAIM_GRACE_MS", graceFromStaleWindow, 0, maxReclaimGraceMs),
   otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), "ENGRAM_OTLP_URL").pipe(
     Config.map((u): string | null => u),
     Config.withDefault(null),
@@ -288,7 +303,8 @@ const load = (source: Env.Source): Effect.Effect<CoordinatorConfig, Env.ConfigIn
     const retention = base._tag === "Success" ? retentionIssue(base.success) : null
     if (retention !== null) issues.push({ variable: "ENGRAM_RETENTION_MS", rule: retention, value: source.raw("ENGRAM_RETENTION_MS") })
     if (base._tag === "Failure" || made._tag === "Invalid" || lease !== null || retention !== null) return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
-    return { ...base.success, limits: made.limits }
+    const reclaimGraceMs = base.success.reclaimGraceMs === graceFromStaleWindow ? made.limits.heartbeatStaleWindowMs : base.success.reclaimGraceMs
+    return { ...base.success, limits: made.limits, reclaimGraceMs }
   })
 
 /** Validates raw settings (variable name → value, as a JSON file holds them). Pure: no environment, no files. */
@@ -314,6 +330,8 @@ export const fromInput = (input: CoordinatorConfigInput = {}): CoordinatorConfig
   return {
     ...d,
     ...input,
+    // Unset: the stale window of these limits (`ENGRAM_RECLAIM_GRACE_MS`'s default).
+    reclaimGraceMs: input.reclaimGraceMs ?? input.limits?.heartbeatStaleWindowMs ?? d.reclaimGraceMs,
     databaseUrl: redact(input.databaseUrl, d.databaseUrl),
     adminToken: redact(input.adminToken, d.adminToken),
     metricsToken: redact(input.metricsToken, d.metricsToken),

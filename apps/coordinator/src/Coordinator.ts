@@ -310,8 +310,8 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
         Layer.succeed(References.TracerEnabled, config.otlpUrl !== null),
       ),
     ),
-    // The start-up reconcile (reclaim, then drain) finishes before the server is built, so the
-    // first request already sees what expired while no coordinator ran.
+    // The start-up reconcile (reclaim unless the failover grace is on, then drain) finishes
+    // before the server is built, so the first request already sees its result.
     Layer.provide(ReconcileAtStart),
   )
   const reaper = options.reaper === false ? Layer.empty : ReaperLoop

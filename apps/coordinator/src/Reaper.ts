@@ -3,7 +3,9 @@
  * (the one the fleet simulator measures), adding what only the coordinator has: leadership
  * (Leader.ts), metrics, log lines and wake-ups of host agents, each from the pass's events.
  * `reaperPass` is one pass, for the loop and for tests under a TestClock. `reconcile` (reclaim,
- * then drain) runs once at every replica's start-up (`ReconcileAtStart`). `ReactAtOnce` is the
+ * then drain) runs once at every replica's start-up (`ReconcileAtStart`); with
+ * `ENGRAM_RECLAIM_GRACE_MS` above 0 it does not reclaim, and the passes reclaim only once the
+ * failover grace has passed. `ReactAtOnce` is the
  * immediate reaction to a queued session (`Trigger`), sharing the passes' memory. With
  * `ENGRAM_MAKE_ROOM_MOVES=1` a pass also begins the moves core's `MakeRoom` plans for starving
  * sessions (`makeRoomMoves`); the agents run them like any move. With `ENGRAM_RETENTION_MS` above
@@ -105,6 +107,11 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
         )
       case "ReclaimFailed":
         return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
+      case "ReclaimHeld":
+        // Once per grace: a leadership's first pass, or the first fleet read after a failed one.
+        return Effect.logInfo("reaper: no reservation is reclaimed until the hosts have had ENGRAM_RECLAIM_GRACE_MS to heartbeat (a new leadership, or the store was unreachable)", {
+          until: new Date(e.until).toISOString(),
+        })
       case "LifetimesApplied":
         // The sessions' agents are woken: an idle one parks or descends, an ended one stops.
         return Effect.logInfo("reaper: session lifetimes", {
@@ -245,9 +252,16 @@ export interface ReconcileReport {
  * freed. Every replica runs it once when it starts, leader or not: reclaim and drain are
  * transactional and idempotent in the store, so replicas starting together cannot
  * double-count. Never fails: a store failure is logged, and the reaper's passes catch up.
+ *
+ * With the failover grace on (`ENGRAM_RECLAIM_GRACE_MS` above 0, the default) it reclaims
+ * nothing: while no coordinator ran no host could heartbeat, so every reservation may look
+ * stale; the leader's passes reclaim once the grace has passed (the drain still runs).
  */
 export const reconcile: Effect.Effect<ReconcileReport, never, Store | Metrics | Notifier> = Effect.gen(function* () {
-  const reclaim = yield* reclaimNow("reconcile")
+  const settings = yield* Effect.serviceOption(Settings)
+  const graceMs = Option.isSome(settings) ? settings.value.config.reclaimGraceMs : 0
+  if (graceMs > 0) yield* Effect.logInfo("reconcile: no reservation reclaimed at start-up; the leader's passes reclaim after ENGRAM_RECLAIM_GRACE_MS", { graceMs })
+  const reclaim = graceMs > 0 ? { reclaimed: [], lostSessions: [] as readonly string[] } : yield* reclaimNow("reconcile")
   const drained = yield* drainQueue
   if (drained.placed.length > 0) yield* Effect.logInfo("reconcile: placed queued sessions", { placed: drained.placed })
   return { reclaimed: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions, placed: drained.placed }
@@ -261,7 +275,8 @@ const fenceNow = Effect.map(Effect.serviceOption(Leader), (leader) => (Option.is
 
 /**
  * One reaper pass (`@engram/reaper`'s). Never fails: a store failure ends the pass (and is logged
- * and counted). Its moves for starving sessions follow the `Settings` in context (none without).
+ * and counted). Its moves for starving sessions and its failover grace (`ENGRAM_RECLAIM_GRACE_MS`)
+ * follow the `Settings` in context (neither without).
  */
 export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Notifier> = Effect.gen(function* () {
   const store = yield* Store
@@ -274,7 +289,8 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const kept = Option.isSome(settings) ? retention(settings.value.config) : undefined
   const t0 = performance.now()
   // Every write of the pass carries the leader's epoch: refused in its transaction once a newer leader exists.
-  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store), moves, retention: kept }).pipe(
+  const reclaimGraceMs = Option.isSome(settings) ? settings.value.config.reclaimGraceMs : undefined
+  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store), moves, retention: kept, reclaimGraceMs }).pipe(
     Effect.provide(listen(metrics, notifier)),
     Effect.provideService(CurrentFence, fence),
   )
@@ -328,7 +344,8 @@ export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | 
       metrics.reaperLeaderChecks.inc()
       if (leading !== wasLeader) {
         wasLeader = leading
-        // Moves may have aborted under another leader meanwhile: the next moves step reads them.
+        // Moves may have aborted under another leader meanwhile: the next moves step reads them;
+        // and the failover grace starts again at the next pass.
         if (leading) ReaperState.relead(stateFor(store))
         yield* Effect.logInfo(leading ? "reaper: this replica is the leader" : "reaper: this replica is not the leader", { fence: leader.fence() })
       }

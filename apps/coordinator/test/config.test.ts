@@ -117,6 +117,24 @@ describe("configuration", () => {
     expect(belowCooldown._tag === "Invalid" && belowCooldown.issues.map((i) => i.variable)).toEqual(["ENGRAM_RETENTION_MS"])
   })
 
+  it("the failover grace defaults to the heartbeat stale window (and follows it); 0 disables it; a bad value is named with its rule", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && d.config.reclaimGraceMs).toBe(120_000)
+    const follows = Config.parse({ ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "30000" })
+    expect(follows._tag === "Valid" && follows.config.reclaimGraceMs).toBe(30_000)
+    const off = Config.parse({ ENGRAM_RECLAIM_GRACE_MS: "0" })
+    expect(off._tag === "Valid" && off.config.reclaimGraceMs).toBe(0)
+    const set = Config.parse({ ENGRAM_RECLAIM_GRACE_MS: "300000" })
+    expect(set._tag === "Valid" && set.config.reclaimGraceMs).toBe(300_000)
+    for (const value of ["-1", "1.5", "2m", "86400001"]) {
+      const r = Config.parse({ ENGRAM_RECLAIM_GRACE_MS: value })
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule, i.value]), value).toEqual([["ENGRAM_RECLAIM_GRACE_MS", "must be an integer from 0 to 86400000", value]])
+    }
+    // A program's settings: unset, the grace follows the limits it passes.
+    expect(Config.fromInput({ limits: { ...Config.defaults().limits, heartbeatStaleWindowMs: 500 } }).reclaimGraceMs).toBe(500)
+    expect(Config.fromInput({ reclaimGraceMs: 0 }).reclaimGraceMs).toBe(0)
+  })
+
   it("heartbeats and reports gather for 100 ms by default; 0 writes only what arrives together; beyond 10 s is refused", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && d.config.beatWindowMs).toBe(100)

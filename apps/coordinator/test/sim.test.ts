@@ -124,7 +124,8 @@ describe("reconcile at start-up (SPEC §3)", () => {
     )
     // No coordinator runs while s1's reservation goes stale (no heartbeat).
     await new Promise((r) => setTimeout(r, 250))
-    const c = await startCoordinator({ store: Layer.succeed(Store, store), reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
+    // The seed's rule: no failover grace (with one, the start-up reconcile reclaims nothing: below).
+    const c = await startCoordinator({ store: Layer.succeed(Store, store), reaper: false, logLevel: "Error", config: { port: 0, adminToken, reclaimGraceMs: 0 } })
     try {
       const admin = client(c.url, adminToken)
       // Already done when the coordinator answers its first request: no reaper pass ran.
@@ -134,6 +135,43 @@ describe("reconcile at start-up (SPEC §3)", () => {
       expect(metrics).toContain("engram_reaper_reclaimed_total 1")
       expect(metrics).toContain('engram_placements_total{outcome="placed",source="drain"} 1')
       expect(metrics).not.toMatch(/^engram_reaper_passes_total\{/m)
+    } finally {
+      await c.stop()
+    }
+  })
+})
+
+describe("reconcile at start-up with the failover grace (ENGRAM_RECLAIM_GRACE_MS)", () => {
+  it("a starting coordinator reclaims nothing that went stale while none ran (no host could heartbeat), and still drains the queue", async () => {
+    const limits = Limits.make({ heartbeatStaleWindowMs: 100 })
+    if (limits._tag === "Invalid") throw new Error("bad test limits")
+    const store = StoreSim.make({ limits: limits.limits }).store
+    await Effect.runPromise(
+      Effect.gen(function* () {
+        for (const id of ["gh", "gq"]) {
+          yield* store.registerHost({ id })
+          yield* store.reportHost(id, { totalMib: 4096, allocatableMib: 2048, totalVcpus: 4 })
+        }
+        yield* store.createSession({ id: "gs1", budget: { memMib: 1024, vcpus: 1 }, affinity: ["gh"] })
+        yield* store.markRunning("gs1")
+        // Queued behind an affinity to a host that had no room, which then reports room: the drain places it.
+        yield* store.createSession({ id: "gs2", budget: { memMib: 1024, vcpus: 1 }, affinity: ["gq"] })
+        yield* store.markRunning("gs2")
+        const q = yield* store.createSession({ id: "gq1", budget: { memMib: 512, vcpus: 1 }, affinity: ["gq"] })
+        if (q._tag !== "Queued") throw new Error(`gq1 should queue, got ${q._tag}`)
+        yield* store.reportHost("gq", { totalMib: 8192, allocatableMib: 4096, totalVcpus: 4 })
+      }),
+    )
+    // No coordinator runs while the reservations go stale (no heartbeat).
+    await new Promise((r) => setTimeout(r, 250))
+    const c = await startCoordinator({ store: Layer.succeed(Store, store), reaper: false, logLevel: "Error", config: { port: 0, adminToken, reclaimGraceMs: 60_000 } })
+    try {
+      const admin = client(c.url, adminToken)
+      expect((await admin.get("/v1/sessions/gs1")).body).toMatchObject({ state: "running" })
+      expect((await admin.get("/v1/sessions/gs2")).body).toMatchObject({ state: "running" })
+      expect((await admin.get("/v1/sessions/gq1")).body).toMatchObject({ state: "pending", hostId: "gq" })
+      const metrics = (await admin.get("/metrics")).body as string
+      expect(metrics).not.toMatch(/^engram_reaper_reclaimed_total [1-9]/m)
     } finally {
       await c.stop()
     }

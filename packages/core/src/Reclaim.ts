@@ -161,3 +161,33 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
   const heldIds = new Set(held.map((e) => e.id))
   return { plan, reclaimed: doomed.filter((e) => !heldIds.has(e.id)), held, lostSessions: lost.sort() }
 }
+
+/**
+ * The failover grace (Nomad's `failover_heartbeat_ttl`): when the coordinator side was down
+ * (no reaper leading, the store unreachable), no host could heartbeat, so every reservation
+ * looks stale though every host may be fine. Stale reservations are therefore not reclaimed
+ * until the reaper has reached the store as leader for `graceMs` without a gap: the grace starts
+ * (`until` = the read's time + `graceMs`) at the first successful fleet read of a leadership and
+ * again at the first one after a failed read; a live host heartbeats within it. `until` null: the
+ * grace starts at the next successful read (a new leadership, or a read failed). `graceMs` 0: no
+ * grace (the seed's rule: reclaim every pass).
+ */
+export interface Grace {
+  readonly until: number | null
+}
+
+/** A grace that starts at the next successful fleet read: a new leadership, or after a failed read. */
+export const graceRestart: Grace = Object.freeze({ until: null })
+
+/**
+ * The grace after a fleet read at `now`: a failed read restarts it (`graceRestart`); a successful
+ * one starts it when it was waiting to (`started` true: tell it), else keeps it.
+ */
+export const graceAfterRead = (grace: Grace, read: { readonly ok: boolean; readonly now: number }, graceMs: number): { readonly grace: Grace; readonly started: boolean } => {
+  if (!read.ok) return { grace: graceRestart, started: false }
+  if (grace.until !== null) return { grace, started: false }
+  return { grace: { until: read.now + Math.max(0, graceMs) }, started: graceMs > 0 }
+}
+
+/** Whether the reclaim waits at `now`: the grace has not started yet, or has not ended. */
+export const graceHolds = (grace: Grace, now: number): boolean => grace.until === null || now < grace.until

@@ -185,3 +185,23 @@ describe("the reclaim pass", () => {
     )
   })
 })
+
+describe("Reclaim grace (the failover grace)", () => {
+  it("holds until the first successful read starts it, then until graceMs after that read; a failed read restarts it", () => {
+    expect(Reclaim.graceHolds(Reclaim.graceRestart, 0)).toBe(true)
+    const started = Reclaim.graceAfterRead(Reclaim.graceRestart, { ok: true, now: 1000 }, 500)
+    expect(started).toEqual({ grace: { until: 1500 }, started: true })
+    // A later read keeps it: the grace is counted from the leadership's first read.
+    expect(Reclaim.graceAfterRead(started.grace, { ok: true, now: 1400 }, 500)).toEqual({ grace: { until: 1500 }, started: false })
+    expect([Reclaim.graceHolds(started.grace, 1499), Reclaim.graceHolds(started.grace, 1500)]).toEqual([true, false])
+    const failed = Reclaim.graceAfterRead(started.grace, { ok: false, now: 1600 }, 500)
+    expect(failed).toEqual({ grace: Reclaim.graceRestart, started: false })
+    expect(Reclaim.graceAfterRead(failed.grace, { ok: true, now: 1700 }, 500).grace).toEqual({ until: 2200 })
+  })
+
+  it("graceMs 0: no grace once a read landed, and nothing told", () => {
+    const zero = Reclaim.graceAfterRead(Reclaim.graceRestart, { ok: true, now: 1000 }, 0)
+    expect(zero).toEqual({ grace: { until: 1000 }, started: false })
+    expect(Reclaim.graceHolds(zero.grace, 1000)).toBe(false)
+  })
+})

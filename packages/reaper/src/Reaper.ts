@@ -4,7 +4,8 @@
  * so the simulator measures what production runs.
  *
  * One pass: read the fleet once (a failed read ends the pass and holds every park); sample the
- * recent demand for room; reclaim expired and stale reservations (when that frees room, read
+ * recent demand for room; reclaim expired and stale reservations unless the failover grace holds
+ * (`Options.reclaimGraceMs`, core's `Reclaim.Grace`) (when that frees room, read
  * the fleet again: the gate decides on the fleet after the reclaim); run the park policy (a
  * parameter; `ParkPolicy.defaultName` by default) over that read; start a descent for each
  * yield (a CAS `parked → descending`; a lost race is skipped); drain the queue. Leadership is
@@ -25,7 +26,7 @@
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
  */
-import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy } from "@engram/core"
+import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy, Reclaim } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
 import { pruneKinds, Store } from "@engram/store"
 import type { FleetRead, Move, PruneResult, Session, StoreError, StoreShape } from "@engram/store"
@@ -51,6 +52,16 @@ export interface Options {
   readonly moves?: MoveOptions | undefined
   /** The history the pass deletes once it is old enough (`Store.pruneHistory`); missing: none (the simulator). */
   readonly retention?: RetentionOptions | undefined
+  /**
+   * The failover grace (ms; as Nomad's `failover_heartbeat_ttl`): the reclaim step is skipped
+   * until the reaper has reached the store as leader this long without a gap, counted from the
+   * first pass of a leadership (a fresh `state`, or `ReaperState.relead`) and again from the first
+   * successful fleet read after a failed one; so a fleet whose hosts could not heartbeat while
+   * the coordinator side was down is not reclaimed whole. The store's reclaim takes expired and
+   * stale reservations together, so an expired reservation waits too (at most this long).
+   * Missing or 0: no grace (the simulator).
+   */
+  readonly reclaimGraceMs?: number | undefined
 }
 
 /**
@@ -134,6 +145,8 @@ export type PassReport =
       readonly _tag: "Done"
       readonly reclaimed: number
       readonly lostSessions: readonly string[]
+      /** The reclaim step was skipped: the failover grace holds until this time (Clock ms); null: it ran. */
+      readonly reclaimHeldUntil: number | null
       /** Running sessions made idle for want of activity (each then parked or descended by the park policy). */
       readonly idled: readonly LifetimeStep[]
       /** Sessions ended because their TTL passed. */
@@ -431,7 +444,10 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
 
     // 1. One fleet read. Without it nothing is known, so nothing descends: every park holds.
     const read = yield* Effect.result(store.fleetView())
+    const graceMs = options.reclaimGraceMs ?? 0
     if (read._tag === "Failure") {
+      // The store was unreachable: heartbeats could not land either, so the grace starts again.
+      if (graceMs > 0) state.grace = Reclaim.graceRestart
       if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: read.failure.reason })
       return { _tag: "Held", reason: read.failure.reason } satisfies PassReport
     }
@@ -441,17 +457,29 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     const counters = yield* Effect.result(store.metrics())
     if (counters._tag === "Success") state.meter.sample(fleet.readAt, counters.success.totalReservedMib)
 
-    // 2. Reclaim expired and stale reservations (their sessions become lost).
+    // 2. Reclaim expired and stale reservations (their sessions become lost), unless the failover
+    // grace holds (core's `Reclaim.Grace`): started at a leadership's first read or the first read
+    // after a failed one, it lets hosts that could not heartbeat meanwhile renew first.
     if (!leading()) return yield* held("reclaim")
-    const reclaim = yield* Effect.result(store.reclaim())
+    let reclaimHeldUntil: number | null = null
+    if (graceMs > 0) {
+      const now = yield* Clock.currentTimeMillis
+      const after = Reclaim.graceAfterRead(state.grace, { ok: true, now }, graceMs)
+      state.grace = after.grace
+      if (after.started && tell) yield* tell({ _tag: "ReclaimHeld", until: after.grace.until ?? now })
+      if (Reclaim.graceHolds(state.grace, now)) reclaimHeldUntil = state.grace.until ?? now
+    }
     let reclaimed = 0
     let lostSessions: readonly string[] = []
-    if (reclaim._tag === "Success") {
-      reclaimed = reclaim.success.reclaimed.length
-      lostSessions = reclaim.success.lostSessions
-      if (tell) yield* tell({ _tag: "Reclaimed", result: reclaim.success })
-    } else if (tell) {
-      yield* tell({ _tag: "ReclaimFailed", reason: reclaim.failure.reason })
+    if (reclaimHeldUntil === null) {
+      const reclaim = yield* Effect.result(store.reclaim())
+      if (reclaim._tag === "Success") {
+        reclaimed = reclaim.success.reclaimed.length
+        lostSessions = reclaim.success.lostSessions
+        if (tell) yield* tell({ _tag: "Reclaimed", result: reclaim.success })
+      } else if (tell) {
+        yield* tell({ _tag: "ReclaimFailed", reason: reclaim.failure.reason })
+      }
     }
 
     // 2b. Lifetimes: a TTL that passed ends its session; a running session with no activity for
@@ -515,6 +543,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
       _tag: "Done",
       reclaimed,
       lostSessions,
+      reclaimHeldUntil,
       idled: lives.idled,
       expired: lives.expired,
       yields,
@@ -542,6 +571,8 @@ export const react = (options: Options = {}): Effect.Effect<ReactReport, never, 
     const state = options.state ?? ReaperState.make()
     const read = yield* Effect.result(store.fleetView())
     if (read._tag === "Failure") {
+      // The store was unreachable: the passes' failover grace starts again (`Options.reclaimGraceMs`).
+      state.grace = Reclaim.graceRestart
       if (tell) yield* tell({ _tag: "FleetReadFailed", source: "react", reason: read.failure.reason })
       return { _tag: "Held", reason: read.failure.reason } satisfies ReactReport
     }

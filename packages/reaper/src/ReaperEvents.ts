@@ -16,6 +16,12 @@ export type Event =
   | { readonly _tag: "FleetReadFailed"; readonly source: Source; readonly reason: string }
   | { readonly _tag: "Reclaimed"; readonly result: ReclaimResult }
   | { readonly _tag: "ReclaimFailed"; readonly reason: string }
+  /**
+   * The failover grace started (`Reaper.Options.reclaimGraceMs`): the first pass of a leadership,
+   * or the first fleet read after a failed one. No reservation is reclaimed before `until`
+   * (Clock ms), so hosts that could not heartbeat while the coordinator side was down renew first.
+   */
+  | { readonly _tag: "ReclaimHeld"; readonly until: number }
   /** Sessions a lifetime changed this pass: made idle (then parked or descending), or ended by their TTL. */
   | {
       readonly _tag: "LifetimesApplied"

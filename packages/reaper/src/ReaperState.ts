@@ -11,7 +11,7 @@
  * timeouts of moves begun elsewhere by the leader's safety net (a pending move older than twice
  * the timeout is aborted whoever began it).
  */
-import { ParkGate } from "@engram/core"
+import { ParkGate, Reclaim } from "@engram/core"
 import type { MakeRoom, ParkPolicy } from "@engram/core"
 
 /** The meter's knobs. */
@@ -69,6 +69,12 @@ export interface ReaperState {
   aborted: MakeRoom.Aborted[]
   /** Whether `aborted` holds the store's (read once per leadership) as well as this replica's. */
   abortedRead: boolean
+  /**
+   * The failover grace (core's `Reclaim.Grace`, `Reaper.Options.reclaimGraceMs`): stale
+   * reservations are not reclaimed before `grace.until`; null: it starts at the next successful
+   * fleet read (a fresh memory, `relead`, or a failed read).
+   */
+  grace: Reclaim.Grace
   /** The retention step waits until this time (Clock ms) after a prune that deleted nothing; 0: no wait. */
   pruneAfter: number
   readonly meter: DemandMeter
@@ -81,15 +87,18 @@ export const make = (meter: MeterOptions = defaultMeterOptions): ReaperState => 
   aborted: [],
   abortedRead: false,
   pruneAfter: 0,
+  grace: Reclaim.graceRestart,
   meter: new DemandMeter(meter),
 })
 
 /**
  * This replica leads again: moves may have ended aborted under another leader meanwhile, so the
  * next moves step reads them from the store before it plans; and the next retention step runs
- * at once (this replica's wait was from its last leadership).
+ * at once (this replica's wait was from its last leadership); and the failover grace starts
+ * again at its first pass (no heartbeat could land while no replica led, or another led).
  */
 export const relead = (state: ReaperState): void => {
   state.abortedRead = false
   state.pruneAfter = 0
+  state.grace = Reclaim.graceRestart
 }

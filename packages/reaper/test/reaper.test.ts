@@ -232,6 +232,111 @@ describe("Reaper.pass", () => {
     }).pipe(Effect.provide(storeLayer())))
 })
 
+describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
+  // The default two-minute stale window: heartbeats are the point here.
+  const grace = Limits.defaults.heartbeatStaleWindowMs
+  const down = Store.of
+  const unavailable = () => Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000 }))
+
+  /** Two hosts, each running two sessions, that heartbeat now. */
+  const fleet = Effect.gen(function* () {
+    const store = yield* Store
+    for (const h of ["h1", "h2"]) {
+      yield* host(h, 4096)
+      for (const k of [1, 2]) {
+        yield* store.createSession({ id: `${h}-s${k}`, budget: { memMib: 512, vcpus: 1 }, affinity: [h] })
+        yield* store.markRunning(`${h}-s${k}`)
+      }
+    }
+  })
+  const states = (ids: readonly string[]) => Effect.forEach(ids, stateOf)
+  const all = ["h1-s1", "h1-s2", "h2-s1", "h2-s2"]
+
+  it.effect("after a 3-minute outage the first pass reclaims nothing; hosts that heartbeat within the grace keep every session, one that does not is reclaimed once it ends", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const store = yield* Store
+      yield* fleet
+      // The coordinator side was down for 3 minutes: no heartbeat landed, every reservation is stale.
+      yield* TestClock.adjust("3 minutes")
+      const t0 = yield* Clock.currentTimeMillis
+      const state = ReaperState.make()
+      const first = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      assert.deepStrictEqual(first._tag === "Done" ? [first.reclaimed, first.reclaimHeldUntil] : null, [0, t0 + grace])
+      assert.deepStrictEqual(yield* states(all), ["running", "running", "running", "running"])
+      assert.deepStrictEqual(rec.events.filter((e) => e._tag === "ReclaimHeld"), [{ _tag: "ReclaimHeld", until: t0 + grace }])
+      assert.isFalse(rec.events.some((e) => e._tag === "Reclaimed"))
+      // h1's agent is back within the grace (agents beat at a third of the window); h2 stays silent.
+      yield* TestClock.adjust("40 seconds")
+      yield* store.heartbeatHost("h1")
+      const during = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      assert.deepStrictEqual(during._tag === "Done" ? [during.reclaimed, during.reclaimHeldUntil] : null, [0, t0 + grace])
+      yield* TestClock.adjust("40 seconds")
+      yield* store.heartbeatHost("h1")
+      // The grace ends: h2's reservations are reclaimed, h1's kept.
+      yield* TestClock.adjust(grace - 80_000)
+      const after = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      assert.deepStrictEqual(after._tag === "Done" ? [after.reclaimed, after.reclaimHeldUntil, [...after.lostSessions].sort()] : null, [2, null, ["h2-s1", "h2-s2"]])
+      assert.deepStrictEqual(yield* states(all), ["running", "running", "lost", "lost"])
+      // Told once per grace.
+      assert.strictEqual(rec.events.filter((e) => e._tag === "ReclaimHeld").length, 1)
+    }).pipe(Effect.provide(Layer.merge(StoreSim.layer(), rec.layer)))
+  })
+
+  it.effect("a failed fleet read (the store unreachable) starts the grace again at the next read", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* fleet
+      const state = ReaperState.make()
+      const first = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      assert.strictEqual(first._tag === "Done" ? first.reclaimed : -1, 0)
+      // The store goes away for 3 minutes: no heartbeat lands, and the passes' reads fail.
+      yield* TestClock.adjust("90 seconds")
+      const failing = down({ ...store, fleetView: unavailable })
+      const held = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace }).pipe(Effect.provideService(Store, failing))
+      assert.deepStrictEqual(held, { _tag: "Held", reason: "down (test)" })
+      yield* TestClock.adjust("90 seconds")
+      // Back: the first grace would have ended, but the failed read started a new one.
+      const t1 = yield* Clock.currentTimeMillis
+      const back = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      assert.deepStrictEqual(back._tag === "Done" ? [back.reclaimed, back.reclaimHeldUntil] : null, [0, t1 + grace])
+      assert.deepStrictEqual(yield* states(all), ["running", "running", "running", "running"])
+      // Nobody heartbeats within it: everything stale is reclaimed once it ends.
+      yield* TestClock.adjust(grace)
+      const after = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      assert.strictEqual(after._tag === "Done" ? after.reclaimed : -1, 4)
+    }).pipe(Effect.provide(StoreSim.layer())))
+
+  it.effect("a replica that leads again (relead) starts the grace again", () =>
+    Effect.gen(function* () {
+      yield* fleet
+      const state = ReaperState.make()
+      yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      yield* TestClock.adjust("3 minutes")
+      ReaperState.relead(state)
+      const again = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      assert.strictEqual(again._tag === "Done" ? again.reclaimed : -1, 0)
+      assert.deepStrictEqual(yield* states(all), ["running", "running", "running", "running"])
+    }).pipe(Effect.provide(StoreSim.layer())))
+
+  it.effect("without a grace (missing or 0) the first pass after the outage reclaims every stale reservation: the seed's rule", () =>
+    Effect.gen(function* () {
+      yield* fleet
+      yield* TestClock.adjust("3 minutes")
+      const none = yield* Reaper.pass({ policy: "demand", state: ReaperState.make() })
+      assert.deepStrictEqual(none._tag === "Done" ? [none.reclaimed, none.reclaimHeldUntil] : null, [4, null])
+      assert.deepStrictEqual(yield* states(all), ["lost", "lost", "lost", "lost"])
+    }).pipe(Effect.provide(StoreSim.layer())))
+
+  it.effect("reclaimGraceMs 0 is no grace", () =>
+    Effect.gen(function* () {
+      yield* fleet
+      yield* TestClock.adjust("3 minutes")
+      const zero = yield* Reaper.pass({ policy: "demand", state: ReaperState.make(), reclaimGraceMs: 0 })
+      assert.strictEqual(zero._tag === "Done" ? zero.reclaimed : -1, 4)
+    }).pipe(Effect.provide(StoreSim.layer())))
+})
+
 describe("Reaper.pass moves for starving sessions", () => {
   const GiB = 1024
   /** h1 (held for a starving 24 GiB session) runs two 8 GiB sessions beside 8 GiB free; h2 has 16 GiB, empty. */

@@ -1,0 +1,160 @@
+// The failover grace (ENGRAM_RECLAIM_GRACE_MS, as Nomad's failover_heartbeat_ttl) in the
+// coordinator's reaper pass and start-up reconcile, on the in-memory store and on PostgreSQL,
+// under a TestClock: a fleet whose hosts could not heartbeat while the coordinator side was down
+// is not reclaimed whole by the first pass after it.
+import { assert, describe, it } from "@effect/vitest"
+import { Config, Metrics, Notifier, reaperPass, reconcile, Settings } from "@engram/coordinator"
+import type { PassReport } from "@engram/coordinator"
+import { Changes, Store, Unavailable } from "@engram/store"
+import { StorePg } from "@engram/store-pg"
+import { StoreSim } from "@engram/store-sim"
+import { freshDatabase } from "@engram/test-pg"
+import type { TestDatabase } from "@engram/test-pg"
+import { Clock, Effect, Layer } from "effect"
+import { TestClock } from "effect/testing"
+import { afterAll } from "vitest"
+
+const databases: Promise<TestDatabase>[] = []
+afterAll(async () => {
+  for (const d of databases) await (await d).drop()
+})
+
+/** Each backend, a fresh store per test, with the default limits (a two-minute stale window). */
+const backends: readonly (readonly [string, () => Layer.Layer<Store, Unavailable>])[] = [
+  ["in-memory", () => StoreSim.layer()],
+  [
+    "PostgreSQL",
+    () =>
+      Layer.unwrap(
+        Effect.promise(() => {
+          const db = freshDatabase()
+          databases.push(db)
+          return db
+        }).pipe(Effect.map((db) => StorePg.layer({ url: db.url }))),
+      ),
+  ],
+]
+
+/** The coordinator's settings from these variables over the defaults. */
+const settings = (variables: Record<string, string> = {}) => {
+  const parsed = Config.parse(variables)
+  if (parsed._tag === "Invalid") throw new Error(`bad test settings: ${JSON.stringify(parsed.issues)}`)
+  return Layer.succeed(Settings, Settings.of({ config: parsed.config, backend: "custom" }))
+}
+
+/** Whether the wrapped store's fleet reads fail (the store unreachable). */
+const outage = { down: false }
+/** The store with fleet reads that fail while `outage.down`. */
+const flaky = (inner: Layer.Layer<Store, Unavailable>) =>
+  Layer.effect(
+    Store,
+    Effect.gen(function* () {
+      const store = yield* Store
+      return Store.of({
+        ...store,
+        fleetView: () => (outage.down ? Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000 })) : store.fleetView()),
+      })
+    }),
+  ).pipe(Layer.provide(inner))
+
+const services = (store: Layer.Layer<Store, Unavailable>) => Layer.mergeAll(Metrics.layer, Notifier.layer.pipe(Layer.provide(Changes.local))).pipe(Layer.provideMerge(store))
+
+const grace = Config.defaults().reclaimGraceMs
+const all = ["h1-s1", "h1-s2", "h2-s1", "h2-s2"]
+
+/** Two hosts, each running two sessions, that heartbeat now. */
+const fleet = Effect.gen(function* () {
+  const store = yield* Store
+  for (const h of ["h1", "h2"]) {
+    yield* store.registerHost({ id: h })
+    yield* store.reportHost(h, { totalMib: 8192, allocatableMib: 6144, totalVcpus: 16 })
+    for (const k of [1, 2]) {
+      const placed = yield* store.createSession({ id: `${h}-s${k}`, budget: { memMib: 512, vcpus: 1 }, affinity: [h] })
+      assert.strictEqual(placed._tag, "Placed")
+      yield* store.markRunning(`${h}-s${k}`)
+    }
+  }
+})
+const states = Effect.gen(function* () {
+  const store = yield* Store
+  return yield* Effect.forEach(all, (id) => Effect.map(store.getSession(id), (s) => s.state))
+})
+const reclaimedOf = (r: PassReport) => (r._tag === "Done" ? [r.reclaimed, r.reclaimHeldUntil] : null)
+
+for (const [name, store] of backends) {
+  describe(`the failover grace: ${name}`, { timeout: 300_000 }, () => {
+    it("defaults to the heartbeat stale window", () => {
+      assert.strictEqual(grace, Config.defaults().limits.heartbeatStaleWindowMs)
+    })
+
+    it.effect("after a 3-minute outage the first pass reclaims nothing; hosts that heartbeat within the grace keep every session, one that does not is reclaimed once it ends", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        yield* fleet
+        // The coordinator side was down for 3 minutes: no heartbeat landed, every reservation is stale.
+        yield* TestClock.adjust("3 minutes")
+        const t0 = yield* Clock.currentTimeMillis
+        assert.deepStrictEqual(reclaimedOf(yield* reaperPass), [0, t0 + grace])
+        assert.deepStrictEqual(yield* states, ["running", "running", "running", "running"])
+        // h1's agent beats within the grace (at a third of the window); h2's does not.
+        yield* TestClock.adjust("40 seconds")
+        yield* store.heartbeatHost("h1")
+        assert.deepStrictEqual(reclaimedOf(yield* reaperPass), [0, t0 + grace])
+        yield* TestClock.adjust("40 seconds")
+        yield* store.heartbeatHost("h1")
+        yield* TestClock.adjust(grace - 80_000)
+        const after = yield* reaperPass
+        assert.deepStrictEqual(reclaimedOf(after), [2, null])
+        assert.deepStrictEqual(after._tag === "Done" ? [...after.lostSessions].sort() : null, ["h2-s1", "h2-s2"])
+        assert.deepStrictEqual(yield* states, ["running", "running", "lost", "lost"])
+        assert.strictEqual((yield* Metrics).reaperReclaimed.get(), 2)
+      }).pipe(Effect.provide(Layer.merge(services(store()), settings()))),
+    )
+
+    it.effect("a failed fleet read (the store unreachable) starts the grace again at the next read", () =>
+      Effect.gen(function* () {
+        outage.down = false
+        yield* fleet
+        assert.deepStrictEqual(reclaimedOf(yield* reaperPass)?.[0], 0)
+        yield* TestClock.adjust("90 seconds")
+        outage.down = true
+        const held = yield* reaperPass
+        assert.strictEqual(held._tag, "Held")
+        yield* TestClock.adjust("90 seconds")
+        outage.down = false
+        // The first grace would have ended; the failed read started a new one.
+        const t1 = yield* Clock.currentTimeMillis
+        assert.deepStrictEqual(reclaimedOf(yield* reaperPass), [0, t1 + grace])
+        assert.deepStrictEqual(yield* states, ["running", "running", "running", "running"])
+        // Nobody beats within it: everything stale goes once it ends.
+        yield* TestClock.adjust(grace)
+        assert.deepStrictEqual(reclaimedOf(yield* reaperPass), [4, null])
+      }).pipe(
+        Effect.ensuring(Effect.sync(() => (outage.down = false))),
+        Effect.provide(Layer.merge(services(flaky(store())), settings())),
+      ),
+    )
+
+    it.effect("ENGRAM_RECLAIM_GRACE_MS=0: the first pass after the outage reclaims every stale reservation (the seed's rule)", () =>
+      Effect.gen(function* () {
+        yield* fleet
+        yield* TestClock.adjust("3 minutes")
+        assert.deepStrictEqual(reclaimedOf(yield* reaperPass), [4, null])
+        assert.deepStrictEqual(yield* states, ["lost", "lost", "lost", "lost"])
+      }).pipe(Effect.provide(Layer.merge(services(store()), settings({ ENGRAM_RECLAIM_GRACE_MS: "0" })))),
+    )
+
+    it.effect("the start-up reconcile reclaims nothing while the grace is on, and everything stale with ENGRAM_RECLAIM_GRACE_MS=0", () =>
+      Effect.gen(function* () {
+        yield* fleet
+        yield* TestClock.adjust("3 minutes")
+        const on = yield* reconcile.pipe(Effect.provide(settings()))
+        assert.deepStrictEqual([on.reclaimed, on.lostSessions], [0, []])
+        assert.deepStrictEqual(yield* states, ["running", "running", "running", "running"])
+        const off = yield* reconcile.pipe(Effect.provide(settings({ ENGRAM_RECLAIM_GRACE_MS: "0" })))
+        assert.strictEqual(off.reclaimed, 4)
+        assert.deepStrictEqual(yield* states, ["lost", "lost", "lost", "lost"])
+      }).pipe(Effect.provide(services(store()))),
+    )
+  })
+}
