@@ -71,6 +71,8 @@ const startCoordinator = async (env: Record<string, string>): Promise<Coordinato
       ENGRAM_LOG_LEVEL: "Warn",
       ENGRAM_LOG_FORMAT: "json",
       ENGRAM_MAX_ENTRIES_PER_NODE: "256",
+      // The passes reclaim from the start, as before the failover grace (the RSS figures include that read).
+      ENGRAM_RECLAIM_GRACE_MS: "0",
       ...env,
     },
     stdio: ["ignore", "ignore", "pipe"],

@@ -11,7 +11,7 @@
  * sessions (`makeRoomMoves`); the agents run them like any move. With `ENGRAM_RETENTION_MS` above
  * 0 a pass of the leader also deletes a chunk of the history that ended longer ago (`retention`).
  */
-import { MakeRoom, ParkPolicy } from "@engram/core"
+import { MakeRoom, ParkPolicy, Reclaim } from "@engram/core"
 import { Reaper, ReaperEvents, ReaperState, Trigger } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
 import { CurrentFence, pruneKinds, Store } from "@engram/store"
@@ -108,8 +108,9 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
       case "ReclaimFailed":
         return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
       case "ReclaimHeld":
-        // Once per grace: a leadership's first pass, or the first fleet read after a failed one.
-        return Effect.logInfo("reaper: no reservation is reclaimed until the hosts have had ENGRAM_RECLAIM_GRACE_MS to heartbeat (a new leadership, or the store was unreachable)", {
+        // Once per grace: a leadership's first pass, or the first fleet read after a gap.
+        metrics.reaperReclaimGraces.inc()
+        return Effect.logInfo("reaper: no reservation is reclaimed (and no session idled) until the hosts have had ENGRAM_RECLAIM_GRACE_MS to heartbeat (a new leadership, or a gap in the leader's reads of the store: it was unreachable, or this process did not run)", {
           until: new Date(e.until).toISOString(),
         })
       case "LifetimesApplied":
@@ -290,7 +291,9 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const t0 = performance.now()
   // Every write of the pass carries the leader's epoch: refused in its transaction once a newer leader exists.
   const reclaimGraceMs = Option.isSome(settings) ? settings.value.config.reclaimGraceMs : undefined
-  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store), moves, retention: kept, reclaimGraceMs }).pipe(
+  // A gap between two of the leader's fleet reads restarts the grace: a third of it, at least three passes.
+  const reclaimGapMs = Option.isSome(settings) ? Reclaim.graceGapMs(settings.value.config.reclaimGraceMs, settings.value.config.limits.reaperIntervalMs) : undefined
+  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store), moves, retention: kept, reclaimGraceMs, reclaimGapMs }).pipe(
     Effect.provide(listen(metrics, notifier)),
     Effect.provideService(CurrentFence, fence),
   )

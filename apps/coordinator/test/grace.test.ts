@@ -80,6 +80,19 @@ const states = Effect.gen(function* () {
   return yield* Effect.forEach(all, (id) => Effect.map(store.getSession(id), (s) => s.state))
 })
 const reclaimedOf = (r: PassReport) => (r._tag === "Done" ? [r.reclaimed, r.reclaimHeldUntil] : null)
+const intervalMs = Config.defaults().limits.reaperIntervalMs
+
+/** The reaper loop for `ms`: a pass every interval (the clock moved first); the passes' reports. */
+const loopFor = (ms: number) =>
+  Effect.gen(function* () {
+    const reports: PassReport[] = []
+    for (let t = 0; t < ms; t += intervalMs) {
+      yield* TestClock.adjust(intervalMs)
+      reports.push(yield* reaperPass)
+    }
+    return reports
+  })
+const reclaimedIn = (reports: readonly PassReport[]) => reports.reduce((n, r) => n + (r._tag === "Done" ? r.reclaimed : 0), 0)
 
 for (const [name, store] of backends) {
   describe(`the failover grace: ${name}`, { timeout: 300_000 }, () => {
@@ -96,43 +109,91 @@ for (const [name, store] of backends) {
         const t0 = yield* Clock.currentTimeMillis
         assert.deepStrictEqual(reclaimedOf(yield* reaperPass), [0, t0 + grace])
         assert.deepStrictEqual(yield* states, ["running", "running", "running", "running"])
-        // h1's agent beats within the grace (at a third of the window); h2's does not.
-        yield* TestClock.adjust("40 seconds")
+        // The loop runs on; h1's agent beats within the grace (at a third of the window), h2's does not.
+        assert.strictEqual(reclaimedIn(yield* loopFor(40_000)), 0)
         yield* store.heartbeatHost("h1")
-        assert.deepStrictEqual(reclaimedOf(yield* reaperPass), [0, t0 + grace])
-        yield* TestClock.adjust("40 seconds")
+        assert.strictEqual(reclaimedIn(yield* loopFor(40_000)), 0)
         yield* store.heartbeatHost("h1")
-        yield* TestClock.adjust(grace - 80_000)
-        const after = yield* reaperPass
+        assert.strictEqual(reclaimedIn(yield* loopFor(grace - 80_000 - intervalMs)), 0)
+        // The pass at the grace's end reclaims h2's.
+        const after = (yield* loopFor(intervalMs))[0]!
         assert.deepStrictEqual(reclaimedOf(after), [2, null])
         assert.deepStrictEqual(after._tag === "Done" ? [...after.lostSessions].sort() : null, ["h2-s1", "h2-s2"])
         assert.deepStrictEqual(yield* states, ["running", "running", "lost", "lost"])
         assert.strictEqual((yield* Metrics).reaperReclaimed.get(), 2)
+        assert.strictEqual((yield* Metrics).reaperReclaimGraces.get(), 1)
       }).pipe(Effect.provide(Layer.merge(services(store()), settings()))),
     )
 
-    it.effect("a failed fleet read (the store unreachable) starts the grace again at the next read", () =>
+    it.effect("an outage of failed fleet reads longer than a third of the grace starts it again at the next read", () =>
       Effect.gen(function* () {
         outage.down = false
         yield* fleet
         assert.deepStrictEqual(reclaimedOf(yield* reaperPass)?.[0], 0)
-        yield* TestClock.adjust("90 seconds")
+        yield* loopFor(90_000)
+        // The store goes away for 90 s: every pass's read fails, and no heartbeat could land.
         outage.down = true
-        const held = yield* reaperPass
-        assert.strictEqual(held._tag, "Held")
-        yield* TestClock.adjust("90 seconds")
+        assert.isTrue((yield* loopFor(90_000)).every((r) => r._tag === "Held"))
         outage.down = false
-        // The first grace would have ended; the failed read started a new one.
-        const t1 = yield* Clock.currentTimeMillis
-        assert.deepStrictEqual(reclaimedOf(yield* reaperPass), [0, t1 + grace])
+        // Back: the first grace had ended; the gap started a new one.
+        const t1 = (yield* Clock.currentTimeMillis) + intervalMs
+        assert.deepStrictEqual(reclaimedOf((yield* loopFor(intervalMs))[0]!), [0, t1 + grace])
         assert.deepStrictEqual(yield* states, ["running", "running", "running", "running"])
         // Nobody beats within it: everything stale goes once it ends.
-        yield* TestClock.adjust(grace)
-        assert.deepStrictEqual(reclaimedOf(yield* reaperPass), [4, null])
+        assert.strictEqual(reclaimedIn(yield* loopFor(grace)), 4)
       }).pipe(
         Effect.ensuring(Effect.sync(() => (outage.down = false))),
         Effect.provide(Layer.merge(services(flaky(store())), settings())),
       ),
+    )
+
+    it.effect("a failed read now and then (one a minute) restarts nothing: a host that died is reclaimed after one grace", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        outage.down = false
+        yield* fleet
+        let reclaimed = 0
+        // Ten minutes of passes, h1 beating every 40 s, h2 dead; one pass a minute fails its read.
+        for (let t = intervalMs; t <= 10 * 60_000; t += intervalMs) {
+          yield* TestClock.adjust(intervalMs)
+          if (t % 40_000 === 0) yield* store.heartbeatHost("h1")
+          outage.down = t % 60_000 === 0
+          const r = yield* reaperPass
+          reclaimed += r._tag === "Done" ? r.reclaimed : 0
+        }
+        outage.down = false
+        assert.strictEqual(reclaimed, 2)
+        assert.deepStrictEqual(yield* states, ["running", "running", "lost", "lost"])
+        assert.strictEqual((yield* Metrics).reaperReclaimGraces.get(), 1)
+      }).pipe(
+        Effect.ensuring(Effect.sync(() => (outage.down = false))),
+        Effect.provide(Layer.merge(services(flaky(store())), settings())),
+      ),
+    )
+
+    it.effect("a process frozen (suspended, SIGSTOP) past the stale window: its first pass after the thaw reclaims nothing, nor idles a session", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        yield* fleet
+        yield* store.createSession({ id: "busy", budget: { memMib: 512, vcpus: 1 }, affinity: ["h1"], idleTimeoutMs: 120_000 })
+        yield* store.markRunning("busy")
+        // Long past the grace, the hosts beating and the busy session active.
+        for (let t = intervalMs; t <= 5 * 60_000; t += intervalMs) {
+          yield* TestClock.adjust(intervalMs)
+          if (t % 40_000 === 0) {
+            yield* store.heartbeatHost("h1")
+            yield* store.heartbeatHost("h2")
+            yield* store.recordActivity("h1", ["busy"])
+          }
+          yield* reaperPass
+        }
+        // Frozen for 3 minutes: no pass, no heartbeat, no activity landed.
+        yield* TestClock.adjust("3 minutes")
+        const thawed = yield* reaperPass
+        assert.deepStrictEqual(thawed._tag === "Done" ? [thawed.reclaimed, thawed.idled.length] : null, [0, 0])
+        assert.deepStrictEqual([...(yield* states), (yield* store.getSession("busy")).state], ["running", "running", "running", "running", "running"])
+        assert.strictEqual((yield* Metrics).reaperReclaimGraces.get(), 2)
+      }).pipe(Effect.provide(Layer.merge(services(store()), settings()))),
     )
 
     it.effect("ENGRAM_RECLAIM_GRACE_MS=0: the first pass after the outage reclaims every stale reservation (the seed's rule)", () =>

@@ -22,7 +22,8 @@ apiSuite("PGlite", {
     startCoordinator({
       reaper: false,
       logLevel: "Warn",
-      config: { port: 0, dataDir: freshDir(), ...(o?.moveTimeoutMs === undefined ? {} : { moveTimeoutMs: o.moveTimeoutMs }) },
+      // The suite drives passes by hand right after start: no failover grace (grace.test.ts has its own).
+      config: { port: 0, dataDir: freshDir(), reclaimGraceMs: 0, ...(o?.moveTimeoutMs === undefined ? {} : { moveTimeoutMs: o.moveTimeoutMs }) },
     }),
 })
 

@@ -22,6 +22,8 @@ apiSuite("PostgreSQL", {
         port: 0,
         databaseUrl: db.url,
         adminToken: "postgres-admin-token-0123456789",
+        // The suite drives passes by hand right after start: no failover grace (grace.test.ts has its own).
+        reclaimGraceMs: 0,
         ...(o?.moveTimeoutMs === undefined ? {} : { moveTimeoutMs: o.moveTimeoutMs }),
       },
     })

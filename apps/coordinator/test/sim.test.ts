@@ -18,7 +18,8 @@ apiSuite("StoreSim", {
       store: StoreSim.layer(),
       reaper: false,
       logLevel: "Warn",
-      config: { port: 0, adminToken, ...(o?.moveTimeoutMs === undefined ? {} : { moveTimeoutMs: o.moveTimeoutMs }) },
+      // The suite drives passes by hand right after start: no failover grace (grace.test.ts has its own).
+      config: { port: 0, adminToken, reclaimGraceMs: 0, ...(o?.moveTimeoutMs === undefined ? {} : { moveTimeoutMs: o.moveTimeoutMs }) },
     }),
 })
 

@@ -164,30 +164,48 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
 
 /**
  * The failover grace (Nomad's `failover_heartbeat_ttl`): when the coordinator side was down
- * (no reaper leading, the store unreachable), no host could heartbeat, so every reservation
- * looks stale though every host may be fine. Stale reservations are therefore not reclaimed
- * until the reaper has reached the store as leader for `graceMs` without a gap: the grace starts
- * (`until` = the read's time + `graceMs`) at the first successful fleet read of a leadership and
- * again at the first one after a failed read; a live host heartbeats within it. `until` null: the
- * grace starts at the next successful read (a new leadership, or a read failed). `graceMs` 0: no
- * grace (the seed's rule: reclaim every pass).
+ * (no reaper leading, the store unreachable, the process frozen or suspended), no host could
+ * heartbeat, so every reservation looks stale though every host may be fine. Stale reservations
+ * are therefore not reclaimed until the reaper has reached the store as leader for `graceMs`
+ * without a gap. The reaper notes each successful fleet read it makes as leader; the grace
+ * starts (`startedAt` = the read's time) at the first read of a leadership (`lastReadAt` null),
+ * at a read more than `gapMs` after the one before (however that gap came about: failed reads,
+ * a frozen process, a pass that could not run, a forward step of the clock), and at a read
+ * whose time is before the last one (a backward step of the clock: the grace is measured again
+ * from there, never stretched by the step). A failed read alone restarts nothing: a short blip
+ * (a statement timeout now and then) cannot hold reclaims for ever. `graceMs` 0: no grace (the
+ * seed's rule: reclaim every pass).
  */
 export interface Grace {
-  readonly until: number | null
+  /** When the running grace started (Clock ms); null: it starts at the next read. */
+  readonly startedAt: number | null
+  /** The last successful fleet read as leader (Clock ms); null: none yet in this leadership. */
+  readonly lastReadAt: number | null
 }
 
-/** A grace that starts at the next successful fleet read: a new leadership, or after a failed read. */
-export const graceRestart: Grace = Object.freeze({ until: null })
+/** A grace that starts at the next successful fleet read: a new leadership. */
+export const graceRestart: Grace = Object.freeze({ startedAt: null, lastReadAt: null })
 
 /**
- * The grace after a fleet read at `now`: a failed read restarts it (`graceRestart`); a successful
- * one starts it when it was waiting to (`started` true: tell it), else keeps it.
+ * The grace after a successful fleet read at `now`: started again (`started` true: tell it) at a
+ * leadership's first read, after a gap of more than `gapMs` since the last read, or when the
+ * clock went back; else kept, with `now` as the last read.
  */
-export const graceAfterRead = (grace: Grace, read: { readonly ok: boolean; readonly now: number }, graceMs: number): { readonly grace: Grace; readonly started: boolean } => {
-  if (!read.ok) return { grace: graceRestart, started: false }
-  if (grace.until !== null) return { grace, started: false }
-  return { grace: { until: read.now + Math.max(0, graceMs) }, started: graceMs > 0 }
+export const graceAfterRead = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } => {
+  const last = grace.lastReadAt
+  const restart = grace.startedAt === null || last === null || now - last > gapMs || now < last
+  return restart ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace: { startedAt: grace.startedAt, lastReadAt: now }, started: false }
 }
 
-/** Whether the reclaim waits at `now`: the grace has not started yet, or has not ended. */
-export const graceHolds = (grace: Grace, now: number): boolean => grace.until === null || now < grace.until
+/** Whether the reclaim waits at `now`: the grace has not started, or has run less than `graceMs`. */
+export const graceHolds = (grace: Grace, now: number, graceMs: number): boolean => graceMs > 0 && (grace.startedAt === null || now - grace.startedAt < graceMs)
+
+/** When the running grace ends (Clock ms), or null when none has started. */
+export const graceEnds = (grace: Grace, graceMs: number): number | null => (grace.startedAt === null ? null : grace.startedAt + graceMs)
+
+/**
+ * The longest time between two successful fleet reads that is not a gap: a third of the grace
+ * (the agents heartbeat at a third of the stale window, the grace's default), and at least three
+ * of the reaper's intervals, so a pass that runs late never restarts the grace by itself.
+ */
+export const graceGapMs = (graceMs: number, intervalMs: number): number => Math.max(Math.floor(graceMs / 3), 3 * intervalMs)

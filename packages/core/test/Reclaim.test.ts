@@ -187,21 +187,52 @@ describe("the reclaim pass", () => {
 })
 
 describe("Reclaim grace (the failover grace)", () => {
-  it("holds until the first successful read starts it, then until graceMs after that read; a failed read restarts it", () => {
-    expect(Reclaim.graceHolds(Reclaim.graceRestart, 0)).toBe(true)
-    const started = Reclaim.graceAfterRead(Reclaim.graceRestart, { ok: true, now: 1000 }, 500)
-    expect(started).toEqual({ grace: { until: 1500 }, started: true })
-    // A later read keeps it: the grace is counted from the leadership's first read.
-    expect(Reclaim.graceAfterRead(started.grace, { ok: true, now: 1400 }, 500)).toEqual({ grace: { until: 1500 }, started: false })
-    expect([Reclaim.graceHolds(started.grace, 1499), Reclaim.graceHolds(started.grace, 1500)]).toEqual([true, false])
-    const failed = Reclaim.graceAfterRead(started.grace, { ok: false, now: 1600 }, 500)
-    expect(failed).toEqual({ grace: Reclaim.graceRestart, started: false })
-    expect(Reclaim.graceAfterRead(failed.grace, { ok: true, now: 1700 }, 500).grace).toEqual({ until: 2200 })
+  const graceMs = 120_000
+  const gapMs = 40_000
+  /** The grace after successful reads at these times, from a new leadership. */
+  const after = (times: readonly number[]) => times.reduce((g, now) => Reclaim.graceAfterRead(g, now, gapMs).grace, Reclaim.graceRestart)
+
+  it("holds until a leadership's first read starts it, then for graceMs from that read while reads come without a gap", () => {
+    expect(Reclaim.graceHolds(Reclaim.graceRestart, 0, graceMs)).toBe(true)
+    const first = Reclaim.graceAfterRead(Reclaim.graceRestart, 1000, gapMs)
+    expect(first).toEqual({ grace: { startedAt: 1000, lastReadAt: 1000 }, started: true })
+    // Reads every 5 s keep it (counted from the first), and it ends graceMs after it.
+    const steady = after(Array.from({ length: 30 }, (_, k) => 1000 + k * 5000))
+    expect(steady.startedAt).toBe(1000)
+    expect([Reclaim.graceHolds(steady, 1000 + graceMs - 1, graceMs), Reclaim.graceHolds(steady, 1000 + graceMs, graceMs)]).toEqual([true, false])
+    expect(Reclaim.graceEnds(steady, graceMs)).toBe(1000 + graceMs)
   })
 
-  it("graceMs 0: no grace once a read landed, and nothing told", () => {
-    const zero = Reclaim.graceAfterRead(Reclaim.graceRestart, { ok: true, now: 1000 }, 0)
-    expect(zero).toEqual({ grace: { until: 1000 }, started: false })
-    expect(Reclaim.graceHolds(zero.grace, 1000)).toBe(false)
+  it("a gap of more than gapMs between reads starts it again: a frozen process, an outage of failed reads, a forward clock step", () => {
+    const long = after(Array.from({ length: 60 }, (_, k) => k * 5000)) // 295 s of passes: the grace is over
+    expect(Reclaim.graceHolds(long, 295_000, graceMs)).toBe(false)
+    // Frozen for 3 minutes: the first read after it starts a new grace.
+    const thawed = Reclaim.graceAfterRead(long, 295_000 + 180_000, gapMs)
+    expect(thawed.started).toBe(true)
+    expect(Reclaim.graceHolds(thawed.grace, 475_000 + graceMs - 1, graceMs)).toBe(true)
+    // A pause of exactly gapMs is not a gap.
+    expect(Reclaim.graceAfterRead(long, 295_000 + gapMs, gapMs).started).toBe(false)
+  })
+
+  it("a backward clock step starts it again from the new time, never stretched by the step", () => {
+    const long = after(Array.from({ length: 60 }, (_, k) => 10_000_000 + k * 5000))
+    const stepped = Reclaim.graceAfterRead(long, 10_000_000 - 3 * 3_600_000, gapMs)
+    expect(stepped.started).toBe(true)
+    expect(Reclaim.graceEnds(stepped.grace, graceMs)).toBe(10_000_000 - 3 * 3_600_000 + graceMs)
+  })
+
+  it("failed reads now and then restart nothing: reads a minute apart at most… the grace ends and stays ended", () => {
+    // Reads every 5 s with one 20 s hole a minute (failed reads in between): never a gap.
+    const times: number[] = []
+    for (let t = 0; t < 3_600_000; t += 5000) if (t % 60_000 < 40_000 || t % 60_000 >= 55_000) times.push(t)
+    const g = after(times)
+    expect(g.startedAt).toBe(0)
+    expect(Reclaim.graceHolds(g, 3_600_000, graceMs)).toBe(false)
+  })
+
+  it("graceMs 0: never holds; graceGapMs is a third of the grace, at least three reaper intervals", () => {
+    expect(Reclaim.graceHolds(Reclaim.graceRestart, 1000, 0)).toBe(false)
+    expect(Reclaim.graceGapMs(120_000, 5000)).toBe(40_000)
+    expect(Reclaim.graceGapMs(120_000, 60_000)).toBe(180_000)
   })
 })

@@ -53,15 +53,19 @@ export interface Options {
   /** The history the pass deletes once it is old enough (`Store.pruneHistory`); missing: none (the simulator). */
   readonly retention?: RetentionOptions | undefined
   /**
-   * The failover grace (ms; as Nomad's `failover_heartbeat_ttl`): the reclaim step is skipped
-   * until the reaper has reached the store as leader this long without a gap, counted from the
-   * first pass of a leadership (a fresh `state`, or `ReaperState.relead`) and again from the first
-   * successful fleet read after a failed one; so a fleet whose hosts could not heartbeat while
+   * The failover grace (ms; as Nomad's `failover_heartbeat_ttl`): the reclaim step is skipped,
+   * and so is the idle step of lifetimes (activity could not land either), until the reaper has
+   * reached the store as leader this long without a gap (core's `Reclaim.Grace`): counted from
+   * the first pass of a leadership (a fresh `state`, or `ReaperState.relead`) and again from the
+   * first successful fleet read more than `reclaimGapMs` after the one before (failed reads, a
+   * frozen or suspended process, a clock step); so a fleet whose hosts could not heartbeat while
    * the coordinator side was down is not reclaimed whole. The store's reclaim takes expired and
-   * stale reservations together, so an expired reservation waits too (at most this long).
-   * Missing or 0: no grace (the simulator).
+   * stale reservations together, so an expired reservation waits too. Missing or 0: no grace
+   * (the simulator).
    */
   readonly reclaimGraceMs?: number | undefined
+  /** The longest time between two successful fleet reads that is not a gap (`Reclaim.graceGapMs`); missing: a third of the grace. */
+  readonly reclaimGapMs?: number | undefined
 }
 
 /**
@@ -242,6 +246,7 @@ const lifetimes = (
   store: StoreShape,
   leading: () => boolean,
   tell: Tell,
+  idleToo: boolean,
 ): Effect.Effect<{ idled: LifetimeStep[]; expired: LifetimeStep[] } | null> =>
   Effect.gen(function* () {
     const idled: LifetimeStep[] = []
@@ -257,7 +262,9 @@ const lifetimes = (
       if (ended._tag === "Success") expired.push({ sessionId: s.id, hostId: s.hostId, state: ended.success.state })
       else if (ended.failure._tag === "Unavailable") break
     }
-    for (const s of due.success.idle) {
+    // Not while the failover grace holds: the activity that would keep a busy session running
+    // could not land while the coordinator side was down (TTL ends are deadlines: they still run).
+    for (const s of idleToo ? due.success.idle : []) {
       if (!leading()) return null
       const idle = yield* Effect.result(store.idle(s.id))
       if (idle._tag === "Success") idled.push({ sessionId: s.id, hostId: s.hostId, state: idle.success.state })
@@ -446,8 +453,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     const read = yield* Effect.result(store.fleetView())
     const graceMs = options.reclaimGraceMs ?? 0
     if (read._tag === "Failure") {
-      // The store was unreachable: heartbeats could not land either, so the grace starts again.
-      if (graceMs > 0) state.grace = Reclaim.graceRestart
+      // The grace notes no read: a failure that lasts makes a gap, which starts it again.
       if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: read.failure.reason })
       return { _tag: "Held", reason: read.failure.reason } satisfies PassReport
     }
@@ -459,15 +465,16 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
 
     // 2. Reclaim expired and stale reservations (their sessions become lost), unless the failover
     // grace holds (core's `Reclaim.Grace`): started at a leadership's first read or the first read
-    // after a failed one, it lets hosts that could not heartbeat meanwhile renew first.
+    // after a gap, it lets hosts that could not heartbeat meanwhile renew first.
     if (!leading()) return yield* held("reclaim")
     let reclaimHeldUntil: number | null = null
     if (graceMs > 0) {
       const now = yield* Clock.currentTimeMillis
-      const after = Reclaim.graceAfterRead(state.grace, { ok: true, now }, graceMs)
+      const after = Reclaim.graceAfterRead(state.grace, now, options.reclaimGapMs ?? Math.floor(graceMs / 3))
       state.grace = after.grace
-      if (after.started && tell) yield* tell({ _tag: "ReclaimHeld", until: after.grace.until ?? now })
-      if (Reclaim.graceHolds(state.grace, now)) reclaimHeldUntil = state.grace.until ?? now
+      const ends = Reclaim.graceEnds(state.grace, graceMs) ?? now + graceMs
+      if (after.started && tell) yield* tell({ _tag: "ReclaimHeld", until: ends })
+      if (Reclaim.graceHolds(state.grace, now, graceMs)) reclaimHeldUntil = ends
     }
     let reclaimed = 0
     let lostSessions: readonly string[] = []
@@ -485,7 +492,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     // 2b. Lifetimes: a TTL that passed ends its session; a running session with no activity for
     // its idle timeout goes idle by the explicit idle step (the park policy parks or descends it).
     // Leadership was asked for the reclaim; each write of this step asks again.
-    const lives = yield* lifetimes(store, leading, tell)
+    const lives = yield* lifetimes(store, leading, tell, reclaimHeldUntil === null)
     if (lives === null) return yield* held("lifetimes")
 
     // A reclaim or a lifetime that changed the fleet: the gate decides on a read taken after it,
@@ -571,8 +578,6 @@ export const react = (options: Options = {}): Effect.Effect<ReactReport, never, 
     const state = options.state ?? ReaperState.make()
     const read = yield* Effect.result(store.fleetView())
     if (read._tag === "Failure") {
-      // The store was unreachable: the passes' failover grace starts again (`Options.reclaimGraceMs`).
-      state.grace = Reclaim.graceRestart
       if (tell) yield* tell({ _tag: "FleetReadFailed", source: "react", reason: read.failure.reason })
       return { _tag: "Held", reason: read.failure.reason } satisfies ReactReport
     }

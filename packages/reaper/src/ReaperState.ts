@@ -70,9 +70,9 @@ export interface ReaperState {
   /** Whether `aborted` holds the store's (read once per leadership) as well as this replica's. */
   abortedRead: boolean
   /**
-   * The failover grace (core's `Reclaim.Grace`, `Reaper.Options.reclaimGraceMs`): stale
-   * reservations are not reclaimed before `grace.until`; null: it starts at the next successful
-   * fleet read (a fresh memory, `relead`, or a failed read).
+   * The failover grace (core's `Reclaim.Grace`, `Reaper.Options.reclaimGraceMs`): when it
+   * started and the last successful fleet read as leader; it starts at a leadership's first read
+   * (a fresh memory, `relead`) and at a read after a gap.
    */
   grace: Reclaim.Grace
   /** The retention step waits until this time (Clock ms) after a prune that deleted nothing; 0: no wait. */

@@ -235,6 +235,8 @@ describe("Reaper.pass", () => {
 describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
   // The default two-minute stale window: heartbeats are the point here.
   const grace = Limits.defaults.heartbeatStaleWindowMs
+  // These passes come minutes apart, not every few seconds as the loop runs them: a gap of a whole
+  // grace between reads is not one here (the gap rule has its own tests, in core and the coordinator).
   const down = Store.of
   const unavailable = () => Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000 }))
 
@@ -261,7 +263,7 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
       yield* TestClock.adjust("3 minutes")
       const t0 = yield* Clock.currentTimeMillis
       const state = ReaperState.make()
-      const first = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      const first = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
       assert.deepStrictEqual(first._tag === "Done" ? [first.reclaimed, first.reclaimHeldUntil] : null, [0, t0 + grace])
       assert.deepStrictEqual(yield* states(all), ["running", "running", "running", "running"])
       assert.deepStrictEqual(rec.events.filter((e) => e._tag === "ReclaimHeld"), [{ _tag: "ReclaimHeld", until: t0 + grace }])
@@ -269,13 +271,13 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
       // h1's agent is back within the grace (agents beat at a third of the window); h2 stays silent.
       yield* TestClock.adjust("40 seconds")
       yield* store.heartbeatHost("h1")
-      const during = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      const during = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
       assert.deepStrictEqual(during._tag === "Done" ? [during.reclaimed, during.reclaimHeldUntil] : null, [0, t0 + grace])
       yield* TestClock.adjust("40 seconds")
       yield* store.heartbeatHost("h1")
       // The grace ends: h2's reservations are reclaimed, h1's kept.
       yield* TestClock.adjust(grace - 80_000)
-      const after = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      const after = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
       assert.deepStrictEqual(after._tag === "Done" ? [after.reclaimed, after.reclaimHeldUntil, [...after.lostSessions].sort()] : null, [2, null, ["h2-s1", "h2-s2"]])
       assert.deepStrictEqual(yield* states(all), ["running", "running", "lost", "lost"])
       // Told once per grace.
@@ -288,22 +290,22 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
       const store = yield* Store
       yield* fleet
       const state = ReaperState.make()
-      const first = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      const first = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
       assert.strictEqual(first._tag === "Done" ? first.reclaimed : -1, 0)
       // The store goes away for 3 minutes: no heartbeat lands, and the passes' reads fail.
       yield* TestClock.adjust("90 seconds")
       const failing = down({ ...store, fleetView: unavailable })
-      const held = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace }).pipe(Effect.provideService(Store, failing))
+      const held = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace }).pipe(Effect.provideService(Store, failing))
       assert.deepStrictEqual(held, { _tag: "Held", reason: "down (test)" })
       yield* TestClock.adjust("90 seconds")
       // Back: the first grace would have ended, but the failed read started a new one.
       const t1 = yield* Clock.currentTimeMillis
-      const back = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      const back = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
       assert.deepStrictEqual(back._tag === "Done" ? [back.reclaimed, back.reclaimHeldUntil] : null, [0, t1 + grace])
       assert.deepStrictEqual(yield* states(all), ["running", "running", "running", "running"])
       // Nobody heartbeats within it: everything stale is reclaimed once it ends.
       yield* TestClock.adjust(grace)
-      const after = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      const after = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
       assert.strictEqual(after._tag === "Done" ? after.reclaimed : -1, 4)
     }).pipe(Effect.provide(StoreSim.layer())))
 
@@ -311,10 +313,10 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
     Effect.gen(function* () {
       yield* fleet
       const state = ReaperState.make()
-      yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
       yield* TestClock.adjust("3 minutes")
       ReaperState.relead(state)
-      const again = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace })
+      const again = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
       assert.strictEqual(again._tag === "Done" ? again.reclaimed : -1, 0)
       assert.deepStrictEqual(yield* states(all), ["running", "running", "running", "running"])
     }).pipe(Effect.provide(StoreSim.layer())))

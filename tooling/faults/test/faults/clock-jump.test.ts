@@ -32,7 +32,9 @@ let pass: () => Promise<unknown>
 beforeAll(async () => {
   db = await freshDatabase({ prefix: "faults_clock" })
   sql = postgres(db.url, { max: 1, onnotice: () => undefined })
-  const built = Coordinator.layer({ reaper: false, config: { port: 0, adminToken: ADMIN_TOKEN, databaseUrl: db.url, dataDir: tempDir("clock") } }).pipe(
+  // The store's stale rule under clock jumps, without the failover grace (which a clock step
+  // restarts; apps/coordinator/test/grace.test.ts has its own tests).
+  const built = Coordinator.layer({ reaper: false, config: { port: 0, adminToken: ADMIN_TOKEN, databaseUrl: db.url, dataDir: tempDir("clock"), reclaimGraceMs: 0 } }).pipe(
     Layer.provide(Coordinator.loggerLayer("Error")),
     Layer.provide(jump.layer),
   )
