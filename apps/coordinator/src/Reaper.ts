@@ -291,8 +291,8 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const t0 = performance.now()
   // Every write of the pass carries the leader's epoch: refused in its transaction once a newer leader exists.
   const reclaimGraceMs = Option.isSome(settings) ? settings.value.config.reclaimGraceMs : undefined
-  // A gap between two of the leader's fleet reads restarts the grace: a third of it, at least three passes.
-  const reclaimGapMs = Option.isSome(settings) ? Reclaim.graceGapMs(settings.value.config.reclaimGraceMs, settings.value.config.limits.reaperIntervalMs) : undefined
+  // A gap in the leader's contacts with the store restarts the grace: a third of the stale window, at least two passes.
+  const reclaimGapMs = Reclaim.graceGapMs(store.limits().heartbeatStaleWindowMs, store.limits().reaperIntervalMs)
   const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store), moves, retention: kept, reclaimGraceMs, reclaimGapMs }).pipe(
     Effect.provide(listen(metrics, notifier)),
     Effect.provideService(CurrentFence, fence),

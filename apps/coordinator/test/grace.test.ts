@@ -196,6 +196,38 @@ for (const [name, store] of backends) {
       }).pipe(Effect.provide(Layer.merge(services(store()), settings()))),
     )
 
+    it.effect("a longer grace (5 min, Nomad's default) does not let a longer freeze pass unseen: a 90 s freeze reclaims nothing", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        yield* fleet
+        // Ten minutes and more of passes, both hosts beating every 40 s (the last at 600 s): the grace long over.
+        for (let t = intervalMs; t <= 635_000; t += intervalMs) {
+          yield* TestClock.adjust(intervalMs)
+          if (t % 40_000 === 0) for (const h of ["h1", "h2"]) yield* store.heartbeatHost(h)
+          yield* reaperPass
+        }
+        // Frozen 90 s (as its API: no heartbeat lands): the last beats are 125 s old, past the window.
+        yield* TestClock.adjust("90 seconds")
+        const thawed = yield* reaperPass
+        assert.deepStrictEqual(reclaimedOf(thawed)?.[0], 0)
+        assert.deepStrictEqual(yield* states, ["running", "running", "running", "running"])
+      }).pipe(Effect.provide(Layer.merge(services(store()), settings({ ENGRAM_RECLAIM_GRACE_MS: "300000" })))),
+    )
+
+    it.effect("a long pass that keeps reaching the store is no gap: its end counts, the grace is not started again", () =>
+      Effect.gen(function* () {
+        const inner = yield* Store
+        yield* fleet
+        // Every drain takes 60 s of the clock (a slow store, a backlog), every pass reaching the store.
+        const slow = Store.of({ ...inner, drainQueue: (o) => Effect.andThen(TestClock.adjust("60 seconds"), inner.drainQueue(o)) })
+        for (let k = 0; k < 6; k++) {
+          yield* TestClock.adjust(intervalMs)
+          yield* reaperPass.pipe(Effect.provideService(Store, slow))
+        }
+        assert.strictEqual((yield* Metrics).reaperReclaimGraces.get(), 1)
+      }).pipe(Effect.provide(Layer.merge(services(store()), settings()))),
+    )
+
     it.effect("ENGRAM_RECLAIM_GRACE_MS=0: the first pass after the outage reclaims every stale reservation (the seed's rule)", () =>
       Effect.gen(function* () {
         yield* fleet

@@ -167,13 +167,15 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
  * (no reaper leading, the store unreachable, the process frozen or suspended), no host could
  * heartbeat, so every reservation looks stale though every host may be fine. Stale reservations
  * are therefore not reclaimed until the reaper has reached the store as leader for `graceMs`
- * without a gap. The reaper notes each successful fleet read it makes as leader; the grace
- * starts (`startedAt` = the read's time) at the first read of a leadership (`lastReadAt` null),
- * at a read more than `gapMs` after the one before (however that gap came about: failed reads,
- * a frozen process, a pass that could not run, a forward step of the clock), and at a read
- * whose time is before the last one (a backward step of the clock: the grace is measured again
- * from there, never stretched by the step). A failed read alone restarts nothing: a short blip
- * (a statement timeout now and then) cannot hold reclaims for ever. `graceMs` 0: no grace (the
+ * without a gap. The reaper notes its contacts with the store as leader: each pass's successful
+ * fleet read, and the end of each pass that completed. The grace starts (`startedAt` = the
+ * read's time) at the first read of a leadership (`lastReadAt` null), and at a read more than
+ * `gapMs` after the last contact (however that gap came about: failed reads, a frozen process, a
+ * pass that could not run, a forward step of the clock) or more than `gapMs` before it (a
+ * backward step: the grace is measured again from there, never stretched by the step). A failed
+ * read alone restarts nothing: a short blip (a statement timeout now and then) cannot hold
+ * reclaims for ever; and a long pass that keeps reaching the store is not a gap (its end is a
+ * contact). `graceMs` 0: no grace (the
  * seed's rule: reclaim every pass).
  */
 export interface Grace {
@@ -193,9 +195,12 @@ export const graceRestart: Grace = Object.freeze({ startedAt: null, lastReadAt: 
  */
 export const graceAfterRead = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } => {
   const last = grace.lastReadAt
-  const restart = grace.startedAt === null || last === null || now - last > gapMs || now < last
+  const restart = grace.startedAt === null || last === null || now - last > gapMs || last - now > gapMs
   return restart ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace: { startedAt: grace.startedAt, lastReadAt: now }, started: false }
 }
+
+/** A contact with the store at `now` that is not a fleet read (a pass's end): the last contact moves, the grace does not restart. */
+export const graceContact = (grace: Grace, now: number): Grace => (grace.startedAt === null ? grace : { startedAt: grace.startedAt, lastReadAt: now })
 
 /** Whether the reclaim waits at `now`: the grace has not started, or has run less than `graceMs`. */
 export const graceHolds = (grace: Grace, now: number, graceMs: number): boolean => graceMs > 0 && (grace.startedAt === null || now - grace.startedAt < graceMs)
@@ -204,8 +209,10 @@ export const graceHolds = (grace: Grace, now: number, graceMs: number): boolean 
 export const graceEnds = (grace: Grace, graceMs: number): number | null => (grace.startedAt === null ? null : grace.startedAt + graceMs)
 
 /**
- * The longest time between two successful fleet reads that is not a gap: a third of the grace
- * (the agents heartbeat at a third of the stale window, the grace's default), and at least three
- * of the reaper's intervals, so a pass that runs late never restarts the grace by itself.
+ * The longest time between two contacts with the store that is not a gap: a third of the
+ * heartbeat stale window (the agents heartbeat at that interval; a host misses its window only
+ * when heartbeats were blocked longer than the window less one interval), never from the grace
+ * (a longer grace must not let a longer freeze pass unseen); at least two of the reaper's
+ * intervals, so the time between one pass's end and the next pass's read is never a gap.
  */
-export const graceGapMs = (graceMs: number, intervalMs: number): number => Math.max(Math.floor(graceMs / 3), 3 * intervalMs)
+export const graceGapMs = (staleWindowMs: number, intervalMs = 0): number => Math.max(Math.floor(staleWindowMs / 3), 2 * intervalMs)

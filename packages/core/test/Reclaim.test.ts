@@ -214,11 +214,23 @@ describe("Reclaim grace (the failover grace)", () => {
     expect(Reclaim.graceAfterRead(long, 295_000 + gapMs, gapMs).started).toBe(false)
   })
 
-  it("a backward clock step starts it again from the new time, never stretched by the step", () => {
+  it("a backward clock step past gapMs starts it again from the new time, never stretched by the step; a small one does not", () => {
     const long = after(Array.from({ length: 60 }, (_, k) => 10_000_000 + k * 5000))
     const stepped = Reclaim.graceAfterRead(long, 10_000_000 - 3 * 3_600_000, gapMs)
     expect(stepped.started).toBe(true)
     expect(Reclaim.graceEnds(stepped.grace, graceMs)).toBe(10_000_000 - 3 * 3_600_000 + graceMs)
+    // An NTP step of a second back: no restart (the grace stays ended).
+    const small = Reclaim.graceAfterRead(long, 10_000_000 + 59 * 5000 - 1000, gapMs)
+    expect(small.started).toBe(false)
+    expect(Reclaim.graceHolds(small.grace, 10_000_000 + 59 * 5000 - 1000, graceMs)).toBe(false)
+  })
+
+  it("a pass's end is a contact: a long pass that keeps reaching the store is no gap; a contact starts no grace", () => {
+    const g = after([0, 5000])
+    const ended = Reclaim.graceContact(g, 60_000) // a 55 s pass
+    expect(Reclaim.graceAfterRead(ended, 65_000, gapMs).started).toBe(false)
+    expect(Reclaim.graceAfterRead(g, 65_000, gapMs).started).toBe(true)
+    expect(Reclaim.graceContact(Reclaim.graceRestart, 1000)).toEqual(Reclaim.graceRestart)
   })
 
   it("failed reads now and then restart nothing: reads a minute apart at most… the grace ends and stays ended", () => {
@@ -230,9 +242,11 @@ describe("Reclaim grace (the failover grace)", () => {
     expect(Reclaim.graceHolds(g, 3_600_000, graceMs)).toBe(false)
   })
 
-  it("graceMs 0: never holds; graceGapMs is a third of the grace, at least three reaper intervals", () => {
+  it("graceMs 0: never holds; graceGapMs is a third of the stale window (not of the grace), at least two reaper intervals", () => {
     expect(Reclaim.graceHolds(Reclaim.graceRestart, 1000, 0)).toBe(false)
     expect(Reclaim.graceGapMs(120_000, 5000)).toBe(40_000)
-    expect(Reclaim.graceGapMs(120_000, 60_000)).toBe(180_000)
+    expect(Reclaim.graceGapMs(120_000)).toBe(40_000)
+    expect(Reclaim.graceGapMs(4000, 500)).toBe(1333)
+    expect(Reclaim.graceGapMs(120_000, 30_000)).toBe(60_000)
   })
 })

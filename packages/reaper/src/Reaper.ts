@@ -57,14 +57,14 @@ export interface Options {
    * and so is the idle step of lifetimes (activity could not land either), until the reaper has
    * reached the store as leader this long without a gap (core's `Reclaim.Grace`): counted from
    * the first pass of a leadership (a fresh `state`, or `ReaperState.relead`) and again from the
-   * first successful fleet read more than `reclaimGapMs` after the one before (failed reads, a
-   * frozen or suspended process, a clock step); so a fleet whose hosts could not heartbeat while
+   * first successful fleet read more than `reclaimGapMs` after the last contact (the last read,
+   * or the last pass's end: failed reads, a frozen or suspended process, a clock step); so a fleet whose hosts could not heartbeat while
    * the coordinator side was down is not reclaimed whole. The store's reclaim takes expired and
    * stale reservations together, so an expired reservation waits too. Missing or 0: no grace
    * (the simulator).
    */
   readonly reclaimGraceMs?: number | undefined
-  /** The longest time between two successful fleet reads that is not a gap (`Reclaim.graceGapMs`); missing: a third of the grace. */
+  /** The longest time between two contacts with the store that is not a gap; missing: core's `Reclaim.graceGapMs` of the store's stale window. */
   readonly reclaimGapMs?: number | undefined
 }
 
@@ -149,7 +149,7 @@ export type PassReport =
       readonly _tag: "Done"
       readonly reclaimed: number
       readonly lostSessions: readonly string[]
-      /** The reclaim step was skipped: the failover grace holds until this time (Clock ms); null: it ran. */
+      /** The reclaim step (and the idle step of lifetimes) was skipped: the failover grace holds until this time (Clock ms); null: it ran. */
       readonly reclaimHeldUntil: number | null
       /** Running sessions made idle for want of activity (each then parked or descended by the park policy). */
       readonly idled: readonly LifetimeStep[]
@@ -470,7 +470,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     let reclaimHeldUntil: number | null = null
     if (graceMs > 0) {
       const now = yield* Clock.currentTimeMillis
-      const after = Reclaim.graceAfterRead(state.grace, now, options.reclaimGapMs ?? Math.floor(graceMs / 3))
+      const after = Reclaim.graceAfterRead(state.grace, now, options.reclaimGapMs ?? Reclaim.graceGapMs(store.limits().heartbeatStaleWindowMs))
       state.grace = after.grace
       const ends = Reclaim.graceEnds(state.grace, graceMs) ?? now + graceMs
       if (after.started && tell) yield* tell({ _tag: "ReclaimHeld", until: ends })
@@ -546,6 +546,8 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
         state.pruneAfter = idle ? now + (options.retention.idleIntervalMs ?? idleRetentionIntervalMs) : 0
       }
     }
+    // A contact: this pass reached the store up to its end (a long pass is no gap).
+    if (graceMs > 0) state.grace = Reclaim.graceContact(state.grace, yield* Clock.currentTimeMillis)
     return {
       _tag: "Done",
       reclaimed,

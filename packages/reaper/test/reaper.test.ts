@@ -285,7 +285,7 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
     }).pipe(Effect.provide(Layer.merge(StoreSim.layer(), rec.layer)))
   })
 
-  it.effect("a failed fleet read (the store unreachable) starts the grace again at the next read", () =>
+  it.effect("failed fleet reads for longer than the gap (the store unreachable) start the grace again at the next read", () =>
     Effect.gen(function* () {
       const store = yield* Store
       yield* fleet
@@ -298,7 +298,7 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
       const held = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace }).pipe(Effect.provideService(Store, failing))
       assert.deepStrictEqual(held, { _tag: "Held", reason: "down (test)" })
       yield* TestClock.adjust("90 seconds")
-      // Back: the first grace would have ended, but the failed read started a new one.
+      // Back: the first grace would have ended, but the 180 s without a read started a new one.
       const t1 = yield* Clock.currentTimeMillis
       const back = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
       assert.deepStrictEqual(back._tag === "Done" ? [back.reclaimed, back.reclaimHeldUntil] : null, [0, t1 + grace])
@@ -314,7 +314,11 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
       yield* fleet
       const state = ReaperState.make()
       yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
-      yield* TestClock.adjust("3 minutes")
+      // Passes less than a gap apart: the grace runs on (the fleet still fresh).
+      yield* TestClock.adjust("100 seconds")
+      yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
+      // Past the grace and the stale window: without the relead this pass would reclaim all four.
+      yield* TestClock.adjust("30 seconds")
       ReaperState.relead(state)
       const again = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
       assert.strictEqual(again._tag === "Done" ? again.reclaimed : -1, 0)
