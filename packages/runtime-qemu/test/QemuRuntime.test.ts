@@ -301,10 +301,21 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
       assert.strictEqual(back._tag, "Committed")
       const admitted = yield* Move.between(A, B, calm.vmId, { moveId: "m-learned", budget: { maxDowntimeMs: 399, commitAllowanceMs: learned.allowanceMs, maxPreCopyRounds: 8 } })
       console.log(`learned allowance ${learned.allowanceMs.toFixed(1)} ms from ${learned.samples} commit(s):`, JSON.stringify(admitted._tag === "Committed" ? admitted.phases : admitted))
+      // The outcome follows what the machine's load made of the one commit A → B (never its speed
+      // alone): each branch checks the move was judged on that learned allowance.
+      const preRefused = admitted._tag === "Refused" && admitted.stage === "pre-pause" && admitted.pausedMs === null
       if (learned.allowanceMs < 300) {
         // Past the pre-pause check (the post-capture one may still give a starved pause back).
-        assert.isFalse(admitted._tag === "Refused" && admitted.stage === "pre-pause" && admitted.pausedMs === null, JSON.stringify(admitted))
-      } else assert.fail(`the one commit A → B took ${learned.allowanceMs} ms: too loaded a machine to show the learned allowance at 399 ms`)
+        assert.isFalse(preRefused, JSON.stringify(admitted))
+      } else if (learned.allowanceMs >= 399) {
+        // The one commit was slower than the budget (a loaded machine): refused before any pause
+        // on what was learned, not on the prior.
+        assert.isTrue(preRefused, JSON.stringify(admitted))
+        if (admitted._tag === "Refused") assert.isAtLeast(admitted.estimateMs, Math.floor(learned.allowanceMs))
+      } else if (preRefused && admitted._tag === "Refused") {
+        // Between: the allowance plus the final round's estimate may pass the budget.
+        assert.isAtLeast(admitted.estimateMs, Math.floor(learned.allowanceMs))
+      }
       if ((yield* B.list).length === 0) yield* Move.between(A, B, calm.vmId, { moveId: "m-return", budget: { maxDowntimeMs: 10_000, commitAllowanceMs: 400, maxPreCopyRounds: 8 } })
       assert.deepStrictEqual((yield* B.list).map((v) => v.vmId), [calm.vmId])
     }))
