@@ -5,13 +5,16 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Config, Metrics, Notifier, reaperPass, reconcile, Settings } from "@engram/coordinator"
 import type { PassReport } from "@engram/coordinator"
-import { Changes, Store, Unavailable } from "@engram/store"
+import { Changes, Store } from "@engram/store"
+import type { Unavailable } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { StoreSim } from "@engram/store-sim"
 import { freshDatabase } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
 import { Clock, Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
+import { failingFleetLayer } from "./support/failing.js"
+import type { FleetSwitch } from "./support/failing.js"
 import { afterAll } from "vitest"
 
 const databases: Promise<TestDatabase>[] = []
@@ -42,20 +45,9 @@ const settings = (variables: Record<string, string> = {}) => {
   return Layer.succeed(Settings, Settings.of({ config: parsed.config, backend: "custom" }))
 }
 
-/** Whether the wrapped store's fleet reads fail (the store unreachable). */
-const outage = { down: false }
-/** The store with fleet reads that fail while `outage.down`. */
-const flaky = (inner: Layer.Layer<Store, Unavailable>) =>
-  Layer.effect(
-    Store,
-    Effect.gen(function* () {
-      const store = yield* Store
-      return Store.of({
-        ...store,
-        fleetView: () => (outage.down ? Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000 })) : store.fleetView()),
-      })
-    }),
-  ).pipe(Layer.provide(inner))
+/** Whether the wrapped store's fleet reads fail (the store unreachable): `support/failing.ts`. */
+const outage: FleetSwitch = { failFleet: false }
+const flaky = (inner: Layer.Layer<Store, Unavailable>) => failingFleetLayer(inner, outage)
 
 const services = (store: Layer.Layer<Store, Unavailable>) => Layer.mergeAll(Metrics.layer, Notifier.layer.pipe(Layer.provide(Changes.local))).pipe(Layer.provideMerge(store))
 
@@ -127,14 +119,14 @@ for (const [name, store] of backends) {
 
     it.effect("an outage of failed fleet reads longer than a third of the grace starts it again at the next read", () =>
       Effect.gen(function* () {
-        outage.down = false
+        outage.failFleet = false
         yield* fleet
         assert.deepStrictEqual(reclaimedOf(yield* reaperPass)?.[0], 0)
         yield* loopFor(90_000)
         // The store goes away for 90 s: every pass's read fails, and no heartbeat could land.
-        outage.down = true
+        outage.failFleet = true
         assert.isTrue((yield* loopFor(90_000)).every((r) => r._tag === "Held"))
-        outage.down = false
+        outage.failFleet = false
         // Back: the first grace had ended; the gap started a new one.
         const t1 = (yield* Clock.currentTimeMillis) + intervalMs
         assert.deepStrictEqual(reclaimedOf((yield* loopFor(intervalMs))[0]!), [0, t1 + grace])
@@ -142,7 +134,7 @@ for (const [name, store] of backends) {
         // Nobody beats within it: everything stale goes once it ends.
         assert.strictEqual(reclaimedIn(yield* loopFor(grace)), 4)
       }).pipe(
-        Effect.ensuring(Effect.sync(() => (outage.down = false))),
+        Effect.ensuring(Effect.sync(() => (outage.failFleet = false))),
         Effect.provide(Layer.merge(services(flaky(store())), settings())),
       ),
     )
@@ -150,23 +142,23 @@ for (const [name, store] of backends) {
     it.effect("a failed read now and then (one a minute) restarts nothing: a host that died is reclaimed after one grace", () =>
       Effect.gen(function* () {
         const store = yield* Store
-        outage.down = false
+        outage.failFleet = false
         yield* fleet
         let reclaimed = 0
         // Ten minutes of passes, h1 beating every 40 s, h2 dead; one pass a minute fails its read.
         for (let t = intervalMs; t <= 10 * 60_000; t += intervalMs) {
           yield* TestClock.adjust(intervalMs)
           if (t % 40_000 === 0) yield* store.heartbeatHost("h1")
-          outage.down = t % 60_000 === 0
+          outage.failFleet = t % 60_000 === 0
           const r = yield* reaperPass
           reclaimed += r._tag === "Done" ? r.reclaimed : 0
         }
-        outage.down = false
+        outage.failFleet = false
         assert.strictEqual(reclaimed, 2)
         assert.deepStrictEqual(yield* states, ["running", "running", "lost", "lost"])
         assert.strictEqual((yield* Metrics).reaperReclaimGraces.get(), 1)
       }).pipe(
-        Effect.ensuring(Effect.sync(() => (outage.down = false))),
+        Effect.ensuring(Effect.sync(() => (outage.failFleet = false))),
         Effect.provide(Layer.merge(services(flaky(store())), settings())),
       ),
     )
