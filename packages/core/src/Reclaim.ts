@@ -1,6 +1,7 @@
 /**
- * The reclaim pass (SPEC §3): which reservations it removes (every expired or stale one) and
- * what follows from it, as one `Plan`. A reclaimed session reservation makes its session `lost`
+ * The reclaim pass (SPEC §3): which reservations it removes (every expired or stale one; only
+ * the expired ones while the failover grace holds, `Ledger.ReclaimOptions`) and what follows
+ * from it, as one `Plan`. A reclaimed session reservation makes its session `lost`
  * and closes its open move (the target's reservation goes too: reclaimed if it is itself stale,
  * else released); a reclaimed move target closes its move and the session runs on the source
  * again. An in-doubt move (`Move.inDoubt`: its final round recorded) is never reclaimed: its
@@ -27,9 +28,9 @@ export interface Wanted<E extends Entry = Entry> {
   readonly moveIds: readonly string[]
 }
 
-/** The entries `reclaim` removes at `now`, and whose sessions and moves it needs. */
-export const wanted = <E extends Entry>(entries: Iterable<E>, now: number, limits: Limits = defaults): Wanted<E> => {
-  const doomed = Ledger.reclaimable(entries, now, limits).sort(byId)
+/** The entries `reclaim` removes at `now` (only the expired with `options.stale` false), and whose sessions and moves it needs. */
+export const wanted = <E extends Entry>(entries: Iterable<E>, now: number, limits: Limits = defaults, options: Ledger.ReclaimOptions = {}): Wanted<E> => {
+  const doomed = Ledger.reclaimable(entries, now, limits, options).sort(byId)
   const sessionIds = new Set<string>()
   const moveIds = new Set<string>()
   for (const e of doomed) {
@@ -61,9 +62,13 @@ export interface Decided<E extends Entry = Entry> {
   readonly lostSessions: readonly string[]
 }
 
-/** Decides a reclaim pass at `now` (SPEC §3): the entries that go, and the cascade to sessions and moves. */
-export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Limits = defaults): Decided<E> => {
-  const { doomed } = wanted(input.entries, now, limits)
+/**
+ * Decides a reclaim pass at `now` (SPEC §3): the entries that go (only the expired with
+ * `options.stale` false: a stale one stays, and a stale move target of a session lost is
+ * released, not counted), and the cascade to sessions and moves.
+ */
+export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Limits = defaults, options: Ledger.ReclaimOptions = {}): Decided<E> => {
+  const { doomed } = wanted(input.entries, now, limits, options)
   const doomedIds = new Set(doomed.map((e) => e.id))
   const current = new Map<string, Session.Record>()
   for (const s of input.sessions) current.set(s.id, s)

@@ -73,6 +73,9 @@ const decide = (input: Reclaim.Input, t: number) => {
   }
 }
 
+/** A pass that takes only expired entries (the failover grace's). */
+const decide2 = (input: Reclaim.Input) => Reclaim.decide(input, now, Limits.defaults, { stale: false })
+
 describe("the reclaim pass", () => {
   it("a stale session reservation makes its session lost, holding nothing", () => {
     const plan = decide(
@@ -141,6 +144,33 @@ describe("the reclaim pass", () => {
     const plan = decide({ entries: [entry("old", "session", "s1", stale)], sessions: [session("s1", "running", "new")], openMoves: [] }, now)
     expect(plan.reclaimed.map((e) => e.id)).toStrictEqual(["old"])
     expect(plan.sessions).toStrictEqual([])
+  })
+
+  it("stale false (the failover grace): only expired entries go; a stale one and its session stay; a session whose entry expired is lost as by default", () => {
+    const expired = { ...entry("e-exp", "session", "s-exp", fresh), expiresAt: now - 1 }
+    const input: Reclaim.Input = {
+      entries: [expired, entry("e-stale", "session", "s-stale", stale), entry("x-stale", "external", "ops", stale)],
+      sessions: [session("s-exp", "running", "e-exp"), session("s-stale", "running", "e-stale")],
+      openMoves: [],
+    }
+    const only = Reclaim.decide(input, now, Limits.defaults, { stale: false })
+    expect(only.reclaimed.map((e) => e.id)).toStrictEqual(["e-exp"])
+    expect(only.lostSessions).toStrictEqual(["s-exp"])
+    expect(only.plan.sessions.map((w) => [w.record.id, w.record.state])).toStrictEqual([["s-exp", "lost"]])
+    // The default (and stale true) takes both kinds.
+    for (const options of [undefined, { stale: true }])
+      expect(Reclaim.decide(input, now, Limits.defaults, options).reclaimed.map((e) => e.id)).toStrictEqual(["e-exp", "e-stale", "x-stale"])
+    expect([Ledger.isReclaimable(expired, now, Limits.defaults, { stale: false }), Ledger.isReclaimable(entry("s", "external", "ops", stale), now, Limits.defaults, { stale: false })]).toStrictEqual([true, false])
+  })
+
+  it("stale false: a session lost for an expired entry releases its move's stale target, not counted as reclaimed", () => {
+    const own = { ...entry("e1", "session", "s1", fresh), expiresAt: now - 1 }
+    const d = decide2({ entries: [own, entry("t1", "move", "m1", stale, "h2")], sessions: [session("s1", "moving", "e1")], openMoves: [move("m1", "s1", "t1")] })
+    expect(d.reclaimed.map((e) => e.id)).toStrictEqual(["e1"])
+    expect(d.plan.ledger.map((c) => (c._tag === "Release" ? [c.id, c.how] : null))).toStrictEqual([
+      ["e1", "reclaimed"],
+      ["t1", "released"],
+    ])
   })
 
   it("property: removes exactly the reclaimable entries plus the fresh targets of lost sessions' moves", () => {
