@@ -198,11 +198,26 @@ export const graceRestart: Grace = Object.freeze({ startedAt: null, lastReadAt: 
  * leadership's first read, after a gap of more than `gapMs` since the last read, or when the
  * clock went back; else kept, with `now` as the last read.
  */
-export const graceAfterRead = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } => {
+export const graceAfterRead = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } =>
+  graceGap(grace, now, gapMs) ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace: { startedAt: grace.startedAt, lastReadAt: now }, started: false }
+
+/**
+ * Whether `now` is a gap: no grace has started, or it is more than `gapMs` after the last
+ * contact, or more than `gapMs` before it (the clock went back).
+ */
+export const graceGap = (grace: Grace, now: number, gapMs: number): boolean => {
   const last = grace.lastReadAt
-  const restart = grace.startedAt === null || last === null || now - last > gapMs || last - now > gapMs
-  return restart ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace: { startedAt: grace.startedAt, lastReadAt: now }, started: false }
+  return grace.startedAt === null || last === null || now - last > gapMs || last - now > gapMs
 }
+
+/**
+ * The grace at `now`, right before a pass reclaims stale reservations: a gap since the pass's
+ * fleet read (the process frozen or suspended mid-pass, a clock step) starts it again as a gap
+ * at the read would (`started` true: tell it), so the stale reclaim waits; else it is kept as it
+ * is (this is no contact with the store).
+ */
+export const graceBeforeReclaim = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } =>
+  graceGap(grace, now, gapMs) ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace, started: false }
 
 /** A contact with the store at `now` that is not a fleet read (a pass's end): the last contact moves, the grace does not restart. */
 export const graceContact = (grace: Grace, now: number): Grace => (grace.startedAt === null ? grace : { startedAt: grace.startedAt, lastReadAt: now })
@@ -220,4 +235,11 @@ export const graceEnds = (grace: Grace, graceMs: number): number | null => (grac
  * (a longer grace must not let a longer freeze pass unseen); at least two of the reaper's
  * intervals, so the time between one pass's end and the next pass's read is never a gap.
  */
-export const graceGapMs = (staleWindowMs: number, intervalMs = 0): number => Math.max(Math.floor(staleWindowMs / 3), 2 * intervalMs)
+export const graceGapMs = (staleWindowMs: number, intervalMs = 0): number => Math.max(minGraceMs(staleWindowMs), 2 * intervalMs)
+
+/**
+ * The shortest failover grace that protects anything: the agents' default heartbeat interval (a
+ * third of the stale window). A shorter grace can end before a live host's next heartbeat lands,
+ * so the fleet is reclaimed as if there were none; 0 (no grace) is the other choice.
+ */
+export const minGraceMs = (staleWindowMs: number): number => Math.floor(staleWindowMs / 3)

@@ -272,11 +272,25 @@ describe("Reclaim grace (the failover grace)", () => {
     expect(Reclaim.graceHolds(g, 3_600_000, graceMs)).toBe(false)
   })
 
+  it("right before a stale reclaim: a gap since the pass's read (a freeze mid-pass) starts it again; none keeps it as it is", () => {
+    const long = after(Array.from({ length: 60 }, (_, k) => k * 5000)) // the grace is over; last read at 295 s
+    expect(Reclaim.graceBeforeReclaim(long, 295_000 + gapMs, gapMs)).toEqual({ grace: long, started: false })
+    const frozen = Reclaim.graceBeforeReclaim(long, 295_000 + 180_000, gapMs)
+    expect(frozen).toEqual({ grace: { startedAt: 475_000, lastReadAt: 475_000 }, started: true })
+    expect(Reclaim.graceHolds(frozen.grace, 475_000, graceMs)).toBe(true)
+    // The clock stepped back past gapMs mid-pass: started again too.
+    expect(Reclaim.graceBeforeReclaim(long, 295_000 - gapMs - 1, gapMs).started).toBe(true)
+    // The next pass's read after the restart is no second gap.
+    expect(Reclaim.graceAfterRead(frozen.grace, 480_000, gapMs).started).toBe(false)
+  })
+
   it("graceMs 0: never holds; graceGapMs is a third of the stale window (not of the grace), at least two reaper intervals", () => {
     expect(Reclaim.graceHolds(Reclaim.graceRestart, 1000, 0)).toBe(false)
     expect(Reclaim.graceGapMs(120_000, 5000)).toBe(40_000)
     expect(Reclaim.graceGapMs(120_000)).toBe(40_000)
     expect(Reclaim.graceGapMs(4000, 500)).toBe(1333)
     expect(Reclaim.graceGapMs(120_000, 30_000)).toBe(60_000)
+    // The shortest grace worth having: the agents' heartbeat interval.
+    expect([Reclaim.minGraceMs(120_000), Reclaim.minGraceMs(4000)]).toEqual([40_000, 1333])
   })
 })
