@@ -471,6 +471,8 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     }
     let fleet = read.success
     if (tell) yield* tell({ _tag: "FleetRead", source: "pass", fleet })
+    // Each grace's start told once, here, whatever the pass does next (leadership lost, say).
+    if (graceStarted && tell) yield* tell({ _tag: "ReclaimHeld", until: Reclaim.graceEnds(state.grace, graceMs) as number })
     // The recent demand for room, from the store's cumulative counter (a failed read keeps the last rate).
     const counters = yield* Effect.result(store.metrics())
     if (counters._tag === "Success") state.meter.sample(fleet.readAt, counters.success.totalReservedMib)
@@ -487,7 +489,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
       const before = Reclaim.graceBeforeReclaim(state.grace, now, gapMs)
       state.grace = before.grace
       const ends = Reclaim.graceEnds(state.grace, graceMs) ?? now + graceMs
-      if ((graceStarted || before.started) && tell) yield* tell({ _tag: "ReclaimHeld", until: ends })
+      if (before.started && tell) yield* tell({ _tag: "ReclaimHeld", until: ends })
       if (Reclaim.graceHolds(state.grace, now, graceMs)) reclaimHeldUntil = ends
     }
     let reclaimed = 0
