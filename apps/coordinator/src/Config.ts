@@ -7,7 +7,7 @@
  * simulator's. An `ENGRAM_*` variable that no engram component reads is warned about by name.
  */
 import { Env } from "@engram/process"
-import { Downtime, Limits, MakeRoom } from "@engram/core"
+import { Downtime, Limits, MakeRoom, Reclaim } from "@engram/core"
 import { checkLeaseTimes, defaultLeaseTimes, Validate } from "@engram/store"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
@@ -195,6 +195,16 @@ export const retentionIssue = (c: Pick<CoordinatorConfig, "retentionMs" | "allow
     ? null
     : `must be 0 (keep history for ever) or at least ENGRAM_ALLOWANCE_HORIZON_MS (${c.allowanceHorizonMs}) and ENGRAM_MAKE_ROOM_COOLDOWN_MS (${c.makeRoomCooldownMs})`
 
+/**
+ * Why the failover grace is refused: one shorter than the agents' heartbeat interval (core's
+ * `Reclaim.minGraceMs`, a third of `ENGRAM_HEARTBEAT_STALE_WINDOW_MS`) ends before a live host's
+ * next heartbeat lands, so it protects nothing; 0 (no grace) says so. Null when it holds.
+ */
+export const reclaimGraceIssue = (reclaimGraceMs: number, heartbeatStaleWindowMs: number): string | null =>
+  reclaimGraceMs === 0 || reclaimGraceMs >= Reclaim.minGraceMs(heartbeatStaleWindowMs)
+    ? null
+    : `must be 0 (no grace) or at least a third of ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${Reclaim.minGraceMs(heartbeatStaleWindowMs)}, the agents' heartbeat interval): a shorter grace ends before a live host's next heartbeat`
+
 /** The longest failover grace (`ENGRAM_RECLAIM_GRACE_MS`): a day. */
 export const maxReclaimGraceMs = 24 * 3_600_000
 
@@ -302,8 +312,16 @@ const load = (source: Env.Source): Effect.Effect<CoordinatorConfig, Env.ConfigIn
       issues.push({ variable: "ENGRAM_LEASE_RENEW_DEADLINE_MS", rule: "must be less than ENGRAM_LEASE_DURATION_MS", value: source.raw("ENGRAM_LEASE_RENEW_DEADLINE_MS") })
     const retention = base._tag === "Success" ? retentionIssue(base.success) : null
     if (retention !== null) issues.push({ variable: "ENGRAM_RETENTION_MS", rule: retention, value: source.raw("ENGRAM_RETENTION_MS") })
-    if (base._tag === "Failure" || made._tag === "Invalid" || lease !== null || retention !== null) return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
-    const reclaimGraceMs = base.success.reclaimGraceMs === graceFromStaleWindow ? made.limits.heartbeatStaleWindowMs : base.success.reclaimGraceMs
+    const reclaimGraceMs =
+      base._tag === "Success" && made._tag === "Valid"
+        ? base.success.reclaimGraceMs === graceFromStaleWindow
+          ? made.limits.heartbeatStaleWindowMs
+          : base.success.reclaimGraceMs
+        : null
+    const grace = reclaimGraceMs !== null && made._tag === "Valid" ? reclaimGraceIssue(reclaimGraceMs, made.limits.heartbeatStaleWindowMs) : null
+    if (grace !== null) issues.push({ variable: "ENGRAM_RECLAIM_GRACE_MS", rule: grace, value: source.raw("ENGRAM_RECLAIM_GRACE_MS") })
+    if (base._tag === "Failure" || made._tag === "Invalid" || reclaimGraceMs === null || lease !== null || retention !== null || grace !== null)
+      return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
     return { ...base.success, limits: made.limits, reclaimGraceMs }
   })
 

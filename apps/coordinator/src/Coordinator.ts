@@ -310,7 +310,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
         Layer.succeed(References.TracerEnabled, config.otlpUrl !== null),
       ),
     ),
-    // The start-up reconcile (reclaim unless the failover grace is on, then drain) finishes
+    // The start-up reconcile (reclaim, only expired reservations while the failover grace is on, then drain) finishes
     // before the server is built, so the first request already sees its result.
     Layer.provide(ReconcileAtStart),
   )

@@ -291,7 +291,7 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         reaperFleetReadFailures: counter("engram_reaper_fleet_read_failures_total", "Reaper passes whose fleet read failed; every park was held.", true),
         reaperLostRaces: counter("engram_reaper_lost_races_total", "Yields skipped because the park changed first (lost CAS).", true),
         reaperReclaimed: counter("engram_reaper_reclaimed_total", "Reservations reclaimed as expired or stale.", true),
-        reaperReclaimGraces: counter("engram_reaper_reclaim_graces_total", "Failover graces started: no reclaim (nor idle step) for ENGRAM_RECLAIM_GRACE_MS after a new leadership or a gap between the leader's fleet reads.", true),
+        reaperReclaimGraces: counter("engram_reaper_reclaim_graces_total", "Failover graces started: no reclaim of stale reservations (nor idle step) for ENGRAM_RECLAIM_GRACE_MS after a new leadership or a gap in the leader's contacts with the store.", true),
         reaperPruned: counter(
           "engram_reaper_pruned_total",
           "History the reaper's retention deleted (ended more than ENGRAM_RETENTION_MS ago), by kind: sessions (ended), events (of those sessions), moves (committed or aborted), pairs (host pairs with no recent commit).",

@@ -4,8 +4,8 @@
  * (Leader.ts), metrics, log lines and wake-ups of host agents, each from the pass's events.
  * `reaperPass` is one pass, for the loop and for tests under a TestClock. `reconcile` (reclaim,
  * then drain) runs once at every replica's start-up (`ReconcileAtStart`); with
- * `ENGRAM_RECLAIM_GRACE_MS` above 0 it does not reclaim, and the passes reclaim only once the
- * failover grace has passed. `ReactAtOnce` is the
+ * `ENGRAM_RECLAIM_GRACE_MS` above 0 it reclaims only expired reservations, and the passes
+ * reclaim stale ones only once the failover grace has passed. `ReactAtOnce` is the
  * immediate reaction to a queued session (`Trigger`), sharing the passes' memory. With
  * `ENGRAM_MAKE_ROOM_MOVES=1` a pass also begins the moves core's `MakeRoom` plans for starving
  * sessions (`makeRoomMoves`); the agents run them like any move. With `ENGRAM_RETENTION_MS` above
@@ -15,7 +15,7 @@ import { MakeRoom, ParkPolicy, Reclaim } from "@engram/core"
 import { Reaper, ReaperEvents, ReaperState, Trigger } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
 import { CurrentFence, pruneKinds, Store } from "@engram/store"
-import type { DrainResult, ReclaimResult, StoreShape } from "@engram/store"
+import type { DrainResult, ReclaimOptions, ReclaimResult, StoreShape } from "@engram/store"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { Leader, leaseRetryMs } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
@@ -110,7 +110,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
       case "ReclaimHeld":
         // Once per grace: a leadership's first pass, or the first fleet read after a gap.
         metrics.reaperReclaimGraces.inc()
-        return Effect.logInfo("reaper: no reservation is reclaimed (and no session idled) until the hosts have had ENGRAM_RECLAIM_GRACE_MS to heartbeat (a new leadership, or a gap in the leader's reads of the store: it was unreachable, or this process did not run)", {
+        return Effect.logInfo("reaper: no stale reservation is reclaimed (and no session idled) until the hosts have had ENGRAM_RECLAIM_GRACE_MS to heartbeat (a new leadership, or a gap in the leader's reads of the store: it was unreachable, or this process did not run)", {
           until: new Date(e.until).toISOString(),
         })
       case "LifetimesApplied":
@@ -217,15 +217,16 @@ export const drainQueue = Effect.gen(function* () {
 })
 
 /**
- * Reclaims every expired or stale reservation (their sessions become `lost`), counts and logs
- * them and wakes their hosts' agents. A failure is logged and answers nothing reclaimed.
+ * Reclaims every expired or stale reservation (only the expired with `options.stale` false;
+ * their sessions become `lost`), counts and logs them and wakes their hosts' agents. A failure
+ * is logged and answers nothing reclaimed.
  */
-const reclaimNow = (context: string) =>
+const reclaimNow = (context: string, options?: ReclaimOptions) =>
   Effect.gen(function* () {
     const store = yield* Store
     const metrics = yield* Metrics
     const notifier = yield* Notifier
-    const reclaim = yield* store.reclaim().pipe(
+    const reclaim = yield* store.reclaim(options).pipe(
       Effect.catchTag("Unavailable", (e) =>
         Effect.logWarning(`${context}: reclaim failed`, { reason: e.reason }).pipe(
           Effect.as({ reclaimed: [], lostSessions: [] as readonly string[] }),
@@ -254,15 +255,17 @@ export interface ReconcileReport {
  * transactional and idempotent in the store, so replicas starting together cannot
  * double-count. Never fails: a store failure is logged, and the reaper's passes catch up.
  *
- * With the failover grace on (`ENGRAM_RECLAIM_GRACE_MS` above 0, the default) it reclaims
- * nothing: while no coordinator ran no host could heartbeat, so every reservation may look
- * stale; the leader's passes reclaim once the grace has passed (the drain still runs).
+ * With the failover grace on (`ENGRAM_RECLAIM_GRACE_MS` above 0, the default) it reclaims only
+ * expired reservations (past their own `expiresAt`, over whatever the outage did): while no
+ * coordinator ran no host could heartbeat, so every reservation may look stale; the leader's
+ * passes reclaim the stale ones once the grace has passed (the drain still runs).
  */
 export const reconcile: Effect.Effect<ReconcileReport, never, Store | Metrics | Notifier> = Effect.gen(function* () {
   const settings = yield* Effect.serviceOption(Settings)
   const graceMs = Option.isSome(settings) ? settings.value.config.reclaimGraceMs : 0
-  if (graceMs > 0) yield* Effect.logInfo("reconcile: no reservation reclaimed at start-up; the leader's passes reclaim after ENGRAM_RECLAIM_GRACE_MS", { graceMs })
-  const reclaim = graceMs > 0 ? { reclaimed: [], lostSessions: [] as readonly string[] } : yield* reclaimNow("reconcile")
+  if (graceMs > 0)
+    yield* Effect.logInfo("reconcile: no stale reservation reclaimed at start-up (expired ones are); the leader's passes reclaim stale ones after ENGRAM_RECLAIM_GRACE_MS", { graceMs })
+  const reclaim = yield* reclaimNow("reconcile", graceMs > 0 ? { stale: false } : undefined)
   const drained = yield* drainQueue
   if (drained.placed.length > 0) yield* Effect.logInfo("reconcile: placed queued sessions", { placed: drained.placed })
   return { reclaimed: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions, placed: drained.placed }

@@ -130,6 +130,17 @@ describe("configuration", () => {
       const r = Config.parse({ ENGRAM_RECLAIM_GRACE_MS: value })
       expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule, i.value]), value).toEqual([["ENGRAM_RECLAIM_GRACE_MS", "must be an integer from 0 to 86400000", value]])
     }
+    // Shorter than the agents' heartbeat interval (a third of the stale window) it protects nothing: refused, named with its rule.
+    const rule = (min: number) =>
+      `must be 0 (no grace) or at least a third of ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${min}, the agents' heartbeat interval): a shorter grace ends before a live host's next heartbeat`
+    const short = Config.parse({ ENGRAM_RECLAIM_GRACE_MS: "39999" })
+    expect(short._tag === "Invalid" && short.issues.map((i) => [i.variable, i.rule, i.value])).toEqual([["ENGRAM_RECLAIM_GRACE_MS", rule(40_000), "39999"]])
+    const third = Config.parse({ ENGRAM_RECLAIM_GRACE_MS: "40000" })
+    expect(third._tag === "Valid" && third.config.reclaimGraceMs).toBe(40_000)
+    // The rule follows the stale window set beside it; a longer window makes a grace that was enough too short.
+    const longWindow = Config.parse({ ENGRAM_RECLAIM_GRACE_MS: "40000", ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "300000" })
+    expect(longWindow._tag === "Invalid" && longWindow.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_RECLAIM_GRACE_MS", rule(100_000)]])
+    expect(Config.parse({ ENGRAM_RECLAIM_GRACE_MS: "1000", ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "3000" })._tag).toBe("Valid")
     // A program's settings: unset, the grace follows the limits it passes.
     expect(Config.fromInput({ limits: { ...Config.defaults().limits, heartbeatStaleWindowMs: 500 } }).reclaimGraceMs).toBe(500)
     expect(Config.fromInput({ reclaimGraceMs: 0 }).reclaimGraceMs).toBe(0)

@@ -13,8 +13,8 @@ import { freshDatabase } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
 import { Clock, Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
-import { failingFleetLayer } from "./support/failing.js"
-import type { FleetSwitch } from "./support/failing.js"
+import { failingFleetLayer, freezingLayer } from "./support/failing.js"
+import type { FleetSwitch, FreezeSwitch } from "./support/failing.js"
 import { afterAll } from "vitest"
 
 const databases: Promise<TestDatabase>[] = []
@@ -48,6 +48,8 @@ const settings = (variables: Record<string, string> = {}) => {
 /** Whether the wrapped store's fleet reads fail (the store unreachable): `support/failing.ts`. */
 const outage: FleetSwitch = { failFleet: false }
 const flaky = (inner: Layer.Layer<Store, Unavailable>) => failingFleetLayer(inner, outage)
+/** How long the wrapped store's next demand sample freezes the process (`support/failing.ts`). */
+const freeze: FreezeSwitch = { freezeMs: 0 }
 
 const services = (store: Layer.Layer<Store, Unavailable>) => Layer.mergeAll(Metrics.layer, Notifier.layer.pipe(Layer.provide(Changes.local))).pipe(Layer.provideMerge(store))
 
@@ -229,12 +231,48 @@ for (const [name, store] of backends) {
       }).pipe(Effect.provide(Layer.merge(services(store()), settings({ ENGRAM_RECLAIM_GRACE_MS: "0" })))),
     )
 
-    it.effect("the start-up reconcile reclaims nothing while the grace is on, and everything stale with ENGRAM_RECLAIM_GRACE_MS=0", () =>
+    it.effect("a freeze mid-pass (after the fleet read, before the reclaim) is a gap: the grace starts again, no stale reservation goes", () =>
       Effect.gen(function* () {
+        const store = yield* Store
         yield* fleet
+        // Five minutes of passes, both hosts beating every 40 s (the last at 280 s): the grace long over.
+        for (let t = intervalMs; t <= 5 * 60_000; t += intervalMs) {
+          yield* TestClock.adjust(intervalMs)
+          if (t % 40_000 === 0) for (const h of ["h1", "h2"]) yield* store.heartbeatHost(h)
+          yield* reaperPass
+        }
+        // The process freezes for 3 minutes inside the pass's demand sample, after its fleet read:
+        // no heartbeat lands meanwhile, so every reservation is stale when the reclaim comes.
+        freeze.freezeMs = 180_000
+        yield* TestClock.adjust(intervalMs)
+        const thawed = yield* reaperPass
+        const t1 = yield* Clock.currentTimeMillis
+        assert.deepStrictEqual(reclaimedOf(thawed), [0, t1 + grace])
+        assert.deepStrictEqual(yield* states, ["running", "running", "running", "running"])
+        assert.strictEqual((yield* Metrics).reaperReclaimGraces.get(), 2)
+        // The hosts beat within the new grace (every 40 s): nothing is reclaimed past its end, and the next read is no second gap.
+        let reclaimed = 0
+        for (let k = 0; k < 4; k++) {
+          for (const h of ["h1", "h2"]) yield* store.heartbeatHost(h)
+          reclaimed += reclaimedIn(yield* loopFor(40_000))
+        }
+        assert.strictEqual(reclaimed, 0)
+        assert.strictEqual((yield* Metrics).reaperReclaimGraces.get(), 2)
+      }).pipe(
+        Effect.ensuring(Effect.sync(() => (freeze.freezeMs = 0))),
+        Effect.provide(Layer.merge(services(freezingLayer(store(), freeze)), settings())),
+      ),
+    )
+
+    it.effect("the start-up reconcile reclaims only expired reservations while the grace is on, and everything stale with ENGRAM_RECLAIM_GRACE_MS=0", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        yield* fleet
+        yield* store.reserve({ id: "x-exp", hostId: "h1", ownerKind: "external", ownerId: "ops", memMib: 256, vcpus: 1, expiresAt: 60_000 })
         yield* TestClock.adjust("3 minutes")
+        // x-exp is past its own expiresAt: over, whatever the outage did; the stale sessions wait.
         const on = yield* reconcile.pipe(Effect.provide(settings()))
-        assert.deepStrictEqual([on.reclaimed, on.lostSessions], [0, []])
+        assert.deepStrictEqual([on.reclaimed, on.lostSessions], [1, []])
         assert.deepStrictEqual(yield* states, ["running", "running", "running", "running"])
         const off = yield* reconcile.pipe(Effect.provide(settings({ ENGRAM_RECLAIM_GRACE_MS: "0" })))
         assert.strictEqual(off.reclaimed, 4)

@@ -68,8 +68,8 @@ describe("three replicas on one PostgreSQL", () => {
       ENGRAM_LEASE_DURATION_MS: String(leaseMs),
       ENGRAM_LEASE_RENEW_DEADLINE_MS: String(renewDeadlineMs),
       ENGRAM_DATA_DIR: dataDir,
-      // A new leader reclaims only after its failover grace: a short one, so the takeover's reclaim shows within the test.
-      ENGRAM_RECLAIM_GRACE_MS: "1000",
+      // The failover grace is the default (the stale window, 2 min): a new leader reclaims an
+      // expired reservation during it; only stale ones wait.
     }
     // The first applies the migrations; the others start beside it.
     replicas.push(await startChild(env))
@@ -108,7 +108,7 @@ describe("three replicas on one PostgreSQL", () => {
       }
       console.log(`replicas: leader frozen; takeover after ${tookOver?.checks} lease checks of the new leader (lease ${leaseMs} ms, every ${retryMs} ms)`)
       expect(tookOver, `no survivor led within ${takeoverChecks} of its lease checks after the freeze`).not.toBeNull()
-      // The new leader's passes reclaim the expired reservation once its grace (1 s) has passed (the frozen one's lease is gone).
+      // The new leader's passes reclaim the expired reservation at once, within their failover grace (the frozen one's lease is gone).
       let gone = false
       for (let i = 0; i < 200 && !gone; i++) {
         gone = (await admin.get("/v1/reservations/frozen-r")).status === 404

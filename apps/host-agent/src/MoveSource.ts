@@ -30,11 +30,12 @@
  * of the guard is learned from this host pair's recent commits (core's `Downtime.commitAllowance`);
  * the phases name every part of the pause and sum to it.
  */
-import { Effect, Fiber, Schedule } from "effect"
+import { Effect, Fiber } from "effect"
 import { type Downtime, Move as CoreMove } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
 import { type AssignedMove, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, type PhasesReport, type RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
+import * as Pacing from "./Pacing.js"
 import type { MoveHeader } from "./MoveTarget.js"
 import type { PeerLink } from "./PeerLink.js"
 import type { Residents } from "./Residents.js"
@@ -131,9 +132,28 @@ export type MoveOutcome =
    */
   | { readonly _tag: "CommitRefused"; readonly reason: string; readonly phases: PhasesReport; readonly restoredOnSource: boolean }
 
-/** The coordinator's call, retried briefly on transient errors (a 409, or a 404 that names the record, is an answer, not retried). */
-const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Effect<A, E>) =>
-  eff.pipe(Effect.retry({ schedule: Schedule.exponential("100 millis"), times: 4, while: (e) => e._tag === "CoordinatorError" && (e as unknown as CoordinatorError).notFound === undefined }))
+/**
+ * The brief back-off of a move's calls: the n-th retry waits a time drawn in
+ * `[100, min(800, 100 · 2^n)]` ms (`Pacing.retryDelayMs`; before the jitter: 100, 200, 400,
+ * 800). The four waits add up to 400–2200 ms, 1300 on average (before: 1500).
+ */
+export const briefBackoff: Pacing.Backoff = { baseMs: 100, capMs: 800 }
+
+/**
+ * The coordinator's call, retried briefly (4 times) on transient errors (a 409, or a 404 that
+ * names the record, is an answer, not retried). Each wait is drawn as `Pacing`'s are (from
+ * Effect's `Random`, which tests fix; `briefBackoff`), so the sources of moves that failed
+ * together do not come back in lock-step. A 503's `retryAfterMs` is not waited for: some of
+ * these calls run in the guest's pause, whose bound is this back-off's.
+ */
+export const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Effect<A, E>) =>
+  eff.pipe(
+    Effect.retry({
+      schedule: Pacing.retrySchedule(briefBackoff, false),
+      times: 4,
+      while: (e) => e._tag === "CoordinatorError" && (e as unknown as CoordinatorError).notFound === undefined,
+    }),
+  )
 
 const jsonMs = (ms: number) => (Number.isFinite(ms) ? Math.ceil(ms) : Number.MAX_SAFE_INTEGER)
 

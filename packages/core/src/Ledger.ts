@@ -134,9 +134,23 @@ export const isStale = (e: Pick<Entry, "lastHeartbeatAt">, now: number, windowMs
  */
 export const renewedAt = (lastHeartbeatAt: number, t: number): number => Math.max(lastHeartbeatAt, t)
 
-/** Whether `reclaim(now)` removes the entry. */
-export const isReclaimable = (e: Pick<Entry, "expiresAt" | "lastHeartbeatAt">, now: number, limits: Limits = defaults): boolean =>
-  isExpired(e, now) || isStale(e, now, limits.heartbeatStaleWindowMs)
+/**
+ * Which entries a reclaim takes. `stale` false: only the expired, whose own `expiresAt` passed
+ * whatever else happened; a stale heartbeat is left for later (the failover grace, while the
+ * hosts may not have been able to heartbeat). Default: expired and stale.
+ */
+export interface ReclaimOptions {
+  /** Whether stale entries go too (default true). */
+  readonly stale?: boolean | undefined
+}
+
+/** Whether `reclaim(now)` removes the entry: expired, or stale unless `options.stale` is false. */
+export const isReclaimable = (
+  e: Pick<Entry, "expiresAt" | "lastHeartbeatAt">,
+  now: number,
+  limits: Limits = defaults,
+  options: ReclaimOptions = {},
+): boolean => isExpired(e, now) || (options.stale !== false && isStale(e, now, limits.heartbeatStaleWindowMs))
 
 /**
  * The time after which the entry is reclaimable unless heartbeated again (its expiry, or its
@@ -147,14 +161,15 @@ export const isReclaimable = (e: Pick<Entry, "expiresAt" | "lastHeartbeatAt">, n
 export const reclaimableAfter = (e: Pick<Entry, "expiresAt" | "lastHeartbeatAt">, limits: Limits = defaults): number =>
   Math.min(e.expiresAt ?? Number.POSITIVE_INFINITY, e.lastHeartbeatAt + limits.heartbeatStaleWindowMs)
 
-/** The entries `reclaim(now)` removes. */
+/** The entries `reclaim(now, options)` removes. */
 export const reclaimable = <E extends Pick<Entry, "expiresAt" | "lastHeartbeatAt">>(
   entries: Iterable<E>,
   now: number,
   limits: Limits = defaults,
+  options: ReclaimOptions = {},
 ): E[] => {
   const out: E[] = []
-  for (const e of entries) if (isReclaimable(e, now, limits)) out.push(e)
+  for (const e of entries) if (isReclaimable(e, now, limits, options)) out.push(e)
   return out
 }
 

@@ -1,6 +1,7 @@
 /**
- * The reclaim pass (SPEC §3): which reservations it removes (every expired or stale one) and
- * what follows from it, as one `Plan`. A reclaimed session reservation makes its session `lost`
+ * The reclaim pass (SPEC §3): which reservations it removes (every expired or stale one; only
+ * the expired ones while the failover grace holds, `Ledger.ReclaimOptions`) and what follows
+ * from it, as one `Plan`. A reclaimed session reservation makes its session `lost`
  * and closes its open move (the target's reservation goes too: reclaimed if it is itself stale,
  * else released); a reclaimed move target closes its move and the session runs on the source
  * again. An in-doubt move (`Move.inDoubt`: its final round recorded) is never reclaimed: its
@@ -27,9 +28,9 @@ export interface Wanted<E extends Entry = Entry> {
   readonly moveIds: readonly string[]
 }
 
-/** The entries `reclaim` removes at `now`, and whose sessions and moves it needs. */
-export const wanted = <E extends Entry>(entries: Iterable<E>, now: number, limits: Limits = defaults): Wanted<E> => {
-  const doomed = Ledger.reclaimable(entries, now, limits).sort(byId)
+/** The entries `reclaim` removes at `now` (only the expired with `options.stale` false), and whose sessions and moves it needs. */
+export const wanted = <E extends Entry>(entries: Iterable<E>, now: number, limits: Limits = defaults, options: Ledger.ReclaimOptions = {}): Wanted<E> => {
+  const doomed = Ledger.reclaimable(entries, now, limits, options).sort(byId)
   const sessionIds = new Set<string>()
   const moveIds = new Set<string>()
   for (const e of doomed) {
@@ -61,9 +62,13 @@ export interface Decided<E extends Entry = Entry> {
   readonly lostSessions: readonly string[]
 }
 
-/** Decides a reclaim pass at `now` (SPEC §3): the entries that go, and the cascade to sessions and moves. */
-export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Limits = defaults): Decided<E> => {
-  const { doomed } = wanted(input.entries, now, limits)
+/**
+ * Decides a reclaim pass at `now` (SPEC §3): the entries that go (only the expired with
+ * `options.stale` false: a stale one stays, and a stale move target of a session lost is
+ * released, not counted), and the cascade to sessions and moves.
+ */
+export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Limits = defaults, options: Ledger.ReclaimOptions = {}): Decided<E> => {
+  const { doomed } = wanted(input.entries, now, limits, options)
   const doomedIds = new Set(doomed.map((e) => e.id))
   const current = new Map<string, Session.Record>()
   for (const s of input.sessions) current.set(s.id, s)
@@ -193,11 +198,26 @@ export const graceRestart: Grace = Object.freeze({ startedAt: null, lastReadAt: 
  * leadership's first read, after a gap of more than `gapMs` since the last read, or when the
  * clock went back; else kept, with `now` as the last read.
  */
-export const graceAfterRead = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } => {
+export const graceAfterRead = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } =>
+  graceGap(grace, now, gapMs) ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace: { startedAt: grace.startedAt, lastReadAt: now }, started: false }
+
+/**
+ * Whether `now` is a gap: no grace has started, or it is more than `gapMs` after the last
+ * contact, or more than `gapMs` before it (the clock went back).
+ */
+export const graceGap = (grace: Grace, now: number, gapMs: number): boolean => {
   const last = grace.lastReadAt
-  const restart = grace.startedAt === null || last === null || now - last > gapMs || last - now > gapMs
-  return restart ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace: { startedAt: grace.startedAt, lastReadAt: now }, started: false }
+  return grace.startedAt === null || last === null || now - last > gapMs || last - now > gapMs
 }
+
+/**
+ * The grace at `now`, right before a pass reclaims stale reservations: a gap since the pass's
+ * fleet read (the process frozen or suspended mid-pass, a clock step) starts it again as a gap
+ * at the read would (`started` true: tell it), so the stale reclaim waits; else it is kept as it
+ * is (this is no contact with the store).
+ */
+export const graceBeforeReclaim = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } =>
+  graceGap(grace, now, gapMs) ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace, started: false }
 
 /** A contact with the store at `now` that is not a fleet read (a pass's end): the last contact moves, the grace does not restart. */
 export const graceContact = (grace: Grace, now: number): Grace => (grace.startedAt === null ? grace : { startedAt: grace.startedAt, lastReadAt: now })
@@ -215,4 +235,11 @@ export const graceEnds = (grace: Grace, graceMs: number): number | null => (grac
  * (a longer grace must not let a longer freeze pass unseen); at least two of the reaper's
  * intervals, so the time between one pass's end and the next pass's read is never a gap.
  */
-export const graceGapMs = (staleWindowMs: number, intervalMs = 0): number => Math.max(Math.floor(staleWindowMs / 3), 2 * intervalMs)
+export const graceGapMs = (staleWindowMs: number, intervalMs = 0): number => Math.max(minGraceMs(staleWindowMs), 2 * intervalMs)
+
+/**
+ * The shortest failover grace that protects anything: the agents' default heartbeat interval (a
+ * third of the stale window). A shorter grace can end before a live host's next heartbeat lands,
+ * so the fleet is reclaimed as if there were none; 0 (no grace) is the other choice.
+ */
+export const minGraceMs = (staleWindowMs: number): number => Math.floor(staleWindowMs / 3)

@@ -73,6 +73,9 @@ const decide = (input: Reclaim.Input, t: number) => {
   }
 }
 
+/** A pass that takes only expired entries (the failover grace's). */
+const decide2 = (input: Reclaim.Input) => Reclaim.decide(input, now, Limits.defaults, { stale: false })
+
 describe("the reclaim pass", () => {
   it("a stale session reservation makes its session lost, holding nothing", () => {
     const plan = decide(
@@ -141,6 +144,33 @@ describe("the reclaim pass", () => {
     const plan = decide({ entries: [entry("old", "session", "s1", stale)], sessions: [session("s1", "running", "new")], openMoves: [] }, now)
     expect(plan.reclaimed.map((e) => e.id)).toStrictEqual(["old"])
     expect(plan.sessions).toStrictEqual([])
+  })
+
+  it("stale false (the failover grace): only expired entries go; a stale one and its session stay; a session whose entry expired is lost as by default", () => {
+    const expired = { ...entry("e-exp", "session", "s-exp", fresh), expiresAt: now - 1 }
+    const input: Reclaim.Input = {
+      entries: [expired, entry("e-stale", "session", "s-stale", stale), entry("x-stale", "external", "ops", stale)],
+      sessions: [session("s-exp", "running", "e-exp"), session("s-stale", "running", "e-stale")],
+      openMoves: [],
+    }
+    const only = Reclaim.decide(input, now, Limits.defaults, { stale: false })
+    expect(only.reclaimed.map((e) => e.id)).toStrictEqual(["e-exp"])
+    expect(only.lostSessions).toStrictEqual(["s-exp"])
+    expect(only.plan.sessions.map((w) => [w.record.id, w.record.state])).toStrictEqual([["s-exp", "lost"]])
+    // The default (and stale true) takes both kinds.
+    for (const options of [undefined, { stale: true }])
+      expect(Reclaim.decide(input, now, Limits.defaults, options).reclaimed.map((e) => e.id)).toStrictEqual(["e-exp", "e-stale", "x-stale"])
+    expect([Ledger.isReclaimable(expired, now, Limits.defaults, { stale: false }), Ledger.isReclaimable(entry("s", "external", "ops", stale), now, Limits.defaults, { stale: false })]).toStrictEqual([true, false])
+  })
+
+  it("stale false: a session lost for an expired entry releases its move's stale target, not counted as reclaimed", () => {
+    const own = { ...entry("e1", "session", "s1", fresh), expiresAt: now - 1 }
+    const d = decide2({ entries: [own, entry("t1", "move", "m1", stale, "h2")], sessions: [session("s1", "moving", "e1")], openMoves: [move("m1", "s1", "t1")] })
+    expect(d.reclaimed.map((e) => e.id)).toStrictEqual(["e1"])
+    expect(d.plan.ledger.map((c) => (c._tag === "Release" ? [c.id, c.how] : null))).toStrictEqual([
+      ["e1", "reclaimed"],
+      ["t1", "released"],
+    ])
   })
 
   it("property: removes exactly the reclaimable entries plus the fresh targets of lost sessions' moves", () => {
@@ -242,11 +272,25 @@ describe("Reclaim grace (the failover grace)", () => {
     expect(Reclaim.graceHolds(g, 3_600_000, graceMs)).toBe(false)
   })
 
+  it("right before a stale reclaim: a gap since the pass's read (a freeze mid-pass) starts it again; none keeps it as it is", () => {
+    const long = after(Array.from({ length: 60 }, (_, k) => k * 5000)) // the grace is over; last read at 295 s
+    expect(Reclaim.graceBeforeReclaim(long, 295_000 + gapMs, gapMs)).toEqual({ grace: long, started: false })
+    const frozen = Reclaim.graceBeforeReclaim(long, 295_000 + 180_000, gapMs)
+    expect(frozen).toEqual({ grace: { startedAt: 475_000, lastReadAt: 475_000 }, started: true })
+    expect(Reclaim.graceHolds(frozen.grace, 475_000, graceMs)).toBe(true)
+    // The clock stepped back past gapMs mid-pass: started again too.
+    expect(Reclaim.graceBeforeReclaim(long, 295_000 - gapMs - 1, gapMs).started).toBe(true)
+    // The next pass's read after the restart is no second gap.
+    expect(Reclaim.graceAfterRead(frozen.grace, 480_000, gapMs).started).toBe(false)
+  })
+
   it("graceMs 0: never holds; graceGapMs is a third of the stale window (not of the grace), at least two reaper intervals", () => {
     expect(Reclaim.graceHolds(Reclaim.graceRestart, 1000, 0)).toBe(false)
     expect(Reclaim.graceGapMs(120_000, 5000)).toBe(40_000)
     expect(Reclaim.graceGapMs(120_000)).toBe(40_000)
     expect(Reclaim.graceGapMs(4000, 500)).toBe(1333)
     expect(Reclaim.graceGapMs(120_000, 30_000)).toBe(60_000)
+    // The shortest grace worth having: the agents' heartbeat interval.
+    expect([Reclaim.minGraceMs(120_000), Reclaim.minGraceMs(4000)]).toEqual([40_000, 1333])
   })
 })

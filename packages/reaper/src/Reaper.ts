@@ -4,8 +4,8 @@
  * so the simulator measures what production runs.
  *
  * One pass: read the fleet once (a failed read ends the pass and holds every park); sample the
- * recent demand for room; reclaim expired and stale reservations unless the failover grace holds
- * (`Options.reclaimGraceMs`, core's `Reclaim.Grace`) (when that frees room, read
+ * recent demand for room; reclaim expired and stale reservations (only the expired while the
+ * failover grace holds: `Options.reclaimGraceMs`, core's `Reclaim.Grace`) (when that frees room, read
  * the fleet again: the gate decides on the fleet after the reclaim); run the park policy (a
  * parameter; `ParkPolicy.defaultName` by default) over that read; start a descent for each
  * yield (a CAS `parked → descending`; a lost race is skipped); drain the queue. Leadership is
@@ -53,15 +53,16 @@ export interface Options {
   /** The history the pass deletes once it is old enough (`Store.pruneHistory`); missing: none (the simulator). */
   readonly retention?: RetentionOptions | undefined
   /**
-   * The failover grace (ms; as Nomad's `failover_heartbeat_ttl`): the reclaim step is skipped,
-   * and so is the idle step of lifetimes (activity could not land either), until the reaper has
-   * reached the store as leader this long without a gap (core's `Reclaim.Grace`): counted from
-   * the first pass of a leadership (a fresh `state`, or `ReaperState.relead`) and again from the
-   * first successful fleet read more than `reclaimGapMs` after the last contact (the last read,
-   * or the last pass's end: failed reads, a frozen or suspended process, a clock step); so a fleet whose hosts could not heartbeat while
-   * the coordinator side was down is not reclaimed whole. The store's reclaim takes expired and
-   * stale reservations together, so an expired reservation waits too. Missing or 0: no grace
-   * (the simulator).
+   * The failover grace (ms; as Nomad's `failover_heartbeat_ttl`): the reclaim step takes only
+   * expired reservations (`Store.reclaim({ stale: false })`), and the idle step of lifetimes is
+   * skipped (activity could not land either), until the reaper has reached the store as leader
+   * this long without a gap (core's `Reclaim.Grace`): counted from the first pass of a leadership
+   * (a fresh `state`, or `ReaperState.relead`) and again from the first successful fleet read
+   * more than `reclaimGapMs` after the last contact (the last read, or the last pass's end:
+   * failed reads, a frozen or suspended process, a clock step), or from the reclaim step when
+   * more than `reclaimGapMs` passed since the pass's own read (a freeze mid-pass); so a fleet
+   * whose hosts could not heartbeat while the coordinator side was down is not reclaimed whole.
+   * Missing or 0: no grace (the simulator).
    */
   readonly reclaimGraceMs?: number | undefined
   /** The longest time between two contacts with the store that is not a gap; missing: core's `Reclaim.graceGapMs` of the store's stale window. */
@@ -149,7 +150,10 @@ export type PassReport =
       readonly _tag: "Done"
       readonly reclaimed: number
       readonly lostSessions: readonly string[]
-      /** The reclaim step (and the idle step of lifetimes) was skipped: the failover grace holds until this time (Clock ms); null: it ran. */
+      /**
+       * The failover grace held: the reclaim step took only expired reservations, and the idle
+       * step of lifetimes was skipped, until this time (Clock ms); null: both ran in full.
+       */
       readonly reclaimHeldUntil: number | null
       /** Running sessions made idle for want of activity (each then parked or descended by the park policy). */
       readonly idled: readonly LifetimeStep[]
@@ -457,36 +461,46 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
       if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: read.failure.reason })
       return { _tag: "Held", reason: read.failure.reason } satisfies PassReport
     }
+    // The grace notes the read at its own time (a contact; a gap before it starts the grace again).
+    const gapMs = options.reclaimGapMs ?? Reclaim.graceGapMs(store.limits().heartbeatStaleWindowMs)
+    let graceStarted = false
+    if (graceMs > 0) {
+      const after = Reclaim.graceAfterRead(state.grace, yield* Clock.currentTimeMillis, gapMs)
+      state.grace = after.grace
+      graceStarted = after.started
+    }
     let fleet = read.success
     if (tell) yield* tell({ _tag: "FleetRead", source: "pass", fleet })
+    // Each grace's start told once, here, whatever the pass does next (leadership lost, say).
+    if (graceStarted && tell) yield* tell({ _tag: "ReclaimHeld", until: Reclaim.graceEnds(state.grace, graceMs) as number })
     // The recent demand for room, from the store's cumulative counter (a failed read keeps the last rate).
     const counters = yield* Effect.result(store.metrics())
     if (counters._tag === "Success") state.meter.sample(fleet.readAt, counters.success.totalReservedMib)
 
-    // 2. Reclaim expired and stale reservations (their sessions become lost), unless the failover
-    // grace holds (core's `Reclaim.Grace`): started at a leadership's first read or the first read
-    // after a gap, it lets hosts that could not heartbeat meanwhile renew first.
+    // 2. Reclaim expired and stale reservations (their sessions become lost). While the failover
+    // grace holds (core's `Reclaim.Grace`: started at a leadership's first read or the first read
+    // after a gap) only the expired go: hosts that could not heartbeat meanwhile renew first, but
+    // an entry past its own `expiresAt` is over whatever the outage did.
     if (!leading()) return yield* held("reclaim")
     let reclaimHeldUntil: number | null = null
     if (graceMs > 0) {
+      // The clock again, right before the reclaim: a freeze since the read (mid-pass) is a gap too.
       const now = yield* Clock.currentTimeMillis
-      const after = Reclaim.graceAfterRead(state.grace, now, options.reclaimGapMs ?? Reclaim.graceGapMs(store.limits().heartbeatStaleWindowMs))
-      state.grace = after.grace
+      const before = Reclaim.graceBeforeReclaim(state.grace, now, gapMs)
+      state.grace = before.grace
       const ends = Reclaim.graceEnds(state.grace, graceMs) ?? now + graceMs
-      if (after.started && tell) yield* tell({ _tag: "ReclaimHeld", until: ends })
+      if (before.started && tell) yield* tell({ _tag: "ReclaimHeld", until: ends })
       if (Reclaim.graceHolds(state.grace, now, graceMs)) reclaimHeldUntil = ends
     }
     let reclaimed = 0
     let lostSessions: readonly string[] = []
-    if (reclaimHeldUntil === null) {
-      const reclaim = yield* Effect.result(store.reclaim())
-      if (reclaim._tag === "Success") {
-        reclaimed = reclaim.success.reclaimed.length
-        lostSessions = reclaim.success.lostSessions
-        if (tell) yield* tell({ _tag: "Reclaimed", result: reclaim.success })
-      } else if (tell) {
-        yield* tell({ _tag: "ReclaimFailed", reason: reclaim.failure.reason })
-      }
+    const reclaim = yield* Effect.result(store.reclaim(reclaimHeldUntil === null ? undefined : { stale: false }))
+    if (reclaim._tag === "Success") {
+      reclaimed = reclaim.success.reclaimed.length
+      lostSessions = reclaim.success.lostSessions
+      if (tell) yield* tell({ _tag: "Reclaimed", result: reclaim.success })
+    } else if (tell) {
+      yield* tell({ _tag: "ReclaimFailed", reason: reclaim.failure.reason })
     }
 
     // 2b. Lifetimes: a TTL that passed ends its session; a running session with no activity for

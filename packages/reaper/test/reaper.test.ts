@@ -267,7 +267,8 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
       assert.deepStrictEqual(first._tag === "Done" ? [first.reclaimed, first.reclaimHeldUntil] : null, [0, t0 + grace])
       assert.deepStrictEqual(yield* states(all), ["running", "running", "running", "running"])
       assert.deepStrictEqual(rec.events.filter((e) => e._tag === "ReclaimHeld"), [{ _tag: "ReclaimHeld", until: t0 + grace }])
-      assert.isFalse(rec.events.some((e) => e._tag === "Reclaimed"))
+      // Only expired reservations were asked for: none here.
+      assert.isFalse(rec.events.some((e) => e._tag === "Reclaimed" && e.result.reclaimed.length > 0))
       // h1's agent is back within the grace (agents beat at a third of the window); h2 stays silent.
       yield* TestClock.adjust("40 seconds")
       yield* store.heartbeatHost("h1")
@@ -308,6 +309,56 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
       const after = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
       assert.strictEqual(after._tag === "Done" ? after.reclaimed : -1, 4)
     }).pipe(Effect.provide(StoreSim.layer())))
+
+  it.effect("while the grace holds an expired reservation is reclaimed at once; the stale ones wait for the grace's end", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* fleet
+      yield* store.reserve({ id: "x-exp", hostId: "h1", ownerKind: "external", ownerId: "ops", memMib: 256, vcpus: 1, expiresAt: 60_000 })
+      // A 3-minute outage: every reservation is stale, and x-exp is also past its own expiresAt.
+      yield* TestClock.adjust("3 minutes")
+      const t0 = yield* Clock.currentTimeMillis
+      const state = ReaperState.make()
+      const first = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
+      assert.deepStrictEqual(first._tag === "Done" ? [first.reclaimed, first.lostSessions, first.reclaimHeldUntil] : null, [1, [], t0 + grace])
+      assert.deepStrictEqual((yield* store.pageReservations()).items.map((r) => r.ownerId).sort(), ["h1-s1", "h1-s2", "h2-s1", "h2-s2"])
+      assert.deepStrictEqual(yield* states(all), ["running", "running", "running", "running"])
+      // Nobody beats: the grace's end takes the stale ones.
+      yield* TestClock.adjust(grace)
+      const after = yield* Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: grace })
+      assert.deepStrictEqual(after._tag === "Done" ? [after.reclaimed, after.reclaimHeldUntil] : null, [4, null])
+    }).pipe(Effect.provide(StoreSim.layer())))
+
+  it.effect("a freeze mid-pass (after the fleet read, before the reclaim) is a gap: the grace starts again and no stale reservation goes", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const inner = yield* Store
+      yield* fleet
+      const state = ReaperState.make()
+      const pass = () => Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: 40_000 })
+      // Passes every 5 s, past the grace, every host beating every 40 s (the last at 200 s).
+      for (let t = 5000; t <= 200_000; t += 5000) {
+        yield* TestClock.adjust(5000)
+        if (t % 40_000 === 0) for (const h of ["h1", "h2"]) yield* inner.heartbeatHost(h)
+        yield* pass()
+      }
+      assert.strictEqual(rec.events.filter((e) => e._tag === "ReclaimHeld").length, 1)
+      // The process freezes for 3 minutes in the pass's demand sample, between its read and its
+      // reclaim: no heartbeat lands meanwhile, and every reservation is stale when it thaws.
+      const freezing = Store.of({ ...inner, metrics: () => Effect.andThen(TestClock.adjust("3 minutes"), inner.metrics()) })
+      yield* TestClock.adjust(5000)
+      const thawed = yield* pass().pipe(Effect.provideService(Store, freezing))
+      const t1 = 205_000 + 180_000
+      assert.deepStrictEqual(thawed._tag === "Done" ? [thawed.reclaimed, thawed.reclaimHeldUntil] : null, [0, t1 + grace])
+      assert.deepStrictEqual(yield* states(all), ["running", "running", "running", "running"])
+      assert.deepStrictEqual(rec.events.filter((e) => e._tag === "ReclaimHeld").at(-1), { _tag: "ReclaimHeld", until: t1 + grace })
+      // The next pass's read is no second gap; the hosts beat within the new grace and keep everything.
+      yield* TestClock.adjust(5000)
+      for (const h of ["h1", "h2"]) yield* inner.heartbeatHost(h)
+      yield* pass()
+      assert.strictEqual(rec.events.filter((e) => e._tag === "ReclaimHeld").length, 2)
+    }).pipe(Effect.provide(Layer.merge(StoreSim.layer(), rec.layer)))
+  })
 
   it.effect("a replica that leads again (relead) starts the grace again", () =>
     Effect.gen(function* () {

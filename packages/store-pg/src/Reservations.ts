@@ -190,12 +190,13 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
       )
     })
 
-  const reclaim: StoreShape["reclaim"] = () =>
+  const reclaim: StoreShape["reclaim"] = (options = {}) =>
     Effect.gen(function* () {
       const t = yield* now
       return yield* db.transaction((tx) =>
         Effect.gen(function* () {
-          // Liveness is core's rule: read the figures it needs (no lock), let it judge, then lock
+          // Liveness is core's rule (with the caller's options: only the expired while the
+          // failover grace holds): read the figures it needs (no lock), let it judge, then lock
           // what the pass may touch in the one lock order of the store — sessions, moves,
           // reservations (the apply locks the hosts) — and judge again.
           const all = yield* tx.use((exec) =>
@@ -209,7 +210,7 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
               })
               .from(reservations),
           )
-          const suspects = Ledger.reclaimable(all, t, limits())
+          const suspects = Ledger.reclaimable(all, t, limits(), options)
           if (suspects.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
           const ownerIds = (kind: string) => [...new Set(suspects.filter((e) => e.ownerKind === kind).map((e) => e.ownerId))].sort()
           const moveOwners = ownerIds("move")
@@ -243,13 +244,13 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
               .orderBy(reservations.id)
               .for("update"),
           )
-          const wanted = Reclaim.wanted(locked.map(toReservation), t, limits())
+          const wanted = Reclaim.wanted(locked.map(toReservation), t, limits(), options)
           // An entry changed hands after the first read (a commit gives a move's entry to its
           // session): read again, with the locks this pass needs.
           if (wanted.sessionIds.some((id) => !lockedSessions.has(id)) || wanted.moveIds.some((id) => !lockedMoves.has(id)))
             return yield* new RunAgain({ why: "an entry changed hands" })
           if (wanted.doomed.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
-          const decided = Reclaim.decide({ entries: wanted.doomed, sessions: sessionRows.map(toSession), openMoves: moveRows.map(toMove) }, t, limits())
+          const decided = Reclaim.decide({ entries: wanted.doomed, sessions: sessionRows.map(toSession), openMoves: moveRows.map(toMove) }, t, limits(), options)
           // Only entries held for in-doubt moves: nothing to write.
           if (decided.reclaimed.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
           const [outcome] = yield* apply(tx, cache, [decided.plan])

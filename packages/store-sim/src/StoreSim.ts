@@ -933,15 +933,17 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return pageOf("reservations", () => reservationsSorted(filter), (e) => [e.id], page)
       }),
 
-    reclaim: () =>
+    reclaim: (options = {}) =>
       Effect.gen(function* () {
         const t = yield* now
         // Core decides what goes and what follows; the store reads what it asks for (only the
-        // entries whose reclaim time has come) and applies the plan.
+        // entries whose reclaim time has come; with `stale` false core keeps the stale ones, and
+        // `due` puts every candidate back) and applies the plan.
         const wanted = Reclaim.wanted(
           deadlines.due(t, (id) => entries.get(id), (e) => Ledger.reclaimableAfter(e, limits)),
           t,
           limits,
+          options,
         )
         if (wanted.doomed.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
         const involved = new Map<string, SessionRec>()
@@ -958,7 +960,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           const s = sessions.get(id)
           if (s !== undefined) involved.set(id, s)
         }
-        const decided = Reclaim.decide({ entries: wanted.doomed, sessions: [...involved.values()].map(sessionOf), openMoves: open.map(moveOf) }, t, limits)
+        const decided = Reclaim.decide({ entries: wanted.doomed, sessions: [...involved.values()].map(sessionOf), openMoves: open.map(moveOf) }, t, limits, options)
         applyNow(decided.plan)
         return { reclaimed: [...decided.reclaimed], lostSessions: [...decided.lostSessions] } satisfies ReclaimResult
       }),

@@ -42,6 +42,7 @@ import type {
   PruneResult,
   QueueEntry,
   QueueStanding,
+  ReclaimOptions,
   ReclaimResult,
   Reservation,
   ReserveInput,
@@ -197,8 +198,14 @@ export interface StoreShape {
   readonly getReservation: (id: string) => Fx<Reservation, NotFound>
   /** A page of reservations by id, optionally of one host. */
   readonly pageReservations: (filter?: { readonly hostId?: string | undefined }, page?: PageRequest) => Fx<Page<Reservation>, InvalidInput>
-  /** Removes every expired or stale reservation now; their sessions become `lost`. */
-  readonly reclaim: () => Fx<ReclaimResult>
+  /**
+   * Removes every expired or stale reservation now; their sessions become `lost`. With
+   * `{ stale: false }` only the expired ones (core's `Ledger.isReclaimable` with the option
+   * decides): a stale one and its session stay. The reaper asks for that while the failover
+   * grace holds, so a backend that ignores the option reclaims the whole fleet after a
+   * coordinator-side outage (the conformance suite's `reclaim` cases catch it).
+   */
+  readonly reclaim: (options?: ReclaimOptions) => Fx<ReclaimResult>
   readonly clusterSummary: () => Fx<Ledger.ClusterSummary>
   readonly metrics: () => Fx<Ledger.Metrics>
 

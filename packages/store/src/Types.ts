@@ -111,6 +111,13 @@ export interface ReserveInput {
   readonly description?: string | null | undefined
 }
 
+/**
+ * Which reservations a `Store.reclaim` takes: `{ stale: false }` takes only those whose own
+ * `expiresAt` passed (core's `Ledger.isExpired`) and leaves stale ones and their sessions alone:
+ * the reaper's call while the failover grace holds. Default: expired and stale.
+ */
+export type ReclaimOptions = core.Ledger.ReclaimOptions
+
 /** What one reclaim pass removed. */
 export interface ReclaimResult {
   readonly reclaimed: readonly Reservation[]

@@ -412,6 +412,52 @@ export const ledger: Group = {
       }),
     ),
     kase(
+      "reclaim with stale false (the failover grace) takes only expired entries: a stale one and its session stay; the default then takes them, the session lost",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const x = yield* sessionIn("s1", "running")
+        yield* s.reserve(ext("x-exp", "h1", 512, { expiresAt: 10_000 }))
+        yield* s.reserve(ext("x-stale", "h1"))
+        // Everything is stale now; x-exp is also past its expiresAt, with a fresh heartbeat.
+        yield* TestClock.adjust(staleWindowMs + 1)
+        yield* s.heartbeat("x-exp")
+        const only = yield* s.reclaim({ stale: false })
+        expect(only.reclaimed.map((r) => r.id)).toStrictEqual(["x-exp"])
+        expect(only.lostSessions).toStrictEqual([])
+        expect((yield* reservationsNow(s)).map((r) => r.id).sort()).toStrictEqual([x.reservationId, "x-stale"].sort())
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", reservationId: x.reservationId })
+        expect((yield* hostSummaryOf(s, "h1")).staleEntries).toBe(2)
+        // Asked again: nothing more (the stale ones are judged again, not lost track of).
+        expect(yield* s.reclaim({ stale: false })).toStrictEqual({ reclaimed: [], lostSessions: [] })
+        // `stale: true` is the default: expired and stale.
+        const all = yield* s.reclaim({ stale: true })
+        expect(all.reclaimed.map((r) => r.id)).toStrictEqual([x.reservationId, "x-stale"].sort())
+        expect(all.lostSessions).toStrictEqual(["s1"])
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null, reservationId: null })
+        expect(yield* reservationsNow(s)).toStrictEqual([])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "reclaim with stale false counts an expired entry as reclaimed; a session whose reservation went stale is lost only by the default",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* sessionIn("s-stale", "running")
+        yield* s.reserve(ext("x-exp", "h1", 512, { expiresAt: 10_000 }))
+        yield* TestClock.adjust(10_001)
+        // Expired and, with no heartbeat, not yet stale: stale false and the default agree.
+        const only = yield* s.reclaim({ stale: false })
+        expect(only.reclaimed.map((r) => r.id)).toStrictEqual(["x-exp"])
+        expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 512 })
+        yield* TestClock.adjust(staleWindowMs)
+        expect(yield* s.reclaim({ stale: false })).toStrictEqual({ reclaimed: [], lostSessions: [] })
+        expect((yield* s.reclaim()).lostSessions).toStrictEqual(["s-stale"])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
       "a heartbeat in the future (clock skew) is not stale",
       Effect.gen(function* () {
         const s = yield* store
