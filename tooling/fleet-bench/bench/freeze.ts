@@ -1,0 +1,273 @@
+/**
+ * The freeze drill: a fleet of N agents, each host running one session, while a peer hangs
+ * instead of dying (SIGSTOP, then SIGCONT), longer than the heartbeat stale window. It counts the
+ * sessions lost (reclaimed: their agents would destroy the guests) after the thaw, against the
+ * same drill with the failover grace off (`ENGRAM_RECLAIM_GRACE_MS=0`, the seed's rule) as the
+ * baseline of the same run.
+ *
+ * Variants (`FREEZE_VARIANTS`, default all five, in this order):
+ * - `coordinator`: the coordinator process frozen, the grace at its default (the stale window);
+ * - `coordinator-nograce`: the same with `ENGRAM_RECLAIM_GRACE_MS=0`;
+ * - `restart`, `restart-nograce`: the coordinator killed (SIGKILL: agents' requests fail
+ *   meanwhile) and started again on the same database and port after the same time;
+ * - `postgres`: every process of the PostgreSQL server frozen (the coordinator's store calls
+ *   time out: heartbeats fail, the reaper's reads fail), the grace at its default.
+ *
+ * Each variant: a fresh database and coordinator; N hosts registered and reported; N sessions
+ * created (one fits a host) and started; the agents (`driver.ts`: heartbeat every third of the
+ * window, reports, long-polls) run until the coordinator's own start-up grace is over; the peer is
+ * frozen for `FREEZE_SECONDS`; after the thaw the drill waits for the grace and the stale window
+ * (plus a few passes) and reads how many sessions are `lost`, how many reservations the reaper
+ * reclaimed and how many graces it began.
+ *
+ * Knobs: FREEZE_AGENTS (10000), FREEZE_STALE_MS (the coordinator's
+ * `ENGRAM_HEARTBEAT_STALE_WINDOW_MS`, 60000; agents heartbeat at a third of it), FREEZE_SECONDS
+ * (1.5 × the window), FREEZE_VARIANTS.
+ */
+import { createDatabase, freePort, startEmbeddedPostgres } from "@engram/test-pg"
+import { execFileSync, spawn } from "node:child_process"
+import { readFileSync } from "node:fs"
+import http from "node:http"
+import { loadavg } from "node:os"
+import { dirname, join } from "node:path"
+import { createInterface } from "node:readline"
+import { fileURLToPath } from "node:url"
+
+const here = dirname(fileURLToPath(import.meta.url))
+const root = join(here, "..", "..", "..")
+const env = process.env
+const AGENTS = Number(env["FREEZE_AGENTS"] ?? 10_000)
+const STALE_MS = Number(env["FREEZE_STALE_MS"] ?? 60_000)
+const FREEZE_MS = Number(env["FREEZE_SECONDS"] ?? (1.5 * STALE_MS) / 1000) * 1000
+const VARIANTS = (env["FREEZE_VARIANTS"] ?? "coordinator,coordinator-nograce,restart,restart-nograce,postgres").split(",").filter(Boolean)
+const REAPER_MS = 5_000
+const TOKEN = "fleet-bench-admin-token-0123456789"
+const hostReport = { totalMib: 262_144, allocatableMib: 262_144, totalVcpus: 64 }
+/** A session one host holds alone: two never fit on one host. */
+const sessionBudget = { memMib: 160 * 1024, vcpus: 1 }
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+const log = (text: string) => console.log(`${new Date().toISOString().slice(11, 19)} ${text}`)
+const load = () => loadavg().map((l) => l.toFixed(1)).join(" ")
+
+// ---- HTTP (set-up and reads) -----------------------------------------------------------------
+
+const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 64 })
+const call = (url: string, method: string, path: string, body?: unknown): Promise<{ status: number; text: string }> =>
+  new Promise((resolve, reject) => {
+    const u = new URL(url)
+    const text = body === undefined ? undefined : JSON.stringify(body)
+    const headers: Record<string, string | number> = { authorization: `Bearer ${TOKEN}` }
+    if (text !== undefined) Object.assign(headers, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
+    const req = http.request({ agent: setupAgent, host: u.hostname, port: u.port, method, path, headers, timeout: 120_000 }, (res) => {
+      let data = ""
+      res.on("data", (c: Buffer) => (data += c.toString()))
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, text: data }))
+    })
+    req.on("timeout", () => req.destroy(new Error(`${method} ${path}: no answer in 120 s`)))
+    req.on("error", reject)
+    req.end(text)
+  })
+const json = async <A>(url: string, method: string, path: string, expect: number, body?: unknown): Promise<A> => {
+  const r = await call(url, method, path, body)
+  if (r.status !== expect) throw new Error(`${method} ${path}: ${r.status} ${r.text.slice(0, 300)}`)
+  return JSON.parse(r.text) as A
+}
+
+const inParallel = async (n: number, limit: number, task: (i: number) => Promise<void>): Promise<void> => {
+  let next = 0
+  await Promise.all(Array.from({ length: Math.min(limit, n) }, async () => { while (next < n) await task(next++) }))
+}
+
+/** A counter's value in the coordinator's `/metrics` (summed over its labels). */
+const metric = async (url: string, name: string): Promise<number> => {
+  const r = await call(url, "GET", "/metrics")
+  return r.text.split("\n").filter((l) => l.startsWith(name)).reduce((s, l) => s + Number(l.split(" ").at(-1)), 0)
+}
+
+/** How many sessions are in `state` (paged reads). */
+const countSessions = async (url: string, state: string): Promise<number> => {
+  let n = 0
+  let cursor: string | null = null
+  do {
+    const page: { items: unknown[]; nextCursor: string | null } = await json(url, "GET", `/v1/sessions?state=${state}&limit=1000${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`, 200)
+    n += page.items.length
+    cursor = page.nextCursor
+  } while (cursor !== null)
+  return n
+}
+
+// ---- processes -------------------------------------------------------------------------------
+
+const startCoordinator = async (databaseUrl: string, extra: Record<string, string>, port: number) => {
+  const child = spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", join(root, "apps", "coordinator", "src", "main.ts")], {
+    cwd: join(root, "apps", "coordinator"),
+    env: {
+      ...env,
+      ENGRAM_PORT: String(port),
+      ENGRAM_ADMIN_TOKEN: TOKEN,
+      ENGRAM_DATABASE_URL: databaseUrl,
+      ENGRAM_LOG_LEVEL: "Warn",
+      ENGRAM_LOG_FORMAT: "json",
+      ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(STALE_MS),
+      ENGRAM_REAPER_INTERVAL_MS: String(REAPER_MS),
+      ...extra,
+    },
+    stdio: ["ignore", "ignore", "pipe"],
+  })
+  let stderr = ""
+  child.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)))
+  const url = `http://127.0.0.1:${port}`
+  const deadline = Date.now() + 180_000
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`coordinator exited ${child.exitCode}: ${stderr}`)
+    if ((await call(url, "GET", "/livez").catch(() => ({ status: 0 }))).status === 200) break
+    if (Date.now() > deadline) throw new Error(`coordinator did not start: ${stderr}`)
+    await sleep(100)
+  }
+  return {
+    url,
+    pid: child.pid as number,
+    port,
+    stop: async () => {
+      if (child.exitCode !== null) return
+      const exited = new Promise((r) => child.once("exit", r))
+      child.kill("SIGCONT")
+      child.kill("SIGTERM")
+      await Promise.race([exited, sleep(15_000)])
+      if (child.exitCode === null) child.kill("SIGKILL")
+    },
+  }
+}
+
+const startDriver = () => {
+  const child = spawn(process.execPath, ["--import", "tsx", join(here, "driver.ts")], { stdio: ["pipe", "pipe", "inherit"] })
+  const waiting = new Map<number, (value: unknown) => void>()
+  let next = 0
+  void (async () => {
+    for await (const line of createInterface({ input: child.stdout })) {
+      const { id, value } = JSON.parse(line) as { id: number; value: unknown }
+      waiting.get(id)?.(value)
+      waiting.delete(id)
+    }
+  })()
+  return {
+    send: <A>(command: Record<string, unknown>) =>
+      new Promise<A>((resolve) => {
+        const id = next++
+        waiting.set(id, resolve as (value: unknown) => void)
+        child.stdin.write(`${JSON.stringify({ ...command, id })}\n`)
+      }),
+    stop: async () => {
+      if (child.exitCode !== null) return
+      const exited = new Promise((r) => child.once("exit", r))
+      child.stdin.write(`${JSON.stringify({ cmd: "stop", id: -1 })}\n`)
+      await Promise.race([exited, sleep(5000)])
+      if (child.exitCode === null) child.kill("SIGKILL")
+    },
+  }
+}
+
+/** The PostgreSQL server's processes: its postmaster (first line of `postmaster.pid`) and every child of it. */
+const postgresPids = (dataDir: string): number[] => {
+  const postmaster = Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0])
+  const children = execFileSync("pgrep", ["-P", String(postmaster)], { encoding: "utf8" }).split("\n").filter(Boolean).map(Number)
+  return [postmaster, ...children]
+}
+
+// ---- one variant -----------------------------------------------------------------------------
+
+interface Outcome {
+  readonly variant: string
+  readonly lostBefore: number
+  readonly lost: number
+  readonly running: number
+  readonly reclaimed: number
+  readonly graces: number
+  readonly heartbeatErrors: number
+}
+
+const runVariant = async (variant: string, serverUrl: string, dataDir: string): Promise<Outcome> => {
+  const db = await createDatabase(serverUrl)
+  const extra: Record<string, string> = variant.endsWith("-nograce") ? { ENGRAM_RECLAIM_GRACE_MS: "0" } : {}
+  let coordinator = await startCoordinator(db.url, extra, await freePort())
+  const driver = startDriver()
+  const url = coordinator.url
+  try {
+    log(`${variant}: registering ${AGENTS} hosts and starting a session on each (load ${load()})`)
+    const agents: { id: string; token: string }[] = new Array(AGENTS)
+    await inParallel(AGENTS, 64, async (i) => {
+      const id = `fz${String(i).padStart(5, "0")}`
+      const { token } = await json<{ token: string }>(url, "POST", "/v1/hosts", 201, { id })
+      await json(url, "PUT", `/v1/hosts/${id}/report`, 200, hostReport)
+      agents[i] = { id, token }
+    })
+    // The agents run before any session is placed, as real ones do: a session's reservation is
+    // renewed by its host's heartbeats from its placement on.
+    await driver.send({ cmd: "agents", url, agents, pollWaitMs: 20_000, heartbeatMs: Math.floor(STALE_MS / 3), reportMs: 30_000, sharedSockets: 64 })
+    await inParallel(AGENTS, 64, async (i) => {
+      const placed = await json<{ state: string; hostId?: string }>(url, "POST", "/v1/sessions", 201, { id: `fs${String(i).padStart(5, "0")}`, ...sessionBudget })
+      if (placed.state !== "pending") throw new Error(`session ${i}: ${JSON.stringify(placed)}`)
+      await json(url, "POST", `/v1/sessions/fs${String(i).padStart(5, "0")}/started`, 200)
+    })
+    const running0 = await countSessions(url, "running")
+    if (running0 !== AGENTS) throw new Error(`${running0} sessions running, expected ${AGENTS}`)
+    // The coordinator's own start-up grace (the stale window) and a heartbeat round of every agent.
+    log(`${variant}: ${AGENTS} sessions running; agents up, waiting out the start-up grace (${STALE_MS / 1000} s + 2 passes)`)
+    await sleep(STALE_MS + 2 * REAPER_MS)
+    const lostBefore = await countSessions(url, "lost")
+    await driver.send({ cmd: "reset" })
+
+    if (variant.startsWith("restart")) {
+      log(`${variant}: killing the coordinator (SIGKILL), restarting it on the same database and port after ${FREEZE_MS / 1000} s (load ${load()})`)
+      process.kill(coordinator.pid, "SIGKILL")
+      await sleep(FREEZE_MS)
+      coordinator = await startCoordinator(db.url, extra, coordinator.port)
+      log(`${variant}: restarted; waiting a grace, a stale window and 3 passes`)
+    } else {
+      const pids = variant === "postgres" ? postgresPids(dataDir) : [coordinator.pid]
+      log(`${variant}: freezing ${variant === "postgres" ? `PostgreSQL (${pids.length} processes)` : "the coordinator"} for ${FREEZE_MS / 1000} s (load ${load()})`)
+      for (const pid of pids) process.kill(pid, "SIGSTOP")
+      await sleep(FREEZE_MS)
+      for (const pid of pids) process.kill(pid, "SIGCONT")
+      log(`${variant}: thawed; waiting a grace, a stale window and 3 passes`)
+    }
+    // The grace that begins at the thaw (the stale window), then a stale window for any host that
+    // really stopped, then passes to act on it.
+    await sleep(2 * STALE_MS + 3 * REAPER_MS)
+    const stats = await driver.send<{ heartbeatErrors: number }>({ cmd: "stats" })
+    const outcome: Outcome = {
+      variant,
+      lostBefore,
+      lost: await countSessions(url, "lost"),
+      running: await countSessions(url, "running"),
+      reclaimed: await metric(url, "engram_reaper_reclaimed_total"),
+      graces: await metric(url, "engram_reaper_reclaim_graces_total"),
+      heartbeatErrors: stats.heartbeatErrors,
+    }
+    log(`${variant}: ${JSON.stringify(outcome)} (load ${load()})`)
+    return outcome
+  } finally {
+    await driver.stop()
+    await coordinator.stop()
+    await db.drop()
+  }
+}
+
+// ---- main ------------------------------------------------------------------------------------
+
+const server = await startEmbeddedPostgres()
+const outcomes: Outcome[] = []
+try {
+  for (const variant of VARIANTS) outcomes.push(await runVariant(variant, server.url, server.dataDir))
+} finally {
+  await server.stop()
+}
+console.log(`\nfreeze drill: ${AGENTS} agents, one running session each, stale window ${STALE_MS / 1000} s, frozen ${FREEZE_MS / 1000} s\n`)
+console.log("| peer | grace | sessions lost before the freeze | sessions lost after | running after | reservations reclaimed | graces begun | heartbeats failed |")
+console.log("|---|---|---|---|---|---|---|---|")
+for (const o of outcomes) {
+  const frozen = o.variant === "postgres" ? "PostgreSQL frozen" : o.variant.startsWith("restart") ? "coordinator killed, restarted" : "coordinator frozen"
+  const grace = o.variant.endsWith("-nograce") ? "0 (off)" : "default"
+  console.log(`| ${frozen} | ${grace} | ${o.lostBefore} | ${o.lost} | ${o.running} | ${o.reclaimed} | ${o.graces} | ${o.heartbeatErrors} |`)
+}
