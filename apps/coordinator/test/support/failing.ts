@@ -1,25 +1,28 @@
 // Store wrappers for the reaper tests: a fleet read that can be made to fail (the reaper must hold
 // every park then), and a process frozen mid-pass (the failover grace must see the gap).
 import { Store, Unavailable } from "@engram/store"
+import type { StoreShape } from "@engram/store"
 import { Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
+
+/** `inner` with some of its calls replaced by `wrap` (given the store it wraps). */
+const wrapped = <E>(inner: Layer.Layer<Store, E>, wrap: (store: StoreShape) => Partial<StoreShape>): Layer.Layer<Store, E> =>
+  Layer.effect(
+    Store,
+    Effect.gen(function* () {
+      const store = yield* Store
+      return Store.of({ ...store, ...wrap(store) })
+    }),
+  ).pipe(Layer.provide(inner))
 
 export interface FleetSwitch {
   failFleet: boolean
 }
 
 export const failingFleetLayer = <E>(inner: Layer.Layer<Store, E>, sw: FleetSwitch): Layer.Layer<Store, E> =>
-  Layer.effect(
-    Store,
-    Effect.gen(function* () {
-      const store = yield* Store
-      return Store.of({
-        ...store,
-        fleetView: () =>
-          sw.failFleet ? Effect.fail(new Unavailable({ reason: "fleet read failed (test)", retryAfterMs: 1000 })) : store.fleetView(),
-      })
-    }),
-  ).pipe(Layer.provide(inner))
+  wrapped(inner, (store) => ({
+    fleetView: () => (sw.failFleet ? Effect.fail(new Unavailable({ reason: "fleet read failed (test)", retryAfterMs: 1000 })) : store.fleetView()),
+  }))
 
 export interface FreezeSwitch {
   /** How long the next demand sample (`Store.metrics`) freezes the process, on the TestClock; 0: none. */
@@ -32,18 +35,11 @@ export interface FreezeSwitch {
  * lands. One wrapped store for every pass: the coordinator keeps the reaper's memory per store.
  */
 export const freezingLayer = <E>(inner: Layer.Layer<Store, E>, sw: FreezeSwitch): Layer.Layer<Store, E> =>
-  Layer.effect(
-    Store,
-    Effect.gen(function* () {
-      const store = yield* Store
-      return Store.of({
-        ...store,
-        metrics: () =>
-          Effect.suspend(() => {
-            const ms = sw.freezeMs
-            sw.freezeMs = 0
-            return ms > 0 ? Effect.andThen(TestClock.adjust(ms), store.metrics()) : store.metrics()
-          }),
-      })
-    }),
-  ).pipe(Layer.provide(inner))
+  wrapped(inner, (store) => ({
+    metrics: () =>
+      Effect.suspend(() => {
+        const ms = sw.freezeMs
+        sw.freezeMs = 0
+        return ms > 0 ? Effect.andThen(TestClock.adjust(ms), store.metrics()) : store.metrics()
+      }),
+  }))
