@@ -208,12 +208,17 @@ for (const [name, store] of backends) {
       }).pipe(Effect.provide(Layer.merge(services(store()), settings({ ENGRAM_RECLAIM_GRACE_MS: "300000" })))),
     )
 
-    it.effect("a long pass that keeps reaching the store is no gap: its end counts, the grace is not started again", () =>
+    it.effect("a long pass whose store calls keep succeeding is no gap: the grace is not started again", () =>
       Effect.gen(function* () {
         const inner = yield* Store
         yield* fleet
-        // Every drain takes 60 s of the clock (a slow store, a backlog), every pass reaching the store.
-        const slow = Store.of({ ...inner, drainQueue: (o) => Effect.andThen(TestClock.adjust("60 seconds"), inner.drainQueue(o)) })
+        // Every pass takes over 60 s of the clock (a slow store, a backlog): its demand sample and
+        // its drain 30 s each, each call reaching the store within the gap (40 s) of the last.
+        const slow = Store.of({
+          ...inner,
+          metrics: () => Effect.andThen(TestClock.adjust("30 seconds"), inner.metrics()),
+          drainQueue: (o) => Effect.andThen(TestClock.adjust("30 seconds"), inner.drainQueue(o)),
+        })
         for (let k = 0; k < 6; k++) {
           yield* TestClock.adjust(intervalMs)
           yield* reaperPass.pipe(Effect.provideService(Store, slow))
@@ -261,6 +266,27 @@ for (const [name, store] of backends) {
       }).pipe(
         Effect.ensuring(Effect.sync(() => (freeze.freezeMs = 0))),
         Effect.provide(Layer.merge(services(freezingLayer(store(), freeze)), settings())),
+      ),
+    )
+
+    it.effect("a freeze later in the pass (in its drain, after the reclaim) is a gap too: the next pass, before the hosts' next heartbeat, reclaims nothing", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        yield* fleet
+        for (let t = intervalMs; t <= 5 * 60_000; t += intervalMs) {
+          yield* TestClock.adjust(intervalMs)
+          if (t % 40_000 === 0) for (const h of ["h1", "h2"]) yield* store.heartbeatHost(h)
+          yield* reaperPass
+        }
+        freeze.freezeMs = 180_000
+        yield* TestClock.adjust(intervalMs)
+        const thawed = yield* reaperPass
+        // One interval after the thaw, before the agents' next heartbeat (every 40 s):
+        const next = reclaimedIn(yield* loopFor(intervalMs))
+        assert.deepStrictEqual([reclaimedOf(thawed)?.[0], next, yield* states, (yield* Metrics).reaperReclaimGraces.get()], [0, 0, ["running", "running", "running", "running"], 2])
+      }).pipe(
+        Effect.ensuring(Effect.sync(() => (freeze.freezeMs = 0))),
+        Effect.provide(Layer.merge(services(freezingLayer(store(), freeze, "drainQueue")), settings())),
       ),
     )
 

@@ -134,10 +134,11 @@ export type MoveOutcome =
 
 /**
  * The brief back-off of a move's calls: the n-th retry waits a time drawn in
- * `[100, min(800, 100 · 2^n)]` ms (`Pacing.retryDelayMs`; before the jitter: 100, 200, 400,
- * 800). The four waits add up to 400–2200 ms, 1300 on average (before: 1500).
+ * `[100, min(450, 100 · 2^n)]` ms (`Pacing.retryDelayMs`; the highest draws 200, 400, 450, 450).
+ * The four waits add up to 400–1500 ms, 950 on average: never longer than the fixed 100, 200,
+ * 400, 800 ms before them, since some of these calls run in the guest's pause.
  */
-export const briefBackoff: Pacing.Backoff = { baseMs: 100, capMs: 800 }
+export const briefBackoff: Pacing.Backoff = { baseMs: 100, capMs: 450 }
 
 /**
  * The coordinator's call, retried briefly (4 times) on transient errors (a 409, or a 404 that

@@ -172,31 +172,33 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
  * (no reaper leading, the store unreachable, the process frozen or suspended), no host could
  * heartbeat, so every reservation looks stale though every host may be fine. Stale reservations
  * are therefore not reclaimed until the reaper has reached the store as leader for `graceMs`
- * without a gap. The reaper notes its contacts with the store as leader: each pass's successful
- * fleet read, and the end of each pass that completed. The grace starts (`startedAt` = the
- * read's time) at the first read of a leadership (`lastReadAt` null), and at a read more than
- * `gapMs` after the last contact (however that gap came about: failed reads, a frozen process, a
- * pass that could not run, a forward step of the clock) or more than `gapMs` before it (a
- * backward step: the grace is measured again from there, never stretched by the step). A failed
- * read alone restarts nothing: a short blip (a statement timeout now and then) cannot hold
- * reclaims for ever; and a long pass that keeps reaching the store is not a gap (its end is a
- * contact). `graceMs` 0: no grace (the
- * seed's rule: reclaim every pass).
+ * without a gap. The reaper notes its contacts with the store as leader: every store call of a
+ * pass that succeeds (its fleet read, its reclaim, its writes). The grace starts (`startedAt` =
+ * the contact's time) at the first contact of a leadership (`lastReadAt` null), and at a contact
+ * more than `gapMs` after the last one (however that gap came about: failed reads, a frozen
+ * process, a pass that could not run, one call that hung, a forward step of the clock) or more
+ * than `gapMs` before it (a backward step: the grace is measured again from there, never
+ * stretched by the step). Right before a stale reclaim and at a pass's end the reaper checks the
+ * clock against the last contact too (`graceCheck`: no contact itself), so a process frozen
+ * anywhere in a pass is a gap. A failed call alone restarts nothing: a short blip (a statement
+ * timeout now and then) cannot hold reclaims for ever; and a long pass whose calls keep
+ * succeeding is not a gap. `graceMs` 0: no grace (the seed's rule: reclaim every pass).
  */
 export interface Grace {
   /** When the running grace started (Clock ms); null: it starts at the next read. */
   readonly startedAt: number | null
-  /** The last successful fleet read as leader (Clock ms); null: none yet in this leadership. */
+  /** The last contact with the store as leader (Clock ms): a store call that succeeded; null: none yet in this leadership. */
   readonly lastReadAt: number | null
 }
 
-/** A grace that starts at the next successful fleet read: a new leadership. */
+/** A grace that starts at the next contact with the store: a new leadership. */
 export const graceRestart: Grace = Object.freeze({ startedAt: null, lastReadAt: null })
 
 /**
- * The grace after a successful fleet read at `now`: started again (`started` true: tell it) at a
- * leadership's first read, after a gap of more than `gapMs` since the last read, or when the
- * clock went back; else kept, with `now` as the last read.
+ * The grace after a contact with the store at `now` (a fleet read, or any store call that
+ * succeeded): started again (`started` true: tell it) at a leadership's first contact, after a
+ * gap of more than `gapMs` since the last contact, or when the clock went back; else kept, with
+ * `now` as the last contact.
  */
 export const graceAfterRead = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } =>
   graceGap(grace, now, gapMs) ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace: { startedAt: grace.startedAt, lastReadAt: now }, started: false }
@@ -211,16 +213,14 @@ export const graceGap = (grace: Grace, now: number, gapMs: number): boolean => {
 }
 
 /**
- * The grace at `now`, right before a pass reclaims stale reservations: a gap since the pass's
- * fleet read (the process frozen or suspended mid-pass, a clock step) starts it again as a gap
- * at the read would (`started` true: tell it), so the stale reclaim waits; else it is kept as it
- * is (this is no contact with the store).
+ * The grace at `now` checked against the last contact, which this is not (no store call
+ * succeeded now): right before a pass reclaims stale reservations, and at a pass's end. A gap
+ * since the last contact (the process frozen or suspended mid-pass, a clock step) starts it
+ * again as a gap at a contact would (`started` true: tell it), so the stale reclaim waits; else
+ * it is kept as it is.
  */
-export const graceBeforeReclaim = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } =>
+export const graceCheck = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } =>
   graceGap(grace, now, gapMs) ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace, started: false }
-
-/** A contact with the store at `now` that is not a fleet read (a pass's end): the last contact moves, the grace does not restart. */
-export const graceContact = (grace: Grace, now: number): Grace => (grace.startedAt === null ? grace : { startedAt: grace.startedAt, lastReadAt: now })
 
 /** Whether the reclaim waits at `now`: the grace has not started, or has run less than `graceMs`. */
 export const graceHolds = (grace: Grace, now: number, graceMs: number): boolean => graceMs > 0 && (grace.startedAt === null || now - grace.startedAt < graceMs)

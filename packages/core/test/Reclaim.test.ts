@@ -255,12 +255,17 @@ describe("Reclaim grace (the failover grace)", () => {
     expect(Reclaim.graceHolds(small.grace, 10_000_000 + 59 * 5000 - 1000, graceMs)).toBe(false)
   })
 
-  it("a pass's end is a contact: a long pass that keeps reaching the store is no gap; a contact starts no grace", () => {
+  it("every store call that succeeds is a contact: a long pass of calls is no gap; one call (or a freeze) longer than gapMs is", () => {
     const g = after([0, 5000])
-    const ended = Reclaim.graceContact(g, 60_000) // a 55 s pass
-    expect(Reclaim.graceAfterRead(ended, 65_000, gapMs).started).toBe(false)
-    expect(Reclaim.graceAfterRead(g, 65_000, gapMs).started).toBe(true)
-    expect(Reclaim.graceContact(Reclaim.graceRestart, 1000)).toEqual(Reclaim.graceRestart)
+    // A 55 s pass whose calls succeed every 10 s: no gap, the grace goes on from 0.
+    const calls = [15_000, 25_000, 35_000, 45_000, 55_000, 60_000].reduce((x, now) => Reclaim.graceAfterRead(x, now, gapMs).grace, g)
+    expect(calls.startedAt).toBe(0)
+    expect(Reclaim.graceAfterRead(calls, 65_000, gapMs).started).toBe(false)
+    // The same pass frozen 55 s inside one call: its return is a gap.
+    const hung = Reclaim.graceAfterRead(g, 60_000, gapMs)
+    expect(hung).toEqual({ grace: { startedAt: 60_000, lastReadAt: 60_000 }, started: true })
+    // A check is no contact: it moves nothing when there is no gap.
+    expect(Reclaim.graceCheck(g, 30_000, gapMs)).toEqual({ grace: g, started: false })
   })
 
   it("failed reads now and then restart nothing: reads a minute apart at most… the grace ends and stays ended", () => {
@@ -272,14 +277,14 @@ describe("Reclaim grace (the failover grace)", () => {
     expect(Reclaim.graceHolds(g, 3_600_000, graceMs)).toBe(false)
   })
 
-  it("right before a stale reclaim: a gap since the pass's read (a freeze mid-pass) starts it again; none keeps it as it is", () => {
+  it("a check (right before a stale reclaim, at a pass's end): a gap since the last contact (a freeze mid-pass) starts it again; none keeps it as it is", () => {
     const long = after(Array.from({ length: 60 }, (_, k) => k * 5000)) // the grace is over; last read at 295 s
-    expect(Reclaim.graceBeforeReclaim(long, 295_000 + gapMs, gapMs)).toEqual({ grace: long, started: false })
-    const frozen = Reclaim.graceBeforeReclaim(long, 295_000 + 180_000, gapMs)
+    expect(Reclaim.graceCheck(long, 295_000 + gapMs, gapMs)).toEqual({ grace: long, started: false })
+    const frozen = Reclaim.graceCheck(long, 295_000 + 180_000, gapMs)
     expect(frozen).toEqual({ grace: { startedAt: 475_000, lastReadAt: 475_000 }, started: true })
     expect(Reclaim.graceHolds(frozen.grace, 475_000, graceMs)).toBe(true)
     // The clock stepped back past gapMs mid-pass: started again too.
-    expect(Reclaim.graceBeforeReclaim(long, 295_000 - gapMs - 1, gapMs).started).toBe(true)
+    expect(Reclaim.graceCheck(long, 295_000 - gapMs - 1, gapMs).started).toBe(true)
     // The next pass's read after the restart is no second gap.
     expect(Reclaim.graceAfterRead(frozen.grace, 480_000, gapMs).started).toBe(false)
   })

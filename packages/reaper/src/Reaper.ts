@@ -250,7 +250,7 @@ const lifetimes = (
   store: StoreShape,
   leading: () => boolean,
   tell: Tell,
-  idleToo: boolean,
+  idleToo: Effect.Effect<boolean>,
 ): Effect.Effect<{ idled: LifetimeStep[]; expired: LifetimeStep[] } | null> =>
   Effect.gen(function* () {
     const idled: LifetimeStep[] = []
@@ -268,7 +268,7 @@ const lifetimes = (
     }
     // Not while the failover grace holds: the activity that would keep a busy session running
     // could not land while the coordinator side was down (TTL ends are deadlines: they still run).
-    for (const s of idleToo ? due.success.idle : []) {
+    for (const s of (yield* idleToo) ? due.success.idle : []) {
       if (!leading()) return null
       const idle = yield* Effect.result(store.idle(s.id))
       if (idle._tag === "Success") idled.push({ sessionId: s.id, hostId: s.hostId, state: idle.success.state })
@@ -276,6 +276,22 @@ const lifetimes = (
     }
     if (tell && (idled.length > 0 || expired.length > 0)) yield* tell({ _tag: "LifetimesApplied", idled, expired })
     return { idled, expired }
+  })
+
+/**
+ * `store` with `contact` run after each of its calls that succeeds (the failover grace's
+ * contacts with the store); its plain functions (`limits`) as they are.
+ */
+const withContacts = (store: StoreShape, contact: Effect.Effect<void>): StoreShape =>
+  new Proxy(store, {
+    get: (target, key, receiver) => {
+      const value: unknown = Reflect.get(target, key, receiver)
+      if (typeof value !== "function") return value
+      return (...args: unknown[]) => {
+        const out: unknown = Reflect.apply(value, target, args)
+        return Effect.isEffect(out) ? Effect.tap(out, () => contact) : out
+      }
+    },
   })
 
 /** Why a store call failed: an outage's reason, else the error's words (a bad request names its field). */
@@ -444,7 +460,7 @@ const prune = (store: StoreShape, retention: RetentionOptions, tell: Tell) =>
 /** One reaper pass (SPEC §4.3). Never fails: a store failure ends or skips a step and is told to the listener. */
 export const pass = (options: Options = {}): Effect.Effect<PassReport, never, Store> =>
   Effect.gen(function* () {
-    const store = yield* Store
+    const inner = yield* Store
     const tell = yield* listener
     const leading = options.leading ?? (() => true)
     const state = options.state ?? ReaperState.make()
@@ -453,26 +469,35 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
         ? Effect.succeed({ _tag: "Held", reason: LOST })
         : tell({ _tag: "LeadershipLost", source: "pass", step }).pipe(Effect.as({ _tag: "Held" as const, reason: LOST }))
 
+    // The failover grace (core's `Reclaim.Grace`): every store call of the pass that succeeds is
+    // a contact, and a contact more than the gap after the last one (a freeze, an outage, one call
+    // that hung) starts the grace again, told at once, whatever the pass does next.
+    const graceMs = options.reclaimGraceMs ?? 0
+    const gapMs = options.reclaimGapMs ?? Reclaim.graceGapMs(inner.limits().heartbeatStaleWindowMs)
+    const graceTold = (started: boolean): Effect.Effect<void> =>
+      started && tell ? tell({ _tag: "ReclaimHeld", until: Reclaim.graceEnds(state.grace, graceMs) as number }) : Effect.void
+    const contact = Effect.flatMap(Clock.currentTimeMillis, (now) => {
+      const after = Reclaim.graceAfterRead(state.grace, now, gapMs)
+      state.grace = after.grace
+      return graceTold(after.started)
+    })
+    // A check against the last contact that is no contact (before a stale reclaim, at the pass's end).
+    const check = Effect.flatMap(Clock.currentTimeMillis, (now) => {
+      const after = Reclaim.graceCheck(state.grace, now, gapMs)
+      state.grace = after.grace
+      return Effect.as(graceTold(after.started), now)
+    })
+    const store = graceMs > 0 ? withContacts(inner, contact) : inner
+
     // 1. One fleet read. Without it nothing is known, so nothing descends: every park holds.
     const read = yield* Effect.result(store.fleetView())
-    const graceMs = options.reclaimGraceMs ?? 0
     if (read._tag === "Failure") {
-      // The grace notes no read: a failure that lasts makes a gap, which starts it again.
+      // No contact: a failure that lasts makes a gap, which starts the grace again.
       if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: read.failure.reason })
       return { _tag: "Held", reason: read.failure.reason } satisfies PassReport
     }
-    // The grace notes the read at its own time (a contact; a gap before it starts the grace again).
-    const gapMs = options.reclaimGapMs ?? Reclaim.graceGapMs(store.limits().heartbeatStaleWindowMs)
-    let graceStarted = false
-    if (graceMs > 0) {
-      const after = Reclaim.graceAfterRead(state.grace, yield* Clock.currentTimeMillis, gapMs)
-      state.grace = after.grace
-      graceStarted = after.started
-    }
     let fleet = read.success
     if (tell) yield* tell({ _tag: "FleetRead", source: "pass", fleet })
-    // Each grace's start told once, here, whatever the pass does next (leadership lost, say).
-    if (graceStarted && tell) yield* tell({ _tag: "ReclaimHeld", until: Reclaim.graceEnds(state.grace, graceMs) as number })
     // The recent demand for room, from the store's cumulative counter (a failed read keeps the last rate).
     const counters = yield* Effect.result(store.metrics())
     if (counters._tag === "Success") state.meter.sample(fleet.readAt, counters.success.totalReservedMib)
@@ -484,13 +509,9 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     if (!leading()) return yield* held("reclaim")
     let reclaimHeldUntil: number | null = null
     if (graceMs > 0) {
-      // The clock again, right before the reclaim: a freeze since the read (mid-pass) is a gap too.
-      const now = yield* Clock.currentTimeMillis
-      const before = Reclaim.graceBeforeReclaim(state.grace, now, gapMs)
-      state.grace = before.grace
-      const ends = Reclaim.graceEnds(state.grace, graceMs) ?? now + graceMs
-      if (before.started && tell) yield* tell({ _tag: "ReclaimHeld", until: ends })
-      if (Reclaim.graceHolds(state.grace, now, graceMs)) reclaimHeldUntil = ends
+      // The clock again, right before the reclaim: a freeze since the last contact is a gap too.
+      const now = yield* check
+      if (Reclaim.graceHolds(state.grace, now, graceMs)) reclaimHeldUntil = Reclaim.graceEnds(state.grace, graceMs) ?? now + graceMs
     }
     let reclaimed = 0
     let lostSessions: readonly string[] = []
@@ -506,7 +527,10 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     // 2b. Lifetimes: a TTL that passed ends its session; a running session with no activity for
     // its idle timeout goes idle by the explicit idle step (the park policy parks or descends it).
     // Leadership was asked for the reclaim; each write of this step asks again.
-    const lives = yield* lifetimes(store, leading, tell, reclaimHeldUntil === null)
+    // The idle step is decided once its read is back: a grace that held the reclaim, or one that
+    // began since (a freeze in that read), holds it too.
+    const idleToo = Effect.map(Clock.currentTimeMillis, (now) => reclaimHeldUntil === null && !Reclaim.graceHolds(state.grace, now, graceMs))
+    const lives = yield* lifetimes(store, leading, tell, idleToo)
     if (lives === null) return yield* held("lifetimes")
 
     // A reclaim or a lifetime that changed the fleet: the gate decides on a read taken after it,
@@ -560,8 +584,8 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
         state.pruneAfter = idle ? now + (options.retention.idleIntervalMs ?? idleRetentionIntervalMs) : 0
       }
     }
-    // A contact: this pass reached the store up to its end (a long pass is no gap).
-    if (graceMs > 0) state.grace = Reclaim.graceContact(state.grace, yield* Clock.currentTimeMillis)
+    // The pass's end: a freeze after its last store call is a gap too (the next pass's reclaim waits).
+    if (graceMs > 0) yield* check
     return {
       _tag: "Done",
       reclaimed,

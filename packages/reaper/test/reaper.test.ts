@@ -360,6 +360,35 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
     }).pipe(Effect.provide(Layer.merge(StoreSim.layer(), rec.layer)))
   })
 
+  for (const step of ["lifetimesDue", "drainQueue"] as const)
+    it.effect(`a freeze later in the pass (in its ${step}, after the reclaim) is a gap too: the next pass reclaims nothing, and idles nothing`, () => {
+      const rec = recorder()
+      return Effect.gen(function* () {
+        const inner = yield* Store
+        yield* fleet
+        const state = ReaperState.make()
+        const pass = () => Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: 40_000 })
+        for (let t = 5000; t <= 200_000; t += 5000) {
+          yield* TestClock.adjust(5000)
+          if (t % 40_000 === 0) for (const h of ["h1", "h2"]) yield* inner.heartbeatHost(h)
+          yield* pass()
+        }
+        // The hosts beat last at 200 s; the process freezes 3 minutes inside `step`, after the
+        // pass's reclaim: no heartbeat lands meanwhile.
+        const call = inner[step] as () => Effect.Effect<unknown, unknown>
+        const freezing = Store.of({ ...inner, [step]: () => Effect.andThen(TestClock.adjust("3 minutes"), call()) })
+        yield* TestClock.adjust(5000)
+        const thawed = yield* pass().pipe(Effect.provideService(Store, freezing))
+        assert.deepStrictEqual(thawed._tag === "Done" ? thawed.reclaimed : null, 0)
+        assert.deepStrictEqual(rec.events.filter((e) => e._tag === "ReclaimHeld").at(-1), { _tag: "ReclaimHeld", until: 205_000 + 180_000 + grace })
+        // 5 s after the thaw, before any host's next heartbeat: nothing goes.
+        yield* TestClock.adjust(5000)
+        const next = yield* pass()
+        assert.deepStrictEqual(next._tag === "Done" ? [next.reclaimed, next.reclaimHeldUntil] : null, [0, 205_000 + 180_000 + grace])
+        assert.deepStrictEqual(yield* states(all), ["running", "running", "running", "running"])
+      }).pipe(Effect.provide(Layer.merge(StoreSim.layer(), rec.layer)))
+    })
+
   it.effect("a replica that leads again (relead) starts the grace again", () =>
     Effect.gen(function* () {
       yield* fleet

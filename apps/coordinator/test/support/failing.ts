@@ -25,21 +25,25 @@ export const failingFleetLayer = <E>(inner: Layer.Layer<Store, E>, sw: FleetSwit
   }))
 
 export interface FreezeSwitch {
-  /** How long the next demand sample (`Store.metrics`) freezes the process, on the TestClock; 0: none. */
+  /** How long the next call of the wrapped method freezes the process, on the TestClock; 0: none. */
   freezeMs: number
 }
 
 /**
- * A store wrapper whose next `metrics` call moves the TestClock on first: the process frozen
- * (suspended) mid-pass, after the pass's fleet read and before its reclaim, while no heartbeat
- * lands. One wrapped store for every pass: the coordinator keeps the reaper's memory per store.
+ * A store wrapper whose next `method` call (by default the demand sample, `metrics`, after the
+ * pass's fleet read and before its reclaim; `drainQueue` after it) moves the TestClock on first:
+ * the process frozen (suspended) mid-pass while no heartbeat lands. One wrapped store for every
+ * pass: the coordinator keeps the reaper's memory per store.
  */
-export const freezingLayer = <E>(inner: Layer.Layer<Store, E>, sw: FreezeSwitch): Layer.Layer<Store, E> =>
-  wrapped(inner, (store) => ({
-    metrics: () =>
-      Effect.suspend(() => {
-        const ms = sw.freezeMs
-        sw.freezeMs = 0
-        return ms > 0 ? Effect.andThen(TestClock.adjust(ms), store.metrics()) : store.metrics()
-      }),
-  }))
+export const freezingLayer = <E>(inner: Layer.Layer<Store, E>, sw: FreezeSwitch, method: "metrics" | "drainQueue" = "metrics"): Layer.Layer<Store, E> =>
+  wrapped(inner, (store) => {
+    const call = store[method] as (...args: readonly unknown[]) => Effect.Effect<unknown, unknown>
+    return {
+      [method]: (...args: readonly unknown[]) =>
+        Effect.suspend(() => {
+          const ms = sw.freezeMs
+          sw.freezeMs = 0
+          return ms > 0 ? Effect.andThen(TestClock.adjust(ms), call(...args)) : call(...args)
+        }),
+    }
+  })
