@@ -280,40 +280,46 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
   const docsLayer = HttpApiScalar.layer(EngramApi, { path: "/docs" })
   // Set when the coordinator begins to stop (the first finalizer to run): new requests get 503.
   let closing = false
-  const server = Layer.unwrap(
-    Effect.gen(function* () {
-      const metrics = yield* Metrics
-      // The edge wraps the router (every route and its 404) as its global middleware rather than
-      // as the server's: a server middleware costs every request the server's longer path.
-      const edgeLayer = HttpRouter.middleware(edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }), { global: true })
-      return HttpRouter.serve(Layer.mergeAll(apiLayer, docsLayer, UiLive, PeerLive, edgeLayer), {
-        disableLogger: true,
-        disableListenLog: true,
-      }).pipe(
-        Layer.provideMerge(
-          NodeHttpServer.layer(
-            // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
-            () => keepingAlive(createServer()).on("clientError", onClientError(metrics)),
-            { port: config.port, host: config.host, backlog: listenBacklog, gracefulShutdownTimeout: "10 seconds" },
-          ),
+  // The server is built without `shared`'s services (`own`) in its context: every request's
+  // context starts as a copy of the server's, and effect copies it again on the way (the API
+  // builder's merge, `HandlerGroup`), so each service there costs every request. The routes
+  // and the start-up reconcile take what they call from `own` when they are built; requests
+  // read only `Metrics` (`HttpErrors.api` counts a 503), which the server keeps.
+  const served = (own: Context.Context<Layer.Success<typeof shared>>) => {
+    const withOwn = Layer.provide(Layer.succeedContext(own))
+    const metrics = Context.get(own, Metrics)
+    // The edge wraps the router (every route and its 404) as its global middleware rather than
+    // as the server's: a server middleware costs every request the server's longer path.
+    const edgeLayer = HttpRouter.middleware(edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }), { global: true })
+    return HttpRouter.serve(withOwn(Layer.mergeAll(apiLayer, docsLayer, UiLive, PeerLive, edgeLayer)), {
+      disableLogger: true,
+      disableListenLog: true,
+    }).pipe(
+      Layer.provideMerge(
+        NodeHttpServer.layer(
+          // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
+          () => keepingAlive(createServer()).on("clientError", onClientError(metrics)),
+          { port: config.port, host: config.host, backlog: listenBacklog, gracefulShutdownTimeout: "10 seconds" },
         ),
-      )
-    }),
-  ).pipe(
-    // A request's defect reaches its 500's log line.
-    Layer.provide(defectReporter),
-    // Set once for every request rather than per request (the hot path): the body limit, and no
-    // spans unless they are exported (a span per request cost ~5 % of a request's CPU).
-    Layer.provide(
-      Layer.mergeAll(
-        Layer.succeed(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(config.maxBodyBytes)),
-        Layer.succeed(References.TracerEnabled, config.otlpUrl !== null),
       ),
-    ),
-    // The start-up reconcile (reclaim, only expired reservations while the failover grace is on, then drain) finishes
-    // before the server is built, so the first request already sees its result.
-    Layer.provide(ReconcileAtStart),
-  )
+      // A request's defect reaches its 500's log line.
+      Layer.provide(defectReporter),
+      // Set once for every request rather than per request (the hot path): the body limit, and no
+      // spans unless they are exported (a span per request cost ~5 % of a request's CPU).
+      Layer.provide(
+        Layer.mergeAll(
+          Layer.succeed(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(config.maxBodyBytes)),
+          Layer.succeed(References.TracerEnabled, config.otlpUrl !== null),
+          Layer.succeed(Metrics, metrics),
+        ),
+      ),
+      // The start-up reconcile (reclaim, only expired reservations while the failover grace is on, then drain) finishes
+      // before the server is built, so the first request already sees its result.
+      Layer.provide(withOwn(ReconcileAtStart)),
+    )
+  }
+  // `shared`'s services and the server beside them (`Layer.flatMap` builds the server outside them).
+  const server = Layer.flatMap(shared, (own) => Layer.merge(Layer.succeedContext(own), served(own)))
   const reaper = options.reaper === false ? Layer.empty : ReaperLoop
 
   const info = Layer.effect(
@@ -354,7 +360,7 @@ export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Coordinator
     routeLabeler(),
     coordinatorVersion(),
   )
-  return Layer.mergeAll(info, reaper).pipe(Layer.provideMerge(server), Layer.provideMerge(shared), Layer.provide(tracing))
+  return Layer.mergeAll(info, reaper).pipe(Layer.provideMerge(server), Layer.provide(tracing))
 }
 
 /** A coordinator running in this process. */

@@ -488,3 +488,38 @@ describe("the edge's answer hook is total", () => {
     }
   }, 60_000)
 })
+
+describe("what a request carries", () => {
+  // effect copies a request's whole context more than once per request (the API builder's merge
+  // of the handlers' context): the coordinator's services stay out of it (`HandlerGroup`), the
+  // handlers hold what they call. Read from inside a store call a request makes.
+  it("a request's context holds none of the coordinator's services, only the middlewares, what they provide and Metrics", async () => {
+    let keys: ReadonlyArray<string> = []
+    const own = await withSummary(
+      (store) =>
+        Effect.withFiber((fiber) => {
+          keys = [...fiber.context.mapUnsafe.keys()]
+          return store.clusterSummary()
+        }),
+      { logLevel: "None" },
+    )
+    try {
+      const r = await fetch(`${own.url}/v1/ledger/summary`, { headers: { authorization: `Bearer ${adminToken}` } })
+      expect(r.status).toBe(200)
+      expect(keys).toContain("effect/http/HttpServerRequest")
+      const perRequest = [
+        "@engram/coordinator/Metrics",
+        "@engram/api/BearerAuth",
+        "@engram/api/AdminOnly",
+        "@engram/api/ScrapeAuth",
+        "@engram/api/InputErrors",
+        "@engram/api/StrictInput",
+        "@engram/api/CurrentPrincipal",
+        "@engram/coordinator/CurrentCredential",
+      ]
+      expect(keys.filter((k) => k.startsWith("@engram/") && !perRequest.includes(k))).toEqual([])
+    } finally {
+      await own.stop()
+    }
+  })
+})

@@ -5,30 +5,33 @@ import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
 import { requireHostOrAdmin } from "../Auth.js"
+import * as HandlerGroup from "../HandlerGroup.js"
 import { api } from "../HttpErrors.js"
 import { fleetTopic, hostTopic, Notifier } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { pageJson } from "../Views.js"
 
-export const LedgerHandlers = HttpApiBuilder.group(EngramApi, "ledger", (h) =>
+export const LedgerHandlers = HandlerGroup.make(
   Effect.gen(function* () {
     const store = yield* Store
     const drainer = yield* Drainer
     const notifier = yield* Notifier
-    return h
-      .handle("reserve", ({ payload }) => api(store.reserve({ ...payload, id: payload.id ?? randomUUID() })).pipe(Effect.tap(() => notifier.notify(fleetTopic))))
-      .handle("list", ({ query }) =>
-        api(store.pageReservations({ hostId: query.hostId }, { limit: query.limit, cursor: query.cursor })).pipe(Effect.map((page) => pageJson(page, (r) => r))),
-      )
-      .handle("get", ({ params }) => api(store.getReservation(params.id)))
-      .handle("release", ({ params }) => api(store.release(params.id)).pipe(Effect.tap((r) => drainer.roomAppeared(hostTopic(r.hostId)))))
-      .handle("heartbeat", ({ params }) =>
-        api(store.getReservation(params.id)).pipe(
-          Effect.tap((r) => requireHostOrAdmin(r.hostId)),
-          Effect.andThen(api(store.heartbeat(params.id))),
-        ),
-      )
-      .handle("summary", () => api(store.clusterSummary()))
-      .handle("metrics", () => api(store.metrics()))
+    return HttpApiBuilder.group(EngramApi, "ledger", (h) =>
+      h
+        .handle("reserve", ({ payload }) => api(store.reserve({ ...payload, id: payload.id ?? randomUUID() })).pipe(Effect.tap(() => notifier.notify(fleetTopic))))
+        .handle("list", ({ query }) =>
+          api(store.pageReservations({ hostId: query.hostId }, { limit: query.limit, cursor: query.cursor })).pipe(Effect.map((page) => pageJson(page, (r) => r))),
+        )
+        .handle("get", ({ params }) => api(store.getReservation(params.id)))
+        .handle("release", ({ params }) => api(store.release(params.id)).pipe(Effect.tap((r) => drainer.roomAppeared(hostTopic(r.hostId)))))
+        .handle("heartbeat", ({ params }) =>
+          api(store.getReservation(params.id)).pipe(
+            Effect.tap((r) => requireHostOrAdmin(r.hostId)),
+            Effect.andThen(api(store.heartbeat(params.id))),
+          ),
+        )
+        .handle("summary", () => api(store.clusterSummary()))
+        .handle("metrics", () => api(store.metrics()))
+    )
   }),
 )

@@ -5,6 +5,7 @@ import type { Move } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { requireHostOrAdmin } from "../Auth.js"
+import * as HandlerGroup from "../HandlerGroup.js"
 import { api, badRequest } from "../HttpErrors.js"
 import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
@@ -19,7 +20,7 @@ const phasesOf = (p: { readonly downtimeMs: number; readonly captureMs: number; 
   commitMs: p.commitMs,
 })
 
-export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
+export const MovesHandlers = HandlerGroup.make(
   Effect.gen(function* () {
     const store = yield* Store
     const notifier = yield* Notifier
@@ -31,75 +32,77 @@ export const MovesHandlers = HttpApiBuilder.group(EngramApi, "moves", (h) =>
     const moveFor = (id: string, who: "source" | "either") =>
       api(store.getMove(id)).pipe(Effect.tap((m) => (who === "source" ? requireHostOrAdmin(m.sourceHostId) : requireHostOrAdmin(m.sourceHostId, m.targetHostId))))
     const topics = (m: Move) => [moveTopic(m.id), hostTopic(m.sourceHostId), hostTopic(m.targetHostId), sessionTopic(m.sessionId)] as const
-    return h
-      .handle("list", ({ query }) =>
-        Effect.gen(function* () {
-          const p = yield* CurrentPrincipal
-          // A host agent may list its own host's moves; anything else is the admin's.
-          if (p._tag === "Host" && query.hostId !== p.hostId) {
-            return yield* new Forbidden({ error: "Forbidden", message: `a host token lists only its own host's moves (?hostId=${p.hostId})` })
-          }
-          const page = yield* api(store.pageMoves({ hostId: query.hostId, state: query.state }, { limit: query.limit, cursor: query.cursor }))
-          return pageJson(page, (m) => m)
-        }),
-      )
-      .handle("get", ({ params }) => moveFor(params.id, "either"))
-      .handle("round", ({ params, payload }) =>
-        moveFor(params.id, "source").pipe(
-          // Once a final round is recorded, the store refuses the waiter's timeout abort: the record is the point of no return.
-          Effect.andThen(api(store.recordRound(params.id, payload))),
-          // Only the move's and the session's watchers (and the dashboard's): a round changes
-          // nothing an agent acts on, so it does not wake the hosts' long polls. Their reads
-          // (a store read each) would queue beside this move's next record, which may be the
-          // final round's, recorded while the guest is paused.
-          Effect.tap((m) => notifier.notify(moveTopic(m.id), sessionTopic(m.sessionId))),
-          step("engram.move.round", params.id, {
-            "engram.round.kind": payload.kind,
-            "engram.round.wire_bytes": payload.wireBytes,
-            "engram.round.apparent_bytes": payload.apparentBytes,
-            "engram.round.send_ms": payload.sendMs,
+    return HttpApiBuilder.group(EngramApi, "moves", (h) =>
+      h
+        .handle("list", ({ query }) =>
+          Effect.gen(function* () {
+            const p = yield* CurrentPrincipal
+            // A host agent may list its own host's moves; anything else is the admin's.
+            if (p._tag === "Host" && query.hostId !== p.hostId) {
+              return yield* new Forbidden({ error: "Forbidden", message: `a host token lists only its own host's moves (?hostId=${p.hostId})` })
+            }
+            const page = yield* api(store.pageMoves({ hostId: query.hostId, state: query.state }, { limit: query.limit, cursor: query.cursor }))
+            return pageJson(page, (m) => m)
           }),
-        ),
-      )
-      .handle("commit", ({ params, payload }) =>
-        moveFor(params.id, "source").pipe(
-          Effect.andThen(api(store.commitMove(params.id, phasesOf(payload), payload.guard ?? null))),
-          Effect.tap((m) => drainer.roomAppeared(...topics(m))),
-          step("engram.move.commit", params.id, {
-            "engram.move.downtime_ms": payload.downtimeMs,
-            "engram.move.capture_ms": payload.captureMs,
-            "engram.move.send_ms": payload.sendMs,
-            "engram.move.commit_ms": payload.commitMs,
-            ...(payload.guard === undefined ? {} : { "engram.move.allowance_ms": payload.guard.allowanceMs, "engram.move.allowance_source": payload.guard.allowanceSource }),
+        )
+        .handle("get", ({ params }) => moveFor(params.id, "either"))
+        .handle("round", ({ params, payload }) =>
+          moveFor(params.id, "source").pipe(
+            // Once a final round is recorded, the store refuses the waiter's timeout abort: the record is the point of no return.
+            Effect.andThen(api(store.recordRound(params.id, payload))),
+            // Only the move's and the session's watchers (and the dashboard's): a round changes
+            // nothing an agent acts on, so it does not wake the hosts' long polls. Their reads
+            // (a store read each) would queue beside this move's next record, which may be the
+            // final round's, recorded while the guest is paused.
+            Effect.tap((m) => notifier.notify(moveTopic(m.id), sessionTopic(m.sessionId))),
+            step("engram.move.round", params.id, {
+              "engram.round.kind": payload.kind,
+              "engram.round.wire_bytes": payload.wireBytes,
+              "engram.round.apparent_bytes": payload.apparentBytes,
+              "engram.round.send_ms": payload.sendMs,
+            }),
+          ),
+        )
+        .handle("commit", ({ params, payload }) =>
+          moveFor(params.id, "source").pipe(
+            Effect.andThen(api(store.commitMove(params.id, phasesOf(payload), payload.guard ?? null))),
+            Effect.tap((m) => drainer.roomAppeared(...topics(m))),
+            step("engram.move.commit", params.id, {
+              "engram.move.downtime_ms": payload.downtimeMs,
+              "engram.move.capture_ms": payload.captureMs,
+              "engram.move.send_ms": payload.sendMs,
+              "engram.move.commit_ms": payload.commitMs,
+              ...(payload.guard === undefined ? {} : { "engram.move.allowance_ms": payload.guard.allowanceMs, "engram.move.allowance_source": payload.guard.allowanceSource }),
+            }),
+          ),
+        )
+        .handle("resolve", ({ params, payload }) =>
+          Effect.gen(function* () {
+            const m = yield* api(store.getMove(params.id))
+            // The target's agent may report only that it runs the guest; an abort is the admin's word.
+            if (payload.outcome === "commit") yield* requireHostOrAdmin(m.targetHostId)
+            else yield* requireHostOrAdmin()
+            if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
+            const p = yield* CurrentPrincipal
+            const by = p._tag === "Admin" ? "operator" : `host ${p.hostId}`
+            const resolved = yield* api(
+              payload.outcome === "commit" ? store.commitMove(params.id, null) : store.abortMove(params.id, `resolved by ${by}: ${payload.reason}`),
+            )
+            yield* Effect.logWarning(`in-doubt move resolved: ${payload.outcome}`, { moveId: m.id, sessionId: m.sessionId, by, reason: payload.reason })
+            yield* drainer.roomAppeared(...topics(resolved))
+            return resolved
           }),
-        ),
-      )
-      .handle("resolve", ({ params, payload }) =>
-        Effect.gen(function* () {
-          const m = yield* api(store.getMove(params.id))
-          // The target's agent may report only that it runs the guest; an abort is the admin's word.
-          if (payload.outcome === "commit") yield* requireHostOrAdmin(m.targetHostId)
-          else yield* requireHostOrAdmin()
-          if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
-          const p = yield* CurrentPrincipal
-          const by = p._tag === "Admin" ? "operator" : `host ${p.hostId}`
-          const resolved = yield* api(
-            payload.outcome === "commit" ? store.commitMove(params.id, null) : store.abortMove(params.id, `resolved by ${by}: ${payload.reason}`),
-          )
-          yield* Effect.logWarning(`in-doubt move resolved: ${payload.outcome}`, { moveId: m.id, sessionId: m.sessionId, by, reason: payload.reason })
-          yield* drainer.roomAppeared(...topics(resolved))
-          return resolved
-        }),
-      )
-      .handle("abort", ({ params, payload }) =>
-        Effect.gen(function* () {
-          yield* moveFor(params.id, "source")
-          if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
-          // The estimate is kept on the move record, so a waiter on any replica can answer it.
-          const m = yield* api(store.abortMove(params.id, payload.reason, { estimateMs: payload.estimateMs }))
-          yield* drainer.roomAppeared(...topics(m))
-          return m
-        }).pipe(step("engram.move.abort", params.id, { "engram.move.abort_reason": payload.reason, ...(payload.estimateMs === undefined ? {} : { "engram.move.estimate_ms": payload.estimateMs }) })),
-      )
+        )
+        .handle("abort", ({ params, payload }) =>
+          Effect.gen(function* () {
+            yield* moveFor(params.id, "source")
+            if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
+            // The estimate is kept on the move record, so a waiter on any replica can answer it.
+            const m = yield* api(store.abortMove(params.id, payload.reason, { estimateMs: payload.estimateMs }))
+            yield* drainer.roomAppeared(...topics(m))
+            return m
+          }).pipe(step("engram.move.abort", params.id, { "engram.move.abort_reason": payload.reason, ...(payload.estimateMs === undefined ? {} : { "engram.move.estimate_ms": payload.estimateMs }) })),
+        )
+    )
   }),
 )

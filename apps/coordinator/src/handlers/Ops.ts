@@ -5,6 +5,7 @@ import { Store } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { Effect, Option } from "effect"
 import { HttpApiBuilder, OpenApi } from "effect/http-api"
+import * as HandlerGroup from "../HandlerGroup.js"
 import { api } from "../HttpErrors.js"
 import { Leader } from "../Leader.js"
 import { Metrics } from "../Metrics.js"
@@ -38,39 +39,40 @@ const storeGauges = Effect.gen(function* () {
   return { up: fleet._tag === "Success", gauges }
 })
 
-export const OpsHandlers = HttpApiBuilder.group(EngramApi, "ops", (h) =>
+export const OpsHandlers = HandlerGroup.make(
   Effect.gen(function* () {
     const store = yield* Store
     const metrics = yield* Metrics
     const settings = yield* Settings
     const leader = yield* Leader
     const health = yield* StoreHealth
-    const context = yield* Effect.context<Store>()
     // A store on PostgreSQL or PGlite counts its placements' version checks; another store does not.
     const stats = yield* Effect.serviceOption(StorePg.PlacementStats)
     const spec = OpenApi.fromApi(EngramApi)
     const alive = () => Effect.succeed({ ok: true })
-    return h
-      .handle("livez", alive)
-      .handle("healthz", alive)
-      .handle("readyz", () =>
-        Effect.suspend(() => {
-          // A read alone would say ready while every write fails for a full disk.
-          const full = health.diskFull()
-          return full === null
-            ? Effect.void
-            : Effect.fail(new ServiceUnavailable({ error: "DiskFull", message: `${full}; not ready until a write succeeds again`, retryAfterMs: 30_000 }))
-        }).pipe(
-          Effect.andThen(api(store.metrics())),
-          Effect.map(() => ({ ok: true, store: settings.backend, leader: leader.isLeader() })),
-          Effect.mapError((e) => (e instanceof ServiceUnavailable ? e : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: 1000 }))),
-        ),
-      )
-      .handle("openapi", () => Effect.succeed(spec as unknown))
-      .handle("metrics", () => storeGauges.pipe(
-          Effect.provideContext(context),
-          Effect.map((read) => ({ ...read, checks: Option.getOrUndefined(stats)?.checks() })),
-          Effect.flatMap(metrics.scrape),
-        ))
+    return HttpApiBuilder.group(EngramApi, "ops", (h) =>
+      h
+        .handle("livez", alive)
+        .handle("healthz", alive)
+        .handle("readyz", () =>
+          Effect.suspend(() => {
+            // A read alone would say ready while every write fails for a full disk.
+            const full = health.diskFull()
+            return full === null
+              ? Effect.void
+              : Effect.fail(new ServiceUnavailable({ error: "DiskFull", message: `${full}; not ready until a write succeeds again`, retryAfterMs: 30_000 }))
+          }).pipe(
+            Effect.andThen(api(store.metrics())),
+            Effect.map(() => ({ ok: true, store: settings.backend, leader: leader.isLeader() })),
+            Effect.mapError((e) => (e instanceof ServiceUnavailable ? e : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: 1000 }))),
+          ),
+        )
+        .handle("openapi", () => Effect.succeed(spec as unknown))
+        .handle("metrics", () => storeGauges.pipe(
+            Effect.provideService(Store, store),
+            Effect.map((read) => ({ ...read, checks: Option.getOrUndefined(stats)?.checks() })),
+            Effect.flatMap(metrics.scrape),
+          ))
+    )
   }),
 )

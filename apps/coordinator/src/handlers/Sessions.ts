@@ -8,6 +8,7 @@ import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
 import { requireHostOrAdmin } from "../Auth.js"
 import { Forwarder } from "../Forward.js"
+import * as HandlerGroup from "../HandlerGroup.js"
 import { api } from "../HttpErrors.js"
 import { LongPolls } from "../LongPolls.js"
 import { Metrics } from "../Metrics.js"
@@ -58,7 +59,7 @@ const moveAnswer = (o: MoveOutcome) => {
   }
 }
 
-export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) =>
+export const SessionsHandlers = HandlerGroup.make(
   Effect.gen(function* () {
     const store = yield* Store
     const forwarder = yield* Forwarder
@@ -88,144 +89,146 @@ export const SessionsHandlers = HttpApiBuilder.group(EngramApi, "sessions", (h) 
         if (o._tag === "Queued") yield* trigger.poke
       })
 
-    return h
-      .handle("create", ({ payload }) =>
-        api(
-          forwarder.create({
-            id: payload.id ?? randomUUID(),
-            budget: { memMib: payload.memMib, vcpus: payload.vcpus },
-            affinity: payload.affinity,
-            onNoRoom: payload.onNoRoom,
-            idleTimeoutMs: payload.idleTimeoutMs,
-            ttlMs: payload.ttlMs,
-            template: payload.template,
-          }),
-        ).pipe(
-          Effect.tap((o) => placed(o, "create")),
-          Effect.tap((o) =>
-            Tracing.annotate(span, { "engram.session.id": o.session.id, "engram.outcome": o._tag === "Placed" ? "placed" : "queued", "engram.host.id": o.session.hostId ?? "" }),
+    return HttpApiBuilder.group(EngramApi, "sessions", (h) =>
+      h
+        .handle("create", ({ payload }) =>
+          api(
+            forwarder.create({
+              id: payload.id ?? randomUUID(),
+              budget: { memMib: payload.memMib, vcpus: payload.vcpus },
+              affinity: payload.affinity,
+              onNoRoom: payload.onNoRoom,
+              idleTimeoutMs: payload.idleTimeoutMs,
+              ttlMs: payload.ttlMs,
+              template: payload.template,
+            }),
+          ).pipe(
+            Effect.tap((o) => placed(o, "create")),
+            Effect.tap((o) =>
+              Tracing.annotate(span, { "engram.session.id": o.session.id, "engram.outcome": o._tag === "Placed" ? "placed" : "queued", "engram.host.id": o.session.hostId ?? "" }),
+            ),
+            Effect.map(placeAnswer),
+            span("engram.session.create", { attributes: { "engram.budget.mem_mib": payload.memMib, "engram.budget.vcpus": payload.vcpus } }),
           ),
-          Effect.map(placeAnswer),
-          span("engram.session.create", { attributes: { "engram.budget.mem_mib": payload.memMib, "engram.budget.vcpus": payload.vcpus } }),
-        ),
-      )
-      .handle("list", ({ query }) =>
-        Effect.gen(function* () {
-          const p = yield* CurrentPrincipal
-          // A host agent may list its own host's sessions; anything else is the admin's.
-          if (p._tag === "Host" && query.hostId !== p.hostId) {
-            return yield* new Forbidden({ error: "Forbidden", message: `a host token lists only its own host's sessions (?hostId=${p.hostId})` })
-          }
-          const page = yield* api(store.pageSessions({ state: query.state, hostId: query.hostId }, { limit: query.limit, cursor: query.cursor }))
-          return pageJson(page, (x) => x)
-        }),
-      )
-      .handle("get", ({ params }) => sessionFor(params.id).pipe(Effect.flatMap(detailOf)))
-      .handle("wait", ({ params, query }) =>
-        Effect.gen(function* () {
-          yield* sessionFor(params.id)
-          const outcome = yield* longPolls.run(api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs)))
-          const s = outcome.session
-          switch (outcome._tag) {
-            case "Reached":
-              return yield* detailOf(s)
-            case "Unreachable":
-              return yield* new ConflictError({
-                error: "Unreachable",
-                message: `session ${s.id} is ${s.state}: it can no longer become ${query.state}`,
-                id: s.id,
-                from: s.state,
-                to: query.state,
-              })
-            case "TimedOut":
-              return yield* new WaitTimeout({
-                error: "WaitTimeout",
-                message: `session ${s.id} was still ${s.state}, not ${query.state}, after ${query.timeoutMs ?? defaultWaitMs} ms`,
-                state: s.state,
-              })
-          }
-        }),
-      )
-      .handle("events", ({ params, query }) =>
-        sessionFor(params.id).pipe(
-          Effect.andThen(api(store.sessionEvents(params.id, { limit: query.limit, cursor: query.cursor }))),
-          Effect.map((page) => pageJson(page, eventJson)),
-        ),
-      )
-      .handle("idle", ({ params }) =>
-        Effect.gen(function* () {
-          yield* sessionFor(params.id)
-          // The store's step decides park or descent with the configured park policy.
-          const after = yield* api(store.idle(params.id))
-          if (after.state === "parked") metrics.parks.inc()
-          else metrics.descents.inc({ reason: "idle" })
-          yield* notifier.notify(hostTopic(after.hostId), sessionTopic(after.id))
-          return { id: after.id, state: after.state }
-        }),
-      )
-      .handle("resume", ({ params }) =>
-        Effect.gen(function* () {
-          const o = yield* api(store.resume(params.id))
-          const answer = resumeAnswer(o)
-          if (answer.resumed === "warm") {
-            // A park running again where it is: its agent resumes the paused VM.
-            metrics.resumes.inc({ resumed: "warm" })
-            yield* notifier.notify(hostTopic(o.session.hostId), sessionTopic(o.session.id))
-          } else {
-            metrics.resumes.inc({ resumed: "cold" })
-            yield* placed(o, "resume")
-          }
-          return answer
-        }),
-      )
-      .handle("started", ({ params }) =>
-        sessionFor(params.id).pipe(
-          Effect.andThen(api(store.markRunning(params.id))),
-          Effect.tap((s) => notifier.notify(hostTopic(s.hostId), sessionTopic(s.id))),
-        ),
-      )
-      .handle("descended", ({ params }) =>
-        Effect.gen(function* () {
-          const before = yield* sessionFor(params.id)
-          const s = yield* api(store.finishDescent(params.id))
-          yield* drainer.roomAppeared(hostTopic(before.hostId), sessionTopic(s.id))
-          return s
-        }),
-      )
-      .handle("end", ({ params }) =>
-        Effect.gen(function* () {
-          const before = yield* sessionFor(params.id)
-          const open = yield* api(store.openMove(params.id))
-          const s = yield* api(store.endSession(params.id))
-          yield* drainer.roomAppeared(
-            hostTopic(before.hostId),
-            sessionTopic(s.id),
-            open === null ? null : hostTopic(open.targetHostId),
-            open === null ? null : moveTopic(open.id),
-          )
-          return s
-        }),
-      )
-      .handle("ttl", ({ params, payload }) =>
-        api(store.setTtl(params.id, payload.ttlMs)).pipe(Effect.tap((s) => notifier.notify(sessionTopic(s.id)))),
-      )
-      .handle("move", ({ params, payload }) =>
-        Effect.gen(function* () {
-          const begun = yield* api(store.beginMove({ sessionId: params.id, targetHostId: payload.targetHostId, maxDowntimeMs: payload.maxDowntimeMs }))
-          yield* Effect.logInfo("move begun", { moveId: begun.id, sessionId: begun.sessionId, from: begun.sourceHostId, to: begun.targetHostId })
-          yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), sessionTopic(begun.sessionId))
-          if (!Tracing.isTracing(span)) return yield* api(waiter.outcome(begun)).pipe(Effect.flatMap(moveAnswer))
-          // The agent's rounds, commit or abort (their own requests) join this span's trace.
-          yield* Tracing.annotate(span, { "engram.move.id": begun.id, "engram.host.source": begun.sourceHostId, "engram.host.target": begun.targetHostId })
-          yield* Effect.flatMap(Effect.currentSpan, (s) => moveSpans.open(begun.id, s)).pipe(Effect.ignore)
-          const outcome = yield* api(waiter.outcome(begun)).pipe(
-            Effect.tap((o) => Tracing.annotate(span, { "engram.move.outcome": o._tag, ...(o._tag === "Committed" ? { "engram.move.downtime_ms": o.phases.downtimeMs } : {}) })),
-            span("engram.move.wait"),
-            Effect.ensuring(moveSpans.close(begun.id)),
-          )
-          yield* Tracing.annotate(span, { "engram.move.outcome": outcome._tag })
-          return yield* moveAnswer(outcome)
-        }).pipe(span("engram.session.move", { attributes: { "engram.session.id": params.id, "engram.move.max_downtime_ms": payload.maxDowntimeMs } })),
-      )
+        )
+        .handle("list", ({ query }) =>
+          Effect.gen(function* () {
+            const p = yield* CurrentPrincipal
+            // A host agent may list its own host's sessions; anything else is the admin's.
+            if (p._tag === "Host" && query.hostId !== p.hostId) {
+              return yield* new Forbidden({ error: "Forbidden", message: `a host token lists only its own host's sessions (?hostId=${p.hostId})` })
+            }
+            const page = yield* api(store.pageSessions({ state: query.state, hostId: query.hostId }, { limit: query.limit, cursor: query.cursor }))
+            return pageJson(page, (x) => x)
+          }),
+        )
+        .handle("get", ({ params }) => sessionFor(params.id).pipe(Effect.flatMap(detailOf)))
+        .handle("wait", ({ params, query }) =>
+          Effect.gen(function* () {
+            yield* sessionFor(params.id)
+            const outcome = yield* longPolls.run(api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs)))
+            const s = outcome.session
+            switch (outcome._tag) {
+              case "Reached":
+                return yield* detailOf(s)
+              case "Unreachable":
+                return yield* new ConflictError({
+                  error: "Unreachable",
+                  message: `session ${s.id} is ${s.state}: it can no longer become ${query.state}`,
+                  id: s.id,
+                  from: s.state,
+                  to: query.state,
+                })
+              case "TimedOut":
+                return yield* new WaitTimeout({
+                  error: "WaitTimeout",
+                  message: `session ${s.id} was still ${s.state}, not ${query.state}, after ${query.timeoutMs ?? defaultWaitMs} ms`,
+                  state: s.state,
+                })
+            }
+          }),
+        )
+        .handle("events", ({ params, query }) =>
+          sessionFor(params.id).pipe(
+            Effect.andThen(api(store.sessionEvents(params.id, { limit: query.limit, cursor: query.cursor }))),
+            Effect.map((page) => pageJson(page, eventJson)),
+          ),
+        )
+        .handle("idle", ({ params }) =>
+          Effect.gen(function* () {
+            yield* sessionFor(params.id)
+            // The store's step decides park or descent with the configured park policy.
+            const after = yield* api(store.idle(params.id))
+            if (after.state === "parked") metrics.parks.inc()
+            else metrics.descents.inc({ reason: "idle" })
+            yield* notifier.notify(hostTopic(after.hostId), sessionTopic(after.id))
+            return { id: after.id, state: after.state }
+          }),
+        )
+        .handle("resume", ({ params }) =>
+          Effect.gen(function* () {
+            const o = yield* api(store.resume(params.id))
+            const answer = resumeAnswer(o)
+            if (answer.resumed === "warm") {
+              // A park running again where it is: its agent resumes the paused VM.
+              metrics.resumes.inc({ resumed: "warm" })
+              yield* notifier.notify(hostTopic(o.session.hostId), sessionTopic(o.session.id))
+            } else {
+              metrics.resumes.inc({ resumed: "cold" })
+              yield* placed(o, "resume")
+            }
+            return answer
+          }),
+        )
+        .handle("started", ({ params }) =>
+          sessionFor(params.id).pipe(
+            Effect.andThen(api(store.markRunning(params.id))),
+            Effect.tap((s) => notifier.notify(hostTopic(s.hostId), sessionTopic(s.id))),
+          ),
+        )
+        .handle("descended", ({ params }) =>
+          Effect.gen(function* () {
+            const before = yield* sessionFor(params.id)
+            const s = yield* api(store.finishDescent(params.id))
+            yield* drainer.roomAppeared(hostTopic(before.hostId), sessionTopic(s.id))
+            return s
+          }),
+        )
+        .handle("end", ({ params }) =>
+          Effect.gen(function* () {
+            const before = yield* sessionFor(params.id)
+            const open = yield* api(store.openMove(params.id))
+            const s = yield* api(store.endSession(params.id))
+            yield* drainer.roomAppeared(
+              hostTopic(before.hostId),
+              sessionTopic(s.id),
+              open === null ? null : hostTopic(open.targetHostId),
+              open === null ? null : moveTopic(open.id),
+            )
+            return s
+          }),
+        )
+        .handle("ttl", ({ params, payload }) =>
+          api(store.setTtl(params.id, payload.ttlMs)).pipe(Effect.tap((s) => notifier.notify(sessionTopic(s.id)))),
+        )
+        .handle("move", ({ params, payload }) =>
+          Effect.gen(function* () {
+            const begun = yield* api(store.beginMove({ sessionId: params.id, targetHostId: payload.targetHostId, maxDowntimeMs: payload.maxDowntimeMs }))
+            yield* Effect.logInfo("move begun", { moveId: begun.id, sessionId: begun.sessionId, from: begun.sourceHostId, to: begun.targetHostId })
+            yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), sessionTopic(begun.sessionId))
+            if (!Tracing.isTracing(span)) return yield* api(waiter.outcome(begun)).pipe(Effect.flatMap(moveAnswer))
+            // The agent's rounds, commit or abort (their own requests) join this span's trace.
+            yield* Tracing.annotate(span, { "engram.move.id": begun.id, "engram.host.source": begun.sourceHostId, "engram.host.target": begun.targetHostId })
+            yield* Effect.flatMap(Effect.currentSpan, (s) => moveSpans.open(begun.id, s)).pipe(Effect.ignore)
+            const outcome = yield* api(waiter.outcome(begun)).pipe(
+              Effect.tap((o) => Tracing.annotate(span, { "engram.move.outcome": o._tag, ...(o._tag === "Committed" ? { "engram.move.downtime_ms": o.phases.downtimeMs } : {}) })),
+              span("engram.move.wait"),
+              Effect.ensuring(moveSpans.close(begun.id)),
+            )
+            yield* Tracing.annotate(span, { "engram.move.outcome": outcome._tag })
+            return yield* moveAnswer(outcome)
+          }).pipe(span("engram.session.move", { attributes: { "engram.session.id": params.id, "engram.move.max_downtime_ms": payload.maxDowntimeMs } })),
+        )
+    )
   }),
 )
