@@ -205,17 +205,27 @@ const runVariant = async (variant: string, serverUrl: string, dataDir: string): 
     // The agents run before any session is placed, as real ones do: a session's reservation is
     // renewed by its host's heartbeats from its placement on.
     await driver.send({ cmd: "agents", url, agents, pollWaitMs: 20_000, heartbeatMs: Math.floor(STALE_MS / 3), reportMs: 30_000, sharedSockets: 64 })
-    await inParallel(AGENTS, 64, async (i) => {
+    // Few creates in flight: a coordinator saturated by creates answers heartbeats late, and the
+    // generator's shared pool (one process for every agent, unlike a real fleet) queues them
+    // behind each other past the stale window.
+    await inParallel(AGENTS, 8, async (i) => {
       const placed = await json<{ state: string; hostId?: string }>(url, "POST", "/v1/sessions", 201, { id: `fs${String(i).padStart(5, "0")}`, ...sessionBudget })
       if (placed.state !== "pending") throw new Error(`session ${i}: ${JSON.stringify(placed)}`)
       await json(url, "POST", `/v1/sessions/fs${String(i).padStart(5, "0")}/started`, 200)
     })
     const running0 = await countSessions(url, "running")
-    if (running0 !== AGENTS) throw new Error(`${running0} sessions running, expected ${AGENTS}`)
+    if (running0 !== AGENTS) {
+      const states = ["pending", "running", "lost", "queued", "idle", "parked", "ended"]
+      const counts = await Promise.all(states.map(async (st) => `${st} ${await countSessions(url, st)}`))
+      throw new Error(`${running0} sessions running, expected ${AGENTS}: ${counts.join(", ")}`)
+    }
     // The coordinator's own start-up grace (the stale window) and a heartbeat round of every agent.
     log(`${variant}: ${AGENTS} sessions running; agents up, waiting out the start-up grace (${STALE_MS / 1000} s + 2 passes)`)
     await sleep(STALE_MS + 2 * REAPER_MS)
     const lostBefore = await countSessions(url, "lost")
+    const setup = await driver.send<{ heartbeats: number; heartbeatErrors: number; heartbeatTotal: unknown; heartbeatTimeline: string }>({ cmd: "stats" })
+    log(`${variant}: before the freeze: ${lostBefore} lost; heartbeats ${setup.heartbeats}, failed ${setup.heartbeatErrors}, due → answered ${JSON.stringify(setup.heartbeatTotal)} ms`)
+    if (env["FREEZE_TIMELINE"] === "1") log(`${variant}: heartbeats by 5 s of their due time (count/worst answer ms/worst lag ms): ${setup.heartbeatTimeline}`)
     await driver.send({ cmd: "reset" })
 
     if (variant.startsWith("restart")) {
