@@ -6,7 +6,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Config, Metrics, Notifier, reaperPass, reconcile, Settings } from "@engram/coordinator"
 import type { PassReport } from "@engram/coordinator"
 import { Changes, Store } from "@engram/store"
-import type { Unavailable } from "@engram/store"
+import type { StoreShape, Unavailable } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { StoreSim } from "@engram/store-sim"
 import { freshDatabase } from "@engram/test-pg"
@@ -87,6 +87,16 @@ const loopFor = (ms: number) =>
     return reports
   })
 const reclaimedIn = (reports: readonly PassReport[]) => reports.reduce((n, r) => n + (r._tag === "Done" ? r.reclaimed : 0), 0)
+
+/** Five minutes of reaper passes, both hosts beating every 40 s (the last at 280 s): the grace long over. */
+const beatingFiveMinutes = (store: StoreShape) =>
+  Effect.gen(function* () {
+    for (let t = intervalMs; t <= 5 * 60_000; t += intervalMs) {
+      yield* TestClock.adjust(intervalMs)
+      if (t % 40_000 === 0) for (const h of ["h1", "h2"]) yield* store.heartbeatHost(h)
+      yield* reaperPass
+    }
+  })
 
 for (const [name, store] of backends) {
   describe(`the failover grace: ${name}`, { timeout: 300_000 }, () => {
@@ -240,12 +250,7 @@ for (const [name, store] of backends) {
       Effect.gen(function* () {
         const store = yield* Store
         yield* fleet
-        // Five minutes of passes, both hosts beating every 40 s (the last at 280 s): the grace long over.
-        for (let t = intervalMs; t <= 5 * 60_000; t += intervalMs) {
-          yield* TestClock.adjust(intervalMs)
-          if (t % 40_000 === 0) for (const h of ["h1", "h2"]) yield* store.heartbeatHost(h)
-          yield* reaperPass
-        }
+        yield* beatingFiveMinutes(store)
         // The process freezes for 3 minutes inside the pass's demand sample, after its fleet read:
         // no heartbeat lands meanwhile, so every reservation is stale when the reclaim comes.
         freeze.freezeMs = 180_000
@@ -273,11 +278,7 @@ for (const [name, store] of backends) {
       Effect.gen(function* () {
         const store = yield* Store
         yield* fleet
-        for (let t = intervalMs; t <= 5 * 60_000; t += intervalMs) {
-          yield* TestClock.adjust(intervalMs)
-          if (t % 40_000 === 0) for (const h of ["h1", "h2"]) yield* store.heartbeatHost(h)
-          yield* reaperPass
-        }
+        yield* beatingFiveMinutes(store)
         freeze.freezeMs = 180_000
         yield* TestClock.adjust(intervalMs)
         const thawed = yield* reaperPass

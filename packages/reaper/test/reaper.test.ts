@@ -2,7 +2,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Limits, MakeRoom, ParkGate, ParkPolicy } from "@engram/core"
 import { Store, Unavailable } from "@engram/store"
-import type { MoveFilter } from "@engram/store"
+import type { MoveFilter, StoreShape } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Clock, Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
@@ -232,6 +232,16 @@ describe("Reaper.pass", () => {
     }).pipe(Effect.provide(storeLayer())))
 })
 
+/** Passes every 5 s for 200 s, past the grace, both hosts beating every 40 s (the last at 200 s). */
+const beatingPasses = <R>(store: StoreShape, pass: () => Effect.Effect<unknown, never, R>) =>
+  Effect.gen(function* () {
+    for (let t = 5000; t <= 200_000; t += 5000) {
+      yield* TestClock.adjust(5000)
+      if (t % 40_000 === 0) for (const h of ["h1", "h2"]) yield* store.heartbeatHost(h)
+      yield* pass()
+    }
+  })
+
 describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
   // The default two-minute stale window: heartbeats are the point here.
   const grace = Limits.defaults.heartbeatStaleWindowMs
@@ -336,12 +346,7 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
       yield* fleet
       const state = ReaperState.make()
       const pass = () => Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: 40_000 })
-      // Passes every 5 s, past the grace, every host beating every 40 s (the last at 200 s).
-      for (let t = 5000; t <= 200_000; t += 5000) {
-        yield* TestClock.adjust(5000)
-        if (t % 40_000 === 0) for (const h of ["h1", "h2"]) yield* inner.heartbeatHost(h)
-        yield* pass()
-      }
+      yield* beatingPasses(inner, pass)
       assert.strictEqual(rec.events.filter((e) => e._tag === "ReclaimHeld").length, 1)
       // The process freezes for 3 minutes in the pass's demand sample, between its read and its
       // reclaim: no heartbeat lands meanwhile, and every reservation is stale when it thaws.
@@ -368,11 +373,7 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
         yield* fleet
         const state = ReaperState.make()
         const pass = () => Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: 40_000 })
-        for (let t = 5000; t <= 200_000; t += 5000) {
-          yield* TestClock.adjust(5000)
-          if (t % 40_000 === 0) for (const h of ["h1", "h2"]) yield* inner.heartbeatHost(h)
-          yield* pass()
-        }
+        yield* beatingPasses(inner, pass)
         // The hosts beat last at 200 s; the process freezes 3 minutes inside `step`, after the
         // pass's reclaim: no heartbeat lands meanwhile.
         const call = inner[step] as () => Effect.Effect<unknown, unknown>

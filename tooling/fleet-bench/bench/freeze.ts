@@ -25,12 +25,12 @@
  * (1.5 × the window), FREEZE_VARIANTS.
  */
 import { createDatabase, freePort, startEmbeddedPostgres } from "@engram/test-pg"
+import { inParallel, sleep, startDriver } from "./harness.js"
 import { execFileSync, spawn } from "node:child_process"
 import { readFileSync } from "node:fs"
 import http from "node:http"
 import { loadavg } from "node:os"
 import { dirname, join } from "node:path"
-import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -46,7 +46,6 @@ const hostReport = { totalMib: 262_144, allocatableMib: 262_144, totalVcpus: 64 
 /** A session one host holds alone: two never fit on one host. */
 const sessionBudget = { memMib: 160 * 1024, vcpus: 1 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 const log = (text: string) => console.log(`${new Date().toISOString().slice(11, 19)} ${text}`)
 const load = () => loadavg().map((l) => l.toFixed(1)).join(" ")
 
@@ -72,11 +71,6 @@ const json = async <A>(url: string, method: string, path: string, expect: number
   const r = await call(url, method, path, body)
   if (r.status !== expect) throw new Error(`${method} ${path}: ${r.status} ${r.text.slice(0, 300)}`)
   return JSON.parse(r.text) as A
-}
-
-const inParallel = async (n: number, limit: number, task: (i: number) => Promise<void>): Promise<void> => {
-  let next = 0
-  await Promise.all(Array.from({ length: Math.min(limit, n) }, async () => { while (next < n) await task(next++) }))
 }
 
 /** A counter's value in the coordinator's `/metrics` (summed over its labels). */
@@ -135,34 +129,6 @@ const startCoordinator = async (databaseUrl: string, extra: Record<string, strin
       child.kill("SIGCONT")
       child.kill("SIGTERM")
       await Promise.race([exited, sleep(15_000)])
-      if (child.exitCode === null) child.kill("SIGKILL")
-    },
-  }
-}
-
-const startDriver = () => {
-  const child = spawn(process.execPath, ["--import", "tsx", join(here, "driver.ts")], { stdio: ["pipe", "pipe", "inherit"] })
-  const waiting = new Map<number, (value: unknown) => void>()
-  let next = 0
-  void (async () => {
-    for await (const line of createInterface({ input: child.stdout })) {
-      const { id, value } = JSON.parse(line) as { id: number; value: unknown }
-      waiting.get(id)?.(value)
-      waiting.delete(id)
-    }
-  })()
-  return {
-    send: <A>(command: Record<string, unknown>) =>
-      new Promise<A>((resolve) => {
-        const id = next++
-        waiting.set(id, resolve as (value: unknown) => void)
-        child.stdin.write(`${JSON.stringify({ ...command, id })}\n`)
-      }),
-    stop: async () => {
-      if (child.exitCode !== null) return
-      const exited = new Promise((r) => child.once("exit", r))
-      child.stdin.write(`${JSON.stringify({ cmd: "stop", id: -1 })}\n`)
-      await Promise.race([exited, sleep(5000)])
       if (child.exitCode === null) child.kill("SIGKILL")
     },
   }

@@ -23,6 +23,7 @@
  */
 import { report } from "@engram/bench"
 import { makeBreakdown, statementLogSettings } from "./breakdown.js"
+import { cpuSecondsOf, inParallel, sleep, startDriver } from "./harness.js"
 import { createDatabase, freePort, startEmbeddedPostgres } from "@engram/test-pg"
 import type { EmbeddedPostgresServer } from "@engram/test-pg"
 import postgres from "@engram/postgres"
@@ -31,7 +32,6 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import http from "node:http"
 import { cpus, loadavg, tmpdir } from "node:os"
 import { dirname, join } from "node:path"
-import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -123,16 +123,9 @@ const listenOverflows = (): number => {
   return i < 0 ? Number.NaN : Number(values?.split(" ")[i])
 }
 
-/** CPU seconds (user + system) process `pid` has used. */
-const cpuSecondsOf = (pid: number | undefined): number => {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? []
-  return (Number(stat[11]) + Number(stat[12])) / 100
-}
-
 // ---- HTTP from here (set-up only) ------------------------------------------------------------
 
 const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 64 })
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 const call = (url: string, method: string, path: string, token: string, body?: unknown): Promise<{ status: number; json: unknown }> =>
   new Promise((resolve, reject) => {
@@ -149,16 +142,6 @@ const call = (url: string, method: string, path: string, token: string, body?: u
     req.end(text)
   })
 const get = (url: string, path: string, token: string) => call(url, "GET", path, token)
-
-/** Runs `task` for 0..n-1 with `limit` in flight. */
-const inParallel = async (n: number, limit: number, task: (i: number) => Promise<void>): Promise<void> => {
-  let next = 0
-  await Promise.all(
-    Array.from({ length: Math.min(limit, n) }, async () => {
-      while (next < n) await task(next++)
-    }),
-  )
-}
 
 interface Agent {
   readonly id: string
@@ -177,44 +160,6 @@ const registerHosts = async (url: string, n: number, prefix: string): Promise<Ag
     out[i] = { id, token: (r.json as { token: string }).token }
   })
   return out
-}
-
-// ---- the driver process -----------------------------------------------------------------------
-
-interface Driver {
-  readonly send: <A>(command: Record<string, unknown>) => Promise<A>
-  /** The load generator's CPU seconds so far (user + system): whether it, not the coordinator, was the bottleneck. */
-  readonly cpuSeconds: () => number
-  readonly stop: () => Promise<void>
-}
-
-const startDriver = (): Driver => {
-  const child = spawn(process.execPath, ["--import", "tsx", join(here, "driver.ts")], { stdio: ["pipe", "pipe", "inherit"] })
-  const waiting = new Map<number, (value: unknown) => void>()
-  let next = 0
-  void (async () => {
-    for await (const line of createInterface({ input: child.stdout })) {
-      const { id, value } = JSON.parse(line) as { id: number; value: unknown }
-      waiting.get(id)?.(value)
-      waiting.delete(id)
-    }
-  })()
-  return {
-    cpuSeconds: () => cpuSecondsOf(child.pid),
-    send: <A>(command: Record<string, unknown>) =>
-      new Promise<A>((resolve) => {
-        const id = next++
-        waiting.set(id, resolve as (value: unknown) => void)
-        child.stdin.write(`${JSON.stringify({ ...command, id })}\n`)
-      }),
-    stop: async () => {
-      if (child.exitCode !== null) return
-      const exited = new Promise((r) => child.once("exit", r))
-      child.stdin.write(`${JSON.stringify({ cmd: "stop", id: -1 })}\n`)
-      await Promise.race([exited, sleep(5000)])
-      if (child.exitCode === null) child.kill("SIGKILL")
-    },
-  }
 }
 
 interface Latency {
