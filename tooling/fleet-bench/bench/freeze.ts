@@ -11,7 +11,10 @@
  * - `restart`, `restart-nograce`: the coordinator killed (SIGKILL: agents' requests fail
  *   meanwhile) and started again on the same database and port after the same time;
  * - `postgres`: every process of the PostgreSQL server frozen (the coordinator's store calls
- *   time out: heartbeats fail, the reaper's reads fail), the grace at its default.
+ *   time out: heartbeats fail, the reaper's reads fail), the grace at its default;
+ * - `leader` (not in the default list): three replicas on the database, the agents on one that
+ *   does not lead (as a proxy would route around a frozen replica), the leading one frozen:
+ *   another takes the lease, and the thawed one must change nothing (its writes are fenced).
  *
  * Each variant: a fresh database and coordinator; N hosts registered and reported; N sessions
  * created (one fits a host) and started; the agents (`driver.ts`: heartbeat every third of the
@@ -76,7 +79,7 @@ const json = async <A>(url: string, method: string, path: string, expect: number
 /** A counter's value in the coordinator's `/metrics` (summed over its labels). */
 const metric = async (url: string, name: string): Promise<number> => {
   const r = await call(url, "GET", "/metrics")
-  return r.text.split("\n").filter((l) => l.startsWith(name)).reduce((s, l) => s + Number(l.split(" ").at(-1)), 0)
+  return r.text.split("\n").filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`)).reduce((s, l) => s + Number(l.split(" ").at(-1)), 0)
 }
 
 /** How many sessions are in `state` (paged reads). */
@@ -157,8 +160,21 @@ const runVariant = async (variant: string, serverUrl: string, dataDir: string): 
   const db = await createDatabase(serverUrl)
   const extra: Record<string, string> = variant.endsWith("-nograce") ? { ENGRAM_RECLAIM_GRACE_MS: "0" } : {}
   let coordinator = await startCoordinator(db.url, extra, await freePort())
+  // `leader`: three replicas on the database; the agents and the drill talk to one that does not
+  // hold the reaper's lease (as a proxy in front of them would route around a frozen one), and
+  // the leader is frozen.
+  const peers = variant === "leader" ? [await startCoordinator(db.url, extra, await freePort()), await startCoordinator(db.url, extra, await freePort())] : []
+  const replicas = () => [coordinator, ...peers]
+  const leaderOf = async () => {
+    for (let k = 0; k < 600; k++) {
+      for (const r of replicas()) if ((await metric(r.url, "engram_reaper_leader")) === 1) return r
+      await sleep(100)
+    }
+    throw new Error("no replica took the reaper's lease in 60 s")
+  }
+  const frozenLeader = variant === "leader" ? await leaderOf() : null
+  const url = frozenLeader === null ? coordinator.url : (replicas().find((r) => r !== frozenLeader) as typeof coordinator).url
   const driver = startDriver()
-  const url = coordinator.url
   try {
     log(`${variant}: registering ${AGENTS} hosts and starting a session on each (load ${load()})`)
     const agents: { id: string; token: string }[] = new Array(AGENTS)
@@ -201,8 +217,9 @@ const runVariant = async (variant: string, serverUrl: string, dataDir: string): 
       coordinator = await startCoordinator(db.url, extra, coordinator.port)
       log(`${variant}: restarted; waiting a grace, a stale window and 3 passes`)
     } else {
-      const pids = variant === "postgres" ? postgresPids(dataDir) : [coordinator.pid]
-      log(`${variant}: freezing ${variant === "postgres" ? `PostgreSQL (${pids.length} processes)` : "the coordinator"} for ${FREEZE_MS / 1000} s (load ${load()})`)
+      const pids = variant === "postgres" ? postgresPids(dataDir) : [(frozenLeader ?? coordinator).pid]
+      const what = variant === "postgres" ? `PostgreSQL (${pids.length} processes)` : frozenLeader !== null ? "the leading replica of three" : "the coordinator"
+      log(`${variant}: freezing ${what} for ${FREEZE_MS / 1000} s (load ${load()})`)
       for (const pid of pids) process.kill(pid, "SIGSTOP")
       await sleep(FREEZE_MS)
       for (const pid of pids) process.kill(pid, "SIGCONT")
@@ -217,15 +234,16 @@ const runVariant = async (variant: string, serverUrl: string, dataDir: string): 
       lostBefore,
       lost: await countSessions(url, "lost"),
       running: await countSessions(url, "running"),
-      reclaimed: await metric(url, "engram_reaper_reclaimed_total"),
-      graces: await metric(url, "engram_reaper_reclaim_graces_total"),
+      // Summed over the replicas: whichever led meanwhile reclaimed and began graces.
+      reclaimed: (await Promise.all(replicas().map((r) => metric(r.url, "engram_reaper_reclaimed_total")))).reduce((a, b) => a + b, 0),
+      graces: (await Promise.all(replicas().map((r) => metric(r.url, "engram_reaper_reclaim_graces_total")))).reduce((a, b) => a + b, 0),
       heartbeatErrors: stats.heartbeatErrors,
     }
     log(`${variant}: ${JSON.stringify(outcome)} (load ${load()})`)
     return outcome
   } finally {
     await driver.stop()
-    await coordinator.stop()
+    await Promise.all(replicas().map((r) => r.stop()))
     await db.drop()
   }
 }
@@ -243,7 +261,8 @@ console.log(`\nfreeze drill: ${AGENTS} agents, one running session each, stale w
 console.log("| peer | grace | sessions lost before the freeze | sessions lost after | running after | reservations reclaimed | graces begun | heartbeats failed |")
 console.log("|---|---|---|---|---|---|---|---|")
 for (const o of outcomes) {
-  const frozen = o.variant === "postgres" ? "PostgreSQL frozen" : o.variant.startsWith("restart") ? "coordinator killed, restarted" : "coordinator frozen"
+  const frozen =
+    o.variant === "postgres" ? "PostgreSQL frozen" : o.variant === "leader" ? "leading replica of three frozen" : o.variant.startsWith("restart") ? "coordinator killed, restarted" : "coordinator frozen"
   const grace = o.variant.endsWith("-nograce") ? "0 (off)" : "default"
   console.log(`| ${frozen} | ${grace} | ${o.lostBefore} | ${o.lost} | ${o.running} | ${o.reclaimed} | ${o.graces} | ${o.heartbeatErrors} |`)
 }
