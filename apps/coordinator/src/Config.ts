@@ -126,11 +126,12 @@ export interface CoordinatorConfig {
   /** At most this many rows of each kind one reaper pass deletes (`retentionMs`). */
   readonly retentionPruneLimit: number
   /**
-   * The failover grace (ms; Nomad's `failover_heartbeat_ttl`): the reaper reclaims no reservation
-   * until it has reached the store as leader this long without a gap (from a leadership's first
-   * pass, and from the first fleet read after a failed one), and the start-up reconcile reclaims
-   * none; so hosts that could not heartbeat while the coordinator side was down renew before
-   * anything is reclaimed. Default the heartbeat stale window; 0: no grace.
+   * The failover grace (ms; Nomad's `failover_heartbeat_ttl`): the reaper reclaims no stale
+   * reservation until it has reached the store as leader this long without a gap (from a
+   * leadership's first pass, and after a gap in its contacts with the store), and the start-up
+   * reconcile reclaims only expired ones; so hosts that could not heartbeat while the coordinator
+   * side was down renew before anything stale is reclaimed. Default the heartbeat stale window;
+   * 0: no grace; else at least a third of the window (`reclaimGraceIssue`).
    */
   readonly reclaimGraceMs: number
   /** An OpenTelemetry collector's OTLP/HTTP base URL (`http://collector:4318`): traces go to `…/v1/traces`; null = no traces. */

@@ -108,7 +108,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
       case "ReclaimFailed":
         return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
       case "ReclaimHeld":
-        // Once per grace: a leadership's first pass, or the first fleet read after a gap.
+        // Once per grace: a leadership's first contact with the store, or the first after a gap.
         metrics.reaperReclaimGraces.inc()
         return Effect.logInfo("reaper: no stale reservation is reclaimed (and no session idled) until the hosts have had ENGRAM_RECLAIM_GRACE_MS to heartbeat (a new leadership, or a gap in the leader's reads of the store: it was unreachable, or this process did not run)", {
           until: new Date(e.until).toISOString(),

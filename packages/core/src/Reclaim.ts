@@ -174,7 +174,7 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
  * are therefore not reclaimed until the reaper has reached the store as leader for `graceMs`
  * without a gap. The reaper notes its contacts with the store as leader: every store call of a
  * pass that succeeds (its fleet read, its reclaim, its writes). The grace starts (`startedAt` =
- * the contact's time) at the first contact of a leadership (`lastReadAt` null), and at a contact
+ * the contact's time) at the first contact of a leadership (`lastContactAt` null), and at a contact
  * more than `gapMs` after the last one (however that gap came about: failed reads, a frozen
  * process, a pass that could not run, one call that hung, a forward step of the clock) or more
  * than `gapMs` before it (a backward step: the grace is measured again from there, never
@@ -185,14 +185,14 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
  * succeeding is not a gap. `graceMs` 0: no grace (the seed's rule: reclaim every pass).
  */
 export interface Grace {
-  /** When the running grace started (Clock ms); null: it starts at the next read. */
+  /** When the running grace started (Clock ms); null: it starts at the next contact. */
   readonly startedAt: number | null
   /** The last contact with the store as leader (Clock ms): a store call that succeeded; null: none yet in this leadership. */
-  readonly lastReadAt: number | null
+  readonly lastContactAt: number | null
 }
 
 /** A grace that starts at the next contact with the store: a new leadership. */
-export const graceRestart: Grace = Object.freeze({ startedAt: null, lastReadAt: null })
+export const graceRestart: Grace = Object.freeze({ startedAt: null, lastContactAt: null })
 
 /**
  * The grace after a contact with the store at `now` (a fleet read, or any store call that
@@ -200,15 +200,17 @@ export const graceRestart: Grace = Object.freeze({ startedAt: null, lastReadAt: 
  * gap of more than `gapMs` since the last contact, or when the clock went back; else kept, with
  * `now` as the last contact.
  */
-export const graceAfterRead = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } =>
-  graceGap(grace, now, gapMs) ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace: { startedAt: grace.startedAt, lastReadAt: now }, started: false }
+export const graceAfterContact = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } => {
+  const checked = graceCheck(grace, now, gapMs)
+  return checked.started ? checked : { grace: { startedAt: grace.startedAt, lastContactAt: now }, started: false }
+}
 
 /**
  * Whether `now` is a gap: no grace has started, or it is more than `gapMs` after the last
  * contact, or more than `gapMs` before it (the clock went back).
  */
 export const graceGap = (grace: Grace, now: number, gapMs: number): boolean => {
-  const last = grace.lastReadAt
+  const last = grace.lastContactAt
   return grace.startedAt === null || last === null || now - last > gapMs || last - now > gapMs
 }
 
@@ -220,7 +222,7 @@ export const graceGap = (grace: Grace, now: number, gapMs: number): boolean => {
  * it is kept as it is.
  */
 export const graceCheck = (grace: Grace, now: number, gapMs: number): { readonly grace: Grace; readonly started: boolean } =>
-  graceGap(grace, now, gapMs) ? { grace: { startedAt: now, lastReadAt: now }, started: true } : { grace, started: false }
+  graceGap(grace, now, gapMs) ? { grace: { startedAt: now, lastContactAt: now }, started: true } : { grace, started: false }
 
 /** Whether the reclaim waits at `now`: the grace has not started, or has run less than `graceMs`. */
 export const graceHolds = (grace: Grace, now: number, graceMs: number): boolean => graceMs > 0 && (grace.startedAt === null || now - grace.startedAt < graceMs)

@@ -220,12 +220,12 @@ describe("Reclaim grace (the failover grace)", () => {
   const graceMs = 120_000
   const gapMs = 40_000
   /** The grace after successful reads at these times, from a new leadership. */
-  const after = (times: readonly number[]) => times.reduce((g, now) => Reclaim.graceAfterRead(g, now, gapMs).grace, Reclaim.graceRestart)
+  const after = (times: readonly number[]) => times.reduce((g, now) => Reclaim.graceAfterContact(g, now, gapMs).grace, Reclaim.graceRestart)
 
   it("holds until a leadership's first read starts it, then for graceMs from that read while reads come without a gap", () => {
     expect(Reclaim.graceHolds(Reclaim.graceRestart, 0, graceMs)).toBe(true)
-    const first = Reclaim.graceAfterRead(Reclaim.graceRestart, 1000, gapMs)
-    expect(first).toEqual({ grace: { startedAt: 1000, lastReadAt: 1000 }, started: true })
+    const first = Reclaim.graceAfterContact(Reclaim.graceRestart, 1000, gapMs)
+    expect(first).toEqual({ grace: { startedAt: 1000, lastContactAt: 1000 }, started: true })
     // Reads every 5 s keep it (counted from the first), and it ends graceMs after it.
     const steady = after(Array.from({ length: 30 }, (_, k) => 1000 + k * 5000))
     expect(steady.startedAt).toBe(1000)
@@ -237,20 +237,20 @@ describe("Reclaim grace (the failover grace)", () => {
     const long = after(Array.from({ length: 60 }, (_, k) => k * 5000)) // 295 s of passes: the grace is over
     expect(Reclaim.graceHolds(long, 295_000, graceMs)).toBe(false)
     // Frozen for 3 minutes: the first read after it starts a new grace.
-    const thawed = Reclaim.graceAfterRead(long, 295_000 + 180_000, gapMs)
+    const thawed = Reclaim.graceAfterContact(long, 295_000 + 180_000, gapMs)
     expect(thawed.started).toBe(true)
     expect(Reclaim.graceHolds(thawed.grace, 475_000 + graceMs - 1, graceMs)).toBe(true)
     // A pause of exactly gapMs is not a gap.
-    expect(Reclaim.graceAfterRead(long, 295_000 + gapMs, gapMs).started).toBe(false)
+    expect(Reclaim.graceAfterContact(long, 295_000 + gapMs, gapMs).started).toBe(false)
   })
 
   it("a backward clock step past gapMs starts it again from the new time, never stretched by the step; a small one does not", () => {
     const long = after(Array.from({ length: 60 }, (_, k) => 10_000_000 + k * 5000))
-    const stepped = Reclaim.graceAfterRead(long, 10_000_000 - 3 * 3_600_000, gapMs)
+    const stepped = Reclaim.graceAfterContact(long, 10_000_000 - 3 * 3_600_000, gapMs)
     expect(stepped.started).toBe(true)
     expect(Reclaim.graceEnds(stepped.grace, graceMs)).toBe(10_000_000 - 3 * 3_600_000 + graceMs)
     // An NTP step of a second back: no restart (the grace stays ended).
-    const small = Reclaim.graceAfterRead(long, 10_000_000 + 59 * 5000 - 1000, gapMs)
+    const small = Reclaim.graceAfterContact(long, 10_000_000 + 59 * 5000 - 1000, gapMs)
     expect(small.started).toBe(false)
     expect(Reclaim.graceHolds(small.grace, 10_000_000 + 59 * 5000 - 1000, graceMs)).toBe(false)
   })
@@ -258,12 +258,12 @@ describe("Reclaim grace (the failover grace)", () => {
   it("every store call that succeeds is a contact: a long pass of calls is no gap; one call (or a freeze) longer than gapMs is", () => {
     const g = after([0, 5000])
     // A 55 s pass whose calls succeed every 10 s: no gap, the grace goes on from 0.
-    const calls = [15_000, 25_000, 35_000, 45_000, 55_000, 60_000].reduce((x, now) => Reclaim.graceAfterRead(x, now, gapMs).grace, g)
+    const calls = [15_000, 25_000, 35_000, 45_000, 55_000, 60_000].reduce((x, now) => Reclaim.graceAfterContact(x, now, gapMs).grace, g)
     expect(calls.startedAt).toBe(0)
-    expect(Reclaim.graceAfterRead(calls, 65_000, gapMs).started).toBe(false)
+    expect(Reclaim.graceAfterContact(calls, 65_000, gapMs).started).toBe(false)
     // The same pass frozen 55 s inside one call: its return is a gap.
-    const hung = Reclaim.graceAfterRead(g, 60_000, gapMs)
-    expect(hung).toEqual({ grace: { startedAt: 60_000, lastReadAt: 60_000 }, started: true })
+    const hung = Reclaim.graceAfterContact(g, 60_000, gapMs)
+    expect(hung).toEqual({ grace: { startedAt: 60_000, lastContactAt: 60_000 }, started: true })
     // A check is no contact: it moves nothing when there is no gap.
     expect(Reclaim.graceCheck(g, 30_000, gapMs)).toEqual({ grace: g, started: false })
   })
@@ -281,12 +281,12 @@ describe("Reclaim grace (the failover grace)", () => {
     const long = after(Array.from({ length: 60 }, (_, k) => k * 5000)) // the grace is over; last read at 295 s
     expect(Reclaim.graceCheck(long, 295_000 + gapMs, gapMs)).toEqual({ grace: long, started: false })
     const frozen = Reclaim.graceCheck(long, 295_000 + 180_000, gapMs)
-    expect(frozen).toEqual({ grace: { startedAt: 475_000, lastReadAt: 475_000 }, started: true })
+    expect(frozen).toEqual({ grace: { startedAt: 475_000, lastContactAt: 475_000 }, started: true })
     expect(Reclaim.graceHolds(frozen.grace, 475_000, graceMs)).toBe(true)
     // The clock stepped back past gapMs mid-pass: started again too.
     expect(Reclaim.graceCheck(long, 295_000 - gapMs - 1, gapMs).started).toBe(true)
     // The next pass's read after the restart is no second gap.
-    expect(Reclaim.graceAfterRead(frozen.grace, 480_000, gapMs).started).toBe(false)
+    expect(Reclaim.graceAfterContact(frozen.grace, 480_000, gapMs).started).toBe(false)
   })
 
   it("graceMs 0: never holds; graceGapMs is a third of the stale window (not of the grace), at least two reaper intervals", () => {

@@ -57,10 +57,10 @@ export interface Options {
    * expired reservations (`Store.reclaim({ stale: false })`), and the idle step of lifetimes is
    * skipped (activity could not land either), until the reaper has reached the store as leader
    * this long without a gap (core's `Reclaim.Grace`): counted from the first pass of a leadership
-   * (a fresh `state`, or `ReaperState.relead`) and again from the first successful fleet read
-   * more than `reclaimGapMs` after the last contact (the last read, or the last pass's end:
-   * failed reads, a frozen or suspended process, a clock step), or from the reclaim step when
-   * more than `reclaimGapMs` passed since the pass's own read (a freeze mid-pass); so a fleet
+   * (a fresh `state`, or `ReaperState.relead`) and again from a contact with the store (any store
+   * call of a pass that succeeds) more than `reclaimGapMs` after the last one, or from the check
+   * before the stale reclaim or at a pass's end when that long passed since the last contact
+   * (failed reads, a frozen or suspended process, a call that hung, a clock step); so a fleet
    * whose hosts could not heartbeat while the coordinator side was down is not reclaimed whole.
    * Missing or 0: no grace (the simulator).
    */
@@ -477,7 +477,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     const graceTold = (started: boolean): Effect.Effect<void> =>
       started && tell ? tell({ _tag: "ReclaimHeld", until: Reclaim.graceEnds(state.grace, graceMs) as number }) : Effect.void
     const contact = Effect.flatMap(Clock.currentTimeMillis, (now) => {
-      const after = Reclaim.graceAfterRead(state.grace, now, gapMs)
+      const after = Reclaim.graceAfterContact(state.grace, now, gapMs)
       state.grace = after.grace
       return graceTold(after.started)
     })
@@ -503,8 +503,8 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     if (counters._tag === "Success") state.meter.sample(fleet.readAt, counters.success.totalReservedMib)
 
     // 2. Reclaim expired and stale reservations (their sessions become lost). While the failover
-    // grace holds (core's `Reclaim.Grace`: started at a leadership's first read or the first read
-    // after a gap) only the expired go: hosts that could not heartbeat meanwhile renew first, but
+    // grace holds (core's `Reclaim.Grace`: started at a leadership's first contact or after a
+    // gap) only the expired go: hosts that could not heartbeat meanwhile renew first, but
     // an entry past its own `expiresAt` is over whatever the outage did.
     if (!leading()) return yield* held("reclaim")
     let reclaimHeldUntil: number | null = null

@@ -18,8 +18,8 @@ export type Event =
   | { readonly _tag: "ReclaimFailed"; readonly reason: string }
   /**
    * The failover grace started (`Reaper.Options.reclaimGraceMs`): the first pass of a leadership,
-   * or the first fleet read after a gap in the leader's contacts with the store (failed reads, a
-   * frozen process, a clock step). No reservation is reclaimed (nor session idled) before `until`
+   * or a gap in the leader's contacts with the store (failed reads, a frozen process, a call that
+   * hung, a clock step). No stale reservation is reclaimed (nor session idled) before `until`
    * (Clock ms), so hosts that could not heartbeat while the coordinator side was down renew first.
    */
   | { readonly _tag: "ReclaimHeld"; readonly until: number }

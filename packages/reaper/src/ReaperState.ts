@@ -71,8 +71,8 @@ export interface ReaperState {
   abortedRead: boolean
   /**
    * The failover grace (core's `Reclaim.Grace`, `Reaper.Options.reclaimGraceMs`): when it
-   * started and the last successful fleet read as leader; it starts at a leadership's first read
-   * (a fresh memory, `relead`) and at a read after a gap.
+   * started and the last contact with the store as leader; it starts at a leadership's first
+   * contact (a fresh memory, `relead`) and after a gap.
    */
   grace: Reclaim.Grace
   /** The retention step waits until this time (Clock ms) after a prune that deleted nothing; 0: no wait. */
