@@ -223,6 +223,17 @@ export const ScrapeAuthLive: Layer.Layer<ScrapeAuth, never, AdminToken | Credent
 )
 
 /**
+ * A list filtered by `?hostId=`: the admin lists anything, a host token only its own host's
+ * (`what`: sessions, moves), with 403 otherwise.
+ */
+export const requireOwnHostList = (hostId: string | undefined, what: string): Effect.Effect<void, Forbidden, CurrentPrincipal> =>
+  Effect.flatMap(Effect.service(CurrentPrincipal), (p) =>
+    p._tag === "Host" && hostId !== p.hostId
+      ? Effect.fail(new Forbidden({ error: "Forbidden", message: `a host token lists only its own host's ${what} (?hostId=${p.hostId})` }))
+      : Effect.void,
+  )
+
+/**
  * The admin, or the agent of one of `hostIds` (a session's host, a move's source…). A host
  * token for any other host is refused with 403.
  */

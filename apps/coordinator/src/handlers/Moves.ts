@@ -1,10 +1,10 @@
 /** `/v1/moves…`: list and read moves; the source agent's rounds, commit and abort; the resolution of an in-doubt move. */
-import { CurrentPrincipal, EngramApi, Forbidden } from "@engram/api"
+import { CurrentPrincipal, EngramApi } from "@engram/api"
 import { Store } from "@engram/store"
 import type { Move } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
-import { requireHostOrAdmin } from "../Auth.js"
+import { requireHostOrAdmin, requireOwnHostList } from "../Auth.js"
 import * as HandlerGroup from "../HandlerGroup.js"
 import { api, badRequest } from "../HttpErrors.js"
 import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
@@ -36,11 +36,8 @@ export const MovesHandlers = HandlerGroup.make(
       h
         .handle("list", ({ query }) =>
           Effect.gen(function* () {
-            const p = yield* CurrentPrincipal
             // A host agent may list its own host's moves; anything else is the admin's.
-            if (p._tag === "Host" && query.hostId !== p.hostId) {
-              return yield* new Forbidden({ error: "Forbidden", message: `a host token lists only its own host's moves (?hostId=${p.hostId})` })
-            }
+            yield* requireOwnHostList(query.hostId, "moves")
             const page = yield* api(store.pageMoves({ hostId: query.hostId, state: query.state }, { limit: query.limit, cursor: query.cursor }))
             return pageJson(page, (m) => m)
           }),

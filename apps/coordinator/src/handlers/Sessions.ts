@@ -1,12 +1,12 @@
 /** `/v1/sessions…`: create, list, read, wait, history, the agent's acknowledgements, idle, resume, end, move. */
-import { ConflictError, CurrentPrincipal, EngramApi, Forbidden, ServiceUnavailable, WaitTimeout } from "@engram/api"
+import { ConflictError, EngramApi, ServiceUnavailable, WaitTimeout } from "@engram/api"
 import { Trigger } from "@engram/reaper"
 import { Store } from "@engram/store"
 import type { PlaceOutcome, Session } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
-import { requireHostOrAdmin } from "../Auth.js"
+import { requireHostOrAdmin, requireOwnHostList } from "../Auth.js"
 import { Forwarder } from "../Forward.js"
 import * as HandlerGroup from "../HandlerGroup.js"
 import { api } from "../HttpErrors.js"
@@ -113,11 +113,8 @@ export const SessionsHandlers = HandlerGroup.make(
         )
         .handle("list", ({ query }) =>
           Effect.gen(function* () {
-            const p = yield* CurrentPrincipal
             // A host agent may list its own host's sessions; anything else is the admin's.
-            if (p._tag === "Host" && query.hostId !== p.hostId) {
-              return yield* new Forbidden({ error: "Forbidden", message: `a host token lists only its own host's sessions (?hostId=${p.hostId})` })
-            }
+            yield* requireOwnHostList(query.hostId, "sessions")
             const page = yield* api(store.pageSessions({ state: query.state, hostId: query.hostId }, { limit: query.limit, cursor: query.cursor }))
             return pageJson(page, (x) => x)
           }),
