@@ -28,10 +28,9 @@
  * (1.5 × the window), FREEZE_VARIANTS.
  */
 import { createDatabase, freePort, startEmbeddedPostgres } from "@engram/test-pg"
-import { inParallel, sleep, startDriver } from "./harness.js"
-import { execFileSync, spawn } from "node:child_process"
+import { closeRequests, inParallel, metricValue, registerHosts, request, sleep, spawnCoordinator, startDriver } from "./harness.js"
+import { execFileSync } from "node:child_process"
 import { readFileSync } from "node:fs"
-import http from "node:http"
 import { loadavg } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -54,33 +53,14 @@ const load = () => loadavg().map((l) => l.toFixed(1)).join(" ")
 
 // ---- HTTP (set-up and reads) -----------------------------------------------------------------
 
-const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 64 })
-const call = (url: string, method: string, path: string, body?: unknown): Promise<{ status: number; text: string }> =>
-  new Promise((resolve, reject) => {
-    const u = new URL(url)
-    const text = body === undefined ? undefined : JSON.stringify(body)
-    const headers: Record<string, string | number> = { authorization: `Bearer ${TOKEN}` }
-    if (text !== undefined) Object.assign(headers, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
-    const req = http.request({ agent: setupAgent, host: u.hostname, port: u.port, method, path, headers, timeout: 120_000 }, (res) => {
-      let data = ""
-      res.on("data", (c: Buffer) => (data += c.toString()))
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, text: data }))
-    })
-    req.on("timeout", () => req.destroy(new Error(`${method} ${path}: no answer in 120 s`)))
-    req.on("error", reject)
-    req.end(text)
-  })
+const call = (url: string, method: string, path: string, body?: unknown) => request(url, method, path, TOKEN, body, 120_000)
 const json = async <A>(url: string, method: string, path: string, expect: number, body?: unknown): Promise<A> => {
   const r = await call(url, method, path, body)
   if (r.status !== expect) throw new Error(`${method} ${path}: ${r.status} ${r.text.slice(0, 300)}`)
   return JSON.parse(r.text) as A
 }
 
-/** A counter's value in the coordinator's `/metrics` (summed over its labels). */
-const metric = async (url: string, name: string): Promise<number> => {
-  const r = await call(url, "GET", "/metrics")
-  return r.text.split("\n").filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`)).reduce((s, l) => s + Number(l.split(" ").at(-1)), 0)
-}
+const metric = (url: string, name: string): Promise<number> => metricValue(url, TOKEN, name)
 
 /** How many sessions are in `state` (paged reads). */
 const countSessions = async (url: string, state: string): Promise<number> => {
@@ -97,11 +77,11 @@ const countSessions = async (url: string, state: string): Promise<number> => {
 // ---- processes -------------------------------------------------------------------------------
 
 const startCoordinator = async (databaseUrl: string, extra: Record<string, string>, port: number) => {
-  const child = spawn(process.execPath, ["--import", "tsx", "--conditions=@engram/source", join(root, "apps", "coordinator", "src", "main.ts")], {
-    cwd: join(root, "apps", "coordinator"),
+  const { url, child, stop } = await spawnCoordinator({
+    root,
+    port,
     env: {
       ...env,
-      ENGRAM_PORT: String(port),
       ENGRAM_ADMIN_TOKEN: TOKEN,
       ENGRAM_DATABASE_URL: databaseUrl,
       ENGRAM_LOG_LEVEL: "Warn",
@@ -110,31 +90,8 @@ const startCoordinator = async (databaseUrl: string, extra: Record<string, strin
       ENGRAM_REAPER_INTERVAL_MS: String(REAPER_MS),
       ...extra,
     },
-    stdio: ["ignore", "ignore", "pipe"],
   })
-  let stderr = ""
-  child.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)))
-  const url = `http://127.0.0.1:${port}`
-  const deadline = Date.now() + 180_000
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`coordinator exited ${child.exitCode}: ${stderr}`)
-    if ((await call(url, "GET", "/livez").catch(() => ({ status: 0 }))).status === 200) break
-    if (Date.now() > deadline) throw new Error(`coordinator did not start: ${stderr}`)
-    await sleep(100)
-  }
-  return {
-    url,
-    pid: child.pid as number,
-    port,
-    stop: async () => {
-      if (child.exitCode !== null) return
-      const exited = new Promise((r) => child.once("exit", r))
-      child.kill("SIGCONT")
-      child.kill("SIGTERM")
-      await Promise.race([exited, sleep(15_000)])
-      if (child.exitCode === null) child.kill("SIGKILL")
-    },
-  }
+  return { url, pid: child.pid as number, port, stop }
 }
 
 /** The PostgreSQL server's processes: its postmaster (first line of `postmaster.pid`) and every child of it. */
@@ -177,13 +134,7 @@ const runVariant = async (variant: string, serverUrl: string, dataDir: string): 
   const driver = startDriver()
   try {
     log(`${variant}: registering ${AGENTS} hosts and starting a session on each (load ${load()})`)
-    const agents: { id: string; token: string }[] = new Array(AGENTS)
-    await inParallel(AGENTS, 64, async (i) => {
-      const id = `fz${String(i).padStart(5, "0")}`
-      const { token } = await json<{ token: string }>(url, "POST", "/v1/hosts", 201, { id })
-      await json(url, "PUT", `/v1/hosts/${id}/report`, 200, hostReport)
-      agents[i] = { id, token }
-    })
+    const agents = await registerHosts(url, TOKEN, AGENTS, "fz", hostReport)
     // The agents run before any session is placed, as real ones do: a session's reservation is
     // renewed by its host's heartbeats from its placement on.
     await driver.send({ cmd: "agents", url, agents, pollWaitMs: 20_000, heartbeatMs: Math.floor(STALE_MS / 3), reportMs: 30_000, sharedSockets: 64 })
@@ -255,6 +206,7 @@ const outcomes: Outcome[] = []
 try {
   for (const variant of VARIANTS) outcomes.push(await runVariant(variant, server.url, server.dataDir))
 } finally {
+  closeRequests()
   await server.stop()
 }
 console.log(`\nfreeze drill: ${AGENTS} agents, one running session each, stale window ${STALE_MS / 1000} s, frozen ${FREEZE_MS / 1000} s\n`)

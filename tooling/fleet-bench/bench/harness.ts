@@ -1,9 +1,12 @@
 /**
- * What the fleet bench's scripts share (`main.ts`, `freeze.ts`): the load generator's process
- * (`driver.ts`, driven by JSON lines on stdin), a process's CPU seconds, bounded parallelism.
+ * What the fleet bench's scripts share (`main.ts`, `freeze.ts`): the coordinator's process and
+ * the load generator's (`driver.ts`, driven by JSON lines on stdin), set-up HTTP, a process's CPU
+ * seconds, bounded parallelism.
  */
 import { spawn } from "node:child_process"
+import type { ChildProcess } from "node:child_process"
 import { readFileSync } from "node:fs"
+import http from "node:http"
 import { dirname, join } from "node:path"
 import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
@@ -59,6 +62,111 @@ export const startDriver = (): Driver => {
       const exited = new Promise((r) => child.once("exit", r))
       child.stdin.write(`${JSON.stringify({ cmd: "stop", id: -1 })}\n`)
       await Promise.race([exited, sleep(5000)])
+      if (child.exitCode === null) child.kill("SIGKILL")
+    },
+  }
+}
+
+// ---- set-up HTTP -------------------------------------------------------------------------------
+
+const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 64 })
+
+/** Closes the set-up pool's idle sockets (at the end of a script, so it can exit). */
+export const closeRequests = (): void => setupAgent.destroy()
+
+/** One request over a keep-alive pool (set-up and reads, not the measured load): its status and body. `token` "" sends none. */
+export const request = (url: string, method: string, path: string, token: string, body?: unknown, timeoutMs?: number): Promise<{ status: number; text: string }> =>
+  new Promise((resolve, reject) => {
+    const u = new URL(url)
+    const text = body === undefined ? undefined : JSON.stringify(body)
+    const headers: Record<string, string | number> = token === "" ? {} : { authorization: `Bearer ${token}` }
+    if (text !== undefined) Object.assign(headers, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
+    const req = http.request({ agent: setupAgent, host: u.hostname, port: u.port, method, path, headers, ...(timeoutMs === undefined ? {} : { timeout: timeoutMs }) }, (res) => {
+      let data = ""
+      res.on("data", (c: Buffer) => (data += c.toString()))
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, text: data }))
+    })
+    req.on("timeout", () => req.destroy(new Error(`${method} ${path}: no answer in ${timeoutMs} ms`)))
+    req.on("error", reject)
+    req.end(text)
+  })
+
+/** A metric's value in the coordinator's `/metrics`, by its exact name (summed over its labels). */
+export const metricValue = async (url: string, token: string, name: string): Promise<number> => {
+  const r = await request(url, "GET", "/metrics", token)
+  return r.text.split("\n").filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`)).reduce((s, l) => s + Number(l.split(" ").at(-1)), 0)
+}
+
+export interface Agent {
+  readonly id: string
+  readonly token: string
+}
+
+/** Registers and reports `n` hosts (`<prefix>00000`…) over HTTP, 64 at a time, answering each with its agent's token. */
+export const registerHosts = async (url: string, token: string, n: number, prefix: string, report: unknown): Promise<Agent[]> => {
+  const out: Agent[] = new Array(n)
+  await inParallel(n, 64, async (i) => {
+    const id = `${prefix}${String(i).padStart(5, "0")}`
+    const r = await request(url, "POST", "/v1/hosts", token, { id })
+    if (r.status !== 201) throw new Error(`register ${id}: ${r.status} ${r.text}`)
+    const p = await request(url, "PUT", `/v1/hosts/${id}/report`, token, report)
+    if (p.status !== 200) throw new Error(`report ${id}: ${p.status} ${p.text}`)
+    out[i] = { id, token: (JSON.parse(r.text) as { token: string }).token }
+  })
+  return out
+}
+
+// ---- the coordinator's process -----------------------------------------------------------------
+
+export interface CoordinatorProcess {
+  readonly url: string
+  readonly child: ChildProcess
+  /** SIGTERM (after a SIGCONT, should it be stopped), SIGKILL if it has not exited within 15 s. */
+  readonly stop: () => Promise<void>
+}
+
+/**
+ * Starts `apps/coordinator/src/main.ts` of the checkout at `root` on `port` (Node `flags` and
+ * `--import` `preload` before it), its stderr given to `onStderr`, and waits until `/livez`
+ * answers (at most 180 s; an exit or the deadline fails with the tail of its stderr).
+ */
+export const spawnCoordinator = async (options: {
+  readonly root: string
+  readonly port: number
+  readonly env: Readonly<Record<string, string | undefined>>
+  readonly flags?: readonly string[]
+  readonly preload?: readonly string[]
+  readonly onStderr?: (text: string) => void
+}): Promise<CoordinatorProcess> => {
+  const preload = (options.preload ?? []).flatMap((p) => ["--import", p])
+  const child = spawn(process.execPath, [...(options.flags ?? []), "--import", "tsx", ...preload, "--conditions=@engram/source", join(options.root, "apps", "coordinator", "src", "main.ts")], {
+    cwd: join(options.root, "apps", "coordinator"),
+    env: { ...options.env, ENGRAM_PORT: String(options.port) },
+    stdio: ["ignore", "ignore", "pipe"],
+  })
+  let stderr = ""
+  child.stderr?.on("data", (d: Buffer) => {
+    const text = d.toString()
+    options.onStderr?.(text)
+    stderr = (stderr + text).slice(-4000)
+  })
+  const url = `http://127.0.0.1:${options.port}`
+  const deadline = Date.now() + 180_000
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`coordinator exited ${child.exitCode}: ${stderr}`)
+    if ((await request(url, "GET", "/livez", "").catch(() => ({ status: 0 }))).status === 200) break
+    if (Date.now() > deadline) throw new Error(`coordinator did not start: ${stderr}`)
+    await sleep(100)
+  }
+  return {
+    url,
+    child,
+    stop: async () => {
+      if (child.exitCode !== null) return
+      const exited = new Promise((r) => child.once("exit", r))
+      child.kill("SIGCONT")
+      child.kill("SIGTERM")
+      await Promise.race([exited, sleep(15_000)])
       if (child.exitCode === null) child.kill("SIGKILL")
     },
   }

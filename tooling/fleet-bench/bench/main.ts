@@ -23,13 +23,12 @@
  */
 import { report } from "@engram/bench"
 import { makeBreakdown, statementLogSettings } from "./breakdown.js"
-import { cpuSecondsOf, inParallel, sleep, startDriver } from "./harness.js"
+import { closeRequests, cpuSecondsOf, inParallel, metricValue, registerHosts, request, sleep, spawnCoordinator, startDriver } from "./harness.js"
+import type { Agent } from "./harness.js"
 import { createDatabase, freePort, startEmbeddedPostgres } from "@engram/test-pg"
 import type { EmbeddedPostgresServer } from "@engram/test-pg"
 import postgres from "@engram/postgres"
-import { spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
-import http from "node:http"
 import { cpus, loadavg, tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -75,40 +74,22 @@ interface Coordinator {
 const startCoordinator = async (extra: Record<string, string>): Promise<Coordinator> => {
   const port = await freePort()
   const stagesPort = STAGES ? await freePort() : 0
-  const probe = STAGES ? ["--import", join(here, "stages.ts")] : []
-  const child = spawn(process.execPath, [...coordinatorFlags, "--import", "tsx", ...probe, "--conditions=@engram/source", join(coordinatorRoot, "apps", "coordinator", "src", "main.ts")], {
-    cwd: join(coordinatorRoot, "apps", "coordinator"),
-    env: { ...env, ENGRAM_PORT: String(port), ENGRAM_ADMIN_TOKEN: TOKEN, ENGRAM_LOG_LEVEL: "Warn", ENGRAM_LOG_FORMAT: "json", FLEET_STAGES_PORT: String(stagesPort), ...extra },
-    stdio: ["ignore", "ignore", "pipe"],
-  })
-  let stderr = ""
   let listenerWarnings = 0
-  child.stderr.on("data", (d: Buffer) => {
-    const text = d.toString()
-    listenerWarnings += text.split("change listener").length - 1
-    stderr = (stderr + text).slice(-4000)
+  const { url, child, stop } = await spawnCoordinator({
+    root: coordinatorRoot,
+    port,
+    flags: coordinatorFlags,
+    preload: STAGES ? [join(here, "stages.ts")] : [],
+    env: { ...env, ENGRAM_ADMIN_TOKEN: TOKEN, ENGRAM_LOG_LEVEL: "Warn", ENGRAM_LOG_FORMAT: "json", FLEET_STAGES_PORT: String(stagesPort), ...extra },
+    onStderr: (text) => (listenerWarnings += text.split("change listener").length - 1),
   })
-  const url = `http://127.0.0.1:${port}`
-  const deadline = Date.now() + 180_000
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`coordinator exited ${child.exitCode}: ${stderr}`)
-    if ((await get(url, "/livez", "").catch(() => ({ status: 0 }))).status === 200) break
-    if (Date.now() > deadline) throw new Error(`coordinator did not start: ${stderr}`)
-    await sleep(100)
-  }
   return {
     url,
     rssMib: () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))?.[1]) / 1024,
     cpuSeconds: () => cpuSecondsOf(child.pid),
     listenerWarnings: () => listenerWarnings,
     stages: async (reset) => (STAGES ? (await call(`http://127.0.0.1:${stagesPort}`, reset ? "POST" : "GET", "/", "")).json : null),
-    stop: async () => {
-      if (child.exitCode !== null) return
-      const exited = new Promise((r) => child.once("exit", r))
-      child.kill("SIGTERM")
-      await Promise.race([exited, sleep(15_000)])
-      if (child.exitCode === null) child.kill("SIGKILL")
-    },
+    stop,
   }
 }
 
@@ -125,42 +106,11 @@ const listenOverflows = (): number => {
 
 // ---- HTTP from here (set-up only) ------------------------------------------------------------
 
-const setupAgent = new http.Agent({ keepAlive: true, maxSockets: 64 })
-
-const call = (url: string, method: string, path: string, token: string, body?: unknown): Promise<{ status: number; json: unknown }> =>
-  new Promise((resolve, reject) => {
-    const u = new URL(url)
-    const text = body === undefined ? undefined : JSON.stringify(body)
-    const headers: Record<string, string | number> = token === "" ? {} : { authorization: `Bearer ${token}` }
-    if (text !== undefined) Object.assign(headers, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
-    const req = http.request({ agent: setupAgent, host: u.hostname, port: u.port, method, path, headers }, (res) => {
-      let data = ""
-      res.on("data", (c: Buffer) => (data += c.toString()))
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, json: data === "" ? null : (JSON.parse(data) as unknown) }))
-    })
-    req.on("error", reject)
-    req.end(text)
-  })
+const call = async (url: string, method: string, path: string, token: string, body?: unknown): Promise<{ status: number; json: unknown }> => {
+  const r = await request(url, method, path, token, body)
+  return { status: r.status, json: r.text === "" ? null : (JSON.parse(r.text) as unknown) }
+}
 const get = (url: string, path: string, token: string) => call(url, "GET", path, token)
-
-interface Agent {
-  readonly id: string
-  readonly token: string
-}
-
-/** Registers and reports `n` hosts over HTTP, answering each with its agent's token. */
-const registerHosts = async (url: string, n: number, prefix: string): Promise<Agent[]> => {
-  const out: Agent[] = new Array(n)
-  await inParallel(n, 64, async (i) => {
-    const id = `${prefix}${String(i).padStart(5, "0")}`
-    const r = await call(url, "POST", "/v1/hosts", TOKEN, { id })
-    if (r.status !== 201) throw new Error(`register ${id}: ${r.status} ${JSON.stringify(r.json)}`)
-    const p = await call(url, "PUT", `/v1/hosts/${id}/report`, TOKEN, hostReport)
-    if (p.status !== 200) throw new Error(`report ${id}: ${p.status} ${JSON.stringify(p.json)}`)
-    out[i] = { id, token: (r.json as { token: string }).token }
-  })
-  return out
-}
 
 interface Latency {
   readonly count: number
@@ -195,19 +145,7 @@ interface AgentStats {
 const heapUsedMib = (url: string): Promise<number> => heapMetricMib(url, "nodejs_heap_size_used_bytes")
 /** The coordinator's JS heap reserved (MiB), from its own metrics. */
 const heapTotalMib = (url: string): Promise<number> => heapMetricMib(url, "nodejs_heap_size_total_bytes")
-const heapMetricMib = async (url: string, metric: string): Promise<number> => {
-  const text = await new Promise<string>((resolve, reject) => {
-    const u = new URL(url)
-    http
-      .get({ agent: setupAgent, host: u.hostname, port: u.port, path: "/metrics", headers: { authorization: `Bearer ${TOKEN}` } }, (res) => {
-        let data = ""
-        res.on("data", (c: Buffer) => (data += c.toString()))
-        res.on("end", () => resolve(data))
-      })
-      .on("error", reject)
-  })
-  return Number(new RegExp(`^${metric} (\\S+)$`, "m").exec(text)?.[1]) / 1024 / 1024
-}
+const heapMetricMib = async (url: string, metric: string): Promise<number> => (await metricValue(url, TOKEN, metric)) / 1024 / 1024
 
 /** The database's connections now (every process's: coordinator and bench) by state, wait event and statement. */
 const activity = async (dbUrl: string): Promise<string> => {
@@ -243,7 +181,7 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
   const driver = startDriver()
   const label = `${backend}, ${agents.toLocaleString("en")} agents`
   try {
-    const fleet = await registerHosts(coordinator.url, agents, "f")
+    const fleet = await registerHosts(coordinator.url, TOKEN, agents, "f", hostReport)
     const sessions: string[] = []
     for (let i = 0; i < 100; i++) {
       const r = await call(coordinator.url, "POST", "/v1/sessions", TOKEN, { id: `probe-${i}`, memMib: 1024, vcpus: 1 })
@@ -360,7 +298,7 @@ const concurrentWaits = async (server: EmbeddedPostgresServer): Promise<void> =>
   const driver = startDriver()
   try {
     const half = Math.floor(WAITS / 2)
-    const hosts = await registerHosts(coordinator.url, Math.max(half, 100), "w")
+    const hosts = await registerHosts(coordinator.url, TOKEN, Math.max(half, 100), "w", hostReport)
     // Sessions that stay pending (no agent starts them): a wait for `running` runs to its bound.
     const sessions: string[] = []
     await inParallel(half, 32, async (i) => {
@@ -405,7 +343,7 @@ const main = async (): Promise<void> => {
     }
     if (!skip.has("b") && WAITS > 0 && server !== null) await concurrentWaits(server)
   } finally {
-    setupAgent.destroy()
+    closeRequests()
     await server?.stop()
   }
   console.log(`fleet bench: done; load ${loadavg().map((l) => l.toFixed(1)).join(" ")}`)
