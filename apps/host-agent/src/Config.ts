@@ -12,6 +12,7 @@ import type { SimRuntime } from "@engram/runtime"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import type { AgentConfig } from "./Agent.js"
 import { defaultAgentConfig, type HostAgentOptions } from "./Host.js"
+import * as Failover from "./Failover.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
 import { parsePeers } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
@@ -38,7 +39,18 @@ const optionalText = (variable: string) => Config.String(variable).pipe(Config.o
 
 const settings = {
   hostId: Config.String("ENGRAM_HOST_ID"),
-  url: Config.String("ENGRAM_COORDINATOR_URL"),
+  urls: Config.schema(
+    Schema.String.check(
+      Schema.makeFilter((s: string) => {
+        const parsed = Failover.parseUrls(s)
+        return "urls" in parsed ? true : parsed.problem
+      }),
+    ),
+    "ENGRAM_COORDINATOR_URL",
+  ).pipe(Config.map((s) => {
+    const parsed = Failover.parseUrls(s)
+    return "urls" in parsed ? parsed.urls : [s]
+  })),
   hostToken: Config.Redacted("ENGRAM_HOST_TOKEN"),
   peerSecret: Config.schema(Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" })), "ENGRAM_PEER_SECRET").pipe(
     Config.map((s) => Redacted.make(s, { label: "ENGRAM_PEER_SECRET" })),
@@ -231,7 +243,8 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       s.measure === "fixed" ? (mib) => HostMeter.use((m) => m.measure(mib)).pipe(Effect.provide(layerFixed(fixed))) : (mib) => measureHost(roots, mib)
     return {
       hostId: s.hostId,
-      coordinator: { url: s.url, hostToken: s.hostToken },
+      // One URL stays a string (as given); several are replicas (Failover).
+      coordinator: { url: s.urls.length === 1 ? s.urls[0]! : s.urls, hostToken: s.hostToken },
       peerSecret: Redacted.value(s.peerSecret),
       peers: (id: string) => peers.get(id),
       listen: { port: s.port, host: s.listenHost },

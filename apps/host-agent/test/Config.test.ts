@@ -160,3 +160,30 @@ describe("host agent configuration", () => {
   })
 })
 
+describe("ENGRAM_COORDINATOR_URL: one coordinator URL, or several replicas' (comma-separated)", () => {
+  const urlOf = async (value: string) => {
+    const o = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_COORDINATOR_URL: value }))
+    return "url" in o.coordinator ? o.coordinator.url : undefined
+  }
+  const refused = async (value: string) => (await errorOf({ ...required, ENGRAM_COORDINATOR_URL: value }))?.message
+
+  it("one URL is taken as given, a trailing slash and a path prefix kept (the client strips the slash); several in order, spaces around commas ignored", async () => {
+    expect(await urlOf("http://127.0.0.1:7070")).toBe("http://127.0.0.1:7070")
+    expect(await urlOf("https://lb.internal/engram/")).toBe("https://lb.internal/engram/")
+    expect(await urlOf("http://c1:7070, http://c2:7070/,https://c3.internal/engram")).toEqual(["http://c1:7070", "http://c2:7070/", "https://c3.internal/engram"])
+  })
+
+  it("a URL that is not absolute http(s), an empty item, user:password@ or a URL twice is refused at start, naming the variable and the rule", async () => {
+    const rule = "must be one or more absolute http:// or https:// URLs, comma-separated"
+    const line = (value: string, why: string) => ["invalid host agent configuration:", `  ENGRAM_COORDINATOR_URL=${JSON.stringify(value)}: ${rule}${why}`].join("\n")
+    expect(await refused("127.0.0.1:7070")).toBe(line("127.0.0.1:7070", ' ("127.0.0.1:7070" is not one)'))
+    expect(await refused("http://c1:7070,c2:7070")).toBe(line("http://c1:7070,c2:7070", ' ("c2:7070" is not one)'))
+    expect(await refused("ftp://c1")).toBe(line("ftp://c1", ' ("ftp://c1" is not one)'))
+    expect(await refused("/v1")).toBe(line("/v1", ' ("/v1" is not one)'))
+    expect(await refused("http://c1:7070,,http://c2:7070")).toBe(line("http://c1:7070,,http://c2:7070", ", none empty"))
+    expect(await refused("http://c1:7070,")).toBe(line("http://c1:7070,", ", none empty"))
+    expect(await refused("")).toBe(["invalid host agent configuration:", "  ENGRAM_COORDINATOR_URL: is required"].join("\n"))
+    expect(await refused("http://c1:7070, http://C1:7070/")).toBe(line("http://c1:7070, http://C1:7070/", ', each once ("http://C1:7070/" repeats "http://c1:7070")'))
+    expect(await refused("http://agent:pw@c1:7070")).toBe(line("http://agent:pw@c1:7070", ", without user:password@ (the host token authenticates)"))
+  })
+})
