@@ -4,7 +4,8 @@
  * (`HttpApiClient` over `EngramApi`, with the host token): the records and their schemas are the
  * API's, nothing is re-declared here. Level-triggered: the assignments are the commands, the
  * CAS endpoints are the acknowledgements, and a 409 from one (a repeat, or a state that already
- * moved on) is `Conflict`, which the agent treats as done.
+ * moved on) is `Conflict`, which the agent treats as done. Given several replicas' URLs it talks
+ * to one at a time and moves to the next when that one is unreachable or hung (`Failover`).
  */
 import { Client, Errors as ApiErrors } from "@engram/api"
 import type { ApiError, Records } from "@engram/api"
