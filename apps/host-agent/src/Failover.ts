@@ -75,14 +75,21 @@ const gatewayStatuses: ReadonlySet<number> = new Set([502, 503, 504])
  * client's `TransportError`), or a 502/503/504 that is not the API's own error (a proxy or load
  * balancer in front of that one replica answering for it).
  *
+ * Also the API's own 503 `Unavailable`: this replica cannot reach the store (cut off from
+ * PostgreSQL, its connections refused or its statements timed out). Another replica may reach it,
+ * and one that stays would see its hosts reclaimed by a leader that does; when the database is
+ * away for every replica, each answers the same and the call fails after one try on each, as
+ * with one replica (the agent then waits what was asked).
+ *
  * Everything else is the coordinator's answer, and another replica of the same database would
  * give the same one: a 4xx (a 401 refused token, a 403, a 404, a 409 `Conflict` the agent counts
- * as done), the API's 429 and 503 with `retryAfterMs` (the store away or timed out, too many
- * long-polls, shutting down: the coordinator asked to wait, the agent waits), a 500, an answer
- * that does not decode. Moving on those would only spread the same answer over every replica.
+ * as done), the API's 429 and its other 503s (`DiskFull`, a move's outcome; too many long-polls:
+ * the coordinator asked to wait, the agent waits), a 500, an answer that does not decode. Moving
+ * on those would only spread the same answer over every replica.
  */
 export const unreachable = (e: { readonly _tag: string }): boolean => {
   if (e._tag === "TimeoutError") return true
+  if (e._tag === "ServiceUnavailable") return (e as { readonly error?: unknown }).error === "Unavailable"
   if (Object.hasOwn(ApiErrors.statuses, e._tag)) return false
   const shaped = e as { readonly reason?: { readonly _tag?: string }; readonly response?: { readonly status?: number } }
   if (shaped.reason?._tag === "TransportError") return true

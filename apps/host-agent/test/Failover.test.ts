@@ -1,8 +1,8 @@
 /**
  * The agent's coordinator client with several replicas, over real HTTP: a replica that accepts
  * connections but never answers (hung) and one that refuses them are left for the next, once
- * however many calls fail on it together; the API's own answers (409, 401, its 503 with
- * `retryAfterMs`) keep the client where it is; a proxy's 502/503 moves it on.
+ * however many calls fail on it together; the API's own answers (409, 401, its 503 `DiskFull`)
+ * keep the client where it is; its 503 `Unavailable` and a proxy's 502/503 move it on.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
@@ -156,18 +156,34 @@ describe("the coordinator's answers keep the client where it is; a proxy's gatew
     expect([...warnings, ...stranger.warnings]).toEqual([])
   })
 
-  it("the API's 503 with retryAfterMs is an answer (the client stays); a proxy's HTML 502 or 503 moves it on", async () => {
-    const storeAway = await track(
-      fake((_req, res) =>
-        res.writeHead(503, { "content-type": "application/json", "retry-after": "2" }).end(JSON.stringify({ error: "Unavailable", message: "store away (test)", retryAfterMs: 1500 })),
-      ),
-    )
+  it("the API's 503 Unavailable (this replica cannot reach the store, or it is shutting down) moves it on; its other 503s are answers; a proxy's HTML 502 or 503 moves it on", async () => {
+    const answering = (error: string) =>
+      track(
+        fake((_req, res) =>
+          res.writeHead(503, { "content-type": "application/json", "retry-after": "2" }).end(JSON.stringify({ error, message: `${error} (test)`, retryAfterMs: 1500 })),
+        ),
+      )
+    // Cut off from the store: the next replica answers, and the client stays there.
+    const storeAway = await answering("Unavailable")
     const away = await clientOver([storeAway.url, coordinator.url])
-    const answered = await away.run(away.client.heartbeat)
+    expect((await away.run(away.client.heartbeat))._tag).toBe("Success")
+    expect((await away.run(away.client.heartbeat))._tag).toBe("Success")
+    expect(storeAway.requests()).toBe(1)
+    expect(away.warnings.map((w) => [w.fields["from"], w.fields["to"]])).toEqual([[storeAway.url, coordinator.url]])
+    // Every replica without the store: one try on each, then the coordinator's answer and its wait.
+    const alsoAway = await answering("Unavailable")
+    const allAway = await clientOver([storeAway.url, alsoAway.url])
+    const failed = await allAway.run(allAway.client.heartbeat)
+    expect(failed._tag === "Failure" && failed.failure).toMatchObject({ _tag: "CoordinatorError", status: 503, retryAfterMs: 1500 })
+    expect([storeAway.requests(), alsoAway.requests()]).toEqual([2, 1])
+    // A full disk is the database's, the same on every replica: an answer, the client stays.
+    const diskFull = await answering("DiskFull")
+    const full = await clientOver([diskFull.url, coordinator.url])
+    const answered = await full.run(full.client.heartbeat)
     expect(answered._tag === "Failure" && answered.failure).toMatchObject({ _tag: "CoordinatorError", status: 503, retryAfterMs: 1500 })
-    expect((await away.run(away.client.heartbeat))._tag).toBe("Failure")
-    expect(storeAway.requests()).toBe(2)
-    expect(away.warnings).toEqual([])
+    expect((await full.run(full.client.heartbeat))._tag).toBe("Failure")
+    expect(diskFull.requests()).toBe(2)
+    expect(full.warnings).toEqual([])
     for (const status of [502, 503]) {
       const gateway = await track(fake((_req, res) => res.writeHead(status, { "content-type": "text/html" }).end("<h1>upstream away</h1>")))
       const proxied = await clientOver([gateway.url, coordinator.url])

@@ -19,8 +19,8 @@ import { type AgentProcess, type Api, api, registerHosts, sleep, spawnAgent, unt
 const pkgDir = resolve(import.meta.dirname, "..")
 const coordinatorDir = resolve(pkgDir, "node_modules/@engram/coordinator")
 const adminToken = "replicas-e2e-admin-token-0123456789"
-/** Small windows: the agents heartbeat every 2 s, a call is bounded by 2 s (`Failover.callTimeoutMs`). */
-const STALE_MS = 6000
+/** Small windows: the agents heartbeat every 4 s, a call is bounded by 4 s (`Failover.callTimeoutMs`): 4 s of margin for a busy machine. */
+const STALE_MS = 12000
 /** The failover grace at its smallest (a third of the stale window, the agents' heartbeat interval). */
 const GRACE_MS = STALE_MS / 3
 const LEASE_MS = 1500
