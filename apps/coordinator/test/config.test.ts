@@ -161,6 +161,21 @@ describe("configuration", () => {
     expect(long._tag === "Invalid" && long.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_RECLAIM_GRACE_MS", rule(120_000)]])
   })
 
+  it("a file's values meet the same rules between settings, named by variable", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engram-config-"))
+    const file = join(dir, "c.json")
+    writeFileSync(file, JSON.stringify({ ENGRAM_RECLAIM_GRACE_MS: 1, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: 30_000 }))
+    const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file, ENGRAM_RETENTION_MS: "1" }))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    expect(error?.message).toBe(
+      [
+        "invalid coordinator configuration:",
+        '  ENGRAM_RETENTION_MS="1": must be 0 (keep history for ever) or at least ENGRAM_ALLOWANCE_HORIZON_MS (3600000) and ENGRAM_MAKE_ROOM_COOLDOWN_MS (600000)',
+        "  ENGRAM_RECLAIM_GRACE_MS=1: must be 0 (no grace) or at least a third of ENGRAM_HEARTBEAT_STALE_WINDOW_MS (10000, the agents' heartbeat interval): a shorter grace ends before a live host's next heartbeat",
+      ].join("\n"),
+    )
+  })
+
   it("the lease's renew deadline must be shorter than the lease, named with both figures", () => {
     const equal = Config.parse({ ENGRAM_LEASE_DURATION_MS: "1000", ENGRAM_LEASE_RENEW_DEADLINE_MS: "1000" })
     expect(equal._tag === "Invalid" && equal.issues).toEqual([{ variable: "ENGRAM_LEASE_RENEW_DEADLINE_MS", rule: "must be less than ENGRAM_LEASE_DURATION_MS (1000)", value: "1000" }])
@@ -338,6 +353,19 @@ describe("a program's settings", () => {
     expect(await invalid({ limits: { ...Limits.defaults, heartbeatStaleWindowMs: 4 * day }, reclaimGraceMs: 4 * day + 1 })).toEqual([
       ["reclaimGraceMs", `must be at most the longer of a day (86400000) and limits.heartbeatStaleWindowMs (${4 * day})`, 4 * day + 1],
     ])
+  })
+
+  it("a configuration the environment gave passes unchanged (main.ts passes it on)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engram-config-"))
+    const file = join(dir, "c.json")
+    writeFileSync(file, JSON.stringify({ ENGRAM_CPU_OVERCOMMIT: 2.5, ENGRAM_REQUIRE_MEASURED: true, ENGRAM_PEER_URL: "http://10.0.0.5:7070/" }))
+    const fromEnv = await Effect.runPromise(
+      Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file, ENGRAM_ADMIN_TOKEN: adminToken, ENGRAM_DATABASE_URL: "postgres://u:pw@db/engram", ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(4 * day) }),
+    )
+    const again = await valid(fromEnv)
+    const shown = (c: typeof fromEnv) => ({ ...c, adminToken: c.adminToken && Redacted.value(c.adminToken), databaseUrl: c.databaseUrl && Redacted.value(c.databaseUrl) })
+    expect(shown(again)).toEqual(shown(fromEnv))
+    expect(shown(await valid(Config.defaults()))).toEqual(shown(Config.defaults()))
   })
 
   it("the edge values are accepted", async () => {
