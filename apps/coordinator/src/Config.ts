@@ -240,17 +240,22 @@ export const leaseIssue = (c: Pick<CoordinatorConfig, "leaseDurationMs" | "lease
     ? null
     : `must be less than ${name("ENGRAM_LEASE_DURATION_MS")} (${c.leaseDurationMs})`
 
-/** The settings the rules between settings read; the stale window is null when its own value was refused. */
-export type CrossFields = Pick<
-  CoordinatorConfig,
-  "leaseDurationMs" | "leaseRenewDeadlineMs" | "retentionMs" | "allowanceHorizonMs" | "makeRoomCooldownMs" | "reclaimGraceMs"
-> & { readonly heartbeatStaleWindowMs: number | null }
+/** The settings the rules between settings read (the grace resolved: its default is the stale window). */
+const crossKeys = ["leaseDurationMs", "leaseRenewDeadlineMs", "retentionMs", "allowanceHorizonMs", "makeRoomCooldownMs", "reclaimGraceMs"] as const
+
+/** The values the rules between settings read, each null when its own rule refused it (no rule is judged on a guess). */
+export type CrossFields = { readonly [K in (typeof crossKeys)[number] | "heartbeatStaleWindowMs"]: number | null }
+
+/** `c` when none of `keys` is null. */
+const known = <K extends keyof CrossFields>(c: CrossFields, ...keys: K[]): { readonly [P in K]: number } | null =>
+  keys.every((k) => c[k] !== null) ? (c as { readonly [P in K]: number }) : null
 
 /**
  * Every rule between settings, checked at once: the lease's renew deadline below its duration,
  * the retention beside the windows that read history, the failover grace beside the stale
  * window. Every path that builds a configuration (the environment, a file, a program's settings)
  * comes through here; `name` names the settings as that path does, `value` gives what it held.
+ * A rule one of whose settings broke its own rule is not judged.
  */
 export const crossFieldIssues = (c: CrossFields, name: Naming = byVariable, value: (variable: string) => unknown = () => undefined): Env.Issue[] => {
   const issues: Env.Issue[] = []
@@ -259,9 +264,12 @@ export const crossFieldIssues = (c: CrossFields, name: Naming = byVariable, valu
     const v = value(variable)
     issues.push(v === undefined ? { variable: name(variable), rule } : { variable: name(variable), rule, value: v })
   }
-  refuse("ENGRAM_LEASE_RENEW_DEADLINE_MS", leaseIssue(c, name))
-  refuse("ENGRAM_RETENTION_MS", retentionIssue(c, name))
-  if (c.heartbeatStaleWindowMs !== null) refuse("ENGRAM_RECLAIM_GRACE_MS", reclaimGraceIssue(c.reclaimGraceMs, c.heartbeatStaleWindowMs, name))
+  const lease = known(c, "leaseDurationMs", "leaseRenewDeadlineMs")
+  if (lease !== null) refuse("ENGRAM_LEASE_RENEW_DEADLINE_MS", leaseIssue(lease, name))
+  const retention = known(c, "retentionMs", "allowanceHorizonMs", "makeRoomCooldownMs")
+  if (retention !== null) refuse("ENGRAM_RETENTION_MS", retentionIssue(retention, name))
+  const grace = known(c, "reclaimGraceMs", "heartbeatStaleWindowMs")
+  if (grace !== null) refuse("ENGRAM_RECLAIM_GRACE_MS", reclaimGraceIssue(grace.reclaimGraceMs, grace.heartbeatStaleWindowMs, name))
   return issues
 }
 
@@ -417,11 +425,19 @@ const load = (source: Env.Source, name: Naming = byVariable): Effect.Effect<Coor
           })
         : []),
     ].map((i) => ({ ...i, variable: name(i.variable) }))
-    // The rules between settings, on every setting whose own value held (the grace's default is the stale window).
-    const staleWindowMs = made._tag === "Valid" ? made.limits.heartbeatStaleWindowMs : null
-    const reclaimGraceMs = base._tag === "Success" && base.success.reclaimGraceMs === graceFromStaleWindow ? staleWindowMs : base._tag === "Success" ? base.success.reclaimGraceMs : null
-    if (base._tag === "Success" && reclaimGraceMs !== null)
-      issues.push(...crossFieldIssues({ ...base.success, reclaimGraceMs, heartbeatStaleWindowMs: staleWindowMs }, name, source.raw))
+    // The rules between settings, on every setting whose own value held, whatever the others'.
+    const held: Record<string, number | null> = {}
+    for (const key of crossKeys) {
+      const r = yield* Effect.result(settings[key].parse(source.provider))
+      held[key] = r._tag === "Success" ? r.success : null
+    }
+    // The stale window alone: another limit's refusal leaves it known.
+    const staleWindow = Limits.make(overrides["heartbeatStaleWindowMs"] === undefined ? {} : { heartbeatStaleWindowMs: overrides["heartbeatStaleWindowMs"] })
+    const staleWindowMs = staleWindow._tag === "Valid" ? staleWindow.limits.heartbeatStaleWindowMs : null
+    // Unset, the grace is the stale window.
+    const reclaimGraceMs = held["reclaimGraceMs"] === graceFromStaleWindow ? staleWindowMs : (held["reclaimGraceMs"] ?? null)
+    const cross = { ...held, reclaimGraceMs, heartbeatStaleWindowMs: staleWindowMs } as CrossFields
+    issues.push(...crossFieldIssues(cross, name, source.raw))
     if (issues.length > 0 || base._tag === "Failure" || made._tag === "Invalid" || reclaimGraceMs === null)
       return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
     return { ...base.success, limits: made.limits, reclaimGraceMs }

@@ -176,6 +176,16 @@ describe("configuration", () => {
     )
   })
 
+  it("a rule between settings is reported beside another setting's own refusal, all at once", () => {
+    const r = Config.parse({ ENGRAM_PORT: "seventy", ENGRAM_RETENTION_MS: "1", ENGRAM_RECLAIM_GRACE_MS: "1", ENGRAM_CPU_OVERCOMMIT: "0" })
+    expect(r._tag === "Invalid" && r.issues.map((i) => i.variable)).toEqual(["ENGRAM_PORT", "ENGRAM_CPU_OVERCOMMIT", "ENGRAM_RETENTION_MS", "ENGRAM_RECLAIM_GRACE_MS"])
+    // A rule whose own setting was refused is not judged on a guess.
+    const own = Config.parse({ ENGRAM_RETENTION_MS: "7d", ENGRAM_LEASE_DURATION_MS: "1000", ENGRAM_LEASE_RENEW_DEADLINE_MS: "1000" })
+    expect(own._tag === "Invalid" && own.issues.map((i) => i.variable)).toEqual(["ENGRAM_RETENTION_MS", "ENGRAM_LEASE_RENEW_DEADLINE_MS"])
+    const input = Config.parseInput({ port: -1, retentionMs: 1 })
+    expect(input._tag === "Invalid" && input.issues.map((i) => i.variable)).toEqual(["port", "retentionMs"])
+  })
+
   it("the lease's renew deadline must be shorter than the lease, named with both figures", () => {
     const equal = Config.parse({ ENGRAM_LEASE_DURATION_MS: "1000", ENGRAM_LEASE_RENEW_DEADLINE_MS: "1000" })
     expect(equal._tag === "Invalid" && equal.issues).toEqual([{ variable: "ENGRAM_LEASE_RENEW_DEADLINE_MS", rule: "must be less than ENGRAM_LEASE_DURATION_MS (1000)", value: "1000" }])
