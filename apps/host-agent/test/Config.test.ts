@@ -158,6 +158,28 @@ describe("host agent configuration", () => {
     const badName = await errorOf({ ...required, ENGRAM_AGENT_TEMPLATES: "a/b=256:1" })
     expect(badName?.message).toMatch(/a template name must be 1-100 characters of \[A-Za-z0-9._-\]/)
   })
+
+  it("a heartbeat interval not below the stale window is refused (the host would go stale between its heartbeats), with the rest; just below is accepted", async () => {
+    const rule = (windowMs: number) => `must be less than ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${windowMs}): a host that heartbeats less often goes stale between its heartbeats`
+    const equal = await errorOf({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "30000", ENGRAM_AGENT_HEARTBEAT_MS: "30000", ENGRAM_AGENT_PORT: "seven" })
+    expect(equal?.message).toBe(
+      ["invalid host agent configuration:", '  ENGRAM_AGENT_PORT="seven": must be an integer >= 0', `  ENGRAM_AGENT_HEARTBEAT_MS="30000": ${rule(30_000)}`].join("\n"),
+    )
+    // The coordinator's default window when the agent is not told another.
+    const overDefault = await errorOf({ ...required, ENGRAM_AGENT_HEARTBEAT_MS: "120000" })
+    expect(overDefault?.issues).toEqual([{ variable: "ENGRAM_AGENT_HEARTBEAT_MS", rule: rule(120_000), value: "120000" }])
+    const edge = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "30000", ENGRAM_AGENT_HEARTBEAT_MS: "29999" }))
+    expect(edge.config?.heartbeatIntervalMs).toBe(29_999)
+  })
+
+  it("the assignments poll waits at most the coordinator's 30 s (it never holds one longer); 30 s is accepted", async () => {
+    const over = await errorOf({ ...required, ENGRAM_AGENT_POLL_WAIT_MS: "30001" })
+    expect(over?.issues).toEqual([
+      { variable: "ENGRAM_AGENT_POLL_WAIT_MS", rule: "must be an integer from 0 to 30000 (the longest the coordinator holds an assignments poll)", value: "30001" },
+    ])
+    const edge = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_POLL_WAIT_MS: "30000" }))
+    expect(edge.config?.pollWaitMs).toBe(30_000)
+  })
 })
 
 describe("ENGRAM_COORDINATOR_URL: one coordinator URL, or several replicas' (comma-separated)", () => {
