@@ -156,6 +156,25 @@ export const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Eff
     }),
   )
 
+/**
+ * Records one round, retried as `retrying` does. A final round refused (409) because "the final
+ * round is recorded" may be this very round: a replica recorded it and then hung, timed out or
+ * lost its answer, and the call was tried again (on the next replica, or the same). Only this
+ * source records its move's rounds, so a move still pending with its final round recorded holds
+ * ours: that is success, not the move's end. Anything else refused stays a `Conflict`.
+ */
+export const recordRound = (coordinator: CoordinatorShape, moveId: string, round: RoundReport) =>
+  retrying(coordinator.round(moveId, round)).pipe(
+    Effect.catchTag("Conflict", (e) =>
+      round.kind !== "final"
+        ? Effect.fail(e)
+        : coordinator.getMove(moveId).pipe(
+            Effect.result,
+            Effect.flatMap((r) => (r._tag === "Success" && r.success.state === "pending" && r.success.rounds.some((x) => x.kind === "final") ? Effect.void : Effect.fail(e))),
+          ),
+    ),
+  )
+
 const jsonMs = (ms: number) => (Number.isFinite(ms) ? Math.ceil(ms) : Number.MAX_SAFE_INTEGER)
 
 /** The source's intent as the coordinator records it: the next round is the final one (no figures). */
@@ -319,7 +338,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         return { r, atMs: yield* nowMs }
       })
       // Off: the final round is recorded beside its send (the point of no return, in the pause).
-      const recordFinal = recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, final))))
+      const recordFinal = recorder.recorded.pipe(Effect.andThen(recordRound(coordinator, move.id, final)))
       const record = withIntent ? (intentBeforePause ? Effect.void : recordIntent) : recordFinal
       const [recorded, sent] = yield* Effect.all([timed(record), timed(at.switchover)], { concurrency: 2 })
       if (recorded.r._tag === "Failure") {
@@ -370,7 +389,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // go to the coordinator now, outside the pause (the commit needs the final round). A
       // failure here leaves `finalRecorded` false: settling the debt records it first.
       // Off: the final round was recorded in the pause; nothing is left to record.
-      const figures = withIntent ? yield* recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, measured))), Effect.result) : null
+      const figures = withIntent ? yield* recorder.recorded.pipe(Effect.andThen(recordRound(coordinator, move.id, measured)), Effect.result) : null
       const owedNow: PendingCommit = figures === null ? settled.owed : { ...settled.owed, finalRecorded: figures._tag === "Success" }
       if (figures?._tag === "Success") yield* residents.addPendingCommit(owedNow)
       rounds.push(...late, measured)
@@ -645,7 +664,7 @@ const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
         const late = owed.lateRounds ?? []
         const lastLate = late.at(-1)
         const lateHeld = lastLate !== undefined && JSON.stringify(m.rounds.at(-1)) === JSON.stringify(lastLate)
-        const r = yield* Effect.forEach([...(lateHeld ? [] : late), owed.final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
+        const r = yield* Effect.forEach([...(lateHeld ? [] : late), owed.final], (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
         if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its final round")
         if (r._tag === "Failure") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
       }
@@ -694,7 +713,7 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
       const held = lastLate === undefined || m.rounds.some((round) => JSON.stringify(round) === JSON.stringify(lastLate))
       // A final round whose send was never measured (the agent stopped during it): the send time known at the pause, if any.
       const final = owed.final.sendMs === 0 && owed.pause?.sendMs !== undefined ? { ...owed.final, sendMs: owed.pause.sendMs } : owed.final
-      const r = yield* Effect.forEach([...(held ? [] : late), final], (round) => retrying(coordinator.round(owed.moveId, round)), { discard: true }).pipe(Effect.result)
+      const r = yield* Effect.forEach([...(held ? [] : late), final], (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
       if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its final round")
       if (r._tag === "Failure" && r.failure._tag !== "Conflict") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
     }

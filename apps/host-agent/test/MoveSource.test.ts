@@ -6,8 +6,9 @@
 import { assert, describe } from "@effect/vitest"
 import { Clock, Effect, Fiber, Random } from "effect"
 import { TestClock } from "effect/testing"
-import { CoordinatorError } from "../src/Coordinator.js"
-import { retrying } from "../src/MoveSource.js"
+import { Conflict, CoordinatorError } from "../src/Coordinator.js"
+import type { CoordinatorShape, MoveView, RoundReport } from "../src/Coordinator.js"
+import { recordRound, retrying } from "../src/MoveSource.js"
 import { effect } from "./support/PatientClock.js"
 
 /** A `Random` whose every draw is `u` of its range: 0 the lowest, just under 1 the highest. */
@@ -59,5 +60,53 @@ describe("MoveSource.retrying", () => {
       const gone = new CoordinatorError({ op: "round", status: 404, message: "no such move", notFound: { entity: "move", id: "m1" } })
       assert.deepStrictEqual((yield* tries(gone)).map((t) => t - t0), [0])
     }),
+  )
+})
+
+/**
+ * A coordinator that records rounds as core's `Move` does (a round after the final one is
+ * refused, 409) and loses its answer to the first try of each round (`lostAnswers`): the round is
+ * recorded, the agent sees a failure and tries again, as when a replica hangs after its write.
+ */
+const losingAnswers = (state: MoveView["state"] = "pending") => {
+  const rounds: RoundReport[] = []
+  let lost = 0
+  const move = (): MoveView => ({ id: "m1", sessionId: "s1", sourceHostId: "a", targetHostId: "b", maxDowntimeMs: 500, state, abortReason: null, rounds })
+  const port = {
+    round: (_id: string, round: RoundReport) =>
+      Effect.suspend((): Effect.Effect<void, Conflict | CoordinatorError> => {
+        if (rounds.some((r) => r.kind === "final")) return Effect.fail(new Conflict({ op: "round", message: "move m1: the final round is recorded: no round follows it" }))
+        rounds.push(round)
+        lost++
+        return lost % 2 === 1 ? Effect.fail(new CoordinatorError({ op: "round", status: null, message: "timed out" })) : Effect.void
+      }),
+    getMove: () => Effect.succeed(move()),
+  } as unknown as CoordinatorShape
+  return { port, rounds }
+}
+
+const finalRound: RoundReport = { kind: "final", wireBytes: 10, apparentBytes: 10, sendMs: 1, captureMs: 1 }
+
+describe("MoveSource.recordRound", () => {
+  effect("a final round whose answer was lost is refused when tried again (409): the move pending with its final round recorded holds ours, so it is recorded", () =>
+    Effect.gen(function* () {
+      const { port, rounds } = losingAnswers()
+      const fiber = yield* Effect.forkChild(Effect.result(recordRound(port, "m1", finalRound)))
+      yield* TestClock.adjust("10 seconds")
+      const r = yield* Fiber.join(fiber)
+      assert.strictEqual(r._tag, "Success")
+      assert.deepStrictEqual(rounds.map((x) => x.kind), ["final"])
+      // The same refusal on a move that ended (aborted) is its end: a Conflict, as before.
+      const ended = losingAnswers("aborted")
+      const f2 = yield* Effect.forkChild(Effect.result(recordRound(ended.port, "m1", finalRound)))
+      yield* TestClock.adjust("10 seconds")
+      const r2 = yield* Fiber.join(f2)
+      assert.strictEqual(r2._tag === "Failure" && r2.failure._tag, "Conflict")
+      // A pre-copy round refused is the move's end too (no final round of ours can be behind it).
+      const delta = losingAnswers()
+      yield* delta.port.round("m1", finalRound).pipe(Effect.ignore)
+      const r3 = yield* Effect.result(recordRound(delta.port, "m1", { ...finalRound, kind: "delta" }))
+      assert.strictEqual(r3._tag === "Failure" && r3.failure._tag, "Conflict")
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(0))),
   )
 })
