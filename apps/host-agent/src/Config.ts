@@ -195,7 +195,7 @@ const crossIssues = (env: Env_): Env.Issue[] => [...timingIssues(env), ...runtim
 const readAll = <A extends Record<string, unknown>>(env: Env_, configs: { readonly [K in keyof A]: Config.Config<A[K]> }, cross: (env: Env_) => Env.Issue[]) =>
   Effect.gen(function* () {
     const envRecord: Record<string, string | undefined> = { ...env }
-    const read = yield* Env.read<A>("host agent", configs, { provider: ConfigProvider.fromEnvRecord(envRecord), raw: (v) => env[v], secrets: secretVariables }).pipe(Effect.result)
+    const read = yield* Env.read<A>("host agent", configs, { provider: ConfigProvider.fromEnvRecord(envRecord), raw: (v) => (v === "ENGRAM_COORDINATOR_URL" && env[v] !== undefined ? Failover.redactUrl(env[v]) : env[v]), secrets: secretVariables }).pipe(Effect.result)
     const crossed = cross(env)
     if (read._tag === "Failure" || crossed.length > 0) {
       return yield* new Env.ConfigInvalid({ component: "host agent", issues: [...(read._tag === "Failure" ? read.failure.issues : []), ...crossed] })

@@ -132,6 +132,8 @@ export interface CoordinatorTarget {
    * (`Failover.callTimeoutMs` of the heartbeat interval); a long-poll gets its wait on top.
    * Default `Failover.maxCallTimeoutMs`.
    */
+  /** The replica (index in `url`) the client starts on; 0 when missing. The agent's is `Failover.startIndex` of its host id. */
+  readonly startIndex?: number
   readonly callTimeoutMs?: number
 }
 
@@ -179,9 +181,13 @@ const toPortError = (op: string, e: { readonly _tag: string; readonly message: s
  */
 export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, never, HttpClient.HttpClient> =>
   Effect.gen(function* () {
-    const urls: readonly string[] = typeof t.url === "string" ? [t.url] : t.url
+    const given: readonly string[] = typeof t.url === "string" ? [t.url] : t.url
+    // A program's list gets the environment's rules (`ENGRAM_COORDINATOR_URL`'s): a bad one is a defect, named.
+    const parsed = Failover.parseUrls(given.join(","))
+    if (!("urls" in parsed)) return yield* Effect.die(new Error(`coordinator url ${JSON.stringify(Failover.redactUrl(given.join(",")))}: ${parsed.problem}`))
+    const urls = parsed.urls
     const apis = yield* Effect.forEach(urls, (url) => Client.make({ baseUrl: Failover.baseUrlOf(url), token: t.hostToken }))
-    const replica = yield* Failover.makeSticky(urls.length)
+    const replica = yield* Failover.makeSticky(urls.length, (t.startIndex ?? 0) % urls.length)
     const callMs = t.callTimeoutMs ?? Failover.maxCallTimeoutMs
     const host = { id: t.hostId }
     type Raw<A> = Effect.Effect<A, { readonly _tag: string; readonly message: string }>

@@ -18,6 +18,9 @@ export type ParsedUrls = { readonly urls: readonly [string, ...string[]] } | { r
 
 const listRule = "must be one or more absolute http:// or https:// URLs, comma-separated"
 
+/** `value` with the password of any `user:password@` in it masked (an echoed refused value must not show it). */
+export const redactUrl = (value: string): string => value.replace(/((?:^|,|\/\/)\s*[^/@,\s:]*):[^/@,\s]*@/g, "$1:***@")
+
 /** A URL as the client uses it: no trailing slash (a path prefix is kept: `http://lb/engram/`). */
 export const baseUrlOf = (url: string): string => url.replace(/\/+$/, "")
 
@@ -36,13 +39,16 @@ export const parseUrls = (text: string): ParsedUrls => {
     try {
       parsed = new URL(item)
     } catch {
-      return { problem: `${listRule} (${JSON.stringify(item)} is not one)` }
+      return { problem: `${listRule} (${JSON.stringify(redactUrl(item))} is not one)` }
     }
-    if (parsed.protocol !== "http:" && parsed.protocol !== "https:") return { problem: `${listRule} (${JSON.stringify(item)} is not one)` }
+    if (parsed.protocol !== "http:" && parsed.protocol !== "https:") return { problem: `${listRule} (${JSON.stringify(redactUrl(item))} is not one)` }
     if (parsed.username !== "" || parsed.password !== "") return { problem: `${listRule}, without user:password@ (the host token authenticates)` }
+    // A query or a fragment has no place in a base URL, and URLs are logged (a token there would be too).
+    if (parsed.search !== "" || parsed.hash !== "" || item.includes("?") || item.includes("#"))
+      return { problem: `${listRule}, without a query or fragment (${JSON.stringify(redactUrl(item))} has one)` }
     const key = baseUrlOf(parsed.href)
     const before = seen.get(key)
-    if (before !== undefined) return { problem: `${listRule}, each once (${JSON.stringify(item)} repeats ${JSON.stringify(before)})` }
+    if (before !== undefined) return { problem: `${listRule}, each once (${JSON.stringify(redactUrl(item))} repeats ${JSON.stringify(redactUrl(before))})` }
     seen.set(key, item)
   }
   return { urls: items as unknown as readonly [string, ...string[]] }
@@ -63,8 +69,34 @@ export const maxCallTimeoutMs = 30_000
  */
 export const callTimeoutMs = (heartbeatIntervalMs: number): number => Math.min(maxCallTimeoutMs, Math.max(minCallTimeoutMs, heartbeatIntervalMs))
 
-/** How long an assignments long-poll of `waitMs` may take: the wait, plus one ordinary call's bound for the answer to arrive. */
-export const pollTimeoutMs = (waitMs: number, callMs: number): number => waitMs + callMs
+/**
+ * How long an assignments long-poll of `waitMs` may take: the wait, plus one ordinary call's bound
+ * and at least 15 s (the margin before replicas) for the answer to arrive: the coordinator reads the
+ * store before it starts to wait and may read again after a late wake-up, so a live but busy
+ * replica answers a little past the wait. A hung replica is found by the heartbeat's shorter bound.
+ */
+export const pollTimeoutMs = (waitMs: number, callMs: number): number => waitMs + Math.max(callMs, pollMarginMs)
+
+/** The least margin of a long-poll past its wait, ms (`pollTimeoutMs`). */
+export const pollMarginMs = 15_000
+
+/**
+ * The bound of one ordinary call for an agent given `urlCount` URLs: with one there is nowhere
+ * else to go, so a shorter bound would only fail slow answers (the 30 s before replicas); with
+ * several, `callTimeoutMs` of the heartbeat interval.
+ */
+export const callTimeoutFor = (urlCount: number, heartbeatIntervalMs: number): number =>
+  urlCount > 1 ? callTimeoutMs(heartbeatIntervalMs) : maxCallTimeoutMs
+
+/**
+ * The replica an agent starts on: one drawn from its host id (FNV-1a), so a fleet given the same
+ * list spreads over the replicas instead of all starting on the first.
+ */
+export const startIndex = (hostId: string, count: number): number => {
+  let h = 0x811c9dc5
+  for (let i = 0; i < hostId.length; i++) h = Math.imul(h ^ hostId.charCodeAt(i), 0x01000193)
+  return (h >>> 0) % Math.max(1, count)
+}
 
 /** The gateway statuses a proxy or load balancer answers for a replica it cannot reach. */
 const gatewayStatuses: ReadonlySet<number> = new Set([502, 503, 504])
@@ -109,9 +141,9 @@ export interface Sticky {
   readonly leave: (index: number) => Effect.Effect<number | undefined>
 }
 
-/** A sticky choice among `count` replicas, starting with the first. */
-export const makeSticky = (count: number): Effect.Effect<Sticky> =>
-  Effect.map(Ref.make(0), (ref) => ({
+/** A sticky choice among `count` replicas, starting with replica `start`. */
+export const makeSticky = (count: number, start = 0): Effect.Effect<Sticky> =>
+  Effect.map(Ref.make(start), (ref) => ({
     current: Ref.get(ref),
     leave: (index) => Ref.modify(ref, (now): [number | undefined, number] => (now === index ? [(index + 1) % count, (index + 1) % count] : [undefined, now])),
   }))

@@ -85,10 +85,18 @@ const configOf = (o: HostAgentOptions): AgentConfig => ({ ...defaultAgentConfig(
 
 /**
  * The HTTP client of the coordinator at `url` (one URL or several replicas'), its calls bounded
- * by the agent's heartbeat interval (`Failover.callTimeoutMs`).
+ * by the agent's heartbeat interval with several URLs, 30 s with one (`Failover.callTimeoutFor`).
  */
 export const httpCoordinator = (o: HostAgentOptions, url: string | readonly string[], hostToken: string | Redacted.Redacted<string>): Effect.Effect<CoordinatorShape> =>
-  makeHttp({ url, hostId: o.hostId, hostToken, callTimeoutMs: Failover.callTimeoutMs(configOf(o).heartbeatIntervalMs) }).pipe(Effect.provide(FetchHttpClient.layer))
+  makeHttp({
+    url,
+    hostId: o.hostId,
+    hostToken,
+    callTimeoutMs: Failover.callTimeoutFor(typeof url === "string" ? 1 : url.length, configOf(o).heartbeatIntervalMs),
+    startIndex: Failover.startIndex(o.hostId, typeof url === "string" ? 1 : url.length),
+  }).pipe(
+    Effect.provide(FetchHttpClient.layer),
+  )
 
 /** Builds one agent and starts its loops in the current scope; a runtime that cannot run here fails it (logged). */
 export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, RuntimeChoice.RuntimeUnavailable, Scope.Scope> =>

@@ -206,6 +206,11 @@ describe("ENGRAM_COORDINATOR_URL: one coordinator URL, or several replicas' (com
     expect(await refused("http://c1:7070,")).toBe(line("http://c1:7070,", ", none empty"))
     expect(await refused("")).toBe(["invalid host agent configuration:", "  ENGRAM_COORDINATOR_URL: is required"].join("\n"))
     expect(await refused("http://c1:7070, http://C1:7070/")).toBe(line("http://c1:7070, http://C1:7070/", ', each once ("http://C1:7070/" repeats "http://c1:7070")'))
-    expect(await refused("http://agent:pw@c1:7070")).toBe(line("http://agent:pw@c1:7070", ", without user:password@ (the host token authenticates)"))
+    // The password is never echoed, in the value or in the rule.
+    expect(await refused("http://agent:pw@c1:7070")).toBe(line("http://agent:***@c1:7070", ", without user:password@ (the host token authenticates)"))
+    expect(await refused("http://c1:7070,agent:pw@c2:7070")).toBe(line("http://c1:7070,agent:***@c2:7070", ' ("agent:***@c2:7070" is not one)'))
+    // A query or fragment (a token there would be logged with every switch).
+    expect(await refused("http://c1:7070/?token=x")).toBe(line("http://c1:7070/?token=x", ' without a query or fragment ("http://c1:7070/?token=x" has one)'.replace(" without", ", without")))
+    expect(await refused("http://c1:7070/#x")).toBe(line("http://c1:7070/#x", ', without a query or fragment ("http://c1:7070/#x" has one)'))
   })
 })

@@ -195,10 +195,20 @@ describe("the coordinator's answers keep the client where it is; a proxy's gatew
 })
 
 describe("the bounds of a call", () => {
-  it("an ordinary call is bounded by the heartbeat interval, within [1 s, 30 s]; a long-poll by its wait plus that", () => {
+  it("with several URLs an ordinary call is bounded by the heartbeat interval, within [1 s, 30 s], with one by 30 s as before; a long-poll by its wait plus that, at least 15 s", () => {
     expect(Failover.callTimeoutMs(20_000)).toBe(20_000)
     expect(Failover.callTimeoutMs(40_000)).toBe(30_000)
     expect(Failover.callTimeoutMs(100)).toBe(1_000)
+    expect([Failover.callTimeoutFor(2, 4_000), Failover.callTimeoutFor(1, 4_000), Failover.callTimeoutFor(3, 100_000)]).toEqual([4_000, 30_000, 30_000])
     expect(Failover.pollTimeoutMs(20_000, 20_000)).toBe(40_000)
+    expect(Failover.pollTimeoutMs(20_000, 4_000)).toBe(35_000)
+  })
+
+  it("a fleet given one list spreads over the replicas: each agent starts on one drawn from its host id, the same every start", () => {
+    const counts = [0, 0, 0]
+    for (let i = 0; i < 3000; i++) counts[Failover.startIndex(`host-${i}`, 3)]!++
+    for (const c of counts) expect(c).toBeGreaterThan(800)
+    expect(Failover.startIndex("host-7", 3)).toBe(Failover.startIndex("host-7", 3))
+    expect(Failover.startIndex("host-7", 1)).toBe(0)
   })
 })

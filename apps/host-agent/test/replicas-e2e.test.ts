@@ -14,6 +14,7 @@ import { join, resolve } from "node:path"
 import { pathToFileURL } from "node:url"
 import { createDatabase, type EmbeddedPostgresServer, startEmbeddedPostgres } from "@engram/test-pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import * as Failover from "../src/Failover.js"
 import { type AgentProcess, type Api, api, registerHosts, sleep, spawnAgent, until } from "./support/E2e.js"
 
 const pkgDir = resolve(import.meta.dirname, "..")
@@ -93,7 +94,7 @@ beforeAll(async () => {
   const hosts = await registerHosts(admin, second.url, ["both", "only"])
   const agentEnv = { ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(STALE_MS), ENGRAM_AGENT_POLL_WAIT_MS: "2000", ENGRAM_AGENT_REPORT_MS: "2000", ENGRAM_AGENT_RETRY_MS: "200" }
   // One at a time: tsx compiles each on start, and the machine may have two cores.
-  agents.push(await spawnAgent({ ...hosts["both"]!, coordinatorUrl: `${first.url},${second.url}`, env: agentEnv }))
+  agents.push(await spawnAgent({ ...hosts["both"]!, coordinatorUrl: frozenFirstFor(hosts["both"]!.hostId, first.url, second.url), env: agentEnv }))
   agents.push(await spawnAgent({ ...hosts["only"]!, coordinatorUrl: first.url, env: agentEnv }))
 }, 240_000)
 
@@ -103,6 +104,9 @@ afterAll(async () => {
   await Promise.all(replicas.map(stopReplica))
   await pg?.stop()
 }, 60_000)
+
+/** The list with the frozen replica where the agent starts (`Failover.startIndex` of its host id), so it meets the freeze. */
+const frozenFirstFor = (hostId: string, frozen: string, live: string): string => (Failover.startIndex(hostId, 2) === 0 ? `${frozen},${live}` : `${live},${frozen}`)
 
 const stateOf = async (id: string) => (await admin.call("GET", `/v1/sessions/${id}`)).body?.state as string | undefined
 

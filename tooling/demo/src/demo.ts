@@ -39,7 +39,8 @@ import { guestEnvironment } from "./Guest.js"
 
 const env = process.env
 const set = (name: string) => (env[name] === undefined || env[name] === "" ? undefined : env[name])
-const coordinatorUrl = (set("ENGRAM_COORDINATOR_URL") ?? `http://127.0.0.1:${set("ENGRAM_PORT") ?? "7070"}`).replace(/\/+$/, "")
+// The agents' variable may list several replicas: the demo talks to the first.
+const coordinatorUrl = (set("ENGRAM_COORDINATOR_URL")?.split(",")[0]?.trim() || `http://127.0.0.1:${set("ENGRAM_PORT") ?? "7070"}`).replace(/\/+$/, "")
 /**
  * A path as the user meant it: relative to the directory pnpm was run from (`INIT_CWD`; pnpm
  * runs the script itself in apps/host-agent), else to the working directory. The coordinator
