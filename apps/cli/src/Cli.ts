@@ -615,7 +615,11 @@ const watch = Command.make(
       Flag.withDefault(2000),
       Flag.withDescription("how often to refresh (2s)"),
     ),
-    count: Flag.Int("count").pipe(Flag.optional, Flag.withDescription("stop after this many refreshes (default: until Ctrl-C)")),
+    count: Flag.Int("count").pipe(
+      Flag.filter((n) => n > 0, () => "a whole number above 0"),
+      Flag.optional,
+      Flag.withDescription("stop after this many refreshes (default: until Ctrl-C)"),
+    ),
   },
   (a) =>
     Effect.gen(function* () {

@@ -218,6 +218,14 @@ describe("errors and usage", () => {
     expect(r.stderr).toBe('engram: Invalid value for flag --mem: "lots". Expected: a RAM size: 1024 (MiB), 512MiB, 1GiB or 1.5g (see: engram sessions create --help)\n')
   })
 
+  it("watch --count below 1 is refused naming the flag, exit 2 (it printed nothing and succeeded)", async () => {
+    for (const count of ["0", "-3"]) {
+      const r = await engram(["watch", "--count", count], { env })
+      expect([r.code, r.stdout], count).toEqual([2, ""])
+      expect(r.stderr).toBe(`engram: Invalid value for flag --count: "${count}". Expected: a whole number above 0 (see: engram watch --help)\n`)
+    }
+  })
+
   it("an unknown session, a wrong token and an unreachable coordinator each say so in one line, exit 1", async () => {
     const nf = await engram(["sessions", "show", "nope"], { env })
     expect([nf.code, nf.stderr]).toEqual([1, "engram: session nope not found\n"])

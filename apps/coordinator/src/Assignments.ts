@@ -12,7 +12,7 @@
  * while it waits nor when it answers at its deadline: it answers the copy, which no change has
  * touched since it was read.
  */
-import { Records } from "@engram/api"
+import { Payloads, Records } from "@engram/api"
 import { Store } from "@engram/store"
 import type { NotFound, Unavailable } from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
@@ -22,8 +22,8 @@ import * as Allowances from "./Allowances.js"
 import { Settings } from "./Settings.js"
 import * as TopicCache from "./TopicCache.js"
 
-/** The longest an assignments request may wait. */
-export const maxWaitMs = 30_000
+/** The longest an assignments request may wait (`@engram/api`'s, which agents' poll waits are checked against). */
+export const maxWaitMs = Payloads.maxAssignmentsWaitMs
 
 /** The most hosts whose assignments are kept in memory (the oldest go first beyond it). */
 export const maxCachedHosts = 100_000

@@ -5,6 +5,9 @@
  * the rule it broke (`@engram/process`'s `Env` format); secrets are `Redacted` and never echoed;
  * the limits are checked by core `Limits.make`, so the words match the agent's and the
  * simulator's. An `ENGRAM_*` variable that no engram component reads is warned about by name.
+ * A program's settings (`fromInput`, `startCoordinator({ config })`) go through the same checks,
+ * each named by its key (`limits.<field>` for a limit); the rules between settings are
+ * `crossFieldIssues`, the one place every path checks them.
  */
 import { Env } from "@engram/process"
 import { Downtime, Limits, MakeRoom, Reclaim } from "@engram/core"
@@ -187,27 +190,88 @@ export const defaultRetentionMs = 7 * 24 * 3_600_000
 const maxRetentionMs = 3650 * 24 * 3_600_000
 
 /**
+ * How a path names a setting in an issue and in the rules that mention it: by its variable for
+ * the environment and a file (the identity), by its key for a program's settings.
+ */
+export type Naming = (variable: string) => string
+
+const byVariable: Naming = (variable) => variable
+
+/**
  * The retention's rule beside the windows that read history: 0 (off), or at least the allowance
  * horizon and the make-room cooldown (a shorter one would delete the commits and aborts they
  * count). Null when it holds.
  */
-export const retentionIssue = (c: Pick<CoordinatorConfig, "retentionMs" | "allowanceHorizonMs" | "makeRoomCooldownMs">): string | null =>
+export const retentionIssue = (c: Pick<CoordinatorConfig, "retentionMs" | "allowanceHorizonMs" | "makeRoomCooldownMs">, name: Naming = byVariable): string | null =>
   c.retentionMs === 0 || (c.retentionMs >= c.allowanceHorizonMs && c.retentionMs >= c.makeRoomCooldownMs)
     ? null
-    : `must be 0 (keep history for ever) or at least ENGRAM_ALLOWANCE_HORIZON_MS (${c.allowanceHorizonMs}) and ENGRAM_MAKE_ROOM_COOLDOWN_MS (${c.makeRoomCooldownMs})`
+    : `must be 0 (keep history for ever) or at least ${name("ENGRAM_ALLOWANCE_HORIZON_MS")} (${c.allowanceHorizonMs}) and ${name("ENGRAM_MAKE_ROOM_COOLDOWN_MS")} (${c.makeRoomCooldownMs})`
+
+/** The longest failover grace below a stale window of a day: a day. */
+export const dayMs = 24 * 3_600_000
+
+/**
+ * The longest failover grace: a day, or the heartbeat stale window when that is longer. The
+ * default grace is the window, so a window past 3 days (whose third, the shortest grace, is
+ * past a day) still has a range of explicit graces, its default among them.
+ */
+export const maxReclaimGraceMs = (heartbeatStaleWindowMs: number): number => Math.max(dayMs, heartbeatStaleWindowMs)
 
 /**
  * Why the failover grace is refused: one shorter than the agents' heartbeat interval (core's
  * `Reclaim.minGraceMs`, a third of `ENGRAM_HEARTBEAT_STALE_WINDOW_MS`) ends before a live host's
- * next heartbeat lands, so it protects nothing; 0 (no grace) says so. Null when it holds.
+ * next heartbeat lands, so it protects nothing; 0 (no grace) says so. One longer than
+ * `maxReclaimGraceMs` is refused too. Null when it holds.
  */
-export const reclaimGraceIssue = (reclaimGraceMs: number, heartbeatStaleWindowMs: number): string | null =>
-  reclaimGraceMs === 0 || reclaimGraceMs >= Reclaim.minGraceMs(heartbeatStaleWindowMs)
+export const reclaimGraceIssue = (reclaimGraceMs: number, heartbeatStaleWindowMs: number, name: Naming = byVariable): string | null => {
+  const window = name("ENGRAM_HEARTBEAT_STALE_WINDOW_MS")
+  return reclaimGraceMs === 0
     ? null
-    : `must be 0 (no grace) or at least a third of ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${Reclaim.minGraceMs(heartbeatStaleWindowMs)}, the agents' heartbeat interval): a shorter grace ends before a live host's next heartbeat`
+    : reclaimGraceMs < Reclaim.minGraceMs(heartbeatStaleWindowMs)
+      ? `must be 0 (no grace) or at least a third of ${window} (${Reclaim.minGraceMs(heartbeatStaleWindowMs)}, the agents' heartbeat interval): a shorter grace ends before a live host's next heartbeat`
+      : reclaimGraceMs > maxReclaimGraceMs(heartbeatStaleWindowMs)
+        ? `must be at most the longer of a day (${dayMs}) and ${window} (${heartbeatStaleWindowMs})`
+        : null
+}
 
-/** The longest failover grace (`ENGRAM_RECLAIM_GRACE_MS`): a day. */
-export const maxReclaimGraceMs = 24 * 3_600_000
+/** Why the reaper's lease times are refused (`@engram/store`'s `checkLeaseTimes`): the leader must stop acting before its lease can pass on. Null when they hold. */
+export const leaseIssue = (c: Pick<CoordinatorConfig, "leaseDurationMs" | "leaseRenewDeadlineMs">, name: Naming = byVariable): string | null =>
+  checkLeaseTimes({ leaseDurationMs: c.leaseDurationMs, renewDeadlineMs: c.leaseRenewDeadlineMs }) === null
+    ? null
+    : `must be less than ${name("ENGRAM_LEASE_DURATION_MS")} (${c.leaseDurationMs})`
+
+/** The settings the rules between settings read (the grace resolved: its default is the stale window). */
+const crossKeys = ["leaseDurationMs", "leaseRenewDeadlineMs", "retentionMs", "allowanceHorizonMs", "makeRoomCooldownMs", "reclaimGraceMs"] as const
+
+/** The values the rules between settings read, each null when its own rule refused it (no rule is judged on a guess). */
+export type CrossFields = { readonly [K in (typeof crossKeys)[number] | "heartbeatStaleWindowMs"]: number | null }
+
+/** `c` when none of `keys` is null. */
+const known = <K extends keyof CrossFields>(c: CrossFields, ...keys: K[]): { readonly [P in K]: number } | null =>
+  keys.every((k) => c[k] !== null) ? (c as { readonly [P in K]: number }) : null
+
+/**
+ * Every rule between settings, checked at once: the lease's renew deadline below its duration,
+ * the retention beside the windows that read history, the failover grace beside the stale
+ * window. Every path that builds a configuration (the environment, a file, a program's settings)
+ * comes through here; `name` names the settings as that path does, `value` gives what it held.
+ * A rule one of whose settings broke its own rule is not judged.
+ */
+export const crossFieldIssues = (c: CrossFields, name: Naming = byVariable, value: (variable: string) => unknown = () => undefined): Env.Issue[] => {
+  const issues: Env.Issue[] = []
+  const refuse = (variable: string, rule: string | null) => {
+    if (rule === null) return
+    const v = value(variable)
+    issues.push(v === undefined ? { variable: name(variable), rule } : { variable: name(variable), rule, value: v })
+  }
+  const lease = known(c, "leaseDurationMs", "leaseRenewDeadlineMs")
+  if (lease !== null) refuse("ENGRAM_LEASE_RENEW_DEADLINE_MS", leaseIssue(lease, name))
+  const retention = known(c, "retentionMs", "allowanceHorizonMs", "makeRoomCooldownMs")
+  if (retention !== null) refuse("ENGRAM_RETENTION_MS", retentionIssue(retention, name))
+  const grace = known(c, "reclaimGraceMs", "heartbeatStaleWindowMs")
+  if (grace !== null) refuse("ENGRAM_RECLAIM_GRACE_MS", reclaimGraceIssue(grace.reclaimGraceMs, grace.heartbeatStaleWindowMs, name))
+  return issues
+}
 
 // `ENGRAM_RECLAIM_GRACE_MS` unset: the heartbeat stale window, known once the limits are read.
 const graceFromStaleWindow = -1
@@ -227,6 +291,13 @@ const int = (variable: string, fallback: number, min: number, max: number) => {
   ).pipe(Config.withDefault(fallback))
 }
 
+const intAtLeast = (variable: string, fallback: number, min: number) => {
+  const rule = `must be an integer >= ${min}`
+  return Config.schema(Schema.NumberFromString.annotate({ message: rule }).check(Schema.isInt({ message: rule }), Schema.isGreaterThanOrEqualTo(min, { message: rule })), variable).pipe(
+    Config.withDefault(fallback),
+  )
+}
+
 const text = (variable: string, fallback: string) => Config.String(variable).pipe(Config.withDefault(fallback))
 
 const secret = (variable: string, check: Schema.Codec<string, string>) =>
@@ -235,47 +306,89 @@ const secret = (variable: string, check: Schema.Codec<string, string>) =>
     Config.withDefault(null),
   )
 
+/**
+ * The variable of each setting (a file's key; a program's settings use the setting's key). The
+ * limits' are `limitVariables`.
+ */
+export const settingVariables = {
+  port: "ENGRAM_PORT",
+  host: "ENGRAM_HOST",
+  dataDir: "ENGRAM_DATA_DIR",
+  databaseUrl: "ENGRAM_DATABASE_URL",
+  adminToken: "ENGRAM_ADMIN_TOKEN",
+  metricsToken: "ENGRAM_METRICS_TOKEN",
+  maxBodyBytes: "ENGRAM_MAX_BODY_BYTES",
+  moveTimeoutMs: "ENGRAM_MOVE_TIMEOUT_MS",
+  allowanceHorizonMs: "ENGRAM_ALLOWANCE_HORIZON_MS",
+  changesCheckMs: "ENGRAM_CHANGES_CHECK_MS",
+  maxWaitsPerHostToken: "ENGRAM_MAX_WAITS_PER_HOST_TOKEN",
+  maxWaitsPerAdminToken: "ENGRAM_MAX_WAITS_PER_ADMIN_TOKEN",
+  maxWaits: "ENGRAM_MAX_WAITS",
+  placementReadMaxAgeMs: "ENGRAM_PLACEMENT_READ_MAX_AGE_MS",
+  storeTimeoutMs: "ENGRAM_STORE_TIMEOUT_MS",
+  placementBatchSize: "ENGRAM_PLACEMENT_BATCH_SIZE",
+  placementSpread: "ENGRAM_PLACEMENT_SPREAD",
+  pgliteWorker: "ENGRAM_PGLITE_WORKER",
+  placementBatchWindowUs: "ENGRAM_PLACEMENT_BATCH_WINDOW_US",
+  placementWindowByReplicas: "ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS",
+  placementForward: "ENGRAM_PLACEMENT_FORWARD",
+  placementForwardTimeoutMs: "ENGRAM_PLACEMENT_FORWARD_TIMEOUT_MS",
+  peerUrl: "ENGRAM_PEER_URL",
+  beatWindowMs: "ENGRAM_BEAT_WINDOW_MS",
+  leaseDurationMs: "ENGRAM_LEASE_DURATION_MS",
+  leaseRenewDeadlineMs: "ENGRAM_LEASE_RENEW_DEADLINE_MS",
+  makeRoomMoves: "ENGRAM_MAKE_ROOM_MOVES",
+  makeRoomMovesPerPass: "ENGRAM_MAKE_ROOM_MOVES_PER_PASS",
+  makeRoomCooldownMs: "ENGRAM_MAKE_ROOM_COOLDOWN_MS",
+  retentionMs: "ENGRAM_RETENTION_MS",
+  retentionPruneLimit: "ENGRAM_RETENTION_PRUNE_LIMIT",
+  reclaimGraceMs: "ENGRAM_RECLAIM_GRACE_MS",
+  otlpUrl: "ENGRAM_OTLP_URL",
+  otlpHeaders: "ENGRAM_OTLP_HEADERS",
+} as const satisfies { readonly [K in Exclude<keyof CoordinatorConfig, "limits">]: string }
+
 const settings = {
-  port: int("ENGRAM_PORT", 7070, 0, 65535),
-  host: text("ENGRAM_HOST", "127.0.0.1"),
-  dataDir: text("ENGRAM_DATA_DIR", "./.engram"),
-  databaseUrl: secret("ENGRAM_DATABASE_URL", Schema.String.check(Schema.isPattern(/^postgres(ql)?:\/\//, { message: "must be a postgres:// or postgresql:// URL" }))),
-  adminToken: secret("ENGRAM_ADMIN_TOKEN", Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" }))),
-  metricsToken: secret("ENGRAM_METRICS_TOKEN", Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" }))),
-  maxBodyBytes: int("ENGRAM_MAX_BODY_BYTES", defaultMaxBodyBytes, 1024, 1024 * 1024 * 1024),
-  moveTimeoutMs: int("ENGRAM_MOVE_TIMEOUT_MS", 120_000, 1, 3_600_000),
-  allowanceHorizonMs: int("ENGRAM_ALLOWANCE_HORIZON_MS", Downtime.defaultRecencyPolicy.horizonMs, 1000, 7 * 24 * 3_600_000),
-  changesCheckMs: int("ENGRAM_CHANGES_CHECK_MS", 2000, 100, 60_000),
-  maxWaitsPerHostToken: int("ENGRAM_MAX_WAITS_PER_HOST_TOKEN", 4, 1, 1000),
-  maxWaitsPerAdminToken: int("ENGRAM_MAX_WAITS_PER_ADMIN_TOKEN", 5000, 1, 1_000_000),
-  maxWaits: int("ENGRAM_MAX_WAITS", 20_000, 1, 1_000_000),
-  placementReadMaxAgeMs: int("ENGRAM_PLACEMENT_READ_MAX_AGE_MS", 100, 0, 60_000),
-  storeTimeoutMs: int("ENGRAM_STORE_TIMEOUT_MS", defaultStoreTimeoutMs, 100, 600_000),
-  placementBatchSize: int("ENGRAM_PLACEMENT_BATCH_SIZE", 64, 1, 1000),
-  placementSpread: int("ENGRAM_PLACEMENT_SPREAD", 1, 0, 1),
-  pgliteWorker: int("ENGRAM_PGLITE_WORKER", 1, 0, 1),
-  placementBatchWindowUs: int("ENGRAM_PLACEMENT_BATCH_WINDOW_US", 200, 0, 100_000),
-  placementWindowByReplicas: int("ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS", 0, 0, 1),
-  placementForward: int("ENGRAM_PLACEMENT_FORWARD", 0, 0, 1),
-  placementForwardTimeoutMs: int("ENGRAM_PLACEMENT_FORWARD_TIMEOUT_MS", 1000, 10, 60_000),
-  peerUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s/]+\/?$/, { message: "must be an http:// or https:// URL of this replica, without a path (http://10.0.0.5:7070)" })), "ENGRAM_PEER_URL").pipe(
+  port: int(settingVariables.port, 7070, 0, 65535),
+  host: text(settingVariables.host, "127.0.0.1"),
+  dataDir: text(settingVariables.dataDir, "./.engram"),
+  databaseUrl: secret(settingVariables.databaseUrl, Schema.String.check(Schema.isPattern(/^postgres(ql)?:\/\//, { message: "must be a postgres:// or postgresql:// URL" }))),
+  adminToken: secret(settingVariables.adminToken, Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" }))),
+  metricsToken: secret(settingVariables.metricsToken, Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" }))),
+  maxBodyBytes: int(settingVariables.maxBodyBytes, defaultMaxBodyBytes, 1024, 1024 * 1024 * 1024),
+  moveTimeoutMs: int(settingVariables.moveTimeoutMs, 120_000, 1, 3_600_000),
+  allowanceHorizonMs: int(settingVariables.allowanceHorizonMs, Downtime.defaultRecencyPolicy.horizonMs, 1000, 7 * 24 * 3_600_000),
+  changesCheckMs: int(settingVariables.changesCheckMs, 2000, 100, 60_000),
+  maxWaitsPerHostToken: int(settingVariables.maxWaitsPerHostToken, 4, 1, 1000),
+  maxWaitsPerAdminToken: int(settingVariables.maxWaitsPerAdminToken, 5000, 1, 1_000_000),
+  maxWaits: int(settingVariables.maxWaits, 20_000, 1, 1_000_000),
+  placementReadMaxAgeMs: int(settingVariables.placementReadMaxAgeMs, 100, 0, 60_000),
+  storeTimeoutMs: int(settingVariables.storeTimeoutMs, defaultStoreTimeoutMs, 100, 600_000),
+  placementBatchSize: int(settingVariables.placementBatchSize, 64, 1, 1000),
+  placementSpread: int(settingVariables.placementSpread, 1, 0, 1),
+  pgliteWorker: int(settingVariables.pgliteWorker, 1, 0, 1),
+  placementBatchWindowUs: int(settingVariables.placementBatchWindowUs, 200, 0, 100_000),
+  placementWindowByReplicas: int(settingVariables.placementWindowByReplicas, 0, 0, 1),
+  placementForward: int(settingVariables.placementForward, 0, 0, 1),
+  placementForwardTimeoutMs: int(settingVariables.placementForwardTimeoutMs, 1000, 10, 60_000),
+  peerUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s/]+\/?$/, { message: "must be an http:// or https:// URL of this replica, without a path (http://10.0.0.5:7070)" })), settingVariables.peerUrl).pipe(
     Config.map((u): string | null => u.replace(/\/$/, "")),
     Config.withDefault(null),
   ),
-  beatWindowMs: int("ENGRAM_BEAT_WINDOW_MS", 100, 0, 10_000),
-  leaseDurationMs: int("ENGRAM_LEASE_DURATION_MS", defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),
-  leaseRenewDeadlineMs: int("ENGRAM_LEASE_RENEW_DEADLINE_MS", defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),
-  makeRoomMoves: int("ENGRAM_MAKE_ROOM_MOVES", 0, 0, 1),
-  makeRoomMovesPerPass: int("ENGRAM_MAKE_ROOM_MOVES_PER_PASS", 16, 1, 1000),
-  makeRoomCooldownMs: int("ENGRAM_MAKE_ROOM_COOLDOWN_MS", MakeRoom.defaultCooldownMs, 0, 7 * 24 * 3_600_000),
-  retentionMs: int("ENGRAM_RETENTION_MS", defaultRetentionMs, 0, maxRetentionMs),
-  retentionPruneLimit: int("ENGRAM_RETENTION_PRUNE_LIMIT", 1000, 1, Validate.maxPruneLimit),
-  reclaimGraceMs: int("ENGRAM_RECLAIM_GRACE_MS", graceFromStaleWindow, 0, maxReclaimGraceMs),
-  otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), "ENGRAM_OTLP_URL").pipe(
+  beatWindowMs: int(settingVariables.beatWindowMs, 100, 0, 10_000),
+  leaseDurationMs: int(settingVariables.leaseDurationMs, defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),
+  leaseRenewDeadlineMs: int(settingVariables.leaseRenewDeadlineMs, defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),
+  makeRoomMoves: int(settingVariables.makeRoomMoves, 0, 0, 1),
+  makeRoomMovesPerPass: int(settingVariables.makeRoomMovesPerPass, 16, 1, 1000),
+  makeRoomCooldownMs: int(settingVariables.makeRoomCooldownMs, MakeRoom.defaultCooldownMs, 0, 7 * 24 * 3_600_000),
+  retentionMs: int(settingVariables.retentionMs, defaultRetentionMs, 0, maxRetentionMs),
+  retentionPruneLimit: int(settingVariables.retentionPruneLimit, 1000, 1, Validate.maxPruneLimit),
+  // Its longest follows the stale window (`maxReclaimGraceMs`): a rule between settings.
+  reclaimGraceMs: intAtLeast(settingVariables.reclaimGraceMs, graceFromStaleWindow, 0),
+  otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), settingVariables.otlpUrl).pipe(
     Config.map((u): string | null => u),
     Config.withDefault(null),
   ),
-  otlpHeaders: secret("ENGRAM_OTLP_HEADERS", Schema.String.check(Schema.isPattern(/^\s*[^=,\s]+\s*=[^,]*(,\s*[^=,\s]+\s*=[^,]*)*\s*$/, { message: "must be key=value pairs separated by commas" }))),
+  otlpHeaders: secret(settingVariables.otlpHeaders, Schema.String.check(Schema.isPattern(/^\s*[^=,\s]+\s*=[^,]*(,\s*[^=,\s]+\s*=[^,]*)*\s*$/, { message: "must be key=value pairs separated by commas" }))),
 }
 
 // The limits are read as text and judged by core `Limits.make`, whose words every component shares.
@@ -287,8 +400,12 @@ const toBoolean = (t: string): unknown => {
   return v === "true" || v === "1" ? true : v === "false" || v === "0" ? false : t
 }
 
-/** Reads and checks every setting from `source`: all of them, or every issue at once. */
-const load = (source: Env.Source): Effect.Effect<CoordinatorConfig, Env.ConfigInvalid> =>
+/**
+ * Reads and checks every setting from `source`: all of them, or every issue at once, each named
+ * by `name` (a program's settings name them by key), the rules between settings by
+ * `crossFieldIssues`.
+ */
+const load = (source: Env.Source, name: Naming = byVariable): Effect.Effect<CoordinatorConfig, Env.ConfigInvalid> =>
   Effect.gen(function* () {
     const base = yield* Effect.result(Env.read("coordinator", settings, source))
     const texts = yield* Effect.orDie(limitTexts.parse(source.provider))
@@ -307,32 +424,36 @@ const load = (source: Env.Source): Effect.Effect<CoordinatorConfig, Env.ConfigIn
             return { variable, rule: i.rule, value: source.raw(variable) }
           })
         : []),
-    ]
-    const lease = base._tag === "Success" ? checkLeaseTimes({ leaseDurationMs: base.success.leaseDurationMs, renewDeadlineMs: base.success.leaseRenewDeadlineMs }) : null
-    if (lease !== null)
-      issues.push({ variable: "ENGRAM_LEASE_RENEW_DEADLINE_MS", rule: "must be less than ENGRAM_LEASE_DURATION_MS", value: source.raw("ENGRAM_LEASE_RENEW_DEADLINE_MS") })
-    const retention = base._tag === "Success" ? retentionIssue(base.success) : null
-    if (retention !== null) issues.push({ variable: "ENGRAM_RETENTION_MS", rule: retention, value: source.raw("ENGRAM_RETENTION_MS") })
-    const reclaimGraceMs =
-      base._tag === "Success" && made._tag === "Valid"
-        ? base.success.reclaimGraceMs === graceFromStaleWindow
-          ? made.limits.heartbeatStaleWindowMs
-          : base.success.reclaimGraceMs
-        : null
-    const grace = reclaimGraceMs !== null && made._tag === "Valid" ? reclaimGraceIssue(reclaimGraceMs, made.limits.heartbeatStaleWindowMs) : null
-    if (grace !== null) issues.push({ variable: "ENGRAM_RECLAIM_GRACE_MS", rule: grace, value: source.raw("ENGRAM_RECLAIM_GRACE_MS") })
-    if (base._tag === "Failure" || made._tag === "Invalid" || reclaimGraceMs === null || lease !== null || retention !== null || grace !== null)
+    ].map((i) => ({ ...i, variable: name(i.variable) }))
+    // The rules between settings, on every setting whose own value held, whatever the others'.
+    const held: Record<string, number | null> = {}
+    for (const key of crossKeys) {
+      const r = yield* Effect.result(settings[key].parse(source.provider))
+      held[key] = r._tag === "Success" ? r.success : null
+    }
+    // The stale window alone: another limit's refusal leaves it known.
+    const staleWindow = Limits.make(overrides["heartbeatStaleWindowMs"] === undefined ? {} : { heartbeatStaleWindowMs: overrides["heartbeatStaleWindowMs"] })
+    const staleWindowMs = staleWindow._tag === "Valid" ? staleWindow.limits.heartbeatStaleWindowMs : null
+    // Unset, the grace is the stale window.
+    const reclaimGraceMs = held["reclaimGraceMs"] === graceFromStaleWindow ? staleWindowMs : (held["reclaimGraceMs"] ?? null)
+    const cross = { ...held, reclaimGraceMs, heartbeatStaleWindowMs: staleWindowMs } as CrossFields
+    issues.push(...crossFieldIssues(cross, name, source.raw))
+    if (issues.length > 0 || base._tag === "Failure" || made._tag === "Invalid" || reclaimGraceMs === null)
       return yield* new Env.ConfigInvalid({ component: "coordinator", issues })
     return { ...base.success, limits: made.limits, reclaimGraceMs }
   })
 
-/** Validates raw settings (variable name → value, as a JSON file holds them). Pure: no environment, no files. */
-export const parse = (
-  raw: Readonly<Record<string, unknown>>,
-): { readonly _tag: "Valid"; readonly config: CoordinatorConfig } | { readonly _tag: "Invalid"; readonly issues: readonly ConfigIssue[] } => {
-  const r = Effect.runSync(Effect.result(load({ provider: ConfigProvider.fromUnknown(raw), raw: (v) => raw[v], secrets: secretVariables })))
+/** What `parse` and `parseInput` answer: the configuration, or every issue. */
+export type ParseResult = { readonly _tag: "Valid"; readonly config: CoordinatorConfig } | { readonly _tag: "Invalid"; readonly issues: readonly ConfigIssue[] }
+
+const run = (loaded: Effect.Effect<CoordinatorConfig, Env.ConfigInvalid>): ParseResult => {
+  const r = Effect.runSync(Effect.result(loaded))
   return r._tag === "Success" ? { _tag: "Valid", config: r.success } : { _tag: "Invalid", issues: r.failure.issues }
 }
+
+/** Validates raw settings (variable name → value, as a JSON file holds them). Pure: no environment, no files. */
+export const parse = (raw: Readonly<Record<string, unknown>>): ParseResult =>
+  run(load({ provider: ConfigProvider.fromUnknown(raw), raw: (v) => raw[v], secrets: secretVariables }))
 
 /** The defaults: what `parse({})` gives. */
 export const defaults = (): CoordinatorConfig => {
@@ -341,21 +462,45 @@ export const defaults = (): CoordinatorConfig => {
   return r.config
 }
 
-/** A program's settings over the defaults, secrets redacted. */
-export const fromInput = (input: CoordinatorConfigInput = {}): CoordinatorConfig => {
-  const redact = (s: SecretInput | undefined, fallback: Redacted.Redacted<string> | null) =>
-    s === undefined ? fallback : s === null ? null : Redacted.isRedacted(s) ? s : Redacted.make(s)
-  const d = defaults()
-  return {
-    ...d,
-    ...input,
-    // Unset: the stale window of these limits (`ENGRAM_RECLAIM_GRACE_MS`'s default).
-    reclaimGraceMs: input.reclaimGraceMs ?? input.limits?.heartbeatStaleWindowMs ?? d.reclaimGraceMs,
-    databaseUrl: redact(input.databaseUrl, d.databaseUrl),
-    adminToken: redact(input.adminToken, d.adminToken),
-    metricsToken: redact(input.metricsToken, d.metricsToken),
-    otlpHeaders: redact(input.otlpHeaders, d.otlpHeaders),
+const keyOfVariable: Readonly<Record<string, string>> = {
+  ...Object.fromEntries(Object.entries(settingVariables).map(([k, v]) => [v, k])),
+  ...Object.fromEntries(Object.entries(limitVariables).map(([v, f]) => [v, `limits.${f}`])),
+}
+
+/** A program's settings name each setting by its key, a limit as `limits.<field>`. */
+export const byKey: Naming = (variable) => keyOfVariable[variable] ?? variable
+
+/**
+ * Validates a program's settings over the defaults (`startCoordinator({ config })`): the same
+ * checks as the environment's (each setting's rule, core's `Limits.make`, `crossFieldIssues`),
+ * every issue named by key; an unknown key is refused, an undefined one keeps its default.
+ * Pure. Unset, the grace is the stale window of the limits passed.
+ */
+export const parseInput = (input: CoordinatorConfigInput = {}): ParseResult => {
+  const raw: Record<string, unknown> = {}
+  const unknownKeys: Env.Issue[] = []
+  const settingOf: Readonly<Record<string, string>> = settingVariables
+  for (const [key, value] of Object.entries(input)) {
+    // Null is the default of every setting that may be null (no database URL, no token…).
+    if (value === undefined || value === null || key === "limits") continue
+    const variable = settingOf[key]
+    if (variable === undefined) unknownKeys.push({ variable: key, rule: "is not a known setting" })
+    else raw[variable] = Redacted.isRedacted(value) ? Redacted.value(value) : value
   }
+  const limitOf = Object.fromEntries(Object.entries(limitVariables).map(([v, f]) => [f, v]))
+  for (const [field, value] of Object.entries(input.limits ?? {})) {
+    const variable = limitOf[field]
+    if (variable === undefined) unknownKeys.push({ variable: `limits.${field}`, rule: "is not a known limit" })
+    else if (value !== undefined) raw[variable] = value
+  }
+  const r = run(load({ provider: ConfigProvider.fromUnknown(raw), raw: (v) => raw[v], secrets: secretVariables }, byKey))
+  return unknownKeys.length === 0 ? r : { _tag: "Invalid", issues: [...unknownKeys, ...(r._tag === "Invalid" ? r.issues : [])] }
+}
+
+/** A program's settings over the defaults, checked as `parseInput` does; secrets redacted. */
+export const fromInput = (input: CoordinatorConfigInput = {}): Effect.Effect<CoordinatorConfig, Env.ConfigInvalid> => {
+  const r = parseInput(input)
+  return r._tag === "Valid" ? Effect.succeed(r.config) : Effect.fail(new Env.ConfigInvalid({ component: "coordinator", issues: r.issues }))
 }
 
 /**

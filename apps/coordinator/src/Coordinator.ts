@@ -170,9 +170,17 @@ const coordinatorVersion = (): string => {
   }
 }
 
-/** The coordinator as a Layer: serves until the layer's scope closes. */
-export const layer = (options: CoordinatorOptions = {}): Layer.Layer<CoordinatorInfo | Store | Changes | Metrics | Notifier | LongPolls | Credentials | Leader | Settings | Drainer, unknown> => {
-  const config = Config.fromInput(options.config)
+type Provided = CoordinatorInfo | Store | Changes | Metrics | Notifier | LongPolls | Credentials | Leader | Settings | Drainer
+
+/**
+ * The coordinator as a Layer: serves until the layer's scope closes. Its settings are checked
+ * first (`Config.fromInput`): bad ones fail it with `ConfigInvalid` before anything is opened.
+ */
+export const layer = (options: CoordinatorOptions = {}): Layer.Layer<Provided, unknown> =>
+  Layer.unwrap(Effect.map(Config.fromInput(options.config), (config) => configured(config, options)))
+
+/** The coordinator on a checked configuration. */
+const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Layer.Layer<Provided, unknown> => {
   const databaseUrl = config.databaseUrl === null ? null : Redacted.value(config.databaseUrl)
   const backend: Backend = options.store !== undefined ? "custom" : databaseUrl !== null ? "postgres" : "pglite"
   // Group placement: concurrent creates placed together (see @engram/store-pg).

@@ -1,9 +1,9 @@
 // Configuration: every bad value is named with its variable and rule; the limits come from core.
-import { Config } from "@engram/coordinator"
+import { Config, startCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { Env } from "@engram/process"
 import { Effect, Exit, Logger, Redacted } from "effect"
-import { mkdtempSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { describe, expect, it } from "vitest"
@@ -126,9 +126,9 @@ describe("configuration", () => {
     expect(off._tag === "Valid" && off.config.reclaimGraceMs).toBe(0)
     const set = Config.parse({ ENGRAM_RECLAIM_GRACE_MS: "300000" })
     expect(set._tag === "Valid" && set.config.reclaimGraceMs).toBe(300_000)
-    for (const value of ["-1", "1.5", "2m", "86400001"]) {
+    for (const value of ["-1", "1.5", "2m"]) {
       const r = Config.parse({ ENGRAM_RECLAIM_GRACE_MS: value })
-      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule, i.value]), value).toEqual([["ENGRAM_RECLAIM_GRACE_MS", "must be an integer from 0 to 86400000", value]])
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule, i.value]), value).toEqual([["ENGRAM_RECLAIM_GRACE_MS", "must be an integer >= 0", value]])
     }
     // Shorter than the agents' heartbeat interval (a third of the stale window) it protects nothing: refused, named with its rule.
     const rule = (min: number) =>
@@ -141,9 +141,56 @@ describe("configuration", () => {
     const longWindow = Config.parse({ ENGRAM_RECLAIM_GRACE_MS: "40000", ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "300000" })
     expect(longWindow._tag === "Invalid" && longWindow.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_RECLAIM_GRACE_MS", rule(100_000)]])
     expect(Config.parse({ ENGRAM_RECLAIM_GRACE_MS: "1000", ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "3000" })._tag).toBe("Valid")
-    // A program's settings: unset, the grace follows the limits it passes.
-    expect(Config.fromInput({ limits: { ...Config.defaults().limits, heartbeatStaleWindowMs: 500 } }).reclaimGraceMs).toBe(500)
-    expect(Config.fromInput({ reclaimGraceMs: 0 }).reclaimGraceMs).toBe(0)
+  })
+
+  it("a stale window over a day lets the grace follow it: at most the longer of a day and the window, never a range with nothing in it", () => {
+    const day = 24 * 3_600_000
+    const rule = (max: number) => `must be at most the longer of a day (86400000) and ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${max})`
+    // A 4-day window: its third (32 h) and the window itself are valid explicit graces, as the default (the window) is.
+    for (const grace of [4 * day, Math.floor((4 * day) / 3), 0]) {
+      const r = Config.parse({ ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(4 * day), ENGRAM_RECLAIM_GRACE_MS: String(grace) })
+      expect(r._tag === "Valid" && r.config.reclaimGraceMs, String(grace)).toBe(grace)
+    }
+    const byDefault = Config.parse({ ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(4 * day) })
+    expect(byDefault._tag === "Valid" && byDefault.config.reclaimGraceMs).toBe(4 * day)
+    const over = Config.parse({ ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(4 * day), ENGRAM_RECLAIM_GRACE_MS: String(4 * day + 1) })
+    expect(over._tag === "Invalid" && over.issues.map((i) => [i.variable, i.rule, i.value])).toEqual([["ENGRAM_RECLAIM_GRACE_MS", rule(4 * day), String(4 * day + 1)]])
+    // A window of a day or less: a day is the longest grace, as before.
+    expect(Config.parse({ ENGRAM_RECLAIM_GRACE_MS: String(day) })._tag).toBe("Valid")
+    const long = Config.parse({ ENGRAM_RECLAIM_GRACE_MS: String(day + 1) })
+    expect(long._tag === "Invalid" && long.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_RECLAIM_GRACE_MS", rule(120_000)]])
+  })
+
+  it("a file's values meet the same rules between settings, named by variable", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engram-config-"))
+    const file = join(dir, "c.json")
+    writeFileSync(file, JSON.stringify({ ENGRAM_RECLAIM_GRACE_MS: 1, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: 30_000 }))
+    const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file, ENGRAM_RETENTION_MS: "1" }))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    expect(error?.message).toBe(
+      [
+        "invalid coordinator configuration:",
+        '  ENGRAM_RETENTION_MS="1": must be 0 (keep history for ever) or at least ENGRAM_ALLOWANCE_HORIZON_MS (3600000) and ENGRAM_MAKE_ROOM_COOLDOWN_MS (600000)',
+        "  ENGRAM_RECLAIM_GRACE_MS=1: must be 0 (no grace) or at least a third of ENGRAM_HEARTBEAT_STALE_WINDOW_MS (10000, the agents' heartbeat interval): a shorter grace ends before a live host's next heartbeat",
+      ].join("\n"),
+    )
+  })
+
+  it("a rule between settings is reported beside another setting's own refusal, all at once", () => {
+    const r = Config.parse({ ENGRAM_PORT: "seventy", ENGRAM_RETENTION_MS: "1", ENGRAM_RECLAIM_GRACE_MS: "1", ENGRAM_CPU_OVERCOMMIT: "0" })
+    expect(r._tag === "Invalid" && r.issues.map((i) => i.variable)).toEqual(["ENGRAM_PORT", "ENGRAM_CPU_OVERCOMMIT", "ENGRAM_RETENTION_MS", "ENGRAM_RECLAIM_GRACE_MS"])
+    // A rule whose own setting was refused is not judged on a guess.
+    const own = Config.parse({ ENGRAM_RETENTION_MS: "7d", ENGRAM_LEASE_DURATION_MS: "1000", ENGRAM_LEASE_RENEW_DEADLINE_MS: "1000" })
+    expect(own._tag === "Invalid" && own.issues.map((i) => i.variable)).toEqual(["ENGRAM_RETENTION_MS", "ENGRAM_LEASE_RENEW_DEADLINE_MS"])
+    const input = Config.parseInput({ port: -1, retentionMs: 1 })
+    expect(input._tag === "Invalid" && input.issues.map((i) => i.variable)).toEqual(["port", "retentionMs"])
+  })
+
+  it("the lease's renew deadline must be shorter than the lease, named with both figures", () => {
+    const equal = Config.parse({ ENGRAM_LEASE_DURATION_MS: "1000", ENGRAM_LEASE_RENEW_DEADLINE_MS: "1000" })
+    expect(equal._tag === "Invalid" && equal.issues).toEqual([{ variable: "ENGRAM_LEASE_RENEW_DEADLINE_MS", rule: "must be less than ENGRAM_LEASE_DURATION_MS (1000)", value: "1000" }])
+    const edge = Config.parse({ ENGRAM_LEASE_DURATION_MS: "1000", ENGRAM_LEASE_RENEW_DEADLINE_MS: "999" })
+    expect(edge._tag === "Valid" && [edge.config.leaseDurationMs, edge.config.leaseRenewDeadlineMs]).toEqual([1000, 999])
   })
 
   it("heartbeats and reports gather for 100 ms by default; 0 writes only what arrives together; beyond 10 s is refused", () => {
@@ -284,5 +331,95 @@ describe("configuration", () => {
     expect(await read({ INIT_CWD: "/repo", ENGRAM_DATA_DIR: "state/db" })).toBe("/repo/state/db")
     expect(await read({ INIT_CWD: "/repo", ENGRAM_DATA_DIR: "/var/lib/engram" })).toBe("/var/lib/engram")
     expect(await read({})).toBe("./.engram")
+  })
+})
+
+// A program's settings (`startCoordinator({ config })`) go through the same checks as the
+// environment's: every refusal at once, each named by its settings key.
+describe("a program's settings", () => {
+  const day = 24 * 3_600_000
+  const adminToken = "config-admin-token-0123456789"
+  const invalid = async (input: Config.CoordinatorConfigInput) => {
+    const exit = await Effect.runPromiseExit(Config.fromInput(input))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    return error?.issues.map((i) => [i.variable, i.rule, i.value])
+  }
+  const valid = (input: Config.CoordinatorConfigInput) => Effect.runPromise(Config.fromInput(input))
+
+  it("the cross-field rules hold: retention, failover grace, lease; every violation at once, named by key", async () => {
+    expect(await invalid({ retentionMs: 3_599_999, reclaimGraceMs: 39_999, leaseDurationMs: 1000, leaseRenewDeadlineMs: 1000 })).toEqual([
+      ["leaseRenewDeadlineMs", "must be less than leaseDurationMs (1000)", 1000],
+      ["retentionMs", "must be 0 (keep history for ever) or at least allowanceHorizonMs (3600000) and makeRoomCooldownMs (600000)", 3_599_999],
+      [
+        "reclaimGraceMs",
+        "must be 0 (no grace) or at least a third of limits.heartbeatStaleWindowMs (40000, the agents' heartbeat interval): a shorter grace ends before a live host's next heartbeat",
+        39_999,
+      ],
+    ])
+    expect(await invalid({ retentionMs: 3_600_000, makeRoomCooldownMs: 3_600_001 })).toEqual([
+      ["retentionMs", "must be 0 (keep history for ever) or at least allowanceHorizonMs (3600000) and makeRoomCooldownMs (3600001)", 3_600_000],
+    ])
+    // The rule follows the limits passed beside it.
+    expect(await invalid({ limits: { ...Limits.defaults, heartbeatStaleWindowMs: 4 * day }, reclaimGraceMs: 4 * day + 1 })).toEqual([
+      ["reclaimGraceMs", `must be at most the longer of a day (86400000) and limits.heartbeatStaleWindowMs (${4 * day})`, 4 * day + 1],
+    ])
+  })
+
+  it("a configuration the environment gave passes unchanged (main.ts passes it on)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "engram-config-"))
+    const file = join(dir, "c.json")
+    writeFileSync(file, JSON.stringify({ ENGRAM_CPU_OVERCOMMIT: 2.5, ENGRAM_REQUIRE_MEASURED: true, ENGRAM_PEER_URL: "http://10.0.0.5:7070/" }))
+    const fromEnv = await Effect.runPromise(
+      Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file, ENGRAM_ADMIN_TOKEN: adminToken, ENGRAM_DATABASE_URL: "postgres://u:pw@db/engram", ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(4 * day) }),
+    )
+    const again = await valid(fromEnv)
+    const shown = (c: typeof fromEnv) => ({ ...c, adminToken: c.adminToken && Redacted.value(c.adminToken), databaseUrl: c.databaseUrl && Redacted.value(c.databaseUrl) })
+    expect(shown(again)).toEqual(shown(fromEnv))
+    expect(shown(await valid(Config.defaults()))).toEqual(shown(Config.defaults()))
+  })
+
+  it("the edge values are accepted", async () => {
+    const c = await valid({ retentionMs: 3_600_000, reclaimGraceMs: 40_000, leaseDurationMs: 1000, leaseRenewDeadlineMs: 999 })
+    expect([c.retentionMs, c.reclaimGraceMs, c.leaseDurationMs, c.leaseRenewDeadlineMs]).toEqual([3_600_000, 40_000, 1000, 999])
+    const long = await valid({ limits: { ...Limits.defaults, heartbeatStaleWindowMs: 4 * day }, reclaimGraceMs: 4 * day })
+    expect(long.reclaimGraceMs).toBe(4 * day)
+    expect((await valid({ retentionMs: 0, reclaimGraceMs: 0 })).retentionMs).toBe(0)
+    // Unset, the grace follows the limits passed (ENGRAM_RECLAIM_GRACE_MS's default).
+    expect((await valid({ limits: { ...Limits.defaults, heartbeatStaleWindowMs: 500 } })).reclaimGraceMs).toBe(500)
+  })
+
+  it("each setting's own rule holds too, named by key (a limit as limits.<field>); an unknown key is refused; secrets are never echoed", async () => {
+    const unknownKey = { reclaimGraceMS: 0 } as Config.CoordinatorConfigInput
+    expect(
+      await invalid({ ...unknownKey, port: -1, adminToken: "short-secret", limits: { ...Limits.defaults, cpuOvercommit: 0, heartbeatStaleWindowMs: Number.NaN } }),
+    ).toEqual([
+      ["reclaimGraceMS", "is not a known setting", undefined],
+      ["port", "must be an integer from 0 to 65535", -1],
+      ["adminToken", "must be at least 16 characters", "<hidden>"],
+      ["limits.cpuOvercommit", "must be > 0", 0],
+      ["limits.heartbeatStaleWindowMs", "must be an integer", Number.NaN],
+    ])
+    // Nothing refused: the same values as before.
+    const c = await valid({ port: 0, adminToken, peerUrl: "http://10.0.0.5:7070/" })
+    expect([c.port, c.adminToken !== null && Redacted.value(c.adminToken), c.peerUrl]).toEqual([0, adminToken, "http://10.0.0.5:7070"])
+  })
+
+  it("startCoordinator refuses them before it opens anything, with the environment's error", async () => {
+    const dataDir = join(mkdtempSync(join(tmpdir(), "engram-config-")), "data")
+    const started = startCoordinator({ reaper: false, logLevel: "None", config: { port: 0, adminToken, dataDir, reclaimGraceMs: 1, retentionMs: 1 } })
+    const outcome = await started.then(
+      async (c) => (await c.stop(), "started"),
+      (e: unknown) => e,
+    )
+    expect(outcome).toBeInstanceOf(Env.ConfigInvalid)
+    expect((outcome as Env.ConfigInvalid).message).toBe(
+      [
+        "invalid coordinator configuration:",
+        "  retentionMs=1: must be 0 (keep history for ever) or at least allowanceHorizonMs (3600000) and makeRoomCooldownMs (600000)",
+        "  reclaimGraceMs=1: must be 0 (no grace) or at least a third of limits.heartbeatStaleWindowMs (40000, the agents' heartbeat interval): a shorter grace ends before a live host's next heartbeat",
+      ].join("\n"),
+    )
+    // Nothing changed: no data directory made, no store opened.
+    expect(existsSync(dataDir)).toBe(false)
   })
 })

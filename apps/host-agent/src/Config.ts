@@ -6,12 +6,14 @@
  * warned about by name.
  */
 import { tmpdir } from "node:os"
+import { Payloads } from "@engram/api"
 import { Env } from "@engram/process"
 import { Limits } from "@engram/core"
 import type { SimRuntime } from "@engram/runtime"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import type { AgentConfig } from "./Agent.js"
 import { defaultAgentConfig, type HostAgentOptions } from "./Host.js"
+import * as Failover from "./Failover.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
 import { parsePeers } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
@@ -33,12 +35,27 @@ const int = (variable: string, min: number) => {
   const rule = `must be an integer >= ${min}`
   return Config.schema(Schema.NumberFromString.annotate({ message: rule }).check(Schema.isInt({ message: rule }), Schema.isGreaterThanOrEqualTo(min, { message: rule })), variable)
 }
+const intUpTo = (variable: string, min: number, max: number, why: string) => {
+  const rule = `must be an integer from ${min} to ${max} (${why})`
+  return Config.schema(Schema.NumberFromString.annotate({ message: rule }).check(Schema.isInt({ message: rule }), Schema.isBetween({ minimum: min, maximum: max }, { message: rule })), variable)
+}
 const intOr = (variable: string, fallback: number, min: number) => int(variable, min).pipe(Config.withDefault(fallback))
 const optionalText = (variable: string) => Config.String(variable).pipe(Config.option)
 
 const settings = {
   hostId: Config.String("ENGRAM_HOST_ID"),
-  url: Config.String("ENGRAM_COORDINATOR_URL"),
+  urls: Config.schema(
+    Schema.String.check(
+      Schema.makeFilter((s: string) => {
+        const parsed = Failover.parseUrls(s)
+        return "urls" in parsed ? true : parsed.problem
+      }),
+    ),
+    "ENGRAM_COORDINATOR_URL",
+  ).pipe(Config.map((s) => {
+    const parsed = Failover.parseUrls(s)
+    return "urls" in parsed ? parsed.urls : [s]
+  })),
   hostToken: Config.Redacted("ENGRAM_HOST_TOKEN"),
   peerSecret: Config.schema(Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" })), "ENGRAM_PEER_SECRET").pipe(
     Config.map((s) => Redacted.make(s, { label: "ENGRAM_PEER_SECRET" })),
@@ -46,7 +63,7 @@ const settings = {
   staleMs: intOr("ENGRAM_HEARTBEAT_STALE_WINDOW_MS", Limits.defaults.heartbeatStaleWindowMs, 1),
   heartbeatIntervalMs: int("ENGRAM_AGENT_HEARTBEAT_MS", 1).pipe(Config.option),
   reportIntervalMs: int("ENGRAM_AGENT_REPORT_MS", 1).pipe(Config.option),
-  pollWaitMs: int("ENGRAM_AGENT_POLL_WAIT_MS", 0).pipe(Config.option),
+  pollWaitMs: intUpTo("ENGRAM_AGENT_POLL_WAIT_MS", 0, Payloads.maxAssignmentsWaitMs, "the longest the coordinator holds an assignments poll").pipe(Config.option),
   retryDelayMs: int("ENGRAM_AGENT_RETRY_MS", 1).pipe(Config.option),
   maxPreCopyRounds: int("ENGRAM_AGENT_MAX_PRECOPY_ROUNDS", 2).pipe(Config.option),
   stagingGraceMs: int("ENGRAM_AGENT_STAGING_GRACE_MS", 1).pipe(Config.option),
@@ -124,8 +141,30 @@ const runtimeSettings = {
 /** The QEMU variables, which apply only with `ENGRAM_RUNTIME=qemu`. */
 const qemuVariables = Env.agentVariables.filter((v) => v.startsWith("ENGRAM_QEMU_"))
 
-/** The rules between variables (each variable's own rule is its Config's). */
-const crossIssues = (env: Env_): Env.Issue[] => {
+/** A variable's value as an integer, when it is one (its own rule judges it otherwise). */
+const integerOf = (env: Env_, v: string): number | undefined => {
+  const raw = env[v]
+  const n = raw === undefined || raw.trim() === "" ? Number.NaN : Number(raw)
+  return Number.isInteger(n) ? n : undefined
+}
+
+/** The rules between the timing variables: a heartbeat interval not below the stale window leaves the host stale between its heartbeats. */
+const timingIssues = (env: Env_): Env.Issue[] => {
+  const heartbeatMs = integerOf(env, "ENGRAM_AGENT_HEARTBEAT_MS")
+  const windowMs = env["ENGRAM_HEARTBEAT_STALE_WINDOW_MS"] === undefined || env["ENGRAM_HEARTBEAT_STALE_WINDOW_MS"] === "" ? Limits.defaults.heartbeatStaleWindowMs : integerOf(env, "ENGRAM_HEARTBEAT_STALE_WINDOW_MS")
+  return heartbeatMs !== undefined && windowMs !== undefined && heartbeatMs >= windowMs
+    ? [
+        {
+          variable: "ENGRAM_AGENT_HEARTBEAT_MS",
+          rule: `must be less than ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${windowMs}): a host that heartbeats less often goes stale between its heartbeats`,
+          value: env["ENGRAM_AGENT_HEARTBEAT_MS"],
+        },
+      ]
+    : []
+}
+
+/** The rules between the runtime's variables. */
+const runtimeIssues = (env: Env_): Env.Issue[] => {
   const set = (v: string) => env[v] !== undefined && env[v] !== ""
   const issues: Env.Issue[] = []
   const runtime = set("ENGRAM_RUNTIME") ? env["ENGRAM_RUNTIME"] : "sim"
@@ -149,14 +188,17 @@ const crossIssues = (env: Env_): Env.Issue[] => {
 const given = <A>(o: Option.Option<A>): { readonly value: A } | undefined => (Option.isSome(o) ? { value: o.value } : undefined)
 const text = (o: Option.Option<string>) => (Option.isSome(o) && o.value !== "" ? o.value : undefined)
 
-/** Reads `configs` and checks the rules between variables; every problem at once. */
-const readAll = <A extends Record<string, unknown>>(env: Env_, configs: { readonly [K in keyof A]: Config.Config<A[K]> }) =>
+/** The rules between variables (each variable's own rule is its Config's). */
+const crossIssues = (env: Env_): Env.Issue[] => [...timingIssues(env), ...runtimeIssues(env)]
+
+/** Reads `configs` and checks the rules between variables (`cross`); every problem at once. */
+const readAll = <A extends Record<string, unknown>>(env: Env_, configs: { readonly [K in keyof A]: Config.Config<A[K]> }, cross: (env: Env_) => Env.Issue[]) =>
   Effect.gen(function* () {
     const envRecord: Record<string, string | undefined> = { ...env }
     const read = yield* Env.read<A>("host agent", configs, { provider: ConfigProvider.fromEnvRecord(envRecord), raw: (v) => env[v], secrets: secretVariables }).pipe(Effect.result)
-    const cross = crossIssues(env)
-    if (read._tag === "Failure" || cross.length > 0) {
-      return yield* new Env.ConfigInvalid({ component: "host agent", issues: [...(read._tag === "Failure" ? read.failure.issues : []), ...cross] })
+    const crossed = cross(env)
+    if (read._tag === "Failure" || crossed.length > 0) {
+      return yield* new Env.ConfigInvalid({ component: "host agent", issues: [...(read._tag === "Failure" ? read.failure.issues : []), ...crossed] })
     }
     return read.success
   })
@@ -195,7 +237,7 @@ const qemuOf = (s: RuntimeValues, hostId: string, stateFile: string | undefined)
  * absent for the simulated runtime. For the demo, which runs its agents in one process.
  */
 export const runtimeFromEnvironment = (env: Env_, hostId: string, stateFile: string | undefined): Effect.Effect<{ readonly qemu?: QemuSettings }, Env.ConfigInvalid> =>
-  Effect.map(readAll<RuntimeValues>(env, runtimeSettings), (s) => {
+  Effect.map(readAll<RuntimeValues>(env, runtimeSettings, runtimeIssues), (s) => {
     const qemu = qemuOf(s, hostId, stateFile)
     return qemu === undefined ? {} : { qemu }
   })
@@ -204,7 +246,7 @@ export const runtimeFromEnvironment = (env: Env_, hostId: string, stateFile: str
 export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgentOptions, Env.ConfigInvalid> =>
   Effect.gen(function* () {
     for (const u of Env.unknown(env)) yield* Effect.logWarning(Env.unknownMessage(u), { variable: u.variable, didYouMean: u.didYouMean })
-    const s = yield* readAll(env, { ...settings, ...runtimeSettings })
+    const s = yield* readAll(env, { ...settings, ...runtimeSettings }, crossIssues)
     const base = defaultAgentConfig(s.hostId, s.staleMs)
     const config: AgentConfig = {
       ...base,
@@ -231,7 +273,8 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       s.measure === "fixed" ? (mib) => HostMeter.use((m) => m.measure(mib)).pipe(Effect.provide(layerFixed(fixed))) : (mib) => measureHost(roots, mib)
     return {
       hostId: s.hostId,
-      coordinator: { url: s.url, hostToken: s.hostToken },
+      // One URL stays a string (as given); several are replicas (Failover).
+      coordinator: { url: s.urls.length === 1 ? s.urls[0]! : s.urls, hostToken: s.hostToken },
       peerSecret: Redacted.value(s.peerSecret),
       peers: (id: string) => peers.get(id),
       listen: { port: s.port, host: s.listenHost },

@@ -4,7 +4,8 @@
  * (`HttpApiClient` over `EngramApi`, with the host token): the records and their schemas are the
  * API's, nothing is re-declared here. Level-triggered: the assignments are the commands, the
  * CAS endpoints are the acknowledgements, and a 409 from one (a repeat, or a state that already
- * moved on) is `Conflict`, which the agent treats as done.
+ * moved on) is `Conflict`, which the agent treats as done. Given several replicas' URLs it talks
+ * to one at a time and moves to the next when that one is unreachable or hung (`Failover`).
  */
 import { Client, Errors as ApiErrors } from "@engram/api"
 import type { ApiError, Records } from "@engram/api"
@@ -12,6 +13,7 @@ import { Clock, Context, Duration, Effect, Layer, Schema } from "effect"
 import type { Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import type { HttpClient } from "effect/http"
+import * as Failover from "./Failover.js"
 import type { HostReport } from "./Measure.js"
 
 /** A session's state. */
@@ -121,9 +123,16 @@ export class Coordinator extends Context.Service<Coordinator, CoordinatorShape>(
 
 /** Where the coordinator is and who this agent is. */
 export interface CoordinatorTarget {
-  readonly url: string
+  /** The coordinator's URL, or its replicas' in the order tried (`Failover`). */
+  readonly url: string | readonly string[]
   readonly hostId: string
   readonly hostToken: string | Redacted.Redacted<string>
+  /**
+   * How long one ordinary call may take before its replica counts as hung
+   * (`Failover.callTimeoutMs` of the heartbeat interval); a long-poll gets its wait on top.
+   * Default `Failover.maxCallTimeoutMs`.
+   */
+  readonly callTimeoutMs?: number
 }
 
 /**
@@ -163,36 +172,55 @@ const toPortError = (op: string, e: { readonly _tag: string; readonly message: s
   })
 }
 
-/** The coordinator over HTTP, through the API's typed client. Needs an `HttpClient`. */
+/**
+ * The coordinator over HTTP, through the API's typed client. Needs an `HttpClient`. With several
+ * URLs, one replica at a time: a call that finds it unreachable (`Failover.unreachable`) moves
+ * the client to the next and is tried there at once, each replica at most once per call.
+ */
 export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, never, HttpClient.HttpClient> =>
   Effect.gen(function* () {
-    const api = yield* Client.make({ baseUrl: t.url.replace(/\/+$/, ""), token: t.hostToken })
+    const urls: readonly string[] = typeof t.url === "string" ? [t.url] : t.url
+    const apis = yield* Effect.forEach(urls, (url) => Client.make({ baseUrl: Failover.baseUrlOf(url), token: t.hostToken }))
+    const replica = yield* Failover.makeSticky(urls.length)
+    const callMs = t.callTimeoutMs ?? Failover.maxCallTimeoutMs
     const host = { id: t.hostId }
-    const call = <A>(op: string, eff: Effect.Effect<A, { readonly _tag: string; readonly message: string }>, timeoutMs = 30_000): Fx<A> =>
-      eff.pipe(
-        Effect.timeout(Duration.millis(timeoutMs)),
-        Effect.catch((e) =>
-          e._tag === "TimeoutError"
-            ? Effect.fail(new CoordinatorError({ op, status: null, message: "timed out" }))
-            : Effect.flatMap(Clock.currentTimeMillis, (nowMs) => Effect.fail(toPortError(op, e, nowMs))),
-        ),
-      )
+    type Raw<A> = Effect.Effect<A, { readonly _tag: string; readonly message: string }>
+    /** One try on the replica in use; on to the next when it is unreachable, `left` more times. */
+    const attempt = <A>(op: string, request: (api: Client.Client) => Raw<A>, timeoutMs: number, left: number): Fx<A> =>
+      Effect.gen(function* () {
+        const index = yield* replica.current
+        const result = yield* request(apis[index]!).pipe(Effect.timeout(Duration.millis(timeoutMs)), Effect.result)
+        if (result._tag === "Success") return result.success
+        const e = result.failure
+        const message = e._tag === "TimeoutError" ? "timed out" : e.message
+        if (urls.length > 1 && Failover.unreachable(e)) {
+          const to = yield* replica.leave(index)
+          if (to !== undefined) {
+            yield* Effect.logWarning("coordinator replica unreachable; the agent moves to the next", { hostId: t.hostId, op, from: urls[index], to: urls[to], error: message })
+          }
+          if (left > 0) return yield* attempt(op, request, timeoutMs, left - 1)
+        }
+        if (e._tag === "TimeoutError") return yield* Effect.fail(new CoordinatorError({ op, status: null, message }))
+        return yield* Effect.fail(toPortError(op, e, yield* Clock.currentTimeMillis))
+      })
+    const call = <A>(op: string, request: (api: Client.Client) => Raw<A>, timeoutMs = callMs): Fx<A> => attempt(op, request, timeoutMs, urls.length - 1)
     return {
       report: (r, activeSessions = []) =>
-        call("report", api.hosts.report({ params: host, payload: activeSessions.length === 0 ? r : { ...r, activeSessions } })).pipe(Effect.asVoid),
-      heartbeat: call("heartbeat", api.hosts.heartbeat({ params: host })).pipe(Effect.map((b) => b.renewed)),
+        call("report", (api) => api.hosts.report({ params: host, payload: activeSessions.length === 0 ? r : { ...r, activeSessions } })).pipe(Effect.asVoid),
+      heartbeat: call("heartbeat", (api) => api.hosts.heartbeat({ params: host })).pipe(Effect.map((b) => b.renewed)),
       assignments: ({ waitMs, since }) =>
-        call("assignments", api.hosts.assignments({ params: host, query: since === undefined ? { waitMs } : { waitMs, since } }), waitMs + 15_000),
-      started: (id) => call("started", api.sessions.started({ params: { id } })).pipe(Effect.asVoid),
-      descended: (id) => call("descended", api.sessions.descended({ params: { id } })).pipe(Effect.asVoid),
-      round: (id, round) => call("round", api.moves.round({ params: { id }, payload: round })).pipe(Effect.asVoid),
-      commit: (id, phases, guard) => call("commit", api.moves.commit({ params: { id }, payload: guard === undefined ? phases : { ...phases, guard } })).pipe(Effect.asVoid),
+        call("assignments", (api) => api.hosts.assignments({ params: host, query: since === undefined ? { waitMs } : { waitMs, since } }), Failover.pollTimeoutMs(waitMs, callMs)),
+      started: (id) => call("started", (api) => api.sessions.started({ params: { id } })).pipe(Effect.asVoid),
+      descended: (id) => call("descended", (api) => api.sessions.descended({ params: { id } })).pipe(Effect.asVoid),
+      round: (id, round) => call("round", (api) => api.moves.round({ params: { id }, payload: round })).pipe(Effect.asVoid),
+      commit: (id, phases, guard) =>
+        call("commit", (api) => api.moves.commit({ params: { id }, payload: guard === undefined ? phases : { ...phases, guard } })).pipe(Effect.asVoid),
       abort: (id, reason, estimateMs) =>
-        call("abort", api.moves.abort({ params: { id }, payload: estimateMs === undefined ? { reason } : { reason, estimateMs } })).pipe(Effect.asVoid),
-      reportRunning: (id, reason) => call("reportRunning", api.moves.resolve({ params: { id }, payload: { outcome: "commit", reason } })).pipe(Effect.asVoid),
-      getMove: (id) => call("getMove", api.moves.get({ params: { id } })),
+        call("abort", (api) => api.moves.abort({ params: { id }, payload: estimateMs === undefined ? { reason } : { reason, estimateMs } })).pipe(Effect.asVoid),
+      reportRunning: (id, reason) => call("reportRunning", (api) => api.moves.resolve({ params: { id }, payload: { outcome: "commit", reason } })).pipe(Effect.asVoid),
+      getMove: (id) => call("getMove", (api) => api.moves.get({ params: { id } })),
       getSession: (id) =>
-        call("getSession", api.sessions.get({ params: { id } })).pipe(
+        call("getSession", (api) => api.sessions.get({ params: { id } })).pipe(
           Effect.catchIf(
             (e) => e._tag === "CoordinatorError" && (e.status === 403 || isNotFound(e, "session", id)),
             () => Effect.succeed(null),

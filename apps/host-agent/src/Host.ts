@@ -14,6 +14,7 @@ import { Effect } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { type Agent, type AgentConfig, makeAgent } from "./Agent.js"
 import { type CoordinatorShape, makeHttp } from "./Coordinator.js"
+import * as Failover from "./Failover.js"
 import * as LocalState from "./LocalState.js"
 import type { HostReport } from "./Measure.js"
 import { makeMoveTarget, type MoveTarget } from "./MoveTarget.js"
@@ -38,8 +39,11 @@ export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limi
 
 export interface HostAgentOptions {
   readonly hostId: string
-  /** The coordinator, by URL (with the host token) or as a ready client (tests). */
-  readonly coordinator: { readonly url: string; readonly hostToken: string | Redacted.Redacted<string> } | CoordinatorShape
+  /**
+   * The coordinator, by URL (with the host token) or as a ready client (tests). Several URLs:
+   * replicas of one coordinator, tried in this order (`Failover`).
+   */
+  readonly coordinator: { readonly url: string | readonly string[]; readonly hostToken: string | Redacted.Redacted<string> } | CoordinatorShape
   /** Shared by the fleet's agents: move tokens derive from it. */
   readonly peerSecret: string
   /** Peer agent URLs by host id. */
@@ -76,10 +80,20 @@ export interface HostAgent {
   readonly port: number | null
 }
 
+/** The agent's configuration: the defaults, then `o.config`. */
+const configOf = (o: HostAgentOptions): AgentConfig => ({ ...defaultAgentConfig(o.hostId), ...o.config, hostId: o.hostId })
+
+/**
+ * The HTTP client of the coordinator at `url` (one URL or several replicas'), its calls bounded
+ * by the agent's heartbeat interval (`Failover.callTimeoutMs`).
+ */
+export const httpCoordinator = (o: HostAgentOptions, url: string | readonly string[], hostToken: string | Redacted.Redacted<string>): Effect.Effect<CoordinatorShape> =>
+  makeHttp({ url, hostId: o.hostId, hostToken, callTimeoutMs: Failover.callTimeoutMs(configOf(o).heartbeatIntervalMs) }).pipe(Effect.provide(FetchHttpClient.layer))
+
 /** Builds one agent and starts its loops in the current scope; a runtime that cannot run here fails it (logged). */
 export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, RuntimeChoice.RuntimeUnavailable, Scope.Scope> =>
   Effect.gen(function* () {
-    const config: AgentConfig = { ...defaultAgentConfig(o.hostId), ...o.config, hostId: o.hostId }
+    const config = configOf(o)
     const listenHost = o.migration?.listenHost ?? o.listen?.host ?? "127.0.0.1"
     const address: RuntimeChoice.MigrationAddress = { listenHost, advertiseHost: o.migration?.advertiseHost ?? listenHost }
     const runtime: VmRuntimeShape =
@@ -110,9 +124,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     const stateFile = o.stateFile
     const residents = yield* makeResidents(o.hostId, state, stateFile === undefined ? () => Effect.void : (s) => LocalState.save(stateFile, s))
     if (stateFile !== undefined) yield* LocalState.save(stateFile, state)
-    const coordinator = "url" in o.coordinator
-      ? yield* makeHttp({ url: o.coordinator.url, hostId: o.hostId, hostToken: o.coordinator.hostToken }).pipe(Effect.provide(FetchHttpClient.layer))
-      : o.coordinator
+    const coordinator = "url" in o.coordinator ? yield* httpCoordinator(o, o.coordinator.url, o.coordinator.hostToken) : o.coordinator
     const target = yield* makeMoveTarget(o.hostId, runtime, residents)
     const images = ImageStore.directory(o.imageDir ?? mkdtempSync(join(tmpdir(), `engram-images-${encodeURIComponent(o.hostId)}-`)))
     const link = o.link ?? PeerLink.http(o.peers, o.peerSecret)

@@ -10,11 +10,9 @@
 import "@engram/process/check-node"
 import { Fatal, Main } from "@engram/process"
 import { Deferred, Effect } from "effect"
-import { FetchHttpClient } from "effect/http"
 import { fromEnvironment } from "./Config.js"
-import { makeHttp } from "./Coordinator.js"
 import * as Credential from "./Credential.js"
-import { startHostAgent } from "./Host.js"
+import { httpCoordinator, startHostAgent } from "./Host.js"
 
 const program = fromEnvironment().pipe(
   // One line per bad variable, all at once: `ENGRAM_AGENT_PORT="x": must be an integer >= 0`.
@@ -23,8 +21,9 @@ const program = fromEnvironment().pipe(
     Effect.scoped(
       Effect.gen(function* () {
         if (!("url" in options.coordinator)) return yield* Effect.die("the agent's main reads the coordinator's URL from the environment")
-        const url = options.coordinator.url
-        const http = yield* makeHttp({ url, hostId: options.hostId, hostToken: options.coordinator.hostToken }).pipe(Effect.provide(FetchHttpClient.layer))
+        // Named in messages as given: one URL, or the replicas' list.
+        const url = typeof options.coordinator.url === "string" ? options.coordinator.url : options.coordinator.url.join(", ")
+        const http = yield* httpCoordinator(options, options.coordinator.url, options.coordinator.hostToken)
         const credential = (message: string) => new Fatal({ message, exitCode: Main.exitCodes.credential })
         yield* Credential.verify(http, options.hostId, url, options.config?.retryDelayMs).pipe(Effect.mapError(credential))
         const refused = yield* Deferred.make<string>()

@@ -158,5 +158,54 @@ describe("host agent configuration", () => {
     const badName = await errorOf({ ...required, ENGRAM_AGENT_TEMPLATES: "a/b=256:1" })
     expect(badName?.message).toMatch(/a template name must be 1-100 characters of \[A-Za-z0-9._-\]/)
   })
+
+  it("a heartbeat interval not below the stale window is refused (the host would go stale between its heartbeats), with the rest; just below is accepted", async () => {
+    const rule = (windowMs: number) => `must be less than ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${windowMs}): a host that heartbeats less often goes stale between its heartbeats`
+    const equal = await errorOf({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "30000", ENGRAM_AGENT_HEARTBEAT_MS: "30000", ENGRAM_AGENT_PORT: "seven" })
+    expect(equal?.message).toBe(
+      ["invalid host agent configuration:", '  ENGRAM_AGENT_PORT="seven": must be an integer >= 0', `  ENGRAM_AGENT_HEARTBEAT_MS="30000": ${rule(30_000)}`].join("\n"),
+    )
+    // The coordinator's default window when the agent is not told another.
+    const overDefault = await errorOf({ ...required, ENGRAM_AGENT_HEARTBEAT_MS: "120000" })
+    expect(overDefault?.issues).toEqual([{ variable: "ENGRAM_AGENT_HEARTBEAT_MS", rule: rule(120_000), value: "120000" }])
+    const edge = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "30000", ENGRAM_AGENT_HEARTBEAT_MS: "29999" }))
+    expect(edge.config?.heartbeatIntervalMs).toBe(29_999)
+  })
+
+  it("the assignments poll waits at most the coordinator's 30 s (it never holds one longer); 30 s is accepted", async () => {
+    const over = await errorOf({ ...required, ENGRAM_AGENT_POLL_WAIT_MS: "30001" })
+    expect(over?.issues).toEqual([
+      { variable: "ENGRAM_AGENT_POLL_WAIT_MS", rule: "must be an integer from 0 to 30000 (the longest the coordinator holds an assignments poll)", value: "30001" },
+    ])
+    const edge = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_POLL_WAIT_MS: "30000" }))
+    expect(edge.config?.pollWaitMs).toBe(30_000)
+  })
 })
 
+describe("ENGRAM_COORDINATOR_URL: one coordinator URL, or several replicas' (comma-separated)", () => {
+  const urlOf = async (value: string) => {
+    const o = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_COORDINATOR_URL: value }))
+    return "url" in o.coordinator ? o.coordinator.url : undefined
+  }
+  const refused = async (value: string) => (await errorOf({ ...required, ENGRAM_COORDINATOR_URL: value }))?.message
+
+  it("one URL is taken as given, a trailing slash and a path prefix kept (the client strips the slash); several in order, spaces around commas ignored", async () => {
+    expect(await urlOf("http://127.0.0.1:7070")).toBe("http://127.0.0.1:7070")
+    expect(await urlOf("https://lb.internal/engram/")).toBe("https://lb.internal/engram/")
+    expect(await urlOf("http://c1:7070, http://c2:7070/,https://c3.internal/engram")).toEqual(["http://c1:7070", "http://c2:7070/", "https://c3.internal/engram"])
+  })
+
+  it("a URL that is not absolute http(s), an empty item, user:password@ or a URL twice is refused at start, naming the variable and the rule", async () => {
+    const rule = "must be one or more absolute http:// or https:// URLs, comma-separated"
+    const line = (value: string, why: string) => ["invalid host agent configuration:", `  ENGRAM_COORDINATOR_URL=${JSON.stringify(value)}: ${rule}${why}`].join("\n")
+    expect(await refused("127.0.0.1:7070")).toBe(line("127.0.0.1:7070", ' ("127.0.0.1:7070" is not one)'))
+    expect(await refused("http://c1:7070,c2:7070")).toBe(line("http://c1:7070,c2:7070", ' ("c2:7070" is not one)'))
+    expect(await refused("ftp://c1")).toBe(line("ftp://c1", ' ("ftp://c1" is not one)'))
+    expect(await refused("/v1")).toBe(line("/v1", ' ("/v1" is not one)'))
+    expect(await refused("http://c1:7070,,http://c2:7070")).toBe(line("http://c1:7070,,http://c2:7070", ", none empty"))
+    expect(await refused("http://c1:7070,")).toBe(line("http://c1:7070,", ", none empty"))
+    expect(await refused("")).toBe(["invalid host agent configuration:", "  ENGRAM_COORDINATOR_URL: is required"].join("\n"))
+    expect(await refused("http://c1:7070, http://C1:7070/")).toBe(line("http://c1:7070, http://C1:7070/", ', each once ("http://C1:7070/" repeats "http://c1:7070")'))
+    expect(await refused("http://agent:pw@c1:7070")).toBe(line("http://agent:pw@c1:7070", ", without user:password@ (the host token authenticates)"))
+  })
+})

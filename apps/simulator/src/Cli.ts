@@ -239,6 +239,16 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
     if (f.heartbeatS > 0 && f.heartbeatS * 1000 >= limits.limits.heartbeatStaleWindowMs)
       return yield* new UsageError({ option: "--heartbeat-s", message: `must stay under the stale window (${limits.limits.heartbeatStaleWindowMs / 1000} s)` })
 
+    // A positive duration that rounds to 0 ms would turn its feature off (0 means off), or, for
+    // the figures' window, divide the run by zero and never end it.
+    const tooShort: readonly (readonly [string, boolean, string])[] = [
+      ["--window-h", Math.round(f.windowH * 3_600_000) < 1000, `must be at least one second, 1/3600 h (got ${f.windowH})`],
+      ["--demand-window-s", Math.round(f.demandWindowS * 1000) < 1, `must be at least 1 ms (got ${f.demandWindowS} s)`],
+      ["--starvation-limit-s", Math.round(f.starvationLimitS * 1000) < 1, `must be at least 1 ms (got ${f.starvationLimitS} s)`],
+      ["--heartbeat-s", f.heartbeatS > 0 && Math.round(f.heartbeatS * 1000) < 1, `must be 0 (agents never fail) or at least 1 ms (got ${f.heartbeatS} s)`],
+    ]
+    for (const [option, short, message] of tooShort) if (short) return yield* new UsageError({ option, message })
+
     // The LP bounds a run that starts empty: a burn-in's sessions hold RAM and resume warm outside its model.
     if (f.warmStart && f.lpBound) return yield* new UsageError({ option: "--lp-bound", message: "bounds a run that starts empty; leave out --warm-start" })
     let scenario: Stress.Scenario | null = null

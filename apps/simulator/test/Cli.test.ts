@@ -112,6 +112,17 @@ describe("flags", () => {
     expect(await failure(["--move-dirty-mib-per-s", "-1"])).toMatchObject({ _tag: "UsageError", message: expect.stringContaining("--move-dirty-mib-per-s") })
   })
 
+  it("a positive duration too short to count once rounded to ms is refused, naming the flag (it would turn its feature off, or never end the run)", async () => {
+    // A 0 ms window of the figures divided by zero: the run never ended.
+    expect(await failure(["--window-h", "0.0000001"])).toMatchObject({ _tag: "UsageError", option: "--window-h", message: "must be at least one second, 1/3600 h (got 1e-7)" })
+    expect(await failure(["--demand-window-s", "0.0001"])).toMatchObject({ _tag: "UsageError", option: "--demand-window-s", message: "must be at least 1 ms (got 0.0001 s)" })
+    expect(await failure(["--starvation-limit-s", "0.0001"])).toMatchObject({ _tag: "UsageError", option: "--starvation-limit-s", message: "must be at least 1 ms (got 0.0001 s)" })
+    // 0 turns the agents' model off; a positive interval is one.
+    expect(await failure(["--heartbeat-s", "0.0001"])).toMatchObject({ _tag: "UsageError", option: "--heartbeat-s", message: "must be 0 (agents never fail) or at least 1 ms (got 0.0001 s)" })
+    const edge = (await parse(["--window-h", String(1 / 3600), "--demand-window-s", "0.001", "--starvation-limit-s", "0.001", "--heartbeat-s", "0.001"])) as Cli.Options
+    expect([edge.fleet.windowMs, edge.fleet.meter.windowMs, edge.fleet.policyOptions.starvationLimitMs, edge.fleet.heartbeatIntervalMs]).toEqual([1000, 1, 1, 1])
+  })
+
   it("bad input names the flag and the rule", async () => {
     expect(await failure(["--policy", "always-park"])).toMatchObject({ _tag: "UsageError", option: "--policy", message: expect.stringContaining("unknown policy always-park") })
     expect(await failure(["--host", "10x64q"])).toMatchObject({ _tag: "UsageError", option: "--host" })

@@ -61,7 +61,10 @@ export const Report = Schema.Struct({
 })
 export type Report = typeof Report.Type
 
-/** `GET /v1/hosts/{id}/assignments`: long-poll up to `waitMs` (capped at 30 s) for a version other than `since`. */
+/** The longest an assignments request waits (a longer `waitMs` is cut to it); an agent's poll wait is at most this. */
+export const maxAssignmentsWaitMs = 30_000
+
+/** `GET /v1/hosts/{id}/assignments`: long-poll up to `waitMs` (capped at `maxAssignmentsWaitMs`, 30 s) for a version other than `since`. */
 export const AssignmentsQuery = {
   waitMs: Schema.optionalKey(NonNegativeIntFromString),
   since: Schema.optionalKey(Schema.String),

@@ -1,0 +1,204 @@
+/**
+ * The agent's coordinator client with several replicas, over real HTTP: a replica that accepts
+ * connections but never answers (hung) and one that refuses them are left for the next, once
+ * however many calls fail on it together; the API's own answers (409, 401, its 503 `DiskFull`)
+ * keep the client where it is; its 503 `Unavailable` and a proxy's 502/503 move it on.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
+import type { AddressInfo } from "node:net"
+import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
+import { StoreSim } from "@engram/store-sim"
+import { Effect, Logger, Redacted } from "effect"
+import { FetchHttpClient } from "effect/http"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { makeHttp } from "../src/Coordinator.js"
+import * as Failover from "../src/Failover.js"
+
+const adminToken = "failover-admin-token-0123456789"
+/** Small, so a hung replica costs a test a second; far from any call a live in-process coordinator answers. */
+const callTimeoutMs = 1000
+
+/** A server that counts the requests it gets and answers them with `answer` (never, for a hung replica). */
+interface Fake {
+  readonly url: string
+  readonly requests: () => number
+  readonly close: () => Promise<void>
+}
+const fake = async (answer: ((req: IncomingMessage, res: ServerResponse) => void) | "hang"): Promise<Fake> => {
+  let n = 0
+  const server: Server = createServer((req, res) => {
+    n++
+    if (answer !== "hang") answer(req, res)
+  })
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    requests: () => n,
+    close: () => {
+      server.closeAllConnections()
+      return new Promise((resolve) => server.close(() => resolve()))
+    },
+  }
+}
+/** A URL nothing listens on (a port bound, then freed): connections are refused. */
+const refusingUrl = async () => {
+  const f = await fake("hang")
+  await f.close()
+  return f.url
+}
+
+let coordinator: RunningCoordinator
+let hostToken = ""
+const fakes: Fake[] = []
+const admin = (method: string, path: string, body?: unknown) =>
+  fetch(`${coordinator.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, unknown> }))
+
+/** The client over `urls`, and the warnings it logs. */
+const clientOver = async (urls: readonly string[], token = hostToken) => {
+  const warnings: { message: string; fields: Record<string, unknown> }[] = []
+  const capture = Logger.layer([
+    Logger.make(({ logLevel, message }) => {
+      if (logLevel !== "Warn") return
+      const [text, fields] = Array.isArray(message) ? message : [message]
+      warnings.push({ message: String(text), fields: (fields ?? {}) as Record<string, unknown> })
+    }),
+  ])
+  const client = await Effect.runPromise(makeHttp({ url: urls, hostId: "a", hostToken: Redacted.make(token), callTimeoutMs }).pipe(Effect.provide(FetchHttpClient.layer)))
+  const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff).pipe(Effect.provide(capture)))
+  return { client, run, warnings }
+}
+const track = async (f: Promise<Fake>) => {
+  const made = await f
+  fakes.push(made)
+  return made
+}
+
+beforeAll(async () => {
+  coordinator = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
+  hostToken = (await admin("POST", "/v1/hosts", { id: "a" })).body["token"] as string
+})
+afterAll(async () => {
+  await Promise.all(fakes.map((f) => f.close()))
+  await coordinator?.stop()
+})
+
+describe("a hung or refusing replica is left for the next (Failover)", () => {
+  it("calls land on the live replica after a hung one and a refusing one; the client then stays there", async () => {
+    const hung = await track(fake("hang"))
+    const { client, run, warnings } = await clientOver([hung.url, await refusingUrl(), coordinator.url])
+    expect((await run(client.heartbeat))._tag).toBe("Success")
+    expect(hung.requests()).toBe(1)
+    // Two switches, each named with both URLs; the host token is in no log line.
+    expect(warnings.map((w) => [w.fields["from"], w.fields["op"]])).toEqual([
+      [hung.url, "heartbeat"],
+      [expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+$/), "heartbeat"],
+    ])
+    expect(warnings[1]?.fields["to"]).toBe(coordinator.url)
+    expect(JSON.stringify(warnings)).not.toContain(hostToken)
+    // Sticky: the next calls go to the live replica only.
+    expect((await run(client.report({ totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })))._tag).toBe("Success")
+    expect((await run(client.assignments({ waitMs: 0, since: undefined })))._tag).toBe("Success")
+    expect(hung.requests()).toBe(1)
+    expect(warnings).toHaveLength(2)
+  })
+
+  it("a long-poll on a hung replica is bounded by its wait plus a call's bound, then answered by the next", async () => {
+    const hung = await track(fake("hang"))
+    const { client, run } = await clientOver([hung.url, coordinator.url])
+    const polled = await run(client.assignments({ waitMs: 500, since: undefined }))
+    expect(polled._tag).toBe("Success")
+    expect(hung.requests()).toBe(1)
+  })
+
+  it("calls failing together on a hung replica switch once: none skips over the next replica", async () => {
+    const hung = await track(fake("hang"))
+    // The replica after the next: it must see no call (a switch per failure would reach it).
+    const third = await track(fake((_req, res) => res.writeHead(500, { "content-type": "text/plain" }).end("third replica")))
+    const { client, run, warnings } = await clientOver([hung.url, coordinator.url, third.url])
+    const results = await Promise.all(Array.from({ length: 12 }, () => run(client.heartbeat)))
+    expect(results.map((r) => r._tag)).toEqual(Array.from({ length: 12 }, () => "Success"))
+    expect(hung.requests()).toBe(12)
+    expect(third.requests()).toBe(0)
+    expect(warnings.map((w) => [w.fields["from"], w.fields["to"]])).toEqual([[hung.url, coordinator.url]])
+  })
+
+  it("every replica unreachable: the call fails after trying each once, and the client has gone round to the first", async () => {
+    const hung = await track(fake("hang"))
+    const refusing = await refusingUrl()
+    const { client, run, warnings } = await clientOver([refusing, hung.url])
+    const failed = await run(client.heartbeat)
+    expect(failed._tag === "Failure" && failed.failure).toMatchObject({ _tag: "CoordinatorError", op: "heartbeat", status: null, message: "timed out" })
+    expect(hung.requests()).toBe(1)
+    expect(warnings.map((w) => [w.fields["from"], w.fields["to"]])).toEqual([
+      [refusing, hung.url],
+      [hung.url, refusing],
+    ])
+  })
+})
+
+describe("the coordinator's answers keep the client where it is; a proxy's gateway error does not", () => {
+  it("a 409 (Conflict) and a 401 are answers: the next replica sees no call", async () => {
+    const next = await track(fake((_req, res) => res.writeHead(500).end()))
+    const { client, run, warnings } = await clientOver([coordinator.url, next.url])
+    expect((await admin("PUT", "/v1/hosts/a/report", { totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })).status).toBe(200)
+    expect((await admin("POST", "/v1/sessions", { id: "s1", memMib: 256, vcpus: 1, affinity: ["a"] })).status).toBe(201)
+    expect((await run(client.started("s1")))._tag).toBe("Success")
+    const again = await run(client.started("s1"))
+    expect(again._tag === "Failure" && again.failure).toMatchObject({ _tag: "Conflict", op: "started" })
+    const stranger = await clientOver([coordinator.url, next.url], "not-a-token-of-anyone-0123456789")
+    const refused = await stranger.run(stranger.client.heartbeat)
+    expect(refused._tag === "Failure" && refused.failure).toMatchObject({ _tag: "CoordinatorError", status: 401 })
+    expect(next.requests()).toBe(0)
+    expect([...warnings, ...stranger.warnings]).toEqual([])
+  })
+
+  it("the API's 503 Unavailable (this replica cannot reach the store, or it is shutting down) moves it on; its other 503s are answers; a proxy's HTML 502 or 503 moves it on", async () => {
+    const answering = (error: string) =>
+      track(
+        fake((_req, res) =>
+          res.writeHead(503, { "content-type": "application/json", "retry-after": "2" }).end(JSON.stringify({ error, message: `${error} (test)`, retryAfterMs: 1500 })),
+        ),
+      )
+    // Cut off from the store: the next replica answers, and the client stays there.
+    const storeAway = await answering("Unavailable")
+    const away = await clientOver([storeAway.url, coordinator.url])
+    expect((await away.run(away.client.heartbeat))._tag).toBe("Success")
+    expect((await away.run(away.client.heartbeat))._tag).toBe("Success")
+    expect(storeAway.requests()).toBe(1)
+    expect(away.warnings.map((w) => [w.fields["from"], w.fields["to"]])).toEqual([[storeAway.url, coordinator.url]])
+    // Every replica without the store: one try on each, then the coordinator's answer and its wait.
+    const alsoAway = await answering("Unavailable")
+    const allAway = await clientOver([storeAway.url, alsoAway.url])
+    const failed = await allAway.run(allAway.client.heartbeat)
+    expect(failed._tag === "Failure" && failed.failure).toMatchObject({ _tag: "CoordinatorError", status: 503, retryAfterMs: 1500 })
+    expect([storeAway.requests(), alsoAway.requests()]).toEqual([2, 1])
+    // A full disk is the database's, the same on every replica: an answer, the client stays.
+    const diskFull = await answering("DiskFull")
+    const full = await clientOver([diskFull.url, coordinator.url])
+    const answered = await full.run(full.client.heartbeat)
+    expect(answered._tag === "Failure" && answered.failure).toMatchObject({ _tag: "CoordinatorError", status: 503, retryAfterMs: 1500 })
+    expect((await full.run(full.client.heartbeat))._tag).toBe("Failure")
+    expect(diskFull.requests()).toBe(2)
+    expect(full.warnings).toEqual([])
+    for (const status of [502, 503]) {
+      const gateway = await track(fake((_req, res) => res.writeHead(status, { "content-type": "text/html" }).end("<h1>upstream away</h1>")))
+      const proxied = await clientOver([gateway.url, coordinator.url])
+      expect((await proxied.run(proxied.client.heartbeat))._tag).toBe("Success")
+      expect(gateway.requests()).toBe(1)
+      expect(proxied.warnings.map((w) => w.fields["to"])).toEqual([coordinator.url])
+    }
+  })
+})
+
+describe("the bounds of a call", () => {
+  it("an ordinary call is bounded by the heartbeat interval, within [1 s, 30 s]; a long-poll by its wait plus that", () => {
+    expect(Failover.callTimeoutMs(20_000)).toBe(20_000)
+    expect(Failover.callTimeoutMs(40_000)).toBe(30_000)
+    expect(Failover.callTimeoutMs(100)).toBe(1_000)
+    expect(Failover.pollTimeoutMs(20_000, 20_000)).toBe(40_000)
+  })
+})
