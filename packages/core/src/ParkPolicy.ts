@@ -104,8 +104,11 @@ export interface Options extends ParkGate.Options {
   readonly descentBaseMs: number
   /**
    * `demand-reserve`: each size class keeps at least as many places as the most sessions of
-   * its class the queue held at once within this much recent time (`Recent.queuedPeaks`):
-   * arrivals that came in a group once are expected in a group again. 0: off.
+   * its class the queue held at once within this much recent time (`Recent.queuedPeaks`, the
+   * reaper's sample of each pass's queue): sessions that arrived in a group once (a deployment's
+   * VMs at once, which a Poisson count of single arrivals misses) are expected in a group again.
+   * A group the reserve then holds room for no longer queues, so the hold forgets it once this
+   * much time passes without another: the reserve follows the workload, not one trace. 0: off.
    */
   readonly reserveBurstHoldMs: number
   /** `demand-reserve`: the share of a class's queue peak its places keep (rounded up). */
@@ -116,7 +119,8 @@ export interface Options extends ParkGate.Options {
  * Seed 000's floor (30 %), a five-minute minimum park age, and the measured reserve knobs: a
  * 20 s lead for every class (the simulator README's sweep, "Choosing the reserve's knobs": with
  * descents at 2,800 MiB/s a 32 GiB descent takes 12 s, so a minute's lead made room far ahead of
- * demand and cost warm resumes on loaded fleets).
+ * demand and cost warm resumes on loaded fleets), and places for the groups each size class
+ * queued in the last 30 minutes (the simulator README's "Groups of arrivals").
  */
 export const defaultOptions: Options = Object.freeze({
   ...ParkGate.defaultOptions,
@@ -131,7 +135,7 @@ export const defaultOptions: Options = Object.freeze({
   // @engram/runtime-qemu's bench: a mapped descent 362 ms per GiB at the p95.
   descentMibPerSec: 2800,
   descentBaseMs: 0,
-  reserveBurstHoldMs: 0,
+  reserveBurstHoldMs: 30 * 60 * 1000,
   reserveBurstShare: 1,
 })
 

@@ -811,14 +811,13 @@ describe("the queue's peaks in the pass", () => {
       yield* parked("h1", "p1", 4096)
       yield* TestClock.adjust("10 minutes")
       for (const id of ["q1", "q2", "q3"]) yield* store.createSession({ id, budget: { memMib: 1024, vcpus: 1 } })
-      const policyOptions = { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 30 * 60_000 }
       const state = ReaperState.make()
-      yield* Reaper.pass({ policy: "demand-reserve", policyOptions, state })
+      yield* Reaper.pass({ policy: "demand-reserve", state })
       assert.deepStrictEqual(state.queuePeaks.peaks().map((p) => [p.sizeClass, p.count]), [[10, 3]])
-      // The default knobs keep no peak.
-      const plain = ReaperState.make()
-      yield* Reaper.pass({ policy: "demand-reserve", state: plain })
-      assert.deepStrictEqual(plain.queuePeaks.peaks(), [])
+      // With the hold off no peak is kept.
+      const off = ReaperState.make()
+      yield* Reaper.pass({ policy: "demand-reserve", policyOptions: { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 0 }, state: off })
+      assert.deepStrictEqual(off.queuePeaks.peaks(), [])
     }).pipe(Effect.provide(storeLayer())))
 })
 
