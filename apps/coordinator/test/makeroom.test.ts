@@ -198,7 +198,7 @@ for (const [name, store] of backends) {
 
     // With make-room moves off too: an API move whose waiter died with its replica would
     // otherwise stay pending, and its session could never idle or move again.
-    for (const [mode, moveSettings] of [["on", on], ["off", () => settings({})]] as const)
+    for (const [mode, moveSettings] of [["on", on], ["off", () => settings({ ENGRAM_MAKE_ROOM_MOVES: "0" })]] as const)
     it.effect(`the leader aborts a pending move twice ENGRAM_MOVE_TIMEOUT_MS old that it did not begin (make-room moves ${mode}); one past its intent is left to its source`, () =>
       Effect.gen(function* () {
         const store = yield* Store
@@ -249,10 +249,10 @@ for (const [name, store] of backends) {
       }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
     )
 
-    it.effect("off (the default, or no settings): the same fleet gets no move", () =>
+    it.effect("off (ENGRAM_MAKE_ROOM_MOVES=0, or a reaper without the coordinator's settings): the same fleet gets no move", () =>
       Effect.gen(function* () {
         yield* starvingOnFullHosts()
-        assert.deepStrictEqual(movesOf(yield* reaperPass.pipe(Effect.provide(settings({})))), [])
+        assert.deepStrictEqual(movesOf(yield* reaperPass.pipe(Effect.provide(settings({ ENGRAM_MAKE_ROOM_MOVES: "0" })))), [])
         assert.deepStrictEqual(movesOf(yield* reaperPass), [])
         assert.deepStrictEqual(yield* openMoves, [])
       }).pipe(Effect.provide(services(store()))),

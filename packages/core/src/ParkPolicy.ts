@@ -102,13 +102,25 @@ export interface Options extends ParkGate.Options {
   readonly descentMibPerSec: number
   /** A descent's fixed cost (ms), whatever its size. */
   readonly descentBaseMs: number
+  /**
+   * `demand-reserve`: each size class keeps at least as many places as the most sessions of
+   * its class the queue held at once within this much recent time (`Recent.queuedPeaks`, the
+   * reaper's sample of each pass's queue): sessions that arrived in a group once (a deployment's
+   * VMs at once, which a Poisson count of single arrivals misses) are expected in a group again.
+   * A group the reserve then holds room for no longer queues, so the hold forgets it once this
+   * much time passes without another: the reserve follows the workload, not one trace. 0: off.
+   */
+  readonly reserveBurstHoldMs: number
+  /** `demand-reserve`: the share of a class's queue peak its places keep (rounded up). */
+  readonly reserveBurstShare: number
 }
 
 /**
  * Seed 000's floor (30 %), a five-minute minimum park age, and the measured reserve knobs: a
  * 20 s lead for every class (the simulator README's sweep, "Choosing the reserve's knobs": with
  * descents at 2,800 MiB/s a 32 GiB descent takes 12 s, so a minute's lead made room far ahead of
- * demand and cost warm resumes on loaded fleets).
+ * demand and cost warm resumes on loaded fleets), and places for the groups each size class
+ * queued in the last 30 minutes (the simulator README's "Groups of arrivals").
  */
 export const defaultOptions: Options = Object.freeze({
   ...ParkGate.defaultOptions,
@@ -123,12 +135,27 @@ export const defaultOptions: Options = Object.freeze({
   // @engram/runtime-qemu's bench: a mapped descent 362 ms per GiB at the p95.
   descentMibPerSec: 2800,
   descentBaseMs: 0,
+  reserveBurstHoldMs: 30 * 60 * 1000,
+  reserveBurstShare: 1,
 })
 
 /** The recent demand for room, measured by the reaper between passes. */
 export interface Recent {
   /** New reservations per second (MiB): creates, cold resumes, move targets. */
   readonly reservedMibPerSec: number
+  /**
+   * Per size class (`sizeClass`), the most sessions of that class the queue held at once within
+   * the recent `reserveBurstHoldMs`, with the largest budget seen in it. Missing or empty: none queued.
+   */
+  readonly queuedPeaks?: readonly ClassPeak[] | undefined
+}
+
+/** A size class's queue peak: `count` sessions at once, each at most `memMib` and `vcpus`. */
+export interface ClassPeak {
+  readonly sizeClass: number
+  readonly memMib: number
+  readonly vcpus: number
+  readonly count: number
 }
 
 /** Everything a policy reads besides the fleet. */
@@ -446,6 +473,12 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     for (const q of fleet.queue) if (!tooBig(q.budget)) add(q.budget)
   }
   if (total === 0) return []
+  const peaks: (ClassPeak | undefined)[] = []
+  if (options.reserveBurstHoldMs > 0 && recent.queuedPeaks !== undefined)
+    for (const p of recent.queuedPeaks) {
+      peaks[p.sizeClass] = p
+      if (classes[p.sizeClass] === undefined) classes[p.sizeClass] = { memMib: p.memMib, vcpus: p.vcpus, count: 0 }
+    }
   const sessionsPerLead = (recent.reservedMibPerSec / (mib / total)) * (options.reserveLeadMs / 1000)
   const perClass = options.reserveLeadPerClass && options.descentMibPerSec > 0
   // With a lead per class, each class's mean is its arrivals within its own lead; the tail sums them.
@@ -463,8 +496,10 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     // Its own arrivals' quantile, or what the tail from the largest class down still lacks.
     const own = poissonQuantile(ownMean, options.reserveQuantile)
     const tail = poissonQuantile(perClass ? tailMean : (sessionsPerLead * atLeast) / total, options.reserveQuantile) - out.length
-    const budget = { memMib: g.memMib, vcpus: g.vcpus }
-    for (let n = Math.max(own, tail); n > 0 && out.length < maxCount; n--) out.push(budget)
+    const peak = peaks[k]
+    const burst = peak === undefined ? 0 : Math.ceil(peak.count * options.reserveBurstShare)
+    const budget = { memMib: Math.max(g.memMib, peak?.memMib ?? 0), vcpus: Math.max(g.vcpus, peak?.vcpus ?? 0) }
+    for (let n = Math.max(own, tail, burst); n > 0 && out.length < maxCount; n--) out.push(budget)
   }
   return out
 }

@@ -228,7 +228,7 @@ describe("ParkPolicy", () => {
     // simulator README's "Choosing the reserve's knobs" cut it to 20 s).
     const lead60 = { ...ParkPolicy.defaultOptions, reserveLeadMs: 60_000 }
 
-    it("the default knobs: the simulator's sweep's winner (a 20 s lead for every class, 90 %, parks 5 min old first)", () => {
+    it("the default knobs: the simulator's sweep's winner (a 20 s lead for every class, 90 %, parks 5 min old first, queue peaks held 30 min)", () => {
       expect(ParkPolicy.defaultOptions).toMatchObject({
         reserveLeadMs: 20_000,
         reserveLeadPerClass: false,
@@ -236,6 +236,8 @@ describe("ParkPolicy", () => {
         reserveMinParkAgeMs: 300_000,
         reserveYoungToo: true,
         reserveYoungMinAgeMs: 60_000,
+        reserveBurstHoldMs: 1_800_000,
+        reserveBurstShare: 1,
       })
       expect(ParkPolicy.defaultRule.options).toBe(ParkPolicy.defaultOptions)
     })
@@ -314,6 +316,28 @@ describe("ParkPolicy", () => {
       expect(ParkPolicy.expectedArrivals(fleet, slow, { ...perClass, descentMibPerSec: 2800 }).some((b) => b.memMib === 128 * GiB)).toBe(false)
       // A descent's fixed cost lengthens every class's lead.
       expect(ParkPolicy.expectedArrivals(fleet, slow, { ...perClass, descentMibPerSec: 2800, descentBaseMs: 90_000 })[0]?.memMib).toBe(128 * GiB)
+    })
+
+    it("a queue peak: a class that once queued in a group keeps places for the whole group while the hold lasts", () => {
+      const fleet = fullOfParks()
+      const held = ParkPolicy.defaultOptions
+      const plain = ParkPolicy.expectedArrivals(fleet, recent, held)
+      // Eight 8 GiB sessions queued at once: eight places of the class, more than its Poisson quantile.
+      const peaks = [{ sizeClass: ParkPolicy.sizeClass(8 * GiB), memMib: 8 * GiB, vcpus: 2, count: 8 }]
+      const withPeak = ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: peaks }, held)
+      expect(plain.length).toBe(5)
+      expect(withPeak.length).toBe(8)
+      expect(withPeak.every((b) => b.memMib === 8 * GiB && b.vcpus === 2)).toBe(true)
+      // A peak under the quantile changes nothing; the hold off ignores the peak.
+      expect(ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: [{ ...peaks[0]!, count: 3 }] }, held)).toEqual(plain.map((b) => ({ ...b, vcpus: 2 })))
+      expect(ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: peaks }, { ...held, reserveBurstHoldMs: 0 })).toEqual(plain)
+      // A class that queued but has no park or queued session now still gets its places, largest first.
+      const big = [{ sizeClass: ParkPolicy.sizeClass(32 * GiB), memMib: 32 * GiB, vcpus: 4, count: 2 }]
+      const both = ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: big }, held)
+      expect(both.slice(0, 2)).toEqual([{ memMib: 32 * GiB, vcpus: 4 }, { memMib: 32 * GiB, vcpus: 4 }])
+      expect(both.slice(2)).toEqual(plain)
+      // The share: half the peak, rounded up.
+      expect(ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: big }, { ...held, reserveBurstShare: 0.5 }).filter((b) => b.memMib === 32 * GiB).length).toBe(1)
     })
 
     it("property: with a lead per class, the places at least as big as any size are never fewer than with one lead", () => {

@@ -202,6 +202,9 @@ export const policyOf = (options: Options): ParkPolicy.Policy => {
   return typeof p === "string" ? ParkPolicy.policy(p) : p
 }
 
+const withPeaks = (rate: ParkPolicy.Recent | undefined, state: ReaperState.ReaperState): ParkPolicy.Recent | undefined =>
+  rate === undefined ? undefined : { ...rate, queuedPeaks: state.queuePeaks.peaks() }
+
 /** Runs the policy over the read with what the reaper remembers, and remembers its answer. */
 const decideOn = (fleet: FleetRead, limits: Limits.Limits, options: Options, state: ReaperState.ReaperState): ParkPolicy.Decision => {
   const decision = policyOf(options)(fleet, {
@@ -209,7 +212,7 @@ const decideOn = (fleet: FleetRead, limits: Limits.Limits, options: Options, sta
     limits,
     options: options.policyOptions ?? ParkPolicy.defaultOptions,
     memory: state.memory,
-    recent: state.meter.rate(),
+    recent: withPeaks(state.meter.rate(), state),
   })
   state.memory = { holds: decision.holds }
   return decision
@@ -501,6 +504,7 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
     // The recent demand for room, from the store's cumulative counter (a failed read keeps the last rate).
     const counters = yield* Effect.result(store.metrics())
     if (counters._tag === "Success") state.meter.sample(fleet.readAt, counters.success.totalReservedMib)
+    state.queuePeaks.sample(fleet.readAt, fleet, (options.policyOptions ?? ParkPolicy.defaultOptions).reserveBurstHoldMs)
 
     // 2. Reclaim expired and stale reservations (their sessions become lost). While the failover
     // grace holds (core's `Reclaim.Grace`: started at a leadership's first contact or after a

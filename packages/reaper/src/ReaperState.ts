@@ -11,7 +11,7 @@
  * timeouts of moves begun elsewhere by the leader's safety net (a pending move older than twice
  * the timeout is aborted whoever began it).
  */
-import { ParkGate, Reclaim } from "@engram/core"
+import { ParkGate, ParkPolicy as Policy, Placement, Reclaim } from "@engram/core"
 import type { MakeRoom, ParkPolicy } from "@engram/core"
 
 /** The meter's knobs. */
@@ -59,6 +59,49 @@ export class DemandMeter {
   }
 }
 
+/**
+ * The queue's peak per size class within a recent window (core's `ParkPolicy.Recent.queuedPeaks`):
+ * each pass samples how many sessions of each class are queued (sizes no host could take aside).
+ */
+export class QueuePeaks {
+  private readonly samples: { readonly at: number; readonly peaks: readonly Policy.ClassPeak[] }[] = []
+
+  /** Records the queue at `now`, forgetting samples older than `holdMs`. */
+  sample(now: number, fleet: ParkGate.FleetView, holdMs: number): void {
+    while (this.samples.length > 0 && (this.samples[0] as { at: number }).at <= now - holdMs) this.samples.shift()
+    if (holdMs <= 0 || fleet.queue.length === 0) return
+    const tooBig = Placement.tooBigFor(fleet.hosts)
+    const byClass = new Map<number, { sizeClass: number; memMib: number; vcpus: number; count: number }>()
+    for (const q of fleet.queue) {
+      if (tooBig(q.budget)) continue
+      const k = Policy.sizeClass(q.budget.memMib)
+      const c = byClass.get(k)
+      if (c === undefined) byClass.set(k, { sizeClass: k, memMib: q.budget.memMib, vcpus: q.budget.vcpus, count: 1 })
+      else {
+        c.count++
+        if (q.budget.memMib > c.memMib) c.memMib = q.budget.memMib
+        if (q.budget.vcpus > c.vcpus) c.vcpus = q.budget.vcpus
+      }
+    }
+    if (byClass.size > 0) this.samples.push({ at: now, peaks: [...byClass.values()] })
+  }
+
+  /** The most sessions of each class queued at once over the samples kept. */
+  peaks(): Policy.ClassPeak[] {
+    const out = new Map<number, Policy.ClassPeak>()
+    for (const s of this.samples)
+      for (const p of s.peaks) {
+        const o = out.get(p.sizeClass)
+        out.set(p.sizeClass, o === undefined ? p : { sizeClass: p.sizeClass, memMib: Math.max(o.memMib, p.memMib), vcpus: Math.max(o.vcpus, p.vcpus), count: Math.max(o.count, p.count) })
+      }
+    return [...out.values()]
+  }
+
+  clear(): void {
+    this.samples.length = 0
+  }
+}
+
 /** The reaper's memory. Mutable: the pass and the immediate reaction update it. */
 export interface ReaperState {
   /** What the gate answered last (`ParkGate.Decision.holds`). */
@@ -78,6 +121,7 @@ export interface ReaperState {
   /** The retention step waits until this time (Clock ms) after a prune that deleted nothing; 0: no wait. */
   pruneAfter: number
   readonly meter: DemandMeter
+  readonly queuePeaks: QueuePeaks
 }
 
 /** A fresh memory. */
@@ -89,6 +133,7 @@ export const make = (meter: MeterOptions = defaultMeterOptions): ReaperState => 
   pruneAfter: 0,
   grace: Reclaim.graceRestart,
   meter: new DemandMeter(meter),
+  queuePeaks: new QueuePeaks(),
 })
 
 /**

@@ -775,6 +775,52 @@ describe("Trigger", () => {
   })
 })
 
+describe("ReaperState.QueuePeaks", () => {
+  const GiB = 1024
+  const q = (sessionId: string, memMib: number, vcpus = 1) => ({ sessionId, budget: { memMib, vcpus }, queuedAt: 0 })
+  const hostOf = (id: string, allocatableMib: number) =>
+    ({ id, headroom: { allocatableMib, cpuBudget: 64, reserved: { memMib: 0, vcpus: 0 } }, descentsRunning: 0, parks: [] }) satisfies ParkGate.FleetHost
+
+  it("keeps the most sessions of each size class queued at once within the hold, sizes no host could take aside", () => {
+    const peaks = new ReaperState.QueuePeaks()
+    const hosts = [hostOf("h1", 64 * GiB)]
+    const hold = 60_000
+    peaks.sample(0, { hosts, queue: [q("a", 8 * GiB), q("b", 8 * GiB), q("c", 8 * GiB, 4), q("d", 2 * GiB)] }, hold)
+    peaks.sample(5_000, { hosts, queue: [q("e", 8 * GiB)] }, hold)
+    // A 128 GiB session fits no host: never a reason to keep room.
+    peaks.sample(10_000, { hosts, queue: [q("huge", 128 * GiB), q("f", 2 * GiB), q("g", 2 * GiB)] }, hold)
+    const byClass = (xs: readonly { sizeClass: number; count: number; vcpus: number }[]) =>
+      Object.fromEntries([...xs].sort((x, y) => x.sizeClass - y.sizeClass).map((p) => [p.sizeClass, [p.count, p.vcpus]]))
+    assert.deepStrictEqual(byClass(peaks.peaks()), { 11: [2, 1], 13: [3, 4] })
+    // The 8 GiB group of 0 s leaves the hold: its class falls to the one of 5 s; the 2 GiB pair of 10 s stays.
+    peaks.sample(60_001, { hosts, queue: [] }, hold)
+    assert.deepStrictEqual(byClass(peaks.peaks()), { 11: [2, 1], 13: [1, 1] })
+    peaks.sample(70_001, { hosts, queue: [] }, hold)
+    assert.deepStrictEqual(peaks.peaks(), [])
+    // A hold of 0 keeps nothing.
+    peaks.sample(80_000, { hosts, queue: [q("h", 8 * GiB)] }, 0)
+    assert.deepStrictEqual(peaks.peaks(), [])
+  })
+})
+
+describe("the queue's peaks in the pass", () => {
+  it.effect("the pass samples the queue it read, so the reserve remembers a group that queued after it was placed", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 4096)
+      yield* parked("h1", "p1", 4096)
+      yield* TestClock.adjust("10 minutes")
+      for (const id of ["q1", "q2", "q3"]) yield* store.createSession({ id, budget: { memMib: 1024, vcpus: 1 } })
+      const state = ReaperState.make()
+      yield* Reaper.pass({ policy: "demand-reserve", state })
+      assert.deepStrictEqual(state.queuePeaks.peaks().map((p) => [p.sizeClass, p.count]), [[10, 3]])
+      // With the hold off no peak is kept.
+      const off = ReaperState.make()
+      yield* Reaper.pass({ policy: "demand-reserve", policyOptions: { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 0 }, state: off })
+      assert.deepStrictEqual(off.queuePeaks.peaks(), [])
+    }).pipe(Effect.provide(storeLayer())))
+})
+
 describe("ReaperState.DemandMeter", () => {
   it("answers MiB reserved per second over its window, nothing before its minimum span, and restarts on a counter reset", () => {
     const meter = new ReaperState.DemandMeter({ windowMs: 60_000, minSpanMs: 10_000 })
