@@ -42,20 +42,21 @@ const intUpTo = (variable: string, min: number, max: number, why: string) => {
 const intOr = (variable: string, fallback: number, min: number) => int(variable, min).pipe(Config.withDefault(fallback))
 const optionalText = (variable: string) => Config.String(variable).pipe(Config.option)
 
+/** A text variable that `problemOf` accepts (undefined) or refuses with its rule. */
+const checkedText = (variable: string, problemOf: (s: string) => string | undefined) =>
+  Config.schema(Schema.String.check(Schema.makeFilter((s: string) => problemOf(s) ?? true)), variable)
+
 const settings = {
   hostId: Config.String("ENGRAM_HOST_ID"),
-  urls: Config.schema(
-    Schema.String.check(
-      Schema.makeFilter((s: string) => {
-        const parsed = Failover.parseUrls(s)
-        return "urls" in parsed ? true : parsed.problem
-      }),
-    ),
-    "ENGRAM_COORDINATOR_URL",
-  ).pipe(Config.map((s) => {
+  urls: checkedText("ENGRAM_COORDINATOR_URL", (s) => {
     const parsed = Failover.parseUrls(s)
-    return "urls" in parsed ? parsed.urls : [s]
-  })),
+    return "urls" in parsed ? undefined : parsed.problem
+  }).pipe(
+    Config.map((s) => {
+      const parsed = Failover.parseUrls(s)
+      return "urls" in parsed ? parsed.urls : [s]
+    }),
+  ),
   hostToken: Config.Redacted("ENGRAM_HOST_TOKEN"),
   peerSecret: Config.schema(Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" })), "ENGRAM_PEER_SECRET").pipe(
     Config.map((s) => Redacted.make(s, { label: "ENGRAM_PEER_SECRET" })),
@@ -98,15 +99,10 @@ const settings = {
   imageDir: optionalText("ENGRAM_AGENT_IMAGE_DIR"),
   migrationHost: optionalText("ENGRAM_AGENT_MIGRATION_HOST"),
   advertiseHost: optionalText("ENGRAM_AGENT_ADVERTISE_HOST"),
-  templates: Config.schema(
-    Schema.String.check(
-      Schema.makeFilter((s: string) => {
-        const parsed = Templates.parse(s)
-        return "specs" in parsed ? true : parsed.problem
-      }),
-    ),
-    "ENGRAM_AGENT_TEMPLATES",
-  ).pipe(Config.withDefault("")),
+  templates: checkedText("ENGRAM_AGENT_TEMPLATES", (s) => {
+    const parsed = Templates.parse(s)
+    return "specs" in parsed ? undefined : parsed.problem
+  }).pipe(Config.withDefault("")),
 }
 
 /** The runtime's settings (`ENGRAM_RUNTIME` and, for QEMU, `ENGRAM_QEMU_*`). */

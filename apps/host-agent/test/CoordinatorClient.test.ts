@@ -13,15 +13,11 @@ import { FetchHttpClient } from "effect/http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeHttp, retryAfterHeaderMs, type CoordinatorShape } from "../src/Coordinator.js"
 import * as Credential from "../src/Credential.js"
+import { adminCall } from "./support/Admin.js"
 
 const adminToken = "client-admin-token-0123456789"
 let coordinator: RunningCoordinator
-const admin = (method: string, path: string, body?: unknown) =>
-  fetch(`${coordinator.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, unknown> }))
+const admin = adminCall(() => coordinator.url, adminToken)
 const clientOf = (hostId: string, token: string, url = coordinator.url) =>
   Effect.runPromise(makeHttp({ url: `${url}/`, hostId, hostToken: Redacted.make(token) }).pipe(Effect.provide(FetchHttpClient.layer)))
 const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff))

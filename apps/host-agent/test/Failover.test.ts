@@ -13,6 +13,7 @@ import { FetchHttpClient } from "effect/http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeHttp } from "../src/Coordinator.js"
 import * as Failover from "../src/Failover.js"
+import { adminCall } from "./support/Admin.js"
 
 const adminToken = "failover-admin-token-0123456789"
 /** Small, so a hung replica costs a test a second; far from any call a live in-process coordinator answers. */
@@ -50,12 +51,7 @@ const refusingUrl = async () => {
 let coordinator: RunningCoordinator
 let hostToken = ""
 const fakes: Fake[] = []
-const admin = (method: string, path: string, body?: unknown) =>
-  fetch(`${coordinator.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, unknown> }))
+const admin = adminCall(() => coordinator.url, adminToken)
 
 /** The client over `urls`, and the warnings it logs. */
 const clientOver = async (urls: readonly string[], token = hostToken) => {
