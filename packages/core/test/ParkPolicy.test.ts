@@ -328,7 +328,7 @@ describe("ParkPolicy", () => {
       expect(plain.length).toBe(5)
       expect(withPeak.length).toBe(8)
       expect(withPeak.every((b) => b.memMib === 8 * GiB && b.vcpus === 2)).toBe(true)
-      // A peak under the quantile changes nothing; the hold off ignores the peak.
+      // A peak under the quantile adds no place (its vCPUs do raise the class's budget); the hold off ignores the peak.
       expect(ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: [{ ...peaks[0]!, count: 3 }] }, held)).toEqual(plain.map((b) => ({ ...b, vcpus: 2 })))
       expect(ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: peaks }, { ...held, reserveBurstHoldMs: 0 })).toEqual(plain)
       // A class that queued but has no park or queued session now still gets its places, largest first.
