@@ -819,27 +819,28 @@ describe("the queue's peaks in the pass", () => {
         seen.push(ctx.recent)
         return ParkPolicy.decide("demand-reserve", fleet, ctx)
       }
+      const held = { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 30 * 60_000 }
       const state = ReaperState.make()
       // The meter answers once its samples span 30 s: a pass every 5 s.
       for (let i = 0; i < 7; i++) {
         yield* TestClock.adjust("5 seconds")
-        yield* Reaper.pass({ policy, state })
+        yield* Reaper.pass({ policy, policyOptions: held, state })
       }
       assert.deepStrictEqual(seen.at(-1)?.queuedPeaks, [])
       // A group of three 1 GiB sessions finds no room: the next pass samples it.
       for (const id of ["q1", "q2", "q3"]) yield* store.createSession({ id, budget: { memMib: 1024, vcpus: 1 } })
       yield* TestClock.adjust("5 seconds")
-      yield* Reaper.pass({ policy, state })
+      yield* Reaper.pass({ policy, policyOptions: held, state })
       const peaksOf = (r: ParkPolicy.Recent | undefined) => r?.queuedPeaks?.map((p) => [p.sizeClass, p.count])
       assert.deepStrictEqual(state.queuePeaks.peaks().map((p) => [p.sizeClass, p.count]), [[10, 3]])
       // Still queued a pass later: the same three, not three more; the policy gets the peak.
       yield* TestClock.adjust("5 seconds")
-      yield* Reaper.pass({ policy, state })
+      yield* Reaper.pass({ policy, policyOptions: held, state })
       assert.deepStrictEqual(peaksOf(seen.at(-1)), [[10, 3]])
       assert.isAbove(seen.at(-1)?.reservedMibPerSec ?? 0, -1)
-      // With the hold off no peak is kept.
+      // With the hold off (the default) no peak is kept.
       const off = ReaperState.make()
-      yield* Reaper.pass({ policy: "demand-reserve", policyOptions: { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 0 }, state: off })
+      yield* Reaper.pass({ policy: "demand-reserve", state: off })
       assert.deepStrictEqual(off.queuePeaks.peaks(), [])
     }).pipe(Effect.provide(storeLayer())))
 })
