@@ -15,8 +15,8 @@
  * from the Markdown rows of a README's goal table instead (its p99, maximum, warm and unplaceable
  * columns: what the goal reads): the first goal table in the file, or the N-th with
  * `--baseline-table N`. `--policy-option NAME=VALUE` (repeatable) sets one knob of
- * `ParkPolicy.Options` over the defaults. Moves as a policy action (`FleetConfig.moves`) are on as in
- * the simulator's defaults; `--no-moves` runs without them (`--moves` with them whatever the default);
+ * `ParkPolicy.Options` over the defaults. `--moves` runs with moves as a policy action (`FleetConfig.moves`,
+ * off by default), `--no-moves` without them whatever the default;
  * `--timings stream` with the costs the README's table was first measured with (descents 1,024
  * MiB/s, restores 1 s + 2,048 MiB/s, warm resumes 50 ms). `--no-lp` leaves the LP bound out.
  * `--lead-per-class` runs demand-reserve with a lead per size class (`reserveLeadPerClass`).

@@ -138,9 +138,9 @@ export const flags = {
   warmStartH: positive("warm-start-h", 24, "length of the --warm-start burn-in, h (at most the whole trace)"),
   moves: Flag.Boolean("moves").pipe(
     Flag.withDefault(fleet0.moves),
-    Flag.withDescription("moves as a policy action (on by default, as in the coordinator; --no-moves: off): running sessions move off a starving session's held host when its parks cannot make the room (core's MakeRoom)"),
+    Flag.withDescription("moves as a policy action (off by default, as in the coordinator; --no-moves: off whatever the default): running sessions move off a starving session's held host when its parks cannot make the room (core's MakeRoom)"),
   ),
-  movesPerPass: positiveInt("moves-per-pass", fleet0.movesPerPass, "with moves on, at most this many moves begun by one reaper pass (the coordinator's ENGRAM_MAKE_ROOM_MOVES_PER_PASS)"),
+  movesPerPass: positiveInt("moves-per-pass", fleet0.movesPerPass, "with --moves, at most this many moves begun by one reaper pass (the coordinator's ENGRAM_MAKE_ROOM_MOVES_PER_PASS)"),
   moveMibPerS: positive("move-mib-per-s", fleet0.moveCosts.copyMibPerSec, "copy rate of a move, MiB/s (over both hosts' links with --host-transfer-mib-per-s)"),
   moveDirtyMibPerS: atLeast0("move-dirty-mib-per-s", fleet0.moveCosts.dirtyMibPerSec, "how fast a moving guest dirties its RAM, MiB/s (each pre-copy round sends what the last let it dirty)"),
   moveMaxDowntimeMs: positive("move-max-downtime-ms", fleet0.moveCosts.maxDowntimeMs, "a move's downtime budget: the guard refuses a session whose estimate passes it, ms"),

@@ -108,9 +108,7 @@ export interface FleetConfig {
    * exists but is split). A move reserves its target at once (both hosts hold the session's RAM
    * during the copy), copies at `moveCosts.copyMibPerSec` over both hosts' links (shared with
    * descents and restores when `hostTransferMibPerSec` is on) and costs its session the guard's
-   * downtime estimate. `false`: no moves. On by default, as in the coordinator
-   * (`ENGRAM_MAKE_ROOM_MOVES`): with the reserve's queue peaks they bound the big sessions' waits
-   * (the README's "Groups of arrivals").
+   * downtime estimate. `false` (the default, as the coordinator's `ENGRAM_MAKE_ROOM_MOVES`): no moves.
    */
   readonly moves: boolean
   /** At most this many moves begun by one pass (the coordinator's `ENGRAM_MAKE_ROOM_MOVES_PER_PASS`). */
@@ -150,7 +148,7 @@ export const defaultFleet: FleetConfig = Object.freeze({
   patienceSigma: 1,
   vmOverheadMib: 0,
   warmStartMs: 0,
-  moves: true,
+  moves: false,
   movesPerPass: 16,
   moveCosts: MakeRoom.defaultCosts,
 })

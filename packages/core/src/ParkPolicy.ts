@@ -108,7 +108,8 @@ export interface Options extends ParkGate.Options {
    * reaper's sample of each pass's queue): sessions that arrived in a group once (a deployment's
    * VMs at once, which a Poisson count of single arrivals misses) are expected in a group again.
    * A group the reserve then holds room for no longer queues, so the hold forgets it once this
-   * much time passes without another: the reserve follows the workload, not one trace. 0: off.
+   * much time passes without another. 0 (the default): off. Measured, not made the default: the
+   * simulator README's "Groups of arrivals".
    */
   readonly reserveBurstHoldMs: number
   /** `demand-reserve`: the share of a class's queue peak its places keep (rounded up). */
@@ -119,8 +120,7 @@ export interface Options extends ParkGate.Options {
  * Seed 000's floor (30 %), a five-minute minimum park age, and the measured reserve knobs: a
  * 20 s lead for every class (the simulator README's sweep, "Choosing the reserve's knobs": with
  * descents at 2,800 MiB/s a 32 GiB descent takes 12 s, so a minute's lead made room far ahead of
- * demand and cost warm resumes on loaded fleets), and places for the groups each size class
- * queued in the last 30 minutes (the simulator README's "Groups of arrivals").
+ * demand and cost warm resumes on loaded fleets).
  */
 export const defaultOptions: Options = Object.freeze({
   ...ParkGate.defaultOptions,
@@ -135,7 +135,7 @@ export const defaultOptions: Options = Object.freeze({
   // @engram/runtime-qemu's bench: a mapped descent 362 ms per GiB at the p95.
   descentMibPerSec: 2800,
   descentBaseMs: 0,
-  reserveBurstHoldMs: 30 * 60 * 1000,
+  reserveBurstHoldMs: 0,
   reserveBurstShare: 1,
 })
 

@@ -59,21 +59,33 @@ export class DemandMeter {
   }
 }
 
+/** Samples closer than this to the last one are merged into it: at most one per 5 s (the default reaper interval). */
+const sampleMergeMs = 5_000
+
 /**
  * The queue's peak per size class within a recent window (core's `ParkPolicy.Recent.queuedPeaks`):
  * each pass samples how many sessions of each class are queued (sizes no host could take aside).
  */
 export class QueuePeaks {
   private readonly samples: { readonly at: number; readonly peaks: readonly Policy.ClassPeak[] }[] = []
+  /** The last sample's time: only sessions queued after it are new arrivals. */
+  private lastAt = Number.NEGATIVE_INFINITY
 
-  /** Records the queue at `now`, forgetting samples older than `holdMs`. */
+  /**
+   * Records the sessions that queued since the last sample (arrivals that found no room: a
+   * group's), by size class, at `now`, forgetting samples older than `holdMs`. A queue that only
+   * grew slowly (a backlog) is no group: each pass sees few new arrivals.
+   */
   sample(now: number, fleet: ParkGate.FleetView, holdMs: number): void {
     while (this.samples.length > 0 && (this.samples[0] as { at: number }).at <= now - holdMs) this.samples.shift()
+    const since = this.lastAt
+    this.lastAt = now
     if (holdMs <= 0 || fleet.queue.length === 0) return
     const tooBig = Placement.tooBigFor(fleet.hosts)
     const byClass = new Map<number, { sizeClass: number; memMib: number; vcpus: number; count: number }>()
     for (const q of fleet.queue) {
-      if (tooBig(q.budget)) continue
+      // Queued before the last sample's read: seen then (one queued at that very ms may be counted twice).
+      if (q.queuedAt < since || tooBig(q.budget)) continue
       const k = Policy.sizeClass(q.budget.memMib)
       const c = byClass.get(k)
       if (c === undefined) byClass.set(k, { sizeClass: k, memMib: q.budget.memMib, vcpus: q.budget.vcpus, count: 1 })
@@ -83,7 +95,20 @@ export class QueuePeaks {
         if (q.budget.vcpus > c.vcpus) c.vcpus = q.budget.vcpus
       }
     }
-    if (byClass.size > 0) this.samples.push({ at: now, peaks: [...byClass.values()] })
+    if (byClass.size === 0) return
+    // One sample per 5 s at most (a short reaper interval would keep one per pass): the arrivals
+    // of passes within 5 s of the last sample add to it.
+    const last = this.samples[this.samples.length - 1]
+    if (last !== undefined && now - last.at < sampleMergeMs) {
+      const merged = new Map(last.peaks.map((p) => [p.sizeClass, { ...p }]))
+      for (const p of byClass.values()) {
+        const m = merged.get(p.sizeClass)
+        merged.set(p.sizeClass, m === undefined ? p : { sizeClass: p.sizeClass, memMib: Math.max(m.memMib, p.memMib), vcpus: Math.max(m.vcpus, p.vcpus), count: m.count + p.count })
+      }
+      this.samples[this.samples.length - 1] = { at: last.at, peaks: [...merged.values()] }
+      return
+    }
+    this.samples.push({ at: now, peaks: [...byClass.values()] })
   }
 
   /** The most sessions of each class queued at once over the samples kept. */
@@ -99,6 +124,7 @@ export class QueuePeaks {
 
   clear(): void {
     this.samples.length = 0
+    this.lastAt = Number.NEGATIVE_INFINITY
   }
 }
 

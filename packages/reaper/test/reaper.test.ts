@@ -777,18 +777,19 @@ describe("Trigger", () => {
 
 describe("ReaperState.QueuePeaks", () => {
   const GiB = 1024
-  const q = (sessionId: string, memMib: number, vcpus = 1) => ({ sessionId, budget: { memMib, vcpus }, queuedAt: 0 })
+  const q = (sessionId: string, memMib: number, vcpus = 1, queuedAt = -1_000) => ({ sessionId, budget: { memMib, vcpus }, queuedAt })
   const hostOf = (id: string, allocatableMib: number) =>
     ({ id, headroom: { allocatableMib, cpuBudget: 64, reserved: { memMib: 0, vcpus: 0 } }, descentsRunning: 0, parks: [] }) satisfies ParkGate.FleetHost
 
-  it("keeps the most sessions of each size class queued at once within the hold, sizes no host could take aside", () => {
+  it("keeps the most sessions of each size class that queued between two samples within the hold, sizes no host could take aside; a queue that stays is not counted again", () => {
     const peaks = new ReaperState.QueuePeaks()
     const hosts = [hostOf("h1", 64 * GiB)]
     const hold = 60_000
     peaks.sample(0, { hosts, queue: [q("a", 8 * GiB), q("b", 8 * GiB), q("c", 8 * GiB, 4), q("d", 2 * GiB)] }, hold)
-    peaks.sample(5_000, { hosts, queue: [q("e", 8 * GiB)] }, hold)
+    // a-d still queued (seen at 0), e new.
+    peaks.sample(5_000, { hosts, queue: [q("a", 8 * GiB), q("b", 8 * GiB), q("c", 8 * GiB, 4), q("d", 2 * GiB), q("e", 8 * GiB, 1, 4_000)] }, hold)
     // A 128 GiB session fits no host: never a reason to keep room.
-    peaks.sample(10_000, { hosts, queue: [q("huge", 128 * GiB), q("f", 2 * GiB), q("g", 2 * GiB)] }, hold)
+    peaks.sample(10_000, { hosts, queue: [q("huge", 128 * GiB, 1, 9_000), q("f", 2 * GiB, 1, 9_000), q("g", 2 * GiB, 1, 9_500)] }, hold)
     const byClass = (xs: readonly { sizeClass: number; count: number; vcpus: number }[]) =>
       Object.fromEntries([...xs].sort((x, y) => x.sizeClass - y.sizeClass).map((p) => [p.sizeClass, [p.count, p.vcpus]]))
     assert.deepStrictEqual(byClass(peaks.peaks()), { 11: [2, 1], 13: [3, 4] })
@@ -798,25 +799,48 @@ describe("ReaperState.QueuePeaks", () => {
     peaks.sample(70_001, { hosts, queue: [] }, hold)
     assert.deepStrictEqual(peaks.peaks(), [])
     // A hold of 0 keeps nothing.
-    peaks.sample(80_000, { hosts, queue: [q("h", 8 * GiB)] }, 0)
+    peaks.sample(80_000, { hosts, queue: [q("h", 8 * GiB, 1, 79_000)] }, 0)
     assert.deepStrictEqual(peaks.peaks(), [])
+    // Passes closer than 5 s apart add to one sample: a group spread over them is one group.
+    const fast = new ReaperState.QueuePeaks()
+    for (let t = 100_000; t < 104_000; t += 1_000) fast.sample(t, { hosts, queue: [q(`s${t}`, 8 * GiB, 1, t - 500)] }, hold)
+    assert.deepStrictEqual(byClass(fast.peaks()), { 13: [4, 1] })
   })
 })
 
 describe("the queue's peaks in the pass", () => {
-  it.effect("the pass samples the queue it read, so the reserve remembers a group that queued after it was placed", () =>
+  it.effect("the pass samples the sessions that queued since its last sample and hands the peaks to the policy with the recent demand; a queue that stays is not counted again", () =>
     Effect.gen(function* () {
       const store = yield* Store
       yield* host("h1", 4096)
       yield* parked("h1", "p1", 4096)
-      yield* TestClock.adjust("10 minutes")
-      for (const id of ["q1", "q2", "q3"]) yield* store.createSession({ id, budget: { memMib: 1024, vcpus: 1 } })
+      const seen: (ParkPolicy.Recent | undefined)[] = []
+      const policy: ParkPolicy.Policy = (fleet, ctx) => {
+        seen.push(ctx.recent)
+        return ParkPolicy.decide("demand-reserve", fleet, ctx)
+      }
+      const held = { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 30 * 60_000 }
       const state = ReaperState.make()
-      yield* Reaper.pass({ policy: "demand-reserve", state })
+      // The meter answers once its samples span 30 s: a pass every 5 s.
+      for (let i = 0; i < 7; i++) {
+        yield* TestClock.adjust("5 seconds")
+        yield* Reaper.pass({ policy, policyOptions: held, state })
+      }
+      assert.deepStrictEqual(seen.at(-1)?.queuedPeaks, [])
+      // A group of three 1 GiB sessions finds no room: the next pass samples it.
+      for (const id of ["q1", "q2", "q3"]) yield* store.createSession({ id, budget: { memMib: 1024, vcpus: 1 } })
+      yield* TestClock.adjust("5 seconds")
+      yield* Reaper.pass({ policy, policyOptions: held, state })
+      const peaksOf = (r: ParkPolicy.Recent | undefined) => r?.queuedPeaks?.map((p) => [p.sizeClass, p.count])
       assert.deepStrictEqual(state.queuePeaks.peaks().map((p) => [p.sizeClass, p.count]), [[10, 3]])
-      // With the hold off no peak is kept.
+      // Still queued a pass later: the same three, not three more; the policy gets the peak.
+      yield* TestClock.adjust("5 seconds")
+      yield* Reaper.pass({ policy, policyOptions: held, state })
+      assert.deepStrictEqual(peaksOf(seen.at(-1)), [[10, 3]])
+      assert.isAbove(seen.at(-1)?.reservedMibPerSec ?? 0, -1)
+      // With the hold off (the default) no peak is kept.
       const off = ReaperState.make()
-      yield* Reaper.pass({ policy: "demand-reserve", policyOptions: { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 0 }, state: off })
+      yield* Reaper.pass({ policy: "demand-reserve", state: off })
       assert.deepStrictEqual(off.queuePeaks.peaks(), [])
     }).pipe(Effect.provide(storeLayer())))
 })
