@@ -127,13 +127,13 @@ export interface CoordinatorTarget {
   readonly url: string | readonly string[]
   readonly hostId: string
   readonly hostToken: string | Redacted.Redacted<string>
-  /**
-   * How long one ordinary call may take before its replica counts as hung
-   * (`Failover.callTimeoutMs` of the heartbeat interval); a long-poll gets its wait on top.
-   * Default `Failover.maxCallTimeoutMs`.
-   */
   /** The replica (index in `url`) the client starts on; 0 when missing. The agent's is `Failover.startIndex` of its host id. */
   readonly startIndex?: number
+  /**
+   * How long one ordinary call may take before its replica counts as hung (the agent's:
+   * `Failover.callTimeoutFor`); a long-poll gets its wait and `Failover.pollTimeoutMs`'s margin.
+   * Default `Failover.maxCallTimeoutMs`.
+   */
   readonly callTimeoutMs?: number
 }
 
@@ -215,7 +215,7 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
         call("report", (api) => api.hosts.report({ params: host, payload: activeSessions.length === 0 ? r : { ...r, activeSessions } })).pipe(Effect.asVoid),
       heartbeat: call("heartbeat", (api) => api.hosts.heartbeat({ params: host })).pipe(Effect.map((b) => b.renewed)),
       assignments: ({ waitMs, since }) =>
-        call("assignments", (api) => api.hosts.assignments({ params: host, query: since === undefined ? { waitMs } : { waitMs, since } }), Failover.pollTimeoutMs(waitMs, callMs)),
+        call("assignments", (api) => api.hosts.assignments({ params: host, query: since === undefined ? { waitMs } : { waitMs, since } }), Failover.pollTimeoutMs(waitMs, callMs, urls.length)),
       started: (id) => call("started", (api) => api.sessions.started({ params: { id } })).pipe(Effect.asVoid),
       descended: (id) => call("descended", (api) => api.sessions.descended({ params: { id } })).pipe(Effect.asVoid),
       round: (id, round) => call("round", (api) => api.moves.round({ params: { id }, payload: round })).pipe(Effect.asVoid),

@@ -18,8 +18,31 @@ export type ParsedUrls = { readonly urls: readonly [string, ...string[]] } | { r
 
 const listRule = "must be one or more absolute http:// or https:// URLs, comma-separated"
 
-/** `value` with the password of any `user:password@` in it masked (an echoed refused value must not show it). */
-export const redactUrl = (value: string): string => value.replace(/((?:^|,|\/\/)\s*[^/@,\s:]*):[^/@,\s]*@/g, "$1:***@")
+/**
+ * `value` (one URL or a comma-separated list) with what may hold a secret masked, for an echoed
+ * refused value or a log line: any user information (everything before the last `@` of the
+ * authority, as `new URL` reads it) and any query or fragment.
+ */
+export const redactUrl = (value: string): string =>
+  value
+    .split(",")
+    .map((item) => {
+      const scheme = item.indexOf("//")
+      const start = scheme < 0 ? 0 : scheme + 2
+      // Not a URL at all but with an `@` (a password holding a `/`, say): nothing after the scheme is shown.
+      if (item.includes("@") && !URL.canParse(item.trim())) return `${item.slice(0, start)}***`
+      const rest = item.slice(start)
+      // The authority ends at the path, query or fragment (whichever comes first).
+      const end = rest.search(/[/?#]/)
+      const authority = end < 0 ? rest : rest.slice(0, end)
+      const tail = end < 0 ? "" : rest.slice(end)
+      const at = authority.lastIndexOf("@")
+      const host = at < 0 ? authority : `***@${authority.slice(at + 1)}`
+      const cut = tail.search(/[?#]/)
+      const path = cut < 0 ? tail : `${tail.slice(0, cut)}${tail[cut]}***`
+      return item.slice(0, start) + host + path
+    })
+    .join(",")
 
 /** A URL as the client uses it: no trailing slash (a path prefix is kept: `http://lb/engram/`). */
 export const baseUrlOf = (url: string): string => url.replace(/\/+$/, "")
@@ -74,8 +97,9 @@ export const callTimeoutMs = (heartbeatIntervalMs: number): number => Math.min(m
  * and at least 15 s (the margin before replicas) for the answer to arrive: the coordinator reads the
  * store before it starts to wait and may read again after a late wake-up, so a live but busy
  * replica answers a little past the wait. A hung replica is found by the heartbeat's shorter bound.
+ * With one URL (`urlCount` 1) the margin is 15 s, as before replicas.
  */
-export const pollTimeoutMs = (waitMs: number, callMs: number): number => waitMs + Math.max(callMs, pollMarginMs)
+export const pollTimeoutMs = (waitMs: number, callMs: number, urlCount = 2): number => waitMs + (urlCount > 1 ? Math.max(callMs, pollMarginMs) : pollMarginMs)
 
 /** The least margin of a long-poll past its wait, ms (`pollTimeoutMs`). */
 export const pollMarginMs = 15_000

@@ -83,6 +83,12 @@ export interface HostAgent {
 /** The agent's configuration: the defaults, then `o.config`. */
 const configOf = (o: HostAgentOptions): AgentConfig => ({ ...defaultAgentConfig(o.hostId), ...o.config, hostId: o.hostId })
 
+/** How many replicas `url` names (a string may list several, as the variable does). */
+const urlCount = (url: string | readonly string[]): number => {
+  const parsed = Failover.parseUrls(typeof url === "string" ? url : url.join(","))
+  return "urls" in parsed ? parsed.urls.length : 1
+}
+
 /**
  * The HTTP client of the coordinator at `url` (one URL or several replicas'), its calls bounded
  * by the agent's heartbeat interval with several URLs, 30 s with one (`Failover.callTimeoutFor`).
@@ -92,8 +98,8 @@ export const httpCoordinator = (o: HostAgentOptions, url: string | readonly stri
     url,
     hostId: o.hostId,
     hostToken,
-    callTimeoutMs: Failover.callTimeoutFor(typeof url === "string" ? 1 : url.length, configOf(o).heartbeatIntervalMs),
-    startIndex: Failover.startIndex(o.hostId, typeof url === "string" ? 1 : url.length),
+    callTimeoutMs: Failover.callTimeoutFor(urlCount(url), configOf(o).heartbeatIntervalMs),
+    startIndex: Failover.startIndex(o.hostId, urlCount(url)),
   }).pipe(
     Effect.provide(FetchHttpClient.layer),
   )

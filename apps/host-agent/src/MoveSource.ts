@@ -161,16 +161,19 @@ export const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Eff
  * round is recorded" may be this very round: a replica recorded it and then hung, timed out or
  * lost its answer, and the call was tried again (on the next replica, or the same). Only this
  * source records its move's rounds, so a move still pending with its final round recorded holds
- * ours: that is success, not the move's end. Anything else refused stays a `Conflict`.
+ * ours: that is success, not the move's end. Anything else refused stays a `Conflict`. When the
+ * move cannot be read (retried as a round is), the read's failure is the answer, not the
+ * refusal: the move's end is not known, so the caller abandons it as after any failure (its abort
+ * ends the move at the coordinator) rather than take it for ended.
  */
 export const recordRound = (coordinator: CoordinatorShape, moveId: string, round: RoundReport) =>
   retrying(coordinator.round(moveId, round)).pipe(
     Effect.catchTag("Conflict", (e) =>
       round.kind !== "final"
         ? Effect.fail(e)
-        : coordinator.getMove(moveId).pipe(
-            Effect.result,
-            Effect.flatMap((r) => (r._tag === "Success" && r.success.state === "pending" && r.success.rounds.some((x) => x.kind === "final") ? Effect.void : Effect.fail(e))),
+        : retrying(coordinator.getMove(moveId)).pipe(
+            Effect.catchTag("Conflict", () => Effect.fail(e)),
+            Effect.flatMap((m) => (m.state === "pending" && m.rounds.some((x) => x.kind === "final") ? Effect.void : Effect.fail(e))),
           ),
     ),
   )

@@ -6,6 +6,7 @@ import { Env } from "@engram/process"
 import { Effect, Exit, Logger, Redacted } from "effect"
 import { describe, expect, it } from "vitest"
 import { fromEnvironment, variables } from "../src/Config.js"
+import * as Failover from "../src/Failover.js"
 
 const required = {
   ENGRAM_HOST_ID: "h1",
@@ -207,10 +208,14 @@ describe("ENGRAM_COORDINATOR_URL: one coordinator URL, or several replicas' (com
     expect(await refused("")).toBe(["invalid host agent configuration:", "  ENGRAM_COORDINATOR_URL: is required"].join("\n"))
     expect(await refused("http://c1:7070, http://C1:7070/")).toBe(line("http://c1:7070, http://C1:7070/", ', each once ("http://C1:7070/" repeats "http://c1:7070")'))
     // The password is never echoed, in the value or in the rule.
-    expect(await refused("http://agent:pw@c1:7070")).toBe(line("http://agent:***@c1:7070", ", without user:password@ (the host token authenticates)"))
-    expect(await refused("http://c1:7070,agent:pw@c2:7070")).toBe(line("http://c1:7070,agent:***@c2:7070", ' ("agent:***@c2:7070" is not one)'))
-    // A query or fragment (a token there would be logged with every switch).
-    expect(await refused("http://c1:7070/?token=x")).toBe(line("http://c1:7070/?token=x", ' without a query or fragment ("http://c1:7070/?token=x" has one)'.replace(" without", ", without")))
-    expect(await refused("http://c1:7070/#x")).toBe(line("http://c1:7070/#x", ', without a query or fragment ("http://c1:7070/#x" has one)'))
+    expect(await refused("http://agent:pw@c1:7070")).toBe(line("http://***@c1:7070", ", without user:password@ (the host token authenticates)"))
+    expect(await refused("http://u:p@ss@c1:7070")).toBe(line("http://***@c1:7070", ", without user:password@ (the host token authenticates)"))
+    expect(await refused("http://c1:7070,agent:pw@c2:7070")).toBe(line("http://c1:7070,***@c2:7070", ' ("***@c2:7070" is not one)'))
+    expect(await refused("http://u:pa/ss@c1:7070")).toBe(line("http://***", ' ("http://***" is not one)'))
+    // A query or fragment (a token there would be logged with every switch), itself never echoed.
+    expect(await refused("http://c1:7070/?token=x")).toBe(line("http://c1:7070/?***", ', without a query or fragment ("http://c1:7070/?***" has one)'))
+    expect(await refused("http://c1:7070/#x")).toBe(line("http://c1:7070/#***", ', without a query or fragment ("http://c1:7070/#***" has one)'))
+    // An IPv6 address and a path with ":" and "@" are no secret.
+    expect(Failover.redactUrl("http://[::1]:7070,http://c1:7070/a:b@c")).toBe("http://[::1]:7070,http://c1:7070/a:b@c")
   })
 })

@@ -198,6 +198,8 @@ describe("the bounds of a call", () => {
     expect([Failover.callTimeoutFor(2, 4_000), Failover.callTimeoutFor(1, 4_000), Failover.callTimeoutFor(3, 100_000)]).toEqual([4_000, 30_000, 30_000])
     expect(Failover.pollTimeoutMs(20_000, 20_000)).toBe(40_000)
     expect(Failover.pollTimeoutMs(20_000, 4_000)).toBe(35_000)
+    // One URL: the 15 s margin before replicas.
+    expect(Failover.pollTimeoutMs(20_000, 30_000, 1)).toBe(35_000)
   })
 
   it("a fleet given one list spreads over the replicas: each agent starts on one drawn from its host id, the same every start", () => {

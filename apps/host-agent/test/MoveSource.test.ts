@@ -68,7 +68,7 @@ describe("MoveSource.retrying", () => {
  * refused, 409) and loses its answer to the first try of each round (`lostAnswers`): the round is
  * recorded, the agent sees a failure and tries again, as when a replica hangs after its write.
  */
-const losingAnswers = (state: MoveView["state"] = "pending") => {
+const losingAnswers = (state: MoveView["state"] = "pending", readable = true) => {
   const rounds: RoundReport[] = []
   let lost = 0
   const move = (): MoveView => ({ id: "m1", sessionId: "s1", sourceHostId: "a", targetHostId: "b", maxDowntimeMs: 500, state, abortReason: null, rounds })
@@ -80,7 +80,7 @@ const losingAnswers = (state: MoveView["state"] = "pending") => {
         lost++
         return lost % 2 === 1 ? Effect.fail(new CoordinatorError({ op: "round", status: null, message: "timed out" })) : Effect.void
       }),
-    getMove: () => Effect.succeed(move()),
+    getMove: () => (readable ? Effect.succeed(move()) : Effect.fail(new CoordinatorError({ op: "getMove", status: 503, message: "the store is away" }))),
   } as unknown as CoordinatorShape
   return { port, rounds }
 }
@@ -102,6 +102,12 @@ describe("MoveSource.recordRound", () => {
       yield* TestClock.adjust("10 seconds")
       const r2 = yield* Fiber.join(f2)
       assert.strictEqual(r2._tag === "Failure" && r2.failure._tag, "Conflict")
+      // The move unreadable: its end is not known, so the read's failure is the answer (the caller abandons the move), not a Conflict.
+      const unread = losingAnswers("pending", false)
+      const f4 = yield* Effect.forkChild(Effect.result(recordRound(unread.port, "m1", finalRound)))
+      yield* TestClock.adjust("10 seconds")
+      const r4 = yield* Fiber.join(f4)
+      assert.strictEqual(r4._tag === "Failure" && r4.failure._tag, "CoordinatorError")
       // A pre-copy round refused is the move's end too (no final round of ours can be behind it).
       const delta = losingAnswers()
       yield* delta.port.round("m1", finalRound).pipe(Effect.ignore)

@@ -104,8 +104,8 @@ export interface Options extends ParkGate.Options {
   readonly descentBaseMs: number
   /**
    * `demand-reserve`: each size class keeps at least as many places as the most sessions of
-   * its class the queue held at once within this much recent time (`Recent.queuedPeaks`, the
-   * reaper's sample of each pass's queue): sessions that arrived in a group once (a deployment's
+   * its class that queued between two reaper passes within this much recent time
+   * (`Recent.queuedPeaks`, the reaper's samples of each pass's new arrivals in the queue): sessions that arrived in a group once (a deployment's
    * VMs at once, which a Poisson count of single arrivals misses) are expected in a group again.
    * A group the reserve then holds room for no longer queues, so the hold forgets it once this
    * much time passes without another. 0 (the default): off. Measured, not made the default: the
@@ -144,8 +144,9 @@ export interface Recent {
   /** New reservations per second (MiB): creates, cold resumes, move targets. */
   readonly reservedMibPerSec: number
   /**
-   * Per size class (`sizeClass`), the most sessions of that class the queue held at once within
-   * the recent `reserveBurstHoldMs`, with the largest budget seen in it. Missing or empty: none queued.
+   * Per size class (`sizeClass`), the most sessions of that class that queued between two reaper
+   * passes (at most 5 s apart: closer samples are merged) within the recent `reserveBurstHoldMs`,
+   * with the largest budget seen in it. Missing or empty: none queued.
    */
   readonly queuedPeaks?: readonly ClassPeak[] | undefined
 }

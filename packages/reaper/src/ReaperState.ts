@@ -63,8 +63,9 @@ export class DemandMeter {
 const sampleMergeMs = 5_000
 
 /**
- * The queue's peak per size class within a recent window (core's `ParkPolicy.Recent.queuedPeaks`):
- * each pass samples how many sessions of each class are queued (sizes no host could take aside).
+ * The queue's peaks per size class within a recent window (core's `ParkPolicy.Recent.queuedPeaks`):
+ * each pass samples how many sessions of each class queued since the last sample (sizes no host
+ * could take aside).
  */
 export class QueuePeaks {
   private readonly samples: { readonly at: number; readonly peaks: readonly Policy.ClassPeak[] }[] = []
@@ -80,7 +81,9 @@ export class QueuePeaks {
     while (this.samples.length > 0 && (this.samples[0] as { at: number }).at <= now - holdMs) this.samples.shift()
     const since = this.lastAt
     this.lastAt = now
-    if (holdMs <= 0 || fleet.queue.length === 0) return
+    // The first sample (a fresh reaper, a new leader) has no last one: the queue it finds may be a
+    // backlog of any age, no group; it only marks where the next sample's arrivals begin.
+    if (holdMs <= 0 || fleet.queue.length === 0 || since === Number.NEGATIVE_INFINITY) return
     const tooBig = Placement.tooBigFor(fleet.hosts)
     const byClass = new Map<number, { sizeClass: number; memMib: number; vcpus: number; count: number }>()
     for (const q of fleet.queue) {
@@ -111,7 +114,7 @@ export class QueuePeaks {
     this.samples.push({ at: now, peaks: [...byClass.values()] })
   }
 
-  /** The most sessions of each class queued at once over the samples kept. */
+  /** The most sessions of each class that queued between two samples, over the samples kept. */
   peaks(): Policy.ClassPeak[] {
     const out = new Map<number, Policy.ClassPeak>()
     for (const s of this.samples)
