@@ -271,7 +271,13 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     const streaming = () => logged("b", "move: the target waits; streaming").length
     const streamed = streaming()
     const moving = admin.call("POST", "/v1/sessions/q1/move", { targetHostId: "a", maxDowntimeMs: 5000 })
-    await until("b streams q1 to a", async () => streaming(), (n) => n > streamed)
+    // The stream begins once b took the move from its long-poll and a started its incoming QEMU:
+    // a QEMU start under TCG on a loaded CI machine took more than the default 15 s (c19). A move
+    // answered before any stream (refused, a conflict) fails at once, with its answer.
+    const refusedFirst = moving.then((a) => (a.status === 200 ? new Promise<never>(() => {}) : Promise.reject(new Error(`the move answered before b streamed: ${JSON.stringify({ status: a.status, body: a.body })}`))))
+    // Handled here too: after the race, the move's answer across the SIGKILL may be anything (read below).
+    refusedFirst.catch(() => undefined)
+    await Promise.race([until("b streams q1 to a", async () => streaming(), (n) => n > streamed, 60_000), refusedFirst])
     await agents.b!.kill("SIGKILL")
     // Both guests' QEMUs outlive the agent: b's is still sending to a's.
     expect(qemuProcesses(qemuDir("b")).map((p) => p.vmName)).toEqual(["q1"])
