@@ -415,6 +415,31 @@ const settings = {
   otlpHeaders: secret(settingVariables.otlpHeaders, Schema.String.check(Schema.isPattern(/^\s*[^=,\s]+\s*=[^,]*(,\s*[^=,\s]+\s*=[^,]*)*\s*$/, { message: "must be key=value pairs separated by commas" }))),
 }
 
+/** The variables whose setting may be null (null is their default: no database URL, no token…). */
+const nullableVariables: ReadonlySet<string> = new Set(
+  (
+    ["databaseUrl", "adminToken", "metricsToken", "peerUrl", "otlpUrl", "otlpHeaders"] satisfies readonly {
+      readonly [K in keyof CoordinatorConfig]: null extends CoordinatorConfig[K] ? K : never
+    }[keyof CoordinatorConfig][]
+  ).map((k) => settingVariables[k]),
+)
+
+/**
+ * A null (a file's, a program's) for a setting that cannot be null: refused with the setting's
+ * own rule (core's words for a limit), never taken for its default.
+ */
+const nullIssues = (raw: (variable: string) => unknown): Env.Issue[] => [
+  ...Object.values(settingVariables)
+    .filter((v) => raw(v) === null && !nullableVariables.has(v))
+    .map((v) => ({ variable: v, rule: ruleOfVariable[v] ?? "must not be null", value: null })),
+  ...Object.entries(limitVariables)
+    .filter(([v]) => raw(v) === null)
+    .map(([v, field]) => {
+      const made = Limits.make({ [field]: null })
+      return { variable: v, rule: made._tag === "Invalid" ? (made.issues[0]?.rule ?? "must not be null") : "must not be null", value: null }
+    }),
+]
+
 // The limits are read as text and judged by core `Limits.make`, whose words every component shares.
 const limitTexts = Config.all(Object.fromEntries(Object.keys(limitVariables).map((v) => [v, Config.String(v).pipe(Config.option)])))
 
@@ -427,11 +452,13 @@ const toBoolean = (t: string): unknown => {
 /**
  * Reads and checks every setting from `source`: all of them, or every issue at once, each named
  * by `name` (a program's settings name them by key), the rules between settings by
- * `crossFieldIssues`. The variables in `refused` were refused already (a program's null): no
- * rule between settings is judged on their defaults.
+ * `crossFieldIssues`.
  */
-const load = (source: Env.Source, name: Naming = byVariable, refused: ReadonlySet<string> = new Set()): Effect.Effect<CoordinatorConfig, Env.ConfigInvalid> =>
+const load = (source: Env.Source, name: Naming = byVariable): Effect.Effect<CoordinatorConfig, Env.ConfigInvalid> =>
   Effect.gen(function* () {
+    // A null reads as unset (its default) below: refused here, and no rule between settings is judged on it.
+    const nulls = nullIssues(source.raw)
+    const refused = new Set(nulls.map((i) => i.variable))
     const base = yield* Effect.result(Env.read("coordinator", settings, source))
     const texts = yield* Effect.orDie(limitTexts.parse(source.provider))
     const overrides: Record<string, unknown> = {}
@@ -449,6 +476,7 @@ const load = (source: Env.Source, name: Naming = byVariable, refused: ReadonlySe
             return { variable, rule: i.rule, value: source.raw(variable) }
           })
         : []),
+      ...nulls,
     ].map((i) => ({ ...i, variable: name(i.variable) }))
     // The rules between settings, on every setting whose own value held, whatever the others'.
     const held: Record<string, number | null> = {}
@@ -492,24 +520,14 @@ const keyOfVariable: Readonly<Record<string, string>> = {
   ...Object.fromEntries(Object.entries(limitVariables).map(([v, f]) => [v, `limits.${f}`])),
 }
 
-/** The settings whose value may be null (null is their default: no database URL, no token…). */
-const nullableKeys: ReadonlySet<string> = new Set<string>([
-  "databaseUrl",
-  "adminToken",
-  "metricsToken",
-  "peerUrl",
-  "otlpUrl",
-  "otlpHeaders",
-] satisfies readonly { readonly [K in keyof CoordinatorConfig]: null extends CoordinatorConfig[K] ? K : never }[keyof CoordinatorConfig][])
-
 /** A program's settings name each setting by its key, a limit as `limits.<field>`. */
 export const byKey: Naming = (variable) => keyOfVariable[variable] ?? variable
 
 /**
  * Validates a program's settings over the defaults (`startCoordinator({ config })`): the same
  * checks as the environment's (each setting's rule, core's `Limits.make`, `crossFieldIssues`),
- * every issue named by key; an unknown key is refused, an undefined one keeps its default.
- * Pure. Unset, the grace is the stale window of the limits passed.
+ * every issue named by key; an unknown key is refused, an undefined one keeps its default, a
+ * null unsets a setting that may be null and is refused for any other. Pure. Unset, the grace is the stale window of the limits passed.
  */
 export const parseInput = (input: CoordinatorConfigInput = {}): ParseResult => {
   const raw: Record<string, unknown> = {}
@@ -519,26 +537,17 @@ export const parseInput = (input: CoordinatorConfigInput = {}): ParseResult => {
     if (value === undefined || key === "limits") continue
     const variable = settingOf[key]
     if (variable === undefined) refused.push({ variable: key, rule: "is not a known setting" })
-    // Null is the default of every setting that may be null (no database URL, no token…); any
-    // other setting's null is refused with its own rule, never taken for its default.
-    else if (value === null) {
-      if (!nullableKeys.has(key)) refused.push({ variable: key, rule: ruleOfVariable[variable] ?? "must not be null", value: null })
-    } else raw[variable] = Redacted.isRedacted(value) ? Redacted.value(value) : value
+    // A null goes on: unset for a setting that may be null, refused by `load` for any other.
+    else raw[variable] = Redacted.isRedacted(value) ? Redacted.value(value) : value
   }
   const limitOf = Object.fromEntries(Object.entries(limitVariables).map(([v, f]) => [f, v]))
   if (input.limits === null) refused.push({ variable: "limits", rule: "must be an object of limits (leave it out for the defaults)", value: null })
   for (const [field, value] of Object.entries(input.limits ?? {})) {
     const variable = limitOf[field]
     if (variable === undefined) refused.push({ variable: `limits.${field}`, rule: "is not a known limit" })
-    else if (value === null) {
-      // Core's own words for the limit (`must be an integer`…): a limit is never null.
-      const made = Limits.make({ [field]: null })
-      refused.push({ variable: `limits.${field}`, rule: made._tag === "Invalid" ? (made.issues[0]?.rule ?? "must not be null") : "must not be null", value: null })
-    } else if (value !== undefined) raw[variable] = value
+    else if (value !== undefined) raw[variable] = value
   }
-  const refusedVariables = new Set(Object.entries(input).filter(([k, v]) => v === null && !nullableKeys.has(k)).map(([k]) => settingOf[k] ?? k))
-  for (const [field, value] of Object.entries(input.limits ?? {})) if (value === null) refusedVariables.add(limitOf[field] ?? field)
-  const r = run(load({ provider: ConfigProvider.fromUnknown(raw), raw: (v) => raw[v], secrets: secretVariables }, byKey, refusedVariables))
+  const r = run(load({ provider: ConfigProvider.fromUnknown(raw), raw: (v) => raw[v], secrets: secretVariables }, byKey))
   return refused.length === 0 ? r : { _tag: "Invalid", issues: [...refused, ...(r._tag === "Invalid" ? r.issues : [])] }
 }
 

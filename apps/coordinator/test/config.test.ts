@@ -216,6 +216,20 @@ describe("configuration", () => {
     expect(Config.parse({ ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "1", ENGRAM_BEAT_WINDOW_MS: "0" })._tag).toBe("Valid")
   })
 
+  it("a file's null for a setting that cannot be null is refused with the setting's own rule, not taken for its default", async () => {
+    const r = Config.parse({ ENGRAM_PORT: null, ENGRAM_REAPER_INTERVAL_MS: null, ENGRAM_DATABASE_URL: null })
+    expect(r._tag === "Invalid" && r.issues).toEqual([
+      { variable: "ENGRAM_PORT", rule: "must be an integer from 0 to 65535", value: null },
+      { variable: "ENGRAM_REAPER_INTERVAL_MS", rule: "must be an integer", value: null },
+    ])
+    const file = join(mkdtempSync(join(tmpdir(), "engram-config-")), "c.json")
+    writeFileSync(file, JSON.stringify({ ENGRAM_LEASE_DURATION_MS: 5000, ENGRAM_LEASE_RENEW_DEADLINE_MS: null }))
+    const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file }))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    // Only its own rule: the lease's rule is not judged on the default it would have had.
+    expect(error?.message).toBe("invalid coordinator configuration:\n  ENGRAM_LEASE_RENEW_DEADLINE_MS=null: must be an integer from 50 to 3600000")
+  })
+
   it("the commit allowance counts commits of the last hour by default; the horizon is checked, a bad one named", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && d.config.allowanceHorizonMs).toBe(3_600_000)
