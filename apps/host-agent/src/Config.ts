@@ -303,17 +303,18 @@ export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "h
     const shown: Record<string, unknown> = {}
     const refused: Env.Issue[] = []
     const variableOf: Readonly<Record<string, string>> = timingVariables
+    const give = (variable: string, value: unknown) => {
+      // A null is never a default here: refused with the setting's own rule (NaN breaks every one).
+      raw[variable] = value === null ? Number.NaN : value
+      shown[variable] = value
+    }
     const window: unknown = o.heartbeatStaleWindowMs
-    if (window === null) refused.push({ variable: "heartbeatStaleWindowMs", rule: "must be an integer >= 1", value: null })
-    else if (window !== undefined) raw[staleWindowVariable] = shown[staleWindowVariable] = window
+    if (window !== undefined) give(staleWindowVariable, window)
     for (const [key, value] of Object.entries(o.config ?? {}) as [string, unknown][]) {
       const variable = variableOf[key]
       if (value === undefined || key === "hostId") continue
-      if (variable !== undefined) {
-        // A null is never a default here: refused with the setting's rule (Env.read words it).
-        raw[variable] = value === null ? Number.NaN : value
-        shown[variable] = value
-      } else if (key === "moveIntent") {
+      if (variable !== undefined) give(variable, value)
+      else if (key === "moveIntent") {
         if (typeof value !== "boolean") refused.push({ variable: "config.moveIntent", rule: "must be true or false", value })
       } else if (key === "templates") {
         const problem = Templates.specsProblem(value)
@@ -323,11 +324,12 @@ export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "h
     const source = { provider: ConfigProvider.fromUnknown(raw), raw: (v: string) => shown[v], secrets: secretVariables }
     const read = yield* Effect.result(Env.read("host agent", { staleMs: staleWindow, ...timingSettings }, source))
     const issues: Env.Issue[] = [...refused, ...(read._tag === "Failure" ? read.failure.issues.map((i) => ({ ...i, variable: byOptionKey(i.variable) })) : [])]
-    if (read._tag === "Success" && window !== null) {
-      const heartbeat = given(read.success.heartbeatIntervalMs)
-      const rule = heartbeat === undefined ? null : heartbeatIssue(heartbeat.value, read.success.staleMs, byOptionKey)
-      if (rule !== null && heartbeat !== undefined) issues.push({ variable: "config.heartbeatIntervalMs", rule, value: heartbeat.value })
-    }
+    // The rule between the two, judged whenever both held their own rules, whatever the others'.
+    const windowMs = yield* Effect.result(staleWindow.parse(source.provider))
+    const heartbeatMs = yield* Effect.result(timingSettings.heartbeatIntervalMs.parse(source.provider))
+    const heartbeat = windowMs._tag === "Success" && heartbeatMs._tag === "Success" ? given(heartbeatMs.success) : undefined
+    const rule = heartbeat === undefined || windowMs._tag !== "Success" ? null : heartbeatIssue(heartbeat.value, windowMs.success, byOptionKey)
+    if (rule !== null && heartbeat !== undefined) issues.push({ variable: "config.heartbeatIntervalMs", rule, value: heartbeat.value })
     if (issues.length > 0 || read._tag === "Failure") return yield* new Env.ConfigInvalid({ component: "host agent", issues })
     return { ...defaultAgentConfig(o.hostId, read.success.staleMs), ...o.config, hostId: o.hostId }
   })

@@ -240,17 +240,22 @@ describe("a program's agent options", () => {
     expect(await issuesOf({ hostId: "h", heartbeatStaleWindowMs: 30_000, config: { heartbeatIntervalMs: 30_000 } })).toEqual([["config.heartbeatIntervalMs", rule(30_000), 30_000]])
     const edge = await Effect.runPromise(checkedConfig({ hostId: "h", heartbeatStaleWindowMs: 30_000, config: { heartbeatIntervalMs: 29_999 } }))
     expect(edge.heartbeatIntervalMs).toBe(29_999)
+    // Judged beside another setting's refusal, all at once.
+    expect(await issuesOf({ hostId: "h", heartbeatStaleWindowMs: 30_000, config: { heartbeatIntervalMs: 30_000, reportIntervalMs: 0 } })).toEqual([
+      ["config.reportIntervalMs", "must be an integer >= 1", 0],
+      ["config.heartbeatIntervalMs", rule(30_000), 30_000],
+    ])
     // Unset, the interval is a third of the window given.
     expect((await Effect.runPromise(checkedConfig({ hostId: "h", heartbeatStaleWindowMs: 30_000 }))).heartbeatIntervalMs).toBe(10_000)
   })
 
   it("each setting's own range holds, every issue at once, named by key; a null, an unknown key, a bad flag or template are refused", async () => {
     const config = { reportIntervalMs: 0, pollWaitMs: 30_001, retryDelayMs: null, maxPreCopyRounds: 1.5, moveIntent: "yes", templates: [{ name: "a/b", memMib: 256, vcpus: 1 }], heartbeatMS: 5 }
-    expect(await issuesOf({ hostId: "h", heartbeatStaleWindowMs: 0, config } as unknown as Parameters<typeof checkedConfig>[0])).toEqual([
+    expect(await issuesOf({ hostId: "h", heartbeatStaleWindowMs: null, config } as unknown as Parameters<typeof checkedConfig>[0])).toEqual([
       ["config.moveIntent", "must be true or false", "yes"],
       ["config.templates", `a template name ${Names.templateNameRule}: "a/b"`, undefined],
       ["config.heartbeatMS", "is not a known setting", undefined],
-      ["heartbeatStaleWindowMs", "must be an integer >= 1", 0],
+      ["heartbeatStaleWindowMs", "must be an integer >= 1", null],
       ["config.reportIntervalMs", "must be an integer >= 1", 0],
       ["config.pollWaitMs", "must be an integer from 0 to 30000 (the longest the coordinator holds an assignments poll)", 30_001],
       ["config.retryDelayMs", "must be an integer >= 1", null],
