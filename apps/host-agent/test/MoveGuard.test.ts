@@ -20,6 +20,8 @@ const runMove = (opts: {
   /** The coordinator's commitAllowanceMs (default 400); null = it sends no limits. */
   readonly commitAllowanceMs?: number | null
   readonly fleet?: FleetOptions
+  /** From the move's start, every other round that adds a record loses its answer (recorded, then a timeout). */
+  readonly loseRoundAnswers?: boolean
 }) =>
   Effect.gen(function* () {
     const fleet = yield* makeFleet(
@@ -40,10 +42,27 @@ const runMove = (opts: {
     yield* fleet.coordinator.addSession("s1", "a", opts.memMib ?? 4096, 2)
     yield* settle
     assert.strictEqual((yield* fleet.coordinator.get).sessions.get("s1")?.state, "running")
+    if (opts.loseRoundAnswers === true) yield* fleet.coordinator.loseRoundAnswers(true)
     yield* fleet.coordinator.beginMove("m1", "s1", "b", opts.maxDowntimeMs)
     yield* settle
     const state = yield* fleet.coordinator.get
     return { fleet, a, b, settle, move: state.moves.get("m1")!, session: state.sessions.get("s1")!, outcome: (yield* a.agent.status).moves[0]! }
+  })
+
+for (const moveIntent of [true, false])
+  describe(`rounds whose answers are lost, intent ${moveIntent ? "on" : "off"}`, () => {
+    effect("each round is recorded once: its retry carries its position, which the coordinator holds already, and the move commits", () =>
+      Effect.gen(function* () {
+        const { fleet, move, outcome } = yield* runMove({ maxDowntimeMs: 600, loseRoundAnswers: true, fleet: { moveIntent } })
+        assert.strictEqual(move.state, "committed")
+        assert.deepStrictEqual(move.rounds.map((r) => r.kind), moveIntent ? ["full", "delta", "delta", "intent", "final"] : ["full", "delta", "delta", "final"])
+        assert.strictEqual(outcome._tag, "Committed")
+        // The pre-copy rounds as measured (the final round's figures: with the intent off, as recorded in the pause, before its send).
+        if (outcome._tag === "Committed") assert.deepStrictEqual(move.rounds.filter((r) => r.kind === "full" || r.kind === "delta"), outcome.rounds.slice(0, -1))
+        // Every record was written once (every other answer was lost, and that round tried again).
+        assert.strictEqual((yield* fleet.coordinator.get).calls.filter((c) => c.startsWith("round m1 ")).length, move.rounds.length)
+      }),
+    )
   })
 
 describe("the seed 004 hardware table on the simulated runtime", () => {
