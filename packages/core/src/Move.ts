@@ -207,7 +207,6 @@ export const placeRound = (m: Pick<Record, "id" | "state" | "rounds">, round: Nu
   return "append"
 }
 
-
 /**
  * The plan of one more record on the move (it updates the move alone), as `placeRound` judges
  * it: a round already held writes the move as it is; the position itself is not stored (it is

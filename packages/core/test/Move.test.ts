@@ -1,3 +1,4 @@
+import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { Move } from "../src/index.js"
 
@@ -78,5 +79,22 @@ describe("Move rules (SPEC §5, §12)", () => {
     expect(Move.placeRound(held, { ...intent, seq: 1 })).toBe("held")
     expect(Move.placeRound(held, intent)).toBe("held")
     expect(Move.placeRound(held, { ...intent, seq: 2 })).toEqual({ _tag: "Conflict", moveId: "m1", reason: "the intent is recorded: round 2 cannot be a second one" })
+  })
+
+  it("property: rounds sent in order with their positions, each delivered one to three times (answers lost, retried), are recorded once each, in order", () => {
+    const aRound = fc.record({ kind: fc.constantFrom<Move.RoundKind>("full", "delta"), wireBytes: fc.nat(), apparentBytes: fc.nat(), sendMs: fc.nat(), captureMs: fc.nat() })
+    fc.assert(
+      fc.property(fc.array(fc.tuple(aRound, fc.integer({ min: 1, max: 3 })), { maxLength: 12 }), (sent) => {
+        let m: Move.Record = open
+        for (const [seq, [r, times]] of sent.entries()) {
+          for (let i = 0; i < times; i++) {
+            const plan = Move.recordRound(m, { ...r, seq }, 1)
+            if (plan._tag === "Conflict") throw new Error(plan.reason)
+            m = plan.moves[0]!.move as Move.Record
+          }
+        }
+        expect(m.rounds).toEqual(sent.map(([r]) => r))
+      }),
+    )
   })
 })
