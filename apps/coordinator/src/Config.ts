@@ -242,8 +242,22 @@ export const leaseIssue = (c: Pick<CoordinatorConfig, "leaseDurationMs" | "lease
     ? null
     : `must be less than ${name("ENGRAM_LEASE_DURATION_MS")} (${c.leaseDurationMs})`
 
+/**
+ * The longest the heartbeats' group window may be beside the stale window: less than the window
+ * less the agents' heartbeat interval (core's `Reclaim.minGraceMs`, a third of it). A host whose
+ * heartbeats arrive an interval apart is still seen live only if each is written within the rest
+ * of the window; one held longer lands after its host may have gone stale.
+ */
+export const maxBeatWindowMs = (heartbeatStaleWindowMs: number): number => heartbeatStaleWindowMs - Reclaim.minGraceMs(heartbeatStaleWindowMs) - 1
+
+/** Why the heartbeats' group window is refused beside the stale window (`maxBeatWindowMs`). Null when it holds. */
+export const beatWindowIssue = (beatWindowMs: number, heartbeatStaleWindowMs: number, name: Naming = byVariable): string | null =>
+  beatWindowMs <= maxBeatWindowMs(heartbeatStaleWindowMs)
+    ? null
+    : `must be less than ${name("ENGRAM_HEARTBEAT_STALE_WINDOW_MS")} less a third of it, the agents' heartbeat interval (${heartbeatStaleWindowMs - Reclaim.minGraceMs(heartbeatStaleWindowMs)}): a heartbeat held longer is written after its host may have gone stale`
+
 /** The settings the rules between settings read (the grace resolved: its default is the stale window). */
-const crossKeys = ["leaseDurationMs", "leaseRenewDeadlineMs", "retentionMs", "allowanceHorizonMs", "makeRoomCooldownMs", "reclaimGraceMs"] as const
+const crossKeys = ["leaseDurationMs", "leaseRenewDeadlineMs", "retentionMs", "allowanceHorizonMs", "makeRoomCooldownMs", "reclaimGraceMs", "beatWindowMs"] as const
 
 /** The values the rules between settings read, each null when its own rule refused it (no rule is judged on a guess). */
 export type CrossFields = { readonly [K in (typeof crossKeys)[number] | "heartbeatStaleWindowMs"]: number | null }
@@ -254,8 +268,8 @@ const known = <K extends keyof CrossFields>(c: CrossFields, ...keys: K[]): { rea
 
 /**
  * Every rule between settings, checked at once: the lease's renew deadline below its duration,
- * the retention beside the windows that read history, the failover grace beside the stale
- * window. Every path that builds a configuration (the environment, a file, a program's settings)
+ * the retention beside the windows that read history, the failover grace and the heartbeats'
+ * group window beside the stale window. Every path that builds a configuration (the environment, a file, a program's settings)
  * comes through here; `name` names the settings as that path does, `value` gives what it held.
  * A rule one of whose settings broke its own rule is not judged.
  */
@@ -272,6 +286,8 @@ export const crossFieldIssues = (c: CrossFields, name: Naming = byVariable, valu
   if (retention !== null) refuse("ENGRAM_RETENTION_MS", retentionIssue(retention, name))
   const grace = known(c, "reclaimGraceMs", "heartbeatStaleWindowMs")
   if (grace !== null) refuse("ENGRAM_RECLAIM_GRACE_MS", reclaimGraceIssue(grace.reclaimGraceMs, grace.heartbeatStaleWindowMs, name))
+  const beats = known(c, "beatWindowMs", "heartbeatStaleWindowMs")
+  if (beats !== null) refuse("ENGRAM_BEAT_WINDOW_MS", beatWindowIssue(beats.beatWindowMs, beats.heartbeatStaleWindowMs, name))
   return issues
 }
 
@@ -285,8 +301,12 @@ export const defaultMaxBodyBytes = 1024 * 1024
 // The settings, one Config each
 // ---------------------------------------------------------------------------------------------
 
+/** Each setting's own rule by variable, as its Config words it (a program's null is refused with it). */
+const ruleOfVariable: Record<string, string> = {}
+
 const int = (variable: string, fallback: number, min: number, max: number) => {
   const rule = `must be an integer from ${min} to ${max}`
+  ruleOfVariable[variable] = rule
   return Config.schema(
     Schema.NumberFromString.annotate({ message: rule }).check(Schema.isInt({ message: rule }), Schema.isBetween({ minimum: min, maximum: max }, { message: rule })),
     variable,
@@ -295,12 +315,16 @@ const int = (variable: string, fallback: number, min: number, max: number) => {
 
 const intAtLeast = (variable: string, fallback: number, min: number) => {
   const rule = `must be an integer >= ${min}`
+  ruleOfVariable[variable] = rule
   return Config.schema(Schema.NumberFromString.annotate({ message: rule }).check(Schema.isInt({ message: rule }), Schema.isGreaterThanOrEqualTo(min, { message: rule })), variable).pipe(
     Config.withDefault(fallback),
   )
 }
 
-const text = (variable: string, fallback: string) => Config.String(variable).pipe(Config.withDefault(fallback))
+const text = (variable: string, fallback: string) => {
+  ruleOfVariable[variable] = "must be a string"
+  return Config.String(variable).pipe(Config.withDefault(fallback))
+}
 
 const secret = (variable: string, check: Schema.Codec<string, string>) =>
   Config.schema(check, variable).pipe(
@@ -393,6 +417,31 @@ const settings = {
   otlpHeaders: secret(settingVariables.otlpHeaders, Schema.String.check(Schema.isPattern(/^\s*[^=,\s]+\s*=[^,]*(,\s*[^=,\s]+\s*=[^,]*)*\s*$/, { message: "must be key=value pairs separated by commas" }))),
 }
 
+/** The variables whose setting may be null (null is their default: no database URL, no token…). */
+const nullableVariables: ReadonlySet<string> = new Set(
+  (
+    ["databaseUrl", "adminToken", "metricsToken", "peerUrl", "otlpUrl", "otlpHeaders"] satisfies readonly {
+      readonly [K in keyof CoordinatorConfig]: null extends CoordinatorConfig[K] ? K : never
+    }[keyof CoordinatorConfig][]
+  ).map((k) => settingVariables[k]),
+)
+
+/**
+ * A null (a file's, a program's) for a setting that cannot be null: refused with the setting's
+ * own rule (core's words for a limit), never taken for its default.
+ */
+const nullIssues = (raw: (variable: string) => unknown): Env.Issue[] => [
+  ...Object.values(settingVariables)
+    .filter((v) => raw(v) === null && !nullableVariables.has(v))
+    .map((v) => ({ variable: v, rule: ruleOfVariable[v] ?? "must not be null", value: null })),
+  ...Object.entries(limitVariables)
+    .filter(([v]) => raw(v) === null)
+    .map(([v, field]) => {
+      const made = Limits.make({ [field]: null })
+      return { variable: v, rule: made._tag === "Invalid" ? (made.issues[0]?.rule ?? "must not be null") : "must not be null", value: null }
+    }),
+]
+
 // The limits are read as text and judged by core `Limits.make`, whose words every component shares.
 const limitTexts = Config.all(Object.fromEntries(Object.keys(limitVariables).map((v) => [v, Config.String(v).pipe(Config.option)])))
 
@@ -409,6 +458,9 @@ const toBoolean = (t: string): unknown => {
  */
 const load = (source: Env.Source, name: Naming = byVariable): Effect.Effect<CoordinatorConfig, Env.ConfigInvalid> =>
   Effect.gen(function* () {
+    // A null reads as unset (its default) below: refused here, and no rule between settings is judged on it.
+    const nulls = nullIssues(source.raw)
+    const refused = new Set(nulls.map((i) => i.variable))
     const base = yield* Effect.result(Env.read("coordinator", settings, source))
     const texts = yield* Effect.orDie(limitTexts.parse(source.provider))
     const overrides: Record<string, unknown> = {}
@@ -426,16 +478,17 @@ const load = (source: Env.Source, name: Naming = byVariable): Effect.Effect<Coor
             return { variable, rule: i.rule, value: source.raw(variable) }
           })
         : []),
+      ...nulls,
     ].map((i) => ({ ...i, variable: name(i.variable) }))
     // The rules between settings, on every setting whose own value held, whatever the others'.
     const held: Record<string, number | null> = {}
     for (const key of crossKeys) {
       const r = yield* Effect.result(settings[key].parse(source.provider))
-      held[key] = r._tag === "Success" ? r.success : null
+      held[key] = r._tag === "Success" && !refused.has(settingVariables[key]) ? r.success : null
     }
     // The stale window alone: another limit's refusal leaves it known.
     const staleWindow = Limits.make(overrides["heartbeatStaleWindowMs"] === undefined ? {} : { heartbeatStaleWindowMs: overrides["heartbeatStaleWindowMs"] })
-    const staleWindowMs = staleWindow._tag === "Valid" ? staleWindow.limits.heartbeatStaleWindowMs : null
+    const staleWindowMs = staleWindow._tag === "Valid" && !refused.has("ENGRAM_HEARTBEAT_STALE_WINDOW_MS") ? staleWindow.limits.heartbeatStaleWindowMs : null
     // Unset, the grace is the stale window.
     const reclaimGraceMs = held["reclaimGraceMs"] === graceFromStaleWindow ? staleWindowMs : (held["reclaimGraceMs"] ?? null)
     const cross = { ...held, reclaimGraceMs, heartbeatStaleWindowMs: staleWindowMs } as CrossFields
@@ -475,28 +528,29 @@ export const byKey: Naming = (variable) => keyOfVariable[variable] ?? variable
 /**
  * Validates a program's settings over the defaults (`startCoordinator({ config })`): the same
  * checks as the environment's (each setting's rule, core's `Limits.make`, `crossFieldIssues`),
- * every issue named by key; an unknown key is refused, an undefined one keeps its default.
- * Pure. Unset, the grace is the stale window of the limits passed.
+ * every issue named by key; an unknown key is refused, an undefined one keeps its default, a
+ * null unsets a setting that may be null and is refused for any other. Pure. Unset, the grace is the stale window of the limits passed.
  */
 export const parseInput = (input: CoordinatorConfigInput = {}): ParseResult => {
   const raw: Record<string, unknown> = {}
-  const unknownKeys: Env.Issue[] = []
+  const refused: Env.Issue[] = []
   const settingOf: Readonly<Record<string, string>> = settingVariables
   for (const [key, value] of Object.entries(input)) {
-    // Null is the default of every setting that may be null (no database URL, no token…).
-    if (value === undefined || value === null || key === "limits") continue
+    if (value === undefined || key === "limits") continue
     const variable = settingOf[key]
-    if (variable === undefined) unknownKeys.push({ variable: key, rule: "is not a known setting" })
+    if (variable === undefined) refused.push({ variable: key, rule: "is not a known setting" })
+    // A null goes on: unset for a setting that may be null, refused by `load` for any other.
     else raw[variable] = Redacted.isRedacted(value) ? Redacted.value(value) : value
   }
   const limitOf = Object.fromEntries(Object.entries(limitVariables).map(([v, f]) => [f, v]))
+  if (input.limits === null) refused.push({ variable: "limits", rule: "must be an object of limits (leave it out for the defaults)", value: null })
   for (const [field, value] of Object.entries(input.limits ?? {})) {
     const variable = limitOf[field]
-    if (variable === undefined) unknownKeys.push({ variable: `limits.${field}`, rule: "is not a known limit" })
+    if (variable === undefined) refused.push({ variable: `limits.${field}`, rule: "is not a known limit" })
     else if (value !== undefined) raw[variable] = value
   }
   const r = run(load({ provider: ConfigProvider.fromUnknown(raw), raw: (v) => raw[v], secrets: secretVariables }, byKey))
-  return unknownKeys.length === 0 ? r : { _tag: "Invalid", issues: [...unknownKeys, ...(r._tag === "Invalid" ? r.issues : [])] }
+  return refused.length === 0 ? r : { _tag: "Invalid", issues: [...refused, ...(r._tag === "Invalid" ? r.issues : [])] }
 }
 
 /** A program's settings over the defaults, checked as `parseInput` does; secrets redacted. */
@@ -504,6 +558,36 @@ export const fromInput = (input: CoordinatorConfigInput = {}): Effect.Effect<Coo
   const r = parseInput(input)
   return r._tag === "Valid" ? Effect.succeed(r.config) : Effect.fail(new Env.ConfigInvalid({ component: "coordinator", issues: r.issues }))
 }
+
+/**
+ * The settings that act on PostgreSQL only (`ENGRAM_DATABASE_URL`): the embedded store (PGlite)
+ * has one replica, so no change listener, no reaper's lease, no spread nor forwarding of
+ * placements among replicas, and reads the fleet fresh.
+ */
+export const postgresOnlyKeys = [
+  "changesCheckMs",
+  "placementReadMaxAgeMs",
+  "placementSpread",
+  "placementWindowByReplicas",
+  "placementForward",
+  "placementForwardTimeoutMs",
+  "peerUrl",
+  "leaseDurationMs",
+  "leaseRenewDeadlineMs",
+] as const satisfies readonly (keyof typeof settingVariables)[]
+
+/**
+ * The variables of `config`'s PostgreSQL-only settings that are set away from their defaults
+ * (whichever path set them: a value equal to the default changes nothing either way).
+ */
+export const postgresOnlySet = (config: CoordinatorConfig): readonly string[] => {
+  const byDefault = defaults()
+  return postgresOnlyKeys.filter((k) => config[k] !== byDefault[k]).map((k) => settingVariables[k])
+}
+
+/** The start-up warning for PostgreSQL-only settings given to a coordinator on the embedded database. */
+export const postgresOnlyWarning = (variables: readonly string[]): string =>
+  `${variables.join(", ")} ${variables.length === 1 ? "has" : "have"} no effect on the embedded database (PGlite): ${variables.length === 1 ? "it applies" : "they apply"} on PostgreSQL only (ENGRAM_DATABASE_URL)`
 
 /**
  * Where a relative `dataDir` lives. pnpm sets `INIT_CWD` to the directory it was run from, and

@@ -350,6 +350,10 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       // Info, not a warning: most kernels cap the queue at 4,096, which only a fleet of thousands
       // of agents connecting at once (a restart, a network blip) outgrows.
       if (queueWarning !== undefined) yield* Effect.logInfo(queueWarning, { somaxconn: readSomaxconn(), listenBacklog })
+      // Set for PostgreSQL but running on the embedded store: said once, not refused (one
+      // environment may serve both).
+      const ignored = backend === "pglite" ? Config.postgresOnlySet(config) : []
+      if (ignored.length > 0) yield* Effect.logWarning(Config.postgresOnlyWarning(ignored), { variables: ignored })
       yield* Effect.logInfo(`engram coordinator listening on ${url}`, {
         url,
         port,

@@ -1,8 +1,8 @@
 // Configuration: every bad value is named with its variable and rule; the limits come from core.
-import { Config, startCoordinator } from "@engram/coordinator"
+import { Config, Coordinator, startCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { Env } from "@engram/process"
-import { Effect, Exit, Logger, Redacted } from "effect"
+import { Effect, Exit, Layer, Logger, Redacted } from "effect"
 import { existsSync, mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -200,6 +200,34 @@ describe("configuration", () => {
     expect(none._tag === "Valid" && none.config.beatWindowMs).toBe(0)
     const bad = Config.parse({ ENGRAM_BEAT_WINDOW_MS: "10001" })
     expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_BEAT_WINDOW_MS", "must be an integer from 0 to 10000"]])
+  })
+
+  it("heartbeats gather for less than the stale window less the agents' heartbeat interval (a third of it), named with both figures", () => {
+    const rule = (window: string, most: number) =>
+      `must be less than ${window} less a third of it, the agents' heartbeat interval (${most}): a heartbeat held longer is written after its host may have gone stale`
+    const over = Config.parse({ ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "3000", ENGRAM_BEAT_WINDOW_MS: "2000" })
+    expect(over._tag === "Invalid" && over.issues).toEqual([{ variable: "ENGRAM_BEAT_WINDOW_MS", rule: rule("ENGRAM_HEARTBEAT_STALE_WINDOW_MS", 2000), value: "2000" }])
+    // The default window (100 ms) beside a small stale window: refused too, the same words.
+    const small = Config.parse({ ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "150" })
+    expect(small._tag === "Invalid" && small.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_BEAT_WINDOW_MS", rule("ENGRAM_HEARTBEAT_STALE_WINDOW_MS", 100)]])
+    // The edge: 1 ms less.
+    const edge = Config.parse({ ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "3000", ENGRAM_BEAT_WINDOW_MS: "1999" })
+    expect(edge._tag === "Valid" && edge.config.beatWindowMs).toBe(1999)
+    expect(Config.parse({ ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "1", ENGRAM_BEAT_WINDOW_MS: "0" })._tag).toBe("Valid")
+  })
+
+  it("a file's null for a setting that cannot be null is refused with the setting's own rule, not taken for its default", async () => {
+    const r = Config.parse({ ENGRAM_PORT: null, ENGRAM_REAPER_INTERVAL_MS: null, ENGRAM_DATABASE_URL: null })
+    expect(r._tag === "Invalid" && r.issues).toEqual([
+      { variable: "ENGRAM_PORT", rule: "must be an integer from 0 to 65535", value: null },
+      { variable: "ENGRAM_REAPER_INTERVAL_MS", rule: "must be an integer", value: null },
+    ])
+    const file = join(mkdtempSync(join(tmpdir(), "engram-config-")), "c.json")
+    writeFileSync(file, JSON.stringify({ ENGRAM_LEASE_DURATION_MS: 5000, ENGRAM_LEASE_RENEW_DEADLINE_MS: null }))
+    const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file }))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    // Only its own rule: the lease's rule is not judged on the default it would have had.
+    expect(error?.message).toBe("invalid coordinator configuration:\n  ENGRAM_LEASE_RENEW_DEADLINE_MS=null: must be an integer from 50 to 3600000")
   })
 
   it("the commit allowance counts commits of the last hour by default; the horizon is checked, a bad one named", () => {
@@ -404,6 +432,34 @@ describe("a program's settings", () => {
     expect([c.port, c.adminToken !== null && Redacted.value(c.adminToken), c.peerUrl]).toEqual([0, adminToken, "http://10.0.0.5:7070"])
   })
 
+  it("the heartbeats' group window is checked against the limits' stale window, named by key; the edge is accepted", async () => {
+    const limits = { ...Limits.defaults, heartbeatStaleWindowMs: 3000 }
+    expect(await invalid({ limits, beatWindowMs: 2000 })).toEqual([
+      [
+        "beatWindowMs",
+        "must be less than limits.heartbeatStaleWindowMs less a third of it, the agents' heartbeat interval (2000): a heartbeat held longer is written after its host may have gone stale",
+        2000,
+      ],
+    ])
+    expect((await valid({ limits, beatWindowMs: 1999 })).beatWindowMs).toBe(1999)
+  })
+
+  it("null for a setting that cannot be null is refused with the setting's own rule, never taken for its default; null keeps a nullable one unset", async () => {
+    const nulls = { port: null, host: null, reclaimGraceMs: null, limits: { ...Limits.defaults, cpuOvercommit: null, requireMeasured: null } } as unknown as Config.CoordinatorConfigInput
+    expect(await invalid(nulls)).toEqual([
+      ["port", "must be an integer from 0 to 65535", null],
+      ["host", "must be a string", null],
+      ["reclaimGraceMs", "must be an integer >= 0", null],
+      ["limits.cpuOvercommit", "must be a finite number", null],
+      ["limits.requireMeasured", "must be a boolean", null],
+    ])
+    // The rules between settings are not judged on a refused null's default (10 s is not below 5 s).
+    expect(await invalid({ leaseDurationMs: 5000, leaseRenewDeadlineMs: null } as unknown as Config.CoordinatorConfigInput)).toEqual([["leaseRenewDeadlineMs", "must be an integer from 50 to 3600000", null]])
+    expect(await invalid({ limits: null } as unknown as Config.CoordinatorConfigInput)).toEqual([["limits", "must be an object of limits (leave it out for the defaults)", null]])
+    const c = await valid({ databaseUrl: null, adminToken: null, metricsToken: null, peerUrl: null, otlpUrl: null, otlpHeaders: null })
+    expect([c.databaseUrl, c.adminToken, c.metricsToken, c.peerUrl, c.otlpUrl, c.otlpHeaders]).toEqual([null, null, null, null, null, null])
+  })
+
   it("startCoordinator refuses them before it opens anything, with the environment's error", async () => {
     const dataDir = join(mkdtempSync(join(tmpdir(), "engram-config-")), "data")
     const started = startCoordinator({ reaper: false, logLevel: "None", config: { port: 0, adminToken, dataDir, reclaimGraceMs: 1, retentionMs: 1 } })
@@ -422,4 +478,37 @@ describe("a program's settings", () => {
     // Nothing changed: no data directory made, no store opened.
     expect(existsSync(dataDir)).toBe(false)
   })
+})
+
+// One environment may serve a coordinator on PostgreSQL and one on the embedded database: the
+// PostgreSQL-only settings are not refused there, but said once at start to have no effect.
+describe("PostgreSQL-only settings on the embedded database", () => {
+  const adminToken = "config-admin-token-0123456789"
+
+  it("the ones set away from their defaults are named, whichever path set them", async () => {
+    expect(Config.postgresOnlySet(Config.defaults())).toEqual([])
+    const fromEnv = await Effect.runPromise(Config.fromEnvironment({ ENGRAM_PLACEMENT_FORWARD: "1", ENGRAM_CHANGES_CHECK_MS: "500", ENGRAM_PORT: "0" }))
+    expect(Config.postgresOnlySet(fromEnv)).toEqual(["ENGRAM_CHANGES_CHECK_MS", "ENGRAM_PLACEMENT_FORWARD"])
+    const fromProgram = await Effect.runPromise(Config.fromInput({ peerUrl: "http://10.0.0.5:7070", leaseDurationMs: 20_000, placementSpread: 0 }))
+    expect(Config.postgresOnlySet(fromProgram)).toEqual(["ENGRAM_PLACEMENT_SPREAD", "ENGRAM_PEER_URL", "ENGRAM_LEASE_DURATION_MS"])
+    expect(Config.postgresOnlyWarning(["ENGRAM_PEER_URL"])).toBe("ENGRAM_PEER_URL has no effect on the embedded database (PGlite): it applies on PostgreSQL only (ENGRAM_DATABASE_URL)")
+  })
+
+  it("a coordinator on PGlite warns once at start, naming each; with none set it says nothing", async () => {
+    const warningsOf = (config: Config.CoordinatorConfigInput) => {
+      const lines: string[] = []
+      const capture = Logger.layer([Logger.make(({ logLevel, message }) => void (logLevel === "Warn" && lines.push(String(Array.isArray(message) ? message[0] : message))))])
+      const dataDir = join(mkdtempSync(join(tmpdir(), "engram-config-")), "data")
+      return Effect.runPromise(
+        Effect.scoped(Layer.build(Coordinator.layer({ reaper: false, config: { port: 0, adminToken, dataDir, pgliteWorker: 0, ...config } }))).pipe(
+          Effect.provide(capture),
+          Effect.map(() => lines),
+        ),
+      )
+    }
+    expect(await warningsOf({ placementForward: 1, changesCheckMs: 500 })).toEqual([
+      "ENGRAM_CHANGES_CHECK_MS, ENGRAM_PLACEMENT_FORWARD have no effect on the embedded database (PGlite): they apply on PostgreSQL only (ENGRAM_DATABASE_URL)",
+    ])
+    expect(await warningsOf({})).toEqual([])
+  }, 120_000)
 })

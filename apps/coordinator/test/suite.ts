@@ -392,10 +392,26 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "full", wireBytes: 1e8, apparentBytes: 1e8, sendMs: 100, captureMs: 40 })).status).toBe(200)
         expect(await versions()).toEqual(before)
         expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "bogus", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 })).status).toBe(400)
+        // A round with its position (`seq`) is recorded once: a retry of a recorded position with the
+        // same figures is a 200 that changes nothing; other figures, or a gap, a 409 naming the rule;
+        // a position that is not an integer >= 0 a 400 naming `seq`.
+        const full = { kind: "full", wireBytes: 1e8, apparentBytes: 1e8, sendMs: 100, captureMs: 40 }
+        expect((await agent.post(`/v1/moves/${m.id}/rounds`, { ...full, seq: 0 })).status).toBe(200)
+        const other = await agent.post(`/v1/moves/${m.id}/rounds`, { ...full, wireBytes: 1, seq: 0 })
+        expect([other.status, other.body.error]).toEqual([409, "Conflict"])
+        expect(JSON.stringify(other.body)).toContain("round 0 is recorded with other figures")
+        const gap = await agent.post(`/v1/moves/${m.id}/rounds`, { ...full, kind: "delta", seq: 2 })
+        expect([gap.status, JSON.stringify(gap.body)]).toEqual([409, expect.stringContaining("round 2 leaves a gap")])
+        for (const seq of [-1, 0.5, "1"]) {
+          const bad = await agent.post(`/v1/moves/${m.id}/rounds`, { ...full, kind: "delta", seq })
+          expect([bad.status, bad.body.field]).toEqual([400, "seq"])
+        }
+        expect((await admin.get(`/v1/moves/${m.id}`)).body.rounds).toEqual([full])
         // A commit needs the final round recorded (SPEC §12): 409 before it, and no round after it.
         const early = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420 })
         expect([early.status, early.body.error]).toEqual([409, "Conflict"])
-        expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "final", wireBytes: 1e6, apparentBytes: 1e6, sendMs: 0, captureMs: 40 })).status).toBe(200)
+        expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "final", wireBytes: 1e6, apparentBytes: 1e6, sendMs: 0, captureMs: 40, seq: 1 })).status).toBe(200)
+        expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "final", wireBytes: 1e6, apparentBytes: 1e6, sendMs: 0, captureMs: 40, seq: 1 })).status).toBe(200)
         expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "delta", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 })).status).toBe(409)
         // Every phase > 0: a phase of 0 is a 400 naming it.
         const zero = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 0, commitMs: 420 })

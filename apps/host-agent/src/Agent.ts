@@ -60,6 +60,20 @@ export interface AgentConfig {
   readonly templates: readonly TemplateSpec[]
 }
 
+/** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
+export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => ({
+  hostId,
+  heartbeatIntervalMs: Math.max(1, Math.floor(heartbeatStaleWindowMs / 3)),
+  reportIntervalMs: 30_000,
+  pollWaitMs: 20_000,
+  retryDelayMs: 1_000,
+  maxPreCopyRounds: 6,
+  stagingGraceMs: 60_000,
+  reportRunningAfterMs: 10_000,
+  moveIntent: false,
+  templates: [],
+})
+
 export interface AgentDeps {
   readonly coordinator: CoordinatorShape
   readonly runtime: VmRuntimeShape

@@ -11,8 +11,8 @@ import { Env } from "@engram/process"
 import { Limits } from "@engram/core"
 import type { SimRuntime } from "@engram/runtime"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
-import type { AgentConfig } from "./Agent.js"
-import { defaultAgentConfig, type HostAgentOptions } from "./Host.js"
+import { type AgentConfig, defaultAgentConfig } from "./Agent.js"
+import type { HostAgentOptions } from "./Host.js"
 import * as Failover from "./Failover.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
 import { parsePeers } from "./PeerLink.js"
@@ -46,6 +46,34 @@ const optionalText = (variable: string) => Config.String(variable).pipe(Config.o
 const checkedText = (variable: string, problemOf: (s: string) => string | undefined) =>
   Config.schema(Schema.String.check(Schema.makeFilter((s: string) => problemOf(s) ?? true)), variable)
 
+/** The variable of each of the agent's timing settings (`AgentConfig`'s key): a program's `config.<key>`. */
+export const timingVariables = {
+  heartbeatIntervalMs: "ENGRAM_AGENT_HEARTBEAT_MS",
+  reportIntervalMs: "ENGRAM_AGENT_REPORT_MS",
+  pollWaitMs: "ENGRAM_AGENT_POLL_WAIT_MS",
+  retryDelayMs: "ENGRAM_AGENT_RETRY_MS",
+  maxPreCopyRounds: "ENGRAM_AGENT_MAX_PRECOPY_ROUNDS",
+  stagingGraceMs: "ENGRAM_AGENT_STAGING_GRACE_MS",
+  reportRunningAfterMs: "ENGRAM_AGENT_REPORT_RUNNING_AFTER_MS",
+} as const satisfies { readonly [K in keyof AgentConfig]?: string }
+
+/** Each timing setting's own rule: the environment's and a program's (`checkedConfig`). */
+const timingSettings = {
+  heartbeatIntervalMs: int(timingVariables.heartbeatIntervalMs, 1).pipe(Config.option),
+  reportIntervalMs: int(timingVariables.reportIntervalMs, 1).pipe(Config.option),
+  pollWaitMs: intUpTo(timingVariables.pollWaitMs, 0, Payloads.maxAssignmentsWaitMs, "the longest the coordinator holds an assignments poll").pipe(Config.option),
+  retryDelayMs: int(timingVariables.retryDelayMs, 1).pipe(Config.option),
+  maxPreCopyRounds: int(timingVariables.maxPreCopyRounds, 2).pipe(Config.option),
+  stagingGraceMs: int(timingVariables.stagingGraceMs, 1).pipe(Config.option),
+  reportRunningAfterMs: int(timingVariables.reportRunningAfterMs, 1).pipe(Config.option),
+}
+
+const staleWindowVariable = "ENGRAM_HEARTBEAT_STALE_WINDOW_MS"
+const staleWindow = intOr(staleWindowVariable, Limits.defaults.heartbeatStaleWindowMs, 1)
+
+/** The simulated host's size (`ENGRAM_AGENT_MEASURE=fixed`) when not told another. */
+const defaultSimHost = { totalMib: 16384, osMib: 1024, vcpus: 8 }
+
 const settings = {
   hostId: Config.String("ENGRAM_HOST_ID"),
   urls: checkedText("ENGRAM_COORDINATOR_URL", (s) => {
@@ -61,14 +89,8 @@ const settings = {
   peerSecret: Config.schema(Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" })), "ENGRAM_PEER_SECRET").pipe(
     Config.map((s) => Redacted.make(s, { label: "ENGRAM_PEER_SECRET" })),
   ),
-  staleMs: intOr("ENGRAM_HEARTBEAT_STALE_WINDOW_MS", Limits.defaults.heartbeatStaleWindowMs, 1),
-  heartbeatIntervalMs: int("ENGRAM_AGENT_HEARTBEAT_MS", 1).pipe(Config.option),
-  reportIntervalMs: int("ENGRAM_AGENT_REPORT_MS", 1).pipe(Config.option),
-  pollWaitMs: intUpTo("ENGRAM_AGENT_POLL_WAIT_MS", 0, Payloads.maxAssignmentsWaitMs, "the longest the coordinator holds an assignments poll").pipe(Config.option),
-  retryDelayMs: int("ENGRAM_AGENT_RETRY_MS", 1).pipe(Config.option),
-  maxPreCopyRounds: int("ENGRAM_AGENT_MAX_PRECOPY_ROUNDS", 2).pipe(Config.option),
-  stagingGraceMs: int("ENGRAM_AGENT_STAGING_GRACE_MS", 1).pipe(Config.option),
-  reportRunningAfterMs: int("ENGRAM_AGENT_REPORT_RUNNING_AFTER_MS", 1).pipe(Config.option),
+  staleMs: staleWindow,
+  ...timingSettings,
   moveIntent: Config.schema(Schema.Literals(["0", "1"]).annotate({ message: "must be 0 or 1" }), "ENGRAM_AGENT_MOVE_INTENT").pipe(Config.withDefault("0" as const)),
   peers: Config.String("ENGRAM_PEERS").pipe(Config.withDefault("")),
   port: intOr("ENGRAM_AGENT_PORT", 7100, 0),
@@ -90,9 +112,9 @@ const settings = {
     "ENGRAM_SIM",
   ).pipe(Config.option),
   measure: Config.schema(Schema.Literals(["proc", "fixed"]).annotate({ message: "must be proc or fixed" }), "ENGRAM_AGENT_MEASURE").pipe(Config.withDefault("proc" as const)),
-  simTotalMib: intOr("ENGRAM_SIM_TOTAL_MIB", 16384, 1),
-  simOsMib: intOr("ENGRAM_SIM_OS_MIB", 1024, 0),
-  simVcpus: intOr("ENGRAM_SIM_VCPUS", 8, 1),
+  simTotalMib: intOr("ENGRAM_SIM_TOTAL_MIB", defaultSimHost.totalMib, 1),
+  simOsMib: intOr("ENGRAM_SIM_OS_MIB", defaultSimHost.osMib, 0),
+  simVcpus: intOr("ENGRAM_SIM_VCPUS", defaultSimHost.vcpus, 1),
   procRoot: Config.String("ENGRAM_AGENT_PROC_ROOT").pipe(Config.withDefault("/proc")),
   sysRoot: Config.String("ENGRAM_AGENT_SYS_ROOT").pipe(Config.withDefault("/sys")),
   stateFile: optionalText("ENGRAM_AGENT_STATE_FILE"),
@@ -144,19 +166,41 @@ const integerOf = (env: Env_, v: string): number | undefined => {
   return Number.isInteger(n) ? n : undefined
 }
 
-/** The rules between the timing variables: a heartbeat interval not below the stale window leaves the host stale between its heartbeats. */
+/** How a path names a variable in an issue: the environment by the variable, a program by its option key. */
+type Naming = (variable: string) => string
+
+/**
+ * The rule between the heartbeat interval and the stale window: not below the window, the host
+ * goes stale between its heartbeats. Null when it holds.
+ */
+export const heartbeatIssue = (heartbeatIntervalMs: number, heartbeatStaleWindowMs: number, name: Naming = (v) => v): string | null =>
+  heartbeatIntervalMs < heartbeatStaleWindowMs
+    ? null
+    : `must be less than ${name(staleWindowVariable)} (${heartbeatStaleWindowMs}): a host that heartbeats less often goes stale between its heartbeats`
+
+/**
+ * The rule between the simulated host's sizes (`ENGRAM_AGENT_MEASURE=fixed`): the system's share
+ * is part of the host, so it cannot be larger than it. Null when it holds.
+ */
+export const simOsIssue = (osMib: number, totalMib: number): string | null =>
+  osMib <= totalMib ? null : `must be at most ENGRAM_SIM_TOTAL_MIB (${totalMib}): the system's share is part of the simulated host`
+
+/** The rules between the timing and sizing variables, each judged when its variables hold their own rules. */
 const timingIssues = (env: Env_): Env.Issue[] => {
+  const issues: Env.Issue[] = []
+  const orDefault = (v: string, fallback: number) => (env[v] === undefined || env[v] === "" ? fallback : integerOf(env, v))
   const heartbeatMs = integerOf(env, "ENGRAM_AGENT_HEARTBEAT_MS")
-  const windowMs = env["ENGRAM_HEARTBEAT_STALE_WINDOW_MS"] === undefined || env["ENGRAM_HEARTBEAT_STALE_WINDOW_MS"] === "" ? Limits.defaults.heartbeatStaleWindowMs : integerOf(env, "ENGRAM_HEARTBEAT_STALE_WINDOW_MS")
-  return heartbeatMs !== undefined && windowMs !== undefined && heartbeatMs >= windowMs
-    ? [
-        {
-          variable: "ENGRAM_AGENT_HEARTBEAT_MS",
-          rule: `must be less than ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${windowMs}): a host that heartbeats less often goes stale between its heartbeats`,
-          value: env["ENGRAM_AGENT_HEARTBEAT_MS"],
-        },
-      ]
-    : []
+  const windowMs = orDefault(staleWindowVariable, Limits.defaults.heartbeatStaleWindowMs)
+  const heartbeat = heartbeatMs === undefined || windowMs === undefined || windowMs < 1 ? null : heartbeatIssue(heartbeatMs, windowMs)
+  if (heartbeat !== null) issues.push({ variable: "ENGRAM_AGENT_HEARTBEAT_MS", rule: heartbeat, value: env["ENGRAM_AGENT_HEARTBEAT_MS"] })
+  if (env["ENGRAM_AGENT_MEASURE"] === "fixed") {
+    const osMib = orDefault("ENGRAM_SIM_OS_MIB", defaultSimHost.osMib)
+    const totalMib = orDefault("ENGRAM_SIM_TOTAL_MIB", defaultSimHost.totalMib)
+    const sizes = osMib === undefined || totalMib === undefined || osMib < 0 || totalMib < 1 ? null : simOsIssue(osMib, totalMib)
+    const given = env["ENGRAM_SIM_OS_MIB"] !== undefined && env["ENGRAM_SIM_OS_MIB"] !== ""
+    if (sizes !== null) issues.push(given ? { variable: "ENGRAM_SIM_OS_MIB", rule: sizes, value: env["ENGRAM_SIM_OS_MIB"] } : { variable: "ENGRAM_SIM_OS_MIB", rule: `${sizes} (unset, it is ${osMib})` })
+  }
+  return issues
 }
 
 /** The rules between the runtime's variables. */
@@ -238,6 +282,58 @@ export const runtimeFromEnvironment = (env: Env_, hostId: string, stateFile: str
     return qemu === undefined ? {} : { qemu }
   })
 
+/** A program's option key for each variable it can set (`config.<key>` for the agent's timing). */
+const optionKeyOf: Readonly<Record<string, string>> = {
+  [staleWindowVariable]: "heartbeatStaleWindowMs",
+  ...Object.fromEntries(Object.entries(timingVariables).map(([k, v]) => [v, `config.${k}`])),
+}
+const byOptionKey: Naming = (variable) => optionKeyOf[variable] ?? variable
+
+/**
+ * The agent's configuration of a program's options (`startHostAgent`): the defaults (the
+ * heartbeat interval a third of `heartbeatStaleWindowMs`), then `o.config`, through the same
+ * checks as the environment's (each timing setting's range, the heartbeat interval below the
+ * stale window, the templates' rules), every issue at once, named by option key
+ * (`config.heartbeatIntervalMs`); an unknown key or a null is refused, an undefined one keeps its default.
+ */
+export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "heartbeatStaleWindowMs">): Effect.Effect<AgentConfig, Env.ConfigInvalid> =>
+  Effect.gen(function* () {
+    const raw: Record<string, unknown> = {}
+    // What each variable was given, for the issues (a null as null).
+    const shown: Record<string, unknown> = {}
+    const refused: Env.Issue[] = []
+    const variableOf: Readonly<Record<string, string>> = timingVariables
+    const give = (variable: string, value: unknown) => {
+      // A null is never a default here: refused with the setting's own rule (NaN breaks every one).
+      raw[variable] = value === null ? Number.NaN : value
+      shown[variable] = value
+    }
+    const window: unknown = o.heartbeatStaleWindowMs
+    if (window !== undefined) give(staleWindowVariable, window)
+    for (const [key, value] of Object.entries(o.config ?? {}) as [string, unknown][]) {
+      const variable = variableOf[key]
+      if (value === undefined || key === "hostId") continue
+      if (variable !== undefined) give(variable, value)
+      else if (key === "moveIntent") {
+        if (typeof value !== "boolean") refused.push({ variable: "config.moveIntent", rule: "must be true or false", value })
+      } else if (key === "templates") {
+        const problem = Templates.specsProblem(value)
+        if (problem !== undefined) refused.push({ variable: "config.templates", rule: problem })
+      } else refused.push({ variable: `config.${key}`, rule: "is not a known setting" })
+    }
+    const source = { provider: ConfigProvider.fromUnknown(raw), raw: (v: string) => shown[v], secrets: secretVariables }
+    const read = yield* Effect.result(Env.read("host agent", { staleMs: staleWindow, ...timingSettings }, source))
+    const issues: Env.Issue[] = [...refused, ...(read._tag === "Failure" ? read.failure.issues.map((i) => ({ ...i, variable: byOptionKey(i.variable) })) : [])]
+    // The rule between the two, judged whenever both held their own rules, whatever the others'.
+    const windowMs = yield* Effect.result(staleWindow.parse(source.provider))
+    const heartbeatMs = yield* Effect.result(timingSettings.heartbeatIntervalMs.parse(source.provider))
+    const heartbeat = windowMs._tag === "Success" && heartbeatMs._tag === "Success" ? given(heartbeatMs.success) : undefined
+    const rule = heartbeat === undefined || windowMs._tag !== "Success" ? null : heartbeatIssue(heartbeat.value, windowMs.success, byOptionKey)
+    if (rule !== null && heartbeat !== undefined) issues.push({ variable: "config.heartbeatIntervalMs", rule, value: heartbeat.value })
+    if (issues.length > 0 || read._tag === "Failure") return yield* new Env.ConfigInvalid({ component: "host agent", issues })
+    return { ...defaultAgentConfig(o.hostId, read.success.staleMs), ...o.config, hostId: o.hostId }
+  })
+
 /** Reads `HostAgentOptions` from `env` (default `process.env`); every problem is reported at once. */
 export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgentOptions, Env.ConfigInvalid> =>
   Effect.gen(function* () {
@@ -269,6 +365,7 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       s.measure === "fixed" ? (mib) => HostMeter.use((m) => m.measure(mib)).pipe(Effect.provide(layerFixed(fixed))) : (mib) => measureHost(roots, mib)
     return {
       hostId: s.hostId,
+      heartbeatStaleWindowMs: s.staleMs,
       // One URL stays a string (as given); several are replicas (Failover).
       coordinator: { url: s.urls.length === 1 ? s.urls[0]! : s.urls, hostToken: s.hostToken },
       peerSecret: Redacted.value(s.peerSecret),

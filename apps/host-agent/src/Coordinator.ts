@@ -50,6 +50,13 @@ export interface Assignments {
 /** One pre-copy round as the source reports it. */
 export type RoundReport = Records.MoveRound
 
+/**
+ * A round as the source posts it: the figures and its position `seq` (how many records the move
+ * held before it, the intent included), so that a retry of a round whose answer was lost is
+ * recorded once (the store holds a repeat of a recorded position with the same figures).
+ */
+export type NumberedRound = RoundReport & { readonly seq?: number }
+
 /** The phases of a committed move. */
 export type PhasesReport = Records.MovePhases
 
@@ -101,7 +108,8 @@ export interface CoordinatorShape {
   readonly assignments: (opts: { readonly waitMs: number; readonly since: string | undefined }) => Fx<Assignments>
   readonly started: (sessionId: string) => Fx<void>
   readonly descended: (sessionId: string) => Fx<void>
-  readonly round: (moveId: string, round: RoundReport) => Fx<void>
+  /** Records a round at its position (`seq`; without one it is appended). */
+  readonly round: (moveId: string, round: NumberedRound) => Fx<void>
   /** `guard`: posted only to a coordinator that keeps it (one that sends `allowances`; an older one refuses the key). */
   readonly commit: (moveId: string, phases: PhasesReport, guard?: GuardReport) => Fx<void>
   readonly abort: (moveId: string, reason: string, estimateMs?: number) => Fx<void>

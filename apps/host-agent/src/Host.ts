@@ -7,12 +7,13 @@
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Limits } from "@engram/core"
 import { ImageStore, type RuntimeInfo, type SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import type { Redacted, Scope } from "effect"
 import { Effect } from "effect"
 import { FetchHttpClient } from "effect/http"
-import { type Agent, type AgentConfig, makeAgent } from "./Agent.js"
+import type { Env } from "@engram/process"
+import { type Agent, type AgentConfig, defaultAgentConfig, makeAgent } from "./Agent.js"
+import { checkedConfig } from "./Config.js"
 import { type CoordinatorShape, makeHttp } from "./Coordinator.js"
 import * as Failover from "./Failover.js"
 import * as LocalState from "./LocalState.js"
@@ -23,19 +24,7 @@ import * as PeerServer from "./PeerServer.js"
 import { makeResidents, type Residents } from "./Residents.js"
 import * as RuntimeChoice from "./RuntimeChoice.js"
 
-/** The agent defaults (SPEC §9 for the shared ones). */
-export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => ({
-  hostId,
-  heartbeatIntervalMs: Math.max(1, Math.floor(heartbeatStaleWindowMs / 3)),
-  reportIntervalMs: 30_000,
-  pollWaitMs: 20_000,
-  retryDelayMs: 1_000,
-  maxPreCopyRounds: 6,
-  stagingGraceMs: 60_000,
-  reportRunningAfterMs: 10_000,
-  moveIntent: false,
-  templates: [],
-})
+export { defaultAgentConfig } from "./Agent.js"
 
 export interface HostAgentOptions {
   readonly hostId: string
@@ -66,7 +55,16 @@ export interface HostAgentOptions {
   readonly qemu?: RuntimeChoice.QemuSettings
   readonly sim?: Partial<SimRuntime.SimConfig>
   readonly measure: (residentMib: number) => Effect.Effect<HostReport>
+  /**
+   * The agent's timing and move policy over the defaults, checked as the environment's
+   * (`Config.checkedConfig`): a bad value fails the start with `ConfigInvalid`, named by key.
+   */
   readonly config?: Partial<AgentConfig>
+  /**
+   * The coordinator's heartbeat stale window (ms; default SPEC §9's): the heartbeat interval's
+   * default is a third of it, and a `config.heartbeatIntervalMs` not below it is refused.
+   */
+  readonly heartbeatStaleWindowMs?: number
 }
 
 export interface HostAgent {
@@ -80,34 +78,35 @@ export interface HostAgent {
   readonly port: number | null
 }
 
-/** The agent's configuration: the defaults, then `o.config`. */
-const configOf = (o: HostAgentOptions): AgentConfig => ({ ...defaultAgentConfig(o.hostId), ...o.config, hostId: o.hostId })
-
-/** How many replicas `url` names (a string may list several, as the variable does). */
-const urlCount = (url: string | readonly string[]): number => {
-  const parsed = Failover.parseUrls(typeof url === "string" ? url : url.join(","))
-  return "urls" in parsed ? parsed.urls.length : 1
-}
+/** The agent's heartbeat interval: the default (a third of the stale window), or `o.config`'s (checked by `startHostAgent`). */
+const heartbeatIntervalOf = (o: HostAgentOptions): number => o.config?.heartbeatIntervalMs ?? defaultAgentConfig(o.hostId, o.heartbeatStaleWindowMs).heartbeatIntervalMs
 
 /**
  * The HTTP client of the coordinator at `url` (one URL or several replicas'), its calls bounded
  * by the agent's heartbeat interval with several URLs, 30 s with one (`Failover.callTimeoutFor`).
  */
-export const httpCoordinator = (o: HostAgentOptions, url: string | readonly string[], hostToken: string | Redacted.Redacted<string>): Effect.Effect<CoordinatorShape> =>
-  makeHttp({
-    url,
+export const httpCoordinator = (o: HostAgentOptions, url: string | readonly string[], hostToken: string | Redacted.Redacted<string>): Effect.Effect<CoordinatorShape> => {
+  // Parsed once here; a list that does not parse is `makeHttp`'s to name (a defect).
+  const parsed = Failover.parseUrls(typeof url === "string" ? url : url.join(","))
+  const urls = "urls" in parsed ? parsed.urls : url
+  const count = "urls" in parsed ? parsed.urls.length : 1
+  return makeHttp({
+    url: urls,
     hostId: o.hostId,
     hostToken,
-    callTimeoutMs: Failover.callTimeoutFor(urlCount(url), configOf(o).heartbeatIntervalMs),
-    startIndex: Failover.startIndex(o.hostId, urlCount(url)),
-  }).pipe(
-    Effect.provide(FetchHttpClient.layer),
-  )
+    callTimeoutMs: Failover.callTimeoutFor(count, heartbeatIntervalOf(o)),
+    startIndex: Failover.startIndex(o.hostId, count),
+  }).pipe(Effect.provide(FetchHttpClient.layer))
+}
 
-/** Builds one agent and starts its loops in the current scope; a runtime that cannot run here fails it (logged). */
-export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, RuntimeChoice.RuntimeUnavailable, Scope.Scope> =>
+/**
+ * Builds one agent and starts its loops in the current scope. Its options are checked first
+ * (`Config.checkedConfig`): bad ones fail it with `ConfigInvalid` before anything starts. A
+ * runtime that cannot run here fails it (logged).
+ */
+export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, RuntimeChoice.RuntimeUnavailable | Env.ConfigInvalid, Scope.Scope> =>
   Effect.gen(function* () {
-    const config = configOf(o)
+    const config = yield* checkedConfig(o)
     const listenHost = o.migration?.listenHost ?? o.listen?.host ?? "127.0.0.1"
     const address: RuntimeChoice.MigrationAddress = { listenHost, advertiseHost: o.migration?.advertiseHost ?? listenHost }
     const runtime: VmRuntimeShape =

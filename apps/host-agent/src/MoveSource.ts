@@ -33,7 +33,7 @@
 import { Effect, Fiber } from "effect"
 import { type Downtime, Move as CoreMove } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
-import { type AssignedMove, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, type PhasesReport, type RoundReport } from "./Coordinator.js"
+import { type AssignedMove, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, type NumberedRound, type PhasesReport, type RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
 import * as Pacing from "./Pacing.js"
 import type { MoveHeader } from "./MoveTarget.js"
@@ -157,26 +157,17 @@ export const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Eff
   )
 
 /**
- * Records one round, retried as `retrying` does. A final round refused (409) because "the final
- * round is recorded" may be this very round: a replica recorded it and then hung, timed out or
- * lost its answer, and the call was tried again (on the next replica, or the same). Only this
- * source records its move's rounds, so a move still pending with its final round recorded holds
- * ours: that is success, not the move's end. Anything else refused stays a `Conflict`. When the
- * move cannot be read (retried as a round is), the read's failure is the answer, not the
- * refusal: the move's end is not known, so the caller abandons it as after any failure (its abort
- * ends the move at the coordinator) rather than take it for ended.
+ * Records one round at its position (`seq`), retried as `retrying` does. A round recorded whose
+ * answer was lost (a replica hung after its write, a timeout, a reset) is tried again at the same
+ * position, on the next replica or the same: the store holds it already and answers success
+ * without recording it twice (`Move.placeRound`). So a 409 is the move's end (or a position this
+ * source got wrong), never our own round: no read of the move is needed to tell them apart, for
+ * the final round either.
  */
-export const recordRound = (coordinator: CoordinatorShape, moveId: string, round: RoundReport) =>
-  retrying(coordinator.round(moveId, round)).pipe(
-    Effect.catchTag("Conflict", (e) =>
-      round.kind !== "final"
-        ? Effect.fail(e)
-        : retrying(coordinator.getMove(moveId)).pipe(
-            Effect.catchTag("Conflict", () => Effect.fail(e)),
-            Effect.flatMap((m) => (m.state === "pending" && m.rounds.some((x) => x.kind === "final") ? Effect.void : Effect.fail(e))),
-          ),
-    ),
-  )
+export const recordRound = (coordinator: CoordinatorShape, moveId: string, round: NumberedRound) => retrying(coordinator.round(moveId, round))
+
+/** `rounds` from position `seq` on: the positions of records sent one after the other. */
+const numbered = (rounds: readonly RoundReport[], seq: number): NumberedRound[] => rounds.map((r, i) => ({ ...r, seq: seq + i }))
 
 const jsonMs = (ms: number) => (Number.isFinite(ms) ? Math.ceil(ms) : Number.MAX_SAFE_INTEGER)
 
@@ -187,31 +178,36 @@ const intentRound: RoundReport = { kind: "intent", wireBytes: 0, apparentBytes: 
 const report = (r: MoveRound): RoundReport => ({ kind: r.kind, wireBytes: r.wireBytes, apparentBytes: r.apparentBytes, sendMs: r.sendMs, captureMs: r.captureMs })
 
 /**
- * Records a move's pre-copy rounds with the coordinator in order, each in a fiber of its own
- * (in the caller's scope): the runtime's migration loop does not wait for the coordinator, so a
- * slow answer never runs into the pause. `recorded` waits for every round pushed so far and
- * fails with the first failure (a 409: the move is no longer pending). `ended` answers, without
- * waiting, the 409 a round already got (the move ended meanwhile), if any.
+ * Records a move's records (pre-copy rounds, the intent, the final round) with the coordinator
+ * in order, each in a fiber of its own (in the caller's scope): the runtime's migration loop does
+ * not wait for the coordinator, so a slow answer never runs into the pause. Each gets its
+ * position when pushed, counted from `held` (the records the move held when this run began), so
+ * a retried one is recorded once. `recorded` waits for every record pushed so far and fails with
+ * the first failure (a 409: the move is no longer pending); `record` pushes one and waits for it.
+ * `ended` answers, without waiting, the 409 a record already got (the move ended meanwhile), if any.
  */
-const roundRecorder = (coordinator: CoordinatorShape, moveId: string) =>
+const roundRecorder = (coordinator: CoordinatorShape, moveId: string, held: number) =>
   Effect.gen(function* () {
     const scope = yield* Effect.scope
     let last: Fiber.Fiber<void, Conflict | CoordinatorError> | null = null
     let conflict: Conflict | null = null
+    let next = held
     const push = (round: RoundReport) =>
       Effect.gen(function* () {
         const before = last
+        const at: NumberedRound = { ...round, seq: next++ }
         last = yield* Effect.forkIn(
           Effect.gen(function* () {
             if (before !== null) yield* Fiber.join(before)
-            yield* retrying(coordinator.round(moveId, round))
+            yield* recordRound(coordinator, moveId, at)
           }).pipe(Effect.tapError((e) => Effect.sync(() => void (e._tag === "Conflict" && conflict === null ? (conflict = e) : undefined)))),
           scope,
         )
       })
     const recorded = Effect.suspend(() => (last === null ? Effect.void : Fiber.join(last)))
+    const record = (round: RoundReport) => Effect.andThen(push(round), recorded)
     const ended = Effect.sync(() => conflict)
-    return { push, recorded, ended }
+    return { push, record, recorded, ended }
   })
 
 /** Runs one move from the source. Never fails: every failure is cleaned up and answered. */
@@ -247,19 +243,23 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
 
     const budget = { maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs: deps.allowance.allowanceMs, maxPreCopyRounds: deps.maxPreCopyRounds }
     const protocol = Effect.gen(function* () {
-      const recorder = yield* roundRecorder(coordinator, move.id)
       // A budget below the allowance alone is refused before the target starts anything.
       const upfront = MoveGuard.beforeStart(budget)
       if (upfront._tag === "Refuse") {
         yield* abandon(upfront.reason, upfront.estimateMs)
         return { _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, paused: false, rounds } as const
       }
+      // The records the move already holds (an earlier run of this move, before a restart):
+      // this run's positions follow them.
+      const held = yield* retrying(coordinator.getMove(move.id))
+      const recorder = yield* roundRecorder(coordinator, move.id, held.rounds.length)
       const endpoint = yield* link.prepare(header)
       // The point of no return, recorded while the guest still runs (after the rounds so far).
-      // Only with `moveIntent`; off, the final round's record (in the pause) is that point.
+      // Only with `moveIntent`; off, the final round's record (in the pause) is that point. An
+      // intent an earlier run recorded holds already (a second one at a new position is refused).
       const withIntent = deps.moveIntent === true
       const intent = { startedAtMs: null as number | null, heldAtMs: null as number | null }
-      const recordIntent = recorder.recorded.pipe(Effect.andThen(retrying(coordinator.round(move.id, intentRound))))
+      const recordIntent = CoreMove.intentRecorded(held) ? Effect.void : recorder.record(intentRound)
       yield* Effect.logInfo("move: the target waits; streaming", { hostId: deps.hostId, moveId: move.id, endpoint: endpoint.uri })
       const result = yield* runtime.migrate(move.sessionId, {
         moveId: move.id,
@@ -341,7 +341,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         return { r, atMs: yield* nowMs }
       })
       // Off: the final round is recorded beside its send (the point of no return, in the pause).
-      const recordFinal = recorder.recorded.pipe(Effect.andThen(recordRound(coordinator, move.id, final)))
+      const recordFinal = recorder.record(final)
       const record = withIntent ? (intentBeforePause ? Effect.void : recordIntent) : recordFinal
       const [recorded, sent] = yield* Effect.all([timed(record), timed(at.switchover)], { concurrency: 2 })
       if (recorded.r._tag === "Failure") {
@@ -392,7 +392,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // go to the coordinator now, outside the pause (the commit needs the final round). A
       // failure here leaves `finalRecorded` false: settling the debt records it first.
       // Off: the final round was recorded in the pause; nothing is left to record.
-      const figures = withIntent ? yield* recorder.recorded.pipe(Effect.andThen(recordRound(coordinator, move.id, measured)), Effect.result) : null
+      const figures = withIntent ? yield* recorder.record(measured).pipe(Effect.result) : null
       const owedNow: PendingCommit = figures === null ? settled.owed : { ...settled.owed, finalRecorded: figures._tag === "Success" }
       if (figures?._tag === "Success") yield* residents.addPendingCommit(owedNow)
       rounds.push(...late, measured)
@@ -667,7 +667,7 @@ const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
         const late = owed.lateRounds ?? []
         const lastLate = late.at(-1)
         const lateHeld = lastLate !== undefined && JSON.stringify(m.rounds.at(-1)) === JSON.stringify(lastLate)
-        const r = yield* Effect.forEach([...(lateHeld ? [] : late), owed.final], (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
+        const r = yield* Effect.forEach(numbered([...(lateHeld ? [] : late), owed.final], m.rounds.length), (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
         if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its final round")
         if (r._tag === "Failure") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
       }
@@ -677,7 +677,7 @@ const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
     }
     if (m.state === "pending") {
       if (!CoreMove.pastNoReturn(m)) {
-        const r = yield* retrying(coordinator.round(owed.moveId, intentRound)).pipe(Effect.result)
+        const r = yield* recordRound(coordinator, owed.moveId, { ...intentRound, seq: m.rounds.length }).pipe(Effect.result)
         if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its intent")
         if (r._tag === "Failure") return { _tag: "Owed", reason: `the intent is not recorded yet: ${r.failure.message}` } as const
       }
@@ -716,7 +716,7 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
       const held = lastLate === undefined || m.rounds.some((round) => JSON.stringify(round) === JSON.stringify(lastLate))
       // A final round whose send was never measured (the agent stopped during it): the send time known at the pause, if any.
       const final = owed.final.sendMs === 0 && owed.pause?.sendMs !== undefined ? { ...owed.final, sendMs: owed.pause.sendMs } : owed.final
-      const r = yield* Effect.forEach([...(held ? [] : late), final], (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
+      const r = yield* Effect.forEach(numbered([...(held ? [] : late), final], m.rounds.length), (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
       if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its final round")
       if (r._tag === "Failure" && r.failure._tag !== "Conflict") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
     }

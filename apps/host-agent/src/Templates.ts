@@ -15,6 +15,32 @@ export interface Templates {
   readonly ensure: (t: TemplateSpec) => Effect.Effect<TemplateInfo, RuntimeError>
 }
 
+/**
+ * Why `spec` is refused beside the specs `before` it (the environment's and a program's one
+ * rule): a name by the API's rule, each once, memMib and vcpus integers > 0. Undefined when it holds.
+ */
+export const specProblem = (spec: TemplateSpec, before: readonly TemplateSpec[]): string | undefined => {
+  // The one template name rule, as the API and the runtimes judge it.
+  if (typeof spec.name !== "string" || !Names.isTemplateName(spec.name)) return `a template name ${Names.templateNameRule}: ${JSON.stringify(spec.name)}`
+  if (before.some((s) => s.name === spec.name)) return `names the template ${spec.name} twice`
+  const positive = (n: unknown) => typeof n === "number" && Number.isInteger(n) && n > 0
+  if (!positive(spec.memMib) || !positive(spec.vcpus)) return `needs a memMib and vcpus that are integers > 0: ${JSON.stringify(`${spec.name}=${spec.memMib}:${spec.vcpus}`)}`
+  return undefined
+}
+
+/** Why a program's `specs` are refused (`specProblem` of each); undefined when they hold. */
+export const specsProblem = (specs: unknown): string | undefined => {
+  if (!Array.isArray(specs)) return "must be a list of templates ({ name, memMib, vcpus })"
+  const before: TemplateSpec[] = []
+  for (const spec of specs as unknown[]) {
+    if (typeof spec !== "object" || spec === null) return `must be a list of templates ({ name, memMib, vcpus }): ${JSON.stringify(spec)}`
+    const problem = specProblem(spec as TemplateSpec, before)
+    if (problem !== undefined) return problem
+    before.push(spec as TemplateSpec)
+  }
+  return undefined
+}
+
 /** Parses `ENGRAM_AGENT_TEMPLATES`: `name=memMib:vcpus` separated by commas; the problem in words, or the specs. */
 export const parse = (text: string): { readonly specs: readonly TemplateSpec[] } | { readonly problem: string } => {
   const specs: TemplateSpec[] = []
@@ -22,11 +48,10 @@ export const parse = (text: string): { readonly specs: readonly TemplateSpec[] }
     const m = /^([^=]*)=(\d+):(\d+)$/.exec(part)
     if (m === null) return { problem: `must be name=memMib:vcpus, separated by commas (e.g. small=256:1): ${JSON.stringify(part)}` }
     const [, name = "", mem, vcpus] = m
-    // The one template name rule, as the API and the runtimes judge it.
-    if (!Names.isTemplateName(name)) return { problem: `a template name ${Names.templateNameRule}: ${JSON.stringify(name)}` }
-    if (specs.some((s) => s.name === name)) return { problem: `names the template ${name} twice` }
-    if (Number(mem) <= 0 || Number(vcpus) <= 0) return { problem: `needs a memMib and vcpus > 0: ${JSON.stringify(part)}` }
-    specs.push({ name, memMib: Number(mem), vcpus: Number(vcpus) })
+    const spec = { name, memMib: Number(mem), vcpus: Number(vcpus) }
+    const problem = specProblem(spec, specs)
+    if (problem !== undefined) return { problem }
+    specs.push(spec)
   }
   return { specs }
 }

@@ -2,11 +2,17 @@
  * The agent's configuration through effect Config: every problem at once in `@engram/api`'s
  * one format, secrets never echoed, an unknown ENGRAM_* variable warned about by name.
  */
+import { Names } from "@engram/core"
 import { Env } from "@engram/process"
 import { Effect, Exit, Logger, Redacted } from "effect"
 import { describe, expect, it } from "vitest"
-import { fromEnvironment, variables } from "../src/Config.js"
+import { existsSync, mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { checkedConfig, fromEnvironment, variables } from "../src/Config.js"
 import * as Failover from "../src/Failover.js"
+import { startHostAgent } from "../src/Host.js"
+import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
 
 const required = {
   ENGRAM_HOST_ID: "h1",
@@ -217,5 +223,93 @@ describe("ENGRAM_COORDINATOR_URL: one coordinator URL, or several replicas' (com
     expect(await refused("http://c1:7070/#x")).toBe(line("http://c1:7070/#***", ', without a query or fragment ("http://c1:7070/#***" has one)'))
     // An IPv6 address and a path with ":" and "@" are no secret.
     expect(Failover.redactUrl("http://[::1]:7070,http://c1:7070/a:b@c")).toBe("http://[::1]:7070,http://c1:7070/a:b@c")
+  })
+})
+
+// A program's options (`startHostAgent`) go through the environment's checks, named by key.
+describe("a program's agent options", () => {
+  const issuesOf = async (o: Parameters<typeof checkedConfig>[0]) => {
+    const exit = await Effect.runPromiseExit(checkedConfig(o))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    return error?.issues.map((i) => [i.variable, i.rule, i.value])
+  }
+  const rule = (windowMs: number) => `must be less than heartbeatStaleWindowMs (${windowMs}): a host that heartbeats less often goes stale between its heartbeats`
+
+  it("a heartbeat interval not below the stale window is refused, as from the environment; just below is accepted", async () => {
+    expect(await issuesOf({ hostId: "h", config: { heartbeatIntervalMs: 120_000 } })).toEqual([["config.heartbeatIntervalMs", rule(120_000), 120_000]])
+    expect(await issuesOf({ hostId: "h", heartbeatStaleWindowMs: 30_000, config: { heartbeatIntervalMs: 30_000 } })).toEqual([["config.heartbeatIntervalMs", rule(30_000), 30_000]])
+    const edge = await Effect.runPromise(checkedConfig({ hostId: "h", heartbeatStaleWindowMs: 30_000, config: { heartbeatIntervalMs: 29_999 } }))
+    expect(edge.heartbeatIntervalMs).toBe(29_999)
+    // Judged beside another setting's refusal, all at once.
+    expect(await issuesOf({ hostId: "h", heartbeatStaleWindowMs: 30_000, config: { heartbeatIntervalMs: 30_000, reportIntervalMs: 0 } })).toEqual([
+      ["config.reportIntervalMs", "must be an integer >= 1", 0],
+      ["config.heartbeatIntervalMs", rule(30_000), 30_000],
+    ])
+    // Unset, the interval is a third of the window given.
+    expect((await Effect.runPromise(checkedConfig({ hostId: "h", heartbeatStaleWindowMs: 30_000 }))).heartbeatIntervalMs).toBe(10_000)
+  })
+
+  it("each setting's own range holds, every issue at once, named by key; a null, an unknown key, a bad flag or template are refused", async () => {
+    const config = { reportIntervalMs: 0, pollWaitMs: 30_001, retryDelayMs: null, maxPreCopyRounds: 1.5, moveIntent: "yes", templates: [{ name: "a/b", memMib: 256, vcpus: 1 }], heartbeatMS: 5 }
+    expect(await issuesOf({ hostId: "h", heartbeatStaleWindowMs: null, config } as unknown as Parameters<typeof checkedConfig>[0])).toEqual([
+      ["config.moveIntent", "must be true or false", "yes"],
+      ["config.templates", `a template name ${Names.templateNameRule}: "a/b"`, undefined],
+      ["config.heartbeatMS", "is not a known setting", undefined],
+      ["heartbeatStaleWindowMs", "must be an integer >= 1", null],
+      ["config.reportIntervalMs", "must be an integer >= 1", 0],
+      ["config.pollWaitMs", "must be an integer from 0 to 30000 (the longest the coordinator holds an assignments poll)", 30_001],
+      ["config.retryDelayMs", "must be an integer >= 1", null],
+      ["config.maxPreCopyRounds", "must be an integer >= 2", 1.5],
+    ])
+    expect(await issuesOf({ hostId: "h", config: { templates: [{ name: "t", memMib: 0, vcpus: 1 }] } })).toEqual([
+      ["config.templates", 'needs a memMib and vcpus that are integers > 0: "t=0:1"', undefined],
+    ])
+    // The edges: the least of each, the poll's longest.
+    const least = await Effect.runPromise(
+      checkedConfig({ hostId: "h", heartbeatStaleWindowMs: 2, config: { heartbeatIntervalMs: 1, reportIntervalMs: 1, pollWaitMs: 30_000, retryDelayMs: 1, maxPreCopyRounds: 2, moveIntent: true } }),
+    )
+    expect(least).toMatchObject({ heartbeatIntervalMs: 1, reportIntervalMs: 1, pollWaitMs: 30_000, retryDelayMs: 1, maxPreCopyRounds: 2, moveIntent: true })
+  })
+
+  it("startHostAgent refuses them before it starts anything (no state file written), with the environment's error", async () => {
+    const stateFile = join(mkdtempSync(join(tmpdir(), "engram-agent-config-")), "state.json")
+    const exit = await Effect.runPromiseExit(
+      Effect.scoped(
+        Effect.flatMap(makeFakeCoordinator, (fake) =>
+          startHostAgent({
+            hostId: "h",
+            coordinator: fake.client("h"),
+            peerSecret: "config-test-secret-0123",
+            peers: () => undefined,
+            stateFile,
+            measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
+            heartbeatStaleWindowMs: 3000,
+            config: { heartbeatIntervalMs: 3000 },
+          }),
+        ),
+      ),
+    )
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: unknown }).error : undefined
+    expect(error).toBeInstanceOf(Env.ConfigInvalid)
+    expect((error as Env.ConfigInvalid).message).toBe(["invalid host agent configuration:", `  config.heartbeatIntervalMs=3000: ${rule(3000)}`].join("\n"))
+    expect(existsSync(stateFile)).toBe(false)
+  })
+})
+
+describe("the simulated host's sizes (ENGRAM_AGENT_MEASURE=fixed)", () => {
+  it("the system's share larger than the host is refused, naming both; equal is accepted; unused sizes are not judged", async () => {
+    const fixed = { ...required, ENGRAM_AGENT_MEASURE: "fixed" }
+    const over = await errorOf({ ...fixed, ENGRAM_SIM_TOTAL_MIB: "2048", ENGRAM_SIM_OS_MIB: "2049" })
+    expect(over?.issues).toEqual([
+      { variable: "ENGRAM_SIM_OS_MIB", rule: "must be at most ENGRAM_SIM_TOTAL_MIB (2048): the system's share is part of the simulated host", value: "2049" },
+    ])
+    // The default share (1024 MiB) beside a smaller host: said so.
+    const byDefault = await errorOf({ ...fixed, ENGRAM_SIM_TOTAL_MIB: "512" })
+    expect(byDefault?.message).toBe(
+      "invalid host agent configuration:\n  ENGRAM_SIM_OS_MIB: must be at most ENGRAM_SIM_TOTAL_MIB (512): the system's share is part of the simulated host (unset, it is 1024)",
+    )
+    expect((await Effect.runPromise(fromEnvironment({ ...fixed, ENGRAM_SIM_TOTAL_MIB: "2048", ENGRAM_SIM_OS_MIB: "2048" }))).hostId).toBe("h1")
+    // Measured from /proc, the sizes are unused: not judged.
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_SIM_TOTAL_MIB: "256" }))).hostId).toBe("h1")
   })
 })

@@ -4,6 +4,7 @@ import { SimRuntime } from "@engram/runtime"
 import { Effect, Logger, Ref } from "effect"
 import { PeerError } from "../src/MoveTarget.js"
 import type { PeerLink } from "../src/PeerLink.js"
+import type { RoundReport } from "../src/Coordinator.js"
 import type { FakeCoordinator } from "./support/FakeCoordinator.js"
 import { effect } from "./support/PatientClock.js"
 import { makeFleet, type FleetOptions, type TestHost } from "./support/InProcess.js"
@@ -20,6 +21,10 @@ const runMove = (opts: {
   /** The coordinator's commitAllowanceMs (default 400); null = it sends no limits. */
   readonly commitAllowanceMs?: number | null
   readonly fleet?: FleetOptions
+  /** From the move's start, every other round that adds a record loses its answer (recorded, then a timeout). */
+  readonly loseRoundAnswers?: boolean
+  /** Records the move holds before its source runs it (an earlier run's, before a restart of its agent). */
+  readonly earlierRounds?: readonly RoundReport[]
 }) =>
   Effect.gen(function* () {
     const fleet = yield* makeFleet(
@@ -41,9 +46,38 @@ const runMove = (opts: {
     yield* settle
     assert.strictEqual((yield* fleet.coordinator.get).sessions.get("s1")?.state, "running")
     yield* fleet.coordinator.beginMove("m1", "s1", "b", opts.maxDowntimeMs)
+    const earlier = opts.earlierRounds ?? []
+    for (const [seq, round] of earlier.entries()) yield* fleet.coordinator.client("a").round("m1", { ...round, seq }).pipe(Effect.orDie)
+    if (opts.loseRoundAnswers === true) yield* fleet.coordinator.loseRoundAnswers(true)
     yield* settle
     const state = yield* fleet.coordinator.get
     return { fleet, a, b, settle, move: state.moves.get("m1")!, session: state.sessions.get("s1")!, outcome: (yield* a.agent.status).moves[0]! }
+  })
+
+for (const moveIntent of [true, false])
+  describe(`rounds whose answers are lost, intent ${moveIntent ? "on" : "off"}`, () => {
+    effect("each round is recorded once: its retry carries its position, which the coordinator holds already, and the move commits", () =>
+      Effect.gen(function* () {
+        const { fleet, move, outcome } = yield* runMove({ maxDowntimeMs: 600, loseRoundAnswers: true, fleet: { moveIntent } })
+        assert.strictEqual(move.state, "committed")
+        assert.deepStrictEqual(move.rounds.map((r) => r.kind), moveIntent ? ["full", "delta", "delta", "intent", "final"] : ["full", "delta", "delta", "final"])
+        assert.strictEqual(outcome._tag, "Committed")
+        // The pre-copy rounds as measured (the final round's figures: with the intent off, as recorded in the pause, before its send).
+        if (outcome._tag === "Committed") assert.deepStrictEqual(move.rounds.filter((r) => r.kind === "full" || r.kind === "delta"), outcome.rounds.slice(0, -1))
+        // Every record was written once (every other answer was lost, and that round tried again).
+        assert.strictEqual((yield* fleet.coordinator.get).calls.filter((c) => c.startsWith("round m1 ")).length, move.rounds.length)
+      }),
+    )
+
+    effect("a run of a move that holds an earlier run's records (its agent restarted) counts its positions from them; an intent it holds is not recorded again", () =>
+      Effect.gen(function* () {
+        const earlier: RoundReport[] = [{ kind: "full", wireBytes: 7, apparentBytes: 7, sendMs: 1, captureMs: 1 }, ...(moveIntent ? [{ kind: "intent" as const, wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }] : [])]
+        const { move } = yield* runMove({ maxDowntimeMs: 600, loseRoundAnswers: true, earlierRounds: earlier, fleet: { moveIntent } })
+        assert.strictEqual(move.state, "committed")
+        assert.deepStrictEqual(move.rounds.slice(0, earlier.length), earlier)
+        assert.deepStrictEqual(move.rounds.slice(earlier.length).map((r) => r.kind), ["full", "delta", "delta", "final"])
+      }),
+    )
   })
 
 describe("the seed 004 hardware table on the simulated runtime", () => {

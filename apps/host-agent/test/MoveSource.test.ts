@@ -1,13 +1,15 @@
 /**
  * The brief retry of a move's coordinator calls (`MoveSource.retrying`): its waits are drawn as
  * `Pacing`'s are, so the sources of moves that failed together do not retry in lock-step. On the
- * TestClock with a fixed `Random`.
+ * TestClock with a fixed `Random`. And a round recorded at its position (`recordRound`): a retry
+ * of one whose answer was lost is recorded once.
  */
 import { assert, describe } from "@effect/vitest"
+import { Move as CoreMove } from "@engram/core"
 import { Clock, Effect, Fiber, Random } from "effect"
 import { TestClock } from "effect/testing"
 import { Conflict, CoordinatorError } from "../src/Coordinator.js"
-import type { CoordinatorShape, MoveView, RoundReport } from "../src/Coordinator.js"
+import type { CoordinatorShape, MoveView, NumberedRound, RoundReport } from "../src/Coordinator.js"
 import { recordRound, retrying } from "../src/MoveSource.js"
 import { effect } from "./support/PatientClock.js"
 
@@ -64,55 +66,50 @@ describe("MoveSource.retrying", () => {
 })
 
 /**
- * A coordinator that records rounds as core's `Move` does (a round after the final one is
- * refused, 409) and loses its answer to the first try of each round (`lostAnswers`): the round is
- * recorded, the agent sees a failure and tries again, as when a replica hangs after its write.
+ * A coordinator that records rounds as core's `Move` does (`placeRound`: a round after the final
+ * one is refused, 409; a round at a recorded position with the same figures changes nothing) and
+ * loses its answer to the first try of each round it records (`lost`): the round is recorded, the
+ * agent sees a failure and tries again, as when a replica hangs after its write. It cannot be read
+ * (`getMove` fails): the agent needs no read to tell its own round from the move's end.
  */
-const losingAnswers = (state: MoveView["state"] = "pending", readable = true) => {
+const losingAnswers = (state: MoveView["state"] = "pending") => {
   const rounds: RoundReport[] = []
   let lost = 0
-  const move = (): MoveView => ({ id: "m1", sessionId: "s1", sourceHostId: "a", targetHostId: "b", maxDowntimeMs: 500, state, abortReason: null, rounds })
   const port = {
-    round: (_id: string, round: RoundReport) =>
+    round: (_id: string, round: NumberedRound) =>
       Effect.suspend((): Effect.Effect<void, Conflict | CoordinatorError> => {
-        if (rounds.some((r) => r.kind === "final")) return Effect.fail(new Conflict({ op: "round", message: "move m1: the final round is recorded: no round follows it" }))
-        rounds.push(round)
+        const placed = CoreMove.placeRound({ id: "m1", state, rounds }, round)
+        if (typeof placed !== "string") return Effect.fail(new Conflict({ op: "round", message: `move m1: ${placed.reason}` }))
+        if (placed === "held") return Effect.void
+        const { kind, wireBytes, apparentBytes, sendMs, captureMs } = round
+        rounds.push({ kind, wireBytes, apparentBytes, sendMs, captureMs })
         lost++
         return lost % 2 === 1 ? Effect.fail(new CoordinatorError({ op: "round", status: null, message: "timed out" })) : Effect.void
       }),
-    getMove: () => (readable ? Effect.succeed(move()) : Effect.fail(new CoordinatorError({ op: "getMove", status: 503, message: "the store is away" }))),
+    getMove: () => Effect.fail(new CoordinatorError({ op: "getMove", status: 503, message: "the store is away" })),
   } as unknown as CoordinatorShape
   return { port, rounds }
 }
 
 const finalRound: RoundReport = { kind: "final", wireBytes: 10, apparentBytes: 10, sendMs: 1, captureMs: 1 }
+const delta: RoundReport = { ...finalRound, kind: "delta" }
 
 describe("MoveSource.recordRound", () => {
-  effect("a final round whose answer was lost is refused when tried again (409): the move pending with its final round recorded holds ours, so it is recorded", () =>
+  effect("a round whose answer was lost is tried again at its position and recorded once, the final round too; a 409 is the move's end", () =>
     Effect.gen(function* () {
       const { port, rounds } = losingAnswers()
-      const fiber = yield* Effect.forkChild(Effect.result(recordRound(port, "m1", finalRound)))
-      yield* TestClock.adjust("10 seconds")
-      const r = yield* Fiber.join(fiber)
-      assert.strictEqual(r._tag, "Success")
-      assert.deepStrictEqual(rounds.map((x) => x.kind), ["final"])
-      // The same refusal on a move that ended (aborted) is its end: a Conflict, as before.
-      const ended = losingAnswers("aborted")
-      const f2 = yield* Effect.forkChild(Effect.result(recordRound(ended.port, "m1", finalRound)))
-      yield* TestClock.adjust("10 seconds")
-      const r2 = yield* Fiber.join(f2)
-      assert.strictEqual(r2._tag === "Failure" && r2.failure._tag, "Conflict")
-      // The move unreadable: its end is not known, so the read's failure is the answer (the caller abandons the move), not a Conflict.
-      const unread = losingAnswers("pending", false)
-      const f4 = yield* Effect.forkChild(Effect.result(recordRound(unread.port, "m1", finalRound)))
-      yield* TestClock.adjust("10 seconds")
-      const r4 = yield* Fiber.join(f4)
-      assert.strictEqual(r4._tag === "Failure" && r4.failure._tag, "CoordinatorError")
-      // A pre-copy round refused is the move's end too (no final round of ours can be behind it).
-      const delta = losingAnswers()
-      yield* delta.port.round("m1", finalRound).pipe(Effect.ignore)
-      const r3 = yield* Effect.result(recordRound(delta.port, "m1", { ...finalRound, kind: "delta" }))
+      for (const [seq, round] of [delta, delta, finalRound].entries()) {
+        const fiber = yield* Effect.forkChild(Effect.result(recordRound(port, "m1", { ...round, seq })))
+        yield* TestClock.adjust("10 seconds")
+        assert.strictEqual((yield* Fiber.join(fiber))._tag, "Success")
+      }
+      assert.deepStrictEqual(rounds, [delta, delta, finalRound])
+      // A round refused is the move's end: after the final round, or on a move that ended (aborted).
+      const r3 = yield* Effect.result(recordRound(port, "m1", { ...delta, seq: 3 }))
       assert.strictEqual(r3._tag === "Failure" && r3.failure._tag, "Conflict")
+      const ended = losingAnswers("aborted")
+      const r2 = yield* Effect.result(recordRound(ended.port, "m1", { ...finalRound, seq: 0 }))
+      assert.strictEqual(r2._tag === "Failure" && r2.failure._tag, "Conflict")
     }).pipe(Effect.provideService(Random.Random, fixedRandom(0))),
   )
 })

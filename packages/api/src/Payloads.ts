@@ -130,8 +130,13 @@ export const StartMove = Schema.Struct({
 })
 export type StartMove = typeof StartMove.Type
 
-/** `POST /v1/moves/{id}/rounds`. */
-export const Round = MoveRound
+/**
+ * `POST /v1/moves/{id}/rounds`: the round's figures and, optionally, its position `seq` (how many
+ * records the move held before it, the intent included): recorded once at that position, a
+ * repeat with the same figures changes nothing (the store's rule: an integer >= 0, else a 400
+ * naming `seq`). Without it the round is appended (an older source).
+ */
+export const Round = Schema.Struct({ ...MoveRound.fields, seq: Schema.optionalKey(Schema.Finite) })
 export type Round = typeof Round.Type
 
 /** `POST /v1/moves/{id}/commit`: the phases, and what the source's guard decided on (kept on the move). */

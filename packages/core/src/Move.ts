@@ -155,20 +155,67 @@ export const refuseCommit = (m: Pick<Record, "id" | "state" | "rounds">, measure
       ? null
       : { _tag: "Conflict", moveId: m.id, reason: "neither an intent nor a final round recorded: the move is not in doubt" })
 
-/** Judges a new round: refused on a finished move, and after the final round (nothing follows it). */
+/** Judges a new record: refused on a finished move, and after the final round (nothing follows it). */
 export const refuseRound = (m: Pick<Record, "id" | "state" | "rounds">): Refusal | null =>
   refuseUnlessPending(m) ??
   (finalRoundRecorded(m) ? { _tag: "Conflict", moveId: m.id, reason: "the final round is recorded: no round follows it" } : null)
 
 /**
- * The plan of one more record on the move (it updates the move alone); refused on a finished move
- * and after the final round. A second intent changes nothing (a source that runs the move again
- * after a restart records it again): the plan writes the move as it is.
+ * A round as its source sends it: the figures and, from a source that numbers its records, its
+ * position `seq` (how many records the move held before it, the intent included; 0-based). A
+ * round without one (an older source) is appended as before.
  */
-export const recordRound = (m: Record, round: Round, now: number): Plan.Plan | Refusal => {
+export interface Numbered extends Round {
+  readonly seq?: number | undefined
+}
+
+/**
+ * Where a round goes: `append` (a new record), or `held` (nothing changes: a repeat of a recorded
+ * position with the same figures, e.g. a retry of a round whose answer was lost; or, from a
+ * source that sends no position, a second intent).
+ */
+export type Placement = "append" | "held"
+
+const sameFigures = (a: Round, b: Round): boolean =>
+  a.kind === b.kind && a.wireBytes === b.wireBytes && a.apparentBytes === b.apparentBytes && a.sendMs === b.sendMs && a.captureMs === b.captureMs
+
+const figuresOf = (r: Round): string => `${r.kind}, ${r.wireBytes} wire bytes, ${r.apparentBytes} apparent, send ${r.sendMs} ms, capture ${r.captureMs} ms`
+
+/**
+ * Judges a round on a move (SPEC §5): refused on a finished move. A round with a position is
+ * recorded only at the move's next position: a recorded position is a repeat (`held` with the same
+ * figures, a `Conflict` with others: a position is recorded once), a position past the next one
+ * is a gap (`Conflict`: a round is missing). A new record is refused after the final round, and a
+ * second intent changes nothing without a position but is a `Conflict` at a new one (the source
+ * would count a record the move does not hold). `seq` is a non-negative integer (the store
+ * validates it first).
+ */
+export const placeRound = (m: Pick<Record, "id" | "state" | "rounds">, round: Numbered): Placement | Refusal => {
+  const finished = refuseUnlessPending(m)
+  if (finished !== null) return finished
+  const conflict = (reason: string): Refusal => ({ _tag: "Conflict", moveId: m.id, reason })
+  const { seq } = round
+  const held = m.rounds.length
+  const at = seq === undefined ? undefined : m.rounds[seq]
+  if (seq !== undefined && at !== undefined) {
+    return sameFigures(at, round) ? "held" : conflict(`round ${seq} is recorded with other figures (${figuresOf(at)}): a position is recorded once`)
+  }
+  if (seq !== undefined && seq > held) return conflict(`round ${seq} leaves a gap: the move holds ${held} rounds, so the next is round ${held}`)
   const refused = refuseRound(m)
   if (refused !== null) return refused
-  if (round.kind === "intent" && intentRecorded(m)) return Plan.make(now, { moves: [{ _tag: "Update", move: m }] })
+  if (round.kind === "intent" && intentRecorded(m)) return seq === undefined ? "held" : conflict(`the intent is recorded: round ${seq} cannot be a second one`)
+  return "append"
+}
+
+/**
+ * The plan of one more record on the move (it updates the move alone), as `placeRound` judges
+ * it: a round already held writes the move as it is; the position itself is not stored (it is
+ * the round's index in `rounds`).
+ */
+export const recordRound = (m: Record, round: Numbered, now: number): Plan.Plan | Refusal => {
+  const placed = placeRound(m, round)
+  if (typeof placed !== "string") return placed
+  if (placed === "held") return Plan.make(now, { moves: [{ _tag: "Update", move: m }] })
   const { kind, wireBytes, apparentBytes, sendMs, captureMs } = round
   return Plan.make(now, { moves: [{ _tag: "Update", move: { ...m, rounds: [...m.rounds, { kind, wireBytes, apparentBytes, sendMs, captureMs }] } }] })
 }

@@ -1,3 +1,4 @@
+import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { Move } from "../src/index.js"
 
@@ -51,5 +52,49 @@ describe("Move rules (SPEC §5, §12)", () => {
     expect(Move.refuseCommit(held)).toMatchObject({ reason: "no final round recorded: a commit needs the final round" })
     expect(Move.recordRound(held, intent, 7)).toMatchObject({ moves: [{ _tag: "Update", move: held }] })
     expect(Move.recordRound(held, round("delta"), 7)).toMatchObject({ moves: [{ _tag: "Update", move: { ...held, rounds: [round("full"), intent, round("delta")] } }] })
+  })
+
+  it("a round with a position is recorded once: a repeat with the same figures changes nothing, other figures or a gap are refused by rule, an intent at a new position after the intent is refused", () => {
+    const intent: Move.Round = { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }
+    const two = { ...open, rounds: [round("full"), round("delta")] }
+    expect(Move.placeRound(two, { ...round("delta"), seq: 2 })).toBe("append")
+    expect(Move.placeRound(two, { ...round("delta"), seq: 1 })).toBe("held")
+    expect(Move.recordRound(two, { ...round("delta"), seq: 1 }, 7)).toMatchObject({ moves: [{ _tag: "Update", move: two }] })
+    // The position is not stored: the round's index in `rounds` is its position.
+    expect(Move.recordRound(two, { ...round("delta"), seq: 2 }, 7)).toMatchObject({ moves: [{ _tag: "Update", move: { ...two, rounds: [round("full"), round("delta"), round("delta")] } }] })
+    expect(Move.placeRound(two, { ...round("delta"), wireBytes: 11, seq: 1 })).toEqual({
+      _tag: "Conflict",
+      moveId: "m1",
+      reason: "round 1 is recorded with other figures (delta, 10 wire bytes, 10 apparent, send 1 ms, capture 1 ms): a position is recorded once",
+    })
+    expect(Move.placeRound(two, { ...round("final"), seq: 1 })).toMatchObject({ _tag: "Conflict" })
+    expect(Move.placeRound(two, { ...round("delta"), seq: 3 })).toEqual({ _tag: "Conflict", moveId: "m1", reason: "round 3 leaves a gap: the move holds 2 rounds, so the next is round 2" })
+    // The final round repeated at its own position is held; a new round after it is refused as before.
+    const final = { ...open, rounds: [round("full"), round("final")] }
+    expect(Move.placeRound(final, { ...round("final"), seq: 1 })).toBe("held")
+    expect(Move.placeRound(final, { ...round("delta"), seq: 2 })).toMatchObject({ reason: "the final round is recorded: no round follows it" })
+    // A finished move refuses even a repeat.
+    expect(Move.placeRound({ ...final, state: "aborted" }, { ...round("final"), seq: 1 })).toMatchObject({ reason: "move is aborted" })
+    const held = { ...open, rounds: [round("full"), intent] }
+    expect(Move.placeRound(held, { ...intent, seq: 1 })).toBe("held")
+    expect(Move.placeRound(held, intent)).toBe("held")
+    expect(Move.placeRound(held, { ...intent, seq: 2 })).toEqual({ _tag: "Conflict", moveId: "m1", reason: "the intent is recorded: round 2 cannot be a second one" })
+  })
+
+  it("property: rounds sent in order with their positions, each delivered one to three times (answers lost, retried), are recorded once each, in order", () => {
+    const aRound = fc.record({ kind: fc.constantFrom<Move.RoundKind>("full", "delta"), wireBytes: fc.nat(), apparentBytes: fc.nat(), sendMs: fc.nat(), captureMs: fc.nat() })
+    fc.assert(
+      fc.property(fc.array(fc.tuple(aRound, fc.integer({ min: 1, max: 3 })), { maxLength: 12 }), (sent) => {
+        let m: Move.Record = open
+        for (const [seq, [r, times]] of sent.entries()) {
+          for (let i = 0; i < times; i++) {
+            const plan = Move.recordRound(m, { ...r, seq }, 1)
+            if (plan._tag === "Conflict") throw new Error(plan.reason)
+            m = plan.moves[0]!.move as Move.Record
+          }
+        }
+        expect(m.rounds).toEqual(sent.map(([r]) => r))
+      }),
+    )
   })
 })

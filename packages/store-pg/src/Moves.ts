@@ -198,7 +198,8 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
             const row = yield* lockMove(tx, moveId)
             if (row === undefined) return yield* moveNotFound(moveId)
             const m = toMove(row)
-            const refused = Move.refuseRound(m)
+            // A finished move answers 409 before its input is judged; the rest is `Move.placeRound`'s (after the final round, a position).
+            const refused = Move.refuseUnlessPending(m)
             if (refused) return yield* finished(refused)
             const bad = Validate.round(round)
             if (bad) return yield* bad

@@ -995,7 +995,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     recordRound: (moveId, round) =>
       Effect.gen(function* () {
         const m = yield* findMove(moveId)
-        const refused = Move.refuseRound(m)
+        // A finished move answers 409 before its input is judged; the rest is `Move.placeRound`'s (after the final round, a position).
+        const refused = Move.refuseUnlessPending(m)
         if (refused) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
         const bad = Validate.round(round)
         if (bad) return yield* bad

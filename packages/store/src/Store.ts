@@ -33,7 +33,7 @@ import type {
   AllowanceCommitsQuery,
   PairCommits,
   PairFilter,
-  MoveRound,
+  NumberedRound,
   OnNoRoom,
   Page,
   PageRequest,
@@ -222,9 +222,13 @@ export interface StoreShape {
   }) => Fx<Move, NotFound | Conflict | IllegalTransition | Refused | InvalidInput>
   /**
    * Appends a round (or the source's intent, `kind: "intent"`, no figures) to a pending move; a
-   * round after the final one is a `Conflict`; a second intent changes nothing.
+   * round after the final one is a `Conflict`; a second intent changes nothing. A round with a
+   * position (`seq`, an integer >= 0, else `InvalidInput` naming `seq`) is recorded only at the
+   * move's next position: a repeat of a recorded one with the same figures changes nothing (a
+   * retry whose answer was lost), with other figures, or a gap, it is a `Conflict` naming the rule
+   * (`Move.placeRound`).
    */
-  readonly recordRound: (moveId: string, round: MoveRound) => Fx<Move, NotFound | Conflict | InvalidInput>
+  readonly recordRound: (moveId: string, round: NumberedRound) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
    * The target committed: the session runs on the target, its reservation is the target's,
    * the source's is released. The move ends `committed`. A move without its final round

@@ -154,6 +154,12 @@ export type RoundKind = core.Move.RoundKind
 /** One pre-copy round as the source measured it. */
 export type MoveRound = core.Move.Round
 
+/**
+ * A round as its source sends it: the figures and, optionally, its position `seq` (how many
+ * records the move held before it, the intent included): recorded once at that position.
+ */
+export type NumberedRound = core.Move.Numbered
+
 /** The phases of a committed move's pause. */
 export type MovePhases = core.Move.Phases
 

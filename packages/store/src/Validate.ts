@@ -5,7 +5,7 @@
 import type { Budget } from "@engram/core"
 import { Downtime, Ledger, Lifetime, Names } from "@engram/core"
 import { InvalidInput } from "./Errors.js"
-import type { HostReport, MoveGuardReport, MoveRound } from "./Types.js"
+import type { HostReport, MoveGuardReport, NumberedRound } from "./Types.js"
 
 /** The id rule's words, as a refusal names it. */
 export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
@@ -237,8 +237,10 @@ export const guard = (g: MoveGuardReport): InvalidInput | null => {
     : null
 }
 
-/** A pre-copy round: a known kind and every figure finite and >= 0. */
-export const round = (r: MoveRound): InvalidInput | null => {
+/** A pre-copy round: a known kind, every figure finite and >= 0, and its position, if any, an integer >= 0. */
+export const round = (r: NumberedRound): InvalidInput | null => {
+  if (r.seq !== undefined && (!Number.isSafeInteger(r.seq) || r.seq < 0))
+    return new InvalidInput({ field: "seq", rule: "must be an integer >= 0 (the count of the move's records before this one)" })
   if (r.kind !== "full" && r.kind !== "delta" && r.kind !== "intent" && r.kind !== "final")
     return new InvalidInput({ field: "kind", rule: "must be one of full, delta, intent, final" })
   for (const field of ["wireBytes", "apparentBytes", "sendMs", "captureMs"] as const) {

@@ -2,6 +2,7 @@
  * An in-memory coordinator for clock-driven tests: the agent-facing API with the same CAS
  * rules (a repeat or a stale step is a 409 `Conflict`), and the admin steps tests need.
  */
+import { Move as CoreMove } from "@engram/core"
 import { Effect, Ref } from "effect"
 import {
   type AssignedAllowance,
@@ -52,6 +53,12 @@ export const makeFakeCoordinator = Effect.gen(function* () {
   }
   const log = (s: FakeState, call: string): FakeState => ({ ...s, calls: [...s.calls, call] })
 
+  /**
+   * Whether rounds that add a record lose their answer, every other one from the first (recorded,
+   * then the caller sees a timeout: a replica that hung after its write); and how many added one so far.
+   */
+  let losingRoundAnswers = false
+  let roundsAdded = 0
   /** Hosts whose calls never arrive (a frozen or cut-off agent, as the coordinator sees it). */
   const silenced = new Set<string>()
   const silent = (hostId: string) => new CoordinatorError({ op: "any", status: null, message: `host ${hostId} is cut off` })
@@ -118,13 +125,18 @@ export const makeFakeCoordinator = Effect.gen(function* () {
       ),
     round: (id, round) =>
       Effect.flatten(
-        modify((s) => {
+        Ref.modify(ref, (s): readonly [Effect.Effect<void, Conflict | CoordinatorError>, FakeState] => {
           const m = s.moves.get(id)
-          if (m?.state !== "pending") return [conflict("round", `move ${id} is not pending`), s]
-          // SPEC §12: rounds after the final round are refused; a second intent changes nothing.
-          if (m.rounds.some((r) => r.kind === "final")) return [conflict("round", `move ${id} already holds its final round`), s]
-          if (round.kind === "intent" && m.rounds.some((r) => r.kind === "intent")) return [Effect.void as Step, s]
-          return [Effect.void as Step, log(setMove(s, id, { rounds: [...m.rounds, round] }), `round ${id} ${round.kind}`)]
+          if (m === undefined) return [conflict("round", `move ${id} is not pending`), s]
+          // As the store (SPEC §12): core's rule. Rounds after the final round are refused; a
+          // second intent without a position changes nothing; a round with a position is recorded
+          // once (a repeat with the same figures changes nothing), other figures or a gap are refused.
+          const placed = CoreMove.placeRound(m, round)
+          if (typeof placed !== "string") return [conflict("round", `move ${id}: ${placed.reason}`), s]
+          if (placed === "held") return [Effect.void, s]
+          const { kind, wireBytes, apparentBytes, sendMs, captureMs } = round
+          const answer = losingRoundAnswers && roundsAdded++ % 2 === 0 ? Effect.fail(new CoordinatorError({ op: "round", status: null, message: "timed out (the answer was lost)" })) : Effect.void
+          return [answer, log(setMove(s, id, { rounds: [...m.rounds, { kind, wireBytes, apparentBytes, sendMs, captureMs }] }), `round ${id} ${round.kind}`)]
         }),
       ),
     commit: (id, phases) =>
@@ -172,6 +184,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     ref,
     client,
     get: Ref.get(ref),
+    /** From now on every other round that adds a record (the first, the third, ...) loses its answer: it is recorded, the caller sees a timeout (`true`); or none (`false`). */
+    loseRoundAnswers: (on: boolean) => Effect.sync(() => void (losingRoundAnswers = on)),
     /** From now on the host's calls fail (`true`) or arrive again (`false`). */
     silence: (hostId: string, on: boolean) => Effect.sync(() => (on ? silenced.add(hostId) : silenced.delete(hostId))),
     addSession: (id: string, hostId: string, memMib: number, vcpus = 1, template?: string) =>

@@ -370,6 +370,74 @@ export const moves: Group = {
       }),
     ),
     kase(
+      "a round with a position is recorded once: a repeat with the same figures (a retry whose answer was lost) changes nothing, the intent's and the final round's too",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, { ...round("full", 1000), seq: 0 })
+        yield* s.recordRound(move.id, { ...round("delta", 100), seq: 1 })
+        const before = yield* snapshot
+        const again = yield* s.recordRound(move.id, { ...round("delta", 100), seq: 1 })
+        expect(again.rounds).toStrictEqual([round("full", 1000), round("delta", 100)])
+        yield* s.recordRound(move.id, { ...round("full", 1000), seq: 0 })
+        yield* expectUnchanged(before, "a repeated round")
+        yield* s.recordRound(move.id, { ...intent, seq: 2 })
+        yield* s.recordRound(move.id, { ...intent, seq: 2 })
+        yield* s.recordRound(move.id, { ...round("final", 10), seq: 3 })
+        const final = yield* s.recordRound(move.id, { ...round("final", 10), seq: 3 })
+        // The position is not kept on the round: its index in `rounds` is its position.
+        expect(final.rounds).toStrictEqual([round("full", 1000), round("delta", 100), intent, round("final", 10)])
+        expect((yield* s.getMove(move.id)).rounds).toStrictEqual(final.rounds)
+        // Nothing new follows the final round, with a position or without.
+        expect((yield* expectFailure(s.recordRound(move.id, { ...round("delta", 5), seq: 4 }), "Conflict")).reason).toContain("final round")
+        expect((yield* s.commitMove(move.id, phases)).state).toBe("committed")
+        // A finished move refuses even a repeat (the source learns that its move ended).
+        expect((yield* expectFailure(s.recordRound(move.id, { ...round("final", 10), seq: 3 }), "Conflict")).reason).toContain("committed")
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a round at a recorded position with other figures, or past the next position (a gap), or a second intent at a new position is a Conflict naming the rule, and changes nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, { ...round("full", 1000), seq: 0 })
+        yield* s.recordRound(move.id, { ...intent, seq: 1 })
+        const before = yield* snapshot
+        const mismatch = yield* expectFailure(s.recordRound(move.id, { ...round("full", 999), seq: 0 }), "Conflict")
+        expect(mismatch).toMatchObject({ entity: "move", id: move.id })
+        expect(mismatch.reason).toContain("round 0 is recorded with other figures")
+        const kind = yield* expectFailure(s.recordRound(move.id, { ...round("delta", 1000), seq: 0 }), "Conflict")
+        expect(kind.reason).toContain("round 0 is recorded with other figures")
+        const gap = yield* expectFailure(s.recordRound(move.id, { ...round("delta", 100), seq: 3 }), "Conflict")
+        expect(gap.reason).toContain("round 3 leaves a gap: the move holds 2 rounds")
+        const second = yield* expectFailure(s.recordRound(move.id, { ...intent, seq: 2 }), "Conflict")
+        expect(second.reason).toContain("the intent is recorded")
+        yield* expectUnchanged(before, "refused positions")
+        // The next position is still open; a source that sends none appends as before.
+        yield* s.recordRound(move.id, { ...round("delta", 100), seq: 2 })
+        yield* s.recordRound(move.id, round("delta", 10))
+        expect((yield* s.getMove(move.id)).rounds).toStrictEqual([round("full", 1000), intent, round("delta", 100), round("delta", 10)])
+      }),
+    ),
+    kase(
+      "a position that is not an integer >= 0 is InvalidInput naming seq, and changes nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.recordRound(move.id, { ...round("full", 1000), seq: 0 })
+        const before = yield* snapshot
+        for (const seq of [-1, 0.5, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 53]) {
+          const err = yield* expectFailure(s.recordRound(move.id, { ...round("delta", 100), seq }), "InvalidInput")
+          expect([err.field, err.rule]).toStrictEqual(["seq", "must be an integer >= 0 (the count of the move's records before this one)"])
+        }
+        yield* expectUnchanged(before, "bad positions")
+      }),
+    ),
+    kase(
       "recordRound refuses negative or non-finite figures and unknown kinds",
       Effect.gen(function* () {
         const s = yield* store
