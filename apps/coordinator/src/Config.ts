@@ -109,7 +109,9 @@ export interface CoordinatorConfig {
   /**
    * 1: the reaper moves running sessions off a starving session's held host when its parks
    * cannot make the room and the room exists elsewhere (core's `MakeRoom`, the simulator's
-   * `--moves`); 0 (the default): it waits for them to leave.
+   * moves, on by default there too); 0: it waits for them to leave. On by default: with the
+   * starvation limit they bound the longest wait of a session the fleet's free RAM could take (the
+   * simulator README's "The default over every workload").
    */
   readonly makeRoomMoves: number
   /** At most this many moves begun by one reaper pass for starving sessions (`makeRoomMoves`). */
@@ -401,7 +403,7 @@ const settings = {
   beatWindowMs: int(settingVariables.beatWindowMs, 100, 0, 10_000),
   leaseDurationMs: int(settingVariables.leaseDurationMs, defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),
   leaseRenewDeadlineMs: int(settingVariables.leaseRenewDeadlineMs, defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),
-  makeRoomMoves: int(settingVariables.makeRoomMoves, 0, 0, 1),
+  makeRoomMoves: int(settingVariables.makeRoomMoves, 1, 0, 1),
   makeRoomMovesPerPass: int(settingVariables.makeRoomMovesPerPass, 16, 1, 1000),
   makeRoomCooldownMs: int(settingVariables.makeRoomCooldownMs, MakeRoom.defaultCooldownMs, 0, 7 * 24 * 3_600_000),
   retentionMs: int(settingVariables.retentionMs, defaultRetentionMs, 0, maxRetentionMs),

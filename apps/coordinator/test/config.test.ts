@@ -79,9 +79,9 @@ describe("configuration", () => {
     ])
   })
 
-  it("make-room moves are off by default, 16 a pass, a 10-minute cooldown; each bad value is named with its rule", () => {
+  it("make-room moves are on by default, 16 a pass, a 10-minute cooldown; each bad value is named with its rule", () => {
     const d = Config.parse({})
-    expect(d._tag === "Valid" && [d.config.makeRoomMoves, d.config.makeRoomMovesPerPass, d.config.makeRoomCooldownMs]).toEqual([0, 16, 600_000])
+    expect(d._tag === "Valid" && [d.config.makeRoomMoves, d.config.makeRoomMovesPerPass, d.config.makeRoomCooldownMs]).toEqual([1, 16, 600_000])
     const on = Config.parse({ ENGRAM_MAKE_ROOM_MOVES: "1", ENGRAM_MAKE_ROOM_MOVES_PER_PASS: "4", ENGRAM_MAKE_ROOM_COOLDOWN_MS: "0" })
     expect(on._tag === "Valid" && [on.config.makeRoomMoves, on.config.makeRoomMovesPerPass, on.config.makeRoomCooldownMs]).toEqual([1, 4, 0])
     const bad = Config.parse({ ENGRAM_MAKE_ROOM_MOVES: "yes", ENGRAM_MAKE_ROOM_MOVES_PER_PASS: "0", ENGRAM_MAKE_ROOM_COOLDOWN_MS: "-1" })

@@ -249,10 +249,20 @@ for (const [name, store] of backends) {
       }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
     )
 
-    it.effect("off (the default, ENGRAM_MAKE_ROOM_MOVES=0, or a reaper without the coordinator's settings): the same fleet gets no move", () =>
+    it.effect("on by default: the coordinator's settings with nothing set begin the same moves", () =>
       Effect.gen(function* () {
         yield* starvingOnFullHosts()
-        assert.deepStrictEqual(movesOf(yield* reaperPass.pipe(Effect.provide(settings({})))), [])
+        assert.deepStrictEqual(movesOf(yield* reaperPass.pipe(Effect.provide(settings({})))), [
+          ["h1-s4", "h1", "h0"],
+          ["h1-s3", "h1", "h0"],
+          ["h1-s0", "h1", "h2"],
+        ])
+      }).pipe(Effect.provide(services(store()))),
+    )
+
+    it.effect("off (ENGRAM_MAKE_ROOM_MOVES=0, or a reaper without the coordinator's settings): the same fleet gets no move", () =>
+      Effect.gen(function* () {
+        yield* starvingOnFullHosts()
         assert.deepStrictEqual(movesOf(yield* reaperPass.pipe(Effect.provide(settings({ ENGRAM_MAKE_ROOM_MOVES: "0" })))), [])
         assert.deepStrictEqual(movesOf(yield* reaperPass), [])
         assert.deepStrictEqual(yield* openMoves, [])

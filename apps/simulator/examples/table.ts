@@ -15,7 +15,8 @@
  * from the Markdown rows of a README's goal table instead (its p99, maximum, warm and unplaceable
  * columns: what the goal reads): the first goal table in the file, or the N-th with
  * `--baseline-table N`. `--policy-option NAME=VALUE` (repeatable) sets one knob of
- * `ParkPolicy.Options` over the defaults. `--moves` runs with moves as a policy action (`FleetConfig.moves`);
+ * `ParkPolicy.Options` over the defaults. Moves as a policy action (`FleetConfig.moves`) are on as in
+ * the simulator's defaults; `--no-moves` runs without them (`--moves` with them whatever the default);
  * `--timings stream` with the costs the README's table was first measured with (descents 1,024
  * MiB/s, restores 1 s + 2,048 MiB/s, warm resumes 50 ms). `--no-lp` leaves the LP bound out.
  * `--lead-per-class` runs demand-reserve with a lead per size class (`reserveLeadPerClass`).
@@ -136,7 +137,7 @@ const baseline: Stored[] | undefined =
     : baselineFile === undefined
       ? undefined
       : (JSON.parse(readFileSync(baselineFile, "utf8")) as Stored[])
-const moves = process.argv.includes("--moves")
+const moves = process.argv.includes("--no-moves") ? false : process.argv.includes("--moves") || Simulation.defaultFleet.moves
 const noLp = process.argv.includes("--no-lp")
 /**
  * `--policy-option NAME=VALUE` (repeatable): one knob of `ParkPolicy.Options`, a number or
@@ -188,7 +189,7 @@ for (const c of cases) {
     if (r.warmResumes < 0.9 * best) misses.push("warm")
     if (r.unplaceable > 0 && r.warmResumes <= floor.warmResumes && p !== "floor30") misses.push("warm vs floor")
     rows.push(
-      `| ${c.name} | ${p}${moves ? " + moves" : ""} | ${r.queued} | ${s(r.queueWait.p99)} | ${s(r.queueWait.max)} | ${r.unplaceable} | ${r.warmResumes} | ${best > 0 ? (r.warmResumes / best).toFixed(2) : "-"} | ${r.warmBoundTtl > 0 ? (r.warmResumes / r.warmBoundTtl).toFixed(2) : "-"} | ${lp.warm > 0 ? (r.warmResumes / lp.warm).toFixed(2) : "-"} | ${r.descents} | ${p === "floor30" ? "(baseline)" : misses.length === 0 ? "✓" : `✗ ${misses.join(", ")}`} |`,
+      `| ${c.name} | ${p}${moves === Simulation.defaultFleet.moves ? "" : moves ? " + moves" : " without moves"} | ${r.queued} | ${s(r.queueWait.p99)} | ${s(r.queueWait.max)} | ${r.unplaceable} | ${r.warmResumes} | ${best > 0 ? (r.warmResumes / best).toFixed(2) : "-"} | ${r.warmBoundTtl > 0 ? (r.warmResumes / r.warmBoundTtl).toFixed(2) : "-"} | ${lp.warm > 0 ? (r.warmResumes / lp.warm).toFixed(2) : "-"} | ${r.descents} | ${p === "floor30" ? "(baseline)" : misses.length === 0 ? "✓" : `✗ ${misses.join(", ")}`} |`,
     )
   }
   all.push({ workload: c.name, lp: lp as Bound.LpBound, results: results.map((r) => Object.fromEntries(Object.entries(r).filter(([k]) => k !== "series")) as Omit<Result, "series">) })

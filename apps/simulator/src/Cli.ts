@@ -77,7 +77,7 @@ const between = (name: string, lo: number, hi: number, fallback: number, what: s
     Flag.withDescription(`${what} (${fallback})`),
   )
 const optionalString = (name: string, what: string) => Flag.String(name).pipe(Flag.optional, Flag.withDescription(what))
-const boolean = (name: string, what: string) => Flag.Boolean(name).pipe(Flag.withDefault(false), Flag.withDescription(what))
+const boolean = (name: string, what: string, fallback = false) => Flag.Boolean(name).pipe(Flag.withDefault(fallback), Flag.withDescription(what))
 
 const policyHelp = `policies to compare, comma separated, or "all": ${ParkPolicy.names.join(", ")} (${ParkPolicy.defaultName}, the coordinator's default; the README says what each does)`
 
@@ -136,8 +136,8 @@ export const flags = {
   vmOverheadMib: atLeast0Int("vm-overhead-mib", fleet0.vmOverheadMib, "RAM every running or parked VM costs its host beyond its session's budget (QEMU, page tables), MiB"),
   warmStart: boolean("warm-start", "begin in steady state: the trace's last --warm-start-h hours play first as a burn-in whose figures are not counted"),
   warmStartH: positive("warm-start-h", 24, "length of the --warm-start burn-in, h (at most the whole trace)"),
-  moves: boolean("moves", "moves as a policy action (off by default, as in the coordinator): running sessions move off a starving session's held host when its parks cannot make the room (core's MakeRoom)"),
-  movesPerPass: positiveInt("moves-per-pass", fleet0.movesPerPass, "with --moves, at most this many moves begun by one reaper pass (the coordinator's ENGRAM_MAKE_ROOM_MOVES_PER_PASS)"),
+  moves: boolean("moves", "moves as a policy action (on by default, as in the coordinator; --no-moves: off): running sessions move off a starving session's held host when its parks cannot make the room (core's MakeRoom)", fleet0.moves),
+  movesPerPass: positiveInt("moves-per-pass", fleet0.movesPerPass, "with moves on, at most this many moves begun by one reaper pass (the coordinator's ENGRAM_MAKE_ROOM_MOVES_PER_PASS)"),
   moveMibPerS: positive("move-mib-per-s", fleet0.moveCosts.copyMibPerSec, "copy rate of a move, MiB/s (over both hosts' links with --host-transfer-mib-per-s)"),
   moveDirtyMibPerS: atLeast0("move-dirty-mib-per-s", fleet0.moveCosts.dirtyMibPerSec, "how fast a moving guest dirties its RAM, MiB/s (each pre-copy round sends what the last let it dirty)"),
   moveMaxDowntimeMs: positive("move-max-downtime-ms", fleet0.moveCosts.maxDowntimeMs, "a move's downtime budget: the guard refuses a session whose estimate passes it, ms"),

@@ -108,7 +108,9 @@ export interface FleetConfig {
    * exists but is split). A move reserves its target at once (both hosts hold the session's RAM
    * during the copy), copies at `moveCosts.copyMibPerSec` over both hosts' links (shared with
    * descents and restores when `hostTransferMibPerSec` is on) and costs its session the guard's
-   * downtime estimate. `false` (the default, as the coordinator's `ENGRAM_MAKE_ROOM_MOVES`): no moves.
+   * downtime estimate. `false`: no moves. On by default, as in the coordinator
+   * (`ENGRAM_MAKE_ROOM_MOVES`): with the starvation limit they bound the longest wait of a session
+   * the fleet's free RAM could take (the README's "The default over every workload").
    */
   readonly moves: boolean
   /** At most this many moves begun by one pass (the coordinator's `ENGRAM_MAKE_ROOM_MOVES_PER_PASS`). */
@@ -148,7 +150,7 @@ export const defaultFleet: FleetConfig = Object.freeze({
   patienceSigma: 1,
   vmOverheadMib: 0,
   warmStartMs: 0,
-  moves: false,
+  moves: true,
   movesPerPass: 16,
   moveCosts: MakeRoom.defaultCosts,
 })

@@ -104,8 +104,8 @@ describe("flags", () => {
     expect(await failure(["--warm-start", "--lp-bound"])).toMatchObject({ _tag: "UsageError", option: "--lp-bound" })
   })
 
-  it("moves are an option of the fleet, off by default (--moves: on, --no-moves: off), with their costs", async () => {
-    expect(((await parse([])) as Cli.Options).fleet).toMatchObject({ moves: false, moveCosts: Simulation.defaultFleet.moveCosts })
+  it("moves are an option of the fleet, on by default (--no-moves: off), with their costs", async () => {
+    expect(((await parse([])) as Cli.Options).fleet).toMatchObject({ moves: true, moveCosts: Simulation.defaultFleet.moveCosts })
     expect(((await parse(["--no-moves"])) as Cli.Options).fleet.moves).toBe(false)
     const on = ((await parse(["--moves", "--move-mib-per-s", "512", "--move-dirty-mib-per-s", "0", "--move-max-downtime-ms", "300"])) as Cli.Options).fleet
     expect(on).toMatchObject({ moves: true, moveCosts: { copyMibPerSec: 512, dirtyMibPerSec: 0, maxDowntimeMs: 300 } })

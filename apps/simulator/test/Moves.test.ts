@@ -64,12 +64,14 @@ describe("moves for starving sessions", () => {
   })
 
   it("a session that goes idle or ends during its move is handled after it: no over-commit, no drift, no store error", () => {
-    // The sessions left on the second and third hosts go idle at 31 min (for a minute, then run 5
-    // more and end), s12 ends at 31.5 min: both while a slow copy runs (64 MiB/s: 8 GiB in 128 s, from 30 min).
+    // "big" starves at 20 min + the starvation limit, when the moves begin. The sessions left on
+    // the second and third hosts go idle a minute later (for a minute, then run 5 more and end),
+    // s12 ends 1.5 min later: both while a slow copy runs (64 MiB/s: 8 GiB in 128 s).
     // The moves are s15 (the last of the equal sizes) and then s12 (the first that closes the gap).
+    const starvesAt = 20 * MIN + Simulation.defaultFleet.policyOptions.starvationLimitMs
     const late = ["s13", "s14", "s15", "s20", "s21", "s22", "s23"]
     const scripts = fragmented().map((s) =>
-      late.includes(s.id) ? { ...s, activeMs: [31 * MIN, 5 * MIN], idleMs: [MIN] } : s.id === "s12" ? { ...s, activeMs: [31.5 * MIN] } : s,
+      late.includes(s.id) ? { ...s, activeMs: [starvesAt + MIN, 5 * MIN], idleMs: [MIN] } : s.id === "s12" ? { ...s, activeMs: [starvesAt + 1.5 * MIN] } : s,
     )
     const r = Simulation.run(
       { scripts, horizonMs: 5 * HOUR },

@@ -42,7 +42,7 @@ const fleetOf = (hosts: number, parks: number, queued: number, queuedAgo: (i: nu
 
 const big = fleetOf(10_000, 200_000, 5_000)
 const small = fleetOf(1_000, 20_000, 5_000)
-// The starvation bound's worst case: every queued session waited past the limit (10 min), so
+// The starvation bound's worst case: every queued session waited past the limit (7.5 min), so
 // the gate looks for a host to hold for each of them.
 const starvingSmall = fleetOf(1_000, 20_000, 500, (i) => 3_600_000 + i)
 const starvingBig = fleetOf(10_000, 200_000, 5_000, (i) => 3_600_000 + i)

@@ -103,8 +103,14 @@ export interface Options {
 /** Sixteen new holds a pass: at 10,000 hosts a pass stays well under a second however many starve. */
 export const defaultMaxNewHoldsPerPass = 16
 
-/** Ten minutes: a session without room waits at most about this long plus the descents it needs. */
-export const defaultOptions: Options = Object.freeze({ starvationLimitMs: 10 * 60 * 1000 })
+/**
+ * Seven and a half minutes: a session without room waits about this long, plus the descents (and,
+ * with make-room moves, the moves) its held host needs. The goal of issue 22 bounds the longest
+ * wait at 10 minutes past the 30 % floor's: a limit of 10 minutes would spend the whole allowance
+ * before any room is made, so the limit leaves 150 s for it (a 128 GiB session's moves at 1 GiB/s
+ * take about 130 s). The simulator README's "The default over every workload" has the sweep.
+ */
+export const defaultOptions: Options = Object.freeze({ starvationLimitMs: 450 * 1000 })
 
 /** What the gate remembers from one pass to the next (the reaper keeps it; empty at start). */
 export interface Memory {
