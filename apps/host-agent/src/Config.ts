@@ -15,7 +15,7 @@ import { type AgentConfig, defaultAgentConfig } from "./Agent.js"
 import type { HostAgentOptions } from "./Host.js"
 import * as Failover from "./Failover.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
-import { parsePeers } from "./PeerLink.js"
+import { parsePeers, peerUrlProblem } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
 import * as Templates from "./Templates.js"
 
@@ -121,6 +121,8 @@ const settings = {
   imageDir: optionalText("ENGRAM_AGENT_IMAGE_DIR"),
   migrationHost: optionalText("ENGRAM_AGENT_MIGRATION_HOST"),
   advertiseHost: optionalText("ENGRAM_AGENT_ADVERTISE_HOST"),
+  // Empty is unset, as for the other optional addresses.
+  peerUrl: checkedText("ENGRAM_AGENT_PEER_URL", (s) => (s === "" ? undefined : peerUrlProblem(s))).pipe(Config.option),
   templates: checkedText("ENGRAM_AGENT_TEMPLATES", (s) => {
     const parsed = Templates.parse(s)
     return "specs" in parsed ? undefined : parsed.problem
@@ -293,10 +295,10 @@ const byOptionKey: Naming = (variable) => optionKeyOf[variable] ?? variable
  * The agent's configuration of a program's options (`startHostAgent`): the defaults (the
  * heartbeat interval a third of `heartbeatStaleWindowMs`), then `o.config`, through the same
  * checks as the environment's (each timing setting's range, the heartbeat interval below the
- * stale window, the templates' rules), every issue at once, named by option key
+ * stale window, the templates' rules, `peerUrl`'s), every issue at once, named by option key
  * (`config.heartbeatIntervalMs`); an unknown key or a null is refused, an undefined one keeps its default.
  */
-export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "heartbeatStaleWindowMs">): Effect.Effect<AgentConfig, Env.ConfigInvalid> =>
+export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "heartbeatStaleWindowMs" | "peerUrl">): Effect.Effect<AgentConfig, Env.ConfigInvalid> =>
   Effect.gen(function* () {
     const raw: Record<string, unknown> = {}
     // What each variable was given, for the issues (a null as null).
@@ -321,7 +323,12 @@ export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "h
         if (problem !== undefined) refused.push({ variable: "config.templates", rule: problem })
       } else refused.push({ variable: `config.${key}`, rule: "is not a known setting" })
     }
-    const source = { provider: ConfigProvider.fromUnknown(raw), raw: (v: string) => shown[v], secrets: secretVariables }
+    const peerUrl: unknown = o.peerUrl
+    if (peerUrl !== undefined && peerUrl !== null) {
+      const problem = typeof peerUrl === "string" ? peerUrlProblem(peerUrl) : "must be a string or null"
+      if (problem !== undefined) refused.push({ variable: "peerUrl", rule: problem, value: peerUrl })
+    }
+        const source = { provider: ConfigProvider.fromUnknown(raw), raw: (v: string) => shown[v], secrets: secretVariables }
     const read = yield* Effect.result(Env.read("host agent", { staleMs: staleWindow, ...timingSettings }, source))
     const issues: Env.Issue[] = [...refused, ...(read._tag === "Failure" ? read.failure.issues.map((i) => ({ ...i, variable: byOptionKey(i.variable) })) : [])]
     // The rule between the two, judged whenever both held their own rules, whatever the others'.
@@ -359,6 +366,8 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
     const sim = Option.isSome(s.sim) ? (JSON.parse(s.sim.value) as Partial<SimRuntime.SimConfig>) : {}
     const qemu = qemuOf(s, s.hostId, text(s.stateFile))
     const migrationHost = text(s.migrationHost) ?? s.listenHost
+    const advertiseHost = text(s.advertiseHost)
+    const peerUrl = text(s.peerUrl)
     const fixed = { totalMib: s.simTotalMib, osMib: s.simOsMib, vcpus: s.simVcpus }
     const roots = { proc: s.procRoot, sys: s.sysRoot }
     const measure: HostAgentOptions["measure"] =
@@ -370,8 +379,10 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       coordinator: { url: s.urls.length === 1 ? s.urls[0]! : s.urls, hostToken: s.hostToken },
       peerSecret: Redacted.value(s.peerSecret),
       peers: (id: string) => peers.get(id),
-      listen: { port: s.port, host: s.listenHost },
-      migration: { listenHost: migrationHost, advertiseHost: text(s.advertiseHost) ?? migrationHost },
+      listen: { port: s.port, host: s.listenHost, ...(advertiseHost === undefined ? {} : { advertiseHost }) },
+      // Unset: derived from the peer server's address once it listens (`Host`).
+      ...(peerUrl === undefined ? {} : { peerUrl }),
+      migration: { listenHost: migrationHost, advertiseHost: advertiseHost ?? migrationHost },
       sim,
       ...(qemu === undefined ? {} : { qemu }),
       measure,

@@ -25,8 +25,13 @@ export type SessionState = Records.SessionState
  */
 export type AssignedSession = Pick<Records.Session, "id" | "state" | "budget" | "hostId" | "reservationId"> & { readonly template?: string | null | undefined }
 
-/** A move as the agent needs it. */
-export type AssignedMove = Pick<Records.Move, "id" | "sessionId" | "sourceHostId" | "targetHostId" | "maxDowntimeMs" | "state">
+/**
+ * A move as the agent needs it. `targetPeerUrl`: where the target's agent serves its peers, sent
+ * to the source with the move (absent from an older coordinator, and from a fake's).
+ */
+export type AssignedMove = Pick<Records.AssignedMove, "id" | "sessionId" | "sourceHostId" | "targetHostId" | "maxDowntimeMs" | "state"> & {
+  readonly targetPeerUrl?: string | null | undefined
+}
 
 /** A move as `GET /v1/moves/{id}` shows it, as far as the agent reads it. */
 export type MoveView = AssignedMove & Pick<Records.Move, "abortReason" | "rounds">

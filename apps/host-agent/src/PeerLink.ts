@@ -18,6 +18,11 @@ export interface PeerLink {
   readonly prepare: (header: MoveHeader) => Effect.Effect<IncomingEndpoint, PeerError>
   readonly commit: (header: MoveHeader) => Effect.Effect<Committed, PeerError>
   readonly abort: (header: MoveHeader) => Effect.Effect<void, PeerError>
+  /**
+   * Learns where a target's agent serves its peers (a move's `targetPeerUrl` from the
+   * coordinator; null: it advertises none). A link that needs no address has none.
+   */
+  readonly learn?: (hostId: string, url: string | null) => Effect.Effect<void>
 }
 
 /** A link to targets living in this process, by host id. */
@@ -39,11 +44,16 @@ export const CommitAnswer = Schema.Struct({ resumedForMs: Schema.optionalKey(Sch
 /** The answer of `POST /v1/peer/moves/{id}/prepare`. */
 export const PrepareAnswer = Schema.Struct({ endpoint: Schema.Struct({ runtime: Schema.String, uri: Schema.String }) })
 
-/** A link over HTTP; `peers` maps a host id to its agent's peer URL. */
+/**
+ * A link over HTTP. A target's address is `peers`' (the operator's `ENGRAM_PEERS`: an override),
+ * else the one the coordinator gave with a move to it (`learn`); with neither the call fails
+ * (`no address for peer`) without a request.
+ */
 export const http = (peers: (hostId: string) => string | undefined, secret: string, timeoutMs = 60_000): PeerLink => {
+  const learned = new Map<string, string>()
   const call = (op: string, h: MoveHeader, path: string) =>
     Effect.gen(function* () {
-      const base = peers(h.targetHostId)
+      const base = peers(h.targetHostId) ?? learned.get(h.targetHostId)
       if (base === undefined) return yield* new PeerError({ op, moveId: h.moveId, message: `no address for peer ${h.targetHostId}`, refused: false })
       const client = yield* HttpClient.HttpClient
       const req = HttpClientRequest.post(`${base.replace(/\/+$/, "")}/v1/peer/moves/${encodeURIComponent(h.moveId)}/${path}`).pipe(
@@ -88,7 +98,52 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
         }),
       ),
     abort: (h) => Effect.asVoid(call("abort", h, "abort")),
+    learn: (hostId, url) =>
+      Effect.sync(() => {
+        if (url === null) learned.delete(hostId)
+        else learned.set(hostId, url)
+      }),
   }
+}
+
+/** The hosts a listener on every interface binds to: no peer can reach this host there. */
+const wildcardHosts: ReadonlySet<string> = new Set(["0.0.0.0", "::", "[::]"])
+
+/** The rule of an advertised peer URL (`ENGRAM_AGENT_PEER_URL`, a program's `peerUrl`). */
+export const peerUrlRule =
+  "must be an absolute http:// or https:// URL of at most 2048 characters naming a host peers reach (not 0.0.0.0 or ::), without spaces, user:password@, a query or a fragment"
+
+/**
+ * Why `url` cannot be advertised as this agent's peer URL (`peerUrlRule`), or undefined. The
+ * coordinator's store checks the same shape (`@engram/store`'s `Validate.peerUrl`); a wildcard
+ * host is refused here, where the operator set it.
+ */
+export const peerUrlProblem = (url: string): string | undefined => {
+  // URL parsing trims and drops tabs and newlines: a URL that needed it is not what was set.
+  if (url.length > 2048 || /\s/.test(url) || url.includes("?") || url.includes("#")) return peerUrlRule
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    return peerUrlRule
+  }
+  const ok =
+    (parsed.protocol === "http:" || parsed.protocol === "https:") &&
+    parsed.hostname !== "" &&
+    !wildcardHosts.has(parsed.hostname) &&
+    parsed.username === "" &&
+    parsed.password === ""
+  return ok ? undefined : peerUrlRule
+}
+
+/**
+ * The peer URL an agent advertises when told none: `http://<host>:<port>` of its peer server
+ * (`host`: `ENGRAM_AGENT_ADVERTISE_HOST`, else the listen host; an IPv6 address in brackets).
+ * None (null) when `host` is a wildcard: the agent cannot know which of its addresses peers reach.
+ */
+export const derivedPeerUrl = (host: string, port: number): string | null => {
+  if (wildcardHosts.has(host) || host === "") return null
+  return `http://${host.includes(":") && !host.startsWith("[") ? `[${host}]` : host}:${port}`
 }
 
 /** Parses `ENGRAM_PEERS` (`host-a=http://10.0.0.1:7100,host-b=http://…`). */

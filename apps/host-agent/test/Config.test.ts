@@ -11,6 +11,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { checkedConfig, fromEnvironment, variables } from "../src/Config.js"
 import * as Failover from "../src/Failover.js"
+import * as PeerLink from "../src/PeerLink.js"
 import { startHostAgent } from "../src/Host.js"
 import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
 
@@ -311,5 +312,84 @@ describe("the simulated host's sizes (ENGRAM_AGENT_MEASURE=fixed)", () => {
     expect((await Effect.runPromise(fromEnvironment({ ...fixed, ENGRAM_SIM_TOTAL_MIB: "2048", ENGRAM_SIM_OS_MIB: "2048" }))).hostId).toBe("h1")
     // Measured from /proc, the sizes are unused: not judged.
     expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_SIM_TOTAL_MIB: "256" }))).hostId).toBe("h1")
+  })
+})
+
+describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)", () => {
+  const peerRule = PeerLink.peerUrlRule
+
+  it("from the environment: given, it is the option as set; unset or empty, none is given and the advertise host rides with the listen address", async () => {
+    const given = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_PEER_URL: "https://agent-1.internal:8443/engram" }))
+    expect(given.peerUrl).toBe("https://agent-1.internal:8443/engram")
+    for (const env of [required, { ...required, ENGRAM_AGENT_PEER_URL: "" }]) {
+      const o = await Effect.runPromise(fromEnvironment(env))
+      expect(o.peerUrl).toBeUndefined()
+      expect(o.listen).toEqual({ port: 7100, host: "127.0.0.1" })
+    }
+    const advertised = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_PORT: "7200", ENGRAM_AGENT_ADVERTISE_HOST: "10.0.0.7" }))
+    expect(advertised.listen).toEqual({ port: 7200, host: "0.0.0.0", advertiseHost: "10.0.0.7" })
+  })
+
+  it("from the environment: a bad one is refused naming ENGRAM_AGENT_PEER_URL and the rule, beside the other problems", async () => {
+    for (const bad of ["10.0.0.1:7100", "ftp://10.0.0.1/", "http://user:pw@10.0.0.1:7100", "http://10.0.0.1:7100/?x=1", "http://10.0.0.1:7100/#x", "http://0.0.0.0:7100", "http://[::]:7100", " http://10.0.0.1:7100"]) {
+      const error = await errorOf({ ...required, ENGRAM_AGENT_PEER_URL: bad, ENGRAM_AGENT_PORT: "seven" })
+      expect(error?.issues.map((i) => [i.variable, i.rule]), bad).toEqual([
+        ["ENGRAM_AGENT_PORT", "must be an integer >= 0"],
+        ["ENGRAM_AGENT_PEER_URL", peerRule],
+      ])
+    }
+  })
+
+  it("a program's: checked with the same rule, named peerUrl, beside the other issues; null (none) and a good URL are accepted", async () => {
+    const issuesOf = async (o: Parameters<typeof checkedConfig>[0]) => {
+      const exit = await Effect.runPromiseExit(checkedConfig(o))
+      const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+      return error?.issues.map((i) => [i.variable, i.rule, i.value])
+    }
+    expect(await issuesOf({ hostId: "h", peerUrl: "http://u:p@h:1", config: { reportIntervalMs: 0 } })).toEqual([
+      ["peerUrl", peerRule, "http://u:p@h:1"],
+      ["config.reportIntervalMs", "must be an integer >= 1", 0],
+    ])
+    expect(await issuesOf({ hostId: "h", peerUrl: 7100 } as unknown as Parameters<typeof checkedConfig>[0])).toEqual([["peerUrl", "must be a string or null", 7100]])
+    for (const peerUrl of [null, "http://10.0.0.1:7100", "https://[fd00::1]:8443/a/"]) expect(await issuesOf({ hostId: "h", peerUrl })).toBeUndefined()
+  })
+
+  it("derived when not given: http://<advertise host, else listen host>:<port>; none for a wildcard host", () => {
+    expect(PeerLink.derivedPeerUrl("10.0.0.7", 7100)).toBe("http://10.0.0.7:7100")
+    expect(PeerLink.derivedPeerUrl("agent-1.internal", 1)).toBe("http://agent-1.internal:1")
+    expect(PeerLink.derivedPeerUrl("fd00::1", 7100)).toBe("http://[fd00::1]:7100")
+    expect(PeerLink.derivedPeerUrl("[fd00::1]", 7100)).toBe("http://[fd00::1]:7100")
+    for (const wildcard of ["0.0.0.0", "::", "[::]"]) expect(PeerLink.derivedPeerUrl(wildcard, 7100)).toBeNull()
+    // What is derived passes the rule it is checked by when given.
+    expect(PeerLink.peerUrlProblem(PeerLink.derivedPeerUrl("fd00::1", 7100)!)).toBeUndefined()
+  })
+
+  it("a started agent reports the URL it advertises: given, derived from the bound port and the advertise host, none for a wildcard or without a server", async () => {
+    const reported = (o: Partial<Parameters<typeof startHostAgent>[0]>) =>
+      Effect.runPromise(
+        Effect.scoped(
+          Effect.gen(function* () {
+            const fake = yield* makeFakeCoordinator
+            const h = yield* startHostAgent({
+              hostId: "h",
+              coordinator: fake.client("h"),
+              peerSecret: "config-test-secret-0123",
+              peers: () => undefined,
+              measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
+              ...o,
+            })
+            yield* h.agent.reportOnce
+            return { peerUrl: (yield* fake.get).reports.get("h")?.peerUrl, port: h.port }
+          }),
+        ),
+      )
+    const local = await reported({ listen: { port: 0, host: "127.0.0.1" } })
+    expect(local.peerUrl).toBe(`http://127.0.0.1:${local.port}`)
+    const behind = await reported({ listen: { port: 0, host: "0.0.0.0", advertiseHost: "agent-1.internal" } })
+    expect(behind.peerUrl).toBe(`http://agent-1.internal:${behind.port}`)
+    expect((await reported({ listen: { port: 0, host: "0.0.0.0" } })).peerUrl).toBeNull()
+    expect((await reported({})).peerUrl).toBeNull()
+    expect((await reported({ listen: { port: 0, host: "0.0.0.0" }, peerUrl: "http://10.0.0.7:7100" })).peerUrl).toBe("http://10.0.0.7:7100")
+    expect((await reported({ listen: { port: 0, host: "127.0.0.1" }, peerUrl: null })).peerUrl).toBeNull()
   })
 })
