@@ -111,7 +111,7 @@ const wildcardHosts: ReadonlySet<string> = new Set(["0.0.0.0", "::", "[::]"])
 
 /** The rule of an advertised peer URL (`ENGRAM_AGENT_PEER_URL`, a program's `peerUrl`). */
 export const peerUrlRule =
-  "must be an absolute http:// or https:// URL of at most 2048 characters naming a host peers reach (not 0.0.0.0 or ::), without spaces, user:password@, a query or a fragment"
+  "must be an absolute http:// or https:// URL of at most 2048 characters naming a host peers reach (not 0.0.0.0 or ::), without spaces, control characters, user:password@, a query or a fragment"
 
 /**
  * Why `url` cannot be advertised as this agent's peer URL (`peerUrlRule`), or undefined. The
@@ -120,7 +120,7 @@ export const peerUrlRule =
  */
 export const peerUrlProblem = (url: string): string | undefined => {
   // URL parsing trims and drops tabs and newlines: a URL that needed it is not what was set.
-  if (url.length > 2048 || /\s/.test(url) || url.includes("?") || url.includes("#")) return peerUrlRule
+  if (url.length > 2048 || /\s/.test(url) || [...url].some((c) => c < " " || c === "\u007f") || url.includes("?") || url.includes("#")) return peerUrlRule
   let parsed: URL
   try {
     parsed = new URL(url)

@@ -331,7 +331,7 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
   })
 
   it("from the environment: a bad one is refused naming ENGRAM_AGENT_PEER_URL and the rule, beside the other problems", async () => {
-    for (const bad of ["10.0.0.1:7100", "ftp://10.0.0.1/", "http://user:pw@10.0.0.1:7100", "http://10.0.0.1:7100/?x=1", "http://10.0.0.1:7100/#x", "http://0.0.0.0:7100", "http://[::]:7100", " http://10.0.0.1:7100"]) {
+    for (const bad of ["10.0.0.1:7100", "ftp://10.0.0.1/", "http://user:pw@10.0.0.1:7100", "http://10.0.0.1:7100/?x=1", "http://10.0.0.1:7100/#x", "http://0.0.0.0:7100", "http://[::]:7100", " http://10.0.0.1:7100", "http://10.0.0.1:7100/\u0001"]) {
       const error = await errorOf({ ...required, ENGRAM_AGENT_PEER_URL: bad, ENGRAM_AGENT_PORT: "seven" })
       expect(error?.issues.map((i) => [i.variable, i.rule]), bad).toEqual([
         ["ENGRAM_AGENT_PORT", "must be an integer >= 0"],

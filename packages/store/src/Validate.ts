@@ -189,11 +189,20 @@ export const report = (r: HostReport): InvalidInput | null => {
   return (r.totalVcpus === null ? null : integerAtLeast("totalVcpus", r.totalVcpus, 0)) ?? heldTemplates(r.templates) ?? peerUrl(r.peerUrl)
 }
 
+/** Whether `s` holds a control character (U+0000-U+001F, U+007F). */
+const hasControl = (s: string): boolean => {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    if (c < 0x20 || c === 0x7f) return true
+  }
+  return false
+}
+
 /** The longest peer URL a host may advertise. */
 export const maxPeerUrlLength = 2048
 
 /** The rule of a host's advertised peer URL (`peerUrl`). */
-export const peerUrlRule = `must be null or an absolute http:// or https:// URL of at most ${maxPeerUrlLength} characters, without spaces, user:password@, a query or a fragment`
+export const peerUrlRule = `must be null or an absolute http:// or https:// URL of at most ${maxPeerUrlLength} characters, without spaces, control characters, user:password@, a query or a fragment`
 
 /**
  * A host's advertised peer URL: absent, null, or an absolute http(s) URL. No credentials, query
@@ -204,7 +213,7 @@ export const peerUrl = (value: unknown): InvalidInput | null => {
   if (value === undefined || value === null) return null
   const bad = new InvalidInput({ field: "peerUrl", rule: peerUrlRule })
   // URL parsing trims and drops tabs and newlines; a URL that needed it is not what was sent.
-  if (typeof value !== "string" || value.length > maxPeerUrlLength || /[\s\u0000-\u001f\u007f]/.test(value)) return bad
+  if (typeof value !== "string" || value.length > maxPeerUrlLength || /\s/.test(value) || hasControl(value)) return bad
   let parsed: URL
   try {
     parsed = new URL(value)
