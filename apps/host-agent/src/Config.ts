@@ -328,7 +328,7 @@ export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "h
       const problem = typeof peerUrl === "string" ? peerUrlProblem(peerUrl) : "must be a string or null"
       if (problem !== undefined) refused.push({ variable: "peerUrl", rule: problem, value: peerUrl })
     }
-        const source = { provider: ConfigProvider.fromUnknown(raw), raw: (v: string) => shown[v], secrets: secretVariables }
+    const source = { provider: ConfigProvider.fromUnknown(raw), raw: (v: string) => shown[v], secrets: secretVariables }
     const read = yield* Effect.result(Env.read("host agent", { staleMs: staleWindow, ...timingSettings }, source))
     const issues: Env.Issue[] = [...refused, ...(read._tag === "Failure" ? read.failure.issues.map((i) => ({ ...i, variable: byOptionKey(i.variable) })) : [])]
     // The rule between the two, judged whenever both held their own rules, whatever the others'.
