@@ -3,7 +3,8 @@
  * in README.md). Every bad value is reported at start, all at once, in `@engram/process`'s `Env`
  * format (`VARIABLE="value": rule`); the host token and the peer secret are `Redacted` and never
  * echoed; nothing falls back silently. An `ENGRAM_*` variable that no engram component reads is
- * warned about by name.
+ * warned about by name, and so is an `ENGRAM_PEERS` that names no other agent (no move to or
+ * from this host can work).
  */
 import { tmpdir } from "node:os"
 import { Payloads } from "@engram/api"
@@ -15,7 +16,7 @@ import { type AgentConfig, defaultAgentConfig } from "./Agent.js"
 import type { HostAgentOptions } from "./Host.js"
 import * as Failover from "./Failover.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
-import { parsePeers } from "./PeerLink.js"
+import { noPeersWarning, parsePeers } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
 import * as Templates from "./Templates.js"
 
@@ -356,6 +357,9 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       })(),
     }
     const peers = parsePeers(s.peers)
+    // Moves are on by default (the coordinator's ENGRAM_MAKE_ROOM_MOVES): an agent that cannot take part says so once, at start.
+    const noPeers = noPeersWarning(s.hostId, peers)
+    if (noPeers !== null) yield* Effect.logWarning(noPeers, { hostId: s.hostId, variable: "ENGRAM_PEERS" })
     const sim = Option.isSome(s.sim) ? (JSON.parse(s.sim.value) as Partial<SimRuntime.SimConfig>) : {}
     const qemu = qemuOf(s, s.hostId, text(s.stateFile))
     const migrationHost = text(s.migrationHost) ?? s.listenHost
