@@ -8,7 +8,7 @@
  */
 import { tmpdir } from "node:os"
 import { Payloads } from "@engram/api"
-import { Env } from "@engram/process"
+import { Env, Fatal, Main } from "@engram/process"
 import { Limits } from "@engram/core"
 import type { SimRuntime } from "@engram/runtime"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
@@ -23,6 +23,18 @@ import * as Templates from "./Templates.js"
 /** The configuration is invalid; `issues` names every bad variable. */
 export const ConfigInvalid = Env.ConfigInvalid
 export type ConfigInvalid = Env.ConfigInvalid
+
+/**
+ * A refused configuration as the agent's process ends on it (`main.ts`): the issues in one
+ * message (`invalid host agent configuration:` and a line each) and exit code 2, whether the
+ * environment's checks refused it (`fromEnvironment`) or `startHostAgent`'s own (`checkedConfig`).
+ * Every other failure of `eff` is left as it is.
+ */
+export const exitOnConfigInvalid = <A, E, R>(eff: Effect.Effect<A, E | ConfigInvalid, R>): Effect.Effect<A, Exclude<E, ConfigInvalid> | Fatal, R> =>
+  Effect.mapError(eff, (e) =>
+    // Not a ConfigInvalid, `e` is one of the others (TypeScript does not narrow a generic by `instanceof`).
+    e instanceof Env.ConfigInvalid ? new Fatal({ message: e.message, exitCode: Main.exitCodes.configuration }) : (e as Exclude<E, ConfigInvalid>),
+  )
 
 /** Every variable the agent reads. */
 export const variables: readonly string[] = Env.agentVariables

@@ -3,13 +3,13 @@
  * one format, secrets never echoed, an unknown ENGRAM_* variable warned about by name.
  */
 import { Names } from "@engram/core"
-import { Env } from "@engram/process"
-import { Effect, Exit, Logger, Redacted } from "effect"
+import { Env, Fatal, Main } from "@engram/process"
+import { Effect, Exit, Logger, Redacted, type Scope } from "effect"
 import { describe, expect, it } from "vitest"
 import { existsSync, mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { checkedConfig, fromEnvironment, variables } from "../src/Config.js"
+import { checkedConfig, exitOnConfigInvalid, fromEnvironment, variables } from "../src/Config.js"
 import * as Failover from "../src/Failover.js"
 import { startHostAgent } from "../src/Host.js"
 import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
@@ -311,6 +311,30 @@ describe("a program's agent options", () => {
     expect(error).toBeInstanceOf(Env.ConfigInvalid)
     expect((error as Env.ConfigInvalid).message).toBe(["invalid host agent configuration:", `  config.heartbeatIntervalMs=3000: ${rule(3000)}`].join("\n"))
     expect(existsSync(stateFile)).toBe(false)
+  })
+
+  it("the agent's process ends on startHostAgent's refusal as on the environment's (main.ts): exit 2, the issues in the same message; other failures pass", async () => {
+    const fatalOf = async <A, E>(eff: Effect.Effect<A, E | Env.ConfigInvalid, Scope.Scope>) => {
+      const exit = await Effect.runPromiseExit(Effect.scoped(exitOnConfigInvalid(eff)))
+      return Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: unknown }).error : undefined
+    }
+    const started = await fatalOf(
+      Effect.flatMap(makeFakeCoordinator, (fake) =>
+        startHostAgent({
+          hostId: "h",
+          coordinator: fake.client("h"),
+          peerSecret: "config-test-secret-0123",
+          peers: () => undefined,
+          measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
+          config: { reportIntervalMs: 0 },
+        }),
+      ),
+    )
+    expect(started).toBeInstanceOf(Fatal)
+    expect(started).toMatchObject({ exitCode: Main.exitCodes.configuration, message: ["invalid host agent configuration:", "  config.reportIntervalMs=0: must be an integer >= 1"].join("\n") })
+    const environment = await fatalOf(fromEnvironment({ ...required, ENGRAM_AGENT_REPORT_MS: "0" }))
+    expect(environment).toMatchObject({ exitCode: Main.exitCodes.configuration, message: ["invalid host agent configuration:", '  ENGRAM_AGENT_REPORT_MS="0": must be an integer >= 1'].join("\n") })
+    expect(await fatalOf(Effect.fail("the runtime cannot run here"))).toBe("the runtime cannot run here")
   })
 })
 
