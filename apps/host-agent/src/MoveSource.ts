@@ -252,6 +252,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // The records the move already holds (an earlier run of this move, before a restart):
       // this run's positions follow them.
       const held = yield* retrying(coordinator.getMove(move.id))
+      // A move that ended meanwhile (aborted, timed out, its session ended) is not started: the
+      // target would prepare for nothing and the guest stream for nothing until the first round's 409.
+      if (held.state !== "pending") return { _tag: "Gone", reason: `move no longer pending on the coordinator: it reads ${held.state}${held.abortReason === null ? "" : ` (${held.abortReason})`}` } as const
       const recorder = yield* roundRecorder(coordinator, move.id, held.rounds.length)
       const endpoint = yield* link.prepare(header)
       // The point of no return, recorded while the guest still runs (after the rounds so far).
@@ -699,7 +702,9 @@ const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
 /**
  * The final round's figures of a move the target runs, recorded before the commit (which needs
  * them) when the coordinator may not hold them yet: the late rounds first unless held. A move
- * that no longer reads pending needs none (the commit's answer tells what happened to it).
+ * that no longer reads pending needs none (the commit's answer tells what happened to it); so
+ * does one a refused (409) round leaves read ended or holding a final round. A 409 on a move
+ * still pending without one (a wrong position) leaves the figures owed.
  */
 const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
   Effect.gen(function* () {
@@ -719,6 +724,16 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
       const r = yield* Effect.forEach(numbered([...(held ? [] : late), final], m.rounds.length), (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
       if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its final round")
       if (r._tag === "Failure" && r.failure._tag !== "Conflict") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
+      if (r._tag === "Failure") {
+        // A 409 is the move's end, or a position refused on a move still pending (its records
+        // changed since the read): only a move read again as ended, or holding a final round, needs none.
+        const again = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+        if (again._tag === "Failure" && moveGone(owed, again.failure)) return yield* settleGone(deps, owed, "its read")
+        if (again._tag === "Failure") return { _tag: "Owed", reason: `the final round was refused (${r.failure.message}) and the move cannot be read: ${again.failure.message}` } as const
+        if (again.success.state === "pending" && !CoreMove.finalRoundRecorded(again.success)) {
+          return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
+        }
+      }
     }
     yield* residents.addPendingCommit(recorded.owed)
     return recorded

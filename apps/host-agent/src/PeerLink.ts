@@ -100,3 +100,19 @@ export const parsePeers = (text: string): Map<string, string> => {
   }
   return m
 }
+
+/**
+ * The start-up warning of an agent whose `ENGRAM_PEERS` names no agent but its own (`peers`
+ * parsed, `hostId` this agent's): a move's source finds its target's agent only there, so every
+ * move from this host fails, and so does every one to it from an agent set up the same way. Null
+ * when it names another agent.
+ */
+export const noPeersWarning = (hostId: string, peers: ReadonlyMap<string, string>): string | null => {
+  if ([...peers.keys()].some((id) => id !== hostId)) return null
+  return (
+    `ENGRAM_PEERS ${peers.size === 0 ? "is empty" : "names no agent but this one"}: moves to or from this host will fail ` +
+    "(a move's source finds its target's agent only in its own ENGRAM_PEERS). Each such move is aborted, and the coordinator's reaper " +
+    "does not move its session again for ENGRAM_MAKE_ROOM_COOLDOWN_MS. Set ENGRAM_PEERS (host=url,…) on every agent, " +
+    "or turn the reaper's moves off with ENGRAM_MAKE_ROOM_MOVES=0 on the coordinator"
+  )
+}

@@ -3,13 +3,13 @@
  * one format, secrets never echoed, an unknown ENGRAM_* variable warned about by name.
  */
 import { Names } from "@engram/core"
-import { Env } from "@engram/process"
-import { Effect, Exit, Logger, Redacted } from "effect"
+import { Env, Fatal, Main } from "@engram/process"
+import { Effect, Exit, Logger, Redacted, type Scope } from "effect"
 import { describe, expect, it } from "vitest"
 import { existsSync, mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { checkedConfig, fromEnvironment, variables } from "../src/Config.js"
+import { checkedConfig, exitOnConfigInvalid, fromEnvironment, variables } from "../src/Config.js"
 import * as Failover from "../src/Failover.js"
 import { startHostAgent } from "../src/Host.js"
 import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
@@ -20,6 +20,8 @@ const required = {
   ENGRAM_HOST_TOKEN: "host-token-secret-0123456789",
   ENGRAM_PEER_SECRET: "peer-secret-0123456789",
 }
+/** Another agent's address: moves can work. */
+const peers = { ENGRAM_PEERS: "h2=http://10.0.0.2:7100" }
 const errorOf = async (env: Record<string, string>) => {
   const exit = await Effect.runPromiseExit(fromEnvironment(env))
   return Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
@@ -69,10 +71,26 @@ describe("host agent configuration", () => {
   it("an ENGRAM_* variable no engram component reads is warned about by name; the coordinator's are not", async () => {
     const lines: string[] = []
     const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
-    await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_POLL_WAIT: "5", ENGRAM_PORT: "7070", ENGRAM_REAPER_INTERVAL_MS: "100" }).pipe(Effect.provide(capture)))
+    await Effect.runPromise(fromEnvironment({ ...required, ...peers, ENGRAM_AGENT_POLL_WAIT: "5", ENGRAM_PORT: "7070", ENGRAM_REAPER_INTERVAL_MS: "100" }).pipe(Effect.provide(capture)))
     expect(lines.filter((l) => l.startsWith("Warn"))).toEqual([
       "Warn ENGRAM_AGENT_POLL_WAIT is not a setting of any engram component and is ignored (did you mean ENGRAM_AGENT_POLL_WAIT_MS?)",
     ])
+  })
+
+  it("an ENGRAM_PEERS that names no other agent (empty, or this host alone) is warned about once at start: moves to or from this host fail, and what to do", async () => {
+    const warningsOf = async (env: Record<string, string>) => {
+      const lines: string[] = []
+      const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
+      await Effect.runPromiseExit(fromEnvironment(env).pipe(Effect.provide(capture)))
+      return lines.filter((l) => l.startsWith("Warn"))
+    }
+    const rest =
+      ": moves to or from this host will fail (a move's source finds its target's agent only in its own ENGRAM_PEERS). Each such move is aborted, and the coordinator's reaper does not move its session again for ENGRAM_MAKE_ROOM_COOLDOWN_MS. Set ENGRAM_PEERS (host=url,…) on every agent, or turn the reaper's moves off with ENGRAM_MAKE_ROOM_MOVES=0 on the coordinator"
+    expect(await warningsOf(required)).toEqual([`Warn ENGRAM_PEERS is empty${rest}`])
+    expect(await warningsOf({ ...required, ENGRAM_PEERS: "h1=http://10.0.0.1:7100" })).toEqual([`Warn ENGRAM_PEERS names no agent but this one${rest}`])
+    expect(await warningsOf({ ...required, ENGRAM_PEERS: "h1=http://10.0.0.1:7100,h2=http://10.0.0.2:7100" })).toEqual([])
+    // A configuration refused is not warned about: its issues are the one thing said.
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_PORT: "seven" })).toEqual([])
   })
 
   it("every variable the agent reads is in @engram/process's list", () => {
@@ -293,6 +311,30 @@ describe("a program's agent options", () => {
     expect(error).toBeInstanceOf(Env.ConfigInvalid)
     expect((error as Env.ConfigInvalid).message).toBe(["invalid host agent configuration:", `  config.heartbeatIntervalMs=3000: ${rule(3000)}`].join("\n"))
     expect(existsSync(stateFile)).toBe(false)
+  })
+
+  it("the agent's process ends on startHostAgent's refusal as on the environment's (main.ts): exit 2, the issues in the same message; other failures pass", async () => {
+    const fatalOf = async <A, E>(eff: Effect.Effect<A, E | Env.ConfigInvalid, Scope.Scope>) => {
+      const exit = await Effect.runPromiseExit(Effect.scoped(exitOnConfigInvalid(eff)))
+      return Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: unknown }).error : undefined
+    }
+    const started = await fatalOf(
+      Effect.flatMap(makeFakeCoordinator, (fake) =>
+        startHostAgent({
+          hostId: "h",
+          coordinator: fake.client("h"),
+          peerSecret: "config-test-secret-0123",
+          peers: () => undefined,
+          measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
+          config: { reportIntervalMs: 0 },
+        }),
+      ),
+    )
+    expect(started).toBeInstanceOf(Fatal)
+    expect(started).toMatchObject({ exitCode: Main.exitCodes.configuration, message: ["invalid host agent configuration:", "  config.reportIntervalMs=0: must be an integer >= 1"].join("\n") })
+    const environment = await fatalOf(fromEnvironment({ ...required, ENGRAM_AGENT_REPORT_MS: "0" }))
+    expect(environment).toMatchObject({ exitCode: Main.exitCodes.configuration, message: ["invalid host agent configuration:", '  ENGRAM_AGENT_REPORT_MS="0": must be an integer >= 1'].join("\n") })
+    expect(await fatalOf(Effect.fail("the runtime cannot run here"))).toBe("the runtime cannot run here")
   })
 })
 
