@@ -22,6 +22,18 @@ const required = {
 }
 /** Another agent's address: moves can work. */
 const peers = { ENGRAM_PEERS: "h2=http://10.0.0.2:7100" }
+/** `startHostAgent` on a fake coordinator with these options over a valid rest. */
+const startedWith = (options: Pick<Parameters<typeof startHostAgent>[0], "config"> & Partial<Parameters<typeof startHostAgent>[0]>) =>
+  Effect.flatMap(makeFakeCoordinator, (fake) =>
+    startHostAgent({
+      hostId: "h",
+      coordinator: fake.client("h"),
+      peerSecret: "config-test-secret-0123",
+      peers: () => undefined,
+      measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
+      ...options,
+    }),
+  )
 const errorOf = async (env: Record<string, string>) => {
   const exit = await Effect.runPromiseExit(fromEnvironment(env))
   return Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
@@ -293,18 +305,7 @@ describe("a program's agent options", () => {
     const stateFile = join(mkdtempSync(join(tmpdir(), "engram-agent-config-")), "state.json")
     const exit = await Effect.runPromiseExit(
       Effect.scoped(
-        Effect.flatMap(makeFakeCoordinator, (fake) =>
-          startHostAgent({
-            hostId: "h",
-            coordinator: fake.client("h"),
-            peerSecret: "config-test-secret-0123",
-            peers: () => undefined,
-            stateFile,
-            measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
-            heartbeatStaleWindowMs: 3000,
-            config: { heartbeatIntervalMs: 3000 },
-          }),
-        ),
+        startedWith({ stateFile, heartbeatStaleWindowMs: 3000, config: { heartbeatIntervalMs: 3000 } }),
       ),
     )
     const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: unknown }).error : undefined
@@ -318,18 +319,7 @@ describe("a program's agent options", () => {
       const exit = await Effect.runPromiseExit(Effect.scoped(exitOnConfigInvalid(eff)))
       return Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: unknown }).error : undefined
     }
-    const started = await fatalOf(
-      Effect.flatMap(makeFakeCoordinator, (fake) =>
-        startHostAgent({
-          hostId: "h",
-          coordinator: fake.client("h"),
-          peerSecret: "config-test-secret-0123",
-          peers: () => undefined,
-          measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
-          config: { reportIntervalMs: 0 },
-        }),
-      ),
-    )
+    const started = await fatalOf(startedWith({ config: { reportIntervalMs: 0 } }))
     expect(started).toBeInstanceOf(Fatal)
     expect(started).toMatchObject({ exitCode: Main.exitCodes.configuration, message: ["invalid host agent configuration:", "  config.reportIntervalMs=0: must be an integer >= 1"].join("\n") })
     const environment = await fatalOf(fromEnvironment({ ...required, ENGRAM_AGENT_REPORT_MS: "0" }))
