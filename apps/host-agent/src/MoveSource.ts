@@ -141,8 +141,8 @@ export type MoveOutcome =
 export const briefBackoff: Pacing.Backoff = { baseMs: 100, capMs: 450 }
 
 /**
- * The coordinator's call, retried briefly (4 times) on transient errors (a 409, or a 404 that
- * names the record, is an answer, not retried). Each wait is drawn as `Pacing`'s are (from
+ * The coordinator's call, retried briefly (4 times) on transient errors (a 409, a 400, or a 404
+ * that names the record, is an answer, not retried: the same request would be refused again). Each wait is drawn as `Pacing`'s are (from
  * Effect's `Random`, which tests fix; `briefBackoff`), so the sources of moves that failed
  * together do not come back in lock-step. A 503's `retryAfterMs` is not waited for: some of
  * these calls run in the guest's pause, whose bound is this back-off's.
@@ -152,7 +152,7 @@ export const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Eff
     Effect.retry({
       schedule: Pacing.retrySchedule(briefBackoff, false),
       times: 4,
-      while: (e) => e._tag === "CoordinatorError" && (e as unknown as CoordinatorError).notFound === undefined,
+      while: (e) => e._tag === "CoordinatorError" && (e as unknown as CoordinatorError).notFound === undefined && (e as unknown as CoordinatorError).status !== 400,
     }),
   )
 
@@ -164,7 +164,25 @@ export const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Eff
  * source got wrong), never our own round: no read of the move is needed to tell them apart, for
  * the final round either.
  */
-export const recordRound = (coordinator: CoordinatorShape, moveId: string, round: NumberedRound) => retrying(coordinator.round(moveId, round))
+export const recordRound = (coordinator: CoordinatorShape, moveId: string, round: NumberedRound) =>
+  retrying(coordinator.round(moveId, round)).pipe(
+    Effect.catchIf(
+      (e): e is CoordinatorError => round.seq !== undefined && refusesPositions(e),
+      () =>
+        Effect.logWarning("the coordinator does not take round positions (it is older than this agent): the round is recorded without one, appended as before", { moveId, seq: round.seq }).pipe(
+          Effect.andThen(retrying(coordinator.round(moveId, withoutSeq(round)))),
+        ),
+    ),
+  )
+
+/**
+ * A coordinator older than round positions refuses a round's `seq` as an unknown key (400 naming
+ * `seq`): during a rolling upgrade, or with the agents upgraded first. A newer one refuses only a
+ * bad `seq` that way, which this agent never sends.
+ */
+const refusesPositions = (e: Conflict | CoordinatorError): boolean => e._tag === "CoordinatorError" && e.status === 400 && e.field === "seq"
+
+const withoutSeq = ({ seq: _seq, ...round }: NumberedRound): RoundReport => round
 
 /** `rounds` from position `seq` on: the positions of records sent one after the other. */
 const numbered = (rounds: readonly RoundReport[], seq: number): NumberedRound[] => rounds.map((r, i) => ({ ...r, seq: seq + i }))

@@ -118,6 +118,28 @@ describe("MoveSource.recordRound", () => {
       assert.strictEqual(r2._tag === "Failure" && r2.failure._tag, "Conflict")
     }).pipe(Effect.provideService(Random.Random, fixedRandom(0))),
   )
+
+  effect("a coordinator older than round positions (400 naming seq, as its strict decoding answers an unknown key) gets the round without one; any other 400 is the answer", () =>
+    Effect.gen(function* () {
+      const sent: NumberedRound[] = []
+      const refusing = (field: string) =>
+        ({
+          round: (_id: string, round: NumberedRound) =>
+            Effect.suspend((): Effect.Effect<void, Conflict | CoordinatorError> => {
+              sent.push(round)
+              return round.seq === undefined
+                ? Effect.void
+                : Effect.fail(new CoordinatorError({ op: "round", status: 400, message: "is not a key of this object", field }))
+            }),
+        }) as unknown as CoordinatorShape
+      assert.strictEqual((yield* Effect.result(recordRound(refusing("seq"), "m1", { ...delta, seq: 2 })))._tag, "Success")
+      assert.deepStrictEqual(sent, [{ ...delta, seq: 2 }, delta])
+      sent.length = 0
+      const other = yield* Effect.result(recordRound(refusing("wireBytes"), "m1", { ...delta, seq: 2 }))
+      assert.strictEqual(other._tag === "Failure" && other.failure._tag === "CoordinatorError" && other.failure.status, 400)
+      assert.deepStrictEqual(sent, [{ ...delta, seq: 2 }])
+    }),
+  )
 })
 
 /**
