@@ -3,11 +3,12 @@
  * in README.md). Every bad value is reported at start, all at once, in `@engram/process`'s `Env`
  * format (`VARIABLE="value": rule`); the host token and the peer secret are `Redacted` and never
  * echoed; nothing falls back silently. An `ENGRAM_*` variable that no engram component reads is
- * warned about by name.
+ * warned about by name, and so is an `ENGRAM_PEERS` that names no other agent (no move to or
+ * from this host can work).
  */
 import { tmpdir } from "node:os"
 import { Payloads } from "@engram/api"
-import { Env } from "@engram/process"
+import { Env, Fatal, Main } from "@engram/process"
 import { Limits } from "@engram/core"
 import type { SimRuntime } from "@engram/runtime"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
@@ -15,13 +16,25 @@ import { type AgentConfig, defaultAgentConfig } from "./Agent.js"
 import type { HostAgentOptions } from "./Host.js"
 import * as Failover from "./Failover.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
-import { parsePeers, peerUrlProblem } from "./PeerLink.js"
+import { noPeerUrlWarning, parsePeers, peerUrlProblem } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
 import * as Templates from "./Templates.js"
 
 /** The configuration is invalid; `issues` names every bad variable. */
 export const ConfigInvalid = Env.ConfigInvalid
 export type ConfigInvalid = Env.ConfigInvalid
+
+/**
+ * A refused configuration as the agent's process ends on it (`main.ts`): the issues in one
+ * message (`invalid host agent configuration:` and a line each) and exit code 2, whether the
+ * environment's checks refused it (`fromEnvironment`) or `startHostAgent`'s own (`checkedConfig`).
+ * Every other failure of `eff` is left as it is.
+ */
+export const exitOnConfigInvalid = <A, E, R>(eff: Effect.Effect<A, E | ConfigInvalid, R>): Effect.Effect<A, Exclude<E, ConfigInvalid> | Fatal, R> =>
+  Effect.mapError(eff, (e) =>
+    // Not a ConfigInvalid, `e` is one of the others (TypeScript does not narrow a generic by `instanceof`).
+    e instanceof Env.ConfigInvalid ? new Fatal({ message: e.message, exitCode: Main.exitCodes.configuration }) : (e as Exclude<E, ConfigInvalid>),
+  )
 
 /** Every variable the agent reads. */
 export const variables: readonly string[] = Env.agentVariables
@@ -368,6 +381,9 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
     const migrationHost = text(s.migrationHost) ?? s.listenHost
     const advertiseHost = text(s.advertiseHost)
     const peerUrl = text(s.peerUrl)
+    // Moves are on by default (the coordinator's ENGRAM_MAKE_ROOM_MOVES): an agent that cannot be found for one says so once, at start.
+    const unfound = noPeerUrlWarning(peerUrl, advertiseHost ?? s.listenHost)
+    if (unfound !== null) yield* Effect.logWarning(unfound, { hostId: s.hostId, variable: "ENGRAM_AGENT_PEER_URL" })
     const fixed = { totalMib: s.simTotalMib, osMib: s.simOsMib, vcpus: s.simVcpus }
     const roots = { proc: s.procRoot, sys: s.sysRoot }
     const measure: HostAgentOptions["measure"] =

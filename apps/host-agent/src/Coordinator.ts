@@ -91,6 +91,8 @@ export class CoordinatorError extends Schema.TaggedError<CoordinatorError>()("Co
   message: Schema.String,
   retryAfterMs: Schema.optionalKey(Schema.Number),
   notFound: Schema.optionalKey(Schema.Struct({ entity: Schema.String, id: Schema.String })),
+  /** A 400's field: the path of the value the API refused (`seq` where an older coordinator does not know round positions). */
+  field: Schema.optionalKey(Schema.String),
 }) {}
 
 /**
@@ -174,6 +176,7 @@ const toPortError = (op: string, e: { readonly _tag: string; readonly message: s
       message: e.message,
       ...(typeof asked === "number" && Number.isFinite(asked) ? { retryAfterMs: asked } : {}),
       ...(e._tag === "NotFoundError" ? { notFound: { entity: (e as ApiErrors.NotFoundError).entity, id: (e as ApiErrors.NotFoundError).id } } : {}),
+      ...(e._tag === "BadRequest" ? { field: (e as ApiErrors.BadRequest).field } : {}),
     })
   }
   // Transport failures, an answer the API does not describe (a proxy's 502 or 503), or one that does not decode.

@@ -141,8 +141,8 @@ export type MoveOutcome =
 export const briefBackoff: Pacing.Backoff = { baseMs: 100, capMs: 450 }
 
 /**
- * The coordinator's call, retried briefly (4 times) on transient errors (a 409, or a 404 that
- * names the record, is an answer, not retried). Each wait is drawn as `Pacing`'s are (from
+ * The coordinator's call, retried briefly (4 times) on transient errors (a 409, a 400, or a 404
+ * that names the record, is an answer, not retried: the same request would be refused again). Each wait is drawn as `Pacing`'s are (from
  * Effect's `Random`, which tests fix; `briefBackoff`), so the sources of moves that failed
  * together do not come back in lock-step. A 503's `retryAfterMs` is not waited for: some of
  * these calls run in the guest's pause, whose bound is this back-off's.
@@ -152,7 +152,7 @@ export const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Eff
     Effect.retry({
       schedule: Pacing.retrySchedule(briefBackoff, false),
       times: 4,
-      while: (e) => e._tag === "CoordinatorError" && (e as unknown as CoordinatorError).notFound === undefined,
+      while: (e) => e._tag === "CoordinatorError" && (e as unknown as CoordinatorError).notFound === undefined && (e as unknown as CoordinatorError).status !== 400,
     }),
   )
 
@@ -164,7 +164,25 @@ export const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Eff
  * source got wrong), never our own round: no read of the move is needed to tell them apart, for
  * the final round either.
  */
-export const recordRound = (coordinator: CoordinatorShape, moveId: string, round: NumberedRound) => retrying(coordinator.round(moveId, round))
+export const recordRound = (coordinator: CoordinatorShape, moveId: string, round: NumberedRound) =>
+  retrying(coordinator.round(moveId, round)).pipe(
+    Effect.catchIf(
+      (e): e is CoordinatorError => round.seq !== undefined && refusesPositions(e),
+      () =>
+        Effect.logWarning("the coordinator does not take round positions (it is older than this agent): the round is recorded without one, appended as before", { moveId, seq: round.seq }).pipe(
+          Effect.andThen(retrying(coordinator.round(moveId, withoutSeq(round)))),
+        ),
+    ),
+  )
+
+/**
+ * A coordinator older than round positions refuses a round's `seq` as an unknown key (400 naming
+ * `seq`): during a rolling upgrade, or with the agents upgraded first. A newer one refuses only a
+ * bad `seq` that way, which this agent never sends.
+ */
+const refusesPositions = (e: Conflict | CoordinatorError): boolean => e._tag === "CoordinatorError" && e.status === 400 && e.field === "seq"
+
+const withoutSeq = ({ seq: _seq, ...round }: NumberedRound): RoundReport => round
 
 /** `rounds` from position `seq` on: the positions of records sent one after the other. */
 const numbered = (rounds: readonly RoundReport[], seq: number): NumberedRound[] => rounds.map((r, i) => ({ ...r, seq: seq + i }))
@@ -252,6 +270,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // The records the move already holds (an earlier run of this move, before a restart):
       // this run's positions follow them.
       const held = yield* retrying(coordinator.getMove(move.id))
+      // A move that ended meanwhile (aborted, timed out, its session ended) is not started: the
+      // target would prepare for nothing and the guest stream for nothing until the first round's 409.
+      if (held.state !== "pending") return { _tag: "Gone", reason: `move no longer pending on the coordinator: it reads ${held.state}${held.abortReason === null ? "" : ` (${held.abortReason})`}` } as const
       const recorder = yield* roundRecorder(coordinator, move.id, held.rounds.length)
       const endpoint = yield* link.prepare(header)
       // The point of no return, recorded while the guest still runs (after the rounds so far).
@@ -699,7 +720,9 @@ const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
 /**
  * The final round's figures of a move the target runs, recorded before the commit (which needs
  * them) when the coordinator may not hold them yet: the late rounds first unless held. A move
- * that no longer reads pending needs none (the commit's answer tells what happened to it).
+ * that no longer reads pending needs none (the commit's answer tells what happened to it); so
+ * does one a refused (409) round leaves read ended or holding a final round. A 409 on a move
+ * still pending without one (a wrong position) leaves the figures owed.
  */
 const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
   Effect.gen(function* () {
@@ -719,6 +742,16 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
       const r = yield* Effect.forEach(numbered([...(held ? [] : late), final], m.rounds.length), (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
       if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its final round")
       if (r._tag === "Failure" && r.failure._tag !== "Conflict") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
+      if (r._tag === "Failure") {
+        // A 409 is the move's end, or a position refused on a move still pending (its records
+        // changed since the read): only a move read again as ended, or holding a final round, needs none.
+        const again = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+        if (again._tag === "Failure" && moveGone(owed, again.failure)) return yield* settleGone(deps, owed, "its read")
+        if (again._tag === "Failure") return { _tag: "Owed", reason: `the final round was refused (${r.failure.message}) and the move cannot be read: ${again.failure.message}` } as const
+        if (again.success.state === "pending" && !CoreMove.finalRoundRecorded(again.success)) {
+          return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
+        }
+      }
     }
     yield* residents.addPendingCommit(recorded.owed)
     return recorded

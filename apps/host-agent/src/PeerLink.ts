@@ -155,3 +155,17 @@ export const parsePeers = (text: string): Map<string, string> => {
   }
   return m
 }
+
+/**
+ * The start-up warning of an agent that advertises no peer URL (from the environment): told none
+ * (`peerUrl` undefined) and its peer server's host (`host`: the advertise host, else the listen
+ * host) a wildcard. The coordinator then has no address to give the sources of moves to this host,
+ * so each fails unless the source's own `ENGRAM_PEERS` names it. Null when it advertises one.
+ */
+export const noPeerUrlWarning = (peerUrl: string | undefined, host: string): string | null =>
+  peerUrl !== undefined || derivedPeerUrl(host, 0) !== null
+    ? null
+    : `this agent advertises no peer URL (ENGRAM_AGENT_HOST ${JSON.stringify(host)} is a wildcard, and neither ENGRAM_AGENT_ADVERTISE_HOST nor ENGRAM_AGENT_PEER_URL is set): ` +
+      "moves to this host will fail unless the source's ENGRAM_PEERS names it. Each such move is aborted, and the coordinator's reaper does not move its session again " +
+      "for ENGRAM_MAKE_ROOM_COOLDOWN_MS. Set ENGRAM_AGENT_ADVERTISE_HOST (the address peers reach this host at) or ENGRAM_AGENT_PEER_URL, " +
+      "or turn the reaper's moves off with ENGRAM_MAKE_ROOM_MOVES=0 on the coordinator"

@@ -10,13 +10,13 @@
 import "@engram/process/check-node"
 import { Fatal, Main } from "@engram/process"
 import { Deferred, Effect } from "effect"
-import { fromEnvironment } from "./Config.js"
+import { exitOnConfigInvalid, fromEnvironment } from "./Config.js"
 import * as Credential from "./Credential.js"
 import { httpCoordinator, startHostAgent } from "./Host.js"
 
 const program = fromEnvironment().pipe(
   // One line per bad variable, all at once: `ENGRAM_AGENT_PORT="x": must be an integer >= 0`.
-  Effect.mapError((e) => new Fatal({ message: e.message, exitCode: Main.exitCodes.configuration })),
+  exitOnConfigInvalid,
   Effect.flatMap((options) =>
     Effect.scoped(
       Effect.gen(function* () {
@@ -27,7 +27,8 @@ const program = fromEnvironment().pipe(
         const credential = (message: string) => new Fatal({ message, exitCode: Main.exitCodes.credential })
         yield* Credential.verify(http, options.hostId, url, options.config?.retryDelayMs).pipe(Effect.mapError(credential))
         const refused = yield* Deferred.make<string>()
-        const agent = yield* startHostAgent({ ...options, coordinator: Credential.guard(http, options.hostId, url, refused) })
+        // Its own checks of the options (`checkedConfig`) end the process as the environment's do: exit 2.
+        const agent = yield* exitOnConfigInvalid(startHostAgent({ ...options, coordinator: Credential.guard(http, options.hostId, url, refused) }))
         // A line tests and scripts can wait for.
         yield* Effect.logInfo("host agent ready", { hostId: agent.hostId, port: agent.port })
         return yield* Effect.fail(credential(yield* Deferred.await(refused)))

@@ -3,13 +3,13 @@
  * one format, secrets never echoed, an unknown ENGRAM_* variable warned about by name.
  */
 import { Names } from "@engram/core"
-import { Env } from "@engram/process"
-import { Effect, Exit, Logger, Redacted } from "effect"
+import { Env, Fatal, Main } from "@engram/process"
+import { Effect, Exit, Logger, Redacted, type Scope } from "effect"
 import { describe, expect, it } from "vitest"
 import { existsSync, mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { checkedConfig, fromEnvironment, variables } from "../src/Config.js"
+import { checkedConfig, exitOnConfigInvalid, fromEnvironment, variables } from "../src/Config.js"
 import * as Failover from "../src/Failover.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { startHostAgent } from "../src/Host.js"
@@ -21,6 +21,20 @@ const required = {
   ENGRAM_HOST_TOKEN: "host-token-secret-0123456789",
   ENGRAM_PEER_SECRET: "peer-secret-0123456789",
 }
+/** Another agent's address: moves can work. */
+const peers = { ENGRAM_PEERS: "h2=http://10.0.0.2:7100" }
+/** `startHostAgent` on a fake coordinator with these options over a valid rest. */
+const startedWith = (options: Pick<Parameters<typeof startHostAgent>[0], "config"> & Partial<Parameters<typeof startHostAgent>[0]>) =>
+  Effect.flatMap(makeFakeCoordinator, (fake) =>
+    startHostAgent({
+      hostId: "h",
+      coordinator: fake.client("h"),
+      peerSecret: "config-test-secret-0123",
+      peers: () => undefined,
+      measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
+      ...options,
+    }),
+  )
 const errorOf = async (env: Record<string, string>) => {
   const exit = await Effect.runPromiseExit(fromEnvironment(env))
   return Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
@@ -70,10 +84,29 @@ describe("host agent configuration", () => {
   it("an ENGRAM_* variable no engram component reads is warned about by name; the coordinator's are not", async () => {
     const lines: string[] = []
     const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
-    await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_POLL_WAIT: "5", ENGRAM_PORT: "7070", ENGRAM_REAPER_INTERVAL_MS: "100" }).pipe(Effect.provide(capture)))
+    await Effect.runPromise(fromEnvironment({ ...required, ...peers, ENGRAM_AGENT_POLL_WAIT: "5", ENGRAM_PORT: "7070", ENGRAM_REAPER_INTERVAL_MS: "100" }).pipe(Effect.provide(capture)))
     expect(lines.filter((l) => l.startsWith("Warn"))).toEqual([
       "Warn ENGRAM_AGENT_POLL_WAIT is not a setting of any engram component and is ignored (did you mean ENGRAM_AGENT_POLL_WAIT_MS?)",
     ])
+  })
+
+  it("an agent that advertises no peer URL (a wildcard host, nothing else set) is warned about once at start: moves to this host fail, and what to do; no ENGRAM_PEERS is not", async () => {
+    const warningsOf = async (env: Record<string, string>) => {
+      const lines: string[] = []
+      const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
+      await Effect.runPromiseExit(fromEnvironment(env).pipe(Effect.provide(capture)))
+      return lines.filter((l) => l.startsWith("Warn"))
+    }
+    const rest =
+      ", and neither ENGRAM_AGENT_ADVERTISE_HOST nor ENGRAM_AGENT_PEER_URL is set): moves to this host will fail unless the source's ENGRAM_PEERS names it. Each such move is aborted, and the coordinator's reaper does not move its session again for ENGRAM_MAKE_ROOM_COOLDOWN_MS. Set ENGRAM_AGENT_ADVERTISE_HOST (the address peers reach this host at) or ENGRAM_AGENT_PEER_URL, or turn the reaper's moves off with ENGRAM_MAKE_ROOM_MOVES=0 on the coordinator"
+    // No ENGRAM_PEERS, on a host peers reach: the coordinator gives the addresses, nothing to say.
+    expect(await warningsOf(required)).toEqual([])
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0" })).toEqual([`Warn this agent advertises no peer URL (ENGRAM_AGENT_HOST "0.0.0.0" is a wildcard${rest}`])
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "::" })).toEqual([`Warn this agent advertises no peer URL (ENGRAM_AGENT_HOST "::" is a wildcard${rest}`])
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_ADVERTISE_HOST: "10.0.0.1" })).toEqual([])
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_PEER_URL: "http://10.0.0.1:7100" })).toEqual([])
+    // A configuration refused is not warned about: its issues are the one thing said.
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_PORT: "seven" })).toEqual([])
   })
 
   it("every variable the agent reads is in @engram/process's list", () => {
@@ -276,24 +309,26 @@ describe("a program's agent options", () => {
     const stateFile = join(mkdtempSync(join(tmpdir(), "engram-agent-config-")), "state.json")
     const exit = await Effect.runPromiseExit(
       Effect.scoped(
-        Effect.flatMap(makeFakeCoordinator, (fake) =>
-          startHostAgent({
-            hostId: "h",
-            coordinator: fake.client("h"),
-            peerSecret: "config-test-secret-0123",
-            peers: () => undefined,
-            stateFile,
-            measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
-            heartbeatStaleWindowMs: 3000,
-            config: { heartbeatIntervalMs: 3000 },
-          }),
-        ),
+        startedWith({ stateFile, heartbeatStaleWindowMs: 3000, config: { heartbeatIntervalMs: 3000 } }),
       ),
     )
     const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: unknown }).error : undefined
     expect(error).toBeInstanceOf(Env.ConfigInvalid)
     expect((error as Env.ConfigInvalid).message).toBe(["invalid host agent configuration:", `  config.heartbeatIntervalMs=3000: ${rule(3000)}`].join("\n"))
     expect(existsSync(stateFile)).toBe(false)
+  })
+
+  it("the agent's process ends on startHostAgent's refusal as on the environment's (main.ts): exit 2, the issues in the same message; other failures pass", async () => {
+    const fatalOf = async <A, E>(eff: Effect.Effect<A, E | Env.ConfigInvalid, Scope.Scope>) => {
+      const exit = await Effect.runPromiseExit(Effect.scoped(exitOnConfigInvalid(eff)))
+      return Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: unknown }).error : undefined
+    }
+    const started = await fatalOf(startedWith({ config: { reportIntervalMs: 0 } }))
+    expect(started).toBeInstanceOf(Fatal)
+    expect(started).toMatchObject({ exitCode: Main.exitCodes.configuration, message: ["invalid host agent configuration:", "  config.reportIntervalMs=0: must be an integer >= 1"].join("\n") })
+    const environment = await fatalOf(fromEnvironment({ ...required, ENGRAM_AGENT_REPORT_MS: "0" }))
+    expect(environment).toMatchObject({ exitCode: Main.exitCodes.configuration, message: ["invalid host agent configuration:", '  ENGRAM_AGENT_REPORT_MS="0": must be an integer >= 1'].join("\n") })
+    expect(await fatalOf(Effect.fail("the runtime cannot run here"))).toBe("the runtime cannot run here")
   })
 })
 

@@ -2,15 +2,21 @@
  * The brief retry of a move's coordinator calls (`MoveSource.retrying`): its waits are drawn as
  * `Pacing`'s are, so the sources of moves that failed together do not retry in lock-step. On the
  * TestClock with a fixed `Random`. And a round recorded at its position (`recordRound`): a retry
- * of one whose answer was lost is recorded once.
+ * of one whose answer was lost is recorded once. A move read ended is not started; a final round
+ * refused (409) on a move still pending without it is not taken for recorded.
  */
 import { assert, describe } from "@effect/vitest"
 import { Move as CoreMove } from "@engram/core"
 import { Clock, Effect, Fiber, Random } from "effect"
 import { TestClock } from "effect/testing"
+import type { VmRuntimeShape } from "@engram/runtime"
 import { Conflict, CoordinatorError } from "../src/Coordinator.js"
 import type { CoordinatorShape, MoveView, NumberedRound, RoundReport } from "../src/Coordinator.js"
-import { recordRound, retrying } from "../src/MoveSource.js"
+import * as LocalState from "../src/LocalState.js"
+import { type MoveSourceDeps, recordRound, retrying, runSource, settleCommit } from "../src/MoveSource.js"
+import { PeerError } from "../src/MoveTarget.js"
+import type { PeerLink } from "../src/PeerLink.js"
+import { makeResidents } from "../src/Residents.js"
 import { effect } from "./support/PatientClock.js"
 
 /** A `Random` whose every draw is `u` of its range: 0 the lowest, just under 1 the highest. */
@@ -111,5 +117,146 @@ describe("MoveSource.recordRound", () => {
       const r2 = yield* Effect.result(recordRound(ended.port, "m1", { ...finalRound, seq: 0 }))
       assert.strictEqual(r2._tag === "Failure" && r2.failure._tag, "Conflict")
     }).pipe(Effect.provideService(Random.Random, fixedRandom(0))),
+  )
+
+  effect("a coordinator older than round positions (400 naming seq, as its strict decoding answers an unknown key) gets the round without one; any other 400 is the answer", () =>
+    Effect.gen(function* () {
+      const sent: NumberedRound[] = []
+      const refusing = (field: string) =>
+        ({
+          round: (_id: string, round: NumberedRound) =>
+            Effect.suspend((): Effect.Effect<void, Conflict | CoordinatorError> => {
+              sent.push(round)
+              return round.seq === undefined
+                ? Effect.void
+                : Effect.fail(new CoordinatorError({ op: "round", status: 400, message: "is not a key of this object", field }))
+            }),
+        }) as unknown as CoordinatorShape
+      assert.strictEqual((yield* Effect.result(recordRound(refusing("seq"), "m1", { ...delta, seq: 2 })))._tag, "Success")
+      assert.deepStrictEqual(sent, [{ ...delta, seq: 2 }, delta])
+      sent.length = 0
+      const other = yield* Effect.result(recordRound(refusing("wireBytes"), "m1", { ...delta, seq: 2 }))
+      assert.strictEqual(other._tag === "Failure" && other.failure._tag === "CoordinatorError" && other.failure.status, 400)
+      assert.deepStrictEqual(sent, [{ ...delta, seq: 2 }])
+    }),
+  )
+})
+
+/**
+ * A source's world that notes every call that acts on the move (`calls`): a coordinator holding
+ * the move in `state` with `rounds` (which `round` may add to), whose commit is judged as core's
+ * `Move` does (refused, 409, without a final round); a target and a runtime that only note that
+ * they were asked.
+ */
+const sourceWorld = (state: MoveView["state"], rounds: RoundReport[], round: (r: NumberedRound) => Effect.Effect<void, Conflict | CoordinatorError>) =>
+  Effect.gen(function* () {
+    const calls: string[] = []
+    const note = (call: string) => Effect.sync(() => void calls.push(call))
+    const coordinator = {
+      getMove: () => Effect.sync(() => moveView(state, [...rounds])),
+      round: (_id: string, r: NumberedRound) => Effect.andThen(note(`round ${r.kind} at ${r.seq}`), round(r)),
+      abort: () => note("abort"),
+      commit: () =>
+        Effect.andThen(note("commit"), () => {
+          const refused = CoreMove.refuseCommit(moveView(state, rounds))
+          return refused === null ? Effect.void : Effect.fail(new Conflict({ op: "commit", message: `move m1: ${refused.reason}` }))
+        }),
+      getSession: () => Effect.succeed(null),
+    } as unknown as CoordinatorShape
+    const refuse = (op: string) => Effect.andThen(note(`peer ${op}`), Effect.fail(new PeerError({ op, moveId: "m1", message: "not asked for in this test", refused: false })))
+    const link: PeerLink = { prepare: () => refuse("prepare"), commit: () => refuse("commit"), abort: () => refuse("abort") }
+    const runtime = {
+      migrate: () => Effect.andThen(note("migrate"), Effect.die("not asked for in this test")),
+      destroy: () => note("destroy"),
+      unpark: () => note("unpark"),
+    } as unknown as VmRuntimeShape
+    const vm: LocalState.ResidentVm = { vmId: "s1", memMib: 256, vcpus: 1, status: "running", reservationId: "r1", moveId: null }
+    const residents = yield* makeResidents("a", { ...LocalState.empty("a"), vms: [vm] }, () => Effect.void)
+    const deps: MoveSourceDeps = {
+      hostId: "a",
+      runtime,
+      coordinator,
+      link,
+      residents,
+      maxPreCopyRounds: 4,
+      allowance: { allowanceMs: 100, source: "prior", samples: 0 },
+      coordinatorKeepsGuard: false,
+    }
+    return { calls, deps, residents }
+  })
+
+const moveView = (state: MoveView["state"], rounds: readonly RoundReport[] = []): MoveView => ({
+  id: "m1",
+  sessionId: "s1",
+  sourceHostId: "a",
+  targetHostId: "b",
+  maxDowntimeMs: 5_000,
+  state,
+  abortReason: state === "aborted" ? "an operator aborted it" : null,
+  rounds,
+})
+
+describe("MoveSource.runSource", () => {
+  effect("a move that reads ended when the source takes it up ends at once (Gone): the target is not asked to prepare, nothing is streamed or aborted", () =>
+    Effect.gen(function* () {
+      const { calls, deps, residents } = yield* sourceWorld("aborted", [], () => Effect.void)
+      const outcome = yield* runSource(moveView("pending"), deps)
+      assert.deepStrictEqual(outcome, { _tag: "Gone", reason: "move no longer pending on the coordinator: it reads aborted (an operator aborted it)" })
+      assert.deepStrictEqual(calls, [])
+      assert.strictEqual((yield* residents.get("s1"))?.status, "running")
+    }),
+  )
+})
+
+describe("MoveSource.settleCommit", () => {
+  /** A debt whose target runs the guest (phases known) and whose final round the coordinator may not hold yet. */
+  const debt: LocalState.PendingCommit = {
+    moveId: "m1",
+    sessionId: "s1",
+    phases: { downtimeMs: 50, captureMs: 10, sendMs: 20, commitMs: 20 },
+    target: { targetHostId: "b", memMib: 256, vcpus: 1 },
+    final: finalRound,
+    finalRecorded: false,
+    intentRecorded: true,
+  }
+  const wrongPosition = new Conflict({ op: "round", message: "move m1: a round is missing before position 1" })
+  const intent: RoundReport = { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }
+  const settleOwed = (deps: MoveSourceDeps) =>
+    Effect.gen(function* () {
+      const [owed] = yield* deps.residents.pendingCommits
+      assert.isDefined(owed)
+      return yield* settleCommit(deps, owed!)
+    })
+
+  effect("a final round refused (409) while the move is still pending without it is not taken for recorded: no commit, still owed, recorded on the next pass", () =>
+    Effect.gen(function* () {
+      const rounds = [intent]
+      let tries = 0
+      // The first try refused at its position (the move's records changed since its read), the next recorded.
+      const round = (r: NumberedRound) => (tries++ === 0 ? Effect.fail(wrongPosition) : Effect.sync(() => void rounds.push(r)))
+      const { calls, deps, residents } = yield* sourceWorld("pending", rounds, round)
+      yield* residents.addPendingCommit(debt)
+      const first = yield* settleOwed(deps)
+      assert.deepStrictEqual(calls, ["round final at 1"])
+      assert.strictEqual(first._tag, "Owed")
+      assert.deepStrictEqual((yield* residents.pendingCommits).map((p) => p.finalRecorded), [false])
+      const second = yield* settleOwed(deps)
+      assert.strictEqual(second._tag, "Acknowledged")
+      assert.deepStrictEqual(calls, ["round final at 1", "round final at 1", "commit", "destroy"])
+      assert.deepStrictEqual(yield* residents.pendingCommits, [])
+    }),
+  )
+
+  effect("a final round refused (409) whose move, read again, holds a final round is recorded: the commit goes on", () =>
+    Effect.gen(function* () {
+      const rounds: RoundReport[] = []
+      // Recorded meanwhile with other figures (an earlier try of this round), so this one is refused.
+      const round = () => Effect.andThen(Effect.sync(() => void rounds.push({ ...finalRound, sendMs: 2 })), Effect.fail(wrongPosition))
+      const { calls, deps, residents } = yield* sourceWorld("pending", rounds, round)
+      yield* residents.addPendingCommit(debt)
+      assert.strictEqual((yield* settleOwed(deps))._tag, "Acknowledged")
+      assert.deepStrictEqual(calls, ["round final at 0", "commit", "destroy"])
+      assert.deepStrictEqual(yield* residents.pendingCommits, [])
+    }),
   )
 })

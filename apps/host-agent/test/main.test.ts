@@ -1,6 +1,7 @@
 // The agent as operators run it (`src/main.ts`, a real process) beside a real coordinator: it
 // says "host agent ready" only once the coordinator took its token, a refused token ends it
 // with one clear line and exit 3 (not "ready" and warnings forever), and SIGTERM ends it with 0.
+// Started without ENGRAM_PEERS, it warns once that moves to or from its host will fail.
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { StoreSim } from "@engram/store-sim"
 import { spawn } from "node:child_process"
@@ -51,6 +52,8 @@ describe("the agent's process", () => {
     const lines = r.output.trim().split("\n").map((l) => JSON.parse(l) as { level: string; msg: string })
     const fatal = lines.filter((l) => l.level === "fatal")
     expect(fatal).toHaveLength(1)
+    // Started without ENGRAM_PEERS, on a host peers reach: nothing to warn about (the coordinator gives the addresses).
+    expect(lines.filter((l) => l.level === "warn" && l.msg.includes("peer"))).toEqual([])
     expect(fatal[0]?.msg).toBe(
       `the coordinator at ${c.url} refused this host's token (ENGRAM_HOST_TOKEN): it is wrong, or the host's token was rotated. Register the host or rotate its token and start the agent with the new one`,
     )
