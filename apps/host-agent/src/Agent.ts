@@ -509,9 +509,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       const vms = yield* runtime.usage
       // The templates held ride on the report: the coordinator prefers this host for sessions that name one.
       const held = (yield* templates.held).map((t) => ({ name: t.name, memMib: t.memMib, vcpus: t.vcpus }))
-      // So does where this agent serves its peers: the coordinator gives it to the sources of moves here.
+      // So does where this agent serves its peers: the coordinator gives it to the sources of moves
+      // here. None is no key (the coordinator clears the host's; an older coordinator refuses the key).
       const peerUrl = deps.peerUrl === undefined ? null : yield* deps.peerUrl
-      const report = { ...(yield* deps.measure(residentMibOf(vms))), templates: held, peerUrl }
+      const report = { ...(yield* deps.measure(residentMibOf(vms))), templates: held, ...(peerUrl === null ? {} : { peerUrl }) }
       const active = activeSince(vms, yield* Clock.currentTimeMillis)
       yield* Ref.set(lastReport, report)
       return yield* coordinator.report(report, active).pipe(

@@ -113,6 +113,17 @@ export const httpCoordinator = (o: HostAgentOptions, url: string | readonly stri
 }
 
 /**
+ * The peer URL an agent told none advertises: its server's (`PeerLink.derivedPeerUrl`), none
+ * without a server, for a wildcard host, or (said once) for a host no URL can hold.
+ */
+const derivedPeerUrlOf = (o: HostAgentOptions, port: number | null): Effect.Effect<string | null> => {
+  if (o.listen === undefined || port === null) return Effect.succeed(null)
+  const url = PeerLink.derivedPeerUrl(o.listen.advertiseHost ?? o.listen.host, port)
+  if (url === null || PeerLink.peerUrlProblem(url) === undefined) return Effect.succeed(url)
+  return Effect.logWarning("no peer URL advertised: the advertise host (or the listen host) makes none; set ENGRAM_AGENT_PEER_URL", { hostId: o.hostId, derived: url }).pipe(Effect.as(null))
+}
+
+/**
  * Builds one agent and starts its loops in the current scope. Its options are checked first
  * (`Config.checkedConfig`): bad ones fail it with `ConfigInvalid` before anything starts. A
  * runtime that cannot run here fails it (logged).
@@ -161,7 +172,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
       o.listen === undefined
         ? null
         : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status }, { port: o.listen.port, host: o.listen.host }).pipe(Effect.orDie)
-    const peerUrl = o.peerUrl !== undefined ? o.peerUrl : o.listen === undefined || port === null ? null : PeerLink.derivedPeerUrl(o.listen.advertiseHost ?? o.listen.host, port)
+    const peerUrl = o.peerUrl !== undefined ? o.peerUrl : yield* derivedPeerUrlOf(o, port)
     yield* Ref.set(advertised, peerUrl)
     yield* Effect.forkScoped(agent.run)
     yield* Effect.logInfo("host agent started", {

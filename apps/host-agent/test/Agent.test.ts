@@ -122,7 +122,7 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       // (0, 40, 80, 120 at the latest), and at most 5 (0, 0, 36, 72, 108 at the earliest; 144 is past 2 min).
       assert.isAtLeast(s.heartbeats.get("a") ?? 0, 4)
       assert.isAtMost(s.heartbeats.get("a") ?? 0, 5)
-      assert.deepStrictEqual(s.reports.get("a"), { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8, templates: [], peerUrl: null })
+      assert.deepStrictEqual(s.reports.get("a"), { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8, templates: [] })
     }))
 
   effect("the report names the sessions whose guest did work since the last report (its CPU time grew), and only those", () =>
@@ -191,7 +191,7 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       })
       yield* agent.reportOnce
       assert.deepStrictEqual(seen, [320])
-      assert.deepStrictEqual((yield* coordinator.get).reports.get("a"), { totalMib: 8192, allocatableMib: 4320, totalVcpus: 4, templates: [], peerUrl: null })
+      assert.deepStrictEqual((yield* coordinator.get).reports.get("a"), { totalMib: 8192, allocatableMib: 4320, totalVcpus: 4, templates: [] })
     }))
 })
 

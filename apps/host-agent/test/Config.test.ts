@@ -414,7 +414,9 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
               ...o,
             })
             yield* h.agent.reportOnce
-            return { peerUrl: (yield* fake.get).reports.get("h")?.peerUrl, port: h.port }
+            const report = (yield* fake.get).reports.get("h")
+            // None is no key in the report (the coordinator clears the host's URL).
+            return { peerUrl: report === undefined ? undefined : (report.peerUrl ?? null), hasKey: report !== undefined && "peerUrl" in report, port: h.port }
           }),
         ),
       )
@@ -422,8 +424,10 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
     expect(local.peerUrl).toBe(`http://127.0.0.1:${local.port}`)
     const behind = await reported({ listen: { port: 0, host: "0.0.0.0", advertiseHost: "agent-1.internal" } })
     expect(behind.peerUrl).toBe(`http://agent-1.internal:${behind.port}`)
-    expect((await reported({ listen: { port: 0, host: "0.0.0.0" } })).peerUrl).toBeNull()
+    expect(await reported({ listen: { port: 0, host: "0.0.0.0" } })).toMatchObject({ peerUrl: null, hasKey: false })
     expect((await reported({})).peerUrl).toBeNull()
+    // An advertise host no URL can hold (a space): none advertised, rather than a report refused.
+    expect((await reported({ listen: { port: 0, host: "127.0.0.1", advertiseHost: "bad host" } })).peerUrl).toBeNull()
     expect((await reported({ listen: { port: 0, host: "0.0.0.0" }, peerUrl: "http://10.0.0.7:7100" })).peerUrl).toBe("http://10.0.0.7:7100")
     expect((await reported({ listen: { port: 0, host: "127.0.0.1" }, peerUrl: null })).peerUrl).toBeNull()
   })
