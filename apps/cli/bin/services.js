@@ -20,7 +20,7 @@ export const services = {
     help: [
       "engram agent: one host's agent (measures, reports, heartbeats, runs its VMs), configured by ENGRAM_* variables:",
       "  ENGRAM_COORDINATOR_URL, ENGRAM_HOST_ID and ENGRAM_HOST_TOKEN (engram hosts add <id>), ENGRAM_PEER_SECRET,",
-      "  ENGRAM_PEERS, ENGRAM_RUNTIME (sim or qemu, with ENGRAM_QEMU_KERNEL or ENGRAM_QEMU_DISK).",
+      "  ENGRAM_AGENT_HOST (or ENGRAM_AGENT_PEER_URL: where peers reach it for moves), ENGRAM_RUNTIME (sim or qemu, with ENGRAM_QEMU_KERNEL or ENGRAM_QEMU_DISK).",
       "Every setting: https://www.npmjs.com/package/@engram/host-agent (README, Configuration).",
     ],
   },

@@ -62,6 +62,21 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
       const notifier = yield* Notifier
       const settings = yield* Settings
       const cache = yield* TopicCache.make<Records.Assignments, NotFound | Unavailable>({ maxEntries: maxCachedHosts })
+      /**
+       * Where each target's agent serves its peers (its last report's `peerUrl`). Read only for
+       * the targets of this host's pending moves (few, and only while it is a move's source); a
+       * target gone since is none.
+       */
+      const peerUrlsOf = (targets: readonly string[]) =>
+        Effect.map(
+          Effect.forEach([...new Set(targets)], (id) =>
+            store.getHost(id).pipe(
+              Effect.map((h) => [id, h.peerUrl] as const),
+              Effect.catchTag("NotFound", () => Effect.succeed([id, null] as const)),
+            ),
+          ),
+          (pairs) => new Map<string, string | null>(pairs),
+        )
       const load = (hostId: string) =>
         Effect.gen(function* () {
           // One read: the host (NotFound when unknown), its sessions in the assigned states and
@@ -74,11 +89,13 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
           const allowances = yield* Allowances.forTargets(store, { priorMs, horizonMs: settings.config.allowanceHorizonMs }, hostId, targets).pipe(
             Effect.catchTag("InvalidInput", (e) => Effect.die(e)),
           )
+          const peerUrls = yield* peerUrlsOf(targets)
           return {
             hostId,
             version: versionOf(sessions, moves),
             sessions,
-            moves,
+            // The source learns where to reach each move's target with the move: no static list of peers on every host.
+            moves: moves.map((m) => (m.sourceHostId === hostId ? { ...m, targetPeerUrl: peerUrls.get(m.targetHostId) ?? null } : m)),
             limits: { commitAllowanceMs: priorMs },
             allowances: allowances.map(Records.assignedAllowance),
           }

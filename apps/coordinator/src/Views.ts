@@ -16,6 +16,7 @@ export const hostJson = (h: HostView): Records.Host => ({
   report: h.report === null ? null : { totalMib: h.report.totalMib, allocatableMib: h.report.allocatableMib, totalVcpus: h.report.totalVcpus, templates: h.report.templates ?? [] },
   reportedAt: h.reportedAt,
   createdAt: h.createdAt,
+  peerUrl: h.peerUrl,
   allocatableMib: h.headroom.allocatableMib,
   reportedAllocatableMib: h.report?.allocatableMib ?? null,
   reservedMib: h.headroom.reserved.memMib,

@@ -373,6 +373,40 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         throw new Error("the move never showed up")
       }
 
+      it("the source's assignment carries the target's reported peerUrl (targetPeerUrl); a bad peerUrl is a 400 naming it", async () => {
+        const src = await addHost(admin, 2048)
+        const dst = await addHost(admin, 2048)
+        const target = client(c.url, dst.token)
+        const url = "http://10.1.2.3:7100"
+        const reported = await target.put(`/v1/hosts/${dst.id}/report`, { ...report(2048), peerUrl: url })
+        expect([reported.status, reported.body.peerUrl]).toEqual([200, url])
+        expect((await admin.get(`/v1/hosts/${src.id}`)).body.peerUrl).toBeNull()
+        for (const [peerUrl, rule] of [
+          ["http://user:pw@10.1.2.3:7100", expect.stringContaining("user:password@, a query or a fragment")],
+          ["10.1.2.3:7100", expect.stringContaining("absolute http:// or https:// URL")],
+          [42, expect.any(String)],
+        ] as const) {
+          const bad = await target.put(`/v1/hosts/${dst.id}/report`, { ...report(4096), peerUrl })
+          expect([bad.status, bad.body.field, bad.body.rule]).toEqual([400, "peerUrl", rule])
+        }
+        // Nothing changed: the figures and the URL are the last good report's.
+        const kept = (await admin.get(`/v1/hosts/${dst.id}`)).body
+        expect([kept.peerUrl, kept.report.allocatableMib]).toEqual([url, report(2048).allocatableMib])
+
+        const sid = await runningOn(src)
+        const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
+        const m = (await findMove(src, sid)) as { id: string; targetHostId: string; targetPeerUrl?: string | null }
+        expect([m.targetHostId, m.targetPeerUrl]).toEqual([dst.id, url])
+        // Only the source is told: the target's view of the move carries no address.
+        const onTarget = (await target.get(`/v1/hosts/${dst.id}/assignments`)).body.moves.find((x: { id: string }) => x.id === m.id)
+        expect(onTarget).toBeDefined()
+        expect(onTarget.targetPeerUrl).toBeUndefined()
+        // GET /v1/moves/{id} is the move's record, without it.
+        expect((await admin.get(`/v1/moves/${m.id}`)).body.targetPeerUrl).toBeUndefined()
+        expect((await client(c.url, src.token).post(`/v1/moves/${m.id}/abort`, { reason: "test: no move runs here" })).status).toBe(200)
+        expect((await answer).status).not.toBe(201)
+      })
+
       it("the source agent runs rounds and commits: 200 with the phases; the session runs on the target", async () => {
         const src = await addHost(admin, 2048)
         const dst = await addHost(admin, 2048)

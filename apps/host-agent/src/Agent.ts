@@ -83,6 +83,8 @@ export interface AgentDeps {
   readonly images: ImageStore.ImageStore
   readonly link: PeerLink
   readonly target: MoveTarget
+  /** The peer server's URL this agent advertises with its reports (null: none); omitted: none. */
+  readonly peerUrl?: Effect.Effect<string | null>
 }
 
 /** What an agent shows on its status endpoint and to tests. */
@@ -407,6 +409,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const reconcile = (a: Assignments): Effect.Effect<void> =>
       Effect.gen(function* () {
         const nowMs = yield* Clock.currentTimeMillis
+        // Where to reach each target of a move from here, before any move starts (an older coordinator sends none).
+        if (deps.link.learn !== undefined) {
+          for (const m of a.moves) if (m.sourceHostId === me && m.targetPeerUrl !== undefined) yield* deps.link.learn(m.targetHostId, m.targetPeerUrl)
+        }
         const mine = a.sessions.filter((s) => s.hostId === me)
         for (const s of mine) {
           if (yield* FiberMap.has(inflight, s.id)) continue
@@ -503,7 +509,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       const vms = yield* runtime.usage
       // The templates held ride on the report: the coordinator prefers this host for sessions that name one.
       const held = (yield* templates.held).map((t) => ({ name: t.name, memMib: t.memMib, vcpus: t.vcpus }))
-      const report = { ...(yield* deps.measure(residentMibOf(vms))), templates: held }
+      // So does where this agent serves its peers: the coordinator gives it to the sources of moves
+      // here. None is no key (the coordinator clears the host's; an older coordinator refuses the key).
+      const peerUrl = deps.peerUrl === undefined ? null : yield* deps.peerUrl
+      const report = { ...(yield* deps.measure(residentMibOf(vms))), templates: held, ...(peerUrl === null ? {} : { peerUrl }) }
       const active = activeSince(vms, yield* Clock.currentTimeMillis)
       yield* Ref.set(lastReport, report)
       return yield* coordinator.report(report, active).pipe(

@@ -16,7 +16,7 @@ import { type AgentConfig, defaultAgentConfig } from "./Agent.js"
 import type { HostAgentOptions } from "./Host.js"
 import * as Failover from "./Failover.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
-import { noPeersWarning, parsePeers } from "./PeerLink.js"
+import { noPeerUrlWarning, parsePeers, peerUrlProblem } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
 import * as Templates from "./Templates.js"
 
@@ -134,6 +134,8 @@ const settings = {
   imageDir: optionalText("ENGRAM_AGENT_IMAGE_DIR"),
   migrationHost: optionalText("ENGRAM_AGENT_MIGRATION_HOST"),
   advertiseHost: optionalText("ENGRAM_AGENT_ADVERTISE_HOST"),
+  // Empty is unset, as for the other optional addresses.
+  peerUrl: checkedText("ENGRAM_AGENT_PEER_URL", (s) => (s === "" ? undefined : peerUrlProblem(s))).pipe(Config.option),
   templates: checkedText("ENGRAM_AGENT_TEMPLATES", (s) => {
     const parsed = Templates.parse(s)
     return "specs" in parsed ? undefined : parsed.problem
@@ -306,10 +308,10 @@ const byOptionKey: Naming = (variable) => optionKeyOf[variable] ?? variable
  * The agent's configuration of a program's options (`startHostAgent`): the defaults (the
  * heartbeat interval a third of `heartbeatStaleWindowMs`), then `o.config`, through the same
  * checks as the environment's (each timing setting's range, the heartbeat interval below the
- * stale window, the templates' rules), every issue at once, named by option key
+ * stale window, the templates' rules, `peerUrl`'s), every issue at once, named by option key
  * (`config.heartbeatIntervalMs`); an unknown key or a null is refused, an undefined one keeps its default.
  */
-export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "heartbeatStaleWindowMs">): Effect.Effect<AgentConfig, Env.ConfigInvalid> =>
+export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "heartbeatStaleWindowMs" | "peerUrl">): Effect.Effect<AgentConfig, Env.ConfigInvalid> =>
   Effect.gen(function* () {
     const raw: Record<string, unknown> = {}
     // What each variable was given, for the issues (a null as null).
@@ -333,6 +335,11 @@ export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "h
         const problem = Templates.specsProblem(value)
         if (problem !== undefined) refused.push({ variable: "config.templates", rule: problem })
       } else refused.push({ variable: `config.${key}`, rule: "is not a known setting" })
+    }
+    const peerUrl: unknown = o.peerUrl
+    if (peerUrl !== undefined && peerUrl !== null) {
+      const problem = typeof peerUrl === "string" ? peerUrlProblem(peerUrl) : "must be a string or null"
+      if (problem !== undefined) refused.push({ variable: "peerUrl", rule: problem, value: peerUrl })
     }
     const source = { provider: ConfigProvider.fromUnknown(raw), raw: (v: string) => shown[v], secrets: secretVariables }
     const read = yield* Effect.result(Env.read("host agent", { staleMs: staleWindow, ...timingSettings }, source))
@@ -369,12 +376,14 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       })(),
     }
     const peers = parsePeers(s.peers)
-    // Moves are on by default (the coordinator's ENGRAM_MAKE_ROOM_MOVES): an agent that cannot take part says so once, at start.
-    const noPeers = noPeersWarning(s.hostId, peers)
-    if (noPeers !== null) yield* Effect.logWarning(noPeers, { hostId: s.hostId, variable: "ENGRAM_PEERS" })
     const sim = Option.isSome(s.sim) ? (JSON.parse(s.sim.value) as Partial<SimRuntime.SimConfig>) : {}
     const qemu = qemuOf(s, s.hostId, text(s.stateFile))
     const migrationHost = text(s.migrationHost) ?? s.listenHost
+    const advertiseHost = text(s.advertiseHost)
+    const peerUrl = text(s.peerUrl)
+    // Moves are on by default (the coordinator's ENGRAM_MAKE_ROOM_MOVES): an agent that cannot be found for one says so once, at start.
+    const unfound = noPeerUrlWarning(peerUrl, advertiseHost ?? s.listenHost)
+    if (unfound !== null) yield* Effect.logWarning(unfound, { hostId: s.hostId, variable: "ENGRAM_AGENT_PEER_URL" })
     const fixed = { totalMib: s.simTotalMib, osMib: s.simOsMib, vcpus: s.simVcpus }
     const roots = { proc: s.procRoot, sys: s.sysRoot }
     const measure: HostAgentOptions["measure"] =
@@ -386,8 +395,10 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       coordinator: { url: s.urls.length === 1 ? s.urls[0]! : s.urls, hostToken: s.hostToken },
       peerSecret: Redacted.value(s.peerSecret),
       peers: (id: string) => peers.get(id),
-      listen: { port: s.port, host: s.listenHost },
-      migration: { listenHost: migrationHost, advertiseHost: text(s.advertiseHost) ?? migrationHost },
+      listen: { port: s.port, host: s.listenHost, ...(advertiseHost === undefined ? {} : { advertiseHost }) },
+      // Unset: derived from the peer server's address once it listens (`Host`).
+      ...(peerUrl === undefined ? {} : { peerUrl }),
+      migration: { listenHost: migrationHost, advertiseHost: advertiseHost ?? migrationHost },
       sim,
       ...(qemu === undefined ? {} : { qemu }),
       measure,

@@ -25,8 +25,13 @@ export type SessionState = Records.SessionState
  */
 export type AssignedSession = Pick<Records.Session, "id" | "state" | "budget" | "hostId" | "reservationId"> & { readonly template?: string | null | undefined }
 
-/** A move as the agent needs it. */
-export type AssignedMove = Pick<Records.Move, "id" | "sessionId" | "sourceHostId" | "targetHostId" | "maxDowntimeMs" | "state">
+/**
+ * A move as the agent needs it. `targetPeerUrl`: where the target's agent serves its peers, sent
+ * to the source with the move (absent from an older coordinator, and from a fake's).
+ */
+export type AssignedMove = Pick<Records.AssignedMove, "id" | "sessionId" | "sourceHostId" | "targetHostId" | "maxDowntimeMs" | "state"> & {
+  readonly targetPeerUrl?: string | null | undefined
+}
 
 /** A move as `GET /v1/moves/{id}` shows it, as far as the agent reads it. */
 export type MoveView = AssignedMove & Pick<Records.Move, "abortReason" | "rounds">
@@ -185,6 +190,9 @@ const toPortError = (op: string, e: { readonly _tag: string; readonly message: s
   })
 }
 
+/** A 400 naming `peerUrl`: a coordinator older than peer URLs refuses the report's key. */
+const refusesPeerUrl = (e: Conflict | CoordinatorError): boolean => e._tag === "CoordinatorError" && e.status === 400 && e.field === "peerUrl"
+
 /**
  * The coordinator over HTTP, through the API's typed client. Needs an `HttpClient`. With several
  * URLs, one replica at a time: a call that finds it unreachable (`Failover.unreachable`) moves
@@ -221,9 +229,31 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
         return yield* Effect.fail(toPortError(op, e, yield* Clock.currentTimeMillis))
       })
     const call = <A>(op: string, request: (api: Client.Client) => Raw<A>, timeoutMs = callMs): Fx<A> => attempt(op, request, timeoutMs, urls.length - 1)
+    const sendReport = (r: HostReport, activeSessions: readonly string[]) =>
+      call("report", (api) => api.hosts.report({ params: host, payload: activeSessions.length === 0 ? r : { ...r, activeSessions } }))
+    let saidPeerUrlRefused = false
     return {
       report: (r, activeSessions = []) =>
-        call("report", (api) => api.hosts.report({ params: host, payload: activeSessions.length === 0 ? r : { ...r, activeSessions } })).pipe(Effect.asVoid),
+        sendReport(r, activeSessions).pipe(
+          // A coordinator older than peer URLs refuses the key (400 naming it): the report goes
+          // again without it, so agents may be upgraded first; said once.
+          Effect.catchIf(
+            (e) => r.peerUrl !== undefined && refusesPeerUrl(e),
+            () =>
+              Effect.gen(function* () {
+                if (!saidPeerUrlRefused) {
+                  saidPeerUrlRefused = true
+                  yield* Effect.logWarning(
+                    "the coordinator refused this agent's peer URL (400 naming peerUrl: it is older than peer URLs, or the URL breaks its rule); reports go without it, and moves to this host need the sources' ENGRAM_PEERS",
+                    { hostId: t.hostId, peerUrl: r.peerUrl },
+                  )
+                }
+                const { peerUrl: _peerUrl, ...without } = r
+                return yield* sendReport(without, activeSessions)
+              }),
+          ),
+          Effect.asVoid,
+        ),
       heartbeat: call("heartbeat", (api) => api.hosts.heartbeat({ params: host })).pipe(Effect.map((b) => b.renewed)),
       assignments: ({ waitMs, since }) =>
         call("assignments", (api) => api.hosts.assignments({ params: host, query: since === undefined ? { waitMs } : { waitMs, since } }), Failover.pollTimeoutMs(waitMs, callMs, urls.length)),

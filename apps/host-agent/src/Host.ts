@@ -9,7 +9,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { ImageStore, type RuntimeInfo, type SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import type { Redacted, Scope } from "effect"
-import { Effect } from "effect"
+import { Effect, Ref } from "effect"
 import { FetchHttpClient } from "effect/http"
 import type { Env } from "@engram/process"
 import { type Agent, type AgentConfig, defaultAgentConfig, makeAgent } from "./Agent.js"
@@ -35,10 +35,23 @@ export interface HostAgentOptions {
   readonly coordinator: { readonly url: string | readonly string[]; readonly hostToken: string | Redacted.Redacted<string> } | CoordinatorShape
   /** Shared by the fleet's agents: move tokens derive from it. */
   readonly peerSecret: string
-  /** Peer agent URLs by host id. */
+  /**
+   * Peer agent URLs by host id: the operator's override (`ENGRAM_PEERS`). A target it does not
+   * name is reached at the URL the coordinator gives with the move (the target's `peerUrl`).
+   */
   readonly peers: (hostId: string) => string | undefined
-  /** Where the peer server listens; omitted = no server (in-memory links only). */
-  readonly listen?: { readonly port: number; readonly host: string }
+  /**
+   * Where the peer server listens; omitted = no server (in-memory links only). `advertiseHost`
+   * (`ENGRAM_AGENT_ADVERTISE_HOST`): the host peers reach it at, when not `host`.
+   */
+  readonly listen?: { readonly port: number; readonly host: string; readonly advertiseHost?: string }
+  /**
+   * The peer server's URL this agent advertises with its reports (`ENGRAM_AGENT_PEER_URL`; the
+   * coordinator gives it to the sources of moves to this host). Null: none. Omitted: derived
+   * (`PeerLink.derivedPeerUrl`) from `listen` and the bound port; none without a server or
+   * when the host is a wildcard. Checked by `startHostAgent` (`PeerLink.peerUrlRule`).
+   */
+  readonly peerUrl?: string | null
   /**
    * Where moves' data planes listen on this host and the address sources are told (the
    * simulated wire, QEMU's incoming migrations). Default: the peer server's host.
@@ -100,6 +113,17 @@ export const httpCoordinator = (o: HostAgentOptions, url: string | readonly stri
 }
 
 /**
+ * The peer URL an agent told none advertises: its server's (`PeerLink.derivedPeerUrl`), none
+ * without a server, for a wildcard host, or (said once) for a host no URL can hold.
+ */
+const derivedPeerUrlOf = (o: HostAgentOptions, port: number | null): Effect.Effect<string | null> => {
+  if (o.listen === undefined || port === null) return Effect.succeed(null)
+  const url = PeerLink.derivedPeerUrl(o.listen.advertiseHost ?? o.listen.host, port)
+  if (url === null || PeerLink.peerUrlProblem(url) === undefined) return Effect.succeed(url)
+  return Effect.logWarning("no peer URL advertised: the advertise host (or the listen host) makes none; set ENGRAM_AGENT_PEER_URL", { hostId: o.hostId, derived: url }).pipe(Effect.as(null))
+}
+
+/**
  * Builds one agent and starts its loops in the current scope. Its options are checked first
  * (`Config.checkedConfig`): bad ones fail it with `ConfigInvalid` before anything starts. A
  * runtime that cannot run here fails it (logged).
@@ -141,15 +165,20 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     const target = yield* makeMoveTarget(o.hostId, runtime, residents)
     const images = ImageStore.directory(o.imageDir ?? mkdtempSync(join(tmpdir(), `engram-images-${encodeURIComponent(o.hostId)}-`)))
     const link = o.link ?? PeerLink.http(o.peers, o.peerSecret)
-    const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target })
+    // Known once the server listens (its port may be chosen then); the loops start after.
+    const advertised = yield* Ref.make<string | null>(null)
+    const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target, peerUrl: Ref.get(advertised) })
     const port =
       o.listen === undefined
         ? null
-        : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status }, o.listen).pipe(Effect.orDie)
+        : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status }, { port: o.listen.port, host: o.listen.host }).pipe(Effect.orDie)
+    const peerUrl = o.peerUrl !== undefined ? o.peerUrl : yield* derivedPeerUrlOf(o, port)
+    yield* Ref.set(advertised, peerUrl)
     yield* Effect.forkScoped(agent.run)
     yield* Effect.logInfo("host agent started", {
       hostId: o.hostId,
       port,
+      peerUrl,
       runtime: runtimeInfo.kind,
       accelerator: runtimeInfo.accelerator,
       recoveredVms: state.vms.length,

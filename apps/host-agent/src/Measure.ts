@@ -16,6 +16,8 @@ export interface HostReport {
   readonly totalVcpus: number | null
   /** The templates the runtime holds (the agent adds them to what the meter measured). */
   readonly templates?: readonly { readonly name: string; readonly memMib: number; readonly vcpus: number }[]
+  /** Where the agent serves its peers (the agent adds it; null: none advertised). */
+  readonly peerUrl?: string | null
 }
 
 /** The host meter: measures the host given the RAM of the VMs resident on it. */

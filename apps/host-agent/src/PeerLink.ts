@@ -18,6 +18,11 @@ export interface PeerLink {
   readonly prepare: (header: MoveHeader) => Effect.Effect<IncomingEndpoint, PeerError>
   readonly commit: (header: MoveHeader) => Effect.Effect<Committed, PeerError>
   readonly abort: (header: MoveHeader) => Effect.Effect<void, PeerError>
+  /**
+   * Learns where a target's agent serves its peers (a move's `targetPeerUrl` from the
+   * coordinator; null: it advertises none). A link that needs no address has none.
+   */
+  readonly learn?: (hostId: string, url: string | null) => Effect.Effect<void>
 }
 
 /** A link to targets living in this process, by host id. */
@@ -39,11 +44,16 @@ export const CommitAnswer = Schema.Struct({ resumedForMs: Schema.optionalKey(Sch
 /** The answer of `POST /v1/peer/moves/{id}/prepare`. */
 export const PrepareAnswer = Schema.Struct({ endpoint: Schema.Struct({ runtime: Schema.String, uri: Schema.String }) })
 
-/** A link over HTTP; `peers` maps a host id to its agent's peer URL. */
+/**
+ * A link over HTTP. A target's address is `peers`' (the operator's `ENGRAM_PEERS`: an override),
+ * else the one the coordinator gave with a move to it (`learn`); with neither the call fails
+ * (`no address for peer`) without a request.
+ */
 export const http = (peers: (hostId: string) => string | undefined, secret: string, timeoutMs = 60_000): PeerLink => {
+  const learned = new Map<string, string>()
   const call = (op: string, h: MoveHeader, path: string) =>
     Effect.gen(function* () {
-      const base = peers(h.targetHostId)
+      const base = peers(h.targetHostId) ?? learned.get(h.targetHostId)
       if (base === undefined) return yield* new PeerError({ op, moveId: h.moveId, message: `no address for peer ${h.targetHostId}`, refused: false })
       const client = yield* HttpClient.HttpClient
       const req = HttpClientRequest.post(`${base.replace(/\/+$/, "")}/v1/peer/moves/${encodeURIComponent(h.moveId)}/${path}`).pipe(
@@ -88,7 +98,52 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
         }),
       ),
     abort: (h) => Effect.asVoid(call("abort", h, "abort")),
+    learn: (hostId, url) =>
+      Effect.sync(() => {
+        if (url === null) learned.delete(hostId)
+        else learned.set(hostId, url)
+      }),
   }
+}
+
+/** The hosts a listener on every interface binds to: no peer can reach this host there. */
+const wildcardHosts: ReadonlySet<string> = new Set(["0.0.0.0", "::", "[::]"])
+
+/** The rule of an advertised peer URL (`ENGRAM_AGENT_PEER_URL`, a program's `peerUrl`). */
+export const peerUrlRule =
+  "must be an absolute http:// or https:// URL of at most 2048 characters naming a host peers reach (not 0.0.0.0 or ::), without spaces, control characters, user:password@, a query or a fragment"
+
+/**
+ * Why `url` cannot be advertised as this agent's peer URL (`peerUrlRule`), or undefined. The
+ * coordinator's store checks the same shape (`@engram/store`'s `Validate.peerUrl`); a wildcard
+ * host is refused here, where the operator set it.
+ */
+export const peerUrlProblem = (url: string): string | undefined => {
+  // URL parsing trims and drops tabs and newlines: a URL that needed it is not what was set.
+  if (url.length > 2048 || /\s/.test(url) || [...url].some((c) => c < " " || c === "\u007f") || url.includes("?") || url.includes("#")) return peerUrlRule
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    return peerUrlRule
+  }
+  const ok =
+    (parsed.protocol === "http:" || parsed.protocol === "https:") &&
+    parsed.hostname !== "" &&
+    !wildcardHosts.has(parsed.hostname) &&
+    parsed.username === "" &&
+    parsed.password === ""
+  return ok ? undefined : peerUrlRule
+}
+
+/**
+ * The peer URL an agent advertises when told none: `http://<host>:<port>` of its peer server
+ * (`host`: `ENGRAM_AGENT_ADVERTISE_HOST`, else the listen host; an IPv6 address in brackets).
+ * None (null) when `host` is a wildcard: the agent cannot know which of its addresses peers reach.
+ */
+export const derivedPeerUrl = (host: string, port: number): string | null => {
+  if (wildcardHosts.has(host) || host === "") return null
+  return `http://${host.includes(":") && !host.startsWith("[") ? `[${host}]` : host}:${port}`
 }
 
 /** Parses `ENGRAM_PEERS` (`host-a=http://10.0.0.1:7100,host-b=http://…`). */
@@ -102,17 +157,15 @@ export const parsePeers = (text: string): Map<string, string> => {
 }
 
 /**
- * The start-up warning of an agent whose `ENGRAM_PEERS` names no agent but its own (`peers`
- * parsed, `hostId` this agent's): a move's source finds its target's agent only there, so every
- * move from this host fails, and so does every one to it from an agent set up the same way. Null
- * when it names another agent.
+ * The start-up warning of an agent that advertises no peer URL (from the environment): told none
+ * (`peerUrl` undefined) and its peer server's host (`host`: the advertise host, else the listen
+ * host) a wildcard. The coordinator then has no address to give the sources of moves to this host,
+ * so each fails unless the source's own `ENGRAM_PEERS` names it. Null when it advertises one.
  */
-export const noPeersWarning = (hostId: string, peers: ReadonlyMap<string, string>): string | null => {
-  if ([...peers.keys()].some((id) => id !== hostId)) return null
-  return (
-    `ENGRAM_PEERS ${peers.size === 0 ? "is empty" : "names no agent but this one"}: moves to or from this host will fail ` +
-    "(a move's source finds its target's agent only in its own ENGRAM_PEERS). Each such move is aborted, and the coordinator's reaper " +
-    "does not move its session again for ENGRAM_MAKE_ROOM_COOLDOWN_MS. Set ENGRAM_PEERS (host=url,…) on every agent, " +
-    "or turn the reaper's moves off with ENGRAM_MAKE_ROOM_MOVES=0 on the coordinator"
-  )
-}
+export const noPeerUrlWarning = (peerUrl: string | undefined, host: string): string | null =>
+  peerUrl !== undefined || derivedPeerUrl(host, 0) !== null
+    ? null
+    : `this agent advertises no peer URL (ENGRAM_AGENT_HOST ${JSON.stringify(host)} is a wildcard, and neither ENGRAM_AGENT_ADVERTISE_HOST nor ENGRAM_AGENT_PEER_URL is set): ` +
+      "moves to this host will fail unless the source's ENGRAM_PEERS names it. Each such move is aborted, and the coordinator's reaper does not move its session again " +
+      "for ENGRAM_MAKE_ROOM_COOLDOWN_MS. Set ENGRAM_AGENT_ADVERTISE_HOST (the address peers reach this host at) or ENGRAM_AGENT_PEER_URL, " +
+      "or turn the reaper's moves off with ENGRAM_MAKE_ROOM_MOVES=0 on the coordinator"

@@ -11,6 +11,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { checkedConfig, exitOnConfigInvalid, fromEnvironment, variables } from "../src/Config.js"
 import * as Failover from "../src/Failover.js"
+import * as PeerLink from "../src/PeerLink.js"
 import { startHostAgent } from "../src/Host.js"
 import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
 
@@ -89,7 +90,7 @@ describe("host agent configuration", () => {
     ])
   })
 
-  it("an ENGRAM_PEERS that names no other agent (empty, or this host alone) is warned about once at start: moves to or from this host fail, and what to do", async () => {
+  it("an agent that advertises no peer URL (a wildcard host, nothing else set) is warned about once at start: moves to this host fail, and what to do; no ENGRAM_PEERS is not", async () => {
     const warningsOf = async (env: Record<string, string>) => {
       const lines: string[] = []
       const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
@@ -97,12 +98,15 @@ describe("host agent configuration", () => {
       return lines.filter((l) => l.startsWith("Warn"))
     }
     const rest =
-      ": moves to or from this host will fail (a move's source finds its target's agent only in its own ENGRAM_PEERS). Each such move is aborted, and the coordinator's reaper does not move its session again for ENGRAM_MAKE_ROOM_COOLDOWN_MS. Set ENGRAM_PEERS (host=url,…) on every agent, or turn the reaper's moves off with ENGRAM_MAKE_ROOM_MOVES=0 on the coordinator"
-    expect(await warningsOf(required)).toEqual([`Warn ENGRAM_PEERS is empty${rest}`])
-    expect(await warningsOf({ ...required, ENGRAM_PEERS: "h1=http://10.0.0.1:7100" })).toEqual([`Warn ENGRAM_PEERS names no agent but this one${rest}`])
-    expect(await warningsOf({ ...required, ENGRAM_PEERS: "h1=http://10.0.0.1:7100,h2=http://10.0.0.2:7100" })).toEqual([])
+      ", and neither ENGRAM_AGENT_ADVERTISE_HOST nor ENGRAM_AGENT_PEER_URL is set): moves to this host will fail unless the source's ENGRAM_PEERS names it. Each such move is aborted, and the coordinator's reaper does not move its session again for ENGRAM_MAKE_ROOM_COOLDOWN_MS. Set ENGRAM_AGENT_ADVERTISE_HOST (the address peers reach this host at) or ENGRAM_AGENT_PEER_URL, or turn the reaper's moves off with ENGRAM_MAKE_ROOM_MOVES=0 on the coordinator"
+    // No ENGRAM_PEERS, on a host peers reach: the coordinator gives the addresses, nothing to say.
+    expect(await warningsOf(required)).toEqual([])
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0" })).toEqual([`Warn this agent advertises no peer URL (ENGRAM_AGENT_HOST "0.0.0.0" is a wildcard${rest}`])
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "::" })).toEqual([`Warn this agent advertises no peer URL (ENGRAM_AGENT_HOST "::" is a wildcard${rest}`])
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_ADVERTISE_HOST: "10.0.0.1" })).toEqual([])
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_PEER_URL: "http://10.0.0.1:7100" })).toEqual([])
     // A configuration refused is not warned about: its issues are the one thing said.
-    expect(await warningsOf({ ...required, ENGRAM_AGENT_PORT: "seven" })).toEqual([])
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_PORT: "seven" })).toEqual([])
   })
 
   it("every variable the agent reads is in @engram/process's list", () => {
@@ -343,5 +347,88 @@ describe("the simulated host's sizes (ENGRAM_AGENT_MEASURE=fixed)", () => {
     expect((await Effect.runPromise(fromEnvironment({ ...fixed, ENGRAM_SIM_TOTAL_MIB: "2048", ENGRAM_SIM_OS_MIB: "2048" }))).hostId).toBe("h1")
     // Measured from /proc, the sizes are unused: not judged.
     expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_SIM_TOTAL_MIB: "256" }))).hostId).toBe("h1")
+  })
+})
+
+describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)", () => {
+  const peerRule = PeerLink.peerUrlRule
+
+  it("from the environment: given, it is the option as set; unset or empty, none is given and the advertise host rides with the listen address", async () => {
+    const given = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_PEER_URL: "https://agent-1.internal:8443/engram" }))
+    expect(given.peerUrl).toBe("https://agent-1.internal:8443/engram")
+    for (const env of [required, { ...required, ENGRAM_AGENT_PEER_URL: "" }]) {
+      const o = await Effect.runPromise(fromEnvironment(env))
+      expect(o.peerUrl).toBeUndefined()
+      expect(o.listen).toEqual({ port: 7100, host: "127.0.0.1" })
+    }
+    const advertised = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_PORT: "7200", ENGRAM_AGENT_ADVERTISE_HOST: "10.0.0.7" }))
+    expect(advertised.listen).toEqual({ port: 7200, host: "0.0.0.0", advertiseHost: "10.0.0.7" })
+  })
+
+  it("from the environment: a bad one is refused naming ENGRAM_AGENT_PEER_URL and the rule, beside the other problems", async () => {
+    for (const bad of ["10.0.0.1:7100", "ftp://10.0.0.1/", "http://user:pw@10.0.0.1:7100", "http://10.0.0.1:7100/?x=1", "http://10.0.0.1:7100/#x", "http://0.0.0.0:7100", "http://[::]:7100", " http://10.0.0.1:7100", "http://10.0.0.1:7100/\u0001"]) {
+      const error = await errorOf({ ...required, ENGRAM_AGENT_PEER_URL: bad, ENGRAM_AGENT_PORT: "seven" })
+      expect(error?.issues.map((i) => [i.variable, i.rule]), bad).toEqual([
+        ["ENGRAM_AGENT_PORT", "must be an integer >= 0"],
+        ["ENGRAM_AGENT_PEER_URL", peerRule],
+      ])
+    }
+  })
+
+  it("a program's: checked with the same rule, named peerUrl, beside the other issues; null (none) and a good URL are accepted", async () => {
+    const issuesOf = async (o: Parameters<typeof checkedConfig>[0]) => {
+      const exit = await Effect.runPromiseExit(checkedConfig(o))
+      const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+      return error?.issues.map((i) => [i.variable, i.rule, i.value])
+    }
+    expect(await issuesOf({ hostId: "h", peerUrl: "http://u:p@h:1", config: { reportIntervalMs: 0 } })).toEqual([
+      ["peerUrl", peerRule, "http://u:p@h:1"],
+      ["config.reportIntervalMs", "must be an integer >= 1", 0],
+    ])
+    expect(await issuesOf({ hostId: "h", peerUrl: 7100 } as unknown as Parameters<typeof checkedConfig>[0])).toEqual([["peerUrl", "must be a string or null", 7100]])
+    for (const peerUrl of [null, "http://10.0.0.1:7100", "https://[fd00::1]:8443/a/"]) expect(await issuesOf({ hostId: "h", peerUrl })).toBeUndefined()
+  })
+
+  it("derived when not given: http://<advertise host, else listen host>:<port>; none for a wildcard host", () => {
+    expect(PeerLink.derivedPeerUrl("10.0.0.7", 7100)).toBe("http://10.0.0.7:7100")
+    expect(PeerLink.derivedPeerUrl("agent-1.internal", 1)).toBe("http://agent-1.internal:1")
+    expect(PeerLink.derivedPeerUrl("fd00::1", 7100)).toBe("http://[fd00::1]:7100")
+    expect(PeerLink.derivedPeerUrl("[fd00::1]", 7100)).toBe("http://[fd00::1]:7100")
+    for (const wildcard of ["0.0.0.0", "::", "[::]"]) expect(PeerLink.derivedPeerUrl(wildcard, 7100)).toBeNull()
+    // What is derived passes the rule it is checked by when given.
+    expect(PeerLink.peerUrlProblem(PeerLink.derivedPeerUrl("fd00::1", 7100)!)).toBeUndefined()
+  })
+
+  it("a started agent reports the URL it advertises: given, derived from the bound port and the advertise host, none for a wildcard or without a server", async () => {
+    const reported = (o: Partial<Parameters<typeof startHostAgent>[0]>) =>
+      Effect.runPromise(
+        Effect.scoped(
+          Effect.gen(function* () {
+            const fake = yield* makeFakeCoordinator
+            const h = yield* startHostAgent({
+              hostId: "h",
+              coordinator: fake.client("h"),
+              peerSecret: "config-test-secret-0123",
+              peers: () => undefined,
+              measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
+              ...o,
+            })
+            yield* h.agent.reportOnce
+            const report = (yield* fake.get).reports.get("h")
+            // None is no key in the report (the coordinator clears the host's URL).
+            return { peerUrl: report === undefined ? undefined : (report.peerUrl ?? null), hasKey: report !== undefined && "peerUrl" in report, port: h.port }
+          }),
+        ),
+      )
+    const local = await reported({ listen: { port: 0, host: "127.0.0.1" } })
+    expect(local.peerUrl).toBe(`http://127.0.0.1:${local.port}`)
+    const behind = await reported({ listen: { port: 0, host: "0.0.0.0", advertiseHost: "agent-1.internal" } })
+    expect(behind.peerUrl).toBe(`http://agent-1.internal:${behind.port}`)
+    expect(await reported({ listen: { port: 0, host: "0.0.0.0" } })).toMatchObject({ peerUrl: null, hasKey: false })
+    expect((await reported({})).peerUrl).toBeNull()
+    // An advertise host no URL can hold (a space): none advertised, rather than a report refused.
+    expect((await reported({ listen: { port: 0, host: "127.0.0.1", advertiseHost: "bad host" } })).peerUrl).toBeNull()
+    expect((await reported({ listen: { port: 0, host: "0.0.0.0" }, peerUrl: "http://10.0.0.7:7100" })).peerUrl).toBe("http://10.0.0.7:7100")
+    expect((await reported({ listen: { port: 0, host: "127.0.0.1" }, peerUrl: null })).peerUrl).toBeNull()
   })
 })

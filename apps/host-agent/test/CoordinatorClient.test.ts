@@ -169,6 +169,38 @@ describe("the coordinator's back-off advice reaches the agent (it waits at least
     }
   })
 
+  it("a report's peerUrl is kept by the coordinator; one older than peer URLs (400 naming peerUrl) gets the report again without it", async () => {
+    expect((await run(a.report({ totalMib: 8192, allocatableMib: 5120, totalVcpus: 4, peerUrl: "http://10.0.0.1:7100" })))._tag).toBe("Success")
+    expect((await admin("GET", "/v1/hosts/a")).body["peerUrl"]).toBe("http://10.0.0.1:7100")
+    // An older coordinator: the real one behind a proxy that refuses the key as it would (unknown key, 400 naming it).
+    const bodies: string[] = []
+    const older = createServer((req, res) => {
+      let body = ""
+      req.on("data", (c: Buffer) => (body += c.toString()))
+      req.on("end", () => {
+        bodies.push(body)
+        if (body.includes("peerUrl")) {
+          res.writeHead(400, { "content-type": "application/json" }).end(JSON.stringify({ error: "InvalidInput", field: "peerUrl", rule: "is not a known key", in: "body" }))
+          return
+        }
+        void fetch(`${coordinator.url}${req.url}`, { method: req.method!, headers: { authorization: req.headers.authorization!, "content-type": "application/json" }, body }).then(async (r) =>
+          res.writeHead(r.status, { "content-type": "application/json" }).end(await r.text()),
+        )
+      })
+    })
+    await new Promise<void>((resolve) => older.listen(0, "127.0.0.1", resolve))
+    try {
+      const token = (await admin("POST", "/v1/hosts", { id: "c" })).body["token"] as string
+      const viaOlder = await clientOf("c", token, `http://127.0.0.1:${(older.address() as AddressInfo).port}`)
+      expect((await run(viaOlder.report({ totalMib: 8192, allocatableMib: 4096, totalVcpus: 4, peerUrl: "http://10.0.0.2:7100" })))._tag).toBe("Success")
+      expect(bodies.map((b) => "peerUrl" in (JSON.parse(b) as object))).toEqual([true, false])
+      // The report landed without the URL (the real coordinator, told none, clears the host's).
+      expect((await admin("GET", "/v1/hosts/c")).body).toMatchObject({ peerUrl: null, report: { allocatableMib: 4096 } })
+    } finally {
+      await new Promise((resolve) => older.close(resolve))
+    }
+  })
+
   it("Retry-After reads as delta-seconds or an HTTP date; anything else is no advice", () => {
     const now = Date.parse("Thu, 03 Dec 2026 07:00:00 GMT")
     expect(retryAfterHeaderMs("7", now)).toBe(7000)

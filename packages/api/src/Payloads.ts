@@ -58,6 +58,12 @@ export const Report = Schema.Struct({
    * session's template; absent = none.
    */
   templates: Schema.optionalKey(Schema.Array(Schema.Struct({ name: Schema.String, memMib: Schema.Finite, vcpus: Schema.Finite }))),
+  /**
+   * Where the host's agent serves its peers: an absolute `http://` or `https://` URL (at most
+   * 2048 characters, no spaces, no `user:password@`, query or fragment). The coordinator gives it
+   * to the source of each move to this host. Absent or null: none (each report replaces the last's).
+   */
+  peerUrl: Schema.optionalKey(Schema.NullOr(Schema.String)),
 })
 export type Report = typeof Report.Type
 

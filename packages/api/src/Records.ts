@@ -147,6 +147,8 @@ export const Host = Schema.Struct({
   report: Schema.NullOr(HostReport),
   reportedAt: NullableNum,
   createdAt: Num,
+  /** Where the host's agent serves its peers, as its last report said; null: none advertised. Absent from an older coordinator. */
+  peerUrl: Schema.optionalKey(Schema.NullOr(Schema.String)),
   /** RAM capacity after policy (SPEC §1). */
   allocatableMib: NullableNum,
   /** The allocatable RAM the host reported, before policy. */
@@ -248,6 +250,15 @@ export const Move = Schema.Struct({
   endedAt: NullableNum,
 })
 export type Move = typeof Move.Type
+
+/**
+ * A move as a host's assignments carry it: with `targetPeerUrl`, where the target's agent serves
+ * its peers (its last report's `peerUrl`; null when it advertised none). The source's agent
+ * reaches the target there unless its own `ENGRAM_PEERS` names the target. Absent from an older
+ * coordinator.
+ */
+export const AssignedMove = Schema.Struct({ ...Move.fields, targetPeerUrl: Schema.optionalKey(Schema.NullOr(Schema.String)) })
+export type AssignedMove = typeof AssignedMove.Type
 
 /** A page of moves, oldest first. */
 export const MovesPage = pageOf(Move)
@@ -496,7 +507,7 @@ export const Assignments = Schema.Struct({
   /** Changes whenever the assignments change; pass it back as `since` to long-poll. */
   version: Schema.String,
   sessions: Schema.Array(Session),
-  moves: Schema.Array(Move),
+  moves: Schema.Array(AssignedMove),
   limits: AgentLimits,
   /**
    * The guard's commit allowance of each pending move this host is the source of, by target:

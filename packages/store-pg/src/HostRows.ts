@@ -24,6 +24,8 @@ export interface HostRow {
   readonly totalVcpus: number | null
   /** The templates of the host's last report (placement prefers their holders). */
   readonly templates: readonly Placement.HeldTemplate[]
+  /** Where the host's agent serves its peers (its last report's), or null. */
+  readonly peerUrl: string | null
   readonly reportedAt: number | null
   readonly createdAt: number
   /** Bumped by every change of the sums, the report or the state (see schema.ts). */
@@ -62,7 +64,7 @@ const idFilter = (column: SQL, ids: readonly string[] | undefined): SQL => {
 export const hostColumns = (alias: "h" | "hosts" | "", columns: HostRowsOptions["columns"] = "full"): SQL => {
   const c = (name: string) => sql.raw(alias === "" ? name : `${alias}.${name}`)
   return sql`${c("id")} as id, ${columns === "room" ? sql`null::jsonb` : c("labels")} as labels, ${c("state")} as state,
-      ${c("total_mib")} as "totalMib", ${c("allocatable_mib")} as "allocatableMib", ${c("total_vcpus")} as "totalVcpus", ${c("templates")} as "templates",
+      ${c("total_mib")} as "totalMib", ${c("allocatable_mib")} as "allocatableMib", ${c("total_vcpus")} as "totalVcpus", ${c("templates")} as "templates", ${c("peer_url")} as "peerUrl",
       ${c("reported_at")}::float8 as "reportedAt", ${c("created_at")}::float8 as "createdAt", ${c("version")}::float8 as "version",
       ${c("reserved_mem_mib")}::float8 as "reservedMemMib", ${c("reserved_vcpus")}::float8 as "reservedVcpus", ${c("entries")} as "entries"`
 }
@@ -151,6 +153,7 @@ export const toHostRow = (r: Record<string, unknown>): HostRow => ({
   allocatableMib: numOrNull(r["allocatableMib"]),
   totalVcpus: numOrNull(r["totalVcpus"]),
   templates: json<Placement.HeldTemplate[]>(r["templates"] ?? []),
+  peerUrl: (r["peerUrl"] ?? null) as string | null,
   reportedAt: numOrNull(r["reportedAt"]),
   createdAt: num(r["createdAt"]),
   version: num(r["version"]),
@@ -204,6 +207,7 @@ export const toHostView = (row: HostRow, limits: Limits.Limits): HostView => {
     report: reportOf(row),
     reportedAt: row.reportedAt,
     createdAt: row.createdAt,
+    peerUrl: row.peerUrl,
     measured: c.measured ?? false,
     headroom: c.headroom,
     entries: row.entries,

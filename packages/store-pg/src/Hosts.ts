@@ -40,6 +40,7 @@ const hostOf = (h: typeof hosts.$inferSelect): Host => ({
   report: h.reportedAt === null ? null : { totalMib: h.totalMib, allocatableMib: h.allocatableMib, totalVcpus: h.totalVcpus, templates: h.templates },
   reportedAt: h.reportedAt,
   createdAt: h.createdAt,
+  peerUrl: h.peerUrl,
 })
 
 
@@ -72,7 +73,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         const bad: InvalidInput | null = Validate.report(report)
         if (bad) return yield* bad
         const view = yield* writeHost(tx, id, sql`total_mib = ${report.totalMib}, allocatable_mib = ${report.allocatableMib}, total_vcpus = ${report.totalVcpus},
-          templates = ${JSON.stringify(reportedTemplates(report))}::jsonb, reported_at = ${t}`)
+          templates = ${JSON.stringify(reportedTemplates(report))}::jsonb, peer_url = ${report.peerUrl ?? null}, reported_at = ${t}`)
         return view as HostView
       }),
     )
@@ -87,9 +88,9 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
       Effect.gen(function* () {
         const written = yield* tx.query(sql`with report as (
             select * from jsonb_to_recordset(${JSON.stringify(items)}::jsonb)
-              as r(id text, t bigint, "totalMib" float8, "allocatableMib" float8, "totalVcpus" bigint, templates jsonb))
+              as r(id text, t bigint, "totalMib" float8, "allocatableMib" float8, "totalVcpus" bigint, templates jsonb, "peerUrl" text))
           update ${hosts} h set total_mib = report."totalMib", allocatable_mib = report."allocatableMib", total_vcpus = report."totalVcpus",
-            templates = report.templates, reported_at = report.t, version = h.version + 1
+            templates = report.templates, peer_url = report."peerUrl", reported_at = report.t, version = h.version + 1
           from report
           where h.id = report.id and h.id in (select id from ${hosts} where id in (select id from report) order by id for no key update)
           returning ${hostColumns("h", "room")}, 0 as "parks", 0 as "descents"`)
@@ -117,7 +118,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         const row = inserted[0]
         if (row === undefined) return yield* new Conflict({ entity: "host", id: input.id, reason: "host already registered" })
         cache.learn(toHostRow(row))
-        const host: Host = { id: input.id, labels, state: "ready", report: null, reportedAt: null, createdAt: t }
+        const host: Host = { id: input.id, labels, state: "ready", report: null, reportedAt: null, createdAt: t, peerUrl: null }
         return host
       }).pipe(dieOnUnique),
 
@@ -127,7 +128,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         const t = yield* now
         // A report that will be refused, or one made under a lease, is written alone.
         if (fence !== null || Validate.report(report) !== null) return yield* reportAlone(id, report, t)
-        const view = yield* reports({ id, t, totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus, templates: reportedTemplates(report) })
+        const view = yield* reports({ id, t, totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus, templates: reportedTemplates(report), peerUrl: report.peerUrl ?? null })
         if (view === undefined) return yield* hostNotFound(id)
         return view
       }).pipe(dieOnUnique),

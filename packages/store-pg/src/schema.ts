@@ -48,6 +48,8 @@ export const hosts = pgTable(
     reportedAt: ms("reported_at"),
     // The templates the host's last report said it holds (placement prefers their holders).
     templates: jsonb("templates").$type<Placement.HeldTemplate[]>().notNull().default([]),
+    // Where the host's agent serves its peers, as its last report said (null: none advertised).
+    peerUrl: text("peer_url"),
     createdAt: ms("created_at").notNull(),
     reservedMemMib: numeric("reserved_mem_mib", { mode: "number" }).notNull().default(0),
     reservedVcpus: numeric("reserved_vcpus", { mode: "number" }).notNull().default(0),

@@ -54,6 +54,8 @@ interface HostRec {
   report: HostReport | null
   reportedAt: number | null
   createdAt: number
+  /** Where its agent serves its peers, as its last report said. */
+  peerUrl: string | null
   tokenHash: string | null
   reserved: { memMib: number; vcpus: number }
   entries: Set<string>
@@ -280,6 +282,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     report: h.report,
     reportedAt: h.reportedAt,
     createdAt: h.createdAt,
+    peerUrl: h.peerUrl,
   })
   const viewOf = (h: HostRec): HostView => ({
     ...hostOf(h),
@@ -617,6 +620,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           report: null,
           reportedAt: null,
           createdAt: t,
+          peerUrl: null,
           tokenHash: input.tokenHash ?? null,
           reserved: { memMib: 0, vcpus: 0 },
           entries: new Set(),
@@ -645,6 +649,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           totalVcpus: report.totalVcpus,
           templates: reportedTemplates(report),
         }
+        h.peerUrl = report.peerUrl ?? null
         h.reportedAt = yield* now
         tooBigIndex = null
         refresh(h)

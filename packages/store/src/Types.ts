@@ -16,6 +16,11 @@ export interface HostReport {
    * session's template. Absent in a report: none; a host's stored report always lists them.
    */
   readonly templates?: readonly core.Placement.HeldTemplate[] | undefined
+  /**
+   * Where the host's agent serves its peers (`Validate.peerUrl`'s rule): a move's source agent
+   * reaches it there. Absent or null: it advertises none; each report replaces the last one's.
+   */
+  readonly peerUrl?: string | null | undefined
 }
 
 /** A report's templates as a store keeps them: each `{name, memMib, vcpus}` (no other key); none when absent. */
@@ -27,9 +32,12 @@ export interface Host {
   readonly id: string
   readonly labels: Readonly<Record<string, string>>
   readonly state: core.Placement.HostState
+  /** The host's figures and templates as last reported (its `peerUrl` is the host's own field). */
   readonly report: HostReport | null
   readonly reportedAt: number | null
   readonly createdAt: number
+  /** Where its agent serves its peers, as its last report said; null: none advertised (or not reported yet). */
+  readonly peerUrl: string | null
 }
 
 /** A host with its headroom (SPEC §1, via `Headroom.fromReport`) and what runs on it. */

@@ -173,7 +173,8 @@ export const hostInput = (input: { id: unknown; labels?: unknown }): InvalidInpu
 
 /**
  * A host report: each figure null or a finite number >= 0; `totalVcpus` an integer; and a
- * host cannot offer more RAM than it has (`allocatableMib` <= `totalMib` when both are reported).
+ * host cannot offer more RAM than it has (`allocatableMib` <= `totalMib` when both are reported);
+ * its templates and its peer URL by their own rules.
  */
 export const report = (r: HostReport): InvalidInput | null => {
   for (const field of ["totalMib", "allocatableMib"] as const) {
@@ -185,7 +186,50 @@ export const report = (r: HostReport): InvalidInput | null => {
   }
   if (r.totalMib !== null && r.allocatableMib !== null && r.allocatableMib > r.totalMib)
     return new InvalidInput({ field: "allocatableMib", rule: `must be <= totalMib (${r.totalMib})` })
-  return (r.totalVcpus === null ? null : integerAtLeast("totalVcpus", r.totalVcpus, 0)) ?? heldTemplates(r.templates)
+  return (r.totalVcpus === null ? null : integerAtLeast("totalVcpus", r.totalVcpus, 0)) ?? heldTemplates(r.templates) ?? peerUrl(r.peerUrl)
+}
+
+/** Whether `s` holds a control character (U+0000-U+001F, U+007F). */
+const hasControl = (s: string): boolean => {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    if (c < 0x20 || c === 0x7f) return true
+  }
+  return false
+}
+
+/** The longest peer URL a host may advertise. */
+export const maxPeerUrlLength = 2048
+
+/** The rule of a host's advertised peer URL (`peerUrl`). */
+export const peerUrlRule = `must be null or an absolute http:// or https:// URL of at most ${maxPeerUrlLength} characters, without spaces, control characters, user:password@, a query or a fragment`
+
+/**
+ * A host's advertised peer URL: absent, null, or an absolute http(s) URL. No credentials, query
+ * or fragment: move sources log it and authenticate with the move token, never with the URL.
+ * Kept as sent (not normalized): what is stored is what the agent advertised.
+ */
+export const peerUrl = (value: unknown): InvalidInput | null => {
+  if (value === undefined || value === null) return null
+  const bad = new InvalidInput({ field: "peerUrl", rule: peerUrlRule })
+  // URL parsing trims and drops tabs and newlines; a URL that needed it is not what was sent.
+  if (typeof value !== "string" || value.length > maxPeerUrlLength || /\s/.test(value) || hasControl(value)) return bad
+  let parsed: URL
+  try {
+    parsed = new URL(value)
+  } catch {
+    return bad
+  }
+  const ok =
+    (parsed.protocol === "http:" || parsed.protocol === "https:") &&
+    parsed.hostname !== "" &&
+    parsed.username === "" &&
+    parsed.password === "" &&
+    parsed.search === "" &&
+    parsed.hash === "" &&
+    !value.includes("?") &&
+    !value.includes("#")
+  return ok ? null : bad
 }
 
 /** The most templates one host report may list. */

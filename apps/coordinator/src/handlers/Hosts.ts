@@ -92,6 +92,8 @@ export const HostsHandlers = HandlerGroup.make(
               allocatableMib: payload.allocatableMib ?? null,
               totalVcpus: payload.totalVcpus ?? null,
               templates: payload.templates ?? [],
+              // Each report says where its agent serves peers now (none: null), so a restart's new URL replaces the old.
+              peerUrl: payload.peerUrl ?? null,
             }
             const view = yield* api(store.reportHost(params.id, report))
             // Guest activity rides on the report (no request per session): it restarts those sessions' idle clocks.

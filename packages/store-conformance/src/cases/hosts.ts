@@ -4,6 +4,7 @@
  */
 import { Headroom } from "@engram/core"
 import { expect } from "@effect/vitest"
+import { Validate } from "@engram/store"
 import { Effect } from "effect"
 import { addHost, expectFailure, expectInvariants, expectUnchanged, hostsNow, hostSummaryOf, kase, placed, queued, registered, reportFor, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
@@ -311,6 +312,62 @@ export const hosts: Group = {
           expect(err.field).toBe(field)
         }
         yield* expectUnchanged(before, "a bad report")
+      }),
+    ),
+    kase(
+      "a report's peerUrl is stored, returned on every read, replaced by the next report and cleared by one without it",
+      Effect.gen(function* () {
+        const s = yield* store
+        expect((yield* s.registerHost({ id: "h1" })).peerUrl).toBeNull()
+        yield* s.registerHost({ id: "h2" })
+        expect((yield* s.getHost("h1")).peerUrl).toBeNull()
+        const figures = { totalMib: 4096, allocatableMib: 4096, totalVcpus: 4 }
+        expect((yield* s.reportHost("h1", { ...figures, peerUrl: "http://10.0.0.1:7100" })).peerUrl).toBe("http://10.0.0.1:7100")
+        expect((yield* s.getHost("h1")).peerUrl).toBe("http://10.0.0.1:7100")
+        expect((yield* s.getHost("h2")).peerUrl).toBeNull()
+        expect((yield* s.pageHosts()).items.map((h) => [h.id, h.peerUrl])).toStrictEqual([["h1", "http://10.0.0.1:7100"], ["h2", null]])
+        // The stored report is the figures and templates: the URL is the host's own field.
+        expect((yield* s.getHost("h1")).report).toStrictEqual({ ...figures, templates: [] })
+        // A restarted agent advertises its new URL (kept as sent: a path prefix, IPv6, https).
+        for (const url of ["https://[fd00::1]:8443/engram/", "http://agent-1.internal:7100"]) {
+          yield* s.reportHost("h1", { ...figures, peerUrl: url })
+          expect((yield* s.getHost("h1")).peerUrl).toBe(url)
+        }
+        // One that advertises none (null, or an older agent that does not send it) clears it.
+        yield* s.reportHost("h1", { ...figures, peerUrl: null })
+        expect((yield* s.getHost("h1")).peerUrl).toBeNull()
+        yield* s.reportHost("h1", { ...figures, peerUrl: "http://10.0.0.2:7100" })
+        yield* s.reportHost("h1", figures)
+        expect((yield* s.getHost("h1")).peerUrl).toBeNull()
+      }),
+    ),
+    kase(
+      "a report with a bad peerUrl is refused naming peerUrl and its rule, and changes nothing: the host keeps its last URL",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* s.registerHost({ id: "h1" })
+        const figures = { totalMib: 4096, allocatableMib: 4096, totalVcpus: 4 }
+        yield* s.reportHost("h1", { ...figures, peerUrl: "http://10.0.0.1:7100" })
+        const before = yield* snapshot
+        const bad: unknown[] = [
+          "",
+          "10.0.0.1:7100",
+          "ftp://10.0.0.1/",
+          "http://user:pw@10.0.0.1:7100",
+          "http://10.0.0.1:7100/?token=x",
+          "http://10.0.0.1:7100/#x",
+          " http://10.0.0.1:7100",
+          "http://10.0.0.1:7100/a b",
+          "http://10.0.0.1:7100/\u0000",
+          `http://h/${"x".repeat(Validate.maxPeerUrlLength)}`,
+          42,
+        ]
+        for (const peerUrl of bad) {
+          const err = yield* expectFailure(s.reportHost("h1", { ...figures, totalMib: 8192, peerUrl: peerUrl as string }), "InvalidInput")
+          expect([err.field, err.rule], JSON.stringify(peerUrl)).toStrictEqual(["peerUrl", Validate.peerUrlRule])
+        }
+        yield* expectUnchanged(before, "a report with a bad peerUrl")
+        expect((yield* s.getHost("h1")).peerUrl).toBe("http://10.0.0.1:7100")
       }),
     ),
     kase(
