@@ -141,18 +141,22 @@ export type MoveOutcome =
 export const briefBackoff: Pacing.Backoff = { baseMs: 100, capMs: 450 }
 
 /**
- * The coordinator's call, retried briefly (4 times) on transient errors (a 409, a 400, or a 404
- * that names the record, is an answer, not retried: the same request would be refused again). Each wait is drawn as `Pacing`'s are (from
+ * The coordinator's call, retried briefly (4 times) on transient errors (a 409, the API's 400
+ * naming a field, or a 404 naming the record, is an answer, not retried: the same request would be
+ * refused again; a 400 the API did not answer, a proxy's, is retried as before). Each wait is drawn as `Pacing`'s are (from
  * Effect's `Random`, which tests fix; `briefBackoff`), so the sources of moves that failed
  * together do not come back in lock-step. A 503's `retryAfterMs` is not waited for: some of
  * these calls run in the guest's pause, whose bound is this back-off's.
  */
+/** The API's 400: the request's input refused, naming the field (a proxy's 400 names none). */
+const refusedInput = (e: CoordinatorError): boolean => e.status === 400 && e.field !== undefined
+
 export const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Effect<A, E>) =>
   eff.pipe(
     Effect.retry({
       schedule: Pacing.retrySchedule(briefBackoff, false),
       times: 4,
-      while: (e) => e._tag === "CoordinatorError" && (e as unknown as CoordinatorError).notFound === undefined && (e as unknown as CoordinatorError).status !== 400,
+      while: (e) => e._tag === "CoordinatorError" && (e as unknown as CoordinatorError).notFound === undefined && !refusedInput(e as unknown as CoordinatorError),
     }),
   )
 
@@ -180,7 +184,7 @@ export const recordRound = (coordinator: CoordinatorShape, moveId: string, round
  * `seq`): during a rolling upgrade, or with the agents upgraded first. A newer one refuses only a
  * bad `seq` that way, which this agent never sends.
  */
-const refusesPositions = (e: Conflict | CoordinatorError): boolean => e._tag === "CoordinatorError" && e.status === 400 && e.field === "seq"
+const refusesPositions = (e: Conflict | CoordinatorError): boolean => e._tag === "CoordinatorError" && refusedInput(e) && e.field === "seq"
 
 const withoutSeq = ({ seq: _seq, ...round }: NumberedRound): RoundReport => round
 
