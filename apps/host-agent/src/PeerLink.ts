@@ -196,9 +196,17 @@ export const peerUrlProblem = (url: string): string | undefined => {
 }
 
 /**
+ * The host of the peer URL an agent derives: where its peer server listens (`ENGRAM_AGENT_HOST`),
+ * unless that is a wildcard: then the address peers reach the host at (`ENGRAM_AGENT_ADVERTISE_HOST`,
+ * which names the data plane's address too), else the wildcard (which makes none).
+ */
+export const peerHostOf = (listenHost: string, advertiseHost: string | undefined): string =>
+  wildcardHosts.has(listenHost) ? (advertiseHost ?? listenHost) : listenHost
+
+/**
  * The peer URL an agent advertises when told none: `http://<host>:<port>` of its peer server
- * (`host`: `ENGRAM_AGENT_ADVERTISE_HOST`, else the listen host; an IPv6 address in brackets).
- * None (null) when `host` is a wildcard: the agent cannot know which of its addresses peers reach.
+ * (`host`: `peerHostOf`; an IPv6 address in brackets). None (null) when `host` is a wildcard:
+ * the agent cannot know which of its addresses peers reach.
  */
 export const derivedPeerUrl = (host: string, port: number): string | null => {
   if (wildcardHosts.has(host) || host === "") return null
@@ -217,8 +225,7 @@ export const parsePeers = (text: string): Map<string, string> => {
 
 /**
  * The start-up warning of an agent that advertises no peer URL (from the environment): told none
- * (`peerUrl` undefined) and its peer server's host (`host`: the advertise host, else the listen
- * host) a wildcard. The coordinator then has no address to give the sources of moves to this host,
+ * (`peerUrl` undefined) and its peer URL's host (`host`: `peerHostOf`) a wildcard. The coordinator then has no address to give the sources of moves to this host,
  * so each fails unless the source's own `ENGRAM_PEERS` names it. Null when it advertises one.
  */
 export const noPeerUrlWarning = (peerUrl: string | undefined, host: string): string | null =>
