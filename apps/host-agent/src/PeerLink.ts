@@ -6,7 +6,8 @@
  *
  * What it decides: which failures are the target's answer (`refused`: a 409 from the target,
  * which acted on its side) and which leave the target's state unknown (unreachable, timed out,
- * any other status).
+ * any other status); where a move's target is reached; and whether a prepare answer proves the
+ * target holds the peer secret (`proofProblem`), without which nothing is streamed to it.
  */
 import { Duration, Effect, Schema } from "effect"
 import { FetchHttpClient, HttpBody, HttpClient, HttpClientRequest } from "effect/http"
