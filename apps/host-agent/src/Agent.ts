@@ -158,6 +158,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     // the background: a session starting from it, and the next build, do not wait on the coordinator.
     const templates = yield* Templates.make(me, runtime, () => Effect.asVoid(Effect.forkIn(Effect.suspend(() => reportOnce), scope)))
     const log = (msg: string, fields: Record<string, unknown> = {}) => Effect.logInfo(msg, { hostId: me, ...fields })
+    // A restarted source reaches the targets of the moves it owes where it reached them before:
+    // once a move has ended no assignment names its target (the operator's ENGRAM_PEERS still wins).
+    if (deps.link.pin !== undefined) {
+      for (const owed of yield* residents.pendingCommits) if (owed.target?.peerUrl !== undefined) yield* deps.link.pin(owed.moveId, owed.target.peerUrl)
+    }
 
     const done = <A>(eff: Effect.Effect<A, { readonly _tag: string }>) =>
       eff.pipe(Effect.catchTag("Conflict" as never, () => Effect.void)) as Effect.Effect<unknown, { readonly _tag: string; readonly message?: string }>

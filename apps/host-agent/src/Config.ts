@@ -16,7 +16,7 @@ import { type AgentConfig, defaultAgentConfig } from "./Agent.js"
 import type { HostAgentOptions } from "./Host.js"
 import * as Failover from "./Failover.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
-import { noPeerUrlWarning, parsePeers, peerUrlProblem } from "./PeerLink.js"
+import { noPeerUrlWarning, parsePeers, peerHostOf, peerUrlProblem } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
 import * as Templates from "./Templates.js"
 
@@ -382,7 +382,7 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
     const advertiseHost = text(s.advertiseHost)
     const peerUrl = text(s.peerUrl)
     // Moves are on by default (the coordinator's ENGRAM_MAKE_ROOM_MOVES): an agent that cannot be found for one says so once, at start.
-    const unfound = noPeerUrlWarning(peerUrl, advertiseHost ?? s.listenHost)
+    const unfound = noPeerUrlWarning(peerUrl, peerHostOf(s.listenHost, advertiseHost))
     if (unfound !== null) yield* Effect.logWarning(unfound, { hostId: s.hostId, variable: "ENGRAM_AGENT_PEER_URL" })
     const fixed = { totalMib: s.simTotalMib, osMib: s.simOsMib, vcpus: s.simVcpus }
     const roots = { proc: s.procRoot, sys: s.sysRoot }

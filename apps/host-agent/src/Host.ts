@@ -42,7 +42,8 @@ export interface HostAgentOptions {
   readonly peers: (hostId: string) => string | undefined
   /**
    * Where the peer server listens; omitted = no server (in-memory links only). `advertiseHost`
-   * (`ENGRAM_AGENT_ADVERTISE_HOST`): the host peers reach it at, when not `host`.
+   * (`ENGRAM_AGENT_ADVERTISE_HOST`): the host peers reach this one at, the derived peer URL's when
+   * `host` is a wildcard (`PeerLink.peerHostOf`).
    */
   readonly listen?: { readonly port: number; readonly host: string; readonly advertiseHost?: string }
   /**
@@ -118,9 +119,9 @@ export const httpCoordinator = (o: HostAgentOptions, url: string | readonly stri
  */
 const derivedPeerUrlOf = (o: HostAgentOptions, port: number | null): Effect.Effect<string | null> => {
   if (o.listen === undefined || port === null) return Effect.succeed(null)
-  const url = PeerLink.derivedPeerUrl(o.listen.advertiseHost ?? o.listen.host, port)
+  const url = PeerLink.derivedPeerUrl(PeerLink.peerHostOf(o.listen.host, o.listen.advertiseHost), port)
   if (url === null || PeerLink.peerUrlProblem(url) === undefined) return Effect.succeed(url)
-  return Effect.logWarning("no peer URL advertised: the advertise host (or the listen host) makes none; set ENGRAM_AGENT_PEER_URL", { hostId: o.hostId, derived: url }).pipe(Effect.as(null))
+  return Effect.logWarning("no peer URL advertised: the listen host (or, listening on a wildcard, the advertise host) makes none; set ENGRAM_AGENT_PEER_URL", { hostId: o.hostId, derived: url }).pipe(Effect.as(null))
 }
 
 /**

@@ -24,8 +24,12 @@ export type ResidentVm = typeof ResidentVm.Type
 export const Phases = Schema.Struct({ downtimeMs: Schema.Number, captureMs: Schema.Number, sendMs: Schema.Number, commitMs: Schema.Number })
 export type Phases = typeof Phases.Type
 
-/** Where a move's VM went: what the source needs to ask the target again. */
-export const MoveTargetRef = Schema.Struct({ targetHostId: Schema.String, memMib: Schema.Number, vcpus: Schema.Number })
+/**
+ * Where a move's VM went: what the source needs to ask the target again. `peerUrl`: the URL the
+ * source reached the target's agent at (absent: none known, or a file of an older agent), so a
+ * restarted source can settle the move though no assignment names the target any more.
+ */
+export const MoveTargetRef = Schema.Struct({ targetHostId: Schema.String, memMib: Schema.Number, vcpus: Schema.Number, peerUrl: Schema.optionalKey(Schema.String) })
 export type MoveTargetRef = typeof MoveTargetRef.Type
 
 /** The pause of a move on the source's runtime clock (ms): the phases of a commit the target confirms late. */

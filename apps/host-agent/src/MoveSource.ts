@@ -329,11 +329,13 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       const final = report(at.final)
       const late = at.unreported.map(report)
       const intentBeforePause = intent.heldAtMs !== null
+      const targetUrl = link.addressOf?.(header)
       const owed: PendingCommit = {
         moveId: move.id,
         sessionId: move.sessionId,
         phases: null,
-        target: { targetHostId: move.targetHostId, memMib: vm.memMib, vcpus: vm.vcpus },
+        // With where the target was reached: a restarted source may find no assignment naming it.
+        target: { targetHostId: move.targetHostId, memMib: vm.memMib, vcpus: vm.vcpus, ...(targetUrl === undefined ? {} : { peerUrl: targetUrl }) },
         pause: { pausedAtMs: at.pausedAtMs, captureMs: checkedAtMs - at.pausedAtMs },
         final,
         finalRecorded: false,

@@ -2,7 +2,10 @@
  * Agent-to-agent credentials. Agents of one fleet share a peer secret; the bearer a source
  * presents to a target for a move is `HMAC-SHA256(secret, move id, source, target)`, so a
  * token leaked from one move authorizes that move's rounds only, between those two hosts, and
- * the target checks it without asking the coordinator. Host tokens never travel between agents.
+ * the target checks it without asking the coordinator. The target proves itself in turn: its
+ * answer to a prepare carries `HMAC-SHA256(secret, move id, source, target, endpoint)` under a
+ * label of its own, so an address that is not a fleet agent's (a peer URL a stolen host token
+ * reported) gets no guest RAM. Host tokens never travel between agents.
  */
 import { createHmac, timingSafeEqual } from "node:crypto"
 
@@ -11,6 +14,13 @@ const mac = (secret: string, parts: readonly string[]) => createHmac("sha256", s
 /** The bearer for one move's rounds, commit and abort. */
 export const moveToken = (secret: string, moveId: string, sourceHostId: string, targetHostId: string): string =>
   mac(secret, ["engram-move/v1", moveId, sourceHostId, targetHostId])
+
+/**
+ * The target's proof, in its answer to a prepare, that it holds the peer secret: bound to the
+ * move, both hosts and the data-plane endpoint it answers (where the source streams the guest).
+ */
+export const prepareProof = (secret: string, moveId: string, sourceHostId: string, targetHostId: string, endpoint: { readonly runtime: string; readonly uri: string }): string =>
+  mac(secret, ["engram-move-target/v1", moveId, sourceHostId, targetHostId, endpoint.runtime, endpoint.uri])
 
 /** The bearer for a host agent's status endpoint (operators and tests). */
 export const statusToken = (secret: string, hostId: string): string => mac(secret, ["engram-status/v1", hostId])

@@ -1,17 +1,18 @@
 /**
  * The source's link to a move's target agent: prepare the incoming VM (its answer is the
  * runtime endpoint the source's runtime streams the VM to), ask for the commit, or abort.
- * Over HTTP to the target's peer server (bearer: the move token), or in memory between agents
- * of one process (clock-driven tests).
+ * Over HTTP to the target's peer server (bearer: the move token; the target proves itself in
+ * its prepare answer), or in memory between agents of one process (clock-driven tests).
  *
  * What it decides: which failures are the target's answer (`refused`: a 409 from the target,
  * which acted on its side) and which leave the target's state unknown (unreachable, timed out,
- * any other status).
+ * any other status); where a move's target is reached; and whether a prepare answer proves the
+ * target holds the peer secret (`proofProblem`), without which nothing is streamed to it.
  */
 import { Duration, Effect, Schema } from "effect"
 import { FetchHttpClient, HttpBody, HttpClient, HttpClientRequest } from "effect/http"
 import type { IncomingEndpoint } from "@engram/runtime"
-import { moveToken } from "./MoveToken.js"
+import { moveToken, prepareProof, tokensEqual } from "./MoveToken.js"
 import { type Committed, type MoveHeader, type MoveTarget, PeerError } from "./MoveTarget.js"
 
 export interface PeerLink {
@@ -23,6 +24,13 @@ export interface PeerLink {
    * coordinator; null: it advertises none). A link that needs no address has none.
    */
   readonly learn?: (hostId: string, url: string | null) => Effect.Effect<void>
+  /** The URL a move's target is reached at now (the source records it with the outcome it owes); undefined: none. */
+  readonly addressOf?: (header: MoveHeader) => string | undefined
+  /**
+   * Reaches one move's target at `url` from now on (where a restarted source's owed move went,
+   * from its state file); the operator's `ENGRAM_PEERS` entry still wins.
+   */
+  readonly pin?: (moveId: string, url: string) => Effect.Effect<void>
 }
 
 /** A link to targets living in this process, by host id. */
@@ -41,20 +49,50 @@ export const inMemory = (targets: ReadonlyMap<string, MoveTarget>): PeerLink => 
 /** The answer of `POST /v1/peer/moves/{id}/commit` (an older target answers no `resumedForMs`: 0). */
 export const CommitAnswer = Schema.Struct({ resumedForMs: Schema.optionalKey(Schema.Number) })
 
-/** The answer of `POST /v1/peer/moves/{id}/prepare`. */
-export const PrepareAnswer = Schema.Struct({ endpoint: Schema.Struct({ runtime: Schema.String, uri: Schema.String }) })
+/**
+ * The answer of `POST /v1/peer/moves/{id}/prepare`. `proof`: the target's (`MoveToken.prepareProof`);
+ * absent from target agents older than it.
+ */
+export const PrepareAnswer = Schema.Struct({ endpoint: Schema.Struct({ runtime: Schema.String, uri: Schema.String }), proof: Schema.optionalKey(Schema.String) })
+
+/** How many moves' target addresses a link keeps (the oldest go first); a move's rounds are over long before. */
+const pinnedMovesMax = 1024
 
 /**
  * A link over HTTP. A target's address is `peers`' (the operator's `ENGRAM_PEERS`: an override),
- * else the one the coordinator gave with a move to it (`learn`); with neither the call fails
- * (`no address for peer`) without a request.
+ * else the one its move was prepared at (or `pin`ned), else the one the coordinator gave with a
+ * move to it (`learn`); with none the call fails (`no address for peer`) without a request.
+ *
+ * The source streams the guest only to a target that proves it holds the peer secret: its
+ * prepare answer's `proof` (`MoveToken.prepareProof`) is checked in constant time. It is required
+ * at an address from the coordinator (a host token alone can report one); at the operator's own
+ * `ENGRAM_PEERS` entry an answer without one (an older target agent) is taken, a wrong one never.
+ * The move's later calls (commit, abort) go where it was prepared: a URL the coordinator changes
+ * meanwhile does not receive them.
  */
 export const http = (peers: (hostId: string) => string | undefined, secret: string, timeoutMs = 60_000): PeerLink => {
   const learned = new Map<string, string>()
+  const pinned = new Map<string, string>()
+  const pinMove = (moveId: string, url: string) => {
+    pinned.delete(moveId)
+    pinned.set(moveId, url)
+    for (const oldest of pinned.keys()) {
+      if (pinned.size <= pinnedMovesMax) break
+      pinned.delete(oldest)
+    }
+  }
+  /** Where `h`'s target is reached, and whether the operator named it (`ENGRAM_PEERS`). */
+  const addressOf = (h: MoveHeader) => {
+    const own = peers(h.targetHostId)
+    if (own !== undefined) return { base: own, operators: true }
+    const base = pinned.get(h.moveId) ?? learned.get(h.targetHostId)
+    return base === undefined ? undefined : { base, operators: false }
+  }
   const call = (op: string, h: MoveHeader, path: string) =>
     Effect.gen(function* () {
-      const base = peers(h.targetHostId) ?? learned.get(h.targetHostId)
-      if (base === undefined) return yield* new PeerError({ op, moveId: h.moveId, message: `no address for peer ${h.targetHostId}`, refused: false })
+      const address = addressOf(h)
+      if (address === undefined) return yield* new PeerError({ op, moveId: h.moveId, message: `no address for peer ${h.targetHostId}`, refused: false })
+      const { base } = address
       const client = yield* HttpClient.HttpClient
       const req = HttpClientRequest.post(`${base.replace(/\/+$/, "")}/v1/peer/moves/${encodeURIComponent(h.moveId)}/${path}`).pipe(
         HttpClientRequest.bearerToken(moveToken(secret, h.moveId, h.sourceHostId, h.targetHostId)),
@@ -66,7 +104,7 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
         // 409 is the target's own refusal (PeerServer); anything else says nothing of its state.
         return yield* new PeerError({ op, moveId: h.moveId, message: `peer answered ${res.status}: ${text.slice(0, 200)}`, refused: res.status === 409 })
       }
-      return text
+      return { text, ...address }
     }).pipe(
       Effect.timeout(Duration.millis(timeoutMs)),
       Effect.catchTag("TimeoutError", () => Effect.fail(new PeerError({ op, moveId: h.moveId, message: "peer timed out", refused: false }))),
@@ -76,17 +114,24 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
   return {
     prepare: (h) =>
       call("prepare", h, "prepare").pipe(
-        Effect.flatMap((text) =>
+        Effect.flatMap(({ text, base, operators }) =>
           Effect.try({ try: () => JSON.parse(text) as unknown, catch: () => "not JSON" }).pipe(
             Effect.flatMap(Schema.decodeUnknownEffect(PrepareAnswer)),
-            Effect.map((a) => a.endpoint),
             Effect.mapError(() => new PeerError({ op: "prepare", moveId: h.moveId, message: `peer answered no endpoint: ${text.slice(0, 200)}`, refused: false })),
+            Effect.flatMap((a) => {
+              const problem = proofProblem(secret, h, a, operators)
+              if (problem !== undefined) {
+                return Effect.fail(new PeerError({ op: "prepare", moveId: h.moveId, message: `the target at ${base} ${problem}; nothing was streamed to it`, refused: false }))
+              }
+              pinMove(h.moveId, base)
+              return Effect.succeed(a.endpoint)
+            }),
           ),
         ),
       ),
     commit: (h) =>
       call("commit", h, "commit").pipe(
-        Effect.map((text): Committed => {
+        Effect.map(({ text }): Committed => {
           // The target committed (2xx); how long the guest had run there is a refinement only.
           try {
             const r = Schema.decodeUnknownSync(CommitAnswer)(JSON.parse(text))
@@ -103,7 +148,22 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
         if (url === null) learned.delete(hostId)
         else learned.set(hostId, url)
       }),
+    addressOf: (h) => addressOf(h)?.base,
+    pin: (moveId, url) => Effect.sync(() => pinMove(moveId, url)),
   }
+}
+
+/**
+ * Why a prepare answer does not prove the target holds the peer secret (`MoveToken.prepareProof`
+ * over the move, both hosts and the endpoint), or undefined. Without a proof it passes only at the
+ * operator's own address (`operators`: an `ENGRAM_PEERS` entry; an older target agent sends none).
+ */
+export const proofProblem = (secret: string, h: MoveHeader, answer: typeof PrepareAnswer.Type, operators: boolean): string | undefined => {
+  if (answer.proof === undefined) {
+    return operators ? undefined : "answered the prepare without a proof that it holds the peer secret (required at a peer URL from the coordinator; an ENGRAM_PEERS entry takes a target too old to send one)"
+  }
+  const expected = prepareProof(secret, h.moveId, h.sourceHostId, h.targetHostId, answer.endpoint)
+  return tokensEqual(answer.proof, expected) ? undefined : "answered the prepare with a wrong proof (not made with this fleet's peer secret for this move and endpoint)"
 }
 
 /** The hosts a listener on every interface binds to: no peer can reach this host there. */
@@ -137,9 +197,17 @@ export const peerUrlProblem = (url: string): string | undefined => {
 }
 
 /**
+ * The host of the peer URL an agent derives: where its peer server listens (`ENGRAM_AGENT_HOST`),
+ * unless that is a wildcard: then the address peers reach the host at (`ENGRAM_AGENT_ADVERTISE_HOST`,
+ * which names the data plane's address too), else the wildcard (which makes none).
+ */
+export const peerHostOf = (listenHost: string, advertiseHost: string | undefined): string =>
+  wildcardHosts.has(listenHost) ? (advertiseHost ?? listenHost) : listenHost
+
+/**
  * The peer URL an agent advertises when told none: `http://<host>:<port>` of its peer server
- * (`host`: `ENGRAM_AGENT_ADVERTISE_HOST`, else the listen host; an IPv6 address in brackets).
- * None (null) when `host` is a wildcard: the agent cannot know which of its addresses peers reach.
+ * (`host`: `peerHostOf`; an IPv6 address in brackets). None (null) when `host` is a wildcard:
+ * the agent cannot know which of its addresses peers reach.
  */
 export const derivedPeerUrl = (host: string, port: number): string | null => {
   if (wildcardHosts.has(host) || host === "") return null
@@ -158,8 +226,7 @@ export const parsePeers = (text: string): Map<string, string> => {
 
 /**
  * The start-up warning of an agent that advertises no peer URL (from the environment): told none
- * (`peerUrl` undefined) and its peer server's host (`host`: the advertise host, else the listen
- * host) a wildcard. The coordinator then has no address to give the sources of moves to this host,
+ * (`peerUrl` undefined) and its peer URL's host (`host`: `peerHostOf`) a wildcard. The coordinator then has no address to give the sources of moves to this host,
  * so each fails unless the source's own `ENGRAM_PEERS` names it. Null when it advertises one.
  */
 export const noPeerUrlWarning = (peerUrl: string | undefined, host: string): string | null =>

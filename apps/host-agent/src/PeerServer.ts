@@ -2,14 +2,15 @@
  * The agent's small HTTP server for its peers: a move's target answers prepare (the endpoint
  * its runtime waits on for the VM), commit and abort here; `GET /v1/peer/status` shows what is
  * resident and incoming. Every request carries a bearer: the move token for move routes, the
- * status token for the status (MoveToken.ts). A target's refusal is a 409 `PeerError`; for a
+ * status token for the status (MoveToken.ts); a prepare's answer carries the target's proof that it
+ * holds the peer secret (`prepareProof`). A target's refusal is a 409 `PeerError`; for a
  * commit it means the guest does not run here (MoveTarget.ts).
  */
 import { createServer } from "node:http"
 import { Context, Effect, Layer, Schema } from "effect"
 import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { NodeHttpServer } from "@effect/platform-node"
-import { moveToken, statusToken, tokensEqual } from "./MoveToken.js"
+import { moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
 import type { MoveHeader, MoveTarget } from "./MoveTarget.js"
 
 const Header = Schema.Struct({
@@ -62,7 +63,8 @@ export const routes = (deps: PeerServerDeps) =>
         const a = yield* authorizedMove(deps, Header)
         if (a._tag === "Bad") return a.response
         const endpoint = yield* deps.target.prepare(a.body)
-        return json(200, { endpoint })
+        // The source streams nothing to a target that cannot prove it holds the peer secret.
+        return json(200, { endpoint, proof: prepareProof(deps.secret, a.body.moveId, a.body.sourceHostId, deps.hostId, endpoint) })
       }).pipe(Effect.catchTag("PeerError", peerError)),
     ),
     HttpRouter.add(

@@ -389,7 +389,10 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
     for (const peerUrl of [null, "http://10.0.0.1:7100", "https://[fd00::1]:8443/a/"]) expect(await issuesOf({ hostId: "h", peerUrl })).toBeUndefined()
   })
 
-  it("derived when not given: http://<advertise host, else listen host>:<port>; none for a wildcard host", () => {
+  it("derived when not given: http://<listen host, or the advertise host when it listens on a wildcard>:<port>; none for a wildcard host", () => {
+    expect(PeerLink.peerHostOf("10.0.0.1", "10.0.0.9")).toBe("10.0.0.1")
+    expect(PeerLink.peerHostOf("0.0.0.0", "10.0.0.9")).toBe("10.0.0.9")
+    expect(PeerLink.peerHostOf("::", undefined)).toBe("::")
     expect(PeerLink.derivedPeerUrl("10.0.0.7", 7100)).toBe("http://10.0.0.7:7100")
     expect(PeerLink.derivedPeerUrl("agent-1.internal", 1)).toBe("http://agent-1.internal:1")
     expect(PeerLink.derivedPeerUrl("fd00::1", 7100)).toBe("http://[fd00::1]:7100")
@@ -399,7 +402,7 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
     expect(PeerLink.peerUrlProblem(PeerLink.derivedPeerUrl("fd00::1", 7100)!)).toBeUndefined()
   })
 
-  it("a started agent reports the URL it advertises: given, derived from the bound port and the advertise host, none for a wildcard or without a server", async () => {
+  it("a started agent reports the URL it advertises: given, derived from the bound port and the listen host (the advertise host when it listens on a wildcard), none for a wildcard or without a server", async () => {
     const reported = (o: Partial<Parameters<typeof startHostAgent>[0]>) =>
       Effect.runPromise(
         Effect.scoped(
@@ -426,8 +429,11 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
     expect(behind.peerUrl).toBe(`http://agent-1.internal:${behind.port}`)
     expect(await reported({ listen: { port: 0, host: "0.0.0.0" } })).toMatchObject({ peerUrl: null, hasKey: false })
     expect((await reported({})).peerUrl).toBeNull()
+    // The peer server listens on a host of its own: the URL names it, whatever the data plane's advertise host.
+    const pinned = await reported({ listen: { port: 0, host: "127.0.0.1", advertiseHost: "10.0.0.9" } })
+    expect(pinned.peerUrl).toBe(`http://127.0.0.1:${pinned.port}`)
     // An advertise host no URL can hold (a space): none advertised, rather than a report refused.
-    expect((await reported({ listen: { port: 0, host: "127.0.0.1", advertiseHost: "bad host" } })).peerUrl).toBeNull()
+    expect((await reported({ listen: { port: 0, host: "0.0.0.0", advertiseHost: "bad host" } })).peerUrl).toBeNull()
     expect((await reported({ listen: { port: 0, host: "0.0.0.0" }, peerUrl: "http://10.0.0.7:7100" })).peerUrl).toBe("http://10.0.0.7:7100")
     expect((await reported({ listen: { port: 0, host: "127.0.0.1" }, peerUrl: null })).peerUrl).toBeNull()
   })

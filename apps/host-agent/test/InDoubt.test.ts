@@ -7,6 +7,7 @@
 import { assert, describe } from "@effect/vitest"
 import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
+import { PeerError } from "../src/MoveTarget.js"
 import { effect } from "./support/PatientClock.js"
 import { makeFleet } from "./support/InProcess.js"
 
@@ -61,5 +62,35 @@ describe("an in-doubt move on the agents", () => {
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
       assert.deepStrictEqual(running(yield* b.runtime.list), ["s1"])
       assert.strictEqual(yield* Ref.get(b.runtime.starts), 0)
+    }))
+
+  effect("the outcome a source owes records where it reached the target's agent (a restarted source asks there again)", () =>
+    Effect.gen(function* () {
+      const url = "http://10.0.0.2:7100"
+      const fleet = yield* makeFleet(
+        [
+          { hostId: "a", sim: SimRuntime.defaultSimConfig },
+          { hostId: "b", sim: SimRuntime.defaultSimConfig },
+        ],
+        {
+          // A link that reaches b at `url`, whose commit answers nothing: the outcome stays owed.
+          wrapLink: (link) => ({
+            ...link,
+            addressOf: (h) => (h.targetHostId === "b" ? url : undefined),
+            commit: (h) => Effect.fail(new PeerError({ op: "commit", moveId: h.moveId, message: "no answer", refused: false })),
+          }),
+        },
+      )
+      const [a] = fleet.hosts as [(typeof fleet.hosts)[0]]
+      yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
+      for (let i = 0; i < 4; i++) {
+        yield* fleet.pass
+        yield* fleet.quiesce
+      }
+      yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
+      yield* fleet.pass
+      yield* fleet.quiesce
+      const owed = yield* a.residents.pendingCommits
+      assert.deepStrictEqual(owed.map((p) => [p.moveId, p.phases, p.target]), [["m1", null, { targetHostId: "b", memMib: 4096, vcpus: 2, peerUrl: url }]])
     }))
 })

@@ -1,9 +1,11 @@
 import { existsSync, mkdtempSync, readdirSync, writeFileSync } from "node:fs"
+import { createServer, type Server } from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Scope, Exit } from "effect"
 import { startHostAgent } from "../src/Host.js"
+import { moveToken } from "../src/MoveToken.js"
 import { makeFakeCoordinator, type FakeCoordinator } from "./support/FakeCoordinator.js"
 
 const measure = () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 })
@@ -25,9 +27,9 @@ const start = (coordinator: FakeCoordinator, stateFile: string) =>
     return { agent, stop: Scope.close(scope, Exit.void) }
   })
 
-const waitUntil = (what: string, f: Effect.Effect<boolean>) =>
+const waitUntil = (what: string, f: Effect.Effect<boolean>, tries = 200) =>
   Effect.gen(function* () {
-    for (let i = 0; i < 200; i++) {
+    for (let i = 0; i < tries; i++) {
       if (yield* f) return
       yield* Effect.sleep(20)
     }
@@ -72,4 +74,74 @@ describe("a restarted agent reconciles what is resident with the coordinator", (
       assert.isTrue(existsSync(stateFile), "a fresh state file is written")
       yield* agent.stop
     }))
+})
+
+/** A target agent's stand-in over real HTTP: answers every commit (and abort) 200 and remembers what it was asked, with which bearer. */
+const standInTarget = Effect.acquireRelease(
+  Effect.promise(
+    () =>
+      new Promise<{ readonly url: string; readonly asked: { path: string; bearer: string }[]; readonly server: Server }>((resolve) => {
+        const asked: { path: string; bearer: string }[] = []
+        const server = createServer((req, res) => {
+          asked.push({ path: req.url ?? "", bearer: (req.headers.authorization ?? "").replace(/^Bearer /, "") })
+          res.setHeader("content-type", "application/json")
+          res.end(JSON.stringify({ ok: true, resumedForMs: 0 }))
+        })
+        server.listen(0, "127.0.0.1", () => {
+          const a = server.address()
+          resolve({ url: `http://127.0.0.1:${typeof a === "object" && a !== null ? a.port : 0}`, asked, server })
+        })
+      }),
+  ),
+  (t) => Effect.promise(() => new Promise((r) => t.server.close(r))),
+)
+
+describe("a restarted source settles the move outcome it owes", () => {
+  it.live("without ENGRAM_PEERS: the target is asked at the peer URL the owed move recorded (the coordinator no longer sends one), and the move commits", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const target = yield* standInTarget
+        const coordinator = yield* makeFakeCoordinator
+        yield* coordinator.addSession("s1", "a", 512)
+        yield* coordinator.setState("s1", "running")
+        yield* coordinator.beginMove("m1", "s1", "b", 600)
+        // The final round is recorded: the point of no return is behind the move (the fake sends no target peer URL with it).
+        yield* coordinator.client("a").round("m1", { kind: "final", wireBytes: 1, apparentBytes: 1, sendMs: 1, captureMs: 1 })
+        // What the source wrote before it stopped: its copy paused, the target's commit not confirmed yet.
+        const stateFile = join(mkdtempSync(join(tmpdir(), "engram-restart-owed-")), "state.json")
+        writeFileSync(
+          stateFile,
+          JSON.stringify({
+            version: 1,
+            hostId: "a",
+            vms: [{ vmId: "s1", memMib: 512, vcpus: 1, status: "paused", reservationId: "res-s1", moveId: null }],
+            pendingCommits: [
+              {
+                moveId: "m1",
+                sessionId: "s1",
+                phases: null,
+                target: { targetHostId: "b", memMib: 512, vcpus: 1, peerUrl: target.url },
+                pause: { pausedAtMs: 0, captureMs: 1, sendMs: 1, sentAtMs: 2 },
+                finalRecorded: true,
+              },
+            ],
+          }),
+        )
+        const scope = yield* Scope.make()
+        const agent = yield* startHostAgent({
+          hostId: "a",
+          coordinator: coordinator.client("a"),
+          peerSecret: "restart-test-secret-0123",
+          peers: () => undefined,
+          stateFile,
+          measure,
+          sim: { startMs: 5 },
+          config: { retryDelayMs: 20, pollWaitMs: 0 },
+        }).pipe(Scope.provide(scope))
+        yield* waitUntil("the move committed and the paused copy dropped", Effect.map(Effect.all([coordinator.get, agent.residents.all]), ([s, vms]) => s.moves.get("m1")?.state === "committed" && vms.length === 0), 1000)
+        assert.deepStrictEqual(target.asked[0], { path: "/v1/peer/moves/m1/commit", bearer: moveToken("restart-test-secret-0123", "m1", "a", "b") })
+        assert.deepInclude((yield* coordinator.get).sessions.get("s1"), { state: "running", hostId: "b" })
+        yield* Scope.close(scope, Exit.void)
+      }),
+    ), 30_000)
 })

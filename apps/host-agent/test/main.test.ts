@@ -1,7 +1,8 @@
 // The agent as operators run it (`src/main.ts`, a real process) beside a real coordinator: it
 // says "host agent ready" only once the coordinator took its token, a refused token ends it
 // with one clear line and exit 3 (not "ready" and warnings forever), and SIGTERM ends it with 0.
-// Started without ENGRAM_PEERS, it warns once that moves to or from its host will fail.
+// Started without ENGRAM_PEERS on a host peers reach, it warns of nothing: the coordinator gives the
+// sources of moves the peer URL each agent reports.
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { StoreSim } from "@engram/store-sim"
 import { spawn } from "node:child_process"
