@@ -11,6 +11,7 @@
  */
 import { Duration, Effect, Schema } from "effect"
 import { FetchHttpClient, HttpBody, HttpClient, HttpClientRequest } from "effect/http"
+import { Move as CoreMove } from "@engram/core"
 import type { IncomingEndpoint } from "@engram/runtime"
 import { moveToken, prepareProof, tokensEqual } from "./MoveToken.js"
 import { type Committed, type MoveHeader, type MoveTarget, PeerError } from "./MoveTarget.js"
@@ -166,35 +167,19 @@ export const proofProblem = (secret: string, h: MoveHeader, answer: typeof Prepa
   return tokensEqual(answer.proof, expected) ? undefined : "answered the prepare with a wrong proof (not made with this fleet's peer secret for this move and endpoint)"
 }
 
-/** The hosts a listener on every interface binds to: no peer can reach this host there. */
-const wildcardHosts: ReadonlySet<string> = new Set(["0.0.0.0", "::", "[::]"])
+/** The hosts a listener on every interface binds to: no peer can reach this host there (core's). */
+const wildcardHosts = CoreMove.wildcardHosts
 
 /** The rule of an advertised peer URL (`ENGRAM_AGENT_PEER_URL`, a program's `peerUrl`). */
 export const peerUrlRule =
   "must be an absolute http:// or https:// URL of at most 2048 characters naming a host peers reach (not 0.0.0.0 or ::), without spaces, control characters, user:password@, a query or a fragment"
 
 /**
- * Why `url` cannot be advertised as this agent's peer URL (`peerUrlRule`), or undefined. The
- * coordinator's store checks the same shape (`@engram/store`'s `Validate.peerUrl`); a wildcard
- * host is refused here, where the operator set it.
+ * Why `url` cannot be advertised as this agent's peer URL (`peerUrlRule`), or undefined: core's
+ * `Move.isPeerUrl`, the coordinator's store's rule too (`@engram/store`'s `Validate.peerUrl`); a
+ * wildcard host is refused here, where the operator set it.
  */
-export const peerUrlProblem = (url: string): string | undefined => {
-  // URL parsing trims and drops tabs and newlines: a URL that needed it is not what was set.
-  if (url.length > 2048 || /\s/.test(url) || [...url].some((c) => c < " " || c === "\u007f") || url.includes("?") || url.includes("#")) return peerUrlRule
-  let parsed: URL
-  try {
-    parsed = new URL(url)
-  } catch {
-    return peerUrlRule
-  }
-  const ok =
-    (parsed.protocol === "http:" || parsed.protocol === "https:") &&
-    parsed.hostname !== "" &&
-    !wildcardHosts.has(parsed.hostname) &&
-    parsed.username === "" &&
-    parsed.password === ""
-  return ok ? undefined : peerUrlRule
-}
+export const peerUrlProblem = (url: string): string | undefined => (CoreMove.isPeerUrl(url, { wildcard: false }) ? undefined : peerUrlRule)
 
 /**
  * The host of the peer URL an agent derives: where its peer server listens (`ENGRAM_AGENT_HOST`),

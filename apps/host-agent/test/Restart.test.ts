@@ -11,12 +11,12 @@ import { makeFakeCoordinator, type FakeCoordinator } from "./support/FakeCoordin
 const measure = () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 })
 
 /** Starts an agent in its own scope (closing it is the agent stopping). */
-const start = (coordinator: FakeCoordinator, stateFile: string) =>
+const start = (coordinator: FakeCoordinator, stateFile: string, hostId = "h") =>
   Effect.gen(function* () {
     const scope = yield* Scope.make()
     const agent = yield* startHostAgent({
-      hostId: "h",
-      coordinator: coordinator.client("h"),
+      hostId,
+      coordinator: coordinator.client(hostId),
       peerSecret: "restart-test-secret-0123",
       peers: () => undefined,
       stateFile,
@@ -127,21 +127,11 @@ describe("a restarted source settles the move outcome it owes", () => {
             ],
           }),
         )
-        const scope = yield* Scope.make()
-        const agent = yield* startHostAgent({
-          hostId: "a",
-          coordinator: coordinator.client("a"),
-          peerSecret: "restart-test-secret-0123",
-          peers: () => undefined,
-          stateFile,
-          measure,
-          sim: { startMs: 5 },
-          config: { retryDelayMs: 20, pollWaitMs: 0 },
-        }).pipe(Scope.provide(scope))
+        const { agent, stop } = yield* start(coordinator, stateFile, "a")
         yield* waitUntil("the move committed and the paused copy dropped", Effect.map(Effect.all([coordinator.get, agent.residents.all]), ([s, vms]) => s.moves.get("m1")?.state === "committed" && vms.length === 0), 1000)
         assert.deepStrictEqual(target.asked[0], { path: "/v1/peer/moves/m1/commit", bearer: moveToken("restart-test-secret-0123", "m1", "a", "b") })
         assert.deepInclude((yield* coordinator.get).sessions.get("s1"), { state: "running", hostId: "b" })
-        yield* Scope.close(scope, Exit.void)
+        yield* stop
       }),
     ), 30_000)
 })

@@ -228,3 +228,38 @@ export const close = (m: Record, reason: string, estimateMs: number | null, now:
   abortEstimateMs: estimateMs,
   endedAt: now,
 })
+
+/** The longest peer URL a host may advertise (where its agent serves a move's target side). */
+export const maxPeerUrlLength = 2048
+
+/** The hosts a listener on every interface binds to: no peer can reach a host there. */
+export const wildcardHosts: ReadonlySet<string> = new Set(["0.0.0.0", "::", "[::]"])
+
+/**
+ * Whether `url` has the shape of a peer URL (a host's agent, where a move's source reaches its
+ * target): an absolute `http://` or `https://` URL of at most `maxPeerUrlLength` characters with
+ * a host, and no whitespace, control character, `user:password@`, query or fragment (URL
+ * parsing trims and drops tabs and newlines, so a URL that needed it is not the one given). With
+ * `wildcard: false` a wildcard host (`wildcardHosts`) is refused too: the agent's own check, where
+ * the operator sets it. The one rule of the store's `Validate.peerUrl` and the host agent's.
+ */
+export const isPeerUrl = (url: string, options: { readonly wildcard?: boolean } = {}): boolean => {
+  if (url.length > maxPeerUrlLength || /\s/.test(url) || url.includes("?") || url.includes("#")) return false
+  for (let i = 0; i < url.length; i++) {
+    const c = url.charCodeAt(i)
+    if (c < 0x20 || c === 0x7f) return false
+  }
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    return false
+  }
+  return (
+    (parsed.protocol === "http:" || parsed.protocol === "https:") &&
+    parsed.hostname !== "" &&
+    parsed.username === "" &&
+    parsed.password === "" &&
+    (options.wildcard !== false || !wildcardHosts.has(parsed.hostname))
+  )
+}

@@ -98,3 +98,30 @@ describe("Move rules (SPEC §5, §12)", () => {
     )
   })
 })
+
+describe("Move.isPeerUrl: where a move's source reaches its target (the store's rule and the agent's)", () => {
+  it("an absolute http(s) URL with a host, no credentials, query, fragment, whitespace or control character, at most 2048 characters", () => {
+    for (const ok of ["http://10.0.0.2:7100", "https://agent-b.example/peer", "http://[::1]:7100"]) expect(Move.isPeerUrl(ok), ok).toBe(true)
+    const bad = [
+      "10.0.0.2:7100",
+      "ftp://10.0.0.2",
+      "http://user:pw@10.0.0.2:7100",
+      "http://10.0.0.2:7100/?x=1",
+      "http://10.0.0.2:7100/#f",
+      "http://10.0.0.2:7100/ a",
+      "http://10.0.0.2:7100/\u0007",
+      "http://10.0.0.2:7100/\u007f",
+      ` http://10.0.0.2:7100`,
+      `http://a.example/${"x".repeat(Move.maxPeerUrlLength)}`,
+    ]
+    for (const no of bad) expect(Move.isPeerUrl(no), JSON.stringify(no)).toBe(false)
+  })
+
+  it("a wildcard host is a URL's shape, refused only where the operator sets it (wildcard: false)", () => {
+    for (const url of ["http://0.0.0.0:7100", "http://[::]:7100"]) {
+      expect(Move.isPeerUrl(url)).toBe(true)
+      expect(Move.isPeerUrl(url, { wildcard: false })).toBe(false)
+    }
+    expect(Move.isPeerUrl("http://10.0.0.2:7100", { wildcard: false })).toBe(true)
+  })
+})

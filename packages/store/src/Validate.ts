@@ -3,7 +3,7 @@
  * and rule whichever store runs. Each check answers the first broken rule, or null.
  */
 import type { Budget } from "@engram/core"
-import { Downtime, Ledger, Lifetime, Names } from "@engram/core"
+import { Downtime, Ledger, Lifetime, Move, Names } from "@engram/core"
 import { InvalidInput } from "./Errors.js"
 import type { HostReport, MoveGuardReport, NumberedRound } from "./Types.js"
 
@@ -189,17 +189,8 @@ export const report = (r: HostReport): InvalidInput | null => {
   return (r.totalVcpus === null ? null : integerAtLeast("totalVcpus", r.totalVcpus, 0)) ?? heldTemplates(r.templates) ?? peerUrl(r.peerUrl)
 }
 
-/** Whether `s` holds a control character (U+0000-U+001F, U+007F). */
-const hasControl = (s: string): boolean => {
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i)
-    if (c < 0x20 || c === 0x7f) return true
-  }
-  return false
-}
-
-/** The longest peer URL a host may advertise. */
-export const maxPeerUrlLength = 2048
+/** The longest peer URL a host may advertise (core's `Move.maxPeerUrlLength`). */
+export const maxPeerUrlLength = Move.maxPeerUrlLength
 
 /** The rule of a host's advertised peer URL (`peerUrl`). */
 export const peerUrlRule = `must be null or an absolute http:// or https:// URL of at most ${maxPeerUrlLength} characters, without spaces, control characters, user:password@, a query or a fragment`
@@ -209,28 +200,8 @@ export const peerUrlRule = `must be null or an absolute http:// or https:// URL 
  * or fragment: move sources log it and authenticate with the move token, never with the URL.
  * Kept as sent (not normalized): what is stored is what the agent advertised.
  */
-export const peerUrl = (value: unknown): InvalidInput | null => {
-  if (value === undefined || value === null) return null
-  const bad = new InvalidInput({ field: "peerUrl", rule: peerUrlRule })
-  // URL parsing trims and drops tabs and newlines; a URL that needed it is not what was sent.
-  if (typeof value !== "string" || value.length > maxPeerUrlLength || /\s/.test(value) || hasControl(value)) return bad
-  let parsed: URL
-  try {
-    parsed = new URL(value)
-  } catch {
-    return bad
-  }
-  const ok =
-    (parsed.protocol === "http:" || parsed.protocol === "https:") &&
-    parsed.hostname !== "" &&
-    parsed.username === "" &&
-    parsed.password === "" &&
-    parsed.search === "" &&
-    parsed.hash === "" &&
-    !value.includes("?") &&
-    !value.includes("#")
-  return ok ? null : bad
-}
+export const peerUrl = (value: unknown): InvalidInput | null =>
+  value === undefined || value === null || (typeof value === "string" && Move.isPeerUrl(value)) ? null : new InvalidInput({ field: "peerUrl", rule: peerUrlRule })
 
 /** The most templates one host report may list. */
 export const maxReportedTemplates = 1000
