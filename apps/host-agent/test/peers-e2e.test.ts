@@ -9,7 +9,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type AgentProcess, type Api, api, freePort, spawnAgent, until } from "./support/E2e.js"
+import { type AgentProcess, type Api, api, registerHosts, spawnAgent, until } from "./support/E2e.js"
 
 let coordinator: RunningCoordinator
 let admin: Api
@@ -24,19 +24,11 @@ beforeAll(async () => {
     logLevel: "Warn",
   })
   admin = api(coordinator.url, coordinator.adminToken)
-  for (const id of ["a", "b"]) {
-    ports[id] = await freePort()
-    const created = await admin.call("POST", "/v1/hosts", { id })
-    expect(created.status).toBe(201)
+  const hosts = await registerHosts(admin, coordinator.url, ["a", "b"])
+  for (const [id, host] of Object.entries(hosts)) {
+    ports[id] = host.port
     // One at a time: tsx compiles each on start. No peer list: the coordinator tells.
-    agents[id] = await spawnAgent({
-      hostId: id,
-      port: ports[id],
-      coordinatorUrl: coordinator.url,
-      hostToken: created.body.token,
-      peers: "",
-      env: { ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_HOST: "127.0.0.1" },
-    })
+    agents[id] = await spawnAgent({ ...host, peers: "", env: { ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_HOST: "127.0.0.1" } })
   }
   await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body.items, (hs: { measured: boolean }[]) => hs.length === 2 && hs.every((h) => h.measured))
 }, 240_000)
