@@ -190,8 +190,15 @@ const toPortError = (op: string, e: { readonly _tag: string; readonly message: s
   })
 }
 
-/** A 400 naming `peerUrl`: a coordinator older than peer URLs refuses the report's key. */
-const refusesPeerUrl = (e: Conflict | CoordinatorError): boolean => e._tag === "CoordinatorError" && e.status === 400 && e.field === "peerUrl"
+/** The API's 400: the request's input refused, naming the field (a proxy's 400 names none). */
+export const refusedInput = (e: { readonly _tag: string }): e is CoordinatorError =>
+  e._tag === "CoordinatorError" && (e as CoordinatorError).status === 400 && (e as CoordinatorError).field !== undefined
+
+/**
+ * The API's 400 naming `key`: how a coordinator older than a key refuses it (an unknown key, under
+ * its strict decoding), so a newer agent sends the request again without it.
+ */
+export const refusesKey = (e: { readonly _tag: string }, key: string): boolean => refusedInput(e) && e.field === key
 
 /**
  * The coordinator over HTTP, through the API's typed client. Needs an `HttpClient`. With several
@@ -238,7 +245,7 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
           // A coordinator older than peer URLs refuses the key (400 naming it): the report goes
           // again without it, so agents may be upgraded first; said once.
           Effect.catchIf(
-            (e) => r.peerUrl !== undefined && refusesPeerUrl(e),
+            (e) => r.peerUrl !== undefined && refusesKey(e, "peerUrl"),
             () =>
               Effect.gen(function* () {
                 if (!saidPeerUrlRefused) {

@@ -33,7 +33,7 @@
 import { Effect, Fiber } from "effect"
 import { type Downtime, Move as CoreMove } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
-import { type AssignedMove, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, type NumberedRound, type PhasesReport, type RoundReport } from "./Coordinator.js"
+import { type AssignedMove, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, refusedInput, refusesKey, type NumberedRound, type PhasesReport, type RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
 import * as Pacing from "./Pacing.js"
 import type { MoveHeader } from "./MoveTarget.js"
@@ -148,15 +148,12 @@ export const briefBackoff: Pacing.Backoff = { baseMs: 100, capMs: 450 }
  * together do not come back in lock-step. A 503's `retryAfterMs` is not waited for: some of
  * these calls run in the guest's pause, whose bound is this back-off's.
  */
-/** The API's 400: the request's input refused, naming the field (a proxy's 400 names none). */
-const refusedInput = (e: CoordinatorError): boolean => e.status === 400 && e.field !== undefined
-
 export const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Effect<A, E>) =>
   eff.pipe(
     Effect.retry({
       schedule: Pacing.retrySchedule(briefBackoff, false),
       times: 4,
-      while: (e) => e._tag === "CoordinatorError" && (e as unknown as CoordinatorError).notFound === undefined && !refusedInput(e as unknown as CoordinatorError),
+      while: (e) => e._tag === "CoordinatorError" && (e as unknown as CoordinatorError).notFound === undefined && !refusedInput(e),
     }),
   )
 
@@ -166,25 +163,20 @@ export const retrying = <A, E extends { readonly _tag: string }>(eff: Effect.Eff
  * position, on the next replica or the same: the store holds it already and answers success
  * without recording it twice (`Move.placeRound`). So a 409 is the move's end (or a position this
  * source got wrong), never our own round: no read of the move is needed to tell them apart, for
- * the final round either.
+ * the final round either. A coordinator older than round positions refuses `seq` as an unknown
+ * key (during a rolling upgrade, or with the agents upgraded first): the round goes again without
+ * it, appended as before. A newer one refuses only a bad `seq` that way, which this agent never sends.
  */
 export const recordRound = (coordinator: CoordinatorShape, moveId: string, round: NumberedRound) =>
   retrying(coordinator.round(moveId, round)).pipe(
     Effect.catchIf(
-      (e): e is CoordinatorError => round.seq !== undefined && refusesPositions(e),
+      (e): e is CoordinatorError => round.seq !== undefined && refusesKey(e, "seq"),
       () =>
         Effect.logWarning("the coordinator does not take round positions (it is older than this agent): the round is recorded without one, appended as before", { moveId, seq: round.seq }).pipe(
           Effect.andThen(retrying(coordinator.round(moveId, withoutSeq(round)))),
         ),
     ),
   )
-
-/**
- * A coordinator older than round positions refuses a round's `seq` as an unknown key (400 naming
- * `seq`): during a rolling upgrade, or with the agents upgraded first. A newer one refuses only a
- * bad `seq` that way, which this agent never sends.
- */
-const refusesPositions = (e: Conflict | CoordinatorError): boolean => e._tag === "CoordinatorError" && refusedInput(e) && e.field === "seq"
 
 const withoutSeq = ({ seq: _seq, ...round }: NumberedRound): RoundReport => round
 
