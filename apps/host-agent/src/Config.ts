@@ -3,8 +3,8 @@
  * in README.md). Every bad value is reported at start, all at once, in `@engram/process`'s `Env`
  * format (`VARIABLE="value": rule`); the host token and the peer secret are `Redacted` and never
  * echoed; nothing falls back silently. An `ENGRAM_*` variable that no engram component reads is
- * warned about by name, and so is an `ENGRAM_PEERS` that names no other agent (no move to or
- * from this host can work).
+ * warned about by name, and so is an agent that advertises no peer URL (a wildcard listen host
+ * without `ENGRAM_AGENT_ADVERTISE_HOST` or `ENGRAM_AGENT_PEER_URL`: no source can reach it for a move).
  */
 import { tmpdir } from "node:os"
 import { Payloads } from "@engram/api"
