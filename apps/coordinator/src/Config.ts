@@ -589,6 +589,19 @@ export const postgresOnlySet = (config: CoordinatorConfig): readonly string[] =>
 export const postgresOnlyWarning = (variables: readonly string[]): string =>
   `${variables.join(", ")} ${variables.length === 1 ? "has" : "have"} no effect on the embedded database (PGlite): ${variables.length === 1 ? "it applies" : "they apply"} on PostgreSQL only (ENGRAM_DATABASE_URL)`
 
+/** The settings that act on the embedded database (PGlite) only: a coordinator on PostgreSQL ignores them. */
+export const embeddedOnlyKeys = ["pgliteWorker"] as const satisfies readonly (keyof typeof settingVariables)[]
+
+/** The variables of `config`'s embedded-only settings set away from their defaults (as `postgresOnlySet`). */
+export const embeddedOnlySet = (config: CoordinatorConfig): readonly string[] => {
+  const byDefault = defaults()
+  return embeddedOnlyKeys.filter((k) => config[k] !== byDefault[k]).map((k) => settingVariables[k])
+}
+
+/** The start-up warning for embedded-only settings given to a coordinator on PostgreSQL. */
+export const embeddedOnlyWarning = (variables: readonly string[]): string =>
+  `${variables.join(", ")} ${variables.length === 1 ? "has" : "have"} no effect on PostgreSQL (ENGRAM_DATABASE_URL is set): ${variables.length === 1 ? "it applies" : "they apply"} to the embedded database (PGlite) only`
+
 /**
  * Where a relative `dataDir` lives. pnpm sets `INIT_CWD` to the directory it was run from, and
  * runs a package's script in the package's directory; so under `pnpm start` at the repository

@@ -350,10 +350,11 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       // Info, not a warning: most kernels cap the queue at 4,096, which only a fleet of thousands
       // of agents connecting at once (a restart, a network blip) outgrows.
       if (queueWarning !== undefined) yield* Effect.logInfo(queueWarning, { somaxconn: readSomaxconn(), listenBacklog })
-      // Set for PostgreSQL but running on the embedded store: said once, not refused (one
+      // Set for the other backend than the one running: said once, not refused (one
       // environment may serve both).
-      const ignored = backend === "pglite" ? Config.postgresOnlySet(config) : []
-      if (ignored.length > 0) yield* Effect.logWarning(Config.postgresOnlyWarning(ignored), { variables: ignored })
+      const ignored = backend === "pglite" ? Config.postgresOnlySet(config) : backend === "postgres" ? Config.embeddedOnlySet(config) : []
+      if (ignored.length > 0)
+        yield* Effect.logWarning(backend === "pglite" ? Config.postgresOnlyWarning(ignored) : Config.embeddedOnlyWarning(ignored), { variables: ignored })
       yield* Effect.logInfo(`engram coordinator listening on ${url}`, {
         url,
         port,

@@ -2,6 +2,7 @@
 import { Config, Coordinator, startCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { Env } from "@engram/process"
+import { freshDatabase } from "@engram/test-pg"
 import { Effect, Exit, Layer, Logger, Redacted } from "effect"
 import { existsSync, mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -512,4 +513,41 @@ describe("PostgreSQL-only settings on the embedded database", () => {
     ])
     expect(await warningsOf({})).toEqual([])
   }, 360_000)
+})
+
+// The other way round: the embedded database's own settings given to a coordinator on PostgreSQL.
+describe("embedded-only settings on PostgreSQL", () => {
+  const adminToken = "config-admin-token-0123456789"
+
+  it("the ones set away from their defaults are named", async () => {
+    expect(Config.embeddedOnlySet(Config.defaults())).toEqual([])
+    const fromEnv = await Effect.runPromise(Config.fromEnvironment({ ENGRAM_PGLITE_WORKER: "0", ENGRAM_PORT: "0" }))
+    expect(Config.embeddedOnlySet(fromEnv)).toEqual(["ENGRAM_PGLITE_WORKER"])
+    expect(Config.embeddedOnlyWarning(["ENGRAM_PGLITE_WORKER"])).toBe(
+      "ENGRAM_PGLITE_WORKER has no effect on PostgreSQL (ENGRAM_DATABASE_URL is set): it applies to the embedded database (PGlite) only",
+    )
+  })
+
+  it("a coordinator on PostgreSQL warns once at start; with none set it says nothing", async () => {
+    const db = await freshDatabase()
+    try {
+      const warningsOf = (config: Config.CoordinatorConfigInput) => {
+        const lines: string[] = []
+        const capture = Logger.layer([Logger.make(({ logLevel, message }) => void (logLevel === "Warn" && lines.push(String(Array.isArray(message) ? message[0] : message))))])
+        const dataDir = join(mkdtempSync(join(tmpdir(), "engram-config-")), "data")
+        return Effect.runPromise(
+          Effect.scoped(Layer.build(Coordinator.layer({ reaper: false, config: { port: 0, adminToken, dataDir, databaseUrl: db.url, ...config } }))).pipe(
+            Effect.provide(capture),
+            Effect.map(() => lines),
+          ),
+        )
+      }
+      expect(await warningsOf({ pgliteWorker: 0 })).toEqual([
+        "ENGRAM_PGLITE_WORKER has no effect on PostgreSQL (ENGRAM_DATABASE_URL is set): it applies to the embedded database (PGlite) only",
+      ])
+      expect(await warningsOf({})).toEqual([])
+    } finally {
+      await db.drop()
+    }
+  }, 120_000)
 })
