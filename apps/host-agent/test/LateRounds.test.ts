@@ -50,9 +50,10 @@ const restartedInThePause = (moveIntent: boolean, heldSeq: number) =>
     yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
     yield* fleet.pass
     // The first run never ends (it waits on the held record): the clock moves until it is stuck
-    // there, bounded in steps, each giving the agents' file I/O a turn of the event loop.
-    for (let i = 0; i < 600 && !(first.heldAsked && first.sent); i++) {
-      yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+    // there, bounded in steps, each giving the agents' I/O its turn first (as `quiesce` does: one
+    // turn of the event loop, later 10 ms of real time, about 20 s at most on a loaded machine).
+    for (let i = 0; i < 2000 && !(first.heldAsked && first.sent); i++) {
+      yield* Effect.promise(() => new Promise<void>((resolve) => (i < 100 ? setImmediate(resolve) : setTimeout(resolve, 10))))
       yield* TestClock.adjust("1 second")
     }
     assert.isTrue(first.heldAsked && first.sent, "the first run reached the held record and sent the final round")
