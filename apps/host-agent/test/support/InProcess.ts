@@ -1,6 +1,7 @@
 /**
  * Two (or more) agents in one process with in-memory links and a fake coordinator: the
- * clock-driven fixture. Agents are built without their loops; tests drive reconcile passes.
+ * clock-driven fixture. Agents are built without their loops; tests drive reconcile passes, and
+ * may restart an agent (`restart`: stopped, then started again from its state file).
  * The runtimes are `@engram/runtime`'s simulated ones on its in-memory wire.
  */
 import { mkdtempSync } from "node:fs"
