@@ -61,8 +61,17 @@ export const PendingCommit = Schema.Struct({
    * agents, which recorded it before writing the file.
    */
   final: Schema.optionalKey(Records.MoveRound),
-  /** Pre-copy rounds measured only at the pause, recorded before the final one. */
+  /**
+   * The records not known to be recorded when the guest paused (pre-copy rounds measured only at
+   * the pause, and those whose record was still in flight), recorded before the final one.
+   */
   lateRounds: Schema.optionalKey(Schema.Array(Records.MoveRound)),
+  /**
+   * The position (`seq`) the first of `lateRounds` took: the move holds every record before it.
+   * A restarted source sends them again at their positions, so none is recorded twice. Absent in
+   * files of older agents: their late rounds go after what the move holds, unless it holds the last of them.
+   */
+  lateSeq: Schema.optionalKey(Schema.Number.check(Schema.isInt(), Schema.isGreaterThanOrEqualTo(0))),
   finalRecorded: Schema.optionalKey(Schema.Boolean),
   /**
    * Whether the coordinator is known to hold the move's intent (its point of no return): true

@@ -181,7 +181,27 @@ export const recordRound = (coordinator: CoordinatorShape, moveId: string, round
 const withoutSeq = ({ seq: _seq, ...round }: NumberedRound): RoundReport => round
 
 /** `rounds` from position `seq` on: the positions of records sent one after the other. */
-const numbered = (rounds: readonly RoundReport[], seq: number): NumberedRound[] => rounds.map((r, i) => ({ ...r, seq: seq + i }))
+const numbered = (rounds: readonly RoundReport[], seq: number): (RoundReport & { readonly seq: number })[] => rounds.map((r, i) => ({ ...r, seq: seq + i }))
+
+/**
+ * The records a debt still owes a move that holds `rounds`, each at its position: its late rounds
+ * (`lateRounds`, the records not known recorded at the pause) at the positions they took on the
+ * first run (from `lateSeq`) where the move does not hold them yet, then `next` (its intent or
+ * its final round) after them. Only this source records the move's rounds, one after the other:
+ * the move holds every position before `lateSeq`, and from it on only these records, in order, so
+ * what it holds is not sent again (a source restarted between their records would record the
+ * first ones twice at new positions). A move holding fewer records than `lateSeq` (none of the
+ * first run's from there can be held then) gets them after what it holds. A debt of an older
+ * agent (no `lateSeq`): its late rounds after what the move holds, unless `heldByFigures` says
+ * the move holds them (judged by their figures, as that agent did).
+ */
+const owedRecords = (owed: PendingCommit, rounds: readonly RoundReport[], next: readonly RoundReport[], heldByFigures: () => boolean): NumberedRound[] => {
+  const late = owed.lateRounds ?? []
+  const held = rounds.length
+  if (owed.lateSeq === undefined) return numbered([...(heldByFigures() ? [] : late), ...next], held)
+  const from = Math.min(owed.lateSeq, held)
+  return [...numbered(late, from).filter((r) => r.seq >= held), ...numbered(next, Math.max(held, from + late.length))]
+}
 
 const jsonMs = (ms: number) => (Number.isFinite(ms) ? Math.ceil(ms) : Number.MAX_SAFE_INTEGER)
 
@@ -199,6 +219,8 @@ const report = (r: MoveRound): RoundReport => ({ kind: r.kind, wireBytes: r.wire
  * a retried one is recorded once. `recorded` waits for every record pushed so far and fails with
  * the first failure (a 409: the move is no longer pending); `record` pushes one and waits for it.
  * `ended` answers, without waiting, the 409 a record already got (the move ended meanwhile), if any.
+ * `unrecorded` answers, without waiting, the records pushed whose record is not known yet and the
+ * position of the first (every position before it is recorded): what a debt must carry.
  */
 const roundRecorder = (coordinator: CoordinatorShape, moveId: string, held: number) =>
   Effect.gen(function* () {
@@ -206,14 +228,19 @@ const roundRecorder = (coordinator: CoordinatorShape, moveId: string, held: numb
     let last: Fiber.Fiber<void, Conflict | CoordinatorError> | null = null
     let conflict: Conflict | null = null
     let next = held
+    /** The records pushed, from position `held` on, and the position up to which they are recorded. */
+    const pushed: RoundReport[] = []
+    let recordedTo = held
     const push = (round: RoundReport) =>
       Effect.gen(function* () {
         const before = last
-        const at: NumberedRound = { ...round, seq: next++ }
+        const seq = next++
+        pushed.push(round)
         last = yield* Effect.forkIn(
           Effect.gen(function* () {
             if (before !== null) yield* Fiber.join(before)
-            yield* recordRound(coordinator, moveId, at)
+            yield* recordRound(coordinator, moveId, { ...round, seq })
+            recordedTo = seq + 1
           }).pipe(Effect.tapError((e) => Effect.sync(() => void (e._tag === "Conflict" && conflict === null ? (conflict = e) : undefined)))),
           scope,
         )
@@ -221,7 +248,8 @@ const roundRecorder = (coordinator: CoordinatorShape, moveId: string, held: numb
     const recorded = Effect.suspend(() => (last === null ? Effect.void : Fiber.join(last)))
     const record = (round: RoundReport) => Effect.andThen(push(round), recorded)
     const ended = Effect.sync(() => conflict)
-    return { push, record, recorded, ended }
+    const unrecorded = Effect.sync(() => ({ seq: recordedTo, rounds: pushed.slice(recordedTo - held) }))
+    return { push, record, recorded, ended, unrecorded }
   })
 
 /** Runs one move from the source. Never fails: every failure is cleaned up and answered. */
@@ -322,6 +350,15 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       const late = at.unreported.map(report)
       const intentBeforePause = intent.heldAtMs !== null
       const targetUrl = link.addressOf?.(header)
+      // The pre-copy rounds QEMU finished before the pause are records like the others: they go
+      // now, in the background, recorded before the final round (with the intent on, once the
+      // guest runs on the target; off, beside the send).
+      for (const r of late) yield* recorder.push(r)
+      // The debt carries every record not known recorded yet (these late rounds, and pre-copy
+      // rounds whose record is still in flight) with the position of the first: a source
+      // restarted before they land sends them again at those positions, so none is recorded
+      // twice (the coordinator holds every position before it).
+      const unrecorded = yield* recorder.unrecorded
       const owed: PendingCommit = {
         moveId: move.id,
         sessionId: move.sessionId,
@@ -332,13 +369,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         final,
         finalRecorded: false,
         ...(withIntent ? { intentRecorded: intentBeforePause } : {}),
-        ...(late.length === 0 ? {} : { lateRounds: late }),
+        ...(unrecorded.rounds.length === 0 ? {} : { lateRounds: unrecorded.rounds, lateSeq: unrecorded.seq }),
         ...(deps.coordinatorKeepsGuard ? { guard: reportOf(deps.allowance, at.estimateMs) } : {}),
       }
-      // The pre-copy rounds QEMU finished before the pause are records like the others: they go
-      // now, in the background, recorded before the final round (with the intent on, once the
-      // guest runs on the target; off, beside the send).
-      for (const r of late) yield* recorder.push(r)
       // The pre-copy rounds are recorded in the background while the guest runs (in either mode;
       // with the intent on and held before the first round, as QEMU asks, the move is already
       // past its intent then): one refused (409) means the move ended meanwhile (an admin abort,
@@ -683,10 +716,10 @@ const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
       // return is the final round, recorded (the late rounds first unless held) before the
       // target may run the guest.
       if (owed.final !== undefined && !CoreMove.finalRoundRecorded(m)) {
-        const late = owed.lateRounds ?? []
-        const lastLate = late.at(-1)
-        const lateHeld = lastLate !== undefined && JSON.stringify(m.rounds.at(-1)) === JSON.stringify(lastLate)
-        const r = yield* Effect.forEach(numbered([...(lateHeld ? [] : late), owed.final], m.rounds.length), (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
+        const lastLate = owed.lateRounds?.at(-1)
+        const lateHeld = () => lastLate !== undefined && JSON.stringify(m.rounds.at(-1)) === JSON.stringify(lastLate)
+        const records = owedRecords(owed, m.rounds, [owed.final], lateHeld)
+        const r = yield* Effect.forEach(records, (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
         if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its final round")
         if (r._tag === "Failure") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
       }
@@ -696,7 +729,11 @@ const ensureIntent = (deps: SettleDeps, owed: PendingCommit) =>
     }
     if (m.state === "pending") {
       if (!CoreMove.pastNoReturn(m)) {
-        const r = yield* recordRound(coordinator, owed.moveId, { ...intentRound, seq: m.rounds.length }).pipe(Effect.result)
+        // The late rounds went before the intent on the first run (it was to be recorded beside
+        // the send): theirs first, at their positions. An older agent's debt: the intent alone,
+        // its late rounds follow with the final round (`ensureFinalRecorded`).
+        const records = owedRecords(owed, m.rounds, [intentRound], () => true)
+        const r = yield* Effect.forEach(records, (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
         if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its intent")
         if (r._tag === "Failure") return { _tag: "Owed", reason: `the intent is not recorded yet: ${r.failure.message}` } as const
       }
@@ -732,12 +769,11 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
     if (read._tag === "Failure") return { _tag: "Owed", reason: `the move cannot be read: ${read.failure.message}` } as const
     const m = read.success
     if (m.state === "pending" && !CoreMove.finalRoundRecorded(m)) {
-      const late = owed.lateRounds ?? []
-      const lastLate = late.at(-1)
-      const held = lastLate === undefined || m.rounds.some((round) => JSON.stringify(round) === JSON.stringify(lastLate))
+      const lastLate = owed.lateRounds?.at(-1)
+      const lateHeld = () => lastLate === undefined || m.rounds.some((round) => JSON.stringify(round) === JSON.stringify(lastLate))
       // A final round whose send was never measured (the agent stopped during it): the send time known at the pause, if any.
       const final = owed.final.sendMs === 0 && owed.pause?.sendMs !== undefined ? { ...owed.final, sendMs: owed.pause.sendMs } : owed.final
-      const r = yield* Effect.forEach(numbered([...(held ? [] : late), final], m.rounds.length), (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
+      const r = yield* Effect.forEach(owedRecords(owed, m.rounds, [final], lateHeld), (round) => recordRound(coordinator, owed.moveId, round), { discard: true }).pipe(Effect.result)
       if (r._tag === "Failure" && moveGone(owed, r.failure)) return yield* settleGone(deps, owed, "its final round")
       if (r._tag === "Failure" && r.failure._tag !== "Conflict") return { _tag: "Owed", reason: `the final round is not recorded yet: ${r.failure.message}` } as const
       if (r._tag === "Failure") {

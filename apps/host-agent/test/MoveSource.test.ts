@@ -3,8 +3,13 @@
  * `Pacing`'s are, so the sources of moves that failed together do not retry in lock-step. On the
  * TestClock with a fixed `Random`. And a round recorded at its position (`recordRound`): a retry
  * of one whose answer was lost is recorded once. A move read ended is not started; a final round
- * refused (409) on a move still pending without it is not taken for recorded.
+ * refused (409) on a move still pending without it is not taken for recorded; a debt's late
+ * rounds are sent again at their positions, only where the move does not hold them (a state file
+ * of an older agent, without their position, still settles as before).
  */
+import { mkdtempSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { assert, describe } from "@effect/vitest"
 import { Move as CoreMove } from "@engram/core"
 import { Clock, Effect, Fiber, Random } from "effect"
@@ -257,6 +262,45 @@ describe("MoveSource.settleCommit", () => {
       assert.strictEqual((yield* settleOwed(deps))._tag, "Acknowledged")
       assert.deepStrictEqual(calls, ["round final at 0", "commit", "destroy"])
       assert.deepStrictEqual(yield* residents.pendingCommits, [])
+    }),
+  )
+
+  const lateA: RoundReport = { kind: "delta", wireBytes: 30, apparentBytes: 31, sendMs: 3, captureMs: 1 }
+  const lateB: RoundReport = { kind: "delta", wireBytes: 20, apparentBytes: 21, sendMs: 2, captureMs: 1 }
+
+  effect("a debt's late rounds go at the positions they took (lateSeq), only those the move does not hold; the final round after them", () =>
+    Effect.gen(function* () {
+      // The move holds the first late round (position 2); the source stopped before the second's record.
+      const rounds: RoundReport[] = [{ ...delta, kind: "full" }, intent, lateA]
+      const { calls, deps, residents } = yield* sourceWorld("pending", rounds, (r) => Effect.sync(() => void rounds.push(r)))
+      yield* residents.addPendingCommit({ ...debt, lateRounds: [lateA, lateB], lateSeq: 2 })
+      assert.strictEqual((yield* settleOwed(deps))._tag, "Acknowledged")
+      assert.deepStrictEqual(calls, ["round delta at 3", "round final at 4", "commit", "destroy"])
+    }),
+  )
+
+  effect("a state file of an older agent (late rounds without lateSeq) still loads and settles: its late rounds after what the move holds, unless it holds the last", () =>
+    Effect.gen(function* () {
+      const path = join(mkdtempSync(join(tmpdir(), "engram-late-")), "state.json")
+      const older: LocalState.PendingCommit = { ...debt, lateRounds: [lateA] }
+      writeFileSync(path, JSON.stringify({ version: 1, hostId: "a", vms: [], pendingCommits: [older] }))
+      const loaded = yield* LocalState.load(path, "a")
+      if (loaded._tag !== "Loaded") return assert.fail(`the older file did not load: ${loaded._tag}`)
+      const [owed] = loaded.state.pendingCommits
+      assert.deepStrictEqual(owed, older)
+      assert.isUndefined(owed!.lateSeq)
+      // Not held: the late round, then the final round, after what the move holds.
+      const rounds: RoundReport[] = [{ ...delta, kind: "full" }, intent]
+      const world = yield* sourceWorld("pending", rounds, (r) => Effect.sync(() => void rounds.push(r)))
+      yield* world.residents.addPendingCommit(owed!)
+      assert.strictEqual((yield* settleOwed(world.deps))._tag, "Acknowledged")
+      assert.deepStrictEqual(world.calls, ["round delta at 2", "round final at 3", "commit", "destroy"])
+      // Held (the move's last record): the final round alone.
+      const holding: RoundReport[] = [{ ...delta, kind: "full" }, intent, lateA]
+      const again = yield* sourceWorld("pending", holding, (r) => Effect.sync(() => void holding.push(r)))
+      yield* again.residents.addPendingCommit(owed!)
+      assert.strictEqual((yield* settleOwed(again.deps))._tag, "Acknowledged")
+      assert.deepStrictEqual(again.calls, ["round final at 3", "commit", "destroy"])
     }),
   )
 })

@@ -1,16 +1,19 @@
 /**
  * Two (or more) agents in one process with in-memory links and a fake coordinator: the
- * clock-driven fixture. Agents are built without their loops; tests drive reconcile passes.
+ * clock-driven fixture. Agents are built without their loops; tests drive reconcile passes, and
+ * may restart an agent (`restart`: stopped, then started again from its state file).
  * The runtimes are `@engram/runtime`'s simulated ones on its in-memory wire.
  */
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { ImageStore, type Launch, type MigrateResult, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
-import { Effect, Ref } from "effect"
+import { ImageStore, type Launch, type MigrateResult, type MoveRound, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
+import { Effect, Exit, Ref, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { type Agent, makeAgent } from "../../src/Agent.js"
+import type { CoordinatorShape } from "../../src/Coordinator.js"
 import { defaultAgentConfig } from "../../src/Host.js"
+import * as LocalState from "../../src/LocalState.js"
 import { makeMoveTarget, type MoveTarget } from "../../src/MoveTarget.js"
 import * as PeerLink from "../../src/PeerLink.js"
 import { makeResidents, type Residents } from "../../src/Residents.js"
@@ -28,8 +31,9 @@ export interface TestHost {
  * Wraps a runtime to count starts (a guest booted again lost its memory) and keep how each VM
  * came to run, to run `onPause` when
  * a move has paused the guest at its post-capture check point (nothing sent yet), and
- * `onSwitchover` just before the final round is sent, and `onBeforePause` when the guard decided
- * to pause, the guest still running, before the caller's `beforePause` (its intent).
+ * `onSwitchover` just before the final round is sent (`onSent` once it is), and `onBeforePause` when the guard decided
+ * to pause, the guest still running, before the caller's `beforePause` (its intent). `late`:
+ * pre-copy rounds it reports only at the pause (`unreported`).
  */
 const counting = (
   rt: SimRuntime.SimRuntimeShape,
@@ -38,6 +42,8 @@ const counting = (
   onBeforePause: (vmId: string) => Effect.Effect<void>,
   selfConverge: boolean,
   intentFirst: ((vmId: string) => Effect.Effect<void>) | undefined,
+  onSent: (vmId: string) => Effect.Effect<void>,
+  late: readonly MoveRound[],
 ) =>
   Effect.gen(function* () {
     const starts = yield* Ref.make(0)
@@ -50,7 +56,17 @@ const counting = (
         : // `selfConverge`: as a hypervisor that paused on its own before the guard decided (QEMU converging by itself): `beforePause` is never called.
       rt.migrate(vmId, { ...req, beforePause: selfConverge ? undefined : Effect.andThen(onBeforePause(vmId), req.beforePause ?? Effect.void) }).pipe(
         Effect.tap((r: MigrateResult) => (r._tag === "AtSwitchover" ? onPause(vmId) : Effect.void)),
-        Effect.map((r): MigrateResult => (r._tag === "AtSwitchover" ? { ...r, selfConverged: selfConverge, switchover: Effect.andThen(onSwitchover(vmId), r.switchover) } : r)),
+        Effect.map((r): MigrateResult =>
+          r._tag === "AtSwitchover"
+            ? {
+                ...r,
+                rounds: [...r.rounds, ...late],
+                unreported: [...r.unreported, ...late],
+                selfConverged: selfConverge,
+                switchover: Effect.andThen(onSwitchover(vmId), r.switchover).pipe(Effect.tap(() => onSent(vmId))),
+              }
+            : r,
+        ),
       )
     return {
       ...rt,
@@ -79,6 +95,15 @@ export interface FleetOptions {
   readonly intentFirst?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
   /** Runs on a host just before a move's final round leaves it. */
   readonly onSwitchover?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
+  /** Runs on a host once a move's final round was sent, before its agent learns it. */
+  readonly onSent?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
+  /**
+   * Pre-copy rounds a host's runtime reports only at the pause (`AtSwitchover.unreported`, as
+   * QEMU's passes read after the fact), after the simulated ones.
+   */
+  readonly lateRounds?: (hostId: string) => readonly MoveRound[]
+  /** Wraps a host's coordinator client (e.g. to hold one of its calls). */
+  readonly wrapCoordinator?: (client: CoordinatorShape, hostId: string) => CoordinatorShape
   /** Wraps the in-memory peer link (e.g. to watch it, or cut it). */
   readonly wrapLink?: (link: PeerLink.PeerLink, coordinator: FakeCoordinator) => PeerLink.PeerLink
   /** Runs on each write of a host's state file (e.g. to count them). */
@@ -94,23 +119,63 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
     const plain = PeerLink.inMemory(targets)
     const link = options.wrapLink === undefined ? plain : options.wrapLink(plain, coordinator)
     const built: TestHost[] = []
+    const outer = yield* Effect.scope
+    /** Each host's agent lives in a scope of its own: closing it is the agent stopping (`restart`). */
+    const stops = new Map<string, Effect.Effect<void>>()
+    /** Builds a host's agent (and its move target) on `runtime`, from `state` (null: a new host). */
+    const startAgent = (hostId: string, runtime: TestHost["runtime"], state: LocalState.StateFile | null) =>
+      Effect.gen(function* () {
+        const scope = yield* Scope.fork(outer)
+        const residents = yield* makeResidents(hostId, state, () => (options.onPersist === undefined ? Effect.void : options.onPersist(hostId)))
+        const target = yield* makeMoveTarget(hostId, runtime, residents)
+        targets.set(hostId, target)
+        const client = coordinator.client(hostId)
+        const agent = yield* makeAgent({ ...defaultAgentConfig(hostId), moveIntent: options.moveIntent ?? true }, {
+          coordinator: options.wrapCoordinator === undefined ? client : options.wrapCoordinator(client, hostId),
+          runtime,
+          measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
+          residents,
+          images: ImageStore.directory(mkdtempSync(join(tmpdir(), `engram-images-${hostId}-`))),
+          link,
+          target,
+        }).pipe(Scope.provide(scope))
+        stops.set(hostId, Scope.close(scope, Exit.void))
+        return { hostId, agent, runtime, residents, target } satisfies TestHost
+      })
     for (const h of hosts) {
       const hook = (f: FleetOptions["onPause"]) => (vmId: string) => (f === undefined ? Effect.void : f(coordinator, h.hostId, vmId))
-      const runtime = yield* counting(yield* SimRuntime.make(h.sim), hook(options.onPause), hook(options.onSwitchover), hook(options.onBeforePause), options.selfConverge === true, options.intentFirst === undefined ? undefined : hook(options.intentFirst))
-      const residents = yield* makeResidents(h.hostId, null, () => (options.onPersist === undefined ? Effect.void : options.onPersist(h.hostId)))
-      const target = yield* makeMoveTarget(h.hostId, runtime, residents)
-      targets.set(h.hostId, target)
-      const agent = yield* makeAgent({ ...defaultAgentConfig(h.hostId), moveIntent: options.moveIntent ?? true }, {
-        coordinator: coordinator.client(h.hostId),
-        runtime,
-        measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
-        residents,
-        images: ImageStore.directory(mkdtempSync(join(tmpdir(), `engram-images-${h.hostId}-`))),
-        link,
-        target,
-      })
-      built.push({ hostId: h.hostId, agent, runtime, residents, target })
+      const runtime = yield* counting(
+        yield* SimRuntime.make(h.sim),
+        hook(options.onPause),
+        hook(options.onSwitchover),
+        hook(options.onBeforePause),
+        options.selfConverge === true,
+        options.intentFirst === undefined ? undefined : hook(options.intentFirst),
+        hook(options.onSent),
+        options.lateRounds?.(h.hostId) ?? [],
+      )
+      built.push(yield* startAgent(h.hostId, runtime, null))
     }
+    /**
+     * Stops a host's agent (its scope closes: what it was doing is interrupted, as when its
+     * process is killed) and starts it again on the same runtime (the VMs outlive the agent)
+     * from its state file as last written (saved and loaded back as the agent's start does).
+     * The new host replaces the old one in `hosts`.
+     */
+    const restart = (hostId: string) =>
+      Effect.gen(function* () {
+        const i = built.findIndex((h) => h.hostId === hostId)
+        const old = built[i]!
+        yield* stops.get(hostId)!
+        const last = yield* old.residents.snapshot
+        const path = join(mkdtempSync(join(tmpdir(), `engram-restart-${hostId}-`)), "state.json")
+        yield* LocalState.save(path, last)
+        const loaded = yield* LocalState.load(path, hostId)
+        if (loaded._tag !== "Loaded") return yield* Effect.die(new Error(`the state file of ${hostId} did not load back: ${loaded._tag}`))
+        const fresh = yield* startAgent(hostId, old.runtime, loaded.state)
+        built[i] = fresh
+        return fresh
+      })
     /** One reconcile pass on every host from the coordinator's current view. */
     const pass = Effect.gen(function* () {
       for (const h of built) yield* h.agent.reconcile(yield* coordinator.assignmentsOf(h.hostId))
@@ -135,5 +200,5 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
       }
       return yield* Effect.die(new Error("the agents' actions did not finish"))
     })
-    return { coordinator, hosts: built, pass, quiesce }
+    return { coordinator, hosts: built, pass, quiesce, restart }
   })
