@@ -193,13 +193,21 @@ const numbered = (rounds: readonly RoundReport[], seq: number): (RoundReport & {
  * first ones twice at new positions). A move holding fewer records than `lateSeq` (none of the
  * first run's from there can be held then) gets them after what it holds. A debt of an older
  * agent (no `lateSeq`): its late rounds after what the move holds, unless `heldByFigures` says
- * the move holds them (judged by their figures, as that agent did).
+ * the move holds them (judged by their figures, as that agent did). So are a debt's whose
+ * positions the move holds with other figures: a coordinator older than positions appends, and
+ * a retried record it appended twice shifts every later one.
  */
 const owedRecords = (owed: PendingCommit, rounds: readonly RoundReport[], next: readonly RoundReport[], heldByFigures: () => boolean): NumberedRound[] => {
   const late = owed.lateRounds ?? []
   const held = rounds.length
-  if (owed.lateSeq === undefined) return numbered([...(heldByFigures() ? [] : late), ...next], held)
+  const byFigures = () => numbered([...(heldByFigures() ? [] : late), ...next], held)
+  if (owed.lateSeq === undefined) return byFigures()
   const from = Math.min(owed.lateSeq, held)
+  const shifted = late.some((r, i) => {
+    const at = rounds[from + i]
+    return at !== undefined && !CoreMove.sameFigures(at, r)
+  })
+  if (shifted) return byFigures()
   return [...numbered(late, from).filter((r) => r.seq >= held), ...numbered(next, Math.max(held, from + late.length))]
 }
 

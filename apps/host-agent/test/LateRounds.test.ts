@@ -26,11 +26,12 @@ const late: MoveRound[] = [
  * paused, the stream complete). Then a's agent starts again from its state file and the fleet
  * settles. Answers the move's records at the stop and at the end.
  */
-const restartedInThePause = (moveIntent: boolean, heldSeq: number) =>
+const restartedInThePause = (moveIntent: boolean, heldSeq: number, selfConverge = false) =>
   Effect.gen(function* () {
     const first = { holding: true, heldAsked: false, sent: false }
     const fleet = yield* makeFleet([{ hostId: "a" }, { hostId: "b" }], {
       moveIntent,
+      selfConverge,
       lateRounds: (hostId) => (hostId === "a" ? late : []),
       wrapCoordinator: (client, hostId) =>
         hostId !== "a"
@@ -98,7 +99,22 @@ describe("a source restarted in the pause while a pre-copy round's record was in
       assert.deepStrictEqual(atStop.map((r) => r.kind), ["full", "delta"])
       assert.deepStrictEqual(rounds.map((r) => r.kind), ["full", "delta", "delta", "delta", "delta", "final"])
       assert.deepStrictEqual(rounds.slice(0, 2), atStop)
+      // Position 2 is the pre-copy round itself (the simulated runtime's), not a late round.
+      assert.notDeepInclude(late, rounds[2])
       assert.deepStrictEqual(rounds.slice(3, 5), late)
+    }),
+  )
+})
+
+describe("a source restarted in the pause between its late rounds' records, intent on, the runtime paused on its own", () => {
+  effect("the late rounds once, in order, then the intent (sent in the pause, after them) and the final round", () =>
+    Effect.gen(function* () {
+      // No intent before the pause (the guard never decided): the debt owes the intent, after the late rounds.
+      const { atStop, rounds } = yield* restartedInThePause(true, 4, true)
+      assert.deepStrictEqual(atStop.map((r) => r.kind), ["full", "delta", "delta", "delta"])
+      assert.deepStrictEqual(rounds.map((r) => r.kind), ["full", "delta", "delta", "delta", "delta", "intent", "final"])
+      assert.deepStrictEqual(rounds.slice(3, 5), late, "each late round once, in order, at the positions of the first run")
+      assert.deepStrictEqual(rounds.slice(0, atStop.length), atStop)
     }),
   )
 })

@@ -279,6 +279,21 @@ describe("MoveSource.settleCommit", () => {
     }),
   )
 
+  effect("a debt whose positions the move holds with other figures (an older coordinator appended a retried record twice) is judged by figures, as without lateSeq", () =>
+    Effect.gen(function* () {
+      // The agent counted 2 records; the move holds 3 (the pre-copy round appended twice), and
+      // the late round the debt put at 2 never landed.
+      const full = { ...delta, kind: "full" as const }
+      const rounds: RoundReport[] = [full, delta, delta]
+      const { calls, deps, residents } = yield* sourceWorld("pending", rounds, (r) => Effect.sync(() => void rounds.push(r)))
+      const { intentRecorded: _intentOff, ...withoutIntent } = debt
+      yield* residents.addPendingCommit({ ...withoutIntent, lateRounds: [lateA], lateSeq: 2 })
+      assert.strictEqual((yield* settleOwed(deps))._tag, "Acknowledged")
+      assert.deepStrictEqual(calls, ["round delta at 3", "round final at 4", "commit", "destroy"])
+      assert.deepStrictEqual(rounds.slice(3, 4), [{ ...lateA, seq: 3 }])
+    }),
+  )
+
   effect("a state file of an older agent (late rounds without lateSeq) still loads and settles: its late rounds after what the move holds, unless it holds the last", () =>
     Effect.gen(function* () {
       const path = join(mkdtempSync(join(tmpdir(), "engram-late-")), "state.json")

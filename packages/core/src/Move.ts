@@ -176,7 +176,8 @@ export interface Numbered extends Round {
  */
 export type Placement = "append" | "held"
 
-const sameFigures = (a: Round, b: Round): boolean =>
+/** Whether two rounds carry the same figures (kind, bytes, timings): a repeat of one record. */
+export const sameFigures = (a: Round, b: Round): boolean =>
   a.kind === b.kind && a.wireBytes === b.wireBytes && a.apparentBytes === b.apparentBytes && a.sendMs === b.sendMs && a.captureMs === b.captureMs
 
 const figuresOf = (r: Round): string => `${r.kind}, ${r.wireBytes} wire bytes, ${r.apparentBytes} apparent, send ${r.sendMs} ms, capture ${r.captureMs} ms`

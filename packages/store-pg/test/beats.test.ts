@@ -62,7 +62,6 @@ describe("grouped heartbeats and reports on PostgreSQL", () => {
   const hostOf = async (): Promise<Map<string, string>> =>
     new Map((await sql<{ id: string; host: string }[]>`select id, host_id as host from reservations`).map((r) => [r.id, r.host]))
 
-  /** Waits for a group's statement to sleep in the trigger, lets the trigger go, and terminates its backend. */
   /**
    * Terminates the grouped statement's backend while its trigger sleeps. It waits for the sleep
    * itself (`PgSleep`), not only for the statement to be active. Seen active before its trigger
