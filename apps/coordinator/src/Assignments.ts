@@ -29,7 +29,9 @@ export const maxWaitMs = Payloads.maxAssignmentsWaitMs
 export const maxCachedHosts = 100_000
 
 /**
- * The version of a host's assignments: a hash of its sessions and moves. Not of the allowances:
+ * The version of a host's assignments: a hash of its sessions and moves, with the peer URL of
+ * each target of its moves (`targetPeerUrl`: a target that reports a new one notifies the topics
+ * of its pending moves' sources, so their polls answer it at once). Not of the allowances:
  * they follow the clock and other pairs' commits, which notify no host's topic, so two replicas
  * (each with its own copy) may compute different ones for the same host, and an agent polling
  * both would see a new version on every poll. A move's allowance is the one read when the move
@@ -37,10 +39,15 @@ export const maxCachedHosts = 100_000
  */
 export const versionOf = (
   sessions: readonly Pick<Records.Session, "id" | "state" | "updatedAt">[],
-  moves: readonly Pick<Records.Move, "id" | "state">[],
+  moves: readonly (Pick<Records.Move, "id" | "state"> & { readonly targetPeerUrl?: string | null | undefined })[],
 ): string =>
   createHash("sha256")
-    .update(JSON.stringify([sessions.map((s) => [s.id, s.state, s.updatedAt]), moves.map((m) => [m.id, m.state])]))
+    .update(
+      JSON.stringify([
+        sessions.map((s) => [s.id, s.state, s.updatedAt]),
+        moves.map((m) => (m.targetPeerUrl === undefined ? [m.id, m.state] : [m.id, m.state, m.targetPeerUrl])),
+      ]),
+    )
     .digest("base64url")
     .slice(0, 22)
 
@@ -90,12 +97,13 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
             Effect.catchTag("InvalidInput", (e) => Effect.die(e)),
           )
           const peerUrls = yield* peerUrlsOf(targets)
+          // The source learns where to reach each move's target with the move: no static list of peers on every host.
+          const assigned = moves.map((m) => (m.sourceHostId === hostId ? { ...m, targetPeerUrl: peerUrls.get(m.targetHostId) ?? null } : m))
           return {
             hostId,
-            version: versionOf(sessions, moves),
+            version: versionOf(sessions, assigned),
             sessions,
-            // The source learns where to reach each move's target with the move: no static list of peers on every host.
-            moves: moves.map((m) => (m.sourceHostId === hostId ? { ...m, targetPeerUrl: peerUrls.get(m.targetHostId) ?? null } : m)),
+            moves: assigned,
             limits: { commitAllowanceMs: priorMs },
             allowances: allowances.map(Records.assignedAllowance),
           }

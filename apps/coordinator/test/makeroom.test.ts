@@ -57,19 +57,26 @@ const on = (perPass?: number) => settings({ ENGRAM_MAKE_ROOM_MOVES: "1", ...(per
 
 const services = (store: Layer.Layer<Store, Unavailable>) => Layer.mergeAll(Metrics.layer, Notifier.layer.pipe(Layer.provide(Changes.local))).pipe(Layer.provideMerge(store))
 
+/** A 64 GiB host's report: capacity after policy = allocatable − 1024 (the system reserve); its agent's peer URL unless `peerUrl` is false. */
+const report = (id: string, peerUrl = true) => ({
+  totalMib: 64 * GiB + 2048,
+  allocatableMib: 64 * GiB + 1024,
+  totalVcpus: 64,
+  ...(peerUrl ? { peerUrl: `http://${id}.agents.test:7100` } : {}),
+})
+
 /**
  * Three 64 GiB hosts full of running 8 GiB sessions: h1 runs five (24 GiB free), h0 and h2 as
  * many as `h0UsedGiB` and `h2UsedGiB` make. Then a 48 GiB session queues (it fits nowhere) and
  * waits past the starvation limit: the gate holds h1 for it (the host with the most free RAM),
- * and no park anywhere can make its room.
+ * and no park anywhere can make its room. Every agent advertises a peer URL but those of `noPeerUrl`.
  */
-const starvingOnFullHosts = (h0UsedGiB = 48, h2UsedGiB = 40) =>
+const starvingOnFullHosts = (h0UsedGiB = 48, h2UsedGiB = 40, noPeerUrl: readonly string[] = []) =>
   Effect.gen(function* () {
     const store = yield* Store
     for (const [id, usedGiB] of [["h0", h0UsedGiB], ["h1", 40], ["h2", h2UsedGiB]] as const) {
       yield* store.registerHost({ id })
-      // Capacity after policy = allocatable − 1024 (the system reserve).
-      yield* store.reportHost(id, { totalMib: 64 * GiB + 2048, allocatableMib: 64 * GiB + 1024, totalVcpus: 64 })
+      yield* store.reportHost(id, report(id, !noPeerUrl.includes(id)))
       for (let k = 0; k < usedGiB / 8; k++) {
         const placed = yield* store.createSession({ id: `${id}-s${k}`, budget: { memMib: 8 * GiB, vcpus: 1 }, affinity: [id] })
         assert.strictEqual(placed._tag === "Placed" ? placed.session.hostId : "queued", id)
@@ -124,6 +131,29 @@ for (const [name, store] of backends) {
         assert.deepStrictEqual(placedOf(after), [{ sessionId: "big", hostId: "h1" }])
         assert.deepStrictEqual(movesOf(after), [])
         assert.strictEqual((yield* (yield* Store).getSession("h1-s0")).hostId, "h2")
+      }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
+    )
+
+    it.effect("a host whose agent advertises no peer URL is no move's target: the room is made through hosts sources can reach, or waits for one", () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        // h0 fits tightest but advertises no URL: its sources could not be told where to reach it.
+        yield* starvingOnFullHosts(48, 40, ["h0"])
+        const reachable = [
+          ["h1-s4", "h1", "h2"],
+          ["h1-s3", "h1", "h2"],
+          ["h1-s0", "h1", "h2"],
+        ]
+        // h2 advertises none either (an older agent, a wildcard listen host): no move at all.
+        yield* store.reportHost("h2", report("h2", false))
+        const none = yield* reaperPass
+        assert.deepStrictEqual(none._tag === "Done" ? none.holds : null, [{ sessionId: "big", hostId: "h1", reason: "starving" }])
+        assert.deepStrictEqual(movesOf(none), [])
+        assert.deepStrictEqual(yield* openMoves, [])
+        // h2's agent advertises one in its next report: the next pass moves there, none to h0.
+        yield* store.reportHost("h2", report("h2"))
+        assert.deepStrictEqual(movesOf(yield* reaperPass), reachable)
+        assert.deepStrictEqual(yield* openMoves, [...reachable].sort((a, b) => String(a[0]).localeCompare(String(b[0]))))
       }).pipe(Effect.provide(Layer.merge(services(store()), on()))),
     )
 

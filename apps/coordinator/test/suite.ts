@@ -407,6 +407,44 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect((await answer).status).not.toBe(201)
       })
 
+      it("a target that reports a new peerUrl wakes the long polls of its pending moves' sources: the source's assignments carry the new URL at once", async () => {
+        const src = await addHost(admin, 2048)
+        const dst = await addHost(admin, 2048)
+        const target = client(c.url, dst.token)
+        const source = client(c.url, src.token)
+        const before = "http://10.1.2.3:7100"
+        const after = "http://10.1.2.4:7200"
+        expect((await target.put(`/v1/hosts/${dst.id}/report`, { ...report(2048), peerUrl: before })).status).toBe(200)
+        const sid = await runningOn(src)
+        const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
+        const m = await findMove(src, sid)
+        // Past its intent, the move outlives the API's 2.5 s wait (it stays pending for its source): this test takes longer on a loaded machine.
+        expect((await source.post(`/v1/moves/${m.id}/rounds`, { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 })).status).toBe(200)
+        const first = (await source.get(`/v1/hosts/${src.id}/assignments`)).body
+        const urlIn = (a: { moves: { id: string; targetPeerUrl?: string | null }[] }) => a.moves.find((x) => x.id === m.id)?.targetPeerUrl
+        expect(urlIn(first)).toBe(before)
+        // The same URL again (every report interval) changes nothing the source acts on.
+        expect((await target.put(`/v1/hosts/${dst.id}/report`, { ...report(2048), peerUrl: before })).status).toBe(200)
+        expect((await source.get(`/v1/hosts/${src.id}/assignments`)).body.version).toBe(first.version)
+        // The source waits on its version; the target's agent restarts on another address and reports it.
+        const t0 = Date.now()
+        const polling = source.get(`/v1/hosts/${src.id}/assignments?waitMs=20000&since=${first.version}`)
+        await new Promise((r) => setTimeout(r, 150))
+        expect((await target.put(`/v1/hosts/${dst.id}/report`, { ...report(2048), peerUrl: after })).status).toBe(200)
+        const woke = (await polling).body
+        // Answered well before the 20 s wait (a loaded machine takes seconds, never the wait).
+        expect(Date.now() - t0).toBeLessThan(15_000)
+        expect(urlIn(woke)).toBe(after)
+        expect(woke.version).not.toBe(first.version)
+        // A plain read agrees (no copy kept with the old URL).
+        expect(urlIn((await source.get(`/v1/hosts/${src.id}/assignments`)).body)).toBe(after)
+        // No URL any more (an agent without one): the source is told null.
+        expect((await target.put(`/v1/hosts/${dst.id}/report`, report(2048))).status).toBe(200)
+        expect(urlIn((await source.get(`/v1/hosts/${src.id}/assignments`)).body)).toBeNull()
+        expect((await source.post(`/v1/moves/${m.id}/abort`, { reason: "test: no move runs here" })).status).toBe(200)
+        expect((await answer).status).not.toBe(201)
+      })
+
       it("the source agent runs rounds and commits: 200 with the phases; the session runs on the target", async () => {
         const src = await addHost(admin, 2048)
         const dst = await addHost(admin, 2048)

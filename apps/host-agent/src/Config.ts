@@ -4,7 +4,8 @@
  * format (`VARIABLE="value": rule`); the host token and the peer secret are `Redacted` and never
  * echoed; nothing falls back silently. An `ENGRAM_*` variable that no engram component reads is
  * warned about by name, and so is an agent that advertises no peer URL (a wildcard listen host
- * without `ENGRAM_AGENT_ADVERTISE_HOST` or `ENGRAM_AGENT_PEER_URL`: no source can reach it for a move).
+ * without `ENGRAM_AGENT_PEER_URL`, its own `ENGRAM_PEERS` entry or `ENGRAM_AGENT_ADVERTISE_HOST`:
+ * the coordinator cannot tell a move's source where to reach it, so it takes no make-room move).
  */
 import { tmpdir } from "node:os"
 import { Payloads } from "@engram/api"
@@ -16,7 +17,7 @@ import { type AgentConfig, defaultAgentConfig } from "./Agent.js"
 import type { HostAgentOptions } from "./Host.js"
 import * as Failover from "./Failover.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
-import { noPeerUrlWarning, parsePeers, peerHostOf, peerUrlProblem } from "./PeerLink.js"
+import { noPeerUrlWarning, ownPeerUrl, parsePeers, peerHostOf, peerUrlProblem } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
 import * as Templates from "./Templates.js"
 
@@ -382,7 +383,8 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
     const advertiseHost = text(s.advertiseHost)
     const peerUrl = text(s.peerUrl)
     // Moves are on by default (the coordinator's ENGRAM_MAKE_ROOM_MOVES): an agent that cannot be found for one says so once, at start.
-    const unfound = noPeerUrlWarning(peerUrl, peerHostOf(s.listenHost, advertiseHost))
+    // Told none, the agent advertises its own ENGRAM_PEERS entry before deriving one (`Host`).
+    const unfound = noPeerUrlWarning(peerUrl ?? ownPeerUrl((id) => peers.get(id), s.hostId), peerHostOf(s.listenHost, advertiseHost))
     if (unfound !== null) yield* Effect.logWarning(unfound, { hostId: s.hostId, variable: "ENGRAM_AGENT_PEER_URL" })
     const fixed = { totalMib: s.simTotalMib, osMib: s.simOsMib, vcpus: s.simVcpus }
     const roots = { proc: s.procRoot, sys: s.sysRoot }

@@ -38,6 +38,7 @@ export interface HostAgentOptions {
   /**
    * Peer agent URLs by host id: the operator's override (`ENGRAM_PEERS`). A target it does not
    * name is reached at the URL the coordinator gives with the move (the target's `peerUrl`).
+   * This host's own entry is the URL it advertises when told none (`peerUrl`).
    */
   readonly peers: (hostId: string) => string | undefined
   /**
@@ -48,7 +49,9 @@ export interface HostAgentOptions {
   readonly listen?: { readonly port: number; readonly host: string; readonly advertiseHost?: string }
   /**
    * The peer server's URL this agent advertises with its reports (`ENGRAM_AGENT_PEER_URL`; the
-   * coordinator gives it to the sources of moves to this host). Null: none. Omitted: derived
+   * coordinator gives it to the sources of moves to this host, and plans make-room moves only to
+   * hosts that advertise one). Null: none. Omitted: this host's own entry in `peers`
+   * (`ENGRAM_PEERS`, `PeerLink.ownPeerUrl`) when it passes the rule, else derived
    * (`PeerLink.derivedPeerUrl`) from `listen` and the bound port; none without a server or
    * when the host is a wildcard. Checked by `startHostAgent` (`PeerLink.peerUrlRule`).
    */
@@ -125,6 +128,22 @@ const derivedPeerUrlOf = (o: HostAgentOptions, port: number | null): Effect.Effe
 }
 
 /**
+ * The peer URL an agent advertises: the one it is told (`peerUrl`; null: none), else its own
+ * entry in the operator's peer list (where the fleet's agents reach it already), else derived
+ * (`derivedPeerUrlOf`). An own entry that breaks the rule is not advertised (said once).
+ */
+const advertisedPeerUrlOf = (o: HostAgentOptions, port: number | null): Effect.Effect<string | null> => {
+  if (o.peerUrl !== undefined) return Effect.succeed(o.peerUrl)
+  const own = PeerLink.ownPeerUrl(o.peers, o.hostId)
+  if (own !== undefined) return Effect.succeed(own)
+  const entry = o.peers(o.hostId)
+  if (entry === undefined || entry === "") return derivedPeerUrlOf(o, port)
+  return Effect.logWarning(`this host's ENGRAM_PEERS entry is not advertised as its peer URL: it ${PeerLink.peerUrlRule}`, { hostId: o.hostId, entry }).pipe(
+    Effect.andThen(derivedPeerUrlOf(o, port)),
+  )
+}
+
+/**
  * Builds one agent and starts its loops in the current scope. Its options are checked first
  * (`Config.checkedConfig`): bad ones fail it with `ConfigInvalid` before anything starts. A
  * runtime that cannot run here fails it (logged).
@@ -173,7 +192,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
       o.listen === undefined
         ? null
         : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status }, { port: o.listen.port, host: o.listen.host }).pipe(Effect.orDie)
-    const peerUrl = o.peerUrl !== undefined ? o.peerUrl : yield* derivedPeerUrlOf(o, port)
+    const peerUrl = yield* advertisedPeerUrlOf(o, port)
     yield* Ref.set(advertised, peerUrl)
     yield* Effect.forkScoped(agent.run)
     yield* Effect.logInfo("host agent started", {

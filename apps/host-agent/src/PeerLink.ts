@@ -199,6 +199,17 @@ export const derivedPeerUrl = (host: string, port: number): string | null => {
   return `http://${host.includes(":") && !host.startsWith("[") ? `[${host}]` : host}:${port}`
 }
 
+/**
+ * This agent's own entry in the operator's peer list (`peers(hostId)`, `ENGRAM_PEERS`) when it may
+ * be advertised (`peerUrlProblem`), else undefined: where the fleet's other agents reach this one
+ * already. An agent told no peer URL advertises it before deriving one (`Host`), so the hosts of
+ * a fleet that moves through `ENGRAM_PEERS` alone stay move targets on wildcard listen hosts.
+ */
+export const ownPeerUrl = (peers: (hostId: string) => string | undefined, hostId: string): string | undefined => {
+  const entry = peers(hostId)
+  return entry !== undefined && entry !== "" && peerUrlProblem(entry) === undefined ? entry : undefined
+}
+
 /** Parses `ENGRAM_PEERS` (`host-a=http://10.0.0.1:7100,host-b=http://…`). */
 export const parsePeers = (text: string): Map<string, string> => {
   const m = new Map<string, string>()
@@ -211,13 +222,16 @@ export const parsePeers = (text: string): Map<string, string> => {
 
 /**
  * The start-up warning of an agent that advertises no peer URL (from the environment): told none
- * (`peerUrl` undefined) and its peer URL's host (`host`: `peerHostOf`) a wildcard. The coordinator then has no address to give the sources of moves to this host,
- * so each fails unless the source's own `ENGRAM_PEERS` names it. Null when it advertises one.
+ * (`peerUrl` undefined: no `ENGRAM_AGENT_PEER_URL` and no own `ENGRAM_PEERS` entry, `ownPeerUrl`)
+ * and its peer URL's host (`host`: `peerHostOf`) a wildcard. The coordinator then has no address
+ * to give the sources of moves to this host: its reaper plans no make-room move here, and a move
+ * asked for through the API fails unless the source's own `ENGRAM_PEERS` names it. Null when it
+ * advertises one.
  */
 export const noPeerUrlWarning = (peerUrl: string | undefined, host: string): string | null =>
   peerUrl !== undefined || derivedPeerUrl(host, 0) !== null
     ? null
-    : `this agent advertises no peer URL (ENGRAM_AGENT_HOST ${JSON.stringify(host)} is a wildcard, and neither ENGRAM_AGENT_ADVERTISE_HOST nor ENGRAM_AGENT_PEER_URL is set): ` +
-      "moves to this host will fail unless the source's ENGRAM_PEERS names it. Each such move is aborted, and the coordinator's reaper does not move its session again " +
-      "for ENGRAM_MAKE_ROOM_COOLDOWN_MS. Set ENGRAM_AGENT_ADVERTISE_HOST (the address peers reach this host at) or ENGRAM_AGENT_PEER_URL, " +
-      "or turn the reaper's moves off with ENGRAM_MAKE_ROOM_MOVES=0 on the coordinator"
+    : `this agent advertises no peer URL (ENGRAM_AGENT_HOST ${JSON.stringify(host)} is a wildcard, and none of ENGRAM_AGENT_PEER_URL, this host's entry in ENGRAM_PEERS ` +
+      "and ENGRAM_AGENT_ADVERTISE_HOST is set): the coordinator's reaper moves no session here to make room, and a move to this host asked for through the API " +
+      "fails unless the source's ENGRAM_PEERS names it. Set ENGRAM_AGENT_PEER_URL, this host's entry in ENGRAM_PEERS, or ENGRAM_AGENT_ADVERTISE_HOST " +
+      "(the address peers reach this host at)"

@@ -98,13 +98,17 @@ describe("host agent configuration", () => {
       return lines.filter((l) => l.startsWith("Warn"))
     }
     const rest =
-      ", and neither ENGRAM_AGENT_ADVERTISE_HOST nor ENGRAM_AGENT_PEER_URL is set): moves to this host will fail unless the source's ENGRAM_PEERS names it. Each such move is aborted, and the coordinator's reaper does not move its session again for ENGRAM_MAKE_ROOM_COOLDOWN_MS. Set ENGRAM_AGENT_ADVERTISE_HOST (the address peers reach this host at) or ENGRAM_AGENT_PEER_URL, or turn the reaper's moves off with ENGRAM_MAKE_ROOM_MOVES=0 on the coordinator"
+      ", and none of ENGRAM_AGENT_PEER_URL, this host's entry in ENGRAM_PEERS and ENGRAM_AGENT_ADVERTISE_HOST is set): the coordinator's reaper moves no session here to make room, and a move to this host asked for through the API fails unless the source's ENGRAM_PEERS names it. Set ENGRAM_AGENT_PEER_URL, this host's entry in ENGRAM_PEERS, or ENGRAM_AGENT_ADVERTISE_HOST (the address peers reach this host at)"
     // No ENGRAM_PEERS, on a host peers reach: the coordinator gives the addresses, nothing to say.
     expect(await warningsOf(required)).toEqual([])
     expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0" })).toEqual([`Warn this agent advertises no peer URL (ENGRAM_AGENT_HOST "0.0.0.0" is a wildcard${rest}`])
     expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "::" })).toEqual([`Warn this agent advertises no peer URL (ENGRAM_AGENT_HOST "::" is a wildcard${rest}`])
     expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_ADVERTISE_HOST: "10.0.0.1" })).toEqual([])
     expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_PEER_URL: "http://10.0.0.1:7100" })).toEqual([])
+    // Its own ENGRAM_PEERS entry is advertised; another host's entry alone, or an own entry that breaks the rule, is not.
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_PEERS: "h1=http://10.0.0.1:7100,h2=http://10.0.0.2:7100" })).toEqual([])
+    expect(await warningsOf({ ...required, ...peers, ENGRAM_AGENT_HOST: "0.0.0.0" })).toEqual([`Warn this agent advertises no peer URL (ENGRAM_AGENT_HOST "0.0.0.0" is a wildcard${rest}`])
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_PEERS: "h1=http://0.0.0.0:7100" })).toEqual([`Warn this agent advertises no peer URL (ENGRAM_AGENT_HOST "0.0.0.0" is a wildcard${rest}`])
     // A configuration refused is not warned about: its issues are the one thing said.
     expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_PORT: "seven" })).toEqual([])
   })
@@ -436,5 +440,44 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
     expect((await reported({ listen: { port: 0, host: "0.0.0.0", advertiseHost: "bad host" } })).peerUrl).toBeNull()
     expect((await reported({ listen: { port: 0, host: "0.0.0.0" }, peerUrl: "http://10.0.0.7:7100" })).peerUrl).toBe("http://10.0.0.7:7100")
     expect((await reported({ listen: { port: 0, host: "127.0.0.1" }, peerUrl: null })).peerUrl).toBeNull()
+  })
+
+  it("told none, a started agent advertises its own ENGRAM_PEERS entry before deriving one; a URL it is told comes first; an own entry that breaks the rule is not advertised", async () => {
+    const reported = (o: Partial<Parameters<typeof startHostAgent>[0]>) =>
+      Effect.runPromise(
+        Effect.scoped(
+          Effect.gen(function* () {
+            const fake = yield* makeFakeCoordinator
+            const h = yield* startHostAgent({
+              hostId: "h",
+              coordinator: fake.client("h"),
+              peerSecret: "config-test-secret-0123",
+              peers: () => undefined,
+              measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
+              ...o,
+            })
+            yield* h.agent.reportOnce
+            return { peerUrl: (yield* fake.get).reports.get("h")?.peerUrl ?? null, port: h.port }
+          }),
+        ),
+      )
+    const list = (entries: Record<string, string>) => (id: string) => entries[id]
+    const own = list({ h: "http://10.0.0.7:7100", h2: "http://10.0.0.8:7100" })
+    // An ENGRAM_PEERS-only fleet on wildcard listen hosts: each agent advertises its entry (a move target).
+    expect((await reported({ listen: { port: 0, host: "0.0.0.0" }, peers: own })).peerUrl).toBe("http://10.0.0.7:7100")
+    // It comes before the derived URL, and after ENGRAM_AGENT_PEER_URL (or a program's null).
+    expect((await reported({ listen: { port: 0, host: "127.0.0.1" }, peers: own })).peerUrl).toBe("http://10.0.0.7:7100")
+    expect((await reported({ listen: { port: 0, host: "0.0.0.0" }, peers: own, peerUrl: "https://agent-h.internal:8443" })).peerUrl).toBe("https://agent-h.internal:8443")
+    expect((await reported({ listen: { port: 0, host: "0.0.0.0" }, peers: own, peerUrl: null })).peerUrl).toBeNull()
+    // Only its own entry: another host's is never advertised.
+    expect((await reported({ listen: { port: 0, host: "0.0.0.0" }, peers: list({ h2: "http://10.0.0.8:7100" }) })).peerUrl).toBeNull()
+    const derived = await reported({ listen: { port: 0, host: "127.0.0.1" }, peers: list({ h2: "http://10.0.0.8:7100" }) })
+    expect(derived.peerUrl).toBe(`http://127.0.0.1:${derived.port}`)
+    // An own entry that breaks the rule (a wildcard host, none at all): the derived URL, as without it.
+    for (const bad of ["http://0.0.0.0:7100", "10.0.0.7:7100", ""]) {
+      const r = await reported({ listen: { port: 0, host: "127.0.0.1" }, peers: list({ h: bad }) })
+      expect(r.peerUrl, bad).toBe(`http://127.0.0.1:${r.port}`)
+      expect((await reported({ listen: { port: 0, host: "0.0.0.0" }, peers: list({ h: bad }) })).peerUrl, bad).toBeNull()
+    }
   })
 })

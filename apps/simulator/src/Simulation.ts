@@ -477,7 +477,8 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       capacityMib[i] = headroom.allocatableMib ?? Number.POSITIVE_INFINITY
       cpuBudget[i] = headroom.cpuBudget ?? Number.POSITIVE_INFINITY
       exec(store.registerHost({ id }))
-      exec(store.reportHost(id, { totalMib: shape.memMib, allocatableMib: shape.memMib, totalVcpus: shape.vcpus }))
+      // Its agent advertises a peer URL, as every agent of a fleet that moves does: the host takes moves (`Candidate.takesMoves`).
+      exec(store.reportHost(id, { totalMib: shape.memMib, allocatableMib: shape.memMib, totalVcpus: shape.vcpus, peerUrl: `http://${id}.sim:7100` }))
     }
   }
   const shadowMib = new Float64Array(hostTotal)

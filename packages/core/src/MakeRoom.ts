@@ -19,7 +19,8 @@
  * **Choice.** The fewest MiB moved, approximately: while the budget does not fit, the smallest
  * movable session that closes the remaining RAM gap (else the largest), each to the host where it
  * fits tightest (best fit, ties by id); then any chosen move whose absence still leaves the room
- * is dropped (largest first).
+ * is dropped (largest first). A target must take moves (`Candidate.takesMoves`: its agent
+ * advertises a peer URL): a move into a host its source cannot find would abort, then cool down.
  *
  * **Cooldown.** A session whose move ended aborted (its source's guard refused it, it timed out,
  * any abort) is not planned to move again, to any target, until `cooldownMs` after it ended
@@ -154,7 +155,7 @@ export interface Input {
   readonly host: FleetHost
   /** The sessions running on it that may move (none with an open move). */
   readonly running: readonly Running[]
-  /** Hosts that may take a moved session (the caller leaves out hosts held or claimed for others). */
+  /** Hosts that may take a moved session (the caller leaves out hosts held or claimed for others); one with `takesMoves: false` never does. */
   readonly targets: readonly Candidate[]
   /**
    * The guard's commit allowance of a move from the held host to each target (ms), by target id
@@ -172,11 +173,11 @@ const without = (c: FleetHost, budget: Budget): FleetHost => ({
   entries: Math.max(0, (c.entries ?? 0) - 1),
 })
 
-/** The best-fit target for `budget` among `targets` (the least RAM left after it, ties by id). */
+/** The best-fit target for `budget` among `targets` that take moves (the least RAM left after it, ties by id). */
 const bestTarget = (targets: ReadonlyMap<string, Candidate>, budget: Budget, sourceId: string, limits: Limits, allowed: (c: Candidate) => boolean): Candidate | undefined => {
   let best: { c: Candidate; left: number } | undefined
   for (const c of targets.values()) {
-    if (c.id === sourceId || !allowed(c) || (c.state ?? "ready") !== "ready" || !Placement.fitsOn(c, budget, limits)) continue
+    if (c.id === sourceId || c.takesMoves === false || !allowed(c) || (c.state ?? "ready") !== "ready" || !Placement.fitsOn(c, budget, limits)) continue
     const left = (Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY) - budget.memMib
     if (best === undefined || left < best.left || (left === best.left && compareIds(c.id, best.c.id) < 0)) best = { c, left }
   }

@@ -264,3 +264,11 @@ export const isPeerUrl = (url: string, options: { readonly wildcard?: boolean } 
     (options.wildcard !== false || !wildcardHosts.has(parsed.hostname))
   )
 }
+
+/**
+ * Whether a host can be a move's target (`Placement.Candidate.takesMoves`): its agent advertises
+ * a peer URL (`peerUrl`, its last report's), so the coordinator can tell the move's source where
+ * to reach it. Without one the source knows the target only from its own `ENGRAM_PEERS`, which
+ * the coordinator cannot see: a make-room move planned there would likely abort, then cool down.
+ */
+export const takesMoves = (peerUrl: string | null): boolean => peerUrl !== null

@@ -32,6 +32,12 @@ export interface Candidate {
   readonly reported?: boolean
   /** The templates the host holds (a ranking signal only: a host without the session's template fits as well). */
   readonly templates?: readonly HeldTemplate[] | undefined
+  /**
+   * Whether a moved session can land here: the host's agent advertises where its peers reach it
+   * (`Move.takesMoves`). Defaults to true. A host that cannot is never a make-room move's target
+   * (`MakeRoom.plan`); it still takes placements, and sessions still move off it.
+   */
+  readonly takesMoves?: boolean
 }
 
 /** A template a host holds: its name and the size of the guest it starts. */

@@ -77,6 +77,28 @@ describe("MakeRoom.plan", () => {
     expect(MakeRoom.plan({ budget: budget(32 * GiB), host: full, running: [running("a", 60 * GiB)], targets: [host("h1", 64 * GiB, 0)], costs: slow, limits })).toBeNull()
   })
 
+  it("a host that takes no moves (its agent advertises no peer URL) is no target; sessions still move off such a host", () => {
+    // 64 GiB held host, 60 GiB running: a 32 GiB session needs a's 28 GiB moved, and h1 is the only room.
+    const held = host("h0", 64 * GiB, 60 * GiB)
+    const to = (target: FleetHost, from: FleetHost = held) =>
+      MakeRoom.plan({ budget: budget(32 * GiB), host: from, running: [running("a", 28 * GiB)], targets: [target], limits })?.map((m) => [m.sessionId, m.toHostId]) ?? null
+    expect(to(host("h1", 64 * GiB, 0, [], { takesMoves: false }))).toBeNull()
+    expect(to(host("h1", 64 * GiB, 0, [], { takesMoves: true }))).toEqual([["a", "h1"]])
+    // Not said: it takes moves (the simulator's and programmatic fleets keep their plans).
+    expect(to(host("h1", 64 * GiB, 0))).toEqual([["a", "h1"]])
+    // The source's own field does not matter: a host without a URL can still move out.
+    expect(to(host("h1", 64 * GiB, 0), { ...held, takesMoves: false })).toEqual([["a", "h1"]])
+    // With a choice, the tighter fit that takes no moves is passed over for one that does.
+    const both = MakeRoom.plan({
+      budget: budget(32 * GiB),
+      host: held,
+      running: [running("a", 28 * GiB)],
+      targets: [host("h1", 64 * GiB, 32 * GiB, [], { takesMoves: false }), host("h2", 64 * GiB, 0)],
+      limits,
+    })
+    expect(both?.map((m) => [m.sessionId, m.toHostId])).toEqual([["a", "h2"]])
+  })
+
   it("drops a move that is not needed once a bigger one was taken", () => {
     // Gap 20 GiB: no single session closes it among a (8) and b (16); largest first (b, gap 4), then a (closes it). Neither can go.
     const held = host("h0", 64 * GiB, 64 * GiB)
@@ -243,6 +265,19 @@ describe("MakeRoom.forHolds", () => {
     expect(pairs(fast)).toEqual(pairs(MakeRoom.forHolds(input())))
     const toH0 = fast.find((m) => m.toHostId === "h0")
     expect(toH0?.estimate.downtimeMs).toBe(MakeRoom.estimate(8 * GiB, { ...MakeRoom.defaultCosts, commitAllowanceMs: 50 }).downtimeMs)
+  })
+
+  it("moves land on no host that takes no moves: the room is made through the others", () => {
+    const fl = fleet()
+    const noUrl = { ...fl, hosts: fl.hosts.map((h) => (h.id === "h0" ? { ...h, takesMoves: false } : h)) }
+    expect(pairs(MakeRoom.forHolds(input({ fleet: noUrl })))).toEqual([
+      ["s5", "h1", "h2"],
+      ["s4", "h1", "h2"],
+      ["s1", "h1", "h2"],
+    ])
+    // No host but the held one takes moves: none planned.
+    const none = { ...fl, hosts: fl.hosts.map((h) => (h.id === "h1" ? h : { ...h, takesMoves: false })) }
+    expect(MakeRoom.forHolds(input({ fleet: none }))).toEqual([])
   })
 
   it("moves land on no host claimed for another starving session, though it holds none", () => {

@@ -125,3 +125,10 @@ describe("Move.isPeerUrl: where a move's source reaches its target (the store's 
     expect(Move.isPeerUrl("http://10.0.0.2:7100", { wildcard: false })).toBe(true)
   })
 })
+
+describe("Move.takesMoves: a host is a move's target only when its agent advertises a peer URL", () => {
+  it("a URL takes moves; none (an older agent, or a wildcard listen host told nothing) does not", () => {
+    expect(Move.takesMoves("http://10.0.0.2:7100")).toBe(true)
+    expect(Move.takesMoves(null)).toBe(false)
+  })
+})

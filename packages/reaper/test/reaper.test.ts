@@ -18,12 +18,12 @@ const longLived = (() => {
 
 const storeLayer = () => StoreSim.layer({ limits: longLived })
 
-/** A measured host with `capacityMib` of room after policy. */
+/** A measured host with `capacityMib` of room after policy, whose agent advertises a peer URL (it takes moves). */
 const host = (hostId: string, capacityMib: number) =>
   Effect.gen(function* () {
     const store = yield* Store
     yield* store.registerHost({ id: hostId })
-    yield* store.reportHost(hostId, { totalMib: capacityMib + 2048, allocatableMib: capacityMib + 1024, totalVcpus: 64 })
+    yield* store.reportHost(hostId, { totalMib: capacityMib + 2048, allocatableMib: capacityMib + 1024, totalVcpus: 64, peerUrl: `http://${hostId}.agents.test:7100` })
   })
 
 /** A session parked on `hostId`. */

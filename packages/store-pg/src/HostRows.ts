@@ -6,7 +6,7 @@
  * them and `sumsDriftSql` checks them. What the sums mean (room, fits, capacity) is decided by
  * `@engram/core`, never here.
  */
-import { Headroom } from "@engram/core"
+import { Headroom, Move } from "@engram/core"
 import type { Budget, Candidate, Limits, Placement } from "@engram/core"
 import type { Host, HostView } from "@engram/store"
 import { sql } from "drizzle-orm"
@@ -193,6 +193,7 @@ export const toCandidate = (row: HostRow, limits: Limits.Limits): Candidate => (
   entries: row.entries,
   measured: measuredOf(row),
   reported: row.reportedAt !== null,
+  takesMoves: Move.takesMoves(row.peerUrl),
   // Only a host holding templates names them: most hosts' candidates stay as they were.
   ...(row.templates.length > 0 ? { templates: row.templates } : {}),
 })

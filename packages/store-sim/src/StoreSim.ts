@@ -266,6 +266,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       entries: h.entries.size,
       measured: measuredOf(h),
       reported: h.reportedAt !== null,
+      takesMoves: Move.takesMoves(h.peerUrl),
       // Only a host holding templates names them: most hosts' candidates stay as they were.
       ...(h.report?.templates !== undefined && h.report.templates.length > 0 ? { templates: h.report.templates } : {}),
     }

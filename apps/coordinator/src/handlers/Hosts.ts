@@ -26,7 +26,26 @@ export const HostsHandlers = HandlerGroup.make(
     // and starts no drain (each notice is a transaction of its own on PostgreSQL). A queue that
     // room from elsewhere could serve is drained by the reaper's next pass anyway.
     const lastFigures = new Map<string, string>()
+    // The peer URL of each host's last report seen here (a host not seen yet: unknown, so its
+    // first report here counts as a change: another replica may have seen the one before).
+    const lastPeerUrls = new Map<string, string | null>()
     const settings = yield* Settings
+
+    /**
+     * A host's agent now serves its peers at `peerUrl` (a restart on a new address, or none):
+     * the sources of its pending moves have it in their assignments, so their topics are
+     * notified (their copies dropped on every replica, their polls answered with the new URL).
+     * Remembered once told; a failed read is tried again at the next report.
+     */
+    const peerUrlReported = (hostId: string, peerUrl: string | null) =>
+      Effect.gen(function* () {
+        if (lastPeerUrls.has(hostId) && lastPeerUrls.get(hostId) === peerUrl) return
+        const pending = yield* Effect.result(store.listMoves({ hostId, state: "pending" }))
+        if (pending._tag === "Failure") return
+        const sources = pending.success.filter((m) => m.targetHostId === hostId).map((m) => hostTopic(m.sourceHostId))
+        if (sources.length > 0) yield* notifier.notify(...sources)
+        lastPeerUrls.set(hostId, peerUrl)
+      })
 
     const setState = (id: string, state: "ready" | "cordoned" | "draining") =>
       Effect.gen(function* () {
@@ -54,6 +73,7 @@ export const HostsHandlers = HandlerGroup.make(
             const view = yield* api(store.getHost(params.id))
             yield* api(store.removeHost(params.id))
             lastFigures.delete(params.id)
+            lastPeerUrls.delete(params.id)
             yield* Effect.logInfo("host removed", { hostId: params.id })
             // Its token stops working at once, its open long-polls with it (401), on every replica.
             yield* notifier.notify(hostTopic(params.id), credentialTopic(params.id))
@@ -96,6 +116,7 @@ export const HostsHandlers = HandlerGroup.make(
               peerUrl: payload.peerUrl ?? null,
             }
             const view = yield* api(store.reportHost(params.id, report))
+            yield* peerUrlReported(params.id, report.peerUrl)
             // Guest activity rides on the report (no request per session): it restarts those sessions' idle clocks.
             if (payload.activeSessions !== undefined && payload.activeSessions.length > 0) yield* api(store.recordActivity(params.id, payload.activeSessions))
             const figures = JSON.stringify(report)

@@ -1,8 +1,9 @@
 /** `/v1/sessions…`: create, list, read, wait, history, the agent's acknowledgements, idle, resume, end, move. */
 import { ConflictError, EngramApi, ServiceUnavailable, WaitTimeout } from "@engram/api"
+import { Move as CoreMove } from "@engram/core"
 import { Trigger } from "@engram/reaper"
 import { Store } from "@engram/store"
-import type { PlaceOutcome, Session } from "@engram/store"
+import type { Move, PlaceOutcome, Session } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
@@ -72,6 +73,26 @@ export const SessionsHandlers = HandlerGroup.make(
     const longPolls = yield* LongPolls
     const span = yield* Tracing.spans
     const moveSpans = yield* Tracing.MoveSpans
+
+    /**
+     * An operator's move is begun to the host asked for, though it takes no moves (its agent
+     * advertises no peer URL, core's `Move.takesMoves`: the reaper plans none there); said, as the
+     * source then reaches it only at its own `ENGRAM_PEERS` entry. A failed read says nothing.
+     */
+    const warnIfUnreachable = (m: Move) =>
+      store.getHost(m.targetHostId).pipe(
+        Effect.flatMap((h) =>
+          CoreMove.takesMoves(h.peerUrl)
+            ? Effect.void
+            : Effect.logWarning("move target advertises no peer URL: the source reaches it only at its own ENGRAM_PEERS entry, else the move aborts", {
+                moveId: m.id,
+                sessionId: m.sessionId,
+                from: m.sourceHostId,
+                to: m.targetHostId,
+              }),
+        ),
+        Effect.ignore,
+      )
 
     /** The session, once the caller may act for it (the admin, or its host's agent). */
     const sessionFor = (id: string) => api(store.getSession(id)).pipe(Effect.tap((s) => requireHostOrAdmin(s.hostId)))
@@ -212,6 +233,7 @@ export const SessionsHandlers = HandlerGroup.make(
           Effect.gen(function* () {
             const begun = yield* api(store.beginMove({ sessionId: params.id, targetHostId: payload.targetHostId, maxDowntimeMs: payload.maxDowntimeMs }))
             yield* Effect.logInfo("move begun", { moveId: begun.id, sessionId: begun.sessionId, from: begun.sourceHostId, to: begun.targetHostId })
+            yield* warnIfUnreachable(begun)
             yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), sessionTopic(begun.sessionId))
             if (!Tracing.isTracing(span)) return yield* api(waiter.outcome(begun)).pipe(Effect.flatMap(moveAnswer))
             // The agent's rounds, commit or abort (their own requests) join this span's trace.

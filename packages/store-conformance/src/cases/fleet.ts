@@ -31,6 +31,7 @@ export const fleet: Group = {
             entries: 0,
             measured: false,
             reported: true,
+            takesMoves: false,
             descentsRunning: 0,
             parks: [],
           },
@@ -41,11 +42,31 @@ export const fleet: Group = {
             entries: 1,
             measured: true,
             reported: true,
+            takesMoves: false,
             descentsRunning: 0,
             parks: [],
           },
         ])
         expect(view.queue).toStrictEqual([])
+      }),
+    ),
+    kase(
+      "the fleet view says which hosts take moves: those whose last report advertises a peer URL",
+      Effect.gen(function* () {
+        const s = yield* store
+        const figures = { totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }
+        yield* s.registerHost({ id: "h1" })
+        yield* s.registerHost({ id: "h2" })
+        yield* s.registerHost({ id: "h3" })
+        yield* s.reportHost("h1", figures)
+        yield* s.reportHost("h2", { ...figures, peerUrl: "http://10.0.0.2:7100" })
+        const takes = () => Effect.map(s.fleetView(), (v) => v.hosts.map((h) => [h.id, h.takesMoves]))
+        // Unreported (h3) or reported without one (h1): no source could be told where to reach it.
+        expect(yield* takes()).toStrictEqual([["h1", false], ["h2", true], ["h3", false]])
+        // Each report decides: a URL advertised now, one no longer advertised.
+        yield* s.reportHost("h1", { ...figures, peerUrl: "http://10.0.0.1:7100" })
+        yield* s.reportHost("h2", figures)
+        expect(yield* takes()).toStrictEqual([["h1", true], ["h2", false], ["h3", false]])
       }),
     ),
     kase(
