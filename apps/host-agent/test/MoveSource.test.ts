@@ -290,7 +290,7 @@ describe("MoveSource.settleCommit", () => {
       yield* residents.addPendingCommit({ ...withoutIntent, lateRounds: [lateA], lateSeq: 2 })
       assert.strictEqual((yield* settleOwed(deps))._tag, "Acknowledged")
       assert.deepStrictEqual(calls, ["round delta at 3", "round final at 4", "commit", "destroy"])
-      assert.deepStrictEqual(rounds.slice(3, 4), [{ ...lateA, seq: 3 }])
+      assert.deepInclude(rounds[3], lateA)
     }),
   )
 
