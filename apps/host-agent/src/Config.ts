@@ -384,7 +384,9 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
     const peerUrl = text(s.peerUrl)
     // Moves are on by default (the coordinator's ENGRAM_MAKE_ROOM_MOVES): an agent that cannot be found for one says so once, at start.
     // Told none, the agent advertises its own ENGRAM_PEERS entry before deriving one (`Host`).
-    const unfound = noPeerUrlWarning(peerUrl ?? ownPeerUrl((id) => peers.get(id), s.hostId), peerHostOf(s.listenHost, advertiseHost))
+    // An own entry that breaks the rule is named by the agent itself at start, with what it advertises instead.
+    const ownEntry = peers.get(s.hostId)
+    const unfound = ownEntry !== undefined && ownEntry !== "" ? null : noPeerUrlWarning(peerUrl ?? ownPeerUrl((id) => peers.get(id), s.hostId), peerHostOf(s.listenHost, advertiseHost))
     if (unfound !== null) yield* Effect.logWarning(unfound, { hostId: s.hostId, variable: "ENGRAM_AGENT_PEER_URL" })
     const fixed = { totalMib: s.simTotalMib, osMib: s.simOsMib, vcpus: s.simVcpus }
     const roots = { proc: s.procRoot, sys: s.sysRoot }

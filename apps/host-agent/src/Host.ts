@@ -134,12 +134,22 @@ const derivedPeerUrlOf = (o: HostAgentOptions, port: number | null): Effect.Effe
  */
 const advertisedPeerUrlOf = (o: HostAgentOptions, port: number | null): Effect.Effect<string | null> => {
   if (o.peerUrl !== undefined) return Effect.succeed(o.peerUrl)
+  // No peer server: nothing listens at its entry either.
+  if (o.listen === undefined) return Effect.succeed(null)
   const own = PeerLink.ownPeerUrl(o.peers, o.hostId)
   if (own !== undefined) return Effect.succeed(own)
   const entry = o.peers(o.hostId)
   if (entry === undefined || entry === "") return derivedPeerUrlOf(o, port)
-  return Effect.logWarning(`this host's ENGRAM_PEERS entry is not advertised as its peer URL: it ${PeerLink.peerUrlRule}`, { hostId: o.hostId, entry }).pipe(
-    Effect.andThen(derivedPeerUrlOf(o, port)),
+  return derivedPeerUrlOf(o, port).pipe(
+    Effect.tap((derived) =>
+      Effect.logWarning(
+        `this host's ENGRAM_PEERS entry is not advertised as its peer URL: it ${PeerLink.peerUrlRule}; ` +
+          (derived === null
+            ? "this agent advertises no peer URL, so the coordinator's reaper moves no session here to make room. Mend the entry or set ENGRAM_AGENT_PEER_URL"
+            : `this agent advertises ${derived} instead`),
+        { hostId: o.hostId, entry, advertised: derived },
+      ),
+    ),
   )
 }
 
