@@ -117,6 +117,10 @@ export const flags = {
     "reserve-lead-per-class",
     "demand-reserve: each size class counts its arrivals over --reserve-lead-s plus a descent of its size at --descent-mib-per-s",
   ),
+  reserveGroups: boolean(
+    "reserve-groups",
+    "demand-reserve: count arrivals in groups when the MiB reserved per interval disperse like groups (the README's \"Groups by the meter's variance\")",
+  ),
   reserveOldOnly: boolean("reserve-old-only", "demand-reserve: only parks past --reserve-min-age-s yield for the reserve (by default younger ones do too when the old cannot make it)"),
   demandWindowS: positive("demand-window-s", ReaperState.defaultMeterOptions.windowMs / 1000, "the reaper measures the recent demand for room over this window, s"),
   reactMs: atLeast0("react-ms", defaultTriggerWindowMs, "the gate runs this long after a request queues (coalescing window), ms; 0 = only at passes"),
@@ -273,6 +277,7 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
       reserveYoungToo: !f.reserveOldOnly,
       reserveYoungMinAgeMs: Math.round(f.reserveYoungMinAgeS * 1000),
       reserveLeadPerClass: f.reserveLeadPerClass,
+      reserveGroups: f.reserveGroups,
       descentMibPerSec: f.descentMibPerS,
     } satisfies ParkGate.Options & ParkPolicy.Options
     const svg = Option.getOrElse(f.svg, () => "sim.svg")

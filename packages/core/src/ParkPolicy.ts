@@ -114,6 +114,18 @@ export interface Options extends ParkGate.Options {
   readonly reserveBurstHoldMs: number
   /** `demand-reserve`: the share of a class's queue peak its places keep (rounded up). */
   readonly reserveBurstShare: number
+  /**
+   * `demand-reserve`: count arrivals in groups (`groupFactor`): when the MiB reserved per
+   * interval vary more than single arrivals of the fleet's sizes would make them vary
+   * (`Recent.reservedMibDispersion`), sessions are taken to arrive `g` at a time (a deployment's
+   * VMs at once), and each class gets `g` places for every group its Poisson count of groups
+   * reaches (`groupedQuantile`); a place no parks can make goes only to a host that could take it
+   * once emptied. Off (the default): single arrivals, `g` = 1. Measured, not made the default:
+   * the simulator README's "Groups by the meter's variance".
+   */
+  readonly reserveGroups: boolean
+  /** `demand-reserve`: the most sessions one group is taken to hold (`groupFactor`'s clamp). */
+  readonly reserveGroupMax: number
 }
 
 /**
@@ -137,6 +149,8 @@ export const defaultOptions: Options = Object.freeze({
   descentBaseMs: 0,
   reserveBurstHoldMs: 0,
   reserveBurstShare: 1,
+  reserveGroups: false,
+  reserveGroupMax: 8,
 })
 
 /** The recent demand for room, measured by the reaper between passes. */
@@ -149,6 +163,13 @@ export interface Recent {
    * with the largest budget seen in it. Missing or empty: none queued.
    */
   readonly queuedPeaks?: readonly ClassPeak[] | undefined
+  /**
+   * The dispersion of the MiB reserved per interval (MiB): their variance over their mean, per
+   * unit of time, over the same window as the rate. For single arrivals of sizes X (a Poisson
+   * stream) it is E[X²] ÷ E[X]; when sessions arrive g at a time, g times that. Missing: not
+   * measured (too few samples, or no demand); the reserve counts single arrivals.
+   */
+  readonly reservedMibDispersion?: number | undefined
 }
 
 /** A size class's queue peak: `count` sessions at once, each at most `memMib` and `vcpus`. */
@@ -425,6 +446,34 @@ export const poissonQuantile = (mean: number, q: number): number => {
 }
 
 /**
+ * How many sessions arrive at once (the simulator README's "Groups by the meter's variance"):
+ * the measured dispersion of the MiB reserved (`Recent.reservedMibDispersion`) over what single
+ * arrivals of the fleet's sizes would give (`sizeDispersionMib`, E[X²] ÷ E[X]), rounded down to
+ * a whole group and clamped to [1, `max`]. A compound Poisson stream of groups of g equal
+ * sessions has g times the single arrivals' dispersion. Rounded down because the ratio is noisy:
+ * on Poisson arrivals it spreads from about 0.5 to 2 (the simulator's sweep), and only a ratio of
+ * 2 or more takes the sessions for groups. 1 when either figure is missing or not positive.
+ */
+export const groupFactor = (dispersionMib: number | undefined, sizeDispersionMib: number, max: number): number => {
+  if (dispersionMib === undefined || !(dispersionMib > 0) || !(sizeDispersionMib > 0)) return 1
+  return Math.max(1, Math.min(Math.floor(max), Math.floor(dispersionMib / sizeDispersionMib)))
+}
+
+/**
+ * The places for arrivals of Poisson mean `mean` that come in groups of `g` sessions (a whole
+ * number, `groupFactor`): `g` × the quantile `q` of the groups' count (mean ÷ `g`), and a group's
+ * places at least whenever single arrivals would get one (`poissonQuantile(mean, q)` > 0): the
+ * groups' count alone reaches 0 more often than the sessions' (fewer, bigger arrivals), so a rare
+ * class would lose the place it has today, while one arrival of it brings its group. Never fewer
+ * than single arrivals get; with `g` = 1 it is `poissonQuantile(mean, q)`.
+ */
+export const groupedQuantile = (mean: number, g: number, q: number): number => {
+  const single = poissonQuantile(mean, q)
+  if (g <= 1 || single === 0) return single
+  return Math.max(single, g * Math.max(1, poissonQuantile(mean / g, q)))
+}
+
+/**
  * The size class of a RAM size: the nearest power of two on a log scale (sizes from 0.71× to
  * 1.41× of 2^k share class k). Sessions come in round sizes, so the class bounds lie far from
  * every common size: a few percent of size noise never moves a session to another class.
@@ -455,6 +504,7 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
   const classes: ({ memMib: number; vcpus: number; count: number } | undefined)[] = []
   let total = 0
   let mib = 0
+  let squares = 0
   const add = (b: Budget): void => {
     const k = sizeClass(b.memMib)
     const g = classes[k]
@@ -466,6 +516,7 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     }
     total++
     mib += b.memMib
+    squares += b.memMib * b.memMib
   }
   for (const h of fleet.hosts) for (const p of h.parks) add(p.budget)
   if (fleet.queue.length > 0) {
@@ -485,6 +536,8 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
   // With a lead per class, each class's mean is its arrivals within its own lead; the tail sums them.
   const leadMs = (memMib: number): number => options.reserveLeadMs + Math.max(0, options.descentBaseMs) + (memMib / options.descentMibPerSec) * 1000
   const perSecond = recent.reservedMibPerSec / (mib / total)
+  // Sessions in groups of `group` (1: single arrivals, or the knob off): that many places per group counted.
+  const group = options.reserveGroups ? groupFactor(recent.reservedMibDispersion, squares / mib, options.reserveGroupMax) : 1
   const out: Budget[] = []
   let atLeast = 0
   let tailMean = 0
@@ -495,8 +548,8 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     const ownMean = perClass ? (perSecond * (leadMs(g.memMib) / 1000) * g.count) / total : (sessionsPerLead * g.count) / total
     tailMean += ownMean
     // Its own arrivals' quantile, or what the tail from the largest class down still lacks.
-    const own = poissonQuantile(ownMean, options.reserveQuantile)
-    const tail = poissonQuantile(perClass ? tailMean : (sessionsPerLead * atLeast) / total, options.reserveQuantile) - out.length
+    const own = groupedQuantile(ownMean, group, options.reserveQuantile)
+    const tail = groupedQuantile(perClass ? tailMean : (sessionsPerLead * atLeast) / total, group, options.reserveQuantile) - out.length
     const peak = peaks[k]
     const burst = peak === undefined ? 0 : Math.ceil(peak.count * options.reserveBurstShare)
     const budget = { memMib: Math.max(g.memMib, peak?.memMib ?? 0), vcpus: Math.max(g.vcpus, peak?.vcpus ?? 0) }
@@ -524,8 +577,9 @@ export const reserveShortfall = (fleet: FleetView, arrivals: readonly Budget[], 
  * already on its way covers, the smallest first) each get room made for them, on the host where
  * descending parks at least `reserveMinParkAgeMs` old makes them fit at the least cost (several
  * parks at once when one is not enough), or else the oldest such park on the host nearest to a
- * fit; when old parks cannot make the reserve, parks at least `reserveYoungMinAgeMs` old do. A session that goes idle still parks (a fresh park is the likeliest to resume); old
- * parks make the room instead.
+ * fit (with `reserveGroups`, the nearest that could take the place once emptied); when old parks
+ * cannot make the reserve, parks at least `reserveYoungMinAgeMs` old do. A session that goes idle
+ * still parks (a fresh park is the likeliest to resume); old parks make the room instead.
  */
 const reserveStep =
   (recent: Recent | undefined, options: Options): NonNullable<ParkGate.Steps<"reserve">["extra"]> =>
@@ -550,7 +604,9 @@ const reserveStep =
           continue
         }
         fallback = fallback.filter((h) => !taken.has(h.id))
-        const h = fallback[0]
+        // Counting groups, a place goes only to a host that could take it once emptied: a group
+        // of big places would otherwise descend parks on small hosts every pass (room at random).
+        const h = options.reserveGroups ? fallback.find((x) => !Placement.tooBigFor([x], at.limits)(b)) : fallback[0]
         if (h === undefined) {
           left.push(b)
           continue

@@ -238,6 +238,8 @@ describe("ParkPolicy", () => {
         reserveYoungMinAgeMs: 60_000,
         reserveBurstHoldMs: 0,
         reserveBurstShare: 1,
+        reserveGroups: false,
+        reserveGroupMax: 8,
       })
       expect(ParkPolicy.defaultRule.options).toBe(ParkPolicy.defaultOptions)
     })
@@ -338,6 +340,69 @@ describe("ParkPolicy", () => {
       expect(both.slice(2)).toEqual(plain)
       // The share: half the peak, rounded up.
       expect(ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: big }, { ...held, reserveBurstShare: 0.5 }).filter((b) => b.memMib === 32 * GiB).length).toBe(1)
+    })
+
+    it("the group factor: the measured dispersion over the sizes' own, in whole groups, 1 to the clamp", () => {
+      const eight = 8 * GiB
+      // Single arrivals of 8 GiB sessions disperse 8 GiB (E[X²] ÷ E[X]); noise around it is no group.
+      expect(ParkPolicy.groupFactor(eight, eight, 8)).toBe(1)
+      expect(ParkPolicy.groupFactor(1.9 * eight, eight, 8)).toBe(1)
+      expect(ParkPolicy.groupFactor(0.5 * eight, eight, 8)).toBe(1)
+      // Groups of three disperse three times as much; a burst far beyond is clamped.
+      expect(ParkPolicy.groupFactor(3.4 * eight, eight, 8)).toBe(3)
+      expect(ParkPolicy.groupFactor(40 * eight, eight, 8)).toBe(8)
+      // Not measured (too few samples), or no sizes: single arrivals.
+      expect(ParkPolicy.groupFactor(undefined, eight, 8)).toBe(1)
+      expect(ParkPolicy.groupFactor(3 * eight, 0, 8)).toBe(1)
+      // g places per group counted, never fewer than single arrivals get.
+      expect(ParkPolicy.groupedQuantile(2.5, 1, 0.9)).toBe(ParkPolicy.poissonQuantile(2.5, 0.9))
+      expect(ParkPolicy.groupedQuantile(2.5, 4, 0.9)).toBe(4 * ParkPolicy.poissonQuantile(0.625, 0.9))
+      for (let g = 1; g <= 8; g++) for (const mean of [0.01, 0.2, 1, 2.5, 7.5, 30]) expect(ParkPolicy.groupedQuantile(mean, g, 0.9)).toBeGreaterThanOrEqual(ParkPolicy.poissonQuantile(mean, 0.9))
+    })
+
+    it("groups: a stream that disperses like groups of four keeps places for groups; a Poisson one keeps today's", () => {
+      const groups = { ...ParkPolicy.defaultOptions, reserveGroups: true }
+      // 1 GiB/s of 8 GiB sessions over 20 s: 2.5 expected, 5 places for single arrivals.
+      const single = ParkPolicy.expectedArrivals(fullOfParks(), recent, groups)
+      expect(single.length).toBe(5)
+      // Measured as single arrivals of 8 GiB (or a little more, noise): the same places.
+      expect(ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, reservedMibDispersion: 8 * GiB }, groups)).toEqual(single)
+      expect(ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, reservedMibDispersion: 12 * GiB }, groups)).toEqual(single)
+      // Dispersing like groups of four: 0.625 groups expected, 2 groups reach 90 %: 8 places.
+      const grouped = ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, reservedMibDispersion: 32 * GiB }, groups)
+      expect(grouped.length).toBe(8)
+      expect(grouped.every((b) => b.memMib === 8 * GiB)).toBe(true)
+      // The knob off (the default) ignores the dispersion.
+      expect(ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, reservedMibDispersion: 32 * GiB })).toEqual(single)
+      // A rare class that single arrivals give one place gets a group's: 19 parks of 2 GiB and one
+      // of 32 GiB, 0.17 of its sessions expected in 20 s; dispersing like pairs, two 32 GiB places.
+      const mixed: FleetView = {
+        hosts: [fleetHost("h0", 256 * GiB, 256 * GiB, [...Array.from({ length: 19 }, (_, j) => park(`s${j}`, OLD, 2 * GiB)), park("big", OLD, 32 * GiB)])],
+        queue: [],
+      }
+      const own = (19 * 4 + 32 * 32) / (19 * 2 + 32)
+      const rate = { reservedMibPerSec: 600 }
+      const thirtyTwos = (xs: readonly Budget[]) => xs.filter((b) => b.memMib === 32 * GiB).length
+      expect(thirtyTwos(ParkPolicy.expectedArrivals(mixed, rate, groups))).toBe(1)
+      expect(thirtyTwos(ParkPolicy.expectedArrivals(mixed, { ...rate, reservedMibDispersion: 2.2 * own * GiB }, groups))).toBe(2)
+    })
+
+    it("groups: a place no parks can make goes only to a host that could take it, not to the nearest small host", () => {
+      // a: 64 GiB, four old 2 GiB parks, 16 GiB free; b: 256 GiB, full, its 128 GiB park a few seconds old.
+      const fleet: FleetView = {
+        hosts: [
+          fleetHost("a", 64 * GiB, 48 * GiB, Array.from({ length: 4 }, (_, j) => park(`a${j}`, OLD + j, 2 * GiB))),
+          fleetHost("b", 256 * GiB, 256 * GiB, [park("big", NOW - 5_000, 128 * GiB)]),
+        ],
+        queue: [],
+      }
+      const rate = { reservedMibPerSec: 2048 }
+      // A 128 GiB place is expected; the 2 GiB ones fit in a's free room.
+      expect(ParkPolicy.expectedArrivals(fleet, rate)[0]).toEqual({ memMib: 128 * GiB, vcpus: 1 })
+      // Single arrivals: the fallback descends a's oldest park, though a can never take 128 GiB.
+      expect(ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: rate }).yields).toEqual([{ hostId: "a", sessionId: "a0", reason: "reserve" }])
+      // Counting groups, no host that could take it has a park to yield: nothing descends.
+      expect(ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: rate, options: { ...ParkPolicy.defaultOptions, reserveGroups: true } }).yields).toEqual([])
     })
 
     it("property: with a lead per class, the places at least as big as any size are never fewer than with one lead", () => {

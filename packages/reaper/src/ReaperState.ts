@@ -25,6 +25,12 @@ export interface MeterOptions {
 /** A five-minute window, answered after thirty seconds of samples. */
 export const defaultMeterOptions: MeterOptions = Object.freeze({ windowMs: 5 * 60 * 1000, minSpanMs: 30 * 1000 })
 
+/** Samples closer than this to the last one are merged into it: at most one per 5 s (the default reaper interval). */
+const sampleMergeMs = 5_000
+
+/** The dispersion needs at least this many intervals of `sampleMergeMs` (a minute at the default interval). */
+const minIntervals = 12
+
 /** The rate of new reservations from samples of the store's cumulative reserved MiB. */
 export class DemandMeter {
   private readonly t: number[] = []
@@ -44,13 +50,64 @@ export class DemandMeter {
     }
   }
 
-  /** MiB reserved per second over the window, or undefined before the samples span `minSpanMs`. */
+  /**
+   * MiB reserved per second over the window, or undefined before the samples span `minSpanMs`;
+   * with the dispersion of the MiB reserved per interval (`dispersion`) once it is measured.
+   */
   rate(): ParkPolicy.Recent | undefined {
     const n = this.t.length
     if (n < 2) return undefined
     const span = (this.t[n - 1] as number) - (this.t[0] as number)
     if (span < this.options.minSpanMs) return undefined
-    return { reservedMibPerSec: (((this.mib[n - 1] as number) - (this.mib[0] as number)) / span) * 1000 }
+    const reservedMibPerSec = (((this.mib[n - 1] as number) - (this.mib[0] as number)) / span) * 1000
+    const dispersion = this.dispersion()
+    return dispersion === undefined ? { reservedMibPerSec } : { reservedMibPerSec, reservedMibDispersion: dispersion }
+  }
+
+  /**
+   * The dispersion of the MiB reserved over the window (core's `Recent.reservedMibDispersion`):
+   * their variance per second over their mean per second, in MiB. The samples are cut into
+   * intervals of at least 5 s (closer samples merge, so a group placed over two close passes
+   * counts once), and the variance comes from successive intervals' differences of rate (each
+   * pair's squared difference over the sum of 1 ÷ its two lengths: unequal intervals weigh as
+   * their lengths say), not from one mean over the window: a rate that changes within the window
+   * (a diurnal ramp, a flash crowd starting) adds to one pair, where a window's mean would count
+   * the change as variance in every interval. Undefined with fewer than `minIntervals` intervals
+   * or no MiB reserved.
+   */
+  dispersion(): number | undefined {
+    const seconds: number[] = []
+    const mib: number[] = []
+    let t0 = this.t[0] as number
+    let m0 = this.mib[0] as number
+    for (let i = 1; i < this.t.length; i++) {
+      const t = this.t[i] as number
+      if (t - t0 < sampleMergeMs) continue
+      const m = this.mib[i] as number
+      seconds.push((t - t0) / 1000)
+      mib.push(m - m0)
+      t0 = t
+      m0 = m
+    }
+    const k = seconds.length
+    if (k < minIntervals) return undefined
+    let totalMib = 0
+    let totalS = 0
+    for (let i = 0; i < k; i++) {
+      totalMib += mib[i] as number
+      totalS += seconds[i] as number
+    }
+    const mean = totalMib / totalS
+    if (!(mean > 0)) return undefined
+    let sum = 0
+    for (let i = 1; i < k; i++) {
+      const a = seconds[i - 1] as number
+      const b = seconds[i] as number
+      const d = (mib[i] as number) / b - (mib[i - 1] as number) / a
+      // Var(rate over s seconds) = σ² ÷ s for a compound Poisson stream of variance σ² per second.
+      sum += (d * d) / (1 / a + 1 / b)
+    }
+    return sum / (k - 1) / mean
   }
 
   clear(): void {
@@ -59,8 +116,6 @@ export class DemandMeter {
   }
 }
 
-/** Samples closer than this to the last one are merged into it: at most one per 5 s (the default reaper interval). */
-const sampleMergeMs = 5_000
 
 /**
  * The queue's peaks per size class within a recent window (core's `ParkPolicy.Recent.queuedPeaks`):

@@ -863,6 +863,64 @@ describe("ReaperState.DemandMeter", () => {
     assert.isUndefined(meter.rate())
   })
 
+  // Samples every `stepMs` from t = 0 of a counter that rises by each of `mib` in turn per 5 s.
+  const fed = (mib: readonly number[], stepMs = 5_000): ReaperState.DemandMeter => {
+    const meter = new ReaperState.DemandMeter({ windowMs: 10 * 60_000, minSpanMs: 10_000 })
+    let total = 0
+    meter.sample(0, 0)
+    mib.forEach((m, i) => {
+      // Within an interval the counter rises at its end (the passes in between see nothing new).
+      for (let t = i * 5_000 + stepMs; t < (i + 1) * 5_000; t += stepMs) meter.sample(t, total)
+      total += m
+      meter.sample((i + 1) * 5_000, total)
+    })
+    return meter
+  }
+
+  it("the dispersion of the MiB reserved: single 8 GiB arrivals disperse 8 GiB, groups of four 8 GiB sessions four times that", () => {
+    const GiB = 1024
+    // One 8 GiB session every other interval: rates 0 and 8 GiB ÷ 5 s in turn, (b − a)² ÷ (a + b) = 8 GiB.
+    const singles = Array.from({ length: 24 }, (_, i) => (i % 2 === 0 ? 0 : 8 * GiB))
+    assert.closeTo(fed(singles).dispersion() as number, 8 * GiB, 1e-6)
+    // Four of them at once every other interval: 32 GiB.
+    const groups = singles.map((m) => 4 * m)
+    assert.closeTo(fed(groups).dispersion() as number, 32 * GiB, 1e-6)
+    // The policy gets it with the rate.
+    const rate = fed(singles).rate()
+    assert.closeTo(rate?.reservedMibPerSec as number, (8 * GiB) / 10, 1e-9)
+    assert.closeTo(rate?.reservedMibDispersion as number, 8 * GiB, 1e-6)
+  })
+
+  it("the dispersion: passes closer than 5 s merge, a steady rate over unequal intervals has none, too few intervals give none", () => {
+    const singles = Array.from({ length: 24 }, (_, i) => (i % 2 === 0 ? 0 : 8192))
+    // A pass every second: the same 5 s intervals, the same figure.
+    assert.strictEqual(fed(singles, 1_000).dispersion(), fed(singles).dispersion())
+    // 100 MiB/s over intervals of 5 s and 10 s in turn: no variance, whatever the lengths.
+    const steady = new ReaperState.DemandMeter({ windowMs: 10 * 60_000, minSpanMs: 10_000 })
+    let t = 0
+    steady.sample(0, 0)
+    for (let i = 0; i < 20; i++) {
+      t += i % 2 === 0 ? 5_000 : 10_000
+      steady.sample(t, t / 10)
+    }
+    assert.strictEqual(steady.dispersion(), 0)
+    // Eleven intervals: not measured, and the rate comes alone.
+    const short = fed(singles.slice(0, 11))
+    assert.isUndefined(short.dispersion())
+    assert.deepStrictEqual(Object.keys(short.rate() ?? {}), ["reservedMibPerSec"])
+    // No demand: no figure.
+    assert.isUndefined(fed(Array.from({ length: 24 }, () => 0)).dispersion())
+  })
+
+  it("the dispersion: a rate that steps up within the window (a flash crowd) counts once, not as variance in every interval", () => {
+    // 1 GiB/s for two and a half minutes, then 5 GiB/s, no noise: one pair of intervals differs.
+    const step = Array.from({ length: 60 }, (_, i) => (i < 30 ? 5 * 1024 : 25 * 1024))
+    const d = fed(step).dispersion() as number
+    // (4 GiB/s)² ÷ (2 ÷ 5 s) over 59 pairs, over the mean 3 GiB/s: 236 MiB, less than one session of 1 GiB.
+    assert.closeTo(d, (4096 * 4096 * 2.5) / 59 / 3072, 1e-6)
+    assert.isBelow(d, 1024)
+  })
+
   it.effect("the pass feeds the meter from the store's cumulative reserved MiB, so demand-reserve keeps room before anyone waits", () =>
     Effect.gen(function* () {
       yield* host("h1", 8192)
