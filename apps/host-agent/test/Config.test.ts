@@ -108,7 +108,8 @@ describe("host agent configuration", () => {
     // Its own ENGRAM_PEERS entry is advertised; another host's entry alone, or an own entry that breaks the rule, is not.
     expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_PEERS: "h1=http://10.0.0.1:7100,h2=http://10.0.0.2:7100" })).toEqual([])
     expect(await warningsOf({ ...required, ...peers, ENGRAM_AGENT_HOST: "0.0.0.0" })).toEqual([`Warn this agent advertises no peer URL (ENGRAM_AGENT_HOST "0.0.0.0" is a wildcard${rest}`])
-    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_PEERS: "h1=http://0.0.0.0:7100" })).toEqual([`Warn this agent advertises no peer URL (ENGRAM_AGENT_HOST "0.0.0.0" is a wildcard${rest}`])
+    // An own entry that breaks the rule is set, not missing: the agent names it at start (below), not this.
+    expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_PEERS: "h1=http://0.0.0.0:7100" })).toEqual([])
     // A configuration refused is not warned about: its issues are the one thing said.
     expect(await warningsOf({ ...required, ENGRAM_AGENT_HOST: "0.0.0.0", ENGRAM_AGENT_PORT: "seven" })).toEqual([])
   })
@@ -443,6 +444,8 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
   })
 
   it("told none, a started agent advertises its own ENGRAM_PEERS entry before deriving one; a URL it is told comes first; an own entry that breaks the rule is not advertised", async () => {
+    const warnings: string[] = []
+    const capture = Logger.layer([Logger.make(({ logLevel, message }) => void (logLevel === "Warn" && warnings.push(String(Array.isArray(message) ? message[0] : message))))])
     const reported = (o: Partial<Parameters<typeof startHostAgent>[0]>) =>
       Effect.runPromise(
         Effect.scoped(
@@ -459,7 +462,7 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
             yield* h.agent.reportOnce
             return { peerUrl: (yield* fake.get).reports.get("h")?.peerUrl ?? null, port: h.port }
           }),
-        ),
+        ).pipe(Effect.provide(capture)),
       )
     const list = (entries: Record<string, string>) => (id: string) => entries[id]
     const own = list({ h: "http://10.0.0.7:7100", h2: "http://10.0.0.8:7100" })
@@ -479,5 +482,17 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
       expect(r.peerUrl, bad).toBe(`http://127.0.0.1:${r.port}`)
       expect((await reported({ listen: { port: 0, host: "0.0.0.0" }, peers: list({ h: bad }) })).peerUrl, bad).toBeNull()
     }
+    // Such an entry is named once at start, with what the agent advertises instead.
+    warnings.length = 0
+    const instead = await reported({ listen: { port: 0, host: "127.0.0.1" }, peers: list({ h: "http://0.0.0.0:7100" }) })
+    expect(warnings).toHaveLength(1)
+    expect(warnings[0]).toMatch(/^this host's ENGRAM_PEERS entry is not advertised as its peer URL: it .+; this agent advertises http:\/\/127\.0\.0\.1:\d+ instead$/)
+    expect(warnings[0]).toContain(`http://127.0.0.1:${instead.port}`)
+    warnings.length = 0
+    await reported({ listen: { port: 0, host: "0.0.0.0" }, peers: list({ h: "http://0.0.0.0:7100" }) })
+    expect(warnings).toEqual([expect.stringMatching(/; this agent advertises no peer URL, so the coordinator's reaper moves no session here to make room\. Mend the entry or set ENGRAM_AGENT_PEER_URL$/)])
+    // No peer server (a program's agent without \`listen\`): nothing listens at its entry either, so none is advertised.
+    expect((await reported({ peers: own })).peerUrl).toBeNull()
+    expect((await reported({ peers: own, peerUrl: "http://10.0.0.7:7100" })).peerUrl).toBe("http://10.0.0.7:7100")
   })
 })
