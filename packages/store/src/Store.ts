@@ -93,7 +93,11 @@ export interface StoreShape {
   readonly pageHosts: (page?: PageRequest) => Fx<Page<HostView>, InvalidInput>
 
   // The fleet
-  /** Hosts with headroom, parks and descents, and the queue: one consistent read. */
+  /**
+   * Hosts with headroom, parks and descents, and the queue: one consistent read. Each host
+   * carries `takesMoves` (core's `Move.takesMoves` of its reported `peerUrl`): the reaper plans
+   * make-room moves only into hosts that take them.
+   */
   readonly fleetView: () => Fx<FleetRead>
 
   // Sessions
