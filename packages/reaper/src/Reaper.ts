@@ -403,7 +403,8 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
       const policy = moves.allowance
       if (policy === undefined) continue
       // The guard's own allowance of each pair from this host, as the assignments hand it to the source.
-      const targetHostIds = read.success.hosts.filter((h) => h.id !== hold.hostId).map((h) => h.id)
+      // Only hosts that take moves can be a target (`MakeRoom` skips the others).
+      const targetHostIds = read.success.hosts.filter((h) => h.id !== hold.hostId && h.takesMoves !== false).map((h) => h.id)
       const recent = yield* Effect.result(store.listAllowanceCommits(Downtime.allowanceCommitsQuery(hold.hostId, targetHostIds, now, policy)))
       if (recent._tag === "Failure") return yield* failed(recent.failure.message)
       allowanceMs.set(hold.hostId, new Map(targetHostIds.map((t) => [t, Downtime.pairAllowance(recent.success, hold.hostId, t, now, policy).allowanceMs])))
