@@ -276,6 +276,7 @@ export const isPeerUrl = (url: string): boolean => {
  * Whether a host can be a move's target (`Placement.Candidate.takesMoves`): its agent advertises
  * a peer URL (`peerUrl`, its last report's), so the coordinator can tell the move's source where
  * to reach it. Without one the source knows the target only from its own `ENGRAM_PEERS`, which
- * the coordinator cannot see: a make-room move planned there would likely abort, then cool down.
+ * the coordinator cannot see: a make-room move planned there, or a move the store picked it for,
+ * would likely abort (so neither is: `MakeRoom.plan`, `Placement.Request.takesMovesOnly`).
  */
 export const takesMoves = (peerUrl: string | null): boolean => peerUrl !== null

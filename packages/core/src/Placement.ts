@@ -35,7 +35,8 @@ export interface Candidate {
   /**
    * Whether a moved session can land here: the host's agent advertises where its peers reach it
    * (`Move.takesMoves`). Defaults to true. A host that cannot is never a make-room move's target
-   * (`MakeRoom.plan`); it still takes placements, and sessions still move off it.
+   * (`MakeRoom.plan`) nor the store's pick for a move without a named target (`takesMovesOnly`);
+   * it still takes placements, and sessions still move off it.
    */
   readonly takesMoves?: boolean
 }
