@@ -384,6 +384,9 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         for (const [peerUrl, rule] of [
           ["http://user:pw@10.1.2.3:7100", expect.stringContaining("user:password@, a query or a fragment")],
           ["10.1.2.3:7100", expect.stringContaining("absolute http:// or https:// URL")],
+          // A wildcard host: no peer reaches a listener's wildcard.
+          ["http://0.0.0.0:7100", expect.stringContaining("naming a host peers reach (not 0.0.0.0 or ::)")],
+          ["http://[::]:7100", expect.stringContaining("naming a host peers reach (not 0.0.0.0 or ::)")],
           [42, expect.any(String)],
         ] as const) {
           const bad = await target.put(`/v1/hosts/${dst.id}/report`, { ...report(4096), peerUrl })
@@ -569,7 +572,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         const src = await addHost(admin, 2048)
         const dst = await addHost(admin, 2048)
         const sid = await runningOn(src)
-        const answer = admin.post(`/v1/sessions/${sid}/move`, { maxDowntimeMs: 480 })
+        const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 480 })
         const m = await findMove(src, sid)
         const aborted = await client(c.url, src.token).post(`/v1/moves/${m.id}/abort`, { reason: "ErrMoveDowntime: estimate over budget", estimateMs: 812 })
         expect(aborted.body.state).toBe("aborted")
@@ -578,14 +581,13 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(done.body).toMatchObject({ error: "ErrMoveDowntime", estimateMs: 812, maxDowntimeMs: 480, moveId: m.id })
         expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running", hostId: src.id })
         await admin.del(`/v1/sessions/${sid}`)
-        void dst
       })
 
       it("an abort's estimate past 2^53 - 1 (1e21) is a 400 naming estimateMs and changes nothing; a fractional one reads back exactly", async () => {
         const src = await addHost(admin, 2048)
-        await addHost(admin, 2048)
+        const dst = await addHost(admin, 2048)
         const sid = await runningOn(src)
-        const answer = admin.post(`/v1/sessions/${sid}/move`, { maxDowntimeMs: 480 })
+        const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 480 })
         const m = await findMove(src, sid)
         const agent = client(c.url, src.token)
         const huge = await agent.post(`/v1/moves/${m.id}/abort`, { reason: "ErrMoveDowntime: estimate over budget", estimateMs: 1e21 })
@@ -600,9 +602,9 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
 
       it("no agent acts: the move is aborted with reason timeout and the caller gets 503 MoveTimeout", async () => {
         const src = await addHost(admin, 2048)
-        await addHost(admin, 2048)
+        const dst = await addHost(admin, 2048)
         const sid = await runningOn(src)
-        const done = await admin.post(`/v1/sessions/${sid}/move`, { maxDowntimeMs: 600 })
+        const done = await admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
         expect(done.status).toBe(503)
         expect(done.body.error).toBe("MoveTimeout")
         expect((await admin.get(`/v1/moves/${done.body.moveId}`)).body).toMatchObject({ state: "aborted", abortReason: "timeout" })

@@ -170,16 +170,16 @@ export const proofProblem = (secret: string, h: MoveHeader, answer: typeof Prepa
 /** The hosts a listener on every interface binds to: no peer can reach this host there (core's). */
 const wildcardHosts = CoreMove.wildcardHosts
 
-/** The rule of an advertised peer URL (`ENGRAM_AGENT_PEER_URL`, a program's `peerUrl`). */
-export const peerUrlRule =
-  "must be an absolute http:// or https:// URL of at most 2048 characters naming a host peers reach (not 0.0.0.0 or ::), without spaces, control characters, user:password@, a query or a fragment"
+/** The rule of an advertised peer URL (`ENGRAM_AGENT_PEER_URL`, a program's `peerUrl`): core's `Move.peerUrlRule`. */
+export const peerUrlRule = `must be ${CoreMove.peerUrlRule}`
 
 /**
  * Why `url` cannot be advertised as this agent's peer URL (`peerUrlRule`), or undefined: core's
- * `Move.isPeerUrl`, the coordinator's store's rule too (`@engram/store`'s `Validate.peerUrl`); a
- * wildcard host is refused here, where the operator set it.
+ * `Move.isPeerUrl` (a wildcard host such as 0.0.0.0 refused with the rest), the coordinator's
+ * store's rule too (`@engram/store`'s `Validate.peerUrl`), so what the agent starts with the
+ * store accepts.
  */
-export const peerUrlProblem = (url: string): string | undefined => (CoreMove.isPeerUrl(url, { wildcard: false }) ? undefined : peerUrlRule)
+export const peerUrlProblem = (url: string): string | undefined => (CoreMove.isPeerUrl(url) ? undefined : peerUrlRule)
 
 /**
  * The host of the peer URL an agent derives: where its peer server listens (`ENGRAM_AGENT_HOST`),

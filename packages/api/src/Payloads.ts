@@ -60,7 +60,8 @@ export const Report = Schema.Struct({
   templates: Schema.optionalKey(Schema.Array(Schema.Struct({ name: Schema.String, memMib: Schema.Finite, vcpus: Schema.Finite }))),
   /**
    * Where the host's agent serves its peers: an absolute `http://` or `https://` URL (at most
-   * 2048 characters, no spaces, no `user:password@`, query or fragment). The coordinator gives it
+   * 2048 characters, naming a host peers reach: not a wildcard such as 0.0.0.0 or ::; no spaces,
+   * no `user:password@`, query or fragment). The coordinator gives it
    * to the source of each move to this host. Absent or null: none (each report replaces the last's).
    */
   peerUrl: Schema.optionalKey(Schema.NullOr(Schema.String)),

@@ -237,14 +237,21 @@ export const maxPeerUrlLength = 2048
 export const wildcardHosts: ReadonlySet<string> = new Set(["0.0.0.0", "::", "[::]"])
 
 /**
- * Whether `url` has the shape of a peer URL (a host's agent, where a move's source reaches its
- * target): an absolute `http://` or `https://` URL of at most `maxPeerUrlLength` characters with
- * a host, and no whitespace, control character, `user:password@`, query or fragment (URL
- * parsing trims and drops tabs and newlines, so a URL that needed it is not the one given). With
- * `wildcard: false` a wildcard host (`wildcardHosts`) is refused too: the agent's own check, where
- * the operator sets it. The one rule of the store's `Validate.peerUrl` and the host agent's.
+ * The rule of a peer URL (`isPeerUrl`), in words: the store's (`Validate.peerUrlRule`, which
+ * allows null) and the host agent's say it after "must be".
  */
-export const isPeerUrl = (url: string, options: { readonly wildcard?: boolean } = {}): boolean => {
+export const peerUrlRule = `an absolute http:// or https:// URL of at most ${maxPeerUrlLength} characters naming a host peers reach (not 0.0.0.0 or ::), without spaces, control characters, user:password@, a query or a fragment`
+
+/**
+ * Whether `url` is a peer URL (a host's agent, where a move's source reaches its target): an
+ * absolute `http://` or `https://` URL of at most `maxPeerUrlLength` characters with a host that
+ * is not a wildcard (`wildcardHosts`, however spelt: `http://0:7100` parses to 0.0.0.0; a peer
+ * can never reach a listener's wildcard), and no whitespace, control character,
+ * `user:password@`, query or fragment (URL parsing trims and drops tabs and newlines, so a URL
+ * that needed it is not the one given). The one rule of the store's `Validate.peerUrl` and the
+ * host agent's (`peerUrlRule`).
+ */
+export const isPeerUrl = (url: string): boolean => {
   if (url.length > maxPeerUrlLength || /\s/.test(url) || url.includes("?") || url.includes("#")) return false
   for (let i = 0; i < url.length; i++) {
     const c = url.charCodeAt(i)
@@ -259,9 +266,9 @@ export const isPeerUrl = (url: string, options: { readonly wildcard?: boolean } 
   return (
     (parsed.protocol === "http:" || parsed.protocol === "https:") &&
     parsed.hostname !== "" &&
+    !wildcardHosts.has(parsed.hostname) &&
     parsed.username === "" &&
-    parsed.password === "" &&
-    (options.wildcard !== false || !wildcardHosts.has(parsed.hostname))
+    parsed.password === ""
   )
 }
 
@@ -269,6 +276,7 @@ export const isPeerUrl = (url: string, options: { readonly wildcard?: boolean } 
  * Whether a host can be a move's target (`Placement.Candidate.takesMoves`): its agent advertises
  * a peer URL (`peerUrl`, its last report's), so the coordinator can tell the move's source where
  * to reach it. Without one the source knows the target only from its own `ENGRAM_PEERS`, which
- * the coordinator cannot see: a make-room move planned there would likely abort, then cool down.
+ * the coordinator cannot see: a make-room move planned there, or a move the store picked it for,
+ * would likely abort (so neither is: `MakeRoom.plan`, `Placement.Request.takesMovesOnly`).
  */
 export const takesMoves = (peerUrl: string | null): boolean => peerUrl !== null

@@ -35,7 +35,8 @@ export interface Candidate {
   /**
    * Whether a moved session can land here: the host's agent advertises where its peers reach it
    * (`Move.takesMoves`). Defaults to true. A host that cannot is never a make-room move's target
-   * (`MakeRoom.plan`); it still takes placements, and sessions still move off it.
+   * (`MakeRoom.plan`) nor the store's pick for a move without a named target (`takesMovesOnly`);
+   * it still takes placements, and sessions still move off it.
    */
   readonly takesMoves?: boolean
 }
@@ -57,6 +58,11 @@ export interface Request {
   readonly spread?: Spread | undefined
   /** The template the session starts from: hosts that hold it (same name and size) rank first among those that fit. */
   readonly template?: string | null | undefined
+  /**
+   * Only hosts that take moves (`Candidate.takesMoves` not false): a move's target the store
+   * picks. Unset for every other placement, which pays nothing for it (`admits`).
+   */
+  readonly takesMovesOnly?: boolean | undefined
 }
 
 /**
@@ -111,6 +117,12 @@ export const isOpen = (c: Candidate, limits: Limits = defaults): boolean =>
   c.reported !== false &&
   (c.entries ?? 0) < limits.maxEntriesPerNode &&
   (!limits.requireMeasured || isMeasured(c))
+
+/**
+ * Whether the request may go to this host at all, its room aside: not the excluded host (a
+ * move's source), and one that takes moves when the request asks for one (`takesMovesOnly`).
+ */
+export const admits = (c: Candidate, req: Request): boolean => c.id !== req.exclude && (req.takesMovesOnly !== true || c.takesMoves !== false)
 
 /** Whether the budget fits on this candidate now (SPEC §2). */
 export const fitsOn = (c: Candidate, budget: Budget, limits: Limits = defaults): boolean =>
@@ -174,7 +186,7 @@ export const rank = (hosts: readonly Candidate[], req: Request, limits: Limits =
   const index = affinityIndexOf(req)
   const wanted = wantedTemplate(req)
   return hosts
-    .filter((h) => h.id !== req.exclude && fitsOn(h, req.budget, limits))
+    .filter((h) => admits(h, req) && fitsOn(h, req.budget, limits))
     .sort((a, b) => compare(a, b, index, wanted, req.spread))
     .map((h) => h.id)
 }
@@ -185,7 +197,7 @@ export const pick = (hosts: Iterable<Candidate>, req: Request, limits: Limits = 
   const wanted = wantedTemplate(req)
   let best: Candidate | undefined
   for (const h of hosts) {
-    if (h.id === req.exclude || !fitsOn(h, req.budget, limits)) continue
+    if (!admits(h, req) || !fitsOn(h, req.budget, limits)) continue
     if (best === undefined || compare(h, best, index, wanted, req.spread) < 0) best = h
   }
   return best === undefined ? null : best.id
@@ -207,7 +219,10 @@ export const top = (hosts: Iterable<Candidate>, req: Request, k: number, limits:
 
 /** A host-choice request: placement's request, and optionally the one host it must be. */
 export interface Choice extends Request {
-  /** The host asked for (a move's given target): chosen only if the budget fits there now. */
+  /**
+   * The host asked for (a move's given target): chosen only if the budget fits there now. It is
+   * the operator's choice: `takesMovesOnly` does not refuse it (it only narrows the best-ranked pick).
+   */
   readonly target?: string | undefined
 }
 
@@ -241,9 +256,10 @@ export const chooseWith = (
   }
   const hostId = best(req)
   if (hostId !== null) return { _tag: "Chosen", hostId }
+  const which = `no host${req.exclude === undefined ? "" : ` other than ${req.exclude}`}`
   return {
     _tag: "NoFit",
-    message: req.exclude === undefined ? "no host can take the session" : `no host other than ${req.exclude} can take the session`,
+    message: req.takesMovesOnly === true ? `${which} that takes moves (its agent advertises a peer URL) has room for the session` : `${which} can take the session`,
   }
 }
 

@@ -288,12 +288,11 @@ export class Index {
   /** The best host for the request, exactly as `Placement.pick` over every host here. */
   pick(req: Request): string | null {
     const b = req.budget
-    const exclude = req.exclude
     const affinity = Placement.affinityIndexOf(req)
     // Measured affinity hosts rank above every other measured host, in preference order.
     for (const id of affinity.keys()) {
       const c = this.all.get(id)
-      if (c !== undefined && id !== exclude && Placement.isMeasured(c) && Placement.fitsOn(c, b, this.#limits)) return c.id
+      if (c !== undefined && Placement.admits(c, req) && Placement.isMeasured(c) && Placement.fitsOn(c, b, this.#limits)) return c.id
     }
     // Then, among the hosts that fit: the holders of the wanted template, then (with a spread)
     // the replica's own share, then best fit; each preference falls back to the next.
@@ -302,16 +301,16 @@ export class Index {
     const inOrder = (list: Sorted | undefined, only?: (c: Candidate) => boolean): Candidate | undefined =>
       list === undefined
         ? undefined
-        : (this.firstFit(list, b, affinity, exclude, spread, only) ?? (spread === undefined ? undefined : this.firstFit(list, b, affinity, exclude, undefined, only)))
+        : (this.firstFit(list, req, affinity, spread, only) ?? (spread === undefined ? undefined : this.firstFit(list, req, affinity, undefined, only)))
     let best = wanted === undefined ? undefined : inOrder(this.holders.get(templateKey(wanted)))
     best ??= inOrder(this.measured)
     for (const c of this.irregular) {
-      if (c.id !== exclude && Placement.fitsOn(c, b, this.#limits) && (best === undefined || Placement.compare(c, best, affinity, wanted, spread) < 0)) best = c
+      if (Placement.admits(c, req) && Placement.fitsOn(c, b, this.#limits) && (best === undefined || Placement.compare(c, best, affinity, wanted, spread) < 0)) best = c
     }
     if (best !== undefined) return best.id
     for (const id of affinity.keys()) {
       const c = this.all.get(id)
-      if (c !== undefined && id !== exclude && Placement.fitsOn(c, b, this.#limits)) return c.id
+      if (c !== undefined && Placement.admits(c, req) && Placement.fitsOn(c, b, this.#limits)) return c.id
     }
     // The unmeasured hosts in the same order; their holders are not filed apart (rarely asked).
     const holder = (c: Candidate): boolean => Placement.holdsTemplate(c, wanted)
@@ -328,23 +327,24 @@ export class Index {
     return this.pick({ budget }) !== null
   }
 
-  // The first slot whose RAM and CPU fit (in the spread's own share, with one; of the hosts `only` accepts, with it);
-  // affinity hosts were judged already. Lists sorted by RAM limit (the measured hosts, a template's holders) are
-  // walked from the budget's RAM; unmeasured ones are all walked.
+  // The first slot whose RAM and CPU fit and that the request admits (`Placement.admits`: not the excluded host; one
+  // that takes moves, when asked), in the spread's own share, with one; of the hosts `only` accepts, with it; affinity
+  // hosts were judged already. Lists sorted by RAM limit (the measured hosts, a template's holders) are walked from the
+  // budget's RAM; unmeasured ones are all walked.
   private firstFit(
     list: Sorted,
-    b: Budget,
+    req: Request,
     affinity: ReadonlyMap<string, number>,
-    exclude: string | undefined,
     spread?: Placement.Spread,
     only?: (c: Candidate) => boolean,
   ): Candidate | undefined {
+    const b = req.budget
     for (const s of list === this.unmeasured ? list.all() : list.from(b.memMib)) {
       if (
         s.fitMib >= b.memMib &&
         s.fitVcpus >= b.vcpus &&
         !affinity.has(s.c.id) &&
-        s.c.id !== exclude &&
+        Placement.admits(s.c, req) &&
         (spread === undefined || Placement.isOwn(spread, s.c.id)) &&
         (only === undefined || only(s.c))
       )

@@ -117,12 +117,10 @@ describe("Move.isPeerUrl: where a move's source reaches its target (the store's 
     for (const no of bad) expect(Move.isPeerUrl(no), JSON.stringify(no)).toBe(false)
   })
 
-  it("a wildcard host is a URL's shape, refused only where the operator sets it (wildcard: false)", () => {
-    for (const url of ["http://0.0.0.0:7100", "http://[::]:7100"]) {
-      expect(Move.isPeerUrl(url)).toBe(true)
-      expect(Move.isPeerUrl(url, { wildcard: false })).toBe(false)
-    }
-    expect(Move.isPeerUrl("http://10.0.0.2:7100", { wildcard: false })).toBe(true)
+  it("a wildcard host is never a peer URL, however it is spelt: no peer reaches a listener's wildcard", () => {
+    for (const url of ["http://0.0.0.0:7100", "http://[::]:7100", "https://0.0.0.0/peer", "http://0:7100", "http://[0:0:0:0:0:0:0:0]:7100"])
+      expect(Move.isPeerUrl(url), url).toBe(false)
+    for (const url of ["http://10.0.0.2:7100", "http://[::1]:7100", "http://0.0.0.1:7100"]) expect(Move.isPeerUrl(url), url).toBe(true)
   })
 })
 

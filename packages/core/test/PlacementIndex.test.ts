@@ -16,6 +16,8 @@ describe("PlacementIndex", () => {
       budget: arbTemplateBudget,
       affinity: fc.array(fc.constantFrom(...ids, "nowhere"), { maxLength: 4 }),
       template: fc.option(fc.constantFrom(...templateNames, "t9"), { nil: undefined }),
+      exclude: fc.option(fc.constantFrom(...ids), { nil: undefined }),
+      takesMovesOnly: fc.option(fc.boolean(), { nil: undefined }),
     })
     fc.assert(
       fc.property(fc.array(op, { maxLength: 40 }), fc.array(query, { minLength: 1, maxLength: 8 }), fc.boolean(), (ops, queries, requireMeasured) => {
@@ -35,7 +37,7 @@ describe("PlacementIndex", () => {
         // Built in one go from the upserts (a later one of an id replaces an earlier), it picks the same.
         const built = PlacementIndex.Index.of(ops.flatMap((o) => (o.kind === "upsert" ? [o.c] : [])), limits)
         for (const q of queries) {
-          const req = { budget: q.budget, affinity: q.affinity, template: q.template }
+          const req = { budget: q.budget, affinity: q.affinity, template: q.template, exclude: q.exclude, takesMovesOnly: q.takesMovesOnly }
           expect(index.pick(req)).toBe(Placement.pick([...model.values()], req, limits))
           const survivors = new Map<string, Candidate>()
           for (const o of ops) if (o.kind === "upsert") survivors.set(o.c.id, o.c)
@@ -58,6 +60,7 @@ describe("PlacementIndex", () => {
       headroom: { allocatableMib: 256 * (1 + rnd(64)), cpuBudget: 1 + rnd(16), reserved: { memMib: 256 * rnd(64), vcpus: rnd(16) } },
       entries: rnd(6),
       ...(rnd(10) === 0 ? { state: "cordoned" as const } : {}),
+      ...(rnd(3) === 0 ? { takesMoves: false } : {}),
     })
     const limits = { ...Limits.defaults, maxEntriesPerNode: 5 }
     const index = new PlacementIndex.Index(limits)
@@ -65,7 +68,7 @@ describe("PlacementIndex", () => {
     const check = () => {
       expect(index.size).toBe(model.size)
       for (let q = 0; q < 20; q++) {
-        const req = { budget: { memMib: 1 + rnd(64 * 256), vcpus: rnd(16) } }
+        const req = { budget: { memMib: 1 + rnd(64 * 256), vcpus: rnd(16) }, ...(rnd(2) === 0 ? { takesMovesOnly: true } : {}) }
         expect(index.pick(req)).toBe(Placement.pick([...model.values()], req, limits))
       }
     }

@@ -23,7 +23,7 @@ export const arbTemplateBudget = fc.oneof(
   fc.record({ memMib: fc.integer({ min: 1, max: 64 * 256 }), vcpus: fc.integer({ min: 0, max: 16 }) }),
 )
 
-/** A candidate host `id`: any mix of measured, unmeasured, gated and full, in any state. */
+/** A candidate host `id`: any mix of measured, unmeasured, gated and full, in any state, taking moves or not. */
 export const arbCandidate = (id: string) =>
   fc
     .record({
@@ -35,6 +35,7 @@ export const arbCandidate = (id: string) =>
       entries: fc.integer({ min: 0, max: 5 }),
       measured: fc.option(fc.boolean(), { nil: undefined }),
       templates: fc.option(fc.array(arbHeldTemplate, { maxLength: 2 }), { nil: undefined }),
+      takesMoves: fc.option(fc.boolean(), { nil: undefined }),
     })
     .map(
       (r): Candidate => ({
@@ -48,6 +49,7 @@ export const arbCandidate = (id: string) =>
         entries: r.entries,
         ...(r.measured === undefined ? {} : { measured: r.measured }),
         ...(r.templates === undefined ? {} : { templates: r.templates }),
+        ...(r.takesMoves === undefined ? {} : { takesMoves: r.takesMoves }),
       }),
     )
 

@@ -105,11 +105,15 @@ export const reportFor = (
   return { totalMib: allocatableMib, allocatableMib, totalVcpus }
 }
 
+/** The peer URL `addHost`'s hosts advertise (one per host, as agents do): each takes moves (`Candidate.takesMoves`). */
+export const peerUrlOf = (id: string): string => `http://peers.test:7100/${encodeURIComponent(id)}`
+
 /**
  * Registers a host and reports it: so that its RAM capacity under the default limits is
  * `capacityMib` and its CPU budget `4 × totalVcpus`; without `capacityMib` (or with null) it
  * reports no RAM figure (an unmeasured host, which takes placements but ranks last). A host
  * only takes placements after its first report (SPEC §12); `registered` leaves it unreported.
+ * Its report advertises a peer URL (`peerUrlOf`), as a fleet that moves does: it takes moves.
  */
 export const addHost = (
   id: string,
@@ -119,9 +123,10 @@ export const addHost = (
   Effect.gen(function* () {
     const s = yield* store
     yield* s.registerHost({ id })
+    const peerUrl = peerUrlOf(id)
     if (capacityMib === undefined || capacityMib === null)
-      return yield* s.reportHost(id, { totalMib: null, allocatableMib: null, totalVcpus: capacityMib === undefined ? null : totalVcpus })
-    return yield* s.reportHost(id, reportFor(capacityMib, totalVcpus, s.limits()))
+      return yield* s.reportHost(id, { totalMib: null, allocatableMib: null, totalVcpus: capacityMib === undefined ? null : totalVcpus, peerUrl })
+    return yield* s.reportHost(id, { ...reportFor(capacityMib, totalVcpus, s.limits()), peerUrl })
   })
 
 /** Registers a host and leaves it unreported: it takes no placement until its first report. */

@@ -89,10 +89,10 @@ const lockWindow = 8
  * Chooses a host for the request (core's host choice) and leaves it locked, with the budget
  * fitting on it under the lock, at the version answered. The room of every host comes from the
  * host cache (`known`); core's `Placement.top` ranks the best few; one round trip locks the best
- * of them that no other placement holds and reads their sums again (after the lock); core's
- * `Placement.fitsOn` re-checks the locked host. A host that no longer fits (a lost race) goes
- * back into the pool with its fresh figures and we choose again; when every host of the window
- * is held we wait for the best one.
+ * of them that no other placement holds and reads their rows again (after the lock); core's
+ * `Placement.admits` and `Placement.fitsOn` re-check the locked host. A host that no longer fits
+ * (a lost race) goes back into the pool with its fresh figures and we choose again; when every
+ * host of the window is held we wait for the best one.
  */
 export const pickAndLock = (tx: Tx, req: Placement.Request, limits: Limits.Limits, known: readonly Candidate[]) =>
   Effect.gen(function* () {
@@ -129,7 +129,9 @@ export const pickAndLock = (tx: Tx, req: Placement.Request, limits: Limits.Limit
       const fresh = toHostRow(freshRow)
       const c = toCandidate(fresh, limits)
       byId.set(id, c)
-      if (Placement.fitsOn(c, req.budget, limits)) return { _tag: "Chosen", hostId: id, version: fresh.version } satisfies Picked
+      // Re-judged under the lock as `pick` judged it: the request admits it (a move's target that
+      // stopped taking moves does not) and the budget fits.
+      if (Placement.admits(c, req) && Placement.fitsOn(c, req.budget, limits)) return { _tag: "Chosen", hostId: id, version: fresh.version } satisfies Picked
     }
     return { _tag: "NoFit", hosts: [...byId.values()] } satisfies Picked
   })

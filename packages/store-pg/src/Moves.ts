@@ -136,7 +136,10 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
       )
     }).pipe(dieOnUnique)
 
-  /** The target of a move: core's host choice, with the asked-for target (or the best ranked) locked, at its version. */
+  /**
+   * The target of a move: core's host choice, with the asked-for target (or the best ranked, among
+   * the hosts that take moves when the request says so) locked, at its version.
+   */
   const chooseTarget = (tx: Tx, req: Placement.Choice) =>
     Effect.gen(function* () {
       if (req.target === undefined) {
@@ -168,7 +171,14 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
             if (refused) return yield* (fromRefusal(s.id, refused) as Conflict | IllegalTransition)
             const badDowntime = Validate.maxDowntimeMs(input.maxDowntimeMs)
             if (badDowntime) return yield* badDowntime
-            const choice = yield* chooseTarget(tx, { budget: s.budget, affinity: s.affinity, exclude: s.hostId ?? undefined, target: input.targetHostId })
+            // Without a named target, only a host that takes moves (its agent advertises a peer URL) is picked.
+            const choice = yield* chooseTarget(tx, {
+              budget: s.budget,
+              affinity: s.affinity,
+              exclude: s.hostId ?? undefined,
+              target: input.targetHostId,
+              takesMovesOnly: true,
+            })
             const refusedTarget = fromTargetChoice(choice)
             if (refusedTarget !== null || choice._tag !== "Chosen") return yield* (refusedTarget as InvalidInput | NotFound | Refused)
             const move = {

@@ -132,7 +132,8 @@ describe("reclaim", () => {
           Effect.gen(function* () {
             for (const h of ["h1", "h2"]) {
               yield* s.registerHost({ id: h })
-              yield* s.reportHost(h, { totalMib: 65536, allocatableMib: 65536, totalVcpus: 64 })
+              // Each advertises a peer URL: a move without a target goes only to a host that takes moves.
+              yield* s.reportHost(h, { totalMib: 65536, allocatableMib: 65536, totalVcpus: 64, peerUrl: Harness.peerUrlOf(h) })
             }
             for (const id of ids) {
               yield* s.createSession({ id, budget: { memMib: 1024, vcpus: 1 } })

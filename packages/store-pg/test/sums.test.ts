@@ -26,7 +26,7 @@ const HOSTS = ["h0", "h1", "h2", "h3", "h4", "h5"]
 
 const setup = (s: StoreShape) =>
   Effect.forEach(HOSTS, (id, i) =>
-    Effect.andThen(s.registerHost({ id }), s.reportHost(id, { totalMib: 65536, allocatableMib: 4096 + 2048 * i, totalVcpus: 4 + i })),
+    Effect.andThen(s.registerHost({ id }), s.reportHost(id, { totalMib: 65536, allocatableMib: 4096 + 2048 * i, totalVcpus: 4 + i, peerUrl: Harness.peerUrlOf(id) })),
   )
 
 /** One client: `steps` random operations; every failure is expected somewhere and ignored. */

@@ -987,7 +987,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (refused) return yield* (fromRefusal(s.id, refused) as IllegalTransition | Conflict)
         const bad = Validate.maxDowntimeMs(input.maxDowntimeMs)
         if (bad) return yield* bad
-        const choice = index.choose({ budget: s.budget, affinity: s.affinity, exclude: s.hostId ?? undefined, target: input.targetHostId })
+        // Without a named target, only a host that takes moves (its agent advertises a peer URL) is picked.
+        const choice = index.choose({ budget: s.budget, affinity: s.affinity, exclude: s.hostId ?? undefined, target: input.targetHostId, takesMovesOnly: true })
         const refusedTarget = fromTargetChoice(choice)
         if (refusedTarget !== null || choice._tag !== "Chosen") return yield* (refusedTarget as InvalidInput | NotFound | Refused)
         let moveId = `move-${++moveSeq}`

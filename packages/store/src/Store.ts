@@ -216,8 +216,9 @@ export interface StoreShape {
   // Moves
   /**
    * Starts a live move of a running session: reserves the target (the given one, or the best
-   * ranked host other than the source) and marks the session `moving`. One open move per
-   * session (`Conflict`); no room on the target → `Refused` with check `no_fit`.
+   * ranked host other than the source among those that take moves, `Candidate.takesMoves`) and
+   * marks the session `moving`. One open move per session (`Conflict`); no room on the target
+   * (or on no host that takes moves) → `Refused` with check `no_fit`.
    */
   readonly beginMove: (input: {
     readonly sessionId: string

@@ -192,12 +192,13 @@ export const report = (r: HostReport): InvalidInput | null => {
 /** The longest peer URL a host may advertise (core's `Move.maxPeerUrlLength`). */
 export const maxPeerUrlLength = Move.maxPeerUrlLength
 
-/** The rule of a host's advertised peer URL (`peerUrl`). */
-export const peerUrlRule = `must be null or an absolute http:// or https:// URL of at most ${maxPeerUrlLength} characters, without spaces, control characters, user:password@, a query or a fragment`
+/** The rule of a host's advertised peer URL (`peerUrl`): null, or core's `Move.peerUrlRule` (a wildcard host such as 0.0.0.0 is no peer URL). */
+export const peerUrlRule = `must be null or ${Move.peerUrlRule}`
 
 /**
- * A host's advertised peer URL: absent, null, or an absolute http(s) URL. No credentials, query
- * or fragment: move sources log it and authenticate with the move token, never with the URL.
+ * A host's advertised peer URL: absent, null, or an absolute http(s) URL naming a host a peer can
+ * reach (no wildcard). No credentials, query or fragment: move sources log it and authenticate
+ * with the move token, never with the URL.
  * Kept as sent (not normalized): what is stored is what the agent advertised.
  */
 export const peerUrl = (value: unknown): InvalidInput | null =>

@@ -360,6 +360,10 @@ export const hosts: Group = {
           "http://10.0.0.1:7100/a b",
           "http://10.0.0.1:7100/\u0000",
           `http://h/${"x".repeat(Validate.maxPeerUrlLength)}`,
+          // A wildcard host: no peer can reach a listener's wildcard.
+          "http://0.0.0.0:7100",
+          "http://[::]:7100",
+          "http://0:7100",
           42,
         ]
         for (const peerUrl of bad) {

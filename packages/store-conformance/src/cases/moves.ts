@@ -6,7 +6,7 @@ import type { MoveRound } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, commitAfterFinal, expectFailure, expectInvariants, expectUnchanged, kase, placed, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, commitAfterFinal, expectFailure, expectInvariants, expectUnchanged, kase, placed, reportFor, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const budget = { memMib: 2048, vcpus: 2 }
@@ -256,6 +256,29 @@ export const moves: Group = {
         yield* s.setHostState("cordoned", "cordoned")
         const move = yield* s.beginMove({ sessionId: "s1", maxDowntimeMs: 600 })
         expect(move.targetHostId).toBe("mid")
+      }),
+    ),
+    kase(
+      "beginMove without a target goes only to a host that takes moves: the only host with room advertising no peer URL is refused as no_fit; one that does is chosen",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("src", 4096)
+        yield* sessionIn("s1", "running", budget)
+        // The only other host with room advertises no peer URL (its report has none): no source could reach it.
+        yield* s.registerHost({ id: "dark" })
+        yield* s.reportHost("dark", reportFor(8192, 8, s.limits()))
+        expect((yield* s.getHost("dark")).peerUrl).toBeNull()
+        const before = yield* snapshot
+        const err = yield* expectFailure(s.beginMove({ sessionId: "s1", maxDowntimeMs: 600 }), "Refused")
+        expect(err.check).toBe("no_fit")
+        expect(err.reason).toBe("no host other than src that takes moves (its agent advertises a peer URL) has room for the session")
+        yield* expectUnchanged(before, "a move with no host that takes moves")
+        expect(yield* s.openMove("s1")).toBeNull()
+        // A roomier host that advertises one: chosen, though the dark host fits tighter.
+        yield* addHost("lit", 16384)
+        const move = yield* s.beginMove({ sessionId: "s1", maxDowntimeMs: 600 })
+        expect(move.targetHostId).toBe("lit")
+        yield* expectInvariants
       }),
     ),
     kase(

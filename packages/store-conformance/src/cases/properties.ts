@@ -11,7 +11,7 @@ import { expect } from "@effect/vitest"
 import { Clock, Effect, Result } from "effect"
 import { TestClock } from "effect/testing"
 import fc from "fast-check"
-import { kase, limitsOf, prelude, reservationsNow, snapshot, store, violations } from "../Harness.js"
+import { kase, limitsOf, peerUrlOf, prelude, reservationsNow, snapshot, store, violations } from "../Harness.js"
 import type { Env, Group } from "../Harness.js"
 
 const hostIds = ["h0", "h1", "h2"] as const
@@ -34,7 +34,14 @@ const external = fc.constantFrom(...externalIds)
 /** One random operation. */
 export type Op =
   | { readonly op: "register"; readonly host: string }
-  | { readonly op: "report"; readonly host: string; readonly allocatableMib: number | null; readonly totalVcpus: number | null }
+  | {
+      readonly op: "report"
+      readonly host: string
+      readonly allocatableMib: number | null
+      readonly totalVcpus: number | null
+      /** Whether the report advertises a peer URL: the host then takes moves. */
+      readonly peer: boolean
+    }
   | { readonly op: "setState"; readonly host: string; readonly state: "ready" | "cordoned" | "draining" }
   | { readonly op: "create"; readonly session: number; readonly affinity: string | null }
   | { readonly op: "markRunning" | "unpark" | "beginDescent" | "finishDescent" | "resume" | "end"; readonly session: number }
@@ -73,6 +80,7 @@ export const opArbitrary: fc.Arbitrary<Op> = fc.oneof(
       host,
       allocatableMib: fc.constantFrom(null, 512, 3072, 5120, 9216),
       totalVcpus: fc.constantFrom(null, 1, 2, 4),
+      peer: fc.boolean(),
     }),
     weight: 3,
   },
@@ -132,7 +140,12 @@ export const apply = (s: StoreShape, o: Op): Effect.Effect<unknown, StoreError, 
     case "register":
       return s.registerHost({ id: o.host })
     case "report":
-      return s.reportHost(o.host, { totalMib: o.allocatableMib, allocatableMib: o.allocatableMib, totalVcpus: o.totalVcpus })
+      return s.reportHost(o.host, {
+        totalMib: o.allocatableMib,
+        allocatableMib: o.allocatableMib,
+        totalVcpus: o.totalVcpus,
+        ...(o.peer ? { peerUrl: peerUrlOf(o.host) } : {}),
+      })
     case "setState":
       return s.setHostState(o.host, o.state)
     case "create":
@@ -246,7 +259,7 @@ const runSequence = (limits: Limits.Limits, ops: readonly Op[]): Effect.Effect<v
       ["h1", 5120, 2],
     ] as const) {
       yield* s.registerHost({ id })
-      yield* s.reportHost(id, { totalMib: allocatableMib, allocatableMib, totalVcpus })
+      yield* s.reportHost(id, { totalMib: allocatableMib, allocatableMib, totalVcpus, peerUrl: peerUrlOf(id) })
     }
     let previous = (yield* violations()).reservedByHost
     for (const [i, o] of ops.entries()) {
