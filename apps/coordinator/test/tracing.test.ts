@@ -136,7 +136,8 @@ describe("traces over OTLP (ENGRAM_OTLP_URL)", () => {
     expect(byId(move.parentSpanId)?.name).toBe("POST /v1/sessions/:id/move")
     const moveId = attr(move, "engram.move.id")
     const children = spans().filter((s) => s.parentSpanId === move.spanId)
-    expect(children.map((s) => s.name).sort()).toEqual(["engram.move.commit", "engram.move.round", "engram.move.round", "engram.move.wait", "engram.store.beginMove"])
+    // The named target's host read is the check that it advertises a peer URL (a warning if not).
+    expect(children.map((s) => s.name).sort()).toEqual(["engram.move.commit", "engram.move.round", "engram.move.round", "engram.move.wait", "engram.store.beginMove", "engram.store.getHost"])
     for (const s of children) expect(s.traceId).toBe(move.traceId)
     expect(children.filter((s) => s.name === "engram.move.round").map((s) => attr(s, "engram.round.kind"))).toEqual(["full", "final"])
     const commit = children.find((s) => s.name === "engram.move.commit")!

@@ -234,8 +234,9 @@ export const SessionsHandlers = HandlerGroup.make(
             const begun = yield* api(store.beginMove({ sessionId: params.id, targetHostId: payload.targetHostId, maxDowntimeMs: payload.maxDowntimeMs }))
             yield* Effect.logInfo("move begun", { moveId: begun.id, sessionId: begun.sessionId, from: begun.sourceHostId, to: begun.targetHostId })
             yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), sessionTopic(begun.sessionId))
-            // After the notice: its host read does not delay the source's wake-up.
-            yield* warnIfUnreachable(begun)
+            // After the notice: its host read does not delay the source's wake-up. A target the store
+            // chose takes moves already (`Placement.Request.takesMovesOnly`); only one named is read.
+            if (payload.targetHostId !== undefined) yield* warnIfUnreachable(begun)
             if (!Tracing.isTracing(span)) return yield* api(waiter.outcome(begun)).pipe(Effect.flatMap(moveAnswer))
             // The agent's rounds, commit or abort (their own requests) join this span's trace.
             yield* Tracing.annotate(span, { "engram.move.id": begun.id, "engram.host.source": begun.sourceHostId, "engram.host.target": begun.targetHostId })
