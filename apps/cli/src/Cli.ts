@@ -412,7 +412,7 @@ const sessions = Command.make("sessions").pipe(
           ),
           Flag.withDescription("the longest pause the guest may see: 600ms, 1s"),
         ),
-        to: Flag.String("to").pipe(Flag.optional, Flag.withDescription("the target host (default: the best-ranked other host)")),
+        to: Flag.String("to").pipe(Flag.optional, Flag.withDescription("the target host (default: the best-ranked other host that takes moves: its agent advertises a peer URL)")),
       },
       (a) =>
         Effect.gen(function* () {

@@ -38,7 +38,8 @@ export interface HostAgentOptions {
   /**
    * Peer agent URLs by host id: the operator's override (`ENGRAM_PEERS`). A target it does not
    * name is reached at the URL the coordinator gives with the move (the target's `peerUrl`).
-   * This host's own entry is the URL it advertises when told none (`peerUrl`).
+   * This host's own entry is the URL it advertises when told none (`peerUrl`) and it has a peer
+   * server (`listen`).
    */
   readonly peers: (hostId: string) => string | undefined
   /**
@@ -49,8 +50,9 @@ export interface HostAgentOptions {
   readonly listen?: { readonly port: number; readonly host: string; readonly advertiseHost?: string }
   /**
    * The peer server's URL this agent advertises with its reports (`ENGRAM_AGENT_PEER_URL`; the
-   * coordinator gives it to the sources of moves to this host, and plans make-room moves only to
-   * hosts that advertise one). Null: none. Omitted: this host's own entry in `peers`
+   * coordinator gives it to the sources of moves to this host, and plans make-room moves, and
+   * picks the target of a move asked for without one, only among hosts that advertise one).
+   * Null: none. Omitted, with a peer server (`listen`): this host's own entry in `peers`
    * (`ENGRAM_PEERS`, `PeerLink.ownPeerUrl`) when it passes the rule, else derived
    * (`PeerLink.derivedPeerUrl`) from `listen` and the bound port; none without a server or
    * when the host is a wildcard. Checked by `startHostAgent` (`PeerLink.peerUrlRule`).

@@ -130,7 +130,7 @@ export const MovesQuery = {
   ...PageQuery,
 }
 
-/** `POST /v1/sessions/{id}/move`: a target (default: the best-ranked host) and the downtime budget. */
+/** `POST /v1/sessions/{id}/move`: a target (default: the best-ranked other host that takes moves, its agent advertising a peer URL) and the downtime budget. */
 export const StartMove = Schema.Struct({
   targetHostId: Schema.optionalKey(Schema.String),
   maxDowntimeMs: Schema.Finite,

@@ -234,7 +234,7 @@ export const close = (m: Record, reason: string, estimateMs: number | null, now:
 export const maxPeerUrlLength = 2048
 
 /** The hosts a listener on every interface binds to: no peer can reach a host there. */
-export const wildcardHosts: ReadonlySet<string> = new Set(["0.0.0.0", "::", "[::]"])
+export const wildcardHosts: ReadonlySet<string> = new Set(["0.0.0.0", "::", "[::]", "[::ffff:0:0]"])
 
 /**
  * The rule of a peer URL (`isPeerUrl`), in words: the store's (`Validate.peerUrlRule`, which

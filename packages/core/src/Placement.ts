@@ -257,9 +257,11 @@ export const chooseWith = (
   const hostId = best(req)
   if (hostId !== null) return { _tag: "Chosen", hostId }
   const which = `no host${req.exclude === undefined ? "" : ` other than ${req.exclude}`}`
+  // Peer URLs named only when a host that takes no moves would have had the room (one more pick, on a refusal only).
+  const forMoves = req.takesMovesOnly === true && best({ ...req, takesMovesOnly: false }) !== null
   return {
     _tag: "NoFit",
-    message: req.takesMovesOnly === true ? `${which} that takes moves (its agent advertises a peer URL) has room for the session` : `${which} can take the session`,
+    message: forMoves ? `${which} that takes moves (its agent advertises a peer URL) has room for the session` : `${which} can take the session`,
   }
 }
 

@@ -95,6 +95,11 @@ describe("the host choice", () => {
     const refused = { _tag: "NoFit", message: "no host other than src that takes moves (its agent advertises a peer URL) has room for the session" }
     expect(Placement.choose(only, { budget, exclude: "src", takesMovesOnly: true })).toStrictEqual(refused)
     expect(PlacementIndex.Index.of(only).choose({ budget, exclude: "src", takesMovesOnly: true })).toStrictEqual(refused)
+    // Nothing has room at all: the plain NoFit (peer URLs are no reason then).
+    const full = [host("src", 8192), noPeer(host("snug", 2048, 2048)), host("full", 2048, 2048)]
+    const plain = { _tag: "NoFit", message: "no host other than src can take the session" }
+    expect(Placement.choose(full, { budget, exclude: "src", takesMovesOnly: true })).toStrictEqual(plain)
+    expect(PlacementIndex.Index.of(full).choose({ budget, exclude: "src", takesMovesOnly: true })).toStrictEqual(plain)
     // A named target is the operator's choice: chosen where the budget fits, taking moves or not.
     expect(Placement.choose(only, { budget, exclude: "src", target: "snug", takesMovesOnly: true })).toStrictEqual({ _tag: "Chosen", hostId: "snug" })
   })

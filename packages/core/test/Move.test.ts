@@ -118,7 +118,7 @@ describe("Move.isPeerUrl: where a move's source reaches its target (the store's 
   })
 
   it("a wildcard host is never a peer URL, however it is spelt: no peer reaches a listener's wildcard", () => {
-    for (const url of ["http://0.0.0.0:7100", "http://[::]:7100", "https://0.0.0.0/peer", "http://0:7100", "http://[0:0:0:0:0:0:0:0]:7100"])
+    for (const url of ["http://0.0.0.0:7100", "http://[::]:7100", "https://0.0.0.0/peer", "http://0:7100", "http://[0:0:0:0:0:0:0:0]:7100", "http://[::ffff:0.0.0.0]:7100"])
       expect(Move.isPeerUrl(url), url).toBe(false)
     for (const url of ["http://10.0.0.2:7100", "http://[::1]:7100", "http://0.0.0.1:7100"]) expect(Move.isPeerUrl(url), url).toBe(true)
   })

@@ -234,18 +234,21 @@ export const SessionsHandlers = HandlerGroup.make(
             const begun = yield* api(store.beginMove({ sessionId: params.id, targetHostId: payload.targetHostId, maxDowntimeMs: payload.maxDowntimeMs }))
             yield* Effect.logInfo("move begun", { moveId: begun.id, sessionId: begun.sessionId, from: begun.sourceHostId, to: begun.targetHostId })
             yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), sessionTopic(begun.sessionId))
-            // After the notice: its host read does not delay the source's wake-up. A target the store
+            // After the notice (its host read does not delay the source's wake-up) and after the
+            // move's span is open (the agent's first request joins its trace). A target the store
             // chose takes moves already (`Placement.Request.takesMovesOnly`); only one named is read.
-            if (payload.targetHostId !== undefined) yield* warnIfUnreachable(begun)
-            if (!Tracing.isTracing(span)) return yield* api(waiter.outcome(begun)).pipe(Effect.flatMap(moveAnswer))
+            const warned = payload.targetHostId !== undefined ? warnIfUnreachable(begun) : Effect.void
+            if (!Tracing.isTracing(span)) return yield* Effect.andThen(warned, api(waiter.outcome(begun))).pipe(Effect.flatMap(moveAnswer))
             // The agent's rounds, commit or abort (their own requests) join this span's trace.
             yield* Tracing.annotate(span, { "engram.move.id": begun.id, "engram.host.source": begun.sourceHostId, "engram.host.target": begun.targetHostId })
             yield* Effect.flatMap(Effect.currentSpan, (s) => moveSpans.open(begun.id, s)).pipe(Effect.ignore)
-            const outcome = yield* api(waiter.outcome(begun)).pipe(
-              Effect.tap((o) => Tracing.annotate(span, { "engram.move.outcome": o._tag, ...(o._tag === "Committed" ? { "engram.move.downtime_ms": o.phases.downtimeMs } : {}) })),
-              span("engram.move.wait"),
-              Effect.ensuring(moveSpans.close(begun.id)),
-            )
+            const outcome = yield* Effect.andThen(
+              warned,
+              api(waiter.outcome(begun)).pipe(
+                Effect.tap((o) => Tracing.annotate(span, { "engram.move.outcome": o._tag, ...(o._tag === "Committed" ? { "engram.move.downtime_ms": o.phases.downtimeMs } : {}) })),
+                span("engram.move.wait"),
+              ),
+            ).pipe(Effect.ensuring(moveSpans.close(begun.id)))
             yield* Tracing.annotate(span, { "engram.move.outcome": outcome._tag })
             return yield* moveAnswer(outcome)
           }).pipe(span("engram.session.move", { attributes: { "engram.session.id": params.id, "engram.move.max_downtime_ms": payload.maxDowntimeMs } })),
