@@ -13,7 +13,7 @@ import { HttpApi } from "effect/http-api"
 import { Agent, request as httpRequest } from "node:http"
 import { connect } from "node:net"
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
-import { client, uid } from "./support/http.js"
+import { client, logged, uid } from "./support/http.js"
 
 const adminToken = "http-admin-token-0123456789"
 const metricsToken = "http-scrape-token-0123456789"
@@ -52,19 +52,6 @@ const withSummary = (
     config: { port: 0, adminToken, ...(options.storeTimeoutMs === undefined ? {} : { storeTimeoutMs: options.storeTimeoutMs }) },
   })
 
-/** Runs `f` with the coordinator's log lines (stdout) captured. */
-const logged = async <A>(f: () => Promise<A>): Promise<{ result: A; lines: string }> => {
-  let lines = ""
-  const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => {
-    lines += typeof chunk === "string" ? chunk : Buffer.from(chunk).toString()
-    return true
-  })
-  try {
-    return { result: await f(), lines }
-  } finally {
-    spy.mockRestore()
-  }
-}
 
 let c: RunningCoordinator
 beforeAll(async () => {

@@ -5,8 +5,8 @@
 import { startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import { StoreSim } from "@engram/store-sim"
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
-import { client, uid } from "./support/http.js"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { client, logged, uid } from "./support/http.js"
 
 const adminToken = "movetarget-admin-token-0123456789"
 const report = (peerUrl?: string, allocatableMib = 3072) => ({ totalMib: Math.max(4096, allocatableMib), allocatableMib, totalVcpus: 8, ...(peerUrl === undefined ? {} : { peerUrl }) })
@@ -17,19 +17,6 @@ beforeAll(async () => {
 })
 afterAll(() => c?.stop())
 
-/** Runs `f` with the coordinator's log lines (stdout) captured. */
-const logged = async <A>(f: () => Promise<A>): Promise<{ result: A; lines: string }> => {
-  let lines = ""
-  const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => {
-    lines += typeof chunk === "string" ? chunk : Buffer.from(chunk).toString()
-    return true
-  })
-  try {
-    return { result: await f(), lines }
-  } finally {
-    spy.mockRestore()
-  }
-}
 
 describe("an API move to a host that takes no moves", () => {
   const admin = () => client(c.url, adminToken)

@@ -4,7 +4,7 @@
  */
 import { Names } from "@engram/core"
 import { Env, Fatal, Main } from "@engram/process"
-import { Effect, Exit, Logger, Redacted, type Scope } from "effect"
+import { Effect, Exit, Layer, Logger, Redacted, type Scope } from "effect"
 import { describe, expect, it } from "vitest"
 import { existsSync, mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -39,6 +39,34 @@ const errorOf = async (env: Record<string, string>) => {
   const exit = await Effect.runPromiseExit(fromEnvironment(env))
   return Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
 }
+
+
+type StartOptions = Partial<Parameters<typeof startHostAgent>[0]>
+
+/**
+ * The peer URL a started agent (host `h`, options `o` over a test's defaults) reports in its first
+ * report: null for none (no key in the report: the coordinator clears the host's URL), with its
+ * bound peer port; its log lines go to `logger` when given.
+ */
+const reportedBy = (o: StartOptions, logger?: Layer.Layer<never>) =>
+  Effect.runPromise(
+    Effect.scoped(
+      Effect.gen(function* () {
+        const fake = yield* makeFakeCoordinator
+        const h = yield* startHostAgent({
+          hostId: "h",
+          coordinator: fake.client("h"),
+          peerSecret: "config-test-secret-0123",
+          peers: () => undefined,
+          measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
+          ...o,
+        })
+        yield* h.agent.reportOnce
+        const report = (yield* fake.get).reports.get("h")
+        return { peerUrl: report?.peerUrl ?? null, hasKey: report !== undefined && "peerUrl" in report, port: h.port }
+      }),
+    ).pipe(Effect.provide(logger ?? Layer.empty)),
+  )
 
 describe("host agent configuration", () => {
   it("the defaults, and the host token kept Redacted", async () => {
@@ -408,26 +436,7 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
   })
 
   it("a started agent reports the URL it advertises: given, derived from the bound port and the listen host (the advertise host when it listens on a wildcard), none for a wildcard or without a server", async () => {
-    const reported = (o: Partial<Parameters<typeof startHostAgent>[0]>) =>
-      Effect.runPromise(
-        Effect.scoped(
-          Effect.gen(function* () {
-            const fake = yield* makeFakeCoordinator
-            const h = yield* startHostAgent({
-              hostId: "h",
-              coordinator: fake.client("h"),
-              peerSecret: "config-test-secret-0123",
-              peers: () => undefined,
-              measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
-              ...o,
-            })
-            yield* h.agent.reportOnce
-            const report = (yield* fake.get).reports.get("h")
-            // None is no key in the report (the coordinator clears the host's URL).
-            return { peerUrl: report === undefined ? undefined : (report.peerUrl ?? null), hasKey: report !== undefined && "peerUrl" in report, port: h.port }
-          }),
-        ),
-      )
+    const reported = (o: StartOptions) => reportedBy(o)
     const local = await reported({ listen: { port: 0, host: "127.0.0.1" } })
     expect(local.peerUrl).toBe(`http://127.0.0.1:${local.port}`)
     const behind = await reported({ listen: { port: 0, host: "0.0.0.0", advertiseHost: "agent-1.internal" } })
@@ -446,24 +455,7 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
   it("told none, a started agent advertises its own ENGRAM_PEERS entry before deriving one; a URL it is told comes first; an own entry that breaks the rule is not advertised", async () => {
     const warnings: string[] = []
     const capture = Logger.layer([Logger.make(({ logLevel, message }) => void (logLevel === "Warn" && warnings.push(String(Array.isArray(message) ? message[0] : message))))])
-    const reported = (o: Partial<Parameters<typeof startHostAgent>[0]>) =>
-      Effect.runPromise(
-        Effect.scoped(
-          Effect.gen(function* () {
-            const fake = yield* makeFakeCoordinator
-            const h = yield* startHostAgent({
-              hostId: "h",
-              coordinator: fake.client("h"),
-              peerSecret: "config-test-secret-0123",
-              peers: () => undefined,
-              measure: () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }),
-              ...o,
-            })
-            yield* h.agent.reportOnce
-            return { peerUrl: (yield* fake.get).reports.get("h")?.peerUrl ?? null, port: h.port }
-          }),
-        ).pipe(Effect.provide(capture)),
-      )
+    const reported = (o: StartOptions) => reportedBy(o, capture)
     const list = (entries: Record<string, string>) => (id: string) => entries[id]
     const own = list({ h: "http://10.0.0.7:7100", h2: "http://10.0.0.8:7100" })
     // An ENGRAM_PEERS-only fleet on wildcard listen hosts: each agent advertises its entry (a move target).

@@ -27,12 +27,7 @@ describe("an in-doubt move on the agents", () => {
         },
       )
       const [a, b] = fleet.hosts as [(typeof fleet.hosts)[0], (typeof fleet.hosts)[0]]
-      const settle = Effect.gen(function* () {
-        for (let i = 0; i < 4; i++) {
-          yield* fleet.pass
-          yield* fleet.quiesce
-        }
-      })
+      const settle = fleet.settle()
       yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
       yield* settle
       yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)

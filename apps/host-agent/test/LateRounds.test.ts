@@ -39,12 +39,7 @@ const restartedInThePause = (moveIntent: boolean, heldSeq: number, selfConverge 
           : { ...client, round: (id, r) => (first.holding && r.seq === heldSeq ? Effect.andThen(Effect.sync(() => void (first.heldAsked = true)), Effect.never) : client.round(id, r)) },
       onSent: (_coordinator, hostId) => (hostId === "a" && first.holding ? Effect.andThen(Effect.sync(() => void (first.sent = true)), Effect.never) : Effect.void),
     })
-    const settle = Effect.gen(function* () {
-      for (let i = 0; i < 4; i++) {
-        yield* fleet.pass
-        yield* fleet.quiesce
-      }
-    })
+    const settle = fleet.settle()
     yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
     yield* settle
     assert.strictEqual((yield* fleet.coordinator.get).sessions.get("s1")?.state, "running")

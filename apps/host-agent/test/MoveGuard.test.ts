@@ -36,12 +36,7 @@ const runMove = (opts: {
     )
     if (opts.commitAllowanceMs !== undefined) yield* fleet.coordinator.setCommitAllowance(opts.commitAllowanceMs)
     const [a, b] = fleet.hosts as [(typeof fleet.hosts)[0], (typeof fleet.hosts)[0]]
-    const settle = Effect.gen(function* () {
-      for (let i = 0; i < 4; i++) {
-        yield* fleet.pass
-        yield* fleet.quiesce
-      }
-    })
+    const settle = fleet.settle()
     yield* fleet.coordinator.addSession("s1", "a", opts.memMib ?? 4096, 2)
     yield* settle
     assert.strictEqual((yield* fleet.coordinator.get).sessions.get("s1")?.state, "running")
@@ -309,12 +304,7 @@ describe("the commit allowance is learned per host pair (SPEC §13)", () => {
         { hostId: "b", sim: quick },
       ])
       const [a, b] = fleet.hosts as [TestHost, TestHost]
-      const settle = Effect.gen(function* () {
-        for (let i = 0; i < 4; i++) {
-          yield* fleet.pass
-          yield* fleet.quiesce
-        }
-      })
+      const settle = fleet.settle()
       const move = (id: string, target: string, maxDowntimeMs: number) =>
         Effect.gen(function* () {
           yield* fleet.coordinator.beginMove(id, "s1", target, maxDowntimeMs)
@@ -360,12 +350,7 @@ describe("the allowance the coordinator sends", () => {
           { hostId: "b", sim: { ...seed004, commitMs: 60 } },
         ])
         const [a] = fleet.hosts as [TestHost, TestHost]
-        const settle = Effect.gen(function* () {
-          for (let i = 0; i < 4; i++) {
-            yield* fleet.pass
-            yield* fleet.quiesce
-          }
-        })
+        const settle = fleet.settle()
         // As a coordinator sends it: `source` within the literals every agent decodes, the pool beside it.
         yield* fleet.coordinator.setAllowances([{ sourceHostId: "a", targetHostId: "b", allowanceMs: 100, source: "learned", samples: 6, pool }])
         yield* fleet.coordinator.addSession("s1", "a", 4096, 2)

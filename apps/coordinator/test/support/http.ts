@@ -1,5 +1,6 @@
 /* eslint-disable @typescript-eslint/no-explicit-any -- test bodies are read loosely; each assertion states the shape it expects */
 // A tiny JSON client over real HTTP for the end-to-end tests.
+import { vi } from "vitest"
 export interface Answer<T = any> {
   readonly status: number
   readonly body: T
@@ -68,5 +69,19 @@ export const pendingMove = async (api: Client, sourceHostId: string, sessionId: 
     const a = await api.get(`/v1/hosts/${sourceHostId}/assignments?waitMs=2000`)
     const m = (a.body.moves as { id: string; sessionId: string; state: string }[]).find((x) => x.sessionId === sessionId && x.state === "pending")
     if (m !== undefined) return m.id
+  }
+}
+
+/** Runs `f` with the coordinator's log lines (stdout) captured. */
+export const logged = async <A>(f: () => Promise<A>): Promise<{ result: A; lines: string }> => {
+  let lines = ""
+  const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => {
+    lines += typeof chunk === "string" ? chunk : Buffer.from(chunk).toString()
+    return true
+  })
+  try {
+    return { result: await f(), lines }
+  } finally {
+    spy.mockRestore()
   }
 }

@@ -200,5 +200,13 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
       }
       return yield* Effect.die(new Error("the agents' actions did not finish"))
     })
-    return { coordinator, hosts: built, pass, quiesce, restart }
+    /** `passes` coordinator passes, each followed by the agents' actions (`quiesce`): the fleet settled. */
+    const settle = (passes = 4) =>
+      Effect.gen(function* () {
+        for (let i = 0; i < passes; i++) {
+          yield* pass
+          yield* quiesce
+        }
+      })
+    return { coordinator, hosts: built, pass, quiesce, settle, restart }
   })
