@@ -31,7 +31,7 @@ beforeAll(async () => {
   const api = client(c.url, adminToken)
   for (const [id, mib, vcpus] of [[big, 8192, 8], [small, 4096, 4]] as const) {
     expect((await api.post("/v1/hosts", { id })).status).toBe(201)
-    expect((await api.put(`/v1/hosts/${id}/report`, { totalMib: mib + 1024, allocatableMib: mib + 1024, totalVcpus: vcpus })).status).toBe(200)
+    expect((await api.put(`/v1/hosts/${id}/report`, { totalMib: mib + 1024, allocatableMib: mib + 1024, totalVcpus: vcpus, peerUrl: `http://${id}.test:7100` })).status).toBe(200)
   }
   browser = await chromium.launchPersistentContext(profile, {
     executablePath: chromiumPath,
@@ -229,7 +229,8 @@ describe("the sessions and a session's page", () => {
     expect(await page.locator("#move-allowance").textContent()).toBe("400 ms (the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no recent commits of this host pair, too few into this target or anywhere); off by +10 ms against the commit")
     expect(await page.locator("#move-estimate").textContent()).toBe("600 ms; off by +40 ms against the pause")
 
-    // Moving back within 300 ms: refused by the guard (the source's abort with its estimate).
+    // Moving back within 300 ms (no target named: the best-ranked other host that takes moves, as
+    // each host's agent here advertises a peer URL): refused by the guard (the source's abort with its estimate).
     await page.getByLabel("Downtime budget (ms)").fill("300")
     await page.getByRole("button", { name: "Move", exact: true }).click()
     const back = await pendingMove(small, s)
@@ -267,7 +268,7 @@ describe("the sessions and a session's page", () => {
   it("a host's card shows the templates it holds, and a session's page the template it starts from", async () => {
     const api = client(c.url, adminToken)
     const tpl = uid("tpl")
-    expect((await api.put(`/v1/hosts/${small}/report`, { totalMib: 4096 + 1024, allocatableMib: 4096 + 1024, totalVcpus: 4, templates: [{ name: tpl, memMib: 512, vcpus: 1 }] })).status).toBe(200)
+    expect((await api.put(`/v1/hosts/${small}/report`, { totalMib: 4096 + 1024, allocatableMib: 4096 + 1024, totalVcpus: 4, peerUrl: `http://${small}.test:7100`, templates: [{ name: tpl, memMib: 512, vcpus: 1 }] })).status).toBe(200)
     await signedIn("#/")
     await page.locator(`[data-host="${small}"] .figures.templates`, { hasText: `Templates: ${tpl} (512 MiB, 1 vCPU)` }).waitFor()
     expect(await page.locator(`[data-host="${big}"] .figures.templates`).textContent()).toBe("Templates: none")
@@ -285,7 +286,7 @@ describe("the sessions and a session's page", () => {
     await template.filter({ hasText: tpl }).waitFor()
     expect(await template.textContent()).toBe(tpl)
     await api.del(`/v1/sessions/${s}`)
-    expect((await api.put(`/v1/hosts/${small}/report`, { totalMib: 4096 + 1024, allocatableMib: 4096 + 1024, totalVcpus: 4, templates: [] })).status).toBe(200)
+    expect((await api.put(`/v1/hosts/${small}/report`, { totalMib: 4096 + 1024, allocatableMib: 4096 + 1024, totalVcpus: 4, peerUrl: `http://${small}.test:7100`, templates: [] })).status).toBe(200)
   })
 
   it("a host's card cordons, uncordons and drains it", async () => {
