@@ -17,7 +17,7 @@ import { type AgentConfig, defaultAgentConfig } from "./Agent.js"
 import type { HostAgentOptions } from "./Host.js"
 import * as Failover from "./Failover.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
-import { noPeerUrlWarning, ownPeerUrl, parsePeers, peerHostOf, peerUrlProblem } from "./PeerLink.js"
+import { noPeerUrlWarning, parsePeers, peerHostOf, peerUrlProblem } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
 import * as Templates from "./Templates.js"
 
@@ -383,10 +383,10 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
     const advertiseHost = text(s.advertiseHost)
     const peerUrl = text(s.peerUrl)
     // Moves are on by default (the coordinator's ENGRAM_MAKE_ROOM_MOVES): an agent that cannot be found for one says so once, at start.
-    // Told none, the agent advertises its own ENGRAM_PEERS entry before deriving one (`Host`).
-    // An own entry that breaks the rule is named by the agent itself at start, with what it advertises instead.
+    // Told none, the agent advertises its own ENGRAM_PEERS entry before deriving one (`Host`); one
+    // that breaks the rule is named by the agent itself at start, with what it advertises instead.
     const ownEntry = peers.get(s.hostId)
-    const unfound = ownEntry !== undefined && ownEntry !== "" ? null : noPeerUrlWarning(peerUrl ?? ownPeerUrl((id) => peers.get(id), s.hostId), peerHostOf(s.listenHost, advertiseHost))
+    const unfound = ownEntry !== undefined && ownEntry !== "" ? null : noPeerUrlWarning(peerUrl, peerHostOf(s.listenHost, advertiseHost))
     if (unfound !== null) yield* Effect.logWarning(unfound, { hostId: s.hostId, variable: "ENGRAM_AGENT_PEER_URL" })
     const fixed = { totalMib: s.simTotalMib, osMib: s.simOsMib, vcpus: s.simVcpus }
     const roots = { proc: s.procRoot, sys: s.sysRoot }

@@ -177,7 +177,7 @@ const without = (c: FleetHost, budget: Budget): FleetHost => ({
 const bestTarget = (targets: ReadonlyMap<string, Candidate>, budget: Budget, sourceId: string, limits: Limits, allowed: (c: Candidate) => boolean): Candidate | undefined => {
   let best: { c: Candidate; left: number } | undefined
   for (const c of targets.values()) {
-    if (c.id === sourceId || c.takesMoves === false || !allowed(c) || (c.state ?? "ready") !== "ready" || !Placement.fitsOn(c, budget, limits)) continue
+    if (!Placement.admits(c, { budget, exclude: sourceId, takesMovesOnly: true }) || !allowed(c) || (c.state ?? "ready") !== "ready" || !Placement.fitsOn(c, budget, limits)) continue
     const left = (Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY) - budget.memMib
     if (best === undefined || left < best.left || (left === best.left && compareIds(c.id, best.c.id) < 0)) best = { c, left }
   }
