@@ -133,19 +133,23 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * The pass's state, plain variables (one thread): `wanted`, a failure since the pass last
      * began a read asks for another round; `running`, a pass runs and will look at `wanted`
      * before it ends (it stops looking in the same step that clears this); `rounds`, the rounds
-     * since an action last succeeded (the pauses back off; an action that succeeds starts them
-     * again from the first, and so does a failure that comes more than the back-off's cap after
-     * the last pass ended); `endedAt`, when the last pass ended (the clock's ms); `retryAfterMs`,
-     * the longest wait the coordinator asked for in a failure since the last pause began.
+     * since the trouble began (the pauses back off; a failure that comes after actions succeeded
+     * for a healthy period, `Pacing.healedBy`, starts them again from the first, and so does one
+     * that comes more than the back-off's cap after the last pass ended; one action that succeeds
+     * among failures does not); `answeredSinceMs`, when the first action that succeeded since the
+     * last failure did (undefined until one does); `endedAt`, when the last pass ended (the
+     * clock's ms); `retryAfterMs`, the longest wait the coordinator asked for in a failure since
+     * the last pause began.
      *
      * The rounds are not reset when a pass ends: a pass ends as soon as its reconcile has forked
      * the actions, before a failing one answers (an HTTP round trip later), so each failure of an
      * action that keeps failing starts a new pass, and a reset there would never back off.
      */
-    const retry: { wanted: boolean; running: boolean; rounds: number; endedAt: number; retryAfterMs: number | undefined } = {
+    const retry: { wanted: boolean; running: boolean; rounds: number; answeredSinceMs: number | undefined; endedAt: number; retryAfterMs: number | undefined } = {
       wanted: false,
       running: false,
       rounds: 0,
+      answeredSinceMs: undefined,
       endedAt: Number.NEGATIVE_INFINITY,
       retryAfterMs: undefined,
     }
@@ -403,10 +407,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const wantRetry = (retryAfterMs: number | undefined) => Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.suspend(() => {
       retry.wanted = true
       if (retryAfterMs !== undefined) retry.retryAfterMs = Math.max(retry.retryAfterMs ?? 0, retryAfterMs)
+      const healed = Pacing.healedBy(backoff, retry.answeredSinceMs, t)
+      retry.answeredSinceMs = undefined
       if (retry.running) return Effect.void
       retry.running = true
-      // A failure long after the last pass ended is a new trouble: its pauses start from the first.
-      if (t - retry.endedAt > backoff.capMs) retry.rounds = 0
+      // A failure after a healthy period, or long after the last pass ended, is a new trouble: its pauses start from the first.
+      if (healed || t - retry.endedAt > backoff.capMs) retry.rounds = 0
       // Not onlyIfMissing: a pass that stopped looking but has not ended yet is replaced.
       return Effect.asVoid(FiberHandle.run(retryPass)(retryRounds))
     }))
@@ -425,8 +431,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           if (action === null) continue
           yield* FiberMap.run(inflight, s.id, { onlyIfMissing: true })(
             (action as Effect.Effect<unknown, { readonly _tag: string; readonly message?: string }>).pipe(
-              // An action that succeeds starts the retry pass's back-off again.
-              Effect.tap(() => Effect.sync(() => (retry.rounds = 0))),
+              // An action that succeeds starts a healthy period (the back-off starts again once it lasted: `wantRetry`).
+              Effect.tap(() => Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.sync(() => (retry.answeredSinceMs ??= t)))),
               Effect.catch((e) =>
                 Effect.gen(function* () {
                   yield* Effect.logWarning("action failed; retried on a later pass", { hostId: me, sessionId: s.id, state: s.state, error: e.message ?? e._tag })
@@ -561,17 +567,23 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const heartbeatLoop = Effect.flatMap(timed(heartbeatAsked), (first) => every(config.heartbeatIntervalMs, heartbeatAsked, first))
     const pollLoop = Effect.gen(function* () {
       let since: string | undefined = undefined
-      // Consecutive failed polls: the back-off's attempt; a poll answered starts it again.
+      // Failed polls since the back-off last started again: its attempt. Polls answered start it
+      // again only after a healthy period (`Pacing.healedBy`, from the send of the first poll
+      // answered since a failure): one answer among failures does not.
       let failures = 0
+      let answeredSinceMs: number | undefined = undefined
       while (true) {
+        const sentMs = yield* Clock.currentTimeMillis
         const answer: Result.Result<Assignments, Conflict | CoordinatorError> = yield* coordinator.assignments({ waitMs: config.pollWaitMs, since }).pipe(Effect.result)
         if (answer._tag === "Failure") {
           yield* Effect.logWarning("assignments poll failed", { hostId: me, error: answer.failure.message })
           since = undefined
+          if (Pacing.healedBy(backoff, answeredSinceMs, yield* Clock.currentTimeMillis)) failures = 0
+          answeredSinceMs = undefined
           yield* Effect.sleep(yield* Pacing.retryDelayMs(backoff, ++failures, Pacing.retryAfterOf(answer.failure)))
           continue
         }
-        failures = 0
+        answeredSinceMs ??= sentMs
         const unchanged = since !== undefined && answer.success.version === since
         since = answer.success.version
         yield* reconcile(answer.success)

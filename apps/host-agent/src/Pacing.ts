@@ -4,7 +4,8 @@
  * After a failure: capped exponential back-off with jitter. The n-th consecutive retry waits a
  * time drawn uniformly between `baseMs` (`ENGRAM_AGENT_RETRY_MS`) and `baseMs · 2^n`, capped at
  * `capFactor · baseMs` ("full jitter" above a floor, as in the AWS architecture blog's "Exponential
- * Backoff And Jitter"); a success starts the count again. Never sooner than the coordinator
+ * Backoff And Jitter"). A success starts the count again only once earned (`healedBy`): the
+ * coordinator has answered every call for as long as the cap. Never sooner than the coordinator
  * asked, up to the cap: a failure that carries `retryAfterMs` (a 429 or 503 body, or a
  * `Retry-After` header, a proxy's unbounded) waits at least that long, clamped to `capMs`, plus up
  * to half of it again, drawn, so the agents it answered at once do not come back at once either
@@ -35,6 +36,20 @@ export const backoffOf = (retryDelayMs: number): Backoff => ({ baseMs: retryDela
 
 /** The longest the `attempt`-th consecutive retry (from 1) may wait before its draw: `baseMs · 2^attempt`, capped. */
 export const ceilingMs = (b: Backoff, attempt: number): number => Math.min(b.capMs, b.baseMs * 2 ** Math.min(Math.max(1, attempt), 52))
+
+/**
+ * Whether a failure at `nowMs` starts the back-off again from the first delay: the coordinator has
+ * answered every call since `answeredSinceMs` (the first call answered after the last failure;
+ * undefined while calls fail) for at least the cap. The cap, because it is the longest any agent
+ * of a fleet backing off waits: a coordinator that answered that long has answered them all, one
+ * that answered a call in between failures (a coordinator that flaps) has not, and its agents go on
+ * backing off towards the cap instead of coming back at the first delay (a herd on the coordinator
+ * least able to take one). Kubernetes client-go's back-off manager resets the same way (after
+ * `resetDuration` without a failure), as do reconnecting clients that reset only once a
+ * connection stayed up past the back-off's ceiling.
+ */
+export const healedBy = (b: Backoff, answeredSinceMs: number | undefined, nowMs: number): boolean =>
+  answeredSinceMs !== undefined && nowMs - answeredSinceMs >= b.capMs
 
 /** What the coordinator asked a failure to wait, ms (`CoordinatorError.retryAfterMs`); undefined when it did not. */
 export const retryAfterOf = (e: unknown): number | undefined => {
