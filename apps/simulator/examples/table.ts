@@ -14,7 +14,9 @@
  * changed policy is measured again against the same baselines. `--baseline-md FILE` takes them
  * from the Markdown rows of a README's goal table instead (its p99, maximum, warm and unplaceable
  * columns: what the goal reads): the first goal table in the file, or the N-th with
- * `--baseline-table N`. `--policy-option NAME=VALUE` (repeatable) sets one knob of
+ * `--baseline-table N` (a goal table: a header starting with this table's columns, workload,
+ * policy, …, `goal-table.ts`; a table N that does not exist or has no usable rows stops the run,
+ * naming the flag). `--policy-option NAME=VALUE` (repeatable) sets one knob of
  * `ParkPolicy.Options` over the defaults. Moves as a policy action (`FleetConfig.moves`) are on as in
  * the simulator's defaults; `--no-moves` runs without them (`--moves` with them whatever the default);
  * `--timings stream` with the costs the README's table was first measured with (descents 1,024
@@ -32,6 +34,7 @@ import * as Simulation from "../src/Simulation.js"
 import type { FleetConfig, HostShape, Result } from "../src/Simulation.js"
 import * as Stress from "../src/Stress.js"
 import * as Workload from "../src/Workload.js"
+import * as GoalTable from "./goal-table.js"
 
 const GIB = 1024
 const arg = (name: string): string | undefined => {
@@ -103,40 +106,13 @@ const only = arg("--only")?.split("|")
 const policies = (arg("--policies")?.split(",") ?? ["demand", "demand-fitting", "floor30", "demand-reserve"]) as ParkPolicy.Name[]
 const threads = Math.min(2, availableParallelism())
 const baselineFile = arg("--baseline")
-type Stored = { workload: string; results: Omit<Result, "series">[] }
-/**
- * The baselines' rows of the `table`-th goal table (1: the first) of a README: what the goal
- * reads of them. A goal table is a Markdown table whose header has a "warm ÷ best demand" column;
- * a README may hold several (today's costs, the stream timings), and only the chosen one counts.
- */
-const fromMarkdown = (text: string, table: number): Stored[] => {
-  const out = new Map<string, Omit<Result, "series">[]>()
-  const tables: string[][] = []
-  let current: string[] | undefined
-  for (const line of text.split("\n")) {
-    if (!line.startsWith("|")) current = undefined
-    else if (current !== undefined) current.push(line)
-    else if (line.includes("| warm ÷ best demand |")) tables.push((current = []))
-  }
-  const chosen = tables[table - 1]
-  if (chosen === undefined) throw new Error(`--baseline-table ${table}: the file has ${tables.length} goal table(s) (a header with a "warm ÷ best demand" column)`)
-  for (const line of chosen) {
-    const cells = line.split("|").map((c) => c.trim())
-    if (cells.length < 13 || !["demand", "demand-fitting", "floor30"].includes(cells[2] as string)) continue
-    const [, workload, policy, queued, p99, max, unplaceable, warm] = cells as [string, string, string, string, string, string, string, string]
-    const q = { p50: 0, p95: 0, p99: Number(p99) * 1000, max: Number(max.replace(/,/g, "")) * 1000, mean: 0 }
-    const r = { policy, queued: Number(queued), queueWait: q, unplaceable: Number(unplaceable), warmResumes: Number(warm) } as unknown as Omit<Result, "series">
-    out.set(workload, [...(out.get(workload) ?? []), r])
-  }
-  return [...out].map(([workload, results]) => ({ workload, results }))
-}
 const baselineMd = arg("--baseline-md")
-const baseline: Stored[] | undefined =
+const baseline: GoalTable.Stored[] | undefined =
   baselineMd !== undefined
-    ? fromMarkdown(readFileSync(baselineMd, "utf8"), Number(arg("--baseline-table") ?? 1))
+    ? GoalTable.fromMarkdown(readFileSync(baselineMd, "utf8"), Number(arg("--baseline-table") ?? 1), baselineMd)
     : baselineFile === undefined
       ? undefined
-      : (JSON.parse(readFileSync(baselineFile, "utf8")) as Stored[])
+      : (JSON.parse(readFileSync(baselineFile, "utf8")) as GoalTable.Stored[])
 const moves = process.argv.includes("--no-moves") ? false : process.argv.includes("--moves") || Simulation.defaultFleet.moves
 const noLp = process.argv.includes("--no-lp")
 /**
@@ -160,7 +136,7 @@ const streamTimings = arg("--timings") === "stream" ? { descentMibPerSec: 1024, 
 
 const s = (ms: number): string => (ms / 1000).toFixed(ms >= 100_000 ? 0 : 1)
 const rows: string[] = [
-  "| workload | policy | queued | wait p99 s | wait max s | unplaceable | warm | warm ÷ best demand | warm ÷ TTL bound | warm ÷ LP bound | descents | goal |",
+  `| ${[...GoalTable.goalColumns, "warm ÷ TTL bound", "warm ÷ LP bound", "descents", "goal"].join(" | ")} |`,
   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
 ]
 const all: { workload: string; lp: Bound.LpBound; results: Omit<Result, "series">[] }[] = []
