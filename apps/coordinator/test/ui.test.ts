@@ -210,6 +210,8 @@ describe("the sessions and a session's page", () => {
     await notice.getByText(`${s} resumed warm on ${big}: unparked where it was`).waitFor()
     expect((await api.get(`/v1/sessions/${s}`)).body.state).toBe("running")
 
+    // A move without a named target goes only to a host that takes moves, and the form says so.
+    expect(await page.locator("#move-target option").first().textContent()).toBe("the best-ranked host that takes moves")
     // A move within 700 ms to the small host; the source agent's part by hand over the API.
     await page.getByLabel("Downtime budget (ms)").fill("700")
     await page.getByLabel("Move to").selectOption(small)

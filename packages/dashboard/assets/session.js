@@ -127,11 +127,12 @@ const actions = (s, hosts, changed) => {
   if (s.state !== "running" || moving.has(s.id)) {
     return moving.has(s.id) ? [bar, h("p", { className: "muted", text: moving.get(s.id) ?? "" })] : [bar]
   }
-  // A live move within a downtime budget, to a chosen host or the best-ranked one.
+  // A live move within a downtime budget, to a chosen host or the best-ranked one that takes
+  // moves (the coordinator picks only hosts whose agent advertises a peer URL for a move without a target).
   const maxDowntime = /** @type {HTMLInputElement} */ (h("input", { attrs: { id: "move-budget", type: "number", min: "1", step: "1", value: "600", required: "" } }))
   const target = /** @type {HTMLSelectElement} */ (
     h("select", { attrs: { id: "move-target" } }, [
-      h("option", { text: "the best-ranked host", attrs: { value: "" } }),
+      h("option", { text: "the best-ranked host that takes moves", title: "a host whose agent advertises a peer URL", attrs: { value: "" } }),
       ...hosts.filter((x) => x !== s.hostId).map((x) => h("option", { text: x, attrs: { value: x } })),
     ])
   )
