@@ -67,6 +67,17 @@ const indexTemplate = (await timeMs(picks("py"), 11)) / budgets.length
 const churn = await timeMs(() => {
   for (let i = 0; i < 1000; i++) index.upsert(withTemplates[(i * 7) % withTemplates.length] as Candidate)
 }, 11)
+// A move without a named target (`takesMovesOnly`) on a fleet whose roomiest nine hosts in ten take
+// no moves (their agents advertise no peer URL): each block counts its hosts that take moves, so
+// the pick passes those blocks at once instead of walking every roomier host.
+const byRoom = [...big.hosts].sort((a, b) => a.headroom.reserved.memMib - b.headroom.reserved.memMib)
+const roomiest = new Set(byRoom.slice(0, 9_000).map((h) => h.id))
+const fewMovers = PlacementIndex.Index.of(big.hosts.map((h): Candidate => (roomiest.has(h.id) ? { ...h, takesMoves: false } : h)))
+const movesOnly = (takesMovesOnly: boolean) => () => {
+  for (const budget of budgets) fewMovers.pick({ budget, takesMovesOnly })
+}
+const fewMoversPlain = (await timeMs(movesOnly(false), 11)) / budgets.length
+const fewMoversMove = (await timeMs(movesOnly(true), 11)) / budgets.length
 const starveSmall = await timeMs(() => ParkGate.evaluate(starvingSmall, NOW), 3, 1)
 const starveBig = await timeMs(() => ParkGate.evaluate(starvingBig, NOW), 3, 1)
 
@@ -87,6 +98,14 @@ report({
   baseline: "the same picks without a template",
 })
 report({ bench: "core", figure: "PlacementIndex.upsert, 10,000 hosts (1 in 10 holding a template)", value: churn, unit: "µs" })
+report({
+  bench: "core",
+  figure: "PlacementIndex.pick, no target, 10,000 hosts, the roomiest 90% take no moves",
+  value: fewMoversMove * 1000,
+  unit: "µs",
+  ratio: fewMoversMove / fewMoversPlain,
+  baseline: "the same picks of any host",
+})
 report({ bench: "core", figure: "ParkGate.evaluate, 500 queued all starving, 1,000 hosts / 20k parks", value: starveSmall, unit: "ms" })
 report({
   bench: "core",

@@ -118,11 +118,14 @@ export const isOpen = (c: Candidate, limits: Limits = defaults): boolean =>
   (c.entries ?? 0) < limits.maxEntriesPerNode &&
   (!limits.requireMeasured || isMeasured(c))
 
+/** Whether a move without a named target may pick this host (`Candidate.takesMoves` not false). */
+export const acceptsMoves = (c: Candidate): boolean => c.takesMoves !== false
+
 /**
  * Whether the request may go to this host at all, its room aside: not the excluded host (a
  * move's source), and one that takes moves when the request asks for one (`takesMovesOnly`).
  */
-export const admits = (c: Candidate, req: Request): boolean => c.id !== req.exclude && (req.takesMovesOnly !== true || c.takesMoves !== false)
+export const admits = (c: Candidate, req: Request): boolean => c.id !== req.exclude && (req.takesMovesOnly !== true || acceptsMoves(c))
 
 /** Whether the budget fits on this candidate now (SPEC §2). */
 export const fitsOn = (c: Candidate, budget: Budget, limits: Limits = defaults): boolean =>

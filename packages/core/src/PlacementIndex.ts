@@ -5,7 +5,9 @@
  * searches the first host with enough RAM and walks up to the first whose CPU also fits.
  * Property tests pin `Index.pick === Placement.pick` after random updates. The measured hosts
  * that hold a template are also filed per template (name and size), so a request for one finds
- * its best-fitting holder by the same search.
+ * its best-fitting holder by the same search. Each block of a sorted list counts its hosts that
+ * take moves, so a pick for a move without a named target (`takesMovesOnly`) passes a block of
+ * hosts that take none in one step, not host by host.
  */
 import * as Headroom from "./Headroom.js"
 import type { Budget } from "./Headroom.js"
@@ -22,6 +24,8 @@ interface Slot {
   /** The fit limits (`Headroom.fitLimit`): what actually fits, Infinity where not gated. */
   readonly fitMib: number
   readonly fitVcpus: number
+  /** Whether a move without a named target may pick it (`Placement.acceptsMoves`). */
+  readonly movesIn: boolean
 }
 
 const cmpSlot = (a: Slot, b: Slot): number =>
@@ -30,13 +34,23 @@ const cmpSlot = (a: Slot, b: Slot): number =>
 /**
  * Slots sorted by the ranking key, held in blocks of at most `BLOCK` slots (a bucketed sorted
  * list): an insert or a remove binary-searches the block, then the slot within it, and splices
- * one block, O(log n + BLOCK) instead of moving every slot of a 10,000-host array.
+ * one block, O(log n + BLOCK) instead of moving every slot of a 10,000-host array. Each block
+ * counts its slots that take moves (`movers`, beside `blocks`), kept on every insert, remove and
+ * split, so a walk for those only skips a block without any.
  */
 const BLOCK = 256
 
 class Sorted {
   private blocks: Slot[][] = []
+  /** Per block, how many of its slots take moves (`Slot.movesIn`). */
+  private movers: number[] = []
   private count = 0
+
+  private static moversIn(block: readonly Slot[]): number {
+    let n = 0
+    for (const s of block) if (s.movesIn) n++
+    return n
+  }
 
   get size(): number {
     return this.count
@@ -46,6 +60,7 @@ class Sorted {
   load(slots: readonly Slot[]): void {
     this.blocks = []
     for (let i = 0; i < slots.length; i += BLOCK) this.blocks.push(slots.slice(i, i + BLOCK))
+    this.movers = this.blocks.map(Sorted.moversIn)
     this.count = slots.length
   }
 
@@ -78,12 +93,21 @@ class Sorted {
     this.count++
     if (this.blocks.length === 0) {
       this.blocks.push([s])
+      this.movers.push(s.movesIn ? 1 : 0)
       return
     }
     const bi = this.blockFor(s)
     const block = this.blocks[bi] as Slot[]
     block.splice(Sorted.find(block, s), 0, s)
-    if (block.length > 2 * BLOCK) this.blocks.splice(bi + 1, 0, block.splice(BLOCK))
+    let movers = (this.movers[bi] as number) + (s.movesIn ? 1 : 0)
+    if (block.length > 2 * BLOCK) {
+      const upper = block.splice(BLOCK)
+      const moved = Sorted.moversIn(upper)
+      this.blocks.splice(bi + 1, 0, upper)
+      this.movers.splice(bi + 1, 0, moved)
+      movers -= moved
+    }
+    this.movers[bi] = movers
   }
 
   remove(s: Slot): void {
@@ -93,12 +117,16 @@ class Sorted {
     const i = Sorted.find(block, s)
     if (block[i] !== s) return
     block.splice(i, 1)
+    if (s.movesIn) this.movers[bi] = (this.movers[bi] as number) - 1
     this.count--
-    if (block.length === 0) this.blocks.splice(bi, 1)
+    if (block.length === 0) {
+      this.blocks.splice(bi, 1)
+      this.movers.splice(bi, 1)
+    }
   }
 
-  /** The slots in order, from the first whose key is >= (mib, vcpus). */
-  *from(mib: number, vcpus = Number.NEGATIVE_INFINITY): Generator<Slot> {
+  /** The slots in order, from the first whose key is >= (mib, vcpus); with `moversOnly`, blocks without a slot that takes moves are passed. */
+  *from(mib: number, vcpus = Number.NEGATIVE_INFINITY, moversOnly = false): Generator<Slot> {
     const blocks = this.blocks
     const below = (m: Slot): boolean => m.mib < mib || (m.mib === mib && m.vcpus < vcpus)
     let lo = 0
@@ -111,6 +139,7 @@ class Sorted {
       else hi = mid
     }
     for (let bi = lo; bi < blocks.length; bi++) {
+      if (moversOnly && this.movers[bi] === 0) continue
       const block = blocks[bi] as Slot[]
       let i = 0
       if (bi === lo) {
@@ -127,9 +156,9 @@ class Sorted {
     }
   }
 
-  /** Every slot in order. */
-  all(): Generator<Slot> {
-    return this.from(Number.NEGATIVE_INFINITY)
+  /** Every slot in order (with `moversOnly`, as `from`). */
+  all(moversOnly = false): Generator<Slot> {
+    return this.from(Number.NEGATIVE_INFINITY, Number.NEGATIVE_INFINITY, moversOnly)
   }
 }
 
@@ -220,6 +249,7 @@ export class Index {
       vcpus: Headroom.freeVcpus(h) ?? Number.POSITIVE_INFINITY,
       fitMib: Headroom.fitLimitMib(h),
       fitVcpus: Headroom.fitLimitVcpus(h),
+      movesIn: Placement.acceptsMoves(c),
     }
   }
 
@@ -339,7 +369,9 @@ export class Index {
     only?: (c: Candidate) => boolean,
   ): Candidate | undefined {
     const b = req.budget
-    for (const s of list === this.unmeasured ? list.all() : list.from(b.memMib)) {
+    // A move without a named target passes the blocks of hosts that take no moves at once.
+    const moversOnly = req.takesMovesOnly === true
+    for (const s of list === this.unmeasured ? list.all(moversOnly) : list.from(b.memMib, Number.NEGATIVE_INFINITY, moversOnly)) {
       if (
         s.fitMib >= b.memMib &&
         s.fitVcpus >= b.vcpus &&
