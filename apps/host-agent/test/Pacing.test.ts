@@ -63,7 +63,7 @@ const watched = (fake: FakeCoordinator, hostId: string) => {
   return { client, failing, slow, times }
 }
 
-const agentWith = (coordinator: CoordinatorShape, hostId: string, config: Partial<AgentConfig> = {}) =>
+const agentWith = (coordinator: CoordinatorShape, hostId: string, config: Partial<AgentConfig> = {}, images?: ImageStore.ImageStore) =>
   Effect.gen(function* () {
     const runtime = yield* SimRuntime.make({ startMs: 50 })
     const residents = yield* makeResidents(hostId, null, () => Effect.void)
@@ -74,7 +74,7 @@ const agentWith = (coordinator: CoordinatorShape, hostId: string, config: Partia
         runtime,
         measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
         residents,
-        images: ImageStore.directory(mkdtempSync(join(tmpdir(), `engram-images-${hostId}-`))),
+        images: images ?? ImageStore.directory(mkdtempSync(join(tmpdir(), `engram-images-${hostId}-`))),
         link: PeerLink.inMemory(new Map()),
         target: yield* makeMoveTarget(hostId, runtime, residents),
       },
@@ -222,6 +222,32 @@ describe("never sooner than the coordinator asked", () => {
       // The highest draws: 2, 4, 8, 16, then 30 s (the cap) between reads, each plus the 200 ms the failure takes.
       assert.deepStrictEqual(g.slice(0, 5), [4200, 8200, 16200, 30200, 30200], `reads ${JSON.stringify(reads)}`)
       assert.isAtMost(reads.length, 8, `${reads.length} reads in 2 minutes`)
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
+
+  effect("a failed action's retry pass keeps backing off while other actions succeed between its failures (one success among failures is no healthy period)", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      yield* fake.addSession("s1", "a", 256)
+      // Each fresh read (the retry pass's) finds a new session, whose start and acknowledgement
+      // succeed 50 ms in; s1's acknowledgement keeps failing, 200 ms in.
+      let added = 0
+      const client: CoordinatorShape = {
+        ...a.client,
+        assignments: (o) => (o.waitMs === 0 ? Effect.andThen(fake.addSession(`n${++added}`, "a", 256), a.client.assignments(o)) : a.client.assignments(o)),
+        started: (id) => (id === "s1" ? Effect.andThen(Effect.sleep(200), Effect.fail(new CoordinatorError({ op: "started", status: 500, message: "boom" }))) : a.client.started(id)),
+      }
+      // Images held in memory (none): no file I/O, every step on the TestClock.
+      const images: ImageStore.ImageStore = { root: "", pathFor: (id) => id, prepare: (id) => Effect.succeed(id), get: () => Effect.succeed(undefined), remove: () => Effect.void }
+      const agent = yield* agentWith(client, "a", {}, images)
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      for (let i = 0; i < 120; i++) yield* TestClock.adjust("1 second")
+      const reads = a.times("assignments", (w) => w === 0)
+      const sessions = (yield* fake.get).sessions
+      assert.isAtLeast(reads.length, 5, `reads ${JSON.stringify(reads)}`)
+      for (let k = 1; k < reads.length; k++) assert.strictEqual(sessions.get(`n${k}`)?.state, "running", `n${k} started`)
+      // The highest draws: 4, 8, 16, then 30 s (the cap) between reads, each plus the 200 ms the failure takes, as without the successes.
+      assert.deepStrictEqual(gaps(reads).slice(0, 4), [4200, 8200, 16200, 30200], `reads ${JSON.stringify(reads)}`)
     }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
 })
 
