@@ -404,10 +404,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       step: () => undefined,
     }).pipe(Effect.andThen(Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.sync(() => (retry.endedAt = t)))))
     /** Asks for a retry round (after `retryAfterMs` at least, when the coordinator asked); starts the pass unless one runs that will still look. */
-    const wantRetry = (retryAfterMs: number | undefined) => Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.suspend(() => {
+    const wantRetry = (retryAfterMs: number | undefined, failedCallSentMs: number) => Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.suspend(() => {
       retry.wanted = true
       if (retryAfterMs !== undefined) retry.retryAfterMs = Math.max(retry.retryAfterMs ?? 0, retryAfterMs)
-      const healed = Pacing.healedBy(backoff, retry.answeredSinceMs, t)
+      // Healthy up to when the failing call was sent, not when its failure came back: the time a
+      // call hung before failing is not time the coordinator answered.
+      const healed = Pacing.healedBy(backoff, retry.answeredSinceMs, failedCallSentMs)
       retry.answeredSinceMs = undefined
       if (retry.running) return Effect.void
       retry.running = true
@@ -429,9 +431,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           if (yield* FiberMap.has(inflight, s.id)) continue
           const action = yield* actionFor(s, a)
           if (action === null) continue
-          yield* FiberMap.run(inflight, s.id, { onlyIfMissing: true })(
+          yield* FiberMap.run(inflight, s.id, { onlyIfMissing: true })(Effect.flatMap(Clock.currentTimeMillis, (startedMs) =>
             (action as Effect.Effect<unknown, { readonly _tag: string; readonly message?: string }>).pipe(
-              // An action that succeeds starts a healthy period (the back-off starts again once it lasted: `wantRetry`).
+              // An action that succeeds starts a healthy period, from its answer (the back-off starts again once it lasted: `wantRetry`).
               Effect.tap(() => Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.sync(() => (retry.answeredSinceMs ??= t)))),
               Effect.catch((e) =>
                 Effect.gen(function* () {
@@ -444,11 +446,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
                   // that comes while it waits (it reconciles the whole view): an outage that
                   // fails many actions costs one read per pause, not one per action. A failure
                   // while the pass reads or reconciles asks it for one more round.
-                  yield* wantRetry(Pacing.retryAfterOf(e))
+                  yield* wantRetry(Pacing.retryAfterOf(e), startedMs)
                 }),
               ),
             ),
-          )
+          ))
         }
 
         // What is resident but no longer the coordinator's on this host: ended, lost, or moved
@@ -568,8 +570,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const pollLoop = Effect.gen(function* () {
       let since: string | undefined = undefined
       // Failed polls since the back-off last started again: its attempt. Polls answered start it
-      // again only after a healthy period (`Pacing.healedBy`, from the send of the first poll
-      // answered since a failure): one answer among failures does not.
+      // again only after a healthy period (`Pacing.healedBy`: from the answer of the first poll
+      // answered since a failure to the send of the poll that failed, so neither a poll held for
+      // its wait nor one that hung before failing counts): one answer among failures does not.
       let failures = 0
       let answeredSinceMs: number | undefined = undefined
       while (true) {
@@ -578,12 +581,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (answer._tag === "Failure") {
           yield* Effect.logWarning("assignments poll failed", { hostId: me, error: answer.failure.message })
           since = undefined
-          if (Pacing.healedBy(backoff, answeredSinceMs, yield* Clock.currentTimeMillis)) failures = 0
+          if (Pacing.healedBy(backoff, answeredSinceMs, sentMs)) failures = 0
           answeredSinceMs = undefined
           yield* Effect.sleep(yield* Pacing.retryDelayMs(backoff, ++failures, Pacing.retryAfterOf(answer.failure)))
           continue
         }
-        answeredSinceMs ??= sentMs
+        answeredSinceMs ??= yield* Clock.currentTimeMillis
         const unchanged = since !== undefined && answer.success.version === since
         since = answer.success.version
         yield* reconcile(answer.success)

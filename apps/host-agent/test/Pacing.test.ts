@@ -105,6 +105,34 @@ describe("retries back off, drawn and capped, and a healthy period starts them a
       assert.deepStrictEqual(gaps(a.times("assignments").filter((t) => t >= 125_000)), [1000, 2000, 4000])
     }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
 
+  effect("a poll that hangs before it fails is not healthy time: answers between hung polls do not reset the back-off", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      // Each failing poll hangs 35 s (more than the 30 s cap) before its failure comes back.
+      a.slow.set("assignments", 35_000)
+      const agent = yield* agentWith(a.client, "a")
+      yield* Effect.forkChild(agent.run)
+      // Alternate: after a poll is answered the next one hangs and fails; after it, one is answered again.
+      const failedSends: number[] = []
+      let seen = 0
+      for (let step = 0; step < 600 && failedSends.length < 6; step++) {
+        yield* TestClock.adjust("500 millis")
+        const ts = a.times("assignments")
+        if (ts.length === seen) continue
+        seen = ts.length
+        if (a.failing.has("assignments")) {
+          failedSends.push(ts[ts.length - 1]!)
+          a.failing.delete("assignments")
+        } else a.failing.set("assignments", away())
+      }
+      const all = a.times("assignments")
+      // The pause after each failure: from the failure's answer (its send + 35 s) to the next send.
+      const pauses = failedSends.slice(0, 5).map((sent) => all.find((t) => t > sent)! - sent - 35_000)
+      // Before, the hung poll's 35 s counted as healthy and every pause started from the first delay: [2000, 2000, …].
+      assert.deepStrictEqual(pauses, [2000, 4000, 8000, 16000, 30000])
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
+
   effect("an agent waiting on start for a coordinator that is away backs off too, and goes on once it answers", () =>
     Effect.gen(function* () {
       const fake = yield* makeFakeCoordinator

@@ -119,7 +119,7 @@ export const isOpen = (c: Candidate, limits: Limits = defaults): boolean =>
   (!limits.requireMeasured || isMeasured(c))
 
 /** Whether a move without a named target may pick this host (`Candidate.takesMoves` not false). */
-export const acceptsMoves = (c: Candidate): boolean => c.takesMoves !== false
+export const acceptsMoves = (c: Pick<Candidate, "takesMoves">): boolean => c.takesMoves !== false
 
 /**
  * Whether the request may go to this host at all, its room aside: not the excluded host (a

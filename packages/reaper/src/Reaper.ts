@@ -26,7 +26,7 @@
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
  */
-import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy, Reclaim } from "@engram/core"
+import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy, Placement, Reclaim } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
 import { pruneKinds, Store } from "@engram/store"
 import type { FleetRead, Move, PruneResult, Session, StoreError, StoreShape } from "@engram/store"
@@ -404,7 +404,7 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
       if (policy === undefined) continue
       // The guard's own allowance of each pair from this host, as the assignments hand it to the source.
       // Only hosts that take moves can be a target (`MakeRoom` skips the others).
-      const targetHostIds = read.success.hosts.filter((h) => h.id !== hold.hostId && h.takesMoves !== false).map((h) => h.id)
+      const targetHostIds = read.success.hosts.filter((h) => h.id !== hold.hostId && Placement.acceptsMoves(h)).map((h) => h.id)
       const recent = yield* Effect.result(store.listAllowanceCommits(Downtime.allowanceCommitsQuery(hold.hostId, targetHostIds, now, policy)))
       if (recent._tag === "Failure") return yield* failed(recent.failure.message)
       allowanceMs.set(hold.hostId, new Map(targetHostIds.map((t) => [t, Downtime.pairAllowance(recent.success, hold.hostId, t, now, policy).allowanceMs])))
