@@ -512,7 +512,8 @@ describe("PostgreSQL-only settings on the embedded database", () => {
       "ENGRAM_CHANGES_CHECK_MS, ENGRAM_PLACEMENT_FORWARD have no effect on the embedded database (PGlite): they apply on PostgreSQL only (ENGRAM_DATABASE_URL)",
     ])
     expect(await warningsOf({})).toEqual([])
-  }, 360_000)
+    // 130 s of 360 s in CI at load ≈ 30 (coordinators on PGlite started one after another).
+  }, 900_000)
 })
 
 // The other way round: the embedded database's own settings given to a coordinator on PostgreSQL.
