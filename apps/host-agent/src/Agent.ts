@@ -380,7 +380,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * The retry pass: rounds of pause, fresh read, reconcile, while a failure asked for one. Its
      * pauses back off (an action failing again and again is an outage, or a peer away) until an
      * action succeeds (`retry.rounds`); a read that fails is tried again, backing off too, its
-     * count started again by each pause.
+     * count going on from the pass's rounds.
      */
     const retryRounds = Effect.whileLoop({
       while: () => {
@@ -396,7 +396,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         }).pipe(
           // Cleared as the read begins: a failure during the pause is served by this read.
           Effect.andThen(Effect.sync(() => (retry.wanted = false))),
-          Effect.andThen(coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Pacing.retrySchedule(backoff) }))),
+          // The read's own retries go on from the pass's rounds (read when it runs): a coordinator
+          // that fails the read after each pause is not read again at the first delays each round.
+          Effect.andThen(Effect.suspend(() => coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Pacing.retrySchedule(backoff, true, retry.rounds) })))),
           Effect.flatMap(reconcile),
           // A defect ends no pass: it would leave `running` set and no retry after it.
           Effect.catchDefect((defect) => Effect.logError("retry pass failed; retried on the next round", { hostId: me, error: String(defect) })),

@@ -78,12 +78,13 @@ export const retryDelayMs = (b: Backoff, attempt: number, retryAfterMs?: number)
  * `retryDelayMs` as a schedule for `Effect.retry`: forever, each delay drawn for its attempt,
  * at least what the failure asked (unless `honourAdvice` is false: a move's brief retries in
  * its guest's pause, whose bound is the back-off's own). A new retry (a new `Effect.retry`)
- * starts from the first.
+ * starts from attempt `afterAttempts + 1`: the failures of the same trouble already counted
+ * elsewhere (the retry pass's rounds) are not forgotten by its read's own retries.
  */
-export const retrySchedule = (b: Backoff, honourAdvice = true): Schedule.Schedule<number, unknown> =>
+export const retrySchedule = (b: Backoff, honourAdvice = true, afterAttempts = 0): Schedule.Schedule<number, unknown> =>
   Schedule.fromStepWithMetadata(
     Effect.succeed((meta: Schedule.InputMetadata<unknown>) =>
-      Effect.map(retryDelayMs(b, meta.attempt, honourAdvice ? retryAfterOf(meta.input) : undefined), (ms): [number, Duration.Duration] => [ms, Duration.millis(ms)]),
+      Effect.map(retryDelayMs(b, afterAttempts + meta.attempt, honourAdvice ? retryAfterOf(meta.input) : undefined), (ms): [number, Duration.Duration] => [ms, Duration.millis(ms)]),
     ),
   )
 

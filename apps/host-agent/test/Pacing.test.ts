@@ -279,6 +279,34 @@ describe("never sooner than the coordinator asked", () => {
     }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
 })
 
+describe("the retry pass's read backs off from where the pass is", () => {
+  effect("a read that fails after rounds of pauses is tried again at the pass's back-off, not from the first delay", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      yield* fake.addSession("s1", "a", 256)
+      // s1's acknowledgement keeps failing (200 ms in): each round's read finds it again and fails it again.
+      let readsFail = false
+      const client: CoordinatorShape = {
+        ...a.client,
+        assignments: (o) => (o.waitMs === 0 && readsFail ? Effect.andThen(a.client.assignments(o), Effect.fail(away())) : a.client.assignments(o)),
+        started: (id) => (id === "s1" ? Effect.andThen(Effect.sleep(200), Effect.fail(new CoordinatorError({ op: "started", status: 500, message: "boom" }))) : a.client.started(id)),
+      }
+      const images: ImageStore.ImageStore = { root: "", pathFor: (id) => id, prepare: (id) => Effect.succeed(id), get: () => Effect.succeed(undefined), remove: () => Effect.void }
+      const agent = yield* agentWith(client, "a", {}, images)
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      // Four rounds (pauses of 2, 4, 8 and 16 s at the highest draws), then the coordinator fails the reads.
+      for (let i = 0; i < 120 && a.times("assignments", (w) => w === 0).length < 4; i++) yield* TestClock.adjust("500 millis")
+      readsFail = true
+      const from = a.times("assignments", (w) => w === 0).length
+      for (let i = 0; i < 200; i++) yield* TestClock.adjust("1 second")
+      const failed = a.times("assignments", (w) => w === 0).slice(from)
+      assert.isAtLeast(failed.length, 4, `reads ${JSON.stringify(failed)}`)
+      // The pass is past its fourth round: its read's retries wait the cap (30 s). Before, each round's read started again at 2 s: [2000, 4000, 8000, …].
+      assert.deepStrictEqual(gaps(failed).slice(0, 3), [30000, 30000, 30000], `reads ${JSON.stringify(failed)}`)
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
+})
+
 describe("a heartbeat never comes later than its interval after the last, whatever the coordinator or a proxy asked", () => {
   const intervalMs = defaultAgentConfig("a").heartbeatIntervalMs
   effect("every heartbeat refused with a retryAfterMs of 100 s (over the interval): still one every interval", () =>
