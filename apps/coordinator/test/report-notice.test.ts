@@ -1,6 +1,6 @@
-// A host report sends the fleet's room notice (and starts a drain) only when its figures differ
-// from the host's last report through this coordinator: an agent re-reporting the same figures
-// every interval costs no notice (each one a transaction of its own on PostgreSQL).
+// A host report sends the fleet's room notice (and starts a drain) only when the store says it
+// changed the host's figures (`ReportedHost.figuresChanged`): an agent re-reporting the same
+// figures every interval costs no notice (each one a transaction of its own on PostgreSQL).
 import { Notifier, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import { Topic } from "@engram/store"

@@ -274,9 +274,11 @@ export const isPeerUrl = (url: string): boolean => {
 
 /**
  * Whether a host can be a move's target (`Placement.Candidate.takesMoves`): its agent advertises
- * a peer URL (`peerUrl`, its last report's), so the coordinator can tell the move's source where
- * to reach it. Without one the source knows the target only from its own `ENGRAM_PEERS`, which
- * the coordinator cannot see: a make-room move planned there, or a move the store picked it for,
- * would likely abort (so neither is: `MakeRoom.plan`, `Placement.Request.takesMovesOnly`).
+ * a peer URL (`peerUrl`, its last report's) that is one (`isPeerUrl`), so the coordinator can tell
+ * the move's source where to reach it. Without one the source knows the target only from its own
+ * `ENGRAM_PEERS`, which the coordinator cannot see: a make-room move planned there, or a move the
+ * store picked it for, would likely abort (so neither is: `MakeRoom.plan`,
+ * `Placement.Request.takesMovesOnly`). A URL stored before the rule refused it (a wildcard such
+ * as `http://0.0.0.0:7100`, kept until the host's next report) is none: no peer reaches it.
  */
-export const takesMoves = (peerUrl: string | null): boolean => peerUrl !== null
+export const takesMoves = (peerUrl: string | null): boolean => peerUrl !== null && isPeerUrl(peerUrl)

@@ -129,4 +129,8 @@ describe("Move.takesMoves: a host is a move's target only when its agent adverti
     expect(Move.takesMoves("http://10.0.0.2:7100")).toBe(true)
     expect(Move.takesMoves(null)).toBe(false)
   })
+
+  it("a URL stored before the rule refused it (a wildcard, kept until the host's next report) takes none: no peer reaches it", () => {
+    for (const url of ["http://0.0.0.0:7100", "http://[::]:7100", "http://0:7100", "not a url"]) expect(Move.takesMoves(url), url).toBe(false)
+  })
 })

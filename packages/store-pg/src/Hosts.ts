@@ -4,15 +4,16 @@
  * view is the host cache's (`HostCache.fleet`: only what changed since its last read is read).
  */
 import { Ledger } from "@engram/core"
-import { Conflict, CurrentFence, Cursor, NotFound, Refused, reportedTemplates, Validate } from "@engram/store"
-import type { Host, HostReport, HostView, InvalidInput, StoreShape } from "@engram/store"
+import { Conflict, CurrentFence, Cursor, NotFound, Refused, reportChanges, reportedTemplates, Validate } from "@engram/store"
+import type { Host, HostReport, HostView, InvalidInput, ReportChanges, ReportedHost, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import * as Batcher from "./Batcher.js"
 import { dieOnUnique } from "./Db.js"
 import type { Conn, DbError, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
-import { hostColumns, readHostRows, toHostRow, toHostView } from "./HostRows.js"
+import { hostColumns, json, readHostRows, reportOf, toHostRow, toHostView } from "./HostRows.js"
+import type { HostRow } from "./HostRows.js"
 import * as Pages from "./Pages.js"
 import { beatBatching } from "./Reservations.js"
 import type { BeatOptions } from "./Reservations.js"
@@ -65,45 +66,57 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
       return yield* hostView(tx, id)
     })
 
+  /** What a report changed on a host whose row was `before` (read locked, inside the write). */
+  const changesOf = (before: HostRow, report: HostReport): ReportChanges => reportChanges({ report: reportOf(before), peerUrl: before.peerUrl }, report)
+
   const reportAlone = (id: string, report: HostReport, t: number) =>
     db.transaction((tx) =>
       Effect.gen(function* () {
-        const [h] = yield* tx.use((exec) => exec.select({ id: hosts.id }).from(hosts).where(eq(hosts.id, id)).for("no key update"))
+        const [h] = yield* tx.query(sql`select ${hostColumns("h", "room")} from ${hosts} h where h.id = ${id} for no key update`)
         if (h === undefined) return yield* hostNotFound(id)
         const bad: InvalidInput | null = Validate.report(report)
         if (bad) return yield* bad
         const view = yield* writeHost(tx, id, sql`total_mib = ${report.totalMib}, allocatable_mib = ${report.allocatableMib}, total_vcpus = ${report.totalVcpus},
           templates = ${JSON.stringify(reportedTemplates(report))}::jsonb, peer_url = ${report.peerUrl ?? null}, reported_at = ${t}`)
-        return view as HostView
+        const reported: ReportedHost = { ...(view as HostView), ...changesOf(toHostRow(h), report) }
+        return reported
       }),
     )
 
   /**
-   * Writes reports of many hosts in one transaction: their rows locked in id order and written
-   * by one statement (each version bumped), then their views read; answers each report's
-   * view, or undefined when its host is unknown.
+   * Writes reports of many hosts in one transaction: their rows locked in id order and read as
+   * they were (`before`, the latest committed: a concurrent writer's report is waited for and
+   * judged against), written by one statement (each version bumped), then their views read;
+   * answers each report's view and what it changed, or undefined when its host is unknown.
    */
   const reportGroup = (items: readonly ReportItem[]) =>
     db.transaction((tx) =>
       Effect.gen(function* () {
         const written = yield* tx.query(sql`with report as (
             select * from jsonb_to_recordset(${JSON.stringify(items)}::jsonb)
-              as r(id text, t bigint, "totalMib" float8, "allocatableMib" float8, "totalVcpus" bigint, templates jsonb, "peerUrl" text))
+              as r(id text, t bigint, "totalMib" float8, "allocatableMib" float8, "totalVcpus" bigint, templates jsonb, "peerUrl" text)),
+          before as materialized (
+            select ${hostColumns("h", "room")} from ${hosts} h where h.id in (select id from report) order by h.id for no key update)
           update ${hosts} h set total_mib = report."totalMib", allocatable_mib = report."allocatableMib", total_vcpus = report."totalVcpus",
             templates = report.templates, peer_url = report."peerUrl", reported_at = report.t, version = h.version + 1
-          from report
-          where h.id = report.id and h.id in (select id from ${hosts} where id in (select id from report) order by id for no key update)
-          returning ${hostColumns("h", "room")}, 0 as "parks", 0 as "descents"`)
+          from report join before on before.id = report.id
+          where h.id = report.id
+          returning ${hostColumns("h", "room")}, 0 as "parks", 0 as "descents", to_jsonb(before) as "before"`)
         const rows = written.map(toHostRow)
+        const befores = new Map(written.map((r) => toHostRow(json<Record<string, unknown>>(r["before"]))).map((b) => [b.id, b]))
         tx.afterCommit(() => rows.forEach((r) => cache.learn(r)))
         const views = new Map((yield* readHostRows(tx, { hostIds: rows.map((r) => r.id), sessions: "counts" })).map((r) => [r.id, toHostView(r, limits())]))
-        return items.map((i) => views.get(i.id))
+        return items.map((i): ReportedHost | undefined => {
+          const view = views.get(i.id)
+          const before = befores.get(i.id)
+          return view === undefined || before === undefined ? undefined : { ...view, ...changesOf(before, i) }
+        })
       }),
     )
   // Reports from many agents share a transaction (`BeatOptions`); two of one host go one after
   // the other. An unknown host fails its own caller alone; a failure of the database fails the
   // group's callers and writes nothing.
-  const reports = Batcher.make<ReportItem, HostView | undefined, DbError>({ ...beatBatching(options), name: "reports", keysOf: (i) => [i.id], run: reportGroup })
+  const reports = Batcher.make<ReportItem, ReportedHost | undefined, DbError>({ ...beatBatching(options), name: "reports", keysOf: (i) => [i.id], run: reportGroup })
 
   return {
     registerHost: (input) =>

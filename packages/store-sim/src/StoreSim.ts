@@ -19,6 +19,7 @@ import {
   NoRoom,
   NotFound,
   Refused,
+  reportChanges,
   reportedTemplates,
   Store,
   StoreTesting,
@@ -644,6 +645,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const h = yield* findHost(id)
         const bad = Validate.report(report)
         if (bad) return yield* bad
+        const changes = reportChanges(h, report)
         h.report = {
           totalMib: report.totalMib,
           allocatableMib: report.allocatableMib,
@@ -654,7 +656,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         h.reportedAt = yield* now
         tooBigIndex = null
         refresh(h)
-        return viewOf(h)
+        return { ...viewOf(h), ...changes }
       }),
 
     setHostState: (id, state) =>

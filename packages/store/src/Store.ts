@@ -43,6 +43,7 @@ import type {
   QueueEntry,
   QueueStanding,
   ReclaimOptions,
+  ReportedHost,
   ReclaimResult,
   Reservation,
   ReserveInput,
@@ -69,8 +70,13 @@ export interface StoreShape {
     /** A hash of the host's own credential; the store never sees the secret. */
     readonly tokenHash?: string | undefined
   }) => Fx<Host, Conflict | InvalidInput>
-  /** Records a host's measurement. */
-  readonly reportHost: (id: string, report: HostReport) => Fx<HostView, NotFound | InvalidInput>
+  /**
+   * Records a host's measurement. Answers the host's view and what the report changed
+   * (`ReportChanges`: its peer URL, its figures), judged against the host as stored just before
+   * the write and atomically with it (`reportChanges`' rule): a coordinator replica tells the
+   * sources of moves into the host and drains the queue on that, not on its own memory.
+   */
+  readonly reportHost: (id: string, report: HostReport) => Fx<ReportedHost, NotFound | InvalidInput>
   /** Sets `ready` (uncordon), `cordoned` or `draining`. */
   readonly setHostState: (id: string, state: "ready" | "cordoned" | "draining") => Fx<HostView, NotFound>
   readonly getHost: (id: string) => Fx<HostView, NotFound>

@@ -27,6 +27,47 @@ export interface HostReport {
 export const reportedTemplates = (r: HostReport): readonly core.Placement.HeldTemplate[] =>
   (r.templates ?? []).map((t) => ({ name: t.name, memMib: t.memMib, vcpus: t.vcpus }))
 
+/**
+ * What a host's report changed, judged against the host as the store held it just before the
+ * write and atomically with it: of two concurrent reports of one host, the one written second
+ * judges against the first's. A host's first report ever changes both.
+ */
+export interface ReportChanges {
+  /** Its peer URL differs from the stored one (a URL and none differ): the sources of moves into the host must learn it. */
+  readonly peerUrlChanged: boolean
+  /**
+   * Its figures differ from the stored ones: `totalMib`, `allocatableMib`, `totalVcpus`, the
+   * templates (name, size and order) or the peer URL. An unchanged report makes no room appear.
+   */
+  readonly figuresChanged: boolean
+}
+
+/**
+ * What `reportHost` answers: the host's view after the write, with what the write changed
+ * (`ReportChanges`, `reportChanges`' rule).
+ */
+export type ReportedHost = HostView & ReportChanges
+
+/**
+ * What `report` changes on a host that held `before` (its stored report, null before the first,
+ * and its peer URL): the one rule every store answers `reportHost`'s `ReportChanges` by, given
+ * the host as it held it inside the write.
+ */
+export const reportChanges = (before: { readonly report: HostReport | null; readonly peerUrl: string | null }, report: HostReport): ReportChanges => {
+  if (before.report === null) return { peerUrlChanged: true, figuresChanged: true }
+  const peerUrlChanged = before.peerUrl !== (report.peerUrl ?? null)
+  const was = reportedTemplates(before.report)
+  const now = reportedTemplates(report)
+  const templatesChanged = was.length !== now.length || now.some((t, i) => t.name !== was[i]?.name || t.memMib !== was[i]?.memMib || t.vcpus !== was[i]?.vcpus)
+  const figuresChanged =
+    peerUrlChanged ||
+    templatesChanged ||
+    before.report.totalMib !== report.totalMib ||
+    before.report.allocatableMib !== report.allocatableMib ||
+    before.report.totalVcpus !== report.totalVcpus
+  return { peerUrlChanged, figuresChanged }
+}
+
 /** A host as registered. */
 export interface Host {
   readonly id: string

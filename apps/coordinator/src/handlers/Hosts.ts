@@ -21,30 +21,28 @@ export const HostsHandlers = HandlerGroup.make(
     const drainer = yield* Drainer
     const assignments = yield* Assignments
     const longPolls = yield* LongPolls
-    // The figures of each host's last report written through this process. An agent reports
-    // the same figures every interval: such a report makes no room appear, so it sends no notice
-    // and starts no drain (each notice is a transaction of its own on PostgreSQL). A queue that
-    // room from elsewhere could serve is drained by the reaper's next pass anyway.
-    const lastFigures = new Map<string, string>()
-    // The peer URL of each host's last report seen here (a host not seen yet: unknown, so its
-    // first report here counts as a change: another replica may have seen the one before).
-    const lastPeerUrls = new Map<string, string | null>()
+    // Hosts whose new peer URL their moves' sources have not been told yet (the pending-moves
+    // read failed): told at their next report, changed or not. What a report changed is the
+    // store's answer (judged inside its write), so no other memory of reports is kept here.
+    const peerUrlOwed = new Set<string>()
     const settings = yield* Settings
 
     /**
-     * A host's agent now serves its peers at `peerUrl` (a restart on a new address, or none):
-     * the sources of its pending moves have it in their assignments, so their topics are
-     * notified (their copies dropped on every replica, their polls answered with the new URL).
-     * Remembered once told; a failed read is tried again at the next report.
+     * A host's agent now serves its peers elsewhere (a restart on a new address, or none): the
+     * sources of its pending moves have it in their assignments, so their topics are notified
+     * (their copies dropped on every replica, their polls answered with the new URL). A failed
+     * read leaves the host owed, tried again at its next report.
      */
-    const peerUrlReported = (hostId: string, peerUrl: string | null) =>
+    const peerUrlReported = (hostId: string) =>
       Effect.gen(function* () {
-        if (lastPeerUrls.has(hostId) && lastPeerUrls.get(hostId) === peerUrl) return
         const pending = yield* Effect.result(store.listMoves({ hostId, state: "pending" }))
-        if (pending._tag === "Failure") return
+        if (pending._tag === "Failure") {
+          peerUrlOwed.add(hostId)
+          return
+        }
+        peerUrlOwed.delete(hostId)
         const sources = pending.success.filter((m) => m.targetHostId === hostId).map((m) => hostTopic(m.sourceHostId))
         if (sources.length > 0) yield* notifier.notify(...sources)
-        lastPeerUrls.set(hostId, peerUrl)
       })
 
     const setState = (id: string, state: "ready" | "cordoned" | "draining") =>
@@ -72,8 +70,7 @@ export const HostsHandlers = HandlerGroup.make(
           Effect.gen(function* () {
             const view = yield* api(store.getHost(params.id))
             yield* api(store.removeHost(params.id))
-            lastFigures.delete(params.id)
-            lastPeerUrls.delete(params.id)
+            peerUrlOwed.delete(params.id)
             yield* Effect.logInfo("host removed", { hostId: params.id })
             // Its token stops working at once, its open long-polls with it (401), on every replica.
             yield* notifier.notify(hostTopic(params.id), credentialTopic(params.id))
@@ -115,15 +112,16 @@ export const HostsHandlers = HandlerGroup.make(
               // Each report says where its agent serves peers now (none: null), so a restart's new URL replaces the old.
               peerUrl: payload.peerUrl ?? null,
             }
+            // The store says what this report changed, against the host as stored (whichever
+            // replica wrote the last report; a host's first report changes everything).
             const view = yield* api(store.reportHost(params.id, report))
-            yield* peerUrlReported(params.id, report.peerUrl)
+            if (view.peerUrlChanged || peerUrlOwed.has(params.id)) yield* peerUrlReported(params.id)
             // Guest activity rides on the report (no request per session): it restarts those sessions' idle clocks.
             if (payload.activeSessions !== undefined && payload.activeSessions.length > 0) yield* api(store.recordActivity(params.id, payload.activeSessions))
-            const figures = JSON.stringify(report)
-            if (lastFigures.get(params.id) !== figures) {
-              lastFigures.set(params.id, figures)
-              yield* drainer.roomAppeared(fleetTopic)
-            }
+            // The same figures again (every report interval) make no room appear: no notice (a
+            // transaction of its own on PostgreSQL), no drain. A queue that room from elsewhere
+            // could serve is drained by the reaper's next pass anyway.
+            if (view.figuresChanged) yield* drainer.roomAppeared(fleetTopic)
             return hostJson(view)
           }),
         )

@@ -342,6 +342,53 @@ export const hosts: Group = {
       }),
     ),
     kase(
+      "reportHost answers what the report changed against the stored host: a first report changes both, the same report again nothing, a new peer URL both, new figures or templates the figures",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* s.registerHost({ id: "h1" })
+        yield* s.registerHost({ id: "h2" })
+        const changes = (r: { peerUrlChanged: boolean; figuresChanged: boolean }) => [r.peerUrlChanged, r.figuresChanged]
+        const figures = { totalMib: 4096, allocatableMib: 4096, totalVcpus: 4 }
+        const u = "http://10.0.0.1:7100"
+        // A first report changes both, even one without a peer URL or a figure (the host had no report).
+        expect(changes(yield* s.reportHost("h2", { totalMib: null, allocatableMib: null, totalVcpus: null }))).toStrictEqual([true, true])
+        expect(changes(yield* s.reportHost("h2", { totalMib: null, allocatableMib: null, totalVcpus: null, templates: [], peerUrl: null }))).toStrictEqual([false, false])
+        const first = yield* s.reportHost("h1", { ...figures, peerUrl: u })
+        expect(changes(first)).toStrictEqual([true, true])
+        expect(first.peerUrl).toBe(u)
+        expect(changes(yield* s.reportHost("h1", { ...figures, peerUrl: u }))).toStrictEqual([false, false])
+        // New figures, the same URL: the figures only.
+        expect(changes(yield* s.reportHost("h1", { ...figures, allocatableMib: 3072, peerUrl: u }))).toStrictEqual([false, true])
+        expect(changes(yield* s.reportHost("h1", { ...figures, allocatableMib: 3072, peerUrl: u }))).toStrictEqual([false, false])
+        expect(changes(yield* s.reportHost("h1", { ...figures, totalMib: null, allocatableMib: 3072, peerUrl: u }))).toStrictEqual([false, true])
+        expect(changes(yield* s.reportHost("h1", { ...figures, totalMib: null, allocatableMib: 3072, totalVcpus: 8, peerUrl: u }))).toStrictEqual([false, true])
+        const held = { ...figures, peerUrl: u }
+        expect(changes(yield* s.reportHost("h1", held))).toStrictEqual([false, true])
+        // Templates are figures: one added, one resized, their order, and none again.
+        const small = { name: "small", memMib: 512, vcpus: 1 }
+        const big = { name: "big", memMib: 2048, vcpus: 2 }
+        for (const templates of [[small], [small, big], [big, small], [{ ...big, memMib: 4096 }, small], []]) {
+          expect(changes(yield* s.reportHost("h1", { ...held, templates })), JSON.stringify(templates)).toStrictEqual([false, true])
+          expect(changes(yield* s.reportHost("h1", { ...held, templates })), JSON.stringify(templates)).toStrictEqual([false, false])
+        }
+        // A URL, none, the URL again, another and back (u → v → u): each a change of both.
+        const v = "http://10.0.0.9:7100"
+        for (const peerUrl of [null, u, v, u, v]) {
+          const r = yield* s.reportHost("h1", { ...figures, peerUrl })
+          expect([r.peerUrl, ...changes(r)], String(peerUrl)).toStrictEqual([peerUrl, true, true])
+        }
+        // An older agent that sends no URL clears it: a change; the same again is none.
+        expect(changes(yield* s.reportHost("h1", figures))).toStrictEqual([true, true])
+        expect(changes(yield* s.reportHost("h1", { ...figures, peerUrl: null }))).toStrictEqual([false, false])
+        // A refused report writes nothing, so the next report is judged against the one before it.
+        yield* s.reportHost("h1", { ...figures, peerUrl: u })
+        yield* expectFailure(s.reportHost("h1", { ...figures, peerUrl: "http://0.0.0.0:7100" }), "InvalidInput")
+        expect(changes(yield* s.reportHost("h1", { ...figures, peerUrl: u }))).toStrictEqual([false, false])
+        // Another host's report is its own: h2 is unchanged by h1's.
+        expect(changes(yield* s.reportHost("h2", { totalMib: null, allocatableMib: null, totalVcpus: null }))).toStrictEqual([false, false])
+      }),
+    ),
+    kase(
       "a report with a bad peerUrl is refused naming peerUrl and its rule, and changes nothing: the host keeps its last URL",
       Effect.gen(function* () {
         const s = yield* store
