@@ -117,6 +117,42 @@ describe("peer URL and figure changes across replicas on PostgreSQL", () => {
     expect((await answer).status).not.toBe(201)
   })
 
+  it("a report written but answered 503 (its outcome unknown): the source is told all the same, though the retry through the other replica changes nothing", async () => {
+    const admin = client(a.url, adminToken)
+    const src = await addHost(admin, "pc-src3", u)
+    const dst = await addHost(admin, "pc-dst3", u)
+    const { moveId, answer } = await pendingMove(admin, src, dst, "pc-s3")
+    // Replica C: its report writes, then answers Unavailable, as a write that commits after the store's bound does.
+    const late = { on: true }
+    const lateStore = Layer.effect(
+      Store,
+      Effect.map(Store, (store) =>
+        Store.of({
+          ...store,
+          reportHost: (id, r) => (late.on ? Effect.andThen(store.reportHost(id, r), Effect.fail(new Unavailable({ reason: "committed after the bound (test)", retryAfterMs: 1000 }))) : store.reportHost(id, r)),
+        }),
+      ),
+    ).pipe(Layer.provide(StorePg.layer({ url: db.url })))
+    const c = await startCoordinator({ reaper: false, logLevel: "Error", config: { port: 0, adminToken, storeTimeoutMs: 2000 }, store: lateStore, changes: ChangesPg.layer({ url: db.url }) })
+    try {
+      const source = client(a.url, src.token)
+      const seen = (await source.get(`/v1/hosts/${src.id}/assignments`)).body
+      expect(urlIn(seen, moveId)).toBe(u)
+      const polling = source.get(`/v1/hosts/${src.id}/assignments?waitMs=15000&since=${seen.version as string}`)
+      expect((await client(c.url, dst.token).put(`/v1/hosts/${dst.id}/report`, { ...figures, peerUrl: v })).status).toBe(503)
+      // The agent's retry through A finds v stored already: no change, no notice from A.
+      expect((await client(a.url, dst.token).put(`/v1/hosts/${dst.id}/report`, { ...figures, peerUrl: v })).status).toBe(200)
+      // C looks again after twice its store bound and tells the source.
+      const woke = (await polling).body
+      expect([urlIn(woke, moveId), woke.version === seen.version]).toStrictEqual([v, false])
+    } finally {
+      late.on = false
+      await c.stop()
+    }
+    expect((await client(a.url, src.token).post(`/v1/moves/${moveId}/abort`, { reason: "test: no move runs here" })).status).toBe(200)
+    expect((await answer).status).not.toBe(201)
+  })
+
   it("a restarted coordinator given a report that changes nothing reads no pending moves and drains nothing; a changed one does both", async () => {
     const admin = client(a.url, adminToken)
     const host = await addHost(admin, "pc-restart", u)

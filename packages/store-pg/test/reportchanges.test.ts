@@ -49,11 +49,14 @@ describe("concurrent reports of one host through two stores (PostgreSQL)", () =>
       })
       await isTaken
       const both = Effect.runPromise(Effect.all([a.pair.store.reportHost(id, reportA), b.pair.store.reportHost(id, reportB)], { concurrency: 2 }))
-      // Both reports' statements wait on the held row before it is let go (a query each round, no sleep).
-      for (;;) {
+      // Both reports' statements wait on the held row before it is let go (polled every 10 ms,
+      // for 60 s at most: a statement that never waits fails here, clearly, not at the test's timeout).
+      for (let i = 0; ; i++) {
         const [row] = await sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity
           where datname = current_database() and wait_event_type = 'Lock' and query like '%update%hosts%'`
         if ((row?.n ?? 0) >= 2) break
+        if (i >= 6000) throw new Error(`the two reports never both waited on the held row (${row?.n ?? 0} waiting after 60 s)`)
+        await new Promise((r) => setTimeout(r, 10))
       }
       release()
       await holder

@@ -1,7 +1,7 @@
 /** `/v1/hosts…`: registration, removal, token rotation, report, heartbeat, administrative states, assignments. */
 import { EngramApi } from "@engram/api"
 import { Store, Validate } from "@engram/store"
-import { Effect } from "effect"
+import { Effect, Scope } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import * as Allowances from "../Allowances.js"
 import { Assignments } from "../Assignments.js"
@@ -26,6 +26,24 @@ export const HostsHandlers = HandlerGroup.make(
     // store's answer (judged inside its write), so no other memory of reports is kept here.
     const peerUrlOwed = new Set<string>()
     const settings = yield* Settings
+    const scope = yield* Scope.Scope
+
+    /**
+     * A report whose write timed out or whose client left: it may still commit after the answer
+     * (a grouped statement waits its turn, then runs up to `ENGRAM_STORE_TIMEOUT_MS`), and the
+     * agent's retry, through any replica, would then see no change. Its host is owed a look here
+     * at its next report, and one after twice the store's bound in any case (a notice too many is
+     * harmless: it answers no poll whose version did not change), with a drain.
+     */
+    const outcomeUnknown = (hostId: string) =>
+      Effect.gen(function* () {
+        peerUrlOwed.add(hostId)
+        yield* Effect.sleep(2 * settings.config.storeTimeoutMs).pipe(
+          Effect.andThen(Effect.suspend(() => (peerUrlOwed.has(hostId) ? peerUrlReported(hostId) : Effect.void))),
+          Effect.andThen(drainer.roomAppeared(fleetTopic)),
+          Effect.forkIn(scope),
+        )
+      })
 
     /**
      * A host's agent now serves its peers elsewhere (a restart on a new address, or none): the
@@ -113,15 +131,28 @@ export const HostsHandlers = HandlerGroup.make(
               peerUrl: payload.peerUrl ?? null,
             }
             // The store says what this report changed, against the host as stored (whichever
-            // replica wrote the last report; a host's first report changes everything).
-            const view = yield* api(store.reportHost(params.id, report))
-            if (view.peerUrlChanged || peerUrlOwed.has(params.id)) yield* peerUrlReported(params.id)
+            // replica wrote the last report; a host's first report changes everything). Only the
+            // request that wrote a change is told of it: once written, its notices are sent even if
+            // the client leaves (uninterruptible), and before anything else that may fail.
+            const view = yield* Effect.uninterruptibleMask((restore) =>
+              restore(store.reportHost(params.id, report)).pipe(
+                // Interrupted (the client left) or timed out: the write may still commit after this answer.
+                Effect.onInterrupt(() => outcomeUnknown(params.id)),
+                Effect.tapError((e) => (e._tag === "Unavailable" ? outcomeUnknown(params.id) : Effect.void)),
+                Effect.tap((written) =>
+                  Effect.gen(function* () {
+                    // A store that does not say (older than `ReportedHost`'s flags) is taken as changed.
+                    if (written.peerUrlChanged !== false || peerUrlOwed.has(params.id)) yield* peerUrlReported(params.id)
+                    // The same figures again (every report interval) make no room appear: no notice (a
+                    // transaction of its own on PostgreSQL), no drain. A queue that room from elsewhere
+                    // could serve is drained by the reaper's next pass anyway.
+                    if (written.figuresChanged !== false) yield* drainer.roomAppeared(fleetTopic)
+                  }),
+                ),
+              ),
+            ).pipe(api)
             // Guest activity rides on the report (no request per session): it restarts those sessions' idle clocks.
             if (payload.activeSessions !== undefined && payload.activeSessions.length > 0) yield* api(store.recordActivity(params.id, payload.activeSessions))
-            // The same figures again (every report interval) make no room appear: no notice (a
-            // transaction of its own on PostgreSQL), no drain. A queue that room from elsewhere
-            // could serve is drained by the reaper's next pass anyway.
-            if (view.figuresChanged) yield* drainer.roomAppeared(fleetTopic)
             return hostJson(view)
           }),
         )
