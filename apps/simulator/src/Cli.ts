@@ -117,6 +117,10 @@ export const flags = {
     "reserve-lead-per-class",
     "demand-reserve: each size class counts its arrivals over --reserve-lead-s plus a descent of its size at --descent-mib-per-s",
   ),
+  reserveLeadCoversDescent: boolean(
+    "reserve-lead-covers-descent",
+    "demand-reserve: a size class whose descent at --descent-mib-per-s outlasts --reserve-lead-s counts its arrivals over that descent (the README's \"Why the big classes wait\")",
+  ),
   reserveGroups: boolean(
     "reserve-groups",
     "demand-reserve: count arrivals in groups when the MiB reserved per interval disperse like groups (the README's \"Groups by the meter's variance\")",
@@ -277,6 +281,7 @@ export const toOptions = (f: Flags): Effect.Effect<Options, UsageError | FileErr
       reserveYoungToo: !f.reserveOldOnly,
       reserveYoungMinAgeMs: Math.round(f.reserveYoungMinAgeS * 1000),
       reserveLeadPerClass: f.reserveLeadPerClass,
+      reserveLeadCoversDescent: f.reserveLeadCoversDescent,
       reserveGroups: f.reserveGroups,
       descentMibPerSec: f.descentMibPerS,
     } satisfies ParkGate.Options & ParkPolicy.Options

@@ -73,7 +73,7 @@ describe("flags", () => {
       ...["--cpu-overcommit", "2", "--mem-overcommit-ratio", "1.5", "--system-reserve-mib", "2048", "--max-entries-per-node", "64"],
       ...["--stale-window-s", "300", "--starvation-limit-s", "90", "--reserve-lead-s", "45", "--reserve-min-age-s", "120"],
       ...["--reserve-quantile", "0.8", "--reserve-old-only", "--reserve-young-min-age-s", "30", "--demand-window-s", "120", "--react-ms", "0"],
-      ...["--reserve-lead-per-class", "--reserve-groups", "--descent-mib-per-s", "1024"],
+      ...["--reserve-lead-per-class", "--reserve-lead-covers-descent", "--reserve-groups", "--descent-mib-per-s", "1024"],
       ...["--window-h", "0.5", "--worst", "3", "--threads", "1", "--windows"],
     ])) as Cli.Options
     expect(o.fleet.shapes).toEqual([
@@ -84,7 +84,7 @@ describe("flags", () => {
     // 50 sessions per host of the mixed fleet.
     expect(o.generator.sessions).toBe(50 * 15)
     expect(o.fleet.limits).toMatchObject({ cpuOvercommit: 2, memOvercommitRatio: 1.5, systemReserveMib: 2048, maxEntriesPerNode: 64, heartbeatStaleWindowMs: 300_000 })
-    expect(o.fleet.policyOptions).toMatchObject({ starvationLimitMs: 90_000, reserveLeadMs: 45_000, reserveMinParkAgeMs: 120_000, reserveQuantile: 0.8, reserveYoungToo: false, reserveYoungMinAgeMs: 30_000, reserveLeadPerClass: true, reserveGroups: true, descentMibPerSec: 1024 })
+    expect(o.fleet.policyOptions).toMatchObject({ starvationLimitMs: 90_000, reserveLeadMs: 45_000, reserveMinParkAgeMs: 120_000, reserveQuantile: 0.8, reserveYoungToo: false, reserveYoungMinAgeMs: 30_000, reserveLeadPerClass: true, reserveLeadCoversDescent: true, reserveGroups: true, descentMibPerSec: 1024 })
     expect(o.fleet).toMatchObject({ reactWindowMs: 0, windowMs: 1_800_000, worstSessions: 3, meter: { windowMs: 120_000 } })
     expect([o.threads, o.windows]).toEqual([1, true])
   })

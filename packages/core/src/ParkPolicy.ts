@@ -98,6 +98,16 @@ export interface Options extends ParkGate.Options {
    * big class gets its place earlier; off, every class counts over `reserveLeadMs`.
    */
   readonly reserveLeadPerClass: boolean
+  /**
+   * `demand-reserve`: a class whose room takes longer to make than `reserveLeadMs` counts its
+   * arrivals over the time a descent of its size takes (`descentBaseMs + size ÷
+   * descentMibPerSec`), the others over `reserveLeadMs` as without it: a session of a big class
+   * that finds no place waits a descent of its own size, so its places must cover the arrivals
+   * of that long. With 2,800 MiB/s and a 20 s lead only classes above 54 GiB count longer; a
+   * fleet whose sessions are all smaller keeps the same reserve. Ignored with
+   * `reserveLeadPerClass` (which adds the descent to the lead for every class).
+   */
+  readonly reserveLeadCoversDescent: boolean
   /** How fast a descent captures resident RAM (MiB/s): the runtime's measured figure (the simulator passes its configured one). */
   readonly descentMibPerSec: number
   /** A descent's fixed cost (ms), whatever its size. */
@@ -144,6 +154,7 @@ export const defaultOptions: Options = Object.freeze({
   reserveYoungToo: true,
   reserveYoungMinAgeMs: 60 * 1000,
   reserveLeadPerClass: false,
+  reserveLeadCoversDescent: false,
   // @engram/runtime-qemu's bench: a mapped descent 362 ms per GiB at the p95.
   descentMibPerSec: 2800,
   descentBaseMs: 0,
@@ -534,8 +545,15 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
   const sessionsPerLead = (recent.reservedMibPerSec / (mib / total)) * (options.reserveLeadMs / 1000)
   const perClass = options.reserveLeadPerClass && options.descentMibPerSec > 0
   // With a lead per class, each class's mean is its arrivals within its own lead; the tail sums them.
-  const leadMs = (memMib: number): number => options.reserveLeadMs + Math.max(0, options.descentBaseMs) + (memMib / options.descentMibPerSec) * 1000
+  const descentMs = (memMib: number): number => Math.max(0, options.descentBaseMs) + (memMib / options.descentMibPerSec) * 1000
+  const leadMs = (memMib: number): number => options.reserveLeadMs + descentMs(memMib)
   const perSecond = recent.reservedMibPerSec / (mib / total)
+  // A lead that covers each class's descent: the arrivals a class's longer lead adds over `reserveLeadMs` (0 for a class
+  // whose descent fits in the lead, so a fleet of such classes counts exactly as without it).
+  const covers = !perClass && options.reserveLeadCoversDescent && options.descentMibPerSec > 0
+  const extraMean = (memMib: number, count: number): number =>
+    covers ? (perSecond * (Math.max(0, descentMs(memMib) - options.reserveLeadMs) / 1000) * count) / total : 0
+  let tailExtra = 0
   // Sessions in groups of `group` (1: single arrivals, or the knob off): that many places per group counted.
   const group = options.reserveGroups ? groupFactor(recent.reservedMibDispersion, squares / mib, options.reserveGroupMax) : 1
   const out: Budget[] = []
@@ -545,11 +563,13 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     const g = classes[k]
     if (g === undefined) continue
     atLeast += g.count
-    const ownMean = perClass ? (perSecond * (leadMs(g.memMib) / 1000) * g.count) / total : (sessionsPerLead * g.count) / total
+    const extra = extraMean(g.memMib, g.count)
+    tailExtra += extra
+    const ownMean = perClass ? (perSecond * (leadMs(g.memMib) / 1000) * g.count) / total : (sessionsPerLead * g.count) / total + extra
     tailMean += ownMean
     // Its own arrivals' quantile, or what the tail from the largest class down still lacks.
     const own = groupedQuantile(ownMean, group, options.reserveQuantile)
-    const tail = groupedQuantile(perClass ? tailMean : (sessionsPerLead * atLeast) / total, group, options.reserveQuantile) - out.length
+    const tail = groupedQuantile(perClass ? tailMean : (sessionsPerLead * atLeast) / total + tailExtra, group, options.reserveQuantile) - out.length
     const peak = peaks[k]
     const burst = peak === undefined ? 0 : Math.ceil(peak.count * options.reserveBurstShare)
     const budget = { memMib: Math.max(g.memMib, peak?.memMib ?? 0), vcpus: Math.max(g.vcpus, peak?.vcpus ?? 0) }

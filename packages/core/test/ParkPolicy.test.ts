@@ -232,6 +232,7 @@ describe("ParkPolicy", () => {
       expect(ParkPolicy.defaultOptions).toMatchObject({
         reserveLeadMs: 20_000,
         reserveLeadPerClass: false,
+        reserveLeadCoversDescent: false,
         reserveQuantile: 0.9,
         reserveMinParkAgeMs: 300_000,
         reserveYoungToo: true,
@@ -318,6 +319,62 @@ describe("ParkPolicy", () => {
       expect(ParkPolicy.expectedArrivals(fleet, slow, { ...perClass, descentMibPerSec: 2800 }).some((b) => b.memMib === 128 * GiB)).toBe(false)
       // A descent's fixed cost lengthens every class's lead.
       expect(ParkPolicy.expectedArrivals(fleet, slow, { ...perClass, descentMibPerSec: 2800, descentBaseMs: 90_000 })[0]?.memMib).toBe(128 * GiB)
+    })
+
+    it("a lead that covers the descent: a class whose descent outlasts the lead counts over its descent, the others keep the lead", () => {
+      // 99 parks of 2 GiB and one of 128 GiB (mean 3.26 GiB); 1,168 MiB/s reserved: 0.36 sessions a second, 1 in 100 of 128 GiB.
+      const fleet: FleetView = {
+        hosts: [fleetHost("h0", 512 * GiB, 326 * GiB, [...Array.from({ length: 99 }, (_, j) => park(`s${j}`, OLD, 2 * GiB)), park("big", OLD, 128 * GiB)])],
+        queue: [],
+      }
+      const rate1168 = { reservedMibPerSec: 1168 }
+      const covers = { ...ParkPolicy.defaultOptions, reserveLeadCoversDescent: true }
+      const plain = ParkPolicy.expectedArrivals(fleet, rate1168)
+      // Over the 20 s lead the 128 GiB class expects 0.07 arrivals, under the 0.105 one place needs at 90 %.
+      expect(plain.some((b) => b.memMib === 128 * GiB)).toBe(false)
+      // Its descent at 2,800 MiB/s takes 46.8 s: over that, 0.164 arrivals, one place.
+      const own = ParkPolicy.expectedArrivals(fleet, rate1168, covers)
+      expect(own[0]).toEqual({ memMib: 128 * GiB, vcpus: 1 })
+      expect(own.filter((b) => b.memMib === 128 * GiB).length).toBe(1)
+      // The 2 GiB class descends in 0.7 s, inside the lead: its places are today's.
+      expect(own.slice(1)).toEqual(plain)
+      // A descent fast enough for every class: the option changes nothing.
+      expect(ParkPolicy.expectedArrivals(fleet, rate1168, { ...covers, descentMibPerSec: 128 * GiB })).toEqual(plain)
+      // With a lead per class every class adds its descent, and that rule wins.
+      const perClass = { ...covers, reserveLeadPerClass: true }
+      expect(ParkPolicy.expectedArrivals(fleet, rate1168, perClass)).toEqual(ParkPolicy.expectedArrivals(fleet, rate1168, { ...perClass, reserveLeadCoversDescent: false }))
+    })
+
+    it("property: a lead that covers the descent never keeps fewer places of any size, and keeps today's when every descent fits in the lead", () => {
+      fc.assert(
+        fc.property(arbFleet, fc.integer({ min: 1, max: 4096 }), fc.integer({ min: 64, max: 8192 }), ({ fleet }, rate, descent) => {
+          const recentRate = { reservedMibPerSec: rate }
+          const covers = { ...ParkPolicy.defaultOptions, reserveLeadCoversDescent: true, descentMibPerSec: descent }
+          const one = ParkPolicy.expectedArrivals(fleet, recentRate, { ...covers, reserveLeadCoversDescent: false })
+          const own = ParkPolicy.expectedArrivals(fleet, recentRate, covers)
+          for (const b of [...one, ...own]) expect(own.filter((x) => x.memMib >= b.memMib).length).toBeGreaterThanOrEqual(one.filter((x) => x.memMib >= b.memMib).length)
+          // The largest budget here descends within the lead at this rate: the same places, figure for figure.
+          const largest = Math.max(0, ...fleet.hosts.flatMap((h) => h.parks.map((p) => p.budget.memMib)), ...fleet.queue.map((q) => q.budget.memMib))
+          const fast = { ...covers, descentMibPerSec: Math.max(1, (largest * 1000) / covers.reserveLeadMs) }
+          expect(ParkPolicy.expectedArrivals(fleet, recentRate, fast)).toEqual(one)
+        }),
+      )
+    })
+
+    it("property: with a lead that covers the descent, every yield is a park of its host, once, never where a descent runs (no room is over-committed)", () => {
+      fc.assert(
+        fc.property(arbFleet, fc.integer({ min: 1, max: 4096 }), fc.integer({ min: 64, max: 8192 }), ({ fleet, now }, rate, descent) => {
+          const options = { ...ParkPolicy.defaultOptions, reserveLeadCoversDescent: true, descentMibPerSec: descent, reserveMinParkAgeMs: 0, reserveYoungMinAgeMs: 0 }
+          const d = ParkPolicy.decide("demand-reserve", fleet, { now, recent: { reservedMibPerSec: rate }, options })
+          const seen = new Set<string>()
+          for (const y of d.yields) {
+            expect(parkOf(fleet, y.hostId, y.sessionId)).toBeDefined()
+            expect(seen.has(y.sessionId)).toBe(false)
+            seen.add(y.sessionId)
+            if (y.reason === "reserve") expect(fleet.hosts.find((h) => h.id === y.hostId)?.descentsRunning).toBe(0)
+          }
+        }),
+      )
     })
 
     it("a queue peak: a class that once queued in a group keeps places for the whole group while the hold lasts", () => {
