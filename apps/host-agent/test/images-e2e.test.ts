@@ -4,7 +4,7 @@
  * `ENGRAM_AGENT_IMAGE_DIR`. A session descends (a queued one needs its room), the agent is
  * stopped (SIGTERM) and started again the same way, and the session is resumed.
  */
-import { existsSync, mkdtempSync, renameSync } from "node:fs"
+import { mkdirSync, mkdtempSync, renameSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
@@ -35,18 +35,19 @@ const lines = (a: AgentProcess, msg: string, sessionId?: string): Record<string,
     })
     .filter((l) => l.msg === msg && (sessionId === undefined || l.sessionId === sessionId))
 
-const start = () => spawnAgent({ ...host, dir, defaultImageDir: true, env: { ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(STALE_MS), ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_REPORT_MS: "2000" } })
+const start = (env: Record<string, string> = {}) =>
+  spawnAgent({ ...host, dir, defaultImageDir: true, env: { ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(STALE_MS), ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_REPORT_MS: "2000", ...env } })
 
-/** d1 (2048 MiB) runs, parks, then descends for q (2048 MiB: 3072 MiB of room), and q ends. */
-const descend = async (q: string) => {
-  if ((await session("d1"))?.state !== "running") await waitState("d1", "running")
-  expect((await admin.call("POST", "/v1/sessions/d1/idle")).body.state).toBe("parked")
+/** `id` (2048 MiB) runs, parks, then descends for `q` (2048 MiB: 3072 MiB of room), and `q` ends. */
+const descend = async (id: string, q: string) => {
+  await waitState(id, "running")
+  expect((await admin.call("POST", `/v1/sessions/${id}/idle`)).body.state).toBe("parked")
   const queued = await admin.call("POST", "/v1/sessions", { id: q, memMib: 2048, vcpus: 1 })
   expect(queued.status).toBe(202)
-  await waitState("d1", "descended")
+  await waitState(id, "descended")
   await waitState(q, "running")
   expect((await admin.call("DELETE", `/v1/sessions/${q}`)).status).toBe(200)
-  await until("only nothing resident", () => agent.status(), (st) => st.vms.length === 0)
+  await until("nothing resident", () => agent.status(), (st) => st.vms.length === 0)
 }
 
 beforeAll(async () => {
@@ -79,38 +80,43 @@ describe("descent images outlive the agent", () => {
 
   it("an agent restarted with the same state file restores a session descended before, without a boot", async () => {
     expect((await admin.call("POST", "/v1/sessions", { id: "d1", memMib: 2048, vcpus: 1 })).status).toBe(201)
-    await descend("q1")
-    expect(existsSync(join(imageDir, "d1", "image"))).toBe(true)
+    await descend("d1", "q1")
 
     await agent.kill("SIGTERM")
     agent = await start()
-    expect(lines(agent, "host agent started").map((l) => [l.stateFile, l.stateFileLoaded, l.imageDir])).toEqual([[join(dir, "state.json"), true, imageDir]])
-
     const resumed = await admin.call("POST", "/v1/sessions/d1/resume")
     expect([resumed.status, resumed.body.resumed, resumed.body.hostId]).toEqual([201, "cold", "h"])
     await waitState("d1", "running")
+    expect(lines(agent, "started", "d1").map((l) => l.from)).toEqual([])
     expect(lines(agent, "restored from its descent image", "d1").map((l) => l.from)).toEqual(["image"])
-    expect(lines(agent, "started", "d1")).toEqual([])
+    expect(lines(agent, "host agent started").map((l) => [l.stateFile, l.stateFileLoaded, l.imageDir])).toEqual([[join(dir, "state.json"), true, imageDir]])
   }, 120_000)
 
   it("a resumed session whose image is missing is not booted fresh: it stays pending, warned about with the path looked for, and is restored once the image is back", async () => {
-    await descend("q2")
-    const away = join(dir, "d1-away")
-    renameSync(join(imageDir, "d1"), away)
-    const resumed = await admin.call("POST", "/v1/sessions/d1/resume")
+    // Room for d2, whatever the case before left.
+    await admin.call("DELETE", "/v1/sessions/d1")
+    await until("nothing resident", () => agent.status(), (st) => st.vms.length === 0)
+    expect((await admin.call("POST", "/v1/sessions", { id: "d2", memMib: 2048, vcpus: 1 })).status).toBe(201)
+    await descend("d2", "q2")
+    // The operator changes the image directory (as an upgrade from the temporary ones): the image stays in the old one.
+    const elsewhere = join(dir, "elsewhere")
+    await agent.kill("SIGTERM")
+    agent = await start({ ENGRAM_AGENT_IMAGE_DIR: elsewhere })
+    const resumed = await admin.call("POST", "/v1/sessions/d2/resume")
     expect([resumed.status, resumed.body.resumed]).toEqual([201, "cold"])
     const warned = await until(
       "the missing image warned about",
-      async () => lines(agent, "resumed session's descent image is missing; not booting a fresh guest in its place", "d1"),
+      async () => lines(agent, "resumed session's descent image is missing; not booting a fresh guest in its place", "d2"),
       (ls) => ls.length > 0,
     )
-    expect(warned[0]!.imagePath).toBe(join(imageDir, "d1", "image"))
-    expect((await session("d1")).state).toBe("pending")
-    expect(lines(agent, "started", "d1")).toEqual([])
-    // The operator puts the image back: the next try restores it (the retry backs off, 30 s at most).
-    renameSync(away, join(imageDir, "d1"))
-    await waitState("d1", "running", 60_000)
-    expect(lines(agent, "restored from its descent image", "d1")).toHaveLength(2)
-    expect(lines(agent, "started", "d1")).toEqual([])
+    expect(warned[0]!.imagePath).toBe(join(elsewhere, "d2", "image"))
+    expect((await session("d2")).state).toBe("pending")
+    expect(lines(agent, "started", "d2")).toEqual([])
+    // The operator moves the image over: the next try restores it (the retry backs off, 30 s at most).
+    mkdirSync(elsewhere, { recursive: true })
+    renameSync(join(imageDir, "d2"), join(elsewhere, "d2"))
+    await waitState("d2", "running", 60_000)
+    expect(lines(agent, "restored from its descent image", "d2").map((l) => l.from)).toEqual(["image"])
+    expect(lines(agent, "started", "d2")).toEqual([])
   }, 120_000)
 })
