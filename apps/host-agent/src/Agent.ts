@@ -14,8 +14,8 @@ import { Records } from "@engram/api"
 import { Downtime, Lifetime, Limits, Names } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
-import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, type Scope, Semaphore } from "effect"
-import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound } from "./Coordinator.js"
+import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, Schema, type Scope, Semaphore } from "effect"
+import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, ranBefore } from "./Coordinator.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
 import * as Pacing from "./Pacing.js"
@@ -24,6 +24,16 @@ import { type MoveOutcome, runSource, settleCommit } from "./MoveSource.js"
 import type { PeerLink } from "./PeerLink.js"
 import type { Residents } from "./Residents.js"
 import * as Templates from "./Templates.js"
+
+/**
+ * A session resumed from its descent whose image is not in this host's image store (`imagePath`
+ * looked for): it is not booted fresh in its place; its start fails and is retried.
+ */
+export class ImageMissing extends Schema.TaggedError<ImageMissing>()("ImageMissing", { sessionId: Schema.String, imagePath: Schema.String }) {
+  override get message(): string {
+    return `session ${this.sessionId} was resumed from its descent but its image ${this.imagePath} is missing: not booting a fresh guest in its place (put the image back, or end the session)`
+  }
+}
 
 /** The agent's timing and move policy. Durations in ms. */
 export interface AgentConfig {
@@ -214,6 +224,13 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           if (image !== undefined) {
             const back = yield* runtime.restore(spec, image)
             yield* log("restored from its descent image", { sessionId: s.id, imageBytes: image.bytes, ...launchFields(back.launch) })
+          } else if (s.state === "pending" && ranBefore(s)) {
+            // Resumed from its descent, and its image is not here: a fresh boot would hand the
+            // user a new guest as if it were theirs. The session stays pending (the action fails,
+            // retried with back-off): an image put back is restored on the next try.
+            const imagePath = images.pathFor(s.id)
+            yield* Effect.logWarning("resumed session's descent image is missing; not booting a fresh guest in its place", { hostId: me, sessionId: s.id, imagePath })
+            return yield* Effect.fail(new ImageMissing({ sessionId: s.id, imagePath }))
           } else {
             const started = yield* startNew(s, spec)
             yield* log("started", { sessionId: s.id, state: s.state, ...launchFields(started.launch) })

@@ -21,9 +21,21 @@ export type SessionState = Records.SessionState
 
 /**
  * A session as the agent needs it (the API's record has more). `template`: the template it
- * starts from, when the coordinator's records carry one.
+ * starts from, when the coordinator's records carry one. `createdAt` and `lastActiveAt` tell a
+ * session that ran before (`ranBefore`); optional only so a fake coordinator may leave them out.
  */
-export type AssignedSession = Pick<Records.Session, "id" | "state" | "budget" | "hostId" | "reservationId"> & { readonly template?: string | null | undefined }
+export type AssignedSession = Pick<Records.Session, "id" | "state" | "budget" | "hostId" | "reservationId"> &
+  Partial<Pick<Records.Session, "createdAt" | "lastActiveAt">> & { readonly template?: string | null | undefined }
+
+/**
+ * Whether the session ran before: its `lastActiveAt` ("when the session last began to run", or
+ * later activity) is after its creation, which sets both. A `pending` session that ran before
+ * was resumed from its descent (the only way back to `pending`), so it must come back from its
+ * image. Without the figures (a fake coordinator), or begun within the millisecond of its
+ * creation: false.
+ */
+export const ranBefore = (s: AssignedSession): boolean =>
+  s.createdAt !== undefined && s.lastActiveAt !== undefined && s.lastActiveAt > s.createdAt
 
 /**
  * A move as the agent needs it. `targetPeerUrl`: where the target's agent serves its peers, sent

@@ -4,9 +4,7 @@
  * outlive the agent), the coordinator client, the move target and its peer server, and the
  * agent loops. `startHostAgent` is what the CLI, the demo and the tests run.
  */
-import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { ImageStore, type RuntimeInfo, type SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import type { Redacted, Scope } from "effect"
 import { Effect, Ref } from "effect"
@@ -16,6 +14,7 @@ import { type Agent, type AgentConfig, defaultAgentConfig, makeAgent } from "./A
 import { checkedConfig } from "./Config.js"
 import { type CoordinatorShape, makeHttp } from "./Coordinator.js"
 import * as Failover from "./Failover.js"
+import * as ImageDir from "./ImageDir.js"
 import * as LocalState from "./LocalState.js"
 import type { HostReport } from "./Measure.js"
 import { makeMoveTarget, type MoveTarget } from "./MoveTarget.js"
@@ -67,7 +66,10 @@ export interface HostAgentOptions {
   readonly link?: PeerLink.PeerLink
   /** The state file; omitted = state kept in memory only. */
   readonly stateFile?: string
-  /** Where descents write their image files; omitted = a new temporary directory. */
+  /**
+   * Where descents write their image files; omitted = `engram-images-<host>` beside the state
+   * file, or under the temp directory without one (`ImageDir`): the same directory on every start.
+   */
   readonly imageDir?: string
   /** A ready runtime (tests); else QEMU with `qemu`, else the simulated one with `sim`. */
   readonly runtime?: VmRuntimeShape
@@ -163,6 +165,8 @@ const advertisedPeerUrlOf = (o: HostAgentOptions, port: number | null): Effect.E
 export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, RuntimeChoice.RuntimeUnavailable | Env.ConfigInvalid, Scope.Scope> =>
   Effect.gen(function* () {
     const config = yield* checkedConfig(o)
+    // Before anything starts: a default directory that is not this agent's own refuses the start.
+    const imageDir = yield* ImageDir.resolve(o.hostId, o.imageDir, o.stateFile, tmpdir())
     const listenHost = o.migration?.listenHost ?? o.listen?.host ?? "127.0.0.1"
     const address: RuntimeChoice.MigrationAddress = { listenHost, advertiseHost: o.migration?.advertiseHost ?? listenHost }
     const runtime: VmRuntimeShape =
@@ -195,7 +199,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     if (stateFile !== undefined) yield* LocalState.save(stateFile, state)
     const coordinator = "url" in o.coordinator ? yield* httpCoordinator(o, o.coordinator.url, o.coordinator.hostToken) : o.coordinator
     const target = yield* makeMoveTarget(o.hostId, runtime, residents)
-    const images = ImageStore.directory(o.imageDir ?? mkdtempSync(join(tmpdir(), `engram-images-${encodeURIComponent(o.hostId)}-`)))
+    const images = ImageStore.directory(imageDir)
     const link = o.link ?? PeerLink.http(o.peers, o.peerSecret)
     // Known once the server listens (its port may be chosen then); the loops start after.
     const advertised = yield* Ref.make<string | null>(null)
@@ -214,7 +218,10 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
       runtime: runtimeInfo.kind,
       accelerator: runtimeInfo.accelerator,
       recoveredVms: state.vms.length,
-      stateFile: loaded._tag,
+      // Where this agent keeps what must outlive it: a restart with the same settings finds both.
+      stateFile: o.stateFile ?? null,
+      stateFileLoaded: loaded._tag === "Loaded",
+      imageDir,
     })
     return { hostId: o.hostId, agent, runtime, runtimeInfo, residents, target, port }
   })

@@ -30,7 +30,9 @@ const program = fromEnvironment().pipe(
         // Its own checks of the options (`checkedConfig`) end the process as the environment's do: exit 2.
         const agent = yield* exitOnConfigInvalid(startHostAgent({ ...options, coordinator: Credential.guard(http, options.hostId, url, refused) }))
         // A line tests and scripts can wait for.
-        yield* Effect.logInfo("host agent ready", { hostId: agent.hostId, port: agent.port })
+        // Which coordinator it talks to (replicas in the order tried): a wrong URL shows here.
+        const coordinatorUrls = typeof options.coordinator.url === "string" ? [options.coordinator.url] : [...options.coordinator.url]
+        yield* Effect.logInfo("host agent ready", { hostId: agent.hostId, port: agent.port, coordinatorUrls })
         return yield* Effect.fail(credential(yield* Deferred.await(refused)))
       }),
     ),

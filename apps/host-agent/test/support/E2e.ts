@@ -103,6 +103,8 @@ export const spawnAgent = async (o: {
   readonly dir?: string
   /** How long the agent may take to say it is ready (a QEMU agent may build its guest first). */
   readonly readyTimeoutMs?: number
+  /** `ENGRAM_AGENT_IMAGE_DIR` unset (the agent's default) instead of `<dir>/images`. */
+  readonly defaultImageDir?: boolean
 }): Promise<AgentProcess> => {
   const dir = o.dir ?? mkdtempSync(join(tmpdir(), `engram-agent-${o.hostId}-`))
   // `node --import tsx`, not the tsx CLI: the CLI runs the script in a child process, so a
@@ -118,7 +120,7 @@ export const spawnAgent = async (o: {
       ENGRAM_PEERS: o.peers,
       ENGRAM_AGENT_PORT: String(o.port),
       ENGRAM_AGENT_STATE_FILE: join(dir, "state.json"),
-      ENGRAM_AGENT_IMAGE_DIR: join(dir, "images"),
+      ...(o.defaultImageDir === true ? {} : { ENGRAM_AGENT_IMAGE_DIR: join(dir, "images") }),
       ENGRAM_AGENT_MEASURE: "fixed",
       ENGRAM_SIM_TOTAL_MIB: "4096",
       ENGRAM_SIM_OS_MIB: "0",

@@ -1,0 +1,60 @@
+/**
+ * Where an agent keeps its descent images when `ENGRAM_AGENT_IMAGE_DIR` is unset. A descended
+ * session's image is the user's memory: a restarted agent must find it again, so the default is
+ * a fixed directory per host, never a new temporary one (before: `mkdtemp` on every start, so a
+ * restart lost every image and a resume booted a fresh guest).
+ *
+ * - With a state file: `engram-images-<host>` beside it, as QEMU's VM directory
+ *   (`engram-qemu-<host>`): what the operator keeps across restarts, on one filesystem.
+ * - Without one: `engram-images-<host>` under the temp directory. The agent forgets its residents
+ *   on restart, but an image does not need them (it is found by session id), so a stable
+ *   directory still gives the memory back; a new random one would only leak a directory per
+ *   start. The temp directory is shared with other users, so the directory must be this
+ *   process's own: created mode 0700, not a symlink, owned by this user (else anyone could
+ *   create it first and read or plant images).
+ */
+import { chmodSync, lstatSync, mkdirSync } from "node:fs"
+import { dirname, join } from "node:path"
+import { Env } from "@engram/process"
+import { Effect } from "effect"
+
+/** The variable that overrides the default. */
+export const variable = "ENGRAM_AGENT_IMAGE_DIR"
+
+/** The default image directory of `hostId`: beside the state file, else under `tmp`. */
+export const defaultImageDir = (hostId: string, stateFile: string | undefined, tmp: string): string =>
+  join(stateFile === undefined ? tmp : dirname(stateFile), `engram-images-${encodeURIComponent(hostId)}`)
+
+/**
+ * Why `dir` cannot hold this agent's images (undefined: it can), after creating it mode 0700
+ * when absent. `uid`: this process's user (undefined where the platform has none: not checked).
+ * A directory of ours that others may read is narrowed to 0700.
+ */
+export const ownDirProblem = (dir: string, uid: number | undefined): string | undefined => {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 })
+    const st = lstatSync(dir)
+    if (st.isSymbolicLink()) return `${dir} is a symbolic link`
+    if (!st.isDirectory()) return `${dir} is not a directory`
+    if (uid !== undefined && st.uid !== uid) return `${dir} belongs to uid ${st.uid}, not to this agent's user (uid ${uid})`
+    if ((st.mode & 0o077) !== 0) chmodSync(dir, 0o700)
+    return undefined
+  } catch (e) {
+    return `${dir} cannot be created: ${e instanceof Error ? e.message : String(e)}`
+  }
+}
+
+/**
+ * The agent's image directory: `imageDir` as given (the operator's, created on first use), else
+ * the default, made ready here. A default that is not this agent's own fails the start, naming
+ * the variable that sets another.
+ */
+export const resolve = (hostId: string, imageDir: string | undefined, stateFile: string | undefined, tmp: string): Effect.Effect<string, Env.ConfigInvalid> =>
+  Effect.suspend(() => {
+    if (imageDir !== undefined) return Effect.succeed(imageDir)
+    const dir = defaultImageDir(hostId, stateFile, tmp)
+    const problem = ownDirProblem(dir, process.getuid?.())
+    return problem === undefined
+      ? Effect.succeed(dir)
+      : Effect.fail(new Env.ConfigInvalid({ component: "host agent", issues: [{ variable, rule: `is unset and its default cannot be used: ${problem}; set it to a directory of this agent's own` }] }))
+  })

@@ -1,0 +1,122 @@
+/**
+ * Descent images across an agent restart, end to end: a real coordinator and one agent process
+ * (simulated runtime) started as the README's example does, with `ENGRAM_AGENT_STATE_FILE` and no
+ * `ENGRAM_AGENT_IMAGE_DIR`. A session descends (a queued one needs its room), the agent is
+ * stopped (SIGTERM) and started again the same way, and the session is resumed.
+ */
+import { mkdirSync, mkdtempSync, renameSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
+import { Limits } from "@engram/core"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type AgentProcess, type Api, api, type HostSpawn, registerHosts, spawnAgent, until } from "./support/E2e.js"
+
+// Long enough that the host stays fresh while its agent restarts (tsx compiles on start).
+const STALE_MS = 30_000
+let coordinator: RunningCoordinator
+let admin: Api
+let host: HostSpawn
+let agent: AgentProcess
+const dir = mkdtempSync(join(tmpdir(), "engram-images-e2e-"))
+const imageDir = join(dir, "engram-images-h")
+
+const session = async (id: string) => (await admin.call("GET", `/v1/sessions/${id}`)).body
+const waitState = (id: string, state: string, timeoutMs = 20_000) => until(`${id} ${state}`, () => session(id), (s) => s?.state === state, timeoutMs)
+/** The agent's JSON log lines (`{time, level, msg, …fields}`) with this message (and session, when given). */
+const lines = (a: AgentProcess, msg: string, sessionId?: string): Record<string, unknown>[] =>
+  a.output
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l) as Record<string, unknown>]
+      } catch {
+        return []
+      }
+    })
+    .filter((l) => l.msg === msg && (sessionId === undefined || l.sessionId === sessionId))
+
+const start = (env: Record<string, string> = {}) =>
+  spawnAgent({ ...host, dir, defaultImageDir: true, env: { ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(STALE_MS), ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_REPORT_MS: "2000", ...env } })
+
+/** `id` (2048 MiB) runs, parks, then descends for `q` (2048 MiB: 3072 MiB of room), and `q` ends. */
+const descend = async (id: string, q: string) => {
+  await waitState(id, "running")
+  expect((await admin.call("POST", `/v1/sessions/${id}/idle`)).body.state).toBe("parked")
+  const queued = await admin.call("POST", "/v1/sessions", { id: q, memMib: 2048, vcpus: 1 })
+  expect(queued.status).toBe(202)
+  await waitState(id, "descended")
+  await waitState(q, "running")
+  expect((await admin.call("DELETE", `/v1/sessions/${q}`)).status).toBe(200)
+  await until("nothing resident", () => agent.status(), (st) => st.vms.length === 0)
+}
+
+beforeAll(async () => {
+  coordinator = await startCoordinator({
+    config: {
+      port: 0,
+      dataDir: mkdtempSync(join(tmpdir(), "engram-images-e2e-coord-")),
+      adminToken: "e2e-admin-token-0123456789",
+      limits: { ...Limits.defaults, heartbeatStaleWindowMs: STALE_MS, reaperIntervalMs: 250 },
+    },
+    logLevel: "Warn",
+  })
+  admin = api(coordinator.url, coordinator.adminToken)
+  host = (await registerHosts(admin, coordinator.url, ["h"])).h!
+  agent = await start()
+  await until("host measured", async () => (await admin.call("GET", "/v1/hosts/h")).body, (h) => h?.measured === true)
+}, 120_000)
+
+afterAll(async () => {
+  await agent?.kill("SIGTERM")
+  await coordinator?.stop()
+}, 60_000)
+
+describe("descent images outlive the agent", () => {
+  it("the start log names the coordinator, the state file (not loaded on a first start) and the image directory beside it", () => {
+    const started = lines(agent, "host agent started")
+    expect(started.map((l) => [l.stateFile, l.stateFileLoaded, l.imageDir])).toEqual([[join(dir, "state.json"), false, imageDir]])
+    expect(lines(agent, "host agent ready").map((l) => l.coordinatorUrls)).toEqual([[coordinator.url]])
+  })
+
+  it("an agent restarted with the same state file restores a session descended before, without a boot", async () => {
+    expect((await admin.call("POST", "/v1/sessions", { id: "d1", memMib: 2048, vcpus: 1 })).status).toBe(201)
+    await descend("d1", "q1")
+
+    await agent.kill("SIGTERM")
+    agent = await start()
+    const resumed = await admin.call("POST", "/v1/sessions/d1/resume")
+    expect([resumed.status, resumed.body.resumed, resumed.body.hostId]).toEqual([201, "cold", "h"])
+    await waitState("d1", "running")
+    expect(lines(agent, "started", "d1").map((l) => l.from)).toEqual([])
+    expect(lines(agent, "restored from its descent image", "d1").map((l) => l.from)).toEqual(["image"])
+    expect(lines(agent, "host agent started").map((l) => [l.stateFile, l.stateFileLoaded, l.imageDir])).toEqual([[join(dir, "state.json"), true, imageDir]])
+  }, 120_000)
+
+  it("a resumed session whose image is missing is not booted fresh: it stays pending, warned about with the path looked for, and is restored once the image is back", async () => {
+    // Room for d2, whatever the case before left.
+    await admin.call("DELETE", "/v1/sessions/d1")
+    await until("nothing resident", () => agent.status(), (st) => st.vms.length === 0)
+    expect((await admin.call("POST", "/v1/sessions", { id: "d2", memMib: 2048, vcpus: 1 })).status).toBe(201)
+    await descend("d2", "q2")
+    // The operator changes the image directory (as an upgrade from the temporary ones): the image stays in the old one.
+    const elsewhere = join(dir, "elsewhere")
+    await agent.kill("SIGTERM")
+    agent = await start({ ENGRAM_AGENT_IMAGE_DIR: elsewhere })
+    const resumed = await admin.call("POST", "/v1/sessions/d2/resume")
+    expect([resumed.status, resumed.body.resumed]).toEqual([201, "cold"])
+    const warned = await until(
+      "the missing image warned about",
+      async () => lines(agent, "resumed session's descent image is missing; not booting a fresh guest in its place", "d2"),
+      (ls) => ls.length > 0,
+    )
+    expect(warned[0]!.imagePath).toBe(join(elsewhere, "d2", "image"))
+    expect((await session("d2")).state).toBe("pending")
+    expect(lines(agent, "started", "d2")).toEqual([])
+    // The operator moves the image over: the next try restores it (the retry backs off, 30 s at most).
+    mkdirSync(elsewhere, { recursive: true })
+    renameSync(join(imageDir, "d2"), join(elsewhere, "d2"))
+    await waitState("d2", "running", 60_000)
+    expect(lines(agent, "restored from its descent image", "d2").map((l) => l.from)).toEqual(["image"])
+    expect(lines(agent, "started", "d2")).toEqual([])
+  }, 120_000)
+})
