@@ -14,7 +14,7 @@ import { Records } from "@engram/api"
 import { Downtime, Lifetime, Limits, Names } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
-import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, Schema, type Scope, Semaphore } from "effect"
+import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, type Scope, Semaphore } from "effect"
 import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, ranBefore } from "./Coordinator.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
@@ -24,16 +24,6 @@ import { type MoveOutcome, runSource, settleCommit } from "./MoveSource.js"
 import type { PeerLink } from "./PeerLink.js"
 import type { Residents } from "./Residents.js"
 import * as Templates from "./Templates.js"
-
-/**
- * A session resumed from its descent whose image is not in this host's image store (`imagePath`
- * looked for): it is not booted fresh in its place; its start fails and is retried.
- */
-export class ImageMissing extends Schema.TaggedError<ImageMissing>()("ImageMissing", { sessionId: Schema.String, imagePath: Schema.String }) {
-  override get message(): string {
-    return `session ${this.sessionId} was resumed from its descent but its image ${this.imagePath} is missing: not booting a fresh guest in its place (put the image back, or end the session)`
-  }
-}
 
 /** The agent's timing and move policy. Durations in ms. */
 export interface AgentConfig {
@@ -225,12 +215,19 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             const back = yield* runtime.restore(spec, image)
             yield* log("restored from its descent image", { sessionId: s.id, imageBytes: image.bytes, ...launchFields(back.launch) })
           } else if (s.state === "pending" && ranBefore(s)) {
-            // Resumed from its descent, and its image is not here: a fresh boot would hand the
-            // user a new guest as if it were theirs. The session stays pending (the action fails,
-            // retried with back-off): an image put back is restored on the next try.
+            // Resumed from its descent, and its image is not here (descended on another host, or
+            // the image directory changed): the guest boots fresh, as before, but not silently.
+            // Holding the session pending instead would stall every cold resume placed on a host
+            // other than the one that wrote the image (placement does not follow images yet), and
+            // the coordinator has no call to hear that a restore failed.
             const imagePath = images.pathFor(s.id)
-            yield* Effect.logWarning("resumed session's descent image is missing; not booting a fresh guest in its place", { hostId: me, sessionId: s.id, imagePath })
-            return yield* Effect.fail(new ImageMissing({ sessionId: s.id, imagePath }))
+            yield* Effect.logError("resumed session's descent image is not on this host; booting a fresh guest in its place: its memory is not restored", {
+              hostId: me,
+              sessionId: s.id,
+              imagePath,
+            })
+            const started = yield* startNew(s, spec)
+            yield* log("started", { sessionId: s.id, state: s.state, imageMissing: true, ...launchFields(started.launch) })
           } else {
             const started = yield* startNew(s, spec)
             yield* log("started", { sessionId: s.id, state: s.state, ...launchFields(started.launch) })
