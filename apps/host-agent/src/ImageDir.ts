@@ -6,14 +6,15 @@
  *
  * - With a state file: `engram-images-<host>` beside it, as QEMU's VM directory
  *   (`engram-qemu-<host>`): what the operator keeps across restarts, on one filesystem.
- * - Without one: `engram-images-<host>` under the temp directory. The agent forgets its residents
- *   on restart, but an image does not need them (it is found by session id), so a stable
- *   directory still gives the memory back; a new random one would only leak a directory per
- *   start. The temp directory is shared with other users, so the directory must be this
- *   process's own: created mode 0700, not a symlink, owned by this user (else anyone could
- *   create it first and read or plant images).
+ * - Without one: a new directory under the temp directory on every start (`mkdtemp`, mode 0700),
+ *   as before. Such an agent forgets its residents on restart, and a fixed name there would be
+ *   shared by every agent process of the same host id on the machine (tests, a second agent by
+ *   mistake), whose images are found by session id alone: one would restore another's guest.
+ *   An operator who wants images back after a restart sets a state file (or the directory).
+ * The directory beside a state file must be this agent's own: created mode 0700, not a symlink,
+ * owned by this user.
  */
-import { chmodSync, lstatSync, mkdirSync } from "node:fs"
+import { chmodSync, lstatSync, mkdirSync, mkdtempSync } from "node:fs"
 import { dirname, join } from "node:path"
 import { Env } from "@engram/process"
 import { Effect } from "effect"
@@ -21,9 +22,8 @@ import { Effect } from "effect"
 /** The variable that overrides the default. */
 export const variable = "ENGRAM_AGENT_IMAGE_DIR"
 
-/** The default image directory of `hostId`: beside the state file, else under `tmp`. */
-export const defaultImageDir = (hostId: string, stateFile: string | undefined, tmp: string): string =>
-  join(stateFile === undefined ? tmp : dirname(stateFile), `engram-images-${encodeURIComponent(hostId)}`)
+/** The default image directory of `hostId` beside its state file. */
+export const defaultImageDir = (hostId: string, stateFile: string): string => join(dirname(stateFile), `engram-images-${encodeURIComponent(hostId)}`)
 
 /**
  * Why `dir` cannot hold this agent's images (undefined: it can), after creating it mode 0700
@@ -46,13 +46,14 @@ export const ownDirProblem = (dir: string, uid: number | undefined): string | un
 
 /**
  * The agent's image directory: `imageDir` as given (the operator's, created on first use), else
- * the default, made ready here. A default that is not this agent's own fails the start, naming
+ * the default, made ready here (a new one per start without a state file). A default that is not this agent's own fails the start, naming
  * the variable that sets another.
  */
 export const resolve = (hostId: string, imageDir: string | undefined, stateFile: string | undefined, tmp: string): Effect.Effect<string, Env.ConfigInvalid> =>
   Effect.suspend(() => {
     if (imageDir !== undefined) return Effect.succeed(imageDir)
-    const dir = defaultImageDir(hostId, stateFile, tmp)
+    if (stateFile === undefined) return Effect.succeed(mkdtempSync(join(tmp, `engram-images-${encodeURIComponent(hostId)}-`)))
+    const dir = defaultImageDir(hostId, stateFile)
     const problem = ownDirProblem(dir, process.getuid?.())
     return problem === undefined
       ? Effect.succeed(dir)
