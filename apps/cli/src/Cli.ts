@@ -43,7 +43,7 @@ const printJson = (value: unknown) => print(JSON.stringify(value, null, 2))
 
 const engram = Command.make("engram").pipe(
   Command.withSharedFlags({
-    url: Flag.String("url").pipe(Flag.optional, Flag.withDescription("the coordinator's URL (ENGRAM_URL; default http://127.0.0.1:7070)")),
+    url: Flag.String("url").pipe(Flag.optional, Flag.withDescription("the coordinator's URL, or its replicas' comma-separated, tried in turn (ENGRAM_URL; default http://127.0.0.1:7070, or ENGRAM_PORT)")),
     token: Flag.String("token").pipe(Flag.optional, Flag.withDescription("the admin token (ENGRAM_TOKEN; default: .engram/admin-token found from here up)")),
     json: Flag.Boolean("json").pipe(Flag.withDefault(false), Flag.withDescription("print the API's records as JSON")),
   }),
@@ -54,18 +54,22 @@ const engram = Command.make("engram").pipe(
 const context = Effect.gen(function* () {
   const flags = yield* engram
   const target = resolveTarget({ url: Option.getOrUndefined(flags.url), token: Option.getOrUndefined(flags.token) })
+  if ("problem" in target) return yield* new UsageError({ message: target.problem })
   if (target.token === null) {
     return yield* new UsageError({
       message: "no token: pass --token, set ENGRAM_TOKEN, or run where the coordinator wrote .engram/admin-token (pnpm start at the repository root does)",
     })
   }
-  const client = yield* makeClient({ baseUrl: target.url, token: target.token }).pipe(Effect.provide(FetchHttpClient.layer))
+  const client = yield* makeClient({ baseUrl: target.urls, token: target.token }).pipe(Effect.provide(FetchHttpClient.layer))
   return { json: flags.json, target, client }
 })
 
 /** A client error as one line, with a hint where the error is about the target. */
 export const explain = (e: Errors.ClientError, target: Target): string => {
-  if (e instanceof Errors.TransportError) return `${e.message}. Is the coordinator running (pnpm start)? Or point --url / ENGRAM_URL at it.`
+  if (e instanceof Errors.TransportError) {
+    const tried = target.urls.length > 1 ? ` (tried each of ${target.urls.join(", ")})` : ""
+    return `${e.message}${tried}. Is the coordinator running (pnpm start)? Or point --url / ENGRAM_URL at it.`
+  }
   if (e instanceof Errors.Unauthorized) return `the coordinator at ${target.url} refused the token from ${target.tokenSource ?? "nowhere"}: ${e.message}`
   if (e instanceof Errors.Forbidden) return `${e.message} (the token from ${target.tokenSource ?? "nowhere"} is not the admin token)`
   return Errors.describe(e)

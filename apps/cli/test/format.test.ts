@@ -63,16 +63,22 @@ describe("the target", () => {
     writeFileSync(join(dir, ".engram", "admin-token"), "from-file-0123456789\n")
     expect(Target.resolveTarget({ url: "http://x:1/", token: "from-flag" }, { ENGRAM_URL: "http://y:2", ENGRAM_TOKEN: "from-env" }, dir)).toEqual({
       url: "http://x:1",
+      urls: ["http://x:1"],
+      urlSource: "--url",
       token: "from-flag",
       tokenSource: "--token",
     })
     expect(Target.resolveTarget({ url: undefined, token: undefined }, { ENGRAM_URL: "http://y:2", ENGRAM_TOKEN: "from-env" }, dir)).toEqual({
       url: "http://y:2",
+      urls: ["http://y:2"],
+      urlSource: "ENGRAM_URL",
       token: "from-env",
       tokenSource: "ENGRAM_TOKEN",
     })
     expect(Target.resolveTarget({ url: undefined, token: undefined }, { ENGRAM_PORT: "7171" }, join(dir))).toEqual({
       url: "http://127.0.0.1:7171",
+      urls: ["http://127.0.0.1:7171"],
+      urlSource: "ENGRAM_PORT",
       token: "from-file-0123456789",
       tokenSource: join(dir, ".engram", "admin-token"),
     })
@@ -82,6 +88,24 @@ describe("the target", () => {
     const other = join(dir, "other")
     mkdirSync(join(other, ".engram"), { recursive: true })
     writeFileSync(join(other, ".engram", "admin-token"), "other-token-0123456789\n")
-    expect(Target.resolveTarget({ url: undefined, token: undefined }, { INIT_CWD: other }, dir).tokenSource).toBe(join(other, ".engram", "admin-token"))
+    expect(Target.resolveTarget({ url: undefined, token: undefined }, { INIT_CWD: other }, dir)).toMatchObject({ tokenSource: join(other, ".engram", "admin-token") })
+  })
+
+  it("a URL may be a comma-separated list of replicas; one that breaks the rule is refused naming the setting", () => {
+    const env = { ENGRAM_TOKEN: "t-0123456789" }
+    expect(Target.resolveTarget({ url: undefined, token: undefined }, { ...env, ENGRAM_URL: "http://127.0.0.1:17181, http://127.0.0.1:17182/" }, dir)).toMatchObject({
+      url: "http://127.0.0.1:17181,http://127.0.0.1:17182",
+      urls: ["http://127.0.0.1:17181", "http://127.0.0.1:17182"],
+    })
+    const problem = (url: string, from: Record<string, string> = { ENGRAM_URL: url }) =>
+      (Target.resolveTarget({ url: undefined, token: undefined }, { ...env, ...from }, dir) as Target.BadUrl).problem
+    expect(problem("127.0.0.1:17181")).toBe(
+      'ENGRAM_URL "127.0.0.1:17181": must be one or more absolute http:// or https:// URLs, comma-separated ("127.0.0.1:17181" is not one)',
+    )
+    expect(problem("localhost:7070")).toBe('ENGRAM_URL "localhost:7070": must be one or more absolute http:// or https:// URLs, comma-separated ("localhost:7070" is not one)')
+    expect(problem("http://a:1,,http://b:2")).toBe('ENGRAM_URL "http://a:1,,http://b:2": must be one or more absolute http:// or https:// URLs, comma-separated, none empty')
+    expect(problem("http://admin:pw@a:1")).toBe('ENGRAM_URL "http://***@a:1": must be one or more absolute http:// or https:// URLs, comma-separated, without user:password@ (the token authenticates)')
+    expect((Target.resolveTarget({ url: "ftp://a", token: undefined }, env, dir) as Target.BadUrl).problem).toMatch(/^--url "ftp:\/\/a": must be one or more absolute http/)
+    expect(problem("", { ENGRAM_PORT: "x" })).toMatch(/^ENGRAM_PORT "http:\/\/127\.0\.0\.1:x": must be/)
   })
 })
