@@ -85,9 +85,9 @@ const id = (what: string) => Argument.String("id").pipe(Argument.withDescription
 const memFlag = Flag.String("mem").pipe(
   Flag.filterMap(
     (t) => Option.fromNullishOr(Format.parseMib(t)),
-    () => "a RAM size: 1024 (MiB), 512MiB, 1GiB or 1.5g",
+    () => "a RAM size above 0 in MiB, GiB or TiB (1024-based; MB/GB are not taken): 1024 (MiB), 512MiB, 1GiB or 1.5g",
   ),
-  Flag.withDescription("RAM: 1024 (MiB), 512MiB, 1GiB, 1.5g"),
+  Flag.withDescription("RAM, 1024-based: 1024 (MiB), 512MiB, 1GiB, 1.5g (GB/MB are refused: write GiB/MiB)"),
 )
 /** An optional lifetime flag: a duration, sent as ms (the coordinator refuses one out of range by name). */
 const lifetimeFlag = (name: string, description: string) =>
@@ -682,8 +682,29 @@ const moves = Command.make("moves").pipe(
 /** The whole command line. */
 export const command = engram.pipe(Command.withSubcommands([status, hosts, sessions, why, reservations, moves, watch]))
 
-/** pnpm passes `--` through (`pnpm engram -- status`): it is not an argument. */
-export const args = (argv: readonly string[]): string[] => (argv[0] === "--" ? argv.slice(1) : [...argv])
+/** A negative figure with a unit (`-1GiB`, `-5m`): effect/cli's lexer reads it as short flags (only a bare number is a value). */
+const negativeWithUnit = /^-[0-9.]+[A-Za-z]+$/
+
+/**
+ * pnpm passes `--` through (`pnpm engram -- status`): it is not an argument. A long flag followed
+ * by a negative figure with a unit (`--mem -1GiB`) is joined as `--mem=-1GiB`, so the flag's own
+ * rule answers ("Invalid value for flag --mem: "-1GiB". Expected: a RAM size above 0…") instead
+ * of "Missing value for flag --mem" (no flag of engram is a digit).
+ */
+export const args = (argv: readonly string[]): string[] => {
+  const given = argv[0] === "--" ? argv.slice(1) : [...argv]
+  const out: string[] = []
+  for (let i = 0; i < given.length; i++) {
+    const arg = given[i]!
+    const next = given[i + 1]
+    if (arg === "--") return [...out, ...given.slice(i)]
+    if (arg.startsWith("--") && !arg.includes("=") && next !== undefined && negativeWithUnit.test(next)) {
+      out.push(`${arg}=${next}`)
+      i++
+    } else out.push(arg)
+  }
+  return out
+}
 
 /**
  * Help as effect/cli shows it; a wrong invocation as one line on stderr naming the flag or

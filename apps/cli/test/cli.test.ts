@@ -215,9 +215,18 @@ describe("errors and usage", () => {
   })
 
   it("a bad flag value is one line naming the flag, exit 2", async () => {
+    const rule = "a RAM size above 0 in MiB, GiB or TiB (1024-based; MB/GB are not taken): 1024 (MiB), 512MiB, 1GiB or 1.5g"
     const r = await engram(["sessions", "create", "--mem", "lots", "--vcpus", "1"], { env })
     expect(r.code).toBe(2)
-    expect(r.stderr).toBe('engram: Invalid value for flag --mem: "lots". Expected: a RAM size: 1024 (MiB), 512MiB, 1GiB or 1.5g (see: engram sessions create --help)\n')
+    expect(r.stderr).toBe(`engram: Invalid value for flag --mem: "lots". Expected: ${rule} (see: engram sessions create --help)\n`)
+    // A negative size after a space: the flag's rule, not "Missing value for flag --mem" (the lexer took -1GiB for flags).
+    const negative = await engram(["sessions", "create", "--mem", "-1GiB", "--vcpus", "1"], { env })
+    expect([negative.code, negative.stderr]).toEqual([2, `engram: Invalid value for flag --mem: "-1GiB". Expected: ${rule} (see: engram sessions create --help)\n`])
+    // 1GB is not taken as 1 GiB silently: nothing is created.
+    const before = (await call(c.url, "GET", "/v1/fleet")).body as { reservedMib: number }
+    const gb = await engram(["sessions", "create", "--mem", "1GB", "--vcpus", "1"], { env })
+    expect([gb.code, gb.stderr]).toEqual([2, `engram: Invalid value for flag --mem: "1GB". Expected: ${rule} (see: engram sessions create --help)\n`])
+    expect(((await call(c.url, "GET", "/v1/fleet")).body as { reservedMib: number }).reservedMib).toBe(before.reservedMib)
   })
 
   it("watch --count below 1 is refused naming the flag, exit 2 (it printed nothing and succeeded)", async () => {

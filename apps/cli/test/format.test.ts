@@ -21,8 +21,17 @@ describe("figures", () => {
   it("flags take sizes and durations with units; anything else is refused", () => {
     expect([Format.parseMib("1024"), Format.parseMib("1GiB"), Format.parseMib("1.5g"), Format.parseMib("512MiB"), Format.parseMib("1t")]).toEqual([1024, 1024, 1536, 512, 1024 * 1024])
     expect([Format.parseMib("lots"), Format.parseMib("0"), Format.parseMib("-1g"), Format.parseMib("0.3")]).toEqual([null, null, null, null])
+    // 1000-based units are refused, not read as their 1024-based namesakes.
+    expect([Format.parseMib("1GB"), Format.parseMib("512mb"), Format.parseMib("1TB")]).toEqual([null, null, null])
     expect([Format.parseMs("600ms"), Format.parseMs("0.5s"), Format.parseMs("600"), Format.parseMs("2m")]).toEqual([600, 500, 600, 120_000])
     expect([Format.parseMs("soon"), Format.parseMs("0ms")]).toEqual([null, null])
+  })
+
+  it("a negative figure with a unit after a long flag is joined to it; pnpm's leading -- is dropped", async () => {
+    const { args } = await import("../src/Cli.js")
+    expect(args(["--", "sessions", "create", "--mem", "-1GiB", "--vcpus", "-1"])).toEqual(["sessions", "create", "--mem=-1GiB", "--vcpus", "-1"])
+    expect(args(["sessions", "move", "s", "--max-downtime", "-5ms", "--json"])).toEqual(["sessions", "move", "s", "--max-downtime=-5ms", "--json"])
+    expect(args(["why", "--", "--mem", "-1g"])).toEqual(["why", "--", "--mem", "-1g"])
   })
 
   it("durations read as a person says them", () => {
