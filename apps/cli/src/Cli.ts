@@ -455,15 +455,7 @@ const sessions = Command.make("sessions").pipe(
         const { client, json, target } = yield* context
         const page = yield* call(target, client.sessions.events(a.id, { limit: 500 }))
         if (json) return yield* printJson(page)
-        const rows = page.items.map((e) => {
-          const { seq, at, kind, ...rest } = e
-          const hostId = "hostId" in e ? e.hostId : null
-          const details = Object.entries(rest)
-            .filter(([k]) => k !== "sessionId" && k !== "hostId")
-            .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
-            .join(" ")
-          return [String(seq), new Date(at).toISOString(), kind, hostId ?? "-", details]
-        })
+        const rows = page.items.map((e) => [String(e.seq), new Date(e.at).toISOString(), e.kind, ("hostId" in e ? e.hostId : null) ?? "-", Format.details(e)])
         yield* print(rows.length === 0 ? "no events" : Format.table(["SEQ", "AT", "EVENT", "HOST", "DETAILS"], rows))
       }),
     ).pipe(Command.withDescription("what happened to a session, oldest first")),
@@ -497,6 +489,11 @@ const why = Command.make("why", { id: id("the session") }, (a) =>
       `${Why.summarize(q.noFit)}`,
     ]
     if (q.tooBig) lines.push("No host could take it even empty: it waits until a bigger host joins.")
+    else {
+      const parked = yield* call(target, client.sessions.listAll({ state: "parked" }))
+      const hint = Why.parksHint(s.budget, q.noFit, parked)
+      if (hint !== null) lines.push(hint)
+    }
     if (q.noFit.length > 0) {
       lines.push(
         Format.table(

@@ -90,3 +90,13 @@ export const parseMs = (text: string): number | null => {
 /** How long ago `at` (epoch ms) was, from `now`. */
 export const age = (at: number | null | undefined, now: number): string => (at === null || at === undefined ? "-" : duration(Math.max(0, now - at)))
 
+/**
+ * An event's own fields as `key=value` (`cause=idle reason=demand`), without `seq`, `at`,
+ * `kind`, `sessionId` and `hostId` (their own columns); a field without a value (the gate's
+ * `reason` of an idle descent) is left out, not shown as `null`.
+ */
+export const details = (event: Readonly<Record<string, unknown>>): string =>
+  Object.entries(event)
+    .filter(([k, v]) => !["seq", "at", "kind", "sessionId", "hostId"].includes(k) && v !== null && v !== undefined)
+    .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+    .join(" ")

@@ -34,6 +34,12 @@ describe("figures", () => {
     expect(args(["why", "--", "--mem", "-1g"])).toEqual(["why", "--", "--mem", "-1g"])
   })
 
+  it("an event's details leave out the fields without a value", () => {
+    expect(Format.details({ seq: 4, at: 1, kind: "descending", sessionId: "s", hostId: "h", cause: "idle", reason: null })).toBe("cause=idle")
+    expect(Format.details({ seq: 5, at: 1, kind: "descending", sessionId: "s", hostId: "h", cause: "yield", reason: "demand" })).toBe("cause=yield reason=demand")
+    expect(Format.details({ seq: 6, at: 1, kind: "ended", hostId: null })).toBe("")
+  })
+
   it("durations read as a person says them", () => {
     expect([Format.duration(850), Format.duration(12_000), Format.duration(185_000), Format.duration(2 * 3_600_000 + 600_000), Format.duration(3 * 86_400_000 + 4 * 3_600_000)]).toEqual([
       "850 ms",
@@ -60,6 +66,23 @@ describe("why a session waits", () => {
     expect(Why.summarize(noFit)).toBe("0/40 hosts have room: 31 ram_full, 6 entries_full, 3 cordoned")
     expect(Why.summarize([{ hostId: "a", reason: "fits_now", freeMib: 9, freeVcpus: 1 }])).toBe("1/1 host has room")
     expect(Why.summarize([])).toBe("0/0 hosts have room")
+  })
+
+  it("says when the park gate's parks would make room, from the hosts' reasons and the parked sessions", () => {
+    const budget = { memMib: 2048, vcpus: 1 }
+    const noFit = [
+      { hostId: "a", reason: "ram_full" as const, freeMib: 1024, freeVcpus: 4 },
+      { hostId: "b", reason: "ram_full" as const, freeMib: 0, freeVcpus: 4 },
+      { hostId: "c", reason: "cordoned" as const, freeMib: 8192, freeVcpus: 4 },
+    ]
+    const park = (hostId: string, memMib: number) => ({ hostId, budget: { memMib, vcpus: 1 } })
+    expect(Why.parksHint(budget, noFit, [park("a", 1024), park("b", 512), park("c", 4096)])).toBe(
+      "Parks will make room: the park gate descends 2 parked sessions on their hosts (the oldest on each host, one per pass) while this waits; their room would hold it on a.",
+    )
+    expect(Why.parksHint(budget, noFit, [park("b", 512)])).toBe("The park gate descends 1 parked session on its host while this waits, but its room would not hold it on any one host.")
+    // No parks where room is short (a cordoned host's do not count), or a host has room now: nothing to say.
+    expect(Why.parksHint(budget, noFit, [park("c", 4096)])).toBeNull()
+    expect(Why.parksHint(budget, [...noFit, { hostId: "d", reason: "fits_now", freeMib: 4096, freeVcpus: 4 }], [park("a", 1024)])).toBeNull()
   })
 })
 
