@@ -43,7 +43,7 @@ const printJson = (value: unknown) => print(JSON.stringify(value, null, 2))
 
 const engram = Command.make("engram").pipe(
   Command.withSharedFlags({
-    url: Flag.String("url").pipe(Flag.optional, Flag.withDescription("the coordinator's URL (ENGRAM_URL; default http://127.0.0.1:7070)")),
+    url: Flag.String("url").pipe(Flag.optional, Flag.withDescription("the coordinator's URL, or its replicas' comma-separated, tried in turn (ENGRAM_URL; default http://127.0.0.1:7070, or ENGRAM_PORT)")),
     token: Flag.String("token").pipe(Flag.optional, Flag.withDescription("the admin token (ENGRAM_TOKEN; default: .engram/admin-token found from here up)")),
     json: Flag.Boolean("json").pipe(Flag.withDefault(false), Flag.withDescription("print the API's records as JSON")),
   }),
@@ -54,18 +54,22 @@ const engram = Command.make("engram").pipe(
 const context = Effect.gen(function* () {
   const flags = yield* engram
   const target = resolveTarget({ url: Option.getOrUndefined(flags.url), token: Option.getOrUndefined(flags.token) })
+  if ("problem" in target) return yield* new UsageError({ message: target.problem })
   if (target.token === null) {
     return yield* new UsageError({
       message: "no token: pass --token, set ENGRAM_TOKEN, or run where the coordinator wrote .engram/admin-token (pnpm start at the repository root does)",
     })
   }
-  const client = yield* makeClient({ baseUrl: target.url, token: target.token }).pipe(Effect.provide(FetchHttpClient.layer))
+  const client = yield* makeClient({ baseUrl: target.urls, token: target.token }).pipe(Effect.provide(FetchHttpClient.layer))
   return { json: flags.json, target, client }
 })
 
 /** A client error as one line, with a hint where the error is about the target. */
 export const explain = (e: Errors.ClientError, target: Target): string => {
-  if (e instanceof Errors.TransportError) return `${e.message}. Is the coordinator running (pnpm start)? Or point --url / ENGRAM_URL at it.`
+  if (e instanceof Errors.TransportError) {
+    const tried = target.urls.length > 1 ? ` (tried each of ${target.urls.join(", ")})` : ""
+    return `${e.message}${tried}. Is the coordinator running (pnpm start)? Or point --url / ENGRAM_URL at it.`
+  }
   if (e instanceof Errors.Unauthorized) return `the coordinator at ${target.url} refused the token from ${target.tokenSource ?? "nowhere"}: ${e.message}`
   if (e instanceof Errors.Forbidden) return `${e.message} (the token from ${target.tokenSource ?? "nowhere"} is not the admin token)`
   return Errors.describe(e)
@@ -81,9 +85,9 @@ const id = (what: string) => Argument.String("id").pipe(Argument.withDescription
 const memFlag = Flag.String("mem").pipe(
   Flag.filterMap(
     (t) => Option.fromNullishOr(Format.parseMib(t)),
-    () => "a RAM size: 1024 (MiB), 512MiB, 1GiB or 1.5g",
+    () => "a RAM size above 0 in MiB, GiB or TiB (1024-based; MB/GB are not taken): 1024 (MiB), 512MiB, 1GiB or 1.5g",
   ),
-  Flag.withDescription("RAM: 1024 (MiB), 512MiB, 1GiB, 1.5g"),
+  Flag.withDescription("RAM, 1024-based: 1024 (MiB), 512MiB, 1GiB, 1.5g (GB/MB are refused: write GiB/MiB)"),
 )
 /** An optional lifetime flag: a duration, sent as ms (the coordinator refuses one out of range by name). */
 const lifetimeFlag = (name: string, description: string) =>
@@ -451,15 +455,7 @@ const sessions = Command.make("sessions").pipe(
         const { client, json, target } = yield* context
         const page = yield* call(target, client.sessions.events(a.id, { limit: 500 }))
         if (json) return yield* printJson(page)
-        const rows = page.items.map((e) => {
-          const { seq, at, kind, ...rest } = e
-          const hostId = "hostId" in e ? e.hostId : null
-          const details = Object.entries(rest)
-            .filter(([k]) => k !== "sessionId" && k !== "hostId")
-            .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
-            .join(" ")
-          return [String(seq), new Date(at).toISOString(), kind, hostId ?? "-", details]
-        })
+        const rows = page.items.map((e) => [String(e.seq), new Date(e.at).toISOString(), e.kind, ("hostId" in e ? e.hostId : null) ?? "-", Format.details(e)])
         yield* print(rows.length === 0 ? "no events" : Format.table(["SEQ", "AT", "EVENT", "HOST", "DETAILS"], rows))
       }),
     ).pipe(Command.withDescription("what happened to a session, oldest first")),
@@ -493,6 +489,11 @@ const why = Command.make("why", { id: id("the session") }, (a) =>
       `${Why.summarize(q.noFit)}`,
     ]
     if (q.tooBig) lines.push("No host could take it even empty: it waits until a bigger host joins.")
+    else {
+      const parked = yield* call(target, client.sessions.listAll({ state: "parked" }))
+      const hint = Why.parksHint(s.budget, q.noFit, parked)
+      if (hint !== null) lines.push(hint)
+    }
     if (q.noFit.length > 0) {
       lines.push(
         Format.table(
@@ -678,8 +679,29 @@ const moves = Command.make("moves").pipe(
 /** The whole command line. */
 export const command = engram.pipe(Command.withSubcommands([status, hosts, sessions, why, reservations, moves, watch]))
 
-/** pnpm passes `--` through (`pnpm engram -- status`): it is not an argument. */
-export const args = (argv: readonly string[]): string[] => (argv[0] === "--" ? argv.slice(1) : [...argv])
+/** A negative figure with a unit (`-1GiB`, `-5m`): effect/cli's lexer reads it as short flags (only a bare number is a value). */
+const negativeWithUnit = /^-[0-9.]+[A-Za-z]+$/
+
+/**
+ * pnpm passes `--` through (`pnpm engram -- status`): it is not an argument. A long flag followed
+ * by a negative figure with a unit (`--mem -1GiB`) is joined as `--mem=-1GiB`, so the flag's own
+ * rule answers ("Invalid value for flag --mem: "-1GiB". Expected: a RAM size above 0…") instead
+ * of "Missing value for flag --mem" (no flag of engram is a digit).
+ */
+export const args = (argv: readonly string[]): string[] => {
+  const given = argv[0] === "--" ? argv.slice(1) : [...argv]
+  const out: string[] = []
+  for (let i = 0; i < given.length; i++) {
+    const arg = given[i]!
+    const next = given[i + 1]
+    if (arg === "--") return [...out, ...given.slice(i)]
+    if (arg.startsWith("--") && !arg.includes("=") && next !== undefined && negativeWithUnit.test(next)) {
+      out.push(`${arg}=${next}`)
+      i++
+    } else out.push(arg)
+  }
+  return out
+}
 
 /**
  * Help as effect/cli shows it; a wrong invocation as one line on stderr naming the flag or

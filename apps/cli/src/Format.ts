@@ -1,6 +1,7 @@
 /**
  * How the CLI shows figures to a person and reads them back: RAM in MiB/GiB/TiB, durations,
- * aligned tables (numbers right-aligned), and the units a flag accepts (`--mem 1GiB`,
+ * aligned tables (numbers right-aligned), and the units a flag accepts (`--mem 1GiB`; `1GB` is
+ * refused: the unit must be 1024-based,
  * `--max-downtime 600ms`). Pure functions.
  */
 
@@ -59,9 +60,14 @@ export const fields = (pairs: readonly (readonly [string, string])[]): string =>
   return pairs.map(([k, v]) => `${k.padEnd(w)}  ${v}`).join("\n")
 }
 
-/** Reads a RAM size: a plain number is MiB; `m`/`MiB`, `g`/`GiB`, `t`/`TiB` (1024-based, case-insensitive). */
+/**
+ * Reads a RAM size: a plain number is MiB; `m`/`MiB`, `g`/`GiB`, `t`/`TiB` (1024-based,
+ * case-insensitive). `MB`, `GB`, `TB` are refused (null): they are 1000-based elsewhere, and
+ * `1GB` read as 1 GiB would reserve 7% more than a person meant by it (or less than a guest sized
+ * in GiB needs, read as 10^9 bytes): the unit must say 1024.
+ */
 export const parseMib = (text: string): number | null => {
-  const m = /^\s*([0-9]+(?:\.[0-9]+)?)\s*(m|mb|mib|g|gb|gib|t|tb|tib)?\s*$/i.exec(text)
+  const m = /^\s*([0-9]+(?:\.[0-9]+)?)\s*(m|mib|g|gib|t|tib)?\s*$/i.exec(text)
   if (m === null || m[1] === undefined) return null
   const n = Number(m[1])
   const unit = (m[2] ?? "m").toLowerCase()
@@ -83,3 +89,14 @@ export const parseMs = (text: string): number | null => {
 
 /** How long ago `at` (epoch ms) was, from `now`. */
 export const age = (at: number | null | undefined, now: number): string => (at === null || at === undefined ? "-" : duration(Math.max(0, now - at)))
+
+/**
+ * An event's own fields as `key=value` (`cause=idle reason=demand`), without `seq`, `at`,
+ * `kind`, `sessionId` and `hostId` (their own columns); a field without a value (the gate's
+ * `reason` of an idle descent) is left out, not shown as `null`.
+ */
+export const details = (event: Readonly<Record<string, unknown>>): string =>
+  Object.entries(event)
+    .filter(([k, v]) => !["seq", "at", "kind", "sessionId", "hostId"].includes(k) && v !== null && v !== undefined)
+    .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+    .join(" ")

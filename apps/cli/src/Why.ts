@@ -32,3 +32,39 @@ export const meaning: Readonly<Record<string, string>> = {
   draining: "draining: takes nothing new",
   fits_now: "has room now (the queue drains on the next change or reaper pass)",
 }
+
+/**
+ * Whether the park gate's parks may make room for a queued session (SPEC §4.1): while a session
+ * waits without room anywhere, the gate makes parks yield (descend, releasing their room), the
+ * oldest on each host with a park and no descent running, one per host per pass. From the
+ * hosts' reasons and the parked sessions (their hosts and budgets): the hosts refusing for room
+ * (`ram_full`, `cpu_full`) whose free room plus their parks' budgets would hold the session. Null
+ * when there are no parks on such hosts, or a host has room now (the queue drains without them).
+ */
+export const parksHint = (
+  budget: Records.Budget,
+  noFit: readonly Records.NoFitDetail[],
+  parked: readonly Pick<Records.Session, "hostId" | "budget">[],
+): string | null => {
+  if (noFit.some((d) => d.reason === "fits_now")) return null
+  const onHost = new Map<string, { count: number; memMib: number; vcpus: number }>()
+  for (const p of parked) {
+    if (p.hostId === null) continue
+    const sum = onHost.get(p.hostId) ?? { count: 0, memMib: 0, vcpus: 0 }
+    onHost.set(p.hostId, { count: sum.count + 1, memMib: sum.memMib + p.budget.memMib, vcpus: sum.vcpus + p.budget.vcpus })
+  }
+  const full = noFit.filter((d) => (d.reason === "ram_full" || d.reason === "cpu_full") && onHost.has(d.hostId))
+  if (full.length === 0) return null
+  const count = full.reduce((n, d) => n + (onHost.get(d.hostId)?.count ?? 0), 0)
+  const enough = full
+    .filter((d) => {
+      const p = onHost.get(d.hostId)!
+      return (d.freeMib ?? 0) + p.memMib >= budget.memMib && (d.freeVcpus ?? 0) + p.vcpus >= budget.vcpus
+    })
+    .map((d) => d.hostId)
+    .sort()
+  const parks = `${count} parked session${count === 1 ? "" : "s"} on ${full.length === 1 ? "its" : "their"} host${full.length === 1 ? "" : "s"}`
+  return enough.length > 0
+    ? `Parks will make room: the park gate descends ${parks} (the oldest on each host, one per pass) while this waits; their room would hold it on ${enough.join(", ")}.`
+    : `The park gate descends ${parks} while this waits, but ${count === 1 ? "its" : "their"} room would not hold it on any one host.`
+}

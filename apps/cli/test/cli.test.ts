@@ -5,6 +5,8 @@ import type { RunningCoordinator } from "@engram/coordinator"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { createServer } from "node:http"
+import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { addHost, adminToken, call, pendingMove, start, started, uid } from "./support/Fleet.js"
 import { engram, runCommand } from "./support/Run.js"
@@ -213,9 +215,18 @@ describe("errors and usage", () => {
   })
 
   it("a bad flag value is one line naming the flag, exit 2", async () => {
+    const rule = "a RAM size above 0 in MiB, GiB or TiB (1024-based; MB/GB are not taken): 1024 (MiB), 512MiB, 1GiB or 1.5g"
     const r = await engram(["sessions", "create", "--mem", "lots", "--vcpus", "1"], { env })
     expect(r.code).toBe(2)
-    expect(r.stderr).toBe('engram: Invalid value for flag --mem: "lots". Expected: a RAM size: 1024 (MiB), 512MiB, 1GiB or 1.5g (see: engram sessions create --help)\n')
+    expect(r.stderr).toBe(`engram: Invalid value for flag --mem: "lots". Expected: ${rule} (see: engram sessions create --help)\n`)
+    // A negative size after a space: the flag's rule, not "Missing value for flag --mem" (the lexer took -1GiB for flags).
+    const negative = await engram(["sessions", "create", "--mem", "-1GiB", "--vcpus", "1"], { env })
+    expect([negative.code, negative.stderr]).toEqual([2, `engram: Invalid value for flag --mem: "-1GiB". Expected: ${rule} (see: engram sessions create --help)\n`])
+    // 1GB is not taken as 1 GiB silently: nothing is created.
+    const before = (await call(c.url, "GET", "/v1/fleet")).body as { reservedMib: number }
+    const gb = await engram(["sessions", "create", "--mem", "1GB", "--vcpus", "1"], { env })
+    expect([gb.code, gb.stderr]).toEqual([2, `engram: Invalid value for flag --mem: "1GB". Expected: ${rule} (see: engram sessions create --help)\n`])
+    expect(((await call(c.url, "GET", "/v1/fleet")).body as { reservedMib: number }).reservedMib).toBe(before.reservedMib)
   })
 
   it("watch --count below 1 is refused naming the flag, exit 2 (it printed nothing and succeeded)", async () => {
@@ -311,5 +322,63 @@ describe("the lifecycle commands", () => {
     const rotated = await engram(["hosts", "rotate-token", h, "--json"], { env })
     expect(JSON.parse(rotated.stdout)).toMatchObject({ id: h, token: expect.any(String) })
     expect((await engram(["hosts", "rm", h], { env })).stdout).toBe(`${h} removed\n`)
+  })
+})
+
+/** A real HTTP server answering every request with `status` and `body`; its URL and how many requests it had. */
+const answering = async (status: number, body: unknown) => {
+  let requests = 0
+  const server = createServer((_req, res) => {
+    requests++
+    res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body))
+  })
+  await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok))
+  const port = (server.address() as AddressInfo).port
+  return { url: `http://127.0.0.1:${port}`, requests: () => requests, close: () => new Promise<void>((ok) => server.close(() => ok())) }
+}
+
+describe("several coordinator URLs (replicas)", () => {
+  it("ENGRAM_URL and --url take a comma list: a replica that refuses connections or answers 503 Unavailable (shutting down) is skipped", async () => {
+    // A port nothing listens on: a server's, closed.
+    const gone = await answering(200, {})
+    await gone.close()
+    const stopping = await answering(503, { error: "Unavailable", message: "the coordinator is shutting down; retry", retryAfterMs: 1000 })
+    try {
+      const r = await engram(["status", "--json"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: `${gone.url},${stopping.url}, ${c.url}` } })
+      expect(r.code, r.stderr).toBe(0)
+      expect(JSON.parse(r.stdout)).toMatchObject({ hosts: { total: expect.any(Number) } })
+      expect(stopping.requests()).toBe(1)
+      const flag = await engram(["hosts", "ls", "--url", `${gone.url},${c.url}`], { env: { ENGRAM_TOKEN: adminToken } })
+      expect(flag.code, flag.stderr).toBe(0)
+      expect(flag.stdout).toMatch(/^HOST\s+STATE/)
+      // Every replica away: one line naming them all.
+      const none = await engram(["status"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: `${gone.url},http://127.0.0.1:9` } })
+      expect(none.code).toBe(1)
+      expect(none.stderr).toMatch(new RegExp(`^engram: cannot reach the coordinator at .* \\(tried each of ${gone.url.replace(/[.]/g, "\\.")}, http://127\\.0\\.0\\.1:9\\)\\. Is the coordinator running`))
+    } finally {
+      await stopping.close()
+    }
+  })
+
+  it("the coordinator's own answer is not retried on another replica (a 401 there is the answer)", async () => {
+    const refusing = await answering(401, { error: "Unauthorized", message: "unknown token" })
+    try {
+      const r = await engram(["status"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: `${refusing.url},${c.url}` } })
+      expect(r.code).toBe(1)
+      expect(r.stderr).toMatch(/refused the token from ENGRAM_TOKEN: unknown token/)
+      expect(refusing.requests()).toBe(1)
+    } finally {
+      await refusing.close()
+    }
+  })
+
+  it("a URL that breaks the rule is a usage error naming the setting and the rule, before any call", async () => {
+    const bare = await engram(["status"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: "127.0.0.1:17181" } })
+    expect([bare.code, bare.stderr]).toEqual([
+      2,
+      'engram: ENGRAM_URL "127.0.0.1:17181": must be one or more absolute http:// or https:// URLs, comma-separated ("127.0.0.1:17181" is not one)\n',
+    ])
+    const flag = await engram(["status", "--url", "http://a:1,,http://b:2"], { env: { ENGRAM_TOKEN: adminToken } })
+    expect([flag.code, flag.stderr]).toEqual([2, 'engram: --url "http://a:1,,http://b:2": must be one or more absolute http:// or https:// URLs, comma-separated, none empty\n'])
   })
 })

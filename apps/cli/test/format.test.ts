@@ -21,8 +21,23 @@ describe("figures", () => {
   it("flags take sizes and durations with units; anything else is refused", () => {
     expect([Format.parseMib("1024"), Format.parseMib("1GiB"), Format.parseMib("1.5g"), Format.parseMib("512MiB"), Format.parseMib("1t")]).toEqual([1024, 1024, 1536, 512, 1024 * 1024])
     expect([Format.parseMib("lots"), Format.parseMib("0"), Format.parseMib("-1g"), Format.parseMib("0.3")]).toEqual([null, null, null, null])
+    // 1000-based units are refused, not read as their 1024-based namesakes.
+    expect([Format.parseMib("1GB"), Format.parseMib("512mb"), Format.parseMib("1TB")]).toEqual([null, null, null])
     expect([Format.parseMs("600ms"), Format.parseMs("0.5s"), Format.parseMs("600"), Format.parseMs("2m")]).toEqual([600, 500, 600, 120_000])
     expect([Format.parseMs("soon"), Format.parseMs("0ms")]).toEqual([null, null])
+  })
+
+  it("a negative figure with a unit after a long flag is joined to it; pnpm's leading -- is dropped", async () => {
+    const { args } = await import("../src/Cli.js")
+    expect(args(["--", "sessions", "create", "--mem", "-1GiB", "--vcpus", "-1"])).toEqual(["sessions", "create", "--mem=-1GiB", "--vcpus", "-1"])
+    expect(args(["sessions", "move", "s", "--max-downtime", "-5ms", "--json"])).toEqual(["sessions", "move", "s", "--max-downtime=-5ms", "--json"])
+    expect(args(["why", "--", "--mem", "-1g"])).toEqual(["why", "--", "--mem", "-1g"])
+  })
+
+  it("an event's details leave out the fields without a value", () => {
+    expect(Format.details({ seq: 4, at: 1, kind: "descending", sessionId: "s", hostId: "h", cause: "idle", reason: null })).toBe("cause=idle")
+    expect(Format.details({ seq: 5, at: 1, kind: "descending", sessionId: "s", hostId: "h", cause: "yield", reason: "demand" })).toBe("cause=yield reason=demand")
+    expect(Format.details({ seq: 6, at: 1, kind: "ended", hostId: null })).toBe("")
   })
 
   it("durations read as a person says them", () => {
@@ -52,6 +67,23 @@ describe("why a session waits", () => {
     expect(Why.summarize([{ hostId: "a", reason: "fits_now", freeMib: 9, freeVcpus: 1 }])).toBe("1/1 host has room")
     expect(Why.summarize([])).toBe("0/0 hosts have room")
   })
+
+  it("says when the park gate's parks would make room, from the hosts' reasons and the parked sessions", () => {
+    const budget = { memMib: 2048, vcpus: 1 }
+    const noFit = [
+      { hostId: "a", reason: "ram_full" as const, freeMib: 1024, freeVcpus: 4 },
+      { hostId: "b", reason: "ram_full" as const, freeMib: 0, freeVcpus: 4 },
+      { hostId: "c", reason: "cordoned" as const, freeMib: 8192, freeVcpus: 4 },
+    ]
+    const park = (hostId: string, memMib: number) => ({ hostId, budget: { memMib, vcpus: 1 } })
+    expect(Why.parksHint(budget, noFit, [park("a", 1024), park("b", 512), park("c", 4096)])).toBe(
+      "Parks will make room: the park gate descends 2 parked sessions on their hosts (the oldest on each host, one per pass) while this waits; their room would hold it on a.",
+    )
+    expect(Why.parksHint(budget, noFit, [park("b", 512)])).toBe("The park gate descends 1 parked session on its host while this waits, but its room would not hold it on any one host.")
+    // No parks where room is short (a cordoned host's do not count), or a host has room now: nothing to say.
+    expect(Why.parksHint(budget, noFit, [park("c", 4096)])).toBeNull()
+    expect(Why.parksHint(budget, [...noFit, { hostId: "d", reason: "fits_now", freeMib: 4096, freeVcpus: 4 }], [park("a", 1024)])).toBeNull()
+  })
 })
 
 describe("the target", () => {
@@ -63,16 +95,22 @@ describe("the target", () => {
     writeFileSync(join(dir, ".engram", "admin-token"), "from-file-0123456789\n")
     expect(Target.resolveTarget({ url: "http://x:1/", token: "from-flag" }, { ENGRAM_URL: "http://y:2", ENGRAM_TOKEN: "from-env" }, dir)).toEqual({
       url: "http://x:1",
+      urls: ["http://x:1"],
+      urlSource: "--url",
       token: "from-flag",
       tokenSource: "--token",
     })
     expect(Target.resolveTarget({ url: undefined, token: undefined }, { ENGRAM_URL: "http://y:2", ENGRAM_TOKEN: "from-env" }, dir)).toEqual({
       url: "http://y:2",
+      urls: ["http://y:2"],
+      urlSource: "ENGRAM_URL",
       token: "from-env",
       tokenSource: "ENGRAM_TOKEN",
     })
     expect(Target.resolveTarget({ url: undefined, token: undefined }, { ENGRAM_PORT: "7171" }, join(dir))).toEqual({
       url: "http://127.0.0.1:7171",
+      urls: ["http://127.0.0.1:7171"],
+      urlSource: "ENGRAM_PORT",
       token: "from-file-0123456789",
       tokenSource: join(dir, ".engram", "admin-token"),
     })
@@ -82,6 +120,24 @@ describe("the target", () => {
     const other = join(dir, "other")
     mkdirSync(join(other, ".engram"), { recursive: true })
     writeFileSync(join(other, ".engram", "admin-token"), "other-token-0123456789\n")
-    expect(Target.resolveTarget({ url: undefined, token: undefined }, { INIT_CWD: other }, dir).tokenSource).toBe(join(other, ".engram", "admin-token"))
+    expect(Target.resolveTarget({ url: undefined, token: undefined }, { INIT_CWD: other }, dir)).toMatchObject({ tokenSource: join(other, ".engram", "admin-token") })
+  })
+
+  it("a URL may be a comma-separated list of replicas; one that breaks the rule is refused naming the setting", () => {
+    const env = { ENGRAM_TOKEN: "t-0123456789" }
+    expect(Target.resolveTarget({ url: undefined, token: undefined }, { ...env, ENGRAM_URL: "http://127.0.0.1:17181, http://127.0.0.1:17182/" }, dir)).toMatchObject({
+      url: "http://127.0.0.1:17181,http://127.0.0.1:17182",
+      urls: ["http://127.0.0.1:17181", "http://127.0.0.1:17182"],
+    })
+    const problem = (url: string, from: Record<string, string> = { ENGRAM_URL: url }) =>
+      (Target.resolveTarget({ url: undefined, token: undefined }, { ...env, ...from }, dir) as Target.BadUrl).problem
+    expect(problem("127.0.0.1:17181")).toBe(
+      'ENGRAM_URL "127.0.0.1:17181": must be one or more absolute http:// or https:// URLs, comma-separated ("127.0.0.1:17181" is not one)',
+    )
+    expect(problem("localhost:7070")).toBe('ENGRAM_URL "localhost:7070": must be one or more absolute http:// or https:// URLs, comma-separated ("localhost:7070" is not one)')
+    expect(problem("http://a:1,,http://b:2")).toBe('ENGRAM_URL "http://a:1,,http://b:2": must be one or more absolute http:// or https:// URLs, comma-separated, none empty')
+    expect(problem("http://admin:pw@a:1")).toBe('ENGRAM_URL "http://***@a:1": must be one or more absolute http:// or https:// URLs, comma-separated, without user:password@ (the token authenticates)')
+    expect((Target.resolveTarget({ url: "ftp://a", token: undefined }, env, dir) as Target.BadUrl).problem).toMatch(/^--url "ftp:\/\/a": must be one or more absolute http/)
+    expect(problem("", { ENGRAM_PORT: "x" })).toMatch(/^ENGRAM_PORT "http:\/\/127\.0\.0\.1:x": must be/)
   })
 })

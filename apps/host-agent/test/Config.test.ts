@@ -281,8 +281,8 @@ describe("ENGRAM_COORDINATOR_URL: one coordinator URL, or several replicas' (com
     expect(await refused("")).toBe(["invalid host agent configuration:", "  ENGRAM_COORDINATOR_URL: is required"].join("\n"))
     expect(await refused("http://c1:7070, http://C1:7070/")).toBe(line("http://c1:7070, http://C1:7070/", ', each once ("http://C1:7070/" repeats "http://c1:7070")'))
     // The password is never echoed, in the value or in the rule.
-    expect(await refused("http://agent:pw@c1:7070")).toBe(line("http://***@c1:7070", ", without user:password@ (the host token authenticates)"))
-    expect(await refused("http://u:p@ss@c1:7070")).toBe(line("http://***@c1:7070", ", without user:password@ (the host token authenticates)"))
+    expect(await refused("http://agent:pw@c1:7070")).toBe(line("http://***@c1:7070", ", without user:password@ (the token authenticates)"))
+    expect(await refused("http://u:p@ss@c1:7070")).toBe(line("http://***@c1:7070", ", without user:password@ (the token authenticates)"))
     expect(await refused("http://c1:7070,agent:pw@c2:7070")).toBe(line("http://c1:7070,***@c2:7070", ' ("***@c2:7070" is not one)'))
     expect(await refused("http://u:pa/ss@c1:7070")).toBe(line("http://***", ' ("http://***" is not one)'))
     // A query or fragment (a token there would be logged with every switch), itself never echoed.

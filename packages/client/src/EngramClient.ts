@@ -22,11 +22,18 @@ import { FetchHttpClient } from "effect/http"
 import type { HttpClient } from "effect/http"
 import * as Errors from "./Errors.js"
 import * as Page from "./Page.js"
+import * as Replicas from "./Replicas.js"
 
 /** Where the coordinator is and the token to call it with. */
 export interface Options {
-  /** The coordinator's URL, e.g. `http://127.0.0.1:7070`. */
-  readonly baseUrl: string | URL
+  /**
+   * The coordinator's URL, e.g. `http://127.0.0.1:7070`; or its replicas' (a list), tried in
+   * turn: a call that finds one unreachable (`Replicas.unreachable`: no connection, a gateway's
+   * 502/503/504, the API's 503 `Unavailable` of a replica shutting down or cut off from its store)
+   * goes at once to the next, each at most once per call, and the client stays on the one that
+   * answered. A list breaking `Replicas.parseUrls`' rule is a defect (check it first).
+   */
+  readonly baseUrl: string | URL | readonly (string | URL)[]
   /** The admin token (or a host's own token, which acts for its own host only). */
   readonly token: string | Redacted.Redacted<string>
 }
@@ -157,66 +164,79 @@ const tagged = (a: Records.Placed | Records.Queued | Records.ResumedWarm | Recor
 /** Builds a client on an `HttpClient`. */
 export const make = (options: Options): Effect.Effect<EngramClientShape, never, HttpClient.HttpClient> =>
   Effect.gen(function* () {
-    const baseUrl = String(options.baseUrl).replace(/\/+$/, "")
-    const api = yield* Client.make({ baseUrl, token: typeof options.token === "string" ? Redacted.make(options.token) : options.token })
-    const call = <A, E>(eff: Effect.Effect<A, E>): Fx<A> => Effect.catch(eff, Errors.fromFailure(baseUrl))
+    const given = (Array.isArray(options.baseUrl) ? options.baseUrl : [options.baseUrl]).map(String)
+    const parsed = given.length === 1 ? { urls: given } : Replicas.parseUrls(given.join(","))
+    if (!("urls" in parsed)) return yield* Effect.die(new Error(`coordinator urls ${JSON.stringify(Replicas.redactUrl(given.join(",")))}: ${parsed.problem}`))
+    const urls = parsed.urls.map(Replicas.baseUrlOf)
+    const baseUrl = urls.join(",")
+    const token = typeof options.token === "string" ? Redacted.make(options.token) : options.token
+    const apis = yield* Effect.forEach(urls, (url) => Client.make({ baseUrl: url, token }))
+    /** The replica in use: the last one that answered. */
+    let current = 0
+    /** One try on replica `index`; on to the next when it is unreachable, `left` more times. */
+    const attempt = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, index: number, left: number): Fx<A> =>
+      request(apis[index]!).pipe(
+        Effect.tap(() => Effect.sync(() => void (current = index))),
+        Effect.catch((e) => (left > 0 && Replicas.unreachable(e) ? attempt(request, (index + 1) % urls.length, left - 1) : Errors.fromFailure(urls[index]!)(e))),
+      )
+    const call = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>): Fx<A> => attempt(request, current, urls.length - 1)
     const byId = (id: string) => ({ params: { id } })
 
     const sessions: EngramClientShape["sessions"] = {
-      create: (input) => call(api.sessions.create({ payload: defined(input) })).pipe(Effect.map(tagged)),
-      get: (id) => call(api.sessions.get(byId(id))),
-      list: (q = {}) => call(api.sessions.list({ query: defined(q) })),
+      create: (input) => call((api) => api.sessions.create({ payload: defined(input) })).pipe(Effect.map(tagged)),
+      get: (id) => call((api) => api.sessions.get(byId(id))),
+      list: (q = {}) => call((api) => api.sessions.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => sessions.list({ ...q, cursor })),
-      idle: (id) => call(api.sessions.idle(byId(id))),
-      resume: (id) => call(api.sessions.resume(byId(id))).pipe(Effect.map(tagged)),
-      end: (id) => call(api.sessions.end(byId(id))),
-      setTtl: (id, ttlMs) => call(api.sessions.ttl({ ...byId(id), payload: { ttlMs } })),
-      move: (id, o) => call(api.sessions.move({ ...byId(id), payload: defined(o) })),
+      idle: (id) => call((api) => api.sessions.idle(byId(id))),
+      resume: (id) => call((api) => api.sessions.resume(byId(id))).pipe(Effect.map(tagged)),
+      end: (id) => call((api) => api.sessions.end(byId(id))),
+      setTtl: (id, ttlMs) => call((api) => api.sessions.ttl({ ...byId(id), payload: { ttlMs } })),
+      move: (id, o) => call((api) => api.sessions.move({ ...byId(id), payload: defined(o) })),
       wait: (id, w) =>
-        call(api.sessions.wait({ ...byId(id), query: { ...defined(w), timeoutMs: w.timeoutMs ?? 30_000 } })).pipe(
+        call((api) => api.sessions.wait({ ...byId(id), query: { ...defined(w), timeoutMs: w.timeoutMs ?? 30_000 } })).pipe(
           // A 409 of a wait: the state can no longer be reached.
           Effect.mapError((e) => (e._tag === "Conflict" ? new Errors.Unreachable({ status: e.status, body: e.body }) : e)),
         ),
-      events: (id, q = {}) => call(api.sessions.events({ ...byId(id), query: defined(q) })),
+      events: (id, q = {}) => call((api) => api.sessions.events({ ...byId(id), query: defined(q) })),
     }
 
     const hosts: EngramClientShape["hosts"] = {
-      create: (input) => call(api.hosts.create({ payload: defined(input) })),
-      get: (id) => call(api.hosts.get(byId(id))),
-      list: (q = {}) => call(api.hosts.list({ query: defined(q) })),
+      create: (input) => call((api) => api.hosts.create({ payload: defined(input) })),
+      get: (id) => call((api) => api.hosts.get(byId(id))),
+      list: (q = {}) => call((api) => api.hosts.list({ query: defined(q) })),
       listAll: () => Page.collect((cursor) => hosts.list({ cursor })),
-      cordon: (id) => call(api.hosts.cordon(byId(id))),
-      uncordon: (id) => call(api.hosts.uncordon(byId(id))),
-      drain: (id) => call(api.hosts.drain(byId(id))),
-      remove: (id) => call(api.hosts.remove(byId(id))),
-      rotateToken: (id) => call(api.hosts.rotateToken(byId(id))),
-      allowances: (id, q = {}) => call(api.hosts.allowances({ ...byId(id), query: defined(q) })),
+      cordon: (id) => call((api) => api.hosts.cordon(byId(id))),
+      uncordon: (id) => call((api) => api.hosts.uncordon(byId(id))),
+      drain: (id) => call((api) => api.hosts.drain(byId(id))),
+      remove: (id) => call((api) => api.hosts.remove(byId(id))),
+      rotateToken: (id) => call((api) => api.hosts.rotateToken(byId(id))),
+      allowances: (id, q = {}) => call((api) => api.hosts.allowances({ ...byId(id), query: defined(q) })),
     }
 
     const fleet: EngramClientShape["fleet"] = {
-      snapshot: () => call(api.fleet.snapshot()),
-      noFit: (b) => call(api.fleet.noFit({ query: { memMib: b.memMib, vcpus: b.vcpus } })),
+      snapshot: () => call((api) => api.fleet.snapshot()),
+      noFit: (b) => call((api) => api.fleet.noFit({ query: { memMib: b.memMib, vcpus: b.vcpus } })),
     }
 
     const reservations: EngramClientShape["reservations"] = {
-      reserve: (input) => call(api.ledger.reserve({ payload: defined(input) })),
-      get: (id) => call(api.ledger.get(byId(id))),
-      list: (q = {}) => call(api.ledger.list({ query: defined(q) })),
+      reserve: (input) => call((api) => api.ledger.reserve({ payload: defined(input) })),
+      get: (id) => call((api) => api.ledger.get(byId(id))),
+      list: (q = {}) => call((api) => api.ledger.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => reservations.list({ ...q, cursor })),
-      release: (id) => call(api.ledger.release(byId(id))),
-      heartbeat: (id) => call(api.ledger.heartbeat(byId(id))),
-      summary: () => call(api.ledger.summary()),
-      metrics: () => call(api.ledger.metrics()),
+      release: (id) => call((api) => api.ledger.release(byId(id))),
+      heartbeat: (id) => call((api) => api.ledger.heartbeat(byId(id))),
+      summary: () => call((api) => api.ledger.summary()),
+      metrics: () => call((api) => api.ledger.metrics()),
     }
 
     const moves: EngramClientShape["moves"] = {
-      get: (id) => call(api.moves.get(byId(id))),
-      list: (q = {}) => call(api.moves.list({ query: defined(q) })),
+      get: (id) => call((api) => api.moves.get(byId(id))),
+      list: (q = {}) => call((api) => api.moves.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => moves.list({ ...q, cursor })),
-      resolve: (id, outcome, reason) => call(api.moves.resolve({ ...byId(id), payload: { outcome, reason } })),
+      resolve: (id, outcome, reason) => call((api) => api.moves.resolve({ ...byId(id), payload: { outcome, reason } })),
     }
 
-    return { baseUrl, sessions, hosts, fleet, reservations, moves, ready: () => call(api.readyz()) }
+    return { baseUrl, sessions, hosts, fleet, reservations, moves, ready: () => call((api) => api.readyz()) }
   })
 
 /** The client as a service. */

@@ -8,6 +8,7 @@
  */
 export * as Errors from "./Errors.js"
 export * as Page from "./Page.js"
+export * as Replicas from "./Replicas.js"
 /** The records the calls answer: `@engram/api`'s schemas and types, as the coordinator declares them. */
 export { Records } from "@engram/api"
 

@@ -36,6 +36,7 @@ import { Effect, References } from "effect"
 import type { LogLevel } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { guestEnvironment } from "./Guest.js"
+import { cliCommand, cliSettings } from "./Hints.js"
 
 const env = process.env
 const set = (name: string) => (env[name] === undefined || env[name] === "" ? undefined : env[name])
@@ -255,12 +256,18 @@ const endDemoSessions = (engram: EngramClientShape, demoHosts: readonly string[]
     ),
   )
 
+/** What `pnpm engram` needs set in another terminal to find this coordinator and its token (none on the defaults). */
+const cliNeeds = () =>
+  cliSettings({ coordinatorUrl, tokenFile: shown(tokenFile), cliTokenFile: shown(resolve(invocationDir, ".engram", "admin-token")), adminFromEnv: adminFromEnv !== undefined })
+
 const closing = () => {
   const bearer = adminFromEnv !== undefined ? "$ENGRAM_ADMIN_TOKEN" : `$(cat ${shown(tokenFile)})`
   const tokenWhere = adminFromEnv !== undefined ? "ENGRAM_ADMIN_TOKEN" : shown(tokenFile)
+  const needs = cliNeeds()
   return [
     "",
     "Try it yourself (in another terminal, at the repository root):",
+    ...(needs.length === 0 ? [] : [`  export ${needs.join(" ")}   (not the CLI's defaults: say where the coordinator and its token are)`]),
     "  pnpm engram -- status                           the fleet signal",
     "  pnpm engram -- hosts ls                         hosts and their room",
     "  pnpm engram -- sessions create --mem 1GiB --vcpus 1",
@@ -357,7 +364,7 @@ const program = Effect.gen(function* () {
     }
   }
   if (logSettings.format === "pretty") for (const line of closing()) yield* say(line)
-  else yield* Effect.logInfo("demo ready: try the CLI, the dashboard and the API", { cli: "pnpm engram -- status", dashboard: `${coordinatorUrl}/ui`, docs: `${coordinatorUrl}/docs` })
+  else yield* Effect.logInfo("demo ready: try the CLI, the dashboard and the API", { cli: cliCommand(cliNeeds(), "status"), dashboard: `${coordinatorUrl}/ui`, docs: `${coordinatorUrl}/docs` })
   return yield* Effect.never
 })
 
