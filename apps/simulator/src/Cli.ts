@@ -120,7 +120,7 @@ export const flags = {
   ),
   reserveLeadCoversDescent: boolean(
     "reserve-lead-covers-descent",
-    "demand-reserve: a size class whose descent at --descent-mib-per-s outlasts --reserve-lead-s counts its arrivals over that descent (the README's \"Why the big classes wait\")",
+    "demand-reserve: a size class whose descent at --descent-mib-per-s outlasts --reserve-lead-s counts its arrivals over that descent (the README's \"Why the big classes wait\"; acts only with --no-reserve-lead-per-class)",
   ),
   reserveGroups: boolean(
     "reserve-groups",

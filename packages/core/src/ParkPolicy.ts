@@ -107,7 +107,8 @@ export interface Options extends ParkGate.Options {
    * that finds no place waits a descent of its own size, so its places must cover the arrivals
    * of that long. With 2,800 MiB/s and a 20 s lead only classes above 54 GiB count longer; a
    * fleet whose sessions are all smaller keeps the same reserve. Ignored with
-   * `reserveLeadPerClass` (which adds the descent to the lead for every class).
+   * `reserveLeadPerClass` (which adds the descent to the lead for every class), so with the
+   * defaults since issue 22 it acts only with `reserveLeadPerClass: false`.
    */
   readonly reserveLeadCoversDescent: boolean
   /** How fast a descent captures resident RAM (MiB/s): the runtime's measured figure (the simulator passes its configured one). */
