@@ -117,6 +117,19 @@ export interface CoordinatorConfig {
   /** At most this many moves begun by one reaper pass for starving sessions (`makeRoomMoves`). */
   readonly makeRoomMovesPerPass: number
   /**
+   * 1 (the default since issue 22): the park policy's reserve counts arrivals in groups when the
+   * MiB reserved disperse like groups (core's `ParkPolicy.Options.reserveGroups`); 0: single
+   * arrivals, the default before. The reaper measures the dispersion only with a reaper interval
+   * of about 27 s or less (12 intervals in its 5 min window): above that it changes nothing.
+   */
+  readonly reserveGroups: number
+  /**
+   * 1 (the default since issue 22): each size class of the reserve counts its arrivals over the
+   * 20 s lead plus a descent of its size (core's `reserveLeadPerClass`); 0: one lead for every
+   * class, the default before.
+   */
+  readonly reserveLeadPerClass: number
+  /**
    * How long a move that ended aborted (refused by its source's guard, timed out) keeps the
    * reaper from moving its session again, to any target (ms; core's `MakeRoom.cooling`).
    */
@@ -365,6 +378,8 @@ export const settingVariables = {
   leaseRenewDeadlineMs: "ENGRAM_LEASE_RENEW_DEADLINE_MS",
   makeRoomMoves: "ENGRAM_MAKE_ROOM_MOVES",
   makeRoomMovesPerPass: "ENGRAM_MAKE_ROOM_MOVES_PER_PASS",
+  reserveGroups: "ENGRAM_RESERVE_GROUPS",
+  reserveLeadPerClass: "ENGRAM_RESERVE_LEAD_PER_CLASS",
   makeRoomCooldownMs: "ENGRAM_MAKE_ROOM_COOLDOWN_MS",
   retentionMs: "ENGRAM_RETENTION_MS",
   retentionPruneLimit: "ENGRAM_RETENTION_PRUNE_LIMIT",
@@ -405,6 +420,8 @@ const settings = {
   leaseRenewDeadlineMs: int(settingVariables.leaseRenewDeadlineMs, defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),
   makeRoomMoves: int(settingVariables.makeRoomMoves, 1, 0, 1),
   makeRoomMovesPerPass: int(settingVariables.makeRoomMovesPerPass, 16, 1, 1000),
+  reserveGroups: int(settingVariables.reserveGroups, 1, 0, 1),
+  reserveLeadPerClass: int(settingVariables.reserveLeadPerClass, 1, 0, 1),
   makeRoomCooldownMs: int(settingVariables.makeRoomCooldownMs, MakeRoom.defaultCooldownMs, 0, 7 * 24 * 3_600_000),
   retentionMs: int(settingVariables.retentionMs, defaultRetentionMs, 0, maxRetentionMs),
   retentionPruneLimit: int(settingVariables.retentionPruneLimit, 1000, 1, Validate.maxPruneLimit),

@@ -35,6 +35,16 @@ export type PassReport = Reaper.PassReport
 export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
 
 /**
+ * The park policy the reaper runs under the settings: `park` with its reserve's groups
+ * (`ENGRAM_RESERVE_GROUPS`) and lead per class (`ENGRAM_RESERVE_LEAD_PER_CLASS`) as set, both on
+ * by default (core's defaults); 0 turns one off. The store's idle steps read neither knob.
+ */
+export const parkRule = (config: Pick<CoordinatorConfig, "reserveGroups" | "reserveLeadPerClass">): ParkPolicy.Rule => ({
+  name: park.name,
+  options: { ...park.options, reserveGroups: config.reserveGroups === 1, reserveLeadPerClass: config.reserveLeadPerClass === 1 },
+})
+
+/**
  * The pass's moves for starving sessions under the settings (`maxPerPass` 0 with `ENGRAM_MAKE_ROOM_MOVES=0`).
  * The costs are core's `MakeRoom.defaultCosts` (1 GiB/s copies, 64 MiB/s dirtied, 5 rounds, 1 s
  * of downtime), each pair's commit allowance the guard's own (learned from its recent commits
@@ -294,9 +304,10 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const t0 = performance.now()
   // Every write of the pass carries the leader's epoch: refused in its transaction once a newer leader exists.
   const reclaimGraceMs = Option.isSome(settings) ? settings.value.config.reclaimGraceMs : undefined
+  const rule = Option.isSome(settings) ? parkRule(settings.value.config) : park
   // A gap in the leader's contacts with the store restarts the grace: a third of the stale window, at least two passes.
   const reclaimGapMs = Reclaim.graceGapMs(store.limits().heartbeatStaleWindowMs, store.limits().reaperIntervalMs)
-  const report = yield* Reaper.pass({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store), moves, retention: kept, reclaimGraceMs, reclaimGapMs }).pipe(
+  const report = yield* Reaper.pass({ policy: rule.name, policyOptions: rule.options, leading, state: stateFor(store), moves, retention: kept, reclaimGraceMs, reclaimGapMs }).pipe(
     Effect.provide(listen(metrics, notifier)),
     Effect.provideService(CurrentFence, fence),
   )
@@ -317,7 +328,9 @@ export const ReactAtOnce: Layer.Layer<Trigger, never, Store | Metrics | Notifier
     const metrics = yield* Metrics
     const notifier = yield* Notifier
     const leading = yield* leadingNow
-    return Trigger.layer({ policy: park.name, policyOptions: park.options, leading, state: stateFor(store) }).pipe(Layer.provide(listen(metrics, notifier)))
+    const settings = yield* Effect.serviceOption(Settings)
+    const rule = Option.isSome(settings) ? parkRule(settings.value.config) : park
+    return Trigger.layer({ policy: rule.name, policyOptions: rule.options, leading, state: stateFor(store) }).pipe(Layer.provide(listen(metrics, notifier)))
   }),
 )
 

@@ -1,6 +1,6 @@
 // Configuration: every bad value is named with its variable and rule; the limits come from core.
-import { Config, Coordinator, startCoordinator } from "@engram/coordinator"
-import { Limits } from "@engram/core"
+import { Config, Coordinator, parkRule, startCoordinator } from "@engram/coordinator"
+import { Limits, ParkPolicy } from "@engram/core"
 import { Env } from "@engram/process"
 import { freshDatabase } from "@engram/test-pg"
 import { Effect, Exit, Layer, Logger, Redacted } from "effect"
@@ -77,6 +77,24 @@ describe("configuration", () => {
       "ENGRAM_PLACEMENT_FORWARD",
       "ENGRAM_PLACEMENT_FORWARD_TIMEOUT_MS",
       "ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS",
+    ])
+  })
+
+  it("the reserve's groups and lead per class are on by default (core's defaults); 0 turns each off for the reaper; a bad value is named with its rule", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && [d.config.reserveGroups, d.config.reserveLeadPerClass]).toEqual([1, 1])
+    expect(d._tag === "Valid" && parkRule(d.config)).toEqual(ParkPolicy.defaultRule)
+    const off = Config.parse({ ENGRAM_RESERVE_GROUPS: "0", ENGRAM_RESERVE_LEAD_PER_CLASS: "0" })
+    expect(off._tag === "Valid" && parkRule(off.config)).toEqual({
+      name: ParkPolicy.defaultName,
+      options: { ...ParkPolicy.defaultOptions, reserveGroups: false, reserveLeadPerClass: false },
+    })
+    const one = Config.parse({ ENGRAM_RESERVE_GROUPS: "0" })
+    expect(one._tag === "Valid" && parkRule(one.config).options).toMatchObject({ reserveGroups: false, reserveLeadPerClass: true })
+    const bad = Config.parse({ ENGRAM_RESERVE_GROUPS: "yes", ENGRAM_RESERVE_LEAD_PER_CLASS: "2" })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule]).sort()).toEqual([
+      ["ENGRAM_RESERVE_GROUPS", "must be an integer from 0 to 1"],
+      ["ENGRAM_RESERVE_LEAD_PER_CLASS", "must be an integer from 0 to 1"],
     ])
   })
 

@@ -21,7 +21,8 @@
  * the simulator's defaults; `--no-moves` runs without them (`--moves` with them whatever the default);
  * `--timings stream` with the costs the README's table was first measured with (descents 1,024
  * MiB/s, restores 1 s + 2,048 MiB/s, warm resumes 50 ms). `--no-lp` leaves the LP bound out.
- * `--lead-per-class` runs demand-reserve with a lead per size class (`reserveLeadPerClass`).
+ * `--lead-per-class` runs demand-reserve with a lead per size class (`reserveLeadPerClass`, the
+ * default since 2026-12-04: `--policy-option reserveLeadPerClass=false` turns it off).
  * `--seed N` generates every generated workload with seed N (the traces are files: unchanged).
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs"

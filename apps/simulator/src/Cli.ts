@@ -115,15 +115,17 @@ export const flags = {
   reserveYoungMinAgeS: atLeast0("reserve-young-min-age-s", policy0.reserveYoungMinAgeMs / 1000, "demand-reserve: parks younger than this never yield for the reserve, s"),
   reserveLeadPerClass: boolean(
     "reserve-lead-per-class",
-    "demand-reserve: each size class counts its arrivals over --reserve-lead-s plus a descent of its size at --descent-mib-per-s",
+    "demand-reserve: each size class counts its arrivals over --reserve-lead-s plus a descent of its size at --descent-mib-per-s (on by default, as in the coordinator; --no-reserve-lead-per-class: one lead for every class)",
+    policy0.reserveLeadPerClass,
   ),
   reserveLeadCoversDescent: boolean(
     "reserve-lead-covers-descent",
-    "demand-reserve: a size class whose descent at --descent-mib-per-s outlasts --reserve-lead-s counts its arrivals over that descent (the README's \"Why the big classes wait\")",
+    "demand-reserve: a size class whose descent at --descent-mib-per-s outlasts --reserve-lead-s counts its arrivals over that descent (the README's \"Why the big classes wait\"; acts only with --no-reserve-lead-per-class)",
   ),
   reserveGroups: boolean(
     "reserve-groups",
-    "demand-reserve: count arrivals in groups when the MiB reserved per interval disperse like groups (the README's \"Groups by the meter's variance\")",
+    "demand-reserve: count arrivals in groups when the MiB reserved per interval disperse like groups (the README's \"Groups by the meter's variance\"; on by default, as in the coordinator; --no-reserve-groups: single arrivals)",
+    policy0.reserveGroups,
   ),
   reserveOldOnly: boolean("reserve-old-only", "demand-reserve: only parks past --reserve-min-age-s yield for the reserve (by default younger ones do too when the old cannot make it)"),
   demandWindowS: positive("demand-window-s", ReaperState.defaultMeterOptions.windowMs / 1000, "the reaper measures the recent demand for room over this window, s"),

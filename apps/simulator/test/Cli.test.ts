@@ -104,6 +104,14 @@ describe("flags", () => {
     expect(await failure(["--warm-start", "--lp-bound"])).toMatchObject({ _tag: "UsageError", option: "--lp-bound" })
   })
 
+  it("groups and a lead per class are on by default, as in the coordinator (--no-reserve-groups, --no-reserve-lead-per-class: off)", async () => {
+    expect(((await parse([])) as Cli.Options).fleet.policyOptions).toMatchObject({ reserveGroups: true, reserveLeadPerClass: true })
+    expect(((await parse(["--no-reserve-groups"])) as Cli.Options).fleet.policyOptions).toMatchObject({ reserveGroups: false, reserveLeadPerClass: true })
+    expect(((await parse(["--no-reserve-lead-per-class"])) as Cli.Options).fleet.policyOptions).toMatchObject({ reserveGroups: true, reserveLeadPerClass: false })
+    expect(((await parse(["--reserve-groups=false", "--reserve-lead-per-class=false"])) as Cli.Options).fleet.policyOptions).toMatchObject({ reserveGroups: false, reserveLeadPerClass: false })
+    expect(((await parse(["--reserve-groups", "--reserve-lead-per-class"])) as Cli.Options).fleet.policyOptions).toMatchObject({ reserveGroups: true, reserveLeadPerClass: true })
+  })
+
   it("moves are an option of the fleet, on by default (--no-moves: off), with their costs", async () => {
     expect(((await parse([])) as Cli.Options).fleet).toMatchObject({ moves: true, moveCosts: Simulation.defaultFleet.moveCosts })
     expect(((await parse(["--no-moves"])) as Cli.Options).fleet.moves).toBe(false)

@@ -226,12 +226,15 @@ describe("ParkPolicy", () => {
     const recent = { reservedMibPerSec: 1024 }
     // The examples below were sized for a one-minute lead (the default until the sweep of the
     // simulator README's "Choosing the reserve's knobs" cut it to 20 s).
-    const lead60 = { ...ParkPolicy.defaultOptions, reserveLeadMs: 60_000 }
+    // The default until issue 22 (one lead for every class, single arrivals): the examples that
+    // compare a knob with "today's" places compare it with this.
+    const before = { ...ParkPolicy.defaultOptions, reserveLeadPerClass: false, reserveGroups: false }
+    const lead60 = { ...before, reserveLeadMs: 60_000 }
 
-    it("the default knobs: the simulator's sweep's winner (a 20 s lead for every class, 90 %, parks 5 min old first, no queue peaks)", () => {
+    it("the default knobs: the simulator's sweep's winner (a 20 s lead plus each class's descent, groups by the meter's variance, 90 %, parks 5 min old first, no queue peaks)", () => {
       expect(ParkPolicy.defaultOptions).toMatchObject({
         reserveLeadMs: 20_000,
-        reserveLeadPerClass: false,
+        reserveLeadPerClass: true,
         reserveLeadCoversDescent: false,
         reserveQuantile: 0.9,
         reserveMinParkAgeMs: 300_000,
@@ -239,7 +242,7 @@ describe("ParkPolicy", () => {
         reserveYoungMinAgeMs: 60_000,
         reserveBurstHoldMs: 0,
         reserveBurstShare: 1,
-        reserveGroups: false,
+        reserveGroups: true,
         reserveGroupMax: 8,
       })
       expect(ParkPolicy.defaultRule.options).toBe(ParkPolicy.defaultOptions)
@@ -311,10 +314,10 @@ describe("ParkPolicy", () => {
       expect(own[0]).toEqual({ memMib: 128 * GiB, vcpus: 1 })
       expect(own.filter((b) => b.memMib === 128 * GiB).length).toBe(1)
       // The 2 GiB class counts over 60 s + 2 s, not the big class's 188 s.
-      const short = ParkPolicy.expectedArrivals(fleet, slow, { ...ParkPolicy.defaultOptions, reserveLeadMs: 62_000 })
+      const short = ParkPolicy.expectedArrivals(fleet, slow, { ...before, reserveLeadMs: 62_000 })
       const twos = (xs: readonly Budget[]) => xs.filter((b) => b.memMib === 2 * GiB).length
       expect(twos(own)).toBe(twos(short))
-      expect(twos(own)).toBeLessThan(twos(ParkPolicy.expectedArrivals(fleet, slow, { ...ParkPolicy.defaultOptions, reserveLeadMs: 188_000 })))
+      expect(twos(own)).toBeLessThan(twos(ParkPolicy.expectedArrivals(fleet, slow, { ...before, reserveLeadMs: 188_000 })))
       // A faster descent shortens the big class's lead: at 2,800 MiB/s (107 s) its mean is 0.082, no place.
       expect(ParkPolicy.expectedArrivals(fleet, slow, { ...perClass, descentMibPerSec: 2800 }).some((b) => b.memMib === 128 * GiB)).toBe(false)
       // A descent's fixed cost lengthens every class's lead.
@@ -328,8 +331,8 @@ describe("ParkPolicy", () => {
         queue: [],
       }
       const rate1168 = { reservedMibPerSec: 1168 }
-      const covers = { ...ParkPolicy.defaultOptions, reserveLeadCoversDescent: true }
-      const plain = ParkPolicy.expectedArrivals(fleet, rate1168)
+      const covers = { ...before, reserveLeadCoversDescent: true }
+      const plain = ParkPolicy.expectedArrivals(fleet, rate1168, before)
       // Over the 20 s lead the 128 GiB class expects 0.07 arrivals, under the 0.105 one place needs at 90 %.
       expect(plain.some((b) => b.memMib === 128 * GiB)).toBe(false)
       // Its descent at 2,800 MiB/s takes 46.8 s: over that, 0.164 arrivals, one place.
@@ -349,7 +352,7 @@ describe("ParkPolicy", () => {
       fc.assert(
         fc.property(arbFleet, fc.integer({ min: 1, max: 4096 }), fc.integer({ min: 64, max: 8192 }), ({ fleet }, rate, descent) => {
           const recentRate = { reservedMibPerSec: rate }
-          const covers = { ...ParkPolicy.defaultOptions, reserveLeadCoversDescent: true, descentMibPerSec: descent }
+          const covers = { ...before, reserveLeadCoversDescent: true, descentMibPerSec: descent }
           const one = ParkPolicy.expectedArrivals(fleet, recentRate, { ...covers, reserveLeadCoversDescent: false })
           const own = ParkPolicy.expectedArrivals(fleet, recentRate, covers)
           for (const b of [...one, ...own]) expect(own.filter((x) => x.memMib >= b.memMib).length).toBeGreaterThanOrEqual(one.filter((x) => x.memMib >= b.memMib).length)
@@ -418,7 +421,7 @@ describe("ParkPolicy", () => {
     })
 
     it("groups: a stream that disperses like groups of four keeps places for groups; a Poisson one keeps today's", () => {
-      const groups = { ...ParkPolicy.defaultOptions, reserveGroups: true }
+      const groups = { ...before, reserveGroups: true }
       // 1 GiB/s of 8 GiB sessions over 20 s: 2.5 expected, 5 places for single arrivals.
       const single = ParkPolicy.expectedArrivals(fullOfParks(), recent, groups)
       expect(single.length).toBe(5)
@@ -429,8 +432,8 @@ describe("ParkPolicy", () => {
       const grouped = ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, reservedMibDispersion: 32 * GiB }, groups)
       expect(grouped.length).toBe(8)
       expect(grouped.every((b) => b.memMib === 8 * GiB)).toBe(true)
-      // The knob off (the default) ignores the dispersion.
-      expect(ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, reservedMibDispersion: 32 * GiB })).toEqual(single)
+      // The knob off ignores the dispersion.
+      expect(ParkPolicy.expectedArrivals(fullOfParks(), { ...recent, reservedMibDispersion: 32 * GiB }, before)).toEqual(single)
       // A rare class that single arrivals give one place gets a group's: 19 parks of 2 GiB and one
       // of 32 GiB, 0.17 of its sessions expected in 20 s; dispersing like pairs, two 32 GiB places.
       const mixed: FleetView = {
@@ -455,19 +458,20 @@ describe("ParkPolicy", () => {
       }
       const rate = { reservedMibPerSec: 2048 }
       // A 128 GiB place is expected; the 2 GiB ones fit in a's free room.
-      expect(ParkPolicy.expectedArrivals(fleet, rate)[0]).toEqual({ memMib: 128 * GiB, vcpus: 1 })
+      expect(ParkPolicy.expectedArrivals(fleet, rate, before)[0]).toEqual({ memMib: 128 * GiB, vcpus: 1 })
       // Single arrivals: the fallback descends a's oldest park, though a can never take 128 GiB.
-      expect(ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: rate }).yields).toEqual([{ hostId: "a", sessionId: "a0", reason: "reserve" }])
-      // Counting groups, no host that could take it has a park to yield: nothing descends.
-      expect(ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: rate, options: { ...ParkPolicy.defaultOptions, reserveGroups: true } }).yields).toEqual([])
+      expect(ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: rate, options: before }).yields).toEqual([{ hostId: "a", sessionId: "a0", reason: "reserve" }])
+      // Counting groups, no host that could take it has a park to yield: nothing descends (and so with the default, which counts groups).
+      expect(ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: rate, options: { ...before, reserveGroups: true } }).yields).toEqual([])
+      expect(ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: rate }).yields).toEqual([])
     })
 
     it("property: with a lead per class, the places at least as big as any size are never fewer than with one lead", () => {
       fc.assert(
         fc.property(arbFleet, fc.integer({ min: 1, max: 4096 }), fc.integer({ min: 64, max: 8192 }), ({ fleet }, rate, descent) => {
           const recentRate = { reservedMibPerSec: rate }
-          const one = ParkPolicy.expectedArrivals(fleet, recentRate)
-          const own = ParkPolicy.expectedArrivals(fleet, recentRate, { ...ParkPolicy.defaultOptions, reserveLeadPerClass: true, descentMibPerSec: descent })
+          const one = ParkPolicy.expectedArrivals(fleet, recentRate, { ...before, descentMibPerSec: descent })
+          const own = ParkPolicy.expectedArrivals(fleet, recentRate, { ...before, reserveLeadPerClass: true, descentMibPerSec: descent })
           for (const b of [...one, ...own]) expect(own.filter((x) => x.memMib >= b.memMib).length).toBeGreaterThanOrEqual(one.filter((x) => x.memMib >= b.memMib).length)
         }),
       )
