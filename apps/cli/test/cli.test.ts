@@ -360,6 +360,29 @@ describe("several coordinator URLs (replicas)", () => {
     }
   })
 
+  it("a create without an id moves to the next replica only from one that refused the connection, never after a 503 (its write's outcome unknown); with an id it is safe to", async () => {
+    const gone = await answering(200, {})
+    await gone.close()
+    const unsure = await answering(503, { error: "Unavailable", message: "the database did not answer createSession within 15000 ms; a write's outcome is unknown until read back", retryAfterMs: 1000 })
+    try {
+      const env = { ENGRAM_TOKEN: adminToken }
+      const count = async () => {
+        const listed = JSON.parse((await engram(["sessions", "ls", "--json"], { env: { ...env, ENGRAM_URL: c.url } })).stdout) as unknown
+        return (Array.isArray(listed) ? listed : ((listed as { items?: unknown[] }).items ?? [])).length
+      }
+      const refused = await engram(["sessions", "create", "--mem", "256MiB", "--vcpus", "1", "--json"], { env: { ...env, ENGRAM_URL: `${gone.url},${c.url}` } })
+      expect(refused.code, refused.stderr).toBe(0)
+      const before = await count()
+      const timedOut = await engram(["sessions", "create", "--mem", "256MiB", "--vcpus", "1"], { env: { ...env, ENGRAM_URL: `${unsure.url},${c.url}` } })
+      expect([timedOut.code, unsure.requests()]).toEqual([1, 1])
+      expect(await count()).toBe(before)
+      const named = await engram(["sessions", "create", "--mem", "256MiB", "--vcpus", "1", "--id", "cli-failover-named"], { env: { ...env, ENGRAM_URL: `${unsure.url},${c.url}` } })
+      expect([named.code, unsure.requests()], named.stderr).toEqual([0, 2])
+    } finally {
+      await unsure.close()
+    }
+  })
+
   it("the coordinator's own answer is not retried on another replica (a 401 there is the answer)", async () => {
     const refusing = await answering(401, { error: "Unauthorized", message: "unknown token" })
     try {

@@ -173,17 +173,23 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
     const apis = yield* Effect.forEach(urls, (url) => Client.make({ baseUrl: url, token }))
     /** The replica in use: the last one that answered. */
     let current = 0
-    /** One try on replica `index`; on to the next when it is unreachable, `left` more times. */
-    const attempt = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, index: number, left: number): Fx<A> =>
+    /**
+     * One try on replica `index`; on to the next when it is unreachable, `left` more times. A call
+     * not safe to repeat (`once`) moves on only when it was never received (`Replicas.neverReceived`).
+     */
+    const attempt = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, index: number, left: number, once: boolean): Fx<A> =>
       request(apis[index]!).pipe(
         Effect.tap(() => Effect.sync(() => void (current = index))),
-        Effect.catch((e) => (left > 0 && Replicas.unreachable(e) ? attempt(request, (index + 1) % urls.length, left - 1) : Errors.fromFailure(urls[index]!)(e))),
+        Effect.catch((e) =>
+          left > 0 && (once ? Replicas.neverReceived(e) : Replicas.unreachable(e)) ? attempt(request, (index + 1) % urls.length, left - 1, once) : Errors.fromFailure(urls[index]!)(e),
+        ),
       )
-    const call = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>): Fx<A> => attempt(request, current, urls.length - 1)
+    const call = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, once = false): Fx<A> => attempt(request, current, urls.length - 1, once)
     const byId = (id: string) => ({ params: { id } })
 
     const sessions: EngramClientShape["sessions"] = {
-      create: (input) => call((api) => api.sessions.create({ payload: defined(input) })).pipe(Effect.map(tagged)),
+      // Without an id a create is not safe to repeat: a replica whose store call timed out may have placed it.
+      create: (input) => call((api) => api.sessions.create({ payload: defined(input) }), input.id === undefined).pipe(Effect.map(tagged)),
       get: (id) => call((api) => api.sessions.get(byId(id))),
       list: (q = {}) => call((api) => api.sessions.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => sessions.list({ ...q, cursor })),

@@ -102,3 +102,27 @@ export const unreachable = (e: { readonly _tag: string }): boolean => {
   return status !== undefined && gatewayStatuses.has(status)
 }
 
+
+/** Codes of a connection that was never made: the request was not sent, so nothing was done. */
+const notConnectedCodes = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"])
+
+/**
+ * Whether a failed call was certainly never received (its connection was refused, or the name or
+ * route not found): the one failure on which a call that is not safe to repeat, such as a create
+ * without an id, may move to the next replica. A timeout, a reset connection, a gateway's answer
+ * or the API's 503 `Unavailable` (a store call timed out: its write's outcome is unknown) may
+ * follow a write that committed, and the next replica would do it again.
+ */
+export const neverReceived = (e: unknown): boolean => {
+  const reason = (e as { readonly reason?: { readonly _tag?: string; readonly cause?: unknown } } | null)?.reason
+  if (reason?._tag !== "TransportError") return false
+  let cause: unknown = reason.cause
+  for (let depth = 0; depth < 6 && cause !== undefined && cause !== null; depth++) {
+    const c = cause as { readonly code?: unknown; readonly cause?: unknown; readonly errors?: readonly unknown[] }
+    if (typeof c.code === "string" && notConnectedCodes.has(c.code)) return true
+    // Node's fetch reports a host's several addresses' refusals as one AggregateError.
+    if (Array.isArray(c.errors) && c.errors.length > 0 && c.errors.every((x) => notConnectedCodes.has(String((x as { readonly code?: unknown }).code)))) return true
+    cause = c.cause
+  }
+  return false
+}
