@@ -614,6 +614,29 @@ export const resolveDataDir = (dataDir: string, env: Readonly<Record<string, str
 }
 
 /**
+ * The `ENGRAM_*` variable a config file's unknown key most likely meant: the variable of a
+ * `startCoordinator` key (`port` → `ENGRAM_PORT`, `limits` fields too), else the coordinator's
+ * variable nearest in spelling to the key as a variable (`prot` → `ENGRAM_PORT`), else null.
+ */
+export const fileKeyHint = (key: string): string | null => {
+  const byProgramKey = Object.entries(keyOfVariable).find(([, k]) => k === key || k === `limits.${key}`)?.[0]
+  if (byProgramKey !== undefined) return byProgramKey
+  const asVariable = key.startsWith("ENGRAM_") ? key : `ENGRAM_${key.replace(/([a-z0-9])([A-Z])/g, "$1_$2").toUpperCase()}`
+  return Env.unknown({ [asVariable]: "" }, variables.filter((v) => v !== "ENGRAM_CONFIG_FILE"))[0]?.didYouMean ?? null
+}
+
+/**
+ * A config file's unknown key as an issue, with the variable it likely meant. Its value is
+ * shown unless it may be a secret: a key that means a secret (`ENGRAM_ADMIN_TOKN`) or one
+ * that means nothing known.
+ */
+const unknownFileKey = (key: string, value: unknown, path: string): Env.Issue => {
+  const hint = fileKeyHint(key)
+  const rule = `is not a known setting (in ${path}; the file's keys are the ENGRAM_* variable names${hint === null ? "" : `: did you mean ${hint}?`})`
+  return { variable: key, rule, value: hint === null || secretVariables.has(hint) ? Env.hidden : value }
+}
+
+/**
  * Reads the configuration from `env` (default `process.env`) and the JSON file named by
  * `ENGRAM_CONFIG_FILE`, if any. Unknown keys in the file are refused (a typo never keeps a
  * default); an unknown `ENGRAM_*` variable in the environment is logged as a warning. A
@@ -634,8 +657,7 @@ export const fromEnvironment = (env: Readonly<Record<string, string | undefined>
         return yield* invalid([{ variable: "ENGRAM_CONFIG_FILE", rule: "must hold a JSON object of ENGRAM_* settings", value: path }])
       }
       const unknownKeys = Object.keys(read).filter((k) => !variables.includes(k) || k === "ENGRAM_CONFIG_FILE")
-      // Not echoed: a misspelt key may hold a secret (ENGRAM_ADMIN_TOKN).
-      fileIssues.push(...unknownKeys.map((k) => ({ variable: k, rule: `is not a known setting (in ${path})`, value: Env.hidden })))
+      fileIssues.push(...unknownKeys.map((k) => unknownFileKey(k, (read as Record<string, unknown>)[k], path)))
       file = Object.fromEntries(Object.entries(read).filter(([k]) => !unknownKeys.includes(k)))
     }
     for (const u of Env.unknown(env)) yield* Effect.logWarning(Env.unknownMessage(u), { variable: u.variable, didYouMean: u.didYouMean })

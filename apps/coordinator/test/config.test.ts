@@ -242,6 +242,24 @@ describe("configuration", () => {
     }
   })
 
+  it("a config file's unknown key names the ENGRAM_* variable it likely meant (a startCoordinator key, a misspelling); only a secret's value is hidden", async () => {
+    const file = join(mkdtempSync(join(tmpdir(), "engram-config-")), "c.json")
+    writeFileSync(file, JSON.stringify({ port: 17199, prot: 1, adminToken: "short", ENGRAM_ADMIN_TOKN: "s3cret-s3cret-s3cret", maxEntriesPerNode: 8, zzz: "x" }))
+    const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file }))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    const hint = (h: string) => `is not a known setting (in ${file}; the file's keys are the ENGRAM_* variable names: did you mean ${h}?)`
+    expect(error?.issues).toEqual([
+      { variable: "port", rule: hint("ENGRAM_PORT"), value: 17199 },
+      { variable: "prot", rule: hint("ENGRAM_PORT"), value: 1 },
+      { variable: "adminToken", rule: hint("ENGRAM_ADMIN_TOKEN"), value: Env.hidden },
+      { variable: "ENGRAM_ADMIN_TOKN", rule: hint("ENGRAM_ADMIN_TOKEN"), value: Env.hidden },
+      { variable: "maxEntriesPerNode", rule: hint("ENGRAM_MAX_ENTRIES_PER_NODE"), value: 8 },
+      { variable: "zzz", rule: `is not a known setting (in ${file}; the file's keys are the ENGRAM_* variable names)`, value: Env.hidden },
+    ])
+    expect(error?.message).not.toContain("s3cret")
+    expect(error?.message).not.toContain("short")
+  })
+
   it("every bad value is reported with its variable and rule", () => {
     const r = Config.parse({
       ENGRAM_PORT: "70000",
