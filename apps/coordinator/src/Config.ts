@@ -598,6 +598,16 @@ export const embeddedOnlySet = (config: CoordinatorConfig): readonly string[] =>
   return embeddedOnlyKeys.filter((k) => config[k] !== byDefault[k]).map((k) => settingVariables[k])
 }
 
+/**
+ * The start-up warning of a coordinator on PostgreSQL whose admin token was generated: every
+ * replica must share one `ENGRAM_ADMIN_TOKEN`, or each refuses the others' tokens (and forwarded
+ * creates, whose peer token derives from it). Names the file, never the token.
+ */
+export const generatedTokenOnPostgresWarning = (file: string | null): string =>
+  `ENGRAM_ADMIN_TOKEN is not set: this replica generated its own admin token${file === null ? "" : ` (in ${file})`}. ` +
+  "Every coordinator replica on this database must be started with the same ENGRAM_ADMIN_TOKEN, or each refuses the others' admin tokens " +
+  "and forwarded creates (ENGRAM_PLACEMENT_FORWARD) fail with 'invalid bearer token'. With one replica, set it anyway to keep it across data directories"
+
 /** The start-up warning for embedded-only settings given to a coordinator on PostgreSQL. */
 export const embeddedOnlyWarning = (variables: readonly string[]): string =>
   `${variables.join(", ")} ${variables.length === 1 ? "has" : "have"} no effect on PostgreSQL (ENGRAM_DATABASE_URL is set): ${variables.length === 1 ? "it applies" : "they apply"} to the embedded database (PGlite) only`

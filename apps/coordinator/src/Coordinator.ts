@@ -250,6 +250,8 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
     Effect.gen(function* () {
       const admin = yield* resolveAdminToken(config.adminToken, config.dataDir)
       if (admin.generated) yield* Effect.logInfo("generated an admin token", { adminTokenFile: admin.file })
+      // Replicas on one PostgreSQL each generate their own token otherwise, and refuse each other's.
+      if (admin.generated && backend === "postgres") yield* Effect.logWarning(Config.generatedTokenOnPostgresWarning(admin.file), { adminTokenFile: admin.file })
       return AdminToken.of({
         tokenHash: hashToken(admin.token),
         token: admin.token,

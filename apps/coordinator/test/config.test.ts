@@ -550,12 +550,12 @@ describe("embedded-only settings on PostgreSQL", () => {
   it("a coordinator on PostgreSQL warns once at start; with none set it says nothing", async () => {
     const db = await freshDatabase()
     try {
-      const warningsOf = (config: Config.CoordinatorConfigInput) => {
+      const warningsOf = (config: Config.CoordinatorConfigInput, withToken = true) => {
         const lines: string[] = []
         const capture = Logger.layer([Logger.make(({ logLevel, message }) => void (logLevel === "Warn" && lines.push(String(Array.isArray(message) ? message[0] : message))))])
         const dataDir = join(mkdtempSync(join(tmpdir(), "engram-config-")), "data")
         return Effect.runPromise(
-          Effect.scoped(Layer.build(Coordinator.layer({ reaper: false, config: { port: 0, adminToken, dataDir, databaseUrl: db.url, ...config } }))).pipe(
+          Effect.scoped(Layer.build(Coordinator.layer({ reaper: false, config: { port: 0, ...(withToken ? { adminToken } : {}), dataDir, databaseUrl: db.url, ...config } }))).pipe(
             Effect.provide(capture),
             Effect.map(() => lines),
           ),
@@ -565,6 +565,10 @@ describe("embedded-only settings on PostgreSQL", () => {
         "ENGRAM_PGLITE_WORKER has no effect on PostgreSQL (ENGRAM_DATABASE_URL is set): it applies to the embedded database (PGlite) only",
       ])
       expect(await warningsOf({})).toEqual([])
+      // No ENGRAM_ADMIN_TOKEN: each replica would generate its own; it says so, naming the variable.
+      const generated = await warningsOf({}, false)
+      expect(generated).toHaveLength(1)
+      expect(generated[0]).toMatch(/^ENGRAM_ADMIN_TOKEN is not set: this replica generated its own admin token \(in .*admin-token\)\. Every coordinator replica on this database must be started with the same ENGRAM_ADMIN_TOKEN/)
     } finally {
       await db.drop()
     }
