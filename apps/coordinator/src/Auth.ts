@@ -23,6 +23,14 @@ export const newToken = (): string => randomBytes(32).toString("base64url")
 /** The SHA-256 of a token, hex. */
 export const hashToken = (token: string): string => createHash("sha256").update(token, "utf8").digest("hex")
 
+/**
+ * The admin token's fingerprint kept with the lease in PostgreSQL, so replicas can tell they
+ * were given different tokens: a SHA-256 apart from `hashToken` (domain-separated), so what the
+ * database holds is not the hash the admin is authenticated by.
+ */
+export const adminTokenFingerprint = (token: string): string =>
+  createHash("sha256").update("engram admin token fingerprint\0", "utf8").update(token, "utf8").digest("hex")
+
 /** Constant-time comparison of two hex hashes. */
 export const sameHash = (a: string, b: string): boolean => {
   const ba = Buffer.from(a, "hex")

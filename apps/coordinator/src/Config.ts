@@ -615,6 +615,16 @@ export const embeddedOnlySet = (config: CoordinatorConfig): readonly string[] =>
   return embeddedOnlyKeys.filter((k) => config[k] !== byDefault[k]).map((k) => settingVariables[k])
 }
 
+/**
+ * The start-up warning of a coordinator on PostgreSQL whose admin token was generated: every
+ * replica must share one `ENGRAM_ADMIN_TOKEN`, or each refuses the others' tokens (and forwarded
+ * creates, whose peer token derives from it). Names the file, never the token.
+ */
+export const generatedTokenOnPostgresWarning = (file: string | null): string =>
+  `ENGRAM_ADMIN_TOKEN is not set: this replica generated its own admin token${file === null ? "" : ` (in ${file})`}. ` +
+  "Every coordinator replica on this database must be started with the same ENGRAM_ADMIN_TOKEN, or each refuses the others' admin tokens " +
+  "and forwarded creates (ENGRAM_PLACEMENT_FORWARD) fail with 'invalid bearer token'. With one replica, set it anyway to keep it across data directories"
+
 /** The start-up warning for embedded-only settings given to a coordinator on PostgreSQL. */
 export const embeddedOnlyWarning = (variables: readonly string[]): string =>
   `${variables.join(", ")} ${variables.length === 1 ? "has" : "have"} no effect on PostgreSQL (ENGRAM_DATABASE_URL is set): ${variables.length === 1 ? "it applies" : "they apply"} to the embedded database (PGlite) only`
@@ -628,6 +638,29 @@ export const embeddedOnlyWarning = (variables: readonly string[]): string =>
 export const resolveDataDir = (dataDir: string, env: Readonly<Record<string, string | undefined>>): string => {
   const base = env["INIT_CWD"]
   return isAbsolute(dataDir) || base === undefined || base === "" ? dataDir : resolve(base, dataDir)
+}
+
+/**
+ * The `ENGRAM_*` variable a config file's unknown key most likely meant: the variable of a
+ * `startCoordinator` key (`port` → `ENGRAM_PORT`, `limits` fields too), else the coordinator's
+ * variable nearest in spelling to the key as a variable (`prot` → `ENGRAM_PORT`), else null.
+ */
+export const fileKeyHint = (key: string): string | null => {
+  const byProgramKey = Object.entries(keyOfVariable).find(([, k]) => k === key || k === `limits.${key}`)?.[0]
+  if (byProgramKey !== undefined) return byProgramKey
+  const asVariable = key.startsWith("ENGRAM_") ? key : `ENGRAM_${key.replace(/([a-z0-9])([A-Z])/g, "$1_$2").toUpperCase()}`
+  return Env.unknown({ [asVariable]: "" }, variables.filter((v) => v !== "ENGRAM_CONFIG_FILE"))[0]?.didYouMean ?? null
+}
+
+/**
+ * A config file's unknown key as an issue, with the variable it likely meant. Its value is
+ * shown unless it may be a secret: a key that means a secret (`ENGRAM_ADMIN_TOKN`) or one
+ * that means nothing known.
+ */
+const unknownFileKey = (key: string, value: unknown, path: string): Env.Issue => {
+  const hint = fileKeyHint(key)
+  const rule = `is not a known setting (in ${path}; the file's keys are the ENGRAM_* variable names${hint === null ? "" : `: did you mean ${hint}?`})`
+  return { variable: key, rule, value: hint === null || secretVariables.has(hint) ? Env.hidden : value }
 }
 
 /**
@@ -651,8 +684,7 @@ export const fromEnvironment = (env: Readonly<Record<string, string | undefined>
         return yield* invalid([{ variable: "ENGRAM_CONFIG_FILE", rule: "must hold a JSON object of ENGRAM_* settings", value: path }])
       }
       const unknownKeys = Object.keys(read).filter((k) => !variables.includes(k) || k === "ENGRAM_CONFIG_FILE")
-      // Not echoed: a misspelt key may hold a secret (ENGRAM_ADMIN_TOKN).
-      fileIssues.push(...unknownKeys.map((k) => ({ variable: k, rule: `is not a known setting (in ${path})`, value: Env.hidden })))
+      fileIssues.push(...unknownKeys.map((k) => unknownFileKey(k, (read as Record<string, unknown>)[k], path)))
       file = Object.fromEntries(Object.entries(read).filter(([k]) => !unknownKeys.includes(k)))
     }
     for (const u of Env.unknown(env)) yield* Effect.logWarning(Env.unknownMessage(u), { variable: u.variable, didYouMean: u.didYouMean })

@@ -22,7 +22,7 @@ import type { Server } from "node:http"
 import { createRequire } from "node:module"
 import { join, resolve } from "node:path"
 import { Assignments } from "./Assignments.js"
-import { AdminOnlyLive, AdminToken, BearerAuthLive, Credentials, hashToken, resolveAdminToken, ScrapeAuthLive } from "./Auth.js"
+import { AdminOnlyLive, AdminToken, adminTokenFingerprint, BearerAuthLive, Credentials, hashToken, resolveAdminToken, ScrapeAuthLive } from "./Auth.js"
 import type { CoordinatorConfig, CoordinatorConfigInput } from "./Config.js"
 import * as Config from "./Config.js"
 import * as DataDirLock from "./DataDirLock.js"
@@ -231,6 +231,8 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
   // This replica's internal address (forwarded creates come here while it leads): configured,
   // or its listen address once the server listens.
   let advertised: string | null = config.peerUrl
+  // This replica's admin token fingerprint, written with the lease: set once the token is resolved.
+  let adminFingerprint: string | null = null
   const leaderLayer =
     backend === "postgres" && databaseUrl !== null
       ? leaderPostgres(
@@ -238,6 +240,7 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
           { leaseDurationMs: config.leaseDurationMs, renewDeadlineMs: config.leaseRenewDeadlineMs },
           `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`,
           () => advertised,
+          () => adminFingerprint,
         )
       : leaderAlways
   // Replicas on one PostgreSQL wake each other's waiters through LISTEN/NOTIFY.
@@ -249,7 +252,10 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
     AdminToken,
     Effect.gen(function* () {
       const admin = yield* resolveAdminToken(config.adminToken, config.dataDir)
+      adminFingerprint = adminTokenFingerprint(admin.token)
       if (admin.generated) yield* Effect.logInfo("generated an admin token", { adminTokenFile: admin.file })
+      // Replicas on one PostgreSQL each generate their own token otherwise, and refuse each other's.
+      if (admin.generated && backend === "postgres") yield* Effect.logWarning(Config.generatedTokenOnPostgresWarning(admin.file), { adminTokenFile: admin.file })
       return AdminToken.of({
         tokenHash: hashToken(admin.token),
         token: admin.token,

@@ -186,7 +186,11 @@ export const defectReporter: Layer.Layer<never> = ErrorReporter.layer(
   { mergeWithExisting: true },
 )
 
-/** Logs a 5xx with its request id: a 503 (the store away, a move's outcome, shutdown) as a warning, else as an error with its cause. */
+/**
+ * Logs a 5xx with its request id: a move refused by the downtime guard (`ErrMoveDowntime`, an
+ * expected outcome) as info, another 503 (the store away, a move's outcome, shutdown) as a
+ * warning, else as an error with its cause.
+ */
 const log5xx = (
   status: number,
   body: Record<string, unknown> | null,
@@ -204,6 +208,7 @@ const log5xx = (
     message: typeof body?.["message"] === "string" ? body["message"] : null,
     ...(cause === undefined || status === 503 ? {} : { cause: Cause.pretty(cause) }),
   }
+  if (status === 503 && fields.error === "ErrMoveDowntime") return Effect.logInfo(`answered ${status}`, fields)
   return status === 503 ? Effect.logWarning(`answered ${status}`, fields) : Effect.logError(`answered ${status}`, fields)
 }
 

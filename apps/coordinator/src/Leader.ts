@@ -18,8 +18,13 @@ export const always: Layer.Layer<Leadership> = Leadership.single
  * The lease on the PostgreSQL at `url`, held as `holder` (unique per replica); while it leads,
  * it writes `advertise()` with the lease: the address other replicas forward creates to.
  */
-export const postgres = (url: string, times: LeaseTimes, holder?: string, advertise?: () => string | null): Layer.Layer<Leadership, Unavailable> =>
-  Lease.layer({ url, ...times, holder, advertise })
+export const postgres = (
+  url: string,
+  times: LeaseTimes,
+  holder?: string,
+  advertise?: () => string | null,
+  adminTokenHash?: () => string | null,
+): Layer.Layer<Leadership, Unavailable> => Lease.layer({ url, ...times, holder, advertise, adminTokenHash })
 
 /** How often a replica renews or looks at the lease: a third of the renew deadline, at most 2 s. */
 export const leaseRetryMs = (times: LeaseTimes): number => Math.max(10, Math.min(2000, Math.floor(times.renewDeadlineMs / 3)))

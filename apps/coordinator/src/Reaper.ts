@@ -17,6 +17,7 @@ import type { Event } from "@engram/reaper"
 import { CurrentFence, pruneKinds, Store } from "@engram/store"
 import type { DrainResult, ReclaimOptions, ReclaimResult, StoreShape } from "@engram/store"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
+import { AdminToken, adminTokenFingerprint, sameHash } from "./Auth.js"
 import { Leader, leaseRetryMs } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
 import type { MetricsShape } from "./Metrics.js"
@@ -345,20 +346,47 @@ export const ReconcileAtStart: Layer.Layer<never, never, Store | Metrics | Notif
   ),
 )
 
+/** The error logged when the leader's admin token differs from this replica's: what to do, never a token. */
+export const adminTokenMismatchMessage =
+  "this replica's admin token differs from the one the leader (the reaper's lease holder) was started with: " +
+  "each refuses the other's admin token ('invalid bearer token') and forwarded creates fail. Start every replica on this database with the same ENGRAM_ADMIN_TOKEN. " +
+  "If you are rotating it, this clears once every replica runs the new one"
+
+/**
+ * Compares the leader's admin token fingerprint, as the lease last showed it, with this
+ * replica's (constant time): an error when they start to differ (once per leader's
+ * fingerprint), an info line when they agree again. Unknown (no leader seen, PGlite): nothing.
+ */
+const adminTokenCheck = (own: string) => {
+  let reported: string | null = null
+  return (leaders: string | null): Effect.Effect<void> => {
+    if (leaders === null || leaders === reported) return Effect.void
+    if (sameHash(leaders, own)) {
+      const was = reported
+      reported = null
+      return was === null ? Effect.void : Effect.logInfo("this replica's admin token now matches the leader's")
+    }
+    reported = leaders
+    return Effect.logError(adminTokenMismatchMessage)
+  }
+}
+
 /**
  * The reaper loop: the lease renewed (or watched) every `leaseRetryMs`, and every
  * `reaperIntervalMs` one pass while this replica leads. The two loops are apart so that a long
  * pass never delays a renewal. Lives as long as the layer.
  */
-export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | Leader | Settings> = Layer.effectDiscard(
+export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | Leader | Settings | AdminToken> = Layer.effectDiscard(
   Effect.gen(function* () {
     const settings = yield* Settings
     const store = yield* Store
     const leader = yield* Leader
     const metrics = yield* Metrics
+    const tokenCheck = adminTokenCheck(adminTokenFingerprint((yield* AdminToken).token))
     let wasLeader = false
     const lease = Effect.gen(function* () {
       const leading = yield* leader.tick
+      yield* tokenCheck(leader.leaderAdminTokenHash?.() ?? null)
       metrics.reaperLeader.set(leading ? 1 : 0)
       metrics.reaperLeaderChecks.inc()
       if (leading !== wasLeader) {

@@ -260,6 +260,24 @@ describe("configuration", () => {
     }
   })
 
+  it("a config file's unknown key names the ENGRAM_* variable it likely meant (a startCoordinator key, a misspelling); only a secret's value is hidden", async () => {
+    const file = join(mkdtempSync(join(tmpdir(), "engram-config-")), "c.json")
+    writeFileSync(file, JSON.stringify({ port: 17199, prot: 1, adminToken: "short", ENGRAM_ADMIN_TOKN: "s3cret-s3cret-s3cret", maxEntriesPerNode: 8, zzz: "x" }))
+    const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file }))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    const hint = (h: string) => `is not a known setting (in ${file}; the file's keys are the ENGRAM_* variable names: did you mean ${h}?)`
+    expect(error?.issues).toEqual([
+      { variable: "port", rule: hint("ENGRAM_PORT"), value: 17199 },
+      { variable: "prot", rule: hint("ENGRAM_PORT"), value: 1 },
+      { variable: "adminToken", rule: hint("ENGRAM_ADMIN_TOKEN"), value: Env.hidden },
+      { variable: "ENGRAM_ADMIN_TOKN", rule: hint("ENGRAM_ADMIN_TOKEN"), value: Env.hidden },
+      { variable: "maxEntriesPerNode", rule: hint("ENGRAM_MAX_ENTRIES_PER_NODE"), value: 8 },
+      { variable: "zzz", rule: `is not a known setting (in ${file}; the file's keys are the ENGRAM_* variable names)`, value: Env.hidden },
+    ])
+    expect(error?.message).not.toContain("s3cret")
+    expect(error?.message).not.toContain("short")
+  })
+
   it("every bad value is reported with its variable and rule", () => {
     const r = Config.parse({
       ENGRAM_PORT: "70000",
@@ -550,12 +568,12 @@ describe("embedded-only settings on PostgreSQL", () => {
   it("a coordinator on PostgreSQL warns once at start; with none set it says nothing", async () => {
     const db = await freshDatabase()
     try {
-      const warningsOf = (config: Config.CoordinatorConfigInput) => {
+      const warningsOf = (config: Config.CoordinatorConfigInput, withToken = true) => {
         const lines: string[] = []
         const capture = Logger.layer([Logger.make(({ logLevel, message }) => void (logLevel === "Warn" && lines.push(String(Array.isArray(message) ? message[0] : message))))])
         const dataDir = join(mkdtempSync(join(tmpdir(), "engram-config-")), "data")
         return Effect.runPromise(
-          Effect.scoped(Layer.build(Coordinator.layer({ reaper: false, config: { port: 0, adminToken, dataDir, databaseUrl: db.url, ...config } }))).pipe(
+          Effect.scoped(Layer.build(Coordinator.layer({ reaper: false, config: { port: 0, ...(withToken ? { adminToken } : {}), dataDir, databaseUrl: db.url, ...config } }))).pipe(
             Effect.provide(capture),
             Effect.map(() => lines),
           ),
@@ -565,6 +583,10 @@ describe("embedded-only settings on PostgreSQL", () => {
         "ENGRAM_PGLITE_WORKER has no effect on PostgreSQL (ENGRAM_DATABASE_URL is set): it applies to the embedded database (PGlite) only",
       ])
       expect(await warningsOf({})).toEqual([])
+      // No ENGRAM_ADMIN_TOKEN: each replica would generate its own; it says so, naming the variable.
+      const generated = await warningsOf({}, false)
+      expect(generated).toHaveLength(1)
+      expect(generated[0]).toMatch(/^ENGRAM_ADMIN_TOKEN is not set: this replica generated its own admin token \(in .*admin-token\)\. Every coordinator replica on this database must be started with the same ENGRAM_ADMIN_TOKEN/)
     } finally {
       await db.drop()
     }

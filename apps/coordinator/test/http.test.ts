@@ -389,6 +389,52 @@ describe("every 5xx carries a request id, in its header and body, and is logged 
   })
 })
 
+describe("a move refused by the downtime guard", () => {
+  it("answers 503 ErrMoveDowntime with its estimate and no Retry-After (retrying cannot help), logged at info, not as a warning", async () => {
+    const info = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Info", config: { port: 0, adminToken } })
+    try {
+      const admin = client(info.url, adminToken)
+      const hosts: Array<{ id: string; token: string }> = []
+      for (let i = 0; i < 2; i++) {
+        const id = uid("h")
+        const created = await admin.post("/v1/hosts", { id })
+        expect((await admin.put(`/v1/hosts/${id}/report`, { totalMib: 4096, allocatableMib: 3072, totalVcpus: 8 })).status).toBe(200)
+        hosts.push({ id, token: created.body.token as string })
+      }
+      const [src, dst] = hosts as [{ id: string; token: string }, { id: string; token: string }]
+      const sid = uid("s")
+      expect((await admin.post("/v1/sessions", { id: sid, memMib: 256, vcpus: 1, affinity: [src.id] })).body.hostId).toBe(src.id)
+      const agent = client(info.url, src.token)
+      await agent.post(`/v1/sessions/${sid}/started`)
+      const answer = raw(info.url, {
+        method: "POST",
+        path: `/v1/sessions/${sid}/move`,
+        headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
+        body: JSON.stringify({ targetHostId: dst.id, maxDowntimeMs: 480 }),
+      })
+      let moveId: string | undefined
+      for (let i = 0; i < 50 && moveId === undefined; i++) {
+        const a = await agent.get(`/v1/hosts/${src.id}/assignments${i === 0 ? "" : "?waitMs=2000"}`)
+        moveId = a.body.moves.find((m: { sessionId: string }) => m.sessionId === sid)?.id
+      }
+      expect(moveId).toBeDefined()
+      const { result: r, lines } = await logged(async () => {
+        expect((await agent.post(`/v1/moves/${moveId}/abort`, { reason: "ErrMoveDowntime: estimate over budget", estimateMs: 812 })).status).toBe(200)
+        return answer
+      })
+      expect(r.status).toBe(503)
+      expect(r.body).toMatchObject({ error: "ErrMoveDowntime", estimateMs: 812, maxDowntimeMs: 480, moveId })
+      expect(r.body.retryAfterMs).toBeUndefined()
+      expect(r.headers["retry-after"]).toBeUndefined()
+      const line = lines.split("\n").find((l) => l.includes(String(r.headers["x-request-id"])))
+      expect(line, lines).toContain("answered 503")
+      expect(JSON.parse(line ?? "{}")).toMatchObject({ level: "info", error: "ErrMoveDowntime" })
+    } finally {
+      await info.stop()
+    }
+  })
+})
+
 describe("every store call answers within ENGRAM_STORE_TIMEOUT_MS, whatever the backend", () => {
   it("a store call that never answers is a JSON 503 Unavailable with Retry-After naming the bound; the next call is served", async () => {
     let hang = true

@@ -154,7 +154,11 @@ export const TooManyRequestsResponse = TooManyRequests.pipe(
 const unavailableFields = {
   error: Schema.String,
   message: Schema.String,
-  retryAfterMs: Schema.Finite,
+  /**
+   * When a retry may succeed, ms (also the `Retry-After` header, in whole seconds). Absent when
+   * retrying the same request cannot help (`ErrMoveDowntime`: the guard refuses the same move again).
+   */
+  retryAfterMs: Schema.optionalKey(Schema.Finite),
   /** A move's answers: which move, its estimate (`ErrMoveDowntime`) and its budget. */
   moveId: Schema.optionalKey(Schema.String),
   estimateMs: Schema.optionalKey(Schema.Finite),
@@ -166,7 +170,8 @@ const unavailableFields = {
 /**
  * 503: the store is down or timed out (`Unavailable`: nothing changed, retry after
  * `retryAfterMs`), the coordinator is shutting down (`Unavailable`), or a move failed: refused
- * for downtime (`ErrMoveDowntime`, with `estimateMs`), aborted by its agent (`MoveAborted`),
+ * for downtime (`ErrMoveDowntime`, with `estimateMs` and no `retryAfterMs` nor `Retry-After`:
+ * the same move is refused again; raise `maxDowntimeMs` or move when the guest dirties less), aborted by its agent (`MoveAborted`),
  * not acted on in time (`MoveTimeout`), or still waiting for the source's commit after the
  * final round was recorded (`MoveCommitPending`: the move is left pending; `GET /v1/moves/{id}`
  * shows the outcome).
@@ -184,20 +189,20 @@ export const retryAfterSeconds = (retryAfterMs: number): number => Math.max(1, M
 /** `ServiceUnavailable` on the wire: the JSON body plus a `Retry-After` header in whole seconds. */
 export const ServiceUnavailableResponse = ServiceUnavailable.pipe(
   HttpApiSchema.encodeToWithHeaders(
-    { body: ServiceUnavailableBody, headers: { "retry-after": Schema.NumberFromString } },
+    { body: ServiceUnavailableBody, headers: { "retry-after": Schema.optionalKey(Schema.NumberFromString) } },
     {
       decode: ({ body }) => new ServiceUnavailable(body),
       encode: (e) => ({
         body: {
           error: e.error,
           message: e.message,
-          retryAfterMs: e.retryAfterMs,
+          ...(e.retryAfterMs === undefined ? {} : { retryAfterMs: e.retryAfterMs }),
           ...(e.moveId === undefined ? {} : { moveId: e.moveId }),
           ...(e.estimateMs === undefined ? {} : { estimateMs: e.estimateMs }),
           ...(e.maxDowntimeMs === undefined ? {} : { maxDowntimeMs: e.maxDowntimeMs }),
           ...(e.requestId === undefined ? {} : { requestId: e.requestId }),
         },
-        headers: { "retry-after": retryAfterSeconds(e.retryAfterMs) },
+        headers: e.retryAfterMs === undefined ? {} : { "retry-after": retryAfterSeconds(e.retryAfterMs) },
       }),
     },
   ),

@@ -22,7 +22,7 @@ export class OpsApi extends HttpApiGroup.make("ops", { topLevel: true }).add(
   HttpApiEndpoint.get("readyz", "/readyz", { success: Ready, error: ServiceUnavailableResponse }).annotateMerge(
     doc(
       "Readiness",
-      "Answers `{ok, store, leader}` once the store answers a read: the backend (`pglite`, `postgres`, `custom`) and whether this replica leads the reaper. 503 with `Retry-After` while the store cannot be read. No credential, no fleet data: for a readiness probe.",
+      "Answers `{ok, store, leader}` once the store answers a read: the backend (`pglite`, `postgres`, `custom`) and whether this replica leads the reaper; on PostgreSQL, once another replica leads, `adminTokenMatchesLeader` (false: the replicas were given different `ENGRAM_ADMIN_TOKEN`s; still ready). 503 with `Retry-After` while the store cannot be read. No credential, no fleet data: for a readiness probe.",
     ),
   ),
   HttpApiEndpoint.get("openapi", "/openapi.json", { success: Schema.Unknown }).annotateMerge(

@@ -534,5 +534,15 @@ export const Alive = Schema.Struct({ ok: Schema.Boolean })
 export type Alive = typeof Alive.Type
 
 /** `GET /readyz`: the store answered; which backend, and whether this replica leads the reaper. */
-export const Ready = Schema.Struct({ ok: Schema.Boolean, store: Schema.String, leader: Schema.Boolean })
+export const Ready = Schema.Struct({
+  ok: Schema.Boolean,
+  store: Schema.String,
+  leader: Schema.Boolean,
+  /**
+   * On PostgreSQL, whether this replica's admin token is the leader's (by the fingerprint the
+   * leader writes with its lease); absent while no other leader is known. `false`: the replicas
+   * were given different `ENGRAM_ADMIN_TOKEN`s (still ready: a rotation passes through it).
+   */
+  adminTokenMatchesLeader: Schema.optionalKey(Schema.Boolean),
+})
 export type Ready = typeof Ready.Type

@@ -114,7 +114,7 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
       .annotateMerge(
         doc(
           "Move a running session live",
-          `Begins a move to \`targetHostId\` (default: the best-ranked host that takes moves, its agent advertising a peer URL; none with room is 409 \`Refused\` \`no_fit\`) within \`maxDowntimeMs\` and waits for its outcome: 200 \`{move, downtimeMs, captureMs, sendMs, commitMs}\` when committed; 503 \`ErrMoveDowntime\` with \`estimateMs\` when the downtime guard refused it (the session runs on the source), \`MoveAborted\`, \`MoveTimeout\` when no agent acted in time, or \`MoveCommitPending\` when the source recorded its final round but has not committed yet (\`GET /v1/moves/{id}\` shows the outcome).${admin}`,
+          `Begins a move to \`targetHostId\` (default: the best-ranked host that takes moves, its agent advertising a peer URL; none with room is 409 \`Refused\` \`no_fit\`) within \`maxDowntimeMs\` and waits for its outcome: 200 \`{move, downtimeMs, captureMs, sendMs, commitMs}\` when committed; 503 \`ErrMoveDowntime\` with \`estimateMs\` and no \`Retry-After\` when the downtime guard refused it (the session runs on the source; the same move is refused again: raise \`maxDowntimeMs\` or move when the guest dirties less), \`MoveAborted\`, \`MoveTimeout\` when no agent acted in time, or \`MoveCommitPending\` when the source recorded its final round but has not committed yet (\`GET /v1/moves/{id}\` shows the outcome).${admin}`,
         ),
       ),
   )

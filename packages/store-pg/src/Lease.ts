@@ -17,7 +17,9 @@
  *
  * The holder also writes its internal address (`advertise`) with every renewal, and every other
  * replica reads it with its watch (`leaderUrl`): the coordinator's replicas forward their
- * creates to the holder there (its placer). Nothing else reads it.
+ * creates to the holder there (its placer). Nothing else reads it. Likewise a fingerprint of
+ * its admin token (`adminTokenHash`, read as `leaderAdminTokenHash`): replicas that must share
+ * one compare theirs with the holder's.
  */
 import { checkLeaseTimes, defaultLeaseTimes, type Fence, Leadership, type LeadershipShape, type LeaseTimes, type Unavailable } from "@engram/store"
 import { sql } from "drizzle-orm"
@@ -34,6 +36,8 @@ export interface LeaseOptions extends Partial<LeaseTimes> {
   readonly queryTimeoutMs?: number | undefined
   /** This replica's internal address, written with the lease while it holds it (read at each write; null: none yet). */
   readonly advertise?: (() => string | null) | undefined
+  /** A fingerprint of this replica's admin token, written with the lease while it holds it (read at each write; null: none). */
+  readonly adminTokenHash?: (() => string | null) | undefined
 }
 
 interface Row {
@@ -42,6 +46,7 @@ interface Row {
   readonly renewals: number
   readonly durationMs: number
   readonly url: string | null
+  readonly adminTokenHash: string | null
 }
 
 const rowOf = (r: Record<string, unknown> | undefined): Row | null =>
@@ -53,10 +58,15 @@ const rowOf = (r: Record<string, unknown> | undefined): Row | null =>
         renewals: Number(r["renewals"]),
         durationMs: Number(r["lease_duration_ms"]),
         url: typeof r["url"] === "string" ? r["url"] : null,
+        adminTokenHash: typeof r["admin_token_hash"] === "string" ? r["admin_token_hash"] : null,
       }
 
 /** Leadership through the `leases` row of `options.name` on `db`; given up when the scope closes. */
-export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<LeadershipShape & { readonly holder: string; readonly leaderUrl: () => string | null }, never, Scope.Scope> =>
+export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
+  LeadershipShape & { readonly holder: string; readonly leaderUrl: () => string | null; readonly leaderAdminTokenHash: () => string | null },
+  never,
+  Scope.Scope
+> =>
   Effect.gen(function* () {
     const times: LeaseTimes = {
       leaseDurationMs: options.leaseDurationMs ?? defaultLeaseTimes.leaseDurationMs,
@@ -69,8 +79,10 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<Leadersh
     const timeout = Duration.millis(options.queryTimeoutMs ?? 2000)
     const clock = yield* Clock.Clock
     const advertise = options.advertise ?? (() => null)
-    /** The holder's address as last read (another replica's), or null. */
+    const adminTokenHash = options.adminTokenHash ?? (() => null)
+    /** The holder's address and admin token fingerprint as last read (another replica's), or null. */
     let holderUrl: string | null = null
+    let holderAdminTokenHash: string | null = null
 
     /** The epoch this replica holds the lease at (null: not held), and when it last renewed it. */
     let epoch: number | null = null
@@ -90,7 +102,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<Leadersh
     const attempt = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
       if (epoch !== null) {
-        const renewed = yield* query(sql`update leases set renewals = renewals + 1, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}
+        const renewed = yield* query(sql`update leases set renewals = renewals + 1, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}, admin_token_hash = ${adminTokenHash()}
           where name = ${name} and holder = ${holder} and epoch = ${epoch} returning epoch`)
         if (renewed.length === 1) {
           renewedAt = now
@@ -99,21 +111,22 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<Leadersh
         yield* Effect.logWarning("lease lost: another replica holds it", { lease: name, holder, epoch })
         epoch = null
       }
-      const row = rowOf((yield* query(sql`select holder, epoch, renewals, lease_duration_ms, url from leases where name = ${name}`))[0])
+      const row = rowOf((yield* query(sql`select holder, epoch, renewals, lease_duration_ms, url, admin_token_hash from leases where name = ${name}`))[0])
       if (row === null) {
-        const inserted = yield* query(sql`insert into leases (name, holder, epoch, renewals, lease_duration_ms, url)
-          values (${name}, ${holder}, 1, 0, ${times.leaseDurationMs}, ${advertise()}) on conflict (name) do nothing returning epoch`)
+        const inserted = yield* query(sql`insert into leases (name, holder, epoch, renewals, lease_duration_ms, url, admin_token_hash)
+          values (${name}, ${holder}, 1, 0, ${times.leaseDurationMs}, ${advertise()}, ${adminTokenHash()}) on conflict (name) do nothing returning epoch`)
         if (inserted.length === 1) took(1, now)
         return isLeader()
       }
       holderUrl = row.holder === holder ? null : row.url
+      holderAdminTokenHash = row.holder === holder ? null : row.adminTokenHash
       if (seen === null || seen.holder !== row.holder || seen.epoch !== row.epoch || seen.renewals !== row.renewals || seen.durationMs !== row.durationMs) {
         seen = row
         seenAt = now
       }
       // Alive while it changes; unchanged for the holder's whole lease: taken over, if still as seen.
       if (now - seenAt < row.durationMs) return false
-      const taken = yield* query(sql`update leases set holder = ${holder}, epoch = epoch + 1, renewals = 0, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}
+      const taken = yield* query(sql`update leases set holder = ${holder}, epoch = epoch + 1, renewals = 0, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}, admin_token_hash = ${adminTokenHash()}
         where name = ${name} and epoch = ${row.epoch} and renewals = ${row.renewals} returning epoch`)
       if (taken.length === 1) {
         took(Number(taken[0]?.["epoch"]), now)
@@ -143,6 +156,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<Leadersh
       isLeader,
       fence: (): Fence | null => (isLeader() && epoch !== null ? { name, epoch } : null),
       leaderUrl: () => (isLeader() ? advertise() : epoch === null ? holderUrl : null),
+      leaderAdminTokenHash: () => (isLeader() ? adminTokenHash() : epoch === null ? holderAdminTokenHash : null),
     }
   })
 

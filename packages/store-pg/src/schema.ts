@@ -287,6 +287,11 @@ export const leases = pgTable(
     leaseDurationMs: bigint("lease_duration_ms", { mode: "number" }).notNull(),
     /** The holder's internal address (the coordinator's placer, `ENGRAM_PLACEMENT_FORWARD`); null when it has none. */
     url: text("url"),
+    /**
+     * A fingerprint of the holder's admin token (a domain-separated SHA-256, never the token):
+     * a replica whose own differs says so (replicas must share `ENGRAM_ADMIN_TOKEN`); null: none.
+     */
+    adminTokenHash: text("admin_token_hash"),
   },
   (t) => [check("leases_epoch_check", sql`${t.epoch} >= 1`)],
 )

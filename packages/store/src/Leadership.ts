@@ -55,6 +55,11 @@ export interface LeadershipShape {
    * advertised, or not known. Where the coordinator's replicas forward their creates. No I/O.
    */
   readonly leaderUrl?: (() => string | null) | undefined
+  /**
+   * A fingerprint of the leader's admin token as last seen (its own while it leads), or null:
+   * none written, or not known. Replicas compare theirs with it. No I/O.
+   */
+  readonly leaderAdminTokenHash?: (() => string | null) | undefined
 }
 
 export class Leadership extends Context.Service<Leadership, LeadershipShape>()("@engram/store/Leadership") {

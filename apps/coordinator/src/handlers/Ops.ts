@@ -6,6 +6,7 @@ import { StorePg } from "@engram/store-pg"
 import { Effect, Option } from "effect"
 import { HttpApiBuilder, OpenApi } from "effect/http-api"
 import * as HandlerGroup from "../HandlerGroup.js"
+import { AdminToken, adminTokenFingerprint, sameHash } from "../Auth.js"
 import { api } from "../HttpErrors.js"
 import { Leader } from "../Leader.js"
 import { Metrics } from "../Metrics.js"
@@ -46,6 +47,12 @@ export const OpsHandlers = HandlerGroup.make(
     const settings = yield* Settings
     const leader = yield* Leader
     const health = yield* StoreHealth
+    const ownFingerprint = adminTokenFingerprint((yield* AdminToken).token)
+    /** Whether this replica's admin token is the leader's, when another leader is known (constant time). */
+    const tokenMatch = (): { readonly adminTokenMatchesLeader?: boolean } => {
+      const leaders = leader.isLeader() ? null : (leader.leaderAdminTokenHash?.() ?? null)
+      return leaders === null ? {} : { adminTokenMatchesLeader: sameHash(leaders, ownFingerprint) }
+    }
     // A store on PostgreSQL or PGlite counts its placements' version checks; another store does not.
     const stats = yield* Effect.serviceOption(StorePg.PlacementStats)
     const spec = OpenApi.fromApi(EngramApi)
@@ -63,7 +70,7 @@ export const OpsHandlers = HandlerGroup.make(
               : Effect.fail(new ServiceUnavailable({ error: "DiskFull", message: `${full}; not ready until a write succeeds again`, retryAfterMs: 30_000 }))
           }).pipe(
             Effect.andThen(api(store.metrics())),
-            Effect.map(() => ({ ok: true, store: settings.backend, leader: leader.isLeader() })),
+            Effect.map(() => ({ ok: true, store: settings.backend, leader: leader.isLeader(), ...tokenMatch() })),
             Effect.mapError((e) => (e instanceof ServiceUnavailable ? e : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: 1000 }))),
           ),
         )

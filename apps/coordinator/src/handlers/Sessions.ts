@@ -30,12 +30,13 @@ const commitPendingRetryAfterMs = 5000
 /** A move's outcome as the HTTP answer: 200 with the figures, or 503 naming what happened. */
 const moveAnswer = (o: MoveOutcome) => {
   const m = o.move
-  const fail = (error: string, message: string, extra: { readonly estimateMs?: number; readonly retryAfterMs?: number } = {}) =>
+  // `retryAfterMs: null`: no retry hint, the same request gets the same answer.
+  const fail = (error: string, message: string, extra: { readonly estimateMs?: number; readonly retryAfterMs?: number | null } = {}) =>
     Effect.fail(
       new ServiceUnavailable({
         error,
         message,
-        retryAfterMs: extra.retryAfterMs ?? 1000,
+        ...(extra.retryAfterMs === null ? {} : { retryAfterMs: extra.retryAfterMs ?? 1000 }),
         moveId: m.id,
         maxDowntimeMs: m.maxDowntimeMs,
         ...(extra.estimateMs === undefined ? {} : { estimateMs: extra.estimateMs }),
@@ -45,7 +46,7 @@ const moveAnswer = (o: MoveOutcome) => {
     case "Committed":
       return Effect.succeed({ move: m, ...o.phases })
     case "Refused":
-      return fail("ErrMoveDowntime", m.abortReason ?? "refused for downtime", { estimateMs: o.estimateMs })
+      return fail("ErrMoveDowntime", m.abortReason ?? "refused for downtime", { estimateMs: o.estimateMs, retryAfterMs: null })
     case "Aborted":
       return fail("MoveAborted", m.abortReason ?? "aborted")
     case "TimedOut":

@@ -1,0 +1,1 @@
+ALTER TABLE "leases" ADD COLUMN "admin_token_hash" text;
