@@ -490,8 +490,9 @@ const why = Command.make("why", { id: id("the session") }, (a) =>
     ]
     if (q.tooBig) lines.push("No host could take it even empty: it waits until a bigger host joins.")
     else {
-      const parked = yield* call(target, client.sessions.listAll({ state: "parked" }))
-      const hint = Why.parksHint(s.budget, q.noFit, parked)
+      // Best effort: the hint is extra, a failed read of the parks leaves it out.
+      const parked = yield* Effect.result(client.sessions.listAll({ state: "parked" }))
+      const hint = parked._tag === "Success" ? Why.parksHint(s.budget, q.noFit, parked.success) : null
       if (hint !== null) lines.push(hint)
     }
     if (q.noFit.length > 0) {

@@ -63,8 +63,9 @@ export const parksHint = (
     })
     .map((d) => d.hostId)
     .sort()
-  const parks = `${count} parked session${count === 1 ? "" : "s"} on ${full.length === 1 ? "its" : "their"} host${full.length === 1 ? "" : "s"}`
+  // Which parks, and how many, the configured policy descends is the reaper's choice: say only where parks could make the room.
+  const parks = `${count} parked session${count === 1 ? "" : "s"} on ${full.length === 1 ? "a full host" : "full hosts"}`
   return enough.length > 0
-    ? `Parks will make room: the park gate descends ${parks} (the oldest on each host, one per pass) while this waits; their room would hold it on ${enough.join(", ")}.`
-    : `The park gate descends ${parks} while this waits, but ${count === 1 ? "its" : "their"} room would not hold it on any one host.`
+    ? `Parks can make room: ${parks}; descending parks would hold it on ${enough.join(", ")} (the park gate yields parks while a session waits).`
+    : `There ${count === 1 ? "is" : "are"} ${parks}, but ${count === 1 ? "its" : "their"} room would not hold it on any one host.`
 }

@@ -77,9 +77,9 @@ describe("why a session waits", () => {
     ]
     const park = (hostId: string, memMib: number) => ({ hostId, budget: { memMib, vcpus: 1 } })
     expect(Why.parksHint(budget, noFit, [park("a", 1024), park("b", 512), park("c", 4096)])).toBe(
-      "Parks will make room: the park gate descends 2 parked sessions on their hosts (the oldest on each host, one per pass) while this waits; their room would hold it on a.",
+      "Parks can make room: 2 parked sessions on full hosts; descending parks would hold it on a (the park gate yields parks while a session waits).",
     )
-    expect(Why.parksHint(budget, noFit, [park("b", 512)])).toBe("The park gate descends 1 parked session on its host while this waits, but its room would not hold it on any one host.")
+    expect(Why.parksHint(budget, noFit, [park("b", 512)])).toBe("There is 1 parked session on a full host, but its room would not hold it on any one host.")
     // No parks where room is short (a cordoned host's do not count), or a host has room now: nothing to say.
     expect(Why.parksHint(budget, noFit, [park("c", 4096)])).toBeNull()
     expect(Why.parksHint(budget, [...noFit, { hostId: "d", reason: "fits_now", freeMib: 4096, freeVcpus: 4 }], [park("a", 1024)])).toBeNull()

@@ -621,7 +621,7 @@ export const embeddedOnlySet = (config: CoordinatorConfig): readonly string[] =>
  * creates, whose peer token derives from it). Names the file, never the token.
  */
 export const generatedTokenOnPostgresWarning = (file: string | null): string =>
-  `ENGRAM_ADMIN_TOKEN is not set: this replica generated its own admin token${file === null ? "" : ` (in ${file})`}. ` +
+  `ENGRAM_ADMIN_TOKEN is not set: this replica uses an admin token it generated${file === null ? "" : ` (in ${file})`}. ` +
   "Every coordinator replica on this database must be started with the same ENGRAM_ADMIN_TOKEN, or each refuses the others' admin tokens " +
   "and forwarded creates (ENGRAM_PLACEMENT_FORWARD) fail with 'invalid bearer token'. With one replica, set it anyway to keep it across data directories"
 
@@ -653,14 +653,14 @@ export const fileKeyHint = (key: string): string | null => {
 }
 
 /**
- * A config file's unknown key as an issue, with the variable it likely meant. Its value is
- * shown unless it may be a secret: a key that means a secret (`ENGRAM_ADMIN_TOKN`) or one
- * that means nothing known.
+ * A config file's unknown key as an issue, with the variable it likely meant. Its value is shown
+ * only when it is a number or a boolean: an unknown key's string may be a secret whatever the
+ * nearest variable (`pgUrl` holding a password reads as `ENGRAM_PEER_URL`).
  */
 const unknownFileKey = (key: string, value: unknown, path: string): Env.Issue => {
   const hint = fileKeyHint(key)
   const rule = `is not a known setting (in ${path}; the file's keys are the ENGRAM_* variable names${hint === null ? "" : `: did you mean ${hint}?`})`
-  return { variable: key, rule, value: hint === null || secretVariables.has(hint) ? Env.hidden : value }
+  return { variable: key, rule, value: typeof value === "number" || typeof value === "boolean" ? value : Env.hidden }
 }
 
 /**

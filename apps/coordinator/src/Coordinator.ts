@@ -254,8 +254,9 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       const admin = yield* resolveAdminToken(config.adminToken, config.dataDir)
       adminFingerprint = adminTokenFingerprint(admin.token)
       if (admin.generated) yield* Effect.logInfo("generated an admin token", { adminTokenFile: admin.file })
-      // Replicas on one PostgreSQL each generate their own token otherwise, and refuse each other's.
-      if (admin.generated && backend === "postgres") yield* Effect.logWarning(Config.generatedTokenOnPostgresWarning(admin.file), { adminTokenFile: admin.file })
+      // Replicas on one PostgreSQL each generate their own token otherwise, and refuse each other's:
+      // said at every start from a token file, not only the one that generated it.
+      if (admin.file !== null && backend === "postgres") yield* Effect.logWarning(Config.generatedTokenOnPostgresWarning(admin.file), { adminTokenFile: admin.file })
       return AdminToken.of({
         tokenHash: hashToken(admin.token),
         token: admin.token,

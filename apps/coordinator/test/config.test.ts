@@ -260,9 +260,12 @@ describe("configuration", () => {
     }
   })
 
-  it("a config file's unknown key names the ENGRAM_* variable it likely meant (a startCoordinator key, a misspelling); only a secret's value is hidden", async () => {
+  it("a config file's unknown key names the ENGRAM_* variable it likely meant (a startCoordinator key, a misspelling); only numbers and booleans are shown", async () => {
     const file = join(mkdtempSync(join(tmpdir(), "engram-config-")), "c.json")
-    writeFileSync(file, JSON.stringify({ port: 17199, prot: 1, adminToken: "short", ENGRAM_ADMIN_TOKN: "s3cret-s3cret-s3cret", maxEntriesPerNode: 8, zzz: "x" }))
+    writeFileSync(
+      file,
+      JSON.stringify({ port: 17199, prot: 1, adminToken: "short", ENGRAM_ADMIN_TOKN: "s3cret-s3cret-s3cret", maxEntriesPerNode: 8, zzz: "x", pgUrl: "postgres://engram:hunter2pw@db/engram", ENGRAM_PEER_KEY: "peer-sekret" }),
+    )
     const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file }))
     const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
     const hint = (h: string) => `is not a known setting (in ${file}; the file's keys are the ENGRAM_* variable names: did you mean ${h}?)`
@@ -273,9 +276,11 @@ describe("configuration", () => {
       { variable: "ENGRAM_ADMIN_TOKN", rule: hint("ENGRAM_ADMIN_TOKEN"), value: Env.hidden },
       { variable: "maxEntriesPerNode", rule: hint("ENGRAM_MAX_ENTRIES_PER_NODE"), value: 8 },
       { variable: "zzz", rule: `is not a known setting (in ${file}; the file's keys are the ENGRAM_* variable names)`, value: Env.hidden },
+      { variable: "pgUrl", rule: hint("ENGRAM_PEER_URL"), value: Env.hidden },
+      { variable: "ENGRAM_PEER_KEY", rule: hint("ENGRAM_PEER_URL"), value: Env.hidden },
     ])
-    expect(error?.message).not.toContain("s3cret")
-    expect(error?.message).not.toContain("short")
+    // A string may be a secret whatever the nearest variable: a password in a URL read as ENGRAM_PEER_URL's.
+    for (const secret of ["s3cret", "short", "hunter2pw", "peer-sekret"]) expect(error?.message).not.toContain(secret)
   })
 
   it("every bad value is reported with its variable and rule", () => {
@@ -568,10 +573,9 @@ describe("embedded-only settings on PostgreSQL", () => {
   it("a coordinator on PostgreSQL warns once at start; with none set it says nothing", async () => {
     const db = await freshDatabase()
     try {
-      const warningsOf = (config: Config.CoordinatorConfigInput, withToken = true) => {
+      const warningsOf = (config: Config.CoordinatorConfigInput, withToken = true, dataDir = join(mkdtempSync(join(tmpdir(), "engram-config-")), "data")) => {
         const lines: string[] = []
         const capture = Logger.layer([Logger.make(({ logLevel, message }) => void (logLevel === "Warn" && lines.push(String(Array.isArray(message) ? message[0] : message))))])
-        const dataDir = join(mkdtempSync(join(tmpdir(), "engram-config-")), "data")
         return Effect.runPromise(
           Effect.scoped(Layer.build(Coordinator.layer({ reaper: false, config: { port: 0, ...(withToken ? { adminToken } : {}), dataDir, databaseUrl: db.url, ...config } }))).pipe(
             Effect.provide(capture),
@@ -584,9 +588,12 @@ describe("embedded-only settings on PostgreSQL", () => {
       ])
       expect(await warningsOf({})).toEqual([])
       // No ENGRAM_ADMIN_TOKEN: each replica would generate its own; it says so, naming the variable.
-      const generated = await warningsOf({}, false)
+      const dataDir = join(mkdtempSync(join(tmpdir(), "engram-config-")), "data")
+      const generated = await warningsOf({}, false, dataDir)
       expect(generated).toHaveLength(1)
-      expect(generated[0]).toMatch(/^ENGRAM_ADMIN_TOKEN is not set: this replica generated its own admin token \(in .*admin-token\)\. Every coordinator replica on this database must be started with the same ENGRAM_ADMIN_TOKEN/)
+      expect(generated[0]).toMatch(/^ENGRAM_ADMIN_TOKEN is not set: this replica uses an admin token it generated \(in .*admin-token\)\. Every coordinator replica on this database must be started with the same ENGRAM_ADMIN_TOKEN/)
+      // A restart on the same data directory reads that token from its file: still its own, still said.
+      expect(await warningsOf({}, false, dataDir)).toEqual(generated)
     } finally {
       await db.drop()
     }

@@ -15,7 +15,7 @@ import { Downtime, Lifetime, Limits, Names } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
 import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, type Scope, Semaphore } from "effect"
-import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, ranBefore } from "./Coordinator.js"
+import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, neverRan, ranBefore } from "./Coordinator.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
 import * as Pacing from "./Pacing.js"
@@ -210,7 +210,16 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         const vm = yield* residents.get(s.id)
         if (vm === undefined) {
           const spec = specOf(s)
-          const image = yield* images.get(s.id)
+          const found = yield* images.get(s.id)
+          // An image of an earlier session of the same id is not this session's memory.
+          if (found !== undefined && neverRan(s)) {
+            yield* Effect.logWarning("an image under this session's id is of an earlier session of the same id; booting fresh, not restoring it", {
+              hostId: me,
+              sessionId: s.id,
+              imagePath: images.pathFor(s.id),
+            })
+          }
+          const image = found !== undefined && !neverRan(s) ? found : undefined
           if (image !== undefined) {
             const back = yield* runtime.restore(spec, image)
             yield* log("restored from its descent image", { sessionId: s.id, imageBytes: image.bytes, ...launchFields(back.launch) })

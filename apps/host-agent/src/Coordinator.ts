@@ -38,6 +38,13 @@ export const ranBefore = (s: AssignedSession): boolean =>
   s.createdAt !== undefined && s.lastActiveAt !== undefined && s.lastActiveAt > s.createdAt
 
 /**
+ * Whether the session certainly never ran: both figures given and equal (creation sets both). An
+ * image under its id is then another session's, one of the same id that ended before it (ids are
+ * free again once an ended session is pruned): never restored into this one.
+ */
+export const neverRan = (s: AssignedSession): boolean => s.createdAt !== undefined && s.lastActiveAt !== undefined && s.lastActiveAt <= s.createdAt
+
+/**
  * A move as the agent needs it. `targetPeerUrl`: where the target's agent serves its peers, sent
  * to the source with the move (absent from an older coordinator, and from a fake's).
  */

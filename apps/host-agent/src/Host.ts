@@ -68,7 +68,8 @@ export interface HostAgentOptions {
   readonly stateFile?: string
   /**
    * Where descents write their image files; omitted = `engram-images-<host>` beside the state
-   * file, or under the temp directory without one (`ImageDir`): the same directory on every start.
+   * file (the same directory on every start), or a new temporary one per start without a state
+   * file (`ImageDir`).
    */
   readonly imageDir?: string
   /** A ready runtime (tests); else QEMU with `qemu`, else the simulated one with `sim`. */

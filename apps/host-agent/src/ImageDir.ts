@@ -1,7 +1,7 @@
 /**
  * Where an agent keeps its descent images when `ENGRAM_AGENT_IMAGE_DIR` is unset. A descended
- * session's image is the user's memory: a restarted agent must find it again, so the default is
- * a fixed directory per host, never a new temporary one (before: `mkdtemp` on every start, so a
+ * session's image is the user's memory: a restarted agent must find it again, so an agent with a
+ * state file keeps them in a fixed directory per host (before: `mkdtemp` on every start, so a
  * restart lost every image and a resume booted a fresh guest).
  *
  * - With a state file: `engram-images-<host>` beside it, as QEMU's VM directory

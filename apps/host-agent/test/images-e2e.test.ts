@@ -4,7 +4,7 @@
  * `ENGRAM_AGENT_IMAGE_DIR`. A session descends (a queued one needs its room), the agent is
  * stopped (SIGTERM) and started again the same way, and the session is resumed.
  */
-import { mkdtempSync } from "node:fs"
+import { mkdtempSync, renameSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
@@ -109,5 +109,18 @@ describe("descent images outlive the agent", () => {
     expect(said.map((l) => [l.level, l.imagePath])).toEqual([["error", join(elsewhere, "d2", "image")]])
     expect(lines(agent, "started", "d2").map((l) => [l.from, l.imageMissing])).toEqual([["boot", true]])
     expect(lines(agent, "restored from its descent image", "d2")).toEqual([])
+  }, 120_000)
+
+  it("an image under a new session's id (an earlier session's of the same id) is not restored into it: the new session boots fresh", async () => {
+    // d2's image stayed in the default directory (the case before ran with another one): planted under a new id.
+    await agent.kill("SIGTERM")
+    await admin.call("DELETE", "/v1/sessions/d2")
+    renameSync(join(imageDir, "d2"), join(imageDir, "d3"))
+    agent = await start()
+    expect((await admin.call("POST", "/v1/sessions", { id: "d3", memMib: 2048, vcpus: 1 })).status).toBe(201)
+    await waitState("d3", "running", 60_000)
+    expect(lines(agent, "restored from its descent image", "d3")).toEqual([])
+    expect(lines(agent, "started", "d3").map((l) => l.from)).toEqual(["boot"])
+    expect(lines(agent, "an image under this session's id is of an earlier session of the same id; booting fresh, not restoring it", "d3")).toHaveLength(1)
   }, 120_000)
 })

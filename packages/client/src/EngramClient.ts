@@ -197,7 +197,9 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       resume: (id) => call((api) => api.sessions.resume(byId(id))).pipe(Effect.map(tagged)),
       end: (id) => call((api) => api.sessions.end(byId(id))),
       setTtl: (id, ttlMs) => call((api) => api.sessions.ttl({ ...byId(id), payload: { ttlMs } })),
-      move: (id, o) => call((api) => api.sessions.move({ ...byId(id), payload: defined(o) })),
+      // A move is begun and then waited for: cut off mid-wait, it may have begun (or committed), and
+      // the next replica would begin another. It moves on only from a replica that never received it.
+      move: (id, o) => call((api) => api.sessions.move({ ...byId(id), payload: defined(o) }), true),
       wait: (id, w) =>
         call((api) => api.sessions.wait({ ...byId(id), query: { ...defined(w), timeoutMs: w.timeoutMs ?? 30_000 } })).pipe(
           // A 409 of a wait: the state can no longer be reached.
@@ -225,7 +227,8 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
     }
 
     const reservations: EngramClientShape["reservations"] = {
-      reserve: (input) => call((api) => api.ledger.reserve({ payload: defined(input) })),
+      // Without an id a reservation is not safe to repeat (a second one would hold its room too).
+      reserve: (input) => call((api) => api.ledger.reserve({ payload: defined(input) }), input.id === undefined),
       get: (id) => call((api) => api.ledger.get(byId(id))),
       list: (q = {}) => call((api) => api.ledger.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => reservations.list({ ...q, cursor })),
