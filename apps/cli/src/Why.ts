@@ -66,6 +66,6 @@ export const parksHint = (
   // Which parks, and how many, the configured policy descends is the reaper's choice: say only where parks could make the room.
   const parks = `${count} parked session${count === 1 ? "" : "s"} on ${full.length === 1 ? "a full host" : "full hosts"}`
   return enough.length > 0
-    ? `Parks can make room: ${parks}; descending parks would hold it on ${enough.join(", ")} (the park gate yields parks while a session waits).`
+    ? `Parks can make room: ${parks}; descending them would make room for it on ${enough.join(", ")} (the park gate makes parks yield while a session waits).`
     : `There ${count === 1 ? "is" : "are"} ${parks}, but ${count === 1 ? "its" : "their"} room would not hold it on any one host.`
 }

@@ -77,7 +77,7 @@ describe("why a session waits", () => {
     ]
     const park = (hostId: string, memMib: number) => ({ hostId, budget: { memMib, vcpus: 1 } })
     expect(Why.parksHint(budget, noFit, [park("a", 1024), park("b", 512), park("c", 4096)])).toBe(
-      "Parks can make room: 2 parked sessions on full hosts; descending parks would hold it on a (the park gate yields parks while a session waits).",
+      "Parks can make room: 2 parked sessions on full hosts; descending them would make room for it on a (the park gate makes parks yield while a session waits).",
     )
     expect(Why.parksHint(budget, noFit, [park("b", 512)])).toBe("There is 1 parked session on a full host, but its room would not hold it on any one host.")
     // No parks where room is short (a cordoned host's do not count), or a host has room now: nothing to say.

@@ -213,7 +213,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           const found = yield* images.get(s.id)
           // An image of an earlier session of the same id is not this session's memory.
           if (found !== undefined && neverRan(s)) {
-            yield* Effect.logWarning("an image under this session's id is of an earlier session of the same id; booting fresh, not restoring it", {
+            yield* Effect.logWarning("an image under this session's id is taken for an earlier session's of the same id (this one never ran); booting fresh, the image is kept", {
               hostId: me,
               sessionId: s.id,
               imagePath: images.pathFor(s.id),
@@ -354,7 +354,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           case "pending":
             return ensureRunning(s).pipe(
               Effect.andThen(done(coordinator.started(s.id))),
-              Effect.andThen(images.remove(s.id)),
+              // An image judged another session's (this one never ran) is kept, not restored: the
+              // judgement compares two replicas' clocks, and a wrong one must not cost the memory.
+              Effect.andThen(neverRan(s) ? Effect.void : images.remove(s.id)),
             )
           case "running":
             return vm === undefined || vm.status === "paused" ? ensureRunning(s) : null

@@ -4,7 +4,7 @@
  * `ENGRAM_AGENT_IMAGE_DIR`. A session descends (a queued one needs its room), the agent is
  * stopped (SIGTERM) and started again the same way, and the session is resumed.
  */
-import { mkdtempSync, renameSync } from "node:fs"
+import { existsSync, mkdtempSync, renameSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
@@ -121,6 +121,8 @@ describe("descent images outlive the agent", () => {
     await waitState("d3", "running", 60_000)
     expect(lines(agent, "restored from its descent image", "d3")).toEqual([])
     expect(lines(agent, "started", "d3").map((l) => l.from)).toEqual(["boot"])
-    expect(lines(agent, "an image under this session's id is of an earlier session of the same id; booting fresh, not restoring it", "d3")).toHaveLength(1)
+    expect(lines(agent, "an image under this session's id is taken for an earlier session's of the same id (this one never ran); booting fresh, the image is kept", "d3")).toHaveLength(1)
+    // Kept, not restored: the judgement compares clocks, a wrong one must not cost the memory.
+    expect(existsSync(join(imageDir, "d3", "image"))).toBe(true)
   }, 120_000)
 })
