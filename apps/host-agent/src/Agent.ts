@@ -204,6 +204,29 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         return yield* runtime.start(spec)
       })
 
+    /**
+     * The descent's tag beside its image: the session's `createdAt` and `lastActiveAt` as the
+     * descending assignment carried them. A cold resume changes neither (and nothing else does
+     * while a session is descended), so a restore can tell its own descent from another one under
+     * the same id without comparing clocks. Best effort: without a tag the restore falls back to
+     * `neverRan`.
+     */
+    const writeDescentTag = (s: AssignedSession) =>
+      s.createdAt === undefined || s.lastActiveAt === undefined || images.writeTag === undefined
+        ? Effect.void
+        : images.writeTag(s.id, { createdAt: s.createdAt, lastActiveAt: s.lastActiveAt }).pipe(
+            Effect.catch((e) => Effect.logWarning("descent tag not written; a restore will judge the image by the session's figures", { hostId: me, sessionId: s.id, error: String(e) })),
+          )
+    /** Whether the image under `s`'s id is of its last descent: its tag matches, or (no tag, or no figures) the session ran before. */
+    const isThisDescent = (s: AssignedSession): Effect.Effect<boolean> =>
+      Effect.gen(function* () {
+        if (s.createdAt === undefined || s.lastActiveAt === undefined) return true
+        const tag = images.readTag === undefined ? undefined : yield* images.readTag(s.id)
+        if (typeof tag !== "object" || tag === null) return !neverRan(s)
+        const t = tag as { readonly createdAt?: unknown; readonly lastActiveAt?: unknown }
+        return t.createdAt === s.createdAt && t.lastActiveAt === s.lastActiveAt
+      })
+
     /** Makes the session's VM resident and running: unparked, restored from its descent image, or started. */
     const ensureRunning = (s: AssignedSession) =>
       Effect.gen(function* () {
@@ -211,15 +234,17 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (vm === undefined) {
           const spec = specOf(s)
           const found = yield* images.get(s.id)
-          // An image of an earlier session of the same id is not this session's memory.
-          if (found !== undefined && neverRan(s)) {
-            yield* Effect.logWarning("an image under this session's id is taken for an earlier session's of the same id (this one never ran); booting fresh, the image is kept", {
+          // An image of another descent (an earlier session of the same id, or an earlier descent
+          // of this one restored elsewhere since) is not this session's memory.
+          const ours = found === undefined ? true : yield* isThisDescent(s)
+          if (!ours) {
+            yield* Effect.logWarning("an image under this session's id is not of its last descent (another session of the same id, or an earlier descent); booting fresh, the image is kept", {
               hostId: me,
               sessionId: s.id,
               imagePath: images.pathFor(s.id),
             })
           }
-          const image = found !== undefined && !neverRan(s) ? found : undefined
+          const image = ours ? found : undefined
           if (image !== undefined) {
             const back = yield* runtime.restore(spec, image)
             yield* log("restored from its descent image", { sessionId: s.id, imageBytes: image.bytes, ...launchFields(back.launch) })
@@ -242,10 +267,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             yield* log("started", { sessionId: s.id, state: s.state, ...launchFields(started.launch) })
           }
           yield* residents.put({ ...spec, status: "running", reservationId: s.reservationId ?? null, moveId: null })
+          return !ours
         } else if (vm.status === "paused") {
           yield* timedLog("unparked", { sessionId: s.id }, runtime.unpark(s.id))
           yield* residents.update(s.id, (v) => ({ ...v, status: "running" }))
         }
+        return false
       })
 
     const park = (s: AssignedSession) =>
@@ -262,6 +289,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           // The image is a file of the image store; when `descend` answers, the VM and its RAM are gone.
           const path = yield* images.prepare(s.id)
           const image = yield* timedLog("descended to its image", { sessionId: s.id }, runtime.descend(s.id, path))
+          yield* writeDescentTag(s)
           yield* residents.remove(s.id)
           yield* log("descent image written", { sessionId: s.id, imageBytes: image.bytes, method: image.method, detail: image.detail })
         } else if ((yield* images.get(s.id)) === undefined) {
@@ -353,10 +381,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         switch (s.state) {
           case "pending":
             return ensureRunning(s).pipe(
-              Effect.andThen(done(coordinator.started(s.id))),
-              // An image judged another session's (this one never ran) is kept, not restored: the
-              // judgement compares two replicas' clocks, and a wrong one must not cost the memory.
-              Effect.andThen(neverRan(s) ? Effect.void : images.remove(s.id)),
+              // An image not of this descent is kept, not removed: it may be a user's memory still.
+              Effect.flatMap((keptForeign) => done(coordinator.started(s.id)).pipe(Effect.andThen(keptForeign ? Effect.void : images.remove(s.id)))),
             )
           case "running":
             return vm === undefined || vm.status === "paused" ? ensureRunning(s) : null

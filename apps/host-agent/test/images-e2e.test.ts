@@ -4,7 +4,7 @@
  * `ENGRAM_AGENT_IMAGE_DIR`. A session descends (a queued one needs its room), the agent is
  * stopped (SIGTERM) and started again the same way, and the session is resumed.
  */
-import { existsSync, mkdtempSync, renameSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, renameSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
@@ -34,6 +34,8 @@ const lines = (a: AgentProcess, msg: string, sessionId?: string): Record<string,
       }
     })
     .filter((l) => l.msg === msg && (sessionId === undefined || l.sessionId === sessionId))
+
+const foreign = "an image under this session's id is not of its last descent (another session of the same id, or an earlier descent); booting fresh, the image is kept"
 
 const start = (env: Record<string, string> = {}) =>
   spawnAgent({ ...host, dir, defaultImageDir: true, env: { ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(STALE_MS), ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_REPORT_MS: "2000", ...env } })
@@ -121,8 +123,25 @@ describe("descent images outlive the agent", () => {
     await waitState("d3", "running", 60_000)
     expect(lines(agent, "restored from its descent image", "d3")).toEqual([])
     expect(lines(agent, "started", "d3").map((l) => l.from)).toEqual(["boot"])
-    expect(lines(agent, "an image under this session's id is taken for an earlier session's of the same id (this one never ran); booting fresh, the image is kept", "d3")).toHaveLength(1)
+    expect(lines(agent, foreign, "d3")).toHaveLength(1)
     // Kept, not restored: the judgement compares clocks, a wrong one must not cost the memory.
+    expect(existsSync(join(imageDir, "d3", "image"))).toBe(true)
+  }, 120_000)
+
+  it("an image of an earlier descent of the same session (its tag's lastActiveAt older than the session's) is not restored: the session boots fresh and the image is kept", async () => {
+    // d3 runs (it ran, so the figures alone would call any image its own); it descends, writing its tag.
+    await descend("d3", "q3")
+    const tagFile = join(imageDir, "d3", "descent.json")
+    const tag = JSON.parse(readFileSync(tagFile, "utf8")) as { createdAt: unknown; lastActiveAt: unknown }
+    expect(tag).toEqual({ createdAt: (await session("d3")).createdAt, lastActiveAt: (await session("d3")).lastActiveAt })
+    // As if this image were of an earlier descent (the session ran elsewhere since): its tag is older.
+    writeFileSync(tagFile, JSON.stringify({ createdAt: tag.createdAt, lastActiveAt: (tag.lastActiveAt as number) - 60_000 }))
+    const before = lines(agent, "started", "d3").length
+    expect((await admin.call("POST", "/v1/sessions/d3/resume")).status).toBe(201)
+    await waitState("d3", "running", 60_000)
+    expect(lines(agent, "restored from its descent image", "d3")).toEqual([])
+    expect(lines(agent, "started", "d3").length).toBe(before + 1)
+    expect(lines(agent, foreign, "d3").length).toBeGreaterThanOrEqual(2)
     expect(existsSync(join(imageDir, "d3", "image"))).toBe(true)
   }, 120_000)
 })

@@ -4,7 +4,7 @@
  * must be restored into, and a mapped image's RAM file). A resumed (descended → pending)
  * session is restored from it; a restore may take the runtime's files back out of it.
  */
-import { mkdir, rm, stat } from "node:fs/promises"
+import { mkdir, readFile, rm, stat, writeFile } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { Effect } from "effect"
 import type { DescentImage } from "./Runtime.js"
@@ -19,11 +19,19 @@ export interface ImageStore {
   readonly get: (vmId: string) => Effect.Effect<DescentImage | undefined>
   /** Removes the image and its side files; removing an absent one succeeds. */
   readonly remove: (vmId: string) => Effect.Effect<void>
+  /**
+   * Writes a small JSON record beside `vmId`'s image (the agent's descent tag: which descent wrote
+   * it). Optional: a store without it keeps no tags.
+   */
+  readonly writeTag?: (vmId: string, tag: unknown) => Effect.Effect<void, unknown>
+  /** The record `writeTag` wrote beside `vmId`'s image; undefined when there is none (or it does not parse). */
+  readonly readTag?: (vmId: string) => Effect.Effect<unknown>
 }
 
 /** An image store in the directory `root`. */
 export const directory = (root: string): ImageStore => {
   const pathFor = (vmId: string) => join(root, encodeURIComponent(vmId), "image")
+  const tagPathOf = (vmId: string) => join(root, encodeURIComponent(vmId), "descent.json")
   return {
     root,
     pathFor,
@@ -35,5 +43,11 @@ export const directory = (root: string): ImageStore => {
         Effect.orElseSucceed(() => undefined),
       ),
     remove: (vmId) => Effect.promise(() => rm(dirname(pathFor(vmId)), { recursive: true, force: true })),
+    writeTag: (vmId, tag) => Effect.tryPromise(() => writeFile(tagPathOf(vmId), JSON.stringify(tag))),
+    readTag: (vmId) =>
+      Effect.tryPromise(() => readFile(tagPathOf(vmId), "utf8")).pipe(
+        Effect.map((text): unknown => JSON.parse(text)),
+        Effect.orElseSucceed(() => undefined),
+      ),
   }
 }
