@@ -267,12 +267,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             yield* log("started", { sessionId: s.id, state: s.state, ...launchFields(started.launch) })
           }
           yield* residents.put({ ...spec, status: "running", reservationId: s.reservationId ?? null, moveId: null })
-          return !ours
         } else if (vm.status === "paused") {
           yield* timedLog("unparked", { sessionId: s.id }, runtime.unpark(s.id))
           yield* residents.update(s.id, (v) => ({ ...v, status: "running" }))
         }
-        return false
       })
 
     const park = (s: AssignedSession) =>
@@ -288,6 +286,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (vm !== undefined) {
           // The image is a file of the image store; when `descend` answers, the VM and its RAM are gone.
           const path = yield* images.prepare(s.id)
+          // An earlier descent's tag (its image kept) must not stand beside this one's image if the
+          // new tag is not written: cleared first, so a restore then judges by the figures.
+          if (images.writeTag !== undefined) yield* images.writeTag(s.id, null).pipe(Effect.ignore)
           const image = yield* timedLog("descended to its image", { sessionId: s.id }, runtime.descend(s.id, path))
           yield* writeDescentTag(s)
           yield* residents.remove(s.id)
@@ -381,8 +382,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         switch (s.state) {
           case "pending":
             return ensureRunning(s).pipe(
+              Effect.andThen(done(coordinator.started(s.id))),
               // An image not of this descent is kept, not removed: it may be a user's memory still.
-              Effect.flatMap((keptForeign) => done(coordinator.started(s.id)).pipe(Effect.andThen(keptForeign ? Effect.void : images.remove(s.id)))),
+              // Judged again here, not by the pass that booted the guest: a retry finds it resident.
+              Effect.andThen(Effect.flatMap(isThisDescent(s), (ours) => (ours ? images.remove(s.id) : Effect.void))),
             )
           case "running":
             return vm === undefined || vm.status === "paused" ? ensureRunning(s) : null
