@@ -67,6 +67,8 @@ export class AdminToken extends Context.Service<
     readonly tokenHash: string
     readonly token: string
     readonly file: string | null
+    /** The token's fingerprint kept with the lease (`adminTokenFingerprint`), computed once. */
+    readonly fingerprint: string
     /** The SHA-256 of `ENGRAM_METRICS_TOKEN`; null when none is set. */
     readonly metricsTokenHash: string | null
   }

@@ -252,7 +252,8 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
     AdminToken,
     Effect.gen(function* () {
       const admin = yield* resolveAdminToken(config.adminToken, config.dataDir)
-      adminFingerprint = adminTokenFingerprint(admin.token)
+      const fingerprint = adminTokenFingerprint(admin.token)
+      adminFingerprint = fingerprint
       if (admin.generated) yield* Effect.logInfo("generated an admin token", { adminTokenFile: admin.file })
       // Replicas on one PostgreSQL each generate their own token otherwise, and refuse each other's:
       // said at every start from a token file, not only the one that generated it.
@@ -261,6 +262,7 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
         tokenHash: hashToken(admin.token),
         token: admin.token,
         file: admin.file,
+        fingerprint,
         metricsTokenHash: config.metricsToken === null ? null : hashToken(Redacted.value(config.metricsToken)),
       })
     }),

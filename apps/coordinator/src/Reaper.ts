@@ -17,7 +17,7 @@ import type { Event } from "@engram/reaper"
 import { CurrentFence, pruneKinds, Store } from "@engram/store"
 import type { DrainResult, ReclaimOptions, ReclaimResult, StoreShape } from "@engram/store"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
-import { AdminToken, adminTokenFingerprint, sameHash } from "./Auth.js"
+import { AdminToken, sameHash } from "./Auth.js"
 import { Leader, leaseRetryMs } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
 import type { MetricsShape } from "./Metrics.js"
@@ -288,6 +288,9 @@ const leadingNow = Effect.map(Effect.serviceOption(Leader), (leader) => () => Op
 /** The fence the pass's writes carry: the leader's epoch (none without a Leader, or on a single process). */
 const fenceNow = Effect.map(Effect.serviceOption(Leader), (leader) => (Option.isNone(leader) ? null : leader.value.fence()))
 
+/** The park policy of the passes and the immediate reaction: `parkRule` of the `Settings` in context, `park` without. */
+const ruleNow = Effect.map(Effect.serviceOption(Settings), (settings) => (Option.isSome(settings) ? parkRule(settings.value.config) : park))
+
 /**
  * One reaper pass (`@engram/reaper`'s). Never fails: a store failure ends the pass (and is logged
  * and counted). Its moves for starving sessions and its failover grace (`ENGRAM_RECLAIM_GRACE_MS`)
@@ -305,7 +308,7 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const t0 = performance.now()
   // Every write of the pass carries the leader's epoch: refused in its transaction once a newer leader exists.
   const reclaimGraceMs = Option.isSome(settings) ? settings.value.config.reclaimGraceMs : undefined
-  const rule = Option.isSome(settings) ? parkRule(settings.value.config) : park
+  const rule = yield* ruleNow
   // A gap in the leader's contacts with the store restarts the grace: a third of the stale window, at least two passes.
   const reclaimGapMs = Reclaim.graceGapMs(store.limits().heartbeatStaleWindowMs, store.limits().reaperIntervalMs)
   const report = yield* Reaper.pass({ policy: rule.name, policyOptions: rule.options, leading, state: stateFor(store), moves, retention: kept, reclaimGraceMs, reclaimGapMs }).pipe(
@@ -329,8 +332,7 @@ export const ReactAtOnce: Layer.Layer<Trigger, never, Store | Metrics | Notifier
     const metrics = yield* Metrics
     const notifier = yield* Notifier
     const leading = yield* leadingNow
-    const settings = yield* Effect.serviceOption(Settings)
-    const rule = Option.isSome(settings) ? parkRule(settings.value.config) : park
+    const rule = yield* ruleNow
     return Trigger.layer({ policy: rule.name, policyOptions: rule.options, leading, state: stateFor(store) }).pipe(Layer.provide(listen(metrics, notifier)))
   }),
 )
@@ -382,7 +384,7 @@ export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | 
     const store = yield* Store
     const leader = yield* Leader
     const metrics = yield* Metrics
-    const tokenCheck = adminTokenCheck(adminTokenFingerprint((yield* AdminToken).token))
+    const tokenCheck = adminTokenCheck((yield* AdminToken).fingerprint)
     let wasLeader = false
     const lease = Effect.gen(function* () {
       const leading = yield* leader.tick

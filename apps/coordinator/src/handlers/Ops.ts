@@ -6,7 +6,7 @@ import { StorePg } from "@engram/store-pg"
 import { Effect, Option } from "effect"
 import { HttpApiBuilder, OpenApi } from "effect/http-api"
 import * as HandlerGroup from "../HandlerGroup.js"
-import { AdminToken, adminTokenFingerprint, sameHash } from "../Auth.js"
+import { AdminToken, sameHash } from "../Auth.js"
 import { api } from "../HttpErrors.js"
 import { Leader } from "../Leader.js"
 import { Metrics } from "../Metrics.js"
@@ -47,7 +47,7 @@ export const OpsHandlers = HandlerGroup.make(
     const settings = yield* Settings
     const leader = yield* Leader
     const health = yield* StoreHealth
-    const ownFingerprint = adminTokenFingerprint((yield* AdminToken).token)
+    const ownFingerprint = (yield* AdminToken).fingerprint
     /** Whether this replica's admin token is the leader's, when another leader is known (constant time). */
     const tokenMatch = (): { readonly adminTokenMatchesLeader?: boolean } => {
       const leaders = leader.isLeader() ? null : (leader.leaderAdminTokenHash?.() ?? null)
