@@ -248,23 +248,22 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           if (image !== undefined) {
             const back = yield* runtime.restore(spec, image)
             yield* log("restored from its descent image", { sessionId: s.id, imageBytes: image.bytes, ...launchFields(back.launch) })
-          } else if (s.state === "pending" && ranBefore(s)) {
+          } else {
             // Resumed from its descent, and its image is not here (descended on another host, or
             // the image directory changed): the guest boots fresh, as before, but not silently.
             // Holding the session pending instead would stall every cold resume placed on a host
             // other than the one that wrote the image (placement does not follow images yet), and
             // the coordinator has no call to hear that a restore failed.
-            const imagePath = images.pathFor(s.id)
-            yield* Effect.logError("resumed session's descent image is not on this host; booting a fresh guest in its place: its memory is not restored", {
-              hostId: me,
-              sessionId: s.id,
-              imagePath,
-            })
+            const imageMissing = s.state === "pending" && ranBefore(s)
+            if (imageMissing) {
+              yield* Effect.logError("resumed session's descent image is not on this host; booting a fresh guest in its place: its memory is not restored", {
+                hostId: me,
+                sessionId: s.id,
+                imagePath: images.pathFor(s.id),
+              })
+            }
             const started = yield* startNew(s, spec)
-            yield* log("started", { sessionId: s.id, state: s.state, imageMissing: true, ...launchFields(started.launch) })
-          } else {
-            const started = yield* startNew(s, spec)
-            yield* log("started", { sessionId: s.id, state: s.state, ...launchFields(started.launch) })
+            yield* log("started", { sessionId: s.id, state: s.state, ...(imageMissing ? { imageMissing } : {}), ...launchFields(started.launch) })
           }
           yield* residents.put({ ...spec, status: "running", reservationId: s.reservationId ?? null, moveId: null })
         } else if (vm.status === "paused") {

@@ -46,8 +46,8 @@ export const ownDirProblem = (dir: string, uid: number | undefined): string | un
 
 /**
  * The agent's image directory: `imageDir` as given (the operator's, created on first use), else
- * the default, made ready here (a new one per start without a state file). A default that is not this agent's own fails the start, naming
- * the variable that sets another.
+ * the default, made ready here (a new one per start without a state file). A default that is not
+ * this agent's own fails the start, naming the variable that sets another.
  */
 export const resolve = (hostId: string, imageDir: string | undefined, stateFile: string | undefined, tmp: string): Effect.Effect<string, Env.ConfigInvalid> =>
   Effect.suspend(() => {

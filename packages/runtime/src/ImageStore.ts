@@ -31,7 +31,7 @@ export interface ImageStore {
 /** An image store in the directory `root`. */
 export const directory = (root: string): ImageStore => {
   const pathFor = (vmId: string) => join(root, encodeURIComponent(vmId), "image")
-  const tagPathOf = (vmId: string) => join(root, encodeURIComponent(vmId), "descent.json")
+  const tagPathOf = (vmId: string) => join(dirname(pathFor(vmId)), "descent.json")
   return {
     root,
     pathFor,
