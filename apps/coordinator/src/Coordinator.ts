@@ -37,7 +37,7 @@ import { LongPolls } from "./LongPolls.js"
 import { Metrics } from "./Metrics.js"
 import { MoveWaiter } from "./MoveWaiter.js"
 import { Notifier } from "./Notifier.js"
-import { park, ReactAtOnce, reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
+import { parkRule, ReactAtOnce, reaperPass, ReaperLoop, ReconcileAtStart } from "./Reaper.js"
 import type { PassReport } from "./Reaper.js"
 import { Drainer } from "./Drainer.js"
 import { SessionWaiter } from "./SessionWaiter.js"
@@ -194,7 +194,7 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       ? StorePg.layer({
           url: databaseUrl,
           limits: config.limits,
-          park,
+          park: parkRule(config),
           placementReadMaxAgeMs: config.placementReadMaxAgeMs,
           connectTimeoutSec: Math.max(1, Math.ceil(config.storeTimeoutMs / 1000)),
           statementTimeoutMs: config.storeTimeoutMs,
@@ -213,7 +213,7 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
               worker: config.pgliteWorker === 1,
               onWorkerExit: (why) => Deferred.doneUnsafe(storeLost, Effect.succeed(why)),
               limits: config.limits,
-              park,
+              park: parkRule(config),
               ...batching,
             })
           }),

@@ -30,15 +30,17 @@ import { Settings } from "./Settings.js"
 export type PassReport = Reaper.PassReport
 
 /**
- * The park policy the coordinator runs, core's measured default: its reaper yields parks by it,
- * and its store's idle steps decide by it (`Coordinator.ts` hands it to the store).
+ * The park policy the coordinator runs, core's measured default, before the settings: `parkRule`
+ * applies them, and its result is what the reaper yields parks by and the store's idle steps
+ * decide by (`Coordinator.ts` hands it to the store).
  */
 export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
 
 /**
  * The park policy the reaper runs under the settings: `park` with its reserve's groups
  * (`ENGRAM_RESERVE_GROUPS`) and lead per class (`ENGRAM_RESERVE_LEAD_PER_CLASS`) as set, both on
- * by default (core's defaults); 0 turns one off. The store's idle steps read neither knob.
+ * by default (core's defaults); 0 turns one off. The stores are handed the same rule (their idle
+ * steps read its name, floor and starvation limit, neither knob), so one policy is in force.
  */
 export const parkRule = (config: Pick<CoordinatorConfig, "reserveGroups" | "reserveLeadPerClass">): ParkPolicy.Rule => ({
   name: park.name,
