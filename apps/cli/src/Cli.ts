@@ -50,6 +50,17 @@ const engram = Command.make("engram").pipe(
   Command.withDescription("engram: the fleet's hosts, sessions, queue and reservations, from the command line. engram coordinator and engram agent run the services (engram coordinator --help)."),
 )
 
+/**
+ * How long one try on one replica may go unanswered (`ENGRAM_TIMEOUT_MS`, ms, an integer > 0;
+ * unset: the client's 30 s): undefined for the default, or the usage error's words.
+ */
+export const callTimeoutMs = (env: Readonly<Record<string, string | undefined>>): number | undefined | string => {
+  const raw = env["ENGRAM_TIMEOUT_MS"]?.trim()
+  if (raw === undefined || raw === "") return undefined
+  const n = Number(raw)
+  return /^[0-9]+$/.test(raw) && Number.isSafeInteger(n) && n > 0 ? n : `ENGRAM_TIMEOUT_MS ${JSON.stringify(raw)}: must be an integer > 0 (ms)`
+}
+
 /** The shared flags, the target they resolve to, and a client on it. */
 const context = Effect.gen(function* () {
   const flags = yield* engram
@@ -60,7 +71,9 @@ const context = Effect.gen(function* () {
       message: "no token: pass --token, set ENGRAM_TOKEN, or run where the coordinator wrote .engram/admin-token (pnpm start at the repository root does)",
     })
   }
-  const client = yield* makeClient({ baseUrl: target.urls, token: target.token }).pipe(Effect.provide(FetchHttpClient.layer))
+  const timeoutMs = callTimeoutMs(process.env)
+  if (typeof timeoutMs === "string") return yield* new UsageError({ message: timeoutMs })
+  const client = yield* makeClient({ baseUrl: target.urls, token: target.token, timeoutMs }).pipe(Effect.provide(FetchHttpClient.layer))
   return { json: flags.json, target, client }
 })
 

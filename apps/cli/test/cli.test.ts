@@ -404,4 +404,13 @@ describe("several coordinator URLs (replicas)", () => {
     const flag = await engram(["status", "--url", "http://a:1,,http://b:2"], { env: { ENGRAM_TOKEN: adminToken } })
     expect([flag.code, flag.stderr]).toEqual([2, 'engram: --url "http://a:1,,http://b:2": must be one or more absolute http:// or https:// URLs, comma-separated, none empty\n'])
   })
+
+  it("ENGRAM_TIMEOUT_MS bounds a try on a replica that hangs (see @engram/client's hung.test.ts); a value that breaks the rule is a usage error", async () => {
+    for (const bad of ["0", "1.5", "30s", "-1"]) {
+      const r = await engram(["status"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: c.url, ENGRAM_TIMEOUT_MS: bad } })
+      expect([r.code, r.stderr]).toEqual([2, `engram: ENGRAM_TIMEOUT_MS ${JSON.stringify(bad)}: must be an integer > 0 (ms)\n`])
+    }
+    const ok = await engram(["status", "--json"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: c.url, ENGRAM_TIMEOUT_MS: "60000" } })
+    expect(ok.code, ok.stderr).toBe(0)
+  })
 })

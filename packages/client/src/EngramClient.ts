@@ -17,7 +17,7 @@
  */
 import { Client } from "@engram/api"
 import type { Payloads, Records } from "@engram/api"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Cause, Context, Duration, Effect, Layer, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import type { HttpClient } from "effect/http"
 import * as Errors from "./Errors.js"
@@ -36,7 +36,26 @@ export interface Options {
   readonly baseUrl: string | URL | readonly (string | URL)[]
   /** The admin token (or a host's own token, which acts for its own host only). */
   readonly token: string | Redacted.Redacted<string>
+  /**
+   * How long one try on one replica may go unanswered before it counts as hung (ms, an integer
+   * > 0; default 30,000): a replica that froze (a stopped process, a dead network path) holds no
+   * call forever. A hung try is unreachable (`Replicas.unreachable`): the call moves to the next
+   * replica if it is safe to repeat, else fails as a `TransportError` saying no answer came in
+   * time (a create without an id or a move may have been done). A wait's hold and a move's
+   * (`moveHoldMs`) are added to it.
+   */
+  readonly timeoutMs?: number | undefined
+  /**
+   * The longest a move's call is held by the coordinator (ms; default 120,000, the coordinator's
+   * `ENGRAM_MOVE_TIMEOUT_MS` default): a move's try may take this plus `timeoutMs`.
+   */
+  readonly moveHoldMs?: number | undefined
 }
+
+/** `Options.timeoutMs`' default. */
+export const defaultTimeoutMs = 30_000
+/** `Options.moveHoldMs`' default. */
+export const defaultMoveHoldMs = 120_000
 
 /** An input of the API as a call takes it: an optional field may also be `undefined` (sent as absent). */
 export type Input<T> = { readonly [K in keyof T]: object extends Pick<T, K> ? T[K] | undefined : T[K] }
@@ -171,20 +190,30 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
     const baseUrl = urls.join(",")
     const token = typeof options.token === "string" ? Redacted.make(options.token) : options.token
     const apis = yield* Effect.forEach(urls, (url) => Client.make({ baseUrl: url, token }))
+    for (const [field, value] of [["timeoutMs", options.timeoutMs], ["moveHoldMs", options.moveHoldMs]] as const)
+      if (value !== undefined && !(Number.isSafeInteger(value) && value > 0)) return yield* Effect.die(new Error(`${field} ${JSON.stringify(value)}: must be an integer > 0 (ms)`))
+    const timeoutMs = options.timeoutMs ?? defaultTimeoutMs
+    const moveHoldMs = options.moveHoldMs ?? defaultMoveHoldMs
     /** The replica in use: the last one that answered. */
     let current = 0
     /**
      * One try on replica `index`; on to the next when it is unreachable, `left` more times. A call
      * not safe to repeat (`once`) moves on only when it was never received (`Replicas.neverReceived`).
      */
-    const attempt = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, index: number, left: number, once: boolean): Fx<A> =>
+    const attempt = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, index: number, left: number, once: boolean, holdMs: number): Fx<A> =>
       request(apis[index]!).pipe(
+        Effect.timeout(Duration.millis(timeoutMs + holdMs)),
         Effect.tap(() => Effect.sync(() => void (current = index))),
         Effect.catch((e) =>
-          left > 0 && (once ? Replicas.neverReceived(e) : Replicas.unreachable(e)) ? attempt(request, (index + 1) % urls.length, left - 1, once) : Errors.fromFailure(urls[index]!)(e),
+          left > 0 && (once ? Replicas.neverReceived(e) : Replicas.unreachable(e))
+            ? attempt(request, (index + 1) % urls.length, left - 1, once, holdMs)
+            : Cause.isTimeoutError(e)
+              ? Effect.fail(new Errors.TransportError(urls[index]!, `no answer within ${timeoutMs + holdMs} ms${once ? " (it may have been done: look before trying again)" : ""}`))
+              : Errors.fromFailure(urls[index]!)(e),
         ),
       )
-    const call = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, once = false): Fx<A> => attempt(request, current, urls.length - 1, once)
+    const call = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, once = false, holdMs = 0): Fx<A> =>
+      attempt(request, current, urls.length - 1, once, holdMs)
     const byId = (id: string) => ({ params: { id } })
 
     const sessions: EngramClientShape["sessions"] = {
@@ -199,9 +228,9 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       setTtl: (id, ttlMs) => call((api) => api.sessions.ttl({ ...byId(id), payload: { ttlMs } })),
       // A move is begun and then waited for: cut off mid-wait, it may have begun (or committed), and
       // the next replica would begin another. It moves on only from a replica that never received it.
-      move: (id, o) => call((api) => api.sessions.move({ ...byId(id), payload: defined(o) }), true),
+      move: (id, o) => call((api) => api.sessions.move({ ...byId(id), payload: defined(o) }), true, moveHoldMs),
       wait: (id, w) =>
-        call((api) => api.sessions.wait({ ...byId(id), query: { ...defined(w), timeoutMs: w.timeoutMs ?? 30_000 } })).pipe(
+        call((api) => api.sessions.wait({ ...byId(id), query: { ...defined(w), timeoutMs: w.timeoutMs ?? 30_000 } }), false, w.timeoutMs ?? 30_000).pipe(
           // A 409 of a wait: the state can no longer be reached.
           Effect.mapError((e) => (e._tag === "Conflict" ? new Errors.Unreachable({ status: e.status, body: e.body }) : e)),
         ),
