@@ -106,11 +106,16 @@ if (traces !== undefined) {
 const only = arg("--only")?.split("|")
 const policies = (arg("--policies")?.split(",") ?? ["demand", "demand-fitting", "floor30", "demand-reserve"]) as ParkPolicy.Name[]
 const threads = Math.min(2, availableParallelism())
+/** `--baseline-table`'s value as a number: one that is not a whole number from 1 stops the run, quoting it as given. */
+const tableNumber = (given: string): number => {
+  if (!/^[1-9][0-9]*$/.test(given.trim())) throw new Error(`--baseline-table ${JSON.stringify(given)}: must be a whole number from 1 (the first goal table)`)
+  return Number(given)
+}
 const baselineFile = arg("--baseline")
 const baselineMd = arg("--baseline-md")
 const baseline: GoalTable.Stored[] | undefined =
   baselineMd !== undefined
-    ? GoalTable.fromMarkdown(readFileSync(baselineMd, "utf8"), Number(arg("--baseline-table") ?? 1), baselineMd)
+    ? GoalTable.fromMarkdown(readFileSync(baselineMd, "utf8"), tableNumber(arg("--baseline-table") ?? "1"), baselineMd)
     : baselineFile === undefined
       ? undefined
       : (JSON.parse(readFileSync(baselineFile, "utf8")) as GoalTable.Stored[])
