@@ -18,14 +18,70 @@ export const migrationsFolder: string = fileURLToPath(new URL("../drizzle", impo
 // An arbitrary constant: the advisory lock key of engram's migrations.
 const MIGRATION_LOCK_KEY = 7_310_452_001
 
-/** Applies the migrations to the database at `url` (PostgreSQL). Safe to run concurrently and repeatedly. */
-export const migrateUrl = async (url: string): Promise<void> => {
+/** How `migrateUrl` waits for the tables its migrations lock. */
+export interface MigrateOptions {
+  /**
+   * How long one try may wait for a table's lock (PostgreSQL's `lock_timeout`, ms; default 2,000).
+   * A migration that alters a table needs it alone: while it waits behind another replica's open
+   * transaction, every later statement on that table queues behind it, so a replica starting a
+   * rolling upgrade would stall the running ones for as long as that transaction lasts. Past this
+   * the try gives up its place (its transaction rolls back: nothing half-applied) and waits
+   * `pause` before the next.
+   */
+  readonly lockTimeoutMs?: number | undefined
+  /** How many tries before the start fails (default 30). */
+  readonly attempts?: number | undefined
+  /** The wait between tries, given the try that failed (default: 1 s, 2 s, … up to 5 s). */
+  readonly pause?: ((attempt: number) => Promise<void>) | undefined
+}
+
+/** PostgreSQL's SQLSTATE of a statement that waited past `lock_timeout`. */
+const LOCK_NOT_AVAILABLE = "55P03"
+
+const sqlState = (e: unknown): string | undefined => {
+  for (let c: unknown = e, depth = 0; c !== null && c !== undefined && depth < 5; depth++) {
+    const code = (c as { readonly code?: unknown }).code
+    if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) return code
+    c = (c as { readonly cause?: unknown }).cause
+  }
+  return undefined
+}
+
+const defaultPause = (attempt: number) => new Promise<void>((ok) => setTimeout(ok, Math.min(5_000, attempt * 1_000)))
+
+/**
+ * Applies the migrations to the database at `url` (PostgreSQL). Safe to run concurrently and
+ * repeatedly. A migration that cannot have its table's lock within `lockTimeoutMs` is tried
+ * again (`MigrateOptions`), so it never holds the running replicas' statements queued behind it
+ * for longer than that; after `attempts` tries it fails naming the lock wait.
+ */
+export const migrateUrl = async (url: string, options: MigrateOptions = {}): Promise<void> => {
+  const lockTimeoutMs = options.lockTimeoutMs ?? 2_000
+  const attempts = options.attempts ?? 30
+  const pause = options.pause ?? defaultPause
+  if (!Number.isSafeInteger(lockTimeoutMs) || lockTimeoutMs < 1) throw new Error(`lockTimeoutMs ${lockTimeoutMs}: must be an integer >= 1 (ms)`)
+  if (!Number.isSafeInteger(attempts) || attempts < 1) throw new Error(`attempts ${attempts}: must be an integer >= 1`)
   const client = postgres(url, { max: 1, onnotice: () => undefined, connect_timeout: 10 })
   try {
     await client`select pg_advisory_lock(${MIGRATION_LOCK_KEY})`
     try {
-      // drizzle is typed against upstream `postgres`; @engram/postgres is its fixed copy (PostgresJs.drizzleOn).
-      await migratePostgres(drizzlePostgres({ client: client as unknown as UpstreamSql }), { migrationsFolder })
+      await client.unsafe(`set lock_timeout = ${lockTimeoutMs}`)
+      for (let attempt = 1; ; attempt++) {
+        try {
+          // drizzle is typed against upstream `postgres`; @engram/postgres is its fixed copy (PostgresJs.drizzleOn).
+          await migratePostgres(drizzlePostgres({ client: client as unknown as UpstreamSql }), { migrationsFolder })
+          break
+        } catch (e) {
+          if (sqlState(e) !== LOCK_NOT_AVAILABLE) throw e
+          if (attempt >= attempts) {
+            throw new Error(
+              `a migration waited for a table's lock past lock_timeout ${lockTimeoutMs} ms on each of ${attempts} tries (another client holds a long transaction on it); nothing was applied by the last try`,
+              { cause: e },
+            )
+          }
+          await pause(attempt)
+        }
+      }
     } finally {
       await client`select pg_advisory_unlock(${MIGRATION_LOCK_KEY})`
     }

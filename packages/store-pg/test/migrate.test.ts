@@ -1,0 +1,95 @@
+// A replica starting a rolling upgrade applies its new migration without stalling the running
+// replicas: a migration whose table is held by another client's open transaction gives up its
+// place after `lock_timeout` (rolled back, nothing half-applied) and tries again, rather than
+// queueing every later statement on that table behind its wait. Real PostgreSQL.
+import { freshDatabase } from "@engram/test-pg"
+import type { TestDatabase } from "@engram/test-pg"
+import { drizzle } from "drizzle-orm/postgres-js"
+import { migrate as drizzleMigrate } from "drizzle-orm/postgres-js/migrator"
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import postgres from "postgres"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { migrationsFolder } from "../src/index.js"
+import { migrateUrl } from "../src/Migrate.js"
+
+let db: TestDatabase
+let older: string
+let entries: number
+beforeAll(async () => {
+  db = await freshDatabase()
+  // The migrations of the release before: every one but the last.
+  older = mkdtempSync(join(tmpdir(), "engram-migrations-"))
+  cpSync(migrationsFolder, older, { recursive: true })
+  const journal = JSON.parse(readFileSync(join(older, "meta", "_journal.json"), "utf8")) as { entries: unknown[] }
+  entries = journal.entries.length
+  journal.entries.pop()
+  writeFileSync(join(older, "meta", "_journal.json"), JSON.stringify(journal))
+  const client = postgres(db.url, { max: 1, onnotice: () => undefined })
+  try {
+    await drizzleMigrate(drizzle({ client }), { migrationsFolder: older })
+  } finally {
+    await client.end()
+  }
+}, 120_000)
+afterAll(async () => {
+  await db?.drop()
+  if (older !== undefined) rmSync(older, { recursive: true, force: true })
+})
+
+const applied = async (url: string): Promise<number> => {
+  const client = postgres(url, { max: 1, onnotice: () => undefined })
+  try {
+    const [row] = await client`select count(*)::int as n from drizzle.__drizzle_migrations`
+    return (row as { n: number }).n
+  } finally {
+    await client.end()
+  }
+}
+
+describe("migrations on a database in use", () => {
+  it("a migration whose table another client holds gives up after lock_timeout and tries again; it applies once the table is free", async () => {
+    expect(await applied(db.url)).toBe(entries - 1)
+    // A running replica's write in flight on every table (ROW EXCLUSIVE: what an insert or update
+    // holds until it commits), in a transaction left open.
+    const holder = postgres(db.url, { max: 1, onnotice: () => undefined })
+    const pauses: number[] = []
+    try {
+      const tables = (await holder`select tablename from pg_tables where schemaname = 'public'`).map((r) => `"${String(r["tablename"])}"`)
+      expect(tables.length).toBeGreaterThan(3)
+      let release!: () => void
+      const released = new Promise<void>((ok) => (release = ok))
+      let locked!: () => void
+      const isLocked = new Promise<void>((ok) => (locked = ok))
+      const holding = holder.begin(async (tx) => {
+        await tx.unsafe(`lock table ${tables.join(", ")} in row exclusive mode`)
+        locked()
+        await released
+      })
+      await isLocked
+      const refused = await migrateUrl(db.url, { lockTimeoutMs: 100, attempts: 3, pause: async (n) => void pauses.push(n) }).then(
+        () => undefined,
+        (e: unknown) => e as Error,
+      )
+      expect(refused?.message).toBe(
+        "a migration waited for a table's lock past lock_timeout 100 ms on each of 3 tries (another client holds a long transaction on it); nothing was applied by the last try",
+      )
+      expect(pauses).toEqual([1, 2])
+      expect(await applied(db.url)).toBe(entries - 1)
+      // The transaction it waited behind was never disturbed: it commits.
+      release()
+      await holding
+      await migrateUrl(db.url, { lockTimeoutMs: 100, attempts: 3, pause: async (n) => void pauses.push(n) })
+      expect(await applied(db.url)).toBe(entries)
+      expect(pauses).toEqual([1, 2])
+    } finally {
+      await holder.end()
+    }
+  }, 120_000)
+
+  it("options that break their rule are refused by name", async () => {
+    await expect(migrateUrl(db.url, { lockTimeoutMs: 0 })).rejects.toThrow("lockTimeoutMs 0: must be an integer >= 1 (ms)")
+    await expect(migrateUrl(db.url, { attempts: 1.5 })).rejects.toThrow("attempts 1.5: must be an integer >= 1")
+  })
+})
