@@ -33,6 +33,20 @@ export interface Watch {
   readonly next: (timeoutMs: number, options?: { readonly exact?: boolean }) => Effect.Effect<Woken>
 }
 
+/**
+ * A handler's write and the notices it owes, as one step its client's leaving does not cut (an
+ * uninterruptible region; every store call in it keeps its own bound, `StoreBound`, and a
+ * forwarded create its forward's). Cut between the store's commit and `notify`, the write would
+ * stand unheard: a write whose call was cut may still commit (a grouped create commits in the
+ * batch's own fiber; a statement sent is not taken back), and then another replica's cached
+ * assignments would never list a session placed here (its agent, polling there, would not start
+ * it), a rotated token's open long-polls there would stay open, a waiter would wait out its
+ * deadline. Seen with a replica frozen (SIGSTOP) while a client's create was in flight: the
+ * client gave up, the replica, resumed, placed the session and never told the replica its host
+ * polled. The answer to a client that left is dropped as before.
+ */
+export const withNotices = <A, E, R>(write: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => Effect.uninterruptible(write)
+
 export interface NotifierShape {
   /** Announces that these topics changed: wakes their waiters here and on every replica. */
   readonly notify: (...topics: readonly (string | null | undefined)[]) => Effect.Effect<void>

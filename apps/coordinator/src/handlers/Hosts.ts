@@ -10,7 +10,7 @@ import * as HandlerGroup from "../HandlerGroup.js"
 import { api } from "../HttpErrors.js"
 import { LongPolls } from "../LongPolls.js"
 import { Settings } from "../Settings.js"
-import { credentialTopic, fleetTopic, hostTopic, Notifier } from "../Notifier.js"
+import { credentialTopic, fleetTopic, hostTopic, Notifier, withNotices } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { hostJson, pageJson } from "../Views.js"
 
@@ -64,13 +64,13 @@ export const HostsHandlers = HandlerGroup.make(
       })
 
     const setState = (id: string, state: "ready" | "cordoned" | "draining") =>
-      Effect.gen(function* () {
+      withNotices(Effect.gen(function* () {
         const view = yield* api(store.setHostState(id, state))
         // Uncordoned: room appeared. Cordoned or draining: only the host's own view changed.
         if (state === "ready") yield* drainer.roomAppeared(hostTopic(id))
         else yield* notifier.notify(hostTopic(id))
         return hostJson(view)
-      })
+      }))
 
     return HttpApiBuilder.group(EngramApi, "hosts", (h) =>
       h
@@ -85,7 +85,7 @@ export const HostsHandlers = HandlerGroup.make(
         )
         .handle("list", ({ query }) => api(store.pageHosts({ limit: query.limit, cursor: query.cursor })).pipe(Effect.map((page) => pageJson(page, hostJson))))
         .handle("remove", ({ params }) =>
-          Effect.gen(function* () {
+          withNotices(Effect.gen(function* () {
             const view = yield* api(store.getHost(params.id))
             yield* api(store.removeHost(params.id))
             peerUrlOwed.delete(params.id)
@@ -93,17 +93,17 @@ export const HostsHandlers = HandlerGroup.make(
             // Its token stops working at once, its open long-polls with it (401), on every replica.
             yield* notifier.notify(hostTopic(params.id), credentialTopic(params.id))
             return hostJson(view)
-          }),
+          })),
         )
         .handle("rotateToken", ({ params }) =>
-          Effect.gen(function* () {
+          withNotices(Effect.gen(function* () {
             const token = newToken()
             yield* api(store.setHostTokenHash(params.id, hashToken(token)))
             // The old token's open long-polls end with 401 at once, on every replica.
             yield* notifier.notify(credentialTopic(params.id))
             yield* Effect.logInfo("host token rotated", { hostId: params.id })
             return { id: params.id, token }
-          }),
+          })),
         )
         .handle("get", ({ params }) => requireHostOrAdmin(params.id).pipe(Effect.andThen(api(store.getHost(params.id))), Effect.map(hostJson)))
         .handle("allowances", ({ params, query }) =>

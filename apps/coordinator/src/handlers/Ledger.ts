@@ -7,7 +7,7 @@ import { randomUUID } from "node:crypto"
 import { requireHostOrAdmin } from "../Auth.js"
 import * as HandlerGroup from "../HandlerGroup.js"
 import { api } from "../HttpErrors.js"
-import { fleetTopic, hostTopic, Notifier } from "../Notifier.js"
+import { fleetTopic, hostTopic, Notifier, withNotices } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { pageJson } from "../Views.js"
 
@@ -18,12 +18,12 @@ export const LedgerHandlers = HandlerGroup.make(
     const notifier = yield* Notifier
     return HttpApiBuilder.group(EngramApi, "ledger", (h) =>
       h
-        .handle("reserve", ({ payload }) => api(store.reserve({ ...payload, id: payload.id ?? randomUUID() })).pipe(Effect.tap(() => notifier.notify(fleetTopic))))
+        .handle("reserve", ({ payload }) => withNotices(api(store.reserve({ ...payload, id: payload.id ?? randomUUID() })).pipe(Effect.tap(() => notifier.notify(fleetTopic)))))
         .handle("list", ({ query }) =>
           api(store.pageReservations({ hostId: query.hostId }, { limit: query.limit, cursor: query.cursor })).pipe(Effect.map((page) => pageJson(page, (r) => r))),
         )
         .handle("get", ({ params }) => api(store.getReservation(params.id)))
-        .handle("release", ({ params }) => api(store.release(params.id)).pipe(Effect.tap((r) => drainer.roomAppeared(hostTopic(r.hostId)))))
+        .handle("release", ({ params }) => withNotices(api(store.release(params.id)).pipe(Effect.tap((r) => drainer.roomAppeared(hostTopic(r.hostId))))))
         .handle("heartbeat", ({ params }) =>
           api(store.getReservation(params.id)).pipe(
             Effect.tap((r) => requireHostOrAdmin(r.hostId)),

@@ -7,7 +7,7 @@ import { HttpApiBuilder } from "effect/http-api"
 import { requireHostOrAdmin, requireOwnHostList } from "../Auth.js"
 import * as HandlerGroup from "../HandlerGroup.js"
 import { api, badRequest } from "../HttpErrors.js"
-import { hostTopic, moveTopic, Notifier, sessionTopic } from "../Notifier.js"
+import { hostTopic, moveTopic, Notifier, sessionTopic, withNotices } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import * as Tracing from "../Tracing.js"
 import { pageJson } from "../Views.js"
@@ -44,14 +44,17 @@ export const MovesHandlers = HandlerGroup.make(
         )
         .handle("get", ({ params }) => moveFor(params.id, "either"))
         .handle("round", ({ params, payload }) =>
-          moveFor(params.id, "source").pipe(
-            // Once a final round is recorded, the store refuses the waiter's timeout abort: the record is the point of no return.
-            Effect.andThen(api(store.recordRound(params.id, payload))),
-            // Only the move's and the session's watchers (and the dashboard's): a round changes
-            // nothing an agent acts on, so it does not wake the hosts' long polls. Their reads
-            // (a store read each) would queue beside this move's next record, which may be the
-            // final round's, recorded while the guest is paused.
-            Effect.tap((m) => notifier.notify(moveTopic(m.id), sessionTopic(m.sessionId))),
+          withNotices(
+            moveFor(params.id, "source").pipe(
+              // Once a final round is recorded, the store refuses the waiter's timeout abort: the record is the point of no return.
+              Effect.andThen(api(store.recordRound(params.id, payload))),
+              // Only the move's and the session's watchers (and the dashboard's): a round changes
+              // nothing an agent acts on, so it does not wake the hosts' long polls. Their reads
+              // (a store read each) would queue beside this move's next record, which may be the
+              // final round's, recorded while the guest is paused.
+              Effect.tap((m) => notifier.notify(moveTopic(m.id), sessionTopic(m.sessionId))),
+            ),
+          ).pipe(
             step("engram.move.round", params.id, {
               "engram.round.kind": payload.kind,
               "engram.round.wire_bytes": payload.wireBytes,
@@ -61,9 +64,12 @@ export const MovesHandlers = HandlerGroup.make(
           ),
         )
         .handle("commit", ({ params, payload }) =>
-          moveFor(params.id, "source").pipe(
-            Effect.andThen(api(store.commitMove(params.id, phasesOf(payload), payload.guard ?? null))),
-            Effect.tap((m) => drainer.roomAppeared(...topics(m))),
+          withNotices(
+            moveFor(params.id, "source").pipe(
+              Effect.andThen(api(store.commitMove(params.id, phasesOf(payload), payload.guard ?? null))),
+              Effect.tap((m) => drainer.roomAppeared(...topics(m))),
+            ),
+          ).pipe(
             step("engram.move.commit", params.id, {
               "engram.move.downtime_ms": payload.downtimeMs,
               "engram.move.capture_ms": payload.captureMs,
@@ -74,7 +80,7 @@ export const MovesHandlers = HandlerGroup.make(
           ),
         )
         .handle("resolve", ({ params, payload }) =>
-          Effect.gen(function* () {
+          withNotices(Effect.gen(function* () {
             const m = yield* api(store.getMove(params.id))
             // The target's agent may report only that it runs the guest; an abort is the admin's word.
             if (payload.outcome === "commit") yield* requireHostOrAdmin(m.targetHostId)
@@ -88,17 +94,17 @@ export const MovesHandlers = HandlerGroup.make(
             yield* Effect.logWarning(`in-doubt move resolved: ${payload.outcome}`, { moveId: m.id, sessionId: m.sessionId, by, reason: payload.reason })
             yield* drainer.roomAppeared(...topics(resolved))
             return resolved
-          }),
+          })),
         )
         .handle("abort", ({ params, payload }) =>
-          Effect.gen(function* () {
+          withNotices(Effect.gen(function* () {
             yield* moveFor(params.id, "source")
             if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
             // The estimate is kept on the move record, so a waiter on any replica can answer it.
             const m = yield* api(store.abortMove(params.id, payload.reason, { estimateMs: payload.estimateMs }))
             yield* drainer.roomAppeared(...topics(m))
             return m
-          }).pipe(step("engram.move.abort", params.id, { "engram.move.abort_reason": payload.reason, ...(payload.estimateMs === undefined ? {} : { "engram.move.estimate_ms": payload.estimateMs }) })),
+          })).pipe(step("engram.move.abort", params.id, { "engram.move.abort_reason": payload.reason, ...(payload.estimateMs === undefined ? {} : { "engram.move.estimate_ms": payload.estimateMs }) })),
         )
     )
   }),

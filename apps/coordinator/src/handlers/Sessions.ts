@@ -15,7 +15,7 @@ import { LongPolls } from "../LongPolls.js"
 import { Metrics } from "../Metrics.js"
 import { MoveWaiter } from "../MoveWaiter.js"
 import type { MoveOutcome } from "../MoveWaiter.js"
-import { hostTopic, moveTopic, Notifier, queueTopic, sessionTopic } from "../Notifier.js"
+import { hostTopic, moveTopic, Notifier, queueTopic, sessionTopic, withNotices } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { SessionWaiter } from "../SessionWaiter.js"
 import * as Tracing from "../Tracing.js"
@@ -114,18 +114,19 @@ export const SessionsHandlers = HandlerGroup.make(
     return HttpApiBuilder.group(EngramApi, "sessions", (h) =>
       h
         .handle("create", ({ payload }) =>
-          api(
-            forwarder.create({
-              id: payload.id ?? randomUUID(),
-              budget: { memMib: payload.memMib, vcpus: payload.vcpus },
-              affinity: payload.affinity,
-              onNoRoom: payload.onNoRoom,
-              idleTimeoutMs: payload.idleTimeoutMs,
-              ttlMs: payload.ttlMs,
-              template: payload.template,
-            }),
+          withNotices(
+            api(
+              forwarder.create({
+                id: payload.id ?? randomUUID(),
+                budget: { memMib: payload.memMib, vcpus: payload.vcpus },
+                affinity: payload.affinity,
+                onNoRoom: payload.onNoRoom,
+                idleTimeoutMs: payload.idleTimeoutMs,
+                ttlMs: payload.ttlMs,
+                template: payload.template,
+              }),
+            ).pipe(Effect.tap((o) => placed(o, "create"))),
           ).pipe(
-            Effect.tap((o) => placed(o, "create")),
             Effect.tap((o) =>
               Tracing.annotate(span, { "engram.session.id": o.session.id, "engram.outcome": o._tag === "Placed" ? "placed" : "queued", "engram.host.id": o.session.hostId ?? "" }),
             ),
@@ -174,7 +175,7 @@ export const SessionsHandlers = HandlerGroup.make(
           ),
         )
         .handle("idle", ({ params }) =>
-          Effect.gen(function* () {
+          withNotices(Effect.gen(function* () {
             yield* sessionFor(params.id)
             // The store's step decides park or descent with the configured park policy.
             const after = yield* api(store.idle(params.id))
@@ -182,10 +183,10 @@ export const SessionsHandlers = HandlerGroup.make(
             else metrics.descents.inc({ reason: "idle" })
             yield* notifier.notify(hostTopic(after.hostId), sessionTopic(after.id))
             return { id: after.id, state: after.state }
-          }),
+          })),
         )
         .handle("resume", ({ params }) =>
-          Effect.gen(function* () {
+          withNotices(Effect.gen(function* () {
             const o = yield* api(store.resume(params.id))
             const answer = resumeAnswer(o)
             if (answer.resumed === "warm") {
@@ -197,24 +198,28 @@ export const SessionsHandlers = HandlerGroup.make(
               yield* placed(o, "resume")
             }
             return answer
-          }),
+          })),
         )
         .handle("started", ({ params }) =>
-          sessionFor(params.id).pipe(
-            Effect.andThen(api(store.markRunning(params.id))),
-            Effect.tap((s) => notifier.notify(hostTopic(s.hostId), sessionTopic(s.id))),
+          withNotices(
+            sessionFor(params.id).pipe(
+              Effect.andThen(api(store.markRunning(params.id))),
+              Effect.tap((s) => notifier.notify(hostTopic(s.hostId), sessionTopic(s.id))),
+            ),
           ),
         )
         .handle("descended", ({ params }) =>
-          Effect.gen(function* () {
-            const before = yield* sessionFor(params.id)
-            const s = yield* api(store.finishDescent(params.id))
-            yield* drainer.roomAppeared(hostTopic(before.hostId), sessionTopic(s.id))
-            return s
-          }),
+          withNotices(
+            Effect.gen(function* () {
+              const before = yield* sessionFor(params.id)
+              const s = yield* api(store.finishDescent(params.id))
+              yield* drainer.roomAppeared(hostTopic(before.hostId), sessionTopic(s.id))
+              return s
+            }),
+          ),
         )
         .handle("end", ({ params }) =>
-          Effect.gen(function* () {
+          withNotices(Effect.gen(function* () {
             const before = yield* sessionFor(params.id)
             const open = yield* api(store.openMove(params.id))
             const s = yield* api(store.endSession(params.id))
@@ -225,16 +230,20 @@ export const SessionsHandlers = HandlerGroup.make(
               open === null ? null : moveTopic(open.id),
             )
             return s
-          }),
+          })),
         )
         .handle("ttl", ({ params, payload }) =>
-          api(store.setTtl(params.id, payload.ttlMs)).pipe(Effect.tap((s) => notifier.notify(sessionTopic(s.id)))),
+          withNotices(api(store.setTtl(params.id, payload.ttlMs)).pipe(Effect.tap((s) => notifier.notify(sessionTopic(s.id))))),
         )
         .handle("move", ({ params, payload }) =>
           Effect.gen(function* () {
-            const begun = yield* api(store.beginMove({ sessionId: params.id, targetHostId: payload.targetHostId, maxDowntimeMs: payload.maxDowntimeMs }))
+            // Begun and announced whole; the wait for its outcome after is cut by the client's leaving.
+            const begun = yield* withNotices(
+              api(store.beginMove({ sessionId: params.id, targetHostId: payload.targetHostId, maxDowntimeMs: payload.maxDowntimeMs })).pipe(
+                Effect.tap((m) => notifier.notify(hostTopic(m.sourceHostId), hostTopic(m.targetHostId), sessionTopic(m.sessionId))),
+              ),
+            )
             yield* Effect.logInfo("move begun", { moveId: begun.id, sessionId: begun.sessionId, from: begun.sourceHostId, to: begun.targetHostId })
-            yield* notifier.notify(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), sessionTopic(begun.sessionId))
             // After the notice (its host read does not delay the source's wake-up) and after the
             // move's span is open (the agent's first request joins its trace). A target the store
             // chose takes moves already (`Placement.Request.takesMovesOnly`); only one named is read.
