@@ -40,8 +40,9 @@ export interface Options {
    * How long one try on one replica may go unanswered before it counts as hung (ms, an integer
    * > 0; default 30,000): a replica that froze (a stopped process, a dead network path) holds no
    * call forever. A hung try is unreachable (`Replicas.unreachable`): the call moves to the next
-   * replica if it is safe to repeat, else fails as a `TransportError` saying no answer came in
-   * time (a create without an id or a move may have been done). A wait's hold and a move's
+   * replica if it is safe to repeat (every call but a move: a create or a reservation given no id
+   * gets one here), else fails as a `TransportError` saying no answer came in time (a move may
+   * have been done). A wait's hold and a move's
    * (`moveHoldMs`) are added to it.
    */
   readonly timeoutMs?: number | undefined
@@ -180,6 +181,9 @@ const defined = <T extends object>(o: T): { [K in keyof T]: Exclude<T[K], undefi
 const tagged = (a: Records.Placed | Records.Queued | Records.ResumedWarm | Records.ResumedPlaced | Records.ResumedQueued): PlaceAnswer =>
   "position" in a ? { outcome: "queued", ...a } : { outcome: "placed", ...a }
 
+/** An id for a create or a reservation given none: a random UUID (the platform's `crypto`, Node and browsers). */
+const newId = (): string => globalThis.crypto.randomUUID()
+
 /** Builds a client on an `HttpClient`. */
 export const make = (options: Options): Effect.Effect<EngramClientShape, never, HttpClient.HttpClient> =>
   Effect.gen(function* () {
@@ -217,8 +221,13 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
     const byId = (id: string) => ({ params: { id } })
 
     const sessions: EngramClientShape["sessions"] = {
-      // Without an id a create is not safe to repeat: a replica whose store call timed out may have placed it.
-      create: (input) => call((api) => api.sessions.create({ payload: defined(input) }), input.id === undefined).pipe(Effect.map(tagged)),
+      // A create without an id gets one chosen here (a UUID, as the coordinator would choose), so
+      // every create is safe to repeat on the next replica: a replica that placed it before its
+      // answer was lost (a store call timed out, it froze) answers the same id as a repeat.
+      create: (input) => {
+        const payload = defined({ ...input, id: input.id ?? newId() })
+        return call((api) => api.sessions.create({ payload })).pipe(Effect.map(tagged))
+      },
       get: (id) => call((api) => api.sessions.get(byId(id))),
       list: (q = {}) => call((api) => api.sessions.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => sessions.list({ ...q, cursor })),
@@ -256,8 +265,11 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
     }
 
     const reservations: EngramClientShape["reservations"] = {
-      // Without an id a reservation is not safe to repeat (a second one would hold its room too).
-      reserve: (input) => call((api) => api.ledger.reserve({ payload: defined(input) }), input.id === undefined),
+      // As a create: without an id it gets one here, so a repeat on the next replica is the same reservation.
+      reserve: (input) => {
+        const payload = defined({ ...input, id: input.id ?? newId() })
+        return call((api) => api.ledger.reserve({ payload }))
+      },
       get: (id) => call((api) => api.ledger.get(byId(id))),
       list: (q = {}) => call((api) => api.ledger.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => reservations.list({ ...q, cursor })),

@@ -1,7 +1,7 @@
 // A replica that takes the connection and never answers (a frozen process, a stopped VM behind a
 // live socket) holds no call forever: past `timeoutMs` (on the Effect Clock: a TestClock here,
-// no sleeping) a call safe to repeat moves on to the next replica; one that is not fails saying
-// no answer came in time, and no other replica is asked.
+// no sleeping) a call safe to repeat (a create too: it carries an id the client chose) moves on
+// to the next replica; a move fails saying no answer came in time, and no other replica is asked.
 import type { RunningCoordinator } from "@engram/coordinator"
 import { Effect, Fiber } from "effect"
 import { FetchHttpClient } from "effect/http"
@@ -63,24 +63,45 @@ describe("a replica that hangs", () => {
     }
   })
 
-  it("a create without an id is not repeated elsewhere: it fails as no answer in time, naming the replica", async () => {
+  it("a create without an id carries one the client chose: after a hang it goes to the next replica and is stored once", async () => {
     const hung = await hanging()
     try {
-      const failed = await run(
+      await run(
         Effect.gen(function* () {
           const client = yield* make({ baseUrl: [hung.url, c.url], token: adminToken, timeoutMs: 5_000 })
           const direct = yield* make({ baseUrl: c.url, token: adminToken })
           const before = (yield* direct.sessions.list({})).items.length
-          const create = yield* Effect.forkChild(Effect.flip(client.sessions.create({ memMib: 256, vcpus: 1 })))
+          const create = yield* Effect.forkChild(client.sessions.create({ memMib: 256, vcpus: 1 }))
           yield* taken(hung, 1)
           yield* TestClock.adjust(5_000)
-          const e = yield* Fiber.join(create)
-          expect((yield* direct.sessions.list({})).items.length).toBe(before)
-          return e
+          const placed = yield* Fiber.join(create)
+          expect(placed.id).toMatch(/^[0-9a-f-]{36}$/)
+          expect((yield* direct.sessions.get(placed.id)).id).toBe(placed.id)
+          expect((yield* direct.sessions.list({})).items.length).toBe(before + 1)
+        }),
+      )
+      expect(hung.requests()).toBe(1)
+    } finally {
+      await hung.close()
+    }
+  })
+
+  it("a move is not repeated elsewhere: after a hang it fails as no answer in time, naming the replica", async () => {
+    const hung = await hanging()
+    try {
+      const failed = await run(
+        Effect.gen(function* () {
+          const client = yield* make({ baseUrl: [hung.url, c.url], token: adminToken, timeoutMs: 5_000, moveHoldMs: 10_000 })
+          const move = yield* Effect.forkChild(Effect.flip(client.sessions.move("some-session", { maxDowntimeMs: 500 })))
+          yield* taken(hung, 1)
+          yield* TestClock.adjust(14_999)
+          expect(move.pollUnsafe(), "held for the move's hold and the timeout").toBeUndefined()
+          yield* TestClock.adjust(1)
+          return yield* Fiber.join(move)
         }),
       )
       expect(failed).toMatchObject({ _tag: "TransportError", url: hung.url, status: null })
-      expect(failed.message).toBe(`cannot reach the coordinator at ${hung.url}: no answer within 5000 ms (it may have been done: look before trying again)`)
+      expect(failed.message).toBe(`cannot reach the coordinator at ${hung.url}: no answer within 15000 ms (it may have been done: look before trying again)`)
       expect(hung.requests()).toBe(1)
     } finally {
       await hung.close()
