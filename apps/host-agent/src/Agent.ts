@@ -623,6 +623,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     // A heartbeat at once on start (a restarted agent renews its reservations at once), then every interval.
     const heartbeatLoop = Effect.flatMap(timed(heartbeatAsked), (first) => every(config.heartbeatIntervalMs, heartbeatAsked, first))
     const pollLoop = Effect.gen(function* () {
+      // The version of the assignments last reconciled: each poll waits for a version other than
+      // it. None yet (a start): the first poll reads at once (a long-poll without `since` waits
+      // for the next change, so a session placed here while the agent was down would wait for it
+      // or for the poll's 20 s). Kept through failures: the versions are hashes of the
+      // assignments, the same on every replica and across restarts, so the poll after an outage
+      // or a failover answers at once when anything changed meanwhile, and waits when nothing did.
       let since: string | undefined = undefined
       // Failed polls since the back-off last started again: its attempt. Polls answered start it
       // again only after a healthy period (`Pacing.healedBy`: from the answer of the first poll
@@ -632,10 +638,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       let answeredSinceMs: number | undefined = undefined
       while (true) {
         const sentMs = yield* Clock.currentTimeMillis
-        const answer: Result.Result<Assignments, Conflict | CoordinatorError> = yield* coordinator.assignments({ waitMs: config.pollWaitMs, since }).pipe(Effect.result)
+        const answer: Result.Result<Assignments, Conflict | CoordinatorError> = yield* coordinator
+          .assignments({ waitMs: since === undefined ? 0 : config.pollWaitMs, since })
+          .pipe(Effect.result)
         if (answer._tag === "Failure") {
           yield* Effect.logWarning("assignments poll failed", { hostId: me, error: answer.failure.message })
-          since = undefined
           if (Pacing.healedBy(backoff, answeredSinceMs, sentMs)) failures = 0
           answeredSinceMs = undefined
           yield* Effect.sleep(yield* Pacing.retryDelayMs(backoff, ++failures, Pacing.retryAfterOf(answer.failure)))

@@ -33,6 +33,8 @@ interface Call {
   readonly op: string
   readonly atMs: number
   readonly waitMs?: number
+  /** An assignments call's `since` (absent: none). */
+  readonly since?: string
 }
 
 /**
@@ -45,9 +47,9 @@ const watched = (fake: FakeCoordinator, hostId: string) => {
   const failing = new Map<string, CoordinatorError>()
   const slow = new Map<string, number>()
   const c = fake.client(hostId)
-  const at = <A, E>(op: string, eff: Effect.Effect<A, E | CoordinatorError>, waitMs?: number): Effect.Effect<A, E | CoordinatorError> =>
+  const at = <A, E>(op: string, eff: Effect.Effect<A, E | CoordinatorError>, waitMs?: number, since?: string): Effect.Effect<A, E | CoordinatorError> =>
     Effect.flatMap(Clock.currentTimeMillis, (atMs) => {
-      calls.push(waitMs === undefined ? { op, atMs } : { op, atMs, waitMs })
+      calls.push({ op, atMs, ...(waitMs === undefined ? {} : { waitMs }), ...(since === undefined ? {} : { since }) })
       const e = failing.get(op)
       return e === undefined ? eff : Effect.andThen(Effect.sleep(slow.get(op) ?? 0), Effect.fail(e))
     })
@@ -55,12 +57,12 @@ const watched = (fake: FakeCoordinator, hostId: string) => {
     ...c,
     report: (r, active) => at("report", c.report(r, active)),
     heartbeat: at("heartbeat", c.heartbeat),
-    assignments: (o) => at("assignments", c.assignments(o), o.waitMs),
+    assignments: (o) => at("assignments", c.assignments(o), o.waitMs, o.since),
     started: (id) => at("started", c.started(id)),
   }
   /** The instants of `op`'s calls (and of only the long-polls or only the fresh reads, by `waitMs`). */
   const times = (op: string, waitMs?: (w: number) => boolean) => calls.filter((x) => x.op === op && (waitMs === undefined || waitMs(x.waitMs ?? 0))).map((x) => x.atMs)
-  return { client, failing, slow, times }
+  return { client, failing, slow, times, calls }
 }
 
 const agentWith = (coordinator: CoordinatorShape, hostId: string, config: Partial<AgentConfig> = {}, images?: ImageStore.ImageStore) =>
@@ -83,6 +85,35 @@ const agentWith = (coordinator: CoordinatorShape, hostId: string, config: Partia
 
 const gaps = (ts: readonly number[]) => ts.slice(1).map((t, i) => t - ts[i]!)
 const away = (retryAfterMs?: number) => new CoordinatorError({ op: "any", status: 503, message: "the store is away", ...(retryAfterMs === undefined ? {} : { retryAfterMs }) })
+
+describe("the assignments poll's version", () => {
+  effect("the first poll reads at once, and a poll after a failure asks with the last version seen (a change during the outage answers at once)", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const a = watched(fake, "a")
+      const agent = yield* agentWith(a.client, "a")
+      yield* Effect.forkChild(agent.run)
+      yield* TestClock.adjust("1500 millis")
+      const polls = () => a.calls.filter((x) => x.op === "assignments" && (x.waitMs ?? 0) > 0)
+      const first = a.calls.find((x) => x.op === "assignments")
+      // Read at once (no long-poll without a version: it would wait for the next change).
+      assert.deepStrictEqual(first, { op: "assignments", atMs: 0, waitMs: 0 })
+      assert.isAbove(polls().length, 0)
+      assert.isDefined(polls()[0]!.since, "the long-polls after it ask with the version read")
+      // An outage: the polls fail, and the one after it still carries the last version seen.
+      a.failing.set("assignments", away())
+      const before = a.calls.length
+      yield* TestClock.adjust("3 seconds")
+      a.failing.delete("assignments")
+      yield* TestClock.adjust("10 seconds")
+      const after = a.calls.slice(before).filter((x) => x.op === "assignments")
+      assert.isAbove(after.length, 1)
+      assert.isTrue(
+        after.every((x) => x.since !== undefined && (x.waitMs ?? 0) > 0),
+        `every poll during and after the outage long-polls with a version: ${JSON.stringify(after.slice(0, 4))}`,
+      )
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
+})
 
 describe("retries back off, drawn and capped, and a healthy period starts them again", () => {
   effect("failed polls wait longer each time up to the cap (30 × ENGRAM_AGENT_RETRY_MS); polls answered for the cap reset the back-off", () =>
