@@ -20,7 +20,8 @@
  * FLEET_STAGES=1 (the coordinator loads `stages.ts`: its event-loop delay, each request's time by kind and each
  * grouped write's wait and statement, its memory and the collector's pauses, printed per step beside the generator's own lag;
  * with FLEET_ALLOC_PROFILE=<file> also every allocation of the idle window, as a `.heapprofile`), FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
- * another branch beside this one), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process).
+ * another branch beside this one), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process), FLEET_COORDINATOR_STDOUT=<file> (its stdout appended there:
+ * what `--trace-gc-nvp` prints).
  */
 import { report } from "@engram/bench"
 import { makeBreakdown, statementLogSettings } from "./breakdown.js"
@@ -199,7 +200,7 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     const connect0 = performance.now()
     const connectCpu0 = { coordinator: coordinator.cpuSeconds(), driver: driver.cpuSeconds() }
     await driver.send({ cmd: "agents", url: coordinator.url, agents: fleet, sharedSockets: 512, ...agentTiming })
-    // Every agent's long-poll open and answered once (the first answers at once: no `since`).
+    // Every agent's long-poll open and answered once (a first poll, without `since`, waits out its 20 s like any other).
     for (let i = 0; i < 600; i++) {
       const s = await driver.send<AgentStats>({ cmd: "stats" })
       if (s.pollsOpen >= agents && s.polls >= agents) break
