@@ -7,12 +7,20 @@
  * constant (the states travel as one jsonb parameter), so it is prepared once per connection;
  * the sessions come by `sessions_host_idx`, the moves by the partial (pending only) indexes
  * `moves_source_pending_idx` and `moves_target_pending_idx`, never through the host's ended moves.
+ *
+ * Concurrent reads share one statement (`Batcher`: the hosts' ids as one jsonb parameter, at
+ * most 256 a statement, two statements at once): 10,000 agents reconnecting at once made 10,000
+ * statements, each a round trip and a parse on both sides; now a few dozen. A read alone still
+ * goes at once (a batch leaves as soon as a slot is free). One statement reads every host of
+ * its group in one snapshot, as it read each alone.
  */
 import { assignedStates, NotFound } from "@engram/store"
 import type { HostAssignments, StoreShape } from "@engram/store"
 import { sql } from "drizzle-orm"
 import { Effect } from "effect"
+import * as Batcher from "./Batcher.js"
 import { dieOnUnique } from "./Db.js"
+import type { DbError } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { json, num, numOrNull } from "./HostRows.js"
 import { toMove, toSession } from "./Rows.js"
@@ -32,6 +40,23 @@ export const assignmentsSql = (hostId: string) => sql`select h.id as "hostId",
         union all
         select * from moves where target_host_id = h.id and state = 'pending') m), '[]'::jsonb) as "moves"
   from hosts h where h.id = ${hostId}`
+
+/**
+ * The statement for several hosts at once: the same columns as {@link assignmentsSql}, one row
+ * per known host (an unknown host is no row); the ids travel as one jsonb parameter, so the
+ * text is constant whatever their number.
+ */
+export const groupAssignmentsSql = (hostIds: readonly string[]) => sql`select h.id as "hostId",
+    coalesce((select jsonb_agg(to_jsonb(s) order by s.created_at, s.id) from sessions s
+      where s.host_id = h.id and s.state in (select jsonb_array_elements_text(${states}::jsonb))), '[]'::jsonb) as "sessions",
+    coalesce((select jsonb_agg(to_jsonb(m) order by m.created_at, m.id) from (
+        select * from moves where source_host_id = h.id and state = 'pending'
+        union all
+        select * from moves where target_host_id = h.id and state = 'pending') m), '[]'::jsonb) as "moves"
+  from hosts h where h.id in (select jsonb_array_elements_text(${JSON.stringify(hostIds)}::jsonb))`
+
+/** The most hosts one grouped statement reads. */
+export const maxGroupedReads = 256
 
 type Json = Record<string, unknown>
 
@@ -73,15 +98,29 @@ const moveRowOf = (j: Json): MoveRow => ({
 })
 
 /** The assignments operation of the store. */
-export const make = ({ db }: Deps): Pick<StoreShape, "hostAssignments"> => ({
-  hostAssignments: (hostId) =>
-    Effect.flatMap(db.pool.query(assignmentsSql(hostId)), ([row]) => {
-      if (row === undefined) return Effect.fail(new NotFound({ entity: "host", id: hostId }))
-      const answer: HostAssignments = {
-        hostId: row["hostId"] as string,
-        sessions: json<Json[]>(row["sessions"]).map((j) => toSession(sessionRowOf(j))),
-        moves: json<Json[]>(row["moves"]).map((j) => toMove(moveRowOf(j))),
-      }
-      return Effect.succeed(answer)
-    }).pipe(dieOnUnique),
-})
+export const make = ({ db }: Deps): Pick<StoreShape, "hostAssignments"> => {
+  const answerOf = (row: Record<string, unknown>): HostAssignments => ({
+    hostId: row["hostId"] as string,
+    sessions: json<Json[]>(row["sessions"]).map((j) => toSession(sessionRowOf(j))),
+    moves: json<Json[]>(row["moves"]).map((j) => toMove(moveRowOf(j))),
+  })
+  // Reads share statements; they take no lock, so any two may share one (no keys).
+  const reads = Batcher.make<string, HostAssignments | undefined, DbError>({
+    name: "assignments",
+    maxBatch: maxGroupedReads,
+    maxInFlight: 2,
+    keysOf: () => [],
+    run: (hostIds) =>
+      Effect.map(db.pool.query(hostIds.length === 1 ? assignmentsSql(hostIds[0] as string) : groupAssignmentsSql([...new Set(hostIds)])), (rows) => {
+        const byId = new Map(rows.map((r) => [r["hostId"] as string, r]))
+        return hostIds.map((id) => {
+          const row = byId.get(id)
+          return row === undefined ? undefined : answerOf(row)
+        })
+      }),
+  })
+  return {
+    hostAssignments: (hostId) =>
+      Effect.flatMap(reads(hostId), (answer) => (answer === undefined ? Effect.fail(new NotFound({ entity: "host", id: hostId })) : Effect.succeed(answer))).pipe(dieOnUnique),
+  }
+}

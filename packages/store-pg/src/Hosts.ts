@@ -9,6 +9,7 @@ import type { Host, HostReport, HostView, InvalidInput, ReportChanges, ReportedH
 import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import * as Batcher from "./Batcher.js"
+import { maxGroupedReads } from "./Assignments.js"
 import { dieOnUnique } from "./Db.js"
 import type { Conn, DbError, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
@@ -118,6 +119,30 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
   // group's callers and writes nothing.
   const reports = Batcher.make<ReportItem, ReportedHost | undefined, DbError>({ ...beatBatching(options), name: "reports", keysOf: (i) => [i.id], run: reportGroup })
 
+  // An agent's first request after a reconnect looks its host up by its token (the coordinator
+  // keeps what it found): concurrent lookups share one statement (at most 256 hashes, two
+  // statements at once), as the assignments reads do (`Assignments.ts`). A hash held by
+  // several hosts answers the first by id, as one lookup did.
+  const byTokenHash = Batcher.make<string, Host | null, DbError>({
+    name: "hostByTokenHash",
+    maxBatch: maxGroupedReads,
+    maxInFlight: 2,
+    keysOf: () => [],
+    run: (hashes) =>
+      Effect.map(
+        db.pool.use((exec) =>
+          hashes.length === 1
+            ? exec.select().from(hosts).where(eq(hosts.tokenHash, hashes[0] as string)).orderBy(hosts.id).limit(1)
+            : exec.select().from(hosts).where(sql`${hosts.tokenHash} is not null and ${hosts.tokenHash} in (select jsonb_array_elements_text(${JSON.stringify([...new Set(hashes)])}::jsonb))`).orderBy(hosts.id),
+        ),
+        (rows) => {
+          const byHash = new Map<string, Host>()
+          for (const r of rows) if (r.tokenHash !== null && !byHash.has(r.tokenHash)) byHash.set(r.tokenHash, hostOf(r))
+          return hashes.map((h) => byHash.get(h) ?? null)
+        },
+      ),
+  })
+
   return {
     registerHost: (input) =>
       Effect.gen(function* () {
@@ -156,11 +181,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
     getHost: (id) =>
       Effect.flatMap(hostView(db.pool, id), (v) => (v === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(v))).pipe(dieOnUnique),
 
-    hostByTokenHash: (tokenHash) =>
-      Effect.map(
-        db.pool.use((exec) => exec.select().from(hosts).where(eq(hosts.tokenHash, tokenHash)).orderBy(hosts.id).limit(1)),
-        (rows): Host | null => (rows[0] === undefined ? null : hostOf(rows[0])),
-      ).pipe(dieOnUnique),
+    hostByTokenHash: (tokenHash) => byTokenHash(tokenHash).pipe(dieOnUnique),
 
     setHostTokenHash: (id, tokenHash) =>
       Effect.flatMap(

@@ -5,7 +5,7 @@
  */
 import { spawn } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
-import { readFileSync } from "node:fs"
+import { openSync, readFileSync } from "node:fs"
 import http from "node:http"
 import { dirname, join } from "node:path"
 import { createInterface } from "node:readline"
@@ -142,7 +142,8 @@ export const spawnCoordinator = async (options: {
   const child = spawn(process.execPath, [...(options.flags ?? []), "--import", "tsx", ...preload, "--conditions=@engram/source", join(options.root, "apps", "coordinator", "src", "main.ts")], {
     cwd: join(options.root, "apps", "coordinator"),
     env: { ...options.env, ENGRAM_PORT: String(options.port) },
-    stdio: ["ignore", "ignore", "pipe"],
+    // `FLEET_COORDINATOR_STDOUT=<file>`: its stdout appended there (what V8's `--trace-gc*` flags print).
+    stdio: ["ignore", options.env["FLEET_COORDINATOR_STDOUT"] === undefined ? "ignore" : openSync(options.env["FLEET_COORDINATOR_STDOUT"], "a"), "pipe"],
   })
   let stderr = ""
   child.stderr?.on("data", (d: Buffer) => {

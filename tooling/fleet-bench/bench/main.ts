@@ -16,10 +16,12 @@
  * FLEET_WINDOW_SECONDS (the idle window, default 30), FLEET_PROBE_SECONDS (10), FLEET_WAITS
  * (2000; 0 skips b), FLEET_WAIT_MS (bound of each wait, 20000), FLEET_SKIP (a,b), FLEET_BREAKDOWN=1
  * (PostgreSQL logs every statement; each idle window prints its transactions by kind, `breakdown.ts`),
+ * FLEET_CPU_PROFILE=<prefix> (with FLEET_STAGES=1: the coordinator's CPU profile of the connect phase and of the idle window, `stages.ts`),
  * FLEET_STAGES=1 (the coordinator loads `stages.ts`: its event-loop delay, each request's time by kind and each
  * grouped write's wait and statement, its memory and the collector's pauses, printed per step beside the generator's own lag;
  * with FLEET_ALLOC_PROFILE=<file> also every allocation of the idle window, as a `.heapprofile`), FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
- * another branch beside this one), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process).
+ * another branch beside this one), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process), FLEET_COORDINATOR_STDOUT=<file> (its stdout appended there:
+ * what `--trace-gc-nvp` prints).
  */
 import { report } from "@engram/bench"
 import { makeBreakdown, statementLogSettings } from "./breakdown.js"
@@ -196,8 +198,9 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     const overflows0 = listenOverflows()
     const connectLoad = loadavg()[0] ?? 0
     const connect0 = performance.now()
+    const connectCpu0 = { coordinator: coordinator.cpuSeconds(), driver: driver.cpuSeconds() }
     await driver.send({ cmd: "agents", url: coordinator.url, agents: fleet, sharedSockets: 512, ...agentTiming })
-    // Every agent's long-poll open and answered once (the first answers at once: no `since`).
+    // Every agent's long-poll open and answered once (a first poll, without `since`, waits out its 20 s like any other).
     for (let i = 0; i < 600; i++) {
       const s = await driver.send<AgentStats>({ cmd: "stats" })
       if (s.pollsOpen >= agents && s.polls >= agents) break
@@ -208,7 +211,11 @@ const curveStep = async (backend: string, agents: number, server: EmbeddedPostgr
     // waits out its 20 s (nothing changes), so the figure is the last agent's wait to be read
     // plus that (up to 1 s less: a wait answers early by up to `earlyMs`).
     const connectSeconds = (performance.now() - connect0) / 1000
-    console.log(`${label}: every agent's first poll answered ${connectSeconds.toFixed(1)} s after they began connecting (load ${connectLoad.toFixed(1)} → ${(loadavg()[0] ?? 0).toFixed(1)})`)
+    const connectCpu = (now: number, before: number) => `${(((now - before) / connectSeconds) * 100).toFixed(0)} %`
+    console.log(
+      `${label}: every agent's first poll answered ${connectSeconds.toFixed(1)} s after they began connecting (load ${connectLoad.toFixed(1)} → ${(loadavg()[0] ?? 0).toFixed(1)}; ` +
+        `CPU meanwhile: coordinator ${connectCpu(coordinator.cpuSeconds(), connectCpu0.coordinator)}, load generator ${connectCpu(driver.cpuSeconds(), connectCpu0.driver)} of a core; listen-queue overflows ${listenOverflows() - overflows0})`,
+    )
     report({ bench, figure: `${label}: connect, every agent's first poll answered`, value: connectSeconds, unit: "s" })
     await sleep(5000)
     await driver.send({ cmd: "reset" })

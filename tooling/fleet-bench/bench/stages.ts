@@ -19,6 +19,11 @@
  * stays) from each `POST /reset` to the next `GET /`, and writes the profile (`.heapprofile`,
  * readable in Chrome's DevTools) to that file.
  *
+ * With `FLEET_CPU_PROFILE=<prefix>` it also profiles the CPU (V8's sampling profiler, every 0.5 ms)
+ * from each `POST /reset` to the next `GET /`, written to `<prefix>-<n>.cpuprofile` (n counts the
+ * profiles: 1 is the connect phase, 2 the idle window). It counts the connections the server
+ * accepted and the requests it read, by second since the reset (`acceptedPerSecond`, `readPerSecond`).
+ *
  * It answers on a port of its own (`FLEET_STAGES_PORT`): `GET /` the figures since the last
  * `POST /reset`.
  */
@@ -45,6 +50,14 @@ const summary = (values: readonly number[]) => {
 const loop = monitorEventLoopDelay({ resolution: 10 })
 loop.enable()
 let requests = new Map<string, number[]>()
+/** Since the last reset: connections accepted (the server's `connection` event) and requests read, by kind, per second (`performance.now()` s). */
+let accepted = new Map<number, number>()
+let arrivals = new Map<string, Map<number, number>>()
+let resetAt = performance.now()
+const bump = (m: Map<number, number>) => {
+  const s = Math.floor((performance.now() - resetAt) / 1000)
+  m.set(s, (m.get(s) ?? 0) + 1)
+}
 let statements: Timing[] = []
 
 // ---- memory and the collector's pauses
@@ -91,11 +104,15 @@ const kindOf = (method: string | undefined, url: string | undefined): string => 
 
 const emit = http.Server.prototype.emit
 http.Server.prototype.emit = function (this: http.Server, event: string | symbol, ...args: unknown[]): boolean {
+  if (event === "connection" && this !== probeServer) bump(accepted)
   if (event === "request" && this !== probeServer) {
     const req = args[0] as http.IncomingMessage
     const res = args[1] as http.ServerResponse
     const t0 = performance.now()
     const kind = kindOf(req.method, req.url)
+    let a = arrivals.get(kind)
+    if (a === undefined) arrivals.set(kind, (a = new Map()))
+    bump(a)
     res.once("finish", () => {
       let list = requests.get(kind)
       if (list === undefined) requests.set(kind, (list = []))
@@ -104,6 +121,12 @@ http.Server.prototype.emit = function (this: http.Server, event: string | symbol
   }
   return Reflect.apply(emit, this, [event, ...args]) as boolean
 } as typeof emit
+
+/** Counts by second since the reset, as "second:count" up to the last non-zero second. */
+const perSecond = (m: Map<number, number>): string => {
+  const last = Math.max(-1, ...m.keys())
+  return Array.from({ length: last + 1 }, (_, i) => m.get(i) ?? 0).join(" ")
+}
 
 const figures = () => {
   const byName = new Map<string, Timing[]>()
@@ -117,6 +140,8 @@ const figures = () => {
     gcPausesMs: Object.fromEntries([...pauses].map(([k, v]) => [k, { ...summary(v), totalMs: Math.round(v.reduce((a, b) => a + b, 0)) }])),
     gcLongestMs: [...longest].sort((a, b) => b.ms - a.ms).slice(0, 8),
     loopDelayMs: { p50: loop.percentile(50) / 1e6, p99: loop.percentile(99) / 1e6, max: loop.max / 1e6 },
+    acceptedPerSecond: perSecond(accepted),
+    readPerSecond: Object.fromEntries([...arrivals].map(([k, m]) => [k, perSecond(m)])),
     requestsMs: Object.fromEntries([...requests].map(([k, v]) => [k, summary(v)])),
     statements: Object.fromEntries(
       [...byName].map(([k, v]) => [
@@ -147,16 +172,42 @@ const stopSampling = async () => {
   writeFileSync(allocFile, JSON.stringify(profile))
 }
 
+// ---- CPU (FLEET_CPU_PROFILE)
+const cpuPrefix = process.env["FLEET_CPU_PROFILE"]
+const cpuSession = cpuPrefix === undefined ? null : new Session()
+cpuSession?.connect()
+const cpuPost = (method: string, params?: object): Promise<unknown> =>
+  new Promise((resolve, reject) => cpuSession?.post(method, params, (err, result) => (err ? reject(err) : resolve(result))))
+let profiling = false
+let profiles = 0
+const startCpu = async () => {
+  if (cpuSession === null) return
+  if (profiling) await cpuPost("Profiler.stop")
+  await cpuPost("Profiler.enable")
+  await cpuPost("Profiler.setSamplingInterval", { interval: 500 })
+  await cpuPost("Profiler.start")
+  profiling = true
+}
+const stopCpu = async () => {
+  if (cpuSession === null || !profiling || cpuPrefix === undefined) return
+  const { profile } = (await cpuPost("Profiler.stop")) as { profile: unknown }
+  profiling = false
+  writeFileSync(`${cpuPrefix}-${++profiles}.cpuprofile`, JSON.stringify(profile))
+}
+
 const probeServer: http.Server = http.createServer((req, res) => {
   if (req.method === "POST") {
     loop.reset()
+    resetAt = performance.now()
+    accepted = new Map()
+    arrivals = new Map()
     requests = new Map()
     statements = []
     pauses = new Map()
     longest = []
     memMax = { rss: 0, heapTotal: 0, heapUsed: 0, external: 0 }
-    void startSampling().then(() => res.end("{}"))
-  } else void stopSampling().then(() => res.end(JSON.stringify(figures())))
+    void startSampling().then(startCpu).then(() => res.end("{}"))
+  } else void stopSampling().then(stopCpu).then(() => res.end(JSON.stringify(figures())))
 })
 probeServer.listen(Number(process.env["FLEET_STAGES_PORT"]), "127.0.0.1")
 probeServer.unref()
