@@ -53,6 +53,12 @@ export const Session = Schema.Struct({
    * cannot); null: booted. Absent from a coordinator older than templates.
    */
   template: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  /**
+   * The host whose agent holds the session's descent image (its memory), while it is descended,
+   * queued or pending after a descent: its placement ranks that host first. Null otherwise.
+   * Absent from a coordinator older than image hosts.
+   */
+  imageHostId: Schema.optionalKey(Schema.NullOr(Schema.String)),
   createdAt: Num,
   updatedAt: Num,
 })

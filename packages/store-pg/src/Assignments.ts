@@ -50,6 +50,7 @@ const sessionRowOf = (j: Json): SessionRow => ({
   lastActiveAt: num(j["last_active_at"]),
   endsAt: numOrNull(j["ends_at"]),
   template: (j["template"] ?? null) as string | null,
+  imageHostId: (j["image_host_id"] ?? null) as string | null,
   createdAt: num(j["created_at"]),
   updatedAt: num(j["updated_at"]),
 })

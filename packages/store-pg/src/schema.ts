@@ -88,6 +88,9 @@ export const sessions = pgTable(
     endsAt: ms("ends_at"),
     // The template the session starts from (core's `Names.isTemplateName`); null: booted.
     template: text("template"),
+    // The host whose agent holds the session's descent image (core's `Session.Record.imageHostId`);
+    // no foreign key: a removed host's id only stops ranking first.
+    imageHostId: text("image_host_id"),
     createdAt: ms("created_at").notNull(),
     updatedAt: ms("updated_at").notNull(),
   },

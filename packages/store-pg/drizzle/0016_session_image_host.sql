@@ -1,0 +1,1 @@
+ALTER TABLE "sessions" ADD COLUMN "image_host_id" text;
