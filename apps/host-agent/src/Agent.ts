@@ -252,8 +252,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             // Resumed from its descent, and its image is not here (descended on another host, or
             // the image directory changed): the guest boots fresh, as before, but not silently.
             // Holding the session pending instead would stall every cold resume placed on a host
-            // other than the one that wrote the image (placement does not follow images yet), and
-            // the coordinator has no call to hear that a restore failed.
+            // other than the one that wrote the image (placement prefers the image's host only
+            // while it has room), and the coordinator has no call to hear that a restore failed.
             const imageMissing = s.state === "pending" && ranBefore(s)
             if (imageMissing) {
               yield* Effect.logError("resumed session's descent image is not on this host; booting a fresh guest in its place: its memory is not restored", {
