@@ -96,7 +96,9 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
           const allowances = yield* Allowances.forTargets(store, { priorMs, horizonMs: settings.config.allowanceHorizonMs }, hostId, targets).pipe(
             Effect.catchTag("InvalidInput", (e) => Effect.die(e)),
           )
-          const peerUrls = yield* peerUrlsOf(targets)
+          // The hosts holding the images of the resumed sessions placed here (few: only while they are pending).
+          const imageHostIds = [...new Set(sessions.flatMap((s) => (s.state === "pending" && s.imageHostId != null && s.imageHostId !== hostId ? [s.imageHostId] : [])))]
+          const peerUrls = yield* peerUrlsOf([...targets, ...imageHostIds])
           // The source learns where to reach each move's target with the move: no static list of peers on every host.
           const assigned = moves.map((m) => (m.sourceHostId === hostId ? { ...m, targetPeerUrl: peerUrls.get(m.targetHostId) ?? null } : m))
           return {
@@ -106,6 +108,7 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
             moves: assigned,
             limits: { commitAllowanceMs: priorMs },
             allowances: allowances.map(Records.assignedAllowance),
+            ...(imageHostIds.length === 0 ? {} : { imageHosts: imageHostIds.map((id) => ({ hostId: id, peerUrl: peerUrls.get(id) ?? null })) }),
           }
         })
       const read = (hostId: string) => cache.get(hostTopic(hostId) as string, load(hostId))

@@ -16,6 +16,7 @@ import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRun
 import { nowMs } from "@engram/runtime"
 import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, type Scope, Semaphore } from "effect"
 import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, neverRan, ranBefore } from "./Coordinator.js"
+import type * as ImageFetch from "./ImageFetch.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
 import * as Pacing from "./Pacing.js"
@@ -85,6 +86,12 @@ export interface AgentDeps {
   readonly target: MoveTarget
   /** The peer server's URL this agent advertises with its reports (null: none); omitted: none. */
   readonly peerUrl?: Effect.Effect<string | null>
+  /**
+   * Fetches a session's descent image into `images` from the agent of `imageHostId` (reached at
+   * the coordinator's `peerUrl` for it, unless the operator's `ENGRAM_PEERS` names another);
+   * omitted: images are never fetched (a resume placed elsewhere boots fresh).
+   */
+  readonly fetchImage?: (sessionId: string, imageHostId: string, peerUrl: string | null) => Effect.Effect<ImageFetch.Fetched, ImageFetch.ImageFetchError>
 }
 
 /** What an agent shows on its status endpoint and to tests. */
@@ -162,6 +169,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     // the background: a session starting from it, and the next build, do not wait on the coordinator.
     const templates = yield* Templates.make(me, runtime, () => Effect.asVoid(Effect.forkIn(Effect.suspend(() => reportOnce), scope)))
     const log = (msg: string, fields: Record<string, unknown> = {}) => Effect.logInfo(msg, { hostId: me, ...fields })
+    /** Where each image host's agent serves its peers, as the last assignments said (`imageHosts`). */
+    const imageHostUrls = new Map<string, string | null>()
     // A restarted source reaches the targets of the moves it owes where it reached them before:
     // once a move has ended no assignment names its target (the operator's ENGRAM_PEERS still wins).
     if (deps.link.pin !== undefined) {
@@ -227,13 +236,32 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         return t.createdAt === s.createdAt && t.lastActiveAt === s.lastActiveAt
       })
 
+    /**
+     * A resumed session's image fetched from the host that holds it, when the coordinator placed
+     * the resume here and says the image is elsewhere (`imageHostId`); undefined when there is
+     * none to fetch or the fetch failed (logged: the guest then boots fresh, as without one).
+     */
+    const fetchedImage = (s: AssignedSession) =>
+      Effect.gen(function* () {
+        const from = s.imageHostId ?? null
+        if (deps.fetchImage === undefined || from === null || from === me || s.state !== "pending" || !ranBefore(s)) return undefined
+        const t0 = yield* nowMs
+        const got = yield* deps.fetchImage(s.id, from, imageHostUrls.get(from) ?? null).pipe(Effect.result)
+        if (got._tag === "Failure") {
+          yield* Effect.logWarning("descent image could not be fetched from the host holding it", { hostId: me, sessionId: s.id, imageHostId: from, why: got.failure.message })
+          return undefined
+        }
+        yield* log("descent image fetched from the host holding it", { sessionId: s.id, imageHostId: from, files: got.success.files, imageBytes: got.success.bytes, ms: Math.round((yield* nowMs) - t0) })
+        return yield* images.get(s.id)
+      })
+
     /** Makes the session's VM resident and running: unparked, restored from its descent image, or started. */
     const ensureRunning = (s: AssignedSession) =>
       Effect.gen(function* () {
         const vm = yield* residents.get(s.id)
         if (vm === undefined) {
           const spec = specOf(s)
-          const found = yield* images.get(s.id)
+          const found = (yield* images.get(s.id)) ?? (yield* fetchedImage(s))
           // An image of another descent (an earlier session of the same id, or an earlier descent
           // of this one restored elsewhere since) is not this session's memory.
           const ours = found === undefined ? true : yield* isThisDescent(s)
@@ -481,6 +509,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (deps.link.learn !== undefined) {
           for (const m of a.moves) if (m.sourceHostId === me && m.targetPeerUrl !== undefined) yield* deps.link.learn(m.targetHostId, m.targetPeerUrl)
         }
+        for (const h of a.imageHosts ?? []) imageHostUrls.set(h.hostId, h.peerUrl)
         const mine = a.sessions.filter((s) => s.hostId === me)
         for (const s of mine) {
           if (yield* FiberMap.has(inflight, s.id)) continue

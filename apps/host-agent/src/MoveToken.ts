@@ -22,6 +22,14 @@ export const moveToken = (secret: string, moveId: string, sourceHostId: string, 
 export const prepareProof = (secret: string, moveId: string, sourceHostId: string, targetHostId: string, endpoint: { readonly runtime: string; readonly uri: string }): string =>
   mac(secret, ["engram-move-target/v1", moveId, sourceHostId, targetHostId, endpoint.runtime, endpoint.uri])
 
+/**
+ * The bearer for fetching one session's descent image from the host holding it
+ * (`GET /v1/peer/images/{session}`), by the host its resume was placed on: bound to the session
+ * and both hosts, so a token leaked from one fetch opens no other session's image.
+ */
+export const imageToken = (secret: string, sessionId: string, imageHostId: string, requesterHostId: string): string =>
+  mac(secret, ["engram-image/v1", sessionId, imageHostId, requesterHostId])
+
 /** The bearer for a host agent's status endpoint (operators and tests). */
 export const statusToken = (secret: string, hostId: string): string => mac(secret, ["engram-status/v1", hostId])
 

@@ -524,6 +524,13 @@ export const Assignments = Schema.Struct({
    * its own commits).
    */
   allowances: Schema.optionalKey(Schema.Array(AssignedAllowance)),
+  /**
+   * Where the agent of each host holding the descent image of a session resumed onto this host
+   * (`Session.imageHostId`, another host) serves its peers (its last report's `peerUrl`; null
+   * when it advertises none or is gone): the agent fetches the image from there before it
+   * restores. Absent from an older coordinator (the agent then boots such a session fresh).
+   */
+  imageHosts: Schema.optionalKey(Schema.Array(Schema.Struct({ hostId: Schema.String, peerUrl: Schema.NullOr(Schema.String) }))),
 })
 export type Assignments = typeof Assignments.Type
 
