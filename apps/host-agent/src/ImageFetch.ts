@@ -100,7 +100,8 @@ export const fetchImage = (o: {
   const query = `?for=${encodeURIComponent(o.me)}`
   const headers = { authorization: `Bearer ${imageToken(o.secret, o.sessionId, o.imageHostId, o.me)}` }
   const final = dirOf(o.images, o.sessionId)
-  const staging = `${final}.fetch-${process.pid}-${Date.now()}`
+  // Beside the sessions' directories under a name no session id takes (`~` is outside the id rule).
+  const staging = join(dirname(final), `~fetch-${process.pid}-${Date.now()}-${encodeURIComponent(o.sessionId)}`)
   return Effect.tryPromise({
     try: async (signal) => {
       const timeout = AbortSignal.any([signal, AbortSignal.timeout(o.timeoutMs)])
