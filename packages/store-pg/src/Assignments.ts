@@ -6,7 +6,9 @@
  * made three reads (the host, its sessions, its moves) the coordinator's bottleneck. The text is
  * constant (the states travel as one jsonb parameter), so it is prepared once per connection;
  * the sessions come by `sessions_host_idx`, the moves by the partial (pending only) indexes
- * `moves_source_pending_idx` and `moves_target_pending_idx`, never through the host's ended moves.
+ * `moves_source_pending_idx` and `moves_target_pending_idx`, never through the host's ended moves;
+ * the ids of the sessions whose descent image the host holds by the partial index
+ * `sessions_image_host_idx` (only sessions with an image host are in it).
  */
 import { assignedStates, NotFound } from "@engram/store"
 import type { HostAssignments, StoreShape } from "@engram/store"
@@ -30,7 +32,8 @@ export const assignmentsSql = (hostId: string) => sql`select h.id as "hostId",
     coalesce((select jsonb_agg(to_jsonb(m) order by m.created_at, m.id) from (
         select * from moves where source_host_id = h.id and state = 'pending'
         union all
-        select * from moves where target_host_id = h.id and state = 'pending') m), '[]'::jsonb) as "moves"
+        select * from moves where target_host_id = h.id and state = 'pending') m), '[]'::jsonb) as "moves",
+    coalesce((select jsonb_agg(s.id order by s.id collate "C") from sessions s where s.image_host_id = h.id), '[]'::jsonb) as "imageSessionIds"
   from hosts h where h.id = ${hostId}`
 
 type Json = Record<string, unknown>
@@ -82,6 +85,7 @@ export const make = ({ db }: Deps): Pick<StoreShape, "hostAssignments"> => ({
         hostId: row["hostId"] as string,
         sessions: json<Json[]>(row["sessions"]).map((j) => toSession(sessionRowOf(j))),
         moves: json<Json[]>(row["moves"]).map((j) => toMove(moveRowOf(j))),
+        imageSessionIds: json<string[]>(row["imageSessionIds"]),
       }
       return Effect.succeed(answer)
     }).pipe(dieOnUnique),

@@ -678,7 +678,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         // An open move is pending: the open ones are all a host's assignments may hold.
         const open = [...openMoves.values()].map((id) => moves.get(id) as MoveRec).filter((m) => m.sourceHostId === hostId || m.targetHostId === hostId)
         const oldestFirst = <T extends { createdAt: number; id: string }>(a: T, b: T) => a.createdAt - b.createdAt || byId(a, b)
-        return { hostId, sessions: onHost.sort(oldestFirst).map(sessionOf), moves: open.sort(oldestFirst).map(moveOf) }
+        const imageSessionIds = [...sessions.values()].filter((x) => x.imageHostId === hostId).map((x) => x.id).sort(Order.compareIds)
+        return { hostId, sessions: onHost.sort(oldestFirst).map(sessionOf), moves: open.sort(oldestFirst).map(moveOf), imageSessionIds }
       }),
     hostByTokenHash: (tokenHash) =>
       Effect.sync(() => {

@@ -2,7 +2,8 @@
  * Descent images (SPEC §12, §2): a descended session remembers the host whose agent holds its
  * image (`imageHostId`) until it runs again or ends; its cold resume, and a queue drain of it,
  * rank that host first among the hosts that fit, over a better fit and over its affinity. A
- * ranking signal, never a fit rule: without room there, the session goes elsewhere.
+ * ranking signal, never a fit rule: without room there, the session goes elsewhere. The image
+ * host's assignments list the session (`imageSessionIds`) until it runs again or ends.
  */
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
@@ -35,11 +36,14 @@ export const images: Group = {
         expect(d).toMatchObject({ state: "descended", hostId: null, imageHostId: "h" })
         expect((yield* s.getSession("s2")).imageHostId).toBe("h")
         expect((yield* s.listSessions()).find((x) => x.id === "s2")?.imageHostId).toBe("h")
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual(["s2"])
         const back = yield* s.resume("s2")
         expect(back.session).toMatchObject({ state: "pending", hostId: "h", imageHostId: "h" })
         expect(yield* s.markRunning("s2")).toMatchObject({ state: "running", imageHostId: null })
         yield* descendedOn("s3")
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual(["s3"])
         expect(yield* s.endSession("s3")).toMatchObject({ state: "ended", imageHostId: null })
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual([])
       }),
     ),
     kase(
@@ -87,6 +91,11 @@ export const images: Group = {
         const back = yield* s.resume("s1")
         expect(back._tag).toBe("Placed")
         expect(back.session).toMatchObject({ hostId: "c", imageHostId: "h" })
+        // The image stays listed as h's until the session runs on c (c's agent fetches it from h meanwhile).
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual(["s1"])
+        expect((yield* s.hostAssignments("c")).imageSessionIds).toStrictEqual([])
+        yield* s.markRunning("s1")
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual([])
         yield* expectInvariants
       }),
     ),
