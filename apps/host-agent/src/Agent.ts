@@ -59,6 +59,12 @@ export interface AgentConfig {
   readonly moveIntent: boolean
   /** Templates this host builds at start (in the background) unless its runtime holds them. */
   readonly templates: readonly TemplateSpec[]
+  /**
+   * How old a descent image must be (since its image file was written) before the agent removes
+   * it for a session the coordinator no longer lists as this host's (`imageSessions`): an answer
+   * read just before a descent's report must not remove the image it wrote.
+   */
+  readonly imageGraceMs: number
 }
 
 /** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
@@ -73,6 +79,7 @@ export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limi
   reportRunningAfterMs: 10_000,
   moveIntent: false,
   templates: [],
+  imageGraceMs: 10 * 60_000,
 })
 
 export interface AgentDeps {
@@ -254,6 +261,27 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         yield* log("descent image fetched from the host holding it", { sessionId: s.id, imageHostId: from, files: got.success.files, imageBytes: got.success.bytes, ms: Math.round((yield* nowMs) - t0) })
         return yield* images.get(s.id)
       })
+
+    /**
+     * Removes the descent images this host no longer holds for anyone: of a session that is not
+     * among the sessions the coordinator lists as holding their image here (`imageSessions`),
+     * not assigned here, not resident and not being acted on, written more than `imageGraceMs`
+     * ago. Such a session ended, or runs again on another host (restored there from a fetched
+     * copy, or booted fresh). Nothing without the list (an older coordinator). Best effort: a
+     * failure is logged and tried again on the next pass.
+     */
+    const removeReleasedImages = (a: Assignments) =>
+      Effect.gen(function* () {
+        if (a.imageSessions === undefined || images.list === undefined) return
+        const keep = new Set([...a.imageSessions, ...a.sessions.map((s) => s.id)])
+        const t = yield* Clock.currentTimeMillis
+        for (const img of yield* images.list) {
+          if (keep.has(img.vmId) || t - img.writtenAtMs < config.imageGraceMs) continue
+          if ((yield* residents.get(img.vmId)) !== undefined || (yield* FiberMap.has(inflight, img.vmId))) continue
+          yield* images.remove(img.vmId)
+          yield* log("descent image removed: its session ended or runs on another host", { sessionId: img.vmId, imagePath: images.pathFor(img.vmId) })
+        }
+      }).pipe(Effect.catchCause((cause) => Effect.logWarning("descent images not cleaned up; tried again on the next pass", { hostId: me, error: String(cause) })))
 
     /** Makes the session's VM resident and running: unparked, restored from its descent image, or started. */
     const ensureRunning = (s: AssignedSession) =>
@@ -510,6 +538,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           for (const m of a.moves) if (m.sourceHostId === me && m.targetPeerUrl !== undefined) yield* deps.link.learn(m.targetHostId, m.targetPeerUrl)
         }
         for (const h of a.imageHosts ?? []) imageHostUrls.set(h.hostId, h.peerUrl)
+        yield* removeReleasedImages(a)
         const mine = a.sessions.filter((s) => s.hostId === me)
         for (const s of mine) {
           if (yield* FiberMap.has(inflight, s.id)) continue

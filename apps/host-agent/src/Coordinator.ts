@@ -75,6 +75,8 @@ export interface Assignments {
   readonly allowances?: readonly AssignedAllowance[] | undefined
   /** Where the agents holding the descent images of this host's resumed sessions serve their peers; absent from an older coordinator. */
   readonly imageHosts?: readonly { readonly hostId: string; readonly peerUrl: string | null }[] | undefined
+  /** The sessions whose descent image this host holds; absent from an older coordinator (nothing is removed then). */
+  readonly imageSessions?: readonly string[] | undefined
 }
 
 /** One pre-copy round as the source reports it. */

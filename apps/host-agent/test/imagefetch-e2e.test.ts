@@ -3,9 +3,10 @@
  * processes (simulated runtime) over HTTP, with no `ENGRAM_PEERS` (each agent advertises its peer
  * URL; the coordinator gives the image host's with the assignment). A session descends on `a`;
  * `a` has no room for its resume, so the coordinator places it on `b`, whose agent fetches the
- * image from `a`'s peer server and restores it. With `a`'s agent gone, `b` boots fresh, loudly.
+ * image from `a`'s peer server and restores it; `a` then removes its copy (and the image of a
+ * session that ends). With `a`'s agent gone, `b` boots fresh, loudly.
  */
-import { mkdtempSync } from "node:fs"
+import { existsSync, mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
@@ -62,7 +63,7 @@ beforeAll(async () => {
   const hosts = await registerHosts(admin, coordinator.url, ["a", "b"])
   for (const [id, host] of Object.entries(hosts)) {
     // One at a time: tsx compiles each on start. No peer list: the coordinator tells.
-    agents[id] = await spawnAgent({ ...host, peers: "", env: { ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_HOST: "127.0.0.1", ENGRAM_AGENT_REPORT_MS: "2000" } })
+    agents[id] = await spawnAgent({ ...host, peers: "", env: { ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_HOST: "127.0.0.1", ENGRAM_AGENT_REPORT_MS: "2000", ENGRAM_AGENT_IMAGE_GRACE_MS: "0" } })
   }
   await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body.items, (hs: { measured: boolean }[]) => hs.length === 2 && hs.every((h) => h.measured))
 }, 240_000)
@@ -95,8 +96,25 @@ describe("a cold resume placed away from its image fetches it from the host hold
     expect((await session("s1")).imageHostId).toBeNull()
   }, 120_000)
 
+  it("a's copy of s1's image is removed once s1 runs on b, and an ended session's image once it ends", async () => {
+    const imageOf = (agent: AgentProcess, id: string) => join(agent.dir, "images", id, "image")
+    await until("a's copy of s1 removed", async () => existsSync(imageOf(agents.a!, "s1")), (x) => !x)
+    expect(lines(agents.a!, "descent image removed: its session ended or runs on another host", "s1")).toHaveLength(1)
+    // b removed its fetched copy after the restore (as any restored image).
+    expect(existsSync(imageOf(agents.b!, "s1"))).toBe(false)
+    // An image kept while its session is descended, removed when it ends.
+    expect((await admin.call("DELETE", "/v1/sessions/q1")).status).toBe(200)
+    expect((await admin.call("POST", "/v1/hosts/b/cordon")).status).toBe(200)
+    await descendOnA("e1", "q1b")
+    expect((await admin.call("POST", "/v1/hosts/b/uncordon")).status).toBe(200)
+    expect(existsSync(imageOf(agents.a!, "e1"))).toBe(true)
+    expect((await admin.call("DELETE", "/v1/sessions/e1")).status).toBe(200)
+    await until("a's image of the ended e1 removed", async () => existsSync(imageOf(agents.a!, "e1")), (x) => !x)
+    expect((await admin.call("DELETE", "/v1/sessions/q1b")).status).toBe(200)
+  }, 120_000)
+
   it("with the image host's agent gone, the session boots fresh with the error and a warning naming the image host", async () => {
-    for (const id of ["q1", "s1"]) expect((await admin.call("DELETE", `/v1/sessions/${id}`)).status).toBe(200)
+    expect((await admin.call("DELETE", "/v1/sessions/s1")).status).toBe(200)
     expect((await admin.call("POST", "/v1/hosts/b/cordon")).status).toBe(200)
     await descendOnA("s2", "q2")
     expect((await admin.call("POST", "/v1/hosts/b/uncordon")).status).toBe(200)

@@ -531,6 +531,13 @@ export const Assignments = Schema.Struct({
    * restores. Absent from an older coordinator (the agent then boots such a session fresh).
    */
   imageHosts: Schema.optionalKey(Schema.Array(Schema.Struct({ hostId: Schema.String, peerUrl: Schema.NullOr(Schema.String) }))),
+  /**
+   * The sessions whose descent image this host holds (their `imageHostId` is this host), by id:
+   * an image on the host of a session neither here nor among `sessions` is of a session that
+   * ended or ran again elsewhere, and its agent removes it. Absent from an older coordinator (the
+   * agent then removes nothing).
+   */
+  imageSessions: Schema.optionalKey(Schema.Array(Schema.String)),
 })
 export type Assignments = typeof Assignments.Type
 
