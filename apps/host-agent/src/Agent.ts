@@ -289,10 +289,14 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         const vm = yield* residents.get(s.id)
         if (vm === undefined) {
           const spec = specOf(s)
-          const found = (yield* images.get(s.id)) ?? (yield* fetchedImage(s))
+          // The image here if it is of the session's last descent; else the one its image host
+          // holds (fetched over any older one here); else whatever is here, judged below.
+          const local = yield* images.get(s.id)
+          const localOurs = local !== undefined && (yield* isThisDescent(s))
+          const found = localOurs ? local : ((yield* fetchedImage(s)) ?? local)
           // An image of another descent (an earlier session of the same id, or an earlier descent
           // of this one restored elsewhere since) is not this session's memory.
-          const ours = found === undefined ? true : yield* isThisDescent(s)
+          const ours = found === undefined ? true : found === local ? localOurs : yield* isThisDescent(s)
           if (!ours) {
             yield* Effect.logWarning("an image under this session's id is not of its last descent (another session of the same id, or an earlier descent); booting fresh, the image is kept", {
               hostId: me,

@@ -6,7 +6,7 @@
  * image from `a`'s peer server and restores it; `a` then removes its copy (and the image of a
  * session that ends). With `a`'s agent gone, `b` boots fresh, loudly.
  */
-import { existsSync, mkdtempSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
@@ -85,6 +85,10 @@ describe("a cold resume placed away from its image fetches it from the host hold
     expect((await admin.call("POST", "/v1/hosts/b/cordon")).status).toBe(200)
     await descendOnA("s1", "q1")
     expect((await admin.call("POST", "/v1/hosts/b/uncordon")).status).toBe(200)
+    // An older image of s1 on b (an earlier descent there): not this descent's, so the fetch replaces it.
+    mkdirSync(join(agents.b!.dir, "images", "s1"), { recursive: true })
+    writeFileSync(join(agents.b!.dir, "images", "s1", "image"), "an earlier descent")
+    writeFileSync(join(agents.b!.dir, "images", "s1", "descent.json"), JSON.stringify({ createdAt: 0, lastActiveAt: 0 }))
     const resumed = await admin.call("POST", "/v1/sessions/s1/resume")
     expect([resumed.status, resumed.body.resumed, resumed.body.hostId]).toEqual([201, "cold", "b"])
     await waitState("s1", "running")
@@ -93,6 +97,7 @@ describe("a cold resume placed away from its image fetches it from the host hold
     expect(lines(b, "restored from its descent image", "s1").map((l) => l.from)).toEqual(["image"])
     expect(lines(b, "started", "s1")).toEqual([])
     expect(lines(b, missing, "s1")).toEqual([])
+    expect(b.output.filter((l) => l.includes("is not of its last descent"))).toEqual([])
     expect((await session("s1")).imageHostId).toBeNull()
   }, 120_000)
 
