@@ -10,7 +10,8 @@
  * (`…/files/{name}`) into a new directory beside the image store's, checks each size against the
  * list, and only then moves the directory into place: a failed or partial fetch leaves nothing a
  * restore could take. The bearer is `MoveToken.imageToken` (the session and both hosts), compared
- * in constant time. Whether the image is of the session's last descent is judged after the fetch
+ * in constant time; the listing carries the image host's `MoveToken.imageProof` (the files and
+ * both hosts), checked in constant time before anything is fetched. Whether the image is of the session's last descent is judged after the fetch
  * by the same tag check as a local image (`Agent.ts`).
  */
 import { createReadStream, createWriteStream } from "node:fs"
@@ -21,15 +22,19 @@ import { pipeline } from "node:stream/promises"
 import type { ReadableStream as NodeReadableStream } from "node:stream/web"
 import type { ImageStore } from "@engram/runtime"
 import { Data, Effect, Schema, Stream } from "effect"
-import { imageToken } from "./MoveToken.js"
+import { imageProof, imageToken, tokensEqual } from "./MoveToken.js"
 
 /** One file of a session's image directory, as the image host lists it. */
 export const ImageFile = Schema.Struct({ name: Schema.String, bytes: Schema.Number })
 export type ImageFile = typeof ImageFile.Type
 
-/** The image host's answer to a listing: the files of the session's image directory. */
-export const ImageListing = Schema.Struct({ files: Schema.Array(ImageFile) })
-export type ImageListing = typeof ImageListing.Type
+/** The files of a session's image directory. */
+export interface ImageListing {
+  readonly files: readonly ImageFile[]
+}
+
+/** The image host's answer to a listing: the files, and its proof that it holds the peer secret (`MoveToken.imageProof`). */
+export const ListingAnswer = Schema.Struct({ files: Schema.Array(ImageFile), proof: Schema.String })
 
 /** Why an image could not be fetched (the resume then boots fresh, as without one). */
 export class ImageFetchError extends Data.TaggedError("ImageFetchError")<{
@@ -107,7 +112,9 @@ export const fetchImage = (o: {
       const timeout = AbortSignal.any([signal, AbortSignal.timeout(o.timeoutMs)])
       const res = await fetch(`${base}${query}`, { headers, signal: timeout })
       if (res.status !== 200) throw fail(`the image host answered ${res.status} to the listing`)
-      const list = Schema.decodeUnknownSync(ImageListing)(await res.json())
+      const list = Schema.decodeUnknownSync(ListingAnswer)(await res.json())
+      // Nothing is taken from an address that cannot prove it holds the peer secret.
+      if (!tokensEqual(list.proof, imageProof(o.secret, o.sessionId, o.imageHostId, o.me, list.files))) throw fail("the image host's listing carries no valid proof that it holds the peer secret")
       await mkdir(staging, { recursive: true, mode: 0o700 })
       let bytes = 0
       for (const file of list.files) {

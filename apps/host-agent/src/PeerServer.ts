@@ -12,7 +12,7 @@ import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "e
 import { NodeHttpServer } from "@effect/platform-node"
 import type { ImageStore } from "@engram/runtime"
 import * as ImageFetch from "./ImageFetch.js"
-import { imageToken, moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
+import { imageProof, imageToken, moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
 import type { MoveHeader, MoveTarget } from "./MoveTarget.js"
 
 const Header = Schema.Struct({
@@ -66,7 +66,7 @@ const authorizedImage = (deps: PeerServerDeps) =>
     const requester = new URL(req.url, "http://peer").searchParams.get("for")
     if (id === undefined || requester === null || requester === "" || !tokensEqual(bearer(req), imageToken(deps.secret, id, deps.hostId, requester)))
       return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "invalid image token" }) }
-    return { _tag: "Ok" as const, sessionId: id }
+    return { _tag: "Ok" as const, sessionId: id, requester }
   })
 
 const noImage = (sessionId: string) => json(404, { error: "NotFound", message: `no descent image of session ${sessionId} here` })
@@ -114,7 +114,7 @@ export const routes = (deps: PeerServerDeps) =>
         const a = yield* authorizedImage(deps)
         if (a._tag === "Bad") return a.response
         const listed = deps.images === undefined ? undefined : yield* ImageFetch.listing(deps.images, a.sessionId)
-        return listed === undefined ? noImage(a.sessionId) : json(200, listed)
+        return listed === undefined ? noImage(a.sessionId) : json(200, { ...listed, proof: imageProof(deps.secret, a.sessionId, deps.hostId, a.requester, listed.files) })
       }),
     ),
     HttpRouter.add(

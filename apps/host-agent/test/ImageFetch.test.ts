@@ -12,6 +12,7 @@ import { ImageStore, SimRuntime } from "@engram/runtime"
 import { Effect } from "effect"
 import * as ImageFetch from "../src/ImageFetch.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
+import { imageProof } from "../src/MoveToken.js"
 import * as PeerServer from "../src/PeerServer.js"
 import { makeResidents } from "../src/Residents.js"
 
@@ -56,6 +57,21 @@ const lyingPeer = (listing: unknown, body: string) =>
   )
 
 describe("fetching a descent image from its host", () => {
+  it.live("a peer that cannot prove it holds the peer secret gets nothing taken from it", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const files = [{ name: "image", bytes: 4 }]
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        for (const listing of [{ files }, { files, proof: imageProof("another-secret", "s1", "a", "b", files) }, { files, proof: imageProof(SECRET, "s1", "a", "c", files) }]) {
+          const impostor = yield* lyingPeer(listing, "evil")
+          const e = yield* fetchInto(mine, impostor.port).pipe(Effect.flip)
+          assert.match(e.message, /proof|does not match|Expected|Missing/)
+          assert.deepStrictEqual(readdirSync(mine.root), [])
+        }
+      }),
+    ))
+
+
   it.live("every file of the session's directory arrives byte for byte, in place only when whole", () =>
     Effect.scoped(
       Effect.gen(function* () {
@@ -84,12 +100,13 @@ describe("fetching a descent image from its host", () => {
   it.live("a file whose size is not its listing's, or a listed name with a separator, is refused and nothing is left behind", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const short = yield* lyingPeer({ files: [{ name: "image", bytes: 100 }] }, "only a few bytes")
+        const listed = (files: { name: string; bytes: number }[]) => ({ files, proof: imageProof(SECRET, "s1", "a", "b", files) })
+        const short = yield* lyingPeer(listed([{ name: "image", bytes: 100 }]), "only a few bytes")
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
         const e = yield* fetchInto(mine, short.port).pipe(Effect.flip)
         assert.strictEqual(e.message, "image is 16 bytes, the image host listed 100")
         assert.deepStrictEqual(readdirSync(mine.root), [])
-        const sneaky = yield* lyingPeer({ files: [{ name: "../escape", bytes: 4 }] }, "evil")
+        const sneaky = yield* lyingPeer(listed([{ name: "../escape", bytes: 4 }]), "evil")
         const bad = yield* fetchInto(mine, sneaky.port).pipe(Effect.flip)
         assert.match(bad.message, /bad file name/)
         assert.deepStrictEqual(readdirSync(mine.root), [])
