@@ -31,7 +31,9 @@ export const maxCachedHosts = 100_000
 /**
  * The version of a host's assignments: a hash of its sessions and moves, with the peer URL of
  * each target of its moves (`targetPeerUrl`: a target that reports a new one notifies the topics
- * of its pending moves' sources, so their polls answer it at once). Not of the allowances:
+ * of its pending moves' sources, so their polls answer it at once), and with the sessions whose
+ * descent image it holds (`imageSessions`: a session that runs again elsewhere or ends notifies
+ * its image host's topic, so the agent removes the image). Not of the allowances:
  * they follow the clock and other pairs' commits, which notify no host's topic, so two replicas
  * (each with its own copy) may compute different ones for the same host, and an agent polling
  * both would see a new version on every poll. A move's allowance is the one read when the move
@@ -40,12 +42,15 @@ export const maxCachedHosts = 100_000
 export const versionOf = (
   sessions: readonly Pick<Records.Session, "id" | "state" | "updatedAt">[],
   moves: readonly (Pick<Records.Move, "id" | "state"> & { readonly targetPeerUrl?: string | null | undefined })[],
+  imageSessions: readonly string[] = [],
 ): string =>
   createHash("sha256")
     .update(
       JSON.stringify([
         sessions.map((s) => [s.id, s.state, s.updatedAt]),
         moves.map((m) => (m.targetPeerUrl === undefined ? [m.id, m.state] : [m.id, m.state, m.targetPeerUrl])),
+        // Only when there are any: a host holding no image keeps the version it had before image lists.
+        ...(imageSessions.length === 0 ? [] : [imageSessions]),
       ]),
     )
     .digest("base64url")
@@ -88,7 +93,7 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
         Effect.gen(function* () {
           // One read: the host (NotFound when unknown), its sessions in the assigned states and
           // its pending moves where it is the source or the target, each oldest first.
-          const { sessions, moves } = yield* store.hostAssignments(hostId)
+          const { sessions, moves, imageSessionIds } = yield* store.hostAssignments(hostId)
           // The limits an agent's move guard uses come from here, so agents and coordinator agree;
           // so does the allowance learned for each move it is the source of.
           const priorMs = settings.config.limits.commitAllowanceMs
@@ -96,16 +101,20 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
           const allowances = yield* Allowances.forTargets(store, { priorMs, horizonMs: settings.config.allowanceHorizonMs }, hostId, targets).pipe(
             Effect.catchTag("InvalidInput", (e) => Effect.die(e)),
           )
-          const peerUrls = yield* peerUrlsOf(targets)
+          // The hosts holding the images of the resumed sessions placed here (few: only while they are pending).
+          const imageHostIds = [...new Set(sessions.flatMap((s) => (s.state === "pending" && s.imageHostId != null && s.imageHostId !== hostId ? [s.imageHostId] : [])))]
+          const peerUrls = yield* peerUrlsOf([...targets, ...imageHostIds])
           // The source learns where to reach each move's target with the move: no static list of peers on every host.
           const assigned = moves.map((m) => (m.sourceHostId === hostId ? { ...m, targetPeerUrl: peerUrls.get(m.targetHostId) ?? null } : m))
           return {
             hostId,
-            version: versionOf(sessions, assigned),
+            version: versionOf(sessions, assigned, imageSessionIds),
             sessions,
             moves: assigned,
             limits: { commitAllowanceMs: priorMs },
             allowances: allowances.map(Records.assignedAllowance),
+            ...(imageHostIds.length === 0 ? {} : { imageHosts: imageHostIds.map((id) => ({ hostId: id, peerUrl: peerUrls.get(id) ?? null })) }),
+            imageSessions: imageSessionIds,
           }
         })
       const read = (hostId: string) => cache.get(hostTopic(hostId) as string, load(hostId))

@@ -16,6 +16,7 @@ import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRun
 import { nowMs } from "@engram/runtime"
 import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, type Scope, Semaphore } from "effect"
 import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, neverRan, ranBefore } from "./Coordinator.js"
+import type * as ImageFetch from "./ImageFetch.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
 import * as Pacing from "./Pacing.js"
@@ -58,6 +59,12 @@ export interface AgentConfig {
   readonly moveIntent: boolean
   /** Templates this host builds at start (in the background) unless its runtime holds them. */
   readonly templates: readonly TemplateSpec[]
+  /**
+   * How old a descent image must be (since its image file was written) before the agent removes
+   * it for a session the coordinator no longer lists as this host's (`imageSessions`): an answer
+   * read just before a descent's report must not remove the image it wrote.
+   */
+  readonly imageGraceMs: number
 }
 
 /** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
@@ -72,6 +79,7 @@ export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limi
   reportRunningAfterMs: 10_000,
   moveIntent: false,
   templates: [],
+  imageGraceMs: 10 * 60_000,
 })
 
 export interface AgentDeps {
@@ -85,6 +93,12 @@ export interface AgentDeps {
   readonly target: MoveTarget
   /** The peer server's URL this agent advertises with its reports (null: none); omitted: none. */
   readonly peerUrl?: Effect.Effect<string | null>
+  /**
+   * Fetches a session's descent image into `images` from the agent of `imageHostId` (reached at
+   * the coordinator's `peerUrl` for it, unless the operator's `ENGRAM_PEERS` names another);
+   * omitted: images are never fetched (a resume placed elsewhere boots fresh).
+   */
+  readonly fetchImage?: (sessionId: string, imageHostId: string, peerUrl: string | null) => Effect.Effect<ImageFetch.Fetched, ImageFetch.ImageFetchError>
 }
 
 /** What an agent shows on its status endpoint and to tests. */
@@ -162,6 +176,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     // the background: a session starting from it, and the next build, do not wait on the coordinator.
     const templates = yield* Templates.make(me, runtime, () => Effect.asVoid(Effect.forkIn(Effect.suspend(() => reportOnce), scope)))
     const log = (msg: string, fields: Record<string, unknown> = {}) => Effect.logInfo(msg, { hostId: me, ...fields })
+    /** Where each image host's agent serves its peers, as the last assignments said (`imageHosts`). */
+    const imageHostUrls = new Map<string, string | null>()
     // A restarted source reaches the targets of the moves it owes where it reached them before:
     // once a move has ended no assignment names its target (the operator's ENGRAM_PEERS still wins).
     if (deps.link.pin !== undefined) {
@@ -227,16 +243,60 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         return t.createdAt === s.createdAt && t.lastActiveAt === s.lastActiveAt
       })
 
+    /**
+     * A resumed session's image fetched from the host that holds it, when the coordinator placed
+     * the resume here and says the image is elsewhere (`imageHostId`); undefined when there is
+     * none to fetch or the fetch failed (logged: the guest then boots fresh, as without one).
+     */
+    const fetchedImage = (s: AssignedSession) =>
+      Effect.gen(function* () {
+        const from = s.imageHostId ?? null
+        if (deps.fetchImage === undefined || from === null || from === me || s.state !== "pending" || !ranBefore(s)) return undefined
+        const t0 = yield* nowMs
+        const got = yield* deps.fetchImage(s.id, from, imageHostUrls.get(from) ?? null).pipe(Effect.result)
+        if (got._tag === "Failure") {
+          yield* Effect.logWarning("descent image could not be fetched from the host holding it", { hostId: me, sessionId: s.id, imageHostId: from, why: got.failure.message })
+          return undefined
+        }
+        yield* log("descent image fetched from the host holding it", { sessionId: s.id, imageHostId: from, files: got.success.files, imageBytes: got.success.bytes, ms: Math.round((yield* nowMs) - t0) })
+        return yield* images.get(s.id)
+      })
+
+    /**
+     * Removes the descent images this host no longer holds for anyone: of a session that is not
+     * among the sessions the coordinator lists as holding their image here (`imageSessions`),
+     * not assigned here, not resident and not being acted on, written more than `imageGraceMs`
+     * ago. Such a session ended, or runs again on another host (restored there from a fetched
+     * copy, or booted fresh). Nothing without the list (an older coordinator). Best effort: a
+     * failure is logged and tried again on the next pass.
+     */
+    const removeReleasedImages = (a: Assignments) =>
+      Effect.gen(function* () {
+        if (a.imageSessions === undefined || images.list === undefined) return
+        const keep = new Set([...a.imageSessions, ...a.sessions.map((s) => s.id)])
+        const t = yield* Clock.currentTimeMillis
+        for (const img of yield* images.list) {
+          if (keep.has(img.vmId) || t - img.writtenAtMs < config.imageGraceMs) continue
+          if ((yield* residents.get(img.vmId)) !== undefined || (yield* FiberMap.has(inflight, img.vmId))) continue
+          yield* images.remove(img.vmId)
+          yield* log("descent image removed: its session ended or runs on another host", { sessionId: img.vmId, imagePath: images.pathFor(img.vmId) })
+        }
+      }).pipe(Effect.catchCause((cause) => Effect.logWarning("descent images not cleaned up; tried again on the next pass", { hostId: me, error: String(cause) })))
+
     /** Makes the session's VM resident and running: unparked, restored from its descent image, or started. */
     const ensureRunning = (s: AssignedSession) =>
       Effect.gen(function* () {
         const vm = yield* residents.get(s.id)
         if (vm === undefined) {
           const spec = specOf(s)
-          const found = yield* images.get(s.id)
+          // The image here if it is of the session's last descent; else the one its image host
+          // holds (fetched over any older one here); else whatever is here, judged below.
+          const local = yield* images.get(s.id)
+          const localOurs = local !== undefined && (yield* isThisDescent(s))
+          const found = localOurs ? local : ((yield* fetchedImage(s)) ?? local)
           // An image of another descent (an earlier session of the same id, or an earlier descent
           // of this one restored elsewhere since) is not this session's memory.
-          const ours = found === undefined ? true : yield* isThisDescent(s)
+          const ours = found === undefined ? true : found === local ? localOurs : yield* isThisDescent(s)
           if (!ours) {
             yield* Effect.logWarning("an image under this session's id is not of its last descent (another session of the same id, or an earlier descent); booting fresh, the image is kept", {
               hostId: me,
@@ -252,8 +312,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             // Resumed from its descent, and its image is not here (descended on another host, or
             // the image directory changed): the guest boots fresh, as before, but not silently.
             // Holding the session pending instead would stall every cold resume placed on a host
-            // other than the one that wrote the image (placement does not follow images yet), and
-            // the coordinator has no call to hear that a restore failed.
+            // other than the one that wrote the image (placement prefers the image's host only
+            // while it has room), and the coordinator has no call to hear that a restore failed.
             const imageMissing = s.state === "pending" && ranBefore(s)
             if (imageMissing) {
               yield* Effect.logError("resumed session's descent image is not on this host; booting a fresh guest in its place: its memory is not restored", {
@@ -481,6 +541,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (deps.link.learn !== undefined) {
           for (const m of a.moves) if (m.sourceHostId === me && m.targetPeerUrl !== undefined) yield* deps.link.learn(m.targetHostId, m.targetPeerUrl)
         }
+        for (const h of a.imageHosts ?? []) imageHostUrls.set(h.hostId, h.peerUrl)
+        yield* removeReleasedImages(a)
         const mine = a.sessions.filter((s) => s.hostId === me)
         for (const s of mine) {
           if (yield* FiberMap.has(inflight, s.id)) continue

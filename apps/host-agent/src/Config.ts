@@ -69,6 +69,7 @@ export const timingVariables = {
   maxPreCopyRounds: "ENGRAM_AGENT_MAX_PRECOPY_ROUNDS",
   stagingGraceMs: "ENGRAM_AGENT_STAGING_GRACE_MS",
   reportRunningAfterMs: "ENGRAM_AGENT_REPORT_RUNNING_AFTER_MS",
+  imageGraceMs: "ENGRAM_AGENT_IMAGE_GRACE_MS",
 } as const satisfies { readonly [K in keyof AgentConfig]?: string }
 
 /** Each timing setting's own rule: the environment's and a program's (`checkedConfig`). */
@@ -80,6 +81,7 @@ const timingSettings = {
   maxPreCopyRounds: int(timingVariables.maxPreCopyRounds, 2).pipe(Config.option),
   stagingGraceMs: int(timingVariables.stagingGraceMs, 1).pipe(Config.option),
   reportRunningAfterMs: int(timingVariables.reportRunningAfterMs, 1).pipe(Config.option),
+  imageGraceMs: int(timingVariables.imageGraceMs, 0).pipe(Config.option),
 }
 
 const staleWindowVariable = "ENGRAM_HEARTBEAT_STALE_WINDOW_MS"
@@ -370,6 +372,7 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       maxPreCopyRounds: given(s.maxPreCopyRounds)?.value ?? base.maxPreCopyRounds,
       stagingGraceMs: given(s.stagingGraceMs)?.value ?? base.stagingGraceMs,
       reportRunningAfterMs: given(s.reportRunningAfterMs)?.value ?? base.reportRunningAfterMs,
+      imageGraceMs: given(s.imageGraceMs)?.value ?? base.imageGraceMs,
       moveIntent: s.moveIntent === "1",
       templates: (() => {
         const parsed = Templates.parse(s.templates)

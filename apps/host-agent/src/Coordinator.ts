@@ -25,7 +25,11 @@ export type SessionState = Records.SessionState
  * session that ran before (`ranBefore`); optional only so a fake coordinator may leave them out.
  */
 export type AssignedSession = Pick<Records.Session, "id" | "state" | "budget" | "hostId" | "reservationId"> &
-  Partial<Pick<Records.Session, "createdAt" | "lastActiveAt">> & { readonly template?: string | null | undefined }
+  Partial<Pick<Records.Session, "createdAt" | "lastActiveAt">> & {
+    readonly template?: string | null | undefined
+    /** The host whose agent holds its descent image (a cold resume placed elsewhere fetches it from there). */
+    readonly imageHostId?: string | null | undefined
+  }
 
 /**
  * Whether the session ran before: its `lastActiveAt` ("when the session last began to run", or
@@ -69,6 +73,10 @@ export interface Assignments {
   readonly limits?: AssignedLimits | undefined
   /** The learned allowance of each move this host is the source of; absent from a coordinator that does not learn it. */
   readonly allowances?: readonly AssignedAllowance[] | undefined
+  /** Where the agents holding the descent images of this host's resumed sessions serve their peers; absent from an older coordinator. */
+  readonly imageHosts?: readonly { readonly hostId: string; readonly peerUrl: string | null }[] | undefined
+  /** The sessions whose descent image this host holds; absent from an older coordinator (nothing is removed then). */
+  readonly imageSessions?: readonly string[] | undefined
 }
 
 /** One pre-copy round as the source reports it. */

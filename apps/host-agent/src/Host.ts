@@ -15,6 +15,7 @@ import { checkedConfig } from "./Config.js"
 import { type CoordinatorShape, makeHttp } from "./Coordinator.js"
 import * as Failover from "./Failover.js"
 import * as ImageDir from "./ImageDir.js"
+import * as ImageFetch from "./ImageFetch.js"
 import * as LocalState from "./LocalState.js"
 import type { HostReport } from "./Measure.js"
 import { makeMoveTarget, type MoveTarget } from "./MoveTarget.js"
@@ -24,6 +25,9 @@ import { makeResidents, type Residents } from "./Residents.js"
 import * as RuntimeChoice from "./RuntimeChoice.js"
 
 export { defaultAgentConfig } from "./Agent.js"
+
+/** The longest a fetch of a descent image from another host may take (an image of a big guest is GiBs over the peer network). */
+export const imageFetchTimeoutMs = 10 * 60_000
 
 export interface HostAgentOptions {
   readonly hostId: string
@@ -204,11 +208,18 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     const link = o.link ?? PeerLink.http(o.peers, o.peerSecret)
     // Known once the server listens (its port may be chosen then); the loops start after.
     const advertised = yield* Ref.make<string | null>(null)
-    const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target, peerUrl: Ref.get(advertised) })
+    // The operator's ENGRAM_PEERS entry wins over the coordinator's URL, as for moves.
+    const fetchImage = (sessionId: string, imageHostId: string, peerUrl: string | null) => {
+      const url = o.peers(imageHostId) ?? peerUrl
+      return url === null
+        ? Effect.fail(new ImageFetch.ImageFetchError({ sessionId, imageHostId, message: "no peer URL is known for the image host" }))
+        : ImageFetch.fetchImage({ images, sessionId, imageHostId, peerUrl: url, me: o.hostId, secret: o.peerSecret, timeoutMs: imageFetchTimeoutMs })
+    }
+    const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target, peerUrl: Ref.get(advertised), fetchImage })
     const port =
       o.listen === undefined
         ? null
-        : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status }, { port: o.listen.port, host: o.listen.host }).pipe(Effect.orDie)
+        : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status, images }, { port: o.listen.port, host: o.listen.host }).pipe(Effect.orDie)
     const peerUrl = yield* advertisedPeerUrlOf(o, port)
     yield* Ref.set(advertised, peerUrl)
     yield* Effect.forkScoped(agent.run)

@@ -22,6 +22,23 @@ export const moveToken = (secret: string, moveId: string, sourceHostId: string, 
 export const prepareProof = (secret: string, moveId: string, sourceHostId: string, targetHostId: string, endpoint: { readonly runtime: string; readonly uri: string }): string =>
   mac(secret, ["engram-move-target/v1", moveId, sourceHostId, targetHostId, endpoint.runtime, endpoint.uri])
 
+/**
+ * The bearer for fetching one session's descent image from the host holding it
+ * (`GET /v1/peer/images/{session}`), by the host its resume was placed on: bound to the session
+ * and both hosts, so a token leaked from one fetch opens no other session's image.
+ */
+export const imageToken = (secret: string, sessionId: string, imageHostId: string, requesterHostId: string): string =>
+  mac(secret, ["engram-image/v1", sessionId, imageHostId, requesterHostId])
+
+/**
+ * The image host's proof, in its listing of a session's image files, that it holds the peer
+ * secret: bound to the session, both hosts and the files it lists (names and sizes), so an
+ * address that is not a fleet agent's (a peer URL a stolen host token reported) cannot hand a
+ * host a guest's memory to restore.
+ */
+export const imageProof = (secret: string, sessionId: string, imageHostId: string, requesterHostId: string, files: readonly { readonly name: string; readonly bytes: number }[]): string =>
+  mac(secret, ["engram-image-host/v1", sessionId, imageHostId, requesterHostId, JSON.stringify(files.map((f) => [f.name, f.bytes]))])
+
 /** The bearer for a host agent's status endpoint (operators and tests). */
 export const statusToken = (secret: string, hostId: string): string => mac(secret, ["engram-status/v1", hostId])
 

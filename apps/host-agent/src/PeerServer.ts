@@ -10,7 +10,9 @@ import { createServer } from "node:http"
 import { Context, Effect, Layer, Schema } from "effect"
 import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { NodeHttpServer } from "@effect/platform-node"
-import { moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
+import type { ImageStore } from "@engram/runtime"
+import * as ImageFetch from "./ImageFetch.js"
+import { imageProof, imageToken, moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
 import type { MoveHeader, MoveTarget } from "./MoveTarget.js"
 
 const Header = Schema.Struct({
@@ -29,6 +31,8 @@ export interface PeerServerDeps {
   readonly secret: string
   readonly target: MoveTarget
   readonly status: Effect.Effect<unknown>
+  /** The image store whose descent images peers may fetch (`ImageFetch`); omitted: none served. */
+  readonly images?: ImageStore.ImageStore | undefined
 }
 
 const bearer = (req: HttpServerRequest.HttpServerRequest) => {
@@ -50,6 +54,22 @@ const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(de
     }
     return { _tag: "Ok" as const, body: h }
   })
+
+/**
+ * The session of an image request whose bearer is `MoveToken.imageToken` for it, this host and
+ * the requesting host (`?for=`), compared in constant time; else the 401 to answer.
+ */
+const authorizedImage = (deps: PeerServerDeps) =>
+  Effect.gen(function* () {
+    const req = yield* HttpServerRequest.HttpServerRequest
+    const { id } = yield* HttpRouter.params
+    const requester = new URL(req.url, "http://peer").searchParams.get("for")
+    if (id === undefined || requester === null || requester === "" || !tokensEqual(bearer(req), imageToken(deps.secret, id, deps.hostId, requester)))
+      return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "invalid image token" }) }
+    return { _tag: "Ok" as const, sessionId: id, requester }
+  })
+
+const noImage = (sessionId: string) => json(404, { error: "NotFound", message: `no descent image of session ${sessionId} here` })
 
 const peerError = (e: { readonly op: string; readonly message: string }) => Effect.succeed(json(409, { error: "PeerError", op: e.op, message: e.message }))
 
@@ -85,6 +105,27 @@ export const routes = (deps: PeerServerDeps) =>
         if (a._tag === "Bad") return a.response
         yield* deps.target.abort(a.body.moveId)
         return json(200, { ok: true })
+      }),
+    ),
+    HttpRouter.add(
+      "GET",
+      "/v1/peer/images/:id",
+      Effect.gen(function* () {
+        const a = yield* authorizedImage(deps)
+        if (a._tag === "Bad") return a.response
+        const listed = deps.images === undefined ? undefined : yield* ImageFetch.listing(deps.images, a.sessionId)
+        return listed === undefined ? noImage(a.sessionId) : json(200, { ...listed, proof: imageProof(deps.secret, a.sessionId, deps.hostId, a.requester, listed.files) })
+      }),
+    ),
+    HttpRouter.add(
+      "GET",
+      "/v1/peer/images/:id/files/:name",
+      Effect.gen(function* () {
+        const a = yield* authorizedImage(deps)
+        if (a._tag === "Bad") return a.response
+        const { name } = yield* HttpRouter.params
+        const file = deps.images === undefined || name === undefined ? undefined : yield* ImageFetch.fileStream(deps.images, a.sessionId, name)
+        return file === undefined ? noImage(a.sessionId) : HttpServerResponse.stream(file.body, { contentType: "application/octet-stream", contentLength: file.bytes })
       }),
     ),
     HttpRouter.add(

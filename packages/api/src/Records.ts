@@ -53,6 +53,12 @@ export const Session = Schema.Struct({
    * cannot); null: booted. Absent from a coordinator older than templates.
    */
   template: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  /**
+   * The host whose agent holds the session's descent image (its memory), while it is descended,
+   * queued or pending after a descent: its placement ranks that host first. Null otherwise.
+   * Absent from a coordinator older than image hosts.
+   */
+  imageHostId: Schema.optionalKey(Schema.NullOr(Schema.String)),
   createdAt: Num,
   updatedAt: Num,
 })
@@ -518,6 +524,20 @@ export const Assignments = Schema.Struct({
    * its own commits).
    */
   allowances: Schema.optionalKey(Schema.Array(AssignedAllowance)),
+  /**
+   * Where the agent of each host holding the descent image of a session resumed onto this host
+   * (`Session.imageHostId`, another host) serves its peers (its last report's `peerUrl`; null
+   * when it advertises none or is gone): the agent fetches the image from there before it
+   * restores. Absent from an older coordinator (the agent then boots such a session fresh).
+   */
+  imageHosts: Schema.optionalKey(Schema.Array(Schema.Struct({ hostId: Schema.String, peerUrl: Schema.NullOr(Schema.String) }))),
+  /**
+   * The sessions whose descent image this host holds (their `imageHostId` is this host), by id:
+   * an image on the host of a session neither here nor among `sessions` is of a session that
+   * ended or ran again elsewhere, and its agent removes it. Absent from an older coordinator (the
+   * agent then removes nothing).
+   */
+  imageSessions: Schema.optionalKey(Schema.Array(Schema.String)),
 })
 export type Assignments = typeof Assignments.Type
 

@@ -59,11 +59,38 @@ export interface Request {
   /** The template the session starts from: hosts that hold it (same name and size) rank first among those that fit. */
   readonly template?: string | null | undefined
   /**
+   * The host holding the session's descent image (`Session.Record.imageHostId`): ranked before
+   * every other host that fits, affinity hosts included (a restore there keeps the guest's
+   * memory; elsewhere it boots). A ranking signal only: without room there, the rest rank as usual.
+   */
+  readonly imageHost?: string | null | undefined
+  /**
    * Only hosts that take moves (`Candidate.takesMoves` not false): a move's target the store
    * picks. Unset for every other placement, which pays nothing for it (`admits`).
    */
   readonly takesMovesOnly?: boolean | undefined
 }
+
+/** A session as placement sees it (any record with a budget and, optionally, its preferences). */
+export interface Wanting {
+  readonly budget: Budget
+  readonly affinity?: readonly string[] | undefined
+  readonly template?: string | null | undefined
+  /** The host holding its descent image (`Session.Record.imageHostId`). */
+  readonly imageHostId?: string | null | undefined
+}
+
+/**
+ * A session's placement request (a create, a cold resume, a queue drain): its budget, affinity,
+ * template and image host. Both stores and the queue walk build a session's request here.
+ */
+export const requestOf = (w: Wanting, spread?: Spread): Request => ({
+  budget: w.budget,
+  affinity: w.affinity ?? [],
+  template: w.template,
+  imageHost: w.imageHostId,
+  spread,
+})
 
 /**
  * A replica's share of the hosts. Replicas that place at once on one database, each from its
@@ -144,8 +171,8 @@ export const holdsTemplate = (c: Candidate, wanted: HeldTemplate | undefined): b
   c.templates.some((t) => t.name === wanted.name && t.memMib === wanted.memMib && t.vcpus === wanted.vcpus)
 
 /**
- * The ranking order: measured before unmeasured; within each, affinity hosts first in the
- * request's order, then hosts that hold the wanted template (a start without a boot), then
+ * The ranking order: measured before unmeasured; within each, the image's host, then affinity
+ * hosts in the request's order (`affinityIndexOf`), then hosts that hold the wanted template (a start without a boot), then
  * the hosts of the `spread`'s own share, then best fit (smallest free RAM, then fewest free
  * vCPUs), then host id. Negative: `a` ranks first. Exported for indexes that must rank exactly
  * as `rank` does.
@@ -175,11 +202,16 @@ export const compare = (a: Candidate, b: Candidate, affinityIndex: ReadonlyMap<s
   return compareIds(a.id, b.id)
 }
 
-/** The position of each affinity host in the request's preference order. */
+/**
+ * The position of each preferred host in the request's order: the image's host (`imageHost`)
+ * first, then the affinity hosts in the request's order. Every ranking (`compare`, `pick`,
+ * `PlacementIndex`) reads preferences from here alone.
+ */
 export const affinityIndexOf = (req: Request): ReadonlyMap<string, number> => {
   const m = new Map<string, number>()
-  req.affinity?.forEach((id, i) => {
-    if (!m.has(id)) m.set(id, i)
+  if (req.imageHost != null) m.set(req.imageHost, 0)
+  req.affinity?.forEach((id) => {
+    if (!m.has(id)) m.set(id, m.size)
   })
   return m
 }

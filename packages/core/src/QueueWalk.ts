@@ -22,12 +22,8 @@ import * as Placement from "./Placement.js"
 import type { Candidate } from "./Placement.js"
 import { Index } from "./PlacementIndex.js"
 
-/** A queued session as the walk sees it (any record with a budget and, optionally, an affinity and a template). */
-export interface Waiting {
-  readonly budget: Budget
-  readonly affinity?: readonly string[] | undefined
-  /** The template it starts from: hosts holding it rank first (`Placement.Request.template`). */
-  readonly template?: string | null | undefined
+/** A queued session as the walk sees it: its placement wants (`Placement.requestOf`: budget, affinity, template, image host). */
+export interface Waiting extends Placement.Wanting {
   /** When it queued (a session that waited the starvation limit gets a host claimed). */
   readonly queuedAt?: number | null | undefined
 }
@@ -163,7 +159,7 @@ export const walkOn = <W extends Waiting>(index: Index, queue: Iterable<W>, opti
       continue
     }
     const key = `${w.budget.memMib}/${w.budget.vcpus}`
-    const hostId = missed.has(key) ? null : index.pick({ budget: w.budget, affinity: w.affinity ?? [], template: w.template, spread: options.spread })
+    const hostId = missed.has(key) ? null : index.pick(Placement.requestOf(w, options.spread))
     if (hostId === null) {
       missed.add(key)
       unplaced.push(w)

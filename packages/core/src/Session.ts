@@ -155,6 +155,13 @@ export interface Record {
   readonly endsAt: number | null
   /** The template the session starts from (`Names.isTemplateName`), instead of a boot; null: booted. */
   readonly template: string | null
+  /**
+   * The host whose agent holds the session's descent image (its memory): set when a descent
+   * finishes (the host it descended on), kept while the session is descended, queued or
+   * pending, cleared when it runs again, is lost or ends. Its placement ranks that host first
+   * among the hosts that fit (`Placement.requestOf`, `Placement.Request.imageHost`); null: none.
+   */
+  readonly imageHostId: string | null
   readonly createdAt: number
   readonly updatedAt: number
 }
@@ -470,6 +477,7 @@ const createPlan = (op: Extract<Step, { readonly _tag: "create" }>, now: number)
     lastActiveAt: now,
     endsAt: Lifetime.endsAtOf(op.ttlMs, now),
     template: op.template ?? null,
+    imageHostId: null,
     createdAt: now,
     updatedAt: now,
   }
@@ -503,7 +511,8 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       const bad = judge(s, op._tag, "running")
       if (bad) return bad
       const events: readonly Event[] = [op._tag === "unpark" ? { _tag: "Resumed", warm: true, hostId: s.hostId } : { _tag: "Running", hostId: s.hostId }]
-      return planOf(s, { ...s, state: "running", parkedAt: null, lastActiveAt: now, updatedAt: now }, now, none, null, events)
+      // Running again: its memory is in the guest, no longer in the image (`imageHostId`).
+      return planOf(s, { ...s, state: "running", parkedAt: null, lastActiveAt: now, imageHostId: null, updatedAt: now }, now, none, null, events)
     }
     case "idle": {
       const to = target(op)
@@ -526,7 +535,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       if (bad) return bad
       return planOf(
         s,
-        { ...s, state: "descended", hostId: null, reservationId: null, parkedAt: null, updatedAt: now },
+        { ...s, state: "descended", hostId: null, reservationId: null, parkedAt: null, imageHostId: s.hostId, updatedAt: now },
         now,
         releaseOwn(s, "released"),
         null,
@@ -614,7 +623,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       const gone = leaving(s, op.openMove, lostReason, op.targetReclaimed ? "reclaimed" : "released", now)
       return planOf(
         s,
-        { ...s, state: "lost", hostId: null, reservationId: null, parkedAt: null, updatedAt: now },
+        { ...s, state: "lost", hostId: null, reservationId: null, parkedAt: null, imageHostId: null, updatedAt: now },
         now,
         [...releaseOwn(s, "reclaimed"), ...gone.ledger],
         gone.move,
@@ -626,7 +635,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       if (s.state === "ended") return { _tag: "Unchanged", session: s }
       const bad = judge(s, "end", "ended")
       if (bad) return bad
-      const next: Record = { ...s, state: "ended", hostId: null, reservationId: null, queuedAt: null, parkedAt: null, updatedAt: now }
+      const next: Record = { ...s, state: "ended", hostId: null, reservationId: null, queuedAt: null, parkedAt: null, imageHostId: null, updatedAt: now }
       const ended: Event = op.reason === null || op.reason === undefined ? { _tag: "Ended", hostId: s.hostId } : { _tag: "Ended", hostId: s.hostId, reason: op.reason }
       if (op.openMove === null) return planOf(s, next, now, releaseOwn(s, "released"), null, [ended])
       const gone = leaving(s, op.openMove, endedReason, "released", now)

@@ -14,6 +14,7 @@ const record = (over: Partial<Session.Record> = {}): Session.Record => ({
   lastActiveAt: 0,
   endsAt: null,
   template: null,
+  imageHostId: null,
   createdAt: 0,
   updatedAt: 0,
   ...over,

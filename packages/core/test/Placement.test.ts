@@ -156,6 +156,24 @@ describe("Placement: templates rank, never fit (SPEC §13)", () => {
     expect(Placement.pick(hosts, { budget: { memMib: 1024, vcpus: 1 }, affinity: ["a"], template: "py" })).toBe("a")
   })
 
+  it("the image's host ranks first among the hosts that fit, before affinity hosts and template holders", () => {
+    const hosts = [host("a", 16384, 64), host("b", 16384, 64, 12000), host("c", 16384, 64, 0, 0, held("py", 1024, 1)), host("img", 16384, 64)]
+    const budget = { memMib: 1024, vcpus: 1 }
+    expect(Placement.rank(hosts, { budget, affinity: ["a"], template: "py", imageHost: "img" })).toEqual(["img", "a", "c", "b"])
+    expect(Placement.pick(hosts, { budget, affinity: ["a", "img"], imageHost: "img" })).toBe("img")
+    expect(PlacementIndex.Index.of(hosts).pick({ budget, affinity: ["a"], template: "py", imageHost: "img" })).toBe("img")
+    expect(Placement.requestOf({ budget, imageHostId: "img" })).toMatchObject({ imageHost: "img", affinity: [] })
+  })
+
+  it("an image's host without room, unknown or unmeasured is only a preference: the rest rank as without it", () => {
+    const budget = { memMib: 1024, vcpus: 1 }
+    const hosts = [host("full", 4096, 64, 4000), host("b", 16384, 64, 12000), host("u", null, null)]
+    expect(Placement.rank(hosts, { budget, imageHost: "full" })).toEqual(["b", "u"])
+    expect(Placement.rank(hosts, { budget, imageHost: "gone" })).toEqual(["b", "u"])
+    expect(Placement.rank(hosts, { budget, imageHost: "u" })).toEqual(["b", "u"])
+    expect(PlacementIndex.Index.of(hosts).pick({ budget, imageHost: "full" })).toBe("b")
+  })
+
   it("property: the template never changes whether a session is placed, only where among the hosts that fit", () => {
     fc.assert(
       fc.property(arbFleet, arbTemplateBudget, fc.constantFrom(...templateNames), fc.array(fc.constantFrom(...hostIds), { maxLength: 3 }), (hosts, budget, template, affinity) => {

@@ -16,6 +16,7 @@ describe("PlacementIndex", () => {
       budget: arbTemplateBudget,
       affinity: fc.array(fc.constantFrom(...ids, "nowhere"), { maxLength: 4 }),
       template: fc.option(fc.constantFrom(...templateNames, "t9"), { nil: undefined }),
+      imageHost: fc.option(fc.constantFrom(...ids, "nowhere"), { nil: undefined }),
       exclude: fc.option(fc.constantFrom(...ids), { nil: undefined }),
       takesMovesOnly: fc.option(fc.boolean(), { nil: undefined }),
     })
@@ -37,7 +38,7 @@ describe("PlacementIndex", () => {
         // Built in one go from the upserts (a later one of an id replaces an earlier), it picks the same.
         const built = PlacementIndex.Index.of(ops.flatMap((o) => (o.kind === "upsert" ? [o.c] : [])), limits)
         for (const q of queries) {
-          const req = { budget: q.budget, affinity: q.affinity, template: q.template, exclude: q.exclude, takesMovesOnly: q.takesMovesOnly }
+          const req = { budget: q.budget, affinity: q.affinity, template: q.template, imageHost: q.imageHost, exclude: q.exclude, takesMovesOnly: q.takesMovesOnly }
           expect(index.pick(req)).toBe(Placement.pick([...model.values()], req, limits))
           const survivors = new Map<string, Candidate>()
           for (const o of ops) if (o.kind === "upsert") survivors.set(o.c.id, o.c)

@@ -35,6 +35,7 @@ const session = (id: string, state: Session.State, reservationId: string | null,
   lastActiveAt: 0,
   endsAt: null,
   template: null,
+  imageHostId: null,
   createdAt: 0,
   updatedAt: 0,
 })

@@ -105,6 +105,7 @@ describe("Session.step", () => {
     lastActiveAt: 0,
     endsAt: null,
     template: null,
+    imageHostId: null,
     createdAt: 0,
     updatedAt: 0,
   }
@@ -171,6 +172,18 @@ describe("Session.step", () => {
     expect(done.session).toMatchObject({ state: "descended", hostId: null, reservationId: null, updatedAt: t })
     expect(done.ledger).toStrictEqual([{ _tag: "Release", id: "r1", hostId: "h1", memMib: 1024, vcpus: 1, how: "released" }])
     expect(done.from).toBe("descending")
+  })
+
+  it("a descent remembers its image's host; a cold resume keeps it until the session runs, is lost or ends", () => {
+    const descended = applied(Session.step(at("descending"), { _tag: "finishDescent" }, t)).session
+    expect(descended).toMatchObject({ state: "descended", hostId: null, imageHostId: "h1" })
+    const queued = applied(Session.step(descended, { _tag: "resume", placement: null }, t)).session
+    expect(queued).toMatchObject({ state: "queued", imageHostId: "h1" })
+    const pending = applied(Session.step(queued, { _tag: "place", placement: { hostId: "h2", version: 1, reservationId: "r2" } }, t)).session
+    expect(pending).toMatchObject({ state: "pending", hostId: "h2", imageHostId: "h1" })
+    expect(applied(Session.step(pending, { _tag: "markRunning" }, t)).session.imageHostId).toBeNull()
+    expect(applied(Session.step(pending, { _tag: "lose", openMove: null, targetReclaimed: false }, t)).session.imageHostId).toBeNull()
+    expect(applied(Session.step(descended, { _tag: "end", openMove: null }, t)).session.imageHostId).toBeNull()
   })
 
   it("idle parks (stamping parkedAt) or descends; unpark is a warm resume, a resume of a descended session a cold one", () => {

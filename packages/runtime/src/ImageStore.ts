@@ -4,7 +4,7 @@
  * must be restored into, and a mapped image's RAM file). A resumed (descended → pending)
  * session is restored from it; a restore may take the runtime's files back out of it.
  */
-import { mkdir, readFile, rm, stat, writeFile } from "node:fs/promises"
+import { mkdir, readdir, readFile, rm, stat, writeFile } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { Effect } from "effect"
 import type { DescentImage } from "./Runtime.js"
@@ -26,6 +26,11 @@ export interface ImageStore {
   readonly writeTag?: (vmId: string, tag: unknown) => Effect.Effect<void, unknown>
   /** The record `writeTag` wrote beside `vmId`'s image; undefined when there is none (or it does not parse). */
   readonly readTag?: (vmId: string) => Effect.Effect<unknown>
+  /**
+   * Every complete image in the store: its VM and when its image file was written (epoch ms).
+   * Optional: a store without it is never cleaned up by the agent.
+   */
+  readonly list?: Effect.Effect<readonly { readonly vmId: string; readonly writtenAtMs: number }[]>
 }
 
 /** An image store in the directory `root`. */
@@ -44,6 +49,24 @@ export const directory = (root: string): ImageStore => {
       ),
     remove: (vmId) => Effect.promise(() => rm(dirname(pathFor(vmId)), { recursive: true, force: true })),
     writeTag: (vmId, tag) => Effect.tryPromise(() => writeFile(tagPathOf(vmId), JSON.stringify(tag))),
+    list: Effect.promise(async () => {
+      const names = await readdir(root).catch(() => [] as string[])
+      const out: { vmId: string; writtenAtMs: number }[] = []
+      for (const name of names) {
+        // Names the store did not make (an agent's staging `~fetch-…`, anything not encoded by it) are not images.
+        if (name.startsWith("~")) continue
+        let vmId: string
+        try {
+          vmId = decodeURIComponent(name)
+        } catch {
+          continue
+        }
+        if (encodeURIComponent(vmId) !== name) continue
+        const st = await stat(pathFor(vmId)).catch(() => undefined)
+        if (st?.isFile() === true) out.push({ vmId, writtenAtMs: st.mtimeMs })
+      }
+      return out
+    }),
     readTag: (vmId) =>
       Effect.tryPromise(() => readFile(tagPathOf(vmId), "utf8")).pipe(
         Effect.map((text): unknown => JSON.parse(text)),

@@ -12,6 +12,7 @@ import { cascades } from "./cases/cascades.js"
 import { concurrency } from "./cases/concurrency.js"
 import { fleet } from "./cases/fleet.js"
 import { historyGroup } from "./cases/history.js"
+import { images } from "./cases/images.js"
 import { lifetimes } from "./cases/lifetimes.js"
 import { hosts } from "./cases/hosts.js"
 import { ledger } from "./cases/ledger.js"
@@ -56,6 +57,7 @@ export const groups = (options: ConformanceOptions = {}): readonly Group[] => [
   historyGroup,
   lifetimes,
   templates,
+  images,
   retention,
   pages,
   concurrency,

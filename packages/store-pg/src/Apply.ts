@@ -53,7 +53,7 @@ const moveColumns =
 // broken after `deadlock_timeout` by failing one group.
 export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::jsonb as d),
     p as (${rowsOf("p", "p int, hid text, v bigint")}),
-    s as (${rowsOf("s", `p int, sid text, "from" text, state text, mem bigint, vcpus bigint, aff jsonb, hid text, rid text, qat bigint, pat bigint, itm bigint, lat bigint, eat bigint, tpl text, cat bigint, uat bigint`)}),
+    s as (${rowsOf("s", `p int, sid text, "from" text, state text, mem bigint, vcpus bigint, aff jsonb, hid text, rid text, qat bigint, pat bigint, itm bigint, lat bigint, eat bigint, tpl text, ihid text, cat bigint, uat bigint`)}),
     r as (${rowsOf("r", "p int, id text, hid text, kind text, owner text, mem float8, vcpus float8, vram float8, cat bigint, beat bigint, exp float8, descr text")}),
     l as (${rowsOf("l", "p int, id text, hid text, mem float8, vcpus float8, how text")}),
     t as (${rowsOf("t", "p int, id text, owner text, beat bigint")}),
@@ -89,13 +89,13 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
     ok as (select live.p from live left join h on h.id = live.hid where live.hid is null or h.id is not null),
     si as (
       insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, queued_at, parked_at, idle_timeout_ms, last_active_at, ends_at,
-        template, created_at, updated_at)
-      select s.sid, s.state, s.mem, s.vcpus, array(select jsonb_array_elements_text(s.aff)), s.hid, s.rid, s.qat, s.pat, s.itm, s.lat, s.eat, s.tpl, s.cat, s.uat
+        template, image_host_id, created_at, updated_at)
+      select s.sid, s.state, s.mem, s.vcpus, array(select jsonb_array_elements_text(s.aff)), s.hid, s.rid, s.qat, s.pat, s.itm, s.lat, s.eat, s.tpl, s.ihid, s.cat, s.uat
       from s join ok using (p) where s."from" is null
     ),
     su as (
       update sessions set state = s.state, host_id = s.hid, reservation_id = s.rid, queued_at = s.qat, parked_at = s.pat,
-        last_active_at = greatest(sessions.last_active_at, s.lat), ends_at = s.eat, updated_at = s.uat
+        last_active_at = greatest(sessions.last_active_at, s.lat), ends_at = s.eat, image_host_id = s.ihid, updated_at = s.uat
       from s join ok using (p) where s."from" is not null and sessions.id = s.sid
     ),
     ri as (
@@ -177,6 +177,7 @@ export const docOf = (plans: readonly Plan.Plan[], fence: LeaseFence | null = nu
         lat: x.lastActiveAt,
         eat: x.endsAt,
         tpl: x.template,
+        ihid: x.imageHostId,
         cat: x.createdAt,
         uat: x.updatedAt,
       })

@@ -6,7 +6,9 @@
  * made three reads (the host, its sessions, its moves) the coordinator's bottleneck. The text is
  * constant (the states travel as one jsonb parameter), so it is prepared once per connection;
  * the sessions come by `sessions_host_idx`, the moves by the partial (pending only) indexes
- * `moves_source_pending_idx` and `moves_target_pending_idx`, never through the host's ended moves.
+ * `moves_source_pending_idx` and `moves_target_pending_idx`, never through the host's ended moves;
+ * the ids of the sessions whose descent image the host holds by the partial index
+ * `sessions_image_host_idx` (only sessions with an image host are in it).
  *
  * Concurrent reads share one statement (`Batcher`: the hosts' ids as one jsonb parameter, at
  * most 256 a statement, two statements at once): 10,000 agents reconnecting at once made 10,000
@@ -38,7 +40,8 @@ export const assignmentsSql = (hostId: string) => sql`select h.id as "hostId",
     coalesce((select jsonb_agg(to_jsonb(m) order by m.created_at, m.id) from (
         select * from moves where source_host_id = h.id and state = 'pending'
         union all
-        select * from moves where target_host_id = h.id and state = 'pending') m), '[]'::jsonb) as "moves"
+        select * from moves where target_host_id = h.id and state = 'pending') m), '[]'::jsonb) as "moves",
+    coalesce((select jsonb_agg(s.id order by s.id collate "C") from sessions s where s.image_host_id = h.id), '[]'::jsonb) as "imageSessionIds"
   from hosts h where h.id = ${hostId}`
 
 /**
@@ -52,7 +55,8 @@ export const groupAssignmentsSql = (hostIds: readonly string[]) => sql`select h.
     coalesce((select jsonb_agg(to_jsonb(m) order by m.created_at, m.id) from (
         select * from moves where source_host_id = h.id and state = 'pending'
         union all
-        select * from moves where target_host_id = h.id and state = 'pending') m), '[]'::jsonb) as "moves"
+        select * from moves where target_host_id = h.id and state = 'pending') m), '[]'::jsonb) as "moves",
+    coalesce((select jsonb_agg(s.id order by s.id collate "C") from sessions s where s.image_host_id = h.id), '[]'::jsonb) as "imageSessionIds"
   from hosts h where h.id in (select jsonb_array_elements_text(${JSON.stringify(hostIds)}::jsonb))`
 
 /** The most hosts one grouped statement reads. */
@@ -75,6 +79,7 @@ const sessionRowOf = (j: Json): SessionRow => ({
   lastActiveAt: num(j["last_active_at"]),
   endsAt: numOrNull(j["ends_at"]),
   template: (j["template"] ?? null) as string | null,
+  imageHostId: (j["image_host_id"] ?? null) as string | null,
   createdAt: num(j["created_at"]),
   updatedAt: num(j["updated_at"]),
 })
@@ -103,6 +108,7 @@ export const make = ({ db }: Deps): Pick<StoreShape, "hostAssignments"> => {
     hostId: row["hostId"] as string,
     sessions: json<Json[]>(row["sessions"]).map((j) => toSession(sessionRowOf(j))),
     moves: json<Json[]>(row["moves"]).map((j) => toMove(moveRowOf(j))),
+    imageSessionIds: json<string[]>(row["imageSessionIds"]),
   })
   // Reads share statements; they take no lock, so any two may share one (no keys).
   const reads = Batcher.make<string, HostAssignments | undefined, DbError>({

@@ -30,6 +30,7 @@ export const toSession = (r: SessionRow): Session.Record => ({
   lastActiveAt: r.lastActiveAt,
   endsAt: r.endsAt,
   template: r.template,
+  imageHostId: r.imageHostId,
   createdAt: r.createdAt,
   updatedAt: r.updatedAt,
 })

@@ -88,6 +88,9 @@ export const sessions = pgTable(
     endsAt: ms("ends_at"),
     // The template the session starts from (core's `Names.isTemplateName`); null: booted.
     template: text("template"),
+    // The host whose agent holds the session's descent image (core's `Session.Record.imageHostId`);
+    // no foreign key: a removed host's id only stops ranking first.
+    imageHostId: text("image_host_id"),
     createdAt: ms("created_at").notNull(),
     updatedAt: ms("updated_at").notNull(),
   },
@@ -102,6 +105,8 @@ export const sessions = pgTable(
     // The queue in FIFO order, and the parks and descents of the fleet view.
     index("sessions_queue_idx").on(t.queuedAt, t.id).where(sql`${t.state} = 'queued'`),
     index("sessions_host_idx").on(t.hostId).where(sql`${t.hostId} is not null`),
+    // A host's assignments list the sessions whose descent image it holds (few: descended, queued, pending).
+    index("sessions_image_host_idx").on(t.imageHostId).where(sql`${t.imageHostId} is not null`),
     index("sessions_created_idx").on(t.createdAt, t.id),
     // The reaper's lifetime reads: running sessions by idle deadline, live ones by TTL deadline.
     index("sessions_idle_idx")

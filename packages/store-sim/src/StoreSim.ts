@@ -85,6 +85,7 @@ interface SessionRec {
   lastActiveAt: number
   endsAt: number | null
   template: string | null
+  imageHostId: string | null
   createdAt: number
   updatedAt: number
 }
@@ -347,6 +348,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     lastActiveAt: s.lastActiveAt,
     endsAt: s.endsAt,
     template: s.template,
+    imageHostId: s.imageHostId,
     createdAt: s.createdAt,
     updatedAt: s.updatedAt,
   })
@@ -392,13 +394,14 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   }
 
   // The host choice of a create or a resume: the index's pick past the hosts claimed for
-  // starving sessions, with a fresh reservation id.
-  const placementFor = (budget: Budget, affinity: readonly string[], template: string | null, t: number): Session.Placed | null => {
-    const choice = index.choose({ budget, affinity, template })
+  // starving sessions, with a fresh reservation id. `wanting` is core's view of the session (`Placement.requestOf`).
+  const placementFor = (wanting: Placement.Wanting, t: number): Session.Placed | null => {
+    const req = Placement.requestOf(wanting)
+    const choice = index.choose(req)
     if (choice._tag !== "Chosen") return null
     const claimed = claimsAt(t)
     if (!claimed.has(choice.hostId)) return placedOn(choice.hostId)
-    const other = QueueWalk.pickUnclaimed(index, { budget, affinity, template }, claimed)
+    const other = QueueWalk.pickUnclaimed(index, req, claimed)
     return other === null ? null : placedOn(other)
   }
   const placedOn = (hostId: string): Session.Placed => ({ hostId, version: (hosts.get(hostId) as HostRec).version, reservationId: reservationIdFor() })
@@ -675,7 +678,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         // An open move is pending: the open ones are all a host's assignments may hold.
         const open = [...openMoves.values()].map((id) => moves.get(id) as MoveRec).filter((m) => m.sourceHostId === hostId || m.targetHostId === hostId)
         const oldestFirst = <T extends { createdAt: number; id: string }>(a: T, b: T) => a.createdAt - b.createdAt || byId(a, b)
-        return { hostId, sessions: onHost.sort(oldestFirst).map(sessionOf), moves: open.sort(oldestFirst).map(moveOf) }
+        const imageSessionIds = [...sessions.values()].filter((x) => x.imageHostId === hostId).map((x) => x.id).sort(Order.compareIds)
+        return { hostId, sessions: onHost.sort(oldestFirst).map(sessionOf), moves: open.sort(oldestFirst).map(moveOf), imageSessionIds }
       }),
     hostByTokenHash: (tokenHash) =>
       Effect.sync(() => {
@@ -746,7 +750,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           if (again._tag === "Unchanged") return Effect.succeed(outcomeOf(existing))
           return Effect.fail(fromRefusal(input.id, again as Session.Refusal) as Conflict)
         }
-        const placement = placementFor(input.budget, affinity, input.template ?? null, t)
+        const placement = placementFor({ budget: input.budget, affinity, template: input.template ?? null }, t)
         if (placement === null && input.onNoRoom === "refuse")
           return Effect.fail(
             new NoRoom({
@@ -791,7 +795,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const bad = Session.judgeResume(s)
         if (bad) return yield* (fromRefusal(id, bad) as IllegalTransition)
         const t = yield* now
-        const placement = Session.resumesWarm(s.state) ? null : placementFor(s.budget, s.affinity, s.template, t)
+        const placement = Session.resumesWarm(s.state) ? null : placementFor(s, t)
         const resumed = yield* stepSession(s, { _tag: "resume", placement }, t)
         return outcomeOf(resumed)
       }),

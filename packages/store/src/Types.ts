@@ -297,6 +297,12 @@ export interface HostAssignments {
   readonly sessions: readonly Session[]
   /** The pending moves it is the source or the target of, oldest first (`[createdAt, id]`). */
   readonly moves: readonly Move[]
+  /**
+   * The sessions whose descent image this host holds (`imageHostId` is this host), by id. An image
+   * on the host whose session is not here, nor among its sessions, is of a session that ended or
+   * ran again elsewhere: its agent may remove it.
+   */
+  readonly imageSessionIds: readonly string[]
 }
 
 /** Filters of `listSessions`. */

@@ -201,12 +201,22 @@ export const SessionsHandlers = HandlerGroup.make(
           })),
         )
         .handle("started", ({ params }) =>
+<<<<<<< HEAD
           withNotices(
             sessionFor(params.id).pipe(
               Effect.andThen(api(store.markRunning(params.id))),
               Effect.tap((s) => notifier.notify(hostTopic(s.hostId), sessionTopic(s.id))),
             ),
           ),
+=======
+          Effect.gen(function* () {
+            const before = yield* sessionFor(params.id)
+            const s = yield* api(store.markRunning(params.id))
+            // Running again: the host that held its descent image no longer lists it (its agent removes the image).
+            yield* notifier.notify(hostTopic(s.hostId), sessionTopic(s.id), before.imageHostId === s.hostId ? null : hostTopic(before.imageHostId))
+            return s
+          }),
+>>>>>>> imagehost
         )
         .handle("descended", ({ params }) =>
           withNotices(
@@ -226,6 +236,8 @@ export const SessionsHandlers = HandlerGroup.make(
             yield* drainer.roomAppeared(
               hostTopic(before.hostId),
               sessionTopic(s.id),
+              // An ended session's descent image is no longer its host's to keep.
+              hostTopic(before.imageHostId),
               open === null ? null : hostTopic(open.targetHostId),
               open === null ? null : moveTopic(open.id),
             )

@@ -64,7 +64,7 @@ export const assignments: Group = {
         for (const hostId of ["a", "b", "idle"]) {
           const one = yield* s.hostAssignments(hostId)
           // Only the id of the host's record (the coordinator discards the rest; `getHost` answers it).
-          expect(Object.keys(one).sort()).toStrictEqual(["hostId", "moves", "sessions"])
+          expect(Object.keys(one).sort()).toStrictEqual(["hostId", "imageSessionIds", "moves", "sessions"])
           expect(one.hostId).toBe(hostId)
           const onHost = yield* s.listSessions({ hostId })
           expect(one.sessions).toStrictEqual(onHost.filter((x) => assigned.has(x.state)))

@@ -1,0 +1,120 @@
+/**
+ * Descent images (SPEC §12, §2): a descended session remembers the host whose agent holds its
+ * image (`imageHostId`) until it runs again or ends; its cold resume, and a queue drain of it,
+ * rank that host first among the hosts that fit, over a better fit and over its affinity. A
+ * ranking signal, never a fit rule: without room there, the session goes elsewhere. The image
+ * host's assignments list the session (`imageSessionIds`) until it runs again or ends.
+ */
+import { expect } from "@effect/vitest"
+import { Effect } from "effect"
+import { addHost, expectInvariants, kase, parkedNow, placed, store } from "../Harness.js"
+import type { Group } from "../Harness.js"
+
+const gib = (n: number) => ({ memMib: n * 1024, vcpus: 1 })
+
+/** Creates `id` (1 GiB) on the only host that has room, runs it, parks it and descends it there. */
+const descendedOn = (id: string, affinity?: readonly string[]) =>
+  Effect.gen(function* () {
+    const s = yield* store
+    yield* placed(id, gib(1), affinity)
+    yield* s.markRunning(id)
+    yield* parkedNow(id)
+    yield* s.beginDescent(id)
+    return yield* s.finishDescent(id)
+  })
+
+export const images: Group = {
+  name: "images",
+  cases: [
+    kase(
+      "a descended session names the host holding its image until it runs again; an ended one names none",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h", 8192)
+        expect((yield* placed("s1", gib(1))).imageHostId).toBeNull()
+        const d = yield* descendedOn("s2")
+        expect(d).toMatchObject({ state: "descended", hostId: null, imageHostId: "h" })
+        expect((yield* s.getSession("s2")).imageHostId).toBe("h")
+        expect((yield* s.listSessions()).find((x) => x.id === "s2")?.imageHostId).toBe("h")
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual(["s2"])
+        const back = yield* s.resume("s2")
+        expect(back.session).toMatchObject({ state: "pending", hostId: "h", imageHostId: "h" })
+        expect(yield* s.markRunning("s2")).toMatchObject({ state: "running", imageHostId: null })
+        yield* descendedOn("s3")
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual(["s3"])
+        expect(yield* s.endSession("s3")).toMatchObject({ state: "ended", imageHostId: null })
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual([])
+      }),
+    ),
+    kase(
+      "a cold resume is placed on the image's host while it has room, over a better fit and over the session's affinity",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h", 16384)
+        // Created when only h could take it; its affinity names b, which comes later.
+        yield* descendedOn("s1", ["b"])
+        yield* descendedOn("s2")
+        yield* addHost("b", 4096)
+        yield* addHost("c", 2048)
+        const one = yield* s.resume("s1")
+        expect(one.session.hostId, "resumed away from the host holding its image").toBe("h")
+        const two = yield* s.resume("s2")
+        expect(two.session.hostId, "resumed away from the host holding its image").toBe("h")
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "concurrent cold resumes each go to their own image's host",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 16384)
+        yield* descendedOn("a")
+        yield* s.setHostState("h1", "cordoned")
+        yield* addHost("h2", 16384)
+        yield* descendedOn("b")
+        yield* s.setHostState("h1", "ready")
+        yield* addHost("fit", 4096)
+        const out = yield* Effect.all([s.resume("a"), s.resume("b")], { concurrency: "unbounded" })
+        expect(out.map((o) => o.session.hostId)).toStrictEqual(["h1", "h2"])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "without room on the image's host a cold resume goes to the best fit elsewhere",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h", 8192)
+        yield* descendedOn("s1")
+        yield* placed("fill", gib(8))
+        yield* addHost("b", 4096)
+        yield* addHost("c", 2048)
+        const back = yield* s.resume("s1")
+        expect(back._tag).toBe("Placed")
+        expect(back.session).toMatchObject({ hostId: "c", imageHostId: "h" })
+        // The image stays listed as h's until the session runs on c (c's agent fetches it from h meanwhile).
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual(["s1"])
+        expect((yield* s.hostAssignments("c")).imageSessionIds).toStrictEqual([])
+        yield* s.markRunning("s1")
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual([])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a queued cold resume keeps its image's host and is drained to it over a better fit",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h", 8192)
+        yield* descendedOn("s1")
+        yield* placed("fill", gib(8))
+        const q = yield* s.resume("s1")
+        expect(q._tag).toBe("Queued")
+        expect(q.session).toMatchObject({ state: "queued", imageHostId: "h" })
+        yield* s.endSession("fill")
+        yield* addHost("b", 4096)
+        const drained = yield* s.drainQueue()
+        expect(drained.placed).toStrictEqual([{ sessionId: "s1", hostId: "h" }])
+        yield* expectInvariants
+      }),
+    ),
+  ],
+}

@@ -1,0 +1,2 @@
+ALTER TABLE "sessions" ADD COLUMN "image_host_id" text;--> statement-breakpoint
+CREATE INDEX "sessions_image_host_idx" ON "sessions" USING btree ("image_host_id") WHERE "sessions"."image_host_id" is not null;
