@@ -201,22 +201,15 @@ export const SessionsHandlers = HandlerGroup.make(
           })),
         )
         .handle("started", ({ params }) =>
-<<<<<<< HEAD
           withNotices(
-            sessionFor(params.id).pipe(
-              Effect.andThen(api(store.markRunning(params.id))),
-              Effect.tap((s) => notifier.notify(hostTopic(s.hostId), sessionTopic(s.id))),
-            ),
+            Effect.gen(function* () {
+              const before = yield* sessionFor(params.id)
+              const s = yield* api(store.markRunning(params.id))
+              // Running again: the host that held its descent image no longer lists it (its agent removes the image).
+              yield* notifier.notify(hostTopic(s.hostId), sessionTopic(s.id), before.imageHostId === s.hostId ? null : hostTopic(before.imageHostId))
+              return s
+            }),
           ),
-=======
-          Effect.gen(function* () {
-            const before = yield* sessionFor(params.id)
-            const s = yield* api(store.markRunning(params.id))
-            // Running again: the host that held its descent image no longer lists it (its agent removes the image).
-            yield* notifier.notify(hostTopic(s.hostId), sessionTopic(s.id), before.imageHostId === s.hostId ? null : hostTopic(before.imageHostId))
-            return s
-          }),
->>>>>>> imagehost
         )
         .handle("descended", ({ params }) =>
           withNotices(
