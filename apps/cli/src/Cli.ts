@@ -261,6 +261,14 @@ const hostAction = (name: "cordon" | "uncordon" | "drain", description: string, 
 /** What to do with a host's new token: its agent needs it, and it is shown this once. */
 const tokenHint = (id: string, what: string) => `(${what} of ${id}: start its agent with ENGRAM_HOST_ID=${id} and ENGRAM_HOST_TOKEN set to it; it is not shown again)`
 
+/**
+ * What a rotation does to the host's running agent (SPEC §13: revocation is immediate): it is
+ * refused with the old token and stops, and the reaper reclaims its sessions once its heartbeats
+ * are older than the coordinator's stale window. The CLI cannot read the window: it names it.
+ */
+const rotateWarning = (id: string) =>
+  `warning: the agent running on ${id} is refused at once (401) and stops (exit 3); restart it with the new token within the heartbeat stale window (the coordinator's ENGRAM_HEARTBEAT_STALE_WINDOW_MS, default 120000 ms: 2 min), or its sessions are reclaimed as stale and lost`
+
 const hosts = Command.make("hosts").pipe(
   Command.withDescription("the hosts: ls, show, add, cordon, uncordon, drain, rm, rotate-token"),
   Command.withSubcommands([
@@ -325,9 +333,9 @@ const hosts = Command.make("hosts").pipe(
         const t = yield* call(target, client.hosts.rotateToken(a.id))
         yield* json
           ? printJson({ id: a.id, token: t.token })
-          : print(`${t.token}\n${tokenHint(a.id, "the new token")}; the old token no longer works`)
+          : print(`${t.token}\n${tokenHint(a.id, "the new token")}; the old token no longer works\n${rotateWarning(a.id)}`)
       }),
-    ).pipe(Command.withDescription("give a host's agent a new token; the old one stops working")),
+    ).pipe(Command.withDescription("give a host's agent a new token; the old one stops working at once, and so does its running agent")),
   ]),
 )
 

@@ -319,6 +319,12 @@ describe("the lifecycle commands", () => {
     const refused = await engram(["hosts", "rm", h], { env })
     expect(refused.code).toBe(1)
     await engram(["sessions", "end", s], { env })
+    // The text output says the running agent stops at once and how long it has to come back.
+    const rotatedText = await engram(["hosts", "rotate-token", h], { env })
+    expect(rotatedText.code, rotatedText.stderr).toBe(0)
+    expect(lines(rotatedText.stdout)[2]).toBe(
+      `warning: the agent running on ${h} is refused at once (401) and stops (exit 3); restart it with the new token within the heartbeat stale window (the coordinator's ENGRAM_HEARTBEAT_STALE_WINDOW_MS, default 120000 ms: 2 min), or its sessions are reclaimed as stale and lost`,
+    )
     const rotated = await engram(["hosts", "rotate-token", h, "--json"], { env })
     expect(JSON.parse(rotated.stdout)).toMatchObject({ id: h, token: expect.any(String) })
     expect((await engram(["hosts", "rm", h], { env })).stdout).toBe(`${h} removed\n`)
