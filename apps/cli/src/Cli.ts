@@ -80,8 +80,18 @@ const context = Effect.gen(function* () {
 /** A client error as one line, with a hint where the error is about the target. */
 export const explain = (e: Errors.ClientError, target: Target): string => {
   if (e instanceof Errors.TransportError) {
-    const tried = target.urls.length > 1 ? ` (tried each of ${target.urls.join(", ")})` : ""
-    return `${e.message}${tried}. Is the coordinator running (pnpm start)? Or point --url / ENGRAM_URL at it.`
+    // Only the replicas the call tried: one not safe to repeat stops at the first that may have received it.
+    const tried =
+      target.urls.length <= 1
+        ? ""
+        : e.tried.length >= target.urls.length
+          ? ` (tried each of ${e.tried.join(", ")})`
+          : e.tried.length > 1
+            ? ` (tried ${e.tried.join(", ")})` : ` (tried only ${e.url} of ${target.urls.length} replicas: the call is not repeated on another once one may have received it)`
+    // A hang is not a coordinator that is down: the connection was taken, no answer came.
+    return e.timedOut
+      ? `${e.message}${tried}. The coordinator took the connection but did not answer in time: it is frozen or overloaded (look at its /readyz and its log), or the call needs longer (ENGRAM_TIMEOUT_MS).`
+      : `${e.message}${tried}. Is the coordinator running (pnpm start)? Or point --url / ENGRAM_URL at it.`
   }
   if (e instanceof Errors.Unauthorized) return `the coordinator at ${target.url} refused the token from ${target.tokenSource ?? "nowhere"}: ${e.message}`
   if (e instanceof Errors.Forbidden) return `${e.message} (the token from ${target.tokenSource ?? "nowhere"} is not the admin token)`

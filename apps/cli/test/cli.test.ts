@@ -6,6 +6,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { createServer } from "node:http"
+import type { ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { addHost, adminToken, call, pendingMove, start, started, uid } from "./support/Fleet.js"
@@ -418,5 +419,24 @@ describe("several coordinator URLs (replicas)", () => {
     }
     const ok = await engram(["status", "--json"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: c.url, ENGRAM_TIMEOUT_MS: "60000" } })
     expect(ok.code, ok.stderr).toBe(0)
+  })
+
+  it("a replica that takes the connection and never answers: a call not safe to repeat names only that replica and says it hung, not that the coordinator may not be running", async () => {
+    // A server that reads each request and never answers (a frozen replica).
+    const held: ServerResponse[] = []
+    const hung = createServer((_req, res) => void held.push(res))
+    await new Promise<void>((ok) => hung.listen(0, "127.0.0.1", ok))
+    const hungUrl = `http://127.0.0.1:${(hung.address() as AddressInfo).port}`
+    try {
+      // A create without an id is not repeated on the next replica once the first may have received it.
+      const r = await engram(["sessions", "create", "--mem", "256", "--vcpus", "1"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: `${hungUrl},${c.url}`, ENGRAM_TIMEOUT_MS: "300" } })
+      expect([r.code, r.stderr]).toEqual([
+        1,
+        `engram: cannot reach the coordinator at ${hungUrl}: no answer within 300 ms (it may have been done: look before trying again) (tried only ${hungUrl} of 2 replicas: the call is not repeated on another once one may have received it). The coordinator took the connection but did not answer in time: it is frozen or overloaded (look at its /readyz and its log), or the call needs longer (ENGRAM_TIMEOUT_MS).\n`,
+      ])
+    } finally {
+      for (const res of held) res.destroy()
+      await new Promise<void>((ok) => hung.close(() => ok()))
+    }
   })
 })
