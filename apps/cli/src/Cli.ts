@@ -80,8 +80,18 @@ const context = Effect.gen(function* () {
 /** A client error as one line, with a hint where the error is about the target. */
 export const explain = (e: Errors.ClientError, target: Target): string => {
   if (e instanceof Errors.TransportError) {
-    const tried = target.urls.length > 1 ? ` (tried each of ${target.urls.join(", ")})` : ""
-    return `${e.message}${tried}. Is the coordinator running (pnpm start)? Or point --url / ENGRAM_URL at it.`
+    // Only the replicas the call tried: one not safe to repeat stops at the first that may have received it.
+    const tried =
+      target.urls.length <= 1
+        ? ""
+        : e.tried.length >= target.urls.length
+          ? ` (tried each of ${e.tried.join(", ")})`
+          : e.tried.length > 1
+            ? ` (tried ${e.tried.join(", ")})` : ` (tried only ${e.url} of ${target.urls.length} replicas: the call is not repeated on another once one may have received it)`
+    // A hang is not a coordinator that is down: the connection was taken, no answer came.
+    return e.timedOut
+      ? `${e.message}${tried}. The coordinator took the connection but did not answer in time: it is frozen or overloaded (look at its /readyz and its log), or the call needs longer (ENGRAM_TIMEOUT_MS).`
+      : `${e.message}${tried}. Is the coordinator running (pnpm start)? Or point --url / ENGRAM_URL at it.`
   }
   if (e instanceof Errors.Unauthorized) return `the coordinator at ${target.url} refused the token from ${target.tokenSource ?? "nowhere"}: ${e.message}`
   if (e instanceof Errors.Forbidden) return `${e.message} (the token from ${target.tokenSource ?? "nowhere"} is not the admin token)`
@@ -261,6 +271,14 @@ const hostAction = (name: "cordon" | "uncordon" | "drain", description: string, 
 /** What to do with a host's new token: its agent needs it, and it is shown this once. */
 const tokenHint = (id: string, what: string) => `(${what} of ${id}: start its agent with ENGRAM_HOST_ID=${id} and ENGRAM_HOST_TOKEN set to it; it is not shown again)`
 
+/**
+ * What a rotation does to the host's running agent (SPEC §13: revocation is immediate): it is
+ * refused with the old token and stops, and the reaper reclaims its sessions once its heartbeats
+ * are older than the coordinator's stale window. The CLI cannot read the window: it names it.
+ */
+const rotateWarning = (id: string) =>
+  `warning: the agent running on ${id} is refused at once (401) and stops (exit 3); restart it with the new token within the heartbeat stale window (the coordinator's ENGRAM_HEARTBEAT_STALE_WINDOW_MS, default 120000 ms: 2 min), or its sessions are reclaimed as stale and lost`
+
 const hosts = Command.make("hosts").pipe(
   Command.withDescription("the hosts: ls, show, add, cordon, uncordon, drain, rm, rotate-token"),
   Command.withSubcommands([
@@ -325,9 +343,9 @@ const hosts = Command.make("hosts").pipe(
         const t = yield* call(target, client.hosts.rotateToken(a.id))
         yield* json
           ? printJson({ id: a.id, token: t.token })
-          : print(`${t.token}\n${tokenHint(a.id, "the new token")}; the old token no longer works`)
+          : print(`${t.token}\n${tokenHint(a.id, "the new token")}; the old token no longer works\n${rotateWarning(a.id)}`)
       }),
-    ).pipe(Command.withDescription("give a host's agent a new token; the old one stops working")),
+    ).pipe(Command.withDescription("give a host's agent a new token; the old one stops working at once, and so does its running agent")),
   ]),
 )
 

@@ -6,6 +6,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { createServer } from "node:http"
+import type { ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { addHost, adminToken, call, pendingMove, start, started, uid } from "./support/Fleet.js"
@@ -319,6 +320,12 @@ describe("the lifecycle commands", () => {
     const refused = await engram(["hosts", "rm", h], { env })
     expect(refused.code).toBe(1)
     await engram(["sessions", "end", s], { env })
+    // The text output says the running agent stops at once and how long it has to come back.
+    const rotatedText = await engram(["hosts", "rotate-token", h], { env })
+    expect(rotatedText.code, rotatedText.stderr).toBe(0)
+    expect(lines(rotatedText.stdout)[2]).toBe(
+      `warning: the agent running on ${h} is refused at once (401) and stops (exit 3); restart it with the new token within the heartbeat stale window (the coordinator's ENGRAM_HEARTBEAT_STALE_WINDOW_MS, default 120000 ms: 2 min), or its sessions are reclaimed as stale and lost`,
+    )
     const rotated = await engram(["hosts", "rotate-token", h, "--json"], { env })
     expect(JSON.parse(rotated.stdout)).toMatchObject({ id: h, token: expect.any(String) })
     expect((await engram(["hosts", "rm", h], { env })).stdout).toBe(`${h} removed\n`)
@@ -425,5 +432,32 @@ describe("several coordinator URLs (replicas)", () => {
     }
     const ok = await engram(["status", "--json"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: c.url, ENGRAM_TIMEOUT_MS: "60000" } })
     expect(ok.code, ok.stderr).toBe(0)
+  })
+
+  it("replicas that take the connection and never answer: the error names the replicas tried and says they hung, not that the coordinator may not be running", async () => {
+    // Servers that read each request and never answer (frozen replicas).
+    const held: ServerResponse[] = []
+    const hanging = async () => {
+      const server = createServer((_req, res) => void held.push(res))
+      await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok))
+      return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` }
+    }
+    const one = await hanging()
+    const two = await hanging()
+    try {
+      const r = await engram(["status"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: `${one.url},${two.url}`, ENGRAM_TIMEOUT_MS: "300" } })
+      expect([r.code, r.stderr]).toEqual([
+        1,
+        `engram: cannot reach the coordinator at ${two.url}: no answer within 300 ms (tried each of ${one.url}, ${two.url}). The coordinator took the connection but did not answer in time: it is frozen or overloaded (look at its /readyz and its log), or the call needs longer (ENGRAM_TIMEOUT_MS).\n`,
+      ])
+      // A create without --id is safe to repeat (it carries the CLI's id): past the hung replica, the live one places it
+      // (a bound the live coordinator's answer stays well inside on a busy machine).
+      const placed = await engram(["sessions", "create", "--mem", "256", "--vcpus", "1", "--json"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: `${one.url},${c.url}`, ENGRAM_TIMEOUT_MS: "5000" } })
+      expect(placed.code, placed.stderr).toBe(0)
+    } finally {
+      for (const res of held) res.destroy()
+      await new Promise<void>((ok) => one.server.close(() => ok()))
+      await new Promise<void>((ok) => two.server.close(() => ok()))
+    }
   })
 })

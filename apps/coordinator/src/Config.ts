@@ -70,6 +70,12 @@ export interface CoordinatorConfig {
    * connect timeout and the server's `statement_timeout` and `idle_in_transaction_session_timeout`.
    */
   readonly storeTimeoutMs: number
+  /**
+   * The bound on the probes' store reads (ms): `/readyz` answers 503 when the store did not
+   * answer its readiness check by then, and `/metrics` serves without the store's figures
+   * (`engram_store_up` 0) past it. Short, as probes and scrapes time out long before a store call.
+   */
+  readonly probeTimeoutMs: number
   /** Group placement: at most this many concurrent creates placed by one statement (1 = one by one). */
   readonly placementBatchSize: number
   /**
@@ -197,6 +203,9 @@ export const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN
 
 /** The default bound on a store call: 15 s (well above a store call under load; a database that is away answers 503 past it). */
 export const defaultStoreTimeoutMs = 15_000
+
+/** The default bound on a probe's store read (`ENGRAM_PROBE_TIMEOUT_MS`): 1 s (a readiness probe's usual timeout). */
+export const defaultProbeTimeoutMs = 1000
 
 /** The default retention of history (`ENGRAM_RETENTION_MS`): 7 days. */
 export const defaultRetentionMs = 7 * 24 * 3_600_000
@@ -365,6 +374,7 @@ export const settingVariables = {
   maxWaits: "ENGRAM_MAX_WAITS",
   placementReadMaxAgeMs: "ENGRAM_PLACEMENT_READ_MAX_AGE_MS",
   storeTimeoutMs: "ENGRAM_STORE_TIMEOUT_MS",
+  probeTimeoutMs: "ENGRAM_PROBE_TIMEOUT_MS",
   placementBatchSize: "ENGRAM_PLACEMENT_BATCH_SIZE",
   placementSpread: "ENGRAM_PLACEMENT_SPREAD",
   pgliteWorker: "ENGRAM_PGLITE_WORKER",
@@ -404,6 +414,7 @@ const settings = {
   maxWaits: int(settingVariables.maxWaits, 20_000, 1, 1_000_000),
   placementReadMaxAgeMs: int(settingVariables.placementReadMaxAgeMs, 100, 0, 60_000),
   storeTimeoutMs: int(settingVariables.storeTimeoutMs, defaultStoreTimeoutMs, 100, 600_000),
+  probeTimeoutMs: int(settingVariables.probeTimeoutMs, defaultProbeTimeoutMs, 10, 60_000),
   placementBatchSize: int(settingVariables.placementBatchSize, 64, 1, 1000),
   placementSpread: int(settingVariables.placementSpread, 1, 0, 1),
   pgliteWorker: int(settingVariables.pgliteWorker, 1, 0, 1),

@@ -33,7 +33,13 @@ const timedOut = (ms: number, name: string) =>
  * fiber and, unless the call answers at once, one timer and one observer (no race of fibers).
  * A caller interrupted at any point, even before its call's first step ended, interrupts the call.
  */
-export const bounded = <A, E, R>(effect: Effect.Effect<A, E, R>, ms: number, name: string): Effect.Effect<A, E | Unavailable, R> =>
+export const bounded = <A, E, R>(
+  effect: Effect.Effect<A, E, R>,
+  ms: number,
+  name: string,
+  /** The failure past the bound (default: a store call's, naming `ENGRAM_STORE_TIMEOUT_MS`). */
+  timeout: (ms: number, name: string) => Unavailable = timedOut,
+): Effect.Effect<A, E | Unavailable, R> =>
   // Uninterruptible from the fork until the wait: a caller interrupted in between (the call's
   // first step runs before the fork returns) would leave the call running on, unbounded. The
   // call's fiber is interruptible all the same (a fork does not inherit the mask).
@@ -44,7 +50,7 @@ export const bounded = <A, E, R>(effect: Effect.Effect<A, E, R>, ms: number, nam
       const wait = Effect.callback<A, E | Unavailable>((resume) => {
         const timer = setTimeout(() => {
           stopObserving()
-          resume(Effect.fail(timedOut(ms, name)))
+          resume(Effect.fail(timeout(ms, name)))
           call.interruptUnsafe()
         }, ms)
         const stopObserving = call.addObserver((exit) => {
@@ -61,6 +67,16 @@ export const bounded = <A, E, R>(effect: Effect.Effect<A, E, R>, ms: number, nam
       return Effect.onInterrupt(restore(wait), () => Effect.sync(() => call.interruptUnsafe()))
     }),
   )
+
+/**
+ * The failure of a probe's store read past its own bound (`ENGRAM_PROBE_TIMEOUT_MS`): a
+ * readiness probe or a scrape times out long before a store call's bound.
+ */
+export const probeTimedOut = (ms: number, check: string) =>
+  new Unavailable({
+    reason: `the store did not answer ${check} within ${ms} ms (ENGRAM_PROBE_TIMEOUT_MS)`,
+    retryAfterMs,
+  })
 
 /** What the store's calls showed beyond their own answers. */
 export interface StoreHealthShape {

@@ -57,6 +57,13 @@ describe("configuration", () => {
     expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_STORE_TIMEOUT_MS", "must be an integer from 100 to 600000"]])
   })
 
+  it("the probes' store reads are bounded by 1 s by default (ENGRAM_PROBE_TIMEOUT_MS), from 10 ms to 1 min", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && d.config.probeTimeoutMs).toBe(1000)
+    const bad = Config.parse({ ENGRAM_PROBE_TIMEOUT_MS: "5" })
+    expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_PROBE_TIMEOUT_MS", "must be an integer from 10 to 60000"]])
+  })
+
   it("group placement takes batches of 64 gathered for 200 µs by default; a size below 1 or a fractional window is refused", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && [d.config.placementBatchSize, d.config.placementBatchWindowUs]).toEqual([64, 200])

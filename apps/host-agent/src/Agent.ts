@@ -34,6 +34,12 @@ export interface AgentConfig {
    * Default: a third of the coordinator's heartbeat stale window.
    */
   readonly heartbeatIntervalMs: number
+  /**
+   * The coordinator's heartbeat stale window (`ENGRAM_HEARTBEAT_STALE_WINDOW_MS`): with no
+   * heartbeat answered for longer, this host's reservations were reclaimed (its log says so).
+   * Default: three heartbeat intervals.
+   */
+  readonly heartbeatStaleWindowMs?: number | undefined
   /** The longest between two periodic reports (drawn as the heartbeat's). */
   readonly reportIntervalMs: number
   /** How long one assignments long-poll may wait on the coordinator. */
@@ -71,6 +77,7 @@ export interface AgentConfig {
 export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => ({
   hostId,
   heartbeatIntervalMs: Math.max(1, Math.floor(heartbeatStaleWindowMs / 3)),
+  heartbeatStaleWindowMs,
   reportIntervalMs: 30_000,
   pollWaitMs: 20_000,
   retryDelayMs: 1_000,
@@ -129,6 +136,8 @@ export interface Agent {
   /** Report, heartbeat and poll loops, forever. */
   readonly run: Effect.Effect<never>
   readonly reportOnce: Effect.Effect<void>
+  /** One heartbeat, as the loop sends it (its failure logged). */
+  readonly heartbeatOnce: Effect.Effect<void>
   readonly status: Effect.Effect<AgentStatus>
   /** Whether an action is in flight (tests driving the clock poll it). */
   readonly busy: Effect.Effect<boolean>
@@ -140,6 +149,14 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const { coordinator, runtime, residents, images, target } = deps
     const me = config.hostId
     const scope = yield* Effect.scope
+    const staleWindowMs = config.heartbeatStaleWindowMs ?? 3 * config.heartbeatIntervalMs
+    /**
+     * When a heartbeat was last answered (from the start), and the last gap between two answered
+     * heartbeats longer than the stale window, until a reconcile has looked at it: the host's
+     * reservations were reclaimed meanwhile (the agent or its host frozen, or cut off).
+     */
+    let beatAnsweredMs = yield* Clock.currentTimeMillis
+    let staleGap: { readonly fromMs: number; readonly toMs: number } | null = null
     const inflight = yield* FiberMap.make<string>()
     /** The one retry pass (after a failed action): failures before its next read share it. */
     const retryPass = yield* FiberHandle.make()
@@ -576,6 +593,20 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         // source that already prepared it here; a committed VM waits for the coordinator's view).
         const onHost = new Set(mine.map((s) => s.id))
         const pendingMoves = new Set(a.moves.filter((m) => m.state === "pending").map((m) => m.id))
+        // No heartbeat answered for longer than the stale window (now, or in a gap since the last
+        // look): the sessions this host ran and no longer has were reclaimed as stale, not ended.
+        const gap = staleGap ?? (nowMs - beatAnsweredMs > staleWindowMs ? { fromMs: beatAnsweredMs, toMs: nowMs } : null)
+        staleGap = null
+        if (gap !== null) {
+          const taken: string[] = []
+          for (const vm of yield* residents.all)
+            if (vm.moveId === null && !onHost.has(vm.vmId) && !(yield* FiberMap.has(inflight, vm.vmId))) taken.push(vm.vmId)
+          if (taken.length > 0)
+            yield* Effect.logWarning(
+              `this host's reservations were reclaimed as stale: no heartbeat of this agent was answered for ${gap.toMs - gap.fromMs} ms, longer than the coordinator's stale window (${staleWindowMs} ms; the agent or its host was frozen, or cut off); its sessions here are lost and their VMs are destroyed`,
+              { hostId: me, sessions: taken, silentMs: gap.toMs - gap.fromMs, staleWindowMs },
+            )
+        }
         for (const vm of yield* residents.all) {
           if (onHost.has(vm.vmId) || (yield* FiberMap.has(inflight, vm.vmId))) continue
           if (vm.moveId !== null) {
@@ -652,7 +683,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     }).pipe(reporting.withPermits(1))
     const reportOnce: Effect.Effect<void> = Effect.asVoid(reportAsked)
     const heartbeatAsked: Effect.Effect<number | undefined> = coordinator.heartbeat.pipe(
-      Effect.as(undefined),
+      Effect.andThen(Clock.currentTimeMillis),
+      Effect.map((t) => {
+        if (t - beatAnsweredMs > staleWindowMs) staleGap = { fromMs: beatAnsweredMs, toMs: t }
+        beatAnsweredMs = t
+        return undefined
+      }),
       Effect.catch((e) => Effect.logWarning("heartbeat failed", { hostId: me, error: e.message }).pipe(Effect.as(Pacing.retryAfterOf(e)))),
     )
 
@@ -757,5 +793,5 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     const busy = Effect.map(FiberMap.size(inflight), (n) => n > 0)
 
-    return { reconcile, idle, run, reportOnce, status, busy }
+    return { reconcile, idle, run, reportOnce, heartbeatOnce: Effect.asVoid(heartbeatAsked), status, busy }
   })

@@ -228,6 +228,14 @@ export const refusedInput = (e: { readonly _tag: string }): e is CoordinatorErro
 export const refusesKey = (e: { readonly _tag: string }, key: string): boolean => refusedInput(e) && e.field === key
 
 /**
+ * Whether a call that timed out after `tookMs` (wall clock, send to time-out) for a bound of
+ * `boundMs` timed out because this process was paused (SIGSTOP, a frozen VM or host, a blocked
+ * event loop): its timer fired far later than set, at least the bound itself (and 1 s) late. A
+ * replica that hangs times out on time.
+ */
+export const pausedThrough = (tookMs: number, boundMs: number): boolean => tookMs - boundMs >= Math.max(1000, boundMs)
+
+/**
  * The coordinator over HTTP, through the API's typed client. Needs an `HttpClient`. With several
  * URLs, one replica at a time: a call that finds it unreachable (`Failover.unreachable`) moves
  * the client to the next and is tried there at once, each replica at most once per call.
@@ -248,6 +256,7 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
     const attempt = <A>(op: string, request: (api: Client.Client) => Raw<A>, timeoutMs: number, left: number): Fx<A> =>
       Effect.gen(function* () {
         const index = yield* replica.current
+        const sentMs = yield* Clock.currentTimeMillis
         const result = yield* request(apis[index]!).pipe(Effect.timeout(Duration.millis(timeoutMs)), Effect.result)
         if (result._tag === "Success") return result.success
         const e = result.failure
@@ -255,7 +264,13 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
         if (urls.length > 1 && Failover.unreachable(e)) {
           const to = yield* replica.leave(index)
           if (to !== undefined) {
-            yield* Effect.logWarning("coordinator replica unreachable; the agent moves to the next", { hostId: t.hostId, op, from: urls[index], to: urls[to], error: message })
+            const tookMs = (yield* Clock.currentTimeMillis) - sentMs
+            yield* e._tag === "TimeoutError" && pausedThrough(tookMs, timeoutMs)
+              ? Effect.logWarning(
+                  `a coordinator call timed out because this agent was paused: the clock moved ${tookMs} ms for a bound of ${timeoutMs} ms (the process or its host was frozen or starved), not because the replica hung; the agent moves to the next all the same`,
+                  { hostId: t.hostId, op, from: urls[index], to: urls[to], error: message, tookMs },
+                )
+              : Effect.logWarning("coordinator replica unreachable; the agent moves to the next", { hostId: t.hostId, op, from: urls[index], to: urls[to], error: message })
           }
           if (left > 0) return yield* attempt(op, request, timeoutMs, left - 1)
         }

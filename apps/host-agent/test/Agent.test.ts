@@ -1,5 +1,5 @@
 import { assert, describe } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { ImageStore, SimRuntime } from "@engram/runtime"
 import { mkdtempSync } from "node:fs"
@@ -82,6 +82,54 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       assert.deepStrictEqual(yield* f.a.runtime.list, [])
       assert.deepStrictEqual(yield* f.a.residents.all, [])
     }))
+
+  effect("sessions taken from a host whose heartbeats went unanswered past the stale window: one warning naming them (reclaimed as stale) before their VMs go; an ordinary end gives none", () => {
+    const warnings: { readonly text: string; readonly fields: Record<string, unknown> }[] = []
+    const capture = Logger.layer([
+      Logger.make(({ logLevel, message }) => {
+        const [text, fields] = Array.isArray(message) ? message : [message]
+        // Only the reclaim warning (another warning, such as a fake runtime's, is not this test's).
+        if (logLevel === "Warn" && String(text).includes("reclaimed")) warnings.push({ text: String(text), fields: (fields ?? {}) as Record<string, unknown> })
+      }),
+    ])
+    return Effect.gen(function* () {
+      const f = yield* fleetOf
+      // Passes as the agent runs them, a heartbeat answered before each (the clock moves a minute a pass).
+      const beating = Effect.gen(function* () {
+        for (let i = 0; i < 3; i++) {
+          yield* f.a.agent.heartbeatOnce
+          yield* f.pass
+          yield* f.quiesce
+        }
+      })
+      yield* f.a.agent.heartbeatOnce
+      yield* f.coordinator.addSession("s1", "a", 512)
+      yield* f.coordinator.addSession("s2", "a", 512)
+      yield* f.coordinator.addSession("s3", "a", 512)
+      yield* beating
+      // Ended while heartbeats are answered: no warning.
+      yield* f.coordinator.setState("s3", "ended")
+      yield* beating
+      assert.deepStrictEqual(warnings.map((w) => w.text), [])
+      assert.deepStrictEqual((yield* f.a.runtime.list).map((v) => v.vmId), ["s1", "s2"])
+      // No heartbeat answered for 3 min (the window is 2 min: the agent frozen, say): the coordinator
+      // reclaimed s1 and s2. The agent's first heartbeat after is answered before its next pass.
+      yield* TestClock.adjust("3 minutes")
+      yield* f.coordinator.setState("s1", "lost")
+      yield* f.coordinator.setState("s2", "lost")
+      yield* beating
+      assert.deepStrictEqual(yield* f.a.runtime.list, [])
+      assert.deepStrictEqual(
+        warnings.map((w) => [w.text.replace(/for \d+ ms/, "for N ms"), w.fields["sessions"]]),
+        [
+          [
+            "this host's reservations were reclaimed as stale: no heartbeat of this agent was answered for N ms, longer than the coordinator's stale window (120000 ms; the agent or its host was frozen, or cut off); its sessions here are lost and their VMs are destroyed",
+            ["s1", "s2"],
+          ],
+        ],
+      )
+    }).pipe(Effect.provide(capture))
+  })
 
   effect("a failed action is retried on the coordinator's view read then, not on the last poll's: through an outage, a move that ended is not run again; the retry still comes without a pass", () =>
     Effect.gen(function* () {

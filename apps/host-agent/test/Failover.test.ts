@@ -8,10 +8,10 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { StoreSim } from "@engram/store-sim"
-import { Effect, Logger, Redacted } from "effect"
+import { Clock, Effect, Fiber, Logger, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { makeHttp } from "../src/Coordinator.js"
+import { makeHttp, pausedThrough } from "../src/Coordinator.js"
 import * as Failover from "../src/Failover.js"
 import { adminCall } from "./support/Admin.js"
 
@@ -120,6 +120,51 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
     expect(hung.requests()).toBe(12)
     expect(third.requests()).toBe(0)
     expect(warnings.map((w) => [w.fields["from"], w.fields["to"]])).toEqual([[hung.url, coordinator.url]])
+  })
+
+  it("a call timed out because the agent itself was paused (its clock jumped far past the bound) says so, not that the replica hung", async () => {
+    const hung = await track(fake("hang"))
+    const { client, run, warnings } = await clientOver([hung.url, coordinator.url])
+    // The agent's wall clock jumps 60 s while the call waits on the hung replica (a SIGSTOP of
+    // the agent, then SIGCONT: its timer fires once it runs again, the clock far past the bound).
+    let jumpMs = 0
+    const beat = await run(
+      Effect.gen(function* () {
+        const real = yield* Clock.Clock
+        const nanos = () => real.currentTimeNanosUnsafe() + BigInt(jumpMs) * 1_000_000n
+        const jumping: Clock.Clock = {
+          currentTimeMillisUnsafe: () => real.currentTimeMillisUnsafe() + jumpMs,
+          currentTimeMillis: Effect.sync(() => real.currentTimeMillisUnsafe() + jumpMs),
+          currentTimeNanosUnsafe: nanos,
+          currentTimeNanos: Effect.sync(nanos),
+          monotonicTimeNanosUnsafe: () => real.monotonicTimeNanosUnsafe(),
+          monotonicTimeNanos: Effect.sync(() => real.monotonicTimeNanosUnsafe()),
+          sleep: (d) => real.sleep(d),
+        }
+        const call = yield* Effect.forkChild(client.heartbeat.pipe(Effect.provideService(Clock.Clock, jumping)), { startImmediately: true })
+        for (let i = 0; i < 1000 && hung.requests() === 0; i++) yield* Effect.promise(() => new Promise((r) => setTimeout(r, 10)))
+        expect(hung.requests()).toBe(1)
+        jumpMs = 60_000
+        return yield* Fiber.join(call)
+      }),
+    )
+    expect(beat._tag).toBe("Success")
+    expect(warnings.map((w) => [w.message.replace(/moved \d+ ms/, "moved N ms"), w.fields["from"], w.fields["to"]])).toEqual([
+      [
+        `a coordinator call timed out because this agent was paused: the clock moved N ms for a bound of ${callTimeoutMs} ms (the process or its host was frozen or starved), not because the replica hung; the agent moves to the next all the same`,
+        hung.url,
+        coordinator.url,
+      ],
+    ])
+    expect(warnings[0]?.fields["tookMs"]).toBeGreaterThanOrEqual(61_000)
+  })
+
+  it("a replica's own time-out is not a pause: a bound overrun by less than itself (and 1 s) is the replica's", () => {
+    expect(pausedThrough(1_050, 1_000)).toBe(false)
+    expect(pausedThrough(1_999, 1_000)).toBe(false)
+    expect(pausedThrough(2_000, 1_000)).toBe(true)
+    expect(pausedThrough(45_000, 30_000)).toBe(false)
+    expect(pausedThrough(300_000, 30_000)).toBe(true)
   })
 
   it("every replica unreachable: the call fails after trying each once, and the client has gone round to the first", async () => {

@@ -48,7 +48,7 @@ export class HostsApi extends HttpApiGroup.make("hosts")
       .annotateMerge(
         doc(
           "Rotate a host's token",
-          `Issues the host a new token and answers \`{id, token}\` this once (only its SHA-256 is stored). The old token stops working at once, on every replica: give the new one to the host's agent.${admin}`,
+          `Issues the host a new token and answers \`{id, token}\` this once (only its SHA-256 is stored). The old token stops working at once, on every replica, and so does the host's running agent: its next call is refused (401) and it exits (exit 3). Restart it with the new token within the heartbeat stale window (\`ENGRAM_HEARTBEAT_STALE_WINDOW_MS\`, default 120000 ms: 2 min) or its heartbeats go stale and its sessions are reclaimed (lost).${admin}`,
         ),
       ),
     HttpApiEndpoint.get("get", "/v1/hosts/:id", { params: PathId, success: Host, error: StandardErrors }).annotateMerge(

@@ -204,17 +204,26 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
      * One try on replica `index`; on to the next when it is unreachable, `left` more times. A call
      * not safe to repeat (`once`) moves on only when it was never received (`Replicas.neverReceived`).
      */
-    const attempt = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, index: number, left: number, once: boolean, holdMs: number): Fx<A> =>
+    const attempt = <A, E extends { readonly _tag: string }>(
+      request: (api: Client.Client) => Effect.Effect<A, E>,
+      index: number,
+      left: number,
+      once: boolean,
+      holdMs: number,
+      before: readonly string[] = [],
+    ): Fx<A> =>
       request(apis[index]!).pipe(
         Effect.timeout(Duration.millis(timeoutMs + holdMs)),
         Effect.tap(() => Effect.sync(() => void (current = index))),
-        Effect.catch((e) =>
-          left > 0 && (once ? Replicas.neverReceived(e) : Replicas.unreachable(e))
-            ? attempt(request, (index + 1) % urls.length, left - 1, once, holdMs)
+        Effect.catch((e) => {
+          // A transport failure names every replica this call tried, not only the last.
+          const tried = [...before, urls[index]!]
+          return left > 0 && (once ? Replicas.neverReceived(e) : Replicas.unreachable(e))
+            ? attempt(request, (index + 1) % urls.length, left - 1, once, holdMs, tried)
             : Cause.isTimeoutError(e)
-              ? Effect.fail(new Errors.TransportError(urls[index]!, `no answer within ${timeoutMs + holdMs} ms${once ? " (it may have been done: look before trying again)" : ""}`))
-              : Errors.fromFailure(urls[index]!)(e),
-        ),
+              ? Effect.fail(new Errors.TransportError(urls[index]!, `no answer within ${timeoutMs + holdMs} ms${once ? " (it may have been done: look before trying again)" : ""}`, { tried, timedOut: true }))
+              : Errors.fromFailure(urls[index]!)(e).pipe(Effect.mapError((f) => (f instanceof Errors.TransportError ? new Errors.TransportError(f.url, f.reason, { tried }) : f)))
+        }),
       )
     const call = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, once = false, holdMs = 0): Fx<A> =>
       attempt(request, current, urls.length - 1, once, holdMs)

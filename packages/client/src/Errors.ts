@@ -226,10 +226,20 @@ export class MoveFailed extends EngramError {
 /** No answer: the coordinator could not be reached (refused, reset, DNS…) or the call was cut off. */
 export class TransportError extends EngramError {
   readonly _tag = "TransportError" as const
+  /** The replica tried last. */
   readonly url: string
-  constructor(url: string, cause: string) {
-    super(`cannot reach the coordinator at ${url}: ${cause}`, { status: null, body: null }, "TransportError")
+  /** Why it could not be reached (the message without the URL). */
+  readonly reason: string
+  /** The replicas this call tried, in order (`url` last): fewer than given when a call not safe to repeat stopped at one. */
+  readonly tried: readonly string[]
+  /** Whether the last replica took the request but did not answer within the client's timeout (not refused nor cut). */
+  readonly timedOut: boolean
+  constructor(url: string, reason: string, more: { readonly tried?: readonly string[] | undefined; readonly timedOut?: boolean | undefined } = {}) {
+    super(`cannot reach the coordinator at ${url}: ${reason}`, { status: null, body: null }, "TransportError")
     this.url = url
+    this.reason = reason
+    this.tried = more.tried ?? [url]
+    this.timedOut = more.timedOut ?? false
   }
 }
 

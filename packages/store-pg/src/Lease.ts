@@ -101,6 +101,8 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
 
     const attempt = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
+      /** The epoch this replica held until this attempt's renewal failed (null: none lost). */
+      let lostEpoch: number | null = null
       if (epoch !== null) {
         const renewed = yield* query(sql`update leases set renewals = renewals + 1, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}, admin_token_hash = ${adminTokenHash()}
           where name = ${name} and holder = ${holder} and epoch = ${epoch} returning epoch`)
@@ -108,10 +110,18 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
           renewedAt = now
           return isLeader()
         }
-        yield* Effect.logWarning("lease lost: another replica holds it", { lease: name, holder, epoch })
+        lostEpoch = epoch
         epoch = null
       }
-      const row = rowOf((yield* query(sql`select holder, epoch, renewals, lease_duration_ms, url, admin_token_hash from leases where name = ${name}`))[0])
+      const row = rowOf(
+        (yield* query(sql`select holder, epoch, renewals, lease_duration_ms, url, admin_token_hash from leases where name = ${name}`).pipe(
+          // The renewal found the lease no longer this replica's, but who holds it is unknown.
+          Effect.tapCause(() => (lostEpoch === null ? Effect.void : Effect.logWarning("lease lost: another replica holds it (its holder could not be read)", { lease: name, replica: holder, lostEpoch }))),
+        ))[0],
+      )
+      // Who holds it now, as the row reads after the failed renewal (not this replica's own holder id and old epoch).
+      if (lostEpoch !== null)
+        yield* Effect.logWarning("lease lost: another replica holds it", { lease: name, holder: row?.holder ?? null, epoch: row?.epoch ?? null, replica: holder, lostEpoch })
       if (row === null) {
         const inserted = yield* query(sql`insert into leases (name, holder, epoch, renewals, lease_duration_ms, url, admin_token_hash)
           values (${name}, ${holder}, 1, 0, ${times.leaseDurationMs}, ${advertise()}, ${adminTokenHash()}) on conflict (name) do nothing returning epoch`)

@@ -4,11 +4,13 @@
 // made under the old epoch are refused in their own transaction; a lease given up is taken at once.
 import { it } from "@effect/vitest"
 import { CurrentFence } from "@engram/store"
-import { Clock, Effect, Exit, Scope } from "effect"
+import { freshDatabase } from "@engram/test-pg"
+import { Clock, Effect, Exit, Logger, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { describe, expect } from "vitest"
 import * as Lease from "../src/Lease.js"
 import * as Pglite from "../src/Pglite.js"
+import * as PostgresJs from "../src/PostgresJs.js"
 import * as StorePg from "../src/StorePg.js"
 
 const times = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000 }
@@ -127,5 +129,26 @@ describe("a lease on PostgreSQL (PGlite, TestClock)", () => {
         expect(String(bad)).toMatch(/renewDeadlineMs must be an integer > 0 and < leaseDurationMs/)
       }).pipe(Effect.scoped),
     300_000,
+  )
+})
+
+describe("a lease on a real PostgreSQL (TestClock)", () => {
+  it.effect("a holder that finds its lease taken logs who holds it now (the new holder and epoch), not itself", () =>
+    Effect.gen(function* () {
+      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      const db = yield* PostgresJs.open({ url: database.url, poolSize: 2 })
+      const warnings: unknown[][] = []
+      const capture = Logger.layer([Logger.make(({ logLevel, message }) => void (logLevel === "Warn" && warnings.push(Array.isArray(message) ? message : [message])))])
+      const a = yield* Lease.make(db, { ...times, holder: "a" })
+      const b = yield* Lease.make(db, { ...times, holder: "b" })
+      expect(yield* a.tick).toBe(true)
+      expect(yield* b.tick).toBe(false)
+      // A freezes past the whole lease; B takes over at epoch 2; A wakes and its renewal fails.
+      yield* TestClock.adjust(times.leaseDurationMs)
+      expect(yield* b.tick).toBe(true)
+      expect(b.fence()).toStrictEqual({ name: "reaper", epoch: 2 })
+      expect(yield* a.tick.pipe(Effect.provide(capture))).toBe(false)
+      expect(warnings).toStrictEqual([["lease lost: another replica holds it", { lease: "reaper", holder: "b", epoch: 2, replica: "a", lostEpoch: 1 }]])
+    }),
   )
 })

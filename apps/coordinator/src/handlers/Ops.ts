@@ -12,13 +12,22 @@ import { Leader } from "../Leader.js"
 import { Metrics } from "../Metrics.js"
 import type { StoreGaugeValue } from "../Metrics.js"
 import { Settings } from "../Settings.js"
-import { StoreHealth } from "../StoreBound.js"
+import { bounded, probeTimedOut, StoreHealth } from "../StoreBound.js"
 
-/** The store's gauges for one scrape: the fleet signal and the ledger's counts, as far as they could be read. */
-const storeGauges = Effect.gen(function* () {
+/**
+ * The store's gauges for one scrape: the fleet signal and the ledger's counts, as far as they
+ * could be read within `probeTimeoutMs` (both reads at once): a store that does not answer
+ * leaves them out and `engram_store_up` 0, rather than the scrape waiting out the store's bound.
+ */
+const storeGauges = (probeTimeoutMs: number) => Effect.gen(function* () {
   const store = yield* Store
-  const fleet = yield* Effect.result(store.fleetView())
-  const ledger = yield* Effect.result(store.metrics())
+  const [fleet, ledger] = yield* Effect.all(
+    [
+      Effect.result(bounded(store.fleetView(), probeTimeoutMs, "the fleet read of a scrape", probeTimedOut)),
+      Effect.result(bounded(store.metrics(), probeTimeoutMs, "the ledger read of a scrape", probeTimedOut)),
+    ],
+    { concurrency: 2 },
+  )
   const gauges: StoreGaugeValue[] = []
   if (fleet._tag === "Success") {
     const snap = Fleet.snapshot(fleet.success, store.limits())
@@ -69,13 +78,14 @@ export const OpsHandlers = HandlerGroup.make(
               ? Effect.void
               : Effect.fail(new ServiceUnavailable({ error: "DiskFull", message: `${full}; not ready until a write succeeds again`, retryAfterMs: 30_000 }))
           }).pipe(
-            Effect.andThen(api(store.metrics())),
+            // A probe's own short bound: a readiness probe gives up after about a second.
+            Effect.andThen(api(bounded(store.metrics(), settings.config.probeTimeoutMs, "a readiness check", probeTimedOut))),
             Effect.map(() => ({ ok: true, store: settings.backend, leader: leader.isLeader(), ...tokenMatch() })),
             Effect.mapError((e) => (e instanceof ServiceUnavailable ? e : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: 1000 }))),
           ),
         )
         .handle("openapi", () => Effect.succeed(spec as unknown))
-        .handle("metrics", () => storeGauges.pipe(
+        .handle("metrics", () => storeGauges(settings.config.probeTimeoutMs).pipe(
             Effect.provideService(Store, store),
             Effect.map((read) => ({ ...read, checks: Option.getOrUndefined(stats)?.checks() })),
             Effect.flatMap(metrics.scrape),
