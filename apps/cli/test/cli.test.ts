@@ -450,10 +450,6 @@ describe("several coordinator URLs (replicas)", () => {
         1,
         `engram: cannot reach the coordinator at ${two.url}: no answer within 300 ms (tried each of ${one.url}, ${two.url}). The coordinator took the connection but did not answer in time: it is frozen or overloaded (look at its /readyz and its log), or the call needs longer (ENGRAM_TIMEOUT_MS).\n`,
       ])
-      // A create without --id is safe to repeat (it carries the CLI's id): past the hung replica, the live one places it
-      // (a bound the live coordinator's answer stays well inside on a busy machine).
-      const placed = await engram(["sessions", "create", "--mem", "256", "--vcpus", "1", "--json"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: `${one.url},${c.url}`, ENGRAM_TIMEOUT_MS: "5000" } })
-      expect(placed.code, placed.stderr).toBe(0)
     } finally {
       for (const res of held) res.destroy()
       await new Promise<void>((ok) => one.server.close(() => ok()))

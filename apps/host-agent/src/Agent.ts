@@ -68,9 +68,13 @@ export interface AgentConfig {
   /**
    * How old a descent image must be (since its image file was written) before the agent removes
    * it for a session the coordinator no longer lists as this host's (`imageSessions`): an answer
-   * read just before a descent's report must not remove the image it wrote.
+   * read just before a descent's report must not remove the image it wrote. Null (the default):
+   * the agent removes no image. Removal is opt-in: it must not run with an image directory
+   * several hosts share (each would remove the others' images), nor while replicas older than
+   * this one still write descents (they leave the session's image host unset), and an image is
+   * judged by its file's age, not by how long it has been missing from the list.
    */
-  readonly imageGraceMs: number
+  readonly imageGraceMs: number | null
 }
 
 /** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
@@ -86,7 +90,7 @@ export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limi
   reportRunningAfterMs: 10_000,
   moveIntent: false,
   templates: [],
-  imageGraceMs: 10 * 60_000,
+  imageGraceMs: null,
 })
 
 export interface AgentDeps {
@@ -289,11 +293,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      */
     const removeReleasedImages = (a: Assignments) =>
       Effect.gen(function* () {
-        if (a.imageSessions === undefined || images.list === undefined) return
+        if (config.imageGraceMs === null || a.imageSessions === undefined || images.list === undefined) return
+        const graceMs = config.imageGraceMs
         const keep = new Set([...a.imageSessions, ...a.sessions.map((s) => s.id)])
         const t = yield* Clock.currentTimeMillis
         for (const img of yield* images.list) {
-          if (keep.has(img.vmId) || t - img.writtenAtMs < config.imageGraceMs) continue
+          if (keep.has(img.vmId) || t - img.writtenAtMs < graceMs) continue
           if ((yield* residents.get(img.vmId)) !== undefined || (yield* FiberMap.has(inflight, img.vmId))) continue
           yield* images.remove(img.vmId)
           yield* log("descent image removed: its session ended or runs on another host", { sessionId: img.vmId, imagePath: images.pathFor(img.vmId) })

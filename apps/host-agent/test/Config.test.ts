@@ -101,6 +101,12 @@ describe("host agent configuration", () => {
     expect(error?.message).not.toContain("short-secret")
   })
 
+  it("ENGRAM_AGENT_IMAGE_GRACE_MS: descent images are never removed unless it is set (removal is opt-in)", async () => {
+    expect((await Effect.runPromise(fromEnvironment(required))).config?.imageGraceMs).toBeNull()
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_GRACE_MS: "600000" }))).config?.imageGraceMs).toBe(600_000)
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_GRACE_MS: "0" }))).config?.imageGraceMs).toBe(0)
+  })
+
   it("ENGRAM_AGENT_MOVE_INTENT: off by default, 1 turns the move's intent on, anything else is refused by name and rule", async () => {
     expect((await Effect.runPromise(fromEnvironment(required))).config?.moveIntent).toBe(false)
     expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_MOVE_INTENT: "0" }))).config?.moveIntent).toBe(false)

@@ -40,9 +40,9 @@ export interface Options {
    * How long one try on one replica may go unanswered before it counts as hung (ms, an integer
    * > 0; default 30,000): a replica that froze (a stopped process, a dead network path) holds no
    * call forever. A hung try is unreachable (`Replicas.unreachable`): the call moves to the next
-   * replica if it is safe to repeat (every call but a move: a create or a reservation given no id
-   * gets one here), else fails as a `TransportError` saying no answer came in time (a move may
-   * have been done). A wait's hold and a move's
+   * replica if it is safe to repeat (every call but a move and a reservation without an id: a
+   * create given no id gets one here), else fails as a `TransportError` saying no answer came in
+   * time (it may have been done). A wait's hold and a move's
    * (`moveHoldMs`) are added to it.
    */
   readonly timeoutMs?: number | undefined
@@ -181,7 +181,7 @@ const defined = <T extends object>(o: T): { [K in keyof T]: Exclude<T[K], undefi
 const tagged = (a: Records.Placed | Records.Queued | Records.ResumedWarm | Records.ResumedPlaced | Records.ResumedQueued): PlaceAnswer =>
   "position" in a ? { outcome: "queued", ...a } : { outcome: "placed", ...a }
 
-/** An id for a create or a reservation given none: a random UUID (the platform's `crypto`, Node and browsers). */
+/** An id for a create given none: a random UUID (the platform's `crypto`, Node and browsers). */
 const newId = (): string => globalThis.crypto.randomUUID()
 
 /** Builds a client on an `HttpClient`. */
@@ -274,11 +274,11 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
     }
 
     const reservations: EngramClientShape["reservations"] = {
-      // As a create: without an id it gets one here, so a repeat on the next replica is the same reservation.
-      reserve: (input) => {
-        const payload = defined({ ...input, id: input.id ?? newId() })
-        return call((api) => api.ledger.reserve({ payload }))
-      },
+      // Without an id a reservation is not safe to repeat: the ledger refuses a second reservation
+      // under one id (a `Conflict`, not the first one's answer), so a repeat of a reservation whose
+      // answer was lost would fail while its room stayed held; and without one a second would hold
+      // room too. It moves on only from a replica that never received it.
+      reserve: (input) => call((api) => api.ledger.reserve({ payload: defined(input) }), input.id === undefined),
       get: (id) => call((api) => api.ledger.get(byId(id))),
       list: (q = {}) => call((api) => api.ledger.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => reservations.list({ ...q, cursor })),

@@ -109,8 +109,8 @@ const notConnectedCodes = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EH
 /**
  * Whether a failed call was certainly never received (its connection was refused, or the name or
  * route not found): the one failure on which a call that is not safe to repeat, such as a move
- * (a create or a reservation always carries an id: the client chooses one when the caller gives
- * none), may move to the next replica. A timeout, a reset connection, a gateway's answer
+ * or a reservation without an id (a create always carries an id: the client chooses one when the
+ * caller gives none), may move to the next replica. A timeout, a reset connection, a gateway's answer
  * or the API's 503 `Unavailable` (a store call timed out: its write's outcome is unknown) may
  * follow a write that committed, and the next replica would do it again.
  */
