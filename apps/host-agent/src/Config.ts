@@ -330,8 +330,13 @@ export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "h
     if (window !== undefined) give(staleWindowVariable, window)
     for (const [key, value] of Object.entries(o.config ?? {}) as [string, unknown][]) {
       const variable = variableOf[key]
-      if (value === undefined || key === "hostId") continue
-      if (variable !== undefined) give(variable, value)
+      // Null is image removal's own default (off), not a value to refuse.
+      if (value === undefined || key === "hostId" || (key === "imageGraceMs" && value === null)) continue
+      // A whole `AgentConfig` (the environment's, as `engram agent` passes it) carries the window
+      // too: taken unless the option's own `heartbeatStaleWindowMs` is given.
+      if (key === "heartbeatStaleWindowMs") {
+        if (window === undefined) give(staleWindowVariable, value)
+      } else if (variable !== undefined) give(variable, value)
       else if (key === "moveIntent") {
         if (typeof value !== "boolean") refused.push({ variable: "config.moveIntent", rule: "must be true or false", value })
       } else if (key === "templates") {

@@ -101,6 +101,14 @@ describe("host agent configuration", () => {
     expect(error?.message).not.toContain("short-secret")
   })
 
+  it("a whole configuration read from the environment goes through a program's checks unchanged (as `engram agent` passes it)", async () => {
+    for (const env of [required, { ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "60000", ENGRAM_AGENT_IMAGE_GRACE_MS: "600000" }]) {
+      const read = (await Effect.runPromise(fromEnvironment(env))).config
+      expect(read).toBeDefined()
+      expect(await Effect.runPromise(checkedConfig({ hostId: read!.hostId, config: read! }))).toEqual(read)
+    }
+  })
+
   it("ENGRAM_AGENT_IMAGE_GRACE_MS: descent images are never removed unless it is set (removal is opt-in)", async () => {
     expect((await Effect.runPromise(fromEnvironment(required))).config?.imageGraceMs).toBeNull()
     expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_GRACE_MS: "600000" }))).config?.imageGraceMs).toBe(600_000)
