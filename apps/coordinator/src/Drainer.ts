@@ -93,10 +93,12 @@ export class Drainer extends Context.Service<Drainer, DrainerShape>()("@engram/c
             const d = Deferred.makeUnsafe<DrainResult>()
             running = d
             yield* start(d)
-            return yield* Deferred.await(d)
+            // The notice is sent and the drain begun: waiting for its result is cut by the
+            // caller's interruption even inside a handler's `withNotices` (shutdown is not held).
+            return yield* Effect.interruptible(Deferred.await(d))
           }
           next ??= Deferred.makeUnsafe<DrainResult>()
-          return yield* Deferred.await(next)
+          return yield* Effect.interruptible(Deferred.await(next))
         })
       return Drainer.of({ roomAppeared })
     }),

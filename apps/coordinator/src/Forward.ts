@@ -31,6 +31,7 @@ import { Agent as HttpsAgent, request as httpsRequest } from "node:https"
 import { AdminToken, hashToken, sameHash } from "./Auth.js"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
+import { hostTopic, Notifier, queueTopic, sessionTopic, withNotices } from "./Notifier.js"
 import { Settings } from "./Settings.js"
 
 /** A create as the store takes it. */
@@ -271,10 +272,11 @@ const badBatch = (body: unknown): string | null => {
  * The placer's endpoint: places every create of a batch from another replica (together, so they
  * share its groups) and answers each. Only the peer token opens it.
  */
-export const PeerLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store | AdminToken | Metrics> = Layer.unwrap(
+export const PeerLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store | AdminToken | Metrics | Notifier> = Layer.unwrap(
   Effect.gen(function* () {
     const leader = yield* Effect.serviceOption(Leader)
     const store = yield* Store
+    const notifier = yield* Notifier
     const admin = yield* AdminToken
     const metrics = yield* Metrics
     const peerHash = hashToken(peerToken(admin.token))
@@ -295,7 +297,14 @@ export const PeerLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store |
         const answers = yield* Effect.forEach(
           creates,
           (c) =>
-            store.createSession(c).pipe(
+            // Announced here as well as by the sender (it notifies on the answer): a sender that
+            // gave up on this batch (its bound passed) and then failed to place the create itself
+            // would leave a create committed here unannounced (`withNotices`).
+            withNotices(
+              store.createSession(c).pipe(
+                Effect.tap((o) => notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : queueTopic, sessionTopic(o.session.id))),
+              ),
+            ).pipe(
               Effect.map((placed): Answer => ({ placed })),
               Effect.catch((e) => Effect.succeed(encodeError(e))),
             ),

@@ -43,7 +43,9 @@ export interface Watch {
  * it), a rotated token's open long-polls there would stay open, a waiter would wait out its
  * deadline. Seen with a replica frozen (SIGSTOP) while a client's create was in flight: the
  * client gave up, the replica, resumed, placed the session and never told the replica its host
- * polled. The answer to a client that left is dropped as before.
+ * polled. The answer to a client that left is dropped as before. Reads before the write (the
+ * session's, the move's) and a drain's wait after the notice stay interruptible
+ * (`Effect.interruptible` where they are), so shutdown is held only by writes.
  */
 export const withNotices = <A, E, R>(write: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => Effect.uninterruptible(write)
 

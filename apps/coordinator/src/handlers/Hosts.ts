@@ -86,7 +86,7 @@ export const HostsHandlers = HandlerGroup.make(
         .handle("list", ({ query }) => api(store.pageHosts({ limit: query.limit, cursor: query.cursor })).pipe(Effect.map((page) => pageJson(page, hostJson))))
         .handle("remove", ({ params }) =>
           withNotices(Effect.gen(function* () {
-            const view = yield* api(store.getHost(params.id))
+            const view = yield* Effect.interruptible(api(store.getHost(params.id)))
             yield* api(store.removeHost(params.id))
             peerUrlOwed.delete(params.id)
             yield* Effect.logInfo("host removed", { hostId: params.id })

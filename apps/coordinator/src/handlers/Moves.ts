@@ -45,7 +45,7 @@ export const MovesHandlers = HandlerGroup.make(
         .handle("get", ({ params }) => moveFor(params.id, "either"))
         .handle("round", ({ params, payload }) =>
           withNotices(
-            moveFor(params.id, "source").pipe(
+            Effect.interruptible(moveFor(params.id, "source")).pipe(
               // Once a final round is recorded, the store refuses the waiter's timeout abort: the record is the point of no return.
               Effect.andThen(api(store.recordRound(params.id, payload))),
               // Only the move's and the session's watchers (and the dashboard's): a round changes
@@ -65,7 +65,7 @@ export const MovesHandlers = HandlerGroup.make(
         )
         .handle("commit", ({ params, payload }) =>
           withNotices(
-            moveFor(params.id, "source").pipe(
+            Effect.interruptible(moveFor(params.id, "source")).pipe(
               Effect.andThen(api(store.commitMove(params.id, phasesOf(payload), payload.guard ?? null))),
               Effect.tap((m) => drainer.roomAppeared(...topics(m))),
             ),
@@ -81,7 +81,7 @@ export const MovesHandlers = HandlerGroup.make(
         )
         .handle("resolve", ({ params, payload }) =>
           withNotices(Effect.gen(function* () {
-            const m = yield* api(store.getMove(params.id))
+            const m = yield* Effect.interruptible(api(store.getMove(params.id)))
             // The target's agent may report only that it runs the guest; an abort is the admin's word.
             if (payload.outcome === "commit") yield* requireHostOrAdmin(m.targetHostId)
             else yield* requireHostOrAdmin()
@@ -98,7 +98,7 @@ export const MovesHandlers = HandlerGroup.make(
         )
         .handle("abort", ({ params, payload }) =>
           withNotices(Effect.gen(function* () {
-            yield* moveFor(params.id, "source")
+            yield* Effect.interruptible(moveFor(params.id, "source"))
             if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
             // The estimate is kept on the move record, so a waiter on any replica can answer it.
             const m = yield* api(store.abortMove(params.id, payload.reason, { estimateMs: payload.estimateMs }))

@@ -176,7 +176,7 @@ export const SessionsHandlers = HandlerGroup.make(
         )
         .handle("idle", ({ params }) =>
           withNotices(Effect.gen(function* () {
-            yield* sessionFor(params.id)
+            yield* Effect.interruptible(sessionFor(params.id))
             // The store's step decides park or descent with the configured park policy.
             const after = yield* api(store.idle(params.id))
             if (after.state === "parked") metrics.parks.inc()
@@ -203,7 +203,7 @@ export const SessionsHandlers = HandlerGroup.make(
         .handle("started", ({ params }) =>
           withNotices(
             Effect.gen(function* () {
-              const before = yield* sessionFor(params.id)
+              const before = yield* Effect.interruptible(sessionFor(params.id))
               const s = yield* api(store.markRunning(params.id))
               // Running again: the host that held its descent image no longer lists it (its agent removes the image).
               yield* notifier.notify(hostTopic(s.hostId), sessionTopic(s.id), before.imageHostId === s.hostId ? null : hostTopic(before.imageHostId))
@@ -214,7 +214,7 @@ export const SessionsHandlers = HandlerGroup.make(
         .handle("descended", ({ params }) =>
           withNotices(
             Effect.gen(function* () {
-              const before = yield* sessionFor(params.id)
+              const before = yield* Effect.interruptible(sessionFor(params.id))
               const s = yield* api(store.finishDescent(params.id))
               yield* drainer.roomAppeared(hostTopic(before.hostId), sessionTopic(s.id))
               return s
@@ -223,8 +223,8 @@ export const SessionsHandlers = HandlerGroup.make(
         )
         .handle("end", ({ params }) =>
           withNotices(Effect.gen(function* () {
-            const before = yield* sessionFor(params.id)
-            const open = yield* api(store.openMove(params.id))
+            const before = yield* Effect.interruptible(sessionFor(params.id))
+            const open = yield* Effect.interruptible(api(store.openMove(params.id)))
             const s = yield* api(store.endSession(params.id))
             yield* drainer.roomAppeared(
               hostTopic(before.hostId),
