@@ -52,8 +52,11 @@ const defaultPause = (attempt: number) => new Promise<void>((ok) => setTimeout(o
 /**
  * Applies the migrations to the database at `url` (PostgreSQL). Safe to run concurrently and
  * repeatedly. A migration that cannot have its table's lock within `lockTimeoutMs` is tried
- * again (`MigrateOptions`), so it never holds the running replicas' statements queued behind it
- * for longer than that; after `attempts` tries it fails naming the lock wait.
+ * again (`MigrateOptions`), so its wait for a lock never holds the running replicas' statements
+ * queued behind it for longer than that; after `attempts` tries it fails naming the lock wait.
+ * Once taken, a lock is held until the pending migrations' one transaction commits (drizzle's
+ * migrator), so a table a migration alters is closed to the running replicas for as long as the
+ * later pending migrations take (0017's backfill reads the history of the live sessions).
  */
 export const migrateUrl = async (url: string, options: MigrateOptions = {}): Promise<void> => {
   const lockTimeoutMs = options.lockTimeoutMs ?? 2_000
