@@ -31,33 +31,29 @@ import type { MoveRow, SessionRow } from "./Rows.js"
 const states = JSON.stringify(assignedStates)
 
 /**
- * The statement. Oldest first, as `listSessions` and `listMoves` order them. A move's source and
- * target differ (`moves_target_check`), so the two halves of the union never hold the same move.
+ * The columns of a host's assignments, for the host `h` of the statement's `from`. Oldest first,
+ * as `listSessions` and `listMoves` order them. A move's source and target differ
+ * (`moves_target_check`), so the two halves of the union never hold the same move.
  */
-export const assignmentsSql = (hostId: string) => sql`select h.id as "hostId",
+const assignmentColumns = sql`h.id as "hostId",
     coalesce((select jsonb_agg(to_jsonb(s) order by s.created_at, s.id) from sessions s
       where s.host_id = h.id and s.state in (select jsonb_array_elements_text(${states}::jsonb))), '[]'::jsonb) as "sessions",
     coalesce((select jsonb_agg(to_jsonb(m) order by m.created_at, m.id) from (
         select * from moves where source_host_id = h.id and state = 'pending'
         union all
         select * from moves where target_host_id = h.id and state = 'pending') m), '[]'::jsonb) as "moves",
-    coalesce((select jsonb_agg(s.id order by s.id collate "C") from sessions s where s.image_host_id = h.id), '[]'::jsonb) as "imageSessionIds"
-  from hosts h where h.id = ${hostId}`
+    coalesce((select jsonb_agg(s.id order by s.id collate "C") from sessions s where s.image_host_id = h.id), '[]'::jsonb) as "imageSessionIds"`
+
+/** The statement for one host. */
+export const assignmentsSql = (hostId: string) => sql`select ${assignmentColumns} from hosts h where h.id = ${hostId}`
 
 /**
  * The statement for several hosts at once: the same columns as {@link assignmentsSql}, one row
  * per known host (an unknown host is no row); the ids travel as one jsonb parameter, so the
  * text is constant whatever their number.
  */
-export const groupAssignmentsSql = (hostIds: readonly string[]) => sql`select h.id as "hostId",
-    coalesce((select jsonb_agg(to_jsonb(s) order by s.created_at, s.id) from sessions s
-      where s.host_id = h.id and s.state in (select jsonb_array_elements_text(${states}::jsonb))), '[]'::jsonb) as "sessions",
-    coalesce((select jsonb_agg(to_jsonb(m) order by m.created_at, m.id) from (
-        select * from moves where source_host_id = h.id and state = 'pending'
-        union all
-        select * from moves where target_host_id = h.id and state = 'pending') m), '[]'::jsonb) as "moves",
-    coalesce((select jsonb_agg(s.id order by s.id collate "C") from sessions s where s.image_host_id = h.id), '[]'::jsonb) as "imageSessionIds"
-  from hosts h where h.id in (select jsonb_array_elements_text(${JSON.stringify(hostIds)}::jsonb))`
+export const groupAssignmentsSql = (hostIds: readonly string[]) =>
+  sql`select ${assignmentColumns} from hosts h where h.id in (select jsonb_array_elements_text(${JSON.stringify(hostIds)}::jsonb))`
 
 /** The most hosts one grouped statement reads. */
 export const maxGroupedReads = 256
