@@ -103,8 +103,10 @@ describe("a cold resume placed away from its image fetches it from the host hold
 
   it("a's copy of s1's image is removed once s1 runs on b, and an ended session's image once it ends", async () => {
     const imageOf = (agent: AgentProcess, id: string) => join(agent.dir, "images", id, "image")
-    await until("a's copy of s1 removed", async () => existsSync(imageOf(agents.a!, "s1")), (x) => !x)
+    // The log line comes after the removal (through the process's pipe): waited for, then the file checked.
+    await until("a's removal of s1's copy logged", async () => lines(agents.a!, "descent image removed: its session ended or runs on another host", "s1").length, (n) => n > 0, 60_000)
     expect(lines(agents.a!, "descent image removed: its session ended or runs on another host", "s1")).toHaveLength(1)
+    expect(existsSync(imageOf(agents.a!, "s1"))).toBe(false)
     // b removed its fetched copy after the restore (as any restored image).
     expect(existsSync(imageOf(agents.b!, "s1"))).toBe(false)
     // An image kept while its session is descended, removed when it ends.
@@ -114,7 +116,7 @@ describe("a cold resume placed away from its image fetches it from the host hold
     expect((await admin.call("POST", "/v1/hosts/b/uncordon")).status).toBe(200)
     expect(existsSync(imageOf(agents.a!, "e1"))).toBe(true)
     expect((await admin.call("DELETE", "/v1/sessions/e1")).status).toBe(200)
-    await until("a's image of the ended e1 removed", async () => existsSync(imageOf(agents.a!, "e1")), (x) => !x)
+    await until("a's image of the ended e1 removed", async () => existsSync(imageOf(agents.a!, "e1")), (x) => !x, 60_000)
     expect((await admin.call("DELETE", "/v1/sessions/q1b")).status).toBe(200)
   }, 120_000)
 
