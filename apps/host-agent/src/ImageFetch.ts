@@ -17,7 +17,7 @@
 import { createReadStream, createWriteStream } from "node:fs"
 import { lstat, mkdir, readdir, rename, rm, stat } from "node:fs/promises"
 import { dirname, join } from "node:path"
-import { Readable } from "node:stream"
+import { Readable, Transform } from "node:stream"
 import { pipeline } from "node:stream/promises"
 import type { ReadableStream as NodeReadableStream } from "node:stream/web"
 import type { ImageStore } from "@engram/runtime"
@@ -123,7 +123,16 @@ export const fetchImage = (o: {
         const got = await fetch(`${base}/files/${encodeURIComponent(file.name)}${query}`, { headers, signal: timeout })
         if (got.status !== 200 || got.body === null) throw fail(`the image host answered ${got.status} for ${file.name}`)
         const path = join(staging, file.name)
-        await pipeline(Readable.fromWeb(got.body as NodeReadableStream<Uint8Array>), createWriteStream(path, { mode: 0o600 }))
+        // Stops at the listed size: a peer that sends more fills no disk.
+        let written = 0
+        const capped = new Transform({
+          transform(chunk: Buffer, _encoding, done) {
+            written += chunk.length
+            if (written > file.bytes) done(fail(`${file.name} is longer than the ${file.bytes} bytes the image host listed`))
+            else done(null, chunk)
+          },
+        })
+        await pipeline(Readable.fromWeb(got.body as NodeReadableStream<Uint8Array>), capped, createWriteStream(path, { mode: 0o600 }))
         const size = (await stat(path)).size
         if (size !== file.bytes) throw fail(`${file.name} is ${size} bytes, the image host listed ${file.bytes}`)
         bytes += size
@@ -134,5 +143,6 @@ export const fetchImage = (o: {
       return { files: list.files.length, bytes }
     },
     catch: (e) => (e instanceof ImageFetchError ? e : fail(e instanceof Error ? e.message : String(e))),
-  }).pipe(Effect.tapError(() => Effect.promise(() => rm(staging, { recursive: true, force: true }))))
+    // Failed or interrupted (the agent stopping, the resume's action cut): nothing left behind.
+  }).pipe(Effect.onExit((exit) => (exit._tag === "Success" ? Effect.void : Effect.promise(() => rm(staging, { recursive: true, force: true })))))
 }

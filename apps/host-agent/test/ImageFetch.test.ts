@@ -106,6 +106,11 @@ describe("fetching a descent image from its host", () => {
         const e = yield* fetchInto(mine, short.port).pipe(Effect.flip)
         assert.strictEqual(e.message, "image is 16 bytes, the image host listed 100")
         assert.deepStrictEqual(readdirSync(mine.root), [])
+        // A peer sending more than it listed is cut off at the listed size (no disk filled).
+        const long = yield* lyingPeer(listed([{ name: "image", bytes: 4 }]), "x".repeat(1 << 20))
+        const over = yield* fetchInto(mine, long.port).pipe(Effect.flip)
+        assert.strictEqual(over.message, "image is longer than the 4 bytes the image host listed")
+        assert.deepStrictEqual(readdirSync(mine.root), [])
         const sneaky = yield* lyingPeer(listed([{ name: "../escape", bytes: 4 }]), "evil")
         const bad = yield* fetchInto(mine, sneaky.port).pipe(Effect.flip)
         assert.match(bad.message, /bad file name/)
