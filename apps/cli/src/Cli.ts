@@ -151,7 +151,11 @@ const statusText = (f: Records.Fleet): string => {
   return Format.fields(lines)
 }
 
-const hostRows = (hosts: readonly Records.Host[]) =>
+/**
+ * The hosts as table rows, with how long ago each last reported (`now`): a host whose agent froze
+ * or lost its network stays `ready` until the reaper reclaims it, and only its report's age says so.
+ */
+const hostRows = (hosts: readonly Records.Host[], now: number) =>
   hosts.map((h) => [
     h.id,
     h.state,
@@ -162,8 +166,9 @@ const hostRows = (hosts: readonly Records.Host[]) =>
     String(h.entries),
     String(h.parks),
     String(h.descentsRunning),
+    h.reportedAt === null ? "never" : `${Format.age(h.reportedAt, now)} ago`,
   ])
-const hostHeaders = ["HOST", "STATE", "RAM RESERVED", "RAM FREE", "VCPUS", "VCPUS FREE", "ENTRIES", "PARKS", "DESCENTS"]
+const hostHeaders = ["HOST", "STATE", "RAM RESERVED", "RAM FREE", "VCPUS", "VCPUS FREE", "ENTRIES", "PARKS", "DESCENTS", "REPORTED"]
 
 const hostText = (h: Records.Host): string =>
   Format.fields([
@@ -306,7 +311,7 @@ const hosts = Command.make("hosts").pipe(
       Effect.gen(function* () {
         const { client, json, target } = yield* context
         const all = yield* call(target, client.hosts.listAll())
-        yield* json ? printJson(all) : print(all.length === 0 ? "no hosts registered" : Format.table(hostHeaders, hostRows(all)))
+        yield* json ? printJson(all) : print(all.length === 0 ? "no hosts registered" : Format.table(hostHeaders, hostRows(all, Date.now())))
       }),
     ).pipe(Command.withDescription("every host with its room")),
     Command.make("show", { id: id("the host") }, (a) =>
@@ -631,7 +636,7 @@ const frameText = (f: { fleet: Records.Fleet; hosts: readonly Records.Host[]; qu
     `engram  ${new Date(now).toTimeString().slice(0, 8)}  hosts ${f.fleet.hosts.ready}/${f.fleet.hosts.total} ready  ` +
     `RAM ${Format.mib(f.fleet.freeMib)} free of ${Format.mib(f.fleet.capacityMib)}  vCPUs ${f.fleet.freeVcpus} free  ` +
     `queue ${q.sessions} (${q.withoutRoom} without room)  parks ${f.fleet.parks}  descents ${f.fleet.descentsRunning}`
-  const parts = [head, "", f.hosts.length === 0 ? "no hosts" : Format.table(hostHeaders, hostRows(f.hosts))]
+  const parts = [head, "", f.hosts.length === 0 ? "no hosts" : Format.table(hostHeaders, hostRows(f.hosts, now))]
   if (f.queue.length > 0) parts.push("", Format.table(["QUEUED", "MEM", "VCPUS", "WAITING"], f.queue.slice(0, 20).map((s) => [s.id, Format.mib(s.budget.memMib), String(s.budget.vcpus), Format.age(s.queuedAt, now)])))
   if (f.parks.length > 0) parts.push("", Format.table(["PARKED", "HOST", "MEM", "FOR"], f.parks.slice(0, 20).map((s) => [s.id, s.hostId ?? "-", Format.mib(s.budget.memMib), Format.age(s.parkedAt, now)])))
   return parts.join("\n")

@@ -43,13 +43,13 @@ describe("engram status and hosts", () => {
     expect(JSON.parse(j.stdout)).toMatchObject({ hosts: { total: 2, ready: 2 }, capacityMib: 12 * 1024 })
   })
 
-  it("hosts ls is an aligned table with each host's room", async () => {
+  it("hosts ls is an aligned table with each host's room and how long ago it reported", async () => {
     const r = await engram(["hosts", "ls"], { env })
     expect(r.code, r.stderr).toBe(0)
     const [header, ...rows] = lines(r.stdout)
-    expect(header).toMatch(/^HOST\s+STATE\s+RAM RESERVED\s+RAM FREE\s+VCPUS\s+VCPUS FREE\s+ENTRIES\s+PARKS\s+DESCENTS$/)
+    expect(header).toMatch(/^HOST\s+STATE\s+RAM RESERVED\s+RAM FREE\s+VCPUS\s+VCPUS FREE\s+ENTRIES\s+PARKS\s+DESCENTS\s+REPORTED$/)
     const row = rows.find((l) => l.startsWith(big))
-    expect(row).toMatch(/ready\s+0 MiB\/8 GiB\s+8 GiB\s+0\/32\s+32\s+0\s+0\s+0$/)
+    expect(row).toMatch(/ready\s+0 MiB\/8 GiB\s+8 GiB\s+0\/32\s+32\s+0\s+0\s+0\s+[0-9.]+ ?[a-z]+ ago$/)
     // Aligned: every row's state column starts where the header's does.
     const at = header!.indexOf("STATE")
     for (const l of rows) expect(l.slice(at, at + 5)).toBe("ready")
