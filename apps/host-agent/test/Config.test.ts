@@ -123,10 +123,10 @@ describe("host agent configuration", () => {
     expect(error?.message).toBe(["invalid host agent configuration:", '  ENGRAM_AGENT_MOVE_INTENT="yes": must be 0 or 1'].join("\n"))
   })
 
-  it("an ENGRAM_* variable no engram component reads is warned about by name; the coordinator's are not", async () => {
+  it("an ENGRAM_* variable no engram component reads is warned about by name; the coordinator's and the CLI's are not", async () => {
     const lines: string[] = []
     const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
-    await Effect.runPromise(fromEnvironment({ ...required, ...peers, ENGRAM_AGENT_POLL_WAIT: "5", ENGRAM_PORT: "7070", ENGRAM_REAPER_INTERVAL_MS: "100" }).pipe(Effect.provide(capture)))
+    await Effect.runPromise(fromEnvironment({ ...required, ...peers, ENGRAM_AGENT_POLL_WAIT: "5", ENGRAM_PORT: "7070", ENGRAM_REAPER_INTERVAL_MS: "100", ENGRAM_TIMEOUT_MS: "5000" }).pipe(Effect.provide(capture)))
     expect(lines.filter((l) => l.startsWith("Warn"))).toEqual([
       "Warn ENGRAM_AGENT_POLL_WAIT is not a setting of any engram component and is ignored (did you mean ENGRAM_AGENT_POLL_WAIT_MS?)",
     ])

@@ -122,7 +122,7 @@ export const demoVariables = [
 ] as const
 
 /** Variables of the clients and of logging (read by every process that has them). */
-export const sharedVariables = ["ENGRAM_URL", "ENGRAM_TOKEN", "ENGRAM_LOG_FORMAT", "ENGRAM_LOG_LEVEL"] as const
+export const sharedVariables = ["ENGRAM_URL", "ENGRAM_TOKEN", "ENGRAM_TIMEOUT_MS", "ENGRAM_LOG_FORMAT", "ENGRAM_LOG_LEVEL"] as const
 
 /** Variables of the repository's tests and benchmarks. */
 export const developmentVariables = [
