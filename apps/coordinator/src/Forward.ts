@@ -31,7 +31,7 @@ import { Agent as HttpsAgent, request as httpsRequest } from "node:https"
 import { AdminToken, hashToken, sameHash } from "./Auth.js"
 import { Leader } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
-import { hostTopic, Notifier, queueTopic, sessionTopic, withNotices } from "./Notifier.js"
+import { Notifier, placedTopics, withNotices } from "./Notifier.js"
 import { Settings } from "./Settings.js"
 
 /** A create as the store takes it. */
@@ -302,7 +302,7 @@ export const PeerLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store |
             // would leave a create committed here unannounced (`withNotices`).
             withNotices(
               store.createSession(c).pipe(
-                Effect.tap((o) => notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : queueTopic, sessionTopic(o.session.id))),
+                Effect.tap((o) => notifier.notify(...placedTopics(o))),
               ),
             ).pipe(
               Effect.map((placed): Answer => ({ placed })),

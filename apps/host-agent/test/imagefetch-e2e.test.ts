@@ -12,7 +12,7 @@ import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type AgentProcess, type Api, api, PEER_SECRET, registerHosts, spawnAgent, until } from "./support/E2e.js"
+import { type AgentProcess, type Api, api, PEER_SECRET, registerHosts, spawnAgent, until, logLines } from "./support/E2e.js"
 import { imageToken } from "../src/MoveToken.js"
 
 let coordinator: RunningCoordinator
@@ -21,17 +21,7 @@ const agents: Record<string, AgentProcess> = {}
 
 const session = async (id: string) => (await admin.call("GET", `/v1/sessions/${id}`)).body
 const waitState = (id: string, state: string, timeoutMs = 30_000) => until(`${id} ${state}`, () => session(id), (s) => s?.state === state, timeoutMs)
-/** The agent's JSON log lines with this message (and session, when given). */
-const lines = (a: AgentProcess, msg: string, sessionId?: string): Record<string, unknown>[] =>
-  a.output
-    .flatMap((l) => {
-      try {
-        return [JSON.parse(l) as Record<string, unknown>]
-      } catch {
-        return []
-      }
-    })
-    .filter((l) => l.msg === msg && (sessionId === undefined || l.sessionId === sessionId))
+const lines = logLines
 
 const missing = "resumed session's descent image is not on this host; booting a fresh guest in its place: its memory is not restored"
 

@@ -10,7 +10,7 @@ import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type AgentProcess, type Api, api, type HostSpawn, registerHosts, spawnAgent, until } from "./support/E2e.js"
+import { type AgentProcess, type Api, api, type HostSpawn, registerHosts, spawnAgent, until, logLines } from "./support/E2e.js"
 
 // Long enough that the host stays fresh while its agent restarts (tsx compiles on start).
 const STALE_MS = 30_000
@@ -23,17 +23,7 @@ const imageDir = join(dir, "engram-images-h")
 
 const session = async (id: string) => (await admin.call("GET", `/v1/sessions/${id}`)).body
 const waitState = (id: string, state: string, timeoutMs = 20_000) => until(`${id} ${state}`, () => session(id), (s) => s?.state === state, timeoutMs)
-/** The agent's JSON log lines (`{time, level, msg, …fields}`) with this message (and session, when given). */
-const lines = (a: AgentProcess, msg: string, sessionId?: string): Record<string, unknown>[] =>
-  a.output
-    .flatMap((l) => {
-      try {
-        return [JSON.parse(l) as Record<string, unknown>]
-      } catch {
-        return []
-      }
-    })
-    .filter((l) => l.msg === msg && (sessionId === undefined || l.sessionId === sessionId))
+const lines = logLines
 
 const foreign = "an image under this session's id is not of its last descent (another session of the same id, or an earlier descent); booting fresh, the image is kept"
 

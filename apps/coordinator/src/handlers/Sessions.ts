@@ -15,7 +15,7 @@ import { LongPolls } from "../LongPolls.js"
 import { Metrics } from "../Metrics.js"
 import { MoveWaiter } from "../MoveWaiter.js"
 import type { MoveOutcome } from "../MoveWaiter.js"
-import { hostTopic, moveTopic, Notifier, queueTopic, sessionTopic, withNotices } from "../Notifier.js"
+import { hostTopic, moveTopic, Notifier, placedTopics, sessionTopic, withNotices } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { SessionWaiter } from "../SessionWaiter.js"
 import * as Tracing from "../Tracing.js"
@@ -106,7 +106,7 @@ export const SessionsHandlers = HandlerGroup.make(
     const placed = (o: PlaceOutcome, source: "create" | "resume") =>
       Effect.gen(function* () {
         metrics.placements.inc({ outcome: o._tag === "Placed" ? "placed" : "queued", source })
-        yield* notifier.notify(o._tag === "Placed" ? hostTopic(o.session.hostId) : queueTopic, sessionTopic(o.session.id))
+        yield* notifier.notify(...placedTopics(o))
         // Queued without room: the park gate runs for it within one coalescing window, not at the next pass.
         if (o._tag === "Queued") yield* trigger.poke
       })

@@ -26,6 +26,18 @@ export const freePort = () =>
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 /** Polls `f` until it answers a value that `ok` accepts, or throws after `timeoutMs`. */
+/** The agent's JSON log lines (`{time, level, msg, …fields}`) with this message (and session, when given). */
+export const logLines = (a: AgentProcess, msg: string, sessionId?: string): Record<string, unknown>[] =>
+  a.output
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l) as Record<string, unknown>]
+      } catch {
+        return []
+      }
+    })
+    .filter((l) => l.msg === msg && (sessionId === undefined || l.sessionId === sessionId))
+
 export const until = async <A>(what: string, f: () => Promise<A>, ok: (a: A) => boolean, timeoutMs = 15_000): Promise<A> => {
   const deadline = Date.now() + timeoutMs
   let last: A | undefined
