@@ -189,7 +189,7 @@ export const defectReporter: Layer.Layer<never> = ErrorReporter.layer(
 /**
  * Logs a 5xx with its request id: a move refused by the downtime guard (`ErrMoveDowntime`, an
  * expected outcome) as info, another 503 (the store away, a move's outcome, shutdown) as a
- * warning, else as an error with its cause.
+ * warning, else as an error with its cause; `quiet` (the shutdown's 503s after its first) at debug.
  */
 const log5xx = (
   status: number,
@@ -198,6 +198,7 @@ const log5xx = (
   route: string,
   requestId: string,
   cause: Cause.Cause<unknown> | undefined,
+  quiet = false,
 ) => {
   const fields = {
     requestId,
@@ -208,6 +209,7 @@ const log5xx = (
     message: typeof body?.["message"] === "string" ? body["message"] : null,
     ...(cause === undefined || status === 503 ? {} : { cause: Cause.pretty(cause) }),
   }
+  if (quiet) return Effect.logDebug(`answered ${status}`, fields)
   if (status === 503 && fields.error === "ErrMoveDowntime") return Effect.logInfo(`answered ${status}`, fields)
   return status === 503 ? Effect.logWarning(`answered ${status}`, fields) : Effect.logError(`answered ${status}`, fields)
 }
@@ -260,6 +262,9 @@ export const edge = (options: EdgeOptions) => {
   const routeOf = routeLabeler()
   // The liveness probes' one answer (immutable: every probe gets the same value).
   const aliveAnswer = json(200, { ok: true })
+  // Whether a 503 was logged since shutdown began: a coordinator stopping under a fleet cuts every
+  // open long-poll (10,000 with 10,000 agents), and one warning says it; the rest are at debug.
+  let shutdownLogged = false
   // Called when the answer is ready: counts it, and gives a 5xx its request id and log line.
   const answered = (
     request: HttpServerRequest.HttpServerRequest,
@@ -271,7 +276,17 @@ export const edge = (options: EdgeOptions) => {
     if (response.status < 500) return Effect.succeed(response)
     const requestId = requestIdOf(request)
     const body = jsonBody(response)
-    return Effect.as(log5xx(response.status, body, request, route, requestId, defects.get(request)), withRequestId(response, body, requestId))
+    const stopping = response.status === 503 && options.closing()
+    const first = stopping && !shutdownLogged
+    if (stopping) shutdownLogged = true
+    const logged = first
+      ? Effect.logWarning("answered 503: the coordinator is shutting down (its open requests, long-polls among them, are answered 503 so their clients go to another replica; the rest are logged at debug)", {
+          requestId,
+          method: request.method,
+          route,
+        })
+      : log5xx(response.status, body, request, route, requestId, defects.get(request), stopping)
+    return Effect.as(logged, withRequestId(response, body, requestId))
   }
   // Total: whatever throws or fails in it (a metrics observer, a body that does not encode), the
   // request is still answered — as the edge shaped it, or as it was if the shaping failed — with

@@ -7,7 +7,7 @@ import { Coordinator, HttpEdge, Metrics, startCoordinator } from "@engram/coordi
 import type { RunningCoordinator } from "@engram/coordinator"
 import * as StoreModule from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Logger, References } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApi } from "effect/http-api"
 import { Agent, request as httpRequest } from "node:http"
@@ -260,6 +260,28 @@ describe("the edge while the coordinator stops", () => {
     expect(response.headers["retry-after"]).toBe("1")
     const web = HttpServerResponse.toWeb(response)
     expect(await web.json()).toMatchObject({ error: "Unavailable", retryAfterMs: 1000 })
+  })
+
+  it("a shutdown's 503s are one warning, the rest at debug (a fleet's open long-polls are not thousands of warnings)", async () => {
+    const lines: string[] = []
+    const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
+    const statuses = await Effect.runPromise(
+      Effect.gen(function* () {
+        const metrics = yield* Metrics
+        const app = HttpEdge.edge({ maxBodyBytes, closing: () => true, metrics })(Effect.succeed(HttpServerResponse.text("never")))
+        const out: number[] = []
+        for (let i = 0; i < 3; i++) {
+          const r = yield* app.pipe(Effect.provideService(HttpServerRequest.HttpServerRequest, HttpServerRequest.fromWeb(new Request("http://x/v1/hosts/h/assignments"))))
+          out.push(r.status)
+        }
+        return out
+      }).pipe(Effect.provide(Layer.fresh(Metrics.layer)), Effect.provide(capture), Effect.provideService(References.MinimumLogLevel, "Debug"), Effect.scoped),
+    )
+    expect(statuses).toEqual([503, 503, 503])
+    expect(lines.filter((l) => l.startsWith("Warn"))).toEqual([
+      "Warn answered 503: the coordinator is shutting down (its open requests, long-polls among them, are answered 503 so their clients go to another replica; the rest are logged at debug)",
+    ])
+    expect(lines.filter((l) => l === "Debug answered 503")).toHaveLength(2)
   })
 })
 
