@@ -26,9 +26,6 @@ import * as RuntimeChoice from "./RuntimeChoice.js"
 
 export { defaultAgentConfig } from "./Agent.js"
 
-/** The longest a fetch of a descent image from another host may take (an image of a big guest is GiBs over the peer network). */
-export const imageFetchTimeoutMs = 10 * 60_000
-
 export interface HostAgentOptions {
   readonly hostId: string
   /**
@@ -76,6 +73,12 @@ export interface HostAgentOptions {
    * file (`ImageDir`).
    */
   readonly imageDir?: string
+  /**
+   * The floor rate of a descent image's fetch from another host (MiB/s; default
+   * `ImageFetch.defaultImageFetchMinMibPerSec`, `ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`): a fetch
+   * may take 10 minutes, or its listed bytes at this rate when that is longer (`ImageFetch.fetchBoundMs`).
+   */
+  readonly imageFetchMinMibPerSec?: number
   /** A ready runtime (tests); else QEMU with `qemu`, else the simulated one with `sim`. */
   readonly runtime?: VmRuntimeShape
   readonly qemu?: RuntimeChoice.QemuSettings
@@ -213,7 +216,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
       const url = o.peers(imageHostId) ?? peerUrl
       return url === null
         ? Effect.fail(new ImageFetch.ImageFetchError({ sessionId, imageHostId, message: "no peer URL is known for the image host" }))
-        : ImageFetch.fetchImage({ images, sessionId, imageHostId, peerUrl: url, me: o.hostId, secret: o.peerSecret, timeoutMs: imageFetchTimeoutMs })
+        : ImageFetch.fetchImage({ images, sessionId, imageHostId, peerUrl: url, me: o.hostId, secret: o.peerSecret, minMibPerSec: o.imageFetchMinMibPerSec ?? ImageFetch.defaultImageFetchMinMibPerSec })
     }
     const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target, peerUrl: Ref.get(advertised), fetchImage })
     const port =
