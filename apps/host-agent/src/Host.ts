@@ -212,13 +212,15 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     // Known once the server listens (its port may be chosen then); the loops start after.
     const advertised = yield* Ref.make<string | null>(null)
     // The operator's ENGRAM_PEERS entry wins over the coordinator's URL, as for moves.
-    const fetchImage = (sessionId: string, imageHostId: string, peerUrl: string | null) => {
+    const fetchImage = (sessionId: string, imageHostId: string, peerUrl: string | null, memMib: number) => {
       const url = o.peers(imageHostId) ?? peerUrl
       return url === null
         ? Effect.fail(new ImageFetch.ImageFetchError({ sessionId, imageHostId, message: "no peer URL is known for the image host" }))
-        : ImageFetch.fetchImage({ images, sessionId, imageHostId, peerUrl: url, me: o.hostId, secret: o.peerSecret, minMibPerSec: o.imageFetchMinMibPerSec ?? ImageFetch.defaultImageFetchMinMibPerSec })
+        : ImageFetch.fetchImage({ images, sessionId, imageHostId, peerUrl: url, me: o.hostId, secret: o.peerSecret, minMibPerSec: o.imageFetchMinMibPerSec ?? ImageFetch.defaultImageFetchMinMibPerSec, memMib })
     }
-    const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target, peerUrl: Ref.get(advertised), fetchImage })
+    // Descent images are hashed for their listing only where the peer server serves them.
+    const warmImage = o.listen === undefined ? {} : { warmImage: (sessionId: string) => ImageFetch.warmHashes(images, sessionId) }
+    const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target, peerUrl: Ref.get(advertised), fetchImage, ...warmImage })
     const port =
       o.listen === undefined
         ? null

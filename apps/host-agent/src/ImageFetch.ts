@@ -84,6 +84,15 @@ export const imageFetchStallMs = 60_000
 export const fetchBoundMs = (bytes: number, minMibPerSec: number, floorMs: number = imageFetchFloorMs): number =>
   Math.max(floorMs, Math.ceil((bytes / (minMibPerSec * 1024 * 1024)) * 1000))
 
+/**
+ * The bound of a fetch's listing of the image of a session of `memMib`: the image host may hash
+ * the image (about the guest's memory) before it answers, the first time it lists it, so the
+ * bound grows as the files' does: `fetchBoundMs` of the memory's bytes (at least `floorMs`;
+ * 100 GiB at 50 MiB/s: 2,048 s).
+ */
+export const listingBoundMs = (memMib: number, minMibPerSec: number, floorMs: number = imageFetchFloorMs): number =>
+  fetchBoundMs(memMib * 1024 * 1024, minMibPerSec, floorMs)
+
 /** The session's image directory in `images` (where its `image` file lives). */
 const dirOf = (images: ImageStore.ImageStore, sessionId: string): string => dirname(images.pathFor(sessionId))
 
@@ -136,8 +145,12 @@ const writeHashes = async (dir: string, hashes: Hashes): Promise<void> => {
   await rename(tmp, join(dir, sidecar))
 }
 
-/** The hashes of `entries` in `dir`: the sidecar's where its size and time still match, else hashed now (and the sidecar written). */
-const hashesOf = async (dir: string, entries: readonly Entry[]): Promise<Hashes> => {
+/**
+ * The hashes of `entries` in `dir`: the sidecar's where its size and time still match, else
+ * hashed now, and the sidecar written (its failure thrown when `keep`, else ignored: the hashes
+ * are still good for this answer).
+ */
+const hashesOf = async (dir: string, entries: readonly Entry[], keep: boolean): Promise<Hashes> => {
   const known = await readHashes(dir)
   const out: Record<string, Hashes[string]> = {}
   let changed = false
@@ -149,28 +162,75 @@ const hashesOf = async (dir: string, entries: readonly Entry[]): Promise<Hashes>
       changed = true
     }
   }
-  if (changed || Object.keys(known).length !== entries.length) await writeHashes(dir, out).catch(() => undefined)
+  if (changed || Object.keys(known).length !== entries.length) await writeHashes(dir, out).catch((e: unknown) => {
+    if (keep) throw e
+  })
   return out
 }
 
 /**
- * The files of `sessionId`'s image directory (regular files only, by name) with their sizes and
- * hashes, or undefined when it holds no complete image (no `image` file). What the image host
- * lists to a fetching peer.
+ * The directories being hashed in this process, each by the end of its last hashing: one
+ * hashing of a directory at a time, so a listing that comes while a descent's hashes are
+ * computed (`warmHashes`) waits for them and then finds the sidecar fresh, rather than reading
+ * the same GiBs a second time beside it.
  */
-export const listing = (images: ImageStore.ImageStore, sessionId: string): Effect.Effect<ImageListing | undefined> =>
-  Effect.promise(async () => {
-    const dir = dirOf(images, sessionId)
+const hashing = new Map<string, Promise<void>>()
+
+/** `f` once every earlier hashing of `dir` has ended (however it ended). */
+const oneAtATime = <A>(dir: string, f: () => Promise<A>): Promise<A> => {
+  const run = (hashing.get(dir) ?? Promise.resolve()).then(f)
+  const end = run.then(
+    () => undefined,
+    () => undefined,
+  )
+  hashing.set(dir, end)
+  void end.then(() => {
+    if (hashing.get(dir) === end) hashing.delete(dir)
+  })
+  return run
+}
+
+/**
+ * The listing of the image directory `dir`, its files hashed unless the sidecar holds them
+ * (the one hashing rule of the listing and of `warmHashes`). Throws when a file cannot be read
+ * (gone while hashed: the image removed or restored), and when `keep`, when the sidecar cannot
+ * be written.
+ */
+const hashedListing = (dir: string, keep: boolean): Promise<ImageListing | undefined> =>
+  oneAtATime(dir, async () => {
     const entries = await entriesOf(dir)
     if (entries === undefined || !entries.some((f) => f.name === "image")) return undefined
-    try {
-      const hashes = await hashesOf(dir, entries)
-      return { files: entries.map((e) => ({ name: e.name, bytes: e.bytes, sha256: hashes[e.name]!.sha256 })) }
-    } catch {
-      // A file gone while it was hashed (the image removed, restored): no image to list.
-      return undefined
-    }
+    const hashes = await hashesOf(dir, entries, keep)
+    return { files: entries.map((e) => ({ name: e.name, bytes: e.bytes, sha256: hashes[e.name]!.sha256 })) }
   })
+
+/**
+ * The files of `sessionId`'s image directory (regular files only, by name) with their sizes and
+ * hashes, or undefined when it holds no complete image (no `image` file). What the image host
+ * lists to a fetching peer: at once when the sidecar is fresh (`warmHashes` wrote it at the
+ * descent), else after hashing what is not in it.
+ */
+export const listing = (images: ImageStore.ImageStore, sessionId: string): Effect.Effect<ImageListing | undefined> =>
+  // A file gone while it was hashed (the image removed, restored): no image to list.
+  Effect.promise(() => hashedListing(dirOf(images, sessionId), false).catch(() => undefined))
+
+/** Why a descent image's hashes could not be computed or kept (`warmHashes`); the first listing then hashes it. */
+export class ImageHashError extends Data.TaggedError("ImageHashError")<{
+  readonly sessionId: string
+  readonly message: string
+}> {}
+
+/**
+ * Hashes `sessionId`'s descent image as the listing does and keeps the hashes in its sidecar,
+ * so the image host's first listing of it answers at once: what an agent runs in the background
+ * once a descent's image and tag are written. Succeeds with the files hashed (none when the
+ * directory holds no image); fails when a file cannot be read or the sidecar cannot be written.
+ */
+export const warmHashes = (images: ImageStore.ImageStore, sessionId: string): Effect.Effect<{ readonly files: number; readonly bytes: number }, ImageHashError> =>
+  Effect.tryPromise({
+    try: () => hashedListing(dirOf(images, sessionId), true),
+    catch: (e) => new ImageHashError({ sessionId, message: e instanceof Error ? e.message : String(e) }),
+  }).pipe(Effect.map((l) => ({ files: l?.files.length ?? 0, bytes: (l?.files ?? []).reduce((sum, f) => sum + f.bytes, 0) })))
 
 /** A stream of one listed file of `sessionId`'s image directory; undefined when `name` is not one (no path is built from an unlisted name). */
 export const fileStream = (images: ImageStore.ImageStore, sessionId: string, name: string): Effect.Effect<{ readonly bytes: number; readonly body: Stream.Stream<Uint8Array, Error> } | undefined> =>
@@ -209,9 +269,11 @@ export const fetchImage = (o: {
   readonly peerUrl: string
   readonly me: string
   readonly secret: string
-  /** The floor rate of the files' bound (MiB/s). */
+  /** The floor rate of the listing's and the files' bounds (MiB/s). */
   readonly minMibPerSec: number
-  /** The listing's bound and the files' shortest; default `imageFetchFloorMs`. */
+  /** The session's memory (MiB): the listing's bound grows with it (`listingBoundMs`); default 0 (the floor). */
+  readonly memMib?: number
+  /** The listing's and the files' shortest bound; default `imageFetchFloorMs`. */
   readonly floorMs?: number
   /** Default `imageFetchStallMs`. */
   readonly stallMs?: number
@@ -232,10 +294,12 @@ export const fetchImage = (o: {
           const b = newImageBearer(clock.currentTimeMillisUnsafe())
           return { nonce: b.nonce, headers: { authorization: `Bearer ${imageToken(o.secret, o.sessionId, o.imageHostId, o.me, b)}` } }
         }
-        const listingBound = AbortSignal.timeout(floorMs)
+        // The image host may hash the image before it answers (its first listing of it).
+        const listingMs = listingBoundMs(o.memMib ?? 0, o.minMibPerSec, floorMs)
+        const listingBound = AbortSignal.timeout(listingMs)
         const first = bearer()
         const res = await fetch(`${base}${query}`, { headers: first.headers, signal: AbortSignal.any([signal, listingBound]) }).catch((e: unknown) => {
-          throw listingBound.aborted ? fail(`the image host did not answer the listing within ${floorMs} ms`) : e
+          throw listingBound.aborted ? fail(`the image host did not answer the listing within ${listingMs} ms`) : e
         })
         if (res.status !== 200) throw fail(`the image host answered ${res.status} to the listing`)
         const list = Schema.decodeUnknownSync(ListingAnswer)(await res.json())

@@ -101,6 +101,27 @@ const relay = (port: number, o: { readonly upstream?: boolean; readonly swap?: (
     (s) => Effect.sync(() => s.close()),
   )
 
+/** A peer that takes every request and never answers (an image host still hashing a large image for its first listing). */
+const silentPeer = Effect.acquireRelease(
+  Effect.promise(
+    () =>
+      new Promise<{ port: number; close: () => void }>((resolve) => {
+        const server = createServer(() => undefined)
+        server.listen(0, "127.0.0.1", () => {
+          const a = server.address()
+          resolve({
+            port: typeof a === "object" && a !== null ? a.port : 0,
+            close: () => {
+              server.closeAllConnections()
+              server.close()
+            },
+          })
+        })
+      }),
+  ),
+  (s) => Effect.sync(() => s.close()),
+)
+
 /** `url` on the image host at `port` with `authorization`: its status and error message. */
 const replay = (port: number, url: string, authorization: string) =>
   Effect.promise(async () => {
@@ -185,6 +206,35 @@ describe("fetching a descent image from its host", () => {
       }),
     ))
 
+  it.live("the listing's bound grows with the session's memory (the image host may hash its image first), nothing left behind when it passes", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const silent = yield* silentPeer
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        // 512 MiB at 1,024 MiB/s: 500 ms, past the 100 ms floor.
+        const e = yield* ImageFetch.fetchImage({ images: mine, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${silent.port}`, me: "b", secret: SECRET, minMibPerSec: 1024, memMib: 512, floorMs: 100 }).pipe(Effect.flip)
+        assert.strictEqual(e.message, "the image host did not answer the listing within 500 ms")
+        assert.deepStrictEqual(readdirSync(mine.root), [])
+      }),
+    ))
+
+  it.live("a descent image hashed ahead (warmHashes) keeps each file's SHA-256 in its sidecar, and the listing answers from it", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { dir } = yield* serveImages()
+        const images = ImageStore.directory(join(dir, ".."))
+        assert.isFalse(existsSync(join(dir, "~sha256.json")))
+        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s1"), { files: 3, bytes: 9 + 3 * 1024 * 1024 + 17 + JSON.stringify({ createdAt: 1, lastActiveAt: 2 }).length })
+        const kept = JSON.parse(readFileSync(join(dir, "~sha256.json"), "utf8")) as Record<string, { bytes: number; mtimeMs: number; sha256: string }>
+        for (const name of ["descent.json", "image", "ram"]) assert.strictEqual(kept[name]?.sha256, sha256(readFileSync(join(dir, name))), name)
+        // The listing reads the sidecar rather than the files: a hash put there (same size and time) is what it lists.
+        writeFileSync(join(dir, "~sha256.json"), JSON.stringify({ ...kept, ram: { ...kept.ram!, sha256: "f".repeat(64) } }))
+        assert.strictEqual((yield* ImageFetch.listing(images, "s1"))?.files.find((f) => f.name === "ram")?.sha256, "f".repeat(64))
+        // A directory without an image: nothing hashed.
+        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s2"), { files: 0, bytes: 0 })
+      }),
+    ))
+
   it.live("a relay of the image host's real listing that serves other contents of the listed sizes is refused, and nothing is left behind", () =>
     Effect.scoped(
       Effect.gen(function* () {
@@ -245,6 +295,14 @@ describe("the bounds of an image fetch", () => {
     assert.strictEqual(ImageFetch.fetchBoundMs(100 * gib, 50), 2_048_000)
     assert.strictEqual(ImageFetch.fetchBoundMs(100 * gib, 100), 1_024_000)
     assert.strictEqual(ImageFetch.fetchBoundMs(200 * gib, 50), 4_096_000)
+  })
+
+  it("the listing's bound is 10 minutes, or the session's memory at the floor rate when longer", () => {
+    assert.strictEqual(ImageFetch.listingBoundMs(512, 50), 600_000)
+    assert.strictEqual(ImageFetch.listingBoundMs(20 * 1024, 50), 600_000)
+    assert.strictEqual(ImageFetch.listingBoundMs(100 * 1024, 50), 2_048_000)
+    assert.strictEqual(ImageFetch.listingBoundMs(100 * 1024, 170), 602_353)
+    assert.strictEqual(ImageFetch.listingBoundMs(512, 1024, 100), 500)
   })
 
   it("the image host keeps a nonce only while its bearer's window lasts", () => {
