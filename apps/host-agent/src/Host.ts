@@ -75,8 +75,10 @@ export interface HostAgentOptions {
   readonly imageDir?: string
   /**
    * The floor rate of a descent image's fetch from another host (MiB/s; default
-   * `ImageFetch.defaultImageFetchMinMibPerSec`, `ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`): a fetch
-   * may take 10 minutes, or its listed bytes at this rate when that is longer (`ImageFetch.fetchBoundMs`).
+   * `ImageFetch.defaultImageFetchMinMibPerSec`, `ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`): its listing
+   * may take 10 minutes, or the session's memory at this rate when that is longer
+   * (`ImageFetch.listingBoundMs`), its files 10 minutes or their listed bytes at this rate
+   * (`ImageFetch.fetchBoundMs`).
    */
   readonly imageFetchMinMibPerSec?: number
   /** A ready runtime (tests); else QEMU with `qemu`, else the simulated one with `sim`. */

@@ -6,11 +6,16 @@
  *
  * The image host serves what its image store keeps for the session: every regular file of the
  * session's directory (the image, the runtime's files beside it, the descent tag), each with its
- * size and the SHA-256 of its contents. The hashes are computed once per file, at the first
- * listing that finds it (streamed: images are GiBs), and kept in a sidecar in the directory
- * (`~sha256.json`, never listed nor served) keyed by each file's size and modification time, so a
- * changed file is hashed again; a fetch writes the sidecar of what it brought, so a host that
- * fetched an image lists it without hashing it again.
+ * size and the SHA-256 of its contents. The hashes are computed once per file (streamed: images
+ * are GiBs; about 544 MiB/s measured niced on a busy 2-core machine, some 3 minutes for 100 GiB)
+ * and kept in a sidecar in the directory (`~sha256.json`, never listed nor served) keyed by each
+ * file's size and modification time, so a changed file is hashed again. The agent computes them
+ * in the background as soon as a descent has written its image and tag (`warmHashes`, the
+ * listing's own hashing), so a listing finds the sidecar fresh and answers at once; one that
+ * comes while the image is still being hashed waits for that hashing (one hashing of a directory
+ * at a time in the process) and answers from the sidecar; one that finds a file not hashed (an
+ * older agent's descent, a hashing a restart cut) hashes it then. A fetch writes the sidecar of
+ * what it brought, so a host that fetched an image lists it without hashing it again.
  *
  * A fetch reads the list (`GET /v1/peer/images/{session}?for={host}`), streams each file
  * (`…/files/{name}`) into a new directory beside the image store's, hashing it as it streams
@@ -25,9 +30,11 @@
  * bearer seen once opens nothing later. A listing without hashes (an image host older than
  * this) is refused: the resume boots fresh, as without an image.
  *
- * A fetch's listing is bounded by `imageFetchFloorMs`, its files by `fetchBoundMs` (the floor,
- * or the listed bytes at the floor rate `ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`, whichever is
- * longer), and each file by a stall bound (`imageFetchStallMs` without a byte). Whether the image
+ * A fetch's listing is bounded by `listingBoundMs` (the floor `imageFetchFloorMs`, or the
+ * session's memory at the floor rate `ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`, whichever is longer:
+ * the image host may hash the image before it answers), its files by `fetchBoundMs` (the floor,
+ * or the listed bytes at the floor rate, whichever is longer), and each file by a stall bound
+ * (`imageFetchStallMs` without a byte). Whether the image
  * is of the session's last descent is judged after the fetch by the same tag check as a local
  * image (`Agent.ts`).
  */
@@ -68,7 +75,7 @@ export class ImageFetchError extends Data.TaggedError("ImageFetchError")<{
   readonly message: string
 }> {}
 
-/** The shortest bound of a fetch (and the bound of its listing, which hashes a file not hashed yet). */
+/** The shortest bound of a fetch's listing (which may hash a file not hashed yet) and of its files. */
 export const imageFetchFloorMs = 10 * 60_000
 
 /** The default floor rate of a fetch (`ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`). */
@@ -259,7 +266,8 @@ export interface Fetched {
  * Fetches `sessionId`'s image from the agent of `imageHostId` at `peerUrl` into `images` (this
  * host is `me`). Fails with `ImageFetchError` (nothing left behind) when the peer cannot be
  * reached, refuses, has no image, lists no hashes, a file's size or contents differ from its
- * listing, or a bound passes (`fetchBoundMs` at `minMibPerSec`, `stallMs` without a byte).
+ * listing, or a bound passes (`listingBoundMs` of `memMib` and `fetchBoundMs` of the listed
+ * bytes at `minMibPerSec`, `stallMs` without a byte).
  * Each request's bearer is issued at the Effect `Clock`'s time.
  */
 export const fetchImage = (o: {
