@@ -109,7 +109,13 @@ export interface AgentDeps {
    * the coordinator's `peerUrl` for it, unless the operator's `ENGRAM_PEERS` names another);
    * omitted: images are never fetched (a resume placed elsewhere boots fresh).
    */
-  readonly fetchImage?: (sessionId: string, imageHostId: string, peerUrl: string | null) => Effect.Effect<ImageFetch.Fetched, ImageFetch.ImageFetchError>
+  readonly fetchImage?: (sessionId: string, imageHostId: string, peerUrl: string | null, memMib: number) => Effect.Effect<ImageFetch.Fetched, ImageFetch.ImageFetchError>
+  /**
+   * Hashes a session's descent image into its sidecar (`ImageFetch.warmHashes`), run in the
+   * background once a descent's image and tag are written, one at a time, so the first listing
+   * of it to a fetching peer answers at once; omitted: the first listing hashes it.
+   */
+  readonly warmImage?: (sessionId: string) => Effect.Effect<{ readonly files: number; readonly bytes: number }, ImageFetch.ImageHashError>
 }
 
 /** What an agent shows on its status endpoint and to tests. */
@@ -274,7 +280,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         const from = s.imageHostId ?? null
         if (deps.fetchImage === undefined || from === null || from === me || s.state !== "pending" || !ranBefore(s)) return undefined
         const t0 = yield* nowMs
-        const got = yield* deps.fetchImage(s.id, from, imageHostUrls.get(from) ?? null).pipe(Effect.result)
+        const got = yield* deps.fetchImage(s.id, from, imageHostUrls.get(from) ?? null, s.budget.memMib).pipe(Effect.result)
         if (got._tag === "Failure") {
           yield* Effect.logWarning("descent image could not be fetched from the host holding it", { hostId: me, sessionId: s.id, imageHostId: from, why: got.failure.message })
           return undefined
@@ -361,6 +367,29 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         yield* residents.update(s.id, (v) => ({ ...v, status: "paused" }))
       })
 
+    /** One descent image hashed at a time (a host descending many guests reads one image at once). */
+    const warming = yield* Semaphore.make(1)
+    /**
+     * Hashes `s`'s descent image in the background (`warmImage`), in the agent's scope: the
+     * descent's report does not wait for it, and a failure only means the first listing hashes.
+     */
+    const warmImage = (s: AssignedSession) =>
+      deps.warmImage === undefined
+        ? Effect.void
+        : Effect.asVoid(
+            Effect.forkIn(
+              Effect.gen(function* () {
+                const t0 = yield* nowMs
+                const hashed = yield* deps.warmImage!(s.id)
+                yield* Effect.logDebug("descent image hashed for its listing", { hostId: me, sessionId: s.id, files: hashed.files, imageBytes: hashed.bytes, ms: Math.round((yield* nowMs) - t0) })
+              }).pipe(
+                warming.withPermits(1),
+                Effect.catch((e) => Effect.logWarning("descent image not hashed; its first listing to a fetching host will hash it", { hostId: me, sessionId: s.id, why: e.message })),
+              ),
+              scope,
+            ),
+          )
+
     const descend = (s: AssignedSession) =>
       Effect.gen(function* () {
         const vm = yield* residents.get(s.id)
@@ -372,6 +401,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           if (images.writeTag !== undefined) yield* images.writeTag(s.id, null).pipe(Effect.ignore)
           const image = yield* timedLog("descended to its image", { sessionId: s.id }, runtime.descend(s.id, path))
           yield* writeDescentTag(s)
+          yield* warmImage(s)
           yield* residents.remove(s.id)
           yield* log("descent image written", { sessionId: s.id, imageBytes: image.bytes, method: image.method, detail: image.detail })
         } else if ((yield* images.get(s.id)) === undefined) {

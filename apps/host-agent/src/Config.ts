@@ -16,6 +16,7 @@ import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect
 import { type AgentConfig, defaultAgentConfig } from "./Agent.js"
 import type { HostAgentOptions } from "./Host.js"
 import * as Failover from "./Failover.js"
+import { defaultImageFetchMinMibPerSec } from "./ImageFetch.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
 import { noPeerUrlWarning, parsePeers, peerHostOf, peerUrlProblem } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
@@ -135,6 +136,7 @@ const settings = {
   sysRoot: Config.String("ENGRAM_AGENT_SYS_ROOT").pipe(Config.withDefault("/sys")),
   stateFile: optionalText("ENGRAM_AGENT_STATE_FILE"),
   imageDir: optionalText("ENGRAM_AGENT_IMAGE_DIR"),
+  imageFetchMinMibPerSec: intOr("ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS", defaultImageFetchMinMibPerSec, 1),
   migrationHost: optionalText("ENGRAM_AGENT_MIGRATION_HOST"),
   advertiseHost: optionalText("ENGRAM_AGENT_ADVERTISE_HOST"),
   // Empty is unset, as for the other optional addresses.
@@ -417,5 +419,6 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       config,
       ...(Option.isSome(s.stateFile) ? { stateFile: s.stateFile.value } : {}),
       ...(Option.isSome(s.imageDir) ? { imageDir: s.imageDir.value } : {}),
+      imageFetchMinMibPerSec: s.imageFetchMinMibPerSec,
     } satisfies HostAgentOptions
   })

@@ -26,9 +26,6 @@ import * as RuntimeChoice from "./RuntimeChoice.js"
 
 export { defaultAgentConfig } from "./Agent.js"
 
-/** The longest a fetch of a descent image from another host may take (an image of a big guest is GiBs over the peer network). */
-export const imageFetchTimeoutMs = 10 * 60_000
-
 export interface HostAgentOptions {
   readonly hostId: string
   /**
@@ -76,6 +73,14 @@ export interface HostAgentOptions {
    * file (`ImageDir`).
    */
   readonly imageDir?: string
+  /**
+   * The floor rate of a descent image's fetch from another host (MiB/s; default
+   * `ImageFetch.defaultImageFetchMinMibPerSec`, `ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`): its listing
+   * may take 10 minutes, or the session's memory at this rate when that is longer
+   * (`ImageFetch.listingBoundMs`), its files 10 minutes or their listed bytes at this rate
+   * (`ImageFetch.fetchBoundMs`).
+   */
+  readonly imageFetchMinMibPerSec?: number
   /** A ready runtime (tests); else QEMU with `qemu`, else the simulated one with `sim`. */
   readonly runtime?: VmRuntimeShape
   readonly qemu?: RuntimeChoice.QemuSettings
@@ -209,13 +214,15 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     // Known once the server listens (its port may be chosen then); the loops start after.
     const advertised = yield* Ref.make<string | null>(null)
     // The operator's ENGRAM_PEERS entry wins over the coordinator's URL, as for moves.
-    const fetchImage = (sessionId: string, imageHostId: string, peerUrl: string | null) => {
+    const fetchImage = (sessionId: string, imageHostId: string, peerUrl: string | null, memMib: number) => {
       const url = o.peers(imageHostId) ?? peerUrl
       return url === null
         ? Effect.fail(new ImageFetch.ImageFetchError({ sessionId, imageHostId, message: "no peer URL is known for the image host" }))
-        : ImageFetch.fetchImage({ images, sessionId, imageHostId, peerUrl: url, me: o.hostId, secret: o.peerSecret, timeoutMs: imageFetchTimeoutMs })
+        : ImageFetch.fetchImage({ images, sessionId, imageHostId, peerUrl: url, me: o.hostId, secret: o.peerSecret, minMibPerSec: o.imageFetchMinMibPerSec ?? ImageFetch.defaultImageFetchMinMibPerSec, memMib })
     }
-    const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target, peerUrl: Ref.get(advertised), fetchImage })
+    // Descent images are hashed for their listing only where the peer server serves them.
+    const warmImage = o.listen === undefined ? {} : { warmImage: (sessionId: string) => ImageFetch.warmHashes(images, sessionId) }
+    const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target, peerUrl: Ref.get(advertised), fetchImage, ...warmImage })
     const port =
       o.listen === undefined
         ? null

@@ -5,27 +5,52 @@
  * restores, instead of booting a fresh guest.
  *
  * The image host serves what its image store keeps for the session: every regular file of the
- * session's directory (the image, the runtime's files beside it, the descent tag). A fetch reads
- * the list with each file's size (`GET /v1/peer/images/{session}?for={host}`), streams each file
- * (`…/files/{name}`) into a new directory beside the image store's, checks each size against the
- * list, and only then moves the directory into place: a failed or partial fetch leaves nothing a
- * restore could take. The bearer is `MoveToken.imageToken` (the session and both hosts), compared
- * in constant time; the listing carries the image host's `MoveToken.imageProof` (the files and
- * both hosts), checked in constant time before anything is fetched. Whether the image is of the session's last descent is judged after the fetch
- * by the same tag check as a local image (`Agent.ts`).
+ * session's directory (the image, the runtime's files beside it, the descent tag), each with its
+ * size and the SHA-256 of its contents. The hashes are computed once per file (streamed: images
+ * are GiBs; about 544 MiB/s measured niced on a busy 2-core machine, some 3 minutes for 100 GiB)
+ * and kept in a sidecar in the directory (`~sha256.json`, never listed nor served) keyed by each
+ * file's size and modification time, so a changed file is hashed again. The agent computes them
+ * in the background as soon as a descent has written its image and tag (`warmHashes`, the
+ * listing's own hashing), so a listing finds the sidecar fresh and answers at once; one that
+ * comes while the image is still being hashed waits for that hashing (one hashing of a directory
+ * at a time in the process) and answers from the sidecar; one that finds a file not hashed (an
+ * older agent's descent, a hashing a restart cut) hashes it then. A fetch writes the sidecar of
+ * what it brought, so a host that fetched an image lists it without hashing it again.
+ *
+ * A fetch reads the list (`GET /v1/peer/images/{session}?for={host}`), streams each file
+ * (`…/files/{name}`) into a new directory beside the image store's, hashing it as it streams
+ * and stopping it at its listed size, checks each size and hash against the list, and only then
+ * moves the directory into place: a failed or partial fetch leaves nothing a restore could take.
+ * Every request carries its own bearer (`MoveToken.imageToken`: the session, both hosts, an
+ * issue time and a random nonce), which the image host takes once, within
+ * `MoveToken.imageBearerWindowMs` of its issue (`MoveToken.imageNonces`); the listing carries the
+ * image host's `MoveToken.imageProof` (the files with their hashes, both hosts and the listing
+ * request's nonce), checked in constant time before anything is fetched. So an address that
+ * relays a real agent's listing cannot serve other contents, nor replay an older listing, and a
+ * bearer seen once opens nothing later. A listing without hashes (an image host older than
+ * this) is refused: the resume boots fresh, as without an image.
+ *
+ * A fetch's listing is bounded by `listingBoundMs` (the floor `imageFetchFloorMs`, or the
+ * session's memory at the floor rate `ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`, whichever is longer:
+ * the image host may hash the image before it answers), its files by `fetchBoundMs` (the floor,
+ * or the listed bytes at the floor rate, whichever is longer), and each file by a stall bound
+ * (`imageFetchStallMs` without a byte). Whether the image
+ * is of the session's last descent is judged after the fetch by the same tag check as a local
+ * image (`Agent.ts`).
  */
+import { createHash } from "node:crypto"
 import { createReadStream, createWriteStream } from "node:fs"
-import { lstat, mkdir, readdir, rename, rm, stat } from "node:fs/promises"
+import { lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { Readable, Transform } from "node:stream"
 import { pipeline } from "node:stream/promises"
 import type { ReadableStream as NodeReadableStream } from "node:stream/web"
 import type { ImageStore } from "@engram/runtime"
-import { Data, Effect, Schema, Stream } from "effect"
-import { imageProof, imageToken, tokensEqual } from "./MoveToken.js"
+import { Clock, Data, Effect, Schema, Stream } from "effect"
+import { imageProof, imageToken, newImageBearer, tokensEqual } from "./MoveToken.js"
 
-/** One file of a session's image directory, as the image host lists it. */
-export const ImageFile = Schema.Struct({ name: Schema.String, bytes: Schema.Number })
+/** One file of a session's image directory, as the image host lists it: its SHA-256 in hex. */
+export const ImageFile = Schema.Struct({ name: Schema.String, bytes: Schema.Number, sha256: Schema.String })
 export type ImageFile = typeof ImageFile.Type
 
 /** The files of a session's image directory. */
@@ -33,8 +58,15 @@ export interface ImageListing {
   readonly files: readonly ImageFile[]
 }
 
-/** The image host's answer to a listing: the files, and its proof that it holds the peer secret (`MoveToken.imageProof`). */
-export const ListingAnswer = Schema.Struct({ files: Schema.Array(ImageFile), proof: Schema.String })
+/**
+ * The image host's answer to a listing: the files, and its proof that it holds the peer secret
+ * (`MoveToken.imageProof`). Decoded with each hash optional, so a listing without them (an older
+ * image host) is refused by name rather than as a shape.
+ */
+export const ListingAnswer = Schema.Struct({
+  files: Schema.Array(Schema.Struct({ name: Schema.String, bytes: Schema.Number, sha256: Schema.optional(Schema.String) })),
+  proof: Schema.String,
+})
 
 /** Why an image could not be fetched (the resume then boots fresh, as without one). */
 export class ImageFetchError extends Data.TaggedError("ImageFetchError")<{
@@ -43,42 +75,186 @@ export class ImageFetchError extends Data.TaggedError("ImageFetchError")<{
   readonly message: string
 }> {}
 
+/** The shortest bound of a fetch's listing (which may hash a file not hashed yet) and of its files. */
+export const imageFetchFloorMs = 10 * 60_000
+
+/** The default floor rate of a fetch (`ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`). */
+export const defaultImageFetchMinMibPerSec = 50
+
+/** How long a file's stream may send no byte before the fetch fails. */
+export const imageFetchStallMs = 60_000
+
+/**
+ * The bound of fetching an image's files of `bytes` in all: `floorMs`, or the time they take at
+ * `minMibPerSec`, whichever is longer (100 GiB at 50 MiB/s: 2,048 s).
+ */
+export const fetchBoundMs = (bytes: number, minMibPerSec: number, floorMs: number = imageFetchFloorMs): number =>
+  Math.max(floorMs, Math.ceil((bytes / (minMibPerSec * 1024 * 1024)) * 1000))
+
+/**
+ * The bound of a fetch's listing of the image of a session of `memMib`: the image host may hash
+ * the image (about the guest's memory) before it answers, the first time it lists it, so the
+ * bound grows as the files' does: `fetchBoundMs` of the memory's bytes (at least `floorMs`;
+ * 100 GiB at 50 MiB/s: 2,048 s).
+ */
+export const listingBoundMs = (memMib: number, minMibPerSec: number, floorMs: number = imageFetchFloorMs): number =>
+  fetchBoundMs(memMib * 1024 * 1024, minMibPerSec, floorMs)
+
 /** The session's image directory in `images` (where its `image` file lives). */
 const dirOf = (images: ImageStore.ImageStore, sessionId: string): string => dirname(images.pathFor(sessionId))
 
+/** The sidecar of a session's image directory holding its files' hashes; names from `~` are never listed. */
+const sidecar = "~sha256.json"
+
+interface Entry {
+  readonly name: string
+  readonly bytes: number
+  readonly mtimeMs: number
+}
+
+/** The regular files of `dir` by name (not the sidecar's nor its temporaries, `~…`); undefined when it cannot be read. */
+const entriesOf = async (dir: string): Promise<Entry[] | undefined> => {
+  try {
+    const out: Entry[] = []
+    for (const name of (await readdir(dir)).sort()) {
+      if (name.startsWith("~")) continue
+      const st = await lstat(join(dir, name))
+      if (st.isFile()) out.push({ name, bytes: st.size, mtimeMs: st.mtimeMs })
+    }
+    return out
+  } catch {
+    return undefined
+  }
+}
+
+/** The SHA-256 (hex) of the file at `path`, streamed. */
+const sha256Of = async (path: string): Promise<string> => {
+  const h = createHash("sha256")
+  for await (const chunk of createReadStream(path)) h.update(chunk as Buffer)
+  return h.digest("hex")
+}
+
+type Hashes = Record<string, { readonly bytes: number; readonly mtimeMs: number; readonly sha256: string }>
+
+const readHashes = async (dir: string): Promise<Hashes> => {
+  try {
+    const v: unknown = JSON.parse(await readFile(join(dir, sidecar), "utf8"))
+    return typeof v === "object" && v !== null && !Array.isArray(v) ? (v as Hashes) : {}
+  } catch {
+    return {}
+  }
+}
+
+/** Writes the sidecar whole (a temporary renamed over it): a reader finds the old one or the new one. */
+const writeHashes = async (dir: string, hashes: Hashes): Promise<void> => {
+  const tmp = join(dir, `${sidecar}.${process.pid}.${Math.random().toString(36).slice(2)}`)
+  await writeFile(tmp, JSON.stringify(hashes), { mode: 0o600 })
+  await rename(tmp, join(dir, sidecar))
+}
+
 /**
- * The files of `sessionId`'s image directory (regular files only, by name), or undefined when it
- * holds no complete image (no `image` file). What the image host lists to a fetching peer.
+ * The hashes of `entries` in `dir`: the sidecar's where its size and time still match, else
+ * hashed now, and the sidecar written (its failure thrown when `keep`, else ignored: the hashes
+ * are still good for this answer).
+ */
+const hashesOf = async (dir: string, entries: readonly Entry[], keep: boolean): Promise<Hashes> => {
+  const known = await readHashes(dir)
+  const out: Record<string, Hashes[string]> = {}
+  let changed = false
+  for (const e of entries) {
+    const k = known[e.name]
+    if (k !== undefined && k.bytes === e.bytes && k.mtimeMs === e.mtimeMs && typeof k.sha256 === "string") out[e.name] = k
+    else {
+      out[e.name] = { bytes: e.bytes, mtimeMs: e.mtimeMs, sha256: await sha256Of(join(dir, e.name)) }
+      changed = true
+    }
+  }
+  if (changed || Object.keys(known).length !== entries.length) await writeHashes(dir, out).catch((e: unknown) => {
+    if (keep) throw e
+  })
+  return out
+}
+
+/**
+ * The directories being hashed in this process, each by the end of its last hashing: one
+ * hashing of a directory at a time, so a listing that comes while a descent's hashes are
+ * computed (`warmHashes`) waits for them and then finds the sidecar fresh, rather than reading
+ * the same GiBs a second time beside it.
+ */
+const hashing = new Map<string, Promise<void>>()
+
+/** `f` once every earlier hashing of `dir` has ended (however it ended). */
+const oneAtATime = <A>(dir: string, f: () => Promise<A>): Promise<A> => {
+  const run = (hashing.get(dir) ?? Promise.resolve()).then(f)
+  const end = run.then(
+    () => undefined,
+    () => undefined,
+  )
+  hashing.set(dir, end)
+  void end.then(() => {
+    if (hashing.get(dir) === end) hashing.delete(dir)
+  })
+  return run
+}
+
+/**
+ * The listing of the image directory `dir`, its files hashed unless the sidecar holds them
+ * (the one hashing rule of the listing and of `warmHashes`). Throws when a file cannot be read
+ * (gone while hashed: the image removed or restored), and when `keep`, when the sidecar cannot
+ * be written.
+ */
+const hashedListing = (dir: string, keep: boolean): Promise<ImageListing | undefined> =>
+  oneAtATime(dir, async () => {
+    const entries = await entriesOf(dir)
+    if (entries === undefined || !entries.some((f) => f.name === "image")) return undefined
+    const hashes = await hashesOf(dir, entries, keep)
+    return { files: entries.map((e) => ({ name: e.name, bytes: e.bytes, sha256: hashes[e.name]!.sha256 })) }
+  })
+
+/**
+ * The files of `sessionId`'s image directory (regular files only, by name) with their sizes and
+ * hashes, or undefined when it holds no complete image (no `image` file). What the image host
+ * lists to a fetching peer: at once when the sidecar is fresh (`warmHashes` wrote it at the
+ * descent), else after hashing what is not in it.
  */
 export const listing = (images: ImageStore.ImageStore, sessionId: string): Effect.Effect<ImageListing | undefined> =>
-  Effect.promise(async () => {
-    const dir = dirOf(images, sessionId)
-    try {
-      const files: ImageFile[] = []
-      for (const name of (await readdir(dir)).sort()) {
-        const st = await lstat(join(dir, name))
-        if (st.isFile()) files.push({ name, bytes: st.size })
-      }
-      return files.some((f) => f.name === "image") ? { files } : undefined
-    } catch {
-      return undefined
-    }
-  })
+  // A file gone while it was hashed (the image removed, restored): no image to list.
+  Effect.promise(() => hashedListing(dirOf(images, sessionId), false).catch(() => undefined))
+
+/** Why a descent image's hashes could not be computed or kept (`warmHashes`); the first listing then hashes it. */
+export class ImageHashError extends Data.TaggedError("ImageHashError")<{
+  readonly sessionId: string
+  readonly message: string
+}> {}
+
+/**
+ * Hashes `sessionId`'s descent image as the listing does and keeps the hashes in its sidecar,
+ * so the image host's first listing of it answers at once: what an agent runs in the background
+ * once a descent's image and tag are written. Succeeds with the files hashed (none when the
+ * directory holds no image); fails when a file cannot be read or the sidecar cannot be written.
+ */
+export const warmHashes = (images: ImageStore.ImageStore, sessionId: string): Effect.Effect<{ readonly files: number; readonly bytes: number }, ImageHashError> =>
+  Effect.tryPromise({
+    try: () => hashedListing(dirOf(images, sessionId), true),
+    catch: (e) => new ImageHashError({ sessionId, message: e instanceof Error ? e.message : String(e) }),
+  }).pipe(Effect.map((l) => ({ files: l?.files.length ?? 0, bytes: (l?.files ?? []).reduce((sum, f) => sum + f.bytes, 0) })))
 
 /** A stream of one listed file of `sessionId`'s image directory; undefined when `name` is not one (no path is built from an unlisted name). */
 export const fileStream = (images: ImageStore.ImageStore, sessionId: string, name: string): Effect.Effect<{ readonly bytes: number; readonly body: Stream.Stream<Uint8Array, Error> } | undefined> =>
-  Effect.map(listing(images, sessionId), (l) => {
-    const file = l?.files.find((f) => f.name === name)
-    if (file === undefined) return undefined
-    const path = join(dirOf(images, sessionId), file.name)
-    return {
-      bytes: file.bytes,
-      body: Stream.fromReadableStream({
-        evaluate: () => Readable.toWeb(createReadStream(path)) as unknown as ReadableStream<Uint8Array>,
-        onError: (e) => (e instanceof Error ? e : new Error(String(e))),
-      }),
-    }
-  })
+  Effect.promise(() => entriesOf(dirOf(images, sessionId))).pipe(
+    Effect.map((entries) => {
+      const file = entries?.some((f) => f.name === "image") === true ? entries.find((f) => f.name === name) : undefined
+      if (file === undefined) return undefined
+      const path = join(dirOf(images, sessionId), file.name)
+      return {
+        bytes: file.bytes,
+        body: Stream.fromReadableStream({
+          evaluate: () => Readable.toWeb(createReadStream(path)) as unknown as ReadableStream<Uint8Array>,
+          onError: (e) => (e instanceof Error ? e : new Error(String(e))),
+        }),
+      }
+    }),
+  )
 
 /** What a fetch brought: the files and their total size. */
 export interface Fetched {
@@ -89,7 +265,10 @@ export interface Fetched {
 /**
  * Fetches `sessionId`'s image from the agent of `imageHostId` at `peerUrl` into `images` (this
  * host is `me`). Fails with `ImageFetchError` (nothing left behind) when the peer cannot be
- * reached, refuses, has no image, or a file's size differs from its listing.
+ * reached, refuses, has no image, lists no hashes, a file's size or contents differ from its
+ * listing, or a bound passes (`listingBoundMs` of `memMib` and `fetchBoundMs` of the listed
+ * bytes at `minMibPerSec`, `stallMs` without a byte).
+ * Each request's bearer is issued at the Effect `Clock`'s time.
  */
 export const fetchImage = (o: {
   readonly images: ImageStore.ImageStore
@@ -98,51 +277,108 @@ export const fetchImage = (o: {
   readonly peerUrl: string
   readonly me: string
   readonly secret: string
-  readonly timeoutMs: number
+  /** The floor rate of the listing's and the files' bounds (MiB/s). */
+  readonly minMibPerSec: number
+  /** The session's memory (MiB): the listing's bound grows with it (`listingBoundMs`); default 0 (the floor). */
+  readonly memMib?: number
+  /** The listing's and the files' shortest bound; default `imageFetchFloorMs`. */
+  readonly floorMs?: number
+  /** Default `imageFetchStallMs`. */
+  readonly stallMs?: number
 }): Effect.Effect<Fetched, ImageFetchError> => {
   const fail = (message: string) => new ImageFetchError({ sessionId: o.sessionId, imageHostId: o.imageHostId, message })
+  const floorMs = o.floorMs ?? imageFetchFloorMs
+  const stallMs = o.stallMs ?? imageFetchStallMs
   const base = `${o.peerUrl.replace(/\/+$/, "")}/v1/peer/images/${encodeURIComponent(o.sessionId)}`
   const query = `?for=${encodeURIComponent(o.me)}`
-  const headers = { authorization: `Bearer ${imageToken(o.secret, o.sessionId, o.imageHostId, o.me)}` }
   const final = dirOf(o.images, o.sessionId)
   // Beside the sessions' directories under a name no session id takes (`~` is outside the id rule).
   const staging = join(dirname(final), `~fetch-${process.pid}-${Date.now()}-${encodeURIComponent(o.sessionId)}`)
-  return Effect.tryPromise({
-    try: async (signal) => {
-      const timeout = AbortSignal.any([signal, AbortSignal.timeout(o.timeoutMs)])
-      const res = await fetch(`${base}${query}`, { headers, signal: timeout })
-      if (res.status !== 200) throw fail(`the image host answered ${res.status} to the listing`)
-      const list = Schema.decodeUnknownSync(ListingAnswer)(await res.json())
-      // Nothing is taken from an address that cannot prove it holds the peer secret.
-      if (!tokensEqual(list.proof, imageProof(o.secret, o.sessionId, o.imageHostId, o.me, list.files))) throw fail("the image host's listing carries no valid proof that it holds the peer secret")
-      await mkdir(staging, { recursive: true, mode: 0o700 })
-      let bytes = 0
-      for (const file of list.files) {
-        // A listed name is a plain file name: anything with a separator or a dot-name is refused.
-        if (file.name === "" || file.name === "." || file.name === ".." || /[/\\\0]/.test(file.name)) throw fail(`the image host listed a bad file name ${JSON.stringify(file.name)}`)
-        const got = await fetch(`${base}/files/${encodeURIComponent(file.name)}${query}`, { headers, signal: timeout })
-        if (got.status !== 200 || got.body === null) throw fail(`the image host answered ${got.status} for ${file.name}`)
-        const path = join(staging, file.name)
-        // Stops at the listed size: a peer that sends more fills no disk.
-        let written = 0
-        const capped = new Transform({
-          transform(chunk: Buffer, _encoding, done) {
-            written += chunk.length
-            if (written > file.bytes) done(fail(`${file.name} is longer than the ${file.bytes} bytes the image host listed`))
-            else done(null, chunk)
-          },
+  return Clock.clockWith((clock) =>
+    Effect.tryPromise({
+      try: async (signal) => {
+        // A bearer of its own for every request: the image host takes each nonce once.
+        const bearer = () => {
+          const b = newImageBearer(clock.currentTimeMillisUnsafe())
+          return { nonce: b.nonce, headers: { authorization: `Bearer ${imageToken(o.secret, o.sessionId, o.imageHostId, o.me, b)}` } }
+        }
+        // The image host may hash the image before it answers (its first listing of it).
+        const listingMs = listingBoundMs(o.memMib ?? 0, o.minMibPerSec, floorMs)
+        const listingBound = AbortSignal.timeout(listingMs)
+        const first = bearer()
+        const res = await fetch(`${base}${query}`, { headers: first.headers, signal: AbortSignal.any([signal, listingBound]) }).catch((e: unknown) => {
+          throw listingBound.aborted ? fail(`the image host did not answer the listing within ${listingMs} ms`) : e
         })
-        await pipeline(Readable.fromWeb(got.body as NodeReadableStream<Uint8Array>), capped, createWriteStream(path, { mode: 0o600 }))
-        const size = (await stat(path)).size
-        if (size !== file.bytes) throw fail(`${file.name} is ${size} bytes, the image host listed ${file.bytes}`)
-        bytes += size
-      }
-      // Into place only once every file is whole; an older directory under the id (no image in it) goes.
-      await rm(final, { recursive: true, force: true })
-      await rename(staging, final)
-      return { files: list.files.length, bytes }
-    },
-    catch: (e) => (e instanceof ImageFetchError ? e : fail(e instanceof Error ? e.message : String(e))),
-    // Failed or interrupted (the agent stopping, the resume's action cut): nothing left behind.
-  }).pipe(Effect.onExit((exit) => (exit._tag === "Success" ? Effect.void : Effect.promise(() => rm(staging, { recursive: true, force: true })))))
+        if (res.status !== 200) throw fail(`the image host answered ${res.status} to the listing`)
+        const list = Schema.decodeUnknownSync(ListingAnswer)(await res.json())
+        // An image host older than content hashes: its files could not be checked.
+        const files: ImageFile[] = []
+        for (const f of list.files) {
+          if (f.sha256 === undefined) throw fail(`the image host listed ${f.name} without its SHA-256 (an agent older than this one): refused`)
+          files.push({ name: f.name, bytes: f.bytes, sha256: f.sha256 })
+        }
+        // Nothing is taken from an address that cannot prove it holds the peer secret.
+        if (!tokensEqual(list.proof, imageProof(o.secret, o.sessionId, o.imageHostId, o.me, first.nonce, files))) throw fail("the image host's listing carries no valid proof that it holds the peer secret")
+        const listedBytes = files.reduce((sum, f) => sum + f.bytes, 0)
+        const boundMs = fetchBoundMs(listedBytes, o.minMibPerSec, floorMs)
+        const bound = AbortSignal.timeout(boundMs)
+        await mkdir(staging, { recursive: true, mode: 0o700 })
+        let bytes = 0
+        for (const file of files) {
+          // A listed name is a plain file name: anything with a separator, a dot-name or the sidecar's `~` is refused.
+          if (file.name === "" || file.name === "." || file.name === ".." || file.name.startsWith("~") || /[/\\\0]/.test(file.name))
+            throw fail(`the image host listed a bad file name ${JSON.stringify(file.name)}`)
+          // No byte for `stallMs`: the stream is cut.
+          const stall = new AbortController()
+          let timer = setTimeout(() => stall.abort(), stallMs)
+          const why = () =>
+            bound.aborted
+              ? fail(`the fetch took longer than its bound of ${boundMs} ms (${listedBytes} bytes listed, at least ${o.minMibPerSec} MiB/s)`)
+              : stall.signal.aborted
+                ? fail(`the image host sent no byte of ${file.name} for ${stallMs} ms`)
+                : undefined
+          try {
+            const got = await fetch(`${base}/files/${encodeURIComponent(file.name)}${query}`, { headers: bearer().headers, signal: AbortSignal.any([signal, bound, stall.signal]) })
+            if (got.status !== 200 || got.body === null) throw fail(`the image host answered ${got.status} for ${file.name}`)
+            const path = join(staging, file.name)
+            // Stops at the listed size (a peer that sends more fills no disk), and hashes what passes.
+            let written = 0
+            const hash = createHash("sha256")
+            const checked = new Transform({
+              transform(chunk: Buffer, _encoding, done) {
+                clearTimeout(timer)
+                timer = setTimeout(() => stall.abort(), stallMs)
+                written += chunk.length
+                if (written > file.bytes) done(fail(`${file.name} is longer than the ${file.bytes} bytes the image host listed`))
+                else {
+                  hash.update(chunk)
+                  done(null, chunk)
+                }
+              },
+            })
+            await pipeline(Readable.fromWeb(got.body as NodeReadableStream<Uint8Array>), checked, createWriteStream(path, { mode: 0o600 }))
+            const size = (await stat(path)).size
+            if (size !== file.bytes) throw fail(`${file.name} is ${size} bytes, the image host listed ${file.bytes}`)
+            const sha256 = hash.digest("hex")
+            if (sha256 !== file.sha256) throw fail(`${file.name}: content does not match the listing (SHA-256 ${sha256}, listed ${file.sha256})`)
+            bytes += size
+          } catch (e) {
+            throw e instanceof ImageFetchError ? e : (why() ?? e)
+          } finally {
+            clearTimeout(timer)
+          }
+        }
+        // This host lists what it fetched without hashing it again.
+        const entries = await entriesOf(staging)
+        const byName = new Map(files.map((f) => [f.name, f.sha256]))
+        if (entries !== undefined) await writeHashes(staging, Object.fromEntries(entries.map((e) => [e.name, { bytes: e.bytes, mtimeMs: e.mtimeMs, sha256: byName.get(e.name)! }]))).catch(() => undefined)
+        // Into place only once every file is whole; an older directory under the id (no image in it) goes.
+        await rm(final, { recursive: true, force: true })
+        await rename(staging, final)
+        return { files: files.length, bytes }
+      },
+      catch: (e) => (e instanceof ImageFetchError ? e : fail(e instanceof Error ? e.message : String(e))),
+      // Failed or interrupted (the agent stopping, the resume's action cut): nothing left behind.
+    }),
+  ).pipe(Effect.onExit((exit) => (exit._tag === "Success" ? Effect.void : Effect.promise(() => rm(staging, { recursive: true, force: true })))))
 }

@@ -5,9 +5,11 @@
  * the target checks it without asking the coordinator. The target proves itself in turn: its
  * answer to a prepare carries `HMAC-SHA256(secret, move id, source, target, endpoint)` under a
  * label of its own, so an address that is not a fleet agent's (a peer URL a stolen host token
- * reported) gets no guest RAM. Host tokens never travel between agents.
+ * reported) gets no guest RAM. Host tokens never travel between agents. Image bearers
+ * (`imageToken`) carry an issue time and a nonce besides: each is good for one request, within
+ * `imageBearerWindowMs` of its issue.
  */
-import { createHmac, timingSafeEqual } from "node:crypto"
+import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
 
 const mac = (secret: string, parts: readonly string[]) => createHmac("sha256", secret).update(parts.join("\0")).digest("hex")
 
@@ -23,21 +25,79 @@ export const prepareProof = (secret: string, moveId: string, sourceHostId: strin
   mac(secret, ["engram-move-target/v1", moveId, sourceHostId, targetHostId, endpoint.runtime, endpoint.uri])
 
 /**
- * The bearer for fetching one session's descent image from the host holding it
- * (`GET /v1/peer/images/{session}`), by the host its resume was placed on: bound to the session
- * and both hosts, so a token leaked from one fetch opens no other session's image.
+ * How long an image bearer is good for: the image host takes one whose issue time is within this
+ * of its own clock, either way (so the hosts' clocks may differ by up to this much, which a
+ * bearer's life loses on one side), and refuses its nonce a second time while it could be.
  */
-export const imageToken = (secret: string, sessionId: string, imageHostId: string, requesterHostId: string): string =>
-  mac(secret, ["engram-image/v1", sessionId, imageHostId, requesterHostId])
+export const imageBearerWindowMs = 15 * 60_000
+
+/** One image bearer's parts: when it was issued (epoch ms, the fetching host's clock) and its random nonce (hex). */
+export interface ImageBearer {
+  readonly issuedAtMs: number
+  readonly nonce: string
+}
+
+/**
+ * The bearer of one request for a session's descent image to the host holding it
+ * (`GET /v1/peer/images/{session}` and each file of it), by the host its resume was placed on:
+ * `<issued at ms>.<nonce>.<HMAC over the session, both hosts, the issue time and the nonce>`.
+ * Bound to the session and both hosts (a leaked one opens no other session's image), good for one
+ * request within `imageBearerWindowMs` of its issue (the image host refuses its nonce a second
+ * time, and it once the window has passed).
+ */
+export const imageToken = (secret: string, sessionId: string, imageHostId: string, requesterHostId: string, b: ImageBearer): string =>
+  `${b.issuedAtMs}.${b.nonce}.${mac(secret, ["engram-image/v2", sessionId, imageHostId, requesterHostId, String(b.issuedAtMs), b.nonce])}`
+
+/** A fresh bearer's parts at `nowMs`: 16 random bytes of nonce. */
+export const newImageBearer = (nowMs: number): ImageBearer => ({ issuedAtMs: nowMs, nonce: randomBytes(16).toString("hex") })
+
+/**
+ * The parts of `token` when it is `imageToken` for the session and both hosts (its HMAC compared
+ * in constant time); undefined otherwise. Its age and nonce are `ImageNonces`'s to judge.
+ */
+export const imageBearerOf = (secret: string, token: string, sessionId: string, imageHostId: string, requesterHostId: string): ImageBearer | undefined => {
+  const m = /^(\d{1,15})\.([0-9a-f]{32})\.[0-9a-f]{64}$/.exec(token)
+  if (m === null) return undefined
+  const b = { issuedAtMs: Number(m[1]), nonce: m[2]! }
+  return tokensEqual(token, imageToken(secret, sessionId, imageHostId, requesterHostId, b)) ? b : undefined
+}
+
+/**
+ * The nonces of the image bearers an image host took, each kept until its bearer's window has
+ * passed (then its age refuses it anyway): bounded by the requests of one window. `admit`
+ * judges a bearer whose HMAC holds at `nowMs` (the image host's clock) and records its nonce.
+ */
+export const imageNonces = (windowMs: number = imageBearerWindowMs) => {
+  const seen = new Map<string, number>()
+  return {
+    admit: (b: ImageBearer, nowMs: number): "ok" | "expired" | "replayed" => {
+      for (const [nonce, until] of seen) if (until < nowMs) seen.delete(nonce)
+      if (Math.abs(nowMs - b.issuedAtMs) > windowMs) return "expired"
+      if (seen.has(b.nonce)) return "replayed"
+      seen.set(b.nonce, b.issuedAtMs + windowMs)
+      return "ok"
+    },
+    /** How many nonces are kept. */
+    size: () => seen.size,
+  }
+}
+export type ImageNonces = ReturnType<typeof imageNonces>
 
 /**
  * The image host's proof, in its listing of a session's image files, that it holds the peer
- * secret: bound to the session, both hosts and the files it lists (names and sizes), so an
- * address that is not a fleet agent's (a peer URL a stolen host token reported) cannot hand a
- * host a guest's memory to restore.
+ * secret: bound to the session, both hosts, the listing request's nonce and the files it lists
+ * (names, sizes and SHA-256 of their contents), so an address that is not a fleet agent's (a
+ * peer URL a stolen host token reported) can neither make up a listing, nor replay an older
+ * one, nor relay a real one and serve other contents (the fetcher checks each file's hash).
  */
-export const imageProof = (secret: string, sessionId: string, imageHostId: string, requesterHostId: string, files: readonly { readonly name: string; readonly bytes: number }[]): string =>
-  mac(secret, ["engram-image-host/v1", sessionId, imageHostId, requesterHostId, JSON.stringify(files.map((f) => [f.name, f.bytes]))])
+export const imageProof = (
+  secret: string,
+  sessionId: string,
+  imageHostId: string,
+  requesterHostId: string,
+  nonce: string,
+  files: readonly { readonly name: string; readonly bytes: number; readonly sha256: string }[],
+): string => mac(secret, ["engram-image-host/v2", sessionId, imageHostId, requesterHostId, nonce, JSON.stringify(files.map((f) => [f.name, f.bytes, f.sha256]))])
 
 /** The bearer for a host agent's status endpoint (operators and tests). */
 export const statusToken = (secret: string, hostId: string): string => mac(secret, ["engram-status/v1", hostId])

@@ -3,7 +3,8 @@
  * its runtime waits on for the VM), commit and abort here; `GET /v1/peer/status` shows what is
  * resident and incoming. Every request carries a bearer: the move token for move routes, the
  * status token for the status (MoveToken.ts); a prepare's answer carries the target's proof that it
- * holds the peer secret (`prepareProof`). A target's refusal is a 409 `PeerError`; for a
+ * holds the peer secret (`prepareProof`). Image requests (`ImageFetch`) carry a bearer good for
+ * one request within `imageBearerWindowMs` of its issue (its nonce is refused a second time). A target's refusal is a 409 `PeerError`; for a
  * commit it means the guest does not run here (MoveTarget.ts).
  */
 import { createServer } from "node:http"
@@ -12,7 +13,7 @@ import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "e
 import { NodeHttpServer } from "@effect/platform-node"
 import type { ImageStore } from "@engram/runtime"
 import * as ImageFetch from "./ImageFetch.js"
-import { imageProof, imageToken, moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
+import { imageBearerOf, imageBearerWindowMs, type ImageNonces, imageNonces, imageProof, moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
 import type { MoveHeader, MoveTarget } from "./MoveTarget.js"
 
 const Header = Schema.Struct({
@@ -33,6 +34,8 @@ export interface PeerServerDeps {
   readonly status: Effect.Effect<unknown>
   /** The image store whose descent images peers may fetch (`ImageFetch`); omitted: none served. */
   readonly images?: ImageStore.ImageStore | undefined
+  /** The clock image bearers are judged by (epoch ms); default the system's. */
+  readonly nowMs?: () => number
 }
 
 const bearer = (req: HttpServerRequest.HttpServerRequest) => {
@@ -57,16 +60,21 @@ const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(de
 
 /**
  * The session of an image request whose bearer is `MoveToken.imageToken` for it, this host and
- * the requesting host (`?for=`), compared in constant time; else the 401 to answer.
+ * the requesting host (`?for=`), its HMAC compared in constant time, issued within
+ * `MoveToken.imageBearerWindowMs` of this host's clock and its nonce not taken before (`nonces`);
+ * else the 401 to answer. The listing's nonce is answered with it (its proof is bound to it).
  */
-const authorizedImage = (deps: PeerServerDeps) =>
+const authorizedImage = (deps: PeerServerDeps, nonces: ImageNonces) =>
   Effect.gen(function* () {
     const req = yield* HttpServerRequest.HttpServerRequest
     const { id } = yield* HttpRouter.params
     const requester = new URL(req.url, "http://peer").searchParams.get("for")
-    if (id === undefined || requester === null || requester === "" || !tokensEqual(bearer(req), imageToken(deps.secret, id, deps.hostId, requester)))
-      return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "invalid image token" }) }
-    return { _tag: "Ok" as const, sessionId: id, requester }
+    const b = id === undefined || requester === null || requester === "" ? undefined : imageBearerOf(deps.secret, bearer(req), id, deps.hostId, requester)
+    if (id === undefined || requester === null || b === undefined) return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "invalid image token" }) }
+    const judged = nonces.admit(b, (deps.nowMs ?? Date.now)())
+    if (judged === "expired") return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: `image token expired (issued more than ${imageBearerWindowMs / 60_000} minutes from this host's clock)` }) }
+    if (judged === "replayed") return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "image token already used" }) }
+    return { _tag: "Ok" as const, sessionId: id, requester, nonce: b.nonce }
   })
 
 const noImage = (sessionId: string) => json(404, { error: "NotFound", message: `no descent image of session ${sessionId} here` })
@@ -74,7 +82,7 @@ const noImage = (sessionId: string) => json(404, { error: "NotFound", message: `
 const peerError = (e: { readonly op: string; readonly message: string }) => Effect.succeed(json(409, { error: "PeerError", op: e.op, message: e.message }))
 
 /** The peer routes. */
-export const routes = (deps: PeerServerDeps) =>
+export const routes = (deps: PeerServerDeps, nonces: ImageNonces = imageNonces()) =>
   Layer.mergeAll(
     HttpRouter.add(
       "POST",
@@ -111,17 +119,17 @@ export const routes = (deps: PeerServerDeps) =>
       "GET",
       "/v1/peer/images/:id",
       Effect.gen(function* () {
-        const a = yield* authorizedImage(deps)
+        const a = yield* authorizedImage(deps, nonces)
         if (a._tag === "Bad") return a.response
         const listed = deps.images === undefined ? undefined : yield* ImageFetch.listing(deps.images, a.sessionId)
-        return listed === undefined ? noImage(a.sessionId) : json(200, { ...listed, proof: imageProof(deps.secret, a.sessionId, deps.hostId, a.requester, listed.files) })
+        return listed === undefined ? noImage(a.sessionId) : json(200, { ...listed, proof: imageProof(deps.secret, a.sessionId, deps.hostId, a.requester, a.nonce, listed.files) })
       }),
     ),
     HttpRouter.add(
       "GET",
       "/v1/peer/images/:id/files/:name",
       Effect.gen(function* () {
-        const a = yield* authorizedImage(deps)
+        const a = yield* authorizedImage(deps, nonces)
         if (a._tag === "Bad") return a.response
         const { name } = yield* HttpRouter.params
         const file = deps.images === undefined || name === undefined ? undefined : yield* ImageFetch.fileStream(deps.images, a.sessionId, name)

@@ -2,11 +2,13 @@ import { assert, describe } from "@effect/vitest"
 import { Effect, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { ImageStore, SimRuntime } from "@engram/runtime"
-import { mkdtempSync } from "node:fs"
+import { createHash } from "node:crypto"
+import { existsSync, mkdtempSync, readdirSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { dirname, join } from "node:path"
 import { makeAgent } from "../src/Agent.js"
 import { defaultAgentConfig } from "../src/Host.js"
+import * as ImageFetch from "../src/ImageFetch.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
@@ -70,6 +72,32 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       yield* f.settle
       assert.strictEqual((yield* f.coordinator.get).sessions.get("s1")?.state, "running")
       assert.deepStrictEqual((yield* f.a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+    }))
+
+  effect("a descent's image is hashed in the background once it is written: its sidecar holds each file's SHA-256 before any listing, which then answers from it", () =>
+    Effect.gen(function* () {
+      const f = yield* makeFleet([{ hostId: "a" }], { warmImages: true })
+      const a = f.hosts[0]!
+      yield* f.coordinator.addSession("s1", "a", 512)
+      yield* f.settle(2)
+      yield* f.coordinator.setState("s1", "descending")
+      yield* f.settle(2)
+      assert.strictEqual((yield* f.coordinator.get).sessions.get("s1")?.state, "descended")
+      const dir = dirname(a.images.pathFor("s1"))
+      const sidecar = join(dir, "~sha256.json")
+      // The hashing runs beside the agent's actions (file I/O): waited for a bounded number of turns.
+      for (let i = 0; i < 2000 && !existsSync(sidecar); i++) yield* Effect.promise(() => new Promise<void>((resolve) => (i < 100 ? setImmediate(resolve) : setTimeout(resolve, 10))))
+      assert.isTrue(existsSync(sidecar), "the descent image's sidecar was not written")
+      const kept = JSON.parse(readFileSync(sidecar, "utf8")) as Record<string, { readonly bytes: number; readonly sha256: string }>
+      const files = readdirSync(dir).filter((n) => !n.startsWith("~")).sort()
+      assert.deepStrictEqual(files, ["descent.json", "image"])
+      for (const name of files) {
+        const body = readFileSync(join(dir, name))
+        assert.deepStrictEqual([kept[name]?.bytes, kept[name]?.sha256], [body.length, createHash("sha256").update(body).digest("hex")], name)
+      }
+      // The listing takes the sidecar's hashes (a file changed since would be hashed again).
+      const listed = yield* ImageFetch.listing(a.images, "s1")
+      assert.deepStrictEqual(listed?.files.map((x) => [x.name, x.sha256]), files.map((n) => [n, kept[n]!.sha256]))
     }))
 
   effect("a VM the coordinator no longer assigns here (ended or lost) is destroyed", () =>

@@ -115,6 +115,17 @@ describe("host agent configuration", () => {
     expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_GRACE_MS: "0" }))).config?.imageGraceMs).toBe(0)
   })
 
+  it("ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS: an image fetch's floor rate, 50 MiB/s unless set, at least 1; the agent's image settings are warned about as unknown by no one", async () => {
+    expect((await Effect.runPromise(fromEnvironment(required))).imageFetchMinMibPerSec).toBe(50)
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS: "10" }))).imageFetchMinMibPerSec).toBe(10)
+    const error = await errorOf({ ...required, ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS: "0" })
+    expect(error?.message).toBe(["invalid host agent configuration:", '  ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS="0": must be an integer >= 1'].join("\n"))
+    const lines: string[] = []
+    const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
+    await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS: "10", ENGRAM_AGENT_IMAGE_GRACE_MS: "0" }).pipe(Effect.provide(capture)))
+    expect(lines.filter((l) => l.startsWith("Warn"))).toEqual([])
+  })
+
   it("ENGRAM_AGENT_MOVE_INTENT: off by default, 1 turns the move's intent on, anything else is refused by name and rule", async () => {
     expect((await Effect.runPromise(fromEnvironment(required))).config?.moveIntent).toBe(false)
     expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_MOVE_INTENT: "0" }))).config?.moveIntent).toBe(false)

@@ -1,9 +1,12 @@
 /**
  * Fetching a descent image from a peer over real HTTP: from the image host's peer server (every
- * file of the session's directory, byte for byte, into place only when whole), and from a peer
- * whose listing lies about a size or a name (refused, nothing left behind).
+ * file of the session's directory, byte for byte, into place only when whole), from a peer
+ * whose listing lies about a size or a name, and through a relay serving other contents of the
+ * listed sizes (refused, nothing left behind); the image host refusing a bearer seen before or
+ * past its window; the fetch's bound growing with the listed bytes.
  */
-import { createServer } from "node:http"
+import { createHash } from "node:crypto"
+import { createServer, type IncomingHttpHeaders } from "node:http"
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -12,14 +15,14 @@ import { ImageStore, SimRuntime } from "@engram/runtime"
 import { Effect } from "effect"
 import * as ImageFetch from "../src/ImageFetch.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
-import { imageProof } from "../src/MoveToken.js"
+import { imageBearerWindowMs, imageNonces, imageProof, newImageBearer } from "../src/MoveToken.js"
 import * as PeerServer from "../src/PeerServer.js"
 import { makeResidents } from "../src/Residents.js"
 
 const SECRET = "image-fetch-test-secret"
 
-/** The image host `a`'s peer server over an image store holding session `s1`'s directory. */
-const serveImages = Effect.gen(function* () {
+/** The image host `a`'s peer server over an image store holding session `s1`'s directory; its clock is `clock.nowMs` (default the system's). */
+const serveImages = (clock: { nowMs: number | undefined } = { nowMs: undefined }) => Effect.gen(function* () {
   const images = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-a-")))
   const dir = join(images.root, "s1")
   mkdirSync(dir, { recursive: true })
@@ -30,22 +33,31 @@ const serveImages = Effect.gen(function* () {
   const runtime = yield* SimRuntime.make()
   const residents = yield* makeResidents("a", null, () => Effect.void)
   const target = yield* makeMoveTarget("a", runtime, residents)
-  const port = yield* PeerServer.serve({ hostId: "a", secret: SECRET, target, status: Effect.succeed({}), images }, { port: 0, host: "127.0.0.1" })
+  const port = yield* PeerServer.serve({ hostId: "a", secret: SECRET, target, status: Effect.succeed({}), images, nowMs: () => clock.nowMs ?? Date.now() }, { port: 0, host: "127.0.0.1" })
   return { port, dir }
 })
 
 const fetchInto = (images: ImageStore.ImageStore, port: number, secret = SECRET) =>
-  ImageFetch.fetchImage({ images, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${port}`, me: "b", secret, timeoutMs: 30_000 })
+  ImageFetch.fetchImage({ images, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${port}`, me: "b", secret, minMibPerSec: 50, floorMs: 30_000 })
 
-/** A peer answering every listing with `listing` and every file with `body`. */
-const lyingPeer = (listing: unknown, body: string) =>
+/** The nonce of a request's image bearer (`<issued at>.<nonce>.<mac>`). */
+const nonceOf = (headers: IncomingHttpHeaders) => (headers.authorization ?? "").slice("Bearer ".length).split(".")[1] ?? ""
+
+const sha256 = (body: string | Buffer) => createHash("sha256").update(body).digest("hex")
+
+/** A listing as the image host `a` would prove it to `b` for the request of `nonce`. */
+const proven = (files: { name: string; bytes: number; sha256: string }[]) => (nonce: string) => ({ files, proof: imageProof(SECRET, "s1", "a", "b", nonce, files) })
+
+/** A peer answering every listing with `listing` (given the request's nonce) and every file with `body` (null: two bytes, then nothing more). */
+const lyingPeer = (listing: (nonce: string) => unknown, body: string | null) =>
   Effect.acquireRelease(
     Effect.promise(
       () =>
         new Promise<{ port: number; close: () => void }>((resolve) => {
           const server = createServer((req, res) => {
             res.writeHead(200, { "content-type": req.url?.includes("/files/") ? "application/octet-stream" : "application/json" })
-            res.end(req.url?.includes("/files/") ? body : JSON.stringify(listing))
+            if (req.url?.includes("/files/") === true && body === null) res.write("ev")
+            else res.end(req.url?.includes("/files/") ? body : JSON.stringify(listing(nonceOf(req.headers))))
           })
           server.listen(0, "127.0.0.1", () => {
             const a = server.address()
@@ -56,13 +68,81 @@ const lyingPeer = (listing: unknown, body: string) =>
     (s) => Effect.sync(() => s.close()),
   )
 
+/**
+ * A relay in front of the image host at `port` (an address a stolen host token could report):
+ * it keeps every request's path and bearer, and answers with the image host's answer, or, with
+ * `upstream` false, with a 503 (the bearer then unused). `swap` gives each file's bytes in place
+ * of the real ones.
+ */
+const relay = (port: number, o: { readonly upstream?: boolean; readonly swap?: (name: string, real: Buffer) => Buffer } = {}) =>
+  Effect.acquireRelease(
+    Effect.promise(
+      () =>
+        new Promise<{ port: number; seen: { url: string; authorization: string }[]; close: () => void }>((resolve) => {
+          const seen: { url: string; authorization: string }[] = []
+          const server = createServer((req, res) => {
+            const url = req.url ?? ""
+            const authorization = req.headers.authorization ?? ""
+            seen.push({ url, authorization })
+            if (o.upstream === false) return void res.writeHead(503).end()
+            void fetch(`http://127.0.0.1:${port}${url}`, { headers: { authorization } }).then(async (up) => {
+              const real = Buffer.from(await up.arrayBuffer())
+              const name = /\/files\/([^?]+)/.exec(url)?.[1]
+              res.writeHead(up.status, { "content-type": up.headers.get("content-type") ?? "application/octet-stream" })
+              res.end(name !== undefined && up.status === 200 && o.swap !== undefined ? o.swap(decodeURIComponent(name), real) : real)
+            })
+          })
+          server.listen(0, "127.0.0.1", () => {
+            const a = server.address()
+            resolve({ port: typeof a === "object" && a !== null ? a.port : 0, seen, close: () => server.close() })
+          })
+        }),
+    ),
+    (s) => Effect.sync(() => s.close()),
+  )
+
+/** A peer that takes every request and never answers (an image host still hashing a large image for its first listing). */
+const silentPeer = Effect.acquireRelease(
+  Effect.promise(
+    () =>
+      new Promise<{ port: number; close: () => void }>((resolve) => {
+        const server = createServer(() => undefined)
+        server.listen(0, "127.0.0.1", () => {
+          const a = server.address()
+          resolve({
+            port: typeof a === "object" && a !== null ? a.port : 0,
+            close: () => {
+              server.closeAllConnections()
+              server.close()
+            },
+          })
+        })
+      }),
+  ),
+  (s) => Effect.sync(() => s.close()),
+)
+
+/** `url` on the image host at `port` with `authorization`: its status and error message. */
+const replay = (port: number, url: string, authorization: string) =>
+  Effect.promise(async () => {
+    const res = await fetch(`http://127.0.0.1:${port}${url}`, { headers: { authorization } })
+    const body = Buffer.from(await res.arrayBuffer()).toString()
+    return { status: res.status, message: res.status === 200 ? "" : (JSON.parse(body) as { message: string }).message }
+  })
+
 describe("fetching a descent image from its host", () => {
   it.live("a peer that cannot prove it holds the peer secret gets nothing taken from it", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const files = [{ name: "image", bytes: 4 }]
+        const files = [{ name: "image", bytes: 4, sha256: sha256("evil") }]
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
-        for (const listing of [{ files }, { files, proof: imageProof("another-secret", "s1", "a", "b", files) }, { files, proof: imageProof(SECRET, "s1", "a", "c", files) }]) {
+        for (const listing of [
+          () => ({ files }),
+          (nonce: string) => ({ files, proof: imageProof("another-secret", "s1", "a", "b", nonce, files) }),
+          (nonce: string) => ({ files, proof: imageProof(SECRET, "s1", "a", "c", nonce, files) }),
+          // A listing proven for another request (an older one, replayed).
+          () => ({ files, proof: imageProof(SECRET, "s1", "a", "b", "0".repeat(32), files) }),
+        ]) {
           const impostor = yield* lyingPeer(listing, "evil")
           const e = yield* fetchInto(mine, impostor.port).pipe(Effect.flip)
           assert.match(e.message, /proof|does not match|Expected|Missing/)
@@ -75,7 +155,7 @@ describe("fetching a descent image from its host", () => {
   it.live("every file of the session's directory arrives byte for byte, in place only when whole", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const { port, dir } = yield* serveImages
+        const { port, dir } = yield* serveImages()
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
         const got = yield* fetchInto(mine, port)
         assert.deepStrictEqual(got, { files: 3, bytes: 9 + 3 * 1024 * 1024 + 17 + JSON.stringify({ createdAt: 1, lastActiveAt: 2 }).length })
@@ -83,13 +163,16 @@ describe("fetching a descent image from its host", () => {
         assert.strictEqual((yield* mine.get("s1"))?.bytes, 9)
         assert.deepStrictEqual(yield* mine.readTag!("s1"), { createdAt: 1, lastActiveAt: 2 })
         assert.deepStrictEqual(readdirSync(mine.root), ["s1"])
+        // The hashes came with the listing: this host lists what it fetched without hashing it again.
+        assert.deepStrictEqual(readdirSync(join(mine.root, "s1")).sort(), ["descent.json", "image", "ram", "~sha256.json"])
+        assert.deepStrictEqual(yield* ImageFetch.listing(mine, "s1"), yield* ImageFetch.listing(ImageStore.directory(join(dir, "..")), "s1"))
       }),
     ))
 
   it.live("a wrong secret is refused by the image host (401), and nothing is left behind", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const { port } = yield* serveImages
+        const { port } = yield* serveImages()
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
         const e = yield* fetchInto(mine, port, "another-secret").pipe(Effect.flip)
         assert.match(e.message, /answered 401/)
@@ -100,22 +183,143 @@ describe("fetching a descent image from its host", () => {
   it.live("a file whose size is not its listing's, or a listed name with a separator, is refused and nothing is left behind", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const listed = (files: { name: string; bytes: number }[]) => ({ files, proof: imageProof(SECRET, "s1", "a", "b", files) })
-        const short = yield* lyingPeer(listed([{ name: "image", bytes: 100 }]), "only a few bytes")
+        const short = yield* lyingPeer(proven([{ name: "image", bytes: 100, sha256: sha256("x") }]), "only a few bytes")
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
         const e = yield* fetchInto(mine, short.port).pipe(Effect.flip)
         assert.strictEqual(e.message, "image is 16 bytes, the image host listed 100")
         assert.deepStrictEqual(readdirSync(mine.root), [])
         // A peer sending more than it listed is cut off at the listed size (no disk filled).
-        const long = yield* lyingPeer(listed([{ name: "image", bytes: 4 }]), "x".repeat(1 << 20))
+        const long = yield* lyingPeer(proven([{ name: "image", bytes: 4, sha256: sha256("x") }]), "x".repeat(1 << 20))
         const over = yield* fetchInto(mine, long.port).pipe(Effect.flip)
         assert.strictEqual(over.message, "image is longer than the 4 bytes the image host listed")
         assert.deepStrictEqual(readdirSync(mine.root), [])
-        const sneaky = yield* lyingPeer(listed([{ name: "../escape", bytes: 4 }]), "evil")
+        const sneaky = yield* lyingPeer(proven([{ name: "../escape", bytes: 4, sha256: sha256("evil") }]), "evil")
         const bad = yield* fetchInto(mine, sneaky.port).pipe(Effect.flip)
         assert.match(bad.message, /bad file name/)
         assert.deepStrictEqual(readdirSync(mine.root), [])
         assert.isFalse(existsSync(join(mine.root, "escape")))
+        // A peer that stops sending mid-file is cut off after the stall bound.
+        const stalled = yield* lyingPeer(proven([{ name: "image", bytes: 4, sha256: sha256("evil") }]), null)
+        const stall = yield* ImageFetch.fetchImage({ images: mine, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${stalled.port}`, me: "b", secret: SECRET, minMibPerSec: 50, stallMs: 300 }).pipe(Effect.flip)
+        assert.strictEqual(stall.message, "the image host sent no byte of image for 300 ms")
+        assert.deepStrictEqual(readdirSync(mine.root), [])
       }),
     ))
+
+  it.live("the listing's bound grows with the session's memory (the image host may hash its image first), nothing left behind when it passes", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const silent = yield* silentPeer
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        // 512 MiB at 1,024 MiB/s: 500 ms, past the 100 ms floor.
+        const e = yield* ImageFetch.fetchImage({ images: mine, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${silent.port}`, me: "b", secret: SECRET, minMibPerSec: 1024, memMib: 512, floorMs: 100 }).pipe(Effect.flip)
+        assert.strictEqual(e.message, "the image host did not answer the listing within 500 ms")
+        assert.deepStrictEqual(readdirSync(mine.root), [])
+      }),
+    ))
+
+  it.live("a descent image hashed ahead (warmHashes) keeps each file's SHA-256 in its sidecar, and the listing answers from it", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { dir } = yield* serveImages()
+        const images = ImageStore.directory(join(dir, ".."))
+        assert.isFalse(existsSync(join(dir, "~sha256.json")))
+        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s1"), { files: 3, bytes: 9 + 3 * 1024 * 1024 + 17 + JSON.stringify({ createdAt: 1, lastActiveAt: 2 }).length })
+        const kept = JSON.parse(readFileSync(join(dir, "~sha256.json"), "utf8")) as Record<string, { bytes: number; mtimeMs: number; sha256: string }>
+        for (const name of ["descent.json", "image", "ram"]) assert.strictEqual(kept[name]?.sha256, sha256(readFileSync(join(dir, name))), name)
+        // The listing reads the sidecar rather than the files: a hash put there (same size and time) is what it lists.
+        writeFileSync(join(dir, "~sha256.json"), JSON.stringify({ ...kept, ram: { ...kept.ram!, sha256: "f".repeat(64) } }))
+        assert.strictEqual((yield* ImageFetch.listing(images, "s1"))?.files.find((f) => f.name === "ram")?.sha256, "f".repeat(64))
+        // A directory without an image: nothing hashed.
+        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s2"), { files: 0, bytes: 0 })
+      }),
+    ))
+
+  it.live("a relay of the image host's real listing that serves other contents of the listed sizes is refused, and nothing is left behind", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port } = yield* serveImages()
+        const relayed = yield* relay(port, { swap: (name, real) => (name === "ram" ? Buffer.alloc(real.length, 8) : real) })
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        const e = yield* fetchInto(mine, relayed.port).pipe(Effect.flip)
+        assert.match(e.message, /^ram: content does not match the listing \(SHA-256 [0-9a-f]{64}, listed [0-9a-f]{64}\)$/)
+        assert.deepStrictEqual(readdirSync(mine.root), [])
+        // The same relay passing the real bytes: fetched.
+        const honest = yield* relay(port)
+        assert.strictEqual((yield* fetchInto(mine, honest.port)).files, 3)
+      }),
+    ))
+
+  it.live("a bearer seen once opens no second listing nor file", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port } = yield* serveImages()
+        const recorded = yield* relay(port)
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        assert.strictEqual((yield* fetchInto(mine, recorded.port)).files, 3)
+        const [list, ...files] = recorded.seen
+        assert.deepStrictEqual([list?.url, files.length], ["/v1/peer/images/s1?for=b", 3])
+        assert.deepStrictEqual(yield* replay(port, list!.url, list!.authorization), { status: 401, message: "image token already used" })
+        assert.deepStrictEqual(yield* replay(port, files[0]!.url, files[0]!.authorization), { status: 401, message: "image token already used" })
+        // Every request carried a bearer of its own.
+        assert.strictEqual(new Set(recorded.seen.map((r) => r.authorization)).size, 4)
+      }),
+    ))
+
+  it.live("a bearer never used is refused once its window has passed on the image host's clock, either way", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const clock: { nowMs: number | undefined } = { nowMs: undefined }
+        const { port } = yield* serveImages(clock)
+        // Bearers seen on their way (the relay answers 503: the image host never saw them).
+        const sniffer = yield* relay(port, { upstream: false })
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        for (let i = 0; i < 3; i++) assert.match((yield* fetchInto(mine, sniffer.port).pipe(Effect.flip)).message, /answered 503/)
+        const [late, early, inTime] = sniffer.seen
+        clock.nowMs = Date.now() + imageBearerWindowMs + 60_000
+        assert.deepStrictEqual(yield* replay(port, late!.url, late!.authorization), { status: 401, message: "image token expired (issued more than 15 minutes from this host's clock)" })
+        clock.nowMs = Date.now() - imageBearerWindowMs - 60_000
+        assert.deepStrictEqual(yield* replay(port, early!.url, early!.authorization), { status: 401, message: "image token expired (issued more than 15 minutes from this host's clock)" })
+        // Within the window, the same kind of bearer opens the listing.
+        clock.nowMs = undefined
+        assert.strictEqual((yield* replay(port, inTime!.url, inTime!.authorization)).status, 200)
+      }),
+    ))
+})
+
+describe("the bounds of an image fetch", () => {
+  it("the fetch's bound is 10 minutes, or the listed bytes at the floor rate when longer", () => {
+    const gib = 1024 * 1024 * 1024
+    assert.strictEqual(ImageFetch.fetchBoundMs(0, 50), 600_000)
+    assert.strictEqual(ImageFetch.fetchBoundMs(20 * gib, 50), 600_000)
+    assert.strictEqual(ImageFetch.fetchBoundMs(100 * gib, 50), 2_048_000)
+    assert.strictEqual(ImageFetch.fetchBoundMs(100 * gib, 100), 1_024_000)
+    assert.strictEqual(ImageFetch.fetchBoundMs(200 * gib, 50), 4_096_000)
+  })
+
+  it("the listing's bound is 10 minutes, or the session's memory at the floor rate when longer", () => {
+    assert.strictEqual(ImageFetch.listingBoundMs(512, 50), 600_000)
+    assert.strictEqual(ImageFetch.listingBoundMs(20 * 1024, 50), 600_000)
+    assert.strictEqual(ImageFetch.listingBoundMs(100 * 1024, 50), 2_048_000)
+    assert.strictEqual(ImageFetch.listingBoundMs(100 * 1024, 170), 602_353)
+    assert.strictEqual(ImageFetch.listingBoundMs(512, 1024, 100), 500)
+  })
+
+  it("the image host keeps a nonce only while its bearer's window lasts", () => {
+    const nonces = imageNonces(1_000)
+    const at = (issuedAtMs: number) => newImageBearer(issuedAtMs)
+    const first = at(0)
+    assert.strictEqual(nonces.admit(first, 0), "ok")
+    assert.strictEqual(nonces.admit(first, 500), "replayed")
+    assert.strictEqual(nonces.admit(at(0), 1_000), "ok")
+    assert.strictEqual(nonces.size(), 2)
+    // Their window ended at 1,000: refused by age, and no longer kept.
+    assert.strictEqual(nonces.admit(at(0), 1_001), "expired")
+    assert.strictEqual(nonces.size(), 0)
+    // Issued further ahead of this clock than the window: refused too.
+    assert.strictEqual(nonces.admit(at(2_002), 1_001), "expired")
+    assert.strictEqual(nonces.admit(at(1_500), 1_500), "ok")
+    assert.strictEqual(nonces.size(), 1)
+    assert.strictEqual(nonces.admit(first, 1_500), "expired")
+  })
 })

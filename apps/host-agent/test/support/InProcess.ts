@@ -13,6 +13,7 @@ import { TestClock } from "effect/testing"
 import { type Agent, makeAgent } from "../../src/Agent.js"
 import type { CoordinatorShape } from "../../src/Coordinator.js"
 import { defaultAgentConfig } from "../../src/Host.js"
+import * as ImageFetch from "../../src/ImageFetch.js"
 import * as LocalState from "../../src/LocalState.js"
 import { makeMoveTarget, type MoveTarget } from "../../src/MoveTarget.js"
 import * as PeerLink from "../../src/PeerLink.js"
@@ -25,6 +26,7 @@ export interface TestHost {
   readonly runtime: SimRuntime.SimRuntimeShape & { readonly starts: Ref.Ref<number>; readonly launches: Ref.Ref<readonly Launch[]> }
   readonly residents: Residents
   readonly target: MoveTarget
+  readonly images: ImageStore.ImageStore
 }
 
 /**
@@ -110,6 +112,8 @@ export interface FleetOptions {
   readonly onPersist?: (hostId: string) => Effect.Effect<void>
   /** The agents' `moveIntent` (`ENGRAM_AGENT_MOVE_INTENT`); these in-process tests default to on. */
   readonly moveIntent?: boolean
+  /** Whether the agents hash their descent images for their listing (`ImageFetch.warmHashes`), as an agent serving peers does; default off. */
+  readonly warmImages?: boolean
 }
 
 export const makeFleet = (hosts: readonly { readonly hostId: string; readonly sim?: Partial<SimRuntime.SimConfig> }[], options: FleetOptions = {}) =>
@@ -130,17 +134,19 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
         const target = yield* makeMoveTarget(hostId, runtime, residents)
         targets.set(hostId, target)
         const client = coordinator.client(hostId)
+        const images = ImageStore.directory(mkdtempSync(join(tmpdir(), `engram-images-${hostId}-`)))
         const agent = yield* makeAgent({ ...defaultAgentConfig(hostId), moveIntent: options.moveIntent ?? true }, {
           coordinator: options.wrapCoordinator === undefined ? client : options.wrapCoordinator(client, hostId),
           runtime,
           measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
           residents,
-          images: ImageStore.directory(mkdtempSync(join(tmpdir(), `engram-images-${hostId}-`))),
+          images,
           link,
           target,
+          ...(options.warmImages === true ? { warmImage: (sessionId: string) => ImageFetch.warmHashes(images, sessionId) } : {}),
         }).pipe(Scope.provide(scope))
         stops.set(hostId, Scope.close(scope, Exit.void))
-        return { hostId, agent, runtime, residents, target } satisfies TestHost
+        return { hostId, agent, runtime, residents, target, images } satisfies TestHost
       })
     for (const h of hosts) {
       const hook = (f: FleetOptions["onPause"]) => (vmId: string) => (f === undefined ? Effect.void : f(coordinator, h.hostId, vmId))
