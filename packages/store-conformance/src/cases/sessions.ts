@@ -342,6 +342,27 @@ export const sessions: Group = {
       }),
     ),
     kase(
+      "repeating the create of a session that ended or was lost is a Conflict naming its state, changing nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        // The repeat a client sends to the next replica after a timeout, once the session has run and ended.
+        yield* placed("s1", budget)
+        yield* s.markRunning("s1")
+        yield* s.endSession("s1")
+        yield* sessionIn("s2", "lost")
+        for (const [id, state] of [["s1", "ended"], ["s2", "lost"]] as const) {
+          const before = yield* snapshot
+          const err = yield* expectFailure(s.createSession({ id, budget }), "Conflict")
+          expect(err).toMatchObject({ entity: "session", id })
+          expect(err.reason).toContain(`is ${state}`)
+          yield* expectUnchanged(before, `a repeated create of a ${state} session`)
+          expect(yield* s.getSession(id)).toMatchObject({ state, hostId: null })
+        }
+        expect(yield* queueNow(s)).toStrictEqual([])
+      }),
+    ),
+    kase(
       "a session id breaking the id rule is refused naming the field id",
       Effect.gen(function* () {
         const s = yield* store
