@@ -14,7 +14,7 @@
 import { randomUUID } from "node:crypto"
 import { Lifetime, ParkGate, Placement, Plan, QueueWalk, Session } from "@engram/core"
 import type { Budget, Candidate, Limits } from "@engram/core"
-import { Cursor, fromRefusal, NoRoom, NotFound, Unavailable, Validate } from "@engram/store"
+import { Cursor, fromRefusal, NoRoom, NotFound, sessionCountsOf, Unavailable, Validate } from "@engram/store"
 import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, SessionFilter, StoreShape } from "@engram/store"
 import { and, asc, eq, gt, inArray, isNotNull, lte, ne, sql } from "drizzle-orm"
 import { Effect } from "effect"
@@ -36,6 +36,7 @@ type SessionOps = Pick<
   | "createSession"
   | "getSession"
   | "listSessions"
+  | "countSessions"
   | "pageSessions"
   | "sessionEvents"
   | "queueStanding"
@@ -482,6 +483,15 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
             .orderBy(asc(sessions.createdAt), asc(sessions.id)),
         ),
         (rows) => rows.map(toSession),
+      ).pipe(dieOnUnique),
+
+    // The live states through their partial index, the ended ones through retention's: neither
+    // reads the other's rows (ended history can outnumber the live sessions many times).
+    countSessions: () =>
+      Effect.map(
+        db.pool.query<{ state: string; n: number }>(sql`select state, count(*)::int as n from sessions where state <> 'ended' group by state
+          union all select 'ended', count(*)::int from sessions where state = 'ended'`),
+        sessionCountsOf,
       ).pipe(dieOnUnique),
 
     pageSessions: (filter: SessionFilter = {}, page) =>

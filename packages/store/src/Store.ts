@@ -48,6 +48,7 @@ import type {
   Reservation,
   ReserveInput,
   Session,
+  SessionCounts,
   SessionEvent,
   SessionFilter,
 } from "./Types.js"
@@ -133,6 +134,12 @@ export interface StoreShape {
   readonly getSession: (id: string) => Fx<Session, NotFound>
   /** Sessions, oldest first. */
   readonly listSessions: (filter?: SessionFilter) => Fx<readonly Session[]>
+  /**
+   * How many sessions are in each state now, every state with 0 included (ended ones until the
+   * retention prunes them): one grouped count, never a read of every session (`/metrics` reads it
+   * at each scrape).
+   */
+  readonly countSessions: () => Fx<SessionCounts>
   /** A page of sessions, oldest first (`[createdAt, id]`), filtered; a bad filter or cursor is `InvalidInput`. */
   readonly pageSessions: (filter?: SessionFilter, page?: PageRequest) => Fx<Page<Session>, InvalidInput>
   /**
@@ -347,6 +354,7 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "fleetView",
   "getSession",
   "listSessions",
+  "countSessions",
   "pageSessions",
   "sessionEvents",
   "pageQueue",

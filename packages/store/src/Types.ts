@@ -4,6 +4,7 @@
  */
 import type { FleetHost, HostHeadroom, LedgerEntry, NoFitDetail, OwnerKind, Queued, SessionState } from "@engram/core"
 import type * as core from "@engram/core"
+import { Session as CoreSession } from "@engram/core"
 
 /** What a host agent reports about its host (SPEC §1). Null = not measured. */
 export interface HostReport {
@@ -303,6 +304,16 @@ export interface HostAssignments {
    * ran again elsewhere: its agent may remove it.
    */
   readonly imageSessionIds: readonly string[]
+}
+
+/** How many sessions are in each state (`countSessions`): every state, 0 included. */
+export type SessionCounts = { readonly [S in SessionState]: number }
+
+/** `SessionCounts` from a grouped count's rows: every state of core's life cycle, 0 where no row names it. */
+export const sessionCountsOf = (rows: Iterable<{ readonly state: string; readonly n: number }>): SessionCounts => {
+  const counts = Object.fromEntries(CoreSession.states.map((s) => [s, 0])) as { [S in SessionState]: number }
+  for (const r of rows) if (r.state in counts) counts[r.state as SessionState] += r.n
+  return counts
 }
 
 /** Filters of `listSessions`. */

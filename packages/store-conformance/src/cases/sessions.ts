@@ -363,6 +363,24 @@ export const sessions: Group = {
       }),
     ),
     kase(
+      "countSessions counts the sessions in every state, 0 included, as the list holds them",
+      Effect.gen(function* () {
+        const s = yield* store
+        const zero = Object.fromEntries(Session.states.map((st) => [st, 0]))
+        expect(yield* s.countSessions()).toStrictEqual(zero)
+        yield* addHost("h1", 65536)
+        yield* addHost("h2", 65536)
+        for (const st of Session.states) yield* sessionIn(`c-${st}`, st)
+        yield* placed("c-running-2", budget)
+        yield* s.markRunning("c-running-2")
+        const tally: Record<string, number> = { ...zero }
+        for (const x of yield* s.listSessions()) tally[x.state] = (tally[x.state] ?? 0) + 1
+        const counts = yield* s.countSessions()
+        expect(counts).toStrictEqual(tally)
+        for (const st of Session.states) expect(counts[st], st).toBeGreaterThanOrEqual(st === "running" ? 2 : 1)
+      }),
+    ),
+    kase(
       "a session id breaking the id rule is refused naming the field id",
       Effect.gen(function* () {
         const s = yield* store
