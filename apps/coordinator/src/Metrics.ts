@@ -7,8 +7,8 @@
  * with the types of its labels, `Gauge`) made once, here, with its name and help: callers
  * never spell a metric's name.
  */
-import { Session } from "@engram/core"
 import type { ParkPolicy } from "@engram/core"
+import { liveStates } from "@engram/store"
 import type { SessionCounts } from "@engram/store"
 import { Context, Effect, Layer, Metric } from "effect"
 import { PrometheusMetrics } from "effect/observability"
@@ -71,7 +71,7 @@ const storeHelp: { readonly [G in StoreGauge]: string } = {
   engram_ledger_active_entries: "Reservations held now.",
 }
 
-const sessionsHelp = "Sessions by state now, every state (ended ones until the retention prunes them), from the store."
+const sessionsHelp = "Sessions by state now, every state but ended (0 included), from the store."
 
 /** Why a descent started: a yield's reason, or an idle session that could not park. */
 export type DescentReason = ParkPolicy.Reason | "idle"
@@ -121,7 +121,7 @@ export interface MetricsShape {
   /**
    * The Prometheus text exposition of this registry, after setting the store's gauges to those
    * read for this scrape (`engram_store_up` = `up`); a store gauge not read is dropped, not stale
-   * (`sessions`: `engram_sessions{state}`, every state).
+   * (`sessions`: `engram_sessions{state}`, every state but ended).
    */
   readonly scrape: (store: {
     readonly up: boolean
@@ -272,7 +272,7 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
             placementStatements.inc(Math.max(0, (store.checks.statements ?? 0) - (checksSeen.statements ?? 0)))
             checksSeen = store.checks
           }
-          for (const state of Session.states) {
+          for (const state of liveStates) {
             const g = gaugeSeries("engram_sessions", sessionsHelp, { state })
             if (store.sessions === undefined) Metric.removeUnsafe(g, context)
             else g.updateUnsafe(store.sessions[state], context)

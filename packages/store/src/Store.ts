@@ -135,9 +135,9 @@ export interface StoreShape {
   /** Sessions, oldest first. */
   readonly listSessions: (filter?: SessionFilter) => Fx<readonly Session[]>
   /**
-   * How many sessions are in each state now, every state with 0 included (ended ones until the
-   * retention prunes them): one grouped count, never a read of every session (`/metrics` reads it
-   * at each scrape).
+   * How many sessions are in each state now but `ended`, every such state with 0 included: one
+   * grouped count of the live sessions, never a read of every session nor of the ended history
+   * (which can outnumber the live fleet many times over; `/metrics` reads this at each scrape).
    */
   readonly countSessions: () => Fx<SessionCounts>
   /** A page of sessions, oldest first (`[createdAt, id]`), filtered; a bad filter or cursor is `InvalidInput`. */

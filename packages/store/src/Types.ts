@@ -306,13 +306,19 @@ export interface HostAssignments {
   readonly imageSessionIds: readonly string[]
 }
 
-/** How many sessions are in each state (`countSessions`): every state, 0 included. */
-export type SessionCounts = { readonly [S in SessionState]: number }
+/** The states of a session not yet ended: what `countSessions` counts. */
+export type LiveState = Exclude<SessionState, "ended">
 
-/** `SessionCounts` from a grouped count's rows: every state of core's life cycle, 0 where no row names it. */
+/** Every live state, in life-cycle order (core's `Session.states` without `ended`). */
+export const liveStates: readonly LiveState[] = CoreSession.states.filter((s): s is LiveState => s !== "ended")
+
+/** How many sessions are in each live state (`countSessions`): every live state, 0 included. */
+export type SessionCounts = { readonly [S in LiveState]: number }
+
+/** `SessionCounts` from a grouped count's rows: every live state, 0 where no row names it; other rows are ignored. */
 export const sessionCountsOf = (rows: Iterable<{ readonly state: string; readonly n: number }>): SessionCounts => {
-  const counts = Object.fromEntries(CoreSession.states.map((s) => [s, 0])) as { [S in SessionState]: number }
-  for (const r of rows) if (r.state in counts) counts[r.state as SessionState] += r.n
+  const counts = Object.fromEntries(liveStates.map((s) => [s, 0])) as { [S in LiveState]: number }
+  for (const r of rows) if (Object.hasOwn(counts, r.state)) counts[r.state as LiveState] += r.n
   return counts
 }
 
