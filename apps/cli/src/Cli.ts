@@ -13,6 +13,7 @@ import { Data, Effect, Option } from "effect"
 import { Argument, CliOutput, Command, Flag } from "effect/cli"
 import { FetchHttpClient } from "effect/http"
 import * as Format from "./Format.js"
+import * as Hung from "./Hung.js"
 import type { Target } from "./Target.js"
 import { resolveTarget } from "./Target.js"
 import * as Why from "./Why.js"
@@ -73,7 +74,11 @@ const context = Effect.gen(function* () {
   }
   const timeoutMs = callTimeoutMs(process.env)
   if (typeof timeoutMs === "string") return yield* new UsageError({ message: timeoutMs })
-  const client = yield* makeClient({ baseUrl: target.urls, token: target.token, timeoutMs }).pipe(Effect.provide(FetchHttpClient.layer))
+  // A replica that hung lately is tried last (Hung.ts), so a frozen first replica costs one timeout a minute, not one a command.
+  const memory = target.urls.length > 1 ? Hung.hungFile(process.env) : null
+  const baseUrl = memory === null ? target.urls : Hung.ordered(target.urls, Hung.recent(memory, Date.now()))
+  const onHung = memory === null ? undefined : (url: string) => Hung.remember(memory, url, Date.now())
+  const client = yield* makeClient({ baseUrl, token: target.token, timeoutMs, onHung }).pipe(Effect.provide(FetchHttpClient.layer))
   return { json: flags.json, target, client }
 })
 

@@ -2,7 +2,7 @@
 // in-memory store, over real HTTP): what a person reads, what a script reads (--json), the
 // exit codes, and where the URL and the token come from.
 import type { RunningCoordinator } from "@engram/coordinator"
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { createServer } from "node:http"
@@ -432,6 +432,28 @@ describe("several coordinator URLs (replicas)", () => {
     }
     const ok = await engram(["status", "--json"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: c.url, ENGRAM_TIMEOUT_MS: "60000" } })
     expect(ok.code, ok.stderr).toBe(0)
+  })
+
+  it("a replica that hung is tried last by the next commands: a frozen first replica costs one timeout, not one a command", async () => {
+    let requests = 0
+    const held: ServerResponse[] = []
+    const server = createServer((_req, res) => void (requests++, held.push(res)))
+    await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok))
+    const frozen = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    const state = join(scratch, "state-hung")
+    const replicas = { ENGRAM_TOKEN: adminToken, ENGRAM_URL: `${frozen},${c.url}`, ENGRAM_TIMEOUT_MS: "300", XDG_STATE_HOME: state }
+    try {
+      const first = await engram(["status", "--json"], { env: replicas })
+      expect(first.code, first.stderr).toBe(0)
+      expect(requests).toBe(1)
+      for (const args of [["status"], ["hosts", "ls"]]) expect((await engram(args, { env: replicas })).code).toBe(0)
+      // Answered by the live replica first: the frozen one was not asked again.
+      expect(requests).toBe(1)
+      expect(Object.keys(JSON.parse(readFileSync(join(state, "engram", "hung-replicas.json"), "utf8")))).toEqual([frozen])
+    } finally {
+      for (const res of held) res.destroy()
+      await new Promise<void>((ok) => server.close(() => ok()))
+    }
   })
 
   it("replicas that take the connection and never answer: the error names the replicas tried and says they hung, not that the coordinator may not be running", async () => {

@@ -8,6 +8,8 @@
  * never spell a metric's name.
  */
 import type { ParkPolicy } from "@engram/core"
+import { liveStates } from "@engram/store"
+import type { SessionCounts } from "@engram/store"
 import { Context, Effect, Layer, Metric } from "effect"
 import { PrometheusMetrics } from "effect/observability"
 import { readdirSync } from "node:fs"
@@ -69,6 +71,8 @@ const storeHelp: { readonly [G in StoreGauge]: string } = {
   engram_ledger_active_entries: "Reservations held now.",
 }
 
+const sessionsHelp = "Sessions by state now, every state but ended (0 included), from the store."
+
 /** Why a descent started: a yield's reason, or an idle session that could not park. */
 export type DescentReason = ParkPolicy.Reason | "idle"
 
@@ -91,6 +95,12 @@ export interface MetricsShape {
   readonly reaperFleetReadFailures: Counter
   readonly reaperLostRaces: Counter
   readonly reaperReclaimed: Counter
+  /**
+   * Sessions this replica's reclaims made `lost` (their reservation expired or went stale). Only
+   * the reaper's leader reclaims and each loss is written by one reclaim, so the sum over the
+   * replicas is the fleet's count.
+   */
+  readonly sessionsLost: Counter
   /** Failover graces started (`ENGRAM_RECLAIM_GRACE_MS`): a leadership's first pass, or a read after a gap. */
   readonly reaperReclaimGraces: Counter
   /** History the reaper's retention deleted (`ENGRAM_RETENTION_MS`), by kind: ended sessions, their events, ended moves, host pairs. */
@@ -110,9 +120,15 @@ export interface MetricsShape {
   readonly observeRequest: (method: string, route: string, status: number, seconds: number) => void
   /**
    * The Prometheus text exposition of this registry, after setting the store's gauges to those
-   * read for this scrape (`engram_store_up` = `up`); a store gauge not read is dropped, not stale.
+   * read for this scrape (`engram_store_up` = `up`); a store gauge not read is dropped, not stale
+   * (`sessions`: `engram_sessions{state}`, every state but ended).
    */
-  readonly scrape: (store: { readonly up: boolean; readonly gauges: readonly StoreGaugeValue[]; readonly checks?: PlacementChecks | undefined }) => Effect.Effect<string>
+  readonly scrape: (store: {
+    readonly up: boolean
+    readonly gauges: readonly StoreGaugeValue[]
+    readonly sessions?: SessionCounts | undefined
+    readonly checks?: PlacementChecks | undefined
+  }) => Effect.Effect<string>
 }
 
 /** This replica's store's placement version checks so far (cumulative): written, and lost to another writer's change. */
@@ -256,6 +272,11 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
             placementStatements.inc(Math.max(0, (store.checks.statements ?? 0) - (checksSeen.statements ?? 0)))
             checksSeen = store.checks
           }
+          for (const state of liveStates) {
+            const g = gaugeSeries("engram_sessions", sessionsHelp, { state })
+            if (store.sessions === undefined) Metric.removeUnsafe(g, context)
+            else g.updateUnsafe(store.sessions[state], context)
+          }
           const read = new Map(store.gauges.map((g) => [g.name, g.value]))
           for (const name of storeGauges) {
             const value = read.get(name)
@@ -291,6 +312,11 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         reaperFleetReadFailures: counter("engram_reaper_fleet_read_failures_total", "Reaper passes whose fleet read failed; every park was held.", true),
         reaperLostRaces: counter("engram_reaper_lost_races_total", "Yields skipped because the park changed first (lost CAS).", true),
         reaperReclaimed: counter("engram_reaper_reclaimed_total", "Reservations reclaimed as expired or stale.", true),
+        sessionsLost: counter(
+          "engram_sessions_lost_total",
+          "Sessions this replica's reclaims made lost (reservation expired or stale); only the reaper's leader reclaims, so the sum over replicas is the fleet's.",
+          true,
+        ),
         reaperReclaimGraces: counter("engram_reaper_reclaim_graces_total", "Failover graces started: no reclaim of stale reservations (nor idle step) for ENGRAM_RECLAIM_GRACE_MS after a new leadership or a gap in the leader's contacts with the store.", true),
         reaperPruned: counter(
           "engram_reaper_pruned_total",

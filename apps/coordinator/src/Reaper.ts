@@ -115,6 +115,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
       case "Reclaimed":
         if (e.result.reclaimed.length === 0) return
         metrics.reaperReclaimed.inc(e.result.reclaimed.length)
+        metrics.sessionsLost.inc(e.result.lostSessions.length)
         return Effect.logInfo("reaper: reclaimed reservations", { count: e.result.reclaimed.length, lostSessions: e.result.lostSessions }).pipe(
           Effect.andThen(notifier.notify(...reclaimedTopics(e.result))),
         )
@@ -248,6 +249,7 @@ const reclaimNow = (context: string, options?: ReclaimOptions) =>
     )
     if (reclaim.reclaimed.length > 0) {
       metrics.reaperReclaimed.inc(reclaim.reclaimed.length)
+      metrics.sessionsLost.inc(reclaim.lostSessions.length)
       yield* Effect.logInfo(`${context}: reclaimed reservations`, { count: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions })
       yield* notifier.notify(...reclaimedTopics(reclaim))
     }

@@ -26,6 +26,7 @@ beforeAll(async () => {
           ...store,
           metrics: () => (frozen ? Effect.never : store.metrics()),
           fleetView: () => (frozen ? Effect.never : store.fleetView()),
+          countSessions: () => (frozen ? Effect.never : store.countSessions()),
         })
       }),
     ).pipe(Layer.provide(StoreSim.layer())),
@@ -48,6 +49,7 @@ describe("the probes with a store that does not answer", () => {
     const before = await scraper.get<string>("/metrics")
     expect(before.body).toMatch(/^engram_store_up 1$/m)
     expect(before.body).toMatch(/^engram_hosts 0$/m)
+    expect(before.body).toMatch(/^engram_sessions\{state="lost"\} 0$/m)
     frozen = true
     try {
       const ready = await anyone.get("/readyz")
@@ -59,6 +61,7 @@ describe("the probes with a store that does not answer", () => {
       expect(scrape.status).toBe(200)
       expect(scrape.body).toMatch(/^engram_store_up 0$/m)
       expect(scrape.body).not.toMatch(/^engram_hosts /m)
+      expect(scrape.body).not.toMatch(/^engram_sessions\{/m)
       // The process's own figures are there all the same.
       expect(scrape.body).toMatch(/^process_resident_memory_bytes /m)
     } finally {

@@ -119,6 +119,7 @@ describe("reaperPass", () => {
       const pass = yield* reaperPass
       assert.strictEqual(pass._tag === "Done" ? pass.reclaimed : -1, 1)
       assert.strictEqual((yield* store.getSession("p1")).state, "lost")
+      assert.strictEqual((yield* Metrics).sessionsLost.get(), 1)
     }).pipe(Effect.provide(services(StoreSim.layer()))))
 
   it.effect("a lost race is skipped: a park that changed first does not descend", () =>

@@ -134,6 +134,11 @@ describe("reconcile at start-up (SPEC §3)", () => {
       expect((await admin.get("/v1/sessions/q1")).body).toMatchObject({ state: "pending", hostId: "rh" })
       const metrics = (await admin.get("/metrics")).body as string
       expect(metrics).toContain("engram_reaper_reclaimed_total 1")
+      expect(metrics).toMatch(/^engram_sessions_lost_total 1$/m)
+      // Every state but ended, 0 included, as the store counts them now.
+      for (const [state, n] of Object.entries({ queued: 0, pending: 1, running: 0, parked: 0, descending: 0, descended: 0, moving: 0, lost: 1 }))
+        expect(metrics).toMatch(new RegExp(`^engram_sessions\\{state="${state}"\\} ${n}$`, "m"))
+      expect(metrics).not.toContain('engram_sessions{state="ended"}')
       expect(metrics).toContain('engram_placements_total{outcome="placed",source="drain"} 1')
       expect(metrics).not.toMatch(/^engram_reaper_passes_total\{/m)
     } finally {

@@ -273,6 +273,10 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         // Ending is idempotent: an ended session is answered as it is.
         const again2 = await admin.del(`/v1/sessions/${id}`)
         expect([again2.status, again2.body]).toEqual([200, expect.objectContaining({ id, state: "ended", hostId: null })])
+        // A create repeated after its session ended (a client's retry on the next replica) is not answered as queued.
+        const recreate = await admin.post("/v1/sessions", { id, memMib: 768, vcpus: 1, affinity: [h.id] })
+        expect([recreate.status, recreate.body]).toEqual([409, expect.objectContaining({ error: "Conflict", entity: "session", id })])
+        expect(recreate.body.message).toContain("is ended")
         expect((await admin.get("/v1/sessions/never-was")).status).toBe(404)
         expect((await admin.del("/v1/sessions/never-was")).status).toBe(404)
       })

@@ -51,6 +51,12 @@ export interface Options {
    * `ENGRAM_MOVE_TIMEOUT_MS` default): a move's try may take this plus `timeoutMs`.
    */
   readonly moveHoldMs?: number | undefined
+  /**
+   * Told the replica's URL each time a try on it went unanswered past its bound (a hang, not a
+   * refused connection): a caller that makes a new client per command (the CLI) can try that
+   * replica last for a while instead of paying the whole bound again.
+   */
+  readonly onHung?: ((url: string) => void) | undefined
 }
 
 /** `Options.timeoutMs`' default. */
@@ -216,6 +222,7 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
         Effect.timeout(Duration.millis(timeoutMs + holdMs)),
         Effect.tap(() => Effect.sync(() => void (current = index))),
         Effect.catch((e) => {
+          if (Cause.isTimeoutError(e)) options.onHung?.(urls[index]!)
           // A transport failure names every replica this call tried, not only the last.
           const tried = [...before, urls[index]!]
           return left > 0 && (once ? Replicas.neverReceived(e) : Replicas.unreachable(e))

@@ -46,7 +46,8 @@ describe("a replica that hangs", () => {
     try {
       await run(
         Effect.gen(function* () {
-          const client = yield* make({ baseUrl: [hung.url, c.url], token: adminToken, timeoutMs: 5_000 })
+          const hungs: string[] = []
+          const client = yield* make({ baseUrl: [hung.url, c.url], token: adminToken, timeoutMs: 5_000, onHung: (url) => void hungs.push(url) })
           const read = yield* Effect.forkChild(client.fleet.snapshot())
           yield* taken(hung, 1)
           yield* TestClock.adjust(4_999)
@@ -54,6 +55,8 @@ describe("a replica that hangs", () => {
           yield* TestClock.adjust(1)
           const fleet = yield* Fiber.join(read)
           expect(fleet).toMatchObject({ hosts: expect.any(Object) })
+          // Told which replica hung (the CLI remembers it across commands).
+          expect(hungs).toEqual([hung.url])
           yield* client.fleet.snapshot()
           expect(hung.requests()).toBe(1)
         }),

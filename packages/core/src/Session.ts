@@ -301,7 +301,10 @@ export interface Illegal {
   readonly message: string
 }
 
-/** A refusal that is not about the life cycle: a repeated create with another budget, an open or finished move. */
+/**
+ * A refusal that is not about the life cycle: a repeated create with another budget or of a
+ * session that ended or was lost, an open or finished move.
+ */
 export interface Conflict {
   readonly _tag: "Conflict"
   readonly entity: "session" | "move"
@@ -310,8 +313,8 @@ export interface Conflict {
 }
 
 /**
- * A step that is already done: a repeated create with the same budget, or an end of an ended
- * session. Nothing changes; the caller gets the session as it is.
+ * A step that is already done: a repeated create with the same budget (of a session neither
+ * ended nor lost), or an end of an ended session. Nothing changes; the caller gets the session as it is.
  */
 export interface Unchanged {
   readonly _tag: "Unchanged"
@@ -494,9 +497,13 @@ const createPlan = (op: Extract<Step, { readonly _tag: "create" }>, now: number)
 export const step = (s: Record | null, op: Step, now: number): Answer => {
   if (op._tag === "create") {
     if (s === null) return createPlan(op, now)
-    return s.budget.memMib === op.budget.memMib && s.budget.vcpus === op.budget.vcpus
-      ? { _tag: "Unchanged", session: s }
-      : { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists with another budget" }
+    if (s.budget.memMib !== op.budget.memMib || s.budget.vcpus !== op.budget.vcpus)
+      return { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists with another budget" }
+    // A create answers placed or queued; a repeat after the session ended (or was lost) is
+    // neither, and a create cannot bring it back: its id is spent.
+    return s.state === "ended" || s.state === "lost"
+      ? { _tag: "Conflict", entity: "session", id: s.id, reason: `session exists and is ${s.state}: a create does not start it again (a new session needs a new id)` }
+      : { _tag: "Unchanged", session: s }
   }
   if (s === null) return { _tag: "NotFound" }
   switch (op._tag) {

@@ -167,6 +167,19 @@ describe("Session.step", () => {
     expect(Session.step(base, create(2048), t)).toStrictEqual({ _tag: "Conflict", entity: "session", id: "s1", reason: "session exists with another budget" })
   })
 
+  it("a repeated create of a session that ended or was lost is a Conflict naming its state", () => {
+    const create: Session.Step = { _tag: "create", id: "s1", budget: base.budget, affinity: [], placement: null }
+    for (const state of ["ended", "lost"] as const)
+      expect(Session.step(at(state), create, t)).toStrictEqual({
+        _tag: "Conflict",
+        entity: "session",
+        id: "s1",
+        reason: `session exists and is ${state}: a create does not start it again (a new session needs a new id)`,
+      })
+    for (const state of ["queued", "pending", "running", "parked", "descending", "descended", "moving"] as const)
+      expect(Session.step(at(state), create, t)._tag).toBe("Unchanged")
+  })
+
   it("finishing a descent releases the reservation and clears the host", () => {
     const done = applied(Session.step(at("descending"), { _tag: "finishDescent" }, t))
     expect(done.session).toMatchObject({ state: "descended", hostId: null, reservationId: null, updatedAt: t })

@@ -14,7 +14,7 @@
 import { randomUUID } from "node:crypto"
 import { Lifetime, ParkGate, Placement, Plan, QueueWalk, Session } from "@engram/core"
 import type { Budget, Candidate, Limits } from "@engram/core"
-import { Cursor, fromRefusal, NoRoom, NotFound, Unavailable, Validate } from "@engram/store"
+import { Cursor, fromRefusal, NoRoom, NotFound, sessionCountsOf, Unavailable, Validate } from "@engram/store"
 import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, SessionFilter, StoreShape } from "@engram/store"
 import { and, asc, eq, gt, inArray, isNotNull, lte, ne, sql } from "drizzle-orm"
 import { Effect } from "effect"
@@ -36,6 +36,7 @@ type SessionOps = Pick<
   | "createSession"
   | "getSession"
   | "listSessions"
+  | "countSessions"
   | "pageSessions"
   | "sessionEvents"
   | "queueStanding"
@@ -50,6 +51,12 @@ type SessionOps = Pick<
   | "recordActivity"
   | "lifetimesDue"
 >
+
+/**
+ * `countSessions`' statement: the live sessions by state, through their partial index (migration
+ * 0018), so the ended history (which can outnumber them many times over) is never read.
+ */
+export const countSessionsSql = sql`select state, count(*)::int as n from sessions where state <> 'ended' group by state`
 
 /** One host's report of the sessions whose guests did work, at `t`. */
 interface ActivityItem {
@@ -483,6 +490,8 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         ),
         (rows) => rows.map(toSession),
       ).pipe(dieOnUnique),
+
+    countSessions: () => Effect.map(db.pool.query<{ state: string; n: number }>(countSessionsSql), sessionCountsOf).pipe(dieOnUnique),
 
     pageSessions: (filter: SessionFilter = {}, page) =>
       Effect.gen(function* () {

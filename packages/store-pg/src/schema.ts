@@ -116,6 +116,8 @@ export const sessions = pgTable(
     // Retention (`pruneHistory`): the ended sessions by end time (an ended session never changes
     // again, so `updated_at` is its end), oldest first, without reading the live ones.
     index("sessions_ended_idx").on(t.updatedAt).where(sql`${t.state} = 'ended'`),
+    // The count of live sessions by state (`countSessions`, every scrape of /metrics) without the ended history.
+    index("sessions_live_state_idx").on(t.state).where(sql`${t.state} <> 'ended'`),
   ],
 )
 

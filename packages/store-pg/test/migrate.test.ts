@@ -52,8 +52,8 @@ describe("migrations on a database in use", () => {
   it("a migration whose table another client holds gives up after lock_timeout and tries again; it applies once the table is free", async () => {
     expect(await applied(db.url)).toBe(entries - 1)
     // Another client's long transaction holding every table in a mode that conflicts with what
-    // a migration takes, whatever the last one does (SHARE: against an ALTER's ACCESS EXCLUSIVE
-    // and an UPDATE's ROW EXCLUSIVE), left open.
+    // a migration takes, whatever the last one does (SHARE ROW EXCLUSIVE: against an ALTER's
+    // ACCESS EXCLUSIVE, an UPDATE's ROW EXCLUSIVE and a CREATE INDEX's SHARE), left open.
     const holder = postgres(db.url, { max: 1, onnotice: () => undefined })
     const pauses: number[] = []
     try {
@@ -64,7 +64,7 @@ describe("migrations on a database in use", () => {
       let locked!: () => void
       const isLocked = new Promise<void>((ok) => (locked = ok))
       const holding = holder.begin(async (tx) => {
-        await tx.unsafe(`lock table ${tables.join(", ")} in share mode`)
+        await tx.unsafe(`lock table ${tables.join(", ")} in share row exclusive mode`)
         locked()
         await released
       })

@@ -21,6 +21,7 @@ import {
   Refused,
   reportChanges,
   reportedTemplates,
+  sessionCountsOf,
   Store,
   StoreTesting,
   Validate,
@@ -768,6 +769,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     getSession: (id) => Effect.map(findSession(id), sessionOf),
 
     listSessions: (filter: SessionFilter = {}) => Effect.sync(() => sessionsSorted(filter).map(sessionOf)),
+    countSessions: () => Effect.sync(() => sessionCountsOf(Array.from(sessions.values(), (s) => ({ state: s.state, n: 1 })))),
     pageSessions: (filter: SessionFilter = {}, page = {}) =>
       Effect.suspend(() => {
         const bad = Validate.filter("hostId", filter.hostId)

@@ -48,6 +48,7 @@ import type {
   Reservation,
   ReserveInput,
   Session,
+  SessionCounts,
   SessionEvent,
   SessionFilter,
 } from "./Types.js"
@@ -112,7 +113,8 @@ export interface StoreShape {
    * the no-fit details. With `onNoRoom: "refuse"` a session that fits nowhere is not stored:
    * `NoRoom` with the no-fit details. A repeated id with the same budget answers the existing
    * session as it is now (`Placed` when it holds a host, else `Queued`); a different budget is
-   * a `Conflict`. Every session's history starts here (`sessionEvents`).
+   * a `Conflict`, and so is a repeat of a session that ended or was lost (its `reason` names the
+   * state: a create cannot bring it back). Every session's history starts here (`sessionEvents`).
    */
   readonly createSession: (input: {
     readonly id: string
@@ -132,6 +134,12 @@ export interface StoreShape {
   readonly getSession: (id: string) => Fx<Session, NotFound>
   /** Sessions, oldest first. */
   readonly listSessions: (filter?: SessionFilter) => Fx<readonly Session[]>
+  /**
+   * How many sessions are in each state now but `ended`, every such state with 0 included: one
+   * grouped count of the live sessions, never a read of every session nor of the ended history
+   * (which can outnumber the live fleet many times over; `/metrics` reads this at each scrape).
+   */
+  readonly countSessions: () => Fx<SessionCounts>
   /** A page of sessions, oldest first (`[createdAt, id]`), filtered; a bad filter or cursor is `InvalidInput`. */
   readonly pageSessions: (filter?: SessionFilter, page?: PageRequest) => Fx<Page<Session>, InvalidInput>
   /**
@@ -346,6 +354,7 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "fleetView",
   "getSession",
   "listSessions",
+  "countSessions",
   "pageSessions",
   "sessionEvents",
   "pageQueue",

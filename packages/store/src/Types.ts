@@ -4,6 +4,7 @@
  */
 import type { FleetHost, HostHeadroom, LedgerEntry, NoFitDetail, OwnerKind, Queued, SessionState } from "@engram/core"
 import type * as core from "@engram/core"
+import { Session as CoreSession } from "@engram/core"
 
 /** What a host agent reports about its host (SPEC §1). Null = not measured. */
 export interface HostReport {
@@ -303,6 +304,22 @@ export interface HostAssignments {
    * ran again elsewhere: its agent may remove it.
    */
   readonly imageSessionIds: readonly string[]
+}
+
+/** The states of a session not yet ended: what `countSessions` counts. */
+export type LiveState = Exclude<SessionState, "ended">
+
+/** Every live state, in life-cycle order (core's `Session.states` without `ended`). */
+export const liveStates: readonly LiveState[] = CoreSession.states.filter((s): s is LiveState => s !== "ended")
+
+/** How many sessions are in each live state (`countSessions`): every live state, 0 included. */
+export type SessionCounts = { readonly [S in LiveState]: number }
+
+/** `SessionCounts` from a grouped count's rows: every live state, 0 where no row names it; other rows are ignored. */
+export const sessionCountsOf = (rows: Iterable<{ readonly state: string; readonly n: number }>): SessionCounts => {
+  const counts = Object.fromEntries(liveStates.map((s) => [s, 0])) as { [S in LiveState]: number }
+  for (const r of rows) if (Object.hasOwn(counts, r.state)) counts[r.state as LiveState] += r.n
+  return counts
 }
 
 /** Filters of `listSessions`. */

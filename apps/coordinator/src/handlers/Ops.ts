@@ -15,18 +15,19 @@ import { Settings } from "../Settings.js"
 import { bounded, probeTimedOut, StoreHealth } from "../StoreBound.js"
 
 /**
- * The store's gauges for one scrape: the fleet signal and the ledger's counts, as far as they
- * could be read within `probeTimeoutMs` (both reads at once): a store that does not answer
+ * The store's gauges for one scrape: the fleet signal, the ledger's counts and the sessions by
+ * state, as far as they could be read within `probeTimeoutMs` (the reads at once): a store that does not answer
  * leaves them out and `engram_store_up` 0, rather than the scrape waiting out the store's bound.
  */
 const storeGauges = (probeTimeoutMs: number) => Effect.gen(function* () {
   const store = yield* Store
-  const [fleet, ledger] = yield* Effect.all(
+  const [fleet, ledger, sessions] = yield* Effect.all(
     [
       Effect.result(bounded(store.fleetView(), probeTimeoutMs, "the fleet read of a scrape", probeTimedOut)),
       Effect.result(bounded(store.metrics(), probeTimeoutMs, "the ledger read of a scrape", probeTimedOut)),
+      Effect.result(bounded(store.countSessions(), probeTimeoutMs, "the session count of a scrape", probeTimedOut)),
     ],
-    { concurrency: 2 },
+    { concurrency: 3 },
   )
   const gauges: StoreGaugeValue[] = []
   if (fleet._tag === "Success") {
@@ -46,7 +47,7 @@ const storeGauges = (probeTimeoutMs: number) => Effect.gen(function* () {
   if (ledger._tag === "Success") {
     gauges.push({ name: "engram_reserve_failures", value: ledger.success.reserveFailures }, { name: "engram_ledger_active_entries", value: ledger.success.activeEntries })
   }
-  return { up: fleet._tag === "Success", gauges }
+  return { up: fleet._tag === "Success", gauges, sessions: sessions._tag === "Success" ? sessions.success : undefined }
 })
 
 export const OpsHandlers = HandlerGroup.make(

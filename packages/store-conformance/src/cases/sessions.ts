@@ -4,6 +4,7 @@
  */
 import { Session } from "@engram/core"
 import type { SessionState } from "@engram/core"
+import { liveStates } from "@engram/store"
 import type { StoreError, StoreShape } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
@@ -339,6 +340,45 @@ export const sessions: Group = {
         const again = yield* s.createSession({ id: "s1", budget })
         expect(again).toMatchObject({ _tag: "Queued", position: 0, session: { state: "descended", hostId: null } })
         expect(yield* reservationsNow(s)).toStrictEqual([])
+      }),
+    ),
+    kase(
+      "repeating the create of a session that ended or was lost is a Conflict naming its state, changing nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        // The repeat a client sends to the next replica after a timeout, once the session has run and ended.
+        yield* placed("s1", budget)
+        yield* s.markRunning("s1")
+        yield* s.endSession("s1")
+        yield* sessionIn("s2", "lost")
+        for (const [id, state] of [["s1", "ended"], ["s2", "lost"]] as const) {
+          const before = yield* snapshot
+          const err = yield* expectFailure(s.createSession({ id, budget }), "Conflict")
+          expect(err).toMatchObject({ entity: "session", id })
+          expect(err.reason).toContain(`is ${state}`)
+          yield* expectUnchanged(before, `a repeated create of a ${state} session`)
+          expect(yield* s.getSession(id)).toMatchObject({ state, hostId: null })
+        }
+        expect(yield* queueNow(s)).toStrictEqual([])
+      }),
+    ),
+    kase(
+      "countSessions counts the sessions in every state but ended, 0 included, as the list holds them",
+      Effect.gen(function* () {
+        const s = yield* store
+        const zero = Object.fromEntries(liveStates.map((st) => [st, 0]))
+        expect(yield* s.countSessions()).toStrictEqual(zero)
+        yield* addHost("h1", 65536)
+        yield* addHost("h2", 65536)
+        for (const st of Session.states) yield* sessionIn(`c-${st}`, st)
+        yield* placed("c-running-2", budget)
+        yield* s.markRunning("c-running-2")
+        const tally: Record<string, number> = { ...zero }
+        for (const x of yield* s.listSessions()) if (x.state !== "ended") tally[x.state] = (tally[x.state] ?? 0) + 1
+        const counts = yield* s.countSessions()
+        expect(counts).toStrictEqual(tally)
+        for (const st of liveStates) expect(counts[st], st).toBeGreaterThanOrEqual(st === "running" ? 2 : 1)
       }),
     ),
     kase(

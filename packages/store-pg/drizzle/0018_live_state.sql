@@ -1,0 +1,1 @@
+CREATE INDEX "sessions_live_state_idx" ON "sessions" USING btree ("state") WHERE "sessions"."state" <> 'ended';
