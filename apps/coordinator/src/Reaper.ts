@@ -102,6 +102,17 @@ const reclaimedTopics = (r: ReclaimResult): (string | null)[] => [
   ...r.lostSessions.map(sessionTopic),
 ]
 
+/**
+ * A reclaim's log line: a warning when it made sessions lost (their guests are gone: an agent
+ * stopped heartbeating, or a reservation expired), naming the hosts, else info.
+ */
+const logReclaimed = (context: string, r: ReclaimResult) => {
+  const fields = { count: r.reclaimed.length, hosts: [...new Set(r.reclaimed.map((x) => x.hostId))].sort(), lostSessions: r.lostSessions }
+  return r.lostSessions.length > 0
+    ? Effect.logWarning(`${context}: reclaimed reservations; ${r.lostSessions.length} session${r.lostSessions.length === 1 ? "" : "s"} lost (stale heartbeats or expired reservations)`, fields)
+    : Effect.logInfo(`${context}: reclaimed reservations`, fields)
+}
+
 /** Who a drain changed: the hosts it placed on and the sessions it placed. */
 const placedTopics = (r: DrainResult): (string | null)[] => r.placed.flatMap((p) => [hostTopic(p.hostId), sessionTopic(p.sessionId)])
 
@@ -116,9 +127,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
         if (e.result.reclaimed.length === 0) return
         metrics.reaperReclaimed.inc(e.result.reclaimed.length)
         metrics.sessionsLost.inc(e.result.lostSessions.length)
-        return Effect.logInfo("reaper: reclaimed reservations", { count: e.result.reclaimed.length, lostSessions: e.result.lostSessions }).pipe(
-          Effect.andThen(notifier.notify(...reclaimedTopics(e.result))),
-        )
+        return logReclaimed("reaper", e.result).pipe(Effect.andThen(notifier.notify(...reclaimedTopics(e.result))))
       case "ReclaimFailed":
         return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
       case "ReclaimHeld":
@@ -250,7 +259,7 @@ const reclaimNow = (context: string, options?: ReclaimOptions) =>
     if (reclaim.reclaimed.length > 0) {
       metrics.reaperReclaimed.inc(reclaim.reclaimed.length)
       metrics.sessionsLost.inc(reclaim.lostSessions.length)
-      yield* Effect.logInfo(`${context}: reclaimed reservations`, { count: reclaim.reclaimed.length, lostSessions: reclaim.lostSessions })
+      yield* logReclaimed(context, reclaim)
       yield* notifier.notify(...reclaimedTopics(reclaim))
     }
     return reclaim

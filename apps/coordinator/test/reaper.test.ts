@@ -6,7 +6,7 @@ import { defaultTriggerWindowMs, Trigger } from "@engram/reaper"
 import { ReactAtOnce } from "../src/Reaper.js"
 import { Changes, Store } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { failingFleetLayer } from "./support/failing.js"
 import type { FleetSwitch } from "./support/failing.js"
@@ -111,6 +111,7 @@ describe("reaperPass", () => {
       assert.strictEqual((yield* store.getSession("p1")).state, "descending")
     }).pipe(Effect.provide(services(StoreSim.layer({ limits: longLived })))))
 
+  const warnings: string[] = []
   it.effect("stale reservations are reclaimed: their sessions become lost", () =>
     Effect.gen(function* () {
       const store = yield* Store
@@ -120,7 +121,20 @@ describe("reaperPass", () => {
       assert.strictEqual(pass._tag === "Done" ? pass.reclaimed : -1, 1)
       assert.strictEqual((yield* store.getSession("p1")).state, "lost")
       assert.strictEqual((yield* Metrics).sessionsLost.get(), 1)
-    }).pipe(Effect.provide(services(StoreSim.layer()))))
+      // Guests lost are a warning naming the hosts, not an info line among the passes'.
+      assert.deepStrictEqual(warnings, ["reaper: reclaimed reservations; 1 session lost (stale heartbeats or expired reservations) h1 p1"])
+    }).pipe(
+      Effect.provide(services(StoreSim.layer())),
+      Effect.provide(
+        Logger.layer([
+          Logger.make(({ logLevel, message }) => {
+            const [text, fields] = Array.isArray(message) ? message : [message]
+            const f = fields as { hosts?: string[]; lostSessions?: string[] } | undefined
+            if (logLevel === "Warn") warnings.push([String(text), ...(f?.hosts ?? []), ...(f?.lostSessions ?? [])].join(" "))
+          }),
+        ]),
+      ),
+    ))
 
   it.effect("a lost race is skipped: a park that changed first does not descend", () =>
     Effect.gen(function* () {

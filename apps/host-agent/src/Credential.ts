@@ -10,7 +10,7 @@ import * as Pacing from "./Pacing.js"
 
 /** Why the coordinator refuses this agent's credential, in one line. */
 export const refusal = (status: number, hostId: string, url: string): string | null => {
-  if (status === 401) return `the coordinator at ${url} refused this host's token (ENGRAM_HOST_TOKEN): it is wrong, or the host's token was rotated. Register the host or rotate its token and start the agent with the new one`
+  if (status === 401) return `the coordinator at ${url} refused this host's token (ENGRAM_HOST_TOKEN): it is wrong, the host ${hostId} (ENGRAM_HOST_ID) is not registered, or its token was rotated. Register the host (engram hosts add) or rotate its token, and start the agent with the token it prints`
   if (status === 403) return `the token in ENGRAM_HOST_TOKEN does not belong to host ${hostId} (ENGRAM_HOST_ID) at ${url}`
   return null
 }

@@ -56,7 +56,7 @@ describe("the agent's process", () => {
     // Started without ENGRAM_PEERS, on a host peers reach: nothing to warn about (the coordinator gives the addresses).
     expect(lines.filter((l) => l.level === "warn" && l.msg.includes("peer"))).toEqual([])
     expect(fatal[0]?.msg).toBe(
-      `the coordinator at ${c.url} refused this host's token (ENGRAM_HOST_TOKEN): it is wrong, or the host's token was rotated. Register the host or rotate its token and start the agent with the new one`,
+      `the coordinator at ${c.url} refused this host's token (ENGRAM_HOST_TOKEN): it is wrong, the host ${hostId} (ENGRAM_HOST_ID) is not registered, or its token was rotated. Register the host (engram hosts add) or rotate its token, and start the agent with the token it prints`,
     )
   })
 
