@@ -5,7 +5,7 @@
  * (`$XDG_STATE_HOME/engram/`, else `~/.local/state/engram/`), and tried after the others meanwhile.
  * A file that cannot be read or written is as good as none: the memory only orders, never skips.
  */
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs"
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { homedir } from "node:os"
 import { dirname, join } from "node:path"
 
@@ -28,15 +28,20 @@ export const recent = (file: string, now: number): Record<string, number> => {
 
 /** `urls` with the ones that hung lately last, each part in its given order. */
 export const ordered = <U extends string>(urls: readonly [U, ...U[]], hung: Record<string, number>): readonly [U, ...U[]] =>
-  [...urls.filter((u) => !(u in hung)), ...urls.filter((u) => u in hung)] as unknown as readonly [U, ...U[]]
+  [...urls.filter((u) => !Object.hasOwn(hung, u)), ...urls.filter((u) => Object.hasOwn(hung, u))] as unknown as readonly [U, ...U[]]
 
 /** Remembers that `url` hung at `now` (written whole, then renamed: a reader never sees half a file). */
 export const remember = (file: string, url: string, now: number): void => {
   try {
-    mkdirSync(dirname(file), { recursive: true })
-    writeFileSync(`${file}.${process.pid}`, JSON.stringify({ ...recent(file, now), [url]: now }))
+    mkdirSync(dirname(file), { recursive: true, mode: 0o700 })
+    writeFileSync(`${file}.${process.pid}`, JSON.stringify({ ...recent(file, now), [url]: now }), { mode: 0o600 })
     renameSync(`${file}.${process.pid}`, file)
   } catch {
+    try {
+      rmSync(`${file}.${process.pid}`, { force: true })
+    } catch {
+      // Nothing more to do: a temporary file left behind is overwritten by this pid's next write.
+    }
     // Not remembered: the next command tries the replicas in their given order.
   }
 }

@@ -1,8 +1,8 @@
 // The CLI's memory of replicas that hung (Hung.ts): remembered for a minute, then forgotten; a
 // replica remembered is tried after the others; a missing or broken file is no memory.
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { dirname, join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import * as Hung from "../src/Hung.js"
 
@@ -30,5 +30,13 @@ describe("the memory of hung replicas", () => {
     expect(Hung.recent(file, 0)).toEqual({})
     writeFileSync(file, JSON.stringify({ "http://a": "yesterday" }))
     expect(Hung.recent(file, 0)).toEqual({})
+  })
+
+  it("the memory is the user's own: its file 0600, its directory 0700, no temporary left", () => {
+    const file = Hung.hungFile({ XDG_STATE_HOME: join(dir, "own") })
+    Hung.remember(file, "http://a", 1_000)
+    expect(statSync(file).mode & 0o777).toBe(0o600)
+    expect(statSync(dirname(file)).mode & 0o777).toBe(0o700)
+    expect(readdirSync(dirname(file))).toEqual(["hung-replicas.json"])
   })
 })

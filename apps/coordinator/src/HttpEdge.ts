@@ -54,6 +54,10 @@ export const routeLabeler = (): ((method: string, url: string) => string) => {
 
 const json = (status: number, body: Record<string, unknown>, headers: Record<string, string> = {}) => HttpServerResponse.jsonUnsafe(body, { status, headers })
 
+/** The edge's own answers while the coordinator stops: to a new request, and to one the stop cut. */
+const shutdownMessage = "the coordinator is shutting down; retry"
+const cutMessage = "the coordinator is shutting down or the request was cut off; retry"
+
 const unavailable = (message: string, retryAfterMs = 1000) =>
   json(503, { error: "Unavailable", message, retryAfterMs }, { "retry-after": String(Errors.retryAfterSeconds(retryAfterMs)) })
 
@@ -82,7 +86,7 @@ const asJson = (r: HttpServerResponse.HttpServerResponse, request: HttpServerReq
         contentType: request.headers["content-type"] ?? "",
       })
     case 503:
-      return unavailable("the coordinator is shutting down or the request was cut off; retry")
+      return unavailable(cutMessage)
     default:
       return json(r.status, { error: r.status >= 500 ? "Internal" : "HttpError", message: r.status >= 500 ? "internal error" : `HTTP ${r.status}` })
   }
@@ -276,7 +280,8 @@ export const edge = (options: EdgeOptions) => {
     if (response.status < 500) return Effect.succeed(response)
     const requestId = requestIdOf(request)
     const body = jsonBody(response)
-    const stopping = response.status === 503 && options.closing()
+    // Only the stop's own 503s: a store outage or a move's outcome during a slow stop is logged as ever.
+    const stopping = response.status === 503 && options.closing() && (body?.["message"] === shutdownMessage || body?.["message"] === cutMessage)
     const first = stopping && !shutdownLogged
     if (stopping) shutdownLogged = true
     const logged = first
@@ -284,6 +289,7 @@ export const edge = (options: EdgeOptions) => {
           requestId,
           method: request.method,
           route,
+          message: body?.["message"] ?? null,
         })
       : log5xx(response.status, body, request, route, requestId, defects.get(request), stopping)
     return Effect.as(logged, withRequestId(response, body, requestId))
@@ -315,7 +321,7 @@ export const edge = (options: EdgeOptions) => {
     Effect.withFiber((fiber) => {
       const request = Context.getUnsafe(fiber.context, HttpServerRequest.HttpServerRequest)
       const startedAt = performance.now()
-      if (options.closing()) return answeredTotal(request, startedAt, unavailable("the coordinator is shutting down; retry"), null)
+      if (options.closing()) return answeredTotal(request, startedAt, unavailable(shutdownMessage), null)
       const length = request.headers["content-length"]
       if (length !== undefined) {
         const declared = Number(length)
