@@ -30,7 +30,7 @@ import type { EmbeddedPostgresServer } from "@engram/test-pg"
 import { execFileSync, spawn } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { loadavg, tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import postgres from "@engram/postgres"
@@ -75,14 +75,20 @@ const startCoordinator = async (env: Record<string, string>): Promise<Coordinato
       ENGRAM_RECLAIM_GRACE_MS: "0",
       ...env,
     },
-    stdio: ["ignore", "ignore", "pipe"],
+    // Its log lines (stdout, warnings and up) and stderr, the tail kept for a start that fails.
+    stdio: ["ignore", "pipe", "pipe"],
   })
   let stderr = ""
-  child.stderr?.on("data", (d: Buffer) => {
+  const keep = (d: Buffer) => {
     stderr = (stderr + d.toString()).slice(-4000)
-  })
+  }
+  child.stdout?.on("data", keep)
+  child.stderr?.on("data", keep)
   const url = `http://127.0.0.1:${port}`
-  const deadline = Date.now() + 120_000
+  // Generous: a first start in a fresh clone compiles the sources (tsx), slow on a loaded machine
+  // (a run beside a CI job at load 24 passed 120 s without listening).
+  const startMs = 300_000
+  const deadline = Date.now() + startMs
   for (;;) {
     if (child.exitCode !== null) throw new Error(`coordinator exited ${child.exitCode}: ${stderr}`)
     try {
@@ -90,7 +96,10 @@ const startCoordinator = async (env: Record<string, string>): Promise<Coordinato
     } catch {
       // not listening yet
     }
-    if (Date.now() > deadline) throw new Error(`coordinator did not start: ${stderr}`)
+    if (Date.now() > deadline) {
+      child.kill("SIGKILL")
+      throw new Error(`coordinator did not answer /livez within ${startMs / 1000} s (load ${loadavg()[0]?.toFixed(1)}); its last output: ${stderr}`)
+    }
     await new Promise((r) => setTimeout(r, 100))
   }
   const status = (field: string): number => {

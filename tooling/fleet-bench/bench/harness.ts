@@ -156,7 +156,10 @@ export const spawnCoordinator = async (options: {
   for (;;) {
     if (child.exitCode !== null) throw new Error(`coordinator exited ${child.exitCode}: ${stderr}`)
     if ((await request(url, "GET", "/livez", "").catch(() => ({ status: 0 }))).status === 200) break
-    if (Date.now() > deadline) throw new Error(`coordinator did not start: ${stderr}`)
+    if (Date.now() > deadline) {
+      child.kill("SIGKILL")
+      throw new Error(`coordinator did not answer /livez within 180 s: ${stderr}`)
+    }
     await sleep(100)
   }
   return {
