@@ -30,8 +30,9 @@
  * operator's `ENGRAM_PEERS` entry for the image host), not from the coordinator's. So an address
  * that relays a real agent's listing cannot serve other contents, nor replay an older listing,
  * nor read the files (they do not pass it, and the listing's bearer opens none), and a bearer
- * seen once opens nothing later. A listing without hashes (an image host older than this) is
- * refused: the resume boots fresh, as without an image.
+ * seen once opens nothing later. An image host older than this answers its bearer with 401
+ * before listing (its bearers differ); a listing without hashes is refused too. Either way the
+ * resume boots fresh, as without an image.
  *
  * A fetch's listing is bounded by `listingBoundMs` (the floor `imageFetchFloorMs`, or the
  * session's memory at the floor rate `ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`, whichever is longer:
