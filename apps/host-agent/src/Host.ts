@@ -223,7 +223,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
         : ImageFetch.fetchImage({ images, sessionId, imageHostId, peerUrl: url, peerUrlTrusted: entry !== undefined, me: o.hostId, secret: o.peerSecret, minMibPerSec: o.imageFetchMinMibPerSec ?? ImageFetch.defaultImageFetchMinMibPerSec, memMib })
     }
     // Descent images are hashed for their listing only where the peer server serves them.
-    const warmImage = o.listen === undefined ? {} : { warmImage: (sessionId: string) => ImageFetch.warmHashes(images, sessionId) }
+    const warmImage = o.listen === undefined ? {} : { warmImage: (sessionId: string, goOn: Effect.Effect<boolean>) => ImageFetch.warmHashes(images, sessionId, goOn) }
     const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target, peerUrl: Ref.get(advertised), fetchImage, ...warmImage })
     const port =
       o.listen === undefined

@@ -161,12 +161,16 @@ const writeHashes = async (dir: string, hashes: Hashes): Promise<void> => {
   await rename(tmp, join(dir, sidecar))
 }
 
+/** A warm hashing stopped because its image is no longer wanted here (`warmHashes`'s `goOn`). */
+class WarmStopped extends Error {}
+
 /**
  * The hashes of `entries` in `dir`: the sidecar's where its size and time still match, else
  * hashed now, and the sidecar written (its failure thrown when `keep`, else ignored: the hashes
- * are still good for this answer).
+ * are still good for this answer). `goOn`, when given, is asked before each file is hashed: false
+ * stops the hashing (`WarmStopped` thrown, the sidecar left as it was).
  */
-const hashesOf = async (dir: string, entries: readonly Entry[], keep: boolean): Promise<Hashes> => {
+const hashesOf = async (dir: string, entries: readonly Entry[], keep: boolean, goOn?: () => Promise<boolean>): Promise<Hashes> => {
   const known = await readHashes(dir)
   const out: Record<string, Hashes[string]> = {}
   let changed = false
@@ -174,6 +178,7 @@ const hashesOf = async (dir: string, entries: readonly Entry[], keep: boolean): 
     const k = known[e.name]
     if (k !== undefined && k.bytes === e.bytes && k.mtimeMs === e.mtimeMs && typeof k.sha256 === "string") out[e.name] = k
     else {
+      if (goOn !== undefined && !(await goOn())) throw new WarmStopped()
       out[e.name] = { bytes: e.bytes, mtimeMs: e.mtimeMs, sha256: await sha256Of(join(dir, e.name)) }
       changed = true
     }
@@ -212,11 +217,11 @@ const oneAtATime = <A>(dir: string, f: () => Promise<A>): Promise<A> => {
  * (gone while hashed: the image removed or restored), and when `keep`, when the sidecar cannot
  * be written.
  */
-const hashedListing = (dir: string, keep: boolean): Promise<ImageListing | undefined> =>
+const hashedListing = (dir: string, keep: boolean, goOn?: () => Promise<boolean>): Promise<ImageListing | undefined> =>
   oneAtATime(dir, async () => {
     const entries = await entriesOf(dir)
     if (entries === undefined || !entries.some((f) => f.name === "image")) return undefined
-    const hashes = await hashesOf(dir, entries, keep)
+    const hashes = await hashesOf(dir, entries, keep, goOn)
     return { files: entries.map((e) => ({ name: e.name, bytes: e.bytes, sha256: hashes[e.name]!.sha256 })) }
   })
 
@@ -239,14 +244,27 @@ export class ImageHashError extends Data.TaggedError("ImageHashError")<{
 /**
  * Hashes `sessionId`'s descent image as the listing does and keeps the hashes in its sidecar,
  * so the image host's first listing of it answers at once: what an agent runs in the background
- * once a descent's image and tag are written. Succeeds with the files hashed (none when the
+ * once a descent's image and tag are written. `goOn` is asked before each file is hashed (whether
+ * the session is still descended with its image here): false stops the hashing, the sidecar left
+ * as it was (`stopped: true`, no file counted). Succeeds with the files hashed (none when the
  * directory holds no image); fails when a file cannot be read or the sidecar cannot be written.
  */
-export const warmHashes = (images: ImageStore.ImageStore, sessionId: string): Effect.Effect<{ readonly files: number; readonly bytes: number }, ImageHashError> =>
+export const warmHashes = (
+  images: ImageStore.ImageStore,
+  sessionId: string,
+  goOn: Effect.Effect<boolean> = Effect.succeed(true),
+): Effect.Effect<{ readonly files: number; readonly bytes: number; readonly stopped: boolean }, ImageHashError> =>
   Effect.tryPromise({
-    try: () => hashedListing(dirOf(images, sessionId), true),
+    try: () =>
+      hashedListing(dirOf(images, sessionId), true, () => Effect.runPromise(goOn)).then(
+        (l) => ({ files: l?.files.length ?? 0, bytes: (l?.files ?? []).reduce((sum, f) => sum + f.bytes, 0), stopped: false }),
+        (e: unknown) => {
+          if (e instanceof WarmStopped) return { files: 0, bytes: 0, stopped: true }
+          throw e
+        },
+      ),
     catch: (e) => new ImageHashError({ sessionId, message: e instanceof Error ? e.message : String(e) }),
-  }).pipe(Effect.map((l) => ({ files: l?.files.length ?? 0, bytes: (l?.files ?? []).reduce((sum, f) => sum + f.bytes, 0) })))
+  })
 
 /** A stream of one listed file of `sessionId`'s image directory; undefined when `name` is not one (no path is built from an unlisted name). */
 export const fileStream = (images: ImageStore.ImageStore, sessionId: string, name: string): Effect.Effect<{ readonly bytes: number; readonly body: Stream.Stream<Uint8Array, Error> } | undefined> =>

@@ -241,14 +241,34 @@ describe("fetching a descent image from its host", () => {
         const { dir } = yield* serveImages()
         const images = ImageStore.directory(join(dir, ".."))
         assert.isFalse(existsSync(join(dir, "~sha256.json")))
-        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s1"), { files: 3, bytes: 9 + 3 * 1024 * 1024 + 17 + JSON.stringify({ createdAt: 1, lastActiveAt: 2 }).length })
+        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s1"), { files: 3, bytes: 9 + 3 * 1024 * 1024 + 17 + JSON.stringify({ createdAt: 1, lastActiveAt: 2 }).length, stopped: false })
         const kept = JSON.parse(readFileSync(join(dir, "~sha256.json"), "utf8")) as Record<string, { bytes: number; mtimeMs: number; sha256: string }>
         for (const name of ["descent.json", "image", "ram"]) assert.strictEqual(kept[name]?.sha256, sha256(readFileSync(join(dir, name))), name)
         // The listing reads the sidecar rather than the files: a hash put there (same size and time) is what it lists.
         writeFileSync(join(dir, "~sha256.json"), JSON.stringify({ ...kept, ram: { ...kept.ram!, sha256: "f".repeat(64) } }))
         assert.strictEqual((yield* ImageFetch.listing(images, "s1"))?.files.find((f) => f.name === "ram")?.sha256, "f".repeat(64))
         // A directory without an image: nothing hashed.
-        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s2"), { files: 0, bytes: 0 })
+        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s2"), { files: 0, bytes: 0, stopped: false })
+      }),
+    ))
+
+  it.live("a warm hashing asks before each file whether the image is still wanted here, and stops when it is not (the sidecar left as it was)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { dir } = yield* serveImages()
+        const images = ImageStore.directory(join(dir, ".."))
+        // Wanted for the first file only (the session restored, or its image removed, meanwhile).
+        let asked = 0
+        const goOn = Effect.sync(() => ++asked <= 1)
+        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s1", goOn), { files: 0, bytes: 0, stopped: true })
+        assert.strictEqual(asked, 2)
+        assert.isFalse(existsSync(join(dir, "~sha256.json")))
+        // Wanted throughout: asked once a file, every file hashed.
+        asked = -10
+        assert.strictEqual((yield* ImageFetch.warmHashes(images, "s1", goOn)).files, 3)
+        assert.strictEqual(asked, -7)
+        // Nothing left to hash: not asked.
+        assert.isFalse((yield* ImageFetch.warmHashes(images, "s1", Effect.sync(() => false))).stopped)
       }),
     ))
 
