@@ -113,9 +113,11 @@ export interface AgentDeps {
   /**
    * Hashes a session's descent image into its sidecar (`ImageFetch.warmHashes`), run in the
    * background once a descent's image and tag are written, one at a time, so the first listing
-   * of it to a fetching peer answers at once; omitted: the first listing hashes it.
+   * of it to a fetching peer answers at once; omitted: the first listing hashes it. It asks
+   * `goOn` before each file and stops (`stopped`) when it answers false: the session is no
+   * longer descended with its image here (restored, running elsewhere, its image removed).
    */
-  readonly warmImage?: (sessionId: string) => Effect.Effect<{ readonly files: number; readonly bytes: number }, ImageFetch.ImageHashError>
+  readonly warmImage?: (sessionId: string, goOn: Effect.Effect<boolean>) => Effect.Effect<{ readonly files: number; readonly bytes: number; readonly stopped: boolean }, ImageFetch.ImageHashError>
 }
 
 /** What an agent shows on its status endpoint and to tests. */
@@ -369,6 +371,23 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     /** One descent image hashed at a time (a host descending many guests reads one image at once). */
     const warming = yield* Semaphore.make(1)
+    /** The coordinator's last assignments (what `stillDescendedHere` judges by); null before the first. */
+    const lastAssignments = yield* Ref.make<Assignments | null>(null)
+    /**
+     * Whether `sessionId` is still descended with its image here: not resident (restored here),
+     * its image in the store, and by the last assignments neither assigned here in another state
+     * than descending, nor assigned to another host, nor left out of the images this host holds.
+     */
+    const stillDescendedHere = (sessionId: string) =>
+      Effect.gen(function* () {
+        if ((yield* residents.get(sessionId)) !== undefined) return false
+        if ((yield* images.get(sessionId)) === undefined) return false
+        const a = yield* Ref.get(lastAssignments)
+        if (a === null) return true
+        const assigned = a.sessions.find((x) => x.id === sessionId)
+        if (assigned !== undefined) return assigned.hostId === me && assigned.state === "descending"
+        return a.imageSessions === undefined || a.imageSessions.includes(sessionId)
+      }).pipe(Effect.catchCause(() => Effect.succeed(true)))
     /**
      * Hashes `s`'s descent image in the background (`warmImage`), in the agent's scope: the
      * descent's report does not wait for it, and a failure only means the first listing hashes.
@@ -380,8 +399,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             Effect.forkIn(
               Effect.gen(function* () {
                 const t0 = yield* nowMs
-                const hashed = yield* deps.warmImage!(s.id)
-                yield* Effect.logDebug("descent image hashed for its listing", { hostId: me, sessionId: s.id, files: hashed.files, imageBytes: hashed.bytes, ms: Math.round((yield* nowMs) - t0) })
+                const hashed = yield* deps.warmImage!(s.id, stillDescendedHere(s.id))
+                if (hashed.stopped) yield* Effect.logDebug("descent image hashing stopped: its session is no longer descended with its image here", { hostId: me, sessionId: s.id })
+                else yield* Effect.logDebug("descent image hashed for its listing", { hostId: me, sessionId: s.id, files: hashed.files, imageBytes: hashed.bytes, ms: Math.round((yield* nowMs) - t0) })
               }).pipe(
                 warming.withPermits(1),
                 Effect.catch((e) => Effect.logWarning("descent image not hashed; its first listing to a fetching host will hash it", { hostId: me, sessionId: s.id, why: e.message })),
@@ -401,8 +421,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           if (images.writeTag !== undefined) yield* images.writeTag(s.id, null).pipe(Effect.ignore)
           const image = yield* timedLog("descended to its image", { sessionId: s.id }, runtime.descend(s.id, path))
           yield* writeDescentTag(s)
-          yield* warmImage(s)
           yield* residents.remove(s.id)
+          // Once the VM is no longer resident here: the hashing stops when it is again (restored).
+          yield* warmImage(s)
           yield* log("descent image written", { sessionId: s.id, imageBytes: image.bytes, method: image.method, detail: image.detail })
         } else if ((yield* images.get(s.id)) === undefined) {
           yield* Effect.logWarning("descending session has no resident VM and no image; reporting it descended", { hostId: me, sessionId: s.id })
@@ -594,6 +615,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           for (const m of a.moves) if (m.sourceHostId === me && m.targetPeerUrl !== undefined) yield* deps.link.learn(m.targetHostId, m.targetPeerUrl)
         }
         for (const h of a.imageHosts ?? []) imageHostUrls.set(h.hostId, h.peerUrl)
+        yield* Ref.set(lastAssignments, a)
         yield* removeReleasedImages(a)
         const mine = a.sessions.filter((s) => s.hostId === me)
         for (const s of mine) {

@@ -213,20 +213,22 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     const link = o.link ?? PeerLink.http(o.peers, o.peerSecret)
     // Known once the server listens (its port may be chosen then); the loops start after.
     const advertised = yield* Ref.make<string | null>(null)
-    // The operator's ENGRAM_PEERS entry wins over the coordinator's URL, as for moves.
+    // The operator's ENGRAM_PEERS entry wins over the coordinator's URL, as for moves; the files
+    // come from it, or (the coordinator's URL) from the one the image host proves in its listing.
     const fetchImage = (sessionId: string, imageHostId: string, peerUrl: string | null, memMib: number) => {
-      const url = o.peers(imageHostId) ?? peerUrl
+      const entry = o.peers(imageHostId)
+      const url = entry ?? peerUrl
       return url === null
         ? Effect.fail(new ImageFetch.ImageFetchError({ sessionId, imageHostId, message: "no peer URL is known for the image host" }))
-        : ImageFetch.fetchImage({ images, sessionId, imageHostId, peerUrl: url, me: o.hostId, secret: o.peerSecret, minMibPerSec: o.imageFetchMinMibPerSec ?? ImageFetch.defaultImageFetchMinMibPerSec, memMib })
+        : ImageFetch.fetchImage({ images, sessionId, imageHostId, peerUrl: url, peerUrlTrusted: entry !== undefined, me: o.hostId, secret: o.peerSecret, minMibPerSec: o.imageFetchMinMibPerSec ?? ImageFetch.defaultImageFetchMinMibPerSec, memMib })
     }
     // Descent images are hashed for their listing only where the peer server serves them.
-    const warmImage = o.listen === undefined ? {} : { warmImage: (sessionId: string) => ImageFetch.warmHashes(images, sessionId) }
+    const warmImage = o.listen === undefined ? {} : { warmImage: (sessionId: string, goOn: Effect.Effect<boolean>) => ImageFetch.warmHashes(images, sessionId, goOn) }
     const agent = yield* makeAgent(config, { coordinator, runtime, measure: o.measure, residents, images, link, target, peerUrl: Ref.get(advertised), fetchImage, ...warmImage })
     const port =
       o.listen === undefined
         ? null
-        : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status, images }, { port: o.listen.port, host: o.listen.host }).pipe(Effect.orDie)
+        : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status, images, peerUrl: Ref.get(advertised) }, { port: o.listen.port, host: o.listen.host }).pipe(Effect.orDie)
     const peerUrl = yield* advertisedPeerUrlOf(o, port)
     yield* Ref.set(advertised, peerUrl)
     yield* Effect.forkScoped(agent.run)

@@ -21,14 +21,18 @@
  * (`…/files/{name}`) into a new directory beside the image store's, hashing it as it streams
  * and stopping it at its listed size, checks each size and hash against the list, and only then
  * moves the directory into place: a failed or partial fetch leaves nothing a restore could take.
- * Every request carries its own bearer (`MoveToken.imageToken`: the session, both hosts, an
- * issue time and a random nonce), which the image host takes once, within
- * `MoveToken.imageBearerWindowMs` of its issue (`MoveToken.imageNonces`); the listing carries the
- * image host's `MoveToken.imageProof` (the files with their hashes, both hosts and the listing
- * request's nonce), checked in constant time before anything is fetched. So an address that
- * relays a real agent's listing cannot serve other contents, nor replay an older listing, and a
- * bearer seen once opens nothing later. A listing without hashes (an image host older than
- * this) is refused: the resume boots fresh, as without an image.
+ * Every request carries its own bearer (`MoveToken.imageToken`: the session, both hosts, what it
+ * opens — the listing or one file by name —, an issue time and a random nonce), which the image
+ * host takes once, within `MoveToken.imageBearerWindowMs` of its issue (`MoveToken.imageNonces`);
+ * the listing carries the image host's own peer URL and its `MoveToken.imageProof` (the files
+ * with their hashes, that URL, both hosts and the listing request's nonce), checked in constant
+ * time before anything is fetched, and the files are fetched from that URL (or from the
+ * operator's `ENGRAM_PEERS` entry for the image host), not from the coordinator's. So an address
+ * that relays a real agent's listing cannot serve other contents, nor replay an older listing,
+ * nor read the files (they do not pass it, and the listing's bearer opens none), and a bearer
+ * seen once opens nothing later. An image host older than this answers its bearer with 401
+ * before listing (its bearers differ); a listing without hashes is refused too. Either way the
+ * resume boots fresh, as without an image.
  *
  * A fetch's listing is bounded by `listingBoundMs` (the floor `imageFetchFloorMs`, or the
  * session's memory at the floor rate `ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`, whichever is longer:
@@ -47,7 +51,7 @@ import { pipeline } from "node:stream/promises"
 import type { ReadableStream as NodeReadableStream } from "node:stream/web"
 import type { ImageStore } from "@engram/runtime"
 import { Clock, Data, Effect, Schema, Stream } from "effect"
-import { imageProof, imageToken, newImageBearer, tokensEqual } from "./MoveToken.js"
+import { imageProof, type ImageRoute, imageToken, newImageBearer, tokensEqual } from "./MoveToken.js"
 
 /** One file of a session's image directory, as the image host lists it: its SHA-256 in hex. */
 export const ImageFile = Schema.Struct({ name: Schema.String, bytes: Schema.Number, sha256: Schema.String })
@@ -65,6 +69,8 @@ export interface ImageListing {
  */
 export const ListingAnswer = Schema.Struct({
   files: Schema.Array(Schema.Struct({ name: Schema.String, bytes: Schema.Number, sha256: Schema.optional(Schema.String) })),
+  /** The image host's own peer URL (what its agent advertises), where the files are fetched; null: none. */
+  peerUrl: Schema.optional(Schema.NullOr(Schema.String)),
   proof: Schema.String,
 })
 
@@ -103,8 +109,11 @@ export const listingBoundMs = (memMib: number, minMibPerSec: number, floorMs: nu
 /** The session's image directory in `images` (where its `image` file lives). */
 const dirOf = (images: ImageStore.ImageStore, sessionId: string): string => dirname(images.pathFor(sessionId))
 
-/** The sidecar of a session's image directory holding its files' hashes; names from `~` are never listed. */
+/** The sidecar of a session's image directory holding its files' hashes; it and its temporaries are never listed. */
 const sidecar = "~sha256.json"
+
+/** Whether `name` is the sidecar or one of its temporaries (`~sha256.json.<pid>.<random>`). */
+const isSidecar = (name: string): boolean => name === sidecar || name.startsWith(`${sidecar}.`)
 
 interface Entry {
   readonly name: string
@@ -112,12 +121,12 @@ interface Entry {
   readonly mtimeMs: number
 }
 
-/** The regular files of `dir` by name (not the sidecar's nor its temporaries, `~…`); undefined when it cannot be read. */
+/** The regular files of `dir` by name (every one but the sidecar and its temporaries); undefined when it cannot be read. */
 const entriesOf = async (dir: string): Promise<Entry[] | undefined> => {
   try {
     const out: Entry[] = []
     for (const name of (await readdir(dir)).sort()) {
-      if (name.startsWith("~")) continue
+      if (isSidecar(name)) continue
       const st = await lstat(join(dir, name))
       if (st.isFile()) out.push({ name, bytes: st.size, mtimeMs: st.mtimeMs })
     }
@@ -152,12 +161,16 @@ const writeHashes = async (dir: string, hashes: Hashes): Promise<void> => {
   await rename(tmp, join(dir, sidecar))
 }
 
+/** A warm hashing stopped because its image is no longer wanted here (`warmHashes`'s `goOn`). */
+class WarmStopped extends Error {}
+
 /**
  * The hashes of `entries` in `dir`: the sidecar's where its size and time still match, else
  * hashed now, and the sidecar written (its failure thrown when `keep`, else ignored: the hashes
- * are still good for this answer).
+ * are still good for this answer). `goOn`, when given, is asked before each file is hashed: false
+ * stops the hashing (`WarmStopped` thrown, the sidecar left as it was).
  */
-const hashesOf = async (dir: string, entries: readonly Entry[], keep: boolean): Promise<Hashes> => {
+const hashesOf = async (dir: string, entries: readonly Entry[], keep: boolean, goOn?: () => Promise<boolean>): Promise<Hashes> => {
   const known = await readHashes(dir)
   const out: Record<string, Hashes[string]> = {}
   let changed = false
@@ -165,6 +178,7 @@ const hashesOf = async (dir: string, entries: readonly Entry[], keep: boolean): 
     const k = known[e.name]
     if (k !== undefined && k.bytes === e.bytes && k.mtimeMs === e.mtimeMs && typeof k.sha256 === "string") out[e.name] = k
     else {
+      if (goOn !== undefined && !(await goOn())) throw new WarmStopped()
       out[e.name] = { bytes: e.bytes, mtimeMs: e.mtimeMs, sha256: await sha256Of(join(dir, e.name)) }
       changed = true
     }
@@ -203,11 +217,11 @@ const oneAtATime = <A>(dir: string, f: () => Promise<A>): Promise<A> => {
  * (gone while hashed: the image removed or restored), and when `keep`, when the sidecar cannot
  * be written.
  */
-const hashedListing = (dir: string, keep: boolean): Promise<ImageListing | undefined> =>
+const hashedListing = (dir: string, keep: boolean, goOn?: () => Promise<boolean>): Promise<ImageListing | undefined> =>
   oneAtATime(dir, async () => {
     const entries = await entriesOf(dir)
     if (entries === undefined || !entries.some((f) => f.name === "image")) return undefined
-    const hashes = await hashesOf(dir, entries, keep)
+    const hashes = await hashesOf(dir, entries, keep, goOn)
     return { files: entries.map((e) => ({ name: e.name, bytes: e.bytes, sha256: hashes[e.name]!.sha256 })) }
   })
 
@@ -230,14 +244,27 @@ export class ImageHashError extends Data.TaggedError("ImageHashError")<{
 /**
  * Hashes `sessionId`'s descent image as the listing does and keeps the hashes in its sidecar,
  * so the image host's first listing of it answers at once: what an agent runs in the background
- * once a descent's image and tag are written. Succeeds with the files hashed (none when the
+ * once a descent's image and tag are written. `goOn` is asked before each file is hashed (whether
+ * the session is still descended with its image here): false stops the hashing, the sidecar left
+ * as it was (`stopped: true`, no file counted). Succeeds with the files hashed (none when the
  * directory holds no image); fails when a file cannot be read or the sidecar cannot be written.
  */
-export const warmHashes = (images: ImageStore.ImageStore, sessionId: string): Effect.Effect<{ readonly files: number; readonly bytes: number }, ImageHashError> =>
+export const warmHashes = (
+  images: ImageStore.ImageStore,
+  sessionId: string,
+  goOn: Effect.Effect<boolean> = Effect.succeed(true),
+): Effect.Effect<{ readonly files: number; readonly bytes: number; readonly stopped: boolean }, ImageHashError> =>
   Effect.tryPromise({
-    try: () => hashedListing(dirOf(images, sessionId), true),
+    try: () =>
+      hashedListing(dirOf(images, sessionId), true, () => Effect.runPromise(goOn)).then(
+        (l) => ({ files: l?.files.length ?? 0, bytes: (l?.files ?? []).reduce((sum, f) => sum + f.bytes, 0), stopped: false }),
+        (e: unknown) => {
+          if (e instanceof WarmStopped) return { files: 0, bytes: 0, stopped: true }
+          throw e
+        },
+      ),
     catch: (e) => new ImageHashError({ sessionId, message: e instanceof Error ? e.message : String(e) }),
-  }).pipe(Effect.map((l) => ({ files: l?.files.length ?? 0, bytes: (l?.files ?? []).reduce((sum, f) => sum + f.bytes, 0) })))
+  })
 
 /** A stream of one listed file of `sessionId`'s image directory; undefined when `name` is not one (no path is built from an unlisted name). */
 export const fileStream = (images: ImageStore.ImageStore, sessionId: string, name: string): Effect.Effect<{ readonly bytes: number; readonly body: Stream.Stream<Uint8Array, Error> } | undefined> =>
@@ -263,10 +290,12 @@ export interface Fetched {
 }
 
 /**
- * Fetches `sessionId`'s image from the agent of `imageHostId` at `peerUrl` into `images` (this
- * host is `me`). Fails with `ImageFetchError` (nothing left behind) when the peer cannot be
- * reached, refuses, has no image, lists no hashes, a file's size or contents differ from its
- * listing, or a bound passes (`listingBoundMs` of `memMib` and `fetchBoundMs` of the listed
+ * Fetches `sessionId`'s image from the agent of `imageHostId` into `images` (this host is `me`):
+ * the listing from `peerUrl`, the files from the peer URL the listing proves (the image host's
+ * own), or from `peerUrl` too when `peerUrlTrusted` (the operator's `ENGRAM_PEERS` entry, not
+ * the coordinator's word). Fails with `ImageFetchError` (nothing left behind) when the peer
+ * cannot be reached, refuses, has no image, lists no hashes, names no peer URL of its own (and
+ * `peerUrl` is not trusted), a file's size or contents differ from its listing, or a bound passes (`listingBoundMs` of `memMib` and `fetchBoundMs` of the listed
  * bytes at `minMibPerSec`, `stallMs` without a byte).
  * Each request's bearer is issued at the Effect `Clock`'s time.
  */
@@ -275,6 +304,12 @@ export const fetchImage = (o: {
   readonly sessionId: string
   readonly imageHostId: string
   readonly peerUrl: string
+  /**
+   * Whether `peerUrl` is the operator's (`ENGRAM_PEERS`): the files are then fetched from it as
+   * the listing; otherwise (default; a URL the coordinator gave, which a stolen host token could
+   * have reported) only from the peer URL the image host names under its listing's proof.
+   */
+  readonly peerUrlTrusted?: boolean
   readonly me: string
   readonly secret: string
   /** The floor rate of the listing's and the files' bounds (MiB/s). */
@@ -289,7 +324,8 @@ export const fetchImage = (o: {
   const fail = (message: string) => new ImageFetchError({ sessionId: o.sessionId, imageHostId: o.imageHostId, message })
   const floorMs = o.floorMs ?? imageFetchFloorMs
   const stallMs = o.stallMs ?? imageFetchStallMs
-  const base = `${o.peerUrl.replace(/\/+$/, "")}/v1/peer/images/${encodeURIComponent(o.sessionId)}`
+  const baseOf = (peerUrl: string) => `${peerUrl.replace(/\/+$/, "")}/v1/peer/images/${encodeURIComponent(o.sessionId)}`
+  const base = baseOf(o.peerUrl)
   const query = `?for=${encodeURIComponent(o.me)}`
   const final = dirOf(o.images, o.sessionId)
   // Beside the sessions' directories under a name no session id takes (`~` is outside the id rule).
@@ -298,18 +334,19 @@ export const fetchImage = (o: {
     Effect.tryPromise({
       try: async (signal) => {
         // A bearer of its own for every request: the image host takes each nonce once.
-        const bearer = () => {
+        // Each bound to what it opens: a relay that saw the listing's opens no file with it.
+        const bearer = (opens: ImageRoute) => {
           const b = newImageBearer(clock.currentTimeMillisUnsafe())
-          return { nonce: b.nonce, headers: { authorization: `Bearer ${imageToken(o.secret, o.sessionId, o.imageHostId, o.me, b)}` } }
+          return { nonce: b.nonce, headers: { authorization: `Bearer ${imageToken(o.secret, o.sessionId, o.imageHostId, o.me, opens, b)}` } }
         }
         // The image host may hash the image before it answers (its first listing of it).
         const listingMs = listingBoundMs(o.memMib ?? 0, o.minMibPerSec, floorMs)
         const listingBound = AbortSignal.timeout(listingMs)
-        const first = bearer()
+        const first = bearer({ _tag: "Listing" })
         const res = await fetch(`${base}${query}`, { headers: first.headers, signal: AbortSignal.any([signal, listingBound]) }).catch((e: unknown) => {
           throw listingBound.aborted ? fail(`the image host did not answer the listing within ${listingMs} ms`) : e
         })
-        if (res.status !== 200) throw fail(`the image host answered ${res.status} to the listing`)
+        if (res.status !== 200) throw fail(`the image host answered ${res.status} to the listing${res.status === 401 ? " (an image host older than this agent, or a rotated peer secret?)" : ""}`)
         const list = Schema.decodeUnknownSync(ListingAnswer)(await res.json())
         // An image host older than content hashes: its files could not be checked.
         const files: ImageFile[] = []
@@ -318,15 +355,20 @@ export const fetchImage = (o: {
           files.push({ name: f.name, bytes: f.bytes, sha256: f.sha256 })
         }
         // Nothing is taken from an address that cannot prove it holds the peer secret.
-        if (!tokensEqual(list.proof, imageProof(o.secret, o.sessionId, o.imageHostId, o.me, first.nonce, files))) throw fail("the image host's listing carries no valid proof that it holds the peer secret")
+        const ownUrl = list.peerUrl ?? null
+        if (!tokensEqual(list.proof, imageProof(o.secret, o.sessionId, o.imageHostId, o.me, first.nonce, ownUrl, files))) throw fail("the image host's listing carries no valid proof that it holds the peer secret")
+        // The files come from the image host itself: the URL it proves (a relay that passed the
+        // listing on sees none of them), unless the operator named the URL asked.
+        if (o.peerUrlTrusted !== true && ownUrl === null) throw fail("the image host names no peer URL of its own in its listing (it advertises none), and this agent fetches files only from that URL or from its ENGRAM_PEERS entry")
+        const filesBase = o.peerUrlTrusted === true || ownUrl === null ? base : baseOf(ownUrl)
         const listedBytes = files.reduce((sum, f) => sum + f.bytes, 0)
         const boundMs = fetchBoundMs(listedBytes, o.minMibPerSec, floorMs)
         const bound = AbortSignal.timeout(boundMs)
         await mkdir(staging, { recursive: true, mode: 0o700 })
         let bytes = 0
         for (const file of files) {
-          // A listed name is a plain file name: anything with a separator, a dot-name or the sidecar's `~` is refused.
-          if (file.name === "" || file.name === "." || file.name === ".." || file.name.startsWith("~") || /[/\\\0]/.test(file.name))
+          // A listed name is a plain file name: anything with a separator, a dot-name or the sidecar's name is refused.
+          if (file.name === "" || file.name === "." || file.name === ".." || isSidecar(file.name) || /[/\\\0]/.test(file.name))
             throw fail(`the image host listed a bad file name ${JSON.stringify(file.name)}`)
           // No byte for `stallMs`: the stream is cut.
           const stall = new AbortController()
@@ -338,7 +380,7 @@ export const fetchImage = (o: {
                 ? fail(`the image host sent no byte of ${file.name} for ${stallMs} ms`)
                 : undefined
           try {
-            const got = await fetch(`${base}/files/${encodeURIComponent(file.name)}${query}`, { headers: bearer().headers, signal: AbortSignal.any([signal, bound, stall.signal]) })
+            const got = await fetch(`${filesBase}/files/${encodeURIComponent(file.name)}${query}`, { headers: bearer({ _tag: "File", name: file.name }).headers, signal: AbortSignal.any([signal, bound, stall.signal]) })
             if (got.status !== 200 || got.body === null) throw fail(`the image host answered ${got.status} for ${file.name}`)
             const path = join(staging, file.name)
             // Stops at the listed size (a peer that sends more fills no disk), and hashes what passes.

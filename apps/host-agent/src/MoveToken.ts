@@ -6,8 +6,8 @@
  * answer to a prepare carries `HMAC-SHA256(secret, move id, source, target, endpoint)` under a
  * label of its own, so an address that is not a fleet agent's (a peer URL a stolen host token
  * reported) gets no guest RAM. Host tokens never travel between agents. Image bearers
- * (`imageToken`) carry an issue time and a nonce besides: each is good for one request, within
- * `imageBearerWindowMs` of its issue.
+ * (`imageToken`) carry an issue time, a nonce and the route they open besides: each is good for
+ * one request, to the listing or to one file, within `imageBearerWindowMs` of its issue.
  */
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
 
@@ -38,28 +38,37 @@ export interface ImageBearer {
 }
 
 /**
- * The bearer of one request for a session's descent image to the host holding it
- * (`GET /v1/peer/images/{session}` and each file of it), by the host its resume was placed on:
- * `<issued at ms>.<nonce>.<HMAC over the session, both hosts, the issue time and the nonce>`.
- * Bound to the session and both hosts (a leaked one opens no other session's image), good for one
- * request within `imageBearerWindowMs` of its issue (the image host refuses its nonce a second
- * time, and it once the window has passed).
+ * What one image bearer opens on the image host: the listing (`GET /v1/peer/images/{session}`)
+ * or one file of it by name (`…/files/{name}`); a bearer opens nothing else.
  */
-export const imageToken = (secret: string, sessionId: string, imageHostId: string, requesterHostId: string, b: ImageBearer): string =>
-  `${b.issuedAtMs}.${b.nonce}.${mac(secret, ["engram-image/v2", sessionId, imageHostId, requesterHostId, String(b.issuedAtMs), b.nonce])}`
+export type ImageRoute = { readonly _tag: "Listing" } | { readonly _tag: "File"; readonly name: string }
+
+const routePart = (r: ImageRoute): string => (r._tag === "Listing" ? "listing" : `files/${r.name}`)
+
+/**
+ * The bearer of one request for a session's descent image to the host holding it, by the host
+ * its resume was placed on: `<issued at ms>.<nonce>.<HMAC over the session, both hosts, what it
+ * opens (the listing, or one file by name), the issue time and the nonce>`. Bound to the session,
+ * both hosts and its route (a leaked one opens no other session's image, and a listing's bearer
+ * no file), good for one request within `imageBearerWindowMs` of its issue (the image host
+ * refuses its nonce a second time, and it once the window has passed).
+ */
+export const imageToken = (secret: string, sessionId: string, imageHostId: string, requesterHostId: string, opens: ImageRoute, b: ImageBearer): string =>
+  `${b.issuedAtMs}.${b.nonce}.${mac(secret, ["engram-image/v3", sessionId, imageHostId, requesterHostId, routePart(opens), String(b.issuedAtMs), b.nonce])}`
 
 /** A fresh bearer's parts at `nowMs`: 16 random bytes of nonce. */
 export const newImageBearer = (nowMs: number): ImageBearer => ({ issuedAtMs: nowMs, nonce: randomBytes(16).toString("hex") })
 
 /**
- * The parts of `token` when it is `imageToken` for the session and both hosts (its HMAC compared
- * in constant time); undefined otherwise. Its age and nonce are `ImageNonces`'s to judge.
+ * The parts of `token` when it is `imageToken` for the session, both hosts and the route it is
+ * presented to (its HMAC compared in constant time); undefined otherwise. Its age and nonce are
+ * `ImageNonces`'s to judge.
  */
-export const imageBearerOf = (secret: string, token: string, sessionId: string, imageHostId: string, requesterHostId: string): ImageBearer | undefined => {
+export const imageBearerOf = (secret: string, token: string, sessionId: string, imageHostId: string, requesterHostId: string, opens: ImageRoute): ImageBearer | undefined => {
   const m = /^(\d{1,15})\.([0-9a-f]{32})\.[0-9a-f]{64}$/.exec(token)
   if (m === null) return undefined
   const b = { issuedAtMs: Number(m[1]), nonce: m[2]! }
-  return tokensEqual(token, imageToken(secret, sessionId, imageHostId, requesterHostId, b)) ? b : undefined
+  return tokensEqual(token, imageToken(secret, sessionId, imageHostId, requesterHostId, opens, b)) ? b : undefined
 }
 
 /**
@@ -85,10 +94,12 @@ export type ImageNonces = ReturnType<typeof imageNonces>
 
 /**
  * The image host's proof, in its listing of a session's image files, that it holds the peer
- * secret: bound to the session, both hosts, the listing request's nonce and the files it lists
- * (names, sizes and SHA-256 of their contents), so an address that is not a fleet agent's (a
- * peer URL a stolen host token reported) can neither make up a listing, nor replay an older
- * one, nor relay a real one and serve other contents (the fetcher checks each file's hash).
+ * secret: bound to the session, both hosts, the listing request's nonce, the peer URL the image
+ * host serves the files at (the one its agent advertises; "" for none) and the files it lists
+ * (names, sizes and SHA-256 of their contents). So an address that is not a fleet agent's (a peer
+ * URL a stolen host token reported) can neither make up a listing, nor replay an older one, nor
+ * relay a real one and serve other contents (the fetcher checks each file's hash), nor have the
+ * files fetched through it (the fetcher takes them from the proven URL).
  */
 export const imageProof = (
   secret: string,
@@ -96,8 +107,9 @@ export const imageProof = (
   imageHostId: string,
   requesterHostId: string,
   nonce: string,
+  peerUrl: string | null,
   files: readonly { readonly name: string; readonly bytes: number; readonly sha256: string }[],
-): string => mac(secret, ["engram-image-host/v2", sessionId, imageHostId, requesterHostId, nonce, JSON.stringify(files.map((f) => [f.name, f.bytes, f.sha256]))])
+): string => mac(secret, ["engram-image-host/v3", sessionId, imageHostId, requesterHostId, nonce, peerUrl ?? "", JSON.stringify(files.map((f) => [f.name, f.bytes, f.sha256]))])
 
 /** The bearer for a host agent's status endpoint (operators and tests). */
 export const statusToken = (secret: string, hostId: string): string => mac(secret, ["engram-status/v1", hostId])

@@ -4,16 +4,18 @@
  * resident and incoming. Every request carries a bearer: the move token for move routes, the
  * status token for the status (MoveToken.ts); a prepare's answer carries the target's proof that it
  * holds the peer secret (`prepareProof`). Image requests (`ImageFetch`) carry a bearer good for
- * one request within `imageBearerWindowMs` of its issue (its nonce is refused a second time). A target's refusal is a 409 `PeerError`; for a
+ * one request, to the listing or to one file by name, within `imageBearerWindowMs` of its issue
+ * (its nonce is refused a second time); the listing names this agent's own peer URL under its
+ * proof, where the fetcher takes the files. A target's refusal is a 409 `PeerError`; for a
  * commit it means the guest does not run here (MoveTarget.ts).
  */
 import { createServer } from "node:http"
-import { Context, Effect, Layer, Schema } from "effect"
+import { Clock, Context, Effect, Layer, Schema } from "effect"
 import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { NodeHttpServer } from "@effect/platform-node"
 import type { ImageStore } from "@engram/runtime"
 import * as ImageFetch from "./ImageFetch.js"
-import { imageBearerOf, imageBearerWindowMs, type ImageNonces, imageNonces, imageProof, moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
+import { imageBearerOf, imageBearerWindowMs, type ImageNonces, imageNonces, imageProof, type ImageRoute, moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
 import type { MoveHeader, MoveTarget } from "./MoveTarget.js"
 
 const Header = Schema.Struct({
@@ -34,8 +36,13 @@ export interface PeerServerDeps {
   readonly status: Effect.Effect<unknown>
   /** The image store whose descent images peers may fetch (`ImageFetch`); omitted: none served. */
   readonly images?: ImageStore.ImageStore | undefined
-  /** The clock image bearers are judged by (epoch ms); default the system's. */
-  readonly nowMs?: () => number
+  /**
+   * The peer URL this agent advertises (`Host`'s, known once the server listens): the listing
+   * names it under its proof, and the fetcher takes the files from it, not from the address it
+   * asked for the listing (a relay). Omitted or null: none named (only a fetcher told this host's
+   * URL by its operator, `ENGRAM_PEERS`, then takes the files).
+   */
+  readonly peerUrl?: Effect.Effect<string | null> | undefined
 }
 
 const bearer = (req: HttpServerRequest.HttpServerRequest) => {
@@ -59,19 +66,21 @@ const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(de
   })
 
 /**
- * The session of an image request whose bearer is `MoveToken.imageToken` for it, this host and
- * the requesting host (`?for=`), its HMAC compared in constant time, issued within
- * `MoveToken.imageBearerWindowMs` of this host's clock and its nonce not taken before (`nonces`);
- * else the 401 to answer. The listing's nonce is answered with it (its proof is bound to it).
+ * The session of an image request whose bearer is `MoveToken.imageToken` for it, this host, the
+ * requesting host (`?for=`) and this route (the listing, or the file named in the path), its HMAC
+ * compared in constant time, issued within `MoveToken.imageBearerWindowMs` of this host's clock
+ * (the Effect `Clock`) and its nonce not taken before (`nonces`); else the 401 to answer. The
+ * listing's nonce is answered with it (its proof is bound to it).
  */
-const authorizedImage = (deps: PeerServerDeps, nonces: ImageNonces) =>
+const authorizedImage = (deps: PeerServerDeps, nonces: ImageNonces, opens: (name: string | undefined) => ImageRoute | undefined) =>
   Effect.gen(function* () {
     const req = yield* HttpServerRequest.HttpServerRequest
-    const { id } = yield* HttpRouter.params
+    const { id, name } = yield* HttpRouter.params
     const requester = new URL(req.url, "http://peer").searchParams.get("for")
-    const b = id === undefined || requester === null || requester === "" ? undefined : imageBearerOf(deps.secret, bearer(req), id, deps.hostId, requester)
+    const route = opens(name)
+    const b = id === undefined || requester === null || requester === "" || route === undefined ? undefined : imageBearerOf(deps.secret, bearer(req), id, deps.hostId, requester, route)
     if (id === undefined || requester === null || b === undefined) return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "invalid image token" }) }
-    const judged = nonces.admit(b, (deps.nowMs ?? Date.now)())
+    const judged = nonces.admit(b, yield* Clock.currentTimeMillis)
     if (judged === "expired") return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: `image token expired (issued more than ${imageBearerWindowMs / 60_000} minutes from this host's clock)` }) }
     if (judged === "replayed") return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "image token already used" }) }
     return { _tag: "Ok" as const, sessionId: id, requester, nonce: b.nonce }
@@ -119,17 +128,20 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonces = imageNonces()
       "GET",
       "/v1/peer/images/:id",
       Effect.gen(function* () {
-        const a = yield* authorizedImage(deps, nonces)
+        const a = yield* authorizedImage(deps, nonces, () => ({ _tag: "Listing" }))
         if (a._tag === "Bad") return a.response
         const listed = deps.images === undefined ? undefined : yield* ImageFetch.listing(deps.images, a.sessionId)
-        return listed === undefined ? noImage(a.sessionId) : json(200, { ...listed, proof: imageProof(deps.secret, a.sessionId, deps.hostId, a.requester, a.nonce, listed.files) })
+        if (listed === undefined) return noImage(a.sessionId)
+        // Where the fetcher takes the files: this agent's own URL, under the proof (not a relay's).
+        const peerUrl = deps.peerUrl === undefined ? null : yield* deps.peerUrl
+        return json(200, { ...listed, peerUrl, proof: imageProof(deps.secret, a.sessionId, deps.hostId, a.requester, a.nonce, peerUrl, listed.files) })
       }),
     ),
     HttpRouter.add(
       "GET",
       "/v1/peer/images/:id/files/:name",
       Effect.gen(function* () {
-        const a = yield* authorizedImage(deps, nonces)
+        const a = yield* authorizedImage(deps, nonces, (name) => (name === undefined ? undefined : { _tag: "File", name }))
         if (a._tag === "Bad") return a.response
         const { name } = yield* HttpRouter.params
         const file = deps.images === undefined || name === undefined ? undefined : yield* ImageFetch.fileStream(deps.images, a.sessionId, name)

@@ -100,6 +100,37 @@ describe("the agent reconciles with the coordinator's assignments", () => {
       assert.deepStrictEqual(listed?.files.map((x) => [x.name, x.sha256]), files.map((n) => [n, kept[n]!.sha256]))
     }))
 
+  effect("the background hashing of a descent image asks whether the session is still descended with its image here: not once it is restored, nor once its image is removed", () =>
+    Effect.gen(function* () {
+      // The agent's question, kept (the hashing itself answers at once).
+      const asked = new Map<string, Effect.Effect<boolean>>()
+      const f = yield* makeFleet([{ hostId: "a" }], {
+        warmImage: (_hostId, sessionId, goOn) => Effect.sync(() => void asked.set(sessionId, goOn)).pipe(Effect.as({ files: 0, bytes: 0, stopped: false })),
+      })
+      const a = f.hosts[0]!
+      yield* f.coordinator.addSession("s1", "a", 512)
+      yield* f.settle(2)
+      yield* f.coordinator.setState("s1", "descending")
+      yield* f.settle(2)
+      assert.strictEqual((yield* f.coordinator.get).sessions.get("s1")?.state, "descended")
+      const goOn = asked.get("s1")
+      assert.isDefined(goOn, "the agent asked for no hashing of s1's image")
+      // Descended, its image here: go on.
+      assert.isTrue(yield* goOn!)
+      // Resumed here: restored from its image (resident, the image then removed): stop.
+      yield* f.coordinator.addSession("s1", "a", 512)
+      yield* f.settle(2)
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => v.vmId), ["s1"])
+      assert.isFalse(yield* goOn!)
+      // Descended again, then its image removed: stop.
+      yield* f.coordinator.setState("s1", "descending")
+      yield* f.settle(2)
+      const again = asked.get("s1")!
+      assert.isTrue(yield* again)
+      yield* a.images.remove("s1")
+      assert.isFalse(yield* again)
+    }))
+
   effect("a VM the coordinator no longer assigns here (ended or lost) is destroyed", () =>
     Effect.gen(function* () {
       const f = yield* fleetOf

@@ -12,17 +12,21 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { ImageStore, SimRuntime } from "@engram/runtime"
-import { Effect } from "effect"
+import { Clock, Effect } from "effect"
+import { TestClock } from "effect/testing"
 import * as ImageFetch from "../src/ImageFetch.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
-import { imageBearerWindowMs, imageNonces, imageProof, newImageBearer } from "../src/MoveToken.js"
+import { imageBearerWindowMs, imageNonces, imageProof, imageToken, newImageBearer } from "../src/MoveToken.js"
 import * as PeerServer from "../src/PeerServer.js"
 import { makeResidents } from "../src/Residents.js"
 
 const SECRET = "image-fetch-test-secret"
 
-/** The image host `a`'s peer server over an image store holding session `s1`'s directory; its clock is `clock.nowMs` (default the system's). */
-const serveImages = (clock: { nowMs: number | undefined } = { nowMs: undefined }) => Effect.gen(function* () {
+/**
+ * The image host `a`'s peer server over an image store holding session `s1`'s directory, its
+ * clock the Effect `Clock`; it names its own URL in its listings unless `advertises` is false.
+ */
+const serveImages = (o: { readonly advertises?: boolean } = {}) => Effect.gen(function* () {
   const images = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-a-")))
   const dir = join(images.root, "s1")
   mkdirSync(dir, { recursive: true })
@@ -33,20 +37,24 @@ const serveImages = (clock: { nowMs: number | undefined } = { nowMs: undefined }
   const runtime = yield* SimRuntime.make()
   const residents = yield* makeResidents("a", null, () => Effect.void)
   const target = yield* makeMoveTarget("a", runtime, residents)
-  const port = yield* PeerServer.serve({ hostId: "a", secret: SECRET, target, status: Effect.succeed({}), images, nowMs: () => clock.nowMs ?? Date.now() }, { port: 0, host: "127.0.0.1" })
+  // Its advertised URL is known once it listens (as an agent's).
+  const advertised: { url: string | null } = { url: null }
+  const port = yield* PeerServer.serve({ hostId: "a", secret: SECRET, target, status: Effect.succeed({}), images, peerUrl: Effect.sync(() => advertised.url) }, { port: 0, host: "127.0.0.1" })
+  if (o.advertises !== false) advertised.url = `http://127.0.0.1:${port}`
   return { port, dir }
 })
 
-const fetchInto = (images: ImageStore.ImageStore, port: number, secret = SECRET) =>
-  ImageFetch.fetchImage({ images, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${port}`, me: "b", secret, minMibPerSec: 50, floorMs: 30_000 })
+/** A fetch of `s1` from `a` asked at `port` (the coordinator's URL for `a`, unless `trusted`: the operator's). */
+const fetchInto = (images: ImageStore.ImageStore, port: number, secret = SECRET, trusted = false) =>
+  ImageFetch.fetchImage({ images, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${port}`, peerUrlTrusted: trusted, me: "b", secret, minMibPerSec: 50, floorMs: 30_000 })
 
 /** The nonce of a request's image bearer (`<issued at>.<nonce>.<mac>`). */
 const nonceOf = (headers: IncomingHttpHeaders) => (headers.authorization ?? "").slice("Bearer ".length).split(".")[1] ?? ""
 
 const sha256 = (body: string | Buffer) => createHash("sha256").update(body).digest("hex")
 
-/** A listing as the image host `a` would prove it to `b` for the request of `nonce`. */
-const proven = (files: { name: string; bytes: number; sha256: string }[]) => (nonce: string) => ({ files, proof: imageProof(SECRET, "s1", "a", "b", nonce, files) })
+/** A listing as the image host `a` would prove it to `b` for the request of `nonce`, naming no peer URL (the fetches that take it say the asked URL is the operator's). */
+const proven = (files: { name: string; bytes: number; sha256: string }[]) => (nonce: string) => ({ files, peerUrl: null, proof: imageProof(SECRET, "s1", "a", "b", nonce, null, files) })
 
 /** A peer answering every listing with `listing` (given the request's nonce) and every file with `body` (null: two bytes, then nothing more). */
 const lyingPeer = (listing: (nonce: string) => unknown, body: string | null) =>
@@ -74,7 +82,7 @@ const lyingPeer = (listing: (nonce: string) => unknown, body: string | null) =>
  * `upstream` false, with a 503 (the bearer then unused). `swap` gives each file's bytes in place
  * of the real ones.
  */
-const relay = (port: number, o: { readonly upstream?: boolean; readonly swap?: (name: string, real: Buffer) => Buffer } = {}) =>
+const relay = (port: number, o: { readonly upstream?: boolean; readonly swap?: (name: string, real: Buffer) => Buffer; readonly listing?: (real: Record<string, unknown>, relayPort: number) => unknown } = {}) =>
   Effect.acquireRelease(
     Effect.promise(
       () =>
@@ -89,7 +97,16 @@ const relay = (port: number, o: { readonly upstream?: boolean; readonly swap?: (
               const real = Buffer.from(await up.arrayBuffer())
               const name = /\/files\/([^?]+)/.exec(url)?.[1]
               res.writeHead(up.status, { "content-type": up.headers.get("content-type") ?? "application/octet-stream" })
-              res.end(name !== undefined && up.status === 200 && o.swap !== undefined ? o.swap(decodeURIComponent(name), real) : real)
+              const listed = name === undefined && up.status === 200 && o.listing !== undefined
+              const a = server.address()
+              const relayPort = typeof a === "object" && a !== null ? a.port : 0
+              res.end(
+                name !== undefined && up.status === 200 && o.swap !== undefined
+                  ? o.swap(decodeURIComponent(name), real)
+                  : listed
+                    ? JSON.stringify(o.listing!(JSON.parse(real.toString()) as Record<string, unknown>, relayPort))
+                    : real,
+              )
             })
           })
           server.listen(0, "127.0.0.1", () => {
@@ -138,13 +155,13 @@ describe("fetching a descent image from its host", () => {
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
         for (const listing of [
           () => ({ files }),
-          (nonce: string) => ({ files, proof: imageProof("another-secret", "s1", "a", "b", nonce, files) }),
-          (nonce: string) => ({ files, proof: imageProof(SECRET, "s1", "a", "c", nonce, files) }),
+          (nonce: string) => ({ files, peerUrl: null, proof: imageProof("another-secret", "s1", "a", "b", nonce, null, files) }),
+          (nonce: string) => ({ files, peerUrl: null, proof: imageProof(SECRET, "s1", "a", "c", nonce, null, files) }),
           // A listing proven for another request (an older one, replayed).
-          () => ({ files, proof: imageProof(SECRET, "s1", "a", "b", "0".repeat(32), files) }),
+          () => ({ files, peerUrl: null, proof: imageProof(SECRET, "s1", "a", "b", "0".repeat(32), null, files) }),
         ]) {
           const impostor = yield* lyingPeer(listing, "evil")
-          const e = yield* fetchInto(mine, impostor.port).pipe(Effect.flip)
+          const e = yield* fetchInto(mine, impostor.port, SECRET, true).pipe(Effect.flip)
           assert.match(e.message, /proof|does not match|Expected|Missing/)
           assert.deepStrictEqual(readdirSync(mine.root), [])
         }
@@ -175,7 +192,7 @@ describe("fetching a descent image from its host", () => {
         const { port } = yield* serveImages()
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
         const e = yield* fetchInto(mine, port, "another-secret").pipe(Effect.flip)
-        assert.match(e.message, /answered 401/)
+        assert.strictEqual(e.message, "the image host answered 401 to the listing (an image host older than this agent, or a rotated peer secret?)")
         assert.deepStrictEqual(readdirSync(mine.root), [])
       }),
     ))
@@ -185,22 +202,22 @@ describe("fetching a descent image from its host", () => {
       Effect.gen(function* () {
         const short = yield* lyingPeer(proven([{ name: "image", bytes: 100, sha256: sha256("x") }]), "only a few bytes")
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
-        const e = yield* fetchInto(mine, short.port).pipe(Effect.flip)
+        const e = yield* fetchInto(mine, short.port, SECRET, true).pipe(Effect.flip)
         assert.strictEqual(e.message, "image is 16 bytes, the image host listed 100")
         assert.deepStrictEqual(readdirSync(mine.root), [])
         // A peer sending more than it listed is cut off at the listed size (no disk filled).
         const long = yield* lyingPeer(proven([{ name: "image", bytes: 4, sha256: sha256("x") }]), "x".repeat(1 << 20))
-        const over = yield* fetchInto(mine, long.port).pipe(Effect.flip)
+        const over = yield* fetchInto(mine, long.port, SECRET, true).pipe(Effect.flip)
         assert.strictEqual(over.message, "image is longer than the 4 bytes the image host listed")
         assert.deepStrictEqual(readdirSync(mine.root), [])
         const sneaky = yield* lyingPeer(proven([{ name: "../escape", bytes: 4, sha256: sha256("evil") }]), "evil")
-        const bad = yield* fetchInto(mine, sneaky.port).pipe(Effect.flip)
+        const bad = yield* fetchInto(mine, sneaky.port, SECRET, true).pipe(Effect.flip)
         assert.match(bad.message, /bad file name/)
         assert.deepStrictEqual(readdirSync(mine.root), [])
         assert.isFalse(existsSync(join(mine.root, "escape")))
         // A peer that stops sending mid-file is cut off after the stall bound.
         const stalled = yield* lyingPeer(proven([{ name: "image", bytes: 4, sha256: sha256("evil") }]), null)
-        const stall = yield* ImageFetch.fetchImage({ images: mine, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${stalled.port}`, me: "b", secret: SECRET, minMibPerSec: 50, stallMs: 300 }).pipe(Effect.flip)
+        const stall = yield* ImageFetch.fetchImage({ images: mine, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${stalled.port}`, peerUrlTrusted: true, me: "b", secret: SECRET, minMibPerSec: 50, stallMs: 300 }).pipe(Effect.flip)
         assert.strictEqual(stall.message, "the image host sent no byte of image for 300 ms")
         assert.deepStrictEqual(readdirSync(mine.root), [])
       }),
@@ -224,29 +241,85 @@ describe("fetching a descent image from its host", () => {
         const { dir } = yield* serveImages()
         const images = ImageStore.directory(join(dir, ".."))
         assert.isFalse(existsSync(join(dir, "~sha256.json")))
-        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s1"), { files: 3, bytes: 9 + 3 * 1024 * 1024 + 17 + JSON.stringify({ createdAt: 1, lastActiveAt: 2 }).length })
+        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s1"), { files: 3, bytes: 9 + 3 * 1024 * 1024 + 17 + JSON.stringify({ createdAt: 1, lastActiveAt: 2 }).length, stopped: false })
         const kept = JSON.parse(readFileSync(join(dir, "~sha256.json"), "utf8")) as Record<string, { bytes: number; mtimeMs: number; sha256: string }>
         for (const name of ["descent.json", "image", "ram"]) assert.strictEqual(kept[name]?.sha256, sha256(readFileSync(join(dir, name))), name)
         // The listing reads the sidecar rather than the files: a hash put there (same size and time) is what it lists.
         writeFileSync(join(dir, "~sha256.json"), JSON.stringify({ ...kept, ram: { ...kept.ram!, sha256: "f".repeat(64) } }))
         assert.strictEqual((yield* ImageFetch.listing(images, "s1"))?.files.find((f) => f.name === "ram")?.sha256, "f".repeat(64))
         // A directory without an image: nothing hashed.
-        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s2"), { files: 0, bytes: 0 })
+        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s2"), { files: 0, bytes: 0, stopped: false })
       }),
     ))
 
-  it.live("a relay of the image host's real listing that serves other contents of the listed sizes is refused, and nothing is left behind", () =>
+  it.live("a warm hashing asks before each file whether the image is still wanted here, and stops when it is not (the sidecar left as it was)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { dir } = yield* serveImages()
+        const images = ImageStore.directory(join(dir, ".."))
+        // Wanted for the first file only (the session restored, or its image removed, meanwhile).
+        let asked = 0
+        const goOn = Effect.sync(() => ++asked <= 1)
+        assert.deepStrictEqual(yield* ImageFetch.warmHashes(images, "s1", goOn), { files: 0, bytes: 0, stopped: true })
+        assert.strictEqual(asked, 2)
+        assert.isFalse(existsSync(join(dir, "~sha256.json")))
+        // Wanted throughout: asked once a file, every file hashed.
+        asked = -10
+        assert.strictEqual((yield* ImageFetch.warmHashes(images, "s1", goOn)).files, 3)
+        assert.strictEqual(asked, -7)
+        // Nothing left to hash: not asked.
+        assert.isFalse((yield* ImageFetch.warmHashes(images, "s1", Effect.sync(() => false))).stopped)
+      }),
+    ))
+
+  it.live("through a relay (the coordinator's URL for the image host), only the listing passes it: the files come from the image host's proven URL, and the listing's bearer opens no file", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port } = yield* serveImages()
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        // A listing's bearer (captured, never used) opens no file: the relay cannot read the RAM with it.
+        const sniffer = yield* relay(port, { upstream: false })
+        assert.match((yield* fetchInto(mine, sniffer.port).pipe(Effect.flip)).message, /answered 503/)
+        const listingBearer = sniffer.seen[0]!.authorization
+        assert.deepStrictEqual(yield* replay(port, "/v1/peer/images/s1/files/ram?for=b", listingBearer), { status: 401, message: "invalid image token" })
+        // The relay would swap the RAM's bytes for others of its size, as it would read them.
+        const relayed = yield* relay(port, { swap: (name, real) => (name === "ram" ? Buffer.alloc(real.length, 8) : real) })
+        assert.strictEqual((yield* fetchInto(mine, relayed.port)).files, 3)
+        assert.isTrue(readFileSync(join(mine.root, "s1", "ram")).equals(Buffer.alloc(3 * 1024 * 1024 + 17, 7)))
+        // The relay saw the listing's request, and no file's.
+        assert.deepStrictEqual(relayed.seen.map((r) => r.url), ["/v1/peer/images/s1?for=b"])
+        // A relay naming itself as the image host's URL breaks the proof.
+        const rewriting = yield* relay(port, { listing: (real, relayPort) => ({ ...real, peerUrl: `http://127.0.0.1:${relayPort}` }) })
+        const altered = yield* fetchInto(mine, rewriting.port).pipe(Effect.flip)
+        assert.strictEqual(altered.message, "the image host's listing carries no valid proof that it holds the peer secret")
+        assert.deepStrictEqual(rewriting.seen.map((r) => r.url), ["/v1/peer/images/s1?for=b"])
+      }),
+    ))
+
+  it.live("an image host that names no URL of its own has its files fetched only from the operator's URL for it", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port } = yield* serveImages({ advertises: false })
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        const e = yield* fetchInto(mine, port).pipe(Effect.flip)
+        assert.match(e.message, /^the image host names no peer URL of its own in its listing/)
+        assert.deepStrictEqual(readdirSync(mine.root), [])
+        assert.strictEqual((yield* fetchInto(mine, port, SECRET, true)).files, 3)
+      }),
+    ))
+
+  it.live("through the operator's URL, a relay serving other contents of the listed sizes is refused, and nothing is left behind", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const { port } = yield* serveImages()
         const relayed = yield* relay(port, { swap: (name, real) => (name === "ram" ? Buffer.alloc(real.length, 8) : real) })
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
-        const e = yield* fetchInto(mine, relayed.port).pipe(Effect.flip)
+        const e = yield* fetchInto(mine, relayed.port, SECRET, true).pipe(Effect.flip)
         assert.match(e.message, /^ram: content does not match the listing \(SHA-256 [0-9a-f]{64}, listed [0-9a-f]{64}\)$/)
         assert.deepStrictEqual(readdirSync(mine.root), [])
         // The same relay passing the real bytes: fetched.
         const honest = yield* relay(port)
-        assert.strictEqual((yield* fetchInto(mine, honest.port)).files, 3)
+        assert.strictEqual((yield* fetchInto(mine, honest.port, SECRET, true)).files, 3)
       }),
     ))
 
@@ -256,7 +329,7 @@ describe("fetching a descent image from its host", () => {
         const { port } = yield* serveImages()
         const recorded = yield* relay(port)
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
-        assert.strictEqual((yield* fetchInto(mine, recorded.port)).files, 3)
+        assert.strictEqual((yield* fetchInto(mine, recorded.port, SECRET, true)).files, 3)
         const [list, ...files] = recorded.seen
         assert.deepStrictEqual([list?.url, files.length], ["/v1/peer/images/s1?for=b", 3])
         assert.deepStrictEqual(yield* replay(port, list!.url, list!.authorization), { status: 401, message: "image token already used" })
@@ -266,23 +339,40 @@ describe("fetching a descent image from its host", () => {
       }),
     ))
 
-  it.live("a bearer never used is refused once its window has passed on the image host's clock, either way", () =>
+  it.effect("a bearer never used is refused once its window has passed on the image host's clock (the Effect Clock), either way", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const clock: { nowMs: number | undefined } = { nowMs: undefined }
-        const { port } = yield* serveImages(clock)
+        // The TestClock starts at the epoch: a server judging by the system's clock would refuse every bearer issued here.
+        const { port } = yield* serveImages()
         // Bearers seen on their way (the relay answers 503: the image host never saw them).
         const sniffer = yield* relay(port, { upstream: false })
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
-        for (let i = 0; i < 3; i++) assert.match((yield* fetchInto(mine, sniffer.port).pipe(Effect.flip)).message, /answered 503/)
-        const [late, early, inTime] = sniffer.seen
-        clock.nowMs = Date.now() + imageBearerWindowMs + 60_000
-        assert.deepStrictEqual(yield* replay(port, late!.url, late!.authorization), { status: 401, message: "image token expired (issued more than 15 minutes from this host's clock)" })
-        clock.nowMs = Date.now() - imageBearerWindowMs - 60_000
-        assert.deepStrictEqual(yield* replay(port, early!.url, early!.authorization), { status: 401, message: "image token expired (issued more than 15 minutes from this host's clock)" })
-        // Within the window, the same kind of bearer opens the listing.
-        clock.nowMs = undefined
+        for (let i = 0; i < 2; i++) assert.match((yield* fetchInto(mine, sniffer.port).pipe(Effect.flip)).message, /answered 503/)
+        const [inTime, late] = sniffer.seen
+        // Within the window, such a bearer opens the listing.
         assert.strictEqual((yield* replay(port, inTime!.url, inTime!.authorization)).status, 200)
+        // One issued further ahead of the image host's clock than the window.
+        const nowMs = yield* Clock.currentTimeMillis
+        const early = imageToken(SECRET, "s1", "a", "b", { _tag: "Listing" }, newImageBearer(nowMs + imageBearerWindowMs + 60_000))
+        assert.deepStrictEqual(yield* replay(port, "/v1/peer/images/s1?for=b", `Bearer ${early}`), { status: 401, message: "image token expired (issued more than 15 minutes from this host's clock)" })
+        yield* TestClock.adjust(imageBearerWindowMs + 60_000)
+        assert.deepStrictEqual(yield* replay(port, late!.url, late!.authorization), { status: 401, message: "image token expired (issued more than 15 minutes from this host's clock)" })
+      }),
+    ))
+
+  it.live("a file whose name starts with `~` (other than the hashes' sidecar) is listed and fetched like any other", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port, dir } = yield* serveImages()
+        writeFileSync(join(dir, "~notes"), "kept by the runtime")
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        const listed = yield* ImageFetch.listing(ImageStore.directory(join(dir, "..")), "s1")
+        assert.deepStrictEqual(listed?.files.map((f) => f.name), ["descent.json", "image", "ram", "~notes"])
+        assert.strictEqual((yield* fetchInto(mine, port)).files, 4)
+        assert.strictEqual(readFileSync(join(mine.root, "s1", "~notes"), "utf8"), "kept by the runtime")
+        // The sidecar and its temporaries stay unlisted.
+        writeFileSync(join(dir, "~sha256.json.123.abc"), "{}")
+        assert.deepStrictEqual((yield* ImageFetch.listing(ImageStore.directory(join(dir, "..")), "s1"))?.files.map((f) => f.name), ["descent.json", "image", "ram", "~notes"])
       }),
     ))
 })

@@ -67,8 +67,8 @@ describe("a cold resume placed away from its image fetches it from the host hold
   it("the image host's peer server refuses a fetch without the image token", async () => {
     const url = `http://127.0.0.1:${agents.a!.port}/v1/peer/images/nobody?for=b`
     expect((await fetch(url)).status).toBe(401)
-    expect((await fetch(url, { headers: { authorization: `Bearer ${imageToken(PEER_SECRET, "nobody", "a", "c", newImageBearer(Date.now()))}` } })).status).toBe(401)
-    expect((await fetch(url, { headers: { authorization: `Bearer ${imageToken(PEER_SECRET, "nobody", "a", "b", newImageBearer(Date.now()))}` } })).status).toBe(404)
+    expect((await fetch(url, { headers: { authorization: `Bearer ${imageToken(PEER_SECRET, "nobody", "a", "c", { _tag: "Listing" }, newImageBearer(Date.now()))}` } })).status).toBe(401)
+    expect((await fetch(url, { headers: { authorization: `Bearer ${imageToken(PEER_SECRET, "nobody", "a", "b", { _tag: "Listing" }, newImageBearer(Date.now()))}` } })).status).toBe(404)
   })
 
   it("placed on b (a has no room), the session is restored from the image fetched from a, not booted", async () => {

@@ -114,6 +114,8 @@ export interface FleetOptions {
   readonly moveIntent?: boolean
   /** Whether the agents hash their descent images for their listing (`ImageFetch.warmHashes`), as an agent serving peers does; default off. */
   readonly warmImages?: boolean
+  /** In place of `warmImages`' hashing: what a host's agent runs to hash a descent image (e.g. to keep its `goOn`). */
+  readonly warmImage?: (hostId: string, sessionId: string, goOn: Effect.Effect<boolean>) => Effect.Effect<{ readonly files: number; readonly bytes: number; readonly stopped: boolean }>
 }
 
 export const makeFleet = (hosts: readonly { readonly hostId: string; readonly sim?: Partial<SimRuntime.SimConfig> }[], options: FleetOptions = {}) =>
@@ -143,7 +145,8 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
           images,
           link,
           target,
-          ...(options.warmImages === true ? { warmImage: (sessionId: string) => ImageFetch.warmHashes(images, sessionId) } : {}),
+          ...(options.warmImages === true ? { warmImage: (sessionId: string, goOn: Effect.Effect<boolean>) => ImageFetch.warmHashes(images, sessionId, goOn) } : {}),
+          ...(options.warmImage === undefined ? {} : { warmImage: (sessionId: string, goOn: Effect.Effect<boolean>) => options.warmImage!(hostId, sessionId, goOn) }),
         }).pipe(Scope.provide(scope))
         stops.set(hostId, Scope.close(scope, Exit.void))
         return { hostId, agent, runtime, residents, target, images } satisfies TestHost
