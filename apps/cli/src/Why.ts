@@ -6,7 +6,7 @@
 import type { Records } from "@engram/client"
 
 /** The reasons in the order a tie is shown. */
-const order = ["fits_now", "ram_full", "cpu_full", "entries_full", "unmeasured", "cordoned", "draining"]
+const order = ["fits_now", "ram_full", "cpu_full", "entries_full", "unmeasured", "silent", "cordoned", "draining"]
 
 /** `"0/40 hosts have room: 31 ram_full, 6 entries_full, 3 cordoned"`. */
 export const summarize = (noFit: readonly Records.NoFitDetail[]): string => {
@@ -28,6 +28,7 @@ export const meaning: Readonly<Record<string, string>> = {
   cpu_full: "not enough free vCPUs",
   entries_full: "at its limit of reservations (maxEntriesPerNode)",
   unmeasured: "has not reported its size yet",
+  silent: "its agent has not reported for longer than the stale window: takes nothing until it reports again",
   cordoned: "cordoned: takes nothing new",
   draining: "draining: takes nothing new",
   fits_now: "has room now (the queue drains on the next change or reaper pass)",

@@ -125,6 +125,8 @@ describe("reconcile at start-up (SPEC §3)", () => {
     )
     // No coordinator runs while s1's reservation goes stale (no heartbeat).
     await new Promise((r) => setTimeout(r, 250))
+    // Its agent reports again (through a replica starting meanwhile): a host silent for a stale window takes nothing until it does.
+    await Effect.runPromise(store.reportHost("rh", { totalMib: 4096, allocatableMib: 2048, totalVcpus: 4 }))
     // The seed's rule: no failover grace (with one, the start-up reconcile reclaims nothing: below).
     const c = await startCoordinator({ store: Layer.succeed(Store, store), reaper: false, logLevel: "Error", config: { port: 0, adminToken, reclaimGraceMs: 0 } })
     try {
@@ -170,6 +172,8 @@ describe("reconcile at start-up with the failover grace (ENGRAM_RECLAIM_GRACE_MS
     )
     // No coordinator runs while the reservations go stale (no heartbeat).
     await new Promise((r) => setTimeout(r, 250))
+    // gq's agent reports again (through a replica starting meanwhile): a host silent for a stale window takes nothing until it does.
+    await Effect.runPromise(store.reportHost("gq", { totalMib: 8192, allocatableMib: 4096, totalVcpus: 4 }))
     const c = await startCoordinator({ store: Layer.succeed(Store, store), reaper: false, logLevel: "Error", config: { port: 0, adminToken, reclaimGraceMs: 60_000 } })
     try {
       const admin = client(c.url, adminToken)

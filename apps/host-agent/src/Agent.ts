@@ -82,7 +82,8 @@ export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limi
   hostId,
   heartbeatIntervalMs: Math.max(1, Math.floor(heartbeatStaleWindowMs / 3)),
   heartbeatStaleWindowMs,
-  reportIntervalMs: 30_000,
+  // Below the stale window (30 s, or a third of a shorter window): a host that reports less often looks silent (`Placement.isSilent`).
+  reportIntervalMs: Math.min(30_000, Math.max(1, Math.floor(heartbeatStaleWindowMs / 3))),
   pollWaitMs: 20_000,
   retryDelayMs: 1_000,
   maxPreCopyRounds: 6,

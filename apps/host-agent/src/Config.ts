@@ -199,6 +199,15 @@ export const heartbeatIssue = (heartbeatIntervalMs: number, heartbeatStaleWindow
     : `must be less than ${name(staleWindowVariable)} (${heartbeatStaleWindowMs}): a host that heartbeats less often goes stale between its heartbeats`
 
 /**
+ * The rule between the report interval and the stale window: not below the window, the host
+ * looks silent between its reports (`Placement.isSilent`) and takes no placements. Null when it holds.
+ */
+export const reportIssue = (reportIntervalMs: number, heartbeatStaleWindowMs: number, name: Naming = (v) => v): string | null =>
+  reportIntervalMs < heartbeatStaleWindowMs
+    ? null
+    : `must be less than ${name(staleWindowVariable)} (${heartbeatStaleWindowMs}): a host that reports less often looks silent between its reports and takes no placements`
+
+/**
  * The rule between the simulated host's sizes (`ENGRAM_AGENT_MEASURE=fixed`): the system's share
  * is part of the host, so it cannot be larger than it. Null when it holds.
  */
@@ -213,6 +222,9 @@ const timingIssues = (env: Env_): Env.Issue[] => {
   const windowMs = orDefault(staleWindowVariable, Limits.defaults.heartbeatStaleWindowMs)
   const heartbeat = heartbeatMs === undefined || windowMs === undefined || windowMs < 1 ? null : heartbeatIssue(heartbeatMs, windowMs)
   if (heartbeat !== null) issues.push({ variable: "ENGRAM_AGENT_HEARTBEAT_MS", rule: heartbeat, value: env["ENGRAM_AGENT_HEARTBEAT_MS"] })
+  const reportMs = integerOf(env, "ENGRAM_AGENT_REPORT_MS")
+  const report = reportMs === undefined || windowMs === undefined || windowMs < 1 ? null : reportIssue(reportMs, windowMs)
+  if (report !== null) issues.push({ variable: "ENGRAM_AGENT_REPORT_MS", rule: report, value: env["ENGRAM_AGENT_REPORT_MS"] })
   if (env["ENGRAM_AGENT_MEASURE"] === "fixed") {
     const osMib = orDefault("ENGRAM_SIM_OS_MIB", defaultSimHost.osMib)
     const totalMib = orDefault("ENGRAM_SIM_TOTAL_MIB", defaultSimHost.totalMib)
@@ -360,6 +372,10 @@ export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "h
     const heartbeat = windowMs._tag === "Success" && heartbeatMs._tag === "Success" ? given(heartbeatMs.success) : undefined
     const rule = heartbeat === undefined || windowMs._tag !== "Success" ? null : heartbeatIssue(heartbeat.value, windowMs.success, byOptionKey)
     if (rule !== null && heartbeat !== undefined) issues.push({ variable: "config.heartbeatIntervalMs", rule, value: heartbeat.value })
+    const reportMs = yield* Effect.result(timingSettings.reportIntervalMs.parse(source.provider))
+    const report = windowMs._tag === "Success" && reportMs._tag === "Success" ? given(reportMs.success) : undefined
+    const reportRule = report === undefined || windowMs._tag !== "Success" ? null : reportIssue(report.value, windowMs.success, byOptionKey)
+    if (reportRule !== null && report !== undefined) issues.push({ variable: "config.reportIntervalMs", rule: reportRule, value: report.value })
     if (issues.length > 0 || read._tag === "Failure") return yield* new Env.ConfigInvalid({ component: "host agent", issues })
     return { ...defaultAgentConfig(o.hostId, read.success.staleMs), ...o.config, hostId: o.hostId }
   })

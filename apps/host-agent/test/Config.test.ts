@@ -271,6 +271,22 @@ describe("host agent configuration", () => {
     expect(edge.config?.heartbeatIntervalMs).toBe(29_999)
   })
 
+  it("a report interval not below the stale window is refused (the host would look silent between its reports and take no placements); just below is accepted", async () => {
+    const rule = (windowMs: number) =>
+      `must be less than ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${windowMs}): a host that reports less often looks silent between its reports and takes no placements`
+    const equal = await errorOf({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "30000", ENGRAM_AGENT_REPORT_MS: "30000" })
+    expect(equal?.issues).toEqual([{ variable: "ENGRAM_AGENT_REPORT_MS", rule: rule(30_000), value: "30000" }])
+    // The coordinator's default window when the agent is not told another.
+    const overDefault = await errorOf({ ...required, ENGRAM_AGENT_REPORT_MS: "120000" })
+    expect(overDefault?.issues).toEqual([{ variable: "ENGRAM_AGENT_REPORT_MS", rule: rule(120_000), value: "120000" }])
+    const edge = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "30000", ENGRAM_AGENT_REPORT_MS: "29999" }))
+    expect(edge.config?.reportIntervalMs).toBe(29_999)
+    // Unset under a short window, the interval is a third of it (30 s under the default window).
+    const short = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "30000" }))
+    expect(short.config?.reportIntervalMs).toBe(10_000)
+    expect((await Effect.runPromise(fromEnvironment(required))).config?.reportIntervalMs).toBe(30_000)
+  })
+
   it("the assignments poll waits at most the coordinator's 30 s (it never holds one longer); 30 s is accepted", async () => {
     const over = await errorOf({ ...required, ENGRAM_AGENT_POLL_WAIT_MS: "30001" })
     expect(over?.issues).toEqual([
@@ -339,6 +355,18 @@ describe("a program's agent options", () => {
     ])
     // Unset, the interval is a third of the window given.
     expect((await Effect.runPromise(checkedConfig({ hostId: "h", heartbeatStaleWindowMs: 30_000 }))).heartbeatIntervalMs).toBe(10_000)
+  })
+
+  it("a report interval not below the stale window is refused, as from the environment; just below is accepted", async () => {
+    const reportRule = (windowMs: number) =>
+      `must be less than heartbeatStaleWindowMs (${windowMs}): a host that reports less often looks silent between its reports and takes no placements`
+    expect(await issuesOf({ hostId: "h", config: { reportIntervalMs: 120_000 } })).toEqual([["config.reportIntervalMs", reportRule(120_000), 120_000]])
+    expect(await issuesOf({ hostId: "h", heartbeatStaleWindowMs: 30_000, config: { reportIntervalMs: 30_000 } })).toEqual([["config.reportIntervalMs", reportRule(30_000), 30_000]])
+    const edge = await Effect.runPromise(checkedConfig({ hostId: "h", heartbeatStaleWindowMs: 30_000, config: { reportIntervalMs: 29_999 } }))
+    expect(edge.reportIntervalMs).toBe(29_999)
+    // Unset, it is 30 s, or a third of a shorter window.
+    expect((await Effect.runPromise(checkedConfig({ hostId: "h", heartbeatStaleWindowMs: 30_000 }))).reportIntervalMs).toBe(10_000)
+    expect((await Effect.runPromise(checkedConfig({ hostId: "h" }))).reportIntervalMs).toBe(30_000)
   })
 
   it("each setting's own range holds, every issue at once, named by key; a null, an unknown key, a bad flag or template are refused", async () => {

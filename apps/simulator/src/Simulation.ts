@@ -48,9 +48,11 @@ export interface FleetConfig {
   /** A new session's VM boot. */
   readonly startMs: number
   /**
-   * Host agents heartbeat their reservations this often (must stay under the stale window).
-   * `0` models agents that never fail: no heartbeat traffic, and no reservation ever goes
-   * stale (the reaper still runs its reclaim every pass). Heartbeats cost a store call per
+   * Host agents heartbeat their reservations this often (must stay under the stale window),
+   * and report their hosts as often (a host whose agent stops reporting for a stale window is
+   * silent and takes no placements, `Placement.isSilent`). `0` models agents that never fail: no
+   * heartbeat or report traffic, no reservation ever goes stale and no host silent (the reaper
+   * still runs its reclaim every pass). Heartbeats cost a store call per
    * host per interval, which dominates a 1,000-host day, so they are off by default.
    */
   readonly heartbeatIntervalMs: number
@@ -464,6 +466,8 @@ export const run = (workload: Workload, options: RunOptions): Result => {
   const width = String(hostTotal).length
   const hostIds: string[] = []
   const hostIndex = new Map<string, number>()
+  /** Each host's report, by host index: its agent sends it again at every heartbeat. */
+  const reports: { totalMib: number; allocatableMib: number; totalVcpus: number; peerUrl: string }[] = []
   // The simulator's own ledger, from session states alone, to check the store against.
   const capacityMib = new Float64Array(hostTotal)
   const cpuBudget = new Float64Array(hostTotal)
@@ -478,7 +482,9 @@ export const run = (workload: Workload, options: RunOptions): Result => {
       cpuBudget[i] = headroom.cpuBudget ?? Number.POSITIVE_INFINITY
       exec(store.registerHost({ id }))
       // Its agent advertises a peer URL, as every agent of a fleet that moves does: the host takes moves (`Candidate.takesMoves`).
-      exec(store.reportHost(id, { totalMib: shape.memMib, allocatableMib: shape.memMib, totalVcpus: shape.vcpus, peerUrl: `http://${id}.sim:7100` }))
+      const report = { totalMib: shape.memMib, allocatableMib: shape.memMib, totalVcpus: shape.vcpus, peerUrl: `http://${id}.sim:7100` }
+      reports.push(report)
+      exec(store.reportHost(id, report))
     }
   }
   const shadowMib = new Float64Array(hostTotal)
@@ -995,7 +1001,11 @@ export const run = (workload: Workload, options: RunOptions): Result => {
         return
       }
       case HEARTBEAT: {
-        for (const id of hostIds) exec(store.heartbeatHost(id))
+        hostIds.forEach((id, i) => {
+          exec(store.heartbeatHost(id))
+          // Its agent reports too: a host that stopped reporting for a stale window is silent.
+          exec(store.reportHost(id, reports[i] as (typeof reports)[number]))
+        })
         const next = now + fleet.heartbeatIntervalMs
         if (next <= horizon) heap.push(next, HEARTBEAT, 0)
         return

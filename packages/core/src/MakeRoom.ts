@@ -164,6 +164,8 @@ export interface Input {
   readonly allowanceMs?: ReadonlyMap<string, number> | undefined
   readonly costs?: Costs | undefined
   readonly limits?: Limits | undefined
+  /** When the plan is decided (ms): a target silent then (`Placement.isSilent`) takes no move; missing: not judged. */
+  readonly now?: number | undefined
 }
 
 /** The host with `budget` released from it (one entry fewer). */
@@ -174,10 +176,17 @@ const without = (c: FleetHost, budget: Budget): FleetHost => ({
 })
 
 /** The best-fit target for `budget` among `targets` that take moves (the least RAM left after it, ties by id). */
-const bestTarget = (targets: ReadonlyMap<string, Candidate>, budget: Budget, sourceId: string, limits: Limits, allowed: (c: Candidate) => boolean): Candidate | undefined => {
+const bestTarget = (
+  targets: ReadonlyMap<string, Candidate>,
+  budget: Budget,
+  sourceId: string,
+  limits: Limits,
+  allowed: (c: Candidate) => boolean,
+  now: number | undefined,
+): Candidate | undefined => {
   let best: { c: Candidate; left: number } | undefined
   for (const c of targets.values()) {
-    if (!Placement.admits(c, { budget, exclude: sourceId, takesMovesOnly: true }) || !allowed(c) || (c.state ?? "ready") !== "ready" || !Placement.fitsOn(c, budget, limits)) continue
+    if (!Placement.admits(c, { budget, exclude: sourceId, takesMovesOnly: true, now }, limits) || !allowed(c) || (c.state ?? "ready") !== "ready" || !Placement.fitsOn(c, budget, limits)) continue
     const left = (Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY) - budget.memMib
     if (best === undefined || left < best.left || (left === best.left && compareIds(c.id, best.c.id) < 0)) best = { c, left }
   }
@@ -224,7 +233,7 @@ export const plan = (input: Input): Planned[] | null => {
     let largest: typeof pick
     for (const r of movable) {
       if (used.has(r.sessionId)) continue
-      const to = bestTarget(targets, r.budget, src.id, limits, (c) => estimateTo(r, c.id).allowed)
+      const to = bestTarget(targets, r.budget, src.id, limits, (c) => estimateTo(r, c.id).allowed, input.now)
       if (to === undefined) continue
       if (r.budget.memMib >= gap) {
         pick = { r, to }
@@ -333,7 +342,7 @@ export const forHolds = (input: HoldsInput): Planned[] => {
     const fenced = new Set(input.holds.map((x) => x.hostId))
     for (const c of ParkGate.claimedHosts(fleet, input.now, limits, input.gate).values()) fenced.add(c.id)
     const running = (input.running.get(hold.hostId) ?? []).filter((r) => !resting.has(r.sessionId))
-    const planned = plan({ budget: q.budget, host: held, running, targets: fleet.hosts.filter((x) => !fenced.has(x.id)), allowanceMs: input.allowanceMs?.get(hold.hostId), costs: input.costs, limits })
+    const planned = plan({ budget: q.budget, host: held, running, targets: fleet.hosts.filter((x) => !fenced.has(x.id)), allowanceMs: input.allowanceMs?.get(hold.hostId), costs: input.costs, limits, now: input.now })
     if (planned === null || planned.length === 0) continue
     const taken = planned.slice(0, max - out.length)
     out.push(...taken)

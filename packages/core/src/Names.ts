@@ -13,7 +13,7 @@ const every =
     list
 
 /** Why a candidate host does not take a budget (SPEC §2). */
-export const noFitReasons = every<NoFitReason>()(["unmeasured", "ram_full", "cpu_full", "entries_full", "cordoned", "draining", "fits_now"])
+export const noFitReasons = every<NoFitReason>()(["unmeasured", "silent", "ram_full", "cpu_full", "entries_full", "cordoned", "draining", "fits_now"])
 
 /** A host's administrative state. */
 export const hostStates = every<HostState>()(["ready", "cordoned", "draining"])

@@ -30,6 +30,12 @@ export interface Candidate {
    * queue drains, move targets), whatever its state.
    */
   readonly reported?: boolean
+  /**
+   * When the host's agent last reported (ms), null or missing when unknown. A host whose last
+   * report is older than the stale window at a placement's `now` (`isSilent`) takes no new
+   * placements: its agent is gone, and what is placed there is lost a window later.
+   */
+  readonly reportedAt?: number | null | undefined
   /** The templates the host holds (a ranking signal only: a host without the session's template fits as well). */
   readonly templates?: readonly HeldTemplate[] | undefined
   /**
@@ -69,6 +75,11 @@ export interface Request {
    * picks. Unset for every other placement, which pays nothing for it (`admits`).
    */
   readonly takesMovesOnly?: boolean | undefined
+  /**
+   * When the placement is decided (ms): hosts silent then (`isSilent`) are not admitted. Missing:
+   * silence is not judged (a caller without a clock, a test).
+   */
+  readonly now?: number | undefined
 }
 
 /** A session as placement sees it (any record with a budget and, optionally, its preferences). */
@@ -84,12 +95,13 @@ export interface Wanting {
  * A session's placement request (a create, a cold resume, a queue drain): its budget, affinity,
  * template and image host. Both stores and the queue walk build a session's request here.
  */
-export const requestOf = (w: Wanting, spread?: Spread): Request => ({
+export const requestOf = (w: Wanting, spread?: Spread, now?: number): Request => ({
   budget: w.budget,
   affinity: w.affinity ?? [],
   template: w.template,
   imageHost: w.imageHostId,
   spread,
+  now,
 })
 
 /**
@@ -122,7 +134,7 @@ export const isOwn = (spread: Spread | undefined, hostId: string): boolean =>
   spread === undefined || spread.replicas <= 1 || shareOf(hostId, spread.replicas) === spread.replica
 
 /** Why a host cannot take a budget. `fits_now` means it could (a race with a release). */
-export type NoFitReason = "unmeasured" | "ram_full" | "cpu_full" | "entries_full" | "cordoned" | "draining" | "fits_now"
+export type NoFitReason = "unmeasured" | "silent" | "ram_full" | "cpu_full" | "entries_full" | "cordoned" | "draining" | "fits_now"
 
 /** One host's answer in the no-fit details. */
 export interface NoFitDetail {
@@ -145,14 +157,26 @@ export const isOpen = (c: Candidate, limits: Limits = defaults): boolean =>
   (c.entries ?? 0) < limits.maxEntriesPerNode &&
   (!limits.requireMeasured || isMeasured(c))
 
+/**
+ * Whether the host's agent has gone silent at `now`: its last report (`reportedAt`) is older than
+ * the reservation stale window (`now - reportedAt > heartbeatStaleWindowMs`; exactly the window is
+ * not silent). A silent host takes no new placements (creates, resumes, queue drains, move
+ * targets) until it reports again; a host with no report time is judged by `reported` alone.
+ * The one rule: both stores and the simulator judge silence here.
+ */
+export const isSilent = (c: Pick<Candidate, "reportedAt">, now: number, limits: Limits = defaults): boolean =>
+  c.reportedAt != null && now - c.reportedAt > limits.heartbeatStaleWindowMs
+
 /** Whether a move without a named target may pick this host (`Candidate.takesMoves` not false). */
 export const acceptsMoves = (c: Pick<Candidate, "takesMoves">): boolean => c.takesMoves !== false
 
 /**
  * Whether the request may go to this host at all, its room aside: not the excluded host (a
- * move's source), and one that takes moves when the request asks for one (`takesMovesOnly`).
+ * move's source), one that takes moves when the request asks for one (`takesMovesOnly`), and
+ * not silent at the request's `now` (`isSilent`).
  */
-export const admits = (c: Candidate, req: Request): boolean => c.id !== req.exclude && (req.takesMovesOnly !== true || acceptsMoves(c))
+export const admits = (c: Candidate, req: Request, limits: Limits = defaults): boolean =>
+  c.id !== req.exclude && (req.takesMovesOnly !== true || acceptsMoves(c)) && (req.now === undefined || !isSilent(c, req.now, limits))
 
 /** Whether the budget fits on this candidate now (SPEC §2). */
 export const fitsOn = (c: Candidate, budget: Budget, limits: Limits = defaults): boolean =>
@@ -221,7 +245,7 @@ export const rank = (hosts: readonly Candidate[], req: Request, limits: Limits =
   const index = affinityIndexOf(req)
   const wanted = wantedTemplate(req)
   return hosts
-    .filter((h) => admits(h, req) && fitsOn(h, req.budget, limits))
+    .filter((h) => admits(h, req, limits) && fitsOn(h, req.budget, limits))
     .sort((a, b) => compare(a, b, index, wanted, req.spread))
     .map((h) => h.id)
 }
@@ -232,7 +256,7 @@ export const pick = (hosts: Iterable<Candidate>, req: Request, limits: Limits = 
   const wanted = wantedTemplate(req)
   let best: Candidate | undefined
   for (const h of hosts) {
-    if (!admits(h, req) || !fitsOn(h, req.budget, limits)) continue
+    if (!admits(h, req, limits) || !fitsOn(h, req.budget, limits)) continue
     if (best === undefined || compare(h, best, index, wanted, req.spread) < 0) best = h
   }
   return best === undefined ? null : best.id
@@ -285,9 +309,9 @@ export const chooseWith = (
     if (req.target === req.exclude) return { _tag: "SameHost", hostId: req.target }
     const c = find(req.target)
     if (c === undefined) return { _tag: "UnknownHost", hostId: req.target }
-    return fitsOn(c, req.budget, limits)
+    return fitsOn(c, req.budget, limits) && (req.now === undefined || !isSilent(c, req.now, limits))
       ? { _tag: "Chosen", hostId: c.id }
-      : { _tag: "NoFit", message: `host ${c.id} cannot take the session: ${reasonFor(c, req.budget, limits)}` }
+      : { _tag: "NoFit", message: `host ${c.id} cannot take the session: ${reasonFor(c, req.budget, limits, req.now)}` }
   }
   const hostId = best(req)
   if (hostId !== null) return { _tag: "Chosen", hostId }
@@ -306,12 +330,13 @@ export const choose = (hosts: Iterable<Candidate>, req: Choice, limits: Limits =
   return chooseWith(req, (id) => all.find((h) => h.id === id), (r) => pick(all, r, limits), limits)
 }
 
-/** Why this host does not take the budget, or `fits_now` when it does. */
-export const reasonFor = (c: Candidate, budget: Budget, limits: Limits = defaults): NoFitReason => {
+/** Why this host does not take the budget, or `fits_now` when it does; `silent` (`isSilent`) is judged only with a `now`. */
+export const reasonFor = (c: Candidate, budget: Budget, limits: Limits = defaults, now?: number): NoFitReason => {
   const state = c.state ?? "ready"
   if (state !== "ready") return state
   // A host that has not reported yet has measured nothing: it takes nothing until it does.
   if (c.reported === false) return "unmeasured"
+  if (now !== undefined && isSilent(c, now, limits)) return "silent"
   if ((c.entries ?? 0) >= limits.maxEntriesPerNode) return "entries_full"
   if (limits.requireMeasured && !isMeasured(c)) return "unmeasured"
   const short = Headroom.shortfall(c.headroom, budget)
@@ -325,7 +350,7 @@ export const noFit = (hosts: readonly Candidate[], req: Request, limits: Limits 
   hosts
     .map((c) => ({
       hostId: c.id,
-      reason: reasonFor(c, req.budget, limits),
+      reason: reasonFor(c, req.budget, limits, req.now),
       freeMib: Headroom.freeMib(c.headroom),
       freeVcpus: Headroom.freeVcpus(c.headroom),
     }))

@@ -322,7 +322,7 @@ export class Index {
     // Measured affinity hosts rank above every other measured host, in preference order.
     for (const id of affinity.keys()) {
       const c = this.all.get(id)
-      if (c !== undefined && Placement.admits(c, req) && Placement.isMeasured(c) && Placement.fitsOn(c, b, this.#limits)) return c.id
+      if (c !== undefined && Placement.admits(c, req, this.#limits) && Placement.isMeasured(c) && Placement.fitsOn(c, b, this.#limits)) return c.id
     }
     // Then, among the hosts that fit: the holders of the wanted template, then (with a spread)
     // the replica's own share, then best fit; each preference falls back to the next.
@@ -335,12 +335,12 @@ export class Index {
     let best = wanted === undefined ? undefined : inOrder(this.holders.get(templateKey(wanted)))
     best ??= inOrder(this.measured)
     for (const c of this.irregular) {
-      if (Placement.admits(c, req) && Placement.fitsOn(c, b, this.#limits) && (best === undefined || Placement.compare(c, best, affinity, wanted, spread) < 0)) best = c
+      if (Placement.admits(c, req, this.#limits) && Placement.fitsOn(c, b, this.#limits) && (best === undefined || Placement.compare(c, best, affinity, wanted, spread) < 0)) best = c
     }
     if (best !== undefined) return best.id
     for (const id of affinity.keys()) {
       const c = this.all.get(id)
-      if (c !== undefined && Placement.admits(c, req) && Placement.fitsOn(c, b, this.#limits)) return c.id
+      if (c !== undefined && Placement.admits(c, req, this.#limits) && Placement.fitsOn(c, b, this.#limits)) return c.id
     }
     // The unmeasured hosts in the same order; their holders are not filed apart (rarely asked).
     const holder = (c: Candidate): boolean => Placement.holdsTemplate(c, wanted)
@@ -352,9 +352,9 @@ export class Index {
     return Placement.chooseWith(req, (id) => this.all.get(id), (r) => this.pick(r), this.#limits)
   }
 
-  /** Whether anything here fits the budget. */
-  anyFits(budget: Budget): boolean {
-    return this.pick({ budget }) !== null
+  /** Whether anything here fits the budget (with `now`: on a host not silent then, `Placement.isSilent`). */
+  anyFits(budget: Budget, now?: number): boolean {
+    return this.pick({ budget, now }) !== null
   }
 
   // The first slot whose RAM and CPU fit and that the request admits (`Placement.admits`: not the excluded host; one
@@ -376,7 +376,7 @@ export class Index {
         s.fitMib >= b.memMib &&
         s.fitVcpus >= b.vcpus &&
         !affinity.has(s.c.id) &&
-        Placement.admits(s.c, req) &&
+        Placement.admits(s.c, req, this.#limits) &&
         (spread === undefined || Placement.isOwn(spread, s.c.id)) &&
         (only === undefined || only(s.c))
       )

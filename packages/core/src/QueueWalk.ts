@@ -59,6 +59,8 @@ export interface WalkOptions {
   readonly starvation?: Starvation | undefined
   /** The deciding replica's share of the hosts, ranked first (`Placement.Spread`); missing: none. */
   readonly spread?: Placement.Spread | undefined
+  /** When the walk is decided (ms): hosts silent then (`Placement.isSilent`) take nothing; missing: silence not judged. */
+  readonly now?: number | undefined
 }
 
 /** The candidate with one more reservation of `budget` on it. */
@@ -87,10 +89,10 @@ export const claims = <W extends Waiting>(index: Index, queue: Iterable<W>, star
   for (const w of queue) {
     if (!isStarving(w, starvation) || out.size >= maxClaims) break
     const key = `${w.budget.memMib}/${w.budget.vcpus}`
-    if (hopeless.has(key) || index.anyFits(w.budget)) continue
+    if (hopeless.has(key) || index.anyFits(w.budget, starvation.now)) continue
     let best: { c: Candidate; free: number } | undefined
     for (const c of index.values()) {
-      if ((c.state ?? "ready") !== "ready" || !Placement.isMeasured(c) || !Placement.fitsOn(Placement.emptied(c), w.budget, { ...limits, requireMeasured: false })) continue
+      if ((c.state ?? "ready") !== "ready" || Placement.isSilent(c, starvation.now, limits) || !Placement.isMeasured(c) || !Placement.fitsOn(Placement.emptied(c), w.budget, { ...limits, requireMeasured: false })) continue
       const free = Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY
       if (best === undefined || free > best.free || (free === best.free && c.id < best.c.id)) best = { c, free }
     }
@@ -152,14 +154,14 @@ export const walkOn = <W extends Waiting>(index: Index, queue: Iterable<W>, opti
     if (placed.length >= limit) break
     const own = held.get(w)
     if (own !== undefined) {
-      if (Placement.fitsOn(own, w.budget, index.limits)) {
+      if (Placement.fitsOn(own, w.budget, index.limits) && (options.now === undefined || !Placement.isSilent(own, options.now, index.limits))) {
         held.set(w, withReservation(own, w.budget))
         placed.push({ waiting: w, hostId: own.id })
       } else unplaced.push(w)
       continue
     }
     const key = `${w.budget.memMib}/${w.budget.vcpus}`
-    const hostId = missed.has(key) ? null : index.pick(Placement.requestOf(w, options.spread))
+    const hostId = missed.has(key) ? null : index.pick(Placement.requestOf(w, options.spread, options.now))
     if (hostId === null) {
       missed.add(key)
       unplaced.push(w)

@@ -205,3 +205,69 @@ describe("Placement: templates rank, never fit (SPEC §13)", () => {
     )
   })
 })
+
+describe("Placement: a host whose agent went silent takes nothing new", () => {
+  const windowMs = Limits.defaults.heartbeatStaleWindowMs
+  const now = 10_000_000
+  // The dead host ranks best (best fit: the least free RAM that fits); the live one is roomier.
+  const dead = host("dead", 16384, 64, 12288, 8, { reportedAt: now - windowMs - 1 })
+  const live = host("live", 16384, 64, 0, 0, { reportedAt: now })
+
+  it("a silent host is not chosen (pick, rank, choose, the index); without a now, silence is not judged", () => {
+    const r = { budget: { memMib: 2048, vcpus: 1 }, now }
+    expect(Placement.isSilent(dead, now)).toBe(true)
+    expect(Placement.pick([dead, live], r)).toBe("live")
+    expect(Placement.rank([dead, live], r)).toEqual(["live"])
+    expect(Placement.choose([dead, live], r)).toEqual({ _tag: "Chosen", hostId: "live" })
+    expect(PlacementIndex.Index.of([dead, live]).pick(r)).toBe("live")
+    expect(PlacementIndex.Index.of([dead]).pick(r)).toBeNull()
+    expect(PlacementIndex.Index.of([dead]).anyFits(r.budget, now)).toBe(false)
+    expect(Placement.pick([dead], r)).toBeNull()
+    // Its own affinity does not bring it back.
+    expect(Placement.pick([dead, live], { ...r, affinity: ["dead"], imageHost: "dead" })).toBe("live")
+    expect(Placement.pick([dead, live], { budget: r.budget })).toBe("dead")
+  })
+
+  it("an explicit target that is silent is refused with the reason", () => {
+    const chosen = Placement.choose([dead, live], { budget: { memMib: 2048, vcpus: 1 }, now, target: "dead", exclude: "live" })
+    expect(chosen).toEqual({ _tag: "NoFit", message: "host dead cannot take the session: silent" })
+  })
+
+  it("a host that reports again is chosen again at once", () => {
+    const back = { ...dead, reportedAt: now }
+    const r = { budget: { memMib: 2048, vcpus: 1 }, now }
+    expect(Placement.pick([back, live], r)).toBe("dead")
+    const index = PlacementIndex.Index.of([dead, live])
+    expect(index.pick(r)).toBe("live")
+    index.upsert(back)
+    expect(index.pick(r)).toBe("dead")
+  })
+
+  it("silence is judged at the pick's now, not when the host was filed", () => {
+    const index = PlacementIndex.Index.of([{ ...dead, reportedAt: now }])
+    const b = { memMib: 2048, vcpus: 1 }
+    expect(index.pick({ budget: b, now })).toBe("dead")
+    expect(index.pick({ budget: b, now: now + windowMs + 1 })).toBeNull()
+  })
+
+  it("reasonFor says silent; noFit too", () => {
+    const b = { memMib: 2048, vcpus: 1 }
+    expect(Placement.reasonFor(dead, b, Limits.defaults, now)).toBe("silent")
+    expect(Placement.reasonFor(live, b, Limits.defaults, now)).toBe("fits_now")
+    expect(Placement.noFit([dead], { budget: b, now }).map((d) => d.reason)).toEqual(["silent"])
+    // A cordoned host says cordoned, silent or not.
+    expect(Placement.reasonFor({ ...dead, state: "cordoned" }, b, Limits.defaults, now)).toBe("cordoned")
+  })
+
+  it("the boundary: a last report exactly the window old is not silent, one ms older is", () => {
+    const at = (age: number) => host("h", 16384, 64, 0, 0, { reportedAt: now - age })
+    const r = { budget: { memMib: 2048, vcpus: 1 }, now }
+    expect(Placement.isSilent(at(windowMs), now)).toBe(false)
+    expect(Placement.pick([at(windowMs)], r)).toBe("h")
+    expect(Placement.isSilent(at(windowMs + 1), now)).toBe(true)
+    expect(Placement.pick([at(windowMs + 1)], r)).toBeNull()
+    expect(Placement.reasonFor(at(windowMs + 1), r.budget, Limits.defaults, now)).toBe("silent")
+    // The window is the limits' own.
+    expect(Placement.isSilent(at(windowMs + 1), now, { ...Limits.defaults, heartbeatStaleWindowMs: windowMs + 1 })).toBe(false)
+  })
+})

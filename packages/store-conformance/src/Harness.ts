@@ -129,6 +129,16 @@ export const addHost = (
     return yield* s.reportHost(id, { ...reportFor(capacityMib, totalVcpus, s.limits()), peerUrl })
   })
 
+/**
+ * Every reported host reports again, the same figures (as its agent does every report interval):
+ * after the clock moved past the stale window, a host that did not report since is silent and
+ * takes no placements (`Placement.isSilent`); this brings them all back.
+ */
+export const reportAll: Effect.Effect<void, unknown, Store> = Effect.gen(function* () {
+  const s = yield* store
+  for (const h of yield* hostsNow(s)) if (h.report !== null) yield* s.reportHost(h.id, { ...h.report, peerUrl: h.peerUrl })
+})
+
 /** Registers a host and leaves it unreported: it takes no placement until its first report. */
 export const registered = (id: string): Effect.Effect<HostView, unknown, Store> =>
   Effect.gen(function* () {
@@ -206,6 +216,8 @@ export const sessionIn = (
         const window = s.limits().heartbeatStaleWindowMs
         yield* TestClock.setTime(start + window + 1)
         for (const r of yield* reservationsNow(s)) if (r.id !== own) yield* s.heartbeat(r.id)
+        // The agents report as they do every interval: their hosts are not silent.
+        yield* reportAll
         yield* s.reclaim()
         return yield* s.getSession(id)
       }

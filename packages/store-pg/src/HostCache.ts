@@ -130,7 +130,7 @@ export interface HostCache {
    * before the next is judged (`QueueWalk.walkOn`): a group decided on one read. The known rows
    * are left as they were (the placements are not written yet).
    */
-  readonly plan: <W extends QueueWalk.Waiting>(queue: readonly W[], claimed?: Claimed) => QueueWalk.Walk<W>
+  readonly plan: <W extends QueueWalk.Waiting>(queue: readonly W[], claimed?: Claimed, now?: number) => QueueWalk.Walk<W>
   /**
    * The hosts claimed at `t` for starving sessions (core's `QueueWalk.claims` over the known
    * hosts and the sessions queued at least `limitMs` before `t`), holder by host id. Reads the
@@ -139,7 +139,7 @@ export interface HostCache {
    */
   readonly claims: (t: number, limitMs: number) => Effect.Effect<Claimed, Unavailable>
   /** Whether `budget` fits on a known host now (core's index). */
-  readonly anyFits: (budget: Budget) => boolean
+  readonly anyFits: (budget: Budget, now?: number) => boolean
   /** Whether `budget` is too big for every ready measured known host, even empty (SPEC §12). */
   readonly tooBig: (budget: Budget) => boolean
   /** Keeps a committed row unless a newer version is known. */
@@ -414,10 +414,10 @@ export const make = (options: {
   return {
     get: (id) => hosts.get(id),
     candidates: () => Array.from(hosts.values(), (e) => e.candidate),
-    plan: (waiting, claimed = noClaims) => {
+    plan: (waiting, claimed = noClaims, now) => {
       // Claimed hosts leave the index for the walk: none of these is their holder.
       for (const id of claimed.keys()) index.remove(id)
-      const walk = QueueWalk.walkOn(index, waiting, { spread })
+      const walk = QueueWalk.walkOn(index, waiting, { spread, now })
       // The walk took each placement's room out of the index: put the known rows back.
       for (const id of [...claimed.keys(), ...walk.placed.map((p) => p.hostId)]) {
         const e = hosts.get(id)
@@ -450,7 +450,7 @@ export const make = (options: {
           return noClaims
         })
       }),
-    anyFits: (budget) => index.anyFits(budget),
+    anyFits: (budget, now) => index.anyFits(budget, now),
     tooBig: (budget) => (tooBigIndex ??= Placement.tooBigFor(Array.from(hosts.values(), (e) => e.candidate), limits))(budget),
     learn,
     forget,

@@ -193,6 +193,7 @@ export const toCandidate = (row: HostRow, limits: Limits.Limits): Candidate => (
   entries: row.entries,
   measured: measuredOf(row),
   reported: row.reportedAt !== null,
+  reportedAt: row.reportedAt,
   takesMoves: Move.takesMoves(row.peerUrl),
   // Only a host holding templates names them: most hosts' candidates stay as they were.
   ...(row.templates.length > 0 ? { templates: row.templates } : {}),

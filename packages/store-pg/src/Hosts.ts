@@ -68,7 +68,8 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
     })
 
   /** What a report changed on a host whose row was `before` (read locked, inside the write). */
-  const changesOf = (before: HostRow, report: HostReport): ReportChanges => reportChanges({ report: reportOf(before), peerUrl: before.peerUrl }, report)
+  const changesOf = (before: HostRow, report: HostReport, t: number): ReportChanges =>
+    reportChanges({ report: reportOf(before), peerUrl: before.peerUrl, reportedAt: before.reportedAt }, report, { now: t, limits: limits() })
 
   const reportAlone = (id: string, report: HostReport, t: number) =>
     db.transaction((tx) =>
@@ -79,7 +80,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         if (bad) return yield* bad
         const view = yield* writeHost(tx, id, sql`total_mib = ${report.totalMib}, allocatable_mib = ${report.allocatableMib}, total_vcpus = ${report.totalVcpus},
           templates = ${JSON.stringify(reportedTemplates(report))}::jsonb, peer_url = ${report.peerUrl ?? null}, reported_at = ${t}`)
-        const reported: ReportedHost = { ...(view as HostView), ...changesOf(toHostRow(h), report) }
+        const reported: ReportedHost = { ...(view as HostView), ...changesOf(toHostRow(h), report, t) }
         return reported
       }),
     )
@@ -110,7 +111,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         return items.map((i): ReportedHost | undefined => {
           const view = views.get(i.id)
           const before = befores.get(i.id)
-          return view === undefined || before === undefined ? undefined : { ...view, ...changesOf(before, i) }
+          return view === undefined || before === undefined ? undefined : { ...view, ...changesOf(before, i, i.t) }
         })
       }),
     )

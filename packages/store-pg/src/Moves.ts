@@ -178,6 +178,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
               exclude: s.hostId ?? undefined,
               target: input.targetHostId,
               takesMovesOnly: true,
+              now: t,
             })
             const refusedTarget = fromTargetChoice(choice)
             if (refusedTarget !== null || choice._tag !== "Chosen") return yield* (refusedTarget as InvalidInput | NotFound | Refused)

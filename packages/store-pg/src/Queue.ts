@@ -50,9 +50,10 @@ export const make = ({ db, now, limits, cache, park }: Deps): QueueOps => ({
       const first = rows[0]
       const start = first === undefined ? 1 : yield* queuePosition(db.pool, toSession(first))
       const hosts = cache.candidates()
+      const t = yield* now
       const entries = rows.map((r, i) => {
         const session = toSession(r)
-        return { session, standing: standingOf(session, hosts, start + i, limits()) }
+        return { session, standing: standingOf(session, hosts, start + i, limits(), t) }
       })
       return Cursor.pageOf("queue", entries, (e) => [e.session.queuedAt as number, e.session.id], limit)
     }).pipe(dieOnUnique),
@@ -76,7 +77,7 @@ export const make = ({ db, now, limits, cache, park }: Deps): QueueOps => ({
               .orderBy(asc(sessions.queuedAt), asc(sessions.id))
               .for("update", { skipLocked: true }),
           )
-          const walk = queued.length === 0 ? { placed: [] } : QueueWalk.walk(queued.map(toSession), cache.candidates(), { limit, starvation: { now: t, limitMs: park.options.starvationLimitMs } }, limits())
+          const walk = queued.length === 0 ? { placed: [] } : QueueWalk.walk(queued.map(toSession), cache.candidates(), { limit, starvation: { now: t, limitMs: park.options.starvationLimitMs }, now: t }, limits())
           if (walk.placed.length === 0) return { placed: [], unapplied: [], remaining: yield* countQueued(tx) } satisfies DrainResult
           const { accepted, versionOf } = yield* lockAndReplay(tx, walk.placed, limits(), runs)
           // What the walk placed but fresh room no longer takes stays queued, and is reported.

@@ -101,10 +101,10 @@ export const queuePosition = <E>(conn: Conn<E>, s: Pick<Session.Record, "id" | "
         (rows) => Number(rows[0]?.n ?? 0),
       )
 
-/** Where a queued session stands among `hosts` (core's no-fit details and `too_big`), at `position`. */
-export const standingOf = (s: Session.Record, hosts: readonly Candidate[], position: number, limits: Limits.Limits): QueueStanding => ({
+/** Where a queued session stands among `hosts` at `now` (core's no-fit details, a silent host's included, and `too_big`), at `position`. */
+export const standingOf = (s: Session.Record, hosts: readonly Candidate[], position: number, limits: Limits.Limits, now: number): QueueStanding => ({
   position,
-  noFit: Placement.noFit(hosts, { budget: s.budget, affinity: s.affinity }, limits),
+  noFit: Placement.noFit(hosts, { budget: s.budget, affinity: s.affinity, now }, limits),
   tooBig: Placement.tooBigFor(hosts, limits)(s.budget),
 })
 
@@ -204,7 +204,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
   const placeGroup = (items: readonly CreateItem[]): Effect.Effect<readonly CreateAnswer[], DbError> =>
     Effect.gen(function* () {
       const fresh = yield* known(items.some((i) => i.fresh))
-      const walk = cache.plan(items, yield* claimed)
+      const walk = cache.plan(items, yield* claimed, yield* now)
       const answers = new Map<CreateItem, CreateAnswer>()
       for (const i of walk.unplaced) answers.set(i, { _tag: "NoFit", fresh })
       const plans = walk.placed.map(({ waiting: i, hostId }) => {
@@ -244,10 +244,10 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
     )
 
   /** Where a session stands now: placed, or queued with its position and the reasons no known host takes it. */
-  const outcomeOf = <E>(conn: Conn<E>, s: Session.Record): Effect.Effect<PlaceOutcome, E> =>
+  const outcomeOf = <E>(conn: Conn<E>, s: Session.Record, t: number): Effect.Effect<PlaceOutcome, E> =>
     s.hostId !== null
       ? Effect.succeed({ _tag: "Placed", session: s })
-      : Effect.map(queuePosition(conn, s), (position) => ({ _tag: "Queued", session: s, ...standingOf(s, cache.candidates(), position, limits()) }))
+      : Effect.map(queuePosition(conn, s), (position) => ({ _tag: "Queued", session: s, ...standingOf(s, cache.candidates(), position, limits(), t) }))
 
   /** A create of a session that exists: core answers it as it is now, or a Conflict on another budget. */
   const existing = (id: string, budget: Budget, t: number): Effect.Effect<PlaceOutcome | null, Conflict | Unavailable> =>
@@ -257,24 +257,24 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
       const s = toSession(row)
       const answer = Session.step(s, createStep(id, budget, s.affinity, null), t)
       if (answer._tag !== "Unchanged") return yield* (fromRefusal(id, answer as Session.Refusal) as Conflict)
-      return yield* outcomeOf(db.pool, s)
+      return yield* outcomeOf(db.pool, s, t)
     }).pipe(dieOnUnique)
 
   /** A create that asked to be refused rather than queued, and fits nowhere: nothing is stored. */
-  const noRoom = (id: string, budget: Budget, affinity: readonly string[], hosts: readonly Candidate[]): NoRoom => {
-    const standing = standingOf(written(created(id, budget, affinity, noLifetimes, null, 0)), hosts, 0, limits())
+  const noRoom = (id: string, budget: Budget, affinity: readonly string[], hosts: readonly Candidate[], t: number): NoRoom => {
+    const standing = standingOf(written(created(id, budget, affinity, noLifetimes, null, 0)), hosts, 0, limits(), t)
     return new NoRoom({ sessionId: id, noFit: standing.noFit, tooBig: standing.tooBig })
   }
 
   /** Fits nowhere on a fresh read: queued (or refused, storing nothing). */
   const queueOrRefuse = <E>(conn: Conn<E>, id: string, budget: Budget, affinity: readonly string[], life: CreateOptions, onNoRoom: OnNoRoom, t: number, hosts: readonly Candidate[]) =>
     Effect.gen(function* () {
-      if (onNoRoom === "refuse") return yield* noRoom(id, budget, affinity, hosts)
+      if (onNoRoom === "refuse") return yield* noRoom(id, budget, affinity, hosts, t)
       const plan = created(id, budget, affinity, life, null, t)
       const [outcome] = yield* apply(conn, cache, [plan])
       if (outcome?._tag !== "Applied") return null
       const s = written(plan)
-      return { _tag: "Queued", session: s, ...standingOf(s, hosts, yield* queuePosition(conn, s), limits()) } satisfies PlaceOutcome
+      return { _tag: "Queued", session: s, ...standingOf(s, hosts, yield* queuePosition(conn, s), limits(), t) } satisfies PlaceOutcome
     })
 
   /**
@@ -320,7 +320,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         .transaction((tx) =>
           Effect.gen(function* () {
             const all = cache.candidates()
-            const picked = yield* pickAndLock(tx, { budget, affinity, template: life.template }, limits(), unclaimed(all, held))
+            const picked = yield* pickAndLock(tx, { budget, affinity, template: life.template, now: t }, limits(), unclaimed(all, held))
             // Its standing is judged among every host, the claimed ones too.
             if (picked._tag === "NoFit") return yield* queueOrRefuse(tx, id, budget, affinity, life, onNoRoom, t, held.size === 0 ? picked.hosts : [...picked.hosts, ...all.filter((c) => held.has(c.id))])
             const plan = created(id, budget, affinity, life, { hostId: picked.hostId, version: picked.version, reservationId: randomUUID() }, t)
@@ -359,7 +359,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
    * host (too-big ones aside). The queue is read as its distinct budgets, in the transaction.
    */
   const idle = (id: string) =>
-    Effect.andThen(known(false), () =>
+    Effect.andThen(Effect.zip(known(false), now), ([, t]) =>
       stepLocked(id, (tx, s) =>
         Effect.map(
           tx.query<{ mem_mib: number; vcpus: number }>(sql`select mem_mib, vcpus from sessions where state = 'queued' group by mem_mib, vcpus`),
@@ -370,7 +370,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
               host: s.hostId === null ? null : (cache.get(s.hostId)?.candidate ?? null),
               queueWithoutRoom: ParkGate.anyWithoutRoom(
                 rows.map((r) => ({ memMib: Number(r.mem_mib), vcpus: Number(r.vcpus) })),
-                cache.anyFits,
+                (b) => cache.anyFits(b, t),
                 cache.tooBig,
               ),
             },
@@ -419,7 +419,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
             else if (!Session.resumesWarm(s.state)) cold.push(s)
           }
           const hosts = cache.candidates()
-          const walk = QueueWalk.walk(cold, unclaimed(hosts, held), {}, limits())
+          const walk = QueueWalk.walk(cold, unclaimed(hosts, held), { now: t }, limits())
           const { accepted, versionOf } = yield* lockAndReplay(tx, walk.placed, limits(), runs)
           const hostOf = new Map(accepted.map((p) => [p.waiting.id, p.hostId]))
           const plans: Plan.Plan[] = []
@@ -437,7 +437,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
           for (const plan of plans) {
             const s = written(plan)
             const outcome: PlaceOutcome =
-              s.hostId !== null ? { _tag: "Placed", session: s } : { _tag: "Queued", session: s, ...standingOf(s, hosts, yield* queuePosition(tx, s), limits()) }
+              s.hostId !== null ? { _tag: "Placed", session: s } : { _tag: "Queued", session: s, ...standingOf(s, hosts, yield* queuePosition(tx, s), limits(), t) }
             answers.set(s.id, { _tag: "Done", outcome })
           }
           return ids.map((id) => answers.get(id) as ResumeAnswer)
@@ -541,7 +541,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         if (row === undefined) return yield* sessionNotFound(id)
         const s = toSession(row)
         if (s.state !== "queued") return null
-        return standingOf(s, cache.candidates(), yield* queuePosition(db.pool, s), limits())
+        return standingOf(s, cache.candidates(), yield* queuePosition(db.pool, s), limits(), yield* now)
       }).pipe(dieOnUnique),
 
     markRunning: (id) => simple(id, { _tag: "markRunning" }),

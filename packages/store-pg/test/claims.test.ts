@@ -56,6 +56,8 @@ describe("holds for starving sessions on PostgreSQL", () => {
         const big = yield* a.store.createSession({ id: "big", budget: mib(4096) })
         expect(big._tag).toBe("Queued")
         yield* TestClock.adjust(LIMIT)
+        // The agents report on schedule meanwhile: no host is silent (`Placement.isSilent`).
+        for (const id of ["h1", "h2"]) yield* a.store.reportHost(id, Harness.reportFor(8192, 8))
         // h1 has 3 GiB free, h2 1.5 GiB: h1 is held for "big". B's create preferring h1 goes to h2.
         yield* a.store.endSession("h1-small")
         expect(yield* placedOn(b.store, "near", mib(1024), ["h1"])).toBe("h2")
@@ -74,11 +76,13 @@ describe("holds for starving sessions on PostgreSQL", () => {
     () =>
       Effect.gen(function* () {
         const { db, store, testing } = yield* replica
-        yield* testing.reset(Limits.defaults)
+        // A stale window longer than the times judged here: h1 reports once and is never silent (`Placement.isSilent`).
+        const limits = { ...Limits.defaults, heartbeatStaleWindowMs: 10 * LIMIT }
+        yield* testing.reset(limits)
         yield* addHost(store, "h1", 8192)
         let reads = 0
         const counted = { ...db.pool, query: (s: Parameters<typeof db.pool.query>[0]) => Effect.suspend(() => (reads++, db.pool.query(s))) }
-        const cache = HostCache.make({ limits: Limits.defaults, maxReadAgeMs: 0, pool: counted as unknown as Conn<Unavailable> })
+        const cache = HostCache.make({ limits, maxReadAgeMs: 0, pool: counted as unknown as Conn<Unavailable> })
         yield* cache.refresh(performance.now())
         /** The claims at `t` and the statements they took. */
         const claimsAt = (t: number) =>

@@ -85,6 +85,8 @@ describe("a lease on PostgreSQL (PGlite, TestClock)", () => {
         expect(Exit.isFailure(refused)).toBe(true)
         expect(String(refused)).toMatch(/fenced: lease reaper is at epoch 2, this write was made under epoch 1/)
         expect((yield* store.getReservation("r1")).id).toBe("r1")
+        // h1's agent reports on schedule: the host is not silent (`Placement.isSilent`) when s-now is placed.
+        yield* store.reportHost("h1", { totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 })
         // So is a prune of history (the reaper's retention): nothing deleted under epoch 1, the chunk under epoch 2.
         yield* store.createSession({ id: "s-old", budget: { memMib: 256, vcpus: 1 } })
         yield* store.endSession("s-old")

@@ -123,19 +123,21 @@ describe("errors", () => {
 describe("reclaim", () => {
   it("a moving session whose own and target entries are both stale ends lost, whichever entry id sorts first", async () => {
     const db = await freshDatabase()
-    const limits = { ...Limits.defaults, heartbeatStaleWindowMs: 1 }
+    // A short window, still long enough for one session's steps: a host whose agent has not reported
+    // for a window is silent and takes no placement (`Placement.isSilent`), so the hosts report before each.
+    const windowMs = 1000
+    const limits = { ...Limits.defaults, heartbeatStaleWindowMs: windowMs }
     const runtime = ManagedRuntime.make(StorePg.layer({ url: db.url, limits }))
     try {
       const ids = Array.from({ length: 12 }, (_, i) => `s${i}`)
       await runtime.runPromise(
         Store.use((s) =>
           Effect.gen(function* () {
-            for (const h of ["h1", "h2"]) {
-              yield* s.registerHost({ id: h })
-              // Each advertises a peer URL: a move without a target goes only to a host that takes moves.
-              yield* s.reportHost(h, { totalMib: 65536, allocatableMib: 65536, totalVcpus: 64, peerUrl: Harness.peerUrlOf(h) })
-            }
+            // Each advertises a peer URL: a move without a target goes only to a host that takes moves.
+            const report = (h: string) => s.reportHost(h, { totalMib: 65536, allocatableMib: 65536, totalVcpus: 64, peerUrl: Harness.peerUrlOf(h) })
+            for (const h of ["h1", "h2"]) yield* s.registerHost({ id: h })
             for (const id of ids) {
+              for (const h of ["h1", "h2"]) yield* report(h)
               yield* s.createSession({ id, budget: { memMib: 1024, vcpus: 1 } })
               yield* s.markRunning(id)
               yield* s.beginMove({ sessionId: id, maxDowntimeMs: 600 })
@@ -144,7 +146,7 @@ describe("reclaim", () => {
         ),
       )
       // Random entry ids: with 12 sessions both orders (session entry first, move entry first) occur.
-      await new Promise((r) => setTimeout(r, 20))
+      await new Promise((r) => setTimeout(r, windowMs + 20))
       const result = await runtime.runPromise(Store.use((s) => s.reclaim()))
       expect(result.lostSessions).toStrictEqual([...ids].sort())
       expect(result.reclaimed).toHaveLength(24)

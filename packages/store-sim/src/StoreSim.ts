@@ -269,6 +269,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       entries: h.entries.size,
       measured: measuredOf(h),
       reported: h.reportedAt !== null,
+      reportedAt: h.reportedAt,
       takesMoves: Move.takesMoves(h.peerUrl),
       // Only a host holding templates names them: most hosts' candidates stay as they were.
       ...(h.report?.templates !== undefined && h.report.templates.length > 0 ? { templates: h.report.templates } : {}),
@@ -367,16 +368,16 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     if (s.state !== "queued") return 0
     return sortedQueue().indexOf(s) + 1
   }
-  const noFitFor = (b: Budget, affinity: readonly string[]): NoFitDetail[] =>
-    noFitDetails ? Placement.noFit([...candidates()], { budget: b, affinity }, limits) : []
+  const noFitFor = (b: Budget, affinity: readonly string[], t: number): NoFitDetail[] =>
+    noFitDetails ? Placement.noFit([...candidates()], { budget: b, affinity, now: t }, limits) : []
   const tooBig = (b: Budget): boolean => (tooBigIndex ??= Placement.tooBigFor(candidates(), limits))(b)
-  const standingOf = (s: SessionRec, position = positionOf(s)): QueueStanding => ({
+  const standingOf = (s: SessionRec, t: number, position = positionOf(s)): QueueStanding => ({
     position,
-    noFit: noFitFor(s.budget, s.affinity),
+    noFit: noFitFor(s.budget, s.affinity, t),
     tooBig: tooBig(s.budget),
   })
-  const outcomeOf = (s: SessionRec): PlaceOutcome =>
-    s.hostId !== null ? { _tag: "Placed", session: sessionOf(s) } : { _tag: "Queued", session: sessionOf(s), ...standingOf(s) }
+  const outcomeOf = (s: SessionRec, t: number): PlaceOutcome =>
+    s.hostId !== null ? { _tag: "Placed", session: sessionOf(s) } : { _tag: "Queued", session: sessionOf(s), ...standingOf(s, t) }
 
   // Ids the store makes keep to the id rule and are never one a client already chose.
   const reservationIdFor = (): string => {
@@ -397,7 +398,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   // The host choice of a create or a resume: the index's pick past the hosts claimed for
   // starving sessions, with a fresh reservation id. `wanting` is core's view of the session (`Placement.requestOf`).
   const placementFor = (wanting: Placement.Wanting, t: number): Session.Placed | null => {
-    const req = Placement.requestOf(wanting)
+    // Hosts silent at `t` (`Placement.isSilent`) are not admitted.
+    const req = Placement.requestOf(wanting, undefined, t)
     const choice = index.choose(req)
     if (choice._tag !== "Chosen") return null
     const claimed = claimsAt(t)
@@ -408,10 +410,10 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   const placedOn = (hostId: string): Session.Placed => ({ hostId, version: (hosts.get(hostId) as HostRec).version, reservationId: reservationIdFor() })
 
   /** What an idle step reads: the session's host, and whether a queued session has no room (each budget judged once). */
-  const idleViewOf = (s: SessionRec): ParkPolicy.IdleView => ({
+  const idleViewOf = (s: SessionRec, t: number): ParkPolicy.IdleView => ({
     host: s.hostId === null ? null : (hosts.get(s.hostId)?.candidate ?? null),
     queueWithoutRoom:
-      queuedBudgets.size > 0 && ParkGate.anyWithoutRoom(Array.from(queuedBudgets.values(), (q) => q.budget), (b) => index.anyFits(b), tooBig),
+      queuedBudgets.size > 0 && ParkGate.anyWithoutRoom(Array.from(queuedBudgets.values(), (q) => q.budget), (b) => index.anyFits(b, t), tooBig),
   })
 
   /** A page of a list held in memory: the request checked, the cursor decoded, the slice taken. */
@@ -649,7 +651,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const h = yield* findHost(id)
         const bad = Validate.report(report)
         if (bad) return yield* bad
-        const changes = reportChanges(h, report)
+        const t = yield* now
+        const changes = reportChanges(h, report, { now: t, limits })
         h.report = {
           totalMib: report.totalMib,
           allocatableMib: report.allocatableMib,
@@ -657,7 +660,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           templates: reportedTemplates(report),
         }
         h.peerUrl = report.peerUrl ?? null
-        h.reportedAt = yield* now
+        h.reportedAt = t
         tooBigIndex = null
         refresh(h)
         return { ...viewOf(h), ...changes }
@@ -748,7 +751,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (existing !== undefined) {
           // A repeated create: core answers the session as it is, or a Conflict on another budget.
           const again = Session.step(existing, create(null), t)
-          if (again._tag === "Unchanged") return Effect.succeed(outcomeOf(existing))
+          if (again._tag === "Unchanged") return Effect.succeed(outcomeOf(existing, t))
           return Effect.fail(fromRefusal(input.id, again as Session.Refusal) as Conflict)
         }
         const placement = placementFor({ budget: input.budget, affinity, template: input.template ?? null }, t)
@@ -756,14 +759,14 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           return Effect.fail(
             new NoRoom({
               sessionId: input.id,
-              noFit: Placement.noFit([...candidates()], { budget: input.budget, affinity }, limits),
+              noFit: Placement.noFit([...candidates()], { budget: input.budget, affinity, now: t }, limits),
               tooBig: tooBig(input.budget),
             }),
           )
         const answer = Session.step(null, create(placement), t)
         if (answer._tag !== "Plan") return Effect.fail(fromRefusal(input.id, answer as Session.Refusal) as Conflict)
         applyNow(answer)
-        return Effect.succeed(outcomeOf(sessions.get(input.id) as SessionRec))
+        return Effect.succeed(outcomeOf(sessions.get(input.id) as SessionRec, t))
       }),
 
     getSession: (id) => Effect.map(findSession(id), sessionOf),
@@ -786,7 +789,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     idle: (id) =>
       Effect.gen(function* () {
         const s = yield* findSession(id)
-        return sessionOf(yield* stepSession(s, { _tag: "idle", policy: park, view: idleViewOf(s) }, yield* now))
+        const t = yield* now
+        return sessionOf(yield* stepSession(s, { _tag: "idle", policy: park, view: idleViewOf(s, t) }, t))
       }),
     finishDescent: (id) => stepById(id, { _tag: "finishDescent" }),
 
@@ -799,7 +803,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const t = yield* now
         const placement = Session.resumesWarm(s.state) ? null : placementFor(s, t)
         const resumed = yield* stepSession(s, { _tag: "resume", placement }, t)
-        return outcomeOf(resumed)
+        return outcomeOf(resumed, t)
       }),
 
     endSession: (id, options = {}) =>
@@ -847,18 +851,23 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     pageQueue: (page = {}) =>
-      Effect.map(
-        pageOf("queue", () => sortedQueue().map((x, i) => ({ x, position: i + 1 })), ({ x }) => [x.queuedAt as number, x.id], page),
-        (p) => ({ items: p.items.map(({ x, position }) => ({ session: sessionOf(x), standing: standingOf(x, position) })), nextCursor: p.nextCursor }),
-      ),
-    queueStanding: (id) => Effect.map(findSession(id), (s) => (s.state === "queued" ? standingOf(s) : null)),
+      Effect.gen(function* () {
+        const t = yield* now
+        const p = yield* pageOf("queue", () => sortedQueue().map((x, i) => ({ x, position: i + 1 })), ({ x }) => [x.queuedAt as number, x.id], page)
+        return { items: p.items.map(({ x, position }) => ({ session: sessionOf(x), standing: standingOf(x, t, position) })), nextCursor: p.nextCursor }
+      }),
+    queueStanding: (id) =>
+      Effect.gen(function* () {
+        const s = yield* findSession(id)
+        return s.state === "queued" ? standingOf(s, yield* now) : null
+      }),
 
     drainQueue: (options = {}) =>
       Effect.gen(function* () {
         const t = yield* now
         // Core's queue walk over the live index (it takes each placement's room from it), core's
         // step for each placement, and the group applied at once: one synchronous change.
-        const walk = QueueWalk.walkOn(index, [...sortedQueue()], { limit: options.limit, starvation: starvationAt(t) })
+        const walk = QueueWalk.walkOn(index, [...sortedQueue()], { limit: options.limit, starvation: starvationAt(t), now: t })
         const group: Plan.Plan[] = []
         const unapplied: { sessionId: string; reason: "refused" | "stale" }[] = []
         for (const p of walk.placed) {
@@ -995,8 +1004,15 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (refused) return yield* (fromRefusal(s.id, refused) as IllegalTransition | Conflict)
         const bad = Validate.maxDowntimeMs(input.maxDowntimeMs)
         if (bad) return yield* bad
-        // Without a named target, only a host that takes moves (its agent advertises a peer URL) is picked.
-        const choice = index.choose({ budget: s.budget, affinity: s.affinity, exclude: s.hostId ?? undefined, target: input.targetHostId, takesMovesOnly: true })
+        // Without a named target, only a host that takes moves (its agent advertises a peer URL) is picked; never a silent one.
+        const choice = index.choose({
+          budget: s.budget,
+          affinity: s.affinity,
+          exclude: s.hostId ?? undefined,
+          target: input.targetHostId,
+          takesMovesOnly: true,
+          now: yield* now,
+        })
         const refusedTarget = fromTargetChoice(choice)
         if (refusedTarget !== null || choice._tag !== "Chosen") return yield* (refusedTarget as InvalidInput | NotFound | Refused)
         let moveId = `move-${++moveSeq}`

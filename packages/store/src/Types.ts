@@ -4,7 +4,7 @@
  */
 import type { FleetHost, HostHeadroom, LedgerEntry, NoFitDetail, OwnerKind, Queued, SessionState } from "@engram/core"
 import type * as core from "@engram/core"
-import { Session as CoreSession } from "@engram/core"
+import { Placement as CorePlacement, Session as CoreSession } from "@engram/core"
 
 /** What a host agent reports about its host (SPEC §1). Null = not measured. */
 export interface HostReport {
@@ -41,6 +41,12 @@ export interface ReportChanges {
    * templates (name, size and order) or the peer URL. An unchanged report makes no room appear.
    */
   readonly figuresChanged: boolean
+  /**
+   * The report ends a silence: the host's previous report was older than the stale window at
+   * this one's time (`Placement.isSilent`), so the host takes placements again from now on and
+   * the queue is drained, as after a first report. False on a first report (`figuresChanged` says it).
+   */
+  readonly wasSilent: boolean
 }
 
 /**
@@ -51,11 +57,16 @@ export type ReportedHost = HostView & ReportChanges
 
 /**
  * What `report` changes on a host that held `before` (its stored report, null before the first,
- * and its peer URL): the one rule every store answers `reportHost`'s `ReportChanges` by, given
- * the host as it held it inside the write.
+ * its peer URL and when it last reported): the one rule every store answers `reportHost`'s
+ * `ReportChanges` by, given the host as it held it inside the write and the report's time `at.now`.
  */
-export const reportChanges = (before: { readonly report: HostReport | null; readonly peerUrl: string | null }, report: HostReport): ReportChanges => {
-  if (before.report === null) return { peerUrlChanged: true, figuresChanged: true }
+export const reportChanges = (
+  before: { readonly report: HostReport | null; readonly peerUrl: string | null; readonly reportedAt: number | null },
+  report: HostReport,
+  at: { readonly now: number; readonly limits: core.Limits.Limits },
+): ReportChanges => {
+  if (before.report === null) return { peerUrlChanged: true, figuresChanged: true, wasSilent: false }
+  const wasSilent = CorePlacement.isSilent(before, at.now, at.limits)
   const peerUrlChanged = before.peerUrl !== (report.peerUrl ?? null)
   const was = reportedTemplates(before.report)
   const now = reportedTemplates(report)
@@ -66,7 +77,7 @@ export const reportChanges = (before: { readonly report: HostReport | null; read
     before.report.totalMib !== report.totalMib ||
     before.report.allocatableMib !== report.allocatableMib ||
     before.report.totalVcpus !== report.totalVcpus
-  return { peerUrlChanged, figuresChanged }
+  return { peerUrlChanged, figuresChanged, wasSilent }
 }
 
 /** A host as registered. */

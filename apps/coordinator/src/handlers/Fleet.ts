@@ -33,7 +33,9 @@ export const FleetHandlers = HandlerGroup.make(
             if (bad !== null) return yield* badRequest(bad.field, bad.rule)
             const fleet = yield* api(store.fleetView())
             const limits = store.limits()
-            return { fits: Placement.pick(fleet.hosts, { budget }, limits) !== null, hosts: Placement.noFit(fleet.hosts, { budget }, limits) }
+            // Judged at the read's time: a host whose agent went silent says `silent`.
+            const req = { budget, now: fleet.readAt }
+            return { fits: Placement.pick(fleet.hosts, req, limits) !== null, hosts: Placement.noFit(fleet.hosts, req, limits) }
           }),
         )
     )

@@ -146,7 +146,9 @@ export const HostsHandlers = HandlerGroup.make(
                     // The same figures again (every report interval) make no room appear: no notice (a
                     // transaction of its own on PostgreSQL), no drain. A queue that room from elsewhere
                     // could serve is drained by the reaper's next pass anyway.
-                    if (written.figuresChanged !== false) yield* drainer.roomAppeared(fleetTopic)
+                    // A report that ends a silence (`wasSilent`: the host took nothing while its agent was
+                    // silent) makes its room appear again, as a first report does.
+                    if (written.figuresChanged !== false || written.wasSilent === true) yield* drainer.roomAppeared(fleetTopic)
                   }),
                 ),
               ),

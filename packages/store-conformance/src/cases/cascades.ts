@@ -8,7 +8,7 @@
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, commitAfterFinal, expectFailure, finalRound, expectInvariants, expectUnchanged, kase, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, commitAfterFinal, expectFailure, finalRound, expectInvariants, expectUnchanged, kase, reportAll, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const budget = { memMib: 2048, vcpus: 2 }
@@ -31,6 +31,8 @@ const staleBut = (keep: readonly string[]) =>
     const s = yield* store
     yield* TestClock.adjust(staleWindowMs + 1)
     for (const id of keep) yield* s.heartbeat(id)
+    // The agents still report: only the reservations went stale, no host went silent.
+    yield* reportAll
   })
 
 /** `s1` moving from `src` to `dst` with its final round recorded: the move is in doubt. */

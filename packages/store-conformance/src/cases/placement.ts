@@ -1,10 +1,12 @@
 /**
  * Placement (SPEC §2): candidates, best fit, affinity, unmeasured hosts as a last resort,
- * the entries cap, the CPU gate, and the no-fit details of a queued create.
+ * the entries cap, the CPU gate, the no-fit details of a queued create, and a host whose agent
+ * went silent (no report for longer than the stale window) taking nothing new.
  */
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
-import { addHost, expectInvariants, kase, placed, queued, store } from "../Harness.js"
+import { TestClock } from "effect/testing"
+import { addHost, expectFailure, expectInvariants, kase, peerUrlOf, placed, queued, queueNow, reportFor, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const small = { memMib: 1024, vcpus: 1 }
@@ -228,6 +230,77 @@ export const placement: Group = {
         const q = yield* queued("s1", small)
         expect(q.position).toBe(1)
         expect(q.noFit).toStrictEqual([])
+      }),
+    ),
+    kase(
+      "a host whose agent went silent (no report for longer than the stale window) takes no create, no drain and no move: a create lands on a host that reported, or queues with the reason silent; its next report ends the silence and the queue drains onto it",
+      Effect.gen(function* () {
+        const s = yield* store
+        const window = s.limits().heartbeatStaleWindowMs
+        const reportOf = (id: string) => ({ ...reportFor(8192, 8, s.limits()), peerUrl: peerUrlOf(id) })
+        yield* addHost("a", 8192)
+        // a holds something: it ranks first (best fit) among the hosts that fit.
+        yield* placed("a0", small)
+        yield* TestClock.setTime(window + 1)
+        yield* addHost("b", 8192)
+        // a last reported a window and 1 ms ago: silent. b reported now.
+        expect((yield* placed("s1", small)).hostId).toBe("b")
+        // An explicit move target that is silent is refused with the reason.
+        yield* s.markRunning("s1")
+        const refused = yield* expectFailure(s.beginMove({ sessionId: "s1", targetHostId: "a", maxDowntimeMs: 600 }), "Refused")
+        expect(refused.reason).toBe("host a cannot take the session: silent")
+        // With b cordoned nothing takes a create: it queues, a's reason silent.
+        yield* s.setHostState("b", "cordoned")
+        const q = yield* queued("q", small)
+        expect(q.noFit.map((d) => [d.hostId, d.reason])).toStrictEqual([
+          ["a", "silent"],
+          ["b", "cordoned"],
+        ])
+        expect((yield* s.drainQueue()).placed).toStrictEqual([])
+        // a reports again: the report says it ended a silence, and the queue drains onto a.
+        expect((yield* s.reportHost("a", reportOf("a"))).wasSilent).toBe(true)
+        expect((yield* s.reportHost("a", reportOf("a"))).wasSilent).toBe(false)
+        expect((yield* s.drainQueue()).placed).toStrictEqual([{ sessionId: "q", hostId: "a" }])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "the walkthrough: an agent killed, its host's stale reservations reclaimed, the same pass's drain places nothing on that host; its agent's return does",
+      Effect.gen(function* () {
+        const s = yield* store
+        const window = s.limits().heartbeatStaleWindowMs
+        const reportOf = (id: string) => ({ ...reportFor(4096, 8, s.limits()), peerUrl: peerUrlOf(id) })
+        yield* addHost("dead", 4096)
+        yield* addHost("live", 4096)
+        for (const i of [1, 2, 3, 4]) expect((yield* placed(`d${i}`, small)).hostId).toBe("dead")
+        const live: string[] = []
+        for (const i of [1, 2, 3, 4]) {
+          const x = yield* placed(`l${i}`, small)
+          expect(x.hostId).toBe("live")
+          live.push(x.reservationId as string)
+        }
+        yield* queued("q1", small)
+        yield* queued("q2", small)
+        // dead's agent is killed: from now on only live reports and heartbeats.
+        yield* TestClock.setTime(window + 1)
+        for (const id of live) yield* s.heartbeat(id)
+        yield* s.reportHost("live", reportOf("live"))
+        const reclaimed = yield* s.reclaim()
+        expect([...reclaimed.lostSessions].sort()).toStrictEqual(["d1", "d2", "d3", "d4"])
+        // dead looks empty and ready, but its agent is silent: the drain places nothing there.
+        expect((yield* s.drainQueue()).placed).toStrictEqual([])
+        expect((yield* queueNow(s)).map((x) => x.id)).toStrictEqual(["q1", "q2"])
+        expect((yield* s.queueStanding("q1"))?.noFit.map((d) => [d.hostId, d.reason])).toStrictEqual([
+          ["dead", "silent"],
+          ["live", "ram_full"],
+        ])
+        // Its agent comes back: the queue drains onto it.
+        expect((yield* s.reportHost("dead", reportOf("dead"))).wasSilent).toBe(true)
+        expect((yield* s.drainQueue()).placed).toStrictEqual([
+          { sessionId: "q1", hostId: "dead" },
+          { sessionId: "q2", hostId: "dead" },
+        ])
+        yield* expectInvariants
       }),
     ),
   ],

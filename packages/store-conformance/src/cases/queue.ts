@@ -6,7 +6,7 @@ import { expect } from "@effect/vitest"
 import { ParkPolicy } from "@engram/core"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, expectFailure, expectInvariants, kase, parkedNow, placed, queued, queueNow, sessionIn, store } from "../Harness.js"
+import { addHost, expectFailure, expectInvariants, kase, parkedNow, placed, queued, queueNow, reportAll, sessionIn, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const gib = (n: number) => ({ memMib: n * 1024, vcpus: 1 })
@@ -28,6 +28,8 @@ export const queue: Group = {
         yield* TestClock.adjust(1)
         yield* queued("small", gib(3))
         yield* TestClock.adjust(ParkPolicy.defaultOptions.starvationLimitMs)
+        // The agents report on schedule meanwhile: no host is silent.
+        yield* reportAll
         // a now has 3 GiB free, the most: it is held for "big", which still does not fit there.
         yield* s.endSession("a-small")
         const held = yield* s.drainQueue()
@@ -59,6 +61,8 @@ export const queue: Group = {
         // a: 2 GiB free, b: 2 GiB free; "big" (4 GiB) fits nowhere and starves.
         yield* queued("big", gib(4))
         yield* TestClock.adjust(ParkPolicy.defaultOptions.starvationLimitMs)
+        // The agents report on schedule meanwhile: no host is silent.
+        yield* reportAll
         // a now has 3 GiB free, the most: it is held for "big", which still does not fit there.
         yield* s.endSession("a-small")
         // A create and a cold resume that prefer a go to b instead.
