@@ -346,7 +346,7 @@ const seedLarge = async (dbUrl: string, hosts: number, perHost: number): Promise
   try {
     const mib = 4096
     await sql`insert into hosts (id, labels, state, total_mib, allocatable_mib, total_vcpus, reported_at, created_at, reserved_mem_mib, reserved_vcpus, entries)
-      select 'big' || lpad(g::text, 6, '0'), '{"zone":"a"}'::jsonb, 'ready', 262144, 262144, 64, 0, 0, ${mib * perHost}, ${2 * perHost}, ${perHost}
+      select 'big' || lpad(g::text, 6, '0'), '{"zone":"a"}'::jsonb, 'ready', 262144, 262144, 64, ${Date.now()}, 0, ${mib * perHost}, ${2 * perHost}, ${perHost}
       from generate_series(1, ${hosts}) g`
     await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, parked_at, created_at, updated_at)
       select 'bs' || h || '-' || k, case when k <= ${perHost - 2} then 'running' else 'parked' end,

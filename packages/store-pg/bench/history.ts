@@ -54,7 +54,7 @@ const assignmentsBeforeSql = (hostId: string) => dsql`select to_jsonb(h) as "hos
 
 const fill = async (sql: postgres.Sql): Promise<void> => {
   await sql`insert into hosts (id, state, labels, total_mib, allocatable_mib, total_vcpus, reported_at, created_at, reserved_mem_mib, reserved_vcpus, entries, templates)
-    select 'h' || g, 'ready', '{"zone":"eu-1","rack":"r12","class":"standard"}'::jsonb, 262144, 262144, 64, 0, 0, 10240, 10, 10,
+    select 'h' || g, 'ready', '{"zone":"eu-1","rack":"r12","class":"standard"}'::jsonb, 262144, 262144, 64, ${Date.now()}, 0, 10240, 10, 10,
       (select jsonb_agg(jsonb_build_object('name', 'tpl-' || t, 'sizeBytes', 1073741824)) from generate_series(1, 8) t)
     from generate_series(1, ${HOSTS}) g`
   await sql`insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)

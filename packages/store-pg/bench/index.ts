@@ -231,7 +231,7 @@ const drain = async (queuedCount: number, batch: number): Promise<{ perSec: numb
     // Hosts with room for the whole queue (32 entries each), and a queue written in bulk.
     const hostCount = Math.ceil(queuedCount / 30)
     await sql`insert into hosts (id, labels, state, total_mib, allocatable_mib, total_vcpus, reported_at, created_at)
-      select 'h' || lpad(g::text, 5, '0'), '{}'::jsonb, 'ready', 200000, 200000, 64, 0, 0 from generate_series(1, ${hostCount}) g`
+      select 'h' || lpad(g::text, 5, '0'), '{}'::jsonb, 'ready', 200000, 200000, 64, ${Date.now()}, 0 from generate_series(1, ${hostCount}) g`
     await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, queued_at, created_at, updated_at)
       select 'q' || g, 'queued', 1024 * (1 + g % 4), 1 + g % 2, '{}', g, g, g from generate_series(1, ${queuedCount}) g`
     await sql`analyze`
@@ -259,7 +259,7 @@ const fleetView = async (hostCount: number): Promise<{ wholeMs: number; medianMs
     await runtime.runPromise(Store.use((s) => Effect.sync(() => s.limits())))
     // Every host with 8 sessions: 5 running, 2 parked, 1 descending; and a queue of 1,000.
     await sql`insert into hosts (id, labels, state, total_mib, allocatable_mib, total_vcpus, reported_at, created_at)
-      select 'h' || lpad(g::text, 5, '0'), '{"zone":"a"}'::jsonb, 'ready', 262144, 262144, 64, 0, 0 from generate_series(1, ${hostCount}) g`
+      select 'h' || lpad(g::text, 5, '0'), '{"zone":"a"}'::jsonb, 'ready', 262144, 262144, 64, ${Date.now()}, 0 from generate_series(1, ${hostCount}) g`
     await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, parked_at, created_at, updated_at)
       select 's' || h || '-' || k,
         case when k <= 5 then 'running' when k <= 7 then 'parked' else 'descending' end,
@@ -338,7 +338,7 @@ const assignments = async (clients: number): Promise<{ one: AssignmentsRun; thre
   try {
     await runtime.runPromise(Store.use((s) => Effect.sync(() => s.limits())))
     await sql`insert into hosts (id, state, total_mib, allocatable_mib, total_vcpus, reported_at, created_at, reserved_mem_mib, reserved_vcpus, entries)
-      select 'h' || g, 'ready', 262144, 262144, 64, 0, 0, 10240, 10, 10 from generate_series(1, ${hosts}) g`
+      select 'h' || g, 'ready', 262144, 262144, 64, ${Date.now()}, 0, 10240, 10, 10 from generate_series(1, ${hosts}) g`
     await sql`insert into reservations (id, host_id, owner_kind, owner_id, mem_mib, vcpus, created_at, last_heartbeat_at)
       select 'r' || h || '-' || k, 'h' || h, 'session', 's' || h || '-' || k, 1024, 1, 0, 0 from generate_series(1, ${hosts}) h, generate_series(1, 10) k`
     await sql`insert into sessions (id, state, mem_mib, vcpus, affinity, host_id, reservation_id, created_at, updated_at)
