@@ -107,9 +107,15 @@ describe("two coordinators on one store (replicas)", () => {
   })
 })
 
+// The stale window of the start-up cases: the reservations go stale while no coordinator runs
+// (a real wait past it), and the host's report just before the start must still be inside it when
+// the starting coordinator drains (a host silent past the window takes nothing): long enough for a
+// start on a loaded machine.
+const startWindowMs = 3000
+
 describe("reconcile at start-up (SPEC §3)", () => {
   it("a starting coordinator reclaims what went stale while none ran and drains the queue, with the reaper loop off", async () => {
-    const limits = Limits.make({ heartbeatStaleWindowMs: 100 })
+    const limits = Limits.make({ heartbeatStaleWindowMs: startWindowMs })
     if (limits._tag === "Invalid") throw new Error("bad test limits")
     const store = StoreSim.make({ limits: limits.limits }).store
     await Effect.runPromise(
@@ -124,7 +130,7 @@ describe("reconcile at start-up (SPEC §3)", () => {
       }),
     )
     // No coordinator runs while s1's reservation goes stale (no heartbeat).
-    await new Promise((r) => setTimeout(r, 250))
+    await new Promise((r) => setTimeout(r, startWindowMs + 300))
     // Its agent reports again (through a replica starting meanwhile): a host silent for a stale window takes nothing until it does.
     await Effect.runPromise(store.reportHost("rh", { totalMib: 4096, allocatableMib: 2048, totalVcpus: 4 }))
     // The seed's rule: no failover grace (with one, the start-up reconcile reclaims nothing: below).
@@ -151,7 +157,7 @@ describe("reconcile at start-up (SPEC §3)", () => {
 
 describe("reconcile at start-up with the failover grace (ENGRAM_RECLAIM_GRACE_MS)", () => {
   it("a starting coordinator reclaims nothing that went stale while none ran (no host could heartbeat), and still drains the queue", async () => {
-    const limits = Limits.make({ heartbeatStaleWindowMs: 100 })
+    const limits = Limits.make({ heartbeatStaleWindowMs: startWindowMs })
     if (limits._tag === "Invalid") throw new Error("bad test limits")
     const store = StoreSim.make({ limits: limits.limits }).store
     await Effect.runPromise(
@@ -171,7 +177,7 @@ describe("reconcile at start-up with the failover grace (ENGRAM_RECLAIM_GRACE_MS
       }),
     )
     // No coordinator runs while the reservations go stale (no heartbeat).
-    await new Promise((r) => setTimeout(r, 250))
+    await new Promise((r) => setTimeout(r, startWindowMs + 300))
     // gq's agent reports again (through a replica starting meanwhile): a host silent for a stale window takes nothing until it does.
     await Effect.runPromise(store.reportHost("gq", { totalMib: 8192, allocatableMib: 4096, totalVcpus: 4 }))
     const c = await startCoordinator({ store: Layer.succeed(Store, store), reaper: false, logLevel: "Error", config: { port: 0, adminToken, reclaimGraceMs: 60_000 } })

@@ -164,7 +164,7 @@ export const isOpen = (c: Candidate, limits: Limits = defaults): boolean =>
  * targets) until it reports again; a host with no report time is judged by `reported` alone.
  * The one rule: both stores and the simulator judge silence here.
  */
-export const isSilent = (c: Pick<Candidate, "reportedAt">, now: number, limits: Limits = defaults): boolean =>
+export const isSilent = (c: Pick<Candidate, "reportedAt">, now: number, limits: Limits): boolean =>
   c.reportedAt != null && now - c.reportedAt > limits.heartbeatStaleWindowMs
 
 /** Whether a move without a named target may pick this host (`Candidate.takesMoves` not false). */
@@ -175,7 +175,7 @@ export const acceptsMoves = (c: Pick<Candidate, "takesMoves">): boolean => c.tak
  * move's source), one that takes moves when the request asks for one (`takesMovesOnly`), and
  * not silent at the request's `now` (`isSilent`).
  */
-export const admits = (c: Candidate, req: Request, limits: Limits = defaults): boolean =>
+export const admits = (c: Candidate, req: Request, limits: Limits): boolean =>
   c.id !== req.exclude && (req.takesMovesOnly !== true || acceptsMoves(c)) && (req.now === undefined || !isSilent(c, req.now, limits))
 
 /** Whether the budget fits on this candidate now (SPEC §2). */

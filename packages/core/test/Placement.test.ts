@@ -215,7 +215,7 @@ describe("Placement: a host whose agent went silent takes nothing new", () => {
 
   it("a silent host is not chosen (pick, rank, choose, the index); without a now, silence is not judged", () => {
     const r = { budget: { memMib: 2048, vcpus: 1 }, now }
-    expect(Placement.isSilent(dead, now)).toBe(true)
+    expect(Placement.isSilent(dead, now, Limits.defaults)).toBe(true)
     expect(Placement.pick([dead, live], r)).toBe("live")
     expect(Placement.rank([dead, live], r)).toEqual(["live"])
     expect(Placement.choose([dead, live], r)).toEqual({ _tag: "Chosen", hostId: "live" })
@@ -262,9 +262,9 @@ describe("Placement: a host whose agent went silent takes nothing new", () => {
   it("the boundary: a last report exactly the window old is not silent, one ms older is", () => {
     const at = (age: number) => host("h", 16384, 64, 0, 0, { reportedAt: now - age })
     const r = { budget: { memMib: 2048, vcpus: 1 }, now }
-    expect(Placement.isSilent(at(windowMs), now)).toBe(false)
+    expect(Placement.isSilent(at(windowMs), now, Limits.defaults)).toBe(false)
     expect(Placement.pick([at(windowMs)], r)).toBe("h")
-    expect(Placement.isSilent(at(windowMs + 1), now)).toBe(true)
+    expect(Placement.isSilent(at(windowMs + 1), now, Limits.defaults)).toBe(true)
     expect(Placement.pick([at(windowMs + 1)], r)).toBeNull()
     expect(Placement.reasonFor(at(windowMs + 1), r.budget, Limits.defaults, now)).toBe("silent")
     // The window is the limits' own.

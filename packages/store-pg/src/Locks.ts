@@ -131,7 +131,7 @@ export const pickAndLock = (tx: Tx, req: Placement.Request, limits: Limits.Limit
       byId.set(id, c)
       // Re-judged under the lock as `pick` judged it: the request admits it (a move's target that
       // stopped taking moves does not) and the budget fits.
-      if (Placement.admits(c, req) && Placement.fitsOn(c, req.budget, limits)) return { _tag: "Chosen", hostId: id, version: fresh.version } satisfies Picked
+      if (Placement.admits(c, req, limits) && Placement.fitsOn(c, req.budget, limits)) return { _tag: "Chosen", hostId: id, version: fresh.version } satisfies Picked
     }
     return { _tag: "NoFit", hosts: [...byId.values()] } satisfies Picked
   })

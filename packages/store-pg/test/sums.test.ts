@@ -24,10 +24,12 @@ const prng = (seed: number) => () => {
 
 const HOSTS = ["h0", "h1", "h2", "h3", "h4", "h5"]
 
-const setup = (s: StoreShape) =>
-  Effect.forEach(HOSTS, (id, i) =>
-    Effect.andThen(s.registerHost({ id }), s.reportHost(id, { totalMib: 65536, allocatableMib: 4096 + 2048 * i, totalVcpus: 4 + i, peerUrl: Harness.peerUrlOf(id) })),
-  )
+const reportOf = (id: string) => {
+  const i = HOSTS.indexOf(id)
+  return { totalMib: 65536, allocatableMib: 4096 + 2048 * i, totalVcpus: 4 + i, peerUrl: Harness.peerUrlOf(id) }
+}
+
+const setup = (s: StoreShape) => Effect.forEach(HOSTS, (id) => Effect.andThen(s.registerHost({ id }), s.reportHost(id, reportOf(id))))
 
 /** One client: `steps` random operations; every failure is expected somewhere and ignored. */
 const client = (s: StoreShape, seed: number, steps: number) =>
@@ -87,8 +89,14 @@ const client = (s: StoreShape, seed: number, steps: number) =>
                                   ? s.drainQueue({ limit: 1 + Math.floor(rnd() * 5) })
                                   : r < 0.93
                                     ? s.reclaim()
-                                    : r < 0.96
+                                    : r < 0.945
                                       ? s.heartbeatHost(pick(HOSTS))
+                                      : r < 0.96
+                                        ? // Agents report as they do on a timer: with a 30 ms window a host is silent (takes no placements) between its reports.
+                                          Effect.suspend(() => {
+                                            const h = pick(HOSTS)
+                                            return s.reportHost(h, reportOf(h))
+                                          })
                                       : s.setHostState(pick(HOSTS), pick(["ready", "ready", "cordoned", "draining"] as const))
       yield* Effect.ignore(op)
       if (rnd() < 0.05) yield* Effect.promise(() => new Promise((res) => setTimeout(res, 10)))

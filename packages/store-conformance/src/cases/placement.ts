@@ -265,6 +265,19 @@ export const placement: Group = {
       }),
     ),
     kase(
+      "silence is judged by the store's own stale window on every path: with a window of 5 minutes, a host that reported 130 s ago (past the default 2 minutes) still takes placements",
+      Effect.gen(function* () {
+        yield* addHost("a", 8192)
+        // a holds something: it ranks first (best fit) among the hosts that fit.
+        yield* placed("a0", small)
+        yield* TestClock.setTime(130_000)
+        yield* addHost("b", 8192)
+        expect((yield* placed("s1", small)).hostId).toBe("a")
+        yield* expectInvariants
+      }),
+      { heartbeatStaleWindowMs: 300_000 },
+    ),
+    kase(
       "the walkthrough: an agent killed, its host's stale reservations reclaimed, the same pass's drain places nothing on that host; its agent's return does",
       Effect.gen(function* () {
         const s = yield* store
