@@ -41,7 +41,7 @@ export class FleetHistory extends Context.Service<FleetHistory, FleetHistoryShap
         const sample = Effect.gen(function* () {
           const view = yield* store.fleetView()
           const at = yield* Clock.currentTimeMillis
-          const s = Fleet.snapshot(view, store.limits())
+          const s = Fleet.snapshot(view, store.limits(), at)
           kept.push({
             at,
             freeMib: s.freeMib,

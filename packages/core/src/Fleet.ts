@@ -66,8 +66,12 @@ export const templateCounts = (hosts: Iterable<Placement.Candidate>): TemplateCo
   return [...counts.values()].sort((a, b) => compareIds(a.name, b.name) || a.memMib - b.memMib || a.vcpus - b.vcpus)
 }
 
-/** Computes the snapshot from one fleet read. */
-export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults): Snapshot => {
+/**
+ * Computes the snapshot from one fleet read. With `now` (the read's time), the queue's
+ * `withoutRoom` counts no room on a silent host (`Placement.isSilent`): a dead agent's empty host
+ * does not hide the cue for more hosts.
+ */
+export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults, now?: number): Snapshot => {
   let ready = 0
   let measured = 0
   let cordoned = 0
@@ -116,7 +120,7 @@ export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults): 
       sessions: fleet.queue.length,
       memMib: qMem,
       vcpus: qCpu,
-      withoutRoom: ParkGate.countWithoutRoom(fleet, limits),
+      withoutRoom: ParkGate.countWithoutRoom(fleet, limits, now),
     },
     unplaceable: { count: tooBig.length, largestMemMib: largest.memMib, largestVcpus: largest.vcpus },
     parks,

@@ -178,10 +178,12 @@ export const largestOf = (queue: readonly Queued[]): Budget => {
 /**
  * Queued sessions that fit on no candidate host, each judged alone against the current
  * headroom, in queue order; sessions too big for every host are left out (no descent helps them).
+ * With `now`, a host silent then (`Placement.isSilent`: its agent has not reported within the
+ * stale window) is no room: nothing is placed there (what the fleet's autoscaling cue reads).
  */
-export const withoutRoom = (fleet: FleetView, limits: Limits = defaults): Queued[] => {
+export const withoutRoom = (fleet: FleetView, limits: Limits = defaults, now?: number): Queued[] => {
   if (fleet.queue.length === 0) return []
-  const index = Placement.roomIndex(fleet.hosts, limits)
+  const index = Placement.roomIndex(now === undefined ? fleet.hosts : fleet.hosts.filter((h) => !Placement.isSilent(h, now, limits)), limits)
   const waiting = fleet.queue.filter((q) => !index.anyFits(q.budget))
   if (waiting.length === 0) return waiting
   const tooBig = Placement.tooBigFor(fleet.hosts, limits)
@@ -205,7 +207,7 @@ export const anyWithoutRoom = (queued: Iterable<Budget>, fits: (b: Budget) => bo
 }
 
 /** How many queued sessions are without room (`withoutRoom(...).length`). */
-export const countWithoutRoom = (fleet: FleetView, limits: Limits = defaults): number => withoutRoom(fleet, limits).length
+export const countWithoutRoom = (fleet: FleetView, limits: Limits = defaults, now?: number): number => withoutRoom(fleet, limits, now).length
 
 // ---- step 3: descents running ---------------------------------------------------------------
 

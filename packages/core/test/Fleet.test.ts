@@ -24,6 +24,26 @@ describe("Fleet.snapshot", () => {
     expect(s.unplaceable).toEqual({ count: 0, largestMemMib: 0, largestVcpus: 0 })
   })
 
+  it("with the read's time, a silent host's room is no room for the queue: the cue for more hosts shows while a dead agent's host looks empty", () => {
+    const host = (id: string, reservedMib: number, reportedAt: number) => ({
+      id,
+      headroom: { allocatableMib: 8192, cpuBudget: 16, reserved: { memMib: reservedMib, vcpus: 0 } },
+      descentsRunning: 0,
+      parks: [],
+      reportedAt,
+    })
+    const now = 10 * 60_000
+    const fleet = {
+      // "dead" is empty but its agent last reported 5 minutes ago (the window is 2); "live" is full.
+      hosts: [host("dead", 0, now - 5 * 60_000), host("live", 8192, now)],
+      queue: [{ sessionId: "q1", budget: { memMib: 2048, vcpus: 1 }, queuedAt: 0 }],
+    }
+    expect(Fleet.snapshot(fleet).queue.withoutRoom).toBe(0)
+    expect(Fleet.snapshot(fleet, undefined, now).queue.withoutRoom).toBe(1)
+    // Within the window the same host's room counts.
+    expect(Fleet.snapshot({ ...fleet, hosts: [host("dead", 0, now - 60_000), host("live", 8192, now)] }, undefined, now).queue.withoutRoom).toBe(0)
+  })
+
   it("reports the queued sessions no ready measured host could take even empty, and their largest budget", () => {
     const host = (id: string, allocatableMib: number, cpuBudget: number) => ({
       id,

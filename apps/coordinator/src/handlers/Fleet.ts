@@ -18,7 +18,7 @@ export const FleetHandlers = HandlerGroup.make(
             const fleet = yield* api(store.fleetView())
             // Open moves are few (one per moving session): counted from their own list.
             const open = yield* api(store.listMoves({ state: "pending" }))
-            return { ...Fleet.snapshot(fleet, store.limits()), movesInDoubt: open.filter(Move.inDoubt).length, readAt: fleet.readAt }
+            return { ...Fleet.snapshot(fleet, store.limits(), fleet.readAt), movesInDoubt: open.filter(Move.inDoubt).length, readAt: fleet.readAt }
           }),
         )
         .handle("queue", ({ query }) =>

@@ -31,7 +31,7 @@ const storeGauges = (probeTimeoutMs: number) => Effect.gen(function* () {
   )
   const gauges: StoreGaugeValue[] = []
   if (fleet._tag === "Success") {
-    const snap = Fleet.snapshot(fleet.success, store.limits())
+    const snap = Fleet.snapshot(fleet.success, store.limits(), fleet.success.readAt)
     gauges.push(
       { name: "engram_queue_length", value: snap.queue.sessions },
       { name: "engram_queue_without_room", value: snap.queue.withoutRoom },
