@@ -47,13 +47,13 @@ export interface Watch {
  * session's, the move's) and a drain's wait after the notice stay interruptible
  * (`Effect.interruptible` where they are), so shutdown is held only by writes.
  */
+export const withNotices = <A, E, R>(write: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => Effect.uninterruptible(write)
+
 /** The topics a create's or cold resume's outcome changed: its host's (placed) or the queue's, and the session's. */
 export const placedTopics = (o: { readonly _tag: "Placed" | "Queued"; readonly session: { readonly id: string; readonly hostId: string | null } }): readonly (string | null)[] => [
   o._tag === "Placed" ? hostTopic(o.session.hostId) : queueTopic,
   sessionTopic(o.session.id),
 ]
-
-export const withNotices = <A, E, R>(write: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => Effect.uninterruptible(write)
 
 export interface NotifierShape {
   /** Announces that these topics changed: wakes their waiters here and on every replica. */
