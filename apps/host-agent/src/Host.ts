@@ -210,6 +210,9 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     const coordinator = "url" in o.coordinator ? yield* httpCoordinator(o, o.coordinator.url, o.coordinator.hostToken) : o.coordinator
     const target = yield* makeMoveTarget(o.hostId, runtime, residents)
     const images = ImageStore.directory(imageDir)
+    // Nothing fetches yet: a fetch's staging left here by an agent killed mid-fetch is a partial image no one will finish.
+    const stale = yield* ImageFetch.sweepStaging(imageDir)
+    if (stale.length > 0) yield* Effect.logInfo("stale fetch staging removed", { hostId: o.hostId, removed: stale.map((r) => r.name), bytes: stale.reduce((n, r) => n + r.bytes, 0) })
     const link = o.link ?? PeerLink.http(o.peers, o.peerSecret)
     // Known once the server listens (its port may be chosen then); the loops start after.
     const advertised = yield* Ref.make<string | null>(null)

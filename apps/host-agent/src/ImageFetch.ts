@@ -283,6 +283,74 @@ export const fileStream = (images: ImageStore.ImageStore, sessionId: string, nam
     }),
   )
 
+/** The name prefix of a fetch's staging directory, beside the sessions' directories (`~` is outside the id rule). */
+const stagingPrefix = "~fetch-"
+
+/** A fetch's staging directory name: the fetching process, when it began, the session. */
+const stagingName = (sessionId: string): string => `${stagingPrefix}${process.pid}-${Date.now()}-${encodeURIComponent(sessionId)}`
+
+/** The staging directories this process is writing (a sweep never takes one of them). */
+const activeStaging = new Set<string>()
+
+/** Whether a process of `pid` runs on this machine (another user's answers EPERM: it runs). */
+const pidAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM"
+  }
+}
+
+/** The bytes of the regular files under `path` (a directory walked, symbolic links not followed); 0 when it cannot be read. */
+const bytesUnder = async (path: string): Promise<number> => {
+  try {
+    const st = await lstat(path)
+    if (!st.isDirectory()) return st.isFile() ? st.size : 0
+    let n = 0
+    for (const name of await readdir(path)) n += await bytesUnder(join(path, name))
+    return n
+  } catch {
+    return 0
+  }
+}
+
+/** A staging directory a sweep removed: its name and the bytes it held. */
+export interface StaleStaging {
+  readonly name: string
+  readonly bytes: number
+}
+
+/**
+ * Removes the stale fetch staging directories (`~fetch-<pid>-<ms>-<session>`) of the image store
+ * rooted at `root`: those of a fetch that can no longer end, its process gone (an agent killed or
+ * crashed mid-fetch leaves its partial image there; nothing else would ever remove it), or this
+ * process's own that no fetch of it is writing. Never one an active fetch writes: this
+ * process's are known, another live process's (another agent on the machine) are left to it.
+ * `sessionId`: only that session's. Answers what it removed; best effort (one that cannot be
+ * removed is left, and not named).
+ */
+export const sweepStaging = (root: string, sessionId?: string): Effect.Effect<readonly StaleStaging[]> =>
+  Effect.promise(async () => {
+    const names = await readdir(root).catch(() => [] as string[])
+    const removed: StaleStaging[] = []
+    for (const name of names.sort()) {
+      const m = /^~fetch-(\d+)-(\d+)-(.+)$/.exec(name)
+      if (m === null) continue
+      if (sessionId !== undefined && m[3] !== encodeURIComponent(sessionId)) continue
+      const path = join(root, name)
+      const pid = Number(m[1])
+      if (activeStaging.has(path) || (pid !== process.pid && pidAlive(pid))) continue
+      const bytes = await bytesUnder(path)
+      const gone = await rm(path, { recursive: true, force: true }).then(
+        () => true,
+        () => false,
+      )
+      if (gone) removed.push({ name, bytes })
+    }
+    return removed
+  })
+
 /** What a fetch brought: the files and their total size. */
 export interface Fetched {
   readonly files: number
@@ -329,8 +397,12 @@ export const fetchImage = (o: {
   const query = `?for=${encodeURIComponent(o.me)}`
   const final = dirOf(o.images, o.sessionId)
   // Beside the sessions' directories under a name no session id takes (`~` is outside the id rule).
-  const staging = join(dirname(final), `~fetch-${process.pid}-${Date.now()}-${encodeURIComponent(o.sessionId)}`)
-  return Clock.clockWith((clock) =>
+  const staging = join(dirname(final), stagingName(o.sessionId))
+  // A fetch of the same image that a crash cut (its staging left behind) goes first.
+  const sweep = sweepStaging(dirname(final), o.sessionId).pipe(
+    Effect.tap((removed) => (removed.length === 0 ? Effect.void : Effect.logInfo("stale fetch staging removed", { sessionId: o.sessionId, removed: removed.map((r) => r.name), bytes: removed.reduce((n, r) => n + r.bytes, 0) }))),
+  )
+  return Effect.andThen(sweep, Clock.clockWith((clock) =>
     Effect.tryPromise({
       try: async (signal) => {
         // A bearer of its own for every request: the image host takes each nonce once.
@@ -364,6 +436,7 @@ export const fetchImage = (o: {
         const listedBytes = files.reduce((sum, f) => sum + f.bytes, 0)
         const boundMs = fetchBoundMs(listedBytes, o.minMibPerSec, floorMs)
         const bound = AbortSignal.timeout(boundMs)
+        activeStaging.add(staging)
         await mkdir(staging, { recursive: true, mode: 0o700 })
         let bytes = 0
         for (const file of files) {
@@ -422,5 +495,12 @@ export const fetchImage = (o: {
       catch: (e) => (e instanceof ImageFetchError ? e : fail(e instanceof Error ? e.message : String(e))),
       // Failed or interrupted (the agent stopping, the resume's action cut): nothing left behind.
     }),
-  ).pipe(Effect.onExit((exit) => (exit._tag === "Success" ? Effect.void : Effect.promise(() => rm(staging, { recursive: true, force: true })))))
+  )).pipe(
+    Effect.onExit((exit) =>
+      Effect.promise(async () => {
+        if (exit._tag !== "Success") await rm(staging, { recursive: true, force: true })
+        activeStaging.delete(staging)
+      }),
+    ),
+  )
 }

@@ -8,15 +8,17 @@
 import { createHash } from "node:crypto"
 import { createServer, type IncomingHttpHeaders } from "node:http"
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
+import { spawnSync } from "node:child_process"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { ImageStore, SimRuntime } from "@engram/runtime"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Exit, Logger, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import * as ImageFetch from "../src/ImageFetch.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
 import { imageBearerWindowMs, imageNonces, imageProof, imageToken, newImageBearer } from "../src/MoveToken.js"
+import { startHostAgent } from "../src/Host.js"
 import * as PeerServer from "../src/PeerServer.js"
 import { makeResidents } from "../src/Residents.js"
 
@@ -375,6 +377,67 @@ describe("fetching a descent image from its host", () => {
         assert.deepStrictEqual((yield* ImageFetch.listing(ImageStore.directory(join(dir, "..")), "s1"))?.files.map((f) => f.name), ["descent.json", "image", "ram", "~notes"])
       }),
     ))
+})
+
+/** A pid no process has any more (a child that ran and exited: an agent killed mid-fetch). */
+const deadPid = (): number => {
+  const pid = spawnSync(process.execPath, ["-e", ""]).pid
+  if (pid === undefined) throw new Error("no child process")
+  return pid
+}
+
+/** A staging directory `name` under `root` holding `bytes` bytes of a partial file. */
+const leftStaging = (root: string, name: string, bytes: number) => {
+  mkdirSync(join(root, name))
+  writeFileSync(join(root, name, "ram"), Buffer.alloc(bytes, 1))
+  return name
+}
+
+describe("a fetch's staging left behind by a crash", () => {
+  it.live("a fetch of the same image removes the staging of a fetch whose process is gone, never one a live process writes", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port } = yield* serveImages()
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        const dead = leftStaging(mine.root, `~fetch-${deadPid()}-1-s1`, 4096)
+        // Another agent on this machine (a live process) fetching the same session: its staging is its own.
+        const live = leftStaging(mine.root, `~fetch-${process.ppid}-2-s1`, 10)
+        // A crashed fetch of another session: this fetch leaves it (the start's sweep takes it).
+        const other = leftStaging(mine.root, `~fetch-${deadPid()}-3-s2`, 100)
+        // This process's own, no fetch of it writing it (the same pid after a restart in a container).
+        const mineOld = leftStaging(mine.root, `~fetch-${process.pid}-4-s1`, 7)
+        const logged: unknown[] = []
+        const capture = Logger.make<unknown, void>(({ message }) => void logged.push(message))
+        assert.strictEqual((yield* fetchInto(mine, port).pipe(Effect.provide(Logger.layer([capture])))).files, 3)
+        assert.deepStrictEqual(readdirSync(mine.root).sort(), ["s1", live, other].sort())
+        assert.deepInclude(logged.flat(), { sessionId: "s1", removed: [dead, mineOld].sort(), bytes: 4096 + 7 })
+        // The start's sweep (every session): the dead one of s2 goes, the live one stays.
+        assert.deepStrictEqual(yield* ImageFetch.sweepStaging(mine.root), [{ name: other, bytes: 100 }])
+        assert.deepStrictEqual(readdirSync(mine.root).sort(), ["s1", live].sort())
+      }),
+    ))
+
+  it.live("an agent starting removes the staging a killed agent left in its image directory, and says what and how many bytes", () =>
+    Effect.gen(function* () {
+      const imageDir = mkdtempSync(join(tmpdir(), "engram-imagefetch-start-"))
+      const dead = leftStaging(imageDir, `~fetch-${deadPid()}-1-s1`, 5000)
+      const live = leftStaging(imageDir, `~fetch-${process.ppid}-2-s1`, 10)
+      mkdirSync(join(imageDir, "s2"))
+      const logged: unknown[] = []
+      const capture = Logger.make<unknown, void>(({ message }) => void logged.push(message))
+      const scope = yield* Scope.make()
+      yield* startHostAgent({
+        hostId: "h",
+        coordinator: { url: "http://127.0.0.1:9", hostToken: "t" },
+        peerSecret: SECRET,
+        peers: () => undefined,
+        imageDir,
+        measure: () => Effect.succeed({ totalMib: 1024, allocatableMib: 1024, totalVcpus: 1 }),
+      }).pipe(Scope.provide(scope), Effect.provide(Logger.layer([capture])))
+      yield* Scope.close(scope, Exit.void)
+      assert.deepStrictEqual(readdirSync(imageDir).sort(), [live, "s2"].sort())
+      assert.deepInclude(logged.flat(), { hostId: "h", removed: [dead], bytes: 5000 })
+    }))
 })
 
 describe("the bounds of an image fetch", () => {
