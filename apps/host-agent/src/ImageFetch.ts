@@ -14,7 +14,8 @@
  * listing's own hashing), so a listing finds the sidecar fresh and answers at once; one that
  * comes while the image is still being hashed waits for that hashing (one hashing of a directory
  * at a time in the process) and answers from the sidecar; one that finds a file not hashed (an
- * older agent's descent, a hashing a restart cut) hashes it then. A fetch writes the sidecar of
+ * older agent's descent, a hashing a restart cut) hashes it then. Files are hashed on a worker
+ * thread (`makeHasher`), off the agent's event loop. A fetch writes the sidecar of
  * what it brought, so a host that fetched an image lists it without hashing it again.
  *
  * A fetch reads the list (`GET /v1/peer/images/{session}?for={host}`), streams each file
@@ -47,6 +48,7 @@ import { createReadStream, createWriteStream } from "node:fs"
 import { lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { Readable, Transform } from "node:stream"
+import { Worker } from "node:worker_threads"
 import { pipeline } from "node:stream/promises"
 import type { ReadableStream as NodeReadableStream } from "node:stream/web"
 import type { ImageStore } from "@engram/runtime"
@@ -136,11 +138,64 @@ const entriesOf = async (dir: string): Promise<Entry[] | undefined> => {
   }
 }
 
-/** The SHA-256 (hex) of the file at `path`, streamed. */
-const sha256Of = async (path: string): Promise<string> => {
-  const h = createHash("sha256")
-  for await (const chunk of createReadStream(path)) h.update(chunk as Buffer)
-  return h.digest("hex")
+/**
+ * The hashing thread's code (a worker evaluated from this text, so the bundled agent and the
+ * sources under tsx run the same, with no file of its own to find): each message names a file,
+ * streamed and hashed there; the answer is its SHA-256 in hex, or why it could not be read.
+ */
+const hasherSource = `
+const { parentPort } = require("node:worker_threads")
+const { createHash } = require("node:crypto")
+const { createReadStream } = require("node:fs")
+parentPort.on("message", async ({ id, path }) => {
+  try {
+    const h = createHash("sha256")
+    for await (const chunk of createReadStream(path)) h.update(chunk)
+    parentPort.postMessage({ id, sha256: h.digest("hex") })
+  } catch (e) {
+    parentPort.postMessage({ id, error: e instanceof Error ? e.message : String(e) })
+  }
+})
+`
+
+/** A hashing thread: `sha256Of` a file there, `close` when done. */
+interface Hasher {
+  readonly sha256Of: (path: string) => Promise<string>
+  readonly close: () => Promise<void>
+}
+
+/**
+ * A thread of its own that hashes files, off the agent's event loop: a 100 GiB image is some 3
+ * minutes of a core, which on the loop would be taken in slices between the agent's heartbeats,
+ * polls and answers. Never holds the process open (unreferenced). A thread that dies fails
+ * every hash asked of it.
+ */
+const makeHasher = (): Hasher => {
+  const worker = new Worker(hasherSource, { eval: true })
+  worker.unref()
+  const waiting = new Map<number, { readonly resolve: (hex: string) => void; readonly reject: (e: Error) => void }>()
+  let next = 0
+  const failAll = (e: Error) => {
+    for (const w of waiting.values()) w.reject(e)
+    waiting.clear()
+  }
+  worker.on("message", (m: { readonly id: number; readonly sha256?: string; readonly error?: string }) => {
+    const w = waiting.get(m.id)
+    waiting.delete(m.id)
+    if (m.sha256 !== undefined) w?.resolve(m.sha256)
+    else w?.reject(new Error(m.error ?? "the hashing thread answered nothing"))
+  })
+  worker.on("error", failAll)
+  worker.on("exit", (code) => failAll(new Error(`the hashing thread exited (${code})`)))
+  return {
+    sha256Of: (path) =>
+      new Promise((resolve, reject) => {
+        const id = next++
+        waiting.set(id, { resolve, reject })
+        worker.postMessage({ id, path })
+      }),
+    close: () => worker.terminate().then(() => undefined),
+  }
 }
 
 type Hashes = Record<string, { readonly bytes: number; readonly mtimeMs: number; readonly sha256: string }>
@@ -174,14 +229,21 @@ const hashesOf = async (dir: string, entries: readonly Entry[], keep: boolean, g
   const known = await readHashes(dir)
   const out: Record<string, Hashes[string]> = {}
   let changed = false
-  for (const e of entries) {
-    const k = known[e.name]
-    if (k !== undefined && k.bytes === e.bytes && k.mtimeMs === e.mtimeMs && typeof k.sha256 === "string") out[e.name] = k
-    else {
-      if (goOn !== undefined && !(await goOn())) throw new WarmStopped()
-      out[e.name] = { bytes: e.bytes, mtimeMs: e.mtimeMs, sha256: await sha256Of(join(dir, e.name)) }
-      changed = true
+  // Started for the first file to hash (a fresh sidecar needs none), ended with this hashing.
+  let hasher: Hasher | undefined
+  try {
+    for (const e of entries) {
+      const k = known[e.name]
+      if (k !== undefined && k.bytes === e.bytes && k.mtimeMs === e.mtimeMs && typeof k.sha256 === "string") out[e.name] = k
+      else {
+        if (goOn !== undefined && !(await goOn())) throw new WarmStopped()
+        hasher ??= makeHasher()
+        out[e.name] = { bytes: e.bytes, mtimeMs: e.mtimeMs, sha256: await hasher.sha256Of(join(dir, e.name)) }
+        changed = true
+      }
     }
+  } finally {
+    await hasher?.close()
   }
   if (changed || Object.keys(known).length !== entries.length) await writeHashes(dir, out).catch((e: unknown) => {
     if (keep) throw e
