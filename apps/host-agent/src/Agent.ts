@@ -720,6 +720,62 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       return active
     }
 
+    const agentStartMs = yield* Clock.currentTimeMillis
+    /**
+     * A periodic call's failures in a row (reports, heartbeats, polls): `failed` counts one and,
+     * for reports, warns once the reports have not landed for longer than a third of the stale
+     * window and again past the whole window (what the coordinator then does with this host);
+     * `answered` says once, at info, that the call is answered again after failures, how many
+     * and for how long (from the last answer before them).
+     */
+    const streakOf = (what: string, back: string, warnings: readonly { readonly afterMs: number; readonly message: (silentMs: number) => string }[] = []) => {
+      let answeredMs = agentStartMs
+      let failures = 0
+      let warned = 0
+      return {
+        failed: (error: string) =>
+          Effect.gen(function* () {
+            const t = yield* Clock.currentTimeMillis
+            failures++
+            const due = warnings.filter((w) => t - answeredMs > w.afterMs).length
+            if (due <= warned) return
+            warned = due
+            const beatAgoMs = t - beatAnsweredMs
+            yield* Effect.logWarning(warnings[due - 1]!.message(t - answeredMs), {
+              hostId: me,
+              [`${what}Failures`]: failures,
+              silentForMs: t - answeredMs,
+              staleWindowMs,
+              heartbeatAnsweredAgoMs: beatAgoMs,
+              error,
+            })
+          }),
+        answered: Effect.gen(function* () {
+          const t = yield* Clock.currentTimeMillis
+          if (failures > 0) yield* log(back, { [`${what}Failures`]: failures, failingForMs: t - answeredMs })
+          answeredMs = t
+          failures = 0
+          warned = 0
+        }),
+      }
+    }
+    // The coordinator judges a host by its last report (`reportedAt`): one not reported for the
+    // stale window is silent and takes no placements, even while its heartbeats are answered.
+    const reports = streakOf("report", "reports landing again (a host the coordinator judged silent takes placements again)", [
+      {
+        afterMs: Math.floor(staleWindowMs / 3),
+        message: (ms) =>
+          `no report of this host has landed for ${ms} ms, more than a third of the coordinator's stale window (${staleWindowMs} ms): once the window passes without one, the coordinator will treat this host as silent and place nothing on it`,
+      },
+      {
+        afterMs: staleWindowMs,
+        message: (ms) =>
+          `no report of this host has landed for ${ms} ms, longer than the coordinator's stale window (${staleWindowMs} ms): the coordinator treats this host as silent and places nothing on it until a report lands`,
+      },
+    ])
+    const heartbeats = streakOf("heartbeat", "heartbeats answered again")
+    const polls = streakOf("poll", "assignments poll answered again")
+
     // One report at a time: a report read before a template was built cannot land after the one
     // that carries it (and two reports never share the activity meter, `cpuSeen`).
     const reporting = yield* Semaphore.make(1)
@@ -735,8 +791,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       const active = activeSince(vms, yield* Clock.currentTimeMillis)
       yield* Ref.set(lastReport, report)
       return yield* coordinator.report(report, active).pipe(
+        Effect.andThen(reports.answered),
         Effect.as(undefined),
-        Effect.catch((e) => Effect.logWarning("report failed", { hostId: me, error: e.message }).pipe(Effect.as(Pacing.retryAfterOf(e)))),
+        Effect.catch((e) =>
+          Effect.logWarning("report failed", { hostId: me, error: e.message }).pipe(Effect.andThen(reports.failed(e.message)), Effect.as(Pacing.retryAfterOf(e))),
+        ),
       )
     }).pipe(reporting.withPermits(1))
     const reportOnce: Effect.Effect<void> = Effect.asVoid(reportAsked)
@@ -747,7 +806,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         beatAnsweredMs = t
         return undefined
       }),
-      Effect.catch((e) => Effect.logWarning("heartbeat failed", { hostId: me, error: e.message }).pipe(Effect.as(Pacing.retryAfterOf(e)))),
+      Effect.tap(() => heartbeats.answered),
+      Effect.catch((e) => Effect.logWarning("heartbeat failed", { hostId: me, error: e.message }).pipe(Effect.andThen(heartbeats.failed(e.message)), Effect.as(Pacing.retryAfterOf(e)))),
     )
 
     /** `call`, and how long it took (ms, the clock's). */
@@ -799,12 +859,14 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           .pipe(Effect.result)
         if (answer._tag === "Failure") {
           yield* Effect.logWarning("assignments poll failed", { hostId: me, error: answer.failure.message })
+          yield* polls.failed(answer.failure.message)
           if (Pacing.healedBy(backoff, answeredSinceMs, sentMs)) failures = 0
           answeredSinceMs = undefined
           yield* Effect.sleep(yield* Pacing.retryDelayMs(backoff, ++failures, Pacing.retryAfterOf(answer.failure)))
           continue
         }
         answeredSinceMs ??= yield* Clock.currentTimeMillis
+        yield* polls.answered
         const unchanged = since !== undefined && answer.success.version === since
         since = answer.success.version
         yield* reconcile(answer.success)
