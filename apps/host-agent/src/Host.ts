@@ -16,6 +16,7 @@ import { type CoordinatorShape, makeHttp } from "./Coordinator.js"
 import * as Failover from "./Failover.js"
 import * as ImageDir from "./ImageDir.js"
 import * as ImageFetch from "./ImageFetch.js"
+import * as ImageNonceFile from "./ImageNonceFile.js"
 import * as LocalState from "./LocalState.js"
 import type { HostReport } from "./Measure.js"
 import { makeMoveTarget, type MoveTarget } from "./MoveTarget.js"
@@ -231,7 +232,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     const port =
       o.listen === undefined
         ? null
-        : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status, images, peerUrl: Ref.get(advertised) }, { port: o.listen.port, host: o.listen.host }).pipe(Effect.orDie)
+        : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status, images, peerUrl: Ref.get(advertised), nonceFile: ImageNonceFile.pathIn(imageDir, o.hostId) }, { port: o.listen.port, host: o.listen.host }).pipe(Effect.orDie)
     const peerUrl = yield* advertisedPeerUrlOf(o, port)
     yield* Ref.set(advertised, peerUrl)
     yield* Effect.forkScoped(agent.run)

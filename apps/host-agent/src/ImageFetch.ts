@@ -24,7 +24,7 @@
  * moves the directory into place: a failed or partial fetch leaves nothing a restore could take.
  * Every request carries its own bearer (`MoveToken.imageToken`: the session, both hosts, what it
  * opens — the listing or one file by name —, an issue time and a random nonce), which the image
- * host takes once, within `MoveToken.imageBearerWindowMs` of its issue (`MoveToken.imageNonces`);
+ * host takes once, within `MoveToken.imageBearerWindowMs` of its issue (`ImageNonceFile`: kept across restarts);
  * the listing carries the image host's own peer URL and its `MoveToken.imageProof` (the files
  * with their hashes, that URL, both hosts and the listing request's nonce), checked in constant
  * time before anything is fetched, and the files are fetched from that URL (or from the

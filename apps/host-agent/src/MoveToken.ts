@@ -88,6 +88,10 @@ export const imageNonces = (windowMs: number = imageBearerWindowMs) => {
     },
     /** How many nonces are kept. */
     size: () => seen.size,
+    /** The nonces kept, each with the end of its bearer's window (what `remember` takes back). */
+    entries: (): readonly (readonly [string, number])[] => [...seen.entries()],
+    /** Takes back a nonce taken before (by this host's agent before a restart), kept until `untilMs`. */
+    remember: (nonce: string, untilMs: number): void => void seen.set(nonce, untilMs),
   }
 }
 export type ImageNonces = ReturnType<typeof imageNonces>

@@ -15,7 +15,8 @@ import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "e
 import { NodeHttpServer } from "@effect/platform-node"
 import type { ImageStore } from "@engram/runtime"
 import * as ImageFetch from "./ImageFetch.js"
-import { imageBearerOf, imageBearerWindowMs, type ImageNonces, imageNonces, imageProof, type ImageRoute, moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
+import * as ImageNonceFile from "./ImageNonceFile.js"
+import { imageBearerOf, imageBearerWindowMs, imageProof, type ImageRoute, moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
 import type { MoveHeader, MoveTarget } from "./MoveTarget.js"
 
 const Header = Schema.Struct({
@@ -43,6 +44,12 @@ export interface PeerServerDeps {
    * URL by its operator, `ENGRAM_PEERS`, then takes the files).
    */
   readonly peerUrl?: Effect.Effect<string | null> | undefined
+  /**
+   * Where the nonces of the image bearers this host took are kept across restarts
+   * (`ImageNonceFile`; `Host` puts it in the image directory); omitted: in memory only, so a
+   * bearer seen before a restart could be replayed once after it.
+   */
+  readonly nonceFile?: string | undefined
 }
 
 const bearer = (req: HttpServerRequest.HttpServerRequest) => {
@@ -72,7 +79,7 @@ const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(de
  * (the Effect `Clock`) and its nonce not taken before (`nonces`); else the 401 to answer. The
  * listing's nonce is answered with it (its proof is bound to it).
  */
-const authorizedImage = (deps: PeerServerDeps, nonces: ImageNonces, opens: (name: string | undefined) => ImageRoute | undefined) =>
+const authorizedImage = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate, opens: (name: string | undefined) => ImageRoute | undefined) =>
   Effect.gen(function* () {
     const req = yield* HttpServerRequest.HttpServerRequest
     const { id, name } = yield* HttpRouter.params
@@ -80,7 +87,9 @@ const authorizedImage = (deps: PeerServerDeps, nonces: ImageNonces, opens: (name
     const route = opens(name)
     const b = id === undefined || requester === null || requester === "" || route === undefined ? undefined : imageBearerOf(deps.secret, bearer(req), id, deps.hostId, requester, route)
     if (id === undefined || requester === null || b === undefined) return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "invalid image token" }) }
-    const judged = nonces.admit(b, yield* Clock.currentTimeMillis)
+    const judged = yield* nonces.admit(b, yield* Clock.currentTimeMillis)
+    if (judged === "predates") return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "image token issued before this image host's agent started, and its record of the tokens used before is lost" }) }
+    if (judged === "unrecorded") return { _tag: "Bad" as const, response: json(503, { error: "Unavailable", message: "this image host could not record the image token's use; try again" }) }
     if (judged === "expired") return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: `image token expired (issued more than ${imageBearerWindowMs / 60_000} minutes from this host's clock)` }) }
     if (judged === "replayed") return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "image token already used" }) }
     return { _tag: "Ok" as const, sessionId: id, requester, nonce: b.nonce }
@@ -91,7 +100,7 @@ const noImage = (sessionId: string) => json(404, { error: "NotFound", message: `
 const peerError = (e: { readonly op: string; readonly message: string }) => Effect.succeed(json(409, { error: "PeerError", op: e.op, message: e.message }))
 
 /** The peer routes. */
-export const routes = (deps: PeerServerDeps, nonces: ImageNonces = imageNonces()) =>
+export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = ImageNonceFile.inMemory()) =>
   Layer.mergeAll(
     HttpRouter.add(
       "POST",
@@ -162,8 +171,9 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonces = imageNonces()
 /** Serves the peer routes on `port` (0 = any) and answers the bound port. Lives in the caller's scope. */
 export const serve = (deps: PeerServerDeps, listen: { readonly port: number; readonly host: string }) =>
   Effect.gen(function* () {
+    const nonces = deps.nonceFile === undefined ? ImageNonceFile.inMemory() : yield* ImageNonceFile.inFile(deps.nonceFile, deps.hostId)
     const ctx = yield* Layer.build(
-      HttpRouter.serve(routes(deps), { disableLogger: true }).pipe(
+      HttpRouter.serve(routes(deps, nonces), { disableLogger: true }).pipe(
         Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: listen.port, host: listen.host })),
       ),
     )

@@ -440,6 +440,75 @@ describe("a fetch's staging left behind by a crash", () => {
     }))
 })
 
+/** The image host `a`'s peer server over `images`, its used nonces kept in `nonceFile`, in a scope of its own (closing it: the agent stopping). */
+const imageHostOn = (images: ImageStore.ImageStore, nonceFile: string) =>
+  Effect.gen(function* () {
+    const scope = yield* Scope.make()
+    const runtime = yield* SimRuntime.make()
+    const residents = yield* makeResidents("a", null, () => Effect.void)
+    const target = yield* makeMoveTarget("a", runtime, residents)
+    const advertised: { url: string | null } = { url: null }
+    const port = yield* PeerServer.serve({ hostId: "a", secret: SECRET, target, status: Effect.succeed({}), images, peerUrl: Effect.sync(() => advertised.url), nonceFile }, { port: 0, host: "127.0.0.1" }).pipe(Scope.provide(scope))
+    advertised.url = `http://127.0.0.1:${port}`
+    return { port, stop: Scope.close(scope, Exit.void) }
+  })
+
+describe("an image host's used bearers across its agent's restart", () => {
+  it.live("a bearer used before the image host's agent restarted opens nothing after it (its nonce kept in the image directory)", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { dir } = yield* serveImages()
+        const images = ImageStore.directory(join(dir, ".."))
+        const nonceFile = join(images.root, "~image-nonces-a.json")
+        const before = yield* imageHostOn(images, nonceFile)
+        const recorded = yield* relay(before.port)
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        assert.strictEqual((yield* fetchInto(mine, recorded.port, SECRET, true)).files, 3)
+        const [list, ...files] = recorded.seen
+        // The agent restarts: the same image directory, a new process (a new server, nothing in memory).
+        yield* before.stop
+        const after = yield* imageHostOn(images, nonceFile)
+        assert.deepStrictEqual(yield* replay(after.port, list!.url, list!.authorization), { status: 401, message: "image token already used" })
+        for (const f of files) assert.deepStrictEqual(yield* replay(after.port, f.url, f.authorization), { status: 401, message: "image token already used" })
+        // New bearers are taken as before.
+        const again = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        assert.strictEqual((yield* fetchInto(again, after.port)).files, 3)
+        const kept = JSON.parse(readFileSync(nonceFile, "utf8")) as { version: number; nonces: Record<string, number> }
+        assert.strictEqual(Object.keys(kept.nonces).length, 8)
+        // The image store lists no session for it.
+        assert.deepStrictEqual((yield* images.list!).map((i) => i.vmId), ["s1"])
+        yield* after.stop
+      }),
+    ))
+
+  it.live("without the record (no file, or one that cannot be read), a bearer issued before the start is refused, one issued since is taken", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { dir } = yield* serveImages()
+        const images = ImageStore.directory(join(dir, ".."))
+        const listing = (issuedAtMs: number) => `Bearer ${imageToken(SECRET, "s1", "a", "b", { _tag: "Listing" }, newImageBearer(issuedAtMs))}`
+        for (const content of [undefined, "{ not json"]) {
+          const nonceFile = join(mkdtempSync(join(tmpdir(), "engram-nonces-")), "~image-nonces-a.json")
+          if (content !== undefined) writeFileSync(nonceFile, content)
+          const issuedBefore = Date.now() - 1_000
+          const host = yield* imageHostOn(images, nonceFile)
+          assert.deepStrictEqual(yield* replay(host.port, "/v1/peer/images/s1?for=b", listing(issuedBefore)), {
+            status: 401,
+            message: "image token issued before this image host's agent started, and its record of the tokens used before is lost",
+          })
+          assert.strictEqual((yield* replay(host.port, "/v1/peer/images/s1?for=b", listing(Date.now() + 1))).status, 200)
+          yield* host.stop
+        }
+        // A nonce that cannot be written (its directory a file): the request is refused, not served unrecorded.
+        const notADir = join(mkdtempSync(join(tmpdir(), "engram-nonces-")), "a-file")
+        writeFileSync(notADir, "")
+        const unwritable = yield* imageHostOn(images, join(notADir, "~image-nonces-a.json"))
+        assert.deepStrictEqual(yield* replay(unwritable.port, "/v1/peer/images/s1?for=b", listing(Date.now() + 1)), { status: 503, message: "this image host could not record the image token's use; try again" })
+        yield* unwritable.stop
+      }),
+    ))
+})
+
 describe("the bounds of an image fetch", () => {
   it("the fetch's bound is 10 minutes, or the listed bytes at the floor rate when longer", () => {
     const gib = 1024 * 1024 * 1024
