@@ -78,21 +78,24 @@ export interface AgentConfig {
 }
 
 /** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
-export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => ({
-  hostId,
-  heartbeatIntervalMs: Math.max(1, Math.floor(heartbeatStaleWindowMs / 3)),
-  heartbeatStaleWindowMs,
-  // Below the stale window (30 s, or a third of a shorter window): a host that reports less often looks silent (`Placement.isSilent`).
-  reportIntervalMs: Math.min(30_000, Math.max(1, Math.floor(heartbeatStaleWindowMs / 3))),
-  pollWaitMs: 20_000,
-  retryDelayMs: 1_000,
-  maxPreCopyRounds: 6,
-  stagingGraceMs: 60_000,
-  reportRunningAfterMs: 10_000,
-  moveIntent: false,
-  templates: [],
-  imageGraceMs: null,
-})
+export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => {
+  const thirdMs = Math.max(1, Math.floor(heartbeatStaleWindowMs / 3))
+  return {
+    hostId,
+    heartbeatIntervalMs: thirdMs,
+    heartbeatStaleWindowMs,
+    // Below the stale window (30 s, or a third of a shorter window): a host that reports less often looks silent (`Placement.isSilent`).
+    reportIntervalMs: Math.min(30_000, thirdMs),
+    pollWaitMs: 20_000,
+    retryDelayMs: 1_000,
+    maxPreCopyRounds: 6,
+    stagingGraceMs: 60_000,
+    reportRunningAfterMs: 10_000,
+    moveIntent: false,
+    templates: [],
+    imageGraceMs: null,
+  }
+}
 
 export interface AgentDeps {
   readonly coordinator: CoordinatorShape

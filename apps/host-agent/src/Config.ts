@@ -190,22 +190,26 @@ const integerOf = (env: Env_, v: string): number | undefined => {
 type Naming = (variable: string) => string
 
 /**
- * The rule between the heartbeat interval and the stale window: not below the window, the host
- * goes stale between its heartbeats. Null when it holds.
+ * The one rule between a periodic call's interval and the stale window: below it. What a host
+ * calling less often suffers, by call: heartbeats, it goes stale between them; reports, it looks
+ * silent between them (`Placement.isSilent`) and takes no placements. Null when it holds.
  */
-export const heartbeatIssue = (heartbeatIntervalMs: number, heartbeatStaleWindowMs: number, name: Naming = (v) => v): string | null =>
-  heartbeatIntervalMs < heartbeatStaleWindowMs
-    ? null
-    : `must be less than ${name(staleWindowVariable)} (${heartbeatStaleWindowMs}): a host that heartbeats less often goes stale between its heartbeats`
+const intervalIssue =
+  (what: string) =>
+  (intervalMs: number, heartbeatStaleWindowMs: number, name: Naming = (v) => v): string | null =>
+    intervalMs < heartbeatStaleWindowMs ? null : `must be less than ${name(staleWindowVariable)} (${heartbeatStaleWindowMs}): a host that ${what}`
 
-/**
- * The rule between the report interval and the stale window: not below the window, the host
- * looks silent between its reports (`Placement.isSilent`) and takes no placements. Null when it holds.
- */
-export const reportIssue = (reportIntervalMs: number, heartbeatStaleWindowMs: number, name: Naming = (v) => v): string | null =>
-  reportIntervalMs < heartbeatStaleWindowMs
-    ? null
-    : `must be less than ${name(staleWindowVariable)} (${heartbeatStaleWindowMs}): a host that reports less often looks silent between its reports and takes no placements`
+/** The heartbeat interval's rule (`intervalIssue`). */
+export const heartbeatIssue = intervalIssue("heartbeats less often goes stale between its heartbeats")
+
+/** The report interval's rule (`intervalIssue`). */
+export const reportIssue = intervalIssue("reports less often looks silent between its reports and takes no placements")
+
+/** The intervals bound by the stale window: each one's variable, option key and rule. */
+const windowBound = [
+  { variable: "ENGRAM_AGENT_HEARTBEAT_MS", key: "heartbeatIntervalMs", issue: heartbeatIssue },
+  { variable: "ENGRAM_AGENT_REPORT_MS", key: "reportIntervalMs", issue: reportIssue },
+] as const
 
 /**
  * The rule between the simulated host's sizes (`ENGRAM_AGENT_MEASURE=fixed`): the system's share
@@ -218,13 +222,12 @@ export const simOsIssue = (osMib: number, totalMib: number): string | null =>
 const timingIssues = (env: Env_): Env.Issue[] => {
   const issues: Env.Issue[] = []
   const orDefault = (v: string, fallback: number) => (env[v] === undefined || env[v] === "" ? fallback : integerOf(env, v))
-  const heartbeatMs = integerOf(env, "ENGRAM_AGENT_HEARTBEAT_MS")
   const windowMs = orDefault(staleWindowVariable, Limits.defaults.heartbeatStaleWindowMs)
-  const heartbeat = heartbeatMs === undefined || windowMs === undefined || windowMs < 1 ? null : heartbeatIssue(heartbeatMs, windowMs)
-  if (heartbeat !== null) issues.push({ variable: "ENGRAM_AGENT_HEARTBEAT_MS", rule: heartbeat, value: env["ENGRAM_AGENT_HEARTBEAT_MS"] })
-  const reportMs = integerOf(env, "ENGRAM_AGENT_REPORT_MS")
-  const report = reportMs === undefined || windowMs === undefined || windowMs < 1 ? null : reportIssue(reportMs, windowMs)
-  if (report !== null) issues.push({ variable: "ENGRAM_AGENT_REPORT_MS", rule: report, value: env["ENGRAM_AGENT_REPORT_MS"] })
+  for (const b of windowBound) {
+    const ms = integerOf(env, b.variable)
+    const rule = ms === undefined || windowMs === undefined || windowMs < 1 ? null : b.issue(ms, windowMs)
+    if (rule !== null) issues.push({ variable: b.variable, rule, value: env[b.variable] })
+  }
   if (env["ENGRAM_AGENT_MEASURE"] === "fixed") {
     const osMib = orDefault("ENGRAM_SIM_OS_MIB", defaultSimHost.osMib)
     const totalMib = orDefault("ENGRAM_SIM_TOTAL_MIB", defaultSimHost.totalMib)
@@ -366,16 +369,14 @@ export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "h
     const source = { provider: ConfigProvider.fromUnknown(raw), raw: (v: string) => shown[v], secrets: secretVariables }
     const read = yield* Effect.result(Env.read("host agent", { staleMs: staleWindow, ...timingSettings }, source))
     const issues: Env.Issue[] = [...refused, ...(read._tag === "Failure" ? read.failure.issues.map((i) => ({ ...i, variable: byOptionKey(i.variable) })) : [])]
-    // The rule between the two, judged whenever both held their own rules, whatever the others'.
+    // The rule between each interval and the window, judged whenever both held their own rules, whatever the others'.
     const windowMs = yield* Effect.result(staleWindow.parse(source.provider))
-    const heartbeatMs = yield* Effect.result(timingSettings.heartbeatIntervalMs.parse(source.provider))
-    const heartbeat = windowMs._tag === "Success" && heartbeatMs._tag === "Success" ? given(heartbeatMs.success) : undefined
-    const rule = heartbeat === undefined || windowMs._tag !== "Success" ? null : heartbeatIssue(heartbeat.value, windowMs.success, byOptionKey)
-    if (rule !== null && heartbeat !== undefined) issues.push({ variable: "config.heartbeatIntervalMs", rule, value: heartbeat.value })
-    const reportMs = yield* Effect.result(timingSettings.reportIntervalMs.parse(source.provider))
-    const report = windowMs._tag === "Success" && reportMs._tag === "Success" ? given(reportMs.success) : undefined
-    const reportRule = report === undefined || windowMs._tag !== "Success" ? null : reportIssue(report.value, windowMs.success, byOptionKey)
-    if (reportRule !== null && report !== undefined) issues.push({ variable: "config.reportIntervalMs", rule: reportRule, value: report.value })
+    for (const b of windowBound) {
+      const ms = yield* Effect.result(timingSettings[b.key].parse(source.provider))
+      const value = windowMs._tag === "Success" && ms._tag === "Success" ? given(ms.success) : undefined
+      const rule = value === undefined || windowMs._tag !== "Success" ? null : b.issue(value.value, windowMs.success, byOptionKey)
+      if (rule !== null && value !== undefined) issues.push({ variable: `config.${b.key}`, rule, value: value.value })
+    }
     if (issues.length > 0 || read._tag === "Failure") return yield* new Env.ConfigInvalid({ component: "host agent", issues })
     return { ...defaultAgentConfig(o.hostId, read.success.staleMs), ...o.config, hostId: o.hostId }
   })
