@@ -5,7 +5,13 @@
  *
  * - the holder renews by bumping `renewals` where it is still the holder at its epoch; it acts
  *   only until `renewDeadlineMs` after its last renewal, so a holder that cannot renew (frozen,
- *   cut off, its queries timing out) stops by itself, before anyone may take over;
+ *   cut off, its queries timing out) stops by itself, before anyone may take over. Past that
+ *   deadline it renews only after reading the row as still its own (a compare-and-set on the
+ *   renewals it read), and a check that fails past the deadline gives the lease up: on a link
+ *   slower than the query timeout its renewals would commit while it gave up waiting for each,
+ *   the row would go on changing and nobody would lead (walkthrough: 2 s each way). The lease's
+ *   connection carries a `statement_timeout` of the query timeout, so a renewal the holder gave
+ *   up on while it waited on a lock does not commit later;
  * - every other replica watches the row: a change (a renewal, a new holder) restarts its wait;
  *   a row unchanged for the holder's whole `leaseDurationMs`, as this replica's clock measures
  *   it, is taken over with a compare-and-set on what it saw, at the next epoch;
@@ -39,6 +45,8 @@ export interface LeaseOptions extends Partial<LeaseTimes> {
   /** A fingerprint of this replica's admin token, written with the lease while it holds it (read at each write; null: none). */
   readonly adminTokenHash?: (() => string | null) | undefined
 }
+
+const defaultQueryTimeoutMs = 2000
 
 interface Row {
   readonly holder: string
@@ -76,7 +84,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     if (bad !== null) return yield* Effect.die(new Error(`lease: ${bad}`))
     const name = options.name ?? "reaper"
     const holder = options.holder ?? `replica-${Math.random().toString(36).slice(2, 12)}`
-    const timeout = Duration.millis(options.queryTimeoutMs ?? 2000)
+    const timeout = Duration.millis(options.queryTimeoutMs ?? defaultQueryTimeoutMs)
     const clock = yield* Clock.Clock
     const advertise = options.advertise ?? (() => null)
     const adminTokenHash = options.adminTokenHash ?? (() => null)
@@ -99,26 +107,47 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       seen = null
     }
 
+    const readRow = query(sql`select holder, epoch, renewals, lease_duration_ms, url, admin_token_hash from leases where name = ${name}`).pipe(
+      Effect.map((rows) => rowOf(rows[0])),
+    )
+    const renew = (held: number, renewals: number | null) =>
+      query(sql`update leases set renewals = renewals + 1, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}, admin_token_hash = ${adminTokenHash()}
+          where name = ${name} and holder = ${holder} and epoch = ${held} ${renewals === null ? sql`` : sql`and renewals = ${renewals}`} returning epoch`).pipe(
+        Effect.map((rows) => rows.length === 1),
+      )
+    /** Past its renew deadline: a holder that cannot renew for sure gives the lease up (see the module's comment). */
+    const pastDeadline = (now: number) => epoch !== null && now - renewedAt >= times.renewDeadlineMs
+
     const attempt = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
-      /** The epoch this replica held until this attempt's renewal failed (null: none lost). */
+      /** The epoch this replica held until this attempt found it lost (null: none lost). */
       let lostEpoch: number | null = null
-      if (epoch !== null) {
-        const renewed = yield* query(sql`update leases set renewals = renewals + 1, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}, admin_token_hash = ${adminTokenHash()}
-          where name = ${name} and holder = ${holder} and epoch = ${epoch} returning epoch`)
-        if (renewed.length === 1) {
+      /** The row as read by this attempt, if it read it already. */
+      let read: Row | null | undefined = undefined
+      if (epoch !== null && !pastDeadline(now)) {
+        if (yield* renew(epoch, null)) {
+          renewedAt = now
+          return isLeader()
+        }
+        lostEpoch = epoch
+        epoch = null
+      } else if (epoch !== null) {
+        // Past the deadline no blind renewal: read first, renew only the row as read.
+        read = yield* readRow
+        if (read !== null && read.holder === holder && read.epoch === epoch && (yield* renew(epoch, read.renewals))) {
           renewedAt = now
           return isLeader()
         }
         lostEpoch = epoch
         epoch = null
       }
-      const row = rowOf(
-        (yield* query(sql`select holder, epoch, renewals, lease_duration_ms, url, admin_token_hash from leases where name = ${name}`).pipe(
-          // The renewal found the lease no longer this replica's, but who holds it is unknown.
-          Effect.tapCause(() => (lostEpoch === null ? Effect.void : Effect.logWarning("lease lost: another replica holds it (its holder could not be read)", { lease: name, replica: holder, lostEpoch }))),
-        ))[0],
-      )
+      const row =
+        read !== undefined
+          ? read
+          : yield* readRow.pipe(
+              // The renewal found the lease no longer this replica's, but who holds it is unknown.
+              Effect.tapCause(() => (lostEpoch === null ? Effect.void : Effect.logWarning("lease lost: another replica holds it (its holder could not be read)", { lease: name, replica: holder, lostEpoch }))),
+            )
       // Who holds it now, as the row reads after the failed renewal (not this replica's own holder id and old epoch).
       if (lostEpoch !== null)
         yield* Effect.logWarning("lease lost: another replica holds it", { lease: name, holder: row?.holder ?? null, epoch: row?.epoch ?? null, replica: holder, lostEpoch })
@@ -147,8 +176,23 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
 
     const tick = attempt.pipe(
       Effect.catchCause((cause) =>
-        // Not renewed: a holder goes on only until its renew deadline.
-        Effect.logWarning("lease check failed", { lease: name, holder, cause: String(cause) }).pipe(Effect.as(isLeader())),
+        Effect.gen(function* () {
+          yield* Effect.logWarning("lease check failed", { lease: name, holder, cause: String(cause) })
+          // Not renewed: a holder goes on only until its renew deadline. Past it, a holder whose
+          // check failed gives the lease up for good: what it sent may still commit (a link slower
+          // than the query timeout), so it sends no more; it takes the lease again only as any
+          // other replica would, after a whole unchanged lease.
+          if (pastDeadline(yield* Clock.currentTimeMillis)) {
+            yield* Effect.logWarning("lease given up: not renewed within its renew deadline; watching it like any other replica", {
+              lease: name,
+              replica: holder,
+              epoch,
+              renewDeadlineMs: times.renewDeadlineMs,
+            })
+            epoch = null
+          }
+          return isLeader()
+        }),
       ),
     )
 
@@ -178,7 +222,13 @@ export const layer = (options: LeaseOptions & { readonly url: string }): Layer.L
   Layer.effect(
     Leadership,
     Effect.gen(function* () {
-      const db = yield* PostgresJs.open({ url: options.url, poolSize: 1, migrate: false, connectTimeoutSec: 5 })
+      const db = yield* PostgresJs.open({
+        url: options.url,
+        poolSize: 1,
+        migrate: false,
+        connectTimeoutSec: 5,
+        statementTimeoutMs: options.queryTimeoutMs ?? defaultQueryTimeoutMs,
+      })
       return Leadership.of(yield* make(db, options))
     }),
   )

@@ -20,6 +20,12 @@ export interface CuttableProxy {
    * `false` heals it: what waited is delivered and held connections are forwarded.
    */
   readonly stall: (stalled: boolean) => void
+  /**
+   * Every byte crossing the proxy, either way, is delayed by this many ms (0: none, the
+   * default): a slow link, where a client may give up on a statement that still reaches the
+   * server and commits. Order is kept.
+   */
+  readonly delay: (ms: number) => void
   readonly close: () => Promise<void>
 }
 
@@ -29,6 +35,13 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
   const held = new Set<net.Socket>()
   let refusing = false
   let stalled = false
+  let delayMs = 0
+  /** Copies `from`'s bytes to `to`, each chunk `delayMs` late while a delay is set (in order: one delay for all). */
+  const relay = (from: net.Socket, to: net.Socket) =>
+    from.on("data", (chunk) => {
+      if (delayMs <= 0) to.write(chunk)
+      else setTimeout(() => (to.destroyed ? undefined : to.write(chunk)), delayMs)
+    })
   const reset = (s: net.Socket) => (s.destroyed ? undefined : s.resetAndDestroy())
   const forward = (client: net.Socket) => {
     const upstream = net.connect(target.port, target.host ?? "127.0.0.1")
@@ -41,8 +54,9 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
     }
     client.on("error", drop).on("close", drop)
     upstream.on("error", drop).on("close", drop)
-    client.pipe(upstream)
-    upstream.pipe(client)
+    relay(client, upstream)
+    relay(upstream, client)
+    client.resume()
   }
   const server = net.createServer((client) => {
     if (refusing) {
@@ -78,13 +92,11 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
     stalled = value
     for (const [client, upstream] of pairs) {
       if (value) {
-        client.unpipe(upstream)
-        upstream.unpipe(client)
         client.pause()
         upstream.pause()
       } else {
-        client.pipe(upstream)
-        upstream.pipe(client)
+        client.resume()
+        upstream.resume()
       }
     }
     if (!value) {
@@ -103,6 +115,9 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
       refusing = value
     },
     stall,
+    delay: (ms) => {
+      delayMs = ms
+    },
     close: () =>
       new Promise<void>((resolve) => {
         cut()

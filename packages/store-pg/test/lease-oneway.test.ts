@@ -1,0 +1,64 @@
+// A leader on a link slower than its query timeout (walkthrough: 2 s each way on the leader's
+// link to PostgreSQL): its renewals reach the server and commit while it gives up waiting for them. It must stop renewing once past its renew deadline, or the
+// row it keeps changing holds every other replica off and nobody leads. Real time with short
+// lease times: the test asserts the order of events and a bound in ticks, never how long they took.
+import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
+import { Effect } from "effect"
+import { describe, expect, it } from "vitest"
+import * as Lease from "../src/Lease.js"
+import * as PostgresJs from "../src/PostgresJs.js"
+
+const times = { leaseDurationMs: 6_000, renewDeadlineMs: 4_000 }
+const queryTimeoutMs = 1_500
+const tickMs = 100
+
+describe("a lease on PostgreSQL whose holder's link is slower than its query timeout", () => {
+  it("the holder stops renewing at its deadline, so another replica takes over (not nobody leading)", async () => {
+    const database = await freshDatabase()
+    const url = new URL(database.url)
+    const proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
+    const viaProxy = new URL(database.url)
+    viaProxy.port = String(proxy.port)
+    try {
+      await Effect.runPromise(
+        Effect.scoped(
+          Effect.gen(function* () {
+            const dbA = yield* PostgresJs.open({ url: viaProxy.toString(), poolSize: 2, connectTimeoutSec: 2 })
+            const dbB = yield* PostgresJs.open({ url: database.url, poolSize: 2, migrate: false })
+            const a = yield* Lease.make(dbA, { ...times, holder: "a", queryTimeoutMs })
+            const b = yield* Lease.make(dbB, { ...times, holder: "b", queryTimeoutMs })
+            expect(yield* a.tick).toBe(true)
+            expect(yield* b.tick).toBe(false)
+
+            // A's link: 1 s each way, so every answer comes after A's 1.5 s query timeout.
+            proxy.delay(1_000)
+            let aStoppedAt: number | null = null
+            let bTookAt: number | null = null
+            // 100 ticks, each at least A's 1.5 s query timeout: over 25 lease durations of real time.
+            for (let i = 0; bTookAt === null; i++) {
+              if (i > 100) throw new Error("no replica took over within 100 ticks: the holder's late renewals keep the lease alive while it does not lead")
+              const [aLeads, bLeads] = yield* Effect.all([a.tick, b.tick], { concurrency: 2 })
+              const now = Date.now()
+              if (aStoppedAt === null && !aLeads && !a.isLeader()) aStoppedAt = now
+              if (aStoppedAt !== null) expect(a.isLeader(), "the stopped holder never leads again while cut off").toBe(false)
+              if (bLeads) bTookAt = now
+              else yield* Effect.sleep(tickMs)
+            }
+            expect(aStoppedAt).not.toBeNull()
+            expect(aStoppedAt!).toBeLessThanOrEqual(bTookAt)
+            expect(b.fence()?.epoch).toBeGreaterThan(1)
+
+            // Healed: A does not lead, B goes on.
+            proxy.delay(0)
+            expect(yield* a.tick).toBe(false)
+            expect(a.isLeader()).toBe(false)
+            expect(yield* b.tick).toBe(true)
+          }),
+        ),
+      )
+    } finally {
+      await proxy.close()
+      await database.drop()
+    }
+  }, 400_000)
+})
