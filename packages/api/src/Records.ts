@@ -155,6 +155,12 @@ export const Host = Schema.Struct({
   createdAt: Num,
   /** Where the host's agent serves its peers, as its last report said; null: none advertised. Absent from an older coordinator. */
   peerUrl: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  /**
+   * Whether the host's agent is silent at the answer's time: its last report is older than the
+   * stale window, so the host takes no placements until it reports again (its `state` is unchanged).
+   * Absent from an older coordinator.
+   */
+  silent: Schema.optionalKey(Schema.Boolean),
   /** RAM capacity after policy (SPEC §1). */
   allocatableMib: NullableNum,
   /** The allocatable RAM the host reported, before policy. */
@@ -342,13 +348,25 @@ export const Fleet = Schema.Struct({
     measured: Num,
     cordoned: Num,
     draining: Num,
+    /**
+     * Hosts (any state) whose agent has not reported within the stale window at `readAt`: they
+     * take no placements until it reports again. Absent from an older coordinator.
+     */
+    silent: Schema.optionalKey(Num),
+    /** The silent hosts among `ready` (counted there too): `ready − readySilent` take placements. Absent from an older coordinator. */
+    readySilent: Schema.optionalKey(Num),
   }),
+  /** Over measured ready hosts, silent ones included (their part: `silentFreeMib`). */
   capacityMib: Num,
   reservedMib: Num,
   freeMib: Num,
   cpuBudget: Num,
   reservedVcpus: Num,
   freeVcpus: Num,
+  /** The part of `freeMib` on ready silent hosts: room no placement can use until their agents report. Absent from an older coordinator. */
+  silentFreeMib: Schema.optionalKey(Num),
+  /** The part of `freeVcpus` on ready silent hosts. Absent from an older coordinator. */
+  silentFreeVcpus: Schema.optionalKey(Num),
   queue: Schema.Struct({
     sessions: Num,
     memMib: Num,
