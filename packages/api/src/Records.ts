@@ -18,9 +18,22 @@ export type HostState = typeof HostState.Type
 /** Who holds a reservation. */
 export const OwnerKind = Schema.Literals(Ledger.ownerKinds)
 export type OwnerKind = typeof OwnerKind.Type
-/** Why a candidate host does not take a budget (SPEC §2). */
-export const NoFitReason = Schema.Literals(Names.noFitReasons)
-export type NoFitReason = typeof NoFitReason.Type
+/** The reasons a candidate host does not take a budget that this release knows (SPEC §2, §12). */
+export const KnownNoFitReason = Schema.Literals(Names.noFitReasons)
+export type KnownNoFitReason = typeof KnownNoFitReason.Type
+/** The known reasons, in the order core names them. */
+export const knownNoFitReasons: readonly KnownNoFitReason[] = Names.noFitReasons
+/** Whether a decoded reason is one this release knows. */
+export const isKnownNoFitReason = (reason: string): reason is KnownNoFitReason => (knownNoFitReasons as readonly string[]).includes(reason)
+/**
+ * Why a candidate host does not take a budget (SPEC §2): a reason this release knows, or any other
+ * text. Reasons are added now and then (`silent` was), and a client decodes a newer coordinator's
+ * answer with the reason kept as it came instead of refusing the whole answer. Typed so a `switch`
+ * on the known reasons narrows (`(string & {})` keeps them apart from plain text);
+ * `isKnownNoFitReason` tells them from the rest. The API description lists the known ones.
+ */
+export type NoFitReason = KnownNoFitReason | (string & {})
+export const NoFitReason: Schema.Codec<NoFitReason> = Schema.Union([KnownNoFitReason, Schema.String])
 /** A live move's state. */
 export const MoveState = Schema.Literals(Names.moveStates)
 export type MoveState = typeof MoveState.Type
