@@ -136,10 +136,19 @@ const hostFlag = Flag.String("host").pipe(Flag.optional, Flag.withDescription("o
 
 // ---- views ------------------------------------------------------------------------------------
 
+/** The silent hosts of a fleet signal, when any (an older coordinator does not count them). */
+const silentNote = (f: Records.Fleet): string =>
+  f.hosts.silent === undefined || f.hosts.silent === 0
+    ? ""
+    : `; ${f.hosts.silent} silent (no report within the stale window: take nothing until their agents report${f.silentFreeMib === undefined || f.silentFreeMib === 0 ? "" : `; ${Format.mib(f.silentFreeMib)} of the free RAM is theirs`})`
+
+/** A host's state as shown: `ready, silent` while its agent is silent (its state is unchanged, but it takes nothing). */
+const stateOf = (h: Records.Host): string => (h.silent === true ? `${h.state}, silent` : h.state)
+
 const statusText = (f: Records.Fleet): string => {
   const h = f.hosts
   const lines: (readonly [string, string])[] = [
-    ["hosts", `${h.total} (${h.ready} ready, ${h.cordoned} cordoned, ${h.draining} draining; ${h.measured} measured)`],
+    ["hosts", `${h.total} (${h.ready} ready, ${h.cordoned} cordoned, ${h.draining} draining; ${h.measured} measured)${silentNote(f)}`],
     ["RAM", `${Format.mib(f.freeMib)} free of ${Format.mib(f.capacityMib)} (${Format.mib(f.reservedMib)} reserved)`],
     ["vCPUs", `${f.freeVcpus} free of ${f.cpuBudget} (${f.reservedVcpus} reserved)`],
     [
@@ -158,12 +167,13 @@ const statusText = (f: Records.Fleet): string => {
 
 /**
  * The hosts as table rows, with how long ago each last reported (`now`): a host whose agent froze
- * or lost its network stays `ready` until the reaper reclaims it, and only its report's age says so.
+ * or lost its network stays `ready`; past the stale window the coordinator flags it silent (the
+ * state column says `ready, silent`: it takes nothing), and its report's age says how long.
  */
 const hostRows = (hosts: readonly Records.Host[], now: number) =>
   hosts.map((h) => [
     h.id,
-    h.state,
+    stateOf(h),
     h.allocatableMib === null ? `${Format.mib(h.reservedMib)}/-` : `${Format.mib(h.reservedMib)}/${Format.mib(h.allocatableMib)}`,
     Format.mib(h.freeMib),
     h.cpuBudget === null ? `${h.reservedVcpus}/-` : `${h.reservedVcpus}/${h.cpuBudget}`,
@@ -178,7 +188,10 @@ const hostHeaders = ["HOST", "STATE", "RAM RESERVED", "RAM FREE", "VCPUS", "VCPU
 const hostText = (h: Records.Host): string =>
   Format.fields([
     ["host", h.id],
-    ["state", `${h.state}${h.measured ? "" : " (not measured yet: takes nothing until it reports)"}`],
+    [
+      "state",
+      `${h.state}${h.measured ? "" : " (not measured yet: takes nothing until it reports)"}${h.silent === true ? " (silent: its agent has not reported within the stale window; takes nothing until it does)" : ""}`,
+    ],
     ["RAM", `${Format.mib(h.reservedMib)} reserved of ${Format.mib(h.allocatableMib)} (${Format.mib(h.freeMib)} free; reported ${Format.mib(h.reportedAllocatableMib)} allocatable)`],
     ["vCPUs", `${h.reservedVcpus} reserved of ${h.cpuBudget ?? "-"} (${h.freeVcpus ?? "-"} free; ${h.report?.totalVcpus ?? "-"} cores)`],
     ["entries", String(h.entries)],

@@ -479,3 +479,81 @@ describe("several coordinator URLs (replicas)", () => {
     }
   })
 })
+
+describe("silent hosts", () => {
+  // A coordinator's answers, by hand: the coordinator's own side is tested over HTTP in its package (silent-view.test.ts).
+  const host = (id: string, silent?: boolean) => ({
+    id,
+    labels: {},
+    state: "ready",
+    measured: true,
+    report: { totalMib: 9216, allocatableMib: 9216, totalVcpus: 4, templates: [] },
+    reportedAt: Date.now() - 10 * 60_000,
+    createdAt: 0,
+    peerUrl: null,
+    ...(silent === undefined ? {} : { silent }),
+    allocatableMib: 8192,
+    reportedAllocatableMib: 9216,
+    reservedMib: 0,
+    freeMib: 8192,
+    cpuBudget: 16,
+    reservedVcpus: 0,
+    freeVcpus: 16,
+    entries: 0,
+    parks: 0,
+    descentsRunning: 0,
+  })
+
+  it("hosts ls shows a silent host's state as `ready, silent`; hosts show says why; an older coordinator's host (no flag) shows its state alone", async () => {
+    const page = await answering(200, { items: [host("h-dead", true), host("h-live", false), host("h-old")], nextCursor: null })
+    try {
+      const r = await engram(["hosts", "ls"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: page.url } })
+      expect(r.code, r.stderr).toBe(0)
+      const [header, ...rows] = lines(r.stdout)
+      const at = header!.indexOf("STATE")
+      expect(rows.map((l) => [l.slice(0, at).trim(), l.slice(at).split(/\s{2,}/)[0]])).toEqual([
+        ["h-dead", "ready, silent"],
+        ["h-live", "ready"],
+        ["h-old", "ready"],
+      ])
+    } finally {
+      await page.close()
+    }
+    const one = await answering(200, host("h-dead", true))
+    try {
+      const r = await engram(["hosts", "show", "h-dead"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: one.url } })
+      expect(r.stdout).toMatch(/^state\s+ready \(silent: its agent has not reported within the stale window; takes nothing until it does\)$/m)
+    } finally {
+      await one.close()
+    }
+  })
+
+  it("status counts the silent hosts and their part of the free RAM", async () => {
+    const fleet = {
+      hosts: { total: 2, ready: 2, measured: 2, cordoned: 0, draining: 0, silent: 1, readySilent: 1 },
+      capacityMib: 16384,
+      reservedMib: 0,
+      freeMib: 16384,
+      cpuBudget: 32,
+      reservedVcpus: 0,
+      freeVcpus: 32,
+      silentFreeMib: 8192,
+      silentFreeVcpus: 16,
+      queue: { sessions: 0, memMib: 0, vcpus: 0, withoutRoom: 0 },
+      unplaceable: { count: 0, largestMemMib: 0, largestVcpus: 0 },
+      parks: 0,
+      descentsRunning: 0,
+      readAt: Date.now(),
+    }
+    const server = await answering(200, fleet)
+    try {
+      const r = await engram(["status"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: server.url } })
+      expect(r.code, r.stderr).toBe(0)
+      expect(r.stdout).toMatch(
+        /^hosts\s+2 \(2 ready, 0 cordoned, 0 draining; 2 measured\); 1 silent \(no report within the stale window: take nothing until their agents report; 8 GiB of the free RAM is theirs\)$/m,
+      )
+    } finally {
+      await server.close()
+    }
+  })
+})

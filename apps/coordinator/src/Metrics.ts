@@ -40,6 +40,7 @@ export const storeGauges = [
   "engram_parks",
   "engram_descents_running",
   "engram_hosts",
+  "engram_hosts_silent",
   "engram_free_mib",
   "engram_capacity_mib",
   "engram_free_vcpus",
@@ -63,6 +64,8 @@ const storeHelp: { readonly [G in StoreGauge]: string } = {
   engram_parks: "Parked sessions now.",
   engram_descents_running: "Descents running now.",
   engram_hosts: "Registered hosts.",
+  engram_hosts_silent:
+    "Hosts whose agent has not reported within the stale window (ENGRAM_HEARTBEAT_STALE_WINDOW_MS) at the fleet read: they take no placements until it reports again.",
   engram_free_mib: "Free RAM over measured ready hosts.",
   engram_capacity_mib: "RAM capacity over measured ready hosts (after the system reserve and the overcommit ratio).",
   engram_free_vcpus: "Free vCPUs over ready hosts that reported cores.",
@@ -128,6 +131,8 @@ export interface MetricsShape {
     readonly gauges: readonly StoreGaugeValue[]
     readonly sessions?: SessionCounts | undefined
     readonly checks?: PlacementChecks | undefined
+    /** Whether changes made through other processes reach this one now (`Changes.live`): `engram_change_listener_up`. */
+    readonly listenerUp?: boolean | undefined
   }) => Effect.Effect<string>
 }
 
@@ -250,6 +255,10 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         s.duration.updateUnsafe(seconds, context)
       }
       const up = gauge("engram_store_up", "1 when the last store read for this scrape succeeded.")
+      const listenerUp = gauge(
+        "engram_change_listener_up",
+        "1 while changes made through other replicas reach this one (PostgreSQL: its LISTEN connection is established; always 1 on an embedded or in-memory store); 0 while it reconnects, when waiters are woken only by this replica's own changes and their deadlines.",
+      )
       // The store counts its version checks itself; each scrape adds what it counted since the last.
       const placementWrites = counter("engram_placement_writes_total", "Placements written at the host version they were decided on (this replica).", true)
       const placementConflicts = counter(
@@ -266,6 +275,7 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
       const scrape: MetricsShape["scrape"] = (store) =>
         Effect.sync(() => {
           up.set(store.up ? 1 : 0)
+          listenerUp.set(store.listenerUp === false ? 0 : 1)
           if (store.checks !== undefined) {
             placementWrites.inc(Math.max(0, store.checks.placed - checksSeen.placed))
             placementConflicts.inc(Math.max(0, store.checks.conflicts - checksSeen.conflicts))

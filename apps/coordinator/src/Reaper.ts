@@ -113,8 +113,8 @@ const logReclaimed = (context: string, r: ReclaimResult) => {
     : Effect.logInfo(`${context}: reclaimed reservations`, fields)
 }
 
-/** Who a drain changed: the hosts it placed on and the sessions it placed. */
-const placedTopics = (r: DrainResult): (string | null)[] => r.placed.flatMap((p) => [hostTopic(p.hostId), sessionTopic(p.sessionId)])
+/** Who a drain changed: the hosts it placed on and the sessions it placed (one create's or resume's are `Notifier.placedTopics`). */
+const drainedTopics = (r: DrainResult): (string | null)[] => r.placed.flatMap((p) => [hostTopic(p.hostId), sessionTopic(p.sessionId)])
 
 /** The pass's events as the coordinator's metrics, logs and wake-ups. */
 const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
@@ -219,7 +219,7 @@ const drained = (metrics: MetricsShape, notifier: NotifierShape, result: DrainRe
     }
     if (result.placed.length === 0) return
     metrics.placements.inc({ outcome: "placed", source: "drain" }, result.placed.length)
-    yield* notifier.notify(...placedTopics(result))
+    yield* notifier.notify(...drainedTopics(result))
   })
 
 /**

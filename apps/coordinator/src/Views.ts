@@ -4,11 +4,15 @@
  * answer, a session with where it stands in the queue, and a session's history.
  */
 import type { Records } from "@engram/api"
-import { Headroom } from "@engram/core"
+import { Headroom, Placement } from "@engram/core"
+import type { Limits } from "@engram/core"
 import type { HostView, Page, PlaceOutcome, QueueStanding, Session, SessionEvent } from "@engram/store"
 
-/** A host as the API shows it. */
-export const hostJson = (h: HostView): Records.Host => ({
+/**
+ * A host as the API shows it; with `at` (the answer's time and the store's limits) it says
+ * whether the host's agent is silent then (`Placement.isSilent`: it takes no placements).
+ */
+export const hostJson = (h: HostView, at?: { readonly now: number; readonly limits: Limits.Limits }): Records.Host => ({
   id: h.id,
   labels: h.labels,
   state: h.state,
@@ -17,6 +21,7 @@ export const hostJson = (h: HostView): Records.Host => ({
   reportedAt: h.reportedAt,
   createdAt: h.createdAt,
   peerUrl: h.peerUrl,
+  ...(at === undefined ? {} : { silent: Placement.isSilent(h, at.now, at.limits) }),
   allocatableMib: h.headroom.allocatableMib,
   reportedAllocatableMib: h.report?.allocatableMib ?? null,
   reservedMib: h.headroom.reserved.memMib,

@@ -325,6 +325,13 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(assignments.body.sessions.find((s: { id: string }) => s.id === id).state).toBe("descending")
         const done = await agent.post(`/v1/sessions/${id}/descended`)
         expect(done.body).toMatchObject({ state: "descended", hostId: null })
+        // A create repeated now (a client's retry) is neither placed nor queued: 409 naming the state, no placement counted.
+        const placements = async () => ((await admin.get("/metrics")).body as string).split("\n").filter((l) => l.startsWith("engram_placements_total"))
+        const counted = await placements()
+        const recreate = await admin.post("/v1/sessions", { id, memMib: 64, vcpus: 1, affinity: [h.id] })
+        expect([recreate.status, recreate.body]).toEqual([409, expect.objectContaining({ error: "Conflict", entity: "session", id })])
+        expect(recreate.body.message).toContain("is descended: a create does not restore it (a resume does)")
+        expect(await placements()).toEqual(counted)
         const resumed = await admin.post(`/v1/sessions/${id}/resume`)
         expect(resumed.status).toBe(201)
         expect(resumed.body).toEqual({ id, state: "pending", hostId: h.id, resumed: "cold" })

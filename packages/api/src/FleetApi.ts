@@ -12,7 +12,7 @@ export class FleetApi extends HttpApiGroup.make("fleet")
     HttpApiEndpoint.get("snapshot", "/v1/fleet", { success: Fleet, error: StandardErrors }).annotateMerge(
       doc(
         "The fleet signal",
-        "One fleet read summed by core `Fleet.snapshot`: hosts by state, capacity, reserved and free RAM and vCPUs, the queue (sessions, demand, `withoutRoom`: the cue for more hosts; a host whose agent went silent, past the stale window, is no room there), `unplaceable` (queued sessions no host could take even empty, and the largest such budget: the cue for a bigger host), parks, descents running, and when the fleet was read. The autoscaling cue. Admin only.",
+        "One fleet read summed by core `Fleet.snapshot`: hosts by state, capacity, reserved and free RAM and vCPUs, the queue (sessions, demand, `withoutRoom`: the cue for more hosts; a host whose agent went silent, past the stale window, is no room there), the silent hosts (`hosts.silent`: any state; `hosts.readySilent`: those among `ready`, which still counts them; `silentFreeMib` and `silentFreeVcpus`: their part of `freeMib` and `freeVcpus`, room no placement can use until their agents report), `unplaceable` (queued sessions no host could take even empty, and the largest such budget: the cue for a bigger host), parks, descents running, and when the fleet was read. The autoscaling cue. Admin only.",
       ),
     ),
     HttpApiEndpoint.get("queue", "/v1/queue", { query: PageQuery, success: QueuePage, error: StandardErrors }).annotateMerge(

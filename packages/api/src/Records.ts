@@ -18,9 +18,22 @@ export type HostState = typeof HostState.Type
 /** Who holds a reservation. */
 export const OwnerKind = Schema.Literals(Ledger.ownerKinds)
 export type OwnerKind = typeof OwnerKind.Type
-/** Why a candidate host does not take a budget (SPEC §2). */
-export const NoFitReason = Schema.Literals(Names.noFitReasons)
-export type NoFitReason = typeof NoFitReason.Type
+/** The reasons a candidate host does not take a budget that this release knows (SPEC §2, §12). */
+export const KnownNoFitReason = Schema.Literals(Names.noFitReasons)
+export type KnownNoFitReason = typeof KnownNoFitReason.Type
+/** The known reasons, in the order core names them. */
+export const knownNoFitReasons: readonly KnownNoFitReason[] = Names.noFitReasons
+/** Whether a decoded reason is one this release knows. */
+export const isKnownNoFitReason = (reason: string): reason is KnownNoFitReason => (knownNoFitReasons as readonly string[]).includes(reason)
+/**
+ * Why a candidate host does not take a budget (SPEC §2): a reason this release knows, or any other
+ * text. Reasons are added now and then (`silent` was), and a client decodes a newer coordinator's
+ * answer with the reason kept as it came instead of refusing the whole answer. Typed so a `switch`
+ * on the known reasons narrows (`(string & {})` keeps them apart from plain text);
+ * `isKnownNoFitReason` tells them from the rest. The API description lists the known ones.
+ */
+export type NoFitReason = KnownNoFitReason | (string & {})
+export const NoFitReason: Schema.Codec<NoFitReason> = Schema.Union([KnownNoFitReason, Schema.String])
 /** A live move's state. */
 export const MoveState = Schema.Literals(Names.moveStates)
 export type MoveState = typeof MoveState.Type
@@ -155,6 +168,12 @@ export const Host = Schema.Struct({
   createdAt: Num,
   /** Where the host's agent serves its peers, as its last report said; null: none advertised. Absent from an older coordinator. */
   peerUrl: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  /**
+   * Whether the host's agent is silent at the answer's time: its last report is older than the
+   * stale window, so the host takes no placements until it reports again (its `state` is unchanged).
+   * Absent from an older coordinator.
+   */
+  silent: Schema.optionalKey(Schema.Boolean),
   /** RAM capacity after policy (SPEC §1). */
   allocatableMib: NullableNum,
   /** The allocatable RAM the host reported, before policy. */
@@ -342,13 +361,25 @@ export const Fleet = Schema.Struct({
     measured: Num,
     cordoned: Num,
     draining: Num,
+    /**
+     * Hosts (any state) whose agent has not reported within the stale window at `readAt`: they
+     * take no placements until it reports again. Absent from an older coordinator.
+     */
+    silent: Schema.optionalKey(Num),
+    /** The silent hosts among `ready` (counted there too): `ready − readySilent` take placements. Absent from an older coordinator. */
+    readySilent: Schema.optionalKey(Num),
   }),
+  /** Over measured ready hosts, silent ones included (their part: `silentFreeMib`). */
   capacityMib: Num,
   reservedMib: Num,
   freeMib: Num,
   cpuBudget: Num,
   reservedVcpus: Num,
   freeVcpus: Num,
+  /** The part of `freeMib` on ready silent hosts: room no placement can use until their agents report. Absent from an older coordinator. */
+  silentFreeMib: Schema.optionalKey(Num),
+  /** The part of `freeVcpus` on ready silent hosts. Absent from an older coordinator. */
+  silentFreeVcpus: Schema.optionalKey(Num),
   queue: Schema.Struct({
     sessions: Num,
     memMib: Num,

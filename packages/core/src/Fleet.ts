@@ -18,8 +18,19 @@ export interface Snapshot {
     readonly measured: number
     readonly cordoned: number
     readonly draining: number
+    /**
+     * Hosts (any state) whose agent is silent at the read's time: no report within the stale
+     * window (`Placement.isSilent`). They take no placements until their agent reports again.
+     * 0 without a `now`.
+     */
+    readonly silent: number
+    /** The silent hosts among `ready` (counted there too): `ready − readySilent` hosts take placements. */
+    readonly readySilent: number
   }
-  /** Sums over measured, ready hosts with a RAM cap. Free may be negative when over-reserved. */
+  /**
+   * Sums over measured, ready hosts with a RAM cap (silent ones included: see `silentFreeMib`).
+   * Free may be negative when over-reserved.
+   */
   readonly capacityMib: number
   readonly reservedMib: number
   readonly freeMib: number
@@ -27,6 +38,10 @@ export interface Snapshot {
   readonly cpuBudget: number
   readonly reservedVcpus: number
   readonly freeVcpus: number
+  /** The part of `freeMib` on ready silent hosts: room no placement can use until their agents report (0 without a `now`). */
+  readonly silentFreeMib: number
+  /** The part of `freeVcpus` on ready silent hosts. */
+  readonly silentFreeVcpus: number
   readonly queue: {
     readonly sessions: number
     readonly memMib: number
@@ -69,13 +84,19 @@ export const templateCounts = (hosts: Iterable<Placement.Candidate>): TemplateCo
 /**
  * Computes the snapshot from one fleet read. With `now` (the read's time), the queue's
  * `withoutRoom` counts no room on a silent host (`Placement.isSilent`): a dead agent's empty host
- * does not hide the cue for more hosts.
+ * does not hide the cue for more hosts; the silent hosts are counted (`hosts.silent`,
+ * `hosts.readySilent`) and their room named (`silentFreeMib`, `silentFreeVcpus`), while `ready`,
+ * `freeMib` and `freeVcpus` keep their meaning (every ready host).
  */
 export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults, now?: number): Snapshot => {
   let ready = 0
   let measured = 0
   let cordoned = 0
   let draining = 0
+  let silent = 0
+  let readySilent = 0
+  let silentFreeMib = 0
+  let silentFreeVcpus = 0
   let capacityMib = 0
   let reservedMib = 0
   let cpuBudget = 0
@@ -90,14 +111,19 @@ export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults, n
     if (Placement.isMeasured(h)) measured++
     parks += h.parks.length
     descentsRunning += h.descentsRunning
+    const isSilent = now !== undefined && Placement.isSilent(h, now, limits)
+    if (isSilent) silent++
     if (state !== "ready") continue
+    if (isSilent) readySilent++
     if (Headroom.gatesRam(h.headroom)) {
       capacityMib += Math.floor(h.headroom.allocatableMib as number)
       reservedMib += h.headroom.reserved.memMib
+      if (isSilent) silentFreeMib += Math.floor(h.headroom.allocatableMib as number) - h.headroom.reserved.memMib
     }
     if (Headroom.gatesCpu(h.headroom)) {
       cpuBudget += h.headroom.cpuBudget as number
       reservedVcpus += h.headroom.reserved.vcpus
+      if (isSilent) silentFreeVcpus += (h.headroom.cpuBudget as number) - h.headroom.reserved.vcpus
     }
   }
   let qMem = 0
@@ -109,13 +135,15 @@ export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults, n
   const tooBig = ParkGate.unplaceable(fleet, limits)
   const largest = ParkGate.largestOf(tooBig)
   return {
-    hosts: { total: fleet.hosts.length, ready, measured, cordoned, draining },
+    hosts: { total: fleet.hosts.length, ready, measured, cordoned, draining, silent, readySilent },
     capacityMib,
     reservedMib,
     freeMib: capacityMib - reservedMib,
     cpuBudget,
     reservedVcpus,
     freeVcpus: cpuBudget - reservedVcpus,
+    silentFreeMib,
+    silentFreeVcpus,
     queue: {
       sessions: fleet.queue.length,
       memMib: qMem,

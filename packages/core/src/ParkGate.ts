@@ -18,6 +18,13 @@
  *    fitting policy (`Steps.fit`, `demand-reserve`); `DescentPlanner` plans the descents.
  * `decide` composes them, with seams for the policies (`Steps`).
  *
+ * **Silent hosts.** Every step judges room as placement does at the decision's time: a host
+ * whose agent has not reported within the stale window (`Placement.isSilent`, `gives`) takes no
+ * placement, so its room is no room for the queue, its parks do not yield for demand (their room
+ * could not take the queue) and no host is held there. The yields that do not wait for demand
+ * (over-reserved, hard TTL) still apply to it, and it still counts in sizing the fleet (`too_big`):
+ * its agent may come back.
+ *
  * **The starvation bound.** The queue lets a later, smaller session place past a big one
  * (SPEC §2), and demand yields one park per host on the hosts with the most free RAM, so a big
  * session can wait for ever while small ones take each hole as it opens. A queued session
@@ -176,6 +183,13 @@ export const largestOf = (queue: readonly Queued[]): Budget => {
 // ---- step 2: without room ------------------------------------------------------------------
 
 /**
+ * Whether the host's room can take the queue at `now`: its agent is not silent then
+ * (`Placement.isSilent`). The gate's one reading of silence; without a `now`, not judged.
+ */
+export const gives = (h: Placement.Candidate, now: number | undefined, limits: Limits): boolean =>
+  now === undefined || !Placement.isSilent(h, now, limits)
+
+/**
  * Queued sessions that fit on no candidate host, each judged alone against the current
  * headroom, in queue order; sessions too big for every host are left out (no descent helps them).
  * With `now`, a host silent then (`Placement.isSilent`: its agent has not reported within the
@@ -183,7 +197,7 @@ export const largestOf = (queue: readonly Queued[]): Budget => {
  */
 export const withoutRoom = (fleet: FleetView, limits: Limits = defaults, now?: number): Queued[] => {
   if (fleet.queue.length === 0) return []
-  const index = Placement.roomIndex(now === undefined ? fleet.hosts : fleet.hosts.filter((h) => !Placement.isSilent(h, now, limits)), limits)
+  const index = Placement.roomIndex(now === undefined ? fleet.hosts : fleet.hosts.filter((h) => gives(h, now, limits)), limits)
   const waiting = fleet.queue.filter((q) => !index.anyFits(q.budget))
   if (waiting.length === 0) return waiting
   const tooBig = Placement.tooBigFor(fleet.hosts, limits)
@@ -247,8 +261,8 @@ export const mayYield = (
     const oldest = oldestPark(h.parks) as Park
     if (Headroom.isOverReserved(h.headroom)) forced.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "over_reserved" })
     else if (now - oldest.parkedAt > limits.parkHardTtlMs) forced.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "hard_ttl" })
-    // Only a host that takes placements can give its room to the queue.
-    else if ((h.state ?? "ready") === "ready" && eligible(h)) pool.push(h)
+    // Only a host that takes placements (ready, its agent not silent) can give its room to the queue.
+    else if ((h.state ?? "ready") === "ready" && gives(h, now, limits) && eligible(h)) pool.push(h)
   }
   return { forced, pool }
 }
@@ -289,7 +303,11 @@ export interface Descents {
  */
 export class DescentPlanner {
   private readonly sorted = new Map<string, readonly Park[]>()
-  constructor(readonly limits: Limits = defaults) {}
+  /** `now`: the decision's time; a host silent then could take nothing (`gives`). Missing: silence not judged. */
+  constructor(
+    readonly limits: Limits = defaults,
+    readonly now?: number | undefined,
+  ) {}
 
   /** The host's parks, oldest first. */
   parksOf(h: FleetHost): readonly Park[] {
@@ -318,9 +336,14 @@ export class DescentPlanner {
     return { parks: out, fits: false }
   }
 
-  /** Whether `h` could take `budget` at all: ready, measured, big enough when empty. */
+  /** Whether `h` could take `budget` at all: ready, not silent, measured, big enough when empty. */
   could(h: FleetHost, budget: Budget): boolean {
-    return (h.state ?? "ready") === "ready" && Placement.isMeasured(h) && Placement.fitsOn(Placement.emptied(h), budget, { ...this.limits, requireMeasured: false })
+    return (
+      (h.state ?? "ready") === "ready" &&
+      gives(h, this.now, this.limits) &&
+      Placement.isMeasured(h) &&
+      Placement.fitsOn(Placement.emptied(h), budget, { ...this.limits, requireMeasured: false })
+    )
   }
 
   /**
@@ -409,7 +432,7 @@ export const serve = (
   waiting: readonly Queued[],
   ctx: { readonly now: number; readonly limits: Limits; readonly options: Options; readonly memory: Memory },
   fit: boolean,
-  planner: DescentPlanner = new DescentPlanner(ctx.limits),
+  planner: DescentPlanner = new DescentPlanner(ctx.limits, ctx.now),
 ): Served => {
   const starvingNow = starving(waiting, ctx.now, ctx.options.starvationLimitMs)
   // Nobody to serve (the common pass): no host is looked at.
@@ -465,8 +488,8 @@ export const serve = (
 export interface Steps<X extends string = never> {
   /** Serve every session without room on a held host where descents alone make it fit (`serve` with `fit`). */
   readonly fit?: boolean
-  /** The queued sessions without room, in the order they count (default: `withoutRoom`). */
-  readonly waiting?: (fleet: FleetView, limits: Limits) => readonly Queued[]
+  /** The queued sessions without room at `now` (silent hosts are no room), in the order they count (default: `withoutRoom`). */
+  readonly waiting?: (fleet: FleetView, limits: Limits, now: number) => readonly Queued[]
   /** Extra rule for the demand pool (default: every eligible host). */
   readonly eligible?: (h: FleetHost, now: number) => boolean
   /** How the demand yields are chosen from the pool (default: `nearestToFit`). */
@@ -508,11 +531,12 @@ export const decide = <X extends string = never>(fleet: FleetView, ctx: Context,
   const limits = ctx.limits ?? defaults
   const options = ctx.options ?? defaultOptions
   const now = ctx.now
-  const waiting = (steps.waiting ?? withoutRoom)(fleet, limits)
+  // Room is judged at the decision's time: a silent host has none (`gives`), as for placement.
+  const waiting = (steps.waiting ?? withoutRoom)(fleet, limits, now)
   const unplaceableCount = fleet.queue.length === 0 ? 0 : unplaceable(fleet, limits).length
   const descents = descentsRunning(fleet)
 
-  const planner = new DescentPlanner(limits)
+  const planner = new DescentPlanner(limits, now)
   const starved = serve(fleet, waiting, { now, limits, options, memory: ctx.memory ?? noMemory }, steps.fit === true, planner)
   const held = new Set(starved.holds.map((h) => h.hostId))
   const eligibleStep = steps.eligible

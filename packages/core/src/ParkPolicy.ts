@@ -271,9 +271,12 @@ export const mayPark = (rule: Rule, view: IdleView): boolean => {
   }
 }
 
-/** The idle view of a session on `hostId` from one whole fleet read. */
-export const idleViewOf = (fleet: FleetView, hostId: string | null, limits: Limits = defaults): IdleView => {
-  const index = Placement.roomIndex(fleet.hosts, limits)
+/** The idle view of a session on `hostId` from one whole fleet read; with `now`, a host silent then is no room (`ParkGate.gives`). */
+export const idleViewOf = (fleet: FleetView, hostId: string | null, limits: Limits = defaults, now?: number): IdleView => {
+  const index = Placement.roomIndex(
+    fleet.hosts.filter((h) => ParkGate.gives(h, now, limits)),
+    limits,
+  )
   return {
     host: fleet.hosts.find((h) => h.id === hostId) ?? null,
     queueWithoutRoom: ParkGate.anyWithoutRoom(
@@ -287,9 +290,9 @@ export const idleViewOf = (fleet: FleetView, hostId: string | null, limits: Limi
 // ---- the baselines ---------------------------------------------------------------------------
 
 /** Figures every baseline reports like the gate does (for the fleet signal and the simulator). */
-const baseline = (fleet: FleetView, limits: Limits, yields: PolicyYield[]): Decision => ({
+const baseline = (fleet: FleetView, now: number, limits: Limits, yields: PolicyYield[]): Decision => ({
   yields,
-  withoutRoom: ParkGate.countWithoutRoom(fleet, limits),
+  withoutRoom: ParkGate.countWithoutRoom(fleet, limits, now),
   unplaceable: ParkGate.unplaceable(fleet, limits).length,
   descentsRunning: ParkGate.descentsRunning(fleet),
   holds: [],
@@ -325,7 +328,7 @@ export const floor = (fleet: FleetView, now: number, limits: Limits = defaults, 
       if (now - oldest.parkedAt > limits.parkHardTtlMs) yields.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "hard_ttl" })
     }
   }
-  return baseline(fleet, limits, yields)
+  return baseline(fleet, now, limits, yields)
 }
 
 /** Parks age out at the hard TTL (one per host per pass); nothing else yields. */
@@ -341,11 +344,11 @@ const ttlOnly = (fleet: FleetView, now: number, limits: Limits): PolicyYield[] =
 
 /** No parks: every idle session descends at once (a park left from before still ages out). */
 export const neverPark = (fleet: FleetView, now: number, limits: Limits = defaults): Decision =>
-  baseline(fleet, limits, ttlOnly(fleet, now, limits))
+  baseline(fleet, now, limits, ttlOnly(fleet, now, limits))
 
 /** The other extreme: every idle session on a measured host parks; a park yields only at the hard TTL. */
 export const parkForever = (fleet: FleetView, now: number, limits: Limits = defaults): Decision =>
-  baseline(fleet, limits, ttlOnly(fleet, now, limits))
+  baseline(fleet, now, limits, ttlOnly(fleet, now, limits))
 
 // ---- demand and its variants: ParkGate.decide with one seam changed --------------------------
 
@@ -357,17 +360,18 @@ export const demand = (fleet: FleetView, now: number, limits: Limits = defaults,
  * Queued sessions that do not place when the whole queue is placed in FIFO order, each
  * placement taking its room (best fit, as placement ranks), in queue order. Two sessions that
  * each fit alone into the one hole count as one without room. Too-big sessions are left out.
+ * With `now`, a host silent then takes nothing (as in a drain).
  */
-export const withoutRoomCumulative = (fleet: FleetView, limits: Limits = defaults): Queued[] => {
+export const withoutRoomCumulative = (fleet: FleetView, limits: Limits = defaults, now?: number): Queued[] => {
   if (fleet.queue.length === 0) return []
-  const out = QueueWalk.walk(fleet.queue, fleet.hosts, {}, limits).unplaced
+  const out = QueueWalk.walk(fleet.queue, fleet.hosts, { now }, limits).unplaced
   if (out.length === 0) return []
   const tooBig = Placement.tooBigFor(fleet.hosts, limits)
   return out.filter((q) => !tooBig(q.budget))
 }
 
 /** How many queued sessions are without room, judged cumulatively. */
-export const countWithoutRoomCumulative = (fleet: FleetView, limits: Limits = defaults): number => withoutRoomCumulative(fleet, limits).length
+export const countWithoutRoomCumulative = (fleet: FleetView, limits: Limits = defaults, now?: number): number => withoutRoomCumulative(fleet, limits, now).length
 
 /** The demand gate with the queue judged cumulatively. */
 export const demandCumulative = (fleet: FleetView, now: number, limits: Limits = defaults, options: Options = defaultOptions): Decision =>
@@ -588,14 +592,15 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
 
 /**
  * The expected arrivals that would find no room, largest first: they are placed best-fit,
- * largest first, into the headroom there is now (each taking its room).
+ * largest first, into the headroom there is now (each taking its room; with `now`, none on a
+ * host silent then, as placement does).
  */
-export const reserveShortfall = (fleet: FleetView, arrivals: readonly Budget[], limits: Limits = defaults): Budget[] => {
+export const reserveShortfall = (fleet: FleetView, arrivals: readonly Budget[], limits: Limits = defaults, now?: number): Budget[] => {
   if (arrivals.length === 0) return []
   return QueueWalk.walk(
     arrivals.map((budget) => ({ budget })),
     fleet.hosts,
-    {},
+    { now },
     limits,
   ).unplaced.map((w) => w.budget)
 }
@@ -612,7 +617,7 @@ export const reserveShortfall = (fleet: FleetView, arrivals: readonly Budget[], 
 const reserveStep =
   (recent: Recent | undefined, options: Options): NonNullable<ParkGate.Steps<"reserve">["extra"]> =>
   (pool, at) => {
-    const short = reserveShortfall(at.fleet, expectedArrivals(at.fleet, recent, options), at.limits)
+    const short = reserveShortfall(at.fleet, expectedArrivals(at.fleet, recent, options), at.limits, at.now)
     const covered = Math.max(0, at.committed - at.waiting.length)
     let targets = short.slice(0, Math.max(0, short.length - covered))
     if (targets.length === 0) return []

@@ -303,7 +303,7 @@ export interface Illegal {
 
 /**
  * A refusal that is not about the life cycle: a repeated create with another budget or of a
- * session that ended or was lost, an open or finished move.
+ * session that ended, was lost or descended, an open or finished move.
  */
 export interface Conflict {
   readonly _tag: "Conflict"
@@ -314,7 +314,7 @@ export interface Conflict {
 
 /**
  * A step that is already done: a repeated create with the same budget (of a session neither
- * ended nor lost), or an end of an ended session. Nothing changes; the caller gets the session as it is.
+ * ended, lost nor descended: one that is queued or on a host), or an end of an ended session. Nothing changes; the caller gets the session as it is.
  */
 export interface Unchanged {
   readonly _tag: "Unchanged"
@@ -500,10 +500,13 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
     if (s.budget.memMib !== op.budget.memMib || s.budget.vcpus !== op.budget.vcpus)
       return { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists with another budget" }
     // A create answers placed or queued; a repeat after the session ended (or was lost) is
-    // neither, and a create cannot bring it back: its id is spent.
-    return s.state === "ended" || s.state === "lost"
-      ? { _tag: "Conflict", entity: "session", id: s.id, reason: `session exists and is ${s.state}: a create does not start it again (a new session needs a new id)` }
-      : { _tag: "Unchanged", session: s }
+    // neither, and a create cannot bring it back: its id is spent. A descended session is
+    // neither placed nor queued either: only a resume restores it (SPEC §12).
+    if (s.state === "ended" || s.state === "lost")
+      return { _tag: "Conflict", entity: "session", id: s.id, reason: `session exists and is ${s.state}: a create does not start it again (a new session needs a new id)` }
+    if (s.state === "descended")
+      return { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists and is descended: a create does not restore it (a resume does)" }
+    return { _tag: "Unchanged", session: s }
   }
   if (s === null) return { _tag: "NotFound" }
   switch (op._tag) {

@@ -15,7 +15,7 @@ describe("Fleet.snapshot", () => {
         { sessionId: "q2", budget: { memMib: 4096, vcpus: 1 }, queuedAt: 1 },
       ],
     })
-    expect(s.hosts).toEqual({ total: 4, ready: 3, measured: 3, cordoned: 1, draining: 0 })
+    expect(s.hosts).toEqual({ total: 4, ready: 3, measured: 3, cordoned: 1, draining: 0, silent: 0, readySilent: 0 })
     expect([s.capacityMib, s.reservedMib, s.freeMib]).toEqual([12288, 9216, 3072])
     expect([s.cpuBudget, s.reservedVcpus, s.freeVcpus]).toEqual([24, 5, 19])
     // q2 (4 GiB) fits on the unmeasured host u, which RAM does not gate.
@@ -42,6 +42,31 @@ describe("Fleet.snapshot", () => {
     expect(Fleet.snapshot(fleet, undefined, now).queue.withoutRoom).toBe(1)
     // Within the window the same host's room counts.
     expect(Fleet.snapshot({ ...fleet, hosts: [host("dead", 0, now - 60_000), host("live", 8192, now)] }, undefined, now).queue.withoutRoom).toBe(0)
+  })
+
+  it("with the read's time, the silent hosts are counted and their room named; ready and freeMib keep their meaning", () => {
+    const host = (id: string, reservedMib: number, reportedAt: number, state?: "cordoned") => ({
+      id,
+      headroom: { allocatableMib: 8192, cpuBudget: 16, reserved: { memMib: reservedMib, vcpus: 2 } },
+      descentsRunning: 0,
+      parks: [],
+      reportedAt,
+      ...(state === undefined ? {} : { state }),
+    })
+    const now = 10 * 60_000
+    const fleet = {
+      // dead and gone are silent (5 minutes; the window is 2); gone is cordoned besides.
+      hosts: [host("dead", 1024, now - 5 * 60_000), host("gone", 0, now - 5 * 60_000, "cordoned"), host("live", 4096, now)],
+      queue: [],
+    }
+    const s = Fleet.snapshot(fleet, undefined, now)
+    expect(s.hosts).toEqual({ total: 3, ready: 2, measured: 3, cordoned: 1, draining: 0, silent: 2, readySilent: 1 })
+    // Every ready host's room as before; the silent part of it named beside.
+    expect([s.freeMib, s.silentFreeMib]).toEqual([7168 + 4096, 7168])
+    expect([s.freeVcpus, s.silentFreeVcpus]).toEqual([28, 14])
+    // Without the read's time nothing is judged silent.
+    const untimed = Fleet.snapshot(fleet)
+    expect([untimed.hosts.silent, untimed.hosts.readySilent, untimed.silentFreeMib, untimed.silentFreeVcpus]).toEqual([0, 0, 0, 0])
   })
 
   it("reports the queued sessions no ready measured host could take even empty, and their largest budget", () => {

@@ -314,3 +314,58 @@ describe("ParkGate", () => {
     })
   })
 })
+
+describe("ParkGate: a host whose agent went silent is no room, at the decision's time", () => {
+  const windowMs = Limits.defaults.heartbeatStaleWindowMs
+  // Its agent last reported a window and 1 ms before the decision: silent (`Placement.isSilent`).
+  const silent = { reportedAt: NOW - windowMs - 1 }
+  const live = { reportedAt: NOW }
+
+  it("a queue waiting on a dead agent's empty host is without room: the full host's oldest park yields at once", () => {
+    const fleet: FleetView = {
+      hosts: [fleetHost("dead", 16 * GiB, 0, [], silent), fleetHost("full", 8 * GiB, 8 * GiB, [park("p1", 10), park("p2", 5)], live)],
+      queue: [queued("q1", 4 * GiB)],
+    }
+    for (const name of ["demand", "demand-cumulative", "demand-fitting", "demand-minage", "demand-reserve"] as const) {
+      const d = ParkPolicy.evaluate(name, fleet, NOW, Limits.defaults, { ...ParkPolicy.defaultOptions, minParkAgeMs: 0 })
+      expect(d.withoutRoom, name).toBe(1)
+      expect(d.yields, name).toEqual([{ hostId: "full", sessionId: "p2", reason: "demand" }])
+    }
+    // The baselines report the same count (the fleet signal and the simulator read it).
+    expect(ParkPolicy.evaluate("floor30", fleet, NOW).withoutRoom).toBe(1)
+    // And an idle session descends rather than parks, judged at the same time.
+    expect(ParkPolicy.mayPark(ParkPolicy.defaultRule, ParkPolicy.idleViewOf(fleet, "full", Limits.defaults, NOW))).toBe(false)
+    // The same host reporting again is room: nothing waits, nothing yields.
+    const back: FleetView = { ...fleet, hosts: fleet.hosts.map((h) => ({ ...h, ...live })) }
+    expect(ParkGate.evaluate(back, NOW)).toMatchObject({ withoutRoom: 0, yields: [] })
+  })
+
+  it("a silent host's parks do not yield for demand (its room cannot take the queue): the live host's do", () => {
+    // dead has the most free RAM (the nearest to a fit) but its agent is gone.
+    const fleet: FleetView = {
+      hosts: [fleetHost("dead", 16 * GiB, 10 * GiB, [park("d1", 1, 10 * GiB)], silent), fleetHost("live", 8 * GiB, 8 * GiB, [park("l1", 5)], live)],
+      queue: [queued("q1", 8 * GiB)],
+    }
+    expect(ParkGate.evaluate(fleet, NOW).yields).toEqual([{ hostId: "live", sessionId: "l1", reason: "demand" }])
+    // The rules that do not wait for demand still hold on a silent host (here: the hard TTL).
+    const old: FleetView = { ...fleet, hosts: [fleetHost("dead", 16 * GiB, 10 * GiB, [park("d1", NOW - Limits.defaults.parkHardTtlMs - 1, 10 * GiB)], silent)] }
+    expect(ParkGate.evaluate(old, NOW).yields).toEqual([{ hostId: "dead", sessionId: "d1", reason: "hard_ttl" }])
+  })
+
+  it("a starving session's host is never held on a silent host, even where its parks would make the room cheapest", () => {
+    const starvingSince = NOW - ParkGate.defaultOptions.starvationLimitMs
+    const fleet: FleetView = {
+      hosts: [
+        fleetHost("dead", 16 * GiB, 12 * GiB, [park("d1", 1, 4 * GiB), park("d2", 2, 8 * GiB)], silent),
+        fleetHost("live", 16 * GiB, 16 * GiB, [park("l1", 3, 8 * GiB), park("l2", 4, 8 * GiB)], live),
+      ],
+      queue: [queued("q1", 8 * GiB, starvingSince)],
+    }
+    const d = ParkGate.evaluate(fleet, NOW)
+    expect(d.holds).toEqual([{ sessionId: "q1", hostId: "live", reason: "starving" }])
+    expect(d.yields).toEqual([{ hostId: "live", sessionId: "l1", reason: "starving" }])
+    // A hold kept from the last pass on a host that went silent since is dropped.
+    const kept = ParkGate.evaluate(fleet, NOW, Limits.defaults, ParkGate.defaultOptions, { holds: [{ sessionId: "q1", hostId: "dead", reason: "starving" }] })
+    expect(kept.holds).toEqual([{ sessionId: "q1", hostId: "live", reason: "starving" }])
+  })
+})

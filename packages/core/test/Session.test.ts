@@ -176,8 +176,18 @@ describe("Session.step", () => {
         id: "s1",
         reason: `session exists and is ${state}: a create does not start it again (a new session needs a new id)`,
       })
-    for (const state of ["queued", "pending", "running", "parked", "descending", "descended", "moving"] as const)
+    for (const state of ["queued", "pending", "running", "parked", "descending", "moving"] as const)
       expect(Session.step(at(state), create, t)._tag).toBe("Unchanged")
+  })
+
+  it("a repeated create of a descended session is a Conflict: it is neither placed nor queued, and only a resume restores it", () => {
+    const create: Session.Step = { _tag: "create", id: "s1", budget: base.budget, affinity: [], placement: null }
+    expect(Session.step(at("descended"), create, t)).toStrictEqual({
+      _tag: "Conflict",
+      entity: "session",
+      id: "s1",
+      reason: "session exists and is descended: a create does not restore it (a resume does)",
+    })
   })
 
   it("finishing a descent releases the reservation and clears the host", () => {

@@ -113,8 +113,8 @@ export interface StoreShape {
    * the no-fit details. With `onNoRoom: "refuse"` a session that fits nowhere is not stored:
    * `NoRoom` with the no-fit details. A repeated id with the same budget answers the existing
    * session as it is now (`Placed` when it holds a host, else `Queued`); a different budget is
-   * a `Conflict`, and so is a repeat of a session that ended or was lost (its `reason` names the
-   * state: a create cannot bring it back). Every session's history starts here (`sessionEvents`).
+   * a `Conflict`, and so is a repeat of a session that ended, was lost or descended (its `reason`
+   * names the state: a create cannot bring it back; a descended one is restored by `resume`). Every session's history starts here (`sessionEvents`).
    */
   readonly createSession: (input: {
     readonly id: string

@@ -1,7 +1,8 @@
 /** `/v1/hosts…`: registration, removal, token rotation, report, heartbeat, administrative states, assignments. */
 import { EngramApi } from "@engram/api"
 import { Store, Validate } from "@engram/store"
-import { Effect, Scope } from "effect"
+import type { HostView } from "@engram/store"
+import { Clock, Effect, Scope } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import * as Allowances from "../Allowances.js"
 import { Assignments } from "../Assignments.js"
@@ -27,6 +28,8 @@ export const HostsHandlers = HandlerGroup.make(
     const peerUrlOwed = new Set<string>()
     const settings = yield* Settings
     const scope = yield* Scope.Scope
+    /** A host as answered: whether its agent is silent is judged now, on this replica's clock, against the store's window. */
+    const shown = (view: HostView) => Effect.map(Clock.currentTimeMillis, (now) => hostJson(view, { now, limits: store.limits() }))
 
     /**
      * A report whose write timed out or whose client left: it may still commit after the answer
@@ -69,7 +72,7 @@ export const HostsHandlers = HandlerGroup.make(
         // Uncordoned: room appeared. Cordoned or draining: only the host's own view changed.
         if (state === "ready") yield* drainer.roomAppeared(hostTopic(id))
         else yield* notifier.notify(hostTopic(id))
-        return hostJson(view)
+        return yield* shown(view)
       }))
 
     return HttpApiBuilder.group(EngramApi, "hosts", (h) =>
@@ -83,7 +86,10 @@ export const HostsHandlers = HandlerGroup.make(
             return { id: host.id, token }
           }),
         )
-        .handle("list", ({ query }) => api(store.pageHosts({ limit: query.limit, cursor: query.cursor })).pipe(Effect.map((page) => pageJson(page, hostJson))))
+        .handle("list", ({ query }) => api(store.pageHosts({ limit: query.limit, cursor: query.cursor })).pipe(
+            Effect.flatMap((page) => Effect.map(Clock.currentTimeMillis, (now) => pageJson(page, (h) => hostJson(h, { now, limits: store.limits() })))),
+          ),
+        )
         .handle("remove", ({ params }) =>
           withNotices(Effect.gen(function* () {
             const view = yield* Effect.interruptible(api(store.getHost(params.id)))
@@ -92,7 +98,7 @@ export const HostsHandlers = HandlerGroup.make(
             yield* Effect.logInfo("host removed", { hostId: params.id })
             // Its token stops working at once, its open long-polls with it (401), on every replica.
             yield* notifier.notify(hostTopic(params.id), credentialTopic(params.id))
-            return hostJson(view)
+            return yield* shown(view)
           })),
         )
         .handle("rotateToken", ({ params }) =>
@@ -105,7 +111,7 @@ export const HostsHandlers = HandlerGroup.make(
             return { id: params.id, token }
           })),
         )
-        .handle("get", ({ params }) => requireHostOrAdmin(params.id).pipe(Effect.andThen(api(store.getHost(params.id))), Effect.map(hostJson)))
+        .handle("get", ({ params }) => requireHostOrAdmin(params.id).pipe(Effect.andThen(api(store.getHost(params.id))), Effect.flatMap(shown)))
         .handle("allowances", ({ params, query }) =>
           Effect.gen(function* () {
             yield* requireHostOrAdmin(params.id)
@@ -155,7 +161,7 @@ export const HostsHandlers = HandlerGroup.make(
             ).pipe(api)
             // Guest activity rides on the report (no request per session): it restarts those sessions' idle clocks.
             if (payload.activeSessions !== undefined && payload.activeSessions.length > 0) yield* api(store.recordActivity(params.id, payload.activeSessions))
-            return hostJson(view)
+            return yield* shown(view)
           }),
         )
         .handle("heartbeat", ({ params }) =>

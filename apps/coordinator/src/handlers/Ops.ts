@@ -1,7 +1,7 @@
 /** `/livez`, `/healthz`, `/readyz`, `/openapi.json` and `/metrics`. */
 import { EngramApi, ServiceUnavailable } from "@engram/api"
 import { Fleet } from "@engram/core"
-import { Store } from "@engram/store"
+import { Changes, Store } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { Effect, Option } from "effect"
 import { HttpApiBuilder, OpenApi } from "effect/http-api"
@@ -38,6 +38,7 @@ const storeGauges = (probeTimeoutMs: number) => Effect.gen(function* () {
       { name: "engram_parks", value: snap.parks },
       { name: "engram_descents_running", value: snap.descentsRunning },
       { name: "engram_hosts", value: snap.hosts.total },
+      { name: "engram_hosts_silent", value: snap.hosts.silent },
       { name: "engram_free_mib", value: snap.freeMib },
       { name: "engram_capacity_mib", value: snap.capacityMib },
       { name: "engram_free_vcpus", value: snap.freeVcpus },
@@ -56,6 +57,8 @@ export const OpsHandlers = HandlerGroup.make(
     const metrics = yield* Metrics
     const settings = yield* Settings
     const leader = yield* Leader
+    // Whether other replicas' changes reach this one now (ChangesPg: its LISTEN connection is up).
+    const changes = yield* Changes
     const health = yield* StoreHealth
     const ownFingerprint = (yield* AdminToken).fingerprint
     /** Whether this replica's admin token is the leader's, when another leader is known (constant time). */
@@ -88,7 +91,7 @@ export const OpsHandlers = HandlerGroup.make(
         .handle("openapi", () => Effect.succeed(spec as unknown))
         .handle("metrics", () => storeGauges(settings.config.probeTimeoutMs).pipe(
             Effect.provideService(Store, store),
-            Effect.map((read) => ({ ...read, checks: Option.getOrUndefined(stats)?.checks() })),
+            Effect.map((read) => ({ ...read, checks: Option.getOrUndefined(stats)?.checks(), listenerUp: changes.live() })),
             Effect.flatMap(metrics.scrape),
           ))
     )

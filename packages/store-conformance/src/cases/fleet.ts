@@ -6,7 +6,7 @@ import { ParkGate, ParkPolicy } from "@engram/core"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, kase, placed, queued, sessionIn, store } from "../Harness.js"
+import { addHost, kase, peerUrlOf, placed, queued, reportFor, reservationsNow, sessionIn, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 export const fleet: Group = {
@@ -134,6 +134,31 @@ export const fleet: Group = {
         expect(decision.yields).toStrictEqual([{ hostId: "h1", sessionId: "old", reason: "demand" }])
         // And an idle session would descend: core's idle decision on the same read.
         expect(ParkPolicy.mayPark(ParkPolicy.defaultRule, ParkPolicy.idleViewOf(view, "h1", s.limits()))).toBe(false)
+      }),
+    ),
+    kase(
+      "on the fleet view, at the store's time, a host whose agent went silent is no room for the park gate: a queue waiting on a dead agent's empty host makes the live host's oldest park yield",
+      Effect.gen(function* () {
+        const s = yield* store
+        const window = s.limits().heartbeatStaleWindowMs
+        yield* addHost("dead", 8192)
+        yield* addHost("live", 4096)
+        // Two parks fill live (best fit: the fuller host first); dead stays empty.
+        yield* sessionIn("old", "parked", { memMib: 2048, vcpus: 1 })
+        yield* TestClock.adjust(1)
+        yield* sessionIn("new", "parked", { memMib: 2048, vcpus: 1 })
+        expect((yield* s.fleetView()).hosts.map((h) => [h.id, h.parks.length])).toStrictEqual([["dead", 0], ["live", 2]])
+        // dead's agent is killed: a window later only live's agent reports and heartbeats.
+        yield* TestClock.setTime(window + 2)
+        for (const r of yield* reservationsNow(s)) yield* s.heartbeat(r.id)
+        yield* s.reportHost("live", { ...reportFor(4096, 8, s.limits()), peerUrl: peerUrlOf("live") })
+        yield* queued("waiting", { memMib: 2048, vcpus: 1 })
+        const view = yield* s.fleetView()
+        const decision = ParkGate.evaluate(view, view.readAt, s.limits())
+        expect(decision.withoutRoom).toBe(1)
+        expect(decision.yields).toStrictEqual([{ hostId: "live", sessionId: "old", reason: "demand" }])
+        // An idle session would descend, judged at the same time.
+        expect(ParkPolicy.mayPark(ParkPolicy.defaultRule, ParkPolicy.idleViewOf(view, "live", s.limits(), view.readAt))).toBe(false)
       }),
     ),
   ],

@@ -332,14 +332,21 @@ export const sessions: Group = {
       }),
     ),
     kase(
-      "repeating the create of a descended session answers it unplaced without placing it",
+      "repeating the create of a descended session is a Conflict naming its state (it is neither placed nor queued: a resume restores it), changing nothing",
       Effect.gen(function* () {
         const s = yield* store
         yield* addHost("h1", 8192)
         yield* sessionIn("s1", "descended")
-        const again = yield* s.createSession({ id: "s1", budget })
-        expect(again).toMatchObject({ _tag: "Queued", position: 0, session: { state: "descended", hostId: null } })
+        const before = yield* snapshot
+        const err = yield* expectFailure(s.createSession({ id: "s1", budget }), "Conflict")
+        expect(err).toMatchObject({ entity: "session", id: "s1" })
+        expect(err.reason).toBe("session exists and is descended: a create does not restore it (a resume does)")
+        yield* expectUnchanged(before, "a repeated create of a descended session")
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "descended", hostId: null })
         expect(yield* reservationsNow(s)).toStrictEqual([])
+        expect(yield* queueNow(s)).toStrictEqual([])
+        // A resume still restores it.
+        expect((yield* s.resume("s1"))._tag).toBe("Placed")
       }),
     ),
     kase(
