@@ -90,7 +90,14 @@ export interface Options extends ParkGate.Options {
   readonly reserveQuantile: number
   /** `demand-reserve`: when old parks cannot make the reserve, younger ones yield too (oldest first). */
   readonly reserveYoungToo: boolean
-  /** `demand-reserve`: a park younger than this never yields for the reserve, old parks short or not. */
+  /**
+   * `demand-reserve`: a park younger than this never yields for the reserve, old parks short or
+   * not. 15 s since 2026-12-05 (a minute before): in a fleet whose old parks are gone, the parks
+   * under a minute old held the room the reserve wanted, so arrivals queued, those parks yielded
+   * for them anyway once they waited, and meanwhile every idle session in the fleet descended
+   * instead of parking (a queued session without room stops parking): the simulator README's
+   * "Fresh parks and the tight fleets".
+   */
   readonly reserveYoungMinAgeMs: number
   /**
    * `demand-reserve`: each size class counts its arrivals over its own lead, `reserveLeadMs`
@@ -150,7 +157,8 @@ export interface Options extends ParkGate.Options {
  * cost warm resumes on loaded fleets) plus each class's own descent (`reserveLeadPerClass`), and
  * arrivals counted in groups when the meter's dispersion says so (`reserveGroups`): together
  * they meet issue 22's goal on 12 of the simulator's 13 workloads against 10 with one lead and
- * single arrivals (the simulator README's "The default over every workload").
+ * single arrivals (the simulator README's "The default over every workload"); young parks 15 s
+ * old or more yield for the reserve when old ones cannot make it (`reserveYoungMinAgeMs`).
  */
 export const defaultOptions: Options = Object.freeze({
   ...ParkGate.defaultOptions,
@@ -160,7 +168,7 @@ export const defaultOptions: Options = Object.freeze({
   reserveMinParkAgeMs: 5 * 60 * 1000,
   reserveQuantile: 0.9,
   reserveYoungToo: true,
-  reserveYoungMinAgeMs: 60 * 1000,
+  reserveYoungMinAgeMs: 15 * 1000,
   reserveLeadPerClass: true,
   reserveLeadCoversDescent: false,
   // @engram/runtime-qemu's bench: a mapped descent 362 ms per GiB at the p95.

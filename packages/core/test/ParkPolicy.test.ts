@@ -231,7 +231,7 @@ describe("ParkPolicy", () => {
     const before = { ...ParkPolicy.defaultOptions, reserveLeadPerClass: false, reserveGroups: false }
     const lead60 = { ...before, reserveLeadMs: 60_000 }
 
-    it("the default knobs: the simulator's sweep's winner (a 20 s lead plus each class's descent, groups by the meter's variance, 90 %, parks 5 min old first, no queue peaks)", () => {
+    it("the default knobs: the simulator's sweep's winner (a 20 s lead plus each class's descent, groups by the meter's variance, 90 %, parks 5 min old first, young parks from 15 s, no queue peaks)", () => {
       expect(ParkPolicy.defaultOptions).toMatchObject({
         reserveLeadMs: 20_000,
         reserveLeadPerClass: true,
@@ -239,7 +239,7 @@ describe("ParkPolicy", () => {
         reserveQuantile: 0.9,
         reserveMinParkAgeMs: 300_000,
         reserveYoungToo: true,
-        reserveYoungMinAgeMs: 60_000,
+        reserveYoungMinAgeMs: 15_000,
         reserveBurstHoldMs: 0,
         reserveBurstShare: 1,
         reserveGroups: true,
@@ -524,8 +524,11 @@ describe("ParkPolicy", () => {
       const oldOnly = { ...ParkPolicy.defaultOptions, reserveYoungToo: false }
       expect(ParkPolicy.decide("demand-reserve", mixed, { now: NOW, recent, options: oldOnly }).yields.map((y) => y.hostId)).toEqual(["h0", "h1"])
       expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 60_000), { now: NOW, recent, options: oldOnly }).yields).toEqual([])
-      // A park under a minute old never yields for the reserve.
-      expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 30_000), { now: NOW, recent }).yields).toEqual([])
+      // A park half a minute old yields for the reserve when no old one can (it did not until
+      // 2026-12-05, when the minimum was a minute); one under 15 s old never does.
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 30_000), { now: NOW, recent }).yields.map((y) => y.reason)).toEqual(["reserve", "reserve", "reserve", "reserve"])
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 14_000), { now: NOW, recent }).yields).toEqual([])
+      expect(ParkPolicy.decide("demand-reserve", fullOfParks(NOW - 30_000), { now: NOW, recent, options: { ...ParkPolicy.defaultOptions, reserveYoungMinAgeMs: 60_000 } }).yields).toEqual([])
     })
 
     it("a waiting session gets one host held, and every park it needs there yields at once (young parks included)", () => {
