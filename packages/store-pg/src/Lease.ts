@@ -7,11 +7,13 @@
  *   only until `renewDeadlineMs` after its last renewal, so a holder that cannot renew (frozen,
  *   cut off, its queries timing out) stops by itself, before anyone may take over. Past that
  *   deadline it renews only after reading the row as still its own (a compare-and-set on the
- *   renewals it read), and a check that fails past the deadline gives the lease up: on a link
- *   slower than the query timeout its renewals would commit while it gave up waiting for each,
- *   the row would go on changing and nobody would lead (walkthrough: 2 s each way). The lease's
- *   connection carries a `statement_timeout` of the query timeout, so a renewal the holder gave
- *   up on while it waited on a lock does not commit later;
+ *   renewals it read), and a query that times out past the deadline gives the lease up: on a
+ *   link slower than the query timeout its renewals would commit while it gave up waiting for
+ *   each, the row would go on changing and nobody would lead (walkthrough: 2 s each way). It then
+ *   waits as any other replica, from its last confirmed renewal. The lease's connection carries a
+ *   `statement_timeout` of the query timeout, which bounds how long the server may hold a renewal
+ *   (behind a lock, say) before cancelling it; one sent over a slow link may still land up to
+ *   that link's delay after the holder gave up on it, which the fencing makes harmless;
  * - every other replica watches the row: a change (a renewal, a new holder) restarts its wait;
  *   a row unchanged for the holder's whole `leaseDurationMs`, as this replica's clock measures
  *   it, is taken over with a compare-and-set on what it saw, at the next epoch;
@@ -29,7 +31,7 @@
  */
 import { checkLeaseTimes, defaultLeaseTimes, type Fence, Leadership, type LeadershipShape, type LeaseTimes, type Unavailable } from "@engram/store"
 import { sql } from "drizzle-orm"
-import { Clock, Duration, Effect, Layer, type Scope } from "effect"
+import { Cause, Clock, Duration, Effect, Layer, type Scope } from "effect"
 import type { Db } from "./Db.js"
 import * as PostgresJs from "./PostgresJs.js"
 
@@ -98,13 +100,16 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     /** The row as last seen by a replica that does not hold it, and when it was first seen so. */
     let seen: Row | null = null
     let seenAt = 0
+    /** The row as this replica's last renewal or takeover left it (while it holds the lease). */
+    let confirmed: Row | null = null
 
     const isLeader = () => epoch !== null && clock.currentTimeMillisUnsafe() - renewedAt < times.renewDeadlineMs
     const query = (statement: ReturnType<typeof sql>) => db.pool.query(statement).pipe(Effect.timeout(timeout))
-    const took = (e: number, at: number) => {
+    const confirm = (e: number, renewals: number, at: number) => {
       epoch = e
       renewedAt = at
       seen = null
+      confirmed = { holder, epoch: e, renewals, durationMs: times.leaseDurationMs, url: null, adminTokenHash: null }
     }
 
     const readRow = query(sql`select holder, epoch, renewals, lease_duration_ms, url, admin_token_hash from leases where name = ${name}`).pipe(
@@ -112,8 +117,8 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     )
     const renew = (held: number, renewals: number | null) =>
       query(sql`update leases set renewals = renewals + 1, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}, admin_token_hash = ${adminTokenHash()}
-          where name = ${name} and holder = ${holder} and epoch = ${held} ${renewals === null ? sql`` : sql`and renewals = ${renewals}`} returning epoch`).pipe(
-        Effect.map((rows) => rows.length === 1),
+          where name = ${name} and holder = ${holder} and epoch = ${held} ${renewals === null ? sql`` : sql`and renewals = ${renewals}`} returning renewals`).pipe(
+        Effect.map((rows) => (rows.length === 1 ? Number(rows[0]?.["renewals"]) : null)),
       )
     /** Past its renew deadline: a holder that cannot renew for sure gives the lease up (see the module's comment). */
     const pastDeadline = (now: number) => epoch !== null && now - renewedAt >= times.renewDeadlineMs
@@ -125,8 +130,9 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       /** The row as read by this attempt, if it read it already. */
       let read: Row | null | undefined = undefined
       if (epoch !== null && !pastDeadline(now)) {
-        if (yield* renew(epoch, null)) {
-          renewedAt = now
+        const renewals = yield* renew(epoch, null)
+        if (renewals !== null) {
+          confirm(epoch, renewals, now)
           return isLeader()
         }
         lostEpoch = epoch
@@ -134,12 +140,25 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       } else if (epoch !== null) {
         // Past the deadline no blind renewal: read first, renew only the row as read.
         read = yield* readRow
-        if (read !== null && read.holder === holder && read.epoch === epoch && (yield* renew(epoch, read.renewals))) {
-          renewedAt = now
+        const ours = read !== null && read.holder === holder && read.epoch === epoch
+        const renewals = ours ? yield* renew(epoch, read!.renewals) : null
+        if (renewals !== null) {
+          confirm(epoch, renewals, now)
           return isLeader()
         }
-        lostEpoch = epoch
-        epoch = null
+        if (ours) {
+          // Still this replica's, but changed between the read and the renewal: a renewal it had
+          // stopped waiting for landed. Given up, as in a failed check past the deadline.
+          yield* Effect.logWarning("lease given up: its row changed under this replica's renewal (an earlier renewal it stopped waiting for landed); watching it like any other replica", {
+            lease: name,
+            replica: holder,
+            epoch,
+          })
+          epoch = null
+        } else {
+          lostEpoch = epoch
+          epoch = null
+        }
       }
       const row =
         read !== undefined
@@ -154,7 +173,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       if (row === null) {
         const inserted = yield* query(sql`insert into leases (name, holder, epoch, renewals, lease_duration_ms, url, admin_token_hash)
           values (${name}, ${holder}, 1, 0, ${times.leaseDurationMs}, ${advertise()}, ${adminTokenHash()}) on conflict (name) do nothing returning epoch`)
-        if (inserted.length === 1) took(1, now)
+        if (inserted.length === 1) confirm(1, 0, now)
         return isLeader()
       }
       holderUrl = row.holder === holder ? null : row.url
@@ -168,7 +187,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       const taken = yield* query(sql`update leases set holder = ${holder}, epoch = epoch + 1, renewals = 0, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}, admin_token_hash = ${adminTokenHash()}
         where name = ${name} and epoch = ${row.epoch} and renewals = ${row.renewals} returning epoch`)
       if (taken.length === 1) {
-        took(Number(taken[0]?.["epoch"]), now)
+        confirm(Number(taken[0]?.["epoch"]), 0, now)
         yield* Effect.logInfo("lease taken over", { lease: name, holder, epoch, from: row.holder })
       }
       return isLeader()
@@ -179,17 +198,22 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
         Effect.gen(function* () {
           yield* Effect.logWarning("lease check failed", { lease: name, holder, cause: String(cause) })
           // Not renewed: a holder goes on only until its renew deadline. Past it, a holder whose
-          // check failed gives the lease up for good: what it sent may still commit (a link slower
-          // than the query timeout), so it sends no more; it takes the lease again only as any
-          // other replica would, after a whole unchanged lease.
-          if (pastDeadline(yield* Clock.currentTimeMillis)) {
-            yield* Effect.logWarning("lease given up: not renewed within its renew deadline; watching it like any other replica", {
+          // query timed out gives the lease up: what it sent may still commit (a link slower than
+          // the query timeout), so it sends no more. It waits for the lease as any other replica
+          // does, from its last confirmed renewal (not from now: a whole extra lease without a
+          // leader). A refused or broken connection sent nothing that can land later: the holder
+          // keeps its epoch and, once the database answers, renews the row it reads as its own.
+          const timedOut = cause.reasons.some((r) => Cause.isFailReason(r) && Cause.isTimeoutError(r.error))
+          if (timedOut && pastDeadline(yield* Clock.currentTimeMillis)) {
+            yield* Effect.logWarning("lease given up: not renewed within its renew deadline and its last renewal may still land; watching it like any other replica", {
               lease: name,
               replica: holder,
               epoch,
               renewDeadlineMs: times.renewDeadlineMs,
             })
             epoch = null
+            seen = confirmed
+            seenAt = renewedAt
           }
           return isLeader()
         }),

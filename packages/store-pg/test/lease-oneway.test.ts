@@ -23,7 +23,8 @@ describe("a lease on PostgreSQL whose holder's link is slower than its query tim
       await Effect.runPromise(
         Effect.scoped(
           Effect.gen(function* () {
-            const dbA = yield* PostgresJs.open({ url: viaProxy.toString(), poolSize: 2, connectTimeoutSec: 2 })
+            // As Lease.layer opens it: one connection, the query timeout as the server's statement_timeout.
+            const dbA = yield* PostgresJs.open({ url: viaProxy.toString(), poolSize: 1, connectTimeoutSec: 2, statementTimeoutMs: queryTimeoutMs })
             const dbB = yield* PostgresJs.open({ url: database.url, poolSize: 2, migrate: false })
             const a = yield* Lease.make(dbA, { ...times, holder: "a", queryTimeoutMs })
             const b = yield* Lease.make(dbB, { ...times, holder: "b", queryTimeoutMs })
@@ -53,6 +54,57 @@ describe("a lease on PostgreSQL whose holder's link is slower than its query tim
             expect(yield* a.tick).toBe(false)
             expect(a.isLeader()).toBe(false)
             expect(yield* b.tick).toBe(true)
+          }),
+        ),
+      )
+    } finally {
+      await proxy.close()
+      await database.drop()
+    }
+  }, 400_000)
+
+  it("a holder cut off past its deadline by refused connections (nothing sent that can land later) renews at once when the database answers again, before anyone takes over", async () => {
+    // A long lease against a short deadline: once A is back, it must not wait a whole lease as a
+    // newcomer would (the other replica, which saw the last renewal, would take over first).
+    const long = { leaseDurationMs: 60_000, renewDeadlineMs: 2_000 }
+    const database = await freshDatabase()
+    const url = new URL(database.url)
+    const proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
+    const viaProxy = new URL(database.url)
+    viaProxy.port = String(proxy.port)
+    try {
+      await Effect.runPromise(
+        Effect.scoped(
+          Effect.gen(function* () {
+            const dbA = yield* PostgresJs.open({ url: viaProxy.toString(), poolSize: 1, connectTimeoutSec: 2, statementTimeoutMs: queryTimeoutMs })
+            const dbB = yield* PostgresJs.open({ url: database.url, poolSize: 2, migrate: false })
+            const a = yield* Lease.make(dbA, { ...long, holder: "a", queryTimeoutMs })
+            const b = yield* Lease.make(dbB, { ...long, holder: "b", queryTimeoutMs })
+            expect(yield* a.tick).toBe(true)
+            expect(yield* b.tick).toBe(false)
+
+            // Refused: every connection reset, new ones reset on arrival. A ticks on past its deadline.
+            proxy.refuse(true)
+            proxy.cut()
+            const cutAt = Date.now()
+            while (Date.now() - cutAt <= long.renewDeadlineMs + 500) {
+              const [aLeads, bLeads] = yield* Effect.all([a.tick, b.tick], { concurrency: 2 })
+              expect(bLeads).toBe(false)
+              if (Date.now() - cutAt > long.renewDeadlineMs) expect(aLeads).toBe(false)
+              yield* Effect.sleep(tickMs)
+            }
+            expect(a.isLeader()).toBe(false)
+
+            // Back: A renews its row at once (the same epoch); B, which saw the last renewal, never takes over.
+            proxy.refuse(false)
+            for (let i = 0; ; i++) {
+              if (i > 200) throw new Error("A did not lead again within 200 ticks of the database answering")
+              const [aLeads, bLeads] = yield* Effect.all([a.tick, b.tick], { concurrency: 2 })
+              expect(bLeads, "the other replica took over: the holder waited as a newcomer").toBe(false)
+              if (aLeads) break
+              yield* Effect.sleep(tickMs)
+            }
+            expect(a.fence()).toStrictEqual({ name: "reaper", epoch: 1 })
           }),
         ),
       )

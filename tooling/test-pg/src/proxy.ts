@@ -23,7 +23,8 @@ export interface CuttableProxy {
   /**
    * Every byte crossing the proxy, either way, is delayed by this many ms (0: none, the
    * default): a slow link, where a client may give up on a statement that still reaches the
-   * server and commits. Order is kept.
+   * server and commits. Order is kept, also across a change of the delay; `stall` does not hold
+   * bytes already on their way.
    */
   readonly delay: (ms: number) => void
   readonly close: () => Promise<void>
@@ -36,12 +37,23 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
   let refusing = false
   let stalled = false
   let delayMs = 0
-  /** Copies `from`'s bytes to `to`, each chunk `delayMs` late while a delay is set (in order: one delay for all). */
-  const relay = (from: net.Socket, to: net.Socket) =>
-    from.on("data", (chunk) => {
-      if (delayMs <= 0) to.write(chunk)
-      else setTimeout(() => (to.destroyed ? undefined : to.write(chunk)), delayMs)
-    })
+  /**
+   * Copies `from`'s bytes to `to`, each chunk `delayMs` late while a delay is set, in order even
+   * when the delay changes (a chunk is never due before the one ahead of it); the end of the
+   * stream follows the last chunk. No backpressure: enough for a database's traffic in tests.
+   */
+  const relay = (from: net.Socket, to: net.Socket) => {
+    let lastDue = 0
+    const later = (f: () => void) => {
+      const now = Date.now()
+      const due = Math.max(now + delayMs, lastDue)
+      lastDue = due
+      if (due <= now) f()
+      else setTimeout(() => (to.destroyed ? undefined : f()), due - now)
+    }
+    from.on("data", (chunk) => later(() => to.write(chunk)))
+    from.on("end", () => later(() => to.end()))
+  }
   const reset = (s: net.Socket) => (s.destroyed ? undefined : s.resetAndDestroy())
   const forward = (client: net.Socket) => {
     const upstream = net.connect(target.port, target.host ?? "127.0.0.1")
