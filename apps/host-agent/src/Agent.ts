@@ -731,7 +731,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * `answered` says once, at info, that the call is answered again after failures, how many
      * and for how long (from the last answer before them).
      */
-    const streakOf = (what: string, back: string, warnings: readonly { readonly afterMs: number; readonly message: (silentMs: number) => string }[] = []) => {
+    const streakOf = (what: string, back: string | ((failingForMs: number) => string), warnings: readonly { readonly afterMs: number; readonly message: (silentMs: number) => string }[] = []) => {
       let answeredMs = agentStartMs
       let failures = 0
       let warned = 0
@@ -755,7 +755,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           }),
         answered: Effect.gen(function* () {
           const t = yield* Clock.currentTimeMillis
-          if (failures > 0) yield* log(back, { [`${what}Failures`]: failures, failingForMs: t - answeredMs })
+          if (failures > 0) yield* log(typeof back === "string" ? back : back(t - answeredMs), { [`${what}Failures`]: failures, failingForMs: t - answeredMs })
           answeredMs = t
           failures = 0
           warned = 0
@@ -764,7 +764,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     }
     // The coordinator judges a host by its last report (`reportedAt`): one not reported for the
     // stale window is silent and takes no placements, even while its heartbeats are answered.
-    const reports = streakOf("report", "reports landing again (a host the coordinator judged silent takes placements again)", [
+    const reports = streakOf("report", (ms) => (ms > staleWindowMs ? "reports landing again (a host the coordinator judged silent takes placements again)" : "reports landing again"), [
       {
         afterMs: Math.floor(staleWindowMs / 3),
         message: (ms) =>

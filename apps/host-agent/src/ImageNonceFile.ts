@@ -21,7 +21,7 @@
  * costs a fetching host whose clock is behind this one's by d only the first d ms after such a
  * start. A nonce that cannot be written: the request is refused (503), not served unrecorded.
  */
-import { mkdir, open, readFile, rename } from "node:fs/promises"
+import { mkdir, open, readFile, rename, unlink } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { Clock, Effect, Semaphore } from "effect"
 import { type ImageBearer, imageBearerWindowMs, imageNonces } from "./MoveToken.js"
@@ -99,17 +99,49 @@ export const inFile = (path: string, hostId: string, windowMs: number = imageBea
       if (found === "unreadable") yield* Effect.logWarning("the image bearers' nonce file cannot be read; image bearers issued before this start are refused", { hostId, path })
     }
     const writing = yield* Semaphore.make(1)
+    /** Nonces taken so far, and how many of them the last finished write held. */
+    let taken = 0
+    let written = 0
     return {
       admit: (b, nowMs) =>
         Effect.gen(function* () {
           if (notBeforeMs !== undefined && b.issuedAtMs < notBeforeMs && Math.abs(nowMs - b.issuedAtMs) <= windowMs) return "predates" as const
           const judged = nonces.admit(b, nowMs)
           if (judged !== "ok") return judged
-          // Each write holds every nonce taken so far: one that waited for another's write is in the next.
-          return yield* Effect.tryPromise(() => write(path, nonces.entries())).pipe(
+          const mine = ++taken
+          // Each write holds every nonce taken so far: one taken while another's write waited or
+          // ran may already be in a finished write (then nothing more to write), else in the next.
+          return yield* Effect.gen(function* () {
+            if (written >= mine) return "ok" as const
+            const holding = taken
+            yield* Effect.tryPromise(() => write(path, nonces.entries()))
+            written = holding
+            return "ok" as const
+          }).pipe(
             writing.withPermits(1),
-            Effect.as("ok" as const),
-            Effect.catch((e) => Effect.logError("an image bearer's nonce could not be recorded; the request is refused", { hostId, path, error: String(e.cause ?? e) }).pipe(Effect.as("unrecorded" as const))),
+            Effect.catch((e) =>
+              // Without the file (removed: an unlink needs no room, so a full disk allows it) the
+              // next start refuses every bearer issued before it: no replay either way, and this
+              // request is served (refusing it would make a resume placed elsewhere boot fresh).
+              Effect.tryPromise(() => unlink(path).catch((u: NodeJS.ErrnoException) => (u.code === "ENOENT" ? undefined : Promise.reject(u)))).pipe(
+                Effect.andThen(
+                  Effect.logWarning("an image bearer's nonce could not be written; the nonce file is removed, so the next start refuses bearers issued before it; the request is served", {
+                    hostId,
+                    path,
+                    error: String(e.cause ?? e),
+                  }),
+                ),
+                Effect.as("ok" as const),
+                Effect.catch((u) =>
+                  Effect.logError("an image bearer's nonce could not be recorded nor its file removed; the request is refused", {
+                    hostId,
+                    path,
+                    error: String(e.cause ?? e),
+                    removeError: String(u.cause ?? u),
+                  }).pipe(Effect.as("unrecorded" as const)),
+                ),
+              ),
+            ),
           )
         }),
     }

@@ -93,6 +93,8 @@ describe("an agent says when its calls keep failing, and when they are answered 
       const back = a.said(/^reports landing again/)
       assert.strictEqual(back.length, 1)
       assert.strictEqual(back[0]!.level, "Info")
+      // Failing longer than the window: the coordinator had judged the host silent.
+      assert.strictEqual(back[0]!.text, "reports landing again (a host the coordinator judged silent takes placements again)")
       assert.isAtLeast(back[0]!.fields["reportFailures"] as number, 8)
       assert.isAbove(back[0]!.fields["failingForMs"] as number, 30_000)
       // A new trouble warns again.

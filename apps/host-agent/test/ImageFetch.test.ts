@@ -7,7 +7,7 @@
  */
 import { createHash } from "node:crypto"
 import { createServer, type IncomingHttpHeaders } from "node:http"
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { spawnSync } from "node:child_process"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -505,6 +505,25 @@ describe("an image host's used bearers across its agent's restart", () => {
         const unwritable = yield* imageHostOn(images, join(notADir, "~image-nonces-a.json"))
         assert.deepStrictEqual(yield* replay(unwritable.port, "/v1/peer/images/s1?for=b", listing(Date.now() + 1)), { status: 503, message: "this image host could not record the image token's use; try again" })
         yield* unwritable.stop
+
+        // A nonce file that cannot be rewritten (a full disk; here its temporary's name taken by a
+        // directory) but can be removed: the request is served and the file removed, so the next
+        // start refuses the bearers issued before it, this one among them.
+        const nonceFile = join(mkdtempSync(join(tmpdir(), "engram-nonces-")), "~image-nonces-a.json")
+        const host = yield* imageHostOn(images, nonceFile)
+        assert.strictEqual((yield* replay(host.port, "/v1/peer/images/s1?for=b", listing(Date.now() + 1))).status, 200)
+        assert.isTrue(existsSync(nonceFile))
+        mkdirSync(`${nonceFile}.tmp-${process.pid}`)
+        const servedUnwritten = listing(Date.now() + 1)
+        assert.strictEqual((yield* replay(host.port, "/v1/peer/images/s1?for=b", servedUnwritten)).status, 200)
+        assert.isFalse(existsSync(nonceFile), "the file that no longer holds every nonce is removed")
+        // Still once while this process lives.
+        assert.deepStrictEqual(yield* replay(host.port, "/v1/peer/images/s1?for=b", servedUnwritten), { status: 401, message: "image token already used" })
+        yield* host.stop
+        rmSync(`${nonceFile}.tmp-${process.pid}`, { recursive: true })
+        const restarted = yield* imageHostOn(images, nonceFile)
+        assert.strictEqual((yield* replay(restarted.port, "/v1/peer/images/s1?for=b", servedUnwritten)).status, 401)
+        yield* restarted.stop
       }),
     ))
 })
