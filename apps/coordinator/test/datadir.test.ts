@@ -35,6 +35,8 @@ describe("the data dir under pnpm", () => {
     expect(await child.exited).toBe(0)
     const out = child.output()
     expect(out).toContain(tokenFile)
+    // A stop by signal ends with one closing line, after the finalizers.
+    expect(out).toMatch(/engram coordinator stopped/)
     expect(out).not.toContain(token)
     expect(out).not.toContain(host.body.token as string)
   })

@@ -43,6 +43,9 @@ export const run = <A, E>(program: Effect.Effect<A, E>, options: { readonly name
         process.exitCode = exitCodes.failure
       }),
     ),
+    // A stop by signal: one closing line once the program's finalizers ran (its open work
+    // answered, its leases given up), so an operator reading the log knows it ended cleanly.
+    Effect.onInterrupt(() => Effect.logInfo(`${options.name} stopped`)),
     Effect.provide(Log.layer(settings)),
   )
   NodeRuntime.runMain(logged, {
