@@ -71,6 +71,11 @@ export interface CoordinatorConfig {
    */
   readonly storeTimeoutMs: number
   /**
+   * On PostgreSQL, the connections of this replica's store pool (opened as the load needs them).
+   * The replica holds two more: the lease's and the change listener's (`connectionsPerReplica`).
+   */
+  readonly storePoolSize: number
+  /**
    * The bound on the probes' store reads (ms): `/readyz` answers 503 when the store did not
    * answer its readiness check by then, and `/metrics` serves without the store's figures
    * (`engram_store_up` 0) past it. Short, as probes and scrapes time out long before a store call.
@@ -203,6 +208,17 @@ export const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN
 
 /** The default bound on a store call: 15 s (well above a store call under load; a database that is away answers 503 past it). */
 export const defaultStoreTimeoutMs = 15_000
+
+/** The connections of a replica's store pool by default (`ENGRAM_STORE_POOL_SIZE`). */
+export const defaultStorePoolSize = 10
+
+/**
+ * The PostgreSQL connections one coordinator replica holds at most: its store pool
+ * (`engram-placer <id>`), its lease (`engram-lease <holder>`) and its change listener
+ * (`engram-wakeups`). A database serving R replicas needs `max_connections` of at least R × this
+ * plus its other clients and the superuser-reserved slots.
+ */
+export const connectionsPerReplica = (storePoolSize: number): number => storePoolSize + 2
 
 /** The default bound on a probe's store read (`ENGRAM_PROBE_TIMEOUT_MS`): 1 s (a readiness probe's usual timeout). */
 export const defaultProbeTimeoutMs = 1000
@@ -374,6 +390,7 @@ export const settingVariables = {
   maxWaits: "ENGRAM_MAX_WAITS",
   placementReadMaxAgeMs: "ENGRAM_PLACEMENT_READ_MAX_AGE_MS",
   storeTimeoutMs: "ENGRAM_STORE_TIMEOUT_MS",
+  storePoolSize: "ENGRAM_STORE_POOL_SIZE",
   probeTimeoutMs: "ENGRAM_PROBE_TIMEOUT_MS",
   placementBatchSize: "ENGRAM_PLACEMENT_BATCH_SIZE",
   placementSpread: "ENGRAM_PLACEMENT_SPREAD",
@@ -414,6 +431,7 @@ const settings = {
   maxWaits: int(settingVariables.maxWaits, 20_000, 1, 1_000_000),
   placementReadMaxAgeMs: int(settingVariables.placementReadMaxAgeMs, 100, 0, 60_000),
   storeTimeoutMs: int(settingVariables.storeTimeoutMs, defaultStoreTimeoutMs, 100, 600_000),
+  storePoolSize: int(settingVariables.storePoolSize, defaultStorePoolSize, 1, 1000),
   probeTimeoutMs: int(settingVariables.probeTimeoutMs, defaultProbeTimeoutMs, 10, 60_000),
   placementBatchSize: int(settingVariables.placementBatchSize, 64, 1, 1000),
   placementSpread: int(settingVariables.placementSpread, 1, 0, 1),
@@ -594,6 +612,7 @@ export const fromInput = (input: CoordinatorConfigInput = {}): Effect.Effect<Coo
  */
 export const postgresOnlyKeys = [
   "changesCheckMs",
+  "storePoolSize",
   "placementReadMaxAgeMs",
   "placementSpread",
   "placementWindowByReplicas",

@@ -198,6 +198,7 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
           placementReadMaxAgeMs: config.placementReadMaxAgeMs,
           connectTimeoutSec: Math.max(1, Math.ceil(config.storeTimeoutMs / 1000)),
           statementTimeoutMs: config.storeTimeoutMs,
+          poolSize: config.storePoolSize,
           spreadPlacements: config.placementSpread === 1,
           placementWindowByReplicas: config.placementWindowByReplicas === 1,
           ...batching,

@@ -62,5 +62,12 @@ Main.run(program, {
       ? null
       : (lockedBy(cause) ??
         Explain.listenFailure(cause, { host: config.host, port: config.port, portVariable: "ENGRAM_PORT" }) ??
-        (config.databaseUrl === null ? null : Explain.databaseFailure(cause, Redacted.value(config.databaseUrl)))),
+        (config.databaseUrl === null
+          ? null
+          : Explain.databaseFailure(cause, Redacted.value(config.databaseUrl), "ENGRAM_DATABASE_URL", {
+              who: "each coordinator replica",
+              count: Config.connectionsPerReplica(config.storePoolSize),
+              detail: `ENGRAM_STORE_POOL_SIZE ${config.storePoolSize} for the store's pool, 1 for the lease, 1 for the change listener`,
+              lowerWith: "ENGRAM_STORE_POOL_SIZE",
+            }))),
 })

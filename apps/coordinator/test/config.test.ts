@@ -57,6 +57,20 @@ describe("configuration", () => {
     expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_STORE_TIMEOUT_MS", "must be an integer from 100 to 600000"]])
   })
 
+  it("a replica's store pool holds 10 connections by default (ENGRAM_STORE_POOL_SIZE), from 1 to 1000; the replica needs 2 more (lease, listener)", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && d.config.storePoolSize).toBe(10)
+    expect(Config.connectionsPerReplica(10)).toBe(12)
+    const set = Config.parse({ ENGRAM_STORE_POOL_SIZE: "3" })
+    expect(set._tag === "Valid" && set.config.storePoolSize).toBe(3)
+    for (const value of ["0", "1001", "2.5", "ten", "-1"]) {
+      const bad = Config.parse({ ENGRAM_STORE_POOL_SIZE: value })
+      expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_STORE_POOL_SIZE", "must be an integer from 1 to 1000"]])
+    }
+    // PostgreSQL only: the embedded store's start warns of it (ENGRAM_DATABASE_URL unset).
+    expect(set._tag === "Valid" && Config.postgresOnlySet(set.config)).toEqual(["ENGRAM_STORE_POOL_SIZE"])
+  })
+
   it("the probes' store reads are bounded by 1 s by default (ENGRAM_PROBE_TIMEOUT_MS), from 10 ms to 1 min", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && d.config.probeTimeoutMs).toBe(1000)

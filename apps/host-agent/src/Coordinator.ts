@@ -252,12 +252,30 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
     const callMs = t.callTimeoutMs ?? Failover.maxCallTimeoutMs
     const host = { id: t.hostId }
     type Raw<A> = Effect.Effect<A, { readonly _tag: string; readonly message: string }>
-    /** One try on the replica in use; on to the next when it is unreachable, `left` more times. */
+    /**
+     * One try on the replica in use; on to the next when it is unreachable, `left` more times. A
+     * try still open when the client leaves its replica (another call found it unreachable) is
+     * interrupted and made at once on the replica switched to (it counts as a try): a long-poll
+     * open on a hung replica does not wait out its own bound once the heartbeat has moved on.
+     */
     const attempt = <A>(op: string, request: (api: Client.Client) => Raw<A>, timeoutMs: number, left: number): Fx<A> =>
       Effect.gen(function* () {
-        const index = yield* replica.current
+        const { index, movedAway } = yield* replica.use
         const sentMs = yield* Clock.currentTimeMillis
-        const result = yield* request(apis[index]!).pipe(Effect.timeout(Duration.millis(timeoutMs)), Effect.result)
+        const outcome = yield* request(apis[index]!).pipe(
+          Effect.timeout(Duration.millis(timeoutMs)),
+          Effect.result,
+          Effect.map((result) => ({ _tag: "Done" as const, result })),
+          Effect.raceFirst(Effect.map(movedAway, (to) => ({ _tag: "Moved" as const, to }))),
+        )
+        if (outcome._tag === "Moved") {
+          const moved = { hostId: t.hostId, from: urls[index], to: urls[outcome.to] }
+          if (left === 0) return yield* Effect.fail(new CoordinatorError({ op, status: null, message: `the agent left ${moved.from} for ${moved.to} while this call was open there, and had tried every replica` }))
+          // Said for the long-poll only: the other calls are short, and the move itself is warned of by the call that made it.
+          if (op === "assignments") yield* Effect.logInfo(`assignments poll moved to ${moved.to}`, moved)
+          return yield* attempt(op, request, timeoutMs, left - 1)
+        }
+        const result = outcome.result
         if (result._tag === "Success") return result.success
         const e = result.failure
         const message = e._tag === "TimeoutError" ? "timed out" : e.message

@@ -11,7 +11,7 @@
  * looks dead and its sessions become `lost` although its guests run.
  */
 import { Replicas } from "@engram/client"
-import { Effect, Ref } from "effect"
+import { Deferred, Effect, Ref } from "effect"
 
 // The rules shared with the `engram` CLI (`ENGRAM_URL`) live in `@engram/client`'s `Replicas`:
 // which URLs a list takes, and which failures say "this replica is unreachable".
@@ -67,6 +67,12 @@ export const startIndex = (hostId: string, count: number): number => {
 export interface Sticky {
   readonly current: Effect.Effect<number>
   /**
+   * The replica in use, and `movedAway`: done, with the index switched to, once the agent leaves
+   * it (any call found it unreachable). A call still open on a replica left (a long-poll above
+   * all) is interrupted by it and tried at once on the next, instead of waiting out its own bound.
+   */
+  readonly use: Effect.Effect<{ readonly index: number; readonly movedAway: Effect.Effect<number> }>
+  /**
    * Leaves replica `index` for the next in the list (round robin) if it is still the one in use
    * (compare-and-set): calls that failed on it at the same time switch once, and a call that
    * failed on a replica already left does not skip over the next. The index switched to, or
@@ -75,9 +81,25 @@ export interface Sticky {
   readonly leave: (index: number) => Effect.Effect<number | undefined>
 }
 
+/** The replica in use, and what is done when the agent leaves it (the index switched to). */
+type InUse = { readonly index: number; readonly moved: Deferred.Deferred<number> }
+/** A move made: to where, and the replica's `moved` to complete. */
+type Move = { readonly to: number; readonly left: Deferred.Deferred<number> }
+
 /** A sticky choice among `count` replicas, starting with replica `start`. */
 export const makeSticky = (count: number, start = 0): Effect.Effect<Sticky> =>
-  Effect.map(Ref.make(start), (ref) => ({
-    current: Ref.get(ref),
-    leave: (index) => Ref.modify(ref, (now): [number | undefined, number] => (now === index ? [(index + 1) % count, (index + 1) % count] : [undefined, now])),
+  Effect.map(Ref.make<InUse>({ index: start, moved: Deferred.makeUnsafe<number>() }), (ref) => ({
+    current: Effect.map(Ref.get(ref), (now) => now.index),
+    use: Effect.map(Ref.get(ref), (now) => ({ index: now.index, movedAway: Deferred.await(now.moved) })),
+    leave: (index) =>
+      Effect.gen(function* () {
+        const moved = yield* Ref.modify(ref, (now): readonly [Move | undefined, InUse] => {
+          if (now.index !== index) return [undefined, now]
+          const to = (index + 1) % count
+          return [{ to, left: now.moved }, { index: to, moved: Deferred.makeUnsafe<number>() }]
+        })
+        if (moved === undefined) return undefined
+        yield* Deferred.succeed(moved.left, moved.to)
+        return moved.to
+      }),
   }))

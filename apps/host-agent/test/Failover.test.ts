@@ -10,6 +10,7 @@ import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { StoreSim } from "@engram/store-sim"
 import { Clock, Effect, Fiber, Logger, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
+import { TestClock } from "effect/testing"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeHttp, pausedThrough } from "../src/Coordinator.js"
 import * as Failover from "../src/Failover.js"
@@ -108,6 +109,53 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
     const polled = await run(client.assignments({ waitMs: 500, since: undefined }))
     expect(polled._tag).toBe("Success")
     expect(hung.requests()).toBe(1)
+  })
+
+  it("a long-poll open on a hung replica follows the client when another call moves it: answered by the next before its own bound, said in one info line", async () => {
+    const hung = await track(fake("hang"))
+    const { client } = await clientOver([hung.url, coordinator.url])
+    const infos: { message: string; fields: Record<string, unknown> }[] = []
+    const capture = Logger.layer([
+      Logger.make(({ logLevel, message }) => {
+        if (logLevel !== "Info") return
+        const [text, fields] = Array.isArray(message) ? message : [message]
+        infos.push({ message: String(text), fields: (fields ?? {}) as Record<string, unknown> })
+      }),
+    ])
+    /** Real time passes (the HTTP calls), the TestClock does not: up to ~10 s for `done`. */
+    const until = (done: () => boolean) =>
+      Effect.gen(function* () {
+        for (let i = 0; i < 1000 && !done(); i++) yield* Effect.promise(() => new Promise((r) => setTimeout(r, 10)))
+      })
+    const waitMs = 20_000
+    const boundMs = Failover.pollTimeoutMs(waitMs, callTimeoutMs, 2)
+    const outcome = await Effect.runPromise(
+      Effect.gen(function* () {
+        const startMs = yield* Clock.currentTimeMillis
+        let polled: { readonly _tag: string } | undefined
+        // A version other than the replica's: a live one answers at once (as when the host's sessions changed).
+        yield* Effect.forkChild(
+          client.assignments({ waitMs, since: "an-older-version" }).pipe(
+            Effect.result,
+            Effect.tap((r) => Effect.sync(() => (polled = r))),
+          ),
+          { startImmediately: true },
+        )
+        yield* until(() => hung.requests() === 1)
+        const beat = yield* Effect.forkChild(Effect.result(client.heartbeat), { startImmediately: true })
+        yield* until(() => hung.requests() === 2)
+        // The heartbeat's bound passes, not the poll's (35 s): the heartbeat moves the client on.
+        yield* TestClock.adjust(callTimeoutMs)
+        const beaten = yield* Fiber.join(beat)
+        yield* until(() => polled !== undefined)
+        return { beaten: beaten._tag, polled: polled?._tag, elapsedMs: (yield* Clock.currentTimeMillis) - startMs }
+      }).pipe(Effect.provide(TestClock.layer()), Effect.provide(capture)),
+    )
+    expect(outcome).toEqual({ beaten: "Success", polled: "Success", elapsedMs: callTimeoutMs })
+    expect(outcome.elapsedMs).toBeLessThan(boundMs)
+    // Each call reached the hung replica once: the poll was not sent there again.
+    expect(hung.requests()).toBe(2)
+    expect(infos.map((i) => [i.message, i.fields["from"], i.fields["to"]])).toEqual([[`assignments poll moved to ${coordinator.url}`, hung.url, coordinator.url]])
   })
 
   it("calls failing together on a hung replica switch once: none skips over the next replica", async () => {

@@ -77,8 +77,27 @@ export const databaseWhere = (url: string): string => {
   }
 }
 
-/** A database that refused, in one line; null when the cause is not one. `variable` names the setting. */
-export const databaseFailure = (cause: Cause.Cause<unknown>, url: string, variable = "ENGRAM_DATABASE_URL"): string | null => {
+/**
+ * What one process needs of the database's connections, for the line on a server whose slots are
+ * taken: `who` (each coordinator replica) needs `count` connections, `detail` what they are,
+ * `lowerWith` the setting that needs fewer.
+ */
+export interface ConnectionsNeeded {
+  readonly who: string
+  readonly count: number
+  readonly detail: string
+  readonly lowerWith: string
+}
+
+/** PostgreSQL's refusals for want of a connection slot (SQLSTATE 53300, too_many_connections). */
+const noSlot = /sorry, too many clients already|remaining connection slots are reserved[^|]*/i
+
+/**
+ * A database that refused, in one line; null when the cause is not one. `variable` names the
+ * setting; `needs`, what this process needs of its connections (said when the server has no
+ * connection slot left).
+ */
+export const databaseFailure = (cause: Cause.Cause<unknown>, url: string, variable = "ENGRAM_DATABASE_URL", needs?: ConnectionsNeeded): string | null => {
   const where = databaseWhere(url)
   const text = messages(cause).join(" | ")
   switch (errnoCode(cause)) {
@@ -95,6 +114,14 @@ export const databaseFailure = (cause: Cause.Cause<unknown>, url: string, variab
     return `the database at ${where} refused the credentials in ${variable}: ${/password authentication failed[^|]*|no pg_hba\.conf entry[^|]*|role "[^"]*" does not exist/i.exec(text)?.[0] ?? "authentication failed"}`
   }
   if (/database "[^"]*" does not exist/i.test(text)) return `the database at ${where} does not exist (${variable}): create it first`
+  const refused = noSlot.exec(text)?.[0]
+  if (refused !== undefined) {
+    const need =
+      needs === undefined
+        ? "raise its max_connections or close some of its other clients"
+        : `${needs.who} needs ${needs.count} connections (${needs.detail}): raise max_connections to cover ${needs.count} for every one plus the database's other clients, close some of those, or lower ${needs.lowerWith}`
+    return `the database at ${where} has no connection slot left (${variable}; PostgreSQL said "${refused.trim()}"): ${need}`
+  }
   return null
 }
 

@@ -85,7 +85,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     const bad = checkLeaseTimes(times)
     if (bad !== null) return yield* Effect.die(new Error(`lease: ${bad}`))
     const name = options.name ?? "reaper"
-    const holder = options.holder ?? `replica-${Math.random().toString(36).slice(2, 12)}`
+    const holder = options.holder ?? randomHolder()
     const timeout = Duration.millis(options.queryTimeoutMs ?? defaultQueryTimeoutMs)
     const clock = yield* Clock.Clock
     const advertise = options.advertise ?? (() => null)
@@ -238,21 +238,30 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     }
   })
 
+/** A holder id when none is given. */
+const randomHolder = (): string => `replica-${Math.random().toString(36).slice(2, 12)}`
+
+/** The `application_name` prefix of a replica's lease connection (`engram-lease <holder>` in `pg_stat_activity`). */
+export const applicationNamePrefix = "engram-lease "
+
 /**
  * Leadership on the PostgreSQL at `url`, on a connection of its own: renewals do not queue
- * behind the store's pool. The store's start applies the migrations (the `leases` table).
+ * behind the store's pool. The store's start applies the migrations (the `leases` table). The
+ * connection is named `engram-lease <holder>` (PostgreSQL keeps the first 63 bytes).
  */
 export const layer = (options: LeaseOptions & { readonly url: string }): Layer.Layer<Leadership, Unavailable> =>
   Layer.effect(
     Leadership,
     Effect.gen(function* () {
+      const holder = options.holder ?? randomHolder()
       const db = yield* PostgresJs.open({
         url: options.url,
         poolSize: 1,
         migrate: false,
         connectTimeoutSec: 5,
         statementTimeoutMs: options.queryTimeoutMs ?? defaultQueryTimeoutMs,
+        applicationName: `${applicationNamePrefix}${holder}`,
       })
-      return Leadership.of(yield* make(db, options))
+      return Leadership.of(yield* make(db, { ...options, holder }))
     }),
   )

@@ -21,7 +21,7 @@ import type { OpenTx } from "./Transaction.js"
 export interface ConnectOptions {
   /** `postgres://user:pass@host:port/db` */
   readonly url: string
-  /** Connections in the pool (default 10). */
+  /** Connections in the pool (default `defaultPoolSize`, 10); opened as the load needs them. */
   readonly poolSize?: number | undefined
   /** Seconds to wait for a connection before answering `Unavailable` (default 5). */
   readonly connectTimeoutSec?: number | undefined
@@ -130,6 +130,9 @@ export const reconnectBackoffSec = (retries: number): number => Math.min(1, 0.05
 const unavailable = (cause: unknown): Unavailable =>
   new Unavailable({ reason: cause instanceof Error ? cause.message : String(cause), retryAfterMs })
 
+/** The connections of a pool by default (`ConnectOptions.poolSize`). */
+export const defaultPoolSize = 10
+
 /** Opens the database at a URL: applies the migrations, then a postgres.js pool closed with the scope. */
 export const open = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Scope.Scope> =>
   Effect.gen(function* () {
@@ -138,7 +141,7 @@ export const open = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Sc
       Effect.sync(() =>
         preparing(
           postgres(options.url, {
-            max: options.poolSize ?? 10,
+            max: options.poolSize ?? defaultPoolSize,
             connect_timeout: options.connectTimeoutSec ?? 5,
             backoff: reconnectBackoffSec,
             onnotice: () => undefined,

@@ -3,9 +3,10 @@
 // only after seeing the lease unchanged for a whole lease duration, at the next epoch; writes
 // made under the old epoch are refused in their own transaction; a lease given up is taken at once.
 import { it } from "@effect/vitest"
-import { CurrentFence } from "@engram/store"
+import postgres from "@engram/postgres"
+import { CurrentFence, Leadership } from "@engram/store"
 import { freshDatabase } from "@engram/test-pg"
-import { Clock, Effect, Exit, Logger, Scope } from "effect"
+import { Clock, Context, Effect, Exit, Layer, Logger, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { describe, expect } from "vitest"
 import * as Lease from "../src/Lease.js"
@@ -151,6 +152,25 @@ describe("a lease on a real PostgreSQL (TestClock)", () => {
       expect(b.fence()).toStrictEqual({ name: "reaper", epoch: 2 })
       expect(yield* a.tick.pipe(Effect.provide(capture))).toBe(false)
       expect(warnings).toStrictEqual([["lease lost: another replica holds it", { lease: "reaper", holder: "b", epoch: 2, replica: "a", lostEpoch: 1 }]])
+    }),
+  )
+})
+
+describe("the lease's connection is named for the operator", () => {
+  it.effect("pg_stat_activity shows it as engram-lease <holder>, not postgres.js", () =>
+    Effect.gen(function* () {
+      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      // The store's start applies the migrations (the leases table).
+      yield* PostgresJs.open({ url: database.url, poolSize: 1 })
+      const leadership = Context.get(yield* Layer.build(Lease.layer({ url: database.url, ...times, holder: "host-1:4242:ab12cd34" })), Leadership)
+      expect(yield* leadership.tick).toBe(true)
+      const sql = yield* Effect.acquireRelease(
+        Effect.sync(() => postgres(database.url, { max: 1, onnotice: () => undefined })),
+        (c) => Effect.promise(() => c.end({ timeout: 1 })),
+      )
+      const names = yield* Effect.promise(() => sql<{ name: string }[]>`select application_name as name from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid() order by 1`)
+      expect(names.map((r) => r.name)).toContain(`${Lease.applicationNamePrefix}host-1:4242:ab12cd34`)
+      expect(names.map((r) => r.name)).not.toContain("postgres.js")
     }),
   )
 })
