@@ -14,10 +14,21 @@
  */
 import { readOperations, Unavailable } from "@engram/store"
 import type { StoreShape } from "@engram/store"
-import { Context, Effect } from "effect"
+import { Context, Effect, Option } from "effect"
+import { HttpServerRequest } from "effect/http"
 import * as Stalls from "./Stalls.js"
 import type { StallsShape } from "./Stalls.js"
 import * as Tracing from "./Tracing.js"
+
+/** A store call a request was waiting on when the request was interrupted (its client left, the server stops). */
+export interface CutStoreCall {
+  readonly operation: string
+  /** How long the call had waited, ms. */
+  readonly waitedMs: number
+}
+
+/** The store call each interrupted request was waiting on (its first), read by the edge when it answers the request. */
+export const cutStoreCalls = new WeakMap<HttpServerRequest.HttpServerRequest, CutStoreCall>()
 
 /** How long a caller should wait before retrying after a store call timed out. */
 export const retryAfterMs = 1000
@@ -79,7 +90,16 @@ export const bounded = <A, E, R>(
       })
       // The caller was interrupted (its client left, the server stops), while waiting or before
       // it began (`restore` answers a pending interruption at once): so is the call, in the background.
-      return Effect.onInterrupt(restore(wait), () => Effect.sync(() => call.interruptUnsafe()))
+      // A request's call is noted for the edge, which logs and counts a request its client left.
+      const startedAt = Date.now()
+      return Effect.onInterrupt(restore(wait), () =>
+        Effect.withFiber((fiber) => {
+          call.interruptUnsafe()
+          const request = Context.getOption(fiber.context, HttpServerRequest.HttpServerRequest)
+          if (Option.isSome(request) && !cutStoreCalls.has(request.value)) cutStoreCalls.set(request.value, { operation: name, waitedMs: Date.now() - startedAt })
+          return Effect.void
+        }),
+      )
     }),
   )
 
