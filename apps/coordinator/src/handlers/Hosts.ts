@@ -3,6 +3,7 @@ import { EngramApi } from "@engram/api"
 import { Store, Validate } from "@engram/store"
 import { Effect, Scope } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
+import * as AgentBound from "../AgentBound.js"
 import * as Allowances from "../Allowances.js"
 import { Assignments } from "../Assignments.js"
 import { hashToken, newToken, requireHostOrAdmin } from "../Auth.js"
@@ -27,6 +28,8 @@ export const HostsHandlers = HandlerGroup.make(
     const peerUrlOwed = new Set<string>()
     const settings = yield* Settings
     const scope = yield* Scope.Scope
+    // An agent's heartbeat and report answer within the bound it states (503 StoreStalled past it).
+    const withinAgentBound = yield* AgentBound.make
 
     /**
      * A report whose write timed out or whose client left: it may still commit after the answer
@@ -156,12 +159,13 @@ export const HostsHandlers = HandlerGroup.make(
             // Guest activity rides on the report (no request per session): it restarts those sessions' idle clocks.
             if (payload.activeSessions !== undefined && payload.activeSessions.length > 0) yield* api(store.recordActivity(params.id, payload.activeSessions))
             return hostJson(view)
-          }),
+          }).pipe((work) => withinAgentBound(work, "reportHost")),
         )
         .handle("heartbeat", ({ params }) =>
           requireHostOrAdmin(params.id).pipe(
             Effect.andThen(api(store.heartbeatHost(params.id))),
             Effect.map((renewed) => ({ hostId: params.id, renewed })),
+            (work) => withinAgentBound(work, "heartbeatHost"),
           ),
         )
         .handle("cordon", ({ params }) => setState(params.id, "cordoned"))
