@@ -71,20 +71,25 @@ export const bounded = <A, E, R>(
       const answered = call.pollUnsafe()
       if (answered !== undefined) return answered
       const wait = Effect.callback<A, E | Unavailable>((resume) => {
-        const slowTimer = slow === undefined ? undefined : setTimeout(slow.notice, slow.afterMs)
-        const timer = setTimeout(() => {
+        const fire = () => {
           stopObserving()
           resume(Effect.fail(timeout(ms, name)))
           call.interruptUnsafe()
-        }, ms)
+        }
+        // One timer at a time: to the slow notice if any, then on to the bound.
+        let timer =
+          slow === undefined
+            ? setTimeout(fire, ms)
+            : setTimeout(() => {
+                timer = setTimeout(fire, ms - slow.afterMs)
+                slow.notice()
+              }, slow.afterMs)
         const stopObserving = call.addObserver((exit) => {
           clearTimeout(timer)
-          clearTimeout(slowTimer)
           resume(exit)
         })
         return Effect.sync(() => {
           clearTimeout(timer)
-          clearTimeout(slowTimer)
           stopObserving()
         })
       })
@@ -137,7 +142,7 @@ export const boundStore = (
   let diskFull: string | null = null
   // A call that waited most of its bound: what the database waits on is read now, while the call
   // still waits (the server's `statement_timeout`, the same bound, cancels it when it times out).
-  const slow = { afterMs: Stalls.readBeforeMs(timeoutMs), notice: stalls.slow }
+  const slow = stalls === Stalls.none ? undefined : { afterMs: Stalls.readBeforeMs(timeoutMs), notice: stalls.slow }
   const out: Record<string, unknown> = {}
   for (const [name, value] of Object.entries(store)) {
     out[name] =
