@@ -65,8 +65,9 @@ export interface CoordinatorConfig {
    */
   readonly placementReadMaxAgeMs: number
   /**
-   * The bound on every store call (ms): a call the database has not answered by then (it is
-   * away, or a link to it hangs) answers 503 with `Retry-After`. On PostgreSQL it is also the
+   * The bound on each store call (ms; a request of several calls can take longer): a call the
+   * database has not answered by then (it is away, or a link to it hangs) answers 503 with
+   * `Retry-After`. On PostgreSQL it is also the
    * connect timeout and the server's `statement_timeout` and `idle_in_transaction_session_timeout`.
    */
   readonly storeTimeoutMs: number

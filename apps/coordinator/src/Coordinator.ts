@@ -7,7 +7,7 @@
 import { NodeHttpServer } from "@effect/platform-node"
 import { EngramApi } from "@engram/api"
 import { Changes, Store } from "@engram/store"
-import { ChangesPg, StorePg } from "@engram/store-pg"
+import { Blockers, ChangesPg, StorePg } from "@engram/store-pg"
 import { Trigger } from "@engram/reaper"
 import { Log } from "@engram/process"
 import { ByteSize, Context, Deferred, Effect, Exit, Layer, Option, Redacted, References, Scope } from "effect"
@@ -42,6 +42,7 @@ import type { PassReport } from "./Reaper.js"
 import { Drainer } from "./Drainer.js"
 import { SessionWaiter } from "./SessionWaiter.js"
 import { StrictInputLive } from "./StrictInput.js"
+import * as Stalls from "./Stalls.js"
 import { boundStore, StoreHealth } from "./StoreBound.js"
 import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
@@ -220,10 +221,12 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
           }),
         ))
   // Every store call answers within `storeTimeoutMs` (503 with Retry-After past it).
-  const storeLayer: Layer.Layer<Store | StoreHealth, unknown> = Layer.effectContext(
+  const storeLayer: Layer.Layer<Store | StoreHealth | Stalls.Stalls, unknown> = Layer.effectContext(
     Effect.gen(function* () {
-      const { store, health } = boundStore(yield* Store, config.storeTimeoutMs, Tracing.childSpans(yield* Tracing.spans))
-      const bound = Context.add(Context.make(Store, store), StoreHealth, health)
+      const blockers = yield* Effect.serviceOption(Blockers.Blockers)
+      const stalls = Option.isSome(blockers) ? Stalls.make(blockers.value.diagnose) : Stalls.none
+      const { store, health } = boundStore(yield* Store, config.storeTimeoutMs, Tracing.childSpans(yield* Tracing.spans), stalls)
+      const bound = Context.add(Context.add(Context.make(Store, store), StoreHealth, health), Stalls.Stalls, stalls)
       // The placement checks of a store-pg store go along (`/metrics` shows them).
       const stats = yield* Effect.serviceOption(StorePg.PlacementStats)
       return Option.isSome(stats) ? Context.add(bound, StorePg.PlacementStats, stats.value) : bound

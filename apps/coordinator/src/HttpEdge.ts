@@ -22,6 +22,7 @@ import { maxHeaderSize } from "node:http"
 import type { Socket } from "node:net"
 import { placementsPath } from "./Forward.js"
 import { keyName } from "./HttpErrors.js"
+import { cutStoreCalls } from "./StoreBound.js"
 import type { MetricsShape } from "./Metrics.js"
 
 /** What the edge needs to know. */
@@ -276,7 +277,9 @@ export const edge = (options: EdgeOptions) => {
     route: string,
     response: HttpServerResponse.HttpServerResponse,
   ): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
-    options.metrics.observeRequest(request.method, route, response.status, (performance.now() - startedAt) / 1000)
+    const seconds = (performance.now() - startedAt) / 1000
+    options.metrics.observeRequest(request.method, route, response.status, seconds)
+    if (response.status === 499) return abandoned(request, route, seconds, response)
     if (response.status < 500) return Effect.succeed(response)
     const requestId = requestIdOf(request)
     const body = jsonBody(response)
@@ -293,6 +296,29 @@ export const edge = (options: EdgeOptions) => {
         })
       : log5xx(response.status, body, request, route, requestId, defects.get(request), stopping)
     return Effect.as(logged, withRequestId(response, body, requestId))
+  }
+  // The client left before the answer (499: the server interrupted the request). While a store
+  // call of its own had not answered, the stall the client saw (an agent whose bound is shorter
+  // than the store's, which logs "replica unreachable") is logged at info and counted; else
+  // (a long-poll the client gave up, a client that left early) at debug. While the coordinator
+  // stops, its clients leaving are its stop's doing: at debug.
+  const abandoned = (
+    request: HttpServerRequest.HttpServerRequest,
+    route: string,
+    seconds: number,
+    response: HttpServerResponse.HttpServerResponse,
+  ): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
+    const cut = cutStoreCalls.get(request)
+    const fields = { method: request.method, route, afterMs: Math.round(seconds * 1000) }
+    if (cut === undefined || options.closing()) return Effect.as(Effect.logDebug("the client left before the answer", fields), response)
+    options.metrics.requestsAbandoned.inc({ method: request.method, route })
+    return Effect.as(
+      Effect.logInfo(
+        `the client left before the answer, after ${fields.afterMs} ms: the store had not answered ${cut.operation} (waiting ${cut.waitedMs} ms of ENGRAM_STORE_TIMEOUT_MS)`,
+        { ...fields, operation: cut.operation, storeWaitedMs: cut.waitedMs },
+      ),
+      response,
+    )
   }
   // Total: whatever throws or fails in it (a metrics observer, a body that does not encode), the
   // request is still answered — as the edge shaped it, or as it was if the shaping failed — with

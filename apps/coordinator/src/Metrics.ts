@@ -118,6 +118,8 @@ export interface MetricsShape {
    */
   readonly makeRoomMoves: Counter<{ readonly result: "begun" | "refused" | "unavailable" | "committed" | "aborted" | "timeout" }>
   readonly storeUnavailable: Counter
+  /** Requests whose client left while a store call of theirs had not answered (the client's bound shorter than the store's), by method and route. */
+  readonly requestsAbandoned: Counter<{ readonly method: string; readonly route: string }>
   readonly observePassSeconds: (seconds: number) => void
   /** One answered HTTP request: its route template (`/v1/sessions/:id`), status and duration. */
   readonly observeRequest: (method: string, route: string, status: number, seconds: number) => void
@@ -340,6 +342,11 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
           "Moves the reaper planned to make room for starving sessions (ENGRAM_MAKE_ROOM_MOVES), by result: begun, refused by the store, unavailable (the store down or the write fenced), and how begun ones ended: committed, aborted by their agents, or timeout (no agent took it up within ENGRAM_MOVE_TIMEOUT_MS).",
         ),
         storeUnavailable: counter("engram_http_store_unavailable_total", "Requests answered 503 because the store was unavailable.", true),
+        requestsAbandoned: counter(
+          "engram_http_requests_abandoned_total",
+          "Requests whose client left (closed the connection) while a store call of theirs had not answered, by method and route: a stall of the database the client saw as a hung replica.",
+          true,
+        ),
         observePassSeconds: (seconds) => passHistogram.updateUnsafe(seconds, context),
         observeRequest,
         scrape,

@@ -6,21 +6,42 @@
  * a write's outcome is unknown until read back (on PostgreSQL the server's own
  * `statement_timeout`, set to the same bound, rolls such a write back).
  *
+ * A call that timed out either way (our bound, or the server's `statement_timeout`) fails with
+ * one wording, and `Stalls` is told: it warns what the database waits on (a lock, and whose).
+ *
  * It also keeps what readiness needs beyond a read: after a write failed for a full disk the
  * store is not ready (`StoreHealth.diskFull`) until a write succeeds again.
  */
 import { readOperations, Unavailable } from "@engram/store"
 import type { StoreShape } from "@engram/store"
-import { Context, Effect } from "effect"
+import { Context, Effect, Option } from "effect"
+import { HttpServerRequest } from "effect/http"
+import * as Stalls from "./Stalls.js"
+import type { StallsShape } from "./Stalls.js"
 import * as Tracing from "./Tracing.js"
+
+/** A store call a request was waiting on when the request was interrupted (its client left, the server stops). */
+export interface CutStoreCall {
+  readonly operation: string
+  /** How long the call had waited, ms. */
+  readonly waitedMs: number
+}
+
+/** The store call each interrupted request was waiting on (its first), read by the edge when it answers the request. */
+export const cutStoreCalls = new WeakMap<HttpServerRequest.HttpServerRequest, CutStoreCall>()
 
 /** How long a caller should wait before retrying after a store call timed out. */
 export const retryAfterMs = 1000
 
-const timedOut = (ms: number, name: string) =>
+/**
+ * A store call past its bound: ours, or the server's `statement_timeout` (57014, set to the same
+ * bound), which race; one cause, so one wording.
+ */
+export const timedOut = (ms: number, name: string) =>
   new Unavailable({
     reason: `the database did not answer ${name} within ${ms} ms (ENGRAM_STORE_TIMEOUT_MS); a write's outcome is unknown until read back`,
     retryAfterMs,
+    kind: "timed_out",
   })
 
 /**
@@ -39,6 +60,8 @@ export const bounded = <A, E, R>(
   name: string,
   /** The failure past the bound (default: a store call's, naming `ENGRAM_STORE_TIMEOUT_MS`). */
   timeout: (ms: number, name: string) => Unavailable = timedOut,
+  /** Told once if the call has not answered after `afterMs` (below `ms`): what it waits on is read while it still waits. */
+  slow?: { readonly afterMs: number; readonly notice: () => void },
 ): Effect.Effect<A, E | Unavailable, R> =>
   // Uninterruptible from the fork until the wait: a caller interrupted in between (the call's
   // first step runs before the fork returns) would leave the call running on, unbounded. The
@@ -48,11 +71,19 @@ export const bounded = <A, E, R>(
       const answered = call.pollUnsafe()
       if (answered !== undefined) return answered
       const wait = Effect.callback<A, E | Unavailable>((resume) => {
-        const timer = setTimeout(() => {
+        const fire = () => {
           stopObserving()
           resume(Effect.fail(timeout(ms, name)))
           call.interruptUnsafe()
-        }, ms)
+        }
+        // One timer at a time: to the slow notice if any, then on to the bound.
+        let timer =
+          slow === undefined
+            ? setTimeout(fire, ms)
+            : setTimeout(() => {
+                timer = setTimeout(fire, ms - slow.afterMs)
+                slow.notice()
+              }, slow.afterMs)
         const stopObserving = call.addObserver((exit) => {
           clearTimeout(timer)
           resume(exit)
@@ -64,7 +95,16 @@ export const bounded = <A, E, R>(
       })
       // The caller was interrupted (its client left, the server stops), while waiting or before
       // it began (`restore` answers a pending interruption at once): so is the call, in the background.
-      return Effect.onInterrupt(restore(wait), () => Effect.sync(() => call.interruptUnsafe()))
+      // A request's call is noted for the edge, which logs and counts a request its client left.
+      const startedAt = Date.now()
+      return Effect.onInterrupt(restore(wait), () =>
+        Effect.withFiber((fiber) => {
+          call.interruptUnsafe()
+          const request = Context.getOption(fiber.context, HttpServerRequest.HttpServerRequest)
+          if (Option.isSome(request) && !cutStoreCalls.has(request.value)) cutStoreCalls.set(request.value, { operation: name, waitedMs: Date.now() - startedAt })
+          return Effect.void
+        }),
+      )
     }),
   )
 
@@ -92,8 +132,17 @@ export class StoreHealth extends Context.Service<StoreHealth, StoreHealthShape>(
  * a write refused for a full disk marks it, a write that succeeds clears it. With tracing on
  * (`span`), each call is a span `engram.store.<operation>`.
  */
-export const boundStore = (store: StoreShape, timeoutMs: number, span: Tracing.Span = Tracing.none): { readonly store: StoreShape; readonly health: StoreHealthShape } => {
+export const boundStore = (
+  store: StoreShape,
+  timeoutMs: number,
+  span: Tracing.Span = Tracing.none,
+  /** Told of every call that timed out (it reads and warns what the database waits on). */
+  stalls: StallsShape = Stalls.none,
+): { readonly store: StoreShape; readonly health: StoreHealthShape } => {
   let diskFull: string | null = null
+  // A call that waited most of its bound: what the database waits on is read now, while the call
+  // still waits (the server's `statement_timeout`, the same bound, cancels it when it times out).
+  const slow = stalls === Stalls.none ? undefined : { afterMs: Stalls.readBeforeMs(timeoutMs), notice: stalls.slow }
   const out: Record<string, unknown> = {}
   for (const [name, value] of Object.entries(store)) {
     out[name] =
@@ -101,7 +150,14 @@ export const boundStore = (store: StoreShape, timeoutMs: number, span: Tracing.S
         ? (...args: unknown[]) => {
             const result: unknown = (value as (...a: unknown[]) => unknown).apply(store, args)
             if (!Effect.isEffect(result)) return result
-            const call = bounded(result, timeoutMs, name).pipe(span(`engram.store.${name}`))
+            const call = bounded(result, timeoutMs, name, timedOut, slow).pipe(
+              Effect.catch((e: unknown) =>
+                e instanceof Unavailable && e.kind === "timed_out"
+                  ? Effect.andThen(stalls.timedOut(name), Effect.fail(timedOut(timeoutMs, name)))
+                  : Effect.fail(e),
+              ),
+              span(`engram.store.${name}`),
+            )
             return readOperations.has(name)
               ? call
               : call.pipe(

@@ -3,7 +3,9 @@
 import { Effect, Exit } from "effect"
 import type { Fiber } from "effect"
 import { describe, expect, it } from "vitest"
-import { bounded } from "../src/StoreBound.js"
+import { StoreSim } from "@engram/store-sim"
+import { Store, Unavailable } from "@engram/store"
+import { boundStore, bounded } from "../src/StoreBound.js"
 
 /** Polls `done` on the event loop, bounded by 10 s or more. */
 const until = async (done: () => boolean): Promise<boolean> => {
@@ -50,5 +52,21 @@ describe("bounded", () => {
     const exit = await Effect.runPromiseExit(bounded(slow, 50, "slow"))
     expect(Exit.isFailure(exit) && String(exit.cause)).toContain("did not answer slow within 50 ms")
     expect(await until(() => callInterrupted)).toBe(true)
+  })
+
+  it("a call the server cancelled for its statement_timeout (57014) fails in the same words as our own bound, and the stalls are told", async () => {
+    const told: string[] = []
+    const stalls = { slow: () => undefined, timedOut: (name: string) => Effect.sync(() => void told.push(name)), diagnose: Effect.succeed(null) }
+    const exit = await Effect.runPromiseExit(
+      Effect.gen(function* () {
+        const sim = yield* Store
+        const cancelled = { ...sim, getHost: () => Effect.fail(new Unavailable({ reason: "57014: canceling statement due to statement timeout", retryAfterMs: 1000, kind: "timed_out" })) }
+        const { store } = boundStore(cancelled, 15_000, undefined, stalls)
+        return yield* store.getHost("h1")
+      }).pipe(Effect.provide(StoreSim.layer())),
+    )
+    expect(Exit.isFailure(exit) && String(exit.cause)).toContain("the database did not answer getHost within 15000 ms (ENGRAM_STORE_TIMEOUT_MS)")
+    expect(Exit.isFailure(exit) && String(exit.cause)).not.toContain("57014")
+    expect(told).toEqual(["getHost"])
   })
 })

@@ -11,8 +11,7 @@ import { Client, Errors as ApiErrors } from "@engram/api"
 import type { ApiError, Records } from "@engram/api"
 import { Clock, Context, Duration, Effect, Layer, Schema } from "effect"
 import type { Redacted } from "effect"
-import { FetchHttpClient } from "effect/http"
-import type { HttpClient } from "effect/http"
+import { FetchHttpClient, HttpClient, HttpClientRequest } from "effect/http"
 import * as Failover from "./Failover.js"
 import type { HostReport } from "./Measure.js"
 
@@ -247,9 +246,15 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
     const parsed = Failover.parseUrls(given.join(","))
     if (!("urls" in parsed)) return yield* Effect.die(new Error(`coordinator url ${JSON.stringify(Failover.redactUrl(given.join(",")))}: ${parsed.problem}`))
     const urls = parsed.urls
-    const apis = yield* Effect.forEach(urls, (url) => Client.make({ baseUrl: Failover.baseUrlOf(url), token: t.hostToken }))
-    const replica = yield* Failover.makeSticky(urls.length, (t.startIndex ?? 0) % urls.length)
     const callMs = t.callTimeoutMs ?? Failover.maxCallTimeoutMs
+    // Every call states the agent's bound: the coordinator answers a heartbeat or a report whose
+    // database stalls within it (503 StoreStalled), before the agent would give up on the replica.
+    const http = yield* HttpClient.HttpClient
+    const stating = HttpClient.mapRequest(http, HttpClientRequest.setHeader(ApiErrors.agentCallTimeoutHeader, String(callMs)))
+    const apis = yield* Effect.forEach(urls, (url) =>
+      Client.make({ baseUrl: Failover.baseUrlOf(url), token: t.hostToken }).pipe(Effect.provideService(HttpClient.HttpClient, stating)),
+    )
+    const replica = yield* Failover.makeSticky(urls.length, (t.startIndex ?? 0) % urls.length)
     const host = { id: t.hostId }
     type Raw<A> = Effect.Effect<A, { readonly _tag: string; readonly message: string }>
     /**
@@ -279,6 +284,14 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
         if (result._tag === "Success") return result.success
         const e = result.failure
         const message = e._tag === "TimeoutError" ? "timed out" : e.message
+        // The database stalls for every replica (a lock held): said, and the agent stays.
+        if (Failover.storeStalled(e))
+          yield* Effect.logWarning("the coordinator's database is not answering (the same on every replica); the agent stays on this one and retries", {
+            hostId: t.hostId,
+            op,
+            replica: urls[index],
+            error: message,
+          })
         if (urls.length > 1 && Failover.unreachable(e)) {
           const to = yield* replica.leave(index)
           if (to !== undefined) {

@@ -16,7 +16,7 @@ import { Deferred, Effect, Ref } from "effect"
 // The rules shared with the `engram` CLI (`ENGRAM_URL`) live in `@engram/client`'s `Replicas`:
 // which URLs a list takes, and which failures say "this replica is unreachable".
 export type ParsedUrls = Replicas.ParsedUrls
-export const { baseUrlOf, parseUrls, redactUrl, unreachable } = Replicas
+export const { baseUrlOf, parseUrls, redactUrl, storeStalled, unreachable } = Replicas
 
 /** The shortest bound of one ordinary call, ms: below it a live coordinator on a busy machine (a GC pause, a slow store round trip) would be taken for a hung one. */
 export const minCallTimeoutMs = 1_000

@@ -168,8 +168,23 @@ const unavailableFields = {
 }
 
 /**
+ * The header in which an agent states its ordinary calls' bound, ms (`engram-agent-call-timeout-ms:
+ * 10000`): the coordinator bounds a heartbeat's or a report's store work below it, so a database
+ * that stalls is answered (`StoreStalled`) before the agent gives up on the replica.
+ */
+export const agentCallTimeoutHeader = "engram-agent-call-timeout-ms"
+
+/**
+ * The `error` of a 503 that says the coordinator's database answers this replica but did not
+ * complete the call within the agent's bound (a lock held, an overloaded server): every replica
+ * shares that database, so a client stays on its replica (unlike `Unavailable`).
+ */
+export const storeStalledError = "StoreStalled"
+
+/**
  * 503: the store is down or timed out (`Unavailable`: nothing changed, retry after
- * `retryAfterMs`), the coordinator is shutting down (`Unavailable`), or a move failed: refused
+ * `retryAfterMs`; `StoreStalled` on an agent's heartbeat or report: the database answers but did
+ * not complete the call within the agent's bound), the coordinator is shutting down (`Unavailable`), or a move failed: refused
  * for downtime (`ErrMoveDowntime`, with `estimateMs` and no `retryAfterMs` nor `Retry-After`:
  * the same move is refused again; raise `maxDowntimeMs` or move when the guest dirties less), aborted by its agent (`MoveAborted`),
  * not acted on in time (`MoveTimeout`), or still waiting for the source's commit after the

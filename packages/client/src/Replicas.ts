@@ -81,7 +81,9 @@ const gatewayStatuses: ReadonlySet<number> = new Set([502, 503, 504])
  * balancer in front of that one replica answering for it).
  *
  * Also the API's own 503 `Unavailable`: this replica cannot reach the store (cut off from
- * PostgreSQL, its connections refused or its statements timed out). Another replica may reach it,
+ * PostgreSQL, its connections refused or its statements timed out). Not its 503 `StoreStalled`
+ * (`storeStalled`): the database answers this replica but did not complete the call (a lock
+ * held), which every replica of that database would answer too. Another replica may reach it,
  * and one that stays would see its hosts reclaimed by a leader that does; when the database is
  * away for every replica, each answers the same and the call fails after one try on each, as
  * with one replica (the agent then waits what was asked).
@@ -102,6 +104,13 @@ export const unreachable = (e: { readonly _tag: string }): boolean => {
   return status !== undefined && gatewayStatuses.has(status)
 }
 
+/**
+ * Whether a failed call is the API's 503 `StoreStalled`: the coordinator's database answers but
+ * did not complete the call within the caller's bound (a lock held, an overloaded server). The
+ * same on every replica of that database: the caller stays (`unreachable` is false) and says so.
+ */
+export const storeStalled = (e: { readonly _tag: string }): boolean =>
+  e._tag === "ServiceUnavailable" && (e as { readonly error?: unknown }).error === ApiErrors.storeStalledError
 
 /** Codes of a connection that was never made: the request was not sent, so nothing was done. */
 const notConnectedCodes = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"])

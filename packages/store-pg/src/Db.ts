@@ -132,6 +132,10 @@ export const classify = (error: unknown): Classified => {
   // elsewhere): the statement rolled back; reads go on, writes fail until room is freed.
   if (code === "53100" || code === "ENOSPC" || /no space left on device|ENOSPC/i.test(message))
     return { _tag: "Fail", error: new Unavailable({ reason: `disk full: ${message}`, retryAfterMs: diskFullRetryAfterMs, kind: "disk_full" }) }
+  // The server's `statement_timeout` (57014, not a cancel by hand): the database did not answer
+  // in time, the same cause as the caller's own bound, so the same kind (one wording upstream).
+  if (code === "57014" && /statement timeout/i.test(message))
+    return { _tag: "Fail", error: new Unavailable({ reason: `${code}: ${message}`, retryAfterMs, kind: "timed_out" }) }
   if (code !== undefined && (unavailableCodes.has(code) || code.startsWith("08")))
     return { _tag: "Fail", error: new Unavailable({ reason: `${code}: ${message}`, retryAfterMs }) }
   // PGlite after close, or postgres.js after end(): no code, but the handle is gone.

@@ -19,6 +19,7 @@ import { dieOnUnique } from "./Db.js"
 import type { Conflicts, Conn, Db } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import * as AllowanceCommits from "./AllowanceCommits.js"
+import * as Blockers from "./Blockers.js"
 import * as Assignments from "./Assignments.js"
 import * as HostCache from "./HostCache.js"
 import { readSumsDrift } from "./HostRows.js"
@@ -152,6 +153,8 @@ export interface StorePair {
   readonly placementChecks: () => HostCache.PlacementChecks
   /** This store's share of the hosts as its last fleet read found the placing stores (none: alone, or not spreading). */
   readonly placementSpread: () => Placement.Spread | undefined
+  /** What this store's connections wait on now (on PostgreSQL; none on PGlite). */
+  readonly diagnose?: Effect.Effect<Blockers.Diagnosis> | undefined
 }
 
 /**
@@ -236,10 +239,18 @@ const storeOptions = (o: StoreOptions): StoreOptions => ({
 export const groupHoldBoundFor = (options: Pick<PgOptions, "groupHoldBoundMs" | "statementTimeoutMs">): number | undefined =>
   options.groupHoldBoundMs ?? (options.statementTimeoutMs !== undefined && options.statementTimeoutMs > 0 ? 4 * options.statementTimeoutMs : undefined)
 
+/** The `application_name` prefix of a store's pool that does not spread its placements (a placer's is `HostCache.placerPrefix`). */
+export const storeApplicationPrefix = "engram-store "
+
 /** Opens the store on a PostgreSQL URL: applies the migrations, then a postgres.js pool. Closed with the scope. */
 export const openUrl = (options: PgOptions): Effect.Effect<StorePair, Unavailable, Scope.Scope> => {
   const placer = options.spreadPlacements === false ? undefined : `${HostCache.placerPrefix}${randomUUID().slice(0, 13)}`
-  return Effect.map(PostgresJs.open({ ...options, applicationName: placer }), (db) => make(db, options.limits ?? Limits.defaults, storeOptions({ ...options, groupHoldBoundMs: groupHoldBoundFor(options) }), placer))
+  // Every pool has a name of its own: the diagnosis of a timed-out call finds its connections by it.
+  const applicationName = placer ?? `${storeApplicationPrefix}${randomUUID().slice(0, 13)}`
+  return Effect.map(PostgresJs.open({ ...options, applicationName }), (db) => ({
+    ...make(db, options.limits ?? Limits.defaults, storeOptions({ ...options, groupHoldBoundMs: groupHoldBoundFor(options) }), placer),
+    diagnose: Blockers.make(options.url, applicationName),
+  }))
 }
 
 /**
@@ -258,8 +269,11 @@ export const openPglite = (options: PgliteOptions = {}): Effect.Effect<StorePair
 const testingContext = (pair: StorePair): Context.Context<Store | StoreTesting> =>
   Context.add(Context.make(Store, pair.store), StoreTesting, pair.testing)
 
-const storeContext = (pair: StorePair): Context.Context<Store | PlacementStats> =>
-  Context.add(Context.make(Store, pair.store), PlacementStats, { checks: pair.placementChecks })
+const storeContext = (pair: StorePair): Context.Context<Store | PlacementStats> => {
+  const context = Context.add(Context.make(Store, pair.store), PlacementStats, { checks: pair.placementChecks })
+  // On PostgreSQL, what its connections wait on goes along (the coordinator reads it when a call times out).
+  return pair.diagnose === undefined ? context : (Context.add(context, Blockers.Blockers, { diagnose: pair.diagnose }) as Context.Context<Store | PlacementStats>)
+}
 
 /** The store on a PostgreSQL URL, with its placement checks. */
 export const layer = (options: PgOptions): Layer.Layer<Store | PlacementStats, Unavailable> => Layer.effectContext(Effect.map(openUrl(options), storeContext))

@@ -20,6 +20,13 @@ describe("Db.classify", () => {
     }
   })
 
+  it("the server's statement_timeout is a timeout (kind timed_out, as the coordinator's own bound); a cancel by hand is not", () => {
+    expect(Db.classify(driverError("57014", "canceling statement due to statement timeout"))).toMatchObject({ _tag: "Fail", error: { _tag: "Unavailable", kind: "timed_out" } })
+    const byHand = Db.classify(driverError("57014", "canceling statement due to user request"))
+    expect(byHand).toMatchObject({ _tag: "Fail", error: { _tag: "Unavailable" } })
+    expect(byHand._tag === "Fail" && (byHand.error as { kind?: string }).kind).toBeUndefined()
+  })
+
   it("the server's statement and idle-in-transaction timeouts are Unavailable", () => {
     for (const code of ["57014", "25P03"]) expect(Db.classify(driverError(code, "canceling statement due to statement timeout"))).toMatchObject({ _tag: "Fail", error: { _tag: "Unavailable" } })
   })

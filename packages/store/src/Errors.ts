@@ -103,7 +103,12 @@ export class InvalidInput extends Schema.TaggedError<InvalidInput>()("InvalidInp
 export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", {
   reason: Schema.String,
   retryAfterMs: Schema.Number,
-  kind: Schema.optionalKey(Schema.Literal("disk_full")),
+  /**
+   * What kind of unavailability, where it is known: `disk_full` (writes refused until room is
+   * freed), `timed_out` (the database did not answer in time: the caller's bound or the server's
+   * `statement_timeout`, one cause however it showed).
+   */
+  kind: Schema.optionalKey(Schema.Literals(["disk_full", "timed_out"])),
 }) {
   override get message(): string {
     return `store unavailable: ${this.reason}`

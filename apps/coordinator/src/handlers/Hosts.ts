@@ -4,6 +4,7 @@ import { Store, Validate } from "@engram/store"
 import type { HostView } from "@engram/store"
 import { Clock, Effect, Scope } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
+import * as AgentBound from "../AgentBound.js"
 import * as Allowances from "../Allowances.js"
 import { Assignments } from "../Assignments.js"
 import { hashToken, newToken, requireHostOrAdmin } from "../Auth.js"
@@ -30,6 +31,8 @@ export const HostsHandlers = HandlerGroup.make(
     const scope = yield* Scope.Scope
     /** A host as answered: whether its agent is silent is judged now, on this replica's clock, against the store's window. */
     const shown = (view: HostView) => Effect.map(Clock.currentTimeMillis, (now) => hostJson(view, { now, limits: store.limits() }))
+    // An agent's heartbeat and report answer within the bound it states (503 StoreStalled past it).
+    const withinAgentBound = yield* AgentBound.make
 
     /**
      * A report whose write timed out or whose client left: it may still commit after the answer
@@ -162,12 +165,13 @@ export const HostsHandlers = HandlerGroup.make(
             // Guest activity rides on the report (no request per session): it restarts those sessions' idle clocks.
             if (payload.activeSessions !== undefined && payload.activeSessions.length > 0) yield* api(store.recordActivity(params.id, payload.activeSessions))
             return yield* shown(view)
-          }),
+          }).pipe((work) => withinAgentBound(work, "reportHost")),
         )
         .handle("heartbeat", ({ params }) =>
           requireHostOrAdmin(params.id).pipe(
             Effect.andThen(api(store.heartbeatHost(params.id))),
             Effect.map((renewed) => ({ hostId: params.id, renewed })),
+            (work) => withinAgentBound(work, "heartbeatHost"),
           ),
         )
         .handle("cordon", ({ params }) => setState(params.id, "cordoned"))

@@ -1,0 +1,77 @@
+/**
+ * What the database waits on when store calls time out. A call past its bound (ours, or the
+ * server's `statement_timeout`: one cause, one wording) says only that the database did not
+ * answer; this reads why (`StorePg.Blockers`: a lock held by pid N of application X, idle in
+ * transaction since…) and warns it, at most once per `warnEveryMs` on this replica, off the
+ * request (the request's 503 does not wait for it). The same read answers the agent routes,
+ * which tell a stalled database from a replica cut off from it (`Hosts` handlers).
+ *
+ * On PGlite there is nothing to read (one process; a stall there is the process's own).
+ */
+import { Blockers } from "@engram/store-pg"
+import { Context, Effect } from "effect"
+
+/** How often at most a replica warns what its timed-out store calls wait on, ms. */
+export const warnEveryMs = 10_000
+
+/**
+ * How long one diagnosis answers every caller that asks, ms (a fleet's timed-out heartbeats read
+ * it once): longer than from a slow call's read (`readBeforeMs`) to its timeout.
+ */
+export const reuseMs = 3_000
+
+/**
+ * When a store call bounded by `timeoutMs` that has not answered has what it waits on read: 2 s
+ * before its bound (the diagnosis's own bound), at a third of it for a bound under 3 s. At its
+ * bound the server cancels it, and a read then would find nothing waiting.
+ */
+export const readBeforeMs = (timeoutMs: number): number => Math.max(Math.floor(timeoutMs / 3), timeoutMs - 2_000)
+
+/** What the database waits on, read when store calls time out. */
+export interface StallsShape {
+  /** A store call has waited most of its bound: reads what the database waits on now (shared), for its timeout's warning. */
+  readonly slow: () => void
+  /** A store call `name` timed out: warns what the database waits on, at most once per `warnEveryMs`. Returns at once. */
+  readonly timedOut: (name: string) => Effect.Effect<void>
+  /** What the store's connections wait on now (one read shared for `reuseMs`), or null where there is no such read (PGlite). */
+  readonly diagnose: Effect.Effect<Blockers.Diagnosis | null>
+}
+
+/** The stalls of this replica's store. */
+export class Stalls extends Context.Service<Stalls, StallsShape>()("@engram/coordinator/Stalls") {}
+
+/** No diagnosis (PGlite, a custom store): timeouts are only the 503s' own lines. */
+export const none: StallsShape = { slow: () => undefined, timedOut: () => Effect.void, diagnose: Effect.succeed(null) }
+
+/**
+ * The stalls of a store read by `read` (`Blockers.make`). Real time (`now`), as the store bound:
+ * a TestClock driving the reaper must not silence or repeat the warning.
+ */
+export const make = (read: Effect.Effect<Blockers.Diagnosis>, now: () => number = Date.now): StallsShape => {
+  let shared: { readonly at: number; readonly answer: Promise<Blockers.Diagnosis> } | null = null
+  let warnedAt = Number.NEGATIVE_INFINITY
+  const reading = (): Promise<Blockers.Diagnosis> => {
+    const at = now()
+    if (shared !== null && at - shared.at < reuseMs) return shared.answer
+    const answer = Effect.runPromise(read)
+    shared = { at, answer }
+    return answer
+  }
+  const diagnose = Effect.promise(reading)
+  const timedOut = (name: string) =>
+    Effect.suspend(() => {
+      if (now() - warnedAt < warnEveryMs) return Effect.void
+      warnedAt = now()
+      return Effect.asVoid(
+        Effect.forkDetach(
+          Effect.flatMap(diagnose, (d) =>
+            Effect.logWarning(`the database did not answer ${name} in time: ${Blockers.describe(d)}`, {
+              operation: name,
+              lockHolders: d.answered ? [...new Set(d.lockWaits.map((w) => w.blockerPid))] : [],
+            }),
+          ),
+        ),
+      )
+    })
+  return { slow: () => void reading(), timedOut, diagnose }
+}
