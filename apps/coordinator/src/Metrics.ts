@@ -109,6 +109,8 @@ export interface MetricsShape {
   /** History the reaper's retention deleted (`ENGRAM_RETENTION_MS`), by kind: ended sessions, their events, ended moves, host pairs. */
   readonly reaperPruned: Counter<{ readonly kind: "sessions" | "events" | "moves" | "pairs" }>
   readonly reaperLeader: Gauge
+  /** Seconds since this replica last saw the reaper's lease renewed or taken (`Leadership.unrenewedMs`), as of its last lease check; 0 with one process. */
+  readonly leaseUnrenewed: Gauge
   readonly reaperLeaderChecks: Counter
   readonly moves: Counter<{ readonly outcome: MoveEnd }>
   /**
@@ -301,6 +303,11 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
 
       const reaperLeader = gauge("engram_reaper_leader", "1 while this replica holds the reaper leader lock.")
       reaperLeader.set(0)
+      const leaseUnrenewed = gauge(
+        "engram_lease_unrenewed_seconds",
+        "Seconds since this replica last saw the reaper's lease renewed or taken, by itself or another replica, as of its last lease check (0 with an embedded store). Above the lease duration on every replica: no replica leads.",
+      )
+      leaseUnrenewed.set(0)
       passHistogram.valueUnsafe(context)
       yield* registerProcessMetrics(context)
 
@@ -335,6 +342,7 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
           "History the reaper's retention deleted (ended more than ENGRAM_RETENTION_MS ago), by kind: sessions (ended), events (of those sessions), moves (committed or aborted), pairs (host pairs with no recent commit).",
         ),
         reaperLeader,
+        leaseUnrenewed,
         reaperLeaderChecks: counter("engram_reaper_leader_checks_total", "Reaper ticks: each takes or confirms the leader lock, leader or not.", true),
         moves: counter("engram_moves_total", "Moves by outcome (committed, downtime, aborted, timeout, commit_pending)."),
         makeRoomMoves: counter(

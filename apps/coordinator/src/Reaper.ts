@@ -403,6 +403,7 @@ export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | 
       const leading = yield* leader.tick
       yield* tokenCheck(leader.leaderAdminTokenHash?.() ?? null)
       metrics.reaperLeader.set(leading ? 1 : 0)
+      metrics.leaseUnrenewed.set((leader.unrenewedMs?.() ?? 0) / 1000)
       metrics.reaperLeaderChecks.inc()
       if (leading !== wasLeader) {
         wasLeader = leading

@@ -22,14 +22,17 @@ const retryMs = Math.floor(renewDeadlineMs / 3)
 const takeoverChecks = Math.ceil(leaseMs / retryMs) + 2
 
 /** A replica's leadership and how many reaper ticks it has run, from one scrape (null: killed). */
-const leadership = async (url: string): Promise<{ leading: boolean; checks: number } | null> => {
+const leadership = async (url: string): Promise<{ leading: boolean; checks: number; unrenewedS: number } | null> => {
   try {
     // Bounded: a frozen replica answers nothing.
     const res = await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${adminToken}` }, signal: AbortSignal.timeout(1000) })
     const text = await res.text()
     const leading = /^engram_reaper_leader (\d+)$/m.exec(text)?.[1]
     const checks = /^engram_reaper_leader_checks_total (\d+)$/m.exec(text)?.[1]
-    return leading === undefined || checks === undefined ? null : { leading: leading === "1", checks: Number(checks) }
+    const unrenewed = /^engram_lease_unrenewed_seconds (\S+)$/m.exec(text)?.[1]
+    return leading === undefined || checks === undefined || unrenewed === undefined
+      ? null
+      : { leading: leading === "1", checks: Number(checks), unrenewedS: Number(unrenewed) }
   } catch {
     return null // a killed replica
   }
@@ -98,16 +101,18 @@ describe("three replicas on one PostgreSQL", () => {
       const reserved = await admin.post("/v1/reservations", { id: "frozen-r", hostId: "frozen-h", ownerKind: "external", ownerId: "x", memMib: 256, vcpus: 1, expiresAt })
       expect(reserved.status, JSON.stringify(reserved.body)).toBe(201)
       const atFreeze = await Promise.all(others.map((r) => leadership(r.url)))
-      let tookOver: { checks: number } | null = null
+      let tookOver: { checks: number; unrenewedS: number } | null = null
       while (tookOver === null) {
         const now = await Promise.all(others.map((r) => leadership(r.url)))
         const i = now.findIndex((l) => l?.leading === true)
-        if (i >= 0) tookOver = { checks: now[i]!.checks - atFreeze[i]!.checks }
+        if (i >= 0) tookOver = { checks: now[i]!.checks - atFreeze[i]!.checks, unrenewedS: now[i]!.unrenewedS }
         else if (now.every((l, k) => l !== null && l.checks - atFreeze[k]!.checks > takeoverChecks)) break
         else await new Promise((r) => setTimeout(r, 25))
       }
       console.log(`replicas: leader frozen; takeover after ${tookOver?.checks} lease checks of the new leader (lease ${leaseMs} ms, every ${retryMs} ms)`)
       expect(tookOver, `no survivor led within ${takeoverChecks} of its lease checks after the freeze`).not.toBeNull()
+      // A leader saw its own renewal at its last lease check (within its renew deadline, or it would not lead).
+      expect(tookOver!.unrenewedS).toBeLessThan(renewDeadlineMs / 1000)
       // The new leader's passes reclaim the expired reservation at once, within their failover grace (the frozen one's lease is gone).
       let gone = false
       for (let i = 0; i < 200 && !gone; i++) {

@@ -694,7 +694,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect((await admin.get("/readyz")).body).toMatchObject({ ok: true })
         const metrics = await admin.get("/metrics")
         expect(metrics.headers.get("content-type")).toContain("text/plain")
-        for (const name of ["engram_placements_total", "engram_queue_length", "engram_parks", "engram_reaper_leader", "engram_reserve_failures", "engram_reaper_pass_duration_seconds_bucket"]) {
+        for (const name of ["engram_placements_total", "engram_queue_length", "engram_parks", "engram_reaper_leader", "engram_lease_unrenewed_seconds", "engram_reserve_failures", "engram_reaper_pass_duration_seconds_bucket"]) {
           expect(metrics.body as string).toContain(name)
         }
         const spec = await admin.get("/openapi.json")

@@ -73,7 +73,12 @@ const rowOf = (r: Record<string, unknown> | undefined): Row | null =>
 
 /** Leadership through the `leases` row of `options.name` on `db`; given up when the scope closes. */
 export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
-  LeadershipShape & { readonly holder: string; readonly leaderUrl: () => string | null; readonly leaderAdminTokenHash: () => string | null },
+  LeadershipShape & {
+    readonly holder: string
+    readonly leaderUrl: () => string | null
+    readonly leaderAdminTokenHash: () => string | null
+    readonly unrenewedMs: () => number
+  },
   never,
   Scope.Scope
 > =>
@@ -102,12 +107,15 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     let seenAt = 0
     /** The row as this replica's last renewal or takeover left it (while it holds the lease). */
     let confirmed: Row | null = null
+    /** When this replica last saw the lease renewed or taken, by itself or another (`unrenewedMs`); first, when it began watching. */
+    let changedAt = clock.currentTimeMillisUnsafe()
 
     const isLeader = () => epoch !== null && clock.currentTimeMillisUnsafe() - renewedAt < times.renewDeadlineMs
     const query = (statement: ReturnType<typeof sql>) => db.pool.query(statement).pipe(Effect.timeout(timeout))
     const confirm = (e: number, renewals: number, at: number) => {
       epoch = e
       renewedAt = at
+      changedAt = at
       seen = null
       confirmed = { holder, epoch: e, renewals, durationMs: times.leaseDurationMs, url: null, adminTokenHash: null }
     }
@@ -181,6 +189,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       if (seen === null || seen.holder !== row.holder || seen.epoch !== row.epoch || seen.renewals !== row.renewals || seen.durationMs !== row.durationMs) {
         seen = row
         seenAt = now
+        changedAt = now
       }
       // Alive while it changes; unchanged for the holder's whole lease: taken over, if still as seen.
       if (now - seenAt < row.durationMs) return false
@@ -235,6 +244,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       fence: (): Fence | null => (isLeader() && epoch !== null ? { name, epoch } : null),
       leaderUrl: () => (isLeader() ? advertise() : epoch === null ? holderUrl : null),
       leaderAdminTokenHash: () => (isLeader() ? adminTokenHash() : epoch === null ? holderAdminTokenHash : null),
+      unrenewedMs: () => Math.max(0, clock.currentTimeMillisUnsafe() - changedAt),
     }
   })
 

@@ -46,6 +46,38 @@ describe("a lease on PostgreSQL (PGlite, TestClock)", () => {
     }),
   )
 
+  it.effect("unrenewedMs: how long each replica has seen no renewal; it grows on all of them while no replica leads, and drops at the takeover", () =>
+    Effect.gen(function* () {
+      const db = yield* Pglite.open()
+      const a = yield* Lease.make(db, { ...times, holder: "a" })
+      const b = yield* Lease.make(db, { ...times, holder: "b" })
+      const c = yield* Lease.make(db, { ...times, holder: "c" })
+      expect(yield* a.tick).toBe(true)
+      expect(yield* b.tick).toBe(false)
+      expect(yield* c.tick).toBe(false)
+      // A renews every 5 s and the others look as often: nobody goes long without a renewal.
+      for (let i = 0; i < 3; i++) {
+        yield* TestClock.adjust(5_000)
+        for (const r of [a, b, c]) yield* r.tick
+        expect([a.unrenewedMs(), b.unrenewedMs(), c.unrenewedMs()]).toStrictEqual([0, 0, 0])
+      }
+      // A freezes: its own figure and the others' grow with the clock (the others' from the last renewal they saw).
+      yield* TestClock.adjust(7_000)
+      expect(yield* b.tick).toBe(false)
+      expect([a.unrenewedMs(), b.unrenewedMs(), c.unrenewedMs()]).toStrictEqual([7_000, 7_000, 7_000])
+      yield* TestClock.adjust(8_000)
+      // B takes over (15 s unchanged): 0 on B at once; C sees the new row at its next look.
+      expect(yield* b.tick).toBe(true)
+      expect(b.unrenewedMs()).toBe(0)
+      expect(c.unrenewedMs()).toBe(15_000)
+      yield* TestClock.adjust(1_000)
+      expect(yield* c.tick).toBe(false)
+      expect([b.unrenewedMs(), c.unrenewedMs()]).toStrictEqual([1_000, 0])
+      // A, still frozen, counts from its own last renewal.
+      expect(a.unrenewedMs()).toBe(16_000)
+    }).pipe(Effect.scoped),
+  )
+
   it.effect(
     "a frozen holder stops acting at its renew deadline; another takes over after a whole unchanged lease, at the next epoch; the old epoch's writes are refused",
     () =>

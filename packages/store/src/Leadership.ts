@@ -60,6 +60,13 @@ export interface LeadershipShape {
    * none written, or not known. Replicas compare theirs with it. No I/O.
    */
   readonly leaderAdminTokenHash?: (() => string | null) | undefined
+  /**
+   * How long, on this replica's clock, since it last saw the lease renewed or taken by anyone
+   * (itself included; since it began watching when it has seen nothing yet). Grows on every
+   * replica while no replica leads: the lease's holder is frozen, cut off or not renewing, or
+   * this replica cannot read the lease. No I/O. Absent: always the leader (one process).
+   */
+  readonly unrenewedMs?: (() => number) | undefined
 }
 
 export class Leadership extends Context.Service<Leadership, LeadershipShape>()("@engram/store/Leadership") {
