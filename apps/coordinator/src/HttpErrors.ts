@@ -20,7 +20,7 @@ export const toApiError = (e: StoreError): StoreAnswer => {
     case "NotFound":
       return new NotFoundError({ error: "NotFound", entity: e.entity, id: e.id, message: e.message })
     case "Conflict":
-      return new ConflictError({ error: "Conflict", message: e.message, entity: e.entity, id: e.id })
+      return new ConflictError({ error: "Conflict", message: e.message, entity: e.entity, id: e.id, ...(e.state === undefined ? {} : { state: e.state }) })
     case "IllegalTransition":
       return new ConflictError({ error: "IllegalTransition", message: e.reason, id: e.sessionId, from: e.from, to: e.to })
     case "Refused":

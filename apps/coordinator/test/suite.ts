@@ -275,7 +275,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect([again2.status, again2.body]).toEqual([200, expect.objectContaining({ id, state: "ended", hostId: null })])
         // A create repeated after its session ended (a client's retry on the next replica) is not answered as queued.
         const recreate = await admin.post("/v1/sessions", { id, memMib: 768, vcpus: 1, affinity: [h.id] })
-        expect([recreate.status, recreate.body]).toEqual([409, expect.objectContaining({ error: "Conflict", entity: "session", id })])
+        expect([recreate.status, recreate.body]).toEqual([409, expect.objectContaining({ error: "Conflict", entity: "session", id, state: "ended" })])
         expect(recreate.body.message).toContain("is ended")
         expect((await admin.get("/v1/sessions/never-was")).status).toBe(404)
         expect((await admin.del("/v1/sessions/never-was")).status).toBe(404)
@@ -329,7 +329,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         const placements = async () => ((await admin.get("/metrics")).body as string).split("\n").filter((l) => l.startsWith("engram_placements_total"))
         const counted = await placements()
         const recreate = await admin.post("/v1/sessions", { id, memMib: 64, vcpus: 1, affinity: [h.id] })
-        expect([recreate.status, recreate.body]).toEqual([409, expect.objectContaining({ error: "Conflict", entity: "session", id })])
+        expect([recreate.status, recreate.body]).toEqual([409, expect.objectContaining({ error: "Conflict", entity: "session", id, state: "descended" })])
         expect(recreate.body.message).toContain("is descended: a create does not restore it (a resume does)")
         expect(await placements()).toEqual(counted)
         const resumed = await admin.post(`/v1/sessions/${id}/resume`)

@@ -84,6 +84,8 @@ export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
     id: Schema.optionalKey(Schema.String),
     from: Schema.optionalKey(Schema.String),
     to: Schema.optionalKey(Schema.String),
+    /** A repeated create of a session that exists: the session's state (`ended`, `lost`, `descended`, …). */
+    state: Schema.optionalKey(Schema.String),
     check: Schema.optionalKey(Schema.String),
     noFit: Schema.optionalKey(
       Schema.Array(

@@ -93,7 +93,8 @@ export class NotFound extends EngramError {
 
 /**
  * 409: the request conflicts with the state: an illegal transition (`from`, `to`), a ledger
- * refusal (`check`), a repeated id, a host that still holds reservations… Nothing changed.
+ * refusal (`check`), a repeated id (`state`: the existing session's, on a repeated create of one
+ * that ended, was lost or descended), a host that still holds reservations… Nothing changed.
  */
 export class Conflict extends EngramError {
   readonly _tag: "Conflict" | "NoRoom" | "Unreachable" = "Conflict"
@@ -102,8 +103,11 @@ export class Conflict extends EngramError {
   readonly check: string | undefined
   readonly entity: string | undefined
   readonly id: string | undefined
+  /** The session's state where the answer names it: a repeated create (`ended`, `lost`, `descended`: resume that one), a wait that gave up. */
+  readonly state: string | undefined
   constructor(answer: Answer) {
     super(text(answer.body?.["message"]) ?? "conflict", answer, text(answer.body?.["error"]) ?? "Conflict")
+    this.state = text(answer.body?.["state"])
     this.from = text(answer.body?.["from"])
     this.to = text(answer.body?.["to"])
     this.check = text(answer.body?.["check"])
@@ -150,13 +154,8 @@ export class NoRoom extends Conflict {
 
 /** 409 of a wait: the wanted state can no longer be reached (the session ended, was lost…). */
 export class Unreachable extends Conflict {
+  /** `state`: the session's state when the wait gave up. */
   override readonly _tag = "Unreachable" as const
-  /** The session's state when the wait gave up. */
-  readonly state: string | undefined
-  constructor(answer: Answer) {
-    super(answer)
-    this.state = text(answer.body?.["state"])
-  }
 }
 
 /** 408: a wait ran out before the session reached the state; `state` is where it stands. */

@@ -61,6 +61,15 @@ describe("events", () => {
     expect(kinds.at(-1)).toBe("ended")
     expect(page.items.map((e) => e.seq)).toEqual([...page.items.map((e) => e.seq)].sort((a, b) => a - b))
   })
+
+  it("a create repeated after the session ended is a Conflict carrying its state, not an answer of queued", async () => {
+    const id = uid("e")
+    await engram.sessions.create({ id, memMib: 256, vcpus: 1 })
+    await engram.sessions.end(id)
+    const err = await engram.sessions.create({ id, memMib: 256, vcpus: 1 }).catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(Conflict)
+    expect(err).toMatchObject({ status: 409, entity: "session", id, state: "ended" })
+  })
 })
 
 describe("hosts and refusals", () => {

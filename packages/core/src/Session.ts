@@ -310,6 +310,8 @@ export interface Conflict {
   readonly entity: "session" | "move"
   readonly id: string
   readonly reason: string
+  /** On a session that exists: its state, for callers that branch on it (a descended one is resumed, an ended one needs a new id). */
+  readonly state?: State
 }
 
 /**
@@ -498,14 +500,14 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
   if (op._tag === "create") {
     if (s === null) return createPlan(op, now)
     if (s.budget.memMib !== op.budget.memMib || s.budget.vcpus !== op.budget.vcpus)
-      return { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists with another budget" }
+      return { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists with another budget", state: s.state }
     // A create answers placed or queued; a repeat after the session ended (or was lost) is
     // neither, and a create cannot bring it back: its id is spent. A descended session is
     // neither placed nor queued either: only a resume restores it (SPEC §12).
     if (s.state === "ended" || s.state === "lost")
-      return { _tag: "Conflict", entity: "session", id: s.id, reason: `session exists and is ${s.state}: a create does not start it again (a new session needs a new id)` }
+      return { _tag: "Conflict", entity: "session", id: s.id, reason: `session exists and is ${s.state}: a create does not start it again (a new session needs a new id)`, state: s.state }
     if (s.state === "descended")
-      return { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists and is descended: a create does not restore it (a resume does)" }
+      return { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists and is descended: a create does not restore it (a resume does)", state: s.state }
     return { _tag: "Unchanged", session: s }
   }
   if (s === null) return { _tag: "NotFound" }

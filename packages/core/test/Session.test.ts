@@ -164,7 +164,7 @@ describe("Session.step", () => {
   it("a repeated create answers the session unchanged, or a Conflict on another budget", () => {
     const create = (memMib: number): Session.Step => ({ _tag: "create", id: "s1", budget: { memMib, vcpus: 1 }, affinity: [], placement: null })
     expect(Session.step(base, create(1024), t)).toStrictEqual({ _tag: "Unchanged", session: base })
-    expect(Session.step(base, create(2048), t)).toStrictEqual({ _tag: "Conflict", entity: "session", id: "s1", reason: "session exists with another budget" })
+    expect(Session.step(base, create(2048), t)).toStrictEqual({ _tag: "Conflict", entity: "session", id: "s1", reason: "session exists with another budget", state: base.state })
   })
 
   it("a repeated create of a session that ended or was lost is a Conflict naming its state", () => {
@@ -175,6 +175,7 @@ describe("Session.step", () => {
         entity: "session",
         id: "s1",
         reason: `session exists and is ${state}: a create does not start it again (a new session needs a new id)`,
+        state,
       })
     for (const state of ["queued", "pending", "running", "parked", "descending", "moving"] as const)
       expect(Session.step(at(state), create, t)._tag).toBe("Unchanged")
@@ -187,6 +188,7 @@ describe("Session.step", () => {
       entity: "session",
       id: "s1",
       reason: "session exists and is descended: a create does not restore it (a resume does)",
+      state: "descended",
     })
   })
 

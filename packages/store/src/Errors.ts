@@ -28,6 +28,8 @@ export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", {
   entity: Entity,
   id: Schema.String,
   reason: Schema.String,
+  /** On a session that exists (a repeated create): its state. */
+  state: Schema.optionalKey(Schema.String),
 }) {
   override get message(): string {
     return `${this.entity} ${this.id}: ${this.reason}`
@@ -126,7 +128,7 @@ export const fromRefusal = (sessionId: string, refusal: Session.Refusal): NotFou
     case "Illegal":
       return new IllegalTransition({ sessionId: refusal.sessionId, from: refusal.from, to: refusal.to, reason: refusal.message })
     case "Conflict":
-      return new Conflict({ entity: refusal.entity, id: refusal.id, reason: refusal.reason })
+      return new Conflict({ entity: refusal.entity, id: refusal.id, reason: refusal.reason, ...(refusal.state === undefined ? {} : { state: refusal.state }) })
   }
 }
 

@@ -315,7 +315,7 @@ export const sessions: Group = {
         yield* placed("s1", budget)
         const before = yield* snapshot
         const err = yield* expectFailure(s.createSession({ id: "s1", budget: { memMib: 2048, vcpus: 1 } }), "Conflict")
-        expect(err).toMatchObject({ entity: "session", id: "s1" })
+        expect(err).toMatchObject({ entity: "session", id: "s1", state: "pending" })
         yield* expectUnchanged(before, "a conflicting create")
       }),
     ),
@@ -339,7 +339,7 @@ export const sessions: Group = {
         yield* sessionIn("s1", "descended")
         const before = yield* snapshot
         const err = yield* expectFailure(s.createSession({ id: "s1", budget }), "Conflict")
-        expect(err).toMatchObject({ entity: "session", id: "s1" })
+        expect(err).toMatchObject({ entity: "session", id: "s1", state: "descended" })
         expect(err.reason).toBe("session exists and is descended: a create does not restore it (a resume does)")
         yield* expectUnchanged(before, "a repeated create of a descended session")
         expect(yield* s.getSession("s1")).toMatchObject({ state: "descended", hostId: null })
@@ -362,7 +362,7 @@ export const sessions: Group = {
         for (const [id, state] of [["s1", "ended"], ["s2", "lost"]] as const) {
           const before = yield* snapshot
           const err = yield* expectFailure(s.createSession({ id, budget }), "Conflict")
-          expect(err).toMatchObject({ entity: "session", id })
+          expect(err).toMatchObject({ entity: "session", id, state })
           expect(err.reason).toContain(`is ${state}`)
           yield* expectUnchanged(before, `a repeated create of a ${state} session`)
           expect(yield* s.getSession(id)).toMatchObject({ state, hostId: null })
