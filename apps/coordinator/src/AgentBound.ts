@@ -1,13 +1,16 @@
 /**
- * An agent's heartbeat and report answered within the agent's own bound. An agent gives up on a
- * call after its heartbeat interval (10 s by default) and moves to the next replica; the store's
- * bound is longer (`ENGRAM_STORE_TIMEOUT_MS`, 15 s), so a database that stalls (a lock held)
- * reached agents only as replicas that hang, and each bounced between replicas that all wait on
- * the same database. The agent states its bound (`engram-agent-call-timeout-ms`); the route's
- * work is bounded below it by the time to say why, and past that bound this replica reads what
- * the database waits on (`Stalls`): a database that answers that read is stalled for every
- * replica, answered `503 StoreStalled` (the agent stays); one that does not answer is this
- * replica's problem as far as it can tell, answered `503 Unavailable` (the agent moves).
+ * An agent's heartbeat and report answered within the agent's own bound, and a stalled database
+ * told from a replica cut off from it. An agent gives up on a call after its heartbeat interval
+ * (1-30 s; 30 s at the defaults) and moves to the next replica on a timeout or a 503
+ * `Unavailable`; a database that stalls (a lock held) reached agents as replicas that hang or
+ * fail, and each bounced between replicas that all wait on the same database. The agent states
+ * its bound (`engram-agent-call-timeout-ms`); when it is shorter than the store's bound
+ * (`ENGRAM_STORE_TIMEOUT_MS`) plus the time to say why, the route's work is bounded below it;
+ * past that bound this replica reads what the database waits on (`Stalls`): a database that
+ * answers that read, with this replica's statements running on it, is stalled for every replica,
+ * answered `503 StoreStalled` (the agent stays); otherwise it is this replica's problem as far as
+ * it can tell, answered `503 Unavailable` (the agent moves). Past the store's own bound, when it
+ * comes first (the defaults), any call of an agent is answered the same way (`HttpErrors.api`).
  */
 import { Errors as ApiErrors } from "@engram/api"
 import { Blockers } from "@engram/store-pg"
@@ -15,7 +18,7 @@ import { Context, Effect, Option } from "effect"
 import { HttpServerRequest } from "effect/http"
 import { Metrics } from "./Metrics.js"
 import { Settings } from "./Settings.js"
-import { Stalls } from "./Stalls.js"
+import { Stalls, stalledForEveryReplica } from "./Stalls.js"
 import { bounded, retryAfterMs, timedOut } from "./StoreBound.js"
 
 /** What the route keeps of the agent's bound to say why it did not answer: the diagnosis's bound and a margin for the answer's trip, ms. */
@@ -62,7 +65,7 @@ export const make: Effect.Effect<AgentBound, never, Settings | Stalls | Metrics>
       const d = yield* stalls.diagnose
       const within = `within ${ms} ms (the agent's ${agentCallMs} ms bound, ${ApiErrors.agentCallTimeoutHeader}, less ${answerMarginMs} ms to say why)`
       return yield* Effect.fail(
-        d !== null && d.answered
+        stalledForEveryReplica(d)
           ? new ApiErrors.ServiceUnavailable({
               error: ApiErrors.storeStalledError,
               message: `the coordinator's database answers but did not complete ${name} ${within}: ${Blockers.describe(d)}. Every replica shares this database: moving to another would not help`,
@@ -89,7 +92,7 @@ export const make: Effect.Effect<AgentBound, never, Settings | Stalls | Metrics>
         return e
       }
       return bounded(work, ms, name, mark).pipe(
-        Effect.catch((e): Effect.Effect<never, E | ApiErrors.ServiceUnavailable> => (e === fired ? stalledAnswer(name, ms, agentCallMs) : Effect.fail(e as E))),
+        Effect.catch((e): Effect.Effect<never, E | ApiErrors.ServiceUnavailable> => (e === fired ? stalledAnswer(name, ms, agentCallMs) : Effect.fail(e as E | ApiErrors.ServiceUnavailable))),
       )
     })
 })

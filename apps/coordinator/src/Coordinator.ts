@@ -305,10 +305,12 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
   // context starts as a copy of the server's, and effect copies it again on the way (the API
   // builder's merge, `HandlerGroup`), so each service there costs every request. The routes
   // and the start-up reconcile take what they call from `own` when they are built; requests
-  // read only `Metrics` (`HttpErrors.api` counts a 503), which the server keeps.
+  // read only `Metrics` (`HttpErrors.api` counts a 503) and `Stalls` (it tells an agent a stalled
+  // database), which the server keeps.
   const served = (own: Context.Context<Layer.Success<typeof shared>>) => {
     const withOwn = Layer.provide(Layer.succeedContext(own))
     const metrics = Context.get(own, Metrics)
+    const stalls = Context.get(own, Stalls.Stalls)
     // The edge wraps the router (every route and its 404) as its global middleware rather than
     // as the server's: a server middleware costs every request the server's longer path.
     const edgeLayer = HttpRouter.middleware(edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }), { global: true })
@@ -332,6 +334,7 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
           Layer.succeed(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(config.maxBodyBytes)),
           Layer.succeed(References.TracerEnabled, config.otlpUrl !== null),
           Layer.succeed(Metrics, metrics),
+          Layer.succeed(Stalls.Stalls, stalls),
         ),
       ),
       // The start-up reconcile (reclaim, only expired reservations while the failover grace is on, then drain) finishes

@@ -61,7 +61,7 @@ type Answer =
 
 const encodeError = (e: unknown): Answer => {
   if (e instanceof NoRoom) return { refused: { _tag: "NoRoom", sessionId: e.sessionId, noFit: e.noFit, tooBig: e.tooBig } }
-  if (e instanceof Conflict) return { refused: { _tag: "Conflict", entity: e.entity, id: e.id, reason: e.reason } }
+  if (e instanceof Conflict) return { refused: { _tag: "Conflict", entity: e.entity, id: e.id, reason: e.reason, ...(e.state === undefined ? {} : { state: e.state }) } }
   if (e instanceof InvalidInput) return { refused: { _tag: "InvalidInput", field: e.field, rule: e.rule } }
   return { unavailable: e instanceof Error ? e.message : String(e) }
 }

@@ -6,8 +6,8 @@
  * copies are most of what an idle fleet's requests leave to the collector. A group made here
  * resolves the services it calls once, when it is built (its handlers close over them), and
  * keeps only the API's middlewares, which the builder looks up in it. What a handler reads per
- * request comes from the server's context (`Coordinator.ts` keeps `Metrics` there for
- * `HttpErrors.api`), and the types hold a handler to that: one that reads another service per
+ * request comes from the server's context (`Coordinator.ts` keeps `Metrics` and `Stalls` there
+ * for `HttpErrors.api`), and the types hold a handler to that: one that reads another service per
  * request does not compile.
  */
 import { AdminOnly, BearerAuth, InputErrors, ScrapeAuth, StrictInput } from "@engram/api"
@@ -15,12 +15,13 @@ import { Context, Effect, Layer } from "effect"
 import type { Scope } from "effect"
 import type { HttpRouter } from "effect/http"
 import type { Metrics } from "./Metrics.js"
+import type { Stalls } from "./Stalls.js"
 
 /** What the API builder looks up in a group's context: the middlewares of its endpoints. */
 const middlewares = [BearerAuth, AdminOnly, ScrapeAuth, InputErrors, StrictInput] as const
 
-/** What a group may require: its middlewares, and per request (the router's `Request`) `Metrics` alone. */
-export type PerRequest = BearerAuth | AdminOnly | ScrapeAuth | InputErrors | StrictInput | HttpRouter.Request<"Requires", Metrics>
+/** What a group may require: its middlewares, and per request (the router's `Request`) `Metrics` and `Stalls` alone. */
+export type PerRequest = BearerAuth | AdminOnly | ScrapeAuth | InputErrors | StrictInput | HttpRouter.Request<"Requires", Metrics> | HttpRouter.Request<"Requires", Stalls>
 
 /**
  * The group `make` returns, built in a context of its middlewares alone; `make` runs where the

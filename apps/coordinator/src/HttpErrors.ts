@@ -2,12 +2,14 @@
  * Errors as HTTP answers: one answer per store error (see the store's Errors.ts), and the
  * request decode failures as `400 {error, field, rule, in}` with the field as a dotted path.
  */
-import { BadRequest, ConflictError, InputErrors, NotFoundError, ServiceUnavailable } from "@engram/api"
-import type { StoreError } from "@engram/store"
-import { Effect, SchemaAST, SchemaIssue } from "effect"
-import { HttpServerResponse } from "effect/http"
+import { BadRequest, ConflictError, Errors as ApiErrors, InputErrors, NotFoundError, ServiceUnavailable } from "@engram/api"
+import type { StoreError, Unavailable } from "@engram/store"
+import { Blockers } from "@engram/store-pg"
+import { Effect, Option, SchemaAST, SchemaIssue } from "effect"
+import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiMiddleware } from "effect/http-api"
 import { Metrics } from "./Metrics.js"
+import { Stalls, stalledForEveryReplica } from "./Stalls.js"
 
 /** What a store error becomes over HTTP. */
 export type StoreAnswer = BadRequest | NotFoundError | ConflictError | ServiceUnavailable
@@ -34,12 +36,39 @@ export const toApiError = (e: StoreError): StoreAnswer => {
   }
 }
 
+/**
+ * An agent's call (it states its bound, `engram-agent-call-timeout-ms`) whose store call timed out
+ * (`ENGRAM_STORE_TIMEOUT_MS`): `503 StoreStalled` when the database is stalled for every replica
+ * (`Stalls.stalledForEveryReplica`: the agent stays on its replica), else null (the `503
+ * Unavailable` as for anyone: the agent moves). Every replica's agents bounced between replicas
+ * that all waited on one lock when the store's bound came before theirs (the defaults: the
+ * store 15 s, an agent 30 s). The diagnosis is shared (`Stalls`): read while the call still
+ * waited, 2 s before its bound.
+ */
+const stalledForAgent = (e: Unavailable): Effect.Effect<ServiceUnavailable | null, never, Stalls> =>
+  Effect.gen(function* () {
+    if (e.kind !== "timed_out") return null
+    const request = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
+    if (Option.isNone(request) || request.value.headers[ApiErrors.agentCallTimeoutHeader] === undefined) return null
+    const d = yield* (yield* Stalls).diagnose
+    if (!stalledForEveryReplica(d)) return null
+    return new ServiceUnavailable({
+      error: ApiErrors.storeStalledError,
+      message: `the coordinator's database answers but is stalled: ${e.reason}. ${Blockers.describe(d)}. Every replica shares this database: moving to another would not help`,
+      retryAfterMs: e.retryAfterMs,
+    })
+  })
+
 /** Runs a store call and maps its errors to HTTP answers (a 503 is counted). */
-export const api = <A, E extends StoreError, R>(eff: Effect.Effect<A, E, R>): Effect.Effect<A, StoreAnswer, R | Metrics> =>
+export const api = <A, E extends StoreError, R>(eff: Effect.Effect<A, E, R>): Effect.Effect<A, StoreAnswer, R | Metrics | Stalls> =>
   eff.pipe(
     Effect.catch((e: E) =>
       Effect.gen(function* () {
-        if (e._tag === "Unavailable") (yield* Metrics).storeUnavailable.inc()
+        if (e._tag === "Unavailable") {
+          ;(yield* Metrics).storeUnavailable.inc()
+          const stalled = yield* stalledForAgent(e)
+          if (stalled !== null) return yield* Effect.fail(stalled)
+        }
         return yield* Effect.fail(toApiError(e))
       }),
     ),

@@ -27,6 +27,15 @@ export const reuseMs = 3_000
  */
 export const readBeforeMs = (timeoutMs: number): number => Math.max(Math.floor(timeoutMs / 3), timeoutMs - 2_000)
 
+/**
+ * Whether a diagnosis shows a database stalled for every replica: it answers the read, and this
+ * replica's own statements are running on it (waiting on a lock, or slow). A database that answers
+ * while none of this replica's statements runs there is not the stall: this replica's own pool
+ * or link is (half-open connections, a pool saturated by its own load), and another replica may
+ * serve. Null (no diagnosis: PGlite) is not.
+ */
+export const stalledForEveryReplica = (d: Blockers.Diagnosis | null): d is Extract<Blockers.Diagnosis, { readonly answered: true }> => d !== null && d.answered && d.active > 0
+
 /** What the database waits on, read when store calls time out. */
 export interface StallsShape {
   /** A store call has waited most of its bound: reads what the database waits on now (shared), for its timeout's warning. */

@@ -133,6 +133,11 @@ describe("placement forwarding, two replicas on one PostgreSQL", () => {
     expect(refuseMode.status).toBe(201)
     expect((await counter(other.url, "engram_placement_forwarded_total")) - before.forwarded).toBe(n)
     expect((await counter(other.url, "engram_placement_writes_total")) - before.writesHere).toBe(1)
+    // A repeat under another budget is forwarded too, and refused by the placer's store: the 409
+    // keeps what the store said, the session's state among it (before: entity and id only).
+    const repeat = await api.post("/v1/sessions", { id: "f-s0", memMib: 1024, vcpus: 1 })
+    expect([repeat.status, repeat.body]).toEqual([409, expect.objectContaining({ error: "Conflict", entity: "session", id: "f-s0", state: "pending" })])
+    expect((await counter(other.url, "engram_placement_forwarded_total")) - before.forwarded).toBe(n + 1)
   })
 
   it("a placer that hangs (SIGSTOP) loses no create and places none twice: each is placed here after the bound", async () => {

@@ -21,7 +21,7 @@ beforeAll(async () => {
   c = await startCoordinator({
     reaper: false,
     logLevel: "Warn",
-    config: { port: 0, databaseUrl: db.url, adminToken: "lockwait-admin-token-0123456789", storeTimeoutMs: 1500 },
+    config: { port: 0, databaseUrl: db.url, adminToken: "lockwait-admin-token-0123456789", storeTimeoutMs: 4000 },
   })
   admin = client(c.url, c.adminToken)
   expect((await admin.post("/v1/hosts", { id: "h1" })).status).toBe(201)
@@ -58,7 +58,7 @@ describe("a store call timed out behind a lock", () => {
         return r
       })
       expect(result.status).toBe(503)
-      expect(result.body.message).toContain("the database did not answer createSession within 1500 ms (ENGRAM_STORE_TIMEOUT_MS)")
+      expect(result.body.message).toContain("the database did not answer createSession within 4000 ms (ENGRAM_STORE_TIMEOUT_MS)")
       const warnings = lines
         .split("\n")
         .filter((l) => l.includes("wait on a lock held by pid"))

@@ -1,7 +1,7 @@
 /**
  * An agent with two replicas whose database stalls: a real PostgreSQL, two coordinators on it
  * (store bound 15 s, the default), and an operator's psql holding the host's row (`SELECT … FOR
- * UPDATE`, idle in its transaction). The agent's report (its bound 4 s here, its heartbeat
+ * UPDATE`, idle in its transaction). The agent's report (its bound 6 s here, its heartbeat
  * interval in production) is answered 503 `StoreStalled` within that bound, naming the lock's
  * holder, and the agent says the database is not answering and stays on its replica. Before,
  * the report hung past the agent's bound on each replica in turn: "coordinator replica
@@ -67,7 +67,7 @@ describe("a database that stalls for every replica", () => {
       }),
     ])
     const urls = replicas.map((r) => r.url)
-    const client = await Effect.runPromise(makeHttp({ url: urls, hostId: "a", hostToken: Redacted.make(hostToken), callTimeoutMs: 4000 }).pipe(Effect.provide(FetchHttpClient.layer)))
+    const client = await Effect.runPromise(makeHttp({ url: urls, hostId: "a", hostToken: Redacted.make(hostToken), callTimeoutMs: 6000 }).pipe(Effect.provide(FetchHttpClient.layer)))
     const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff).pipe(Effect.provide(capture)))
     const operator = psql(db.url)
     try {
@@ -91,6 +91,45 @@ describe("a database that stalls for every replica", () => {
     } finally {
       operator.send("rollback;\n\\q\n")
       operator.proc.stdin.end()
+    }
+  })
+
+  it("answers StoreStalled at the store's own bound too, when the agent waits longer than it (the defaults: the agent 30 s, the store 15 s)", async () => {
+    // Replicas whose store bound (3 s) comes before the agent's (8 s less the margin: 5.5 s), as
+    // at the defaults; the agent states its bound, which here bounds nothing.
+    const short: RunningCoordinator[] = []
+    for (let i = 0; i < 2; i++)
+      short.push(await startCoordinator({ reaper: false, logLevel: "None", config: { port: 0, databaseUrl: db.url, adminToken, storeTimeoutMs: 3000 } }))
+    const warnings: string[] = []
+    const capture = Logger.layer([
+      Logger.make(({ logLevel, message }) => {
+        if (logLevel === "Warn") warnings.push(String(Array.isArray(message) ? message[0] : message))
+      }),
+    ])
+    const client = await Effect.runPromise(
+      makeHttp({ url: short.map((r) => r.url), hostId: "a", hostToken: Redacted.make(hostToken), callTimeoutMs: 8000 }).pipe(Effect.provide(FetchHttpClient.layer)),
+    )
+    const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff).pipe(Effect.provide(capture)))
+    const operator = psql(db.url)
+    try {
+      operator.send("begin;\nselect id from hosts where id = 'a' for update;\nselect 'pid=' || pg_backend_pid();\n")
+      expect(await until(() => /pid=\d+/.test(operator.output())), operator.output()).toBe(true)
+      const pid = /pid=(\d+)/.exec(operator.output())![1]
+      const stalled = await run(client.report(report))
+      expect(stalled._tag).toBe("Failure")
+      const error = stalled._tag === "Failure" ? (stalled.failure as { status?: unknown; message?: string }) : {}
+      // Before: 503 Unavailable ("the database did not answer reportHost within 3000 ms"), and the agent moved to the next replica.
+      expect(error.status).toBe(503)
+      expect(error.message).toContain("the coordinator's database answers but is stalled: the database did not answer reportHost within 3000 ms (ENGRAM_STORE_TIMEOUT_MS)")
+      expect(error.message).toContain(`held by pid ${pid} (application "psql-operator"`)
+      expect(warnings).toEqual(["the coordinator's database is not answering (the same on every replica); the agent stays on this one and retries"])
+      operator.send("rollback;\n")
+      expect((await run(client.report(report)))._tag).toBe("Success")
+      expect(warnings.filter((w) => w.includes("moves to the next"))).toEqual([])
+    } finally {
+      operator.send("rollback;\n\\q\n")
+      operator.proc.stdin.end()
+      await Promise.all(short.map((r) => r.stop()))
     }
   })
 })

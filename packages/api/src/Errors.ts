@@ -84,7 +84,7 @@ export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
     id: Schema.optionalKey(Schema.String),
     from: Schema.optionalKey(Schema.String),
     to: Schema.optionalKey(Schema.String),
-    /** A repeated create of a session that exists: the session's state (`ended`, `lost`, `descended`, …). */
+    /** A repeated create of a session that exists (ended, lost, descended, or of another budget): the session's state. */
     state: Schema.optionalKey(Schema.String),
     check: Schema.optionalKey(Schema.String),
     noFit: Schema.optionalKey(

@@ -61,7 +61,9 @@ const queryChars = 160
 export const maskQuery = (text: string): string => {
   const masked = text
     .replace(/\$([A-Za-z_][A-Za-z_0-9]*)?\$[\s\S]*?\$\1\$/g, "$…$")
-    .replace(/[EeBbXxUu]?&?'(?:[^']|'')*'?/g, "'…'")
+    // E'…' strings take backslash escapes (E'pa\'ss' is one string); the others only doubled
+    // quotes. A prefix counts only as a word of its own: in like'a\' the quote opens a plain string.
+    .replace(/(?<![A-Za-z0-9_$])[Ee]'(?:[^'\\]|\\[\s\S]|'')*'?|(?:(?<![A-Za-z0-9_$])(?:[BbXx]|[Uu]&))?'(?:[^']|'')*'?/g, "'…'")
     .replace(/\s+/g, " ")
     .trim()
   return masked.length > queryChars ? `${masked.slice(0, queryChars)}…` : masked

@@ -67,6 +67,9 @@ describe("a lease on PostgreSQL whose holder's link is slower than its query tim
     // A long lease against a short deadline: once A is back, it must not wait a whole lease as a
     // newcomer would (the other replica, which saw the last renewal, would take over first).
     const long = { leaseDurationMs: 60_000, renewDeadlineMs: 2_000 }
+    // Generous: a refused connection fails at once, and a query that timed out here (a reconnect
+    // slowed by a busy machine) would give the lease up, which is the other test's case, not this one's.
+    const refusedQueryTimeoutMs = 5_000
     const database = await freshDatabase()
     const url = new URL(database.url)
     const proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
@@ -76,10 +79,10 @@ describe("a lease on PostgreSQL whose holder's link is slower than its query tim
       await Effect.runPromise(
         Effect.scoped(
           Effect.gen(function* () {
-            const dbA = yield* PostgresJs.open({ url: viaProxy.toString(), poolSize: 1, connectTimeoutSec: 2, statementTimeoutMs: queryTimeoutMs })
+            const dbA = yield* PostgresJs.open({ url: viaProxy.toString(), poolSize: 1, connectTimeoutSec: 2, statementTimeoutMs: refusedQueryTimeoutMs })
             const dbB = yield* PostgresJs.open({ url: database.url, poolSize: 2, migrate: false })
-            const a = yield* Lease.make(dbA, { ...long, holder: "a", queryTimeoutMs })
-            const b = yield* Lease.make(dbB, { ...long, holder: "b", queryTimeoutMs })
+            const a = yield* Lease.make(dbA, { ...long, holder: "a", queryTimeoutMs: refusedQueryTimeoutMs })
+            const b = yield* Lease.make(dbB, { ...long, holder: "b", queryTimeoutMs: refusedQueryTimeoutMs })
             expect(yield* a.tick).toBe(true)
             expect(yield* b.tick).toBe(false)
 
