@@ -56,79 +56,73 @@ const until = async (done: () => boolean): Promise<boolean> => {
   return done()
 }
 
+/**
+ * The agent (bound `callTimeoutMs`) on `urls` reports while an operator's psql holds its host's
+ * row; the report's failure, the lock holder's pid and the agent's warnings, then the lock is
+ * let go and the next report's outcome.
+ */
+const reportWhileLocked = async (urls: readonly string[], callTimeoutMs: number) => {
+  const warnings: { message: string; fields: Record<string, unknown> }[] = []
+  const capture = Logger.layer([
+    Logger.make(({ logLevel, message }) => {
+      if (logLevel !== "Warn") return
+      const [text, fields] = Array.isArray(message) ? message : [message]
+      warnings.push({ message: String(text), fields: (fields ?? {}) as Record<string, unknown> })
+    }),
+  ])
+  const client = await Effect.runPromise(makeHttp({ url: [...urls], hostId: "a", hostToken: Redacted.make(hostToken), callTimeoutMs }).pipe(Effect.provide(FetchHttpClient.layer)))
+  const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff).pipe(Effect.provide(capture)))
+  const operator = psql(db.url)
+  try {
+    operator.send("begin;\nselect id from hosts where id = 'a' for update;\nselect 'pid=' || pg_backend_pid();\n")
+    expect(await until(() => /pid=\d+/.test(operator.output())), operator.output()).toBe(true)
+    const pid = /pid=(\d+)/.exec(operator.output())![1]
+    const stalled = await run(client.report(report))
+    expect(stalled._tag).toBe("Failure")
+    const error = stalled._tag === "Failure" ? (stalled.failure as { status?: unknown; message?: string }) : {}
+    const warnedWhileLocked = [...warnings]
+    operator.send("rollback;\n")
+    const after = await run(client.report(report))
+    return { error, pid, warnedWhileLocked, warnings, after }
+  } finally {
+    operator.send("rollback;\n\\q\n")
+    operator.proc.stdin.end()
+  }
+}
+
+const staysWarning = "the coordinator's database is not answering (the same on every replica); the agent stays on this one and retries"
+
 describe("a database that stalls for every replica", () => {
   it("answers the agent's report 503 StoreStalled within its bound, naming the lock's holder; the agent says so and stays on its replica", async () => {
-    const warnings: { message: string; fields: Record<string, unknown> }[] = []
-    const capture = Logger.layer([
-      Logger.make(({ logLevel, message }) => {
-        if (logLevel !== "Warn") return
-        const [text, fields] = Array.isArray(message) ? message : [message]
-        warnings.push({ message: String(text), fields: (fields ?? {}) as Record<string, unknown> })
-      }),
-    ])
     const urls = replicas.map((r) => r.url)
-    const client = await Effect.runPromise(makeHttp({ url: urls, hostId: "a", hostToken: Redacted.make(hostToken), callTimeoutMs: 6000 }).pipe(Effect.provide(FetchHttpClient.layer)))
-    const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff).pipe(Effect.provide(capture)))
-    const operator = psql(db.url)
-    try {
-      operator.send("begin;\nselect id from hosts where id = 'a' for update;\nselect 'pid=' || pg_backend_pid();\n")
-      expect(await until(() => /pid=\d+/.test(operator.output())), operator.output()).toBe(true)
-      const pid = /pid=(\d+)/.exec(operator.output())![1]
-      const stalled = await run(client.report(report))
-      expect(stalled._tag).toBe("Failure")
-      const error = stalled._tag === "Failure" ? (stalled.failure as { status?: unknown; message?: string }) : {}
-      expect(error.status).toBe(503)
-      expect(error.message).toContain("the coordinator's database answers but did not complete reportHost")
-      expect(error.message).toContain(`held by pid ${pid} (application "psql-operator"`)
-      expect(warnings.map((w) => w.message)).toEqual(["the coordinator's database is not answering (the same on every replica); the agent stays on this one and retries"])
-      expect(warnings[0]!.fields["op"]).toBe("report")
-      const first = warnings[0]!.fields["replica"]
-      // Still there: the next report, once the lock is gone, lands on the same replica without a move.
-      operator.send("rollback;\n")
-      expect((await run(client.report(report)))._tag).toBe("Success")
-      expect(warnings.filter((w) => w.message.includes("moves to the next"))).toEqual([])
-      expect(urls).toContain(first)
-    } finally {
-      operator.send("rollback;\n\\q\n")
-      operator.proc.stdin.end()
-    }
+    const { error, pid, warnedWhileLocked, warnings, after } = await reportWhileLocked(urls, 6000)
+    expect(error.status).toBe(503)
+    expect(error.message).toContain("the coordinator's database answers but did not complete reportHost")
+    expect(error.message).toContain(`held by pid ${pid} (application "psql-operator"`)
+    expect(warnedWhileLocked.map((w) => w.message)).toEqual([staysWarning])
+    expect(warnedWhileLocked[0]!.fields["op"]).toBe("report")
+    // Still there: the next report, once the lock is gone, lands on the same replica without a move.
+    expect(after._tag).toBe("Success")
+    expect(warnings.filter((w) => w.message.includes("moves to the next"))).toEqual([])
+    expect(urls).toContain(warnedWhileLocked[0]!.fields["replica"])
   })
 
   it("answers StoreStalled at the store's own bound too, when the agent waits longer than it (the defaults: the agent 30 s, the store 15 s)", async () => {
     // Replicas whose store bound (3 s) comes before the agent's (8 s less the margin: 5.5 s), as
     // at the defaults; the agent states its bound, which here bounds nothing.
     const short: RunningCoordinator[] = []
-    for (let i = 0; i < 2; i++)
-      short.push(await startCoordinator({ reaper: false, logLevel: "None", config: { port: 0, databaseUrl: db.url, adminToken, storeTimeoutMs: 3000 } }))
-    const warnings: string[] = []
-    const capture = Logger.layer([
-      Logger.make(({ logLevel, message }) => {
-        if (logLevel === "Warn") warnings.push(String(Array.isArray(message) ? message[0] : message))
-      }),
-    ])
-    const client = await Effect.runPromise(
-      makeHttp({ url: short.map((r) => r.url), hostId: "a", hostToken: Redacted.make(hostToken), callTimeoutMs: 8000 }).pipe(Effect.provide(FetchHttpClient.layer)),
-    )
-    const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff).pipe(Effect.provide(capture)))
-    const operator = psql(db.url)
     try {
-      operator.send("begin;\nselect id from hosts where id = 'a' for update;\nselect 'pid=' || pg_backend_pid();\n")
-      expect(await until(() => /pid=\d+/.test(operator.output())), operator.output()).toBe(true)
-      const pid = /pid=(\d+)/.exec(operator.output())![1]
-      const stalled = await run(client.report(report))
-      expect(stalled._tag).toBe("Failure")
-      const error = stalled._tag === "Failure" ? (stalled.failure as { status?: unknown; message?: string }) : {}
+      for (let i = 0; i < 2; i++)
+        short.push(await startCoordinator({ reaper: false, logLevel: "None", config: { port: 0, databaseUrl: db.url, adminToken, storeTimeoutMs: 3000 } }))
+      const { error, pid, warnedWhileLocked, warnings, after } = await reportWhileLocked(short.map((r) => r.url), 8000)
       // Before: 503 Unavailable ("the database did not answer reportHost within 3000 ms"), and the agent moved to the next replica.
       expect(error.status).toBe(503)
       expect(error.message).toContain("the coordinator's database answers but is stalled: the database did not answer reportHost within 3000 ms (ENGRAM_STORE_TIMEOUT_MS)")
       expect(error.message).toContain(`held by pid ${pid} (application "psql-operator"`)
-      expect(warnings).toEqual(["the coordinator's database is not answering (the same on every replica); the agent stays on this one and retries"])
-      operator.send("rollback;\n")
-      expect((await run(client.report(report)))._tag).toBe("Success")
-      expect(warnings.filter((w) => w.includes("moves to the next"))).toEqual([])
+      expect(warnedWhileLocked.map((w) => w.message)).toEqual([staysWarning])
+      expect(after._tag).toBe("Success")
+      expect(warnings.filter((w) => w.message.includes("moves to the next"))).toEqual([])
     } finally {
-      operator.send("rollback;\n\\q\n")
-      operator.proc.stdin.end()
       await Promise.all(short.map((r) => r.stop()))
     }
   })
