@@ -548,7 +548,7 @@ describe("what a request carries", () => {
   // effect copies a request's whole context more than once per request (the API builder's merge
   // of the handlers' context): the coordinator's services stay out of it (`HandlerGroup`), the
   // handlers hold what they call. Read from inside a store call a request makes.
-  it("a request's context holds none of the coordinator's services, only the middlewares, what they provide and Metrics", async () => {
+  it("a request's context holds none of the coordinator's services, only the middlewares, what they provide, Metrics and Stalls", async () => {
     let keys: ReadonlyArray<string> = []
     const own = await withSummary(
       (store) =>
@@ -564,6 +564,8 @@ describe("what a request carries", () => {
       expect(keys).toContain("effect/http/HttpServerRequest")
       const perRequest = [
         "@engram/coordinator/Metrics",
+        // What an agent's timed-out store call reads to tell a stalled database (`HttpErrors.api`).
+        "@engram/coordinator/Stalls",
         "@engram/api/BearerAuth",
         "@engram/api/AdminOnly",
         "@engram/api/ScrapeAuth",
