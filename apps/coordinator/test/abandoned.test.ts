@@ -3,51 +3,26 @@
 // idle in its transaction), an agent-like client whose report waits on it and hangs up before
 // the store bound, and the coordinator logs it (info: route, how long, the store call it waited
 // on) and counts it (`engram_http_requests_abandoned_total{method,route}`). Before, nothing.
-import { startCoordinator } from "@engram/coordinator"
-import type { RunningCoordinator } from "@engram/coordinator"
-import postgres from "@engram/postgres"
-import { freshDatabase } from "@engram/test-pg"
-import type { TestDatabase } from "@engram/test-pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { client, logged } from "./support/http.js"
-import type { Client } from "./support/http.js"
+import { logged } from "./support/http.js"
+import { report, until, withOperator, written } from "./support/operator.js"
+import type { OperatorFixture } from "./support/operator.js"
 
-let db: TestDatabase
-let c: RunningCoordinator
-let admin: Client
-let operator: postgres.Sql
-const report = { totalMib: 1 << 20, allocatableMib: 1 << 20, totalVcpus: 1024 }
+let f: OperatorFixture
 
 beforeAll(async () => {
-  db = await freshDatabase()
-  c = await startCoordinator({
-    reaper: false,
-    logLevel: "Info",
-    // Far past the client's patience: the client leaves first, as an agent (10 s) before the default 15 s.
-    config: { port: 0, databaseUrl: db.url, adminToken: "abandoned-admin-token-0123456789", storeTimeoutMs: 60_000 },
-  })
-  admin = client(c.url, c.adminToken)
-  expect((await admin.post("/v1/hosts", { id: "h1" })).status).toBe(201)
-  expect((await admin.put("/v1/hosts/h1/report", report)).status).toBe(200)
-  operator = postgres(db.url, { max: 2, onnotice: () => undefined, connection: { application_name: "psql-operator" } })
+  // The store's bound far past the client's patience: the client leaves first, as an agent whose
+  // heartbeat interval is under the store's 15 s.
+  f = await withOperator({ adminToken: "abandoned-admin-token-0123456789", storeTimeoutMs: 60_000, logLevel: "Info", connections: 2 })
 })
 
 afterAll(async () => {
-  await c?.stop()
-  await operator?.end({ timeout: 1 })
-  await db?.drop()
+  await f?.stop()
 })
-
-/** Polls `done` on the event loop, bounded by 20 s or more: a hang detector, not a timing check. */
-const until = async (done: () => boolean | Promise<boolean>): Promise<boolean> => {
-  for (let k = 0; k < 2000 && !(await done()); k++) await new Promise((r) => setTimeout(r, 10))
-  return done()
-}
-
-const written = (): string => (process.stdout.write as unknown as { mock: { calls: unknown[][] } }).mock.calls.map((call) => String(call[0])).join("")
 
 describe("a request its client left while the store had not answered", () => {
   it("is logged at info with its route, how long, and the store call it waited on, and counted by route", async () => {
+    const { admin, c, operator } = f
     const held = await operator.reserve()
     try {
       await held.unsafe("begin")

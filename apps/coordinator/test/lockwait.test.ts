@@ -2,47 +2,24 @@
 // operator's session holding `LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE` idle in its
 // transaction, a create that waits on it past the store bound (503), and one warning naming
 // the holder's pid, its state and its query, with the query's literals masked.
-import { startCoordinator } from "@engram/coordinator"
-import type { RunningCoordinator } from "@engram/coordinator"
-import postgres from "@engram/postgres"
-import { freshDatabase } from "@engram/test-pg"
-import type { TestDatabase } from "@engram/test-pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { client, logged } from "./support/http.js"
-import type { Client } from "./support/http.js"
+import { logged } from "./support/http.js"
+import { until, withOperator, written } from "./support/operator.js"
+import type { OperatorFixture } from "./support/operator.js"
 
-let db: TestDatabase
-let c: RunningCoordinator
-let admin: Client
-let operator: postgres.Sql
+let f: OperatorFixture
 
 beforeAll(async () => {
-  db = await freshDatabase()
-  c = await startCoordinator({
-    reaper: false,
-    logLevel: "Warn",
-    config: { port: 0, databaseUrl: db.url, adminToken: "lockwait-admin-token-0123456789", storeTimeoutMs: 4000 },
-  })
-  admin = client(c.url, c.adminToken)
-  expect((await admin.post("/v1/hosts", { id: "h1" })).status).toBe(201)
-  expect((await admin.put("/v1/hosts/h1/report", { totalMib: 1 << 20, allocatableMib: 1 << 20, totalVcpus: 1024 })).status).toBe(200)
-  operator = postgres(db.url, { max: 1, onnotice: () => undefined, connection: { application_name: "psql-operator" } })
+  f = await withOperator({ adminToken: "lockwait-admin-token-0123456789", storeTimeoutMs: 4000, logLevel: "Warn", connections: 1 })
 })
 
 afterAll(async () => {
-  await c?.stop()
-  await operator?.end({ timeout: 1 })
-  await db?.drop()
+  await f?.stop()
 })
-
-/** Polls `done` on the event loop, bounded by 20 s or more: a hang detector, not a timing check. */
-const until = async (done: () => boolean): Promise<boolean> => {
-  for (let k = 0; k < 2000 && !done(); k++) await new Promise((r) => setTimeout(r, 10))
-  return done()
-}
 
 describe("a store call timed out behind a lock", () => {
   it("answers 503 in the one wording, and one warning names the lock's holder: pid, application, state, its query masked", async () => {
+    const { admin, db, operator } = f
     const held = await operator.reserve()
     try {
       const [{ pid }] = (await held`select pg_backend_pid() as pid`) as unknown as [{ pid: number }]
@@ -53,7 +30,6 @@ describe("a store call timed out behind a lock", () => {
       const { result, lines } = await logged(async () => {
         const r = await admin.post("/v1/sessions", { id: "s-locked", memMib: 64, vcpus: 1 })
         // `logged` hands the lines over at the end; the warning is written off the request, so wait for it here.
-        const written = (): string => (process.stdout.write as unknown as { mock: { calls: unknown[][] } }).mock.calls.map((call) => String(call[0])).join("")
         await until(() => written().includes("wait on a lock held by pid"))
         return r
       })
@@ -77,6 +53,6 @@ describe("a store call timed out behind a lock", () => {
       held.release()
     }
     // The lock gone, the same create succeeds.
-    expect((await admin.post("/v1/sessions", { id: "s-after", memMib: 64, vcpus: 1 })).status).toBe(201)
+    expect((await f.admin.post("/v1/sessions", { id: "s-after", memMib: 64, vcpus: 1 })).status).toBe(201)
   })
 })

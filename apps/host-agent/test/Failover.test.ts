@@ -8,13 +8,14 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { StoreSim } from "@engram/store-sim"
-import { Clock, Effect, Fiber, Logger, Redacted } from "effect"
+import { Clock, Effect, Fiber, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { TestClock } from "effect/testing"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeHttp, pausedThrough } from "../src/Coordinator.js"
 import * as Failover from "../src/Failover.js"
 import { adminCall } from "./support/Admin.js"
+import { capture as captureLogs } from "./support/Logs.js"
 
 const adminToken = "failover-admin-token-0123456789"
 /** Small, so a hung replica costs a test a second; far from any call a live in-process coordinator answers. */
@@ -56,14 +57,7 @@ const admin = adminCall(() => coordinator.url, adminToken)
 
 /** The client over `urls`, and the warnings it logs. */
 const clientOver = async (urls: readonly string[], token = hostToken) => {
-  const warnings: { message: string; fields: Record<string, unknown> }[] = []
-  const capture = Logger.layer([
-    Logger.make(({ logLevel, message }) => {
-      if (logLevel !== "Warn") return
-      const [text, fields] = Array.isArray(message) ? message : [message]
-      warnings.push({ message: String(text), fields: (fields ?? {}) as Record<string, unknown> })
-    }),
-  ])
+  const { layer: capture, lines: warnings } = captureLogs("Warn")
   const client = await Effect.runPromise(makeHttp({ url: urls, hostId: "a", hostToken: Redacted.make(token), callTimeoutMs }).pipe(Effect.provide(FetchHttpClient.layer)))
   const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff).pipe(Effect.provide(capture)))
   return { client, run, warnings }
@@ -114,14 +108,7 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
   it("a long-poll open on a hung replica follows the client when another call moves it: answered by the next before its own bound, said in one info line", async () => {
     const hung = await track(fake("hang"))
     const { client } = await clientOver([hung.url, coordinator.url])
-    const infos: { message: string; fields: Record<string, unknown> }[] = []
-    const capture = Logger.layer([
-      Logger.make(({ logLevel, message }) => {
-        if (logLevel !== "Info") return
-        const [text, fields] = Array.isArray(message) ? message : [message]
-        infos.push({ message: String(text), fields: (fields ?? {}) as Record<string, unknown> })
-      }),
-    ])
+    const { layer: capture, lines: infos } = captureLogs("Info")
     /** Real time passes (the HTTP calls), the TestClock does not: up to ~10 s for `done`. */
     const until = (done: () => boolean) =>
       Effect.gen(function* () {

@@ -13,11 +13,12 @@ import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { createDatabase, pgBinDir, startEmbeddedPostgres } from "@engram/test-pg"
 import type { EmbeddedPostgresServer, TestDatabase } from "@engram/test-pg"
-import { Effect, Logger, Redacted } from "effect"
+import { Effect, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeHttp } from "../src/Coordinator.js"
 import { adminCall } from "./support/Admin.js"
+import { capture as captureLogs } from "./support/Logs.js"
 
 const adminToken = "stalled-admin-token-0123456789"
 const report = { totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 }
@@ -62,14 +63,7 @@ const until = async (done: () => boolean): Promise<boolean> => {
  * let go and the next report's outcome.
  */
 const reportWhileLocked = async (urls: readonly string[], callTimeoutMs: number) => {
-  const warnings: { message: string; fields: Record<string, unknown> }[] = []
-  const capture = Logger.layer([
-    Logger.make(({ logLevel, message }) => {
-      if (logLevel !== "Warn") return
-      const [text, fields] = Array.isArray(message) ? message : [message]
-      warnings.push({ message: String(text), fields: (fields ?? {}) as Record<string, unknown> })
-    }),
-  ])
+  const { layer: capture, lines: warnings } = captureLogs("Warn")
   const client = await Effect.runPromise(makeHttp({ url: [...urls], hostId: "a", hostToken: Redacted.make(hostToken), callTimeoutMs }).pipe(Effect.provide(FetchHttpClient.layer)))
   const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff).pipe(Effect.provide(capture)))
   const operator = psql(db.url)
