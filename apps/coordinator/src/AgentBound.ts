@@ -18,7 +18,7 @@ import { Context, Effect, Option } from "effect"
 import { HttpServerRequest } from "effect/http"
 import { Metrics } from "./Metrics.js"
 import { Settings } from "./Settings.js"
-import { Stalls, stalledForEveryReplica } from "./Stalls.js"
+import { Stalls, stalledAnswer, stalledForEveryReplica } from "./Stalls.js"
 import { bounded, retryAfterMs, timedOut } from "./StoreBound.js"
 
 /** What the route keeps of the agent's bound to say why it did not answer: the diagnosis's bound and a margin for the answer's trip, ms. */
@@ -58,7 +58,7 @@ export const make: Effect.Effect<AgentBound, never, Settings | Stalls | Metrics>
   const settings = yield* Settings
   const stalls = yield* Stalls
   const metrics = yield* Metrics
-  const stalledAnswer = (name: string, ms: number, agentCallMs: number): Effect.Effect<never, ApiErrors.ServiceUnavailable> =>
+  const pastRouteBound = (name: string, ms: number, agentCallMs: number): Effect.Effect<never, ApiErrors.ServiceUnavailable> =>
     Effect.gen(function* () {
       metrics.storeUnavailable.inc()
       yield* stalls.timedOut(name)
@@ -66,11 +66,7 @@ export const make: Effect.Effect<AgentBound, never, Settings | Stalls | Metrics>
       const within = `within ${ms} ms (the agent's ${agentCallMs} ms bound, ${ApiErrors.agentCallTimeoutHeader}, less ${answerMarginMs} ms to say why)`
       return yield* Effect.fail(
         stalledForEveryReplica(d)
-          ? new ApiErrors.ServiceUnavailable({
-              error: ApiErrors.storeStalledError,
-              message: `the coordinator's database answers but did not complete ${name} ${within}: ${Blockers.describe(d)}. Every replica shares this database: moving to another would not help`,
-              retryAfterMs,
-            })
+          ? stalledAnswer(`did not complete ${name} ${within}`, d, retryAfterMs)
           : new ApiErrors.ServiceUnavailable({
               error: "Unavailable",
               message: `the database did not answer ${name} ${within}${d === null ? "" : `; ${Blockers.describe(d)}`}`,
@@ -92,7 +88,7 @@ export const make: Effect.Effect<AgentBound, never, Settings | Stalls | Metrics>
         return e
       }
       return bounded(work, ms, name, mark).pipe(
-        Effect.catch((e): Effect.Effect<never, E | ApiErrors.ServiceUnavailable> => (e === fired ? stalledAnswer(name, ms, agentCallMs) : Effect.fail(e as E | ApiErrors.ServiceUnavailable))),
+        Effect.catch((e): Effect.Effect<never, E | ApiErrors.ServiceUnavailable> => (e === fired ? pastRouteBound(name, ms, agentCallMs) : Effect.fail(e as E | ApiErrors.ServiceUnavailable))),
       )
     })
 })

@@ -2,14 +2,14 @@
  * Errors as HTTP answers: one answer per store error (see the store's Errors.ts), and the
  * request decode failures as `400 {error, field, rule, in}` with the field as a dotted path.
  */
-import { BadRequest, ConflictError, Errors as ApiErrors, InputErrors, NotFoundError, ServiceUnavailable } from "@engram/api"
+import { BadRequest, ConflictError, InputErrors, NotFoundError, ServiceUnavailable } from "@engram/api"
 import type { StoreError, Unavailable } from "@engram/store"
-import { Blockers } from "@engram/store-pg"
 import { Effect, Option, SchemaAST, SchemaIssue } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiMiddleware } from "effect/http-api"
 import { Metrics } from "./Metrics.js"
-import { Stalls, stalledForEveryReplica } from "./Stalls.js"
+import { agentCallMsOf } from "./AgentBound.js"
+import { Stalls, stalledAnswer, stalledForEveryReplica } from "./Stalls.js"
 
 /** What a store error becomes over HTTP. */
 export type StoreAnswer = BadRequest | NotFoundError | ConflictError | ServiceUnavailable
@@ -37,7 +37,7 @@ export const toApiError = (e: StoreError): StoreAnswer => {
 }
 
 /**
- * An agent's call (it states its bound, `engram-agent-call-timeout-ms`) whose store call timed out
+ * An agent's call (it states its bound, `engram-agent-call-timeout-ms`: `AgentBound.agentCallMsOf`) whose store call timed out
  * (`ENGRAM_STORE_TIMEOUT_MS`): `503 StoreStalled` when the database is stalled for every replica
  * (`Stalls.stalledForEveryReplica`: the agent stays on its replica), else null (the `503
  * Unavailable` as for anyone: the agent moves). Every replica's agents bounced between replicas
@@ -49,14 +49,9 @@ const stalledForAgent = (e: Unavailable): Effect.Effect<ServiceUnavailable | nul
   Effect.gen(function* () {
     if (e.kind !== "timed_out") return null
     const request = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
-    if (Option.isNone(request) || request.value.headers[ApiErrors.agentCallTimeoutHeader] === undefined) return null
+    if (Option.isNone(request) || agentCallMsOf(request.value.headers) === null) return null
     const d = yield* (yield* Stalls).diagnose
-    if (!stalledForEveryReplica(d)) return null
-    return new ServiceUnavailable({
-      error: ApiErrors.storeStalledError,
-      message: `the coordinator's database answers but is stalled: ${e.reason}. ${Blockers.describe(d)}. Every replica shares this database: moving to another would not help`,
-      retryAfterMs: e.retryAfterMs,
-    })
+    return stalledForEveryReplica(d) ? stalledAnswer(`is stalled: ${e.reason}`, d, e.retryAfterMs) : null
   })
 
 /** Runs a store call and maps its errors to HTTP answers (a 503 is counted). */

@@ -8,6 +8,7 @@
  *
  * On PGlite there is nothing to read (one process; a stall there is the process's own).
  */
+import { Errors as ApiErrors } from "@engram/api"
 import { Blockers } from "@engram/store-pg"
 import { Context, Effect } from "effect"
 
@@ -35,6 +36,17 @@ export const readBeforeMs = (timeoutMs: number): number => Math.max(Math.floor(t
  * serve. Null (no diagnosis: PGlite) is not.
  */
 export const stalledForEveryReplica = (d: Blockers.Diagnosis | null): d is Extract<Blockers.Diagnosis, { readonly answered: true }> => d !== null && d.answered && d.active > 0
+
+/**
+ * The 503 that keeps an agent on its replica (`StoreStalled`): the database answers `d`, but
+ * `lead` (what it did not do, and within which bound); what it waits on, and why moving would not help.
+ */
+export const stalledAnswer = (lead: string, d: Extract<Blockers.Diagnosis, { readonly answered: true }>, retryAfterMs: number): ApiErrors.ServiceUnavailable =>
+  new ApiErrors.ServiceUnavailable({
+    error: ApiErrors.storeStalledError,
+    message: `the coordinator's database answers but ${lead}: ${Blockers.describe(d)}. Every replica shares this database: moving to another would not help`,
+    retryAfterMs,
+  })
 
 /** What the database waits on, read when store calls time out. */
 export interface StallsShape {
