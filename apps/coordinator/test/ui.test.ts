@@ -39,6 +39,11 @@ beforeAll(async () => {
     viewport: { width: 1280, height: 900 },
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
   })
+  // A busy 2-core CI machine (every package's tests at once) can take more than Playwright's 30 s
+  // to parse a page's scripts (Scalar's bundle is megabytes): each step waits up to 2 minutes,
+  // and each test has 5 (the file's tests are sequential, so a slow step costs only time).
+  browser.setDefaultTimeout(120_000)
+  browser.setDefaultNavigationTimeout(120_000)
   page = await browser.newPage()
 })
 afterAll(async () => {
@@ -49,7 +54,7 @@ afterAll(async () => {
 
 const text = async (selector: string) => (await page.locator(selector).textContent()) ?? ""
 
-describe("the dashboard", () => {
+describe("the dashboard", { timeout: 300_000 }, () => {
   it("asks for a token, refuses a wrong one, and shows the hosts as bars with the admin token", async () => {
     await page.goto(`${c.url}/`)
     expect(page.url()).toBe(`${c.url}/ui`)
@@ -153,7 +158,7 @@ const signedIn = async (hash: string) => {
 /** The cells of the sessions view's rows, first column (the id) only. */
 const listedIds = async () => (await page.locator("table.sessions tbody tr td:first-child").allTextContents()).sort()
 
-describe("the sessions and a session's page", () => {
+describe("the sessions and a session's page", { timeout: 300_000 }, () => {
   it("lists sessions, filters them by state, host and id, and opens one's page", async () => {
     const api = client(c.url, adminToken)
     const tag = uid("list")
@@ -165,23 +170,23 @@ describe("the sessions and a session's page", () => {
     expect((await api.post("/v1/sessions", { id: wait, memMib: 64 * 1024, vcpus: 1 })).status).toBe(202)
 
     await signedIn(`#/sessions?q=${tag}`)
-    await expect.poll(listedIds, { timeout: 30_000 }).toEqual([park, run, wait].sort())
+    await expect.poll(listedIds, { timeout: 120_000 }).toEqual([park, run, wait].sort())
     const row = page.locator("table.sessions tbody tr", { hasText: park })
     expect((await row.locator("td").allTextContents()).slice(0, 4)).toEqual([park, "parked", big, "512 MiB, 1 vCPU"])
     expect(await page.locator(".count").textContent()).toBe(`3 sessions with "${tag}" in the id`)
 
     await page.getByLabel("State", { exact: true }).selectOption("parked")
-    await expect.poll(listedIds, { timeout: 30_000 }).toEqual([park])
+    await expect.poll(listedIds, { timeout: 120_000 }).toEqual([park])
     expect(page.url()).toContain("state=parked")
     await page.getByLabel("State", { exact: true }).selectOption("")
     await page.getByLabel("Host", { exact: true }).selectOption(small)
-    await expect.poll(listedIds, { timeout: 30_000 }).toEqual([run])
+    await expect.poll(listedIds, { timeout: 120_000 }).toEqual([run])
     await page.getByLabel("Host", { exact: true }).selectOption("")
     // The cleared filter builds the form again: type into the new one, once it shows every session.
-    await expect.poll(listedIds, { timeout: 30_000 }).toEqual([park, run, wait].sort())
+    await expect.poll(listedIds, { timeout: 120_000 }).toEqual([park, run, wait].sort())
     await page.getByLabel("Id", { exact: true }).fill(`${tag}-wa`)
     await page.getByLabel("Id", { exact: true }).press("Enter")
-    await expect.poll(listedIds, { timeout: 30_000 }).toEqual([wait])
+    await expect.poll(listedIds, { timeout: 120_000 }).toEqual([wait])
 
     await page.getByRole("link", { name: wait }).click()
     await page.locator("#session-title", { hasText: `Session ${wait}` }).waitFor()
@@ -198,7 +203,7 @@ describe("the sessions and a session's page", () => {
     expect((await api.post(`/v1/sessions/${s}/started`)).status).toBe(200)
     await signedIn(`#/sessions/${encodeURIComponent(s)}`)
     const events = page.locator("#session-events table.events")
-    await expect.poll(async () => events.locator("tbody td:nth-child(3)").allTextContents(), { timeout: 30_000 }).toEqual(["created", "placed", "running"])
+    await expect.poll(async () => events.locator("tbody td:nth-child(3)").allTextContents(), { timeout: 120_000 }).toEqual(["created", "placed", "running"])
     const notice = page.locator("#notice")
 
     await page.getByRole("button", { name: "Park" }).click()
@@ -252,7 +257,7 @@ describe("the sessions and a session's page", () => {
     expect(from[pair!.source]).toBeDefined()
     expect(await page.locator("#move-allowance").textContent()).toBe(`${pair!.allowanceMs} ms now (${from[pair!.source]})`)
     expect(await page.locator("#move-estimate").count()).toBe(0)
-    await expect.poll(async () => events.locator("tbody td:nth-child(3)").allTextContents(), { timeout: 30_000 }).toEqual(
+    await expect.poll(async () => events.locator("tbody td:nth-child(3)").allTextContents(), { timeout: 120_000 }).toEqual(
       expect.arrayContaining(["parked", "resumed", "move_begun", "moved", "move_aborted"]),
     )
 
@@ -264,7 +269,7 @@ describe("the sessions and a session's page", () => {
     await page.locator("#session-title .badge", { hasText: "ended" }).waitFor()
     expect((await api.get(`/v1/sessions/${s}`)).body.state).toBe("ended")
     expect(await page.getByRole("button", { name: "End", exact: true }).count()).toBe(0)
-    await expect.poll(async () => (await events.locator("tbody td:nth-child(3)").allTextContents()).at(-1), { timeout: 30_000 }).toBe("ended")
+    await expect.poll(async () => (await events.locator("tbody td:nth-child(3)").allTextContents()).at(-1), { timeout: 120_000 }).toBe("ended")
   })
 
   it("a host's card shows the templates it holds, and a session's page the template it starts from", async () => {
@@ -333,14 +338,15 @@ describe("the sessions and a session's page", () => {
   })
 })
 
-describe("the API reference at /docs", () => {
+describe("the API reference at /docs", { timeout: 300_000 }, () => {
   it("its curl samples send the bearer token, not Basic credentials", async () => {
     const docs = await browser.newPage()
     try {
-      await docs.goto(`${c.url}/docs`)
+      // Not "load": that waits for every script of Scalar's bundle; the poll below waits for what is drawn.
+      await docs.goto(`${c.url}/docs`, { waitUntil: "domcontentloaded" })
       // The request sample of the first endpoint that needs a credential, once Scalar has drawn it.
       const sample = async () => /--header 'Authorization: [^']*'/.exec(await docs.locator("body").innerText())?.[0] ?? ""
-      await expect.poll(sample, { timeout: 30_000 }).not.toBe("")
+      await expect.poll(sample, { timeout: 120_000 }).not.toBe("")
       expect(await sample()).toMatch(/^--header 'Authorization: Bearer \S+'$/)
       expect(await docs.locator("body").innerText()).not.toMatch(/Authorization: Basic/)
     } finally {
