@@ -6,13 +6,13 @@ import { assert, describe, it } from "@effect/vitest"
 import { Limits, ParkPolicy } from "@engram/core"
 import { Config, Metrics, Notifier, reaperPass, Settings } from "@engram/coordinator"
 import type { PassReport } from "@engram/coordinator"
-import { Changes, Store } from "@engram/store"
+import { Changes, Store, StoreTesting } from "@engram/store"
 import { Unavailable } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { StoreSim } from "@engram/store-sim"
 import { freshDatabase } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
-import { Effect, Layer } from "effect"
+import { Context, Effect, Layer, ManagedRuntime } from "effect"
 import { TestClock } from "effect/testing"
 import { afterAll } from "vitest"
 
@@ -25,26 +25,37 @@ const longLived = (() => {
   return r.limits
 })()
 
-const databases: Promise<TestDatabase>[] = []
+// One store of each database for the file, emptied before each case with the long-lived limits
+// (StoreTesting.reset, as the conformance suite does): a PGlite opened per case cost a WASM initdb
+// and the migrations each time (15 to 60 s a case on a busy CI machine).
+let database: Promise<TestDatabase> | undefined
+const pglite = ManagedRuntime.make(StorePg.layerPgliteTesting({ limits: longLived }))
+const postgres = ManagedRuntime.make(
+  Layer.unwrap(Effect.promise(() => (database ??= freshDatabase())).pipe(Effect.map((db) => StorePg.layerTesting({ url: db.url, limits: longLived })))),
+)
 afterAll(async () => {
-  for (const d of databases) await (await d).drop()
+  await pglite.dispose()
+  await postgres.dispose()
+  if (database !== undefined) await (await database).drop()
 })
 
-/** Each backend, a fresh store per test. */
+/** The shared store of `runtime`, empty and deciding with the long-lived limits, as a new replica's. */
+const emptied = (runtime: ManagedRuntime.ManagedRuntime<Store | StoreTesting, Unavailable>): Layer.Layer<Store, Unavailable> =>
+  Layer.effect(
+    Store,
+    Effect.gen(function* () {
+      const context = yield* runtime.contextEffect
+      yield* Context.get(context, StoreTesting).reset(longLived)
+      // A copy: the reaper keeps its memory of refused moves per store object, as per replica.
+      return Store.of({ ...Context.get(context, Store) })
+    }),
+  )
+
+/** Each backend, an empty store per test. */
 const backends: readonly (readonly [string, () => Layer.Layer<Store, Unavailable>])[] = [
   ["in-memory", () => StoreSim.layer({ limits: longLived })],
-  ["PGlite", () => StorePg.layerPglite({ limits: longLived })],
-  [
-    "PostgreSQL",
-    () =>
-      Layer.unwrap(
-        Effect.promise(() => {
-          const db = freshDatabase()
-          databases.push(db)
-          return db
-        }).pipe(Effect.map((db) => StorePg.layer({ url: db.url, limits: longLived }))),
-      ),
-  ],
+  ["PGlite", () => emptied(pglite)],
+  ["PostgreSQL", () => emptied(postgres)],
 ]
 
 /** The coordinator's settings from these variables over the defaults. */
@@ -107,8 +118,8 @@ const movesOf = (report: PassReport) => (report._tag === "Done" ? report.moves.m
 const placedOf = (report: PassReport) => (report._tag === "Done" ? report.placed : null)
 
 for (const [name, store] of backends) {
-  // Each case opens its own store: on PGlite that is a WASM initdb and the migrations, which
-  // took 60 s of the default 120 s in a CI run beside another (load 30): the PGlite tests' bound.
+  // The shared PGlite's first open (a WASM initdb and the migrations) took 60 s of the default
+  // 120 s in a CI run beside another (load 30): the PGlite tests' bound.
   describe(`make-room moves in the reaper pass: ${name}`, { timeout: 600_000 }, () => {
     it.effect("on: moves begin off the starving session's held host to where they fit best; once they commit it places there", () =>
       Effect.gen(function* () {
