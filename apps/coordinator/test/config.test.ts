@@ -558,11 +558,12 @@ describe("PostgreSQL-only settings on the embedded database", () => {
   })
 
   it("a coordinator on PGlite warns once at start, naming each; with none set it says nothing", async () => {
-    // Two PGlite starts with their migrations: about 10 s on a quiet machine, 48 s seen in CI.
+    // Two PGlite starts: about 10 s on a quiet machine, 48 s seen in CI. Both on one data
+    // directory, so the second opens it (no initdb, no migrations to run).
+    const dataDir = join(mkdtempSync(join(tmpdir(), "engram-config-")), "data")
     const warningsOf = (config: Config.CoordinatorConfigInput) => {
       const lines: string[] = []
       const capture = Logger.layer([Logger.make(({ logLevel, message }) => void (logLevel === "Warn" && lines.push(String(Array.isArray(message) ? message[0] : message))))])
-      const dataDir = join(mkdtempSync(join(tmpdir(), "engram-config-")), "data")
       return Effect.runPromise(
         Effect.scoped(Layer.build(Coordinator.layer({ reaper: false, config: { port: 0, adminToken, dataDir, pgliteWorker: 0, ...config } }))).pipe(
           Effect.provide(capture),
