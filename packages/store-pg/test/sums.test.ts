@@ -129,7 +129,7 @@ describe("maintained host sums", () => {
         yield* setup(a.store)
         yield* Effect.forEach(
           Array.from({ length: 9 }, (_, i) => i),
-          (i) => client([a, b, c][i % 3]!.store, 1000 + i, 250),
+          (i) => client([a, b, c][i % 3]!.store, 1000 + i, 180),
           { concurrency: "unbounded" },
         )
         yield* checkStore(a.store)
@@ -193,7 +193,7 @@ describe("maintained host sums", () => {
     const program = Effect.gen(function* () {
       const p = yield* StorePg.openPglite({ limits })
       yield* setup(p.store)
-      yield* Effect.forEach([1, 2, 3], (i) => client(p.store, 2000 + i, 150), { concurrency: "unbounded" })
+      yield* Effect.forEach([1, 2, 3], (i) => client(p.store, 2000 + i, 100), { concurrency: "unbounded" })
       yield* checkStore(p.store)
       expect(yield* p.sumsDrift).toStrictEqual([])
     })
