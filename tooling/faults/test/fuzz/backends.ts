@@ -40,3 +40,20 @@ export const backends: readonly Backend[] = [
     },
   },
 ]
+
+/**
+ * `read` once two reads 250 ms apart agree (at most 40 reads): the state a "changes nothing"
+ * check starts from. A 2xx may leave work running after its answer (a drain that places a queued
+ * session, the park gate's descent for a session that queued, a timed-out move's abort), which
+ * under a loaded CI machine landed between the snapshot before a 4xx and the one after it.
+ */
+export const settled = async (read: () => Promise<string>): Promise<string> => {
+  let last = await read()
+  for (let i = 0; i < 40; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 250))
+    const next = await read()
+    if (next === last) return next
+    last = next
+  }
+  return last
+}
