@@ -6,6 +6,7 @@ export declare const base: {
     include: string[]
     testTimeout: number
     hookTimeout: number
+    isolate: boolean
     reporters: (string | [string, Record<string, unknown>] | import("vitest/node").Reporter)[]
   }
 }
