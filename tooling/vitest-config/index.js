@@ -11,16 +11,17 @@ export const base = {
   test: {
     include: ["test/**/*.test.ts"],
     // CI machines have two cores shared by every package's tests: a property test or a real
-    // server can take longer than vitest's 5 s default there. A package sets its own above this.
-    testTimeout: 30_000,
-    hookTimeout: 60_000,
+    // server can take longer than vitest's 5 s default there (18 s of a 30 s bound seen in a CI
+    // run). A package sets its own above this.
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
     // The files of a package run one after another in one worker that keeps the modules it
     // loaded (effect, the packages' sources): loading them again for every file was a third of
     // the tests' CPU (the coordinator's: 352 s isolated, 250 s not), and CI has two cores for
     // every package at once. A test file cleans up what it starts (servers, stores, env).
     isolate: false,
     // `timings` writes each test's duration beside its timeout (.vitest/timings.json).
-    reporters: ["default", ["json", { outputFile: ".vitest/results.json" }], timings({ defaultTimeoutMs: 30_000 })],
+    reporters: ["default", ["json", { outputFile: ".vitest/results.json" }], timings({ defaultTimeoutMs: 60_000 })],
   },
 }
 

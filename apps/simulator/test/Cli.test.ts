@@ -18,7 +18,7 @@ const sim = (args: string[]) =>
   promisify(execFile)(join(pkg, "node_modules", ".bin", "tsx"), ["--conditions=@engram/source", join(pkg, "src", "main.ts"), ...args], {
     cwd: pkg,
     env: { ...process.env, INIT_CWD: pkg },
-    timeout: 170_000,
+    timeout: 560_000,
     maxBuffer: 64 << 20,
   })
 
@@ -151,7 +151,7 @@ describe("pnpm sim (a real process)", () => {
     for (const flag of ["--policy", "--host", "--hosts-file", "--cpu-overcommit", "--max-entries-per-node", "--system-reserve-mib", "--mem-overcommit-ratio", "--starvation-limit-s", "--reserve-lead-s", "--react-ms", "--threads", "--window-h", "--worst", "--trace", "--record", "--no-progress"])
       expect(stdout).toContain(flag)
     expect(stdout).toContain("convert-azure")
-  }, 180_000)
+  }, 600_000)
 
   it("--policy … --threads 2 runs the policies in worker threads, with the figures of a run in this thread", async () => {
     const args = ["--policy", "demand,floor30", "--hosts", "4", "--sessions", "80", "--hours", "3", "--seed", "5", "--threads", "2", "--json", "--svg", ""]
@@ -162,7 +162,7 @@ describe("pnpm sim (a real process)", () => {
       const { series: _series, ...local } = Simulation.run(w, { policy, fleet: { hosts: 4 } })
       expect(results[k]).toEqual(JSON.parse(JSON.stringify(local)))
     }
-  }, 180_000)
+  }, 600_000)
 
   it("an overloaded run says so on stderr, before and after its table; a run within the fleet does not", async () => {
     const over = await sim(["--policy", "demand", "--hosts", "2", "--hours", "2", "--sessions", "100", "--seed", "3", "--svg", "", "--no-progress"])
@@ -207,5 +207,5 @@ describe("pnpm sim (a real process)", () => {
     const r = Simulation.run(parsed.workload, { policy: ParkPolicy.defaultName, fleet: { hosts: 2, hostMib: 262_144, hostVcpus: 64 } })
     expect(r.parks).toBe(2)
     expect(r.warmResumes).toBe(1)
-  }, 180_000)
+  }, 600_000)
 })
