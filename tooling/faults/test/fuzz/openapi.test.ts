@@ -56,7 +56,7 @@ const send = async (url: string, tokens: { admin: string; host: string }, req: O
   return { status: res.status, text, json, requestId: res.headers.get("x-request-id") }
 }
 
-/** What a 4xx must leave as it was (`unjudged`: a host's `silent` left out). */
+/** What a 4xx must leave as it was (`unjudged`: what is judged at the read's time left out). */
 const snapshot = async (url: string): Promise<string> => {
   const read = async (path: string) => {
     const res = await fetch(`${url}${path}?limit=1000`, { headers: { authorization: `Bearer ${ADMIN}` }, signal: AbortSignal.timeout(BOUND_MS) })
