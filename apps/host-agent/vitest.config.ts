@@ -7,7 +7,8 @@ const realGuests = "test/qemu-e2e.test.ts"
 const project = (name: string, include: string[], exclude: string[], groupOrder: number) => ({
   resolve: base.resolve,
   ssr: base.ssr,
-  test: { ...timeouts, name, include, exclude, sequence: { groupOrder } },
+  // As every package's (the base config's `isolate`): a project's files share one worker's modules.
+  test: { ...timeouts, name, include, exclude, sequence: { groupOrder }, isolate: base.test.isolate },
 })
 
 export default defineConfig({
