@@ -35,11 +35,12 @@ export const retryAfterMs = 1000
 
 /**
  * A store call past its bound: ours, or the server's `statement_timeout` (57014, set to the same
- * bound), which race; one cause, so one wording.
+ * bound), which race; one cause, so one wording. It says what the caller may assume: a read
+ * (`readOperations`) changed nothing; a write's outcome is unknown until read back.
  */
 export const timedOut = (ms: number, name: string) =>
   new Unavailable({
-    reason: `the database did not answer ${name} within ${ms} ms (ENGRAM_STORE_TIMEOUT_MS); a write's outcome is unknown until read back`,
+    reason: `the database did not answer ${name} within ${ms} ms (ENGRAM_STORE_TIMEOUT_MS); ${readOperations.has(name) ? "a read: nothing was changed" : "a write's outcome is unknown until read back"}`,
     retryAfterMs,
     kind: "timed_out",
   })

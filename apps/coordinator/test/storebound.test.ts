@@ -65,8 +65,22 @@ describe("bounded", () => {
         return yield* store.getHost("h1")
       }).pipe(Effect.provide(StoreSim.layer())),
     )
-    expect(Exit.isFailure(exit) && String(exit.cause)).toContain("the database did not answer getHost within 15000 ms (ENGRAM_STORE_TIMEOUT_MS)")
+    // A read: the caller is told nothing changed, not that a write's outcome is unknown.
+    expect(Exit.isFailure(exit) && String(exit.cause)).toContain("the database did not answer getHost within 15000 ms (ENGRAM_STORE_TIMEOUT_MS); a read: nothing was changed")
     expect(Exit.isFailure(exit) && String(exit.cause)).not.toContain("57014")
     expect(told).toEqual(["getHost"])
+  })
+
+  it("a write past its bound says its outcome is unknown until read back; a read says it changed nothing", async () => {
+    const cancel = () => Effect.fail(new Unavailable({ reason: "57014: canceling statement due to statement timeout", retryAfterMs: 1000, kind: "timed_out" }))
+    const [write, read] = await Effect.runPromise(
+      Effect.gen(function* () {
+        const sim = yield* Store
+        const { store } = boundStore({ ...sim, registerHost: cancel, listSessions: cancel }, 15_000)
+        return yield* Effect.all([Effect.flip(store.registerHost({ id: "h9" })), Effect.flip(store.listSessions())])
+      }).pipe(Effect.provide(StoreSim.layer())),
+    )
+    expect(write.message).toBe("store unavailable: the database did not answer registerHost within 15000 ms (ENGRAM_STORE_TIMEOUT_MS); a write's outcome is unknown until read back")
+    expect(read.message).toBe("store unavailable: the database did not answer listSessions within 15000 ms (ENGRAM_STORE_TIMEOUT_MS); a read: nothing was changed")
   })
 })

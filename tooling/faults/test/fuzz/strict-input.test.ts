@@ -40,7 +40,7 @@ const call = async (url: string, method: string, path: string, body?: string): P
   return { status: res.status, body: parsed as Record<string, unknown> }
 }
 
-/** What a refused request must leave as it was (`unjudged`: a host's `silent` left out). */
+/** What a refused request must leave as it was (`unjudged`: what is judged at the read's time left out). */
 const snapshot = async (url: string): Promise<string> =>
   JSON.stringify(await Promise.all(["/v1/sessions", "/v1/hosts", "/v1/reservations", "/v1/moves", "/v1/queue"].map(async (p) => unjudged(p, (await call(url, "GET", `${p}?limit=1000`)).body))))
 
