@@ -15,10 +15,11 @@ export const base = {
     // run). A package sets its own above this.
     testTimeout: 60_000,
     hookTimeout: 120_000,
-    // The files of a package run one after another in one worker that keeps the modules it
-    // loaded (effect, the packages' sources): loading them again for every file was a third of
-    // the tests' CPU (the coordinator's: 352 s isolated, 250 s not), and CI has two cores for
-    // every package at once. A test file cleans up what it starts (servers, stores, env).
+    // A worker runs file after file keeping the modules it loaded (effect, the packages'
+    // sources; one worker per package on a 2-core machine): loading them again for every file
+    // was a third of the tests' CPU (the coordinator's: 352 s isolated, 250 s not), and CI has
+    // two cores for every package at once. A test file cleans up what it starts (servers,
+    // stores, env).
     isolate: false,
     // `timings` writes each test's duration beside its timeout (.vitest/timings.json).
     reporters: ["default", ["json", { outputFile: ".vitest/results.json" }], timings({ defaultTimeoutMs: 60_000 })],

@@ -4,7 +4,8 @@
  * the API answers `503` with `Retry-After`: a request never hangs on a database that is away or
  * a link to it that went silent. Timing out never reports success, and the caller is told that
  * a write's outcome is unknown until read back (on PostgreSQL the server's own
- * `statement_timeout`, set to the same bound, rolls such a write back).
+ * `statement_timeout`, set to the same bound, rolls such a write back), or that a read changed
+ * nothing.
  *
  * A call that timed out either way (our bound, or the server's `statement_timeout`) fails with
  * one wording, and `Stalls` is told: it warns what the database waits on (a lock, and whose).

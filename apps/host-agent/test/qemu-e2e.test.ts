@@ -90,7 +90,7 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     // the tests' first guest. On a slow machine (CI's TCG ran 3-5x slower than here) that build was
     // still running when the tests read which QEMUs run on a, so the fleet starts once it is built.
     await until("a holds t128", async () => (await agents.a!.status()).templates as unknown[], (t) => t.length > 0, 300_000)
-  }, 480_000)
+  }, 900_000)
 
   afterAll(async () => {
     // End the sessions (the agents destroy their guests), stop the agents, then make sure no
@@ -309,5 +309,5 @@ describe.skipIf(!runQemuTests)("agents on real QEMU guests, end to end (needs qe
     await until("the other host holds nothing", async () => (await agents[other]!.status()).vms, (vms) => vms.length === 0, 60_000)
     expect(await reservations(settled.hostId)).toEqual(["q1"])
     expect(await reservations(other)).toEqual([])
-  }, 300_000)
+  }, 900_000)
 })

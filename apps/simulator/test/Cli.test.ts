@@ -18,7 +18,7 @@ const sim = (args: string[]) =>
   promisify(execFile)(join(pkg, "node_modules", ".bin", "tsx"), ["--conditions=@engram/source", join(pkg, "src", "main.ts"), ...args], {
     cwd: pkg,
     env: { ...process.env, INIT_CWD: pkg },
-    timeout: 560_000,
+    timeout: 280_000,
     maxBuffer: 64 << 20,
   })
 
@@ -173,7 +173,7 @@ describe("pnpm sim (a real process)", () => {
     const within = await sim(["--policy", "demand", "--hosts", "2", "--hours", "2", "--seed", "3", "--svg", "", "--no-progress"])
     expect(within.stderr).not.toContain("WARNING")
     expect(within.stdout).toMatch(/^2 hosts × 65536 MiB\/16 cores, 8 sessions, 2 h/m)
-  }, 400_000)
+  }, 600_000)
 
   it("convert-azure turns a VM table and CPU readings into a trace the simulator replays", async () => {
     const dir = mkdtempSync(join(tmpdir(), "sim-azure-"))

@@ -7,9 +7,10 @@ import { killAll, tempDir } from "../../src/Processes.js"
  * A list's answer as a "changes nothing" snapshot compares it: what is judged at the read's time
  * left out. A host's `silent` (its last report against the stale window) turns true by itself
  * once a run outlasts the window since its set-up's reports (a CI run at load 20 took 115 s on
- * PGlite), and with it a queued session's `noFit` reasons (that host now "silent") and `tooBig`
- * (judged over the hosts that take placements): two CI runs failed at 118 and 119 s into the run,
- * on a 401 and a 403. Neither is changed by a request.
+ * PGlite), and with it the `reason` of a queued session's `noFit` entry for that host (it reads
+ * "silent"): two CI runs failed at 118 and 119 s into the run, on a 401 and a 403. Neither is
+ * changed by a request. The entries' figures (from the store's host cache, which no other list
+ * shows) and `tooBig` (judged without the clock) stay compared.
  */
 export const unjudged = (path: string, body: unknown): unknown => {
   const items = (body as { items?: unknown } | null)?.items
@@ -21,9 +22,10 @@ export const unjudged = (path: string, body: unknown): unknown => {
     return {
       ...(body as object),
       items: items.map((q: Record<string, unknown>) => {
-        const standing = q["queue"] as Record<string, unknown> | null | undefined
-        if (standing === null || standing === undefined) return q
-        return { ...q, queue: Object.fromEntries(Object.entries(standing).filter(([k]) => k !== "noFit" && k !== "tooBig")) }
+        const standing = q["queue"] as { noFit?: unknown } | null | undefined
+        if (standing === null || standing === undefined || !Array.isArray(standing.noFit)) return q
+        const noFit = standing.noFit.map((e: Record<string, unknown>) => Object.fromEntries(Object.entries(e).filter(([k]) => k !== "reason")))
+        return { ...q, queue: { ...standing, noFit } }
       }),
     }
   }
