@@ -1,11 +1,17 @@
 /**
  * One writer per embedded store (SPEC §12): a coordinator on PGlite holds a lock file in its
- * data directory (`coordinator.lock`, the holder's pid) for as long as it runs. The file is
- * created atomically, its pid already in it (a link of a file of our own: it fails if the lock
- * exists); a second coordinator on the same directory finds it and refuses to start, naming
- * the holder's pid. A lock whose pid no longer runs (the holder was killed) is stale: it is
- * taken over, and that is logged. The lock is removed when the coordinator stops.
+ * data directory (`coordinator.lock`: the holder's pid, its start and its boot, `Pid.format`) for
+ * as long as it runs. The file is created atomically, its owner already in it (a link of a file
+ * of our own: it fails if the lock exists); a second coordinator on the same directory finds it
+ * and refuses to start, naming the holder's pid. A lock whose holder no longer runs (killed) is
+ * stale: it is taken over, and that is logged. A holder runs only while its pid runs with the
+ * same start in the same boot (`Pid.runs`): a container restarted after a crash gives the new
+ * coordinator the pid the old one had, and after a reboot another process may have it; either
+ * would otherwise keep the directory locked for good. A lock naming only a pid (written by a
+ * coordinator before this one) is judged by the pid alone, except our own pid, which no other
+ * running process can have. The lock is removed when the coordinator stops.
  */
+import { Pid } from "@engram/process"
 import { Data, Effect } from "effect"
 import type { Scope } from "effect"
 import { linkSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
@@ -25,34 +31,32 @@ export class DataDirLocked extends Data.TaggedError("DataDirLocked")<{
   }
 }
 
-/** Whether a process with this pid runs (one we may not signal runs too). */
-export const isAlive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (e) {
-    return (e as { code?: unknown }).code === "EPERM"
-  }
-}
+/** The lock files this process holds (a second hold of one in the same process is refused too). */
+const held = new Set<string>()
 
-/** The pid a lock file names, or null when it names none (empty, or written only in part). */
-const holderOf = (file: string): number | null => {
+/** The owner a lock file names, or null when it names none (empty, or written only in part). */
+const holderOf = (file: string): Pid.Owner | null => {
   try {
-    const pid = Number(readFileSync(file, "utf8").trim())
-    return Number.isInteger(pid) && pid > 0 ? pid : null
+    return Pid.parse(readFileSync(file, "utf8")) ?? null
   } catch {
     return null
   }
 }
 
+/** Whether the owner of lock `file` still holds it: this process if it does hold it, another while it runs. */
+const holds = (file: string, owner: Pid.Owner): boolean => (owner.pid === process.pid ? held.has(file) : Pid.runs(owner))
+
+/** Whether two lock records name the same owner. */
+const same = (a: Pid.Owner | null, b: Pid.Owner | null): boolean => (a === null ? b === null : b !== null && Pid.format(a) === Pid.format(b))
+
 /**
- * Creates the lock file with our pid, atomically; false when it already exists. The pid is
- * written to a file of our own first, then linked to the lock's name (a link, like `wx`, fails
- * if the name exists): the lock never exists without its pid in it.
+ * Creates the lock file naming this process, atomically; false when it already exists. The
+ * owner is written to a file of our own first, then linked to the lock's name (a link, like
+ * `wx`, fails if the name exists): the lock never exists without its owner in it.
  */
 const create = (file: string): boolean => {
   const own = `${file}.${process.pid}.new`
-  writeFileSync(own, `${process.pid}\n`, { flag: "w", mode: 0o644 })
+  writeFileSync(own, `${Pid.format(Pid.self())}\n`, { flag: "w", mode: 0o644 })
   try {
     linkSync(own, file)
     return true
@@ -70,7 +74,7 @@ const create = (file: string): boolean => {
  * just created; it sees a live pid in what it moved and puts it back (a link, which fails if
  * a lock exists again), so exactly one of them ends up holding the directory.
  */
-const moveAside = (file: string, stalePid: number | null): boolean => {
+const moveAside = (file: string, stale: Pid.Owner | null): boolean => {
   const aside = `${file}.stale-${process.pid}`
   try {
     renameSync(file, aside)
@@ -79,8 +83,8 @@ const moveAside = (file: string, stalePid: number | null): boolean => {
     throw e
   }
   const moved = holderOf(aside)
-  const stale = moved === stalePid || moved === null || !isAlive(moved)
-  if (!stale) {
+  const movedStale = moved === null || same(moved, stale) || !holds(file, moved)
+  if (!movedStale) {
     try {
       linkSync(aside, file)
     } catch {
@@ -88,12 +92,12 @@ const moveAside = (file: string, stalePid: number | null): boolean => {
     }
   }
   rmSync(aside, { force: true })
-  return stale
+  return movedStale
 }
 
 /**
  * Takes the lock on `dataDir` for the scope: fails `DataDirLocked` while a running process
- * holds it; takes over a stale one (its pid does not run) with a warning; removes it when the
+ * holds it; takes over a stale one (its holder does not run) with a warning; removes it when the
  * scope closes (if it is still ours).
  */
 export const acquire = (dataDir: string): Effect.Effect<void, DataDirLocked, Scope.Scope> => {
@@ -101,13 +105,17 @@ export const acquire = (dataDir: string): Effect.Effect<void, DataDirLocked, Sco
   return Effect.acquireRelease(
     Effect.gen(function* () {
       for (let attempt = 0; ; attempt++) {
-        if (create(file)) return
-        const pid = holderOf(file)
-        if (pid !== null && isAlive(pid)) return yield* new DataDirLocked({ dataDir, lockFile: file, pid })
+        if (create(file)) {
+          held.add(file)
+          return
+        }
+        const owner = holderOf(file)
+        const pid = owner?.pid ?? null
+        if (owner !== null && holds(file, owner)) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: owner.pid })
         // A holder that no longer runs (or a file that names none): move it aside and create
-        // ours; a takeover racing ours may win, and we see its pid next round.
+        // ours; a takeover racing ours may win, and we see its owner next round.
         if (attempt >= 3) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: pid ?? 0 })
-        if (moveAside(file, pid))
+        if (moveAside(file, owner))
           yield* Effect.logWarning(
             pid === null
               ? `taking over the lock file ${file}: it names no process`
@@ -118,7 +126,8 @@ export const acquire = (dataDir: string): Effect.Effect<void, DataDirLocked, Sco
     }),
     () =>
       Effect.sync(() => {
-        if (holderOf(file) === process.pid) rmSync(file, { force: true })
+        held.delete(file)
+        if (same(holderOf(file), Pid.self())) rmSync(file, { force: true })
       }),
   )
 }

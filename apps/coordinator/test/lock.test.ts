@@ -6,6 +6,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DataDirLock } from "@engram/coordinator"
+import { Pid } from "@engram/process"
 import { Effect, Exit } from "effect"
 import { afterAll, describe, expect, it } from "vitest"
 import { runToEnd, startChild } from "./support/child.js"
@@ -32,7 +33,9 @@ describe("one coordinator per embedded data directory", () => {
     const first = await startChild(env(dataDir), 180_000)
     try {
       const lockFile = join(dataDir, "coordinator.lock")
-      expect(readFileSync(lockFile, "utf8").trim()).toBe(String(first.process.pid))
+      // The holder as it runs: its pid, its start and this boot.
+      const holder = Pid.format({ pid: first.process.pid!, startTicks: Pid.startTicksOf(first.process.pid!), bootId: Pid.bootId() })
+      expect(readFileSync(lockFile, "utf8").trim()).toBe(holder)
       const second = await runOn(dataDir)
       expect(second.code).toBe(1)
       const fatal = second.lines.filter((l) => l.level === "fatal")
@@ -41,7 +44,7 @@ describe("one coordinator per embedded data directory", () => {
       ])
       // The first one is untouched: it serves, and still holds the lock.
       expect((await fetch(`${first.url}/readyz`)).status).toBe(200)
-      expect(readFileSync(lockFile, "utf8").trim()).toBe(String(first.process.pid))
+      expect(readFileSync(lockFile, "utf8").trim()).toBe(holder)
       first.process.kill("SIGTERM")
       expect(await first.exited).toBe(0)
       expect(existsSync(lockFile)).toBe(false)
@@ -60,7 +63,7 @@ describe("one coordinator per embedded data directory", () => {
     writeFileSync(lockFile, `${stalePid}\n`)
     const c = await startChild(env(dataDir), 180_000)
     try {
-      expect(readFileSync(lockFile, "utf8").trim()).toBe(String(c.process.pid))
+      expect(Pid.parse(readFileSync(lockFile, "utf8"))?.pid).toBe(c.process.pid)
       const lines = c
         .output()
         .split("\n")
@@ -81,13 +84,46 @@ describe("one coordinator per embedded data directory", () => {
 describe("DataDirLock.acquire", () => {
   const held = (dataDir: string) => Effect.runPromiseExit(Effect.scoped(DataDirLock.acquire(dataDir).pipe(Effect.andThen(Effect.sync(() => readFileSync(join(dataDir, "coordinator.lock"), "utf8").trim())))))
 
-  it("holds the directory with this pid while its scope lasts, and removes the lock after", async () => {
+  const me = Pid.format(Pid.self())
+
+  it("holds the directory with this process (pid, start, boot) while its scope lasts, and removes the lock after", async () => {
     const dataDir = freshDir()
-    expect(await held(dataDir)).toStrictEqual(Exit.succeed(String(process.pid)))
+    expect(await held(dataDir)).toStrictEqual(Exit.succeed(me))
+    expect(Pid.parse(me)?.pid).toBe(process.pid)
     expect(existsSync(join(dataDir, "coordinator.lock"))).toBe(false)
   })
 
-  it("refuses a directory a running process holds (pid 1 runs), naming it; the lock stays", async () => {
+  it("refuses a second hold of the directory within the same process while the first lasts", async () => {
+    const dataDir = freshDir()
+    const exit = await Effect.runPromiseExit(Effect.scoped(Effect.andThen(DataDirLock.acquire(dataDir), Effect.scoped(DataDirLock.acquire(dataDir)))))
+    expect(Exit.isFailure(exit) && JSON.stringify(exit.cause)).toContain(`"pid":${process.pid}`)
+    expect(existsSync(join(dataDir, "coordinator.lock"))).toBe(false)
+  })
+
+  it("takes over a lock naming this process's pid that this process does not hold (a container's coordinator restarted after a crash gets the pid it had), in the old form and the new", async () => {
+    const self = Pid.self()
+    for (const left of [`${process.pid}\n`, `${Pid.format({ ...self, startTicks: self.startTicks === undefined ? undefined : String(Number(self.startTicks) - 1) })}\n`]) {
+      const dataDir = freshDir()
+      writeFileSync(join(dataDir, "coordinator.lock"), left)
+      expect(await held(dataDir)).toStrictEqual(Exit.succeed(me))
+    }
+  })
+
+  it.runIf(process.platform === "linux")("judges a lock by its holder's start and boot: pid 1 as it runs holds the directory; pid 1 with another start or boot (the pid reused) does not", async () => {
+    const init: Pid.Owner = { pid: 1, startTicks: Pid.startTicksOf(1), bootId: Pid.bootId() }
+    const refused = freshDir()
+    writeFileSync(join(refused, "coordinator.lock"), `${Pid.format(init)}\n`)
+    const exit = await held(refused)
+    expect(Exit.isFailure(exit) && JSON.stringify(exit.cause)).toContain('"pid":1')
+    expect(readFileSync(join(refused, "coordinator.lock"), "utf8")).toBe(`${Pid.format(init)}\n`)
+    for (const reused of [{ ...init, startTicks: String(Number(init.startTicks) + 100) }, { ...init, bootId: "00000000-0000-4000-8000-000000000000" }]) {
+      const dataDir = freshDir()
+      writeFileSync(join(dataDir, "coordinator.lock"), `${Pid.format(reused)}\n`)
+      expect(await held(dataDir)).toStrictEqual(Exit.succeed(me))
+    }
+  })
+
+  it("refuses a directory a running process holds (pid 1 runs; a lock of before, the pid alone), naming it; the lock stays", async () => {
     const dataDir = freshDir()
     writeFileSync(join(dataDir, "coordinator.lock"), "1\n")
     const exit = await held(dataDir)
@@ -98,6 +134,6 @@ describe("DataDirLock.acquire", () => {
   it("takes over a lock naming no process (an empty or garbled file)", async () => {
     const dataDir = freshDir()
     writeFileSync(join(dataDir, "coordinator.lock"), "not a pid")
-    expect(await held(dataDir)).toStrictEqual(Exit.succeed(String(process.pid)))
+    expect(await held(dataDir)).toStrictEqual(Exit.succeed(me))
   })
 })

@@ -43,6 +43,7 @@
  * is of the session's last descent is judged after the fetch by the same tag check as a local
  * image (`Agent.ts`).
  */
+import { Pid } from "@engram/process"
 import { createHash } from "node:crypto"
 import { createReadStream, createWriteStream } from "node:fs"
 import { lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises"
@@ -348,21 +349,17 @@ export const fileStream = (images: ImageStore.ImageStore, sessionId: string, nam
 /** The name prefix of a fetch's staging directory, beside the sessions' directories (`~` is outside the id rule). */
 const stagingPrefix = "~fetch-"
 
-/** A fetch's staging directory name: the fetching process, when it began, the session. */
-const stagingName = (sessionId: string): string => `${stagingPrefix}${process.pid}-${Date.now()}-${encodeURIComponent(sessionId)}`
+/** This process as a staging name records it: its pid, and its start (clock ticks since boot) where `/proc` tells it. */
+const stagingOwner = ((me: Pid.Owner) => (me.startTicks === undefined ? String(me.pid) : `${me.pid}.${me.startTicks}`))(Pid.self())
+
+/** A fetch's staging directory name: the fetching process (`<pid>.<start>`), when it began, the session. */
+const stagingName = (sessionId: string): string => `${stagingPrefix}${stagingOwner}-${Date.now()}-${encodeURIComponent(sessionId)}`
+
+/** A staging directory name's parts: the owner (its start where recorded: a name of before has none), the session. */
+const stagingPattern = /^~fetch-(\d+)(?:\.(\d+))?-(\d+)-(.+)$/
 
 /** The staging directories this process is writing (a sweep never takes one of them). */
 const activeStaging = new Set<string>()
-
-/** Whether a process of `pid` runs on this machine (another user's answers EPERM: it runs). */
-const pidAlive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM"
-  }
-}
 
 /** The bytes of the regular files under `path` (a directory walked, symbolic links not followed); 0 when it cannot be read. */
 const bytesUnder = async (path: string): Promise<number> => {
@@ -384,11 +381,14 @@ export interface StaleStaging {
 }
 
 /**
- * Removes the stale fetch staging directories (`~fetch-<pid>-<ms>-<session>`) of the image store
- * rooted at `root`: those of a fetch that can no longer end, its process gone (an agent killed or
- * crashed mid-fetch leaves its partial image there; nothing else would ever remove it), or this
- * process's own that no fetch of it is writing. Never one an active fetch writes: this
- * process's are known, another live process's (another agent on the machine) are left to it.
+ * Removes the stale fetch staging directories (`~fetch-<pid>.<start>-<ms>-<session>`) of the
+ * image store rooted at `root`: those of a fetch that can no longer end, its process gone (an
+ * agent killed or crashed mid-fetch leaves its partial image there; nothing else would ever
+ * remove it), or this process's own that no fetch of it is writing. A process gone includes its
+ * pid now run by another (`Pid.runs`: a daemon after a reboot, an agent's container restarted
+ * with the pid it had); a name of before (`~fetch-<pid>-…`) is judged by its pid alone. Never one
+ * an active fetch writes: this process's are known, another live process's (another agent on
+ * the machine) are left to it.
  * `sessionId`: only that session's. Answers what it removed; best effort (one that cannot be
  * removed is left, and not named).
  */
@@ -397,12 +397,12 @@ export const sweepStaging = (root: string, sessionId?: string): Effect.Effect<re
     const names = await readdir(root).catch(() => [] as string[])
     const removed: StaleStaging[] = []
     for (const name of names.sort()) {
-      const m = /^~fetch-(\d+)-(\d+)-(.+)$/.exec(name)
+      const m = stagingPattern.exec(name)
       if (m === null) continue
-      if (sessionId !== undefined && m[3] !== encodeURIComponent(sessionId)) continue
+      if (sessionId !== undefined && m[4] !== encodeURIComponent(sessionId)) continue
       const path = join(root, name)
       const pid = Number(m[1])
-      if (activeStaging.has(path) || (pid !== process.pid && pidAlive(pid))) continue
+      if (activeStaging.has(path) || (pid !== process.pid && Pid.runs({ pid, startTicks: m[2] }))) continue
       const bytes = await bytesUnder(path)
       const gone = await rm(path, { recursive: true, force: true }).then(
         () => true,

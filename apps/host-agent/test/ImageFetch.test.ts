@@ -12,6 +12,7 @@ import { spawnSync } from "node:child_process"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
+import { Pid } from "@engram/process"
 import { ImageStore, SimRuntime } from "@engram/runtime"
 import { Clock, Effect, Exit, Logger, Scope } from "effect"
 import { TestClock } from "effect/testing"
@@ -406,14 +407,21 @@ describe("a fetch's staging left behind by a crash", () => {
         const other = leftStaging(mine.root, `~fetch-${deadPid()}-3-s2`, 100)
         // This process's own, no fetch of it writing it (the same pid after a restart in a container).
         const mineOld = leftStaging(mine.root, `~fetch-${process.pid}-4-s1`, 7)
+        // Named as fetches name them now, with their process's start (Linux's /proc): the live
+        // process as it runs keeps its own; the same pid with another start is a process that
+        // ended and whose pid another now runs (a reboot, a restarted container): removed.
+        const parentStart = Pid.startTicksOf(process.ppid)
+        assert.match(parentStart ?? "", /^\d+$/)
+        const liveNamed = leftStaging(mine.root, `~fetch-${process.ppid}.${parentStart}-5-s1`, 11)
+        const reused = leftStaging(mine.root, `~fetch-${process.ppid}.${Number(parentStart) + 1}-6-s1`, 33)
         const logged: unknown[] = []
         const capture = Logger.make<unknown, void>(({ message }) => void logged.push(message))
         assert.strictEqual((yield* fetchInto(mine, port).pipe(Effect.provide(Logger.layer([capture])))).files, 3)
-        assert.deepStrictEqual(readdirSync(mine.root).sort(), ["s1", live, other].sort())
-        assert.deepInclude(logged.flat(), { sessionId: "s1", removed: [dead, mineOld].sort(), bytes: 4096 + 7 })
-        // The start's sweep (every session): the dead one of s2 goes, the live one stays.
+        assert.deepStrictEqual(readdirSync(mine.root).sort(), ["s1", live, liveNamed, other].sort())
+        assert.deepInclude(logged.flat(), { sessionId: "s1", removed: [dead, mineOld, reused].sort(), bytes: 4096 + 7 + 33 })
+        // The start's sweep (every session): the dead one of s2 goes, the live ones stay.
         assert.deepStrictEqual(yield* ImageFetch.sweepStaging(mine.root), [{ name: other, bytes: 100 }])
-        assert.deepStrictEqual(readdirSync(mine.root).sort(), ["s1", live].sort())
+        assert.deepStrictEqual(readdirSync(mine.root).sort(), ["s1", live, liveNamed].sort())
       }),
     ))
 
