@@ -65,7 +65,6 @@ export const startIndex = (hostId: string, count: number): number => {
 
 /** The replica in use: its index in the list, and the move to the next. */
 export interface Sticky {
-  readonly current: Effect.Effect<number>
   /**
    * The replica in use, and `movedAway`: done, with the index switched to, once the agent leaves
    * it (any call found it unreachable). A call still open on a replica left (a long-poll above
@@ -89,7 +88,6 @@ type Move = { readonly to: number; readonly left: Deferred.Deferred<number> }
 /** A sticky choice among `count` replicas, starting with replica `start`. */
 export const makeSticky = (count: number, start = 0): Effect.Effect<Sticky> =>
   Effect.map(Ref.make<InUse>({ index: start, moved: Deferred.makeUnsafe<number>() }), (ref) => ({
-    current: Effect.map(Ref.get(ref), (now) => now.index),
     use: Effect.map(Ref.get(ref), (now) => ({ index: now.index, movedAway: Deferred.await(now.moved) })),
     leave: (index) =>
       Effect.gen(function* () {

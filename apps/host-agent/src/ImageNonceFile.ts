@@ -66,7 +66,7 @@ const read = async (path: string): Promise<NonceFile["nonces"] | "missing" | "un
   }
 }
 
-/** Writes `nonces` whole: a temporary synced, then renamed over the file. */
+/** Writes `nonces` whole: a temporary synced, renamed over the file, and the rename synced (the directory). */
 const write = async (path: string, nonces: readonly (readonly [string, number])[]): Promise<void> => {
   // The operator's image directory is created on first use (a descent's, or this).
   await mkdir(dirname(path), { recursive: true, mode: 0o700 })
@@ -79,6 +79,14 @@ const write = async (path: string, nonces: readonly (readonly [string, number])[
     await fh.close()
   }
   await rename(tmp, path)
+  // The rename is the directory's change: synced too, or a crash soon after may find the file of
+  // before, without the nonce just taken, and a bearer used once could be used again.
+  const dir = await open(dirname(path), "r")
+  try {
+    await dir.sync()
+  } finally {
+    await dir.close()
+  }
 }
 
 /**
