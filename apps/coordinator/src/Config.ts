@@ -12,6 +12,7 @@
 import { Env } from "@engram/process"
 import { Downtime, Limits, MakeRoom, Reclaim } from "@engram/core"
 import { checkLeaseTimes, defaultLeaseTimes, Validate } from "@engram/store"
+import { StorePg } from "@engram/store-pg"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
 import { isAbsolute, resolve } from "node:path"
@@ -210,8 +211,8 @@ export const secretVariables: ReadonlySet<string> = new Set(["ENGRAM_ADMIN_TOKEN
 /** The default bound on a store call: 15 s (well above a store call under load; a database that is away answers 503 past it). */
 export const defaultStoreTimeoutMs = 15_000
 
-/** The connections of a replica's store pool by default (`ENGRAM_STORE_POOL_SIZE`). */
-export const defaultStorePoolSize = 10
+/** The connections of a replica's store pool by default (`ENGRAM_STORE_POOL_SIZE`): the store's own default. */
+export const defaultStorePoolSize = StorePg.defaultPoolSize
 
 /**
  * The PostgreSQL connections one coordinator replica holds at most: its store pool

@@ -33,6 +33,9 @@ import * as Prune from "./Prune.js"
 import * as Queue from "./Queue.js"
 import * as Sessions from "./Sessions.js"
 
+/** The connections of a store's pool on a PostgreSQL URL by default (`PgOptions.poolSize`): 10. */
+export const defaultPoolSize = PostgresJs.defaultPoolSize
+
 /** Options of a store on a PostgreSQL URL. */
 export interface PgOptions extends PostgresJs.ConnectOptions {
   /** Decision limits (default `Limits.defaults`). */
