@@ -1,20 +1,27 @@
 /**
  * One writer per embedded store (SPEC §12): a coordinator on PGlite holds a lock file in its
- * data directory (`coordinator.lock`: the holder's pid, its start and its boot, `Pid.format`) for
- * as long as it runs. The file is created atomically, its owner already in it (a link of a file
- * of our own: it fails if the lock exists); a second coordinator on the same directory finds it
- * and refuses to start, naming the holder's pid. A lock whose holder no longer runs (killed) is
- * stale: it is taken over, and that is logged. A holder runs only while its pid runs with the
- * same start in the same boot (`Pid.runs`): a container restarted after a crash gives the new
- * coordinator the pid the old one had, and after a reboot another process may have it; either
- * would otherwise keep the directory locked for good. A lock naming only a pid (written by a
- * coordinator before this one) is judged by the pid alone, except our own pid, which no other
- * running process can have. The lock is removed when the coordinator stops.
+ * data directory (`coordinator.lock`: the holder's pid, start, boot and PID namespace,
+ * `Pid.format`) for as long as it runs, and touches it every `refreshMs`. The file is created
+ * atomically, its owner already in it (a link of a file of our own: it fails if the lock
+ * exists); a second coordinator on the same directory finds it and refuses to start, naming the
+ * holder's pid. A lock whose holder no longer runs (killed) is stale: it is taken over, and that
+ * is logged. The lock is removed when the coordinator stops.
+ *
+ * Whether the holder runs (`Pid.judge`): in this PID namespace, while its pid runs with the same
+ * start in the same boot (a frozen holder runs); a pid alone is reused, so a lock naming this
+ * coordinator's own pid, or a pid another process has since, is stale. A holder in another PID
+ * namespace (another container on the same volume, or this container's crashed predecessor:
+ * a restarted container has a namespace of its own, and its coordinator the pid the old one had)
+ * cannot be seen from here: it runs while it touches the file, so its lock is taken over once
+ * untouched for `staleAfterMs`, and a coordinator finding it touched waits that long before
+ * refusing. A lock naming only a pid (written by a coordinator before this one) is judged by the
+ * pid alone, in this namespace, except this coordinator's own pid, which no other process here
+ * can have.
  */
 import { Pid } from "@engram/process"
-import { Data, Effect } from "effect"
+import { Clock, Data, Effect } from "effect"
 import type { Scope } from "effect"
-import { linkSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
+import { linkSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 
 /** The lock file's name inside the data directory. */
@@ -31,6 +38,12 @@ export class DataDirLocked extends Data.TaggedError("DataDirLocked")<{
   }
 }
 
+/** How often a holder touches its lock file (ms). */
+export const refreshMs = 2_000
+
+/** A lock whose holder cannot be seen from here (another PID namespace) is stale once untouched this long (ms). */
+export const staleAfterMs = 10_000
+
 /** The lock files this process holds (a second hold of one in the same process is refused too). */
 const held = new Set<string>()
 
@@ -43,8 +56,25 @@ const holderOf = (file: string): Pid.Owner | null => {
   }
 }
 
-/** Whether the owner of lock `file` still holds it: this process if it does hold it, another while it runs. */
-const holds = (file: string, owner: Pid.Owner): boolean => (owner.pid === process.pid ? held.has(file) : Pid.runs(owner))
+/** When lock `file` was last touched (epoch ms), or undefined when it is gone. */
+const touchedAt = (file: string): number | undefined => {
+  try {
+    return statSync(file).mtimeMs
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * Whether `owner`, named by lock `file`, still holds it at `nowMs`: this process if it does hold
+ * it; another of this PID namespace while it runs; one of another namespace while it touches
+ * the file (last `touched`).
+ */
+const holds = (file: string, owner: Pid.Owner, nowMs: number, touched = touchedAt(file)): boolean => {
+  const seen = Pid.judge(owner)
+  if (seen === "unseen") return nowMs - (touched ?? -Infinity) < staleAfterMs
+  return owner.pid === process.pid ? held.has(file) : seen === "runs"
+}
 
 /** Whether two lock records name the same owner. */
 const same = (a: Pid.Owner | null, b: Pid.Owner | null): boolean => (a === null ? b === null : b !== null && Pid.format(a) === Pid.format(b))
@@ -74,7 +104,7 @@ const create = (file: string): boolean => {
  * just created; it sees a live pid in what it moved and puts it back (a link, which fails if
  * a lock exists again), so exactly one of them ends up holding the directory.
  */
-const moveAside = (file: string, stale: Pid.Owner | null): boolean => {
+const moveAside = (file: string, stale: Pid.Owner | null, nowMs: number): boolean => {
   const aside = `${file}.stale-${process.pid}`
   try {
     renameSync(file, aside)
@@ -83,7 +113,7 @@ const moveAside = (file: string, stale: Pid.Owner | null): boolean => {
     throw e
   }
   const moved = holderOf(aside)
-  const movedStale = moved === null || same(moved, stale) || !holds(file, moved)
+  const movedStale = moved === null || same(moved, stale) || !holds(file, moved, nowMs, touchedAt(aside))
   if (!movedStale) {
     try {
       linkSync(aside, file)
@@ -96,26 +126,43 @@ const moveAside = (file: string, stale: Pid.Owner | null): boolean => {
 }
 
 /**
- * Takes the lock on `dataDir` for the scope: fails `DataDirLocked` while a running process
- * holds it; takes over a stale one (its holder does not run) with a warning; removes it when the
+ * Takes the lock on `dataDir` for the scope, touched every `refreshMs` while it lasts: fails
+ * `DataDirLocked` while a running process holds it (one of another PID namespace: still touching
+ * it after `staleAfterMs` of waiting); takes over a stale one with a warning; removes it when the
  * scope closes (if it is still ours).
  */
 export const acquire = (dataDir: string): Effect.Effect<void, DataDirLocked, Scope.Scope> => {
   const file = join(dataDir, lockFileName)
   return Effect.acquireRelease(
     Effect.gen(function* () {
-      for (let attempt = 0; ; attempt++) {
+      const startMs = yield* Clock.currentTimeMillis
+      let waitSaid = false
+      for (let attempt = 0; ; ) {
         if (create(file)) {
           held.add(file)
           return
         }
+        const nowMs = yield* Clock.currentTimeMillis
         const owner = holderOf(file)
         const pid = owner?.pid ?? null
-        if (owner !== null && holds(file, owner)) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: owner.pid })
+        if (owner !== null && holds(file, owner, nowMs)) {
+          // One we cannot see (another PID namespace) and touched lately: a crashed predecessor's
+          // lock goes stale within staleAfterMs of its last touch, a live holder's never.
+          if (Pid.judge(owner) !== "unseen" || nowMs - startMs > staleAfterMs + refreshMs) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: owner.pid })
+          if (!waitSaid) {
+            waitSaid = true
+            yield* Effect.logWarning(
+              `the lock on the data directory names a coordinator of another PID namespace (pid ${owner.pid} there) that touched it lately: waiting up to ${staleAfterMs / 1000} s for it to go stale (a crashed predecessor's does; a running one's does not, and then this one exits)`,
+              { lockFile: file, holderPid: owner.pid },
+            )
+          }
+          yield* Effect.sleep(refreshMs)
+          continue
+        }
         // A holder that no longer runs (or a file that names none): move it aside and create
         // ours; a takeover racing ours may win, and we see its owner next round.
-        if (attempt >= 3) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: pid ?? 0 })
-        if (moveAside(file, owner))
+        if (++attempt > 3) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: pid ?? 0 })
+        if (moveAside(file, owner, nowMs))
           yield* Effect.logWarning(
             pid === null
               ? `taking over the lock file ${file}: it names no process`
@@ -129,5 +176,23 @@ export const acquire = (dataDir: string): Effect.Effect<void, DataDirLocked, Sco
         held.delete(file)
         if (same(holderOf(file), Pid.self())) rmSync(file, { force: true })
       }),
-  )
+  ).pipe(Effect.andThen(Effect.forkScoped(refresh(file))), Effect.asVoid)
 }
+
+/** Touches lock `file` every `refreshMs` while it names this process (so one that cannot see us knows we run). */
+const refresh = (file: string): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    const me = Pid.self()
+    for (;;) {
+      yield* Effect.sleep(refreshMs)
+      const nowS = (yield* Clock.currentTimeMillis) / 1000
+      yield* Effect.sync(() => {
+        try {
+          if (same(holderOf(file), me)) utimesSync(file, nowS, nowS)
+        } catch {
+          // Gone or unwritable: the next touch tries again; a holder that cannot touch its lock
+          // looks stale only to a coordinator of another PID namespace.
+        }
+      })
+    }
+  })

@@ -1,13 +1,15 @@
 // One writer per embedded store (SPEC §12), with real processes: a second
 // coordinator on the same ENGRAM_DATA_DIR exits 1 with one line naming the holder's pid; a
 // lock left by a process that no longer runs is taken over (and said); a clean stop removes it.
-import { spawnSync } from "node:child_process"
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { spawn, spawnSync } from "node:child_process"
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DataDirLock } from "@engram/coordinator"
 import { Pid } from "@engram/process"
-import { Effect, Exit } from "effect"
+import { it as effectIt } from "@effect/vitest"
+import { Effect, Exit, Fiber } from "effect"
+import { TestClock } from "effect/testing"
 import { afterAll, describe, expect, it } from "vitest"
 import { runToEnd, startChild } from "./support/child.js"
 
@@ -24,6 +26,38 @@ afterAll(() => {
 const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("ENGRAM_")))
 const env = (dataDir: string) => ({ ...clean, ENGRAM_LOG_FORMAT: "json", ENGRAM_DATA_DIR: dataDir, ENGRAM_ADMIN_TOKEN: "lock-test-admin-token-0123" })
 
+/**
+ * Whether this machine lets us start a process in a PID namespace of its own (`unshare`, as root
+ * or with user namespaces): there it is pid 1, as a coordinator in a container is.
+ */
+const canUnshare = spawnSync("unshare", ["--fork", "--pid", "--mount-proc", "--kill-child", "true"]).status === 0
+
+/** A coordinator on `dataDir` as pid 1 of a PID namespace of its own (a container's first process), started; its log so far read by `output`. */
+const startAsPidOne = (dataDir: string) => {
+  const child = spawn("unshare", ["--fork", "--pid", "--mount-proc", "--kill-child", process.execPath, "--import", "tsx", "--conditions=@engram/source", "src/main.ts"], {
+    cwd: join(import.meta.dirname, ".."),
+    env: { ...env(dataDir), ENGRAM_PORT: "0" },
+    stdio: ["ignore", "pipe", "pipe"],
+  })
+  let out = ""
+  child.stdout.on("data", (b: Buffer) => (out += b.toString()))
+  child.stderr.on("data", (b: Buffer) => (out += b.toString()))
+  const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)))
+  return { child, output: () => out, exited }
+}
+
+/** Waits until `output` says the coordinator listens, or fails with what it said when it ends first or within 3 minutes. */
+const listening = async (c: ReturnType<typeof startAsPidOne>): Promise<void> => {
+  let ended = false
+  void c.exited.then(() => (ended = true))
+  for (const until = Date.now() + 180_000; Date.now() < until; ) {
+    if (/listening on http:/.test(c.output())) return
+    if (ended) throw new Error(`the coordinator ended before listening:\n${c.output()}`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  throw new Error(`the coordinator did not listen within 3 minutes:\n${c.output()}`)
+}
+
 /** Runs a coordinator on `dataDir` to its end. */
 const runOn = (dataDir: string) => runToEnd({ ...env(dataDir), ENGRAM_PORT: "0" })
 
@@ -33,8 +67,8 @@ describe("one coordinator per embedded data directory", () => {
     const first = await startChild(env(dataDir), 180_000)
     try {
       const lockFile = join(dataDir, "coordinator.lock")
-      // The holder as it runs: its pid, its start and this boot.
-      const holder = Pid.format({ pid: first.process.pid!, startTicks: Pid.startTicksOf(first.process.pid!), bootId: Pid.bootId() })
+      // The holder as it runs: its pid, its start, this boot and this PID namespace.
+      const holder = Pid.format({ pid: first.process.pid!, startTicks: Pid.startTicksOf(first.process.pid!), bootId: Pid.bootId(), pidNs: Pid.pidNamespace() })
       expect(readFileSync(lockFile, "utf8").trim()).toBe(holder)
       const second = await runOn(dataDir)
       expect(second.code).toBe(1)
@@ -79,6 +113,42 @@ describe("one coordinator per embedded data directory", () => {
     }
     expect(existsSync(lockFile)).toBe(false)
   }, 300_000)
+})
+
+describe("a coordinator restarted in a container after a crash (the pid it had: 1)", () => {
+  // Needs a PID namespace of its own (unshare as root, as CI runs, or user namespaces): without
+  // one no process here can be given the pid a crashed one had, which is the case under test.
+  it.skipIf(!canUnshare)("takes over the lock its crashed predecessor left, though that lock names its own pid (within staleAfterMs of its last touch), and says so", async () => {
+    const dataDir = freshDir()
+    const lockFile = join(dataDir, "coordinator.lock")
+    const first = startAsPidOne(dataDir)
+    try {
+      await listening(first)
+      expect(Pid.parse(readFileSync(lockFile, "utf8"))?.pid).toBe(1)
+    } finally {
+      // The crash: SIGKILL (unshare's --kill-child passes it on), nothing removes the lock.
+      first.child.kill("SIGKILL")
+      await first.exited
+    }
+    expect(Pid.parse(readFileSync(lockFile, "utf8"))?.pid).toBe(1)
+    const second = startAsPidOne(dataDir)
+    try {
+      await listening(second)
+      const lines = second
+        .output()
+        .split("\n")
+        .filter((l) => l.startsWith("{"))
+        .map((l) => JSON.parse(l) as { level: string; msg: string })
+      expect(lines.filter((l) => l.msg.includes("stale lock")).map((l) => [l.level, l.msg])).toEqual([
+        ["warn", "taking over a stale lock on the data directory: its holder (pid 1) no longer runs"],
+      ])
+      expect(Pid.parse(readFileSync(lockFile, "utf8"))?.pid).toBe(1)
+    } finally {
+      // unshare does not pass SIGTERM on: SIGKILL (the lock is left, as by a crash).
+      second.child.kill("SIGKILL")
+      await second.exited
+    }
+  }, 400_000)
 })
 
 describe("DataDirLock.acquire", () => {
@@ -135,5 +205,64 @@ describe("DataDirLock.acquire", () => {
     const dataDir = freshDir()
     writeFileSync(join(dataDir, "coordinator.lock"), "not a pid")
     expect(await held(dataDir)).toStrictEqual(Exit.succeed(me))
+  })
+  describe.runIf(process.platform === "linux")("a holder in another PID namespace (Linux: /proc tells namespaces), judged by its touches of the lock", () => {
+    /** A lock of a coordinator in another PID namespace of this boot (another container on the volume), as it writes it. */
+    const otherNamespace = (dataDir: string) => {
+      const me = Pid.self()
+      const file = join(dataDir, "coordinator.lock")
+      writeFileSync(file, `${Pid.format({ ...me, pid: me.pid === 7 ? 8 : 7, pidNs: String(Number(me.pidNs) + 1) })}\n`)
+      return file
+    }
+    /** Sets the lock's last touch to the test clock's time less `agoMs`. */
+    const touch = (file: string, agoMs = 0) =>
+      Effect.flatMap(Effect.clockWith((c) => c.currentTimeMillis), (nowMs) => Effect.sync(() => utimesSync(file, (nowMs - agoMs) / 1000, (nowMs - agoMs) / 1000)))
+    /** The test clock's time moved on in steps of the holder's refresh, `each` run after each. */
+    const steps = (n: number, each: Effect.Effect<void> = Effect.void) => Effect.repeat(Effect.andThen(TestClock.adjust(DataDirLock.refreshMs), each), { times: n - 1 })
+
+    effectIt.effect("one that keeps touching it holds the directory: this one waits staleAfterMs (and a refresh), then refuses naming its pid; the lock stays", () =>
+      Effect.gen(function* () {
+        yield* TestClock.setTime(Date.now())
+        const dataDir = freshDir()
+        const file = otherNamespace(dataDir)
+        const written = readFileSync(file, "utf8")
+        yield* touch(file)
+        const taking = yield* Effect.forkChild(Effect.exit(Effect.scoped(DataDirLock.acquire(dataDir))))
+        yield* steps((DataDirLock.staleAfterMs + 2 * DataDirLock.refreshMs) / DataDirLock.refreshMs, touch(file))
+        const exit = yield* Fiber.join(taking)
+        expect(Exit.isFailure(exit) && JSON.stringify(exit.cause)).toContain(`"pid":${Pid.parse(written)!.pid}`)
+        expect(readFileSync(file, "utf8")).toBe(written)
+      }))
+
+    effectIt.effect("one that stopped touching it (a restarted container's crashed predecessor): taken over once untouched for staleAfterMs, at once if it already is", () =>
+      Effect.gen(function* () {
+        yield* TestClock.setTime(Date.now())
+        const waited = freshDir()
+        yield* touch(otherNamespace(waited))
+        const taking = yield* Effect.forkChild(Effect.exit(Effect.scoped(DataDirLock.acquire(waited).pipe(Effect.andThen(Effect.sync(() => readFileSync(join(waited, "coordinator.lock"), "utf8").trim()))))))
+        yield* steps(DataDirLock.staleAfterMs / DataDirLock.refreshMs - 1)
+        expect(taking.pollUnsafe()).toBeUndefined()
+        yield* steps(2)
+        expect(yield* Fiber.join(taking)).toStrictEqual(Exit.succeed(me))
+        const old = freshDir()
+        yield* touch(otherNamespace(old), DataDirLock.staleAfterMs)
+        expect(yield* Effect.exit(Effect.scoped(DataDirLock.acquire(old).pipe(Effect.andThen(Effect.sync(() => readFileSync(join(old, "coordinator.lock"), "utf8").trim())))))).toStrictEqual(Exit.succeed(me))
+      }))
+
+    effectIt.effect("a holder touches its lock every refreshMs", () =>
+      Effect.gen(function* () {
+        const startMs = Date.now()
+        yield* TestClock.setTime(startMs)
+        const dataDir = freshDir()
+        const file = join(dataDir, "coordinator.lock")
+        yield* Effect.scoped(
+          Effect.gen(function* () {
+            yield* DataDirLock.acquire(dataDir)
+            yield* touch(file, 60_000)
+            yield* TestClock.adjust(DataDirLock.refreshMs)
+            expect(Math.abs(statSync(file).mtimeMs - (startMs + DataDirLock.refreshMs))).toBeLessThan(1_000)
+          }),
+        )
+      }))
   })
 })

@@ -15,10 +15,18 @@ describe("Pid: a recorded owner and a reused pid", () => {
     if (!onLinux) return
     expect(me.startTicks).toMatch(/^\d+$/)
     expect(me.bootId).toMatch(/^[0-9a-f-]{36}$/)
+    expect(me.pidNs).toMatch(/^\d+$/)
+    expect(Pid.judge(me)).toBe("runs")
+    // A process of another PID namespace (another container): no pid here names it.
+    const elsewhere = { ...me, pidNs: String(Number(me.pidNs) + 1) }
+    expect(Pid.judge(elsewhere)).toBe("unseen")
+    expect(Pid.runs(elsewhere)).toBe(true)
     // The pid reused by a process that started at another time (a restarted container's first
     // process, a daemon after a reboot): not the owner.
     expect(Pid.runs({ ...me, startTicks: String(Number(me.startTicks) + 1) })).toBe(false)
     expect(Pid.runs({ ...me, bootId: "00000000-0000-0000-0000-000000000000" })).toBe(false)
+    // Another boot: every process of it has ended, whatever its namespace.
+    expect(Pid.judge({ ...elsewhere, bootId: "00000000-0000-0000-0000-000000000000" })).toBe("gone")
   })
 
   it("a process that ended does not run, and a live one's start is its own, not ours", async () => {
@@ -34,12 +42,13 @@ describe("Pid: a recorded owner and a reused pid", () => {
   })
 
   it("format and parse: one line, read back; a lone pid (the form of before) too; anything else is no owner", () => {
-    const full: Pid.Owner = { pid: 4242, startTicks: "123456", bootId: "3c1f7e2a-9b0d-4c1e-8f2a-0123456789ab" }
-    expect(Pid.format(full)).toBe("4242 123456 3c1f7e2a-9b0d-4c1e-8f2a-0123456789ab")
+    const full: Pid.Owner = { pid: 4242, startTicks: "123456", bootId: "3c1f7e2a-9b0d-4c1e-8f2a-0123456789ab", pidNs: "4026531836" }
+    expect(Pid.format(full)).toBe("4242 123456 3c1f7e2a-9b0d-4c1e-8f2a-0123456789ab 4026531836")
     expect(Pid.parse(Pid.format(full))).toEqual(full)
     expect(Pid.parse(`${Pid.format(full)}\n`)).toEqual(full)
-    expect(Pid.parse("4242\n")).toEqual({ pid: 4242, startTicks: undefined, bootId: undefined })
+    expect(Pid.parse("4242 123456 3c1f7e2a-9b0d-4c1e-8f2a-0123456789ab")).toEqual({ ...full, pidNs: undefined })
+    expect(Pid.parse("4242\n")).toEqual({ pid: 4242, startTicks: undefined, bootId: undefined, pidNs: undefined })
     expect(Pid.format({ pid: 7 })).toBe("7")
-    for (const bad of ["", "0", "-3", "12x", "12 ab", "1.5", "4242 123 NOT-A-BOOT-ID"]) expect(Pid.parse(bad)).toBeUndefined()
+    for (const bad of ["", "0", "-3", "12x", "12 ab", "1.5", "4242 123 NOT-A-BOOT-ID", "4242 123 3c1f7e2a-9b0d-4c1e-8f2a-0123456789ab ns"]) expect(Pid.parse(bad)).toBeUndefined()
   })
 })
