@@ -68,6 +68,14 @@ const load = (h: VmHost, vm: Vm, op: string, from: string, ignoreShared: boolean
     }),
   )
 
+/** Writes `text` to `path` whole and synced: a temporary synced, then renamed over it. */
+const writeDurably = async (path: string, text: string): Promise<void> => {
+  const part = `${path}.part`
+  await writeFile(part, text)
+  await RamFile.syncPath(part)
+  await rename(part, path)
+}
+
 const attempt = <A>(op: string, vmId: string, what: string, f: () => Promise<A>) =>
   Effect.tryPromise({ try: f, catch: (e) => err(op, vmId, `${what}: ${String(e)}`) })
 
@@ -99,9 +107,17 @@ export const descend = (h: VmHost, vm: Vm, path: string, bandwidthBytesPerSec: n
     }
     const t2 = yield* nowMs
     const side: ImageMachine = { engram: "qemu-image/v1", spec: vm.spec, machine: vm.record.machine, method: why === null ? "mapped" : "stream", ...(why === null ? { ram: "ram" } : {}) }
+    // Durable before QEMU ends and the descent is answered (then the coordinator counts the
+    // image as the guest's only copy): the saved state and the side file synced, then renamed
+    // into place, then the directories that gained (the image's) or lost (the VM's: a RAM file
+    // renamed out of it) an entry, or a crash of the host could bring back an empty image or the
+    // RAM file in the VM's directory, where recovery removes it.
     const bytes = yield* attempt("descend", vmId, "image write failed", async () => {
-      await writeFile(join(dirname(path), "machine.json"), JSON.stringify(side, null, 2))
+      await writeDurably(join(dirname(path), "machine.json"), JSON.stringify(side, null, 2))
+      await RamFile.syncPath(part)
       await rename(part, path)
+      await RamFile.syncPath(dirname(path))
+      if (placed === "renamed" && ram?.kind === "file") await RamFile.syncPath(dirname(ram.path))
       return (await stat(path)).size
     }).pipe(Effect.tapError(() => (placed === "renamed" && ram?.kind === "file" ? RamFile.putBack(imageRam, ram.path) : Effect.void).pipe(Effect.andThen(giveBack))))
     yield* h.finish(vm)
