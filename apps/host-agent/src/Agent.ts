@@ -349,6 +349,16 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             // other than the one that wrote the image (placement prefers the image's host only
             // while it has room), and the coordinator has no call to hear that a restore failed.
             const imageMissing = s.state === "pending" && ranBefore(s)
+            // The coordinator has it running or parked here, and no VM is: its QEMU ended while
+            // the agent was away (a reboot, a restart that took the guests with it) or by itself.
+            const vanished = s.state !== "pending"
+            if (vanished) {
+              yield* Effect.logError("session's guest is gone from this host (its VM ended while the agent was away, or by itself); booting a fresh guest in its place: its memory is lost", {
+                hostId: me,
+                sessionId: s.id,
+                state: s.state,
+              })
+            }
             if (imageMissing) {
               yield* Effect.logError("resumed session's descent image is not on this host; booting a fresh guest in its place: its memory is not restored", {
                 hostId: me,
@@ -357,7 +367,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
               })
             }
             const started = yield* startNew(s, spec)
-            yield* log("started", { sessionId: s.id, state: s.state, ...(imageMissing ? { imageMissing } : {}), ...launchFields(started.launch) })
+            yield* log("started", { sessionId: s.id, state: s.state, ...(imageMissing ? { imageMissing } : {}), ...(vanished ? { vanished } : {}), ...launchFields(started.launch) })
           }
           yield* residents.put({ ...spec, status: "running", reservationId: s.reservationId ?? null, moveId: null })
         } else if (vm.status === "paused") {

@@ -194,6 +194,12 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     // agent); keep the file's reservations and moves for what is.
     const alive = yield* runtime.recover(initial?.vms ?? [])
     const known = new Map((initial?.vms ?? []).map((v) => [v.vmId, v]))
+    const lost = (initial?.vms ?? []).filter((v) => !alive.some((a) => a.vmId === v.vmId)).map((v) => v.vmId)
+    if (lost.length > 0)
+      yield* Effect.logError("VMs this agent ran did not survive its absence (a reboot, or their processes ended with the agent): their guests' memory is lost; a session the coordinator still has here boots fresh", {
+        hostId: o.hostId,
+        lost,
+      })
     const state: LocalState.StateFile = {
       ...(initial ?? LocalState.empty(o.hostId)),
       vms: alive.map((v) => ({

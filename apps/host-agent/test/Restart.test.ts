@@ -3,15 +3,16 @@ import { createServer, type Server } from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Scope, Exit } from "effect"
+import { SimRuntime } from "@engram/runtime"
+import { Effect, Scope, Exit, Logger } from "effect"
 import { startHostAgent } from "../src/Host.js"
 import { moveToken } from "../src/MoveToken.js"
 import { makeFakeCoordinator, type FakeCoordinator } from "./support/FakeCoordinator.js"
 
 const measure = () => Effect.succeed({ totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 })
 
-/** Starts an agent in its own scope (closing it is the agent stopping). */
-const start = (coordinator: FakeCoordinator, stateFile: string, hostId = "h") =>
+/** Starts an agent in its own scope (closing it is the agent stopping); `runtime`: its VM runtime (a simulated one by default). */
+const start = (coordinator: FakeCoordinator, stateFile: string, hostId = "h", runtime?: Parameters<typeof startHostAgent>[0]["runtime"]) =>
   Effect.gen(function* () {
     const scope = yield* Scope.make()
     const agent = yield* startHostAgent({
@@ -23,6 +24,7 @@ const start = (coordinator: FakeCoordinator, stateFile: string, hostId = "h") =>
       measure,
       sim: { startMs: 5 },
       config: { retryDelayMs: 20, pollWaitMs: 0 },
+      ...(runtime === undefined ? {} : { runtime }),
     }).pipe(Scope.provide(scope))
     return { agent, stop: Scope.close(scope, Exit.void) }
   })
@@ -56,6 +58,38 @@ describe("a restarted agent reconciles what is resident with the coordinator", (
       assert.deepStrictEqual((yield* second.agent.residents.all).map((v) => [v.vmId, v.reservationId]), [["s1", "res-s1"]])
       const calls = (yield* coordinator.get).calls
       assert.deepStrictEqual(calls.filter((c) => c.startsWith("started")).sort(), ["started s1", "started s2"], "each acknowledged exactly once")
+      yield* second.stop
+    }))
+
+  it.live("VMs that did not survive the agent's absence are said as lost, and a session the coordinator has running or parked here boots fresh with an error naming it", () =>
+    Effect.gen(function* () {
+      const coordinator = yield* makeFakeCoordinator
+      const stateFile = join(mkdtempSync(join(tmpdir(), "engram-restart-lost-")), "state.json")
+      yield* coordinator.addSession("s1", "h", 512)
+      yield* coordinator.addSession("s2", "h", 256)
+      const first = yield* start(coordinator, stateFile)
+      yield* waitUntil("both running", Effect.map(coordinator.get, (s) => s.sessions.get("s1")?.state === "running" && s.sessions.get("s2")?.state === "running"))
+      yield* waitUntil("both persisted", Effect.map(first.agent.residents.all, (v) => v.length === 2))
+      yield* coordinator.setState("s2", "parked")
+      yield* waitUntil("s2 parked", Effect.map(first.agent.runtime.list, (vms) => vms.find((v) => v.vmId === "s2")?.status === "paused"))
+      yield* first.stop
+
+      // The host rebooted while the agent was down: its runtime finds none of its VMs.
+      const sim = yield* SimRuntime.make({ startMs: 5 })
+      const logged: unknown[] = []
+      const capture = Logger.make<unknown, void>(({ logLevel, message }) => void logged.push([logLevel, ...(Array.isArray(message) ? message : [message])]))
+      const second = yield* start(coordinator, stateFile, "h", { ...sim, recover: () => Effect.succeed([]) }).pipe(Effect.provide(Logger.layer([capture])))
+      yield* waitUntil("s1 running and s2 parked again", Effect.map(second.agent.runtime.list, (vms) => vms.find((v) => v.vmId === "s1")?.status === "running" && vms.find((v) => v.vmId === "s2")?.status === "paused"))
+      const errors = logged.filter((l) => (l as unknown[])[0] === "Error") as unknown[][]
+      assert.deepInclude(errors.map((l) => l[2]), { hostId: "h", lost: ["s1", "s2"] })
+      const gone = errors.filter((l) => String(l[1]).startsWith("session's guest is gone")).map((l) => l[2] as { sessionId: string })
+      assert.deepStrictEqual(
+        gone.sort((a, b) => a.sessionId.localeCompare(b.sessionId)),
+        [
+          { hostId: "h", sessionId: "s1", state: "running" },
+          { hostId: "h", sessionId: "s2", state: "parked" },
+        ],
+      )
       yield* second.stop
     }))
 
