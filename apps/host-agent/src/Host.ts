@@ -24,6 +24,7 @@ import * as PeerLink from "./PeerLink.js"
 import * as PeerServer from "./PeerServer.js"
 import { makeResidents, type Residents } from "./Residents.js"
 import * as RuntimeChoice from "./RuntimeChoice.js"
+import * as Supervision from "./Supervision.js"
 
 export { defaultAgentConfig } from "./Agent.js"
 
@@ -187,6 +188,8 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
         : yield* RuntimeChoice.makeSim(o.sim ?? {}, o.listen === undefined ? null : address))
     const runtimeInfo = yield* runtime.info
     yield* Effect.logInfo(`runtime: ${runtimeInfo.kind}, guests run under ${runtimeInfo.accelerator}: ${runtimeInfo.detail}`, { hostId: o.hostId })
+    // Real guests: said at once where stopping the agent would end them too.
+    if (runtimeInfo.kind === "qemu") for (const w of (yield* Supervision.check()).warnings) yield* Effect.logWarning(w.message, { hostId: o.hostId, ...w.fields })
 
     const loaded = o.stateFile === undefined ? ({ _tag: "Missing" } as const) : yield* LocalState.load(o.stateFile, o.hostId)
     const initial = loaded._tag === "Loaded" ? loaded.state : null
