@@ -82,7 +82,7 @@ describe("a restarted agent reconciles what is resident with the coordinator", (
       yield* waitUntil("s1 running and s2 parked again", Effect.map(second.agent.runtime.list, (vms) => vms.find((v) => v.vmId === "s1")?.status === "running" && vms.find((v) => v.vmId === "s2")?.status === "paused"))
       const errors = logged.filter((l) => (l as unknown[])[0] === "Error") as unknown[][]
       assert.deepInclude(errors.map((l) => l[2]), { hostId: "h", lost: ["s1", "s2"] })
-      const gone = errors.filter((l) => String(l[1]).startsWith("session's guest is gone")).map((l) => l[2] as { sessionId: string })
+      const gone = errors.filter((l) => String(l[1]).startsWith("session's guest is gone")).map((l) => l[2] as { readonly hostId: string; readonly sessionId: string; readonly state: string })
       assert.deepStrictEqual(
         gone.sort((a, b) => a.sessionId.localeCompare(b.sessionId)),
         [
