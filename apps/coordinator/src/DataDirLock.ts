@@ -12,6 +12,7 @@
  * coordinator's own pid, or a pid another process has since, is stale. A holder in another PID
  * namespace (another container on the same volume, or this container's crashed predecessor:
  * a restarted container has a namespace of its own, and its coordinator the pid the old one had)
+ * or of another boot id (another machine mounting the volume, or this one before a reboot)
  * cannot be seen from here: it runs while it touches the file, so its lock is taken over once
  * untouched for `staleAfterMs`, and a coordinator finding it touched waits that long before
  * refusing. A lock naming only a pid (written by a coordinator before this one) is judged by the
@@ -41,7 +42,7 @@ export class DataDirLocked extends Data.TaggedError("DataDirLocked")<{
 /** How often a holder touches its lock file (ms). */
 export const refreshMs = 2_000
 
-/** A lock whose holder cannot be seen from here (another PID namespace) is stale once untouched this long (ms). */
+/** A lock whose holder cannot be seen from here (another PID namespace, boot or machine) is stale once untouched this long (ms). */
 export const staleAfterMs = 10_000
 
 /** The lock files this process holds (a second hold of one in the same process is refused too). */
@@ -146,13 +147,13 @@ export const acquire = (dataDir: string): Effect.Effect<void, DataDirLocked, Sco
         const owner = holderOf(file)
         const pid = owner?.pid ?? null
         if (owner !== null && holds(file, owner, nowMs)) {
-          // One we cannot see (another PID namespace) and touched lately: a crashed predecessor's
+          // One we cannot see (another PID namespace, boot or machine) and touched lately: a crashed predecessor's
           // lock goes stale within staleAfterMs of its last touch, a live holder's never.
           if (Pid.judge(owner) !== "unseen" || nowMs - startMs > staleAfterMs + refreshMs) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: owner.pid })
           if (!waitSaid) {
             waitSaid = true
             yield* Effect.logWarning(
-              `the lock on the data directory names a coordinator of another PID namespace (pid ${owner.pid} there) that touched it lately: waiting up to ${staleAfterMs / 1000} s for it to go stale (a crashed predecessor's does; a running one's does not, and then this one exits)`,
+              `the lock on the data directory names a coordinator this one cannot see (another PID namespace, boot or machine; pid ${owner.pid} there) that touched it lately: waiting up to ${staleAfterMs / 1000} s for it to go stale (a crashed predecessor's does; a running one's does not, and then this one exits)`,
               { lockFile: file, holderPid: owner.pid },
             )
           }

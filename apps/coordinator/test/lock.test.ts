@@ -179,18 +179,23 @@ describe("DataDirLock.acquire", () => {
     }
   })
 
-  it.runIf(process.platform === "linux")("judges a lock by its holder's start and boot: pid 1 as it runs holds the directory; pid 1 with another start or boot (the pid reused) does not", async () => {
+  it.runIf(process.platform === "linux")("judges a lock by its holder's start and boot: pid 1 as it runs holds the directory; pid 1 with another start (the pid reused) does not, nor one of another boot untouched since", async () => {
     const init: Pid.Owner = { pid: 1, startTicks: Pid.startTicksOf(1), bootId: Pid.bootId() }
     const refused = freshDir()
     writeFileSync(join(refused, "coordinator.lock"), `${Pid.format(init)}\n`)
     const exit = await held(refused)
     expect(Exit.isFailure(exit) && JSON.stringify(exit.cause)).toContain('"pid":1')
     expect(readFileSync(join(refused, "coordinator.lock"), "utf8")).toBe(`${Pid.format(init)}\n`)
-    for (const reused of [{ ...init, startTicks: String(Number(init.startTicks) + 100) }, { ...init, bootId: "00000000-0000-4000-8000-000000000000" }]) {
-      const dataDir = freshDir()
-      writeFileSync(join(dataDir, "coordinator.lock"), `${Pid.format(reused)}\n`)
-      expect(await held(dataDir)).toStrictEqual(Exit.succeed(me))
-    }
+    const reused = freshDir()
+    writeFileSync(join(reused, "coordinator.lock"), `${Pid.format({ ...init, startTicks: String(Number(init.startTicks) + 100) })}\n`)
+    expect(await held(reused)).toStrictEqual(Exit.succeed(me))
+    // Written before this boot (a reboot takes longer than staleAfterMs): untouched since.
+    const rebooted = freshDir()
+    const file = join(rebooted, "coordinator.lock")
+    writeFileSync(file, `${Pid.format({ ...init, bootId: "00000000-0000-4000-8000-000000000000" })}\n`)
+    const before = (Date.now() - 60_000) / 1000
+    utimesSync(file, before, before)
+    expect(await held(rebooted)).toStrictEqual(Exit.succeed(me))
   })
 
   it("refuses a directory a running process holds (pid 1 runs; a lock of before, the pid alone), naming it; the lock stays", async () => {
@@ -206,12 +211,17 @@ describe("DataDirLock.acquire", () => {
     writeFileSync(join(dataDir, "coordinator.lock"), "not a pid")
     expect(await held(dataDir)).toStrictEqual(Exit.succeed(me))
   })
-  describe.runIf(process.platform === "linux")("a holder in another PID namespace (Linux: /proc tells namespaces), judged by its touches of the lock", () => {
-    /** A lock of a coordinator in another PID namespace of this boot (another container on the volume), as it writes it. */
-    const otherNamespace = (dataDir: string) => {
+  describe.runIf(process.platform === "linux")("a holder in another PID namespace or boot (Linux: /proc tells them), judged by its touches of the lock", () => {
+    /**
+     * A lock of a coordinator that no pid here names, as it writes it: of another PID namespace of
+     * this boot (another container on the volume), or of another boot id (another machine
+     * mounting the volume).
+     */
+    const otherNamespace = (dataDir: string, other: "pidNs" | "bootId" = "pidNs") => {
       const me = Pid.self()
       const file = join(dataDir, "coordinator.lock")
-      writeFileSync(file, `${Pid.format({ ...me, pid: me.pid === 7 ? 8 : 7, pidNs: String(Number(me.pidNs) + 1) })}\n`)
+      const elsewhere = other === "pidNs" ? { pidNs: String(Number(me.pidNs) + 1) } : { bootId: "00000000-0000-4000-8000-000000000000" }
+      writeFileSync(file, `${Pid.format({ ...me, pid: me.pid === 7 ? 8 : 7, ...elsewhere })}\n`)
       return file
     }
     /** Sets the lock's last touch to the test clock's time less `agoMs`. */
@@ -220,18 +230,20 @@ describe("DataDirLock.acquire", () => {
     /** The test clock's time moved on in steps of the holder's refresh, `each` run after each. */
     const steps = (n: number, each: Effect.Effect<void> = Effect.void) => Effect.repeat(Effect.andThen(TestClock.adjust(DataDirLock.refreshMs), each), { times: n - 1 })
 
-    effectIt.effect("one that keeps touching it holds the directory: this one waits staleAfterMs (and a refresh), then refuses naming its pid; the lock stays", () =>
+    effectIt.effect("one that keeps touching it holds the directory (another container, or another machine on a shared volume): this one waits staleAfterMs (and a refresh), then refuses naming its pid; the lock stays", () =>
       Effect.gen(function* () {
-        yield* TestClock.setTime(Date.now())
-        const dataDir = freshDir()
-        const file = otherNamespace(dataDir)
-        const written = readFileSync(file, "utf8")
-        yield* touch(file)
-        const taking = yield* Effect.forkChild(Effect.exit(Effect.scoped(DataDirLock.acquire(dataDir))))
-        yield* steps((DataDirLock.staleAfterMs + 2 * DataDirLock.refreshMs) / DataDirLock.refreshMs, touch(file))
-        const exit = yield* Fiber.join(taking)
-        expect(Exit.isFailure(exit) && JSON.stringify(exit.cause)).toContain(`"pid":${Pid.parse(written)!.pid}`)
-        expect(readFileSync(file, "utf8")).toBe(written)
+        for (const other of ["pidNs", "bootId"] as const) {
+          yield* TestClock.setTime(Date.now())
+          const dataDir = freshDir()
+          const file = otherNamespace(dataDir, other)
+          const written = readFileSync(file, "utf8")
+          yield* touch(file)
+          const taking = yield* Effect.forkChild(Effect.exit(Effect.scoped(DataDirLock.acquire(dataDir))))
+          yield* steps((DataDirLock.staleAfterMs + 2 * DataDirLock.refreshMs) / DataDirLock.refreshMs, touch(file))
+          const exit = yield* Fiber.join(taking)
+          expect(Exit.isFailure(exit) && JSON.stringify(exit.cause)).toContain(`"pid":${Pid.parse(written)!.pid}`)
+          expect(readFileSync(file, "utf8")).toBe(written)
+        }
       }))
 
     effectIt.effect("one that stopped touching it (a restarted container's crashed predecessor): taken over once untouched for staleAfterMs, at once if it already is", () =>

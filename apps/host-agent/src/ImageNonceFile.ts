@@ -21,9 +21,10 @@
  * costs a fetching host whose clock is behind this one's by d only the first d ms after such a
  * start. A nonce that cannot be written: the request is refused (503), not served unrecorded.
  */
-import { mkdir, open, readFile, rename, unlink } from "node:fs/promises"
+import { mkdir, readFile, unlink } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { Clock, Effect, Semaphore } from "effect"
+import * as Durable from "./Durable.js"
 import { type ImageBearer, imageBearerWindowMs, imageNonces } from "./MoveToken.js"
 
 /** What the image host answers a bearer whose HMAC holds: "predates" a start that lost the record; "unrecorded" its nonce not written. */
@@ -66,27 +67,13 @@ const read = async (path: string): Promise<NonceFile["nonces"] | "missing" | "un
   }
 }
 
-/** Writes `nonces` whole: a temporary synced, renamed over the file, and the rename synced (the directory). */
+/** Writes `nonces` whole, atomically and durably (`Durable.replace`). */
 const write = async (path: string, nonces: readonly (readonly [string, number])[]): Promise<void> => {
   // The operator's image directory is created on first use (a descent's, or this).
   await mkdir(dirname(path), { recursive: true, mode: 0o700 })
-  const tmp = `${path}.tmp-${process.pid}`
-  const fh = await open(tmp, "w", 0o600)
-  try {
-    await fh.writeFile(JSON.stringify({ version: 1, nonces: Object.fromEntries(nonces) } satisfies NonceFile))
-    await fh.sync()
-  } finally {
-    await fh.close()
-  }
-  await rename(tmp, path)
-  // The rename is the directory's change: synced too, or a crash soon after may find the file of
-  // before, without the nonce just taken, and a bearer used once could be used again.
-  const dir = await open(dirname(path), "r")
-  try {
-    await dir.sync()
-  } finally {
-    await dir.close()
-  }
+  // Synced with its directory, or a crash soon after may find the file of before, without the
+  // nonce just taken, and a bearer used once could be used again.
+  await Durable.replace(path, JSON.stringify({ version: 1, nonces: Object.fromEntries(nonces) } satisfies NonceFile), 0o600)
 }
 
 /**

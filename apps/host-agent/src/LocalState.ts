@@ -5,9 +5,10 @@
  * atomically (a temp file, fsync, rename); a file that does not parse is quarantined (renamed
  * aside and logged), never trusted: the coordinator's view rebuilds what matters.
  */
-import { open, readFile, rename } from "node:fs/promises"
+import { readFile, rename } from "node:fs/promises"
 import { Records } from "@engram/api"
 import { Effect, Schema } from "effect"
+import * as Durable from "./Durable.js"
 
 export const ResidentVm = Schema.Struct({
   vmId: Schema.String,
@@ -127,16 +128,6 @@ export const load = (path: string, hostId: string): Effect.Effect<Loaded> =>
     return { _tag: "Quarantined", movedTo, reason: reason ?? "unknown" } as const
   })
 
-/** Writes the state atomically: temp file in the same directory, fsync, rename over. */
+/** Writes the state atomically and durably (`Durable.replace`). */
 export const save = (path: string, state: StateFile): Effect.Effect<void> =>
-  Effect.tryPromise(async () => {
-    const tmp = `${path}.tmp-${process.pid}`
-    const fh = await open(tmp, "w")
-    try {
-      await fh.writeFile(JSON.stringify(state, null, 2))
-      await fh.sync()
-    } finally {
-      await fh.close()
-    }
-    await rename(tmp, path)
-  }).pipe(Effect.catch((e) => Effect.logError("state file write failed", { path, error: String(e) })))
+  Effect.tryPromise(() => Durable.replace(path, JSON.stringify(state, null, 2))).pipe(Effect.catch((e) => Effect.logError("state file write failed", { path, error: String(e) })))

@@ -6,8 +6,9 @@
  * (`/proc/sys/kernel/random/boot_id`) and its PID namespace (`/proc/self/ns/pid`: a pid means
  * something only in its namespace, and each container has its own), and a recorded owner runs
  * only while a process of that pid runs with the same start in the same boot. An owner in another
- * PID namespace cannot be seen from this one (`judge` says "unseen"): whoever needs to know must
- * learn it otherwise (the coordinator's lock: from the file's refreshes). Where `/proc` cannot
+ * PID namespace or boot (an earlier boot, or another machine sharing the file's volume) cannot be
+ * seen from this one (`judge` says "unseen"): whoever needs to know must learn it otherwise (the
+ * coordinator's lock: from the file's refreshes). Where `/proc` cannot
  * tell (not Linux, a hidden process), the pid alone decides, as before: a process of that pid runs.
  */
 import { readFileSync, readlinkSync } from "node:fs"
@@ -70,13 +71,15 @@ export const self = (): Owner => ({ pid: process.pid, startTicks: startTicksOf(p
 
 /**
  * What this process can tell of `owner`: "runs" (a process of its pid runs and, where both the
- * record and `/proc` tell them, with the same start, in the same boot), "gone", or "unseen": it
- * ran in another PID namespace of this boot, which no pid here names.
+ * record and `/proc` tell them, with the same start), "gone", or "unseen": it ran in another
+ * PID namespace, which no pid here names, or in another boot id: an earlier boot of this
+ * machine, or another machine (a file on a volume several machines mount), which no pid here
+ * names either.
  */
 export const judge = (owner: Owner): "runs" | "gone" | "unseen" => {
   if (owner.bootId !== undefined) {
     const now = bootId()
-    if (now !== undefined && now !== owner.bootId) return "gone"
+    if (now !== undefined && now !== owner.bootId) return "unseen"
   }
   if (owner.pidNs !== undefined) {
     const here = pidNamespace()

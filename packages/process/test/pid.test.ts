@@ -24,9 +24,10 @@ describe("Pid: a recorded owner and a reused pid", () => {
     // The pid reused by a process that started at another time (a restarted container's first
     // process, a daemon after a reboot): not the owner.
     expect(Pid.runs({ ...me, startTicks: String(Number(me.startTicks) + 1) })).toBe(false)
-    expect(Pid.runs({ ...me, bootId: "00000000-0000-0000-0000-000000000000" })).toBe(false)
-    // Another boot: every process of it has ended, whatever its namespace.
-    expect(Pid.judge({ ...elsewhere, bootId: "00000000-0000-0000-0000-000000000000" })).toBe("gone")
+    // Another boot id: an earlier boot, or another machine whose file this is (a shared
+    // volume): no pid here names it, whatever its pid and namespace.
+    expect(Pid.judge({ ...me, bootId: "00000000-0000-0000-0000-000000000000" })).toBe("unseen")
+    expect(Pid.judge({ ...elsewhere, bootId: "00000000-0000-0000-0000-000000000000" })).toBe("unseen")
   })
 
   it("a process that ended does not run, and a live one's start is its own, not ours", async () => {

@@ -205,12 +205,21 @@ export const alive = (pid: number): boolean => {
   }
 }
 
-/** Whether `pid` is alive and runs `binary`'s program (a reused pid is not our VM). */
-export const aliveAs = (pid: number, binary: string): boolean => {
+/**
+ * Whether `pid` is alive and is the QEMU of the VM whose pid file is `pidFile`: it runs
+ * `binary`'s program with a `-pidfile` in the same VM directory (the path's last two parts: the
+ * state directory may be named otherwise by a restarted agent, relative or through a link). A
+ * reused pid is not our VM, and neither is another VM's QEMU that got it (after a reboot, or a
+ * restarted agent's container, pids are handed out again in much the same order).
+ */
+export const aliveAs = (pid: number, binary: string, pidFile: string): boolean => {
   if (!alive(pid)) return false
   try {
-    const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[0] ?? ""
-    return cmd.endsWith(binary.split("/").at(-1) ?? binary)
+    const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")
+    if (!(argv[0] ?? "").endsWith(binary.split("/").at(-1) ?? binary)) return false
+    const at = argv.indexOf("-pidfile")
+    const tail = (path: string) => path.split("/").slice(-2).join("/")
+    return at >= 0 && tail(argv[at + 1] ?? "") === tail(pidFile)
   } catch {
     return false
   }

@@ -390,7 +390,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
           // Not adopted (its QMP did not answer): end the process its files name, if it is QEMU.
           const paths = P.pathsOf(config.stateDir, vmId)
           const pid = P.readPid(paths)
-          if (pid !== undefined && P.aliveAs(pid, binary)) yield* P.kill(pid, 5000)
+          if (pid !== undefined && P.aliveAs(pid, binary, paths.pidFile)) yield* P.kill(pid, 5000)
           yield* host.removeFiles(paths, (yield* P.readRecord(paths.record))?.ram)
         }),
       // A template's build is the runtime's own guest: it is no VM of the agent's (its RAM is measured all the same).
@@ -407,7 +407,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
             if (record === undefined || vms.has(record.spec.vmId)) continue
             const paths = P.pathsOf(config.stateDir, record.spec.vmId)
             const pid = P.readPid(paths)
-            if (pid === undefined || !P.aliveAs(pid, binary)) {
+            if (pid === undefined || !P.aliveAs(pid, binary, paths.pidFile)) {
               yield* Effect.logWarning("QEMU VM found dead after a restart; its files are removed", { vmId: record.spec.vmId })
               yield* host.removeFiles(paths, record.ram)
               continue

@@ -122,7 +122,7 @@ export const make = (s: HostSettings) =>
           return yield* Effect.gen(function* () {
             const paths = P.pathsOf(s.stateDir, spec.vmId)
             const stray = P.readPid(paths)
-            if (stray !== undefined && P.aliveAs(stray, s.binary)) {
+            if (stray !== undefined && P.aliveAs(stray, s.binary, paths.pidFile)) {
               yield* Effect.logWarning("a QEMU this runtime does not hold runs in the VM's files; it is ended before a new one starts", { vmId: spec.vmId, pid: stray })
               yield* P.kill(stray, 5000)
             }

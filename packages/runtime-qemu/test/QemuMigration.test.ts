@@ -1,5 +1,7 @@
 // QEMU's figures turned into engram's rounds and guard inputs (figures recorded from real runs),
 // its command line, the snapshot method and the guest's readiness line (no QEMU needed).
+import { spawn } from "node:child_process"
+import { once } from "node:events"
 import { appendFileSync, mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -112,6 +114,23 @@ describe("the QEMU process", () => {
     expect(QemuProcess.parseRss("Name:\tx\n")).toBeNull()
     expect(QemuProcess.rssBytes(process.pid)).toBeGreaterThan(0)
     expect(QemuProcess.alive(process.pid)).toBe(true)
+  })
+
+  it("aliveAs: a live process is a VM's QEMU only if it runs the binary with a -pidfile in that VM's directory (another VM's QEMU given the pid is not)", async () => {
+    const child = spawn(process.execPath, ["-e", "setTimeout(() => {}, 60000)", "-pidfile", "/run/engram-qemu-h/vm1/qemu.pid"], { stdio: "ignore" })
+    await once(child, "spawn")
+    const pid = child.pid!
+    try {
+      expect(QemuProcess.aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm1/qemu.pid")).toBe(true)
+      // The state directory named otherwise by a restarted agent (relative, through a link): the VM's directory decides.
+      expect(QemuProcess.aliveAs(pid, process.execPath, "/srv/state/../engram-qemu-h/vm1/qemu.pid")).toBe(true)
+      expect(QemuProcess.aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm2/qemu.pid")).toBe(false)
+      expect(QemuProcess.aliveAs(pid, "/usr/bin/qemu-system-x86_64", "/run/engram-qemu-h/vm1/qemu.pid")).toBe(false)
+    } finally {
+      child.kill("SIGKILL")
+      await once(child, "exit")
+    }
+    expect(QemuProcess.aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm1/qemu.pid")).toBe(false)
   })
 
   it("reads the CPU time (utime + stime, in 10 ms ticks) from /proc stat text, also with spaces and parentheses in the name, and this process's own", () => {
