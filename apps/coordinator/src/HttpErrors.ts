@@ -32,7 +32,9 @@ export const toApiError = (e: StoreError): StoreAnswer => {
     case "Unavailable":
       return e.kind === "disk_full"
         ? new ServiceUnavailable({ error: "DiskFull", message: `${e.message}. Nothing was changed; free room on the store's disk (ENGRAM_DATA_DIR)`, retryAfterMs: e.retryAfterMs })
-        : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs })
+        : e.kind === "read_only"
+          ? new ServiceUnavailable({ error: "ReadOnly", message: `${e.message}. Nothing was changed; the database refuses writes (a standby after a failover, or default_transaction_read_only): point ENGRAM_DATABASE_URL at the primary`, retryAfterMs: e.retryAfterMs })
+          : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs })
   }
 }
 

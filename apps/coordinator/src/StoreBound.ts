@@ -10,8 +10,9 @@
  * A call that timed out either way (our bound, or the server's `statement_timeout`) fails with
  * one wording, and `Stalls` is told: it warns what the database waits on (a lock, and whose).
  *
- * It also keeps what readiness needs beyond a read: after a write failed for a full disk the
- * store is not ready (`StoreHealth.diskFull`) until a write succeeds again.
+ * It also keeps what readiness needs beyond a read: after a write failed for a full disk, or on a
+ * database that only reads, the store is not ready (`StoreHealth.writesRefused`) until a write
+ * succeeds again.
  */
 import { readOperations, Unavailable } from "@engram/store"
 import type { StoreShape } from "@engram/store"
@@ -120,10 +121,16 @@ export const probeTimedOut = (ms: number, check: string) =>
     retryAfterMs,
   })
 
+/** Why the store refuses writes: its disk is full, or the database only reads; and the last refusal's words. */
+export interface WritesRefused {
+  readonly kind: "disk_full" | "read_only"
+  readonly message: string
+}
+
 /** What the store's calls showed beyond their own answers. */
 export interface StoreHealthShape {
-  /** Why writes fail for a full disk (the last such failure), or null once a write succeeded since. */
-  readonly diskFull: () => string | null
+  /** Why writes fail (the last such failure: a full disk, a database that only reads), or null once a write succeeded since. */
+  readonly writesRefused: () => WritesRefused | null
 }
 
 /** The store's health as its calls showed it (readiness). */
@@ -141,7 +148,7 @@ export const boundStore = (
   /** Told of every call that timed out (it reads and warns what the database waits on). */
   stalls: StallsShape = Stalls.none,
 ): { readonly store: StoreShape; readonly health: StoreHealthShape } => {
-  let diskFull: string | null = null
+  let refused: WritesRefused | null = null
   // A call that waited most of its bound: what the database waits on is read now, while the call
   // still waits (the server's `statement_timeout`, the same bound, cancels it when it times out).
   const slow = stalls === Stalls.none ? undefined : { afterMs: Stalls.readBeforeMs(timeoutMs), notice: stalls.slow }
@@ -165,17 +172,17 @@ export const boundStore = (
               : call.pipe(
                   Effect.tap(() =>
                     Effect.sync(() => {
-                      diskFull = null
+                      refused = null
                     }),
                   ),
                   Effect.tapError((e: unknown) =>
                     Effect.sync(() => {
-                      if (e instanceof Unavailable && e.kind === "disk_full") diskFull = e.message
+                      if (e instanceof Unavailable && (e.kind === "disk_full" || e.kind === "read_only")) refused = { kind: e.kind, message: e.message }
                     }),
                   ),
                 )
           }
         : value
   }
-  return { store: out as unknown as StoreShape, health: { diskFull: () => diskFull } }
+  return { store: out as unknown as StoreShape, health: { writesRefused: () => refused } }
 }

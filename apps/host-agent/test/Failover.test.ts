@@ -246,6 +246,13 @@ describe("the coordinator's answers keep the client where it is; a proxy's gatew
     expect((await away.run(away.client.heartbeat))._tag).toBe("Success")
     expect(storeAway.requests()).toBe(1)
     expect(away.warnings.map((w) => [w.fields["from"], w.fields["to"]])).toEqual([[storeAway.url, coordinator.url]])
+    // Its connections on a database that only reads (a standby after a failover): another
+    // replica may have reached the new primary, the client moves there.
+    const standby = await answering("ReadOnly")
+    const promoted = await clientOver([standby.url, coordinator.url])
+    expect((await promoted.run(promoted.client.heartbeat))._tag).toBe("Success")
+    expect(standby.requests()).toBe(1)
+    expect(promoted.warnings.map((w) => [w.fields["from"], w.fields["to"]])).toEqual([[standby.url, coordinator.url]])
     // Every replica without the store: one try on each, then the coordinator's answer and its wait.
     const alsoAway = await answering("Unavailable")
     const allAway = await clientOver([storeAway.url, alsoAway.url])

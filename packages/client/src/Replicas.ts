@@ -88,6 +88,9 @@ const gatewayStatuses: ReadonlySet<number> = new Set([502, 503, 504])
  * away for every replica, each answers the same and the call fails after one try on each, as
  * with one replica (the agent then waits what was asked).
  *
+ * So is a 503 `ReadOnly`: this replica's connections reach a database that only reads (a
+ * standby after a failover); another replica may have reconnected to the new primary.
+ *
  * Everything else is the coordinator's answer, and another replica of the same database would
  * give the same one: a 4xx (a 401 refused token, a 403, a 404, a 409 `Conflict` the agent counts
  * as done), the API's 429 and its other 503s (`DiskFull`, a move's outcome; too many long-polls:
@@ -96,7 +99,10 @@ const gatewayStatuses: ReadonlySet<number> = new Set([502, 503, 504])
  */
 export const unreachable = (e: { readonly _tag: string }): boolean => {
   if (e._tag === "TimeoutError") return true
-  if (e._tag === "ServiceUnavailable") return (e as { readonly error?: unknown }).error === "Unavailable"
+  if (e._tag === "ServiceUnavailable") {
+    const error = (e as { readonly error?: unknown }).error
+    return error === "Unavailable" || error === "ReadOnly"
+  }
   if (Object.hasOwn(ApiErrors.statuses, e._tag)) return false
   const shaped = e as { readonly reason?: { readonly _tag?: string }; readonly response?: { readonly status?: number } }
   if (shaped.reason?._tag === "TransportError") return true

@@ -132,6 +132,11 @@ export const classify = (error: unknown): Classified => {
   // elsewhere): the statement rolled back; reads go on, writes fail until room is freed.
   if (code === "53100" || code === "ENOSPC" || /no space left on device|ENOSPC/i.test(message))
     return { _tag: "Fail", error: new Unavailable({ reason: `disk full: ${message}`, retryAfterMs: diskFullRetryAfterMs, kind: "disk_full" }) }
+  // A database that only reads (25006 read_only_sql_transaction: a hot standby the connection
+  // reached after a failover, or `default_transaction_read_only` set): the write rolled back;
+  // reads go on, writes fail until the connection reaches a primary again.
+  if (code === "25006")
+    return { _tag: "Fail", error: new Unavailable({ reason: `the database refuses writes (read-only): ${code}: ${message}`, retryAfterMs, kind: "read_only" }) }
   // The server's `statement_timeout` (57014, not a cancel by hand): the database did not answer
   // in time, the same cause as the caller's own bound, so the same kind (one wording upstream).
   if (code === "57014" && /statement timeout/i.test(message))

@@ -20,6 +20,12 @@ describe("Db.classify", () => {
     }
   })
 
+  it("a database that only reads (25006: a hot standby, default_transaction_read_only) is Unavailable of kind read_only, naming the cause", () => {
+    const c = Db.classify(driverError("25006", "cannot execute INSERT in a read-only transaction"))
+    expect(c).toMatchObject({ _tag: "Fail", error: { _tag: "Unavailable", kind: "read_only" } })
+    expect(c._tag === "Fail" && (c.error as { reason: string }).reason).toMatch(/refuses writes \(read-only\): 25006: cannot execute INSERT in a read-only transaction/)
+  })
+
   it("the server's statement_timeout is a timeout (kind timed_out, as the coordinator's own bound); a cancel by hand is not", () => {
     expect(Db.classify(driverError("57014", "canceling statement due to statement timeout"))).toMatchObject({ _tag: "Fail", error: { _tag: "Unavailable", kind: "timed_out" } })
     const byHand = Db.classify(driverError("57014", "canceling statement due to user request"))

@@ -100,17 +100,19 @@ export class InvalidInput extends Schema.TaggedError<InvalidInput>()("InvalidInp
  * The backend is down, timed out, or kept losing transient conflicts. Nothing was changed
  * (the operation's transaction did not commit); retry after `retryAfterMs`. `kind` names a
  * cause the operator must act on: `disk_full`, the store's disk has no room for a write (reads
- * still work; writes fail until room is freed).
+ * still work; writes fail until room is freed); `read_only`, the database refuses writes (a hot
+ * standby after a failover, or `default_transaction_read_only`).
  */
 export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", {
   reason: Schema.String,
   retryAfterMs: Schema.Number,
   /**
    * What kind of unavailability, where it is known: `disk_full` (writes refused until room is
-   * freed), `timed_out` (the database did not answer in time: the caller's bound or the server's
+   * freed), `read_only` (writes refused by a database that only reads: SQLSTATE 25006),
+   * `timed_out` (the database did not answer in time: the caller's bound or the server's
    * `statement_timeout`, one cause however it showed).
    */
-  kind: Schema.optionalKey(Schema.Literals(["disk_full", "timed_out"])),
+  kind: Schema.optionalKey(Schema.Literals(["disk_full", "read_only", "timed_out"])),
 }) {
   override get message(): string {
     return `store unavailable: ${this.reason}`

@@ -76,11 +76,15 @@ export const OpsHandlers = HandlerGroup.make(
         .handle("healthz", alive)
         .handle("readyz", () =>
           Effect.suspend(() => {
-            // A read alone would say ready while every write fails for a full disk.
-            const full = health.diskFull()
-            return full === null
+            // A read alone would say ready while every write fails (a full disk, a database that only reads).
+            const refused = health.writesRefused()
+            return refused === null
               ? Effect.void
-              : Effect.fail(new ServiceUnavailable({ error: "DiskFull", message: `${full}; not ready until a write succeeds again`, retryAfterMs: 30_000 }))
+              : Effect.fail(
+                  refused.kind === "disk_full"
+                    ? new ServiceUnavailable({ error: "DiskFull", message: `${refused.message}; not ready until a write succeeds again`, retryAfterMs: 30_000 })
+                    : new ServiceUnavailable({ error: "ReadOnly", message: `${refused.message}; not ready until a write succeeds again`, retryAfterMs: 5_000 }),
+                )
           }).pipe(
             // A probe's own short bound: a readiness probe gives up after about a second.
             Effect.andThen(api(bounded(store.metrics(), settings.config.probeTimeoutMs, "a readiness check", probeTimedOut))),
