@@ -357,10 +357,15 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       // Listening on every interface: other replicas reach this one by its host name.
       advertised ??= config.host === "0.0.0.0" || config.host === "::" ? `http://${hostname()}:${port}` : url
       const infoValue: CoordinatorInfoShape = { url, port, adminToken: admin.token, adminTokenFile: admin.file, backend, config, storeLost: Deferred.await(storeLost) }
+      const leader = yield* Leader
       yield* Effect.addFinalizer(() =>
         Effect.sync(() => {
           closing = true
-        }),
+        }).pipe(
+          // The lease first, while the server drains its open requests (long-polls hold it up to
+          // its 10 s): another replica leads at its next check rather than after the drain.
+          Effect.andThen(leader.giveUp ?? Effect.void),
+        ),
       )
       const queueWarning = listenQueueWarning(readSomaxconn())
       // Info, not a warning: most kernels cap the queue at 4,096, which only a fleet of thousands

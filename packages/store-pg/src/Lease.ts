@@ -110,6 +110,9 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     /** When this replica last saw the lease renewed or taken, by itself or another (`unrenewedMs`); first, when it began watching. */
     let changedAt = clock.currentTimeMillisUnsafe()
 
+    /** Set by `giveUp`: this replica is stopping and takes no part any more. */
+    let stopped = false
+
     const isLeader = () => epoch !== null && clock.currentTimeMillisUnsafe() - renewedAt < times.renewDeadlineMs
     const query = (statement: ReturnType<typeof sql>) => db.pool.query(statement).pipe(Effect.timeout(timeout))
     const confirm = (e: number, renewals: number, at: number) => {
@@ -132,6 +135,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     const pastDeadline = (now: number) => epoch !== null && now - renewedAt >= times.renewDeadlineMs
 
     const attempt = Effect.gen(function* () {
+      if (stopped) return false
       const now = yield* Clock.currentTimeMillis
       /** The epoch this replica held until this attempt found it lost (null: none lost). */
       let lostEpoch: number | null = null
@@ -229,13 +233,16 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       ),
     )
 
-    yield* Effect.addFinalizer(() =>
-      epoch === null
+    /** Gives the lease up for good: a lease of 0 ms, which the next replica to check takes over. */
+    const giveUp = Effect.suspend(() => {
+      stopped = true
+      const held = epoch
+      epoch = null
+      return held === null
         ? Effect.void
-        : query(sql`update leases set lease_duration_ms = 0, renewals = renewals + 1 where name = ${name} and holder = ${holder} and epoch = ${epoch}`).pipe(
-            Effect.ignore,
-          ),
-    )
+        : query(sql`update leases set lease_duration_ms = 0, renewals = renewals + 1 where name = ${name} and holder = ${holder} and epoch = ${held}`).pipe(Effect.ignore)
+    })
+    yield* Effect.addFinalizer(() => giveUp)
 
     return {
       holder,
@@ -245,6 +252,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       leaderUrl: () => (isLeader() ? advertise() : epoch === null ? holderUrl : null),
       leaderAdminTokenHash: () => (isLeader() ? adminTokenHash() : epoch === null ? holderAdminTokenHash : null),
       unrenewedMs: () => Math.max(0, clock.currentTimeMillisUnsafe() - changedAt),
+      giveUp,
     }
   })
 

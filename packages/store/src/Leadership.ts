@@ -67,6 +67,13 @@ export interface LeadershipShape {
    * this replica cannot read the lease. No I/O. Absent: always the leader (one process).
    */
   readonly unrenewedMs?: (() => number) | undefined
+  /**
+   * Gives the lease up now, for good (a replica that is stopping): it no longer leads nor takes
+   * the lease again, and another replica may take it at its next check instead of after a whole
+   * lease. Never fails (a lease it cannot write is taken over after its lease, as a crashed
+   * holder's). Absent: nothing to give up (one process).
+   */
+  readonly giveUp?: Effect.Effect<void> | undefined
 }
 
 export class Leadership extends Context.Service<Leadership, LeadershipShape>()("@engram/store/Leadership") {

@@ -1,0 +1,68 @@
+// A leader stopping cleanly gives its lease up at once (coordinator README, "Replicas"): before
+// its server drains the requests still open (an agent's long-poll holds the drain up to its
+// 10 s), so another replica leads at its next check. A real PostgreSQL; the lease row read
+// beside the coordinator.
+import { startCoordinator } from "@engram/coordinator"
+import type { RunningCoordinator } from "@engram/coordinator"
+import postgres from "@engram/postgres"
+import { freshDatabase } from "@engram/test-pg"
+import type { TestDatabase } from "@engram/test-pg"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { call, client } from "./support/http.js"
+
+const adminToken = "giveup-admin-token-0123456789"
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+let db: TestDatabase
+let sql: ReturnType<typeof postgres>
+let c: RunningCoordinator | undefined
+
+beforeAll(async () => {
+  db = await freshDatabase()
+  sql = postgres(db.url, { max: 1, onnotice: () => {} })
+})
+
+afterAll(async () => {
+  await c?.stop().catch(() => undefined)
+  await sql?.end()
+  await db?.drop()
+})
+
+/** Waits until `read` holds (checked every 50 ms, up to 60 s). */
+const until = async (what: string, read: () => Promise<boolean>): Promise<void> => {
+  for (let i = 0; i < 1200; i++) {
+    if (await read()) return
+    await sleep(50)
+  }
+  throw new Error(`${what}: never held`)
+}
+
+describe("a leader that stops", () => {
+  it("gives its lease up before its server drains an open long-poll, not after", async () => {
+    c = await startCoordinator({ logLevel: "None", config: { port: 0, adminToken, databaseUrl: db.url } })
+    const coordinator = c
+    await until("the replica leads", async () => (await call(coordinator.url, "GET", "/readyz")).body?.leader === true)
+    const admin = client(coordinator.url, adminToken)
+    const host = await admin.post("/v1/hosts", { id: "giveup-h1" })
+    expect(host.status).toBe(201)
+    const agent = client(coordinator.url, host.body.token as string)
+    const first = await agent.get("/v1/hosts/giveup-h1/assignments")
+    expect(first.status).toBe(200)
+    // An agent's long-poll, open while the coordinator stops.
+    let pollSettled = false
+    const polled = agent
+      .get(`/v1/hosts/giveup-h1/assignments?waitMs=30000&since=${first.body.version as string}`)
+      .catch(() => undefined)
+      .finally(() => (pollSettled = true))
+    await sleep(200)
+    const [held] = await sql`select lease_duration_ms from leases`
+    expect(Number(held?.["lease_duration_ms"])).toBeGreaterThan(0)
+    const stopping = c.stop()
+    c = undefined
+    await until("the lease given up", async () => Number((await sql`select lease_duration_ms from leases`)[0]?.["lease_duration_ms"]) === 0)
+    // Given up while the drain still held the long-poll open.
+    expect(pollSettled).toBe(false)
+    await stopping
+    await polled
+  }, 120_000)
+})
