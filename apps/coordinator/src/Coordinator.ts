@@ -358,13 +358,16 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       advertised ??= config.host === "0.0.0.0" || config.host === "::" ? `http://${hostname()}:${port}` : url
       const infoValue: CoordinatorInfoShape = { url, port, adminToken: admin.token, adminTokenFile: admin.file, backend, config, storeLost: Deferred.await(storeLost) }
       const leader = yield* Leader
+      const longPolls = yield* LongPolls
       yield* Effect.addFinalizer(() =>
         Effect.sync(() => {
           closing = true
         }).pipe(
-          // The lease first, while the server drains its open requests (long-polls hold it up to
-          // its 10 s): another replica leads at its next check rather than after the drain.
+          // The lease first, before the server drains its open requests: another replica leads
+          // at its next check. Then the open long-polls answer at once (their agents ask another
+          // replica), so the drain does not wait them out (up to its 10 s).
           Effect.andThen(leader.giveUp ?? Effect.void),
+          Effect.andThen(longPolls.endAll),
         ),
       )
       const queueWarning = listenQueueWarning(readSomaxconn())

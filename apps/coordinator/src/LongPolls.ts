@@ -36,6 +36,13 @@ export interface LongPollsShape {
   readonly run: <A, E, R>(wait: Effect.Effect<A, E, R>) => Effect.Effect<A, E | TooManyRequests | Unauthorized, R>
   /** How many long-polls are open now. */
   readonly open: () => number
+  /**
+   * Ends every open long-poll's wait (the coordinator is stopping): each answers at once what it
+   * would at its deadline, so the server's drain does not wait out the polls, and the agents ask
+   * again (another replica, as this one answers 503 from then on). Long-polls begun after it
+   * answer at once too.
+   */
+  readonly endAll: Effect.Effect<void>
 }
 
 export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@engram/coordinator/LongPolls") {
@@ -67,6 +74,9 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         touched: boolean
       }
       const openByHost = new Map<string, Set<Open>>()
+      /** Every open long-poll (`endAll`), and whether they were all ended (the coordinator stopping). */
+      const all = new Set<Open>()
+      let stopping = false
       const revokedError = (hostId: string) => new Unauthorized({ error: "Unauthorized", message: `the token of host ${hostId} was revoked (rotated, or the host removed)` })
       /** Whether `hash` still acts for `hostId` (true while the store is away: the next request is authenticated afresh). */
       const stillActs = (hash: string, hostId: string) =>
@@ -113,6 +123,8 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           total++
           const p: Open = { credential: c, end: makeWaitEnd(), touched: false }
           if (c.principal._tag === "Host") addTo(openByHost, c.principal.hostId, p)
+          all.add(p)
+          if (stopping) endWaits(p.end)
           return Effect.succeed(p)
         })
       const leave = (p: Open) =>
@@ -123,6 +135,7 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           if (held <= 0) byCredential.delete(c.tokenHash)
           else byCredential.set(c.tokenHash, held)
           if (c.principal._tag === "Host") removeFrom(openByHost, c.principal.hostId, p)
+          all.delete(p)
         })
 
       // No fiber of its own: the wait runs in the request's fiber, with the poll's `WaitEnd` in
@@ -135,7 +148,8 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
             enter(c),
             (p) =>
               Effect.flatMap(Effect.exit(Effect.provideService(wait, WaitEnd, p.end)), (answer): Effect.Effect<A, E | Unauthorized, R> => {
-                if (c.principal._tag !== "Host") return answer
+                // Ended because the coordinator stops: the wait's own answer, not a revocation.
+                if (c.principal._tag !== "Host" || stopping) return answer
                 const hostId = c.principal.hostId
                 if (p.end.ended) return Effect.fail(revokedError(hostId))
                 // The same notice that revoked the credential (a host removed) can wake the wait before
@@ -147,7 +161,11 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
             leave,
           )
         })
-      return LongPolls.of({ run, open: () => total })
+      const endAll = Effect.sync(() => {
+        stopping = true
+        for (const p of all) endWaits(p.end)
+      })
+      return LongPolls.of({ run, open: () => total, endAll })
     }),
   )
 }

@@ -1,12 +1,15 @@
 // A leader stopping cleanly gives its lease up at once (coordinator README, "Replicas"): before
-// its server drains the requests still open (an agent's long-poll holds the drain up to its
-// 10 s), so another replica leads at its next check. A real PostgreSQL; the lease row read
-// beside the coordinator.
-import { startCoordinator } from "@engram/coordinator"
+// its server drains the requests still open (a slow upload holds the drain up to its 10 s), so
+// another replica leads at its next check; and its open long-polls answer at once, as at their
+// deadline, rather than holding the drain and being cut by it. A real PostgreSQL; the lease
+// row read beside the coordinator.
+import { request } from "node:http"
+import { LongPolls, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import postgres from "@engram/postgres"
 import { freshDatabase } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
+import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { call, client } from "./support/http.js"
 
@@ -38,7 +41,7 @@ const until = async (what: string, read: () => Promise<boolean>): Promise<void> 
 }
 
 describe("a leader that stops", () => {
-  it("gives its lease up before its server drains an open long-poll, not after", async () => {
+  it("gives its lease up before its server drains a request still open, and answers its open long-polls at once (unchanged) instead of cutting them", async () => {
     c = await startCoordinator({ logLevel: "None", config: { port: 0, adminToken, databaseUrl: db.url } })
     const coordinator = c
     await until("the replica leads", async () => (await call(coordinator.url, "GET", "/readyz")).body?.leader === true)
@@ -49,20 +52,26 @@ describe("a leader that stops", () => {
     const first = await agent.get("/v1/hosts/giveup-h1/assignments")
     expect(first.status).toBe(200)
     // An agent's long-poll, open while the coordinator stops.
-    let pollSettled = false
-    const polled = agent
-      .get(`/v1/hosts/giveup-h1/assignments?waitMs=30000&since=${first.body.version as string}`)
-      .catch(() => undefined)
-      .finally(() => (pollSettled = true))
+    const polled = agent.get(`/v1/hosts/giveup-h1/assignments?waitMs=30000&since=${first.body.version as string}`).catch((e: unknown) => e)
+    // A request the drain waits for: its body not all sent.
+    let uploadSettled = false
+    const upload = request(`${coordinator.url}/v1/hosts`, { method: "POST", headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json", "content-length": "1000" } })
+    upload.on("response", (r) => ((uploadSettled = true), r.resume()))
+    upload.on("error", () => (uploadSettled = true))
+    upload.on("close", () => (uploadSettled = true))
+    upload.write('{"id":"giveup-')
+    await until("the long-poll open", async () => (await coordinator.run(Effect.map(Effect.service(LongPolls), (l) => l.open()))) === 1)
     await sleep(200)
     const [held] = await sql`select lease_duration_ms from leases`
     expect(Number(held?.["lease_duration_ms"])).toBeGreaterThan(0)
     const stopping = c.stop()
     c = undefined
     await until("the lease given up", async () => Number((await sql`select lease_duration_ms from leases`)[0]?.["lease_duration_ms"]) === 0)
-    // Given up while the drain still held the long-poll open.
-    expect(pollSettled).toBe(false)
+    // Given up while the drain still waited for the upload.
+    expect(uploadSettled).toBe(false)
+    const poll = (await polled) as { status: number; body: { version: string } }
+    expect([poll.status, poll.body.version]).toEqual([200, first.body.version])
+    upload.destroy()
     await stopping
-    await polled
   }, 120_000)
 })
