@@ -83,6 +83,13 @@ export interface CoordinatorConfig {
    * (`engram_store_up` 0) past it. Short, as probes and scrapes time out long before a store call.
    */
   readonly probeTimeoutMs: number
+  /**
+   * How long an idle kept-alive HTTP connection stays open (ms): above the idle timeout of every
+   * client and proxy in front of the coordinator, so they close an idle connection first (a
+   * request sent as the server closes it fails). 95 s covers nginx, AWS and Go; Google Cloud's
+   * load balancer keeps backend connections 600 s (set 620000), Envoy and Istio an hour.
+   */
+  readonly httpKeepAliveMs: number
   /** Group placement: at most this many concurrent creates placed by one statement (1 = one by one). */
   readonly placementBatchSize: number
   /**
@@ -221,6 +228,16 @@ export const defaultStorePoolSize = StorePg.defaultPoolSize
  * plus its other clients and the superuser-reserved slots.
  */
 export const connectionsPerReplica = (storePoolSize: number): number => storePoolSize + 2
+
+/**
+ * How long an idle kept-alive connection stays open by default (`ENGRAM_HTTP_KEEP_ALIVE_MS`):
+ * longer than the idle timeouts of the usual clients and proxies (nginx 75 s, AWS load balancers
+ * 60 s, Go's `http.Transport` 90 s; undici, Node's `fetch`, follows the server's `Keep-Alive:
+ * timeout` hint minus a second), so the client closes an idle connection first. With Node's 5 s
+ * a loaded client reused a socket the server was closing at that moment ("fetch failed: other
+ * side closed").
+ */
+export const defaultHttpKeepAliveMs = 95_000
 
 /** The default bound on a probe's store read (`ENGRAM_PROBE_TIMEOUT_MS`): 1 s (a readiness probe's usual timeout). */
 export const defaultProbeTimeoutMs = 1000
@@ -394,6 +411,7 @@ export const settingVariables = {
   storeTimeoutMs: "ENGRAM_STORE_TIMEOUT_MS",
   storePoolSize: "ENGRAM_STORE_POOL_SIZE",
   probeTimeoutMs: "ENGRAM_PROBE_TIMEOUT_MS",
+  httpKeepAliveMs: "ENGRAM_HTTP_KEEP_ALIVE_MS",
   placementBatchSize: "ENGRAM_PLACEMENT_BATCH_SIZE",
   placementSpread: "ENGRAM_PLACEMENT_SPREAD",
   pgliteWorker: "ENGRAM_PGLITE_WORKER",
@@ -435,6 +453,7 @@ const settings = {
   storeTimeoutMs: int(settingVariables.storeTimeoutMs, defaultStoreTimeoutMs, 100, 600_000),
   storePoolSize: int(settingVariables.storePoolSize, defaultStorePoolSize, 1, 1000),
   probeTimeoutMs: int(settingVariables.probeTimeoutMs, defaultProbeTimeoutMs, 10, 60_000),
+  httpKeepAliveMs: int(settingVariables.httpKeepAliveMs, defaultHttpKeepAliveMs, 1000, 3_600_000),
   placementBatchSize: int(settingVariables.placementBatchSize, 64, 1, 1000),
   placementSpread: int(settingVariables.placementSpread, 1, 0, 1),
   pgliteWorker: int(settingVariables.pgliteWorker, 1, 0, 1),

@@ -104,16 +104,12 @@ export const loggerLayer = (level?: LogLevel.LogLevel) => {
 }
 
 /**
- * How long an idle kept-alive connection stays open: longer than the idle timeouts of the
- * clients and proxies in front of a coordinator (nginx 75 s, AWS load balancers 60 s, Go's
- * `http.Transport` 90 s; undici, Node's `fetch`, follows the server's `Keep-Alive: timeout`
- * hint minus a second), so the client closes an idle connection first. With Node's 5 s a
- * loaded client reused a socket the server was closing at that moment ("fetch failed: other
- * side closed"). The socket itself lives `keepAliveTimeoutBufferMs` past the advertised
- * timeout, a margin for a loaded machine's late timers; the headers of a request may take as
- * long as an idle connection (Node requires `headersTimeout` above the keep-alive timeout).
+ * How long an idle kept-alive connection stays open by default (`Config.defaultHttpKeepAliveMs`,
+ * `ENGRAM_HTTP_KEEP_ALIVE_MS`). The socket itself lives `keepAliveTimeoutBufferMs` past the
+ * advertised timeout, a margin for a loaded machine's late timers; the headers of a request may
+ * take as long as an idle connection (Node requires `headersTimeout` above the keep-alive timeout).
  */
-export const keepAliveTimeoutMs = 95_000
+export const keepAliveTimeoutMs = Config.defaultHttpKeepAliveMs
 /**
  * The listening socket's queue of connections not yet accepted (Node's default is 511; the
  * kernel caps it at `net.core.somaxconn`). A fleet's agents reconnect together (a restart, a
@@ -155,10 +151,10 @@ export const listenQueueWarning = (somaxconn: number | undefined): string | unde
       `raise it (sysctl -w net.core.somaxconn=${listenBacklog})`
 const keepAliveTimeoutBufferMs = 5_000
 
-const keepingAlive = (server: Server): Server => {
-  server.keepAliveTimeout = keepAliveTimeoutMs
+const keepingAlive = (server: Server, keepAliveMs: number): Server => {
+  server.keepAliveTimeout = keepAliveMs
   ;(server as Server & { keepAliveTimeoutBuffer?: number }).keepAliveTimeoutBuffer = keepAliveTimeoutBufferMs
-  server.headersTimeout = keepAliveTimeoutMs + keepAliveTimeoutBufferMs + 1000
+  server.headersTimeout = keepAliveMs + keepAliveTimeoutBufferMs + 1000
   return server
 }
 
@@ -321,7 +317,7 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       Layer.provideMerge(
         NodeHttpServer.layer(
           // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
-          () => keepingAlive(createServer()).on("clientError", onClientError(metrics)),
+          () => keepingAlive(createServer(), config.httpKeepAliveMs).on("clientError", onClientError(metrics)),
           { port: config.port, host: config.host, backlog: listenBacklog, gracefulShutdownTimeout: "10 seconds" },
         ),
       ),

@@ -3,7 +3,7 @@
 // the scrape token, the request and process metrics (the edge's own answers labelled as the
 // router labels them), and an answer that goes out even when the edge's handling of it fails.
 import { AdminOnly, EngramApi } from "@engram/api"
-import { Coordinator, HttpEdge, Metrics, startCoordinator } from "@engram/coordinator"
+import { Config, Coordinator, HttpEdge, Metrics, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import * as StoreModule from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
@@ -243,6 +243,27 @@ describe("kept-alive connections", () => {
       expect(second.socket).toBe(first.socket)
     } finally {
       agent.destroy()
+    }
+  })
+})
+
+describe("the kept-alive idle timeout (ENGRAM_HTTP_KEEP_ALIVE_MS)", () => {
+  it("is what the server advertises: 620 s behind Google Cloud's load balancer (600 s), 95 s by default; outside 1 s to 1 h it is refused naming the variable", async () => {
+    const parsed = Config.parse({ ENGRAM_HTTP_KEEP_ALIVE_MS: "620000" })
+    expect(parsed._tag === "Valid" && parsed.config.httpKeepAliveMs).toBe(620_000)
+    const byDefault = Config.parse({})
+    expect(byDefault._tag === "Valid" && byDefault.config.httpKeepAliveMs).toBe(95_000)
+    for (const bad of ["999", "3600001", "1.5"]) {
+      const refused = Config.parse({ ENGRAM_HTTP_KEEP_ALIVE_MS: bad })
+      expect(refused._tag === "Invalid" && refused.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_HTTP_KEEP_ALIVE_MS", "must be an integer from 1000 to 3600000"]])
+    }
+    const behindGoogle = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "None", config: { port: 0, adminToken, httpKeepAliveMs: 620_000 } })
+    try {
+      const answer = await fetch(`${behindGoogle.url}/livez`)
+      expect(answer.headers.get("keep-alive")).toBe("timeout=620")
+      await answer.body?.cancel()
+    } finally {
+      await behindGoogle.stop()
     }
   })
 })
