@@ -90,6 +90,12 @@ export interface CoordinatorConfig {
    * load balancer keeps backend connections 600 s (set 620000), Envoy and Istio an hour.
    */
   readonly httpKeepAliveMs: number
+  /**
+   * How long a stopping coordinator keeps serving with `/readyz` answering 503 before it stops
+   * (ms; 0: it stops at once): the time a load balancer or Kubernetes takes to stop sending it
+   * new connections after SIGTERM (its endpoints are removed while the pod is told to stop).
+   */
+  readonly shutdownDelayMs: number
   /** Group placement: at most this many concurrent creates placed by one statement (1 = one by one). */
   readonly placementBatchSize: number
   /**
@@ -412,6 +418,7 @@ export const settingVariables = {
   storePoolSize: "ENGRAM_STORE_POOL_SIZE",
   probeTimeoutMs: "ENGRAM_PROBE_TIMEOUT_MS",
   httpKeepAliveMs: "ENGRAM_HTTP_KEEP_ALIVE_MS",
+  shutdownDelayMs: "ENGRAM_SHUTDOWN_DELAY_MS",
   placementBatchSize: "ENGRAM_PLACEMENT_BATCH_SIZE",
   placementSpread: "ENGRAM_PLACEMENT_SPREAD",
   pgliteWorker: "ENGRAM_PGLITE_WORKER",
@@ -454,6 +461,7 @@ const settings = {
   storePoolSize: int(settingVariables.storePoolSize, defaultStorePoolSize, 1, 1000),
   probeTimeoutMs: int(settingVariables.probeTimeoutMs, defaultProbeTimeoutMs, 10, 60_000),
   httpKeepAliveMs: int(settingVariables.httpKeepAliveMs, defaultHttpKeepAliveMs, 1000, 3_600_000),
+  shutdownDelayMs: int(settingVariables.shutdownDelayMs, 0, 0, 600_000),
   placementBatchSize: int(settingVariables.placementBatchSize, 64, 1, 1000),
   placementSpread: int(settingVariables.placementSpread, 1, 0, 1),
   pgliteWorker: int(settingVariables.pgliteWorker, 1, 0, 1),

@@ -295,8 +295,10 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
   )
   // The browsable reference (Scalar, served from this process: no CDN), and the dashboard at /ui.
   const docsLayer = HttpApiScalar.layer(EngramApi, { path: "/docs" })
-  // Set when the coordinator begins to stop (the first finalizer to run): new requests get 503.
+  // Set when the coordinator begins to stop (after its shutdown delay): new requests get 503.
   let closing = false
+  // Set while a stopping coordinator waits out its shutdown delay: /readyz answers 503.
+  let draining = false
   // The server is built without `shared`'s services (`own`) in its context: every request's
   // context starts as a copy of the server's, and effect copies it again on the way (the API
   // builder's merge, `HandlerGroup`), so each service there costs every request. The routes
@@ -309,7 +311,7 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
     const stalls = Context.get(own, Stalls.Stalls)
     // The edge wraps the router (every route and its 404) as its global middleware rather than
     // as the server's: a server middleware costs every request the server's longer path.
-    const edgeLayer = HttpRouter.middleware(edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, metrics }), { global: true })
+    const edgeLayer = HttpRouter.middleware(edge({ maxBodyBytes: config.maxBodyBytes, closing: () => closing, draining: () => draining, metrics }), { global: true })
     return HttpRouter.serve(withOwn(Layer.mergeAll(apiLayer, docsLayer, UiLive, PeerLive, edgeLayer)), {
       disableLogger: true,
       disableListenLog: true,
@@ -366,6 +368,16 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
           Effect.andThen(longPolls.endAll),
         ),
       )
+      // The first finalizer to run (the last added): not ready, still serving, for the delay.
+      if (config.shutdownDelayMs > 0)
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            draining = true
+          }).pipe(
+            Effect.andThen(Effect.logInfo(`stopping: /readyz answers 503; serving for ${config.shutdownDelayMs} ms more (ENGRAM_SHUTDOWN_DELAY_MS)`)),
+            Effect.andThen(Effect.sleep(config.shutdownDelayMs)),
+          ),
+        )
       const queueWarning = listenQueueWarning(readSomaxconn())
       // Info, not a warning: most kernels cap the queue at 4,096, which only a fleet of thousands
       // of agents connecting at once (a restart, a network blip) outgrows.

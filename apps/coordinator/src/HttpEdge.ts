@@ -30,6 +30,11 @@ export interface EdgeOptions {
   readonly maxBodyBytes: number
   /** True once the coordinator began to shut down: new requests get 503. */
   readonly closing: () => boolean
+  /**
+   * True while a stopping coordinator waits out `ENGRAM_SHUTDOWN_DELAY_MS` before it closes:
+   * `/readyz` answers 503 (the load balancer stops sending it connections), the rest as usual.
+   */
+  readonly draining?: (() => boolean) | undefined
   readonly metrics: MetricsShape
 }
 
@@ -59,8 +64,11 @@ const json = (status: number, body: Record<string, unknown>, headers: Record<str
 const shutdownMessage = "the coordinator is shutting down; retry"
 const cutMessage = "the coordinator is shutting down or the request was cut off; retry"
 
-const unavailable = (message: string, retryAfterMs = 1000) =>
-  json(503, { error: "Unavailable", message, retryAfterMs }, { "retry-after": String(Errors.retryAfterSeconds(retryAfterMs)) })
+/** Readiness while a stopping coordinator waits out its shutdown delay. */
+const drainingMessage = "the coordinator is stopping: not ready, still serving until ENGRAM_SHUTDOWN_DELAY_MS has passed"
+
+const unavailable = (message: string, retryAfterMs = 1000, headers: Record<string, string> = {}) =>
+  json(503, { error: "Unavailable", message, retryAfterMs }, { "retry-after": String(Errors.retryAfterSeconds(retryAfterMs)), ...headers })
 
 const tooLarge = (limit: number) =>
   json(413, { error: "PayloadTooLarge", message: `the request body is larger than ${limit} bytes (ENGRAM_MAX_BODY_BYTES)`, limitBytes: limit }, { connection: "close" })
@@ -347,7 +355,10 @@ export const edge = (options: EdgeOptions) => {
     Effect.withFiber((fiber) => {
       const request = Context.getUnsafe(fiber.context, HttpServerRequest.HttpServerRequest)
       const startedAt = performance.now()
-      if (options.closing()) return answeredTotal(request, startedAt, unavailable(shutdownMessage), null)
+      // Closing the connection too: a proxy then stops reusing it for this replica.
+      if (options.closing()) return answeredTotal(request, startedAt, unavailable(shutdownMessage, 1000, { connection: "close" }), null)
+      if (options.draining?.() === true && (request.url === "/readyz" || request.url.startsWith("/readyz?")))
+        return answeredTotal(request, startedAt, unavailable(drainingMessage), null)
       const length = request.headers["content-length"]
       if (length !== undefined) {
         const declared = Number(length)

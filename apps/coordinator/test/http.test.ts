@@ -354,6 +354,31 @@ describe("every error answer has a JSON body", () => {
     expect(r.headers["content-type"]).toContain("application/json")
     expect(r.body).toMatchObject({ error: expect.any(String) })
   })
+
+  it("with ENGRAM_SHUTDOWN_DELAY_MS a stopping coordinator answers /readyz 503 and serves the rest until the delay has passed, then closes; its shutdown 503s close their connection", async () => {
+    const delayed = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "None", config: { port: 0, adminToken, shutdownDelayMs: 15_000 } })
+    expect((await fetch(`${delayed.url}/readyz`)).status).toBe(200)
+    const stopped = delayed.stop()
+    let notReady = await raw(delayed.url, { method: "GET", path: "/readyz" })
+    for (let i = 0; i < 100 && notReady.status === 200; i++) notReady = await raw(delayed.url, { method: "GET", path: "/readyz" })
+    expect([notReady.status, notReady.body.error]).toEqual([503, "Unavailable"])
+    expect(notReady.body.message).toMatch(/stopping: not ready, still serving until ENGRAM_SHUTDOWN_DELAY_MS/)
+    // Still serving meanwhile: an ordinary request and a liveness probe.
+    expect((await client(delayed.url, adminToken).get("/v1/fleet")).status).toBe(200)
+    expect((await raw(delayed.url, { method: "GET", path: "/livez" })).status).toBe(200)
+    await stopped
+    await expect(fetch(`${delayed.url}/livez`)).rejects.toThrow()
+  }, 120_000)
+
+  it("a shutdown's 503 closes its connection (a proxy stops reusing it for this replica)", async () => {
+    const metrics = await Effect.runPromise(Effect.scoped(Effect.map(Effect.service(Metrics), (m) => m)).pipe(Effect.provide(Layer.fresh(Metrics.layer))))
+    const response = await Effect.runPromise(
+      HttpEdge.edge({ maxBodyBytes, closing: () => true, metrics })(Effect.succeed(HttpServerResponse.text("never"))).pipe(
+        Effect.provideService(HttpServerRequest.HttpServerRequest, HttpServerRequest.fromWeb(new Request("http://x/v1/fleet"))),
+      ),
+    )
+    expect([response.status, response.headers["connection"]]).toEqual([503, "close"])
+  })
 })
 
 /** What a server answers to exactly these bytes on a fresh connection (the request as written, not as a client would build it). */
