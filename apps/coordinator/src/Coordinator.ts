@@ -84,8 +84,10 @@ export interface CoordinatorInfoShape {
   readonly config: CoordinatorConfig
   /**
    * Succeeds, with the reason, if the embedded store's engine ends while the coordinator runs
-   * (PGlite's worker thread died); never otherwise. Every store call answers 503 from then on:
-   * `main` exits 1 on it, so a supervisor restarts the coordinator on its data directory.
+   * (PGlite's worker thread died: every store call answers 503 from then on), or its data
+   * directory's lock was taken over by another coordinator (this one was frozen or cut off:
+   * it must stop writing); never otherwise. `main` exits 1 on it, so a supervisor restarts the
+   * coordinator on its data directory.
    */
   readonly storeLost: Effect.Effect<string>
 }
@@ -182,7 +184,7 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
   const backend: Backend = options.store !== undefined ? "custom" : databaseUrl !== null ? "postgres" : "pglite"
   // Group placement: concurrent creates placed together (see @engram/store-pg).
   // Heartbeats and reports of many agents written together.
-  // The embedded store's engine thread ended on its own (see CoordinatorInfoShape.storeLost).
+  // The embedded store's engine thread ended on its own, or its data directory's lock was taken over (see CoordinatorInfoShape.storeLost).
   const storeLost = Deferred.makeUnsafe<string>()
   const batching = { placementBatchSize: config.placementBatchSize, placementBatchWindowMs: config.placementBatchWindowUs / 1000, beatWindowMs: config.beatWindowMs }
   const openedStore: Layer.Layer<Store, unknown> =
@@ -204,12 +206,12 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
           Effect.gen(function* () {
             const dataDir = resolve(config.dataDir)
             mkdirSync(dataDir, { recursive: true })
-            // One writer per embedded store: held until the coordinator stops.
-            yield* DataDirLock.acquire(dataDir)
+            // One writer per embedded store: held until the coordinator stops (lost to another, it exits 1).
+            yield* DataDirLock.acquire(dataDir, { onLost: (why) => Deferred.doneUnsafe(storeLost, Effect.succeed(`${why}: another coordinator writes the embedded database now`)) })
             return StorePg.layerPglite({
               dataDir: join(dataDir, "pglite"),
               worker: config.pgliteWorker === 1,
-              onWorkerExit: (why) => Deferred.doneUnsafe(storeLost, Effect.succeed(why)),
+              onWorkerExit: (why) => Deferred.doneUnsafe(storeLost, Effect.succeed(`${why}: the embedded database is gone`)),
               limits: config.limits,
               park: parkRule(config),
               ...batching,
@@ -368,12 +370,15 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
           Effect.andThen(longPolls.endAll),
         ),
       )
-      // The first finalizer to run (the last added): not ready, still serving, for the delay.
+      // The first finalizer to run (the last added): not ready, still serving, for the delay. The
+      // reaper stops at once (its layer closes beside this one), so the lease goes first: another
+      // replica leads meanwhile.
       if (config.shutdownDelayMs > 0)
         yield* Effect.addFinalizer(() =>
           Effect.sync(() => {
             draining = true
           }).pipe(
+            Effect.andThen(leader.giveUp ?? Effect.void),
             Effect.andThen(Effect.logInfo(`stopping: /readyz answers 503; serving for ${config.shutdownDelayMs} ms more (ENGRAM_SHUTDOWN_DELAY_MS)`)),
             Effect.andThen(Effect.sleep(config.shutdownDelayMs)),
           ),

@@ -13,16 +13,20 @@
  * namespace (another container on the same volume, or this container's crashed predecessor:
  * a restarted container has a namespace of its own, and its coordinator the pid the old one had)
  * or of another boot id (another machine mounting the volume, or this one before a reboot)
- * cannot be seen from here: it runs while it touches the file, so its lock is taken over once
- * untouched for `staleAfterMs`, and a coordinator finding it touched waits that long before
- * refusing. A lock naming only a pid (written by a coordinator before this one) is judged by the
- * pid alone, in this namespace, except this coordinator's own pid, which no other process here
- * can have.
+ * cannot be seen from here: it runs while it touches the file. A lock touched lately is watched,
+ * on this process's clock alone (another machine's clock may be off): touched meanwhile, its
+ * holder runs and this coordinator refuses; untouched for `staleAfterMs`, it is taken over. A
+ * lock untouched for longer than `staleAfterMs` and `clockSkewMarginMs` is taken over at once.
+ * A holder that finds its lock no longer its own (it was frozen or cut off that long, and another
+ * took over) says so (`onLost`): the coordinator then exits, so that one process writes the
+ * directory. A lock naming only a pid (written by a coordinator before this one) is judged by
+ * the pid alone, in this namespace, except this coordinator's own pid, which no other process
+ * here can have.
  */
 import { Pid } from "@engram/process"
 import { Clock, Data, Effect } from "effect"
 import type { Scope } from "effect"
-import { linkSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs"
+import { existsSync, linkSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 
 /** The lock file's name inside the data directory. */
@@ -42,8 +46,14 @@ export class DataDirLocked extends Data.TaggedError("DataDirLocked")<{
 /** How often a holder touches its lock file (ms). */
 export const refreshMs = 2_000
 
-/** A lock whose holder cannot be seen from here (another PID namespace, boot or machine) is stale once untouched this long (ms). */
+/** A lock whose holder cannot be seen from here (another PID namespace, boot or machine) is stale once watched untouched this long (ms). */
 export const staleAfterMs = 10_000
+
+/**
+ * How far another machine's clock may be off from this one's (ms): a lock whose last touch is
+ * older than `staleAfterMs` and this, by this clock, is stale without being watched.
+ */
+export const clockSkewMarginMs = 30_000
 
 /** The lock files this process holds (a second hold of one in the same process is refused too). */
 const held = new Set<string>()
@@ -67,13 +77,13 @@ const touchedAt = (file: string): number | undefined => {
 }
 
 /**
- * Whether `owner`, named by lock `file`, still holds it at `nowMs`: this process if it does hold
- * it; another of this PID namespace while it runs; one of another namespace while it touches
- * the file (last `touched`).
+ * Whether `owner`, named by lock `file`, holds it as far as this process can see: this process
+ * if it does hold it; another of this PID namespace while it runs; "unseen" for one of another
+ * namespace or boot (whether it touches the lock decides).
  */
-const holds = (file: string, owner: Pid.Owner, nowMs: number, touched = touchedAt(file)): boolean => {
+const holds = (file: string, owner: Pid.Owner): boolean | "unseen" => {
   const seen = Pid.judge(owner)
-  if (seen === "unseen") return nowMs - (touched ?? -Infinity) < staleAfterMs
+  if (seen === "unseen") return "unseen"
   return owner.pid === process.pid ? held.has(file) : seen === "runs"
 }
 
@@ -105,7 +115,7 @@ const create = (file: string): boolean => {
  * just created; it sees a live pid in what it moved and puts it back (a link, which fails if
  * a lock exists again), so exactly one of them ends up holding the directory.
  */
-const moveAside = (file: string, stale: Pid.Owner | null, nowMs: number): boolean => {
+const moveAside = (file: string, stale: Pid.Owner | null): boolean => {
   const aside = `${file}.stale-${process.pid}`
   try {
     renameSync(file, aside)
@@ -114,7 +124,9 @@ const moveAside = (file: string, stale: Pid.Owner | null, nowMs: number): boolea
     throw e
   }
   const moved = holderOf(aside)
-  const movedStale = moved === null || same(moved, stale) || !holds(file, moved, nowMs, touchedAt(aside))
+  // Another owner than the one judged stale (a takeover raced this one): its own if it runs, or
+  // if it cannot be seen (the next round watches it).
+  const movedStale = moved === null || same(moved, stale) || holds(file, moved) === false
   if (!movedStale) {
     try {
       linkSync(aside, file)
@@ -126,18 +138,28 @@ const moveAside = (file: string, stale: Pid.Owner | null, nowMs: number): boolea
   return movedStale
 }
 
+/** What `acquire` is told beyond its directory. */
+export interface AcquireOptions {
+  /**
+   * Told once if the lock stops being this process's while it holds it (another coordinator
+   * took it over: this one was frozen or cut off for longer than `staleAfterMs`): the caller
+   * must stop writing the directory.
+   */
+  readonly onLost?: ((why: string) => void) | undefined
+}
+
 /**
  * Takes the lock on `dataDir` for the scope, touched every `refreshMs` while it lasts: fails
- * `DataDirLocked` while a running process holds it (one of another PID namespace: still touching
- * it after `staleAfterMs` of waiting); takes over a stale one with a warning; removes it when the
- * scope closes (if it is still ours).
+ * `DataDirLocked` while a running process holds it (one that cannot be seen from here: touched
+ * while watched); takes over a stale one with a warning; removes it when the scope closes (if
+ * it is still ours).
  */
-export const acquire = (dataDir: string): Effect.Effect<void, DataDirLocked, Scope.Scope> => {
+export const acquire = (dataDir: string, options: AcquireOptions = {}): Effect.Effect<void, DataDirLocked, Scope.Scope> => {
   const file = join(dataDir, lockFileName)
   return Effect.acquireRelease(
     Effect.gen(function* () {
-      const startMs = yield* Clock.currentTimeMillis
-      let waitSaid = false
+      // The unseen holder watched: its record, its lock's last touch when first seen, and when (this clock).
+      let watched: { readonly record: string; readonly touched: number; readonly sinceMs: number } | null = null
       for (let attempt = 0; ; ) {
         if (create(file)) {
           held.add(file)
@@ -146,24 +168,28 @@ export const acquire = (dataDir: string): Effect.Effect<void, DataDirLocked, Sco
         const nowMs = yield* Clock.currentTimeMillis
         const owner = holderOf(file)
         const pid = owner?.pid ?? null
-        if (owner !== null && holds(file, owner, nowMs)) {
-          // One we cannot see (another PID namespace, boot or machine) and touched lately: a crashed predecessor's
-          // lock goes stale within staleAfterMs of its last touch, a live holder's never.
-          if (Pid.judge(owner) !== "unseen" || nowMs - startMs > staleAfterMs + refreshMs) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: owner.pid })
-          if (!waitSaid) {
-            waitSaid = true
+        const verdict = owner === null ? false : holds(file, owner)
+        if (owner !== null && verdict === true) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: owner.pid })
+        const touched = touchedAt(file)
+        if (owner !== null && verdict === "unseen" && touched !== undefined && nowMs - touched <= staleAfterMs + clockSkewMarginMs) {
+          // Touched lately: watched for a touch, on this clock alone.
+          const record = Pid.format(owner)
+          if (watched === null || watched.record !== record) {
+            watched = { record, touched, sinceMs: nowMs }
             yield* Effect.logWarning(
-              `the lock on the data directory names a coordinator this one cannot see (another PID namespace, boot or machine; pid ${owner.pid} there) that touched it lately: waiting up to ${staleAfterMs / 1000} s for it to go stale (a crashed predecessor's does; a running one's does not, and then this one exits)`,
+              `the lock on the data directory names a coordinator this one cannot see (another PID namespace, boot or machine; pid ${owner.pid} there), touched lately: watching it up to ${staleAfterMs / 1000} s (a running one touches it every ${refreshMs / 1000} s, and then this one exits; a crashed one's is then taken over)`,
               { lockFile: file, holderPid: owner.pid },
             )
+          } else if (touched !== watched.touched) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: owner.pid })
+          if (nowMs - watched.sinceMs < staleAfterMs) {
+            yield* Effect.sleep(refreshMs)
+            continue
           }
-          yield* Effect.sleep(refreshMs)
-          continue
         }
         // A holder that no longer runs (or a file that names none): move it aside and create
         // ours; a takeover racing ours may win, and we see its owner next round.
         if (++attempt > 3) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: pid ?? 0 })
-        if (moveAside(file, owner, nowMs))
+        if (moveAside(file, owner))
           yield* Effect.logWarning(
             pid === null
               ? `taking over the lock file ${file}: it names no process`
@@ -177,23 +203,40 @@ export const acquire = (dataDir: string): Effect.Effect<void, DataDirLocked, Sco
         held.delete(file)
         if (same(holderOf(file), Pid.self())) rmSync(file, { force: true })
       }),
-  ).pipe(Effect.andThen(Effect.forkScoped(refresh(file))), Effect.asVoid)
+  ).pipe(Effect.andThen(Effect.forkScoped(refresh(file, options.onLost))), Effect.asVoid)
 }
 
-/** Touches lock `file` every `refreshMs` while it names this process (so one that cannot see us knows we run). */
-const refresh = (file: string): Effect.Effect<void> =>
+/**
+ * Touches lock `file` every `refreshMs` while it names this process (so one that cannot see us
+ * knows we run). Once it names another, or is gone at two touches in a row (a takeover moves it
+ * aside for a moment), `onLost` is told and the touches end.
+ */
+const refresh = (file: string, onLost?: (why: string) => void): Effect.Effect<void> =>
   Effect.gen(function* () {
     const me = Pid.self()
+    let missing = 0
     for (;;) {
       yield* Effect.sleep(refreshMs)
       const nowS = (yield* Clock.currentTimeMillis) / 1000
-      yield* Effect.sync(() => {
+      const owner = holderOf(file)
+      if (same(owner, me)) {
+        missing = 0
         try {
-          if (same(holderOf(file), me)) utimesSync(file, nowS, nowS)
+          utimesSync(file, nowS, nowS)
         } catch {
-          // Gone or unwritable: the next touch tries again; a holder that cannot touch its lock
-          // looks stale only to a coordinator of another PID namespace.
+          // Unwritable for now: the next touch tries again; a holder that cannot touch its lock
+          // looks stale only to a coordinator that cannot see it.
         }
-      })
+        continue
+      }
+      if (owner === null && existsSync(file)) continue
+      if (owner === null && ++missing < 2) continue
+      const why =
+        owner === null
+          ? `the data directory's lock file ${file} is gone`
+          : `the data directory's lock file ${file} names another coordinator (pid ${owner.pid}): it took the lock over while this one was frozen or cut off for longer than ${staleAfterMs / 1000} s`
+      yield* Effect.logError(`${why}; this coordinator must stop writing the directory`, { lockFile: file })
+      onLost?.(why)
+      return
     }
   })

@@ -296,7 +296,7 @@ export const edge = (options: EdgeOptions) => {
     const first = stopping && !shutdownLogged
     if (stopping) shutdownLogged = true
     const logged = first
-      ? Effect.logWarning("answered 503: the coordinator is shutting down (its open requests, long-polls among them, are answered 503 so their clients go to another replica; the rest are logged at debug)", {
+      ? Effect.logWarning("answered 503: the coordinator is shutting down (requests that arrive now, and those still open when its drain ends, are answered 503 so their clients go to another replica; the rest are logged at debug)", {
           requestId,
           method: request.method,
           route,

@@ -16,7 +16,7 @@
  */
 import { readOperations, Unavailable } from "@engram/store"
 import type { StoreShape } from "@engram/store"
-import { Context, Effect, Option } from "effect"
+import { Clock, Context, Effect, Option } from "effect"
 import { HttpServerRequest } from "effect/http"
 import * as Stalls from "./Stalls.js"
 import type { StallsShape } from "./Stalls.js"
@@ -121,16 +121,29 @@ export const probeTimedOut = (ms: number, check: string) =>
     retryAfterMs,
   })
 
-/** Why the store refuses writes: its disk is full, or the database only reads; and the last refusal's words. */
+/** Why the store refuses writes: its disk is full, or the database only reads; the last refusal's words, and when (epoch ms). */
 export interface WritesRefused {
   readonly kind: "disk_full" | "read_only"
   readonly message: string
+  readonly atMs: number
 }
+
+/**
+ * How long a refusal by a database that only reads keeps the store not ready without another
+ * (ms). A replica not ready gets no traffic (its load balancer, and agents and clients move away
+ * on `ReadOnly`), so no write would come to clear it: it is ready again after this, and the next
+ * write refused makes it not ready again. A full disk keeps it until a write succeeds (agents
+ * stay on `DiskFull`: their writes come).
+ */
+export const readOnlyHoldMs = 10_000
 
 /** What the store's calls showed beyond their own answers. */
 export interface StoreHealthShape {
-  /** Why writes fail (the last such failure: a full disk, a database that only reads), or null once a write succeeded since. */
-  readonly writesRefused: () => WritesRefused | null
+  /**
+   * Why writes fail at `nowMs` (the last such failure: a full disk until a write succeeds, a
+   * database that only reads for `readOnlyHoldMs`), or null.
+   */
+  readonly writesRefused: (nowMs: number) => WritesRefused | null
 }
 
 /** The store's health as its calls showed it (readiness). */
@@ -176,13 +189,18 @@ export const boundStore = (
                     }),
                   ),
                   Effect.tapError((e: unknown) =>
-                    Effect.sync(() => {
-                      if (e instanceof Unavailable && (e.kind === "disk_full" || e.kind === "read_only")) refused = { kind: e.kind, message: e.message }
-                    }),
+                    e instanceof Unavailable && (e.kind === "disk_full" || e.kind === "read_only")
+                      ? Effect.map(Clock.currentTimeMillis, (atMs) => {
+                          refused = { kind: e.kind as WritesRefused["kind"], message: e.message, atMs }
+                        })
+                      : Effect.void,
                   ),
                 )
           }
         : value
   }
-  return { store: out as unknown as StoreShape, health: { writesRefused: () => refused } }
+  return {
+    store: out as unknown as StoreShape,
+    health: { writesRefused: (nowMs) => (refused !== null && refused.kind === "read_only" && nowMs - refused.atMs >= readOnlyHoldMs ? null : refused) },
+  }
 }

@@ -74,4 +74,15 @@ describe("a leader that stops", () => {
     upload.destroy()
     await stopping
   }, 120_000)
+
+  it("with ENGRAM_SHUTDOWN_DELAY_MS it gives its lease up as the delay begins (its reaper stops then), not after it", async () => {
+    const delayed = await startCoordinator({ logLevel: "None", config: { port: 0, adminToken, databaseUrl: db.url, shutdownDelayMs: 20_000 } })
+    await until("the replica leads", async () => (await call(delayed.url, "GET", "/readyz")).body?.leader === true)
+    const stopping = delayed.stop()
+    await until("the lease given up", async () => Number((await sql`select lease_duration_ms from leases`)[0]?.["lease_duration_ms"]) === 0)
+    // Still within the delay: not ready, still serving.
+    expect((await call(delayed.url, "GET", "/readyz")).status).toBe(503)
+    expect((await call(delayed.url, "GET", "/livez")).status).toBe(200)
+    await stopping
+  }, 120_000)
 })

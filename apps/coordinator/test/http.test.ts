@@ -300,7 +300,7 @@ describe("the edge while the coordinator stops", () => {
     )
     expect(statuses).toEqual([503, 503, 503])
     expect(lines.filter((l) => l.startsWith("Warn"))).toEqual([
-      "Warn answered 503: the coordinator is shutting down (its open requests, long-polls among them, are answered 503 so their clients go to another replica; the rest are logged at debug)",
+      "Warn answered 503: the coordinator is shutting down (requests that arrive now, and those still open when its drain ends, are answered 503 so their clients go to another replica; the rest are logged at debug)",
     ])
     expect(lines.filter((l) => l === "Debug answered 503")).toHaveLength(2)
   })

@@ -230,23 +230,23 @@ describe("DataDirLock.acquire", () => {
     /** The test clock's time moved on in steps of the holder's refresh, `each` run after each. */
     const steps = (n: number, each: Effect.Effect<void> = Effect.void) => Effect.repeat(Effect.andThen(TestClock.adjust(DataDirLock.refreshMs), each), { times: n - 1 })
 
-    effectIt.effect("one that keeps touching it holds the directory (another container, or another machine on a shared volume): this one waits staleAfterMs (and a refresh), then refuses naming its pid; the lock stays", () =>
+    effectIt.effect("one that keeps touching it holds the directory (another container, or another machine on a shared volume, its clock 20 s behind or ahead): this one refuses naming its pid once it sees a touch; the lock stays", () =>
       Effect.gen(function* () {
-        for (const other of ["pidNs", "bootId"] as const) {
+        for (const [other, skewMs] of [["pidNs", 0], ["bootId", 20_000], ["bootId", -20_000]] as const) {
           yield* TestClock.setTime(Date.now())
           const dataDir = freshDir()
           const file = otherNamespace(dataDir, other)
           const written = readFileSync(file, "utf8")
-          yield* touch(file)
+          yield* touch(file, skewMs)
           const taking = yield* Effect.forkChild(Effect.exit(Effect.scoped(DataDirLock.acquire(dataDir))))
-          yield* steps((DataDirLock.staleAfterMs + 2 * DataDirLock.refreshMs) / DataDirLock.refreshMs, touch(file))
+          yield* steps((DataDirLock.staleAfterMs + 2 * DataDirLock.refreshMs) / DataDirLock.refreshMs, touch(file, skewMs))
           const exit = yield* Fiber.join(taking)
           expect(Exit.isFailure(exit) && JSON.stringify(exit.cause)).toContain(`"pid":${Pid.parse(written)!.pid}`)
           expect(readFileSync(file, "utf8")).toBe(written)
         }
       }))
 
-    effectIt.effect("one that stopped touching it (a restarted container's crashed predecessor): taken over once untouched for staleAfterMs, at once if it already is", () =>
+    effectIt.effect("one that stopped touching it (a restarted container's crashed predecessor): taken over once watched untouched for staleAfterMs, at once if untouched for longer than that and the clock skew margin", () =>
       Effect.gen(function* () {
         yield* TestClock.setTime(Date.now())
         const waited = freshDir()
@@ -257,8 +257,37 @@ describe("DataDirLock.acquire", () => {
         yield* steps(2)
         expect(yield* Fiber.join(taking)).toStrictEqual(Exit.succeed(me))
         const old = freshDir()
-        yield* touch(otherNamespace(old), DataDirLock.staleAfterMs)
+        yield* touch(otherNamespace(old), DataDirLock.staleAfterMs + DataDirLock.clockSkewMarginMs + 1)
         expect(yield* Effect.exit(Effect.scoped(DataDirLock.acquire(old).pipe(Effect.andThen(Effect.sync(() => readFileSync(join(old, "coordinator.lock"), "utf8").trim())))))).toStrictEqual(Exit.succeed(me))
+      }))
+
+    effectIt.effect("a holder whose lock another took over (it was frozen or cut off), or whose lock is gone at two touches in a row, is told once and stops touching it", () =>
+      Effect.gen(function* () {
+        yield* TestClock.setTime(Date.now())
+        for (const lose of ["taken", "removed"] as const) {
+          const dataDir = freshDir()
+          const file = join(dataDir, "coordinator.lock")
+          const told: string[] = []
+          yield* Effect.scoped(
+            Effect.gen(function* () {
+              yield* DataDirLock.acquire(dataDir, { onLost: (why) => void told.push(why) })
+              const other = `${Pid.format({ ...Pid.self(), pid: 7, pidNs: "1" })}\n`
+              if (lose === "taken") writeFileSync(file, other)
+              else rmSync(file)
+              yield* TestClock.adjust(DataDirLock.refreshMs)
+              if (lose === "removed") {
+                // Gone at one touch: a takeover may have moved it aside for a moment.
+                expect(told).toEqual([])
+                yield* TestClock.adjust(DataDirLock.refreshMs)
+              }
+              expect(told).toHaveLength(1)
+              expect(told[0]).toMatch(lose === "taken" ? /names another coordinator \(pid 7\): it took the lock over while this one was frozen or cut off/ : /lock file .* is gone/)
+              yield* TestClock.adjust(10 * DataDirLock.refreshMs)
+              expect(told).toHaveLength(1)
+              if (lose === "taken") expect(readFileSync(file, "utf8")).toBe(other)
+            }),
+          )
+        }
       }))
 
     effectIt.effect("a holder touches its lock every refreshMs", () =>

@@ -5,7 +5,7 @@ import type { Fiber } from "effect"
 import { describe, expect, it } from "vitest"
 import { StoreSim } from "@engram/store-sim"
 import { Store, Unavailable } from "@engram/store"
-import { boundStore, bounded } from "../src/StoreBound.js"
+import { boundStore, bounded, readOnlyHoldMs } from "../src/StoreBound.js"
 
 /** Polls `done` on the event loop, bounded by 10 s or more. */
 const until = async (done: () => boolean): Promise<boolean> => {
@@ -82,5 +82,40 @@ describe("bounded", () => {
     )
     expect(write.message).toBe("store unavailable: the database did not answer registerHost within 15000 ms (ENGRAM_STORE_TIMEOUT_MS); a write's outcome is unknown until read back")
     expect(read.message).toBe("store unavailable: the database did not answer listSessions within 15000 ms (ENGRAM_STORE_TIMEOUT_MS); a read: nothing was changed")
+  })
+})
+
+describe("the store's health: writes refused", () => {
+  /** A store whose writes (`registerHost`) fail with `Unavailable` of `kind` while `failing` is set, and succeed after. */
+  const storeRefusing = (kind: "disk_full" | "read_only") =>
+    Effect.gen(function* () {
+      const sim = yield* Effect.service(Store).pipe(Effect.provide(StoreSim.layer()))
+      const state = { failing: true }
+      const store = {
+        ...sim,
+        registerHost: (...args: Parameters<typeof sim.registerHost>) =>
+          state.failing ? Effect.fail(new Unavailable({ reason: `refused (${kind})`, retryAfterMs: 1000, kind })) : sim.registerHost(...args),
+      }
+      return { ...boundStore(store, 60_000), state }
+    })
+
+  it("a database that only reads keeps the store not ready for readOnlyHoldMs without another refusal (no write comes to a replica taken out of rotation); a full disk until a write succeeds", async () => {
+    const t0 = Date.now()
+    for (const kind of ["read_only", "disk_full"] as const) {
+      const { store, health, state } = await Effect.runPromise(storeRefusing(kind))
+      expect(health.writesRefused(t0)).toBeNull()
+      const refused = await Effect.runPromiseExit(store.registerHost({ id: `h-${kind}` }))
+      expect(Exit.isFailure(refused)).toBe(true)
+      const at = health.writesRefused(Date.now())
+      expect(at).toMatchObject({ kind, message: `store unavailable: refused (${kind})` })
+      const later = at!.atMs + readOnlyHoldMs
+      expect(health.writesRefused(later - 1)).toMatchObject({ kind })
+      if (kind === "read_only") expect(health.writesRefused(later)).toBeNull()
+      else expect(health.writesRefused(later + 3_600_000)).toMatchObject({ kind })
+      // A write that succeeds clears either.
+      state.failing = false
+      expect(Exit.isSuccess(await Effect.runPromiseExit(store.registerHost({ id: `h2-${kind}` })))).toBe(true)
+      expect(health.writesRefused(at!.atMs)).toBeNull()
+    }
   })
 })

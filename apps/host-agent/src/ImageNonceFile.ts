@@ -23,8 +23,8 @@
  */
 import { mkdir, readFile, unlink } from "node:fs/promises"
 import { dirname, join } from "node:path"
+import { Durable } from "@engram/runtime"
 import { Clock, Effect, Semaphore } from "effect"
-import * as Durable from "./Durable.js"
 import { type ImageBearer, imageBearerWindowMs, imageNonces } from "./MoveToken.js"
 
 /** What the image host answers a bearer whose HMAC holds: "predates" a start that lost the record; "unrecorded" its nonce not written. */

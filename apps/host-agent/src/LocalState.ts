@@ -7,8 +7,8 @@
  */
 import { readFile, rename } from "node:fs/promises"
 import { Records } from "@engram/api"
+import { Durable } from "@engram/runtime"
 import { Effect, Schema } from "effect"
-import * as Durable from "./Durable.js"
 
 export const ResidentVm = Schema.Struct({
   vmId: Schema.String,

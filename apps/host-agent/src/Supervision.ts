@@ -12,13 +12,17 @@ import { execFile } from "node:child_process"
 import { readFile } from "node:fs/promises"
 import { Effect } from "effect"
 
-/** The systemd service whose cgroup holds this process, from `/proc/self/cgroup`'s text; undefined outside one. */
+/**
+ * The systemd service whose cgroup holds this process, from `/proc/self/cgroup`'s text: the
+ * cgroup's own name, where it is a service (a user's session, `user@1000.service/app.slice/…`,
+ * is not the agent's unit); undefined outside one.
+ */
 export const serviceOf = (cgroupText: string): string | undefined => {
   for (const line of cgroupText.split("\n")) {
     // `0::/system.slice/engram-agent.service` (cgroup v2) or `1:name=systemd:/system.slice/…` (v1).
     const m = /^\d+:(?:name=systemd)?:(\/.*)$/.exec(line.trim())
-    const unit = m?.[1]?.split("/").findLast((part) => part.endsWith(".service"))
-    if (unit !== undefined) return unit
+    const unit = m?.[1]?.split("/").at(-1)
+    if (unit !== undefined && unit.endsWith(".service") && !unit.startsWith("user@")) return unit
   }
   return undefined
 }

@@ -14,6 +14,9 @@ describe("the supervisor the agent runs under", () => {
     assert.strictEqual(Supervision.serviceOf(v1), "engram-agent.service")
     assert.strictEqual(Supervision.serviceOf("0::/user.slice/user-0.slice/session-3.scope\n"), undefined)
     assert.strictEqual(Supervision.serviceOf("0::/\n"), undefined)
+    // A terminal of a desktop session: the user's manager's unit is not the agent's.
+    assert.strictEqual(Supervision.serviceOf("0::/user.slice/user-1000.slice/user@1000.service/app.slice/vte-spawn-1.scope\n"), undefined)
+    assert.strictEqual(Supervision.serviceOf("0::/user.slice/user-1000.slice/user@1000.service\n"), undefined)
     assert.strictEqual(Supervision.serviceOf(""), undefined)
   })
 

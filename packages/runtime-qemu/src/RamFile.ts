@@ -6,8 +6,9 @@
  * copy (only the extents the guest touched, zero blocks left as holes) that is fsynced.
  */
 import { spawn } from "node:child_process"
-import { open, rename, rm, stat } from "node:fs/promises"
+import { rename, rm, stat } from "node:fs/promises"
 import { dirname } from "node:path"
+import { Durable } from "@engram/runtime"
 import { Effect } from "effect"
 
 /**
@@ -27,21 +28,8 @@ const attempt = <A>(what: string, f: () => Promise<A>): Effect.Effect<A, RamFile
 export const sameFilesystem = (path: string, dir: string): Effect.Effect<boolean> =>
   attempt("stat", async () => (await stat(path)).dev === (await stat(dir)).dev).pipe(Effect.orElseSucceed(() => false))
 
-/**
- * Writes a file's data to its disk, or a directory's entries (a rename or a new file there is an
- * entry of the directory, which an fsync of the file does not write).
- */
-export const syncPath = async (path: string): Promise<void> => {
-  const fd = await open(path, "r")
-  try {
-    await fd.sync()
-  } finally {
-    await fd.close()
-  }
-}
-
 /** Writes a file's dirty pages to its disk: they are then clean page cache, which the kernel may drop. */
-export const fsync = (path: string): Effect.Effect<void, RamFileError> => attempt(`fsync ${path}`, () => syncPath(path))
+export const fsync = (path: string): Effect.Effect<void, RamFileError> => attempt(`fsync ${path}`, () => Durable.syncPath(path))
 
 /** The bytes a file holds on its filesystem (a sparse RAM file: what the guest touched). */
 export const allocatedBytes = (path: string): Effect.Effect<number> =>

@@ -11,10 +11,10 @@
  * - **stream** (anonymous RAM, a QEMU without `x-ignore-shared`, or a guest mapping its image
  *   privately): RAM and devices in one migration stream to a file, read back in full.
  */
-import { copyFile, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises"
+import { copyFile, mkdir, readFile, rename, rm, stat } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { Names } from "@engram/core"
-import { type DescentImage, type Launch, nowMs, type RuntimeError, type SnapshotMethod, type TemplateInfo, type TemplateSpec, type VmSpec, type VmStarted } from "@engram/runtime"
+import { type DescentImage, Durable, type Launch, nowMs, type RuntimeError, type SnapshotMethod, type TemplateInfo, type TemplateSpec, type VmSpec, type VmStarted } from "@engram/runtime"
 import { Effect } from "effect"
 import * as M from "./QemuMigration.js"
 import type * as P from "./QemuProcess.js"
@@ -68,14 +68,6 @@ const load = (h: VmHost, vm: Vm, op: string, from: string, ignoreShared: boolean
     }),
   )
 
-/** Writes `text` to `path` whole and synced: a temporary synced, then renamed over it. */
-const writeDurably = async (path: string, text: string): Promise<void> => {
-  const part = `${path}.part`
-  await writeFile(part, text)
-  await RamFile.syncPath(part)
-  await rename(part, path)
-}
-
 const attempt = <A>(op: string, vmId: string, what: string, f: () => Promise<A>) =>
   Effect.tryPromise({ try: f, catch: (e) => err(op, vmId, `${what}: ${String(e)}`) })
 
@@ -113,11 +105,13 @@ export const descend = (h: VmHost, vm: Vm, path: string, bandwidthBytesPerSec: n
     // renamed out of it) an entry, or a crash of the host could bring back an empty image or the
     // RAM file in the VM's directory, where recovery removes it.
     const bytes = yield* attempt("descend", vmId, "image write failed", async () => {
-      await writeDurably(join(dirname(path), "machine.json"), JSON.stringify(side, null, 2))
-      await RamFile.syncPath(part)
+      await Durable.replace(join(dirname(path), "machine.json"), JSON.stringify(side, null, 2))
+      await Durable.syncPath(part)
       await rename(part, path)
-      await RamFile.syncPath(dirname(path))
-      if (placed === "renamed" && ram?.kind === "file") await RamFile.syncPath(dirname(ram.path))
+      await Durable.syncDir(dirname(path))
+      // The image's own directory is new at a first descent: an entry of the images' root.
+      await Durable.syncDir(dirname(dirname(path)))
+      if (placed === "renamed" && ram?.kind === "file") await Durable.syncDir(dirname(ram.path))
       return (await stat(path)).size
     }).pipe(Effect.tapError(() => (placed === "renamed" && ram?.kind === "file" ? RamFile.putBack(imageRam, ram.path) : Effect.void).pipe(Effect.andThen(giveBack))))
     yield* h.finish(vm)

@@ -5,9 +5,11 @@
  *   MoveGuard   the downtime guard every runtime applies to a move, over core's `Downtime`
  *   Move        a whole move between two runtimes of one process, and the phase arithmetic
  *   ImageStore  where descents put their image files
+ *   Durable     files kept across restarts and crashes: written whole and synced
  *   SimRuntime  the simulated runtime (seed 004's figures by default)
  *   SimWire     the simulated runtime's move data plane: in-process or TCP
  */
+export * as Durable from "./Durable.js"
 export * as ImageStore from "./ImageStore.js"
 export * as Move from "./Move.js"
 export * as MoveGuard from "./MoveGuard.js"

@@ -31,7 +31,7 @@
  */
 import { checkLeaseTimes, defaultLeaseTimes, type Fence, Leadership, type LeadershipShape, type LeaseTimes, type Unavailable } from "@engram/store"
 import { sql } from "drizzle-orm"
-import { Cause, Clock, Duration, Effect, Layer, type Scope } from "effect"
+import { Cause, Clock, Duration, Effect, Layer, type Scope, Semaphore } from "effect"
 import type { Db } from "./Db.js"
 import * as PostgresJs from "./PostgresJs.js"
 
@@ -206,7 +206,10 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       return isLeader()
     })
 
-    const tick = attempt.pipe(
+    // One check at a time, and `giveUp` after the check in flight: a takeover it committed is
+    // given up too (else the stopping replica would hold a whole lease it never renews).
+    const serial = yield* Semaphore.make(1)
+    const tick = serial.withPermits(1)(attempt.pipe(
       Effect.catchCause((cause) =>
         Effect.gen(function* () {
           yield* Effect.logWarning("lease check failed", { lease: name, holder, cause: String(cause) })
@@ -231,16 +234,20 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
           return isLeader()
         }),
       ),
-    )
+    ))
 
     /** Gives the lease up for good: a lease of 0 ms, which the next replica to check takes over. */
     const giveUp = Effect.suspend(() => {
       stopped = true
-      const held = epoch
-      epoch = null
-      return held === null
-        ? Effect.void
-        : query(sql`update leases set lease_duration_ms = 0, renewals = renewals + 1 where name = ${name} and holder = ${holder} and epoch = ${held}`).pipe(Effect.ignore)
+      return serial.withPermits(1)(
+        Effect.suspend(() => {
+          const held = epoch
+          epoch = null
+          return held === null
+            ? Effect.void
+            : query(sql`update leases set lease_duration_ms = 0, renewals = renewals + 1 where name = ${name} and holder = ${holder} and epoch = ${held}`).pipe(Effect.ignore)
+        }),
+      )
     })
     yield* Effect.addFinalizer(() => giveUp)
 

@@ -66,8 +66,8 @@ describe("ChangesPg", () => {
       await until(() => b.stats().checks >= checks + 3)
       expect(b.missed()).toBe(0)
       // A killed process: its listening backend ends without a word.
-      const pids = (await sql<{ pid: number }[]>`select pid from pg_stat_activity where application_name = ${ChangesPg.applicationName}`).map((r) => r.pid)
-      const [ofA] = await sql<{ pid: number }[]>`select pid from pg_stat_activity where application_name = ${ChangesPg.applicationName} order by backend_start limit 1`
+      const pids = (await sql<{ pid: number }[]>`select pid from pg_stat_activity where application_name = ${ChangesPg.applicationName} and datname = current_database()`).map((r) => r.pid)
+      const [ofA] = await sql<{ pid: number }[]>`select pid from pg_stat_activity where application_name = ${ChangesPg.applicationName} and datname = current_database() order by backend_start limit 1`
       expect(pids).toHaveLength(2)
       await sql`select pg_terminate_backend(${ofA?.pid ?? -1})`
       await until(() => b.missed() >= 1)

@@ -3,7 +3,7 @@ import { EngramApi, ServiceUnavailable } from "@engram/api"
 import { Fleet } from "@engram/core"
 import { Changes, Store } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
-import { Effect, Option } from "effect"
+import { Clock, Effect, Option } from "effect"
 import { HttpApiBuilder, OpenApi } from "effect/http-api"
 import * as HandlerGroup from "../HandlerGroup.js"
 import { AdminToken, sameHash } from "../Auth.js"
@@ -75,9 +75,9 @@ export const OpsHandlers = HandlerGroup.make(
         .handle("livez", alive)
         .handle("healthz", alive)
         .handle("readyz", () =>
-          Effect.suspend(() => {
+          Effect.flatMap(Clock.currentTimeMillis, (nowMs) => {
             // A read alone would say ready while every write fails (a full disk, a database that only reads).
-            const refused = health.writesRefused()
+            const refused = health.writesRefused(nowMs)
             return refused === null
               ? Effect.void
               : Effect.fail(
