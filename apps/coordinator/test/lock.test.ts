@@ -118,7 +118,7 @@ describe("one coordinator per embedded data directory", () => {
 describe("a coordinator restarted in a container after a crash (the pid it had: 1)", () => {
   // Needs a PID namespace of its own (unshare as root, as CI runs, or user namespaces): without
   // one no process here can be given the pid a crashed one had, which is the case under test.
-  it.skipIf(!canUnshare)("takes over the lock its crashed predecessor left, though that lock names its own pid (within staleAfterMs of its last touch), and says so", async () => {
+  it.skipIf(!canUnshare)("takes over the lock its crashed predecessor left, though that lock names its own pid (once watched untouched for staleAfterMs), and says so", async () => {
     const dataDir = freshDir()
     const lockFile = join(dataDir, "coordinator.lock")
     const first = startAsPidOne(dataDir)
