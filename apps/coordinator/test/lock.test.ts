@@ -58,6 +58,15 @@ const listening = async (c: ReturnType<typeof startAsPidOne>): Promise<void> => 
   throw new Error(`the coordinator did not listen within 3 minutes:\n${c.output()}`)
 }
 
+/** The JSON log lines in `output` that say a stale lock was taken over, as [level, message]. */
+const staleLockLines = (output: string) =>
+  output
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l) as { level: string; msg: string })
+    .filter((l) => l.msg.includes("stale lock"))
+    .map((l) => [l.level, l.msg])
+
 /** Runs a coordinator on `dataDir` to its end. */
 const runOn = (dataDir: string) => runToEnd({ ...env(dataDir), ENGRAM_PORT: "0" })
 
@@ -98,12 +107,7 @@ describe("one coordinator per embedded data directory", () => {
     const c = await startChild(env(dataDir), 180_000)
     try {
       expect(Pid.parse(readFileSync(lockFile, "utf8"))?.pid).toBe(c.process.pid)
-      const lines = c
-        .output()
-        .split("\n")
-        .filter((l) => l.startsWith("{"))
-        .map((l) => JSON.parse(l) as { level: string; msg: string })
-      expect(lines.filter((l) => l.msg.includes("stale lock")).map((l) => [l.level, l.msg])).toEqual([
+      expect(staleLockLines(c.output())).toEqual([
         ["warn", `taking over a stale lock on the data directory: its holder (pid ${stalePid}) no longer runs`],
       ])
       expect((await fetch(`${c.url}/readyz`)).status).toBe(200)
@@ -134,12 +138,7 @@ describe("a coordinator restarted in a container after a crash (the pid it had: 
     const second = startAsPidOne(dataDir)
     try {
       await listening(second)
-      const lines = second
-        .output()
-        .split("\n")
-        .filter((l) => l.startsWith("{"))
-        .map((l) => JSON.parse(l) as { level: string; msg: string })
-      expect(lines.filter((l) => l.msg.includes("stale lock")).map((l) => [l.level, l.msg])).toEqual([
+      expect(staleLockLines(second.output())).toEqual([
         ["warn", "taking over a stale lock on the data directory: its holder (pid 1) no longer runs"],
       ])
       expect(Pid.parse(readFileSync(lockFile, "utf8"))?.pid).toBe(1)

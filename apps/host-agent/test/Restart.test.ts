@@ -38,16 +38,23 @@ const waitUntil = (what: string, f: Effect.Effect<boolean>, tries = 200) =>
     assert.fail(`timed out waiting for ${what}`)
   })
 
+/** An agent (host "h") running sessions s1 and s2, both started and in its state file (a fresh one under a `prefix` directory). */
+const twoRunning = (prefix: string) =>
+  Effect.gen(function* () {
+    const coordinator = yield* makeFakeCoordinator
+    const stateFile = join(mkdtempSync(join(tmpdir(), prefix)), "state.json")
+    yield* coordinator.addSession("s1", "h", 512)
+    yield* coordinator.addSession("s2", "h", 256)
+    const first = yield* start(coordinator, stateFile)
+    yield* waitUntil("both running", Effect.map(coordinator.get, (s) => s.sessions.get("s1")?.state === "running" && s.sessions.get("s2")?.state === "running"))
+    yield* waitUntil("both persisted", Effect.map(first.agent.residents.all, (v) => v.length === 2))
+    return { coordinator, stateFile, first }
+  })
+
 describe("a restarted agent reconciles what is resident with the coordinator", () => {
   it.live("VMs in the state file are adopted, not started again; what the coordinator dropped is destroyed", () =>
     Effect.gen(function* () {
-      const coordinator = yield* makeFakeCoordinator
-      const stateFile = join(mkdtempSync(join(tmpdir(), "engram-restart-")), "state.json")
-      yield* coordinator.addSession("s1", "h", 512)
-      yield* coordinator.addSession("s2", "h", 256)
-      const first = yield* start(coordinator, stateFile)
-      yield* waitUntil("both running", Effect.map(coordinator.get, (s) => s.sessions.get("s1")?.state === "running" && s.sessions.get("s2")?.state === "running"))
-      yield* waitUntil("both persisted", Effect.map(first.agent.residents.all, (v) => v.length === 2))
+      const { coordinator, stateFile, first } = yield* twoRunning("engram-restart-")
       yield* first.stop
 
       // While the agent is down: s2 ends.
@@ -63,13 +70,7 @@ describe("a restarted agent reconciles what is resident with the coordinator", (
 
   it.live("VMs that did not survive the agent's absence are said as lost, and a session the coordinator has running or parked here boots fresh with an error naming it", () =>
     Effect.gen(function* () {
-      const coordinator = yield* makeFakeCoordinator
-      const stateFile = join(mkdtempSync(join(tmpdir(), "engram-restart-lost-")), "state.json")
-      yield* coordinator.addSession("s1", "h", 512)
-      yield* coordinator.addSession("s2", "h", 256)
-      const first = yield* start(coordinator, stateFile)
-      yield* waitUntil("both running", Effect.map(coordinator.get, (s) => s.sessions.get("s1")?.state === "running" && s.sessions.get("s2")?.state === "running"))
-      yield* waitUntil("both persisted", Effect.map(first.agent.residents.all, (v) => v.length === 2))
+      const { coordinator, stateFile, first } = yield* twoRunning("engram-restart-lost-")
       yield* coordinator.setState("s2", "parked")
       yield* waitUntil("s2 parked", Effect.map(first.agent.runtime.list, (vms) => vms.find((v) => v.vmId === "s2")?.status === "paused"))
       yield* first.stop
