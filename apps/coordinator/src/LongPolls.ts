@@ -55,7 +55,6 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
       const caps: Caps = { perHostToken: config.maxWaitsPerHostToken, perAdminToken: config.maxWaitsPerAdminToken, total: config.maxWaits }
       const credentials = yield* Credentials
       const byCredential = new Map<string, number>()
-      let total = 0
 
       const refuse = (limit: number, whose: string) =>
         new TooManyRequests({
@@ -74,7 +73,7 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         touched: boolean
       }
       const openByHost = new Map<string, Set<Open>>()
-      /** Every open long-poll (`endAll`), and whether they were all ended (the coordinator stopping). */
+      /** Every open long-poll (the total cap, `endAll`), and whether they were all ended (the coordinator stopping). */
       const all = new Set<Open>()
       let stopping = false
       const revokedError = (hostId: string) => new Unauthorized({ error: "Unauthorized", message: `the token of host ${hostId} was revoked (rotated, or the host removed)` })
@@ -118,9 +117,8 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           const limit = c.principal._tag === "Admin" ? caps.perAdminToken : caps.perHostToken
           const held = byCredential.get(c.tokenHash) ?? 0
           if (held >= limit) return Effect.fail(refuse(limit, c.principal._tag === "Admin" ? "the admin token" : `the token of host ${c.principal.hostId}`))
-          if (total >= caps.total) return Effect.fail(refuse(caps.total, "this coordinator"))
+          if (all.size >= caps.total) return Effect.fail(refuse(caps.total, "this coordinator"))
           byCredential.set(c.tokenHash, held + 1)
-          total++
           const p: Open = { credential: c, end: makeWaitEnd(), touched: false }
           if (c.principal._tag === "Host") addTo(openByHost, c.principal.hostId, p)
           all.add(p)
@@ -130,7 +128,6 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
       const leave = (p: Open) =>
         Effect.sync(() => {
           const c = p.credential
-          total--
           const held = (byCredential.get(c.tokenHash) ?? 1) - 1
           if (held <= 0) byCredential.delete(c.tokenHash)
           else byCredential.set(c.tokenHash, held)
@@ -165,7 +162,7 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         stopping = true
         for (const p of all) endWaits(p.end)
       })
-      return LongPolls.of({ run, open: () => total, endAll })
+      return LongPolls.of({ run, open: () => all.size, endAll })
     }),
   )
 }

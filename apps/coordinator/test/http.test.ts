@@ -3,7 +3,7 @@
 // the scrape token, the request and process metrics (the edge's own answers labelled as the
 // router labels them), and an answer that goes out even when the edge's handling of it fails.
 import { AdminOnly, EngramApi } from "@engram/api"
-import { Config, Coordinator, HttpEdge, Metrics, startCoordinator } from "@engram/coordinator"
+import { Config, Coordinator, HttpEdge, LongPolls, Metrics, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import * as StoreModule from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
@@ -243,6 +243,27 @@ describe("kept-alive connections", () => {
       expect(second.socket).toBe(first.socket)
     } finally {
       agent.destroy()
+    }
+  })
+})
+
+describe("the total cap on open long-polls (ENGRAM_MAX_WAITS)", () => {
+  it("beyond it a long-poll is a 429 TooManyWaits naming this coordinator's cap; once one answers, another may open", async () => {
+    const capped = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "None", config: { port: 0, adminToken, maxWaits: 2 } })
+    try {
+      const admin = client(capped.url, adminToken)
+      expect((await admin.post("/v1/sessions", { id: "capped", memMib: 64, vcpus: 1 })).status).toBe(202)
+      const wait = () => admin.get("/v1/sessions/capped/wait?state=running&timeoutMs=2000")
+      const open = [wait(), wait()]
+      await vi.waitFor(async () => expect(await capped.run(Effect.map(Effect.service(LongPolls), (l) => l.open()))).toBe(2), { timeout: 30_000, interval: 20 })
+      const refused = await wait()
+      expect([refused.status, refused.body.error, refused.body.limit]).toEqual([429, "TooManyWaits", 2])
+      expect(refused.body.message).toMatch(/this coordinator already holds 2 open long-polls/)
+      await Promise.all(open)
+      expect(await capped.run(Effect.map(Effect.service(LongPolls), (l) => l.open()))).toBe(0)
+      expect((await wait()).status).not.toBe(429)
+    } finally {
+      await capped.stop()
     }
   })
 })
