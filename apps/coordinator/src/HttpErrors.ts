@@ -14,6 +14,9 @@ import { Stalls, stalledAnswer, stalledForEveryReplica } from "./Stalls.js"
 /** What a store error becomes over HTTP. */
 export type StoreAnswer = BadRequest | NotFoundError | ConflictError | ServiceUnavailable
 
+/** The 503's `error` when the store refuses writes (by `Unavailable`'s `kind`), in the API's answers and in readiness. */
+export const writesRefusedError = { disk_full: "DiskFull", read_only: "ReadOnly" } as const
+
 /** One HTTP answer per store error. */
 export const toApiError = (e: StoreError): StoreAnswer => {
   switch (e._tag) {
@@ -31,9 +34,9 @@ export const toApiError = (e: StoreError): StoreAnswer => {
       return new ConflictError({ error: "NoRoom", message: e.message, id: e.sessionId, noFit: e.noFit, tooBig: e.tooBig })
     case "Unavailable":
       return e.kind === "disk_full"
-        ? new ServiceUnavailable({ error: "DiskFull", message: `${e.message}. Nothing was changed; free room on the store's disk (ENGRAM_DATA_DIR)`, retryAfterMs: e.retryAfterMs })
+        ? new ServiceUnavailable({ error: writesRefusedError.disk_full, message: `${e.message}. Nothing was changed; free room on the store's disk (ENGRAM_DATA_DIR)`, retryAfterMs: e.retryAfterMs })
         : e.kind === "read_only"
-          ? new ServiceUnavailable({ error: "ReadOnly", message: `${e.message}. Nothing was changed; the database refuses writes (a standby after a failover, or default_transaction_read_only): point ENGRAM_DATABASE_URL at the primary`, retryAfterMs: e.retryAfterMs })
+          ? new ServiceUnavailable({ error: writesRefusedError.read_only, message: `${e.message}. Nothing was changed; the database refuses writes (a standby after a failover, or default_transaction_read_only): point ENGRAM_DATABASE_URL at the primary`, retryAfterMs: e.retryAfterMs })
           : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs })
   }
 }

@@ -7,7 +7,7 @@ import { Clock, Effect, Option } from "effect"
 import { HttpApiBuilder, OpenApi } from "effect/http-api"
 import * as HandlerGroup from "../HandlerGroup.js"
 import { AdminToken, sameHash } from "../Auth.js"
-import { api } from "../HttpErrors.js"
+import { api, writesRefusedError } from "../HttpErrors.js"
 import { Leader } from "../Leader.js"
 import { Metrics } from "../Metrics.js"
 import type { StoreGaugeValue } from "../Metrics.js"
@@ -81,9 +81,11 @@ export const OpsHandlers = HandlerGroup.make(
             return refused === null
               ? Effect.void
               : Effect.fail(
-                  refused.kind === "disk_full"
-                    ? new ServiceUnavailable({ error: "DiskFull", message: `${refused.message}; not ready until a write succeeds again`, retryAfterMs: 30_000 })
-                    : new ServiceUnavailable({ error: "ReadOnly", message: `${refused.message}; not ready until a write succeeds again`, retryAfterMs: 5_000 }),
+                  new ServiceUnavailable({
+                    error: writesRefusedError[refused.kind],
+                    message: `${refused.message}; not ready until a write succeeds again`,
+                    retryAfterMs: refused.kind === "disk_full" ? 30_000 : 5_000,
+                  }),
                 )
           }).pipe(
             // A probe's own short bound: a readiness probe gives up after about a second.
