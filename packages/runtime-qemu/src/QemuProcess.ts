@@ -43,6 +43,12 @@ export interface VmRecord {
   readonly incomingMoveId: string | null
   /** Where its RAM lives (absent in records of runtimes before RAM files: anonymous). */
   readonly ram?: RamFile.RamBacking
+  /**
+   * A mapped restore's image RAM file, of which the VM's RAM file is a second link until the
+   * restore commits (the image's link removed just before the guest runs). While the two are
+   * one file the restore has not committed: its image is whole, and recovery ends the VM.
+   */
+  readonly ramOrigin?: string
 }
 
 /** The files of one VM. */

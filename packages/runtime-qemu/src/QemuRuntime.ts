@@ -39,6 +39,7 @@ import {
 } from "@engram/runtime"
 import * as Accel from "./Accel.js"
 import * as Qmp from "./Qmp.js"
+import * as RamFile from "./RamFile.js"
 import * as M from "./QemuMigration.js"
 import * as P from "./QemuProcess.js"
 import * as Snap from "./Snapshots.js"
@@ -97,6 +98,8 @@ export interface QemuConfig {
   readonly migrationTimeoutMs?: number
   /** Appended to every QEMU command line. */
   readonly extraArgs?: readonly string[]
+  /** For tests only: where a test cuts a restore short as a crash would (see `TestHooks`). */
+  readonly testHooks?: Host.TestHooks
 }
 
 /** The QEMU runtime: the interface plus what tests and operators inspect. */
@@ -177,6 +180,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
       snapshots,
       ramDir: config.ramDir,
       readyLine: config.readyLine,
+      testHooks: config.testHooks,
       bootReadyTimeoutMs: config.bootReadyTimeoutMs ?? 300_000,
       resumeReadyTimeoutMs: config.resumeReadyTimeoutMs ?? 10_000,
     })
@@ -407,7 +411,17 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
             if (record === undefined || vms.has(record.spec.vmId)) continue
             const paths = P.pathsOf(config.stateDir, record.spec.vmId)
             const pid = P.readPid(paths)
-            if (pid === undefined || !P.aliveAs(pid, binary, paths.pidFile)) {
+            const alive = pid !== undefined && P.aliveAs(pid, binary, paths.pidFile)
+            // A mapped restore cut short before it committed: its image still links the RAM file
+            // (whole: the guest never ran on it). The VM is ended and its link removed; the
+            // agent restores the session again from the image.
+            if (record.ramOrigin !== undefined && record.ram?.kind === "file" && (yield* RamFile.sameFile(record.ram.path, record.ramOrigin))) {
+              yield* Effect.logWarning("a restore was cut short by a restart before its guest ran; it is undone, its image is whole", { vmId: record.spec.vmId, image: record.ramOrigin })
+              if (alive) yield* P.kill(pid, 5000)
+              yield* host.removeFiles(paths, record.ram)
+              continue
+            }
+            if (!alive) {
               yield* Effect.logWarning("QEMU VM found dead after a restart; its files are removed", { vmId: record.spec.vmId })
               yield* host.removeFiles(paths, record.ram)
               continue
@@ -424,6 +438,13 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
               continue
             }
             const vm: Vm = { spec: record.spec, paths, pid, ...attached.success, record, status: "paused", endpoint: null }
+            // A restore or template start cut short before its state loaded: nothing to keep
+            // (the image or template is as it was); the agent starts the session again.
+            if (record.incomingMoveId === null && (yield* q<{ status: string }>(vm, "recover", "query-status").pipe(Effect.map((st) => st.status === "inmigrate"), Effect.orElseSucceed(() => false)))) {
+              yield* Effect.logWarning("a restore or template start was cut short by a restart before its state loaded; its VM is ended", { vmId: record.spec.vmId })
+              yield* finish(vm)
+              continue
+            }
             // An outgoing move its agent left behind: in pre-copy (the guest runs) or held at
             // pre-switchover (paused, nothing of the final round sent), the target cannot have
             // the whole guest, so the move is cancelled and the guest runs here again (the agent

@@ -28,6 +28,13 @@ const attempt = <A>(what: string, f: () => Promise<A>): Effect.Effect<A, RamFile
 export const sameFilesystem = (path: string, dir: string): Effect.Effect<boolean> =>
   attempt("stat", async () => (await stat(path)).dev === (await stat(dir)).dev).pipe(Effect.orElseSucceed(() => false))
 
+/** Whether two paths name one file (two links of one inode); false when either is missing. */
+export const sameFile = (a: string, b: string): Effect.Effect<boolean> =>
+  attempt("stat", async () => {
+    const [x, y] = await Promise.all([stat(a), stat(b)])
+    return x.dev === y.dev && x.ino === y.ino
+  }).pipe(Effect.orElseSucceed(() => false))
+
 /** Writes a file's dirty pages to its disk: they are then clean page cache, which the kernel may drop. */
 export const fsync = (path: string): Effect.Effect<void, RamFileError> => attempt(`fsync ${path}`, () => Durable.syncPath(path))
 

@@ -5,13 +5,16 @@
  * - **mapped** (a guest whose RAM is a shared RAM file): only the devices go into a migration
  *   stream (`x-ignore-shared`, a few hundred KiB); the RAM file itself is the RAM. A descent
  *   fsyncs it and renames it into the image's directory (a sparse copy across filesystems), then
- *   QEMU exits; a restore renames it back and maps it (`share=on`): pages fault in lazily, from
- *   the page cache or the disk, as the guest touches them. A template start copies the
+ *   QEMU exits; a restore links it back and maps it (`share=on`): pages fault in lazily, from
+ *   the page cache or the disk, as the guest touches them. The image keeps its link until the
+ *   state is loaded: a restore cut short before then (an agent or host crash) leaves the image
+ *   whole, and recovery removes the VM's link. The image's link goes just before the guest runs
+ *   (then the image's RAM would no longer match its devices). A template start copies the
  *   template's RAM file sparsely (only what the booted guest touched) and maps the copy.
  * - **stream** (anonymous RAM, a QEMU without `x-ignore-shared`, or a guest mapping its image
  *   privately): RAM and devices in one migration stream to a file, read back in full.
  */
-import { copyFile, mkdir, readFile, rename, rm, stat } from "node:fs/promises"
+import { copyFile, link, mkdir, readFile, rename, rm, stat, unlink } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { Names } from "@engram/core"
 import { type DescentImage, Durable, type Launch, nowMs, type RuntimeError, type SnapshotMethod, type TemplateInfo, type TemplateSpec, type VmSpec, type VmStarted } from "@engram/runtime"
@@ -136,7 +139,11 @@ interface Incoming {
   readonly ram: RamFile.RamBacking
   readonly fresh: boolean
   readonly mapped: boolean
-  /** Undoes what was moved for the launch (a RAM file renamed), when it fails. */
+  /** The image's RAM file the VM's is a second link of, until `commit` (a mapped restore). */
+  readonly ramOrigin?: string
+  /** Just before the guest runs: what the start from here on owns alone (the image's link removed). */
+  readonly commit: Effect.Effect<void, RuntimeError>
+  /** Undoes what was made for the launch (the VM's link or copy), when it fails before `commit`. */
   readonly undo: Effect.Effect<void>
   readonly note: string
 }
@@ -144,9 +151,13 @@ interface Incoming {
 /** Launches an incoming VM on `incoming`, loads `state`, resumes it and waits for its guest: the restore and template-start path. */
 const startFrom = (h: VmHost, spec: VmSpec, m: P.Machine, state: string, incoming: Incoming, op: string, t0: number) =>
   Effect.gen(function* () {
-    const vm = yield* h.launch(spec, m, { incomingMoveId: null, incoming: true, ram: incoming.ram, fresh: incoming.fresh }).pipe(Effect.tapError(() => incoming.undo))
+    const hook = (stage: "launched" | "loaded") => h.settings.testHooks?.startFrom?.(spec.vmId, stage) ?? Effect.void
+    const vm = yield* h
+      .launch(spec, m, { incomingMoveId: null, incoming: true, ram: incoming.ram, fresh: incoming.fresh, ...(incoming.ramOrigin === undefined ? {} : { ramOrigin: incoming.ramOrigin }) })
+      .pipe(Effect.tapError(() => incoming.undo))
+    yield* hook("launched")
     const t1 = yield* nowMs
-    yield* load(h, vm, op, state, incoming.mapped).pipe(Effect.tapError(() => incoming.undo.pipe(Effect.andThen(h.finish(vm)))))
+    yield* load(h, vm, op, state, incoming.mapped).pipe(Effect.andThen(hook("loaded")), Effect.andThen(incoming.commit), Effect.tapError(() => incoming.undo.pipe(Effect.andThen(h.finish(vm)))))
     const t2 = yield* nowMs
     const ready = yield* h.resume(vm, op, t0).pipe(Effect.tapError(() => h.finish(vm)))
     const t3 = yield* nowMs
@@ -177,28 +188,52 @@ export const restore = (h: VmHost, spec: VmSpec, image: DescentImage, machineFor
   })
 
 /**
- * The RAM of a VM restored from a mapped image's RAM file: renamed into the VM's RAM directory
- * and mapped shared (the VM owns it; its next descent is mapped); across filesystems, mapped
- * privately where it is (nothing copied, the image's file unchanged; its next descent streams).
+ * The RAM of a VM restored from a mapped image's RAM file: linked into the VM's RAM directory
+ * and mapped shared (the VM owns it; its next descent is mapped), the image's link removed at
+ * `commit`; across filesystems, mapped privately where it is (nothing copied, the image's file
+ * unchanged; its next descent streams).
  */
 const mappedIncoming = (h: VmHost, vmId: string, imageRam: string) =>
   Effect.gen(function* () {
+    // Before any file is touched: the name below is a resident VM's RAM file.
+    if (h.vms.has(vmId)) return yield* err("restore", vmId, "VM already resident")
     const own = h.ramPathFor(vmId)
     yield* h.prepareRamDir(vmId)
     if (yield* RamFile.sameFilesystem(imageRam, dirname(own))) {
-      yield* attempt("restore", vmId, "RAM file", () => rename(imageRam, own))
-      return { ram: { kind: "file", path: own, shared: true }, fresh: false, mapped: true, undo: RamFile.putBack(own, imageRam), note: "the RAM file renamed back and mapped (pages fault in as the guest touches them)" } satisfies Incoming
+      // A link left by a restore cut short before its VM's record was written is replaced.
+      yield* attempt("restore", vmId, "RAM file", async () => {
+        await rm(own, { force: true })
+        await link(imageRam, own)
+      })
+      return {
+        ram: { kind: "file", path: own, shared: true },
+        fresh: false,
+        mapped: true,
+        ramOrigin: imageRam,
+        // Durable before the guest runs: after a crash the image must not name RAM its devices no longer match.
+        commit: attempt("restore", vmId, "image RAM link", async () => {
+          await unlink(imageRam)
+          // Not durably gone: the image gets its link back, and the restore fails whole.
+          await Durable.syncDir(dirname(imageRam)).catch(async (e: unknown) => {
+            await link(own, imageRam).catch(() => undefined)
+            throw e
+          })
+        }),
+        undo: Effect.promise(() => rm(own, { force: true })),
+        note: "the RAM file linked back and mapped (pages fault in as the guest touches them)",
+      } satisfies Incoming
     }
     return {
       ram: { kind: "file", path: imageRam, shared: false },
       fresh: false,
       mapped: true,
+      commit: Effect.void,
       undo: Effect.void,
       note: "the image's RAM file mapped privately where it is (another filesystem than the RAM files: the next descent streams)",
     } satisfies Incoming
   })
 
-const streamIncoming = (h: VmHost, vmId: string, what: string): Incoming => ({ ram: h.freshRam(vmId), fresh: true, mapped: false, undo: Effect.void, note: `${what}, read back in full` })
+const streamIncoming = (h: VmHost, vmId: string, what: string): Incoming => ({ ram: h.freshRam(vmId), fresh: true, mapped: false, commit: Effect.void, undo: Effect.void, note: `${what}, read back in full` })
 
 /** The VM id of a template's build (internal: no session id starts with `@`). */
 const builderId = (name: string) => `@template-${name}`
@@ -252,7 +287,7 @@ export const startFromTemplate = (h: VmHost, spec: VmSpec, name: string): Effect
       const c0 = yield* nowMs
       yield* RamFile.sparseCopy(files.ram, own, { durable: false }).pipe(Effect.mapError((e) => err("start", spec.vmId, `template RAM file: ${e.message}`)))
       const used = yield* RamFile.allocatedBytes(own)
-      incoming = { ram: { kind: "file", path: own, shared: true }, fresh: false, mapped: true, undo: Effect.promise(() => rm(own, { force: true })), note: `the template's RAM file copied (${mib(used)} MiB used) in ${ms((yield* nowMs) - c0)} ms and mapped` }
+      incoming = { ram: { kind: "file", path: own, shared: true }, fresh: false, mapped: true, commit: Effect.void, undo: Effect.promise(() => rm(own, { force: true })), note: `the template's RAM file copied (${mib(used)} MiB used) in ${ms((yield* nowMs) - c0)} ms and mapped` }
     }
     const { vm, ready, parts } = yield* startFrom(h, spec, record.machine, files.state, incoming, "start", t0)
     const launch: Launch = {

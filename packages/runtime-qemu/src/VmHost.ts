@@ -49,6 +49,17 @@ export interface HostSettings {
   readonly readyLine: RegExp | undefined
   readonly bootReadyTimeoutMs: number
   readonly resumeReadyTimeoutMs: number
+  /** Test seams: `QemuConfig.testHooks`. */
+  readonly testHooks: TestHooks | undefined
+}
+
+/**
+ * Points where a test stands a restore or template start still, to cut it short as a crash
+ * would (interrupting it there skips every undo): `launched` (QEMU waits for the state),
+ * `loaded` (the state is in, the guest has not run, a mapped restore has not committed).
+ */
+export interface TestHooks {
+  readonly startFrom?: (vmId: string, stage: "launched" | "loaded") => Effect.Effect<void>
 }
 
 /** How a guest came to be ready. */
@@ -114,7 +125,11 @@ export const make = (s: HostSettings) =>
      * not hold: its QMP never answered after a restart) is ended first: one QEMU per VM. A new
      * RAM file (`fresh`) starts empty: a stale one of an earlier VM is removed.
      */
-    const launch = (spec: VmSpec, m: P.Machine, o: { readonly incomingMoveId: string | null; readonly incoming: boolean; readonly ram: RamFile.RamBacking; readonly fresh: boolean }) =>
+    const launch = (
+      spec: VmSpec,
+      m: P.Machine,
+      o: { readonly incomingMoveId: string | null; readonly incoming: boolean; readonly ram: RamFile.RamBacking; readonly fresh: boolean; readonly ramOrigin?: string },
+    ) =>
       Effect.uninterruptible(
         Effect.gen(function* () {
           if (vms.has(spec.vmId) || launching.has(spec.vmId)) return yield* err("start", spec.vmId, "VM already resident")
@@ -133,7 +148,7 @@ export const make = (s: HostSettings) =>
             const args = P.argv(spec, m, paths, { incoming: o.incoming, tcgTbSizeMib: s.tcgTbSizeMib, extra: s.extraArgs, ram: o.ram })
             const pid = yield* P.spawnQemu(s.binary, args, paths, spec.vmId)
             const attached = yield* attach(paths, pid, spec.vmId, s.startTimeoutMs).pipe(Effect.tapError(() => P.kill(pid, 2000)))
-            const record: P.VmRecord = { engram: "qemu-vm/v1", spec, machine: m, socket: paths.socket, incomingMoveId: o.incomingMoveId, ram: o.ram }
+            const record: P.VmRecord = { engram: "qemu-vm/v1", spec, machine: m, socket: paths.socket, incomingMoveId: o.incomingMoveId, ram: o.ram, ...(o.ramOrigin === undefined ? {} : { ramOrigin: o.ramOrigin }) }
             yield* P.writeRecord(paths, record).pipe(Effect.tapError(() => P.kill(pid, 2000)))
             const vm: Vm = { spec, paths, pid, ...attached, record, status: o.incoming ? "paused" : "running", endpoint: null }
             vms.set(spec.vmId, vm)

@@ -10,8 +10,8 @@ import { dirname, join } from "node:path"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { Downtime } from "@engram/core"
 import { cmdline, ensureGuest, readyLine, ticks } from "@engram/guest"
-import { ImageStore, type Launch, Move, type MoveRound, type VmSpec } from "@engram/runtime"
-import { Effect, Exit, Scope } from "effect"
+import { type DescentImage, ImageStore, type Launch, Move, type MoveRound, type VmSpec } from "@engram/runtime"
+import { Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import { QemuProcess, QemuRuntime, type QemuRuntimeShape } from "../src/index.js"
 import { awaitTick, boots, consoleTicks, continuedFrom, runQemuTests } from "./support/Qemu.js"
 
@@ -35,14 +35,46 @@ const commitsAtoB: number[] = []
 /** The accelerator the first host probed: the others take it as configured (one probe, not four). */
 let accelerator: "auto" | "kvm" | "tcg" = "auto"
 
+/** Where the next restore or template start stands still (a test then cuts it short as a crash would), and who hears it got there. */
+let stall: { readonly stage: "launched" | "loaded"; readonly reached: Deferred.Deferred<void> } | null = null
+const testHooks: QemuRuntime.QemuConfig["testHooks"] = {
+  startFrom: (_vmId, stage) => (stall !== null && stall.stage === stage ? Deferred.succeed(stall.reached, undefined).pipe(Effect.andThen(Effect.never)) : Effect.void),
+}
+
 const openHost = async (stateDir: string, bandwidth: number, memory: "file" | "anonymous" = "file", ramDir?: string): Promise<Host> => {
   const scope = Effect.runSync(Scope.make())
   const rt = await Effect.runPromise(
-    QemuRuntime.make({ stateDir, boot, moveBandwidthBytesPerSec: bandwidth, readyLine, memory, accelerator, ...(ramDir === undefined ? {} : { ramDir }) }).pipe(Scope.provide(scope)),
+    QemuRuntime.make({ stateDir, boot, moveBandwidthBytesPerSec: bandwidth, readyLine, memory, accelerator, testHooks, ...(ramDir === undefined ? {} : { ramDir }) }).pipe(Scope.provide(scope)),
   )
   accelerator = rt.accel.accelerator
   return { rt, scope, stateDir, bandwidth }
 }
+
+/**
+ * Restores `spec` from `image` on host `key` up to `stage` and cuts it short there as a crash
+ * would: the agent goes away (its runtime's scope closed, no undo run), with QEMU left alive or
+ * killed too (the host's crash). A new runtime on the same directory recovers; what it adopts and
+ * the pid the cut-short VM had are returned.
+ */
+const cutShort = (key: "A" | "D", spec: VmSpec, image: DescentImage, stage: "launched" | "loaded", qemu: "alive" | "killed") =>
+  Effect.gen(function* () {
+    const reached = yield* Deferred.make<void>()
+    stall = { stage, reached }
+    const restoring = yield* Effect.forkChild(hosts[key].rt.restore(spec, image))
+    yield* Deferred.await(reached)
+    stall = null
+    const pid = hosts[key].rt.pidOf(spec.vmId)
+    assert.isDefined(pid)
+    yield* Fiber.interrupt(restoring)
+    if (qemu === "killed") {
+      process.kill(pid!, "SIGKILL")
+      assert.isTrue(yield* QemuProcess.awaitExit(pid!, 10_000))
+    }
+    yield* Scope.close(hosts[key].scope, Exit.void)
+    const again = yield* Effect.promise(() => openHost(hosts[key].stateDir, hosts[key].bandwidth, key === "D" ? "anonymous" : "file"))
+    hosts[key] = again
+    return { adopted: yield* again.rt.recover([]), pid: pid! }
+  })
 const lastTick = (rt: QemuRuntimeShape, vmId: string) => {
   const t = consoleTicks(rt.consolePath(vmId)).at(-1)
   if (t === undefined) throw new Error(`no counter line from ${vmId} yet`)
@@ -162,6 +194,34 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
       assert.strictEqual(boots(rt.consolePath(calm.vmId)), 0, "no boot banner since the restore: the guest continued")
     }))
 
+  it.live("a mapped restore cut short by a crash loses nothing: before or after its state loaded, QEMU alive or gone, recovery ends the VM and the image stays whole, then restores", () =>
+    Effect.gen(function* () {
+      const store = ImageStore.directory(mkdtempSync(join(tmpdir(), "eq-images-")))
+      const before = lastTick(hosts.A.rt, calm.vmId)
+      const image = yield* hosts.A.rt.descend(calm.vmId, yield* store.prepare(calm.vmId))
+      const imageRam = join(dirname(image.path), "ram")
+      const used = statSync(imageRam).blocks
+      const cases = [
+        ["launched", "alive"],
+        ["loaded", "alive"],
+        ["loaded", "killed"],
+      ] as const
+      for (const [stage, qemu] of cases) {
+        const { adopted, pid } = yield* cutShort("A", calm, image, stage, qemu)
+        const what = `cut short once ${stage}, QEMU ${qemu}`
+        assert.deepStrictEqual(adopted, [], `${what}: nothing adopted`)
+        assert.isTrue(yield* QemuProcess.awaitExit(pid, 10_000), `${what}: its QEMU is ended`)
+        assert.isTrue(existsSync(imageRam) && statSync(imageRam).blocks === used, `${what}: the image keeps its whole RAM file`)
+        assert.isFalse(existsSync(hosts.A.rt.ramPathOf(calm.vmId)), `${what}: the VM's link is gone`)
+        assert.isFalse(existsSync(join(hosts.A.stateDir, calm.vmId)), `${what}: and its files`)
+      }
+      const back = yield* hosts.A.rt.restore(calm, image)
+      assert.deepInclude(back.launch, { from: "image", method: "mapped", readiness: "guest" })
+      assert.isFalse(existsSync(imageRam), "committed: the image's link is gone, the VM's is the RAM")
+      yield* awaitTick(hosts.A.rt.consolePath(calm.vmId), continuedFrom(before), "counter after the restore")
+      assert.strictEqual(boots(hosts.A.rt.consolePath(calm.vmId)), 0, "no boot banner: the guest continued")
+    }))
+
   it.live("a template is a booted guest kept paused; a VM starts from it (its RAM copied and mapped) and continues the template's counter, no boot", () =>
     Effect.gen(function* () {
       const { rt } = hosts.A
@@ -205,11 +265,15 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
       assert.strictEqual(image.method, "stream")
       assert.match(image.detail ?? "", /^stream \(guest RAM is anonymous/)
       assert.isFalse(existsSync(join(dirname(image.path), "ram")))
-      const back = yield* rt.restore({ vmId: "anon-1", memMib: 128, vcpus: 1 }, image)
+      // Cut short while QEMU waits for the state (the agent gone, QEMU alive): recovery ends it.
+      const cut = yield* cutShort("D", { vmId: "anon-1", memMib: 128, vcpus: 1 }, image, "launched", "alive")
+      assert.deepStrictEqual(cut.adopted, [], "a VM that never loaded its state is not adopted")
+      assert.isTrue(yield* QemuProcess.awaitExit(cut.pid, 10_000), "its QEMU is ended")
+      const back = yield* hosts.D.rt.restore({ vmId: "anon-1", memMib: 128, vcpus: 1 }, image)
       assert.deepInclude(back.launch, { from: "image", method: "stream", readiness: "guest" })
-      yield* awaitTick(rt.consolePath("anon-1"), continuedFrom(before), "counter after a stream restore")
-      yield* rt.destroy("anon-1")
-      yield* rt.removeTemplate("s128")
+      yield* awaitTick(hosts.D.rt.consolePath("anon-1"), continuedFrom(before), "counter after a stream restore")
+      yield* hosts.D.rt.destroy("anon-1")
+      yield* hosts.D.rt.removeTemplate("s128")
     }))
 
   it.live.skipIf(tmpfsDir === null)("RAM files on another filesystem (a tmpfs) than the images: the descent copies the RAM file sparsely, the restore maps the image privately, and that guest's next descent streams, saying why (skipped: no tmpfs beside the temp directory)", () =>
