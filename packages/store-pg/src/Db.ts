@@ -88,7 +88,32 @@ const sqlStateOf = (error: unknown): { code: string | undefined; message: string
     }
     e = (e as { cause?: unknown }).cause
   }
-  return { code: undefined, message: error instanceof Error ? error.message : String(error), constraint: undefined }
+  // No SQLSTATE: the driver's own words (drizzle's wrapper names only the statement).
+  const driver = (error as { cause?: unknown } | null)?.cause ?? error
+  return { code: undefined, message: stripParams(driver instanceof Error ? driver.message : String(driver)), constraint: undefined }
+}
+
+/** drizzle's message of a failed query ends with the statement's parameters: dropped. */
+const stripParams = (message: string) => message.replace(/\nparams: [\s\S]*$/, "")
+
+/**
+ * A driver error without its statement's parameters, for logs and answers: drizzle writes them
+ * into its message (`params: …`) and PGlite onto its error (`params`), and they hold token
+ * hashes and ids. The same error when it carries none; else a plain one with the statement,
+ * the driver's message and its SQLSTATE.
+ */
+export const withoutParams = (error: unknown): unknown => {
+  const chain: object[] = []
+  for (let e: unknown = error; chain.length < 5 && typeof e === "object" && e !== null; e = (e as { cause?: unknown }).cause) chain.push(e)
+  const carries = chain.some((e) => "params" in e || "parameters" in e || (e instanceof Error && /\nparams: /.test(e.message)))
+  if (!carries) return error
+  const query = chain.map((e) => (e as { query?: unknown }).query).find((q) => typeof q === "string")
+  const driver = chain.find((e) => typeof (e as { code?: unknown }).code === "string") ?? chain.at(-1)
+  const message = stripParams(driver instanceof Error ? driver.message : String((driver as { message?: unknown } | undefined)?.message ?? error))
+  const clean = new Error(query === undefined || message.startsWith("Failed query") ? message : `Failed query: ${query}: ${message}`)
+  clean.name = error instanceof Error ? error.name : "Error"
+  const code = (driver as { code?: unknown } | undefined)?.code
+  return typeof code === "string" ? Object.assign(clean, { code }) : clean
 }
 
 const transientCodes = new Set(["40001", "40P01"])
@@ -146,7 +171,7 @@ export const classify = (error: unknown): Classified => {
   // PGlite after close, or postgres.js after end(): no code, but the handle is gone.
   if (/closed|terminat|not connected|connection/i.test(message))
     return { _tag: "Fail", error: new Unavailable({ reason: message, retryAfterMs }) }
-  return { _tag: "Defect", error }
+  return { _tag: "Defect", error: withoutParams(error) }
 }
 
 /** The rows of a raw `execute`: postgres.js answers an array, PGlite `{ rows }`. */
