@@ -12,6 +12,7 @@
  */
 import postgres from "@engram/postgres"
 import { Context, Effect } from "effect"
+import { sessionAttrsFor } from "./SessionAttrs.js"
 
 /** A backend of this store waiting on a lock, and one backend holding it. */
 export interface LockWait {
@@ -130,6 +131,7 @@ export const make = (url: string, applicationName: string, boundMs = defaultBoun
       connect_timeout: Math.max(1, Math.ceil(boundMs / 1000)),
       idle_timeout: 1,
       onnotice: () => undefined,
+      ...sessionAttrsFor(url),
       connection: { application_name: diagnosisApplicationName, statement_timeout: boundMs, lock_timeout: boundMs },
     })
     let timer: NodeJS.Timeout | undefined

@@ -18,6 +18,7 @@ import type { ChangesShape } from "@engram/store"
 import postgres from "@engram/postgres"
 import { Effect, Layer, Scope } from "effect"
 import { randomUUID } from "node:crypto"
+import { sessionAttrsFor } from "./SessionAttrs.js"
 
 /** The channel processes notify each other on. */
 export const channel = "engram_wake"
@@ -119,6 +120,7 @@ export const make = (options: Options): Effect.Effect<{ readonly changes: Change
         max_lifetime: null,
         connect_timeout: 5,
         fetch_types: false,
+        ...sessionAttrsFor(options.url),
         connection: { application_name: applicationName },
         onnotice: () => undefined,
         onnotify: (_channel, payload) => {

@@ -11,6 +11,7 @@ import { drizzle as drizzlePostgres } from "drizzle-orm/postgres-js"
 import { migrate as migratePostgres } from "drizzle-orm/postgres-js/migrator"
 import postgres from "@engram/postgres"
 import type { Sql as UpstreamSql } from "postgres"
+import { sessionAttrsFor } from "./SessionAttrs.js"
 
 /** The folder of the committed migrations (beside `src/` and `dist/`). */
 export const migrationsFolder: string = fileURLToPath(new URL("../drizzle", import.meta.url))
@@ -64,7 +65,7 @@ export const migrateUrl = async (url: string, options: MigrateOptions = {}): Pro
   const pause = options.pause ?? defaultPause
   if (!Number.isSafeInteger(lockTimeoutMs) || lockTimeoutMs < 1) throw new Error(`lockTimeoutMs ${lockTimeoutMs}: must be an integer >= 1 (ms)`)
   if (!Number.isSafeInteger(attempts) || attempts < 1) throw new Error(`attempts ${attempts}: must be an integer >= 1`)
-  const client = postgres(url, { max: 1, onnotice: () => undefined, connect_timeout: 10 })
+  const client = postgres(url, { max: 1, onnotice: () => undefined, connect_timeout: 10, ...sessionAttrsFor(url) })
   try {
     await client`select pg_advisory_lock(${MIGRATION_LOCK_KEY})`
     try {

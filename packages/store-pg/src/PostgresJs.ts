@@ -11,11 +11,12 @@ import { Effect } from "effect"
 import type { Scope } from "effect"
 import postgres from "@engram/postgres"
 import type { Sql as UpstreamSql } from "postgres"
-import { retryAfterMs } from "./Db.js"
+import { retryAfterMs, withoutParams } from "./Db.js"
 import type { Db, Exec } from "./Db.js"
 import { migrateUrl } from "./Migrate.js"
 import * as Transaction from "./Transaction.js"
 import type { OpenTx } from "./Transaction.js"
+import { sessionAttrsFor } from "./SessionAttrs.js"
 
 /** How to reach the database. */
 export interface ConnectOptions {
@@ -127,8 +128,11 @@ export const makeDb = (pool: postgres.Sql): Db => {
  */
 export const reconnectBackoffSec = (retries: number): number => Math.min(1, 0.05 * 2 ** retries) * (0.5 + Math.random() / 2)
 
-const unavailable = (cause: unknown): Unavailable =>
-  new Unavailable({ reason: cause instanceof Error ? cause.message : String(cause), retryAfterMs })
+const unavailable = (error: unknown): Unavailable => {
+  // The driver's words (drizzle's wrapper of a failed migration names only its statement).
+  const cause = withoutParams(error)
+  return new Unavailable({ reason: cause instanceof Error ? cause.message : String(cause), retryAfterMs })
+}
 
 /** The connections of a pool by default (`ConnectOptions.poolSize`). */
 export const defaultPoolSize = 10
@@ -145,6 +149,7 @@ export const open = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Sc
             connect_timeout: options.connectTimeoutSec ?? 5,
             backoff: reconnectBackoffSec,
             onnotice: () => undefined,
+            ...sessionAttrsFor(options.url),
             connection: {
               ...(options.applicationName === undefined ? {} : { application_name: options.applicationName }),
               ...(options.statementTimeoutMs === undefined || options.statementTimeoutMs <= 0

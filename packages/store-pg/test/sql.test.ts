@@ -13,6 +13,7 @@ import { Effect, Exit, Layer, ManagedRuntime } from "effect"
 import postgres from "@engram/postgres"
 import { describe, expect, it } from "vitest"
 import { migrate, migrationsFolder, StorePg } from "../src/index.js"
+import { hostsOf, sessionAttrsFor } from "../src/SessionAttrs.js"
 import { Harness } from "@engram/store-conformance"
 
 const failureOf = <A, E>(exit: Exit.Exit<A, E>): unknown =>
@@ -187,4 +188,44 @@ describe("PGlite", () => {
       await rm(dataDir, { recursive: true, force: true })
     }
   }, 300_000)
+})
+
+describe("a URL naming several hosts (a primary and its standbys, as libpq takes them)", () => {
+  it("the store takes the server that writes, wherever it stands in the list: migrations, writes and reads land there", async () => {
+    const [reader, writer] = await Promise.all([startEmbeddedPostgres(), startEmbeddedPostgres()])
+    try {
+      for (const server of [reader, writer]) {
+        const admin = postgres(server.url, { max: 1, onnotice: () => undefined })
+        await admin.unsafe("create database engram")
+        // The reader reports itself read-only at connection start, as a hot standby does.
+        if (server === reader) await admin.unsafe("alter database engram set default_transaction_read_only = on")
+        await admin.end()
+      }
+      const at = (hosts: string) => `postgres://postgres:postgres@${hosts}/engram`
+      // The reader alone: the migrations' writes are refused (this is the server the list skips).
+      const alone = await Effect.runPromiseExit(Effect.scoped(Layer.build(StorePg.layer({ url: at(`127.0.0.1:${reader.port}`), connectTimeoutSec: 2 }))))
+      expect(String(failureOf(alone) instanceof Error ? (failureOf(alone) as Error).message : JSON.stringify(failureOf(alone)))).toMatch(/read-only/)
+      const runtime = ManagedRuntime.make(StorePg.layer({ url: at(`127.0.0.1:${reader.port},127.0.0.1:${writer.port}`), poolSize: 2 }))
+      try {
+        await runtime.runPromise(Store.use((s) => s.registerHost({ id: "h1" })))
+        expect((await runtime.runPromise(Store.use((s) => Harness.hostsNow(s)))).map((h) => h.id)).toEqual(["h1"])
+      } finally {
+        await runtime.dispose()
+      }
+      const check = postgres(at(`127.0.0.1:${writer.port}`), { max: 1, onnotice: () => undefined })
+      expect((await check`select id from hosts`).map((r) => r["id"])).toEqual(["h1"])
+      await check.end()
+    } finally {
+      await Promise.all([reader.stop(), writer.stop()])
+    }
+  }, 60_000)
+
+  it("read-write is the default only where the URL names several hosts and neither it nor PGTARGETSESSIONATTRS chooses", () => {
+    expect(hostsOf("postgres://u:p@db1:5432,db2:5433/engram?sslmode=require")).toEqual(["db1:5432", "db2:5433"])
+    expect(hostsOf("postgres://u:p%40x@db1/engram")).toEqual(["db1"])
+    expect(sessionAttrsFor("postgres://u:p@db1,db2/engram", {})).toEqual({ target_session_attrs: "read-write" })
+    expect(sessionAttrsFor("postgres://u:p@db1/engram", {})).toEqual({})
+    expect(sessionAttrsFor("postgres://u:p@db1,db2/engram?target_session_attrs=primary", {})).toEqual({})
+    expect(sessionAttrsFor("postgres://u:p@db1,db2/engram", { PGTARGETSESSIONATTRS: "prefer-standby" })).toEqual({})
+  })
 })
