@@ -67,13 +67,18 @@ export const listenFailure = (cause: Cause.Cause<unknown>, at: Listen): string |
   }
 }
 
-/** `postgres://user:secret@db:5432/engram` as `db:5432/engram` (never the credentials). */
+/**
+ * `postgres://user:secret@db:5432/engram` as `db:5432/engram`, and a URL of several hosts
+ * (`…@db1:5432,db2:5432/engram`, which `URL` does not parse) as `db1:5432,db2:5432/engram`;
+ * never the credentials.
+ */
 export const databaseWhere = (url: string): string => {
   try {
     const u = new URL(url)
     return `${u.hostname}${u.port === "" ? "" : `:${u.port}`}${u.pathname === "/" ? "" : u.pathname}`
   } catch {
-    return "the configured database"
+    const m = /^[a-z]+:\/\/(?:[^/?#]*@)?([^@/?#]+)(\/[^?#]*)?/i.exec(url)
+    return m === null ? "the configured database" : `${m[1]}${m[2] === undefined || m[2] === "/" ? "" : m[2]}`
   }
 }
 

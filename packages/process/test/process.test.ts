@@ -57,6 +57,12 @@ describe("start-up failures in one line", () => {
     expect(Explain.listenFailure(Cause.fail(fsError), { host: "127.0.0.1", port: 7070, portVariable: "ENGRAM_PORT" })).toBe(null)
   })
 
+  it("a database URL of several hosts names them all, never the credentials", () => {
+    expect(Explain.databaseWhere("postgres://engram:s3cret@db1:5432,db2:5433/engram?sslmode=require")).toBe("db1:5432,db2:5433/engram")
+    expect(Explain.databaseWhere("postgres://engram:p%40ss@db1,db2")).toBe("db1,db2")
+    expect(Explain.databaseWhere("not a url")).toBe("the configured database")
+  })
+
   it("a refused database names where (never the credentials) and the setting", () => {
     const refused = Cause.fail(new Error("store unavailable: connect ECONNREFUSED 10.0.0.5:5432"))
     expect(Explain.databaseFailure(refused, "postgres://engram:secret@10.0.0.5:5432/engram")).toBe(
