@@ -215,7 +215,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
       })),
     }
     const stateFile = o.stateFile
-    const residents = yield* makeResidents(o.hostId, state, stateFile === undefined ? () => Effect.void : (s) => LocalState.save(stateFile, s))
+    const residents = yield* makeResidents(o.hostId, state, stateFile === undefined ? () => Effect.void : (s) => LocalState.write(stateFile, s))
     if (stateFile !== undefined) yield* LocalState.save(stateFile, state)
     const coordinator = "url" in o.coordinator ? yield* httpCoordinator(o, o.coordinator.url, o.coordinator.hostToken) : o.coordinator
     const target = yield* makeMoveTarget(o.hostId, runtime, residents)

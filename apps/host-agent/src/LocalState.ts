@@ -8,7 +8,7 @@
 import { readFile, rename } from "node:fs/promises"
 import { Records } from "@engram/api"
 import { Durable } from "@engram/runtime"
-import { Effect, Schema } from "effect"
+import { Data, Effect, Schema } from "effect"
 
 export const ResidentVm = Schema.Struct({
   vmId: Schema.String,
@@ -128,6 +128,16 @@ export const load = (path: string, hostId: string): Effect.Effect<Loaded> =>
     return { _tag: "Quarantined", movedTo, reason: reason ?? "unknown" } as const
   })
 
-/** Writes the state atomically and durably (`Durable.replace`). */
+/** The state file could not be written (a full disk, an I/O error): the file holds the state before. */
+export class StateWriteError extends Data.TaggedError("StateWriteError")<{ readonly path: string; readonly message: string }> {}
+
+/** Writes the state atomically and durably (`Durable.replace`); fails when it could not. */
+export const write = (path: string, state: StateFile): Effect.Effect<void, StateWriteError> =>
+  Effect.tryPromise({
+    try: () => Durable.replace(path, JSON.stringify(state, null, 2)),
+    catch: (e) => new StateWriteError({ path, message: e instanceof Error ? e.message : String(e) }),
+  })
+
+/** `write`, a failure logged: for a state that a later write or the coordinator's view restores. */
 export const save = (path: string, state: StateFile): Effect.Effect<void> =>
-  Effect.tryPromise(() => Durable.replace(path, JSON.stringify(state, null, 2))).pipe(Effect.catch((e) => Effect.logError("state file write failed", { path, error: String(e) })))
+  write(path, state).pipe(Effect.catch((e) => Effect.logError("state file write failed", { path, error: e.message })))

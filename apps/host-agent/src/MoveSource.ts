@@ -393,7 +393,16 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         return yield* conflict
       })
       yield* endedMeanwhile
-      yield* residents.owePaused(owed)
+      const indebted = yield* residents.owePaused(owed).pipe(Effect.result)
+      if (indebted._tag === "Failure") {
+        // Nothing has left this host yet: the pause is given back and the move ends, rather than
+        // a send whose debt a restarted agent would not find (it could then run the guest here
+        // while the target runs it too).
+        yield* at.abort
+        const reason = `move failed: the source's state file could not record the move's debt before its final round: ${indebted.failure.message}`
+        yield* abandon(reason)
+        return { _tag: "Failed", reason, paused: true } as const
+      }
       yield* endedMeanwhile
       const persistedAtMs = yield* nowMs
       const timed = <A, E>(eff: Effect.Effect<A, E>) => Effect.gen(function* () {

@@ -1,10 +1,13 @@
 /**
  * The agent's record of what is resident on its host (VMs, their reservations, incoming VMs
  * of moves) and of the move outcomes it still owes. Every change is persisted through
- * `persist` (the state file in production, nothing in clock-driven tests).
+ * `persist` (the state file in production, nothing in clock-driven tests). A write that fails
+ * is logged and the change kept in memory (the next write, or the coordinator's view, restores
+ * the file), except the debt a move's pause takes (`owePaused`): that one fails, and changes
+ * nothing.
  */
 import { Effect, Ref, Semaphore } from "effect"
-import { empty, type PendingCommit, type ResidentVm, type StateFile } from "./LocalState.js"
+import { empty, type PendingCommit, type ResidentVm, type StateFile, type StateWriteError } from "./LocalState.js"
 
 export interface Residents {
   readonly get: (vmId: string) => Effect.Effect<ResidentVm | undefined>
@@ -17,8 +20,10 @@ export interface Residents {
   /**
    * Owes a move's outcome and marks its (source) VM paused, in one write of the state file: at a
    * move's switchover this write is a part of the guest's pause, so it is one fsync, not two.
+   * Fails when the write does, the record unchanged: a source that sends the guest's last round
+   * without its debt on disk cannot tell, after a restart, that the guest may run elsewhere.
    */
-  readonly owePaused: (c: PendingCommit) => Effect.Effect<void>
+  readonly owePaused: (c: PendingCommit) => Effect.Effect<void, StateWriteError>
   readonly removePendingCommit: (moveId: string) => Effect.Effect<void>
   readonly snapshot: Effect.Effect<StateFile>
 }
@@ -26,7 +31,7 @@ export interface Residents {
 export const makeResidents = (
   hostId: string,
   initial: StateFile | null,
-  persist: (s: StateFile) => Effect.Effect<void>,
+  persist: (s: StateFile) => Effect.Effect<void, StateWriteError>,
 ): Effect.Effect<Residents> =>
   Effect.gen(function* () {
     const ref = yield* Ref.make<StateFile>(initial ?? empty(hostId))
@@ -35,7 +40,14 @@ export const makeResidents = (
     const change = (f: (s: StateFile) => StateFile) =>
       Effect.gen(function* () {
         const next = yield* Ref.updateAndGet(ref, f)
+        yield* persist(next).pipe(Effect.catch((e) => Effect.logError("state file write failed", { hostId, path: e.path, error: e.message })))
+      }).pipe(lock.withPermits(1))
+    /** A change that holds only once written: a failed write leaves the record as it was, and fails. */
+    const changeDurably = (f: (s: StateFile) => StateFile) =>
+      Effect.gen(function* () {
+        const next = f(yield* Ref.get(ref))
         yield* persist(next)
+        yield* Ref.set(ref, next)
       }).pipe(lock.withPermits(1))
     return {
       get: (vmId) => Effect.map(Ref.get(ref), (s) => s.vms.find((v) => v.vmId === vmId)),
@@ -46,7 +58,7 @@ export const makeResidents = (
       pendingCommits: Effect.map(Ref.get(ref), (s) => s.pendingCommits),
       addPendingCommit: (c) => change((s) => ({ ...s, pendingCommits: [...s.pendingCommits.filter((p) => p.moveId !== c.moveId), c] })),
       owePaused: (c) =>
-        change((s) => ({
+        changeDurably((s) => ({
           ...s,
           vms: s.vms.map((v) => (v.vmId === c.sessionId ? { ...v, status: "paused" } : v)),
           pendingCommits: [...s.pendingCommits.filter((p) => p.moveId !== c.moveId), c],

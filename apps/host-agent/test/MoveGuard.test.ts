@@ -2,6 +2,7 @@ import { assert, describe } from "@effect/vitest"
 import { Downtime } from "@engram/core"
 import { SimRuntime } from "@engram/runtime"
 import { Effect, Logger, Ref } from "effect"
+import { StateWriteError } from "../src/LocalState.js"
 import { PeerError } from "../src/MoveTarget.js"
 import type { PeerLink } from "../src/PeerLink.js"
 import type { RoundReport } from "../src/Coordinator.js"
@@ -129,6 +130,36 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
       if (base.outcome._tag !== "Committed" || later.outcome._tag !== "Committed") return assert.fail(`not committed: ${later.outcome._tag}`)
       assert.strictEqual(later.move.phases!.downtimeMs, base.move.phases!.downtimeMs - 25)
       assert.strictEqual(later.outcome.pause!.peerCommitMs, base.outcome.pause!.peerCommitMs - 25)
+    }))
+
+  effect("a source whose state file cannot take the move's debt in the pause (a full disk) gives the pause back: nothing is sent, the guest runs on the source, the move is aborted naming why", () =>
+    Effect.gen(function* () {
+      const phase = { paused: false, refused: 0 }
+      const { a, b, move, session, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          onPause: (_, hostId) => Effect.sync(() => void (hostId === "a" && (phase.paused = true))),
+          onPersist: (hostId) =>
+            hostId === "a" && phase.paused
+              ? Effect.andThen(
+                  Effect.sync(() => phase.refused++),
+                  Effect.fail(new StateWriteError({ path: "/var/lib/engram/agent-state.json", message: "ENOSPC: no space left on device, write" })),
+                )
+              : Effect.void,
+        },
+      })
+      assert.isTrue(phase.refused >= 1, "the debt's write was refused")
+      assert.strictEqual(outcome._tag, "Failed")
+      assert.strictEqual(move.state, "aborted")
+      assert.match(move.abortReason ?? "", /state file could not record the move's debt before its final round: ENOSPC/)
+      assert.isFalse(move.rounds.some((r) => r.kind === "final"), "no final round sent")
+      assert.strictEqual(session.state, "running")
+      assert.strictEqual(session.hostId, "a")
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual((yield* a.residents.all).map((v) => v.status), ["running"])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [], "no debt held in memory that the file lacks")
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+      assert.strictEqual((yield* b.target.incoming).length, 0)
     }))
 
   effect("a 480 ms budget is refused before any pause", () =>

@@ -109,7 +109,7 @@ export interface FleetOptions {
   /** Wraps the in-memory peer link (e.g. to watch it, or cut it). */
   readonly wrapLink?: (link: PeerLink.PeerLink, coordinator: FakeCoordinator) => PeerLink.PeerLink
   /** Runs on each write of a host's state file (e.g. to count them). */
-  readonly onPersist?: (hostId: string) => Effect.Effect<void>
+  readonly onPersist?: (hostId: string) => Effect.Effect<void, LocalState.StateWriteError>
   /** The agents' `moveIntent` (`ENGRAM_AGENT_MOVE_INTENT`); these in-process tests default to on. */
   readonly moveIntent?: boolean
   /** Whether the agents hash their descent images for their listing (`ImageFetch.warmHashes`), as an agent serving peers does; default off. */
