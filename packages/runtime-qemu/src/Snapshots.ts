@@ -174,7 +174,7 @@ export const restore = (h: VmHost, spec: VmSpec, image: DescentImage, machineFor
     const m = side.machine ?? machineFor(spec)
     const mapped = side.method === "mapped"
     if (mapped && !h.settings.snapshots.ignoreShared) return yield* err("restore", spec.vmId, `${image.path} is a mapped image and ${h.settings.snapshots.reason}`)
-    const incoming = mapped ? yield* mappedIncoming(h, spec.vmId, join(dirname(image.path), side.ram ?? "ram")) : streamIncoming(h, spec.vmId, "a stream image")
+    const incoming = mapped ? yield* mappedIncoming(h, spec.vmId, image.path, join(dirname(image.path), side.ram ?? "ram")) : streamIncoming(h, spec.vmId, "a stream image")
     const { vm, ready, parts } = yield* startFrom(h, spec, m, image.path, incoming, "restore", t0)
     const launch: Launch = {
       from: "image",
@@ -190,13 +190,19 @@ export const restore = (h: VmHost, spec: VmSpec, image: DescentImage, machineFor
 /**
  * The RAM of a VM restored from a mapped image's RAM file: linked into the VM's RAM directory
  * and mapped shared (the VM owns it; its next descent is mapped), the image's link removed at
- * `commit`; across filesystems, mapped privately where it is (nothing copied, the image's file
- * unchanged; its next descent streams).
+ * `commit`, and its device state with it (the image is spent: listed no more, so a later restore
+ * after a crash boots fresh instead of failing on it, and no peer fetches it); across
+ * filesystems, mapped privately where it is (nothing copied, the image's file unchanged; its
+ * next descent streams).
  */
-const mappedIncoming = (h: VmHost, vmId: string, imageRam: string) =>
+const mappedIncoming = (h: VmHost, vmId: string, imagePath: string, imageRam: string) =>
   Effect.gen(function* () {
     // Before any file is touched: the name below is a resident VM's RAM file.
     if (h.vms.has(vmId)) return yield* err("restore", vmId, "VM already resident")
+    // An image spent by an earlier restore that was cut short between its two removals.
+    if (!(yield* Effect.promise(() => stat(imageRam).then(() => true, () => false)))) {
+      return yield* err("restore", vmId, `${imagePath} is a mapped image without its RAM file (${imageRam}): spent by an earlier restore, or damaged`)
+    }
     const own = h.ramPathFor(vmId)
     yield* h.prepareRamDir(vmId)
     if (yield* RamFile.sameFilesystem(imageRam, dirname(own))) {
@@ -218,6 +224,8 @@ const mappedIncoming = (h: VmHost, vmId: string, imageRam: string) =>
             await link(own, imageRam).catch(() => undefined)
             throw e
           })
+          // The spent image's devices: best effort (the check above catches one left behind).
+          await rm(imagePath, { force: true }).then(() => Durable.syncDir(dirname(imagePath))).catch(() => undefined)
         }),
         undo: Effect.promise(() => rm(own, { force: true })),
         note: "the RAM file linked back and mapped (pages fault in as the guest touches them)",

@@ -218,6 +218,7 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
       const back = yield* hosts.A.rt.restore(calm, image)
       assert.deepInclude(back.launch, { from: "image", method: "mapped", readiness: "guest" })
       assert.isFalse(existsSync(imageRam), "committed: the image's link is gone, the VM's is the RAM")
+      assert.isUndefined(yield* store.get(calm.vmId), "the image is spent: no longer listed, so a later restore cannot take it")
       yield* awaitTick(hosts.A.rt.consolePath(calm.vmId), continuedFrom(before), "counter after the restore")
       assert.strictEqual(boots(hosts.A.rt.consolePath(calm.vmId)), 0, "no boot banner: the guest continued")
     }))
