@@ -371,7 +371,7 @@ const int = (variable: string, fallback: number, min: number, max: number) => {
   const rule = `must be an integer from ${min} to ${max}`
   ruleOfVariable[variable] = rule
   return Config.schema(
-    Schema.NumberFromString.annotate({ message: rule }).check(Schema.isInt({ message: rule }), Schema.isBetween({ minimum: min, maximum: max }, { message: rule })),
+    Env.decimalInt(rule).check(Schema.isBetween({ minimum: min, maximum: max }, { message: rule })),
     variable,
   ).pipe(Config.withDefault(fallback))
 }
@@ -379,9 +379,7 @@ const int = (variable: string, fallback: number, min: number, max: number) => {
 const intAtLeast = (variable: string, fallback: number, min: number) => {
   const rule = `must be an integer >= ${min}`
   ruleOfVariable[variable] = rule
-  return Config.schema(Schema.NumberFromString.annotate({ message: rule }).check(Schema.isInt({ message: rule }), Schema.isGreaterThanOrEqualTo(min, { message: rule })), variable).pipe(
-    Config.withDefault(fallback),
-  )
+  return Config.schema(Env.decimalInt(rule).check(Schema.isGreaterThanOrEqualTo(min, { message: rule })), variable).pipe(Config.withDefault(fallback))
 }
 
 const text = (variable: string, fallback: string) => {

@@ -1,9 +1,12 @@
 /**
  * The API's `StrictInput` middleware: what the endpoint schemas cannot refuse themselves. An
- * endpoint that declares no query takes no query parameter, one that declares no body takes none
- * (an empty body or `{}`), and a body must be valid UTF-8. Decided once per endpoint when the
- * server is built, so a request pays only for the checks its endpoint needs: a query check is a
- * look for `?` in the URL, a body check one validation of bytes already read for the decoder.
+ * endpoint that declares no query takes no query parameter, and one that does takes each at most
+ * once (a decoder sees an array it would refuse without saying why); one that declares no body
+ * takes none (an empty body or `{}`); a body must be valid UTF-8 and repeat no key within an
+ * object (`JSON.parse` keeps the last of `{"id":"a","id":"b"}`, so the client's meaning is not
+ * known). Decided once per endpoint when the server is built, so a request pays only for the
+ * checks its endpoint needs: a query check is a look for `?` in the URL, a body check one pass
+ * over bytes already read for the decoder.
  */
 import { BadRequest, StrictInput } from "@engram/api"
 import { Effect, Layer } from "effect"
@@ -18,6 +21,78 @@ const firstQueryKey = (url: string): string | undefined => {
   const q = url.indexOf("?")
   if (q < 0 || q === url.length - 1) return undefined
   for (const key of new URLSearchParams(url.slice(q + 1)).keys()) return key
+  return undefined
+}
+
+/** The first query parameter a URL gives more than once, or undefined. */
+const repeatedQueryKey = (url: string): string | undefined => {
+  const q = url.indexOf("?")
+  if (q < 0 || q === url.length - 1) return undefined
+  const seen = new Set<string>()
+  for (const key of new URLSearchParams(url.slice(q + 1)).keys()) {
+    if (seen.has(key)) return key
+    seen.add(key)
+  }
+  return undefined
+}
+
+/**
+ * The first key a JSON text repeats within one object (`{"id":"a","id":"b"}`), as a path from the
+ * top (`id`; `labels.zone`; `templates.1.name`), or undefined. One pass over the text; it judges
+ * nothing else (the decoder refuses what is not JSON). Keys are compared as JSON reads them (`"a"`
+ * and `"\u0061"` are one key).
+ */
+export const repeatedKey = (json: string): string | undefined => {
+  // Per open object its keys so far and the last one read; per open array its element's index.
+  const open: ({ readonly keys: Set<string>; key: string } | { index: number })[] = []
+  let keyNext = false
+  const pathTo = (last: string) => [...open.slice(0, -1).map((o) => ("keys" in o ? o.key : String(o.index))), last].join(".")
+  for (let i = 0; i < json.length; i++) {
+    const c = json.charCodeAt(i)
+    if (c === 34) {
+      let j = i + 1
+      let escaped = false
+      while (j < json.length) {
+        const d = json.charCodeAt(j)
+        if (d === 92) {
+          escaped = true
+          j += 2
+          continue
+        }
+        if (d === 34) break
+        j++
+      }
+      const top = open[open.length - 1]
+      if (keyNext && top !== undefined && "keys" in top) {
+        let key = json.slice(i + 1, j)
+        if (escaped) {
+          try {
+            key = JSON.parse(json.slice(i, j + 1)) as string
+          } catch {
+            return undefined
+          }
+        }
+        if (top.keys.has(key)) return pathTo(key)
+        top.keys.add(key)
+        top.key = key
+      }
+      keyNext = false
+      i = j
+    } else if (c === 123) {
+      open.push({ keys: new Set(), key: "" })
+      keyNext = true
+    } else if (c === 91) {
+      open.push({ index: 0 })
+      keyNext = false
+    } else if (c === 125 || c === 93) {
+      open.pop()
+      keyNext = false
+    } else if (c === 44) {
+      const top = open[open.length - 1]
+      if (top !== undefined && "index" in top) top.index++
+      keyNext = top !== undefined && "keys" in top
+    }
+  }
   return undefined
 }
 
@@ -46,8 +121,12 @@ const strayBody = (bytes: ArrayBuffer): BadRequest | null => {
   return key === undefined ? null : bad(keyName(key), "is not a key of this object (this endpoint takes no body)", "body")
 }
 
-/** A body the endpoint's decoder will read must be valid UTF-8 (read once here; the decoder reuses it). */
-const notUtf8 = (bytes: ArrayBuffer): BadRequest | null => (isUtf8(bytes) ? null : bad("body", "must be valid UTF-8", "body"))
+/** A body the endpoint's decoder will read must be valid UTF-8 and repeat no key (read once here; the decoder reuses it). */
+const notUtf8 = (bytes: ArrayBuffer): BadRequest | null => {
+  if (!isUtf8(bytes)) return bad("body", "must be valid UTF-8", "body")
+  const repeated = repeatedKey(Buffer.from(bytes).toString("utf8"))
+  return repeated === undefined ? null : bad(keyName(repeated), "is given more than once in one object (each key at most once)", "body")
+}
 
 /**
  * The checks of an endpoint, as one step per request: no query parameter where it declares no
@@ -58,6 +137,8 @@ const checks = (takesQuery: boolean, takesBody: boolean) => {
   return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
     const key = takesQuery ? undefined : firstQueryKey(request.url)
     if (key !== undefined) return Effect.fail(bad(keyName(key), "is not a query parameter of this endpoint (it takes none)", "query"))
+    const repeated = takesQuery ? repeatedQueryKey(request.url) : undefined
+    if (repeated !== undefined) return Effect.fail(bad(keyName(repeated), "is given more than once (each query parameter at most once)", "query"))
     if (!declaresBody(request)) return Effect.void
     return Effect.flatMap(bodyBytes(request), (bytes) => {
       const refused = judgeBody(bytes)

@@ -20,6 +20,17 @@ describe("configuration", () => {
     if (r._tag === "Valid") expect(r.config).toMatchObject({ port: 0, limits: { cpuOvercommit: 2.5, requireMeasured: true, reaperIntervalMs: 500 } })
   })
 
+  it("an integer is decimal digits (at most 15: every one is exact): a blank, hex, an exponent, a fraction or more digits is refused naming the variable and its rule", () => {
+    for (const v of [" ", "0x1F90", "1e3", "70.5", "7070 ", "99999999999999999999"]) {
+      const r = Config.parse({ ENGRAM_PORT: v })
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule]), JSON.stringify(v)).toEqual([["ENGRAM_PORT", "must be an integer from 0 to 65535"]])
+    }
+    const big = Config.parse({ ENGRAM_SHUTDOWN_DELAY_MS: "1e300" })
+    expect(big._tag === "Invalid" && big.issues.map((i) => i.variable)).toEqual(["ENGRAM_SHUTDOWN_DELAY_MS"])
+    const ok = Config.parse({ ENGRAM_PORT: "+8080" })
+    expect(ok._tag === "Valid" && ok.config.port).toBe(8080)
+  })
+
   // A setting's default, a value that changes it, and one refused (naming the variable).
   it.each([
     // Placements on PostgreSQL may reuse a fleet read up to 100 ms old; 0 asks for a fresh read.

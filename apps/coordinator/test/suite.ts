@@ -1022,6 +1022,41 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(await everything()).toBe(before)
       })
 
+      it("a key repeated in one body object, or a query parameter given twice, is a 400 naming it (JSON.parse would keep the last); a host id that selects keeps the id rule; nothing changes", async () => {
+        const h = await addHost(admin, 2048)
+        const before = await everything()
+        const id = uid("dup")
+        for (const [path, body, field] of [
+          ["/v1/hosts", `{"id":"${id}","id":"${id}-2"}`, "id"],
+          ["/v1/hosts", `{"id":"${id}","labels":{"zone":"a","zone":"b"}}`, "labels.zone"],
+          ["/v1/sessions", `{"id":"${id}","memMib":64,"vcpus":1,"memMib":1024}`, "memMib"],
+          ["/v1/sessions", `{"id":"${id}","memMib":64,"vcpus":1,"\u0069d":"${id}-2"}`, "id"],
+        ] as const) {
+          const r = await admin.raw("POST", path, body)
+          expect([r.status, r.body.error, r.body.field, r.body.in], body).toEqual([400, "InvalidInput", field, "body"])
+          expect(r.body.rule, body).toMatch(/^is given more than once in one object/)
+        }
+        for (const [path, field] of [
+          ["/v1/sessions?limit=2&limit=3", "limit"],
+          [`/v1/sessions?hostId=${h.id}&hostId=${h.id}`, "hostId"],
+          ["/v1/moves?state=pending&state=aborted", "state"],
+        ] as const) {
+          const r = await admin.get(path)
+          expect([r.status, r.body.field, r.body.in], path).toEqual([400, field, "query"])
+          expect(r.body.rule, path).toMatch(/^is given more than once/)
+        }
+        for (const path of ["/v1/sessions?hostId=", "/v1/moves?hostId=a%2Fb", "/v1/reservations?hostId=..", `/v1/hosts/${h.id}/allowances?targetHostId=${"x".repeat(101)}`]) {
+          const r = await admin.get(path)
+          expect([r.status, r.body.in], path).toEqual([400, "query"])
+          expect(r.body.field, path).toMatch(/^(hostId|targetHostId)$/)
+          expect(r.body.rule, path).toContain("must be 1-100 characters of [A-Za-z0-9._-]")
+        }
+        expect(await everything()).toBe(before)
+        // The same keys once each are taken.
+        expect((await admin.raw("POST", "/v1/sessions", `{"id":"${id}","memMib":64,"vcpus":1}`)).status).toBe(201)
+        await admin.del(`/v1/sessions/${id}`)
+      })
+
       it("a create with a misspelt onNoRoom is refused, not placed or queued as if it were absent; an empty body or {} still does for an endpoint that takes none", async () => {
         const h = await addHost(admin, 1024)
         const id = uid("typo")

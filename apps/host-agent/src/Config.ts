@@ -48,11 +48,11 @@ type Env_ = Readonly<Record<string, string | undefined>>
 
 const int = (variable: string, min: number) => {
   const rule = `must be an integer >= ${min}`
-  return Config.schema(Schema.NumberFromString.annotate({ message: rule }).check(Schema.isInt({ message: rule }), Schema.isGreaterThanOrEqualTo(min, { message: rule })), variable)
+  return Config.schema(Env.decimalInt(rule).check(Schema.isGreaterThanOrEqualTo(min, { message: rule })), variable)
 }
 const intUpTo = (variable: string, min: number, max: number, why: string) => {
   const rule = `must be an integer from ${min} to ${max} (${why})`
-  return Config.schema(Schema.NumberFromString.annotate({ message: rule }).check(Schema.isInt({ message: rule }), Schema.isBetween({ minimum: min, maximum: max }, { message: rule })), variable)
+  return Config.schema(Env.decimalInt(rule).check(Schema.isBetween({ minimum: min, maximum: max }, { message: rule })), variable)
 }
 const intOr = (variable: string, fallback: number, min: number) => int(variable, min).pipe(Config.withDefault(fallback))
 const optionalText = (variable: string) => Config.String(variable).pipe(Config.option)

@@ -101,6 +101,15 @@ describe("host agent configuration", () => {
     expect(error?.message).not.toContain("short-secret")
   })
 
+  it("an integer is decimal digits: hex, an exponent or a blank is refused naming the variable", async () => {
+    for (const v of ["0x1c00", "7e3", " "]) {
+      const error = await errorOf({ ...required, ENGRAM_AGENT_PORT: v })
+      expect(error?.message, JSON.stringify(v)).toBe(["invalid host agent configuration:", `  ENGRAM_AGENT_PORT=${JSON.stringify(v)}: must be an integer >= 0`].join("\n"))
+    }
+    const o = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_PORT: "7200" }))
+    expect(o.listen).toMatchObject({ port: 7200 })
+  })
+
   it("a whole configuration read from the environment goes through a program's checks unchanged (as `engram agent` passes it)", async () => {
     for (const env of [required, { ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "60000", ENGRAM_AGENT_IMAGE_GRACE_MS: "600000" }]) {
       const read = (await Effect.runPromise(fromEnvironment(env))).config

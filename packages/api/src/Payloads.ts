@@ -1,7 +1,9 @@
 /**
  * What requests carry: JSON bodies, path ids and query strings. Shapes only: the store's rules
- * check ranges and ids and name the field they refuse (a 400 `{error, field, rule}`).
+ * check ranges and ids and name the field they refuse (a 400 `{error, field, rule}`); host ids
+ * that only select (query filters, a move's target) keep the id rule here, as no store is asked.
  */
+import { Names } from "@engram/core"
 import { Schema } from "effect"
 import { MoveGuardReport, MoveState, MovePhases, MoveRound, SessionState } from "./Records.js"
 
@@ -14,6 +16,9 @@ export const Text = Schema.String.check(
     s.includes("\u0000") ? "must not contain a NUL character" : LONE_SURROGATE.test(s) ? "must not contain a lone surrogate (text must be valid Unicode)" : undefined,
   ),
 )
+
+/** A host id that selects (a filter, a move's target): the id rule, so one that no host can have is refused, not matched against nothing. */
+export const HostIdRef = Schema.String.check(Schema.makeFilter((s: string) => (Names.isId(s) ? undefined : Names.idRule)))
 
 // Ids in paths: text and bounded; a malformed id is a 400 (an id longer than any that can be stored is a 404).
 const PathIdString = Text.check(Schema.isMinLength(1), Schema.isMaxLength(256))
@@ -79,7 +84,7 @@ export const AssignmentsQuery = {
 
 /** `GET /v1/hosts/{id}/allowances?targetHostId=`: also the pair to this target, though it has no commits of its own. */
 export const AllowancesQuery = {
-  targetHostId: Schema.optionalKey(Schema.String),
+  targetHostId: Schema.optionalKey(HostIdRef),
 }
 
 /** What a create does when nothing fits: `queue` (the default) or `refuse` (409 `NoRoom`, nothing stored). */
@@ -108,7 +113,7 @@ export type SetTtl = typeof SetTtl.Type
 /** `GET /v1/sessions`: filters and a page. */
 export const SessionsQuery = {
   state: Schema.optionalKey(SessionState),
-  hostId: Schema.optionalKey(Text),
+  hostId: Schema.optionalKey(HostIdRef),
   ...PageQuery,
 }
 
@@ -125,14 +130,14 @@ export const WaitQuery = {
 
 /** `GET /v1/moves`: the source or target host, the state, and a page. */
 export const MovesQuery = {
-  hostId: Schema.optionalKey(Text),
+  hostId: Schema.optionalKey(HostIdRef),
   state: Schema.optionalKey(MoveState),
   ...PageQuery,
 }
 
 /** `POST /v1/sessions/{id}/move`: a target (default: the best-ranked other host that takes moves, its agent advertising a peer URL) and the downtime budget. */
 export const StartMove = Schema.Struct({
-  targetHostId: Schema.optionalKey(Schema.String),
+  targetHostId: Schema.optionalKey(HostIdRef),
   maxDowntimeMs: Schema.Finite,
 })
 export type StartMove = typeof StartMove.Type
@@ -189,4 +194,4 @@ export const Reserve = Schema.Struct({
 export type Reserve = typeof Reserve.Type
 
 /** `GET /v1/reservations`: a host, and a page. */
-export const ReservationsQuery = { hostId: Schema.optionalKey(Text), ...PageQuery }
+export const ReservationsQuery = { hostId: Schema.optionalKey(HostIdRef), ...PageQuery }

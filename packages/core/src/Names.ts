@@ -44,6 +44,9 @@ const ID = /^[A-Za-z0-9._-]{1,100}$/
  */
 export const isId = (value: unknown): value is string => typeof value === "string" && ID.test(value) && value !== "." && value !== ".."
 
+/** The id rule's words, as a refusal names it. */
+export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
+
 /** The template name rule's words, as a refusal names it. */
 export const templateNameRule = "must be 1-100 characters of [A-Za-z0-9._-], not starting with ."
 

@@ -7,8 +7,8 @@ import { Downtime, Ledger, Lifetime, Move, Names } from "@engram/core"
 import { InvalidInput } from "./Errors.js"
 import type { HostReport, MoveGuardReport, NumberedRound } from "./Types.js"
 
-/** The id rule's words, as a refusal names it. */
-export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
+/** The id rule's words, as a refusal names it (core's `Names.idRule`). */
+export const idRule = Names.idRule
 
 /**
  * The one id rule (SPEC §10, §12) for every id a client chooses — sessions, hosts,
@@ -147,8 +147,9 @@ export const sessionInput = (input: {
     if (!Array.isArray(input.affinity)) return new InvalidInput({ field: "affinity", rule: "must be an array of host ids" })
     for (const [i, a] of input.affinity.entries()) {
       if (typeof a !== "string") return new InvalidInput({ field: "affinity", rule: "must be an array of host ids" })
-      const badText = text(`affinity.${i}`, a)
-      if (badText) return badText
+      // A host id by the id rule: an entry no host can have would be kept and never matched.
+      const badId = id(`affinity.${i}`, a)
+      if (badId) return badId
     }
   }
   return input.onNoRoom === undefined || input.onNoRoom === "queue" || input.onNoRoom === "refuse"
@@ -156,17 +157,34 @@ export const sessionInput = (input: {
     : new InvalidInput({ field: "onNoRoom", rule: "must be one of queue, refuse" })
 }
 
-/** A new host: its id and labels (keys and values text). */
+/** The most labels a host may carry, and the longest key and value. */
+export const maxLabels = 64
+export const maxLabelKeyLength = 100
+export const maxLabelValueLength = 1000
+
+// Control characters (C0, DEL, C1): a label is shown in tables and logs, where they would forge lines.
+const CONTROL = /\p{Cc}/u
+
+/**
+ * A new host: its id and labels, at most {@link maxLabels}: each key 1-{@link maxLabelKeyLength}
+ * characters, each value at most {@link maxLabelValueLength}, both text without control characters.
+ */
 export const hostInput = (input: { id: unknown; labels?: unknown }): InvalidInput | null => {
   const bad = id("id", input.id)
   if (bad) return bad
   if (input.labels === undefined) return null
   if (typeof input.labels !== "object" || input.labels === null || Array.isArray(input.labels))
     return new InvalidInput({ field: "labels", rule: "must be an object of string values" })
-  for (const [k, v] of Object.entries(input.labels)) {
+  const entries = Object.entries(input.labels)
+  if (entries.length > maxLabels) return new InvalidInput({ field: "labels", rule: `must hold at most ${maxLabels} labels` })
+  for (const [k, v] of entries) {
     if (typeof v !== "string") return new InvalidInput({ field: "labels", rule: "must be an object of string values" })
     const badText = text("labels", k) ?? text("labels", v)
     if (badText) return badText
+    const field = `labels.${k}`
+    if (k.length === 0 || k.length > maxLabelKeyLength) return new InvalidInput({ field, rule: `a label key must be 1-${maxLabelKeyLength} characters` })
+    if (v.length > maxLabelValueLength) return new InvalidInput({ field, rule: `a label value must be at most ${maxLabelValueLength} characters` })
+    if (CONTROL.test(k) || CONTROL.test(v)) return new InvalidInput({ field, rule: "a label key or value must not contain a control character" })
   }
   return null
 }

@@ -202,6 +202,26 @@ export const hosts: Group = {
       }),
     ),
     kase(
+      "labels past their rules (more than 64, an empty or 101-character key, a value over 1,000 characters, a control character) are refused naming the label, and nothing is stored",
+      Effect.gen(function* () {
+        const s = yield* store
+        const many = Object.fromEntries(Array.from({ length: Validate.maxLabels + 1 }, (_, i) => [`k${i}`, "v"]))
+        const cases: [Record<string, string>, string][] = [
+          [many, "labels"],
+          [{ "": "a" }, "labels."],
+          [{ ["k".repeat(101)]: "a" }, `labels.${"k".repeat(101)}`],
+          [{ zone: "v".repeat(1001) }, "labels.zone"],
+          [{ zone: "a\nforged log line" }, "labels.zone"],
+          [{ "zo\u001bne": "a" }, "labels.zo\u001bne"],
+        ]
+        for (const [labels, field] of cases) expect((yield* expectFailure(s.registerHost({ id: "h1", labels }), "InvalidInput")).field).toBe(field)
+        expect(yield* hostsNow(s)).toStrictEqual([])
+        const most = Object.fromEntries(Array.from({ length: Validate.maxLabels }, (_, i) => [`k${i}`.padEnd(100, "x"), "v".repeat(1000)]))
+        yield* s.registerHost({ id: "h1", labels: most })
+        expect((yield* s.getHost("h1")).labels).toStrictEqual(most)
+      }),
+    ),
+    kase(
       "headroom subtracts the system reserve of 1024 MiB from the reported RAM",
       Effect.gen(function* () {
         const s = yield* store

@@ -4,7 +4,7 @@
  */
 import { Session } from "@engram/core"
 import type { SessionState } from "@engram/core"
-import { liveStates } from "@engram/store"
+import { liveStates, Validate } from "@engram/store"
 import type { StoreError, StoreShape } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
@@ -232,15 +232,18 @@ export const sessions: Group = {
       }),
     ),
     kase(
-      "an affinity entry with a NUL or a lone surrogate is refused naming it, and nothing is stored",
+      "an affinity entry that is no host id (the id rule: a NUL, a lone surrogate, empty, a slash, an emoji) is refused naming it, and nothing is stored",
       Effect.gen(function* () {
         const s = yield* store
         yield* addHost("h1", 8192)
         const before = yield* snapshot
         expect((yield* expectFailure(s.createSession({ id: "s1", budget, affinity: ["h1", "x\u0000"] }), "InvalidInput")).field).toBe("affinity.1")
         expect((yield* expectFailure(s.createSession({ id: "s1", budget, affinity: ["\ud83d"] }), "InvalidInput")).field).toBe("affinity.0")
-        yield* expectUnchanged(before, "creates with bad affinity text")
-        expect((yield* placed("s1", budget, ["😀", "h1"])).affinity).toStrictEqual(["😀", "h1"])
+        for (const [entry, field] of [["", "affinity.0"], ["a/b", "affinity.0"], ["😀", "affinity.0"], ["..", "affinity.0"]] as const) {
+          expect(yield* expectFailure(s.createSession({ id: "s1", budget, affinity: [entry, "h1"] }), "InvalidInput")).toMatchObject({ field, rule: Validate.idRule })
+        }
+        yield* expectUnchanged(before, "creates with bad affinity entries")
+        expect((yield* placed("s1", budget, ["h-2.b_3", "h1"])).affinity).toStrictEqual(["h-2.b_3", "h1"])
       }),
     ),
     kase(
