@@ -54,6 +54,7 @@ import { pipeline } from "node:stream/promises"
 import type { ReadableStream as NodeReadableStream } from "node:stream/web"
 import type { ImageStore } from "@engram/runtime"
 import { Clock, Data, Effect, Schema, Stream } from "effect"
+import { Agent, fetch } from "undici"
 import { imageProof, type ImageRoute, imageToken, newImageBearer, tokensEqual } from "./MoveToken.js"
 
 /** One file of a session's image directory, as the image host lists it: its SHA-256 in hex. */
@@ -420,6 +421,14 @@ export interface Fetched {
 }
 
 /**
+ * The fetches' connections, without undici's own limits: Node's \`fetch\` gives up on headers
+ * after 300 s and on a quiet body after 300 s, below a big image's listing bound (the image host
+ * may hash GiBs before it answers) and unrelated to the stall bound. The bounds here are the
+ * fetch's own signals.
+ */
+const unbounded = new Agent({ headersTimeout: 0, bodyTimeout: 0 })
+
+/**
  * Fetches `sessionId`'s image from the agent of `imageHostId` into `images` (this host is `me`):
  * the listing from `peerUrl`, the files from the peer URL the listing proves (the image host's
  * own), or from `peerUrl` too when `peerUrlTrusted` (the operator's `ENGRAM_PEERS` entry, not
@@ -476,12 +485,18 @@ export const fetchImage = (o: {
         // The image host may hash the image before it answers (its first listing of it).
         const listingMs = listingBoundMs(o.memMib ?? 0, o.minMibPerSec, floorMs)
         const listingBound = AbortSignal.timeout(listingMs)
+        // Its body is built before its headers go out: once they came, a body that stalls is cut as a file's is.
+        const listingStall = new AbortController()
         const first = bearer({ _tag: "Listing" })
-        const res = await fetch(`${base}${query}`, { headers: first.headers, signal: AbortSignal.any([signal, listingBound]) }).catch((e: unknown) => {
+        const res = await fetch(`${base}${query}`, { headers: first.headers, dispatcher: unbounded, signal: AbortSignal.any([signal, listingBound, listingStall.signal]) }).catch((e: unknown) => {
           throw listingBound.aborted ? fail(`the image host did not answer the listing within ${listingMs} ms`) : e
         })
         if (res.status !== 200) throw fail(`the image host answered ${res.status} to the listing${res.status === 401 ? " (an image host older than this agent, or a rotated peer secret?)" : ""}`)
-        const list = Schema.decodeUnknownSync(ListingAnswer)(await res.json())
+        const listingTimer = setTimeout(() => listingStall.abort(), stallMs)
+        const body = await res.json().catch((e: unknown) => {
+          throw listingStall.signal.aborted ? fail(`the image host sent its listing's headers and no whole body within ${stallMs} ms`) : listingBound.aborted ? fail(`the image host did not answer the listing within ${listingMs} ms`) : e
+        }).finally(() => clearTimeout(listingTimer))
+        const list = Schema.decodeUnknownSync(ListingAnswer)(body)
         // An image host older than content hashes: its files could not be checked.
         const files: ImageFile[] = []
         for (const f of list.files) {
@@ -515,7 +530,7 @@ export const fetchImage = (o: {
                 ? fail(`the image host sent no byte of ${file.name} for ${stallMs} ms`)
                 : undefined
           try {
-            const got = await fetch(`${filesBase}/files/${encodeURIComponent(file.name)}${query}`, { headers: bearer({ _tag: "File", name: file.name }).headers, signal: AbortSignal.any([signal, bound, stall.signal]) })
+            const got = await fetch(`${filesBase}/files/${encodeURIComponent(file.name)}${query}`, { headers: bearer({ _tag: "File", name: file.name }).headers, dispatcher: unbounded, signal: AbortSignal.any([signal, bound, stall.signal]) })
             if (got.status !== 200 || got.body === null) throw fail(`the image host answered ${got.status} for ${file.name}`)
             const path = join(staging, file.name)
             // Stops at the listed size (a peer that sends more fills no disk), and hashes what passes.

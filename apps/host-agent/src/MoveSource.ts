@@ -33,7 +33,7 @@
 import { Effect, Fiber } from "effect"
 import { type Downtime, Move as CoreMove } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
-import { type AssignedMove, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, refusedInput, refusesKey, type NumberedRound, type PhasesReport, type RoundReport } from "./Coordinator.js"
+import { type AssignedMove, type Conflict, CoordinatorError, type CoordinatorShape, isNotFound, refusedInput, refusesKey, type NumberedRound, type PhasesReport, type RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
 import * as Pacing from "./Pacing.js"
 import type { MoveHeader } from "./MoveTarget.js"
@@ -260,6 +260,9 @@ const roundRecorder = (coordinator: CoordinatorShape, moveId: string, held: numb
     return { push, record, recorded, ended, unrecorded }
   })
 
+/** The least time a record made in the guest's pause is given, whatever is left of the budget (ms). */
+export const inPauseRecordFloorMs = 250
+
 /** Runs one move from the source. Never fails: every failure is cleaned up and answered. */
 export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effect<MoveOutcome> =>
   Effect.gen(function* () {
@@ -281,14 +284,18 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
     const rounds: RoundReport[] = []
 
     /** Ends the move without a commit: the guest runs here (the runtime gave it back), the target drops what it got. */
+    // The coordinator first: it frees the move's reservations and records why (the guard's
+    // refusal, its estimate); a target that hangs (each try waits up to the peer link's bound)
+    // is told after, once: it runs nothing without this source's commit, and its own pass drops
+    // the incoming VM of a move it reads aborted.
     const abandon = (reason: string, estimateMs?: number) =>
       Effect.gen(function* () {
         yield* residents.update(move.sessionId, (v) => ({ ...v, status: "running" }))
-        yield* link.abort(header).pipe(Effect.retry({ times: 2 }), Effect.ignore)
         yield* retrying(coordinator.abort(move.id, reason, estimateMs === undefined ? undefined : jsonMs(estimateMs))).pipe(
           Effect.catchTag("Conflict", () => Effect.void),
           Effect.catch((e) => Effect.logWarning("move abort not acknowledged", { moveId: move.id, error: e.message })),
         )
+        yield* link.abort(header).pipe(Effect.ignore)
       })
 
     const budget = { maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs: deps.allowance.allowanceMs, maxPreCopyRounds: deps.maxPreCopyRounds }
@@ -411,7 +418,19 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       })
       // Off: the final round is recorded beside its send (the point of no return, in the pause).
       const recordFinal = recorder.record(final)
-      const record = withIntent ? (intentBeforePause ? Effect.void : recordIntent) : recordFinal
+      // A record in the pause has what is left of the downtime budget (at least
+      // `inPauseRecordFloorMs`): a coordinator that hangs would otherwise hold the guest paused
+      // for its calls' own timeouts (30 s each, tried again). Past it the pause is given back
+      // below, as for a record refused; the target runs nothing without this source's commit.
+      const leftMs = Math.max(inPauseRecordFloorMs, move.maxDowntimeMs - (persistedAtMs - at.pausedAtMs))
+      const inPause = (record: typeof recordFinal) =>
+        record.pipe(
+          Effect.timeoutOrElse({
+            duration: leftMs,
+            orElse: () => Effect.fail(new CoordinatorError({ op: "round", status: null, message: `not answered within the ${Math.round(leftMs)} ms left of the downtime budget` })),
+          }),
+        )
+      const record = withIntent ? (intentBeforePause ? Effect.void : inPause(recordIntent)) : inPause(recordFinal)
       const [recorded, sent] = yield* Effect.all([timed(record), timed(at.switchover)], { concurrency: 2 })
       if (recorded.r._tag === "Failure") {
         // The coordinator does not hold the point of no return (the intent, or off the final

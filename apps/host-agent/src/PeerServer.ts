@@ -10,8 +10,8 @@
  * commit it means the guest does not run here (MoveTarget.ts).
  */
 import { createServer } from "node:http"
-import { Clock, Context, Effect, Layer, Schema } from "effect"
-import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { ByteSize, Clock, Context, Effect, Layer, Schema } from "effect"
+import { HttpIncomingMessage, HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { NodeHttpServer } from "@effect/platform-node"
 import type { ImageStore } from "@engram/runtime"
 import * as ImageFetch from "./ImageFetch.js"
@@ -63,7 +63,7 @@ const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(de
     const req = yield* HttpServerRequest.HttpServerRequest
     const { id } = yield* HttpRouter.params
     const body = yield* req.json.pipe(Effect.flatMap(Schema.decodeUnknownEffect(schema as unknown as Schema.Codec<S["Type"]>)), Effect.option)
-    if (body._tag === "None" || id === undefined) return { _tag: "Bad" as const, response: json(400, { error: "BadRequest", message: "body does not match" }) }
+    if (body._tag === "None" || id === undefined) return { _tag: "Bad" as const, response: json(400, { error: "BadRequest", message: `body does not match (a move's header, at most ${peerMaxBodyBytes} bytes)` }) }
     const h = body.value
     const expected = moveToken(deps.secret, id, h.sourceHostId, deps.hostId)
     if (h.moveId !== id || h.targetHostId !== deps.hostId || !tokensEqual(bearer(req), expected)) {
@@ -168,13 +168,32 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = 
     ),
   )
 
+/** The largest request body the peer server reads (a move's header is a few hundred bytes). */
+export const peerMaxBodyBytes = 64 * 1024
+
+/**
+ * How long a peer connection may show no activity either way before it is closed (ms): a caller
+ * that stopped reading an image (frozen, its socket open) held the stream, its fiber and the
+ * image's open file for good. Above every handler's own wait (a prepare starts QEMU: 30 s) and
+ * the callers' bounds (60 s a call, 60 s without a byte of an image).
+ */
+export const peerIdleTimeoutMs = 120_000
+
 /** Serves the peer routes on `port` (0 = any) and answers the bound port. Lives in the caller's scope. */
 export const serve = (deps: PeerServerDeps, listen: { readonly port: number; readonly host: string }) =>
   Effect.gen(function* () {
     const nonces = deps.nonceFile === undefined ? ImageNonceFile.inMemory() : yield* ImageNonceFile.inFile(deps.nonceFile, deps.hostId)
+    const server = () => {
+      // Headers within 20 s and a whole request within 60 s: a caller that trickles them (or
+      // streams a body to an unauthenticated route) is cut; the body itself is capped below.
+      const s = createServer({ headersTimeout: 20_000, requestTimeout: 60_000 })
+      s.setTimeout(peerIdleTimeoutMs)
+      return s
+    }
     const ctx = yield* Layer.build(
       HttpRouter.serve(routes(deps, nonces), { disableLogger: true }).pipe(
-        Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: listen.port, host: listen.host })),
+        Layer.provide(Layer.succeed(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(peerMaxBodyBytes))),
+        Layer.provideMerge(NodeHttpServer.layer(server, { port: listen.port, host: listen.host })),
       ),
     )
     const address = Context.get(ctx, HttpServer.HttpServer).address

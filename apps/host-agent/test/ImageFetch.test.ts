@@ -238,6 +238,33 @@ describe("fetching a descent image from its host", () => {
       }),
     ))
 
+  it.live("a listing whose headers came and whose body stalls is cut after the stall bound, not held for the listing's (minutes), nothing left behind", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const halting = yield* Effect.acquireRelease(
+          Effect.promise(
+            () =>
+              new Promise<{ port: number; close: () => void }>((resolve) => {
+                const server = createServer((_req, res) => {
+                  res.writeHead(200, { "content-type": "application/json" })
+                  res.write('{"files":[')
+                })
+                server.listen(0, "127.0.0.1", () => {
+                  const a = server.address()
+                  resolve({ port: typeof a === "object" && a !== null ? a.port : 0, close: () => (server.closeAllConnections(), server.close()) })
+                })
+              }),
+          ),
+          (p) => Effect.sync(() => p.close()),
+        )
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        // The listing's own bound is the 10-minute floor here; the stall bound 300 ms.
+        const e = yield* ImageFetch.fetchImage({ images: mine, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${halting.port}`, peerUrlTrusted: true, me: "b", secret: SECRET, minMibPerSec: 50, stallMs: 300 }).pipe(Effect.flip)
+        assert.strictEqual(e.message, "the image host sent its listing's headers and no whole body within 300 ms")
+        assert.deepStrictEqual(readdirSync(mine.root), [])
+      }),
+    ))
+
   it.live("a descent image hashed ahead (warmHashes) keeps each file's SHA-256 in its sidecar, and the listing answers from it", () =>
     Effect.scoped(
       Effect.gen(function* () {

@@ -162,6 +162,36 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
       assert.strictEqual((yield* b.target.incoming).length, 0)
     }))
 
+  for (const moveIntent of [false, true])
+    effect(`a coordinator that hangs on the record made in the pause (intent ${moveIntent ? "on, taken in the pause" : "off: the final round"}) holds the guest paused for what is left of the budget, not its calls' timeouts: the pause is given back, the move aborted, the guest runs on the source`, () =>
+      Effect.gen(function* () {
+        const phase = { held: 0 }
+        const { a, b, move, session, outcome } = yield* runMove({
+          maxDowntimeMs: 600,
+          // With the intent on, QEMU's own convergence pauses before the intent is taken: it is recorded in the pause.
+          fleet: {
+            moveIntent,
+            ...(moveIntent ? { selfConverge: true } : {}),
+            wrapCoordinator: (client, hostId) =>
+              hostId !== "a"
+                ? client
+                : {
+                    ...client,
+                    round: (id, r) => (r.kind === (moveIntent ? "intent" : "final") ? Effect.andThen(Effect.sync(() => void phase.held++), Effect.never) : client.round(id, r)),
+                  },
+          },
+        })
+        assert.isTrue(phase.held >= 1, "the record in the pause was asked")
+        assert.strictEqual(outcome._tag, "Failed")
+        if (outcome._tag === "Failed") assert.match(outcome.reason, /could not be recorded: not answered within the \d+ ms left of the downtime budget/)
+        assert.strictEqual(move.state, "aborted")
+        assert.strictEqual(session.state, "running")
+        assert.strictEqual(session.hostId, "a")
+        assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+        assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+        assert.deepStrictEqual(yield* b.runtime.list, [])
+      }))
+
   effect("a 480 ms budget is refused before any pause", () =>
     Effect.gen(function* () {
       const { a, b, move, session, outcome } = yield* runMove({ maxDowntimeMs: 480 })

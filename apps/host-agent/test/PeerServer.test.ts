@@ -93,3 +93,20 @@ describe("the peer server", () => {
       }),
     ))
 })
+
+describe("the peer server's limits", () => {
+  it.live("a body over its 64 KiB limit is not read past it: refused (400) before any credential is judged; nothing of the move is prepared", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port, target } = yield* serveTarget
+        const big = JSON.stringify({ ...header, pad: "x".repeat(PeerServer.peerMaxBodyBytes) })
+        const r = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/v1/peer/moves/m1/prepare`, { method: "POST", headers: { "content-type": "application/json" }, body: big }))
+        assert.strictEqual(r.status, 400)
+        assert.deepInclude(yield* Effect.promise(() => r.json() as Promise<object>), { error: "BadRequest", message: `body does not match (a move's header, at most ${PeerServer.peerMaxBodyBytes} bytes)` })
+        assert.deepStrictEqual(yield* target.incoming, [])
+        // A header of ordinary size without a token is judged as before: 401.
+        const small = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/v1/peer/moves/m1/prepare`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(header) }))
+        assert.strictEqual(small.status, 401)
+      }),
+    ))
+})
