@@ -34,6 +34,15 @@ export interface MigrateOptions {
   readonly attempts?: number | undefined
   /** The wait between tries, given the try that failed (default: 1 s, 2 s, … up to 5 s). */
   readonly pause?: ((attempt: number) => Promise<void>) | undefined
+  /**
+   * How long the server keeps this migration's connection while its client sends nothing, ms
+   * (PostgreSQL's `idle_in_transaction_session_timeout`, and `idle_session_timeout` on 14 and
+   * later; default 60,000). A replica frozen while it holds the migration lock (a stopped
+   * process whose kernel keeps its socket open) is then ended by the server, its lock and its
+   * transaction released, instead of holding every other replica's start, and the tables its
+   * migration altered, for good.
+   */
+  readonly idleTimeoutMs?: number | undefined
 }
 
 /** PostgreSQL's SQLSTATE of a statement that waited past `lock_timeout`. */
@@ -65,9 +74,10 @@ export const migrateUrl = async (url: string, options: MigrateOptions = {}): Pro
   const pause = options.pause ?? defaultPause
   if (!Number.isSafeInteger(lockTimeoutMs) || lockTimeoutMs < 1) throw new Error(`lockTimeoutMs ${lockTimeoutMs}: must be an integer >= 1 (ms)`)
   if (!Number.isSafeInteger(attempts) || attempts < 1) throw new Error(`attempts ${attempts}: must be an integer >= 1`)
-  const client = postgres(url, { max: 1, onnotice: () => undefined, connect_timeout: 10, ...sessionAttrsFor(url) })
+  const idleTimeoutMs = options.idleTimeoutMs ?? 60_000
+  if (!Number.isSafeInteger(idleTimeoutMs) || idleTimeoutMs < 1) throw new Error(`idleTimeoutMs ${idleTimeoutMs}: must be an integer >= 1 (ms)`)
+  const client = await lockedSession(url, idleTimeoutMs)
   try {
-    await client`select pg_advisory_lock(${MIGRATION_LOCK_KEY})`
     try {
       await client.unsafe(`set lock_timeout = ${lockTimeoutMs}`)
       for (let attempt = 1; ; attempt++) {
@@ -91,6 +101,31 @@ export const migrateUrl = async (url: string, options: MigrateOptions = {}): Pro
     }
   } finally {
     await client.end({ timeout: 5 })
+  }
+}
+
+/**
+ * A connection holding the migration lock (waiting for it as long as another holds it), which
+ * the server ends once its client sends nothing for `idleTimeoutMs` (see
+ * `MigrateOptions.idleTimeoutMs`). Its caller ends it (or unlocks and ends it).
+ */
+export const lockedSession = async (url: string, idleTimeoutMs: number) => {
+  const client = postgres(url, {
+    max: 1,
+    onnotice: () => undefined,
+    connect_timeout: 10,
+    ...sessionAttrsFor(url),
+    connection: { idle_in_transaction_session_timeout: idleTimeoutMs },
+  })
+  try {
+    // Before the lock: a holder frozen between its statements is ended by the server. (A server
+    // before 14 has no idle_session_timeout: only a frozen transaction is ended there.)
+    await client.unsafe(`set idle_session_timeout = ${idleTimeoutMs}`).catch(() => undefined)
+    await client`select pg_advisory_lock(${MIGRATION_LOCK_KEY})`
+    return client
+  } catch (e) {
+    await client.end({ timeout: 0 }).catch(() => undefined)
+    throw e
   }
 }
 

@@ -13,6 +13,7 @@ import { Effect, Exit, Layer, ManagedRuntime } from "effect"
 import postgres from "@engram/postgres"
 import { describe, expect, it } from "vitest"
 import { migrate, migrationsFolder, StorePg } from "../src/index.js"
+import { lockedSession, migrateUrl } from "../src/Migrate.js"
 import { hostsOf, sessionAttrsFor } from "../src/SessionAttrs.js"
 import { Harness } from "@engram/store-conformance"
 
@@ -188,6 +189,28 @@ describe("PGlite", () => {
       await rm(dataDir, { recursive: true, force: true })
     }
   }, 300_000)
+})
+
+describe("the migration lock", () => {
+  it("a replica frozen while it holds the lock (its client sends nothing, its socket open) is ended by the server: the next replica's migrations go on", async () => {
+    const db = await freshDatabase()
+    try {
+      // The frozen replica: it took the lock as a migration does, then stopped.
+      const frozen = await lockedSession(db.url, 500)
+      await migrateUrl(db.url, { idleTimeoutMs: 500 })
+      const sql = postgres(db.url, { max: 1, onnotice: () => undefined })
+      try {
+        expect((await sql`select count(*)::int as n from drizzle.__drizzle_migrations`)[0]?.["n"]).toBeGreaterThan(0)
+        // The frozen session is gone: the server ended it.
+        expect((await sql`select count(*)::int as n from pg_locks where locktype = 'advisory' and granted`)[0]?.["n"]).toBe(0)
+      } finally {
+        await sql.end()
+      }
+      await frozen.end({ timeout: 0 }).catch(() => undefined)
+    } finally {
+      await db.drop()
+    }
+  }, 60_000)
 })
 
 describe("a URL naming several hosts (a primary and its standbys, as libpq takes them)", () => {
