@@ -1045,12 +1045,23 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
           expect([r.status, r.body.field, r.body.in], path).toEqual([400, field, "query"])
           expect(r.body.rule, path).toMatch(/^is given more than once/)
         }
+        for (const path of ["/v1/sessions?limit=0x10", "/v1/sessions?limit=1e2", "/v1/sessions?limit=%2010", "/v1/hosts?limit="]) {
+          const r = await admin.get(path)
+          expect([r.status, r.body.field, r.body.in], path).toEqual([400, "limit", "query"])
+          expect(r.body.rule, path).toBe("must be an integer in decimal digits")
+        }
         for (const path of ["/v1/sessions?hostId=", "/v1/moves?hostId=a%2Fb", "/v1/reservations?hostId=..", `/v1/hosts/${h.id}/allowances?targetHostId=${"x".repeat(101)}`]) {
           const r = await admin.get(path)
           expect([r.status, r.body.in], path).toEqual([400, "query"])
           expect(r.body.field, path).toMatch(/^(hostId|targetHostId)$/)
           expect(r.body.rule, path).toContain("must be 1-100 characters of [A-Za-z0-9._-]")
         }
+        // The dashboard's change feed keeps the same rules (it is served beside the API).
+        for (const [query, field] of [["waitMs=abc", "waitMs"], ["waitMs=-5", "waitMs"], ["waitMs=1e3", "waitMs"], ["waitMs=25001", "waitMs"], ["since=a&since=b", "since"], ["waitMs=0&bogus=1", "bogus"]] as const) {
+          const r = await admin.get(`/ui/changes?${query}`)
+          expect([r.status, r.body.error, r.body.field, r.body.in], query).toEqual([400, "InvalidInput", field, "query"])
+        }
+        expect((await admin.get("/ui/changes?since=&waitMs=0")).body).toMatchObject({ version: expect.any(String) })
         expect(await everything()).toBe(before)
         // The same keys once each are taken.
         expect((await admin.raw("POST", "/v1/sessions", `{"id":"${id}","memMib":64,"vcpus":1}`)).status).toBe(201)

@@ -26,7 +26,15 @@ const PathIdString = Text.check(Schema.isMinLength(1), Schema.isMaxLength(256))
 /** The `{id}` of a path. */
 export const PathId = { id: PathIdString }
 
-const PageLimit = Schema.NumberFromString.check(Schema.isInt(), Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(1000))
+/**
+ * An integer in a query string, as decimal digits (an optional sign, at most 15 digits: exact):
+ * `Number` alone reads "" as 0, "0x10" as 16, "1e2" as 100 and " 10" as 10.
+ */
+export const DecimalIntFromString = Schema.String.check(Schema.isPattern(/^[+-]?[0-9]{1,15}$/, { message: "must be an integer in decimal digits" })).pipe(
+  Schema.decodeTo(Schema.NumberFromString),
+)
+
+const PageLimit = DecimalIntFromString.check(Schema.isGreaterThanOrEqualTo(1), Schema.isLessThanOrEqualTo(1000))
 
 /** `?limit=&cursor=` of every list: at most `limit` items (default 100, at most 1000) after the opaque `cursor` of a previous page. */
 export const PageQuery = {
@@ -35,7 +43,7 @@ export const PageQuery = {
 }
 
 const NullableFinite = Schema.NullOr(Schema.Finite)
-const NonNegativeIntFromString = Schema.NumberFromString.check(Schema.isInt(), Schema.isGreaterThanOrEqualTo(0))
+const NonNegativeIntFromString = DecimalIntFromString.check(Schema.isGreaterThanOrEqualTo(0))
 
 /** `POST /v1/hosts`. */
 export const CreateHost = Schema.Struct({
@@ -124,7 +132,7 @@ export const maxWaitTimeoutMs = 60_000
 export const WaitQuery = {
   state: SessionState,
   timeoutMs: Schema.optionalKey(
-    Schema.NumberFromString.check(Schema.isInt(), Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(maxWaitTimeoutMs)),
+    DecimalIntFromString.check(Schema.isGreaterThanOrEqualTo(0), Schema.isLessThanOrEqualTo(maxWaitTimeoutMs)),
   ),
 }
 
@@ -177,7 +185,7 @@ export const Resolve = Schema.Struct({
 export type Resolve = typeof Resolve.Type
 
 /** `GET /v1/placement/no-fit`: the budget to judge. */
-export const NoFitQuery = { memMib: Schema.NumberFromString, vcpus: Schema.NumberFromString }
+export const NoFitQuery = { memMib: DecimalIntFromString, vcpus: DecimalIntFromString }
 
 /** `POST /v1/reservations`: `capture` or `external` (sessions and moves reserve through placement). */
 export const Reserve = Schema.Struct({

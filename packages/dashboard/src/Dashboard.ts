@@ -6,7 +6,7 @@
  * reads everything else from the API with the token the user signed in with; both routes need
  * that token too.
  */
-import { Effect, Layer } from "effect"
+import { Clock, Effect, Layer } from "effect"
 import type { Scope } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
 import type { HttpServerRequest } from "effect/http"
@@ -80,6 +80,22 @@ const securityHeaders = {
 
 const file = (body: string, contentType: string) => HttpServerResponse.text(body, { contentType, headers: securityHeaders })
 
+/**
+ * `/ui/changes`' query: `since` (a version, any text) and `waitMs` (decimal digits, 0 to
+ * {@link maxWaitMs}; default 0), each at most once and nothing else; or the refusal's field and rule.
+ */
+export const changesQuery = (params: URLSearchParams): { readonly since: string; readonly waitMs: number } | { readonly field: string; readonly rule: string } => {
+  const seen = new Set<string>()
+  for (const key of params.keys()) {
+    if (key !== "since" && key !== "waitMs") return { field: key === "" ? '""' : key, rule: "is not a query parameter of this endpoint (known: since, waitMs)" }
+    if (seen.has(key)) return { field: key, rule: "is given more than once (each query parameter at most once)" }
+    seen.add(key)
+  }
+  const wait = params.get("waitMs")
+  if (wait !== null && (!/^[0-9]{1,15}$/.test(wait) || Number(wait) > maxWaitMs)) return { field: "waitMs", rule: `must be an integer from 0 to ${maxWaitMs}` }
+  return { since: params.get("since") ?? "", waitMs: wait === null ? 0 : Number(wait) }
+}
+
 const json = (status: number, body: Record<string, unknown>) => HttpServerResponse.jsonUnsafe(body, { status, headers: { "cache-control": "no-store" } })
 
 /** The bearer token of a request, or "". */
@@ -119,21 +135,22 @@ export const layer = (options: Options): Layer.Layer<never, never, HttpRouter.Ht
     Effect.gen(function* () {
       const refused = yield* refusal(request)
       if (refused !== null) return refused
-      const url = new URL(request.url, "http://localhost")
-      const since = url.searchParams.get("since") ?? ""
-      const waitMs = Math.min(maxWaitMs, Math.max(0, Number(url.searchParams.get("waitMs") ?? "0") || 0))
+      const query = changesQuery(new URL(request.url, "http://localhost").searchParams)
+      if ("field" in query) return json(400, { error: "InvalidInput", ...query, in: "query" })
+      const { since, waitMs } = query
       // Watching before the first read: a change made while it runs wakes the wait below.
       const watch = options.watch === undefined ? null : yield* options.watch
       let version = yield* options.version
-      let readAt = Date.now()
+      let readAt = yield* Clock.currentTimeMillis
       const deadline = readAt + waitMs
-      while (version === since && Date.now() < deadline) {
+      let now = readAt
+      while (version === since && now < deadline) {
         // Nothing changed by the deadline: the version read last is the latest.
-        if (watch !== null && !(yield* watch.next(Math.max(0, deadline - Date.now())))) break
+        if (watch !== null && !(yield* watch.next(Math.max(0, deadline - now)))) break
         // At most one read per pollMs, whatever the rate of changes.
-        yield* Effect.sleep(Math.max(0, Math.min(readAt + pollMs, deadline) - Date.now()))
+        yield* Effect.sleep(Math.max(0, Math.min(readAt + pollMs, deadline) - (yield* Clock.currentTimeMillis)))
         version = yield* options.version
-        readAt = Date.now()
+        readAt = now = yield* Clock.currentTimeMillis
       }
       return json(200, { version })
     }).pipe(Effect.scoped, Effect.catchCause(unavailable))
