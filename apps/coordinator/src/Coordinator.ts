@@ -50,6 +50,10 @@ import * as Tracing from "./Tracing.js"
 import { UiLive } from "./Ui.js"
 
 /** How to run a coordinator. */
+
+/** The longest path parameter the router matches (the API's `PathId` refuses ids over 256 characters itself). */
+const pathParamMaxLength = 1024
+
 export interface CoordinatorOptions {
   /** Settings over the defaults of `Config.parse({})`; secrets as text or `Redacted`. */
   readonly config?: CoordinatorConfigInput | undefined
@@ -317,6 +321,9 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
     return HttpRouter.serve(withOwn(Layer.mergeAll(apiLayer, docsLayer, UiLive, PeerLive, edgeLayer)), {
       disableLogger: true,
       disableListenLog: true,
+      // A path id past the router's default 100 characters reached no route (a 404 "no endpoint"):
+      // it reaches its route, whose decoder and store judge it (an id no record can have: 400 or 404).
+      routerConfig: { maxParamLength: pathParamMaxLength },
     }).pipe(
       Layer.provideMerge(
         NodeHttpServer.layer(

@@ -1199,6 +1199,12 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
           expect([400, 404], `${path}: ${r.status}`).toContain(r.status)
           expect(typeof r.body.error, path).toBe("string")
         }
+        // Past the router's default 100 characters an id still reaches its route: judged there, not "no endpoint".
+        const long = await admin.get(`/v1/sessions/${"y".repeat(101)}`)
+        expect(long.status).toBe(404)
+        expect(long.body.message).toMatch(/session y+ not found/)
+        const longer = await admin.get(`/v1/hosts/${"y".repeat(300)}`)
+        expect([longer.status, longer.body.field, longer.body.in]).toEqual([400, "id", "path"])
       })
 
       it("figures are finite and exact: an estimate, a downtime budget or an expiry past 2^53 - 1 is a 400 naming it", async () => {
