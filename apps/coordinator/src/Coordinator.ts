@@ -49,11 +49,10 @@ import type { Backend } from "./Settings.js"
 import * as Tracing from "./Tracing.js"
 import { UiLive } from "./Ui.js"
 
-/** How to run a coordinator. */
-
 /** The longest path parameter the router matches (the API's `PathId` refuses ids over 256 characters itself). */
 const pathParamMaxLength = 1024
 
+/** How to run a coordinator. */
 export interface CoordinatorOptions {
   /** Settings over the defaults of `Config.parse({})`; secrets as text or `Redacted`. */
   readonly config?: CoordinatorConfigInput | undefined
