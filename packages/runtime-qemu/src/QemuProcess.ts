@@ -241,6 +241,21 @@ export const readPid = (paths: VmPaths): number | undefined => {
   }
 }
 
+/**
+ * Whether the process `pid` maps the file now at `path` (`/proc/<pid>/maps` names a mapped file
+ * by its path today: a file renamed since it was mapped shows its new name). False when
+ * unreadable.
+ */
+export const mapsFile = (pid: number, path: string): boolean => {
+  try {
+    return readFileSync(`/proc/${pid}/maps`, "utf8")
+      .split("\n")
+      .some((line) => line.endsWith(` ${path}`))
+  } catch {
+    return false
+  }
+}
+
 /** `VmRSS` of `pid` from `/proc/<pid>/status`, in bytes; null when unreadable. */
 export const rssBytes = (pid: number): number | null => {
   try {

@@ -20,7 +20,7 @@ import { Names } from "@engram/core"
 import { type DescentImage, Durable, type Launch, nowMs, type RuntimeError, type SnapshotMethod, type TemplateInfo, type TemplateSpec, type VmSpec, type VmStarted } from "@engram/runtime"
 import { Effect } from "effect"
 import * as M from "./QemuMigration.js"
-import type * as P from "./QemuProcess.js"
+import * as P from "./QemuProcess.js"
 import * as RamFile from "./RamFile.js"
 import * as Templates from "./Templates.js"
 import { err, isInternal, type Vm, type VmHost } from "./VmHost.js"
@@ -71,6 +71,8 @@ const load = (h: VmHost, vm: Vm, op: string, from: string, ignoreShared: boolean
     }),
   )
 
+const exists = (path: string) => Effect.promise(() => stat(path).then(() => true, () => false))
+
 const attempt = <A>(op: string, vmId: string, what: string, f: () => Promise<A>) =>
   Effect.tryPromise({ try: f, catch: (e) => err(op, vmId, `${what}: ${String(e)}`) })
 
@@ -94,7 +96,11 @@ export const descend = (h: VmHost, vm: Vm, path: string, bandwidthBytesPerSec: n
     const t1 = yield* nowMs
     const imageRam = join(dirname(path), "ram")
     let placed: RamFile.Placed | null = null
-    if (why === null && ram?.kind === "file") {
+    // A descent cut short after it moved the RAM file (the agent restarted, QEMU kept the guest
+    // paused): the file this QEMU maps is the image's already.
+    const movedBefore = why === null && ram?.kind === "file" && !(yield* exists(ram.path)) && P.mapsFile(vm.pid, imageRam)
+    if (movedBefore) placed = "renamed"
+    else if (why === null && ram?.kind === "file") {
       placed = yield* RamFile.place(ram.path, imageRam).pipe(
         Effect.mapError((e) => err("descend", vmId, `RAM file: ${e.message}`)),
         Effect.tapError(() => giveBack.pipe(Effect.andThen(Effect.promise(() => rm(part, { force: true }))))),
@@ -200,7 +206,7 @@ const mappedIncoming = (h: VmHost, vmId: string, imagePath: string, imageRam: st
     // Before any file is touched: the name below is a resident VM's RAM file.
     if (h.vms.has(vmId)) return yield* err("restore", vmId, "VM already resident")
     // An image spent by an earlier restore that was cut short between its two removals.
-    if (!(yield* Effect.promise(() => stat(imageRam).then(() => true, () => false)))) {
+    if (!(yield* exists(imageRam))) {
       return yield* err("restore", vmId, `${imagePath} is a mapped image without its RAM file (${imageRam}): spent by an earlier restore, or damaged`)
     }
     const own = h.ramPathFor(vmId)

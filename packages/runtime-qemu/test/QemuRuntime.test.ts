@@ -4,7 +4,7 @@
 // recovery after an agent restart. The tests run in order and share four runtimes ("hosts"): A
 // and B (1 GiB/s moves), C (16 MiB/s, for a guest that dirties faster than its link) and D
 // (anonymous RAM: every capture streams).
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
+import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
@@ -220,6 +220,26 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
       assert.isFalse(existsSync(imageRam), "committed: the image's link is gone, the VM's is the RAM")
       assert.isUndefined(yield* store.get(calm.vmId), "the image is spent: no longer listed, so a later restore cannot take it")
       yield* awaitTick(hosts.A.rt.consolePath(calm.vmId), continuedFrom(before), "counter after the restore")
+      assert.strictEqual(boots(hosts.A.rt.consolePath(calm.vmId)), 0, "no boot banner: the guest continued")
+    }))
+
+  it.live("a descent cut short after it moved the RAM file into the image (the agent restarted, QEMU kept the guest paused) completes when asked again; the restore continues the counter", () =>
+    Effect.gen(function* () {
+      const store = ImageStore.directory(mkdtempSync(join(tmpdir(), "eq-images-")))
+      const imagePath = yield* store.prepare(calm.vmId)
+      const before = lastTick(hosts.A.rt, calm.vmId)
+      // Where the first try stopped: the guest stopped, its RAM file renamed into the image's directory.
+      yield* hosts.A.rt.park(calm.vmId)
+      renameSync(hosts.A.rt.ramPathOf(calm.vmId), join(dirname(imagePath), "ram"))
+      yield* Scope.close(hosts.A.scope, Exit.void)
+      hosts.A = yield* Effect.promise(() => openHost(hosts.A.stateDir, hosts.A.bandwidth))
+      assert.deepStrictEqual(yield* hosts.A.rt.recover([]), [{ ...calm, status: "paused" }])
+      const image = yield* hosts.A.rt.descend(calm.vmId, imagePath)
+      assert.strictEqual(image.method, "mapped")
+      assert.isFalse(existsSync(hosts.A.rt.ramPathOf(calm.vmId)))
+      const back = yield* hosts.A.rt.restore(calm, (yield* store.get(calm.vmId))!)
+      assert.deepInclude(back.launch, { from: "image", method: "mapped", readiness: "guest" })
+      yield* awaitTick(hosts.A.rt.consolePath(calm.vmId), continuedFrom(before), "counter after the second try's restore")
       assert.strictEqual(boots(hosts.A.rt.consolePath(calm.vmId)), 0, "no boot banner: the guest continued")
     }))
 
