@@ -1056,6 +1056,9 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
           expect(r.body.field, path).toMatch(/^(hostId|targetHostId)$/)
           expect(r.body.rule, path).toContain("must be 1-100 characters of [A-Za-z0-9._-]")
         }
+        // A reason is kept and shown: at most 4,000 characters.
+        const long = await admin.post("/v1/moves/strict-nope/abort", { reason: "r".repeat(4001) })
+        expect([long.status, long.body.field, long.body.in]).toEqual([400, "reason", "body"])
         // The dashboard's change feed keeps the same rules (it is served beside the API).
         for (const [query, field] of [["waitMs=abc", "waitMs"], ["waitMs=-5", "waitMs"], ["waitMs=1e3", "waitMs"], ["waitMs=25001", "waitMs"], ["since=a&since=b", "since"], ["waitMs=0&bogus=1", "bogus"]] as const) {
           const r = await admin.get(`/ui/changes?${query}`)

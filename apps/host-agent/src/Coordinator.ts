@@ -7,7 +7,7 @@
  * moved on) is `Conflict`, which the agent treats as done. Given several replicas' URLs it talks
  * to one at a time and moves to the next when that one is unreachable or hung (`Failover`).
  */
-import { Client, Errors as ApiErrors } from "@engram/api"
+import { Client, Errors as ApiErrors, Payloads } from "@engram/api"
 import type { ApiError, Records } from "@engram/api"
 import { Clock, Context, Duration, Effect, Layer, Schema } from "effect"
 import type { Redacted } from "effect"
@@ -232,6 +232,10 @@ export const refusesKey = (e: { readonly _tag: string }, key: string): boolean =
  * event loop): its timer fired far later than set, at least the bound itself (and 1 s) late. A
  * replica that hangs times out on time.
  */
+/** A reason as the API takes it: at most `Payloads.maxReasonLength` characters (a long error's tail cut, marked). */
+export const fitReason = (reason: string): string =>
+  reason.length <= Payloads.maxReasonLength ? reason : `${reason.slice(0, Payloads.maxReasonLength - 1)}…`
+
 export const pausedThrough = (tookMs: number, boundMs: number): boolean => tookMs - boundMs >= Math.max(1000, boundMs)
 
 /**
@@ -342,9 +346,11 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
       round: (id, round) => call("round", (api) => api.moves.round({ params: { id }, payload: round })).pipe(Effect.asVoid),
       commit: (id, phases, guard) =>
         call("commit", (api) => api.moves.commit({ params: { id }, payload: guard === undefined ? phases : { ...phases, guard } })).pipe(Effect.asVoid),
-      abort: (id, reason, estimateMs) =>
-        call("abort", (api) => api.moves.abort({ params: { id }, payload: estimateMs === undefined ? { reason } : { reason, estimateMs } })).pipe(Effect.asVoid),
-      reportRunning: (id, reason) => call("reportRunning", (api) => api.moves.resolve({ params: { id }, payload: { outcome: "commit", reason } })).pipe(Effect.asVoid),
+      abort: (id, why, estimateMs) => {
+        const reason = fitReason(why)
+        return call("abort", (api) => api.moves.abort({ params: { id }, payload: estimateMs === undefined ? { reason } : { reason, estimateMs } })).pipe(Effect.asVoid)
+      },
+      reportRunning: (id, why) => call("reportRunning", (api) => api.moves.resolve({ params: { id }, payload: { outcome: "commit", reason: fitReason(why) } })).pipe(Effect.asVoid),
       getMove: (id) => call("getMove", (api) => api.moves.get({ params: { id } })),
       getSession: (id) =>
         call("getSession", (api) => api.sessions.get({ params: { id } })).pipe(

@@ -11,7 +11,7 @@ import { StoreSim } from "@engram/store-sim"
 import { Deferred, Effect, Layer, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { makeHttp, retryAfterHeaderMs, type CoordinatorShape } from "../src/Coordinator.js"
+import { fitReason, makeHttp, retryAfterHeaderMs, type CoordinatorShape } from "../src/Coordinator.js"
 import * as Credential from "../src/Credential.js"
 import { adminCall } from "./support/Admin.js"
 
@@ -208,5 +208,16 @@ describe("the coordinator's back-off advice reaches the agent (it waits at least
     expect(retryAfterHeaderMs("Thu, 03 Dec 2026 06:00:00 GMT", now)).toBe(0)
     expect(retryAfterHeaderMs("soon", now)).toBeUndefined()
     expect(retryAfterHeaderMs(undefined, now)).toBeUndefined()
+  })
+})
+
+describe("fitReason", () => {
+  it("a reason over the API's 4,000 characters (a long error) is cut to them, marked; a shorter one is sent as it is", () => {
+    const cut = fitReason(`move failed: ${"e".repeat(5000)}`)
+    expect(cut.length).toBe(4000)
+    expect(cut.startsWith("move failed: ")).toBe(true)
+    expect(cut.endsWith("…")).toBe(true)
+    expect(fitReason("a short reason")).toBe("a short reason")
+    expect(fitReason("x".repeat(4000))).toBe("x".repeat(4000))
   })
 })

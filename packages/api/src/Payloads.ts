@@ -163,12 +163,17 @@ export type Round = typeof Round.Type
 export const Commit = Schema.Struct({ ...MovePhases.fields, guard: Schema.optionalKey(MoveGuardReport) })
 export type Commit = typeof Commit.Type
 
+/** The longest reason a caller sends (the store keeps 4,200 characters: room for what the coordinator adds, as "resolved by …"). */
+export const maxReasonLength = 4000
+
+const Reason = Schema.String.check(Schema.isMaxLength(maxReasonLength, { message: `must be at most ${maxReasonLength} characters` }))
+
 /**
  * `POST /v1/moves/{id}/abort`: why, and for a downtime refusal the estimate it was refused on
  * (kept on the move as `abortEstimateMs`; the waiter answers `ErrMoveDowntime` with it).
  */
 export const Abort = Schema.Struct({
-  reason: Schema.String,
+  reason: Reason,
   estimateMs: Schema.optionalKey(Schema.Finite),
 })
 export type Abort = typeof Abort.Type
@@ -180,7 +185,7 @@ export type Abort = typeof Abort.Type
  */
 export const Resolve = Schema.Struct({
   outcome: Schema.Literals(["commit", "abort"]),
-  reason: Schema.String,
+  reason: Reason,
 })
 export type Resolve = typeof Resolve.Type
 

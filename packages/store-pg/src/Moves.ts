@@ -231,7 +231,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
 
     abortMove: (moveId, reason, options = {}) =>
       Effect.suspend((): Effect.Effect<Move.Record, NotFound | Conflict | InvalidInput | Unavailable> => {
-        const bad = Validate.text("reason", reason) ?? Validate.estimateMs(options.estimateMs)
+        const bad = Validate.reason(reason) ?? Validate.estimateMs(options.estimateMs)
         if (bad) return Effect.fail(bad)
         const onlyBeforeFinalRound = options.onlyBeforeFinalRound === true
         // Decided under the move's row lock: a final round recorded concurrently either

@@ -551,7 +551,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
     finishDescent: (id) => simple(id, { _tag: "finishDescent" }),
     endSession: (id, options = {}) =>
       Effect.gen(function* () {
-        const bad = options.reason === undefined ? null : Validate.text("reason", options.reason)
+        const bad = options.reason === undefined ? null : Validate.reason(options.reason)
         if (bad) return yield* bad
         const reason = options.reason ?? null
         return yield* stepLocked(id, (tx) =>

@@ -808,7 +808,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
     endSession: (id, options = {}) =>
       Effect.gen(function* () {
-        const bad = options.reason === undefined ? null : Validate.text("reason", options.reason)
+        const bad = options.reason === undefined ? null : Validate.reason(options.reason)
         if (bad) return yield* bad
         const s = yield* findSession(id)
         return sessionOf(yield* stepSession(s, { _tag: "end", openMove: openMoveOf(id), reason: options.reason ?? null }, yield* now))
@@ -1077,7 +1077,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
     abortMove: (moveId, reason, options = {}) =>
       Effect.gen(function* () {
-        const bad = Validate.text("reason", reason) ?? Validate.estimateMs(options.estimateMs)
+        const bad = Validate.reason(reason) ?? Validate.estimateMs(options.estimateMs)
         if (bad) return yield* bad
         const m = yield* findMove(moveId)
         const abort: Session.Step = {

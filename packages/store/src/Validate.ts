@@ -51,6 +51,13 @@ export const text = (field: string, value: unknown): InvalidInput | null =>
         ? new InvalidInput({ field, rule: "must not contain a lone surrogate (text must be valid Unicode)" })
         : null
 
+/** The longest reason a store keeps (a move's abort, a session's end), characters: the API's 4,000 and what the coordinator adds ("resolved by <who>: "). */
+export const maxReasonLength = 4200
+
+/** A reason: text of at most {@link maxReasonLength} characters (shown in lists and logs). */
+export const reason = (value: unknown): InvalidInput | null =>
+  text("reason", value) ?? ((value as string).length > maxReasonLength ? new InvalidInput({ field: "reason", rule: `must be at most ${maxReasonLength} characters` }) : null)
+
 /** An optional filter (`?hostId=`): absent, or text. */
 export const filter = (field: string, value: unknown): InvalidInput | null => (value === undefined ? null : text(field, value))
 

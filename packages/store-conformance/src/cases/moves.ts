@@ -2,7 +2,7 @@
  * Live moves (SPEC §5, the store's part): the target's reservation, one open move per
  * session, recorded rounds, commit handing the target's entry to the session, abort dropping it.
  */
-import type { MoveRound } from "@engram/store"
+import { type MoveRound, Validate } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
@@ -111,13 +111,15 @@ export const moves: Group = {
       }),
     ),
     kase(
-      "text the store cannot hold (a NUL character) is refused by name, not stored",
+      "text the store cannot hold (a NUL character), or a reason over its length, is refused by name, not stored",
       Effect.gen(function* () {
         const s = yield* store
         yield* twoHosts
         const move = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
         const before = yield* snapshot
         expect((yield* expectFailure(s.abortMove(move.id, "a\u0000b"), "InvalidInput")).field).toBe("reason")
+        // A reason is shown in lists and logs: at most Validate.maxReasonLength characters.
+        expect(yield* expectFailure(s.abortMove(move.id, "r".repeat(Validate.maxReasonLength + 1)), "InvalidInput")).toMatchObject({ field: "reason", rule: `must be at most ${Validate.maxReasonLength} characters` })
         const r = { ownerKind: "external" as const, ownerId: "x", hostId: "dst", memMib: 64, vcpus: 0 }
         expect((yield* expectFailure(s.reserve({ ...r, id: "r1", description: "a\u0000b" }), "InvalidInput")).field).toBe("description")
         expect((yield* expectFailure(s.reserve({ ...r, id: "r\u00001" }), "InvalidInput")).field).toBe("id")
