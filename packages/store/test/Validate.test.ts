@@ -20,9 +20,9 @@ describe("Validate", () => {
       expect(rule(Validate.text("labels", lone))).toEqual(["labels", "must not contain a lone surrogate (text must be valid Unicode)"])
   })
 
-  it("affinity entries, labels and a reservation's hostId are text", () => {
+  it("affinity entries are host ids; labels and a reservation's hostId are text", () => {
     const s = { id: "s", budget: { memMib: 1, vcpus: 1 } }
-    expect(rule(Validate.sessionInput({ ...s, affinity: ["a", "b\u0000"] }))).toEqual(["affinity.1", "must not contain a NUL character"])
+    expect(rule(Validate.sessionInput({ ...s, affinity: ["a", "b\u0000"] }))).toEqual(["affinity.1", Validate.idRule])
     expect(rule(Validate.sessionInput({ ...s, affinity: ["\ud800"] }))?.[0]).toBe("affinity.0")
     expect(rule(Validate.sessionInput({ ...s, onNoRoom: "wait" }))).toEqual(["onNoRoom", "must be one of queue, refuse"])
     expect(rule(Validate.hostInput({ id: "h", labels: { "\ud800": "a" } }))?.[0]).toBe("labels")
