@@ -12,7 +12,7 @@
 import { createServer } from "node:http"
 import { ByteSize, Clock, Context, Effect, Layer, Schema } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
-import { NodeHttpServer } from "@effect/platform-node"
+import { NodeHttpServer, NodeHttpServerRequest } from "@effect/platform-node"
 import type { ImageStore } from "@engram/runtime"
 import * as ImageFetch from "./ImageFetch.js"
 import * as ImageNonceFile from "./ImageNonceFile.js"
@@ -44,6 +44,8 @@ export interface PeerServerDeps {
    * URL by its operator, `ENGRAM_PEERS`, then takes the files).
    */
   readonly peerUrl?: Effect.Effect<string | null> | undefined
+  /** How long a connection may be idle both ways before it is closed, ms; default `peerIdleTimeoutMs`. */
+  readonly idleTimeoutMs?: number | undefined
   /**
    * Where the nonces of the image bearers this host took are kept across restarts
    * (`ImageNonceFile`; `Host` puts it in the image directory); omitted: in memory only, so a
@@ -139,6 +141,10 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = 
       Effect.gen(function* () {
         const a = yield* authorizedImage(deps, nonces, () => ({ _tag: "Listing" }))
         if (a._tag === "Bad") return a.response
+        // The answer may wait for the image's hashing (minutes for a big one; the fetcher's own
+        // bound grows with the image): no idle timeout for this authorized request's connection.
+        const raw = NodeHttpServerRequest.toIncomingMessage(yield* HttpServerRequest.HttpServerRequest)
+        if ("socket" in raw) raw.socket.setTimeout(0)
         const listed = deps.images === undefined ? undefined : yield* ImageFetch.listing(deps.images, a.sessionId)
         if (listed === undefined) return noImage(a.sessionId)
         // Where the fetcher takes the files: this agent's own URL, under the proof (not a relay's).
@@ -175,7 +181,8 @@ export const peerMaxBodyBytes = 64 * 1024
  * How long a peer connection may show no activity either way before it is closed (ms): a caller
  * that stopped reading an image (frozen, its socket open) held the stream, its fiber and the
  * image's open file for good. Above every handler's own wait (a prepare starts QEMU: 30 s) and
- * the callers' bounds (60 s a call, 60 s without a byte of an image).
+ * the callers' bounds (60 s a call, 60 s without a byte of an image); an image's listing, which
+ * may wait for its hashing, is exempt once authorized.
  */
 export const peerIdleTimeoutMs = 120_000
 
@@ -187,7 +194,7 @@ export const serve = (deps: PeerServerDeps, listen: { readonly port: number; rea
       // Headers within 20 s and a whole request within 60 s: a caller that trickles them (or
       // streams a body to an unauthenticated route) is cut; the body itself is capped below.
       const s = createServer({ headersTimeout: 20_000, requestTimeout: 60_000 })
-      s.setTimeout(peerIdleTimeoutMs)
+      s.setTimeout(deps.idleTimeoutMs ?? peerIdleTimeoutMs)
       return s
     }
     const ctx = yield* Layer.build(

@@ -6,8 +6,8 @@
  * past its window; the fetch's bound growing with the listed bytes.
  */
 import { createHash } from "node:crypto"
-import { createServer, type IncomingHttpHeaders } from "node:http"
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { createServer, get as httpGet, type IncomingHttpHeaders } from "node:http"
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs"
 import { spawnSync } from "node:child_process"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -29,20 +29,25 @@ const SECRET = "image-fetch-test-secret"
  * The image host `a`'s peer server over an image store holding session `s1`'s directory, its
  * clock the Effect `Clock`; it names its own URL in its listings unless `advertises` is false.
  */
-const serveImages = (o: { readonly advertises?: boolean } = {}) => Effect.gen(function* () {
+const serveImages = (o: { readonly advertises?: boolean; readonly idleTimeoutMs?: number; readonly ramBytes?: number } = {}) => Effect.gen(function* () {
   const images = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-a-")))
   const dir = join(images.root, "s1")
   mkdirSync(dir, { recursive: true })
   // A RAM file beside the image (as QEMU's), bigger than one chunk, and the descent tag.
   writeFileSync(join(dir, "image"), "the image")
   writeFileSync(join(dir, "ram"), Buffer.alloc(3 * 1024 * 1024 + 17, 7))
+  // A big RAM file, sparse (as a guest's that touched little): its hashing takes a while.
+  if (o.ramBytes !== undefined) truncateSync(join(dir, "ram"), o.ramBytes)
   writeFileSync(join(dir, "descent.json"), JSON.stringify({ createdAt: 1, lastActiveAt: 2 }))
   const runtime = yield* SimRuntime.make()
   const residents = yield* makeResidents("a", null, () => Effect.void)
   const target = yield* makeMoveTarget("a", runtime, residents)
   // Its advertised URL is known once it listens (as an agent's).
   const advertised: { url: string | null } = { url: null }
-  const port = yield* PeerServer.serve({ hostId: "a", secret: SECRET, target, status: Effect.succeed({}), images, peerUrl: Effect.sync(() => advertised.url) }, { port: 0, host: "127.0.0.1" })
+  const port = yield* PeerServer.serve(
+    { hostId: "a", secret: SECRET, target, status: Effect.succeed({}), images, peerUrl: Effect.sync(() => advertised.url), ...(o.idleTimeoutMs === undefined ? {} : { idleTimeoutMs: o.idleTimeoutMs }) },
+    { port: 0, host: "127.0.0.1" },
+  )
   if (o.advertises !== false) advertised.url = `http://127.0.0.1:${port}`
   return { port, dir }
 })
@@ -598,4 +603,38 @@ describe("the bounds of an image fetch", () => {
     assert.strictEqual(nonces.size(), 1)
     assert.strictEqual(nonces.admit(first, 1_500), "expired")
   })
+})
+
+describe("the image host's idle connections", () => {
+  it.live("a fetcher that stops reading a file is cut after the idle timeout; a listing that waits for a long hashing is not", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // 1 GiB of RAM file, sparse: its first listing hashes it (seconds) before it answers.
+        const { port } = yield* serveImages({ idleTimeoutMs: 300, ramBytes: 1024 ** 3 })
+        const listing = `Bearer ${imageToken(SECRET, "s1", "a", "b", { _tag: "Listing" }, newImageBearer(Date.now()))}`
+        assert.strictEqual((yield* replay(port, "/v1/peer/images/s1?for=b", listing)).status, 200)
+        // A reader that takes the headers and then reads nothing for 3 s (frozen): the host's
+        // writes stop, the connection goes idle and the host closes it. Read again, it ends
+        // short of the file (what the kernels had buffered), where it would go on to the end.
+        const file = `Bearer ${imageToken(SECRET, "s1", "a", "b", { _tag: "File", name: "ram" }, newImageBearer(Date.now()))}`
+        const got = yield* Effect.promise(
+          () =>
+            new Promise<{ status: number | undefined; bytes: number; length: number }>((resolve) => {
+              httpGet({ host: "127.0.0.1", port, path: "/v1/peer/images/s1/files/ram?for=b", headers: { authorization: file } }, (res) => {
+                let bytes = 0
+                const done = () => resolve({ status: res.statusCode, bytes, length: Number(res.headers["content-length"]) })
+                res.pause()
+                res.on("data", (chunk: Buffer) => void (bytes += chunk.length))
+                res.on("error", done)
+                res.on("aborted", done)
+                res.on("end", done)
+                setTimeout(() => res.resume(), 3000)
+              }).on("error", () => resolve({ status: undefined, bytes: 0, length: 0 }))
+            }),
+        )
+        assert.strictEqual(got.status, 200)
+        assert.strictEqual(got.length, 1024 ** 3)
+        assert.isBelow(got.bytes, got.length, "the host closed the idle connection before the whole file")
+      }),
+    ))
 })
