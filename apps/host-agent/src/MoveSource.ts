@@ -260,8 +260,12 @@ const roundRecorder = (coordinator: CoordinatorShape, moveId: string, held: numb
     return { push, record, recorded, ended, unrecorded }
   })
 
-/** The least time a record made in the guest's pause is given, whatever is left of the budget (ms). */
-export const inPauseRecordFloorMs = 250
+/**
+ * The least time a record made in the guest's pause is given (ms), whatever is left of the
+ * downtime budget: a coordinator slow under load (a busy PGlite) still answers within it and the
+ * move commits, its pause over budget as measured; a hung one holds the guest no longer.
+ */
+export const inPauseRecordFloorMs = 5_000
 
 /** Runs one move from the source. Never fails: every failure is cleaned up and answered. */
 export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effect<MoveOutcome> =>
@@ -418,16 +422,16 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       })
       // Off: the final round is recorded beside its send (the point of no return, in the pause).
       const recordFinal = recorder.record(final)
-      // A record in the pause has what is left of the downtime budget (at least
-      // `inPauseRecordFloorMs`): a coordinator that hangs would otherwise hold the guest paused
-      // for its calls' own timeouts (30 s each, tried again). Past it the pause is given back
-      // below, as for a record refused; the target runs nothing without this source's commit.
+      // A record in the pause has what is left of the downtime budget, or `inPauseRecordFloorMs`
+      // when that is more: a coordinator that hangs would otherwise hold the guest paused for its
+      // calls' own timeouts (30 s each, tried again). Past it the pause is given back below, as
+      // for a record refused; the target runs nothing without this source's commit.
       const leftMs = Math.max(inPauseRecordFloorMs, move.maxDowntimeMs - (persistedAtMs - at.pausedAtMs))
       const inPause = (record: typeof recordFinal) =>
         record.pipe(
           Effect.timeoutOrElse({
             duration: leftMs,
-            orElse: () => Effect.fail(new CoordinatorError({ op: "round", status: null, message: `not answered within the ${Math.round(leftMs)} ms left of the downtime budget` })),
+            orElse: () => Effect.fail(new CoordinatorError({ op: "round", status: null, message: `not answered within ${Math.round(leftMs)} ms of the guest's pause` })),
           }),
         )
       const record = withIntent ? (intentBeforePause ? Effect.void : inPause(recordIntent)) : inPause(recordFinal)

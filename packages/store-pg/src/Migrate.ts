@@ -97,32 +97,60 @@ export const migrateUrl = async (url: string, options: MigrateOptions = {}): Pro
         }
       }
     } finally {
-      await client`select pg_advisory_unlock(${MIGRATION_LOCK_KEY})`
+      // On the same connection only (a lost one holds nothing to give back).
+      await client`select pg_advisory_unlock(${MIGRATION_LOCK_KEY})`.catch((e: unknown) => {
+        if (!(e instanceof MigrationLockLost)) throw e
+      })
     }
   } finally {
     await client.end({ timeout: 5 })
   }
 }
 
+/** The migration's connection closed while it held the lock: the lock is gone with it. */
+export class MigrationLockLost extends Error {}
+
 /**
  * A connection holding the migration lock (waiting for it as long as another holds it), which
  * the server ends once its client sends nothing for `idleTimeoutMs` (see
  * `MigrateOptions.idleTimeoutMs`). Its caller ends it (or unlocks and ends it).
+ *
+ * Once that connection closed (ended by the server after a freeze, or dropped), the pool would
+ * open another for the next statement, without the lock: this process would then migrate beside
+ * the replica that took the lock since. So every statement after the close fails instead
+ * (`MigrationLockLost`); the start fails and is tried again, waiting for the lock.
  */
 export const lockedSession = async (url: string, idleTimeoutMs: number) => {
+  let closed = false
   const client = postgres(url, {
     max: 1,
     onnotice: () => undefined,
+    onclose: () => void (closed = true),
     connect_timeout: 10,
     ...sessionAttrsFor(url),
     connection: { idle_in_transaction_session_timeout: idleTimeoutMs },
+  })
+  const lost = () => new MigrationLockLost("the migration's connection closed while it held the migration lock (the server ends it after its client sent nothing for idleTimeoutMs, or it dropped): the lock is gone; nothing more is run on another connection")
+  const guarded = new Proxy(client, {
+    apply: (target, self, args) => {
+      if (closed) throw lost()
+      return Reflect.apply(target, self, args) as unknown
+    },
+    get: (target, key, receiver) => {
+      const value = Reflect.get(target, key, receiver) as unknown
+      if ((key !== "unsafe" && key !== "begin") || typeof value !== "function") return value
+      return (...args: unknown[]) => {
+        if (closed) throw lost()
+        return Reflect.apply(value, target, args) as unknown
+      }
+    },
   })
   try {
     // Before the lock: a holder frozen between its statements is ended by the server. (A server
     // before 14 has no idle_session_timeout: only a frozen transaction is ended there.)
     await client.unsafe(`set idle_session_timeout = ${idleTimeoutMs}`).catch(() => undefined)
     await client`select pg_advisory_lock(${MIGRATION_LOCK_KEY})`
-    return client
+    return guarded
   } catch (e) {
     await client.end({ timeout: 0 }).catch(() => undefined)
     throw e

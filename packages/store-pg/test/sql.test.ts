@@ -13,7 +13,7 @@ import { Effect, Exit, Layer, ManagedRuntime } from "effect"
 import postgres from "@engram/postgres"
 import { describe, expect, it } from "vitest"
 import { migrate, migrationsFolder, StorePg } from "../src/index.js"
-import { lockedSession, migrateUrl } from "../src/Migrate.js"
+import { lockedSession, MigrationLockLost, migrateUrl } from "../src/Migrate.js"
 import { hostsOf, sessionAttrsFor } from "../src/SessionAttrs.js"
 import { Harness } from "@engram/store-conformance"
 
@@ -192,6 +192,30 @@ describe("PGlite", () => {
 })
 
 describe("the migration lock", () => {
+  it("a migration whose connection was ended (its lock with it) runs nothing more on another connection", async () => {
+    const db = await freshDatabase()
+    const admin = postgres(db.url, { max: 1, onnotice: () => undefined })
+    try {
+      const session = await lockedSession(db.url, 60_000)
+      const [{ pid }] = (await session`select pg_backend_pid() as pid`) as unknown as [{ pid: number }]
+      await admin`select pg_terminate_backend(${pid})`
+      // Until the driver hears of the close, a statement fails on the dead connection; once it has, every statement is refused.
+      let refused: unknown = undefined
+      for (let i = 0; i < 200 && !(refused instanceof MigrationLockLost); i++) {
+        refused = await Promise.resolve().then(() => session.unsafe("select 1")).then(() => "answered", (e: unknown) => e)
+        expect(refused, "no statement is answered on another connection").not.toBe("answered")
+        if (!(refused instanceof MigrationLockLost)) await new Promise((r) => setTimeout(r, 25))
+      }
+      expect(refused).toBeInstanceOf(MigrationLockLost)
+      await expect(Promise.resolve().then(() => session`select 1`)).rejects.toBeInstanceOf(MigrationLockLost)
+      expect((await admin`select count(*)::int as n from pg_locks where locktype = 'advisory' and granted`)[0]?.["n"]).toBe(0)
+      await session.end({ timeout: 0 })
+    } finally {
+      await admin.end()
+      await db.drop()
+    }
+  }, 60_000)
+
   it("a replica frozen while it holds the lock (its client sends nothing, its socket open) is ended by the server: the next replica's migrations go on", async () => {
     const db = await freshDatabase()
     try {
