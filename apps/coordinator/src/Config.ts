@@ -518,7 +518,9 @@ const nullIssues = (raw: (variable: string) => unknown): Env.Issue[] => [
 // The limits are read as text and judged by core `Limits.make`, whose words every component shares.
 const limitTexts = Config.all(Object.fromEntries(Object.keys(limitVariables).map((v) => [v, Config.String(v).pipe(Config.option)])))
 
-const toNumber = (t: string): unknown => (t.trim() !== "" && Number.isFinite(Number(t.trim())) ? Number(t.trim()) : t)
+// Decimal notation only, as every other number setting (`Env.decimalInt`): `Number` alone reads
+// "0x3a98" as 15000 and "1e4" as 10000. Anything else stays text, which `Limits.make` refuses by name.
+const toNumber = (t: string): unknown => (/^[+-]?([0-9]{1,15}(\.[0-9]*)?|\.[0-9]+)$/.test(t) ? Number(t) : t)
 const toBoolean = (t: string): unknown => {
   const v = t.trim().toLowerCase()
   return v === "true" || v === "1" ? true : v === "false" || v === "0" ? false : t

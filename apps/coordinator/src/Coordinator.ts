@@ -30,7 +30,7 @@ import { FleetHistory } from "./FleetHistory.js"
 import { Forwarder, PeerLive } from "./Forward.js"
 import type { Options as FleetHistoryOptions } from "./FleetHistory.js"
 import { HandlersLive } from "./Handlers.js"
-import { defectReporter, edge, onClientError, routeLabeler } from "./HttpEdge.js"
+import { defectReporter, edge, onClientError, pathParamMaxLength, routeLabeler } from "./HttpEdge.js"
 import { InputErrorsLive } from "./HttpErrors.js"
 import { always as leaderAlways, Leader, postgres as leaderPostgres } from "./Leader.js"
 import { LongPolls } from "./LongPolls.js"
@@ -48,9 +48,6 @@ import { Settings } from "./Settings.js"
 import type { Backend } from "./Settings.js"
 import * as Tracing from "./Tracing.js"
 import { UiLive } from "./Ui.js"
-
-/** The longest path parameter the router matches (the API's `PathId` refuses ids over 256 characters itself). */
-const pathParamMaxLength = 1024
 
 /** How to run a coordinator. */
 export interface CoordinatorOptions {

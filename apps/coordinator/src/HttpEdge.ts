@@ -38,13 +38,17 @@ export interface EdgeOptions {
   readonly metrics: MetricsShape
 }
 
+/** The longest path parameter the router matches (the API's `PathId` refuses ids over 256 characters itself). */
+export const pathParamMaxLength = 1024
+
 /**
  * The route template of a request (`/v1/sessions/:id`), for metric labels; `unmatched` when none.
  * A HEAD without a route of its own is labelled by the GET route that answers it, as the router
  * matches it (`HttpRouter`: HEAD falls back to GET).
  */
 export const routeLabeler = (): ((method: string, url: string) => string) => {
-  const router = FindMyWay.make<string>()
+  // As the server's router matches (`Coordinator`'s `routerConfig`): a long id is still its route's.
+  const router = FindMyWay.make<string>({ maxParamLength: pathParamMaxLength })
   HttpApi.reflect(EngramApi, {
     onGroup: () => {},
     onEndpoint: ({ endpoint }) => router.on(endpoint.method, endpoint.path as FindMyWay.PathInput, endpoint.path),

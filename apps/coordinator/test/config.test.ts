@@ -27,6 +27,13 @@ describe("configuration", () => {
     }
     const big = Config.parse({ ENGRAM_SHUTDOWN_DELAY_MS: "1e300" })
     expect(big._tag === "Invalid" && big.issues.map((i) => i.variable)).toEqual(["ENGRAM_SHUTDOWN_DELAY_MS"])
+    // The limits too (read as text, judged by core's Limits.make): decimal notation only.
+    for (const v of ["0x3a98", "1.2e5", " 15000 "]) {
+      const limit = Config.parse({ ENGRAM_HEARTBEAT_STALE_WINDOW_MS: v })
+      expect(limit._tag === "Invalid" && limit.issues.map((i) => i.variable), JSON.stringify(v)).toEqual(["ENGRAM_HEARTBEAT_STALE_WINDOW_MS"])
+    }
+    const fraction = Config.parse({ ENGRAM_CPU_OVERCOMMIT: "2.5" })
+    expect(fraction._tag === "Valid" && fraction.config.limits.cpuOvercommit).toBe(2.5)
     const ok = Config.parse({ ENGRAM_PORT: "+8080" })
     expect(ok._tag === "Valid" && ok.config.port).toBe(8080)
   })

@@ -178,8 +178,10 @@ describe("/metrics", () => {
     const before = Number(notFound.exec((await admin.get("/metrics")).body as string)?.[1] ?? 0)
     await admin.get("/v1/sessions/never-was")
     await admin.get("/v1/sessions/never-was-either")
+    // An id past 100 characters is still its route's (the labeler matches as the server's router).
+    await admin.get(`/v1/sessions/${"n".repeat(150)}`)
     const text = (await admin.get("/metrics")).body as string
-    expect(Number(notFound.exec(text)?.[1])).toBe(before + 2)
+    expect(Number(notFound.exec(text)?.[1])).toBe(before + 3)
     expect(text).toMatch(/^engram_http_request_duration_seconds_count\{method="GET",route="\/v1\/sessions\/:id"\} \d+$/m)
     expect(text).toMatch(/^engram_http_requests_total\{method="GET",route="unmatched",status="404"\} \d+$/m)
     // A HEAD is answered by its GET route and counted under it (the router's own match labels a request).

@@ -226,16 +226,19 @@ export const refusedInput = (e: { readonly _tag: string }): e is CoordinatorErro
  */
 export const refusesKey = (e: { readonly _tag: string }, key: string): boolean => refusedInput(e) && e.field === key
 
+/** A reason as the API takes it: at most `Payloads.maxReasonLength` characters (a long error's tail cut, marked; never half a surrogate pair). */
+export const fitReason = (reason: string): string => {
+  if (reason.length <= Payloads.maxReasonLength) return reason
+  const cut = reason.slice(0, Payloads.maxReasonLength - 1)
+  return `${/[\uD800-\uDBFF]$/.test(cut) ? cut.slice(0, -1) : cut}…`
+}
+
 /**
  * Whether a call that timed out after `tookMs` (wall clock, send to time-out) for a bound of
  * `boundMs` timed out because this process was paused (SIGSTOP, a frozen VM or host, a blocked
  * event loop): its timer fired far later than set, at least the bound itself (and 1 s) late. A
  * replica that hangs times out on time.
  */
-/** A reason as the API takes it: at most `Payloads.maxReasonLength` characters (a long error's tail cut, marked). */
-export const fitReason = (reason: string): string =>
-  reason.length <= Payloads.maxReasonLength ? reason : `${reason.slice(0, Payloads.maxReasonLength - 1)}…`
-
 export const pausedThrough = (tookMs: number, boundMs: number): boolean => tookMs - boundMs >= Math.max(1000, boundMs)
 
 /**

@@ -219,5 +219,8 @@ describe("fitReason", () => {
     expect(cut.endsWith("…")).toBe(true)
     expect(fitReason("a short reason")).toBe("a short reason")
     expect(fitReason("x".repeat(4000))).toBe("x".repeat(4000))
+    // An emoji across the cut is dropped whole, never left as a lone surrogate (which the API refuses).
+    const emoji = fitReason(`${"x".repeat(3998)}😀${"y".repeat(100)}`)
+    expect(emoji).toBe(`${"x".repeat(3998)}…`)
   })
 })

@@ -26,11 +26,8 @@ const PathIdString = Text.check(Schema.isMinLength(1), Schema.isMaxLength(256))
 /** The `{id}` of a path. */
 export const PathId = { id: PathIdString }
 
-/**
- * An integer in a query string, as decimal digits (an optional sign, at most 15 digits: exact):
- * `Number` alone reads "" as 0, "0x10" as 16, "1e2" as 100 and " 10" as 10.
- */
-export const DecimalIntFromString = Schema.String.check(Schema.isPattern(/^[+-]?[0-9]{1,15}$/, { message: "must be an integer in decimal digits" })).pipe(
+/** An integer in a query string, by core's one rule for integers read from text (`Names.decimalInt`): `?limit=0x10` is refused, not 16. */
+export const DecimalIntFromString = Schema.String.check(Schema.isPattern(Names.decimalInt, { message: "must be an integer in decimal digits" })).pipe(
   Schema.decodeTo(Schema.NumberFromString),
 )
 
@@ -163,8 +160,8 @@ export type Round = typeof Round.Type
 export const Commit = Schema.Struct({ ...MovePhases.fields, guard: Schema.optionalKey(MoveGuardReport) })
 export type Commit = typeof Commit.Type
 
-/** The longest reason a caller sends (the store keeps 4,200 characters: room for what the coordinator adds, as "resolved by …"). */
-export const maxReasonLength = 4000
+/** The longest reason a caller sends (core's `Names.maxReasonLength`; a store keeps a little more: what the coordinator adds, as "resolved by …"). */
+export const maxReasonLength = Names.maxReasonLength
 
 const Reason = Schema.String.check(Schema.isMaxLength(maxReasonLength, { message: `must be at most ${maxReasonLength} characters` }))
 

@@ -44,6 +44,16 @@ const ID = /^[A-Za-z0-9._-]{1,100}$/
  */
 export const isId = (value: unknown): value is string => typeof value === "string" && ID.test(value) && value !== "." && value !== ".."
 
+/**
+ * The one rule for an integer read from text (a setting, a query string): decimal digits, an
+ * optional sign, at most 15 digits (every such number is exact). `Number` alone also reads " "
+ * as 0, "0x1F90" as 8080 and "1e3" as 1000.
+ */
+export const decimalInt = /^[+-]?[0-9]{1,15}$/
+
+/** The longest reason a caller gives (a move's abort or resolve), characters: kept and shown in lists and logs. */
+export const maxReasonLength = 4000
+
 /** The id rule's words, as a refusal names it. */
 export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
 

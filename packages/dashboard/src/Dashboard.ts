@@ -6,6 +6,7 @@
  * reads everything else from the API with the token the user signed in with; both routes need
  * that token too.
  */
+import { Names } from "@engram/core"
 import { Clock, Effect, Layer } from "effect"
 import type { Scope } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
@@ -92,7 +93,7 @@ export const changesQuery = (params: URLSearchParams): { readonly since: string;
     seen.add(key)
   }
   const wait = params.get("waitMs")
-  if (wait !== null && (!/^[0-9]{1,15}$/.test(wait) || Number(wait) > maxWaitMs)) return { field: "waitMs", rule: `must be an integer from 0 to ${maxWaitMs}` }
+  if (wait !== null && (!Names.decimalInt.test(wait) || Number(wait) < 0 || Number(wait) > maxWaitMs)) return { field: "waitMs", rule: `must be an integer from 0 to ${maxWaitMs}` }
   return { since: params.get("since") ?? "", waitMs: wait === null ? 0 : Number(wait) }
 }
 

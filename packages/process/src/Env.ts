@@ -5,6 +5,7 @@
  * once in one format (`VARIABLE="value": rule`, secrets shown as `<hidden>`), and `unknown`
  * names the `ENGRAM_*` variables that no component reads.
  */
+import { Names } from "@engram/core"
 import { Data, Effect, Schema, SchemaIssue } from "effect"
 import type { Config, ConfigProvider } from "effect"
 
@@ -155,18 +156,17 @@ export interface Issue {
   readonly value?: unknown
 }
 
-/** How one issue reads: `ENGRAM_PORT="70000": must be an integer from 0 to 65535`. */
 /**
- * A variable's integer as decimal digits (an optional sign, at most 15 digits: every such number is exact), read as a number
- * whose `rule` every refusal words: `Number` alone also reads " " as 0, `0x1F90` as 8080 and
- * `1e3` as 1000, which no operator means for a port or a count.
+ * A variable's integer, by core's one rule for integers read from text (`Names.decimalInt`), read
+ * as a number whose `rule` every refusal words.
  */
 export const decimalInt = (rule: string) =>
-  Schema.String.check(Schema.isPattern(/^[+-]?[0-9]{1,15}$/, { message: rule })).pipe(
+  Schema.String.check(Schema.isPattern(Names.decimalInt, { message: rule })).pipe(
     Schema.decodeTo(Schema.NumberFromString.annotate({ message: rule })),
     Schema.check(Schema.isInt({ message: rule })),
   )
 
+/** How one issue reads: `ENGRAM_PORT="70000": must be an integer from 0 to 65535`. */
 export const formatIssue = (i: Issue): string => `${i.variable}${i.value === undefined ? "" : `=${JSON.stringify(i.value)}`}: ${i.rule}`
 
 /** The configuration is invalid; `issues` names every bad variable, all at once. */

@@ -77,7 +77,11 @@ export const databaseWhere = (url: string): string => {
     const u = new URL(url)
     return `${u.hostname}${u.port === "" ? "" : `:${u.port}`}${u.pathname === "/" ? "" : u.pathname}`
   } catch {
-    const m = /^[a-z]+:\/\/(?:[^/?#]*@)?([^@/?#]+)(\/[^?#]*)?/i.exec(url)
+    // Everything up to the last `@` may be credentials (a password may hold `/`, `?` or `#`): dropped.
+    const scheme = /^[a-z]+:\/\//i.exec(url)
+    if (scheme === null) return "the configured database"
+    const rest = url.slice(url.lastIndexOf("@") + 1 || scheme[0].length)
+    const m = /^([^/?#]+)(\/[^?#]*)?/.exec(rest)
     return m === null ? "the configured database" : `${m[1]}${m[2] === undefined || m[2] === "/" ? "" : m[2]}`
   }
 }

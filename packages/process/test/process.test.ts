@@ -61,6 +61,9 @@ describe("start-up failures in one line", () => {
     expect(Explain.databaseWhere("postgres://engram:s3cret@db1:5432,db2:5433/engram?sslmode=require")).toBe("db1:5432,db2:5433/engram")
     expect(Explain.databaseWhere("postgres://engram:p%40ss@db1,db2")).toBe("db1,db2")
     expect(Explain.databaseWhere("not a url")).toBe("the configured database")
+    // A password holding / or # (unescaped): never printed.
+    expect(Explain.databaseWhere("postgres://engram:s3cr/t@db1:5432,db2:5432/engram")).toBe("db1:5432,db2:5432/engram")
+    expect(Explain.databaseWhere("postgres://engram:p#w@db1,db2/engram")).toBe("db1,db2/engram")
   })
 
   it("a refused database names where (never the credentials) and the setting", () => {

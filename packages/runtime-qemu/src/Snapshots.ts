@@ -14,7 +14,7 @@
  * - **stream** (anonymous RAM, a QEMU without `x-ignore-shared`, or a guest mapping its image
  *   privately): RAM and devices in one migration stream to a file, read back in full.
  */
-import { copyFile, link, mkdir, readFile, rename, rm, stat, unlink } from "node:fs/promises"
+import { copyFile, link, mkdir, readFile, realpath, rename, rm, stat, unlink } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { Names } from "@engram/core"
 import { type DescentImage, Durable, type Launch, nowMs, type RuntimeError, type SnapshotMethod, type TemplateInfo, type TemplateSpec, type VmSpec, type VmStarted } from "@engram/runtime"
@@ -73,6 +73,9 @@ const load = (h: VmHost, vm: Vm, op: string, from: string, ignoreShared: boolean
 
 const exists = (path: string) => Effect.promise(() => stat(path).then(() => true, () => false))
 
+/** A path as `/proc/<pid>/maps` names it (symlinks resolved); the path itself when it cannot be resolved. */
+const realPath = (path: string) => Effect.promise(() => realpath(path).catch(() => path))
+
 const attempt = <A>(op: string, vmId: string, what: string, f: () => Promise<A>) =>
   Effect.tryPromise({ try: f, catch: (e) => err(op, vmId, `${what}: ${String(e)}`) })
 
@@ -98,9 +101,12 @@ export const descend = (h: VmHost, vm: Vm, path: string, bandwidthBytesPerSec: n
     let placed: RamFile.Placed | null = null
     // A descent cut short after it moved the RAM file (the agent restarted, QEMU kept the guest
     // paused): the file this QEMU maps is the image's already.
-    const movedBefore = why === null && ram?.kind === "file" && !(yield* exists(ram.path)) && P.mapsFile(vm.pid, imageRam)
-    if (movedBefore) placed = "renamed"
-    else if (why === null && ram?.kind === "file") {
+    const movedBefore = why === null && ram?.kind === "file" && !(yield* exists(ram.path)) && P.mapsFile(vm.pid, yield* realPath(imageRam))
+    if (movedBefore) {
+      // The guest may have run since (unparked after the restart): its pages written as a place's.
+      yield* RamFile.fsync(imageRam).pipe(Effect.mapError((e) => err("descend", vmId, `RAM file: ${e.message}`)))
+      placed = "renamed"
+    } else if (why === null && ram?.kind === "file") {
       placed = yield* RamFile.place(ram.path, imageRam).pipe(
         Effect.mapError((e) => err("descend", vmId, `RAM file: ${e.message}`)),
         Effect.tapError(() => giveBack.pipe(Effect.andThen(Effect.promise(() => rm(part, { force: true }))))),
@@ -171,7 +177,7 @@ const startFrom = (h: VmHost, spec: VmSpec, m: P.Machine, state: string, incomin
     return { vm, ready, parts }
   })
 
-/** Restores a VM from a descent's image: mapped (the RAM file renamed back and mapped lazily) or streamed. */
+/** Restores a VM from a descent's image: mapped (the RAM file linked back and mapped lazily, the image spent once the guest runs) or streamed. */
 export const restore = (h: VmHost, spec: VmSpec, image: DescentImage, machineFor: (spec: VmSpec) => P.Machine): Effect.Effect<VmStarted, RuntimeError> =>
   Effect.gen(function* () {
     const t0 = yield* nowMs
@@ -225,10 +231,11 @@ const mappedIncoming = (h: VmHost, vmId: string, imagePath: string, imageRam: st
         // Durable before the guest runs: after a crash the image must not name RAM its devices no longer match.
         commit: attempt("restore", vmId, "image RAM link", async () => {
           await unlink(imageRam)
-          // Not durably gone: the image gets its link back, and the restore fails whole.
+          // Not durably gone: the image gets its link back, and the restore fails whole. When the
+          // link cannot come back, the VM's name is the RAM's last: the guest goes on (failing
+          // here would remove it with the VM's files), the unlink's durability unknown.
           await Durable.syncDir(dirname(imageRam)).catch(async (e: unknown) => {
-            await link(own, imageRam).catch(() => undefined)
-            throw e
+            if (await link(own, imageRam).then(() => true, () => false)) throw e
           })
           // The spent image's devices: best effort (the check above catches one left behind).
           await rm(imagePath, { force: true }).then(() => Durable.syncDir(dirname(imagePath))).catch(() => undefined)

@@ -51,8 +51,11 @@ export const text = (field: string, value: unknown): InvalidInput | null =>
         ? new InvalidInput({ field, rule: "must not contain a lone surrogate (text must be valid Unicode)" })
         : null
 
-/** The longest reason a store keeps (a move's abort, a session's end), characters: the API's 4,000 and what the coordinator adds ("resolved by <who>: "). */
-export const maxReasonLength = 4200
+/** What the coordinator may put before a caller's reason ("resolved by <who>: "), characters. */
+export const reasonPrefixAllowance = 200
+
+/** The longest reason a store keeps (a move's abort, a session's end), characters: a caller's (`Names.maxReasonLength`) and what the coordinator adds. */
+export const maxReasonLength = Names.maxReasonLength + reasonPrefixAllowance
 
 /** A reason: text of at most {@link maxReasonLength} characters (shown in lists and logs). */
 export const reason = (value: unknown): InvalidInput | null =>
