@@ -96,6 +96,12 @@ export const repeatedKey = (json: string): string | undefined => {
   return undefined
 }
 
+/** The charset a content type names (`application/json; charset=latin1`: `latin1`), lower case; undefined when it names none. */
+const charsetOf = (contentType: string | undefined): string | undefined => {
+  const m = contentType === undefined ? null : /;\s*charset\s*=\s*"?([^";\s]+)"?/i.exec(contentType)
+  return m === null ? undefined : (m[1] ?? "").toLowerCase()
+}
+
 /** Whether a request says it carries a body (a length above 0, or a chunked one). */
 const declaresBody = (request: HttpServerRequest.HttpServerRequest): boolean => {
   const length = request.headers["content-length"]
@@ -140,6 +146,9 @@ const checks = (takesQuery: boolean, takesBody: boolean) => {
     const repeated = takesQuery ? repeatedQueryKey(request.url) : undefined
     if (repeated !== undefined) return Effect.fail(bad(keyName(repeated), "is given more than once (each query parameter at most once)", "query"))
     if (!declaresBody(request)) return Effect.void
+    const charset = takesBody ? charsetOf(request.headers["content-type"]) : undefined
+    if (charset !== undefined && charset !== "utf-8" && charset !== "utf8")
+      return Effect.fail(new BadRequest({ error: "InvalidInput", field: "content-type", rule: `a body's charset must be utf-8 (it is read as UTF-8), not ${charset}`, in: "headers" }))
     return Effect.flatMap(bodyBytes(request), (bytes) => {
       const refused = judgeBody(bytes)
       return refused === null ? Effect.void : Effect.fail(refused)

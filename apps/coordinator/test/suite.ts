@@ -1056,6 +1056,12 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
           expect(r.body.field, path).toMatch(/^(hostId|targetHostId)$/)
           expect(r.body.rule, path).toContain("must be 1-100 characters of [A-Za-z0-9._-]")
         }
+        // A body is read as UTF-8: a content type naming another charset is refused, not misread.
+        const latin1 = await fetch(`${c.url}/v1/hosts`, { method: "POST", headers: { authorization: `Bearer ${c.adminToken}`, "content-type": "application/json; charset=latin1" }, body: `{"id":"${id}"}` })
+        expect([latin1.status, ((await latin1.json()) as { field?: string }).field]).toEqual([400, "content-type"])
+        const utf8 = await fetch(`${c.url}/v1/hosts`, { method: "POST", headers: { authorization: `Bearer ${c.adminToken}`, "content-type": "application/json; charset=UTF-8" }, body: `{"id":"${id}-utf8"}` })
+        expect(utf8.status).toBe(201)
+        await admin.del(`/v1/hosts/${id}-utf8`)
         // A reason is kept and shown: at most 4,000 characters.
         const long = await admin.post("/v1/moves/strict-nope/abort", { reason: "r".repeat(4001) })
         expect([long.status, long.body.field, long.body.in]).toEqual([400, "reason", "body"])
