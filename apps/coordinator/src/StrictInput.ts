@@ -8,7 +8,8 @@
  * checks its endpoint needs: a query check is a look for `?` in the URL, a body check one pass
  * over bytes already read for the decoder.
  */
-import { BadRequest, StrictInput } from "@engram/api"
+import { BadRequest, Errors as ApiErrors, StrictInput } from "@engram/api"
+import { agentCallMsOf } from "./AgentBound.js"
 import { Effect, Layer } from "effect"
 import { HttpServerRequest } from "effect/http"
 import { isUtf8 } from "node:buffer"
@@ -141,6 +142,10 @@ const notUtf8 = (bytes: ArrayBuffer): BadRequest | null => {
 const checks = (takesQuery: boolean, takesBody: boolean) => {
   const judgeBody = takesBody ? notUtf8 : strayBody
   return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    // An agent's stated bound (`AgentBound`): absent, or a whole number of ms from 1 (given twice, Node joins the values: refused).
+    const bound = request.headers[ApiErrors.agentCallTimeoutHeader]
+    if (bound !== undefined && agentCallMsOf(request.headers) === null)
+      return Effect.fail(new BadRequest({ error: "InvalidInput", field: ApiErrors.agentCallTimeoutHeader, rule: "must be a whole number of milliseconds from 1 to 999999999, given once", in: "headers" }))
     const key = takesQuery ? undefined : firstQueryKey(request.url)
     if (key !== undefined) return Effect.fail(bad(keyName(key), "is not a query parameter of this endpoint (it takes none)", "query"))
     const repeated = takesQuery ? repeatedQueryKey(request.url) : undefined

@@ -1056,6 +1056,13 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
           expect(r.body.field, path).toMatch(/^(hostId|targetHostId)$/)
           expect(r.body.rule, path).toContain("must be 1-100 characters of [A-Za-z0-9._-]")
         }
+        // An agent's stated bound is a whole number of ms, given once: anything else is refused by name.
+        for (const value of ["banana", "0", "-5", "30000, 30000"]) {
+          const r = await fetch(`${c.url}/v1/hosts/${h.id}/heartbeat`, { method: "POST", headers: { authorization: `Bearer ${h.token}`, "engram-agent-call-timeout-ms": value } })
+          expect([r.status, ((await r.json()) as { field?: string }).field], value).toEqual([400, "engram-agent-call-timeout-ms"])
+        }
+        const beat = await fetch(`${c.url}/v1/hosts/${h.id}/heartbeat`, { method: "POST", headers: { authorization: `Bearer ${h.token}`, "engram-agent-call-timeout-ms": "30000" } })
+        expect(beat.status).toBe(200)
         // A body is read as UTF-8: a content type naming another charset is refused, not misread.
         const latin1 = await fetch(`${c.url}/v1/hosts`, { method: "POST", headers: { authorization: `Bearer ${c.adminToken}`, "content-type": "application/json; charset=latin1" }, body: `{"id":"${id}"}` })
         expect([latin1.status, ((await latin1.json()) as { field?: string }).field]).toEqual([400, "content-type"])
