@@ -2,11 +2,13 @@
  * The API's `StrictInput` middleware: what the endpoint schemas cannot refuse themselves. An
  * endpoint that declares no query takes no query parameter, and one that does takes each at most
  * once (a decoder sees an array it would refuse without saying why); one that declares no body
- * takes none (an empty body or `{}`); a body must be valid UTF-8 and repeat no key within an
- * object (`JSON.parse` keeps the last of `{"id":"a","id":"b"}`, so the client's meaning is not
- * known). Decided once per endpoint when the server is built, so a request pays only for the
- * checks its endpoint needs: a query check is a look for `?` in the URL, a body check one pass
- * over bytes already read for the decoder.
+ * takes none (an empty body or `{}`); a body must be valid UTF-8 (and its content type name no
+ * other charset) and repeat no key within an object (`JSON.parse` keeps the last of
+ * `{"id":"a","id":"b"}`, so the client's meaning is not known); an agent's stated bound
+ * (`engram-agent-call-timeout-ms`), when given, must be one. Decided once per endpoint when the
+ * server is built, so a request pays only for the checks its endpoint needs: a header lookup, a
+ * query check is a look for `?` in the URL, a body check one pass over bytes already read for
+ * the decoder.
  */
 import { BadRequest, Errors as ApiErrors, StrictInput } from "@engram/api"
 import { agentCallMsOf } from "./AgentBound.js"
