@@ -421,7 +421,7 @@ export interface Fetched {
 }
 
 /**
- * The fetches' connections, without undici's own limits: Node's \`fetch\` gives up on headers
+ * The fetches' connections, without undici's own limits: Node's `fetch` gives up on headers
  * after 300 s and on a quiet body after 300 s, below a big image's listing bound (the image host
  * may hash GiBs before it answers) and unrelated to the stall bound. The bounds here are the
  * fetch's own signals.
@@ -488,13 +488,14 @@ export const fetchImage = (o: {
         // Its body is built before its headers go out: once they came, a body that stalls is cut as a file's is.
         const listingStall = new AbortController()
         const first = bearer({ _tag: "Listing" })
+        const late = () => fail(`the image host did not answer the listing within ${listingMs} ms`)
         const res = await fetch(`${base}${query}`, { headers: first.headers, dispatcher: unbounded, signal: AbortSignal.any([signal, listingBound, listingStall.signal]) }).catch((e: unknown) => {
-          throw listingBound.aborted ? fail(`the image host did not answer the listing within ${listingMs} ms`) : e
+          throw listingBound.aborted ? late() : e
         })
         if (res.status !== 200) throw fail(`the image host answered ${res.status} to the listing${res.status === 401 ? " (an image host older than this agent, or a rotated peer secret?)" : ""}`)
         const listingTimer = setTimeout(() => listingStall.abort(), stallMs)
         const body = await res.json().catch((e: unknown) => {
-          throw listingStall.signal.aborted ? fail(`the image host sent its listing's headers and no whole body within ${stallMs} ms`) : listingBound.aborted ? fail(`the image host did not answer the listing within ${listingMs} ms`) : e
+          throw listingStall.signal.aborted ? fail(`the image host sent its listing's headers and no whole body within ${stallMs} ms`) : listingBound.aborted ? late() : e
         }).finally(() => clearTimeout(listingTimer))
         const list = Schema.decodeUnknownSync(ListingAnswer)(body)
         // An image host older than content hashes: its files could not be checked.

@@ -138,6 +138,9 @@ export const write = (path: string, state: StateFile): Effect.Effect<void, State
     catch: (e) => new StateWriteError({ path, message: e instanceof Error ? e.message : String(e) }),
   })
 
+/** Logs a write that failed (the state kept in memory; a later write, or the coordinator's view, restores the file). */
+export const logFailed = (e: StateWriteError, fields: Readonly<Record<string, unknown>> = {}): Effect.Effect<void> =>
+  Effect.logError("state file write failed", { ...fields, path: e.path, error: e.message })
+
 /** `write`, a failure logged: for a state that a later write or the coordinator's view restores. */
-export const save = (path: string, state: StateFile): Effect.Effect<void> =>
-  write(path, state).pipe(Effect.catch((e) => Effect.logError("state file write failed", { path, error: e.message })))
+export const save = (path: string, state: StateFile): Effect.Effect<void> => write(path, state).pipe(Effect.catch((e) => logFailed(e)))

@@ -287,11 +287,13 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
     }
     const rounds: RoundReport[] = []
 
-    /** Ends the move without a commit: the guest runs here (the runtime gave it back), the target drops what it got. */
-    // The coordinator first: it frees the move's reservations and records why (the guard's
-    // refusal, its estimate); a target that hangs (each try waits up to the peer link's bound)
-    // is told after, once: it runs nothing without this source's commit, and its own pass drops
-    // the incoming VM of a move it reads aborted.
+    /**
+     * Ends the move without a commit: the guest runs here (the runtime gave it back), the target
+     * drops what it got. The coordinator first: it frees the move's reservations and records why
+     * (the guard's refusal, its estimate); a target that hangs (each try waits up to the peer
+     * link's bound) is told after, once: it runs nothing without this source's commit, and its
+     * own pass drops the incoming VM of a move it reads aborted.
+     */
     const abandon = (reason: string, estimateMs?: number) =>
       Effect.gen(function* () {
         yield* residents.update(move.sessionId, (v) => ({ ...v, status: "running" }))

@@ -7,7 +7,7 @@
  * nothing.
  */
 import { Effect, Ref, Semaphore } from "effect"
-import { empty, type PendingCommit, type ResidentVm, type StateFile, type StateWriteError } from "./LocalState.js"
+import { empty, logFailed, type PendingCommit, type ResidentVm, type StateFile, type StateWriteError } from "./LocalState.js"
 
 export interface Residents {
   readonly get: (vmId: string) => Effect.Effect<ResidentVm | undefined>
@@ -40,7 +40,7 @@ export const makeResidents = (
     const change = (f: (s: StateFile) => StateFile) =>
       Effect.gen(function* () {
         const next = yield* Ref.updateAndGet(ref, f)
-        yield* persist(next).pipe(Effect.catch((e) => Effect.logError("state file write failed", { hostId, path: e.path, error: e.message })))
+        yield* persist(next).pipe(Effect.catch((e) => logFailed(e, { hostId })))
       }).pipe(lock.withPermits(1))
     /** A change that holds only once written: a failed write leaves the record as it was, and fails. */
     const changeDurably = (f: (s: StateFile) => StateFile) =>
