@@ -69,6 +69,8 @@ describe("a database that only reads", () => {
       const notReady = await call(c.url, "GET", "/readyz")
       expect(notReady.status).toBe(503)
       expect(notReady.body).toMatchObject({ error: "ReadOnly" })
+      // The probe names both ways it clears: a write that succeeds, or the hold after the last refusal.
+      expect(notReady.body.message).toMatch(/until a write succeeds again, or 10 s after the last write refused/)
     } finally {
       await readOnly(false)
     }

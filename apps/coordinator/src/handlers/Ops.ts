@@ -12,7 +12,7 @@ import { Leader } from "../Leader.js"
 import { Metrics } from "../Metrics.js"
 import type { StoreGaugeValue } from "../Metrics.js"
 import { Settings } from "../Settings.js"
-import { bounded, probeTimedOut, StoreHealth } from "../StoreBound.js"
+import { bounded, probeTimedOut, readOnlyHoldMs, StoreHealth } from "../StoreBound.js"
 
 /**
  * The store's gauges for one scrape: the fleet signal, the ledger's counts and the sessions by
@@ -83,7 +83,10 @@ export const OpsHandlers = HandlerGroup.make(
               : Effect.fail(
                   new ServiceUnavailable({
                     error: writesRefusedError[refused.kind],
-                    message: `${refused.message}; not ready until a write succeeds again`,
+                    message:
+                      refused.kind === "disk_full"
+                        ? `${refused.message}; not ready until a write succeeds again`
+                        : `${refused.message}; not ready until a write succeeds again, or ${readOnlyHoldMs / 1000} s after the last write refused`,
                     retryAfterMs: refused.kind === "disk_full" ? 30_000 : 5_000,
                   }),
                 )
