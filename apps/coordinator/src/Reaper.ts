@@ -14,7 +14,7 @@
 import { MakeRoom, ParkPolicy, Reclaim } from "@engram/core"
 import { Reaper, ReaperEvents, ReaperState, Trigger } from "@engram/reaper"
 import type { Event } from "@engram/reaper"
-import { CurrentFence, pruneKinds, Store } from "@engram/store"
+import { pruneKinds, Store } from "@engram/store"
 import type { DrainResult, ReclaimOptions, ReclaimResult, StoreShape } from "@engram/store"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { AdminToken, sameHash } from "./Auth.js"
@@ -298,8 +298,11 @@ export const reconcile: Effect.Effect<ReconcileReport, never, Store | Metrics | 
 /** Whether this replica leads: the Leader in context, or always without one. */
 const leadingNow = Effect.map(Effect.serviceOption(Leader), (leader) => () => Option.isNone(leader) || leader.value.isLeader())
 
-/** The fence the pass's writes carry: the leader's epoch (none without a Leader, or on a single process). */
-const fenceNow = Effect.map(Effect.serviceOption(Leader), (leader) => (Option.isNone(leader) ? null : leader.value.fence()))
+/**
+ * The fence of the leader's writes (its epoch; none without a Leader, or on a single process),
+ * asked by each pass and each reaction as it starts (`Reaper.Options.fence`).
+ */
+const fenceNow = Effect.map(Effect.serviceOption(Leader), (leader) => (Option.isNone(leader) ? undefined : () => leader.value.fence()))
 
 /** The park policy of the passes and the immediate reaction: `parkRule` of the `Settings` in context, `park` without. */
 const ruleNow = Effect.map(Effect.serviceOption(Settings), (settings) => (Option.isSome(settings) ? parkRule(settings.value.config) : park))
@@ -319,14 +322,13 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const moves = Option.isSome(settings) ? makeRoomMoves(settings.value.config) : undefined
   const kept = Option.isSome(settings) ? retention(settings.value.config) : undefined
   const t0 = performance.now()
-  // Every write of the pass carries the leader's epoch: refused in its transaction once a newer leader exists.
   const reclaimGraceMs = Option.isSome(settings) ? settings.value.config.reclaimGraceMs : undefined
   const rule = yield* ruleNow
   // A gap in the leader's contacts with the store restarts the grace: a third of the stale window, at least two passes.
   const reclaimGapMs = Reclaim.graceGapMs(store.limits().heartbeatStaleWindowMs, store.limits().reaperIntervalMs)
-  const report = yield* Reaper.pass({ policy: rule.name, policyOptions: rule.options, leading, state: stateFor(store), moves, retention: kept, reclaimGraceMs, reclaimGapMs }).pipe(
+  // Every write of the pass carries the leader's epoch (`fence`): refused in its transaction once a newer leader exists.
+  const report = yield* Reaper.pass({ policy: rule.name, policyOptions: rule.options, leading, fence, state: stateFor(store), moves, retention: kept, reclaimGraceMs, reclaimGapMs }).pipe(
     Effect.provide(listen(metrics, notifier)),
-    Effect.provideService(CurrentFence, fence),
   )
   if (report._tag === "Done" && report.descents.length > 0) yield* Effect.logInfo("reaper: parks yield", { yields: report.descents })
   metrics.reaperPasses.inc({ result: report._tag === "Held" ? "held" : "ok" })
@@ -345,8 +347,10 @@ export const ReactAtOnce: Layer.Layer<Trigger, never, Store | Metrics | Notifier
     const metrics = yield* Metrics
     const notifier = yield* Notifier
     const leading = yield* leadingNow
+    const fence = yield* fenceNow
     const rule = yield* ruleNow
-    return Trigger.layer({ policy: rule.name, policyOptions: rule.options, leading, state: stateFor(store) }).pipe(Layer.provide(listen(metrics, notifier)))
+    // A reaction's descents carry the leader's epoch as a pass's do: a leader that thaws after a takeover starts none.
+    return Trigger.layer({ policy: rule.name, policyOptions: rule.options, leading, fence, state: stateFor(store) }).pipe(Layer.provide(listen(metrics, notifier)))
   }),
 )
 

@@ -28,8 +28,8 @@
  */
 import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy, Placement, Reclaim } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
-import { pruneKinds, Store } from "@engram/store"
-import type { FleetRead, Move, PruneResult, Session, StoreError, StoreShape } from "@engram/store"
+import { CurrentFence, pruneKinds, Store } from "@engram/store"
+import type { Fence, FleetRead, Move, PruneResult, Session, StoreError, StoreShape } from "@engram/store"
 import { Clock, Effect } from "effect"
 import { ReaperEvents } from "./ReaperEvents.js"
 import type { Event, Source } from "./ReaperEvents.js"
@@ -43,6 +43,15 @@ export interface Options {
   readonly policyOptions?: ParkPolicy.Options | undefined
   /** Whether this replica still leads; asked between steps. Missing: it always leads. */
   readonly leading?: (() => boolean) | undefined
+  /**
+   * The fence of this replica's writes now (its lease's epoch; null while it does not lead, or
+   * always on one process, which needs none): `Leadership`'s `fence`. A pass or a reaction takes
+   * it once as it starts and carries it on every write (`CurrentFence`), so a store refuses them
+   * once a newer leader exists; and it goes on only while `leading` holds under that same fence
+   * (a deadline that passed and a renewal since do not let a run that began unfenced write).
+   * Missing: the `CurrentFence` in context is left as it is.
+   */
+  readonly fence?: (() => Fence | null) | undefined
   /**
    * What the reaper remembers between passes (holds for starving sessions, the recent demand).
    * Missing: a fresh memory for this call only (no holds kept, no reserve of free room).
@@ -461,12 +470,31 @@ const prune = (store: StoreShape, retention: RetentionOptions, tell: Tell) =>
 // The pass is one generator with the steps inline: it runs every few seconds over the whole
 // fleet, and each nested generator or event nobody hears costs allocations there.
 
+/** Whether two fences are the same lease's same epoch (null: none). */
+const sameFence = (a: Fence | null, b: Fence | null): boolean =>
+  a === b || (a !== null && b !== null && a.name === b.name && a.epoch === b.epoch)
+
+/**
+ * One run (a pass or a reaction) under the fence it takes as it starts: `leading` holds only
+ * while `options.leading` does and the fence is still that one, and every write carries it.
+ */
+const underFence = <A, R>(options: Options, run: (leading: () => boolean) => Effect.Effect<A, never, R>): Effect.Effect<A, never, R> =>
+  Effect.suspend(() => {
+    const leading = options.leading ?? (() => true)
+    const current = options.fence
+    if (current === undefined) return run(leading)
+    const fence = current()
+    return Effect.provideService(run(() => leading() && sameFence(current(), fence)), CurrentFence, fence)
+  })
+
 /** One reaper pass (SPEC §4.3). Never fails: a store failure ends or skips a step and is told to the listener. */
 export const pass = (options: Options = {}): Effect.Effect<PassReport, never, Store> =>
+  underFence(options, (leading) => passLeading(options, leading))
+
+const passLeading = (options: Options, leading: () => boolean): Effect.Effect<PassReport, never, Store> =>
   Effect.gen(function* () {
     const inner = yield* Store
     const tell = yield* listener
-    const leading = options.leading ?? (() => true)
     const state = options.state ?? ReaperState.make()
     const held = (step: string): Effect.Effect<PassReport> =>
       tell === undefined
@@ -615,8 +643,10 @@ export const pass = (options: Options = {}): Effect.Effect<PassReport, never, St
  * at the next pass. Only the leader reacts (others answer `Held`); never fails.
  */
 export const react = (options: Options = {}): Effect.Effect<ReactReport, never, Store> =>
+  underFence(options, (leading) => reactLeading(options, leading))
+
+const reactLeading = (options: Options, leading: () => boolean): Effect.Effect<ReactReport, never, Store> =>
   Effect.gen(function* () {
-    const leading = options.leading ?? (() => true)
     if (!leading()) return { _tag: "Held", reason: "not the leader" } satisfies ReactReport
     const store = yield* Store
     const tell = yield* listener

@@ -1,8 +1,8 @@
 // The shared reaper pass and the immediate reaction, on the in-memory store under a TestClock.
 import { assert, describe, it } from "@effect/vitest"
 import { Limits, MakeRoom, ParkGate, ParkPolicy } from "@engram/core"
-import { Store, Unavailable } from "@engram/store"
-import type { MoveFilter, StoreShape } from "@engram/store"
+import { CurrentFence, Store, Unavailable } from "@engram/store"
+import type { Fence, MoveFilter, StoreShape } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Clock, Effect, Layer } from "effect"
 import { TestClock } from "effect/testing"
@@ -159,6 +159,35 @@ describe("Reaper.pass", () => {
       assert.deepStrictEqual(rec.events.at(-1), { _tag: "LeadershipLost", source: "pass", step: "descents" })
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
   })
+
+  it.effect("a pass that began without its fence (past the renew deadline) writes nothing, though a renewal under the same epoch lets the replica lead again mid-pass", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      // The lease's view: no fence at the pass's start, epoch 1 from the next look on; leading throughout.
+      let looks = 0
+      const fence = (): Fence | null => (looks++ === 0 ? null : { name: "reaper", epoch: 1 })
+      const pass = yield* Reaper.pass({ policy: "demand", leading: () => true, fence })
+      assert.deepStrictEqual(pass, { _tag: "Held", reason: "lost the leader lock mid-pass" })
+      assert.strictEqual(yield* stateOf("p1"), "parked")
+      assert.strictEqual(yield* stateOf("q1"), "queued")
+    }).pipe(Effect.provide(storeLayer())))
+
+  it.effect("every write of a pass carries the fence the pass began with, whatever CurrentFence was around it", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      const seen: (Fence | null)[] = []
+      const spied = Store.of({ ...store, beginDescent: (id) => Effect.flatMap(Effect.service(CurrentFence), (f) => Effect.andThen(Effect.sync(() => seen.push(f)), store.beginDescent(id))) })
+      const epoch7 = { name: "reaper", epoch: 7 }
+      const pass = yield* Reaper.pass({ policy: "demand", fence: () => epoch7 }).pipe(Effect.provideService(Store, spied), Effect.provideService(CurrentFence, null))
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.descents.map((d) => d.sessionId) : pass, ["p1"])
+      assert.deepStrictEqual(seen, [epoch7])
+    }).pipe(Effect.provide(storeLayer())))
 
   it.effect("a lost race is skipped: a park that resumed between the read and the CAS does not descend", () => {
     const rec = recorder()
@@ -759,6 +788,37 @@ describe("Trigger", () => {
       assert.strictEqual(rec.events.filter((e) => e._tag === "FleetRead").length, 2)
     }).pipe(Effect.provide(triggered(() => true, rec)))
   })
+
+  it.effect("a reaction carries the fence it began with, and starts no descent once the fence moved (a leader that thawed after a takeover)", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 2048)
+      yield* parked("h1", "p1", 1536)
+      yield* store.createSession({ id: "q1", budget: { memMib: 1024, vcpus: 1 } })
+      let fence: Fence | null = { name: "reaper", epoch: 1 }
+      const seen: (Fence | null)[] = []
+      const spied = Store.of({
+        ...store,
+        beginDescent: (id) => Effect.flatMap(Effect.service(CurrentFence), (f) => Effect.andThen(Effect.sync(() => seen.push(f)), store.beginDescent(id))),
+      })
+      // While the fence stays, the descent carries it.
+      const first = yield* Reaper.react({ policy: "demand", fence: () => fence }).pipe(Effect.provideService(Store, spied))
+      assert.deepStrictEqual(first._tag === "Done" ? first.descents.map((d) => d.sessionId) : first, ["p1"])
+      assert.deepStrictEqual(seen, [{ name: "reaper", epoch: 1 }])
+      // q1 takes the room p1 gave back; p2 parks beside it; q2 queues for p2's room.
+      yield* store.finishDescent("p1")
+      yield* store.drainQueue()
+      assert.strictEqual(yield* stateOf("q1"), "pending")
+      yield* parked("h1", "p2", 1024)
+      assert.strictEqual(yield* stateOf("p2"), "parked")
+      yield* store.createSession({ id: "q2", budget: { memMib: 1024, vcpus: 1 } })
+      // The lease moves to epoch 2 during the reaction's fleet read: it began under epoch 1, so it starts nothing.
+      const moving = Store.of({ ...spied, fleetView: () => Effect.tap(store.fleetView(), () => Effect.sync(() => void (fence = { name: "reaper", epoch: 2 }))) })
+      const second = yield* Reaper.react({ policy: "demand", fence: () => fence }).pipe(Effect.provideService(Store, moving))
+      assert.deepStrictEqual(second, { _tag: "Held", reason: "lost the leader lock mid-pass" })
+      assert.strictEqual(yield* stateOf("p2"), "parked")
+      assert.strictEqual(seen.length, 1)
+    }).pipe(Effect.provide(storeLayer())))
 
   it.effect("a replica that does not lead does not react", () => {
     const rec = recorder()
