@@ -31,6 +31,7 @@ import type { Conn } from "./Db.js"
 import * as Fence from "./Fence.js"
 import type { HostCache } from "./HostCache.js"
 import { hostColumns, json, toHostRow } from "./HostRows.js"
+import { hostVersionBump } from "./schema.js"
 
 const rowsOf = (key: string, columns: string): SQL =>
   sql.raw(`select * from jsonb_to_recordset((select d->'${key}' from doc)) as x(${columns})`)
@@ -81,7 +82,7 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
         reserved_mem_mib = hosts.reserved_mem_mib + delta.mem,
         reserved_vcpus = hosts.reserved_vcpus + delta.vcpus,
         entries = hosts.entries + delta.n,
-        version = hosts.version + 1
+        version = ${hostVersionBump("hosts.version")}
       from delta
       where hosts.id = any(array(select id from lk)) and hosts.id = delta.hid and (delta.v is null or hosts.version = delta.v)
       returning ${hostColumns("hosts", "room")}

@@ -18,7 +18,7 @@ import type { HostRow } from "./HostRows.js"
 import * as Pages from "./Pages.js"
 import { beatBatching } from "./Reservations.js"
 import type { BeatOptions } from "./Reservations.js"
-import { hosts, sessions } from "./schema.js"
+import { hosts, hostVersionBump, sessions } from "./schema.js"
 
 type HostOps = Pick<
   StoreShape,
@@ -60,7 +60,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
   /** Writes a host's row (its version bumped: a placement decided on the old one is stale) and answers its view. */
   const writeHost = (tx: Tx, id: string, set: SQLSet) =>
     Effect.gen(function* () {
-      const [row] = yield* tx.query(sql`update hosts set ${set}, version = version + 1 where id = ${id} returning ${hostColumns("", "room")}, 0 as "parks", 0 as "descents"`)
+      const [row] = yield* tx.query(sql`update hosts set ${set}, version = ${hostVersionBump("version")} where id = ${id} returning ${hostColumns("", "room")}, 0 as "parks", 0 as "descents"`)
       if (row === undefined) return undefined
       const written = toHostRow(row)
       tx.afterCommit(() => cache.learn(written))
@@ -100,7 +100,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
           before as materialized (
             select ${hostColumns("h", "room")} from ${hosts} h where h.id in (select id from report) order by h.id for no key update)
           update ${hosts} h set total_mib = report."totalMib", allocatable_mib = report."allocatableMib", total_vcpus = report."totalVcpus",
-            templates = report.templates, peer_url = report."peerUrl", reported_at = report.t, version = h.version + 1
+            templates = report.templates, peer_url = report."peerUrl", reported_at = report.t, version = ${hostVersionBump("h.version")}
           from report join before on before.id = report.id
           where h.id = report.id
           returning ${hostColumns("h", "room")}, 0 as "parks", 0 as "descents", to_jsonb(before) as "before"`)

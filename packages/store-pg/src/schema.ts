@@ -15,6 +15,7 @@ import {
   integer,
   jsonb,
   numeric,
+  pgSequence,
   pgTable,
   pgView,
   primaryKey,
@@ -33,8 +34,16 @@ const ms = (name: string) => bigint(name, { mode: "number" })
  * (exact `numeric`: adding and removing the same entries always comes back to 0). They must
  * equal `host_reserved_sums` (the one computation from the ledger) at every commit.
  * `version` is bumped by every change of the sums, the report or the state: a placement that
- * core decided on the row at version v writes only while the row is still at v.
+ * core decided on the row at version v writes only while the row is still at v. Versions come
+ * from one sequence (`hostVersionBump`), so a host removed and registered again under the same
+ * id starts above every version its earlier row had: a replica's cache (which keeps a row
+ * unless a newer version comes) takes the new row, and a plan decided on the old one is refused.
  */
+export const hostVersions = pgSequence("hosts_version_seq")
+
+/** The next version of a host row: from the sequence, and never below the row's own next. */
+export const hostVersionBump = (column: string) => sql.raw(`greatest(${column} + 1, nextval('hosts_version_seq'))`)
+
 export const hosts = pgTable(
   "hosts",
   {
@@ -54,7 +63,7 @@ export const hosts = pgTable(
     reservedMemMib: numeric("reserved_mem_mib", { mode: "number" }).notNull().default(0),
     reservedVcpus: numeric("reserved_vcpus", { mode: "number" }).notNull().default(0),
     entries: integer("entries").notNull().default(0),
-    version: bigint("version", { mode: "number" }).notNull().default(0),
+    version: bigint("version", { mode: "number" }).notNull().default(sql`nextval('hosts_version_seq')`),
   },
   (t) => [
     check("hosts_state_check", sql`${t.state} in ('ready', 'cordoned', 'draining')`),
