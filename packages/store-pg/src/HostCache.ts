@@ -165,7 +165,12 @@ export interface HostCache {
 }
 
 /** Hosts claimed for starving sessions, holder by host id: a placement other than the holder's skips them. */
-export type Claimed = ReadonlyMap<string, QueueWalk.Waiting>
+export type Claimed = ReadonlyMap<string, ClaimHolder>
+
+/** A starving session a host is claimed for: its id, budget and when it queued. */
+export interface ClaimHolder extends QueueWalk.Waiting {
+  readonly id: string
+}
 const noClaims: Claimed = new Map()
 
 /**
@@ -431,12 +436,12 @@ export const make = (options: {
         const gen = generation
         const cutoff = t - limitMs
         return Effect.map(pool.query(starvingSql(cutoff)), (rows) => {
-          const starving: QueueWalk.Waiting[] = []
+          const starving: ClaimHolder[] = []
           let next: number | null = null
           for (const r of rows) {
             const queuedAt = num(r["queuedAt"])
             if (queuedAt > cutoff) next = queuedAt
-            else starving.push({ budget: { memMib: num(r["memMib"]), vcpus: num(r["vcpus"]) }, queuedAt })
+            else starving.push({ id: String(r["id"]), budget: { memMib: num(r["memMib"]), vcpus: num(r["vcpus"]) }, queuedAt })
           }
           if (gen !== generation) return noClaims
           if (starving.length > 0) {

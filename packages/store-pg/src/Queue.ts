@@ -4,7 +4,9 @@
  * `QueueWalk.walk` over the host cache, locks the planned hosts in id order, replays the walk
  * against their fresh figures (`QueueWalk.replay`), and applies core's `place` plans as one
  * group. The walk honours core's holds for starving sessions (`QueueWalk.claims`): only a
- * claim's holder places on its host (creates and cold resumes skip it too: `Sessions.ts`). A
+ * claim's holder places on its host (creates and cold resumes skip it too: `Sessions.ts`), and
+ * a drain that skipped a starving session another drain holds locked leaves that session's
+ * claimed host alone (the claims over the whole queue: the host cache's `claims`). A
  * placement the walk made but core refused or the apply left out is reported, never dropped.
  */
 import { randomUUID } from "node:crypto"
@@ -17,6 +19,7 @@ import { apply } from "./Apply.js"
 import { dieOnUnique } from "./Db.js"
 import type { Conn } from "./Db.js"
 import type { Deps } from "./Deps.js"
+import type { Claimed } from "./HostCache.js"
 import { lockAndReplay } from "./Locks.js"
 import * as Pages from "./Pages.js"
 import { toSession } from "./Rows.js"
@@ -24,6 +27,13 @@ import { sessions } from "./schema.js"
 import { queuePosition, standingOf } from "./Sessions.js"
 
 type QueueOps = Pick<StoreShape, "pageQueue" | "drainQueue">
+
+/** The hosts of `claimed` whose holder is not among `own` (the rows this drain locked). */
+const idsHeldElsewhere = (claimed: Claimed, own: ReadonlySet<string>): Set<string> => {
+  const out = new Set<string>()
+  for (const [hostId, holder] of claimed) if (!own.has(holder.id)) out.add(hostId)
+  return out
+}
 
 const countQueued = <E>(conn: Conn<E>) =>
   Effect.map(conn.query<{ n: number }>(sql`select count(*)::int as n from sessions where state = 'queued'`), (rows) => Number(rows[0]?.n ?? 0))
@@ -77,7 +87,12 @@ export const make = ({ db, now, limits, cache, park }: Deps): QueueOps => ({
               .orderBy(asc(sessions.queuedAt), asc(sessions.id))
               .for("update", { skipLocked: true }),
           )
-          const walk = queued.length === 0 ? { placed: [] } : QueueWalk.walk(queued.map(toSession), cache.candidates(), { limit, starvation: { now: t, limitMs: park.options.starvationLimitMs }, now: t }, limits())
+          // Hosts claimed for starving sessions another drain holds locked (this one skipped
+          // them): nobody in this walk places there. Its own starving sessions claim in the walk.
+          const own = new Set(queued.map((r) => r.id))
+          const claimedElsewhere = queued.length === 0 ? new Set<string>() : idsHeldElsewhere(yield* cache.claims(t, park.options.starvationLimitMs), own)
+          const hosts = claimedElsewhere.size === 0 ? cache.candidates() : cache.candidates().filter((h) => !claimedElsewhere.has(h.id))
+          const walk = queued.length === 0 ? { placed: [] } : QueueWalk.walk(queued.map(toSession), hosts, { limit, starvation: { now: t, limitMs: park.options.starvationLimitMs }, now: t }, limits())
           if (walk.placed.length === 0) return { placed: [], unapplied: [], remaining: yield* countQueued(tx) } satisfies DrainResult
           const { accepted, versionOf } = yield* lockAndReplay(tx, walk.placed, limits(), runs)
           // What the walk placed but fresh room no longer takes stays queued, and is reported.

@@ -3,6 +3,7 @@
 // its creates off the host claimed for it once it starves; and the claim costs a read of the
 // queue only when the queue's head may have waited the starvation limit.
 import { it } from "@effect/vitest"
+import postgres from "@engram/postgres"
 import { Limits, ParkPolicy } from "@engram/core"
 import type { StoreShape } from "@engram/store"
 import { Harness } from "@engram/store-conformance"
@@ -66,6 +67,47 @@ describe("holds for starving sessions on PostgreSQL", () => {
         expect(yield* placedOn(a.store, "only-a", mib(2048))).toBe("queued, not placed")
         yield* a.store.endSession("h1-big")
         expect((yield* b.store.drainQueue()).placed[0]).toStrictEqual({ sessionId: "big", hostId: "h1" })
+        expect(yield* a.sumsDrift).toStrictEqual([])
+      }),
+    60_000,
+  )
+
+  it.effect(
+    "a drain that skips a starving session another drain holds locked leaves the host claimed for it alone",
+    () =>
+      Effect.gen(function* () {
+        const a = yield* replica
+        const b = yield* replica
+        yield* a.testing.reset(Limits.defaults)
+        yield* addHost(a.store, "h1", 4096)
+        expect(yield* placedOn(a.store, "resident", mib(2048))).toBe("h1")
+        expect((yield* a.store.createSession({ id: "big", budget: mib(4096) }))._tag).toBe("Queued")
+        yield* TestClock.adjust(LIMIT)
+        yield* a.store.reportHost("h1", Harness.reportFor(4096, 8))
+        // h1 is held for "big" (it fits there once emptied): "small" queues behind it.
+        expect(yield* placedOn(b.store, "small", mib(1024))).toBe("queued, not placed")
+        // Another replica's drain holds "big" locked (its transaction open): B's drain skips that row.
+        const raw = postgres(yield* url, { max: 1, onnotice: () => undefined })
+        let release = () => {}
+        const held = new Promise<void>((r) => (release = r))
+        let locked = () => {}
+        const isLocked = new Promise<void>((r) => (locked = r))
+        const other = raw.begin(async (sql) => {
+          await sql`select id from sessions where id = 'big' for update`
+          locked()
+          await held
+        })
+        const drained = yield* Effect.ensuring(
+          Effect.andThen(Effect.promise(() => isLocked), b.store.drainQueue()),
+          Effect.promise(async () => {
+            release()
+            await other
+            await raw.end()
+          }),
+        )
+        // Before, B's walk saw only "small" (not starving: no claim) and placed it in the room "big" waits for.
+        expect(drained.placed).toStrictEqual([])
+        expect((yield* a.store.getSession("small")).state).toBe("queued")
         expect(yield* a.sumsDrift).toStrictEqual([])
       }),
     60_000,
