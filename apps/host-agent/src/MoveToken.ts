@@ -1,7 +1,8 @@
 /**
  * Agent-to-agent credentials. Agents of one fleet share a peer secret; the bearer a source
- * presents to a target for a move is `HMAC-SHA256(secret, move id, source, target)`, so a
- * token leaked from one move authorizes that move's rounds only, between those two hosts, and
+ * presents to a target for a move is `HMAC-SHA256(secret, move id, source, target, session,
+ * size)`, so a token leaked from one move authorizes that move's rounds only, of that session at
+ * that size, between those two hosts, and
  * the target checks it without asking the coordinator. The target proves itself in turn: its
  * answer to a prepare carries `HMAC-SHA256(secret, move id, source, target, endpoint)` under a
  * label of its own, so an address that is not a fleet agent's (a peer URL a stolen host token
@@ -13,9 +14,23 @@ import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
 
 const mac = (secret: string, parts: readonly string[]) => createHmac("sha256", secret).update(parts.join("\0")).digest("hex")
 
-/** The bearer for one move's rounds, commit and abort. */
-export const moveToken = (secret: string, moveId: string, sourceHostId: string, targetHostId: string): string =>
-  mac(secret, ["engram-move/v1", moveId, sourceHostId, targetHostId])
+/** What a move token is bound to: the move's header as the source sends it. */
+export interface MoveTokenHeader {
+  readonly moveId: string
+  readonly sessionId: string
+  readonly sourceHostId: string
+  readonly targetHostId: string
+  readonly memMib: number
+  readonly vcpus: number
+}
+
+/**
+ * The bearer for one move's rounds, commit and abort: bound to the move, both hosts, the session
+ * and its size, so a token seen on the wire for one move prepares no other session, nor the same
+ * one at another size, on its target (v1 bound the move and the hosts only).
+ */
+export const moveToken = (secret: string, h: MoveTokenHeader): string =>
+  mac(secret, ["engram-move/v2", h.moveId, h.sourceHostId, h.targetHostId, h.sessionId, String(h.memMib), String(h.vcpus)])
 
 /**
  * The target's proof, in its answer to a prepare, that it holds the peer secret: bound to the

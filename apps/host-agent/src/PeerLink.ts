@@ -96,7 +96,7 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
       const { base } = address
       const client = yield* HttpClient.HttpClient
       const req = HttpClientRequest.post(`${base.replace(/\/+$/, "")}/v1/peer/moves/${encodeURIComponent(h.moveId)}/${path}`).pipe(
-        HttpClientRequest.bearerToken(moveToken(secret, h.moveId, h.sourceHostId, h.targetHostId)),
+        HttpClientRequest.bearerToken(moveToken(secret, h)),
         HttpClientRequest.setBody(HttpBody.jsonUnsafe(h)),
       )
       const res = yield* client.execute(req)

@@ -13,6 +13,7 @@ import { createServer } from "node:http"
 import { ByteSize, Clock, Context, Effect, Layer, Schema } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { NodeHttpServer, NodeHttpServerRequest } from "@effect/platform-node"
+import { Names } from "@engram/core"
 import type { ImageStore } from "@engram/runtime"
 import * as ImageFetch from "./ImageFetch.js"
 import * as ImageNonceFile from "./ImageNonceFile.js"
@@ -59,7 +60,21 @@ const bearer = (req: HttpServerRequest.HttpServerRequest) => {
   return h.startsWith("Bearer ") ? h.slice(7) : ""
 }
 
-/** Decodes the body as `schema` and checks the move token against the path's move id. */
+/**
+ * The first field of a move's header that breaks its rule, or null: ids follow the id rule (they
+ * name directories and files here: never `..`, `.` or empty), the size is integers >= 1.
+ */
+export const headerProblem = (h: MoveHeader): { readonly field: string; readonly rule: string } | null => {
+  for (const field of ["moveId", "sessionId", "sourceHostId", "targetHostId"] as const) if (!Names.isId(h[field])) return { field, rule: Names.idRule }
+  for (const field of ["memMib", "vcpus"] as const) if (!(Number.isSafeInteger(h[field]) && h[field] >= 1)) return { field, rule: "must be an integer >= 1" }
+  return null
+}
+
+/**
+ * Decodes the body as `schema`, checks the move token against the path's move id and the
+ * header it is bound to (401), then each field's rule (400 naming the field): a header whose
+ * fields break their rules is never acted on, whoever sends it.
+ */
 const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(deps: PeerServerDeps, schema: S) =>
   Effect.gen(function* () {
     const req = yield* HttpServerRequest.HttpServerRequest
@@ -67,10 +82,12 @@ const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(de
     const body = yield* req.json.pipe(Effect.flatMap(Schema.decodeUnknownEffect(schema as unknown as Schema.Codec<S["Type"]>)), Effect.option)
     if (body._tag === "None" || id === undefined) return { _tag: "Bad" as const, response: json(400, { error: "BadRequest", message: `body does not match (a move's header, at most ${peerMaxBodyBytes} bytes)` }) }
     const h = body.value
-    const expected = moveToken(deps.secret, id, h.sourceHostId, deps.hostId)
+    const expected = moveToken(deps.secret, { ...h, moveId: id, targetHostId: deps.hostId })
     if (h.moveId !== id || h.targetHostId !== deps.hostId || !tokensEqual(bearer(req), expected)) {
       return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "invalid move token" }) }
     }
+    const problem = headerProblem(h)
+    if (problem !== null) return { _tag: "Bad" as const, response: json(400, { error: "InvalidInput", ...problem, in: "body" }) }
     return { _tag: "Ok" as const, body: h }
   })
 
@@ -85,6 +102,8 @@ const authorizedImage = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate,
   Effect.gen(function* () {
     const req = yield* HttpServerRequest.HttpServerRequest
     const { id, name } = yield* HttpRouter.params
+    // A session's id names its image's directory here: never `..`, `.` or empty.
+    if (id !== undefined && !Names.isId(id)) return { _tag: "Bad" as const, response: json(400, { error: "InvalidInput", field: "id", rule: Names.idRule, in: "path" }) }
     const requester = new URL(req.url, "http://peer").searchParams.get("for")
     const route = opens(name)
     const b = id === undefined || requester === null || requester === "" || route === undefined ? undefined : imageBearerOf(deps.secret, bearer(req), id, deps.hostId, requester, route)
@@ -163,6 +182,8 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = 
         return file === undefined ? noImage(a.sessionId) : HttpServerResponse.stream(file.body, { contentType: "application/octet-stream", contentLength: file.bytes })
       }),
     ),
+    // Anything else: a JSON 404 naming the route (the router's own has no body).
+    HttpRouter.add("*", "/*", (req) => Effect.succeed(json(404, { error: "NotFound", message: `no peer endpoint ${req.method} ${req.url.split("?")[0]}` }))),
     HttpRouter.add(
       "GET",
       "/v1/peer/status",
@@ -173,6 +194,9 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = 
       }),
     ),
   )
+
+/** The most connections the peer server holds at once (moves and image fetches of a few peers). */
+export const peerMaxConnections = 1024
 
 /** The largest request body the peer server reads (a move's header is a few hundred bytes). */
 export const peerMaxBodyBytes = 64 * 1024
@@ -195,6 +219,9 @@ export const serve = (deps: PeerServerDeps, listen: { readonly port: number; rea
       // streams a body to an unauthenticated route) is cut; the body itself is capped below.
       const s = createServer({ headersTimeout: 20_000, requestTimeout: 60_000 })
       s.setTimeout(deps.idleTimeoutMs ?? peerIdleTimeoutMs)
+      // A host has a few peers: connections past this are refused at once, before any file
+      // descriptor of the agent's own (its VMs', its state file's) runs short.
+      s.maxConnections = peerMaxConnections
       return s
     }
     const ctx = yield* Layer.build(

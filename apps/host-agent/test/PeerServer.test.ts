@@ -1,3 +1,4 @@
+import { request } from "node:http"
 import { assert, describe, it } from "@effect/vitest"
 import { SimRuntime, SimWire } from "@engram/runtime"
 import { Effect } from "effect"
@@ -80,16 +81,77 @@ describe("the peer server", () => {
             }).then((r) => r.status),
           )
         assert.strictEqual(yield* post("nope", header), 401)
-        assert.strictEqual(yield* post(moveToken(SECRET, "m2", "src", "t"), header), 401)
-        assert.strictEqual(yield* post(moveToken(SECRET, "m1", "src", "other"), header), 401)
-        assert.strictEqual(yield* post(moveToken("another-fleet-secret", "m1", "src", "t"), header), 401)
-        assert.strictEqual(yield* post(moveToken(SECRET, "m1", "src", "t"), header), 200)
-        assert.strictEqual(yield* post(moveToken(SECRET, "m1", "src", "t"), { nonsense: true }), 400)
+        assert.strictEqual(yield* post(moveToken(SECRET, { ...header, moveId: "m2" }), header), 401)
+        assert.strictEqual(yield* post(moveToken(SECRET, { ...header, targetHostId: "other" }), header), 401)
+        assert.strictEqual(yield* post(moveToken("another-fleet-secret", header), header), 401)
+        // The token is bound to the session and its size: one seen for this move opens no other session, nor another size.
+        assert.strictEqual(yield* post(moveToken(SECRET, header), { ...header, sessionId: "s2" }), 401)
+        assert.strictEqual(yield* post(moveToken(SECRET, header), { ...header, memMib: 128 }), 401)
+        assert.strictEqual(yield* post(moveToken(SECRET, header), header), 200)
+        assert.strictEqual(yield* post(moveToken(SECRET, header), { nonsense: true }), 400)
         const status = (token: string) =>
           Effect.promise(() => fetch(`http://127.0.0.1:${port}/v1/peer/status`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.status))
-        assert.strictEqual(yield* status(moveToken(SECRET, "m1", "src", "t")), 401)
+        assert.strictEqual(yield* status(moveToken(SECRET, header)), 401)
         assert.strictEqual(yield* status(statusToken(SECRET, "t")), 200)
         assert.deepStrictEqual(yield* target.incoming, [])
+      }),
+    ))
+})
+
+describe("the peer server's input rules", () => {
+  it.live("a header whose ids or size break their rules is refused (400 naming the field), even under a valid token; nothing is prepared", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port, target } = yield* serveTarget
+        const prepare = (body: typeof header) =>
+          Effect.promise(async () => {
+            const r = await fetch(`http://127.0.0.1:${port}/v1/peer/moves/${encodeURIComponent(body.moveId)}/prepare`, {
+              method: "POST",
+              headers: { authorization: `Bearer ${moveToken(SECRET, body)}`, "content-type": "application/json" },
+              body: JSON.stringify(body),
+            })
+            return { status: r.status, body: (await r.json()) as Record<string, unknown> }
+          })
+        // `..` or an empty id would name the runtime's state directory's parent or itself.
+        for (const [field, value, rule] of [
+          ["sessionId", "..", "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."],
+          ["sessionId", "", "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."],
+          ["sessionId", "a/b", "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."],
+          ["sourceHostId", "s\u0000rc", "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."],
+          ["memMib", -5, "must be an integer >= 1"],
+          ["memMib", 0.5, "must be an integer >= 1"],
+          ["vcpus", 0, "must be an integer >= 1"],
+        ] as const) {
+          const answer = yield* prepare({ ...header, [field]: value })
+          assert.strictEqual(answer.status, 400, `${field}=${JSON.stringify(value)}`)
+          assert.deepStrictEqual(answer.body, { error: "InvalidInput", field, rule, in: "body" })
+        }
+        assert.deepStrictEqual(yield* target.incoming, [])
+        assert.strictEqual((yield* prepare(header)).status, 200)
+      }),
+    ))
+
+  it.live("an image request for an id that is not one is refused (400 naming it) before any token is judged; an unknown route is a JSON 404", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port } = yield* serveTarget
+        // The path as written (fetch would resolve `%2e%2e` away before sending it).
+        const get = (path: string) =>
+          Effect.promise(
+            () =>
+              new Promise<{ status: number; body: Record<string, unknown> }>((resolve, reject) => {
+                const req = request({ host: "127.0.0.1", port, path, headers: { authorization: "Bearer x" } }, (res) => {
+                  let text = ""
+                  res.on("data", (c: Buffer) => (text += c.toString()))
+                  res.on("end", () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as Record<string, unknown> }))
+                })
+                req.on("error", reject)
+                req.end()
+              }),
+          )
+        assert.deepStrictEqual(yield* get("/v1/peer/images/%2e%2e?for=h2"), { status: 400, body: { error: "InvalidInput", field: "id", rule: "must be 1-100 characters of [A-Za-z0-9._-], and not . or ..", in: "path" } })
+        assert.strictEqual((yield* get("/v1/peer/images/s1?for=h2")).status, 401)
+        assert.deepStrictEqual(yield* get("/nothing?x=1"), { status: 404, body: { error: "NotFound", message: "no peer endpoint GET /nothing" } })
       }),
     ))
 })

@@ -11,7 +11,7 @@ import { openSync, closeSync, readFileSync } from "node:fs"
 import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises"
 import { join } from "node:path"
 import { Effect, Schedule } from "effect"
-import { RuntimeError, type VmSpec } from "@engram/runtime"
+import { pathSegment, RuntimeError, type VmSpec } from "@engram/runtime"
 import type * as RamFile from "./RamFile.js"
 
 /** How the guest boots: a kernel (+ initramfs and command line) or a disk image. */
@@ -68,7 +68,7 @@ export const maxSocketPath = 107
 
 /** The files of `vmId` under `stateDir`. */
 export const pathsOf = (stateDir: string, vmId: string): VmPaths => {
-  const dir = join(stateDir, encodeURIComponent(vmId))
+  const dir = join(stateDir, pathSegment(vmId))
   const hash = createHash("sha256").update(vmId).digest("hex").slice(0, 16)
   return {
     dir,

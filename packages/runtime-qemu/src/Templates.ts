@@ -9,6 +9,7 @@
 import { readdir, readFile, rename, rm, writeFile } from "node:fs/promises"
 import { join } from "node:path"
 import { Names } from "@engram/core"
+import { pathSegment } from "@engram/runtime"
 import type { SnapshotMethod, TemplateInfo, TemplateSpec } from "@engram/runtime"
 import { Effect } from "effect"
 import type { Machine } from "./QemuProcess.js"
@@ -39,7 +40,7 @@ export const validName = (name: string): boolean => Names.isTemplateName(name)
 const filesIn = (dir: string): TemplatePaths => ({ dir, state: join(dir, "state"), ram: join(dir, "ram"), record: join(dir, "template.json") })
 
 /** The files of the template `name`. */
-export const pathsOf = (stateDir: string, name: string): TemplatePaths => filesIn(join(rootOf(stateDir), encodeURIComponent(name)))
+export const pathsOf = (stateDir: string, name: string): TemplatePaths => filesIn(join(rootOf(stateDir), pathSegment(name)))
 
 /** Where the template `name` is built before it is renamed into place. */
 export const partOf = (stateDir: string, name: string): TemplatePaths => filesIn(join(rootOf(stateDir), `.${encodeURIComponent(name)}.part`))

@@ -7,7 +7,7 @@
 import { mkdir, rm } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { Effect, Exit, Schedule, Scope } from "effect"
-import { type IncomingEndpoint, nowMs, RuntimeError, type VmSpec, type VmStatus } from "@engram/runtime"
+import { type IncomingEndpoint, nowMs, pathSegment, RuntimeError, type VmSpec, type VmStatus } from "@engram/runtime"
 import * as Qmp from "./Qmp.js"
 import type * as M from "./QemuMigration.js"
 import * as P from "./QemuProcess.js"
@@ -93,7 +93,7 @@ export const make = (s: HostSettings) =>
       Effect.map(q<{ status: string; running: boolean }>(vm, op, "query-status"), (st): VmStatus => (st.running ? "running" : "paused"))
 
     /** Where the RAM file of `vmId` lives. */
-    const ramPathFor = (vmId: string) => (s.ramDir === undefined ? P.pathsOf(s.stateDir, vmId).ram : join(s.ramDir, `${encodeURIComponent(vmId)}.ram`))
+    const ramPathFor = (vmId: string) => (s.ramDir === undefined ? P.pathsOf(s.stateDir, vmId).ram : join(s.ramDir, `${pathSegment(vmId)}.ram`))
     /** A new VM's RAM: a new file it owns (mapped snapshots), or QEMU's own memory. */
     const freshRam = (vmId: string): RamFile.RamBacking =>
       s.snapshots.method === "mapped" ? { kind: "file", path: ramPathFor(vmId), shared: true } : { kind: "anonymous" }

@@ -79,6 +79,11 @@ describe("the QEMU process", () => {
     expect(QemuProcess.pathsOf("/tmp/x", "a".repeat(100)).socket.length).toBeLessThanOrEqual(QemuProcess.maxSocketPath)
   })
 
+  it("keeps a VM's directory inside the state directory: an id of .. or . or nothing names no directory (a removal of it would take the state directory or its parent)", () => {
+    expect(QemuProcess.pathsOf("/tmp/x", "s1").dir).toBe("/tmp/x/s1")
+    for (const id of ["..", ".", ""]) expect(() => QemuProcess.pathsOf("/tmp/x", id), JSON.stringify(id)).toThrow(/cannot name a file/)
+  })
+
   it("builds the command line: TCG with a bounded translation cache, KVM with -cpu host, an incoming VM paused", () => {
     const tcg = QemuProcess.argv(spec, { boot: { kernel: "/k", initrd: "/i", append: "console=ttyS0" }, machineType: "q35", accelerator: "tcg", ramPadKib: 8 }, paths, {
       incoming: true,

@@ -7,6 +7,7 @@
 import { mkdir, readdir, readFile, rm, stat, writeFile } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { Effect } from "effect"
+import { pathSegment } from "./Paths.js"
 import type { DescentImage } from "./Runtime.js"
 
 export interface ImageStore {
@@ -35,7 +36,7 @@ export interface ImageStore {
 
 /** An image store in the directory `root`. */
 export const directory = (root: string): ImageStore => {
-  const pathFor = (vmId: string) => join(root, encodeURIComponent(vmId), "image")
+  const pathFor = (vmId: string) => join(root, pathSegment(vmId), "image")
   const tagPathOf = (vmId: string) => join(dirname(pathFor(vmId)), "descent.json")
   return {
     root,

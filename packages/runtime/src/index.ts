@@ -6,12 +6,14 @@
  *   Move        a whole move between two runtimes of one process, and the phase arithmetic
  *   ImageStore  where descents put their image files
  *   Durable     files kept across restarts and crashes: written whole and synced
+ *   pathSegment an id as a file name that stays inside its directory
  *   SimRuntime  the simulated runtime (seed 004's figures by default)
  *   SimWire     the simulated runtime's move data plane: in-process or TCP
  */
 export * as Durable from "./Durable.js"
 export * as ImageStore from "./ImageStore.js"
 export * as Move from "./Move.js"
+export { pathSegment } from "./Paths.js"
 export * as MoveGuard from "./MoveGuard.js"
 export * as Runtime from "./Runtime.js"
 export * as SimRuntime from "./SimRuntime.js"
