@@ -7,6 +7,7 @@
  */
 import { readFile, rename } from "node:fs/promises"
 import { Records } from "@engram/api"
+import { Env } from "@engram/process"
 import { Durable } from "@engram/runtime"
 import { Data, Effect, Schema } from "effect"
 
@@ -102,11 +103,24 @@ export type Loaded =
   | { readonly _tag: "Missing" }
   | { readonly _tag: "Quarantined"; readonly movedTo: string; readonly reason: string }
 
-/** Reads the state file; quarantines a corrupt one or one written for another host. */
-export const load = (path: string, hostId: string): Effect.Effect<Loaded> =>
+/**
+ * Reads the state file; quarantines a corrupt one or one written for another host. Only a file
+ * that does not exist is `Missing`: one that cannot be read (no permission, an I/O error, a
+ * directory) fails the start naming `ENGRAM_AGENT_STATE_FILE`, since starting empty would
+ * write over the VMs it records.
+ */
+export const load = (path: string, hostId: string): Effect.Effect<Loaded, Env.ConfigInvalid> =>
   Effect.gen(function* () {
-    const text = yield* Effect.tryPromise(() => readFile(path, "utf8")).pipe(Effect.option)
-    if (text._tag === "None") return { _tag: "Missing" } as const
+    const read = yield* Effect.tryPromise({ try: () => readFile(path, "utf8"), catch: (e) => e }).pipe(Effect.result)
+    if (read._tag === "Failure") {
+      const code = (read.failure as NodeJS.ErrnoException | undefined)?.code
+      if (code === "ENOENT") return { _tag: "Missing" } as const
+      return yield* new Env.ConfigInvalid({
+        component: "host agent",
+        issues: [{ variable: "ENGRAM_AGENT_STATE_FILE", rule: `cannot be read (${code ?? String(read.failure)}: ${path}); the agent starts without a state file only when none exists, since it would write over the VMs it records` }],
+      })
+    }
+    const text = { value: read.success }
     let reason: string | null = null
     let state: StateFile | null = null
     try {

@@ -27,6 +27,15 @@ describe("the local state file", () => {
       assert.strictEqual((yield* LocalState.load(join(dir(), "none.json"), "h1"))._tag, "Missing")
     }))
 
+  it.effect("a file that exists but cannot be read (here a directory) fails the load naming ENGRAM_AGENT_STATE_FILE: starting empty would write over the VMs it records", () =>
+    Effect.gen(function* () {
+      const path = dir()
+      const failed = yield* Effect.flip(LocalState.load(path, "h1"))
+      assert.strictEqual(failed._tag, "ConfigInvalid")
+      assert.strictEqual(failed.issues[0]?.variable, "ENGRAM_AGENT_STATE_FILE")
+      assert.match(failed.issues[0]?.rule ?? "", /cannot be read \(EISDIR/)
+    }))
+
   it.effect("a corrupt file is quarantined, not trusted", () =>
     Effect.gen(function* () {
       const d = dir()

@@ -179,7 +179,7 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
         const last = yield* old.residents.snapshot
         const path = join(mkdtempSync(join(tmpdir(), `engram-restart-${hostId}-`)), "state.json")
         yield* LocalState.save(path, last)
-        const loaded = yield* LocalState.load(path, hostId)
+        const loaded = yield* LocalState.load(path, hostId).pipe(Effect.orDie)
         if (loaded._tag !== "Loaded") return yield* Effect.die(new Error(`the state file of ${hostId} did not load back: ${loaded._tag}`))
         const fresh = yield* startAgent(hostId, old.runtime, loaded.state)
         built[i] = fresh
