@@ -10,7 +10,7 @@
 import { tmpdir } from "node:os"
 import { Payloads } from "@engram/api"
 import { Env, Fatal, Main } from "@engram/process"
-import { Limits } from "@engram/core"
+import { Limits, Names } from "@engram/core"
 import type { SimRuntime } from "@engram/runtime"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
 import { type AgentConfig, defaultAgentConfig } from "./Agent.js"
@@ -18,7 +18,7 @@ import type { HostAgentOptions } from "./Host.js"
 import * as Failover from "./Failover.js"
 import { defaultImageFetchMinMibPerSec } from "./ImageFetch.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
-import { noPeerUrlWarning, parsePeers, peerHostOf, peerUrlProblem } from "./PeerLink.js"
+import { noPeerUrlWarning, parsePeers, peerHostOf, peersProblem, peerUrlProblem } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
 import * as Templates from "./Templates.js"
 
@@ -92,7 +92,7 @@ const staleWindow = intOr(staleWindowVariable, Limits.defaults.heartbeatStaleWin
 const defaultSimHost = { totalMib: 16384, osMib: 1024, vcpus: 8 }
 
 const settings = {
-  hostId: Config.String("ENGRAM_HOST_ID"),
+  hostId: checkedText("ENGRAM_HOST_ID", (s) => (Names.isId(s) ? undefined : Names.idRule)),
   urls: checkedText("ENGRAM_COORDINATOR_URL", (s) => {
     const parsed = Failover.parseUrls(s)
     return "urls" in parsed ? undefined : parsed.problem
@@ -109,8 +109,8 @@ const settings = {
   staleMs: staleWindow,
   ...timingSettings,
   moveIntent: Config.schema(Schema.Literals(["0", "1"]).annotate({ message: "must be 0 or 1" }), "ENGRAM_AGENT_MOVE_INTENT").pipe(Config.withDefault("0" as const)),
-  peers: Config.String("ENGRAM_PEERS").pipe(Config.withDefault("")),
-  port: intOr("ENGRAM_AGENT_PORT", 7100, 0),
+  peers: checkedText("ENGRAM_PEERS", peersProblem).pipe(Config.withDefault("")),
+  port: intUpTo("ENGRAM_AGENT_PORT", 0, 65535, "a TCP port; 0 takes any free one").pipe(Config.withDefault(7100)),
   listenHost: Config.String("ENGRAM_AGENT_HOST").pipe(Config.withDefault("127.0.0.1")),
   sim: Config.schema(
     Schema.String.check(

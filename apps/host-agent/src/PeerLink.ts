@@ -11,7 +11,7 @@
  */
 import { Duration, Effect, Schema } from "effect"
 import { FetchHttpClient, HttpBody, HttpClient, HttpClientRequest } from "effect/http"
-import { Move as CoreMove } from "@engram/core"
+import { Move as CoreMove, Names } from "@engram/core"
 import type { IncomingEndpoint } from "@engram/runtime"
 import { moveToken, prepareProof, tokensEqual } from "./MoveToken.js"
 import { type Committed, type MoveHeader, type MoveTarget, PeerError } from "./MoveTarget.js"
@@ -211,6 +211,28 @@ export const ownPeerUrl = (peers: (hostId: string) => string | undefined, hostId
 }
 
 /** Parses `ENGRAM_PEERS` (`host-a=http://10.0.0.1:7100,host-b=http://…`). */
+/**
+ * Why `ENGRAM_PEERS` is refused, or undefined: each comma-separated entry (blank ones aside) is
+ * `<host id>=<peer URL>`, the id by the id rule, the URL by `peerUrlRule`, no host named twice.
+ */
+export const peersProblem = (text: string): string | undefined => {
+  const seen = new Set<string>()
+  for (const raw of text.split(",")) {
+    const part = raw.trim()
+    if (part === "") continue
+    const i = part.indexOf("=")
+    if (i <= 0) return `must be comma-separated <host id>=<peer URL> entries; ${JSON.stringify(part)} is not one`
+    const id = part.slice(0, i).trim()
+    const url = part.slice(i + 1).trim()
+    if (!Names.isId(id)) return `each entry's host id ${Names.idRule}; ${JSON.stringify(id)} does not`
+    if (seen.has(id)) return `names host ${id} twice`
+    seen.add(id)
+    const problem = peerUrlProblem(url)
+    if (problem !== undefined) return `host ${id}'s URL ${problem}`
+  }
+  return undefined
+}
+
 export const parsePeers = (text: string): Map<string, string> => {
   const m = new Map<string, string>()
   for (const part of text.split(",")) {

@@ -93,7 +93,7 @@ describe("host agent configuration", () => {
         "  ENGRAM_HOST_TOKEN: is required",
         '  ENGRAM_PEER_SECRET="<hidden>": must be at least 16 characters',
         '  ENGRAM_AGENT_MAX_PRECOPY_ROUNDS="1": must be an integer >= 2',
-        '  ENGRAM_AGENT_PORT="seven": must be an integer >= 0',
+        '  ENGRAM_AGENT_PORT="seven": must be an integer from 0 to 65535 (a TCP port; 0 takes any free one)',
         '  ENGRAM_SIM="{nope": must be a JSON object of simulated runtime settings',
         '  ENGRAM_AGENT_MEASURE="guess": must be proc or fixed',
       ].join("\n"),
@@ -101,10 +101,32 @@ describe("host agent configuration", () => {
     expect(error?.message).not.toContain("short-secret")
   })
 
+  it("a port past 65535, a host id outside the id rule and a malformed ENGRAM_PEERS are refused at start, naming the variable and the rule", async () => {
+    const refused = async (variables: Record<string, string>) => (await errorOf({ ...required, ...variables }))?.message.split("\n").slice(1)
+    expect(await refused({ ENGRAM_AGENT_PORT: "70000" })).toStrictEqual(['  ENGRAM_AGENT_PORT="70000": must be an integer from 0 to 65535 (a TCP port; 0 takes any free one)'])
+    expect(await refused({ ENGRAM_HOST_ID: "h 1/.." })).toStrictEqual(['  ENGRAM_HOST_ID="h 1/..": must be 1-100 characters of [A-Za-z0-9._-], and not . or ..'])
+    expect(await refused({ ENGRAM_HOST_ID: "h".repeat(101) })).toHaveLength(1)
+    for (const [peers, rule] of [
+      ["h2=notaurl", "host h2's URL"],
+      ["h2=http://10.0.0.2:7100,=http://10.0.0.3:7100", 'is not one'],
+      ["h2", '"h2" is not one'],
+      ["h2=http://10.0.0.2:7100,h2=http://10.0.0.9:7100", "names host h2 twice"],
+      ["h/2=http://10.0.0.2:7100", "each entry's host id must be 1-100 characters"],
+    ] as const) {
+      const lines = await refused({ ENGRAM_PEERS: peers })
+      expect(lines, peers).toHaveLength(1)
+      expect(lines?.[0], peers).toContain(`ENGRAM_PEERS=${JSON.stringify(peers)}: `)
+      expect(lines?.[0], peers).toContain(rule)
+    }
+    // Blank entries (a trailing comma) are no entries.
+    const o = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_PEERS: "h2=http://10.0.0.2:7100, ," }))
+    expect(o.listen).toMatchObject({ port: 7100 })
+  })
+
   it("an integer is decimal digits: hex, an exponent or a blank is refused naming the variable", async () => {
     for (const v of ["0x1c00", "7e3", " "]) {
       const error = await errorOf({ ...required, ENGRAM_AGENT_PORT: v })
-      expect(error?.message, JSON.stringify(v)).toBe(["invalid host agent configuration:", `  ENGRAM_AGENT_PORT=${JSON.stringify(v)}: must be an integer >= 0`].join("\n"))
+      expect(error?.message, JSON.stringify(v)).toBe(["invalid host agent configuration:", `  ENGRAM_AGENT_PORT=${JSON.stringify(v)}: must be an integer from 0 to 65535 (a TCP port; 0 takes any free one)`].join("\n"))
     }
     const o = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_PORT: "7200" }))
     expect(o.listen).toMatchObject({ port: 7200 })
@@ -271,7 +293,7 @@ describe("host agent configuration", () => {
     const rule = (windowMs: number) => `must be less than ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${windowMs}): a host that heartbeats less often goes stale between its heartbeats`
     const equal = await errorOf({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "30000", ENGRAM_AGENT_HEARTBEAT_MS: "30000", ENGRAM_AGENT_PORT: "seven" })
     expect(equal?.message).toBe(
-      ["invalid host agent configuration:", '  ENGRAM_AGENT_PORT="seven": must be an integer >= 0', `  ENGRAM_AGENT_HEARTBEAT_MS="30000": ${rule(30_000)}`].join("\n"),
+      ["invalid host agent configuration:", '  ENGRAM_AGENT_PORT="seven": must be an integer from 0 to 65535 (a TCP port; 0 takes any free one)', `  ENGRAM_AGENT_HEARTBEAT_MS="30000": ${rule(30_000)}`].join("\n"),
     )
     // The coordinator's default window when the agent is not told another.
     const overDefault = await errorOf({ ...required, ENGRAM_AGENT_HEARTBEAT_MS: "120000" })
@@ -464,7 +486,7 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
     for (const bad of ["10.0.0.1:7100", "ftp://10.0.0.1/", "http://user:pw@10.0.0.1:7100", "http://10.0.0.1:7100/?x=1", "http://10.0.0.1:7100/#x", "http://0.0.0.0:7100", "http://[::]:7100", " http://10.0.0.1:7100", "http://10.0.0.1:7100/\u0001"]) {
       const error = await errorOf({ ...required, ENGRAM_AGENT_PEER_URL: bad, ENGRAM_AGENT_PORT: "seven" })
       expect(error?.issues.map((i) => [i.variable, i.rule]), bad).toEqual([
-        ["ENGRAM_AGENT_PORT", "must be an integer >= 0"],
+        ["ENGRAM_AGENT_PORT", "must be an integer from 0 to 65535 (a TCP port; 0 takes any free one)"],
         ["ENGRAM_AGENT_PEER_URL", peerRule],
       ])
     }
