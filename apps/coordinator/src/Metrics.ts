@@ -111,6 +111,8 @@ export interface MetricsShape {
   readonly reaperLeader: Gauge
   /** Seconds since this replica last saw the reaper's lease renewed or taken (`Leadership.unrenewedMs`), as of its last lease check; 0 with one process. */
   readonly leaseUnrenewed: Gauge
+  /** The database's clock less this replica's, seconds, as its last lease check measured it (`Leadership.clockSkewMs`); 0 with one process. */
+  readonly clockSkew: Gauge
   readonly reaperLeaderChecks: Counter
   readonly moves: Counter<{ readonly outcome: MoveEnd }>
   /**
@@ -308,6 +310,11 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         "Seconds since this replica last saw the reaper's lease renewed or taken, by itself or another replica, as of its last lease check (0 with an embedded store). Above the lease duration on every replica: no replica leads.",
       )
       leaseUnrenewed.set(0)
+      const clockSkew = gauge(
+        "engram_clock_skew_seconds",
+        "The database's clock less this replica's, seconds, as its last lease check measured it (0 with an embedded store). Reservations' heartbeats are stamped and judged stale on the replicas' clocks: keep every replica within a few seconds of the database (NTP).",
+      )
+      clockSkew.set(0)
       passHistogram.valueUnsafe(context)
       yield* registerProcessMetrics(context)
 
@@ -342,6 +349,7 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
           "History the reaper's retention deleted (ended more than ENGRAM_RETENTION_MS ago), by kind: sessions (ended), events (of those sessions), moves (committed or aborted), pairs (host pairs with no recent commit).",
         ),
         reaperLeader,
+        clockSkew,
         leaseUnrenewed,
         reaperLeaderChecks: counter("engram_reaper_leader_checks_total", "Reaper ticks: each takes or confirms the leader lock, leader or not.", true),
         moves: counter("engram_moves_total", "Moves by outcome (committed, downtime, aborted, timeout, commit_pending)."),

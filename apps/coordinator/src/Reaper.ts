@@ -390,6 +390,37 @@ const adminTokenCheck = (own: string) => {
   }
 }
 
+/** A replica's clock this far from the database's (ms) is warned about (`clockSkewCheck`). */
+export const clockSkewWarnMs = 5_000
+
+/**
+ * Warns once when this replica's clock is `clockSkewWarnMs` or more from the database's (as the
+ * lease measured it), and says so again once it is back within half of that. Heartbeats of
+ * reservations are stamped on the clock of the replica an agent reaches, and the leader judges
+ * them stale on its own: a replica a minute or two behind makes live hosts look stale (their
+ * sessions lost after the stale window), one ahead keeps dead hosts' entries.
+ */
+export const clockSkewCheck = () => {
+  let warned = false
+  return (skewMs: number | null): Effect.Effect<void> => {
+    if (skewMs === null) return Effect.void
+    const off = Math.abs(skewMs)
+    if (!warned && off >= clockSkewWarnMs) {
+      warned = true
+      return Effect.logWarning(
+        `this replica's clock is ${(off / 1000).toFixed(1)} s ${skewMs > 0 ? "behind" : "ahead of"} the database's: reservations' heartbeats are stamped and judged stale on the replicas' clocks, ` +
+          "so live hosts may look stale (their sessions lost after the stale window) or dead ones live. Keep every replica's clock synchronized (NTP)",
+        { clockSkewMs: Math.round(skewMs) },
+      )
+    }
+    if (warned && off < clockSkewWarnMs / 2) {
+      warned = false
+      return Effect.logInfo("this replica's clock agrees with the database's again", { clockSkewMs: Math.round(skewMs) })
+    }
+    return Effect.void
+  }
+}
+
 /**
  * The reaper loop: the lease renewed (or watched) every `leaseRetryMs`, and every
  * `reaperIntervalMs` one pass while this replica leads. The two loops are apart so that a long
@@ -402,12 +433,16 @@ export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | 
     const leader = yield* Leader
     const metrics = yield* Metrics
     const tokenCheck = adminTokenCheck((yield* AdminToken).fingerprint)
+    const skewCheck = clockSkewCheck()
     let wasLeader = false
     const lease = Effect.gen(function* () {
       const leading = yield* leader.tick
       yield* tokenCheck(leader.leaderAdminTokenHash?.() ?? null)
       metrics.reaperLeader.set(leading ? 1 : 0)
       metrics.leaseUnrenewed.set((leader.unrenewedMs?.() ?? 0) / 1000)
+      const skewMs = leader.clockSkewMs?.() ?? null
+      metrics.clockSkew.set((skewMs ?? 0) / 1000)
+      yield* skewCheck(skewMs)
       metrics.reaperLeaderChecks.inc()
       if (leading !== wasLeader) {
         wasLeader = leading

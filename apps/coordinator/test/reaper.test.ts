@@ -3,7 +3,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Limits } from "@engram/core"
 import { Config, Leader, Metrics, Notifier, reaperPass, Settings } from "@engram/coordinator"
 import { defaultTriggerWindowMs, Trigger } from "@engram/reaper"
-import { ReactAtOnce } from "../src/Reaper.js"
+import { clockSkewCheck, ReactAtOnce } from "../src/Reaper.js"
 import { Changes, Store } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer, Logger } from "effect"
@@ -245,4 +245,21 @@ describe("reaperPass", () => {
       assert.deepStrictEqual(yield* store.listSessions(), [])
       assert.deepStrictEqual([metrics.reaperPruned.get({ kind: "sessions" }), metrics.reaperPruned.get({ kind: "events" })], [2, 6])
     }).pipe(Effect.provide(services(StoreSim.layer({ limits: longLived })))))
+})
+
+describe("the clock skew check", () => {
+  it.effect("warns once when this replica's clock is 5 s or more from the database's, says so again when back within 2.5 s; nothing unmeasured", () => {
+    const lines: string[] = []
+    const capture = Logger.layer([
+      Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`)),
+    ])
+    return Effect.gen(function* () {
+      const check = clockSkewCheck()
+      for (const skew of [null, 1_000, -4_999, 90_000, 120_000, 3_000, 2_400, -6_000]) yield* check(skew)
+      assert.strictEqual(lines.length, 3, lines.join("\n"))
+      assert.match(lines[0] ?? "", /^Warn this replica's clock is 90\.0 s behind the database's: .*live hosts may look stale/)
+      assert.strictEqual(lines[1], "Info this replica's clock agrees with the database's again")
+      assert.match(lines[2] ?? "", /^Warn this replica's clock is 6\.0 s ahead of the database's/)
+    }).pipe(Effect.provide(capture))
+  })
 })

@@ -78,6 +78,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     readonly leaderUrl: () => string | null
     readonly leaderAdminTokenHash: () => string | null
     readonly unrenewedMs: () => number
+    readonly clockSkewMs: () => number | null
   },
   never,
   Scope.Scope
@@ -113,8 +114,25 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     /** Set by `giveUp`: this replica is stopping and takes no part any more. */
     let stopped = false
 
+    /** The database's clock less this replica's, as the last lease query that read it showed (null: none yet). */
+    let skewMs: number | null = null
+
     const isLeader = () => epoch !== null && clock.currentTimeMillisUnsafe() - renewedAt < times.renewDeadlineMs
-    const query = (statement: ReturnType<typeof sql>) => db.pool.query(statement).pipe(Effect.timeout(timeout))
+    // Each query that answers the database's clock (`dbNow`) measures this replica's against it,
+    // taken at the middle of the round trip.
+    const query = (statement: ReturnType<typeof sql>) =>
+      Effect.suspend(() => {
+        const before = clock.currentTimeMillisUnsafe()
+        return db.pool.query(statement).pipe(
+          Effect.timeout(timeout),
+          Effect.tap((rows) =>
+            Effect.sync(() => {
+              const dbNow = rows[0]?.["dbNow"]
+              if (dbNow !== undefined && dbNow !== null) skewMs = Number(dbNow) - (before + clock.currentTimeMillisUnsafe()) / 2
+            }),
+          ),
+        )
+      })
     const confirm = (e: number, renewals: number, at: number) => {
       epoch = e
       renewedAt = at
@@ -123,12 +141,12 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       confirmed = { holder, epoch: e, renewals, durationMs: times.leaseDurationMs, url: null, adminTokenHash: null }
     }
 
-    const readRow = query(sql`select holder, epoch, renewals, lease_duration_ms, url, admin_token_hash from leases where name = ${name}`).pipe(
+    const readRow = query(sql`select holder, epoch, renewals, lease_duration_ms, url, admin_token_hash, ${dbNow} from leases where name = ${name}`).pipe(
       Effect.map((rows) => rowOf(rows[0])),
     )
     const renew = (held: number, renewals: number | null) =>
       query(sql`update leases set renewals = renewals + 1, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}, admin_token_hash = ${adminTokenHash()}
-          where name = ${name} and holder = ${holder} and epoch = ${held} ${renewals === null ? sql`` : sql`and renewals = ${renewals}`} returning renewals`).pipe(
+          where name = ${name} and holder = ${holder} and epoch = ${held} ${renewals === null ? sql`` : sql`and renewals = ${renewals}`} returning renewals, ${dbNow}`).pipe(
         Effect.map((rows) => (rows.length === 1 ? Number(rows[0]?.["renewals"]) : null)),
       )
     /** Past its renew deadline: a holder that cannot renew for sure gives the lease up (see the module's comment). */
@@ -184,7 +202,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
         yield* Effect.logWarning("lease lost: another replica holds it", { lease: name, holder: row?.holder ?? null, epoch: row?.epoch ?? null, replica: holder, lostEpoch })
       if (row === null) {
         const inserted = yield* query(sql`insert into leases (name, holder, epoch, renewals, lease_duration_ms, url, admin_token_hash)
-          values (${name}, ${holder}, 1, 0, ${times.leaseDurationMs}, ${advertise()}, ${adminTokenHash()}) on conflict (name) do nothing returning epoch`)
+          values (${name}, ${holder}, 1, 0, ${times.leaseDurationMs}, ${advertise()}, ${adminTokenHash()}) on conflict (name) do nothing returning epoch, ${dbNow}`)
         if (inserted.length === 1) confirm(1, 0, now)
         return isLeader()
       }
@@ -198,7 +216,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       // Alive while it changes; unchanged for the holder's whole lease: taken over, if still as seen.
       if (now - seenAt < row.durationMs) return false
       const taken = yield* query(sql`update leases set holder = ${holder}, epoch = epoch + 1, renewals = 0, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}, admin_token_hash = ${adminTokenHash()}
-        where name = ${name} and epoch = ${row.epoch} and renewals = ${row.renewals} returning epoch`)
+        where name = ${name} and epoch = ${row.epoch} and renewals = ${row.renewals} returning epoch, ${dbNow}`)
       if (taken.length === 1) {
         confirm(Number(taken[0]?.["epoch"]), 0, now)
         yield* Effect.logInfo("lease taken over", { lease: name, holder, epoch, from: row.holder })
@@ -259,9 +277,13 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       leaderUrl: () => (isLeader() ? advertise() : epoch === null ? holderUrl : null),
       leaderAdminTokenHash: () => (isLeader() ? adminTokenHash() : epoch === null ? holderAdminTokenHash : null),
       unrenewedMs: () => Math.max(0, clock.currentTimeMillisUnsafe() - changedAt),
+      clockSkewMs: () => skewMs,
       giveUp,
     }
   })
+
+/** The database's clock, epoch ms, as a lease query answers it. */
+const dbNow = sql.raw(`(extract(epoch from clock_timestamp()) * 1000)::float8 as "dbNow"`)
 
 /** A holder id when none is given. */
 const randomHolder = (): string => `replica-${Math.random().toString(36).slice(2, 12)}`

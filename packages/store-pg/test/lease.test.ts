@@ -188,6 +188,29 @@ describe("a lease on a real PostgreSQL (TestClock)", () => {
   )
 })
 
+describe("the lease measures this replica's clock against the database's", () => {
+  it.effect("clockSkewMs: none before a check; after one, the database's clock less this replica's (here a minute behind)", () =>
+    Effect.gen(function* () {
+      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      const db = yield* PostgresJs.open({ url: database.url, poolSize: 2 })
+      const a = yield* Lease.make(db, { ...times, holder: "a" })
+      expect(a.clockSkewMs()).toBeNull()
+      // This replica's clock a minute behind the real one (the database's).
+      yield* TestClock.setTime(Date.now() - 60_000)
+      expect(yield* a.tick).toBe(true)
+      const first = a.clockSkewMs() ?? Number.NaN
+      expect(first).toBeGreaterThan(55_000)
+      expect(first).toBeLessThan(65_000)
+      // A minute ahead: the renewal measures it again.
+      yield* TestClock.setTime(Date.now() + 60_000)
+      expect(yield* a.tick).toBe(true)
+      const second = a.clockSkewMs() ?? Number.NaN
+      expect(second).toBeLessThan(-55_000)
+      expect(second).toBeGreaterThan(-65_000)
+    }),
+  )
+})
+
 describe("the lease's connection is named for the operator", () => {
   it.effect("pg_stat_activity shows it as engram-lease <holder>, not postgres.js", () =>
     Effect.gen(function* () {

@@ -68,6 +68,13 @@ export interface LeadershipShape {
    */
   readonly unrenewedMs?: (() => number) | undefined
   /**
+   * The database's clock less this replica's (ms), as its last lease check measured it (null:
+   * not measured yet). Reservations' heartbeats are stamped, and judged stale, on the replicas'
+   * own clocks: a replica far off makes live hosts look stale, or stale ones live. Absent: one
+   * process (one clock).
+   */
+  readonly clockSkewMs?: (() => number | null) | undefined
+  /**
    * Gives the lease up now, for good (a replica that is stopping): it no longer leads nor takes
    * the lease again, and another replica may take it at its next check instead of after a whole
    * lease. Never fails (a lease it cannot write is taken over after its lease, as a crashed
