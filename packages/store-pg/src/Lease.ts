@@ -1,7 +1,9 @@
 /**
  * Leadership on PostgreSQL (SPEC §13), `@engram/store`'s `Leadership`: a lease row per name
- * (`leases`: holder, epoch, renewals, the holder's lease duration). Time is Effect's `Clock`;
- * no two replicas' clocks are compared, as in client-go's leaderelection:
+ * (`leases`: holder, epoch, renewals, the holder's lease duration). Time is the monotonic time
+ * of Effect's `Clock` (a step of the wall clock moves no deadline); no two replicas' clocks are
+ * compared, as in client-go's leaderelection (each check also measures the wall clock against
+ * the database's, `clockSkewMs`, for the operator):
  *
  * - the holder renews by bumping `renewals` where it is still the holder at its epoch; it acts
  *   only until `renewDeadlineMs` after its last renewal, so a holder that cannot renew (frozen,
@@ -94,6 +96,9 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     const holder = options.holder ?? randomHolder()
     const timeout = Duration.millis(options.queryTimeoutMs ?? defaultQueryTimeoutMs)
     const clock = yield* Clock.Clock
+    // The lease's own times (renewals, what was seen when, the deadline) on the monotonic clock:
+    // a step of the wall clock (NTP, an operator) neither extends nor ends a leadership.
+    const elapsedMs = () => Number(clock.monotonicTimeNanosUnsafe() / 1_000_000n)
     const advertise = options.advertise ?? (() => null)
     const adminTokenHash = options.adminTokenHash ?? (() => null)
     /** The holder's address and admin token fingerprint as last read (another replica's), or null. */
@@ -109,7 +114,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     /** The row as this replica's last renewal or takeover left it (while it holds the lease). */
     let confirmed: Row | null = null
     /** When this replica last saw the lease renewed or taken, by itself or another (`unrenewedMs`); first, when it began watching. */
-    let changedAt = clock.currentTimeMillisUnsafe()
+    let changedAt = elapsedMs()
 
     /** Set by `giveUp`: this replica is stopping and takes no part any more. */
     let stopped = false
@@ -117,7 +122,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     /** The database's clock less this replica's, as the last lease query that read it showed (null: none yet). */
     let skewMs: number | null = null
 
-    const isLeader = () => epoch !== null && clock.currentTimeMillisUnsafe() - renewedAt < times.renewDeadlineMs
+    const isLeader = () => epoch !== null && elapsedMs() - renewedAt < times.renewDeadlineMs
     // Each query that answers the database's clock (`dbNow`) measures this replica's against it,
     // taken at the middle of the round trip.
     const query = (statement: ReturnType<typeof sql>) =>
@@ -154,7 +159,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
 
     const attempt = Effect.gen(function* () {
       if (stopped) return false
-      const now = yield* Clock.currentTimeMillis
+      const now = elapsedMs()
       /** The epoch this replica held until this attempt found it lost (null: none lost). */
       let lostEpoch: number | null = null
       /** The row as read by this attempt, if it read it already. */
@@ -238,7 +243,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
           // leader). A refused or broken connection sent nothing that can land later: the holder
           // keeps its epoch and, once the database answers, renews the row it reads as its own.
           const timedOut = cause.reasons.some((r) => Cause.isFailReason(r) && Cause.isTimeoutError(r.error))
-          if (timedOut && pastDeadline(yield* Clock.currentTimeMillis)) {
+          if (timedOut && pastDeadline(elapsedMs())) {
             yield* Effect.logWarning("lease given up: not renewed within its renew deadline and its last renewal may still land; watching it like any other replica", {
               lease: name,
               replica: holder,
@@ -276,7 +281,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       fence: (): Fence | null => (isLeader() && epoch !== null ? { name, epoch } : null),
       leaderUrl: () => (isLeader() ? advertise() : epoch === null ? holderUrl : null),
       leaderAdminTokenHash: () => (isLeader() ? adminTokenHash() : epoch === null ? holderAdminTokenHash : null),
-      unrenewedMs: () => Math.max(0, clock.currentTimeMillisUnsafe() - changedAt),
+      unrenewedMs: () => Math.max(0, elapsedMs() - changedAt),
       clockSkewMs: () => skewMs,
       giveUp,
     }

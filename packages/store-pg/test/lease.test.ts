@@ -188,6 +188,40 @@ describe("a lease on a real PostgreSQL (TestClock)", () => {
   )
 })
 
+describe("the lease keeps its times on the monotonic clock", () => {
+  it.live("a step of the wall clock neither ends a leadership (forward) nor extends it past the renew deadline (back)", () =>
+    Effect.gen(function* () {
+      // A clock whose wall time and monotonic time move apart, as a stepped wall clock does.
+      let wall = Date.now()
+      let mono = 1_000_000
+      const live = yield* Clock.Clock
+      const stepped: Clock.Clock = {
+        sleep: (d) => live.sleep(d),
+        currentTimeMillisUnsafe: () => wall,
+        currentTimeMillis: Effect.sync(() => wall),
+        currentTimeNanosUnsafe: () => BigInt(wall) * 1_000_000n,
+        currentTimeNanos: Effect.sync(() => BigInt(wall) * 1_000_000n),
+        monotonicTimeNanosUnsafe: () => BigInt(mono) * 1_000_000n,
+        monotonicTimeNanos: Effect.sync(() => BigInt(mono) * 1_000_000n),
+      }
+      const db = yield* Pglite.open()
+      const a = yield* Lease.make(db, { ...times, holder: "a" }).pipe(Effect.provideService(Clock.Clock, stepped))
+      expect(yield* a.tick.pipe(Effect.provideService(Clock.Clock, stepped))).toBe(true)
+      // The wall clock jumps a minute ahead: still the leader, its renew deadline untouched.
+      wall += 60_000
+      expect(a.isLeader()).toBe(true)
+      // Then two minutes back, and 11 s pass without a renewal (a holder cut off): past its deadline.
+      wall -= 120_000
+      expect(a.isLeader()).toBe(true)
+      wall += times.renewDeadlineMs + 1_000
+      mono += times.renewDeadlineMs + 1_000
+      expect(a.isLeader()).toBe(false)
+      expect(a.fence()).toBeNull()
+      expect(a.unrenewedMs()).toBe(times.renewDeadlineMs + 1_000)
+    }).pipe(Effect.scoped),
+  )
+})
+
 describe("the lease measures this replica's clock against the database's", () => {
   it.effect("clockSkewMs: none before a check; after one, the database's clock less this replica's (here a minute behind)", () =>
     Effect.gen(function* () {
