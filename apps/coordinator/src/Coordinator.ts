@@ -31,6 +31,7 @@ import { Forwarder, PeerLive } from "./Forward.js"
 import type { Options as FleetHistoryOptions } from "./FleetHistory.js"
 import { HandlersLive } from "./Handlers.js"
 import { defectReporter, edge, onClientError, pathParamMaxLength, routeLabeler } from "./HttpEdge.js"
+import * as SocketGuard from "./SocketGuard.js"
 import { InputErrorsLive } from "./HttpErrors.js"
 import { always as leaderAlways, Leader, postgres as leaderPostgres } from "./Leader.js"
 import { LongPolls } from "./LongPolls.js"
@@ -153,10 +154,16 @@ export const listenQueueWarning = (somaxconn: number | undefined): string | unde
       `raise it (sysctl -w net.core.somaxconn=${listenBacklog})`
 const keepAliveTimeoutBufferMs = 5_000
 
+/** How long a request may take to arrive whole (headers and body), ms; at least the headers' bound. */
+const requestTimeoutMs = 120_000
+
 const keepingAlive = (server: Server, keepAliveMs: number): Server => {
   server.keepAliveTimeout = keepAliveMs
   ;(server as Server & { keepAliveTimeoutBuffer?: number }).keepAliveTimeoutBuffer = keepAliveTimeoutBufferMs
   server.headersTimeout = keepAliveMs + keepAliveTimeoutBufferMs + 1000
+  // A whole request (headers and body) within 2 minutes (Node's default is 5): receiving only,
+  // so answers held for long (waits, moves) are not cut.
+  server.requestTimeout = Math.max(requestTimeoutMs, server.headersTimeout)
   return server
 }
 
@@ -324,7 +331,7 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       Layer.provideMerge(
         NodeHttpServer.layer(
           // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
-          () => keepingAlive(createServer(), config.httpKeepAliveMs).on("clientError", onClientError(metrics)),
+          () => SocketGuard.guard(keepingAlive(createServer(), config.httpKeepAliveMs).on("clientError", onClientError(metrics))),
           { port: config.port, host: config.host, backlog: listenBacklog, gracefulShutdownTimeout: "10 seconds" },
         ),
       ),

@@ -113,11 +113,12 @@ export const SessionsHandlers = HandlerGroup.make(
 
     return HttpApiBuilder.group(EngramApi, "sessions", (h) =>
       h
-        .handle("create", ({ payload }) =>
-          withNotices(
+        .handle("create", ({ payload }) => {
+          const id = payload.id ?? randomUUID()
+          return withNotices(
             api(
               forwarder.create({
-                id: payload.id ?? randomUUID(),
+                id,
                 budget: { memMib: payload.memMib, vcpus: payload.vcpus },
                 affinity: payload.affinity,
                 onNoRoom: payload.onNoRoom,
@@ -131,9 +132,16 @@ export const SessionsHandlers = HandlerGroup.make(
               Tracing.annotate(span, { "engram.session.id": o.session.id, "engram.outcome": o._tag === "Placed" ? "placed" : "queued", "engram.host.id": o.session.hostId ?? "" }),
             ),
             Effect.map(placeAnswer),
+            // A create whose id this coordinator chose may have committed before its store call
+            // failed or timed out: the 503 names that id, so a retry with it is answered, not repeated.
+            Effect.mapError((e) =>
+              payload.id === undefined && e instanceof ServiceUnavailable
+                ? new ServiceUnavailable({ ...e, message: `${e.message}; this create's session id was ${id}: retry with "id": "${id}" so that a create that did commit is answered, not made twice` })
+                : e,
+            ),
             span("engram.session.create", { attributes: { "engram.budget.mem_mib": payload.memMib, "engram.budget.vcpus": payload.vcpus } }),
-          ),
-        )
+          )
+        })
         .handle("list", ({ query }) =>
           Effect.gen(function* () {
             // A host agent may list its own host's sessions; anything else is the admin's.
