@@ -1,6 +1,8 @@
 /**
  * Bounds on what one client connection can hold at the HTTP edge, below the Effect server
- * (Node's `http.Server` events), for clients that misbehave rather than die:
+ * (Node's `http.Server` events), for clients that misbehave rather than die. Nothing here runs
+ * per ordinary request beyond one check: the work is per pipelined request, per connection, and
+ * one sweep of the connections every half `stalledWriteMs`.
  *
  * - **Pipelining.** Node dispatches every request a connection pipelines at once and queues
  *   their answers in memory until the earlier ones are written: one unauthenticated connection
@@ -12,39 +14,52 @@
  *   not wait for answers nobody will read).
  * - **Stalled writes.** A client that stops reading an answer (its window closed) keeps the
  *   socket for ever (`server.timeout` is 0: long-polls and move waits legitimately hold an answer
- *   for up to an hour). A connection whose answer has bytes waiting and nothing moved for
+ *   for up to an hour). A connection with bytes waiting to be written and none written for
  *   `stalledWriteMs` is closed; an idle wait (nothing to write) is not.
  * - **`Upgrade`.** A request that asks to upgrade leaves Node's header and request timeouts
  *   (the socket is handed to the `upgrade` listener the Effect server keeps). The API upgrades
  *   nothing: such a socket is closed after `upgradeIdleMs` without traffic.
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http"
+import type { Socket } from "node:net"
 import type { Duplex } from "node:stream"
 
 export interface SocketGuardOptions {
-  /** Unfinished answers one connection may have at once (1: no pipelining past the answer being written). */
+  /** Unfinished answers one connection may have at once (the one being written and those queued behind it). */
   readonly maxInFlight: number
-  /** How long an answer's bytes may wait unread before the connection is closed, ms. */
+  /** How long a connection's bytes may wait unwritten, with none written, before it is closed, ms. */
   readonly stalledWriteMs: number
   /** How long an upgrade's socket may be idle before it is closed, ms. */
   readonly upgradeIdleMs: number
+  /** The time, ms (default `performance.now`). */
+  readonly now?: (() => number) | undefined
 }
 
 /** The defaults: 4 answers in flight per connection; 60 s of a stalled write; 30 s of an idle upgrade. */
 export const defaultSocketGuard: SocketGuardOptions = { maxInFlight: 4, stalledWriteMs: 60_000, upgradeIdleMs: 30_000 }
 
+/** Bytes a socket still has to write, as libuv sees them (they shrink while the peer reads), else as the stream does. */
+const unwritten = (socket: Socket): number => {
+  const queued = (socket as Socket & { readonly _handle?: { readonly writeQueueSize?: unknown } | null })._handle?.writeQueueSize
+  return typeof queued === "number" ? queued + socket.writableLength : socket.writableLength
+}
+
 /** Adds the guards to `server` (before its other listeners); answers it. */
 export const guard = <S extends Server>(server: S, options: SocketGuardOptions = defaultSocketGuard): S => {
-  const open = new WeakMap<Duplex, Set<ServerResponse>>()
+  const now = options.now ?? (() => performance.now())
+  // Answers queued behind the one a connection is writing (pipelined), by connection.
+  const queued = new WeakMap<Duplex, Set<ServerResponse>>()
   server.prependListener("request", (req: IncomingMessage, res: ServerResponse) => {
+    // An ordinary request has the connection to itself: nothing to do.
+    if (res.socket !== null) return
     const socket = req.socket
-    let answers = open.get(socket)
-    if (answers === undefined) {
+    let behind = queued.get(socket)
+    if (behind === undefined) {
       const created = new Set<ServerResponse>()
-      answers = created
-      open.set(socket, created)
+      behind = created
+      queued.set(socket, created)
       socket.once("close", () => {
-        // The answers still queued behind the one Node told: told here, once each.
+        // Node told the answer attached to the connection; these, queued behind it, are told here.
         for (const r of created) {
           if (r.writableEnded || r.socket !== null) continue
           r.destroy()
@@ -53,17 +68,39 @@ export const guard = <S extends Server>(server: S, options: SocketGuardOptions =
         created.clear()
       })
     }
-    const set = answers
+    const set = behind
     set.add(res)
-    const done = () => void set.delete(res)
-    res.once("finish", done)
-    res.once("close", done)
-    // Bytes waiting unread with nothing moving: the client stopped reading.
-    res.setTimeout(options.stalledWriteMs, () => {
-      if (socket.writableLength > 0) socket.destroy()
-    })
-    if (set.size > options.maxInFlight) socket.destroy()
+    const attached = () => void set.delete(res)
+    res.once("socket", attached)
+    res.once("close", attached)
+    // The answer being written, and those queued behind it.
+    if (set.size + 1 > options.maxInFlight) socket.destroy()
   })
+
+  // Stalled writes: one sweep of the open connections every half bound.
+  const open = new Set<Socket>()
+  const marks = new WeakMap<Socket, { readonly unwritten: number; readonly since: number }>()
+  server.on("connection", (socket: Socket) => {
+    open.add(socket)
+    socket.once("close", () => open.delete(socket))
+  })
+  const sweep = () => {
+    const t = now()
+    for (const socket of open) {
+      const left = socket.writableLength === 0 ? 0 : unwritten(socket)
+      if (left === 0) {
+        marks.delete(socket)
+        continue
+      }
+      const mark = marks.get(socket)
+      if (mark === undefined || mark.unwritten !== left) marks.set(socket, { unwritten: left, since: t })
+      else if (t - mark.since >= options.stalledWriteMs) socket.destroy()
+    }
+  }
+  const timer = setInterval(sweep, Math.max(10, Math.floor(options.stalledWriteMs / 2)))
+  timer.unref()
+  server.once("close", () => clearInterval(timer))
+
   server.prependListener("upgrade", (_req: IncomingMessage, socket: Duplex) => {
     if ("setTimeout" in socket && typeof socket.setTimeout === "function") socket.setTimeout(options.upgradeIdleMs, () => socket.destroy())
   })
