@@ -177,6 +177,17 @@ const registerProcessMetrics = (context: Context.Context<never>) =>
           return 0
         }
       }
+      // At the file-descriptor limit `process.memoryUsage()` throws (EMFILE: it opens /proc):
+      // the scrape answers the last figures read rather than failing whole.
+      let lastMemory: NodeJS.MemoryUsage = process.memoryUsage()
+      const memory = (): NodeJS.MemoryUsage => {
+        try {
+          lastMemory = process.memoryUsage()
+        } catch {
+          // the last figures
+        }
+        return lastMemory
+      }
       const registrations = [
         counter("process_cpu_user_seconds_total", "User CPU time spent, seconds.", () => process.cpuUsage().user / 1e6),
         counter("process_cpu_system_seconds_total", "System CPU time spent, seconds.", () => process.cpuUsage().system / 1e6),
@@ -184,12 +195,12 @@ const registerProcessMetrics = (context: Context.Context<never>) =>
           const u = process.cpuUsage()
           return (u.user + u.system) / 1e6
         }),
-        gauge("process_resident_memory_bytes", "Resident memory size, bytes.", () => process.memoryUsage().rss),
+        gauge("process_resident_memory_bytes", "Resident memory size, bytes.", () => memory().rss),
         gauge("process_start_time_seconds", "Start time of the process since the Unix epoch, seconds.", () => startedAt),
         gauge("process_open_fds", "Open file descriptors.", openFds),
-        gauge("nodejs_heap_size_total_bytes", "V8 heap size, bytes.", () => process.memoryUsage().heapTotal),
-        gauge("nodejs_heap_size_used_bytes", "V8 heap used, bytes.", () => process.memoryUsage().heapUsed),
-        gauge("nodejs_external_memory_bytes", "Memory of C++ objects bound to JavaScript objects, bytes.", () => process.memoryUsage().external),
+        gauge("nodejs_heap_size_total_bytes", "V8 heap size, bytes.", () => memory().heapTotal),
+        gauge("nodejs_heap_size_used_bytes", "V8 heap used, bytes.", () => memory().heapUsed),
+        gauge("nodejs_external_memory_bytes", "Memory of C++ objects bound to JavaScript objects, bytes.", () => memory().external),
         gauge("nodejs_eventloop_lag_p99_seconds", "The 99th percentile of the event loop's delay since start, seconds.", () => lag.percentile(99) / 1e9),
         gauge("nodejs_eventloop_lag_max_seconds", "The largest event loop delay since start, seconds.", () => lag.max / 1e9),
       ]
