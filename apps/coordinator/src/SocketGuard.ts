@@ -16,9 +16,10 @@
  *   socket for ever (`server.timeout` is 0: long-polls and move waits legitimately hold an answer
  *   for up to an hour). A connection with bytes waiting to be written and none written for
  *   `stalledWriteMs` is closed; an idle wait (nothing to write) is not.
- * - **`Upgrade`.** A request that asks to upgrade leaves Node's header and request timeouts
- *   (the socket is handed to the `upgrade` listener the Effect server keeps). The API upgrades
- *   nothing: such a socket is closed after `upgradeIdleMs` without traffic.
+ * - **`Upgrade`.** A request that asks to upgrade left Node's header and request timeouts (the
+ *   socket was handed to the `upgrade` listener the Effect server keeps, and its body read with
+ *   no deadline). The API upgrades nothing: Node is told of no `upgrade` listener, so it serves
+ *   such a request as an ordinary one (a `curl --http2` to an `http://` URL sends `Upgrade: h2c`).
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http"
 import type { Socket } from "node:net"
@@ -29,14 +30,12 @@ export interface SocketGuardOptions {
   readonly maxInFlight: number
   /** How long a connection's bytes may wait unwritten, with none written, before it is closed, ms. */
   readonly stalledWriteMs: number
-  /** How long an upgrade's socket may be idle before it is closed, ms. */
-  readonly upgradeIdleMs: number
   /** The time, ms (default `performance.now`). */
   readonly now?: (() => number) | undefined
 }
 
-/** The defaults: 4 answers in flight per connection; 60 s of a stalled write; 30 s of an idle upgrade. */
-export const defaultSocketGuard: SocketGuardOptions = { maxInFlight: 4, stalledWriteMs: 60_000, upgradeIdleMs: 30_000 }
+/** The defaults: 4 answers in flight per connection; 60 s of a stalled write. */
+export const defaultSocketGuard: SocketGuardOptions = { maxInFlight: 4, stalledWriteMs: 60_000 }
 
 /** Bytes a socket still has to write, as libuv sees them (they shrink while the peer reads), else as the stream does. */
 const unwritten = (socket: Socket): number => {
@@ -79,7 +78,7 @@ export const guard = <S extends Server>(server: S, options: SocketGuardOptions =
 
   // Stalled writes: one sweep of the open connections every half bound.
   const open = new Set<Socket>()
-  const marks = new WeakMap<Socket, { readonly unwritten: number; readonly since: number }>()
+  const marks = new WeakMap<Socket, { readonly unwritten: number; readonly sent: number; readonly since: number }>()
   server.on("connection", (socket: Socket) => {
     open.add(socket)
     socket.once("close", () => open.delete(socket))
@@ -92,8 +91,10 @@ export const guard = <S extends Server>(server: S, options: SocketGuardOptions =
         marks.delete(socket)
         continue
       }
+      // Progress is bytes written out, or new bytes queued (`bytesWritten` counts them too).
+      const sent = socket.bytesWritten
       const mark = marks.get(socket)
-      if (mark === undefined || mark.unwritten !== left) marks.set(socket, { unwritten: left, since: t })
+      if (mark === undefined || mark.unwritten !== left || mark.sent !== sent) marks.set(socket, { unwritten: left, sent, since: t })
       else if (t - mark.since >= options.stalledWriteMs) socket.destroy()
     }
   }
@@ -101,8 +102,11 @@ export const guard = <S extends Server>(server: S, options: SocketGuardOptions =
   timer.unref()
   server.once("close", () => clearInterval(timer))
 
-  server.prependListener("upgrade", (_req: IncomingMessage, socket: Duplex) => {
-    if ("setTimeout" in socket && typeof socket.setTimeout === "function") socket.setTimeout(options.upgradeIdleMs, () => socket.destroy())
-  })
+  // Node hands a request with an `Upgrade` header to the server's `upgrade` listeners (the
+  // Effect server keeps one) only when it counts some; told none, it serves it as an ordinary
+  // request, under the header and request timeouts like any other.
+  const count = server.listenerCount.bind(server)
+  server.listenerCount = ((event: string | symbol, listener?: (...args: unknown[]) => unknown) =>
+    event === "upgrade" ? 0 : count(event, listener)) as typeof server.listenerCount
   return server
 }

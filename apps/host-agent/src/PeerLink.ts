@@ -210,10 +210,11 @@ export const ownPeerUrl = (peers: (hostId: string) => string | undefined, hostId
   return entry !== undefined && entry !== "" && peerUrlProblem(entry) === undefined ? entry : undefined
 }
 
-/** Parses `ENGRAM_PEERS` (`host-a=http://10.0.0.1:7100,host-b=http://…`). */
 /**
  * Why `ENGRAM_PEERS` is refused, or undefined: each comma-separated entry (blank ones aside) is
- * `<host id>=<peer URL>`, the id by the id rule, the URL by `peerUrlRule`, no host named twice.
+ * `<host id>=<URL>`, the id by the id rule, the URL absolute `http://` or `https://` (or empty:
+ * none), no host named twice. Whether a URL names a host peers reach (`peerUrlRule`) is judged
+ * where it is used: this host's own entry is named at start with what it advertises instead.
  */
 export const peersProblem = (text: string): string | undefined => {
   const seen = new Set<string>()
@@ -227,12 +228,21 @@ export const peersProblem = (text: string): string | undefined => {
     if (!Names.isId(id)) return `each entry's host id ${Names.idRule}; ${JSON.stringify(id)} does not`
     if (seen.has(id)) return `names host ${id} twice`
     seen.add(id)
-    const problem = peerUrlProblem(url)
-    if (problem !== undefined) return `host ${id}'s URL ${problem}`
+    if (url !== "" && !isHttpUrl(url)) return `host ${id}'s URL must be an absolute http:// or https:// URL; ${JSON.stringify(url)} is not`
   }
   return undefined
 }
 
+const isHttpUrl = (url: string): boolean => {
+  try {
+    const parsed = new URL(url)
+    return parsed.protocol === "http:" || parsed.protocol === "https:"
+  } catch {
+    return false
+  }
+}
+
+/** Parses `ENGRAM_PEERS` (`host-a=http://10.0.0.1:7100,host-b=http://…`; `peersProblem` judged it). */
 export const parsePeers = (text: string): Map<string, string> => {
   const m = new Map<string, string>()
   for (const part of text.split(",")) {

@@ -62,11 +62,12 @@ const bearer = (req: HttpServerRequest.HttpServerRequest) => {
 
 /**
  * The first field of a move's header that breaks its rule, or null: ids follow the id rule (they
- * name directories and files here: never `..`, `.` or empty), the size is integers >= 1.
+ * name directories and files here: never `..`, `.` or empty), the size whole figures above zero
+ * (core's `Names`, the rules of the coordinator's API).
  */
 export const headerProblem = (h: MoveHeader): { readonly field: string; readonly rule: string } | null => {
   for (const field of ["moveId", "sessionId", "sourceHostId", "targetHostId"] as const) if (!Names.isId(h[field])) return { field, rule: Names.idRule }
-  for (const field of ["memMib", "vcpus"] as const) if (!(Number.isSafeInteger(h[field]) && h[field] >= 1)) return { field, rule: "must be an integer >= 1" }
+  for (const field of ["memMib", "vcpus"] as const) if (!Names.isPositiveInteger(h[field])) return { field, rule: Names.positiveIntegerRule }
   return null
 }
 

@@ -107,7 +107,8 @@ describe("host agent configuration", () => {
     expect(await refused({ ENGRAM_HOST_ID: "h 1/.." })).toStrictEqual(['  ENGRAM_HOST_ID="h 1/..": must be 1-100 characters of [A-Za-z0-9._-], and not . or ..'])
     expect(await refused({ ENGRAM_HOST_ID: "h".repeat(101) })).toHaveLength(1)
     for (const [peers, rule] of [
-      ["h2=notaurl", "host h2's URL"],
+      ["h2=notaurl", "host h2's URL must be an absolute http:// or https:// URL"],
+      ["h2=ftp://10.0.0.2", "host h2's URL must be an absolute http:// or https:// URL"],
       ["h2=http://10.0.0.2:7100,=http://10.0.0.3:7100", 'is not one'],
       ["h2", '"h2" is not one'],
       ["h2=http://10.0.0.2:7100,h2=http://10.0.0.9:7100", "names host h2 twice"],
@@ -118,8 +119,8 @@ describe("host agent configuration", () => {
       expect(lines?.[0], peers).toContain(`ENGRAM_PEERS=${JSON.stringify(peers)}: `)
       expect(lines?.[0], peers).toContain(rule)
     }
-    // Blank entries (a trailing comma) are no entries.
-    const o = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_PEERS: "h2=http://10.0.0.2:7100, ," }))
+    // Blank entries (a trailing comma) are no entries; an empty URL is none.
+    const o = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_PEERS: "h2=http://10.0.0.2:7100,h3=, ," }))
     expect(o.listen).toMatchObject({ port: 7100 })
   })
 

@@ -118,9 +118,9 @@ describe("the peer server's input rules", () => {
           ["sessionId", "", "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."],
           ["sessionId", "a/b", "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."],
           ["sourceHostId", "s\u0000rc", "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."],
-          ["memMib", -5, "must be an integer >= 1"],
-          ["memMib", 0.5, "must be an integer >= 1"],
-          ["vcpus", 0, "must be an integer >= 1"],
+          ["memMib", -5, "must be an integer > 0"],
+          ["memMib", 0.5, "must be an integer > 0"],
+          ["vcpus", 0, "must be an integer > 0"],
         ] as const) {
           const answer = yield* prepare({ ...header, [field]: value })
           assert.strictEqual(answer.status, 400, `${field}=${JSON.stringify(value)}`)

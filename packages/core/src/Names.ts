@@ -55,6 +55,12 @@ export const decimalInt = /^[+-]?[0-9]{1,15}$/
 export const maxReasonLength = 4000
 
 /** The id rule's words, as a refusal names it. */
+/** The rule of a whole figure above zero (a budget's `memMib` and `vcpus`, a limit): the words every refusal of one uses. */
+export const positiveIntegerRule = "must be an integer > 0"
+
+/** Whether `value` is a whole figure above zero that a 64-bit column holds exactly. */
+export const isPositiveInteger = (value: unknown): value is number => typeof value === "number" && Number.isSafeInteger(value) && value >= 1
+
 export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
 
 /** The template name rule's words, as a refusal names it. */

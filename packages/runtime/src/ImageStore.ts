@@ -42,7 +42,10 @@ export const directory = (root: string): ImageStore => {
     root,
     pathFor,
     prepare: (vmId) =>
-      Effect.promise(() => mkdir(dirname(pathFor(vmId)), { recursive: true })).pipe(Effect.as(pathFor(vmId))),
+      Effect.suspend(() => {
+        const path = pathFor(vmId)
+        return Effect.promise(() => mkdir(dirname(path), { recursive: true })).pipe(Effect.as(path))
+      }),
     get: (vmId) =>
       Effect.tryPromise(() => stat(pathFor(vmId))).pipe(
         Effect.map((s): DescentImage | undefined => (s.isFile() ? { vmId, path: pathFor(vmId), bytes: s.size } : undefined)),

@@ -73,6 +73,9 @@ export const make = ({ db, now, limits, cache, park }: Deps): QueueOps => ({
       const t = yield* now
       const limit = options.limit ?? Number.POSITIVE_INFINITY
       yield* cache.refresh(performance.now())
+      // The hosts claimed for starving sessions over the whole queue: read before the
+      // transaction (on PGlite the pool and a transaction share one connection).
+      const claimsNow = yield* cache.claims(t, park.options.starvationLimitMs)
       let runs = 0
       return yield* db.transaction((tx) =>
         Effect.gen(function* () {
@@ -90,7 +93,7 @@ export const make = ({ db, now, limits, cache, park }: Deps): QueueOps => ({
           // Hosts claimed for starving sessions another drain holds locked (this one skipped
           // them): nobody in this walk places there. Its own starving sessions claim in the walk.
           const own = new Set(queued.map((r) => r.id))
-          const claimedElsewhere = queued.length === 0 ? new Set<string>() : idsHeldElsewhere(yield* cache.claims(t, park.options.starvationLimitMs), own)
+          const claimedElsewhere = queued.length === 0 ? new Set<string>() : idsHeldElsewhere(claimsNow, own)
           const hosts = claimedElsewhere.size === 0 ? cache.candidates() : cache.candidates().filter((h) => !claimedElsewhere.has(h.id))
           const walk = queued.length === 0 ? { placed: [] } : QueueWalk.walk(queued.map(toSession), hosts, { limit, starvation: { now: t, limitMs: park.options.starvationLimitMs }, now: t }, limits())
           if (walk.placed.length === 0) return { placed: [], unapplied: [], remaining: yield* countQueued(tx) } satisfies DrainResult

@@ -22,7 +22,7 @@ const MAX = Number.MAX_SAFE_INTEGER
 
 const integerAtLeast = (field: string, value: unknown, min: number): InvalidInput | null =>
   typeof value !== "number" || !Number.isInteger(value) || value < min
-    ? new InvalidInput({ field, rule: min === 1 ? "must be an integer > 0" : `must be an integer >= ${min}` })
+    ? new InvalidInput({ field, rule: min === 1 ? Names.positiveIntegerRule : `must be an integer >= ${min}` })
     : value > MAX
       ? new InvalidInput({ field, rule: `must be <= ${MAX}` })
       : null
