@@ -11,25 +11,16 @@
  * one request, to the listing or to one file, within `imageBearerWindowMs` of its issue.
  */
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
+import type { MoveHeader } from "./MoveTarget.js"
 
 const mac = (secret: string, parts: readonly string[]) => createHmac("sha256", secret).update(parts.join("\0")).digest("hex")
 
-/** What a move token is bound to: the move's header as the source sends it. */
-export interface MoveTokenHeader {
-  readonly moveId: string
-  readonly sessionId: string
-  readonly sourceHostId: string
-  readonly targetHostId: string
-  readonly memMib: number
-  readonly vcpus: number
-}
-
 /**
- * The bearer for one move's rounds, commit and abort: bound to the move, both hosts, the session
- * and its size, so a token seen on the wire for one move prepares no other session, nor the same
- * one at another size, on its target (v1 bound the move and the hosts only).
+ * The bearer for one move's rounds, commit and abort: bound to the move's header (the move, both
+ * hosts, the session and its size), so a token seen on the wire for one move prepares no other
+ * session, nor the same one at another size, on its target (v1 bound the move and the hosts only).
  */
-export const moveToken = (secret: string, h: MoveTokenHeader): string =>
+export const moveToken = (secret: string, h: MoveHeader): string =>
   mac(secret, ["engram-move/v2", h.moveId, h.sourceHostId, h.targetHostId, h.sessionId, String(h.memMib), String(h.vcpus)])
 
 /**
