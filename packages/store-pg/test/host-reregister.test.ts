@@ -6,6 +6,7 @@ import postgres from "@engram/postgres"
 import { freshDatabase } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
 import { Effect } from "effect"
+import type { Scope } from "effect"
 import { afterEach, beforeEach, describe, expect, it } from "vitest"
 import { StorePg } from "../src/index.js"
 
@@ -17,7 +18,7 @@ afterEach(async () => {
   await db.drop()
 })
 
-const run = <A>(program: Effect.Effect<A, unknown, import("effect").Scope.Scope>) => Effect.runPromise(Effect.scoped(program))
+const run = <A>(program: Effect.Effect<A, unknown, Scope.Scope>) => Effect.runPromise(Effect.scoped(program))
 
 const big = { totalMib: 65536, allocatableMib: 65536, totalVcpus: 64 }
 // Room for 4096 MiB after the host's reserve.
