@@ -41,8 +41,11 @@ const ms = (name: string) => bigint(name, { mode: "number" })
  */
 export const hostVersions = pgSequence("hosts_version_seq")
 
-/** The next version of a host row: from the sequence, and never below the row's own next. */
-export const hostVersionBump = (column: string) => sql.raw(`greatest(${column} + 1, nextval('hosts_version_seq'))`)
+/** The next version of a host row, as SQL text: from the sequence, and never below the row's own next. */
+export const hostVersionBumpText = (column: string): string => `greatest(${column} + 1, nextval('hosts_version_seq'))`
+
+/** `hostVersionBumpText` as a drizzle fragment. */
+export const hostVersionBump = (column: string) => sql.raw(hostVersionBumpText(column))
 
 export const hosts = pgTable(
   "hosts",

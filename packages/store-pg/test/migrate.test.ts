@@ -13,6 +13,7 @@ import postgres from "postgres"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { migrationsFolder } from "../src/index.js"
 import { migrateUrl } from "../src/Migrate.js"
+import { hostVersionBumpText } from "../src/schema.js"
 
 let db: TestDatabase
 let older: string
@@ -93,4 +94,28 @@ describe("migrations on a database in use", () => {
     await expect(migrateUrl(db.url, { lockTimeoutMs: 0 })).rejects.toThrow("lockTimeoutMs 0: must be an integer >= 1 (ms)")
     await expect(migrateUrl(db.url, { attempts: 1.5 })).rejects.toThrow("attempts 1.5: must be an integer >= 1")
   })
+})
+
+describe("migration 0019 (host versions from a sequence) on a database with hosts", () => {
+  it("versions go on from above every version a host row had: a new host's and a bumped one's", async () => {
+    const upgraded = await freshDatabase()
+    const client = postgres(upgraded.url, { max: 1, onnotice: () => undefined })
+    try {
+      // The release before: hosts whose versions counted up from 0, one of them far.
+      await drizzleMigrate(drizzle({ client }), { migrationsFolder: older })
+      await client`insert into hosts (id, created_at, version) values ('far', 1, 500), ('near', 1, 3)`
+      await migrateUrl(upgraded.url)
+      expect(await applied(upgraded.url)).toBe(entries)
+      await client`insert into hosts (id, created_at) values ('new', 2)`
+      await client.unsafe(`update hosts set version = ${hostVersionBumpText("version")} where id = 'near'`)
+      const rows = await client`select id, version::int as version from hosts order by id`
+      const version = new Map(rows.map((r) => [String(r["id"]), Number(r["version"])]))
+      expect(version.get("far")).toBe(500)
+      expect(version.get("new")).toBeGreaterThan(500)
+      expect(version.get("near")).toBeGreaterThan(version.get("new") as number)
+    } finally {
+      await client.end()
+      await upgraded.drop()
+    }
+  }, 120_000)
 })
