@@ -100,12 +100,19 @@ describe("migration 0019 (host versions from a sequence) on a database with host
   it("versions go on from above every version a host row had: a new host's and a bumped one's", async () => {
     const upgraded = await freshDatabase()
     const client = postgres(upgraded.url, { max: 1, onnotice: () => undefined })
+    // The migrations before 0019, whatever comes after it.
+    const before = mkdtempSync(join(tmpdir(), "engram-migrations-0018-"))
+    cpSync(migrationsFolder, before, { recursive: true })
+    const journal = JSON.parse(readFileSync(join(before, "meta", "_journal.json"), "utf8")) as { entries: { tag: string }[] }
+    journal.entries = journal.entries.filter((e) => e.tag < "0019")
+    writeFileSync(join(before, "meta", "_journal.json"), JSON.stringify(journal))
     try {
       // The release before: hosts whose versions counted up from 0, one of them far.
-      await drizzleMigrate(drizzle({ client }), { migrationsFolder: older })
+      await drizzleMigrate(drizzle({ client }), { migrationsFolder: before })
       await client`insert into hosts (id, created_at, version) values ('far', 1, 500), ('near', 1, 3)`
       await migrateUrl(upgraded.url)
       expect(await applied(upgraded.url)).toBe(entries)
+      // 0019 and any later migration applied: a new host, and a bump of an old one.
       await client`insert into hosts (id, created_at) values ('new', 2)`
       await client.unsafe(`update hosts set version = ${hostVersionBumpText("version")} where id = 'near'`)
       const rows = await client`select id, version::int as version from hosts order by id`
@@ -116,6 +123,7 @@ describe("migration 0019 (host versions from a sequence) on a database with host
     } finally {
       await client.end()
       await upgraded.drop()
+      rmSync(before, { recursive: true, force: true })
     }
   }, 120_000)
 })
