@@ -120,11 +120,11 @@ export const load = (path: string, hostId: string): Effect.Effect<Loaded, Env.Co
         issues: [{ variable: "ENGRAM_AGENT_STATE_FILE", rule: `cannot be read (${code ?? String(read.failure)}: ${path}); the agent starts without a state file only when none exists, since it would write over the VMs it records` }],
       })
     }
-    const text = { value: read.success }
+    const text = read.success
     let reason: string | null = null
     let state: StateFile | null = null
     try {
-      const decoded = Schema.decodeUnknownExit(StateFile)(JSON.parse(text.value))
+      const decoded = Schema.decodeUnknownExit(StateFile)(JSON.parse(text))
       if (decoded._tag === "Success") state = decoded.value
       else reason = "does not match the state schema"
     } catch (e) {

@@ -218,13 +218,8 @@ export const ownPeerUrl = (peers: (hostId: string) => string | undefined, hostId
  */
 export const peersProblem = (text: string): string | undefined => {
   const seen = new Set<string>()
-  for (const raw of text.split(",")) {
-    const part = raw.trim()
-    if (part === "") continue
-    const i = part.indexOf("=")
-    if (i <= 0) return `must be comma-separated <host id>=<peer URL> entries; ${JSON.stringify(part)} is not one`
-    const id = part.slice(0, i).trim()
-    const url = part.slice(i + 1).trim()
+  for (const { part, eq, id, url } of peerEntries(text)) {
+    if (eq <= 0) return `must be comma-separated <host id>=<peer URL> entries; ${JSON.stringify(part)} is not one`
     if (!Names.isId(id)) return `each entry's host id ${Names.idRule}; ${JSON.stringify(id)} does not`
     if (seen.has(id)) return `names host ${id} twice`
     seen.add(id)
@@ -232,6 +227,17 @@ export const peersProblem = (text: string): string | undefined => {
   }
   return undefined
 }
+
+/** `ENGRAM_PEERS`'s entries as written: each comma-separated part not blank, split at its first `=` (`eq` below 1: no id before one). */
+const peerEntries = (text: string) =>
+  text
+    .split(",")
+    .map((raw) => raw.trim())
+    .filter((part) => part !== "")
+    .map((part) => {
+      const eq = part.indexOf("=")
+      return { part, eq, id: part.slice(0, eq).trim(), url: part.slice(eq + 1).trim() }
+    })
 
 const isHttpUrl = (url: string): boolean => {
   try {
@@ -243,14 +249,7 @@ const isHttpUrl = (url: string): boolean => {
 }
 
 /** Parses `ENGRAM_PEERS` (`host-a=http://10.0.0.1:7100,host-b=http://…`; `peersProblem` judged it). */
-export const parsePeers = (text: string): Map<string, string> => {
-  const m = new Map<string, string>()
-  for (const part of text.split(",")) {
-    const i = part.indexOf("=")
-    if (i > 0) m.set(part.slice(0, i).trim(), part.slice(i + 1).trim())
-  }
-  return m
-}
+export const parsePeers = (text: string): Map<string, string> => new Map(peerEntries(text).flatMap((e) => (e.eq > 0 ? [[e.id, e.url] as const] : [])))
 
 /**
  * The start-up warning of an agent that advertises no peer URL (from the environment): told none
