@@ -213,11 +213,20 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
           Effect.gen(function* () {
             const dataDir = resolve(config.dataDir)
             mkdirSync(dataDir, { recursive: true })
-            // One writer per embedded store: held until the coordinator stops (lost to another, it exits 1).
-            yield* DataDirLock.acquire(dataDir, { onLost: (why) => Deferred.doneUnsafe(storeLost, Effect.succeed(`${why}: another coordinator writes the embedded database now`)) })
+            // One writer per embedded store: held until the coordinator stops. Lost to another, the
+            // engine is dropped at once (nothing more written, not even its close's checkpoint:
+            // the directory is the other's now) and the coordinator exits 1.
+            const abandon = new AbortController()
+            yield* DataDirLock.acquire(dataDir, {
+              onLost: (why) => {
+                abandon.abort(why)
+                Deferred.doneUnsafe(storeLost, Effect.succeed(`${why}: another coordinator writes the embedded database now`))
+              },
+            })
             return StorePg.layerPglite({
               dataDir: join(dataDir, "pglite"),
               worker: config.pgliteWorker === 1,
+              abandon: abandon.signal,
               onWorkerExit: (why) => Deferred.doneUnsafe(storeLost, Effect.succeed(`${why}: the embedded database is gone`)),
               limits: config.limits,
               park: parkRule(config),

@@ -37,6 +37,15 @@ export interface ConnectOptions {
    * directory at the next open).
    */
   readonly onWorkerExit?: ((why: string) => void) | undefined
+  /**
+   * Aborted: the engine is dropped where it stands and writes nothing more to its data directory,
+   * for a process that learns the directory is no longer its own (another took it over). The
+   * worker thread is ended at once, without PGlite's close (whose checkpoint writes); an engine in
+   * this thread is left unclosed. Every statement from then on answers `Unavailable`, and the
+   * close at the scope's end does nothing. A statement already running in this thread's engine
+   * ends first: it cannot be stopped midway.
+   */
+  readonly abandon?: AbortSignal | undefined
 }
 
 /**
@@ -105,7 +114,7 @@ type ClientSurface = Pick<PGlite, "query" | "exec">
  * only while a call waits on it.
  */
 export const startWorker = (
-  options: Pick<ConnectOptions, "dataDir" | "onWorkerExit"> = {},
+  options: Pick<ConnectOptions, "dataDir" | "onWorkerExit" | "abandon"> = {},
 ): Promise<{ readonly client: ClientSurface; readonly close: () => Promise<void>; /** The engine's thread (diagnostics, tests). */ readonly thread: Worker }> =>
   new Promise((resolveStart, rejectStart) => {
     const worker = new Worker(workerScript(), {
@@ -152,6 +161,13 @@ export const startWorker = (
     }
     worker.on("error", (e) => fail(e.message))
     worker.on("exit", (code) => fail(`exit code ${code}`))
+    const drop = () => {
+      closing = true
+      fail(`abandoned: ${abandonReason(options.abandon)}`)
+      void worker.terminate()
+    }
+    if (options.abandon?.aborted === true) drop()
+    else options.abandon?.addEventListener("abort", drop, { once: true })
     const call = (message: Record<string, unknown>): Promise<unknown> => {
       if (gone !== undefined) return Promise.reject(gone)
       const id = next++
@@ -170,6 +186,7 @@ export const startWorker = (
     // does not within `closeBoundMs` is ended anyway, so a stop never hangs on it.
     const close = async (): Promise<void> => {
       closing = true
+      options.abandon?.removeEventListener("abort", drop)
       if (gone === undefined) {
         let timer: NodeJS.Timeout | undefined
         const bound = new Promise<void>((resolve) => {
@@ -206,8 +223,24 @@ const openHere = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Scope
         },
         catch: unavailable,
       }),
-      (c) => Effect.promise(() => (c.closed ? Promise.resolve() : c.close())),
+      // Abandoned: left unclosed (PGlite's close writes a checkpoint to the directory).
+      (c) => Effect.promise(() => (c.closed || options.abandon?.aborted === true ? Promise.resolve() : c.close())),
     )
     yield* Effect.tryPromise({ try: () => migratePgliteClient(client), catch: unavailable })
-    return makeDb(client)
+    return makeDb(options.abandon === undefined ? client : (refusedOnceAbandoned(client, options.abandon) as PGlite))
   })
+
+/** Why `signal` was aborted, in words. */
+const abandonReason = (signal: AbortSignal | undefined): string => {
+  const r: unknown = signal?.reason
+  return r instanceof Error ? r.message : typeof r === "string" ? r : "the data directory is no longer this process's"
+}
+
+/** `client`'s statements, refused (as a closed connection: `Unavailable`) once `signal` is aborted. */
+const refusedOnceAbandoned = (client: ClientSurface, signal: AbortSignal): ClientSurface => {
+  const refused = () => Promise.reject(Object.assign(new Error(`the embedded database was abandoned: ${abandonReason(signal)}`), { code: "CONNECTION_CLOSED" }))
+  return {
+    query: ((...args: Parameters<PGlite["query"]>) => (signal.aborted ? refused() : client.query(...args))) as PGlite["query"],
+    exec: ((...args: Parameters<PGlite["exec"]>) => (signal.aborted ? refused() : client.exec(...args))) as PGlite["exec"],
+  }
+}

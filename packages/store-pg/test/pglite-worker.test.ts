@@ -1,8 +1,9 @@
 // PGlite in a worker thread (`Pglite.open({ worker: true })`): what the conformance suite does not
 // show — rows and errors cross the thread as they are, a data directory survives the thread, and
-// a thread that is gone answers Unavailable.
+// a thread that is gone answers Unavailable; and an abandoned engine (worker or not) writes nothing more.
 import { describe, expect, it } from "@effect/vitest"
-import { mkdtempSync, rmSync } from "node:fs"
+import { createHash } from "node:crypto"
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { sql } from "drizzle-orm"
@@ -65,4 +66,53 @@ describe("PGlite in a worker thread", () => {
       rmSync(dir, { recursive: true, force: true })
     }
   })
+
+})
+
+describe("PGlite abandoned (Pglite.ConnectOptions.abandon)", () => {
+  /** Every file under `dir` and a hash of its bytes: what a close or a statement wrote shows. */
+  const contents = (dir: string): Record<string, string> =>
+    Object.fromEntries(
+      readdirSync(dir, { recursive: true, withFileTypes: true })
+        .filter((e) => e.isFile())
+        .map((e) => {
+          const path = join(e.parentPath, e.name)
+          return [path.slice(dir.length), createHash("sha256").update(readFileSync(path)).digest("hex")]
+        })
+        .sort(([a], [b]) => (a! < b! ? -1 : 1)),
+    )
+
+  for (const worker of [true, false]) {
+    it(`(its data directory taken over by another process) ${worker ? "in a worker thread" : "in this thread"}: it writes nothing more, not even its close's checkpoint, and every statement answers Unavailable; onWorkerExit is not told`, async () => {
+      const dir = mkdtempSync(join(tmpdir(), "engram-pglite-abandon-"))
+      try {
+        const ended: string[] = []
+        const run = (abandon: AbortController | null) =>
+          Effect.runPromise(
+            Effect.scoped(
+              Effect.gen(function* () {
+                const db = yield* Pglite.open({ dataDir: dir, worker, abandon: abandon?.signal, onWorkerExit: (why) => ended.push(why) })
+                yield* db.pool.query(sql`create table if not exists t (n bigint)`)
+                yield* db.pool.query(sql`insert into t select generate_series(1, 1000)`)
+                if (abandon === null) return { before: contents(dir), refused: null }
+                abandon.abort("the lock names another coordinator")
+                const before = contents(dir)
+                const refused = yield* Effect.exit(db.pool.query(sql`insert into t values (0)`))
+                return { before, refused }
+              }),
+            ),
+          )
+        // Not abandoned, the close writes the directory (its checkpoint): what the other case must not do.
+        const kept = await run(null)
+        expect(contents(dir)).not.toStrictEqual(kept.before)
+        const dropped = await run(new AbortController())
+        expect(Exit.isFailure(dropped.refused!) && JSON.stringify(dropped.refused.cause)).toContain("Unavailable")
+        expect(Exit.isFailure(dropped.refused!) && JSON.stringify(dropped.refused.cause)).toContain("the lock names another coordinator")
+        expect(contents(dir)).toStrictEqual(dropped.before)
+        expect(ended).toStrictEqual([])
+      } finally {
+        rmSync(dir, { recursive: true, force: true })
+      }
+    })
+  }
 })
