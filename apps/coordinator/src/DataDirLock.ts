@@ -13,11 +13,12 @@
  * namespace (another container on the same volume, or this container's crashed predecessor:
  * a restarted container has a namespace of its own, and its coordinator the pid the old one had)
  * or of another boot id (another machine mounting the volume, or this one before a reboot)
- * cannot be seen from here: it runs while it touches the file. A lock touched lately is watched,
- * on this process's clock alone (another machine's clock may be off): touched meanwhile, its
- * holder runs and this coordinator refuses; untouched for `staleAfterMs`, it is taken over. A
- * lock untouched for longer than `staleAfterMs` and `clockSkewMarginMs` is taken over at once.
- * A holder that finds its lock no longer its own (it was frozen or cut off that long, and another
+ * cannot be seen from here: it runs while it touches the file. Such a lock is watched, on this
+ * process's clock alone: touched meanwhile, its holder runs and this coordinator refuses;
+ * untouched for `staleAfterMs`, it is taken over. It is watched however old its last touch
+ * looks: that time is the other machine's clock, which may be any amount behind this one's, so
+ * a lock it touches every `refreshMs` could look untouched for minutes (the cost: a coordinator
+ * restarted in a new container, or after a reboot, starts `staleAfterMs` later). A holder that finds its lock no longer its own (it was frozen or cut off that long, and another
  * took over) says so (`onLost`): the coordinator then exits, so that one process writes the
  * directory. A lock naming only a pid (written by a coordinator before this one) is judged by
  * the pid alone, in this namespace, except this coordinator's own pid, which no other process
@@ -48,12 +49,6 @@ export const refreshMs = 2_000
 
 /** A lock whose holder cannot be seen from here (another PID namespace, boot or machine) is stale once watched untouched this long (ms). */
 export const staleAfterMs = 10_000
-
-/**
- * How far another machine's clock may be off from this one's (ms): a lock whose last touch is
- * older than `staleAfterMs` and this, by this clock, is stale without being watched.
- */
-export const clockSkewMarginMs = 30_000
 
 /** The lock files this process holds (a second hold of one in the same process is refused too). */
 const held = new Set<string>()
@@ -171,13 +166,13 @@ export const acquire = (dataDir: string, options: AcquireOptions = {}): Effect.E
         const verdict = owner === null ? false : holds(file, owner)
         if (owner !== null && verdict === true) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: owner.pid })
         const touched = touchedAt(file)
-        if (owner !== null && verdict === "unseen" && touched !== undefined && nowMs - touched <= staleAfterMs + clockSkewMarginMs) {
-          // Touched lately: watched for a touch, on this clock alone.
+        if (owner !== null && verdict === "unseen" && touched !== undefined) {
+          // Watched for a touch, on this clock alone.
           const record = Pid.format(owner)
           if (watched === null || watched.record !== record) {
             watched = { record, touched, sinceMs: nowMs }
             yield* Effect.logWarning(
-              `the lock on the data directory names a coordinator this one cannot see (another PID namespace, boot or machine; pid ${owner.pid} there), touched lately: watching it up to ${staleAfterMs / 1000} s (a running one touches it every ${refreshMs / 1000} s, and then this one exits; a crashed one's is then taken over)`,
+              `the lock on the data directory names a coordinator this one cannot see (another PID namespace, boot or machine; pid ${owner.pid} there): watching it up to ${staleAfterMs / 1000} s (a running one touches it every ${refreshMs / 1000} s, and then this one exits; a crashed one's is then taken over)`,
               { lockFile: file, holderPid: owner.pid },
             )
           } else if (touched !== watched.touched) return yield* new DataDirLocked({ dataDir, lockFile: file, pid: owner.pid })

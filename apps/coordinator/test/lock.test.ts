@@ -1,6 +1,7 @@
 // One writer per embedded store (SPEC §12), with real processes: a second
 // coordinator on the same ENGRAM_DATA_DIR exits 1 with one line naming the holder's pid; a
-// lock left by a process that no longer runs is taken over (and said); a clean stop removes it.
+// lock left by a process that no longer runs is taken over (and said); a clean stop removes it;
+// one whose lock another took over drops its embedded database and exits 1.
 import { spawn, spawnSync } from "node:child_process"
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -117,6 +118,24 @@ describe("one coordinator per embedded data directory", () => {
     }
     expect(existsSync(lockFile)).toBe(false)
   }, 300_000)
+
+  it.runIf(process.platform === "linux")("a coordinator whose lock another took over (it was frozen that long) drops its embedded database where it stands and exits 1: PGlite is not closed, so nothing more is written to the other's directory", async () => {
+    const dataDir = freshDir()
+    const c = await startChild(env(dataDir), 180_000)
+    try {
+      expect((await fetch(`${c.url}/readyz`)).status).toBe(200)
+      const lockFile = join(dataDir, "coordinator.lock")
+      // What the other coordinator writes as it takes over: a holder this one cannot see.
+      writeFileSync(lockFile, `${Pid.format({ ...Pid.self(), pid: 7, pidNs: String(Number(Pid.pidNamespace()) + 1) })}\n`)
+      expect(await c.exited).toBe(1)
+      expect(c.output()).toContain("names another coordinator (pid 7)")
+      // The cluster's state in pg_control: 6 (in production) as the engine left it running; a
+      // close (a shutdown checkpoint, written to what is now the other's directory) makes it 1.
+      expect(readFileSync(join(dataDir, "pglite", "global", "pg_control")).readInt32LE(16)).toBe(6)
+    } finally {
+      c.process.kill("SIGKILL")
+    }
+  }, 300_000)
 })
 
 describe("a coordinator restarted in a container after a crash (the pid it had: 1)", () => {
@@ -178,7 +197,7 @@ describe("DataDirLock.acquire", () => {
     }
   })
 
-  it.runIf(process.platform === "linux")("judges a lock by its holder's start and boot: pid 1 as it runs holds the directory; pid 1 with another start (the pid reused) does not, nor one of another boot untouched since", async () => {
+  it.runIf(process.platform === "linux")("judges a lock by its holder's start and boot: pid 1 as it runs holds the directory; pid 1 with another start (the pid reused) does not", async () => {
     const init: Pid.Owner = { pid: 1, startTicks: Pid.startTicksOf(1), bootId: Pid.bootId() }
     const refused = freshDir()
     writeFileSync(join(refused, "coordinator.lock"), `${Pid.format(init)}\n`)
@@ -188,13 +207,6 @@ describe("DataDirLock.acquire", () => {
     const reused = freshDir()
     writeFileSync(join(reused, "coordinator.lock"), `${Pid.format({ ...init, startTicks: String(Number(init.startTicks) + 100) })}\n`)
     expect(await held(reused)).toStrictEqual(Exit.succeed(me))
-    // Written before this boot (a reboot takes longer than staleAfterMs): untouched since.
-    const rebooted = freshDir()
-    const file = join(rebooted, "coordinator.lock")
-    writeFileSync(file, `${Pid.format({ ...init, bootId: "00000000-0000-4000-8000-000000000000" })}\n`)
-    const before = (Date.now() - 60_000) / 1000
-    utimesSync(file, before, before)
-    expect(await held(rebooted)).toStrictEqual(Exit.succeed(me))
   })
 
   it("refuses a directory a running process holds (pid 1 runs; a lock of before, the pid alone), naming it; the lock stays", async () => {
@@ -245,19 +257,33 @@ describe("DataDirLock.acquire", () => {
         }
       }))
 
-    effectIt.effect("one that stopped touching it (a restarted container's crashed predecessor): taken over once watched untouched for staleAfterMs, at once if untouched for longer than that and the clock skew margin", () =>
+    effectIt.effect("one that stopped touching it (a restarted container's crashed predecessor, a machine before its reboot): taken over once watched untouched for staleAfterMs, however old its last touch looks (another machine's clock may be minutes behind)", () =>
+      Effect.gen(function* () {
+        for (const [other, agoMs] of [["pidNs", 0], ["pidNs", 10 * 60_000], ["bootId", 60 * 60_000]] as const) {
+          yield* TestClock.setTime(Date.now())
+          const waited = freshDir()
+          yield* touch(otherNamespace(waited, other), agoMs)
+          const taking = yield* Effect.forkChild(Effect.exit(Effect.scoped(DataDirLock.acquire(waited).pipe(Effect.andThen(Effect.sync(() => readFileSync(join(waited, "coordinator.lock"), "utf8").trim()))))))
+          yield* steps(DataDirLock.staleAfterMs / DataDirLock.refreshMs - 1)
+          expect(taking.pollUnsafe()).toBeUndefined()
+          yield* steps(2)
+          expect(yield* Fiber.join(taking)).toStrictEqual(Exit.succeed(me))
+        }
+      }))
+
+    effectIt.effect("one on a machine whose clock is 10 minutes behind this one's, touching it every refreshMs, keeps it: its touches look 10 minutes old, and this one refuses once it sees one", () =>
       Effect.gen(function* () {
         yield* TestClock.setTime(Date.now())
-        const waited = freshDir()
-        yield* touch(otherNamespace(waited))
-        const taking = yield* Effect.forkChild(Effect.exit(Effect.scoped(DataDirLock.acquire(waited).pipe(Effect.andThen(Effect.sync(() => readFileSync(join(waited, "coordinator.lock"), "utf8").trim()))))))
-        yield* steps(DataDirLock.staleAfterMs / DataDirLock.refreshMs - 1)
-        expect(taking.pollUnsafe()).toBeUndefined()
-        yield* steps(2)
-        expect(yield* Fiber.join(taking)).toStrictEqual(Exit.succeed(me))
-        const old = freshDir()
-        yield* touch(otherNamespace(old), DataDirLock.staleAfterMs + DataDirLock.clockSkewMarginMs + 1)
-        expect(yield* Effect.exit(Effect.scoped(DataDirLock.acquire(old).pipe(Effect.andThen(Effect.sync(() => readFileSync(join(old, "coordinator.lock"), "utf8").trim())))))).toStrictEqual(Exit.succeed(me))
+        const dataDir = freshDir()
+        const file = otherNamespace(dataDir, "bootId")
+        const written = readFileSync(file, "utf8")
+        const behindMs = 10 * 60_000
+        yield* touch(file, behindMs)
+        const taking = yield* Effect.forkChild(Effect.exit(Effect.scoped(DataDirLock.acquire(dataDir))))
+        yield* steps((DataDirLock.staleAfterMs + 2 * DataDirLock.refreshMs) / DataDirLock.refreshMs, touch(file, behindMs))
+        const exit = yield* Fiber.join(taking)
+        expect(Exit.isFailure(exit) && JSON.stringify(exit.cause)).toContain(`"pid":${Pid.parse(written)!.pid}`)
+        expect(readFileSync(file, "utf8")).toBe(written)
       }))
 
     effectIt.effect("a holder whose lock another took over (it was frozen or cut off), or whose lock is gone at two touches in a row, is told once and stops touching it", () =>
