@@ -207,6 +207,8 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
           poolSize: config.storePoolSize,
           spreadPlacements: config.placementSpread === 1,
           placementWindowByReplicas: config.placementWindowByReplicas === 1,
+          // Replicas stamp and judge heartbeats on one clock, the database's, whatever their own say.
+          databaseTime: true,
           ...batching,
         })
       : Layer.unwrap(

@@ -395,10 +395,10 @@ export const clockSkewWarnMs = 5_000
 
 /**
  * Warns once when this replica's clock is `clockSkewWarnMs` or more from the database's (as the
- * lease measured it), and says so again once it is back within half of that. Heartbeats of
- * reservations are stamped on the clock of the replica an agent reaches, and the leader judges
- * them stale on its own: a replica a minute or two behind makes live hosts look stale (their
- * sessions lost after the stale window), one ahead keeps dead hosts' entries.
+ * lease measured it), and says so again once it is back within half of that. The store stamps
+ * and judges its times on the database's clock (store-pg's `databaseTime`), so heartbeats are
+ * judged alike whichever replica an agent reaches; what stays on this replica's own clock is its
+ * logs' and traces' times, and an agent of its own that compares times with the coordinator's.
  */
 export const clockSkewCheck = () => {
   let warned = false
@@ -408,8 +408,8 @@ export const clockSkewCheck = () => {
     if (!warned && off >= clockSkewWarnMs) {
       warned = true
       return Effect.logWarning(
-        `this replica's clock is ${(off / 1000).toFixed(1)} s ${skewMs > 0 ? "behind" : "ahead of"} the database's: reservations' heartbeats are stamped and judged stale on the replicas' clocks, ` +
-          "so live hosts may look stale (their sessions lost after the stale window) or dead ones live. Keep every replica's clock synchronized (NTP)",
+        `this replica's clock is ${(off / 1000).toFixed(1)} s ${skewMs > 0 ? "behind" : "ahead of"} the database's: the store's times (heartbeats, reports, sessions) follow the database's clock, ` +
+          "but this replica's logs and traces carry its own. Keep every replica's clock synchronized (NTP)",
         { clockSkewMs: Math.round(skewMs) },
       )
     }

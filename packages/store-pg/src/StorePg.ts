@@ -20,6 +20,7 @@ import type { Conflicts, Conn, Db } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import * as AllowanceCommits from "./AllowanceCommits.js"
 import * as Blockers from "./Blockers.js"
+import * as DatabaseTime from "./DatabaseTime.js"
 import * as Assignments from "./Assignments.js"
 import * as HostCache from "./HostCache.js"
 import { readSumsDrift } from "./HostRows.js"
@@ -71,6 +72,18 @@ export interface PgOptions extends PostgresJs.ConnectOptions {
    * store decides as without it. False: every host ranked alike (the connections are not named).
    */
   readonly spreadPlacements?: boolean | undefined
+  /**
+   * Stamps and judges every time (heartbeats, reports, reservations' expiry, a session's idle
+   * time, events) on the database's clock: the Effect Clock's wall time plus this process's
+   * offset from the database's `clock_timestamp()`, measured as the store opens and every
+   * `databaseTimeEveryMs` after (`DatabaseTime.ts`). For replicas whose clocks may disagree: on
+   * their own clocks, a replica a minute behind stamps live hosts' heartbeats a minute old, and
+   * the leader reclaims their sessions. Default false: the Effect Clock alone (a test's
+   * `TestClock` moves the store's time). The coordinator sets it.
+   */
+  readonly databaseTime?: boolean | undefined
+  /** How often (ms) `databaseTime` measures the offset again (default 10,000). */
+  readonly databaseTimeEveryMs?: number | undefined
 }
 
 /** Tuning of the store itself. */
@@ -171,7 +184,14 @@ export class PlacementStats extends Context.Service<PlacementStats, { readonly c
  * `db` carries (`HostCache.placerPrefix` and an id unique to this store), for a store that
  * spreads its placements among the others placing on the database (`PgOptions.spreadPlacements`).
  */
-export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, options: StoreOptions = {}, placer?: string): StorePair => {
+export const make = (
+  db: Db,
+  initialLimits: Limits.Limits = Limits.defaults,
+  options: StoreOptions = {},
+  placer?: string,
+  /** The time the store stamps and judges with, when not the Effect Clock's (`PgOptions.databaseTime`). */
+  time?: DatabaseTime.DatabaseTime,
+): StorePair => {
   let limits = initialLimits
   const cache = HostCache.make({ limits, maxReadAgeMs: options.placementReadMaxAgeMs ?? 0, pool: readsOf(db.pool), placer })
   // postgres.js pipelines concurrent queries of one transaction; PGlite runs them one by one.
@@ -180,13 +200,14 @@ export const make = (db: Db, initialLimits: Limits.Limits = Limits.defaults, opt
     db,
     limits: () => limits,
     park: options.park ?? ParkPolicy.defaultRule,
-    now: Clock.currentTimeMillis,
+    now: time?.now ?? Clock.currentTimeMillis,
     cache,
     both: (a, b) => Effect.all([a, b], { concurrency }),
   }
   const beats = { beatWindowMs: options.beatWindowMs, beatBatchSize: options.beatBatchSize, holdBoundMs: options.groupHoldBoundMs }
   const store: StoreShape = {
     limits: () => limits,
+    ...(time === undefined ? {} : { now: time.nowMs }),
     ...Hosts.make(deps, beats),
     ...Sessions.make(deps, {
       maxCasAttempts: options.optimisticPlacementAttempts ?? 8,
@@ -250,10 +271,14 @@ export const openUrl = (options: PgOptions): Effect.Effect<StorePair, Unavailabl
   const placer = options.spreadPlacements === false ? undefined : `${HostCache.placerPrefix}${randomUUID().slice(0, 13)}`
   // Every pool has a name of its own: the diagnosis of a timed-out call finds its connections by it.
   const applicationName = placer ?? `${storeApplicationPrefix}${randomUUID().slice(0, 13)}`
-  return Effect.map(PostgresJs.open({ ...options, applicationName }), (db) => ({
-    ...make(db, options.limits ?? Limits.defaults, storeOptions({ ...options, groupHoldBoundMs: groupHoldBoundFor(options) }), placer),
-    diagnose: Blockers.make(options.url, applicationName),
-  }))
+  return Effect.gen(function* () {
+    const db = yield* PostgresJs.open({ ...options, applicationName })
+    const time = options.databaseTime === true ? yield* DatabaseTime.start(readsOf(db.pool), options.databaseTimeEveryMs) : undefined
+    return {
+      ...make(db, options.limits ?? Limits.defaults, storeOptions({ ...options, groupHoldBoundMs: groupHoldBoundFor(options) }), placer, time),
+      diagnose: Blockers.make(options.url, applicationName),
+    }
+  })
 }
 
 /**

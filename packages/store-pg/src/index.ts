@@ -6,6 +6,7 @@
 export * as StorePg from "./StorePg.js"
 export * as Lease from "./Lease.js"
 export * as Blockers from "./Blockers.js"
+export * as DatabaseTime from "./DatabaseTime.js"
 export * as ChangesPg from "./ChangesPg.js"
 export * as schema from "./schema.js"
 export { migrate, migrationsFolder } from "./Migrate.js"

@@ -59,6 +59,13 @@ type Fx<A, E = never> = Effect.Effect<A, E | Unavailable>
 export interface StoreShape {
   /** The limits this store decides with now. */
   readonly limits: () => Limits.Limits
+  /**
+   * Now (epoch ms) on the clock this store stamps and judges times with, when that is not the
+   * Effect Clock's (store-pg with `databaseTime`: the database's clock, one timeline for every
+   * replica). Absent: the Effect Clock's. A caller that compares a time the store stamped (a
+   * report's, a heartbeat's) with now reads it here.
+   */
+  readonly now?: (() => number) | undefined
 
   // Hosts
   /**

@@ -29,8 +29,10 @@ export const HostsHandlers = HandlerGroup.make(
     const peerUrlOwed = new Set<string>()
     const settings = yield* Settings
     const scope = yield* Scope.Scope
-    /** A host as answered: whether its agent is silent is judged now, on this replica's clock, against the store's window. */
-    const shown = (view: HostView) => Effect.map(Clock.currentTimeMillis, (now) => hostJson(view, { now, limits: store.limits() }))
+    /** Now on the store's clock (the database's on PostgreSQL: the one its report times were stamped on), else this replica's. */
+    const storeNow = store.now === undefined ? Clock.currentTimeMillis : Effect.sync(store.now)
+    /** A host as answered: whether its agent is silent is judged now, on the store's clock, against the store's window. */
+    const shown = (view: HostView) => Effect.map(storeNow, (now) => hostJson(view, { now, limits: store.limits() }))
     // An agent's heartbeat and report answer within the bound it states (503 StoreStalled past it).
     const withinAgentBound = yield* AgentBound.make
 
@@ -90,7 +92,7 @@ export const HostsHandlers = HandlerGroup.make(
           }),
         )
         .handle("list", ({ query }) => api(store.pageHosts({ limit: query.limit, cursor: query.cursor })).pipe(
-            Effect.flatMap((page) => Effect.map(Clock.currentTimeMillis, (now) => pageJson(page, (h) => hostJson(h, { now, limits: store.limits() })))),
+            Effect.flatMap((page) => Effect.map(storeNow, (now) => pageJson(page, (h) => hostJson(h, { now, limits: store.limits() })))),
           ),
         )
         .handle("remove", ({ params }) =>

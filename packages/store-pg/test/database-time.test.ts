@@ -1,0 +1,81 @@
+// The store's time on the database's clock (`PgOptions.databaseTime`, `DatabaseTime.ts`): two
+// replicas on one real PostgreSQL, one of them with its wall clock a minute behind. On their own
+// clocks, the one behind stamps a live host's heartbeats and report a minute old, and the other
+// (the leader) reclaims the host's session as lost; on the database's clock nothing is reclaimed.
+import { Limits } from "@engram/core"
+import { freshDatabase } from "@engram/test-pg"
+import { Clock, Effect } from "effect"
+import { describe, expect, it } from "vitest"
+import * as DatabaseTime from "../src/DatabaseTime.js"
+import * as StorePg from "../src/StorePg.js"
+
+describe("DatabaseTime.nextOffset", () => {
+  const reading = { sentMs: 1_000, dbMs: 61_010, answeredMs: 1_020 }
+  it("the first reading: the middle of its bracket (the database's clock less this one's at the round trip's middle)", () => {
+    expect(DatabaseTime.nextOffset(null, reading)).toBe(60_000)
+  })
+  it("an offset within a reading's bracket (plus the slack) is kept: a round trip's jitter does not move it", () => {
+    for (const kept of [59_990, 60_000, 60_010, 59_990 - DatabaseTime.slackMs, 60_010 + DatabaseTime.slackMs]) expect(DatabaseTime.nextOffset(kept, reading)).toBe(kept)
+  })
+  it("an offset outside it (a clock stepped) moves to the reading's middle", () => {
+    expect(DatabaseTime.nextOffset(59_990 - DatabaseTime.slackMs - 1, reading)).toBe(60_000)
+    expect(DatabaseTime.nextOffset(0, reading)).toBe(60_000)
+    expect(DatabaseTime.nextOffset(120_000, reading)).toBe(60_000)
+    // Whole ms, as every time the store writes.
+    expect(DatabaseTime.nextOffset(null, { sentMs: 1_000, dbMs: 61_010.913, answeredMs: 1_021 })).toBe(60_000)
+  })
+})
+
+describe("replicas whose clocks disagree, on one PostgreSQL", () => {
+  /** The real clock with its wall time `offsetMs` off (its monotonic time and sleeps untouched). */
+  const offBy = (live: Clock.Clock, offsetMs: number): Clock.Clock => ({
+    sleep: (d) => live.sleep(d),
+    currentTimeMillisUnsafe: () => live.currentTimeMillisUnsafe() + offsetMs,
+    currentTimeMillis: Effect.sync(() => live.currentTimeMillisUnsafe() + offsetMs),
+    currentTimeNanosUnsafe: () => live.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n,
+    currentTimeNanos: Effect.sync(() => live.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n),
+    monotonicTimeNanosUnsafe: () => live.monotonicTimeNanosUnsafe(),
+    monotonicTimeNanos: live.monotonicTimeNanos,
+  })
+  const behindMs = 60_000
+  const limits = { ...Limits.defaults, heartbeatStaleWindowMs: 30_000 }
+
+  /** Replica A (a minute behind) places a session and heartbeats its host; B, on time, reclaims: the sessions B made lost. */
+  const run = (databaseTime: boolean) =>
+    Effect.gen(function* () {
+      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      const live = yield* Clock.Clock
+      const behind = offBy(live, -behindMs)
+      const a = yield* StorePg.openUrl({ url: database.url, poolSize: 2, limits, databaseTime }).pipe(Effect.provideService(Clock.Clock, behind))
+      const b = yield* StorePg.openUrl({ url: database.url, poolSize: 2, limits, databaseTime, migrate: false })
+      const onA = <A, E>(e: Effect.Effect<A, E>) => Effect.provideService(e, Clock.Clock, behind)
+      yield* onA(a.store.registerHost({ id: "h1", tokenHash: "x" }))
+      yield* onA(a.store.reportHost("h1", { totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }))
+      const created = yield* onA(a.store.createSession({ id: "s1", budget: { memMib: 512, vcpus: 1 } }))
+      expect(created._tag).toBe("Placed")
+      // The host's agent heartbeats and reports through A, on time.
+      yield* onA(a.store.heartbeatHost("h1"))
+      yield* onA(a.store.reportHost("h1", { totalMib: 8192, allocatableMib: 8192, totalVcpus: 4 }))
+      // B leads and judges at once.
+      const reclaimed = yield* b.store.reclaim()
+      const host = yield* b.store.getHost("h1")
+      return { lost: reclaimed.lostSessions, created: created.session.state, session: (yield* b.store.getSession("s1")).state, reportAgeMs: (b.store.now?.() ?? Date.now()) - (host.reportedAt ?? 0), offsets: [a.store.now, b.store.now] }
+    }).pipe(Effect.scoped, Effect.runPromise)
+
+  it("on their own clocks (without databaseTime), the leader reclaims a live host's session as lost: the failure databaseTime is for", async () => {
+    const own = await run(false)
+    expect(own.lost).toStrictEqual(["s1"])
+    expect(own.session).toBe("lost")
+    expect(own.offsets).toStrictEqual([undefined, undefined])
+  }, 120_000)
+
+  it("on the database's clock (databaseTime), the same heartbeats are fresh: nothing is reclaimed, and the report's age is the real one", async () => {
+    const shared = await run(true)
+    expect(shared.lost).toStrictEqual([])
+    expect(shared.session).toBe(shared.created)
+    // Stamped by A and read on B's clock, both the database's: seconds old at most, not a minute.
+    expect(shared.reportAgeMs).toBeGreaterThanOrEqual(-5_000)
+    expect(shared.reportAgeMs).toBeLessThan(behindMs / 2)
+    expect(typeof shared.offsets[0]).toBe("function")
+  }, 120_000)
+})
