@@ -32,6 +32,7 @@ import type { Options as FleetHistoryOptions } from "./FleetHistory.js"
 import { HandlersLive } from "./Handlers.js"
 import { defectReporter, edge, onClientError, pathParamMaxLength, routeLabeler } from "./HttpEdge.js"
 import * as SocketGuard from "./SocketGuard.js"
+import * as Connections from "./Connections.js"
 import { InputErrorsLive } from "./HttpErrors.js"
 import { always as leaderAlways, Leader, postgres as leaderPostgres } from "./Leader.js"
 import { LongPolls } from "./LongPolls.js"
@@ -342,7 +343,10 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       Layer.provideMerge(
         NodeHttpServer.layer(
           // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
-          () => SocketGuard.guard(keepingAlive(createServer(), config.httpKeepAliveMs).on("clientError", onClientError(metrics))),
+          () =>
+            Connections.track(SocketGuard.guard(keepingAlive(createServer(), config.httpKeepAliveMs).on("clientError", onClientError(metrics))), {
+              open: (count) => metrics.connectionsOpen.set(count),
+            }),
           { port: config.port, host: config.host, backlog: listenBacklog, gracefulShutdownTimeout: "10 seconds" },
         ),
       ),

@@ -124,6 +124,8 @@ export interface MetricsShape {
   readonly storeUnavailable: Counter
   /** Requests whose client left while a store call of theirs had not answered (the client's bound shorter than the store's), by method and route. */
   readonly requestsAbandoned: Counter<{ readonly method: string; readonly route: string }>
+  /** Connections the HTTP server holds open now (this replica), set by `Connections.track`. */
+  readonly connectionsOpen: Gauge
   readonly observePassSeconds: (seconds: number) => void
   /** One answered HTTP request: its route template (`/v1/sessions/:id`), status and duration. */
   readonly observeRequest: (method: string, route: string, status: number, seconds: number) => void
@@ -326,6 +328,8 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         "The database's clock less this replica's, seconds, as its last lease check measured it (0 with an embedded store). Reservations' heartbeats are stamped and judged stale on the replicas' clocks: keep every replica within a few seconds of the database (NTP).",
       )
       clockSkew.set(0)
+      const connectionsOpen = gauge("engram_http_connections_open", "Connections the HTTP server holds open now (this replica), idle kept-alive ones and long-polls included.")
+      connectionsOpen.set(0)
       passHistogram.valueUnsafe(context)
       yield* registerProcessMetrics(context)
 
@@ -374,6 +378,7 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
           "Requests whose client left (closed the connection) while a store call of theirs had not answered, by method and route: a stall of the database the client saw as a hung replica.",
           true,
         ),
+        connectionsOpen,
         observePassSeconds: (seconds) => passHistogram.updateUnsafe(seconds, context),
         observeRequest,
         scrape,
