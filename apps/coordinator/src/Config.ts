@@ -91,6 +91,16 @@ export interface CoordinatorConfig {
    */
   readonly httpKeepAliveMs: number
   /**
+   * The most connections the HTTP server holds open at once (Node's `server.maxConnections`;
+   * 0: no cap, the default). Past it a new connection is closed as soon as it is accepted,
+   * counted and warned about (`Connections`). A host agent holds 2 or 3 (its report, heartbeat
+   * and poll loops run at once), so 10,000 agents need 20,000 to 30,000: no fixed default fits
+   * every fleet, and agents refused retry for ever. Set it below the process's file-descriptor
+   * limit (`ulimit -n`) less what the store needs: then connections past it are refused with a
+   * warning, rather than closed unseen at the limit, and the store can still open files.
+   */
+  readonly maxConnections: number
+  /**
    * How long a stopping coordinator keeps serving with `/readyz` answering 503 before it stops
    * (ms; 0: it stops at once): the time a load balancer or Kubernetes takes to stop sending it
    * new connections after SIGTERM (its endpoints are removed while the pod is told to stop).
@@ -244,6 +254,14 @@ export const connectionsPerReplica = (storePoolSize: number): number => storePoo
  * side closed").
  */
 export const defaultHttpKeepAliveMs = 95_000
+
+/**
+ * The cap on the HTTP server's open connections by default (`ENGRAM_MAX_CONNECTIONS`): 0, none.
+ * A cap low enough to keep a small machine's descriptors would refuse part of a large fleet (a
+ * host agent holds 2 or 3 connections; 10,000 agents 20,000 to 30,000), and what runs out is
+ * the file-descriptor limit, which differs by deployment (1,024 to over a million).
+ */
+export const defaultMaxConnections = 0
 
 /** The default bound on a probe's store read (`ENGRAM_PROBE_TIMEOUT_MS`): 1 s (a readiness probe's usual timeout). */
 export const defaultProbeTimeoutMs = 1000
@@ -416,6 +434,7 @@ export const settingVariables = {
   storePoolSize: "ENGRAM_STORE_POOL_SIZE",
   probeTimeoutMs: "ENGRAM_PROBE_TIMEOUT_MS",
   httpKeepAliveMs: "ENGRAM_HTTP_KEEP_ALIVE_MS",
+  maxConnections: "ENGRAM_MAX_CONNECTIONS",
   shutdownDelayMs: "ENGRAM_SHUTDOWN_DELAY_MS",
   placementBatchSize: "ENGRAM_PLACEMENT_BATCH_SIZE",
   placementSpread: "ENGRAM_PLACEMENT_SPREAD",
@@ -459,6 +478,7 @@ const settings = {
   storePoolSize: int(settingVariables.storePoolSize, defaultStorePoolSize, 1, 1000),
   probeTimeoutMs: int(settingVariables.probeTimeoutMs, defaultProbeTimeoutMs, 10, 60_000),
   httpKeepAliveMs: int(settingVariables.httpKeepAliveMs, defaultHttpKeepAliveMs, 1000, 3_600_000),
+  maxConnections: int(settingVariables.maxConnections, defaultMaxConnections, 0, 1_000_000),
   shutdownDelayMs: int(settingVariables.shutdownDelayMs, 0, 0, 600_000),
   placementBatchSize: int(settingVariables.placementBatchSize, 64, 1, 1000),
   placementSpread: int(settingVariables.placementSpread, 1, 0, 1),

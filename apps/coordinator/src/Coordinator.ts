@@ -341,13 +341,22 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       routerConfig: { maxParamLength: pathParamMaxLength },
     }).pipe(
       Layer.provideMerge(
-        NodeHttpServer.layer(
-          // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
-          () =>
-            Connections.track(SocketGuard.guard(keepingAlive(createServer(), config.httpKeepAliveMs).on("clientError", onClientError(metrics))), {
-              open: (count) => metrics.connectionsOpen.set(count),
-            }),
-          { port: config.port, host: config.host, backlog: listenBacklog, gracefulShutdownTimeout: "10 seconds" },
+        Layer.unwrap(
+          Effect.map(Effect.context<never>(), (services) => {
+            // The refusals at the connection cap are logged with this coordinator's logger.
+            const logWarning = Effect.runForkWith(services)
+            return NodeHttpServer.layer(
+              // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
+              () =>
+                Connections.track(SocketGuard.guard(keepingAlive(createServer(), config.httpKeepAliveMs).on("clientError", onClientError(metrics))), {
+                  maxConnections: config.maxConnections,
+                  open: (count) => metrics.connectionsOpen.set(count),
+                  refused: () => metrics.connectionsRefused.inc(),
+                  warn: (message, fields) => void logWarning(Effect.logWarning(message, fields)),
+                }),
+              { port: config.port, host: config.host, backlog: listenBacklog, gracefulShutdownTimeout: "10 seconds" },
+            )
+          }),
         ),
       ),
       // A request's defect reaches its 500's log line.
@@ -412,6 +421,10 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       // Info, not a warning: most kernels cap the queue at 4,096, which only a fleet of thousands
       // of agents connecting at once (a restart, a network blip) outgrows.
       if (queueWarning !== undefined) yield* Effect.logInfo(queueWarning, { somaxconn: readSomaxconn(), listenBacklog })
+      // A cap at or above the descriptor limit never acts: the limit closes connections first, unseen.
+      const fdLimit = Connections.readFdLimit()
+      const capWarning = Connections.fdLimitWarning(config.maxConnections, fdLimit)
+      if (capWarning !== undefined) yield* Effect.logWarning(capWarning, { maxConnections: config.maxConnections, fdLimit })
       // Set for the other backend than the one running: said once, not refused (one
       // environment may serve both).
       const ignored = backend === "pglite" ? Config.postgresOnlySet(config) : backend === "postgres" ? Config.embeddedOnlySet(config) : []

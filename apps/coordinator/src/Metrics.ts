@@ -126,6 +126,8 @@ export interface MetricsShape {
   readonly requestsAbandoned: Counter<{ readonly method: string; readonly route: string }>
   /** Connections the HTTP server holds open now (this replica), set by `Connections.track`. */
   readonly connectionsOpen: Gauge
+  /** Connections the HTTP server closed as soon as it accepted them: it held `ENGRAM_MAX_CONNECTIONS` already. */
+  readonly connectionsRefused: Counter
   readonly observePassSeconds: (seconds: number) => void
   /** One answered HTTP request: its route template (`/v1/sessions/:id`), status and duration. */
   readonly observeRequest: (method: string, route: string, status: number, seconds: number) => void
@@ -379,6 +381,11 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
           true,
         ),
         connectionsOpen,
+        connectionsRefused: counter(
+          "engram_http_connections_refused_total",
+          "Connections the HTTP server closed as soon as it accepted them because it held ENGRAM_MAX_CONNECTIONS already (this replica).",
+          true,
+        ),
         observePassSeconds: (seconds) => passHistogram.updateUnsafe(seconds, context),
         observeRequest,
         scrape,
