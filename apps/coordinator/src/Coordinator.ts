@@ -13,7 +13,7 @@ import { Log } from "@engram/process"
 import { ByteSize, Context, Deferred, Effect, Exit, Layer, Option, Redacted, References, Scope } from "effect"
 import type { LogLevel } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServer } from "effect/http"
-import { HttpApiBuilder, HttpApiScalar } from "effect/http-api"
+import { HttpApiBuilder } from "effect/http-api"
 import { mkdirSync, readFileSync } from "node:fs"
 import { randomUUID } from "node:crypto"
 import { hostname } from "node:os"
@@ -33,6 +33,7 @@ import { HandlersLive } from "./Handlers.js"
 import { defectReporter, edge, onClientError, pathParamMaxLength, routeLabeler } from "./HttpEdge.js"
 import * as SocketGuard from "./SocketGuard.js"
 import * as Connections from "./Connections.js"
+import * as EncodedOnce from "./EncodedOnce.js"
 import { InputErrorsLive } from "./HttpErrors.js"
 import { always as leaderAlways, Leader, postgres as leaderPostgres } from "./Leader.js"
 import { LongPolls } from "./LongPolls.js"
@@ -314,8 +315,8 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
     Layer.provide(HandlersLive),
     Layer.provide([BearerAuthLive, AdminOnlyLive, ScrapeAuthLive, InputErrorsLive, StrictInputLive]),
   )
-  // The browsable reference (Scalar, served from this process: no CDN), and the dashboard at /ui.
-  const docsLayer = HttpApiScalar.layer(EngramApi, { path: "/docs" })
+  // The browsable reference (Scalar, served from this process: no CDN; encoded once), and the dashboard at /ui.
+  const docsLayer = EncodedOnce.docsLayer("/docs")
   // Set when the coordinator begins to stop (after its shutdown delay): new requests get 503.
   let closing = false
   // Set while a stopping coordinator waits out its shutdown delay: /readyz answers 503.

@@ -4,9 +4,10 @@ import { Fleet } from "@engram/core"
 import { Changes, Store } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { Clock, Effect, Option } from "effect"
-import { HttpApiBuilder, OpenApi } from "effect/http-api"
+import { HttpApiBuilder } from "effect/http-api"
 import * as HandlerGroup from "../HandlerGroup.js"
 import { AdminToken, sameHash } from "../Auth.js"
+import { openApiAnswer } from "../EncodedOnce.js"
 import { api, writesRefusedError } from "../HttpErrors.js"
 import { Leader } from "../Leader.js"
 import { Metrics } from "../Metrics.js"
@@ -68,7 +69,8 @@ export const OpsHandlers = HandlerGroup.make(
     }
     // A store on PostgreSQL or PGlite counts its placements' version checks; another store does not.
     const stats = yield* Effect.serviceOption(StorePg.PlacementStats)
-    const spec = OpenApi.fromApi(EngramApi)
+    // The document never changes while the process runs: encoded once, its bytes for every request.
+    const openApi = openApiAnswer()
     const alive = () => Effect.succeed({ ok: true })
     return HttpApiBuilder.group(EngramApi, "ops", (h) =>
       h
@@ -97,7 +99,7 @@ export const OpsHandlers = HandlerGroup.make(
             Effect.mapError((e) => (e instanceof ServiceUnavailable ? e : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: 1000 }))),
           ),
         )
-        .handle("openapi", () => Effect.succeed(spec as unknown))
+        .handle("openapi", () => Effect.succeed(openApi))
         .handle("metrics", () => storeGauges(settings.config.probeTimeoutMs).pipe(
             Effect.provideService(Store, store),
             Effect.map((read) => ({ ...read, checks: Option.getOrUndefined(stats)?.checks(), listenerUp: changes.live() })),
