@@ -327,7 +327,7 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
       leaseUnrenewed.set(0)
       const clockSkew = gauge(
         "engram_clock_skew_seconds",
-        "The database's clock less this replica's, seconds, as its last lease check measured it (0 with an embedded store). Reservations' heartbeats are stamped and judged stale on the replicas' clocks: keep every replica within a few seconds of the database (NTP).",
+        "The database's clock less this replica's, seconds, as its last lease check measured it (0 with an embedded store). The store's times follow the database's clock; this replica's logs and traces carry its own: keep every replica within a few seconds of the database (NTP).",
       )
       clockSkew.set(0)
       const connectionsOpen = gauge("engram_http_connections_open", "Connections the HTTP server holds open now (this replica), idle kept-alive ones and long-polls included.")
