@@ -7,8 +7,9 @@
  */
 import type { Records } from "@engram/api"
 import { Downtime } from "@engram/core"
+import { nowOf } from "@engram/store"
 import type { InvalidInput, PairCommits, StoreShape, Unavailable } from "@engram/store"
-import { Clock, Effect } from "effect"
+import { Effect } from "effect"
 
 /** What the allowance rests on: the prior and the horizon (the coordinator's settings). */
 export interface AllowanceSettings {
@@ -52,7 +53,8 @@ export const histories = (
   targetHostId?: string,
 ): Effect.Effect<readonly Records.PairHistory[], InvalidInput | Unavailable> =>
   Effect.gen(function* () {
-    const nowMs = yield* Clock.currentTimeMillis
+    // The store's time: the commits' times were stamped on it.
+    const nowMs = yield* nowOf(store)
     const named: readonly PairCommits[] = yield* store.listPairCommits({ sourceHostId, targetHostId })
     const asked = targetHostId === undefined || named.length > 0 ? named : [{ sourceHostId, targetHostId, commitsMs: [], recordedAtMs: [], updatedAt: null }]
     if (asked.length === 0) return []
@@ -73,7 +75,7 @@ export const forTargets = (
   targetHostIds.length === 0
     ? Effect.succeed([])
     : Effect.gen(function* () {
-        const nowMs = yield* Clock.currentTimeMillis
+        const nowMs = yield* nowOf(store)
         const targets = [...new Set(targetHostIds)]
         const recent = yield* recentPairs(store, s, nowMs, sourceHostId, targets)
         return targets.map((targetHostId) => {

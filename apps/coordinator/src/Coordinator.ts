@@ -88,9 +88,10 @@ export interface CoordinatorInfoShape {
   /**
    * Succeeds, with the reason, if the embedded store's engine ends while the coordinator runs
    * (PGlite's worker thread died: every store call answers 503 from then on), or its data
-   * directory's lock was taken over by another coordinator (this one was frozen or cut off:
-   * it must stop writing); never otherwise. `main` exits 1 on it, so a supervisor restarts the
-   * coordinator on its data directory.
+   * directory's lock was taken over by another coordinator (this one was frozen or cut off: its
+   * engine is dropped at once); never otherwise. `main` exits 1 on it: after an engine's end a
+   * supervisor restarts the coordinator on its data directory; after a takeover the restart
+   * finds the other's lock and exits 1 again, naming it.
    */
   readonly storeLost: Effect.Effect<string>
 }
@@ -224,14 +225,15 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
             yield* DataDirLock.acquire(dataDir, {
               onLost: (why) => {
                 abandon.abort(why)
-                Deferred.doneUnsafe(storeLost, Effect.succeed(`${why}: another coordinator writes the embedded database now`))
+                Deferred.doneUnsafe(storeLost, Effect.succeed(`${why}: another coordinator writes the embedded database now, and this one wrote nothing more to it`))
               },
             })
             return StorePg.layerPglite({
               dataDir: join(dataDir, "pglite"),
               worker: config.pgliteWorker === 1,
               abandon: abandon.signal,
-              onWorkerExit: (why) => Deferred.doneUnsafe(storeLost, Effect.succeed(`${why}: the embedded database is gone`)),
+              onWorkerExit: (why) =>
+                Deferred.doneUnsafe(storeLost, Effect.succeed(`${why}: the embedded database is gone; a supervisor's restart of the coordinator recovers it (PGlite recovers its data directory at the next start)`)),
               limits: config.limits,
               park: parkRule(config),
               ...batching,

@@ -153,14 +153,15 @@ export const acquire = (dataDir: string, options: AcquireOptions = {}): Effect.E
   const file = join(dataDir, lockFileName)
   return Effect.acquireRelease(
     Effect.gen(function* () {
-      // The unseen holder watched: its record, its lock's last touch when first seen, and when (this clock).
+      // The unseen holder watched: its record, its lock's last touch when first seen, and when (this monotonic clock).
       let watched: { readonly record: string; readonly touched: number; readonly sinceMs: number } | null = null
       for (let attempt = 0; ; ) {
         if (create(file)) {
           held.add(file)
           return
         }
-        const nowMs = yield* Clock.currentTimeMillis
+        // The watch is timed on the monotonic clock: a step of the wall clock neither ends nor extends it.
+        const nowMs = Number((yield* Clock.Clock).monotonicTimeNanosUnsafe() / 1_000_000n)
         const owner = holderOf(file)
         const pid = owner?.pid ?? null
         const verdict = owner === null ? false : holds(file, owner)

@@ -7,8 +7,8 @@
  */
 import { Fleet } from "@engram/core"
 import type { Dashboard } from "@engram/dashboard"
-import { Store } from "@engram/store"
-import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { nowOf, Store } from "@engram/store"
+import { Context, Duration, Effect, Layer, Schedule } from "effect"
 
 /** One sample of the fleet signal, as the dashboard draws it. */
 export type Sample = Dashboard.HistorySample
@@ -40,7 +40,8 @@ export class FleetHistory extends Context.Service<FleetHistory, FleetHistoryShap
         const kept: Sample[] = []
         const sample = Effect.gen(function* () {
           const view = yield* store.fleetView()
-          const at = yield* Clock.currentTimeMillis
+          // The store's time: a host's silence is judged against its report's, stamped on it.
+          const at = yield* nowOf(store)
           const s = Fleet.snapshot(view, store.limits(), at)
           kept.push({
             at,

@@ -42,7 +42,7 @@ const program = Config.fromEnvironment().pipe(
       Effect.gen(function* () {
         const running = yield* Layer.build(layer({ config: c }))
         const why = yield* Context.get(running, CoordinatorInfo).storeLost
-        return yield* new Fatal({ message: `${why}; exiting so a supervisor restarts the coordinator (PGlite recovers its data directory at the next start)`, exitCode: Main.exitCodes.failure })
+        return yield* new Fatal({ message: `${why}; exiting`, exitCode: Main.exitCodes.failure })
       }),
     )
   }),

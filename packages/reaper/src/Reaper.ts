@@ -18,9 +18,9 @@
  * A session whose move ended aborted is not moved again within the cooldown.
  *
  * With `retention` set, a last step: one bounded chunk of the history that ended more than
- * `retentionMs` ago is deleted (`Store.pruneHistory`, the cutoff from the Clock), so the store's
+ * `retentionMs` ago is deleted (`Store.pruneHistory`, the cutoff on the store's time, `nowOf`), so the store's
  * tables stop growing with the fleet's age; a backlog goes a chunk a pass. After a chunk that
- * deleted nothing the step waits `idleIntervalMs` (by the Clock) before it prunes again, so an
+ * deleted nothing the step waits `idleIntervalMs` (on the same time) before it prunes again, so an
  * idle fleet runs no write transaction a pass for it.
  *
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
@@ -28,9 +28,9 @@
  */
 import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy, Placement, Reclaim } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
-import { CurrentFence, pruneKinds, Store } from "@engram/store"
+import { CurrentFence, nowOf, pruneKinds, Store } from "@engram/store"
 import type { Fence, FleetRead, Move, PruneResult, Session, StoreError, StoreShape } from "@engram/store"
-import { Clock, Effect } from "effect"
+import { Effect } from "effect"
 import { ReaperEvents } from "./ReaperEvents.js"
 import type { Event, Source } from "./ReaperEvents.js"
 import * as ReaperState from "./ReaperState.js"
@@ -90,7 +90,7 @@ export interface RetentionOptions {
   readonly limit: number
   /**
    * After a prune that deleted nothing, the passes skip the step until this long (ms) has passed
-   * on the Clock; a prune that deleted anything is followed by one the next pass. Default
+   * on the store's time (`nowOf`: the Effect Clock's unless the store keeps its own); a prune that deleted anything is followed by one the next pass. Default
    * `idleRetentionIntervalMs`; 0: every pass.
    */
   readonly idleIntervalMs?: number | undefined
@@ -161,7 +161,7 @@ export type PassReport =
       readonly lostSessions: readonly string[]
       /**
        * The failover grace held: the reclaim step took only expired reservations, and the idle
-       * step of lifetimes was skipped, until this time (Clock ms); null: both ran in full.
+       * step of lifetimes was skipped, until this time (the store's time, `nowOf`, ms); null: both ran in full.
        */
       readonly reclaimHeldUntil: number | null
       /** Running sessions made idle for want of activity (each then parked or descended by the park policy). */
@@ -379,7 +379,8 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
     const failed = (reason: string) => (tell ? tell({ _tag: "MovesFailed", reason }).pipe(Effect.as(begun)) : Effect.succeed(begun))
     const open = yield* Effect.result(store.listMoves({ state: "pending" }))
     if (open._tag === "Failure") return yield* failed(reasonOf(open.failure))
-    const now = yield* Clock.currentTimeMillis
+    // The store's time: moves' starts and ends were stamped on it.
+    const now = yield* nowOf(store)
     yield* settle(store, state, open.success, now, tell)
     const pending = yield* timeOut(store, moves, state, open.success, now, leading, tell)
     if (pending === null) return null
@@ -452,12 +453,12 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
   })
 
 /**
- * The retention step: `Store.pruneHistory` of what ended `retentionMs` before the Clock's now, at
+ * The retention step: `Store.pruneHistory` of what ended `retentionMs` before the store's now, at
  * most `limit` of each kind; told either way. Null when it failed (the next pass tries again).
  */
 const prune = (store: StoreShape, retention: RetentionOptions, tell: Tell) =>
   Effect.gen(function* () {
-    const now = yield* Clock.currentTimeMillis
+    const now = yield* nowOf(store)
     const done = yield* Effect.result(store.pruneHistory({ endedBefore: Math.max(0, now - retention.retentionMs), limit: retention.limit }))
     if (done._tag === "Failure") {
       if (tell) yield* tell({ _tag: "PruneFailed", reason: reasonOf(done.failure) })
@@ -508,13 +509,16 @@ const passLeading = (options: Options, leading: () => boolean): Effect.Effect<Pa
     const gapMs = options.reclaimGapMs ?? Reclaim.graceGapMs(inner.limits().heartbeatStaleWindowMs)
     const graceTold = (started: boolean): Effect.Effect<void> =>
       started && tell ? tell({ _tag: "ReclaimHeld", until: Reclaim.graceEnds(state.grace, graceMs) as number }) : Effect.void
-    const contact = Effect.flatMap(Clock.currentTimeMillis, (now) => {
+    // On the store's time (`nowOf`): the clock the heartbeats it judges were stamped on, so a step
+    // of it (the database's clock, with store-pg's `databaseTime`) is a gap too.
+    const storeNow = nowOf(inner)
+    const contact = Effect.flatMap(storeNow, (now) => {
       const after = Reclaim.graceAfterContact(state.grace, now, gapMs)
       state.grace = after.grace
       return graceTold(after.started)
     })
     // A check against the last contact that is no contact (before a stale reclaim, at the pass's end).
-    const check = Effect.flatMap(Clock.currentTimeMillis, (now) => {
+    const check = Effect.flatMap(storeNow, (now) => {
       const after = Reclaim.graceCheck(state.grace, now, gapMs)
       state.grace = after.grace
       return Effect.as(graceTold(after.started), now)
@@ -562,7 +566,7 @@ const passLeading = (options: Options, leading: () => boolean): Effect.Effect<Pa
     // Leadership was asked for the reclaim; each write of this step asks again.
     // The idle step is decided once its read is back: a grace that held the reclaim, or one that
     // began since (a freeze in that read), holds it too.
-    const idleToo = Effect.map(Clock.currentTimeMillis, (now) => reclaimHeldUntil === null && !Reclaim.graceHolds(state.grace, now, graceMs))
+    const idleToo = Effect.map(storeNow, (now) => reclaimHeldUntil === null && !Reclaim.graceHolds(state.grace, now, graceMs))
     const lives = yield* lifetimes(store, leading, tell, idleToo)
     if (lives === null) return yield* held("lifetimes")
 
@@ -607,7 +611,7 @@ const passLeading = (options: Options, leading: () => boolean): Effect.Effect<Pa
     let pruned: PruneResult | null = null
     if (options.retention !== undefined) {
       if (!leading()) return yield* held("prune")
-      const now = yield* Clock.currentTimeMillis
+      const now = yield* storeNow
       if (now >= state.pruneAfter) {
         const done = yield* prune(store, options.retention, tell)
         pruned = done

@@ -20,7 +20,7 @@ export type Event =
    * The failover grace started (`Reaper.Options.reclaimGraceMs`): the first pass of a leadership,
    * or a gap in the leader's contacts with the store (failed reads, a frozen process, a call that
    * hung, a clock step). No stale reservation is reclaimed (nor session idled) before `until`
-   * (Clock ms), so hosts that could not heartbeat while the coordinator side was down renew first.
+   * (the store's time, `nowOf`, ms), so hosts that could not heartbeat while the coordinator side was down renew first.
    */
   | { readonly _tag: "ReclaimHeld"; readonly until: number }
   /** Sessions a lifetime changed this pass: made idle (then parked or descending), or ended by their TTL. */

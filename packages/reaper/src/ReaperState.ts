@@ -202,7 +202,7 @@ export interface ReaperState {
    * contact (a fresh memory, `relead`) and after a gap.
    */
   grace: Reclaim.Grace
-  /** The retention step waits until this time (Clock ms) after a prune that deleted nothing; 0: no wait. */
+  /** The retention step waits until this time (the store's time, `nowOf`, ms) after a prune that deleted nothing; 0: no wait. */
   pruneAfter: number
   readonly meter: DemandMeter
   readonly queuePeaks: QueuePeaks

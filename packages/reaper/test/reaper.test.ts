@@ -451,6 +451,31 @@ describe("Reaper.pass failover grace (reclaimGraceMs)", () => {
       const zero = yield* Reaper.pass({ policy: "demand", state: ReaperState.make(), reclaimGraceMs: 0 })
       assert.strictEqual(zero._tag === "Done" ? zero.reclaimed : -1, 4)
     }).pipe(Effect.provide(StoreSim.layer())))
+
+  it.effect("the grace runs on the store's time (`nowOf`): a step of the store's clock (the database's, or a failover to a server whose clock differs) is a gap that starts it again; this process's clock standing still does not hide it", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const inner = yield* Store
+      yield* fleet
+      // A store that keeps a time of its own (as store-pg's `databaseTime` does): the Clock's plus a step.
+      const clock = yield* Clock.Clock
+      let stepMs = 0
+      const own: StoreShape = { ...inner, now: () => clock.currentTimeMillisUnsafe() + stepMs }
+      const state = ReaperState.make()
+      const pass = () => Reaper.pass({ policy: "demand", state, reclaimGraceMs: grace, reclaimGapMs: 40_000 }).pipe(Effect.provideService(Store, own))
+      yield* beatingPasses(inner, pass)
+      // The first pass's grace has ended: reclaims run in full.
+      const steady = yield* pass()
+      assert.strictEqual(steady._tag === "Done" ? steady.reclaimHeldUntil : -1, null)
+      assert.strictEqual(rec.events.filter((e) => e._tag === "ReclaimHeld").length, 1)
+      // The store's clock steps 3 minutes ahead; this process's does not move.
+      stepMs = 3 * 60_000
+      const stepped = yield* pass()
+      const until = (yield* Clock.currentTimeMillis) + stepMs + grace
+      assert.strictEqual(stepped._tag === "Done" ? stepped.reclaimHeldUntil : -1, until)
+      assert.deepStrictEqual(rec.events.filter((e) => e._tag === "ReclaimHeld").at(-1), { _tag: "ReclaimHeld", until })
+    }).pipe(Effect.provide(Layer.merge(StoreSim.layer(), rec.layer)))
+  })
 })
 
 describe("Reaper.pass moves for starving sessions", () => {

@@ -1,6 +1,10 @@
 /**
- * The database's clock as this process reads it (`StoreOptions.databaseTime`): the Effect
- * Clock's wall time (the one in context as the store opens) plus this process's offset from the database's `clock_timestamp()`.
+ * The database's clock as this process reads it (`PgOptions.databaseTime`): the Effect Clock's
+ * monotonic time (the clock in context as the store opens) plus its offset from the database's
+ * `clock_timestamp()`. On the monotonic clock, a step of this process's wall clock (NTP, an
+ * operator) does not move the store's time at all; a step of the database's moves it at the next
+ * measurement, as it moves every replica's (the reaper's failover grace sees a step forward as a
+ * gap: its contacts are on the store's time).
  *
  * Several replicas stamp heartbeats, reports and reservations, and the leader judges them stale
  * against its own "now": on each replica's own clock, a replica a minute behind the others
@@ -9,15 +13,16 @@
  * timeline, however far apart their own clocks are.
  *
  * A measurement reads the database's clock between two readings of this one (sent, answered):
- * the true offset lies between `db − answered` and `db − sent`. The offset kept changes only
- * when a measurement shows it outside that bracket (by more than `slackMs`), to the bracket's
- * middle: a round trip's jitter does not move it, a step of either clock does, at the next
- * measurement. One is taken at open (the store opens only once it is known) and every
- * `everyMs` after; one that fails keeps the last offset.
+ * the true offset lies between `db − answered` and `db − sent`. The first is the bracket's
+ * middle; after it, the offset kept changes only when a measurement shows it outside that
+ * bracket (by more than `slackMs`), and then to the bracket's nearer edge: a round trip's jitter
+ * does not move it, a step of the database's clock moves it as little as the reading allows. One
+ * is taken at open (the store opens only once it is known) and every `everyMs` after; one that
+ * fails, or takes longer than `measureBoundMs`, keeps the last offset.
  */
-import type { Unavailable } from "@engram/store"
+import { Unavailable } from "@engram/store"
 import { sql } from "drizzle-orm"
-import { Clock, Effect, type Scope } from "effect"
+import { Clock, Duration, Effect, type Scope } from "effect"
 import type { Conn } from "./Db.js"
 
 /** How often the offset is measured again (ms). */
@@ -26,7 +31,10 @@ export const defaultEveryMs = 10_000
 /** How far outside a measurement's bracket the kept offset may be before it changes (ms): the database's clock reads in µs, this one in ms. */
 export const slackMs = 2
 
-/** One measurement: this clock as the query was sent and as it was answered, the database's between (epoch ms). */
+/** A measurement that takes longer than this (ms) is given up: the offset stays as it was. */
+export const measureBoundMs = 5_000
+
+/** One measurement: this clock as the query was sent and as it was answered (its monotonic ms), the database's between (epoch ms). */
 export interface Reading {
   readonly sentMs: number
   readonly dbMs: number
@@ -35,19 +43,20 @@ export interface Reading {
 
 /** The offset to keep after `reading` (whole ms), given the one kept so far (null: none yet). */
 export const nextOffset = (kept: number | null, reading: Reading): number => {
+  // Whole ms: the times the store writes are integers.
+  if (kept === null) return Math.round(reading.dbMs - (reading.sentMs + reading.answeredMs) / 2)
   const low = reading.dbMs - reading.answeredMs - slackMs
   const high = reading.dbMs - reading.sentMs + slackMs
-  // Whole ms: the times the store writes are integers.
-  return kept !== null && kept >= low && kept <= high ? kept : Math.round(reading.dbMs - (reading.sentMs + reading.answeredMs) / 2)
+  return kept < low ? Math.ceil(low) : kept > high ? Math.floor(high) : kept
 }
 
 /** The database's clock as this process reads it. */
 export interface DatabaseTime {
-  /** Now on the database's clock (epoch ms): the Effect Clock's wall time plus the offset. */
+  /** Now on the database's clock (epoch ms): the Effect Clock's monotonic time plus the offset. */
   readonly now: Effect.Effect<number>
   /** `now`, read at once. */
   readonly nowMs: () => number
-  /** The database's clock less this process's, as last kept (ms). */
+  /** The database's clock less this process's monotonic clock, as last kept (ms). */
   readonly offsetMs: () => number
 }
 
@@ -57,19 +66,27 @@ const query = sql.raw(`select (extract(epoch from clock_timestamp()) * 1000)::fl
 export const start = (pool: Conn<Unavailable>, everyMs = defaultEveryMs): Effect.Effect<DatabaseTime, Unavailable, Scope.Scope> =>
   Effect.gen(function* () {
     const clock = yield* Clock.Clock
+    const monoMs = () => Number(clock.monotonicTimeNanosUnsafe() / 1_000_000n)
     let kept: number | null = null
+    const unreadable = (what: string) => new Unavailable({ reason: `the database's clock: ${what}`, retryAfterMs: 1000 })
     const measure = Effect.suspend(() => {
-      const sentMs = clock.currentTimeMillisUnsafe()
-      return Effect.map(pool.query<{ dbMs: number | string }>(query), (rows) => {
-        const answeredMs = clock.currentTimeMillisUnsafe()
-        const dbMs = Number(rows[0]?.dbMs)
-        if (Number.isFinite(dbMs)) kept = nextOffset(kept, { sentMs, dbMs, answeredMs })
-      })
+      const sentMs = monoMs()
+      return pool.query<{ dbMs: number | string }>(query).pipe(
+        Effect.timeoutOrElse({ duration: Duration.millis(measureBoundMs), orElse: () => Effect.fail(unreadable(`no answer within ${measureBoundMs} ms`)) }),
+        Effect.flatMap((rows) => {
+          const answeredMs = monoMs()
+          const dbMs = Number(rows[0]?.dbMs)
+          if (!Number.isFinite(dbMs)) return Effect.fail(unreadable(`clock_timestamp() read as ${String(rows[0]?.dbMs)}`))
+          kept = nextOffset(kept, { sentMs, dbMs, answeredMs })
+          return Effect.void
+        }),
+      )
     })
+    // The store opens only once the offset is known.
     yield* measure
     yield* Effect.forkScoped(Effect.forever(Effect.andThen(Effect.sleep(everyMs), Effect.asVoid(Effect.exit(measure)))))
     // On the clock the offset was measured against, whoever asks.
-    const nowMs = () => clock.currentTimeMillisUnsafe() + (kept ?? 0)
+    const nowMs = () => monoMs() + (kept ?? 0)
     return {
       now: Effect.sync(nowMs),
       nowMs,

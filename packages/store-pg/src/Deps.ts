@@ -15,7 +15,7 @@ export interface Deps {
   readonly limits: () => Limits.Limits
   /** The park policy an idle session's step decides with. */
   readonly park: ParkPolicy.Rule
-  /** The time from the Effect Clock, in epoch ms. */
+  /** The store's time, in epoch ms: the Effect Clock's, or with `databaseTime` the database's clock as this process reads it (`DatabaseTime.ts`). */
   readonly now: Effect.Effect<number>
   readonly cache: HostCache
   /** Two reads of one transaction at once: pipelined on postgres.js, one after the other on PGlite. */

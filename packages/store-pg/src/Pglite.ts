@@ -236,11 +236,25 @@ const abandonReason = (signal: AbortSignal | undefined): string => {
   return r instanceof Error ? r.message : typeof r === "string" ? r : "the data directory is no longer this process's"
 }
 
-/** `client`'s statements, refused (as a closed connection: `Unavailable`) once `signal` is aborted. */
+/**
+ * `client`'s statements, refused (as a closed connection: `Unavailable`) once `signal` is
+ * aborted. They go to the engine one at a time, each as the one before it ended (PGlite runs them
+ * so anyway), so the abort is judged as each starts: none waits inside the engine's own queue to
+ * write after it.
+ */
 const refusedOnceAbandoned = (client: ClientSurface, signal: AbortSignal): ClientSurface => {
   const refused = () => Promise.reject(Object.assign(new Error(`the embedded database was abandoned: ${abandonReason(signal)}`), { code: "CONNECTION_CLOSED" }))
+  let tail: Promise<unknown> = Promise.resolve()
+  const inTurn = <A>(run: () => Promise<A>): Promise<A> => {
+    const next = tail.then(
+      () => (signal.aborted ? refused() : run()),
+      () => (signal.aborted ? refused() : run()),
+    )
+    tail = next.catch(() => undefined)
+    return next
+  }
   return {
-    query: ((...args: Parameters<PGlite["query"]>) => (signal.aborted ? refused() : client.query(...args))) as PGlite["query"],
-    exec: ((...args: Parameters<PGlite["exec"]>) => (signal.aborted ? refused() : client.exec(...args))) as PGlite["exec"],
+    query: ((...args: Parameters<PGlite["query"]>) => inTurn(() => client.query(...args))) as PGlite["query"],
+    exec: ((...args: Parameters<PGlite["exec"]>) => inTurn(() => client.exec(...args))) as PGlite["exec"],
   }
 }

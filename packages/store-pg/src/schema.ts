@@ -3,7 +3,9 @@
  * `drizzle/` from this file. CHECK constraints are the last line of defence: every value is
  * validated in TypeScript (and by `@engram/core`) before it reaches a statement.
  *
- * Times are epoch milliseconds from the store's Effect Clock (never the server's `now()`).
+ * Times are epoch milliseconds on the store's time (`Deps.now`): the Effect Clock's, or with
+ * `databaseTime` the database's clock as this process reads it (`DatabaseTime.ts`), computed in
+ * TypeScript either way (never the server's `now()` in a statement).
  */
 import type { Placement } from "@engram/core"
 import { sql } from "drizzle-orm"

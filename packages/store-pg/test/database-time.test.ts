@@ -17,26 +17,34 @@ describe("DatabaseTime.nextOffset", () => {
   it("an offset within a reading's bracket (plus the slack) is kept: a round trip's jitter does not move it", () => {
     for (const kept of [59_990, 60_000, 60_010, 59_990 - DatabaseTime.slackMs, 60_010 + DatabaseTime.slackMs]) expect(DatabaseTime.nextOffset(kept, reading)).toBe(kept)
   })
-  it("an offset outside it (a clock stepped) moves to the reading's middle", () => {
-    expect(DatabaseTime.nextOffset(59_990 - DatabaseTime.slackMs - 1, reading)).toBe(60_000)
-    expect(DatabaseTime.nextOffset(0, reading)).toBe(60_000)
-    expect(DatabaseTime.nextOffset(120_000, reading)).toBe(60_000)
+  it("an offset outside it (the database's clock stepped) moves to the bracket's nearer edge: as little as the reading allows", () => {
+    const low = 59_990 - DatabaseTime.slackMs
+    const high = 60_010 + DatabaseTime.slackMs
+    expect(DatabaseTime.nextOffset(low - 1, reading)).toBe(low)
+    expect(DatabaseTime.nextOffset(0, reading)).toBe(low)
+    expect(DatabaseTime.nextOffset(120_000, reading)).toBe(high)
     // Whole ms, as every time the store writes.
     expect(DatabaseTime.nextOffset(null, { sentMs: 1_000, dbMs: 61_010.913, answeredMs: 1_021 })).toBe(60_000)
   })
 })
 
 describe("replicas whose clocks disagree, on one PostgreSQL", () => {
-  /** The real clock with its wall time `offsetMs` off (its monotonic time and sleeps untouched). */
-  const offBy = (live: Clock.Clock, offsetMs: number): Clock.Clock => ({
-    sleep: (d) => live.sleep(d),
-    currentTimeMillisUnsafe: () => live.currentTimeMillisUnsafe() + offsetMs,
-    currentTimeMillis: Effect.sync(() => live.currentTimeMillisUnsafe() + offsetMs),
-    currentTimeNanosUnsafe: () => live.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n,
-    currentTimeNanos: Effect.sync(() => live.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n),
-    monotonicTimeNanosUnsafe: () => live.monotonicTimeNanosUnsafe(),
-    monotonicTimeNanos: live.monotonicTimeNanos,
-  })
+  /**
+   * The real clock with its wall time `offsetMs` off, and its monotonic time counted from another
+   * origin (as another process's is: each starts its own), sleeps untouched.
+   */
+  const offBy = (live: Clock.Clock, offsetMs: number): Clock.Clock => {
+    const mono = () => live.monotonicTimeNanosUnsafe() + 987_654_321_000_000n
+    return {
+      sleep: (d) => live.sleep(d),
+      currentTimeMillisUnsafe: () => live.currentTimeMillisUnsafe() + offsetMs,
+      currentTimeMillis: Effect.sync(() => live.currentTimeMillisUnsafe() + offsetMs),
+      currentTimeNanosUnsafe: () => live.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n,
+      currentTimeNanos: Effect.sync(() => live.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n),
+      monotonicTimeNanosUnsafe: mono,
+      monotonicTimeNanos: Effect.sync(mono),
+    }
+  }
   const behindMs = 60_000
   const limits = { ...Limits.defaults, heartbeatStaleWindowMs: 30_000 }
 
@@ -77,5 +85,31 @@ describe("replicas whose clocks disagree, on one PostgreSQL", () => {
     expect(shared.reportAgeMs).toBeGreaterThanOrEqual(-5_000)
     expect(shared.reportAgeMs).toBeLessThan(behindMs / 2)
     expect(typeof shared.offsets[0]).toBe("function")
+  }, 120_000)
+
+  it("a step of a replica's wall clock (NTP, an operator) does not move the store's time: it follows the monotonic clock and the database's", async () => {
+    const seen = await Effect.gen(function* () {
+      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      const live = yield* Clock.Clock
+      let stepMs = 0
+      const stepped: Clock.Clock = {
+        sleep: (d) => live.sleep(d),
+        monotonicTimeNanosUnsafe: () => live.monotonicTimeNanosUnsafe(),
+        monotonicTimeNanos: Effect.sync(() => live.monotonicTimeNanosUnsafe()),
+        currentTimeMillisUnsafe: () => live.currentTimeMillisUnsafe() + stepMs,
+        currentTimeMillis: Effect.sync(() => live.currentTimeMillisUnsafe() + stepMs),
+        currentTimeNanosUnsafe: () => live.currentTimeNanosUnsafe() + BigInt(stepMs) * 1_000_000n,
+        currentTimeNanos: Effect.sync(() => live.currentTimeNanosUnsafe() + BigInt(stepMs) * 1_000_000n),
+      }
+      const a = yield* StorePg.openUrl({ url: database.url, poolSize: 2, limits, databaseTime: true }).pipe(Effect.provideService(Clock.Clock, stepped))
+      const before = a.store.now!() - Date.now()
+      stepMs = 10 * 60_000
+      const ahead = a.store.now!() - Date.now()
+      stepMs = -10 * 60_000
+      const behind = a.store.now!() - Date.now()
+      return { before, ahead, behind }
+    }).pipe(Effect.scoped, Effect.runPromise)
+    // The database runs on this machine: its clock and this one agree within the round trip.
+    for (const offMs of [seen.before, seen.ahead, seen.behind]) expect(Math.abs(offMs)).toBeLessThan(5_000)
   }, 120_000)
 })

@@ -15,8 +15,7 @@
  * - A failed operation changes nothing.
  */
 import type { Budget, Ledger, Limits } from "@engram/core"
-import { Context } from "effect"
-import type { Effect } from "effect"
+import { Clock, Context, Effect } from "effect"
 import type { Conflict, IllegalTransition, InvalidInput, NoRoom, NotFound, Refused, Unavailable } from "./Errors.js"
 import type {
   LifetimesDue,
@@ -378,3 +377,11 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "listPairCommits",
   "listAllowanceCommits",
 ])
+
+/**
+ * Now (epoch ms) on the clock `store` stamps and judges times with: its `now` where it has one
+ * (store-pg with `databaseTime`: the database's), else the Effect Clock's. Whatever compares a
+ * time the store stamped (a heartbeat, a report, a move's start, a session's end) with now reads
+ * now here.
+ */
+export const nowOf = (store: Pick<StoreShape, "now">): Effect.Effect<number> => (store.now === undefined ? Clock.currentTimeMillis : Effect.sync(store.now))

@@ -1,8 +1,8 @@
 /** `/v1/hosts…`: registration, removal, token rotation, report, heartbeat, administrative states, assignments. */
 import { EngramApi } from "@engram/api"
-import { Store, Validate } from "@engram/store"
+import { nowOf, Store, Validate } from "@engram/store"
 import type { HostView } from "@engram/store"
-import { Clock, Effect, Scope } from "effect"
+import { Effect, Scope } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import * as AgentBound from "../AgentBound.js"
 import * as Allowances from "../Allowances.js"
@@ -30,7 +30,7 @@ export const HostsHandlers = HandlerGroup.make(
     const settings = yield* Settings
     const scope = yield* Scope.Scope
     /** Now on the store's clock (the database's on PostgreSQL: the one its report times were stamped on), else this replica's. */
-    const storeNow = store.now === undefined ? Clock.currentTimeMillis : Effect.sync(store.now)
+    const storeNow = nowOf(store)
     /** A host as answered: whether its agent is silent is judged now, on the store's clock, against the store's window. */
     const shown = (view: HostView) => Effect.map(storeNow, (now) => hostJson(view, { now, limits: store.limits() }))
     // An agent's heartbeat and report answer within the bound it states (503 StoreStalled past it).
