@@ -224,9 +224,12 @@ const timingIssues = (env: Env_): Env.Issue[] => {
   const orDefault = (v: string, fallback: number) => (env[v] === undefined || env[v] === "" ? fallback : integerOf(env, v))
   const windowMs = orDefault(staleWindowVariable, Limits.defaults.heartbeatStaleWindowMs)
   for (const b of windowBound) {
-    const ms = integerOf(env, b.variable)
+    const unset = env[b.variable] === undefined || env[b.variable] === ""
+    // Unset, the interval is its default (a third of the window, at least 1 ms), judged here too:
+    // below a window of 1 ms none is, and it was named by its option key when the start judged it.
+    const ms = unset ? (windowMs === undefined || windowMs < 1 ? undefined : defaultAgentConfig("", windowMs)[b.key]) : integerOf(env, b.variable)
     const rule = ms === undefined || windowMs === undefined || windowMs < 1 ? null : b.issue(ms, windowMs)
-    if (rule !== null) issues.push({ variable: b.variable, rule, value: env[b.variable] })
+    if (rule !== null) issues.push(unset ? { variable: b.variable, rule: `${rule} (unset, it is ${ms})` } : { variable: b.variable, rule, value: env[b.variable] })
   }
   if (env["ENGRAM_AGENT_MEASURE"] === "fixed") {
     const osMib = orDefault("ENGRAM_SIM_OS_MIB", defaultSimHost.osMib)
@@ -373,9 +376,12 @@ export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "h
     const windowMs = yield* Effect.result(staleWindow.parse(source.provider))
     for (const b of windowBound) {
       const ms = yield* Effect.result(timingSettings[b.key].parse(source.provider))
-      const value = windowMs._tag === "Success" && ms._tag === "Success" ? given(ms.success) : undefined
-      const rule = value === undefined || windowMs._tag !== "Success" ? null : b.issue(value.value, windowMs.success, byOptionKey)
-      if (rule !== null && value !== undefined) issues.push({ variable: `config.${b.key}`, rule, value: value.value })
+      if (windowMs._tag !== "Success" || ms._tag !== "Success") continue
+      // Unset, the interval is its default (a third of the window, at least 1 ms): judged too (below a window of 1 ms none is).
+      const value = given(ms.success)
+      const ruleMs = value?.value ?? defaultAgentConfig(o.hostId, windowMs.success)[b.key]
+      const rule = b.issue(ruleMs, windowMs.success, byOptionKey)
+      if (rule !== null) issues.push(value === undefined ? { variable: `config.${b.key}`, rule: `${rule} (unset, it is ${ruleMs})` } : { variable: `config.${b.key}`, rule, value: value.value })
     }
     if (issues.length > 0 || read._tag === "Failure") return yield* new Env.ConfigInvalid({ component: "host agent", issues })
     return { ...defaultAgentConfig(o.hostId, read.success.staleMs), ...o.config, hostId: o.hostId }

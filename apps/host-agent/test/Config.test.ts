@@ -319,6 +319,26 @@ describe("host agent configuration", () => {
     expect((await Effect.runPromise(fromEnvironment(required))).config?.reportIntervalMs).toBe(30_000)
   })
 
+  it("a stale window of 1 ms is refused naming the intervals' variables (their defaults, a third of it and at least 1 ms, are not below it), not a program's keys; 2 ms is accepted", async () => {
+    const window = "must be less than ENGRAM_HEARTBEAT_STALE_WINDOW_MS (1): a host that"
+    const tiny = await errorOf({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "1" })
+    expect(tiny?.message).toBe(
+      [
+        "invalid host agent configuration:",
+        `  ENGRAM_AGENT_HEARTBEAT_MS: ${window} heartbeats less often goes stale between its heartbeats (unset, it is 1)`,
+        `  ENGRAM_AGENT_REPORT_MS: ${window} reports less often looks silent between its reports and takes no placements (unset, it is 1)`,
+      ].join("\n"),
+    )
+    // One given is judged as given, the other by its default.
+    const given = await errorOf({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "1", ENGRAM_AGENT_HEARTBEAT_MS: "1" })
+    expect(given?.issues.map((i) => [i.variable, i.value])).toEqual([
+      ["ENGRAM_AGENT_HEARTBEAT_MS", "1"],
+      ["ENGRAM_AGENT_REPORT_MS", undefined],
+    ])
+    const least = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "2" }))
+    expect(least.config).toMatchObject({ heartbeatIntervalMs: 1, reportIntervalMs: 1, heartbeatStaleWindowMs: 2 })
+  })
+
   it("the assignments poll waits at most the coordinator's 30 s (it never holds one longer); 30 s is accepted", async () => {
     const over = await errorOf({ ...required, ENGRAM_AGENT_POLL_WAIT_MS: "30001" })
     expect(over?.issues).toEqual([
@@ -399,6 +419,14 @@ describe("a program's agent options", () => {
     // Unset, it is 30 s, or a third of a shorter window.
     expect((await Effect.runPromise(checkedConfig({ hostId: "h", heartbeatStaleWindowMs: 30_000 }))).reportIntervalMs).toBe(10_000)
     expect((await Effect.runPromise(checkedConfig({ hostId: "h" }))).reportIntervalMs).toBe(30_000)
+  })
+
+  it("a stale window of 1 ms is refused with the intervals left unset (their defaults are not below it), named by key", async () => {
+    expect(await issuesOf({ hostId: "h", heartbeatStaleWindowMs: 1 })).toEqual([
+      ["config.heartbeatIntervalMs", `${rule(1)} (unset, it is 1)`, undefined],
+      ["config.reportIntervalMs", "must be less than heartbeatStaleWindowMs (1): a host that reports less often looks silent between its reports and takes no placements (unset, it is 1)", undefined],
+    ])
+    expect((await Effect.runPromise(checkedConfig({ hostId: "h", heartbeatStaleWindowMs: 2 }))).heartbeatIntervalMs).toBe(1)
   })
 
   it("each setting's own range holds, every issue at once, named by key; a null, an unknown key, a bad flag or template are refused", async () => {
