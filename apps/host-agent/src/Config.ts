@@ -88,6 +88,23 @@ const timingSettings = {
 const staleWindowVariable = "ENGRAM_HEARTBEAT_STALE_WINDOW_MS"
 const staleWindow = intOr(staleWindowVariable, Limits.defaults.heartbeatStaleWindowMs, 1)
 
+/**
+ * Why `ENGRAM_PEER_SECRET` is refused, or undefined (its value is never echoed: `secretVariables`).
+ * The secret is the HMAC key of every move token, proof and image token between the fleet's
+ * agents, taken byte for byte: whitespace around it (a newline copied from a file, a blank
+ * pasted with it) makes it another secret than the other agents', and every move between them
+ * fails at run time with 401 instead of at start. Refused, not trimmed: trimming one agent's would
+ * part it from the agents that keep the same whitespace. A secret of whitespace only is none.
+ */
+const peerSecretProblem = (s: string): string | undefined =>
+  s.length < 16
+    ? "must be at least 16 characters"
+    : s.trim() === ""
+      ? "must not be whitespace only"
+      : s.trim() !== s
+        ? "must not begin or end with whitespace (a newline copied from a file: the other agents' secret differs and every move between them fails with 401)"
+        : undefined
+
 /** The simulated host's size (`ENGRAM_AGENT_MEASURE=fixed`) when not told another. */
 const defaultSimHost = { totalMib: 16384, osMib: 1024, vcpus: 8 }
 
@@ -103,9 +120,7 @@ const settings = {
     }),
   ),
   hostToken: Config.Redacted("ENGRAM_HOST_TOKEN"),
-  peerSecret: Config.schema(Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" })), "ENGRAM_PEER_SECRET").pipe(
-    Config.map((s) => Redacted.make(s, { label: "ENGRAM_PEER_SECRET" })),
-  ),
+  peerSecret: checkedText("ENGRAM_PEER_SECRET", peerSecretProblem).pipe(Config.map((s) => Redacted.make(s, { label: "ENGRAM_PEER_SECRET" }))),
   staleMs: staleWindow,
   ...timingSettings,
   moveIntent: Config.schema(Schema.Literals(["0", "1"]).annotate({ message: "must be 0 or 1" }), "ENGRAM_AGENT_MOVE_INTENT").pipe(Config.withDefault("0" as const)),

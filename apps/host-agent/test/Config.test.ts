@@ -124,6 +124,23 @@ describe("host agent configuration", () => {
     expect(o.listen).toMatchObject({ port: 7100 })
   })
 
+  it("ENGRAM_PEER_SECRET of whitespace only, or with whitespace around it (a newline copied from a file), is refused naming the variable and the rule, its value hidden", async () => {
+    for (const [secret, rule] of [
+      [" ".repeat(16), "must not be whitespace only"],
+      ["\t\n".repeat(10), "must not be whitespace only"],
+      ["peer-secret-0123456789\n", "must not begin or end with whitespace (a newline copied from a file: the other agents' secret differs and every move between them fails with 401)"],
+      [" peer-secret-0123456789", "must not begin or end with whitespace (a newline copied from a file: the other agents' secret differs and every move between them fails with 401)"],
+    ] as const) {
+      const error = await errorOf({ ...required, ENGRAM_PEER_SECRET: secret })
+      expect(error?.message, JSON.stringify(secret)).toBe(["invalid host agent configuration:", `  ENGRAM_PEER_SECRET="<hidden>": ${rule}`].join("\n"))
+      expect(error?.issues, JSON.stringify(secret)).toEqual([{ variable: "ENGRAM_PEER_SECRET", rule, value: "<hidden>" }])
+    }
+    expect((await errorOf({ ...required, ENGRAM_PEER_SECRET: "peer-secret-012345678\n" }))?.message).not.toContain("peer-secret")
+    // Whitespace inside is part of the secret.
+    const inside = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_PEER_SECRET: "correct horse battery staple" }))
+    expect(inside.peerSecret).toBe("correct horse battery staple")
+  })
+
   it("an integer is decimal digits: hex, an exponent or a blank is refused naming the variable", async () => {
     for (const v of ["0x1c00", "7e3", " "]) {
       const error = await errorOf({ ...required, ENGRAM_AGENT_PORT: v })
