@@ -18,7 +18,7 @@ import type { HostAgentOptions } from "./Host.js"
 import * as Failover from "./Failover.js"
 import { defaultImageFetchMinMibPerSec } from "./ImageFetch.js"
 import { HostMeter, layerFixed, measureHost } from "./Measure.js"
-import { noPeerUrlWarning, parsePeers, peerHostOf, peersProblem, peerUrlProblem } from "./PeerLink.js"
+import { advertiseHostProblem, listenHostProblem, noPeerUrlWarning, parsePeers, peerHostOf, peersProblem, peerUrlProblem } from "./PeerLink.js"
 import { defaultQemuStateDir, type QemuSettings } from "./RuntimeChoice.js"
 import * as Templates from "./Templates.js"
 
@@ -152,9 +152,9 @@ const settings = {
   stateFile: optionalText("ENGRAM_AGENT_STATE_FILE"),
   imageDir: optionalText("ENGRAM_AGENT_IMAGE_DIR"),
   imageFetchMinMibPerSec: intOr("ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS", defaultImageFetchMinMibPerSec, 1),
-  migrationHost: optionalText("ENGRAM_AGENT_MIGRATION_HOST"),
-  advertiseHost: optionalText("ENGRAM_AGENT_ADVERTISE_HOST"),
-  // Empty is unset, as for the other optional addresses.
+  // Empty is unset, for each of the optional addresses.
+  migrationHost: checkedText("ENGRAM_AGENT_MIGRATION_HOST", (s) => (s === "" ? undefined : listenHostProblem(s))).pipe(Config.option),
+  advertiseHost: checkedText("ENGRAM_AGENT_ADVERTISE_HOST", (s) => (s === "" ? undefined : advertiseHostProblem(s))).pipe(Config.option),
   peerUrl: checkedText("ENGRAM_AGENT_PEER_URL", (s) => (s === "" ? undefined : peerUrlProblem(s))).pipe(Config.option),
   templates: checkedText("ENGRAM_AGENT_TEMPLATES", (s) => {
     const parsed = Templates.parse(s)

@@ -200,6 +200,49 @@ export const derivedPeerUrl = (host: string, port: number): string | null => {
 }
 
 /**
+ * Whether `host` is one host, as the agent writes it into addresses: a host name or an IP address
+ * (an IPv6 one without brackets: the peer URL, the simulated wire and QEMU's `tcp:` URIs put
+ * them around it and a port after it), and nothing else (no scheme, port, path, user, whitespace
+ * or control character). Judged by the URL the agent would build from it (`derivedPeerUrl`'s
+ * form): it must parse with this host alone before the port.
+ */
+const isOneHost = (host: string): boolean => {
+  if (host === "" || host.startsWith("[") || /[\s/\\?#@]/.test(host)) return false
+  for (let i = 0; i < host.length; i++) {
+    const c = host.charCodeAt(i)
+    if (c < 0x20 || c === 0x7f) return false
+  }
+  try {
+    const parsed = new URL(`http://${host.includes(":") ? `[${host}]` : host}:1/`)
+    return parsed.hostname !== "" && parsed.port === "1" && parsed.pathname === "/"
+  } catch {
+    return false
+  }
+}
+
+/** The rule of a host the agent listens on (`ENGRAM_AGENT_MIGRATION_HOST`; a wildcard such as 0.0.0.0 listens on every interface). */
+export const listenHostRule = "must be a host name or IP address (an IPv6 one without brackets), without a scheme, port, path, spaces or control characters"
+
+/** Why `host` cannot be listened on (`listenHostRule`), or undefined. */
+export const listenHostProblem = (host: string): string | undefined => (isOneHost(host) ? undefined : listenHostRule)
+
+/**
+ * The rule of the host peers reach this agent at (`ENGRAM_AGENT_ADVERTISE_HOST`): one host, not a
+ * wildcard (core's `Move.wildcardHosts`, however spelt: `0` is 0.0.0.0), since peers must reach it.
+ */
+export const advertiseHostRule = "must be a host name or IP address peers reach (not 0.0.0.0 or ::; an IPv6 one without brackets), without a scheme, port, path, spaces or control characters"
+
+/**
+ * Why `host` cannot be advertised to peers (`advertiseHostRule`), or undefined: one host whose
+ * derived peer URL (`derivedPeerUrl`) is one by core's rule (`Move.isPeerUrl`, which refuses a
+ * wildcard however spelt), as the derived peer URL and the move's data plane address use it.
+ */
+export const advertiseHostProblem = (host: string): string | undefined => {
+  const url = derivedPeerUrl(host, 1)
+  return isOneHost(host) && url !== null && CoreMove.isPeerUrl(url) ? undefined : advertiseHostRule
+}
+
+/**
  * This agent's own entry in the operator's peer list (`peers(hostId)`, `ENGRAM_PEERS`) when it may
  * be advertised (`peerUrlProblem`), else undefined: where the fleet's other agents reach this one
  * already. An agent told no peer URL advertises it before deriving one (`Host`), so the hosts of

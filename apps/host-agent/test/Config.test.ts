@@ -538,6 +538,30 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
     }
   })
 
+  it("ENGRAM_AGENT_ADVERTISE_HOST and ENGRAM_AGENT_MIGRATION_HOST are one host each (a name or an IP address, IPv6 without brackets), the advertised one not a wildcard however spelt; anything else is refused naming the variable and the rule, all at once", async () => {
+    const advertiseRule = PeerLink.advertiseHostRule
+    const listenRule = PeerLink.listenHostRule
+    const notOneHost = ["http://10.0.0.1", "10.0.0.1:7100", "10.0.0.1/x", "host b", "host-b\n", "[::1]", "user@10.0.0.1", "h?x", "h#x", "h\\x", "a\u0001b"]
+    for (const bad of [...notOneHost, "0.0.0.0", "::", "0", "0:0::0", "::ffff:0.0.0.0"]) {
+      const error = await errorOf({ ...required, ENGRAM_AGENT_ADVERTISE_HOST: bad })
+      expect(error?.message, JSON.stringify(bad)).toBe(["invalid host agent configuration:", `  ENGRAM_AGENT_ADVERTISE_HOST=${JSON.stringify(bad)}: ${advertiseRule}`].join("\n"))
+    }
+    for (const bad of notOneHost) {
+      const error = await errorOf({ ...required, ENGRAM_AGENT_MIGRATION_HOST: bad })
+      expect(error?.issues, JSON.stringify(bad)).toEqual([{ variable: "ENGRAM_AGENT_MIGRATION_HOST", rule: listenRule, value: bad }])
+    }
+    // Both, beside another problem: every one at once.
+    const both = await errorOf({ ...required, ENGRAM_AGENT_PORT: "seven", ENGRAM_AGENT_MIGRATION_HOST: "tcp://0.0.0.0:4444", ENGRAM_AGENT_ADVERTISE_HOST: "0.0.0.0" })
+    expect(both?.issues.map((i) => i.variable)).toEqual(["ENGRAM_AGENT_PORT", "ENGRAM_AGENT_MIGRATION_HOST", "ENGRAM_AGENT_ADVERTISE_HOST"])
+    // A name, an IPv4 or an IPv6 address; the data plane may listen on a wildcard; empty is unset.
+    for (const [migrationHost, advertiseHost] of [["0.0.0.0", "host-b.internal"], ["::", "fd00::7"], ["10.0.0.7", "10.0.0.7"], ["::1", "::1"], ["localhost", "Host-B.example.com."]]) {
+      const o = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_MIGRATION_HOST: migrationHost, ENGRAM_AGENT_ADVERTISE_HOST: advertiseHost }))
+      expect(o.migration, migrationHost).toEqual({ listenHost: migrationHost, advertiseHost })
+    }
+    const unset = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_MIGRATION_HOST: "", ENGRAM_AGENT_ADVERTISE_HOST: "" }))
+    expect(unset.migration).toEqual({ listenHost: "127.0.0.1", advertiseHost: "127.0.0.1" })
+  })
+
   it("a program's: checked with the same rule, named peerUrl, beside the other issues; null (none) and a good URL are accepted", async () => {
     const issuesOf = async (o: Parameters<typeof checkedConfig>[0]) => {
       const exit = await Effect.runPromiseExit(checkedConfig(o))
