@@ -105,6 +105,49 @@ const peerSecretProblem = (s: string): string | undefined =>
         ? "must not begin or end with whitespace (a newline copied from a file: the other agents' secret differs and every move between them fails with 401)"
         : undefined
 
+/**
+ * Each of the simulated runtime's settings (`SimRuntime.SimConfig`, every key: the type makes a
+ * new one be listed here) and its least value: a speed the runtime divides by (capture, link)
+ * above 0, every other figure at least 0.
+ */
+const simSettings: { readonly [K in keyof SimRuntime.SimConfig]: "> 0" | ">= 0" } = {
+  dirtyBytesPerMs: ">= 0",
+  workingSetBytes: ">= 0",
+  captureBytesPerMs: "> 0",
+  captureFixedMs: ">= 0",
+  finalCaptureExtraMs: ">= 0",
+  pauseDelayMs: ">= 0",
+  linkBytesPerMs: "> 0",
+  fullWireRatio: ">= 0",
+  roundOverheadBytes: ">= 0",
+  commitMs: ">= 0",
+  startMs: ">= 0",
+  templateStartMs: ">= 0",
+  guestBusyMs: ">= 0",
+}
+
+/**
+ * Why `ENGRAM_SIM` is refused, or undefined: a JSON object of the simulated runtime's settings
+ * (`simSettings`), each a finite number at least its least value. An unknown key (a typo) would
+ * be ignored, and a wrong type would break the runtime's arithmetic, silently: each is named.
+ */
+const simProblem = (text: string): string | undefined => {
+  let v: unknown
+  try {
+    v = JSON.parse(text)
+  } catch {
+    return "must be a JSON object of simulated runtime settings"
+  }
+  if (typeof v !== "object" || v === null || Array.isArray(v)) return "must be a JSON object of simulated runtime settings"
+  for (const [key, value] of Object.entries(v) as [string, unknown][]) {
+    if (!Object.hasOwn(simSettings, key)) return `${JSON.stringify(key)} is not a simulated runtime setting (${Object.keys(simSettings).join(", ")})`
+    const least = simSettings[key as keyof SimRuntime.SimConfig]
+    const holds = typeof value === "number" && Number.isFinite(value) && (least === "> 0" ? value > 0 : value >= 0)
+    if (!holds) return `setting ${key} must be a number ${least}; ${typeof value === "number" ? String(value) : JSON.stringify(value)} is not`
+  }
+  return undefined
+}
+
 /** The simulated host's size (`ENGRAM_AGENT_MEASURE=fixed`) when not told another. */
 const defaultSimHost = { totalMib: 16384, osMib: 1024, vcpus: 8 }
 
@@ -127,22 +170,7 @@ const settings = {
   peers: checkedText("ENGRAM_PEERS", peersProblem).pipe(Config.withDefault("")),
   port: intUpTo("ENGRAM_AGENT_PORT", 0, 65535, "a TCP port; 0 takes any free one").pipe(Config.withDefault(7100)),
   listenHost: Config.String("ENGRAM_AGENT_HOST").pipe(Config.withDefault("127.0.0.1")),
-  sim: Config.schema(
-    Schema.String.check(
-      Schema.makeFilter(
-        (s: string) => {
-          try {
-            const v: unknown = JSON.parse(s)
-            return typeof v === "object" && v !== null && !Array.isArray(v)
-          } catch {
-            return false
-          }
-        },
-        { message: "must be a JSON object of simulated runtime settings" },
-      ),
-    ),
-    "ENGRAM_SIM",
-  ).pipe(Config.option),
+  sim: checkedText("ENGRAM_SIM", simProblem).pipe(Config.option),
   measure: Config.schema(Schema.Literals(["proc", "fixed"]).annotate({ message: "must be proc or fixed" }), "ENGRAM_AGENT_MEASURE").pipe(Config.withDefault("proc" as const)),
   simTotalMib: intOr("ENGRAM_SIM_TOTAL_MIB", defaultSimHost.totalMib, 1),
   simOsMib: intOr("ENGRAM_SIM_OS_MIB", defaultSimHost.osMib, 0),

@@ -307,6 +307,29 @@ describe("host agent configuration", () => {
     expect(badName?.message).toMatch(/a template name must be 1-100 characters of \[A-Za-z0-9._-\]/)
   })
 
+  it("ENGRAM_SIM holds the simulated runtime's settings only, each a number at least its least: an unknown key or a wrong value is refused naming the key", async () => {
+    const keys = "dirtyBytesPerMs, workingSetBytes, captureBytesPerMs, captureFixedMs, finalCaptureExtraMs, pauseDelayMs, linkBytesPerMs, fullWireRatio, roundOverheadBytes, commitMs, startMs, templateStartMs, guestBusyMs"
+    for (const [sim, rule] of [
+      ['{"finalCaptureExtraMS":300}', `"finalCaptureExtraMS" is not a simulated runtime setting (${keys})`],
+      ['{"commitMs":20,"nope":1}', `"nope" is not a simulated runtime setting (${keys})`],
+      ['{"commitMs":"420"}', 'setting commitMs must be a number >= 0; "420" is not'],
+      ['{"commitMs":null}', "setting commitMs must be a number >= 0; null is not"],
+      ['{"startMs":-1}', "setting startMs must be a number >= 0; -1 is not"],
+      ['{"guestBusyMs":1e999}', "setting guestBusyMs must be a number >= 0; Infinity is not"],
+      ['{"linkBytesPerMs":0}', "setting linkBytesPerMs must be a number > 0; 0 is not"],
+      ['{"captureBytesPerMs":false}', "setting captureBytesPerMs must be a number > 0; false is not"],
+      ["[1]", "must be a JSON object of simulated runtime settings"],
+    ] as const) {
+      const error = await errorOf({ ...required, ENGRAM_SIM: sim })
+      expect(error?.message, sim).toBe(["invalid host agent configuration:", `  ENGRAM_SIM=${JSON.stringify(sim)}: ${rule}`].join("\n"))
+    }
+    // The end-to-end tests' settings, none, and the least of each.
+    for (const sim of ['{"finalCaptureExtraMs":300}', '{"commitMs":20,"dirtyBytesPerMs":65536,"workingSetBytes":1048576}', '{"commitMs":2500,"pauseDelayMs":1500}', "{}", '{"commitMs":0,"fullWireRatio":0.05,"linkBytesPerMs":0.5}']) {
+      const o = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_SIM: sim }))
+      expect(o.sim, sim).toEqual(JSON.parse(sim))
+    }
+  })
+
   it("a heartbeat interval not below the stale window is refused (the host would go stale between its heartbeats), with the rest; just below is accepted", async () => {
     const rule = (windowMs: number) => `must be less than ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${windowMs}): a host that heartbeats less often goes stale between its heartbeats`
     const equal = await errorOf({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "30000", ENGRAM_AGENT_HEARTBEAT_MS: "30000", ENGRAM_AGENT_PORT: "seven" })
