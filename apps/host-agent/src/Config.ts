@@ -261,6 +261,9 @@ const windowBound = [
 export const simOsIssue = (osMib: number, totalMib: number): string | null =>
   osMib <= totalMib ? null : `must be at most ENGRAM_SIM_TOTAL_MIB (${totalMib}): the system's share is part of the simulated host`
 
+/** The simulated host's sizes, which apply only with `ENGRAM_AGENT_MEASURE=fixed`. */
+const simHostVariables = ["ENGRAM_SIM_TOTAL_MIB", "ENGRAM_SIM_OS_MIB", "ENGRAM_SIM_VCPUS"] as const
+
 /** The rules between the timing and sizing variables, each judged when its variables hold their own rules. */
 const timingIssues = (env: Env_): Env.Issue[] => {
   const issues: Env.Issue[] = []
@@ -274,7 +277,13 @@ const timingIssues = (env: Env_): Env.Issue[] => {
     const rule = ms === undefined || windowMs === undefined || windowMs < 1 ? null : b.issue(ms, windowMs)
     if (rule !== null) issues.push(unset ? { variable: b.variable, rule: `${rule} (unset, it is ${ms})` } : { variable: b.variable, rule, value: env[b.variable] })
   }
-  if (env["ENGRAM_AGENT_MEASURE"] === "fixed") {
+  const measure = env["ENGRAM_AGENT_MEASURE"] === undefined || env["ENGRAM_AGENT_MEASURE"] === "" ? "proc" : env["ENGRAM_AGENT_MEASURE"]
+  // Measured from /proc, the simulated host's sizes are unused: refused, as ENGRAM_SIM is outside
+  // ENGRAM_RUNTIME=sim, not ignored (they apply with either runtime).
+  if (measure === "proc") {
+    for (const v of simHostVariables) if (env[v] !== undefined && env[v] !== "") issues.push({ variable: v, rule: "applies only with ENGRAM_AGENT_MEASURE=fixed", value: env[v] })
+  }
+  if (measure === "fixed") {
     const osMib = orDefault("ENGRAM_SIM_OS_MIB", defaultSimHost.osMib)
     const totalMib = orDefault("ENGRAM_SIM_TOTAL_MIB", defaultSimHost.totalMib)
     const sizes = osMib === undefined || totalMib === undefined || osMib < 0 || totalMib < 1 ? null : simOsIssue(osMib, totalMib)

@@ -519,7 +519,7 @@ describe("a program's agent options", () => {
 })
 
 describe("the simulated host's sizes (ENGRAM_AGENT_MEASURE=fixed)", () => {
-  it("the system's share larger than the host is refused, naming both; equal is accepted; unused sizes are not judged", async () => {
+  it("the system's share larger than the host is refused, naming both; equal is accepted", async () => {
     const fixed = { ...required, ENGRAM_AGENT_MEASURE: "fixed" }
     const over = await errorOf({ ...fixed, ENGRAM_SIM_TOTAL_MIB: "2048", ENGRAM_SIM_OS_MIB: "2049" })
     expect(over?.issues).toEqual([
@@ -531,8 +531,27 @@ describe("the simulated host's sizes (ENGRAM_AGENT_MEASURE=fixed)", () => {
       "invalid host agent configuration:\n  ENGRAM_SIM_OS_MIB: must be at most ENGRAM_SIM_TOTAL_MIB (512): the system's share is part of the simulated host (unset, it is 1024)",
     )
     expect((await Effect.runPromise(fromEnvironment({ ...fixed, ENGRAM_SIM_TOTAL_MIB: "2048", ENGRAM_SIM_OS_MIB: "2048" }))).hostId).toBe("h1")
-    // Measured from /proc, the sizes are unused: not judged.
-    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_SIM_TOTAL_MIB: "256" }))).hostId).toBe("h1")
+  })
+
+  it("a size set while the host is measured from /proc (unused there) is refused naming it and the rule, each one, all at once, as ENGRAM_SIM is outside ENGRAM_RUNTIME=sim; with the QEMU runtime and fixed sizes they apply", async () => {
+    const proc = await errorOf({ ...required, ENGRAM_SIM_TOTAL_MIB: "256", ENGRAM_SIM_OS_MIB: "0", ENGRAM_SIM_VCPUS: "2", ENGRAM_AGENT_PORT: "seven" })
+    expect(proc?.message).toBe(
+      [
+        "invalid host agent configuration:",
+        '  ENGRAM_AGENT_PORT="seven": must be an integer from 0 to 65535 (a TCP port; 0 takes any free one)',
+        '  ENGRAM_SIM_TOTAL_MIB="256": applies only with ENGRAM_AGENT_MEASURE=fixed',
+        '  ENGRAM_SIM_OS_MIB="0": applies only with ENGRAM_AGENT_MEASURE=fixed',
+        '  ENGRAM_SIM_VCPUS="2": applies only with ENGRAM_AGENT_MEASURE=fixed',
+      ].join("\n"),
+    )
+    expect((await errorOf({ ...required, ENGRAM_AGENT_MEASURE: "proc", ENGRAM_SIM_VCPUS: "2" }))?.issues).toEqual([
+      { variable: "ENGRAM_SIM_VCPUS", rule: "applies only with ENGRAM_AGENT_MEASURE=fixed", value: "2" },
+    ])
+    // Empty is unset; a bad measure is judged by its own rule alone.
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_SIM_TOTAL_MIB: "" }))).hostId).toBe("h1")
+    expect((await errorOf({ ...required, ENGRAM_AGENT_MEASURE: "guess", ENGRAM_SIM_TOTAL_MIB: "256" }))?.issues.map((i) => i.variable)).toEqual(["ENGRAM_AGENT_MEASURE"])
+    const qemu = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_RUNTIME: "qemu", ENGRAM_QEMU_KERNEL: "/k", ENGRAM_AGENT_MEASURE: "fixed", ENGRAM_SIM_TOTAL_MIB: "256", ENGRAM_SIM_OS_MIB: "0" }))
+    expect(await Effect.runPromise(qemu.measure(0))).toMatchObject({ totalMib: 256 })
   })
 })
 
