@@ -621,10 +621,11 @@ const reservations = Command.make("reservations").pipe(
             memMib: a.mem,
             vcpus: a.vcpus,
             ...Option.match(a.id, { onNone: () => ({}), onSome: (v) => ({ id: v }) }),
-            ...Option.match(a.expires, { onNone: () => ({}), onSome: (ms) => ({ expiresAt: Date.now() + ms }) }),
+            // From now on the coordinator's clock, not this machine's.
+            ...Option.match(a.expires, { onNone: () => ({}), onSome: (ms) => ({ expiresInMs: ms }) }),
           }
           const r = yield* call(target, client.reservations.reserve(input))
-          const until = r.expiresAt === null ? "until released (engram reservations rm " + r.id + ")" : `for ${Format.duration(r.expiresAt - Date.now())}`
+          const until = r.expiresAt === null ? "until released (engram reservations rm " + r.id + ")" : `for ${Format.duration(Option.getOrElse(a.expires, () => r.expiresAt! - Date.now()))}`
           yield* json ? printJson(r) : print(`${r.id} holds ${Format.mib(r.memMib)} and ${Format.vcpus(r.vcpus)} on ${r.hostId} for ${r.ownerId}, ${until}`)
         }),
     ).pipe(Command.withDescription("hold room on a host for something outside engram (an external reservation)")),

@@ -1146,6 +1146,23 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         await admin.del(`/v1/reservations/${later.body.id}`)
       })
 
+      it("expiresInMs: an expiry from now on the coordinator's clock (the store's); beside expiresAt, or not an integer from 1 ms to 10 years, a 400 naming it, nothing stored", async () => {
+        const h = await addHost(admin, 2048)
+        const before = Date.now()
+        const r = await admin.post("/v1/reservations", { hostId: h.id, ownerKind: "external", ownerId: "x", memMib: 1, vcpus: 0, expiresInMs: 10 * 60_000 })
+        expect(r.status).toBe(201)
+        // The coordinator runs on this machine (its store's clock, the database's here too): within the request's time of ours.
+        expect(r.body.expiresAt).toBeGreaterThanOrEqual(before + 10 * 60_000 - 5_000)
+        expect(r.body.expiresAt).toBeLessThanOrEqual(Date.now() + 10 * 60_000 + 5_000)
+        await admin.del(`/v1/reservations/${r.body.id}`)
+        for (const bad of [{ expiresInMs: 0 }, { expiresInMs: 1.5 }, { expiresInMs: -60_000 }, { expiresInMs: 60_000, expiresAt: Date.now() + 60_000 }, { expiresInMs: 60_000, expiresAt: null }]) {
+          const id = uid("expin")
+          const refused = await admin.post("/v1/reservations", { id, hostId: h.id, ownerKind: "external", ownerId: "x", memMib: 1, vcpus: 0, ...bad })
+          expect([refused.status, refused.body.field], JSON.stringify(bad)).toEqual([400, "expiresInMs"])
+          expect((await admin.get(`/v1/reservations/${id}`)).status).toBe(404)
+        }
+      })
+
       it("invalid UTF-8 in a body, a path id or a query value is a 400 naming it, never stored as U+FFFD", async () => {
         const h = await addHost(admin, 2048)
         const before = await everything()

@@ -17,7 +17,7 @@ export class LedgerApi extends HttpApiGroup.make("ledger")
       .annotateMerge(
         doc(
           "Reserve room on a host",
-          `A \`capture\` or \`external\` reservation (sessions and moves reserve through placement). Refusals are 409 \`{error: "Refused", check}\` naming the check (\`capacity_exceeded\`, \`entries_full\`, \`host_not_ready\` — an external reservation lands only on a ready host —, …); a repeated id is a 409 Conflict.${admin}`,
+          `A \`capture\` or \`external\` reservation (sessions and moves reserve through placement). Its expiry: \`expiresAt\` (epoch ms; null or absent: none), or \`expiresInMs\` from now on the coordinator's clock (an integer from 1 ms to 10 years; not with \`expiresAt\`), so a client whose clock is off sets it right. Refusals are 409 \`{error: "Refused", check}\` naming the check (\`capacity_exceeded\`, \`entries_full\`, \`host_not_ready\` — an external reservation lands only on a ready host —, …); a repeated id is a 409 Conflict.${admin}`,
         ),
       ),
     HttpApiEndpoint.get("list", "/v1/reservations", { query: ReservationsQuery, success: ReservationsPage, error: StandardErrors })

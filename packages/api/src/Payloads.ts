@@ -199,6 +199,8 @@ export const Reserve = Schema.Struct({
   vcpus: Schema.Finite,
   vramMib: Schema.optionalKey(Schema.NullOr(Schema.Finite)),
   expiresAt: Schema.optionalKey(Schema.NullOr(Schema.Finite)),
+  /** The expiry from now on the coordinator's (the store's) clock, instead of `expiresAt`: a client's own clock does not set it. */
+  expiresInMs: Schema.optionalKey(Schema.Finite),
   description: Schema.optionalKey(Schema.NullOr(Schema.String)),
 })
 export type Reserve = typeof Reserve.Type

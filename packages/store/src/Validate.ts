@@ -118,6 +118,20 @@ export const budget = (b: Budget): InvalidInput | null => integerAtLeast("memMib
 export const lifetime = (field: string, value: unknown): InvalidInput | null =>
   value === undefined || Lifetime.validLifetimeMs(value) ? null : new InvalidInput({ field, rule: Lifetime.lifetimeRule })
 
+/**
+ * A reservation's expiry asked relative to now (`expiresInMs`, the API's): absent, or core's
+ * lifetime rule, and not beside an `expiresAt` (one expiry, said once). The caller turns it into
+ * `expiresAt` on the store's time (`nowOf`), so a client's clock does not set it.
+ */
+export const expiresIn = (input: { readonly expiresAt?: unknown; readonly expiresInMs?: unknown }): InvalidInput | null =>
+  input.expiresInMs === undefined
+    ? null
+    : input.expiresAt !== undefined
+      ? new InvalidInput({ field: "expiresInMs", rule: "must not be given with expiresAt: one expiry, absolute (expiresAt) or from now (expiresInMs)" })
+      : Lifetime.validLifetimeMs(input.expiresInMs)
+        ? null
+        : new InvalidInput({ field: "expiresInMs", rule: Lifetime.lifetimeRule })
+
 /** A new TTL (`setTtl`): required, by the same rule. */
 export const ttl = (value: unknown): InvalidInput | null =>
   Lifetime.validLifetimeMs(value) ? null : new InvalidInput({ field: "ttlMs", rule: Lifetime.lifetimeRule })

@@ -1,6 +1,6 @@
 /** `/v1/reservations…` and `/v1/ledger…`: the reservation ledger. */
 import { EngramApi } from "@engram/api"
-import { Store } from "@engram/store"
+import { nowOf, Store, Validate } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
@@ -18,7 +18,17 @@ export const LedgerHandlers = HandlerGroup.make(
     const notifier = yield* Notifier
     return HttpApiBuilder.group(EngramApi, "ledger", (h) =>
       h
-        .handle("reserve", ({ payload }) => withNotices(api(store.reserve({ ...payload, id: payload.id ?? randomUUID() })).pipe(Effect.tap(() => notifier.notify(fleetTopic)))))
+        .handle("reserve", ({ payload }) => {
+          // An expiry from now (`expiresInMs`) is taken on the store's time, not the client's clock.
+          const { expiresInMs, ...asked } = payload
+          const bad = Validate.expiresIn(payload)
+          const expiresAt = expiresInMs === undefined ? Effect.succeed(asked.expiresAt) : Effect.map(nowOf(store), (now) => now + expiresInMs)
+          const reserve =
+            bad !== null
+              ? Effect.fail(bad)
+              : Effect.flatMap(expiresAt, (at) => store.reserve({ ...asked, ...(at === undefined ? {} : { expiresAt: at }), id: payload.id ?? randomUUID() }))
+          return withNotices(api(reserve).pipe(Effect.tap(() => notifier.notify(fleetTopic))))
+        })
         .handle("list", ({ query }) =>
           api(store.pageReservations({ hostId: query.hostId }, { limit: query.limit, cursor: query.cursor })).pipe(Effect.map((page) => pageJson(page, (r) => r))),
         )
