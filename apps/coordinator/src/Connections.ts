@@ -3,7 +3,8 @@
  * and the cap on them (`ENGRAM_MAX_CONNECTIONS`, Node's `server.maxConnections`). Node closes a
  * connection past the cap as soon as it accepts it, telling nothing but the server's `drop`
  * event: each is counted (`engram_http_connections_refused_total`) and a warning names the cap
- * at most once a minute (a fleet reconnecting past it would otherwise be thousands of lines).
+ * at most once a minute (a fleet reconnecting past it would otherwise be thousands of lines):
+ * the first at once, those held back within the minute in one line at its end.
  *
  * At the file-descriptor limit (`ulimit -n`) there is nothing to hear: libuv accepts the waiting
  * connections on a descriptor it keeps spare and closes them at once, and Node is told of none
@@ -33,6 +34,14 @@ export interface ConnectionsOptions {
   readonly warn: (message: string, fields: Readonly<Record<string, unknown>>) => void
   /** The time, ms (default `performance.now`). */
   readonly now?: (() => number) | undefined
+  /** Runs `run` in `ms` (default an unref'd `setTimeout`); answers a cancel. */
+  readonly schedule?: ((run: () => void, ms: number) => () => void) | undefined
+}
+
+const laterByTimer = (run: () => void, ms: number): (() => void) => {
+  const timer = setTimeout(run, ms)
+  timer.unref()
+  return () => clearTimeout(timer)
 }
 
 /** The warning for connections refused at the cap: `refused` since the last one. */
@@ -51,17 +60,27 @@ export const track = <S extends Server>(server: S, options: ConnectionsOptions):
   })
   if (options.maxConnections > 0) {
     server.maxConnections = options.maxConnections
+    const schedule = options.schedule ?? laterByTimer
     let lastWarnedAt: number | undefined
     let unsaid = 0
+    /** The warning of the refusals held back within the minute, due at its end (a cancel), or null. */
+    let flush: (() => void) | null = null
+    const say = () => {
+      flush = null
+      if (unsaid === 0) return
+      lastWarnedAt = now()
+      options.warn(refusedWarning(options.maxConnections, unsaid), { maxConnections: options.maxConnections, refused: unsaid })
+      unsaid = 0
+    }
     server.on("drop", () => {
       options.refused()
       unsaid++
       const t = now()
-      if (lastWarnedAt !== undefined && t - lastWarnedAt < warnEveryMs) return
-      lastWarnedAt = t
-      options.warn(refusedWarning(options.maxConnections, unsaid), { maxConnections: options.maxConnections, refused: unsaid })
-      unsaid = 0
+      if (lastWarnedAt === undefined || t - lastWarnedAt >= warnEveryMs) return say()
+      // Held back: said when the minute is up, whether or not another refusal comes then.
+      flush ??= schedule(say, lastWarnedAt + warnEveryMs - t)
     })
+    server.once("close", () => flush?.())
   }
   return server
 }
@@ -80,13 +99,16 @@ export const readFdLimit = (path = "/proc/self/limits"): number | undefined => {
 }
 
 /**
- * The start-up warning when the cap cannot act: it is not below the file-descriptor limit, so
- * the limit is reached first and connections past it are closed unseen. Undefined otherwise
- * (no cap, the limit unknown, or the cap below it).
+ * The start-up warning when the cap cannot act: it is not `fdHeadroom` below the
+ * file-descriptor limit, so the limit is reached first and connections past it are closed
+ * unseen. Undefined otherwise (no cap, the limit unknown, or the cap far enough below it).
  */
 export const fdLimitWarning = (maxConnections: number, fdLimit: number | undefined): string | undefined =>
-  maxConnections === 0 || fdLimit === undefined || maxConnections < fdLimit
+  maxConnections === 0 || fdLimit === undefined || maxConnections + fdHeadroom <= fdLimit
     ? undefined
-    : `ENGRAM_MAX_CONNECTIONS (${maxConnections}) is not below this process's file-descriptor limit (ulimit -n: ${fdLimit}): ` +
+    : `ENGRAM_MAX_CONNECTIONS (${maxConnections}) is not ${fdHeadroom} below this process's file-descriptor limit (ulimit -n: ${fdLimit}): ` +
       `the limit is reached first, and connections past it are closed as they arrive with no log and no count (and the store cannot open files); ` +
       `raise the limit (ulimit -n, LimitNOFILE=) or set the cap below it, less the descriptors the store needs`
+
+/** The descriptors kept beside the cap for everything but the HTTP server's connections (the store's pool, files, the listener). */
+export const fdHeadroom = 256

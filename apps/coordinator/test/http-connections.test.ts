@@ -139,9 +139,11 @@ describe("the connection cap (ENGRAM_MAX_CONNECTIONS)", () => {
     expect(Connections.readFdLimit(limits)).toBe(20_000)
     expect(Connections.readFdLimit(join(dir, "absent"))).toBeUndefined()
     expect(Connections.fdLimitWarning(0, 20_000)).toBeUndefined()
-    expect(Connections.fdLimitWarning(19_999, 20_000)).toBeUndefined()
+    expect(Connections.fdLimitWarning(20_000 - Connections.fdHeadroom, 20_000)).toBeUndefined()
     expect(Connections.fdLimitWarning(20_000, undefined)).toBeUndefined()
-    expect(Connections.fdLimitWarning(20_000, 20_000)).toMatch(/^ENGRAM_MAX_CONNECTIONS \(20000\) is not below this process's file-descriptor limit \(ulimit -n: 20000\)/)
+    expect(Connections.fdLimitWarning(20_000, 20_000)).toMatch(/^ENGRAM_MAX_CONNECTIONS \(20000\) is not 256 below this process's file-descriptor limit \(ulimit -n: 20000\)/)
+    // Below the limit but without room for the store's descriptors: warned too.
+    expect(Connections.fdLimitWarning(20_000 - Connections.fdHeadroom + 1, 20_000)).toMatch(/is not 256 below/)
     const fdLimit = Connections.readFdLimit()
     if (fdLimit === undefined || fdLimit > 1_000_000) return // not Linux, or a limit no cap reaches
     const capture = captureLines()
@@ -162,17 +164,22 @@ describe("Connections.track on a node:http server", () => {
     server = undefined
   })
 
-  it("warns at most once a minute, the next warning counting the refusals since the last", async () => {
+  it("warns at most once a minute: the first refusal at once, those held back within the minute in one line at its end, whether or not another comes", async () => {
     let now = 0
     const warnings: string[] = []
     let counted = 0
     let openNow = 0
+    const due: { run: () => void; ms: number }[] = []
     server = Connections.track(createServer(), {
       maxConnections: 1,
       open: (n) => (openNow = n),
       refused: () => void counted++,
       warn: (message) => void warnings.push(message),
       now: () => now,
+      schedule: (run, ms) => {
+        due.push({ run, ms })
+        return () => undefined
+      },
     })
     const listening = server
     await new Promise<void>((resolve) => listening.listen(0, "127.0.0.1", () => resolve()))
@@ -180,13 +187,24 @@ describe("Connections.track on a node:http server", () => {
     connection(url)
     await vi.waitFor(() => expect(openNow).toBe(1), { timeout: 30_000, interval: 10 })
     await connection(url).closed
+    expect(due).toEqual([])
+    now = 1_000
+    await connection(url).closed
     now = Connections.warnEveryMs - 1
     await connection(url).closed
-    expect([counted, warnings.length]).toEqual([2, 1])
+    // Two held back: one line due at the minute's end (59 s after the second refusal), not two.
+    expect([counted, warnings.length, due.map((d) => d.ms)]).toEqual([3, 1, [Connections.warnEveryMs - 1_000]])
+    // The minute ends with no further refusal: the held-back ones are said.
     now = Connections.warnEveryMs
-    await connection(url).closed
-    expect(counted).toBe(3)
+    due[0]!.run()
     expect(warnings).toEqual([Connections.refusedWarning(1, 1), Connections.refusedWarning(1, 2)])
     expect(warnings[1]).toMatch(/^refused 2 connections: this coordinator already holds its cap of 1 open connections/)
+    // Another within the next minute: held back again, said at its end.
+    now = Connections.warnEveryMs + 5_000
+    await connection(url).closed
+    expect([counted, warnings.length, due.map((d) => d.ms)]).toEqual([4, 2, [Connections.warnEveryMs - 1_000, Connections.warnEveryMs - 5_000]])
+    now = 2 * Connections.warnEveryMs
+    due[1]!.run()
+    expect(warnings.at(-1)).toBe(Connections.refusedWarning(1, 1))
   })
 })

@@ -22,7 +22,7 @@
  */
 import { Unavailable } from "@engram/store"
 import { sql } from "drizzle-orm"
-import { Clock, Duration, Effect, type Scope } from "effect"
+import { Clock, Deferred, Duration, Effect, type Scope } from "effect"
 import type { Conn } from "./Db.js"
 
 /** How often the offset is measured again (ms). */
@@ -62,31 +62,68 @@ export interface DatabaseTime {
 
 const query = sql.raw(`select (extract(epoch from clock_timestamp()) * 1000)::float8 as "dbMs"`)
 
-/** Measures the offset on `pool` now (failing if the database does not answer), then every `everyMs` for the scope. */
+/** A change of this process's wall clock less its monotonic one (ms) that asks for a measurement at once (`start`). */
+export const driftMs = 1_000
+
+/** How many readings the first offset is chosen from (the one of the shortest round trip). */
+export const firstReadings = 3
+
+/**
+ * Measures the offset on `pool` now (failing if the database does not answer), then every
+ * `everyMs` for the scope, and at once when this process's wall clock and monotonic clock part by
+ * more than `driftMs` (a suspended machine's monotonic clock stands still; a wall step parts them
+ * too): the store's time would otherwise lag the database's by the suspend until the next one.
+ * The first offset comes from the shortest of `firstReadings` round trips, taken on a connection
+ * already open (a first connect's time is no part of any).
+ */
 export const start = (pool: Conn<Unavailable>, everyMs = defaultEveryMs): Effect.Effect<DatabaseTime, Unavailable, Scope.Scope> =>
   Effect.gen(function* () {
     const clock = yield* Clock.Clock
     const monoMs = () => Number(clock.monotonicTimeNanosUnsafe() / 1_000_000n)
+    const wallLessMono = () => clock.currentTimeMillisUnsafe() - monoMs()
     let kept: number | null = null
+    /** The wall clock less the monotonic one at the last reading. */
+    let parted = wallLessMono()
+    /** Done to end the wait for the next measurement early. */
+    let woken = Deferred.makeUnsafe<void>()
     const unreadable = (what: string) => new Unavailable({ reason: `the database's clock: ${what}`, retryAfterMs: 1000 })
-    const measure = Effect.suspend(() => {
+    const read = Effect.suspend(() => {
       const sentMs = monoMs()
       return pool.query<{ dbMs: number | string }>(query).pipe(
         Effect.timeoutOrElse({ duration: Duration.millis(measureBoundMs), orElse: () => Effect.fail(unreadable(`no answer within ${measureBoundMs} ms`)) }),
         Effect.flatMap((rows) => {
           const answeredMs = monoMs()
           const dbMs = Number(rows[0]?.dbMs)
-          if (!Number.isFinite(dbMs)) return Effect.fail(unreadable(`clock_timestamp() read as ${String(rows[0]?.dbMs)}`))
-          kept = nextOffset(kept, { sentMs, dbMs, answeredMs })
-          return Effect.void
+          parted = wallLessMono()
+          return Number.isFinite(dbMs) ? Effect.succeed({ sentMs, dbMs, answeredMs } satisfies Reading) : Effect.fail(unreadable(`clock_timestamp() read as ${String(rows[0]?.dbMs)}`))
         }),
       )
     })
-    // The store opens only once the offset is known.
-    yield* measure
-    yield* Effect.forkScoped(Effect.forever(Effect.andThen(Effect.sleep(everyMs), Effect.asVoid(Effect.exit(measure)))))
+    // The store opens only once the offset is known: a connection opened first, then the readings.
+    yield* pool.query(sql`select 1`)
+    const readings: Reading[] = []
+    for (let i = 0; i < firstReadings; i++) readings.push(yield* read)
+    const shortest = readings.reduce((a, b) => (b.answeredMs - b.sentMs < a.answeredMs - a.sentMs ? b : a))
+    kept = nextOffset(null, shortest)
+    const measure = Effect.map(read, (r) => {
+      kept = nextOffset(kept, r)
+    })
+    const next = Effect.suspend(() => Effect.race(Effect.sleep(everyMs), Deferred.await(woken))).pipe(
+      Effect.andThen(
+        Effect.sync(() => {
+          woken = Deferred.makeUnsafe<void>()
+        }),
+      ),
+    )
+    yield* Effect.forkScoped(Effect.forever(Effect.andThen(next, Effect.asVoid(Effect.exit(measure)))))
     // On the clock the offset was measured against, whoever asks.
-    const nowMs = () => monoMs() + (kept ?? 0)
+    const nowMs = () => {
+      if (Math.abs(wallLessMono() - parted) > driftMs) {
+        parted = wallLessMono()
+        Deferred.doneUnsafe(woken, Effect.void)
+      }
+      return monoMs() + (kept ?? 0)
+    }
     return {
       now: Effect.sync(nowMs),
       nowMs,

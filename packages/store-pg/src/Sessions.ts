@@ -115,7 +115,7 @@ interface CreateItem {
   readonly affinity: readonly string[]
   readonly template: string | null
   readonly life: CreateOptions
-  /** The create's time (the Clock's, when it was called). */
+  /** The create's time (the store's, `Deps.now`, when it was called). */
   readonly t: number
   /** Whether it needs a read that starts after it (it found no fit on a reused read, or lost a race). */
   readonly fresh: boolean

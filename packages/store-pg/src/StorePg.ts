@@ -74,7 +74,7 @@ export interface PgOptions extends PostgresJs.ConnectOptions {
   readonly spreadPlacements?: boolean | undefined
   /**
    * Stamps and judges every time (heartbeats, reports, reservations' expiry, a session's idle
-   * time, events) on the database's clock: the Effect Clock's wall time plus this process's
+   * time, events) on the database's clock: the Effect Clock's monotonic time plus its
    * offset from the database's `clock_timestamp()`, measured as the store opens and every
    * `databaseTimeEveryMs` after (`DatabaseTime.ts`). For replicas whose clocks may disagree: on
    * their own clocks, a replica a minute behind stamps live hosts' heartbeats a minute old, and

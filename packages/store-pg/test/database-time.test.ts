@@ -112,4 +112,40 @@ describe("replicas whose clocks disagree, on one PostgreSQL", () => {
     // The database runs on this machine: its clock and this one agree within the round trip.
     for (const offMs of [seen.before, seen.ahead, seen.behind]) expect(Math.abs(offMs)).toBeLessThan(5_000)
   }, 120_000)
+
+  it("a suspended machine (its monotonic clock stood still while the wall clock ran): the store's time catches up at once, not at the next periodic measurement", async () => {
+    const seen = await Effect.gen(function* () {
+      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      const live = yield* Clock.Clock
+      let stoodStillMs = 0
+      const mono = () => live.monotonicTimeNanosUnsafe() - BigInt(stoodStillMs) * 1_000_000n
+      const suspending: Clock.Clock = {
+        sleep: (d) => live.sleep(d),
+        currentTimeMillisUnsafe: () => live.currentTimeMillisUnsafe(),
+        currentTimeMillis: live.currentTimeMillis,
+        currentTimeNanosUnsafe: () => live.currentTimeNanosUnsafe(),
+        currentTimeNanos: live.currentTimeNanos,
+        monotonicTimeNanosUnsafe: mono,
+        monotonicTimeNanos: Effect.sync(mono),
+      }
+      // Periodic measurements an hour apart: only the wake can correct the store's time here.
+      const a = yield* StorePg.openUrl({ url: database.url, poolSize: 2, limits, databaseTime: true, databaseTimeEveryMs: 3_600_000 }).pipe(
+        Effect.provideService(Clock.Clock, suspending),
+      )
+      const before = a.store.now!() - Date.now()
+      // Resumed after a 30 s suspend: the monotonic clock lost 30 s that the wall clock did not.
+      stoodStillMs = 30_000
+      const resumed = a.store.now!() - Date.now()
+      let caughtUp = resumed
+      for (let i = 0; i < 600 && Math.abs(caughtUp) >= 5_000; i++) {
+        yield* Effect.promise(() => new Promise((r) => setTimeout(r, 50)))
+        caughtUp = a.store.now!() - Date.now()
+      }
+      return { before, resumed, caughtUp }
+    }).pipe(Effect.scoped, Effect.runPromise)
+    expect(Math.abs(seen.before)).toBeLessThan(5_000)
+    // Read at the resume, before the measurement it asked for: 30 s behind.
+    expect(seen.resumed).toBeLessThan(-25_000)
+    expect(Math.abs(seen.caughtUp)).toBeLessThan(5_000)
+  }, 120_000)
 })

@@ -151,7 +151,7 @@ export interface PageRequest {
 export interface SessionEvent {
   readonly sessionId: string
   readonly seq: number
-  /** Epoch ms, from the store's Clock. */
+  /** Epoch ms, on the store's time (`nowOf`: the Effect Clock's, or the store's own, as store-pg's `databaseTime`). */
   readonly at: number
   readonly event: core.Session.Event
 }
