@@ -30,21 +30,24 @@ describe("DatabaseTime.nextOffset", () => {
 
 describe("replicas whose clocks disagree, on one PostgreSQL", () => {
   /**
-   * The real clock with its wall time `offsetMs` off, and its monotonic time counted from another
-   * origin (as another process's is: each starts its own), sleeps untouched.
+   * The real clock with `wallMs()` added to its wall time and `monoMs()` to its monotonic time
+   * (read at each call, so a test can move them), sleeps untouched.
    */
-  const offBy = (live: Clock.Clock, offsetMs: number): Clock.Clock => {
-    const mono = () => live.monotonicTimeNanosUnsafe() + 987_654_321_000_000n
+  const shifted = (live: Clock.Clock, wallMs: () => number, monoMs: () => number): Clock.Clock => {
+    const wall = () => live.currentTimeMillisUnsafe() + wallMs()
+    const mono = () => live.monotonicTimeNanosUnsafe() + BigInt(monoMs()) * 1_000_000n
     return {
       sleep: (d) => live.sleep(d),
-      currentTimeMillisUnsafe: () => live.currentTimeMillisUnsafe() + offsetMs,
-      currentTimeMillis: Effect.sync(() => live.currentTimeMillisUnsafe() + offsetMs),
-      currentTimeNanosUnsafe: () => live.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n,
-      currentTimeNanos: Effect.sync(() => live.currentTimeNanosUnsafe() + BigInt(offsetMs) * 1_000_000n),
+      currentTimeMillisUnsafe: wall,
+      currentTimeMillis: Effect.sync(wall),
+      currentTimeNanosUnsafe: () => BigInt(wall()) * 1_000_000n,
+      currentTimeNanos: Effect.sync(() => BigInt(wall()) * 1_000_000n),
       monotonicTimeNanosUnsafe: mono,
       monotonicTimeNanos: Effect.sync(mono),
     }
   }
+  /** Wall time `offsetMs` off, monotonic time counted from another origin (as another process's is: each starts its own). */
+  const offBy = (live: Clock.Clock, offsetMs: number): Clock.Clock => shifted(live, () => offsetMs, () => 987_654_321_000)
   const behindMs = 60_000
   const limits = { ...Limits.defaults, heartbeatStaleWindowMs: 30_000 }
 
@@ -92,15 +95,7 @@ describe("replicas whose clocks disagree, on one PostgreSQL", () => {
       const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
       const live = yield* Clock.Clock
       let stepMs = 0
-      const stepped: Clock.Clock = {
-        sleep: (d) => live.sleep(d),
-        monotonicTimeNanosUnsafe: () => live.monotonicTimeNanosUnsafe(),
-        monotonicTimeNanos: Effect.sync(() => live.monotonicTimeNanosUnsafe()),
-        currentTimeMillisUnsafe: () => live.currentTimeMillisUnsafe() + stepMs,
-        currentTimeMillis: Effect.sync(() => live.currentTimeMillisUnsafe() + stepMs),
-        currentTimeNanosUnsafe: () => live.currentTimeNanosUnsafe() + BigInt(stepMs) * 1_000_000n,
-        currentTimeNanos: Effect.sync(() => live.currentTimeNanosUnsafe() + BigInt(stepMs) * 1_000_000n),
-      }
+      const stepped = shifted(live, () => stepMs, () => 0)
       const a = yield* StorePg.openUrl({ url: database.url, poolSize: 2, limits, databaseTime: true }).pipe(Effect.provideService(Clock.Clock, stepped))
       const before = a.store.now!() - Date.now()
       stepMs = 10 * 60_000
@@ -118,16 +113,7 @@ describe("replicas whose clocks disagree, on one PostgreSQL", () => {
       const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
       const live = yield* Clock.Clock
       let stoodStillMs = 0
-      const mono = () => live.monotonicTimeNanosUnsafe() - BigInt(stoodStillMs) * 1_000_000n
-      const suspending: Clock.Clock = {
-        sleep: (d) => live.sleep(d),
-        currentTimeMillisUnsafe: () => live.currentTimeMillisUnsafe(),
-        currentTimeMillis: live.currentTimeMillis,
-        currentTimeNanosUnsafe: () => live.currentTimeNanosUnsafe(),
-        currentTimeNanos: live.currentTimeNanos,
-        monotonicTimeNanosUnsafe: mono,
-        monotonicTimeNanos: Effect.sync(mono),
-      }
+      const suspending = shifted(live, () => 0, () => -stoodStillMs)
       // Periodic measurements an hour apart: only the wake can correct the store's time here.
       const a = yield* StorePg.openUrl({ url: database.url, poolSize: 2, limits, databaseTime: true, databaseTimeEveryMs: 3_600_000 }).pipe(
         Effect.provideService(Clock.Clock, suspending),
