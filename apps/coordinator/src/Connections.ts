@@ -66,6 +66,8 @@ export const track = <S extends Server>(server: S, options: ConnectionsOptions):
     /** The warning of the refusals held back within the minute, due at its end (a cancel), or null. */
     let flush: (() => void) | null = null
     const say = () => {
+      // Said now: a line still due for the same refusals is not said again.
+      flush?.()
       flush = null
       if (unsaid === 0) return
       lastWarnedAt = now()
@@ -78,9 +80,13 @@ export const track = <S extends Server>(server: S, options: ConnectionsOptions):
       const t = now()
       if (lastWarnedAt === undefined || t - lastWarnedAt >= warnEveryMs) return say()
       // Held back: said when the minute is up, whether or not another refusal comes then.
-      flush ??= schedule(say, lastWarnedAt + warnEveryMs - t)
+      flush ??= schedule(() => {
+        flush = null
+        say()
+      }, lastWarnedAt + warnEveryMs - t)
     })
-    server.once("close", () => flush?.())
+    // Closing: the refusals held back are said now, not dropped with the timer.
+    server.once("close", say)
   }
   return server
 }
@@ -106,8 +112,8 @@ export const readFdLimit = (path = "/proc/self/limits"): number | undefined => {
 export const fdLimitWarning = (maxConnections: number, fdLimit: number | undefined): string | undefined =>
   maxConnections === 0 || fdLimit === undefined || maxConnections + fdHeadroom <= fdLimit
     ? undefined
-    : `ENGRAM_MAX_CONNECTIONS (${maxConnections}) is not ${fdHeadroom} below this process's file-descriptor limit (ulimit -n: ${fdLimit}): ` +
-      `the limit is reached first, and connections past it are closed as they arrive with no log and no count (and the store cannot open files); ` +
+    : `ENGRAM_MAX_CONNECTIONS (${maxConnections}) is within ${fdHeadroom} of this process's file-descriptor limit (ulimit -n: ${fdLimit}): ` +
+      `it leaves the store and the process too few descriptors, and at the limit connections are closed as they arrive with no log and no count; ` +
       `raise the limit (ulimit -n, LimitNOFILE=) or set the cap below it, less the descriptors the store needs`
 
 /** The descriptors kept beside the cap for everything but the HTTP server's connections (the store's pool, files, the listener). */

@@ -424,7 +424,7 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
       // Info, not a warning: most kernels cap the queue at 4,096, which only a fleet of thousands
       // of agents connecting at once (a restart, a network blip) outgrows.
       if (queueWarning !== undefined) yield* Effect.logInfo(queueWarning, { somaxconn: readSomaxconn(), listenBacklog })
-      // A cap at or above the descriptor limit never acts: the limit closes connections first, unseen.
+      // A cap within `fdHeadroom` of the descriptor limit leaves the store too few, and at or above it never acts.
       const fdLimit = Connections.readFdLimit()
       const capWarning = Connections.fdLimitWarning(config.maxConnections, fdLimit)
       if (capWarning !== undefined) yield* Effect.logWarning(capWarning, { maxConnections: config.maxConnections, fdLimit })

@@ -132,7 +132,7 @@ describe("the connection cap (ENGRAM_MAX_CONNECTIONS)", () => {
     expect(Env.knownVariables.has("ENGRAM_MAX_CONNECTIONS")).toBe(true)
   })
 
-  it("a cap at or above the file-descriptor limit is warned about at start, naming the limit (ulimit -n): the limit would close connections first, unseen", async () => {
+  it("a cap within 256 of the file-descriptor limit is warned about at start, naming the limit (ulimit -n): it leaves the store too few, and at the limit connections are closed unseen", async () => {
     const dir = mkdtempSync(join(tmpdir(), "engram-limits-"))
     const limits = join(dir, "limits")
     writeFileSync(limits, "Limit                     Soft Limit           Hard Limit           Units     \nMax processes             63704                63704                processes \nMax open files            20000                524288               files     \n")
@@ -141,9 +141,9 @@ describe("the connection cap (ENGRAM_MAX_CONNECTIONS)", () => {
     expect(Connections.fdLimitWarning(0, 20_000)).toBeUndefined()
     expect(Connections.fdLimitWarning(20_000 - Connections.fdHeadroom, 20_000)).toBeUndefined()
     expect(Connections.fdLimitWarning(20_000, undefined)).toBeUndefined()
-    expect(Connections.fdLimitWarning(20_000, 20_000)).toMatch(/^ENGRAM_MAX_CONNECTIONS \(20000\) is not 256 below this process's file-descriptor limit \(ulimit -n: 20000\)/)
+    expect(Connections.fdLimitWarning(20_000, 20_000)).toMatch(/^ENGRAM_MAX_CONNECTIONS \(20000\) is within 256 of this process's file-descriptor limit \(ulimit -n: 20000\)/)
     // Below the limit but without room for the store's descriptors: warned too.
-    expect(Connections.fdLimitWarning(20_000 - Connections.fdHeadroom + 1, 20_000)).toMatch(/is not 256 below/)
+    expect(Connections.fdLimitWarning(20_000 - Connections.fdHeadroom + 1, 20_000)).toMatch(/is within 256 of/)
     const fdLimit = Connections.readFdLimit()
     if (fdLimit === undefined || fdLimit > 1_000_000) return // not Linux, or a limit no cap reaches
     const capture = captureLines()
@@ -170,6 +170,7 @@ describe("Connections.track on a node:http server", () => {
     let counted = 0
     let openNow = 0
     const due: { run: () => void; ms: number }[] = []
+    const cancelled: number[] = []
     server = Connections.track(createServer(), {
       maxConnections: 1,
       open: (n) => (openNow = n),
@@ -177,8 +178,8 @@ describe("Connections.track on a node:http server", () => {
       warn: (message) => void warnings.push(message),
       now: () => now,
       schedule: (run, ms) => {
-        due.push({ run, ms })
-        return () => undefined
+        const k = due.push({ run, ms }) - 1
+        return () => void cancelled.push(k)
       },
     })
     const listening = server
@@ -206,5 +207,20 @@ describe("Connections.track on a node:http server", () => {
     now = 2 * Connections.warnEveryMs
     due[1]!.run()
     expect(warnings.at(-1)).toBe(Connections.refusedWarning(1, 1))
+    // One held back, then another handled once the minute is up but before its line was due (a
+    // reconnect storm): both said in one line now, and the line still due is cancelled, not said again.
+    now = 2 * Connections.warnEveryMs + 5_000
+    await connection(url).closed
+    now = 3 * Connections.warnEveryMs
+    await connection(url).closed
+    expect([warnings.length, warnings.at(-1), cancelled]).toEqual([4, Connections.refusedWarning(1, 2), [2]])
+    // Held back as the server closes: said then, not dropped with its timer.
+    now = 3 * Connections.warnEveryMs + 1_000
+    await connection(url).closed
+    const closed = new Promise<void>((resolve) => listening.close(() => resolve()))
+    for (const s of sockets.splice(0)) s.destroy()
+    await closed
+    await vi.waitFor(() => expect([warnings.length, warnings.at(-1), cancelled]).toEqual([5, Connections.refusedWarning(1, 1), [2, 3]]), { timeout: 30_000, interval: 10 })
+    server = undefined
   })
 })

@@ -68,64 +68,96 @@ export const driftMs = 1_000
 /** How many readings the first offset is chosen from (the one of the shortest round trip). */
 export const firstReadings = 3
 
+/** How soon (ms) a measurement that failed is tried again. */
+export const retryMs = 1_000
+
 /**
  * Measures the offset on `pool` now (failing if the database does not answer), then every
- * `everyMs` for the scope, and at once when this process's wall clock and monotonic clock part by
- * more than `driftMs` (a suspended machine's monotonic clock stands still; a wall step parts them
- * too): the store's time would otherwise lag the database's by the suspend until the next one.
- * The first offset comes from the shortest of `firstReadings` round trips, taken on a connection
- * already open (a first connect's time is no part of any).
+ * `everyMs` for the scope (`retryMs` after one that failed), and at once when this process's wall
+ * clock and monotonic clock part by more than `driftMs` (a suspended machine's monotonic clock
+ * stands still; a wall step parts them too): the store's time would otherwise lag the database's
+ * by the suspend until the next one. Until that measurement has ended (at most `measureBoundMs`),
+ * `now` waits for it, so no heartbeat is stamped in the past after a resume (`nowMs`, read at
+ * once, does not wait). The first offset comes from the shortest of `firstReadings` round trips
+ * (those that answered: the open fails only if none did), taken on a connection opened first (a
+ * first connect, bounded by the pool's own connect timeout, is no part of any).
  */
 export const start = (pool: Conn<Unavailable>, everyMs = defaultEveryMs): Effect.Effect<DatabaseTime, Unavailable, Scope.Scope> =>
   Effect.gen(function* () {
     const clock = yield* Clock.Clock
     const monoMs = () => Number(clock.monotonicTimeNanosUnsafe() / 1_000_000n)
-    const wallLessMono = () => clock.currentTimeMillisUnsafe() - monoMs()
     let kept: number | null = null
-    /** The wall clock less the monotonic one at the last reading. */
-    let parted = wallLessMono()
+    /** The wall clock less the monotonic one as the last reading that answered was sent. */
+    let parted = clock.currentTimeMillisUnsafe() - monoMs()
     /** Done to end the wait for the next measurement early. */
     let woken = Deferred.makeUnsafe<void>()
+    /** Done when the measurement a parting of the clocks asked for has ended; null when none is asked. */
+    let asked: Deferred.Deferred<void> | null = null
+    let lastFailed = false
     const unreadable = (what: string) => new Unavailable({ reason: `the database's clock: ${what}`, retryAfterMs: 1000 })
     const read = Effect.suspend(() => {
       const sentMs = monoMs()
+      const partedAtSend = clock.currentTimeMillisUnsafe() - sentMs
       return pool.query<{ dbMs: number | string }>(query).pipe(
         Effect.timeoutOrElse({ duration: Duration.millis(measureBoundMs), orElse: () => Effect.fail(unreadable(`no answer within ${measureBoundMs} ms`)) }),
         Effect.flatMap((rows) => {
           const answeredMs = monoMs()
           const dbMs = Number(rows[0]?.dbMs)
-          parted = wallLessMono()
-          return Number.isFinite(dbMs) ? Effect.succeed({ sentMs, dbMs, answeredMs } satisfies Reading) : Effect.fail(unreadable(`clock_timestamp() read as ${String(rows[0]?.dbMs)}`))
+          if (!Number.isFinite(dbMs)) return Effect.fail(unreadable(`clock_timestamp() read as ${String(rows[0]?.dbMs)}`))
+          parted = partedAtSend
+          return Effect.succeed({ sentMs, dbMs, answeredMs } satisfies Reading)
         }),
       )
     })
     // The store opens only once the offset is known: a connection opened first, then the readings.
     yield* pool.query(sql`select 1`)
     const readings: Reading[] = []
-    for (let i = 0; i < firstReadings; i++) readings.push(yield* read)
-    const shortest = readings.reduce((a, b) => (b.answeredMs - b.sentMs < a.answeredMs - a.sentMs ? b : a))
+    let lastError: Unavailable | null = null
+    for (let i = 0; i < firstReadings; i++) {
+      const r = yield* Effect.result(read)
+      if (r._tag === "Success") readings.push(r.success)
+      else lastError = r.failure
+    }
+    const shortest = readings.reduce<Reading | null>((a, b) => (a === null || b.answeredMs - b.sentMs < a.answeredMs - a.sentMs ? b : a), null)
+    if (shortest === null) return yield* (lastError ?? unreadable("no reading"))
     kept = nextOffset(null, shortest)
-    const measure = Effect.map(read, (r) => {
-      kept = nextOffset(kept, r)
-    })
-    const next = Effect.suspend(() => Effect.race(Effect.sleep(everyMs), Deferred.await(woken))).pipe(
+    const measure = Effect.exit(read).pipe(
+      Effect.map((r) => {
+        lastFailed = r._tag === "Failure"
+        if (r._tag === "Success") kept = nextOffset(kept, r.value)
+        // The measurement a parting asked for has ended, answered or not: `now` waits no longer.
+        const done = asked
+        asked = null
+        if (done !== null) Deferred.doneUnsafe(done, Effect.void)
+      }),
+    )
+    const next = Effect.suspend(() => Effect.race(Effect.sleep(lastFailed ? retryMs : everyMs), Deferred.await(woken))).pipe(
       Effect.andThen(
         Effect.sync(() => {
           woken = Deferred.makeUnsafe<void>()
         }),
       ),
     )
-    yield* Effect.forkScoped(Effect.forever(Effect.andThen(next, Effect.asVoid(Effect.exit(measure)))))
-    // On the clock the offset was measured against, whoever asks.
-    const nowMs = () => {
-      if (Math.abs(wallLessMono() - parted) > driftMs) {
-        parted = wallLessMono()
+    yield* Effect.forkScoped(Effect.forever(Effect.andThen(next, measure)))
+    /** Asks for a measurement at once when the clocks have parted since the last reading; answers now's monotonic ms. */
+    const looked = (): number => {
+      const mono = monoMs()
+      const partedNow = clock.currentTimeMillisUnsafe() - mono
+      if (Math.abs(partedNow - parted) > driftMs) {
+        parted = partedNow
+        asked ??= Deferred.makeUnsafe<void>()
         Deferred.doneUnsafe(woken, Effect.void)
       }
-      return monoMs() + (kept ?? 0)
+      return mono
     }
+    // On the clock the offset was measured against, whoever asks.
+    const nowMs = () => looked() + (kept ?? 0)
+    const waited = (d: Deferred.Deferred<void>) => Effect.ignore(Effect.timeout(Deferred.await(d), Duration.millis(measureBoundMs)))
     return {
-      now: Effect.sync(nowMs),
+      now: Effect.suspend(() => {
+        looked()
+        return asked === null ? Effect.sync(() => monoMs() + (kept ?? 0)) : Effect.andThen(waited(asked), Effect.sync(() => monoMs() + (kept ?? 0)))
+      }),
       nowMs,
       offsetMs: () => kept ?? 0,
     }
