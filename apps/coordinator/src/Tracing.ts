@@ -15,6 +15,7 @@
  * Without `ENGRAM_OTLP_URL` the coordinator makes none of these spans (`TracingEnabled` is false
  * and `span` returns the effect as it is), so the request path pays for nothing it does not send.
  */
+import { Env } from "@engram/process"
 import { Context, Effect, Layer, Option, Redacted } from "effect"
 import type { Tracer } from "effect"
 import { FetchHttpClient, HttpMiddleware } from "effect/http"
@@ -38,17 +39,7 @@ export interface Exporting {
 export const tracesUrl = (base: string): string => (/\/v1\/traces\/?$/.test(base) ? base : `${base.replace(/\/+$/, "")}/v1/traces`)
 
 /** `key=value,key2=value2` (the OpenTelemetry headers format), values URL-decoded. */
-export const parseHeaders = (text: string): Record<string, string> =>
-  Object.fromEntries(
-    text
-      .split(",")
-      .map((pair) => pair.trim())
-      .filter((pair) => pair !== "")
-      .map((pair) => {
-        const at = pair.indexOf("=")
-        return [pair.slice(0, at).trim(), decodeURIComponent(pair.slice(at + 1).trim())] as const
-      }),
-  )
+export const parseHeaders = (text: string): Record<string, string> => Object.fromEntries(Env.keyValues(text).map((e) => [e.key, decodeURIComponent(e.value)] as const))
 
 /**
  * The tracer: the OTLP exporter when `exporting` names a collector, with server spans named for

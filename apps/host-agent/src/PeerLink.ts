@@ -13,6 +13,7 @@ import { Duration, Effect, Schema } from "effect"
 import { FetchHttpClient, HttpBody, HttpClient, HttpClientRequest } from "effect/http"
 import { Move as CoreMove, Names } from "@engram/core"
 import type { IncomingEndpoint } from "@engram/runtime"
+import { Env } from "@engram/process"
 import { moveToken, prepareProof, tokensEqual } from "./MoveToken.js"
 import { type Committed, type MoveHeader, type MoveTarget, PeerError } from "./MoveTarget.js"
 
@@ -207,11 +208,7 @@ export const derivedPeerUrl = (host: string, port: number): string | null => {
  * form): it must parse with this host alone before the port.
  */
 const isOneHost = (host: string): boolean => {
-  if (host === "" || host.startsWith("[") || /[\s/\\?#@]/.test(host)) return false
-  for (let i = 0; i < host.length; i++) {
-    const c = host.charCodeAt(i)
-    if (c < 0x20 || c === 0x7f) return false
-  }
+  if (host === "" || host.startsWith("[") || /[\s/\\?#@]/.test(host) || Names.hasControlCharacter(host)) return false
   try {
     const parsed = new URL(`http://${host.includes(":") ? `[${host}]` : host}:1/`)
     return parsed.hostname !== "" && parsed.port === "1" && parsed.pathname === "/"
@@ -261,7 +258,7 @@ export const ownPeerUrl = (peers: (hostId: string) => string | undefined, hostId
  */
 export const peersProblem = (text: string): string | undefined => {
   const seen = new Set<string>()
-  for (const { part, eq, id, url } of peerEntries(text)) {
+  for (const { part, eq, key: id, value: url } of Env.keyValues(text)) {
     if (eq <= 0) return `must be comma-separated <host id>=<peer URL> entries; ${JSON.stringify(part)} is not one`
     if (!Names.isId(id)) return `each entry's host id ${Names.idRule}; ${JSON.stringify(id)} does not`
     if (seen.has(id)) return `names host ${id} twice`
@@ -271,16 +268,6 @@ export const peersProblem = (text: string): string | undefined => {
   return undefined
 }
 
-/** `ENGRAM_PEERS`'s entries as written: each comma-separated part not blank, split at its first `=` (`eq` below 1: no id before one). */
-const peerEntries = (text: string) =>
-  text
-    .split(",")
-    .map((raw) => raw.trim())
-    .filter((part) => part !== "")
-    .map((part) => {
-      const eq = part.indexOf("=")
-      return { part, eq, id: part.slice(0, eq).trim(), url: part.slice(eq + 1).trim() }
-    })
 
 const isHttpUrl = (url: string): boolean => {
   try {
@@ -292,7 +279,7 @@ const isHttpUrl = (url: string): boolean => {
 }
 
 /** Parses `ENGRAM_PEERS` (`host-a=http://10.0.0.1:7100,host-b=http://…`; `peersProblem` judged it). */
-export const parsePeers = (text: string): Map<string, string> => new Map(peerEntries(text).flatMap((e) => (e.eq > 0 ? [[e.id, e.url] as const] : [])))
+export const parsePeers = (text: string): Map<string, string> => new Map(Env.keyValues(text).flatMap((e) => (e.eq > 0 ? [[e.key, e.value] as const] : [])))
 
 /**
  * The start-up warning of an agent that advertises no peer URL (from the environment): told none

@@ -5,6 +5,7 @@
  * a commit or an abort does to the session and the ledger.
  */
 import type * as Downtime from "./Downtime.js"
+import { hasControlCharacter } from "./Names.js"
 import * as Plan from "./Plan.js"
 
 /** A move's state: open (`pending`) or finished. */
@@ -252,11 +253,7 @@ export const peerUrlRule = `an absolute http:// or https:// URL of at most ${max
  * host agent's (`peerUrlRule`).
  */
 export const isPeerUrl = (url: string): boolean => {
-  if (url.length > maxPeerUrlLength || /\s/.test(url) || url.includes("?") || url.includes("#")) return false
-  for (let i = 0; i < url.length; i++) {
-    const c = url.charCodeAt(i)
-    if (c < 0x20 || c === 0x7f) return false
-  }
+  if (url.length > maxPeerUrlLength || /\s/.test(url) || url.includes("?") || url.includes("#") || hasControlCharacter(url)) return false
   let parsed: URL
   try {
     parsed = new URL(url)

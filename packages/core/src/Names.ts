@@ -61,6 +61,15 @@ export const positiveIntegerRule = "must be an integer > 0"
 /** Whether `value` is a whole figure above zero that a 64-bit column holds exactly. */
 export const isPositiveInteger = (value: unknown): value is number => typeof value === "number" && Number.isSafeInteger(value) && value >= 1
 
+/** Whether `text` holds a C0 control character or DEL (U+0000–U+001F, U+007F): refused in addresses (a peer URL, an agent's host). */
+export const hasControlCharacter = (text: string): boolean => {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c < 0x20 || c === 0x7f) return true
+  }
+  return false
+}
+
 export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
 
 /** The template name rule's words, as a refusal names it. */

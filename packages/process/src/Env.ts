@@ -167,6 +167,21 @@ export const decimalInt = (rule: string) =>
     Schema.check(Schema.isInt({ message: rule })),
   )
 
+/**
+ * The entries of a variable holding a comma-separated `key=value` list, as written
+ * (`ENGRAM_PEERS`, OpenTelemetry's headers): each part trimmed, blank ones left out, split at its
+ * first `=` into `key` and `value` (each trimmed); `eq` below 1: no key before an `=`.
+ */
+export const keyValues = (text: string): { readonly part: string; readonly eq: number; readonly key: string; readonly value: string }[] =>
+  text
+    .split(",")
+    .map((raw) => raw.trim())
+    .filter((part) => part !== "")
+    .map((part) => {
+      const eq = part.indexOf("=")
+      return { part, eq, key: part.slice(0, eq).trim(), value: part.slice(eq + 1).trim() }
+    })
+
 /** How one issue reads: `ENGRAM_PORT="70000": must be an integer from 0 to 65535`. */
 export const formatIssue = (i: Issue): string => `${i.variable}${i.value === undefined ? "" : `=${JSON.stringify(i.value)}`}: ${i.rule}`
 
