@@ -18,7 +18,8 @@
  * untouched for `staleAfterMs`, it is taken over. It is watched however old its last touch
  * looks: that time is the other machine's clock, which may be any amount behind this one's, so
  * a lock it touches every `refreshMs` could look untouched for minutes (the cost: a coordinator
- * restarted in a new container, or after a reboot, starts `staleAfterMs` later). A holder that finds its lock no longer its own (it was frozen or cut off that long, and another
+ * restarted in a new container, or after a reboot, starts `staleAfterMs` later). A holder that
+ * finds its lock no longer its own (it was frozen or cut off that long, and another
  * took over) says so (`onLost`): the coordinator then exits, so that one process writes the
  * directory. A lock naming only a pid (written by a coordinator before this one) is judged by
  * the pid alone, in this namespace, except this coordinator's own pid, which no other process

@@ -86,7 +86,6 @@ export const start = (pool: Conn<Unavailable>, everyMs = defaultEveryMs): Effect
   Effect.gen(function* () {
     const clock = yield* Clock.Clock
     const monoMs = () => Number(clock.monotonicTimeNanosUnsafe() / 1_000_000n)
-    let kept: number | null = null
     /** The wall clock less the monotonic one as the last reading that answered was sent. */
     let parted = clock.currentTimeMillisUnsafe() - monoMs()
     /** Done to end the wait for the next measurement early. */
@@ -120,7 +119,7 @@ export const start = (pool: Conn<Unavailable>, everyMs = defaultEveryMs): Effect
     }
     const shortest = readings.reduce<Reading | null>((a, b) => (a === null || b.answeredMs - b.sentMs < a.answeredMs - a.sentMs ? b : a), null)
     if (shortest === null) return yield* (lastError ?? unreadable("no reading"))
-    kept = nextOffset(null, shortest)
+    let kept = nextOffset(null, shortest)
     const measure = Effect.exit(read).pipe(
       Effect.map((r) => {
         lastFailed = r._tag === "Failure"
@@ -151,14 +150,14 @@ export const start = (pool: Conn<Unavailable>, everyMs = defaultEveryMs): Effect
       return mono
     }
     // On the clock the offset was measured against, whoever asks.
-    const nowMs = () => looked() + (kept ?? 0)
-    const waited = (d: Deferred.Deferred<void>) => Effect.ignore(Effect.timeout(Deferred.await(d), Duration.millis(measureBoundMs)))
+    const nowMs = () => looked() + kept
     return {
       now: Effect.suspend(() => {
-        looked()
-        return asked === null ? Effect.sync(() => monoMs() + (kept ?? 0)) : Effect.andThen(waited(asked), Effect.sync(() => monoMs() + (kept ?? 0)))
+        const mono = looked()
+        // A parting asked for a measurement: the time is read once it has ended (at most `measureBoundMs`).
+        return asked === null ? Effect.succeed(mono + kept) : Effect.andThen(Effect.ignore(Effect.timeout(Deferred.await(asked), Duration.millis(measureBoundMs))), Effect.sync(() => monoMs() + kept))
       }),
       nowMs,
-      offsetMs: () => kept ?? 0,
+      offsetMs: () => kept,
     }
   })

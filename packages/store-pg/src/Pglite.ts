@@ -73,6 +73,9 @@ export const makeDb = (client: PGlite): Db => {
   return Transaction.make({ driver: "pglite", exec: db, pipeline: inTurn, begin, lock: Semaphore.makeUnsafe(1) })
 }
 
+/** A statement's error once the database is gone (closed, crashed, abandoned): `CONNECTION_CLOSED`, which `Db.classify` reads as `Unavailable`. */
+const closedError = (message: string): Error => Object.assign(new Error(message), { code: "CONNECTION_CLOSED" })
+
 const unavailable = (cause: unknown): Unavailable =>
   new Unavailable({ reason: cause instanceof Error ? cause.message : String(cause), retryAfterMs })
 
@@ -153,8 +156,7 @@ export const startWorker = (
     const fail = (why: string) => {
       // The thread ended on its own while open: said once, to whoever must act on it.
       if (gone === undefined && started && !closing) options.onWorkerExit?.(`the PGlite worker thread ended: ${why}`)
-      // CONNECTION_CLOSED: what `Db.classify` reads as Unavailable (the database is gone).
-      gone ??= Object.assign(new Error(`the PGlite worker closed: ${why}`), { code: "CONNECTION_CLOSED" })
+      gone ??= closedError(`the PGlite worker closed: ${why}`)
       rejectStart(gone)
       for (const w of waiting.values()) w.reject(gone)
       waiting.clear()
@@ -243,13 +245,11 @@ const abandonReason = (signal: AbortSignal | undefined): string => {
  * write after it.
  */
 const refusedOnceAbandoned = (client: ClientSurface, signal: AbortSignal): ClientSurface => {
-  const refused = () => Promise.reject(Object.assign(new Error(`the embedded database was abandoned: ${abandonReason(signal)}`), { code: "CONNECTION_CLOSED" }))
+  const refused = () => Promise.reject(closedError(`the embedded database was abandoned: ${abandonReason(signal)}`))
+  // Settled, never rejected: the previous statement's end, whatever its outcome.
   let tail: Promise<unknown> = Promise.resolve()
   const inTurn = <A>(run: () => Promise<A>): Promise<A> => {
-    const next = tail.then(
-      () => (signal.aborted ? refused() : run()),
-      () => (signal.aborted ? refused() : run()),
-    )
+    const next = tail.then(() => (signal.aborted ? refused() : run()))
     tail = next.catch(() => undefined)
     return next
   }

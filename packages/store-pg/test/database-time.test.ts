@@ -50,14 +50,19 @@ describe("replicas whose clocks disagree, on one PostgreSQL", () => {
   const offBy = (live: Clock.Clock, offsetMs: number): Clock.Clock => shifted(live, () => offsetMs, () => 987_654_321_000)
   const behindMs = 60_000
   const limits = { ...Limits.defaults, heartbeatStaleWindowMs: 30_000 }
+  /** A fresh database of its own, dropped with the scope. */
+  const scopedDatabase = Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+  /** The store on `url` (its time the database's unless told otherwise), opened under `clock`. */
+  const openOn = (url: string, clock: Clock.Clock, options: Partial<StorePg.PgOptions> = {}) =>
+    StorePg.openUrl({ url, poolSize: 2, limits, databaseTime: true, ...options }).pipe(Effect.provideService(Clock.Clock, clock))
 
   /** Replica A (a minute behind) places a session and heartbeats its host; B, on time, reclaims: the sessions B made lost. */
   const run = (databaseTime: boolean) =>
     Effect.gen(function* () {
-      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      const database = yield* scopedDatabase
       const live = yield* Clock.Clock
       const behind = offBy(live, -behindMs)
-      const a = yield* StorePg.openUrl({ url: database.url, poolSize: 2, limits, databaseTime }).pipe(Effect.provideService(Clock.Clock, behind))
+      const a = yield* openOn(database.url, behind, { databaseTime })
       const b = yield* StorePg.openUrl({ url: database.url, poolSize: 2, limits, databaseTime, migrate: false })
       const onA = <A, E>(e: Effect.Effect<A, E>) => Effect.provideService(e, Clock.Clock, behind)
       yield* onA(a.store.registerHost({ id: "h1", tokenHash: "x" }))
@@ -92,11 +97,11 @@ describe("replicas whose clocks disagree, on one PostgreSQL", () => {
 
   it("a step of a replica's wall clock (NTP, an operator) does not move the store's time: it follows the monotonic clock and the database's", async () => {
     const seen = await Effect.gen(function* () {
-      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      const database = yield* scopedDatabase
       const live = yield* Clock.Clock
       let stepMs = 0
       const stepped = shifted(live, () => stepMs, () => 0)
-      const a = yield* StorePg.openUrl({ url: database.url, poolSize: 2, limits, databaseTime: true }).pipe(Effect.provideService(Clock.Clock, stepped))
+      const a = yield* openOn(database.url, stepped)
       const before = a.store.now!() - Date.now()
       stepMs = 10 * 60_000
       const ahead = a.store.now!() - Date.now()
@@ -110,14 +115,12 @@ describe("replicas whose clocks disagree, on one PostgreSQL", () => {
 
   it("a suspended machine (its monotonic clock stood still while the wall clock ran): the store's time catches up at once, not at the next periodic measurement", async () => {
     const seen = await Effect.gen(function* () {
-      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      const database = yield* scopedDatabase
       const live = yield* Clock.Clock
       let stoodStillMs = 0
       const suspending = shifted(live, () => 0, () => -stoodStillMs)
       // Periodic measurements an hour apart: only the wake can correct the store's time here.
-      const a = yield* StorePg.openUrl({ url: database.url, poolSize: 2, limits, databaseTime: true, databaseTimeEveryMs: 3_600_000 }).pipe(
-        Effect.provideService(Clock.Clock, suspending),
-      )
+      const a = yield* openOn(database.url, suspending, { databaseTimeEveryMs: 3_600_000 })
       const before = a.store.now!() - Date.now()
       // Resumed after a 30 s suspend: the monotonic clock lost 30 s that the wall clock did not.
       stoodStillMs = 30_000

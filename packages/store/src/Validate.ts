@@ -124,13 +124,9 @@ export const lifetime = (field: string, value: unknown): InvalidInput | null =>
  * `expiresAt` on the store's time (`nowOf`), so a client's clock does not set it.
  */
 export const expiresIn = (input: { readonly expiresAt?: unknown; readonly expiresInMs?: unknown }): InvalidInput | null =>
-  input.expiresInMs === undefined
-    ? null
-    : input.expiresAt !== undefined
-      ? new InvalidInput({ field: "expiresInMs", rule: "must not be given with expiresAt: one expiry, absolute (expiresAt) or from now (expiresInMs)" })
-      : Lifetime.validLifetimeMs(input.expiresInMs)
-        ? null
-        : new InvalidInput({ field: "expiresInMs", rule: Lifetime.lifetimeRule })
+  input.expiresInMs !== undefined && input.expiresAt !== undefined
+    ? new InvalidInput({ field: "expiresInMs", rule: "must not be given with expiresAt: one expiry, absolute (expiresAt) or from now (expiresInMs)" })
+    : lifetime("expiresInMs", input.expiresInMs)
 
 /** A new TTL (`setTtl`): required, by the same rule. */
 export const ttl = (value: unknown): InvalidInput | null =>

@@ -19,14 +19,14 @@ export const LedgerHandlers = HandlerGroup.make(
     return HttpApiBuilder.group(EngramApi, "ledger", (h) =>
       h
         .handle("reserve", ({ payload }) => {
-          // An expiry from now (`expiresInMs`) is taken on the store's time, not the client's clock.
-          const { expiresInMs, ...asked } = payload
-          const bad = Validate.expiresIn(payload)
-          const expiresAt = expiresInMs === undefined ? Effect.succeed(asked.expiresAt) : Effect.map(nowOf(store), (now) => now + expiresInMs)
-          const reserve =
-            bad !== null
-              ? Effect.fail(bad)
-              : Effect.flatMap(expiresAt, (at) => store.reserve({ ...asked, ...(at === undefined ? {} : { expiresAt: at }), id: payload.id ?? randomUUID() }))
+          const reserve = Effect.gen(function* () {
+            const bad = Validate.expiresIn(payload)
+            if (bad !== null) return yield* bad
+            // An expiry from now (`expiresInMs`) is taken on the store's time, not the client's clock.
+            const { expiresInMs, ...asked } = payload
+            const expiresAt = expiresInMs === undefined ? asked.expiresAt : (yield* nowOf(store)) + expiresInMs
+            return yield* store.reserve({ ...asked, ...(expiresAt === undefined ? {} : { expiresAt }), id: payload.id ?? randomUUID() })
+          })
           return withNotices(api(reserve).pipe(Effect.tap(() => notifier.notify(fleetTopic))))
         })
         .handle("list", ({ query }) =>
