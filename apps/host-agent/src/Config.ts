@@ -487,7 +487,8 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       listen: { port: s.port, host: s.listenHost, ...(advertiseHost === undefined ? {} : { advertiseHost }) },
       // Unset: derived from the peer server's address once it listens (`Host`).
       ...(peerUrl === undefined ? {} : { peerUrl }),
-      migration: { listenHost: migrationHost, advertiseHost: advertiseHost ?? migrationHost },
+      // Unset, the advertised one is derived once the peer URL is known (`PeerLink.migrationAdvertiseHostOf`).
+      migration: { listenHost: migrationHost, ...(advertiseHost === undefined ? {} : { advertiseHost }) },
       sim,
       ...(qemu === undefined ? {} : { qemu }),
       measure,

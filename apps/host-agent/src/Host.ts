@@ -62,7 +62,9 @@ export interface HostAgentOptions {
   readonly peerUrl?: string | null
   /**
    * Where moves' data planes listen on this host and the address sources are told (the
-   * simulated wire, QEMU's incoming migrations). Default: the peer server's host.
+   * simulated wire, QEMU's incoming migrations). `listenHost` by default: the peer server's
+   * host. `advertiseHost` by default: `listenHost`, or, when that is a wildcard, the host of the
+   * peer URL this agent advertises (`PeerLink.migrationAdvertiseHostOf`).
    */
   readonly migration?: Partial<RuntimeChoice.MigrationAddress>
   /** A custom peer link (in-memory tests); default HTTP to `peers`. */
@@ -180,7 +182,14 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     // Before anything starts: a default directory that is not this agent's own refuses the start.
     const imageDir = yield* ImageDir.resolve(o.hostId, o.imageDir, o.stateFile, tmpdir())
     const listenHost = o.migration?.listenHost ?? o.listen?.host ?? "127.0.0.1"
-    const address: RuntimeChoice.MigrationAddress = { listenHost, advertiseHost: o.migration?.advertiseHost ?? listenHost }
+    // The peer URL as far as it is known before the server binds (its host is what counts here).
+    const knownPeerUrl =
+      o.peerUrl !== undefined
+        ? o.peerUrl
+        : o.listen === undefined
+          ? null
+          : (PeerLink.ownPeerUrl(o.peers, o.hostId) ?? PeerLink.derivedPeerUrl(PeerLink.peerHostOf(o.listen.host, o.listen.advertiseHost), o.listen.port))
+    const address: RuntimeChoice.MigrationAddress = { listenHost, advertiseHost: PeerLink.migrationAdvertiseHostOf(listenHost, o.migration?.advertiseHost, knownPeerUrl) }
     const runtime: VmRuntimeShape =
       o.runtime ??
       (o.qemu !== undefined

@@ -190,6 +190,30 @@ export const peerUrlProblem = (url: string): string | undefined => (CoreMove.isP
 export const peerHostOf = (listenHost: string, advertiseHost: string | undefined): string =>
   wildcardHosts.has(listenHost) ? (advertiseHost ?? listenHost) : listenHost
 
+/** The host of a URL as a bare host (an IPv6 address without its brackets); undefined for none. */
+const bareHostOf = (url: string): string | undefined => {
+  const host = URL.canParse(url) ? new URL(url).hostname : ""
+  return host === "" ? undefined : host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host
+}
+
+/**
+ * The address a move's source is told to stream a guest to on this host: `advertiseHost`
+ * (`ENGRAM_AGENT_ADVERTISE_HOST`) when given; else where the data plane listens
+ * (`ENGRAM_AGENT_MIGRATION_HOST`) unless that is a wildcard; else the host of the peer URL this
+ * agent advertises (`peerUrl`: peers reach this host there already, so they reach its data plane
+ * there too). Before, a data plane on `0.0.0.0` with only `ENGRAM_AGENT_PEER_URL` (or an
+ * `ENGRAM_PEERS` entry) set told sources `tcp:0.0.0.0:<port>`, which each source dialled on
+ * itself: every move to the host failed, though it advertised a peer URL and so was picked as a
+ * target. The wildcard stays when nothing names a host (the agent advertises no peer URL then,
+ * said at start, and is no move's target).
+ */
+export const migrationAdvertiseHostOf = (listenHost: string, advertiseHost: string | undefined, peerUrl: string | null | undefined): string => {
+  if (advertiseHost !== undefined) return advertiseHost
+  if (!wildcardHosts.has(listenHost)) return listenHost
+  const peerHost = peerUrl == null ? undefined : bareHostOf(peerUrl)
+  return peerHost === undefined || wildcardHosts.has(peerHost) ? listenHost : peerHost
+}
+
 /**
  * The peer URL an agent advertises when told none: `http://<host>:<port>` of its peer server
  * (`host`: `peerHostOf`; an IPv6 address in brackets). None (null) when `host` is a wildcard:

@@ -238,7 +238,7 @@ describe("host agent configuration", () => {
       accelerator: "auto",
       moveBandwidthBytesPerSec: 64 * 1024 * 1024,
     })
-    expect(o.migration).toEqual({ listenHost: "10.0.0.2", advertiseHost: "10.0.0.2" })
+    expect(o.migration).toEqual({ listenHost: "10.0.0.2" })
     const kernel = await Effect.runPromise(
       fromEnvironment({
         ...required,
@@ -601,7 +601,7 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
       expect(o.migration, migrationHost).toEqual({ listenHost: migrationHost, advertiseHost })
     }
     const unset = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_MIGRATION_HOST: "", ENGRAM_AGENT_ADVERTISE_HOST: "" }))
-    expect(unset.migration).toEqual({ listenHost: "127.0.0.1", advertiseHost: "127.0.0.1" })
+    expect(unset.migration).toEqual({ listenHost: "127.0.0.1" })
   })
 
   it("a program's: checked with the same rule, named peerUrl, beside the other issues; null (none) and a good URL are accepted", async () => {
