@@ -383,10 +383,13 @@ const byOptionKey: Naming = (variable) => optionKeyOf[variable] ?? variable
  * The agent's configuration of a program's options (`startHostAgent`): the defaults (the
  * heartbeat interval a third of `heartbeatStaleWindowMs`), then `o.config`, through the same
  * checks as the environment's (each timing setting's range, the heartbeat interval below the
- * stale window, the templates' rules, `peerUrl`'s), every issue at once, named by option key
+ * stale window, the templates' rules, `peerUrl`'s, and `peerSecret`'s: `ENGRAM_PEER_SECRET`'s
+ * rule, its value never echoed), every issue at once, named by option key
  * (`config.heartbeatIntervalMs`); an unknown key or a null is refused, an undefined one keeps its default.
  */
-export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "heartbeatStaleWindowMs" | "peerUrl">): Effect.Effect<AgentConfig, Env.ConfigInvalid> =>
+export const checkedConfig = (
+  o: Pick<HostAgentOptions, "hostId" | "config" | "heartbeatStaleWindowMs" | "peerUrl"> & { readonly peerSecret?: HostAgentOptions["peerSecret"] },
+): Effect.Effect<AgentConfig, Env.ConfigInvalid> =>
   Effect.gen(function* () {
     const raw: Record<string, unknown> = {}
     // What each variable was given, for the issues (a null as null).
@@ -420,6 +423,12 @@ export const checkedConfig = (o: Pick<HostAgentOptions, "hostId" | "config" | "h
     if (peerUrl !== undefined && peerUrl !== null) {
       const problem = typeof peerUrl === "string" ? peerUrlProblem(peerUrl) : "must be a string or null"
       if (problem !== undefined) refused.push({ variable: "peerUrl", rule: problem, value: peerUrl })
+    }
+    // A program's secret by the environment's rule (`peerSecretProblem`), never echoed.
+    const peerSecret: unknown = o.peerSecret
+    if (peerSecret !== undefined) {
+      const problem = typeof peerSecret === "string" ? peerSecretProblem(peerSecret) : "must be a string"
+      if (problem !== undefined) refused.push({ variable: "peerSecret", rule: problem })
     }
     const source = { provider: ConfigProvider.fromUnknown(raw), raw: (v: string) => shown[v], secrets: secretVariables }
     const read = yield* Effect.result(Env.read("host agent", { staleMs: staleWindow, ...timingSettings }, source))

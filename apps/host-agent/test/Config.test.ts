@@ -435,6 +435,23 @@ describe("a program's agent options", () => {
   }
   const rule = (windowMs: number) => `must be less than heartbeatStaleWindowMs (${windowMs}): a host that heartbeats less often goes stale between its heartbeats`
 
+  it("a peer secret by ENGRAM_PEER_SECRET's rule, named peerSecret, its value never shown; a good one is accepted", async () => {
+    for (const [secret, words] of [
+      ["short-secret", "at least 16 characters"],
+      [" ".repeat(20), "whitespace only"],
+      ["a-good-long-secret-0123\n", "must not begin or end with whitespace"],
+    ] as const) {
+      const issues = await issuesOf({ hostId: "h", peerSecret: secret })
+      expect(issues, JSON.stringify(secret)).toHaveLength(1)
+      const [variable, rule, value] = issues![0]!
+      expect([variable, value]).toEqual(["peerSecret", undefined])
+      expect(rule).toContain(words)
+    }
+    // Beside another problem: both at once.
+    expect((await issuesOf({ hostId: "h", peerSecret: "short", config: { heartbeatIntervalMs: 0 } }))?.map(([v]) => v).sort()).toEqual(["config.heartbeatIntervalMs", "peerSecret"])
+    expect(await issuesOf({ hostId: "h", peerSecret: "a-good-long-secret-0123" })).toBeUndefined()
+  })
+
   it("a heartbeat interval not below the stale window is refused, as from the environment; just below is accepted", async () => {
     expect(await issuesOf({ hostId: "h", config: { heartbeatIntervalMs: 120_000 } })).toEqual([["config.heartbeatIntervalMs", rule(120_000), 120_000]])
     expect(await issuesOf({ hostId: "h", heartbeatStaleWindowMs: 30_000, config: { heartbeatIntervalMs: 30_000 } })).toEqual([["config.heartbeatIntervalMs", rule(30_000), 30_000]])
