@@ -72,9 +72,18 @@ export const shortfall = (h: HostHeadroom, b: Budget): "ram" | "cpu" | null =>
 /** Whether a measured host is reserved beyond its RAM capacity. */
 export const isOverReserved = (h: HostHeadroom): boolean => gatesRam(h) && h.reserved.memMib > (h.allocatableMib as number)
 
-/** `floor(totalVcpus × cpuOvercommit)`; null when the host reported no cores. */
-export const cpuBudgetOf = (totalVcpus: number | null, limits: Limits = defaults): number | null =>
-  totalVcpus === null || !(totalVcpus > 0) ? null : Math.floor(totalVcpus * limits.cpuOvercommit)
+/**
+ * `floor(totalVcpus × cpuOvercommit)`; null when the host reported no cores. A host that
+ * reported cores whose budget floors to 0 (one vCPU at a `cpuOvercommit` under 1) has the
+ * smallest positive budget instead: full, never ungated (a budget of 0 would read as "CPU does
+ * not gate", and such a host took any number of vCPUs), as `ramCapacityOf` keeps a RAM capacity
+ * of 0 full.
+ */
+export const cpuBudgetOf = (totalVcpus: number | null, limits: Limits = defaults): number | null => {
+  if (totalVcpus === null || !(totalVcpus > 0)) return null
+  const budget = Math.floor(totalVcpus * limits.cpuOvercommit)
+  return budget > 0 ? budget : Number.MIN_VALUE
+}
 
 /**
  * RAM capacity after policy: `(allocatable − systemReserveMib) × memOvercommitRatio`, the

@@ -194,10 +194,16 @@ export const gives = (h: Placement.Candidate, now: number | undefined, limits: L
  * headroom, in queue order; sessions too big for every host are left out (no descent helps them).
  * With `now`, a host silent then (`Placement.isSilent`: its agent has not reported within the
  * stale window) is no room: nothing is placed there (what the fleet's autoscaling cue reads).
+ * A host in `claimed` (held by placement for a starving session, `claimedHosts`) is no room
+ * either: placement puts nobody else there, so a session that fits only there waits as surely as
+ * one that fits nowhere (its holder fits on no other host, so it is without room too).
  */
-export const withoutRoom = (fleet: FleetView, limits: Limits = defaults, now?: number): Queued[] => {
+export const withoutRoom = (fleet: FleetView, limits: Limits = defaults, now?: number, claimed?: ReadonlySet<string>): Queued[] => {
   if (fleet.queue.length === 0) return []
-  const index = Placement.roomIndex(now === undefined ? fleet.hosts : fleet.hosts.filter((h) => gives(h, now, limits)), limits)
+  const index = Placement.roomIndex(
+    now === undefined && claimed === undefined ? fleet.hosts : fleet.hosts.filter((h) => gives(h, now, limits) && claimed?.has(h.id) !== true),
+    limits,
+  )
   const waiting = fleet.queue.filter((q) => !index.anyFits(q.budget))
   if (waiting.length === 0) return waiting
   const tooBig = Placement.tooBigFor(fleet.hosts, limits)
@@ -244,9 +250,9 @@ export interface Eligible {
 
 /**
  * SPEC §4.1's per-host rules: a host where a descent runs yields nothing this pass; an
- * unmeasured host has no parks to judge; an over-reserved host yields its oldest park; a park
- * past the hard TTL yields; any other ready host with a park may yield for demand, if
- * `eligible` (a policy's extra rule) agrees.
+ * over-reserved measured host yields its oldest park; a park past the hard TTL yields, on any
+ * host; any other measured ready host with a park may yield for demand, if `eligible` (a
+ * policy's extra rule) agrees.
  */
 export const mayYield = (
   fleet: FleetView,
@@ -257,12 +263,14 @@ export const mayYield = (
   const forced: Yield[] = []
   const pool: FleetHost[] = []
   for (const h of fleet.hosts) {
-    if (h.parks.length === 0 || h.descentsRunning > 0 || !Placement.isMeasured(h)) continue
+    if (h.parks.length === 0 || h.descentsRunning > 0) continue
     const oldest = oldestPark(h.parks) as Park
-    if (Headroom.isOverReserved(h.headroom)) forced.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "over_reserved" })
+    const measured = Placement.isMeasured(h)
+    if (measured && Headroom.isOverReserved(h.headroom)) forced.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "over_reserved" })
+    // The hard TTL holds on any host: one whose agent stopped measuring keeps no park for ever.
     else if (now - oldest.parkedAt > limits.parkHardTtlMs) forced.push({ hostId: h.id, sessionId: oldest.sessionId, reason: "hard_ttl" })
-    // Only a host that takes placements (ready, its agent not silent) can give its room to the queue.
-    else if ((h.state ?? "ready") === "ready" && gives(h, now, limits) && eligible(h)) pool.push(h)
+    // Only a host that takes placements (measured, ready, its agent not silent) can give its room to the queue.
+    else if (measured && (h.state ?? "ready") === "ready" && gives(h, now, limits) && eligible(h)) pool.push(h)
   }
   return { forced, pool }
 }
@@ -420,8 +428,10 @@ export interface Served {
  * Holds one host for each session it makes room for, and yields there the parks it takes to
  * fit (several at once; none while descents run on the host: they free room first).
  * - A *starving* session (waited past `starvationLimitMs`, oldest first) always gets a host:
- *   the cheapest room made by descents, else the nearest to fitting it. Its hold stays from
- *   pass to pass while it starves and the host could take it.
+ *   the cheapest room made by descents, else the host placement claims for it, else the nearest
+ *   to fitting it. Its hold stays from pass to pass while it starves and the host could take it,
+ *   but where the host's parks cannot make the room it moves to room that descents alone make
+ *   elsewhere as soon as there is some (or to the host placement claims for it now).
  * - With `fit`, every other session without room (in queue order) gets the host where
  *   descending parks alone makes it fit at the least cost, if there is one; its hold stays
  *   while descents run there or its parks can still make the room.
@@ -430,7 +440,14 @@ export interface Served {
 export const serve = (
   fleet: FleetView,
   waiting: readonly Queued[],
-  ctx: { readonly now: number; readonly limits: Limits; readonly options: Options; readonly memory: Memory },
+  ctx: {
+    readonly now: number
+    readonly limits: Limits
+    readonly options: Options
+    readonly memory: Memory
+    /** The pass's claimed hosts by holder (`claimedHosts`), when already computed. */
+    readonly claimed?: ReadonlyMap<string, FleetHost> | undefined
+  },
   fit: boolean,
   planner: DescentPlanner = new DescentPlanner(ctx.limits, ctx.now),
 ): Served => {
@@ -446,30 +463,38 @@ export const serve = (
   const yields: Yield[] = []
   const maxNew = ctx.options.maxNewHoldsPerPass ?? defaultMaxNewHoldsPerPass
   let chosen = 0
-  // Computed once, when a starving session needs it.
-  let claimed: Map<string, FleetHost> | undefined
+  // Computed once, when a starving session needs it (`decide` passes the pass's own).
+  let claimed: ReadonlyMap<string, FleetHost> | undefined = ctx.claimed
   for (const q of order) {
     const isStarving = starvingIds.has(q.sessionId)
     const kept = byHostId.get(previous.get(q.sessionId) ?? "")
+    const keptUsable = kept !== undefined && !taken.has(kept.id) && planner.could(kept, q.budget)
     let h: FleetHost | undefined
-    // A fitting hold lasts while its descents run or its parks can still make the room.
-    if (kept !== undefined && !taken.has(kept.id) && planner.could(kept, q.budget)) {
-      if (isStarving) {
-        // A starving session's hold stays unless placement now claims another host for it and
-        // the kept one's parks cannot make the room.
+    // A hold lasts while its descents run or its parks can still make the room.
+    if (keptUsable && (kept.descentsRunning > 0 || planner.descents(kept, q.budget).fits)) h = kept
+    if (h === undefined && isStarving) {
+      // A starving session held where its parks cannot make the room (a host claimed for it,
+      // waiting for sessions to end) looks again for room descents alone make, elsewhere: room
+      // may have appeared since the hold was chosen. A search scans every host, so it counts
+      // among the pass's new holds; beyond them (or with no such room) the hold stays unless
+      // placement now claims another host for it.
+      const search = chosen < maxNew
+      if (search) chosen += 1
+      h = search ? planner.cheapest(q.budget, fleet.hosts, taken)?.host : undefined
+      if (h === undefined && keptUsable) {
         claimed ??= claimedHosts(fleet, ctx.now, ctx.limits, ctx.options)
         const claim = claimed.get(q.sessionId)
-        if (claim === undefined || claim.id === kept.id || kept.descentsRunning > 0 || planner.descents(kept, q.budget).fits) h = kept
-      } else if (kept.descentsRunning > 0 || planner.descents(kept, q.budget).fits) h = kept
-    }
-    if (h === undefined) {
+        if (claim === undefined || claim.id === kept.id) h = kept
+      }
+      if (h === undefined && search) {
+        claimed ??= claimedHosts(fleet, ctx.now, ctx.limits, ctx.options)
+        h = holdFor(q, fleet.hosts, taken, planner, claimed.get(q.sessionId))
+      }
+    } else if (h === undefined) {
       // A new hold searches every host: a bounded number per pass (the queue's oldest first).
       if (chosen >= maxNew) continue
       chosen += 1
-      if (isStarving) {
-        claimed ??= claimedHosts(fleet, ctx.now, ctx.limits, ctx.options)
-        h = holdFor(q, fleet.hosts, taken, planner, claimed.get(q.sessionId))
-      } else h = planner.cheapest(q.budget, fleet.hosts, taken)?.host
+      h = planner.cheapest(q.budget, fleet.hosts, taken)?.host
     }
     if (h === undefined) continue
     taken.add(h.id)
@@ -488,8 +513,11 @@ export const serve = (
 export interface Steps<X extends string = never> {
   /** Serve every session without room on a held host where descents alone make it fit (`serve` with `fit`). */
   readonly fit?: boolean
-  /** The queued sessions without room at `now` (silent hosts are no room), in the order they count (default: `withoutRoom`). */
-  readonly waiting?: (fleet: FleetView, limits: Limits, now: number) => readonly Queued[]
+  /**
+   * The queued sessions without room at `now` (silent hosts are no room, nor the hosts in
+   * `claimed`, held by placement for starving sessions), in the order they count (default: `withoutRoom`).
+   */
+  readonly waiting?: (fleet: FleetView, limits: Limits, now: number, claimed?: ReadonlySet<string>) => readonly Queued[]
   /** Extra rule for the demand pool (default: every eligible host). */
   readonly eligible?: (h: FleetHost, now: number) => boolean
   /** How the demand yields are chosen from the pool (default: `nearestToFit`). */
@@ -531,13 +559,16 @@ export const decide = <X extends string = never>(fleet: FleetView, ctx: Context,
   const limits = ctx.limits ?? defaults
   const options = ctx.options ?? defaultOptions
   const now = ctx.now
-  // Room is judged at the decision's time: a silent host has none (`gives`), as for placement.
-  const waiting = (steps.waiting ?? withoutRoom)(fleet, limits, now)
+  // Room is judged at the decision's time: a silent host has none (`gives`), as for placement,
+  // nor a host placement claims for a starving session (`claimedHosts`) but for its holder.
+  const claimed = fleet.queue.some((q) => now - q.queuedAt >= options.starvationLimitMs) ? claimedHosts(fleet, now, limits, options) : undefined
+  const fenced = claimed === undefined || claimed.size === 0 ? undefined : new Set(Array.from(claimed.values(), (h) => h.id))
+  const waiting = (steps.waiting ?? withoutRoom)(fleet, limits, now, fenced)
   const unplaceableCount = fleet.queue.length === 0 ? 0 : unplaceable(fleet, limits).length
   const descents = descentsRunning(fleet)
 
   const planner = new DescentPlanner(limits, now)
-  const starved = serve(fleet, waiting, { now, limits, options, memory: ctx.memory ?? noMemory }, steps.fit === true, planner)
+  const starved = serve(fleet, waiting, { now, limits, options, memory: ctx.memory ?? noMemory, claimed: claimed ?? new Map() }, steps.fit === true, planner)
   const held = new Set(starved.holds.map((h) => h.hostId))
   const eligibleStep = steps.eligible
   const { forced, pool } = mayYield(fleet, now, limits, (h) => !held.has(h.id) && (eligibleStep === undefined || eligibleStep(h, now)))

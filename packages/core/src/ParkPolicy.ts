@@ -369,11 +369,13 @@ export const demand = (fleet: FleetView, now: number, limits: Limits = defaults,
  * Queued sessions that do not place when the whole queue is placed in FIFO order, each
  * placement taking its room (best fit, as placement ranks), in queue order. Two sessions that
  * each fit alone into the one hole count as one without room. Too-big sessions are left out.
- * With `now`, a host silent then takes nothing (as in a drain).
+ * With `now`, a host silent then takes nothing (as in a drain), nor a host in `claimed` (held by
+ * placement for a starving session, `ParkGate.claimedHosts`: its holder fits nowhere else).
  */
-export const withoutRoomCumulative = (fleet: FleetView, limits: Limits = defaults, now?: number): Queued[] => {
+export const withoutRoomCumulative = (fleet: FleetView, limits: Limits = defaults, now?: number, claimed?: ReadonlySet<string>): Queued[] => {
   if (fleet.queue.length === 0) return []
-  const out = QueueWalk.walk(fleet.queue, fleet.hosts, { now }, limits).unplaced
+  const hosts = claimed === undefined ? fleet.hosts : fleet.hosts.filter((h) => !claimed.has(h.id))
+  const out = QueueWalk.walk(fleet.queue, hosts, { now }, limits).unplaced
   if (out.length === 0) return []
   const tooBig = Placement.tooBigFor(fleet.hosts, limits)
   return out.filter((q) => !tooBig(q.budget))

@@ -60,6 +60,17 @@ describe("Headroom", () => {
     expect(Headroom.cpuBudgetOf(0)).toBeNull()
   })
 
+  it("a host with cores whose budget floors to 0 (one vCPU at cpuOvercommit 0.5) is full, never ungated", () => {
+    const limits = { ...Limits.defaults, cpuOvercommit: 0.5 }
+    const one = Headroom.fromReport({ allocatableMib: 65_536, totalVcpus: 1 }, { memMib: 1024, vcpus: 0 }, limits)
+    expect(Headroom.gatesCpu(one)).toBe(true)
+    // Before, the budget was 0, which reads as "CPU does not gate": 64 vCPUs fitted.
+    expect(Headroom.fits(one, { memMib: 1024, vcpus: 1 })).toBe(false)
+    expect(Headroom.shortfall(one, { memMib: 1024, vcpus: 64 })).toBe("cpu")
+    // Two cores at 0.5 give one vCPU, as before.
+    expect(Headroom.cpuBudgetOf(2, limits)).toBe(1)
+  })
+
   it("ratio 0 means no RAM cap on a measured host", () => {
     const got = Headroom.fromReport({ allocatableMib: 4096, totalVcpus: 2 }, Headroom.zero, { ...Limits.defaults, memOvercommitRatio: 0 })
     expect(got.allocatableMib).toBeNull()

@@ -170,7 +170,8 @@ describe("ParkGate", () => {
         for (const y of d.yields) {
           const h = fleet.hosts.find((x) => x.id === y.hostId) as FleetHost
           expect(h.descentsRunning).toBe(0)
-          expect(h.headroom.allocatableMib).not.toBeNull()
+          // Only the hard TTL yields on a host that is not measured (any more).
+          if (y.reason !== "hard_ttl") expect(h.headroom.allocatableMib).not.toBeNull()
           // The yielding park is the host's oldest.
           const oldest = Math.min(...h.parks.map((p) => p.parkedAt))
           expect(h.parks.find((p) => p.sessionId === y.sessionId)?.parkedAt).toBe(oldest)
@@ -278,6 +279,58 @@ describe("ParkGate", () => {
       expect(second.holds.map((h) => h.sessionId)).toEqual(["s1", "s2", "s3"])
       expect(second.holds.slice(0, 2)).toEqual(first.holds)
       expect(new Set(second.holds.map((h) => h.hostId)).size).toBe(3)
+    })
+
+    // Three 16 GiB hosts: C 12 GiB free (a 4 GiB runner, no parks), D 2 GiB free (a 6 GiB runner, an
+    // 8 GiB park), E 2 GiB free (an 8 GiB runner, a 6 GiB park). S (14 GiB) starves and fits nowhere.
+    const claimFleet = (queue: FleetView["queue"]): FleetView => ({
+      hosts: [
+        fleetHost("C", 16 * GiB, 4 * GiB),
+        fleetHost("D", 16 * GiB, 14 * GiB, [park("pD", 0, 8 * GiB)]),
+        fleetHost("E", 16 * GiB, 14 * GiB, [park("pE", 0, 6 * GiB)]),
+      ],
+      queue,
+    })
+
+    it("a host placement claims for a starving session is no room for the others: a session that fits only there is without room, and a park elsewhere yields for it", () => {
+      // B (10 GiB) fits on C alone, but placement claims C for S and places nobody else there.
+      const fleet = claimFleet([queued("S", 14 * GiB, NOW - LIMIT), queued("B", 10 * GiB, NOW - LIMIT + 1)])
+      for (const name of ["demand", "demand-cumulative", ParkPolicy.defaultName] as const) {
+        let memory = ParkGate.noMemory
+        for (let pass = 0; pass < 3; pass++) {
+          const d = ParkPolicy.decide(name, fleet, { now: NOW + pass * 5000, memory })
+          expect(d.withoutRoom, name).toBe(2)
+          expect(d.holds[0], name).toEqual({ sessionId: "S", hostId: "C", reason: "starving" })
+          // Before, B counted as placed (on C), nothing yielded, and B waited for C's runner to end.
+          expect(d.yields.map((y) => y.sessionId), name).toContain("pD")
+          memory = { holds: d.holds }
+        }
+      }
+      // Without a starving session nothing is claimed, and B has room on C.
+      expect(ParkGate.withoutRoom(claimFleet([queued("S", 14 * GiB), queued("B", 10 * GiB)]), Limits.defaults, NOW).map((q) => q.sessionId)).toEqual(["S"])
+    })
+
+    it("a starving session held where its parks cannot make the room moves its hold to room descents alone now make elsewhere", () => {
+      const S = queued("S", 14 * GiB, NOW - LIMIT)
+      const first = ParkGate.evaluate({ hosts: [fleetHost("C", 16 * GiB, 4 * GiB), fleetHost("D", 16 * GiB, 14 * GiB, [park("pD", 0, 8 * GiB)])], queue: [S] }, NOW)
+      expect(first.holds).toEqual([{ sessionId: "S", hostId: "C", reason: "starving" }])
+      // D's runner ended: its 8 GiB free and its park make 16 GiB. The hold of the last pass (on C,
+      // which has no parks) used to stay there, pass after pass, with nothing yielding.
+      const later: FleetView = { hosts: [fleetHost("C", 16 * GiB, 4 * GiB), fleetHost("D", 16 * GiB, 8 * GiB, [park("pD", 0, 8 * GiB)])], queue: [S] }
+      for (const name of ["demand", ParkPolicy.defaultName] as const) {
+        const d = ParkPolicy.decide(name, later, { now: NOW + 5000, memory: { holds: first.holds } })
+        expect(d.holds, name).toEqual([{ sessionId: "S", hostId: "D", reason: "starving" }])
+        expect(d.yields, name).toEqual([{ hostId: "D", sessionId: "pD", reason: "starving" }])
+      }
+      // Beyond the pass's new holds no host is searched: the hold stays where it was.
+      const capped = ParkGate.evaluate(later, NOW + 5000, Limits.defaults, { ...ParkGate.defaultOptions, maxNewHoldsPerPass: 0 }, { holds: first.holds })
+      expect(capped.holds).toEqual(first.holds)
+    })
+
+    it("a park past the hard TTL yields on a host whose agent stopped measuring it too", () => {
+      const h = fleetHost("h1", null, 8 * GiB, [park("p1", 0, 8 * GiB)])
+      expect(ParkGate.evaluate({ hosts: [h], queue: [] }, Limits.defaults.parkHardTtlMs + 1).yields).toEqual([{ hostId: "h1", sessionId: "p1", reason: "hard_ttl" }])
+      expect(ParkGate.evaluate({ hosts: [h], queue: [] }, Limits.defaults.parkHardTtlMs).yields).toEqual([])
     })
 
     it("a hold ends when its session is no longer starving (placed or gone)", () => {
