@@ -28,7 +28,8 @@ export interface ConnectOptions {
   readonly connectTimeoutSec?: number | undefined
   /**
    * The server's bound on one statement and on a transaction left idle (`statement_timeout`,
-   * `idle_in_transaction_session_timeout`, in ms; default 0: none). A statement past it is
+   * `idle_in_transaction_session_timeout`, in ms; default 0: no statement bound, and a
+   * transaction left idle ends after `defaultIdleInTransactionMs`). A statement past it is
    * cancelled and its transaction rolled back, so an answer the caller stopped waiting for
    * does not commit later; the store answers it `Unavailable`.
    */
@@ -134,6 +135,15 @@ const unavailable = (error: unknown): Unavailable => {
   return new Unavailable({ reason: cause instanceof Error ? cause.message : String(cause), retryAfterMs })
 }
 
+/**
+ * How long a transaction of the pool may sit idle when `statementTimeoutMs` sets no bound: a
+ * minute. A process frozen inside a transaction (SIGSTOP, a paused VM) holds its row locks until
+ * then; a fenced write holds the lease row (`FOR SHARE`), so without a bound a frozen leader
+ * blocked every takeover for as long as it stayed frozen. No store transaction waits on its
+ * caller between statements, so a minute idle is a process that stopped.
+ */
+export const defaultIdleInTransactionMs = 60_000
+
 /** The connections of a pool by default (`ConnectOptions.poolSize`). */
 export const defaultPoolSize = 10
 
@@ -153,7 +163,7 @@ export const open = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Sc
             connection: {
               ...(options.applicationName === undefined ? {} : { application_name: options.applicationName }),
               ...(options.statementTimeoutMs === undefined || options.statementTimeoutMs <= 0
-                ? {}
+                ? { idle_in_transaction_session_timeout: defaultIdleInTransactionMs }
                 : { statement_timeout: options.statementTimeoutMs, idle_in_transaction_session_timeout: options.statementTimeoutMs }),
             },
           }),
