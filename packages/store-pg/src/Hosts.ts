@@ -5,12 +5,13 @@
  */
 import { Ledger } from "@engram/core"
 import { Conflict, CurrentFence, Cursor, NotFound, Refused, reportChanges, reportedTemplates, Validate } from "@engram/store"
-import type { Host, HostReport, HostView, InvalidInput, ReportChanges, ReportedHost, StoreShape } from "@engram/store"
+import type { Fence, Host, HostReport, HostView, InvalidInput, ReportChanges, ReportedHost, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import * as Batcher from "./Batcher.js"
 import { maxGroupedReads } from "./Assignments.js"
 import { dieOnUnique } from "./Db.js"
+import * as FenceSql from "./Fence.js"
 import type { Conn, DbError, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { hostColumns, json, readHostRows, reportOf, toHostRow, toHostView } from "./HostRows.js"
@@ -71,10 +72,11 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
   const changesOf = (before: HostRow, report: HostReport, t: number): ReportChanges =>
     reportChanges({ report: reportOf(before), peerUrl: before.peerUrl, reportedAt: before.reportedAt }, report, { now: t, limits: limits() })
 
-  const reportAlone = (id: string, report: HostReport, t: number) =>
+  const reportAlone = (id: string, report: HostReport, t: number, fence: Fence | null) =>
     db.transaction((tx) =>
       Effect.gen(function* () {
-        const [h] = yield* tx.query(sql`select ${hostColumns("h", "room")} from ${hosts} h where h.id = ${id} for no key update`)
+        // Under a lease, behind its fence check (`Fence.run`: a stale epoch writes nothing).
+        const [h] = yield* FenceSql.run(tx, fence, [sql`select ${hostColumns("h", "room")} from ${hosts} h where h.id = ${id} for no key update`])
         if (h === undefined) return yield* hostNotFound(id)
         const bad: InvalidInput | null = Validate.report(report)
         if (bad) return yield* bad
@@ -166,7 +168,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         const fence = yield* Effect.service(CurrentFence)
         const t = yield* now
         // A report that will be refused, or one made under a lease, is written alone.
-        if (fence !== null || Validate.report(report) !== null) return yield* reportAlone(id, report, t)
+        if (fence !== null || Validate.report(report) !== null) return yield* reportAlone(id, report, t, fence)
         const view = yield* reports({ id, t, totalMib: report.totalMib, allocatableMib: report.allocatableMib, totalVcpus: report.totalVcpus, templates: reportedTemplates(report), peerUrl: report.peerUrl ?? null })
         if (view === undefined) return yield* hostNotFound(id)
         return view

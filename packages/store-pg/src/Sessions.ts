@@ -14,7 +14,7 @@
 import { randomUUID } from "node:crypto"
 import { Lifetime, ParkGate, Placement, Plan, QueueWalk, Session } from "@engram/core"
 import type { Budget, Candidate, Limits } from "@engram/core"
-import { Cursor, fromRefusal, NoRoom, NotFound, sessionCountsOf, Unavailable, Validate } from "@engram/store"
+import { CurrentFence, Cursor, fromRefusal, NoRoom, NotFound, sessionCountsOf, Unavailable, Validate } from "@engram/store"
 import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, SessionFilter, StoreShape } from "@engram/store"
 import { and, asc, eq, gt, inArray, isNotNull, lte, ne, sql } from "drizzle-orm"
 import { Effect } from "effect"
@@ -466,7 +466,10 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         const affinity = [...(input.affinity ?? [])]
         const onNoRoom = input.onNoRoom ?? "queue"
         const life: CreateOptions = { idleTimeoutMs: input.idleTimeoutMs, ttlMs: input.ttlMs, template: input.template }
-        if (options.maxCasAttempts > 0) {
+        // A group runs in the context of the create that opened it, so a create under a lease
+        // (`CurrentFence`) is placed alone, behind its own fence, never in a group.
+        const fenced = (yield* Effect.service(CurrentFence)) !== null
+        if (options.maxCasAttempts > 0 && !fenced) {
           const optimistic = yield* createOptimistic(input.id, budget, affinity, life, onNoRoom, t)
           if (optimistic !== null) return optimistic
         }
@@ -601,6 +604,11 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         return { idle, expired }
       }).pipe(dieOnUnique),
 
-    resume: (id) => Effect.flatMap(resumes(id), (a) => (a._tag === "Done" ? Effect.succeed(a.outcome) : Effect.fail(a.error))),
+    resume: (id) =>
+      Effect.flatMap(
+        // As creates: a resume under a lease runs alone, behind its own fence (a group runs in the context of its first caller).
+        Effect.flatMap(Effect.service(CurrentFence), (fence) => (fence === null ? resumes(id) : Effect.map(resumeGroup([id]), (answers) => answers[0] as ResumeAnswer))),
+        (a) => (a._tag === "Done" ? Effect.succeed(a.outcome) : Effect.fail(a.error)),
+      ),
   }
 }
