@@ -160,7 +160,9 @@ export const changes = (plan: Plan): Changes => {
 
 /**
  * Why a group of plans cannot be applied as one, or null. The version checks of an apply hold
- * only when (1) a plan's reservations are all on the host it relies on, (2) plans relying on a
+ * only when (1) a plan's reservations are all on the host it relies on, and so are its releases
+ * when it relies on one (a plan left out for its host must change no other host's sums: an
+ * apply that writes every host's change in one statement cannot take back another's), (2) plans relying on a
  * host rely on one version of it, and (3) no plan of the group changes the sums of a host
  * another plan of the group relies on unless it relies on it too: then a plan left out for its
  * host takes that host's changes with it, and nothing else's. And (4) each session is written by
@@ -170,9 +172,12 @@ export const checkGroup = (plans: readonly Plan[]): string | null => {
   const relied = new Map<string, number>()
   const written = new Set<string>()
   for (const p of plans) {
-    for (const c of p.ledger)
+    for (const c of p.ledger) {
       if (c._tag === "Reserve" && (p.host === null || c.entry.hostId !== p.host.hostId))
         return `a plan reserves on host ${c.entry.hostId} without relying on it`
+      if (c._tag === "Release" && p.host !== null && c.hostId !== p.host.hostId)
+        return `a plan relies on host ${p.host.hostId} and releases on host ${c.hostId}`
+    }
     if (p.host !== null) {
       const v = relied.get(p.host.hostId)
       if (v !== undefined && v !== p.host.version) return `host ${p.host.hostId} is relied on at two versions`

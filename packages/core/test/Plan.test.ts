@@ -26,6 +26,14 @@ describe("plans", () => {
     expect(Plan.checkGroup([Plan.make(t, { ledger: [{ _tag: "Reserve", entry }] })])).toBe("a plan reserves on host h2 without relying on it")
   })
 
+  it("a plan that relies on a host and releases on another is refused (left out for its host, it could not take back the other's sums)", () => {
+    const release = Plan.release({ id: "x", hostId: "h2", memMib: 512, vcpus: 0 }, "released")
+    expect(Plan.checkGroup([Plan.make(t, { ledger: [release], host: { hostId: "h1", version: 0 } })])).toBe("a plan relies on host h1 and releases on host h2")
+    // On the host it relies on, or relying on none, a release is fine.
+    expect(Plan.checkGroup([Plan.make(t, { ledger: [Plan.release({ id: "y", hostId: "h1", memMib: 512, vcpus: 0 }, "released")], host: { hostId: "h1", version: 0 } })])).toBeNull()
+    expect(Plan.checkGroup([Plan.make(t, { ledger: [release] })])).toBeNull()
+  })
+
   it("what an applied plan changed: its sessions, the hosts of its entries, sessions and moves, its moves", () => {
     const p = created("a", "h1", 3)
     expect(Plan.changes(p)).toStrictEqual({ sessionIds: ["a"], hostIds: ["h1"], moveIds: [] })
