@@ -463,6 +463,7 @@ export const serve = (
   const yields: Yield[] = []
   const maxNew = ctx.options.maxNewHoldsPerPass ?? defaultMaxNewHoldsPerPass
   let chosen = 0
+  let looked = 0
   // Computed once, when a starving session needs it (`decide` passes the pass's own).
   let claimed: ReadonlyMap<string, FleetHost> | undefined = ctx.claimed
   for (const q of order) {
@@ -475,18 +476,25 @@ export const serve = (
     if (h === undefined && isStarving) {
       // A starving session held where its parks cannot make the room (a host claimed for it,
       // waiting for sessions to end) looks again for room descents alone make, elsewhere: room
-      // may have appeared since the hold was chosen. A search scans every host, so it counts
-      // among the pass's new holds; beyond them (or with no such room) the hold stays unless
-      // placement now claims another host for it.
-      const search = chosen < maxNew
-      if (search) chosen += 1
-      h = search ? planner.cheapest(q.budget, fleet.hosts, taken)?.host : undefined
-      if (h === undefined && keptUsable) {
-        claimed ??= claimedHosts(fleet, ctx.now, ctx.limits, ctx.options)
-        const claim = claimed.get(q.sessionId)
-        if (claim === undefined || claim.id === kept.id) h = kept
+      // may have appeared since the hold was chosen. A look scans every host, so a pass takes
+      // as many such looks as it chooses new holds at most (the oldest first), apart from them;
+      // beyond them (or with no such room) the hold stays unless placement now claims another
+      // host for it.
+      if (keptUsable) {
+        if (looked < maxNew) {
+          looked += 1
+          h = planner.cheapest(q.budget, fleet.hosts, taken)?.host
+        }
+        if (h === undefined) {
+          claimed ??= claimedHosts(fleet, ctx.now, ctx.limits, ctx.options)
+          const claim = claimed.get(q.sessionId)
+          if (claim === undefined || claim.id === kept.id) h = kept
+        }
       }
-      if (h === undefined && search) {
+      if (h === undefined) {
+        // A new hold searches every host: a bounded number per pass (the queue's oldest first).
+        if (chosen >= maxNew) continue
+        chosen += 1
         claimed ??= claimedHosts(fleet, ctx.now, ctx.limits, ctx.options)
         h = holdFor(q, fleet.hosts, taken, planner, claimed.get(q.sessionId))
       }
