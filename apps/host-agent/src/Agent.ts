@@ -385,6 +385,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     /** One descent image hashed at a time (a host descending many guests reads one image at once). */
     const warming = yield* Semaphore.make(1)
+    /** The session states in which a session's VM is resident on its host. */
+    const hostedStates = new Set<string>(["pending", "running", "parked", "descending", "moving"])
     /** The coordinator's last assignments (what `stillDescendedHere` judges by); null before the first. */
     const lastAssignments = yield* Ref.make<Assignments | null>(null)
     /**
@@ -577,6 +579,39 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       })
 
     /**
+     * Destroys a resident VM (no move's) that an assignments answer left out, once a fresh read
+     * of its session from the coordinator confirms it is not this host's: unknown, another
+     * host's, or ended (or lost) here. An answer is a view read at some instant, and nothing
+     * orders the retry pass's reads with the poll's: one read before a move to this host
+     * committed can come after a newer one, and it leaves out the guest the move brought here,
+     * the only copy. The read costs one call per VM an answer drops (rare: a session ended, lost
+     * or moved away). Unreadable: the VM is kept, looked at again on a later pass.
+     */
+    const destroyIfNotMine = (vmId: string) =>
+      Effect.gen(function* () {
+        const fresh = yield* coordinator.getSession(vmId).pipe(Effect.result)
+        if (fresh._tag === "Failure") {
+          yield* Effect.logWarning("a VM no longer in this host's assignments is kept: its session could not be read to confirm it; asked again on a later pass", {
+            hostId: me,
+            sessionId: vmId,
+            error: fresh.failure.message,
+          })
+          return
+        }
+        const s = fresh.success
+        if (s !== null && s.hostId === me && hostedStates.has(s.state)) {
+          yield* log("kept: an assignments answer left this VM out, but the coordinator's session says it is this host's (the answer was older)", { sessionId: vmId, state: s.state })
+          return
+        }
+        // Still resident and no move's (the read took a round trip).
+        const vm = yield* residents.get(vmId)
+        if (vm === undefined || vm.moveId !== null) return
+        yield* runtime.destroy(vmId)
+        yield* residents.remove(vmId)
+        yield* log("destroyed: no longer assigned to this host", { sessionId: vmId, ...(s === null ? {} : { state: s.state, sessionHostId: s.hostId }) })
+      })
+
+    /**
      * The retry pass: rounds of pause, fresh read, reconcile, while a failure asked for one. Its
      * pauses back off (an action failing again and again is an outage, or a peer away) until an
      * action succeeds (`retry.rounds`); a read that fails is tried again, backing off too, its
@@ -598,8 +633,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           Effect.andThen(Effect.sync(() => (retry.wanted = false))),
           // The read's own retries go on from the pass's rounds (read when it runs): a coordinator
           // that fails the read after each pause is not read again at the first delays each round.
-          Effect.andThen(Effect.suspend(() => coordinator.assignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Pacing.retrySchedule(backoff, true, retry.rounds) })))),
-          Effect.flatMap(reconcile),
+          Effect.andThen(Effect.suspend(() => readAssignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Pacing.retrySchedule(backoff, true, retry.rounds) })))),
+          Effect.flatMap((read) => reconcileRead(read.answer, read.seq)),
           // A defect ends no pass: it would leave `running` set and no retry after it.
           Effect.catchDefect((defect) => Effect.logError("retry pass failed; retried on the next round", { hostId: me, error: String(defect) })),
         ),
@@ -621,7 +656,34 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       return Effect.asVoid(FiberHandle.run(retryPass)(retryRounds))
     }))
 
-    const reconcile = (a: Assignments): Effect.Effect<void> =>
+    /**
+     * Reconciles are serialized, and an answer is applied only if its read was sent after the
+     * read of the last answer applied: the retry pass and the poll read the assignments each on
+     * its own, and an older answer reconciled after a newer one would act on a view already
+     * overtaken (a session moved here since, left out). `seq` numbers the reads as they are sent.
+     */
+    const reconciling = yield* Semaphore.make(1)
+    let readsSent = 0
+    let appliedSeq = 0
+    /** One assignments read, numbered as it is sent. */
+    const readAssignments = (opts: { readonly waitMs: number; readonly since: string | undefined }) =>
+      Effect.suspend(() => {
+        const seq = ++readsSent
+        return Effect.map(coordinator.assignments(opts), (answer) => ({ answer, seq }))
+      })
+    /** Reconciles the answer of read `seq` unless an answer of a later read was reconciled already; answers whether it did. */
+    const reconcileRead = (a: Assignments, seq: number): Effect.Effect<boolean> =>
+      reconciling.withPermits(1)(
+        Effect.suspend(() => {
+          if (seq < appliedSeq) return Effect.as(Effect.logDebug("an assignments answer older than the one last reconciled is dropped", { hostId: me, seq, appliedSeq }), false)
+          appliedSeq = seq
+          return Effect.as(reconcileNow(a), true)
+        }),
+      )
+    /** An answer given from outside (tests): reconciled as a read sent now. */
+    const reconcile = (a: Assignments): Effect.Effect<void> => Effect.asVoid(Effect.suspend(() => reconcileRead(a, ++readsSent)))
+
+    const reconcileNow = (a: Assignments): Effect.Effect<void> =>
       Effect.gen(function* () {
         const nowMs = yield* Clock.currentTimeMillis
         // Where to reach each target of a move from here, before any move starts (an older coordinator sends none).
@@ -697,9 +759,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             yield* log("dropped the VM of a move no longer pending", { sessionId: vm.vmId, moveId: vm.moveId })
             continue
           }
-          yield* runtime.destroy(vm.vmId)
-          yield* residents.remove(vm.vmId)
-          yield* log("destroyed: no longer assigned to this host", { sessionId: vm.vmId })
+          // Confirmed first by a fresh read of the session (below): an answer read before a move
+          // here committed may be reconciled after a newer one, and the guest it leaves out would
+          // be the only copy (its source dropped its own).
+          yield* FiberMap.run(inflight, vm.vmId, { onlyIfMissing: true })(destroyIfNotMine(vm.vmId))
         }
         for (const owed of yield* residents.pendingCommits) {
           const key = `commit:${owed.moveId}`
@@ -867,9 +930,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       let answeredSinceMs: number | undefined = undefined
       while (true) {
         const sentMs = yield* Clock.currentTimeMillis
-        const answer: Result.Result<Assignments, Conflict | CoordinatorError> = yield* coordinator
-          .assignments({ waitMs: since === undefined ? 0 : config.pollWaitMs, since })
-          .pipe(Effect.result)
+        const answer: Result.Result<{ readonly answer: Assignments; readonly seq: number }, Conflict | CoordinatorError> = yield* readAssignments({
+          waitMs: since === undefined ? 0 : config.pollWaitMs,
+          since,
+        }).pipe(Effect.result)
         if (answer._tag === "Failure") {
           yield* Effect.logWarning("assignments poll failed", { hostId: me, error: answer.failure.message })
           yield* polls.failed(answer.failure.message)
@@ -880,11 +944,18 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         }
         answeredSinceMs ??= yield* Clock.currentTimeMillis
         yield* polls.answered
-        const unchanged = since !== undefined && answer.success.version === since
-        since = answer.success.version
-        yield* reconcile(answer.success)
+        const got: Assignments = answer.success.answer
+        const seq: number = answer.success.seq
+        const unchanged = since !== undefined && got.version === since
+        if (!(yield* reconcileRead(got, seq))) {
+          // A read the retry pass sent after this poll's was reconciled first: this answer may be
+          // older or newer than it. Read again at once (not waiting on this answer's version).
+          since = undefined
+          continue
+        }
+        since = got.version
         // A coordinator without long-poll support answers at once: do not spin.
-        if (unchanged || answer.success.version === undefined) yield* Effect.sleep(Math.min(config.retryDelayMs, 1000))
+        if (unchanged || got.version === undefined) yield* Effect.sleep(Math.min(config.retryDelayMs, 1000))
       }
     })
 

@@ -1,0 +1,148 @@
+/**
+ * An assignments answer older than the one last reconciled never undoes it, and never costs a
+ * guest. The retry pass (a fresh read after a failed action) and the poll read the assignments
+ * each on its own and nothing orders their answers: an answer read before a move to this host
+ * committed, reconciled after a newer one, leaves out the guest the move just brought here (its
+ * source already dropped its copy). Guards (a) the ordering: reconciles are serialized and an
+ * answer whose read was sent before the read of the last answer reconciled is dropped; and (b)
+ * the destroy of a resident VM an answer leaves out: only once a fresh read of its session says
+ * it is not this host's, and never when that read fails.
+ */
+import { assert, describe } from "@effect/vitest"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { ImageStore, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
+import { Effect, Random } from "effect"
+import { TestClock } from "effect/testing"
+import { makeAgent } from "../src/Agent.js"
+import { CoordinatorError, type CoordinatorShape } from "../src/Coordinator.js"
+import { defaultAgentConfig } from "../src/Host.js"
+import { makeMoveTarget } from "../src/MoveTarget.js"
+import * as PeerLink from "../src/PeerLink.js"
+import { makeResidents } from "../src/Residents.js"
+import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
+import { makeFleet } from "./support/InProcess.js"
+import { effect } from "./support/PatientClock.js"
+
+/** A `Random` whose every draw is `u` of its range. */
+const fixedRandom = (u: number): Random.Random => ({ nextDoubleUnsafe: () => u, nextIntUnsafe: () => 0 })
+
+describe("an assignments answer read before a move's commit, reconciled after a newer one", () => {
+  effect("keeps the guest the move committed to this target: the fresh read of its session says it is this host's", () =>
+    Effect.gen(function* () {
+      const fleet = yield* makeFleet([
+        { hostId: "a", sim: SimRuntime.defaultSimConfig },
+        { hostId: "b", sim: SimRuntime.defaultSimConfig },
+      ])
+      const [a, b] = fleet.hosts as [(typeof fleet.hosts)[0], (typeof fleet.hosts)[0]]
+      yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
+      yield* fleet.settle()
+      yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
+      // b's retry pass reads its assignments now (s1 is a's, moving) ...
+      const stale = yield* fleet.coordinator.assignmentsOf("b")
+      // ... the move commits, and b's poll reconciles the newer view (s1 running on b, its moveId cleared) ...
+      yield* fleet.settle()
+      assert.strictEqual((yield* fleet.coordinator.get).moves.get("m1")!.state, "committed")
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual(yield* a.runtime.list, [])
+      // ... then the retry pass's older answer arrives and is reconciled.
+      yield* b.agent.reconcile(stale)
+      yield* fleet.quiesce
+      assert.deepStrictEqual((yield* b.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]], "the only copy of the guest survives the stale answer")
+      assert.deepStrictEqual((yield* b.residents.all).map((v) => v.vmId), ["s1"])
+    }),
+  )
+
+  effect("keeps a VM an answer leaves out while its session cannot be read, and destroys it once the read says it is not this host's", () =>
+    Effect.gen(function* () {
+      let readable = false
+      const fleet = yield* makeFleet([{ hostId: "a", sim: SimRuntime.defaultSimConfig }], {
+        wrapCoordinator: (client) => ({
+          ...client,
+          getSession: (id) => (readable ? client.getSession(id) : Effect.fail(new CoordinatorError({ op: "getSession", status: null, message: "timed out" }))),
+        }),
+      })
+      const a = fleet.hosts[0]!
+      yield* fleet.coordinator.addSession("s1", "a", 1024, 1)
+      yield* fleet.settle()
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => v.vmId), ["s1"])
+      // The session ends: the answers leave its VM out, but the read that would confirm it fails.
+      yield* fleet.coordinator.setState("s1", "ended")
+      yield* fleet.settle(2)
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => v.vmId), ["s1"], "kept while unconfirmed")
+      readable = true
+      yield* fleet.settle(1)
+      assert.deepStrictEqual(yield* a.runtime.list, [], "destroyed once the coordinator says the session ended")
+      assert.deepStrictEqual(yield* a.residents.all, [])
+    }),
+  )
+})
+
+describe("the retry pass's answer and the poll's", () => {
+  effect("an answer whose read was sent before the last reconciled one's is dropped: a parked guest is not unparked by it", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const c = fake.client("a")
+      let startedFailures = 1
+      let freshReads = 0
+      let held: "no" | "holding" | "delivered" = "no"
+      const client: CoordinatorShape = {
+        ...c,
+        // The first `started` fails: the retry pass starts and reads afresh.
+        started: (id) => (startedFailures-- > 0 ? Effect.fail(new CoordinatorError({ op: "started", status: 503, message: "away" })) : c.started(id)),
+        // The retry pass's read (waitMs 0, after the first poll's) is read at once, answered 10 s later.
+        assignments: (o) =>
+          o.waitMs === 0 && freshReads++ === 1
+            ? Effect.flatMap(c.assignments(o), (answer) =>
+                Effect.sync(() => (held = "holding")).pipe(
+                  Effect.andThen(Effect.sleep("10 seconds")),
+                  Effect.andThen(Effect.sync(() => (held = "delivered"))),
+                  Effect.as(answer),
+                ),
+              )
+            : c.assignments(o),
+      }
+      const sim = yield* SimRuntime.make({ startMs: 50 })
+      let unparks = 0
+      const runtime: VmRuntimeShape = { ...sim, unpark: (id) => Effect.andThen(Effect.sync(() => unparks++), sim.unpark(id)) }
+      const residents = yield* makeResidents("a", null, () => Effect.void)
+      const agent = yield* makeAgent(defaultAgentConfig("a"), {
+        coordinator: client,
+        runtime,
+        measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
+        residents,
+        images: ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-images-a-"))),
+        link: PeerLink.inMemory(new Map()),
+        target: yield* makeMoveTarget("a", runtime, residents),
+      })
+      yield* fake.addSession("s1", "a", 1024, 1)
+      yield* Effect.forkChild(agent.run)
+      // The clock in steps of 100 ms, each after a turn of real time (the agent's image store
+      // does file I/O), until `done` (at most a minute of the clock).
+      const until = (what: string, done: () => Effect.Effect<boolean>) =>
+        Effect.gen(function* () {
+          for (let i = 0; i < 600; i++) {
+            if (yield* done()) return
+            yield* Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, i < 50 ? 0 : 5)))
+            yield* TestClock.adjust("100 millis")
+          }
+          return yield* Effect.die(new Error(`never came: ${what}`))
+        })
+      const status = Effect.map(sim.list, (vms) => vms.map((v) => [v.vmId, v.status]))
+      yield* until("the retry pass's read", () => Effect.succeed(held === "holding"))
+      // Parked meanwhile: the poll reconciles it (from reads sent after the retry pass's).
+      yield* fake.setState("s1", "parked")
+      yield* until("the guest parked", () => Effect.map(status, (st) => JSON.stringify(st) === JSON.stringify([["s1", "paused"]])))
+      yield* until("the retry pass's answer", () => Effect.succeed(held === "delivered"))
+      // What the answer would start, finished (a few more steps, then no action in flight).
+      for (let i = 0; i < 5; i++) {
+        yield* Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 5)))
+        yield* TestClock.adjust("100 millis")
+      }
+      yield* until("the actions done", () => Effect.map(agent.busy, (b) => !b))
+      assert.strictEqual(unparks, 0, "the older answer (s1 running) was not reconciled")
+      assert.deepStrictEqual(yield* status, [["s1", "paused"]])
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(0.5))),
+  )
+})
