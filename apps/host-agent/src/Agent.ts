@@ -513,6 +513,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (outcome._tag === "Committed") yield* Ref.update(commits, (m) => new Map(m).set(move.targetHostId, [...(m.get(move.targetHostId) ?? []), outcome.phases.commitMs].slice(-Downtime.defaultAllowancePolicy.window)))
         yield* Ref.update(outcomes, (o) => [...o.slice(-49), { moveId: move.id, ...outcome }])
         yield* log(`move: ${outcome._tag}`, { moveId: move.id, ...outcome })
+        // An abort the coordinator did not acknowledge is asked again by the retry pass (backing off).
+        if (outcome._tag === "Failed" && outcome.abortOwed === true) yield* Effect.fail({ _tag: "MoveAbortOwed", message: `move ${move.id}: its abort is not acknowledged yet` })
       })
 
     /** The action a session needs, or null when it is as the coordinator says. */

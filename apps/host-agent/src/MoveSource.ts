@@ -115,7 +115,11 @@ export type MoveOutcome =
       readonly paused: boolean
       readonly rounds: readonly RoundReport[]
     }
-  | { readonly _tag: "Failed"; readonly reason: string; readonly paused: boolean }
+  /**
+   * `abortOwed`: the move is to end aborted (the guest runs here) and the coordinator did not
+   * acknowledge the abort: the action fails, so a later pass (the retry pass) asks again.
+   */
+  | { readonly _tag: "Failed"; readonly reason: string; readonly paused: boolean; readonly abortOwed?: boolean }
   /** The coordinator no longer holds the move pending (ended or aborted elsewhere). */
   | { readonly _tag: "Gone"; readonly reason: string }
   /**
@@ -297,11 +301,13 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
     const abandon = (reason: string, estimateMs?: number) =>
       Effect.gen(function* () {
         yield* residents.update(move.sessionId, (v) => ({ ...v, status: "running" }))
-        yield* retrying(coordinator.abort(move.id, reason, estimateMs === undefined ? undefined : jsonMs(estimateMs))).pipe(
-          Effect.catchTag("Conflict", () => Effect.void),
-          Effect.catch((e) => Effect.logWarning("move abort not acknowledged", { moveId: move.id, error: e.message })),
+        const acknowledged = yield* retrying(coordinator.abort(move.id, reason, estimateMs === undefined ? undefined : jsonMs(estimateMs))).pipe(
+          Effect.as(true),
+          Effect.catchTag("Conflict", () => Effect.succeed(true)),
+          Effect.catch((e) => Effect.logWarning("move abort not acknowledged; asked again on a later pass", { moveId: move.id, error: e.message }).pipe(Effect.as(false))),
         )
         yield* link.abort(header).pipe(Effect.ignore)
+        return acknowledged
       })
 
     const budget = { maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs: deps.allowance.allowanceMs, maxPreCopyRounds: deps.maxPreCopyRounds }
@@ -318,6 +324,21 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // A move that ended meanwhile (aborted, timed out, its session ended) is not started: the
       // target would prepare for nothing and the guest stream for nothing until the first round's 409.
       if (held.state !== "pending") return { _tag: "Gone", reason: `move no longer pending on the coordinator: it reads ${held.state}${held.abortReason === null ? "" : ` (${held.abortReason})`}` } as const
+      // Its final round recorded, while this source owes no outcome of it and the guest runs here:
+      // an earlier run gave the pause back (the final round's record unanswered, or its stream
+      // incomplete) and its abort was not acknowledged. The commit reaches the target only after
+      // the debt is written, and the debt goes only once the move ends or the pause was given
+      // back before any commit: the target never ran the guest. Streamed again, the move would
+      // only pause the guest for a final round the coordinator refuses (409) every pass, the
+      // session `moving` for ever: the source ends it (SPEC §13: a source that holds the guest
+      // while the target runs none aborts the in-doubt move).
+      const owes = (yield* residents.pendingCommits).some((p) => p.moveId === move.id || p.sessionId === move.sessionId)
+      if (CoreMove.finalRoundRecorded(held) && !owes && vm.status === "running" && vm.moveId === null) {
+        const reason = "move aborted by its source: its final round is recorded, but the source gave the pause back (the record's answer was lost, or the stream did not complete) and never sent the target its commit; the guest runs on the source"
+        yield* Effect.logWarning(reason, { hostId: deps.hostId, moveId: move.id, sessionId: move.sessionId })
+        const acknowledged = yield* abandon(reason)
+        return { _tag: "Failed", reason, paused: false, ...(acknowledged ? {} : { abortOwed: true }) } as const
+      }
       const recorder = yield* roundRecorder(coordinator, move.id, held.rounds.length)
       const endpoint = yield* link.prepare(header)
       // The point of no return, recorded while the guest still runs (after the rounds so far).
@@ -446,8 +467,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         yield* residents.removePendingCommit(move.id)
         if (recorded.r.failure._tag === "Conflict") return yield* recorded.r.failure
         const reason = `move failed: the ${withIntent ? "intent" : "final round"} could not be recorded: ${recorded.r.failure.message}`
-        yield* abandon(reason)
-        return { _tag: "Failed", reason, paused: true } as const
+        // Its record may have landed with its answer lost: an abort not acknowledged is owed.
+        const acknowledged = yield* abandon(reason)
+        return { _tag: "Failed", reason, paused: true, ...(acknowledged ? {} : { abortOwed: true }) } as const
       }
       if (sent.r._tag === "Failure") {
         // The stream did not complete: the target cannot run the guest (it runs only on our
@@ -455,9 +477,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         // no return (intent or final round) is no fence against that: the source's own abort
         // ends the move.
         const reason = `move failed: the final round was not sent: ${sent.r.failure.message}`
-        yield* abandon(reason)
+        const acknowledged = yield* abandon(reason)
         yield* residents.removePendingCommit(move.id)
-        return { _tag: "Failed", reason, paused: true } as const
+        return { _tag: "Failed", reason, paused: true, ...(acknowledged ? {} : { abortOwed: true }) } as const
       }
       const bothAtMs = Math.max(recorded.atMs, sent.atMs)
       // The final round as measured: its bytes on the wire and its send.
