@@ -14,7 +14,7 @@ import { Records } from "@engram/api"
 import { Downtime, Lifetime, Limits, Names } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
-import { Clock, Effect, FiberHandle, FiberMap, Ref, type Result, type Scope, Semaphore } from "effect"
+import { Clock, Effect, Fiber, FiberHandle, FiberMap, Option, Ref, type Result, type Scope, Semaphore } from "effect"
 import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, neverRan, ranBefore } from "./Coordinator.js"
 import type * as ImageFetch from "./ImageFetch.js"
 import type { HostReport } from "./Measure.js"
@@ -76,6 +76,14 @@ export interface AgentConfig {
    */
   readonly imageGraceMs: number | null
 }
+
+/**
+ * The most heartbeats an agent has open at once (sent, not answered): a heartbeat that hangs
+ * does not hold back the next (`every` sends on schedule), and past this many the oldest is given
+ * up. Three: a heartbeat still unanswered three intervals after its send (the default stale window)
+ * has missed its use.
+ */
+export const maxHeartbeatsInFlight = 3
 
 /** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
 export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => {
@@ -914,8 +922,42 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           delayMs = yield* Pacing.nextTickMs(intervalMs, last.asked, adviceCapMs)
         }
       })
+    /**
+     * The heartbeats not answered yet, oldest first. A heartbeat is waited for only until the next
+     * is due (the interval): one that hangs (to the client's bound, 30 s with one coordinator URL,
+     * whatever the interval) stays open in the background while the next goes out on time, so a
+     * short stale window does not lapse behind one hung call. At most `maxHeartbeatsInFlight`
+     * are open: with that many, the oldest is given up (interrupted, counted failed) to send the
+     * next, so a hung coordinator holds no more than these calls of this agent's.
+     */
+    const openBeats: { fiber: Fiber.Fiber<number | undefined> | undefined }[] = []
+    const heartbeatSent: Effect.Effect<number | undefined> = Effect.gen(function* () {
+      while (openBeats.length >= maxHeartbeatsInFlight) {
+        const oldest = openBeats.shift()!
+        const message = `heartbeat not answered after ${maxHeartbeatsInFlight} intervals (${maxHeartbeatsInFlight * config.heartbeatIntervalMs} ms); given up, the next one is sent`
+        yield* Effect.logWarning(message, { hostId: me })
+        yield* heartbeats.failed(message)
+        if (oldest.fiber !== undefined) yield* Fiber.interrupt(oldest.fiber)
+      }
+      const slot: (typeof openBeats)[number] = { fiber: undefined }
+      openBeats.push(slot)
+      const beat = yield* Effect.forkIn(
+        heartbeatAsked.pipe(
+          Effect.ensuring(
+            Effect.sync(() => {
+              const i = openBeats.indexOf(slot)
+              if (i >= 0) openBeats.splice(i, 1)
+            }),
+          ),
+        ),
+        scope,
+      )
+      slot.fiber = beat
+      // Its advice (a `retryAfterMs`) when it answers before the next is due.
+      return Option.getOrUndefined(yield* Fiber.join(beat).pipe(Effect.timeoutOption(config.heartbeatIntervalMs)))
+    })
     // A heartbeat at once on start (a restarted agent renews its reservations at once), then every interval.
-    const heartbeatLoop = Effect.flatMap(timed(heartbeatAsked), (first) => every(config.heartbeatIntervalMs, heartbeatAsked, first))
+    const heartbeatLoop = Effect.flatMap(timed(heartbeatSent), (first) => every(config.heartbeatIntervalMs, heartbeatSent, first))
     const pollLoop = Effect.gen(function* () {
       // The version of the assignments last reconciled: each poll waits for a version other than
       // it. None yet (a start): the first poll reads at once (a long-poll without `since` waits
