@@ -525,10 +525,38 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (outcome._tag === "Failed" && outcome.abortOwed === true) yield* Effect.fail({ _tag: "MoveAbortOwed", message: `move ${move.id}: its abort is not acknowledged yet` })
       })
 
+    /**
+     * Commits here the incoming VM of a move the coordinator holds committed while this target
+     * never got the source's commit: the guest resumes from its stream (the target's commit,
+     * which refuses an incomplete stream), then the VM is the session's like any other. A move
+     * that does not read committed, or a read that fails: the VM is kept as it is (the action
+     * fails and is retried); the source keeps its paused copy while it owes the move.
+     */
+    const commitIncomingHere = (s: AssignedSession, moveId: string, vm: { readonly memMib: number; readonly vcpus: number }) =>
+      Effect.gen(function* () {
+        const m = yield* coordinator.getMove(moveId)
+        if (m.state !== "committed") {
+          return yield* Effect.fail({ _tag: "IncomingNotCommitted", message: `the incoming VM of move ${moveId} was never committed here and the move reads ${m.state}; kept paused` })
+        }
+        yield* Effect.logWarning("move: committed on the coordinator without this target's commit (an operator's, or the source's commit lost); resuming the incoming VM here", {
+          hostId: me,
+          sessionId: s.id,
+          moveId,
+        })
+        yield* target.commit({ moveId, sessionId: s.id, sourceHostId: m.sourceHostId, targetHostId: me, memMib: vm.memMib, vcpus: vm.vcpus })
+        yield* residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
+        yield* log("move: the incoming VM resumed here", { sessionId: s.id, moveId })
+      })
+
     /** The action a session needs, or null when it is as the coordinator says. */
     const actionFor = (s: AssignedSession, a: Assignments) =>
       Effect.gen(function* () {
         const vm = yield* residents.get(s.id)
+        // An incoming VM never committed here (paused, its move's) while the coordinator places
+        // its session here: the move was committed without this target's commit (an operator's
+        // word on an in-doubt move, the source's commit lost). Its move is not cleared and the VM
+        // not unparked as if it ran: it is committed here (resumed from its stream), or kept.
+        if (vm !== undefined && vm.moveId !== null && vm.status === "paused" && s.state !== "moving") return commitIncomingHere(s, vm.moveId, vm)
         if (vm !== undefined && (vm.reservationId !== (s.reservationId ?? null) || vm.moveId !== null) && s.state !== "moving") {
           // The coordinator's view wins: e.g. a VM that arrived by a move now holds the session's reservation.
           yield* residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
@@ -613,9 +641,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           yield* log("kept: an assignments answer left this VM out, but the coordinator's session says it is this host's (the answer was older)", { sessionId: vmId, state: s.state })
           return
         }
-        // Still resident and no move's (the read took a round trip).
+        // Still resident, no move's and owed by no move (the read took a round trip).
         const vm = yield* residents.get(vmId)
         if (vm === undefined || vm.moveId !== null) return
+        if ((yield* residents.pendingCommits).some((p) => p.sessionId === vmId)) return
         yield* runtime.destroy(vmId)
         yield* residents.remove(vmId)
         yield* log("destroyed: no longer assigned to this host", { sessionId: vmId, ...(s === null ? {} : { state: s.state, sessionHostId: s.hostId }) })
@@ -743,15 +772,19 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (gap !== null) {
           const taken: string[] = []
           for (const vm of yield* residents.all)
-            if (vm.moveId === null && !onHost.has(vm.vmId) && !(yield* FiberMap.has(inflight, vm.vmId))) taken.push(vm.vmId)
+            if (vm.moveId === null && !onHost.has(vm.vmId) && !(yield* FiberMap.has(inflight, vm.vmId)) && !(yield* residents.pendingCommits).some((p) => p.sessionId === vm.vmId)) taken.push(vm.vmId)
           if (taken.length > 0)
             yield* Effect.logWarning(
               `this host's reservations were reclaimed as stale: no heartbeat of this agent was answered for ${gap.toMs - gap.fromMs} ms, longer than the coordinator's stale window (${staleWindowMs} ms; the agent or its host was frozen, or cut off); its sessions here are lost and their VMs are destroyed`,
               { hostId: me, sessions: taken, silentMs: gap.toMs - gap.fromMs, staleWindowMs },
             )
         }
+        // A source's paused copy of a move whose outcome this host owes goes only by settling the
+        // debt (the target may not run the guest: its commit never confirmed), never here.
+        const owedSessions = new Set((yield* residents.pendingCommits).map((p) => p.sessionId))
         for (const vm of yield* residents.all) {
           if (onHost.has(vm.vmId) || (yield* FiberMap.has(inflight, vm.vmId))) continue
+          if (vm.moveId === null && owedSessions.has(vm.vmId)) continue
           if (vm.moveId !== null) {
             const quietMs = nowMs - (yield* target.lastActivity(vm.moveId))
             if (pendingMoves.has(vm.moveId)) {
