@@ -55,6 +55,24 @@ export const placedTopics = (o: { readonly _tag: "Placed" | "Queued"; readonly s
   sessionTopic(o.session.id),
 ]
 
+/**
+ * The topics a session's end changed, however it ended (the API's `DELETE`, its TTL in a reaper
+ * pass), from the session as it was just before and its open move then: its host's (the room is
+ * free), the session's, the host holding its descent image (no longer that host's to keep: its
+ * agent deletes it), and its open move's, which the end aborted: the move's waiters and its
+ * target's agent (the target's reservation is released).
+ */
+export const endedTopics = (
+  before: { readonly id: string; readonly hostId: string | null; readonly imageHostId: string | null },
+  open: { readonly id: string; readonly targetHostId: string } | null,
+): readonly (string | null)[] => [
+  hostTopic(before.hostId),
+  sessionTopic(before.id),
+  hostTopic(before.imageHostId),
+  open === null ? null : hostTopic(open.targetHostId),
+  open === null ? null : moveTopic(open.id),
+]
+
 export interface NotifierShape {
   /** Announces that these topics changed: wakes their waiters here and on every replica. */
   readonly notify: (...topics: readonly (string | null | undefined)[]) => Effect.Effect<void>

@@ -21,7 +21,7 @@ import { AdminToken, sameHash } from "./Auth.js"
 import { Leader, leaseRetryMs } from "./Leader.js"
 import { Metrics } from "./Metrics.js"
 import type { MetricsShape } from "./Metrics.js"
-import { hostTopic, moveTopic, Notifier, sessionTopic } from "./Notifier.js"
+import { endedTopics, hostTopic, moveTopic, Notifier, sessionTopic } from "./Notifier.js"
 import type { NotifierShape } from "./Notifier.js"
 import type { CoordinatorConfig } from "./Config.js"
 import { Settings } from "./Settings.js"
@@ -96,10 +96,17 @@ const stateFor = (store: StoreShape): ReaperState.ReaperState => {
   return state
 }
 
-/** Who a reclaim changed: the hosts of the reservations, their sessions (now lost) and moves. */
+/**
+ * Who a reclaim changed: the hosts of the reservations, their sessions (now lost) and moves; every
+ * move it closed, with both its hosts (a lost session's target keeps no reservation, released
+ * rather than reclaimed) and its session; and the hosts that held a lost session's descent image
+ * (a restore cut short: the image is no longer theirs to keep).
+ */
 const reclaimedTopics = (r: ReclaimResult): (string | null)[] => [
   ...r.reclaimed.flatMap((x) => [hostTopic(x.hostId), x.ownerKind === "move" ? moveTopic(x.ownerId) : x.ownerKind === "session" ? sessionTopic(x.ownerId) : null]),
   ...r.lostSessions.map(sessionTopic),
+  ...r.closedMoves.flatMap((m) => [moveTopic(m.id), hostTopic(m.sourceHostId), hostTopic(m.targetHostId), sessionTopic(m.sessionId)]),
+  ...r.imageHostIds.map(hostTopic),
 ]
 
 /**
@@ -137,11 +144,19 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
           until: new Date(e.until).toISOString(),
         })
       case "LifetimesApplied":
-        // The sessions' agents are woken: an idle one parks or descends, an ended one stops.
+        // The sessions' agents are woken: an idle one parks or descends, an ended one stops; an
+        // end tells what the API's end tells (`endedTopics`: its image's host, its aborted move's target and waiters).
         return Effect.logInfo("reaper: session lifetimes", {
           idled: e.idled.map((x) => `${x.sessionId}→${x.state}`),
           ttlExpired: e.expired.map((x) => x.sessionId),
-        }).pipe(Effect.andThen(notifier.notify(...[...e.idled, ...e.expired].flatMap((x) => [hostTopic(x.hostId), sessionTopic(x.sessionId)]))))
+        }).pipe(
+          Effect.andThen(
+            notifier.notify(
+              ...e.idled.flatMap((x) => [hostTopic(x.hostId), sessionTopic(x.sessionId)]),
+              ...e.expired.flatMap((x) => endedTopics({ id: x.sessionId, hostId: x.hostId, imageHostId: x.imageHostId }, x.openMove)),
+            ),
+          ),
+        )
       case "LifetimesFailed":
         return Effect.logWarning("reaper: lifetime read failed; no session idled or ended this pass", { reason: e.reason })
       case "DescentStarted":
@@ -239,6 +254,8 @@ export const drainQueue = Effect.gen(function* () {
   return result
 })
 
+const nothingReclaimed: ReclaimResult = { reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] }
+
 /**
  * Reclaims every expired or stale reservation (only the expired with `options.stale` false;
  * their sessions become `lost`), counts and logs them and wakes their hosts' agents. A failure
@@ -252,7 +269,7 @@ const reclaimNow = (context: string, options?: ReclaimOptions) =>
     const reclaim = yield* store.reclaim(options).pipe(
       Effect.catchTag("Unavailable", (e) =>
         Effect.logWarning(`${context}: reclaim failed`, { reason: e.reason }).pipe(
-          Effect.as({ reclaimed: [], lostSessions: [] as readonly string[] }),
+          Effect.as(nothingReclaimed),
         ),
       ),
     )

@@ -216,7 +216,7 @@ describe("reaperPass", () => {
       assert.deepStrictEqual(before._tag === "Done" ? before.expired : null, [])
       yield* TestClock.adjust("1 hour")
       const pass = yield* reaperPass
-      assert.deepStrictEqual(pass._tag === "Done" ? pass.expired : null, [{ sessionId: "s1", hostId: "h1", state: "ended" }])
+      assert.deepStrictEqual(pass._tag === "Done" ? pass.expired : null, [{ sessionId: "s1", hostId: "h1", state: "ended", imageHostId: null, openMove: null }])
       const s = yield* store.getSession("s1")
       assert.deepStrictEqual([s.state, s.reservationId], ["ended", null])
       const events = yield* store.sessionEvents("s1")

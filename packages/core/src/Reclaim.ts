@@ -60,6 +60,17 @@ export interface Decided<E extends Entry = Entry> {
   readonly held: readonly E[]
   /** The sessions made lost, sorted. */
   readonly lostSessions: readonly string[]
+  /**
+   * The open moves the pass closed (a lost session's, or one whose target's entry went), sorted
+   * by id: their targets' agents and their waiters are owed a notice, and a target's entry may
+   * have been released rather than reclaimed (not in `reclaimed`).
+   */
+  readonly closedMoves: readonly Move.Record[]
+  /**
+   * The hosts that held the descent image of a session made lost (a restore cut short), sorted
+   * and distinct: the image is no longer theirs to keep, and their agents are owed a notice.
+   */
+  readonly imageHostIds: readonly string[]
 }
 
 /**
@@ -164,7 +175,15 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
     events,
   })
   const heldIds = new Set(held.map((e) => e.id))
-  return { plan, reclaimed: doomed.filter((e) => !heldIds.has(e.id)), held, lostSessions: lost.sort() }
+  const imageHostIds = [...new Set(lost.flatMap((id) => before.get(id)?.imageHostId ?? []))].sort()
+  return {
+    plan,
+    reclaimed: doomed.filter((e) => !heldIds.has(e.id)),
+    held,
+    lostSessions: lost.sort(),
+    closedMoves: [...closed.values()].sort(byId),
+    imageHostIds,
+  }
 }
 
 /**

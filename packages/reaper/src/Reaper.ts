@@ -152,6 +152,17 @@ export interface LifetimeStep {
   readonly state: SessionState
 }
 
+/**
+ * A session its TTL ended: as a `LifetimeStep`, with what else the end changed, read just before
+ * it (as the API's end reads them): the host holding its descent image (no longer that host's to
+ * keep), and its open move, aborted by the end (its target's agent and the move's waiters are
+ * owed a notice).
+ */
+export interface ExpiredStep extends LifetimeStep {
+  readonly imageHostId: string | null
+  readonly openMove: { readonly id: string; readonly targetHostId: string } | null
+}
+
 /** What one pass did. */
 export type PassReport =
   | { readonly _tag: "Held"; readonly reason: string }
@@ -167,7 +178,7 @@ export type PassReport =
       /** Running sessions made idle for want of activity (each then parked or descended by the park policy). */
       readonly idled: readonly LifetimeStep[]
       /** Sessions ended because their TTL passed. */
-      readonly expired: readonly LifetimeStep[]
+      readonly expired: readonly ExpiredStep[]
       readonly yields: readonly ParkPolicy.PolicyYield[]
       /** Yields whose descent started (the others lost a race and were skipped). */
       readonly descents: readonly ParkPolicy.PolicyYield[]
@@ -263,10 +274,10 @@ const lifetimes = (
   leading: () => boolean,
   tell: Tell,
   idleToo: Effect.Effect<boolean>,
-): Effect.Effect<{ idled: LifetimeStep[]; expired: LifetimeStep[] } | null> =>
+): Effect.Effect<{ idled: LifetimeStep[]; expired: ExpiredStep[] } | null> =>
   Effect.gen(function* () {
     const idled: LifetimeStep[] = []
-    const expired: LifetimeStep[] = []
+    const expired: ExpiredStep[] = []
     const due = yield* Effect.result(store.lifetimesDue())
     if (due._tag === "Failure") {
       if (tell) yield* tell({ _tag: "LifetimesFailed", reason: due.failure.reason })
@@ -274,8 +285,22 @@ const lifetimes = (
     }
     for (const s of due.success.expired) {
       if (!leading()) return null
+      // What else the end changes (its image's host, its open move's target), read right before it.
+      const before = yield* Effect.result(Effect.all([store.getSession(s.id), store.openMove(s.id)]))
+      if (before._tag === "Failure") {
+        if (before.failure._tag === "Unavailable") break
+        continue
+      }
+      const [current, open] = before.success
       const ended = yield* Effect.result(store.endSession(s.id, { reason: Lifetime.ttlExpiredReason }))
-      if (ended._tag === "Success") expired.push({ sessionId: s.id, hostId: s.hostId, state: ended.success.state })
+      if (ended._tag === "Success")
+        expired.push({
+          sessionId: s.id,
+          hostId: current.hostId,
+          state: ended.success.state,
+          imageHostId: current.imageHostId,
+          openMove: open === null ? null : { id: open.id, targetHostId: open.targetHostId },
+        })
       else if (ended.failure._tag === "Unavailable") break
     }
     // Not while the failover grace holds: the activity that would keep a busy session running

@@ -27,7 +27,14 @@ export type Event =
   | {
       readonly _tag: "LifetimesApplied"
       readonly idled: readonly { readonly sessionId: string; readonly hostId: string | null; readonly state: string }[]
-      readonly expired: readonly { readonly sessionId: string; readonly hostId: string | null; readonly state: string }[]
+      /** With what else each end changed (`Reaper.ExpiredStep`): its image's host, its open move (aborted). */
+      readonly expired: readonly {
+        readonly sessionId: string
+        readonly hostId: string | null
+        readonly state: string
+        readonly imageHostId: string | null
+        readonly openMove: { readonly id: string; readonly targetHostId: string } | null
+      }[]
     }
   | { readonly _tag: "LifetimesFailed"; readonly reason: string }
   | { readonly _tag: "Decided"; readonly source: Source; readonly decision: ParkPolicy.Decision }

@@ -211,7 +211,7 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
               .from(reservations),
           )
           const suspects = Ledger.reclaimable(all, t, limits(), options)
-          if (suspects.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
+          if (suspects.length === 0) return { reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] } satisfies ReclaimResult
           const ownerIds = (kind: string) => [...new Set(suspects.filter((e) => e.ownerKind === kind).map((e) => e.ownerId))].sort()
           const moveOwners = ownerIds("move")
           const movesSessions =
@@ -249,13 +249,13 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
           // session): read again, with the locks this pass needs.
           if (wanted.sessionIds.some((id) => !lockedSessions.has(id)) || wanted.moveIds.some((id) => !lockedMoves.has(id)))
             return yield* new RunAgain({ why: "an entry changed hands" })
-          if (wanted.doomed.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
+          if (wanted.doomed.length === 0) return { reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] } satisfies ReclaimResult
           const decided = Reclaim.decide({ entries: wanted.doomed, sessions: sessionRows.map(toSession), openMoves: moveRows.map(toMove) }, t, limits(), options)
           // Only entries held for in-doubt moves: nothing to write.
-          if (decided.reclaimed.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
+          if (decided.reclaimed.length === 0) return { reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] } satisfies ReclaimResult
           const [outcome] = yield* apply(tx, cache, [decided.plan])
           if (outcome?._tag !== "Applied") return yield* new RunAgain({ why: "a session changed under its lock" })
-          return { reclaimed: [...decided.reclaimed].sort(Order.byId), lostSessions: [...decided.lostSessions] } satisfies ReclaimResult
+          return { reclaimed: [...decided.reclaimed].sort(Order.byId), lostSessions: [...decided.lostSessions], closedMoves: [...decided.closedMoves], imageHostIds: [...decided.imageHostIds] } satisfies ReclaimResult
         }),
       )
     }).pipe(dieOnUnique)

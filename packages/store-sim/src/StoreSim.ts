@@ -968,7 +968,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           limits,
           options,
         )
-        if (wanted.doomed.length === 0) return { reclaimed: [], lostSessions: [] } satisfies ReclaimResult
+        if (wanted.doomed.length === 0) return { reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] } satisfies ReclaimResult
         const involved = new Map<string, SessionRec>()
         const open: MoveRec[] = []
         for (const id of wanted.moveIds) {
@@ -985,7 +985,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         }
         const decided = Reclaim.decide({ entries: wanted.doomed, sessions: [...involved.values()].map(sessionOf), openMoves: open.map(moveOf) }, t, limits, options)
         applyNow(decided.plan)
-        return { reclaimed: [...decided.reclaimed], lostSessions: [...decided.lostSessions] } satisfies ReclaimResult
+        return { reclaimed: [...decided.reclaimed], lostSessions: [...decided.lostSessions], closedMoves: [...decided.closedMoves], imageHostIds: [...decided.imageHostIds] } satisfies ReclaimResult
       }),
 
     clusterSummary: () =>

@@ -184,6 +184,17 @@ export interface ReclaimResult {
   readonly reclaimed: readonly Reservation[]
   /** Sessions whose reservation was reclaimed: they are now `lost`. */
   readonly lostSessions: readonly string[]
+  /**
+   * The open moves the pass aborted (a lost session's, or one whose target's reservation went),
+   * as they ended, by id: their targets and waiters are owed a notice (a lost session's target
+   * reservation may be released, not reclaimed, and so not in `reclaimed`).
+   */
+  readonly closedMoves: readonly Move[]
+  /**
+   * The hosts that held the descent image of a session made lost (its restore cut short), sorted
+   * and distinct: the image is no longer theirs to keep.
+   */
+  readonly imageHostIds: readonly string[]
 }
 
 /** The fleet in one read (SPEC §4.1): what the reaper and the fleet snapshot read once per pass. */

@@ -15,7 +15,7 @@ import { LongPolls } from "../LongPolls.js"
 import { Metrics } from "../Metrics.js"
 import { MoveWaiter } from "../MoveWaiter.js"
 import type { MoveOutcome } from "../MoveWaiter.js"
-import { hostTopic, moveTopic, Notifier, placedTopics, sessionTopic, withNotices } from "../Notifier.js"
+import { endedTopics, hostTopic, Notifier, placedTopics, sessionTopic, withNotices } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { SessionWaiter } from "../SessionWaiter.js"
 import * as Tracing from "../Tracing.js"
@@ -234,14 +234,8 @@ export const SessionsHandlers = HandlerGroup.make(
             const before = yield* Effect.interruptible(sessionFor(params.id))
             const open = yield* Effect.interruptible(api(store.openMove(params.id)))
             const s = yield* api(store.endSession(params.id))
-            yield* drainer.roomAppeared(
-              hostTopic(before.hostId),
-              sessionTopic(s.id),
-              // An ended session's descent image is no longer its host's to keep.
-              hostTopic(before.imageHostId),
-              open === null ? null : hostTopic(open.targetHostId),
-              open === null ? null : moveTopic(open.id),
-            )
+            // The one rule of what an end changed (a TTL's end in a reaper pass tells the same).
+            yield* drainer.roomAppeared(...endedTopics(before, open))
             return s
           })),
         )

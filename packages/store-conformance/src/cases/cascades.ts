@@ -100,6 +100,9 @@ export const cascades: Group = {
         const result = yield* s.reclaim()
         expect(result.reclaimed.map((r) => r.id)).toStrictEqual([session.reservationId])
         expect(result.lostSessions).toStrictEqual(["s1"])
+        // The move it closed is named (its target's entry, released, is not in `reclaimed`): its target and waiters are owed a notice.
+        expect(result.closedMoves.map((m) => [m.id, m.targetHostId, m.state])).toStrictEqual([[move.id, "dst", "aborted"]])
+        expect(result.imageHostIds).toStrictEqual([])
         expect(yield* s.getMove(move.id)).toMatchObject({ state: "aborted", abortReason: "session lost: its reservation was reclaimed" })
         expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null, reservationId: null, parkedAt: null })
         expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 2048, totalReleasedMib: 2048, activeEntries: 0 })
@@ -127,8 +130,9 @@ export const cascades: Group = {
         const { session, move } = yield* moving
         yield* staleBut([session.reservationId as string])
         const result = yield* s.reclaim()
-        expect(result).toMatchObject({ lostSessions: [] })
+        expect(result).toMatchObject({ lostSessions: [], imageHostIds: [] })
         expect(result.reclaimed.map((r) => r.id)).toStrictEqual([move.reservationId])
+        expect(result.closedMoves.map((m) => [m.id, m.targetHostId, m.state])).toStrictEqual([[move.id, "dst", "aborted"]])
         expect(yield* s.getMove(move.id)).toMatchObject({ state: "aborted", abortReason: "move target's reservation was reclaimed" })
         expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src", reservationId: session.reservationId })
         expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 2048, totalReleasedMib: 0, activeEntries: 1 })
@@ -199,7 +203,7 @@ export const cascades: Group = {
         expect(yield* s.getReservation(move.reservationId)).toMatchObject({ ownerKind: "session", ownerId: "s1", lastHeartbeatAt: staleWindowMs - 1 })
         yield* TestClock.adjust(2)
         // The target entry was renewed at the commit: not stale yet.
-        expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [] })
+        expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] })
         expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "dst" })
         yield* expectInvariants
       }),
@@ -211,7 +215,7 @@ export const cascades: Group = {
         const { session, move } = yield* inDoubt
         for (const keep of [[move.reservationId], [session.reservationId as string], []]) {
           yield* staleBut(keep)
-          expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [] })
+          expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] })
           yield* stillInDoubt(session, move)
         }
         expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 0, totalReleasedMib: 0, activeEntries: 2 })
@@ -229,7 +233,7 @@ export const cascades: Group = {
         expect(committed).toMatchObject({ state: "committed", phases: null, abortReason: null })
         expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "dst", reservationId: move.reservationId })
         // The target's entry changed hands with a fresh heartbeat: the next pass keeps it.
-        expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [] })
+        expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] })
         expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([move.reservationId])
         expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 0, totalReleasedMib: 2048 })
         yield* expectInvariants
@@ -247,7 +251,7 @@ export const cascades: Group = {
         expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src", reservationId: session.reservationId })
         // The move no longer holds the source's entry: a silent source is a lost session again.
         const result = yield* s.reclaim()
-        expect(result).toStrictEqual({ reclaimed: [expect.objectContaining({ id: session.reservationId })], lostSessions: ["s1"] })
+        expect(result).toStrictEqual({ reclaimed: [expect.objectContaining({ id: session.reservationId })], lostSessions: ["s1"], closedMoves: [], imageHostIds: [] })
         expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 2048, totalReleasedMib: 2048, activeEntries: 0 })
         yield* expectInvariants
       }),
@@ -260,7 +264,7 @@ export const cascades: Group = {
         yield* s.recordRound(move.id, { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 })
         for (const keep of [[move.reservationId], [session.reservationId as string], []]) {
           yield* staleBut(keep)
-          expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [] })
+          expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] })
           yield* stillInDoubt(session, move)
         }
         const committed = yield* s.commitMove(move.id, null)

@@ -7,7 +7,8 @@
  */
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
-import { addHost, expectInvariants, kase, parkedNow, placed, store } from "../Harness.js"
+import { TestClock } from "effect/testing"
+import { addHost, expectInvariants, kase, parkedNow, placed, reportAll, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const gib = (n: number) => ({ memMib: n * 1024, vcpus: 1 })
@@ -95,6 +96,27 @@ export const images: Group = {
         expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual(["s1"])
         expect((yield* s.hostAssignments("c")).imageSessionIds).toStrictEqual([])
         yield* s.markRunning("s1")
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual([])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a restore cut short by a reclaim (the restoring host went silent) names the image's host in the reclaim's answer; its image is no longer listed",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h", 8192)
+        yield* descendedOn("s1")
+        yield* placed("fill", gib(8))
+        yield* addHost("c", 2048)
+        const back = yield* s.resume("s1")
+        expect(back.session).toMatchObject({ state: "pending", hostId: "c", imageHostId: "h" })
+        yield* TestClock.adjust(2 * 60 * 1000 + 1)
+        yield* s.heartbeat((yield* s.getSession("fill")).reservationId as string)
+        yield* reportAll
+        const result = yield* s.reclaim()
+        expect(result.lostSessions).toStrictEqual(["s1"])
+        expect(result.imageHostIds).toStrictEqual(["h"])
+        expect(result.closedMoves).toStrictEqual([])
         expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual([])
         yield* expectInvariants
       }),

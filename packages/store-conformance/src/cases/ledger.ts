@@ -429,7 +429,7 @@ export const ledger: Group = {
         expect(yield* s.getSession("s1")).toMatchObject({ state: "running", reservationId: x.reservationId })
         expect((yield* hostSummaryOf(s, "h1")).staleEntries).toBe(2)
         // Asked again: nothing more (the stale ones are judged again, not lost track of).
-        expect(yield* s.reclaim({ stale: false })).toStrictEqual({ reclaimed: [], lostSessions: [] })
+        expect(yield* s.reclaim({ stale: false })).toStrictEqual({ reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] })
         // `stale: true` is the default: expired and stale.
         const all = yield* s.reclaim({ stale: true })
         expect(all.reclaimed.map((r) => r.id)).toStrictEqual([x.reservationId, "x-stale"].sort())
@@ -452,7 +452,7 @@ export const ledger: Group = {
         expect(only.reclaimed.map((r) => r.id)).toStrictEqual(["x-exp"])
         expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: 512 })
         yield* TestClock.adjust(staleWindowMs)
-        expect(yield* s.reclaim({ stale: false })).toStrictEqual({ reclaimed: [], lostSessions: [] })
+        expect(yield* s.reclaim({ stale: false })).toStrictEqual({ reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] })
         expect((yield* s.reclaim()).lostSessions).toStrictEqual(["s-stale"])
         yield* expectInvariants
       }),
