@@ -12,7 +12,7 @@ import { Store } from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
 import { Metrics } from "./Metrics.js"
 import type { MoveEnd } from "./Metrics.js"
-import { hostTopic, moveTopic, Notifier, sessionTopic } from "./Notifier.js"
+import { hostTopic, moveTopic, Notifier, sessionTopic, withNotices } from "./Notifier.js"
 import { Drainer } from "./Drainer.js"
 import { Settings } from "./Settings.js"
 
@@ -82,13 +82,21 @@ export class MoveWaiter extends Context.Service<MoveWaiter, MoveWaiterShape>()("
           // Timed out. The store aborts only before a final round is recorded (`onlyBeforeFinalRound`),
           // so a final round recorded through any replica wins over this abort or loses to it, never
           // both. A Conflict means the move is no longer abortable: a final round is recorded (it
-          // stays pending), or the agent settled it meanwhile; the re-read tells which.
-          const decided = yield* store
-            .abortMove(begun.id, timeoutReason, { onlyBeforeFinalRound: true })
-            .pipe(Effect.catchTag(["Conflict", "InvalidInput"], () => store.getMove(begun.id)))
-          if (decided.state === "aborted" && decided.abortReason === timeoutReason) {
-            yield* drainer.roomAppeared(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), moveTopic(begun.id), sessionTopic(begun.sessionId))
-          }
+          // stays pending), or the agent settled it meanwhile; the re-read tells which. The abort,
+          // its re-read and its notices are one step the client's leaving (or a shutdown) does not
+          // cut (`withNotices`): cut after the abort committed, the abort would stand unannounced
+          // and every cached assignments would show the move pending for ever.
+          const decided = yield* withNotices(
+            Effect.gen(function* () {
+              const decided = yield* store
+                .abortMove(begun.id, timeoutReason, { onlyBeforeFinalRound: true })
+                .pipe(Effect.catchTag(["Conflict", "InvalidInput"], () => store.getMove(begun.id)))
+              if (decided.state === "aborted" && decided.abortReason === timeoutReason) {
+                yield* drainer.roomAppeared(hostTopic(begun.sourceHostId), hostTopic(begun.targetHostId), moveTopic(begun.id), sessionTopic(begun.sessionId))
+              }
+              return decided
+            }),
+          )
           const outcome = verdict(decided, timeoutMs)
           if (outcome._tag === "CommitPending") {
             yield* Effect.logWarning("move wait timed out after the final round; left pending for the source's commit", {
