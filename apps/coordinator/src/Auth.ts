@@ -80,6 +80,12 @@ const unauthorized = (message: string) => new Unauthorized({ error: "Unauthorize
 export interface Credential {
   readonly tokenHash: string
   readonly principal: Principal
+  /**
+   * `Credentials.notices()` when the request's authentication began: a long-poll admitted after
+   * more credential notices (a rotation or removal may have come between) checks its credential
+   * again before it waits (`LongPolls`).
+   */
+  readonly noticesAt: number
 }
 
 /** The credential of the current request, provided by `BearerAuth` (read with `Effect.serviceOption`). */
@@ -90,6 +96,8 @@ export interface CredentialsShape {
   readonly principalOf: (tokenHash: string) => Effect.Effect<Principal | null, ServiceUnavailable>
   /** How many host credentials are kept in memory. */
   readonly cached: () => number
+  /** How many credential notices (and possible misses) this replica has heard so far. */
+  readonly notices: () => number
 }
 
 /** The most host credentials kept in memory (the oldest go first beyond it). */
@@ -165,7 +173,7 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
           )
         })
 
-      return Credentials.of({ principalOf, cached: () => hosts.size })
+      return Credentials.of({ principalOf, cached: () => hosts.size, notices: () => epoch })
     }),
   )
 }
@@ -192,8 +200,9 @@ export const BearerAuthLive: Layer.Layer<BearerAuth, never, Credentials> = Layer
         return Effect.suspend((): Out<Unauthorized | ServiceUnavailable> => {
           const hash = bearerHash(credential)
           if (hash === null) return Effect.fail(unauthorized("missing bearer token"))
+          const noticesAt = credentials.notices()
           return Effect.flatMap(credentials.principalOf(hash), (principal): Out<Unauthorized> =>
-            principal === null ? Effect.fail(unauthorized("invalid bearer token")) : as({ tokenHash: hash, principal }),
+            principal === null ? Effect.fail(unauthorized("invalid bearer token")) : as({ tokenHash: hash, principal, noticesAt }),
           )
         })
       },

@@ -135,6 +135,19 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           all.delete(p)
         })
 
+      /**
+       * A host's poll, filed (later notices touch it), is refused with 401 when a credential
+       * notice came between its authentication and now and its credential no longer acts: a
+       * rotation or removal in that window found no open poll to end, and the poll would
+       * otherwise wait its full time and answer the revoked token with data.
+       */
+      const admitted = (c: Credential): Effect.Effect<void, Unauthorized> =>
+        Effect.suspend(() => {
+          if (c.principal._tag !== "Host" || stopping || credentials.notices() === c.noticesAt) return Effect.void
+          const hostId = c.principal.hostId
+          return Effect.flatMap(stillActs(c.tokenHash, hostId), (acts) => (acts ? Effect.void : Effect.fail(revokedError(hostId))))
+        })
+
       // No fiber of its own: the wait runs in the request's fiber, with the poll's `WaitEnd` in
       // context, so a revocation ends the wait's watch (`Notifier`) rather than racing it.
       const run: LongPollsShape["run"] = <A, E, R>(wait: Effect.Effect<A, E, R>) =>
@@ -144,7 +157,9 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           return Effect.acquireUseRelease(
             enter(c),
             (p) =>
-              Effect.flatMap(Effect.exit(Effect.provideService(wait, WaitEnd, p.end)), (answer): Effect.Effect<A, E | Unauthorized, R> => {
+              Effect.andThen(
+                admitted(c),
+                Effect.flatMap(Effect.exit(Effect.provideService(wait, WaitEnd, p.end)), (answer): Effect.Effect<A, E | Unauthorized, R> => {
                 // Ended because the coordinator stops: the wait's own answer, not a revocation.
                 if (c.principal._tag !== "Host" || stopping) return answer
                 const hostId = c.principal.hostId
@@ -154,7 +169,8 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
                 // answers (a success or an error) only once its credential is known to still act.
                 if (!p.touched) return answer
                 return Effect.flatMap(stillActs(c.tokenHash, hostId), (acts): Effect.Effect<A, E | Unauthorized> => (acts ? answer : Effect.fail(revokedError(hostId))))
-              }),
+                }),
+              ),
             leave,
           )
         })
