@@ -33,9 +33,7 @@ export const maxCachedHosts = 100_000
  * each target of its moves (`targetPeerUrl`: a target that reports a new one notifies the topics
  * of its pending moves' sources, so their polls answer it at once), and with the sessions whose
  * descent image it holds (`imageSessions`: a session that runs again elsewhere or ends notifies
- * its image host's topic, so the agent removes the image), and with the peer URL of each host
- * holding the image of a session it restores (`imageHosts`: an image host that reports a new one
- * notifies the topics of the hosts restoring from it, so their polls answer it at once). Not of the allowances:
+ * its image host's topic, so the agent removes the image). Not of the allowances:
  * they follow the clock and other pairs' commits, which notify no host's topic, so two replicas
  * (each with its own copy) may compute different ones for the same host, and an agent polling
  * both would see a new version on every poll. A move's allowance is the one read when the move
@@ -45,7 +43,6 @@ export const versionOf = (
   sessions: readonly Pick<Records.Session, "id" | "state" | "updatedAt">[],
   moves: readonly (Pick<Records.Move, "id" | "state"> & { readonly targetPeerUrl?: string | null | undefined })[],
   imageSessions: readonly string[] = [],
-  imageHosts: readonly { readonly hostId: string; readonly peerUrl: string | null }[] = [],
 ): string =>
   createHash("sha256")
     .update(
@@ -53,9 +50,7 @@ export const versionOf = (
         sessions.map((s) => [s.id, s.state, s.updatedAt]),
         moves.map((m) => (m.targetPeerUrl === undefined ? [m.id, m.state] : [m.id, m.state, m.targetPeerUrl])),
         // Only when there are any: a host holding no image keeps the version it had before image lists.
-        ...(imageSessions.length === 0 && imageHosts.length === 0 ? [] : [imageSessions]),
-        // Likewise: a host restoring no image keeps the version it had before image hosts' URLs counted.
-        ...(imageHosts.length === 0 ? [] : [imageHosts.map((h) => [h.hostId, h.peerUrl])]),
+        ...(imageSessions.length === 0 ? [] : [imageSessions]),
       ]),
     )
     .digest("base64url")
@@ -111,15 +106,14 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
           const peerUrls = yield* peerUrlsOf([...targets, ...imageHostIds])
           // The source learns where to reach each move's target with the move: no static list of peers on every host.
           const assigned = moves.map((m) => (m.sourceHostId === hostId ? { ...m, targetPeerUrl: peerUrls.get(m.targetHostId) ?? null } : m))
-          const imageHosts = imageHostIds.map((id) => ({ hostId: id, peerUrl: peerUrls.get(id) ?? null }))
           return {
             hostId,
-            version: versionOf(sessions, assigned, imageSessionIds, imageHosts),
+            version: versionOf(sessions, assigned, imageSessionIds),
             sessions,
             moves: assigned,
             limits: { commitAllowanceMs: priorMs },
             allowances: allowances.map(Records.assignedAllowance),
-            ...(imageHosts.length === 0 ? {} : { imageHosts }),
+            ...(imageHostIds.length === 0 ? {} : { imageHosts: imageHostIds.map((id) => ({ hostId: id, peerUrl: peerUrls.get(id) ?? null })) }),
             imageSessions: imageSessionIds,
           }
         })

@@ -54,40 +54,21 @@ export const HostsHandlers = HandlerGroup.make(
       })
 
     /**
-     * The hosts restoring a session from `hostId`'s descent image: those of the pending sessions
-     * whose image it holds (read from every pending session: few, only while placed sessions
-     * start), each listing it among its assignments' `imageHosts`.
-     */
-    const restoringFrom = (hostId: string) =>
-      Effect.gen(function* () {
-        const hosts = new Set<string>()
-        let cursor: string | undefined
-        do {
-          const page = yield* store.pageSessions({ state: "pending" }, { limit: 1000, cursor })
-          for (const s of page.items) if (s.imageHostId === hostId && s.hostId !== null && s.hostId !== hostId) hosts.add(s.hostId)
-          cursor = page.nextCursor ?? undefined
-        } while (cursor !== undefined)
-        return hosts
-      })
-
-    /**
      * A host's agent now serves its peers elsewhere (a restart on a new address, or none): the
-     * sources of its pending moves have it in their assignments, and so do the hosts restoring a
-     * session from its descent image, so their topics are notified (their copies dropped on every
-     * replica, their polls answered with the new URL). A failed read leaves the host owed, tried
-     * again at its next report (what the other read found is told now).
+     * sources of its pending moves have it in their assignments, so their topics are notified
+     * (their copies dropped on every replica, their polls answered with the new URL). A failed
+     * read leaves the host owed, tried again at its next report.
      */
     const peerUrlReported = (hostId: string) =>
       Effect.gen(function* () {
         const pending = yield* Effect.result(store.listMoves({ hostId, state: "pending" }))
-        const restoring = yield* Effect.result(restoringFrom(hostId))
-        if (pending._tag === "Failure" || restoring._tag === "Failure") peerUrlOwed.add(hostId)
-        else peerUrlOwed.delete(hostId)
-        const topics = [
-          ...(pending._tag === "Success" ? pending.success.filter((m) => m.targetHostId === hostId).map((m) => hostTopic(m.sourceHostId)) : []),
-          ...(restoring._tag === "Success" ? [...restoring.success].map(hostTopic) : []),
-        ]
-        if (topics.length > 0) yield* notifier.notify(...topics)
+        if (pending._tag === "Failure") {
+          peerUrlOwed.add(hostId)
+          return
+        }
+        peerUrlOwed.delete(hostId)
+        const sources = pending.success.filter((m) => m.targetHostId === hostId).map((m) => hostTopic(m.sourceHostId))
+        if (sources.length > 0) yield* notifier.notify(...sources)
       })
 
     const setState = (id: string, state: "ready" | "cordoned" | "draining") =>
