@@ -153,10 +153,10 @@ export interface LifetimeStep {
 }
 
 /**
- * A session its TTL ended: as a `LifetimeStep`, with what else the end changed, read just before
- * it (as the API's end reads them): the host holding its descent image (no longer that host's to
- * keep), and its open move, aborted by the end (its target's agent and the move's waiters are
- * owed a notice).
+ * A session its TTL ended: as a `LifetimeStep`, with what else the end changed: the host holding
+ * its descent image (as the pass's read of due lifetimes found it; no longer that host's to keep),
+ * and, for a session that was moving, its open move, read just before the end and aborted by it
+ * (its target's agent and the move's waiters are owed a notice).
  */
 export interface ExpiredStep extends LifetimeStep {
   readonly imageHostId: string | null
@@ -285,22 +285,19 @@ const lifetimes = (
     }
     for (const s of due.success.expired) {
       if (!leading()) return null
-      // What else the end changes (its image's host, its open move's target), read right before it.
-      const before = yield* Effect.result(Effect.all([store.getSession(s.id), store.openMove(s.id)]))
-      if (before._tag === "Failure") {
-        if (before.failure._tag === "Unavailable") break
-        continue
+      // What else the end changes: its image's host (as the due read found it) and, for a moving
+      // session, its open move's target, read right before the end (one read only where a move can be open).
+      let open: { readonly id: string; readonly targetHostId: string } | null = null
+      if (s.state === "moving") {
+        const read = yield* Effect.result(store.openMove(s.id))
+        if (read._tag === "Failure") {
+          if (read.failure._tag === "Unavailable") break
+          continue
+        }
+        open = read.success === null ? null : { id: read.success.id, targetHostId: read.success.targetHostId }
       }
-      const [current, open] = before.success
       const ended = yield* Effect.result(store.endSession(s.id, { reason: Lifetime.ttlExpiredReason }))
-      if (ended._tag === "Success")
-        expired.push({
-          sessionId: s.id,
-          hostId: current.hostId,
-          state: ended.success.state,
-          imageHostId: current.imageHostId,
-          openMove: open === null ? null : { id: open.id, targetHostId: open.targetHostId },
-        })
+      if (ended._tag === "Success") expired.push({ sessionId: s.id, hostId: s.hostId, state: ended.success.state, imageHostId: s.imageHostId, openMove: open })
       else if (ended.failure._tag === "Unavailable") break
     }
     // Not while the failover grace holds: the activity that would keep a busy session running

@@ -564,7 +564,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
    * a group is one atomic change.
    */
   const apply = (plans: readonly Plan.Plan[]): Plan.Outcome[] => {
-    const bad = plans.length === 1 ? null : Plan.checkGroup(plans)
+    // Every apply, as store-pg's: a plan core's rules would refuse fails here too, not only on PostgreSQL.
+    const bad = Plan.checkGroup(plans)
     if (bad !== null) throw new Error(`store-sim: ${bad}`)
     const outcomes = plans.map(check)
     plans.forEach((p, k) => {
