@@ -673,7 +673,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           // The read's own retries go on from the pass's rounds (read when it runs): a coordinator
           // that fails the read after each pause is not read again at the first delays each round.
           Effect.andThen(Effect.suspend(() => readAssignments({ waitMs: 0, since: undefined }).pipe(Effect.retry({ schedule: Pacing.retrySchedule(backoff, true, retry.rounds) })))),
-          Effect.flatMap((read) => reconcileRead(read.answer, read.seq)),
+          // Dropped (it overlapped an answer applied meanwhile, maybe older than it): one more round.
+          Effect.flatMap((read) => Effect.flatMap(reconcileRead(read.answer, read.sent, read.arrived), (applied) => Effect.sync(() => (applied ? undefined : (retry.wanted = true))))),
           // A defect ends no pass: it would leave `running` set and no retry after it.
           Effect.catchDefect((defect) => Effect.logError("retry pass failed; retried on the next round", { hostId: me, error: String(defect) })),
         ),
@@ -697,30 +698,33 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     /**
      * Reconciles are serialized, and an answer is applied only if its read was sent after the
-     * read of the last answer applied: the retry pass and the poll read the assignments each on
-     * its own, and an older answer reconciled after a newer one would act on a view already
-     * overtaken (a session moved here since, left out). `seq` numbers the reads as they are sent.
+     * answer last applied arrived: the retry pass and the poll read the assignments each on its
+     * own, and an answer whose read overlapped the one applied (sent before that one's answer
+     * arrived) may have been served before or after it, so it may be older than the view applied
+     * (a retry's read served before a change that woke the open long-poll, whose answer came back
+     * first). `tick` counts every send and every arrival of a read; `appliedArrival` is the
+     * arrival tick of the answer last applied.
      */
     const reconciling = yield* Semaphore.make(1)
-    let readsSent = 0
-    let appliedSeq = 0
-    /** One assignments read, numbered as it is sent. */
+    let tick = 0
+    let appliedArrival = 0
+    /** One assignments read, with the ticks of its send and of its answer's arrival. */
     const readAssignments = (opts: { readonly waitMs: number; readonly since: string | undefined }) =>
       Effect.suspend(() => {
-        const seq = ++readsSent
-        return Effect.map(coordinator.assignments(opts), (answer) => ({ answer, seq }))
+        const sent = ++tick
+        return Effect.map(coordinator.assignments(opts), (answer) => ({ answer, sent, arrived: ++tick }))
       })
-    /** Reconciles the answer of read `seq` unless an answer of a later read was reconciled already; answers whether it did. */
-    const reconcileRead = (a: Assignments, seq: number): Effect.Effect<boolean> =>
+    /** Reconciles the answer of a read sent at tick `sent` unless an answer that arrived after that was applied already; answers whether it did. */
+    const reconcileRead = (a: Assignments, sent: number, arrived: number): Effect.Effect<boolean> =>
       reconciling.withPermits(1)(
         Effect.suspend(() => {
-          if (seq < appliedSeq) return Effect.as(Effect.logDebug("an assignments answer older than the one last reconciled is dropped", { hostId: me, seq, appliedSeq }), false)
-          appliedSeq = seq
+          if (sent < appliedArrival) return Effect.as(Effect.logDebug("an assignments answer whose read overlapped the one last applied is dropped (their order is unknown)", { hostId: me, sent, arrived, appliedArrival }), false)
+          appliedArrival = arrived
           return Effect.as(reconcileNow(a), true)
         }),
       )
-    /** An answer given from outside (tests): reconciled as a read sent now. */
-    const reconcile = (a: Assignments): Effect.Effect<void> => Effect.asVoid(Effect.suspend(() => reconcileRead(a, ++readsSent)))
+    /** An answer given from outside (tests): reconciled as a read sent and answered now. */
+    const reconcile = (a: Assignments): Effect.Effect<void> => Effect.asVoid(Effect.suspend(() => reconcileRead(a, ++tick, ++tick)))
 
     const reconcileNow = (a: Assignments): Effect.Effect<void> =>
       Effect.gen(function* () {
@@ -1007,7 +1011,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       let answeredSinceMs: number | undefined = undefined
       while (true) {
         const sentMs = yield* Clock.currentTimeMillis
-        const answer: Result.Result<{ readonly answer: Assignments; readonly seq: number }, Conflict | CoordinatorError> = yield* readAssignments({
+        const answer: Result.Result<{ readonly answer: Assignments; readonly sent: number; readonly arrived: number }, Conflict | CoordinatorError> = yield* readAssignments({
           waitMs: since === undefined ? 0 : config.pollWaitMs,
           since,
         }).pipe(Effect.result)
@@ -1022,11 +1026,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         answeredSinceMs ??= yield* Clock.currentTimeMillis
         yield* polls.answered
         const got: Assignments = answer.success.answer
-        const seq: number = answer.success.seq
         const unchanged = since !== undefined && got.version === since
-        if (!(yield* reconcileRead(got, seq))) {
-          // A read the retry pass sent after this poll's was reconciled first: this answer may be
-          // older or newer than it. Read again at once (not waiting on this answer's version).
+        if (!(yield* reconcileRead(got, answer.success.sent, answer.success.arrived))) {
+          // The retry pass's answer arrived (and was applied) while this read was open: this one
+          // may be older or newer than it. Read again at once (waitMs 0, not waiting on a version):
+          // such a read is dropped only if a retry read's answer is applied while it is open, and
+          // the retry pass reads once per pause.
           since = undefined
           continue
         }

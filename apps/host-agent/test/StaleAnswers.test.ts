@@ -4,7 +4,9 @@
  * each on its own and nothing orders their answers: an answer read before a move to this host
  * committed, reconciled after a newer one, leaves out the guest the move just brought here (its
  * source already dropped its copy). Guards (a) the ordering: reconciles are serialized and an
- * answer whose read was sent before the read of the last answer reconciled is dropped; and (b)
+ * answer whose read was sent before the last applied answer arrived is dropped (the two
+ * overlapped: with the long-poll always open, a retry read served before a change that woke it
+ * can come back after the long-poll's answer); and (b)
  * the destroy of a resident VM an answer leaves out: only once a fresh read of its session says
  * it is not this host's, and never when that read fails.
  */
@@ -13,7 +15,8 @@ import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { ImageStore, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
-import { Effect, Random } from "effect"
+import type { Assignments } from "../src/Coordinator.js"
+import { Deferred, Effect, Random } from "effect"
 import { TestClock } from "effect/testing"
 import { makeAgent } from "../src/Agent.js"
 import { CoordinatorError, type CoordinatorShape } from "../src/Coordinator.js"
@@ -27,6 +30,28 @@ import { effect } from "./support/PatientClock.js"
 
 /** A `Random` whose every draw is `u` of its range. */
 const fixedRandom = (u: number): Random.Random => ({ nextDoubleUnsafe: () => u, nextIntUnsafe: () => 0 })
+
+/**
+ * An image store that holds no images and does no I/O: every step of an agent on it is an
+ * effect the TestClock tracks, so a test's order does not depend on the machine's speed.
+ */
+const noImages: ImageStore.ImageStore = {
+  root: "/no-images",
+  pathFor: (vmId) => `/no-images/${vmId}/image`,
+  prepare: (vmId) => Effect.succeed(`/no-images/${vmId}/image`),
+  get: () => Effect.succeed(undefined),
+  remove: () => Effect.void,
+}
+
+/** Steps the clock 100 ms at a time until `done` (at most ten minutes of the clock). */
+const until = (what: string, done: () => Effect.Effect<boolean>) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < 6000; i++) {
+      if (yield* done()) return
+      yield* TestClock.adjust("100 millis")
+    }
+    return yield* Effect.die(new Error(`never came: ${what}`))
+  })
 
 describe("an assignments answer read before a move's commit, reconciled after a newer one", () => {
   effect("keeps the guest the move committed to this target: the fresh read of its session says it is this host's", () =>
@@ -143,6 +168,73 @@ describe("the retry pass's answer and the poll's", () => {
       yield* until("the actions done", () => Effect.map(agent.busy, (b) => !b))
       assert.strictEqual(unparks, 0, "the older answer (s1 running) was not reconciled")
       assert.deepStrictEqual(yield* status, [["s1", "paused"]])
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(0.5))),
+  )
+  effect("a retry read served before a change that woke the open long-poll, answered after the long-poll's answer, is dropped: a guest the coordinator parked is not unparked", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const c = fake.client("a")
+      let startedFailures = 1
+      let readsAtOnce = 0
+      let longPolls = 0
+      const longPollOpen = yield* Deferred.make<void>()
+      const changed = yield* Deferred.make<void>()
+      const retryServed = yield* Deferred.make<void>()
+      const releaseRetry = yield* Deferred.make<void>()
+      const retryDelivered = yield* Deferred.make<void>()
+      let retryView: Assignments | undefined
+      const client: CoordinatorShape = {
+        ...c,
+        // The first `started` fails: the retry pass starts and reads afresh.
+        started: (id) => (startedFailures-- > 0 ? Effect.fail(new CoordinatorError({ op: "started", status: 503, message: "away" })) : c.started(id)),
+        assignments: (o) =>
+          Effect.suspend(() => {
+            // A long-poll: the first one is open until the change, the later ones until the test ends.
+            if (o.waitMs > 0) return longPolls++ === 0 ? Deferred.succeed(longPollOpen, undefined).pipe(Effect.andThen(Deferred.await(changed)), Effect.andThen(c.assignments(o))) : Effect.never
+            // The second read at once is the retry pass's: served now, its answer held back until released.
+            if (readsAtOnce++ !== 1) return c.assignments(o)
+            return Effect.gen(function* () {
+              const view = yield* c.assignments(o)
+              retryView = view
+              yield* Deferred.succeed(retryServed, undefined)
+              yield* Deferred.await(releaseRetry)
+              yield* Deferred.succeed(retryDelivered, undefined)
+              return view
+            })
+          }),
+      }
+      const sim = yield* SimRuntime.make({ startMs: 50 })
+      let unparks = 0
+      const runtime: VmRuntimeShape = { ...sim, unpark: (id) => Effect.andThen(Effect.sync(() => unparks++), sim.unpark(id)) }
+      const residents = yield* makeResidents("a", null, () => Effect.void)
+      const agent = yield* makeAgent(defaultAgentConfig("a"), {
+        coordinator: client,
+        runtime,
+        measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
+        residents,
+        images: noImages,
+        link: PeerLink.inMemory(new Map()),
+        target: yield* makeMoveTarget("a", runtime, residents),
+      })
+      yield* fake.addSession("s1", "a", 1024, 1)
+      yield* Effect.forkChild(agent.run)
+      const status = Effect.map(sim.list, (vms) => vms.map((v) => [v.vmId, v.status]))
+      yield* until("the retry pass's read", () => Deferred.isDone(retryServed))
+      assert.isTrue(yield* Deferred.isDone(longPollOpen), "the long-poll was open before the retry pass's read was sent")
+      assert.deepStrictEqual(retryView!.sessions.map((x) => [x.id, x.state]), [["s1", "pending"]])
+      // The coordinator parks the guest: the change wakes the long-poll, whose answer is applied first.
+      yield* fake.setState("s1", "parked")
+      yield* Deferred.succeed(changed, undefined)
+      yield* until("the guest parked", () => Effect.map(status, (st) => JSON.stringify(st) === JSON.stringify([["s1", "paused"]])))
+      // Then the retry pass's answer (read before the change, sent after the long-poll) arrives.
+      yield* Deferred.succeed(releaseRetry, undefined)
+      yield* until("the retry pass's answer", () => Deferred.isDone(retryDelivered))
+      // A minute of the clock: what the answer would start, done.
+      for (let i = 0; i < 600; i++) yield* TestClock.adjust("100 millis")
+      yield* until("the actions done", () => Effect.map(agent.busy, (b) => !b))
+      assert.strictEqual(unparks, 0, "the older answer (s1 pending) was not reconciled")
+      assert.deepStrictEqual(yield* status, [["s1", "paused"]])
+      assert.strictEqual((yield* fake.get).sessions.get("s1")!.state, "parked")
     }).pipe(Effect.provideService(Random.Random, fixedRandom(0.5))),
   )
 })
