@@ -85,6 +85,12 @@ export interface AgentConfig {
  */
 export const maxHeartbeatsInFlight = 3
 
+/**
+ * The most reads of a session's state an agent has open at once to confirm that a VM an
+ * assignments answer left out is not this host's before destroying it (`destroyIfNotMine`).
+ */
+export const sessionReadsAtOnce = 4
+
 /** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
 export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => {
   const thirdMs = Math.max(1, Math.floor(heartbeatStaleWindowMs / 3))
@@ -616,6 +622,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         return s._tag === "Some" && (s.value === null || s.value.hostId !== me)
       })
 
+    /** The reads of `destroyIfNotMine` open at once, at most `sessionReadsAtOnce`. */
+    const sessionReads = yield* Semaphore.make(sessionReadsAtOnce)
     /**
      * Destroys a resident VM (no move's) that an assignments answer left out, once a fresh read
      * of its session from the coordinator confirms it is not this host's: unknown, another
@@ -623,11 +631,14 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * orders the retry pass's reads with the poll's: one read before a move to this host
      * committed can come after a newer one, and it leaves out the guest the move brought here,
      * the only copy. The read costs one call per VM an answer drops (rare: a session ended, lost
-     * or moved away). Unreadable: the VM is kept, looked at again on a later pass.
+     * or moved away). Unreadable: the VM is kept, looked at again on a later pass. At most
+     * `sessionReadsAtOnce` of these reads are open at once (`sessionReads`): a host whose sessions
+     * all went at once (made lost while it was cut off) does not send one read per VM together,
+     * again on every pass while they fail.
      */
     const destroyIfNotMine = (vmId: string) =>
       Effect.gen(function* () {
-        const fresh = yield* coordinator.getSession(vmId).pipe(Effect.result)
+        const fresh = yield* sessionReads.withPermits(1)(coordinator.getSession(vmId)).pipe(Effect.result)
         if (fresh._tag === "Failure") {
           yield* Effect.logWarning("a VM no longer in this host's assignments is kept: its session could not be read to confirm it; asked again on a later pass", {
             hostId: me,

@@ -238,3 +238,56 @@ describe("the retry pass's answer and the poll's", () => {
     }).pipe(Effect.provideService(Random.Random, fixedRandom(0.5))),
   )
 })
+
+describe("the fresh reads that confirm a destroy", () => {
+  effect("are at most four at once: twenty VMs an answer leaves out (their sessions all lost) do not send twenty reads together", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const c = fake.client("a")
+      let open = 0
+      let most = 0
+      let reads = 0
+      const gate = yield* Deferred.make<void>()
+      const client: CoordinatorShape = {
+        ...c,
+        // Each read held open until the gate opens (a coordinator slow to answer).
+        getSession: (id) =>
+          Effect.acquireUseRelease(
+            Effect.sync(() => {
+              reads++
+              most = Math.max(most, ++open)
+            }),
+            () => Effect.andThen(Deferred.await(gate), c.getSession(id)),
+            () => Effect.sync(() => open--),
+          ),
+      }
+      const sim = yield* SimRuntime.make({ startMs: 50 })
+      const residents = yield* makeResidents("a", null, () => Effect.void)
+      const agent = yield* makeAgent(defaultAgentConfig("a"), {
+        coordinator: client,
+        runtime: sim,
+        measure: () => Effect.succeed({ totalMib: 65536, allocatableMib: 65536, totalVcpus: 64 }),
+        residents,
+        images: noImages,
+        link: PeerLink.inMemory(new Map()),
+        target: yield* makeMoveTarget("a", sim, residents),
+      })
+      const ids = Array.from({ length: 20 }, (_, i) => `s${i + 1}`)
+      for (const id of ids) yield* fake.addSession(id, "a", 256, 1)
+      yield* Effect.forkChild(agent.run)
+      yield* until("twenty guests running", () => Effect.map(sim.list, (vms) => vms.length === 20 && vms.every((v) => v.status === "running")))
+      yield* until("the actions done", () => Effect.map(agent.busy, (b) => !b))
+      // Every session made lost at once (a partition healed): the answers leave all twenty out.
+      for (const id of ids) yield* fake.setState(id, "lost")
+      yield* until("four reads open", () => Effect.succeed(open >= 4))
+      // A minute of the clock with the reads held: no more open.
+      for (let i = 0; i < 600; i++) yield* TestClock.adjust("100 millis")
+      assert.strictEqual(most, 4, "at most four reads open at once")
+      yield* Deferred.succeed(gate, undefined)
+      yield* until("every VM destroyed", () => Effect.map(sim.list, (vms) => vms.length === 0))
+      assert.strictEqual(most, 4)
+      assert.strictEqual(reads, 20)
+      assert.deepStrictEqual(yield* residents.all, [])
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(0.5))),
+  )
+})
