@@ -85,6 +85,9 @@ export interface AgentConfig {
  */
 export const maxHeartbeatsInFlight = 3
 
+/** How a session's action fails (retried on a later pass). */
+type ActionError = { readonly _tag: string; readonly message?: string }
+
 /**
  * The most reads of a session's state an agent has open at once to confirm that a VM an
  * assignments answer left out is not this host's before destroying it (`destroyIfNotMine`).
@@ -535,14 +538,29 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * Commits here the incoming VM of a move the coordinator holds committed while this target
      * never got the source's commit: the guest resumes from its stream (the target's commit,
      * which refuses an incomplete stream), then the VM is the session's like any other. A move
-     * that does not read committed, or a read that fails: the VM is kept as it is (the action
-     * fails and is retried); the source keeps its paused copy while it owes the move.
+     * still pending, or a read that fails: the VM is kept as it is (the action fails and is
+     * retried); the source keeps its paused copy while it owes the move. A move aborted, or gone
+     * (the coordinator's 404 of it: it ended longer ago than the coordinator keeps history): the
+     * incoming VM is dropped as the target's abort does, and the session is then handled like
+     * any other (`otherwise`: a pending one placed here starts).
      */
-    const commitIncomingHere = (s: AssignedSession, moveId: string, vm: { readonly memMib: number; readonly vcpus: number }) =>
+    const commitIncomingHere = (
+      s: AssignedSession,
+      moveId: string,
+      vm: { readonly memMib: number; readonly vcpus: number },
+      otherwise: Effect.Effect<void, ActionError>,
+    ): Effect.Effect<void, ActionError> =>
       Effect.gen(function* () {
-        const m = yield* coordinator.getMove(moveId)
-        if (m.state !== "committed") {
-          return yield* Effect.fail({ _tag: "IncomingNotCommitted", message: `the incoming VM of move ${moveId} was never committed here and the move reads ${m.state}; kept paused` })
+        const read = yield* coordinator.getMove(moveId).pipe(Effect.result)
+        if (read._tag === "Failure" && !isNotFound(read.failure, "move", moveId)) return yield* Effect.fail(read.failure)
+        const m = read._tag === "Success" ? read.success : null
+        if (m !== null && m.state === "pending") {
+          return yield* Effect.fail({ _tag: "IncomingNotCommitted", message: `the incoming VM of move ${moveId} was never committed here and the move is still pending; kept paused` })
+        }
+        if (m === null || m.state !== "committed") {
+          yield* target.abort(moveId)
+          yield* log("move: dropped the incoming VM of a move that ended without this target's commit; the session is handled as any other", { sessionId: s.id, moveId, moveState: m === null ? "gone" : m.state, state: s.state })
+          return yield* otherwise
         }
         yield* Effect.logWarning("move: committed on the coordinator without this target's commit (an operator's, or the source's commit lost); resuming the incoming VM here", {
           hostId: me,
@@ -553,6 +571,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         yield* residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
         yield* log("move: the incoming VM resumed here", { sessionId: s.id, moveId })
       })
+    /** The action `s` needs now, run (nothing when it needs none): what follows a dropped incoming VM. */
+    const actNow = (s: AssignedSession, a: Assignments): Effect.Effect<void, ActionError> =>
+      Effect.flatMap(actionFor(s, a), (action) => (action === null ? Effect.void : Effect.asVoid(action as Effect.Effect<unknown, ActionError>)))
 
     /** The action a session needs, or null when it is as the coordinator says. */
     const actionFor = (s: AssignedSession, a: Assignments) =>
@@ -561,8 +582,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         // An incoming VM never committed here (paused, its move's) while the coordinator places
         // its session here: the move was committed without this target's commit (an operator's
         // word on an in-doubt move, the source's commit lost). Its move is not cleared and the VM
-        // not unparked as if it ran: it is committed here (resumed from its stream), or kept.
-        if (vm !== undefined && vm.moveId !== null && vm.status === "paused" && s.state !== "moving") return commitIncomingHere(s, vm.moveId, vm)
+        // not unparked as if it ran: it is committed here (resumed from its stream), or kept (its
+        // move still pending), or dropped (its move aborted or gone) and the session handled anew.
+        if (vm !== undefined && vm.moveId !== null && vm.status === "paused" && s.state !== "moving") return commitIncomingHere(s, vm.moveId, vm, Effect.suspend(() => actNow(s, a)))
         if (vm !== undefined && (vm.reservationId !== (s.reservationId ?? null) || vm.moveId !== null) && s.state !== "moving") {
           // The coordinator's view wins: e.g. a VM that arrived by a move now holds the session's reservation.
           yield* residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))

@@ -234,6 +234,14 @@ export const makeFakeCoordinator = Effect.gen(function* () {
         return setSession({ ...s, moves: new Map(s.moves).set(moveId, move) }, sessionId, { state: "moving" })
       }),
     assignmentsOf: (hostId: string) => answering(hostId).assignments({ waitMs: 0, since: undefined }),
+    /** Places a session on `hostId` in `state` (a new reservation there), as the coordinator's placement does. */
+    place: (id: string, hostId: string, state: AssignedSession["state"]) => Ref.update(ref, (s) => setSession(s, id, { hostId, state, reservationId: `res-${id}-${hostId}` })),
+    /** Forgets a move (pruned: its history kept no longer), so reading it is the coordinator's 404. */
+    forgetMove: (moveId: string) => Ref.update(ref, (s) => {
+      const moves = new Map(s.moves)
+      moves.delete(moveId)
+      return { ...s, moves }
+    }),
   }
 })
 export type FakeCoordinator = Effect.Success<typeof makeFakeCoordinator>
