@@ -10,7 +10,7 @@
  * then resume its own copy. Every other failure leaves the question open. Each operation runs
  * to its end once started (a source that hangs up does not leave a half-started VM behind).
  */
-import { Clock, Effect, Ref, Schema } from "effect"
+import { Clock, Effect, Ref, Schema, Semaphore } from "effect"
 import type { IncomingEndpoint, VmRuntimeShape, VmSpec } from "@engram/runtime"
 import type { Residents } from "./Residents.js"
 
@@ -85,6 +85,28 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
         yield* residents.remove(vmId)
       })
 
+    /**
+     * One commit of a move at a time (the peer server's, from the source, and the agent's own, for
+     * a move the coordinator holds committed, may run together): a second commit finds the guest
+     * running and answers so, where a second `commitIncoming` of a VM already resumed could fail
+     * and drop the guest. Keyed by move; an entry lives while a commit of its move runs or waits.
+     */
+    const commitLocks = new Map<string, { readonly lock: Semaphore.Semaphore; users: number }>()
+    const oneCommitAtATime = (moveId: string) => <A, E>(self: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+      Effect.acquireUseRelease(
+        Effect.sync(() => {
+          const entry = commitLocks.get(moveId) ?? { lock: Semaphore.makeUnsafe(1), users: 0 }
+          entry.users++
+          commitLocks.set(moveId, entry)
+          return entry
+        }),
+        (entry) => entry.lock.withPermits(1)(self),
+        (entry) =>
+          Effect.sync(() => {
+            if (--entry.users === 0) commitLocks.delete(moveId)
+          }),
+      )
+
     const target: MoveTarget = {
       prepare: (h) =>
         Effect.gen(function* () {
@@ -124,7 +146,7 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
           const resumedAt = yield* Clock.currentTimeMillis
           yield* residents.update(h.sessionId, (v) => ({ ...v, status: "running" }))
           return { resumedForMs: Math.max(0, (yield* Clock.currentTimeMillis) - resumedAt) }
-        }).pipe(Effect.uninterruptible),
+        }).pipe(oneCommitAtATime(h.moveId), Effect.uninterruptible),
       abort: (moveId) =>
         Effect.gen(function* () {
           for (const vm of yield* residents.all) if (vm.moveId === moveId) yield* drop(moveId, vm.vmId)
