@@ -11,15 +11,11 @@
  * it is not this host's, and never when that read fails.
  */
 import { assert, describe } from "@effect/vitest"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { ImageStore, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
-import type { Assignments } from "../src/Coordinator.js"
+import { type ImageStore, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Deferred, Effect, Random } from "effect"
 import { TestClock } from "effect/testing"
 import { makeAgent } from "../src/Agent.js"
-import { CoordinatorError, type CoordinatorShape } from "../src/Coordinator.js"
+import { type Assignments, CoordinatorError, type CoordinatorShape } from "../src/Coordinator.js"
 import { defaultAgentConfig } from "../src/Host.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
@@ -110,23 +106,28 @@ describe("the retry pass's answer and the poll's", () => {
       const fake = yield* makeFakeCoordinator
       const c = fake.client("a")
       let startedFailures = 1
-      let freshReads = 0
-      let held: "no" | "holding" | "delivered" = "no"
+      let readsAtOnce = 0
+      const retryServed = yield* Deferred.make<void>()
+      const releaseRetry = yield* Deferred.make<void>()
+      const retryDelivered = yield* Deferred.make<void>()
       const client: CoordinatorShape = {
         ...c,
         // The first `started` fails: the retry pass starts and reads afresh.
         started: (id) => (startedFailures-- > 0 ? Effect.fail(new CoordinatorError({ op: "started", status: 503, message: "away" })) : c.started(id)),
-        // The retry pass's read (waitMs 0, after the first poll's) is read at once, answered 10 s later.
+        // The retry pass's read (the second read at once, after the first poll's) is served at
+        // once, its answer held back until released.
         assignments: (o) =>
-          o.waitMs === 0 && freshReads++ === 1
-            ? Effect.flatMap(c.assignments(o), (answer) =>
-                Effect.sync(() => (held = "holding")).pipe(
-                  Effect.andThen(Effect.sleep("10 seconds")),
-                  Effect.andThen(Effect.sync(() => (held = "delivered"))),
-                  Effect.as(answer),
-                ),
-              )
-            : c.assignments(o),
+          Effect.suspend(() =>
+            o.waitMs === 0 && readsAtOnce++ === 1
+              ? Effect.gen(function* () {
+                  const view = yield* c.assignments(o)
+                  yield* Deferred.succeed(retryServed, undefined)
+                  yield* Deferred.await(releaseRetry)
+                  yield* Deferred.succeed(retryDelivered, undefined)
+                  return view
+                })
+              : c.assignments(o),
+          ),
       }
       const sim = yield* SimRuntime.make({ startMs: 50 })
       let unparks = 0
@@ -137,39 +138,28 @@ describe("the retry pass's answer and the poll's", () => {
         runtime,
         measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
         residents,
-        images: ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-images-a-"))),
+        // No I/O: every step is one the TestClock tracks, so the order below is the same on any machine.
+        images: noImages,
         link: PeerLink.inMemory(new Map()),
         target: yield* makeMoveTarget("a", runtime, residents),
       })
       yield* fake.addSession("s1", "a", 1024, 1)
       yield* Effect.forkChild(agent.run)
-      // The clock in steps of 100 ms, each after a turn of real time (the agent's image store
-      // does file I/O), until `done` (at most a minute of the clock).
-      const until = (what: string, done: () => Effect.Effect<boolean>) =>
-        Effect.gen(function* () {
-          for (let i = 0; i < 600; i++) {
-            if (yield* done()) return
-            yield* Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, i < 50 ? 0 : 5)))
-            yield* TestClock.adjust("100 millis")
-          }
-          return yield* Effect.die(new Error(`never came: ${what}`))
-        })
       const status = Effect.map(sim.list, (vms) => vms.map((v) => [v.vmId, v.status]))
-      yield* until("the retry pass's read", () => Effect.succeed(held === "holding"))
+      yield* until("the retry pass's read", () => Deferred.isDone(retryServed))
       // Parked meanwhile: the poll reconciles it (from reads sent after the retry pass's).
       yield* fake.setState("s1", "parked")
       yield* until("the guest parked", () => Effect.map(status, (st) => JSON.stringify(st) === JSON.stringify([["s1", "paused"]])))
-      yield* until("the retry pass's answer", () => Effect.succeed(held === "delivered"))
-      // What the answer would start, finished (a few more steps, then no action in flight).
-      for (let i = 0; i < 5; i++) {
-        yield* Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 5)))
-        yield* TestClock.adjust("100 millis")
-      }
+      yield* Deferred.succeed(releaseRetry, undefined)
+      yield* until("the retry pass's answer", () => Deferred.isDone(retryDelivered))
+      // A minute of the clock: what the answer would start, done.
+      for (let i = 0; i < 600; i++) yield* TestClock.adjust("100 millis")
       yield* until("the actions done", () => Effect.map(agent.busy, (b) => !b))
-      assert.strictEqual(unparks, 0, "the older answer (s1 running) was not reconciled")
+      assert.strictEqual(unparks, 0, "the older answer (s1 pending) was not reconciled")
       assert.deepStrictEqual(yield* status, [["s1", "paused"]])
     }).pipe(Effect.provideService(Random.Random, fixedRandom(0.5))),
   )
+
   effect("a retry read served before a change that woke the open long-poll, answered after the long-poll's answer, is dropped: a guest the coordinator parked is not unparked", () =>
     Effect.gen(function* () {
       const fake = yield* makeFakeCoordinator
