@@ -94,7 +94,7 @@ describe("two commits of one move on its target at once (the source's through th
         commitIncoming: (vmId) =>
           Effect.suspend(() =>
             resumes++ === 0
-              ? Deferred.succeed(resumed, undefined).pipe(Effect.andThen(Deferred.await(release)))
+              ? Deferred.succeed(resumed, undefined).pipe(Effect.andThen(Deferred.await(release)), Effect.as({ vmId, memMib: 1024, vcpus: 1, status: "running" as const }))
               : Effect.fail(new RuntimeError({ op: "commitIncoming", vmId, message: "no incoming VM" })),
           ),
         destroy: (vmId) => Effect.andThen(Effect.sync(() => destroys++), sim.destroy(vmId)),
