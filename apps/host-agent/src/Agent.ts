@@ -11,7 +11,7 @@
  * coordinator whose 409 (already done) counts as done.
  */
 import { Records } from "@engram/api"
-import { Downtime, Lifetime, Limits, Names } from "@engram/core"
+import { Downtime, Lifetime, Limits, Names, Session } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
 import { Clock, Effect, Fiber, FiberHandle, FiberMap, Option, Ref, type Result, type Scope, Semaphore } from "effect"
@@ -402,8 +402,6 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     /** One descent image hashed at a time (a host descending many guests reads one image at once). */
     const warming = yield* Semaphore.make(1)
-    /** The session states in which a session's VM is resident on its host. */
-    const hostedStates = new Set<string>(["pending", "running", "parked", "descending", "moving"])
     /** The coordinator's last assignments (what `stillDescendedHere` judges by); null before the first. */
     const lastAssignments = yield* Ref.make<Assignments | null>(null)
     /**
@@ -670,7 +668,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           return
         }
         const s = fresh.success
-        if (s !== null && s.hostId === me && hostedStates.has(s.state)) {
+        if (s !== null && s.hostId === me && Session.holdsReservation(s.state)) {
           yield* log("kept: an assignments answer left this VM out, but the coordinator's session says it is this host's (the answer was older)", { sessionId: vmId, state: s.state })
           return
         }

@@ -31,7 +31,7 @@
  * the phases name every part of the pause and sum to it.
  */
 import { Effect, Fiber } from "effect"
-import { type Downtime, Move as CoreMove } from "@engram/core"
+import { type Downtime, Move as CoreMove, Session } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
 import { type AssignedMove, type Conflict, CoordinatorError, type CoordinatorShape, isNotFound, refusedInput, refusesKey, type NumberedRound, type PhasesReport, type RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
@@ -571,9 +571,6 @@ export type Settled =
 /** What settling an owed move needs. */
 export type SettleDeps = Pick<MoveSourceDeps, "hostId" | "coordinator" | "residents" | "runtime" | "link">
 
-/** The states of a session that mean "it runs (or is kept) on its host". */
-const onHostStates = new Set(["pending", "running", "parked", "descending", "moving"])
-
 const headerOf = (deps: SettleDeps, owed: PendingCommit, target: { readonly targetHostId: string; readonly memMib: number; readonly vcpus: number }): MoveHeader => ({
   moveId: owed.moveId,
   sessionId: owed.sessionId,
@@ -608,7 +605,7 @@ const settleGone = (deps: SettleDeps, owed: PendingCommit, step: string) =>
       yield* Effect.logWarning(`${reason}; the session's placement cannot be read, retried on the next pass`, { moveId: owed.moveId, sessionId: owed.sessionId, error: session.failure.message })
       return { _tag: "Owed", reason: `${reason}; the session's placement cannot be read: ${session.failure.message}` } as const
     }
-    const here = session.success !== null && session.success.hostId === deps.hostId && onHostStates.has(session.success.state)
+    const here = session.success !== null && session.success.hostId === deps.hostId && Session.holdsReservation(session.success.state)
     const local = yield* residents.get(owed.sessionId)
     const paused = local !== undefined && local.moveId === null
     if (!here) {
@@ -735,7 +732,7 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
       if (m.state !== "aborted") return yield* stayPaused(`the move reads ${m.state}`)
       const session = yield* retrying(coordinator.getSession(owed.sessionId)).pipe(Effect.result)
       if (session._tag === "Failure") return yield* stayPaused(`the session's placement cannot be read (${session.failure.message})`)
-      const here = session.success !== null && session.success.hostId === deps.hostId && onHostStates.has(session.success.state)
+      const here = session.success !== null && session.success.hostId === deps.hostId && Session.holdsReservation(session.success.state)
       if (!here) {
         yield* residents.removePendingCommit(owed.moveId)
         yield* Effect.logError(`${reason}; the move was aborted but the session is not on this host: the source copy is not resumed`, { moveId: owed.moveId, sessionId: owed.sessionId })
@@ -929,7 +926,7 @@ export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effe
       })
       return { _tag: "Owed", reason } as const
     }
-    const here = session.success !== null && session.success.hostId === deps.hostId && onHostStates.has(session.success.state)
+    const here = session.success !== null && session.success.hostId === deps.hostId && Session.holdsReservation(session.success.state)
     const local = yield* residents.get(owed.sessionId)
     if (here && local !== undefined && local.moveId === null) {
       // The coordinator places the session here: its view wins. Destroy the target's copy first
