@@ -21,10 +21,8 @@ import { makeMoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
-import { effect } from "./support/PatientClock.js"
+import { effect, fixedRandom } from "./support/PatientClock.js"
 
-/** A `Random` whose every draw is `u` of its range: just under 1 the highest. */
-const fixedRandom = (u: number): Random.Random => ({ nextDoubleUnsafe: () => u, nextIntUnsafe: () => 0 })
 const highest = 1 - 1e-9
 
 const gaps = (ts: readonly number[]) => ts.slice(1).map((t, i) => t - ts[i]!)

@@ -8,7 +8,7 @@
  * its target (the source's, the agent's own) run one after the other.
  */
 import { assert, describe } from "@effect/vitest"
-import { type ImageStore, RuntimeError, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
+import { RuntimeError, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Deferred, Effect, Fiber, Random } from "effect"
 import { TestClock } from "effect/testing"
 import { makeAgent } from "../src/Agent.js"
@@ -17,29 +17,7 @@ import { makeMoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { type FakeCoordinator, makeFakeCoordinator } from "./support/FakeCoordinator.js"
-import { effect } from "./support/PatientClock.js"
-
-/** A `Random` whose every draw is `u` of its range. */
-const fixedRandom = (u: number): Random.Random => ({ nextDoubleUnsafe: () => u, nextIntUnsafe: () => 0 })
-
-/** An image store that holds no images and does no I/O (every step is one the TestClock tracks). */
-const noImages: ImageStore.ImageStore = {
-  root: "/no-images",
-  pathFor: (vmId) => `/no-images/${vmId}/image`,
-  prepare: (vmId) => Effect.succeed(`/no-images/${vmId}/image`),
-  get: () => Effect.succeed(undefined),
-  remove: () => Effect.void,
-}
-
-/** Steps the clock 100 ms at a time until `done` (at most ten minutes of the clock). */
-const until = (what: string, done: () => Effect.Effect<boolean>) =>
-  Effect.gen(function* () {
-    for (let i = 0; i < 6000; i++) {
-      if (yield* done()) return
-      yield* TestClock.adjust("100 millis")
-    }
-    return yield* Effect.die(new Error(`never came: ${what}`))
-  })
+import { effect, fixedRandom, noImages, stepUntil } from "./support/PatientClock.js"
 
 /**
  * Host a, the target of move m1 of s1 (from b), holding its paused incoming VM; `end` ends the
@@ -67,8 +45,8 @@ const incomingOfEndedMove = (end: (fake: FakeCoordinator) => Effect.Effect<void>
       target,
     })
     yield* Effect.forkChild(agent.run)
-    yield* until("s1 started", () => Effect.map(fake.get, (s) => s.sessions.get("s1")!.state === "running"))
-    yield* until("the actions done", () => Effect.map(agent.busy, (b) => !b))
+    yield* stepUntil("s1 started", () => Effect.map(fake.get, (s) => s.sessions.get("s1")!.state === "running"))
+    yield* stepUntil("the actions done", () => Effect.map(agent.busy, (b) => !b))
     assert.deepStrictEqual((yield* sim.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
     assert.deepStrictEqual((yield* residents.all).map((v) => [v.vmId, v.status, v.moveId, v.reservationId]), [["s1", "running", null, "res-s1-a"]])
     assert.deepStrictEqual(yield* target.incoming, [])

@@ -22,10 +22,8 @@ import { type MoveSourceDeps, recordRound, retrying, runSource, settleCommit } f
 import { PeerError } from "../src/MoveTarget.js"
 import type { PeerLink } from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
-import { effect } from "./support/PatientClock.js"
+import { effect, fixedRandom } from "./support/PatientClock.js"
 
-/** A `Random` whose every draw is `u` of its range: 0 the lowest, just under 1 the highest. */
-const fixedRandom = (u: number): Random.Random => ({ nextDoubleUnsafe: () => u, nextIntUnsafe: () => 0 })
 const highest = 1 - 1e-9
 
 /** A call that always fails as `error` does, and the instants (TestClock ms) of its tries. */

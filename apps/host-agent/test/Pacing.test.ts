@@ -23,10 +23,8 @@ import { makeMoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { type FakeCoordinator, makeFakeCoordinator } from "./support/FakeCoordinator.js"
-import { effect } from "./support/PatientClock.js"
+import { effect, fixedRandom } from "./support/PatientClock.js"
 
-/** A `Random` whose every draw is `u` of its range: 0 the lowest, just under 1 the highest. */
-const fixedRandom = (u: number): Random.Random => ({ nextDoubleUnsafe: () => u, nextIntUnsafe: () => 0 })
 const highest = 1 - 1e-9
 
 interface Call {

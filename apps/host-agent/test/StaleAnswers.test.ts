@@ -11,7 +11,7 @@
  * it is not this host's, and never when that read fails.
  */
 import { assert, describe } from "@effect/vitest"
-import { type ImageStore, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
+import { SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Deferred, Effect, Random } from "effect"
 import { TestClock } from "effect/testing"
 import { makeAgent } from "../src/Agent.js"
@@ -22,32 +22,7 @@ import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
 import { makeFleet } from "./support/InProcess.js"
-import { effect } from "./support/PatientClock.js"
-
-/** A `Random` whose every draw is `u` of its range. */
-const fixedRandom = (u: number): Random.Random => ({ nextDoubleUnsafe: () => u, nextIntUnsafe: () => 0 })
-
-/**
- * An image store that holds no images and does no I/O: every step of an agent on it is an
- * effect the TestClock tracks, so a test's order does not depend on the machine's speed.
- */
-const noImages: ImageStore.ImageStore = {
-  root: "/no-images",
-  pathFor: (vmId) => `/no-images/${vmId}/image`,
-  prepare: (vmId) => Effect.succeed(`/no-images/${vmId}/image`),
-  get: () => Effect.succeed(undefined),
-  remove: () => Effect.void,
-}
-
-/** Steps the clock 100 ms at a time until `done` (at most ten minutes of the clock). */
-const until = (what: string, done: () => Effect.Effect<boolean>) =>
-  Effect.gen(function* () {
-    for (let i = 0; i < 6000; i++) {
-      if (yield* done()) return
-      yield* TestClock.adjust("100 millis")
-    }
-    return yield* Effect.die(new Error(`never came: ${what}`))
-  })
+import { effect, fixedRandom, noImages, stepUntil } from "./support/PatientClock.js"
 
 describe("an assignments answer read before a move's commit, reconciled after a newer one", () => {
   effect("keeps the guest the move committed to this target: the fresh read of its session says it is this host's", () =>
@@ -146,15 +121,15 @@ describe("the retry pass's answer and the poll's", () => {
       yield* fake.addSession("s1", "a", 1024, 1)
       yield* Effect.forkChild(agent.run)
       const status = Effect.map(sim.list, (vms) => vms.map((v) => [v.vmId, v.status]))
-      yield* until("the retry pass's read", () => Deferred.isDone(retryServed))
+      yield* stepUntil("the retry pass's read", () => Deferred.isDone(retryServed))
       // Parked meanwhile: the poll reconciles it (from reads sent after the retry pass's).
       yield* fake.setState("s1", "parked")
-      yield* until("the guest parked", () => Effect.map(status, (st) => JSON.stringify(st) === JSON.stringify([["s1", "paused"]])))
+      yield* stepUntil("the guest parked", () => Effect.map(status, (st) => JSON.stringify(st) === JSON.stringify([["s1", "paused"]])))
       yield* Deferred.succeed(releaseRetry, undefined)
-      yield* until("the retry pass's answer", () => Deferred.isDone(retryDelivered))
+      yield* stepUntil("the retry pass's answer", () => Deferred.isDone(retryDelivered))
       // A minute of the clock: what the answer would start, done.
       for (let i = 0; i < 600; i++) yield* TestClock.adjust("100 millis")
-      yield* until("the actions done", () => Effect.map(agent.busy, (b) => !b))
+      yield* stepUntil("the actions done", () => Effect.map(agent.busy, (b) => !b))
       assert.strictEqual(unparks, 0, "the older answer (s1 pending) was not reconciled")
       assert.deepStrictEqual(yield* status, [["s1", "paused"]])
     }).pipe(Effect.provideService(Random.Random, fixedRandom(0.5))),
@@ -209,19 +184,19 @@ describe("the retry pass's answer and the poll's", () => {
       yield* fake.addSession("s1", "a", 1024, 1)
       yield* Effect.forkChild(agent.run)
       const status = Effect.map(sim.list, (vms) => vms.map((v) => [v.vmId, v.status]))
-      yield* until("the retry pass's read", () => Deferred.isDone(retryServed))
+      yield* stepUntil("the retry pass's read", () => Deferred.isDone(retryServed))
       assert.isTrue(yield* Deferred.isDone(longPollOpen), "the long-poll was open before the retry pass's read was sent")
       assert.deepStrictEqual(retryView!.sessions.map((x) => [x.id, x.state]), [["s1", "pending"]])
       // The coordinator parks the guest: the change wakes the long-poll, whose answer is applied first.
       yield* fake.setState("s1", "parked")
       yield* Deferred.succeed(changed, undefined)
-      yield* until("the guest parked", () => Effect.map(status, (st) => JSON.stringify(st) === JSON.stringify([["s1", "paused"]])))
+      yield* stepUntil("the guest parked", () => Effect.map(status, (st) => JSON.stringify(st) === JSON.stringify([["s1", "paused"]])))
       // Then the retry pass's answer (read before the change, sent after the long-poll) arrives.
       yield* Deferred.succeed(releaseRetry, undefined)
-      yield* until("the retry pass's answer", () => Deferred.isDone(retryDelivered))
+      yield* stepUntil("the retry pass's answer", () => Deferred.isDone(retryDelivered))
       // A minute of the clock: what the answer would start, done.
       for (let i = 0; i < 600; i++) yield* TestClock.adjust("100 millis")
-      yield* until("the actions done", () => Effect.map(agent.busy, (b) => !b))
+      yield* stepUntil("the actions done", () => Effect.map(agent.busy, (b) => !b))
       assert.strictEqual(unparks, 0, "the older answer (s1 pending) was not reconciled")
       assert.deepStrictEqual(yield* status, [["s1", "paused"]])
       assert.strictEqual((yield* fake.get).sessions.get("s1")!.state, "parked")
@@ -265,16 +240,16 @@ describe("the fresh reads that confirm a destroy", () => {
       const ids = Array.from({ length: 20 }, (_, i) => `s${i + 1}`)
       for (const id of ids) yield* fake.addSession(id, "a", 256, 1)
       yield* Effect.forkChild(agent.run)
-      yield* until("twenty guests running", () => Effect.map(sim.list, (vms) => vms.length === 20 && vms.every((v) => v.status === "running")))
-      yield* until("the actions done", () => Effect.map(agent.busy, (b) => !b))
+      yield* stepUntil("twenty guests running", () => Effect.map(sim.list, (vms) => vms.length === 20 && vms.every((v) => v.status === "running")))
+      yield* stepUntil("the actions done", () => Effect.map(agent.busy, (b) => !b))
       // Every session made lost at once (a partition healed): the answers leave all twenty out.
       for (const id of ids) yield* fake.setState(id, "lost")
-      yield* until("four reads open", () => Effect.succeed(open >= 4))
+      yield* stepUntil("four reads open", () => Effect.succeed(open >= 4))
       // A minute of the clock with the reads held: no more open.
       for (let i = 0; i < 600; i++) yield* TestClock.adjust("100 millis")
       assert.strictEqual(most, 4, "at most four reads open at once")
       yield* Deferred.succeed(gate, undefined)
-      yield* until("every VM destroyed", () => Effect.map(sim.list, (vms) => vms.length === 0))
+      yield* stepUntil("every VM destroyed", () => Effect.map(sim.list, (vms) => vms.length === 0))
       assert.strictEqual(most, 4)
       assert.strictEqual(reads, 20)
       assert.deepStrictEqual(yield* residents.all, [])

@@ -1,7 +1,33 @@
 import { it } from "@effect/vitest"
+import type { ImageStore } from "@engram/runtime"
 import { Effect, Random } from "effect"
 import type { Scope } from "effect"
 import { TestClock } from "effect/testing"
+
+/** A `Random` whose every draw is `u` of its range. */
+export const fixedRandom = (u: number): Random.Random => ({ nextDoubleUnsafe: () => u, nextIntUnsafe: () => 0 })
+
+/**
+ * An image store that holds no images and does no I/O: every step of an agent on it is an effect
+ * the TestClock tracks, so a test's order does not depend on the machine's speed.
+ */
+export const noImages: ImageStore.ImageStore = {
+  root: "/no-images",
+  pathFor: (vmId) => `/no-images/${vmId}/image`,
+  prepare: (vmId) => Effect.succeed(`/no-images/${vmId}/image`),
+  get: () => Effect.succeed(undefined),
+  remove: () => Effect.void,
+}
+
+/** Steps the TestClock 100 ms at a time until `done` (at most ten minutes of the clock). */
+export const stepUntil = (what: string, done: () => Effect.Effect<boolean>) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < 6000; i++) {
+      if (yield* done()) return
+      yield* TestClock.adjust("100 millis")
+    }
+    return yield* Effect.die(new Error(`never came: ${what}`))
+  })
 
 /**
  * `it.effect` on a TestClock that waits up to 60 s of wall time (Effect's default: 1 s) for the
