@@ -11,13 +11,11 @@ import { assert, describe } from "@effect/vitest"
 import { RuntimeError, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Deferred, Effect, Fiber, Random } from "effect"
 import { TestClock } from "effect/testing"
-import { makeAgent } from "../src/Agent.js"
-import { defaultAgentConfig } from "../src/Host.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
-import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { type FakeCoordinator, makeFakeCoordinator } from "./support/FakeCoordinator.js"
-import { effect, fixedRandom, noImages, stepUntil } from "./support/PatientClock.js"
+import { effect, fixedRandom, stepUntil } from "./support/PatientClock.js"
+import { quietAgent } from "./support/QuietAgent.js"
 
 /**
  * Host a, the target of move m1 of s1 (from b), holding its paused incoming VM; `end` ends the
@@ -35,15 +33,7 @@ const incomingOfEndedMove = (end: (fake: FakeCoordinator) => Effect.Effect<void>
     assert.deepStrictEqual((yield* residents.all).map((v) => [v.vmId, v.status, v.moveId]), [["s1", "paused", "m1"]])
     yield* end(fake)
     yield* fake.place("s1", "a", "pending")
-    const agent = yield* makeAgent(defaultAgentConfig("a"), {
-      coordinator: fake.client("a"),
-      runtime: sim,
-      measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
-      residents,
-      images: noImages,
-      link: PeerLink.inMemory(new Map()),
-      target,
-    })
+    const { agent } = yield* quietAgent({ coordinator: fake.client("a"), runtime: sim, residents, target })
     yield* Effect.forkChild(agent.run)
     yield* stepUntil("s1 started", () => Effect.map(fake.get, (s) => s.sessions.get("s1")!.state === "running"))
     yield* stepUntil("the actions done", () => Effect.map(agent.busy, (b) => !b))

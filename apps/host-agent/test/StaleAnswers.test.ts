@@ -14,15 +14,11 @@ import { assert, describe } from "@effect/vitest"
 import { SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Deferred, Effect, Random } from "effect"
 import { TestClock } from "effect/testing"
-import { makeAgent } from "../src/Agent.js"
 import { type Assignments, CoordinatorError, type CoordinatorShape } from "../src/Coordinator.js"
-import { defaultAgentConfig } from "../src/Host.js"
-import { makeMoveTarget } from "../src/MoveTarget.js"
-import * as PeerLink from "../src/PeerLink.js"
-import { makeResidents } from "../src/Residents.js"
 import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
 import { makeFleet } from "./support/InProcess.js"
-import { effect, fixedRandom, noImages, stepUntil } from "./support/PatientClock.js"
+import { effect, fixedRandom, stepUntil } from "./support/PatientClock.js"
+import { quietAgent } from "./support/QuietAgent.js"
 
 describe("an assignments answer read before a move's commit, reconciled after a newer one", () => {
   effect("keeps the guest the move committed to this target: the fresh read of its session says it is this host's", () =>
@@ -107,17 +103,8 @@ describe("the retry pass's answer and the poll's", () => {
       const sim = yield* SimRuntime.make({ startMs: 50 })
       let unparks = 0
       const runtime: VmRuntimeShape = { ...sim, unpark: (id) => Effect.andThen(Effect.sync(() => unparks++), sim.unpark(id)) }
-      const residents = yield* makeResidents("a", null, () => Effect.void)
-      const agent = yield* makeAgent(defaultAgentConfig("a"), {
-        coordinator: client,
-        runtime,
-        measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
-        residents,
-        // No I/O: every step is one the TestClock tracks, so the order below is the same on any machine.
-        images: noImages,
-        link: PeerLink.inMemory(new Map()),
-        target: yield* makeMoveTarget("a", runtime, residents),
-      })
+      // No I/O: every step is one the TestClock tracks, so the order below is the same on any machine.
+      const { agent } = yield* quietAgent({ coordinator: client, runtime })
       yield* fake.addSession("s1", "a", 1024, 1)
       yield* Effect.forkChild(agent.run)
       const status = Effect.map(sim.list, (vms) => vms.map((v) => [v.vmId, v.status]))
@@ -171,16 +158,7 @@ describe("the retry pass's answer and the poll's", () => {
       const sim = yield* SimRuntime.make({ startMs: 50 })
       let unparks = 0
       const runtime: VmRuntimeShape = { ...sim, unpark: (id) => Effect.andThen(Effect.sync(() => unparks++), sim.unpark(id)) }
-      const residents = yield* makeResidents("a", null, () => Effect.void)
-      const agent = yield* makeAgent(defaultAgentConfig("a"), {
-        coordinator: client,
-        runtime,
-        measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
-        residents,
-        images: noImages,
-        link: PeerLink.inMemory(new Map()),
-        target: yield* makeMoveTarget("a", runtime, residents),
-      })
+      const { agent } = yield* quietAgent({ coordinator: client, runtime })
       yield* fake.addSession("s1", "a", 1024, 1)
       yield* Effect.forkChild(agent.run)
       const status = Effect.map(sim.list, (vms) => vms.map((v) => [v.vmId, v.status]))
@@ -227,16 +205,7 @@ describe("the fresh reads that confirm a destroy", () => {
           ),
       }
       const sim = yield* SimRuntime.make({ startMs: 50 })
-      const residents = yield* makeResidents("a", null, () => Effect.void)
-      const agent = yield* makeAgent(defaultAgentConfig("a"), {
-        coordinator: client,
-        runtime: sim,
-        measure: () => Effect.succeed({ totalMib: 65536, allocatableMib: 65536, totalVcpus: 64 }),
-        residents,
-        images: noImages,
-        link: PeerLink.inMemory(new Map()),
-        target: yield* makeMoveTarget("a", sim, residents),
-      })
+      const { agent, residents } = yield* quietAgent({ coordinator: client, runtime: sim, report: { totalMib: 65536, allocatableMib: 65536, totalVcpus: 64 } })
       const ids = Array.from({ length: 20 }, (_, i) => `s${i + 1}`)
       for (const id of ids) yield* fake.addSession(id, "a", 256, 1)
       yield* Effect.forkChild(agent.run)
