@@ -12,6 +12,9 @@
  *   left cleanly may have died between a write and its notice: every subscriber is told notices
  *   may have been missed, once. So are they when this process's own listener is back after a
  *   loss. Between those, nothing is read: waiters and caches rest on the notices alone.
+ * - A process that stops with notices unsent (its listener down, or the database slow) sends
+ *   them on a connection of its own, once, and leaves without a clean leave, so the others
+ *   re-read; only when that fails too are they lost (and said so in the log).
  */
 import { Changes, makeHub } from "@engram/store"
 import type { ChangesShape } from "@engram/store"
@@ -238,6 +241,28 @@ export const make = (options: Options): Effect.Effect<{ readonly changes: Change
       }
     }
 
+    /** Sends `topics` on a connection opened for it (bounded: about 4 s): the last try at close. */
+    const sendOnce = async (topics: readonly string[]): Promise<boolean> => {
+      const sql = postgres(options.url, {
+        max: 1,
+        connect_timeout: 2,
+        fetch_types: false,
+        ...sessionAttrsFor(options.url),
+        onnotice: () => undefined,
+      })
+      try {
+        for (const payload of payloadsOf(self, topics)) {
+          await withTimeout(sql`select pg_notify(${channel}, ${payload})`, 2000)
+          stats.sent++
+        }
+        return true
+      } catch {
+        return false
+      } finally {
+        await sql.end({ timeout: 0 }).catch(() => undefined)
+      }
+    }
+
     const scope = yield* Effect.scope
     const context = yield* Effect.context<never>()
     const log = (level: "info" | "warn", message: string, error?: unknown) => {
@@ -253,9 +278,22 @@ export const make = (options: Options): Effect.Effect<{ readonly changes: Change
         while ((pending.size > 0 || sending) && Date.now() < deadline && current !== null) await sleep(10)
         closing = true
         const l = current
-        if (l !== null) await withTimeout(l.sql`select pg_notify(${channel}, ${`${self} ${leftMarker} ${l.pid}`})`, 1000).catch(() => undefined)
+        // A clean leave only once every notice went out: a process that leaves notices unsent
+        // leaves as a killed one does, so the others re-read.
+        if (l !== null && pending.size === 0 && !sending) {
+          await withTimeout(l.sql`select pg_notify(${channel}, ${`${self} ${leftMarker} ${l.pid}`})`, 1000).catch(() => undefined)
+        }
         if (l !== null) await l.sql.end({ timeout: 2 }).catch(() => undefined)
         await supervised.catch(() => undefined)
+        // Notices still unsent (this process's listener was down, or the database slow): the
+        // others heard nothing of these writes, and, when the listener was already gone before
+        // them, were told of nothing missed after it. One last try on a connection of its own.
+        if (pending.size > 0) {
+          const left = [...pending]
+          pending.clear()
+          const sent = await sendOnce(left)
+          if (!sent) log("warn", `${left.length} change notices could not be sent before stopping: other processes' waiters wake at their deadlines, their caches at the next change`)
+        }
       }),
     )
     // The first LISTEN is in place before the layer is up (within a bound), so nothing is missed from the start.

@@ -3,7 +3,7 @@
 // between its write and its notice) makes the others say notices may have been missed, and a
 // clean leave does not; a process whose own listener is cut listens again and says so.
 import type { Listener } from "@engram/store"
-import { freshDatabase } from "@engram/test-pg"
+import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
 import postgres from "@engram/postgres"
 import { Effect, Exit, Scope } from "effect"
@@ -21,9 +21,9 @@ afterAll(async () => {
 const checkMs = 100
 
 /** A process's notices: what its one subscriber heard, and how to close it. */
-const open = async () => {
+const open = async (url = db.url) => {
   const scope = Effect.runSync(Scope.make())
-  const made = await Effect.runPromise(Scope.provide(ChangesPg.make({ url: db.url, checkMs }), scope))
+  const made = await Effect.runPromise(Scope.provide(ChangesPg.make({ url, checkMs }), scope))
   const heard: string[] = []
   let missed = 0
   const listener: Listener = { changed: (ts) => heard.push(...ts), missed: () => missed++ }
@@ -79,6 +79,36 @@ describe("ChangesPg", () => {
       await sql.end()
       await a.close()
       await b.close()
+    }
+  })
+
+  it("notices published while its listener is down still go out when the process stops before the listener is back", async () => {
+    // A reaches PostgreSQL through a proxy the test cuts; B directly.
+    const url = new URL(db.url)
+    const proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
+    url.port = String(proxy.port)
+    const a = await open(url.toString())
+    const b = await open()
+    try {
+      await until(() => b.stats().checks >= 2)
+      // A's listener is cut and cannot come back: B says notices may be lost (A vanished).
+      proxy.refuse(true)
+      proxy.cut()
+      await until(() => !a.changes.live() && b.missed() >= 1)
+      // A writes meanwhile: its notice waits for a listener. Several refused reconnects put A's
+      // supervisor in a back-off of seconds, so it is not back before A stops.
+      await Effect.runPromise(a.changes.publish(["session:written-while-down"]))
+      await until(() => proxy.refused() >= 4)
+      expect(b.heard).not.toContain("session:written-while-down")
+      proxy.refuse(false)
+      await a.close()
+      // The notice reached B (before: dropped with A, and B was told of nothing missed after A vanished).
+      await until(() => b.heard.includes("session:written-while-down"))
+      expect(a.stats().sent).toBeGreaterThanOrEqual(1)
+    } finally {
+      await a.close()
+      await b.close()
+      await proxy.close()
     }
   })
 })

@@ -14,6 +14,8 @@ export interface CuttableProxy {
   readonly cut: () => void
   /** While refusing, new connections are reset as soon as they arrive; `false` lets them through again. */
   readonly refuse: (refusing: boolean) => void
+  /** Connections reset on arrival while refusing, so far. */
+  readonly refused: () => number
   /**
    * While stalled, nothing crosses the proxy in either direction (bytes wait in its buffers)
    * and a new connection is accepted but not forwarded: every client waits, no error comes.
@@ -35,6 +37,7 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
   const pairs = new Set<readonly [net.Socket, net.Socket]>()
   const held = new Set<net.Socket>()
   let refusing = false
+  let refusedCount = 0
   let stalled = false
   let delayMs = 0
   /**
@@ -72,6 +75,7 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
   }
   const server = net.createServer((client) => {
     if (refusing) {
+      refusedCount++
       client.on("error", () => undefined)
       reset(client)
       return
@@ -126,6 +130,7 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
     refuse: (value) => {
       refusing = value
     },
+    refused: () => refusedCount,
     stall,
     delay: (ms) => {
       delayMs = ms
