@@ -285,6 +285,9 @@ export const make = (options: Options): Effect.Effect<{ readonly changes: Change
         }
         if (l !== null) await l.sql.end({ timeout: 2 }).catch(() => undefined)
         await supervised.catch(() => undefined)
+        // A send cut by the close puts its topics back before the loop ends (within about 1 s).
+        const flushEnds = Date.now() + 1500
+        while (sending && Date.now() < flushEnds) await sleep(10)
         // Notices still unsent (this process's listener was down, or the database slow): the
         // others heard nothing of these writes, and, when the listener was already gone before
         // them, were told of nothing missed after it. One last try on a connection of its own.
