@@ -247,8 +247,10 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       get: (id) => call((api) => api.sessions.get(byId(id))),
       list: (q = {}) => call((api) => api.sessions.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => sessions.list({ ...q, cursor })),
-      idle: (id) => call((api) => api.sessions.idle(byId(id))),
-      resume: (id) => call((api) => api.sessions.resume(byId(id))).pipe(Effect.map(tagged)),
+      // An idle or resume whose answer was lost has happened: repeated, it is a 409 (the session
+      // is no longer in the state it leaves). Sent once, as a move is.
+      idle: (id) => call((api) => api.sessions.idle(byId(id)), true),
+      resume: (id) => call((api) => api.sessions.resume(byId(id)), true).pipe(Effect.map(tagged)),
       end: (id) => call((api) => api.sessions.end(byId(id))),
       setTtl: (id, ttlMs) => call((api) => api.sessions.ttl({ ...byId(id), payload: { ttlMs } })),
       // A move is begun and then waited for: cut off mid-wait, it may have begun (or committed), and
@@ -263,14 +265,16 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
     }
 
     const hosts: EngramClientShape["hosts"] = {
-      create: (input) => call((api) => api.hosts.create({ payload: defined(input) })),
+      // A registration answers the host's token once (only its hash is kept): repeated after one
+      // that committed, it is a 409 and the token is lost. Sent once; so is a removal (a 404 after).
+      create: (input) => call((api) => api.hosts.create({ payload: defined(input) }), true),
       get: (id) => call((api) => api.hosts.get(byId(id))),
       list: (q = {}) => call((api) => api.hosts.list({ query: defined(q) })),
       listAll: () => Page.collect((cursor) => hosts.list({ cursor })),
       cordon: (id) => call((api) => api.hosts.cordon(byId(id))),
       uncordon: (id) => call((api) => api.hosts.uncordon(byId(id))),
       drain: (id) => call((api) => api.hosts.drain(byId(id))),
-      remove: (id) => call((api) => api.hosts.remove(byId(id))),
+      remove: (id) => call((api) => api.hosts.remove(byId(id)), true),
       rotateToken: (id) => call((api) => api.hosts.rotateToken(byId(id))),
       allowances: (id, q = {}) => call((api) => api.hosts.allowances({ ...byId(id), query: defined(q) })),
     }
@@ -289,7 +293,8 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       get: (id) => call((api) => api.ledger.get(byId(id))),
       list: (q = {}) => call((api) => api.ledger.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => reservations.list({ ...q, cursor })),
-      release: (id) => call((api) => api.ledger.release(byId(id))),
+      // Repeated after one that committed, a release is a 404: sent once.
+      release: (id) => call((api) => api.ledger.release(byId(id)), true),
       heartbeat: (id) => call((api) => api.ledger.heartbeat(byId(id))),
       summary: () => call((api) => api.ledger.summary()),
       metrics: () => call((api) => api.ledger.metrics()),
@@ -299,7 +304,8 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       get: (id) => call((api) => api.moves.get(byId(id))),
       list: (q = {}) => call((api) => api.moves.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => moves.list({ ...q, cursor })),
-      resolve: (id, outcome, reason) => call((api) => api.moves.resolve({ ...byId(id), payload: { outcome, reason } })),
+      // Repeated after one that committed, a resolve finds the move resolved (a 409): sent once.
+      resolve: (id, outcome, reason) => call((api) => api.moves.resolve({ ...byId(id), payload: { outcome, reason } }), true),
     }
 
     return { baseUrl, sessions, hosts, fleet, reservations, moves, ready: () => call((api) => api.readyz()) }
