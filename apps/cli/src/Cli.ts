@@ -15,7 +15,7 @@ import { FetchHttpClient } from "effect/http"
 import * as Format from "./Format.js"
 import * as Hung from "./Hung.js"
 import type { Target } from "./Target.js"
-import { resolveTarget } from "./Target.js"
+import { isLoopback, resolveTarget } from "./Target.js"
 import * as Why from "./Why.js"
 
 /** The version `--version` prints. */
@@ -69,7 +69,9 @@ const context = Effect.gen(function* () {
   if ("problem" in target) return yield* new UsageError({ message: target.problem })
   if (target.token === null) {
     return yield* new UsageError({
-      message: "no token: pass --token, set ENGRAM_TOKEN, or run where the coordinator wrote .engram/admin-token (pnpm start at the repository root does)",
+      message: target.urls.every(isLoopback)
+        ? "no token: pass --token, set ENGRAM_TOKEN, or run where the coordinator wrote .engram/admin-token (pnpm start at the repository root does)"
+        : `no token: pass --token or set ENGRAM_TOKEN (${target.urlSource} names a coordinator on another machine: a local .engram/admin-token is not sent there)`,
     })
   }
   const timeoutMs = callTimeoutMs(process.env)

@@ -3,8 +3,9 @@
  * `ENGRAM_URL`/`ENGRAM_TOKEN` (a URL may be a comma-separated list of replicas), else the default address (`http://127.0.0.1:7070`, or
  * `ENGRAM_PORT`) and the admin token the coordinator wrote to `.engram/admin-token`, looked
  * for in `ENGRAM_DATA_DIR`, then from the directory the command was started in (pnpm's
- * `INIT_CWD`) and the working directory up to the filesystem root. Where the token came from
- * is kept, so an error can say which token was refused.
+ * `INIT_CWD`) and the working directory up to the filesystem root — that file only for a URL on
+ * this machine (loopback): a remote coordinator needs `--token` or `ENGRAM_TOKEN`. Where the
+ * token came from is kept, so an error can say which token was refused.
  */
 import { Replicas } from "@engram/client"
 import { existsSync, readFileSync } from "node:fs"
@@ -49,6 +50,12 @@ export const tokenFiles = (env: Readonly<Record<string, string | undefined>>, cw
   return [...new Set(files)]
 }
 
+/** Whether `url` names this machine: `localhost`, 127.0.0.0/8 or `[::1]`. */
+export const isLoopback = (url: string): boolean => {
+  const host = new URL(url).hostname
+  return host === "localhost" || host === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
+}
+
 /** A `--url`/`ENGRAM_URL` (or `ENGRAM_PORT`) that breaks the rule: the setting, the value (secrets masked) and the rule. */
 export interface BadUrl {
   readonly problem: string
@@ -77,6 +84,9 @@ export const resolveTarget = (
   if (fromFlag !== undefined) return { ...base, token: fromFlag, tokenSource: "--token" }
   const fromEnv = nonEmpty(env["ENGRAM_TOKEN"])
   if (fromEnv !== undefined) return { ...base, token: fromEnv, tokenSource: "ENGRAM_TOKEN" }
+  // The token file is a local coordinator's: it goes only to addresses on this machine, never
+  // to a URL elsewhere (over plain http, a token anyone on the path could read).
+  if (!urls.every(isLoopback)) return { ...base, token: null, tokenSource: null }
   for (const file of tokenFiles(env, cwd)) {
     if (!existsSync(file)) continue
     const token = nonEmpty(readFileSync(file, "utf8"))

@@ -116,6 +116,18 @@ describe("the target", () => {
     })
   })
 
+  it("the token file goes only to a coordinator on this machine", () => {
+    mkdirSync(join(dir, ".engram"), { recursive: true })
+    writeFileSync(join(dir, ".engram", "admin-token"), "from-file-0123456789\n")
+    for (const url of ["http://localhost:7070", "http://127.0.0.2:7070", "http://[::1]:7070", "http://127.0.0.1:1,http://localhost:2"])
+      expect(Target.resolveTarget({ url, token: undefined }, {}, dir), url).toMatchObject({ token: "from-file-0123456789" })
+    for (const url of ["http://coordinator.example.net:7070", "https://10.0.0.5:7070", "http://127.0.0.1:1,http://10.0.0.5:2", "http://127.0.0.1.example.net:7070"])
+      expect(Target.resolveTarget({ url, token: undefined }, {}, dir), url).toMatchObject({ token: null, tokenSource: null })
+    expect(Target.resolveTarget({ url: undefined, token: undefined }, { ENGRAM_URL: "http://coordinator.example.net:7070" }, dir)).toMatchObject({ token: null })
+    // A token given for it is used.
+    expect(Target.resolveTarget({ url: "http://coordinator.example.net:7070", token: "given-0123456789" }, {}, dir)).toMatchObject({ token: "given-0123456789" })
+  })
+
   it("pnpm's INIT_CWD is searched before the working directory", () => {
     const other = join(dir, "other")
     mkdirSync(join(other, ".engram"), { recursive: true })
