@@ -129,10 +129,15 @@ const lifetimeFlag = (name: string, description: string) =>
     Flag.optional,
     Flag.withDescription(description),
   )
-const vcpuFlag = Flag.Int("vcpus").pipe(
-  Flag.filter((n) => n > 0, () => "a whole number above 0"),
-  Flag.withDescription("vCPUs"),
-)
+/** A whole number above 0 in decimal digits (effect's `Flag.Int` also takes `1e3` as 1000). */
+const wholeFlag = (name: string) =>
+  Flag.String(name).pipe(
+    Flag.filterMap(
+      (t) => Option.fromNullishOr(Format.parseWhole(t)),
+      () => "a whole number above 0, in decimal digits",
+    ),
+  )
+const vcpuFlag = wholeFlag("vcpus").pipe(Flag.withDescription("vCPUs"))
 const stateFlag = Flag.String("state").pipe(Flag.optional, Flag.withDescription("only sessions in this state (queued, pending, running, parked, descending, descended, moving, ended, lost)"))
 const hostFlag = Flag.String("host").pipe(Flag.optional, Flag.withDescription("only this host's"))
 
@@ -509,9 +514,10 @@ const sessions = Command.make("sessions").pipe(
     Command.make("events", { id: id("the session") }, (a) =>
       Effect.gen(function* () {
         const { client, json, target } = yield* context
-        const page = yield* call(target, client.sessions.events(a.id, { limit: 500 }))
-        if (json) return yield* printJson(page)
-        const rows = page.items.map((e) => [String(e.seq), new Date(e.at).toISOString(), e.kind, ("hostId" in e ? e.hostId : null) ?? "-", Format.details(e)])
+        // Every page: a long-lived session's history runs past one.
+        const items = yield* call(target, client.sessions.eventsAll(a.id))
+        if (json) return yield* printJson({ items, nextCursor: null })
+        const rows = items.map((e) => [String(e.seq), new Date(e.at).toISOString(), e.kind, ("hostId" in e ? e.hostId : null) ?? "-", Format.details(e)])
         yield* print(rows.length === 0 ? "no events" : Format.table(["SEQ", "AT", "EVENT", "HOST", "DETAILS"], rows))
       }),
     ).pipe(Command.withDescription("what happened to a session, oldest first")),
@@ -674,8 +680,7 @@ const watch = Command.make(
       Flag.withDefault(2000),
       Flag.withDescription("how often to refresh (2s)"),
     ),
-    count: Flag.Int("count").pipe(
-      Flag.filter((n) => n > 0, () => "a whole number above 0"),
+    count: wholeFlag("count").pipe(
       Flag.optional,
       Flag.withDescription("stop after this many refreshes (default: until Ctrl-C)"),
     ),

@@ -4,6 +4,7 @@
  * refused: the unit must be 1024-based,
  * `--max-downtime 600ms`). Pure functions.
  */
+import { Names } from "@engram/core"
 
 /** RAM for a person: `512 MiB`, `1.5 GiB`, `12 GiB`, `2 TiB`. */
 export const mib = (n: number | null | undefined): string => {
@@ -74,6 +75,14 @@ export const parseMib = (text: string): number | null => {
   const factor = unit.startsWith("t") ? 1024 * 1024 : unit.startsWith("g") ? 1024 : 1
   const value = n * factor
   return Number.isFinite(value) && value > 0 && Number.isInteger(value) ? value : null
+}
+
+/** Reads a whole number above 0 by core's one rule for integers read from text: `1e3` and `0x10` are refused. */
+export const parseWhole = (text: string): number | null => {
+  const t = text.trim()
+  if (!Names.decimalInt.test(t) || !/^[0-9]/.test(t)) return null
+  const n = Number(t)
+  return n > 0 ? n : null
 }
 
 /** Reads a duration: a plain number is ms; `ms`, `s`, `m`, `h`. */

@@ -126,6 +126,20 @@ describe("engram sessions and why", () => {
     await engram(["sessions", "end", s], { env })
   })
 
+  it("--vcpus and --count take decimal digits only: 1e3 and 0x10 are refused, nothing is created", async () => {
+    const before = (await call(c.url, "GET", "/v1/sessions?limit=1000")).body.items.length
+    for (const v of ["1e3", "0x10", "2.0", "-1", "0"]) {
+      const r = await engram(["sessions", "create", "--mem", "512", "--vcpus", v], { env })
+      expect(r.code, v).not.toBe(0)
+      expect(r.stderr, v).toMatch(/vcpus/)
+      expect(r.stderr, v).toMatch(/a whole number above 0, in decimal digits/)
+    }
+    expect((await call(c.url, "GET", "/v1/sessions?limit=1000")).body.items.length).toBe(before)
+    const watched = await engram(["watch", "--count", "1e0"], { env })
+    expect(watched.code).not.toBe(0)
+    expect(watched.stderr).toMatch(/a whole number above 0, in decimal digits/)
+  })
+
   it("a move the guard refuses is one line with the estimate, exit 1", async () => {
     const s = uid("m")
     await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", s, "--affinity", small], { env })
@@ -234,7 +248,7 @@ describe("errors and usage", () => {
     for (const count of ["0", "-3"]) {
       const r = await engram(["watch", "--count", count], { env })
       expect([r.code, r.stdout], count).toEqual([2, ""])
-      expect(r.stderr).toBe(`engram: Invalid value for flag --count: "${count}". Expected: a whole number above 0 (see: engram watch --help)\n`)
+      expect(r.stderr).toBe(`engram: Invalid value for flag --count: "${count}". Expected: a whole number above 0, in decimal digits (see: engram watch --help)\n`)
     }
   })
 
@@ -297,6 +311,28 @@ describe("the lifecycle commands", () => {
     expect(lines(events.stdout)[0]).toMatch(/^SEQ\s+AT\s+EVENT\s+HOST\s+DETAILS$/)
     expect(events.stdout).toMatch(/\screated\s/)
     await engram(["sessions", "end", s], { env })
+  })
+
+  it("events lists the whole history, past the first page", async () => {
+    const s = uid("long")
+    expect((await call(c.url, "POST", "/v1/sessions", { id: s, memMib: 512, vcpus: 1 })).status).toBe(201)
+    await started(c.url, s)
+    // More events than one page of the CLI's (500): each idle and resume is one.
+    for (let i = 0; i < 260; i++) {
+      expect((await call(c.url, "POST", `/v1/sessions/${s}/idle`)).status).toBe(200)
+      expect((await call(c.url, "POST", `/v1/sessions/${s}/resume`)).status).toBe(200)
+    }
+    const all = await call(c.url, "GET", `/v1/sessions/${s}/events?limit=1000`)
+    expect(all.body.items.length).toBeGreaterThan(520)
+    const listed = await engram(["sessions", "events", s], { env })
+    expect(listed.code, listed.stderr).toBe(0)
+    const rows = lines(listed.stdout).slice(1)
+    expect(rows).toHaveLength(all.body.items.length)
+    expect(rows.at(-1)).toMatch(new RegExp(`^${all.body.items.at(-1).seq}\\s`))
+    const json = JSON.parse((await engram(["sessions", "events", s, "--json"], { env })).stdout)
+    expect(json.items).toHaveLength(all.body.items.length)
+    expect(json.nextCursor).toBeNull()
+    await call(c.url, "DELETE", `/v1/sessions/${s}`)
   })
 
   it("hosts add registers a host and prints its agent's token once; rm refuses a host that holds reservations; rotate-token prints the new token", async () => {

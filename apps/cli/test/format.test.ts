@@ -23,6 +23,8 @@ describe("figures", () => {
     expect([Format.parseMib("lots"), Format.parseMib("0"), Format.parseMib("-1g"), Format.parseMib("0.3")]).toEqual([null, null, null, null])
     // 1000-based units are refused, not read as their 1024-based namesakes.
     expect([Format.parseMib("1GB"), Format.parseMib("512mb"), Format.parseMib("1TB")]).toEqual([null, null, null])
+    expect(["1", "16", " 8 ", "999999999999999"].map(Format.parseWhole)).toEqual([1, 16, 8, 999999999999999])
+    expect(["1e3", "0x10", "2.0", "-1", "+1", "0", "", "1_000", "9999999999999999"].map(Format.parseWhole)).toEqual(Array(9).fill(null))
     expect([Format.parseMs("600ms"), Format.parseMs("0.5s"), Format.parseMs("600"), Format.parseMs("2m")]).toEqual([600, 500, 600, 120_000])
     expect([Format.parseMs("soon"), Format.parseMs("0ms")]).toEqual([null, null])
   })

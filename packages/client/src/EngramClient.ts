@@ -134,6 +134,8 @@ export interface EngramClientShape {
     readonly wait: (id: string, target: WaitFor) => Fx<Records.SessionDetail>
     /** One page of the session's history, oldest first. */
     readonly events: (id: string, query?: Page.PageQuery) => Fx<Page.Page<Records.SessionEvent>>
+    /** The session's whole history, oldest first, following the pages (`limit` per page, default 1000). */
+    readonly eventsAll: (id: string, query?: Omit<Page.PageQuery, "cursor">) => Fx<readonly Records.SessionEvent[]>
   }
   readonly hosts: {
     /** Registers a host; answers its agent's token (shown this once). */
@@ -262,6 +264,7 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
           Effect.mapError((e) => (e._tag === "Conflict" ? new Errors.Unreachable({ status: e.status, body: e.body }) : e)),
         ),
       events: (id, q = {}) => call((api) => api.sessions.events({ ...byId(id), query: defined(q) })),
+      eventsAll: (id, q = {}) => Page.collect((cursor) => sessions.events(id, { limit: q.limit ?? 1000, cursor })),
     }
 
     const hosts: EngramClientShape["hosts"] = {
