@@ -30,7 +30,7 @@ import { FleetHistory } from "./FleetHistory.js"
 import { Forwarder, PeerLive } from "./Forward.js"
 import type { Options as FleetHistoryOptions } from "./FleetHistory.js"
 import { HandlersLive } from "./Handlers.js"
-import { defectReporter, edge, onClientError, pathParamMaxLength, routeLabeler } from "./HttpEdge.js"
+import { defectReporter, edge, onClientError, onExpectation, pathParamMaxLength, routeLabeler } from "./HttpEdge.js"
 import * as SocketGuard from "./SocketGuard.js"
 import * as Connections from "./Connections.js"
 import * as EncodedOnce from "./EncodedOnce.js"
@@ -349,14 +349,23 @@ const configured = (config: CoordinatorConfig, options: CoordinatorOptions): Lay
             // The refusals at the connection cap are logged with this coordinator's logger.
             const logWarning = Effect.runForkWith(services)
             return NodeHttpServer.layer(
-              // What Node's parser refuses (an oversized URL or header) is answered in JSON too.
+              // What Node's parser refuses (an oversized URL or header) and an `Expect` it cannot
+              // meet are answered in JSON too, and counted; a missing `Host` is the edge's to refuse
+              // (Node's own check answers a bare 400 before any listener).
               () =>
-                Connections.track(SocketGuard.guard(keepingAlive(createServer(), config.httpKeepAliveMs).on("clientError", onClientError(metrics))), {
-                  maxConnections: config.maxConnections,
-                  open: (count) => metrics.connectionsOpen.set(count),
-                  refused: () => metrics.connectionsRefused.inc(),
-                  warn: (message, fields) => void logWarning(Effect.logWarning(message, fields)),
-                }),
+                Connections.track(
+                  SocketGuard.guard(
+                    keepingAlive(createServer({ requireHostHeader: false }), config.httpKeepAliveMs)
+                      .on("clientError", onClientError(metrics))
+                      .on("checkExpectation", onExpectation(metrics)),
+                  ),
+                  {
+                    maxConnections: config.maxConnections,
+                    open: (count) => metrics.connectionsOpen.set(count),
+                    refused: () => metrics.connectionsRefused.inc(),
+                    warn: (message, fields) => void logWarning(Effect.logWarning(message, fields)),
+                  },
+                ),
               { port: config.port, host: config.host, backlog: listenBacklog, gracefulShutdownTimeout: "10 seconds" },
             )
           }),

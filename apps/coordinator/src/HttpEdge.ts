@@ -8,8 +8,11 @@
  * 500), a request id on every 5xx (an `x-request-id` header and `requestId` in the body, logged
  * with the answer and, for a defect, its cause), and the request metrics (count and duration by
  * method, route template and status). Whatever fails in that handling of an answer, the answer
- * still goes out, with a request id, and the failure is logged. `onClientError` answers what
- * Node's HTTP parser refuses before any of this runs (an oversized URL or header: a JSON 431).
+ * still goes out, with a request id, and the failure is logged. An HTTP/1.1 request without a
+ * `Host` header is refused here too (a JSON 400 naming `host`: the server is built with Node's
+ * own check off, whose answer was a bare 400 counted nowhere). `onClientError` answers what
+ * Node's HTTP parser refuses before any of this runs (an oversized URL or header: a JSON 431),
+ * and `onExpectation` an `Expect` other than `100-continue` (a JSON 417); both are counted.
  */
 import { EngramApi, Errors } from "@engram/api"
 import { Dashboard } from "@engram/dashboard"
@@ -19,6 +22,7 @@ import { FindMyWay, HttpEffect, HttpRouter, HttpServerRequest, HttpServerRespons
 import { HttpApi } from "effect/http-api"
 import { randomUUID } from "node:crypto"
 import { maxHeaderSize } from "node:http"
+import type { IncomingMessage, ServerResponse } from "node:http"
 import type { Socket } from "node:net"
 import { placementsPath } from "./Forward.js"
 import { keyName } from "./HttpErrors.js"
@@ -104,6 +108,17 @@ const asJson = (r: HttpServerResponse.HttpServerResponse, request: HttpServerReq
       return json(r.status, { error: r.status >= 500 ? "Internal" : "HttpError", message: r.status >= 500 ? "internal error" : `HTTP ${r.status}` })
   }
 }
+
+/**
+ * Whether a request is HTTP/1.1 without a `Host` header, which RFC 9112 §3.2 says to refuse
+ * with a 400. Node's own check (`requireHostHeader`) answers before any listener runs, with a
+ * bare 400 that no metric counts; the server is built with it off and the edge refuses here.
+ */
+const lacksHost = (request: HttpServerRequest.HttpServerRequest): boolean =>
+  request.headers["host"] === undefined && (request.source as { readonly httpVersion?: unknown }).httpVersion === "1.1"
+
+const noHostAnswer = () =>
+  json(400, { error: "InvalidInput", field: "host", rule: "must be present: an HTTP/1.1 request names its host (RFC 9112 §3.2)", in: "headers" }, { connection: "close" })
 
 /** The liveness probes the edge answers itself (`{ok: true}`, as the API documents them). */
 const probePaths: ReadonlySet<string> = new Set(["/livez", "/healthz"])
@@ -363,6 +378,7 @@ export const edge = (options: EdgeOptions) => {
       if (options.closing()) return answeredTotal(request, startedAt, unavailable(shutdownMessage, 1000, { connection: "close" }), null)
       if (options.draining?.() === true && (request.url === "/readyz" || request.url.startsWith("/readyz?")))
         return answeredTotal(request, startedAt, unavailable(drainingMessage), null)
+      if (lacksHost(request)) return answeredTotal(request, startedAt, noHostAnswer(), null)
       const length = request.headers["content-length"]
       if (length !== undefined) {
         const declared = Number(length)
@@ -421,8 +437,42 @@ export const onClientError = (metrics: MetricsShape) => (error: Error & { readon
   }
   const answer = clientErrorAnswer(error.code)
   const body = JSON.stringify(answer.body)
-  metrics.observeRequest("unknown", "unmatched", answer.status, 0)
   socket.end(
     `HTTP/1.1 ${answer.status} ${answer.reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
   )
+  counted(metrics, "unknown", "unmatched", answer.status)
+}
+
+/**
+ * The `checkExpectation` listener of the HTTP server: a request whose `Expect` is not
+ * `100-continue` (the one expectation Node meets) gets a JSON 417 naming it, counted by its
+ * route as the edge's own answers are (Node's own answer would be a bare 417, counted nowhere).
+ * The connection closes: whether the client then sends the body it held back is not known, so
+ * where its next request would start is not either.
+ */
+export const onExpectation =
+  (metrics: MetricsShape, routeOf: (method: string, url: string) => string = routeLabeler()) =>
+  (request: IncomingMessage, response: ServerResponse): void => {
+    const method = request.method ?? "unknown"
+    const body = JSON.stringify({
+      error: "ExpectationFailed",
+      message: "the coordinator meets no expectation but `100-continue`: send the request without this `Expect` header",
+      expect: request.headers.expect ?? "",
+    })
+    response.writeHead(417, { "content-type": "application/json", "content-length": Buffer.byteLength(body), connection: "close" })
+    response.end(body)
+    counted(metrics, method, routeOf(method, request.url ?? "/"), 417)
+  }
+
+/**
+ * Counts an answer Node's server sent outside the edge, after it went out. These listeners run
+ * inside Node's socket handling, where a throw would end the process: a metric that fails is
+ * left uncounted.
+ */
+const counted = (metrics: MetricsShape, method: string, route: string, status: number): void => {
+  try {
+    metrics.observeRequest(method, route, status, 0)
+  } catch {
+    // The answer went out; the metric is not worth the process.
+  }
 }

@@ -1,7 +1,9 @@
 // The HTTP edge over real HTTP: JSON on every error answer (404, 400, 413, 415, 500, 503), a JSON body
 // without a content type, the body limit (declared and streamed), the admin-only middleware,
 // the scrape token, the request and process metrics (the edge's own answers labelled as the
-// router labels them), and an answer that goes out even when the edge's handling of it fails.
+// router labels them), an answer that goes out even when the edge's handling of it fails, and
+// what Node's server answers before the edge (the parser's refusals, a missing Host, an Expect it
+// cannot meet): JSON, and counted.
 import { AdminOnly, EngramApi } from "@engram/api"
 import { Config, Coordinator, HttpEdge, LongPolls, Metrics, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
@@ -10,8 +12,9 @@ import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer, Logger, References } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApi } from "effect/http-api"
-import { Agent, request as httpRequest } from "node:http"
+import { Agent, createServer, request as httpRequest } from "node:http"
 import { connect } from "node:net"
+import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
 import { client, logged, uid } from "./support/http.js"
 
@@ -421,8 +424,16 @@ const parseAnswer = (text: string) => {
   return { status: Number(head.split(" ")[1]), head: head.toLowerCase(), body: JSON.parse(body) as Record<string, unknown> }
 }
 
+/** How many answers `/metrics` counts under these labels (`engram_http_requests_total`; 0 when none yet). */
+const requestsCounted = async (method: string, route: string, status: number): Promise<number> => {
+  const text = (await client(c.url, adminToken).get("/metrics")).body as string
+  const line = text.split("\n").find((l) => l.startsWith(`engram_http_requests_total{method="${method}",route="${route}",status="${status}"} `))
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(" ") + 1))
+}
+
 describe("what Node's HTTP parser refuses is answered in JSON too", () => {
-  it("an oversized URL or header is a JSON 431 naming the limit; the coordinator serves on", async () => {
+  it("an oversized URL or header is a JSON 431 naming the limit, counted; the coordinator serves on", async () => {
+    const before = await requestsCounted("unknown", "unmatched", 431)
     const url = await rawExchange(c.url, Buffer.from(`GET /v1/sessions?cursor=${"x".repeat(20_000)} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${adminToken}\r\n\r\n`))
     const header = await rawExchange(c.url, Buffer.from(`GET /v1/fleet HTTP/1.1\r\nhost: x\r\nx-big: ${"y".repeat(20_000)}\r\n\r\n`))
     for (const text of [url, header]) {
@@ -431,14 +442,64 @@ describe("what Node's HTTP parser refuses is answered in JSON too", () => {
       expect(a.head).toContain("content-type: application/json")
       expect(a.body).toMatchObject({ error: "HeadersTooLarge", limitBytes: expect.any(Number) })
     }
+    expect(await requestsCounted("unknown", "unmatched", 431)).toBe(before + 2)
     expect((await client(c.url, adminToken).get("/v1/fleet")).status).toBe(200)
   })
 
-  it("a URL with bytes outside ASCII is a JSON 400 that says to percent-encode them", async () => {
+  it("a URL with bytes outside ASCII is a JSON 400 that says to percent-encode them, counted", async () => {
+    const before = await requestsCounted("unknown", "unmatched", 400)
     const a = parseAnswer(await rawExchange(c.url, Buffer.concat([Buffer.from("GET /v1/sessions/caf"), Buffer.from([0xc3, 0xa9, 0xff]), Buffer.from(" HTTP/1.1\r\nhost: x\r\n\r\n")])))
     expect(a.status).toBe(400)
     expect(a.body).toMatchObject({ error: "InvalidInput", field: "request" })
     expect(String(a.body["rule"])).toContain("percent-encode")
+    expect(await requestsCounted("unknown", "unmatched", 400)).toBe(before + 1)
+  })
+
+  it("an HTTP/1.1 request without a Host header is a JSON 400 naming the header, counted by its route; HTTP/1.0 needs none", async () => {
+    const before = await requestsCounted("GET", "/v1/fleet", 400)
+    const a = parseAnswer(await rawExchange(c.url, Buffer.from(`GET /v1/fleet HTTP/1.1\r\nauthorization: Bearer ${adminToken}\r\n\r\n`)))
+    expect(a.status).toBe(400)
+    expect(a.head).toContain("content-type: application/json")
+    expect(a.head).toContain("connection: close")
+    expect(a.body).toMatchObject({ error: "InvalidInput", field: "host", in: "headers" })
+    expect(String(a.body["rule"])).toContain("must be present")
+    // Before, Node answered it itself: a bare 400 with an empty body, counted nowhere.
+    expect(await requestsCounted("GET", "/v1/fleet", 400)).toBe(before + 1)
+    const older = parseAnswer(await rawExchange(c.url, Buffer.from("GET /livez HTTP/1.0\r\n\r\n")))
+    expect([older.status, older.body]).toEqual([200, { ok: true }])
+  })
+
+  it("an Expect other than 100-continue is a JSON 417 naming it, counted by its route; nothing is created", async () => {
+    const before = await requestsCounted("POST", "/v1/sessions", 417)
+    const id = uid("s")
+    const body = JSON.stringify({ id, memMib: 64, vcpus: 1 })
+    const request = `POST /v1/sessions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${adminToken}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nexpect: 200-ok\r\n\r\n${body}`
+    const a = parseAnswer(await rawExchange(c.url, Buffer.from(request)))
+    expect(a.status).toBe(417)
+    expect(a.head).toContain("content-type: application/json")
+    expect(a.head).toContain("connection: close")
+    expect(a.body).toMatchObject({ error: "ExpectationFailed", expect: "200-ok" })
+    expect(String(a.body["message"])).toContain("100-continue")
+    // Before, Node answered it itself: a bare 417 with an empty body, counted nowhere.
+    expect(await requestsCounted("POST", "/v1/sessions", 417)).toBe(before + 1)
+    expect((await client(c.url, adminToken).get(`/v1/sessions/${id}`)).status).toBe(404)
+  })
+
+  it("a metric that fails leaves the parser's and the expectation's answers as they went, and the server serving", async () => {
+    const failing = { observeRequest: () => { throw new Error("metric broke (test)") } } as unknown as Parameters<typeof HttpEdge.onClientError>[0]
+    const server = createServer((_, res) => res.end("ok")).on("clientError", HttpEdge.onClientError(failing)).on("checkExpectation", HttpEdge.onExpectation(failing, () => "/x"))
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    try {
+      const bad = parseAnswer(await rawExchange(base, Buffer.from("GET /a b HTTP/1.1\r\nhost: x\r\n\r\n")))
+      expect([bad.status, bad.body["error"]]).toEqual([400, "InvalidInput"])
+      const expectation = parseAnswer(await rawExchange(base, Buffer.from("GET /x HTTP/1.1\r\nhost: x\r\nexpect: nothing\r\n\r\n")))
+      expect([expectation.status, expectation.body["error"]]).toEqual([417, "ExpectationFailed"])
+      expect(await (await fetch(`${base}/x`)).text()).toBe("ok")
+    } finally {
+      server.closeAllConnections()
+      await new Promise((resolve) => server.close(resolve))
+    }
   })
 })
 

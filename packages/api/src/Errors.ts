@@ -4,6 +4,7 @@
  * `Effect.catchTag`; it is not part of the body):
  * 400 `{error, field, rule, in?}`, 401/403 `{error, message}`, 404 `{error, entity, id, message}`,
  * 409 `{error, message, …}`, 413 `{error, message, limitBytes}`, 415 `{error, message, contentType}`,
+ * 417 `{error: "ExpectationFailed", message, expect}` (an `Expect` header other than `100-continue`),
  * 429 `{error: "TooManyWaits", message, retryAfterMs, limit}` with a `Retry-After` header (a long-poll
  * beyond its credential's or the coordinator's cap),
  * 431 `{error: "HeadersTooLarge", message, limitBytes}` (the request line and headers over Node's
