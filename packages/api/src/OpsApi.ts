@@ -26,7 +26,10 @@ export class OpsApi extends HttpApiGroup.make("ops", { topLevel: true }).add(
     ),
   ),
   HttpApiEndpoint.get("openapi", "/openapi.json", { success: Schema.Unknown }).annotateMerge(
-    doc("This API as OpenAPI 3.1", "The machine-readable description of every endpoint. No credential. A browsable reference is at `/docs`."),
+    doc(
+      "This API as OpenAPI 3.1",
+      "The machine-readable description of every endpoint. No credential. A browsable reference is at `/docs`. Both carry a strong `ETag` and `Cache-Control: no-cache`: a request whose `If-None-Match` names the tag is answered 304 without a body.",
+    ),
   ),
   HttpApiEndpoint.get("metrics", "/metrics", { success: Schema.String.pipe(HttpApiSchema.asText({ contentType: prometheusContentType })) })
     .middleware(StrictInput)

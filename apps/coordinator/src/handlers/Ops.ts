@@ -7,7 +7,7 @@ import { Clock, Effect, Option } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import * as HandlerGroup from "../HandlerGroup.js"
 import { AdminToken, sameHash } from "../Auth.js"
-import { openApiAnswer } from "../EncodedOnce.js"
+import { answerFor, openApiAnswer } from "../EncodedOnce.js"
 import { api, writesRefusedError } from "../HttpErrors.js"
 import { Leader } from "../Leader.js"
 import { Metrics } from "../Metrics.js"
@@ -69,7 +69,8 @@ export const OpsHandlers = HandlerGroup.make(
     }
     // A store on PostgreSQL or PGlite counts its placements' version checks; another store does not.
     const stats = yield* Effect.serviceOption(StorePg.PlacementStats)
-    // The document never changes while the process runs: encoded once, its bytes for every request.
+    // The document never changes while the process runs: encoded and tagged once, its bytes (or a
+    // 304, to a client that holds them) for every request.
     const openApi = openApiAnswer()
     const alive = () => Effect.succeed({ ok: true })
     return HttpApiBuilder.group(EngramApi, "ops", (h) =>
@@ -99,7 +100,7 @@ export const OpsHandlers = HandlerGroup.make(
             Effect.mapError((e) => (e instanceof ServiceUnavailable ? e : new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: 1000 }))),
           ),
         )
-        .handle("openapi", () => Effect.succeed(openApi))
+        .handle("openapi", ({ request }) => Effect.succeed(answerFor(openApi, request.headers["if-none-match"])))
         .handle("metrics", () => storeGauges(settings.config.probeTimeoutMs).pipe(
             Effect.provideService(Store, store),
             Effect.map((read) => ({ ...read, checks: Option.getOrUndefined(stats)?.checks(), listenerUp: changes.live() })),
