@@ -46,7 +46,10 @@ export interface Snapshot {
     readonly sessions: number
     readonly memMib: number
     readonly vcpus: number
-    /** Queued sessions that fit on no candidate host now (too-big ones excluded). */
+    /**
+     * Queued sessions that fit on no candidate host now (too-big ones excluded); with the read's
+     * time, a host claimed for a starving session is no candidate for the others (as for the gate).
+     */
     readonly withoutRoom: number
   }
   /**
@@ -86,9 +89,12 @@ export const templateCounts = (hosts: Iterable<Placement.Candidate>): TemplateCo
  * `withoutRoom` counts no room on a silent host (`Placement.isSilent`): a dead agent's empty host
  * does not hide the cue for more hosts; the silent hosts are counted (`hosts.silent`,
  * `hosts.readySilent`) and their room named (`silentFreeMib`, `silentFreeVcpus`), while `ready`,
- * `freeMib` and `freeVcpus` keep their meaning (every ready host).
+ * `freeMib` and `freeVcpus` keep their meaning (every ready host). With `now`, a host placement
+ * claims for a starving session (the gate's `options.starvationLimitMs`) is no room for the other
+ * queued sessions either, as the park gate counts them (`ParkGate.countWithoutRoom`): a session
+ * that fits only there waits as surely as one that fits nowhere.
  */
-export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults, now?: number): Snapshot => {
+export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults, now?: number, options: ParkGate.Options = ParkGate.defaultOptions): Snapshot => {
   let ready = 0
   let measured = 0
   let cordoned = 0
@@ -148,7 +154,7 @@ export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults, n
       sessions: fleet.queue.length,
       memMib: qMem,
       vcpus: qCpu,
-      withoutRoom: ParkGate.countWithoutRoom(fleet, limits, now),
+      withoutRoom: ParkGate.countWithoutRoom(fleet, limits, now, options),
     },
     unplaceable: { count: tooBig.length, largestMemMib: largest.memMib, largestVcpus: largest.vcpus },
     parks,

@@ -226,8 +226,13 @@ export const anyWithoutRoom = (queued: Iterable<Budget>, fits: (b: Budget) => bo
   return false
 }
 
-/** How many queued sessions are without room (`withoutRoom(...).length`). */
-export const countWithoutRoom = (fleet: FleetView, limits: Limits = defaults, now?: number): number => withoutRoom(fleet, limits, now).length
+/**
+ * How many queued sessions are without room (`withoutRoom(...).length`). With `now` and the
+ * gate's `options`, a host placement claims then for a starving session (`claimsAt`) is no room
+ * either, as the gate counts it (`decide`): what the fleet's autoscaling cue reads.
+ */
+export const countWithoutRoom = (fleet: FleetView, limits: Limits = defaults, now?: number, options?: Options): number =>
+  withoutRoom(fleet, limits, now, now === undefined || options === undefined ? undefined : claimsAt(fleet, now, limits, options).hostIds).length
 
 // ---- step 3: descents running ---------------------------------------------------------------
 
@@ -418,6 +423,27 @@ export const claimedHosts = (fleet: FleetView, now: number, limits: Limits, opti
   return out
 }
 
+/** The hosts placement claims for starving sessions at one time: by holder, and their ids. */
+export interface Claims {
+  /** The claimed host of each holder (`claimedHosts`). */
+  readonly byHolder: ReadonlyMap<string, FleetHost>
+  /** The claimed hosts' ids (undefined when none): no room for the queue but for their holders. */
+  readonly hostIds: ReadonlySet<string> | undefined
+}
+
+const noClaims: Claims = Object.freeze({ byHolder: new Map<string, FleetHost>(), hostIds: undefined })
+
+/**
+ * The hosts placement claims at `now` for the queued sessions starving then (`claimedHosts`):
+ * none, and no work, while no queued session has waited `starvationLimitMs`. The gate's one
+ * reading of claims, for its decision and for the fleet's count of sessions without room.
+ */
+export const claimsAt = (fleet: FleetView, now: number, limits: Limits, options: Options): Claims => {
+  if (!fleet.queue.some((q) => now - q.queuedAt >= options.starvationLimitMs)) return noClaims
+  const byHolder = claimedHosts(fleet, now, limits, options)
+  return byHolder.size === 0 ? noClaims : { byHolder, hostIds: new Set(Array.from(byHolder.values(), (h) => h.id)) }
+}
+
 /** The serving step's answer: the holds for the next pass and the yields on held hosts. */
 export interface Served {
   readonly holds: readonly Hold[]
@@ -568,15 +594,14 @@ export const decide = <X extends string = never>(fleet: FleetView, ctx: Context,
   const options = ctx.options ?? defaultOptions
   const now = ctx.now
   // Room is judged at the decision's time: a silent host has none (`gives`), as for placement,
-  // nor a host placement claims for a starving session (`claimedHosts`) but for its holder.
-  const claimed = fleet.queue.some((q) => now - q.queuedAt >= options.starvationLimitMs) ? claimedHosts(fleet, now, limits, options) : undefined
-  const fenced = claimed === undefined || claimed.size === 0 ? undefined : new Set(Array.from(claimed.values(), (h) => h.id))
-  const waiting = (steps.waiting ?? withoutRoom)(fleet, limits, now, fenced)
+  // nor a host placement claims for a starving session (`claimsAt`) but for its holder.
+  const claims = claimsAt(fleet, now, limits, options)
+  const waiting = (steps.waiting ?? withoutRoom)(fleet, limits, now, claims.hostIds)
   const unplaceableCount = fleet.queue.length === 0 ? 0 : unplaceable(fleet, limits).length
   const descents = descentsRunning(fleet)
 
   const planner = new DescentPlanner(limits, now)
-  const starved = serve(fleet, waiting, { now, limits, options, memory: ctx.memory ?? noMemory, claimed: claimed ?? new Map() }, steps.fit === true, planner)
+  const starved = serve(fleet, waiting, { now, limits, options, memory: ctx.memory ?? noMemory, claimed: claims.byHolder }, steps.fit === true, planner)
   const held = new Set(starved.holds.map((h) => h.hostId))
   const eligibleStep = steps.eligible
   const { forced, pool } = mayYield(fleet, now, limits, (h) => !held.has(h.id) && (eligibleStep === undefined || eligibleStep(h, now)))

@@ -1,5 +1,8 @@
+import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { Fleet } from "../src/index.js"
+import { Fleet, Limits, ParkGate, ParkPolicy } from "../src/index.js"
+import type { FleetView } from "../src/index.js"
+import { arbFleet } from "./arb.js"
 
 describe("Fleet.snapshot", () => {
   it("sums the headroom placement reserves against, and counts the queue without room", () => {
@@ -87,5 +90,66 @@ describe("Fleet.snapshot", () => {
     expect(s.unplaceable).toEqual({ count: 2, largestMemMib: 200_000, largestVcpus: 96 })
     // The placeable one waits for room; the two others are the cue for a bigger host, not for more hosts.
     expect(s.queue.withoutRoom).toBe(1)
+  })
+
+  describe("the queue's withoutRoom is the park gate's", () => {
+    const GiB = 1024
+    const LIMIT = ParkGate.defaultOptions.starvationLimitMs
+    const NOW = 10 * LIMIT
+    const host = (id: string, reservedMib: number) => ({
+      id,
+      headroom: { allocatableMib: 16 * GiB, cpuBudget: 64, reserved: { memMib: reservedMib, vcpus: 0 } },
+      descentsRunning: 0,
+      parks: [],
+    })
+    // C has 12 GiB free, D 2 GiB. S (14 GiB) fits nowhere; B (10 GiB) fits on C alone.
+    const fleet = (sQueuedAt: number): FleetView => ({
+      hosts: [host("C", 4 * GiB), host("D", 14 * GiB)],
+      queue: [
+        { sessionId: "S", budget: { memMib: 14 * GiB, vcpus: 1 }, queuedAt: sQueuedAt },
+        { sessionId: "B", budget: { memMib: 10 * GiB, vcpus: 1 }, queuedAt: NOW - 1000 },
+      ],
+    })
+
+    it("with the read's time, a host placement claims for a starving session is no room for the others: a session that fits only there counts", () => {
+      // S has starved: placement claims C for it and places nobody else there, so B waits too.
+      const starving = fleet(NOW - LIMIT)
+      expect(ParkGate.evaluate(starving, NOW).withoutRoom).toBe(2)
+      // Before, the snapshot counted B as having room (on C): 1 against the gate's 2.
+      expect(Fleet.snapshot(starving, Limits.defaults, NOW).queue.withoutRoom).toBe(2)
+      // The limit is the gate's option: under a longer one S does not starve yet, and nothing is claimed.
+      expect(Fleet.snapshot(starving, Limits.defaults, NOW, { starvationLimitMs: LIMIT + 1 }).queue.withoutRoom).toBe(1)
+      // Before S starves nothing is claimed, and B has room on C, for both.
+      const waiting = fleet(NOW - 1000)
+      expect([Fleet.snapshot(waiting, Limits.defaults, NOW).queue.withoutRoom, ParkGate.evaluate(waiting, NOW).withoutRoom]).toEqual([1, 1])
+      // Without the read's time no claim is judged (nor silence).
+      expect(Fleet.snapshot(starving).queue.withoutRoom).toBe(1)
+    })
+
+    it("property: with the read's time, the snapshot's withoutRoom is the gate's (the default policy's and demand's), starving sessions and silent hosts included", () => {
+      const limits = { ...Limits.defaults, heartbeatStaleWindowMs: 60_000 }
+      const options = { ...ParkPolicy.defaultOptions, starvationLimitMs: 1000 }
+      const now = 100_000
+      const arbView = fc.record({
+        hosts: arbFleet,
+        // Silence: never reported, within the window, past it.
+        reported: fc.array(fc.constantFrom(undefined, now - 1000, now - 120_000), { minLength: 10, maxLength: 10 }),
+        queue: fc.array(
+          fc.record({ memMib: fc.integer({ min: 1, max: 64 }), vcpus: fc.integer({ min: 0, max: 16 }), waitedMs: fc.constantFrom(0, 500, 1000, 5000) }),
+          { maxLength: 8 },
+        ),
+      })
+      fc.assert(
+        fc.property(arbView, ({ hosts, reported, queue }) => {
+          const view: FleetView = {
+            hosts: hosts.map((h, i) => ({ ...h, descentsRunning: 0, parks: [], ...(reported[i] === undefined ? {} : { reportedAt: reported[i] }) })),
+            queue: queue.map((q, i) => ({ sessionId: `q${i}`, budget: { memMib: q.memMib * 256, vcpus: q.vcpus }, queuedAt: now - q.waitedMs - i })),
+          }
+          const snap = Fleet.snapshot(view, limits, now, options).queue.withoutRoom
+          for (const name of [ParkPolicy.defaultName, "demand"] as const) expect(snap, name).toBe(ParkPolicy.evaluate(name, view, now, limits, options).withoutRoom)
+        }),
+        { numRuns: 300 },
+      )
+    })
   })
 })
