@@ -9,6 +9,7 @@ import { Fleet } from "@engram/core"
 import type { Dashboard } from "@engram/dashboard"
 import { nowOf, Store } from "@engram/store"
 import { Context, Duration, Effect, Layer, Schedule } from "effect"
+import { ruleNow } from "./Reaper.js"
 
 /** One sample of the fleet signal, as the dashboard draws it. */
 export type Sample = Dashboard.HistorySample
@@ -35,6 +36,8 @@ export class FleetHistory extends Context.Service<FleetHistory, FleetHistoryShap
       FleetHistory,
       Effect.gen(function* () {
         const store = yield* Store
+        // The reaper's gate options: the queue without room is counted as its gate counts it.
+        const gate = (yield* ruleNow).options
         const intervalMs = options.sampleMs ?? 10_000
         const keep = Math.max(2, options.samples ?? 360)
         const kept: Sample[] = []
@@ -42,7 +45,7 @@ export class FleetHistory extends Context.Service<FleetHistory, FleetHistoryShap
           const view = yield* store.fleetView()
           // The store's time: a host's silence is judged against its report's, stamped on it.
           const at = yield* nowOf(store)
-          const s = Fleet.snapshot(view, store.limits(), at)
+          const s = Fleet.snapshot(view, store.limits(), at, gate)
           kept.push({
             at,
             freeMib: s.freeMib,

@@ -321,8 +321,12 @@ const leadingNow = Effect.map(Effect.serviceOption(Leader), (leader) => () => Op
  */
 const fenceNow = Effect.map(Effect.serviceOption(Leader), (leader) => (Option.isNone(leader) ? undefined : () => leader.value.fence()))
 
-/** The park policy of the passes and the immediate reaction: `parkRule` of the `Settings` in context, `park` without. */
-const ruleNow = Effect.map(Effect.serviceOption(Settings), (settings) => (Option.isSome(settings) ? parkRule(settings.value.config) : park))
+/**
+ * The park policy of the passes and the immediate reaction: `parkRule` of the `Settings` in
+ * context, `park` without. The fleet signal counts its queue without room by the same rule's
+ * starvation limit (`Fleet.snapshot`: a host claimed for a starving session is no room).
+ */
+export const ruleNow = Effect.map(Effect.serviceOption(Settings), (settings) => (Option.isSome(settings) ? parkRule(settings.value.config) : park))
 
 /**
  * One reaper pass (`@engram/reaper`'s). Never fails: a store failure ends the pass (and is logged

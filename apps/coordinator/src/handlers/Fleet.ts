@@ -6,11 +6,14 @@ import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import * as HandlerGroup from "../HandlerGroup.js"
 import { api, badRequest } from "../HttpErrors.js"
+import { ruleNow } from "../Reaper.js"
 import { pageJson, sessionDetail } from "../Views.js"
 
 export const FleetHandlers = HandlerGroup.make(
   Effect.gen(function* () {
     const store = yield* Store
+    // The reaper's gate options: the queue without room is counted as its gate counts it.
+    const gate = (yield* ruleNow).options
     return HttpApiBuilder.group(EngramApi, "fleet", (h) =>
       h
         .handle("snapshot", () =>
@@ -18,7 +21,7 @@ export const FleetHandlers = HandlerGroup.make(
             const fleet = yield* api(store.fleetView())
             // Open moves are few (one per moving session): counted from their own list.
             const open = yield* api(store.listMoves({ state: "pending" }))
-            return { ...Fleet.snapshot(fleet, store.limits(), fleet.readAt), movesInDoubt: open.filter(Move.inDoubt).length, readAt: fleet.readAt }
+            return { ...Fleet.snapshot(fleet, store.limits(), fleet.readAt, gate), movesInDoubt: open.filter(Move.inDoubt).length, readAt: fleet.readAt }
           }),
         )
         .handle("queue", ({ query }) =>

@@ -1,6 +1,7 @@
 /** `/livez`, `/healthz`, `/readyz`, `/openapi.json` and `/metrics`. */
 import { EngramApi, ServiceUnavailable } from "@engram/api"
 import { Fleet } from "@engram/core"
+import type { ParkGate } from "@engram/core"
 import { Changes, Store } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { Clock, Effect, Option } from "effect"
@@ -12,6 +13,7 @@ import { api, writesRefusedError } from "../HttpErrors.js"
 import { Leader } from "../Leader.js"
 import { Metrics } from "../Metrics.js"
 import type { StoreGaugeValue } from "../Metrics.js"
+import { ruleNow } from "../Reaper.js"
 import { Settings } from "../Settings.js"
 import { bounded, probeTimedOut, readOnlyHoldMs, StoreHealth } from "../StoreBound.js"
 
@@ -19,8 +21,9 @@ import { bounded, probeTimedOut, readOnlyHoldMs, StoreHealth } from "../StoreBou
  * The store's gauges for one scrape: the fleet signal, the ledger's counts and the sessions by
  * state, as far as they could be read within `probeTimeoutMs` (the reads at once): a store that does not answer
  * leaves them out and `engram_store_up` 0, rather than the scrape waiting out the store's bound.
+ * The queue without room is counted as the reaper's gate (`gate`: its options) counts it.
  */
-const storeGauges = (probeTimeoutMs: number) => Effect.gen(function* () {
+const storeGauges = (probeTimeoutMs: number, gate: ParkGate.Options) => Effect.gen(function* () {
   const store = yield* Store
   const [fleet, ledger, sessions] = yield* Effect.all(
     [
@@ -32,7 +35,7 @@ const storeGauges = (probeTimeoutMs: number) => Effect.gen(function* () {
   )
   const gauges: StoreGaugeValue[] = []
   if (fleet._tag === "Success") {
-    const snap = Fleet.snapshot(fleet.success, store.limits(), fleet.success.readAt)
+    const snap = Fleet.snapshot(fleet.success, store.limits(), fleet.success.readAt, gate)
     gauges.push(
       { name: "engram_queue_length", value: snap.queue.sessions },
       { name: "engram_queue_without_room", value: snap.queue.withoutRoom },
@@ -62,6 +65,7 @@ export const OpsHandlers = HandlerGroup.make(
     const changes = yield* Changes
     const health = yield* StoreHealth
     const ownFingerprint = (yield* AdminToken).fingerprint
+    const gate = (yield* ruleNow).options
     /** Whether this replica's admin token is the leader's, when another leader is known (constant time). */
     const tokenMatch = (): { readonly adminTokenMatchesLeader?: boolean } => {
       const leaders = leader.isLeader() ? null : (leader.leaderAdminTokenHash?.() ?? null)
@@ -101,7 +105,7 @@ export const OpsHandlers = HandlerGroup.make(
           ),
         )
         .handle("openapi", ({ request }) => Effect.succeed(answerFor(openApi, request.headers["if-none-match"])))
-        .handle("metrics", () => storeGauges(settings.config.probeTimeoutMs).pipe(
+        .handle("metrics", () => storeGauges(settings.config.probeTimeoutMs, gate).pipe(
             Effect.provideService(Store, store),
             Effect.map((read) => ({ ...read, checks: Option.getOrUndefined(stats)?.checks(), listenerUp: changes.live() })),
             Effect.flatMap(metrics.scrape),
