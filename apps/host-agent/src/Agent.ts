@@ -1075,7 +1075,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     /** The configured templates this host does not hold yet, built one by one in the background. */
     const buildTemplates = Effect.forEach(
       config.templates,
-      (t) => templates.ensure(t).pipe(Effect.catch((e) => Effect.logWarning("template: build failed", { hostId: me, template: t.name, error: e.message }))),
+      // A failed build is logged where it fails (Templates.ts), with when it is tried again.
+      (t) => templates.ensure(t).pipe(Effect.ignore),
       { discard: true },
     )
 

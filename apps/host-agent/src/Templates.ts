@@ -2,11 +2,12 @@
  * The templates of one host (a booted, paused guest kept by the runtime under a name, from
  * which a session starts instead of booting): which the runtime holds, and building one when
  * asked (configured at start, or a session that names one this host does not hold). Builds run
- * one at a time (each boots a guest); a second ask for the same template waits for the first.
+ * one at a time (each boots a guest); an ask for a template being built shares that build, and a
+ * template whose build failed is not built again before its retry time (`make`).
  */
-import { nowMs, type RuntimeError, type TemplateInfo, type TemplateSpec, type VmRuntimeShape } from "@engram/runtime"
+import { nowMs, RuntimeError, type TemplateInfo, type TemplateSpec, type VmRuntimeShape } from "@engram/runtime"
 import { Names } from "@engram/core"
-import { Effect, Semaphore } from "effect"
+import { Cause, Deferred, Effect, Exit, Semaphore } from "effect"
 
 export interface Templates {
   /** The templates the runtime holds. */
@@ -56,23 +57,73 @@ export const parse = (text: string): { readonly specs: readonly TemplateSpec[] }
   return { specs }
 }
 
+/** How long a failed build of a template is remembered before one is tried again: doubling from this. */
+export const failedBuildRetryMs = 60_000
+/** The longest wait before a failed template is built again. */
+export const failedBuildRetryMaxMs = 30 * 60_000
+
 /**
  * `onBuilt` runs after each build (the agent reports its host at once, so the coordinator's
  * placement prefers this host for the new template without waiting for the next periodic report).
+ *
+ * Every caller asking for a template being built shares that one build (and its outcome). A
+ * build that failed is remembered: until its retry time (1 min, doubling to 30 min on each
+ * further failure, forgotten on a success) an ask fails at once with that failure, so a template
+ * whose guest never gets ready (each try waits the runtime's whole ready timeout) costs one build
+ * per retry time, not one per session that names it, each behind the last.
  */
 export const make = (hostId: string, runtime: VmRuntimeShape, onBuilt: (t: TemplateInfo) => Effect.Effect<void> = () => Effect.void): Effect.Effect<Templates> =>
   Effect.gen(function* () {
     const builds = yield* Semaphore.make(1)
-    const ensure = (t: TemplateSpec) =>
+    const building = new Map<string, Deferred.Deferred<TemplateInfo, RuntimeError>>()
+    const failed = new Map<string, { readonly until: number; readonly retryMs: number; readonly error: RuntimeError }>()
+    const build = (t: TemplateSpec) =>
       Effect.gen(function* () {
         const held = (yield* runtime.templates).find((h) => h.name === t.name)
         if (held !== undefined) return held
         const t0 = yield* nowMs
         yield* Effect.logInfo("template: building", { hostId, template: t.name, memMib: t.memMib, vcpus: t.vcpus })
-        const built = yield* runtime.buildTemplate(t)
+        const built = yield* runtime.buildTemplate(t).pipe(
+          Effect.tapError((error) =>
+            Effect.gen(function* () {
+              const retryMs = Math.min(failedBuildRetryMaxMs, (failed.get(t.name)?.retryMs ?? failedBuildRetryMs / 2) * 2)
+              failed.set(t.name, { until: (yield* nowMs) + retryMs, retryMs, error })
+              yield* Effect.logWarning("template: build failed", { hostId, template: t.name, error: error.message, retryInMs: retryMs })
+            }),
+          ),
+        )
+        failed.delete(t.name)
         yield* Effect.logInfo("template: built", { hostId, template: t.name, method: built.method, bytes: built.bytes, ms: Math.round((yield* nowMs) - t0) })
         yield* onBuilt(built)
         return built
       }).pipe(builds.withPermits(1))
+    const ensure = (t: TemplateSpec): Effect.Effect<TemplateInfo, RuntimeError> =>
+      Effect.gen(function* () {
+        const held = (yield* runtime.templates).find((h) => h.name === t.name)
+        if (held !== undefined) return held
+        const shared = building.get(t.name)
+        if (shared !== undefined) return yield* Deferred.await(shared)
+        const before = failed.get(t.name)
+        const now = yield* nowMs
+        if (before !== undefined && now < before.until)
+          return yield* new RuntimeError({
+            op: "buildTemplate",
+            vmId: `@template-${t.name}`,
+            message: `its last build failed (${before.error.message}); tried again in ${Math.ceil((before.until - now) / 1000)} s`,
+          })
+        const outcome = yield* Deferred.make<TemplateInfo, RuntimeError>()
+        building.set(t.name, outcome)
+        // The build's outcome is every sharer's; one cut short (the agent stopping) fails them too.
+        return yield* build(t).pipe(
+          Effect.onExit((exit) =>
+            Effect.suspend(() => {
+              building.delete(t.name)
+              return Exit.isSuccess(exit) || Cause.hasFails(exit.cause)
+                ? Deferred.done(outcome, exit)
+                : Deferred.fail(outcome, new RuntimeError({ op: "buildTemplate", vmId: `@template-${t.name}`, message: "the build was stopped" }))
+            }),
+          ),
+        )
+      })
     return { held: runtime.templates, ensure }
   })
