@@ -556,8 +556,15 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           return yield* Effect.fail({ _tag: "IncomingNotCommitted", message: `the incoming VM of move ${moveId} was never committed here and the move is still pending; kept paused` })
         }
         if (m === null || m.state !== "committed") {
-          yield* target.abort(moveId)
-          yield* log("move: dropped the incoming VM of a move that ended without this target's commit; the session is handled as any other", { sessionId: s.id, moveId, moveState: m === null ? "gone" : m.state, state: s.state })
+          // Seen incoming: a source's commit that resumed it meanwhile leaves a guest that runs here,
+          // kept (the session placed here takes it as its own: `actionFor`).
+          const aborted = yield* target.abort(moveId, { incomingOnly: true })
+          yield* log(
+            aborted === "kept-running"
+              ? "move: the incoming VM of a move that ended was resumed by its source's commit meanwhile; kept, the session is handled as any other"
+              : "move: dropped the incoming VM of a move that ended without this target's commit; the session is handled as any other",
+            { sessionId: s.id, moveId, moveState: m === null ? "gone" : m.state, state: s.state },
+          )
           return yield* otherwise
         }
         yield* Effect.logWarning("move: committed on the coordinator without this target's commit (an operator's, or the source's commit lost); resuming the incoming VM here", {
@@ -565,8 +572,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           sessionId: s.id,
           moveId,
         })
-        yield* target.commit({ moveId, sessionId: s.id, sourceHostId: m.sourceHostId, targetHostId: me, memMib: vm.memMib, vcpus: vm.vcpus })
-        yield* residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
+        // The VM becomes the session's in the commit's own turn: a source's abort after it finds
+        // nothing of the move, where it would destroy the guest the coordinator places here.
+        yield* target.commit({ moveId, sessionId: s.id, sourceHostId: m.sourceHostId, targetHostId: me, memMib: vm.memMib, vcpus: vm.vcpus }, { adopt: { reservationId: s.reservationId ?? null } })
         yield* log("move: the incoming VM resumed here", { sessionId: s.id, moveId })
       })
     /** The action `s` needs now, run (nothing when it needs none): what follows a dropped incoming VM. */
@@ -833,8 +841,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             // session ended or went elsewhere after the commit, or after the move was pruned).
             // Unknown: kept, asked again on a later pass.
             if (vm.status === "running" && !(yield* explicitlyGone(vm.vmId, vm.moveId))) continue
-            yield* target.abort(vm.moveId)
-            yield* log("dropped the VM of a move no longer pending", { sessionId: vm.vmId, moveId: vm.moveId })
+            // One seen incoming goes only while it still is: a commit that resumed it meanwhile
+            // made it a guest that ran here, judged by the rule above on a later pass.
+            const aborted = yield* target.abort(vm.moveId, { incomingOnly: vm.status === "paused" })
+            if (aborted === "dropped") yield* log("dropped the VM of a move no longer pending", { sessionId: vm.vmId, moveId: vm.moveId })
             continue
           }
           // Confirmed first by a fresh read of the session (below): an answer read before a move

@@ -8,10 +8,15 @@
  * What it decides: a refused commit (`PeerError` with `refused: true`) means the guest does
  * not run here and nothing of the move is left (the incoming VM is destroyed); the source may
  * then resume its own copy. Every other failure leaves the question open. Each operation runs
- * to its end once started (a source that hangs up does not leave a half-started VM behind).
+ * to its end once started (a source that hangs up does not leave a half-started VM behind), and
+ * the operations of one move run one at a time, so each finds what the one before it left: an
+ * abort never destroys a VM a commit is resuming, a commit never resumes one an abort is
+ * destroying, and an abort this agent decided on an incoming VM keeps a guest a commit resumed
+ * meanwhile.
  */
 import { Clock, Effect, Ref, Schema, Semaphore } from "effect"
 import type { IncomingEndpoint, VmRuntimeShape, VmSpec } from "@engram/runtime"
+import type { ResidentVm } from "./LocalState.js"
 import type { Residents } from "./Residents.js"
 
 /** Who a move belongs to: sent with every peer request of the move. */
@@ -41,6 +46,24 @@ export interface Committed {
   readonly resumedForMs: number
 }
 
+/**
+ * `adopt`: the agent's own commit of a move the coordinator holds committed (its session placed
+ * here): the VM becomes the session's (its move cleared, the session's reservation recorded) in
+ * the same turn as the resume, so an abort of the move after it (the source's) finds nothing of
+ * the move to destroy.
+ */
+export interface CommitOptions {
+  readonly adopt?: { readonly reservationId: string | null }
+}
+
+/** `incomingOnly`: destroy the move's VM only while it is incoming (not resumed by a commit). */
+export interface AbortOptions {
+  readonly incomingOnly?: boolean
+}
+
+/** What an abort did: destroyed the move's VM, found none, or kept the guest a commit had resumed (`incomingOnly`). */
+export type Aborted = "dropped" | "none" | "kept-running"
+
 /** An incoming VM this target holds for a move, not committed yet. */
 export interface IncomingMove {
   readonly moveId: string
@@ -55,9 +78,14 @@ export interface MoveTarget {
    * how long the guest had run here when the answer left (the bookkeeping after the resume:
    * recording it in the state file), so the source ends the pause where the guest resumed.
    */
-  readonly commit: (header: MoveHeader) => Effect.Effect<Committed, PeerError>
-  /** Destroys what the move left here (its incoming or committed VM); nothing left succeeds. */
-  readonly abort: (moveId: string) => Effect.Effect<void>
+  readonly commit: (header: MoveHeader, options?: CommitOptions) => Effect.Effect<Committed, PeerError>
+  /**
+   * Destroys what the move left here: its incoming VM, or the guest a commit of the move resumed
+   * (the source's word: the guest runs on the source, which resumes its own copy once this
+   * answers); nothing left succeeds. `incomingOnly`: this agent's own drop of a VM it saw
+   * incoming; a guest a commit resumed meanwhile is kept (`"kept-running"`).
+   */
+  readonly abort: (moveId: string, options?: AbortOptions) => Effect.Effect<Aborted>
   /** The incoming VMs not committed yet. */
   readonly incoming: Effect.Effect<readonly IncomingMove[]>
   /**
@@ -86,24 +114,27 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
       })
 
     /**
-     * One commit of a move at a time (the peer server's, from the source, and the agent's own, for
-     * a move the coordinator holds committed, may run together): a second commit finds the guest
-     * running and answers so, where a second `commitIncoming` of a VM already resumed could fail
-     * and drop the guest. Keyed by move; an entry lives while a commit of its move runs or waits.
+     * One commit or abort of a move at a time: its commits (the peer server's, from the source,
+     * and the agent's own, for a move the coordinator holds committed, may run together) and its
+     * aborts (the source's, the agent's own). A second commit finds the guest running and
+     * answers so, where a second `commitIncoming` of a VM already resumed could fail and drop the
+     * guest; an abort finds the VM as the commit left it, never one half resumed; a commit finds
+     * none where an abort destroyed it, never one half destroyed. Keyed by move; an entry lives
+     * while an operation of its move runs or waits.
      */
-    const commitLocks = new Map<string, { readonly lock: Semaphore.Semaphore; users: number }>()
-    const oneCommitAtATime = (moveId: string) => <A, E>(self: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+    const moveLocks = new Map<string, { readonly lock: Semaphore.Semaphore; users: number }>()
+    const oneAtATime = (moveId: string) => <A, E>(self: Effect.Effect<A, E>): Effect.Effect<A, E> =>
       Effect.acquireUseRelease(
         Effect.sync(() => {
-          const entry = commitLocks.get(moveId) ?? { lock: Semaphore.makeUnsafe(1), users: 0 }
+          const entry = moveLocks.get(moveId) ?? { lock: Semaphore.makeUnsafe(1), users: 0 }
           entry.users++
-          commitLocks.set(moveId, entry)
+          moveLocks.set(moveId, entry)
           return entry
         }),
         (entry) => entry.lock.withPermits(1)(self),
         (entry) =>
           Effect.sync(() => {
-            if (--entry.users === 0) commitLocks.delete(moveId)
+            if (--entry.users === 0) moveLocks.delete(moveId)
           }),
       )
 
@@ -126,7 +157,7 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
             Effect.catchTag("RuntimeError", (e) => refuse("prepare", h.moveId, `${e.op}: ${e.message}`)),
           )
         }).pipe(Effect.uninterruptible),
-      commit: (h) =>
+      commit: (h, options) =>
         Effect.gen(function* () {
           if (h.targetHostId !== hostId) return yield* refuse("commit", h.moveId, `this host is ${hostId}, not ${h.targetHostId}`)
           const vm = yield* residents.get(h.sessionId)
@@ -137,20 +168,37 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
           if (vm !== undefined && vm.moveId === null && vm.status === "running") return { resumedForMs: 0 }
           if (vm?.moveId !== h.moveId) return yield* refuse("commit", h.moveId, "no incoming VM for this move")
           yield* touch(h.moveId)
-          if (vm.status === "running") return { resumedForMs: 0 }
+          const adopt = options?.adopt
+          const adopted = (v: ResidentVm): ResidentVm => (adopt === undefined ? v : { ...v, reservationId: adopt.reservationId, moveId: null })
+          if (vm.status === "running") {
+            if (adopt !== undefined) yield* residents.update(h.sessionId, adopted)
+            return { resumedForMs: 0 }
+          }
           // The runtime destroys the incoming VM when its stream failed; so does the agent's record.
           yield* runtime.commitIncoming(h.sessionId).pipe(
             Effect.catchTag("RuntimeError", (e) => drop(h.moveId, h.sessionId).pipe(Effect.andThen(refuse("commit", h.moveId, `${e.op}: ${e.message}`)))),
           )
           // The guest runs: what follows (the state file's write and fsync) is not a part of its pause.
           const resumedAt = yield* Clock.currentTimeMillis
-          yield* residents.update(h.sessionId, (v) => ({ ...v, status: "running" }))
+          yield* residents.update(h.sessionId, (v) => adopted({ ...v, status: "running" }))
           return { resumedForMs: Math.max(0, (yield* Clock.currentTimeMillis) - resumedAt) }
-        }).pipe(oneCommitAtATime(h.moveId), Effect.uninterruptible),
-      abort: (moveId) =>
+        }).pipe(oneAtATime(h.moveId), Effect.uninterruptible),
+      abort: (moveId, options) =>
         Effect.gen(function* () {
-          for (const vm of yield* residents.all) if (vm.moveId === moveId) yield* drop(moveId, vm.vmId)
-        }).pipe(Effect.uninterruptible),
+          let done: Aborted = "none"
+          for (const vm of yield* residents.all) {
+            if (vm.moveId !== moveId) continue
+            // Decided on a VM seen incoming: a commit that resumed it since (this turn waited for
+            // it) made it a guest that runs here, which goes only on an explicit word.
+            if (options?.incomingOnly === true && vm.status === "running") {
+              done = "kept-running"
+              continue
+            }
+            yield* drop(moveId, vm.vmId)
+            done = "dropped"
+          }
+          return done
+        }).pipe(oneAtATime(moveId), Effect.uninterruptible),
       incoming: Effect.map(residents.all, (vms) => vms.filter((v) => v.moveId !== null && v.status === "paused").map((v) => ({ moveId: v.moveId!, vmId: v.vmId }))),
       lastActivity: (moveId) =>
         Effect.gen(function* () {
