@@ -10,9 +10,9 @@
  * then resume its own copy. Every other failure leaves the question open. Each operation runs
  * to its end once started (a source that hangs up does not leave a half-started VM behind), and
  * the operations of one move run one at a time, so each finds what the one before it left: an
- * abort never destroys a VM a commit is resuming, a commit never resumes one an abort is
- * destroying, and an abort this agent decided on an incoming VM keeps a guest a commit resumed
- * meanwhile.
+ * abort never destroys a VM a commit is resuming or a prepare is starting, a commit never resumes
+ * one an abort is destroying, and an abort this agent decided on an incoming VM keeps a guest a
+ * commit resumed meanwhile.
  */
 import { Clock, Effect, Ref, Schema, Semaphore } from "effect"
 import type { IncomingEndpoint, VmRuntimeShape, VmSpec } from "@engram/runtime"
@@ -114,13 +114,14 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
       })
 
     /**
-     * One commit or abort of a move at a time: its commits (the peer server's, from the source,
-     * and the agent's own, for a move the coordinator holds committed, may run together) and its
-     * aborts (the source's, the agent's own). A second commit finds the guest running and
+     * One operation of a move at a time: its prepare, its commits (the peer server's, from the
+     * source, and the agent's own, for a move the coordinator holds committed, may run together)
+     * and its aborts (the source's, the agent's own). A second commit finds the guest running and
      * answers so, where a second `commitIncoming` of a VM already resumed could fail and drop the
-     * guest; an abort finds the VM as the commit left it, never one half resumed; a commit finds
-     * none where an abort destroyed it, never one half destroyed. Keyed by move; an entry lives
-     * while an operation of its move runs or waits.
+     * guest; an abort finds the VM as the commit or the prepare left it, never one half resumed or
+     * half started (a VM the runtime started after the abort would be left behind, unrecorded); a
+     * commit finds none where an abort destroyed it, never one half destroyed. Keyed by move; an
+     * entry lives while an operation of its move runs or waits.
      */
     const moveLocks = new Map<string, { readonly lock: Semaphore.Semaphore; users: number }>()
     const oneAtATime = (moveId: string) => <A, E>(self: Effect.Effect<A, E>): Effect.Effect<A, E> =>
@@ -156,7 +157,7 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
             Effect.tapError(() => drop(h.moveId, h.sessionId)),
             Effect.catchTag("RuntimeError", (e) => refuse("prepare", h.moveId, `${e.op}: ${e.message}`)),
           )
-        }).pipe(Effect.uninterruptible),
+        }).pipe(oneAtATime(h.moveId), Effect.uninterruptible),
       commit: (h, options) =>
         Effect.gen(function* () {
           if (h.targetHostId !== hostId) return yield* refuse("commit", h.moveId, `this host is ${hostId}, not ${h.targetHostId}`)

@@ -130,6 +130,40 @@ describe("a move's abort and a commit of it on its target at once", () => {
   )
 })
 
+describe("a move's abort while its prepare starts the incoming VM", () => {
+  effect("waits for the prepare, then destroys the VM it started: none is left behind, unrecorded", () =>
+    Effect.gen(function* () {
+      const sim = yield* SimRuntime.make({ startMs: 50 })
+      const preparing = yield* Deferred.make<void>()
+      const prepared = yield* Deferred.make<void>()
+      const destroyed: string[] = []
+      // The runtime starts the incoming VM once released (QEMU takes seconds to listen).
+      const runtime: VmRuntimeShape = {
+        ...sim,
+        prepareIncoming: (spec, moveId) => Deferred.succeed(preparing, undefined).pipe(Effect.andThen(Deferred.await(prepared)), Effect.andThen(sim.prepareIncoming(spec, moveId))),
+        destroy: (vmId) => Effect.sync(() => void destroyed.push(vmId)).pipe(Effect.andThen(sim.destroy(vmId))),
+      }
+      const residents = yield* makeResidents("a", null, () => Effect.void)
+      const target = yield* makeMoveTarget("a", runtime, residents)
+      const prepare = yield* Effect.forkChild(Effect.result(target.prepare(h)))
+      yield* Deferred.await(preparing)
+      const abort = yield* Effect.forkChild(target.abort("m1"))
+      yield* TestClock.adjust("1 second")
+      const destroyedWhilePreparing = [...destroyed]
+      yield* Deferred.succeed(prepared, undefined)
+      assert.strictEqual((yield* Fiber.join(prepare))._tag, "Success")
+      const aborted = yield* Fiber.join(abort)
+      assert.deepStrictEqual(destroyedWhilePreparing, [], "the abort waited for the prepare")
+      assert.deepStrictEqual(destroyed, ["s1"], "then destroyed the VM the runtime started")
+      assert.strictEqual(aborted, "dropped")
+      assert.deepStrictEqual(yield* residents.all, [])
+      // Nothing of the move is left in the runtime: a commit there has no incoming VM to resume.
+      const resumed = yield* Effect.flip(sim.commitIncoming("s1"))
+      assert.match(resumed.message, /no incoming VM/)
+    }),
+  )
+})
+
 describe("the target's agent and the source act on one move together", () => {
   effect("the agent drops the incoming VM of a move that ended while the source's commit resumes it: the drop waits, keeps the guest, and the session placed here runs on it", () =>
     Effect.gen(function* () {
