@@ -71,7 +71,10 @@ export interface IncomingMove {
 }
 
 export interface MoveTarget {
-  /** Prepares (or finds again, for a repeated request) the incoming VM of a move; answers its endpoint. */
+  /**
+   * Prepares (or finds again, for a repeated request) the incoming VM of a move; answers its
+   * endpoint. Refused once a commit of the move resumed its guest here.
+   */
   readonly prepare: (header: MoveHeader) => Effect.Effect<IncomingEndpoint, PeerError>
   /**
    * The stream is complete: resume the VM here. Committing a committed move succeeds. Answers
@@ -144,6 +147,10 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
         Effect.gen(function* () {
           if (h.targetHostId !== hostId) return yield* refuse("prepare", h.moveId, `this host is ${hostId}, not ${h.targetHostId}`)
           const here = yield* residents.get(h.sessionId)
+          // The move's guest runs here already (a commit resumed it): a prepare now (a request
+          // delayed on the wire, or replayed by whoever saw one) has nothing to prepare, and
+          // preparing again would mark the guest incoming, or fail in the runtime and destroy it.
+          if (here !== undefined && here.moveId === h.moveId && here.status === "running") return yield* refuse("prepare", h.moveId, "the move is committed here: its guest runs")
           if (here !== undefined && here.moveId !== h.moveId) {
             // An incoming VM of an earlier move of the session (one open move per session: that
             // move is over) goes; a VM that runs the session here means the move is wrong.
