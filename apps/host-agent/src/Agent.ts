@@ -63,6 +63,14 @@ export interface AgentConfig {
    * rounds). Off: the final round's record is the point of no return, taken in the pause.
    */
   readonly moveIntent: boolean
+  /**
+   * Whether this agent still speaks the move token of agents before tokens were bound to their
+   * operation (`MoveToken.oldMoveToken`): as a target it takes one (from an older source), as a
+   * source it sends one to a target that refuses the new token (401: an older target). On (the
+   * default) for a rolling upgrade; off (`ENGRAM_AGENT_OLD_MOVE_TOKENS=0`) once every agent of the
+   * fleet runs this version, so a token seen for one operation authorizes no other.
+   */
+  readonly oldMoveTokens: boolean
   /** Templates this host builds at start (in the background) unless its runtime holds them. */
   readonly templates: readonly TemplateSpec[]
   /**
@@ -109,6 +117,7 @@ export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limi
     stagingGraceMs: 60_000,
     reportRunningAfterMs: 10_000,
     moveIntent: false,
+    oldMoveTokens: true,
     templates: [],
     imageGraceMs: null,
   }

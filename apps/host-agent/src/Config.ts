@@ -167,6 +167,7 @@ const settings = {
   staleMs: staleWindow,
   ...timingSettings,
   moveIntent: Config.schema(Schema.Literals(["0", "1"]).annotate({ message: "must be 0 or 1" }), "ENGRAM_AGENT_MOVE_INTENT").pipe(Config.withDefault("0" as const)),
+  oldMoveTokens: Config.schema(Schema.Literals(["0", "1"]).annotate({ message: "must be 0 or 1" }), "ENGRAM_AGENT_OLD_MOVE_TOKENS").pipe(Config.withDefault("1" as const)),
   peers: checkedText("ENGRAM_PEERS", peersProblem).pipe(Config.withDefault("")),
   port: intUpTo("ENGRAM_AGENT_PORT", 0, 65535, "a TCP port; 0 takes any free one").pipe(Config.withDefault(7100)),
   listenHost: Config.String("ENGRAM_AGENT_HOST").pipe(Config.withDefault("127.0.0.1")),
@@ -412,8 +413,8 @@ export const checkedConfig = (
       if (key === "heartbeatStaleWindowMs") {
         if (window === undefined) give(staleWindowVariable, value)
       } else if (variable !== undefined) give(variable, value)
-      else if (key === "moveIntent") {
-        if (typeof value !== "boolean") refused.push({ variable: "config.moveIntent", rule: "must be true or false", value })
+      else if (key === "moveIntent" || key === "oldMoveTokens") {
+        if (typeof value !== "boolean") refused.push({ variable: `config.${key}`, rule: "must be true or false", value })
       } else if (key === "templates") {
         const problem = Templates.specsProblem(value)
         if (problem !== undefined) refused.push({ variable: "config.templates", rule: problem })
@@ -465,6 +466,7 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       reportRunningAfterMs: given(s.reportRunningAfterMs)?.value ?? base.reportRunningAfterMs,
       imageGraceMs: given(s.imageGraceMs)?.value ?? base.imageGraceMs,
       moveIntent: s.moveIntent === "1",
+      oldMoveTokens: s.oldMoveTokens === "1",
       templates: (() => {
         const parsed = Templates.parse(s.templates)
         return "specs" in parsed ? parsed.specs : []

@@ -232,7 +232,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     // Nothing fetches yet: a fetch's staging left here by an agent killed mid-fetch is a partial image no one will finish.
     const stale = yield* ImageFetch.sweepStaging(imageDir)
     if (stale.length > 0) yield* Effect.logInfo("stale fetch staging removed", { hostId: o.hostId, removed: stale.map((r) => r.name), bytes: stale.reduce((n, r) => n + r.bytes, 0) })
-    const link = o.link ?? PeerLink.http(o.peers, o.peerSecret)
+    const link = o.link ?? PeerLink.http(o.peers, o.peerSecret, { oldMoveTokens: config.oldMoveTokens })
     // Known once the server listens (its port may be chosen then); the loops start after.
     const advertised = yield* Ref.make<string | null>(null)
     // The operator's ENGRAM_PEERS entry wins over the coordinator's URL, as for moves; the files
@@ -250,7 +250,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     const port =
       o.listen === undefined
         ? null
-        : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status, images, peerUrl: Ref.get(advertised), nonceFile: ImageNonceFile.pathIn(imageDir, o.hostId) }, { port: o.listen.port, host: o.listen.host }).pipe(Effect.orDie)
+        : yield* PeerServer.serve({ hostId: o.hostId, secret: o.peerSecret, target, status: agent.status, images, peerUrl: Ref.get(advertised), nonceFile: ImageNonceFile.pathIn(imageDir, o.hostId), oldMoveTokens: config.oldMoveTokens }, { port: o.listen.port, host: o.listen.host }).pipe(Effect.orDie)
     const peerUrl = yield* advertisedPeerUrlOf(o, port)
     yield* Ref.set(advertised, peerUrl)
     yield* Effect.forkScoped(agent.run)

@@ -1,9 +1,11 @@
 /**
  * Agent-to-agent credentials. Agents of one fleet share a peer secret; the bearer a source
- * presents to a target for a move is `HMAC-SHA256(secret, move id, source, target, session,
- * size)`, so a token leaked from one move authorizes that move's rounds only, of that session at
- * that size, between those two hosts, and
- * the target checks it without asking the coordinator. The target proves itself in turn: its
+ * presents to a target for one operation of a move (prepare, commit or abort) is
+ * `HMAC-SHA256(secret, operation, move id, source, target, session, size)`, so a token leaked
+ * from one request authorizes only that operation of that move, of that session at that size,
+ * between those two hosts (a prepare's token seen on the wire aborts nothing), and the target
+ * checks it without asking the coordinator. The old token (`oldMoveToken`, one for all three
+ * operations) is taken and sent only during a rolling upgrade (`ENGRAM_AGENT_OLD_MOVE_TOKENS`). The target proves itself in turn: its
  * answer to a prepare carries `HMAC-SHA256(secret, move id, source, target, endpoint)` under a
  * label of its own, so an address that is not a fleet agent's (a peer URL a stolen host token
  * reported) gets no guest RAM. Host tokens never travel between agents. Image bearers
@@ -15,12 +17,26 @@ import type { MoveHeader } from "./MoveTarget.js"
 
 const mac = (secret: string, parts: readonly string[]) => createHmac("sha256", secret).update(parts.join("\0")).digest("hex")
 
+/** A move's operation on its target, each authorized by its own token. */
+export type MoveOp = "prepare" | "commit" | "abort"
+
 /**
- * The bearer for one move's rounds, commit and abort: bound to the move's header (the move, both
- * hosts, the session and its size), so a token seen on the wire for one move prepares no other
- * session, nor the same one at another size, on its target (v1 bound the move and the hosts only).
+ * The bearer for one operation of a move: bound to the operation and to the move's header (the
+ * move, both hosts, the session and its size), so a token seen on the wire for one request
+ * authorizes no other operation (a prepare's no abort after the commit), no other move, no other
+ * session, nor the same one at another size, on its target (v2 bound no operation; v1 bound the
+ * move and the hosts only).
  */
-export const moveToken = (secret: string, h: MoveHeader): string =>
+export const moveToken = (secret: string, op: MoveOp, h: MoveHeader): string =>
+  mac(secret, ["engram-move/v3", op, h.moveId, h.sourceHostId, h.targetHostId, h.sessionId, String(h.memMib), String(h.vcpus)])
+
+/**
+ * The move token of agents before `moveToken` bound the operation (v2): one bearer for the move's
+ * prepare, commit and abort. A target takes it, and a source sends it when a target refuses the
+ * new one (401: an agent older than this one), only while `ENGRAM_AGENT_OLD_MOVE_TOKENS` is on
+ * (the default, for a rolling upgrade); off once every agent of the fleet runs this version.
+ */
+export const oldMoveToken = (secret: string, h: MoveHeader): string =>
   mac(secret, ["engram-move/v2", h.moveId, h.sourceHostId, h.targetHostId, h.sessionId, String(h.memMib), String(h.vcpus)])
 
 /**

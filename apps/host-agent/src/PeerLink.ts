@@ -1,8 +1,9 @@
 /**
  * The source's link to a move's target agent: prepare the incoming VM (its answer is the
  * runtime endpoint the source's runtime streams the VM to), ask for the commit, or abort.
- * Over HTTP to the target's peer server (bearer: the move token; the target proves itself in
- * its prepare answer), or in memory between agents of one process (clock-driven tests).
+ * Over HTTP to the target's peer server (bearer: the move token of the operation, or during a
+ * rolling upgrade the move's old token for a target older than this agent; the target proves
+ * itself in its prepare answer), or in memory between agents of one process (clock-driven tests).
  *
  * What it decides: which failures are the target's answer (`refused`: a 409 from the target,
  * which acted on its side) and which leave the target's state unknown (unreachable, timed out,
@@ -14,7 +15,7 @@ import { FetchHttpClient, HttpBody, HttpClient, HttpClientRequest } from "effect
 import { Move as CoreMove, Names } from "@engram/core"
 import type { IncomingEndpoint } from "@engram/runtime"
 import { Env } from "@engram/process"
-import { moveToken, prepareProof, tokensEqual } from "./MoveToken.js"
+import { type MoveOp, moveToken, oldMoveToken, prepareProof, tokensEqual } from "./MoveToken.js"
 import { type Committed, type MoveHeader, type MoveTarget, PeerError } from "./MoveTarget.js"
 
 export interface PeerLink {
@@ -60,6 +61,29 @@ export const PrepareAnswer = Schema.Struct({ endpoint: Schema.Struct({ runtime: 
 /** How many moves' target addresses a link keeps (the oldest go first); a move's rounds are over long before. */
 const pinnedMovesMax = 1024
 
+/** Sets `key` in `m` as its newest entry, the oldest going past `pinnedMovesMax`. */
+const remember = <V>(m: Map<string, V>, key: string, value: V) => {
+  m.delete(key)
+  m.set(key, value)
+  for (const oldest of m.keys()) {
+    if (m.size <= pinnedMovesMax) break
+    m.delete(oldest)
+  }
+}
+
+/** How an HTTP link calls targets. */
+export interface HttpLinkOptions {
+  /** Each call's bound, ms; default 60 000. */
+  readonly timeoutMs?: number
+  /**
+   * Whether a target that refuses the operation's token (401: an agent older than this one, which
+   * checks only the move's old token, `MoveToken.oldMoveToken`) is asked once more with the old
+   * one (`ENGRAM_AGENT_OLD_MOVE_TOKENS`); default true, for a rolling upgrade. Off, no old token
+   * is ever sent.
+   */
+  readonly oldMoveTokens?: boolean
+}
+
 /**
  * A link over HTTP. A target's address is `peers`' (the operator's `ENGRAM_PEERS`: an override),
  * else the one its move was prepared at (or `pin`ned), else the one the coordinator gave with a
@@ -71,18 +95,20 @@ const pinnedMovesMax = 1024
  * `ENGRAM_PEERS` entry an answer without one (an older target agent) is taken, a wrong one never.
  * The move's later calls (commit, abort) go where it was prepared: a URL the coordinator changes
  * meanwhile does not receive them.
+ *
+ * Each call's bearer is the move token of its operation (`MoveToken.moveToken`). While
+ * `oldMoveTokens` is on, a 401 (the target did not act) is followed by one more try with the
+ * move's old token: a target agent older than this one checks only that. A move whose target took
+ * the old one sends it first from then on (no second request in the guest's pause).
  */
-export const http = (peers: (hostId: string) => string | undefined, secret: string, timeoutMs = 60_000): PeerLink => {
+export const http = (peers: (hostId: string) => string | undefined, secret: string, options: HttpLinkOptions = {}): PeerLink => {
+  const timeoutMs = options.timeoutMs ?? 60_000
+  const oldMoveTokens = options.oldMoveTokens !== false
   const learned = new Map<string, string>()
   const pinned = new Map<string, string>()
-  const pinMove = (moveId: string, url: string) => {
-    pinned.delete(moveId)
-    pinned.set(moveId, url)
-    for (const oldest of pinned.keys()) {
-      if (pinned.size <= pinnedMovesMax) break
-      pinned.delete(oldest)
-    }
-  }
+  const pinMove = (moveId: string, url: string) => remember(pinned, moveId, url)
+  /** The moves whose target took only the old token (an agent older than this one). */
+  const oldTargets = new Map<string, true>()
   /** Where `h`'s target is reached, and whether the operator named it (`ENGRAM_PEERS`). */
   const addressOf = (h: MoveHeader) => {
     const own = peers(h.targetHostId)
@@ -90,18 +116,35 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
     const base = pinned.get(h.moveId) ?? learned.get(h.targetHostId)
     return base === undefined ? undefined : { base, operators: false }
   }
-  const call = (op: string, h: MoveHeader, path: string) =>
+  const call = (op: MoveOp, h: MoveHeader) =>
     Effect.gen(function* () {
       const address = addressOf(h)
       if (address === undefined) return yield* new PeerError({ op, moveId: h.moveId, message: `no address for peer ${h.targetHostId}`, refused: false })
       const { base } = address
       const client = yield* HttpClient.HttpClient
-      const req = HttpClientRequest.post(`${base.replace(/\/+$/, "")}/v1/peer/moves/${encodeURIComponent(h.moveId)}/${path}`).pipe(
-        HttpClientRequest.bearerToken(moveToken(secret, h)),
-        HttpClientRequest.setBody(HttpBody.jsonUnsafe(h)),
-      )
-      const res = yield* client.execute(req)
-      const text = yield* res.text.pipe(Effect.orElseSucceed(() => ""))
+      const send = (token: string) =>
+        Effect.gen(function* () {
+          const req = HttpClientRequest.post(`${base.replace(/\/+$/, "")}/v1/peer/moves/${encodeURIComponent(h.moveId)}/${op}`).pipe(
+            HttpClientRequest.bearerToken(token),
+            HttpClientRequest.setBody(HttpBody.jsonUnsafe(h)),
+          )
+          const res = yield* client.execute(req)
+          return { status: res.status, text: yield* res.text.pipe(Effect.orElseSucceed(() => "")) }
+        })
+      const own = moveToken(secret, op, h)
+      const old = oldMoveToken(secret, h)
+      const tokens = !oldMoveTokens ? [own] : oldTargets.has(h.moveId) ? [old, own] : [own, old]
+      let res = yield* send(tokens[0]!)
+      // A 401 is a target that did not act: one older than this agent takes only the move's old token.
+      if (res.status === 401 && tokens[1] !== undefined) {
+        res = yield* send(tokens[1])
+        if (res.status !== 401 && tokens[1] === old) {
+          remember(oldTargets, h.moveId, true)
+          yield* Effect.logInfo("move: the target took only the move's old token (an agent older than this one); sent while ENGRAM_AGENT_OLD_MOVE_TOKENS is on", { moveId: h.moveId, target: h.targetHostId, op })
+        }
+        if (res.status !== 401 && tokens[1] === own) oldTargets.delete(h.moveId)
+      }
+      const { text } = res
       if (res.status < 200 || res.status >= 300) {
         // 409 is the target's own refusal (PeerServer); anything else says nothing of its state.
         return yield* new PeerError({ op, moveId: h.moveId, message: `peer answered ${res.status}: ${text.slice(0, 200)}`, refused: res.status === 409 })
@@ -115,7 +158,7 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
     )
   return {
     prepare: (h) =>
-      call("prepare", h, "prepare").pipe(
+      call("prepare", h).pipe(
         Effect.flatMap(({ text, base, operators }) =>
           Effect.try({ try: () => JSON.parse(text) as unknown, catch: () => "not JSON" }).pipe(
             Effect.flatMap(Schema.decodeUnknownEffect(PrepareAnswer)),
@@ -132,7 +175,7 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
         ),
       ),
     commit: (h) =>
-      call("commit", h, "commit").pipe(
+      call("commit", h).pipe(
         Effect.map(({ text }): Committed => {
           // The target committed (2xx); how long the guest had run there is a refinement only.
           try {
@@ -144,7 +187,7 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
           }
         }),
       ),
-    abort: (h) => Effect.asVoid(call("abort", h, "abort")),
+    abort: (h) => Effect.asVoid(call("abort", h)),
     learn: (hostId, url) =>
       Effect.sync(() => {
         if (url === null) learned.delete(hostId)

@@ -1,8 +1,9 @@
 /**
  * The agent's small HTTP server for its peers: a move's target answers prepare (the endpoint
  * its runtime waits on for the VM), commit and abort here; `GET /v1/peer/status` shows what is
- * resident and incoming. Every request carries a bearer: the move token for move routes, the
- * status token for the status (MoveToken.ts); a prepare's answer carries the target's proof that it
+ * resident and incoming. Every request carries a bearer: the move token of its operation for
+ * move routes (a move's old token too while `oldMoveTokens`), the status token for the status
+ * (MoveToken.ts); a prepare's answer carries the target's proof that it
  * holds the peer secret (`prepareProof`). Image requests (`ImageFetch`) carry a bearer good for
  * one request, to the listing or to one file by name, within `imageBearerWindowMs` of its issue
  * (its nonce is refused a second time); the listing names this agent's own peer URL under its
@@ -17,7 +18,7 @@ import { Names } from "@engram/core"
 import type { ImageStore } from "@engram/runtime"
 import * as ImageFetch from "./ImageFetch.js"
 import * as ImageNonceFile from "./ImageNonceFile.js"
-import { imageBearerOf, imageBearerWindowMs, imageProof, type ImageRoute, moveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
+import { imageBearerOf, imageBearerWindowMs, imageProof, type ImageRoute, type MoveOp, moveToken, oldMoveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
 import type { MoveHeader, MoveTarget } from "./MoveTarget.js"
 
 const Header = Schema.Struct({
@@ -53,6 +54,12 @@ export interface PeerServerDeps {
    * bearer seen before a restart could be replayed once after it.
    */
   readonly nonceFile?: string | undefined
+  /**
+   * Whether a move's old token (`MoveToken.oldMoveToken`, one for every operation: a source agent
+   * older than this one) is taken besides the operation's own (`ENGRAM_AGENT_OLD_MOVE_TOKENS`);
+   * default true, for a rolling upgrade.
+   */
+  readonly oldMoveTokens?: boolean | undefined
 }
 
 const bearer = (req: HttpServerRequest.HttpServerRequest) => {
@@ -72,20 +79,32 @@ export const headerProblem = (h: MoveHeader): { readonly field: string; readonly
 }
 
 /**
- * Decodes the body as `schema`, checks the move token against the path's move id and the
- * header it is bound to (401), then each field's rule (400 naming the field): a header whose
- * fields break their rules is never acted on, whoever sends it.
+ * Decodes the body as `schema`, checks the move token against the route's operation, the path's
+ * move id and the header it is bound to (401), then each field's rule (400 naming the field): a
+ * header whose fields break their rules is never acted on, whoever sends it. The move's old token
+ * (one for every operation) passes too while `deps.oldMoveTokens` is on, said in the log.
  */
-const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(deps: PeerServerDeps, schema: S) =>
+const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(deps: PeerServerDeps, schema: S, op: MoveOp) =>
   Effect.gen(function* () {
     const req = yield* HttpServerRequest.HttpServerRequest
     const { id } = yield* HttpRouter.params
     const body = yield* req.json.pipe(Effect.flatMap(Schema.decodeUnknownEffect(schema as unknown as Schema.Codec<S["Type"]>)), Effect.option)
     if (body._tag === "None" || id === undefined) return { _tag: "Bad" as const, response: json(400, { error: "BadRequest", message: `body does not match (a move's header, at most ${peerMaxBodyBytes} bytes)` }) }
     const h = body.value
-    const expected = moveToken(deps.secret, { ...h, moveId: id, targetHostId: deps.hostId })
-    if (h.moveId !== id || h.targetHostId !== deps.hostId || !tokensEqual(bearer(req), expected)) {
+    const bound = { ...h, moveId: id, targetHostId: deps.hostId }
+    const presented = bearer(req)
+    const current = tokensEqual(presented, moveToken(deps.secret, op, bound))
+    const old = !current && deps.oldMoveTokens !== false && tokensEqual(presented, oldMoveToken(deps.secret, bound))
+    if (h.moveId !== id || h.targetHostId !== deps.hostId || !(current || old)) {
       return { _tag: "Bad" as const, response: json(401, { error: "Unauthorized", message: "invalid move token" }) }
+    }
+    if (old) {
+      yield* Effect.logInfo("move: a source agent older than this one presented the move's old token (one for every operation); taken while ENGRAM_AGENT_OLD_MOVE_TOKENS is on", {
+        hostId: deps.hostId,
+        moveId: id,
+        op,
+        sourceHostId: h.sourceHostId,
+      })
     }
     const problem = headerProblem(h)
     if (problem !== null) return { _tag: "Bad" as const, response: json(400, { error: "InvalidInput", ...problem, in: "body" }) }
@@ -128,7 +147,7 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = 
       "POST",
       "/v1/peer/moves/:id/prepare",
       Effect.gen(function* () {
-        const a = yield* authorizedMove(deps, Header)
+        const a = yield* authorizedMove(deps, Header, "prepare")
         if (a._tag === "Bad") return a.response
         const endpoint = yield* deps.target.prepare(a.body)
         // The source streams nothing to a target that cannot prove it holds the peer secret.
@@ -139,7 +158,7 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = 
       "POST",
       "/v1/peer/moves/:id/commit",
       Effect.gen(function* () {
-        const a = yield* authorizedMove(deps, Header)
+        const a = yield* authorizedMove(deps, Header, "commit")
         if (a._tag === "Bad") return a.response
         const committed = yield* deps.target.commit(a.body)
         return json(200, { ok: true, resumedForMs: committed.resumedForMs })
@@ -149,7 +168,7 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = 
       "POST",
       "/v1/peer/moves/:id/abort",
       Effect.gen(function* () {
-        const a = yield* authorizedMove(deps, Header)
+        const a = yield* authorizedMove(deps, Header, "abort")
         if (a._tag === "Bad") return a.response
         yield* deps.target.abort(a.body.moveId)
         return json(200, { ok: true })

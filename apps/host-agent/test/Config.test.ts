@@ -183,6 +183,17 @@ describe("host agent configuration", () => {
     expect(error?.message).toBe(["invalid host agent configuration:", '  ENGRAM_AGENT_MOVE_INTENT="yes": must be 0 or 1'].join("\n"))
   })
 
+  it("ENGRAM_AGENT_OLD_MOVE_TOKENS: on by default (a rolling upgrade), 0 turns the old move token off, anything else is refused by name and rule; a program's config.oldMoveTokens must be a boolean", async () => {
+    expect((await Effect.runPromise(fromEnvironment(required))).config?.oldMoveTokens).toBe(true)
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_OLD_MOVE_TOKENS: "1" }))).config?.oldMoveTokens).toBe(true)
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_OLD_MOVE_TOKENS: "0" }))).config?.oldMoveTokens).toBe(false)
+    const error = await errorOf({ ...required, ENGRAM_AGENT_OLD_MOVE_TOKENS: "off" })
+    expect(error?.message).toBe(["invalid host agent configuration:", '  ENGRAM_AGENT_OLD_MOVE_TOKENS="off": must be 0 or 1'].join("\n"))
+    expect((await Effect.runPromise(checkedConfig({ hostId: "h", config: { oldMoveTokens: false } }))).oldMoveTokens).toBe(false)
+    const refused = await Effect.runPromise(Effect.flip(checkedConfig({ hostId: "h", config: { oldMoveTokens: "no" as unknown as boolean } })))
+    expect(refused.issues).toEqual([{ variable: "config.oldMoveTokens", rule: "must be true or false", value: "no" }])
+  })
+
   it("an ENGRAM_* variable no engram component reads is warned about by name; the coordinator's and the CLI's are not", async () => {
     const lines: string[] = []
     const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])

@@ -81,17 +81,17 @@ describe("the peer server", () => {
             }).then((r) => r.status),
           )
         assert.strictEqual(yield* post("nope", header), 401)
-        assert.strictEqual(yield* post(moveToken(SECRET, { ...header, moveId: "m2" }), header), 401)
-        assert.strictEqual(yield* post(moveToken(SECRET, { ...header, targetHostId: "other" }), header), 401)
-        assert.strictEqual(yield* post(moveToken("another-fleet-secret", header), header), 401)
+        assert.strictEqual(yield* post(moveToken(SECRET, "abort", { ...header, moveId: "m2" }), header), 401)
+        assert.strictEqual(yield* post(moveToken(SECRET, "abort", { ...header, targetHostId: "other" }), header), 401)
+        assert.strictEqual(yield* post(moveToken("another-fleet-secret", "abort", header), header), 401)
         // The token is bound to the session and its size: one seen for this move opens no other session, nor another size.
-        assert.strictEqual(yield* post(moveToken(SECRET, header), { ...header, sessionId: "s2" }), 401)
-        assert.strictEqual(yield* post(moveToken(SECRET, header), { ...header, memMib: 128 }), 401)
-        assert.strictEqual(yield* post(moveToken(SECRET, header), header), 200)
-        assert.strictEqual(yield* post(moveToken(SECRET, header), { nonsense: true }), 400)
+        assert.strictEqual(yield* post(moveToken(SECRET, "abort", header), { ...header, sessionId: "s2" }), 401)
+        assert.strictEqual(yield* post(moveToken(SECRET, "abort", header), { ...header, memMib: 128 }), 401)
+        assert.strictEqual(yield* post(moveToken(SECRET, "abort", header), header), 200)
+        assert.strictEqual(yield* post(moveToken(SECRET, "abort", header), { nonsense: true }), 400)
         const status = (token: string) =>
           Effect.promise(() => fetch(`http://127.0.0.1:${port}/v1/peer/status`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.status))
-        assert.strictEqual(yield* status(moveToken(SECRET, header)), 401)
+        assert.strictEqual(yield* status(moveToken(SECRET, "abort", header)), 401)
         assert.strictEqual(yield* status(statusToken(SECRET, "t")), 200)
         assert.deepStrictEqual(yield* target.incoming, [])
       }),
@@ -107,7 +107,7 @@ describe("the peer server's input rules", () => {
           Effect.promise(async () => {
             const r = await fetch(`http://127.0.0.1:${port}/v1/peer/moves/${encodeURIComponent(body.moveId)}/prepare`, {
               method: "POST",
-              headers: { authorization: `Bearer ${moveToken(SECRET, body)}`, "content-type": "application/json" },
+              headers: { authorization: `Bearer ${moveToken(SECRET, "prepare", body)}`, "content-type": "application/json" },
               body: JSON.stringify(body),
             })
             return { status: r.status, body: (await r.json()) as Record<string, unknown> }

@@ -164,7 +164,7 @@ describe("a restarted source settles the move outcome it owes", () => {
         )
         const { agent, stop } = yield* start(coordinator, stateFile, "a")
         yield* waitUntil("the move committed and the paused copy dropped", Effect.map(Effect.all([coordinator.get, agent.residents.all]), ([s, vms]) => s.moves.get("m1")?.state === "committed" && vms.length === 0), 1000)
-        assert.deepStrictEqual(target.asked[0], { path: "/v1/peer/moves/m1/commit", bearer: moveToken("restart-test-secret-0123", { moveId: "m1", sessionId: "s1", sourceHostId: "a", targetHostId: "b", memMib: 512, vcpus: 1 }) })
+        assert.deepStrictEqual(target.asked[0], { path: "/v1/peer/moves/m1/commit", bearer: moveToken("restart-test-secret-0123", "commit", { moveId: "m1", sessionId: "s1", sourceHostId: "a", targetHostId: "b", memMib: 512, vcpus: 1 }) })
         assert.deepInclude((yield* coordinator.get).sessions.get("s1"), { state: "running", hostId: "b" })
         yield* stop
       }),
