@@ -625,6 +625,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           case "moving": {
             const move = a.moves.find((m) => m.sessionId === s.id && m.state === "pending" && m.sourceHostId === me)
             if (move === undefined) return null
+            // A VM that came here by an earlier move whose id this host has not cleared yet (the
+            // coordinator moved the session on before a pass saw it placed here): that move is over
+            // (one open move per session), the VM is the session's. Cleared before it leaves, or
+            // the source would keep its paused copy once this move commits (it drops only one that
+            // is no move's) and the reconcile take it for the earlier move's VM.
+            if (vm !== undefined && vm.moveId !== null) yield* residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
             return moveSource(s, move, a)
           }
           default:

@@ -13,8 +13,8 @@ import { noImages } from "./PatientClock.js"
 
 /**
  * Host a's agent on `coordinator` and `runtime` with no image I/O (`noImages`) and in-memory peer
- * links: every step is one the TestClock tracks, so a test's order is the same on any machine.
- * Its residents and move target are made here unless given.
+ * links (to no target unless `link` is given): every step is one the TestClock tracks, so a test's
+ * order is the same on any machine. Its residents and move target are made here unless given.
  */
 export const quietAgent = (o: {
   readonly coordinator: CoordinatorShape
@@ -22,6 +22,7 @@ export const quietAgent = (o: {
   readonly residents?: Residents
   readonly target?: MoveTarget
   readonly report?: HostReport
+  readonly link?: PeerLink.PeerLink
 }) =>
   Effect.gen(function* () {
     const residents = o.residents ?? (yield* makeResidents("a", null, () => Effect.void))
@@ -31,7 +32,7 @@ export const quietAgent = (o: {
       measure: () => Effect.succeed(o.report ?? { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
       residents,
       images: noImages,
-      link: PeerLink.inMemory(new Map()),
+      link: o.link ?? PeerLink.inMemory(new Map()),
       target: o.target ?? (yield* makeMoveTarget("a", o.runtime, residents)),
     })
     return { agent, residents }
