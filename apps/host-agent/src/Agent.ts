@@ -780,6 +780,21 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     /** An answer given from outside (tests): reconciled as a read sent and answered now. */
     const reconcile = (a: Assignments): Effect.Effect<void> => Effect.asVoid(Effect.suspend(() => reconcileRead(a, ++tick, ++tick)))
 
+    /**
+     * Drops the VM of a move no longer pending that came here by it (the reconcile, past the
+     * staging grace). A guest that ran here goes only on an explicit word: its move aborted (or
+     * its session ended or went elsewhere after the commit, or after the move was pruned).
+     * Unknown: kept, asked again on a later pass. One seen incoming goes only while it still is: a
+     * commit that resumed it meanwhile made it a guest that ran here, judged by the rule above on
+     * a later pass.
+     */
+    const dropIncoming = (vmId: string, moveId: string, status: string) =>
+      Effect.gen(function* () {
+        if (status === "running" && !(yield* sessionReads.withPermits(1)(explicitlyGone(vmId, moveId)))) return
+        const aborted = yield* target.abort(moveId, { incomingOnly: status === "paused" })
+        if (aborted === "dropped") yield* log("dropped the VM of a move no longer pending", { sessionId: vmId, moveId })
+      })
+
     const reconcileNow = (a: Assignments): Effect.Effect<void> =>
       Effect.gen(function* () {
         const nowMs = yield* Clock.currentTimeMillis
@@ -852,14 +867,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
               continue
             }
             if (quietMs < config.stagingGraceMs) continue
-            // A guest that ran here goes only on an explicit word: its move aborted (or its
-            // session ended or went elsewhere after the commit, or after the move was pruned).
-            // Unknown: kept, asked again on a later pass.
-            if (vm.status === "running" && !(yield* explicitlyGone(vm.vmId, vm.moveId))) continue
-            // One seen incoming goes only while it still is: a commit that resumed it meanwhile
-            // made it a guest that ran here, judged by the rule above on a later pass.
-            const aborted = yield* target.abort(vm.moveId, { incomingOnly: vm.status === "paused" })
-            if (aborted === "dropped") yield* log("dropped the VM of a move no longer pending", { sessionId: vm.vmId, moveId: vm.moveId })
+            // In a fiber of its own, as every action: the read and the destroy (a QEMU that quits
+            // slowly, a disk that hangs) hold up neither this pass nor the next answers.
+            yield* FiberMap.run(inflight, vm.vmId, { onlyIfMissing: true })(dropIncoming(vm.vmId, vm.moveId, vm.status))
             continue
           }
           // Confirmed first by a fresh read of the session (below): an answer read before a move
