@@ -57,9 +57,10 @@ export const placedTopics = (o: { readonly _tag: "Placed" | "Queued"; readonly s
 
 /**
  * The topics a session's end changed, however it ended (the API's `DELETE`, its TTL in a reaper
- * pass), from the session as it was just before and its open move then: its host's (the room is
- * free), the session's, the host holding its descent image (no longer that host's to keep: its
- * agent deletes it), and its open move's, which the end aborted: the move's waiters and its
+ * pass), from the store's answer to the end (`EndResult`: the session as the end found it and the
+ * move it closed, never a read before the end, which a move begun meanwhile would escape): its
+ * host's (the room is free), the session's, the host holding its descent image (no longer that
+ * host's to keep: its agent deletes it), and the move the end aborted: the move's waiters and its
  * target's agent (the target's reservation is released).
  */
 export const endedTopics = (

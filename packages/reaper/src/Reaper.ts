@@ -29,7 +29,7 @@
 import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy, Placement, Reclaim } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
 import { CurrentFence, nowOf, pruneKinds, Store } from "@engram/store"
-import type { Fence, FleetRead, Move, PruneResult, Session, StoreError, StoreShape } from "@engram/store"
+import type { EndResult, Fence, FleetRead, Move, PruneResult, Session, StoreError, StoreShape } from "@engram/store"
 import { Effect } from "effect"
 import { ReaperEvents } from "./ReaperEvents.js"
 import type { Event, Source } from "./ReaperEvents.js"
@@ -153,15 +153,24 @@ export interface LifetimeStep {
 }
 
 /**
- * A session its TTL ended: as a `LifetimeStep`, with what else the end changed: the host holding
- * its descent image (as the pass's read of due lifetimes found it; no longer that host's to keep),
- * and, for a session that was moving, its open move, read just before the end and aborted by it
- * (its target's agent and the move's waiters are owed a notice).
+ * A session its TTL ended: as a `LifetimeStep` (its host as the end found it), with what else the
+ * end changed, as the store's end answered it (`EndResult`): the host holding its descent image
+ * (no longer that host's to keep), and, for a session that was moving, the move that was open at
+ * the end and aborted by it (its target's agent and the move's waiters are owed a notice).
  */
 export interface ExpiredStep extends LifetimeStep {
   readonly imageHostId: string | null
   readonly openMove: { readonly id: string; readonly targetHostId: string } | null
 }
+
+/** The `ExpiredStep` of an end, from the store's answer alone. */
+const expiredStep = (r: EndResult): ExpiredStep => ({
+  sessionId: r.session.id,
+  hostId: r.before.hostId,
+  state: r.session.state,
+  imageHostId: r.before.imageHostId,
+  openMove: r.closedMove === null ? null : { id: r.closedMove.id, targetHostId: r.closedMove.targetHostId },
+})
 
 /** What one pass did. */
 export type PassReport =
@@ -285,19 +294,10 @@ const lifetimes = (
     }
     for (const s of due.success.expired) {
       if (!leading()) return null
-      // What else the end changes: its image's host (as the due read found it) and, for a moving
-      // session, its open move's target, read right before the end (one read only where a move can be open).
-      let open: { readonly id: string; readonly targetHostId: string } | null = null
-      if (s.state === "moving") {
-        const read = yield* Effect.result(store.openMove(s.id))
-        if (read._tag === "Failure") {
-          if (read.failure._tag === "Unavailable") break
-          continue
-        }
-        open = read.success === null ? null : { id: read.success.id, targetHostId: read.success.targetHostId }
-      }
+      // What else the end changed (its host, its image's host, the move it aborted) is the store's
+      // own answer: a move begun after the due read is still told.
       const ended = yield* Effect.result(store.endSession(s.id, { reason: Lifetime.ttlExpiredReason }))
-      if (ended._tag === "Success") expired.push({ sessionId: s.id, hostId: s.hostId, state: ended.success.state, imageHostId: s.imageHostId, openMove: open })
+      if (ended._tag === "Success") expired.push(expiredStep(ended.success))
       else if (ended.failure._tag === "Unavailable") break
     }
     // Not while the failover grace holds: the activity that would keep a busy session running

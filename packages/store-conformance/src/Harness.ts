@@ -190,7 +190,7 @@ export const sessionIn = (
     budget ??= { memMib: 1024, vcpus: 1 }
     yield* placed(id, budget)
     if (state === "pending") return yield* s.getSession(id)
-    if (state === "ended") return yield* s.endSession(id)
+    if (state === "ended") return (yield* s.endSession(id)).session
     yield* s.markRunning(id)
     switch (state) {
       case "running":

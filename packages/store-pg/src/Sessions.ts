@@ -15,7 +15,7 @@ import { randomUUID } from "node:crypto"
 import { Lifetime, ParkGate, Placement, Plan, QueueWalk, Session } from "@engram/core"
 import type { Budget, Candidate, Limits } from "@engram/core"
 import { CurrentFence, Cursor, fromRefusal, NoRoom, NotFound, sessionCountsOf, Unavailable, Validate } from "@engram/store"
-import type { Conflict, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, SessionFilter, StoreShape } from "@engram/store"
+import type { Conflict, EndResult, IllegalTransition, OnNoRoom, PlaceOutcome, QueueStanding, SessionFilter, StoreShape } from "@engram/store"
 import { and, asc, eq, gt, inArray, isNotNull, lte, ne, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
@@ -333,8 +333,11 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
       return outcome ?? (yield* existing(id, budget, t)) ?? (yield* new Unavailable({ reason: "the session's create raced another; retry", retryAfterMs }))
     })
 
-  /** Locks the session, asks core for `op`'s plan on what `read` reads, applies it: the session as it is after. */
-  const stepLocked = (id: string, read: (tx: Tx, s: Session.Record) => Effect.Effect<Session.Step, DbError | Transient>) =>
+  /**
+   * Locks the session, asks core for `op`'s plan on what `read` reads, applies it: the session as
+   * the lock found it, as it is after, and the plan written (null: nothing changed).
+   */
+  const stepLockedWith = (id: string, read: (tx: Tx, s: Session.Record) => Effect.Effect<Session.Step, DbError | Transient>) =>
     Effect.gen(function* () {
       const t = yield* now
       return yield* db.transaction((tx) =>
@@ -343,14 +346,17 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
           if (row === undefined) return yield* sessionNotFound(id)
           const s = toSession(row)
           const answer = Session.step(s, yield* read(tx, s), t)
-          if (answer._tag === "Unchanged") return answer.session
+          if (answer._tag === "Unchanged") return { before: s, after: answer.session, plan: null }
           if (answer._tag !== "Plan") return yield* (fromRefusal(id, answer as Session.Refusal) as IllegalTransition)
           const [outcome] = yield* apply(tx, cache, [answer])
           if (outcome?._tag !== "Applied") return yield* new RunAgain({ why: "the session changed under its lock" })
-          return written(answer)
+          return { before: s, after: written(answer), plan: answer }
         }),
       )
     }).pipe(dieOnUnique)
+  /** As `stepLockedWith`: the session as it is after. */
+  const stepLocked = (id: string, read: (tx: Tx, s: Session.Record) => Effect.Effect<Session.Step, DbError | Transient>) =>
+    Effect.map(stepLockedWith(id, read), (r) => r.after)
   const simple = (id: string, step: Session.Step) => stepLocked(id, () => Effect.succeed(step))
 
   /**
@@ -557,9 +563,11 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         const bad = options.reason === undefined ? null : Validate.reason(options.reason)
         if (bad) return yield* bad
         const reason = options.reason ?? null
-        return yield* stepLocked(id, (tx) =>
+        // The move the end closes is read under the session's lock, in the end's own transaction.
+        const ended = yield* stepLockedWith(id, (tx) =>
           Effect.map(lockOpenMove(tx, id), (open): Session.Step => ({ _tag: "end", openMove: open === undefined ? null : toMove(open), reason })),
         )
+        return { session: ended.after, before: ended.before, closedMove: ended.plan === null ? null : Plan.moveOf(ended.plan) } satisfies EndResult
       }),
     setTtl: (id, ttlMs) =>
       Effect.gen(function* () {

@@ -28,6 +28,7 @@ import {
 } from "@engram/store"
 import type {
   DrainResult,
+  EndResult,
   FleetRead,
   Host,
   HostReport,
@@ -812,7 +813,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const bad = options.reason === undefined ? null : Validate.reason(options.reason)
         if (bad) return yield* bad
         const s = yield* findSession(id)
-        return sessionOf(yield* stepSession(s, { _tag: "end", openMove: openMoveOf(id), reason: options.reason ?? null }, yield* now))
+        const before = sessionOf(s)
+        const open = openMoveOf(id)
+        // The records change in place: the move as the end closed it is read after the step.
+        const ended = sessionOf(yield* stepSession(s, { _tag: "end", openMove: open, reason: options.reason ?? null }, yield* now))
+        return { session: ended, before, closedMove: open === null ? null : moveOf(open) } satisfies EndResult
       }),
     setTtl: (id, ttlMs) =>
       Effect.gen(function* () {

@@ -20,6 +20,7 @@ import type { Conflict, IllegalTransition, InvalidInput, NoRoom, NotFound, Refus
 import type {
   LifetimesDue,
   DrainResult,
+  EndResult,
   FleetRead,
   Host,
   HostReport,
@@ -179,9 +180,11 @@ export interface StoreShape {
   /**
    * Any state but `ended` → `ended`; releases its reservation and aborts an open move. An ended
    * session is answered as it is (ending is idempotent). `reason` (text) is kept on the `Ended`
-   * event when the session ends other than at a caller's word (the TTL's `ttl expired`).
+   * event when the session ends other than at a caller's word (the TTL's `ttl expired`). Answers
+   * what the end changed (`EndResult`): the session before and after, and the move it closed,
+   * all from the one atomic change.
    */
-  readonly endSession: (id: string, options?: { readonly reason?: string | undefined }) => Fx<Session, NotFound | IllegalTransition | InvalidInput>
+  readonly endSession: (id: string, options?: { readonly reason?: string | undefined }) => Fx<EndResult, NotFound | IllegalTransition | InvalidInput>
   /**
    * A new TTL: the session ends `ttlMs` from now, whatever its state (an extension, or a cut).
    * A bad `ttlMs` is `InvalidInput` naming `ttlMs`; an ended session is an `IllegalTransition`.

@@ -197,6 +197,23 @@ export interface ReclaimResult {
   readonly imageHostIds: readonly string[]
 }
 
+/**
+ * What one `Store.endSession` changed, as the store's own transaction saw it: who is owed a
+ * notice is read from here, never from a read before the end (a move begun between that read and
+ * the end would go untold).
+ */
+export interface EndResult {
+  /** The session as the end left it: `ended` (also when it was ended already: then nothing changed). */
+  readonly session: Session
+  /**
+   * The session as the end found it (the same as `session` when it was ended already): the host
+   * it held (its room is free now) and the host of its descent image (no longer that host's to keep).
+   */
+  readonly before: Session
+  /** The open move the end aborted, as it ended; null when none was open. Its target and waiters are owed a notice. */
+  readonly closedMove: Move | null
+}
+
 /** The fleet in one read (SPEC §4.1): what the reaper and the fleet snapshot read once per pass. */
 export interface FleetRead {
   readonly hosts: readonly FleetHost[]

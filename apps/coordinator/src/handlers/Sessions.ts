@@ -231,12 +231,12 @@ export const SessionsHandlers = HandlerGroup.make(
         )
         .handle("end", ({ params }) =>
           withNotices(Effect.gen(function* () {
-            const before = yield* Effect.interruptible(sessionFor(params.id))
-            const open = yield* Effect.interruptible(api(store.openMove(params.id)))
-            const s = yield* api(store.endSession(params.id))
+            // Read for the credential's check only: who is told comes from the end's own answer.
+            yield* Effect.interruptible(sessionFor(params.id))
+            const ended = yield* api(store.endSession(params.id))
             // The one rule of what an end changed (a TTL's end in a reaper pass tells the same).
-            yield* drainer.roomAppeared(...endedTopics(before, open))
-            return s
+            yield* drainer.roomAppeared(...endedTopics(ended.before, ended.closedMove))
+            return ended.session
           })),
         )
         .handle("ttl", ({ params, payload }) =>

@@ -82,6 +82,22 @@ export const cascades: Group = {
       }),
     ),
     kase(
+      "ending a moving session answers the move it closed, as it ended, and the session as the end found it",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { move } = yield* moving
+        yield* TestClock.adjust(30)
+        // The caller tells the move's target and waiters from this answer, not from a read before the end.
+        const ended = yield* s.endSession("s1")
+        expect(ended.closedMove).toStrictEqual(yield* s.getMove(move.id))
+        expect(ended.closedMove).toMatchObject({ id: move.id, sessionId: "s1", sourceHostId: "src", targetHostId: "dst", state: "aborted", abortReason: "session ended", endedAt: 30 })
+        expect(ended.before).toMatchObject({ id: "s1", state: "moving", hostId: "src" })
+        expect(ended.session).toMatchObject({ id: "s1", state: "ended", hostId: null })
+        // Ended already: nothing more closes.
+        expect((yield* s.endSession("s1")).closedMove).toBeNull()
+      }),
+    ),
+    kase(
       "a move whose session ended refuses commit, abort and rounds as a Conflict, and changes nothing",
       Effect.gen(function* () {
         const s = yield* store
@@ -119,7 +135,7 @@ export const cascades: Group = {
         yield* s.reclaim()
         yield* refusesEverything(move.id)
         // The lost session can only end.
-        expect((yield* s.endSession("s1")).state).toBe("ended")
+        expect((yield* s.endSession("s1")).session.state).toBe("ended")
         yield* expectInvariants
       }),
     ),

@@ -43,7 +43,10 @@ export const images: Group = {
         expect(yield* s.markRunning("s2")).toMatchObject({ state: "running", imageHostId: null })
         yield* descendedOn("s3")
         expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual(["s3"])
-        expect(yield* s.endSession("s3")).toMatchObject({ state: "ended", imageHostId: null })
+        const ended = yield* s.endSession("s3")
+        expect(ended.session).toMatchObject({ state: "ended", imageHostId: null })
+        // The host that held the image is named by the end's answer (it is owed a notice).
+        expect(ended.before).toMatchObject({ state: "descended", imageHostId: "h" })
         expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual([])
       }),
     ),

@@ -495,7 +495,7 @@ export const ledger: Group = {
         yield* sessionIn("s1", "lost")
         yield* expectFailure(s.markRunning("s1"), "IllegalTransition")
         yield* expectFailure(s.resume("s1"), "IllegalTransition")
-        expect((yield* s.endSession("s1")).state).toBe("ended")
+        expect((yield* s.endSession("s1")).session.state).toBe("ended")
       }),
     ),
     kase(

@@ -79,7 +79,7 @@ export const lifetimes: Group = {
         yield* TestClock.adjust(1)
         expect(ids((yield* s.lifetimesDue()).expired).sort()).toStrictEqual(["park", "run"])
         const ended = yield* s.endSession("park", { reason: Lifetime.ttlExpiredReason })
-        expect(ended).toMatchObject({ state: "ended", hostId: null, reservationId: null })
+        expect(ended.session).toMatchObject({ state: "ended", hostId: null, reservationId: null })
         const history = yield* s.sessionEvents("park")
         expect(history.items.at(-1)?.event).toStrictEqual({ _tag: "Ended", hostId: "h1", reason: "ttl expired" })
         expect(ids((yield* s.lifetimesDue()).expired)).toStrictEqual(["run"])

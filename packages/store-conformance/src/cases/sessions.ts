@@ -64,9 +64,14 @@ const endCase = (st: SessionState): Case =>
       yield* addHost("h1", 65536)
       yield* addHost("h2", 65536)
       yield* sessionIn("x", st)
+      const was = yield* s.getSession("x")
+      const open = yield* s.openMove("x")
       yield* TestClock.adjust(7)
       const ended = yield* s.endSession("x")
-      expect(ended).toMatchObject({ id: "x", state: "ended", reservationId: null })
+      expect(ended.session).toMatchObject({ id: "x", state: "ended", reservationId: null })
+      // What the end changed, from its own change: the session as it found it, and the move it closed.
+      expect(ended.before).toStrictEqual(was)
+      expect(ended.closedMove).toStrictEqual(open === null ? null : yield* s.getMove(open.id))
       expect((yield* reservationsNow(s)).filter((r) => r.ownerId === "x" || r.ownerKind === "move")).toStrictEqual([])
       expect(yield* s.openMove("x")).toBeNull()
       expect(yield* queueNow(s)).toStrictEqual([])
@@ -261,7 +266,7 @@ export const sessions: Group = {
         seen.push((yield* s.finishDescent("s1")).state)
         seen.push((yield* s.resume("s1")).session.state)
         seen.push((yield* s.markRunning("s1")).state)
-        seen.push((yield* s.endSession("s1")).state)
+        seen.push((yield* s.endSession("s1")).session.state)
         expect(seen).toStrictEqual(["queued", "pending", "running", "parked", "descending", "descended", "pending", "running", "ended"])
         yield* expectInvariants
       }),
@@ -276,8 +281,11 @@ export const sessions: Group = {
         const before = yield* snapshot
         const events = (yield* s.sessionEvents("s1", { limit: 100 })).items.length
         const again = yield* s.endSession("s1")
-        expect(again).toStrictEqual(yield* s.getSession("s1"))
-        expect(again).toMatchObject({ id: "s1", state: "ended", hostId: null, reservationId: null })
+        expect(again.session).toStrictEqual(yield* s.getSession("s1"))
+        expect(again.session).toMatchObject({ id: "s1", state: "ended", hostId: null, reservationId: null })
+        // Nothing changed: the session before is the session now, and no move closed.
+        expect(again.before).toStrictEqual(again.session)
+        expect(again.closedMove).toBeNull()
         expect((yield* s.sessionEvents("s1", { limit: 100 })).items).toHaveLength(events)
         yield* expectUnchanged(before, "ending an ended session")
       }),
