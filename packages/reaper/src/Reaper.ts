@@ -25,12 +25,17 @@
  *
  * `react` is the gate alone, run at once when a session queues without room (SPEC §12 / issue
  * "react at once"): read, decide, descend; `Trigger` coalesces the calls.
+ *
+ * Each write and the event that tells it are one step an interruption does not cut
+ * (`committing`): a pass interrupted by a shutdown stops at its next step, never between a commit
+ * and its notices.
  */
 import { Downtime, Lifetime, MakeRoom, Move as MoveRecord, ParkPolicy, Placement, Reclaim } from "@engram/core"
 import type { Limits, ParkGate, SessionState } from "@engram/core"
 import { CurrentFence, nowOf, pruneKinds, Store } from "@engram/store"
 import type { EndResult, Fence, FleetRead, Move, PruneResult, Session, StoreError, StoreShape } from "@engram/store"
 import { Effect } from "effect"
+import type { Result } from "effect"
 import { ReaperEvents } from "./ReaperEvents.js"
 import type { Event, Source } from "./ReaperEvents.js"
 import * as ReaperState from "./ReaperState.js"
@@ -225,6 +230,18 @@ type Tell = ((event: Event) => Effect.Effect<void>) | undefined
 /** The listener in context, resolved once per pass (a pass tells several events). */
 const listener: Effect.Effect<Tell> = Effect.map(Effect.serviceOption(ReaperEvents), (l) => (l._tag === "Some" ? l.value.emit : undefined))
 
+/**
+ * A write of the pass and what it tells, as one step an interruption does not cut (a shutdown's:
+ * SIGTERM closes the reaper's scope): a write that committed is always told, so the app's
+ * notices for it go out (the coordinator wakes the hosts and waiters it changed), and a write in
+ * flight is not abandoned midway (a statement sent may still commit). `after` sees the write's
+ * result in the same step (the pass's own books, then its event). Reads stay interruptible: a
+ * shutdown stops the pass at the next step, held at most by the write in flight (each store call
+ * keeps its own bound in the coordinator).
+ */
+const committing = <A, E>(write: Effect.Effect<A, E>, after: (r: Result.Result<A, E>) => Effect.Effect<void> | void): Effect.Effect<Result.Result<A, E>> =>
+  Effect.uninterruptible(Effect.tap(Effect.result(write), (r) => after(r) ?? Effect.void))
+
 /** The policy function of the options. */
 export const policyOf = (options: Options): ParkPolicy.Policy => {
   const p = options.policy ?? ParkPolicy.defaultName
@@ -259,15 +276,14 @@ const descend = (store: StoreShape, yields: readonly ParkPolicy.PolicyYield[], l
         if (tell) yield* tell({ _tag: "LeadershipLost", source, step: "descents" })
         return null
       }
-      const began = yield* Effect.result(store.beginDescent(y.sessionId))
-      if (began._tag === "Success") {
-        started.push(y)
-        if (tell) yield* tell({ _tag: "DescentStarted", source, yield: y })
-      } else if (began.failure._tag === "Unavailable") {
-        if (tell) yield* tell({ _tag: "DescentFailed", source, yield: y, reason: began.failure.reason })
-      } else if (tell) {
-        yield* tell({ _tag: "DescentLostRace", source, yield: y })
-      }
+      yield* committing(store.beginDescent(y.sessionId), (began) => {
+        if (began._tag === "Success") started.push(y)
+        if (!tell) return
+        if (began._tag === "Success") return tell({ _tag: "DescentStarted", source, yield: y })
+        return began.failure._tag === "Unavailable"
+          ? tell({ _tag: "DescentFailed", source, yield: y, reason: began.failure.reason })
+          : tell({ _tag: "DescentLostRace", source, yield: y })
+      })
     }
     return started
   })
@@ -276,7 +292,8 @@ const descend = (store: StoreShape, yields: readonly ParkPolicy.PolicyYield[], l
  * The lifetime step of a pass: the store's indexed read of what is due (core's `Lifetime`
  * decides), then for each, while this replica leads, the store's own step: `endSession` with
  * the TTL's reason, or `idle`. A session that changed first (a lost race) is skipped; a failed
- * read skips the step. Null: leadership was lost midway.
+ * read skips the step. Null: leadership was lost midway. What was written is told however the
+ * step ends (done, leadership lost, or a shutdown's interruption between two writes).
  */
 const lifetimes = (
   store: StoreShape,
@@ -284,9 +301,23 @@ const lifetimes = (
   tell: Tell,
   idleToo: Effect.Effect<boolean>,
 ): Effect.Effect<{ idled: LifetimeStep[]; expired: ExpiredStep[] } | null> =>
-  Effect.gen(function* () {
+  Effect.suspend(() => {
     const idled: LifetimeStep[] = []
     const expired: ExpiredStep[] = []
+    const told = Effect.suspend(() => (tell && (idled.length > 0 || expired.length > 0) ? tell({ _tag: "LifetimesApplied", idled, expired }) : Effect.void))
+    return Effect.ensuring(lifetimeWrites(store, leading, tell, idleToo, idled, expired), told)
+  })
+
+/** The reads and writes of `lifetimes`, each write kept in `idled` or `expired` as one step with it (`committing`). */
+const lifetimeWrites = (
+  store: StoreShape,
+  leading: () => boolean,
+  tell: Tell,
+  idleToo: Effect.Effect<boolean>,
+  idled: LifetimeStep[],
+  expired: ExpiredStep[],
+): Effect.Effect<{ idled: LifetimeStep[]; expired: ExpiredStep[] } | null> =>
+  Effect.gen(function* () {
     const due = yield* Effect.result(store.lifetimesDue())
     if (due._tag === "Failure") {
       if (tell) yield* tell({ _tag: "LifetimesFailed", reason: due.failure.reason })
@@ -296,19 +327,20 @@ const lifetimes = (
       if (!leading()) return null
       // What else the end changed (its host, its image's host, the move it aborted) is the store's
       // own answer: a move begun after the due read is still told.
-      const ended = yield* Effect.result(store.endSession(s.id, { reason: Lifetime.ttlExpiredReason }))
-      if (ended._tag === "Success") expired.push(expiredStep(ended.success))
-      else if (ended.failure._tag === "Unavailable") break
+      const ended = yield* committing(store.endSession(s.id, { reason: Lifetime.ttlExpiredReason }), (r) => {
+        if (r._tag === "Success") expired.push(expiredStep(r.success))
+      })
+      if (ended._tag === "Failure" && ended.failure._tag === "Unavailable") break
     }
     // Not while the failover grace holds: the activity that would keep a busy session running
     // could not land while the coordinator side was down (TTL ends are deadlines: they still run).
     for (const s of (yield* idleToo) ? due.success.idle : []) {
       if (!leading()) return null
-      const idle = yield* Effect.result(store.idle(s.id))
-      if (idle._tag === "Success") idled.push({ sessionId: s.id, hostId: s.hostId, state: idle.success.state })
-      else if (idle.failure._tag === "Unavailable") break
+      const idle = yield* committing(store.idle(s.id), (r) => {
+        if (r._tag === "Success") idled.push({ sessionId: s.id, hostId: s.hostId, state: r.success.state })
+      })
+      if (idle._tag === "Failure" && idle.failure._tag === "Unavailable") break
     }
-    if (tell && (idled.length > 0 || expired.length > 0)) yield* tell({ _tag: "LifetimesApplied", idled, expired })
     return { idled, expired }
   })
 
@@ -372,13 +404,14 @@ const timeOut = (store: StoreShape, moves: MoveOptions, state: ReaperState.Reape
         if (tell) yield* tell({ _tag: "LeadershipLost", source: "pass", step: "moves" })
         return null
       }
-      const abort = yield* Effect.result(store.abortMove(m.id, timeoutReason, { onlyBeforeFinalRound: true }))
-      if (abort._tag === "Failure") continue
-      // Told here, not as it leaves pending: its end is this timeout.
-      state.moves.delete(m.id)
-      aborted.add(m.id)
-      state.aborted.push(abortOf(abort.success, now))
-      if (tell) yield* tell({ _tag: "MoveTimedOut", move: abort.success, own })
+      yield* committing(store.abortMove(m.id, timeoutReason, { onlyBeforeFinalRound: true }), (abort) => {
+        if (abort._tag === "Failure") return
+        // Told here, not as it leaves pending: its end is this timeout.
+        state.moves.delete(m.id)
+        aborted.add(m.id)
+        state.aborted.push(abortOf(abort.success, now))
+        if (tell) return tell({ _tag: "MoveTimedOut", move: abort.success, own })
+      })
     }
     return open.filter((m) => !aborted.has(m.id))
   })
@@ -461,15 +494,16 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
         if (tell) yield* tell({ _tag: "LeadershipLost", source: "pass", step: "moves" })
         return null
       }
-      const move = yield* Effect.result(store.beginMove({ sessionId: m.sessionId, targetHostId: m.toHostId, maxDowntimeMs: moves.costs.maxDowntimeMs }))
-      if (move._tag === "Success") {
-        begun.push({ moveId: move.success.id, planned: m })
-        state.moves.add(move.success.id)
-        if (tell) yield* tell({ _tag: "MoveBegun", move: move.success, planned: m })
-      } else if (tell) {
-        const unavailable = move.failure._tag === "Unavailable"
-        yield* tell({ _tag: "MoveNotBegun", planned: m, unavailable, reason: `${move.failure._tag}: ${move.failure.message}` })
-      }
+      yield* committing(store.beginMove({ sessionId: m.sessionId, targetHostId: m.toHostId, maxDowntimeMs: moves.costs.maxDowntimeMs }), (move) => {
+        if (move._tag === "Success") {
+          begun.push({ moveId: move.success.id, planned: m })
+          state.moves.add(move.success.id)
+          if (tell) return tell({ _tag: "MoveBegun", move: move.success, planned: m })
+        } else if (tell) {
+          const unavailable = move.failure._tag === "Unavailable"
+          return tell({ _tag: "MoveNotBegun", planned: m, unavailable, reason: `${move.failure._tag}: ${move.failure.message}` })
+        }
+      })
     }
     return begun
   })
@@ -481,13 +515,10 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
 const prune = (store: StoreShape, retention: RetentionOptions, tell: Tell) =>
   Effect.gen(function* () {
     const now = yield* nowOf(store)
-    const done = yield* Effect.result(store.pruneHistory({ endedBefore: Math.max(0, now - retention.retentionMs), limit: retention.limit }))
-    if (done._tag === "Failure") {
-      if (tell) yield* tell({ _tag: "PruneFailed", reason: reasonOf(done.failure) })
-      return null
-    }
-    if (tell) yield* tell({ _tag: "Pruned", result: done.success })
-    return done.success
+    const done = yield* committing(store.pruneHistory({ endedBefore: Math.max(0, now - retention.retentionMs), limit: retention.limit }), (r) =>
+      !tell ? undefined : r._tag === "Failure" ? tell({ _tag: "PruneFailed", reason: reasonOf(r.failure) }) : tell({ _tag: "Pruned", result: r.success }),
+    )
+    return done._tag === "Failure" ? null : done.success
   })
 
 // The pass is one generator with the steps inline: it runs every few seconds over the whole
@@ -574,13 +605,12 @@ const passLeading = (options: Options, leading: () => boolean): Effect.Effect<Pa
     }
     let reclaimed = 0
     let lostSessions: readonly string[] = []
-    const reclaim = yield* Effect.result(store.reclaim(reclaimHeldUntil === null ? undefined : { stale: false }))
+    const reclaim = yield* committing(store.reclaim(reclaimHeldUntil === null ? undefined : { stale: false }), (r) =>
+      !tell ? undefined : r._tag === "Success" ? tell({ _tag: "Reclaimed", result: r.success }) : tell({ _tag: "ReclaimFailed", reason: r.failure.reason }),
+    )
     if (reclaim._tag === "Success") {
       reclaimed = reclaim.success.reclaimed.length
       lostSessions = reclaim.success.lostSessions
-      if (tell) yield* tell({ _tag: "Reclaimed", result: reclaim.success })
-    } else if (tell) {
-      yield* tell({ _tag: "ReclaimFailed", reason: reclaim.failure.reason })
     }
 
     // 2b. Lifetimes: a TTL that passed ends its session; a running session with no activity for
@@ -616,14 +646,10 @@ const passLeading = (options: Options, leading: () => boolean): Effect.Effect<Pa
 
     // 4. Drain the queue into whatever room exists now.
     if (!leading()) return yield* held("drain")
-    const drained = yield* Effect.result(store.drainQueue())
-    let placed: readonly Placed[] = []
-    if (drained._tag === "Success") {
-      placed = drained.success.placed
-      if (tell) yield* tell({ _tag: "Drained", result: drained.success })
-    } else if (tell) {
-      yield* tell({ _tag: "DrainFailed", reason: drained.failure.reason })
-    }
+    const drained = yield* committing(store.drainQueue(), (r) =>
+      !tell ? undefined : r._tag === "Success" ? tell({ _tag: "Drained", result: r.success }) : tell({ _tag: "DrainFailed", reason: r.failure.reason }),
+    )
+    const placed: readonly Placed[] = drained._tag === "Success" ? drained.success.placed : []
 
     // 5. Moves for starving sessions whose held host's parks cannot make the room.
     const moves = options.moves === undefined ? [] : yield* makeRoom(store, options.moves, options, state, leading, tell)

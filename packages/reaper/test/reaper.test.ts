@@ -160,6 +160,31 @@ describe("Reaper.pass", () => {
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
   })
 
+  it.effect("leadership lost midway through the lifetimes: the ends already written are still told", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 8192)
+      for (const [id, ttlMs] of [["s1", 1000], ["s2", 1001]] as const) {
+        yield* store.createSession({ id, budget: { memMib: 1024, vcpus: 1 }, affinity: ["h1"], ttlMs })
+        yield* store.markRunning(id)
+      }
+      yield* TestClock.adjust(1001)
+      // Leads for the reclaim and the first end, then loses the lock.
+      let asked = 0
+      const pass = yield* Reaper.pass({ policy: "demand", leading: () => ++asked <= 2 })
+      assert.deepStrictEqual(pass, { _tag: "Held", reason: "lost the leader lock mid-pass" })
+      assert.deepStrictEqual([yield* stateOf("s1"), yield* stateOf("s2")], ["ended", "running"])
+      // The end that was written is heard (its host's agent stops the guest), before the loss is.
+      const applied = rec.events.filter((e) => e._tag === "LifetimesApplied")
+      assert.deepStrictEqual(
+        applied.map((e) => e.expired.map((x) => [x.sessionId, x.hostId])),
+        [[["s1", "h1"]]],
+      )
+      assert.deepStrictEqual(rec.events.at(-1), { _tag: "LeadershipLost", source: "pass", step: "lifetimes" })
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
   it.effect("a pass that began without its fence (past the renew deadline) writes nothing, though a renewal under the same epoch lets the replica lead again mid-pass", () =>
     Effect.gen(function* () {
       const store = yield* Store
