@@ -1,5 +1,6 @@
 /**
- * What every long-poll (an agent's assignments, a wait for a session's state) goes through:
+ * What every long-poll (an agent's assignments, a wait for a session's state, the dashboard's
+ * `/ui/changes`, `Ui.ts`) goes through:
  * the caps on how many are open at once, per credential and in total (beyond them, 429 with
  * `Retry-After`: a host's agent needs one or two, a runaway client would otherwise hold memory
  * and sockets without bound), and revocation (a host token rotated or removed through any

@@ -3,29 +3,55 @@
  * questions its routes ask answered here: is this the admin token (the page shows the whole
  * fleet), what version is the fleet at (a hash of one fleet read and the pending moves, so it
  * changes when hosts, reservations, the queue, parks, descents or moves change), and the fleet
- * signal over time (`FleetHistory`).
+ * signal over time (`FleetHistory`). Its `/ui/changes` is a long-poll like the API's
+ * (`LongPolls`): counted against the admin token's cap and the replica's total (429 with
+ * `Retry-After` beyond, the API's body), and answered at once when the coordinator stops.
  */
+import { Errors } from "@engram/api"
+import type { TooManyRequests, Unauthorized } from "@engram/api"
 import { Dashboard } from "@engram/dashboard"
 import { Store } from "@engram/store"
-import { Effect, Layer } from "effect"
+import { Effect, Exit, Layer } from "effect"
+import { HttpServerResponse } from "effect/http"
 import type { HttpRouter } from "effect/http"
 import { createHash } from "node:crypto"
-import { AdminToken, hashToken, sameHash } from "./Auth.js"
+import { AdminToken, CurrentCredential, hashToken, sameHash } from "./Auth.js"
+import type { Credential } from "./Auth.js"
 import { FleetHistory } from "./FleetHistory.js"
+import { LongPolls } from "./LongPolls.js"
 import { anyTopic, Notifier } from "./Notifier.js"
 
+/** A long-poll's refusal as the API answers it: the same JSON body, `Retry-After` on a 429. */
+const refusedPoll = (e: TooManyRequests | Unauthorized): HttpServerResponse.HttpServerResponse =>
+  e._tag === "TooManyRequests"
+    ? HttpServerResponse.jsonUnsafe(
+        { error: e.error, message: e.message, retryAfterMs: e.retryAfterMs, limit: e.limit },
+        { status: 429, headers: { "retry-after": String(Errors.retryAfterSeconds(e.retryAfterMs)), "cache-control": "no-store" } },
+      )
+    : HttpServerResponse.jsonUnsafe({ error: e.error, message: e.message }, { status: 401, headers: { "cache-control": "no-store" } })
+
 /** The dashboard's routes, on this coordinator's store and admin token. */
-export const UiLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store | AdminToken | FleetHistory | Notifier> = Layer.unwrap(
+export const UiLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store | AdminToken | FleetHistory | Notifier | LongPolls> = Layer.unwrap(
   Effect.gen(function* () {
     const store = yield* Store
     const admin = yield* AdminToken
     const history = yield* FleetHistory
     const notifier = yield* Notifier
+    const longPolls = yield* LongPolls
+    // The dashboard takes only the admin token (`authorize`): its polls are that credential's.
+    const adminCredential: Credential = { tokenHash: admin.tokenHash, principal: { _tag: "Admin" }, noticesAt: 0 }
     return Dashboard.layer({
       authorize: (token) => Effect.sync(() => sameHash(hashToken(token), admin.tokenHash)),
       history: Effect.map(history.samples, (samples) => ({ intervalMs: history.intervalMs, samples })),
       // Woken by any change notice (through any replica), never by a timer.
       watch: Effect.map(notifier.watch([anyTopic]), (w) => ({ next: (ms: number) => Effect.map(w.next(ms), (why) => why === "changed" || why === "missed") })),
+      // Its watch opens inside the poll, under the poll's `WaitEnd`: the shutdown's `endAll` ends it.
+      longPoll: (poll) =>
+        longPolls.run(Effect.exit(poll)).pipe(
+          Effect.provideService(CurrentCredential, adminCredential),
+          Effect.catchTags({ TooManyRequests: (e) => Effect.succeed(Exit.succeed(refusedPoll(e))), Unauthorized: (e) => Effect.succeed(Exit.succeed(refusedPoll(e))) }),
+          Effect.flatMap((exit) => exit),
+        ),
       version: Effect.gen(function* () {
         const fleet = yield* store.fleetView()
         const moves = yield* store.listMoves({ state: "pending" })

@@ -53,6 +53,13 @@ export interface Options {
    * `pollMs`.
    */
   readonly watch?: Effect.Effect<{ readonly next: (timeoutMs: number) => Effect.Effect<boolean> }, never, Scope.Scope> | undefined
+  /**
+   * Runs each `/ui/changes` once its token and query are checked (its watch, its reads and its
+   * wait), under the app's rules for long-polls: a cap on how many are open at once (the app
+   * answers beyond it, e.g. a 429) and its shutdown (the app ends the `watch` opened inside: the
+   * request answers the version at once, as at its deadline). Without it, as it is.
+   */
+  readonly longPoll?: (<E>(poll: Effect.Effect<HttpServerResponse.HttpServerResponse, E>) => Effect.Effect<HttpServerResponse.HttpServerResponse, E>) | undefined
 }
 
 /** The longest `/ui/changes` waits before it answers the same version. */
@@ -132,13 +139,9 @@ export const layer = (options: Options): Layer.Layer<never, never, HttpRouter.Ht
       return json(200, { intervalMs: h.intervalMs, samples: h.samples })
     }).pipe(Effect.catchCause(unavailable))
 
-  const changes = (request: HttpServerRequest.HttpServerRequest) =>
+  /** The version once it differs from `since`, or `waitMs` passed (or the app's `watch` was ended). */
+  const poll = (since: string, waitMs: number) =>
     Effect.gen(function* () {
-      const refused = yield* refusal(request)
-      if (refused !== null) return refused
-      const query = changesQuery(new URL(request.url, "http://localhost").searchParams)
-      if ("field" in query) return json(400, { error: "InvalidInput", ...query, in: "query" })
-      const { since, waitMs } = query
       // Watching before the first read: a change made while it runs wakes the wait below.
       const watch = options.watch === undefined ? null : yield* options.watch
       let version = yield* options.version
@@ -154,7 +157,17 @@ export const layer = (options: Options): Layer.Layer<never, never, HttpRouter.Ht
         readAt = now = yield* Clock.currentTimeMillis
       }
       return json(200, { version })
-    }).pipe(Effect.scoped, Effect.catchCause(unavailable))
+    }).pipe(Effect.scoped)
+  const longPoll = options.longPoll ?? ((p) => p)
+
+  const changes = (request: HttpServerRequest.HttpServerRequest) =>
+    Effect.gen(function* () {
+      const refused = yield* refusal(request)
+      if (refused !== null) return refused
+      const query = changesQuery(new URL(request.url, "http://localhost").searchParams)
+      if ("field" in query) return json(400, { error: "InvalidInput", ...query, in: "query" })
+      return yield* longPoll(poll(query.since, query.waitMs))
+    }).pipe(Effect.catchCause(unavailable))
 
   return Layer.mergeAll(
     // The root has nothing else to show a browser: send it to the dashboard.
