@@ -85,7 +85,7 @@ export class ConflictError extends Schema.Error<ConflictError>("ConflictError")(
     id: Schema.optionalKey(Schema.String),
     from: Schema.optionalKey(Schema.String),
     to: Schema.optionalKey(Schema.String),
-    /** A repeated create of a session that exists (ended, lost, descended, or of another budget): the session's state. */
+    /** A repeated create of a session that exists (ended, lost, descended, or asking for another budget or options): the session's state. */
     state: Schema.optionalKey(Schema.String),
     check: Schema.optionalKey(Schema.String),
     noFit: Schema.optionalKey(

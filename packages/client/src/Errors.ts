@@ -94,7 +94,7 @@ export class NotFound extends EngramError {
 /**
  * 409: the request conflicts with the state: an illegal transition (`from`, `to`), a ledger
  * refusal (`check`), a repeated id (`state`: the existing session's, on a repeated create: one
- * that ended, was lost or descended, or one of another budget), a host that still holds
+ * that ended, was lost or descended, or one asking for another budget or options), a host that still holds
  * reservations… Nothing changed.
  */
 export class Conflict extends EngramError {
@@ -104,7 +104,7 @@ export class Conflict extends EngramError {
   readonly check: string | undefined
   readonly entity: string | undefined
   readonly id: string | undefined
-  /** The session's state where the answer names it: a repeated create (`ended`, `lost`, `descended`: resume that one; any state with another budget), a wait that gave up. */
+  /** The session's state where the answer names it: a repeated create (`ended`, `lost`, `descended`: resume that one; any state with another budget or options), a wait that gave up. */
   readonly state: string | undefined
   constructor(answer: Answer) {
     super(text(answer.body?.["message"]) ?? "conflict", answer, text(answer.body?.["error"]) ?? "Conflict")

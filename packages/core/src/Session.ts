@@ -191,7 +191,8 @@ export type Step =
       readonly _tag: "create"
       readonly id: string
       readonly budget: Budget
-      readonly affinity: readonly string[]
+      /** The preferred hosts, in order; absent: none (and a repeated create does not compare it). */
+      readonly affinity?: readonly string[] | undefined
       /** The chosen host, or null: no host fits and the session queues. */
       readonly placement: Placed | null
       /** Valid lifetimes (`Lifetime.validLifetimeMs`) or absent. */
@@ -199,6 +200,11 @@ export type Step =
       readonly ttlMs?: number | null | undefined
       /** A valid template name (`Names.isTemplateName`) or absent. */
       readonly template?: string | null | undefined
+      /**
+       * What the caller asked for when nothing fits (absent: `queue`). Only a repeated create
+       * reads it: a new session's store refuses before asking for a plan (`NoRoom`).
+       */
+      readonly onNoRoom?: "queue" | "refuse" | undefined
     }
   | { readonly _tag: "place"; readonly placement: Placed }
   | { readonly _tag: "markRunning" }
@@ -302,8 +308,9 @@ export interface Illegal {
 }
 
 /**
- * A refusal that is not about the life cycle: a repeated create with another budget or of a
- * session that ended, was lost or descended, an open or finished move.
+ * A refusal that is not about the life cycle: a repeated create that asks for another session
+ * (another budget, affinity, lifetime or template: `repeatDiffers`) or of a session that ended,
+ * was lost or descended, an open or finished move.
  */
 export interface Conflict {
   readonly _tag: "Conflict"
@@ -315,8 +322,9 @@ export interface Conflict {
 }
 
 /**
- * A step that is already done: a repeated create with the same budget (of a session neither
- * ended, lost nor descended: one that is queued or on a host), or an end of an ended session. Nothing changes; the caller gets the session as it is.
+ * A step that is already done: a repeated create that asks for the session as it was created
+ * (`repeatDiffers`; of a session neither ended, lost nor descended: one that is queued or on a
+ * host), or an end of an ended session. Nothing changes; the caller gets the session as it is.
  */
 export interface Unchanged {
   readonly _tag: "Unchanged"
@@ -473,7 +481,7 @@ const createPlan = (op: Extract<Step, { readonly _tag: "create" }>, now: number)
     id: op.id,
     state: p === null ? "queued" : "pending",
     budget: { memMib: op.budget.memMib, vcpus: op.budget.vcpus },
-    affinity: [...op.affinity],
+    affinity: op.affinity === undefined ? [] : [...op.affinity],
     hostId: p === null ? null : p.hostId,
     reservationId: p === null ? null : p.reservationId,
     queuedAt: p === null ? now : null,
@@ -491,6 +499,31 @@ const createPlan = (op: Extract<Step, { readonly _tag: "create" }>, now: number)
   return planOf(null, session, now, [reserve], null, [created[0], { _tag: "Placed", hostId: p.hostId }], { hostId: p.hostId, version: p.version })
 }
 
+const sameList = (a: readonly string[], b: readonly string[]): boolean => a.length === b.length && a.every((x, i) => x === b[i])
+
+/**
+ * Why a repeated create is not the create of `s` (the first field it names that differs), or
+ * null when it is: a repeat answers the session only when it asks for that session. The budget
+ * is always sent; the options only when given (a repeat that leaves one out asks nothing of it).
+ * A TTL counts from the first create, so `ttlMs` is compared as the deadline it set
+ * (`createdAt + ttlMs`): after a new TTL (`setTtl`) the first create's no longer matches. A
+ * repeat that refuses to queue (`onNoRoom: refuse`) is not answered with a queued session.
+ */
+export const repeatDiffers = (s: Record, op: Extract<Step, { readonly _tag: "create" }>): string | null => {
+  if (s.budget.memMib !== op.budget.memMib || s.budget.vcpus !== op.budget.vcpus) return "session exists with another budget"
+  if (op.affinity !== undefined && !sameList(s.affinity, op.affinity))
+    return `session exists with another affinity (${s.affinity.length === 0 ? "none" : s.affinity.join(", ")})`
+  if (op.idleTimeoutMs != null && s.idleTimeoutMs !== op.idleTimeoutMs)
+    return `session exists with another idleTimeoutMs (${s.idleTimeoutMs === null ? "none" : s.idleTimeoutMs})`
+  if (op.ttlMs != null && s.endsAt !== s.createdAt + op.ttlMs)
+    return s.endsAt === null
+      ? "session exists with another ttlMs (none: it has no TTL)"
+      : `session exists with another ttlMs: it ends at ${s.endsAt}, not at its create's time + ttlMs (${s.createdAt + op.ttlMs}; a TTL counts from the first create, and a new TTL moves it)`
+  if (op.template != null && s.template !== op.template) return `session exists with another template (${s.template ?? "none"})`
+  if (op.onNoRoom === "refuse" && s.state === "queued") return "session exists and is queued: onNoRoom refuse asks for a session that is placed, or none"
+  return null
+}
+
 /**
  * What `op` does to the session `s` at `now` (SPEC §2, §3, §5): its plan, or why it is
  * refused. `s` is null when no session has the id (only a `create` applies then). Nothing else
@@ -499,8 +532,8 @@ const createPlan = (op: Extract<Step, { readonly _tag: "create" }>, now: number)
 export const step = (s: Record | null, op: Step, now: number): Answer => {
   if (op._tag === "create") {
     if (s === null) return createPlan(op, now)
-    if (s.budget.memMib !== op.budget.memMib || s.budget.vcpus !== op.budget.vcpus)
-      return { _tag: "Conflict", entity: "session", id: s.id, reason: "session exists with another budget", state: s.state }
+    const differs = repeatDiffers(s, op)
+    if (differs !== null) return { _tag: "Conflict", entity: "session", id: s.id, reason: differs, state: s.state }
     // A create answers placed or queued; a repeat after the session ended (or was lost) is
     // neither, and a create cannot bring it back: its id is spent. A descended session is
     // neither placed nor queued either: only a resume restores it (SPEC §12).

@@ -167,6 +167,47 @@ describe("Session.step", () => {
     expect(Session.step(base, create(2048), t)).toStrictEqual({ _tag: "Conflict", entity: "session", id: "s1", reason: "session exists with another budget", state: base.state })
   })
 
+  it("a repeated create that asks for another session (affinity, idle timeout, TTL, template, or a refusal to queue) is a Conflict naming the first field that differs", () => {
+    // Created at 500 with affinity [h1, h2], idle timeout 5 s, TTL 60 s and template t1.
+    const s = at("pending", { affinity: ["h1", "h2"], idleTimeoutMs: 5000, endsAt: 60_500, template: "t1", createdAt: 500 })
+    const repeat = (more: Partial<Extract<Session.Step, { _tag: "create" }>>): Session.Answer =>
+      Session.step(s, { _tag: "create", id: "s1", budget: base.budget, placement: null, ...more }, t)
+    const conflict = (a: Session.Answer) => (a._tag === "Conflict" ? [a.entity, a.id, a.state, a.reason] : a._tag)
+    // The same create, or one that leaves options out (it asks nothing of them), answers the session.
+    const same = { affinity: ["h1", "h2"], idleTimeoutMs: 5000, ttlMs: 60_000, template: "t1", onNoRoom: "refuse" as const }
+    expect(repeat(same)).toStrictEqual({ _tag: "Unchanged", session: s })
+    expect(repeat({})).toStrictEqual({ _tag: "Unchanged", session: s })
+    // A TTL counts from the first create: 60 s later, 60 s is still the same TTL.
+    expect(Session.step(s, { _tag: "create", id: "s1", budget: base.budget, placement: null, ttlMs: 60_000 }, 60_000)._tag).toBe("Unchanged")
+    for (const [more, reason] of [
+      [{ affinity: ["h2", "h1"] }, "session exists with another affinity (h1, h2)"],
+      [{ affinity: [] }, "session exists with another affinity (h1, h2)"],
+      [{ idleTimeoutMs: 5001 }, "session exists with another idleTimeoutMs (5000)"],
+      [{ ttlMs: 1000 }, "session exists with another ttlMs: it ends at 60500, not at its create's time + ttlMs (1500; a TTL counts from the first create, and a new TTL moves it)"],
+      [{ template: "t2" }, "session exists with another template (t1)"],
+      // The first field that differs is named.
+      [{ ...same, idleTimeoutMs: 1, template: "t2" }, "session exists with another idleTimeoutMs (5000)"],
+      [{ ...same, budget: { memMib: 2048, vcpus: 1 }, affinity: [] }, "session exists with another budget"],
+    ] as const)
+      expect(conflict(repeat(more)), JSON.stringify(more)).toStrictEqual(["session", "s1", "pending", reason])
+    // A session created without the options: each one given is another session.
+    const bare = at("running")
+    const bareRepeat = (more: Partial<Extract<Session.Step, { _tag: "create" }>>) =>
+      conflict(Session.step(bare, { _tag: "create", id: "s1", budget: base.budget, placement: null, ...more }, t))
+    expect(bareRepeat({ affinity: ["h1"] })).toStrictEqual(["session", "s1", "running", "session exists with another affinity (none)"])
+    expect(bareRepeat({ idleTimeoutMs: 5000 })).toStrictEqual(["session", "s1", "running", "session exists with another idleTimeoutMs (none)"])
+    expect(bareRepeat({ ttlMs: 1000 })).toStrictEqual(["session", "s1", "running", "session exists with another ttlMs (none: it has no TTL)"])
+    expect(bareRepeat({ template: "t" })).toStrictEqual(["session", "s1", "running", "session exists with another template (none)"])
+    expect(bareRepeat({ affinity: [], onNoRoom: "refuse" })).toBe("Unchanged")
+    // A queued session is no answer to a create that refuses to queue.
+    expect(conflict(Session.step(at("queued", { hostId: null, reservationId: null, queuedAt: 0 }), { _tag: "create", id: "s1", budget: base.budget, placement: null, onNoRoom: "refuse" }, t))).toStrictEqual([
+      "session",
+      "s1",
+      "queued",
+      "session exists and is queued: onNoRoom refuse asks for a session that is placed, or none",
+    ])
+  })
+
   it("a repeated create of a session that ended or was lost is a Conflict naming its state", () => {
     const create: Session.Step = { _tag: "create", id: "s1", budget: base.budget, affinity: [], placement: null }
     for (const state of ["ended", "lost"] as const)

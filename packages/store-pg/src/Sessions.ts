@@ -143,7 +143,26 @@ interface CreateOptions {
 }
 const noLifetimes: CreateOptions = {}
 
-const createStep = (id: string, budget: Budget, affinity: readonly string[], placement: Session.Placed | null, life: CreateOptions = noLifetimes): Session.Step => ({
+/** A create as the store was asked it: what placement reads, and core's step as sent (what a repeat of an existing id is judged by). */
+interface CreateRequest {
+  readonly id: string
+  readonly budget: Budget
+  /** The preferred hosts (none when not given). */
+  readonly affinity: readonly string[]
+  readonly life: CreateOptions
+  readonly onNoRoom: OnNoRoom
+  /** The create step with only the options the caller gave, no placement (`Session.repeatDiffers`). */
+  readonly asked: Session.Step
+}
+
+const createStep = (
+  id: string,
+  budget: Budget,
+  affinity: readonly string[] | undefined,
+  placement: Session.Placed | null,
+  life: CreateOptions = noLifetimes,
+  onNoRoom?: OnNoRoom,
+): Session.Step => ({
   _tag: "create",
   id,
   budget,
@@ -152,6 +171,7 @@ const createStep = (id: string, budget: Budget, affinity: readonly string[], pla
   idleTimeoutMs: life.idleTimeoutMs,
   ttlMs: life.ttlMs,
   template: life.template,
+  onNoRoom,
 })
 
 /** Core's plan of a create that is new. */
@@ -249,13 +269,13 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
       ? Effect.succeed({ _tag: "Placed", session: s })
       : Effect.map(queuePosition(conn, s), (position) => ({ _tag: "Queued", session: s, ...standingOf(s, cache.candidates(), position, limits(), t) }))
 
-  /** A create of a session that exists: core answers it as it is now, or a Conflict on another budget. */
-  const existing = (id: string, budget: Budget, t: number): Effect.Effect<PlaceOutcome | null, Conflict | Unavailable> =>
+  /** A create of a session that exists: core answers it as it is now, or a Conflict naming what differs (`Session.repeatDiffers`). */
+  const existing = ({ id, asked }: CreateRequest, t: number): Effect.Effect<PlaceOutcome | null, Conflict | Unavailable> =>
     Effect.gen(function* () {
       const [row] = yield* db.pool.use((exec) => exec.select().from(sessions).where(eq(sessions.id, id)))
       if (row === undefined) return null
       const s = toSession(row)
-      const answer = Session.step(s, createStep(id, budget, s.affinity, null), t)
+      const answer = Session.step(s, asked, t)
       if (answer._tag !== "Unchanged") return yield* (fromRefusal(id, answer as Session.Refusal) as Conflict)
       return yield* outcomeOf(db.pool, s, t)
     }).pipe(dieOnUnique)
@@ -283,25 +303,26 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
    * again in a later group, on a read that starts after it; after `maxCasAttempts` the caller
    * falls back to the locking choice (null). No fit on a fresh read: queued (or refused).
    */
-  const createOptimistic = (id: string, budget: Budget, affinity: readonly string[], life: CreateOptions, onNoRoom: OnNoRoom, t: number) =>
+  const createOptimistic = (r: CreateRequest, t: number) =>
     Effect.gen(function* () {
+      const { id, budget, affinity, life, onNoRoom } = r
       let fresh = false
       for (let attempt = 0; attempt < options.maxCasAttempts; attempt++) {
         const answer = yield* placeGrouped({ id, budget, affinity, template: life.template ?? null, life, t, fresh })
         if (answer._tag === "Placed") return { _tag: "Placed", session: answer.session } satisfies PlaceOutcome
-        if (answer._tag === "Exists") return yield* existing(id, budget, t)
+        if (answer._tag === "Exists") return yield* existing(r, t)
         // A lost race, or no fit on a reused read (which may miss room freed since): decide again on a fresh read.
         if (answer._tag === "Lost" || !answer.fresh) {
           fresh = true
           continue
         }
         // Refused or queued; a session of this id may exist meanwhile: answer it as it is.
-        const already = yield* existing(id, budget, t)
+        const already = yield* existing(r, t)
         if (already !== null) return already
         const queued = yield* queueOrRefuse(db.pool, id, budget, affinity, life, onNoRoom, t, cache.candidates()).pipe(
           Effect.catchTag("UniqueViolation", () => Effect.succeed(null)),
         )
-        return queued ?? (yield* existing(id, budget, t))
+        return queued ?? (yield* existing(r, t))
       }
       return null
     })
@@ -310,9 +331,10 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
    * The locking placement (when optimistic attempts keep losing, or are off): choose with core
    * on the cached rows, lock the chosen host and re-check it with core under the lock, apply.
    */
-  const createLocked = (id: string, budget: Budget, affinity: readonly string[], life: CreateOptions, onNoRoom: OnNoRoom, t: number) =>
+  const createLocked = (r: CreateRequest, t: number) =>
     Effect.gen(function* () {
-      const already = yield* existing(id, budget, t)
+      const { id, budget, affinity, life, onNoRoom } = r
+      const already = yield* existing(r, t)
       if (already !== null) return already
       yield* known(true)
       const held = yield* claimed
@@ -330,7 +352,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
           }),
         )
         .pipe(Effect.catchTag("UniqueViolation", () => Effect.succeed(null)))
-      return outcome ?? (yield* existing(id, budget, t)) ?? (yield* new Unavailable({ reason: "the session's create raced another; retry", retryAfterMs }))
+      return outcome ?? (yield* existing(r, t)) ?? (yield* new Unavailable({ reason: "the session's create raced another; retry", retryAfterMs }))
     })
 
   /**
@@ -472,14 +494,17 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         const affinity = [...(input.affinity ?? [])]
         const onNoRoom = input.onNoRoom ?? "queue"
         const life: CreateOptions = { idleTimeoutMs: input.idleTimeoutMs, ttlMs: input.ttlMs, template: input.template }
+        // As sent: a repeated create compares only what its caller gave.
+        const asked = createStep(input.id, budget, input.affinity, null, life, input.onNoRoom)
+        const request: CreateRequest = { id: input.id, budget, affinity, life, onNoRoom, asked }
         // A group runs in the context of the create that opened it, so a create under a lease
         // (`CurrentFence`) is placed alone, behind its own fence, never in a group.
         const fenced = (yield* Effect.service(CurrentFence)) !== null
         if (options.maxCasAttempts > 0 && !fenced) {
-          const optimistic = yield* createOptimistic(input.id, budget, affinity, life, onNoRoom, t)
+          const optimistic = yield* createOptimistic(request, t)
           if (optimistic !== null) return optimistic
         }
-        return yield* createLocked(input.id, budget, affinity, life, onNoRoom, t)
+        return yield* createLocked(request, t)
       }),
 
     getSession: (id) =>

@@ -744,14 +744,16 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           _tag: "create",
           id: input.id,
           budget: input.budget,
-          affinity,
+          // As sent: a repeated create compares only what its caller gave.
+          affinity: input.affinity,
           placement,
           idleTimeoutMs: input.idleTimeoutMs,
           ttlMs: input.ttlMs,
           template: input.template,
+          onNoRoom: input.onNoRoom,
         })
         if (existing !== undefined) {
-          // A repeated create: core answers the session as it is, or a Conflict on another budget.
+          // A repeated create: core answers the session as it is, or a Conflict naming what differs.
           const again = Session.step(existing, create(null), t)
           if (again._tag === "Unchanged") return Effect.succeed(outcomeOf(existing, t))
           return Effect.fail(fromRefusal(input.id, again as Session.Refusal) as Conflict)

@@ -118,9 +118,11 @@ export interface StoreShape {
   /**
    * Places a new session on the best host (atomic with its reservation) or queues it with
    * the no-fit details. With `onNoRoom: "refuse"` a session that fits nowhere is not stored:
-   * `NoRoom` with the no-fit details. A repeated id with the same budget answers the existing
-   * session as it is now (`Placed` when it holds a host, else `Queued`); a different budget is
-   * a `Conflict`, and so is a repeat of a session that ended, was lost or descended (its `reason`
+   * `NoRoom` with the no-fit details. A repeated id that asks for the existing session answers
+   * it as it is now (`Placed` when it holds a host, else `Queued`); a different budget, or an
+   * affinity, lifetime or template given that differs from the session's (core's
+   * `Session.repeatDiffers`: a TTL as the deadline the first create set; `onNoRoom: "refuse"` of a
+   * queued session), is a `Conflict` whose `reason` names the field, and so is a repeat of a session that ended, was lost or descended (its `reason`
    * names the state: a create cannot bring it back; a descended one is restored by `resume`). Every session's history starts here (`sessionEvents`).
    */
   readonly createSession: (input: {

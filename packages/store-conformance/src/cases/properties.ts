@@ -346,21 +346,23 @@ export const properties = (options: PropertyOptions): Group => ({
       "concurrent creates on a nearly full fleet never over-commit, and each answers as its session stands",
       Effect.gen(function* () {
         const context = yield* Effect.context<Env>()
-        // Up to 40 creates at once over a pool of 24 ids (a repeated id asks for the same budget,
-        // so it is an idempotent create); 1–3 small hosts that fill up within a burst.
+        // Up to 40 creates at once over a pool of 24 ids (a repeated id asks for the same budget
+        // and affinity, so it is an idempotent create); 1–3 small hosts that fill up within a burst.
         const ids = Array.from({ length: 24 }, (_, i) => `n${String(i).padStart(2, "0")}`)
         const budgetOf = (i: number) => ({ memMib: 512 * (1 + (i % 5)), vcpus: 1 + (i % 3) })
         const fleet = fc.array(fc.record({ allocatableMib: fc.constantFrom(2048, 4096, 6144), totalVcpus: fc.constantFrom(1, 2, 4) }), {
           minLength: 1,
           maxLength: 3,
         })
-        const burst = fc.array(fc.record({ session: fc.nat({ max: ids.length - 1 }), affinity: fc.option(host, { nil: null }) }), {
+        // Each id's preferred host, or none: a repeat with another affinity would be a Conflict (another session).
+        const affinities = fc.array(fc.option(host, { nil: null }), { minLength: ids.length, maxLength: ids.length })
+        const burst = fc.array(fc.record({ session: fc.nat({ max: ids.length - 1 }) }), {
           minLength: 2,
           maxLength: 40,
         })
         yield* Effect.promise(() =>
           fc.assert(
-            fc.asyncProperty(fleet, fc.array(burst, { minLength: 1, maxLength: 2 }), (hosts, bursts) =>
+            fc.asyncProperty(fleet, affinities, fc.array(burst, { minLength: 1, maxLength: 2 }), (hosts, affinityOf, bursts) =>
               Effect.runPromise(
                 Effect.provide(
                   Effect.gen(function* () {
@@ -372,15 +374,16 @@ export const properties = (options: PropertyOptions): Group => ({
                     }
                     for (const b of bursts) {
                       const results = yield* Effect.all(
-                        b.map((c) =>
-                          Effect.result(
+                        b.map((c) => {
+                          const affinity = affinityOf[c.session] ?? null
+                          return Effect.result(
                             s.createSession({
                               id: ids[c.session] as string,
                               budget: budgetOf(c.session),
-                              ...(c.affinity === null ? {} : { affinity: [c.affinity] }),
+                              ...(affinity === null ? {} : { affinity: [affinity] }),
                             }),
-                          ),
-                        ),
+                          )
+                        }),
                         { concurrency: "unbounded" },
                       )
                       const checked = yield* violations()

@@ -331,6 +331,45 @@ export const sessions: Group = {
       }),
     ),
     kase(
+      "repeating a create with another affinity, idle timeout, TTL or template (or refusing to queue a queued session) is a Conflict naming the field, changing nothing; the same options, or fewer, answer the session",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* TestClock.adjust(500)
+        const options = { affinity: ["h1", "h2"], idleTimeoutMs: 5000, ttlMs: 60_000, template: "t1" }
+        yield* s.createSession({ id: "s1", budget, ...options })
+        yield* s.createSession({ id: "bare", budget })
+        // A TTL counts from the first create: the same TTL given later is the same.
+        yield* TestClock.adjust(1000)
+        const before = yield* snapshot
+        for (const [id, more, reason] of [
+          ["s1", { affinity: ["h2", "h1"] }, "session exists with another affinity (h1, h2)"],
+          ["s1", { idleTimeoutMs: 9000 }, "session exists with another idleTimeoutMs (5000)"],
+          ["s1", { ttlMs: 1000 }, "session exists with another ttlMs: it ends at 60500, not at its create's time + ttlMs (1500; a TTL counts from the first create, and a new TTL moves it)"],
+          ["s1", { template: "t2" }, "session exists with another template (t1)"],
+          ["bare", { affinity: ["h1"] }, "session exists with another affinity (none)"],
+          ["bare", { idleTimeoutMs: 5000 }, "session exists with another idleTimeoutMs (none)"],
+          ["bare", { ttlMs: 1000 }, "session exists with another ttlMs (none: it has no TTL)"],
+          ["bare", { template: "t" }, "session exists with another template (none)"],
+        ] as const) {
+          const err = yield* expectFailure(s.createSession({ id, budget, ...(id === "s1" ? options : {}), ...more }), "Conflict")
+          expect([err.entity, err.id, err.state, err.reason], `${id} ${JSON.stringify(more)}`).toStrictEqual(["session", id, "pending", reason])
+        }
+        yield* expectUnchanged(before, "repeated creates asking for another session")
+        expect(yield* s.getSession("bare")).toMatchObject({ affinity: [], idleTimeoutMs: null, endsAt: null, template: null })
+        // The same create, or one that leaves options out, answers the session as it is.
+        expect((yield* s.createSession({ id: "s1", budget, ...options, onNoRoom: "refuse" })).session).toMatchObject({ id: "s1", state: "pending", endsAt: 60_500 })
+        expect((yield* s.createSession({ id: "s1", budget })).session).toMatchObject({ id: "s1", state: "pending" })
+        // A queued session is no answer to a create that refuses to queue.
+        yield* queued("q1", { memMib: 16384, vcpus: 1 })
+        const queuedBefore = yield* snapshot
+        const refused = yield* expectFailure(s.createSession({ id: "q1", budget: { memMib: 16384, vcpus: 1 }, onNoRoom: "refuse" }), "Conflict")
+        expect([refused.state, refused.reason]).toStrictEqual(["queued", "session exists and is queued: onNoRoom refuse asks for a session that is placed, or none"])
+        yield* expectUnchanged(queuedBefore, "a repeated create refusing to queue a queued session")
+        expect((yield* s.createSession({ id: "q1", budget: { memMib: 16384, vcpus: 1 } }))._tag).toBe("Queued")
+      }),
+    ),
+    kase(
       "repeating the create of a queued session answers its queue position",
       Effect.gen(function* () {
         const s = yield* store
