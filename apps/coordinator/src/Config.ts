@@ -405,6 +405,9 @@ const text = (variable: string, fallback: string) => {
   return Config.String(variable).pipe(Config.withDefault(fallback))
 }
 
+/** A token by the rule of every secret setting (`Env.secretProblem`); `whatFails` with whitespace kept around it. */
+const secretText = (whatFails: string) => Schema.String.check(Schema.makeFilter((s: string) => Env.secretProblem(s, whatFails) ?? true))
+
 const secret = (variable: string, check: Schema.Codec<string, string>) =>
   Config.schema(check, variable).pipe(
     Config.map((s): Redacted.Redacted<string> | null => Redacted.make(s, { label: variable })),
@@ -464,8 +467,8 @@ const settings = {
   host: text(settingVariables.host, "127.0.0.1"),
   dataDir: text(settingVariables.dataDir, "./.engram"),
   databaseUrl: secret(settingVariables.databaseUrl, Schema.String.check(Schema.isPattern(/^postgres(ql)?:\/\//, { message: "must be a postgres:// or postgresql:// URL" }))),
-  adminToken: secret(settingVariables.adminToken, Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" }))),
-  metricsToken: secret(settingVariables.metricsToken, Schema.String.check(Schema.isMinLength(16, { message: "must be at least 16 characters" }))),
+  adminToken: secret(settingVariables.adminToken, secretText("no request can present it (HTTP drops whitespace around a header's value) and every call fails with 401")),
+  metricsToken: secret(settingVariables.metricsToken, secretText("no scrape can present it (HTTP drops whitespace around a header's value) and every scrape fails with 401")),
   maxBodyBytes: int(settingVariables.maxBodyBytes, defaultMaxBodyBytes, 1024, 1024 * 1024 * 1024),
   moveTimeoutMs: int(settingVariables.moveTimeoutMs, 120_000, 1, 3_600_000),
   allowanceHorizonMs: int(settingVariables.allowanceHorizonMs, Downtime.defaultRecencyPolicy.horizonMs, 1000, 7 * 24 * 3_600_000),

@@ -348,6 +348,33 @@ describe("configuration", () => {
     expect(r.issues.find((i) => i.variable === "ENGRAM_ADMIN_TOKEN")?.value).toBe("<hidden>")
   })
 
+  it("an admin or metrics token of whitespace only, or with whitespace around it (a newline from a secret file), is refused at start naming the variable and the rule, its value hidden; the agents' peer secret's rule", async () => {
+    const around = (what: string) => `must not begin or end with whitespace (a newline copied from a file: no ${what} can present it (HTTP drops whitespace around a header's value) and every ${what === "request" ? "call" : what} fails with 401)`
+    for (const [value, admin, metrics] of [
+      [" ".repeat(16), "must not be whitespace only", "must not be whitespace only"],
+      ["\t\n".repeat(10), "must not be whitespace only", "must not be whitespace only"],
+      ["abcdefghijklmnopq\n", around("request"), around("scrape")],
+      [" abcdefghijklmnopq", around("request"), around("scrape")],
+      ["abcdefghijklmnopq\r\n", around("request"), around("scrape")],
+    ] as const) {
+      const r = Config.parse({ ENGRAM_ADMIN_TOKEN: value, ENGRAM_METRICS_TOKEN: value })
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule, i.value]), JSON.stringify(value)).toEqual([
+        ["ENGRAM_ADMIN_TOKEN", admin, Env.hidden],
+        ["ENGRAM_METRICS_TOKEN", metrics, Env.hidden],
+      ])
+      // A program's settings (`startCoordinator({ config })`) by the same rule.
+      const p = Config.parseInput({ adminToken: value, metricsToken: Redacted.make(value) })
+      expect(p._tag === "Invalid" && p.issues.map((i) => [i.variable, i.rule]), JSON.stringify(value)).toEqual([
+        ["adminToken", admin],
+        ["metricsToken", metrics],
+      ])
+    }
+    // Whitespace within a token is its own business; 16 characters are still the least.
+    expect(Config.parse({ ENGRAM_ADMIN_TOKEN: "abcdefgh ijklmnop", ENGRAM_METRICS_TOKEN: "scrape-token-0123456789" })._tag).toBe("Valid")
+    const short = Config.parse({ ENGRAM_ADMIN_TOKEN: "short\n" })
+    expect(short._tag === "Invalid" && short.issues.map((i) => i.rule)).toEqual(["must be at least 16 characters"])
+  })
+
   it("a JSON file under the environment; unknown keys refused", async () => {
     const dir = mkdtempSync(join(tmpdir(), "engram-config-"))
     const file = join(dir, "c.json")

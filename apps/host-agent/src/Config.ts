@@ -89,21 +89,13 @@ const staleWindowVariable = "ENGRAM_HEARTBEAT_STALE_WINDOW_MS"
 const staleWindow = intOr(staleWindowVariable, Limits.defaults.heartbeatStaleWindowMs, 1)
 
 /**
- * Why `ENGRAM_PEER_SECRET` is refused, or undefined (its value is never echoed: `secretVariables`).
- * The secret is the HMAC key of every move token, proof and image token between the fleet's
- * agents, taken byte for byte: whitespace around it (a newline copied from a file, a blank
- * pasted with it) makes it another secret than the other agents', and every move between them
- * fails at run time with 401 instead of at start. Refused, not trimmed: trimming one agent's would
- * part it from the agents that keep the same whitespace. A secret of whitespace only is none.
+ * Why `ENGRAM_PEER_SECRET` is refused, or undefined (its value is never echoed: `secretVariables`):
+ * the rule of every secret setting (`@engram/process`'s `Env.secretProblem`). The secret is the
+ * HMAC key of every move token, proof and image token between the fleet's agents, taken byte for
+ * byte: whitespace around it makes it another secret than the other agents'.
  */
 const peerSecretProblem = (s: string): string | undefined =>
-  s.length < 16
-    ? "must be at least 16 characters"
-    : s.trim() === ""
-      ? "must not be whitespace only"
-      : s.trim() !== s
-        ? "must not begin or end with whitespace (a newline copied from a file: the other agents' secret differs and every move between them fails with 401)"
-        : undefined
+  Env.secretProblem(s, "the other agents' secret differs and every move between them fails with 401")
 
 /**
  * Each of the simulated runtime's settings (`SimRuntime.SimConfig`, every key: the type makes a

@@ -196,6 +196,28 @@ export class ConfigInvalid extends Data.TaggedError("ConfigInvalid")<{ readonly 
 /** What a secret's value shows as in an issue. */
 export const hidden = "<hidden>"
 
+/** The fewest characters a secret setting may hold (a token, a key). */
+export const minSecretLength = 16
+
+/**
+ * Why a secret setting (`ENGRAM_ADMIN_TOKEN`, `ENGRAM_METRICS_TOKEN`, `ENGRAM_PEER_SECRET`) is
+ * refused, or undefined: at least {@link minSecretLength} characters, not whitespace only, no
+ * whitespace before or after it. A secret is taken byte for byte, and whitespace around it (a
+ * newline copied from a file, a blank pasted with it) makes it another secret than the one its
+ * peers and clients hold, so every call fails at run time with 401 instead of at start. Refused,
+ * not trimmed: trimming one process's would part it from those that keep the same whitespace.
+ * A secret of whitespace only is none. `whatFails` says what fails with the whitespace kept (it
+ * ends the rule's words); the value is never in them.
+ */
+export const secretProblem = (s: string, whatFails: string): string | undefined =>
+  s.length < minSecretLength
+    ? `must be at least ${minSecretLength} characters`
+    : s.trim() === ""
+      ? "must not be whitespace only"
+      : s.trim() !== s
+        ? `must not begin or end with whitespace (a newline copied from a file: ${whatFails})`
+        : undefined
+
 /** Where `read` takes values from, and how it shows them in an issue. */
 export interface Source {
   readonly provider: ConfigProvider.ConfigProvider

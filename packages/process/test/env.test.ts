@@ -35,6 +35,17 @@ describe("Env.read", () => {
   })
 })
 
+describe("Env.secretProblem", () => {
+  it("refuses a secret shorter than 16 characters, of whitespace only, or with whitespace around it; whatever is around it is not echoed", () => {
+    const fails = "every call fails with 401"
+    expect(Env.secretProblem("short", fails)).toBe("must be at least 16 characters")
+    for (const s of [" ".repeat(16), "\n".repeat(20), "\t \r\n".repeat(4)]) expect(Env.secretProblem(s, fails), JSON.stringify(s)).toBe("must not be whitespace only")
+    for (const s of ["a-good-long-secret-0123\n", " a-good-long-secret-0123", "a-good-long-secret-0123\r\n", "\ufeffa-good-long-secret-0123"])
+      expect(Env.secretProblem(s, fails), JSON.stringify(s)).toBe(`must not begin or end with whitespace (a newline copied from a file: ${fails})`)
+    for (const s of ["a-good-long-secret-0123", "a good long secret 0123", "x".repeat(16)]) expect(Env.secretProblem(s, fails), s).toBeUndefined()
+  })
+})
+
 describe("Env.unknown", () => {
   it("names ENGRAM_* variables no component reads, with the nearest known one", () => {
     expect(Env.unknown({ ENGRAM_PROT: "1", ENGRAM_PORT: "1", HOME: "/root", ENGRAM_WHATEVER_THIS_IS: "x" })).toEqual([
