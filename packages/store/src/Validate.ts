@@ -312,8 +312,10 @@ export const ownerKind = (v: unknown): InvalidInput | null =>
     : new InvalidInput({ field: "ownerKind", rule: `must be one of ${Ledger.ownerKinds.join(", ")}` })
 
 /**
- * The shape of a reservation request, before the ledger's checks: a given id follows the id
- * rule (a missing one is the ledger's `id_missing`), figures fit exactly, `vramMib` >= 0,
+ * The shape of a reservation request, before the ledger's checks: a given id and host id follow
+ * the id rule, the empty string included (a missing one, absent or null, is the ledger's
+ * `id_missing` or `host_missing`; a malformed one is bad input, not a reserve failure, and no
+ * host can have it), figures fit exactly, `vramMib` >= 0,
  * `expiresAt` finite and not already passed at `now` (an entry expired on arrival would be
  * reclaimed by the next pass: core's `Ledger.isExpired` decides), `ownerId` and `description` text.
  */
@@ -330,8 +332,8 @@ export const reserveExtras = (
   },
   now: number,
 ): InvalidInput | null =>
-  (r.id == null || r.id === "" ? null : id("id", r.id)) ??
-  (r.hostId == null || r.hostId === "" ? null : text("hostId", r.hostId)) ??
+  (r.id == null ? null : id("id", r.id)) ??
+  (r.hostId == null ? null : id("hostId", r.hostId)) ??
   (typeof r.memMib === "number" && Math.abs(r.memMib) > MAX ? new InvalidInput({ field: "memMib", rule: `must be <= ${MAX}` }) : null) ??
   (typeof r.vcpus === "number" && Math.abs(r.vcpus) > MAX ? new InvalidInput({ field: "vcpus", rule: `must be <= ${MAX}` }) : null) ??
   (typeof r.ownerId === "string" && r.ownerId.length > 0 && text("ownerId", r.ownerId) === null

@@ -20,14 +20,14 @@ describe("Validate", () => {
       expect(rule(Validate.text("labels", lone))).toEqual(["labels", "must not contain a lone surrogate (text must be valid Unicode)"])
   })
 
-  it("affinity entries are host ids; labels and a reservation's hostId are text", () => {
+  it("affinity entries and a reservation's hostId are host ids; labels are text", () => {
     const s = { id: "s", budget: { memMib: 1, vcpus: 1 } }
     expect(rule(Validate.sessionInput({ ...s, affinity: ["a", "b\u0000"] }))).toEqual(["affinity.1", Validate.idRule])
     expect(rule(Validate.sessionInput({ ...s, affinity: ["\ud800"] }))?.[0]).toBe("affinity.0")
     expect(rule(Validate.sessionInput({ ...s, onNoRoom: "wait" }))).toEqual(["onNoRoom", "must be one of queue, refuse"])
     expect(rule(Validate.hostInput({ id: "h", labels: { "\ud800": "a" } }))?.[0]).toBe("labels")
     expect(rule(Validate.hostInput({ id: "h", labels: { a: "\u0000" } }))?.[0]).toBe("labels")
-    expect(rule(Validate.reserveExtras({ hostId: "h\u0000", ownerId: "o" }, 0))?.[0]).toBe("hostId")
+    expect(rule(Validate.reserveExtras({ hostId: "h\u0000", ownerId: "o" }, 0))).toEqual(["hostId", Validate.idRule])
   })
 
   it("figures are finite and exact: at most 2^53 - 1", () => {
@@ -126,10 +126,12 @@ describe("Validate: what the stores' columns can hold", () => {
     expect(rule(Validate.hostInput({ id: "h", labels: { zone: "a\u0000" } }))).toEqual(["labels", "must not contain a NUL character"])
   })
 
-  it("a given reservation id follows the id rule; a missing one is left to the ledger's id_missing", () => {
-    expect(rule(Validate.reserveExtras({ id: "a\u0000b", ownerId: "x" }, 0))).toEqual(["id", Validate.idRule])
-    expect(Validate.reserveExtras({ id: "", ownerId: "x" }, 0)).toBeNull()
-    expect(Validate.reserveExtras({ id: null, ownerId: "x" }, 0)).toBeNull()
+  it("a given reservation id and hostId follow the id rule, the empty string included; a missing one is left to the ledger's id_missing or host_missing", () => {
+    for (const id of ["a\u0000b", "", " ", "a:b", "x".repeat(101)]) expect(rule(Validate.reserveExtras({ id, ownerId: "x" }, 0)), JSON.stringify(id)).toEqual(["id", Validate.idRule])
+    for (const hostId of ["", "h1:x", "h 1", ".."]) expect(rule(Validate.reserveExtras({ id: "r1", hostId, ownerId: "x" }, 0)), JSON.stringify(hostId)).toEqual(["hostId", Validate.idRule])
+    expect(Validate.reserveExtras({ id: null, hostId: null, ownerId: "x" }, 0)).toBeNull()
+    expect(Validate.reserveExtras({ ownerId: "x" }, 0)).toBeNull()
+    expect(Validate.reserveExtras({ id: "r1", hostId: "h-1.a_b", ownerId: "x" }, 0)).toBeNull()
   })
 
   it("a move's phases are figures > 0 whose capture, send and commit fit within the downtime", () => {

@@ -3,6 +3,7 @@
  * and heartbeats, stale and expired reclaim on the TestClock, clock skew, sessions made lost,
  * summaries and cumulative metrics.
  */
+import { Validate } from "@engram/store"
 import type { ReserveInput } from "@engram/store"
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
@@ -94,14 +95,41 @@ export const ledger: Group = {
       "reserve refuses a missing id first, before every other check",
       Effect.gen(function* () {
         yield* refusedBy(ext(null, null, 0), "id_missing")
-        yield* refusedBy(ext("", "nope", -5), "id_missing")
+        yield* refusedBy(ext(null, "nope", -5), "id_missing")
       }),
     ),
     kase(
       "reserve refuses a missing host second, before checking memMib",
       Effect.gen(function* () {
         yield* refusedBy(ext("x1", null, 0), "host_missing")
-        yield* refusedBy(ext("x1", "", 512), "host_missing")
+        yield* refusedBy(ext("x1", null, 512), "host_missing")
+      }),
+    ),
+    kase(
+      "an empty or malformed reservation id or hostId (the id rule) is InvalidInput naming it, not a ledger refusal: nothing stored, no reserve failure counted",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const before = yield* snapshot
+        for (const [input, field] of [
+          [ext("", "h1"), "id"],
+          [ext(" ", "h1"), "id"],
+          [ext("a/b", "h1"), "id"],
+          [ext("..", "h1"), "id"],
+          [ext("x1", ""), "hostId"],
+          [ext("x1", "h1:x"), "hostId"],
+          [ext("x1", "h 1"), "hostId"],
+          [ext("x1", "x".repeat(101)), "hostId"],
+          // Checked before the figures: a bad id with a bad memMib still names the id.
+          [ext("", "", -5), "id"],
+        ] as const) {
+          const err = yield* expectFailure(s.reserve(input), "InvalidInput")
+          expect([err.field, err.rule], JSON.stringify(input)).toStrictEqual([field, Validate.idRule])
+        }
+        yield* expectUnchanged(before, "reserves with malformed ids")
+        expect((yield* s.metrics()).reserveFailures).toBe(0)
+        // A well-formed id of no host is the ledger's host_unknown, and counts.
+        yield* refusedBy(ext("x1", "h2"), "host_unknown")
       }),
     ),
     kase(
