@@ -100,6 +100,7 @@ export const CreateSession = Schema.Struct({
   id: Schema.optionalKey(Schema.String),
   memMib: Schema.Finite,
   vcpus: Schema.Finite,
+  /** The preferred hosts, in order of preference: at most 64 host ids, each once (the store's rule, `Validate.affinity`). */
   affinity: Schema.optionalKey(Schema.Array(Schema.String)),
   onNoRoom: Schema.optionalKey(OnNoRoom),
   /** No reported guest activity for this long (ms) makes the running session idle; the park gate then parks or descends it. */

@@ -38,7 +38,7 @@ const finiteAtLeastZero = (field: string, value: unknown): InvalidInput | null =
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
 
 /**
- * Free text (labels, descriptions, reasons, affinity entries, filters): any string without a
+ * Free text (labels, descriptions, reasons, filters): any string without a
  * NUL character, which PostgreSQL text cannot hold, and without a lone surrogate, which UTF-8
  * cannot encode (it would be stored as U+FFFD: what is stored is what was sent, or nothing).
  */
@@ -150,7 +150,36 @@ export const activity = (value: unknown): InvalidInput | null => {
 export const template = (value: unknown): InvalidInput | null =>
   value === undefined || Names.isTemplateName(value) ? null : new InvalidInput({ field: "template", rule: Names.templateNameRule })
 
-/** A new session: its id, budget and affinity list (each entry text), its template, and what to do without room. */
+/**
+ * The most hosts a session's affinity may name: a preference among a few hosts, not a list of the
+ * fleet (as many as a host's labels). Every assignments answer and session record carries it.
+ */
+export const maxAffinityHosts = 64
+
+/** The rule of a session's affinity as a whole. */
+export const affinityRule = `must be an array of at most ${maxAffinityHosts} host ids`
+
+/**
+ * A session's affinity: absent, or at most {@link maxAffinityHosts} host ids (the id rule), each
+ * once (the list is an order of preference: a repeat would say nothing but take room).
+ */
+export const affinity = (value: unknown): InvalidInput | null => {
+  if (value === undefined) return null
+  if (!Array.isArray(value) || value.length > maxAffinityHosts) return new InvalidInput({ field: "affinity", rule: affinityRule })
+  const seen = new Map<string, number>()
+  for (const [i, a] of value.entries()) {
+    if (typeof a !== "string") return new InvalidInput({ field: "affinity", rule: affinityRule })
+    // A host id by the id rule: an entry no host can have would be kept and never matched.
+    const badId = id(`affinity.${i}`, a)
+    if (badId) return badId
+    const first = seen.get(a)
+    if (first !== undefined) return new InvalidInput({ field: `affinity.${i}`, rule: `must name a host once (it repeats affinity.${first})` })
+    seen.set(a, i)
+  }
+  return null
+}
+
+/** A new session: its id, budget and affinity list (`affinity`), its lifetimes and template, and what to do without room. */
 export const sessionInput = (input: {
   id: unknown
   budget: Budget
@@ -161,17 +190,13 @@ export const sessionInput = (input: {
   template?: unknown
 }): InvalidInput | null => {
   const bad =
-    id("id", input.id) ?? budget(input.budget) ?? lifetime("idleTimeoutMs", input.idleTimeoutMs) ?? lifetime("ttlMs", input.ttlMs) ?? template(input.template)
+    id("id", input.id) ??
+    budget(input.budget) ??
+    lifetime("idleTimeoutMs", input.idleTimeoutMs) ??
+    lifetime("ttlMs", input.ttlMs) ??
+    template(input.template) ??
+    affinity(input.affinity)
   if (bad) return bad
-  if (input.affinity !== undefined) {
-    if (!Array.isArray(input.affinity)) return new InvalidInput({ field: "affinity", rule: "must be an array of host ids" })
-    for (const [i, a] of input.affinity.entries()) {
-      if (typeof a !== "string") return new InvalidInput({ field: "affinity", rule: "must be an array of host ids" })
-      // A host id by the id rule: an entry no host can have would be kept and never matched.
-      const badId = id(`affinity.${i}`, a)
-      if (badId) return badId
-    }
-  }
   return input.onNoRoom === undefined || input.onNoRoom === "queue" || input.onNoRoom === "refuse"
     ? null
     : new InvalidInput({ field: "onNoRoom", rule: "must be one of queue, refuse" })

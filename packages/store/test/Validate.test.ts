@@ -55,9 +55,13 @@ describe("Validate", () => {
     expect(rule(Validate.budget({ memMib: 1, vcpus: 0 }))).toEqual(["vcpus", "must be an integer > 0"])
   })
 
-  it("a session's affinity is a list of host ids", () => {
+  it("a session's affinity is a list of at most 64 host ids, each once", () => {
     expect(Validate.sessionInput({ id: "s", budget: { memMib: 1, vcpus: 1 }, affinity: ["a"] })).toBeNull()
-    expect(rule(Validate.sessionInput({ id: "s", budget: { memMib: 1, vcpus: 1 }, affinity: "a" }))).toEqual(["affinity", "must be an array of host ids"])
+    expect(rule(Validate.sessionInput({ id: "s", budget: { memMib: 1, vcpus: 1 }, affinity: "a" }))).toEqual(["affinity", "must be an array of at most 64 host ids"])
+    const hosts = Array.from({ length: 65 }, (_, i) => `h${i}`)
+    expect(Validate.affinity(hosts.slice(1))).toBeNull()
+    expect(rule(Validate.affinity(hosts))).toEqual(["affinity", "must be an array of at most 64 host ids"])
+    expect(rule(Validate.affinity(["a", "b", "c", "b"]))).toEqual(["affinity.3", "must name a host once (it repeats affinity.1)"])
   })
 
   it("host labels are string values", () => {

@@ -497,6 +497,27 @@ export const sessions: Group = {
       }),
     ),
     kase(
+      "an affinity of more than maxAffinityHosts (64) hosts, or naming a host twice, is refused naming affinity and the rule, and nothing is stored",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        const before = yield* snapshot
+        const many = Array.from({ length: 65 }, (_, i) => `h${i}`)
+        expect(yield* expectFailure(s.createSession({ id: "s1", budget, affinity: many }), "InvalidInput")).toMatchObject({ field: "affinity", rule: "must be an array of at most 64 host ids" })
+        const repeated = Array.from({ length: 50_000 }, () => "h1")
+        expect(yield* expectFailure(s.createSession({ id: "s1", budget, affinity: repeated }), "InvalidInput")).toMatchObject({ field: "affinity", rule: "must be an array of at most 64 host ids" })
+        expect(yield* expectFailure(s.createSession({ id: "s1", budget, affinity: ["h1", "h2", "h1"] }), "InvalidInput")).toMatchObject({
+          field: "affinity.2",
+          rule: "must name a host once (it repeats affinity.0)",
+        })
+        yield* expectUnchanged(before, "creates with too long or repeating affinities")
+        // 64 hosts, each once, are kept in their order.
+        expect([Validate.maxAffinityHosts, Validate.affinityRule]).toStrictEqual([64, "must be an array of at most 64 host ids"])
+        const most = many.slice(1)
+        expect((yield* placed("s1", budget, most)).affinity).toStrictEqual(most)
+      }),
+    ),
+    kase(
       "a session remembers its budget and affinity",
       Effect.gen(function* () {
         const s = yield* store
