@@ -10,7 +10,7 @@
  * `crossFieldIssues`, the one place every path checks them.
  */
 import { Env } from "@engram/process"
-import { Downtime, Limits, MakeRoom, Reclaim } from "@engram/core"
+import { Downtime, Limits, MakeRoom, Move, Reclaim } from "@engram/core"
 import { checkLeaseTimes, defaultLeaseTimes, Validate } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
@@ -405,6 +405,16 @@ const text = (variable: string, fallback: string) => {
   return Config.String(variable).pipe(Config.withDefault(fallback))
 }
 
+/** The rule of `ENGRAM_PEER_URL`: core's peer URL rule (`Move.peerUrlRule`, the agents'), and no path. */
+export const replicaUrlRule = `must be ${Move.peerUrlRule}, and without a path: where the other replicas reach this one (http://10.0.0.5:7070)`
+
+/**
+ * Whether `url` may be this replica's `ENGRAM_PEER_URL`: a peer URL by core's one rule
+ * (`Move.isPeerUrl`: no wildcard host such as 0.0.0.0, no `user:password@`, …), as the agents'
+ * `ENGRAM_AGENT_PEER_URL` is, without a path (at most a trailing `/`, dropped).
+ */
+const isReplicaUrl = (url: string): boolean => /^https?:\/\/[^\s/]+\/?$/.test(url) && Move.isPeerUrl(url)
+
 /** A token by the rule of every secret setting (`Env.secretProblem`); `whatFails` with whitespace kept around it. */
 const secretText = (whatFails: string) => Schema.String.check(Schema.makeFilter((s: string) => Env.secretProblem(s, whatFails) ?? true))
 
@@ -490,7 +500,7 @@ const settings = {
   placementWindowByReplicas: int(settingVariables.placementWindowByReplicas, 0, 0, 1),
   placementForward: int(settingVariables.placementForward, 0, 0, 1),
   placementForwardTimeoutMs: int(settingVariables.placementForwardTimeoutMs, 1000, 10, 60_000),
-  peerUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s/]+\/?$/, { message: "must be an http:// or https:// URL of this replica, without a path (http://10.0.0.5:7070)" })), settingVariables.peerUrl).pipe(
+  peerUrl: Config.schema(Schema.String.check(Schema.makeFilter((s: string) => (isReplicaUrl(s) ? true : replicaUrlRule))), settingVariables.peerUrl).pipe(
     Config.map((u): string | null => u.replace(/\/$/, "")),
     Config.withDefault(null),
   ),

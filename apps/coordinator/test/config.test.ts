@@ -119,6 +119,25 @@ describe("configuration", () => {
     ])
   })
 
+  it("ENGRAM_PEER_URL follows the agents' peer URL rule (core's Move.isPeerUrl): a wildcard host or user:password@ is refused naming the variable and the rule, from the environment and a program", () => {
+    const rule =
+      "must be an absolute http:// or https:// URL of at most 2048 characters naming a host peers reach (not 0.0.0.0 or ::), without spaces, control characters, user:password@, a query or a fragment, and without a path: where the other replicas reach this one (http://10.0.0.5:7070)"
+    for (const url of ["http://0.0.0.0:7070", "http://[::]:7070/", "http://0:7070", "http://u:p@x:7070", "http://u@x:7070", "http://10.0.0.5:7070/v1", "ftp://10.0.0.5:7070", "http://10.0.0.5:7070?x=1"]) {
+      const r = Config.parse({ ENGRAM_PEER_URL: url })
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule, i.value]), url).toEqual([["ENGRAM_PEER_URL", rule, url]])
+      const p = Config.parseInput({ peerUrl: url })
+      expect(p._tag === "Invalid" && p.issues.map((i) => [i.variable, i.rule]), url).toEqual([["peerUrl", rule]])
+    }
+    for (const [url, kept] of [
+      ["http://10.0.0.5:7070/", "http://10.0.0.5:7070"],
+      ["https://c1.example:7070", "https://c1.example:7070"],
+      ["http://[fd00::5]:7070", "http://[fd00::5]:7070"],
+    ] as const) {
+      const r = Config.parse({ ENGRAM_PEER_URL: url })
+      expect(r._tag === "Valid" && r.config.peerUrl, url).toBe(kept)
+    }
+  })
+
   it("the reserve's groups and lead per class are on by default (core's defaults); 0 turns each off for the reaper; a bad value is named with its rule", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && [d.config.reserveGroups, d.config.reserveLeadPerClass]).toEqual([1, 1])
