@@ -1048,7 +1048,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         for (const path of ["/v1/sessions?limit=0x10", "/v1/sessions?limit=1e2", "/v1/sessions?limit=%2010", "/v1/hosts?limit="]) {
           const r = await admin.get(path)
           expect([r.status, r.body.field, r.body.in], path).toEqual([400, "limit", "query"])
-          expect(r.body.rule, path).toBe("must be an integer in decimal digits")
+          expect(r.body.rule, path).toBe("must be an integer of at most 15 decimal digits")
         }
         for (const path of ["/v1/sessions?hostId=", "/v1/moves?hostId=a%2Fb", "/v1/reservations?hostId=..", `/v1/hosts/${h.id}/allowances?targetHostId=${"x".repeat(101)}`]) {
           const r = await admin.get(path)

@@ -26,8 +26,11 @@ const PathIdString = Text.check(Schema.isMinLength(1), Schema.isMaxLength(256))
 /** The `{id}` of a path. */
 export const PathId = { id: PathIdString }
 
-/** An integer in a query string, by core's one rule for integers read from text (`Names.decimalInt`): `?limit=0x10` is refused, not 16. */
-export const DecimalIntFromString = Schema.String.check(Schema.isPattern(Names.decimalInt, { message: "must be an integer in decimal digits" })).pipe(
+/**
+ * An integer in a query string, by core's one rule for integers read from text (`Names.decimalInt`,
+ * in words `Names.decimalIntRule`): `?limit=0x10` is refused, not 16, and so is a 16th digit.
+ */
+export const DecimalIntFromString = Schema.String.check(Schema.isPattern(Names.decimalInt, { message: Names.decimalIntRule })).pipe(
   Schema.decodeTo(Schema.NumberFromString),
 )
 

@@ -51,6 +51,9 @@ export const isId = (value: unknown): value is string => typeof value === "strin
  */
 export const decimalInt = /^[+-]?[0-9]{1,15}$/
 
+/** The rule of {@link decimalInt} in words, as a refusal that names no range of its own says it. */
+export const decimalIntRule = "must be an integer of at most 15 decimal digits"
+
 /** The longest reason a caller gives (a move's abort or resolve), characters: kept and shown in lists and logs. */
 export const maxReasonLength = 4000
 
