@@ -427,7 +427,17 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         return yield* conflict
       })
       yield* endedMeanwhile
-      const indebted = yield* residents.owePaused(owed).pipe(Effect.result)
+      // The debt's write is in the pause, so it has what is left of the budget, or
+      // `inPauseRecordFloorMs` when that is more: a state disk that hangs would otherwise hold the
+      // guest paused for as long as it hangs.
+      const writeMs = Math.max(inPauseRecordFloorMs, move.maxDowntimeMs - ((yield* nowMs) - at.pausedAtMs))
+      // The write itself is not cut (it goes on in its own fiber, holding the state file's lock,
+      // so the file never goes back in time): the pause is.
+      const writing = yield* Effect.forkDetach(residents.owePaused(owed))
+      const indebted = yield* Fiber.join(writing).pipe(
+        Effect.timeoutOrElse({ duration: writeMs, orElse: () => Effect.fail({ message: `not written within ${Math.round(writeMs)} ms of the guest's pause` }) }),
+        Effect.result,
+      )
       if (indebted._tag === "Failure") {
         // Nothing has left this host yet: the pause is given back and the move ends, rather than
         // a send whose debt a restarted agent would not find (it could then run the guest here
@@ -435,6 +445,8 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         yield* at.abort
         const reason = `move failed: the source's state file could not record the move's debt before its final round: ${indebted.failure.message}`
         yield* abandon(reason)
+        // A write still under way lands before these (the lock): the debt of a move that sent nothing goes.
+        yield* residents.removePendingCommit(move.id)
         return { _tag: "Failed", reason, paused: true } as const
       }
       yield* endedMeanwhile

@@ -162,6 +162,31 @@ describe("the seed 004 hardware table on the simulated runtime", () => {
       assert.strictEqual((yield* b.target.incoming).length, 0)
     }))
 
+  effect("a source whose state disk hangs on the move's debt in the pause gives the pause back after 5 s (or what is left of the budget), not when the disk answers: nothing is sent, the guest runs on the source, the move is aborted", () =>
+    Effect.gen(function* () {
+      const phase = { paused: false, held: 0 }
+      const { a, b, move, session, outcome } = yield* runMove({
+        maxDowntimeMs: 600,
+        fleet: {
+          onPause: (_, hostId) => Effect.sync(() => void (hostId === "a" && (phase.paused = true))),
+          // The debt's write (the first in the pause) hangs for a minute, then lands.
+          onPersist: (hostId) => (hostId === "a" && phase.paused && phase.held++ === 0 ? Effect.sleep("60 seconds") : Effect.void),
+        },
+      })
+      assert.strictEqual(phase.held >= 1, true, "the debt's write was made")
+      assert.strictEqual(outcome._tag, "Failed")
+      assert.strictEqual(move.state, "aborted")
+      assert.match(move.abortReason ?? "", /could not record the move's debt before its final round: not written within 5000 ms of the guest's pause/)
+      assert.isFalse(move.rounds.some((r) => r.kind === "final"), "no final round sent")
+      assert.strictEqual(session.state, "running")
+      assert.strictEqual(session.hostId, "a")
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      // The write landed later, before the abort's own (one lock): its debt is gone, the VM runs.
+      assert.deepStrictEqual((yield* a.residents.all).map((v) => v.status), ["running"])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      assert.deepStrictEqual(yield* b.runtime.list, [])
+    }))
+
   for (const moveIntent of [false, true])
     effect(`a coordinator that hangs on the record made in the pause (intent ${moveIntent ? "on, taken in the pause" : "off: the final round"}) holds the guest paused for 5 s (or what is left of the budget, when more), not its calls' timeouts (30 s, tried again): the pause is given back, the move aborted, the guest runs on the source`, () =>
       Effect.gen(function* () {
