@@ -62,8 +62,10 @@ export class Drainer extends Context.Service<Drainer, DrainerShape>()("@engram/c
         return drainQueue.pipe(
           Effect.provideContext(context),
           Effect.catchCause((cause) => Effect.logError("queue drain failed", cause).pipe(Effect.as(nothing))),
-          // The waiters of the sessions it placed (their hosts' agents were woken by the drain).
+          // The waiters of the sessions it placed (their hosts' agents were woken by the drain),
+          // told in the drain's own step: a shutdown that closes this fiber's scope waits for them.
           Effect.tap((result) => notifier.notify(...result.placed.map((p) => sessionTopic(p.sessionId)))),
+          Effect.uninterruptible,
           Effect.tap((result) => Tracing.annotate(span, { "engram.queue.placed": result.placed.length, "engram.queue.remaining": result.remaining })),
           // Nothing left queued, and nothing queued since the drain began: known empty until a `queue` notice.
           Effect.tap((result) =>

@@ -239,30 +239,35 @@ const drained = (metrics: MetricsShape, notifier: NotifierShape, result: DrainRe
 
 /**
  * Drains the queue into whatever room exists, counts the placements and wakes their hosts'
- * agents. A failure is logged and answers nothing placed: the caller's own change stands.
+ * agents. A failure is logged and answers nothing placed: the caller's own change stands. The
+ * drain and its notices are one step an interruption (a shutdown's) does not cut: a placement
+ * written is always told to its host's agent (held at most by the store call's own bound).
  */
-export const drainQueue = Effect.gen(function* () {
-  const store = yield* Store
-  const metrics = yield* Metrics
-  const notifier = yield* Notifier
-  const result = yield* store.drainQueue().pipe(
-    Effect.catchTag("Unavailable", (e) =>
-      Effect.logWarning("queue drain failed", { reason: e.reason }).pipe(Effect.as<DrainResult>({ placed: [], unapplied: [], remaining: -1 })),
-    ),
-  )
-  yield* drained(metrics, notifier, result)
-  return result
-})
+export const drainQueue = Effect.uninterruptible(
+  Effect.gen(function* () {
+    const store = yield* Store
+    const metrics = yield* Metrics
+    const notifier = yield* Notifier
+    const result = yield* store.drainQueue().pipe(
+      Effect.catchTag("Unavailable", (e) =>
+        Effect.logWarning("queue drain failed", { reason: e.reason }).pipe(Effect.as<DrainResult>({ placed: [], unapplied: [], remaining: -1 })),
+      ),
+    )
+    yield* drained(metrics, notifier, result)
+    return result
+  }),
+)
 
 const nothingReclaimed: ReclaimResult = { reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] }
 
 /**
  * Reclaims every expired or stale reservation (only the expired with `options.stale` false;
  * their sessions become `lost`), counts and logs them and wakes their hosts' agents. A failure
- * is logged and answers nothing reclaimed.
+ * is logged and answers nothing reclaimed. The reclaim and its notices are one step a shutdown
+ * does not cut (as `drainQueue`).
  */
 const reclaimNow = (context: string, options?: ReclaimOptions) =>
-  Effect.gen(function* () {
+  Effect.uninterruptible(Effect.gen(function* () {
     const store = yield* Store
     const metrics = yield* Metrics
     const notifier = yield* Notifier
@@ -280,7 +285,7 @@ const reclaimNow = (context: string, options?: ReclaimOptions) =>
       yield* notifier.notify(...reclaimedTopics(reclaim))
     }
     return reclaim
-  })
+  }))
 
 /** What the start-up reconcile did. */
 export interface ReconcileReport {
