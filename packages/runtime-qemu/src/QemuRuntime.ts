@@ -13,12 +13,13 @@
  *   QEMU's migration to it under engram's guard (QemuMigration.ts) and stops at
  *   `pre-switchover`; the target's commit is `cont` once its incoming migration completed.
  * - usage: VmRSS and RssAnon + RssShmem from `/proc/<pid>/status`. recover: VMs outlive the
- *   agent; a new runtime adopts every VM of its state directory whose QMP socket answers.
+ *   agent; a new runtime adopts every live VM of its state directory: attached when its QMP
+ *   socket answers, else listed as attaching and attached in the background (never replaced).
  *   destroy: `quit`, then kill.
  */
 import { readdir } from "node:fs/promises"
 import { join } from "node:path"
-import { Effect, Layer, type Scope } from "effect"
+import { Effect, Fiber, Layer, type Scope } from "effect"
 import {
   type AtSwitchover,
   type IncomingEndpoint,
@@ -96,6 +97,13 @@ export interface QemuConfig {
   readonly startTimeoutMs?: number
   /** The longest wait for the next migration event (a bulk round included). Default 120 s. */
   readonly migrationTimeoutMs?: number
+  /**
+   * How long `recover` waits for a live QEMU's monitor before it lists the VM as the agent knew
+   * it and keeps trying in the background (see the README, "After a restart"). Default 3 s.
+   */
+  readonly recoverAttachTimeoutMs?: number
+  /** The longest pause between the background tries to attach such a VM (they start at 100 ms and double). Default 10 s. */
+  readonly attachRetryMaxMs?: number
   /** Appended to every QEMU command line. */
   readonly extraArgs?: readonly string[]
   /** For tests only: where a test cuts a restore short as a crash would (see `TestHooks`). */
@@ -152,6 +160,9 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
     const qmpTimeoutMs = config.qmpTimeoutMs ?? 10_000
     const startTimeoutMs = config.startTimeoutMs ?? 30_000
     const migrationTimeoutMs = config.migrationTimeoutMs ?? 120_000
+    const recoverAttachTimeoutMs = config.recoverAttachTimeoutMs ?? 3000
+    const attachRetryMaxMs = config.attachRetryMaxMs ?? 10_000
+    const runtimeScope = yield* Effect.scope
     const listenHost = config.migrationListenHost ?? "127.0.0.1"
     const advertiseHost = config.migrationAdvertiseHost ?? listenHost
     const accel: Accel.Accel =
@@ -333,6 +344,68 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         return yield* protocol.pipe(Effect.tapError(() => giveBack(vm, wasRunning)))
       })
 
+    /** The VMs held and those attaching (their QEMU alive, their monitor not answering yet). */
+    const residents = (): readonly { readonly spec: VmSpec; readonly pid: number; readonly status: VmStatus }[] => [
+      ...vms.values(),
+      ...[...host.attaching.values()].filter((a) => !vms.has(a.spec.vmId)),
+    ]
+
+    /**
+     * Takes a live QEMU whose monitor answered after a restart as a resident VM. A restore or
+     * template start cut short before its state loaded is ended (nothing to keep: the image or
+     * template is as it was; the agent starts the session again). An outgoing move its agent
+     * left behind in pre-copy (the guest runs) or held at pre-switchover (paused, nothing of the
+     * final round sent) is cancelled, and the guest runs here again (the target cannot have the
+     * whole guest; the agent runs the move again or aborts it). Past the switchover (`device`,
+     * `completed`) it is left alone: the target may hold the whole guest, and only the agent's
+     * owed commit decides which copy runs.
+     */
+    const adopt = (record: P.VmRecord, paths: P.VmPaths, pid: number, attached: { readonly client: Qmp.QmpClient; readonly scope: Scope.Closeable }) =>
+      Effect.gen(function* () {
+        const vm: Vm = { spec: record.spec, paths, pid, ...attached, record, status: "paused", endpoint: null }
+        if (record.incomingMoveId === null && (yield* q<{ status: string }>(vm, "recover", "query-status").pipe(Effect.map((st) => st.status === "inmigrate"), Effect.orElseSucceed(() => false)))) {
+          yield* Effect.logWarning("a restore or template start was cut short by a restart before its state loaded; its VM is ended", { vmId: record.spec.vmId })
+          return yield* finish(vm)
+        }
+        if (record.incomingMoveId === null) {
+          const info = yield* queryMigrate(vm, "recover").pipe(Effect.orElseSucceed((): M.MigrationInfo => ({})))
+          if (["setup", "active", "pre-switchover"].includes(info.status ?? "")) {
+            yield* Effect.logWarning("QEMU VM recovered in the middle of an outgoing move; the move is cancelled, the guest runs here", { vmId: record.spec.vmId, migration: info.status })
+            yield* cancelMigration(vm)
+          }
+        }
+        vm.status = yield* runStatus(vm, "recover").pipe(Effect.orElseSucceed((): VmStatus => "paused"))
+        vms.set(record.spec.vmId, vm)
+      })
+
+    /**
+     * Keeps trying to attach a live QEMU whose monitor did not answer at recovery, pausing 100 ms,
+     * then twice as long each time up to `attachRetryMaxMs`, each try bounded by `qmpTimeoutMs`;
+     * listed meanwhile (`attaching`). A QEMU that exits meanwhile is a guest lost: its files go.
+     */
+    const attachLater = (pending: Host.Attaching) =>
+      Effect.gen(function* () {
+        const vmId = pending.spec.vmId
+        host.attaching.set(vmId, pending)
+        const loop = Effect.gen(function* () {
+          for (let pauseMs = 100; ; pauseMs = Math.min(2 * pauseMs, attachRetryMaxMs)) {
+            yield* Effect.sleep(pauseMs)
+            if (!P.aliveAs(pending.pid, binary, pending.paths.pidFile)) {
+              yield* Effect.logError("QEMU VM ended before its monitor answered; its guest is lost and its files are removed", { vmId, pid: pending.pid })
+              return yield* host.removeFiles(pending.paths, pending.record.ram)
+            }
+            const attached = yield* attach(pending.paths, pending.pid, vmId, qmpTimeoutMs).pipe(Effect.result)
+            if (attached._tag === "Failure") continue
+            yield* Effect.logInfo("QEMU VM's monitor answers again; the VM is attached", { vmId, pid: pending.pid })
+            return yield* Effect.uninterruptible(adopt(pending.record, pending.paths, pending.pid, attached.success))
+          }
+        })
+        pending.fiber = yield* loop.pipe(
+          Effect.ensuring(Effect.sync(() => host.attaching.get(vmId) === pending && host.attaching.delete(vmId))),
+          Effect.forkIn(runtimeScope),
+        )
+      })
+
     const runtime: QemuRuntimeShape = {
       config,
       accel,
@@ -391,24 +464,30 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         Effect.gen(function* () {
           const vm = vms.get(vmId)
           if (vm !== undefined) return yield* finish(vm)
-          // Not adopted (its QMP did not answer): end the process its files name, if it is QEMU.
+          // Attaching (its monitor has not answered since a restart), or not held at all: the
+          // background attach stopped, then the process its files name ended, if it is QEMU.
+          const pending = host.attaching.get(vmId)
+          if (pending?.fiber != null) yield* Fiber.interrupt(pending.fiber)
+          host.attaching.delete(vmId)
+          const held = vms.get(vmId)
+          if (held !== undefined) return yield* finish(held)
           const paths = P.pathsOf(config.stateDir, vmId)
           const pid = P.readPid(paths)
           if (pid !== undefined && P.aliveAs(pid, binary, paths.pidFile)) yield* P.kill(pid, 5000)
           yield* host.removeFiles(paths, (yield* P.readRecord(paths.record))?.ram)
         }),
       // A template's build is the runtime's own guest: it is no VM of the agent's (its RAM is measured all the same).
-      list: Effect.sync(() => [...vms.values()].filter((vm) => !Host.isInternal(vm.spec.vmId)).map((vm): VmInfo => ({ ...vm.spec, status: vm.status }))),
+      list: Effect.sync(() => residents().filter((vm) => !Host.isInternal(vm.spec.vmId)).map((vm): VmInfo => ({ ...vm.spec, status: vm.status }))),
       usage: Effect.sync(() =>
-        [...vms.values()].map((vm): VmUsage => ({ ...vm.spec, status: vm.status, rssBytes: P.rssBytes(vm.pid), ramBytes: P.unreclaimableBytes(vm.pid), pid: vm.pid, cpuMs: P.cpuMs(vm.pid) })),
+        residents().map((vm): VmUsage => ({ ...vm.spec, status: vm.status, rssBytes: P.rssBytes(vm.pid), ramBytes: P.unreclaimableBytes(vm.pid), pid: vm.pid, cpuMs: P.cpuMs(vm.pid) })),
       ),
-      recover: () =>
+      recover: (known) =>
         Effect.gen(function* () {
           const entries = yield* Effect.tryPromise(() => readdir(config.stateDir, { withFileTypes: true })).pipe(Effect.orElseSucceed(() => []))
           for (const entry of entries) {
             if (!entry.isDirectory()) continue
             const record = yield* P.readRecord(join(config.stateDir, entry.name, "vm.json"))
-            if (record === undefined || vms.has(record.spec.vmId)) continue
+            if (record === undefined || vms.has(record.spec.vmId) || host.attaching.has(record.spec.vmId)) continue
             const paths = P.pathsOf(config.stateDir, record.spec.vmId)
             const pid = P.readPid(paths)
             const alive = pid !== undefined && P.aliveAs(pid, binary, paths.pidFile)
@@ -432,37 +511,21 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
               yield* host.removeFiles(paths, record.ram)
               continue
             }
-            const attached = yield* attach(paths, pid, record.spec.vmId, 3000).pipe(Effect.result)
-            if (attached._tag === "Failure") {
-              yield* Effect.logWarning("QEMU VM alive but its QMP socket does not answer; left alone", { vmId: record.spec.vmId, error: attached.failure.message })
+            const attached = yield* attach(paths, pid, record.spec.vmId, recoverAttachTimeoutMs).pipe(Effect.result)
+            if (attached._tag === "Success") {
+              yield* Effect.uninterruptible(adopt(record, paths, pid, attached.success))
               continue
             }
-            const vm: Vm = { spec: record.spec, paths, pid, ...attached.success, record, status: "paused", endpoint: null }
-            // A restore or template start cut short before its state loaded: nothing to keep
-            // (the image or template is as it was); the agent starts the session again.
-            if (record.incomingMoveId === null && (yield* q<{ status: string }>(vm, "recover", "query-status").pipe(Effect.map((st) => st.status === "inmigrate"), Effect.orElseSucceed(() => false)))) {
-              yield* Effect.logWarning("a restore or template start was cut short by a restart before its state loaded; its VM is ended", { vmId: record.spec.vmId })
-              yield* finish(vm)
-              continue
-            }
-            // An outgoing move its agent left behind: in pre-copy (the guest runs) or held at
-            // pre-switchover (paused, nothing of the final round sent), the target cannot have
-            // the whole guest, so the move is cancelled and the guest runs here again (the agent
-            // runs the move again or aborts it). Past the switchover (`device`, `completed`) it
-            // is left alone: the target may hold the whole guest, and only the agent's owed
-            // commit decides which copy runs.
-            if (record.incomingMoveId === null) {
-              const info = yield* queryMigrate(vm, "recover").pipe(Effect.orElseSucceed((): M.MigrationInfo => ({})))
-              if (["setup", "active", "pre-switchover"].includes(info.status ?? "")) {
-                yield* Effect.logWarning("QEMU VM recovered in the middle of an outgoing move; the move is cancelled, the guest runs here", {
-                  vmId: record.spec.vmId,
-                  migration: info.status,
-                })
-                yield* cancelMigration(vm)
-              }
-            }
-            vm.status = yield* runStatus(vm, "recover").pipe(Effect.orElseSucceed((): VmStatus => "paused"))
-            vms.set(record.spec.vmId, vm)
+            // A live QEMU is a guest whatever its monitor does (busy: a descent's device save to a
+            // slow disk, a move's final round to a target that stopped reading): listed and kept.
+            const status = known.find((v) => v.vmId === record.spec.vmId)?.status ?? "paused"
+            yield* Effect.logWarning("QEMU VM alive but its monitor does not answer; it is kept, listed as the agent knew it, and attached in the background once it answers", {
+              vmId: record.spec.vmId,
+              pid,
+              status,
+              error: attached.failure.message,
+            })
+            yield* attachLater({ spec: record.spec, paths, pid, record, status, fiber: null })
           }
           return yield* runtime.list
         }),

@@ -210,7 +210,7 @@ export const restore = (h: VmHost, spec: VmSpec, image: DescentImage, machineFor
 const mappedIncoming = (h: VmHost, vmId: string, imagePath: string, imageRam: string) =>
   Effect.gen(function* () {
     // Before any file is touched: the name below is a resident VM's RAM file.
-    if (h.vms.has(vmId)) return yield* err("restore", vmId, "VM already resident")
+    yield* h.ensureFree("restore", vmId)
     // An image spent by an earlier restore that was cut short between its two removals.
     if (!(yield* exists(imageRam))) {
       return yield* err("restore", vmId, `${imagePath} is a mapped image without its RAM file (${imageRam}): spent by an earlier restore, or damaged`)
@@ -303,6 +303,8 @@ export const startFromTemplate = (h: VmHost, spec: VmSpec, name: string): Effect
     if (mapped && !h.settings.snapshots.ignoreShared) return yield* err("start", spec.vmId, `template ${name} is mapped and ${h.settings.snapshots.reason}`)
     let incoming = streamIncoming(h, spec.vmId, "the template's stream")
     if (mapped) {
+      // Before the copy: the name below is the RAM file of a VM that may be resident.
+      yield* h.ensureFree("start", spec.vmId)
       const own = h.ramPathFor(spec.vmId)
       yield* h.prepareRamDir(spec.vmId)
       const c0 = yield* nowMs

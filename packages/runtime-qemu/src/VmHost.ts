@@ -6,7 +6,7 @@
  */
 import { mkdir, rm } from "node:fs/promises"
 import { dirname, join } from "node:path"
-import { Effect, Exit, Schedule, Scope } from "effect"
+import { Effect, Exit, type Fiber, Scope } from "effect"
 import { type IncomingEndpoint, nowMs, pathSegment, RuntimeError, type VmSpec, type VmStatus } from "@engram/runtime"
 import * as Qmp from "./Qmp.js"
 import type * as M from "./QemuMigration.js"
@@ -24,6 +24,18 @@ export interface Vm {
   record: P.VmRecord
   status: VmStatus
   endpoint: IncomingEndpoint | null
+}
+
+/** A live QEMU of a VM whose monitor has not answered since a restart (see `VmHost.attaching`). */
+export interface Attaching {
+  readonly spec: VmSpec
+  readonly paths: P.VmPaths
+  readonly pid: number
+  readonly record: P.VmRecord
+  /** As the agent last knew it (`recover`'s `known`); `paused` when it did not know the VM. */
+  readonly status: VmStatus
+  /** The background attach, ended by `destroy`. */
+  fiber: Fiber.Fiber<void> | null
 }
 
 /** How a runtime captures guests: mapped (RAM files, `x-ignore-shared`) or stream, and why. */
@@ -82,10 +94,14 @@ export const make = (s: HostSettings) =>
     const vms = new Map<string, Vm>()
     yield* Effect.addFinalizer(() => Effect.forEach([...vms.values()], (vm) => Scope.close(vm.scope, Exit.void), { discard: true }))
 
-    const get = (op: string, vmId: string) => {
-      const vm = vms.get(vmId)
-      return vm === undefined ? Effect.fail(err(op, vmId, `no VM ${vmId} on this host`)) : Effect.succeed(vm)
-    }
+    /** The resident VM `vmId`, looked up when run (an attaching VM's monitor may answer by then). */
+    const get = (op: string, vmId: string) =>
+      Effect.suspend(() => {
+        const vm = vms.get(vmId)
+        if (vm !== undefined) return Effect.succeed(vm)
+        const pending = attaching.get(vmId)
+        return Effect.fail(pending === undefined ? err(op, vmId, `no VM ${vmId} on this host`) : unanswered(op, vmId, pending.pid))
+      })
     const q = <A = unknown>(vm: Vm, op: string, command: string, args?: Readonly<Record<string, unknown>>, timeoutMs = s.qmpTimeoutMs) =>
       vm.client.execute<A>(command, args, timeoutMs).pipe(Effect.mapError(asRuntimeError(op, vm.spec.vmId)))
     const queryMigrate = (vm: Vm, op: string) => q<M.MigrationInfo>(vm, op, "query-migrate")
@@ -101,29 +117,73 @@ export const make = (s: HostSettings) =>
     const ownedRam = (ram: RamFile.RamBacking | undefined): string | null => (ram?.kind === "file" && ram.shared ? ram.path : null)
     const prepareRamDir = (vmId: string) => Effect.promise(() => mkdir(dirname(ramPathFor(vmId)), { recursive: true }))
 
-    /** Connects to a VM's QMP socket, retrying while its process lives, within `timeoutMs`. */
-    const attach = (paths: P.VmPaths, pid: number, vmId: string, timeoutMs: number) =>
-      Effect.gen(function* () {
-        const scope = yield* Scope.make()
-        const once = Effect.suspend(() =>
-          P.alive(pid) ? Qmp.connect(paths.socket, { timeoutMs: s.qmpTimeoutMs }) : Effect.fail(new Qmp.QmpClosed({ socket: paths.socket, command: "connect", message: "QEMU exited" })),
-        ).pipe(Scope.provide(scope))
-        const client = yield* once.pipe(
-          Effect.retry({ while: (e) => e.message !== "QEMU exited", times: Math.ceil(timeoutMs / 25), schedule: Schedule.spaced("25 millis") }),
-          Effect.tapError(() => Scope.close(scope, Exit.void)),
-          Effect.mapError((e) => err("attach", vmId, `QMP at ${paths.socket}: ${e.message}${P.stderrTail(paths) === "" ? "" : ` (qemu: ${P.stderrTail(paths)})`}`)),
-        )
-        return { client, scope }
-      })
-
     /** VMs whose QEMU is being spawned (one launch per VM at a time). */
     const launching = new Set<string>()
 
     /**
+     * Connects to a VM's QMP socket, retrying while its process lives, within `timeoutMs` of
+     * elapsed time (on Effect's Clock). Each try has a scope of its own, closed when it fails:
+     * QEMU serves one monitor client at a time, and a try left open would be the one it greets.
+     */
+    const attach = (paths: P.VmPaths, pid: number, vmId: string, timeoutMs: number) =>
+      Effect.gen(function* () {
+        const deadline = (yield* nowMs) + timeoutMs
+        const once = (leftMs: number) =>
+          Effect.gen(function* () {
+            const scope = yield* Scope.make()
+            const client = yield* Qmp.connect(paths.socket, { timeoutMs: s.qmpTimeoutMs }).pipe(
+              Scope.provide(scope),
+              Effect.timeoutOrElse({ duration: Math.max(1, Math.ceil(leftMs)), orElse: () => Effect.fail(new Qmp.QmpTimeout({ socket: paths.socket, command: "connect", timeoutMs, message: `no QMP greeting within ${timeoutMs} ms` })) }),
+              Effect.onError(() => Scope.close(scope, Exit.void)),
+            )
+            return { client, scope }
+          })
+        for (;;) {
+          const tried = P.alive(pid) ? yield* Effect.result(once(deadline - (yield* nowMs))) : null
+          if (tried?._tag === "Success") return tried.success
+          const why = tried === null ? "QEMU exited" : tried.failure.message
+          if (tried === null || (yield* nowMs) + 25 >= deadline) {
+            return yield* err("attach", vmId, `QMP at ${paths.socket}: ${why}${P.stderrTail(paths) === "" ? "" : ` (qemu: ${P.stderrTail(paths)})`}`)
+          }
+          yield* Effect.sleep(25)
+        }
+      })
+
+    /**
+     * Live QEMUs of this runtime's VMs whose monitor did not answer yet (found at recovery): each
+     * a guest, listed and measured, tried again in the background, never started afresh.
+     */
+    const attaching = new Map<string, Attaching>()
+    const unanswered = (op: string, vmId: string, pid: number) => err(op, vmId, `a QEMU for this VM is running (pid ${pid}) but its monitor does not answer yet: it is kept, and attached once it answers`)
+
+    /**
+     * Fails unless `vmId` is free for a new QEMU: none resident, starting or attaching, and no live
+     * QEMU of a VM in its files (one this runtime does not hold: a guest, not ended here; `destroy`
+     * ends it). A live QEMU without the VM's record never became a VM (its launch was cut short
+     * before the record was written: nothing of a guest ran on it) and is ended. Checked before a
+     * start touches any of the VM's files (its RAM file is the guest's RAM).
+     */
+    const ensureFree = (op: string, vmId: string) =>
+      Effect.gen(function* () {
+        if (vms.has(vmId) || launching.has(vmId)) return yield* err(op, vmId, "VM already resident")
+        const pending = attaching.get(vmId)
+        if (pending !== undefined) return yield* unanswered(op, vmId, pending.pid)
+        const paths = P.pathsOf(s.stateDir, vmId)
+        const stray = P.readPid(paths)
+        if (stray === undefined || !P.aliveAs(stray, s.binary, paths.pidFile)) return
+        if ((yield* P.readRecord(paths.record)) !== undefined) {
+          return yield* err(op, vmId, `a QEMU for this VM is running (pid ${stray}) that this runtime does not hold: it is not replaced (destroy ends it)`)
+        }
+        yield* Effect.logWarning("a QEMU whose launch was cut short before its VM's record was written runs in the VM's files; it is ended before a new one starts", { vmId, pid: stray })
+        yield* P.kill(stray, 5000)
+      })
+
+    /**
      * Spawns a VM's QEMU on `ram` and connects to it. Not interruptible: a QEMU spawned and never
-     * registered would run on unseen. A live QEMU left in the VM's files (one this runtime does
-     * not hold: its QMP never answered after a restart) is ended first: one QEMU per VM. A new
-     * RAM file (`fresh`) starts empty: a stale one of an earlier VM is removed.
+     * registered would run on unseen. Refused while a live QEMU runs in the VM's files (held,
+     * attaching, or one this runtime does not hold): one QEMU per VM, and a live one is a guest,
+     * never ended to make room. A new RAM file (`fresh`) starts empty: a stale one of an earlier
+     * VM is removed.
      */
     const launch = (
       spec: VmSpec,
@@ -132,15 +192,10 @@ export const make = (s: HostSettings) =>
     ) =>
       Effect.uninterruptible(
         Effect.gen(function* () {
-          if (vms.has(spec.vmId) || launching.has(spec.vmId)) return yield* err("start", spec.vmId, "VM already resident")
+          yield* ensureFree("start", spec.vmId)
           launching.add(spec.vmId)
           return yield* Effect.gen(function* () {
             const paths = P.pathsOf(s.stateDir, spec.vmId)
-            const stray = P.readPid(paths)
-            if (stray !== undefined && P.aliveAs(stray, s.binary, paths.pidFile)) {
-              yield* Effect.logWarning("a QEMU this runtime does not hold runs in the VM's files; it is ended before a new one starts", { vmId: spec.vmId, pid: stray })
-              yield* P.kill(stray, 5000)
-            }
             if (o.fresh && o.ram.kind === "file") {
               yield* prepareRamDir(spec.vmId)
               yield* Effect.promise(() => rm(o.ram.kind === "file" ? o.ram.path : "", { force: true }))
@@ -215,7 +270,7 @@ export const make = (s: HostSettings) =>
         return yield* awaitReady(vm, op, "resume", offset, t0)
       })
 
-    return { settings: s, vms, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, launch, finish, removeFiles, awaitMigrationEnd, awaitReady, resume }
+    return { settings: s, vms, attaching, ensureFree, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, launch, finish, removeFiles, awaitMigrationEnd, awaitReady, resume }
   })
 
 /** The host of one runtime. */

@@ -1,0 +1,76 @@
+// The runtime against a fake QEMU (test/support/fake-qemu.mjs) whose monitor is busy when an
+// agent restarts: a live QEMU is a guest, adopted whatever its monitor does, never replaced.
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Exit, Scope } from "effect"
+import { QemuRuntime } from "../src/index.js"
+import * as FakeQemu from "./support/FakeQemu.js"
+
+const spec = { vmId: "r1", memMib: 64, vcpus: 1 }
+
+/** Starts `spec` with a first runtime and lets that runtime go (the agent restarts): the VM's QEMU lives on. Answers its pid. */
+const startAndLeave = (config: QemuRuntime.QemuConfig) =>
+  Effect.gen(function* () {
+    const scope = yield* Scope.make()
+    const first = yield* QemuRuntime.make(config).pipe(Scope.provide(scope))
+    yield* first.start(spec)
+    const pid = first.pidOf(spec.vmId)
+    yield* Scope.close(scope, Exit.void)
+    assert.isDefined(pid)
+    return pid!
+  })
+
+describe("an agent restart while a QEMU's monitor does not answer", () => {
+  it.live(
+    "the VM is listed as the agent knew it, a start of it is refused and its QEMU kept, and it is attached once its monitor answers",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("", { wedgeMs: 6000 })
+          const config = { ...fake.config, recoverAttachTimeoutMs: 300, attachRetryMaxMs: 200 }
+          const pid = yield* startAndLeave(config)
+          process.kill(pid, "SIGUSR1") // its monitor is held for 6 s (a descent's device save to a slow disk, say)
+          yield* FakeQemu.eventually(Effect.suspend(() => (fake.lines().includes("wedged") ? Effect.void : Effect.fail("not wedged yet"))))
+          const rt = yield* QemuRuntime.make(config)
+          const recovered = yield* rt.recover([{ ...spec, status: "running" }])
+          // recover gave up waiting (its bound is elapsed time) before the monitor answered again.
+          assert.notInclude(fake.lines(), "unwedged")
+          assert.deepStrictEqual(recovered, [{ ...spec, status: "running" }], "listed, as the agent last knew it")
+          assert.deepStrictEqual((yield* rt.usage).map((u) => [u.vmId, u.pid]), [[spec.vmId, pid]], "measured: its RAM is the host's")
+          const refused = yield* rt.start(spec).pipe(Effect.flip)
+          assert.match(refused.message, /monitor does not answer yet/)
+          assert.isTrue(FakeQemu.isAlive(pid), "the guest's QEMU is not ended")
+          const parked = yield* rt.park(spec.vmId).pipe(Effect.flip)
+          assert.match(parked.message, /monitor does not answer yet/)
+          // Attached in the background once the monitor answers: the same QEMU, its status QEMU's.
+          const st = yield* FakeQemu.eventually(rt.qmp<{ status: string }>(spec.vmId, "query-status"))
+          assert.strictEqual(st.status, "running")
+          assert.strictEqual(rt.pidOf(spec.vmId), pid)
+          assert.deepStrictEqual(yield* rt.list, [{ ...spec, status: "running" }])
+          assert.deepStrictEqual(fake.pids(), [pid], "no second QEMU was started")
+          yield* rt.destroy(spec.vmId)
+          assert.isFalse(FakeQemu.isAlive(pid))
+        }),
+      ),
+    60_000,
+  )
+
+  it.live(
+    "a VM whose monitor never answers is listed paused when the agent knew nothing of it, and destroy ends it",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("", { wedgeMs: 600_000 })
+          const config = { ...fake.config, recoverAttachTimeoutMs: 300, attachRetryMaxMs: 200 }
+          const pid = yield* startAndLeave(config)
+          process.kill(pid, "SIGUSR1")
+          yield* FakeQemu.eventually(Effect.suspend(() => (fake.lines().includes("wedged") ? Effect.void : Effect.fail("not wedged yet"))))
+          const rt = yield* QemuRuntime.make(config)
+          assert.deepStrictEqual(yield* rt.recover([]), [{ ...spec, status: "paused" }])
+          yield* rt.destroy(spec.vmId)
+          assert.isFalse(FakeQemu.isAlive(pid))
+          assert.deepStrictEqual(yield* rt.list, [])
+        }),
+      ),
+    60_000,
+  )
+})

@@ -1,0 +1,64 @@
+// The fake QEMU of the runtime's stall tests (fake-qemu.mjs): a directory of its own per test,
+// the runtime's settings that run it, its log, and the end of every fake it started (they run
+// detached, as QEMU does, and outlive the runtime unless ended).
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { Effect, Schedule } from "effect"
+import type { QemuRuntime } from "../../src/index.js"
+
+export type FakeMode = "" | "descent-stall" | "descent-slow" | "load-stall" | "switchover-stall" | "switchover-mute" | "cancel-ignored"
+
+export interface FakeQemu {
+  readonly dir: string
+  /** Settings for a runtime on this fake (tight bounds: seconds, not minutes). */
+  readonly config: QemuRuntime.QemuConfig
+  /** The log's lines without their time: `cmd <name>`, `event <name> <data>`, `wedged`, … */
+  readonly lines: () => string[]
+  /** Every fake process this test started. */
+  readonly pids: () => number[]
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * A fake QEMU for one test, in the scope: at its end every fake process it started is killed
+ * (SIGKILL) and its directory removed. `wedgeMs`: how long a SIGUSR1 holds its monitor.
+ */
+export const make = (mode: FakeMode, o: { readonly wedgeMs?: number; readonly steps?: number } = {}) =>
+  Effect.acquireRelease(
+    Effect.sync((): FakeQemu => {
+      const dir = mkdtempSync(join(tmpdir(), "rq-"))
+      const logFile = join(dir, "qmp.log")
+      const pidsFile = join(dir, "pids")
+      // Named as QEMU and run with argv[0] kept: the runtime knows its QEMU by the binary's name in /proc/<pid>/cmdline.
+      const binary = join(dir, "qemu-system-x86_64")
+      writeFileSync(binary, `#!/bin/bash\nexec -a "$0" '${process.execPath}' '${join(import.meta.dirname, "fake-qemu.mjs")}' "$@"\n`)
+      chmodSync(binary, 0o755)
+      const extraArgs = ["-fake-mode", mode, "-fake-log", logFile, "-fake-pids", pidsFile, "-fake-wedge-ms", String(o.wedgeMs ?? 5000), "-fake-steps", String(o.steps ?? 30)]
+      return {
+        dir,
+        config: { stateDir: join(dir, "s"), boot: { kernel: "/nonexistent" }, binary, accelerator: "tcg", memory: "anonymous", qmpTimeoutMs: 1000, startTimeoutMs: 10_000, migrationTimeoutMs: 1500, extraArgs },
+        lines: () => (existsSync(logFile) ? readFileSync(logFile, "utf8").split("\n").filter((l) => l !== "").map((l) => l.slice(l.indexOf(" ") + 1)) : []),
+        pids: () => (existsSync(pidsFile) ? readFileSync(pidsFile, "utf8").split("\n").filter((l) => l !== "").map(Number) : []),
+      }
+    }),
+    (fake) =>
+      Effect.sync(() => {
+        for (const pid of fake.pids()) if (alive(pid)) process.kill(pid, "SIGKILL")
+        rmSync(fake.dir, { recursive: true, force: true })
+      }),
+  )
+
+/** Whether `pid` runs. */
+export const isAlive = alive
+
+/** Polls `f` every 50 ms until it succeeds (at most 60 s): an outcome awaited, not a sleep. */
+export const eventually = <A, E>(f: Effect.Effect<A, E>): Effect.Effect<A, E> => f.pipe(Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 1200 }))
