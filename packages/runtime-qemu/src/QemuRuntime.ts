@@ -95,7 +95,11 @@ export interface QemuConfig {
   readonly qmpTimeoutMs?: number
   /** From spawn to a QMP connection. Default 30 s. */
   readonly startTimeoutMs?: number
-  /** The longest wait for the next migration event (a bulk round included). Default 120 s. */
+  /**
+   * A move's longest wait for its next migration event (a bulk round included), and how long a
+   * capture or a load may go without progress (bytes sent; a load: RAM filled) before it fails
+   * (a capture is cancelled). Default 120 s.
+   */
   readonly migrationTimeoutMs?: number
   /**
    * How long `recover` waits for a live QEMU's monitor before it lists the VM as the agent knew
@@ -196,18 +200,9 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
       resumeReadyTimeoutMs: config.resumeReadyTimeoutMs ?? 10_000,
     })
     const { vms, get, q, queryMigrate, runStatus, attach, launch, finish, awaitMigrationEnd } = host
+    const cancelMigration = (vm: Vm) => host.cancelMigration(vm, "migrate")
     const descentBandwidth = config.descentBandwidthBytesPerSec ?? 16 * 1024 ** 3
     const moveCaps = M.capabilities({ pauseBeforeSwitchover: true, ignoreShared: snapshots.ignoreShared ? false : null })
-
-    /** Cancels a VM's outgoing migration and waits until QEMU says it ended (a cancel at pre-switchover resumes a guest that ran). Never fails. */
-    const cancelMigration = (vm: Vm) =>
-      Effect.scoped(
-        Effect.gen(function* () {
-          const sub = yield* vm.client.subscribe
-          yield* q(vm, "migrate", "migrate_cancel")
-          yield* Qmp.awaitEvent(sub, (e) => (e.event === "MIGRATION" && ["cancelled", "failed", "completed"].includes(String(e.data["status"])) ? e : undefined), 10_000, "cancelled")
-        }),
-      ).pipe(Effect.ignore)
 
     /** After a failed or refused outgoing migration: cancel it if it still runs, and make sure the guest runs here. */
     const giveBack = (vm: Vm, wasRunning: boolean) =>
@@ -573,7 +568,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
               const sub = yield* vm.client.subscribe
               const info = yield* queryMigrate(vm, "commitIncoming")
               if (info.status === "failed" || info.status === "cancelled") return yield* err("commitIncoming", vmId, `incoming migration ${info.status}`)
-              if (info.status !== "completed") yield* awaitMigrationEnd(vm, "commitIncoming", sub)
+              if (info.status !== "completed") yield* awaitMigrationEnd(vm, "commitIncoming", sub, { kind: "progress", ms: migrationTimeoutMs, measure: "loaded" })
               yield* q(vm, "commitIncoming", "cont")
             }),
           ).pipe(Effect.tapError(() => finish(vm)))

@@ -48,26 +48,34 @@ export const streamReason = (h: VmHost, vm: Vm): string | null => {
   return null
 }
 
-/** Migrates a VM's state into the file `to` (its devices only with `ignoreShared`), the guest stopped. */
+/**
+ * Migrates a VM's state into the file `to` (its devices only with `ignoreShared`), the guest
+ * stopped. Bounded by its progress: it fails once nothing was sent for `migrationTimeoutMs`. A
+ * save that fails is cancelled, and waited for until QEMU says it ended: left running it would
+ * go on writing `to`, and its end would stop the guest again (QEMU's `postmigrate`). A save an
+ * earlier failure could not cancel (QEMU did not answer) is cancelled first.
+ */
 const save = (h: VmHost, vm: Vm, op: string, to: string, ignoreShared: boolean, bandwidthBytesPerSec: number) =>
   Effect.scoped(
     Effect.gen(function* () {
+      if ((yield* h.cancelMigration(vm, op)) === null) return yield* err(op, vm.spec.vmId, "QEMU did not say whether an earlier migration still runs")
       const sub = yield* vm.client.subscribe
       yield* h.q(vm, op, "migrate-set-capabilities", M.capabilities({ pauseBeforeSwitchover: false, ignoreShared: h.settings.snapshots.ignoreShared ? ignoreShared : null }))
       yield* h.q(vm, op, "migrate-set-parameters", { "max-bandwidth": bandwidthBytesPerSec })
       yield* h.q(vm, op, "migrate", { uri: `exec:cat > ${M.shellQuote(to)}` })
-      yield* h.awaitMigrationEnd(vm, op, sub)
+      yield* h.awaitMigrationEnd(vm, op, sub).pipe(Effect.tapError(() => h.cancelMigration(vm, op)))
     }),
   )
 
-/** Loads a saved state from `from` into an incoming VM (its RAM already in place with `ignoreShared`). */
+/** Loads a saved state from `from` into an incoming VM (its RAM already in place with `ignoreShared`); it fails once nothing loaded for `migrationTimeoutMs` (its caller ends the VM). */
 const load = (h: VmHost, vm: Vm, op: string, from: string, ignoreShared: boolean) =>
   Effect.scoped(
     Effect.gen(function* () {
       const sub = yield* vm.client.subscribe
       yield* h.q(vm, op, "migrate-set-capabilities", M.capabilities({ pauseBeforeSwitchover: false, ignoreShared: h.settings.snapshots.ignoreShared ? ignoreShared : null }))
       yield* h.q(vm, op, "migrate-incoming", { uri: `exec:cat ${M.shellQuote(from)}` })
-      yield* h.awaitMigrationEnd(vm, op, sub)
+      // QEMU shows an incoming migration's status only: its progress is the RAM it has filled.
+      yield* h.awaitMigrationEnd(vm, op, sub, { kind: "progress", ms: h.settings.migrationTimeoutMs, measure: "loaded" })
     }),
   )
 

@@ -6,7 +6,7 @@
  */
 import { mkdir, rm } from "node:fs/promises"
 import { dirname, join } from "node:path"
-import { Effect, Exit, type Fiber, Scope } from "effect"
+import { Effect, Exit, type Fiber, Option, PubSub, Scope } from "effect"
 import { type IncomingEndpoint, nowMs, pathSegment, RuntimeError, type VmSpec, type VmStatus } from "@engram/runtime"
 import * as Qmp from "./Qmp.js"
 import type * as M from "./QemuMigration.js"
@@ -37,6 +37,12 @@ export interface Attaching {
   /** The background attach, ended by `destroy`. */
   fiber: Fiber.Fiber<void> | null
 }
+
+/** How long a migration may go on (`VmHost.awaitMigrationEnd`). */
+export type MigrationBound = { readonly kind: "progress"; readonly ms: number; readonly measure: "sent" | "loaded" } | { readonly kind: "total"; readonly ms: number }
+
+/** Whether a migration status is one of a migration still running (QEMU's `MigrationStatus`). */
+export const migrating = (status: string | undefined): boolean => ["setup", "active", "pre-switchover", "device", "cancelling", "wait-unplug"].includes(status ?? "")
 
 /** How a runtime captures guests: mapped (RAM files, `x-ignore-shared`) or stream, and why. */
 export interface Snapshots {
@@ -228,20 +234,62 @@ export const make = (s: HostSettings) =>
         Promise.all([rm(paths.dir, { recursive: true, force: true }), rm(paths.socket, { force: true }), ...[ownedRam(ram)].filter((f) => f !== null).map((f) => rm(f, { force: true }))]),
       ).pipe(Effect.asVoid)
 
-    /** Waits for the end of a migration (either side): `completed`, or a failure as an error. */
-    const awaitMigrationEnd = (vm: Vm, op: string, sub: Parameters<typeof Qmp.awaitEvent>[0]) =>
+    /**
+     * Waits for the end of a migration (either side): `completed`, or a failure as an error.
+     * Bounded by `bound`: `progress`, until nothing moved for `ms` (`sent`: QEMU's
+     * `ram.transferred` on the sending side; `loaded`: the resident memory of an incoming QEMU,
+     * which shows nothing else of its load), read at each migration event and every `ms / 4` (at
+     * most 1 s) between them; `total`, `ms` in all (a paused guest's final round). Default: no
+     * progress for `migrationTimeoutMs`.
+     */
+    const awaitMigrationEnd = (vm: Vm, op: string, sub: PubSub.Subscription<Qmp.QmpEvent>, bound: MigrationBound = { kind: "progress", ms: s.migrationTimeoutMs, measure: "sent" }) =>
       Effect.gen(function* () {
-        const end = yield* Qmp.awaitEvent(
-          sub,
-          (e) => (e.event === "MIGRATION" && ["completed", "failed", "cancelled"].includes(String(e.data["status"])) ? e : e.event === "SHUTDOWN" ? e : undefined),
-          s.migrationTimeoutMs,
-          "end of migration",
-          vm.paths.socket,
-        ).pipe(Effect.mapError(asRuntimeError(op, vm.spec.vmId)))
+        const t0 = yield* nowMs
+        const pollMs = Math.max(10, Math.min(1000, bound.ms / 4))
+        let movedAtMs = t0
+        let moved = -1
+        const progress = Effect.gen(function* () {
+          if (bound.kind !== "progress") return
+          // An unanswered query is no progress (a monitor held by the save, say).
+          const now = bound.measure === "sent" ? ((yield* queryMigrate(vm, op).pipe(Effect.orElseSucceed((): M.MigrationInfo => ({})))).ram?.transferred ?? 0) : (P.rssBytes(vm.pid) ?? 0)
+          if (now > moved) {
+            moved = now
+            movedAtMs = yield* nowMs
+          }
+        })
+        yield* progress
+        let end: Qmp.QmpEvent | undefined
+        while (end === undefined) {
+          const leftMs = (bound.kind === "total" ? t0 : movedAtMs) + bound.ms - (yield* nowMs)
+          if (leftMs <= 0) {
+            const why = bound.kind === "total" ? `not ended within ${bound.ms} ms` : `nothing ${bound.measure === "sent" ? "sent" : "loaded"} for ${bound.ms} ms (${moved} bytes ${bound.measure === "sent" ? "sent" : "resident"})`
+            return yield* err(op, vm.spec.vmId, `migration ${why}`)
+          }
+          const e = yield* PubSub.take(sub).pipe(Effect.timeoutOption(Math.max(1, Math.min(pollMs, leftMs))))
+          if (Option.isSome(e) && ((e.value.event === "MIGRATION" && ["completed", "failed", "cancelled"].includes(String(e.value.data["status"]))) || e.value.event === "SHUTDOWN")) end = e.value
+          else if (Option.isNone(e) || e.value.event === "MIGRATION_PASS" || e.value.event === "MIGRATION") yield* progress
+        }
         if (end.event === "MIGRATION" && end.data["status"] === "completed") return end
         const info = yield* queryMigrate(vm, op).pipe(Effect.orElseSucceed((): M.MigrationInfo => ({})))
         return yield* err(op, vm.spec.vmId, `migration ${end.event === "SHUTDOWN" ? "ended by a QEMU shutdown" : String(end.data["status"])}${info["error-desc"] === undefined ? "" : `: ${info["error-desc"]}`}`)
       })
+
+    /**
+     * Cancels a VM's outgoing migration if one runs and waits (10 s at most) until QEMU says it
+     * ended; a cancel at pre-switchover resumes a guest that ran. Answers the migration's last
+     * status (`none`: none ran), or null when unknown (QEMU did not answer). Never fails.
+     */
+    const cancelMigration = (vm: Vm, op: string) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const sub = yield* vm.client.subscribe
+          const before = (yield* queryMigrate(vm, op)).status
+          if (!migrating(before)) return before ?? "none"
+          yield* q(vm, op, "migrate_cancel")
+          const ended = yield* Qmp.awaitEvent(sub, (e) => (e.event === "MIGRATION" && !migrating(String(e.data["status"])) ? String(e.data["status"]) : undefined), 10_000, "cancelled")
+          return ended
+        }),
+      ).pipe(Effect.orElseSucceed(() => null))
 
     /**
      * Waits for the guest to say it is ready: its console line after `offset` (a boot: 0; a
@@ -270,7 +318,7 @@ export const make = (s: HostSettings) =>
         return yield* awaitReady(vm, op, "resume", offset, t0)
       })
 
-    return { settings: s, vms, attaching, ensureFree, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, launch, finish, removeFiles, awaitMigrationEnd, awaitReady, resume }
+    return { settings: s, vms, attaching, ensureFree, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, launch, finish, removeFiles, awaitMigrationEnd, cancelMigration, awaitReady, resume }
   })
 
 /** The host of one runtime. */

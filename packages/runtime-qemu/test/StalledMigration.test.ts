@@ -1,0 +1,58 @@
+// The runtime against a fake QEMU (test/support/fake-qemu.mjs) whose migrations stall: what
+// is left running, paused or said afterwards. Bounds are small (migrationTimeoutMs 1.5 s); the
+// tests assert what QEMU was told and what it answers, never how long anything took.
+import { mkdirSync } from "node:fs"
+import { join } from "node:path"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { QemuRuntime } from "../src/index.js"
+import * as FakeQemu from "./support/FakeQemu.js"
+
+const spec = { vmId: "d1", memMib: 64, vcpus: 1 }
+
+describe("a descent whose save stalls", () => {
+  it.live(
+    "fails once nothing was sent for migrationTimeoutMs, cancels the save (QEMU says cancelled) before it resumes the guest, and a second try is not refused",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("descent-stall")
+          const rt = yield* QemuRuntime.make(fake.config)
+          yield* rt.start(spec)
+          const failed = yield* rt.descend(spec.vmId, join(fake.dir, "img", "image")).pipe(Effect.flip)
+          const commands = fake.lines().filter((l) => l.startsWith("cmd ") || l.startsWith("event MIGRATION "))
+          const cancelAt = commands.indexOf("cmd migrate_cancel")
+          assert.isAbove(cancelAt, -1, "the save was cancelled")
+          assert.isAbove(commands.indexOf(`event MIGRATION {"status":"cancelled"}`), cancelAt)
+          assert.isAbove(commands.lastIndexOf("cmd cont"), commands.indexOf(`event MIGRATION {"status":"cancelled"}`), "the guest resumed once the save ended")
+          assert.strictEqual((yield* rt.qmp<{ status?: string }>(spec.vmId, "query-migrate")).status, "cancelled", "nothing streams into the image any more")
+          assert.strictEqual((yield* rt.qmp<{ status: string }>(spec.vmId, "query-status")).status, "running")
+          assert.match(failed.message, /nothing sent for 1500 ms/)
+          // Asked again: a new save starts (not "a migration in progress"), and stalls the same way.
+          const again = yield* rt.descend(spec.vmId, join(fake.dir, "img", "image")).pipe(Effect.flip)
+          assert.match(again.message, /nothing sent for 1500 ms/)
+          yield* rt.destroy(spec.vmId)
+        }),
+      ),
+    60_000,
+  )
+
+  it.live(
+    "that is slow but keeps sending completes, though it takes longer than migrationTimeoutMs in all",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          // 40 steps of 100 ms: 4 s in all, something sent at each.
+          const fake = yield* FakeQemu.make("descent-slow", { steps: 40 })
+          const rt = yield* QemuRuntime.make(fake.config)
+          yield* rt.start(spec)
+          mkdirSync(join(fake.dir, "img")) // as the image store prepares it
+          const image = yield* rt.descend(spec.vmId, join(fake.dir, "img", "image"))
+          assert.strictEqual(image.method, "stream")
+          assert.notInclude(fake.lines(), "cmd migrate_cancel")
+          assert.deepStrictEqual(yield* rt.list, [], "the descended VM's QEMU is gone")
+        }),
+      ),
+    60_000,
+  )
+})
