@@ -300,7 +300,11 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
      */
     const abandon = (reason: string, estimateMs?: number) =>
       Effect.gen(function* () {
-        yield* residents.update(move.sessionId, (v) => ({ ...v, status: "running" }))
+        // The guest as the runtime gave it back: one it could not resume (QEMU did not answer)
+        // it lists paused, and so it is recorded, so the session's next pass unparks it (failing,
+        // and tried again, until QEMU answers) instead of taking it for running.
+        const listed = (yield* runtime.list).find((v) => v.vmId === move.sessionId)?.status
+        yield* residents.update(move.sessionId, (v) => ({ ...v, status: listed === "paused" ? "paused" : "running" }))
         const acknowledged = yield* retrying(coordinator.abort(move.id, reason, estimateMs === undefined ? undefined : jsonMs(estimateMs))).pipe(
           Effect.as(true),
           Effect.catchTag("Conflict", () => Effect.succeed(true)),

@@ -14,7 +14,7 @@ import { assert, describe } from "@effect/vitest"
 import { Move as CoreMove } from "@engram/core"
 import { Clock, Effect, Fiber, Random } from "effect"
 import { TestClock } from "effect/testing"
-import type { VmRuntimeShape } from "@engram/runtime"
+import { type AtSwitchover, RuntimeError, type VmRuntimeShape } from "@engram/runtime"
 import { Conflict, CoordinatorError } from "../src/Coordinator.js"
 import type { CoordinatorShape, MoveView, NumberedRound, RoundReport } from "../src/Coordinator.js"
 import * as LocalState from "../src/LocalState.js"
@@ -207,6 +207,38 @@ describe("MoveSource.runSource", () => {
       assert.deepStrictEqual(outcome, { _tag: "Gone", reason: "move no longer pending on the coordinator: it reads aborted (an operator aborted it)" })
       assert.deepStrictEqual(calls, [])
       assert.strictEqual((yield* residents.get("s1"))?.status, "running")
+    }),
+  )
+})
+
+describe("MoveSource.runSource, a pause the runtime could not give back", () => {
+  effect("a final round not sent, and a guest the runtime lists paused after it (QEMU did not answer): the session is recorded paused, so its next pass unparks it", () =>
+    Effect.gen(function* () {
+      const { calls, deps, residents } = yield* sourceWorld("pending", [], () => Effect.void)
+      const notSent = new RuntimeError({ op: "switchover", vmId: "s1", message: "migration not ended within 600 ms; the guest could not be given back (QEMU does not answer)" })
+      const atSwitchover: AtSwitchover = {
+        _tag: "AtSwitchover",
+        rounds: [],
+        unreported: [],
+        final: { kind: "final", wireBytes: 10, apparentBytes: 10, sendMs: 0, captureMs: 1 },
+        estimateMs: 10,
+        pausedAtMs: 0,
+        captureMs: 1,
+        selfConverged: true,
+        switchover: Effect.fail(notSent),
+        abort: Effect.void,
+      }
+      const runtime = {
+        ...deps.runtime,
+        migrate: () => Effect.succeed(atSwitchover),
+        list: Effect.succeed([{ vmId: "s1", memMib: 256, vcpus: 1, status: "paused" }]),
+      } as unknown as VmRuntimeShape
+      const link: PeerLink = { ...deps.link, prepare: () => Effect.succeed({ runtime: "test", uri: "test:b" }), abort: () => Effect.void }
+      const outcome = yield* runSource(moveView("pending"), { ...deps, runtime, link })
+      assert.strictEqual(outcome._tag, "Failed")
+      assert.include(calls, "abort")
+      assert.strictEqual((yield* residents.get("s1"))?.status, "paused")
+      assert.deepStrictEqual(yield* residents.pendingCommits, [], "the move ended: nothing owed")
     }),
   )
 })

@@ -106,6 +106,12 @@ export interface QemuConfig {
    * it and keeps trying in the background (see the README, "After a restart"). Default 3 s.
    */
   readonly recoverAttachTimeoutMs?: number
+  /**
+   * The least a move's final round (the guest paused) is waited for, when less of its downtime
+   * budget is left: past `max(this, what is left)` it is cancelled and the guest resumes here.
+   * Default 5 s (the host agent's floor for a record in the pause).
+   */
+  readonly switchoverFloorMs?: number
   /** The longest pause between the background tries to attach such a VM (they start at 100 ms and double). Default 10 s. */
   readonly attachRetryMaxMs?: number
   /** Appended to every QEMU command line. */
@@ -166,6 +172,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
     const migrationTimeoutMs = config.migrationTimeoutMs ?? 120_000
     const recoverAttachTimeoutMs = config.recoverAttachTimeoutMs ?? 3000
     const attachRetryMaxMs = config.attachRetryMaxMs ?? 10_000
+    const switchoverFloorMs = config.switchoverFloorMs ?? 5000
     const runtimeScope = yield* Effect.scope
     const listenHost = config.migrationListenHost ?? "127.0.0.1"
     const advertiseHost = config.migrationAdvertiseHost ?? listenHost
@@ -204,15 +211,24 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
     const descentBandwidth = config.descentBandwidthBytesPerSec ?? 16 * 1024 ** 3
     const moveCaps = M.capabilities({ pauseBeforeSwitchover: true, ignoreShared: snapshots.ignoreShared ? false : null })
 
-    /** After a failed or refused outgoing migration: cancel it if it still runs, and make sure the guest runs here. */
+    /**
+     * After a failed or refused outgoing migration: cancels it if it still runs (waiting for QEMU
+     * to say it ended) and makes sure a guest that ran runs here again. What QEMU does not answer
+     * is unknown, not "not migrating" or "running": then nothing is resumed (a `cont` while the
+     * migration may still complete could run a guest the target holds too), and the VM counts as
+     * paused, so nothing says it runs; `unpark` resumes it once QEMU answers. Answers whether the
+     * guest was given back (or never ran).
+     */
     const giveBack = (vm: Vm, wasRunning: boolean) =>
       Effect.gen(function* () {
-        const info = yield* queryMigrate(vm, "migrate").pipe(Effect.orElseSucceed((): M.MigrationInfo => ({})))
-        if (["setup", "active", "pre-switchover", "device"].includes(info.status ?? "")) yield* cancelMigration(vm)
-        if (wasRunning && (yield* runStatus(vm, "migrate").pipe(Effect.orElseSucceed(() => "running" as VmStatus))) === "paused") {
-          yield* q(vm, "migrate", "cont").pipe(Effect.ignore)
+        const ended = yield* cancelMigration(vm)
+        const status = ended === null ? null : yield* runStatus(vm, "migrate").pipe(Effect.orElseSucceed(() => null))
+        const resumed = status === null || !wasRunning || status === "running" ? status : yield* q(vm, "migrate", "cont").pipe(Effect.as("running" as const), Effect.orElseSucceed(() => null))
+        if (resumed === null) {
+          yield* Effect.logWarning("a move's source could not be given back: QEMU does not answer whether the migration ended or the guest runs; the VM counts as paused until an unpark resumes it", { vmId: vm.spec.vmId, migration: ended })
         }
-        vm.status = wasRunning ? "running" : vm.status
+        vm.status = resumed ?? "paused"
+        return resumed !== null
       })
 
     const migrate = <E>(vmId: string, req: MigrateRequest<E>): Effect.Effect<MigrateResult, RuntimeError | E> =>
@@ -308,8 +324,12 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                   Effect.gen(function* () {
                     const sub2 = yield* vm.client.subscribe
                     const t0 = yield* nowMs
+                    // The guest is paused: the final round has what is left of the downtime
+                    // budget (at least the floor), not migrationTimeoutMs; past it the move is
+                    // cancelled and the guest resumes here (giveBack, below).
+                    const leftMs = Math.max(switchoverFloorMs, b.maxDowntimeMs - (t0 - pausedAtMs))
                     yield* q(vm, "switchover", "migrate-continue", { state: "pre-switchover" })
-                    const end = yield* awaitMigrationEnd(vm, "switchover", sub2)
+                    const end = yield* awaitMigrationEnd(vm, "switchover", sub2, { kind: "total", ms: leftMs })
                     const done = yield* queryMigrate(vm, "switchover")
                     return {
                       sendMs: end.receivedAtMs - t0,
@@ -319,7 +339,13 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                       runtimeDowntimeMs: done.downtime ?? null,
                     } satisfies Switched
                   }),
-                ).pipe(Effect.tapError(() => giveBack(vm, wasRunning)))
+                ).pipe(
+                  Effect.catch((e) =>
+                    Effect.flatMap(giveBack(vm, wasRunning), (back) =>
+                      Effect.fail(back ? e : err("switchover", vmId, `${e.message}; the guest could not be given back (QEMU does not answer): it counts as paused until an unpark resumes it`)),
+                    ),
+                  ),
+                )
                 return {
                   _tag: "AtSwitchover",
                   rounds: tracker.rounds,
@@ -330,7 +356,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                   captureMs,
                   selfConverged: !released,
                   switchover,
-                  abort: giveBack(vm, wasRunning),
+                  abort: Effect.asVoid(giveBack(vm, wasRunning)),
                 } satisfies AtSwitchover
               }
             }
@@ -444,6 +470,9 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
       unpark: (vmId) =>
         Effect.gen(function* () {
           const vm = yield* get("unpark", vmId)
+          // A move's migration its failure could not cancel (QEMU did not answer then) is
+          // cancelled first: the guest does not run while it may still complete.
+          if (vm.record.incomingMoveId === null && (yield* cancelMigration(vm)) === null) return yield* err("unpark", vmId, "QEMU does not answer whether an outgoing migration still runs")
           if ((yield* runStatus(vm, "unpark")) === "running") {
             vm.status = "running"
             return

@@ -277,14 +277,17 @@ export const make = (s: HostSettings) =>
     /**
      * Cancels a VM's outgoing migration if one runs and waits (10 s at most) until QEMU says it
      * ended; a cancel at pre-switchover resumes a guest that ran. Answers the migration's last
-     * status (`none`: none ran), or null when unknown (QEMU did not answer). Never fails.
+     * status (`none`: none ran), or null when unknown (QEMU did not answer, or said nothing of
+     * its end within 10 s). Never fails.
      */
     const cancelMigration = (vm: Vm, op: string) =>
       Effect.scoped(
         Effect.gen(function* () {
           const sub = yield* vm.client.subscribe
-          const before = (yield* queryMigrate(vm, op)).status
-          if (!migrating(before)) return before ?? "none"
+          // Unanswered, the cancel is sent all the same (a cancel of no migration is a no-op):
+          // a monitor held by the migration's last phase reads it once free.
+          const before = yield* queryMigrate(vm, op).pipe(Effect.option)
+          if (Option.isSome(before) && !migrating(before.value.status)) return before.value.status ?? "none"
           yield* q(vm, op, "migrate_cancel")
           const ended = yield* Qmp.awaitEvent(sub, (e) => (e.event === "MIGRATION" && !migrating(String(e.data["status"])) ? String(e.data["status"]) : undefined), 10_000, "cancelled")
           return ended

@@ -85,4 +85,22 @@ describe("the wait for a migration's end", () => {
       }),
     ),
   )
+
+  it.effect("a paused guest's final round is bounded in total, whatever it sends", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { host, vm, send } = yield* scripted
+        const sub = yield* vm.client.subscribe
+        const waiting = yield* Effect.forkChild(host.awaitMigrationEnd(vm, "switchover", sub, { kind: "total", ms: 300 }))
+        for (let i = 0; i < 3; i++) {
+          send(1 << 20)
+          yield* TestClock.adjust(100)
+        }
+        const exit = waiting.pollUnsafe()
+        assert.isDefined(exit, "ended at 300 ms")
+        assert.isTrue(exit !== undefined && Exit.isFailure(exit))
+        if (exit !== undefined && Exit.isFailure(exit)) assert.match(String(exit.cause), /not ended within 300 ms/)
+      }),
+    ),
+  )
 })

@@ -4,7 +4,7 @@
 import { mkdirSync } from "node:fs"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import { QemuRuntime } from "../src/index.js"
 import * as FakeQemu from "./support/FakeQemu.js"
 
@@ -51,6 +51,60 @@ describe("a descent whose save stalls", () => {
           assert.strictEqual(image.method, "stream")
           assert.notInclude(fake.lines(), "cmd migrate_cancel")
           assert.deepStrictEqual(yield* rt.list, [], "the descended VM's QEMU is gone")
+        }),
+      ),
+    60_000,
+  )
+})
+
+const budget = { maxDowntimeMs: 600, commitAllowanceMs: 100, maxPreCopyRounds: 6 }
+/** The fake sends nowhere: its final round stalls as one to a target that stopped reading. */
+const endpoint = { runtime: "qemu", uri: "tcp:127.0.0.1:1" }
+
+describe("a move whose final round stalls", () => {
+  it.live(
+    "is cancelled once what is left of its downtime budget (at least the floor) has passed, not migrationTimeoutMs, and the guest runs on the source again",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("switchover-stall")
+          // migrationTimeoutMs a minute: a switchover held for it outlives the 20 s this test waits.
+          const rt = yield* QemuRuntime.make({ ...fake.config, migrationTimeoutMs: 60_000, switchoverFloorMs: 500 })
+          yield* rt.start(spec)
+          const at = yield* rt.migrate(spec.vmId, { moveId: "mv", endpoint, budget, onRound: () => Effect.void })
+          if (at._tag !== "AtSwitchover") return assert.fail(`the move reached ${at._tag}, not the switchover`)
+          const failed = yield* at.switchover.pipe(Effect.flip, Effect.timeoutOption("20 seconds"))
+          assert.isTrue(Option.isSome(failed), "the switchover ended well before migrationTimeoutMs")
+          assert.match(Option.getOrThrow(failed).message, /not ended within/)
+          const lines = fake.lines()
+          assert.include(lines, "cmd migrate_cancel")
+          assert.isAbove(lines.lastIndexOf("event RESUME {}"), lines.indexOf("event STOP {}"), "the guest resumed after the stop")
+          assert.strictEqual((yield* rt.qmp<{ status: string }>(spec.vmId, "query-status")).status, "running")
+          assert.deepStrictEqual(yield* rt.list, [{ ...spec, status: "running" }])
+          yield* rt.destroy(spec.vmId)
+        }),
+      ),
+    60_000,
+  )
+
+  it.live(
+    "with a monitor that stops answering in it: nothing says the paused guest runs, no cont is sent, and unpark fails until QEMU answers",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("switchover-mute")
+          const rt = yield* QemuRuntime.make({ ...fake.config, migrationTimeoutMs: 60_000, switchoverFloorMs: 500 })
+          yield* rt.start(spec)
+          const at = yield* rt.migrate(spec.vmId, { moveId: "mv", endpoint, budget, onRound: () => Effect.void })
+          if (at._tag !== "AtSwitchover") return assert.fail(`the move reached ${at._tag}, not the switchover`)
+          const failed = yield* at.switchover.pipe(Effect.flip, Effect.timeoutOption("20 seconds"))
+          assert.isTrue(Option.isSome(failed), "the switchover ended well before migrationTimeoutMs")
+          assert.match(Option.getOrThrow(failed).message, /could not be given back/)
+          assert.deepStrictEqual(yield* rt.list, [{ ...spec, status: "paused" }])
+          assert.deepStrictEqual((yield* rt.usage).map((u) => u.status), ["paused"])
+          assert.notInclude(fake.lines(), "cmd cont (muted: no answer)", "no cont while the migration may still complete")
+          const unpark = yield* rt.unpark(spec.vmId).pipe(Effect.flip)
+          assert.match(unpark.message, /does not answer/)
         }),
       ),
     60_000,
