@@ -396,7 +396,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
           }
         }
         vm.status = yield* runStatus(vm, "recover").pipe(Effect.orElseSucceed((): VmStatus => "paused"))
-        vms.set(record.spec.vmId, vm)
+        yield* host.hold(vm)
       })
 
     /**

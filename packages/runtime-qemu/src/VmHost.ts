@@ -123,6 +123,27 @@ export const make = (s: HostSettings) =>
     const ownedRam = (ram: RamFile.RamBacking | undefined): string | null => (ram?.kind === "file" && ram.shared ? ram.path : null)
     const prepareRamDir = (vmId: string) => Effect.promise(() => mkdir(dirname(ramPathFor(vmId)), { recursive: true }))
 
+    /**
+     * Registers a resident VM and follows its guest's STOP and RESUME events into `vm.status`, for
+     * as long as its QMP connection lives (in its scope): the status QEMU last said, also after a
+     * command that timed out ran late (a `stop` answered after its timeout leaves the guest paused).
+     */
+    const hold = (vm: Vm) =>
+      Effect.gen(function* () {
+        vms.set(vm.spec.vmId, vm)
+        const follow = Effect.scoped(
+          Effect.gen(function* () {
+            const sub = yield* vm.client.subscribe
+            for (;;) {
+              const e = yield* PubSub.take(sub)
+              if (e.event === "STOP") vm.status = "paused"
+              else if (e.event === "RESUME") vm.status = "running"
+            }
+          }),
+        )
+        yield* Effect.forkIn(follow, vm.scope)
+      })
+
     /** VMs whose QEMU is being spawned (one launch per VM at a time). */
     const launching = new Set<string>()
 
@@ -212,7 +233,7 @@ export const make = (s: HostSettings) =>
             const record: P.VmRecord = { engram: "qemu-vm/v1", spec, machine: m, socket: paths.socket, incomingMoveId: o.incomingMoveId, ram: o.ram, ...(o.ramOrigin === undefined ? {} : { ramOrigin: o.ramOrigin }) }
             yield* P.writeRecord(paths, record).pipe(Effect.tapError(() => P.kill(pid, 2000)))
             const vm: Vm = { spec, paths, pid, ...attached, record, status: o.incoming ? "paused" : "running", endpoint: null }
-            vms.set(spec.vmId, vm)
+            yield* hold(vm)
             return vm
           }).pipe(Effect.ensuring(Effect.sync(() => launching.delete(spec.vmId))))
         }),
@@ -321,7 +342,7 @@ export const make = (s: HostSettings) =>
         return yield* awaitReady(vm, op, "resume", offset, t0)
       })
 
-    return { settings: s, vms, attaching, ensureFree, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, launch, finish, removeFiles, awaitMigrationEnd, cancelMigration, awaitReady, resume }
+    return { settings: s, vms, hold, attaching, ensureFree, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, launch, finish, removeFiles, awaitMigrationEnd, cancelMigration, awaitReady, resume }
   })
 
 /** The host of one runtime. */

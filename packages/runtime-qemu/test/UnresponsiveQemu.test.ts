@@ -74,3 +74,28 @@ describe("an agent restart while a QEMU's monitor does not answer", () => {
     60_000,
   )
 })
+
+describe("the runtime's view of a guest running", () => {
+  it.live(
+    "follows QEMU's STOP and RESUME: a park whose stop timed out and ran late leaves the VM listed paused, and a cont lists it running",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("stop-late")
+          const rt = yield* QemuRuntime.make(fake.config)
+          yield* rt.start(spec)
+          const parked = yield* rt.park(spec.vmId).pipe(Effect.flip)
+          assert.match(parked.message, /no answer to stop/)
+          // The stop runs after its timeout: QEMU says STOP, and so does the runtime.
+          const listed = (status: string) => FakeQemu.eventually(Effect.flatMap(rt.list, (vms) => (vms[0]?.status === status ? Effect.void : Effect.fail(`listed ${vms[0]?.status}, not ${status}`))), 200)
+          yield* listed("paused")
+          assert.include(fake.lines(), "event STOP {}")
+          assert.strictEqual((yield* rt.usage)[0]?.status, "paused")
+          yield* rt.unpark(spec.vmId)
+          yield* listed("running")
+          yield* rt.destroy(spec.vmId)
+        }),
+      ),
+    60_000,
+  )
+})

@@ -7,7 +7,7 @@ import { join } from "node:path"
 import { Effect, Schedule } from "effect"
 import type { QemuRuntime } from "../../src/index.js"
 
-export type FakeMode = "" | "descent-stall" | "descent-slow" | "load-stall" | "switchover-stall" | "switchover-mute" | "cancel-ignored"
+export type FakeMode = "" | "descent-stall" | "descent-slow" | "load-stall" | "switchover-stall" | "switchover-mute" | "cancel-ignored" | "stop-late"
 
 export interface FakeQemu {
   readonly dir: string
@@ -60,5 +60,5 @@ export const make = (mode: FakeMode, o: { readonly wedgeMs?: number; readonly st
 /** Whether `pid` runs. */
 export const isAlive = alive
 
-/** Polls `f` every 50 ms until it succeeds (at most 60 s): an outcome awaited, not a sleep. */
-export const eventually = <A, E>(f: Effect.Effect<A, E>): Effect.Effect<A, E> => f.pipe(Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 1200 }))
+/** Polls `f` every 50 ms until it succeeds (at most `times` tries: 60 s by default): an outcome awaited, not a sleep. */
+export const eventually = <A, E>(f: Effect.Effect<A, E>, times = 1200): Effect.Effect<A, E> => f.pipe(Effect.retry({ schedule: Schedule.spaced("50 millis"), times }))

@@ -7,7 +7,8 @@
 //                     load-stall: an incoming stream never ends;
 //                     switchover-stall: a move's final round never ends (the target stopped reading);
 //                     switchover-mute: as switchover-stall, and the monitor answers nothing more;
-//                     cancel-ignored: migrate_cancel is answered and does nothing.
+//                     cancel-ignored: migrate_cancel is answered and does nothing;
+//                     stop-late: a `stop` runs, and is answered, 1.5 s after it was sent.
 //   -fake-log F       every command and event, one a line: `<ms> cmd <name>` / `<ms> event <name> <data>`.
 //   -fake-pids F      its pid is appended there (the tests end every fake listed: FakeQemu.ts).
 //   -fake-wedge-ms N  how long SIGUSR1 holds the monitor (QEMU's main loop busy): no greeting, no answers.
@@ -174,8 +175,13 @@ const serve = (c) => {
       const m = JSON.parse(line)
       log(`cmd ${m.execute}${muted ? " (muted: no answer)" : ""}`)
       if (muted) continue
-      const answer = (commands[m.execute] ?? (() => ({})))(m.arguments ?? {})
-      c.write(`${JSON.stringify("error" in answer ? { error: answer.error, id: m.id } : { return: answer, id: m.id })}\n`)
+      const run = () => {
+        const answer = (commands[m.execute] ?? (() => ({})))(m.arguments ?? {})
+        c.write(`${JSON.stringify("error" in answer ? { error: answer.error, id: m.id } : { return: answer, id: m.id })}\n`)
+      }
+      // stop-late: a `stop` runs (and is answered) 1.5 s late, after the runtime's 1 s timeout.
+      if (mode === "stop-late" && m.execute === "stop") setTimeout(run, 1500)
+      else run()
     }
   })
 }
