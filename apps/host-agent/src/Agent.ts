@@ -551,6 +551,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * incoming VM is dropped as the target's abort does, and the session is then handled like
      * any other (`otherwise`: a pending one placed here starts).
      */
+    /** The resident VM of `s` is the session's as the coordinator holds it: its reservation, and no move's. */
+    const adoptAsSessions = (s: AssignedSession) => residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
+
     const commitIncomingHere = (
       s: AssignedSession,
       moveId: string,
@@ -602,7 +605,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (vm !== undefined && vm.moveId !== null && vm.status === "paused" && s.state !== "moving") return commitIncomingHere(s, vm.moveId, vm, Effect.suspend(() => actNow(s, a)))
         if (vm !== undefined && (vm.reservationId !== (s.reservationId ?? null) || vm.moveId !== null) && s.state !== "moving") {
           // The coordinator's view wins: e.g. a VM that arrived by a move now holds the session's reservation.
-          yield* residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
+          yield* adoptAsSessions(s)
         }
         // A move outcome owed for this session comes first: until it settles, the paused local
         // copy is neither resumed nor moved again (the target may run the guest).
@@ -627,10 +630,14 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             if (move === undefined) return null
             // A VM that came here by an earlier move whose id this host has not cleared yet (the
             // coordinator moved the session on before a pass saw it placed here): that move is over
-            // (one open move per session), the VM is the session's. Cleared before it leaves, or
-            // the source would keep its paused copy once this move commits (it drops only one that
-            // is no move's) and the reconcile take it for the earlier move's VM.
-            if (vm !== undefined && vm.moveId !== null) yield* residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
+            // (one open move per session). One still incoming (paused: never resumed here) is
+            // committed here first, from its stream, or dropped (`commitIncomingHere`), never moved
+            // on or unparked as if it ran; this move runs on a later pass. One that ran here is the
+            // session's: its id is cleared before it leaves, or the source would keep its paused
+            // copy once this move commits (it drops only one that is no move's) and the reconcile
+            // take it for the earlier move's VM.
+            if (vm !== undefined && vm.moveId !== null && vm.status === "paused") return commitIncomingHere(s, vm.moveId, vm, Effect.void)
+            if (vm !== undefined && vm.moveId !== null) yield* adoptAsSessions(s)
             return moveSource(s, move, a)
           }
           default:
@@ -1118,6 +1125,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const run = Effect.gen(function* () {
       const first = yield* timed(reportAsked)
       yield* log("agent running")
+      if (config.oldMoveTokens)
+        yield* Effect.logWarning(
+          "move tokens: the old token (one for a move's prepare, commit and abort) is still taken and sent, for a rolling upgrade; set ENGRAM_AGENT_OLD_MOVE_TOKENS=0 on every agent once all run this version, so a token seen for one operation authorizes no other",
+          { hostId: me },
+        )
       yield* Effect.forkIn(buildTemplates, scope)
       const reportLoop = every(config.reportIntervalMs, reportAsked, first, backoff.capMs)
       yield* Effect.all([reportLoop, heartbeatLoop, pollLoop], { concurrency: "unbounded", discard: true })

@@ -101,18 +101,25 @@ export const make = (hostId: string, runtime: VmRuntimeShape, onBuilt: (t: Templ
       Effect.gen(function* () {
         const held = (yield* runtime.templates).find((h) => h.name === t.name)
         if (held !== undefined) return held
-        const shared = building.get(t.name)
-        if (shared !== undefined) return yield* Deferred.await(shared)
-        const before = failed.get(t.name)
         const now = yield* nowMs
-        if (before !== undefined && now < before.until)
+        // One step, with no yield between the look and the set: two asks never both lead a build.
+        const turn = yield* Effect.sync(() => {
+          const shared = building.get(t.name)
+          if (shared !== undefined) return { _tag: "Share", shared } as const
+          const before = failed.get(t.name)
+          if (before !== undefined && now < before.until) return { _tag: "Failed", before } as const
+          const outcome = Deferred.makeUnsafe<TemplateInfo, RuntimeError>()
+          building.set(t.name, outcome)
+          return { _tag: "Lead", outcome } as const
+        })
+        if (turn._tag === "Share") return yield* Deferred.await(turn.shared)
+        if (turn._tag === "Failed")
           return yield* new RuntimeError({
             op: "buildTemplate",
             vmId: `@template-${t.name}`,
-            message: `its last build failed (${before.error.message}); tried again in ${Math.ceil((before.until - now) / 1000)} s`,
+            message: `its last build failed (${turn.before.error.message}); tried again in ${Math.ceil((turn.before.until - now) / 1000)} s`,
           })
-        const outcome = yield* Deferred.make<TemplateInfo, RuntimeError>()
-        building.set(t.name, outcome)
+        const outcome = turn.outcome
         // The build's outcome is every sharer's; one cut short (the agent stopping) fails them too.
         return yield* build(t).pipe(
           Effect.onExit((exit) =>

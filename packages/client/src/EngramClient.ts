@@ -210,7 +210,9 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
     let current = 0
     /**
      * One try on replica `index`; on to the next when it is unreachable, `left` more times. A call
-     * not safe to repeat (`once`) moves on only when it was never received (`Replicas.neverReceived`).
+     * not safe to repeat (`once`) moves on only when it certainly did nothing there: never
+     * received (`Replicas.neverReceived`), or its write refused by a database that only reads
+     * (`Replicas.writeRefused`).
      */
     const attempt = <A, E extends { readonly _tag: string }>(
       request: (api: Client.Client) => Effect.Effect<A, E>,
@@ -227,7 +229,7 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
           if (Cause.isTimeoutError(e)) options.onHung?.(urls[index]!)
           // A transport failure names every replica this call tried, not only the last.
           const tried = [...before, urls[index]!]
-          return left > 0 && (once ? Replicas.neverReceived(e) : Replicas.unreachable(e))
+          return left > 0 && (once ? Replicas.neverReceived(e) || Replicas.writeRefused(e) : Replicas.unreachable(e))
             ? attempt(request, (index + 1) % urls.length, left - 1, once, holdMs, tried)
             : Cause.isTimeoutError(e)
               ? Effect.fail(new Errors.TransportError(urls[index]!, `no answer within ${timeoutMs + holdMs} ms${once ? " (it may have been done: look before trying again)" : ""}`, { tried, timedOut: true }))

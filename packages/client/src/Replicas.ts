@@ -118,6 +118,14 @@ export const unreachable = (e: { readonly _tag: string }): boolean => {
 export const storeStalled = (e: { readonly _tag: string }): boolean =>
   e._tag === "ServiceUnavailable" && (e as { readonly error?: unknown }).error === ApiErrors.storeStalledError
 
+/**
+ * Whether a failed call is the API's 503 `ReadOnly`: this replica's database refused the write
+ * (a standby after a failover), so nothing was done, and another replica may have reconnected to
+ * the new primary. A call not safe to repeat may move on after it (`neverReceived` aside).
+ */
+export const writeRefused = (e: { readonly _tag: string }): boolean =>
+  e._tag === "ServiceUnavailable" && (e as { readonly error?: unknown }).error === "ReadOnly"
+
 /** Codes of a connection that was never made: the request was not sent, so nothing was done. */
 const notConnectedCodes = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"])
 

@@ -17,6 +17,8 @@ import { adminToken } from "./support/Fleet.js"
 
 /** The store methods whose next call commits and then fails as a timed-out store call does. */
 const failNext = new Set<keyof StoreShape>()
+/** The store methods whose next call is refused by a database that only reads (nothing written). */
+const refuseNext = new Set<keyof StoreShape>()
 const committedThenUnavailable = Layer.effect(
   Store,
   Effect.gen(function* () {
@@ -27,7 +29,9 @@ const committedThenUnavailable = Layer.effect(
         typeof f !== "function" || k === "limits"
           ? f
           : (...args: unknown[]) =>
-              Effect.flatMap((f as (...a: unknown[]) => Effect.Effect<unknown, unknown>)(...args), (v) =>
+              refuseNext.delete(k as keyof StoreShape)
+                ? Effect.fail(new Unavailable({ reason: "cannot execute INSERT in a read-only transaction", retryAfterMs: 100, kind: "read_only" }))
+                : Effect.flatMap((f as (...a: unknown[]) => Effect.Effect<unknown, unknown>)(...args), (v) =>
                 failNext.delete(k as keyof StoreShape)
                   ? Effect.fail(new Unavailable({ reason: "statement timeout (after its commit)", retryAfterMs: 100, kind: "timed_out" }))
                   : Effect.succeed(v),
@@ -117,5 +121,21 @@ describe("a call whose first try committed and answered 503", () => {
     await engram.reservations.reserve({ id: "r1", hostId: "h-r", ownerKind: "external", ownerId: "job", memMib: 512, vcpus: 0 })
     await afterCommit("release", () => engram.reservations.release("r1"))
     await expect(engram.reservations.get("r1")).rejects.toBeInstanceOf(Errors.NotFound)
+  })
+})
+
+describe("a call refused by a replica whose database only reads (a standby after a failover)", () => {
+  it("a call sent once still goes on to the next replica: nothing was written", async () => {
+    refuseNext.add("registerHost")
+    const created = await engram.hosts.create({ id: "h-standby" })
+    expect(refuseNext.has("registerHost")).toBe(false)
+    expect(created.id).toBe("h-standby")
+    const { token } = await engram.hosts.rotateToken("h-standby")
+    await report("h-standby", token)
+    await engram.reservations.reserve({ id: "r-standby", hostId: "h-standby", ownerKind: "external", ownerId: "job", memMib: 512, vcpus: 0 })
+    refuseNext.add("release")
+    await engram.reservations.release("r-standby")
+    expect(refuseNext.has("release")).toBe(false)
+    await expect(engram.reservations.get("r-standby")).rejects.toBeInstanceOf(Errors.NotFound)
   })
 })

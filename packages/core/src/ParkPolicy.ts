@@ -298,7 +298,12 @@ export const idleViewOf = (fleet: FleetView, hostId: string | null, limits: Limi
 
 // ---- the baselines ---------------------------------------------------------------------------
 
-/** Figures every baseline reports like the gate does (for the fleet signal and the simulator). */
+/**
+ * Figures every baseline reports like the gate does (for the simulator's tables), but for one:
+ * `withoutRoom` counts no host placement claims for a starving session (the baselines hold no
+ * claims of their own; the fleet signal, `Fleet.snapshot`, counts them with the gate's options
+ * whatever the policy). Kept so the baselines' published figures stay comparable.
+ */
 const baseline = (fleet: FleetView, now: number, limits: Limits, yields: PolicyYield[]): Decision => ({
   yields,
   withoutRoom: ParkGate.countWithoutRoom(fleet, limits, now),
