@@ -2,7 +2,7 @@
 // its command line, the snapshot method and the guest's readiness line (no QEMU needed).
 import { spawn } from "node:child_process"
 import { once } from "node:events"
-import { appendFileSync, mkdtempSync, writeFileSync } from "node:fs"
+import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Effect } from "effect"
@@ -125,6 +125,9 @@ describe("the QEMU process", () => {
     const child = spawn(process.execPath, ["-e", "setTimeout(() => {}, 60000)", "-pidfile", "/run/engram-qemu-h/vm1/qemu.pid"], { stdio: "ignore" })
     await once(child, "spawn")
     const pid = child.pid!
+    // Just after the spawn, the kernel may still show an empty command line for the new process
+    // (1 in about 200 here): wait until it shows one (a QEMU the runtime judges has run for a while).
+    for (let i = 0; i < 1000 && readFileSync(`/proc/${pid}/cmdline`, "utf8") === ""; i++) await new Promise((r) => setTimeout(r, 5))
     try {
       expect(QemuProcess.aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm1/qemu.pid")).toBe(true)
       // The state directory named otherwise by a restarted agent (relative, through a link): the VM's directory decides.
