@@ -56,7 +56,7 @@ export const makeQemu = (settings: QemuSettings, address: MigrationAddress): Eff
     const binary = settings.binary ?? "qemu-system-x86_64"
     const version = yield* Accel.version(binary)
     if (version === null) {
-      return yield* new RuntimeUnavailable({ runtime: "qemu", message: `${binary} does not run here: install QEMU (Debian: apt-get install qemu-system-x86) or set ENGRAM_QEMU_BINARY` })
+      return yield* new RuntimeUnavailable({ runtime: "qemu", message: `${binary} does not run here (or did not answer --version within ${Accel.versionTimeoutMs / 1000} s): install QEMU (Debian: apt-get install qemu-system-x86) or set ENGRAM_QEMU_BINARY` })
     }
     const socket = QemuProcess.pathsOf(settings.stateDir, "x").socket
     if (socket.length > QemuProcess.maxSocketPath) {

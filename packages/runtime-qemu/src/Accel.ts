@@ -269,8 +269,14 @@ export const parseVersion = (text: string): QemuVersion | null => {
   return m === null ? null : { major: Number(m[1]), minor: Number(m[2]), micro: Number(m[3] ?? 0) }
 }
 
-/** The version of `binary`; null when it does not run. */
-export const version = (binary: string): Effect.Effect<QemuVersion | null> =>
+/** How long `version` waits for `binary --version` before it counts the binary as not running. */
+export const versionTimeoutMs = 10_000
+
+/**
+ * The version of `binary`; null when it does not run, or does not answer within `timeoutMs` (a
+ * binary on a hung mount: its process is killed, and the start says so rather than hang).
+ */
+export const version = (binary: string, timeoutMs = versionTimeoutMs): Effect.Effect<QemuVersion | null> =>
   Effect.callback<QemuVersion | null>((resume) => {
     const child = spawn(binary, ["--version"], { stdio: ["ignore", "pipe", "ignore"] })
     let out = ""
@@ -278,7 +284,7 @@ export const version = (binary: string): Effect.Effect<QemuVersion | null> =>
     child.on("error", () => resume(Effect.succeed(null)))
     child.on("close", () => resume(Effect.succeed(parseVersion(out))))
     return Effect.sync(() => void child.kill("SIGKILL"))
-  })
+  }).pipe(Effect.timeoutOrElse({ duration: timeoutMs, orElse: () => Effect.succeed(null) }))
 
 /**
  * Whether TCG guests need the dirty-sync workaround: before QEMU 8.1 ("physmem: Fix migration

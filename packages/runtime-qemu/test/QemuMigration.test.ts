@@ -141,6 +141,16 @@ describe("the QEMU process", () => {
     expect(QemuProcess.aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm1/qemu.pid")).toBe(false)
   })
 
+  it("version: a binary that never answers --version counts as not running once its bound passes (killed), not a hang; one that answers is read", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "eq-version-"))
+    const hung = join(dir, "hung-qemu")
+    writeFileSync(hung, "#!/bin/sh\nexec sleep 600\n", { mode: 0o755 })
+    const answers = join(dir, "qemu-7.2")
+    writeFileSync(answers, "#!/bin/sh\necho 'QEMU emulator version 7.2.9 (Debian 1:7.2+dfsg-7+deb12u7)'\n", { mode: 0o755 })
+    expect(await Effect.runPromise(Accel.version(hung, 300))).toBeNull()
+    expect(await Effect.runPromise(Accel.version(answers))).toEqual({ major: 7, minor: 2, micro: 9 })
+  })
+
   it("reads the CPU time (utime + stime, in 10 ms ticks) from /proc stat text, also with spaces and parentheses in the name, and this process's own", () => {
     const tail = "S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 3 0 100"
     expect(QemuProcess.parseCpuMs(`4242 (qemu-system-x86) ${tail}`)).toBe(3000)
