@@ -541,6 +541,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (outcome._tag === "Failed" && outcome.abortOwed === true) yield* Effect.fail({ _tag: "MoveAbortOwed", message: `move ${move.id}: its abort is not acknowledged yet` })
       })
 
+    /** The resident VM of `s` is the session's as the coordinator holds it: its reservation, and no move's. */
+    const adoptAsSessions = (s: AssignedSession) => residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
+
     /**
      * Commits here the incoming VM of a move the coordinator holds committed while this target
      * never got the source's commit: the guest resumes from its stream (the target's commit,
@@ -551,9 +554,6 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * incoming VM is dropped as the target's abort does, and the session is then handled like
      * any other (`otherwise`: a pending one placed here starts).
      */
-    /** The resident VM of `s` is the session's as the coordinator holds it: its reservation, and no move's. */
-    const adoptAsSessions = (s: AssignedSession) => residents.update(s.id, (v) => ({ ...v, reservationId: s.reservationId ?? null, moveId: null }))
-
     const commitIncomingHere = (
       s: AssignedSession,
       moveId: string,
