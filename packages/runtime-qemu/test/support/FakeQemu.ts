@@ -5,6 +5,7 @@ import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Effect, Schedule } from "effect"
+import { QemuProcess } from "../../src/index.js"
 import type { QemuRuntime } from "../../src/index.js"
 
 export type FakeMode = "" | "descent-stall" | "descent-slow" | "load-stall" | "switchover-stall" | "switchover-mute" | "cancel-ignored" | "stop-late"
@@ -57,8 +58,11 @@ export const make = (mode: FakeMode, o: { readonly wedgeMs?: number; readonly st
       }),
   )
 
-/** Whether `pid` runs. */
-export const isAlive = alive
+/**
+ * Whether `pid` runs: as the runtime judges it (`QemuProcess.alive`), an exited process not yet
+ * reaped by this test process (a zombie, for a moment after its exit on a busy machine) does not.
+ */
+export const isAlive = QemuProcess.alive
 
 /** Polls `f` every 50 ms until it succeeds (at most `times` tries: 60 s by default): an outcome awaited, not a sleep. */
 export const eventually = <A, E>(f: Effect.Effect<A, E>, times = 1200): Effect.Effect<A, E> => f.pipe(Effect.retry({ schedule: Schedule.spaced("50 millis"), times }))
