@@ -431,10 +431,14 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         return yield* conflict
       })
       yield* endedMeanwhile
-      // The debt's write is in the pause, so it has what is left of the budget, or
-      // `inPauseRecordFloorMs` when that is more: a state disk that hangs would otherwise hold the
-      // guest paused for as long as it hangs.
-      const writeMs = Math.max(inPauseRecordFloorMs, move.maxDowntimeMs - ((yield* nowMs) - at.pausedAtMs))
+      /**
+       * What a step made in the pause may take, from `atMs`: what is left of the downtime budget, or
+       * `inPauseRecordFloorMs` when that is more (a state disk or a coordinator that hangs would
+       * otherwise hold the guest paused for as long as it hangs).
+       */
+      const inPauseMs = (atMs: number) => Math.max(inPauseRecordFloorMs, move.maxDowntimeMs - (atMs - at.pausedAtMs))
+      // The debt's write is in the pause.
+      const writeMs = inPauseMs(yield* nowMs)
       // The write itself is not cut (it goes on in its own fiber, holding the state file's lock,
       // so the file never goes back in time): the pause is.
       const writing = yield* Effect.forkDetach(residents.owePaused(owed))
@@ -465,7 +469,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // when that is more: a coordinator that hangs would otherwise hold the guest paused for its
       // calls' own timeouts (30 s each, tried again). Past it the pause is given back below, as
       // for a record refused; the target runs nothing without this source's commit.
-      const leftMs = Math.max(inPauseRecordFloorMs, move.maxDowntimeMs - (persistedAtMs - at.pausedAtMs))
+      const leftMs = inPauseMs(persistedAtMs)
       const inPause = (record: typeof recordFinal) =>
         record.pipe(
           Effect.timeoutOrElse({
