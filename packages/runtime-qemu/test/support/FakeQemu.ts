@@ -20,15 +20,6 @@ export interface FakeQemu {
   readonly pids: () => number[]
 }
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
-
 /**
  * A fake QEMU for one test, in the scope: at its end every fake process it started is killed
  * (SIGKILL) and its directory removed. `wedgeMs`: how long a SIGUSR1 holds its monitor.
@@ -53,7 +44,7 @@ export const make = (mode: FakeMode, o: { readonly wedgeMs?: number; readonly st
     }),
     (fake) =>
       Effect.sync(() => {
-        for (const pid of fake.pids()) if (alive(pid)) process.kill(pid, "SIGKILL")
+        for (const pid of fake.pids()) if (QemuProcess.alive(pid)) process.kill(pid, "SIGKILL")
         rmSync(fake.dir, { recursive: true, force: true })
       }),
   )
