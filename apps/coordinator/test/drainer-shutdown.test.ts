@@ -7,35 +7,16 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Drainer, Metrics, Notifier } from "@engram/coordinator"
 import { Changes, Store, Topic } from "@engram/store"
-import { StoreSim } from "@engram/store-sim"
 import { Context, Deferred, Effect, Exit, Fiber, Layer, Scope } from "effect"
+import { held as holdOf, holding, queuedUntilRoom } from "./support/held.js"
 
-const held = {
-  committed: Deferred.makeUnsafe<Fiber.Fiber<unknown, unknown>>(),
-  gate: Deferred.makeUnsafe<void>(),
-}
-
-/** The in-memory store whose drain commits, then waits at the gate before it answers. */
-const holding: Layer.Layer<Store> = Layer.effect(
-  Store,
-  Effect.map(Store, (store) =>
-    Store.of({
-      ...store,
-      drainQueue: (options) =>
-        Effect.tap(store.drainQueue(options), () => Effect.flatMap(Effect.fiber, (fiber) => Effect.andThen(Deferred.succeed(held.committed, fiber), Deferred.await(held.gate)))),
-    }),
-  ),
-).pipe(Layer.provide(StoreSim.layer()))
+const held = holdOf("drainQueue")
 
 describe("a drain cut by shutdown right after its commit", () => {
   it.effect("still tells the placement to its host's agent and to its session's waiters", () =>
     Effect.gen(function* () {
       const store = yield* Store
-      yield* store.registerHost({ id: "h1" })
-      yield* store.reportHost("h1", { totalMib: 2048, allocatableMib: 1024, totalVcpus: 8 })
-      const q = yield* store.createSession({ id: "q1", budget: { memMib: 2048, vcpus: 1 } })
-      assert.strictEqual(q._tag, "Queued")
-      yield* store.reportHost("h1", { totalMib: 8192, allocatableMib: 7168, totalVcpus: 8 })
+      assert.strictEqual((yield* queuedUntilRoom)._tag, "Queued")
       const heard: string[] = []
       yield* (yield* Changes).subscribe({ changed: (topics) => void heard.push(...topics), missed: () => undefined })
       // The drainer in a scope of its own, as the coordinator holds it until shutdown.
@@ -53,6 +34,6 @@ describe("a drain cut by shutdown right after its commit", () => {
       assert.deepStrictEqual([(yield* store.getSession("q1")).state, (yield* store.getSession("q1")).hostId], ["pending", "h1"])
       assert.include(heard, Topic.host("h1"))
       assert.include(heard, Topic.session("q1"))
-    }).pipe(Effect.provide(Layer.mergeAll(Metrics.layer, Notifier.layer).pipe(Layer.provideMerge(Changes.local), Layer.provideMerge(holding)))),
+    }).pipe(Effect.provide(Layer.mergeAll(Metrics.layer, Notifier.layer).pipe(Layer.provideMerge(Changes.local), Layer.provideMerge(holding(held))))),
   )
 })

@@ -9,32 +9,10 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Auth, Config, Leader, Metrics, Notifier, ReaperLoop, Settings } from "@engram/coordinator"
 import { Changes, Store, Topic } from "@engram/store"
-import type { StoreShape } from "@engram/store"
-import { StoreSim } from "@engram/store-sim"
 import { Deferred, Effect, Exit, Fiber, Layer, Scope } from "effect"
 import { TestClock } from "effect/testing"
-
-/** The store call held after its commit (by name), the fiber that made it, and the gate that releases its answer. */
-interface Held {
-  readonly name: "endSession" | "drainQueue"
-  readonly committed: Deferred.Deferred<Fiber.Fiber<unknown, unknown>>
-  readonly gate: Deferred.Deferred<void>
-}
-
-/** The in-memory store, whose `held.name` call commits, then waits at the gate before it answers. */
-const holding = (held: Held): Layer.Layer<Store> =>
-  Layer.effect(
-    Store,
-    Effect.map(Store, (store) => {
-      const hold = <A, E>(write: Effect.Effect<A, E>): Effect.Effect<A, E> =>
-        Effect.tap(write, () => Effect.flatMap(Effect.fiber, (fiber) => Effect.andThen(Deferred.succeed(held.committed, fiber), Deferred.await(held.gate))))
-      const out: StoreShape =
-        held.name === "endSession"
-          ? { ...store, endSession: (id, options) => hold(store.endSession(id, options)) }
-          : { ...store, drainQueue: (options) => hold(store.drainQueue(options)) }
-      return Store.of(out)
-    }),
-  ).pipe(Layer.provide(StoreSim.layer()))
+import { held as holdOf, holding, queuedUntilRoom } from "./support/held.js"
+import type { Held } from "./support/held.js"
 
 const settings = (() => {
   const parsed = Config.parse({ ENGRAM_ADMIN_TOKEN: "reaper-shutdown-admin-token-0123456789" })
@@ -75,7 +53,7 @@ const cutAfterCommit = (held: Held) =>
 
 describe("a reaper pass cut by shutdown right after a commit", () => {
   it.effect("still tells a TTL's end to the session's host and waiters, and stops there", () => {
-    const held: Held = { name: "endSession", committed: Deferred.makeUnsafe(), gate: Deferred.makeUnsafe() }
+    const held = holdOf("endSession")
     return Effect.gen(function* () {
       const store = yield* Store
       yield* store.registerHost({ id: "h1" })
@@ -97,15 +75,11 @@ describe("a reaper pass cut by shutdown right after a commit", () => {
   })
 
   it.effect("still tells a drain's placement to its host's agent", () => {
-    const held: Held = { name: "drainQueue", committed: Deferred.makeUnsafe(), gate: Deferred.makeUnsafe() }
+    const held = holdOf("drainQueue")
     return Effect.gen(function* () {
       const store = yield* Store
-      yield* store.registerHost({ id: "h1" })
-      yield* store.reportHost("h1", { totalMib: 2048, allocatableMib: 1024, totalVcpus: 8 })
       // Queued: no room on h1 until its report says more.
-      const q = yield* store.createSession({ id: "q1", budget: { memMib: 2048, vcpus: 1 } })
-      assert.strictEqual(q._tag, "Queued")
-      yield* store.reportHost("h1", { totalMib: 8192, allocatableMib: 7168, totalVcpus: 8 })
+      assert.strictEqual((yield* queuedUntilRoom)._tag, "Queued")
       const { heard, exit } = yield* cutAfterCommit(held)
       assert.deepStrictEqual([(yield* store.getSession("q1")).state, (yield* store.getSession("q1")).hostId], ["pending", "h1"])
       assert.include(heard, Topic.host("h1"))
