@@ -11,7 +11,7 @@
 import { execFileSync, spawn } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
 import { chmod, chown, copyFile, link, mkdir, mkdtemp, readdir, readFile, readlink, rename, rm, stat, symlink, writeFile } from "node:fs/promises"
-import { existsSync, statSync } from "node:fs"
+import { existsSync, readFileSync, statSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import path from "node:path"
@@ -496,9 +496,32 @@ function traversableByOthers(dir: string): boolean {
   }
 }
 
-/** A port that was free on 127.0.0.1 a moment ago (start retries if it is taken). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * A port that was free on 127.0.0.1 a moment ago, for a process that binds it a moment later
+ * (start retries if it is taken, and so may any caller that can).
+ *
+ * It is picked below the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`),
+ * where the kernel hands out no port of its own: a port asked for with `listen(0)` comes from that
+ * range, and so does the local port of every outgoing connection. A port taken from there and
+ * closed again could be the next connection's local port (a test's database pool, a fetch)
+ * before the child binds it: `EADDRINUSE`, a whole test file lost on a busy machine. Below the
+ * range only another explicit pick can collide: picks are random over thousands of ports,
+ * checked free, and one process never hands out the same port twice.
+ */
+export async function freePort(): Promise<number> {
+  const below = ephemeralLow()
+  if (below - PICK_FLOOR >= 2_000) {
+    for (let tries = 0; tries < 64; tries++) {
+      const port = PICK_FLOOR + Math.floor(Math.random() * (below - PICK_FLOOR))
+      if (handedOut.has(port)) continue
+      if (await bindable(port)) {
+        handedOut.add(port)
+        return port
+      }
+    }
+  }
+  // A kernel whose ephemeral range starts low (or 64 taken picks): the kernel's own choice.
+  return await new Promise<number>((resolve, reject) => {
     const server = createServer()
     server.unref()
     server.once("error", reject)
@@ -507,6 +530,29 @@ export function freePort(): Promise<number> {
       const port = typeof address === "object" && address !== null ? address.port : undefined
       server.close(() => (port === undefined ? reject(new Error("no port")) : resolve(port)))
     })
+  })
+}
+
+/** The lowest port `freePort` picks: above the registered services most machines run. */
+const PICK_FLOOR = 20_000
+const handedOut = new Set<number>()
+
+/** The first port of the kernel's ephemeral range (Linux's default 32768 where it cannot be read). */
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0])
+    return Number.isInteger(low) && low > 0 && low <= 65535 ? low : 32768
+  } catch {
+    return 32768
+  }
+}
+
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer()
+    server.unref()
+    server.once("error", () => resolve(false))
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)))
   })
 }
 

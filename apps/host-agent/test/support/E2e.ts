@@ -4,24 +4,16 @@
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync } from "node:fs"
-import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { pathToFileURL } from "node:url"
+import { freePort } from "@engram/test-pg"
 import { statusToken } from "../../src/MoveToken.js"
 
 const pkgDir = resolve(import.meta.dirname, "../..")
 
-export const freePort = () =>
-  new Promise<number>((res, rej) => {
-    const s = createServer()
-    s.listen(0, "127.0.0.1", () => {
-      const a = s.address()
-      const port = typeof a === "object" && a !== null ? a.port : 0
-      s.close(() => res(port))
-    })
-    s.on("error", rej)
-  })
+/** test-pg's: a free port below the kernel's ephemeral range, which no outgoing connection takes meanwhile. */
+export { freePort }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
