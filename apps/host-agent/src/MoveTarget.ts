@@ -155,7 +155,17 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
             // An incoming VM of an earlier move of the session (one open move per session: that
             // move is over) goes; a VM that runs the session here means the move is wrong.
             if (here.moveId === null || here.status === "running") return yield* refuse("prepare", h.moveId, `the session already has a VM on ${hostId}`)
-            yield* drop(here.moveId, h.sessionId)
+            // Under the earlier move's lock too, as its own operations: a late commit of it may
+            // be resuming that VM (never destroyed mid-resume), and is then the guest that runs.
+            const earlier = here.moveId
+            const left = yield* oneAtATime(earlier)(
+              Effect.gen(function* () {
+                const now = yield* residents.get(h.sessionId)
+                if (now?.moveId === earlier && now.status !== "running") yield* drop(earlier, h.sessionId)
+                return yield* residents.get(h.sessionId)
+              }),
+            )
+            if (left !== undefined && left.moveId !== h.moveId) return yield* refuse("prepare", h.moveId, `the session already has a VM on ${hostId}`)
           }
           yield* touch(h.moveId)
           // Recorded before the runtime starts it: a restarted agent adopts it with its move.

@@ -7,7 +7,8 @@
  * destroying. Guards: a move's commits and aborts on its target run one at a time; an abort the
  * agent decided on a VM it saw incoming keeps the guest a commit resumed meanwhile; the agent's
  * own commit makes the VM the session's in the same turn, so a source's abort after it finds
- * nothing of the move; a commit after an abort finds nothing to resume and refuses.
+ * nothing of the move; a commit after an abort finds nothing to resume and refuses; a later move's
+ * prepare drops the earlier move's incoming VM under that move's lock too, so never mid-resume.
  */
 import { assert, describe } from "@effect/vitest"
 import { SimRuntime, type VmRuntimeShape } from "@engram/runtime"
@@ -267,5 +268,35 @@ describe("the target's agent and the source act on one move together", () => {
       assert.strictEqual(counts.destroys, 0, "a guest that ran here is not dropped without an explicit word")
       assert.deepStrictEqual(yield* residentsOf(residents), [["s1", "running", "m1", null]])
     }).pipe(Effect.provideService(Random.Random, fixedRandom(0.5))),
+  )
+
+})
+
+describe("a later move's prepare meets the earlier move's incoming VM", () => {
+  effect("a prepare of a later move of the session while a late commit of the earlier one resumes its incoming VM: the prepare waits for the resume, keeps the guest and is refused (never a VM destroyed mid-resume)", () =>
+    Effect.gen(function* () {
+      const { residents, target, counts, resuming, resume } = yield* gatedTarget({ holdResume: true, holdDestroy: false })
+      const commit = yield* Effect.forkChild(Effect.result(target.commit(h)))
+      yield* Deferred.await(resuming)
+      const later = yield* Effect.forkChild(Effect.flip(target.prepare({ ...h, moveId: "m2" })))
+      yield* TestClock.adjust("1 second")
+      const destroysWhileResuming = counts.destroys
+      yield* Deferred.succeed(resume, undefined)
+      assert.strictEqual((yield* Fiber.join(commit))._tag, "Success", "the source is told the guest runs here")
+      const refused = yield* Fiber.join(later)
+      assert.strictEqual(destroysWhileResuming, 0, "the prepare waited for the resume")
+      assert.include(refused.message, "already has a VM")
+      assert.strictEqual(counts.destroys, 0)
+      assert.deepStrictEqual(yield* residentsOf(residents), [["s1", "running", "m1", null]])
+    }),
+  )
+
+  effect("a prepare of a later move of the session drops the earlier move's incoming VM (that move is over) and prepares its own", () =>
+    Effect.gen(function* () {
+      const { residents, target, counts } = yield* gatedTarget({ holdResume: false, holdDestroy: false })
+      yield* target.prepare({ ...h, moveId: "m2" })
+      assert.strictEqual(counts.destroys, 1)
+      assert.deepStrictEqual(yield* residentsOf(residents), [["s1", "paused", "m2", null]])
+    }),
   )
 })
