@@ -73,7 +73,8 @@ export interface IncomingMove {
 export interface MoveTarget {
   /**
    * Prepares (or finds again, for a repeated request) the incoming VM of a move; answers its
-   * endpoint. Refused once a commit of the move resumed its guest here.
+   * endpoint. Refused once a commit of the move resumed its guest here, and for a move aborted here
+   * lately (`ENDED_KEPT`, `ENDED_KEPT_MS`).
    */
   readonly prepare: (header: MoveHeader) => Effect.Effect<IncomingEndpoint, PeerError>
   /**
@@ -99,11 +100,39 @@ export interface MoveTarget {
   readonly lastActivity: (moveId: string) => Effect.Effect<number>
 }
 
+/** How many aborted moves a target remembers, and for how long, to refuse their late prepares. */
+export const ENDED_KEPT = 4096
+export const ENDED_KEPT_MS = 60 * 60_000
+
 export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, residents: Residents): Effect.Effect<MoveTarget> =>
   Effect.gen(function* () {
     const activity = yield* Ref.make(new Map<string, number>())
     const touch = (moveId: string) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) => Ref.update(activity, (m) => new Map(m).set(moveId, now)))
+    /**
+     * The moves aborted here lately, and when: a prepare of one (a request delayed on the wire, or
+     * replayed) is refused rather than starting an incoming VM that nothing would commit and only
+     * the staging grace would drop. The newest `ENDED_KEPT` for `ENDED_KEPT_MS` each (a restart
+     * forgets them: the grace still drops what such a prepare starts).
+     */
+    const ended = new Map<string, number>()
+    const end = (moveId: string) =>
+      Effect.gen(function* () {
+        const now = yield* Clock.currentTimeMillis
+        ended.delete(moveId)
+        ended.set(moveId, now)
+        for (const [id, at] of ended) {
+          if (ended.size <= ENDED_KEPT && now - at < ENDED_KEPT_MS) break
+          ended.delete(id)
+        }
+        // The move is over here: its activity is no longer asked for.
+        yield* Ref.update(activity, (m) => {
+          if (!m.has(moveId)) return m
+          const left = new Map(m)
+          left.delete(moveId)
+          return left
+        })
+      })
     const refuse = (op: string, moveId: string, message: string) => Effect.fail(new PeerError({ op, moveId, message, refused: true }))
     const specOf = (h: MoveHeader): VmSpec => ({ vmId: h.sessionId, memMib: h.memMib, vcpus: h.vcpus })
 
@@ -146,6 +175,7 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
       prepare: (h) =>
         Effect.gen(function* () {
           if (h.targetHostId !== hostId) return yield* refuse("prepare", h.moveId, `this host is ${hostId}, not ${h.targetHostId}`)
+          if (ended.has(h.moveId)) return yield* refuse("prepare", h.moveId, "the move was aborted here")
           const here = yield* residents.get(h.sessionId)
           // The move's guest runs here already (a commit resumed it): a prepare now (a request
           // delayed on the wire, or replayed by whoever saw one) has nothing to prepare, and
@@ -215,6 +245,7 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
             yield* drop(moveId, vm.vmId)
             done = "dropped"
           }
+          yield* end(moveId)
           return done
         }).pipe(oneAtATime(moveId), Effect.uninterruptible),
       incoming: Effect.map(residents.all, (vms) => vms.filter((v) => v.moveId !== null && v.status === "paused").map((v) => ({ moveId: v.moveId!, vmId: v.vmId }))),
