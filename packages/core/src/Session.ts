@@ -209,7 +209,17 @@ export type Step =
   | { readonly _tag: "place"; readonly placement: Placed }
   | { readonly _tag: "markRunning" }
   /** Parked or descending, as the configured park policy decides on what the store read (`ParkPolicy.mayPark`). */
-  | { readonly _tag: "idle"; readonly policy: ParkPolicy.Rule; readonly view: ParkPolicy.IdleView }
+  | {
+      readonly _tag: "idle"
+      readonly policy: ParkPolicy.Rule
+      readonly view: ParkPolicy.IdleView
+      /**
+       * Only while the session is idle at `now` (`Lifetime.isIdle` on the record as it stands): the
+       * reaper's, whose list of idle sessions was read before the step, so activity reported since
+       * keeps the session running. Absent: an explicit idle, taken whenever the session runs.
+       */
+      readonly onlyIfDue?: boolean | undefined
+    }
   | { readonly _tag: "unpark" }
   /** A park yields; `reason` is the gate's (`demand`, `over_reserved`, `hard_ttl`…), kept in the history. */
   | { readonly _tag: "beginDescent"; readonly reason?: string | null | undefined }
@@ -242,7 +252,17 @@ export type Step =
       readonly targetReclaimed: boolean
     }
   /** `reason`: why it ends when not at a caller's word (the TTL's `Lifetime.ttlExpiredReason`), kept on `Ended`. */
-  | { readonly _tag: "end"; readonly openMove: Move.Record | null; readonly reason?: string | null | undefined }
+  | {
+      readonly _tag: "end"
+      readonly openMove: Move.Record | null
+      readonly reason?: string | null | undefined
+      /**
+       * Only while the session's TTL has ended it at `now` (`Lifetime.isExpired` on the record as it
+       * stands): the reaper's, whose list of expired sessions was read before the step, so a TTL
+       * moved since keeps the session. Absent: a caller's end, taken in any live state.
+       */
+      readonly onlyIfDue?: boolean | undefined
+    }
   /** A new TTL from now (a valid `ttlMs`): the session's `endsAt` moves; its state stays. */
   | { readonly _tag: "setTtl"; readonly ttlMs: number }
 
@@ -342,6 +362,9 @@ export const judge = (s: Pick<Record, "id" | "state">, op: Operation, to: State)
   const t = apply(op, s.state, to)
   return t._tag === "Legal" ? null : { _tag: "Illegal", sessionId: s.id, from: s.state, to, message: t.message }
 }
+
+/** A reaper's step (`onlyIfDue`) on a session no longer due: refused, and nothing changes. */
+const notDue = (s: Record, to: State, why: string): Illegal => ({ _tag: "Illegal", sessionId: s.id, from: s.state, to, message: `session ${s.id} ${why}` })
 
 const moveConflict = (r: Move.Refusal): Conflict => ({ _tag: "Conflict", entity: "move", id: r.moveId, reason: r.reason })
 
@@ -563,6 +586,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       const to = target(op)
       const bad = judge(s, "idle", to)
       if (bad) return bad
+      if (op.onlyIfDue === true && !Lifetime.isIdle(s, s.lastActiveAt, now)) return notDue(s, to, "is not idle: it was active since the idle sessions were read")
       const events: readonly Event[] = [
         to === "parked" ? { _tag: "Parked", hostId: s.hostId } : { _tag: "Descending", hostId: s.hostId, cause: "idle", reason: null },
       ]
@@ -680,6 +704,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       if (s.state === "ended") return { _tag: "Unchanged", session: s }
       const bad = judge(s, "end", "ended")
       if (bad) return bad
+      if (op.onlyIfDue === true && !Lifetime.isExpired(s, now)) return notDue(s, "ended", "is not expired: its TTL was moved since the expired sessions were read")
       const next: Record = { ...s, state: "ended", hostId: null, reservationId: null, queuedAt: null, parkedAt: null, imageHostId: null, updatedAt: now }
       const ended: Event = op.reason === null || op.reason === undefined ? { _tag: "Ended", hostId: s.hostId } : { _tag: "Ended", hostId: s.hostId, reason: op.reason }
       if (op.openMove === null) return planOf(s, next, now, releaseOwn(s, "released"), null, [ended])

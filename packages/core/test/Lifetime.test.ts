@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest"
-import { Lifetime, Session } from "../src/index.js"
+import { Lifetime, ParkPolicy, Session } from "../src/index.js"
 
 const record = (over: Partial<Session.Record> = {}): Session.Record => ({
   id: "s1",
@@ -82,5 +82,19 @@ describe("Session.step and lifetimes", () => {
   it("an end for the TTL says why on its Ended event", () => {
     const plan = Session.step(record({ endsAt: 10 }), { _tag: "end", openMove: null, reason: Lifetime.ttlExpiredReason }, 20)
     expect(plan._tag === "Plan" && plan.events.map((e) => e.event)).toStrictEqual([{ _tag: "Ended", hostId: "h1", reason: "ttl expired" }])
+  })
+
+  it("the reaper's steps (onlyIfDue) are refused on a session no longer due as it stands, at the step's own time; a caller's are not", () => {
+    const idlePolicy = { policy: ParkPolicy.defaultRule, view: { host: null, queueWithoutRoom: false } }
+    const moved = record({ endsAt: 5000 })
+    const notDue = Session.step(moved, { _tag: "end", openMove: null, reason: Lifetime.ttlExpiredReason, onlyIfDue: true }, 4999)
+    expect(notDue._tag === "Illegal" && notDue.message).toContain("not expired")
+    expect(Session.step(moved, { _tag: "end", openMove: null, reason: Lifetime.ttlExpiredReason, onlyIfDue: true }, 5000)._tag).toBe("Plan")
+    expect(Session.step(moved, { _tag: "end", openMove: null }, 10)._tag).toBe("Plan")
+    const active = record({ idleTimeoutMs: 1000, lastActiveAt: 4000 })
+    const stillActive = Session.step(active, { _tag: "idle", ...idlePolicy, onlyIfDue: true }, 4999)
+    expect(stillActive._tag === "Illegal" && stillActive.message).toContain("not idle")
+    expect(Session.step(active, { _tag: "idle", ...idlePolicy, onlyIfDue: true }, 5000)._tag).toBe("Plan")
+    expect(Session.step(active, { _tag: "idle", ...idlePolicy }, 10)._tag).toBe("Plan")
   })
 })

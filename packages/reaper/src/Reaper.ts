@@ -327,7 +327,7 @@ const lifetimeWrites = (
       if (!leading()) return null
       // What else the end changed (its host, its image's host, the move it aborted) is the store's
       // own answer: a move begun after the due read is still told.
-      const ended = yield* committing(store.endSession(s.id, { reason: Lifetime.ttlExpiredReason }), (r) => {
+      const ended = yield* committing(store.endSession(s.id, { reason: Lifetime.ttlExpiredReason, onlyIfDue: true }), (r) => {
         if (r._tag === "Success") expired.push(expiredStep(r.success))
       })
       if (ended._tag === "Failure" && ended.failure._tag === "Unavailable") break
@@ -336,7 +336,7 @@ const lifetimeWrites = (
     // could not land while the coordinator side was down (TTL ends are deadlines: they still run).
     for (const s of (yield* idleToo) ? due.success.idle : []) {
       if (!leading()) return null
-      const idle = yield* committing(store.idle(s.id), (r) => {
+      const idle = yield* committing(store.idle(s.id, { onlyIfDue: true }), (r) => {
         if (r._tag === "Success") idled.push({ sessionId: s.id, hostId: s.hostId, state: r.success.state })
       })
       if (idle._tag === "Failure" && idle.failure._tag === "Unavailable") break

@@ -160,6 +160,32 @@ describe("Reaper.pass", () => {
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
   })
 
+  it.effect("a TTL moved and activity reported after the pass read the due sessions keep them: the pass's end and idle act only on a session still due", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 8192)
+      yield* store.createSession({ id: "ttl", budget: { memMib: 1024, vcpus: 1 }, affinity: ["h1"], ttlMs: 1000 })
+      yield* store.createSession({ id: "busy", budget: { memMib: 1024, vcpus: 1 }, affinity: ["h1"], idleTimeoutMs: 1000 })
+      yield* store.markRunning("ttl")
+      yield* store.markRunning("busy")
+      yield* TestClock.adjust(1001)
+      // Between the pass's read of the due sessions and its writes: a client moves the TTL (told
+      // 200) and the agent reports the guest active.
+      const racing = Store.of({
+        ...store,
+        endSession: (id, options) => Effect.andThen(Effect.orDie(store.setTtl(id, 3_600_000)), store.endSession(id, options)),
+        idle: (id, options) => Effect.andThen(Effect.orDie(store.recordActivity("h1", [id])), store.idle(id, options)),
+      })
+      const pass = yield* Reaper.pass({ policy: "demand" }).pipe(Effect.provideService(Store, racing))
+      assert.strictEqual(pass._tag, "Done")
+      assert.deepStrictEqual([yield* stateOf("ttl"), yield* stateOf("busy")], ["running", "running"])
+      // Nothing is told as ended or idled.
+      const applied = rec.events.filter((e) => e._tag === "LifetimesApplied")
+      assert.deepStrictEqual(applied, [])
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
   it.effect("leadership lost midway through the lifetimes: the ends already written are still told", () => {
     const rec = recorder()
     return Effect.gen(function* () {

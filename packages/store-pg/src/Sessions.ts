@@ -386,13 +386,14 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
    * its host as the cache knows it, and whether a budget waiting in the queue fits on no known
    * host (too-big ones aside). The queue is read as its distinct budgets, in the transaction.
    */
-  const idle = (id: string) =>
+  const idle = (id: string, options: { readonly onlyIfDue?: boolean | undefined } = {}) =>
     Effect.andThen(Effect.zip(known(false), now), ([, t]) =>
       stepLocked(id, (tx, s) =>
         Effect.map(
           tx.query<{ mem_mib: number; vcpus: number }>(sql`select mem_mib, vcpus from sessions where state = 'queued' group by mem_mib, vcpus`),
           (rows): Session.Step => ({
             _tag: "idle",
+            onlyIfDue: options.onlyIfDue,
             policy: park,
             view: {
               host: s.hostId === null ? null : (cache.get(s.hostId)?.candidate ?? null),
@@ -590,7 +591,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         const reason = options.reason ?? null
         // The move the end closes is read under the session's lock, in the end's own transaction.
         const ended = yield* stepLockedWith(id, (tx) =>
-          Effect.map(lockOpenMove(tx, id), (open): Session.Step => ({ _tag: "end", openMove: open === undefined ? null : toMove(open), reason })),
+          Effect.map(lockOpenMove(tx, id), (open): Session.Step => ({ _tag: "end", openMove: open === undefined ? null : toMove(open), reason, onlyIfDue: options.onlyIfDue })),
         )
         return { session: ended.after, before: ended.before, closedMove: ended.plan === null ? null : Plan.moveOf(ended.plan) } satisfies EndResult
       }),

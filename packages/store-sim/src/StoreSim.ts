@@ -790,11 +790,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     unpark: (id) => stepById(id, { _tag: "unpark" }),
     beginDescent: (id, options = {}) => stepById(id, { _tag: "beginDescent", reason: options.reason ?? null }),
     // Parked or descending: core's step decides with the store's park policy on what it reads here.
-    idle: (id) =>
+    idle: (id, options = {}) =>
       Effect.gen(function* () {
         const s = yield* findSession(id)
         const t = yield* now
-        return sessionOf(yield* stepSession(s, { _tag: "idle", policy: park, view: idleViewOf(s, t) }, t))
+        return sessionOf(yield* stepSession(s, { _tag: "idle", policy: park, view: idleViewOf(s, t), onlyIfDue: options.onlyIfDue }, t))
       }),
     finishDescent: (id) => stepById(id, { _tag: "finishDescent" }),
 
@@ -818,7 +818,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const before = sessionOf(s)
         const open = openMoveOf(id)
         // The records change in place: the move as the end closed it is read after the step.
-        const ended = sessionOf(yield* stepSession(s, { _tag: "end", openMove: open, reason: options.reason ?? null }, yield* now))
+        const ended = sessionOf(yield* stepSession(s, { _tag: "end", openMove: open, reason: options.reason ?? null, onlyIfDue: options.onlyIfDue }, yield* now))
         return { session: ended, before, closedMove: open === null ? null : moveOf(open) } satisfies EndResult
       }),
     setTtl: (id, ttlMs) =>

@@ -161,9 +161,12 @@ export interface StoreShape {
   /**
    * An idle running session: `running → parked` when the store's park policy allows it on the
    * session's host now (`ParkPolicy.mayPark`: a measured host, and for the demand policies no
-   * queued session without room), else `running → descending`.
+   * queued session without room), else `running → descending`. `onlyIfDue`: only while the
+   * session is idle as it stands in the step's own atomic change (`Lifetime.isIdle`), else an
+   * `IllegalTransition` that changes nothing: the reaper's, so activity that lands after its read
+   * of the idle sessions keeps the session running.
    */
-  readonly idle: (id: string) => Fx<Session, NotFound | IllegalTransition>
+  readonly idle: (id: string, options?: { readonly onlyIfDue?: boolean | undefined }) => Fx<Session, NotFound | IllegalTransition>
   /** `parked → running`. */
   readonly unpark: (id: string) => Fx<Session, NotFound | IllegalTransition>
   /**
@@ -184,9 +187,14 @@ export interface StoreShape {
    * session is answered as it is (ending is idempotent). `reason` (text) is kept on the `Ended`
    * event when the session ends other than at a caller's word (the TTL's `ttl expired`). Answers
    * what the end changed (`EndResult`): the session before and after, and the move it closed,
-   * all from the one atomic change.
+   * all from the one atomic change. `onlyIfDue`: only while the session's TTL has ended it as it
+   * stands in that change (`Lifetime.isExpired`), else an `IllegalTransition` that changes
+   * nothing: the reaper's, so a TTL moved after its read of the expired sessions keeps the session.
    */
-  readonly endSession: (id: string, options?: { readonly reason?: string | undefined }) => Fx<EndResult, NotFound | IllegalTransition | InvalidInput>
+  readonly endSession: (
+    id: string,
+    options?: { readonly reason?: string | undefined; readonly onlyIfDue?: boolean | undefined },
+  ) => Fx<EndResult, NotFound | IllegalTransition | InvalidInput>
   /**
    * A new TTL: the session ends `ttlMs` from now, whatever its state (an extension, or a cut).
    * A bad `ttlMs` is `InvalidInput` naming `ttlMs`; an ended session is an `IllegalTransition`.

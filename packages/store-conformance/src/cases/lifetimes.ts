@@ -103,6 +103,47 @@ export const lifetimes: Group = {
       }),
     ),
     kase(
+      "the reaper's steps (onlyIfDue) act only on a session still due in their own change: a TTL moved or activity reported after the due read keeps it, unchanged",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* s.createSession({ id: "ttl", budget, ttlMs: 1000, affinity: ["h1"] })
+        yield* s.createSession({ id: "busy", budget, idleTimeoutMs: 1000, affinity: ["h1"] })
+        yield* s.createSession({ id: "now", budget, idleTimeoutMs: 10_000_000, ttlMs: 10_000_000, affinity: ["h1"] })
+        yield* s.markRunning("ttl")
+        yield* s.markRunning("busy")
+        yield* s.markRunning("now")
+        yield* TestClock.adjust(1000)
+        const due = yield* s.lifetimesDue()
+        expect(ids(due.expired)).toStrictEqual(["ttl"])
+        expect(ids(due.idle)).toStrictEqual(["busy"])
+        // After the read, before the reaper's writes: the TTL is moved, the guest is active.
+        yield* s.setTtl("ttl", 3_600_000)
+        expect(yield* s.recordActivity("h1", ["busy"])).toBe(1)
+        const events = (id: string) => Effect.map(s.sessionEvents(id), (p) => p.items.length)
+        const before = { ttl: yield* s.getSession("ttl"), busy: yield* s.getSession("busy"), ttlEvents: yield* events("ttl"), busyEvents: yield* events("busy") }
+        const notExpired = yield* expectFailure(s.endSession("ttl", { reason: Lifetime.ttlExpiredReason, onlyIfDue: true }), "IllegalTransition")
+        expect(notExpired.message).toContain("not expired")
+        const notIdle = yield* expectFailure(s.idle("busy", { onlyIfDue: true }), "IllegalTransition")
+        expect(notIdle.message).toContain("not idle")
+        expect(yield* s.getSession("ttl")).toStrictEqual(before.ttl)
+        expect(yield* s.getSession("busy")).toStrictEqual(before.busy)
+        expect(yield* events("ttl")).toBe(before.ttlEvents)
+        expect(yield* events("busy")).toBe(before.busyEvents)
+        // Still due: they act as the plain steps do.
+        yield* TestClock.adjust(1000)
+        expect((yield* s.idle("busy", { onlyIfDue: true })).state).toBe("parked")
+        yield* TestClock.adjust(3_600_000)
+        const ended = yield* s.endSession("ttl", { reason: Lifetime.ttlExpiredReason, onlyIfDue: true })
+        expect(ended.session.state).toBe("ended")
+        // An end repeated on an ended session answers it as it is, as every end does.
+        expect((yield* s.endSession("ttl", { reason: Lifetime.ttlExpiredReason, onlyIfDue: true })).session.state).toBe("ended")
+        // A caller's steps take no notice of lifetimes.
+        expect((yield* s.idle("now")).state).toBe("parked")
+        expect((yield* s.endSession("now")).session.state).toBe("ended")
+      }),
+    ),
+    kase(
       "bad lifetimes are refused naming the field and the rule, and change nothing",
       Effect.gen(function* () {
         const s = yield* store
