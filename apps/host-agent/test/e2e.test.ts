@@ -11,7 +11,10 @@ import { Limits } from "@engram/core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type AgentProcess, type Api, api, registerHosts, sleep, spawnAgent, until } from "./support/E2e.js"
 
-const STALE_MS = 3000
+// The agents heartbeat every third of it and report every 2 s: a host whose heartbeat or report
+// comes later than the window (an agent process starved for a few seconds on a loaded machine)
+// loses its sessions or takes no placement, so the window leaves seconds of margin (as replicas-e2e's).
+const STALE_MS = 12_000
 let coordinator: RunningCoordinator
 let admin: Api
 const agents: Record<string, AgentProcess> = {}
