@@ -10,7 +10,7 @@
 // The TTL cases run over real HTTP on a real coordinator; the reclaim cases drive the pass under
 // a TestClock and listen to the notices it publishes.
 import { assert, describe as describeEffect, it as itEffect } from "@effect/vitest"
-import { Metrics, Notifier, reaperPass, startCoordinator } from "@engram/coordinator"
+import { LongPolls, Metrics, Notifier, reaperPass, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import { Changes, Store, Topic } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
@@ -44,10 +44,14 @@ describe("a TTL's end in a reaper pass (real HTTP)", () => {
     const before = (await agent.get("/v1/hosts/img1/assignments")).body
     expect(before.imageSessions).toContain("d1")
     expect((await admin.put("/v1/sessions/d1/ttl", { ttlMs: 1 })).status).toBe(200)
+    // Past the 1 ms TTL (a lower bound on the wall clock, which drives the store).
     await new Promise((r) => setTimeout(r, 20))
     // The agent's long-poll, open while the pass ends the session: it must answer with the image gone.
     const poll = agent.get(`/v1/hosts/img1/assignments?waitMs=20000&since=${encodeURIComponent(before.version)}`)
-    await new Promise((r) => setTimeout(r, 100))
+    // Open (the coordinator counts it) before the pass runs, however long the request takes to arrive.
+    const openPolls = () => c.run(Effect.map(Effect.service(LongPolls), (l) => l.open()))
+    for (let i = 0; i < 2000 && (await openPolls()) === 0; i++) await new Promise((r) => setTimeout(r, 10))
+    expect(await openPolls()).toBe(1)
     const report = await c.reaperPass()
     expect(report._tag === "Done" ? report.expired.map((x) => [x.sessionId, x.imageHostId]) : null).toEqual([["d1", "img1"]])
     expect((await admin.get("/v1/sessions/d1")).body.state).toBe("ended")
