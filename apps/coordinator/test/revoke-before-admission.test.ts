@@ -6,7 +6,7 @@
 // notices when its authentication began; a poll admitted after more of them checks its credential
 // again. The store here holds the wait's session read until the token is rotated. Real HTTP, a
 // real coordinator.
-import { startCoordinator } from "@engram/coordinator"
+import { LongPolls, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import { Store } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
@@ -74,8 +74,15 @@ it("a credential notice of another host between authentication and admission lea
   await reading
   expect((await admin.post("/v1/hosts/h3/token")).status).toBe(200)
   Deferred.doneUnsafe(release, Effect.void)
-  // Admitted on its own credential, which still acts: it waits, and answers the end.
-  await new Promise((r) => setTimeout(r, 100))
+  // Admitted on its own credential, which still acts: it waits (the coordinator counts it open;
+  // a wrong 401 would settle it first), and answers the end.
+  let settled = false
+  void wait.then(
+    () => (settled = true),
+    () => (settled = true),
+  )
+  const open = () => c.run(Effect.map(Effect.service(LongPolls), (l) => l.open()))
+  for (let i = 0; i < 2000 && !settled && (await open()) === 0; i++) await new Promise((r) => setTimeout(r, 10))
   expect((await admin.del("/v1/sessions/s2")).status).toBe(200)
   const answer = await wait
   expect(answer.status).toBe(200)
