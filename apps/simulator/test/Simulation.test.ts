@@ -103,7 +103,10 @@ describe("Simulation", () => {
     const r = Simulation.run(Workload.generate({ ...Workload.defaultGenerator, seed: 2, sessions: 50, hours: 24 }), { policy: "demand", fleet: fleetOf(2) })
     expect(r.horizonMs).toBe(24 * HOUR)
     expect(r.passes).toBe(24 * 720 + 1)
-    expect(performance.now() - t0).toBeLessThan(20_000)
+    // Far below the day it simulates (a run that waited on the wall clock, even a hundredth of
+    // it, 864 s), and far above a loaded CI machine's time for it: ~4 s here at load 18, and this
+    // package's cases run 10-15x slower under the whole `pnpm test` (vitest.config.ts).
+    expect(performance.now() - t0).toBeLessThan(180_000)
   })
 })
 
