@@ -32,7 +32,9 @@ beforeAll(async () => {
       }),
     ),
   ).pipe(Layer.provide(StoreSim.layer()))
-  c = await startCoordinator({ store: gated, reaper: false, logLevel: "Error", config: { port: 0, adminToken, moveTimeoutMs: 1500 } })
+  // The source's assignments must be read (and cached) with the move pending before the timeout's
+  // abort commits: seconds of margin for that read on a loaded machine.
+  c = await startCoordinator({ store: gated, reaper: false, logLevel: "Error", config: { port: 0, adminToken, moveTimeoutMs: 5000 } })
 })
 afterAll(() => c?.stop())
 
