@@ -15,6 +15,7 @@
 // First: on a Node.js older than engram supports, one line and exit 1 (not a silent wait).
 import "../../packages/process/check-node.js"
 import { spawn } from "node:child_process"
+import { readFileSync } from "node:fs"
 import { createServer } from "node:net"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -23,16 +24,40 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..")
 const env = { ...process.env, INIT_CWD: process.env.INIT_CWD || process.cwd() }
 const verbose = env.ENGRAM_TOUR_VERBOSE === "1" || env.ENGRAM_TOUR_VERBOSE === "true"
 
-/** A free TCP port on 127.0.0.1 (for ENGRAM_PORT=0: the demo must know where the coordinator listens). */
-const freePort = () =>
-  new Promise((resolve, reject) => {
+/** Whether `port` (0: the kernel's choice) can be bound on 127.0.0.1 now: the port bound, or null. */
+const bindable = (port) =>
+  new Promise((resolve) => {
     const server = createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address()
-      server.close(() => resolve(port))
+    server.once("error", () => resolve(null))
+    server.listen(port, "127.0.0.1", () => {
+      const { port: bound } = server.address()
+      server.close(() => resolve(bound))
     })
   })
+
+/**
+ * A free TCP port on 127.0.0.1 (for ENGRAM_PORT=0: the demo must know where the coordinator
+ * listens), which the coordinator binds seconds later (tsx compiles it first). Picked below the
+ * kernel's ephemeral range, as @engram/test-pg's freePort: a port from that range (listen(0)'s)
+ * may meanwhile become the local port of any outgoing connection on the machine, and the
+ * coordinator would exit with EADDRINUSE. The kernel's choice only where the range starts low.
+ */
+const freePort = async () => {
+  let low = 32768
+  try {
+    low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]) || low
+  } catch {
+    // not Linux: its default
+  }
+  const floor = 20_000
+  for (let tries = 0; low - floor >= 2_000 && tries < 64; tries++) {
+    const port = await bindable(floor + Math.floor(Math.random() * (low - floor)))
+    if (port !== null) return port
+  }
+  const port = await bindable(0)
+  if (port === null) throw new Error("no free TCP port on 127.0.0.1")
+  return port
+}
 
 const port = env.ENGRAM_PORT === "0" ? String(await freePort()) : env.ENGRAM_PORT || "7070"
 const host = env.ENGRAM_HOST || "127.0.0.1"
