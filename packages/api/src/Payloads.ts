@@ -1,7 +1,9 @@
 /**
- * What requests carry: JSON bodies, path ids and query strings. Shapes only: the store's rules
- * check ranges and ids and name the field they refuse (a 400 `{error, field, rule}`); host ids
- * that only select (query filters, a move's target) keep the id rule here, as no store is asked.
+ * What requests carry: JSON bodies, path ids and query strings. Mostly shapes: the store's rules
+ * check ranges and ids and name the field they refuse (a 400 `{error, field, rule}`). Host ids
+ * that only select (query filters, a move's target), a reservation's ids and a session's
+ * affinity keep core's rules here too, in the store's words, so the OpenAPI document states
+ * them (`pattern`, `maxItems`, `uniqueItems`) as the server enforces them.
  */
 import { Names } from "@engram/core"
 import { Schema } from "effect"
@@ -17,8 +19,33 @@ export const Text = Schema.String.check(
   ),
 )
 
+/**
+ * An id by core's one id rule (`Names.idPattern`, in words `Names.idRule`): the decoder refuses
+ * by it (a 400 naming the field and the rule) and the OpenAPI document publishes it as the
+ * field's `pattern`, so the two cannot drift. Not a string at all is refused with the same words.
+ */
+export const Id = Schema.String.annotate({ message: Names.idRule }).check(Schema.isPattern(Names.idPattern, { message: Names.idRule }))
+
 /** A host id that selects (a filter, a move's target): the id rule, so one that no host can have is refused, not matched against nothing. */
-export const HostIdRef = Schema.String.check(Schema.makeFilter((s: string) => (Names.isId(s) ? undefined : Names.idRule)))
+export const HostIdRef = Id
+
+/**
+ * A session's preferred hosts, in order of preference: at most `Names.maxAffinityHosts` (64) host
+ * ids, each once, with the store's words (`Validate.affinity`, core's rules); published as the
+ * array's `maxItems` and `uniqueItems` and each item's `pattern`.
+ */
+export const Affinity = Schema.Array(HostIdRef)
+  .annotate({ message: Names.affinityRule })
+  .check(
+    Schema.isMaxLength(Names.maxAffinityHosts, { message: Names.affinityRule }),
+    Schema.makeFilter(
+      (hosts: readonly string[]) => {
+        const repeat = Names.affinityRepeat(hosts)
+        return repeat === null ? undefined : { path: [repeat[0]], issue: Names.affinityRepeatRule(repeat[1]) }
+      },
+      { expected: "each host once", toJsonSchema: () => ({ uniqueItems: true }) },
+    ),
+  )
 
 // Ids in paths: text and bounded; a malformed id is a 400 (an id longer than any that can be stored is a 404).
 const PathIdString = Text.check(Schema.isMinLength(1), Schema.isMaxLength(256))
@@ -104,7 +131,7 @@ export const CreateSession = Schema.Struct({
   memMib: Schema.Finite,
   vcpus: Schema.Finite,
   /** The preferred hosts, in order of preference: at most 64 host ids, each once (the store's rule, `Validate.affinity`). */
-  affinity: Schema.optionalKey(Schema.Array(Schema.String)),
+  affinity: Schema.optionalKey(Affinity),
   onNoRoom: Schema.optionalKey(OnNoRoom),
   /** No reported guest activity for this long (ms) makes the running session idle; the park gate then parks or descends it. */
   idleTimeoutMs: Schema.optionalKey(Schema.Finite),
@@ -195,8 +222,8 @@ export const NoFitQuery = { memMib: DecimalIntFromString, vcpus: DecimalIntFromS
 
 /** `POST /v1/reservations`: `capture` or `external` (sessions and moves reserve through placement). */
 export const Reserve = Schema.Struct({
-  id: Schema.optionalKey(Schema.String),
-  hostId: Schema.String,
+  id: Schema.optionalKey(Id),
+  hostId: Id,
   ownerKind: Schema.Literals(["capture", "external"]),
   ownerId: Schema.String,
   memMib: Schema.Finite,

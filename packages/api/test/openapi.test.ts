@@ -1,6 +1,7 @@
 // The OpenAPI document users read: every operation explained, plain numbers, and the open endpoints marked as such.
-import { EngramApi } from "@engram/api"
-import { Context } from "effect"
+import { EngramApi, Payloads } from "@engram/api"
+import { Names } from "@engram/core"
+import { Context, Schema } from "effect"
 import { HttpApi, OpenApi } from "effect/http-api"
 import { describe, expect, it } from "vitest"
 
@@ -19,6 +20,9 @@ interface JsonSchema {
   readonly properties?: Record<string, JsonSchema>
   readonly additionalProperties?: boolean | JsonSchema
   readonly items?: JsonSchema
+  readonly pattern?: string
+  readonly maxItems?: number
+  readonly uniqueItems?: boolean
   readonly anyOf?: readonly JsonSchema[]
   readonly oneOf?: readonly JsonSchema[]
 }
@@ -37,6 +41,11 @@ const objectsIn = (schema: JsonSchema, where: string, seen = new Set<string>()):
     ...[...(schema.anyOf ?? []), ...(schema.oneOf ?? [])].flatMap((s) => objectsIn(s, where, seen)),
   ]
   return schema.type === "object" ? [{ where, schema }, ...nested] : nested
+}
+/** A body schema with its `$ref` followed. */
+const bodyOf = (path: string, method: string): JsonSchema => {
+  const schema = spec.paths[path]?.[method]?.requestBody?.content["application/json"]?.schema ?? {}
+  return schema.$ref === undefined ? schema : (spec.components.schemas[schema.$ref.replace("#/components/schemas/", "")] ?? {})
 }
 const operations = Object.entries(spec.paths).flatMap(([path, methods]) => Object.entries(methods).map(([method, op]) => ({ path, method, op })))
 
@@ -96,5 +105,28 @@ describe("the OpenAPI document", () => {
       if (open.has(key)) expect(op.security ?? [], key).toEqual([])
       else expect(op.security, key).toEqual([{ bearer: [] }])
     }
+  })
+
+  it("states the id rule, and the affinity's 64-host bound and uniqueness, as the server enforces them: one Schema decodes and publishes each", () => {
+    const reserve = bodyOf("/v1/reservations", "post").properties ?? {}
+    expect([reserve["id"]?.pattern, reserve["hostId"]?.pattern]).toEqual([Names.idPattern.source, Names.idPattern.source])
+    const affinity = bodyOf("/v1/sessions", "post").properties?.["affinity"]
+    expect(affinity).toMatchObject({ type: "array", maxItems: Names.maxAffinityHosts, uniqueItems: true, items: { type: "string", pattern: Names.idPattern.source } })
+    expect(Names.maxAffinityHosts).toBe(64)
+    // The published pattern is the id rule: a reader's validator (ECMA-262) agrees with the server on every edge.
+    const published = new RegExp(Names.idPattern.source, "u")
+    for (const id of ["h1", "a.b_c-D", ".a", "a..", "x".repeat(100), "", ".", "..", "h1:x", " h1", "x".repeat(101), "é"]) {
+      expect(published.test(id), JSON.stringify(id)).toBe(Names.isId(id))
+    }
+    // The decoder refuses by the same Schema, in the store's words and at the store's paths.
+    const decode = (schema: Schema.Top, input: unknown) => Schema.decodeUnknownExit(schema as Schema.Codec<unknown, unknown>)(input)
+    const asked = { hostId: "h1", ownerKind: "external", ownerId: "job", memMib: 1, vcpus: 0 }
+    expect(String(decode(Payloads.Reserve, { ...asked, hostId: "h1:x" }))).toContain(Names.idRule)
+    expect(String(decode(Payloads.Reserve, { ...asked, id: ".." }))).toContain(Names.idRule)
+    expect(decode(Payloads.Reserve, asked)._tag).toBe("Success")
+    const session = { memMib: 1, vcpus: 1 }
+    expect(String(decode(Payloads.CreateSession, { ...session, affinity: Array.from({ length: 65 }, (_, i) => `h${i}`) }))).toContain(Names.affinityRule)
+    expect(String(decode(Payloads.CreateSession, { ...session, affinity: ["h1", "h2", "h1"] }))).toContain(Names.affinityRepeatRule(0))
+    expect(decode(Payloads.CreateSession, { ...session, affinity: Array.from({ length: 64 }, (_, i) => `h${i}`) })._tag).toBe("Success")
   })
 })

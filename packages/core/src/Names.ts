@@ -35,14 +35,19 @@ export type RoundKind = "full" | "delta" | "intent" | "final"
 /** Every round kind, in the order a move records them. */
 export const roundKinds = every<RoundKind>()(["full", "delta", "intent", "final"])
 
-const ID = /^[A-Za-z0-9._-]{1,100}$/
+/**
+ * The one id rule (SPEC §10, §12) as one pattern: 1–100 of `[A-Za-z0-9._-]`, and not `.` or `..`
+ * (a path segment that names nothing). A JSON Schema `pattern` can hold it whole (ECMA-262), so
+ * the API's schemas publish this very pattern (`@engram/api`'s `Payloads.Id`) and decode by it;
+ * the `u` flag is what lets effect export a pattern to JSON Schema.
+ */
+export const idPattern = /^(?!\.\.?$)[A-Za-z0-9._-]{1,100}$/u
 
 /**
  * The one id rule (SPEC §10, §12) for every id a client chooses — sessions, hosts,
- * reservations, moves: 1–100 of `[A-Za-z0-9._-]`, and not `.` or `..` (a path segment that
- * names nothing).
+ * reservations, moves: {@link idPattern}.
  */
-export const isId = (value: unknown): value is string => typeof value === "string" && ID.test(value) && value !== "." && value !== ".."
+export const isId = (value: unknown): value is string => typeof value === "string" && idPattern.test(value)
 
 /**
  * The one rule for an integer read from text (a setting, a query string): decimal digits, an
@@ -74,6 +79,32 @@ export const hasControlCharacter = (text: string): boolean => {
 }
 
 export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
+
+/**
+ * The most hosts a session's affinity may name: a preference among a few hosts, not a list of the
+ * fleet (as many as a host's labels). Every assignments answer and session record carries it.
+ */
+export const maxAffinityHosts = 64
+
+/** The rule of a session's affinity as a whole: an array of at most {@link maxAffinityHosts} host ids (each by the id rule). */
+export const affinityRule = `must be an array of at most ${maxAffinityHosts} host ids`
+
+/**
+ * Where a session's affinity first repeats a host (the list is an order of preference: a repeat
+ * would say nothing but take room), as `[repeat, first]` indexes; null when each host is named once.
+ */
+export const affinityRepeat = (hosts: readonly string[]): readonly [number, number] | null => {
+  const seen = new Map<string, number>()
+  for (const [i, h] of hosts.entries()) {
+    const first = seen.get(h)
+    if (first !== undefined) return [i, first]
+    seen.set(h, i)
+  }
+  return null
+}
+
+/** The rule a repeated affinity entry breaks, naming the entry it repeats (`affinity.<first>`). */
+export const affinityRepeatRule = (first: number): string => `must name a host once (it repeats affinity.${first})`
 
 /** The template name rule's words, as a refusal names it. */
 export const templateNameRule = "must be 1-100 characters of [A-Za-z0-9._-], not starting with ."

@@ -150,33 +150,27 @@ export const activity = (value: unknown): InvalidInput | null => {
 export const template = (value: unknown): InvalidInput | null =>
   value === undefined || Names.isTemplateName(value) ? null : new InvalidInput({ field: "template", rule: Names.templateNameRule })
 
-/**
- * The most hosts a session's affinity may name: a preference among a few hosts, not a list of the
- * fleet (as many as a host's labels). Every assignments answer and session record carries it.
- */
-export const maxAffinityHosts = 64
+/** The most hosts a session's affinity may name (core's `Names.maxAffinityHosts`, which the API's schema publishes too). */
+export const maxAffinityHosts = Names.maxAffinityHosts
 
-/** The rule of a session's affinity as a whole. */
-export const affinityRule = `must be an array of at most ${maxAffinityHosts} host ids`
+/** The rule of a session's affinity as a whole (core's `Names.affinityRule`). */
+export const affinityRule = Names.affinityRule
 
 /**
  * A session's affinity: absent, or at most {@link maxAffinityHosts} host ids (the id rule), each
- * once (the list is an order of preference: a repeat would say nothing but take room).
+ * once (core's `Names.affinityRepeat`: the list is an order of preference, a repeat says nothing).
  */
 export const affinity = (value: unknown): InvalidInput | null => {
   if (value === undefined) return null
   if (!Array.isArray(value) || value.length > maxAffinityHosts) return new InvalidInput({ field: "affinity", rule: affinityRule })
-  const seen = new Map<string, number>()
   for (const [i, a] of value.entries()) {
     if (typeof a !== "string") return new InvalidInput({ field: "affinity", rule: affinityRule })
     // A host id by the id rule: an entry no host can have would be kept and never matched.
     const badId = id(`affinity.${i}`, a)
     if (badId) return badId
-    const first = seen.get(a)
-    if (first !== undefined) return new InvalidInput({ field: `affinity.${i}`, rule: `must name a host once (it repeats affinity.${first})` })
-    seen.set(a, i)
   }
-  return null
+  const repeat = Names.affinityRepeat(value as readonly string[])
+  return repeat === null ? null : new InvalidInput({ field: `affinity.${repeat[0]}`, rule: Names.affinityRepeatRule(repeat[1]) })
 }
 
 /** A new session: its id, budget and affinity list (`affinity`), its lifetimes and template, and what to do without room. */
