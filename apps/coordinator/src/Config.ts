@@ -10,7 +10,7 @@
  * `crossFieldIssues`, the one place every path checks them.
  */
 import { Env } from "@engram/process"
-import { Downtime, Limits, MakeRoom, Move, Reclaim } from "@engram/core"
+import { Downtime, Limits, MakeRoom, Move, Names, Reclaim } from "@engram/core"
 import { checkLeaseTimes, defaultLeaseTimes, Validate } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
@@ -400,10 +400,36 @@ const intAtLeast = (variable: string, fallback: number, min: number) => {
   return Config.schema(Env.decimalInt(rule).check(Schema.isGreaterThanOrEqualTo(min, { message: rule })), variable).pipe(Config.withDefault(fallback))
 }
 
-const text = (variable: string, fallback: string) => {
-  ruleOfVariable[variable] = "must be a string"
-  return Config.String(variable).pipe(Config.withDefault(fallback))
+/**
+ * A text setting that `problemOf` accepts (undefined) or refuses with `rule`. An empty value is
+ * unset, its default, as every setting's is (effect's `ConfigProvider` reads `""` as absent).
+ */
+const text = (variable: string, fallback: string, rule: string, problemOf: (s: string) => boolean) => {
+  ruleOfVariable[variable] = rule
+  return Config.schema(Schema.String.check(Schema.makeFilter((s: string) => (problemOf(s) ? rule : true))), variable).pipe(Config.withDefault(fallback))
 }
+
+/**
+ * The rule of `ENGRAM_DATA_DIR`: a path without whitespace around it. A blank one names no
+ * directory, and a space or newline copied with it names another than the one meant (the
+ * embedded database and the admin token would start afresh there).
+ */
+export const dataDirRule = "must be a directory path, not blank and without whitespace before or after it (empty is unset: the default ./.engram)"
+
+/**
+ * Why `ENGRAM_OTLP_URL` is refused, or undefined: an http:// or https:// URL without
+ * `user:password@`. The URL is logged and kept in plain text (it is no secret), so credentials
+ * go in `ENGRAM_OTLP_HEADERS`; a value that does not parse but holds an `@` counts as holding them.
+ */
+const otlpUrlProblem = (u: string): string | undefined => {
+  if (!/^https?:\/\/[^\s]+$/.test(u)) return "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)"
+  const parsed = URL.canParse(u) ? new URL(u) : null
+  const userinfo = parsed === null ? u.includes("@") : parsed.username !== "" || parsed.password !== ""
+  return userinfo ? "must be an http:// or https:// URL without user:password@ (the URL is logged; give the collector's credentials in ENGRAM_OTLP_HEADERS, a secret)" : undefined
+}
+
+/** The URL settings: a refused value holding an `@` (it may be `user:password@`) is shown as `<hidden>`, never echoed. */
+const urlVariables: ReadonlySet<string> = new Set(["ENGRAM_OTLP_URL", "ENGRAM_PEER_URL"])
 
 /** The rule of `ENGRAM_PEER_URL`: core's peer URL rule (`Move.peerUrlRule`, the agents'), and no path. */
 export const replicaUrlRule = `must be ${Move.peerUrlRule}, and without a path: where the other replicas reach this one (http://10.0.0.5:7070)`
@@ -474,8 +500,9 @@ export const settingVariables = {
 
 const settings = {
   port: int(settingVariables.port, 7070, 0, 65535),
-  host: text(settingVariables.host, "127.0.0.1"),
-  dataDir: text(settingVariables.dataDir, "./.engram"),
+  // Core's host rule, the agents' listen hosts' (a wildcard such as 0.0.0.0 or :: listens on every interface).
+  host: text(settingVariables.host, "127.0.0.1", Names.hostRule, (s) => !Names.isHost(s)),
+  dataDir: text(settingVariables.dataDir, "./.engram", dataDirRule, (s) => s.trim() === "" || s.trim() !== s),
   databaseUrl: secret(settingVariables.databaseUrl, Schema.String.check(Schema.isPattern(/^postgres(ql)?:\/\//, { message: "must be a postgres:// or postgresql:// URL" }))),
   adminToken: secret(settingVariables.adminToken, secretText("no request can present it (HTTP drops whitespace around a header's value) and every call fails with 401")),
   metricsToken: secret(settingVariables.metricsToken, secretText("no scrape can present it (HTTP drops whitespace around a header's value) and every scrape fails with 401")),
@@ -516,7 +543,7 @@ const settings = {
   retentionPruneLimit: int(settingVariables.retentionPruneLimit, 1000, 1, Validate.maxPruneLimit),
   // Its longest follows the stale window (`maxReclaimGraceMs`): a rule between settings.
   reclaimGraceMs: intAtLeast(settingVariables.reclaimGraceMs, graceFromStaleWindow, 0),
-  otlpUrl: Config.schema(Schema.String.check(Schema.isPattern(/^https?:\/\/[^\s]+$/, { message: "must be an http:// or https:// URL (the collector's OTLP/HTTP address, e.g. http://localhost:4318)" })), settingVariables.otlpUrl).pipe(
+  otlpUrl: Config.schema(Schema.String.check(Schema.makeFilter((u: string) => otlpUrlProblem(u) ?? true)), settingVariables.otlpUrl).pipe(
     Config.map((u): string | null => u),
     Config.withDefault(null),
   ),
@@ -554,18 +581,29 @@ const limitTexts = Config.all(Object.fromEntries(Object.keys(limitVariables).map
 // Decimal notation only, as every other number setting (`Env.decimalInt`): `Number` alone reads
 // "0x3a98" as 15000 and "1e4" as 10000. Anything else stays text, which `Limits.make` refuses by name.
 const toNumber = (t: string): unknown => (/^[+-]?([0-9]{1,15}(\.[0-9]*)?|\.[0-9]+)$/.test(t) ? Number(t) : t)
-const toBoolean = (t: string): unknown => {
-  const v = t.trim().toLowerCase()
-  return v === "true" || v === "1" ? true : v === "false" || v === "0" ? false : t
-}
+// A boolean limit's text, taken as written as every on/off setting is (`0`/`1` exactly, no blanks
+// nor case folding): `true`/`1` or `false`/`0`. Anything else stays text, refused by name below.
+const booleanWords: Readonly<Record<string, boolean>> = { true: true, "1": true, false: false, "0": false }
+const toBoolean = (t: string): unknown => (Object.hasOwn(booleanWords, t) ? booleanWords[t] : t)
+
+/** The rule of a boolean limit read from text (`ENGRAM_REQUIRE_MEASURED`), as its refusal words it. */
+export const booleanRule = "must be true, false, 1 or 0, exactly (no blanks around it, lower case)"
 
 /**
  * Reads and checks every setting from `source`: all of them, or every issue at once, each named
  * by `name` (a program's settings name them by key), the rules between settings by
  * `crossFieldIssues`.
  */
-const load = (source: Env.Source, name: Naming = byVariable): Effect.Effect<CoordinatorConfig, Env.ConfigInvalid> =>
+const load = (given: Env.Source, name: Naming = byVariable): Effect.Effect<CoordinatorConfig, Env.ConfigInvalid> =>
   Effect.gen(function* () {
+    // A URL setting's value that may hold `user:password@` is never echoed in an issue.
+    const source: Env.Source = {
+      ...given,
+      raw: (v) => {
+        const value = given.raw(v)
+        return urlVariables.has(v) && typeof value === "string" && value.includes("@") ? Env.hidden : value
+      },
+    }
     // A null reads as unset (its default) below: refused here, and no rule between settings is judged on it.
     const nulls = nullIssues(source.raw)
     const refused = new Set(nulls.map((i) => i.variable))
@@ -583,7 +621,9 @@ const load = (source: Env.Source, name: Naming = byVariable): Effect.Effect<Coor
       ...(made._tag === "Invalid"
         ? made.issues.map((i) => {
             const variable = byField[i.field] ?? String(i.field)
-            return { variable, rule: i.rule, value: source.raw(variable) }
+            // A boolean's text that is none of the words: core's "must be a boolean" would not say which text is one.
+            const rule = i.field === "requireMeasured" && typeof overrides[i.field] === "string" ? booleanRule : i.rule
+            return { variable, rule, value: source.raw(variable) }
           })
         : []),
       ...nulls,

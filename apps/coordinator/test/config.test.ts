@@ -1,6 +1,6 @@
 // Configuration: every bad value is named with its variable and rule; the limits come from core.
 import { Config, Coordinator, parkRule, startCoordinator } from "@engram/coordinator"
-import { Limits, ParkPolicy } from "@engram/core"
+import { Limits, Names, ParkPolicy } from "@engram/core"
 import { Env } from "@engram/process"
 import { freshDatabase } from "@engram/test-pg"
 import { Effect, Exit, Layer, Logger, Redacted } from "effect"
@@ -66,6 +66,71 @@ describe("configuration", () => {
     expect(JSON.stringify(bad)).not.toContain("no-equals-sign-secret")
   })
 
+  it("an OTLP URL with user:password@ is refused naming ENGRAM_OTLP_URL, the secret never echoed (credentials go in ENGRAM_OTLP_HEADERS)", async () => {
+    const rule = "must be an http:// or https:// URL without user:password@ (the URL is logged; give the collector's credentials in ENGRAM_OTLP_HEADERS, a secret)"
+    for (const url of ["http://user:hunter2-secret@collector:4318", "https://hunter2-secret@collector:4318/", "http://user:hunter2/secret@collector:4318"]) {
+      const r = Config.parse({ ENGRAM_OTLP_URL: url })
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule, i.value]), url).toEqual([["ENGRAM_OTLP_URL", rule, Env.hidden]])
+      const p = Config.parseInput({ otlpUrl: url })
+      expect(p._tag === "Invalid" && p.issues.map((i) => [i.variable, i.rule]), url).toEqual([["otlpUrl", rule]])
+      expect(JSON.stringify([r, p])).not.toContain("hunter2")
+      const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_OTLP_URL: url }))
+      expect(String(Exit.isFailure(exit) ? exit.cause : "")).toContain("ENGRAM_OTLP_URL")
+      expect(String(Exit.isFailure(exit) ? exit.cause : "")).not.toContain("hunter2")
+    }
+    // An @ in the path is no user information.
+    const path = Config.parse({ ENGRAM_OTLP_URL: "https://collector.example/team@x" })
+    expect(path._tag === "Valid" && path.config.otlpUrl).toBe("https://collector.example/team@x")
+  })
+
+  it("ENGRAM_HOST is a host name or IP address (an IPv6 one without brackets), by core's host rule (the agents' listen hosts'); anything else is refused naming it", () => {
+    for (const host of ["127.0.0.1", "0.0.0.0", "::", "::1", "fd00::5", "localhost", "c1.example.com", "my-host"]) {
+      const r = Config.parse({ ENGRAM_HOST: host })
+      expect(r._tag === "Valid" && r.config.host, host).toBe(host)
+    }
+    for (const host of ["http://10.0.0.5", "10.0.0.5:7070", "[::1]", "my host", " 127.0.0.1", "127.0.0.1\n", "a/b", "u@h", "h?x"]) {
+      const r = Config.parse({ ENGRAM_HOST: host })
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule]), JSON.stringify(host)).toEqual([["ENGRAM_HOST", Names.hostRule]])
+      const p = Config.parseInput({ host })
+      expect(p._tag === "Invalid" && p.issues.map((i) => i.variable), JSON.stringify(host)).toEqual(["host"])
+    }
+  })
+
+  it("an empty value is unset, its default, for every variable (ENGRAM_DATA_DIR and ENGRAM_HOST too); a blank data dir or one with whitespace around it is refused naming it", async () => {
+    const empty = Object.fromEntries(Config.variables.filter((v) => v !== "ENGRAM_CONFIG_FILE").map((v) => [v, ""]))
+    const d = await Effect.runPromise(Config.fromEnvironment(empty))
+    expect(d).toEqual(await Effect.runPromise(Config.fromEnvironment({})))
+    expect([d.host, d.dataDir, d.limits.requireMeasured]).toEqual(["127.0.0.1", "./.engram", false])
+    for (const dir of [" ", "\t", " ./.engram", "/var/lib/engram\n"]) {
+      const r = Config.parse({ ENGRAM_DATA_DIR: dir })
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule]), JSON.stringify(dir)).toEqual([["ENGRAM_DATA_DIR", Config.dataDirRule]])
+      const p = Config.parseInput({ dataDir: dir })
+      expect(p._tag === "Invalid" && p.issues.map((i) => i.variable), JSON.stringify(dir)).toEqual(["dataDir"])
+    }
+    const kept = Config.parse({ ENGRAM_DATA_DIR: "/var/lib/engram data" })
+    expect(kept._tag === "Valid" && kept.config.dataDir).toBe("/var/lib/engram data")
+  })
+
+  it("ENGRAM_REQUIRE_MEASURED is true, false, 1 or 0 as written, as every on/off setting is read exactly: blanks or another case are refused naming it", async () => {
+    for (const [text, value] of [["true", true], ["1", true], ["false", false], ["0", false]] as const) {
+      const r = Config.parse({ ENGRAM_REQUIRE_MEASURED: text })
+      expect(r._tag === "Valid" && r.config.limits.requireMeasured, text).toBe(value)
+    }
+    for (const text of [" TRUE ", "TRUE", "True", " true", "false ", " 1", "yes"]) {
+      const r = Config.parse({ ENGRAM_REQUIRE_MEASURED: text })
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule]), JSON.stringify(text)).toEqual([["ENGRAM_REQUIRE_MEASURED", Config.booleanRule]])
+    }
+    // The same rule as the other on/off settings: " 1" is refused there too.
+    expect(Config.parse({ ENGRAM_MAKE_ROOM_MOVES: " 1" })._tag).toBe("Invalid")
+    // A program's boolean and a file's JSON boolean are read as before.
+    const p = Config.parseInput({ limits: { ...Limits.defaults, requireMeasured: true } })
+    expect(p._tag === "Valid" && p.config.limits.requireMeasured).toBe(true)
+    const file = join(mkdtempSync(join(tmpdir(), "engram-cfg-")), "c.json")
+    writeFileSync(file, JSON.stringify({ ENGRAM_REQUIRE_MEASURED: true }))
+    const fromFile = await Effect.runPromise(Config.fromEnvironment({ ENGRAM_CONFIG_FILE: file }))
+    expect(fromFile.limits.requireMeasured).toBe(true)
+  })
+
   it("every store call is bounded by 15 s by default (ENGRAM_STORE_TIMEOUT_MS), from 100 ms to 10 min", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && d.config.storeTimeoutMs).toBe(15_000)
@@ -124,7 +189,8 @@ describe("configuration", () => {
       "must be an absolute http:// or https:// URL of at most 2048 characters naming a host peers reach (not 0.0.0.0 or ::), without spaces, control characters, user:password@, a query or a fragment, and without a path: where the other replicas reach this one (http://10.0.0.5:7070)"
     for (const url of ["http://0.0.0.0:7070", "http://[::]:7070/", "http://0:7070", "http://u:p@x:7070", "http://u@x:7070", "http://10.0.0.5:7070/v1", "ftp://10.0.0.5:7070", "http://10.0.0.5:7070?x=1"]) {
       const r = Config.parse({ ENGRAM_PEER_URL: url })
-      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule, i.value]), url).toEqual([["ENGRAM_PEER_URL", rule, url]])
+      // A value that may hold user:password@ is never echoed.
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule, i.value]), url).toEqual([["ENGRAM_PEER_URL", rule, url.includes("@") ? Env.hidden : url]])
       const p = Config.parseInput({ peerUrl: url })
       expect(p._tag === "Invalid" && p.issues.map((i) => [i.variable, i.rule]), url).toEqual([["peerUrl", rule]])
     }
@@ -358,7 +424,7 @@ describe("configuration", () => {
       ENGRAM_PORT: "must be an integer from 0 to 65535",
       ENGRAM_CPU_OVERCOMMIT: "must be > 0",
       ENGRAM_MAX_ENTRIES_PER_NODE: "must be an integer",
-      ENGRAM_REQUIRE_MEASURED: "must be a boolean",
+      ENGRAM_REQUIRE_MEASURED: Config.booleanRule,
       ENGRAM_REAPER_INTERVAL_MS: "must be an integer",
       ENGRAM_DATABASE_URL: "must be a postgres:// or postgresql:// URL",
       ENGRAM_ADMIN_TOKEN: "must be at least 16 characters",
@@ -575,7 +641,7 @@ describe("a program's settings", () => {
     const nulls = { port: null, host: null, reclaimGraceMs: null, limits: { ...Limits.defaults, cpuOvercommit: null, requireMeasured: null } } as unknown as Config.CoordinatorConfigInput
     expect(await invalid(nulls)).toEqual([
       ["port", "must be an integer from 0 to 65535", null],
-      ["host", "must be a string", null],
+      ["host", Names.hostRule, null],
       ["reclaimGraceMs", "must be an integer >= 0", null],
       ["limits.cpuOvercommit", "must be a finite number", null],
       ["limits.requireMeasured", "must be a boolean", null],

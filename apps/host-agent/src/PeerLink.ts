@@ -267,25 +267,11 @@ export const derivedPeerUrl = (host: string, port: number): string | null => {
   return `http://${host.includes(":") && !host.startsWith("[") ? `[${host}]` : host}:${port}`
 }
 
-/**
- * Whether `host` is one host, as the agent writes it into addresses: a host name or an IP address
- * (an IPv6 one without brackets: the peer URL, the simulated wire and QEMU's `tcp:` URIs put
- * them around it and a port after it), and nothing else (no scheme, port, path, user, whitespace
- * or control character). Judged by the URL the agent would build from it (`derivedPeerUrl`'s
- * form): it must parse with this host alone before the port.
- */
-const isOneHost = (host: string): boolean => {
-  if (host === "" || host.startsWith("[") || /[\s/\\?#@]/.test(host) || Names.hasControlCharacter(host)) return false
-  try {
-    const parsed = new URL(`http://${host.includes(":") ? `[${host}]` : host}:1/`)
-    return parsed.hostname !== "" && parsed.port === "1" && parsed.pathname === "/"
-  } catch {
-    return false
-  }
-}
+/** Whether `host` is one host (core's `Names.isHost`): the agent writes it into peer URLs, the simulated wire and QEMU's `tcp:` URIs. */
+const isOneHost = Names.isHost
 
-/** The rule of a host the agent listens on (`ENGRAM_AGENT_MIGRATION_HOST`; a wildcard such as 0.0.0.0 listens on every interface). */
-export const listenHostRule = "must be a host name or IP address (an IPv6 one without brackets), without a scheme, port, path, spaces or control characters"
+/** The rule of a host the agent listens on (`ENGRAM_AGENT_MIGRATION_HOST`; a wildcard such as 0.0.0.0 listens on every interface): core's `Names.hostRule`. */
+export const listenHostRule = Names.hostRule
 
 /** Why `host` cannot be listened on (`listenHostRule`), or undefined. */
 export const listenHostProblem = (host: string): string | undefined => (isOneHost(host) ? undefined : listenHostRule)

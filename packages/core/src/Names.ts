@@ -78,6 +78,27 @@ export const hasControlCharacter = (text: string): boolean => {
   return false
 }
 
+/**
+ * Whether `host` is one host, as a listen address or an address built into URLs: a host name or
+ * an IP address (an IPv6 one without brackets: URLs and `tcp:` URIs put them around it and a
+ * port after it), and nothing else (no scheme, port, path, user, whitespace or control
+ * character). Judged by the URL built from it: `http://<host>:1/` must parse with this host alone
+ * before the port. A wildcard (0.0.0.0, ::) is one host here: it listens on every interface.
+ * The one rule of the coordinator's `ENGRAM_HOST` and the agent's listen hosts.
+ */
+export const isHost = (host: string): boolean => {
+  if (host === "" || host.startsWith("[") || /[\s/\\?#@]/.test(host) || hasControlCharacter(host)) return false
+  try {
+    const parsed = new URL(`http://${host.includes(":") ? `[${host}]` : host}:1/`)
+    return parsed.hostname !== "" && parsed.port === "1" && parsed.pathname === "/"
+  } catch {
+    return false
+  }
+}
+
+/** The rule of {@link isHost} in words, as a refusal says it. */
+export const hostRule = "must be a host name or IP address (an IPv6 one without brackets), without a scheme, port, path, spaces or control characters"
+
 export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
 
 /**
