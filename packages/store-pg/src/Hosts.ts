@@ -4,7 +4,7 @@
  * view is the host cache's (`HostCache.fleet`: only what changed since its last read is read).
  */
 import { Ledger } from "@engram/core"
-import { Conflict, CurrentFence, Cursor, NotFound, Refused, reportChanges, reportedTemplates, Validate } from "@engram/store"
+import { Conflict, CurrentFence, Cursor, NotFound, Refused, reportChanges, reportedTemplates, reportIsOutdated, unchangedByReport, Validate } from "@engram/store"
 import type { Fence, Host, HostReport, HostView, InvalidInput, ReportChanges, ReportedHost, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
@@ -80,6 +80,8 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         if (h === undefined) return yield* hostNotFound(id)
         const bad: InvalidInput | null = Validate.report(report)
         if (bad) return yield* bad
+        // Older than the report the host holds: not written (`reportIsOutdated`).
+        if (reportIsOutdated(toHostRow(h), t)) return { ...((yield* hostView(tx, id)) as HostView), ...unchangedByReport } satisfies ReportedHost
         const view = yield* writeHost(tx, id, sql`total_mib = ${report.totalMib}, allocatable_mib = ${report.allocatableMib}, total_vcpus = ${report.totalVcpus},
           templates = ${JSON.stringify(reportedTemplates(report))}::jsonb, peer_url = ${report.peerUrl ?? null}, reported_at = ${t}`)
         const reported: ReportedHost = { ...(view as HostView), ...changesOf(toHostRow(h), report, t) }
@@ -104,16 +106,19 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
           update ${hosts} h set total_mib = report."totalMib", allocatable_mib = report."allocatableMib", total_vcpus = report."totalVcpus",
             templates = report.templates, peer_url = report."peerUrl", reported_at = report.t, version = ${hostVersionBump("h.version")}
           from report join before on before.id = report.id
-          where h.id = report.id
+          where h.id = report.id and (before."reportedAt" is null or before."reportedAt" <= report.t::float8)
           returning ${hostColumns("h", "room")}, 0 as "parks", 0 as "descents", to_jsonb(before) as "before"`)
         const rows = written.map(toHostRow)
         const befores = new Map(written.map((r) => toHostRow(json<Record<string, unknown>>(r["before"]))).map((b) => [b.id, b]))
         tx.afterCommit(() => rows.forEach((r) => cache.learn(r)))
-        const views = new Map((yield* readHostRows(tx, { hostIds: rows.map((r) => r.id), sessions: "counts" })).map((r) => [r.id, toHostView(r, limits())]))
+        // Every item's host: one whose report is older than the one it holds is not written
+        // (`reportIsOutdated`) and answers its view, unchanged; an unknown one has none.
+        const views = new Map((yield* readHostRows(tx, { hostIds: items.map((i) => i.id), sessions: "counts" })).map((r) => [r.id, toHostView(r, limits())]))
         return items.map((i): ReportedHost | undefined => {
           const view = views.get(i.id)
+          if (view === undefined) return undefined
           const before = befores.get(i.id)
-          return view === undefined || before === undefined ? undefined : { ...view, ...changesOf(before, i, i.t) }
+          return before === undefined ? { ...view, ...unchangedByReport } : { ...view, ...changesOf(before, i, i.t) }
         })
       }),
     )

@@ -20,6 +20,8 @@ import {
   NotFound,
   Refused,
   reportChanges,
+  reportIsOutdated,
+  unchangedByReport,
   reportedTemplates,
   sessionCountsOf,
   Store,
@@ -654,6 +656,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const bad = Validate.report(report)
         if (bad) return yield* bad
         const t = yield* now
+        // Older than the report the host holds: not written, and it changes nothing.
+        if (reportIsOutdated(h, t)) return { ...viewOf(h), ...unchangedByReport }
         const changes = reportChanges(h, report, { now: t, limits })
         h.report = {
           totalMib: report.totalMib,

@@ -56,6 +56,18 @@ export interface ReportChanges {
 export type ReportedHost = HostView & ReportChanges
 
 /**
+ * Whether a report of time `at` is older than the one the host holds (`before.reportedAt` later):
+ * a report that waited in a replica that stalled, while the agent's newer one landed through
+ * another. It is not written and changes nothing (`unchangedByReport`): written, it would take the
+ * host's figures, templates and peer URL back in time, and its `reportedAt` too (a host then read
+ * as silent takes no placements until its next report).
+ */
+export const reportIsOutdated = (before: { readonly reportedAt: number | null }, at: number): boolean => before.reportedAt !== null && before.reportedAt > at
+
+/** What an outdated report (`reportIsOutdated`) changes: nothing. */
+export const unchangedByReport: ReportChanges = Object.freeze({ peerUrlChanged: false, figuresChanged: false, wasSilent: false })
+
+/**
  * What `report` changes on a host that held `before` (its stored report, null before the first,
  * its peer URL and when it last reported): the one rule every store answers `reportHost`'s
  * `ReportChanges` by, given the host as it held it inside the write and the report's time `at.now`.
@@ -65,6 +77,7 @@ export const reportChanges = (
   report: HostReport,
   at: { readonly now: number; readonly limits: core.Limits.Limits },
 ): ReportChanges => {
+  if (reportIsOutdated(before, at.now)) return unchangedByReport
   if (before.report === null) return { peerUrlChanged: true, figuresChanged: true, wasSilent: false }
   const wasSilent = CorePlacement.isSilent(before, at.now, at.limits)
   const peerUrlChanged = before.peerUrl !== (report.peerUrl ?? null)

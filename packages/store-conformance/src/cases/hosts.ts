@@ -6,6 +6,7 @@ import { Headroom } from "@engram/core"
 import { expect } from "@effect/vitest"
 import { Validate } from "@engram/store"
 import { Effect } from "effect"
+import { TestClock } from "effect/testing"
 import { addHost, expectFailure, expectInvariants, expectUnchanged, hostsNow, hostSummaryOf, kase, placed, queued, registered, reportFor, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
@@ -23,6 +24,27 @@ export const hosts: Group = {
         expect((yield* s.hostByTokenHash("hash-one"))?.id).toBe("h1")
         expect(yield* s.hostByTokenHash("hash-three")).toBeNull()
         expect(yield* s.hostByTokenHash("")).toBeNull()
+      }),
+    ),
+    kase(
+      "a report older than the one a host holds (it waited in a replica that stalled) is not written and changes nothing; a newer one is",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* s.registerHost({ id: "h1" })
+        yield* TestClock.setTime(10_000)
+        const newer = { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8, peerUrl: "http://10.0.0.1:7100" }
+        yield* s.reportHost("h1", newer)
+        const held = yield* s.getHost("h1")
+        // The agent's earlier report, stamped before the newer one, lands after it.
+        yield* TestClock.setTime(9_000)
+        const older = yield* s.reportHost("h1", { totalMib: 8192, allocatableMib: 7168, totalVcpus: 4, peerUrl: "http://10.0.0.9:7100" })
+        expect(older).toMatchObject({ peerUrlChanged: false, figuresChanged: false, wasSilent: false, reportedAt: 10_000, peerUrl: newer.peerUrl })
+        expect(yield* s.getHost("h1")).toStrictEqual(held)
+        // A report of the same time or later is written as ever.
+        yield* TestClock.setTime(11_000)
+        const later = yield* s.reportHost("h1", { ...newer, allocatableMib: 14336 })
+        expect(later).toMatchObject({ figuresChanged: true, peerUrlChanged: false, reportedAt: 11_000 })
+        expect((yield* s.getHost("h1")).report?.allocatableMib).toBe(14336)
       }),
     ),
     kase(
