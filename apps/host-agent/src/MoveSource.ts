@@ -440,9 +440,10 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // The debt's write is in the pause.
       const writeMs = inPauseMs(yield* nowMs)
       // The write itself is not cut (it goes on in its own fiber, holding the state file's lock,
-      // so the file never goes back in time): the pause is.
-      const writing = yield* Effect.forkDetach(residents.owePaused(owed))
-      const indebted = yield* Fiber.join(writing).pipe(
+      // so the file never goes back in time): the pause is, and the debt given up then is not
+      // taken in the record when the write lands later (`owePaused`). While a write of the state
+      // file hangs it fails at once: the pause is given back without waiting.
+      const indebted = yield* residents.owePaused(owed).pipe(
         Effect.timeoutOrElse({ duration: writeMs, orElse: () => Effect.fail({ message: `not written within ${Math.round(writeMs)} ms of the guest's pause` }) }),
         Effect.result,
       )
@@ -453,7 +454,8 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         yield* at.abort
         const reason = `move failed: the source's state file could not record the move's debt before its final round: ${indebted.failure.message}`
         yield* abandon(reason)
-        // A write still under way lands before these (the lock): the debt of a move that sent nothing goes.
+        // The record holds no debt of a move that sent nothing (a write that lands in the same
+        // instant as the bound may have taken it); the next write puts the file in line with it.
         yield* residents.removePendingCommit(move.id)
         return { _tag: "Failed", reason, paused: true } as const
       }

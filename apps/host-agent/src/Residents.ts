@@ -1,13 +1,25 @@
 /**
  * The agent's record of what is resident on its host (VMs, their reservations, incoming VMs
  * of moves) and of the move outcomes it still owes. Every change is persisted through
- * `persist` (the state file in production, nothing in clock-driven tests). A write that fails
- * is logged and the change kept in memory (the next write, or the coordinator's view, restores
- * the file), except the debt a move's pause takes (`owePaused`): that one fails, and changes
- * nothing.
+ * `persist` (the state file in production, nothing in clock-driven tests). A change holds in
+ * memory at once; its write follows. A write that fails is logged and the change kept (the next
+ * write, or the coordinator's view, restores the file), except the debt a move's pause takes
+ * (`owePaused`): that one fails, and changes nothing.
+ *
+ * A disk that hangs (a write that never returns) must not stall the agent: a change waits for
+ * its write at most `writeWaitMs`, then goes on, the record in memory serving (logged once per
+ * hang); while the write hangs later changes do not wait at all, and the file catches up with
+ * the latest record when the disk answers. Only `owePaused` needs its write, and it fails at
+ * once while one hangs.
  */
-import { Effect, Ref, Semaphore } from "effect"
+import { Clock, Data, Effect, Fiber, Semaphore } from "effect"
 import { empty, logFailed, type PendingCommit, type ResidentVm, type StateFile, type StateWriteError } from "./LocalState.js"
+
+/** How long a change waits for its state file write before the agent goes on without it (the disk hangs), ms. */
+export const writeWaitMs = 10_000
+
+/** The debt of a move cannot be written: a state file write has hung (not returned after `writeWaitMs`) and still has not returned. */
+export class StateFileHangs extends Data.TaggedError("StateFileHangs")<{ readonly message: string; readonly hungForMs: number }> {}
 
 export interface Residents {
   readonly get: (vmId: string) => Effect.Effect<ResidentVm | undefined>
@@ -20,10 +32,12 @@ export interface Residents {
   /**
    * Owes a move's outcome and marks its (source) VM paused, in one write of the state file: at a
    * move's switchover this write is a part of the guest's pause, so it is one fsync, not two.
-   * Fails when the write does, the record unchanged: a source that sends the guest's last round
-   * without its debt on disk cannot tell, after a restart, that the guest may run elsewhere.
+   * Fails when the write does, or at once while a write hangs (`StateFileHangs`), the record
+   * unchanged: a source that sends the guest's last round without its debt on disk cannot tell,
+   * after a restart, that the guest may run elsewhere. Interrupted (a caller's bound), the record
+   * stays unchanged too, though the write goes on: the next write puts the file back in line.
    */
-  readonly owePaused: (c: PendingCommit) => Effect.Effect<void, StateWriteError>
+  readonly owePaused: (c: PendingCommit) => Effect.Effect<void, StateWriteError | StateFileHangs>
   readonly removePendingCommit: (moveId: string) => Effect.Effect<void>
   readonly snapshot: Effect.Effect<StateFile>
 }
@@ -32,30 +46,108 @@ export const makeResidents = (
   hostId: string,
   initial: StateFile | null,
   persist: (s: StateFile) => Effect.Effect<void, StateWriteError>,
+  options: { readonly writeWaitMs?: number } = {},
 ): Effect.Effect<Residents> =>
   Effect.gen(function* () {
-    const ref = yield* Ref.make<StateFile>(initial ?? empty(hostId))
+    const waitMs = options.writeWaitMs ?? writeWaitMs
+    // Plain variables (one thread), each read and set within one step.
+    let state: StateFile = initial ?? empty(hostId)
+    /** The write not begun yet: it writes the record as it is when it begins, so it serves every change made before. */
+    let queued: { fiber: Fiber.Fiber<void, StateWriteError> | undefined } | undefined
+    /** When the write under way began (undefined: none is under way). */
+    let writingSinceMs: number | undefined
+    /** When the write under way began, once a change has waited `waitMs` for it (undefined: none hangs). */
+    let hungSinceMs: number | undefined
+    // One write at a time, each to its end: a write overtaken by a later one would take the file
+    // back in time (and `Durable.replace` has one temporary file per process).
     const lock = yield* Semaphore.make(1)
-    // Persist inside the lock so the file never goes back in time.
+
+    const ended = Effect.flatMap(Clock.currentTimeMillis, (t) =>
+      Effect.suspend(() => {
+        const since = hungSinceMs
+        writingSinceMs = undefined
+        hungSinceMs = undefined
+        return since === undefined ? Effect.void : Effect.logWarning("state file write returned after hanging; the file is written again from the record", { hostId, hungForMs: t - since })
+      }),
+    )
+    /**
+     * Writes `next()` (read as the write begins) holding the lock, then runs `written` (still in
+     * the lock) once it is on disk; logs its failure when `logsFailure` (once, however many
+     * changes the write serves). In a fiber of its own, detached: a caller that stops waiting
+     * does not cut the write, nor does the agent's stop (a rename half done is no concern, but a
+     * file written after a later one would be).
+     */
+    const writeAlone = (next: () => StateFile, written: () => void, logsFailure: boolean) =>
+      Effect.forkDetach(
+        lock.withPermits(1)(
+          Effect.flatMap(Clock.currentTimeMillis, (t) => {
+            writingSinceMs = t
+            return persist(next())
+          }).pipe(
+            Effect.andThen(Effect.sync(written)),
+            Effect.tapError((e) => (logsFailure ? logFailed(e, { hostId }) : Effect.void)),
+            Effect.ensuring(ended),
+          ),
+        ),
+      )
+    /** The write that will hold the record as it is now: the one queued, or a new one. */
+    const queueWrite: Effect.Effect<Fiber.Fiber<void, StateWriteError>> = Effect.suspend(() => {
+      if (queued?.fiber !== undefined) return Effect.succeed(queued.fiber)
+      const w: { fiber: Fiber.Fiber<void, StateWriteError> | undefined } = { fiber: undefined }
+      queued = w
+      const take = () => {
+        if (queued === w) queued = undefined
+        return state
+      }
+      return Effect.map(writeAlone(take, () => undefined, true), (fiber) => (w.fiber = fiber))
+    })
+    /** A write has not returned after `waitMs`: the agent goes on without it, said once per hang. */
+    const hangs = Effect.suspend(() => {
+      if (hungSinceMs !== undefined || writingSinceMs === undefined) return Effect.void
+      hungSinceMs = writingSinceMs
+      return Effect.logError(
+        `state file write has not returned for ${waitMs} ms (its disk may hang): the agent goes on from its record in memory, written when the disk answers; no move takes its final round from this host until then`,
+        { hostId, waitedMs: waitMs },
+      )
+    })
+    /** Changes the record at once; waits for its write at most `waitMs`, and not at all while a write hangs. */
     const change = (f: (s: StateFile) => StateFile) =>
       Effect.gen(function* () {
-        const next = yield* Ref.updateAndGet(ref, f)
-        yield* persist(next).pipe(Effect.catch((e) => logFailed(e, { hostId })))
-      }).pipe(lock.withPermits(1))
-    /** A change that holds only once written: a failed write leaves the record as it was, and fails. */
-    const changeDurably = (f: (s: StateFile) => StateFile) =>
-      Effect.gen(function* () {
-        const next = f(yield* Ref.get(ref))
-        yield* persist(next)
-        yield* Ref.set(ref, next)
-      }).pipe(lock.withPermits(1))
+        yield* Effect.sync(() => {
+          state = f(state)
+        })
+        const write = yield* queueWrite
+        if (hungSinceMs !== undefined) return
+        const waited = yield* Fiber.await(write).pipe(Effect.timeoutOption(waitMs))
+        if (waited._tag === "None") yield* hangs
+      })
+    /** A change that holds only once written: a failed write (or a caller that stops waiting) leaves the record as it was. */
+    const changeDurably = (f: (s: StateFile) => StateFile): Effect.Effect<void, StateWriteError | StateFileHangs> =>
+      Effect.suspend((): Effect.Effect<void, StateWriteError | StateFileHangs> => {
+        if (hungSinceMs !== undefined) {
+          const since = hungSinceMs
+          return Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.fail(new StateFileHangs({ message: `a state file write has not returned for ${t - since} ms (its disk may hang)`, hungForMs: t - since })))
+        }
+        let waiting = true
+        // Applied in the lock, before the next write reads the record: that one holds it too.
+        const written = () => {
+          if (waiting) state = f(state)
+        }
+        return Effect.flatMap(writeAlone(() => f(state), written, false), Fiber.join).pipe(
+          Effect.onInterrupt(() =>
+            Effect.sync(() => {
+              waiting = false
+            }),
+          ),
+        )
+      })
     return {
-      get: (vmId) => Effect.map(Ref.get(ref), (s) => s.vms.find((v) => v.vmId === vmId)),
-      all: Effect.map(Ref.get(ref), (s) => s.vms),
+      get: (vmId) => Effect.sync(() => state.vms.find((v) => v.vmId === vmId)),
+      all: Effect.sync(() => state.vms),
       put: (vm) => change((s) => ({ ...s, vms: [...s.vms.filter((v) => v.vmId !== vm.vmId), vm] })),
       update: (vmId, f) => change((s) => ({ ...s, vms: s.vms.map((v) => (v.vmId === vmId ? f(v) : v)) })),
       remove: (vmId) => change((s) => ({ ...s, vms: s.vms.filter((v) => v.vmId !== vmId) })),
-      pendingCommits: Effect.map(Ref.get(ref), (s) => s.pendingCommits),
+      pendingCommits: Effect.sync(() => state.pendingCommits),
       addPendingCommit: (c) => change((s) => ({ ...s, pendingCommits: [...s.pendingCommits.filter((p) => p.moveId !== c.moveId), c] })),
       owePaused: (c) =>
         changeDurably((s) => ({
@@ -64,6 +156,6 @@ export const makeResidents = (
           pendingCommits: [...s.pendingCommits.filter((p) => p.moveId !== c.moveId), c],
         })),
       removePendingCommit: (moveId) => change((s) => ({ ...s, pendingCommits: s.pendingCommits.filter((p) => p.moveId !== moveId) })),
-      snapshot: Ref.get(ref),
+      snapshot: Effect.sync(() => state),
     }
   })
