@@ -327,21 +327,36 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * not assigned here, not resident and not being acted on, written more than `imageGraceMs`
      * ago. Such a session ended, or runs again on another host (restored there from a fetched
      * copy, or booted fresh). Nothing without the list (an older coordinator). Best effort: a
-     * failure is logged and tried again on the next pass.
+     * failure is logged and tried again on a later pass.
+     *
+     * Off the reconcile: an image directory on a disk that hangs (a listing or an `rm` that never
+     * returns) holds neither the pass nor the next ones. One scan at a time (`imageScan`: a pass
+     * while one still runs starts none); each removal is an action of its session's (keyed by its
+     * id in `inflight`), judged again by the last assignments when it runs: no action of that
+     * session starts while its image goes, and a hung removal holds up only that session.
      */
-    const removeReleasedImages = (a: Assignments) =>
+    const imageScan = yield* FiberHandle.make()
+    /** Whether `a` keeps `vmId`'s image here: listed as held here, or assigned (or no list: an older coordinator). */
+    const keeps = (a: Assignments, vmId: string) => a.imageSessions === undefined || a.imageSessions.includes(vmId) || a.sessions.some((s) => s.id === vmId)
+    const removeReleasedImages = Effect.gen(function* () {
+      const a = yield* Ref.get(lastAssignments)
+      if (config.imageGraceMs === null || a === null || a.imageSessions === undefined || images.list === undefined) return
+      const t = yield* Clock.currentTimeMillis
+      for (const img of yield* images.list) {
+        if (keeps(a, img.vmId) || t - img.writtenAtMs < config.imageGraceMs) continue
+        if ((yield* residents.get(img.vmId)) !== undefined || (yield* FiberMap.has(inflight, img.vmId))) continue
+        yield* FiberMap.run(inflight, img.vmId, { onlyIfMissing: true })(removeReleasedImage(img.vmId))
+      }
+    }).pipe(Effect.catchCause((cause) => Effect.logWarning("descent images not cleaned up; tried again on the next pass", { hostId: me, error: String(cause) })))
+    /** Removes `vmId`'s image unless the last assignments keep it, or its VM is resident here. */
+    const removeReleasedImage = (vmId: string) =>
       Effect.gen(function* () {
-        if (config.imageGraceMs === null || a.imageSessions === undefined || images.list === undefined) return
-        const graceMs = config.imageGraceMs
-        const keep = new Set([...a.imageSessions, ...a.sessions.map((s) => s.id)])
-        const t = yield* Clock.currentTimeMillis
-        for (const img of yield* images.list) {
-          if (keep.has(img.vmId) || t - img.writtenAtMs < graceMs) continue
-          if ((yield* residents.get(img.vmId)) !== undefined || (yield* FiberMap.has(inflight, img.vmId))) continue
-          yield* images.remove(img.vmId)
-          yield* log("descent image removed: its session ended or runs on another host", { sessionId: img.vmId, imagePath: images.pathFor(img.vmId) })
-        }
-      }).pipe(Effect.catchCause((cause) => Effect.logWarning("descent images not cleaned up; tried again on the next pass", { hostId: me, error: String(cause) })))
+        const a = yield* Ref.get(lastAssignments)
+        if (a === null || keeps(a, vmId)) return
+        if ((yield* residents.get(vmId)) !== undefined) return
+        yield* images.remove(vmId)
+        yield* log("descent image removed: its session ended or runs on another host", { sessionId: vmId, imagePath: images.pathFor(vmId) })
+      }).pipe(Effect.catchCause((cause) => Effect.logWarning("descent image not removed; tried again on the next pass", { hostId: me, sessionId: vmId, error: String(cause) })))
 
     /** Makes the session's VM resident and running: unparked, restored from its descent image, or started. */
     const ensureRunning = (s: AssignedSession) =>
@@ -811,7 +826,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         }
         for (const h of a.imageHosts ?? []) imageHostUrls.set(h.hostId, h.peerUrl)
         yield* Ref.set(lastAssignments, a)
-        yield* removeReleasedImages(a)
+        yield* FiberHandle.run(imageScan, { onlyIfMissing: true })(removeReleasedImages)
         const mine = a.sessions.filter((s) => s.hostId === me)
         for (const s of mine) {
           if (yield* FiberMap.has(inflight, s.id)) continue
