@@ -34,7 +34,7 @@ const agentOn = (images: ImageStore.ImageStore, imageSessions: readonly string[]
   })
 
 /** Runs `pass` and answers once it has ended (the clock stepped meanwhile; never: the test fails). */
-const passEnds = (pass: Effect.Effect<void>) =>
+const passEnds = <E>(pass: Effect.Effect<void, E>) =>
   Effect.gen(function* () {
     const fiber = yield* Effect.forkChild(pass, { startImmediately: true })
     yield* stepUntil("the reconcile pass ends", () => Effect.andThen(Effect.yieldNow, Effect.sync(() => fiber.pollUnsafe() !== undefined)))
