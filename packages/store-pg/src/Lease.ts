@@ -214,9 +214,14 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       holderUrl = row.holder === holder ? null : row.url
       holderAdminTokenHash = row.holder === holder ? null : row.adminTokenHash
       if (seen === null || seen.holder !== row.holder || seen.epoch !== row.epoch || seen.renewals !== row.renewals || seen.durationMs !== row.durationMs) {
+        // Seen changed as the read answered, not as this attempt began: the read may have waited
+        // (up to the query timeout) and shown a renewal the holder sent after that beginning. The
+        // holder acts for its renew deadline from its renewal's send, so a whole lease from the
+        // answer (later than that send) is never inside it, whatever the query timeout.
+        const answeredAt = elapsedMs()
         seen = row
-        seenAt = now
-        changedAt = now
+        seenAt = answeredAt
+        changedAt = answeredAt
       }
       // Alive while it changes; unchanged for the holder's whole lease: taken over, if still as seen.
       if (now - seenAt < row.durationMs) return false

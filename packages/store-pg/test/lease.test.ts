@@ -6,7 +6,7 @@ import { it } from "@effect/vitest"
 import postgres from "@engram/postgres"
 import { CurrentFence, Leadership } from "@engram/store"
 import { freshDatabase } from "@engram/test-pg"
-import { Clock, Context, Effect, Exit, Layer, Logger, Scope } from "effect"
+import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Logger, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { describe, expect } from "vitest"
 import * as Lease from "../src/Lease.js"
@@ -164,6 +164,53 @@ describe("a lease on PostgreSQL (PGlite, TestClock)", () => {
         expect(String(bad)).toMatch(/renewDeadlineMs must be an integer > 0 and < leaseDurationMs/)
       }).pipe(Effect.scoped),
     300_000,
+  )
+})
+
+describe("a watcher's read that answers late", () => {
+  it.effect("counts the lease as seen renewed from its answer, not its send: a holder that renewed meanwhile and then froze is never taken over within its renew deadline", () =>
+    Effect.gen(function* () {
+      // A renew deadline 1 s short of the lease, a read that waits 1.9 s (within the 2 s query timeout).
+      const tight = { leaseDurationMs: 15_000, renewDeadlineMs: 14_000 }
+      const db = yield* Pglite.open()
+      const gate: { held: Deferred.Deferred<void> | null; waiting: Deferred.Deferred<void> | null } = { held: null, waiting: null }
+      // B's pool: a query waits at the gate (when one is set) before it runs.
+      const slowPool: typeof db.pool = {
+        ...db.pool,
+        query: (statement) =>
+          Effect.suspend(() => {
+            const held = gate.held
+            const waiting = gate.waiting
+            gate.held = null
+            return held === null ? db.pool.query(statement) : Deferred.succeed(waiting!, undefined).pipe(Effect.andThen(Deferred.await(held)), Effect.andThen(db.pool.query(statement)))
+          }),
+      }
+      const a = yield* Lease.make(db, { ...tight, holder: "a" })
+      const b = yield* Lease.make({ ...db, pool: slowPool }, { ...tight, holder: "b" })
+      expect(yield* a.tick).toBe(true)
+      expect(yield* b.tick).toBe(false)
+      yield* TestClock.adjust(1_000)
+      // B's look is sent at 1 s and reaches the database only after A's renewal at 2.9 s.
+      gate.held = yield* Deferred.make<void>()
+      gate.waiting = yield* Deferred.make<void>()
+      const waiting = gate.waiting
+      const held = gate.held
+      const look = yield* Effect.forkChild(b.tick)
+      yield* Deferred.await(waiting)
+      yield* TestClock.adjust(1_900)
+      expect(yield* a.tick).toBe(true)
+      yield* Deferred.succeed(held, undefined)
+      expect(yield* Fiber.join(look)).toBe(false)
+      // A freezes after that renewal: it acts until 2.9 s + 14 s = 16.9 s. B looks at 16 s.
+      yield* TestClock.adjust(16_000 - 2_900)
+      expect(a.isLeader()).toBe(true)
+      expect(yield* b.tick).toBe(false)
+      expect([a.isLeader(), b.isLeader()]).toStrictEqual([true, false])
+      // Past A's deadline and a whole lease after B saw the renewal (2.9 s + 15 s): B takes over.
+      yield* TestClock.adjust(17_900 - 16_000)
+      expect(a.isLeader()).toBe(false)
+      expect(yield* b.tick).toBe(true)
+    }).pipe(Effect.scoped),
   )
 })
 
