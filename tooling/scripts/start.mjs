@@ -15,8 +15,6 @@
 // First: on a Node.js older than engram supports, one line and exit 1 (not a silent wait).
 import "../../packages/process/check-node.js"
 import { spawn } from "node:child_process"
-import { readFileSync } from "node:fs"
-import { createServer } from "node:net"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 
@@ -24,44 +22,11 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..")
 const env = { ...process.env, INIT_CWD: process.env.INIT_CWD || process.cwd() }
 const verbose = env.ENGRAM_TOUR_VERBOSE === "1" || env.ENGRAM_TOUR_VERBOSE === "true"
 
-/** Whether `port` (0: the kernel's choice) can be bound on 127.0.0.1 now: the port bound, or null. */
-const bindable = (port) =>
-  new Promise((resolve) => {
-    const server = createServer()
-    server.once("error", () => resolve(null))
-    server.listen(port, "127.0.0.1", () => {
-      const { port: bound } = server.address()
-      server.close(() => resolve(bound))
-    })
-  })
-
-/**
- * A free TCP port on 127.0.0.1 (for ENGRAM_PORT=0: the demo must know where the coordinator
- * listens), which the coordinator binds seconds later (tsx compiles it first). Picked below the
- * kernel's ephemeral range, as @engram/test-pg's freePort: a port from that range (listen(0)'s)
- * may meanwhile become the local port of any outgoing connection on the machine, and the
- * coordinator would exit with EADDRINUSE. The kernel's choice only where the range starts low.
- */
-const freePort = async () => {
-  let low = 32768
-  try {
-    low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]) || low
-  } catch {
-    // not Linux: its default
-  }
-  const floor = 20_000
-  for (let tries = 0; low - floor >= 2_000 && tries < 64; tries++) {
-    const port = await bindable(floor + Math.floor(Math.random() * (low - floor)))
-    if (port !== null) return port
-  }
-  const port = await bindable(0)
-  if (port === null) throw new Error("no free TCP port on 127.0.0.1")
-  return port
-}
-
-const port = env.ENGRAM_PORT === "0" ? String(await freePort()) : env.ENGRAM_PORT || "7070"
+// ENGRAM_PORT=0: the coordinator takes the port the kernel gives it and tells this process over
+// the IPC channel (apps/coordinator/src/main.ts); the demo starts once it knows where.
+const port = env.ENGRAM_PORT || "7070"
 const host = env.ENGRAM_HOST || "127.0.0.1"
-const url = `http://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host}:${port}`
+const urlOn = (p) => `http://${host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host}:${p}`
 
 /** Runs a package's source with tsx (resolved from that package's dependencies). */
 const start = (name, dir, file, extra, options = {}) =>
@@ -82,8 +47,24 @@ const coordinator = start(
   // An IPC channel too: the coordinator stops when this process goes away, even SIGKILLed.
   { detached: true, stdio: ["inherit", "inherit", "inherit", "ipc"] },
 )
-const demo = start("demo", "tooling/demo", "src/demo.ts", { ENGRAM_COORDINATOR_URL: env.ENGRAM_COORDINATOR_URL || url, ENGRAM_PORT: port })
-const children = [coordinator, demo]
+/** The coordinator's URL: at once for a fixed port; for port 0 once it says where it listens (null: it ended first). */
+const listening =
+  port === "0"
+    ? new Promise((resolve) => {
+        coordinator.on("message", (m) => {
+          if (m !== null && typeof m === "object" && m._tag === "engram-coordinator-listening" && Number.isInteger(m.port)) resolve(urlOn(m.port))
+        })
+        coordinator.once("exit", () => resolve(null))
+      })
+    : Promise.resolve(urlOn(port))
+/** The children running or ended (the demo joins once the coordinator's URL is known). */
+const children = [coordinator]
+let demo = null
+const startDemo = (url) => {
+  demo = start("demo", "tooling/demo", "src/demo.ts", { ENGRAM_COORDINATOR_URL: env.ENGRAM_COORDINATOR_URL || url, ENGRAM_PORT: new URL(url).port || port })
+  children.push(demo)
+  return demo
+}
 
 const running = (c) => c.exitCode === null && c.signalCode === null
 const exited = (c) => (running(c) ? new Promise((resolve) => c.once("exit", resolve)) : Promise.resolve())
@@ -97,9 +78,9 @@ const stop = async () => {
     return
   }
   stopping = true
-  if (running(demo)) demo.kill("SIGTERM")
+  if (demo !== null && running(demo)) demo.kill("SIGTERM")
   // The demo ends its sessions through the coordinator: give it that long, then stop the coordinator.
-  await Promise.race([exited(demo), new Promise((resolve) => setTimeout(resolve, 15_000).unref())])
+  if (demo !== null) await Promise.race([exited(demo), new Promise((resolve) => setTimeout(resolve, 15_000).unref())])
   if (running(coordinator)) coordinator.kill("SIGTERM")
 }
 for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(signal, () => void stop())
@@ -108,19 +89,20 @@ process.on("exit", () => {
   if (running(coordinator)) coordinator.kill("SIGKILL")
 })
 
-await Promise.all(
-  children.map(
-    (c) =>
-      new Promise((resolve) =>
-        c.on("exit", (exitCode, signal) => {
-          // A child that stops on its own before we asked: stop the rest and report its code.
-          if (!stopping) {
-            code = exitCode ?? (signal === null ? 1 : 128)
-            void stop()
-          } else if (exitCode !== null && exitCode !== 0 && code === 0) code = exitCode
-          resolve()
-        }),
-      ),
-  ),
-)
+/** Resolves when `c` exits; one that stops on its own before we asked stops the rest, and its code is reported. */
+const watch = (c) =>
+  new Promise((resolve) =>
+    c.on("exit", (exitCode, signal) => {
+      if (!stopping) {
+        code = exitCode ?? (signal === null ? 1 : 128)
+        void stop()
+      } else if (exitCode !== null && exitCode !== 0 && code === 0) code = exitCode
+      resolve()
+    }),
+  )
+const coordinatorExited = watch(coordinator)
+const url = await listening
+// Not when the coordinator ended first (a port in use, a refused token), nor after a Ctrl-C.
+const demoExited = url !== null && !stopping ? watch(startDemo(url)) : Promise.resolve()
+await Promise.all([coordinatorExited, demoExited])
 process.exit(code)

@@ -31,6 +31,9 @@ const lockedBy = (cause: Cause.Cause<unknown>): string | null => {
   return null
 }
 
+/** The message a launcher with an IPC channel gets once the coordinator listens: `{ _tag, url, port }`. */
+const listeningMessageTag = "engram-coordinator-listening"
+
 const program = Config.fromEnvironment().pipe(
   // One line per bad variable, all at once: `ENGRAM_PORT="70000": must be an integer from 0 to 65535`.
   Effect.mapError((e) => new Fatal({ message: e.message, exitCode: Main.exitCodes.configuration })),
@@ -41,7 +44,11 @@ const program = Config.fromEnvironment().pipe(
     return Effect.scoped(
       Effect.gen(function* () {
         const running = yield* Layer.build(layer({ config: c }))
-        const why = yield* Context.get(running, CoordinatorInfo).storeLost
+        const info = Context.get(running, CoordinatorInfo)
+        // A launcher (`pnpm start`) learns where it listens (with ENGRAM_PORT=0, the port the
+        // kernel chose): no port picked elsewhere and bound later, which another socket may take.
+        if (process.connected) process.send?.({ _tag: listeningMessageTag, url: info.url, port: info.port })
+        const why = yield* info.storeLost
         return yield* new Fatal({ message: `${why}; exiting`, exitCode: Main.exitCodes.failure })
       }),
     )
