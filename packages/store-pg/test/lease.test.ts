@@ -177,12 +177,12 @@ describe("a watcher's read that answers late", () => {
       // B's pool: a query waits at the gate (when one is set) before it runs.
       const slowPool: typeof db.pool = {
         ...db.pool,
-        query: (statement) =>
+        query: <R = Record<string, unknown>>(statement: Parameters<typeof db.pool.query>[0]) =>
           Effect.suspend(() => {
             const held = gate.held
             const waiting = gate.waiting
             gate.held = null
-            return held === null ? db.pool.query(statement) : Deferred.succeed(waiting!, undefined).pipe(Effect.andThen(Deferred.await(held)), Effect.andThen(db.pool.query(statement)))
+            return held === null ? db.pool.query<R>(statement) : Deferred.succeed(waiting!, undefined).pipe(Effect.andThen(Deferred.await(held)), Effect.andThen(db.pool.query<R>(statement)))
           }),
       }
       const a = yield* Lease.make(db, { ...tight, holder: "a" })
