@@ -1125,7 +1125,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         }
         since = got.version
         // A coordinator without long-poll support answers at once: do not spin.
-        if (unchanged || got.version === undefined) yield* Effect.sleep(Math.min(config.retryDelayMs, 1000))
+        // Drawn (`Pacing.pollPauseMs`): agents answered together do not poll again together.
+        if (unchanged || got.version === undefined) yield* Effect.sleep(yield* Pacing.pollPauseMs(config.retryDelayMs))
       }
     })
 

@@ -13,6 +13,7 @@ import { Clock, Context, Duration, Effect, Layer, Schema } from "effect"
 import type { Redacted } from "effect"
 import { FetchHttpClient, HttpClient, HttpClientRequest } from "effect/http"
 import * as Failover from "./Failover.js"
+import * as Pacing from "./Pacing.js"
 import type { HostReport } from "./Measure.js"
 
 /** A session's state. */
@@ -284,7 +285,10 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
           const moved = { hostId: t.hostId, from: urls[index], to: urls[outcome.to] }
           if (left === 0) return yield* Effect.fail(new CoordinatorError({ op, status: null, message: `the agent left ${moved.from} for ${moved.to} while this call was open there, and had tried every replica` }))
           // Said for the long-poll only: the other calls are short, and the move itself is warned of by the call that made it.
-          if (op === "assignments") yield* Effect.logInfo(`assignments poll moved to ${moved.to}`, moved)
+          if (op === "assignments") {
+            yield* Effect.logInfo(`assignments poll moved to ${moved.to}`, moved)
+            yield* Effect.sleep(yield* Pacing.moveSpreadMs())
+          }
           return yield* attempt(op, request, timeoutMs, left - 1)
         }
         const result = outcome.result
@@ -310,7 +314,11 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
                 )
               : Effect.logWarning("coordinator replica unreachable; the agent moves to the next", { hostId: t.hostId, op, from: urls[index], to: urls[to], error: message })
           }
-          if (left > 0) return yield* attempt(op, request, timeoutMs, left - 1)
+          if (left > 0) {
+            // A long-poll only: every agent of a replica that went away moves at once (`Pacing.moveSpreadMs`).
+            if (op === "assignments") yield* Effect.sleep(yield* Pacing.moveSpreadMs())
+            return yield* attempt(op, request, timeoutMs, left - 1)
+          }
         }
         if (e._tag === "TimeoutError") return yield* Effect.fail(new CoordinatorError({ op, status: null, message }))
         return yield* Effect.fail(toPortError(op, e, yield* Clock.currentTimeMillis))

@@ -89,6 +89,24 @@ export const retrySchedule = (b: Backoff, honourAdvice = true, afterAttempts = 0
   )
 
 /**
+ * The pause between two assignments polls after an unchanged answer (or a coordinator without
+ * long-polls), ms: `min(retryDelayMs, 1000)`, drawn in half to one and a half of it. Agents whose
+ * polls a stopping replica answered in one tick (or a crashed one cut at once) do not poll the
+ * next replica in one burst, nor stay in step after.
+ */
+export const pollPauseMs = (retryDelayMs: number): Effect.Effect<number> => {
+  const baseMs = Math.min(retryDelayMs, 1000)
+  return Effect.map(Random.nextBetween(baseMs / 2, (3 * baseMs) / 2), Math.round)
+}
+
+/**
+ * How long a long-poll moved to another replica waits before it is sent there, ms: drawn in
+ * `[0, maxMs]`. Every agent of a replica that stops or crashes moves at once to the same next
+ * one; spread, they do not arrive in one burst of authentications and reads.
+ */
+export const moveSpreadMs = (maxMs = 1000): Effect.Effect<number> => Effect.map(Random.nextBetween(0, maxMs), Math.round)
+
+/**
  * How a periodic call takes the coordinator's advice (`retryAfterMs`): a heartbeat (`adviceCapMs`
  * undefined) never past its interval, the stale window's bound; a report up to `adviceCapMs`
  * (the back-off's cap), plus up to half of it, drawn.

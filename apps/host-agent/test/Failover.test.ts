@@ -134,11 +134,16 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
         // The heartbeat's bound passes, not the poll's (35 s): the heartbeat moves the client on.
         yield* TestClock.adjust(callTimeoutMs)
         const beaten = yield* Fiber.join(beat)
+        // The moved poll is sent after a spread drawn within 1 s (`Pacing.moveSpreadMs`): not
+        // before the TestClock moves (real time passes meanwhile, as for the calls above).
+        yield* Effect.promise(() => new Promise((r) => setTimeout(r, 300)))
+        const beforeSpread = polled
+        yield* TestClock.adjust(1000)
         yield* until(() => polled !== undefined)
-        return { beaten: beaten._tag, polled: polled?._tag, elapsedMs: (yield* Clock.currentTimeMillis) - startMs }
+        return { beaten: beaten._tag, beforeSpread: beforeSpread?._tag, polled: polled?._tag, elapsedMs: (yield* Clock.currentTimeMillis) - startMs }
       }).pipe(Effect.provide(TestClock.layer()), Effect.provide(capture)),
     )
-    expect(outcome).toEqual({ beaten: "Success", polled: "Success", elapsedMs: callTimeoutMs })
+    expect(outcome).toEqual({ beaten: "Success", beforeSpread: undefined, polled: "Success", elapsedMs: callTimeoutMs + 1000 })
     expect(outcome.elapsedMs).toBeLessThan(boundMs)
     // Each call reached the hung replica once: the poll was not sent there again.
     expect(hung.requests()).toBe(2)

@@ -18,6 +18,7 @@ import { TestClock } from "effect/testing"
 import { type AgentConfig, makeAgent } from "../src/Agent.js"
 import { CoordinatorError, type CoordinatorShape } from "../src/Coordinator.js"
 import * as Credential from "../src/Credential.js"
+import * as Pacing from "../src/Pacing.js"
 import { defaultAgentConfig } from "../src/Host.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
@@ -124,14 +125,16 @@ describe("retries back off, drawn and capped, and a healthy period starts them a
       yield* Effect.forkChild(agent.run)
       yield* TestClock.adjust("61 seconds")
       assert.deepStrictEqual(gaps(a.times("assignments")), [2000, 4000, 8000, 16000, 30000], "each failed poll waits up to twice as long as the one before, at most 30 s")
-      // The coordinator answers again: the poll at 90 s is answered, the next ones too (1 s apart: this fake does not long-poll).
+      // The coordinator answers again: the poll at 90 s is answered, the next ones too (this fake
+      // does not long-poll: 1 s apart, drawn in 0.5-1.5 s, the highest draw here).
       a.failing.delete("assignments")
       yield* TestClock.adjust("64500 millis")
-      assert.deepStrictEqual(a.times("assignments").filter((t) => t >= 90_000 && t <= 95_000), [90_000, 90_000, 91_000, 92_000, 93_000, 94_000, 95_000])
+      assert.deepStrictEqual(a.times("assignments").filter((t) => t >= 90_000 && t <= 95_000), [90_000, 90_000, 91_500, 93_000, 94_500])
       // A new outage after 35 s of answers (more than the cap) starts from the first delay again, not from the cap.
       a.failing.set("assignments", away())
       yield* TestClock.adjust("7 seconds")
-      assert.deepStrictEqual(gaps(a.times("assignments").filter((t) => t >= 125_000)), [1000, 2000, 4000])
+      // (The last answered poll at 124.5 s, the first failing one at 126 s.)
+      assert.deepStrictEqual(gaps(a.times("assignments").filter((t) => t >= 125_000)), [2000, 4000])
     }).pipe(Effect.provideService(Random.Random, fixedRandom(highest))))
 
   effect("a poll that hangs before it fails is not healthy time: answers between hung polls do not reset the back-off", () =>
@@ -414,4 +417,15 @@ describe("agents started at one instant spread out", () => {
         for (const g of gaps(ts).slice(1)) assert.isAtLeast(g, 0.9 * intervalMs - 1)
       }
     }))
+})
+
+describe("polls that would go together are spread", () => {
+  effect("the pause after an unchanged answer is drawn in half to one and a half of min(ENGRAM_AGENT_RETRY_MS, 1 s); a poll moved to another replica waits a draw within 1 s", () =>
+    Effect.gen(function* () {
+      const draw = <A>(r: number, eff: Effect.Effect<A>) => eff.pipe(Effect.provideService(Random.Random, fixedRandom(r)))
+      assert.deepStrictEqual([yield* draw(0, Pacing.pollPauseMs(1000)), yield* draw(0.5, Pacing.pollPauseMs(1000)), yield* draw(highest, Pacing.pollPauseMs(1000))], [500, 1000, 1500])
+      assert.strictEqual(yield* draw(0.5, Pacing.pollPauseMs(200)), 200)
+      assert.deepStrictEqual([yield* draw(0, Pacing.moveSpreadMs()), yield* draw(highest, Pacing.moveSpreadMs())], [0, 1000])
+    }),
+  )
 })
