@@ -455,7 +455,8 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         const reason = `move failed: the source's state file could not record the move's debt before its final round: ${indebted.failure.message}`
         yield* abandon(reason)
         // The record holds no debt of a move that sent nothing (a write that lands in the same
-        // instant as the bound may have taken it); the next write puts the file in line with it.
+        // instant as the bound may have taken it); this change's write, queued after the debt's
+        // own (`owePaused`), puts the file in line with it.
         yield* residents.removePendingCommit(move.id)
         return { _tag: "Failed", reason, paused: true } as const
       }

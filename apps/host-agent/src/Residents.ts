@@ -35,7 +35,8 @@ export interface Residents {
    * Fails when the write does, or at once while a write hangs (`StateFileHangs`), the record
    * unchanged: a source that sends the guest's last round without its debt on disk cannot tell,
    * after a restart, that the guest may run elsewhere. Interrupted (a caller's bound), the record
-   * stays unchanged too, though the write goes on: the next write puts the file back in line.
+   * stays unchanged too: a write not begun yet writes the record without the debt; one under way
+   * goes on, and the change the caller makes next (`removePendingCommit`) queues a write after it.
    */
   readonly owePaused: (c: PendingCommit) => Effect.Effect<void, StateWriteError | StateFileHangs>
   readonly removePendingCommit: (moveId: string) => Effect.Effect<void>
@@ -133,7 +134,9 @@ export const makeResidents = (
         const written = () => {
           if (waiting) state = f(state)
         }
-        return Effect.flatMap(writeAlone(() => f(state), written, false), Fiber.join).pipe(
+        // A debt given up before its write begins writes the record as it is (without the debt):
+        // a change made after that may have joined a write queued ahead of this one.
+        return Effect.flatMap(writeAlone(() => (waiting ? f(state) : state), written, false), Fiber.join).pipe(
           Effect.onInterrupt(() =>
             Effect.sync(() => {
               waiting = false

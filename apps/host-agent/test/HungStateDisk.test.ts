@@ -16,10 +16,13 @@ const owed = (sessionId: string): LocalState.PendingCommit => ({ moveId: `m-${se
 const hangingDisk = Effect.sync(() => {
   const written: LocalState.StateFile[] = []
   let gate: Deferred.Deferred<void> | undefined
+  let begun = 0
   const persist = (s: LocalState.StateFile) =>
-    Effect.suspend(() => (gate === undefined ? Effect.void : Deferred.await(gate))).pipe(Effect.andThen(Effect.sync(() => void written.push(s))))
+    Effect.suspend(() => (begun++, gate === undefined ? Effect.void : Deferred.await(gate))).pipe(Effect.andThen(Effect.sync(() => void written.push(s))))
   return {
     written,
+    /** How many writes have begun (landed or not). */
+    begun: () => begun,
     persist,
     hang: Effect.sync(() => void (gate = Deferred.makeUnsafe<void>())),
     answer: Effect.suspend(() => {
@@ -123,4 +126,30 @@ describe("a state disk that hangs", () => {
       assert.deepStrictEqual((yield* a.residents.all).map((v) => [v.vmId, v.reservationId]).sort(), [["s1", "res-s1-a"], ["s3", "res-s3"]])
       yield* Deferred.succeed(gate, undefined)
     }))
+
+  effect("a debt given up before its write begins is not written after the change that meant to clear it (one queued ahead of it)", () =>
+    Effect.gen(function* () {
+      const disk = yield* hangingDisk
+      const residents = yield* makeResidents("a", null, disk.persist)
+      yield* residents.put(vm("s1"))
+      yield* disk.hang
+      // A write in flight on a slow disk, and another change queued behind it.
+      yield* Effect.forkChild(residents.put(vm("s2")), { startImmediately: true })
+      yield* stepUntil("the write began", () => Effect.sync(() => disk.begun() === 2))
+      yield* Effect.forkChild(residents.put(vm("s3")), { startImmediately: true })
+      // The move's debt: its write waits behind both, and its caller gives up first (the pause's bound).
+      const debt = yield* Effect.forkChild(residents.owePaused(owed("s1")).pipe(Effect.timeoutOption("500 millis")), { startImmediately: true })
+      yield* TestClock.adjust("500 millis")
+      yield* Fiber.join(debt)
+      // The move ends: its debt goes (a change that joins the write queued ahead of the debt's).
+      yield* Effect.forkChild(residents.removePendingCommit("m-s1"), { startImmediately: true })
+      yield* disk.answer
+      yield* stepUntil("every write landed", () => Effect.sync(() => disk.written.length >= 4 && disk.begun() === disk.written.length))
+      yield* TestClock.adjust(writeWaitMs)
+      const last = disk.written.at(-1)!
+      assert.deepStrictEqual(last.pendingCommits, [], "the file's last record owes nothing")
+      assert.strictEqual(last.vms.find((v) => v.vmId === "s1")?.status, "running")
+      assert.deepStrictEqual(yield* residents.pendingCommits, [])
+    }),
+  )
 })
