@@ -62,7 +62,16 @@ export type ReportedHost = HostView & ReportChanges
  * host's figures, templates and peer URL back in time, and its `reportedAt` too (a host then read
  * as silent takes no placements until its next report).
  */
-export const reportIsOutdated = (before: { readonly reportedAt: number | null }, at: number): boolean => before.reportedAt !== null && before.reportedAt > at
+export const reportIsOutdated = (before: { readonly reportedAt: number | null }, at: number): boolean =>
+  before.reportedAt !== null && before.reportedAt > at && before.reportedAt - at <= reportReorderMs
+
+/**
+ * How much older than the stored one a report may be and still be taken as delayed
+ * (`reportIsOutdated`), ms: longer than any report waits in a replica (its store bound, a
+ * batch's hold). A stored time further ahead is a clock that stepped back, not a delay: the report
+ * is written, so a host is not held at its old figures for the length of the step.
+ */
+export const reportReorderMs = 5 * 60_000
 
 /** What an outdated report (`reportIsOutdated`) changes: nothing. */
 export const unchangedByReport: ReportChanges = Object.freeze({ peerUrlChanged: false, figuresChanged: false, wasSilent: false })

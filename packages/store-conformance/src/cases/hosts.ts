@@ -4,7 +4,7 @@
  */
 import { Headroom } from "@engram/core"
 import { expect } from "@effect/vitest"
-import { Validate } from "@engram/store"
+import { reportReorderMs, Validate } from "@engram/store"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
 import { addHost, expectFailure, expectInvariants, expectUnchanged, hostsNow, hostSummaryOf, kase, placed, queued, registered, reportFor, sessionIn, snapshot, store } from "../Harness.js"
@@ -45,6 +45,12 @@ export const hosts: Group = {
         const later = yield* s.reportHost("h1", { ...newer, allocatableMib: 14336 })
         expect(later).toMatchObject({ figuresChanged: true, peerUrlChanged: false, reportedAt: 11_000 })
         expect((yield* s.getHost("h1")).report?.allocatableMib).toBe(14336)
+        // Older by more than any report waits (`reportReorderMs`): a clock stepped back, written.
+        yield* TestClock.setTime(11_000 + reportReorderMs)
+        yield* s.reportHost("h1", newer)
+        yield* TestClock.setTime(10_000)
+        const stepped = yield* s.reportHost("h1", { ...newer, allocatableMib: 13312 })
+        expect(stepped).toMatchObject({ figuresChanged: true, reportedAt: 10_000 })
       }),
     ),
     kase(
