@@ -47,7 +47,13 @@ const gatedTarget = (o: { readonly holdResume: boolean; readonly holdDestroy: bo
       commitIncoming: (vmId) =>
         Effect.suspend(() => {
           counts.resumes++
-          return Deferred.succeed(resuming, undefined).pipe(Effect.andThen(Deferred.await(resume)), Effect.as({ vmId, memMib: 1024, vcpus: 1, status: "running" as const }))
+          // Resumed, the VM is the runtime's like any other (its list holds it: a pass that finds a
+          // record's VM missing from the list takes it for a guest that vanished).
+          return Deferred.succeed(resuming, undefined).pipe(
+            Effect.andThen(Deferred.await(resume)),
+            Effect.andThen(sim.recover([{ vmId, memMib: 1024, vcpus: 1, status: "running" }])),
+            Effect.as({ vmId, memMib: 1024, vcpus: 1, status: "running" as const }),
+          )
         }),
       destroy: (vmId) =>
         Effect.suspend(() => {
