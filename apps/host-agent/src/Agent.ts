@@ -102,6 +102,13 @@ type ActionError = { readonly _tag: string; readonly message?: string }
  */
 export const sessionReadsAtOnce = 4
 
+/**
+ * How long a pass waits for the runtime's VM list (`forgetVanished`) before it goes on without
+ * looking for vanished guests: the runtimes answer it from memory, so this only bounds one that
+ * would not.
+ */
+export const listWaitMs = 1_000
+
 /** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
 export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => {
   const thirdMs = Math.max(1, Math.floor(heartbeatStaleWindowMs / 3))
@@ -817,6 +824,63 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (aborted === "dropped") yield* log("dropped the VM of a move no longer pending", { sessionId: vmId, moveId })
       })
 
+    /** What the pass does about a session whose guest vanished, by the coordinator's state of it (null: not assigned here). */
+    const afterVanish = (state: string | null) => {
+      switch (state) {
+        case "running":
+        case "pending":
+          return "booting a fresh guest in its place: its memory is lost"
+        case "parked":
+          return "booting a fresh guest in its place and parking it: its memory is lost"
+        case "descending":
+          return "reporting it descended without writing its image: its memory is lost, a resume boots fresh"
+        case "moving":
+          return "aborting its move (no source VM), then booting a fresh guest in its place: its memory is lost"
+        case null:
+          return "dropping it from the record: the coordinator no longer places it here"
+        default:
+          return "dropping it from the record"
+      }
+    }
+
+    /**
+     * Forgets the resident VMs that vanished from the runtime since the agent put them in its
+     * record (a QEMU that crashed or was killed, or exited during a background attach after a
+     * restart): the session's own VMs (no move's, owed by no move) no action is changing, absent
+     * from `runtime.list`. Each is logged as an error with what follows; the pass then finds no VM
+     * for its session and takes the path of a guest lost while the agent was away (`ensureRunning`
+     * boots a fresh one). No call tells the coordinator of a lost guest: the fresh guest is the answer.
+     *
+     * Read in this order: the actions in flight, then the record (with its debts, in one read),
+     * then the runtime. An action changes the runtime first and the record second (a start puts
+     * the VM, then the record; a destroy ends the VM, then drops it), so a VM absent from the
+     * runtime and present in an earlier record is one of an action, or vanished; only this pass
+     * starts actions, after this. An incoming VM of a move (`moveId`) is left out: its record is
+     * written before its runtime prepares it.
+     */
+    const forgetVanished = (a: Assignments) =>
+      Effect.gen(function* () {
+        const acting = yield* Effect.sync(() => new Set(Array.from(inflight, ([key]) => key)))
+        const record = yield* residents.snapshot
+        const listed = yield* runtime.list.pipe(Effect.timeoutOption(listWaitMs))
+        if (Option.isNone(listed)) {
+          return yield* Effect.logWarning(`the runtime's VM list did not answer within ${listWaitMs} ms; vanished guests are looked for on a later pass`, { hostId: me })
+        }
+        const alive = new Set(listed.value.map((v) => v.vmId))
+        const owed = new Set(record.pendingCommits.map((p) => p.sessionId))
+        for (const vm of record.vms) {
+          if (vm.moveId !== null || owed.has(vm.vmId) || acting.has(vm.vmId) || alive.has(vm.vmId)) continue
+          const s = a.sessions.find((x) => x.id === vm.vmId && x.hostId === me)
+          yield* Effect.logError(`session's guest vanished from this host (its VM ended by itself: its hypervisor crashed or was killed); ${afterVanish(s?.state ?? null)}`, {
+            hostId: me,
+            sessionId: vm.vmId,
+            status: vm.status,
+            state: s?.state ?? null,
+          })
+          yield* residents.remove(vm.vmId)
+        }
+      })
+
     const reconcileNow = (a: Assignments): Effect.Effect<void> =>
       Effect.gen(function* () {
         const nowMs = yield* Clock.currentTimeMillis
@@ -827,6 +891,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         for (const h of a.imageHosts ?? []) imageHostUrls.set(h.hostId, h.peerUrl)
         yield* Ref.set(lastAssignments, a)
         yield* FiberHandle.run(imageScan, { onlyIfMissing: true })(removeReleasedImages)
+        // Before any action is chosen: a session whose VM vanished is then one with no VM here.
+        yield* forgetVanished(a)
         const mine = a.sessions.filter((s) => s.hostId === me)
         for (const s of mine) {
           if (yield* FiberMap.has(inflight, s.id)) continue

@@ -297,6 +297,10 @@ export interface VmRuntimeShape {
   readonly removeTemplate: (name: string) => Effect.Effect<void>
   /** Stops and removes a VM; removing an absent VM succeeds. */
   readonly destroy: (vmId: string) => Effect.Effect<void>
+  /**
+   * The resident VMs, answered from the runtime's memory (no hypervisor call): the agent reads it
+   * on every reconcile pass to notice a VM that ended by itself, so a VM the runtime knows ended leaves it.
+   */
   readonly list: Effect.Effect<readonly VmInfo[]>
   /** The resident VMs with their measured RSS. */
   readonly usage: Effect.Effect<readonly VmUsage[]>

@@ -1,0 +1,136 @@
+/**
+ * A VM that ends by itself while the agent runs (its QEMU crashed or was killed, or exited during
+ * the runtime's background attach after a restart). Before, the agent compared its record with
+ * the runtime only at start: its record still said running, so no pass acted, and the coordinator
+ * kept the session running, its reservation heartbeated, with no guest anywhere. Guards: the next
+ * pass notices the VM missing from the runtime's list, logs an error naming the session and what
+ * follows, and boots a fresh guest (parked again for a parked session); and a VM the agent's own
+ * action is destroying (the runtime's VM gone, its record not yet) is not taken for one that vanished.
+ */
+import { assert, describe } from "@effect/vitest"
+import { SimRuntime, type VmRuntimeShape } from "@engram/runtime"
+import { Deferred, Effect, Random } from "effect"
+import { TestClock } from "effect/testing"
+import type { Agent } from "../src/Agent.js"
+import { type FakeCoordinator, makeFakeCoordinator } from "./support/FakeCoordinator.js"
+import { capture } from "./support/Logs.js"
+import { effect, fixedRandom, stepUntil } from "./support/PatientClock.js"
+import { quietAgent } from "./support/QuietAgent.js"
+
+const vanishedLine = "session's guest vanished from this host"
+const goneLine = "session's guest is gone from this host"
+
+/** Host a's agent on a sim runtime that counts its starts, driven one pass at a time; s1 assigned to a. */
+const hostA = (o: { readonly destroy?: (sim: SimRuntime.SimRuntimeShape, vmId: string) => Effect.Effect<void> } = {}) =>
+  Effect.gen(function* () {
+    const fake = yield* makeFakeCoordinator
+    const sim = yield* SimRuntime.make({ startMs: 50 })
+    const starts = { n: 0 }
+    const runtime: VmRuntimeShape = {
+      ...sim,
+      start: (spec, options) => Effect.andThen(Effect.sync(() => starts.n++), sim.start(spec, options)),
+      ...(o.destroy === undefined ? {} : { destroy: (vmId: string) => o.destroy!(sim, vmId) }),
+    }
+    yield* fake.addSession("s1", "a", 1024, 1)
+    const { agent, residents } = yield* quietAgent({ coordinator: fake.client("a"), runtime })
+    return { fake, sim, starts, agent, residents }
+  }).pipe(Effect.provideService(Random.Random, fixedRandom(0.5)))
+
+/** One pass on the coordinator's assignments for a, then until its actions are done. */
+const pass = (fake: FakeCoordinator, agent: Agent) =>
+  Effect.gen(function* () {
+    yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+    yield* stepUntil("the pass's actions done", () => Effect.map(agent.busy, (b) => !b))
+  })
+
+describe("a guest that vanishes while the agent runs", () => {
+  effect("a running session's VM destroyed behind the agent's back: the next pass logs it and boots a fresh guest", () => {
+    const errors = capture("Error")
+    return Effect.gen(function* () {
+      const { fake, sim, starts, agent, residents } = yield* hostA()
+      yield* pass(fake, agent)
+      assert.strictEqual((yield* fake.get).sessions.get("s1")!.state, "running")
+      assert.strictEqual(starts.n, 1)
+      // The hypervisor ends by itself: the runtime knows, the agent's record does not.
+      yield* sim.destroy("s1")
+      assert.deepStrictEqual(yield* sim.list, [])
+      yield* pass(fake, agent)
+      const vanished = errors.lines.filter((l) => l.message.startsWith(vanishedLine))
+      assert.strictEqual(vanished.length, 1)
+      assert.include(vanished[0]!.message, "booting a fresh guest in its place")
+      assert.strictEqual(vanished[0]!.fields["sessionId"], "s1")
+      assert.strictEqual(vanished[0]!.fields["state"], "running")
+      assert.strictEqual(errors.lines.filter((l) => l.message.startsWith(goneLine)).length, 1)
+      assert.strictEqual(starts.n, 2, "a fresh guest")
+      assert.deepStrictEqual((yield* sim.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      assert.deepStrictEqual((yield* residents.all).map((v) => [v.vmId, v.status, v.reservationId]), [["s1", "running", "res-s1"]])
+      // Said once: the pass after finds the fresh guest.
+      yield* pass(fake, agent)
+      assert.strictEqual(errors.lines.filter((l) => l.message.startsWith(vanishedLine)).length, 1)
+      assert.strictEqual(starts.n, 2)
+    }).pipe(Effect.provide(errors.layer))
+  })
+
+  effect("a parked session's paused VM destroyed behind the agent's back: a fresh guest boots and is parked again", () => {
+    const errors = capture("Error")
+    return Effect.gen(function* () {
+      const { fake, sim, starts, agent, residents } = yield* hostA()
+      yield* pass(fake, agent)
+      yield* fake.setState("s1", "parked")
+      yield* pass(fake, agent)
+      assert.deepStrictEqual((yield* sim.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
+      yield* sim.destroy("s1")
+      yield* pass(fake, agent)
+      const vanished = errors.lines.filter((l) => l.message.startsWith(vanishedLine))
+      assert.strictEqual(vanished.length, 1)
+      assert.include(vanished[0]!.message, "parking it")
+      assert.strictEqual(vanished[0]!.fields["status"], "paused")
+      assert.strictEqual(starts.n, 2)
+      assert.deepStrictEqual((yield* sim.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
+      assert.deepStrictEqual((yield* residents.all).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
+    }).pipe(Effect.provide(errors.layer))
+  })
+
+  effect("a descending session's VM destroyed behind the agent's back: reported descended, said", () => {
+    const errors = capture("Error")
+    return Effect.gen(function* () {
+      const { fake, sim, agent, residents } = yield* hostA()
+      yield* pass(fake, agent)
+      yield* sim.destroy("s1")
+      yield* fake.setState("s1", "descending")
+      yield* pass(fake, agent)
+      const vanished = errors.lines.filter((l) => l.message.startsWith(vanishedLine))
+      assert.strictEqual(vanished.length, 1)
+      assert.include(vanished[0]!.message, "reporting it descended")
+      assert.strictEqual((yield* fake.get).sessions.get("s1")!.state, "descended")
+      assert.deepStrictEqual(yield* residents.all, [])
+    }).pipe(Effect.provide(errors.layer))
+  })
+
+  effect("a VM the agent's own action is destroying (its VM gone, its record not yet) is not taken for one that vanished", () => {
+    const errors = capture("Error")
+    return Effect.gen(function* () {
+      const destroyed = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      // The runtime's VM goes at once; the destroy answers once released (a QEMU that quits slowly).
+      const { fake, sim, starts, agent, residents } = yield* hostA({
+        destroy: (sim, vmId) => sim.destroy(vmId).pipe(Effect.andThen(Deferred.succeed(destroyed, undefined)), Effect.andThen(Deferred.await(release))),
+      })
+      yield* pass(fake, agent)
+      // The session moved on to host b: a's pass destroys its VM (once the coordinator confirms).
+      yield* fake.place("s1", "b", "running")
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* Deferred.await(destroyed)
+      assert.deepStrictEqual(yield* sim.list, [])
+      assert.deepStrictEqual((yield* residents.all).map((v) => v.vmId), ["s1"], "the record still holds it: the action is between its two steps")
+      // A pass meanwhile (a poll's answer) sees a record the runtime does not: the action's, not a vanish.
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* TestClock.adjust("1 second")
+      yield* Deferred.succeed(release, undefined)
+      yield* stepUntil("the destroy done", () => Effect.map(agent.busy, (b) => !b))
+      assert.deepStrictEqual(yield* residents.all, [])
+      assert.deepStrictEqual(errors.lines.map((l) => l.message), [])
+      assert.strictEqual(starts.n, 1)
+    }).pipe(Effect.provide(errors.layer))
+  })
+})
