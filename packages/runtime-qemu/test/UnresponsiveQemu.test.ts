@@ -75,6 +75,30 @@ describe("an agent restart while a QEMU's monitor does not answer", () => {
   )
 })
 
+describe("a QEMU that ends while the runtime attaches it in the background", () => {
+  it.live(
+    "is dropped from the list (the agent's reconcile reads the list to notice a guest that vanished) and no longer measured",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("", { wedgeMs: 600_000 })
+          const config = { ...fake.config, recoverAttachTimeoutMs: 300, attachRetryMaxMs: 200 }
+          const pid = yield* startAndLeave(config)
+          process.kill(pid, "SIGUSR1")
+          yield* FakeQemu.eventually(Effect.suspend(() => (fake.lines().includes("wedged") ? Effect.void : Effect.fail("not wedged yet"))))
+          const rt = yield* QemuRuntime.make(config)
+          assert.deepStrictEqual(yield* rt.recover([{ ...spec, status: "running" }]), [{ ...spec, status: "running" }], "listed while it attaches")
+          // Killed (an OOM kill, an operator's kill -9) before its monitor answers.
+          process.kill(pid, "SIGKILL")
+          yield* FakeQemu.eventually(Effect.flatMap(rt.list, (vms) => (vms.length === 0 ? Effect.void : Effect.fail("still listed"))))
+          assert.deepStrictEqual(yield* rt.usage, [])
+          assert.isFalse(FakeQemu.isAlive(pid))
+        }),
+      ),
+    60_000,
+  )
+})
+
 describe("the runtime's view of a guest running", () => {
   it.live(
     "follows QEMU's STOP and RESUME: a park whose stop timed out and ran late leaves the VM listed paused, and a cont lists it running",
