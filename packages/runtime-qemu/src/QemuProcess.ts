@@ -168,8 +168,25 @@ export const readRecord = (path: string): Effect.Effect<VmRecord | undefined> =>
     Effect.orElseSucceed(() => undefined),
   )
 
-/** Spawns QEMU detached (its own session: it outlives the agent); answers its pid. */
-export const spawnQemu = (binary: string, args: readonly string[], paths: VmPaths, vmId: string): Effect.Effect<number, RuntimeError> =>
+/** How a process ended: its exit code, or the signal that ended it. */
+export interface ProcessEnd {
+  readonly code: number | null
+  readonly signal: NodeJS.Signals | null
+}
+
+/** A QEMU this agent spawned: its pid, and its end (known of children only: an adopted QEMU's is not). */
+export interface Spawned {
+  readonly pid: number
+  /** Completes once the process exited (and was reaped). */
+  readonly exited: Effect.Effect<ProcessEnd>
+}
+
+/** Says how a process ended, for a log line. */
+export const describeEnd = (end: ProcessEnd | null): string =>
+  end === null ? "its exit status unknown" : end.signal !== null ? `killed by ${end.signal}` : `exited with code ${end.code ?? "unknown"}`
+
+/** Spawns QEMU detached (its own session: it outlives the agent); answers its pid and its end. */
+export const spawnQemu = (binary: string, args: readonly string[], paths: VmPaths, vmId: string): Effect.Effect<Spawned, RuntimeError> =>
   Effect.gen(function* () {
     if (paths.socket.length > maxSocketPath) {
       return yield* fail("start", vmId, `QMP socket path ${paths.socket} is longer than ${maxSocketPath} bytes: use a shorter state directory`)
@@ -188,9 +205,10 @@ export const spawnQemu = (binary: string, args: readonly string[], paths: VmPath
         try {
           const child = spawn(binary, args, { detached: true, stdio: ["ignore", "ignore", err] })
           child.on("error", () => undefined)
+          const exited = new Promise<ProcessEnd>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })))
           child.unref()
           if (child.pid === undefined) throw new Error(`${binary} did not start`)
-          return child.pid
+          return { pid: child.pid, exited: Effect.promise(() => exited) } satisfies Spawned
         } finally {
           closeSync(err)
         }

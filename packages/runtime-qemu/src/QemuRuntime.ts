@@ -15,7 +15,8 @@
  * - usage: VmRSS and RssAnon + RssShmem from `/proc/<pid>/status`. recover: VMs outlive the
  *   agent; a new runtime adopts every live VM of its state directory: attached when its QMP
  *   socket answers, else listed as attaching and attached in the background (never replaced).
- *   destroy: `quit`, then kill.
+ *   destroy: `quit`, then kill. A VM whose QEMU ends by itself (crashed, killed) is logged and
+ *   leaves the list, its files removed (VmHost.ts, `watchEnd`): the agent notices the guest gone.
  */
 import { readdir } from "node:fs/promises"
 import { join } from "node:path"
@@ -383,7 +384,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
      */
     const adopt = (record: P.VmRecord, paths: P.VmPaths, pid: number, attached: { readonly client: Qmp.QmpClient; readonly scope: Scope.Closeable }) =>
       Effect.gen(function* () {
-        const vm: Vm = { spec: record.spec, paths, pid, ...attached, record, status: "paused", endpoint: null }
+        const vm: Vm = { spec: record.spec, paths, pid, ...attached, record, status: "paused", endpoint: null, exited: null }
         if (record.incomingMoveId === null && (yield* q<{ status: string }>(vm, "recover", "query-status").pipe(Effect.map((st) => st.status === "inmigrate"), Effect.orElseSucceed(() => false)))) {
           yield* Effect.logWarning("a restore or template start was cut short by a restart before its state loaded; its VM is ended", { vmId: record.spec.vmId })
           return yield* finish(vm)

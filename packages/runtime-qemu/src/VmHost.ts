@@ -1,12 +1,13 @@
 /**
  * The VMs of one QEMU runtime and what every operation on them uses: the table of resident VMs,
  * spawning a VM's QEMU and connecting to it (`launch`), ending it and removing its files
- * (`finish`), QMP calls with their errors as `RuntimeError`s, the end of a migration, and the
- * guest's readiness (SPEC §13: a VM runs once its guest says so on its console).
+ * (`finish`), dropping a VM whose QEMU ended by itself (crashed or killed), QMP calls with their
+ * errors as `RuntimeError`s, the end of a migration, and the guest's readiness (SPEC §13: a VM
+ * runs once its guest says so on its console).
  */
 import { mkdir, rm } from "node:fs/promises"
 import { dirname, join } from "node:path"
-import { Effect, Exit, type Fiber, Option, PubSub, Scope } from "effect"
+import { Deferred, Effect, Exit, type Fiber, Option, PubSub, Scope } from "effect"
 import { type IncomingEndpoint, nowMs, pathSegment, RuntimeError, type VmSpec, type VmStatus } from "@engram/runtime"
 import * as Qmp from "./Qmp.js"
 import type * as M from "./QemuMigration.js"
@@ -24,6 +25,8 @@ export interface Vm {
   record: P.VmRecord
   status: VmStatus
   endpoint: IncomingEndpoint | null
+  /** Its QEMU's end, when this agent spawned it; null for a QEMU adopted after a restart (no child of this agent). */
+  readonly exited: Effect.Effect<P.ProcessEnd> | null
 }
 
 /** A live QEMU of a VM whose monitor has not answered since a restart (see `VmHost.attaching`). */
@@ -98,6 +101,7 @@ export const isInternal = (vmId: string): boolean => vmId.startsWith("@")
 export const make = (s: HostSettings) =>
   Effect.gen(function* () {
     const vms = new Map<string, Vm>()
+    const hostScope = yield* Effect.scope
     yield* Effect.addFinalizer(() => Effect.forEach([...vms.values()], (vm) => Scope.close(vm.scope, Exit.void), { discard: true }))
 
     /** The resident VM `vmId`, looked up when run (an attaching VM's monitor may answer by then). */
@@ -127,6 +131,7 @@ export const make = (s: HostSettings) =>
      * Registers a resident VM and follows its guest's STOP and RESUME events into `vm.status`, for
      * as long as its QMP connection lives (in its scope): the status QEMU last said, also after a
      * command that timed out ran late (a `stop` answered after its timeout leaves the guest paused).
+     * And watches for its QEMU's end (`watchEnd`).
      */
     const hold = (vm: Vm) =>
       Effect.gen(function* () {
@@ -142,6 +147,80 @@ export const make = (s: HostSettings) =>
           }),
         )
         yield* Effect.forkIn(follow, vm.scope)
+        // In the host's scope: the drop closes the VM's scope, and must not cut itself short.
+        yield* Effect.forkIn(watchEnd(vm), hostScope)
+      })
+
+    /**
+     * The end of each VM this runtime took in hand: its own `finish`, or a drop after its QEMU
+     * ended by itself. Once per VM: a second finish waits for the first (true: it ended whole; false:
+     * it was interrupted, and the second does it again), and a drop never follows a finish.
+     */
+    const endings = new WeakMap<Vm, Deferred.Deferred<boolean>>()
+    const endOnce = (vm: Vm, end: Effect.Effect<void>): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        const under = endings.get(vm)
+        if (under !== undefined) return Effect.flatMap(Deferred.await(under), (whole) => (whole ? Effect.void : endOnce(vm, end)))
+        const done = Deferred.makeUnsafe<boolean>()
+        endings.set(vm, done)
+        return end.pipe(
+          Effect.onExit((exit) =>
+            Effect.suspend(() => {
+              if (!Exit.isSuccess(exit)) endings.delete(vm)
+              return Deferred.succeed(done, Exit.isSuccess(exit))
+            }),
+          ),
+        )
+      })
+
+    /** How often a VM whose monitor closed while its QEMU lives is looked at again (its QEMU may end later). */
+    const goneCheckMs = 500
+
+    /**
+     * Waits for a held VM's QEMU to end by itself, then drops the VM (`dropEnded`). QEMU's monitor
+     * connection closes when QEMU ends, and when this runtime closes it (`finish`, or the runtime's
+     * own end). A connection closed while QEMU lives is no end of the guest (a monitor that
+     * restarted): the VM stays, and its process is looked at until it is gone. A pid taken by
+     * another process is no QEMU of this VM (`aliveAs`).
+     */
+    const watchEnd = (vm: Vm) =>
+      Effect.gen(function* () {
+        yield* vm.client.closed
+        const ours = () => !endings.has(vm) && vms.get(vm.spec.vmId) === vm
+        while (ours() && P.aliveAs(vm.pid, s.binary, vm.paths.pidFile)) yield* Effect.sleep(goneCheckMs)
+        if (!ours()) return
+        // A child's end comes with its exit status, once reaped (at once, as a rule).
+        const end = vm.exited === null ? Option.none() : yield* vm.exited.pipe(Effect.timeoutOption(1000))
+        yield* dropEnded(vm, Option.getOrNull(end))
+      })
+
+    /**
+     * Drops a VM whose QEMU ended by itself (crashed, killed, or an incoming state that failed to
+     * load): logged, its connection closed and its files removed as `finish` does, then gone from
+     * the table, so that a start of the VM finds nothing of it left. Nothing is killed: its QEMU is
+     * gone. Not after a finish of the VM (an end this runtime asked for is no crash).
+     */
+    const dropEnded = (vm: Vm, end: P.ProcessEnd | null) =>
+      Effect.suspend(() => {
+        if (endings.has(vm) || vms.get(vm.spec.vmId) !== vm) return Effect.void
+        return endOnce(
+          vm,
+          Effect.uninterruptible(
+            Effect.gen(function* () {
+              yield* Effect.logError("QEMU VM ended by itself (not by this runtime): its guest is lost; the VM leaves the list and its files are removed", {
+                vmId: vm.spec.vmId,
+                pid: vm.pid,
+                ended: vm.exited === null ? `${P.describeEnd(end)} (adopted after a restart: no child of this agent)` : P.describeEnd(end),
+                ...(end === null ? {} : { exitCode: end.code, signal: end.signal }),
+                ...(vm.record.incomingMoveId === null ? {} : { incomingMoveId: vm.record.incomingMoveId }),
+                ...(P.stderrTail(vm.paths) === "" ? {} : { stderr: P.stderrTail(vm.paths) }),
+              })
+              yield* Scope.close(vm.scope, Exit.void)
+              yield* removeFiles(vm.paths, vm.record.ram)
+              if (vms.get(vm.spec.vmId) === vm) vms.delete(vm.spec.vmId)
+            }),
+          ),
+        )
       })
 
     /** VMs whose QEMU is being spawned (one launch per VM at a time). */
@@ -228,26 +307,34 @@ export const make = (s: HostSettings) =>
               yield* Effect.promise(() => rm(o.ram.kind === "file" ? o.ram.path : "", { force: true }))
             }
             const args = P.argv(spec, m, paths, { incoming: o.incoming, tcgTbSizeMib: s.tcgTbSizeMib, extra: s.extraArgs, ram: o.ram })
-            const pid = yield* P.spawnQemu(s.binary, args, paths, spec.vmId)
+            const { pid, exited } = yield* P.spawnQemu(s.binary, args, paths, spec.vmId)
             const attached = yield* attach(paths, pid, spec.vmId, s.startTimeoutMs).pipe(Effect.tapError(() => P.kill(pid, 2000)))
             const record: P.VmRecord = { engram: "qemu-vm/v1", spec, machine: m, socket: paths.socket, incomingMoveId: o.incomingMoveId, ram: o.ram, ...(o.ramOrigin === undefined ? {} : { ramOrigin: o.ramOrigin }) }
             yield* P.writeRecord(paths, record).pipe(Effect.tapError(() => P.kill(pid, 2000)))
-            const vm: Vm = { spec, paths, pid, ...attached, record, status: o.incoming ? "paused" : "running", endpoint: null }
+            const vm: Vm = { spec, paths, pid, ...attached, record, status: o.incoming ? "paused" : "running", endpoint: null, exited }
             yield* hold(vm)
             return vm
           }).pipe(Effect.ensuring(Effect.sync(() => launching.delete(spec.vmId))))
         }),
       )
 
-    /** Ends a VM's QEMU (`quit`, then signals) and removes its files, its RAM file with them when it owns it. Never fails. */
+    /**
+     * Ends a VM's QEMU (`quit`, then signals) and removes its files, its RAM file with them when it
+     * owns it. Once per VM: after a drop (its QEMU ended by itself) or another finish, it waits for
+     * that one. Never fails.
+     */
     const finish = (vm: Vm) =>
-      Effect.gen(function* () {
-        vms.delete(vm.spec.vmId)
-        yield* vm.client.execute("quit", undefined, 5000).pipe(Effect.ignore)
-        if (!(yield* P.awaitExit(vm.pid, 10_000))) yield* P.kill(vm.pid, 5000)
-        yield* Scope.close(vm.scope, Exit.void)
-        yield* removeFiles(vm.paths, vm.record.ram)
-      })
+      endOnce(
+        vm,
+        Effect.gen(function* () {
+          // Only this VM's entry: a VM of the same id started since is another's.
+          if (vms.get(vm.spec.vmId) === vm) vms.delete(vm.spec.vmId)
+          yield* vm.client.execute("quit", undefined, 5000).pipe(Effect.ignore)
+          if (!(yield* P.awaitExit(vm.pid, 10_000))) yield* P.kill(vm.pid, 5000)
+          yield* Scope.close(vm.scope, Exit.void)
+          yield* removeFiles(vm.paths, vm.record.ram)
+        }),
+      )
 
     /** Removes a VM's directory, socket and owned RAM file. */
     const removeFiles = (paths: P.VmPaths, ram: RamFile.RamBacking | undefined) =>

@@ -41,7 +41,7 @@ const scripted = Effect.gen(function* () {
   const spec = { vmId: "v1", memMib: 64, vcpus: 1 }
   const paths = P.pathsOf("/nonexistent", spec.vmId)
   const machine: P.Machine = { boot: { kernel: "/nonexistent" }, machineType: "q35", accelerator: "tcg" }
-  const vm: Host.Vm = { spec, paths, pid: 0, client, scope: yield* Scope.make(), record: { engram: "qemu-vm/v1", spec, machine, socket: paths.socket, incomingMoveId: null }, status: "paused", endpoint: null }
+  const vm: Host.Vm = { spec, paths, pid: 0, client, scope: yield* Scope.make(), record: { engram: "qemu-vm/v1", spec, machine, socket: paths.socket, incomingMoveId: null }, status: "paused", endpoint: null, exited: null }
   const publish = (event: string, data: Record<string, unknown> = {}) => PubSub.publish(events, { event, data, qemuAtMs: 0, receivedAtMs: 0 })
   return { host, vm, send: (bytes: number) => void (transferred += bytes), publish }
 })
