@@ -12,6 +12,7 @@
 //   -fake-log F       every command and event, one a line: `<ms> cmd <name>` / `<ms> event <name> <data>`.
 //   -fake-pids F      its pid is appended there (the tests end every fake listed: FakeQemu.ts).
 //   -fake-wedge-ms N  how long SIGUSR1 holds the monitor (QEMU's main loop busy): no greeting, no answers.
+//   (SIGUSR2 closes the monitor's connection, the process living on: a monitor that restarted.)
 //   -fake-steps N     descent-slow's steps (default 30).
 // As QEMU's QMP socket chardev, it serves one client at a time: another waits in the listen
 // backlog, not greeted, until the one before disconnects.
@@ -60,6 +61,11 @@ process.on("SIGUSR1", () => {
     log("unwedged")
     serveNext()
   }, wedgeMs)
+})
+
+process.on("SIGUSR2", () => {
+  log("monitor closed")
+  client?.destroy()
 })
 
 /** The client served, and those waiting in the backlog (not accepted yet: no greeting). */

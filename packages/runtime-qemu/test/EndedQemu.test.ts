@@ -1,0 +1,178 @@
+// The runtime against a fake QEMU (test/support/fake-qemu.mjs) that ends by itself while the
+// runtime holds its VM (an OOM kill, an operator's kill -9, a crash): the VM leaves the list the
+// agent's reconcile reads, and is logged; an end the runtime asked for, or a monitor that stops
+// answering or closes while QEMU lives, is no such end.
+import { existsSync, mkdirSync } from "node:fs"
+import { join } from "node:path"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Exit, Fiber, Logger, Scope } from "effect"
+import { QemuProcess, QemuRuntime } from "../src/index.js"
+import * as FakeQemu from "./support/FakeQemu.js"
+
+const spec = (vmId: string) => ({ vmId, memMib: 64, vcpus: 1 })
+
+interface Logged {
+  readonly level: string
+  readonly message: string
+  readonly fields: Readonly<Record<string, unknown>>
+}
+
+/** Runs `f` with every log line it (and every fiber it forks) writes kept in `logged`. */
+const withLogs = <A, E, R>(f: (logged: Logged[]) => Effect.Effect<A, E, R>) => {
+  const logged: Logged[] = []
+  const capture = Logger.make(({ logLevel, message }) => {
+    const [text, fields] = Array.isArray(message) ? message : [message]
+    logged.push({ level: logLevel, message: String(text), fields: (fields ?? {}) as Record<string, unknown> })
+  })
+  return f(logged).pipe(Effect.provide(Logger.layer([capture])))
+}
+
+/** The crash lines logged so far (a QEMU that ended by itself). */
+const crashes = (logged: readonly Logged[]) => logged.filter((l) => l.message.startsWith("QEMU VM ended by itself"))
+
+/** Waits (polling, 50 ms apart, 10 s at most) until the runtime lists exactly `vmIds`. */
+const listedOnly = (rt: QemuRuntime.QemuRuntimeShape, vmIds: readonly string[]) =>
+  FakeQemu.eventually(
+    Effect.flatMap(rt.list, (vms) => {
+      const listed = vms.map((v) => v.vmId).sort()
+      return listed.join() === [...vmIds].sort().join() ? Effect.void : Effect.fail(`listed ${listed.join()}, not ${vmIds.join()}`)
+    }),
+    200,
+  )
+
+describe("a QEMU that ends by itself while the runtime holds its VM", () => {
+  it.live("a started VM whose QEMU is killed leaves the list and usage, is logged as ended by SIGKILL, its files go, and it starts again", () =>
+    withLogs((logged) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("")
+          const rt = yield* QemuRuntime.make(fake.config)
+          yield* rt.start(spec("k1"))
+          yield* rt.start(spec("k2"))
+          const pid = rt.pidOf("k1")!
+          process.kill(pid, "SIGKILL")
+          yield* listedOnly(rt, ["k2"])
+          assert.deepStrictEqual((yield* rt.usage).map((u) => u.vmId), ["k2"], "no longer measured")
+          assert.isFalse(existsSync(QemuProcess.pathsOf(fake.config.stateDir, "k1").dir), "its files are removed")
+          const [line, ...more] = crashes(logged)
+          assert.lengthOf(more, 0)
+          assert.strictEqual(line?.level, "Error")
+          assert.include(line?.fields, { vmId: "k1", pid, ended: "killed by SIGKILL", signal: "SIGKILL" })
+          // The agent boots a fresh guest of the session: the same VM id starts.
+          yield* rt.start(spec("k1"))
+          assert.notStrictEqual(rt.pidOf("k1"), pid)
+          yield* listedOnly(rt, ["k1", "k2"])
+          yield* rt.destroy("k1")
+          yield* rt.destroy("k2")
+          assert.lengthOf(crashes(logged), 1, "a destroy is no crash")
+        }),
+      ),
+    ),
+  )
+
+  it.live("a VM adopted after an agent restart whose QEMU is killed leaves the list, logged with its pid (its exit status unknown: no child)", () =>
+    withLogs((logged) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("")
+          const first = yield* Scope.make()
+          yield* QemuRuntime.make(fake.config).pipe(
+            Effect.flatMap((rt) => rt.start(spec("a1"))),
+            Scope.provide(first),
+          )
+          yield* Scope.close(first, Exit.void)
+          const rt = yield* QemuRuntime.make(fake.config)
+          assert.deepStrictEqual((yield* rt.recover([])).map((v) => v.vmId), ["a1"])
+          const pid = rt.pidOf("a1")
+          assert.isDefined(pid, "attached (its monitor answered)")
+          process.kill(pid!, "SIGKILL")
+          yield* listedOnly(rt, [])
+          assert.deepStrictEqual(yield* rt.usage, [])
+          const [line, ...more] = crashes(logged)
+          assert.lengthOf(more, 0)
+          assert.include(line?.fields, { vmId: "a1", pid })
+          assert.match(String(line?.fields["ended"]), /exit status unknown.*adopted after a restart/)
+        }),
+      ),
+    ),
+  )
+
+  it.live("a VM destroyed through the runtime, or descended (its QEMU ended by the descent), is not logged as a crash", () =>
+    withLogs((logged) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("")
+          const rt = yield* QemuRuntime.make(fake.config)
+          yield* rt.start(spec("d1"))
+          const destroyed = rt.pidOf("d1")!
+          yield* rt.destroy("d1")
+          assert.isFalse(FakeQemu.isAlive(destroyed))
+          yield* rt.start(spec("s1"))
+          const descended = rt.pidOf("s1")!
+          mkdirSync(join(fake.dir, "img")) // as the image store prepares it
+          yield* rt.descend("s1", join(fake.dir, "img", "image"))
+          assert.isFalse(FakeQemu.isAlive(descended))
+          // A VM killed after them: once its end is logged, theirs would have been too.
+          yield* rt.start(spec("d2"))
+          process.kill(rt.pidOf("d2")!, "SIGKILL")
+          yield* listedOnly(rt, [])
+          yield* FakeQemu.eventually(Effect.suspend(() => (crashes(logged).length > 0 ? Effect.void : Effect.fail("not logged yet"))), 200)
+          assert.deepStrictEqual(crashes(logged).map((l) => l.fields["vmId"]), ["d2"])
+        }),
+      ),
+    ),
+  )
+
+  it.live("a QEMU killed during a descent: the descent fails, the VM is dropped once and logged once, and it starts again", () =>
+    withLogs((logged) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("descent-stall")
+          const rt = yield* QemuRuntime.make(fake.config)
+          yield* rt.start(spec("m1"))
+          const pid = rt.pidOf("m1")!
+          mkdirSync(join(fake.dir, "img"))
+          const descent = yield* Effect.forkChild(rt.descend("m1", join(fake.dir, "img", "image")))
+          yield* FakeQemu.eventually(Effect.suspend(() => (fake.lines().includes("cmd migrate") ? Effect.void : Effect.fail("no save yet"))), 200)
+          process.kill(pid, "SIGKILL")
+          const failed = yield* Fiber.join(descent).pipe(Effect.flip)
+          assert.strictEqual(failed.vmId, "m1")
+          yield* listedOnly(rt, [])
+          assert.deepStrictEqual(crashes(logged).map((l) => l.fields["vmId"]), ["m1"])
+          yield* rt.destroy("m1") // the agent's destroy of what it held: nothing left, no second end
+          yield* rt.start(spec("m1"))
+          yield* listedOnly(rt, ["m1"])
+          assert.lengthOf(crashes(logged), 1)
+        }),
+      ),
+    ),
+  )
+
+  it.live("a live QEMU whose monitor stops answering, or closes its connection, stays listed; once it is killed it leaves", () =>
+    withLogs((logged) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const fake = yield* FakeQemu.make("", { wedgeMs: 600_000 })
+          const rt = yield* QemuRuntime.make(fake.config)
+          for (const id of ["w1", "c1", "x1"]) yield* rt.start(spec(id))
+          const [wedged, closed, killed] = [rt.pidOf("w1")!, rt.pidOf("c1")!, rt.pidOf("x1")!]
+          process.kill(wedged, "SIGUSR1") // its monitor answers nothing more (a long device save, say)
+          process.kill(closed, "SIGUSR2") // its monitor closes the runtime's connection, QEMU lives on
+          const seen = FakeQemu.eventually(rt.qmp("c1", "query-status").pipe(Effect.flip, Effect.filterOrFail((e) => /closed/i.test(e.message))), 200)
+          yield* seen
+          yield* FakeQemu.eventually(Effect.suspend(() => (fake.lines().includes("wedged") ? Effect.void : Effect.fail("not wedged yet"))), 200)
+          // A QEMU killed after both: once it has left the list, the others would have too.
+          process.kill(killed, "SIGKILL")
+          yield* listedOnly(rt, ["c1", "w1"])
+          assert.deepStrictEqual(crashes(logged).map((l) => l.fields["vmId"]), ["x1"])
+          assert.isTrue(FakeQemu.isAlive(wedged) && FakeQemu.isAlive(closed), "nothing of a live QEMU is ended")
+          assert.isTrue(existsSync(QemuProcess.pathsOf(fake.config.stateDir, "c1").dir), "nor are its files removed")
+          // Its connection closed, the VM's QEMU is still looked at: its end is noticed.
+          process.kill(closed, "SIGKILL")
+          yield* listedOnly(rt, ["w1"])
+          assert.deepStrictEqual(crashes(logged).map((l) => l.fields["vmId"]), ["x1", "c1"])
+        }),
+      ),
+    ),
+  )
+})
