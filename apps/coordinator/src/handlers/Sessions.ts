@@ -153,8 +153,9 @@ export const SessionsHandlers = HandlerGroup.make(
         .handle("get", ({ params }) => sessionFor(params.id).pipe(Effect.flatMap(detailOf)))
         .handle("wait", ({ params, query }) =>
           Effect.gen(function* () {
-            yield* sessionFor(params.id)
-            const outcome = yield* longPolls.run(api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs)))
+            // The caller's right to the session is read inside the long-poll's admission: a wait
+            // refused by the caps (429) reads nothing from the store.
+            const outcome = yield* longPolls.run(sessionFor(params.id).pipe(Effect.andThen(api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs)))))
             const s = outcome.session
             switch (outcome._tag) {
               case "Reached":
