@@ -207,14 +207,23 @@ export const make = (s: HostSettings) =>
           vm,
           Effect.uninterruptible(
             Effect.gen(function* () {
-              yield* Effect.logError("QEMU VM ended by itself (not by this runtime): its guest is lost; the VM leaves the list and its files are removed", {
-                vmId: vm.spec.vmId,
-                pid: vm.pid,
-                ended: vm.exited === null ? `${P.describeEnd(end)} (adopted after a restart: no child of this agent)` : P.describeEnd(end),
-                ...(end === null ? {} : { exitCode: end.code, signal: end.signal }),
-                ...(vm.record.incomingMoveId === null ? {} : { incomingMoveId: vm.record.incomingMoveId }),
-                ...(P.stderrTail(vm.paths) === "" ? {} : { stderr: P.stderrTail(vm.paths) }),
-              })
+              // An incoming VM of a move ends by itself when its stream is cancelled, fails or does
+              // not load: the guest runs on at its source, nothing is lost (a warning, not an error).
+              const incoming = vm.record.incomingMoveId !== null
+              const say = incoming ? Effect.logWarning : Effect.logError
+              yield* say(
+                incoming
+                  ? "QEMU of a move's incoming VM ended (its stream was cancelled, failed or did not load): the guest runs on at its source; the VM leaves the list and its files are removed"
+                  : "QEMU VM ended by itself (not by this runtime): its guest is lost; the VM leaves the list and its files are removed",
+                {
+                  vmId: vm.spec.vmId,
+                  pid: vm.pid,
+                  ended: vm.exited === null ? `${P.describeEnd(end)} (adopted after a restart: no child of this agent)` : P.describeEnd(end),
+                  ...(end === null ? {} : { exitCode: end.code, signal: end.signal }),
+                  ...(vm.record.incomingMoveId === null ? {} : { incomingMoveId: vm.record.incomingMoveId }),
+                  ...(P.stderrTail(vm.paths) === "" ? {} : { stderr: P.stderrTail(vm.paths) }),
+                },
+              )
               yield* Scope.close(vm.scope, Exit.void)
               yield* removeFiles(vm.paths, vm.record.ram)
               if (vms.get(vm.spec.vmId) === vm) vms.delete(vm.spec.vmId)
