@@ -19,18 +19,28 @@ const startAndLeave = (config: QemuRuntime.QemuConfig) =>
     return pid!
   })
 
+/**
+ * A fake QEMU of `spec` started by a first runtime that then went (the agent restarts), its monitor
+ * wedged for `wedgeMs` from then on; and the new runtime that finds it. Answers both, and its pid.
+ */
+const wedgedAfterRestart = (wedgeMs: number) =>
+  Effect.gen(function* () {
+    const fake = yield* FakeQemu.make("", { wedgeMs })
+    const config = { ...fake.config, recoverAttachTimeoutMs: 300, attachRetryMaxMs: 200 }
+    const pid = yield* startAndLeave(config)
+    process.kill(pid, "SIGUSR1")
+    yield* FakeQemu.eventually(Effect.suspend(() => (fake.lines().includes("wedged") ? Effect.void : Effect.fail("not wedged yet"))))
+    return { fake, pid, rt: yield* QemuRuntime.make(config) }
+  })
+
 describe("an agent restart while a QEMU's monitor does not answer", () => {
   it.live(
     "the VM is listed as the agent knew it, a start of it is refused and its QEMU kept, and it is attached once its monitor answers",
     () =>
       Effect.scoped(
         Effect.gen(function* () {
-          const fake = yield* FakeQemu.make("", { wedgeMs: 6000 })
-          const config = { ...fake.config, recoverAttachTimeoutMs: 300, attachRetryMaxMs: 200 }
-          const pid = yield* startAndLeave(config)
-          process.kill(pid, "SIGUSR1") // its monitor is held for 6 s (a descent's device save to a slow disk, say)
-          yield* FakeQemu.eventually(Effect.suspend(() => (fake.lines().includes("wedged") ? Effect.void : Effect.fail("not wedged yet"))))
-          const rt = yield* QemuRuntime.make(config)
+          // Its monitor is held for 6 s (a descent's device save to a slow disk, say).
+          const { fake, pid, rt } = yield* wedgedAfterRestart(6000)
           const recovered = yield* rt.recover([{ ...spec, status: "running" }])
           // recover gave up waiting (its bound is elapsed time) before the monitor answered again.
           assert.notInclude(fake.lines(), "unwedged")
@@ -59,12 +69,7 @@ describe("an agent restart while a QEMU's monitor does not answer", () => {
     () =>
       Effect.scoped(
         Effect.gen(function* () {
-          const fake = yield* FakeQemu.make("", { wedgeMs: 600_000 })
-          const config = { ...fake.config, recoverAttachTimeoutMs: 300, attachRetryMaxMs: 200 }
-          const pid = yield* startAndLeave(config)
-          process.kill(pid, "SIGUSR1")
-          yield* FakeQemu.eventually(Effect.suspend(() => (fake.lines().includes("wedged") ? Effect.void : Effect.fail("not wedged yet"))))
-          const rt = yield* QemuRuntime.make(config)
+          const { pid, rt } = yield* wedgedAfterRestart(600_000)
           assert.deepStrictEqual(yield* rt.recover([]), [{ ...spec, status: "paused" }])
           yield* rt.destroy(spec.vmId)
           assert.isFalse(FakeQemu.isAlive(pid))
@@ -81,12 +86,7 @@ describe("a QEMU that ends while the runtime attaches it in the background", () 
     () =>
       Effect.scoped(
         Effect.gen(function* () {
-          const fake = yield* FakeQemu.make("", { wedgeMs: 600_000 })
-          const config = { ...fake.config, recoverAttachTimeoutMs: 300, attachRetryMaxMs: 200 }
-          const pid = yield* startAndLeave(config)
-          process.kill(pid, "SIGUSR1")
-          yield* FakeQemu.eventually(Effect.suspend(() => (fake.lines().includes("wedged") ? Effect.void : Effect.fail("not wedged yet"))))
-          const rt = yield* QemuRuntime.make(config)
+          const { pid, rt } = yield* wedgedAfterRestart(600_000)
           assert.deepStrictEqual(yield* rt.recover([{ ...spec, status: "running" }]), [{ ...spec, status: "running" }], "listed while it attaches")
           // Killed (an OOM kill, an operator's kill -9) before its monitor answers.
           process.kill(pid, "SIGKILL")
