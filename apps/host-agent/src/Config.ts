@@ -162,7 +162,8 @@ const settings = {
   oldMoveTokens: Config.schema(Schema.Literals(["0", "1"]).annotate({ message: "must be 0 or 1" }), "ENGRAM_AGENT_OLD_MOVE_TOKENS").pipe(Config.withDefault("1" as const)),
   peers: checkedText("ENGRAM_PEERS", peersProblem).pipe(Config.withDefault("")),
   port: intUpTo("ENGRAM_AGENT_PORT", 0, 65535, "a TCP port; 0 takes any free one").pipe(Config.withDefault(7100)),
-  listenHost: Config.String("ENGRAM_AGENT_HOST").pipe(Config.withDefault("127.0.0.1")),
+  // One host, as the migration host is (core's `Names.isHost`): it is written into the agent's peer URL.
+  listenHost: checkedText("ENGRAM_AGENT_HOST", listenHostProblem).pipe(Config.withDefault("127.0.0.1")),
   sim: checkedText("ENGRAM_SIM", simProblem).pipe(Config.option),
   measure: Config.schema(Schema.Literals(["proc", "fixed"]).annotate({ message: "must be proc or fixed" }), "ENGRAM_AGENT_MEASURE").pipe(Config.withDefault("proc" as const)),
   simTotalMib: intOr("ENGRAM_SIM_TOTAL_MIB", defaultSimHost.totalMib, 1),

@@ -619,6 +619,9 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
     for (const bad of notOneHost) {
       const error = await errorOf({ ...required, ENGRAM_AGENT_MIGRATION_HOST: bad })
       expect(error?.issues, JSON.stringify(bad)).toEqual([{ variable: "ENGRAM_AGENT_MIGRATION_HOST", rule: listenRule, value: bad }])
+      // The agent's own listen host by the same rule (it is written into its peer URL).
+      const listen = await errorOf({ ...required, ENGRAM_AGENT_HOST: bad })
+      expect(listen?.issues, JSON.stringify(bad)).toEqual([{ variable: "ENGRAM_AGENT_HOST", rule: listenRule, value: bad }])
     }
     // Both, beside another problem: every one at once.
     const both = await errorOf({ ...required, ENGRAM_AGENT_PORT: "seven", ENGRAM_AGENT_MIGRATION_HOST: "tcp://0.0.0.0:4444", ENGRAM_AGENT_ADVERTISE_HOST: "0.0.0.0" })
