@@ -80,7 +80,14 @@ export const drizzleOn = (client: postgres.Sql) => drizzle({ client: client as u
  * writes of one tick), and the queries of a transaction are drizzle's over the reserved
  * connection, pipelined where the store asks (`Conn.pipeline`).
  */
-export const makeDb = (pool: postgres.Sql): Db => {
+/**
+ * The most pool statements whose callers gave up that a postgres.js pool holds unanswered
+ * (`Transaction.Driver.maxWaiting`), per connection: as many as postgres.js pipelines on one
+ * connection before it queues.
+ */
+export const maxWaitingPerConnection = 100
+
+export const makeDb = (pool: postgres.Sql, options: { readonly poolSize?: number | undefined } = {}): Db => {
   const db = drizzleOn(pool) as unknown as Exec
   const send = (conn: postgres.Sql, statement: SQL) => {
     const q = dialect.sqlToQuery(statement)
@@ -118,7 +125,7 @@ export const makeDb = (pool: postgres.Sql): Db => {
         rollback: () => end("rollback"),
       }
     })
-  return Transaction.make({ driver: "postgres", exec: db, pipeline: pipelineOn(pool), begin, lock: null })
+  return Transaction.make({ driver: "postgres", exec: db, pipeline: pipelineOn(pool), begin, lock: null, maxWaiting: (options.poolSize ?? defaultPoolSize) * maxWaitingPerConnection })
 }
 
 /**
@@ -171,5 +178,5 @@ export const open = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Sc
       ),
       (c) => Effect.promise(() => c.end({ timeout: 5 })),
     )
-    return makeDb(pool)
+    return makeDb(pool, { poolSize: options.poolSize })
   })

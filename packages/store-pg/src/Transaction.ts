@@ -31,6 +31,15 @@ export interface Driver {
   readonly begin: () => Promise<OpenTx>
   /** Held around every statement and transaction: a driver with one connection. */
   readonly lock: Semaphore.Semaphore | null
+  /**
+   * The most pool statements whose callers gave up that may still wait for the database (a
+   * driver cannot take back a statement it queued: postgres.js pipelines and queues without
+   * bound). Past it a pool statement is refused at once (`Unavailable`), never queued: while the
+   * database hangs without refusing connections, callers time out and try again, and their
+   * abandoned statements would pile up in memory and all run when it answers, ahead of fresh
+   * ones. A burst of callers that wait is no concern of it. Absent: no bound.
+   */
+  readonly maxWaiting?: number | undefined
 }
 
 const maxAttempts = 8
@@ -97,10 +106,53 @@ export const make = (d: Driver): Db => {
     return loop(0)
   }
 
+  /** Pool statements sent, not answered yet, whose callers left (`Driver.maxWaiting`). */
+  let abandoned = 0
+  /**
+   * `thunk` as a pool statement, refused at once while `maxWaiting` statements whose callers left
+   * are still unanswered. A caller that leaves (interrupted: its bound, its client gone) stops
+   * waiting at once; its statement counts until the driver answers it.
+   */
+  const admitted = <A>(thunk: () => Promise<A>): Effect.Effect<A, DbError | Transient | Unavailable> =>
+    Effect.suspend(() => {
+      if (d.maxWaiting !== undefined && abandoned >= d.maxWaiting) {
+        return Effect.fail(
+          new Unavailable({
+            reason: `${abandoned} statements whose callers gave up are still waiting for the database (at most ${d.maxWaiting}): it is not answering; refused, not queued`,
+            retryAfterMs,
+          }),
+        )
+      }
+      return Effect.callback<A, Classified>((resume) => {
+        let left = false
+        let settled = false
+        const answered = (then: () => void) => {
+          settled = true
+          if (left) abandoned--
+          else then()
+        }
+        let sent: Promise<A>
+        try {
+          sent = thunk()
+        } catch (e) {
+          sent = Promise.reject(e)
+        }
+        sent.then(
+          (a) => answered(() => resume(Effect.succeed(a))),
+          (e: unknown) => answered(() => resume(Effect.fail(classify(e)))),
+        )
+        return Effect.sync(() => {
+          if (settled) return
+          left = true
+          abandoned++
+        })
+      }).pipe(Effect.catch(declassify))
+    })
+
   const pool: Conn = {
-    use: (f) => retrying(locked(attempt(() => f(d.exec)))),
-    query: <R>(statement: SQL) => retrying(locked(attempt(async () => rowsOf<R>(await d.exec.execute(statement))))),
-    pipeline: (statements) => retrying(locked(attempt(() => d.pipeline(statements) as Promise<Record<string, unknown>[][]>))),
+    use: (f) => retrying(locked(admitted(() => f(d.exec)))),
+    query: <R>(statement: SQL) => retrying(locked(admitted(async () => rowsOf<R>(await d.exec.execute(statement))))),
+    pipeline: (statements) => retrying(locked(admitted(() => d.pipeline(statements) as Promise<Record<string, unknown>[][]>))),
     afterCommit: (f) => f(),
     inTransaction: false,
   }
