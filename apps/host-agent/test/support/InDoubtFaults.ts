@@ -20,8 +20,12 @@ import { GuestLog, Recorder } from "../../../../tooling/faults/src/History.js"
 import { observeApi, watchGuests } from "../../../../tooling/faults/src/Observe.js"
 import { type AgentProcess, type Api, api, registerHosts, sleep, spawnAgent, until } from "./E2e.js"
 
-/** The agents' heartbeat stale window: a frozen agent stays stopped for twice it. */
-export const STALE_MS = 2000
+/**
+ * The agents' heartbeat stale window: a frozen agent stays stopped for twice it. 4 s, not less:
+ * the agent that is not frozen must not go stale itself (heartbeats every third of it) when
+ * the whole suite starves its process on a busy machine for a second or two.
+ */
+export const STALE_MS = 4000
 
 /** A move as `GET /v1/moves` answers it, the fields a strike point reads. */
 export type SeenMove = { id: string; sessionId: string; state: string; rounds: { kind: string }[] }
