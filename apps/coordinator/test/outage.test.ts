@@ -63,8 +63,9 @@ const requests = (): readonly (readonly [string, () => Promise<Answer>])[] => {
  */
 const retried = async (r: () => Promise<Answer>): Promise<Answer> => {
   let a = await r()
-  for (let i = 0; i < 3 && a.status === 503; i++) {
-    await new Promise((resolve) => setTimeout(resolve, 200))
+  // Up to about 5 s in all: a connection re-established on a machine the whole suite loads.
+  for (let i = 0; i < 10 && a.status === 503; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 500))
     a = await r()
   }
   return a
