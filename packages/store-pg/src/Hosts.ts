@@ -4,7 +4,7 @@
  * view is the host cache's (`HostCache.fleet`: only what changed since its last read is read).
  */
 import { Ledger } from "@engram/core"
-import { Conflict, CurrentFence, Cursor, NotFound, Refused, reportChanges, reportedTemplates, reportIsOutdated, reportReorderMs, unchangedByReport, Validate } from "@engram/store"
+import { Conflict, CurrentFence, Cursor, NotFound, Refused, reportChanges, reportedTemplates, reportIsOutdated, reportReorderMs, reportReorderSlackMs, unchangedByReport, Validate } from "@engram/store"
 import type { Fence, Host, HostReport, HostView, InvalidInput, ReportChanges, ReportedHost, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
@@ -106,7 +106,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
           update ${hosts} h set total_mib = report."totalMib", allocatable_mib = report."allocatableMib", total_vcpus = report."totalVcpus",
             templates = report.templates, peer_url = report."peerUrl", reported_at = report.t, version = ${hostVersionBump("h.version")}
           from report join before on before.id = report.id
-          where h.id = report.id and (before."reportedAt" is null or before."reportedAt" <= report.t::float8 or before."reportedAt" - report.t::float8 > ${reportReorderMs})
+          where h.id = report.id and (before."reportedAt" is null or before."reportedAt" - report.t::float8 <= ${reportReorderSlackMs} or before."reportedAt" - report.t::float8 > ${reportReorderMs})
           returning ${hostColumns("h", "room")}, 0 as "parks", 0 as "descents", to_jsonb(before) as "before"`)
         const rows = written.map(toHostRow)
         const befores = new Map(written.map((r) => toHostRow(json<Record<string, unknown>>(r["before"]))).map((b) => [b.id, b]))

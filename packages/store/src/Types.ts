@@ -56,14 +56,23 @@ export interface ReportChanges {
 export type ReportedHost = HostView & ReportChanges
 
 /**
- * Whether a report of time `at` is older than the one the host holds (`before.reportedAt` later):
+ * Whether a report of time `at` is older than the one the host holds (`before.reportedAt` later
+ * by more than `reportReorderSlackMs`, and by no more than `reportReorderMs`):
  * a report that waited in a replica that stalled, while the agent's newer one landed through
  * another. It is not written and changes nothing (`unchangedByReport`): written, it would take the
  * host's figures, templates and peer URL back in time, and its `reportedAt` too (a host then read
  * as silent takes no placements until its next report).
  */
 export const reportIsOutdated = (before: { readonly reportedAt: number | null }, at: number): boolean =>
-  before.reportedAt !== null && before.reportedAt > at && before.reportedAt - at <= reportReorderMs
+  before.reportedAt !== null && before.reportedAt - at > reportReorderSlackMs && before.reportedAt - at <= reportReorderMs
+
+/**
+ * How much older than the stored report one may be and still be written, ms: two reports of one
+ * host through two replicas at nearly the same time (their clocks are the database's, measured
+ * to a few ms) are judged one against the other, as concurrent writes are. A report that waited
+ * in a stalled replica is older by the agent's call bound and its failover: seconds.
+ */
+export const reportReorderSlackMs = 1000
 
 /**
  * How much older than the stored one a report may be and still be taken as delayed

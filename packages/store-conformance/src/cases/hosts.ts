@@ -4,7 +4,7 @@
  */
 import { Headroom } from "@engram/core"
 import { expect } from "@effect/vitest"
-import { reportReorderMs, Validate } from "@engram/store"
+import { reportReorderMs, reportReorderSlackMs, Validate } from "@engram/store"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
 import { addHost, expectFailure, expectInvariants, expectUnchanged, hostsNow, hostSummaryOf, kase, placed, queued, registered, reportFor, sessionIn, snapshot, store } from "../Harness.js"
@@ -35,11 +35,15 @@ export const hosts: Group = {
         const newer = { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8, peerUrl: "http://10.0.0.1:7100" }
         yield* s.reportHost("h1", newer)
         const held = yield* s.getHost("h1")
-        // The agent's earlier report, stamped before the newer one, lands after it.
-        yield* TestClock.setTime(9_000)
+        // The agent's earlier report, stamped more than `reportReorderSlackMs` before the newer one
+        // (it waited in a stalled replica), lands after it.
+        yield* TestClock.setTime(10_000 - reportReorderSlackMs - 1)
         const older = yield* s.reportHost("h1", { totalMib: 8192, allocatableMib: 7168, totalVcpus: 4, peerUrl: "http://10.0.0.9:7100" })
         expect(older).toMatchObject({ peerUrlChanged: false, figuresChanged: false, wasSilent: false, reportedAt: 10_000, peerUrl: newer.peerUrl })
         expect(yield* s.getHost("h1")).toStrictEqual(held)
+        // One within the slack (two replicas at nearly the same time) is written, judged against it.
+        yield* TestClock.setTime(10_000 - reportReorderSlackMs)
+        expect(yield* s.reportHost("h1", newer)).toMatchObject({ figuresChanged: false, peerUrlChanged: false, reportedAt: 10_000 - reportReorderSlackMs })
         // A report of the same time or later is written as ever.
         yield* TestClock.setTime(11_000)
         const later = yield* s.reportHost("h1", { ...newer, allocatableMib: 14336 })
