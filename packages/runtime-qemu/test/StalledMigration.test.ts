@@ -61,21 +61,31 @@ const budget = { maxDowntimeMs: 600, commitAllowanceMs: 100, maxPreCopyRounds: 6
 /** The fake sends nowhere: its final round stalls as one to a target that stopped reading. */
 const endpoint = { runtime: "qemu", uri: "tcp:127.0.0.1:1" }
 
+/**
+ * A move of `spec` on a fake QEMU of `mode` (migrationTimeoutMs a minute: a switchover held for
+ * it outlives the 20 s this waits) taken to its switchover, which must fail well before that.
+ * Answers the fake, the runtime and the switchover's failure.
+ */
+const failedSwitchover = (mode: FakeQemu.FakeMode) =>
+  Effect.gen(function* () {
+    const fake = yield* FakeQemu.make(mode)
+    const rt = yield* QemuRuntime.make({ ...fake.config, migrationTimeoutMs: 60_000, switchoverFloorMs: 500 })
+    yield* rt.start(spec)
+    const at = yield* rt.migrate(spec.vmId, { moveId: "mv", endpoint, budget, onRound: () => Effect.void })
+    if (at._tag !== "AtSwitchover") return assert.fail(`the move reached ${at._tag}, not the switchover`)
+    const failed = yield* at.switchover.pipe(Effect.flip, Effect.timeoutOption("20 seconds"))
+    assert.isTrue(Option.isSome(failed), "the switchover ended well before migrationTimeoutMs")
+    return { fake, rt, failed: Option.getOrThrow(failed) }
+  })
+
 describe("a move whose final round stalls", () => {
   it.live(
     "is cancelled once what is left of its downtime budget (at least the floor) has passed, not migrationTimeoutMs, and the guest runs on the source again",
     () =>
       Effect.scoped(
         Effect.gen(function* () {
-          const fake = yield* FakeQemu.make("switchover-stall")
-          // migrationTimeoutMs a minute: a switchover held for it outlives the 20 s this test waits.
-          const rt = yield* QemuRuntime.make({ ...fake.config, migrationTimeoutMs: 60_000, switchoverFloorMs: 500 })
-          yield* rt.start(spec)
-          const at = yield* rt.migrate(spec.vmId, { moveId: "mv", endpoint, budget, onRound: () => Effect.void })
-          if (at._tag !== "AtSwitchover") return assert.fail(`the move reached ${at._tag}, not the switchover`)
-          const failed = yield* at.switchover.pipe(Effect.flip, Effect.timeoutOption("20 seconds"))
-          assert.isTrue(Option.isSome(failed), "the switchover ended well before migrationTimeoutMs")
-          assert.match(Option.getOrThrow(failed).message, /not ended within/)
+          const { fake, rt, failed } = yield* failedSwitchover("switchover-stall")
+          assert.match(failed.message, /not ended within/)
           const lines = fake.lines()
           assert.include(lines, "cmd migrate_cancel")
           assert.isAbove(lines.lastIndexOf("event RESUME {}"), lines.indexOf("event STOP {}"), "the guest resumed after the stop")
@@ -92,14 +102,8 @@ describe("a move whose final round stalls", () => {
     () =>
       Effect.scoped(
         Effect.gen(function* () {
-          const fake = yield* FakeQemu.make("switchover-mute")
-          const rt = yield* QemuRuntime.make({ ...fake.config, migrationTimeoutMs: 60_000, switchoverFloorMs: 500 })
-          yield* rt.start(spec)
-          const at = yield* rt.migrate(spec.vmId, { moveId: "mv", endpoint, budget, onRound: () => Effect.void })
-          if (at._tag !== "AtSwitchover") return assert.fail(`the move reached ${at._tag}, not the switchover`)
-          const failed = yield* at.switchover.pipe(Effect.flip, Effect.timeoutOption("20 seconds"))
-          assert.isTrue(Option.isSome(failed), "the switchover ended well before migrationTimeoutMs")
-          assert.match(Option.getOrThrow(failed).message, /could not be given back/)
+          const { fake, rt, failed } = yield* failedSwitchover("switchover-mute")
+          assert.match(failed.message, /could not be given back/)
           assert.deepStrictEqual(yield* rt.list, [{ ...spec, status: "paused" }])
           assert.deepStrictEqual((yield* rt.usage).map((u) => u.status), ["paused"])
           assert.notInclude(fake.lines(), "cmd cont (muted: no answer)", "no cont while the migration may still complete")
