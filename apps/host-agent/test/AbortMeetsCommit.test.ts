@@ -171,18 +171,28 @@ describe("a move's abort while its prepare starts the incoming VM", () => {
   )
 })
 
+/**
+ * Move m1 of s1 from b to host a (`gatedTarget`), in a fake coordinator: the source's late commit
+ * is resuming the incoming VM (held: `resume` releases it; `commit` is its outcome) when an
+ * operator aborts the move.
+ */
+const lateCommitMeetsAbort = Effect.gen(function* () {
+  const fake = yield* makeFakeCoordinator
+  const gated = yield* gatedTarget({ holdResume: true, holdDestroy: false })
+  yield* fake.addSession("s1", "b", 1024, 1)
+  yield* fake.beginMove("m1", "s1", "a", 600)
+  const commit = yield* Effect.forkChild(Effect.result(gated.target.commit(h)))
+  yield* Deferred.await(gated.resuming)
+  yield* fake.abortMove("m1", "an operator's abort")
+  return { ...gated, fake, commit }
+})
+
 describe("the target's agent and the source act on one move together", () => {
   effect("the agent drops the incoming VM of a move that ended while the source's commit resumes it: the drop waits, keeps the guest, and the session placed here runs on it", () =>
     Effect.gen(function* () {
-      const fake = yield* makeFakeCoordinator
-      const { runtime, residents, target, counts, resuming, resume } = yield* gatedTarget({ holdResume: true, holdDestroy: false })
-      yield* fake.addSession("s1", "b", 1024, 1)
-      yield* fake.beginMove("m1", "s1", "a", 600)
       // The source's commit is on its way (its final round sent) when the move is aborted and
       // the session placed here.
-      const commit = yield* Effect.forkChild(Effect.result(target.commit(h)))
-      yield* Deferred.await(resuming)
-      yield* fake.abortMove("m1", "an operator's abort")
+      const { fake, runtime, residents, target, counts, resume, commit } = yield* lateCommitMeetsAbort
       yield* fake.place("s1", "a", "pending")
       const asked = yield* Deferred.make<void>()
       const { agent } = yield* quietAgent({ coordinator: fake.client("a"), runtime, residents, target: tellingAborts(target, asked) })
@@ -247,14 +257,8 @@ describe("the target's agent and the source act on one move together", () => {
 
   effect("the agent's reconcile drops the incoming VM of a move no longer pending (its session elsewhere) while the source's commit resumes it: the drop waits and keeps the guest, which then goes only on an explicit word (unreadable here: kept)", () =>
     Effect.gen(function* () {
-      const fake = yield* makeFakeCoordinator
-      const { runtime, residents, target, counts, resuming, resume } = yield* gatedTarget({ holdResume: true, holdDestroy: false })
-      yield* fake.addSession("s1", "b", 1024, 1)
-      yield* fake.beginMove("m1", "s1", "a", 600)
       // The source's late commit is on its way when the move is aborted (the session back on b).
-      const commit = yield* Effect.forkChild(Effect.result(target.commit(h)))
-      yield* Deferred.await(resuming)
-      yield* fake.abortMove("m1", "an operator's abort")
+      const { fake, runtime, residents, target, counts, resume, commit } = yield* lateCommitMeetsAbort
       // The move cannot be read from here (an outage after the assignments answer).
       const client = fake.client("a")
       const unreadable = { ...client, getMove: () => Effect.fail(new CoordinatorError({ op: "getMove", status: 503, message: "the store is away" })) }
