@@ -2,19 +2,12 @@
 // longer list (50,000 copies of one id fit in a 1 MiB body) or a repeated host is a 400 naming
 // `affinity` and the rule, and nothing is stored: before, it was kept and copied into every
 // assignments answer of its host.
-import { startCoordinator } from "@engram/coordinator"
-import type { RunningCoordinator } from "@engram/coordinator"
-import { StoreSim } from "@engram/store-sim"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import { client } from "./support/http.js"
+import { simCoordinatorForFile } from "./support/sim.js"
 
 const adminToken = "affinity-limit-admin-token-0123456789"
-let c: RunningCoordinator
-
-beforeAll(async () => {
-  c = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
-})
-afterAll(() => c?.stop())
+const c = simCoordinatorForFile(adminToken)
 
 describe("a create's affinity", () => {
   it("of more than 64 hosts, or naming a host twice, is a 400 naming affinity and the rule; nothing is stored", async () => {

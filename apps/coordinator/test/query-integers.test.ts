@@ -1,19 +1,12 @@
 // An integer in a query string is at most 15 decimal digits (core's `Names.decimalInt`: every
 // such number is exact). A 16th digit is refused with that rule in words, naming the parameter:
 // before, `?waitMs=999999999999999999` was told "must be an integer in decimal digits", which it is.
-import { startCoordinator } from "@engram/coordinator"
-import type { RunningCoordinator } from "@engram/coordinator"
-import { StoreSim } from "@engram/store-sim"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import { client } from "./support/http.js"
+import { simCoordinatorForFile } from "./support/sim.js"
 
 const adminToken = "query-integers-admin-token-0123456789"
-let c: RunningCoordinator
-
-beforeAll(async () => {
-  c = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
-})
-afterAll(() => c?.stop())
+const c = simCoordinatorForFile(adminToken)
 
 describe("an integer in a query string", () => {
   it("of 16 digits or more is a 400 naming the parameter and the rule of at most 15 digits; 15 digits are read", async () => {

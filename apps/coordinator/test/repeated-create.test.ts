@@ -2,19 +2,12 @@
 // affinity, idle timeout, TTL or template under the id is a 409 Conflict naming the field (as
 // another budget is), and nothing changes; the same create again, or one that leaves options
 // out, is answered as before (201 placed, 202 queued).
-import { startCoordinator } from "@engram/coordinator"
-import type { RunningCoordinator } from "@engram/coordinator"
-import { StoreSim } from "@engram/store-sim"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import { client } from "./support/http.js"
+import { simCoordinatorForFile } from "./support/sim.js"
 
 const adminToken = "repeated-create-admin-token-0123456789"
-let c: RunningCoordinator
-
-beforeAll(async () => {
-  c = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
-})
-afterAll(() => c?.stop())
+const c = simCoordinatorForFile(adminToken)
 
 describe("a repeated create", () => {
   it("with options its session was not created with is a 409 naming the first that differs, and changes nothing; the same create is answered as it is", async () => {

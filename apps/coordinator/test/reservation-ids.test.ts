@@ -1,20 +1,13 @@
 // A reservation's id and hostId keep the one id rule (SPEC §12): an empty or malformed one is a
 // 400 naming the field and the rule, not a 409 `Refused` of the ledger, and it is no reserve
 // failure (`reserveFailures` counts the ledger's refusals only). Nothing is stored.
-import { startCoordinator } from "@engram/coordinator"
-import type { RunningCoordinator } from "@engram/coordinator"
 import { Names } from "@engram/core"
-import { StoreSim } from "@engram/store-sim"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import { client } from "./support/http.js"
+import { simCoordinatorForFile } from "./support/sim.js"
 
 const adminToken = "reservation-ids-admin-token-0123456789"
-let c: RunningCoordinator
-
-beforeAll(async () => {
-  c = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
-})
-afterAll(() => c?.stop())
+const c = simCoordinatorForFile(adminToken)
 
 describe("a reservation with a malformed id or hostId", () => {
   it("is a 400 naming the field and the id rule, stores nothing and counts no reserve failure", async () => {
