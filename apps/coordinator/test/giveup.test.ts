@@ -53,15 +53,23 @@ describe("a leader that stops", () => {
     expect(first.status).toBe(200)
     // An agent's long-poll, open while the coordinator stops.
     const polled = agent.get(`/v1/hosts/giveup-h1/assignments?waitMs=30000&since=${first.body.version as string}`).catch((e: unknown) => e)
-    // A request the drain waits for: its body not all sent.
+    // A request the drain waits for: its body not all sent. `Expect: 100-continue` makes the
+    // server say when it has read the request's head (Node answers 100 before the handler
+    // reads the body): from then on it is a request in flight, not an idle connection a stop
+    // may close, however slow the machine.
     let uploadSettled = false
-    const upload = request(`${coordinator.url}/v1/hosts`, { method: "POST", headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json", "content-length": "1000" } })
+    const upload = request(`${coordinator.url}/v1/hosts`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json", "content-length": "1000", expect: "100-continue" },
+    })
     upload.on("response", (r) => ((uploadSettled = true), r.resume()))
     upload.on("error", () => (uploadSettled = true))
     upload.on("close", () => (uploadSettled = true))
-    upload.write('{"id":"giveup-')
+    const headRead = new Promise<void>((resolve) => upload.once("continue", () => resolve()))
+    upload.flushHeaders()
+    await headRead
+    await new Promise<void>((resolve, reject) => upload.write('{"id":"giveup-', (e) => (e ? reject(e) : resolve())))
     await until("the long-poll open", async () => (await coordinator.run(Effect.map(Effect.service(LongPolls), (l) => l.open()))) === 1)
-    await sleep(200)
     const [held] = await sql`select lease_duration_ms from leases`
     expect(Number(held?.["lease_duration_ms"])).toBeGreaterThan(0)
     const stopping = c.stop()
