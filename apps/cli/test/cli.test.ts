@@ -382,9 +382,9 @@ const answering = async (status: number, body: unknown) => {
 
 describe("several coordinator URLs (replicas)", () => {
   it("ENGRAM_URL and --url take a comma list: a replica that refuses connections or answers 503 Unavailable (shutting down) is skipped", async () => {
-    // A port nothing listens on: a server's, closed.
-    const gone = await answering(200, {})
-    await gone.close()
+    // A port nothing listens on: a privileged one no test binds (a server's port from
+    // `listen(0)`, closed, could be handed to another test's server meanwhile).
+    const gone = { url: "http://127.0.0.1:1" }
     const stopping = await answering(503, { error: "Unavailable", message: "the coordinator is shutting down; retry", retryAfterMs: 1000 })
     try {
       const r = await engram(["status", "--json"], { env: { ENGRAM_TOKEN: adminToken, ENGRAM_URL: `${gone.url},${stopping.url}, ${c.url}` } })

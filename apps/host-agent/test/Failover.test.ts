@@ -8,6 +8,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { StoreSim } from "@engram/store-sim"
+import { freePort } from "@engram/test-pg"
 import { Clock, Effect, Fiber, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { TestClock } from "effect/testing"
@@ -43,12 +44,12 @@ const fake = async (answer: ((req: IncomingMessage, res: ServerResponse) => void
     },
   }
 }
-/** A URL nothing listens on (a port bound, then freed): connections are refused. */
-const refusingUrl = async () => {
-  const f = await fake("hang")
-  await f.close()
-  return f.url
-}
+/**
+ * A URL nothing listens on: connections are refused. The port is `freePort`'s, below the
+ * kernel's ephemeral range (a port from `listen(0)`, closed, could be handed to another test's
+ * server meanwhile, which would then answer).
+ */
+const refusingUrl = async () => `http://127.0.0.1:${await freePort()}`
 
 let coordinator: RunningCoordinator
 let hostToken = ""
