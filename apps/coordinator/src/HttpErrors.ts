@@ -2,9 +2,9 @@
  * Errors as HTTP answers: one answer per store error (see the store's Errors.ts), and the
  * request decode failures as `400 {error, field, rule, in}` with the field as a dotted path.
  */
-import { BadRequest, ConflictError, InputErrors, NotFoundError, ServiceUnavailable } from "@engram/api"
+import { BadRequest, ConflictError, InputErrors, InputIssues, NotFoundError, ServiceUnavailable } from "@engram/api"
 import type { StoreError, Unavailable } from "@engram/store"
-import { Effect, Option, SchemaAST, SchemaIssue } from "effect"
+import { Effect, Option } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApiMiddleware } from "effect/http-api"
 import { Metrics } from "./Metrics.js"
@@ -77,32 +77,8 @@ export const api = <A, E extends StoreError, R>(eff: Effect.Effect<A, E, R>): Ef
 /** A 400 naming the field and the rule. */
 export const badRequest = (field: string, rule: string) => new BadRequest({ error: "InvalidInput", field, rule })
 
-/** A key as a 400 names it: itself, or `""` for the empty key (a field is never named by nothing). */
-export const keyName = (key: string): string => (key === "" ? '""' : key)
-
-/** The keys an object schema declares, for a refusal that says what would have been accepted. */
-const knownKeys = (ast: SchemaAST.AST): string =>
-  SchemaAST.isObjects(ast) ? ast.propertySignatures.map((p) => String(p.name)).join(", ") : ""
-
-/** The rule a failed check states: Effect's words, except for a key that is missing or unknown. */
-const leafRule = (where: InputLocation) => (issue: SchemaIssue.Leaf): string => {
-  if (issue._tag === "MissingKey") return "is required"
-  if (issue._tag === "UnexpectedKey") {
-    const known = knownKeys(issue.ast)
-    const what = where === "query" ? "a query parameter of this endpoint" : "a key of this object"
-    return known === "" ? `is not ${what}` : `is not ${what} (known: ${known})`
-  }
-  return SchemaIssue.defaultLeafHook(issue)
-}
-
-type InputLocation = "body" | "query" | "path" | "headers"
-
-const formatters = {
-  body: SchemaIssue.makeFormatterStandardSchemaV1({ leafHook: leafRule("body") }),
-  query: SchemaIssue.makeFormatterStandardSchemaV1({ leafHook: leafRule("query") }),
-  path: SchemaIssue.makeFormatterStandardSchemaV1({ leafHook: leafRule("path") }),
-  headers: SchemaIssue.makeFormatterStandardSchemaV1({ leafHook: leafRule("headers") }),
-}
+/** A key as a 400 names it: itself, or `""` for the empty key (`@engram/api`'s `InputIssues.keyName`). */
+export const keyName = InputIssues.keyName
 
 /**
  * `400 {error, field, rule, in}` for every request that fails its schema; an unknown key (in a
@@ -113,9 +89,7 @@ export const InputErrorsLive = HttpApiMiddleware.layerSchemaErrorTransform(Input
   if (error.kind === "ResponseHeaders" || error.kind === "Body") {
     return Effect.succeed(HttpServerResponse.jsonUnsafe({ error: "Internal", message: "the answer could not be encoded" }, { status: 500 }))
   }
-  const where: InputLocation = error.kind === "Payload" ? "body" : error.kind === "Query" ? "query" : error.kind === "Params" ? "path" : "headers"
-  const first = formatters[where](error.cause.issue).issues[0]
-  const path = first?.path?.map((p) => keyName(typeof p === "object" && p !== null ? String((p as { key: unknown }).key) : String(p))) ?? []
-  const field = path.length > 0 ? path.join(".") : where
-  return Effect.succeed(HttpServerResponse.jsonUnsafe({ error: "InvalidInput", field, rule: first?.message ?? "is invalid", in: where }, { status: 400 }))
+  const where: InputIssues.InputLocation = error.kind === "Payload" ? "body" : error.kind === "Query" ? "query" : error.kind === "Params" ? "path" : "headers"
+  const { field, rule } = InputIssues.firstIssue(error.cause.issue, where)
+  return Effect.succeed(HttpServerResponse.jsonUnsafe({ error: "InvalidInput", field, rule, in: where }, { status: 400 }))
 })

@@ -212,7 +212,8 @@ const toPortError = (op: string, e: { readonly _tag: string; readonly message: s
   return new CoordinatorError({
     op,
     status: response?.status ?? null,
-    message: e._tag === "SchemaError" ? `bad answer: ${e.message}` : e.message,
+    // `UndecodableAnswer`: an answer that does not decode; `SchemaError`: a request that does not encode (nothing sent).
+    message: e._tag === "UndecodableAnswer" ? `bad answer: ${e.message}` : e._tag === "SchemaError" ? `bad request, not sent: ${e.message}` : e.message,
     ...(asked === undefined ? {} : { retryAfterMs: asked }),
   })
 }

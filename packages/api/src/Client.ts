@@ -8,7 +8,7 @@
  * const fleet = yield* engram.fleet.snapshot()
  * ```
  */
-import { Effect, Layer, Redacted } from "effect"
+import { Data, Effect, Layer, Redacted, Schema } from "effect"
 import { HttpClientRequest } from "effect/http"
 import type { HttpClient } from "effect/http"
 import { HttpApiClient, HttpApiMiddleware } from "effect/http-api"
@@ -36,6 +36,17 @@ export interface Options {
   readonly token: Redacted.Redacted<string> | string
 }
 
+/**
+ * An answer whose body does not decode by the API's schemas (not an engram coordinator's, or one
+ * of another version). It is told apart from a `SchemaError`, which this client fails with only
+ * when a request does not encode by them: nothing was sent then, and the issue names the field
+ * and the rule as the coordinator's 400 would (`InputIssues.firstIssue`).
+ */
+export class UndecodableAnswer extends Data.TaggedError("UndecodableAnswer")<{ readonly message: string }> {}
+
+const answerErrors = (answer: Effect.Effect<unknown, unknown, unknown>): Effect.Effect<unknown, unknown, unknown> =>
+  Effect.mapError(answer, (e) => (Schema.isSchemaError(e) ? new UndecodableAnswer({ message: e.message }) : e))
+
 /** A client with its auth; needs an `HttpClient`. */
 export const make = (options: Options): Effect.Effect<Client, never, HttpClient.HttpClient> =>
-  HttpApiClient.make(EngramApi, { baseUrl: options.baseUrl }).pipe(Effect.provide(layerAuth(options.token)))
+  HttpApiClient.make(EngramApi, { baseUrl: options.baseUrl, transformResponse: answerErrors }).pipe(Effect.provide(layerAuth(options.token)))

@@ -1,9 +1,10 @@
 /**
  * What requests carry: JSON bodies, path ids and query strings. Mostly shapes: the store's rules
- * check ranges and ids and name the field they refuse (a 400 `{error, field, rule}`). Host ids
- * that only select (query filters, a move's target), a reservation's ids and a session's
- * affinity keep core's rules here too, in the store's words, so the OpenAPI document states
- * them (`pattern`, `maxItems`, `uniqueItems`) as the server enforces them.
+ * check ranges and ids and name the field they refuse (a 400 `{error, field, rule}`). The ids a
+ * client chooses (a host's, a session's, a reservation's and its owner), host ids that only
+ * select (query filters, a move's target) and a session's affinity keep core's rules here too,
+ * in the store's words, so the OpenAPI document states them (`pattern`, `minLength`,
+ * `maxLength`, `maxItems`, `uniqueItems`) as the server enforces them.
  */
 import { Names } from "@engram/core"
 import { Schema } from "effect"
@@ -20,11 +21,22 @@ export const Text = Schema.String.check(
 )
 
 /**
- * An id by core's one id rule (`Names.idPattern`, in words `Names.idRule`): the decoder refuses
- * by it (a 400 naming the field and the rule) and the OpenAPI document publishes it as the
- * field's `pattern`, so the two cannot drift. Not a string at all is refused with the same words.
+ * An id by core's one id rule (`Names.idPattern` and `Names.idMaxLength`, in words
+ * `Names.idRule`): the decoder refuses by it (a 400 naming the field and the rule) and the
+ * OpenAPI document publishes it as the field's `pattern`, `minLength` and `maxLength`, so the two
+ * cannot drift. Not a string at all is refused with the same words.
  */
-export const Id = Schema.String.annotate({ message: Names.idRule }).check(Schema.isPattern(Names.idPattern, { message: Names.idRule }))
+export const Id = Schema.String.annotate({ message: Names.idRule }).check(
+  Schema.isMinLength(1, { message: Names.idRule }),
+  Schema.isMaxLength(Names.idMaxLength, { message: Names.idRule }),
+  Schema.isPattern(Names.idPattern, { message: Names.idRule }),
+)
+
+/** A reservation's owner: text a store can hold, not empty (`Names.ownerIdRule`, the store's words). */
+export const OwnerId = Schema.String.annotate({ message: Names.ownerIdRule }).check(
+  Schema.isMinLength(1, { message: Names.ownerIdRule }),
+  Schema.makeFilter((s: string) => (s.includes("\u0000") || LONE_SURROGATE.test(s) ? Names.ownerIdRule : undefined)),
+)
 
 /** A host id that selects (a filter, a move's target): the id rule, so one that no host can have is refused, not matched against nothing. */
 export const HostIdRef = Id
@@ -74,7 +86,7 @@ const NonNegativeIntFromString = DecimalIntFromString.check(Schema.isGreaterThan
 
 /** `POST /v1/hosts`. */
 export const CreateHost = Schema.Struct({
-  id: Schema.String,
+  id: Id,
   labels: Schema.optionalKey(Schema.Record(Schema.String, Schema.String)),
 })
 export type CreateHost = typeof CreateHost.Type
@@ -127,7 +139,7 @@ export const OnNoRoom = Schema.Literals(["queue", "refuse"])
 
 /** `POST /v1/sessions`: a budget, optional id (a UUID is generated), preferred hosts, and what to do without room. */
 export const CreateSession = Schema.Struct({
-  id: Schema.optionalKey(Schema.String),
+  id: Schema.optionalKey(Id),
   memMib: Schema.Finite,
   vcpus: Schema.Finite,
   /** The preferred hosts, in order of preference: at most 64 host ids, each once (the store's rule, `Validate.affinity`). */
@@ -225,7 +237,7 @@ export const Reserve = Schema.Struct({
   id: Schema.optionalKey(Id),
   hostId: Id,
   ownerKind: Schema.Literals(["capture", "external"]),
-  ownerId: Schema.String,
+  ownerId: OwnerId,
   memMib: Schema.Finite,
   vcpus: Schema.Finite,
   vramMib: Schema.optionalKey(Schema.NullOr(Schema.Finite)),

@@ -109,21 +109,40 @@ describe("the OpenAPI document", () => {
 
   it("states the id rule, and the affinity's 64-host bound and uniqueness, as the server enforces them: one Schema decodes and publishes each", () => {
     const reserve = bodyOf("/v1/reservations", "post").properties ?? {}
-    expect([reserve["id"]?.pattern, reserve["hostId"]?.pattern]).toEqual([Names.idPattern.source, Names.idPattern.source])
+    const idSchema = { type: "string", pattern: Names.idPattern.source, minLength: 1, maxLength: Names.idMaxLength }
+    // Every id a client chooses: a reservation's and the host it names, a host's, a session's.
+    expect([reserve["id"], reserve["hostId"], bodyOf("/v1/hosts", "post").properties?.["id"], bodyOf("/v1/sessions", "post").properties?.["id"]]).toMatchObject([
+      idSchema,
+      idSchema,
+      idSchema,
+      idSchema,
+    ])
+    expect(reserve["ownerId"]).toMatchObject({ type: "string", minLength: 1 })
     const affinity = bodyOf("/v1/sessions", "post").properties?.["affinity"]
-    expect(affinity).toMatchObject({ type: "array", maxItems: Names.maxAffinityHosts, uniqueItems: true, items: { type: "string", pattern: Names.idPattern.source } })
+    expect(affinity).toMatchObject({ type: "array", maxItems: Names.maxAffinityHosts, uniqueItems: true, items: idSchema })
     expect(Names.maxAffinityHosts).toBe(64)
-    // The published pattern is the id rule: a reader's validator (ECMA-262) agrees with the server on every edge.
+    // No lookaround: RE2-based readers (Go's regexp) refuse `(?=`, `(?!`, `(?<=` and `(?<!`.
+    expect(Names.idPattern.source).not.toMatch(/\(\?<?[=!]/)
+    // The published pattern and lengths are the id rule: a reader's validator (ECMA-262) agrees with the server on every edge.
     const published = new RegExp(Names.idPattern.source, "u")
-    for (const id of ["h1", "a.b_c-D", ".a", "a..", "x".repeat(100), "", ".", "..", "h1:x", " h1", "x".repeat(101), "é"]) {
-      expect(published.test(id), JSON.stringify(id)).toBe(Names.isId(id))
+    const readerTakes = (id: string) => id.length >= idSchema.minLength && id.length <= idSchema.maxLength && published.test(id)
+    for (const id of ["h1", "a.b_c-D", ".a", "a..", "..a", "...", "....", "x".repeat(100), ".".repeat(100), "", ".", "..", "h1:x", " h1", "x".repeat(101), ".".repeat(101), "é", "a\n"]) {
+      expect(readerTakes(id), JSON.stringify(id)).toBe(Names.isId(id))
     }
+    for (const id of ["h1", ".a", "a..", "...", "x".repeat(100)]) expect(Names.isId(id), id).toBe(true)
+    for (const id of ["", ".", "..", "x".repeat(101), "a b", "a\n"]) expect(Names.isId(id), JSON.stringify(id)).toBe(false)
     // The decoder refuses by the same Schema, in the store's words and at the store's paths.
     const decode = (schema: Schema.Top, input: unknown) => Schema.decodeUnknownExit(schema as Schema.Codec<unknown, unknown>)(input)
     const asked = { hostId: "h1", ownerKind: "external", ownerId: "job", memMib: 1, vcpus: 0 }
     expect(String(decode(Payloads.Reserve, { ...asked, hostId: "h1:x" }))).toContain(Names.idRule)
     expect(String(decode(Payloads.Reserve, { ...asked, id: ".." }))).toContain(Names.idRule)
     expect(decode(Payloads.Reserve, asked)._tag).toBe("Success")
+    expect(String(decode(Payloads.Reserve, { ...asked, ownerId: "" }))).toContain(Names.ownerIdRule)
+    expect(String(decode(Payloads.Reserve, { ...asked, ownerId: "a\u0000b" }))).toContain(Names.ownerIdRule)
+    expect(String(decode(Payloads.CreateHost, { id: "." }))).toContain(Names.idRule)
+    expect(String(decode(Payloads.CreateHost, { id: "x".repeat(101) }))).toContain(Names.idRule)
+    expect(String(decode(Payloads.CreateSession, { id: "s/1", memMib: 1, vcpus: 1 }))).toContain(Names.idRule)
+    expect(decode(Payloads.CreateSession, { id: "s.1", memMib: 1, vcpus: 1 })._tag).toBe("Success")
     const session = { memMib: 1, vcpus: 1 }
     expect(String(decode(Payloads.CreateSession, { ...session, affinity: Array.from({ length: 65 }, (_, i) => `h${i}`) }))).toContain(Names.affinityRule)
     expect(String(decode(Payloads.CreateSession, { ...session, affinity: ["h1", "h2", "h1"] }))).toContain(Names.affinityRepeatRule(0))

@@ -5,11 +5,13 @@
  * two failures that never reached an answer (the coordinator could not be reached, or answered
  * something this client cannot read). `fromAnswer` is the one place a status and body become
  * an error; `fromFailure` turns a failure of `@engram/api`'s `HttpApiClient` into the status and
- * body it stands for (the status of each API error is the API's own, `Errors.statuses`).
+ * body it stands for (the status of each API error is the API's own, `Errors.statuses`), and a
+ * request that does not encode by the API's schemas into an `InvalidInput` with no status (refused
+ * before it was sent, in the words of the coordinator's 400).
  */
-import { Errors as ApiErrors } from "@engram/api"
+import { Errors as ApiErrors, InputIssues } from "@engram/api"
 import type { ApiError } from "@engram/api"
-import { Effect } from "effect"
+import { Effect, Schema } from "effect"
 
 /** What the coordinator said, as far as an error needs it. */
 export interface Answer {
@@ -344,6 +346,12 @@ export const fromFailure =
       const { _tag: _, ...fields } = { ...(e as unknown as Record<string, unknown>) }
       const body = e.message === "" ? fields : { ...fields, message: e.message }
       return Effect.fail(fromAnswer({ status: ApiErrors.statusOf(e), body }))
+    }
+    // A request that does not encode by the API's schemas: refused here, before anything is
+    // sent, in the coordinator's words (the field and the rule of its 400).
+    if (Schema.isSchemaError(e)) {
+      const { field, rule } = InputIssues.firstIssue(e.issue, "body")
+      return Effect.fail(new InvalidInput({ status: null, body: { error: "InvalidInput", field, rule } }))
     }
     const reason = typeof e === "object" && e !== null && (e as { _tag?: unknown })._tag === "HttpClientError" ? (e as { reason: Reason }).reason : undefined
     if (reason?._tag === "TransportError") return Effect.fail(new TransportError(baseUrl, messageOf(reason.cause ?? e)))

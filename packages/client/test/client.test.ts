@@ -78,7 +78,9 @@ describe("the Promise client", () => {
     expect(err).toBeInstanceOf(InvalidInput)
     const e = err as InvalidInput
     expect(e.field).toBe("id")
-    expect(e.rule.length).toBeGreaterThan(0)
+    expect(e.rule).toBe("must be 1-100 characters of [A-Za-z0-9._-], and not . or ..")
+    // Refused before it was sent: no answer, no status.
+    expect(e.status).toBeNull()
     expect(Errors.describe(e)).toBe(`invalid input: id ${e.rule}`)
     expect((await call(c.url, "GET", "/v1/sessions?state=pending")).body).not.toContainEqual(expect.objectContaining({ id: "bad id!" }))
   })
@@ -261,6 +263,21 @@ describe("one road to the API", () => {
     expect(await Effect.runPromise(Effect.flip(gone.client.sessions.wait("s", { state: "running" })))).toMatchObject({ _tag: "Unreachable", status: 409, from: "ended" })
   })
 
+  it("a request that breaks the API's rules is refused before it is sent, in the coordinator's words: an InvalidInput naming the field and the rule, with no status", async () => {
+    const r = recording(201, "{}")
+    for (const [call, field] of [
+      [r.client.sessions.create({ id: "..", memMib: 1, vcpus: 1 }), "id"],
+      [r.client.hosts.create({ id: "h/1" }), "id"],
+      [r.client.sessions.create({ memMib: 1, vcpus: 1, affinity: ["h1", "h1"] }), "affinity.1"],
+    ] as const) {
+      const err = await Effect.runPromise(Effect.flip(call as Effect.Effect<unknown, unknown>))
+      expect(err).toBeInstanceOf(InvalidInput)
+      expect(err).toMatchObject({ status: null, field })
+      expect((err as InvalidInput).rule.length).toBeGreaterThan(0)
+    }
+    expect(r.sent).toEqual([])
+  })
+
   it("a status the API does not declare for the call is read as it came; an answer that is not JSON says so", async () => {
     const teapot = recording(418, JSON.stringify({ error: "Teapot", message: "short and stout" }))
     const err = await Effect.runPromise(Effect.flip(teapot.client.sessions.wait("s", { state: "running" })))
@@ -271,6 +288,11 @@ describe("one road to the API", () => {
     const refused = await Effect.runPromise(Effect.flip(busy.client.sessions.wait("s", { state: "running" })))
     expect(refused).toBeInstanceOf(TooManyRequests)
     expect(refused).toMatchObject({ status: 429, code: "TooManyWaits", limit: 4, retryAfterMs: 1000 })
+    // A 2xx whose body is not the API's: not the caller's bad input.
+    const odd = recording(200, JSON.stringify({ nope: 1 }))
+    const undecodable = await Effect.runPromise(Effect.flip(odd.client.sessions.get("s")))
+    expect(undecodable).toBeInstanceOf(UnexpectedAnswer)
+    expect(odd.sent).toEqual(["GET /v1/sessions/s"])
     const proxy = recording(502, "<html>bad gateway</html>", "text/html")
     const html = await Effect.runPromise(Effect.flip(proxy.client.fleet.snapshot()))
     expect(html).toBeInstanceOf(UnexpectedAnswer)

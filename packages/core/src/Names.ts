@@ -35,19 +35,26 @@ export type RoundKind = "full" | "delta" | "intent" | "final"
 /** Every round kind, in the order a move records them. */
 export const roundKinds = every<RoundKind>()(["full", "delta", "intent", "final"])
 
+/** The longest id (SPEC §10, §12). */
+export const idMaxLength = 100
+
 /**
- * The one id rule (SPEC §10, §12) as one pattern: 1–100 of `[A-Za-z0-9._-]`, and not `.` or `..`
- * (a path segment that names nothing). A JSON Schema `pattern` can hold it whole (ECMA-262), so
- * the API's schemas publish this very pattern (`@engram/api`'s `Payloads.Id`) and decode by it;
- * the `u` flag is what lets effect export a pattern to JSON Schema.
+ * The one id rule (SPEC §10, §12) as a pattern and a length: 1–{@link idMaxLength} of
+ * `[A-Za-z0-9._-]`, and not `.` or `..` (a path segment that names nothing). The pattern holds
+ * the characters and the two names refused; the length is the JSON Schema's `minLength` and
+ * `maxLength` beside it. It has no lookaround, so every JSON Schema reader takes it: ECMA-262
+ * ones and RE2-based ones (Go's `regexp`, which refuses `(?!…)`) alike. An id of dots only has
+ * at least three. The API's schemas publish this very pattern (`@engram/api`'s `Payloads.Id`)
+ * and decode by it; the `u` flag is what lets effect export a pattern to JSON Schema.
  */
-export const idPattern = /^(?!\.\.?$)[A-Za-z0-9._-]{1,100}$/u
+export const idPattern = /^(?:[A-Za-z0-9._-]*[A-Za-z0-9_-][A-Za-z0-9._-]*|\.{3,})$/u
 
 /**
  * The one id rule (SPEC §10, §12) for every id a client chooses — sessions, hosts,
- * reservations, moves: {@link idPattern}.
+ * reservations, moves: {@link idPattern}, 1–{@link idMaxLength} characters.
  */
-export const isId = (value: unknown): value is string => typeof value === "string" && idPattern.test(value)
+export const isId = (value: unknown): value is string =>
+  typeof value === "string" && value.length >= 1 && value.length <= idMaxLength && idPattern.test(value)
 
 /**
  * The one rule for an integer read from text (a setting, a query string): decimal digits, an
@@ -100,6 +107,9 @@ export const isHost = (host: string): boolean => {
 export const hostRule = "must be a host name or IP address (an IPv6 one without brackets), without a scheme, port, path, spaces or control characters"
 
 export const idRule = "must be 1-100 characters of [A-Za-z0-9._-], and not . or .."
+
+/** The rule of a reservation's `ownerId` in words (the store's `Validate` and the API's `Payloads.OwnerId`). */
+export const ownerIdRule = "must be a non-empty string without NUL"
 
 /**
  * The most hosts a session's affinity may name: a preference among a few hosts, not a list of the

@@ -357,7 +357,7 @@ export const reserveExtras = (
   (typeof r.vcpus === "number" && Math.abs(r.vcpus) > MAX ? new InvalidInput({ field: "vcpus", rule: `must be <= ${MAX}` }) : null) ??
   (typeof r.ownerId === "string" && r.ownerId.length > 0 && text("ownerId", r.ownerId) === null
     ? null
-    : new InvalidInput({ field: "ownerId", rule: "must be a non-empty string without NUL" })) ??
+    : new InvalidInput({ field: "ownerId", rule: Names.ownerIdRule })) ??
   (r.vramMib == null ? null : finiteAtLeastZero("vramMib", r.vramMib)) ??
   (r.expiresAt == null || (typeof r.expiresAt === "number" && Number.isFinite(r.expiresAt) && Math.abs(r.expiresAt) <= MAX)
     ? null
