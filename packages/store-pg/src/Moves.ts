@@ -21,7 +21,7 @@ import * as Pages from "./Pages.js"
 import { toMove, toSession } from "./Rows.js"
 import { movePairs, moves } from "./schema.js"
 
-type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "abortMove" | "getMove" | "listMoves" | "pageMoves" | "openMove" | "listPairCommits">
+type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "abortMove" | "getMove" | "getMoves" | "listMoves" | "pageMoves" | "openMove" | "listPairCommits">
 
 const moveNotFound = (id: string) => new NotFound({ entity: "move", id })
 
@@ -264,6 +264,16 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
         db.pool.use((exec) => exec.select().from(moves).where(eq(moves.id, id))),
         (rows) => (rows[0] === undefined ? Effect.fail(moveNotFound(id)) : Effect.succeed(toMove(rows[0]))),
       ).pipe(dieOnUnique),
+
+    // One statement whatever the number of ids, as `getSessions`.
+    getMoves: (ids) => {
+      const unique = [...new Set(ids)]
+      if (unique.length === 0) return Effect.succeed([])
+      return Effect.map(
+        db.pool.use((exec) => exec.select().from(moves).where(sql`${moves.id} in (select jsonb_array_elements_text(${JSON.stringify(unique)}::jsonb))`)),
+        (rows) => rows.map(toMove),
+      ).pipe(dieOnUnique)
+    },
 
     pageMoves: (filter = {}, page) =>
       Effect.gen(function* () {

@@ -35,6 +35,7 @@ type SessionOps = Pick<
   StoreShape,
   | "createSession"
   | "getSession"
+  | "getSessions"
   | "listSessions"
   | "countSessions"
   | "pageSessions"
@@ -513,6 +514,17 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         db.pool.use((exec) => exec.select().from(sessions).where(eq(sessions.id, id))),
         (rows) => (rows[0] === undefined ? Effect.fail(sessionNotFound(id)) : Effect.succeed(toSession(rows[0]))),
       ).pipe(dieOnUnique),
+
+    // One statement whatever the number of ids: they travel as one jsonb parameter, so the text
+    // is constant (prepared once per connection); the rows come by the primary key.
+    getSessions: (ids) => {
+      const unique = [...new Set(ids)]
+      if (unique.length === 0) return Effect.succeed([])
+      return Effect.map(
+        db.pool.use((exec) => exec.select().from(sessions).where(sql`${sessions.id} in (select jsonb_array_elements_text(${JSON.stringify(unique)}::jsonb))`)),
+        (rows) => rows.map(toSession),
+      ).pipe(dieOnUnique)
+    },
 
     listSessions: (filter: SessionFilter = {}) =>
       Effect.map(

@@ -778,6 +778,15 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     getSession: (id) => Effect.map(findSession(id), sessionOf),
+    getSessions: (ids) =>
+      Effect.sync(() => {
+        const out: Session.Record[] = []
+        for (const id of new Set(ids)) {
+          const s = sessions.get(id)
+          if (s !== undefined) out.push(sessionOf(s))
+        }
+        return out
+      }),
 
     listSessions: (filter: SessionFilter = {}) => Effect.sync(() => sessionsSorted(filter).map(sessionOf)),
     countSessions: () => Effect.sync(() => sessionCountsOf(Array.from(sessions.values(), (s) => ({ state: s.state, n: 1 })))),
@@ -1104,6 +1113,15 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     getMove: (id) => Effect.map(findMove(id), moveOf),
+    getMoves: (ids) =>
+      Effect.sync(() => {
+        const out: Move.Record[] = []
+        for (const id of new Set(ids)) {
+          const m = moves.get(id)
+          if (m !== undefined) out.push(moveOf(m))
+        }
+        return out
+      }),
     listMoves: (filter = {}) =>
       Effect.suspend(() => {
         const bad = Validate.moveFilter(filter)

@@ -141,6 +141,14 @@ export interface StoreShape {
     readonly template?: string | undefined
   }) => Fx<PlaceOutcome, Conflict | InvalidInput | NoRoom>
   readonly getSession: (id: string) => Fx<Session, NotFound>
+  /**
+   * The sessions of `ids` that exist, in one read (one statement on PostgreSQL, as of one
+   * moment): each once, in no particular order. An id with no session is left out, never a
+   * `NotFound`: the caller tells the ids it asked for and did not get (what `getSession` of that
+   * id would fail `NotFound`). An empty list reads nothing. The caller bounds how many ids one
+   * call asks (the coordinator's session waiters woken at once ask at most 500 a call).
+   */
+  readonly getSessions: (ids: readonly string[]) => Fx<readonly Session[]>
   /** Sessions, oldest first. */
   readonly listSessions: (filter?: SessionFilter) => Fx<readonly Session[]>
   /**
@@ -295,6 +303,11 @@ export interface StoreShape {
     },
   ) => Fx<Move, NotFound | Conflict | InvalidInput>
   readonly getMove: (id: string) => Fx<Move, NotFound>
+  /**
+   * The moves of `ids` that exist, in one read, as `getSessions` reads sessions: each once, in
+   * no particular order, an unknown id left out, an empty list read nothing.
+   */
+  readonly getMoves: (ids: readonly string[]) => Fx<readonly Move[]>
   /** The open (pending) move of a session, if any. */
   readonly openMove: (sessionId: string) => Fx<Move | null>
   /**
@@ -372,6 +385,7 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "pageHosts",
   "fleetView",
   "getSession",
+  "getSessions",
   "listSessions",
   "countSessions",
   "pageSessions",
@@ -383,6 +397,7 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "clusterSummary",
   "metrics",
   "getMove",
+  "getMoves",
   "openMove",
   "listMoves",
   "pageMoves",

@@ -35,6 +35,23 @@ export const moves: Group = {
   name: "moves",
   cases: [
     kase(
+      "getMoves reads many moves at once: each found once, as getMove reads it; unknown ids left out",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* twoHosts
+        const first = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* s.abortMove(first.id, "test")
+        const second = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        const got = yield* s.getMoves([second.id, "nope", first.id, second.id])
+        expect(got.map((m) => m.id).sort()).toStrictEqual([first.id, second.id].sort())
+        for (const m of got) expect(m).toStrictEqual(yield* s.getMove(m.id))
+        expect(got.find((m) => m.id === first.id)?.state).toBe("aborted")
+        expect(got.find((m) => m.id === second.id)?.state).toBe("pending")
+        expect(yield* s.getMoves([])).toStrictEqual([])
+        expect(yield* s.getMoves(["nope"])).toStrictEqual([])
+      }),
+    ),
+    kase(
       "a commit whose phases do not fit within the downtime is refused by name and changes nothing",
       Effect.gen(function* () {
         const s = yield* store

@@ -304,6 +304,28 @@ export const sessions: Group = {
       }),
     ),
     kase(
+      "getSessions reads many sessions at once: each found once, as getSession reads it; unknown ids left out",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 65536)
+        yield* sessionIn("a", "running")
+        yield* sessionIn("b", "parked")
+        yield* sessionIn("q", "queued")
+        yield* sessionIn("e", "ended")
+        const ids = ["a", "nope", "b", "a", "q", "e", "gone"]
+        const got = yield* s.getSessions(ids)
+        const byId = [...got].sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0))
+        expect(byId.map((x) => x.id)).toStrictEqual(["a", "b", "e", "q"])
+        for (const x of byId) expect(x).toStrictEqual(yield* s.getSession(x.id))
+        expect(yield* s.getSessions([])).toStrictEqual([])
+        expect(yield* s.getSessions(["nope"])).toStrictEqual([])
+        // Many at once (as the coordinator's woken waiters ask): every one answered.
+        for (let i = 0; i < 40; i++) yield* s.createSession({ id: `m${i}`, budget: { memMib: 64, vcpus: 1 } })
+        const many = Array.from({ length: 40 }, (_, i) => `m${i}`)
+        expect(new Set((yield* s.getSessions(many)).map((x) => x.id))).toStrictEqual(new Set(many))
+      }),
+    ),
+    kase(
       "creating the same id with the same budget answers the existing placement",
       Effect.gen(function* () {
         const s = yield* store
