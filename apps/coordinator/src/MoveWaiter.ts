@@ -2,7 +2,8 @@
  * The wait of `POST /v1/sessions/{id}/move`: level-triggered, the source agent sees the pending
  * move in its assignments, runs the rounds and commits or aborts it; this waits for that outcome
  * up to `moveTimeoutMs`, woken by the change itself (every write of a move notifies its topic,
- * through any replica), reading the move only when it begins and after each wake-up.
+ * through any replica), reading the move only when it begins and after each wake-up (waiters
+ * that read in the same tick share one read of their moves, `GroupedReads`).
  * On a timeout it aborts the move only while the source has not recorded its final round (SPEC
  * §5: no second check once the final round is sent); the store decides that atomically. The
  * outcome is a figure-carrying verdict; the handler turns it into the HTTP answer.
@@ -14,6 +15,7 @@ import { Metrics } from "./Metrics.js"
 import type { MoveEnd } from "./Metrics.js"
 import { hostTopic, moveTopic, Notifier, sessionTopic, withNotices } from "./Notifier.js"
 import { Drainer } from "./Drainer.js"
+import * as GroupedReads from "./GroupedReads.js"
 import { Settings } from "./Settings.js"
 
 /** How a move ended, as far as its waiter knows. */
@@ -65,6 +67,7 @@ export class MoveWaiter extends Context.Service<MoveWaiter, MoveWaiterShape>()("
       const metrics = yield* Metrics
       const drainer = yield* Drainer
       const timeoutMs = settings.config.moveTimeoutMs
+      const read = GroupedReads.make({ entity: "move", one: (id) => store.getMove(id), many: (ids) => store.getMoves(ids) })
 
       const settle = (begun: Move) =>
         Effect.gen(function* () {
@@ -72,7 +75,7 @@ export class MoveWaiter extends Context.Service<MoveWaiter, MoveWaiterShape>()("
           // Watching before the read: a change made while it runs wakes the wait below.
           const watch = yield* notifier.watch([moveTopic(begun.id)])
           for (;;) {
-            const m = yield* store.getMove(begun.id)
+            const m = yield* read(begun.id)
             if (m.state !== "pending") return verdict(m, timeoutMs)
             const remaining = deadline - (yield* Clock.currentTimeMillis)
             if (remaining <= 0) break

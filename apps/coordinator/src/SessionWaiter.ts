@@ -4,13 +4,16 @@
  * nothing, a lost one only its end), or the time runs out. The waiter is woken by the change
  * itself (every write of a session notifies the session's topic; on PostgreSQL through any
  * replica): it reads the store when it begins and after each wake-up, never on a timer. At the deadline it answers the state it read last, which no notice has
- * changed since.
+ * changed since. Waiters that read in the same tick share one read of their sessions
+ * (`GroupedReads`: a possible miss of notices wakes every waiter at once); a session gone from
+ * the store is `NotFound` as a read of it alone.
  */
 import { Session } from "@engram/core"
 import type { SessionState } from "@engram/core"
 import { Store } from "@engram/store"
 import type { NotFound, Unavailable } from "@engram/store"
 import { Clock, Context, Effect, Layer } from "effect"
+import * as GroupedReads from "./GroupedReads.js"
 import { Notifier, sessionTopic } from "./Notifier.js"
 
 /** How a wait ended. */
@@ -34,12 +37,13 @@ export class SessionWaiter extends Context.Service<SessionWaiter, SessionWaiterS
     Effect.gen(function* () {
       const store = yield* Store
       const notifier = yield* Notifier
+      const read = GroupedReads.make({ entity: "session", one: (id) => store.getSession(id), many: (ids) => store.getSessions(ids) })
       const until: SessionWaiterShape["until"] = (id, state, timeoutMs) =>
         // Watching before the read: a change made while it runs wakes the wait below.
         notifier.withWatch([sessionTopic(id) as string], (watch) =>
           Effect.gen(function* () {
             const deadline = (yield* Clock.currentTimeMillis) + timeoutMs
-            let s = yield* store.getSession(id)
+            let s = yield* read(id)
             for (;;) {
               const verdict = judge(s, state)
               if (verdict !== null) return verdict
@@ -48,7 +52,7 @@ export class SessionWaiter extends Context.Service<SessionWaiter, SessionWaiterS
               const why = yield* watch.next(remaining)
               // Ended (its credential revoked): the caller answers 401 in its place.
               if (why === "timeout" || why === "ended") return { _tag: "TimedOut", session: s } as const
-              s = yield* store.getSession(id)
+              s = yield* read(id)
             }
           }),
         )
