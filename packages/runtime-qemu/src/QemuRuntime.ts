@@ -17,6 +17,7 @@
  *   socket answers, else listed as attaching and attached in the background (never replaced).
  *   destroy: `quit`, then kill. A VM whose QEMU ends by itself (crashed, killed) is logged and
  *   leaves the list, its files removed (VmHost.ts, `watchEnd`): the agent notices the guest gone.
+ *   A monitor connection that closes while QEMU lives is connected again (Monitor.ts).
  */
 import { readdir } from "node:fs/promises"
 import { join } from "node:path"
@@ -382,9 +383,9 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
      * `completed`) it is left alone: the target may hold the whole guest, and only the agent's
      * owed commit decides which copy runs.
      */
-    const adopt = (record: P.VmRecord, paths: P.VmPaths, pid: number, attached: { readonly client: Qmp.QmpClient; readonly scope: Scope.Closeable }) =>
+    const adopt = (record: P.VmRecord, paths: P.VmPaths, pid: number, attached: Host.Attached) =>
       Effect.gen(function* () {
-        const vm: Vm = { spec: record.spec, paths, pid, ...attached, record, status: "paused", endpoint: null, exited: null }
+        const vm: Vm = { spec: record.spec, paths, pid, ...(yield* host.monitorOf(attached)), record, status: "paused", endpoint: null, exited: null }
         if (record.incomingMoveId === null && (yield* q<{ status: string }>(vm, "recover", "query-status").pipe(Effect.map((st) => st.status === "inmigrate"), Effect.orElseSucceed(() => false)))) {
           yield* Effect.logWarning("a restore or template start was cut short by a restart before its state loaded; its VM is ended", { vmId: record.spec.vmId })
           return yield* finish(vm)

@@ -71,6 +71,8 @@ export interface QmpClient {
 export interface ConnectOptions {
   /** For the connection, the greeting and negotiation, and the default of each command. Default 10 s. */
   readonly timeoutMs?: number
+  /** Where the connection's events are published: a VM's own, kept across its reconnects (`Monitor`). Default: the connection's own. */
+  readonly events?: PubSub.PubSub<QmpEvent>
 }
 
 interface Pending {
@@ -82,7 +84,7 @@ interface Pending {
 export const connect = (path: string, options: ConnectOptions = {}): Effect.Effect<QmpClient, QmpClosed | QmpTimeout, Scope.Scope> =>
   Effect.gen(function* () {
     const defaultTimeoutMs = options.timeoutMs ?? 10_000
-    const events = yield* PubSub.unbounded<QmpEvent>()
+    const events = options.events ?? (yield* PubSub.unbounded<QmpEvent>())
     const closedSignal = yield* Deferred.make<void>()
     const greeted = yield* Deferred.make<QmpGreeting, QmpClosed>()
     const services = yield* Effect.context<never>()

@@ -1,14 +1,16 @@
 /**
  * The VMs of one QEMU runtime and what every operation on them uses: the table of resident VMs,
  * spawning a VM's QEMU and connecting to it (`launch`), ending it and removing its files
- * (`finish`), dropping a VM whose QEMU ended by itself (crashed or killed), QMP calls with their
+ * (`finish`), dropping a VM whose QEMU ended by itself (crashed or killed), reconnecting a
+ * monitor whose connection closed while QEMU lives (`watchEnd`), QMP calls with their
  * errors as `RuntimeError`s, the end of a migration, and the guest's readiness (SPEC §13: a VM
  * runs once its guest says so on its console).
  */
 import { mkdir, rm } from "node:fs/promises"
 import { dirname, join } from "node:path"
-import { Deferred, Effect, Exit, type Fiber, Option, PubSub, Scope } from "effect"
+import { Deferred, Effect, Exit, type Fiber, Option, PubSub, Schedule, Scope } from "effect"
 import { type IncomingEndpoint, nowMs, pathSegment, RuntimeError, type VmSpec, type VmStatus } from "@engram/runtime"
+import * as Monitor from "./Monitor.js"
 import * as Qmp from "./Qmp.js"
 import type * as M from "./QemuMigration.js"
 import * as P from "./QemuProcess.js"
@@ -20,7 +22,9 @@ export interface Vm {
   readonly spec: VmSpec
   readonly paths: P.VmPaths
   readonly pid: number
-  readonly client: Qmp.QmpClient
+  /** Its QMP monitor, reconnected when its connection closes while QEMU lives (`Monitor`). */
+  readonly client: Monitor.Monitor
+  /** The VM's own (its monitor's end, the fibers that follow it); closed when the VM ends or the runtime lets it go. */
   readonly scope: Scope.Closeable
   record: P.VmRecord
   status: VmStatus
@@ -53,6 +57,11 @@ export interface Snapshots {
   readonly reason: string
   /** Whether this QEMU knows `x-ignore-shared` (4.0 and later): a mapped image or template can be loaded. */
   readonly ignoreShared: boolean
+}
+
+/** A first QMP connection of a VM and where its events go (`VmHost.attach`). */
+export interface Attached extends Monitor.Connection {
+  readonly events: PubSub.PubSub<Qmp.QmpEvent>
 }
 
 /** What the host needs of the runtime's settings. */
@@ -129,9 +138,9 @@ export const make = (s: HostSettings) =>
 
     /**
      * Registers a resident VM and follows its guest's STOP and RESUME events into `vm.status`, for
-     * as long as its QMP connection lives (in its scope): the status QEMU last said, also after a
-     * command that timed out ran late (a `stop` answered after its timeout leaves the guest paused).
-     * And watches for its QEMU's end (`watchEnd`).
+     * as long as it is held (in its scope, across its monitor's reconnects): the status QEMU last
+     * said, also after a command that timed out ran late (a `stop` answered after its timeout
+     * leaves the guest paused). And watches its monitor and its QEMU's end (`watchEnd`).
      */
     const hold = (vm: Vm) =>
       Effect.gen(function* () {
@@ -173,25 +182,73 @@ export const make = (s: HostSettings) =>
         )
       })
 
-    /** How often a VM whose monitor closed while its QEMU lives is looked at again (its QEMU may end later). */
-    const goneCheckMs = 500
+    /** How long QEMU's end is waited for once its monitor's connection closed (a QEMU that ends closes it a moment before it is gone). */
+    const endGraceMs = 250
+    /** Pauses between reconnect tries: 50 ms, doubling, at most 1 s (a QEMU that ends meanwhile is noticed within it). */
+    const reconnectPauses = Schedule.min([Schedule.exponential("50 millis"), Schedule.spaced("1 second")])
+
+    /** Whether a VM's QEMU is gone, waiting `graceMs` at most for its end (a child's exit, or its pid polled). */
+    const goneWithin = (vm: Vm, graceMs: number) =>
+      Effect.gen(function* () {
+        if (vm.exited !== null) yield* vm.exited.pipe(Effect.timeoutOption(graceMs))
+        else yield* P.awaitExit(vm.pid, graceMs)
+        return !P.aliveAs(vm.pid, s.binary, vm.paths.pidFile)
+      })
 
     /**
-     * Waits for a held VM's QEMU to end by itself, then drops the VM (`dropEnded`). QEMU's monitor
-     * connection closes when QEMU ends, and when this runtime closes it (`finish`, or the runtime's
-     * own end). A connection closed while QEMU lives is no end of the guest (a monitor that
-     * restarted): the VM stays, and its process is looked at until it is gone. A pid taken by
-     * another process is no QEMU of this VM (`aliveAs`).
+     * Watches a held VM's monitor and its QEMU's end. QEMU's monitor connection closes when QEMU
+     * ends, when this runtime closes it (`finish`, or the runtime's own end), and when the
+     * connection fails while QEMU lives (a socket hiccup, a chardev reset, a read error): then the
+     * VM stays and its QMP socket is connected again (`reconnect`) until it answers or its QEMU is
+     * gone. A QEMU that ended is dropped (`dropEnded`), once. A pid taken by another process is no
+     * QEMU of this VM (`aliveAs`).
      */
     const watchEnd = (vm: Vm) =>
       Effect.gen(function* () {
-        yield* vm.client.closed
         const ours = () => !endings.has(vm) && vms.get(vm.spec.vmId) === vm
-        while (ours() && P.aliveAs(vm.pid, s.binary, vm.paths.pidFile)) yield* Effect.sleep(goneCheckMs)
+        const about = { vmId: vm.spec.vmId, pid: vm.pid, socket: vm.paths.socket }
+        for (;;) {
+          yield* vm.client.closed
+          if (!ours()) return
+          if (yield* goneWithin(vm, endGraceMs)) break
+          if (!ours()) return
+          yield* vm.client.lost
+          const lostAtMs = yield* nowMs
+          yield* Effect.logWarning("QEMU VM's monitor connection closed while its QEMU runs; reconnecting to its QMP socket (a command meanwhile waits for it within its own timeout)", about)
+          const { outcome, tries } = yield* reconnect(vm, ours)
+          if (outcome === "theirs") return
+          if (outcome === "gone") break
+          // QEMU's STOP and RESUME while no connection was up went to no one.
+          vm.status = yield* runStatus(vm, "reconnect").pipe(Effect.orElseSucceed(() => vm.status))
+          yield* Effect.logInfo("QEMU VM's monitor is back: reconnected, capabilities negotiated", { ...about, tries, lostMs: (yield* nowMs) - lostAtMs, status: vm.status })
+        }
         if (!ours()) return
         // A child's end comes with its exit status, once reaped (at once, as a rule).
         const end = vm.exited === null ? Option.none() : yield* vm.exited.pipe(Effect.timeoutOption(1000))
         yield* dropEnded(vm, Option.getOrNull(end))
+      })
+
+    /**
+     * Connects a held VM's monitor again, pausing between tries (`reconnectPauses`), each try
+     * bounded by `qmpTimeoutMs`, for as long as its QEMU lives. Answers `back` (swapped in),
+     * `gone` (its QEMU ended) or `theirs` (the runtime ended the VM meanwhile: nothing swapped in).
+     */
+    const reconnect = (vm: Vm, ours: () => boolean) =>
+      Effect.gen(function* () {
+        let tries = 0
+        const attempt = Effect.suspend(() => {
+          if (!ours()) return Effect.succeed("theirs" as const)
+          if (!P.aliveAs(vm.pid, s.binary, vm.paths.pidFile)) return Effect.succeed("gone" as const)
+          tries += 1
+          // The swap uninterrupted once connected: a connection left open would be the one QEMU serves.
+          return Effect.uninterruptibleMask((restore) =>
+            Effect.flatMap(restore(connectOnce(vm.paths, vm.client.events, s.qmpTimeoutMs, s.qmpTimeoutMs)), (conn) =>
+              ours() ? Effect.map(vm.client.reconnected(conn), (swapped) => (swapped ? ("back" as const) : ("theirs" as const))) : Effect.as(Scope.close(conn.scope, Exit.void), "theirs" as const),
+            ),
+          )
+        })
+        const outcome = yield* Effect.raceFirst(attempt.pipe(Effect.retry(reconnectPauses)), Effect.as(vm.client.ended, "theirs" as const))
+        return { outcome, tries }
       })
 
     /**
@@ -236,32 +293,47 @@ export const make = (s: HostSettings) =>
     const launching = new Set<string>()
 
     /**
+     * One connection to a VM's QMP socket, negotiated, its events into `events`; within `leftMs`
+     * (on Effect's Clock; `boundMs` is the bound the error names). Its scope is closed when it
+     * fails: QEMU serves one monitor client at a time, and a try left open would be the one it greets.
+     */
+    const connectOnce = (paths: P.VmPaths, events: PubSub.PubSub<Qmp.QmpEvent>, leftMs: number, boundMs: number) =>
+      Effect.gen(function* () {
+        const scope = yield* Scope.make()
+        const client = yield* Qmp.connect(paths.socket, { timeoutMs: s.qmpTimeoutMs, events }).pipe(
+          Scope.provide(scope),
+          Effect.timeoutOrElse({ duration: Math.max(1, Math.ceil(leftMs)), orElse: () => Effect.fail(new Qmp.QmpTimeout({ socket: paths.socket, command: "connect", timeoutMs: boundMs, message: `no QMP greeting within ${boundMs} ms` })) }),
+          Effect.onError(() => Scope.close(scope, Exit.void)),
+        )
+        return { client, scope } satisfies Monitor.Connection
+      })
+
+    /**
      * Connects to a VM's QMP socket, retrying while its process lives, within `timeoutMs` of
-     * elapsed time (on Effect's Clock). Each try has a scope of its own, closed when it fails:
-     * QEMU serves one monitor client at a time, and a try left open would be the one it greets.
+     * elapsed time (on Effect's Clock), one try at a time (`connectOnce`).
      */
     const attach = (paths: P.VmPaths, pid: number, vmId: string, timeoutMs: number) =>
       Effect.gen(function* () {
         const deadline = (yield* nowMs) + timeoutMs
-        const once = (leftMs: number) =>
-          Effect.gen(function* () {
-            const scope = yield* Scope.make()
-            const client = yield* Qmp.connect(paths.socket, { timeoutMs: s.qmpTimeoutMs }).pipe(
-              Scope.provide(scope),
-              Effect.timeoutOrElse({ duration: Math.max(1, Math.ceil(leftMs)), orElse: () => Effect.fail(new Qmp.QmpTimeout({ socket: paths.socket, command: "connect", timeoutMs, message: `no QMP greeting within ${timeoutMs} ms` })) }),
-              Effect.onError(() => Scope.close(scope, Exit.void)),
-            )
-            return { client, scope }
-          })
+        const events = yield* PubSub.unbounded<Qmp.QmpEvent>()
         for (;;) {
-          const tried = P.alive(pid) ? yield* Effect.result(once(deadline - (yield* nowMs))) : null
-          if (tried?._tag === "Success") return tried.success
+          const tried = P.alive(pid) ? yield* Effect.result(connectOnce(paths, events, deadline - (yield* nowMs), timeoutMs)) : null
+          if (tried?._tag === "Success") return { ...tried.success, events } satisfies Attached
           const why = tried === null ? "QEMU exited" : tried.failure.message
           if (tried === null || (yield* nowMs) + 25 >= deadline) {
             return yield* err("attach", vmId, `QMP at ${paths.socket}: ${why}${P.stderrTail(paths) === "" ? "" : ` (qemu: ${P.stderrTail(paths)})`}`)
           }
           yield* Effect.sleep(25)
         }
+      })
+
+    /** A VM's monitor on its first connection, and the VM's scope, whose close ends the monitor. */
+    const monitorOf = (attached: Attached) =>
+      Effect.gen(function* () {
+        const scope = yield* Scope.make()
+        const client = Monitor.make(attached, attached.events, s.qmpTimeoutMs)
+        yield* Scope.addFinalizer(scope, client.end("no monitor: the VM was ended, or this runtime let it go"))
+        return { client, scope }
       })
 
     /**
@@ -320,7 +392,7 @@ export const make = (s: HostSettings) =>
             const attached = yield* attach(paths, pid, spec.vmId, s.startTimeoutMs).pipe(Effect.tapError(() => P.kill(pid, 2000)))
             const record: P.VmRecord = { engram: "qemu-vm/v1", spec, machine: m, socket: paths.socket, incomingMoveId: o.incomingMoveId, ram: o.ram, ...(o.ramOrigin === undefined ? {} : { ramOrigin: o.ramOrigin }) }
             yield* P.writeRecord(paths, record).pipe(Effect.tapError(() => P.kill(pid, 2000)))
-            const vm: Vm = { spec, paths, pid, ...attached, record, status: o.incoming ? "paused" : "running", endpoint: null, exited }
+            const vm: Vm = { spec, paths, pid, ...(yield* monitorOf(attached)), record, status: o.incoming ? "paused" : "running", endpoint: null, exited }
             yield* hold(vm)
             return vm
           }).pipe(Effect.ensuring(Effect.sync(() => launching.delete(spec.vmId))))
@@ -328,7 +400,8 @@ export const make = (s: HostSettings) =>
       )
 
     /**
-     * Ends a VM's QEMU (`quit`, then signals) and removes its files, its RAM file with them when it
+     * Ends a VM's QEMU (`quit`, then signals; signals at once while its monitor is being
+     * reconnected) and removes its files, its RAM file with them when it
      * owns it. Once per VM: after a drop (its QEMU ended by itself) or another finish, it waits for
      * that one. Never fails.
      */
@@ -338,8 +411,10 @@ export const make = (s: HostSettings) =>
         Effect.gen(function* () {
           // Only this VM's entry: a VM of the same id started since is another's.
           if (vms.get(vm.spec.vmId) === vm) vms.delete(vm.spec.vmId)
-          yield* vm.client.execute("quit", undefined, 5000).pipe(Effect.ignore)
-          if (!(yield* P.awaitExit(vm.pid, 10_000))) yield* P.kill(vm.pid, 5000)
+          // A monitor being reconnected is not waited for: QEMU ends on SIGTERM as on `quit`.
+          const asked = yield* vm.client.connected
+          if (asked) yield* vm.client.execute("quit", undefined, 5000).pipe(Effect.ignore)
+          if (!asked || !(yield* P.awaitExit(vm.pid, 10_000))) yield* P.kill(vm.pid, 5000)
           yield* Scope.close(vm.scope, Exit.void)
           yield* removeFiles(vm.paths, vm.record.ram)
         }),
@@ -438,7 +513,7 @@ export const make = (s: HostSettings) =>
         return yield* awaitReady(vm, op, "resume", offset, t0)
       })
 
-    return { settings: s, vms, hold, attaching, ensureFree, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, launch, finish, removeFiles, awaitMigrationEnd, cancelMigration, awaitReady, resume }
+    return { settings: s, vms, hold, attaching, ensureFree, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, monitorOf, launch, finish, removeFiles, awaitMigrationEnd, cancelMigration, awaitReady, resume }
   })
 
 /** The host of one runtime. */

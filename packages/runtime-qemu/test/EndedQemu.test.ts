@@ -1,11 +1,13 @@
 // The runtime against a fake QEMU (test/support/fake-qemu.mjs) that ends by itself while the
 // runtime holds its VM (an OOM kill, an operator's kill -9, a crash): the VM leaves the list the
 // agent's reconcile reads, and is logged; an end the runtime asked for, or a monitor that stops
-// answering or closes while QEMU lives, is no such end.
+// answering or closes while QEMU lives, is no such end. A monitor connection that closes while
+// QEMU lives is connected again.
 import { existsSync, mkdirSync } from "node:fs"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Logger, Scope } from "effect"
+import { TestClock } from "effect/testing"
 import { QemuProcess, QemuRuntime } from "../src/index.js"
 import * as FakeQemu from "./support/FakeQemu.js"
 
@@ -29,6 +31,9 @@ const withLogs = <A, E, R>(f: (logged: Logged[]) => Effect.Effect<A, E, R>) => {
 
 /** The crash lines logged so far (a QEMU that ended by itself). */
 const crashes = (logged: readonly Logged[]) => logged.filter((l) => l.message.startsWith("QEMU VM ended by itself"))
+/** The lines saying a VM's monitor connection closed while its QEMU runs, and those saying it is back. */
+const lost = (logged: readonly Logged[]) => logged.filter((l) => l.message.startsWith("QEMU VM's monitor connection closed while its QEMU runs"))
+const back = (logged: readonly Logged[]) => logged.filter((l) => l.message.startsWith("QEMU VM's monitor is back"))
 
 /** Waits (polling, 50 ms apart, 10 s at most) until the runtime lists exactly `vmIds`. */
 const listedOnly = (rt: QemuRuntime.QemuRuntimeShape, vmIds: readonly string[]) =>
@@ -92,6 +97,7 @@ describe("a QEMU that ends by itself while the runtime holds its VM", () => {
           assert.lengthOf(more, 0)
           assert.include(line?.fields, { vmId: "a1", pid })
           assert.match(String(line?.fields["ended"]), /exit status unknown.*adopted after a restart/)
+          assert.lengthOf(lost(logged), 0, "the first runtime's end closed its connection: no lost monitor")
         }),
       ),
     ),
@@ -118,6 +124,7 @@ describe("a QEMU that ends by itself while the runtime holds its VM", () => {
           yield* listedOnly(rt, [])
           yield* FakeQemu.eventually(Effect.suspend(() => (crashes(logged).length > 0 ? Effect.void : Effect.fail("not logged yet"))), 200)
           assert.deepStrictEqual(crashes(logged).map((l) => l.fields["vmId"]), ["d2"])
+          assert.lengthOf(lost(logged), 0, "the runtime's own ends are no lost monitor")
         }),
       ),
     ),
@@ -148,7 +155,7 @@ describe("a QEMU that ends by itself while the runtime holds its VM", () => {
     ),
   )
 
-  it.live("a live QEMU whose monitor stops answering, or closes its connection, stays listed; once it is killed it leaves", () =>
+  it.live("a live QEMU whose monitor stops answering stays listed, one whose monitor connection closes is reconnected; once killed, each leaves", () =>
     withLogs((logged) =>
       Effect.scoped(
         Effect.gen(function* () {
@@ -158,8 +165,9 @@ describe("a QEMU that ends by itself while the runtime holds its VM", () => {
           const [wedged, closed, killed] = [rt.pidOf("w1")!, rt.pidOf("c1")!, rt.pidOf("x1")!]
           process.kill(wedged, "SIGUSR1") // its monitor answers nothing more (a long device save, say)
           process.kill(closed, "SIGUSR2") // its monitor closes the runtime's connection, QEMU lives on
-          const seen = FakeQemu.eventually(rt.qmp("c1", "query-status").pipe(Effect.flip, Effect.filterOrFail((e) => /closed/i.test(e.message))), 200)
-          yield* seen
+          yield* FakeQemu.eventually(Effect.suspend(() => (back(logged).length > 0 ? Effect.void : Effect.fail("not reconnected yet"))), 200)
+          assert.strictEqual((yield* rt.qmp<{ status: string }>("c1", "query-status")).status, "running", "its monitor answers on the new connection")
+          assert.deepStrictEqual([...lost(logged), ...back(logged)].map((l) => [l.level, l.fields["vmId"], l.fields["pid"]]), [["Warn", "c1", closed], ["Info", "c1", closed]])
           yield* FakeQemu.eventually(Effect.suspend(() => (fake.lines().includes("wedged") ? Effect.void : Effect.fail("not wedged yet"))), 200)
           // A QEMU killed after both: once it has left the list, the others would have too.
           process.kill(killed, "SIGKILL")
@@ -167,10 +175,109 @@ describe("a QEMU that ends by itself while the runtime holds its VM", () => {
           assert.deepStrictEqual(crashes(logged).map((l) => l.fields["vmId"]), ["x1"])
           assert.isTrue(FakeQemu.isAlive(wedged) && FakeQemu.isAlive(closed), "nothing of a live QEMU is ended")
           assert.isTrue(existsSync(QemuProcess.pathsOf(fake.config.stateDir, "c1").dir), "nor are its files removed")
-          // Its connection closed, the VM's QEMU is still looked at: its end is noticed.
+          // Reconnected, the VM's QEMU is still watched: its end is noticed.
           process.kill(closed, "SIGKILL")
           yield* listedOnly(rt, ["w1"])
           assert.deepStrictEqual(crashes(logged).map((l) => l.fields["vmId"]), ["x1", "c1"])
+        }),
+      ),
+    ),
+  )
+})
+
+/**
+ * A VM of a fake QEMU, started on a TestClock, whose monitor then held its greeting (`wedgeMs`,
+ * real time) and closed the runtime's connection, QEMU living on: answers once the runtime said
+ * the monitor is lost (a warning) and reconnects. Bounds are generous: the TestClock is moved
+ * faster than real time while the fake starts (`FakeQemu.pumped`).
+ */
+const monitorLost = (logged: Logged[], wedgeMs: number) =>
+  Effect.gen(function* () {
+    const fake = yield* FakeQemu.make("", { wedgeMs })
+    const config = { ...fake.config, qmpTimeoutMs: 60_000, startTimeoutMs: 600_000 }
+    const rt = yield* FakeQemu.pumped(QemuRuntime.make(config))
+    yield* FakeQemu.pumped(rt.start(spec("v1")))
+    const pid = rt.pidOf("v1")!
+    process.kill(pid, "SIGUSR1") // no greeting for a new client until it is unwedged
+    yield* FakeQemu.until(() => fake.lines().includes("wedged"), "the fake's monitor wedged")
+    process.kill(pid, "SIGUSR2")
+    yield* FakeQemu.pumpUntil(() => lost(logged).length > 0, "the runtime to say the monitor is lost")
+    return { fake, config, rt, pid }
+  })
+
+describe("a VM whose monitor connection closes while its QEMU lives (on a TestClock)", () => {
+  it.effect("is reconnected: a park issued meanwhile waits for it and runs, later commands work, the loss and the return are logged", () =>
+    withLogs((logged) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { fake, rt, pid } = yield* monitorLost(logged, 1500)
+          assert.include(lost(logged)[0]?.fields, { vmId: "v1", pid })
+          assert.strictEqual(lost(logged)[0]?.level, "Warn")
+          // The TestClock stands still: the park waits for the reconnect (the fake greets again after 1.5 s of real time), not for its bound.
+          const park = yield* Effect.forkChild(rt.park("v1"))
+          yield* FakeQemu.until(() => park.pollUnsafe() !== undefined, "the park to end")
+          yield* Fiber.join(park)
+          assert.deepStrictEqual(yield* rt.list, [{ ...spec("v1"), status: "paused" }])
+          yield* FakeQemu.pumped(rt.unpark("v1"))
+          assert.deepStrictEqual(yield* rt.list, [{ ...spec("v1"), status: "running" }])
+          const afterClose = fake.lines().slice(fake.lines().indexOf("monitor closed"))
+          assert.includeMembers(afterClose, ["cmd qmp_capabilities", "cmd stop", "cmd cont"], "negotiated again, then the commands on the new connection")
+          assert.deepStrictEqual(fake.pids(), [pid], "the same QEMU: no second one started")
+          const [up, ...more] = back(logged)
+          assert.lengthOf(more, 0)
+          assert.strictEqual(up?.level, "Info")
+          assert.include(up?.fields, { vmId: "v1", pid })
+          yield* FakeQemu.pumped(rt.destroy("v1"))
+          assert.isFalse(FakeQemu.isAlive(pid))
+          assert.lengthOf(crashes(logged), 0, "a destroy is no crash")
+          assert.lengthOf(lost(logged), 1, "nor a lost monitor")
+        }),
+      ),
+    ),
+  )
+
+  it.effect("a command waits for the reconnect no longer than its timeout and fails unsent, saying so; a destroy meanwhile ends the VM, no crash, its files removed", () =>
+    withLogs((logged) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { fake, config, rt, pid } = yield* monitorLost(logged, 600_000)
+          const asked = yield* Effect.forkChild(rt.qmp("v1", "query-status"))
+          yield* TestClock.adjust(config.qmpTimeoutMs)
+          yield* FakeQemu.until(() => asked.pollUnsafe() !== undefined, "the command to end")
+          const failed = yield* Fiber.join(asked).pipe(Effect.flip)
+          assert.match(failed.message, /not sent: the monitor's connection closed while QEMU runs and it was not reconnected within 60000 ms/)
+          assert.notInclude(fake.lines().slice(fake.lines().indexOf("monitor closed")), "cmd query-status")
+          yield* FakeQemu.pumped(rt.destroy("v1"))
+          assert.isFalse(FakeQemu.isAlive(pid))
+          assert.isFalse(existsSync(QemuProcess.pathsOf(config.stateDir, "v1").dir), "its files are removed")
+          assert.deepStrictEqual(yield* rt.list, [])
+          // Past the reconnect's pauses (1 s at most each): it would have said something by now.
+          yield* FakeQemu.pumpFor(3000)
+          assert.lengthOf(crashes(logged), 0, "a destroy is no crash")
+          assert.lengthOf(back(logged), 0)
+        }),
+      ),
+    ),
+  )
+
+  it.effect("its QEMU dying during the reconnect drops it once, as a crash; a command waiting meanwhile fails", () =>
+    withLogs((logged) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { config, rt, pid } = yield* monitorLost(logged, 600_000)
+          const asked = yield* Effect.forkChild(rt.qmp("v1", "query-status"))
+          process.kill(pid, "SIGKILL")
+          yield* FakeQemu.pumpUntil(() => rt.pidOf("v1") === undefined && crashes(logged).length > 0, "the VM to be dropped")
+          const failed = yield* Fiber.join(asked).pipe(Effect.flip)
+          assert.match(failed.message, /the VM was ended/)
+          assert.deepStrictEqual(yield* rt.list, [])
+          assert.isFalse(existsSync(QemuProcess.pathsOf(config.stateDir, "v1").dir), "its files are removed")
+          yield* FakeQemu.pumpFor(3000)
+          const [line, ...more] = crashes(logged)
+          assert.lengthOf(more, 0, "dropped once")
+          assert.strictEqual(line?.level, "Error")
+          assert.include(line?.fields, { vmId: "v1", pid, ended: "killed by SIGKILL" })
+          assert.lengthOf(back(logged), 0)
         }),
       ),
     ),

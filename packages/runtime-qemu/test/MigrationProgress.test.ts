@@ -3,6 +3,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, PubSub, Scope } from "effect"
 import { TestClock } from "effect/testing"
+import * as Monitor from "../src/Monitor.js"
 import * as P from "../src/QemuProcess.js"
 import type * as Qmp from "../src/Qmp.js"
 import * as Host from "../src/VmHost.js"
@@ -41,7 +42,8 @@ const scripted = Effect.gen(function* () {
   const spec = { vmId: "v1", memMib: 64, vcpus: 1 }
   const paths = P.pathsOf("/nonexistent", spec.vmId)
   const machine: P.Machine = { boot: { kernel: "/nonexistent" }, machineType: "q35", accelerator: "tcg" }
-  const vm: Host.Vm = { spec, paths, pid: 0, client, scope: yield* Scope.make(), record: { engram: "qemu-vm/v1", spec, machine, socket: paths.socket, incomingMoveId: null }, status: "paused", endpoint: null, exited: null }
+  const monitor = Monitor.make({ client, scope: yield* Scope.make() }, events, 1000)
+  const vm: Host.Vm = { spec, paths, pid: 0, client: monitor, scope: yield* Scope.make(), record: { engram: "qemu-vm/v1", spec, machine, socket: paths.socket, incomingMoveId: null }, status: "paused", endpoint: null, exited: null }
   const publish = (event: string, data: Record<string, unknown> = {}) => PubSub.publish(events, { event, data, qemuAtMs: 0, receivedAtMs: 0 })
   return { host, vm, send: (bytes: number) => void (transferred += bytes), publish }
 })

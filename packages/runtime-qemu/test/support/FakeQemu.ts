@@ -4,7 +4,8 @@
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Effect, Schedule } from "effect"
+import { Effect, Fiber, Schedule } from "effect"
+import { TestClock } from "effect/testing"
 import { QemuProcess } from "../../src/index.js"
 import type { QemuRuntime } from "../../src/index.js"
 
@@ -57,3 +58,46 @@ export const isAlive = QemuProcess.alive
 
 /** Polls `f` every 50 ms until it succeeds (at most `times` tries: 60 s by default): an outcome awaited, not a sleep. */
 export const eventually = <A, E>(f: Effect.Effect<A, E>, times = 1200): Effect.Effect<A, E> => f.pipe(Effect.retry({ schedule: Schedule.spaced("50 millis"), times }))
+
+/** Real time for the fake's processes (their I/O runs on the event loop), whatever clock the test is on: a turn of the loop, not a stand-in for a wait the runtime times. */
+const realMs = (ms: number) => Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, ms)))
+
+/** Waits until `ok()` without moving any clock (real time: polled every 10 ms, 60 s at most). */
+export const until = (ok: () => boolean, what: string): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    for (let i = 0; i < 6000; i++) {
+      if (ok()) return
+      yield* realMs(10)
+    }
+    return yield* Effect.die(new Error(`not within 60 s: ${what}`))
+  })
+
+/**
+ * On a TestClock: moves it by 25 ms after each 5 ms or more of real time until `ok()` (4000 steps
+ * at most), so that the runtime's polls and pauses go on while the fake answers in real time.
+ * The clock runs at most 5 times faster than real time: give the runtime generous bounds.
+ */
+export const pumpUntil = (ok: () => boolean, what: string): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    for (let i = 0; i < 4000; i++) {
+      if (ok()) return
+      yield* TestClock.adjust(25)
+      yield* realMs(5)
+    }
+    return yield* Effect.die(new Error(`not within 4000 steps of the TestClock: ${what}`))
+  })
+
+/** Moves a TestClock by `ms` as `pumpUntil` moves it (the runtime's background work goes on meanwhile). */
+export const pumpFor = (ms: number): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    let steps = 0
+    return pumpUntil(() => steps++ * 25 >= ms, `${ms} ms of the TestClock`)
+  })
+
+/** Runs `f` to its end on a TestClock moved as `pumpUntil` moves it. */
+export const pumped = <A, E, R>(f: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.gen(function* () {
+    const fiber = yield* Effect.forkChild(f)
+    yield* pumpUntil(() => fiber.pollUnsafe() !== undefined, "the effect to end")
+    return yield* Fiber.join(fiber)
+  })

@@ -12,7 +12,8 @@
 //   -fake-log F       every command and event, one a line: `<ms> cmd <name>` / `<ms> event <name> <data>`.
 //   -fake-pids F      its pid is appended there (the tests end every fake listed: FakeQemu.ts).
 //   -fake-wedge-ms N  how long SIGUSR1 holds the monitor (QEMU's main loop busy): no greeting, no answers.
-//   (SIGUSR2 closes the monitor's connection, the process living on: a monitor that restarted.)
+//   (SIGUSR2 closes the monitor's connection, the process living on: a monitor that restarted;
+//   as QEMU's `server=on,wait=off` socket, it greets the next client, unless wedged.)
 //   -fake-steps N     descent-slow's steps (default 30).
 // As QEMU's QMP socket chardev, it serves one client at a time: another waits in the listen
 // backlog, not greeted, until the one before disconnects.
