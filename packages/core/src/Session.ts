@@ -265,6 +265,11 @@ export type Step =
     }
   /** A new TTL from now (a valid `ttlMs`): the session's `endsAt` moves; its state stays. */
   | { readonly _tag: "setTtl"; readonly ttlMs: number }
+  /**
+   * The agent of `hostId` lost the session's guest (its VM ended by itself, or was not found) and
+   * boots a fresh one in its place: recorded in the history; the record and its state stay.
+   */
+  | { readonly _tag: "guestLost"; readonly hostId: string; readonly reason: string }
 
 /** What happened to a session, for its history. `hostId` names the host it happened on, where there is one. */
 export type Event =
@@ -299,6 +304,8 @@ export type Event =
   | { readonly _tag: "Ended"; readonly hostId: string | null; readonly reason?: string | undefined }
   /** The TTL was set anew: the session ends at `endsAt`. */
   | { readonly _tag: "TtlSet"; readonly endsAt: number }
+  /** Its guest on `hostId` was lost (`reason`: its agent's word) and a fresh one booted: its memory state is gone. */
+  | { readonly _tag: "GuestLost"; readonly hostId: string; readonly reason: string }
 
 /** Every event tag, in life-cycle order. */
 export const eventTags: readonly Event["_tag"][] = [
@@ -316,6 +323,7 @@ export const eventTags: readonly Event["_tag"][] = [
   "Lost",
   "Ended",
   "TtlSet",
+  "GuestLost",
 ]
 
 /** A state change the life cycle (or the operation's own rule) refuses. */
@@ -377,6 +385,24 @@ export const refuseBeginMove = (s: Record, openMove: Pick<Move.Record, "id"> | n
     ? { _tag: "Conflict", entity: "move", id: openMove.id, reason: `session ${s.id} already has an open move` }
     : judge(s, "beginMove", "moving")
 
+/**
+ * Whether `hostId`'s agent may report the session's guest lost: only a session that is on that
+ * host now (`hostId`), and not ended (an `Illegal`: nothing left to lose). A session elsewhere,
+ * or on no host, is a `Conflict` naming where it is: the report changes nothing.
+ */
+export const refuseGuestLost = (s: Record, hostId: string): Illegal | Conflict | null => {
+  if (s.state === "ended") return { _tag: "Illegal", sessionId: s.id, from: s.state, to: s.state, message: `session ${s.id} is ended: it has no guest to lose` }
+  if (s.hostId !== hostId)
+    return {
+      _tag: "Conflict",
+      entity: "session",
+      id: s.id,
+      reason: `session ${s.id} is not on host ${hostId} (it is ${s.state}${s.hostId === null ? ", on no host" : ` on host ${s.hostId}`}): only its own host's agent reports its guest lost`,
+      state: s.state,
+    }
+  return null
+}
+
 /** Whether a resume of a session in this state is warm: a park unparks in place, with no placement. */
 export const resumesWarm = (state: State): boolean => state === "parked"
 
@@ -388,7 +414,7 @@ export const judgeResume = (s: Pick<Record, "id" | "state">): Illegal | null =>
   judge(s, "resume", resumesWarm(s.state) ? "running" : "pending")
 
 /** The state an operation asks for (the state named by its refusal). */
-export const target = (op: Exclude<Step, { readonly _tag: "setTtl" }>): State => {
+export const target = (op: Exclude<Step, { readonly _tag: "setTtl" | "guestLost" }>): State => {
   switch (op._tag) {
     case "create":
     case "place":
@@ -716,6 +742,12 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       if (s.state === "ended") return { _tag: "Illegal", sessionId: s.id, from: s.state, to: s.state, message: "an ended session has no TTL to set" }
       const endsAt = Lifetime.endsAtOf(op.ttlMs, now) as number
       return planOf(s, { ...s, endsAt, updatedAt: now }, now, none, null, [{ _tag: "TtlSet", endsAt }])
+    }
+    case "guestLost": {
+      const refused = refuseGuestLost(s, op.hostId)
+      if (refused) return refused
+      // Only the history changes: the fresh guest keeps the session's state (its agent boots it so).
+      return planOf(s, s, now, none, null, [{ _tag: "GuestLost", hostId: op.hostId, reason: op.reason }])
     }
   }
 }

@@ -386,7 +386,7 @@ describe("Session.step", () => {
   })
 
   it("every applied step leads where its operation's rule says, and the next record holds a reservation exactly when its state does", () => {
-    const steps: Exclude<Session.Step, { readonly _tag: "setTtl" }>[] = [
+    const steps: Exclude<Session.Step, { readonly _tag: "setTtl" | "guestLost" }>[] = [
       { _tag: "place", placement: { hostId: "h1", version: 0, reservationId: "r2" } },
       { _tag: "markRunning" },
       idle(true),

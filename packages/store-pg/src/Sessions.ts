@@ -49,6 +49,7 @@ type SessionOps = Pick<
   | "resume"
   | "endSession"
   | "setTtl"
+  | "recordGuestLost"
   | "recordActivity"
   | "lifetimesDue"
 >
@@ -612,6 +613,12 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
         const bad = Validate.ttl(ttlMs)
         if (bad) return yield* bad
         return yield* simple(id, { _tag: "setTtl", ttlMs })
+      }),
+    recordGuestLost: (hostId, sessionId, reason) =>
+      Effect.gen(function* () {
+        const bad = Validate.guestLost(hostId, reason)
+        if (bad) return yield* bad
+        return yield* simple(sessionId, { _tag: "guestLost", hostId, reason })
       }),
     recordActivity: (hostId, sessionIds) =>
       Effect.gen(function* () {

@@ -841,6 +841,13 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const s = yield* findSession(id)
         return sessionOf(yield* stepSession(s, { _tag: "setTtl", ttlMs }, yield* now))
       }),
+    recordGuestLost: (hostId, sessionId, reason) =>
+      Effect.gen(function* () {
+        const bad = Validate.guestLost(hostId, reason)
+        if (bad) return yield* bad
+        const s = yield* findSession(sessionId)
+        return sessionOf(yield* stepSession<IllegalTransition | Conflict>(s, { _tag: "guestLost", hostId, reason }, yield* now))
+      }),
     recordActivity: (hostId, sessionIds) =>
       Effect.gen(function* () {
         const bad = Validate.id("hostId", hostId) ?? Validate.activity(sessionIds)

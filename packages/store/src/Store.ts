@@ -209,6 +209,15 @@ export interface StoreShape {
    */
   readonly setTtl: (id: string, ttlMs: number) => Fx<Session, NotFound | IllegalTransition | InvalidInput>
   /**
+   * The agent of `hostId` lost the session's guest (its VM ended by itself, or was not found where
+   * it was recorded) and boots a fresh one: a `GuestLost` event with `reason` joins the session's
+   * history; the session's record and state stay. Only a session on `hostId` now (core's
+   * `Session.refuseGuestLost`): one elsewhere or on no host is a `Conflict` naming where it is, an
+   * ended one an `IllegalTransition`; a bad `hostId` or `reason` (`Validate.reason`, not empty) is
+   * `InvalidInput` naming it. A refusal changes nothing.
+   */
+  readonly recordGuestLost: (hostId: string, sessionId: string, reason: string) => Fx<Session, NotFound | Conflict | IllegalTransition | InvalidInput>
+  /**
    * Guest activity a host's agent reported: each listed session running on `hostId` was active
    * now (its `lastActiveAt` moves to now). Others (not on the host, not running) are skipped;
    * answers how many moved.

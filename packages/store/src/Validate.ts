@@ -61,6 +61,10 @@ export const maxReasonLength = Names.maxReasonLength + reasonPrefixAllowance
 export const reason = (value: unknown): InvalidInput | null =>
   text("reason", value) ?? ((value as string).length > maxReasonLength ? new InvalidInput({ field: "reason", rule: `must be at most ${maxReasonLength} characters` }) : null)
 
+/** A lost guest's report (`Store.recordGuestLost`): its host's id, and a reason that says something. */
+export const guestLost = (hostId: unknown, reasonText: unknown): InvalidInput | null =>
+  id("hostId", hostId) ?? reason(reasonText) ?? ((reasonText as string).trim() === "" ? new InvalidInput({ field: "reason", rule: "must not be empty" }) : null)
+
 /** An optional filter (`?hostId=`): absent, or text. */
 export const filter = (field: string, value: unknown): InvalidInput | null => (value === undefined ? null : text(field, value))
 

@@ -157,6 +157,39 @@ export const historyGroup: Group = {
       }),
     ),
     kase(
+      "a host's agent reports a guest of its own session lost: a GuestLost event with its reason, the session unchanged; another host's, an ended or unknown session, or a bad reason is refused and writes nothing",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h1", 8192)
+        yield* addHost("h2", 8192)
+        yield* sessionIn("s1", "parked")
+        const before = yield* s.getSession("s1")
+        expect(before.hostId).toBe("h1")
+        const other = before.hostId === "h1" ? "h2" : "h1"
+        yield* TestClock.adjust(50)
+        const after = yield* s.recordGuestLost("h1", "s1", "QEMU exited")
+        expect(after).toStrictEqual(before)
+        expect(yield* s.getSession("s1")).toStrictEqual(before)
+        const h = yield* history("s1")
+        expect(h.at(-1)).toMatchObject({ seq: h.length, at: 50, event: { _tag: "GuestLost", hostId: "h1", reason: "QEMU exited" } })
+        // Still parked there: it resumes warm as before.
+        expect((yield* s.resume("s1")).session.state).toBe("running")
+        const kept = yield* history("s1")
+        // Refused, and nothing written: another host's agent, a bad reason or host id, an unknown session, an ended one.
+        expect((yield* expectFailure(s.recordGuestLost(other, "s1", "QEMU exited"), "Conflict")).reason).toContain(`not on host ${other}`)
+        expect((yield* expectFailure(s.recordGuestLost("h1", "s1", ""), "InvalidInput")).field).toBe("reason")
+        expect((yield* expectFailure(s.recordGuestLost("h1", "s1", "a\u0000b"), "InvalidInput")).field).toBe("reason")
+        expect((yield* expectFailure(s.recordGuestLost("../h1", "s1", "x"), "InvalidInput")).field).toBe("hostId")
+        yield* expectFailure(s.recordGuestLost("h1", "nobody", "x"), "NotFound")
+        expect(yield* history("s1")).toStrictEqual(kept)
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "h1" })
+        yield* s.endSession("s1")
+        const ended = yield* history("s1")
+        yield* expectFailure(s.recordGuestLost("h1", "s1", "QEMU exited"), "IllegalTransition")
+        expect(yield* history("s1")).toStrictEqual(ended)
+      }),
+    ),
+    kase(
       "history pages: at most limit events from the cursor on, a null cursor after the last; unknown sessions and bad cursors are refused",
       Effect.gen(function* () {
         const s = yield* store
