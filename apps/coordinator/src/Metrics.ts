@@ -104,6 +104,8 @@ export interface MetricsShape {
    * replicas is the fleet's count.
    */
   readonly sessionsLost: Counter
+  /** Guests their host's agent reported lost and booted fresh (`POST /v1/hosts/{id}/guest-lost`): each report is counted by the replica that wrote it. */
+  readonly guestsLost: Counter
   /** Failover graces started (`ENGRAM_RECLAIM_GRACE_MS`): a leadership's first pass, or a read after a gap. */
   readonly reaperReclaimGraces: Counter
   /** History the reaper's retention deleted (`ENGRAM_RETENTION_MS`), by kind: ended sessions, their events, ended moves, host pairs. */
@@ -358,6 +360,11 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         sessionsLost: counter(
           "engram_sessions_lost_total",
           "Sessions this replica's reclaims made lost (reservation expired or stale); only the reaper's leader reclaims, so the sum over replicas is the fleet's.",
+          true,
+        ),
+        guestsLost: counter(
+          "engram_guests_lost_total",
+          "Session guests their host's agent reported lost (a VM that ended by itself, or was not found where recorded) and booted fresh: their memory state is gone. Counted by the replica that recorded the report, so the sum over replicas is the fleet's.",
           true,
         ),
         reaperReclaimGraces: counter("engram_reaper_reclaim_graces_total", "Failover graces started: no reclaim of stale reservations (nor idle step) for ENGRAM_RECLAIM_GRACE_MS after a new leadership or a gap in the leader's contacts with the store.", true),

@@ -103,5 +103,7 @@ export const eventJson = (x: SessionEvent): Records.SessionEvent => {
       return e.reason === undefined ? { ...at, kind: "ended", hostId: e.hostId } : { ...at, kind: "ended", hostId: e.hostId, reason: e.reason }
     case "TtlSet":
       return { ...at, kind: "ttl_set", endsAt: e.endsAt }
+    case "GuestLost":
+      return { ...at, kind: "guest_lost", hostId: e.hostId, reason: e.reason }
   }
 }

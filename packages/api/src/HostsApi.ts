@@ -5,8 +5,8 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
 import { BodyErrors, LongPollErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
-import { AllowancesQuery, AssignmentsQuery, CreateHost, PageQuery, PathId, Report } from "./Payloads.js"
-import { Assignments, HeartbeatRenewed, Host, HostAllowances, HostCreated, HostsPage, HostToken } from "./Records.js"
+import { AllowancesQuery, AssignmentsQuery, CreateHost, GuestLost, maxReasonLength, PageQuery, PathId, Report } from "./Payloads.js"
+import { Assignments, HeartbeatRenewed, Host, HostAllowances, HostCreated, HostsPage, HostToken, Session } from "./Records.js"
 import { AdminOnly, BearerAuth, StrictInput } from "./Security.js"
 
 const admin = " Admin only."
@@ -68,6 +68,12 @@ export class HostsApi extends HttpApiGroup.make("hosts")
     ),
     HttpApiEndpoint.post("heartbeat", "/v1/hosts/:id/heartbeat", { params: PathId, success: HeartbeatRenewed, error: StandardErrors }).annotateMerge(
       doc("Heartbeat a host's reservations", `Renews every session, move and capture reservation held on the host; answers how many.${hostOrAdmin}`),
+    ),
+    HttpApiEndpoint.post("guestLost", "/v1/hosts/:id/guest-lost", { params: PathId, payload: GuestLost, success: Session, error: BodyErrors }).annotateMerge(
+      doc(
+        "Report a session's guest lost",
+        `The host's agent lost the guest of \`sessionId\` (its VM ended by itself — a hypervisor that crashed or was killed — or was not found where the agent recorded it) and boots a fresh one in its place: the session's memory state is gone. Recorded in the session's history as \`guest_lost\` with this host and \`reason\` (1 to ${maxReasonLength} characters); the session's state does not change. Answers the session. Only a session on this host now: one on another host or on none is a 409 naming where it is, an ended one a 409, an unknown one a 404; nothing is written.${hostOrAdmin}`,
+      ),
     ),
     HttpApiEndpoint.post("cordon", "/v1/hosts/:id/cordon", { params: PathId, success: Host, error: StandardErrors })
       .middleware(StrictInput)

@@ -229,6 +229,16 @@ export const Resolve = Schema.Struct({
 })
 export type Resolve = typeof Resolve.Type
 
+/**
+ * `POST /v1/hosts/{id}/guest-lost`: the session whose guest the host's agent lost and booted
+ * fresh, and why (its agent's words, e.g. \`QEMU exited\`, \`not found at start\`; not empty).
+ */
+export const GuestLost = Schema.Struct({
+  sessionId: Id,
+  reason: Reason.check(Schema.isMinLength(1, { message: "must not be empty" })),
+})
+export type GuestLost = typeof GuestLost.Type
+
 /** `GET /v1/placement/no-fit`: the budget to judge. */
 export const NoFitQuery = { memMib: DecimalIntFromString, vcpus: DecimalIntFromString }
 

@@ -455,6 +455,8 @@ export const SessionEvent = Schema.Union([
   Schema.Struct({ ...at, kind: Schema.Literal("ended"), hostId: HostOrNull, reason: Schema.optionalKey(Schema.String) }),
   /** The TTL was set anew: the session ends at `endsAt` (epoch ms). */
   Schema.Struct({ ...at, kind: Schema.Literal("ttl_set"), endsAt: Num }),
+  /** Its guest on `hostId` was lost (`reason`: its agent's words) and a fresh one booted: its memory state is gone; its state did not change. */
+  Schema.Struct({ ...at, kind: Schema.Literal("guest_lost"), hostId: Schema.String, reason: Schema.String }),
 ])
 export type SessionEvent = typeof SessionEvent.Type
 

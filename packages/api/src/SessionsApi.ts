@@ -69,7 +69,7 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
     HttpApiEndpoint.get("events", "/v1/sessions/:id/events", { params: PathId, query: PageQuery, success: SessionEventsPage, error: StandardErrors }).annotateMerge(
       doc(
         "A session's history",
-        `What happened to the session, oldest first: \`{items: [{seq, at, kind, hostId?, …}], nextCursor}\`. Kinds: \`created\`, \`queued\`, \`placed\` (on \`hostId\`), \`running\`, \`parked\`, \`descending\` (\`cause\` idle or yield, with the gate's \`reason\`), \`descended\`, \`resumed\` (\`warm\` or \`cold\`), \`move_begun\`, \`moved\` (with its \`phases\`), \`move_aborted\` (with the \`estimateMs\` a downtime refusal was made on), \`lost\`, \`ended\`. Written in the same change as the step it records; paged like every list.${hostOrAdmin}`,
+        `What happened to the session, oldest first: \`{items: [{seq, at, kind, hostId?, …}], nextCursor}\`. Kinds: \`created\`, \`queued\`, \`placed\` (on \`hostId\`), \`running\`, \`parked\`, \`descending\` (\`cause\` idle or yield, with the gate's \`reason\`), \`descended\`, \`resumed\` (\`warm\` or \`cold\`), \`move_begun\`, \`moved\` (with its \`phases\`), \`move_aborted\` (with the \`estimateMs\` a downtime refusal was made on), \`lost\`, \`ended\`, \`ttl_set\`, \`guest_lost\` (its host's agent lost the guest — \`hostId\`, \`reason\` — and booted a fresh one: its memory state is gone). Written in the same change as the step it records; paged like every list.${hostOrAdmin}`,
       ),
     ),
     HttpApiEndpoint.post("idle", "/v1/sessions/:id/idle", { params: PathId, success: Idled, error: StandardErrors }).annotateMerge(

@@ -12,7 +12,8 @@ import * as HandlerGroup from "../HandlerGroup.js"
 import { api } from "../HttpErrors.js"
 import { LongPolls } from "../LongPolls.js"
 import { Settings } from "../Settings.js"
-import { credentialTopic, fleetTopic, hostTopic, Notifier, withNotices } from "../Notifier.js"
+import { Metrics } from "../Metrics.js"
+import { credentialTopic, fleetTopic, hostTopic, Notifier, sessionTopic, withNotices } from "../Notifier.js"
 import { Drainer } from "../Drainer.js"
 import { hostJson, pageJson } from "../Views.js"
 
@@ -20,6 +21,7 @@ export const HostsHandlers = HandlerGroup.make(
   Effect.gen(function* () {
     const store = yield* Store
     const notifier = yield* Notifier
+    const metrics = yield* Metrics
     const drainer = yield* Drainer
     const assignments = yield* Assignments
     const longPolls = yield* LongPolls
@@ -174,6 +176,24 @@ export const HostsHandlers = HandlerGroup.make(
             Effect.andThen(api(store.heartbeatHost(params.id))),
             Effect.map((renewed) => ({ hostId: params.id, renewed })),
             (work) => withinAgentBound(work, "heartbeatHost"),
+          ),
+        )
+        .handle("guestLost", ({ params, payload }) =>
+          withNotices(
+            Effect.gen(function* () {
+              yield* requireHostOrAdmin(params.id)
+              const s = yield* api(store.recordGuestLost(params.id, payload.sessionId, payload.reason))
+              metrics.guestsLost.inc()
+              yield* Effect.logWarning("a host's agent lost a session's guest and booted a fresh one: the session's memory state is gone", {
+                hostId: params.id,
+                sessionId: s.id,
+                state: s.state,
+                reason: payload.reason,
+              })
+              // Its history grew: whoever follows the session hears of it.
+              yield* notifier.notify(sessionTopic(s.id))
+              return s
+            }),
           ),
         )
         .handle("cordon", ({ params }) => setState(params.id, "cordoned"))
