@@ -15,7 +15,7 @@ import { Downtime, Lifetime, Limits, Names, Session } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
 import { Clock, Effect, Fiber, FiberHandle, FiberMap, Option, Ref, type Result, type Scope, Semaphore } from "effect"
-import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, neverRan, ranBefore } from "./Coordinator.js"
+import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, neverRan, ranBefore, refusedInput } from "./Coordinator.js"
 import type * as ImageFetch from "./ImageFetch.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
@@ -108,6 +108,16 @@ export const sessionReadsAtOnce = 4
  * would not.
  */
 export const listWaitMs = 1_000
+
+/**
+ * The reason told the coordinator of a lost guest (`POST /v1/hosts/{id}/guest-lost`): how
+ * (`exited`: its VM ended by itself while the agent ran, `forgetVanished`; `notFound`: no VM
+ * where the session runs, as at start after it ended while the agent was away), and what follows.
+ */
+export const lostReasonOf = (how: "exited" | "notFound", state: string): string =>
+  `${how === "exited" ? "VM exited while the agent ran (its hypervisor crashed or was killed)" : "VM not found (it ended while the agent was away, as found at start)"}; ${
+    state === "descending" ? "descended without an image: a resume boots fresh" : "booted fresh"
+  }`
 
 /** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
 export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => {
@@ -249,6 +259,54 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     if (deps.link.pin !== undefined) {
       for (const owed of yield* residents.pendingCommits) if (owed.target?.peerUrl !== undefined) yield* deps.link.pin(owed.moveId, owed.target.peerUrl)
     }
+
+    /**
+     * The guests lost on this host that the coordinator has not heard of yet: session id → how
+     * (`lostReasonOf`). Told before and after the session's next action
+     * (`withLostReport`), again on each pass until the coordinator answers; dropped once it
+     * answers, refuses (the session ended, or left this host), or the session is no longer
+     * assigned here. Kept in memory only: a restart before the word went out loses it.
+     */
+    const lostReports = new Map<string, string>()
+    /** The sessions whose vanish a pass noticed (`forgetVanished`): their fresh boot is not reported a second time as not found. */
+    const noticedVanish = new Set<string>()
+    /** Tells the coordinator of `sessionId`'s lost guest, if one is untold; fails (kept, retried) only when the coordinator did not answer. */
+    const tellLost = (sessionId: string): Effect.Effect<void, Conflict | CoordinatorError> =>
+      Effect.suspend(() => {
+        const reason = lostReports.get(sessionId)
+        if (reason === undefined) return Effect.void
+        const drop = () => Effect.sync(() => lostReports.delete(sessionId))
+        return coordinator.guestLost(sessionId, reason).pipe(
+          Effect.andThen(drop),
+          Effect.andThen(log("told the coordinator that the session's guest was lost here (booted fresh)", { sessionId, reason })),
+          Effect.catchIf(
+            // Refused for good: the session ended or left this host (409), is gone (its 404), or a
+            // coordinator older than the report (no such route: a bare 404) or that refuses its input.
+            (e) => e._tag === "Conflict" || isNotFound(e, "session", sessionId) || e.status === 404 || refusedInput(e),
+            (e) =>
+              Effect.andThen(
+                drop(),
+                e._tag === "Conflict" || isNotFound(e, "session", sessionId)
+                  ? Effect.logDebug("lost guest's report dropped: its session ended or is no longer on this host", { hostId: me, sessionId, why: e.message })
+                  : Effect.logWarning("the coordinator does not take the report of a lost guest (older than it, or it refused it); dropped", { hostId: me, sessionId, reason, error: e.message }),
+              ),
+          ),
+        )
+      })
+    /**
+     * `action` with the session's lost guest told around it: before (a descent is reported only
+     * after its loss: once descended the session is no longer on this host, and the report would
+     * be refused), and after (what the action found: a guest not found, booted fresh). A report
+     * that fails does not hold a fresh boot; the work then fails with it, so a later pass tells it.
+     */
+    const withLostReport = <A, E>(s: AssignedSession, action: Effect.Effect<A, E> | null) =>
+      Effect.gen(function* () {
+        const before = yield* Effect.result(tellLost(s.id))
+        if (before._tag === "Failure" && s.state === "descending") return yield* Effect.fail(before.failure)
+        if (action !== null) yield* action
+        if (before._tag === "Failure") return yield* Effect.fail(before.failure)
+        yield* tellLost(s.id)
+      })
 
     const done = <A>(eff: Effect.Effect<A, { readonly _tag: string }>) =>
       eff.pipe(Effect.catchTag("Conflict" as never, () => Effect.void)) as Effect.Effect<unknown, { readonly _tag: string; readonly message?: string }>
@@ -400,6 +458,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             // The coordinator has it running or parked here, and no VM is: its QEMU ended while
             // the agent was away (a reboot, a restart that took the guests with it) or by itself.
             const vanished = s.state !== "pending"
+            // Told to the coordinator by the session's work (`withLostReport`), once: a vanish the pass noticed is told already.
+            if (vanished && !noticedVanish.delete(s.id)) lostReports.set(s.id, lostReasonOf("notFound", s.state))
             if (vanished) {
               yield* Effect.logError("session's guest is gone from this host (its VM ended while the agent was away, or by itself); booting a fresh guest in its place: its memory is lost", {
                 hostId: me,
@@ -489,6 +549,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           yield* log("descent image written", { sessionId: s.id, imageBytes: image.bytes, method: image.method, detail: image.detail })
         } else if ((yield* images.get(s.id)) === undefined) {
           yield* Effect.logWarning("descending session has no resident VM and no image; reporting it descended", { hostId: me, sessionId: s.id })
+          // Its guest is lost: told before the descent (by `withLostReport`, on a later try if this one's report failed).
+          if (!noticedVanish.delete(s.id)) {
+            lostReports.set(s.id, lostReasonOf("notFound", s.state))
+            yield* tellLost(s.id)
+          }
         }
         yield* done(coordinator.descended(s.id))
         yield* log("descended", { sessionId: s.id })
@@ -849,7 +914,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * restart): the session's own VMs (no move's, owed by no move) no action is changing, absent
      * from `runtime.list`. Each is logged as an error with what follows; the pass then finds no VM
      * for its session and takes the path of a guest lost while the agent was away (`ensureRunning`
-     * boots a fresh one). No call tells the coordinator of a lost guest: the fresh guest is the answer.
+     * boots a fresh one). The coordinator is told (`POST /v1/hosts/{id}/guest-lost`, in the
+     * session's history) with the session's next work (`withLostReport`).
      *
      * Read in this order: the actions in flight, then the record (with its debts, in one read),
      * then the runtime. An action changes the runtime first and the record second (a start puts
@@ -878,6 +944,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             state: s?.state ?? null,
           })
           yield* residents.remove(vm.vmId)
+          // The coordinator hears of it with the session's next work (it boots the fresh guest); not assigned here: nobody to tell.
+          if (s !== undefined) {
+            lostReports.set(vm.vmId, lostReasonOf("exited", s.state))
+            noticedVanish.add(vm.vmId)
+          }
         }
       })
 
@@ -894,9 +965,18 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         // Before any action is chosen: a session whose VM vanished is then one with no VM here.
         yield* forgetVanished(a)
         const mine = a.sessions.filter((s) => s.hostId === me)
+        // A lost guest of a session no longer here (ended, lost, elsewhere) is nobody's to tell of now.
+        const mineIds = new Set(mine.map((s) => s.id))
+        for (const id of [...lostReports.keys(), ...noticedVanish]) {
+          if (mineIds.has(id)) continue
+          if (lostReports.delete(id)) yield* Effect.logDebug("lost guest's report dropped: its session is no longer assigned to this host", { hostId: me, sessionId: id })
+          noticedVanish.delete(id)
+        }
         for (const s of mine) {
           if (yield* FiberMap.has(inflight, s.id)) continue
-          const action = yield* actionFor(s, a)
+          const found = yield* actionFor(s, a)
+          // Every action tells the session's lost guest around it; a session with nothing to do but that, only that.
+          const action = found === null && !lostReports.has(s.id) ? null : withLostReport(s, found as Effect.Effect<unknown, unknown> | null)
           if (action === null) continue
           yield* FiberMap.run(inflight, s.id, { onlyIfMissing: true })(Effect.flatMap(Clock.currentTimeMillis, (startedMs) =>
             (action as Effect.Effect<unknown, { readonly _tag: string; readonly message?: string }>).pipe(

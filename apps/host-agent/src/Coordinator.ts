@@ -152,6 +152,12 @@ export interface CoordinatorShape {
    * (SPEC §13: the target's report commits an in-doubt move whose source is silent).
    */
   readonly reportRunning: (moveId: string, reason: string) => Fx<void>
+  /**
+   * `POST /v1/hosts/{id}/guest-lost`: this host lost the session's guest (`reason`: how, cut to
+   * the API's length by `fitReason`) and boots a fresh one; the coordinator keeps it in the
+   * session's history. A 409 (the session ended, or is no longer on this host) is `Conflict`.
+   */
+  readonly guestLost: (sessionId: string, reason: string) => Fx<void>
   /** `GET /v1/moves/{id}` (this host is its source or target). */
   readonly getMove: (moveId: string) => Fx<MoveView>
   /**
@@ -363,6 +369,7 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
         return call("abort", (api) => api.moves.abort({ params: { id }, payload: estimateMs === undefined ? { reason } : { reason, estimateMs } })).pipe(Effect.asVoid)
       },
       reportRunning: (id, why) => call("reportRunning", (api) => api.moves.resolve({ params: { id }, payload: { outcome: "commit", reason: fitReason(why) } })).pipe(Effect.asVoid),
+      guestLost: (id, why) => call("guestLost", (api) => api.hosts.guestLost({ params: host, payload: { sessionId: id, reason: fitReason(why) } })).pipe(Effect.asVoid),
       getMove: (id) => call("getMove", (api) => api.moves.get({ params: { id } })),
       getSession: (id) =>
         call("getSession", (api) => api.sessions.get({ params: { id } })).pipe(

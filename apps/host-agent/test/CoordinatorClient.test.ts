@@ -46,6 +46,18 @@ describe("the agent's HTTP client (HttpApiClient over @engram/api)", () => {
     expect((await run(a.getSession("s1")))._tag === "Success").toBe(true)
   })
 
+  it("a lost guest's report lands in the session's history; one of another host's session, or of an unknown one, is refused", async () => {
+    expect((await run(a.guestLost("s1", "VM exited while the agent ran; booted fresh")))._tag).toBe("Success")
+    const events = (await admin("GET", "/v1/sessions/s1/events")).body["items"] as { kind: string }[]
+    expect(events.at(-1)).toMatchObject({ kind: "guest_lost", hostId: "a", reason: "VM exited while the agent ran; booted fresh" })
+    const b = await clientOf("b", tokenB)
+    const other = await run(b.guestLost("s1", "x"))
+    expect(other._tag === "Failure" && other.failure).toMatchObject({ _tag: "Conflict", op: "guestLost" })
+    const unknown = await run(a.guestLost("nobody", "x"))
+    expect(unknown._tag === "Failure" && unknown.failure).toMatchObject({ _tag: "CoordinatorError", status: 404, notFound: { entity: "session", id: "nobody" } })
+    expect(((await admin("GET", "/v1/sessions/s1/events")).body["items"] as unknown[]).length).toBe(events.length)
+  })
+
   it("a long-poll returns when the assignments change", async () => {
     const first = await run(a.assignments({ waitMs: 0, since: undefined }))
     if (first._tag !== "Success") throw new Error("no assignments")

@@ -6,12 +6,15 @@
  * pass notices the VM missing from the runtime's list, logs an error naming the session and what
  * follows, and boots a fresh guest (parked again for a parked session); and a VM the agent's own
  * action is destroying (the runtime's VM gone, its record not yet) is not taken for one that vanished.
+ * The coordinator is told (`guestLost`: the session's history says its guest was lost and booted
+ * fresh), once, also of a guest found gone at start; a report the coordinator did not answer is
+ * told again on a later pass, and one of a session that ended meanwhile is dropped quietly.
  */
 import { assert, describe } from "@effect/vitest"
 import { SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Deferred, Effect, Random } from "effect"
 import { TestClock } from "effect/testing"
-import type { Agent } from "../src/Agent.js"
+import { type Agent, lostReasonOf } from "../src/Agent.js"
 import { type FakeCoordinator, makeFakeCoordinator } from "./support/FakeCoordinator.js"
 import { capture } from "./support/Logs.js"
 import { effect, fixedRandom, stepUntil } from "./support/PatientClock.js"
@@ -62,12 +65,15 @@ describe("a guest that vanishes while the agent runs", () => {
       assert.strictEqual(vanished[0]!.fields["state"], "running")
       assert.strictEqual(errors.lines.filter((l) => l.message.startsWith(goneLine)).length, 1)
       assert.strictEqual(starts.n, 2, "a fresh guest")
+      // The coordinator heard of it once (not a second time for the fresh boot that followed).
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("exited", "running") }])
       assert.deepStrictEqual((yield* sim.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
       assert.deepStrictEqual((yield* residents.all).map((v) => [v.vmId, v.status, v.reservationId]), [["s1", "running", "res-s1"]])
       // Said once: the pass after finds the fresh guest.
       yield* pass(fake, agent)
       assert.strictEqual(errors.lines.filter((l) => l.message.startsWith(vanishedLine)).length, 1)
       assert.strictEqual(starts.n, 2)
+      assert.strictEqual((yield* fake.get).guestsLost.length, 1)
     }).pipe(Effect.provide(errors.layer))
   })
 
@@ -88,6 +94,8 @@ describe("a guest that vanishes while the agent runs", () => {
       assert.strictEqual(starts.n, 2)
       assert.deepStrictEqual((yield* sim.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
       assert.deepStrictEqual((yield* residents.all).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("exited", "parked") }])
+      assert.strictEqual((yield* fake.get).sessions.get("s1")!.state, "parked", "the session's state stays")
     }).pipe(Effect.provide(errors.layer))
   })
 
@@ -104,6 +112,9 @@ describe("a guest that vanishes while the agent runs", () => {
       assert.include(vanished[0]!.message, "reporting it descended")
       assert.strictEqual((yield* fake.get).sessions.get("s1")!.state, "descended")
       assert.deepStrictEqual(yield* residents.all, [])
+      // Told before the descent: once descended the session is no longer on this host.
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("exited", "descending") }])
+      assert.deepStrictEqual((yield* fake.get).calls.filter((c) => c.endsWith(" s1")).slice(-2), ["guestLost s1", "descended s1"])
     }).pipe(Effect.provide(errors.layer))
   })
 
@@ -132,5 +143,56 @@ describe("a guest that vanishes while the agent runs", () => {
       assert.deepStrictEqual(errors.lines.map((l) => l.message), [])
       assert.strictEqual(starts.n, 1)
     }).pipe(Effect.provide(errors.layer))
+  })
+
+  effect("a guest found gone at start (the coordinator has it running here, no VM is): booted fresh and told as not found", () =>
+    Effect.gen(function* () {
+      const { fake, starts, agent } = yield* hostA()
+      yield* fake.setState("s1", "running")
+      yield* pass(fake, agent)
+      assert.strictEqual(starts.n, 1)
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("notFound", "running") }])
+      yield* pass(fake, agent)
+      assert.strictEqual((yield* fake.get).guestsLost.length, 1)
+    }),
+  )
+
+  effect("the coordinator unreachable when the guest vanishes: the fresh guest boots at once; the report is told on a later pass, once", () => {
+    const warnings = capture("Warn")
+    return Effect.gen(function* () {
+      const { fake, sim, starts, agent } = yield* hostA()
+      yield* pass(fake, agent)
+      yield* sim.destroy("s1")
+      yield* fake.silence("a", true)
+      yield* pass(fake, agent)
+      assert.strictEqual(starts.n, 2, "a fresh guest, without the coordinator")
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [])
+      assert.isTrue(warnings.lines.some((l) => l.message.startsWith("action failed") && l.fields["sessionId"] === "s1"), JSON.stringify(warnings.lines))
+      yield* fake.silence("a", false)
+      yield* pass(fake, agent)
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("exited", "running") }])
+      yield* pass(fake, agent)
+      assert.strictEqual((yield* fake.get).guestsLost.length, 1)
+      assert.strictEqual(starts.n, 2)
+    }).pipe(Effect.provide(warnings.layer))
+  })
+
+  effect("a report of a session that ended before the coordinator heard it is dropped quietly", () => {
+    const warnings = capture("Warn")
+    return Effect.gen(function* () {
+      const { fake, sim, agent } = yield* hostA()
+      yield* pass(fake, agent)
+      yield* sim.destroy("s1")
+      yield* fake.silence("a", true)
+      yield* pass(fake, agent)
+      const warned = warnings.lines.length
+      yield* fake.setState("s1", "ended")
+      yield* fake.silence("a", false)
+      yield* pass(fake, agent)
+      yield* pass(fake, agent)
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [])
+      assert.isFalse((yield* fake.get).calls.includes("guestLost s1"))
+      assert.deepStrictEqual(warnings.lines.slice(warned).filter((l) => l.message.includes("lost")), [])
+    }).pipe(Effect.provide(warnings.layer))
   })
 })

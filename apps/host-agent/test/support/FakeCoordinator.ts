@@ -36,10 +36,12 @@ export interface FakeState {
   readonly commitAllowanceMs: number | null
   /** The learned allowances sent with the assignments, as the wire carries them; null = sent none (an older coordinator). */
   readonly allowances: readonly AssignedAllowance[] | null
+  /** The guests the agents reported lost, as recorded (in the sessions' history), in order. */
+  readonly guestsLost: readonly { readonly hostId: string; readonly sessionId: string; readonly reason: string }[]
 }
 
 export const makeFakeCoordinator = Effect.gen(function* () {
-  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), activity: [], heartbeats: new Map(), calls: [], commitAllowanceMs: 400, allowances: null })
+  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), activity: [], heartbeats: new Map(), calls: [], commitAllowanceMs: 400, allowances: null, guestsLost: [] })
   type Step = Effect.Effect<void, Conflict>
   const modify = (f: (s: FakeState) => readonly [Step, FakeState]) => Ref.modify(ref, f)
   const conflict = (op: string, message: string): Step => Effect.fail(new Conflict({ op, message }))
@@ -76,6 +78,7 @@ export const makeFakeCoordinator = Effect.gen(function* () {
       commit: (id, p, g) => gate(c.commit(id, p, g)),
       abort: (id, reason, estimateMs) => gate(c.abort(id, reason, estimateMs)),
       reportRunning: (id, reason) => gate(c.reportRunning(id, reason)),
+      guestLost: (id, reason) => gate(c.guestLost(id, reason)),
       getMove: (id) => gate(c.getMove(id)),
       getSession: (id) => gate(c.getSession(id)),
     }
@@ -122,6 +125,17 @@ export const makeFakeCoordinator = Effect.gen(function* () {
             ? [Effect.void as Step, log(setSession(s, id, { state: "descended", hostId: null, reservationId: null }), `descended ${id}`)]
             : [conflict("descended", `session ${id} is not descending`), s],
         ),
+      ),
+    guestLost: (id, reason) =>
+      Effect.flatten(
+        Ref.modify(ref, (s): readonly [Effect.Effect<void, Conflict | CoordinatorError>, FakeState] => {
+          const x = s.sessions.get(id)
+          // As the coordinator: an unknown session is its 404; an ended one, or one on another host (or none), a 409; nothing written.
+          if (x === undefined) return [Effect.fail(new CoordinatorError({ op: "guestLost", status: 404, message: `no session ${id}`, notFound: { entity: "session", id } })), s]
+          if (x.state === "ended") return [conflict("guestLost", `session ${id} is ended`), s]
+          if (x.hostId !== hostId) return [conflict("guestLost", `session ${id} is not on host ${hostId}`), s]
+          return [Effect.void, log({ ...s, guestsLost: [...s.guestsLost, { hostId, sessionId: id, reason }] }, `guestLost ${id}`)]
+        }),
       ),
     round: (id, round) =>
       Effect.flatten(
