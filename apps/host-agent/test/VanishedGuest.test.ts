@@ -177,12 +177,14 @@ describe("a guest that vanishes while the agent runs", () => {
     }).pipe(Effect.provide(warnings.layer))
   })
 
-  effect("a report of a session that ended before the coordinator heard it is dropped quietly", () => {
+  effect("a report of a session that ended before the coordinator heard it is dropped quietly; another session's is told", () => {
     const warnings = capture("Warn")
     return Effect.gen(function* () {
       const { fake, sim, agent } = yield* hostA()
+      yield* fake.addSession("s2", "a", 1024, 1)
       yield* pass(fake, agent)
       yield* sim.destroy("s1")
+      yield* sim.destroy("s2")
       yield* fake.silence("a", true)
       yield* pass(fake, agent)
       const warned = warnings.lines.length
@@ -190,7 +192,7 @@ describe("a guest that vanishes while the agent runs", () => {
       yield* fake.silence("a", false)
       yield* pass(fake, agent)
       yield* pass(fake, agent)
-      assert.deepStrictEqual((yield* fake.get).guestsLost, [])
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s2", reason: lostReasonOf("exited", "running") }])
       assert.isFalse((yield* fake.get).calls.includes("guestLost s1"))
       assert.deepStrictEqual(warnings.lines.slice(warned).filter((l) => l.message.includes("lost")), [])
     }).pipe(Effect.provide(warnings.layer))
