@@ -294,17 +294,17 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         )
       })
     /**
-     * `action` with the session's lost guest told around it: before (a descent is reported only
-     * after its loss: once descended the session is no longer on this host, and the report would
-     * be refused), and after (what the action found: a guest not found, booted fresh). A report
-     * that fails does not hold a fresh boot; the work then fails with it, so a later pass tells it.
+     * `action` with the session's lost guest told around it. A descending session's before its
+     * action (once descended the session is no longer on this host, and the report would be
+     * refused); a report that fails then fails the work, and a later pass tries both again.
+     * Every other session's after it (what the action found too: a guest not found, booted
+     * fresh): a coordinator that hangs never holds the fresh boot; a report that fails fails the
+     * work after it, so a later pass tells it.
      */
     const withLostReport = <A, E>(s: AssignedSession, action: Effect.Effect<A, E> | null) =>
       Effect.gen(function* () {
-        const before = yield* Effect.result(tellLost(s.id))
-        if (before._tag === "Failure" && s.state === "descending") return yield* Effect.fail(before.failure)
+        if (s.state === "descending") yield* tellLost(s.id)
         if (action !== null) yield* action
-        if (before._tag === "Failure") return yield* Effect.fail(before.failure)
         yield* tellLost(s.id)
       })
 

@@ -15,6 +15,7 @@ import { SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Deferred, Effect, Random } from "effect"
 import { TestClock } from "effect/testing"
 import { type Agent, lostReasonOf } from "../src/Agent.js"
+import type { CoordinatorShape } from "../src/Coordinator.js"
 import { type FakeCoordinator, makeFakeCoordinator } from "./support/FakeCoordinator.js"
 import { capture } from "./support/Logs.js"
 import { effect, fixedRandom, stepUntil } from "./support/PatientClock.js"
@@ -24,7 +25,9 @@ const vanishedLine = "session's guest vanished from this host"
 const goneLine = "session's guest is gone from this host"
 
 /** Host a's agent on a sim runtime that counts its starts, driven one pass at a time; s1 assigned to a. */
-const hostA = (o: { readonly destroy?: (sim: SimRuntime.SimRuntimeShape, vmId: string) => Effect.Effect<void> } = {}) =>
+const hostA = (
+  o: { readonly destroy?: (sim: SimRuntime.SimRuntimeShape, vmId: string) => Effect.Effect<void>; readonly coordinator?: (c: CoordinatorShape) => CoordinatorShape } = {},
+) =>
   Effect.gen(function* () {
     const fake = yield* makeFakeCoordinator
     const sim = yield* SimRuntime.make({ startMs: 50 })
@@ -35,7 +38,7 @@ const hostA = (o: { readonly destroy?: (sim: SimRuntime.SimRuntimeShape, vmId: s
       ...(o.destroy === undefined ? {} : { destroy: (vmId: string) => o.destroy!(sim, vmId) }),
     }
     yield* fake.addSession("s1", "a", 1024, 1)
-    const { agent, residents } = yield* quietAgent({ coordinator: fake.client("a"), runtime })
+    const { agent, residents } = yield* quietAgent({ coordinator: (o.coordinator ?? ((c) => c))(fake.client("a")), runtime })
     return { fake, sim, starts, agent, residents }
   }).pipe(Effect.provideService(Random.Random, fixedRandom(0.5)))
 
@@ -176,6 +179,17 @@ describe("a guest that vanishes while the agent runs", () => {
       assert.strictEqual(starts.n, 2)
     }).pipe(Effect.provide(warnings.layer))
   })
+
+  effect("a coordinator that takes the report and never answers does not hold the fresh guest: it boots before the report is told", () =>
+    Effect.gen(function* () {
+      const { fake, sim, starts, agent } = yield* hostA({ coordinator: (c) => ({ ...c, guestLost: () => Effect.never }) })
+      yield* pass(fake, agent)
+      yield* sim.destroy("s1")
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("a fresh guest running while the report hangs", () => Effect.map(sim.list, (l) => l.some((v) => v.vmId === "s1" && v.status === "running")))
+      assert.strictEqual(starts.n, 2)
+    }),
+  )
 
   effect("a report of a session that ended before the coordinator heard it is dropped quietly; another session's is told", () => {
     const warnings = capture("Warn")
