@@ -122,12 +122,15 @@ describe("the QEMU process", () => {
   })
 
   it("aliveAs: a live process is a VM's QEMU only if it runs the binary with a -pidfile in that VM's directory (another VM's QEMU given the pid is not)", async () => {
-    const child = spawn(process.execPath, ["-e", "setTimeout(() => {}, 60000)", "-pidfile", "/run/engram-qemu-h/vm1/qemu.pid"], { stdio: "ignore" })
+    // `--`: the script's arguments, not Node's options (Node refuses `-pidfile` as a bad option and
+    // exits at once, so the process was alive only while it parsed them).
+    const child = spawn(process.execPath, ["-e", "setTimeout(() => {}, 60000)", "--", "-pidfile", "/run/engram-qemu-h/vm1/qemu.pid"], { stdio: "ignore" })
     await once(child, "spawn")
     const pid = child.pid!
-    // Just after the spawn, the kernel may still show an empty command line for the new process
-    // (1 in about 200 here): wait until it shows one (a QEMU the runtime judges has run for a while).
-    for (let i = 0; i < 1000 && readFileSync(`/proc/${pid}/cmdline`, "utf8") === ""; i++) await new Promise((r) => setTimeout(r, 5))
+    // Until the child has exec'd, the kernel shows the parent's command line: wait until it shows
+    // the child's (a QEMU the runtime judges has run for a while). The empty command lines this
+    // once met (1 in about 200) were the child's end: Node refused `-pidfile` and exited.
+    for (let i = 0; i < 1000 && !readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("-pidfile"); i++) await new Promise((r) => setTimeout(r, 5))
     try {
       expect(QemuProcess.aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm1/qemu.pid")).toBe(true)
       // The state directory named otherwise by a restarted agent (relative, through a link): the VM's directory decides.
