@@ -1,5 +1,5 @@
 /** `/v1/sessions…`: create, list, read, wait, history, the agent's acknowledgements, idle, resume, end, move. */
-import { ConflictError, EngramApi, ServiceUnavailable, WaitTimeout } from "@engram/api"
+import { ConflictError, CurrentPrincipal, EngramApi, ServiceUnavailable, WaitTimeout } from "@engram/api"
 import { Move as CoreMove } from "@engram/core"
 import { Trigger } from "@engram/reaper"
 import { Store } from "@engram/store"
@@ -98,6 +98,12 @@ export const SessionsHandlers = HandlerGroup.make(
     /** The session, once the caller may act for it (the admin, or its host's agent). */
     const sessionFor = (id: string) => api(store.getSession(id)).pipe(Effect.tap((s) => requireHostOrAdmin(s.hostId)))
 
+    /**
+     * The caller's right to wait on the session: the admin's needs no read (the wait's own read
+     * answers an unknown session 404, as this read would); a host's agent's is its session's host.
+     */
+    const mayWait = (id: string) => Effect.flatMap(Effect.service(CurrentPrincipal), (p) => (p._tag === "Admin" ? Effect.void : Effect.asVoid(sessionFor(id))))
+
     /** The session with where it stands in the queue, while it is queued. */
     const detailOf = (s: Session) =>
       s.state === "queued" ? api(store.queueStanding(s.id)).pipe(Effect.map((standing) => sessionDetail(s, standing))) : Effect.succeed(sessionDetail(s, null))
@@ -154,8 +160,9 @@ export const SessionsHandlers = HandlerGroup.make(
         .handle("wait", ({ params, query }) =>
           Effect.gen(function* () {
             // The caller's right to the session is read inside the long-poll's admission: a wait
-            // refused by the caps (429) reads nothing from the store.
-            const outcome = yield* longPolls.run(sessionFor(params.id).pipe(Effect.andThen(api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs)))))
+            // refused by the caps (429) reads nothing from the store, and an admin's reads its
+            // session once (the wait's own read).
+            const outcome = yield* longPolls.run(mayWait(params.id).pipe(Effect.andThen(api(sessionWaiter.until(params.id, query.state, query.timeoutMs ?? defaultWaitMs)))))
             const s = outcome.session
             switch (outcome._tag) {
               case "Reached":
