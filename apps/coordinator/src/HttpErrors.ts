@@ -2,7 +2,7 @@
  * Errors as HTTP answers: one answer per store error (see the store's Errors.ts), and the
  * request decode failures as `400 {error, field, rule, in}` with the field as a dotted path.
  */
-import { BadRequest, ConflictError, InputErrors, InputIssues, NotFoundError, ServiceUnavailable } from "@engram/api"
+import { BadRequest, ConflictError, InputErrors, NotFoundError, ServiceUnavailable, StrictJson } from "@engram/api"
 import type { StoreError, Unavailable } from "@engram/store"
 import { Effect, Option } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
@@ -77,8 +77,8 @@ export const api = <A, E extends StoreError, R>(eff: Effect.Effect<A, E, R>): Ef
 /** A 400 naming the field and the rule. */
 export const badRequest = (field: string, rule: string) => new BadRequest({ error: "InvalidInput", field, rule })
 
-/** A key as a 400 names it: itself, or `""` for the empty key (`@engram/api`'s `InputIssues.keyName`). */
-export const keyName = InputIssues.keyName
+/** A key as a 400 names it (`@engram/api`'s `StrictJson.keyName`). */
+export const keyName = StrictJson.keyName
 
 /**
  * `400 {error, field, rule, in}` for every request that fails its schema; an unknown key (in a
@@ -89,7 +89,6 @@ export const InputErrorsLive = HttpApiMiddleware.layerSchemaErrorTransform(Input
   if (error.kind === "ResponseHeaders" || error.kind === "Body") {
     return Effect.succeed(HttpServerResponse.jsonUnsafe({ error: "Internal", message: "the answer could not be encoded" }, { status: 500 }))
   }
-  const where: InputIssues.InputLocation = error.kind === "Payload" ? "body" : error.kind === "Query" ? "query" : error.kind === "Params" ? "path" : "headers"
-  const { field, rule } = InputIssues.firstIssue(error.cause.issue, where)
-  return Effect.succeed(HttpServerResponse.jsonUnsafe({ error: "InvalidInput", field, rule, in: where }, { status: 400 }))
+  const where: StrictJson.InputLocation = error.kind === "Payload" ? "body" : error.kind === "Query" ? "query" : error.kind === "Params" ? "path" : "headers"
+  return Effect.succeed(HttpServerResponse.jsonUnsafe({ error: "InvalidInput", ...StrictJson.issueProblem(error.cause.issue, where) }, { status: 400 }))
 })

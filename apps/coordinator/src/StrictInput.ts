@@ -10,12 +10,11 @@
  * query check is a look for `?` in the URL, a body check one pass over bytes already read for
  * the decoder.
  */
-import { BadRequest, Errors as ApiErrors, StrictInput } from "@engram/api"
+import { BadRequest, Errors as ApiErrors, StrictInput, StrictJson } from "@engram/api"
 import { agentCallMsOf } from "./AgentBound.js"
 import { Effect, Layer } from "effect"
 import { HttpServerRequest } from "effect/http"
 import { isUtf8 } from "node:buffer"
-import { keyName } from "./HttpErrors.js"
 
 const bad = (field: string, rule: string, where: "body" | "query") => new BadRequest({ error: "InvalidInput", field, rule, in: where })
 
@@ -35,66 +34,6 @@ const repeatedQueryKey = (url: string): string | undefined => {
   for (const key of new URLSearchParams(url.slice(q + 1)).keys()) {
     if (seen.has(key)) return key
     seen.add(key)
-  }
-  return undefined
-}
-
-/**
- * The first key a JSON text repeats within one object (`{"id":"a","id":"b"}`), as a path from the
- * top (`id`; `labels.zone`; `templates.1.name`), or undefined. One pass over the text; it judges
- * nothing else (the decoder refuses what is not JSON). Keys are compared as JSON reads them (`"a"`
- * and `"\u0061"` are one key).
- */
-export const repeatedKey = (json: string): string | undefined => {
-  // Per open object its keys so far and the last one read; per open array its element's index.
-  const open: ({ readonly keys: Set<string>; key: string } | { index: number })[] = []
-  let keyNext = false
-  const pathTo = (last: string) => [...open.slice(0, -1).map((o) => ("keys" in o ? o.key : String(o.index))), last].join(".")
-  for (let i = 0; i < json.length; i++) {
-    const c = json.charCodeAt(i)
-    if (c === 34) {
-      let j = i + 1
-      let escaped = false
-      while (j < json.length) {
-        const d = json.charCodeAt(j)
-        if (d === 92) {
-          escaped = true
-          j += 2
-          continue
-        }
-        if (d === 34) break
-        j++
-      }
-      const top = open[open.length - 1]
-      if (keyNext && top !== undefined && "keys" in top) {
-        let key = json.slice(i + 1, j)
-        if (escaped) {
-          try {
-            key = JSON.parse(json.slice(i, j + 1)) as string
-          } catch {
-            return undefined
-          }
-        }
-        if (top.keys.has(key)) return pathTo(key)
-        top.keys.add(key)
-        top.key = key
-      }
-      keyNext = false
-      i = j
-    } else if (c === 123) {
-      open.push({ keys: new Set(), key: "" })
-      keyNext = true
-    } else if (c === 91) {
-      open.push({ index: 0 })
-      keyNext = false
-    } else if (c === 125 || c === 93) {
-      open.pop()
-      keyNext = false
-    } else if (c === 44) {
-      const top = open[open.length - 1]
-      if (top !== undefined && "index" in top) top.index++
-      keyNext = top !== undefined && "keys" in top
-    }
   }
   return undefined
 }
@@ -127,14 +66,14 @@ const strayBody = (bytes: ArrayBuffer): BadRequest | null => {
   }
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) return bad("body", "must be empty or {}: this endpoint takes no body", "body")
   const key = Object.keys(parsed)[0]
-  return key === undefined ? null : bad(keyName(key), "is not a key of this object (this endpoint takes no body)", "body")
+  return key === undefined ? null : bad(StrictJson.keyName(key), "is not a key of this object (this endpoint takes no body)", "body")
 }
 
 /** A body the endpoint's decoder will read must be valid UTF-8 and repeat no key (read once here; the decoder reuses it). */
 const notUtf8 = (bytes: ArrayBuffer): BadRequest | null => {
-  if (!isUtf8(bytes)) return bad("body", "must be valid UTF-8", "body")
-  const repeated = repeatedKey(Buffer.from(bytes).toString("utf8"))
-  return repeated === undefined ? null : bad(keyName(repeated), "is given more than once in one object (each key at most once)", "body")
+  if (!isUtf8(bytes)) return bad("body", StrictJson.utf8Rule, "body")
+  const repeated = StrictJson.repeatedKey(Buffer.from(bytes).toString("utf8"))
+  return repeated === undefined ? null : bad(StrictJson.keyName(repeated), StrictJson.repeatedKeyRule, "body")
 }
 
 /**
@@ -149,9 +88,9 @@ const checks = (takesQuery: boolean, takesBody: boolean) => {
     if (bound !== undefined && agentCallMsOf(request.headers) === null)
       return Effect.fail(new BadRequest({ error: "InvalidInput", field: ApiErrors.agentCallTimeoutHeader, rule: "must be a whole number of milliseconds from 1 to 999999999, given once", in: "headers" }))
     const key = takesQuery ? undefined : firstQueryKey(request.url)
-    if (key !== undefined) return Effect.fail(bad(keyName(key), "is not a query parameter of this endpoint (it takes none)", "query"))
+    if (key !== undefined) return Effect.fail(bad(StrictJson.keyName(key), "is not a query parameter of this endpoint (it takes none)", "query"))
     const repeated = takesQuery ? repeatedQueryKey(request.url) : undefined
-    if (repeated !== undefined) return Effect.fail(bad(keyName(repeated), "is given more than once (each query parameter at most once)", "query"))
+    if (repeated !== undefined) return Effect.fail(bad(StrictJson.keyName(repeated), StrictJson.repeatedQueryRule, "query"))
     if (!declaresBody(request)) return Effect.void
     const charset = takesBody ? charsetOf(request.headers["content-type"]) : undefined
     if (charset !== undefined && charset !== "utf-8" && charset !== "utf8")

@@ -40,7 +40,7 @@ export interface Options {
  * An answer whose body does not decode by the API's schemas (not an engram coordinator's, or one
  * of another version). It is told apart from a `SchemaError`, which this client fails with only
  * when a request does not encode by them: nothing was sent then, and the issue names the field
- * and the rule as the coordinator's 400 would (`InputIssues.firstIssue`).
+ * and the rule as the coordinator's 400 would (`StrictJson.issueProblem`).
  */
 export class UndecodableAnswer extends Data.TaggedError("UndecodableAnswer")<{ readonly message: string }> {}
 

@@ -4,10 +4,10 @@
  */
 export * as Client from "./Client.js"
 export * as Errors from "./Errors.js"
-export * as InputIssues from "./InputIssues.js"
 export * as Payloads from "./Payloads.js"
 export * as Records from "./Records.js"
 export * as Security from "./Security.js"
+export * as StrictJson from "./StrictJson.js"
 
 export { EngramApi } from "./EngramApi.js"
 export { FleetApi } from "./FleetApi.js"

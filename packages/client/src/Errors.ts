@@ -9,7 +9,7 @@
  * request that does not encode by the API's schemas into an `InvalidInput` with no status (refused
  * before it was sent, in the words of the coordinator's 400).
  */
-import { Errors as ApiErrors, InputIssues } from "@engram/api"
+import { Errors as ApiErrors, StrictJson } from "@engram/api"
 import type { ApiError } from "@engram/api"
 import { Effect, Schema } from "effect"
 
@@ -350,7 +350,7 @@ export const fromFailure =
     // A request that does not encode by the API's schemas: refused here, before anything is
     // sent, in the coordinator's words (the field and the rule of its 400).
     if (Schema.isSchemaError(e)) {
-      const { field, rule } = InputIssues.firstIssue(e.issue, "body")
+      const { field, rule } = StrictJson.issueProblem(e.issue, "body")
       return Effect.fail(new InvalidInput({ status: null, body: { error: "InvalidInput", field, rule } }))
     }
     const reason = typeof e === "object" && e !== null && (e as { _tag?: unknown })._tag === "HttpClientError" ? (e as { reason: Reason }).reason : undefined

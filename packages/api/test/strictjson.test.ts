@@ -1,9 +1,9 @@
 // `repeatedKey`: the first key a JSON text repeats within one object, as a path, whatever the
 // nesting, the escapes, and strings that look like JSON.
 import { describe, expect, it } from "vitest"
-import { repeatedKey } from "../src/StrictInput.js"
+import { repeatedKey } from "../src/StrictJson.js"
 
-describe("StrictInput.repeatedKey", () => {
+describe("StrictJson.repeatedKey", () => {
   it.each([
     ['{"id":"a","id":"b"}', "id"],
     ['{"memMib":512,"vcpus":1,"memMib":1024}', "memMib"],
