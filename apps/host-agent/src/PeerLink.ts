@@ -58,6 +58,9 @@ export const CommitAnswer = Schema.Struct({ resumedForMs: Schema.optionalKey(Sch
  */
 export const PrepareAnswer = Schema.Struct({ endpoint: Schema.Struct({ runtime: Schema.String, uri: Schema.String }), proof: Schema.optionalKey(Schema.String) })
 
+/** A move's header as it is sent: exactly its six keys, whatever else the object given carries. */
+const wireHeader = (h: MoveHeader): MoveHeader => ({ moveId: h.moveId, sessionId: h.sessionId, sourceHostId: h.sourceHostId, targetHostId: h.targetHostId, memMib: h.memMib, vcpus: h.vcpus })
+
 /** How many moves' target addresses a link keeps (the oldest go first); a move's rounds are over long before. */
 const pinnedMovesMax = 1024
 
@@ -126,7 +129,8 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
         Effect.gen(function* () {
           const req = HttpClientRequest.post(`${base.replace(/\/+$/, "")}/v1/peer/moves/${encodeURIComponent(h.moveId)}/${op}`).pipe(
             HttpClientRequest.bearerToken(token),
-            HttpClientRequest.setBody(HttpBody.jsonUnsafe(h)),
+            // The header's six keys only: the target refuses any other (`PeerServer`).
+            HttpClientRequest.setBody(HttpBody.jsonUnsafe(wireHeader(h))),
           )
           const res = yield* client.execute(req)
           return { status: res.status, text: yield* res.text.pipe(Effect.orElseSucceed(() => "")) }

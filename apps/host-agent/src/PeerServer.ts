@@ -9,11 +9,19 @@
  * (its nonce is refused a second time); the listing names this agent's own peer URL under its
  * proof, where the fetcher takes the files. A target's refusal is a 409 `PeerError`; for a
  * commit it means the guest does not run here (MoveTarget.ts).
+ *
+ * Input is strict, by the coordinator's API's rules (`@engram/api`'s `StrictJson`), before any
+ * credential is judged (a move's token is bound to its header, so the header is read first): a
+ * move's body is `application/json`, valid UTF-8, the header's keys only, each once and of its
+ * type, at most `peerMaxBodyBytes` (past it a 413, read no further); a route takes only its own
+ * query parameters (`for` on image routes, none elsewhere), each once, and a GET no body. A
+ * refusal is `400 {error: "InvalidInput", field, rule, in}` and changes nothing.
  */
 import { createServer } from "node:http"
 import { ByteSize, Clock, Context, Effect, Layer, Schema } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { NodeHttpServer, NodeHttpServerRequest } from "@effect/platform-node"
+import { StrictJson } from "@engram/api"
 import { Names } from "@engram/core"
 import type { ImageStore } from "@engram/runtime"
 import * as ImageFetch from "./ImageFetch.js"
@@ -21,6 +29,7 @@ import * as ImageNonceFile from "./ImageNonceFile.js"
 import { imageBearerOf, imageBearerWindowMs, imageProof, type ImageRoute, type MoveOp, moveToken, oldMoveToken, prepareProof, statusToken, tokensEqual } from "./MoveToken.js"
 import type { MoveHeader, MoveTarget } from "./MoveTarget.js"
 
+/** A move's header as its routes take it (decoded strictly: these keys only, each once). */
 const Header = Schema.Struct({
   moveId: Schema.String,
   sessionId: Schema.String,
@@ -30,7 +39,74 @@ const Header = Schema.Struct({
   vcpus: Schema.Number,
 })
 
-const json = (status: number, body: unknown) => HttpServerResponse.jsonUnsafe(body, { status })
+const json = (status: number, body: unknown, headers: Record<string, string> = {}) => HttpServerResponse.jsonUnsafe(body, { status, headers })
+
+/** A 400 naming the field and its rule (the coordinator's API's shape). */
+const invalid = (p: StrictJson.InputProblem) => json(400, { error: "InvalidInput", field: p.field, rule: p.rule, in: p.in })
+
+/** A body past `peerMaxBodyBytes`: not read further; the connection closes (the rest of it may still be on the way). */
+const tooLarge = () =>
+  json(413, { error: "PayloadTooLarge", message: `the request body is larger than ${peerMaxBodyBytes} bytes (a move's header is a few hundred)`, limitBytes: peerMaxBodyBytes }, { connection: "close" })
+
+/** The rule of a move's content type. */
+export const contentTypeRule = "must be application/json (a charset, when named, utf-8): a move's header is JSON"
+
+/** Whether a content type is JSON as a move's body must be: `application/json`, its charset (if named) UTF-8. */
+const isJsonUtf8 = (contentType: string | undefined): boolean => {
+  if (contentType === undefined) return false
+  const [type = "", ...params] = contentType.split(";").map((p) => p.trim().toLowerCase())
+  if (type !== "application/json") return false
+  return params.every((p) => {
+    const eq = p.indexOf("=")
+    const name = p.slice(0, eq).trim()
+    const value = p.slice(eq + 1).trim().replace(/^"(.*)"$/, "$1")
+    return eq > 0 && (name !== "charset" || value === "utf-8" || value === "utf8")
+  })
+}
+
+/** Whether a request says it carries a body (a length above 0, or a chunked one). */
+const declaresBody = (req: HttpServerRequest.HttpServerRequest): boolean => {
+  const length = req.headers["content-length"]
+  return (length !== undefined && length !== "0") || req.headers["transfer-encoding"] !== undefined
+}
+
+/**
+ * What a route takes besides its path: its query parameters (each once), and for a GET no body.
+ * The refusal to answer, or undefined.
+ */
+const strayInput = (req: HttpServerRequest.HttpServerRequest, query: ReadonlySet<string>): HttpServerResponse.HttpServerResponse | undefined => {
+  const problem = StrictJson.queryProblem(req.url, query)
+  if (problem !== undefined) return invalid(problem)
+  if (req.method === "GET" && declaresBody(req)) return invalid({ field: "body", rule: "must be empty: this endpoint takes no body", in: "body" })
+  return undefined
+}
+
+const noQuery: ReadonlySet<string> = new Set()
+const imageQuery: ReadonlySet<string> = new Set(["for"])
+
+/**
+ * A move's header as the body of a move route: no query parameter, `application/json`, at most
+ * `peerMaxBodyBytes` (a declared length over it is refused before a byte is read), then
+ * `StrictJson.decodeBody` (UTF-8, JSON, no repeated key, the header's keys only, each of its
+ * type). The header, or the refusal to answer.
+ */
+const moveBody = (req: HttpServerRequest.HttpServerRequest) =>
+  Effect.gen(function* () {
+    const stray = strayInput(req, noQuery)
+    if (stray !== undefined) return { _tag: "Bad" as const, response: stray }
+    if (!isJsonUtf8(req.headers["content-type"])) return { _tag: "Bad" as const, response: invalid({ field: "content-type", rule: contentTypeRule, in: "headers" }) }
+    const declared = Number(req.headers["content-length"] ?? "0")
+    if (Number.isFinite(declared) && declared > peerMaxBodyBytes) return { _tag: "Bad" as const, response: tooLarge() }
+    // Past `MaxBodySize` (set on the server) the read stops: a 413, the rest never buffered.
+    const read = yield* Effect.result(req.arrayBuffer)
+    if (read._tag === "Failure") {
+      const reason = read.failure.reason
+      const over = reason._tag === "RequestParseError" && reason.reason === "BodyTooLarge"
+      return { _tag: "Bad" as const, response: over ? tooLarge() : invalid({ field: "body", rule: "must be a readable request body", in: "body" }) }
+    }
+    const decoded = StrictJson.decodeBody(Header, read.success)
+    return decoded._tag === "Failure" ? { _tag: "Bad" as const, response: invalid(decoded.failure) } : { _tag: "Ok" as const, header: decoded.success }
+  })
 
 export interface PeerServerDeps {
   readonly hostId: string
@@ -79,18 +155,20 @@ export const headerProblem = (h: MoveHeader): { readonly field: string; readonly
 }
 
 /**
- * Decodes the body as `schema`, checks the move token against the route's operation, the path's
- * move id and the header it is bound to (401), then each field's rule (400 naming the field): a
- * header whose fields break their rules is never acted on, whoever sends it. The move's old token
- * (one for every operation) passes too while `deps.oldMoveTokens` is on, said in the log.
+ * Reads the body as a move's header (`moveBody`: 400 naming the field and rule, 413), checks the
+ * move token against the route's operation, the path's move id and the header it is bound to
+ * (401), then each field's rule (400 naming the field): a header whose fields break their rules
+ * is never acted on, whoever sends it. The move's old token (one for every operation) passes too
+ * while `deps.oldMoveTokens` is on, said in the log.
  */
-const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(deps: PeerServerDeps, schema: S, op: MoveOp) =>
+const authorizedMove = (deps: PeerServerDeps, op: MoveOp) =>
   Effect.gen(function* () {
     const req = yield* HttpServerRequest.HttpServerRequest
     const { id } = yield* HttpRouter.params
-    const body = yield* req.json.pipe(Effect.flatMap(Schema.decodeUnknownEffect(schema as unknown as Schema.Codec<S["Type"]>)), Effect.option)
-    if (body._tag === "None" || id === undefined) return { _tag: "Bad" as const, response: json(400, { error: "BadRequest", message: `body does not match (a move's header, at most ${peerMaxBodyBytes} bytes)` }) }
-    const h = body.value
+    const body = yield* moveBody(req)
+    if (body._tag === "Bad") return body
+    if (id === undefined) return { _tag: "Bad" as const, response: invalid({ field: "id", rule: Names.idRule, in: "path" }) }
+    const h = body.header
     const bound = { ...h, moveId: id, targetHostId: deps.hostId }
     const presented = bearer(req)
     const current = tokensEqual(presented, moveToken(deps.secret, op, bound))
@@ -107,7 +185,7 @@ const authorizedMove = <S extends Schema.Top & { readonly Type: MoveHeader }>(de
       })
     }
     const problem = headerProblem(h)
-    if (problem !== null) return { _tag: "Bad" as const, response: json(400, { error: "InvalidInput", ...problem, in: "body" }) }
+    if (problem !== null) return { _tag: "Bad" as const, response: invalid({ ...problem, in: "body" }) }
     return { _tag: "Ok" as const, body: h }
   })
 
@@ -123,7 +201,9 @@ const authorizedImage = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate,
     const req = yield* HttpServerRequest.HttpServerRequest
     const { id, name } = yield* HttpRouter.params
     // A session's id names its image's directory here: never `..`, `.` or empty.
-    if (id !== undefined && !Names.isId(id)) return { _tag: "Bad" as const, response: json(400, { error: "InvalidInput", field: "id", rule: Names.idRule, in: "path" }) }
+    if (id !== undefined && !Names.isId(id)) return { _tag: "Bad" as const, response: invalid({ field: "id", rule: Names.idRule, in: "path" }) }
+    const stray = strayInput(req, imageQuery)
+    if (stray !== undefined) return { _tag: "Bad" as const, response: stray }
     const requester = new URL(req.url, "http://peer").searchParams.get("for")
     const route = opens(name)
     const b = id === undefined || requester === null || requester === "" || route === undefined ? undefined : imageBearerOf(deps.secret, bearer(req), id, deps.hostId, requester, route)
@@ -147,7 +227,7 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = 
       "POST",
       "/v1/peer/moves/:id/prepare",
       Effect.gen(function* () {
-        const a = yield* authorizedMove(deps, Header, "prepare")
+        const a = yield* authorizedMove(deps, "prepare")
         if (a._tag === "Bad") return a.response
         const endpoint = yield* deps.target.prepare(a.body)
         // The source streams nothing to a target that cannot prove it holds the peer secret.
@@ -158,7 +238,7 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = 
       "POST",
       "/v1/peer/moves/:id/commit",
       Effect.gen(function* () {
-        const a = yield* authorizedMove(deps, Header, "commit")
+        const a = yield* authorizedMove(deps, "commit")
         if (a._tag === "Bad") return a.response
         const committed = yield* deps.target.commit(a.body)
         return json(200, { ok: true, resumedForMs: committed.resumedForMs })
@@ -168,7 +248,7 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = 
       "POST",
       "/v1/peer/moves/:id/abort",
       Effect.gen(function* () {
-        const a = yield* authorizedMove(deps, Header, "abort")
+        const a = yield* authorizedMove(deps, "abort")
         if (a._tag === "Bad") return a.response
         yield* deps.target.abort(a.body.moveId)
         return json(200, { ok: true })
@@ -209,6 +289,8 @@ export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = 
       "/v1/peer/status",
       Effect.gen(function* () {
         const req = yield* HttpServerRequest.HttpServerRequest
+        const stray = strayInput(req, noQuery)
+        if (stray !== undefined) return stray
         if (!tokensEqual(bearer(req), statusToken(deps.secret, deps.hostId))) return json(401, { error: "Unauthorized", message: "invalid status token" })
         return json(200, yield* deps.status)
       }),

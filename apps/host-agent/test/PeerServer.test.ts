@@ -3,7 +3,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { SimRuntime, SimWire } from "@engram/runtime"
 import { Effect } from "effect"
 import { makeMoveTarget } from "../src/MoveTarget.js"
-import { moveToken, statusToken } from "../src/MoveToken.js"
+import { imageToken, moveToken, newImageBearer, statusToken } from "../src/MoveToken.js"
 import * as PeerLink from "../src/PeerLink.js"
 import * as PeerServer from "../src/PeerServer.js"
 import { makeResidents } from "../src/Residents.js"
@@ -157,18 +157,121 @@ describe("the peer server's input rules", () => {
 })
 
 describe("the peer server's limits", () => {
-  it.live("a body over its 64 KiB limit is not read past it: refused (400) before any credential is judged; nothing of the move is prepared", () =>
+  it.live("a body over its 64 KiB limit is not read past it: refused (413 JSON naming the limit) before any credential is judged; nothing of the move is prepared", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const { port, target } = yield* serveTarget
         const big = JSON.stringify({ ...header, pad: "x".repeat(PeerServer.peerMaxBodyBytes) })
         const r = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/v1/peer/moves/m1/prepare`, { method: "POST", headers: { "content-type": "application/json" }, body: big }))
-        assert.strictEqual(r.status, 400)
-        assert.deepInclude(yield* Effect.promise(() => r.json() as Promise<object>), { error: "BadRequest", message: `body does not match (a move's header, at most ${PeerServer.peerMaxBodyBytes} bytes)` })
+        assert.strictEqual(r.status, 413)
+        assert.deepStrictEqual(yield* Effect.promise(() => r.json() as Promise<object>), {
+          error: "PayloadTooLarge",
+          message: `the request body is larger than ${PeerServer.peerMaxBodyBytes} bytes (a move's header is a few hundred)`,
+          limitBytes: PeerServer.peerMaxBodyBytes,
+        })
         assert.deepStrictEqual(yield* target.incoming, [])
         // A header of ordinary size without a token is judged as before: 401.
         const small = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/v1/peer/moves/m1/prepare`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(header) }))
         assert.strictEqual(small.status, 401)
+      }),
+    ))
+})
+
+/** One raw request (the body's bytes and the URL as written), its status and JSON answer. */
+const raw = (port: number, o: { readonly method: string; readonly path: string; readonly headers?: Record<string, string>; readonly body?: string | Buffer; readonly chunked?: boolean }) =>
+  Effect.promise(
+    () =>
+      new Promise<{ status: number; body: unknown }>((resolve, reject) => {
+        const req = request({ host: "127.0.0.1", port, method: o.method, path: o.path, headers: o.headers }, (res) => {
+          const chunks: Buffer[] = []
+          res.on("data", (c: Buffer) => chunks.push(c))
+          res.on("end", () => {
+            const text = Buffer.concat(chunks).toString("utf8")
+            resolve({ status: res.statusCode ?? 0, body: text === "" ? null : (JSON.parse(text) as unknown) })
+          })
+        })
+        req.on("error", reject)
+        if (o.body !== undefined && o.chunked === true) req.write(o.body)
+        req.end(o.chunked === true ? undefined : o.body)
+      }),
+  )
+
+describe("the peer server's strict input", () => {
+  const known = "is not a key of this object (known: moveId, sessionId, sourceHostId, targetHostId, memMib, vcpus)"
+
+  it.live("a move's body with an unknown key, a repeated key, a wrong type, bytes that are not UTF-8 or another content type is refused under a valid token (400 naming the field and rule); nothing is prepared", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port, target } = yield* serveTarget
+        const token = moveToken(SECRET, "prepare", header)
+        const prepare = (body: string | Buffer, contentType = "application/json", path = "/v1/peer/moves/m1/prepare") =>
+          raw(port, { method: "POST", path, headers: { authorization: `Bearer ${token}`, "content-type": contentType }, body })
+        const text = JSON.stringify(header)
+        const cases: readonly (readonly [string, Effect.Effect<{ status: number; body: unknown }>, unknown])[] = [
+          ["an unknown key", prepare(JSON.stringify({ ...header, evil: 1 })), { field: "evil", rule: known, in: "body" }],
+          // `JSON.parse` keeps the last: the header the token is bound to, though its first value is refused.
+          ["a repeated key", prepare(`{"memMib":"x",${text.slice(1)}`), { field: "memMib", rule: "is given more than once in one object (each key at most once)", in: "body" }],
+          ["a repeated key in a later place", prepare(`${text.slice(0, -1)},"vcpus":1}`), { field: "vcpus", rule: "is given more than once in one object (each key at most once)", in: "body" }],
+          ["a size as a string", prepare(JSON.stringify({ ...header, memMib: "64" })), { field: "memMib", rule: "Expected number", in: "body" }],
+          ["a missing key", prepare(JSON.stringify({ ...header, vcpus: undefined })), { field: "vcpus", rule: "is required", in: "body" }],
+          ["not an object", prepare("[1]"), { field: "body", rule: "Expected object", in: "body" }],
+          ["not JSON", prepare("moveId=m1"), { field: "body", rule: "must be JSON", in: "body" }],
+          ["bytes that are not UTF-8", prepare(Buffer.concat([Buffer.from(text.slice(0, -1)), Buffer.from(',"x":"\xff'), Buffer.from([0xff]), Buffer.from('"}')])), { field: "body", rule: "must be valid UTF-8", in: "body" }],
+          ["text/plain", prepare(text, "text/plain"), { field: "content-type", rule: PeerServer.contentTypeRule, in: "headers" }],
+          ["no content type's JSON charset", prepare(text, "application/json; charset=latin1"), { field: "content-type", rule: PeerServer.contentTypeRule, in: "headers" }],
+          ["a query parameter", prepare(text, "application/json", "/v1/peer/moves/m1/prepare?x=1"), { field: "x", rule: "is not a query parameter of this endpoint (it takes none)", in: "query" }],
+        ]
+        for (const [what, call, problem] of cases) {
+          const answer = yield* call
+          assert.deepStrictEqual(answer, { status: 400, body: { error: "InvalidInput", ...(problem as object) } }, what)
+        }
+        assert.deepStrictEqual(yield* target.incoming, [])
+        // The same header, sent as the API takes it, is prepared (a charset of utf-8 named or not).
+        assert.strictEqual((yield* prepare(text, "application/json; charset=utf-8")).status, 200)
+        assert.deepStrictEqual(yield* target.incoming, [{ moveId: "m1", vmId: "s1" }])
+      }),
+    ))
+
+  it.live("a streamed (chunked) body over the limit is cut at it: 413 JSON; nothing is aborted", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port, target } = yield* serveTarget
+        const prepared = yield* raw(port, { method: "POST", path: "/v1/peer/moves/m1/prepare", headers: { authorization: `Bearer ${moveToken(SECRET, "prepare", header)}`, "content-type": "application/json" }, body: JSON.stringify(header) })
+        assert.strictEqual(prepared.status, 200)
+        const big = JSON.stringify({ ...header, pad: "x".repeat(70 * 1024) })
+        const answer = yield* raw(port, { method: "POST", path: "/v1/peer/moves/m1/abort", headers: { authorization: `Bearer ${moveToken(SECRET, "abort", header)}`, "content-type": "application/json", "transfer-encoding": "chunked" }, body: big, chunked: true })
+        assert.strictEqual(answer.status, 413)
+        assert.deepInclude(answer.body as object, { error: "PayloadTooLarge", limitBytes: PeerServer.peerMaxBodyBytes })
+        assert.deepStrictEqual(yield* target.incoming, [{ moveId: "m1", vmId: "s1" }])
+      }),
+    ))
+
+  it.live("the status and image routes take only their own query parameters, each once, and no body; a refused image request leaves its bearer unused", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port } = yield* serveTarget
+        const status = { authorization: `Bearer ${statusToken(SECRET, "t")}` }
+        assert.deepStrictEqual(yield* raw(port, { method: "GET", path: "/v1/peer/status?x=1", headers: status }), {
+          status: 400,
+          body: { error: "InvalidInput", field: "x", rule: "is not a query parameter of this endpoint (it takes none)", in: "query" },
+        })
+        assert.deepStrictEqual(yield* raw(port, { method: "GET", path: "/v1/peer/status", headers: { ...status, "content-type": "application/json", "content-length": "2" }, body: "{}" }), {
+          status: 400,
+          body: { error: "InvalidInput", field: "body", rule: "must be empty: this endpoint takes no body", in: "body" },
+        })
+        assert.strictEqual((yield* raw(port, { method: "GET", path: "/v1/peer/status", headers: status })).status, 200)
+        // A listing's bearer for host a, sent with `for` twice: refused before its nonce is taken.
+        const listing = { authorization: `Bearer ${imageToken(SECRET, "s1", "t", "a", { _tag: "Listing" }, newImageBearer(Date.now()))}` }
+        assert.deepStrictEqual(yield* raw(port, { method: "GET", path: "/v1/peer/images/s1?for=a&for=b", headers: listing }), {
+          status: 400,
+          body: { error: "InvalidInput", field: "for", rule: "is given more than once (each query parameter at most once)", in: "query" },
+        })
+        assert.deepStrictEqual(yield* raw(port, { method: "GET", path: "/v1/peer/images/s1?for=a&x=1", headers: listing }), {
+          status: 400,
+          body: { error: "InvalidInput", field: "x", rule: "is not a query parameter of this endpoint (known: for)", in: "query" },
+        })
+        // The bearer is still good once: this host serves no images, so its answer is a 404 (not `already used`).
+        assert.strictEqual((yield* raw(port, { method: "GET", path: "/v1/peer/images/s1?for=a", headers: listing })).status, 404)
       }),
     ))
 })
