@@ -37,7 +37,8 @@
  *
  * A fetch's listing is bounded by `listingBoundMs` (the floor `imageFetchFloorMs`, or the
  * session's memory at the floor rate `ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`, whichever is longer:
- * the image host may hash the image before it answers), its files by `fetchBoundMs` (the floor,
+ * the image host may hash the image before it answers) and in bytes by `listingMaxBytes` (read
+ * no further: its proof is judged only after), its files by `fetchBoundMs` (the floor,
  * or the listed bytes at the floor rate, whichever is longer), and each file by a stall bound
  * (`imageFetchStallMs` without a byte). Whether the image
  * is of the session's last descent is judged after the fetch by the same tag check as a local
@@ -55,6 +56,7 @@ import type { ReadableStream as NodeReadableStream } from "node:stream/web"
 import type { ImageStore } from "@engram/runtime"
 import { Clock, Data, Effect, Schema, Stream } from "effect"
 import { Agent, fetch } from "undici"
+import { webBodyAtMost } from "./BoundedRead.js"
 import { imageProof, type ImageRoute, imageToken, newImageBearer, tokensEqual } from "./MoveToken.js"
 
 /** One file of a session's image directory, as the image host lists it: its SHA-256 in hex. */
@@ -84,6 +86,13 @@ export class ImageFetchError extends Data.TaggedError("ImageFetchError")<{
   readonly imageHostId: string
   readonly message: string
 }> {}
+
+/**
+ * The most bytes of a listing a fetch reads (`BoundedRead`): a real one is a few files (the image,
+ * the runtime's files beside it, the descent tag), some 150 bytes each besides its name; 1 MiB
+ * holds thousands. Past it the fetch fails before the listing's proof is judged, the rest unread.
+ */
+export const listingMaxBytes = 1024 * 1024
 
 /** The shortest bound of a fetch's listing (which may hash a file not hashed yet) and of its files. */
 export const imageFetchFloorMs = 10 * 60_000
@@ -494,10 +503,12 @@ export const fetchImage = (o: {
         })
         if (res.status !== 200) throw fail(`the image host answered ${res.status} to the listing${res.status === 401 ? " (an image host older than this agent, or a rotated peer secret?)" : ""}`)
         const listingTimer = setTimeout(() => listingStall.abort(), stallMs)
-        const body = await res.json().catch((e: unknown) => {
+        // Read before its proof is judged: at most `listingMaxBytes`, never the rest.
+        const listed = await webBodyAtMost(res.body, listingMaxBytes, res.headers.get("content-length")).catch((e: unknown) => {
           throw listingStall.signal.aborted ? fail(`the image host sent its listing's headers and no whole body within ${stallMs} ms`) : listingBound.aborted ? late() : e
         }).finally(() => clearTimeout(listingTimer))
-        const list = Schema.decodeUnknownSync(ListingAnswer)(body)
+        if (listed === undefined) throw fail(`the image host's listing is over ${listingMaxBytes} bytes (a real one lists a few files): not read further, nothing fetched`)
+        const list = Schema.decodeUnknownSync(ListingAnswer)(JSON.parse(new TextDecoder().decode(listed)))
         // An image host older than content hashes: its files could not be checked.
         const files: ImageFile[] = []
         for (const f of list.files) {

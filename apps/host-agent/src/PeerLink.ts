@@ -15,6 +15,7 @@ import { FetchHttpClient, HttpBody, HttpClient, HttpClientRequest } from "effect
 import { Move as CoreMove, Names } from "@engram/core"
 import type { IncomingEndpoint } from "@engram/runtime"
 import { Env } from "@engram/process"
+import * as BoundedRead from "./BoundedRead.js"
 import { type MoveOp, moveToken, oldMoveToken, prepareProof, tokensEqual } from "./MoveToken.js"
 import { type Committed, type MoveHeader, type MoveTarget, PeerError } from "./MoveTarget.js"
 
@@ -57,6 +58,9 @@ export const CommitAnswer = Schema.Struct({ resumedForMs: Schema.optionalKey(Sch
  * absent from target agents older than it.
  */
 export const PrepareAnswer = Schema.Struct({ endpoint: Schema.Struct({ runtime: Schema.String, uri: Schema.String }), proof: Schema.optionalKey(Schema.String) })
+
+/** The bound of a target's answer, bytes (`BoundedRead.peerAnswerMaxBytes`, 64 KiB; a real one holds a few hundred): past it the answer is not read. */
+export const peerAnswerMaxBytes = BoundedRead.peerAnswerMaxBytes
 
 /** A move's header as it is sent: exactly its six keys, whatever else the object given carries. */
 const wireHeader = (h: MoveHeader): MoveHeader => ({ moveId: h.moveId, sessionId: h.sessionId, sourceHostId: h.sourceHostId, targetHostId: h.targetHostId, memMib: h.memMib, vcpus: h.vcpus })
@@ -103,6 +107,10 @@ export interface HttpLinkOptions {
  * `oldMoveTokens` is on, a 401 (the target did not act) is followed by one more try with the
  * move's old token: a target agent older than this one checks only that. A move whose target took
  * the old one sends it first from then on (no second request in the guest's pause).
+ *
+ * Each answer is read up to `peerAnswerMaxBytes` and no further (`BoundedRead`): a prepare answered
+ * with more fails before its proof is judged (nothing streamed); a commit's 2xx past it is the
+ * target's word that it committed (its figure taken as 0); a refusal's message is left unread.
  */
 export const http = (peers: (hostId: string) => string | undefined, secret: string, options: HttpLinkOptions = {}): PeerLink => {
   const timeoutMs = options.timeoutMs ?? 60_000
@@ -133,7 +141,9 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
             HttpClientRequest.setBody(HttpBody.jsonUnsafe(wireHeader(h))),
           )
           const res = yield* client.execute(req)
-          return { status: res.status, text: yield* res.text.pipe(Effect.orElseSucceed(() => "")) }
+          // Read before the target proved anything: at most `peerAnswerMaxBytes`, never the rest.
+          const bytes = yield* BoundedRead.streamAtMost(res.stream, peerAnswerMaxBytes, res.headers["content-length"]).pipe(Effect.orElseSucceed(() => new Uint8Array(0)))
+          return { status: res.status, text: bytes === undefined ? "" : new TextDecoder().decode(bytes), over: bytes === undefined }
         })
       const own = moveToken(secret, op, h)
       const old = oldMoveToken(secret, h)
@@ -148,12 +158,13 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
         }
         if (res.status !== 401 && tokens[1] === own) oldTargets.delete(h.moveId)
       }
-      const { text } = res
+      const { text, over } = res
       if (res.status < 200 || res.status >= 300) {
         // 409 is the target's own refusal (PeerServer); anything else says nothing of its state.
-        return yield* new PeerError({ op, moveId: h.moveId, message: `peer answered ${res.status}: ${text.slice(0, 200)}`, refused: res.status === 409 })
+        const said = over ? `an answer over ${peerAnswerMaxBytes} bytes, not read` : text.slice(0, 200)
+        return yield* new PeerError({ op, moveId: h.moveId, message: `peer answered ${res.status}: ${said}`, refused: res.status === 409 })
       }
-      return { text, ...address }
+      return { text, over, ...address }
     }).pipe(
       Effect.timeout(Duration.millis(timeoutMs)),
       Effect.catchTag("TimeoutError", () => Effect.fail(new PeerError({ op, moveId: h.moveId, message: "peer timed out", refused: false }))),
@@ -163,8 +174,10 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
   return {
     prepare: (h) =>
       call("prepare", h).pipe(
-        Effect.flatMap(({ text, base, operators }) =>
-          Effect.try({ try: () => JSON.parse(text) as unknown, catch: () => "not JSON" }).pipe(
+        Effect.flatMap(({ text, over, base, operators }) =>
+          over
+            ? Effect.fail(new PeerError({ op: "prepare", moveId: h.moveId, message: `the target at ${base} answered the prepare with more than ${peerAnswerMaxBytes} bytes (a prepare's answer is a few hundred); not read further, nothing was streamed to it`, refused: false }))
+            : Effect.try({ try: () => JSON.parse(text) as unknown, catch: () => "not JSON" }).pipe(
             Effect.flatMap(Schema.decodeUnknownEffect(PrepareAnswer)),
             Effect.mapError(() => new PeerError({ op: "prepare", moveId: h.moveId, message: `peer answered no endpoint: ${text.slice(0, 200)}`, refused: false })),
             Effect.flatMap((a) => {

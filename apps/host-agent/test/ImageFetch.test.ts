@@ -22,6 +22,7 @@ import { imageBearerWindowMs, imageNonces, imageProof, imageToken, newImageBeare
 import { startHostAgent } from "../src/Host.js"
 import * as PeerServer from "../src/PeerServer.js"
 import { makeResidents } from "../src/Residents.js"
+import { floodingPeer } from "./support/Flood.js"
 
 const SECRET = "image-fetch-test-secret"
 
@@ -242,6 +243,24 @@ describe("fetching a descent image from its host", () => {
         assert.deepStrictEqual(readdirSync(mine.root), [])
       }),
     ))
+
+  it.live("a listing over listingMaxBytes fails naming the bound, the rest never read (the connection cut), though its proof is good; nothing left behind", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const total = 64 * 1024 * 1024
+        const peer = yield* Effect.acquireRelease(
+          Effect.promise(() => floodingPeer((req) => proven([])(nonceOf(req.headers)), total)),
+          (p) => Effect.sync(() => p.close()),
+        )
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        const e = yield* fetchInto(mine, peer.port, SECRET, true).pipe(Effect.flip)
+        assert.strictEqual(e.message, `the image host's listing is over ${ImageFetch.listingMaxBytes} bytes (a real one lists a few files): not read further, nothing fetched`)
+        const ended = yield* Effect.promise(() => peer.ended)
+        assert.isFalse(ended.finished)
+        assert.isBelow(ended.sentBytes, total)
+        assert.deepStrictEqual(readdirSync(mine.root), [])
+      }),
+    ), 120_000)
 
   it.live("a listing whose headers came and whose body stalls is cut after the stall bound, not held for the listing's (minutes), nothing left behind", () =>
     Effect.scoped(

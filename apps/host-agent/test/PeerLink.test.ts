@@ -10,6 +10,7 @@ import { Effect, Exit } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { prepareProof } from "../src/MoveToken.js"
 import * as PeerLink from "../src/PeerLink.js"
+import { floodingPeer } from "./support/Flood.js"
 
 const secret = "peer-link-secret-0123"
 const header = { moveId: "m1", sessionId: "s1", sourceHostId: "a", targetHostId: "b", memMib: 256, vcpus: 1 }
@@ -126,4 +127,23 @@ describe("the target proves it holds the peer secret in its prepare answer", () 
     const wrong = await prepare(at(urls.otherFleet!))
     expect(Exit.isFailure(wrong) && JSON.stringify(wrong.cause)).toContain("wrong proof")
   })
+})
+
+describe("a target's answer is read with a bound in bytes", () => {
+  it("a prepare answered with more than peerAnswerMaxBytes fails naming the bound, the rest never read (the connection cut), though its proof is good", async () => {
+    const endpoint = { runtime: "sim", uri: "flood" }
+    const total = 64 * 1024 * 1024
+    const peer = await floodingPeer(() => ({ endpoint, proof: prepareProof(secret, "m1", "a", "b", endpoint) }), total)
+    try {
+      const link = PeerLink.http(() => undefined, secret)
+      await Effect.runPromise(link.learn!("b", `http://127.0.0.1:${peer.port}`))
+      const exit = await prepare(link)
+      expect(Exit.isFailure(exit) && JSON.stringify(exit.cause)).toContain(`answered the prepare with more than ${PeerLink.peerAnswerMaxBytes} bytes`)
+      const ended = await peer.ended
+      expect(ended.finished).toBe(false)
+      expect(ended.sentBytes).toBeLessThan(total)
+    } finally {
+      peer.close()
+    }
+  }, 120_000)
 })
