@@ -22,8 +22,10 @@
  */
 import { Conflict, InvalidInput, NoRoom, Store } from "@engram/store"
 import type { PlaceOutcome, StoreShape } from "@engram/store"
-import { Context, Deferred, Duration, Effect, Exit, Layer, Option } from "effect"
+import { StrictJson } from "@engram/api"
+import { Context, Deferred, Duration, Effect, Exit, Layer, Option, Redacted, Result } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
+import { HttpApiBuilder, HttpApiSecurity } from "effect/http-api"
 import type { HttpServerRequest } from "effect/http"
 import { createHmac } from "node:crypto"
 import { Agent, request } from "node:http"
@@ -245,9 +247,11 @@ export class Forwarder extends Context.Service<Forwarder, ForwarderShape>()("@en
 }
 
 const json = (status: number, body: Record<string, unknown>) => HttpServerResponse.jsonUnsafe(body, { status, headers: { "cache-control": "no-store" } })
-const bearer = (r: HttpServerRequest.HttpServerRequest): string => /^Bearer\s+(.+)$/i.exec(r.headers["authorization"] ?? "")?.[1]?.trim() ?? ""
+/** The bearer token of the request as the API reads it (its own decoder: `Bearer` in any case, then spaces; never trimmed), or "". */
+const bearer = Effect.map(HttpApiBuilder.securityDecode(HttpApiSecurity.bearer), Redacted.value)
 
 /** The keys a forwarded create may have (the store's create input), and its budget's. */
+const noQuery: ReadonlySet<string> = new Set()
 const createKeys = new Set(["id", "budget", "affinity", "onNoRoom", "idleTimeoutMs", "ttlMs", "template"])
 const budgetKeys = new Set(["memMib", "vcpus"])
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v)
@@ -282,10 +286,15 @@ export const PeerLive: Layer.Layer<never, never, HttpRouter.HttpRouter | Store |
     const peerHash = hashToken(peerToken(admin.token))
     const handler = (r: HttpServerRequest.HttpServerRequest) =>
       Effect.gen(function* () {
-        const token = bearer(r)
+        const token = yield* bearer
         if (token === "" || !sameHash(hashToken(token), peerHash)) return json(401, { error: "Unauthorized", message: "this endpoint takes the replicas' peer token only" })
-        const body = yield* Effect.option(r.json)
-        if (Option.isNone(body)) return json(400, { error: "InvalidInput", field: "body", rule: "must be JSON", message: "body: must be JSON" })
+        // The API's input rules (`StrictJson`): no query parameter; a body of UTF-8 JSON, no key given twice.
+        const stray = StrictJson.queryProblem(r.url, noQuery)
+        if (stray !== undefined) return json(400, { error: "InvalidInput", ...stray, message: `${stray.field}: ${stray.rule}` })
+        const bytes = yield* Effect.option(r.arrayBuffer)
+        const parsed = Option.isNone(bytes) ? Result.fail({ field: "body", rule: "must be JSON", in: "body" as const }) : StrictJson.parseBody(bytes.value)
+        if (Result.isFailure(parsed)) return json(400, { error: "InvalidInput", ...parsed.failure, message: `${parsed.failure.field}: ${parsed.failure.rule}` })
+        const body = { value: parsed.success }
         const bad = badBatch(body.value)
         if (bad !== null) return json(400, { error: "InvalidInput", field: "creates", rule: bad, message: bad })
         // Only the leader places for the others: a batch sent to a stale or wrong address (an old

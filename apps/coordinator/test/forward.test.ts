@@ -94,6 +94,19 @@ describe("placement forwarding, two replicas on one PostgreSQL", () => {
     const extra = await call(placer.url, "POST", placementsPath, { token: peerToken(adminToken), body: { creates: [{ ...batch.creates[0], hostId: "f-h0" }] } })
     expect(extra.status).toBe(400)
     expect(extra.body.message).toMatch(/^creates\[0\]: /)
+    // The API's input rules: no key given twice, UTF-8 only, no query parameter; the bearer as the API reads it.
+    const peer = { authorization: `Bearer ${peerToken(adminToken)}`, "content-type": "application/json" }
+    const post = (path: string, body: string | Buffer, headers: Record<string, string> = peer) =>
+      fetch(`${placer.url}${path}`, { method: "POST", headers, body }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, unknown> }))
+    const twice = await post(placementsPath, '{"creates":[{"id":"f-twice","id":"f-twice-2","budget":{"memMib":256,"vcpus":1}}]}')
+    expect([twice.status, twice.body.field, twice.body.rule]).toEqual([400, "creates.0.id", "is given more than once in one object (each key at most once)"])
+    const latin = await post(placementsPath, Buffer.concat([Buffer.from('{"creates":[{"id":"f-'), Buffer.from([0xe9]), Buffer.from('","budget":{"memMib":256,"vcpus":1}}]}')]))
+    expect([latin.status, latin.body.field, latin.body.rule]).toEqual([400, "body", "must be valid UTF-8"])
+    const queried = await post(`${placementsPath}?x=1`, JSON.stringify({ creates: [{ id: "f-queried", budget: { memMib: 256, vcpus: 1 } }] }))
+    expect([queried.status, queried.body.field, queried.body.in]).toEqual([400, "x", "query"])
+    const tab = await post(placementsPath, JSON.stringify({ creates: [{ id: "f-tab", budget: { memMib: 256, vcpus: 1 } }] }), { ...peer, authorization: `Bearer\t${peerToken(adminToken)}` })
+    expect(tab.status).toBe(401)
+    for (const id of ["f-twice", "f-twice-2", "f-queried", "f-tab"]) expect((await call(placer.url, "GET", `/v1/sessions/${id}`, { token: adminToken })).status, id).toBe(404)
     // A replica that does not hold the lease places nothing for others: its sender places it itself.
     const notLeader = await call(other.url, "POST", placementsPath, { token: peerToken(adminToken), body: batch })
     expect(notLeader.status).toBe(409)

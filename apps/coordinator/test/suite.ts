@@ -1078,6 +1078,25 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
           expect([r.status, r.body.error, r.body.field, r.body.in], query).toEqual([400, "InvalidInput", field, "query"])
         }
         expect((await admin.get("/ui/changes?since=&waitMs=0")).body).toMatchObject({ version: expect.any(String) })
+        // The charts' history takes no query parameter and no body; the bearer is read as the API reads it.
+        expect((await admin.get("/ui/history?x=1")).body).toEqual({ error: "InvalidInput", field: "x", rule: "is not a query parameter of this endpoint (it takes none)", in: "query" })
+        for (const path of ["/ui/history", "/ui/changes?since=&waitMs=0"]) {
+          const r = await new Promise<{ status: number; body: unknown }>((resolve, reject) => {
+            const u = new URL(`${c.url}${path}`)
+            const req = httpRequest({ host: u.hostname, port: u.port, path: `${u.pathname}${u.search}`, method: "GET", headers: { authorization: `Bearer ${c.adminToken}`, "content-type": "application/json", "content-length": "2" } }, (res) => {
+              let text = ""
+              res.on("data", (d: Buffer) => (text += d.toString()))
+              res.on("end", () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as unknown }))
+            })
+            req.on("error", reject)
+            req.end("{}")
+          })
+          expect(r, path).toEqual({ status: 400, body: { error: "InvalidInput", field: "body", rule: "must be empty: this endpoint takes no body", in: "body" } })
+        }
+        const history = (authorization: string) => fetch(`${c.url}/ui/history`, { headers: { authorization } }).then((r) => r.status)
+        expect(await history(`bearer ${c.adminToken}`)).toBe(200)
+        expect(await history(`Bearer\t${c.adminToken}`)).toBe(401)
+        expect(await fetch(`${c.url}/v1/fleet`, { headers: { authorization: `Bearer\t${c.adminToken}` } }).then((r) => r.status)).toBe(401)
         expect(await everything()).toBe(before)
         // The same keys once each are taken.
         expect((await admin.raw("POST", "/v1/sessions", `{"id":"${id}","memMib":64,"vcpus":1}`)).status).toBe(201)

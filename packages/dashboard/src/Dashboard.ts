@@ -7,10 +7,11 @@
  * that token too.
  */
 import { Names } from "@engram/core"
-import { Clock, Effect, Layer } from "effect"
+import { Clock, Effect, Layer, Redacted } from "effect"
 import type { Scope } from "effect"
 import { HttpRouter, HttpServerResponse } from "effect/http"
 import type { HttpServerRequest } from "effect/http"
+import { HttpApiBuilder, HttpApiSecurity } from "effect/http-api"
 import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
@@ -106,8 +107,24 @@ export const changesQuery = (params: URLSearchParams): { readonly since: string;
 
 const json = (status: number, body: Record<string, unknown>) => HttpServerResponse.jsonUnsafe(body, { status, headers: { "cache-control": "no-store" } })
 
-/** The bearer token of a request, or "". */
-const bearer = (request: HttpServerRequest.HttpServerRequest): string => /^Bearer\s+(.+)$/i.exec(request.headers["authorization"] ?? "")?.[1]?.trim() ?? ""
+/** The bearer token of the request as the API reads it (its own decoder: `Bearer` in any case, then spaces; never trimmed), or "". */
+const bearer = Effect.map(HttpApiBuilder.securityDecode(HttpApiSecurity.bearer), Redacted.value)
+
+/** Whether a request says it carries a body (a length above 0, or a chunked one). */
+const declaresBody = (request: HttpServerRequest.HttpServerRequest): boolean => {
+  const length = request.headers["content-length"]
+  return (length !== undefined && length !== "0") || request.headers["transfer-encoding"] !== undefined
+}
+
+/** A body sent to a route that takes none: its refusal's field and rule, or null. */
+const strayBody = (request: HttpServerRequest.HttpServerRequest): { readonly field: string; readonly rule: string; readonly in: "body" } | null =>
+  declaresBody(request) ? { field: "body", rule: "must be empty: this endpoint takes no body", in: "body" } : null
+
+/** `/ui/history` takes no query parameter: the first one's refusal, or null. */
+export const historyQuery = (params: URLSearchParams): { readonly field: string; readonly rule: string } | null => {
+  for (const key of params.keys()) return { field: key === "" ? '""' : key, rule: "is not a query parameter of this endpoint (it takes none)" }
+  return null
+}
 
 /** The dashboard's routes (add to the coordinator's served layers). */
 export const layer = (options: Options): Layer.Layer<never, never, HttpRouter.HttpRouter> => {
@@ -120,21 +137,25 @@ export const layer = (options: Options): Layer.Layer<never, never, HttpRouter.Ht
     .map((f) => [f, asset(dir, f)] as const)
   const pollMs = options.pollMs ?? 500
 
-  /** The admin's request, or the 401 that refuses it. */
-  const refusal = (request: HttpServerRequest.HttpServerRequest) =>
-    Effect.gen(function* () {
-      const token = bearer(request)
-      if (token === "") return json(401, { error: "Unauthorized", message: "missing bearer token" })
-      if (!(yield* options.authorize(token))) return json(401, { error: "Unauthorized", message: "the dashboard needs the admin token" })
-      return null
-    })
+  /** Null for the admin's request, else the 401 that refuses it. */
+  const refusal = Effect.gen(function* () {
+    const token = yield* bearer
+    if (token === "") return json(401, { error: "Unauthorized", message: "missing bearer token" })
+    if (!(yield* options.authorize(token))) return json(401, { error: "Unauthorized", message: "the dashboard needs the admin token" })
+    return null
+  })
 
   const unavailable = () => Effect.succeed(json(503, { error: "Unavailable", message: "the fleet could not be read; retry", retryAfterMs: 1000 }))
 
   const history = (request: HttpServerRequest.HttpServerRequest) =>
     Effect.gen(function* () {
-      const refused = yield* refusal(request)
+      const refused = yield* refusal
       if (refused !== null) return refused
+      // As the API's `StrictInput`, after the credential: no query parameter, no body.
+      const query = historyQuery(new URL(request.url, "http://localhost").searchParams)
+      if (query !== null) return json(400, { error: "InvalidInput", ...query, in: "query" })
+      const body = strayBody(request)
+      if (body !== null) return json(400, { error: "InvalidInput", ...body })
       const h = options.history === undefined ? { intervalMs: 0, samples: [] } : yield* options.history
       return json(200, { intervalMs: h.intervalMs, samples: h.samples })
     }).pipe(Effect.catchCause(unavailable))
@@ -162,10 +183,12 @@ export const layer = (options: Options): Layer.Layer<never, never, HttpRouter.Ht
 
   const changes = (request: HttpServerRequest.HttpServerRequest) =>
     Effect.gen(function* () {
-      const refused = yield* refusal(request)
+      const refused = yield* refusal
       if (refused !== null) return refused
       const query = changesQuery(new URL(request.url, "http://localhost").searchParams)
       if ("field" in query) return json(400, { error: "InvalidInput", ...query, in: "query" })
+      const body = strayBody(request)
+      if (body !== null) return json(400, { error: "InvalidInput", ...body })
       return yield* longPoll(poll(query.since, query.waitMs))
     }).pipe(Effect.catchCause(unavailable))
 
