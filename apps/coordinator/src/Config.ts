@@ -601,7 +601,7 @@ const load = (given: Env.Source, name: Naming = byVariable): Effect.Effect<Coord
       ...given,
       raw: (v) => {
         const value = given.raw(v)
-        return urlVariables.has(v) && typeof value === "string" && value.includes("@") ? Env.hidden : value
+        return urlVariables.has(v) ? Env.shownUrl(value) : value
       },
     }
     // A null reads as unset (its default) below: refused here, and no rule between settings is judged on it.

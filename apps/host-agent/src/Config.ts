@@ -55,6 +55,28 @@ const intUpTo = (variable: string, min: number, max: number, why: string) => {
   return Config.schema(Env.decimalInt(rule).check(Schema.isBetween({ minimum: min, maximum: max }, { message: rule })), variable)
 }
 const intOr = (variable: string, fallback: number, min: number) => int(variable, min).pipe(Config.withDefault(fallback))
+
+const dayMs = 24 * 3_600_000
+
+/**
+ * The largest value of each of the agent's timing and count settings, with why. Each is many
+ * times its default, so only a slip is refused (seconds given as ms twice, digits pasted twice),
+ * never a deliberate slow setting; without a bound such a slip was taken and stopped the agent
+ * quietly: a retry delay of 10^15 ms, after one failed assignments poll, stopped every command to
+ * this host for good while its heartbeats kept it live.
+ */
+export const settingBounds = {
+  heartbeatStaleWindowMs: { max: dayMs, why: "a day: the agent heartbeats every third of it" },
+  retryDelayMs: { max: 60_000, why: "a minute: failures in a row back off to 30 times it, and a failed assignments poll takes no command until then" },
+  stagingGraceMs: { max: 3_600_000, why: "an hour: a target keeps an unclaimed incoming VM, and its memory, that long" },
+  reportRunningAfterMs: { max: 3_600_000, why: "an hour: an in-doubt move's guest runs here uncommitted that long" },
+  imageGraceMs: { max: 365 * dayMs, why: "a year" },
+  maxPreCopyRounds: { max: 100, why: "a move that has not converged in 100 rounds will not" },
+  mibPerSec: { max: 102_400, why: "100 GiB/s" },
+} as const
+
+/** An integer setting from `min` to its bound in `settingBounds`. */
+const bounded = (variable: string, min: number, bound: { readonly max: number; readonly why: string }) => intUpTo(variable, min, bound.max, bound.why)
 const optionalText = (variable: string) => Config.String(variable).pipe(Config.option)
 
 /** A text variable that `problemOf` accepts (undefined) or refuses with its rule. */
@@ -78,15 +100,15 @@ const timingSettings = {
   heartbeatIntervalMs: int(timingVariables.heartbeatIntervalMs, 1).pipe(Config.option),
   reportIntervalMs: int(timingVariables.reportIntervalMs, 1).pipe(Config.option),
   pollWaitMs: intUpTo(timingVariables.pollWaitMs, 0, Payloads.maxAssignmentsWaitMs, "the longest the coordinator holds an assignments poll").pipe(Config.option),
-  retryDelayMs: int(timingVariables.retryDelayMs, 1).pipe(Config.option),
-  maxPreCopyRounds: int(timingVariables.maxPreCopyRounds, 2).pipe(Config.option),
-  stagingGraceMs: int(timingVariables.stagingGraceMs, 1).pipe(Config.option),
-  reportRunningAfterMs: int(timingVariables.reportRunningAfterMs, 1).pipe(Config.option),
-  imageGraceMs: int(timingVariables.imageGraceMs, 0).pipe(Config.option),
+  retryDelayMs: bounded(timingVariables.retryDelayMs, 1, settingBounds.retryDelayMs).pipe(Config.option),
+  maxPreCopyRounds: bounded(timingVariables.maxPreCopyRounds, 2, settingBounds.maxPreCopyRounds).pipe(Config.option),
+  stagingGraceMs: bounded(timingVariables.stagingGraceMs, 1, settingBounds.stagingGraceMs).pipe(Config.option),
+  reportRunningAfterMs: bounded(timingVariables.reportRunningAfterMs, 1, settingBounds.reportRunningAfterMs).pipe(Config.option),
+  imageGraceMs: bounded(timingVariables.imageGraceMs, 0, settingBounds.imageGraceMs).pipe(Config.option),
 }
 
 const staleWindowVariable = "ENGRAM_HEARTBEAT_STALE_WINDOW_MS"
-const staleWindow = intOr(staleWindowVariable, Limits.defaults.heartbeatStaleWindowMs, 1)
+const staleWindow = bounded(staleWindowVariable, 1, settingBounds.heartbeatStaleWindowMs).pipe(Config.withDefault(Limits.defaults.heartbeatStaleWindowMs))
 
 /**
  * Why `ENGRAM_PEER_SECRET` is refused, or undefined (its value is never echoed: `secretVariables`):
@@ -96,6 +118,57 @@ const staleWindow = intOr(staleWindowVariable, Limits.defaults.heartbeatStaleWin
  */
 const peerSecretProblem = (s: string): string | undefined =>
   Env.secretProblem(s, "the other agents' secret differs and every move between them fails with 401")
+
+/**
+ * Why `ENGRAM_HOST_TOKEN` is refused, or undefined (its value is never echoed): the rule of every
+ * secret setting (`Env.secretProblem`). The coordinator issues a host 43 characters
+ * (`engram hosts add`); whitespace around one makes it another token, which the coordinator
+ * refuses: the agent would exit blaming a wrong or rotated token.
+ */
+const hostTokenProblem = (s: string): string | undefined =>
+  Env.secretProblem(s, "it is not the token the coordinator issued, which refuses it, and the agent exits blaming a wrong or rotated token")
+
+/**
+ * How an issue shows the value of a peer URL setting (`ENGRAM_AGENT_PEER_URL`, `ENGRAM_PEERS`, a
+ * program's `peerUrl`): `<hidden>` when it holds an `@` (it may be `user:password@`), as the
+ * coordinator's URL settings (`Env.shownUrl`); else with any query or fragment masked
+ * (`Failover.redactUrl`, `ENGRAM_COORDINATOR_URL`'s: a token may ride there too).
+ */
+const shownPeerUrl = (value: unknown): unknown => {
+  const shown = Env.shownUrl(value)
+  return typeof shown === "string" && shown !== Env.hidden ? Failover.redactUrl(shown) : shown
+}
+
+/** How an issue shows a variable's value: the URL settings' masked (`shownPeerUrl`, `Failover.redactUrl`), any other as given. */
+const shownValue = (variable: string, value: string | undefined): unknown =>
+  value === undefined
+    ? undefined
+    : variable === "ENGRAM_COORDINATOR_URL"
+      ? Failover.redactUrl(value)
+      : variable === "ENGRAM_PEERS" || variable === "ENGRAM_AGENT_PEER_URL"
+        ? shownPeerUrl(value)
+        : value
+
+/**
+ * Why an `ENGRAM_PEERS` text is refused, or undefined: `PeerLink.peersProblem` (the entries'
+ * form, ids and schemes), and no entry's URL with `user:password@`, a query or a fragment. Node's
+ * fetch refuses a URL with credentials, so every move to that host would fail at run time, and
+ * the URLs are logged (a token in a query would be too). Each named by its host and the rule,
+ * its URL masked (`Failover.redactUrl`).
+ */
+export const peersRuleProblem = (text: string): string | undefined => {
+  const form = peersProblem(text)
+  if (form !== undefined) return form
+  for (const [id, url] of parsePeers(text)) {
+    if (url === "") continue
+    const parsed = new URL(url)
+    if (parsed.username !== "" || parsed.password !== "")
+      return `host ${id}'s URL must be without user:password@ (the agents' requests refuse a URL with credentials, and peer URLs are logged); ${JSON.stringify(Failover.redactUrl(url))} has it`
+    if (parsed.search !== "" || parsed.hash !== "" || url.includes("?") || url.includes("#"))
+      return `host ${id}'s URL must be without a query or fragment (peer URLs are logged); ${JSON.stringify(Failover.redactUrl(url))} has one`
+  }
+  return undefined
+}
 
 /**
  * Each of the simulated runtime's settings (`SimRuntime.SimConfig`, every key: the type makes a
@@ -154,13 +227,13 @@ const settings = {
       return "urls" in parsed ? parsed.urls : [s]
     }),
   ),
-  hostToken: Config.Redacted("ENGRAM_HOST_TOKEN"),
+  hostToken: checkedText("ENGRAM_HOST_TOKEN", hostTokenProblem).pipe(Config.map((s) => Redacted.make(s, { label: "ENGRAM_HOST_TOKEN" }))),
   peerSecret: checkedText("ENGRAM_PEER_SECRET", peerSecretProblem).pipe(Config.map((s) => Redacted.make(s, { label: "ENGRAM_PEER_SECRET" }))),
   staleMs: staleWindow,
   ...timingSettings,
   moveIntent: Config.schema(Schema.Literals(["0", "1"]).annotate({ message: "must be 0 or 1" }), "ENGRAM_AGENT_MOVE_INTENT").pipe(Config.withDefault("0" as const)),
   oldMoveTokens: Config.schema(Schema.Literals(["0", "1"]).annotate({ message: "must be 0 or 1" }), "ENGRAM_AGENT_OLD_MOVE_TOKENS").pipe(Config.withDefault("1" as const)),
-  peers: checkedText("ENGRAM_PEERS", peersProblem).pipe(Config.withDefault("")),
+  peers: checkedText("ENGRAM_PEERS", peersRuleProblem).pipe(Config.withDefault("")),
   port: intUpTo("ENGRAM_AGENT_PORT", 0, 65535, "a TCP port; 0 takes any free one").pipe(Config.withDefault(7100)),
   // One host, as the migration host is (core's `Names.isHost`): it is written into the agent's peer URL.
   listenHost: checkedText("ENGRAM_AGENT_HOST", listenHostProblem).pipe(Config.withDefault("127.0.0.1")),
@@ -173,7 +246,7 @@ const settings = {
   sysRoot: Config.String("ENGRAM_AGENT_SYS_ROOT").pipe(Config.withDefault("/sys")),
   stateFile: optionalText("ENGRAM_AGENT_STATE_FILE"),
   imageDir: optionalText("ENGRAM_AGENT_IMAGE_DIR"),
-  imageFetchMinMibPerSec: intOr("ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS", defaultImageFetchMinMibPerSec, 1),
+  imageFetchMinMibPerSec: bounded("ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS", 1, settingBounds.mibPerSec).pipe(Config.withDefault(defaultImageFetchMinMibPerSec)),
   // Empty is unset, for each of the optional addresses.
   migrationHost: checkedText("ENGRAM_AGENT_MIGRATION_HOST", (s) => (s === "" ? undefined : listenHostProblem(s))).pipe(Config.option),
   advertiseHost: checkedText("ENGRAM_AGENT_ADVERTISE_HOST", (s) => (s === "" ? undefined : advertiseHostProblem(s))).pipe(Config.option),
@@ -195,7 +268,7 @@ const runtimeSettings = {
   qemuDiskFormat: optionalText("ENGRAM_QEMU_DISK_FORMAT"),
   qemuBinary: optionalText("ENGRAM_QEMU_BINARY"),
   qemuAccel: Config.schema(Schema.Literals(["auto", "kvm", "tcg"]).annotate({ message: "must be auto, kvm or tcg" }), "ENGRAM_QEMU_ACCEL").pipe(Config.withDefault("auto" as const)),
-  qemuMoveMibPerSec: int("ENGRAM_QEMU_MOVE_MIB_S", 1).pipe(Config.option),
+  qemuMoveMibPerSec: bounded("ENGRAM_QEMU_MOVE_MIB_S", 1, settingBounds.mibPerSec).pipe(Config.option),
   qemuMemory: Config.schema(Schema.Literals(["file", "anonymous"]).annotate({ message: "must be file or anonymous" }), "ENGRAM_QEMU_MEMORY").pipe(Config.withDefault("file" as const)),
   qemuRamDir: optionalText("ENGRAM_QEMU_RAM_DIR"),
   qemuReadyLine: Config.schema(
@@ -319,7 +392,7 @@ const crossIssues = (env: Env_): Env.Issue[] => [...timingIssues(env), ...runtim
 const readAll = <A extends Record<string, unknown>>(env: Env_, configs: { readonly [K in keyof A]: Config.Config<A[K]> }, cross: (env: Env_) => Env.Issue[]) =>
   Effect.gen(function* () {
     const envRecord: Record<string, string | undefined> = { ...env }
-    const read = yield* Env.read<A>("host agent", configs, { provider: ConfigProvider.fromEnvRecord(envRecord), raw: (v) => (v === "ENGRAM_COORDINATOR_URL" && env[v] !== undefined ? Failover.redactUrl(env[v]) : env[v]), secrets: secretVariables }).pipe(Effect.result)
+    const read = yield* Env.read<A>("host agent", configs, { provider: ConfigProvider.fromEnvRecord(envRecord), raw: (v) => shownValue(v, env[v]), secrets: secretVariables }).pipe(Effect.result)
     const crossed = cross(env)
     if (read._tag === "Failure" || crossed.length > 0) {
       return yield* new Env.ConfigInvalid({ component: "host agent", issues: [...(read._tag === "Failure" ? read.failure.issues : []), ...crossed] })
@@ -416,7 +489,7 @@ export const checkedConfig = (
     const peerUrl: unknown = o.peerUrl
     if (peerUrl !== undefined && peerUrl !== null) {
       const problem = typeof peerUrl === "string" ? peerUrlProblem(peerUrl) : "must be a string or null"
-      if (problem !== undefined) refused.push({ variable: "peerUrl", rule: problem, value: peerUrl })
+      if (problem !== undefined) refused.push({ variable: "peerUrl", rule: problem, value: shownPeerUrl(peerUrl) })
     }
     // A program's secret by the environment's rule (`peerSecretProblem`), never echoed.
     const peerSecret: unknown = o.peerSecret

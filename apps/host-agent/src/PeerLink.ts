@@ -329,11 +329,11 @@ export const ownPeerUrl = (peers: (hostId: string) => string | undefined, hostId
 export const peersProblem = (text: string): string | undefined => {
   const seen = new Set<string>()
   for (const { part, eq, key: id, value: url } of Env.keyValues(text)) {
-    if (eq <= 0) return `must be comma-separated <host id>=<peer URL> entries; ${JSON.stringify(part)} is not one`
-    if (!Names.isId(id)) return `each entry's host id ${Names.idRule}; ${JSON.stringify(id)} does not`
+    if (eq <= 0) return `must be comma-separated <host id>=<peer URL> entries; ${JSON.stringify(Env.shownUrl(part))} is not one`
+    if (!Names.isId(id)) return `each entry's host id ${Names.idRule}; ${JSON.stringify(Env.shownUrl(id))} does not`
     if (seen.has(id)) return `names host ${id} twice`
     seen.add(id)
-    if (url !== "" && !isHttpUrl(url)) return `host ${id}'s URL must be an absolute http:// or https:// URL; ${JSON.stringify(url)} is not`
+    if (url !== "" && !isHttpUrl(url)) return `host ${id}'s URL must be an absolute http:// or https:// URL; ${JSON.stringify(Env.shownUrl(url))} is not`
   }
   return undefined
 }

@@ -6,12 +6,14 @@ import { Names } from "@engram/core"
 import { Env, Fatal, Main } from "@engram/process"
 import { Effect, Exit, Layer, Logger, Redacted, type Scope } from "effect"
 import { describe, expect, it } from "vitest"
+import { randomBytes } from "node:crypto"
 import { existsSync, mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { checkedConfig, exitOnConfigInvalid, fromEnvironment, variables } from "../src/Config.js"
+import { checkedConfig, exitOnConfigInvalid, fromEnvironment, settingBounds, variables } from "../src/Config.js"
 import * as Failover from "../src/Failover.js"
 import * as PeerLink from "../src/PeerLink.js"
+import { defaultAgentConfig } from "../src/Agent.js"
 import { startHostAgent } from "../src/Host.js"
 import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
 
@@ -92,7 +94,7 @@ describe("host agent configuration", () => {
         "  ENGRAM_HOST_ID: is required",
         "  ENGRAM_HOST_TOKEN: is required",
         '  ENGRAM_PEER_SECRET="<hidden>": must be at least 16 characters',
-        '  ENGRAM_AGENT_MAX_PRECOPY_ROUNDS="1": must be an integer >= 2',
+        '  ENGRAM_AGENT_MAX_PRECOPY_ROUNDS="1": must be an integer from 2 to 100 (a move that has not converged in 100 rounds will not)',
         '  ENGRAM_AGENT_PORT="seven": must be an integer from 0 to 65535 (a TCP port; 0 takes any free one)',
         '  ENGRAM_SIM="{nope": must be a JSON object of simulated runtime settings',
         '  ENGRAM_AGENT_MEASURE="guess": must be proc or fixed',
@@ -168,7 +170,7 @@ describe("host agent configuration", () => {
     expect((await Effect.runPromise(fromEnvironment(required))).imageFetchMinMibPerSec).toBe(50)
     expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS: "10" }))).imageFetchMinMibPerSec).toBe(10)
     const error = await errorOf({ ...required, ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS: "0" })
-    expect(error?.message).toBe(["invalid host agent configuration:", '  ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS="0": must be an integer >= 1'].join("\n"))
+    expect(error?.message).toBe(["invalid host agent configuration:", '  ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS="0": must be an integer from 1 to 102400 (100 GiB/s)'].join("\n"))
     const lines: string[] = []
     const capture = Logger.layer([Logger.make(({ logLevel, message }) => void lines.push(`${logLevel} ${String(Array.isArray(message) ? message[0] : message)}`))])
     await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS: "10", ENGRAM_AGENT_IMAGE_GRACE_MS: "0" }).pipe(Effect.provide(capture)))
@@ -503,11 +505,11 @@ describe("a program's agent options", () => {
       ["config.moveIntent", "must be true or false", "yes"],
       ["config.templates", `a template name ${Names.templateNameRule}: "a/b"`, undefined],
       ["config.heartbeatMS", "is not a known setting", undefined],
-      ["heartbeatStaleWindowMs", "must be an integer >= 1", null],
+      ["heartbeatStaleWindowMs", "must be an integer from 1 to 86400000 (a day: the agent heartbeats every third of it)", null],
       ["config.reportIntervalMs", "must be an integer >= 1", 0],
       ["config.pollWaitMs", "must be an integer from 0 to 30000 (the longest the coordinator holds an assignments poll)", 30_001],
-      ["config.retryDelayMs", "must be an integer >= 1", null],
-      ["config.maxPreCopyRounds", "must be an integer >= 2", 1.5],
+      ["config.retryDelayMs", "must be an integer from 1 to 60000 (a minute: failures in a row back off to 30 times it, and a failed assignments poll takes no command until then)", null],
+      ["config.maxPreCopyRounds", "must be an integer from 2 to 100 (a move that has not converged in 100 rounds will not)", 1.5],
     ])
     expect(await issuesOf({ hostId: "h", config: { templates: [{ name: "t", memMib: 0, vcpus: 1 }] } })).toEqual([
       ["config.templates", 'needs a memMib and vcpus that are integers > 0: "t=0:1"', undefined],
@@ -642,7 +644,8 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
       return error?.issues.map((i) => [i.variable, i.rule, i.value])
     }
     expect(await issuesOf({ hostId: "h", peerUrl: "http://u:p@h:1", config: { reportIntervalMs: 0 } })).toEqual([
-      ["peerUrl", peerRule, "http://u:p@h:1"],
+      // Its value never echoed when it may hold user:password@.
+      ["peerUrl", peerRule, "<hidden>"],
       ["config.reportIntervalMs", "must be an integer >= 1", 0],
     ])
     expect(await issuesOf({ hostId: "h", peerUrl: 7100 } as unknown as Parameters<typeof checkedConfig>[0])).toEqual([["peerUrl", "must be a string or null", 7100]])
@@ -713,5 +716,89 @@ describe("the advertised peer URL (ENGRAM_AGENT_PEER_URL, a program's peerUrl)",
     // No peer server (a program's agent without \`listen\`): nothing listens at its entry either, so none is advertised.
     expect((await reported({ peers: own })).peerUrl).toBeNull()
     expect((await reported({ peers: own, peerUrl: "http://10.0.0.7:7100" })).peerUrl).toBe("http://10.0.0.7:7100")
+  })
+})
+
+describe("the agent's settings refuse what would leak or stall (the security review)", () => {
+  const issuesOf = async (env: Record<string, string>) => (await errorOf({ ...required, ...env }))?.issues.map((i) => [i.variable, i.rule, i.value])
+
+  it("a URL setting's user:password@ is never echoed: ENGRAM_AGENT_PEER_URL and a program's peerUrl show <hidden>, ENGRAM_PEERS its URLs masked", async () => {
+    const peerUrl = await errorOf({ ...required, ENGRAM_AGENT_PEER_URL: "http://user:hunter2@x:1" })
+    expect(peerUrl?.issues).toEqual([{ variable: "ENGRAM_AGENT_PEER_URL", rule: PeerLink.peerUrlRule, value: "<hidden>" }])
+    expect(peerUrl?.message).not.toContain("hunter2")
+    // Not an http URL: the rule's own echo of the URL hides it too.
+    const peers = await errorOf({ ...required, ENGRAM_PEERS: "a=ftp://user:hunter2@x" })
+    expect(peers?.issues).toEqual([{ variable: "ENGRAM_PEERS", rule: 'host a\'s URL must be an absolute http:// or https:// URL; "<hidden>" is not', value: "<hidden>" }])
+    expect(peers?.message).not.toContain("hunter2")
+    for (const part of ["http://user:hunter2@x", "user:hunter2@x=http://10.0.0.2:7100"]) {
+      const error = await errorOf({ ...required, ENGRAM_PEERS: part })
+      expect(error?.issues, part).toHaveLength(1)
+      expect(error?.message, part).not.toContain("hunter2")
+    }
+    const exit = await Effect.runPromiseExit(checkedConfig({ hostId: "h", peerUrl: "http://user:hunter2@x:1" }))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    expect(error?.issues).toEqual([{ variable: "peerUrl", rule: PeerLink.peerUrlRule, value: "<hidden>" }])
+    expect(error?.message).not.toContain("hunter2")
+  })
+
+  it("an ENGRAM_PEERS entry with user:password@, a query or a fragment is refused at start naming its host and the rule (fetch refuses credentials in a URL, and peer URLs are logged)", async () => {
+    const credentials = "(the agents' requests refuse a URL with credentials, and peer URLs are logged)"
+    for (const [peers, rule, shown] of [
+      ["h2=http://user:hunter2@10.0.0.2:7100", `host h2's URL must be without user:password@ ${credentials}; "http://***@10.0.0.2:7100" has it`, "<hidden>"],
+      ["h2=http://10.0.0.2:7100,h1=http://agent@10.0.0.1:7100", `host h1's URL must be without user:password@ ${credentials}; "http://***@10.0.0.1:7100" has it`, "<hidden>"],
+      ["h2=http://10.0.0.2:7100/?token=hunter2", 'host h2\'s URL must be without a query or fragment (peer URLs are logged); "http://10.0.0.2:7100/?***" has one', "h2=http://10.0.0.2:7100/?***"],
+      ["h2=http://10.0.0.2:7100?", 'host h2\'s URL must be without a query or fragment (peer URLs are logged); "http://10.0.0.2:7100?***" has one', "h2=http://10.0.0.2:7100?***"],
+      ["h2=http://10.0.0.2:7100/#hunter2", 'host h2\'s URL must be without a query or fragment (peer URLs are logged); "http://10.0.0.2:7100/#***" has one', "h2=http://10.0.0.2:7100/#***"],
+    ] as const) {
+      expect(await issuesOf({ ENGRAM_PEERS: peers }), peers).toEqual([["ENGRAM_PEERS", rule, shown]])
+      expect((await errorOf({ ...required, ENGRAM_PEERS: peers }))?.message, peers).not.toContain("hunter2")
+    }
+    const o = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_PEERS: "h2=http://10.0.0.2:7100/engram,h3=https://agent-3.internal:8443" }))
+    expect([o.peers("h2"), o.peers("h3")]).toEqual(["http://10.0.0.2:7100/engram", "https://agent-3.internal:8443"])
+  })
+
+  it("ENGRAM_HOST_TOKEN by the rule of every secret: at least 16 characters, no whitespace around it, named and never shown; a token the coordinator issues is taken", async () => {
+    const rule = "must not begin or end with whitespace (a newline copied from a file: it is not the token the coordinator issued, which refuses it, and the agent exits blaming a wrong or rotated token)"
+    for (const [token, broken] of [
+      ["t", "must be at least 16 characters"],
+      [" ".repeat(20), "must not be whitespace only"],
+      ["host-token-secret-0123456789\n", rule],
+      [" host-token-secret-0123456789", rule],
+    ] as const) {
+      const error = await errorOf({ ...required, ENGRAM_HOST_TOKEN: token })
+      expect(error?.issues, JSON.stringify(token)).toEqual([{ variable: "ENGRAM_HOST_TOKEN", rule: broken, value: "<hidden>" }])
+      expect(error?.message, JSON.stringify(token)).not.toContain("host-token-secret")
+    }
+    // What `engram hosts add` prints: the coordinator's 32 random bytes, base64url (43 characters).
+    const issued = randomBytes(32).toString("base64url")
+    const o = await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_HOST_TOKEN: issued }))
+    const token = "url" in o.coordinator ? o.coordinator.hostToken : undefined
+    expect(token === undefined || typeof token === "string" ? token : Redacted.value(token)).toBe(issued)
+  })
+
+  it("the timing and count settings have generous upper bounds, each refused past it naming the variable and the rule; the bound itself is taken", async () => {
+    const edges = [
+      ["ENGRAM_AGENT_RETRY_MS", 1, settingBounds.retryDelayMs],
+      ["ENGRAM_AGENT_STAGING_GRACE_MS", 1, settingBounds.stagingGraceMs],
+      ["ENGRAM_AGENT_REPORT_RUNNING_AFTER_MS", 1, settingBounds.reportRunningAfterMs],
+      ["ENGRAM_AGENT_IMAGE_GRACE_MS", 0, settingBounds.imageGraceMs],
+      ["ENGRAM_HEARTBEAT_STALE_WINDOW_MS", 1, settingBounds.heartbeatStaleWindowMs],
+      ["ENGRAM_AGENT_MAX_PRECOPY_ROUNDS", 2, settingBounds.maxPreCopyRounds],
+      ["ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS", 1, settingBounds.mibPerSec],
+    ] as const
+    for (const [variable, min, bound] of edges) {
+      const past = String(bound.max + 1)
+      expect(await issuesOf({ [variable]: past }), variable).toEqual([[variable, `must be an integer from ${min} to ${bound.max} (${bound.why})`, past]])
+      await Effect.runPromise(fromEnvironment({ ...required, [variable]: String(bound.max) }))
+    }
+    expect(await issuesOf({ ENGRAM_RUNTIME: "qemu", ENGRAM_QEMU_KERNEL: "/k", ENGRAM_QEMU_MOVE_MIB_S: "102401" })).toEqual([["ENGRAM_QEMU_MOVE_MIB_S", "must be an integer from 1 to 102400 (100 GiB/s)", "102401"]])
+    // The review's: one failed poll would have stopped the agent's commands for 31,000 years.
+    expect(await issuesOf({ ENGRAM_AGENT_RETRY_MS: "999999999999999" })).toEqual([
+      ["ENGRAM_AGENT_RETRY_MS", `must be an integer from 1 to 60000 (${settingBounds.retryDelayMs.why})`, "999999999999999"],
+    ])
+    // A program's options by the same rules, named by key.
+    const exit = await Effect.runPromiseExit(checkedConfig({ hostId: "h", config: { ...defaultAgentConfig("h"), retryDelayMs: 999_999_999_999_999, stagingGraceMs: 3_600_001 } }))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    expect(error?.issues.map((i) => i.variable)).toEqual(["config.retryDelayMs", "config.stagingGraceMs"])
   })
 })

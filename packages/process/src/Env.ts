@@ -196,6 +196,13 @@ export class ConfigInvalid extends Data.TaggedError("ConfigInvalid")<{ readonly 
 /** What a secret's value shows as in an issue. */
 export const hidden = "<hidden>"
 
+/**
+ * How an issue shows the value of a URL setting: `<hidden>` ({@link hidden}) when it holds an `@`
+ * (it may be `user:password@`, a parsed URL's or not), else as given. The coordinator's URL
+ * settings and the host agent's (`ENGRAM_AGENT_PEER_URL`, `ENGRAM_PEERS`, a program's `peerUrl`).
+ */
+export const shownUrl = (value: unknown): unknown => (typeof value === "string" && value.includes("@") ? hidden : value)
+
 /** The fewest characters a secret setting may hold (a token, a key). */
 export const minSecretLength = 16
 
