@@ -8,6 +8,7 @@
  * 400, the estimate of a refused move) and exit 1; a usage error exits 2.
  */
 import { Errors, make as makeClient } from "@engram/client"
+import { Names } from "@engram/core"
 import type { EngramClientShape, PlaceAnswer, Records } from "@engram/client"
 import { Data, Effect, Option } from "effect"
 import { Argument, CliOutput, Command, Flag } from "effect/cli"
@@ -45,21 +46,28 @@ const printJson = (value: unknown) => print(JSON.stringify(value, null, 2))
 const engram = Command.make("engram").pipe(
   Command.withSharedFlags({
     url: Flag.String("url").pipe(Flag.optional, Flag.withDescription("the coordinator's URL, or its replicas' comma-separated, tried in turn (ENGRAM_URL; default http://127.0.0.1:7070, or ENGRAM_PORT)")),
-    token: Flag.String("token").pipe(Flag.optional, Flag.withDescription("the admin token (ENGRAM_TOKEN; default: .engram/admin-token found from here up)")),
+    token: Flag.String("token").pipe(
+      Flag.optional,
+      Flag.withDescription(
+        "the admin token; other local users can read it in the process list, and it stays in your shell history: prefer ENGRAM_TOKEN or the token file (default: .engram/admin-token found from here up)",
+      ),
+    ),
     json: Flag.Boolean("json").pipe(Flag.withDefault(false), Flag.withDescription("print the API's records as JSON")),
   }),
   Command.withDescription("engram: the fleet's hosts, sessions, queue and reservations, from the command line. engram coordinator and engram agent run the services (engram coordinator --help)."),
 )
 
 /**
- * How long one try on one replica may go unanswered (`ENGRAM_TIMEOUT_MS`, ms, an integer > 0;
- * unset: the client's 30 s): undefined for the default, or the usage error's words.
+ * How long one try on one replica may go unanswered (`ENGRAM_TIMEOUT_MS`, ms, an integer > 0 by
+ * core's rule for an integer read from text, `Names.decimalInt`, as the host agent's settings:
+ * not trimmed, no hex or exponent; unset or empty: the client's 30 s): undefined for the default,
+ * or the usage error's words.
  */
 export const callTimeoutMs = (env: Readonly<Record<string, string | undefined>>): number | undefined | string => {
-  const raw = env["ENGRAM_TIMEOUT_MS"]?.trim()
+  const raw = env["ENGRAM_TIMEOUT_MS"]
   if (raw === undefined || raw === "") return undefined
-  const n = Number(raw)
-  return /^[0-9]+$/.test(raw) && Number.isSafeInteger(n) && n > 0 ? n : `ENGRAM_TIMEOUT_MS ${JSON.stringify(raw)}: must be an integer > 0 (ms)`
+  const n = Names.decimalInt.test(raw) ? Number(raw) : Number.NaN
+  return n > 0 ? n : `ENGRAM_TIMEOUT_MS ${JSON.stringify(raw)}: must be an integer > 0 (ms)`
 }
 
 /** The shared flags, the target they resolve to, and a client on it. */

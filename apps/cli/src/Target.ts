@@ -6,6 +6,11 @@
  * `INIT_CWD`) and the working directory up to the filesystem root — that file only for a URL on
  * this machine (loopback): a remote coordinator needs `--token` or `ENGRAM_TOKEN`. Where the
  * token came from is kept, so an error can say which token was refused.
+ *
+ * Nothing is trimmed: a URL or token given with whitespace before or after it (a blank pasted
+ * with it, a newline copied from a file) is refused naming where it came from, never sent as
+ * another value; the token file may end in one newline (the coordinator writes it so). Empty is
+ * unset. `ENGRAM_PORT` is a port, 1 to 65535 in decimal digits.
  */
 import { Replicas } from "@engram/client"
 import { existsSync, readFileSync } from "node:fs"
@@ -24,8 +29,55 @@ export interface Target {
   readonly tokenSource: string | null
 }
 
-/** The default coordinator address. */
-export const defaultUrl = (env: Readonly<Record<string, string | undefined>>): string => `http://127.0.0.1:${env["ENGRAM_PORT"] || "7070"}`
+/** The default coordinator address: port 7070, or `ENGRAM_PORT` (`portProblem` judged it) as a number (`07070` is 7070). */
+export const defaultUrl = (env: Readonly<Record<string, string | undefined>>): string => `http://127.0.0.1:${Number(env["ENGRAM_PORT"] || "7070")}`
+
+/** The rule of `ENGRAM_PORT`, as a refusal says it. */
+export const portRule = "must be an integer from 1 to 65535 in decimal digits (the port of the coordinator on this machine)"
+
+/**
+ * Why `ENGRAM_PORT` (set, not empty) is refused, or undefined: a TCP port a coordinator listens
+ * on, 1 to 65535, decimal digits only. Pasted into the default URL as it was, `0` named no
+ * coordinator, `7070/x` a path prefix, and a blank made the error blame "the default URL".
+ */
+export const portProblem = (raw: string): string | undefined => {
+  const n = /^[0-9]{1,5}$/.test(raw) ? Number(raw) : Number.NaN
+  return n >= 1 && n <= 65535 ? undefined : `ENGRAM_PORT ${JSON.stringify(raw)}: ${portRule}`
+}
+
+/** The rule of a URL or token given with whitespace around it, as a refusal says it (after its source). */
+export const whitespaceRule = "must not begin or end with whitespace (empty is unset)"
+
+/** The rule of the token in a token file, as a refusal says it (after the file). */
+export const tokenFileRule = "must not begin or end with whitespace (one trailing newline is taken)"
+
+/**
+ * The first of `candidates` (a source and its value: `--url` then `ENGRAM_URL`) that is set (not
+ * absent or empty), untouched; `{ problem }` when whitespace surrounds it (its source named, the
+ * value shown only as `shown` masks it, never for a token); undefined when none is set.
+ */
+const firstGiven = (
+  candidates: readonly (readonly [string, string | undefined])[],
+  shown?: (v: string) => string,
+): { readonly source: string; readonly value: string } | BadSetting | undefined => {
+  for (const [source, value] of candidates) {
+    if (value === undefined || value === "") continue
+    if (value.trim() === value) return { source, value }
+    return { problem: `${source}${shown === undefined ? "" : ` ${JSON.stringify(shown(value))}`}: ${whitespaceRule}` }
+  }
+  return undefined
+}
+
+/**
+ * The token of a token file's text: the text without one trailing newline (`\n` or `\r\n`, as
+ * the coordinator writes it and editors leave it); undefined when that is empty (the file holds
+ * none); `{ problem }` naming the file when whitespace is left around it.
+ */
+export const tokenOfFile = (text: string, file: string): { readonly value: string } | BadSetting | undefined => {
+  const token = text.endsWith("\r\n") ? text.slice(0, -2) : text.endsWith("\n") ? text.slice(0, -1) : text
+  if (token === "") return undefined
+  return token.trim() === token ? { value: token } : { problem: `the token in ${file} ${tokenFileRule}` }
+}
 
 const nonEmpty = (s: string | undefined | null): string | undefined => (s === undefined || s === null || s.trim() === "" ? undefined : s.trim())
 
@@ -56,41 +108,52 @@ export const isLoopback = (url: string): boolean => {
   return host === "localhost" || host === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
 }
 
-/** A `--url`/`ENGRAM_URL` (or `ENGRAM_PORT`) that breaks the rule: the setting, the value (secrets masked) and the rule. */
-export interface BadUrl {
+/**
+ * A URL or token setting that breaks its rule (`--url`, `ENGRAM_URL`, `ENGRAM_PORT`, `--token`,
+ * `ENGRAM_TOKEN`, the token file): the setting, the value (a URL's secrets masked, a token's
+ * never shown) and the rule.
+ */
+export interface BadSetting {
   readonly problem: string
 }
+
+/** The former name of {@link BadSetting}, when only URLs were judged. */
+export type BadUrl = BadSetting
 
 /**
  * Resolves the target from flags, the environment and the filesystem. The URL is one
  * coordinator's or a comma-separated list of its replicas' (as the host agent's
  * `ENGRAM_COORDINATOR_URL`), each an absolute `http://` or `https://` URL (`Replicas.parseUrls`);
- * one that breaks the rule is answered as a `BadUrl` naming the setting.
+ * a URL, port or token that breaks its rule is answered as a `BadSetting` naming the setting.
  */
 export const resolveTarget = (
   flags: { readonly url: string | undefined; readonly token: string | undefined },
   env: Readonly<Record<string, string | undefined>> = process.env,
   cwd: string = process.cwd(),
-): Target | BadUrl => {
-  const fromUrlFlag = nonEmpty(flags.url)
-  const fromUrlEnv = nonEmpty(env["ENGRAM_URL"])
-  const urlSource = fromUrlFlag !== undefined ? "--url" : fromUrlEnv !== undefined ? "ENGRAM_URL" : nonEmpty(env["ENGRAM_PORT"]) !== undefined ? "ENGRAM_PORT" : "the default URL"
-  const given = fromUrlFlag ?? fromUrlEnv ?? defaultUrl(env)
-  const parsed = Replicas.parseUrls(given)
-  if (!("urls" in parsed)) return { problem: `${urlSource} ${JSON.stringify(Replicas.redactUrl(given))}: ${parsed.problem}` }
+): Target | BadSetting => {
+  const url = firstGiven([["--url", flags.url], ["ENGRAM_URL", env["ENGRAM_URL"]]], Replicas.redactUrl)
+  if (url !== undefined && "problem" in url) return url
+  const port = env["ENGRAM_PORT"]
+  const urlSource = url?.source ?? (port !== undefined && port !== "" ? "ENGRAM_PORT" : "the default URL")
+  // The port only where it is used: a shell may export the coordinator's (0 there takes any free one) beside ENGRAM_URL.
+  if (urlSource === "ENGRAM_PORT") {
+    const problem = portProblem(port ?? "")
+    if (problem !== undefined) return { problem }
+  }
+  const chosen = url?.value ?? defaultUrl(env)
+  const parsed = Replicas.parseUrls(chosen)
+  if (!("urls" in parsed)) return { problem: `${urlSource} ${JSON.stringify(Replicas.redactUrl(chosen))}: ${parsed.problem}` }
   const urls = parsed.urls.map(Replicas.baseUrlOf) as unknown as readonly [string, ...string[]]
   const base = { url: urls.join(","), urls, urlSource }
-  const fromFlag = nonEmpty(flags.token)
-  if (fromFlag !== undefined) return { ...base, token: fromFlag, tokenSource: "--token" }
-  const fromEnv = nonEmpty(env["ENGRAM_TOKEN"])
-  if (fromEnv !== undefined) return { ...base, token: fromEnv, tokenSource: "ENGRAM_TOKEN" }
+  const token = firstGiven([["--token", flags.token], ["ENGRAM_TOKEN", env["ENGRAM_TOKEN"]]])
+  if (token !== undefined) return "problem" in token ? token : { ...base, token: token.value, tokenSource: token.source }
   // The token file is a local coordinator's: it goes only to addresses on this machine, never
   // to a URL elsewhere (over plain http, a token anyone on the path could read).
   if (!urls.every(isLoopback)) return { ...base, token: null, tokenSource: null }
   for (const file of tokenFiles(env, cwd)) {
     if (!existsSync(file)) continue
-    const token = nonEmpty(readFileSync(file, "utf8"))
-    if (token !== undefined) return { ...base, token, tokenSource: file }
+    const token = tokenOfFile(readFileSync(file, "utf8"), file)
+    if (token !== undefined) return "problem" in token ? token : { ...base, token: token.value, tokenSource: file }
   }
   return { ...base, token: null, tokenSource: null }
 }

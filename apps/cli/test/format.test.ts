@@ -4,7 +4,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
-import { Format, Target, Why } from "../src/index.js"
+import { Cli, Format, Target, Why } from "../src/index.js"
+import { engramFromSource } from "./support/Run.js"
 
 describe("figures", () => {
   it("RAM reads in MiB below 1 GiB, in GiB and TiB above, one decimal at most", () => {
@@ -152,6 +153,72 @@ describe("the target", () => {
     expect(problem("http://a:1,,http://b:2")).toBe('ENGRAM_URL "http://a:1,,http://b:2": must be one or more absolute http:// or https:// URLs, comma-separated, none empty')
     expect(problem("http://admin:pw@a:1")).toBe('ENGRAM_URL "http://***@a:1": must be one or more absolute http:// or https:// URLs, comma-separated, without user:password@ (the token authenticates)')
     expect((Target.resolveTarget({ url: "ftp://a", token: undefined }, env, dir) as Target.BadUrl).problem).toMatch(/^--url "ftp:\/\/a": must be one or more absolute http/)
-    expect(problem("", { ENGRAM_PORT: "x" })).toMatch(/^ENGRAM_PORT "http:\/\/127\.0\.0\.1:x": must be/)
+    expect(problem("", { ENGRAM_PORT: "x" })).toBe(`ENGRAM_PORT "x": ${Target.portRule}`)
+  })
+
+  it("a URL or token with whitespace around it is refused naming where it came from, never trimmed, a token never shown; empty is unset", () => {
+    const bad = (flags: { url?: string; token?: string }, env: Record<string, string>) =>
+      (Target.resolveTarget({ url: flags.url, token: flags.token }, env, dir) as Target.BadSetting).problem
+    const rule = "must not begin or end with whitespace (empty is unset)"
+    expect(bad({ url: " http://x:1" }, {})).toBe(`--url " http://x:1": ${rule}`)
+    expect(bad({}, { ENGRAM_URL: "http://x:1\n" })).toBe(`ENGRAM_URL "http://x:1\\n": ${rule}`)
+    expect(bad({}, { ENGRAM_URL: "   " })).toBe(`ENGRAM_URL "   ": ${rule}`)
+    expect(bad({}, { ENGRAM_URL: "http://admin:hunter2@x:1 " })).toBe(`ENGRAM_URL "http://***@x:1 ": ${rule}`)
+    for (const [flags, env, source] of [
+      [{ token: "token-0123456789\n" }, {}, "--token"],
+      [{ token: " token-0123456789" }, { ENGRAM_TOKEN: "token-0123456789" }, "--token"],
+      [{}, { ENGRAM_TOKEN: "token-0123456789 " }, "ENGRAM_TOKEN"],
+      [{}, { ENGRAM_TOKEN: "\t" }, "ENGRAM_TOKEN"],
+    ] as const) {
+      const problem = bad(flags, { ENGRAM_URL: "http://x:1", ...env })
+      expect(problem, source).toBe(`${source}: ${rule}`)
+    }
+    // Empty is unset; the one used decides (a bad ENGRAM_* under a flag is not read).
+    expect(Target.resolveTarget({ url: "", token: "" }, { ENGRAM_URL: "http://y:2", ENGRAM_TOKEN: "t-0123456789" }, dir)).toMatchObject({ url: "http://y:2", token: "t-0123456789" })
+    expect(Target.resolveTarget({ url: "http://x:1", token: "t-0123456789" }, { ENGRAM_URL: " bad", ENGRAM_TOKEN: " bad" }, dir)).toMatchObject({ url: "http://x:1", token: "t-0123456789" })
+  })
+
+  it("the token file may end in one newline (as the coordinator writes it); other whitespace around the token is refused naming the file, the token never shown", () => {
+    const home = mkdtempSync(join(dir, "file-"))
+    const file = join(home, ".engram", "admin-token")
+    mkdirSync(join(home, ".engram"))
+    const read = (text: string) => {
+      writeFileSync(file, text)
+      return Target.resolveTarget({ url: undefined, token: undefined }, {}, home)
+    }
+    for (const text of ["file-token-0123456789", "file-token-0123456789\n", "file-token-0123456789\r\n"]) expect(read(text), JSON.stringify(text)).toMatchObject({ token: "file-token-0123456789", tokenSource: file })
+    for (const text of ["file-token-0123456789\n\n", " file-token-0123456789\n", "file-token-0123456789 \n", "\t\n"]) {
+      expect(read(text), JSON.stringify(text)).toEqual({ problem: `the token in ${file} must not begin or end with whitespace (one trailing newline is taken)` })
+    }
+    // An empty file holds no token: the next one is looked for.
+    expect(read("\n")).not.toMatchObject({ tokenSource: file })
+  })
+
+  it("ENGRAM_PORT is a port, 1 to 65535 in decimal digits, refused naming ENGRAM_PORT; it is judged only where it makes the URL", () => {
+    for (const port of ["0", "65536", "7070/x", " ", " 7070", "+7070", "0x1F90", "7e3", "7070.0", "-1"]) {
+      expect(Target.resolveTarget({ url: undefined, token: "t-0123456789" }, { ENGRAM_PORT: port }, dir), port).toEqual({ problem: `ENGRAM_PORT ${JSON.stringify(port)}: ${Target.portRule}` })
+    }
+    for (const port of ["1", "65535", "07070"]) expect(Target.resolveTarget({ url: undefined, token: "t-0123456789" }, { ENGRAM_PORT: port }, dir), port).toMatchObject({ urlSource: "ENGRAM_PORT", url: `http://127.0.0.1:${Number(port)}` })
+    // The coordinator's ENGRAM_PORT=0 exported beside ENGRAM_URL is not the CLI's to judge.
+    expect(Target.resolveTarget({ url: undefined, token: "t-0123456789" }, { ENGRAM_PORT: "0", ENGRAM_URL: "http://y:2" }, dir)).toMatchObject({ url: "http://y:2" })
+  })
+
+  it("ENGRAM_TIMEOUT_MS by core's rule for an integer read from text (as the agent's settings), above 0, not trimmed; empty is unset", () => {
+    for (const raw of [" 5000", "5000\n", "0x10", "1e3", "0", "-1", "1.5", "30s", " "]) {
+      expect(Cli.callTimeoutMs({ ENGRAM_TIMEOUT_MS: raw }), JSON.stringify(raw)).toBe(`ENGRAM_TIMEOUT_MS ${JSON.stringify(raw)}: must be an integer > 0 (ms)`)
+    }
+    expect(Cli.callTimeoutMs({ ENGRAM_TIMEOUT_MS: "5000" })).toBe(5000)
+    expect(Cli.callTimeoutMs({ ENGRAM_TIMEOUT_MS: "" })).toBeUndefined()
+    expect(Cli.callTimeoutMs({})).toBeUndefined()
+  })
+})
+
+describe("--token", () => {
+  it("--help says a token on the command line is readable by other local users and kept in shell history, and points at ENGRAM_TOKEN and the token file", async () => {
+    const r = await engramFromSource(["--help"])
+    expect(r.code, r.stderr).toBe(0)
+    expect(r.stdout).toContain(
+      "--token string    the admin token; other local users can read it in the process list, and it stays in your shell history: prefer ENGRAM_TOKEN or the token file",
+    )
   })
 })
