@@ -8,7 +8,7 @@
  * the coordinator cannot tell a move's source where to reach it, so it takes no make-room move).
  */
 import { tmpdir } from "node:os"
-import { Payloads } from "@engram/api"
+import { Payloads, StrictJson } from "@engram/api"
 import { Env, Fatal, Main } from "@engram/process"
 import { Limits, Names } from "@engram/core"
 import type { SimRuntime } from "@engram/runtime"
@@ -194,7 +194,9 @@ const simSettings: { readonly [K in keyof SimRuntime.SimConfig]: "> 0" | ">= 0" 
 /**
  * Why `ENGRAM_SIM` is refused, or undefined: a JSON object of the simulated runtime's settings
  * (`simSettings`), each a finite number at least its least value. An unknown key (a typo) would
- * be ignored, and a wrong type would break the runtime's arithmetic, silently: each is named.
+ * be ignored, and a wrong type would break the runtime's arithmetic, silently: each is named. A
+ * key given twice (`{"startMs":-1,"startMs":1}`: `JSON.parse` keeps the last, so which was meant
+ * is not known) is refused by the API's rule (`@engram/api`'s `StrictJson.repeatedKey`).
  */
 const simProblem = (text: string): string | undefined => {
   let v: unknown
@@ -204,6 +206,8 @@ const simProblem = (text: string): string | undefined => {
     return "must be a JSON object of simulated runtime settings"
   }
   if (typeof v !== "object" || v === null || Array.isArray(v)) return "must be a JSON object of simulated runtime settings"
+  const repeated = StrictJson.repeatedKey(text)
+  if (repeated !== undefined) return `setting ${StrictJson.keyName(repeated)} ${StrictJson.repeatedKeyRule}`
   for (const [key, value] of Object.entries(v) as [string, unknown][]) {
     if (!Object.hasOwn(simSettings, key)) return `${JSON.stringify(key)} is not a simulated runtime setting (${Object.keys(simSettings).join(", ")})`
     const least = simSettings[key as keyof SimRuntime.SimConfig]

@@ -343,6 +343,17 @@ describe("host agent configuration", () => {
     }
   })
 
+  it("ENGRAM_SIM with a key given twice is refused naming the key (JSON.parse kept the last, so which was meant is not known), by the API's rule", async () => {
+    for (const [sim, key] of [
+      ['{"startMs":-1,"startMs":1}', "startMs"],
+      ['{"commitMs":20,"pauseDelayMs":5,"commitMs":20}', "commitMs"],
+      ['{"commitMs":20,"\\u0063ommitMs":30}', "commitMs"],
+    ] as const) {
+      const error = await errorOf({ ...required, ENGRAM_SIM: sim })
+      expect(error?.issues, sim).toEqual([{ variable: "ENGRAM_SIM", rule: `setting ${key} is given more than once in one object (each key at most once)`, value: sim }])
+    }
+  })
+
   it("a heartbeat interval not below the stale window is refused (the host would go stale between its heartbeats), with the rest; just below is accepted", async () => {
     const rule = (windowMs: number) => `must be less than ENGRAM_HEARTBEAT_STALE_WINDOW_MS (${windowMs}): a host that heartbeats less often goes stale between its heartbeats`
     const equal = await errorOf({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "30000", ENGRAM_AGENT_HEARTBEAT_MS: "30000", ENGRAM_AGENT_PORT: "seven" })
