@@ -192,6 +192,21 @@ const tagged = (a: Records.Placed | Records.Queued | Records.ResumedWarm | Recor
 /** An id for a create given none: a random UUID (the platform's `crypto`, Node and browsers). */
 const newId = (): string => globalThis.crypto.randomUUID()
 
+/**
+ * Whether the reservation the ledger holds is the one a reserve asked for: the same host, owner
+ * and figures (and the optional ones, where the request named them). A repeated reserve whose
+ * first answer was lost finds its own reservation under its id; another with the id is not it.
+ */
+const sameReservation = (held: Records.Reservation, asked: Input<Payloads.Reserve>): boolean =>
+  held.hostId === asked.hostId &&
+  held.ownerKind === asked.ownerKind &&
+  held.ownerId === asked.ownerId &&
+  held.memMib === asked.memMib &&
+  held.vcpus === asked.vcpus &&
+  (asked.vramMib === undefined || held.vramMib === asked.vramMib) &&
+  (asked.expiresAt === undefined || held.expiresAt === asked.expiresAt) &&
+  (asked.description === undefined || held.description === asked.description)
+
 /** Builds a client on an `HttpClient`. */
 export const make = (options: Options): Effect.Effect<EngramClientShape, never, HttpClient.HttpClient> =>
   Effect.gen(function* () {
@@ -290,11 +305,23 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
     }
 
     const reservations: EngramClientShape["reservations"] = {
-      // Without an id a reservation is not safe to repeat: the ledger refuses a second reservation
-      // under one id (a `Conflict`, not the first one's answer), so a repeat of a reservation whose
-      // answer was lost would fail while its room stayed held; and without one a second would hold
-      // room too. It moves on only from a replica that never received it.
-      reserve: (input) => call((api) => api.ledger.reserve({ payload: defined(input) }), input.id === undefined),
+      // A reserve without an id gets one chosen here (as a create does), so it is safe to repeat
+      // on the next replica: the ledger refuses a second reservation under one id, and a repeat
+      // of one whose answer was lost (a store call timed out, a replica froze) meets that
+      // `Conflict`; the reservation under the id is then read, and answered when it is the one
+      // asked for (`sameReservation`). Without an id of its own a repeat would hold room twice.
+      reserve: (input) => {
+        const payload = defined({ ...input, id: input.id ?? newId() })
+        return call((api) => api.ledger.reserve({ payload })).pipe(
+          Effect.catchTag("Conflict", (e) =>
+            e.entity !== "reservation" || e.id !== payload.id
+              ? Effect.fail(e)
+              : reservations.get(payload.id).pipe(
+                  Effect.matchEffect({ onFailure: () => Effect.fail(e), onSuccess: (held) => (sameReservation(held, payload) ? Effect.succeed(held) : Effect.fail(e)) }),
+                ),
+          ),
+        )
+      },
       get: (id) => call((api) => api.ledger.get(byId(id))),
       list: (q = {}) => call((api) => api.ledger.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => reservations.list({ ...q, cursor })),

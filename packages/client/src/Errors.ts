@@ -181,7 +181,13 @@ export class PayloadTooLarge extends EngramError {
   }
 }
 
-/** 503: the store is down or slow, or the coordinator is stopping. Nothing changed; retry after `retryAfterMs`. */
+/**
+ * 503: the store is down or slow, or the coordinator is stopping; retry after `retryAfterMs`. A
+ * read or a refused request changed nothing, but a write whose store call timed out may have
+ * landed: a create or a reserve repeated with its id is answered as the first (keep the id the
+ * client chose, or choose one); read before repeating another write (a resume, a move, a host's
+ * registration).
+ */
 export class Unavailable extends EngramError {
   readonly _tag = "Unavailable" as const
   readonly retryAfterMs: number

@@ -248,7 +248,7 @@ describe("one road to the API", () => {
     const routes = sent.map((r) => routeOf(r) ?? `undeclared: ${r}`)
     expect(routes.filter((r) => r.startsWith("undeclared"))).toEqual([])
     // The agent's own endpoints and the operator's scrape and documents are not a service's calls.
-    const agentOrOps = ["PUT /v1/hosts/:id/report", "POST /v1/hosts/:id/heartbeat", "GET /v1/hosts/:id/assignments", "POST /v1/sessions/:id/started", "POST /v1/sessions/:id/descended",
+    const agentOrOps = ["PUT /v1/hosts/:id/report", "POST /v1/hosts/:id/heartbeat", "POST /v1/hosts/:id/guest-lost", "GET /v1/hosts/:id/assignments", "POST /v1/sessions/:id/started", "POST /v1/sessions/:id/descended",
       "POST /v1/moves/:id/rounds", "POST /v1/moves/:id/commit", "POST /v1/moves/:id/abort", "GET /livez", "GET /healthz", "GET /openapi.json", "GET /metrics", "GET /v1/queue"]
     const uncovered = declared.map((d) => d.route).filter((r) => !routes.includes(r) && !agentOrOps.includes(r))
     expect(uncovered).toEqual([])
@@ -261,6 +261,42 @@ describe("one road to the API", () => {
     expect(err).toMatchObject({ status: 408, state: "pending" })
     const gone = recording(409, JSON.stringify({ error: "Unreachable", message: "the session ended", from: "ended", to: "running" }))
     expect(await Effect.runPromise(Effect.flip(gone.client.sessions.wait("s", { state: "running" })))).toMatchObject({ _tag: "Unreachable", status: 409, from: "ended" })
+  })
+
+  it("a reserve without an id is safe to repeat on the next replica: the repeat's Conflict reads the reservation and answers it when it is the one asked for; another under the id stays a Conflict", async () => {
+    const asked = { hostId: "h1", ownerKind: "external" as const, ownerId: "job-7", memMib: 512, vcpus: 1 }
+    /** Replica one: its store call timed out after the reserve landed (503). Replica two: the ledger holds the id (409), and reads it. */
+    const replicas = (held: (id: string) => Record<string, unknown>) => {
+      const sent: string[] = []
+      let reservedId = ""
+      const http = HttpClient.make((request, url) =>
+        Effect.sync(() => {
+          sent.push(`${url.host} ${request.method} ${url.pathname}`)
+          const answer = (status: number, body: unknown) => HttpClientResponse.fromWeb(request, new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } }))
+          if (request.method === "POST") {
+            const body = (request.body as { body?: Uint8Array }).body
+            reservedId = (JSON.parse(new TextDecoder().decode(body)) as { id: string }).id
+            return url.host === "one.test"
+              ? answer(503, { error: "Unavailable", message: "the store call timed out", retryAfterMs: 1000 })
+              : answer(409, { error: "Conflict", message: `reservation ${reservedId} already exists`, entity: "reservation", id: reservedId })
+          }
+          return answer(200, held(reservedId))
+        }),
+      )
+      const client = Effect.runSync(make({ baseUrl: ["http://one.test", "http://two.test"], token: adminToken }).pipe(Effect.provideService(HttpClient.HttpClient, http)))
+      return { client, sent, id: () => reservedId }
+    }
+    const record = (id: string, ownerId: string) => ({ id, ...asked, ownerId, vramMib: null, createdAt: 1, lastHeartbeatAt: 1, expiresAt: null, description: null })
+    const mine = replicas((id) => record(id, "job-7"))
+    const got = await Effect.runPromise(mine.client.reservations.reserve(asked))
+    expect(got).toMatchObject({ ...asked, id: mine.id() })
+    expect(mine.id()).toMatch(/^[0-9a-f-]{36}$/)
+    expect(mine.sent.slice(0, 2)).toEqual(["one.test POST /v1/reservations", "two.test POST /v1/reservations"])
+    expect(mine.sent.slice(2).map((x) => x.split(" ").slice(1).join(" "))).toEqual([`GET /v1/reservations/${mine.id()}`])
+    const theirs = replicas((id) => record(id, "someone-else"))
+    const err = await Effect.runPromise(Effect.flip(theirs.client.reservations.reserve(asked)))
+    expect(err).toBeInstanceOf(Conflict)
+    expect(err).toMatchObject({ status: 409, entity: "reservation" })
   })
 
   it("a request that breaks the API's rules is refused before it is sent, in the coordinator's words: an InvalidInput naming the field and the rule, with no status", async () => {
