@@ -268,7 +268,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * assigned here. Kept in memory only: a restart before the word went out loses it.
      */
     const lostReports = new Map<string, string>()
-    /** The sessions whose vanish a pass noticed (`forgetVanished`): their fresh boot is not reported a second time as not found. */
+    /**
+     * The sessions whose loss is noted (`lostReports` holds or held its report): a vanish a pass
+     * noticed (`forgetVanished`), a guest found gone by a boot or a descent. A retried boot or
+     * descent does not report the same loss again; dropped once a fresh guest runs, or the
+     * session leaves this host.
+     */
     const noticedVanish = new Set<string>()
     /** Tells the coordinator of `sessionId`'s lost guest, if one is untold; fails (kept, retried) only when the coordinator did not answer. */
     const tellLost = (sessionId: string): Effect.Effect<void, Conflict | CoordinatorError> =>
@@ -458,8 +463,13 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             // The coordinator has it running or parked here, and no VM is: its QEMU ended while
             // the agent was away (a reboot, a restart that took the guests with it) or by itself.
             const vanished = s.state !== "pending"
-            // Told to the coordinator by the session's work (`withLostReport`), once: a vanish the pass noticed is told already.
-            if (vanished && !noticedVanish.delete(s.id)) lostReports.set(s.id, lostReasonOf("notFound", s.state))
+            // Told to the coordinator by the session's work (`withLostReport`), once per loss: a
+            // loss already noted (the pass noticed the vanish, or an earlier try of this boot
+            // failed) keeps its report and its reason.
+            if (vanished && !noticedVanish.has(s.id)) {
+              lostReports.set(s.id, lostReasonOf("notFound", s.state))
+              noticedVanish.add(s.id)
+            }
             if (vanished) {
               yield* Effect.logError("session's guest is gone from this host (its VM ended while the agent was away, or by itself); booting a fresh guest in its place: its memory is lost", {
                 hostId: me,
@@ -478,6 +488,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             yield* log("started", { sessionId: s.id, state: s.state, ...(imageMissing ? { imageMissing } : {}), ...(vanished ? { vanished } : {}), ...launchFields(started.launch) })
           }
           yield* residents.put({ ...spec, status: "running", reservationId: s.reservationId ?? null, moveId: null })
+          // The loss is over (a fresh guest runs): a later one is another (its report, if untold, stays).
+          noticedVanish.delete(s.id)
         } else if (vm.status === "paused") {
           yield* timedLog("unparked", { sessionId: s.id }, runtime.unpark(s.id))
           yield* residents.update(s.id, (v) => ({ ...v, status: "running" }))
@@ -549,9 +561,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           yield* log("descent image written", { sessionId: s.id, imageBytes: image.bytes, method: image.method, detail: image.detail })
         } else if ((yield* images.get(s.id)) === undefined) {
           yield* Effect.logWarning("descending session has no resident VM and no image; reporting it descended", { hostId: me, sessionId: s.id })
-          // Its guest is lost: told before the descent (by `withLostReport`, on a later try if this one's report failed).
-          if (!noticedVanish.delete(s.id)) {
+          // Its guest is lost: told before the descent (by `withLostReport`, on a later try if this
+          // one's report failed), once: a retry after `descended` failed finds the loss noted.
+          if (!noticedVanish.has(s.id)) {
             lostReports.set(s.id, lostReasonOf("notFound", s.state))
+            noticedVanish.add(s.id)
             yield* tellLost(s.id)
           }
         }

@@ -11,11 +11,11 @@
  * told again on a later pass, and one of a session that ended meanwhile is dropped quietly.
  */
 import { assert, describe } from "@effect/vitest"
-import { SimRuntime, type VmRuntimeShape } from "@engram/runtime"
+import { RuntimeError, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Deferred, Effect, Random } from "effect"
 import { TestClock } from "effect/testing"
 import { type Agent, lostReasonOf } from "../src/Agent.js"
-import type { CoordinatorShape } from "../src/Coordinator.js"
+import { CoordinatorError, type CoordinatorShape } from "../src/Coordinator.js"
 import { type FakeCoordinator, makeFakeCoordinator } from "./support/FakeCoordinator.js"
 import { capture } from "./support/Logs.js"
 import { effect, fixedRandom, stepUntil } from "./support/PatientClock.js"
@@ -26,7 +26,12 @@ const goneLine = "session's guest is gone from this host"
 
 /** Host a's agent on a sim runtime that counts its starts, driven one pass at a time; s1 assigned to a. */
 const hostA = (
-  o: { readonly destroy?: (sim: SimRuntime.SimRuntimeShape, vmId: string) => Effect.Effect<void>; readonly coordinator?: (c: CoordinatorShape) => CoordinatorShape } = {},
+  o: {
+    readonly destroy?: (sim: SimRuntime.SimRuntimeShape, vmId: string) => Effect.Effect<void>
+    readonly coordinator?: (c: CoordinatorShape) => CoordinatorShape
+    /** Starts to refuse (a runtime that fails to boot), counted down. */
+    readonly failStarts?: { n: number } | undefined
+  } = {},
 ) =>
   Effect.gen(function* () {
     const fake = yield* makeFakeCoordinator
@@ -34,7 +39,15 @@ const hostA = (
     const starts = { n: 0 }
     const runtime: VmRuntimeShape = {
       ...sim,
-      start: (spec, options) => Effect.andThen(Effect.sync(() => starts.n++), sim.start(spec, options)),
+      start: (spec, options) =>
+        Effect.andThen(
+          Effect.sync(() => starts.n++),
+          Effect.suspend(() =>
+            o.failStarts !== undefined && o.failStarts.n > 0
+              ? (o.failStarts.n--, Effect.fail(new RuntimeError({ op: "start", vmId: spec.vmId, message: "the hypervisor refused to start (a test's)" })))
+              : sim.start(spec, options),
+          ),
+        ),
       ...(o.destroy === undefined ? {} : { destroy: (vmId: string) => o.destroy!(sim, vmId) }),
     }
     yield* fake.addSession("s1", "a", 1024, 1)
@@ -188,6 +201,41 @@ describe("a guest that vanishes while the agent runs", () => {
       yield* agent.reconcile(yield* fake.assignmentsOf("a"))
       yield* stepUntil("a fresh guest running while the report hangs", () => Effect.map(sim.list, (l) => l.some((v) => v.vmId === "s1" && v.status === "running")))
       assert.strictEqual(starts.n, 2)
+    }),
+  )
+
+  effect("a descent retried after its descended call failed tells the lost guest once", () =>
+    Effect.gen(function* () {
+      const failed = { once: false }
+      const { fake, agent } = yield* hostA({
+        coordinator: (c) => ({
+          ...c,
+          descended: (id) => (failed.once ? c.descended(id) : Effect.fail(new CoordinatorError({ op: "descended", status: 503, message: "the store call timed out" })).pipe(Effect.ensuring(Effect.sync(() => void (failed.once = true))))),
+        }),
+      })
+      // Descending here, and no VM ever ran here: its guest is lost, told before the descent.
+      yield* fake.setState("s1", "descending")
+      yield* pass(fake, agent)
+      assert.isTrue(failed.once)
+      assert.strictEqual((yield* fake.get).sessions.get("s1")!.state, "descending")
+      yield* pass(fake, agent)
+      assert.strictEqual((yield* fake.get).sessions.get("s1")!.state, "descended")
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("notFound", "descending") }])
+    }),
+  )
+
+  effect("a fresh boot that fails once keeps the loss's report and its reason: told once, as the vanish the pass noticed", () =>
+    Effect.gen(function* () {
+      const failStarts = { n: 0 }
+      const { fake, sim, agent } = yield* hostA({ failStarts })
+      yield* pass(fake, agent)
+      yield* sim.destroy("s1")
+      failStarts.n = 1
+      yield* pass(fake, agent)
+      yield* pass(fake, agent)
+      assert.deepStrictEqual((yield* sim.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+      yield* pass(fake, agent)
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("exited", "running") }])
     }),
   )
 
