@@ -46,6 +46,11 @@ export interface Conn<E = DbError> {
   readonly afterCommit: (f: () => void) => void
   /** Whether this is an open transaction (its row locks last until it commits). */
   readonly inTransaction: boolean
+  /**
+   * Whether every transaction runs alone (PGlite's one connection): then no other transaction
+   * ever holds a row lock, and none is ever waited on.
+   */
+  readonly alone: boolean
 }
 
 /** An open transaction: its queries may also fail with `Transient` (the transaction then runs again). */

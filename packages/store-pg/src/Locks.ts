@@ -86,35 +86,62 @@ const lockFirstFreeSql = (rankedIds: readonly string[]): SQL =>
 const lockWindow = 8
 
 /**
+ * Set before a locking choice's first lock (in the same round trip), and rolled back to when the
+ * host it locked fails its re-check: row locks taken inside a rolled-back subtransaction are
+ * released. Never released on success: the writes that follow stay in the subtransaction that
+ * took the lock, so updating the locked row stays a plain update (a row locked by one
+ * subtransaction and updated by another gets a MultiXact).
+ */
+const pickSavepoint = sql.raw("savepoint engram_pick")
+const undoPick = sql.raw("rollback to savepoint engram_pick")
+
+/**
  * Chooses a host for the request (core's host choice) and leaves it locked, with the budget
  * fitting on it under the lock, at the version answered. The room of every host comes from the
  * host cache (`known`); core's `Placement.top` ranks the best few; one round trip locks the best
  * of them that no other placement holds and reads their rows again (after the lock); core's
  * `Placement.admits` and `Placement.fitsOn` re-check the locked host. A host that no longer fits
- * (a lost race) goes back into the pool with its fresh figures and we choose again; when every
- * host of the window is held we wait for the best one.
+ * (a lost race) is released (`undoPick`, sent with the next round's statements) and goes back into
+ * the pool with its fresh figures, and we choose again; when every host of the window is held we
+ * wait for the best one. So the choice waits only while it holds no host: the hosts are locked in
+ * rank order, not id order, and a rejected host kept locked while waiting for another closed a
+ * circle with the transactions that lock hosts in id order (a deadlock the server broke after
+ * `deadlock_timeout`). Where every transaction runs alone (`Tx.alone`, PGlite) no lock is ever
+ * waited on, and no savepoint is set. Returns holding no host it rejected.
  */
 export const pickAndLock = (tx: Tx, req: Placement.Request, limits: Limits.Limits, known: readonly Candidate[]) =>
   Effect.gen(function* () {
     const byId = new Map<string, Candidate>()
     for (const c of known) byId.set(c.id, c)
+    const guarded = !tx.alone
+    let saved = false
+    // This call holds a host that failed its re-check (released by `undoPick`).
+    let rejected = false
     for (let round = 0; round <= byId.size + 2; round++) {
       const window = Placement.top(byId.values(), req, lockWindow, limits)
       const best = window[0]
       if (best === undefined) break
+      // Before the lock, in the same round trip: the savepoint (the first round), or the release
+      // of the host the last round rejected.
+      const before = !guarded ? [] : !saved ? [pickSavepoint] : rejected ? [undoPick] : []
+      saved ||= guarded
+      rejected = false
       // One round trip: lock the best host of the window no other transaction holds (a held
       // one is about to lose room, so concurrent placements spread over the next best instead
       // of queueing on one row lock), then read the window's sums. The server runs the two in
       // order and the read is a statement of its own, so its snapshot is taken once the lock
       // is held: fresh for the locked host.
-      const [lockedRows, windowRows] = yield* tx.pipeline([
+      const answers = yield* tx.pipeline([
+        ...before,
         window.length === 1 ? sql`select id from hosts where id = ${best} for no key update skip locked` : lockFirstFreeSql(window),
         hostRowsSql({ hostIds: window, columns: "room" }),
       ])
+      const [lockedRows, windowRows] = answers.slice(before.length)
       let id = lockedRows?.[0]?.["id"] as string | undefined
       let freshRow = id === undefined ? undefined : windowRows?.find((r) => r["id"] === id)
       if (id === undefined) {
-        // Every host of the window is held: wait for the best one, then read it afresh.
+        // Every host of the window is held: wait for the best one (holding none this call
+        // rejected: released above), then read it afresh.
         id = (yield* lockHosts(tx, [best]))[0]
         if (id === undefined) {
           byId.delete(best)
@@ -122,6 +149,7 @@ export const pickAndLock = (tx: Tx, req: Placement.Request, limits: Limits.Limit
         }
         freshRow = (yield* tx.query(hostRowsSql({ hostIds: [id], columns: "room" })))[0]
       }
+      rejected = true
       if (freshRow === undefined) {
         byId.delete(id)
         continue
@@ -133,6 +161,8 @@ export const pickAndLock = (tx: Tx, req: Placement.Request, limits: Limits.Limit
       // stopped taking moves does not) and the budget fits.
       if (Placement.admits(c, req, limits) && Placement.fitsOn(c, req.budget, limits)) return { _tag: "Chosen", hostId: id, version: fresh.version } satisfies Picked
     }
+    // Nothing fits: the host rejected last is released too (the caller may go on to queue).
+    if (guarded && rejected) yield* tx.query(undoPick)
     return { _tag: "NoFit", hosts: [...byId.values()] } satisfies Picked
   })
 

@@ -155,6 +155,7 @@ export const make = (d: Driver): Db => {
     pipeline: (statements) => retrying(locked(admitted(() => d.pipeline(statements) as Promise<Record<string, unknown>[][]>))),
     afterCommit: (f) => f(),
     inTransaction: false,
+    alone: d.lock !== null,
   }
 
   /** One run of a transaction body: BEGIN, the body, COMMIT; ROLLBACK when it fails or is interrupted. */
@@ -173,6 +174,7 @@ export const make = (d: Driver): Db => {
             pipeline: (statements) => attempt(() => t.pipeline(statements) as Promise<Record<string, unknown>[][]>),
             afterCommit: (f) => void hooks.push(f),
             inTransaction: true,
+            alone: d.lock !== null,
           }
           return restore(
             body(tx).pipe(
