@@ -7,7 +7,7 @@
  * this machine (loopback): a remote coordinator needs `--token` or `ENGRAM_TOKEN`. Where the
  * token came from is kept, so an error can say which token was refused.
  *
- * Nothing is trimmed: a URL or token given with whitespace before or after it (a blank pasted
+ * No URL or token is trimmed: one given with whitespace before or after it (a blank pasted
  * with it, a newline copied from a file) is refused naming where it came from, never sent as
  * another value; the token file may end in one newline (the coordinator writes it so). Empty is
  * unset. `ENGRAM_PORT` is a port, 1 to 65535 in decimal digits.

@@ -43,11 +43,13 @@ export const idMaxLength = 100
  * `[A-Za-z0-9._-]`, and not `.` or `..` (a path segment that names nothing). The pattern holds
  * the characters and the two names refused; the length is the JSON Schema's `minLength` and
  * `maxLength` beside it. It has no lookaround, so every JSON Schema reader takes it: ECMA-262
- * ones and RE2-based ones (Go's `regexp`, which refuses `(?!…)`) alike. An id of dots only has
+ * ones and RE2-based ones (Go's `regexp`, which refuses `(?!…)`) alike; and it is linear: its
+ * first branch is leading dots, the first other character, then anything (a validator that
+ * runs it before the length bound does not backtrack on a long string). An id of dots only has
  * at least three. The API's schemas publish this very pattern (`@engram/api`'s `Payloads.Id`)
  * and decode by it; the `u` flag is what lets effect export a pattern to JSON Schema.
  */
-export const idPattern = /^(?:[A-Za-z0-9._-]*[A-Za-z0-9_-][A-Za-z0-9._-]*|\.{3,})$/u
+export const idPattern = /^(?:\.*[A-Za-z0-9_-][A-Za-z0-9._-]*|\.{3,})$/u
 
 /**
  * The one id rule (SPEC §10, §12) for every id a client chooses — sessions, hosts,
