@@ -51,6 +51,7 @@ const validBodies: Readonly<Record<string, unknown>> = {
   "POST /v1/moves/:id/abort": { reason: "test" },
   "POST /v1/moves/:id/resolve": { outcome: "abort", reason: "test" },
   "POST /v1/reservations": { hostId: "strict-h", ownerKind: "external", ownerId: "o", memMib: 1, vcpus: 0 },
+  "POST /v1/hosts/:id/guest-lost": { sessionId: "strict-s", reason: "test" },
 }
 
 /** The query an endpoint needs before an extra parameter can be its only fault. */
