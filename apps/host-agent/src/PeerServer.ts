@@ -12,7 +12,8 @@
  *
  * Input is strict, by the coordinator's API's rules (`@engram/api`'s `StrictJson`), before any
  * credential is judged (a move's token is bound to its header, so the header is read first): a
- * move's body is `application/json`, valid UTF-8, the header's keys only, each once and of its
+ * move's body is `application/json` (its charset, when named, read as the coordinator reads it:
+ * `StrictJson.charsetOf`, UTF-8), valid UTF-8, the header's keys only, each once and of its
  * type, at most `peerMaxBodyBytes` (past it a 413, read no further); a route takes only its own
  * query parameters (`for` on image routes, none elsewhere), each once, and a GET no body. A
  * refusal is `400 {error: "InvalidInput", field, rule, in}` and changes nothing.
@@ -51,25 +52,6 @@ const tooLarge = () =>
 /** The rule of a move's content type. */
 export const contentTypeRule = "must be application/json (a charset, when named, utf-8): a move's header is JSON"
 
-/** Whether a content type is JSON as a move's body must be: `application/json`, its charset (if named) UTF-8. */
-const isJsonUtf8 = (contentType: string | undefined): boolean => {
-  if (contentType === undefined) return false
-  const [type = "", ...params] = contentType.split(";").map((p) => p.trim().toLowerCase())
-  if (type !== "application/json") return false
-  return params.every((p) => {
-    const eq = p.indexOf("=")
-    const name = p.slice(0, eq).trim()
-    const value = p.slice(eq + 1).trim().replace(/^"(.*)"$/, "$1")
-    return eq > 0 && (name !== "charset" || value === "utf-8" || value === "utf8")
-  })
-}
-
-/** Whether a request says it carries a body (a length above 0, or a chunked one). */
-const declaresBody = (req: HttpServerRequest.HttpServerRequest): boolean => {
-  const length = req.headers["content-length"]
-  return (length !== undefined && length !== "0") || req.headers["transfer-encoding"] !== undefined
-}
-
 /**
  * What a route takes besides its path: its query parameters (each once), and for a GET no body.
  * The refusal to answer, or undefined.
@@ -77,7 +59,7 @@ const declaresBody = (req: HttpServerRequest.HttpServerRequest): boolean => {
 const strayInput = (req: HttpServerRequest.HttpServerRequest, query: ReadonlySet<string>): HttpServerResponse.HttpServerResponse | undefined => {
   const problem = StrictJson.queryProblem(req.url, query)
   if (problem !== undefined) return invalid(problem)
-  if (req.method === "GET" && declaresBody(req)) return invalid({ field: "body", rule: "must be empty: this endpoint takes no body", in: "body" })
+  if (req.method === "GET" && StrictJson.declaresBody(req.headers)) return invalid({ field: "body", rule: StrictJson.noBodyRule, in: "body" })
   return undefined
 }
 
@@ -94,7 +76,7 @@ const moveBody = (req: HttpServerRequest.HttpServerRequest) =>
   Effect.gen(function* () {
     const stray = strayInput(req, noQuery)
     if (stray !== undefined) return { _tag: "Bad" as const, response: stray }
-    if (!isJsonUtf8(req.headers["content-type"])) return { _tag: "Bad" as const, response: invalid({ field: "content-type", rule: contentTypeRule, in: "headers" }) }
+    if (!StrictJson.isJsonUtf8(req.headers["content-type"])) return { _tag: "Bad" as const, response: invalid({ field: "content-type", rule: contentTypeRule, in: "headers" }) }
     const declared = Number(req.headers["content-length"] ?? "0")
     if (Number.isFinite(declared) && declared > peerMaxBodyBytes) return { _tag: "Bad" as const, response: tooLarge() }
     // Past `MaxBodySize` (set on the server) the read stops: a 413, the rest never buffered.

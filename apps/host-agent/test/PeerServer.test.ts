@@ -232,6 +232,25 @@ describe("the peer server's strict input", () => {
       }),
     ))
 
+  it.live("a move's content type is read as the coordinator's API reads it (StrictJson.charsetOf): an empty charset or a trailing `;` is taken, another charset refused", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port, target } = yield* serveTarget
+        const token = moveToken(SECRET, "prepare", header)
+        const prepare = (contentType: string) =>
+          raw(port, { method: "POST", path: "/v1/peer/moves/m1/prepare", headers: { authorization: `Bearer ${token}`, "content-type": contentType }, body: JSON.stringify(header) })
+        for (const refused of ['application/json; charset="latin1"', "application/json;charset=utf-16; x=1"]) {
+          assert.deepStrictEqual(yield* prepare(refused), { status: 400, body: { error: "InvalidInput", field: "content-type", rule: PeerServer.contentTypeRule, in: "headers" } }, refused)
+        }
+        assert.deepStrictEqual(yield* target.incoming, [])
+        // The coordinator takes these (its tests pin it); the peer server refused them before.
+        for (const taken of ["application/json; charset=utf-8;", 'application/json; charset=""', 'Application/JSON; charset="UTF8"']) {
+          assert.strictEqual((yield* prepare(taken)).status, 200, taken)
+        }
+        assert.deepStrictEqual(yield* target.incoming, [{ moveId: "m1", vmId: "s1" }])
+      }),
+    ))
+
   it.live("a streamed (chunked) body over the limit is cut at it: 413 JSON; nothing is aborted", () =>
     Effect.scoped(
       Effect.gen(function* () {

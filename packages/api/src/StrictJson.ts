@@ -1,9 +1,10 @@
 /**
  * The API's rules for JSON input, shared by every engram server that reads it: the coordinator's
  * API (`StrictInput`, its decode errors) and its replicas' placements, and the host agent's peer
- * server. A body is valid UTF-8 and repeats no key within an object (`JSON.parse` keeps the last of
+ * server and the dashboard's routes. A body is valid UTF-8 and repeats no key within an object (`JSON.parse` keeps the last of
  * `{"id":"a","id":"b"}`, so the sender's meaning is not known); an object takes only its declared
- * keys; a query parameter is one the endpoint declares, given at most once. A refusal names the
+ * keys; a query parameter is one the endpoint declares, given at most once; a body's content type
+ * names no charset but UTF-8; an endpoint without a body is sent none. A refusal names the
  * field (a dotted path from the top) and the rule, as `400 {error: "InvalidInput", field, rule, in}`.
  */
 import { Result, Schema, SchemaAST, SchemaIssue } from "effect"
@@ -92,6 +93,14 @@ export const repeatedKey = (json: string): string | undefined => {
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true })
 
+const notUtf8: InputProblem = { field: "body", rule: utf8Rule, in: "body" }
+
+/** The first key a JSON text repeats within one object, as its problem (`in: "body"`), or undefined. */
+const repeatedKeyProblem = (text: string): InputProblem | undefined => {
+  const repeated = repeatedKey(text)
+  return repeated === undefined ? undefined : { field: keyName(repeated), rule: repeatedKeyRule, in: "body" }
+}
+
 /** A body's bytes as text when they are UTF-8, else undefined. */
 export const utf8Text = (bytes: Uint8Array | ArrayBuffer): string | undefined => {
   try {
@@ -107,15 +116,25 @@ export const utf8Text = (bytes: Uint8Array | ArrayBuffer): string | undefined =>
  */
 export const parseBody = (bytes: Uint8Array | ArrayBuffer): Result.Result<unknown, InputProblem> => {
   const text = utf8Text(bytes)
-  if (text === undefined) return Result.fail({ field: "body", rule: utf8Rule, in: "body" })
+  if (text === undefined) return Result.fail(notUtf8)
   let value: unknown
   try {
     value = JSON.parse(text)
   } catch {
     return Result.fail({ field: "body", rule: "must be JSON", in: "body" })
   }
-  const repeated = repeatedKey(text)
-  return repeated === undefined ? Result.succeed(value) : Result.fail({ field: keyName(repeated), rule: repeatedKeyRule, in: "body" })
+  const repeated = repeatedKeyProblem(text)
+  return repeated === undefined ? Result.succeed(value) : Result.fail(repeated)
+}
+
+/**
+ * A body's bytes by the API's rules before a decoder reads them: valid UTF-8, no key repeated
+ * within an object; the problem, or undefined. It judges nothing else (whether it is JSON is the
+ * decoder's to say).
+ */
+export const textProblem = (bytes: Uint8Array | ArrayBuffer): InputProblem | undefined => {
+  const text = utf8Text(bytes)
+  return text === undefined ? notUtf8 : repeatedKeyProblem(text)
 }
 
 /** The keys an object schema declares, for a refusal that says what would have been accepted. */
@@ -162,15 +181,14 @@ export const decodeBody = <S extends Schema.ConstraintDecoder<unknown>>(schema: 
   )
 
 /**
- * The first query parameter of `url` that `allowed` does not name, or that is given more than
- * once, as its problem; undefined when none. An empty `allowed`: the endpoint takes no query.
+ * The first query parameter that `allowed` does not name, or that is given more than once, as its
+ * problem; undefined when none. An empty `allowed`: the endpoint takes no query. No `allowed`: any
+ * name (the endpoint's schema judges them), each at most once.
  */
-export const queryProblem = (url: string, allowed: ReadonlySet<string>): InputProblem | undefined => {
-  const q = url.indexOf("?")
-  if (q < 0 || q === url.length - 1) return undefined
+export const paramsProblem = (params: URLSearchParams, allowed?: ReadonlySet<string>): InputProblem | undefined => {
   const seen = new Set<string>()
-  for (const key of new URLSearchParams(url.slice(q + 1)).keys()) {
-    if (!allowed.has(key)) {
+  for (const key of params.keys()) {
+    if (allowed !== undefined && !allowed.has(key)) {
       const rule = allowed.size === 0 ? "is not a query parameter of this endpoint (it takes none)" : `is not a query parameter of this endpoint (known: ${[...allowed].join(", ")})`
       return { field: keyName(key), rule, in: "query" }
     }
@@ -179,3 +197,40 @@ export const queryProblem = (url: string, allowed: ReadonlySet<string>): InputPr
   }
   return undefined
 }
+
+/** `paramsProblem` for the query of a request's `url` (its path and query): a look for `?` when it has none. */
+export const queryProblem = (url: string, allowed?: ReadonlySet<string>): InputProblem | undefined => {
+  const q = url.indexOf("?")
+  return q < 0 || q === url.length - 1 ? undefined : paramsProblem(new URLSearchParams(url.slice(q + 1)), allowed)
+}
+
+/** Whether a request's headers say it carries a body (a length above 0, or a chunked one). */
+export const declaresBody = (headers: Readonly<Record<string, string | undefined>>): boolean => {
+  const length = headers["content-length"]
+  return (length !== undefined && length !== "0") || headers["transfer-encoding"] !== undefined
+}
+
+/** The rule of a body sent to an endpoint that takes none (a GET's). */
+export const noBodyRule = "must be empty: this endpoint takes no body"
+
+/**
+ * The charset a content type names, lower case, or undefined when it names none: the value of its
+ * first `charset` parameter, quoted or not, up to a quote, `;` or space (`application/json;
+ * charset="UTF-8"`: `utf-8`; `charset=` or `charset=""` names none).
+ */
+export const charsetOf = (contentType: string | undefined): string | undefined => {
+  const m = contentType === undefined ? null : /;\s*charset\s*=\s*"?([^";\s]+)"?/i.exec(contentType)
+  return m === null ? undefined : (m[1] ?? "").toLowerCase()
+}
+
+/** A content type whose charset (`charsetOf`) is not UTF-8 (`utf-8` or `utf8`), as its problem: a body is read as UTF-8. Undefined when it names none or UTF-8. */
+export const charsetProblem = (contentType: string | undefined): InputProblem | undefined => {
+  const charset = charsetOf(contentType)
+  return charset === undefined || charset === "utf-8" || charset === "utf8"
+    ? undefined
+    : { field: "content-type", rule: `a body's charset must be utf-8 (it is read as UTF-8), not ${charset}`, in: "headers" }
+}
+
+/** Whether a content type is `application/json` (any case) and its charset, if it names one (`charsetOf`), UTF-8. */
+export const isJsonUtf8 = (contentType: string | undefined): boolean =>
+  contentType !== undefined && (contentType.split(";", 1)[0] ?? "").trim().toLowerCase() === "application/json" && charsetProblem(contentType) === undefined

@@ -4,8 +4,9 @@
  * soon as the fleet changes, so the page refetches from the API only then; and `/ui/history`,
  * the coordinator's recent samples of the fleet signal for the page's small charts. The page
  * reads everything else from the API with the token the user signed in with; both routes need
- * that token too.
+ * that token too. Their input follows the API's rules (`@engram/api`'s `StrictJson`).
  */
+import { StrictJson } from "@engram/api"
 import { Names } from "@engram/core"
 import { Clock, Effect, Layer, Redacted } from "effect"
 import type { Scope } from "effect"
@@ -89,17 +90,16 @@ const securityHeaders = {
 
 const file = (body: string, contentType: string) => HttpServerResponse.text(body, { contentType, headers: securityHeaders })
 
+const changesParams: ReadonlySet<string> = new Set(["since", "waitMs"])
+const noParams: ReadonlySet<string> = new Set()
+
 /**
  * `/ui/changes`' query: `since` (a version, any text) and `waitMs` (decimal digits, 0 to
  * {@link maxWaitMs}; default 0), each at most once and nothing else; or the refusal's field and rule.
  */
 export const changesQuery = (params: URLSearchParams): { readonly since: string; readonly waitMs: number } | { readonly field: string; readonly rule: string } => {
-  const seen = new Set<string>()
-  for (const key of params.keys()) {
-    if (key !== "since" && key !== "waitMs") return { field: key === "" ? '""' : key, rule: "is not a query parameter of this endpoint (known: since, waitMs)" }
-    if (seen.has(key)) return { field: key, rule: "is given more than once (each query parameter at most once)" }
-    seen.add(key)
-  }
+  const stray = StrictJson.paramsProblem(params, changesParams)
+  if (stray !== undefined) return { field: stray.field, rule: stray.rule }
   const wait = params.get("waitMs")
   if (wait !== null && (!Names.decimalInt.test(wait) || Number(wait) < 0 || Number(wait) > maxWaitMs)) return { field: "waitMs", rule: `must be an integer from 0 to ${maxWaitMs}` }
   return { since: params.get("since") ?? "", waitMs: wait === null ? 0 : Number(wait) }
@@ -110,20 +110,14 @@ const json = (status: number, body: Record<string, unknown>) => HttpServerRespon
 /** The bearer token of the request as the API reads it (its own decoder: `Bearer` in any case, then spaces; never trimmed), or "". */
 const bearer = Effect.map(HttpApiBuilder.securityDecode(HttpApiSecurity.bearer), Redacted.value)
 
-/** Whether a request says it carries a body (a length above 0, or a chunked one). */
-const declaresBody = (request: HttpServerRequest.HttpServerRequest): boolean => {
-  const length = request.headers["content-length"]
-  return (length !== undefined && length !== "0") || request.headers["transfer-encoding"] !== undefined
-}
-
 /** A body sent to a route that takes none: its refusal's field and rule, or null. */
 const strayBody = (request: HttpServerRequest.HttpServerRequest): { readonly field: string; readonly rule: string; readonly in: "body" } | null =>
-  declaresBody(request) ? { field: "body", rule: "must be empty: this endpoint takes no body", in: "body" } : null
+  StrictJson.declaresBody(request.headers) ? { field: "body", rule: StrictJson.noBodyRule, in: "body" } : null
 
 /** `/ui/history` takes no query parameter: the first one's refusal, or null. */
 export const historyQuery = (params: URLSearchParams): { readonly field: string; readonly rule: string } | null => {
-  for (const key of params.keys()) return { field: key === "" ? '""' : key, rule: "is not a query parameter of this endpoint (it takes none)" }
-  return null
+  const stray = StrictJson.paramsProblem(params, noParams)
+  return stray === undefined ? null : { field: stray.field, rule: stray.rule }
 }
 
 /** The dashboard's routes (add to the coordinator's served layers). */
