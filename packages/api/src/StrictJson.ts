@@ -1,8 +1,9 @@
 /**
  * The API's rules for JSON input, shared by every engram server that reads it: the coordinator's
- * API (`StrictInput`, its decode errors) and its replicas' placements, and the host agent's peer
- * server and the dashboard's routes. A body is valid UTF-8 and repeats no key within an object (`JSON.parse` keeps the last of
- * `{"id":"a","id":"b"}`, so the sender's meaning is not known); an object takes only its declared
+ * API (`StrictInput`, its decode errors) and its replicas' placements, the host agent's peer
+ * server and the dashboard's routes. A body is valid UTF-8 and repeats no key within an object
+ * (`JSON.parse` keeps the last of `{"id":"a","id":"b"}`, so the sender's meaning is not known); an
+ * object takes only its declared
  * keys; a query parameter is one the endpoint declares, given at most once; a body's content type
  * names no charset but UTF-8; an endpoint without a body is sent none. A refusal names the
  * field (a dotted path from the top) and the rule, as `400 {error: "InvalidInput", field, rule, in}`.
