@@ -66,7 +66,7 @@ const dayMs = 24 * 3_600_000
  * this host for good while its heartbeats kept it live.
  */
 export const settingBounds = {
-  heartbeatStaleWindowMs: { max: dayMs, why: "a day: the agent heartbeats every third of it" },
+  heartbeatStaleWindowMs: { max: 365 * dayMs, why: "a year: the coordinator takes windows longer than a day, and the agent must take the coordinator's" },
   retryDelayMs: { max: 60_000, why: "a minute: failures in a row back off to 30 times it, and a failed assignments poll takes no command until then" },
   stagingGraceMs: { max: 3_600_000, why: "an hour: a target keeps an unclaimed incoming VM, and its memory, that long" },
   reportRunningAfterMs: { max: 3_600_000, why: "an hour: an in-doubt move's guest runs here uncommitted that long" },

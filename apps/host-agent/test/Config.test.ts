@@ -502,6 +502,12 @@ describe("a program's agent options", () => {
     expect((await Effect.runPromise(checkedConfig({ hostId: "h" }))).reportIntervalMs).toBe(30_000)
   })
 
+  it("a stale window the coordinator takes (four days: it takes windows longer than a day) is taken by the agent too", async () => {
+    const day = 24 * 3_600_000
+    expect((await Effect.runPromise(checkedConfig({ hostId: "h", heartbeatStaleWindowMs: 4 * day }))).heartbeatIntervalMs).toBe(Math.floor((4 * day) / 3))
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(4 * day) }))).heartbeatStaleWindowMs).toBe(4 * day)
+  })
+
   it("a stale window of 1 ms is refused with the intervals left unset (their defaults are not below it), named by key", async () => {
     expect(await issuesOf({ hostId: "h", heartbeatStaleWindowMs: 1 })).toEqual([
       ["config.heartbeatIntervalMs", `${rule(1)} (unset, it is 1)`, undefined],
@@ -516,7 +522,7 @@ describe("a program's agent options", () => {
       ["config.moveIntent", "must be true or false", "yes"],
       ["config.templates", `a template name ${Names.templateNameRule}: "a/b"`, undefined],
       ["config.heartbeatMS", "is not a known setting", undefined],
-      ["heartbeatStaleWindowMs", "must be an integer from 1 to 86400000 (a day: the agent heartbeats every third of it)", null],
+      ["heartbeatStaleWindowMs", "must be an integer from 1 to 31536000000 (a year: the coordinator takes windows longer than a day, and the agent must take the coordinator's)", null],
       ["config.reportIntervalMs", "must be an integer >= 1", 0],
       ["config.pollWaitMs", "must be an integer from 0 to 30000 (the longest the coordinator holds an assignments poll)", 30_001],
       ["config.retryDelayMs", "must be an integer from 1 to 60000 (a minute: failures in a row back off to 30 times it, and a failed assignments poll takes no command until then)", null],
