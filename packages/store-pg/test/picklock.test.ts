@@ -43,82 +43,77 @@ const setUp = async (url: string, sql: postgres.Sql) => {
   return { pool, db, known }
 }
 
-describe("the locking host choice", () => {
-  it("releases a host that failed its re-check before it waits for a held one: no deadlock with an id-order locker", async () => {
-    const pgdb = await freshDatabase()
-    const sql = postgres(pgdb.url, { max: 4, onnotice: () => undefined })
+/** `run` on a fresh database set up as `setUp` does, with a connection of its own (`sql`); everything closed after. */
+const withPicker = async (run: (o: { readonly sql: postgres.Sql } & Omit<Awaited<ReturnType<typeof setUp>>, "pool">) => Promise<void>): Promise<void> => {
+  const pgdb = await freshDatabase()
+  const sql = postgres(pgdb.url, { max: 4, onnotice: () => undefined })
+  try {
+    const { pool, db, known } = await setUp(pgdb.url, sql)
     try {
-      const { pool, db, known } = await setUp(pgdb.url, sql)
-      try {
-        // B (a drain, a commit: an id-order locker) holds h1.
-        const b = await sql.reserve()
-        await b`begin`
-        await b`select id from hosts where id = 'h1' for no key update`
-        // A chooses: h1 is held, so it locks h2, which no longer fits; h1 is all that is left, so it waits for it.
-        const picking = Effect.runPromise(
-          db.transaction((tx) =>
-            Effect.gen(function* () {
-              const picked = yield* pickAndLock(tx, req, limits, known)
-              // Under A's locks, from outside: the host it chose is held, the one it rejected is not.
-              const probes = yield* Effect.promise(() =>
-                Promise.all(["h1", "h2"].map((id) => outcome(sql.begin((p) => p`select id from hosts where id = ${id} for no key update nowait`)))),
-              )
-              return { picked, probes }
-            }),
-          ),
-        )
-        picking.catch(() => undefined)
-        let waiting = false
-        // A waits for a lock (polled, bounded: 60 s)...
-        for (let k = 0; k < 600 && !waiting; k++) {
-          const rows = await sql`select wait_event_type from pg_stat_activity where application_name = 'picker' and state = 'active'`
-          waiting = rows.some((r) => r["wait_event_type"] === "Lock")
-          if (!waiting) await new Promise((r) => setTimeout(r, 100))
-        }
-        // ...and B, still holding h1, takes h2 in id order: it is free (A released it), so no circle.
-        const bTakesH2 = await outcome(b`select id from hosts where id = 'h2' for no key update`)
-        await b`commit`.catch(() => undefined)
-        b.release()
-        const { picked, probes } = await picking
-        expect(waiting).toBe(true)
-        expect(bTakesH2).toStrictEqual(["h2"])
-        expect(db.conflicts().deadlocks).toBe(0)
-        expect(picked).toMatchObject({ _tag: "Chosen", hostId: "h1" })
-        expect(probes[0]).toMatch(/^55P03/)
-        expect(probes[1]).toStrictEqual(["h2"])
-      } finally {
-        await pool.end()
-      }
+      await run({ sql, db, known })
     } finally {
-      await sql.end()
-      await pgdb.drop()
+      await pool.end()
     }
-  }, 120_000)
+  } finally {
+    await sql.end()
+    await pgdb.drop()
+  }
+}
 
-  it("holds no host it rejected when nothing fits", async () => {
-    const pgdb = await freshDatabase()
-    const sql = postgres(pgdb.url, { max: 4, onnotice: () => undefined })
-    try {
-      const { pool, db, known } = await setUp(pgdb.url, sql)
-      try {
-        const onlyH2 = known.filter((c) => c.id === "h2")
-        const { picked, probe } = await Effect.runPromise(
-          db.transaction((tx) =>
-            Effect.gen(function* () {
-              const picked = yield* pickAndLock(tx, req, limits, onlyH2)
-              const probe = yield* Effect.promise(() => outcome(sql.begin((p) => p`select id from hosts where id = 'h2' for no key update nowait`)))
-              return { picked, probe }
-            }),
-          ),
-        )
-        expect(picked._tag).toBe("NoFit")
-        expect(probe).toStrictEqual(["h2"])
-      } finally {
-        await pool.end()
+describe("the locking host choice", () => {
+  it("releases a host that failed its re-check before it waits for a held one: no deadlock with an id-order locker", () =>
+    withPicker(async ({ sql, db, known }) => {
+      // B (a drain, a commit: an id-order locker) holds h1.
+      const b = await sql.reserve()
+      await b`begin`
+      await b`select id from hosts where id = 'h1' for no key update`
+      // A chooses: h1 is held, so it locks h2, which no longer fits; h1 is all that is left, so it waits for it.
+      const picking = Effect.runPromise(
+        db.transaction((tx) =>
+          Effect.gen(function* () {
+            const picked = yield* pickAndLock(tx, req, limits, known)
+            // Under A's locks, from outside: the host it chose is held, the one it rejected is not.
+            const probes = yield* Effect.promise(() =>
+              Promise.all(["h1", "h2"].map((id) => outcome(sql.begin((p) => p`select id from hosts where id = ${id} for no key update nowait`)))),
+            )
+            return { picked, probes }
+          }),
+        ),
+      )
+      picking.catch(() => undefined)
+      let waiting = false
+      // A waits for a lock (polled, bounded: 60 s)...
+      for (let k = 0; k < 600 && !waiting; k++) {
+        const rows = await sql`select wait_event_type from pg_stat_activity where application_name = 'picker' and state = 'active'`
+        waiting = rows.some((r) => r["wait_event_type"] === "Lock")
+        if (!waiting) await new Promise((r) => setTimeout(r, 100))
       }
-    } finally {
-      await sql.end()
-      await pgdb.drop()
-    }
-  }, 120_000)
+      // ...and B, still holding h1, takes h2 in id order: it is free (A released it), so no circle.
+      const bTakesH2 = await outcome(b`select id from hosts where id = 'h2' for no key update`)
+      await b`commit`.catch(() => undefined)
+      b.release()
+      const { picked, probes } = await picking
+      expect(waiting).toBe(true)
+      expect(bTakesH2).toStrictEqual(["h2"])
+      expect(db.conflicts().deadlocks).toBe(0)
+      expect(picked).toMatchObject({ _tag: "Chosen", hostId: "h1" })
+      expect(probes[0]).toMatch(/^55P03/)
+      expect(probes[1]).toStrictEqual(["h2"])
+    }), 120_000)
+
+  it("holds no host it rejected when nothing fits", () =>
+    withPicker(async ({ sql, db, known }) => {
+      const onlyH2 = known.filter((c) => c.id === "h2")
+      const { picked, probe } = await Effect.runPromise(
+        db.transaction((tx) =>
+          Effect.gen(function* () {
+            const picked = yield* pickAndLock(tx, req, limits, onlyH2)
+            const probe = yield* Effect.promise(() => outcome(sql.begin((p) => p`select id from hosts where id = 'h2' for no key update nowait`)))
+            return { picked, probe }
+          }),
+        ),
+      )
+      expect(picked._tag).toBe("NoFit")
+      expect(probe).toStrictEqual(["h2"])
+    }), 120_000)
 })
