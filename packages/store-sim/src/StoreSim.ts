@@ -196,6 +196,16 @@ class Deadlines {
 
 const noClaims: ReadonlyMap<string, unknown> = new Map()
 
+/** The records of `ids` that `table` holds, each once, as `of` shows them (`getSessions`, `getMoves`: an unknown id left out). */
+const foundIn = <R, A>(table: ReadonlyMap<string, R>, ids: readonly string[], of: (r: R) => A): A[] => {
+  const out: A[] = []
+  for (const id of new Set(ids)) {
+    const r = table.get(id)
+    if (r !== undefined) out.push(of(r))
+  }
+  return out
+}
+
 /** Builds a fresh in-memory store: the `Store` operations and their `reset`. */
 export const make = (options: Options = {}): { store: StoreShape; reset: (limits?: Limits.Limits) => void } => {
   let limits: Limits.Limits = options.limits ?? Limits.defaults
@@ -778,15 +788,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     getSession: (id) => Effect.map(findSession(id), sessionOf),
-    getSessions: (ids) =>
-      Effect.sync(() => {
-        const out: Session.Record[] = []
-        for (const id of new Set(ids)) {
-          const s = sessions.get(id)
-          if (s !== undefined) out.push(sessionOf(s))
-        }
-        return out
-      }),
+    getSessions: (ids) => Effect.sync(() => foundIn(sessions, ids, sessionOf)),
 
     listSessions: (filter: SessionFilter = {}) => Effect.sync(() => sessionsSorted(filter).map(sessionOf)),
     countSessions: () => Effect.sync(() => sessionCountsOf(Array.from(sessions.values(), (s) => ({ state: s.state, n: 1 })))),
@@ -1120,15 +1122,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     getMove: (id) => Effect.map(findMove(id), moveOf),
-    getMoves: (ids) =>
-      Effect.sync(() => {
-        const out: Move.Record[] = []
-        for (const id of new Set(ids)) {
-          const m = moves.get(id)
-          if (m !== undefined) out.push(moveOf(m))
-        }
-        return out
-      }),
+    getMoves: (ids) => Effect.sync(() => foundIn(moves, ids, moveOf)),
     listMoves: (filter = {}) =>
       Effect.suspend(() => {
         const bad = Validate.moveFilter(filter)
