@@ -261,26 +261,33 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     }
 
     /**
-     * The guests lost on this host that the coordinator has not heard of yet: session id → how
-     * (`lostReasonOf`). Told before and after the session's next action
-     * (`withLostReport`), again on each pass until the coordinator answers; dropped once it
-     * answers, refuses (the session ended, or left this host), or the session is no longer
-     * assigned here. Kept in memory only: a restart before the word went out loses it.
+     * The guests lost on this host that the coordinator has not heard of yet are kept in the
+     * agent's record (`residents.lostReports`: session id and how, `lostReasonOf`), so in its
+     * state file: written before the first try, told by `telling`, again on each pass until the
+     * coordinator answers; dropped once it answers, refuses (the session ended, or left this
+     * host), or the session is no longer assigned here. A restarted agent tells what it finds there.
      */
-    const lostReports = new Map<string, string>()
+    const untold = (sessionId: string) => Effect.map(residents.lostReports, (rs) => rs.find((r) => r.sessionId === sessionId)?.reason)
     /**
-     * The sessions whose loss is noted (`lostReports` holds or held its report): a vanish a pass
-     * noticed (`forgetVanished`), a guest found gone by a boot or a descent. A retried boot or
-     * descent does not report the same loss again; dropped once a fresh guest runs, or the
-     * session leaves this host.
+     * The sessions whose loss is noted (its report kept, or told): a vanish a pass noticed
+     * (`forgetVanished`), a guest found gone by a boot or a descent. A retried boot or descent
+     * does not report the same loss again; dropped once a fresh guest runs, or the session leaves
+     * this host. In memory: a restarted agent tells what its record keeps, and notes anew only
+     * what it finds lost itself.
      */
     const noticedVanish = new Set<string>()
+    /** Notes `sessionId`'s lost guest (its report kept, written before it is told); answers nothing if this loss is noted already. */
+    const noteLost = (sessionId: string, reason: string) =>
+      Effect.suspend(() => {
+        if (noticedVanish.has(sessionId)) return Effect.void
+        noticedVanish.add(sessionId)
+        return residents.putLostReport({ sessionId, reason })
+      })
     /** Tells the coordinator of `sessionId`'s lost guest, if one is untold; fails (kept, retried) only when the coordinator did not answer. */
     const tellLost = (sessionId: string): Effect.Effect<void, Conflict | CoordinatorError> =>
-      Effect.suspend(() => {
-        const reason = lostReports.get(sessionId)
+      Effect.flatMap(untold(sessionId), (reason) => {
         if (reason === undefined) return Effect.void
-        const drop = () => Effect.sync(() => lostReports.delete(sessionId))
+        const drop = () => residents.removeLostReport(sessionId)
         return coordinator.guestLost(sessionId, reason).pipe(
           Effect.andThen(drop),
           Effect.andThen(log("told the coordinator that the session's guest was lost here (booted fresh)", { sessionId, reason })),
@@ -298,19 +305,48 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           ),
         )
       })
+    /** The key a session's report is told under in `inflight`: its own, not the session's. */
+    const lostKey = (sessionId: string) => `lost:${sessionId}`
     /**
-     * `action` with the session's lost guest told around it. A descending session's before its
-     * action (once descended the session is no longer on this host, and the report would be
-     * refused); a report that fails then fails the work, and a later pass tries both again.
-     * Every other session's after it (what the action found too: a guest not found, booted
-     * fresh): a coordinator that hangs never holds the fresh boot; a report that fails fails the
-     * work after it, so a later pass tells it.
+     * Tells `sessionId`'s untold report in a fiber of its own (`lostKey`), unless one tells it
+     * already; answers that fiber (undefined: nothing untold). Not in the session's slot: a
+     * coordinator that takes the call and never answers holds no action of the session (a park,
+     * a move) for the call's bound; one telling at a time, so a report goes once. A failure is
+     * an action's (logged, a later pass tells it again, backing off).
+     */
+    const telling = (sessionId: string) =>
+      Effect.gen(function* () {
+        if ((yield* untold(sessionId)) === undefined) return undefined
+        const open = yield* FiberMap.get(inflight, lostKey(sessionId))
+        if (Option.isSome(open)) return open.value
+        return yield* FiberMap.run(inflight, lostKey(sessionId), { onlyIfMissing: true })(asAction({ sessionId, lostReport: true }, tellLost(sessionId)))
+      })
+    /**
+     * Waits until `sessionId`'s lost guest is told (starting its telling unless one runs); fails
+     * when it is still untold after (the call failed, or was given up: a later pass tries both
+     * again). A descent waits for it: once descended the session is no longer on this host and
+     * the report would be refused; its history must show the loss first. Bounded by the call's
+     * own bound (the client's, `Failover.callTimeoutFor`).
+     */
+    const toldFirst = (sessionId: string): Effect.Effect<void, ActionError> =>
+      Effect.gen(function* () {
+        const fiber = yield* telling(sessionId)
+        if (fiber === undefined) return
+        yield* Fiber.await(fiber)
+        if ((yield* untold(sessionId)) !== undefined)
+          return yield* Effect.fail({ _tag: "GuestLostUntold", message: "the lost guest's report is not told yet; the descent waits for it (tried again on a later pass)" })
+      })
+    /**
+     * `action` with the session's lost guest told beside it. A descending session's before its
+     * action (`toldFirst`). Every other session's in its own fiber, once the action ends (what
+     * the action found too: a guest not found, booted fresh), not awaited: a coordinator that
+     * hangs holds neither the fresh boot nor the session's next action.
      */
     const withLostReport = <A, E>(s: AssignedSession, action: Effect.Effect<A, E> | null) =>
       Effect.gen(function* () {
-        if (s.state === "descending") yield* tellLost(s.id)
+        if (s.state === "descending") yield* toldFirst(s.id)
         if (action !== null) yield* action
-        yield* tellLost(s.id)
+        yield* telling(s.id)
       })
 
     const done = <A>(eff: Effect.Effect<A, { readonly _tag: string }>) =>
@@ -463,13 +499,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             // The coordinator has it running or parked here, and no VM is: its QEMU ended while
             // the agent was away (a reboot, a restart that took the guests with it) or by itself.
             const vanished = s.state !== "pending"
-            // Told to the coordinator by the session's work (`withLostReport`), once per loss: a
+            // Told to the coordinator beside the session's work (`withLostReport`), once per loss: a
             // loss already noted (the pass noticed the vanish, or an earlier try of this boot
             // failed) keeps its report and its reason.
-            if (vanished && !noticedVanish.has(s.id)) {
-              lostReports.set(s.id, lostReasonOf("notFound", s.state))
-              noticedVanish.add(s.id)
-            }
+            if (vanished) yield* noteLost(s.id, lostReasonOf("notFound", s.state))
             if (vanished) {
               yield* Effect.logError("session's guest is gone from this host (its VM ended while the agent was away, or by itself); booting a fresh guest in its place: its memory is lost", {
                 hostId: me,
@@ -561,13 +594,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           yield* log("descent image written", { sessionId: s.id, imageBytes: image.bytes, method: image.method, detail: image.detail })
         } else if ((yield* images.get(s.id)) === undefined) {
           yield* Effect.logWarning("descending session has no resident VM and no image; reporting it descended", { hostId: me, sessionId: s.id })
-          // Its guest is lost: told before the descent (by `withLostReport`, on a later try if this
-          // one's report failed), once: a retry after `descended` failed finds the loss noted.
-          if (!noticedVanish.has(s.id)) {
-            lostReports.set(s.id, lostReasonOf("notFound", s.state))
-            noticedVanish.add(s.id)
-            yield* tellLost(s.id)
-          }
+          // Its guest is lost: told before the descent (on a later try if this one's report
+          // fails), once: a retry after `descended` failed finds the loss noted.
+          yield* noteLost(s.id, lostReasonOf("notFound", s.state))
+          yield* toldFirst(s.id)
         }
         yield* done(coordinator.descended(s.id))
         yield* log("descended", { sessionId: s.id })
@@ -960,11 +990,40 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           yield* residents.remove(vm.vmId)
           // The coordinator hears of it with the session's next work (it boots the fresh guest); not assigned here: nobody to tell.
           if (s !== undefined) {
-            lostReports.set(vm.vmId, lostReasonOf("exited", s.state))
-            noticedVanish.add(vm.vmId)
+            // A vanish is a new loss, even of a session whose earlier one is noted (its report
+            // not told yet: this one's reason replaces it).
+            noticedVanish.delete(vm.vmId)
+            yield* noteLost(vm.vmId, lostReasonOf("exited", s.state))
           }
         }
       })
+
+    /**
+     * `action` as a pass runs it in its fiber: one that succeeds starts a healthy period; one that
+     * fails is logged (with `fields`) and asks for a retry pass.
+     */
+    const asAction = (fields: Record<string, unknown>, action: Effect.Effect<unknown, unknown>): Effect.Effect<void> =>
+      Effect.flatMap(Clock.currentTimeMillis, (startedMs) =>
+        (action as Effect.Effect<unknown, { readonly _tag: string; readonly message?: string }>).pipe(
+          // An action that succeeds starts a healthy period, from its answer (the back-off starts again once it lasted: `wantRetry`).
+          Effect.tap(() => Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.sync(() => (retry.answeredSinceMs ??= t)))),
+          Effect.asVoid,
+          Effect.catch((e) =>
+            Effect.gen(function* () {
+              yield* Effect.logWarning("action failed; retried on a later pass", { hostId: me, ...fields, error: e.message ?? e._tag })
+              // Level-triggered: look again after a pause even if nothing changes on the
+              // coordinator, on its view read then. The last poll's may be older than the
+              // failure (polls fail through a coordinator outage): from it the retry would
+              // run again an action that ended since, say a move already aborted. A read
+              // that fails is tried again after each pause. One pass serves every failure
+              // that comes while it waits (it reconciles the whole view): an outage that
+              // fails many actions costs one read per pause, not one per action. A failure
+              // while the pass reads or reconciles asks it for one more round.
+              yield* wantRetry(Pacing.retryAfterOf(e), startedMs)
+            }),
+          ),
+        ),
+      )
 
     const reconcileNow = (a: Assignments): Effect.Effect<void> =>
       Effect.gen(function* () {
@@ -981,37 +1040,22 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         const mine = a.sessions.filter((s) => s.hostId === me)
         // A lost guest of a session no longer here (ended, lost, elsewhere) is nobody's to tell of now.
         const mineIds = new Set(mine.map((s) => s.id))
-        for (const id of [...lostReports.keys(), ...noticedVanish]) {
+        for (const id of [...(yield* residents.lostReports).map((r) => r.sessionId), ...noticedVanish]) {
           if (mineIds.has(id)) continue
-          if (lostReports.delete(id)) yield* Effect.logDebug("lost guest's report dropped: its session is no longer assigned to this host", { hostId: me, sessionId: id })
+          if ((yield* untold(id)) !== undefined) {
+            yield* residents.removeLostReport(id)
+            yield* Effect.logDebug("lost guest's report dropped: its session is no longer assigned to this host", { hostId: me, sessionId: id })
+          }
           noticedVanish.delete(id)
         }
         for (const s of mine) {
+          // An untold report is told in its own fiber, whatever the session's slot holds (a descent waits for it there).
+          yield* telling(s.id)
           if (yield* FiberMap.has(inflight, s.id)) continue
           const found = yield* actionFor(s, a)
-          // Every action tells the session's lost guest around it; a session with nothing to do but that, only that.
-          const action = found === null && !lostReports.has(s.id) ? null : withLostReport(s, found as Effect.Effect<unknown, unknown> | null)
-          if (action === null) continue
-          yield* FiberMap.run(inflight, s.id, { onlyIfMissing: true })(Effect.flatMap(Clock.currentTimeMillis, (startedMs) =>
-            (action as Effect.Effect<unknown, { readonly _tag: string; readonly message?: string }>).pipe(
-              // An action that succeeds starts a healthy period, from its answer (the back-off starts again once it lasted: `wantRetry`).
-              Effect.tap(() => Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.sync(() => (retry.answeredSinceMs ??= t)))),
-              Effect.catch((e) =>
-                Effect.gen(function* () {
-                  yield* Effect.logWarning("action failed; retried on a later pass", { hostId: me, sessionId: s.id, state: s.state, error: e.message ?? e._tag })
-                  // Level-triggered: look again after a pause even if nothing changes on the
-                  // coordinator, on its view read then. The last poll's may be older than the
-                  // failure (polls fail through a coordinator outage): from it the retry would
-                  // run again an action that ended since, say a move already aborted. A read
-                  // that fails is tried again after each pause. One pass serves every failure
-                  // that comes while it waits (it reconciles the whole view): an outage that
-                  // fails many actions costs one read per pause, not one per action. A failure
-                  // while the pass reads or reconciles asks it for one more round.
-                  yield* wantRetry(Pacing.retryAfterOf(e), startedMs)
-                }),
-              ),
-            ),
-          ))
+          if (found === null) continue
+          // Every action tells the session's lost guest beside it (a descent's first).
+          yield* FiberMap.run(inflight, s.id, { onlyIfMissing: true })(asAction({ sessionId: s.id, state: s.state }, withLostReport(s, found as Effect.Effect<unknown, unknown>)))
         }
 
         // What is resident but no longer the coordinator's on this host: ended, lost, or moved

@@ -1,7 +1,8 @@
 /**
  * The agent's local state file: the VMs resident on the host, the reservation each holds, and
  * the moves whose outcome this agent (as their source) still owes: the target's commit not yet
- * confirmed, or the coordinator's acknowledgement not yet received. Written
+ * confirmed, or the coordinator's acknowledgement not yet received; and the reports of lost
+ * guests the coordinator has not heard yet (`lostReports`). Written
  * atomically (a temp file, fsync, rename); a file that does not parse is quarantined (renamed
  * aside and logged), never trusted: the coordinator's view rebuilds what matters.
  */
@@ -87,11 +88,22 @@ export const PendingCommit = Schema.Struct({
 })
 export type PendingCommit = typeof PendingCommit.Type
 
+/**
+ * A guest lost on this host (its VM ended by itself, or was not found) that the coordinator has
+ * not heard of yet (`POST /v1/hosts/{id}/guest-lost`): written before the first try, removed once
+ * the coordinator answers or refuses it, or once its session is no longer assigned here, so an
+ * agent restarted meanwhile still tells it.
+ */
+export const LostReport = Schema.Struct({ sessionId: Schema.String, reason: Schema.String })
+export type LostReport = typeof LostReport.Type
+
 export const StateFile = Schema.Struct({
   version: Schema.Literal(1),
   hostId: Schema.String,
   vms: Schema.Array(ResidentVm),
   pendingCommits: Schema.Array(PendingCommit),
+  /** Absent in files of older agents (and while none is untold). */
+  lostReports: Schema.optionalKey(Schema.Array(LostReport)),
 })
 export type StateFile = typeof StateFile.Type
 

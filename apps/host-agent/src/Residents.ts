@@ -13,7 +13,7 @@
  * once while one hangs.
  */
 import { Clock, Data, Effect, Fiber, Semaphore } from "effect"
-import { empty, logFailed, type PendingCommit, type ResidentVm, type StateFile, type StateWriteError } from "./LocalState.js"
+import { empty, logFailed, type LostReport, type PendingCommit, type ResidentVm, type StateFile, type StateWriteError } from "./LocalState.js"
 
 /** How long a change waits for its state file write before the agent goes on without it (the disk hangs), ms. */
 export const writeWaitMs = 10_000
@@ -40,6 +40,12 @@ export interface Residents {
    */
   readonly owePaused: (c: PendingCommit) => Effect.Effect<void, StateWriteError | StateFileHangs>
   readonly removePendingCommit: (moveId: string) => Effect.Effect<void>
+  /** The reports of lost guests the coordinator has not heard yet (one per session). */
+  readonly lostReports: Effect.Effect<readonly LostReport[]>
+  /** Keeps `r` (replacing its session's), written before the agent first tells it. */
+  readonly putLostReport: (r: LostReport) => Effect.Effect<void>
+  /** Drops `sessionId`'s report (told, refused, or its session no longer here); nothing when none. */
+  readonly removeLostReport: (sessionId: string) => Effect.Effect<void>
   readonly snapshot: Effect.Effect<StateFile>
 }
 
@@ -159,6 +165,13 @@ export const makeResidents = (
           pendingCommits: [...s.pendingCommits.filter((p) => p.moveId !== c.moveId), c],
         })),
       removePendingCommit: (moveId) => change((s) => ({ ...s, pendingCommits: s.pendingCommits.filter((p) => p.moveId !== moveId) })),
+      lostReports: Effect.sync(() => state.lostReports ?? []),
+      putLostReport: (r) => change((s) => ({ ...s, lostReports: [...(s.lostReports ?? []).filter((x) => x.sessionId !== r.sessionId), r] })),
+      removeLostReport: (sessionId) =>
+        Effect.suspend(() => {
+          if (!(state.lostReports ?? []).some((x) => x.sessionId === sessionId)) return Effect.void
+          return change((s) => ({ ...s, lostReports: (s.lostReports ?? []).filter((x) => x.sessionId !== sessionId) }))
+        }),
       snapshot: Effect.sync(() => state),
     }
   })
