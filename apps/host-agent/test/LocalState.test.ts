@@ -22,6 +22,21 @@ describe("the local state file", () => {
       if (loaded._tag === "Loaded") assert.deepStrictEqual(loaded.state, state)
     }))
 
+  it.effect("keeps the reports of lost guests the coordinator has not heard yet; a file of an older agent (none) loads without them", () =>
+    Effect.gen(function* () {
+      const path = join(dir(), "agent.json")
+      const state: LocalState.StateFile = { ...LocalState.empty("h1"), lostReports: [{ sessionId: "s1", reason: "VM exited while the agent ran (its hypervisor crashed or was killed); booted fresh" }] }
+      yield* LocalState.save(path, state)
+      const loaded = yield* LocalState.load(path, "h1")
+      assert.strictEqual(loaded._tag, "Loaded")
+      if (loaded._tag === "Loaded") assert.deepStrictEqual(loaded.state, state)
+      const older = join(dir(), "older.json")
+      writeFileSync(older, JSON.stringify(LocalState.empty("h1")))
+      const old = yield* LocalState.load(older, "h1")
+      assert.strictEqual(old._tag, "Loaded")
+      if (old._tag === "Loaded") assert.isUndefined(old.state.lostReports)
+    }))
+
   it.effect("a missing file is Missing", () =>
     Effect.gen(function* () {
       assert.strictEqual((yield* LocalState.load(join(dir(), "none.json"), "h1"))._tag, "Missing")

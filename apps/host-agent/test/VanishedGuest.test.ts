@@ -8,14 +8,20 @@
  * action is destroying (the runtime's VM gone, its record not yet) is not taken for one that vanished.
  * The coordinator is told (`guestLost`: the session's history says its guest was lost and booted
  * fresh), once, also of a guest found gone at start; a report the coordinator did not answer is
- * told again on a later pass, and one of a session that ended meanwhile is dropped quietly.
+ * told again on a later pass, and one of a session that ended meanwhile is dropped quietly. The
+ * report is told in a fiber of its own: one the coordinator takes and never answers holds no later
+ * action of the session (a park), and a descent waits for it (the session's history shows the loss
+ * before the descent) and goes as soon as it is told. It is kept in the state file until told: an
+ * agent restarted before the coordinator heard it tells it.
  */
 import { assert, describe } from "@effect/vitest"
 import { RuntimeError, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
-import { Deferred, Effect, Random } from "effect"
+import { Deferred, Effect, Exit, Random, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { type Agent, lostReasonOf } from "../src/Agent.js"
 import { CoordinatorError, type CoordinatorShape } from "../src/Coordinator.js"
+import type { StateFile } from "../src/LocalState.js"
+import { makeResidents } from "../src/Residents.js"
 import { type FakeCoordinator, makeFakeCoordinator } from "./support/FakeCoordinator.js"
 import { capture } from "./support/Logs.js"
 import { effect, fixedRandom, stepUntil } from "./support/PatientClock.js"
@@ -48,6 +54,8 @@ const hostA = (
               : sim.start(spec, options),
           ),
         ),
+      // A descent writes no image here (the tests use no image store): the VM ends, as a capture's does.
+      descend: (vmId, path) => Effect.as(sim.destroy(vmId), { vmId, path, bytes: 0, method: "stream" as const, detail: "a test's descent: no image written" }),
       ...(o.destroy === undefined ? {} : { destroy: (vmId: string) => o.destroy!(sim, vmId) }),
     }
     yield* fake.addSession("s1", "a", 1024, 1)
@@ -259,4 +267,74 @@ describe("a guest that vanishes while the agent runs", () => {
       assert.deepStrictEqual(warnings.lines.slice(warned).filter((l) => l.message.includes("lost")), [])
     }).pipe(Effect.provide(warnings.layer))
   })
+
+  effect("a report the coordinator takes and never answers holds no later action of the session: a park goes while it hangs", () =>
+    Effect.gen(function* () {
+      const { fake, sim, starts, agent } = yield* hostA({ coordinator: (c) => ({ ...c, guestLost: () => Effect.never }) })
+      yield* pass(fake, agent)
+      yield* sim.destroy("s1")
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("a fresh guest running while the report hangs", () => Effect.map(sim.list, (l) => l.some((v) => v.vmId === "s1" && v.status === "running")))
+      // The coordinator parks the session while the report still hangs: the next pass parks it.
+      yield* fake.setState("s1", "parked")
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("the fresh guest parked while the report hangs", () => Effect.map(sim.list, (l) => l.some((v) => v.vmId === "s1" && v.status === "paused")))
+      assert.strictEqual(starts.n, 2)
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [])
+    }),
+  )
+
+  effect("a descent waits for a hanging report, then goes as soon as it is told: reported before descended, once", () =>
+    Effect.gen(function* () {
+      const answer = yield* Deferred.make<void>()
+      const { fake, sim, agent } = yield* hostA({ coordinator: (c) => ({ ...c, guestLost: (id, reason) => Deferred.await(answer).pipe(Effect.andThen(c.guestLost(id, reason))) }) })
+      yield* pass(fake, agent)
+      yield* sim.destroy("s1")
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("a fresh guest running while the report hangs", () => Effect.map(sim.list, (l) => l.some((v) => v.vmId === "s1" && v.status === "running")))
+      // The session goes idle and is told to descend while its report still hangs.
+      yield* fake.setState("s1", "descending")
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      for (let i = 0; i < 60; i++) yield* TestClock.adjust("1 second")
+      assert.strictEqual((yield* fake.get).sessions.get("s1")!.state, "descending", "not descended before the loss is told")
+      assert.isFalse((yield* fake.get).calls.includes("descended s1"))
+      assert.isTrue(yield* agent.busy, "the descent waits")
+      // The coordinator answers the report: the descent follows at once, no other pass needed.
+      yield* Deferred.succeed(answer, undefined)
+      yield* stepUntil("descended", () => Effect.map(fake.get, (f) => f.sessions.get("s1")!.state === "descended"))
+      assert.deepStrictEqual((yield* fake.get).calls.filter((c) => c.endsWith(" s1")).slice(-2), ["guestLost s1", "descended s1"])
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("exited", "running") }])
+      yield* pass(fake, agent)
+      assert.strictEqual((yield* fake.get).guestsLost.length, 1)
+    }),
+  )
+
+  effect("an agent restarted before the coordinator heard of a lost guest tells it from its state file, once", () =>
+    Effect.gen(function* () {
+      const fake = yield* makeFakeCoordinator
+      const sim = yield* SimRuntime.make({ startMs: 50 })
+      yield* fake.addSession("s1", "a", 1024, 1)
+      // The state file: the last record written.
+      let file: StateFile | null = null
+      const persist = (s: StateFile) => Effect.sync(() => void (file = s))
+      // The first agent, in a scope of its own (closing it is the agent stopping).
+      const first = yield* Scope.make()
+      const one = yield* quietAgent({ coordinator: fake.client("a"), runtime: sim, residents: yield* makeResidents("a", null, persist) }).pipe(Scope.provide(first))
+      yield* pass(fake, one.agent)
+      yield* sim.destroy("s1")
+      yield* fake.silence("a", true)
+      yield* pass(fake, one.agent)
+      assert.deepStrictEqual((yield* sim.list).map((v) => [v.vmId, v.status]), [["s1", "running"]], "a fresh guest")
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [])
+      // Stopped before the coordinator heard the report (its fresh guest outlives it).
+      yield* Scope.close(first, Exit.void)
+      yield* fake.silence("a", false)
+      const two = yield* quietAgent({ coordinator: fake.client("a"), runtime: sim, residents: yield* makeResidents("a", file, persist) })
+      yield* pass(fake, two.agent)
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("exited", "running") }])
+      yield* pass(fake, two.agent)
+      assert.strictEqual((yield* fake.get).guestsLost.length, 1)
+      assert.deepStrictEqual(file!.lostReports, [], "dropped from the state file once told")
+    }).pipe(Effect.provideService(Random.Random, fixedRandom(0.5))),
+  )
 })
