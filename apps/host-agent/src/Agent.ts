@@ -342,10 +342,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * the action found too: a guest not found, booted fresh), not awaited: a coordinator that
      * hangs holds neither the fresh boot nor the session's next action.
      */
-    const withLostReport = <A, E>(s: AssignedSession, action: Effect.Effect<A, E> | null) =>
+    const withLostReport = <A, E>(s: AssignedSession, action: Effect.Effect<A, E>) =>
       Effect.gen(function* () {
         if (s.state === "descending") yield* toldFirst(s.id)
-        if (action !== null) yield* action
+        yield* action
         yield* telling(s.id)
       })
 
@@ -959,7 +959,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * from `runtime.list`. Each is logged as an error with what follows; the pass then finds no VM
      * for its session and takes the path of a guest lost while the agent was away (`ensureRunning`
      * boots a fresh one). The coordinator is told (`POST /v1/hosts/{id}/guest-lost`, in the
-     * session's history) with the session's next work (`withLostReport`).
+     * session's history) in a fiber of its own, started by this pass (a descent waits for it).
      *
      * Read in this order: the actions in flight, then the record (with its debts, in one read),
      * then the runtime. An action changes the runtime first and the record second (a start puts
@@ -988,7 +988,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             state: s?.state ?? null,
           })
           yield* residents.remove(vm.vmId)
-          // The coordinator hears of it with the session's next work (it boots the fresh guest); not assigned here: nobody to tell.
+          // The coordinator hears of it beside the session's next work (it boots the fresh guest); not assigned here: nobody to tell.
           if (s !== undefined) {
             // A vanish is a new loss, even of a session whose earlier one is noted (its report
             // not told yet: this one's reason replaces it).
