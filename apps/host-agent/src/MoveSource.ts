@@ -137,6 +137,17 @@ export type MoveOutcome =
   | { readonly _tag: "CommitRefused"; readonly reason: string; readonly phases: PhasesReport; readonly restoredOnSource: boolean }
 
 /**
+ * How the coordinator answered a source's abort of a move it abandoned: acknowledged (aborted,
+ * now or before); not acknowledged (asked again on a later pass; `tellTarget`: whether the target
+ * is told to drop what it got all the same: not when the move may have been committed); or the
+ * move reads committed, settled with the target's word (`settled`).
+ */
+type Abandoned =
+  | { readonly _tag: "Acknowledged" }
+  | { readonly _tag: "NotAcknowledged"; readonly tellTarget: boolean }
+  | { readonly _tag: "Committed"; readonly reason: string; readonly settled: Settled }
+
+/**
  * The brief back-off of a move's calls: the n-th retry waits a time drawn in
  * `[100, min(450, 100 · 2^n)]` ms (`Pacing.retryDelayMs`; the highest draws 200, 400, 450, 450).
  * The four waits add up to 400–1500 ms, 950 on average: never longer than the fixed 100, 200,
@@ -297,6 +308,23 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
      * (the guard's refusal, its estimate); a target that hangs (each try waits up to the peer
      * link's bound) is told after, once: it runs nothing without this source's commit, and its
      * own pass drops the incoming VM of a move it reads aborted.
+     *
+     * A refused abort (409) means the move is no longer pending, and it is read, not trusted: a
+     * move read `aborted` (a timeout, an operator's abort, the session ended) is acknowledged;
+     * one read `committed` lives on the target by the coordinator's word. That can happen here:
+     * the coordinator commits a move on the source's commit (which this run never sent), on the
+     * target's report that it runs the guest (it runs it only on the source's commit, or on its
+     * own once the coordinator holds the move committed), or on an operator's word (`engram moves
+     * commit`, or an admin's `POST …/commit`), which needs only the point of no return: with the
+     * intent off, a final round whose record's answer was lost while its send completed leaves
+     * the move in doubt, the target holding a complete stream that its reconcile resumes once
+     * the move reads committed. So the target's word decides (`settleCommit`, as for any owed
+     * outcome): the source copy is paused and owed, the target asked to commit; it runs the guest
+     * → the source copy is destroyed; it refuses → the coordinator's record still wins (the copy
+     * goes, as `confirmAtTarget` does); no answer → the copy stays paused, asked again. Never a
+     * second running copy beside the one the coordinator places on the target, and never the
+     * target told to drop a stream the coordinator's commit needs. A move that cannot be read is
+     * not acknowledged (nor is the target told anything: it may be the session's now).
      */
     const abandon = (reason: string, estimateMs?: number) =>
       Effect.gen(function* () {
@@ -305,22 +333,72 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         // and tried again, until QEMU answers) instead of taking it for running.
         const listed = (yield* runtime.list).find((v) => v.vmId === move.sessionId)?.status
         yield* residents.update(move.sessionId, (v) => ({ ...v, status: listed === "paused" ? "paused" : "running" }))
-        const acknowledged = yield* retrying(coordinator.abort(move.id, reason, estimateMs === undefined ? undefined : jsonMs(estimateMs))).pipe(
-          Effect.as(true),
-          Effect.catchTag("Conflict", () => Effect.succeed(true)),
-          Effect.catch((e) => Effect.logWarning("move abort not acknowledged; asked again on a later pass", { moveId: move.id, error: e.message }).pipe(Effect.as(false))),
+        const answer = yield* retrying(coordinator.abort(move.id, reason, estimateMs === undefined ? undefined : jsonMs(estimateMs))).pipe(
+          Effect.as<Abandoned>({ _tag: "Acknowledged" }),
+          Effect.catchTag("Conflict", (refused) => endedHow(refused.message)),
+          Effect.catch((e) => Effect.logWarning("move abort not acknowledged; asked again on a later pass", { moveId: move.id, error: e.message }).pipe(Effect.as<Abandoned>({ _tag: "NotAcknowledged", tellTarget: true }))),
         )
-        yield* link.abort(header).pipe(Effect.ignore)
-        return acknowledged
+        if (answer._tag !== "Committed" && (answer._tag === "Acknowledged" || answer.tellTarget)) yield* link.abort(header).pipe(Effect.ignore)
+        return answer
       })
+
+    /** How a move whose abort was refused (409) ended: read, not trusted (see `abandon`). */
+    const endedHow = (refusal: string) =>
+      Effect.gen(function* () {
+        const read = yield* retrying(coordinator.getMove(move.id)).pipe(Effect.result)
+        if (read._tag === "Failure") {
+          yield* Effect.logWarning("move abort refused and the move cannot be read (it may have been committed): not acknowledged, the target not told; asked again on a later pass", {
+            moveId: move.id,
+            refusal,
+            error: read.failure.message,
+          })
+          return { _tag: "NotAcknowledged", tellTarget: false } as const
+        }
+        const m = read.success
+        if (m.state === "aborted") return { _tag: "Acknowledged" } as const
+        if (m.state === "pending") {
+          yield* Effect.logWarning("move abort refused while the move reads pending; asked again on a later pass", { moveId: move.id, refusal })
+          return { _tag: "NotAcknowledged", tellTarget: true } as const
+        }
+        const why = `move ${m.id} was committed on the coordinator (the session placed on ${m.targetHostId}) while this source ended it without a commit`
+        yield* Effect.logError(`move abort refused: ${why}; the source copy is paused and the target asked whether it runs the guest: it decides which copy is kept`, {
+          hostId: deps.hostId,
+          moveId: m.id,
+          sessionId: move.sessionId,
+          target: m.targetHostId,
+        })
+        // Paused before the target is asked: it resumes the guest on our commit if it does not run it yet.
+        yield* runtime.park(move.sessionId).pipe(
+          Effect.catch((e) => Effect.logError("the source copy could not be paused; it is destroyed once the target confirms it runs the guest", { moveId: m.id, sessionId: move.sessionId, error: e.message })),
+        )
+        yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
+        const atMs = yield* nowMs
+        const targetUrl = link.addressOf?.(header)
+        const owed: PendingCommit = {
+          moveId: move.id,
+          sessionId: move.sessionId,
+          phases: null,
+          target: { targetHostId: move.targetHostId, memMib: vm.memMib, vcpus: vm.vcpus, ...(targetUrl === undefined ? {} : { peerUrl: targetUrl }) },
+          // No pause of the move's own: the figures are not recorded (the commit is refused, 409, and read committed).
+          pause: { pausedAtMs: atMs, captureMs: 0, sendMs: 0, sentAtMs: atMs },
+          finalRecorded: true,
+          ...(deps.moveIntent === true ? { intentRecorded: true } : {}),
+        }
+        yield* residents.addPendingCommit(owed)
+        const settled = yield* settleCommit(deps, owed)
+        return { _tag: "Committed", reason: `${why}: ${settled._tag === "Owed" ? `the target's word is awaited, the source copy stays paused (${settled.reason})` : settled._tag === "Acknowledged" ? "the target's word settled it, the source copy was dropped" : settled.reason}`, settled } as const
+      })
+
+    /** The outcome of a move abandoned: `otherwise` (given whether the abort was acknowledged), unless the coordinator holds it committed. */
+    const abandoned = (a: Abandoned, otherwise: (acknowledged: boolean) => MoveOutcome): MoveOutcome =>
+      a._tag === "Committed" ? (a.settled._tag === "Owed" ? { _tag: "Owed", reason: a.reason } : { _tag: "Gone", reason: a.reason }) : otherwise(a._tag === "Acknowledged")
 
     const budget = { maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs: deps.allowance.allowanceMs, maxPreCopyRounds: deps.maxPreCopyRounds }
     const protocol = Effect.gen(function* () {
       // A budget below the allowance alone is refused before the target starts anything.
       const upfront = MoveGuard.beforeStart(budget)
       if (upfront._tag === "Refuse") {
-        yield* abandon(upfront.reason, upfront.estimateMs)
-        return { _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, paused: false, rounds } as const
+        return abandoned(yield* abandon(upfront.reason, upfront.estimateMs), () => ({ _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, paused: false, rounds }))
       }
       // The records the move already holds (an earlier run of this move, before a restart):
       // this run's positions follow them.
@@ -340,8 +418,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       if (CoreMove.finalRoundRecorded(held) && !owes && vm.status === "running" && vm.moveId === null) {
         const reason = "move aborted by its source: its final round is recorded, but the source gave the pause back (the record's answer was lost, or the stream did not complete) and never sent the target its commit; the guest runs on the source"
         yield* Effect.logWarning(reason, { hostId: deps.hostId, moveId: move.id, sessionId: move.sessionId })
-        const acknowledged = yield* abandon(reason)
-        return { _tag: "Failed", reason, paused: false, ...(acknowledged ? {} : { abortOwed: true }) } as const
+        return abandoned(yield* abandon(reason), (acknowledged) => ({ _tag: "Failed", reason, paused: false, ...(acknowledged ? {} : { abortOwed: true }) }))
       }
       const recorder = yield* roundRecorder(coordinator, move.id, held.rounds.length)
       const endpoint = yield* link.prepare(header)
@@ -374,12 +451,10 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       })
       if (result._tag !== "AtSwitchover") yield* recorder.recorded.pipe(Effect.ignore)
       if (result._tag === "Refused") {
-        yield* abandon(result.reason, result.estimateMs)
-        return { _tag: "Refused", stage: "pre-pause", estimateMs: result.estimateMs, reason: result.reason, paused: false, rounds } as const
+        return abandoned(yield* abandon(result.reason, result.estimateMs), () => ({ _tag: "Refused", stage: "pre-pause", estimateMs: result.estimateMs, reason: result.reason, paused: false, rounds }))
       }
       if (result._tag === "Aborted") {
-        yield* abandon(result.reason, result.estimateMs)
-        return { _tag: "Refused", stage: "post-capture", estimateMs: result.estimateMs, reason: result.reason, paused: true, rounds } as const
+        return abandoned(yield* abandon(result.reason, result.estimateMs), () => ({ _tag: "Refused", stage: "post-capture", estimateMs: result.estimateMs, reason: result.reason, paused: true, rounds }))
       }
 
       // Paused at the post-capture check point: nothing of the final round has left this host.
@@ -453,12 +528,12 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         // while the target runs it too).
         yield* at.abort
         const reason = `move failed: the source's state file could not record the move's debt before its final round: ${indebted.failure.message}`
-        yield* abandon(reason)
         // The record holds no debt of a move that sent nothing (a write that lands in the same
         // instant as the bound may have taken it); this change's write, queued after the debt's
-        // own (`owePaused`), puts the file in line with it.
+        // own (`owePaused`), puts the file in line with it. Before the abort: a move read
+        // committed is owed anew (`abandon`).
         yield* residents.removePendingCommit(move.id)
-        return { _tag: "Failed", reason, paused: true } as const
+        return abandoned(yield* abandon(reason), () => ({ _tag: "Failed", reason, paused: true }))
       }
       yield* endedMeanwhile
       const persistedAtMs = yield* nowMs
@@ -491,8 +566,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         if (recorded.r.failure._tag === "Conflict") return yield* recorded.r.failure
         const reason = `move failed: the ${withIntent ? "intent" : "final round"} could not be recorded: ${recorded.r.failure.message}`
         // Its record may have landed with its answer lost: an abort not acknowledged is owed.
-        const acknowledged = yield* abandon(reason)
-        return { _tag: "Failed", reason, paused: true, ...(acknowledged ? {} : { abortOwed: true }) } as const
+        return abandoned(yield* abandon(reason), (acknowledged) => ({ _tag: "Failed", reason, paused: true, ...(acknowledged ? {} : { abortOwed: true }) }))
       }
       if (sent.r._tag === "Failure") {
         // The stream did not complete: the target cannot run the guest (it runs only on our
@@ -500,9 +574,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         // no return (intent or final round) is no fence against that: the source's own abort
         // ends the move.
         const reason = `move failed: the final round was not sent: ${sent.r.failure.message}`
-        const acknowledged = yield* abandon(reason)
+        // The debt goes first: a move read committed is owed anew (`abandon`).
         yield* residents.removePendingCommit(move.id)
-        return { _tag: "Failed", reason, paused: true, ...(acknowledged ? {} : { abortOwed: true }) } as const
+        return abandoned(yield* abandon(reason), (acknowledged) => ({ _tag: "Failed", reason, paused: true, ...(acknowledged ? {} : { abortOwed: true }) }))
       }
       const bothAtMs = Math.max(recorded.atMs, sent.atMs)
       // The final round as measured: its bytes on the wire and its send.
@@ -552,8 +626,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       Effect.catch((e) =>
         Effect.gen(function* () {
           const reason = `move failed: ${e._tag} ${"op" in e ? e.op : ""}: ${e.message}`
-          yield* abandon(reason)
-          return { _tag: "Failed", reason, paused: false } as const
+          return abandoned(yield* abandon(reason), () => ({ _tag: "Failed", reason, paused: false }))
         }),
       ),
     )
