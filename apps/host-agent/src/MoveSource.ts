@@ -368,7 +368,8 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
           target: m.targetHostId,
         })
         // Paused before the target is asked: it resumes the guest on our commit if it does not run it yet.
-        yield* runtime.park(move.sessionId).pipe(
+        const running = (yield* runtime.list).some((v) => v.vmId === move.sessionId && v.status === "running")
+        if (running) yield* runtime.park(move.sessionId).pipe(
           Effect.catch((e) => Effect.logError("the source copy could not be paused; it is destroyed once the target confirms it runs the guest", { moveId: m.id, sessionId: move.sessionId, error: e.message })),
         )
         yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
