@@ -140,11 +140,13 @@ export const make = (s: HostSettings) =>
      * Registers a resident VM and follows its guest's STOP and RESUME events into `vm.status`, for
      * as long as it is held (in its scope, across its monitor's reconnects): the status QEMU last
      * said, also after a command that timed out ran late (a `stop` answered after its timeout
-     * leaves the guest paused). And watches its monitor and its QEMU's end (`watchEnd`).
+     * leaves the guest paused); and its `MIGRATION` events, the migration status last heard. And
+     * watches its monitor and its QEMU's end (`watchEnd`).
      */
     const hold = (vm: Vm) =>
       Effect.gen(function* () {
         vms.set(vm.spec.vmId, vm)
+        let migration: string | null = null
         const follow = Effect.scoped(
           Effect.gen(function* () {
             const sub = yield* vm.client.subscribe
@@ -152,12 +154,13 @@ export const make = (s: HostSettings) =>
               const e = yield* PubSub.take(sub)
               if (e.event === "STOP") vm.status = "paused"
               else if (e.event === "RESUME") vm.status = "running"
+              else if (e.event === "MIGRATION") migration = String(e.data["status"])
             }
           }),
         )
         yield* Effect.forkIn(follow, vm.scope)
         // In the host's scope: the drop closes the VM's scope, and must not cut itself short.
-        yield* Effect.forkIn(watchEnd(vm), hostScope)
+        yield* Effect.forkIn(watchEnd(vm, () => migration), hostScope)
       })
 
     /**
@@ -203,7 +206,7 @@ export const make = (s: HostSettings) =>
      * gone. A QEMU that ended is dropped (`dropEnded`), once. A pid taken by another process is no
      * QEMU of this VM (`aliveAs`).
      */
-    const watchEnd = (vm: Vm) =>
+    const watchEnd = (vm: Vm, heardMigration: () => string | null) =>
       Effect.gen(function* () {
         const ours = () => !endings.has(vm) && vms.get(vm.spec.vmId) === vm
         const about = { vmId: vm.spec.vmId, pid: vm.pid, socket: vm.paths.socket }
@@ -214,18 +217,60 @@ export const make = (s: HostSettings) =>
           if (!ours()) return
           yield* vm.client.lost
           const lostAtMs = yield* nowMs
+          // QEMU's event timestamps are the host's realtime clock, not Effect's.
+          const lostAtQemuMs = Date.now()
           yield* Effect.logWarning("QEMU VM's monitor connection closed while its QEMU runs; reconnecting to its QMP socket (a command meanwhile waits for it within its own timeout)", about)
           const { outcome, tries } = yield* reconnect(vm, ours)
           if (outcome === "theirs") return
           if (outcome === "gone") break
-          // QEMU's STOP and RESUME while no connection was up went to no one.
-          vm.status = yield* runStatus(vm, "reconnect").pipe(Effect.orElseSucceed(() => vm.status))
-          yield* Effect.logInfo("QEMU VM's monitor is back: reconnected, capabilities negotiated", { ...about, tries, lostMs: (yield* nowMs) - lostAtMs, status: vm.status })
+          const migration = yield* retell(vm, heardMigration, lostAtMs, lostAtQemuMs)
+          yield* Effect.logInfo("QEMU VM's monitor is back: reconnected, capabilities negotiated", {
+            ...about,
+            tries,
+            lostMs: (yield* nowMs) - lostAtMs,
+            status: vm.status,
+            ...(migration === undefined ? {} : { migration }),
+          })
         }
         if (!ours()) return
         // A child's end comes with its exit status, once reaped (at once, as a rule).
         const end = vm.exited === null ? Option.none() : yield* vm.exited.pipe(Effect.timeoutOption(1000))
         yield* dropEnded(vm, Option.getOrNull(end))
+      })
+
+    /**
+     * After a reconnect, what QEMU said while no connection was up, which went to no one, said
+     * again as QEMU would have said it, to whoever waits on the VM's events: its run status read
+     * again (a STOP or RESUME missed is published), and, when a migration was in flight (the last
+     * `MIGRATION` status heard is one of a migration running), its status read again
+     * (`query-migrate`) and published as its `MIGRATION` event unless it is the one last heard:
+     * `completed`, `failed` (its waiter reads QEMU's `error-desc`), `cancelled`, `pre-switchover`,
+     * …; still `active`, nothing is said and its waiter goes on waiting. An event that came on the
+     * new connection before the reading was heard, and is not said twice. A missed STOP is stamped
+     * at the loss (the earliest the guest can have stopped unseen), a missed RESUME or migration
+     * status at its reading (the latest): a move's pause and capture are counted long, never
+     * short. QEMU's migration capabilities and parameters are its own, not the connection's:
+     * nothing is set again. Answers the migration status read (undefined: none was in flight, or
+     * QEMU did not answer).
+     */
+    const retell = (vm: Vm, heardMigration: () => string | null, lostAtMs: number, lostAtQemuMs: number) =>
+      Effect.gen(function* () {
+        const say = (event: string, data: Record<string, unknown>, receivedAtMs: number, qemuAtMs: number) =>
+          PubSub.publish(vm.client.events, { event, data, receivedAtMs, qemuAtMs } satisfies Qmp.QmpEvent)
+        const before = vm.status
+        const status = yield* runStatus(vm, "reconnect").pipe(Effect.option)
+        if (Option.isSome(status) && status.value !== before) {
+          vm.status = status.value
+          if (status.value === "paused") yield* say("STOP", {}, lostAtMs, lostAtQemuMs)
+          else yield* say("RESUME", {}, yield* nowMs, Date.now())
+        }
+        if (!migrating(heardMigration() ?? undefined)) return undefined
+        const info = yield* queryMigrate(vm, "reconnect").pipe(Effect.option)
+        const now = Option.isSome(info) ? info.value.status : undefined
+        // Heard again after the reading: an event of the new connection is heard before its answer.
+        const heard = heardMigration()
+        if (now !== undefined && now !== heard && migrating(heard ?? undefined)) yield* say("MIGRATION", { status: now }, yield* nowMs, Date.now())
+        return now
       })
 
     /**

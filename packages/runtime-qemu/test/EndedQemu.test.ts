@@ -8,6 +8,7 @@ import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Logger, Scope } from "effect"
 import { TestClock } from "effect/testing"
+import { nowMs } from "@engram/runtime"
 import { QemuProcess, QemuRuntime } from "../src/index.js"
 import * as FakeQemu from "./support/FakeQemu.js"
 
@@ -278,6 +279,67 @@ describe("a VM whose monitor connection closes while its QEMU lives (on a TestCl
           assert.strictEqual(line?.level, "Error")
           assert.include(line?.fields, { vmId: "v1", pid, ended: "killed by SIGKILL" })
           assert.lengthOf(back(logged), 0)
+        }),
+      ),
+    ),
+  )
+
+  /**
+   * A descent (`descent-slow`: 5 rounds, 100 ms of real time each, then `completed`; or
+   * `descent-fail`: then `failed`) whose monitor closes just after its `migrate` and holds its
+   * greeting for 1.5 s of real time: QEMU's end of the save goes to no connection. Its progress
+   * bound is 10 minutes of the TestClock; the clock is moved until the descent ends.
+   */
+  const descentLost = (logged: Logged[], mode: "descent-slow" | "descent-fail") =>
+    Effect.gen(function* () {
+      const fake = yield* FakeQemu.make(mode, { wedgeMs: 1500, steps: 5 })
+      const config = { ...fake.config, qmpTimeoutMs: 60_000, startTimeoutMs: 600_000, migrationTimeoutMs: 600_000 }
+      const rt = yield* FakeQemu.pumped(QemuRuntime.make(config))
+      yield* FakeQemu.pumped(rt.start(spec("v1")))
+      const pid = rt.pidOf("v1")!
+      mkdirSync(join(fake.dir, "img"))
+      const t0 = yield* nowMs
+      const descent = yield* Effect.forkChild(Effect.result(rt.descend("v1", join(fake.dir, "img", "image"))))
+      yield* FakeQemu.until(() => fake.lines().includes("cmd migrate"), "the save to start")
+      process.kill(pid, "SIGUSR1") // no greeting for a new client for 1.5 s
+      yield* FakeQemu.until(() => fake.lines().includes("wedged"), "the fake's monitor wedged")
+      process.kill(pid, "SIGUSR2")
+      yield* FakeQemu.pumpUntil(() => descent.pollUnsafe() !== undefined, "the descent to end")
+      const result = yield* Fiber.join(descent)
+      const afterClose = fake.lines().slice(fake.lines().indexOf("monitor closed"))
+      return { fake, rt, pid, result, tookMs: (yield* nowMs) - t0, afterClose }
+    })
+
+  it.effect("a descent whose save completes while its monitor is being reconnected completes once it is back, not at its progress bound", () =>
+    withLogs((logged) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { rt, pid, result, tookMs, afterClose } = yield* descentLost(logged, "descent-slow")
+          assert.isTrue(afterClose.some((l) => l.startsWith("event MIGRATION {\"status\":\"completed\"}")), "QEMU completed the save while no connection was up")
+          assert.strictEqual(result._tag, "Success", `the descent completed: ${result._tag === "Failure" ? result.failure.message : ""}`)
+          assert.isBelow(tookMs, 60_000, "well before its 10-minute progress bound")
+          assert.isFalse(FakeQemu.isAlive(pid), "its QEMU ended by the descent")
+          assert.deepStrictEqual(yield* rt.list, [])
+          assert.include(back(logged)[0]?.fields, { vmId: "v1", migration: "completed" })
+          assert.lengthOf(crashes(logged), 0)
+        }),
+      ),
+    ),
+  )
+
+  it.effect("a descent whose save fails while its monitor is being reconnected fails once it is back, with QEMU's reason, and the guest is given back", () =>
+    withLogs((logged) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { rt, pid, result, tookMs, afterClose } = yield* descentLost(logged, "descent-fail")
+          assert.isTrue(afterClose.some((l) => l.startsWith("event MIGRATION {\"status\":\"failed\"}")), "QEMU failed the save while no connection was up")
+          assert.strictEqual(result._tag, "Failure")
+          if (result._tag === "Failure") assert.match(result.failure.message, /migration failed: fake: Unable to write to command: Broken pipe/)
+          assert.isBelow(tookMs, 60_000, "well before its 10-minute progress bound")
+          assert.isTrue(FakeQemu.isAlive(pid))
+          assert.deepStrictEqual(yield* rt.list, [{ ...spec("v1"), status: "running" }], "the guest runs again where it was")
+          yield* FakeQemu.pumped(rt.destroy("v1"))
+          assert.lengthOf(crashes(logged), 0)
         }),
       ),
     ),

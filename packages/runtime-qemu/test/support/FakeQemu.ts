@@ -9,7 +9,7 @@ import { TestClock } from "effect/testing"
 import { QemuProcess } from "../../src/index.js"
 import type { QemuRuntime } from "../../src/index.js"
 
-export type FakeMode = "" | "descent-stall" | "descent-slow" | "load-stall" | "switchover-stall" | "switchover-mute" | "cancel-ignored" | "stop-late"
+export type FakeMode = "" | "descent-stall" | "descent-slow" | "descent-fail" | "load-stall" | "switchover-stall" | "switchover-mute" | "cancel-ignored" | "stop-late"
 
 export interface FakeQemu {
   readonly dir: string

@@ -4,6 +4,7 @@
 // their own:
 //   -fake-mode M      descent-stall: a capture keeps passing but sends nothing and never ends;
 //                     descent-slow: a capture sends a little every 100 ms, ends after -fake-steps;
+//                     descent-fail: as descent-slow, and it fails (QEMU's error-desc) instead of ending;
 //                     load-stall: an incoming stream never ends;
 //                     switchover-stall: a move's final round never ends (the target stopped reading);
 //                     switchover-mute: as switchover-stall, and the monitor answers nothing more;
@@ -113,13 +114,19 @@ const commands = {
     if (mode === "descent-stall") {
       let n = 0
       every(100, () => event("MIGRATION_PASS", { pass: ++n }))
-    } else if (mode === "descent-slow") {
+    } else if (mode === "descent-slow" || mode === "descent-fail") {
       let n = 0
       every(100, () => {
         n += 1
         migration = { ...migration, ram: ram(n * MiB, (steps - n) * MiB) }
         event("MIGRATION_PASS", { pass: n })
-        if (n >= steps) complete(file)
+        if (n < steps) return
+        if (mode === "descent-slow") complete(file)
+        else {
+          stopTimers()
+          migration = { status: "failed", ram: migration.ram, "error-desc": "fake: Unable to write to command: Broken pipe" }
+          event("MIGRATION", { status: "failed" })
+        }
       })
     } else if (mode === "switchover-stall" || mode === "switchover-mute") {
       event("MIGRATION_PASS", { pass: 1 })
