@@ -7,7 +7,8 @@
  * timeout) and is sent on the new connection, or fails, not sent, saying the monitor is being
  * reconnected. A command in flight when the connection closes fails (it may have run: it is not
  * sent again). Events come from one PubSub for the VM, so a subscriber follows every connection
- * (what QEMU said while none was up is lost).
+ * (what QEMU said while none was up reached no one: `VmHost` reads the VM's run status and a
+ * migration in flight again after a reconnect, and says what changed as QEMU would have).
  */
 import { Deferred, Effect, Exit, PubSub, Scope } from "effect"
 import { nowMs } from "@engram/runtime"

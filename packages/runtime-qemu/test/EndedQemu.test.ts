@@ -286,13 +286,13 @@ describe("a VM whose monitor connection closes while its QEMU lives (on a TestCl
 
   /**
    * A descent (`descent-slow`: 5 rounds, 100 ms of real time each, then `completed`; or
-   * `descent-fail`: then `failed`) whose monitor closes just after its `migrate` and holds its
-   * greeting for 1.5 s of real time: QEMU's end of the save goes to no connection. Its progress
-   * bound is 10 minutes of the TestClock; the clock is moved until the descent ends.
+   * `descent-fail`: then `failed`) whose monitor closes once it answered the `migrate` and holds
+   * its greeting for 1.5 s of real time: QEMU's end of the save goes to no connection. Its
+   * progress bound is 10 minutes of the TestClock; the clock is moved until the descent ends.
    */
   const descentLost = (logged: Logged[], mode: "descent-slow" | "descent-fail") =>
     Effect.gen(function* () {
-      const fake = yield* FakeQemu.make(mode, { wedgeMs: 1500, steps: 5 })
+      const fake = yield* FakeQemu.make(mode, { wedgeMs: 1500, steps: 5, dropOnMigrate: true })
       const config = { ...fake.config, qmpTimeoutMs: 60_000, startTimeoutMs: 600_000, migrationTimeoutMs: 600_000 }
       const rt = yield* FakeQemu.pumped(QemuRuntime.make(config))
       yield* FakeQemu.pumped(rt.start(spec("v1")))
@@ -300,10 +300,6 @@ describe("a VM whose monitor connection closes while its QEMU lives (on a TestCl
       mkdirSync(join(fake.dir, "img"))
       const t0 = yield* nowMs
       const descent = yield* Effect.forkChild(Effect.result(rt.descend("v1", join(fake.dir, "img", "image"))))
-      yield* FakeQemu.until(() => fake.lines().includes("cmd migrate"), "the save to start")
-      process.kill(pid, "SIGUSR1") // no greeting for a new client for 1.5 s
-      yield* FakeQemu.until(() => fake.lines().includes("wedged"), "the fake's monitor wedged")
-      process.kill(pid, "SIGUSR2")
       yield* FakeQemu.pumpUntil(() => descent.pollUnsafe() !== undefined, "the descent to end")
       const result = yield* Fiber.join(descent)
       const afterClose = fake.lines().slice(fake.lines().indexOf("monitor closed"))
@@ -340,6 +336,35 @@ describe("a VM whose monitor connection closes while its QEMU lives (on a TestCl
           assert.deepStrictEqual(yield* rt.list, [{ ...spec("v1"), status: "running" }], "the guest runs again where it was")
           yield* FakeQemu.pumped(rt.destroy("v1"))
           assert.lengthOf(crashes(logged), 0)
+        }),
+      ),
+    ),
+  )
+
+  it.effect("a move whose source reaches pre-switchover while its monitor is being reconnected acts on it once it is back, its pause counted from the loss", () =>
+    withLogs((logged) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          // The fake stops the guest and waits at pre-switchover 80 ms after the `migrate`: both unseen.
+          const fake = yield* FakeQemu.make("switchover-stall", { wedgeMs: 1500, dropOnMigrate: true })
+          const config = { ...fake.config, qmpTimeoutMs: 60_000, startTimeoutMs: 600_000, migrationTimeoutMs: 600_000 }
+          const rt = yield* FakeQemu.pumped(QemuRuntime.make(config))
+          yield* FakeQemu.pumped(rt.start(spec("v1")))
+          const budget = { maxDowntimeMs: 600, commitAllowanceMs: 100, maxPreCopyRounds: 6 }
+          const t0 = yield* nowMs
+          const moved = yield* FakeQemu.pumped(rt.migrate("v1", { moveId: "mv", endpoint: { runtime: "qemu", uri: "tcp:127.0.0.1:1" }, budget, onRound: () => Effect.void }))
+          assert.isBelow((yield* nowMs) - t0, 60_000, "well before migrationTimeoutMs")
+          const afterClose = fake.lines().slice(fake.lines().indexOf("monitor closed"))
+          assert.includeMembers(afterClose, ["event STOP {}", 'event MIGRATION {"status":"pre-switchover"}'], "QEMU stopped the guest and waited while no connection was up")
+          if (moved._tag !== "Aborted") return assert.fail(`the move ended ${moved._tag}, not Aborted at post-capture`)
+          assert.strictEqual(moved.stage, "post-capture")
+          // The capture and the pause span the 1.5 s the monitor held its greeting: counted long, never short.
+          assert.isAtLeast(moved.captureMs, 1000)
+          assert.isAbove(moved.pausedMs, 0)
+          assert.include(afterClose, "cmd migrate_cancel", "cancelled at pre-switchover: the guest resumes on the source")
+          assert.deepStrictEqual(yield* rt.list, [{ ...spec("v1"), status: "running" }])
+          assert.include(back(logged)[0]?.fields, { vmId: "v1", migration: "pre-switchover", status: "paused" })
+          yield* FakeQemu.pumped(rt.destroy("v1"))
         }),
       ),
     ),

@@ -16,6 +16,9 @@
 //   (SIGUSR2 closes the monitor's connection, the process living on: a monitor that restarted;
 //   as QEMU's `server=on,wait=off` socket, it greets the next client, unless wedged.)
 //   -fake-steps N     descent-slow's steps (default 30).
+//   -fake-drop-on-migrate 1  once it has answered a `migrate`, the monitor wedges (as SIGUSR1) and
+//                     closes the runtime's connection (as SIGUSR2): what the migration says next
+//                     goes to no one until the runtime reconnects, after -fake-wedge-ms.
 // As QEMU's QMP socket chardev, it serves one client at a time: another waits in the listen
 // backlog, not greeted, until the one before disconnects.
 import fs from "node:fs"
@@ -34,6 +37,7 @@ const mode = opt("-fake-mode") ?? ""
 const logFile = opt("-fake-log")
 const wedgeMs = Number(opt("-fake-wedge-ms") ?? 5000)
 const steps = Number(opt("-fake-steps") ?? 30)
+const dropOnMigrate = opt("-fake-drop-on-migrate") === "1"
 const log = (line) => logFile !== undefined && fs.appendFileSync(logFile, `${Date.now()} ${line}\n`)
 fs.writeFileSync(opt("-pidfile"), String(process.pid))
 if (opt("-fake-pids") !== undefined) fs.appendFileSync(opt("-fake-pids"), `${process.pid}\n`)
@@ -55,7 +59,7 @@ const stopTimers = () => {
 // The monitor: muted (answers nothing) for good, or wedged (no greeting, no answer) for a while.
 let muted = false
 let wedged = false
-process.on("SIGUSR1", () => {
+const wedge = () => {
   wedged = true
   log("wedged")
   setTimeout(() => {
@@ -63,7 +67,8 @@ process.on("SIGUSR1", () => {
     log("unwedged")
     serveNext()
   }, wedgeMs)
-})
+}
+process.on("SIGUSR1", wedge)
 
 process.on("SIGUSR2", () => {
   log("monitor closed")
@@ -192,6 +197,12 @@ const serve = (c) => {
       const run = () => {
         const answer = (commands[m.execute] ?? (() => ({})))(m.arguments ?? {})
         c.write(`${JSON.stringify("error" in answer ? { error: answer.error, id: m.id } : { return: answer, id: m.id })}\n`)
+        if (dropOnMigrate && m.execute === "migrate" && !("error" in answer)) {
+          wedge()
+          log("monitor closed")
+          // After the answer: `end` sends what was written first.
+          c.end()
+        }
       }
       // stop-late: a `stop` runs (and is answered) 1.5 s late, after the runtime's 1 s timeout.
       if (mode === "stop-late" && m.execute === "stop") setTimeout(run, 1500)
