@@ -290,7 +290,7 @@ describe("a VM whose monitor connection closes while its QEMU lives (on a TestCl
    * its greeting for 1.5 s of real time: QEMU's end of the save goes to no connection. Its
    * progress bound is 10 minutes of the TestClock; the clock is moved until the descent ends.
    */
-  const descentLost = (logged: Logged[], mode: "descent-slow" | "descent-fail") =>
+  const descentLost = (mode: "descent-slow" | "descent-fail") =>
     Effect.gen(function* () {
       const fake = yield* FakeQemu.make(mode, { wedgeMs: 1500, steps: 5, dropOnMigrate: true })
       const config = { ...fake.config, qmpTimeoutMs: 60_000, startTimeoutMs: 600_000, migrationTimeoutMs: 600_000 }
@@ -310,7 +310,7 @@ describe("a VM whose monitor connection closes while its QEMU lives (on a TestCl
     withLogs((logged) =>
       Effect.scoped(
         Effect.gen(function* () {
-          const { rt, pid, result, tookMs, afterClose } = yield* descentLost(logged, "descent-slow")
+          const { rt, pid, result, tookMs, afterClose } = yield* descentLost("descent-slow")
           assert.isTrue(afterClose.some((l) => l.startsWith("event MIGRATION {\"status\":\"completed\"}")), "QEMU completed the save while no connection was up")
           assert.strictEqual(result._tag, "Success", `the descent completed: ${result._tag === "Failure" ? result.failure.message : ""}`)
           assert.isBelow(tookMs, 60_000, "well before its 10-minute progress bound")
@@ -327,7 +327,7 @@ describe("a VM whose monitor connection closes while its QEMU lives (on a TestCl
     withLogs((logged) =>
       Effect.scoped(
         Effect.gen(function* () {
-          const { rt, pid, result, tookMs, afterClose } = yield* descentLost(logged, "descent-fail")
+          const { rt, pid, result, tookMs, afterClose } = yield* descentLost("descent-fail")
           assert.isTrue(afterClose.some((l) => l.startsWith("event MIGRATION {\"status\":\"failed\"}")), "QEMU failed the save while no connection was up")
           assert.strictEqual(result._tag, "Failure")
           if (result._tag === "Failure") assert.match(result.failure.message, /migration failed: fake: Unable to write to command: Broken pipe/)
