@@ -9,6 +9,9 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { describe, expect, it } from "vitest"
 
+const WINDOW_RULE = "must be an integer from 1 to 31536000000 (a year: windows of days are in use, and every agent must take its coordinator's)"
+const REAPER_RULE = "must be an integer from 1 to 3600000 (an hour: stale reservations, parks and starving sessions wait a pass)"
+
 describe("configuration", () => {
   it("defaults: port 7070 on 127.0.0.1, ./.engram, PGlite, SPEC §9 limits", () => {
     expect(Config.defaults()).toMatchObject({ port: 7070, host: "127.0.0.1", dataDir: "./.engram", databaseUrl: null, adminToken: null, metricsToken: null, limits: Limits.defaults })
@@ -18,6 +21,35 @@ describe("configuration", () => {
     const r = Config.parse({ ENGRAM_PORT: "0", ENGRAM_CPU_OVERCOMMIT: "2.5", ENGRAM_REQUIRE_MEASURED: "true", ENGRAM_REAPER_INTERVAL_MS: "500" })
     expect(r._tag).toBe("Valid")
     if (r._tag === "Valid") expect(r.config).toMatchObject({ port: 0, limits: { cpuOvercommit: 2.5, requireMeasured: true, reaperIntervalMs: 500 } })
+  })
+
+  it("the timing and count limits have core's upper bounds (a slip of digits is refused, never taken), named by variable and rule, or by key from a program; the bounds are taken", () => {
+    const over = Config.parse({
+      ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "999999999999999",
+      ENGRAM_PARK_HARD_TTL_MS: "999999999999999",
+      ENGRAM_COMMIT_ALLOWANCE_MS: "60001",
+      ENGRAM_REAPER_INTERVAL_MS: "999999999999999",
+      ENGRAM_MAX_ENTRIES_PER_NODE: "100001",
+    })
+    expect(over._tag === "Invalid" && over.issues.map((i) => [i.variable, i.rule, i.value])).toEqual([
+      ["ENGRAM_MAX_ENTRIES_PER_NODE", "must be an integer from 1 to 100000 (far more VMs than one host runs)", "100001"],
+      ["ENGRAM_HEARTBEAT_STALE_WINDOW_MS", WINDOW_RULE, "999999999999999"],
+      ["ENGRAM_PARK_HARD_TTL_MS", "must be an integer from 1 to 31536000000 (a year)", "999999999999999"],
+      ["ENGRAM_COMMIT_ALLOWANCE_MS", "must be a number from 0 to 60000 (a minute: every downtime estimate counts it, so one above a session's budget refuses its every move)", "60001"],
+      ["ENGRAM_REAPER_INTERVAL_MS", REAPER_RULE, "999999999999999"],
+    ])
+    const edge = Config.parse({
+      ENGRAM_HEARTBEAT_STALE_WINDOW_MS: "31536000000",
+      ENGRAM_RECLAIM_GRACE_MS: "31536000000",
+      ENGRAM_PARK_HARD_TTL_MS: "31536000000",
+      ENGRAM_COMMIT_ALLOWANCE_MS: "60000",
+      ENGRAM_REAPER_INTERVAL_MS: "3600000",
+      ENGRAM_MAX_ENTRIES_PER_NODE: "100000",
+    })
+    expect(edge._tag === "Valid" && edge.config.limits).toMatchObject({ heartbeatStaleWindowMs: 31_536_000_000, parkHardTtlMs: 31_536_000_000, commitAllowanceMs: 60_000, reaperIntervalMs: 3_600_000, maxEntriesPerNode: 100_000 })
+    // A program's limits, as numbers: 10^15 ms of reaper interval named by key.
+    const program = Config.parseInput({ limits: { ...Limits.defaults, reaperIntervalMs: 1e15 } })
+    expect(program._tag === "Invalid" && program.issues.map((i) => [i.variable, i.rule, i.value])).toEqual([["limits.reaperIntervalMs", REAPER_RULE, 1e15]])
   })
 
   it("an integer is decimal digits (at most 15: every one is exact): a blank, hex, an exponent, a fraction or more digits is refused naming the variable and its rule", () => {
@@ -363,7 +395,7 @@ describe("configuration", () => {
     const r = Config.parse({ ENGRAM_PORT: null, ENGRAM_REAPER_INTERVAL_MS: null, ENGRAM_DATABASE_URL: null })
     expect(r._tag === "Invalid" && r.issues).toEqual([
       { variable: "ENGRAM_PORT", rule: "must be an integer from 0 to 65535", value: null },
-      { variable: "ENGRAM_REAPER_INTERVAL_MS", rule: "must be an integer", value: null },
+      { variable: "ENGRAM_REAPER_INTERVAL_MS", rule: "must be an integer from 1 to 3600000 (an hour: stale reservations, parks and starving sessions wait a pass)", value: null },
     ])
     const file = join(mkdtempSync(join(tmpdir(), "engram-config-")), "c.json")
     writeFileSync(file, JSON.stringify({ ENGRAM_LEASE_DURATION_MS: 5000, ENGRAM_LEASE_RENEW_DEADLINE_MS: null }))
@@ -423,9 +455,9 @@ describe("configuration", () => {
     expect(byVar).toEqual({
       ENGRAM_PORT: "must be an integer from 0 to 65535",
       ENGRAM_CPU_OVERCOMMIT: "must be > 0",
-      ENGRAM_MAX_ENTRIES_PER_NODE: "must be an integer",
+      ENGRAM_MAX_ENTRIES_PER_NODE: "must be an integer from 1 to 100000 (far more VMs than one host runs)",
       ENGRAM_REQUIRE_MEASURED: Config.booleanRule,
-      ENGRAM_REAPER_INTERVAL_MS: "must be an integer",
+      ENGRAM_REAPER_INTERVAL_MS: "must be an integer from 1 to 3600000 (an hour: stale reservations, parks and starving sessions wait a pass)",
       ENGRAM_DATABASE_URL: "must be a postgres:// or postgresql:// URL",
       ENGRAM_ADMIN_TOKEN: "must be at least 16 characters",
     })
@@ -618,7 +650,7 @@ describe("a program's settings", () => {
       ["port", "must be an integer from 0 to 65535", -1],
       ["adminToken", "must be at least 16 characters", "<hidden>"],
       ["limits.cpuOvercommit", "must be > 0", 0],
-      ["limits.heartbeatStaleWindowMs", "must be an integer", Number.NaN],
+      ["limits.heartbeatStaleWindowMs", "must be an integer from 1 to 31536000000 (a year: windows of days are in use, and every agent must take its coordinator's)", Number.NaN],
     ])
     // Nothing refused: the same values as before.
     const c = await valid({ port: 0, adminToken, peerUrl: "http://10.0.0.5:7070/" })

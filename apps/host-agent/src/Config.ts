@@ -51,7 +51,8 @@ const int = (variable: string, min: number) => {
   return Config.schema(Env.decimalInt(rule).check(Schema.isGreaterThanOrEqualTo(min, { message: rule })), variable)
 }
 const intUpTo = (variable: string, min: number, max: number, why: string) => {
-  const rule = `must be an integer from ${min} to ${max} (${why})`
+  // Core's words for a bounded limit (`Limits.boundRule`), so the agent and the coordinator refuse alike.
+  const rule = Limits.boundRule("an integer", min, { max, why })
   return Config.schema(Env.decimalInt(rule).check(Schema.isBetween({ minimum: min, maximum: max }, { message: rule })), variable)
 }
 const intOr = (variable: string, fallback: number, min: number) => int(variable, min).pipe(Config.withDefault(fallback))
@@ -66,7 +67,8 @@ const dayMs = 24 * 3_600_000
  * this host for good while its heartbeats kept it live.
  */
 export const settingBounds = {
-  heartbeatStaleWindowMs: { max: 365 * dayMs, why: "a year: the coordinator takes windows longer than a day, and the agent must take the coordinator's" },
+  // Core's, the coordinator's: the agent must take its coordinator's window.
+  heartbeatStaleWindowMs: Limits.bounds.heartbeatStaleWindowMs,
   retryDelayMs: { max: 60_000, why: "a minute: failures in a row back off to 30 times it, and a failed assignments poll takes no command until then" },
   stagingGraceMs: { max: 3_600_000, why: "an hour: a target keeps an unclaimed incoming VM, and its memory, that long" },
   reportRunningAfterMs: { max: 3_600_000, why: "an hour: an in-doubt move's guest runs here uncommitted that long" },

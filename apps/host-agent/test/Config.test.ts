@@ -522,7 +522,7 @@ describe("a program's agent options", () => {
       ["config.moveIntent", "must be true or false", "yes"],
       ["config.templates", `a template name ${Names.templateNameRule}: "a/b"`, undefined],
       ["config.heartbeatMS", "is not a known setting", undefined],
-      ["heartbeatStaleWindowMs", "must be an integer from 1 to 31536000000 (a year: the coordinator takes windows longer than a day, and the agent must take the coordinator's)", null],
+      ["heartbeatStaleWindowMs", "must be an integer from 1 to 31536000000 (a year: windows of days are in use, and every agent must take its coordinator's)", null],
       ["config.reportIntervalMs", "must be an integer >= 1", 0],
       ["config.pollWaitMs", "must be an integer from 0 to 30000 (the longest the coordinator holds an assignments poll)", 30_001],
       ["config.retryDelayMs", "must be an integer from 1 to 60000 (a minute: failures in a row back off to 30 times it, and a failed assignments poll takes no command until then)", null],

@@ -71,16 +71,52 @@ const integerAtLeast =
   (v) =>
     typeof v !== "number" || !Number.isInteger(v) ? "must be an integer" : v >= min ? null : `must be >= ${min}`
 
+const dayMs = 24 * 3_600_000
+
+/** An upper bound and why it is that. */
+export interface Bound {
+  readonly max: number
+  readonly why: string
+}
+
+/**
+ * The largest value of each timing and count limit, with why. Each is many times its default,
+ * so only a slip is refused (seconds given as ms twice, digits pasted twice), never a deliberate
+ * setting; without a bound such a slip was taken silently (a reaper interval of 10^12 ms is a
+ * reaper that never runs again). The host agent bounds its own settings the same way, and reads
+ * the stale window's bound from here.
+ */
+export const bounds = {
+  heartbeatStaleWindowMs: { max: 365 * dayMs, why: "a year: windows of days are in use, and every agent must take its coordinator's" },
+  parkHardTtlMs: { max: 365 * dayMs, why: "a year" },
+  commitAllowanceMs: { max: 60_000, why: "a minute: every downtime estimate counts it, so one above a session's budget refuses its every move" },
+  reaperIntervalMs: { max: 3_600_000, why: "an hour: stale reservations, parks and starving sessions wait a pass" },
+  maxEntriesPerNode: { max: 100_000, why: "far more VMs than one host runs" },
+} as const satisfies { readonly [K in keyof Limits]?: Bound }
+
+/** A bounded figure's one rule, in the words of every refusal of it (the host agent's too): `must be an integer from 1 to 3600000 (an hour: …)`. */
+export const boundRule = (kind: "an integer" | "a number", min: number, bound: Bound): string => `must be ${kind} from ${min} to ${bound.max} (${bound.why})`
+
+const integerWithin =
+  (min: number, bound: Bound): Rule =>
+  (v) =>
+    typeof v === "number" && Number.isInteger(v) && v >= min && v <= bound.max ? null : boundRule("an integer", min, bound)
+
+const finiteWithin =
+  (min: number, bound: Bound): Rule =>
+  (v) =>
+    typeof v === "number" && Number.isFinite(v) && v >= min && v <= bound.max ? null : boundRule("a number", min, bound)
+
 const rules: { readonly [K in keyof Limits]: Rule } = {
   cpuOvercommit: finiteAtLeast(0, true),
   memOvercommitRatio: finiteAtLeast(0),
   systemReserveMib: integerAtLeast(0),
-  maxEntriesPerNode: integerAtLeast(1),
+  maxEntriesPerNode: integerWithin(1, bounds.maxEntriesPerNode),
   requireMeasured: (v) => (typeof v === "boolean" ? null : "must be a boolean"),
-  heartbeatStaleWindowMs: integerAtLeast(1),
-  parkHardTtlMs: integerAtLeast(1),
-  commitAllowanceMs: finiteAtLeast(0),
-  reaperIntervalMs: integerAtLeast(1),
+  heartbeatStaleWindowMs: integerWithin(1, bounds.heartbeatStaleWindowMs),
+  parkHardTtlMs: integerWithin(1, bounds.parkHardTtlMs),
+  commitAllowanceMs: finiteWithin(0, bounds.commitAllowanceMs),
+  reaperIntervalMs: integerWithin(1, bounds.reaperIntervalMs),
 }
 
 /**

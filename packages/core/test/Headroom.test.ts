@@ -126,12 +126,30 @@ describe("Limits", () => {
     expect(bad._tag).toBe("Invalid")
     if (bad._tag === "Invalid") {
       expect(bad.issues.map((i) => [i.field, i.rule])).toEqual([
-        ["maxEntriesPerNode", "must be >= 1"],
+        ["maxEntriesPerNode", "must be an integer from 1 to 100000 (far more VMs than one host runs)"],
         ["cpuOvercommit", "must be a finite number"],
         ["sytemReserveMib", "is not a known limit"],
       ])
     }
     const good = Limits.make({ maxEntriesPerNode: 8, requireMeasured: true })
     expect(good._tag === "Valid" && good.limits.maxEntriesPerNode === 8 && good.limits.requireMeasured).toBe(true)
+  })
+
+  it("each timing and count limit has an upper bound, refused past it with the whole range and why; the bound itself is taken", () => {
+    const bounded = ["heartbeatStaleWindowMs", "parkHardTtlMs", "commitAllowanceMs", "reaperIntervalMs", "maxEntriesPerNode"] as const
+    for (const field of bounded) {
+      const { max } = Limits.bounds[field]
+      const over = Limits.make({ [field]: 1e15 })
+      expect(over._tag === "Invalid" && over.issues.map((i) => [i.field, i.rule])).toEqual([[field, expect.stringMatching(new RegExp(`^must be an? (integer|number) from [01] to ${max} \\(.+\\)$`))]])
+      const justOver = Limits.make({ [field]: max + 1 })
+      expect(justOver._tag, field).toBe("Invalid")
+      const edge = Limits.make({ [field]: max })
+      expect(edge._tag === "Valid" && edge.limits[field], field).toBe(max)
+    }
+    expect(Limits.make({ reaperIntervalMs: 1e15 })).toMatchObject({
+      issues: [{ field: "reaperIntervalMs", rule: "must be an integer from 1 to 3600000 (an hour: stale reservations, parks and starving sessions wait a pass)" }],
+    })
+    // A year of stale window: the host agent's bound is this one.
+    expect(Limits.bounds.heartbeatStaleWindowMs.max).toBe(365 * 24 * 3_600_000)
   })
 })
