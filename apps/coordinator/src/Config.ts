@@ -9,6 +9,7 @@
  * each named by its key (`limits.<field>` for a limit); the rules between settings are
  * `crossFieldIssues`, the one place every path checks them.
  */
+import { Urls } from "@engram/api"
 import { Env } from "@engram/process"
 import { Downtime, Limits, MakeRoom, Move, Names, Reclaim } from "@engram/core"
 import { checkLeaseTimes, defaultLeaseTimes, Validate } from "@engram/store"
@@ -428,7 +429,10 @@ const otlpUrlProblem = (u: string): string | undefined => {
   return userinfo ? "must be an http:// or https:// URL without user:password@ (the URL is logged; give the collector's credentials in ENGRAM_OTLP_HEADERS, a secret)" : undefined
 }
 
-/** The URL settings: a refused value holding an `@` (it may be `user:password@`) is shown as `<hidden>`, never echoed. */
+/**
+ * The URL settings: a refused value holding an `@` (it may be `user:password@`) is shown as
+ * `<hidden>`, never echoed; any other with its query or fragment masked (`Urls.redact`).
+ */
 const urlVariables: ReadonlySet<string> = new Set(["ENGRAM_OTLP_URL", "ENGRAM_PEER_URL"])
 
 /** The rule of `ENGRAM_PEER_URL`: core's peer URL rule (`Move.peerUrlRule`, the agents'), and no path. */
@@ -596,12 +600,13 @@ export const booleanRule = "must be true, false, 1 or 0, exactly (no blanks arou
  */
 const load = (given: Env.Source, name: Naming = byVariable): Effect.Effect<CoordinatorConfig, Env.ConfigInvalid> =>
   Effect.gen(function* () {
-    // A URL setting's value that may hold `user:password@` is never echoed in an issue.
+    // A URL setting's value that may hold `user:password@` is never echoed in an issue, nor its
+    // query or fragment (a token may ride there): the agents' peer URL settings' rule.
     const source: Env.Source = {
       ...given,
       raw: (v) => {
         const value = given.raw(v)
-        return urlVariables.has(v) ? Env.shownUrl(value) : value
+        return urlVariables.has(v) ? Env.shownUrl(value, Urls.redact) : value
       },
     }
     // A null reads as unset (its default) below: refused here, and no rule between settings is judged on it.

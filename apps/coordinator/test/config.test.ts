@@ -221,8 +221,8 @@ describe("configuration", () => {
       "must be an absolute http:// or https:// URL of at most 2048 characters naming a host peers reach (not 0.0.0.0 or ::), without spaces, control characters, user:password@, a query or a fragment, and without a path: where the other replicas reach this one (http://10.0.0.5:7070)"
     for (const url of ["http://0.0.0.0:7070", "http://[::]:7070/", "http://0:7070", "http://u:p@x:7070", "http://u@x:7070", "http://10.0.0.5:7070/v1", "ftp://10.0.0.5:7070", "http://10.0.0.5:7070?x=1"]) {
       const r = Config.parse({ ENGRAM_PEER_URL: url })
-      // A value that may hold user:password@ is never echoed.
-      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule, i.value]), url).toEqual([["ENGRAM_PEER_URL", rule, url.includes("@") ? Env.hidden : url]])
+      // A value that may hold user:password@ is never echoed, nor a query (the agents' rule).
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.variable, i.rule, i.value]), url).toEqual([["ENGRAM_PEER_URL", rule, url.includes("@") ? Env.hidden : url.replace("?x=1", "?***")]])
       const p = Config.parseInput({ peerUrl: url })
       expect(p._tag === "Invalid" && p.issues.map((i) => [i.variable, i.rule]), url).toEqual([["peerUrl", rule]])
     }
@@ -234,6 +234,21 @@ describe("configuration", () => {
       const r = Config.parse({ ENGRAM_PEER_URL: url })
       expect(r._tag === "Valid" && r.config.peerUrl, url).toBe(kept)
     }
+  })
+
+  it("a refused ENGRAM_PEER_URL or ENGRAM_OTLP_URL never echoes its query or fragment (a token may ride there): masked as the agents' peer URLs are", async () => {
+    for (const [url, shown] of [
+      ["http://10.0.0.5:7070/?token=hunter2", "http://10.0.0.5:7070/?***"],
+      ["http://10.0.0.5:7070?token=hunter2", "http://10.0.0.5:7070?***"],
+      ["http://10.0.0.5:7070/#hunter2", "http://10.0.0.5:7070/#***"],
+    ] as const) {
+      const exit = await Effect.runPromiseExit(Config.fromEnvironment({ ENGRAM_PEER_URL: url }))
+      const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+      expect(error?.issues.map((i) => [i.variable, i.value]), url).toEqual([["ENGRAM_PEER_URL", shown]])
+      expect(error?.message, url).not.toContain("hunter2")
+    }
+    const otlp = Config.parse({ ENGRAM_OTLP_URL: "ftp://collector:4318/?api_key=hunter2" })
+    expect(otlp._tag === "Invalid" && otlp.issues.map((i) => [i.variable, i.value])).toEqual([["ENGRAM_OTLP_URL", "ftp://collector:4318/?***"]])
   })
 
   it("the reserve's groups and lead per class are on by default (core's defaults); 0 turns each off for the reaper; a bad value is named with its rule", () => {

@@ -136,10 +136,7 @@ const hostTokenProblem = (s: string): string | undefined =>
  * coordinator's URL settings (`Env.shownUrl`); else with any query or fragment masked
  * (`Failover.redactUrl`, `ENGRAM_COORDINATOR_URL`'s: a token may ride there too).
  */
-const shownPeerUrl = (value: unknown): unknown => {
-  const shown = Env.shownUrl(value)
-  return typeof shown === "string" && shown !== Env.hidden ? Failover.redactUrl(shown) : shown
-}
+const shownPeerUrl = (value: unknown): unknown => Env.shownUrl(value, Failover.redactUrl)
 
 /** How an issue shows a variable's value: the URL settings' masked (`shownPeerUrl`, `Failover.redactUrl`), any other as given. */
 const shownValue = (variable: string, value: string | undefined): unknown =>

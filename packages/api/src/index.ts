@@ -8,6 +8,7 @@ export * as Payloads from "./Payloads.js"
 export * as Records from "./Records.js"
 export * as Security from "./Security.js"
 export * as StrictJson from "./StrictJson.js"
+export * as Urls from "./Urls.js"
 
 export { EngramApi } from "./EngramApi.js"
 export { FleetApi } from "./FleetApi.js"

@@ -5,7 +5,7 @@
  * the coordinator's answer (another replica of the same database would give the same one).
  * The one place of these rules: the agent's `Failover` and `EngramClient` both use them.
  */
-import { Errors as ApiErrors } from "@engram/api"
+import { Errors as ApiErrors, Urls } from "@engram/api"
 
 /** Why a list of coordinator URLs (`ENGRAM_COORDINATOR_URL`, `ENGRAM_URL`) is refused (`problem`), or its URLs in order. */
 export type ParsedUrls = { readonly urls: readonly [string, ...string[]] } | { readonly problem: string }
@@ -13,30 +13,10 @@ export type ParsedUrls = { readonly urls: readonly [string, ...string[]] } | { r
 const listRule = "must be one or more absolute http:// or https:// URLs, comma-separated"
 
 /**
- * `value` (one URL or a comma-separated list) with what may hold a secret masked, for an echoed
- * refused value or a log line: any user information (everything before the last `@` of the
- * authority, as `new URL` reads it) and any query or fragment.
+ * `value` (one URL or a comma-separated list) with what may hold a secret masked: `@engram/api`'s
+ * `Urls.redact`, the one rule (the coordinator's URL settings show theirs by it too).
  */
-export const redactUrl = (value: string): string =>
-  value
-    .split(",")
-    .map((item) => {
-      const scheme = item.indexOf("//")
-      const start = scheme < 0 ? 0 : scheme + 2
-      // Not a URL at all but with an `@` (a password holding a `/`, say): nothing after the scheme is shown.
-      if (item.includes("@") && !URL.canParse(item.trim())) return `${item.slice(0, start)}***`
-      const rest = item.slice(start)
-      // The authority ends at the path, query or fragment (whichever comes first).
-      const end = rest.search(/[/?#]/)
-      const authority = end < 0 ? rest : rest.slice(0, end)
-      const tail = end < 0 ? "" : rest.slice(end)
-      const at = authority.lastIndexOf("@")
-      const host = at < 0 ? authority : `***@${authority.slice(at + 1)}`
-      const cut = tail.search(/[?#]/)
-      const path = cut < 0 ? tail : `${tail.slice(0, cut)}${tail[cut]}***`
-      return item.slice(0, start) + host + path
-    })
-    .join(",")
+export const redactUrl = Urls.redact
 
 /** A URL as the client uses it: no trailing slash (a path prefix is kept: `http://lb/engram/`). */
 export const baseUrlOf = (url: string): string => url.replace(/\/+$/, "")

@@ -198,10 +198,13 @@ export const hidden = "<hidden>"
 
 /**
  * How an issue shows the value of a URL setting: `<hidden>` ({@link hidden}) when it holds an `@`
- * (it may be `user:password@`, a parsed URL's or not), else as given. The coordinator's URL
- * settings and the host agent's (`ENGRAM_AGENT_PEER_URL`, `ENGRAM_PEERS`, a program's `peerUrl`).
+ * (it may be `user:password@`, a parsed URL's or not), else through `masked` (`@engram/api`'s
+ * `Urls.redact` masks a query or fragment, where a token may ride too; as given without it). The
+ * coordinator's URL settings and the host agent's (`ENGRAM_AGENT_PEER_URL`, `ENGRAM_PEERS`, a
+ * program's `peerUrl`).
  */
-export const shownUrl = (value: unknown): unknown => (typeof value === "string" && value.includes("@") ? hidden : value)
+export const shownUrl = (value: unknown, masked: (url: string) => string = (url) => url): unknown =>
+  typeof value !== "string" ? value : value.includes("@") ? hidden : masked(value)
 
 /** The fewest characters a secret setting may hold (a token, a key). */
 export const minSecretLength = 16
