@@ -10,9 +10,14 @@
  * No URL or token is trimmed: one given with whitespace before or after it (a blank pasted
  * with it, a newline copied from a file) is refused naming where it came from, never sent as
  * another value; the token file may end in one newline (the coordinator writes it so). Empty is
- * unset. `ENGRAM_PORT` is a port, 1 to 65535 in decimal digits.
+ * unset. `ENGRAM_DATA_DIR` too, where a token file is looked for: the coordinator refuses such a
+ * data dir at start, so none wrote its token there, and trimming would read another's.
+ * `INIT_CWD` is taken as pnpm wrote it (the directory it ran in, which may end in a blank), as
+ * the coordinator takes it. `ENGRAM_PORT` is a port, 1 to 65535, by core's rule for an integer
+ * read from text (`Names.decimalInt`, the coordinator's).
  */
 import { Replicas } from "@engram/client"
+import { Names } from "@engram/core"
 import { existsSync, readFileSync } from "node:fs"
 import { dirname, isAbsolute, join, resolve } from "node:path"
 
@@ -37,11 +42,12 @@ export const portRule = "must be an integer from 1 to 65535 in decimal digits (t
 
 /**
  * Why `ENGRAM_PORT` (set, not empty) is refused, or undefined: a TCP port a coordinator listens
- * on, 1 to 65535, decimal digits only. Pasted into the default URL as it was, `0` named no
- * coordinator, `7070/x` a path prefix, and a blank made the error blame "the default URL".
+ * on, 1 to 65535, read as the coordinator reads the same variable (core's `Names.decimalInt`: a
+ * sign and leading zeros are taken, `+7070` is 7070). Pasted into the default URL as it was, `0`
+ * named no coordinator, `7070/x` a path prefix, and a blank made the error blame "the default URL".
  */
 export const portProblem = (raw: string): string | undefined => {
-  const n = /^[0-9]{1,5}$/.test(raw) ? Number(raw) : Number.NaN
+  const n = Names.decimalInt.test(raw) ? Number(raw) : Number.NaN
   return n >= 1 && n <= 65535 ? undefined : `ENGRAM_PORT ${JSON.stringify(raw)}: ${portRule}`
 }
 
@@ -79,7 +85,8 @@ export const tokenOfFile = (text: string, file: string): { readonly value: strin
   return token.trim() === token ? { value: token } : { problem: `the token in ${file} ${tokenFileRule}` }
 }
 
-const nonEmpty = (s: string | undefined | null): string | undefined => (s === undefined || s === null || s.trim() === "" ? undefined : s.trim())
+// Empty is unset; any other value as given (`resolveTarget` refuses a data dir with whitespace around it).
+const nonEmpty = (s: string | undefined): string | undefined => (s === undefined || s === "" ? undefined : s)
 
 /** The directories from `start` up to the filesystem root. */
 const upwards = function* (start: string): Generator<string> {
@@ -150,6 +157,9 @@ export const resolveTarget = (
   // The token file is a local coordinator's: it goes only to addresses on this machine, never
   // to a URL elsewhere (over plain http, a token anyone on the path could read).
   if (!urls.every(isLoopback)) return { ...base, token: null, tokenSource: null }
+  // The data dir only where it is used, as the port: by the rule of every CLI setting (and the coordinator's ENGRAM_DATA_DIR's).
+  const dataDir = firstGiven([["ENGRAM_DATA_DIR", env["ENGRAM_DATA_DIR"]]], (v) => v)
+  if (dataDir !== undefined && "problem" in dataDir) return dataDir
   for (const file of tokenFiles(env, cwd)) {
     if (!existsSync(file)) continue
     const token = tokenOfFile(readFileSync(file, "utf8"), file)

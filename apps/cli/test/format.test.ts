@@ -4,6 +4,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
+import { Config } from "@engram/coordinator"
 import { Cli, Format, Target, Why } from "../src/index.js"
 import { engramFromSource } from "./support/Run.js"
 
@@ -138,6 +139,28 @@ describe("the target", () => {
     expect(Target.resolveTarget({ url: undefined, token: undefined }, { INIT_CWD: other }, dir)).toMatchObject({ tokenSource: join(other, ".engram", "admin-token") })
   })
 
+  it("ENGRAM_DATA_DIR with whitespace around it is refused naming it, never trimmed (the coordinator refuses it too), and only where a token file is looked for; INIT_CWD is taken as pnpm wrote it", () => {
+    const data = join(dir, "data")
+    mkdirSync(data, { recursive: true })
+    writeFileSync(join(data, "admin-token"), "data-token-0123456789\n")
+    const rule = "must not begin or end with whitespace (empty is unset)"
+    for (const value of [`${data}\n`, ` ${data}`, "   "]) {
+      expect(Target.resolveTarget({ url: undefined, token: undefined }, { ENGRAM_DATA_DIR: value }, dir), JSON.stringify(value)).toEqual({
+        problem: `ENGRAM_DATA_DIR ${JSON.stringify(value)}: ${rule}`,
+      })
+      // Not read when a token is given, nor for a coordinator elsewhere.
+      expect(Target.resolveTarget({ url: undefined, token: "t-0123456789" }, { ENGRAM_DATA_DIR: value }, dir)).toMatchObject({ token: "t-0123456789" })
+      expect(Target.resolveTarget({ url: "http://10.0.0.5:7070", token: undefined }, { ENGRAM_DATA_DIR: value }, dir)).toMatchObject({ token: null })
+    }
+    expect(Target.resolveTarget({ url: undefined, token: undefined }, { ENGRAM_DATA_DIR: data }, dir)).toMatchObject({ tokenSource: join(data, "admin-token") })
+    // pnpm's INIT_CWD is a directory's real name, a trailing blank and all: the coordinator resolves against it as given.
+    const spaced = join(dir, "spaced ")
+    mkdirSync(join(spaced, ".engram"), { recursive: true })
+    writeFileSync(join(spaced, ".engram", "admin-token"), "spaced-token-0123456789\n")
+    expect(Target.resolveTarget({ url: undefined, token: undefined }, { INIT_CWD: spaced }, dir)).toMatchObject({ tokenSource: join(spaced, ".engram", "admin-token") })
+    expect(Target.tokenFiles({ INIT_CWD: spaced, ENGRAM_DATA_DIR: "d" }, dir)[0]).toBe(join(Config.resolveDataDir("d", { INIT_CWD: spaced }), "admin-token"))
+  })
+
   it("a URL may be a comma-separated list of replicas; one that breaks the rule is refused naming the setting", () => {
     const env = { ENGRAM_TOKEN: "t-0123456789" }
     expect(Target.resolveTarget({ url: undefined, token: undefined }, { ...env, ENGRAM_URL: "http://127.0.0.1:17181, http://127.0.0.1:17182/" }, dir)).toMatchObject({
@@ -194,9 +217,15 @@ describe("the target", () => {
     expect(read("\n")).not.toMatchObject({ tokenSource: file })
   })
 
-  it("ENGRAM_PORT is a port, 1 to 65535 in decimal digits, refused naming ENGRAM_PORT; it is judged only where it makes the URL", () => {
-    for (const port of ["0", "65536", "7070/x", " ", " 7070", "+7070", "0x1F90", "7e3", "7070.0", "-1"]) {
+  it("ENGRAM_PORT is a port, 1 to 65535, read by core's Names.decimalInt as the coordinator reads it (a sign is taken), refused naming ENGRAM_PORT; it is judged only where it makes the URL", () => {
+    for (const port of ["0", "65536", "7070/x", " ", " 7070", "0x1F90", "7e3", "7070.0", "-1", "-0", "++7070"]) {
       expect(Target.resolveTarget({ url: undefined, token: "t-0123456789" }, { ENGRAM_PORT: port }, dir), port).toEqual({ problem: `ENGRAM_PORT ${JSON.stringify(port)}: ${Target.portRule}` })
+    }
+    // The coordinator listens on 7070 for "+7070" (core's rule): the CLI finds it there.
+    for (const port of ["+7070", "00000000007070"]) {
+      const r = Config.parse({ ENGRAM_PORT: port })
+      expect(r._tag === "Valid" && r.config.port, port).toBe(7070)
+      expect(Target.resolveTarget({ url: undefined, token: "t-0123456789" }, { ENGRAM_PORT: port }, dir), port).toMatchObject({ urlSource: "ENGRAM_PORT", url: "http://127.0.0.1:7070" })
     }
     for (const port of ["1", "65535", "07070"]) expect(Target.resolveTarget({ url: undefined, token: "t-0123456789" }, { ENGRAM_PORT: port }, dir), port).toMatchObject({ urlSource: "ENGRAM_PORT", url: `http://127.0.0.1:${Number(port)}` })
     // The coordinator's ENGRAM_PORT=0 exported beside ENGRAM_URL is not the CLI's to judge.
