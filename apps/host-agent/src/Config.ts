@@ -55,7 +55,6 @@ const intUpTo = (variable: string, min: number, max: number, why: string) => {
   const rule = Limits.boundRule("an integer", min, { max, why })
   return Config.schema(Env.decimalInt(rule).check(Schema.isBetween({ minimum: min, maximum: max }, { message: rule })), variable)
 }
-const intOr = (variable: string, fallback: number, min: number) => int(variable, min).pipe(Config.withDefault(fallback))
 
 const dayMs = 24 * 3_600_000
 
@@ -75,6 +74,8 @@ export const settingBounds = {
   imageGraceMs: { max: 365 * dayMs, why: "a year" },
   maxPreCopyRounds: { max: 100, why: "a move that has not converged in 100 rounds will not" },
   mibPerSec: { max: 102_400, why: "100 GiB/s" },
+  simMib: { max: 16 * 1024 * 1024, why: "16 TiB: more than one host holds" },
+  simVcpus: { max: 4096, why: "more than one host has" },
 } as const
 
 /** An integer setting from `min` to its bound in `settingBounds`. */
@@ -242,9 +243,9 @@ const settings = {
   listenHost: checkedText("ENGRAM_AGENT_HOST", listenHostProblem).pipe(Config.withDefault("127.0.0.1")),
   sim: checkedText("ENGRAM_SIM", simProblem).pipe(Config.option),
   measure: Config.schema(Schema.Literals(["proc", "fixed"]).annotate({ message: "must be proc or fixed" }), "ENGRAM_AGENT_MEASURE").pipe(Config.withDefault("proc" as const)),
-  simTotalMib: intOr("ENGRAM_SIM_TOTAL_MIB", defaultSimHost.totalMib, 1),
-  simOsMib: intOr("ENGRAM_SIM_OS_MIB", defaultSimHost.osMib, 0),
-  simVcpus: intOr("ENGRAM_SIM_VCPUS", defaultSimHost.vcpus, 1),
+  simTotalMib: bounded("ENGRAM_SIM_TOTAL_MIB", 1, settingBounds.simMib).pipe(Config.withDefault(defaultSimHost.totalMib)),
+  simOsMib: bounded("ENGRAM_SIM_OS_MIB", 0, settingBounds.simMib).pipe(Config.withDefault(defaultSimHost.osMib)),
+  simVcpus: bounded("ENGRAM_SIM_VCPUS", 1, settingBounds.simVcpus).pipe(Config.withDefault(defaultSimHost.vcpus)),
   procRoot: Config.String("ENGRAM_AGENT_PROC_ROOT").pipe(Config.withDefault("/proc")),
   sysRoot: Config.String("ENGRAM_AGENT_SYS_ROOT").pipe(Config.withDefault("/sys")),
   stateFile: optionalText("ENGRAM_AGENT_STATE_FILE"),
@@ -356,7 +357,9 @@ const timingIssues = (env: Env_): Env.Issue[] => {
   if (measure === "fixed") {
     const osMib = orDefault("ENGRAM_SIM_OS_MIB", defaultSimHost.osMib)
     const totalMib = orDefault("ENGRAM_SIM_TOTAL_MIB", defaultSimHost.totalMib)
-    const sizes = osMib === undefined || totalMib === undefined || osMib < 0 || totalMib < 1 ? null : simOsIssue(osMib, totalMib)
+    // Judged only when each holds its own range.
+    const inRange = (mib: number | undefined, min: number): mib is number => mib !== undefined && mib >= min && mib <= settingBounds.simMib.max
+    const sizes = inRange(osMib, 0) && inRange(totalMib, 1) ? simOsIssue(osMib, totalMib) : null
     const given = env["ENGRAM_SIM_OS_MIB"] !== undefined && env["ENGRAM_SIM_OS_MIB"] !== ""
     if (sizes !== null) issues.push(given ? { variable: "ENGRAM_SIM_OS_MIB", rule: sizes, value: env["ENGRAM_SIM_OS_MIB"] } : { variable: "ENGRAM_SIM_OS_MIB", rule: `${sizes} (unset, it is ${osMib})` })
   }

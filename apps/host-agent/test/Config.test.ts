@@ -580,6 +580,18 @@ describe("the simulated host's sizes (ENGRAM_AGENT_MEASURE=fixed)", () => {
     expect((await Effect.runPromise(fromEnvironment({ ...fixed, ENGRAM_SIM_TOTAL_MIB: "2048", ENGRAM_SIM_OS_MIB: "2048" }))).hostId).toBe("h1")
   })
 
+  it("each size has an upper bound (a slip of digits is refused naming the variable and the rule, never taken); the bounds are taken", async () => {
+    const fixed = { ...required, ENGRAM_AGENT_MEASURE: "fixed" }
+    const over = await errorOf({ ...fixed, ENGRAM_SIM_TOTAL_MIB: "999999999999999", ENGRAM_SIM_OS_MIB: "16777217", ENGRAM_SIM_VCPUS: "4097" })
+    expect(over?.issues).toEqual([
+      { variable: "ENGRAM_SIM_TOTAL_MIB", rule: "must be an integer from 1 to 16777216 (16 TiB: more than one host holds)", value: "999999999999999" },
+      { variable: "ENGRAM_SIM_OS_MIB", rule: "must be an integer from 0 to 16777216 (16 TiB: more than one host holds)", value: "16777217" },
+      { variable: "ENGRAM_SIM_VCPUS", rule: "must be an integer from 1 to 4096 (more than one host has)", value: "4097" },
+    ])
+    const edge = await Effect.runPromise(fromEnvironment({ ...fixed, ENGRAM_SIM_TOTAL_MIB: "16777216", ENGRAM_SIM_OS_MIB: "16777216", ENGRAM_SIM_VCPUS: "4096" }))
+    expect(edge.hostId).toBe("h1")
+  })
+
   it("a size set while the host is measured from /proc (unused there) is refused naming it and the rule, each one, all at once, as ENGRAM_SIM is outside ENGRAM_RUNTIME=sim; with the QEMU runtime and fixed sizes they apply", async () => {
     const proc = await errorOf({ ...required, ENGRAM_SIM_TOTAL_MIB: "256", ENGRAM_SIM_OS_MIB: "0", ENGRAM_SIM_VCPUS: "2", ENGRAM_AGENT_PORT: "seven" })
     expect(proc?.message).toBe(
