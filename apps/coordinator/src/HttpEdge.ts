@@ -14,7 +14,7 @@
  * Node's HTTP parser refuses before any of this runs (an oversized URL or header: a JSON 431),
  * and `onExpectation` an `Expect` other than `100-continue` (a JSON 417); both are counted.
  */
-import { EngramApi, Errors } from "@engram/api"
+import { EngramApi, Errors, StrictJson } from "@engram/api"
 import { Dashboard } from "@engram/dashboard"
 import { Cause, Context, Effect, ErrorReporter, Fiber } from "effect"
 import type { Layer } from "effect"
@@ -97,11 +97,7 @@ const asJson = (r: HttpServerResponse.HttpServerResponse, request: HttpServerReq
     case 413:
       return tooLarge(limit)
     case 415:
-      return json(415, {
-        error: "UnsupportedMediaType",
-        message: "send the body as JSON: `content-type: application/json` (or no content type at all)",
-        contentType: request.headers["content-type"] ?? "",
-      })
+      return json(415, StrictJson.unsupportedMediaType(request.headers["content-type"], "send the body as JSON: `content-type: application/json` (or no content type at all)"))
     case 503:
       return unavailable(cutMessage)
     default:
@@ -402,45 +398,15 @@ export const edge = (options: EdgeOptions) => {
     })
 }
 
-/** What Node's parser refused, as the status and JSON body a client gets. */
-const clientErrorAnswer = (code: string | undefined): { readonly status: number; readonly reason: string; readonly body: Record<string, unknown> } => {
-  switch (code) {
-    case "HPE_HEADER_OVERFLOW":
-      return {
-        status: 431,
-        reason: "Request Header Fields Too Large",
-        body: { error: "HeadersTooLarge", message: `the request line and headers are larger than ${maxHeaderSize} bytes`, limitBytes: maxHeaderSize },
-      }
-    case "HPE_CHUNK_EXTENSIONS_OVERFLOW":
-      return { status: 413, reason: "Payload Too Large", body: { error: "PayloadTooLarge", message: "the chunk extensions of the request body are too large" } }
-    case "ERR_HTTP_REQUEST_TIMEOUT":
-      return { status: 408, reason: "Request Timeout", body: { error: "RequestTimeout", message: "the request did not arrive in time" } }
-    default:
-      return {
-        status: 400,
-        reason: "Bad Request",
-        body: { error: "InvalidInput", field: "request", rule: "must be a valid HTTP/1.1 request (a URL of ASCII characters: percent-encode the rest)", in: "headers" },
-      }
-  }
-}
-
 /**
  * The `clientError` listener of the HTTP server: what Node's parser refuses (an oversized URL
  * or header, a malformed request line) is answered with a JSON body, as every other error
- * answer is, then the connection is closed (Node's own answer would be a bare status line).
+ * answer is, then the connection is closed (Node's own answer would be a bare status line): the
+ * API's one answer (`StrictJson.answerClientError`, the agents' peer servers' too), counted.
  */
 export const onClientError = (metrics: MetricsShape) => (error: Error & { readonly code?: string }, socket: Socket): void => {
-  const response = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage
-  if (error.code === "ECONNRESET" || !socket.writable || response?.headersSent === true) {
-    socket.destroy()
-    return
-  }
-  const answer = clientErrorAnswer(error.code)
-  const body = JSON.stringify(answer.body)
-  socket.end(
-    `HTTP/1.1 ${answer.status} ${answer.reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-  )
-  counted(metrics, "unknown", "unmatched", answer.status)
+  const status = StrictJson.answerClientError(error, socket, maxHeaderSize)
+  if (status !== null) counted(metrics, "unknown", "unmatched", status)
 }
 
 /**

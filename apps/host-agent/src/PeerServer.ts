@@ -16,9 +16,12 @@
  * `StrictJson.charsetOf`, UTF-8), valid UTF-8, the header's keys only, each once and of its
  * type, at most `peerMaxBodyBytes` (past it a 413, read no further); a route takes only its own
  * query parameters (`for` on image routes, none elsewhere), each once, and a GET no body. A
- * refusal is `400 {error: "InvalidInput", field, rule, in}` and changes nothing.
+ * refusal is `400 {error: "InvalidInput", field, rule, in}` (a body of another content type
+ * `415 {error: "UnsupportedMediaType", message, contentType}`, as the coordinator's) and changes
+ * nothing; what Node's parser refuses (headers past its limit: 431) is answered in JSON too
+ * (`StrictJson.answerClientError`).
  */
-import { createServer } from "node:http"
+import { createServer, maxHeaderSize } from "node:http"
 import { ByteSize, Clock, Context, Effect, Layer, Schema } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { NodeHttpServer, NodeHttpServerRequest } from "@effect/platform-node"
@@ -49,8 +52,8 @@ const invalid = (p: StrictJson.InputProblem) => json(400, { error: "InvalidInput
 const tooLarge = () =>
   json(413, { error: "PayloadTooLarge", message: `the request body is larger than ${peerMaxBodyBytes} bytes (a move's header is a few hundred)`, limitBytes: peerMaxBodyBytes }, { connection: "close" })
 
-/** The rule of a move's content type. */
-export const contentTypeRule = "must be application/json (a charset, when named, utf-8): a move's header is JSON"
+/** What a move's body of another content type is told (a 415, the coordinator's API's shape: `StrictJson.unsupportedMediaType`). */
+export const contentTypeMessage = "send a move's header as JSON: `content-type: application/json` (a charset, when named, utf-8)"
 
 /**
  * What a route takes besides its path: its query parameters (each once), and for a GET no body.
@@ -76,7 +79,11 @@ const moveBody = (req: HttpServerRequest.HttpServerRequest) =>
   Effect.gen(function* () {
     const stray = strayInput(req, noQuery)
     if (stray !== undefined) return { _tag: "Bad" as const, response: stray }
-    if (!StrictJson.isJsonUtf8(req.headers["content-type"])) return { _tag: "Bad" as const, response: invalid({ field: "content-type", rule: contentTypeRule, in: "headers" }) }
+    // As the coordinator's API: another media type (or none) is a 415, JSON in another charset a 400 naming it.
+    const contentType = req.headers["content-type"]
+    if (!StrictJson.isJson(contentType)) return { _tag: "Bad" as const, response: json(415, StrictJson.unsupportedMediaType(contentType, contentTypeMessage)) }
+    const charset = StrictJson.charsetProblem(contentType)
+    if (charset !== undefined) return { _tag: "Bad" as const, response: invalid(charset) }
     const declared = Number(req.headers["content-length"] ?? "0")
     if (Number.isFinite(declared) && declared > peerMaxBodyBytes) return { _tag: "Bad" as const, response: tooLarge() }
     // Past `MaxBodySize` (set on the server) the read stops: a 413, the rest never buffered.
@@ -302,6 +309,8 @@ export const serve = (deps: PeerServerDeps, listen: { readonly port: number; rea
       // Headers within 20 s and a whole request within 60 s: a caller that trickles them (or
       // streams a body to an unauthenticated route) is cut; the body itself is capped below.
       const s = createServer({ headersTimeout: 20_000, requestTimeout: 60_000 })
+      // What Node's parser refuses (headers past `maxHeaderSize`: a 431) gets the API's JSON body, not a bare status line.
+      s.on("clientError", (error: Error & { readonly code?: string }, socket) => void StrictJson.answerClientError(error, socket, maxHeaderSize))
       s.setTimeout(deps.idleTimeoutMs ?? peerIdleTimeoutMs)
       // A host has a few peers: connections past this are refused at once, before any file
       // descriptor of the agent's own (its VMs', its state file's) runs short.

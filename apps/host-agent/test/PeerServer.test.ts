@@ -1,4 +1,5 @@
-import { request } from "node:http"
+import { maxHeaderSize, request } from "node:http"
+import { connect } from "node:net"
 import { assert, describe, it } from "@effect/vitest"
 import { SimRuntime, SimWire } from "@engram/runtime"
 import { Effect } from "effect"
@@ -199,7 +200,7 @@ const raw = (port: number, o: { readonly method: string; readonly path: string; 
 describe("the peer server's strict input", () => {
   const known = "is not a key of this object (known: moveId, sessionId, sourceHostId, targetHostId, memMib, vcpus)"
 
-  it.live("a move's body with an unknown key, a repeated key, a wrong type, bytes that are not UTF-8 or another content type is refused under a valid token (400 naming the field and rule); nothing is prepared", () =>
+  it.live("a move's body with an unknown key, a repeated key, a wrong type, bytes that are not UTF-8 or JSON in another charset is refused under a valid token (400 naming the field and rule); nothing is prepared", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const { port, target } = yield* serveTarget
@@ -217,8 +218,7 @@ describe("the peer server's strict input", () => {
           ["not an object", prepare("[1]"), { field: "body", rule: "Expected object", in: "body" }],
           ["not JSON", prepare("moveId=m1"), { field: "body", rule: "must be JSON", in: "body" }],
           ["bytes that are not UTF-8", prepare(Buffer.concat([Buffer.from(text.slice(0, -1)), Buffer.from(',"x":"\xff'), Buffer.from([0xff]), Buffer.from('"}')])), { field: "body", rule: "must be valid UTF-8", in: "body" }],
-          ["text/plain", prepare(text, "text/plain"), { field: "content-type", rule: PeerServer.contentTypeRule, in: "headers" }],
-          ["no content type's JSON charset", prepare(text, "application/json; charset=latin1"), { field: "content-type", rule: PeerServer.contentTypeRule, in: "headers" }],
+          ["JSON in another charset", prepare(text, "application/json; charset=latin1"), { field: "content-type", rule: "a body's charset must be utf-8 (it is read as UTF-8), not latin1", in: "headers" }],
           ["a query parameter", prepare(text, "application/json", "/v1/peer/moves/m1/prepare?x=1"), { field: "x", rule: "is not a query parameter of this endpoint (it takes none)", in: "query" }],
         ]
         for (const [what, call, problem] of cases) {
@@ -232,6 +232,46 @@ describe("the peer server's strict input", () => {
       }),
     ))
 
+  it.live("a move's body of another content type, or of none, is a 415 in the coordinator's API's shape (UnsupportedMediaType, its content type as given); nothing is prepared", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port, target } = yield* serveTarget
+        const token = moveToken(SECRET, "prepare", header)
+        const body = JSON.stringify(header)
+        for (const contentType of ["text/plain", "application/x-www-form-urlencoded", "application/jsonx", undefined]) {
+          const headers: Record<string, string> = { authorization: `Bearer ${token}`, ...(contentType === undefined ? {} : { "content-type": contentType }) }
+          assert.deepStrictEqual(
+            yield* raw(port, { method: "POST", path: "/v1/peer/moves/m1/prepare", headers, body }),
+            { status: 415, body: { error: "UnsupportedMediaType", message: PeerServer.contentTypeMessage, contentType: contentType ?? "" } },
+            String(contentType),
+          )
+        }
+        assert.deepStrictEqual(yield* target.incoming, [])
+      }),
+    ))
+
+  it.live("headers past Node's limit are a JSON 431 naming the limit (the coordinator's answer), not a bare status line; the server serves on", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port } = yield* serveTarget
+        const text = yield* Effect.promise(
+          () =>
+            new Promise<string>((resolve, reject) => {
+              const chunks: Buffer[] = []
+              const socket = connect(port, "127.0.0.1", () => socket.write(`GET /v1/peer/status HTTP/1.1\r\nhost: x\r\nx-big: ${"y".repeat(20_000)}\r\n\r\n`))
+              socket.on("data", (c: Buffer) => chunks.push(c))
+              socket.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")))
+              socket.on("error", reject)
+            }),
+        )
+        const [head = "", body = ""] = text.split("\r\n\r\n")
+        assert.match(head, /^HTTP\/1\.1 431 /)
+        assert.include(head, "content-type: application/json")
+        assert.deepStrictEqual(JSON.parse(body), { error: "HeadersTooLarge", message: `the request line and headers are larger than ${maxHeaderSize} bytes`, limitBytes: maxHeaderSize })
+        assert.strictEqual((yield* raw(port, { method: "GET", path: "/v1/peer/status", headers: { authorization: `Bearer ${statusToken(SECRET, "t")}` } })).status, 200)
+      }),
+    ))
+
   it.live("a move's content type is read as the coordinator's API reads it (StrictJson.charsetOf): an empty charset or a trailing `;` is taken, another charset refused", () =>
     Effect.scoped(
       Effect.gen(function* () {
@@ -239,8 +279,12 @@ describe("the peer server's strict input", () => {
         const token = moveToken(SECRET, "prepare", header)
         const prepare = (contentType: string) =>
           raw(port, { method: "POST", path: "/v1/peer/moves/m1/prepare", headers: { authorization: `Bearer ${token}`, "content-type": contentType }, body: JSON.stringify(header) })
-        for (const refused of ['application/json; charset="latin1"', "application/json;charset=utf-16; x=1"]) {
-          assert.deepStrictEqual(yield* prepare(refused), { status: 400, body: { error: "InvalidInput", field: "content-type", rule: PeerServer.contentTypeRule, in: "headers" } }, refused)
+        for (const [refused, charset] of [['application/json; charset="latin1"', "latin1"], ["application/json;charset=utf-16; x=1", "utf-16"]] as const) {
+          assert.deepStrictEqual(
+            yield* prepare(refused),
+            { status: 400, body: { error: "InvalidInput", field: "content-type", rule: `a body's charset must be utf-8 (it is read as UTF-8), not ${charset}`, in: "headers" } },
+            refused,
+          )
         }
         assert.deepStrictEqual(yield* target.incoming, [])
         // The coordinator takes these (its tests pin it); the peer server refused them before.

@@ -232,6 +232,68 @@ export const charsetProblem = (contentType: string | undefined): InputProblem | 
     : { field: "content-type", rule: `a body's charset must be utf-8 (it is read as UTF-8), not ${charset}`, in: "headers" }
 }
 
-/** Whether a content type is `application/json` (any case) and its charset, if it names one (`charsetOf`), UTF-8. */
-export const isJsonUtf8 = (contentType: string | undefined): boolean =>
-  contentType !== undefined && (contentType.split(";", 1)[0] ?? "").trim().toLowerCase() === "application/json" && charsetProblem(contentType) === undefined
+/** Whether a content type's media type is `application/json` (any case, whatever its parameters): else a server answers 415 `UnsupportedMediaType`. */
+export const isJson = (contentType: string | undefined): boolean =>
+  contentType !== undefined && (contentType.split(";", 1)[0] ?? "").trim().toLowerCase() === "application/json"
+
+/** Whether a content type is `application/json` (`isJson`) and its charset, if it names one (`charsetOf`), UTF-8. */
+export const isJsonUtf8 = (contentType: string | undefined): boolean => isJson(contentType) && charsetProblem(contentType) === undefined
+
+/** The body of a 415 (`Errors.UnsupportedMediaType`): a request body that is not JSON, its content type as given. */
+export const unsupportedMediaType = (contentType: string | undefined, message: string) => ({ error: "UnsupportedMediaType", message, contentType: contentType ?? "" })
+
+/**
+ * What a server answers for a request Node's HTTP parser refused (its `clientError`): the
+ * status, reason phrase and JSON body. An oversized request line or headers is a 431 naming
+ * `maxHeaderBytes`; anything else malformed a 400 `InvalidInput`.
+ */
+export const clientErrorAnswer = (
+  code: string | undefined,
+  maxHeaderBytes: number,
+): { readonly status: number; readonly reason: string; readonly body: Record<string, unknown> } => {
+  switch (code) {
+    case "HPE_HEADER_OVERFLOW":
+      return {
+        status: 431,
+        reason: "Request Header Fields Too Large",
+        body: { error: "HeadersTooLarge", message: `the request line and headers are larger than ${maxHeaderBytes} bytes`, limitBytes: maxHeaderBytes },
+      }
+    case "HPE_CHUNK_EXTENSIONS_OVERFLOW":
+      return { status: 413, reason: "Payload Too Large", body: { error: "PayloadTooLarge", message: "the chunk extensions of the request body are too large" } }
+    case "ERR_HTTP_REQUEST_TIMEOUT":
+      return { status: 408, reason: "Request Timeout", body: { error: "RequestTimeout", message: "the request did not arrive in time" } }
+    default:
+      return {
+        status: 400,
+        reason: "Bad Request",
+        body: { error: "InvalidInput", field: "request", rule: "must be a valid HTTP/1.1 request (a URL of ASCII characters: percent-encode the rest)", in: "headers" },
+      }
+  }
+}
+
+/** The socket of a Node HTTP server's `clientError` (`node:net`'s `Socket`, as far as answering needs it). */
+export interface ClientErrorSocket {
+  readonly writable: boolean
+  end(data: string): unknown
+  destroy(): unknown
+}
+
+/**
+ * A Node HTTP server's `clientError` listener's work: answers what the parser refused
+ * (`clientErrorAnswer`) with a JSON body, then closes the connection (Node's own answer is a bare
+ * status line), and gives the status; null when nothing can be answered (the peer reset, the
+ * socket is closed, an answer was already begun): the socket is destroyed.
+ */
+export const answerClientError = (error: Error & { readonly code?: string }, socket: ClientErrorSocket, maxHeaderBytes: number): number | null => {
+  const response = (socket as ClientErrorSocket & { _httpMessage?: { headersSent?: boolean } })._httpMessage
+  if (error.code === "ECONNRESET" || !socket.writable || response?.headersSent === true) {
+    socket.destroy()
+    return null
+  }
+  const answer = clientErrorAnswer(error.code, maxHeaderBytes)
+  const body = JSON.stringify(answer.body)
+  socket.end(
+    `HTTP/1.1 ${answer.status} ${answer.reason}\r\ncontent-type: application/json\r\ncontent-length: ${new TextEncoder().encode(body).length}\r\nconnection: close\r\n\r\n${body}`,
+  )
+  return answer.status
+}
