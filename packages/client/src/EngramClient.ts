@@ -16,7 +16,7 @@
  * ```
  */
 import { Client } from "@engram/api"
-import type { Payloads, Records } from "@engram/api"
+import type { Payloads, Records, StrictJson } from "@engram/api"
 import { Cause, Context, Duration, Effect, Layer, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import type { HttpClient } from "effect/http"
@@ -235,6 +235,7 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       left: number,
       once: boolean,
       holdMs: number,
+      where: StrictJson.InputLocation,
       before: readonly string[] = [],
     ): Fx<A> =>
       request(apis[index]!).pipe(
@@ -245,14 +246,17 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
           // A transport failure names every replica this call tried, not only the last.
           const tried = [...before, urls[index]!]
           return left > 0 && (once ? Replicas.neverReceived(e) || Replicas.writeRefused(e) : Replicas.unreachable(e))
-            ? attempt(request, (index + 1) % urls.length, left - 1, once, holdMs, tried)
+            ? attempt(request, (index + 1) % urls.length, left - 1, once, holdMs, where, tried)
             : Cause.isTimeoutError(e)
               ? Effect.fail(new Errors.TransportError(urls[index]!, `no answer within ${timeoutMs + holdMs} ms${once ? " (it may have been done: look before trying again)" : ""}`, { tried, timedOut: true }))
-              : Errors.fromFailure(urls[index]!)(e).pipe(Effect.mapError((f) => (f instanceof Errors.TransportError ? new Errors.TransportError(f.url, f.reason, { tried }) : f)))
+              : Errors.fromFailure(urls[index]!, where)(e).pipe(Effect.mapError((f) => (f instanceof Errors.TransportError ? new Errors.TransportError(f.url, f.reason, { tried }) : f)))
         }),
       )
     const call = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, once = false, holdMs = 0): Fx<A> =>
-      attempt(request, current, urls.length - 1, once, holdMs)
+      attempt(request, current, urls.length - 1, once, holdMs, "body")
+    /** A call whose input goes in the query (a list's filters, a wait's state): a refusal before sending says `in: "query"`. */
+    const ask = <A, E extends { readonly _tag: string }>(request: (api: Client.Client) => Effect.Effect<A, E>, holdMs = 0): Fx<A> =>
+      attempt(request, current, urls.length - 1, false, holdMs, "query")
     const byId = (id: string) => ({ params: { id } })
 
     const sessions: EngramClientShape["sessions"] = {
@@ -264,7 +268,7 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
         return call((api) => api.sessions.create({ payload })).pipe(Effect.map(tagged))
       },
       get: (id) => call((api) => api.sessions.get(byId(id))),
-      list: (q = {}) => call((api) => api.sessions.list({ query: defined(q) })),
+      list: (q = {}) => ask((api) => api.sessions.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => sessions.list({ ...q, cursor })),
       // An idle or resume whose answer was lost has happened: repeated, it is a 409 (the session
       // is no longer in the state it leaves). Sent once, as a move is.
@@ -276,11 +280,11 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       // the next replica would begin another. It moves on only from a replica that never received it.
       move: (id, o) => call((api) => api.sessions.move({ ...byId(id), payload: defined(o) }), true, moveHoldMs),
       wait: (id, w) =>
-        call((api) => api.sessions.wait({ ...byId(id), query: { ...defined(w), timeoutMs: w.timeoutMs ?? 30_000 } }), false, w.timeoutMs ?? 30_000).pipe(
+        ask((api) => api.sessions.wait({ ...byId(id), query: { ...defined(w), timeoutMs: w.timeoutMs ?? 30_000 } }), w.timeoutMs ?? 30_000).pipe(
           // A 409 of a wait: the state can no longer be reached.
           Effect.mapError((e) => (e._tag === "Conflict" ? new Errors.Unreachable({ status: e.status, body: e.body }) : e)),
         ),
-      events: (id, q = {}) => call((api) => api.sessions.events({ ...byId(id), query: defined(q) })),
+      events: (id, q = {}) => ask((api) => api.sessions.events({ ...byId(id), query: defined(q) })),
       eventsAll: (id, q = {}) => Page.collect((cursor) => sessions.events(id, { limit: q.limit ?? 1000, cursor })),
     }
 
@@ -289,19 +293,19 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
       // that committed, it is a 409 and the token is lost. Sent once; so is a removal (a 404 after).
       create: (input) => call((api) => api.hosts.create({ payload: defined(input) }), true),
       get: (id) => call((api) => api.hosts.get(byId(id))),
-      list: (q = {}) => call((api) => api.hosts.list({ query: defined(q) })),
+      list: (q = {}) => ask((api) => api.hosts.list({ query: defined(q) })),
       listAll: () => Page.collect((cursor) => hosts.list({ cursor })),
       cordon: (id) => call((api) => api.hosts.cordon(byId(id))),
       uncordon: (id) => call((api) => api.hosts.uncordon(byId(id))),
       drain: (id) => call((api) => api.hosts.drain(byId(id))),
       remove: (id) => call((api) => api.hosts.remove(byId(id)), true),
       rotateToken: (id) => call((api) => api.hosts.rotateToken(byId(id))),
-      allowances: (id, q = {}) => call((api) => api.hosts.allowances({ ...byId(id), query: defined(q) })),
+      allowances: (id, q = {}) => ask((api) => api.hosts.allowances({ ...byId(id), query: defined(q) })),
     }
 
     const fleet: EngramClientShape["fleet"] = {
       snapshot: () => call((api) => api.fleet.snapshot()),
-      noFit: (b) => call((api) => api.fleet.noFit({ query: { memMib: b.memMib, vcpus: b.vcpus } })),
+      noFit: (b) => ask((api) => api.fleet.noFit({ query: { memMib: b.memMib, vcpus: b.vcpus } })),
     }
 
     const reservations: EngramClientShape["reservations"] = {
@@ -323,7 +327,7 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
         )
       },
       get: (id) => call((api) => api.ledger.get(byId(id))),
-      list: (q = {}) => call((api) => api.ledger.list({ query: defined(q) })),
+      list: (q = {}) => ask((api) => api.ledger.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => reservations.list({ ...q, cursor })),
       // Repeated after one that committed, a release is a 404: sent once.
       release: (id) => call((api) => api.ledger.release(byId(id)), true),
@@ -334,7 +338,7 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
 
     const moves: EngramClientShape["moves"] = {
       get: (id) => call((api) => api.moves.get(byId(id))),
-      list: (q = {}) => call((api) => api.moves.list({ query: defined(q) })),
+      list: (q = {}) => ask((api) => api.moves.list({ query: defined(q) })),
       listAll: (q = {}) => Page.collect((cursor) => moves.list({ ...q, cursor })),
       // Repeated after one that committed, a resolve finds the move resolved (a 409): sent once.
       resolve: (id, outcome, reason) => call((api) => api.moves.resolve({ ...byId(id), payload: { outcome, reason } }), true),

@@ -341,11 +341,12 @@ type Reason = { readonly _tag: string; readonly cause?: unknown; readonly respon
 
 /**
  * A failure of `@engram/api`'s `HttpApiClient` (a decoded error answer, a transport or decode
- * failure) as one of this client's errors. An answer whose status the API does not declare for
+ * failure) as one of this client's errors; `where` is where the call's input goes (its body or
+ * its query: a path's ids are plain text, never refused here), named by a refusal before sending. An answer whose status the API does not declare for
  * the call is read as it came (status and JSON body).
  */
 export const fromFailure =
-  (baseUrl: string) =>
+  (baseUrl: string, where: StrictJson.InputLocation = "body") =>
   (e: unknown): Effect.Effect<never, ClientError> => {
     if (isApiError(e)) {
       // The body's fields; an Error's `message` is not an own enumerable property, so it is copied by name.
@@ -354,11 +355,9 @@ export const fromFailure =
       return Effect.fail(fromAnswer({ status: ApiErrors.statusOf(e), body }))
     }
     // A request that does not encode by the API's schemas: refused here, before anything is
-    // sent, in the coordinator's words (the field and the rule of its 400).
-    if (Schema.isSchemaError(e)) {
-      const { field, rule } = StrictJson.issueProblem(e.issue, "body")
-      return Effect.fail(new InvalidInput({ status: null, body: { error: "InvalidInput", field, rule } }))
-    }
+    // sent, in the coordinator's words (the field, the rule and where it was, as its 400 says:
+    // `where`, the part of the request the call's input goes in).
+    if (Schema.isSchemaError(e)) return Effect.fail(new InvalidInput({ status: null, body: { error: "InvalidInput", ...StrictJson.issueProblem(e.issue, where) } }))
     const reason = typeof e === "object" && e !== null && (e as { _tag?: unknown })._tag === "HttpClientError" ? (e as { reason: Reason }).reason : undefined
     if (reason?._tag === "TransportError") return Effect.fail(new TransportError(baseUrl, messageOf(reason.cause ?? e)))
     // An error status the call does not declare (or whose body does not decode): read it as it came.

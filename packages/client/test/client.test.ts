@@ -299,16 +299,19 @@ describe("one road to the API", () => {
     expect(err).toMatchObject({ status: 409, entity: "reservation" })
   })
 
-  it("a request that breaks the API's rules is refused before it is sent, in the coordinator's words: an InvalidInput naming the field and the rule, with no status", async () => {
+  it("a request that breaks the API's rules is refused before it is sent, in the coordinator's words: an InvalidInput naming the field, the rule and where it was (in), with no status", async () => {
     const r = recording(201, "{}")
-    for (const [call, field] of [
-      [r.client.sessions.create({ id: "..", memMib: 1, vcpus: 1 }), "id"],
-      [r.client.hosts.create({ id: "h/1" }), "id"],
-      [r.client.sessions.create({ memMib: 1, vcpus: 1, affinity: ["h1", "h1"] }), "affinity.1"],
+    for (const [call, field, where] of [
+      [r.client.sessions.create({ id: "..", memMib: 1, vcpus: 1 }), "id", "body"],
+      [r.client.hosts.create({ id: "h/1" }), "id", "body"],
+      [r.client.sessions.create({ memMib: 1, vcpus: 1, affinity: ["h1", "h1"] }), "affinity.1", "body"],
+      [r.client.sessions.list({ limit: 0 }), "limit", "query"],
+      [r.client.sessions.wait("s1", { state: "running", timeoutMs: -1 }), "timeoutMs", "query"],
+      [r.client.hosts.list({ limit: 1001 }), "limit", "query"],
     ] as const) {
       const err = await Effect.runPromise(Effect.flip(call as Effect.Effect<unknown, unknown>))
       expect(err).toBeInstanceOf(InvalidInput)
-      expect(err).toMatchObject({ status: null, field })
+      expect(err, `${field} in ${where}`).toMatchObject({ status: null, field, in: where, body: { error: "InvalidInput", field, in: where } })
       expect((err as InvalidInput).rule.length).toBeGreaterThan(0)
     }
     expect(r.sent).toEqual([])
