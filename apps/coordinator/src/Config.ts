@@ -144,6 +144,13 @@ export interface CoordinatorConfig {
   /** How long the leader goes on acting after its last renewal (ms; less than the lease). */
   readonly leaseRenewDeadlineMs: number
   /**
+   * On PostgreSQL, the reaper's leader gives its lease up after this many passes in a row whose
+   * store calls failed (its store's pool wedged while its lease's own connection works), so a
+   * replica that reaches the store leads; it stands again once a store read of its own succeeds.
+   * 0: never.
+   */
+  readonly leaderStepDownPasses: number
+  /**
    * 1: the reaper moves running sessions off a starving session's held host when its parks
    * cannot make the room and the room exists elsewhere (core's `MakeRoom`, the simulator's
    * moves, on by default there too); 0: it waits for them to leave. On by default: with the
@@ -263,6 +270,16 @@ export const defaultHttpKeepAliveMs = 95_000
  * the file-descriptor limit, which differs by deployment (1,024 to over a million).
  */
 export const defaultMaxConnections = 0
+
+/**
+ * The default of `ENGRAM_LEADER_STEP_DOWN_PASSES`: 3 failed passes in a row, about 15 s at the
+ * default 5 s interval when the calls fail at once (a dead socket), about a minute when each
+ * waits out `ENGRAM_STORE_TIMEOUT_MS` (a saturated pool). One or two failed passes (a slow
+ * pass, a blip) keep the leader. Stepping down in an outage of the whole database costs little:
+ * the replica stands again at its first store read that succeeds, and takes the lease back at
+ * once if nobody took it meanwhile.
+ */
+export const defaultLeaderStepDownPasses = 3
 
 /** The default bound on a probe's store read (`ENGRAM_PROBE_TIMEOUT_MS`): 1 s (a readiness probe's usual timeout). */
 export const defaultProbeTimeoutMs = 1000
@@ -490,6 +507,7 @@ export const settingVariables = {
   beatWindowMs: "ENGRAM_BEAT_WINDOW_MS",
   leaseDurationMs: "ENGRAM_LEASE_DURATION_MS",
   leaseRenewDeadlineMs: "ENGRAM_LEASE_RENEW_DEADLINE_MS",
+  leaderStepDownPasses: "ENGRAM_LEADER_STEP_DOWN_PASSES",
   makeRoomMoves: "ENGRAM_MAKE_ROOM_MOVES",
   makeRoomMovesPerPass: "ENGRAM_MAKE_ROOM_MOVES_PER_PASS",
   reserveGroups: "ENGRAM_RESERVE_GROUPS",
@@ -538,6 +556,7 @@ const settings = {
   beatWindowMs: int(settingVariables.beatWindowMs, 100, 0, 10_000),
   leaseDurationMs: int(settingVariables.leaseDurationMs, defaultLeaseTimes.leaseDurationMs, 100, 3_600_000),
   leaseRenewDeadlineMs: int(settingVariables.leaseRenewDeadlineMs, defaultLeaseTimes.renewDeadlineMs, 50, 3_600_000),
+  leaderStepDownPasses: int(settingVariables.leaderStepDownPasses, defaultLeaderStepDownPasses, 0, 1000),
   makeRoomMoves: int(settingVariables.makeRoomMoves, 1, 0, 1),
   makeRoomMovesPerPass: int(settingVariables.makeRoomMovesPerPass, 16, 1, 1000),
   reserveGroups: int(settingVariables.reserveGroups, 1, 0, 1),
@@ -728,6 +747,7 @@ export const postgresOnlyKeys = [
   "peerUrl",
   "leaseDurationMs",
   "leaseRenewDeadlineMs",
+  "leaderStepDownPasses",
 ] as const satisfies readonly (keyof typeof settingVariables)[]
 
 /**

@@ -116,6 +116,8 @@ export interface MetricsShape {
   /** The database's clock less this replica's, seconds, as its last lease check measured it (`Leadership.clockSkewMs`); 0 with one process. */
   readonly clockSkew: Gauge
   readonly reaperLeaderChecks: Counter
+  /** Times this replica gave the reaper's lease up because its passes' store calls kept failing (`ENGRAM_LEADER_STEP_DOWN_PASSES`). */
+  readonly reaperStepDowns: Counter
   readonly moves: Counter<{ readonly outcome: MoveEnd }>
   /**
    * Moves the reaper planned for starving sessions (`ENGRAM_MAKE_ROOM_MOVES`): begun, refused by
@@ -376,6 +378,11 @@ export class Metrics extends Context.Service<Metrics, MetricsShape>()("@engram/c
         clockSkew,
         leaseUnrenewed,
         reaperLeaderChecks: counter("engram_reaper_leader_checks_total", "Reaper ticks: each takes or confirms the leader lock, leader or not.", true),
+        reaperStepDowns: counter(
+          "engram_reaper_step_downs_total",
+          "Times this replica gave the reaper's lease up because ENGRAM_LEADER_STEP_DOWN_PASSES passes in a row found its store failing (its pool wedged while the lease's own connection worked).",
+          true,
+        ),
         moves: counter("engram_moves_total", "Moves by outcome (committed, downtime, aborted, timeout, commit_pending)."),
         makeRoomMoves: counter(
           "engram_reaper_make_room_moves_total",

@@ -123,12 +123,26 @@ const logReclaimed = (context: string, r: ReclaimResult) => {
 /** Who a drain changed: the hosts it placed on and the sessions it placed (one create's or resume's are `Notifier.placedTopics`). */
 const drainedTopics = (r: DrainResult): (string | null)[] => r.placed.flatMap((p) => [hostTopic(p.hostId), sessionTopic(p.sessionId)])
 
+/**
+ * Where a pass's failed store calls are told: its fleet read, its reclaim and its drain (a write
+ * refused as fenced is no failure of the store: another replica leads). The loop steps down after
+ * `ENGRAM_LEADER_STEP_DOWN_PASSES` passes in a row with one (`reaperLoopSteps`).
+ */
+type StoreFailed = (step: string, reason: string) => void
+
+const storeFailure = (failed: StoreFailed | undefined, step: string, reason: string): void => {
+  if (failed !== undefined && !reason.startsWith("fenced")) failed(step, reason)
+}
+
 /** The pass's events as the coordinator's metrics, logs and wake-ups. */
-const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
+const listen = (metrics: MetricsShape, notifier: NotifierShape, failed?: StoreFailed) =>
   ReaperEvents.layer((e: Event) => {
     switch (e._tag) {
       case "FleetReadFailed":
-        if (e.source === "pass") metrics.reaperFleetReadFailures.inc()
+        if (e.source === "pass") {
+          metrics.reaperFleetReadFailures.inc()
+          storeFailure(failed, "fleet read", e.reason)
+        }
         return Effect.logWarning(`reaper${e.source === "react" ? " (react)" : ""}: fleet read failed; holding every park this pass`, { reason: e.reason })
       case "Reclaimed":
         if (e.result.reclaimed.length === 0) return
@@ -136,6 +150,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
         metrics.sessionsLost.inc(e.result.lostSessions.length)
         return logReclaimed("reaper", e.result).pipe(Effect.andThen(notifier.notify(...reclaimedTopics(e.result))))
       case "ReclaimFailed":
+        storeFailure(failed, "reclaim", e.reason)
         return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
       case "ReclaimHeld":
         // Once per grace: a leadership's first contact with the store, or the first after a gap.
@@ -170,6 +185,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape) =>
       case "Drained":
         return drained(metrics, notifier, e.result)
       case "DrainFailed":
+        storeFailure(failed, "queue drain", e.reason)
         return Effect.logWarning("queue drain failed", { reason: e.reason })
       case "MoveBegun":
         // The source's and the target's agents run it; the session's waiters see it moving.
@@ -338,7 +354,10 @@ export const ruleNow = Effect.map(Effect.serviceOption(Settings), (settings) => 
  * and counted). Its moves for starving sessions and its failover grace (`ENGRAM_RECLAIM_GRACE_MS`)
  * follow the `Settings` in context (neither without).
  */
-export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Notifier> = Effect.gen(function* () {
+export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Notifier> = Effect.suspend(() => judgedPass(undefined))
+
+/** One pass (`reaperPass`), its failed store calls told to `failed` as they happen. */
+const judgedPass = (failed: StoreFailed | undefined): Effect.Effect<PassReport, never, Store | Metrics | Notifier> => Effect.gen(function* () {
   const store = yield* Store
   const metrics = yield* Metrics
   const notifier = yield* Notifier
@@ -354,7 +373,7 @@ export const reaperPass: Effect.Effect<PassReport, never, Store | Metrics | Noti
   const reclaimGapMs = Reclaim.graceGapMs(store.limits().heartbeatStaleWindowMs, store.limits().reaperIntervalMs)
   // Every write of the pass carries the leader's epoch (`fence`): refused in its transaction once a newer leader exists.
   const report = yield* Reaper.pass({ policy: rule.name, policyOptions: rule.options, leading, fence, state: stateFor(store), moves, retention: kept, reclaimGraceMs, reclaimGapMs }).pipe(
-    Effect.provide(listen(metrics, notifier)),
+    Effect.provide(listen(metrics, notifier, failed)),
   )
   if (report._tag === "Done" && report.descents.length > 0) yield* Effect.logInfo("reaper: parks yield", { yields: report.descents })
   metrics.reaperPasses.inc({ result: report._tag === "Held" ? "held" : "ok" })
@@ -448,41 +467,98 @@ export const clockSkewCheck = () => {
 }
 
 /**
+ * What the reaper loop repeats (`ReaperLoop`), apart so tests can run each step by hand under a
+ * TestClock: `lease` takes, renews or watches the lease (every `leaseRetryMs`), `pass` runs one
+ * pass while this replica leads (every `reaperIntervalMs`).
+ *
+ * A leader whose passes find its store failing (the fleet read, the reclaim or the drain failed;
+ * `ENGRAM_LEADER_STEP_DOWN_PASSES` passes in a row) gives the lease up (`Leadership.stepDown`):
+ * its store's pool may be wedged (a dead socket, saturated) while the lease's own connection
+ * still renews, and it would otherwise stay the leader and placer while nothing is reclaimed,
+ * drained, gated or timed out fleet-wide. Another replica takes the lease at its next check. The
+ * replica that stepped down takes part again (`standAgain`) once a store read of its own (the
+ * ledger's metrics, as readiness reads) succeeds at one of its next passes' times.
+ */
+export const reaperLoopSteps: Effect.Effect<
+  { readonly lease: Effect.Effect<void>; readonly pass: Effect.Effect<void> },
+  never,
+  Store | Metrics | Notifier | Leader | Settings | AdminToken
+> = Effect.gen(function* () {
+  const settings = yield* Settings
+  const store = yield* Store
+  const leader = yield* Leader
+  const metrics = yield* Metrics
+  const tokenCheck = adminTokenCheck((yield* AdminToken).fingerprint)
+  const skewCheck = clockSkewCheck()
+  const context = yield* Effect.context<Store | Metrics | Notifier | Settings | Leader>()
+  const stepDownPasses = settings.config.leaderStepDownPasses
+  let wasLeader = false
+  const lease = Effect.gen(function* () {
+    const leading = yield* leader.tick
+    yield* tokenCheck(leader.leaderAdminTokenHash?.() ?? null)
+    metrics.reaperLeader.set(leading ? 1 : 0)
+    metrics.leaseUnrenewed.set((leader.unrenewedMs?.() ?? 0) / 1000)
+    const skewMs = leader.clockSkewMs?.() ?? null
+    metrics.clockSkew.set((skewMs ?? 0) / 1000)
+    yield* skewCheck(skewMs)
+    metrics.reaperLeaderChecks.inc()
+    if (leading !== wasLeader) {
+      wasLeader = leading
+      // Moves may have aborted under another leader meanwhile: the next moves step reads them;
+      // and the failover grace starts again at the next pass.
+      if (leading) ReaperState.relead(stateFor(store))
+      yield* Effect.logInfo(leading ? "reaper: this replica is the leader" : "reaper: this replica is not the leader", { fence: leader.fence() })
+    }
+  }).pipe(Effect.catchCause((cause) => Effect.logError("reaper: lease check failed", cause)))
+
+  /** Leading passes in a row whose store calls failed, and the last failure seen. */
+  let failedPasses = 0
+  let lastFailure: { step: string; reason: string } | null = null
+  /** Set when this replica stepped down, until a store read of its own succeeds. */
+  let steppedDown = false
+  const standAgain = Effect.gen(function* () {
+    const read = yield* Effect.result(store.metrics())
+    if (read._tag === "Failure") return
+    steppedDown = false
+    leader.standAgain?.()
+    yield* Effect.logInfo("reaper: this replica's store answers again; it may take the reaper's lease again (when no other replica holds it)")
+  })
+  const pass = Effect.gen(function* () {
+    if (steppedDown) return yield* standAgain
+    // Acting is judged now, not at the last renewal: a leader past its renew deadline stops.
+    if (!leader.isLeader()) {
+      failedPasses = 0
+      return
+    }
+    let failed = false
+    yield* judgedPass((step, reason) => {
+      failed = true
+      lastFailure = { step, reason }
+    }).pipe(Effect.provideContext(context))
+    failedPasses = failed ? failedPasses + 1 : 0
+    if (stepDownPasses === 0 || failedPasses < stepDownPasses || leader.stepDown === undefined || !leader.isLeader()) return
+    failedPasses = 0
+    steppedDown = true
+    metrics.reaperStepDowns.inc()
+    yield* Effect.logWarning(
+      `reaper: giving the reaper's lease up: ${stepDownPasses} passes in a row found this replica's store failing (ENGRAM_LEADER_STEP_DOWN_PASSES) while its lease still renewed; ` +
+        "another replica that reaches the store takes over. This replica takes part again once its own store read succeeds. Check its database connections (pool wedged or saturated?)",
+      { passes: stepDownPasses, step: lastFailure?.step ?? null, reason: lastFailure?.reason ?? null, fence: leader.fence() },
+    )
+    yield* leader.stepDown
+  }).pipe(Effect.catchCause((cause) => Effect.logError("reaper: pass failed", cause)))
+  return { lease, pass }
+})
+
+/**
  * The reaper loop: the lease renewed (or watched) every `leaseRetryMs`, and every
- * `reaperIntervalMs` one pass while this replica leads. The two loops are apart so that a long
- * pass never delays a renewal. Lives as long as the layer.
+ * `reaperIntervalMs` one pass while this replica leads (`reaperLoopSteps`). The two loops are
+ * apart so that a long pass never delays a renewal. Lives as long as the layer.
  */
 export const ReaperLoop: Layer.Layer<never, never, Store | Metrics | Notifier | Leader | Settings | AdminToken> = Layer.effectDiscard(
   Effect.gen(function* () {
-    const settings = yield* Settings
-    const store = yield* Store
-    const leader = yield* Leader
-    const metrics = yield* Metrics
-    const tokenCheck = adminTokenCheck((yield* AdminToken).fingerprint)
-    const skewCheck = clockSkewCheck()
-    let wasLeader = false
-    const lease = Effect.gen(function* () {
-      const leading = yield* leader.tick
-      yield* tokenCheck(leader.leaderAdminTokenHash?.() ?? null)
-      metrics.reaperLeader.set(leading ? 1 : 0)
-      metrics.leaseUnrenewed.set((leader.unrenewedMs?.() ?? 0) / 1000)
-      const skewMs = leader.clockSkewMs?.() ?? null
-      metrics.clockSkew.set((skewMs ?? 0) / 1000)
-      yield* skewCheck(skewMs)
-      metrics.reaperLeaderChecks.inc()
-      if (leading !== wasLeader) {
-        wasLeader = leading
-        // Moves may have aborted under another leader meanwhile: the next moves step reads them;
-        // and the failover grace starts again at the next pass.
-        if (leading) ReaperState.relead(stateFor(store))
-        yield* Effect.logInfo(leading ? "reaper: this replica is the leader" : "reaper: this replica is not the leader", { fence: leader.fence() })
-      }
-    }).pipe(Effect.catchCause((cause) => Effect.logError("reaper: lease check failed", cause)))
-    const pass = Effect.gen(function* () {
-      // Acting is judged now, not at the last renewal: a leader past its renew deadline stops.
-      if (leader.isLeader()) yield* reaperPass
-    }).pipe(Effect.catchCause((cause) => Effect.logError("reaper: pass failed", cause)))
-    const { config } = settings
+    const { config } = yield* Settings
+    const { lease, pass } = yield* reaperLoopSteps
     yield* lease
     // A pass every few seconds is not a trace worth sending (Tracing.ts): the loops make no spans.
     yield* Effect.forkScoped(

@@ -282,6 +282,17 @@ describe("configuration", () => {
     ])
   })
 
+  it("the reaper's leader steps down after 3 failed passes in a row by default; 0 never; a bad value is named with its rule", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && d.config.leaderStepDownPasses).toBe(3)
+    const off = Config.parse({ ENGRAM_LEADER_STEP_DOWN_PASSES: "0" })
+    expect(off._tag === "Valid" && off.config.leaderStepDownPasses).toBe(0)
+    for (const v of ["-1", "1001", "2.5", "many"]) {
+      const bad = Config.parse({ ENGRAM_LEADER_STEP_DOWN_PASSES: v })
+      expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_LEADER_STEP_DOWN_PASSES", "must be an integer from 0 to 1000"]])
+    }
+  })
+
   it("history is kept 7 days by default and pruned 1,000 rows of each kind a pass; 0 keeps it for ever; a bad value or one shorter than the windows that read history is named with its rule", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && [d.config.retentionMs, d.config.retentionPruneLimit]).toEqual([7 * 24 * 3_600_000, 1000])

@@ -23,7 +23,8 @@
  *   that wakes up after a takeover changes nothing, even mid-transaction.
  *
  * Giving the lease up (scope end) sets its duration to 0: another replica takes over at its
- * next look.
+ * next look. Stepping down (`stepDown`: a leader whose store calls keep failing) does the same
+ * but not for good: the replica watches the lease and takes it again only after `standAgain`.
  *
  * The holder also writes its internal address (`advertise`) with every renewal, and every other
  * replica reads it with its watch (`leaderUrl`): the coordinator's replicas forward their
@@ -118,6 +119,8 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
 
     /** Set by `giveUp`: this replica is stopping and takes no part any more. */
     let stopped = false
+    /** Cleared by `stepDown` until `standAgain`: this replica watches the lease but takes it neither free nor over. */
+    let standing = true
 
     /** The database's clock less this replica's, as the last lease query that read it showed (null: none yet). */
     let skewMs: number | null = null
@@ -206,6 +209,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       if (lostEpoch !== null)
         yield* Effect.logWarning("lease lost: another replica holds it", { lease: name, holder: row?.holder ?? null, epoch: row?.epoch ?? null, replica: holder, lostEpoch })
       if (row === null) {
+        if (!standing) return false
         const inserted = yield* query(sql`insert into leases (name, holder, epoch, renewals, lease_duration_ms, url, admin_token_hash)
           values (${name}, ${holder}, 1, 0, ${times.leaseDurationMs}, ${advertise()}, ${adminTokenHash()}) on conflict (name) do nothing returning epoch, ${dbNow}`)
         if (inserted.length === 1) confirm(1, 0, now)
@@ -224,7 +228,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
         changedAt = answeredAt
       }
       // Alive while it changes; unchanged for the holder's whole lease: taken over, if still as seen.
-      if (now - seenAt < row.durationMs) return false
+      if (now - seenAt < row.durationMs || !standing) return false
       const taken = yield* query(sql`update leases set holder = ${holder}, epoch = epoch + 1, renewals = 0, lease_duration_ms = ${times.leaseDurationMs}, url = ${advertise()}, admin_token_hash = ${adminTokenHash()}
         where name = ${name} and epoch = ${row.epoch} and renewals = ${row.renewals} returning epoch, ${dbNow}`)
       if (taken.length === 1) {
@@ -279,6 +283,18 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
     })
     yield* Effect.addFinalizer(() => giveUp)
 
+    /** Gives the lease up as `giveUp` does, but only until `standAgain`: it watches meanwhile. */
+    const stepDown = serial.withPermits(1)(
+      Effect.suspend(() => {
+        standing = false
+        const held = epoch
+        epoch = null
+        return held === null
+          ? Effect.void
+          : query(sql`update leases set lease_duration_ms = 0, renewals = renewals + 1 where name = ${name} and holder = ${holder} and epoch = ${held}`).pipe(Effect.ignore)
+      }),
+    )
+
     return {
       holder,
       tick,
@@ -289,6 +305,10 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       unrenewedMs: () => Math.max(0, elapsedMs() - changedAt),
       clockSkewMs: () => skewMs,
       giveUp,
+      stepDown,
+      standAgain: () => {
+        standing = true
+      },
     }
   })
 
