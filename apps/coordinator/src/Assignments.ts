@@ -111,7 +111,8 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
             version: versionOf(sessions, assigned, imageSessionIds),
             sessions,
             moves: assigned,
-            limits: { commitAllowanceMs: priorMs },
+            // The stale window too: an agent whose own setting is longer heartbeats within this one.
+            limits: { commitAllowanceMs: priorMs, heartbeatStaleWindowMs: settings.config.limits.heartbeatStaleWindowMs },
             allowances: allowances.map(Records.assignedAllowance),
             ...(imageHostIds.length === 0 ? {} : { imageHosts: imageHostIds.map((id) => ({ hostId: id, peerUrl: peerUrls.get(id) ?? null })) }),
             imageSessions: imageSessionIds,

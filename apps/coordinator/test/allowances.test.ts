@@ -110,6 +110,19 @@ const PreviousAssignments = Schema.Struct({
 })
 
 describe("the allowances in a host's assignments", () => {
+  it.effect("the limits carry the coordinator's stale window; an agent of the previous release (limits of commitAllowanceMs alone) still decodes them", () =>
+    Effect.gen(function* () {
+      yield* fleet
+      const answer = yield* replica("a")
+      assert.deepStrictEqual(answer.limits, { commitAllowanceMs: 400, heartbeatStaleWindowMs: Config.defaults().limits.heartbeatStaleWindowMs })
+      const wire = JSON.parse(JSON.stringify(Schema.encodeSync(Records.Assignments)(answer))) as unknown
+      const old = Schema.decodeUnknownSync(Schema.Struct({ ...Records.Assignments.fields, limits: Schema.optionalKey(Schema.Struct({ commitAllowanceMs: Schema.Number })) }))(wire)
+      assert.deepStrictEqual(old.limits, { commitAllowanceMs: 400 })
+      // And a coordinator of the previous release, which sends no window, decodes here.
+      const older = Schema.decodeUnknownSync(Records.Assignments)({ ...(wire as object), limits: { commitAllowanceMs: 400 } })
+      assert.deepStrictEqual(older.limits, { commitAllowanceMs: 400 })
+    }).pipe(Effect.provide(services)))
+
   it.effect("a pooled allowance reaches an agent of the previous release as `learned`, and the new one as its pool", () =>
     Effect.gen(function* () {
       const store = yield* Store

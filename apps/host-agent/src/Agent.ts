@@ -14,7 +14,7 @@ import { Records } from "@engram/api"
 import { Downtime, Lifetime, Limits, Names, Session } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
-import { Clock, Effect, Fiber, FiberHandle, FiberMap, Option, Ref, type Result, type Scope, Semaphore } from "effect"
+import { Clock, Deferred, Effect, Fiber, FiberHandle, FiberMap, Option, Ref, type Result, type Scope, Semaphore } from "effect"
 import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, neverRan, ranBefore, refusedInput } from "./Coordinator.js"
 import type * as ImageFetch from "./ImageFetch.js"
 import type { HostReport } from "./Measure.js"
@@ -208,7 +208,45 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const { coordinator, runtime, residents, images, target } = deps
     const me = config.hostId
     const scope = yield* Effect.scope
-    const staleWindowMs = config.heartbeatStaleWindowMs ?? 3 * config.heartbeatIntervalMs
+    /** The agent's own idea of the coordinator's stale window (its setting, else three heartbeat intervals). */
+    const ownStaleWindowMs = config.heartbeatStaleWindowMs ?? 3 * config.heartbeatIntervalMs
+    /**
+     * The stale window in force and the heartbeat interval: the agent's own, until the coordinator
+     * sends a shorter window with the assignments (`limits.heartbeatStaleWindowMs`); then that
+     * window, and at most a third of it between heartbeats (`learnStaleWindow`).
+     */
+    let staleWindowMs = ownStaleWindowMs
+    let heartbeatIntervalMs = config.heartbeatIntervalMs
+    /** The coordinator's window as last sent (undefined: none yet), and what a heartbeat wait listens to for a shorter interval. */
+    let coordinatorWindowMs: number | undefined = undefined
+    let cadenceChanged = Deferred.makeUnsafe<void>()
+    /**
+     * Takes the coordinator's stale window from an assignments answer: the agent heartbeats
+     * within a third of the shorter of its own and the coordinator's (a host heartbeating less
+     * often than the coordinator's window goes stale between heartbeats, and its guests are
+     * reclaimed). One warning each time the coordinator's window differs from the agent's own.
+     */
+    const learnStaleWindow = (windowMs: number | undefined): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        if (windowMs === undefined || !Number.isFinite(windowMs) || windowMs < 1 || windowMs === coordinatorWindowMs) return Effect.void
+        coordinatorWindowMs = windowMs
+        staleWindowMs = Math.min(ownStaleWindowMs, windowMs)
+        const interval = Math.min(config.heartbeatIntervalMs, Math.max(1, Math.floor(staleWindowMs / 3)))
+        const shortened = interval < heartbeatIntervalMs
+        heartbeatIntervalMs = interval
+        if (shortened) {
+          const was = cadenceChanged
+          cadenceChanged = Deferred.makeUnsafe<void>()
+          Deferred.doneUnsafe(was, Effect.void)
+        }
+        if (windowMs === ownStaleWindowMs) return Effect.void
+        return Effect.logWarning(
+          windowMs < ownStaleWindowMs
+            ? `the coordinator's heartbeat stale window (${windowMs} ms) is shorter than this agent's (${ownStaleWindowMs} ms, ENGRAM_HEARTBEAT_STALE_WINDOW_MS or three ENGRAM_AGENT_HEARTBEAT_MS): heartbeating every ${interval} ms at most so this host does not go stale; set both alike`
+            : `the coordinator's heartbeat stale window (${windowMs} ms) is longer than this agent's (${ownStaleWindowMs} ms, ENGRAM_HEARTBEAT_STALE_WINDOW_MS or three ENGRAM_AGENT_HEARTBEAT_MS): the agent keeps its own heartbeat interval (${interval} ms); set both alike`,
+          { hostId: me, coordinatorStaleWindowMs: windowMs, agentStaleWindowMs: ownStaleWindowMs, heartbeatIntervalMs: interval },
+        )
+      })
     /**
      * When a heartbeat was last answered (from the start), and the last gap between two answered
      * heartbeats longer than the stale window, until a reconcile has looked at it: the host's
@@ -904,7 +942,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const readAssignments = (opts: { readonly waitMs: number; readonly since: string | undefined }) =>
       Effect.suspend(() => {
         const sent = ++tick
-        return Effect.map(coordinator.assignments(opts), (answer) => ({ answer, sent, arrived: ++tick }))
+        return Effect.flatMap(coordinator.assignments(opts), (answer) =>
+          Effect.as(learnStaleWindow(answer.limits?.heartbeatStaleWindowMs), { answer, sent, arrived: ++tick }),
+        )
       })
     /** Reconciles the answer of a read sent at tick `sent` unless an answer that arrived after that was applied already; answers whether it did. */
     const reconcileRead = (a: Assignments, sent: number, arrived: number): Effect.Effect<boolean> =>
@@ -1241,14 +1281,29 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * asked; a report waits what it asked up to `adviceCapMs`, plus up to half. `first`: the call
      * just before.
      */
-    const every = (intervalMs: number, call: Effect.Effect<number | undefined>, first: { readonly asked: number | undefined; readonly tookMs: number }, adviceCapMs?: number) =>
+    const every = (
+      intervalMs: () => number,
+      call: Effect.Effect<number | undefined>,
+      first: { readonly asked: number | undefined; readonly tookMs: number },
+      adviceCapMs?: number,
+      shortened?: () => Deferred.Deferred<void>,
+    ) =>
       Effect.gen(function* () {
         let last = first
-        let delayMs = yield* Pacing.firstTickMs(intervalMs, last.asked, adviceCapMs)
+        let delayMs = yield* Pacing.firstTickMs(intervalMs(), last.asked, adviceCapMs)
+        // When the call just before was sent.
+        let sentMs = (yield* Clock.currentTimeMillis) - last.tookMs
         while (true) {
-          yield* Effect.sleep(Math.max(0, delayMs - last.tookMs))
+          const waitMs = Math.max(0, sentMs + delayMs - (yield* Clock.currentTimeMillis))
+          if (shortened === undefined) yield* Effect.sleep(waitMs)
+          else if (yield* Effect.raceFirst(Effect.as(Effect.sleep(waitMs), false), Effect.as(Deferred.await(shortened()), true))) {
+            // The interval shortened during the wait: the next call within the new one of the last send.
+            delayMs = Math.min(delayMs, yield* Pacing.nextTickMs(intervalMs(), last.asked, adviceCapMs))
+            continue
+          }
+          sentMs = yield* Clock.currentTimeMillis
           last = yield* timed(call)
-          delayMs = yield* Pacing.nextTickMs(intervalMs, last.asked, adviceCapMs)
+          delayMs = yield* Pacing.nextTickMs(intervalMs(), last.asked, adviceCapMs)
         }
       })
     /**
@@ -1263,7 +1318,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const heartbeatSent: Effect.Effect<number | undefined> = Effect.gen(function* () {
       while (openBeats.length >= maxHeartbeatsInFlight) {
         const oldest = openBeats.shift()!
-        const message = `heartbeat not answered after ${maxHeartbeatsInFlight} intervals (${maxHeartbeatsInFlight * config.heartbeatIntervalMs} ms); given up, the next one is sent`
+        const message = `heartbeat not answered after ${maxHeartbeatsInFlight} intervals (${maxHeartbeatsInFlight * heartbeatIntervalMs} ms); given up, the next one is sent`
         yield* Effect.logWarning(message, { hostId: me })
         yield* heartbeats.failed(message)
         if (oldest.fiber !== undefined) yield* Fiber.interrupt(oldest.fiber)
@@ -1283,10 +1338,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       )
       slot.fiber = beat
       // Its advice (a `retryAfterMs`) when it answers before the next is due.
-      return Option.getOrUndefined(yield* Fiber.join(beat).pipe(Effect.timeoutOption(config.heartbeatIntervalMs)))
+      return Option.getOrUndefined(yield* Fiber.join(beat).pipe(Effect.timeoutOption(heartbeatIntervalMs)))
     })
     // A heartbeat at once on start (a restarted agent renews its reservations at once), then every interval.
-    const heartbeatLoop = Effect.flatMap(timed(heartbeatSent), (first) => every(config.heartbeatIntervalMs, heartbeatSent, first))
+    const heartbeatLoop = Effect.flatMap(timed(heartbeatSent), (first) => every(() => heartbeatIntervalMs, heartbeatSent, first, undefined, () => cadenceChanged))
     const pollLoop = Effect.gen(function* () {
       // The version of the assignments last reconciled: each poll waits for a version other than
       // it. None yet (a start): the first poll reads at once (a long-poll without `since` waits
@@ -1351,7 +1406,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           { hostId: me },
         )
       yield* Effect.forkIn(buildTemplates, scope)
-      const reportLoop = every(config.reportIntervalMs, reportAsked, first, backoff.capMs)
+      const reportLoop = every(() => config.reportIntervalMs, reportAsked, first, backoff.capMs)
       yield* Effect.all([reportLoop, heartbeatLoop, pollLoop], { concurrency: "unbounded", discard: true })
       return yield* Effect.never
     }) as Effect.Effect<never>

@@ -468,8 +468,13 @@ export type SessionEventsPage = typeof SessionEventsPage.Type
 export const NoFit = Schema.Struct({ fits: Schema.Boolean, hosts: Schema.Array(NoFitDetail) })
 export type NoFit = typeof NoFit.Type
 
-/** The coordinator's limits that an agent's move guard uses (SPEC §5), so both sides agree. */
-export const AgentLimits = Schema.Struct({ commitAllowanceMs: Num })
+/**
+ * The coordinator's limits an agent follows (SPEC §5), so both sides agree: its move guard's
+ * `commitAllowanceMs`, and `heartbeatStaleWindowMs` (`ENGRAM_HEARTBEAT_STALE_WINDOW_MS`): a host
+ * with no heartbeat for longer has its reservations reclaimed, so an agent heartbeats within a
+ * third of it even when its own setting is longer. Optional: a coordinator before it sends none.
+ */
+export const AgentLimits = Schema.Struct({ commitAllowanceMs: Num, heartbeatStaleWindowMs: Schema.optionalKey(Num) })
 export type AgentLimits = typeof AgentLimits.Type
 
 /** The guard's commit allowance for moves from one host to another (SPEC §13). */

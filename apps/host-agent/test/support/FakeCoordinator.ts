@@ -34,6 +34,8 @@ export interface FakeState {
   readonly calls: readonly string[]
   /** The coordinator's `commitAllowanceMs` sent with the assignments; null = sent no limits (an older coordinator). */
   readonly commitAllowanceMs: number | null
+  /** The coordinator's `heartbeatStaleWindowMs` sent with the limits; null = not sent (a coordinator before it). */
+  readonly heartbeatStaleWindowMs: number | null
   /** The learned allowances sent with the assignments, as the wire carries them; null = sent none (an older coordinator). */
   readonly allowances: readonly AssignedAllowance[] | null
   /** The guests the agents reported lost, as recorded (in the sessions' history), in order. */
@@ -41,7 +43,7 @@ export interface FakeState {
 }
 
 export const makeFakeCoordinator = Effect.gen(function* () {
-  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), activity: [], heartbeats: new Map(), calls: [], commitAllowanceMs: 400, allowances: null, guestsLost: [] })
+  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), activity: [], heartbeats: new Map(), calls: [], commitAllowanceMs: 400, heartbeatStaleWindowMs: null, allowances: null, guestsLost: [] })
   type Step = Effect.Effect<void, Conflict>
   const modify = (f: (s: FakeState) => readonly [Step, FakeState]) => Ref.modify(ref, f)
   const conflict = (op: string, message: string): Step => Effect.fail(new Conflict({ op, message }))
@@ -92,7 +94,9 @@ export const makeFakeCoordinator = Effect.gen(function* () {
         version: String(s.calls.length),
         sessions: [...s.sessions.values()].filter((x) => x.hostId === hostId && ["pending", "running", "parked", "descending", "moving"].includes(x.state)),
         moves: [...s.moves.values()].filter((m) => m.state === "pending" && (m.sourceHostId === hostId || m.targetHostId === hostId)),
-        ...(s.commitAllowanceMs === null ? {} : { limits: { commitAllowanceMs: s.commitAllowanceMs } }),
+        ...(s.commitAllowanceMs === null
+          ? {}
+          : { limits: { commitAllowanceMs: s.commitAllowanceMs, ...(s.heartbeatStaleWindowMs === null ? {} : { heartbeatStaleWindowMs: s.heartbeatStaleWindowMs }) } }),
         ...(s.allowances === null ? {} : { allowances: s.allowances.filter((x) => x.sourceHostId === hostId) }),
       })),
     getMove: (id) =>
@@ -211,6 +215,7 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     forgetFinalRound: (moveId: string) => Ref.update(ref, (s) => setMove(s, moveId, { rounds: (s.moves.get(moveId)?.rounds ?? []).filter((r) => r.kind !== "final") })),
     setState: (id: string, state: AssignedSession["state"]) => Ref.update(ref, (s) => setSession(s, id, { state })),
     setCommitAllowance: (ms: number | null) => Ref.update(ref, (s) => ({ ...s, commitAllowanceMs: ms })),
+    setStaleWindow: (ms: number | null) => Ref.update(ref, (s) => ({ ...s, heartbeatStaleWindowMs: ms })),
     /** The learned allowances to send with the assignments (as the wire carries them); null = send none. */
     setAllowances: (allowances: readonly AssignedAllowance[] | null) => Ref.update(ref, (s) => ({ ...s, allowances })),
     /** An explicit abort of a pending move (an operator's, the end of its session, a race across replicas): never refused while pending. */
