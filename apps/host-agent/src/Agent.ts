@@ -83,7 +83,19 @@ export interface AgentConfig {
    * judged by its file's age, not by how long it has been missing from the list.
    */
   readonly imageGraceMs: number | null
+  /**
+   * How long a resumed session placed here waits, pending, for its descent image from the host
+   * holding it (`ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS`), counted from the first try: a fetch that
+   * fails without the image host's word that it has no such image (a frozen, unreachable or
+   * failing host, a peer URL not known yet) fails the session's action, retried on a later pass.
+   * Past it the agent gives up: it boots a fresh guest and tells the coordinator the memory is
+   * lost (`guest-lost`). 0: gives up at the first failure (as before).
+   */
+  readonly imageFetchDeadlineMs: number
 }
+
+/** The default of `imageFetchDeadlineMs`: 10 minutes. */
+export const defaultImageFetchDeadlineMs = 10 * 60_000
 
 /**
  * The most heartbeats an agent has open at once (sent, not answered): a heartbeat that hangs
@@ -119,6 +131,14 @@ export const lostReasonOf = (how: "exited" | "notFound", state: string): string 
     state === "descending" ? "descended without an image: a resume boots fresh" : "booted fresh"
   }`
 
+/**
+ * The reason told the coordinator of a guest lost because its descent image could not be fetched
+ * from `imageHostId` within the deadline (`AgentConfig.imageFetchDeadlineMs`): the memory is
+ * intact there, maybe, but this session boots fresh.
+ */
+export const imageLostReasonOf = (imageHostId: string, deadlineMs: number, why: string): string =>
+  `descent image not fetched from host ${imageHostId} within ${deadlineMs} ms (ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS; last: ${why}); booted fresh: the resumed session's memory is lost`
+
 /** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
 export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => {
   const thirdMs = Math.max(1, Math.floor(heartbeatStaleWindowMs / 3))
@@ -137,6 +157,7 @@ export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limi
     oldMoveTokens: true,
     templates: [],
     imageGraceMs: null,
+    imageFetchDeadlineMs: defaultImageFetchDeadlineMs,
   }
 }
 
@@ -447,22 +468,65 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       })
 
     /**
+     * The resumed sessions whose image fetch has not succeeded yet: since when (the first try, the
+     * clock's ms), from which image host, and whether the agent gave up (`imageFetchDeadlineMs`
+     * passed: the session boots fresh and no fetch is tried again). Dropped once a guest runs, or
+     * the session is no longer assigned here. In memory: a restart counts the deadline afresh.
+     */
+    const fetchTries = new Map<string, { readonly from: string; readonly sinceMs: number; gaveUp: boolean }>()
+    /**
      * A resumed session's image fetched from the host that holds it, when the coordinator placed
      * the resume here and says the image is elsewhere (`imageHostId`); undefined when there is
-     * none to fetch or the fetch failed (logged: the guest then boots fresh, as without one).
+     * none to fetch, the image host says it has no such image, or the agent gave up (logged: the
+     * guest then boots fresh). Any other failure (the image host frozen, unreachable, answering
+     * 5xx, its peer URL not known yet) fails with `ImageNotFetched`: the session stays pending and
+     * its action is retried on a later pass, backing off, until `imageFetchDeadlineMs` has passed
+     * since the first try; then the agent gives up, says so, and the coordinator is told the
+     * memory is lost (`guest-lost`, with the session's work).
      */
     const fetchedImage = (s: AssignedSession) =>
       Effect.gen(function* () {
         const from = s.imageHostId ?? null
         if (deps.fetchImage === undefined || from === null || from === me || s.state !== "pending" || !ranBefore(s)) return undefined
+        const startMs = yield* Clock.currentTimeMillis
+        const known = fetchTries.get(s.id)
+        const tries = known !== undefined && known.from === from ? known : { from, sinceMs: startMs, gaveUp: false }
+        fetchTries.set(s.id, tries)
+        if (tries.gaveUp) return undefined
         const t0 = yield* nowMs
         const got = yield* deps.fetchImage(s.id, from, imageHostUrls.get(from) ?? null, s.budget.memMib).pipe(Effect.result)
-        if (got._tag === "Failure") {
-          yield* Effect.logWarning("descent image could not be fetched from the host holding it", { hostId: me, sessionId: s.id, imageHostId: from, why: got.failure.message })
+        if (got._tag === "Success") {
+          fetchTries.delete(s.id)
+          yield* log("descent image fetched from the host holding it", { sessionId: s.id, imageHostId: from, files: got.success.files, imageBytes: got.success.bytes, ms: Math.round((yield* nowMs) - t0) })
+          return yield* images.get(s.id)
+        }
+        const why = got.failure.message
+        if (got.failure.absent === true) {
+          fetchTries.delete(s.id)
+          yield* Effect.logWarning("descent image could not be fetched from the host holding it: it has no such image", { hostId: me, sessionId: s.id, imageHostId: from, why })
           return undefined
         }
-        yield* log("descent image fetched from the host holding it", { sessionId: s.id, imageHostId: from, files: got.success.files, imageBytes: got.success.bytes, ms: Math.round((yield* nowMs) - t0) })
-        return yield* images.get(s.id)
+        const failingMs = (yield* Clock.currentTimeMillis) - tries.sinceMs
+        const deadlineMs = config.imageFetchDeadlineMs
+        if (failingMs < deadlineMs) {
+          yield* Effect.logWarning("descent image could not be fetched from the host holding it; the session stays pending and the fetch is tried again", {
+            hostId: me,
+            sessionId: s.id,
+            imageHostId: from,
+            why,
+            failingMs,
+            deadlineMs,
+          })
+          return yield* Effect.fail({ _tag: "ImageNotFetched", message: `descent image not fetched from host ${from} yet (${failingMs} of ${deadlineMs} ms): ${why}` })
+        }
+        tries.gaveUp = true
+        yield* Effect.logWarning(
+          "descent image could not be fetched from the host holding it within ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS; giving up: booting a fresh guest, the session's memory is lost (the coordinator is told)",
+          { hostId: me, sessionId: s.id, imageHostId: from, why, failingMs, deadlineMs },
+        )
+        // Told to the coordinator beside the session's work (`withLostReport`), once.
+        yield* noteLost(s.id, imageLostReasonOf(from, deadlineMs, why))
+        return undefined
       })
 
     /**
@@ -528,11 +592,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             const back = yield* runtime.restore(spec, image)
             yield* log("restored from its descent image", { sessionId: s.id, imageBytes: image.bytes, ...launchFields(back.launch) })
           } else {
-            // Resumed from its descent, and its image is not here (descended on another host, or
-            // the image directory changed): the guest boots fresh, as before, but not silently.
-            // Holding the session pending instead would stall every cold resume placed on a host
-            // other than the one that wrote the image (placement prefers the image's host only
-            // while it has room), and the coordinator has no call to hear that a restore failed.
+            // Resumed from its descent, and its image is not here: the coordinator names no other
+            // host holding it, that host said it has none, or its fetch failed past the deadline
+            // (`fetchedImage`; a fetch that merely failed fails this action instead, retried).
+            // The guest boots fresh, but not silently.
             const imageMissing = s.state === "pending" && ranBefore(s)
             // The coordinator has it running or parked here, and no VM is: its QEMU ended while
             // the agent was away (a reboot, a restart that took the guests with it) or by itself.
@@ -561,6 +624,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           yield* residents.put({ ...spec, status: "running", reservationId: s.reservationId ?? null, moveId: null })
           // The loss is over (a fresh guest runs): a later one is another (its report, if untold, stays).
           noticedVanish.delete(s.id)
+          fetchTries.delete(s.id)
         } else if (vm.status === "paused") {
           yield* timedLog("unparked", { sessionId: s.id }, runtime.unpark(s.id))
           yield* residents.update(s.id, (v) => ({ ...v, status: "running" }))
@@ -1080,6 +1144,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         const mine = a.sessions.filter((s) => s.hostId === me)
         // A lost guest of a session no longer here (ended, lost, elsewhere) is nobody's to tell of now.
         const mineIds = new Set(mine.map((s) => s.id))
+        for (const id of fetchTries.keys()) if (!mineIds.has(id)) fetchTries.delete(id)
         for (const id of [...(yield* residents.lostReports).map((r) => r.sessionId), ...noticedVanish]) {
           if (mineIds.has(id)) continue
           if ((yield* untold(id)) !== undefined) {

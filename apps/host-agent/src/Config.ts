@@ -72,6 +72,7 @@ export const settingBounds = {
   stagingGraceMs: { max: 3_600_000, why: "an hour: a target keeps an unclaimed incoming VM, and its memory, that long" },
   reportRunningAfterMs: { max: 3_600_000, why: "an hour: an in-doubt move's guest runs here uncommitted that long" },
   imageGraceMs: { max: 365 * dayMs, why: "a year" },
+  imageFetchDeadlineMs: { max: 7 * dayMs, why: "a week: a resumed session waits pending that long for its image before it boots fresh" },
   maxPreCopyRounds: { max: 100, why: "a move that has not converged in 100 rounds will not" },
   mibPerSec: { max: 102_400, why: "100 GiB/s" },
   simMib: { max: 16 * 1024 * 1024, why: "16 TiB: more than one host holds" },
@@ -96,6 +97,7 @@ export const timingVariables = {
   stagingGraceMs: "ENGRAM_AGENT_STAGING_GRACE_MS",
   reportRunningAfterMs: "ENGRAM_AGENT_REPORT_RUNNING_AFTER_MS",
   imageGraceMs: "ENGRAM_AGENT_IMAGE_GRACE_MS",
+  imageFetchDeadlineMs: "ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS",
 } as const satisfies { readonly [K in keyof AgentConfig]?: string }
 
 /** Each timing setting's own rule: the environment's and a program's (`checkedConfig`). */
@@ -108,6 +110,7 @@ const timingSettings = {
   stagingGraceMs: bounded(timingVariables.stagingGraceMs, 1, settingBounds.stagingGraceMs).pipe(Config.option),
   reportRunningAfterMs: bounded(timingVariables.reportRunningAfterMs, 1, settingBounds.reportRunningAfterMs).pipe(Config.option),
   imageGraceMs: bounded(timingVariables.imageGraceMs, 0, settingBounds.imageGraceMs).pipe(Config.option),
+  imageFetchDeadlineMs: bounded(timingVariables.imageFetchDeadlineMs, 0, settingBounds.imageFetchDeadlineMs).pipe(Config.option),
 }
 
 const staleWindowVariable = "ENGRAM_HEARTBEAT_STALE_WINDOW_MS"
@@ -537,6 +540,7 @@ export const fromEnvironment = (env: Env_ = process.env): Effect.Effect<HostAgen
       stagingGraceMs: given(s.stagingGraceMs)?.value ?? base.stagingGraceMs,
       reportRunningAfterMs: given(s.reportRunningAfterMs)?.value ?? base.reportRunningAfterMs,
       imageGraceMs: given(s.imageGraceMs)?.value ?? base.imageGraceMs,
+      imageFetchDeadlineMs: given(s.imageFetchDeadlineMs)?.value ?? base.imageFetchDeadlineMs,
       moveIntent: s.moveIntent === "1",
       oldMoveTokens: s.oldMoveTokens === "1",
       templates: (() => {

@@ -80,12 +80,39 @@ export const ListingAnswer = Schema.Struct({
   proof: Schema.String,
 })
 
-/** Why an image could not be fetched (the resume then boots fresh, as without one). */
+/**
+ * Why an image could not be fetched. `absent`: the image host answered that it holds no image of
+ * the session (its listing's own 404, `noImageMessage`): the resume boots fresh. Any other
+ * failure says nothing about the image (the host frozen, unreachable, failing, a bound passed):
+ * the agent tries again later (`Agent`'s `imageFetchDeadlineMs`).
+ */
 export class ImageFetchError extends Data.TaggedError("ImageFetchError")<{
   readonly sessionId: string
   readonly imageHostId: string
   readonly message: string
+  readonly absent?: boolean
 }> {}
+
+/** The message of the image host's 404 for a session it holds no image of (`PeerServer`): what a fetch takes for its word. */
+export const noImageMessage = (sessionId: string): string => `no descent image of session ${sessionId} here`
+
+/** The most bytes of a listing's 404 a fetch reads to tell the image host's word from another 404 (a few dozen). */
+const noImageMaxBytes = 4 * 1024
+
+/**
+ * Whether a listing's 404 body is the image host's own word that it holds no image of
+ * `sessionId` (its JSON `NotFound` naming the session), not a 404 of anything else at that
+ * address (a wrong URL, a proxy, an unknown route).
+ */
+const saysNoImage = (body: Uint8Array | undefined, sessionId: string): boolean => {
+  if (body === undefined) return false
+  try {
+    const v = JSON.parse(new TextDecoder().decode(body)) as { readonly error?: unknown; readonly message?: unknown }
+    return v.error === "NotFound" && v.message === noImageMessage(sessionId)
+  } catch {
+    return false
+  }
+}
 
 /**
  * The most bytes of a listing a fetch reads (`BoundedRead`): a real one is a few files (the image,
@@ -102,6 +129,15 @@ export const defaultImageFetchMinMibPerSec = 50
 
 /** How long a file's stream may send no byte before the fetch fails. */
 export const imageFetchStallMs = 60_000
+
+/**
+ * How long the image host's peer server has to answer a fetch's probe (any answer: the probe
+ * carries no credential) before the listing is asked: a host frozen or cut off with its socket
+ * open accepts the listing's connection and never answers, and the listing's own bound (10
+ * minutes or more: the image host may hash the image before it answers) would hold the resume
+ * that long. A live image host answers at once, even while it hashes (on a thread of its own).
+ */
+export const imageHostProbeMs = 10_000
 
 /**
  * The bound of fetching an image's files of `bytes` in all: `floorMs`, or the time they take at
@@ -468,8 +504,10 @@ export const fetchImage = (o: {
   readonly floorMs?: number
   /** Default `imageFetchStallMs`. */
   readonly stallMs?: number
+  /** Default `imageHostProbeMs`. */
+  readonly probeMs?: number
 }): Effect.Effect<Fetched, ImageFetchError> => {
-  const fail = (message: string) => new ImageFetchError({ sessionId: o.sessionId, imageHostId: o.imageHostId, message })
+  const fail = (message: string, absent = false) => new ImageFetchError({ sessionId: o.sessionId, imageHostId: o.imageHostId, message, ...(absent ? { absent } : {}) })
   const floorMs = o.floorMs ?? imageFetchFloorMs
   const stallMs = o.stallMs ?? imageFetchStallMs
   const baseOf = (peerUrl: string) => `${peerUrl.replace(/\/+$/, "")}/v1/peer/images/${encodeURIComponent(o.sessionId)}`
@@ -491,6 +529,14 @@ export const fetchImage = (o: {
           const b = newImageBearer(clock.currentTimeMillisUnsafe())
           return { nonce: b.nonce, headers: { authorization: `Bearer ${imageToken(o.secret, o.sessionId, o.imageHostId, o.me, opens, b)}` } }
         }
+        // First a probe: a peer server that answers anything at once is alive; the listing may
+        // then wait for the image's hashing. No credential: a 401 is as good an answer as any.
+        const probeMs = o.probeMs ?? imageHostProbeMs
+        const probeBound = AbortSignal.timeout(probeMs)
+        const probed = await fetch(`${o.peerUrl.replace(/\/+$/, "")}/v1/peer/status`, { dispatcher: unbounded, signal: AbortSignal.any([signal, probeBound]) }).catch((e: unknown) => {
+          throw probeBound.aborted ? fail(`the image host's peer server did not answer a probe within ${probeMs} ms (frozen, or cut off?)`) : e
+        })
+        await probed.body?.cancel().catch(() => undefined)
         // The image host may hash the image before it answers (its first listing of it).
         const listingMs = listingBoundMs(o.memMib ?? 0, o.minMibPerSec, floorMs)
         const listingBound = AbortSignal.timeout(listingMs)
@@ -501,8 +547,16 @@ export const fetchImage = (o: {
         const res = await fetch(`${base}${query}`, { headers: first.headers, dispatcher: unbounded, signal: AbortSignal.any([signal, listingBound, listingStall.signal]) }).catch((e: unknown) => {
           throw listingBound.aborted ? late() : e
         })
-        if (res.status !== 200) throw fail(`the image host answered ${res.status} to the listing${res.status === 401 ? " (an image host older than this agent, or a rotated peer secret?)" : ""}`)
         const listingTimer = setTimeout(() => listingStall.abort(), stallMs)
+        // Only the image host's own word that it has no such image lets the resume boot fresh.
+        if (res.status === 404 && saysNoImage(await webBodyAtMost(res.body, noImageMaxBytes, res.headers.get("content-length")).catch(() => undefined), o.sessionId)) {
+          clearTimeout(listingTimer)
+          throw fail(`the image host has no descent image of session ${o.sessionId}`, true)
+        }
+        if (res.status !== 200) {
+          clearTimeout(listingTimer)
+          throw fail(`the image host answered ${res.status} to the listing${res.status === 401 ? " (an image host older than this agent, or a rotated peer secret?)" : ""}`)
+        }
         // Read before its proof is judged: at most `listingMaxBytes`, never the rest.
         const listed = await webBodyAtMost(res.body, listingMaxBytes, res.headers.get("content-length")).catch((e: unknown) => {
           throw listingStall.signal.aborted ? fail(`the image host sent its listing's headers and no whole body within ${stallMs} ms`) : listingBound.aborted ? late() : e

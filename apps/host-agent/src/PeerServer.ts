@@ -205,7 +205,8 @@ const authorizedImage = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate,
     return { _tag: "Ok" as const, sessionId: id, requester, nonce: b.nonce }
   })
 
-const noImage = (sessionId: string) => json(404, { error: "NotFound", message: `no descent image of session ${sessionId} here` })
+/** No image of the session here: the fetcher takes this answer of the listing for the image host's word (`ImageFetch.noImageMessage`). */
+const noImage = (sessionId: string) => json(404, { error: "NotFound", message: ImageFetch.noImageMessage(sessionId) })
 
 const peerError = (e: { readonly op: string; readonly message: string }) => Effect.succeed(json(409, { error: "PeerError", op: e.op, message: e.message }))
 

@@ -166,6 +166,18 @@ describe("host agent configuration", () => {
     expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_GRACE_MS: "0" }))).config?.imageGraceMs).toBe(0)
   })
 
+  it("ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS: a resumed session waits 10 minutes for its image unless set, 0 gives up at the first failure, past a week refused; not warned about as unknown", async () => {
+    expect((await Effect.runPromise(fromEnvironment(required))).config?.imageFetchDeadlineMs).toBe(600_000)
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS: "0" }))).config?.imageFetchDeadlineMs).toBe(0)
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS: "3600000" }))).config?.imageFetchDeadlineMs).toBe(3_600_000)
+    expect((await errorOf({ ...required, ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS: "-1" }))?.issues.map((i) => i.variable)).toEqual(["ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS"])
+    expect(variables).toContain("ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS")
+    // A program's option by the same rule, named by key.
+    const exit = await Effect.runPromiseExit(checkedConfig({ hostId: "h", config: { imageFetchDeadlineMs: 7 * 24 * 3_600_000 + 1 } }))
+    const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: Env.ConfigInvalid }).error : undefined
+    expect(error?.issues.map((i) => i.variable)).toEqual(["config.imageFetchDeadlineMs"])
+  })
+
   it("ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS: an image fetch's floor rate, 50 MiB/s unless set, at least 1; the agent's image settings are warned about as unknown by no one", async () => {
     expect((await Effect.runPromise(fromEnvironment(required))).imageFetchMinMibPerSec).toBe(50)
     expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS: "10" }))).imageFetchMinMibPerSec).toBe(10)
@@ -811,6 +823,7 @@ describe("the agent's settings refuse what would leak or stall (the security rev
       ["ENGRAM_AGENT_STAGING_GRACE_MS", 1, settingBounds.stagingGraceMs],
       ["ENGRAM_AGENT_REPORT_RUNNING_AFTER_MS", 1, settingBounds.reportRunningAfterMs],
       ["ENGRAM_AGENT_IMAGE_GRACE_MS", 0, settingBounds.imageGraceMs],
+      ["ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS", 0, settingBounds.imageFetchDeadlineMs],
       ["ENGRAM_HEARTBEAT_STALE_WINDOW_MS", 1, settingBounds.heartbeatStaleWindowMs],
       ["ENGRAM_AGENT_MAX_PRECOPY_ROUNDS", 2, settingBounds.maxPreCopyRounds],
       ["ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS", 1, settingBounds.mibPerSec],

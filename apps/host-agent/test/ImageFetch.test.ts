@@ -100,7 +100,8 @@ const relay = (port: number, o: { readonly upstream?: boolean; readonly swap?: (
           const server = createServer((req, res) => {
             const url = req.url ?? ""
             const authorization = req.headers.authorization ?? ""
-            seen.push({ url, authorization })
+            // The fetch's probe of the peer server carries no bearer: not among the requests seen.
+            if (url !== "/v1/peer/status") seen.push({ url, authorization })
             if (o.upstream === false) return void res.writeHead(503).end()
             void fetch(`http://127.0.0.1:${port}${url}`, { headers: { authorization } }).then(async (up) => {
               const real = Buffer.from(await up.arrayBuffer())
@@ -127,12 +128,18 @@ const relay = (port: number, o: { readonly upstream?: boolean; readonly swap?: (
     (s) => Effect.sync(() => s.close()),
   )
 
-/** A peer that takes every request and never answers (an image host still hashing a large image for its first listing). */
-const silentPeer = Effect.acquireRelease(
+/**
+ * A peer that answers the fetch's probe of its peer server (401: no credential) and takes every
+ * other request and never answers (an image host still hashing a large image for its first
+ * listing); `frozen`: it answers nothing, the probe neither (its process stopped, its socket open).
+ */
+const silentPeer = (o: { readonly frozen?: boolean } = {}) => Effect.acquireRelease(
   Effect.promise(
     () =>
       new Promise<{ port: number; close: () => void }>((resolve) => {
-        const server = createServer(() => undefined)
+        const server = createServer((req, res) => {
+          if (o.frozen !== true && req.url === "/v1/peer/status") res.writeHead(401).end()
+        })
         server.listen(0, "127.0.0.1", () => {
           const a = server.address()
           resolve({
@@ -235,7 +242,7 @@ describe("fetching a descent image from its host", () => {
   it.live("the listing's bound grows with the session's memory (the image host may hash its image first), nothing left behind when it passes", () =>
     Effect.scoped(
       Effect.gen(function* () {
-        const silent = yield* silentPeer
+        const silent = yield* silentPeer()
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
         // 512 MiB at 1,024 MiB/s: 500 ms, past the 100 ms floor.
         const e = yield* ImageFetch.fetchImage({ images: mine, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${silent.port}`, me: "b", secret: SECRET, minMibPerSec: 1024, memMib: 512, floorMs: 100 }).pipe(Effect.flip)
@@ -243,6 +250,41 @@ describe("fetching a descent image from its host", () => {
         assert.deepStrictEqual(readdirSync(mine.root), [])
       }),
     ))
+
+  it.live("only the image host's own 404 says it has no such image (absent: the resume boots fresh); a 404 of another route, a 503, a refused connection say nothing of the image", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const { port } = yield* serveImages()
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        const fetchOf = (sessionId: string, peerUrl: string) => ImageFetch.fetchImage({ images: mine, sessionId, imageHostId: "a", peerUrl, peerUrlTrusted: true, me: "b", secret: SECRET, minMibPerSec: 50, floorMs: 30_000 }).pipe(Effect.flip)
+        const none = yield* fetchOf("s2", `http://127.0.0.1:${port}`)
+        assert.deepStrictEqual([none.message, none.absent], ["the image host has no descent image of session s2", true])
+        // The same server at a wrong path: its JSON 404 names no image, so it is no word about one.
+        const elsewhere = yield* fetchOf("s1", `http://127.0.0.1:${port}/elsewhere`)
+        assert.deepStrictEqual([elsewhere.message, elsewhere.absent], ["the image host answered 404 to the listing", undefined])
+        const failing = yield* relay(port, { upstream: false })
+        const unavailable = yield* fetchOf("s1", `http://127.0.0.1:${failing.port}`)
+        assert.deepStrictEqual([unavailable.message, unavailable.absent], ["the image host answered 503 to the listing", undefined])
+        // A port nothing listens on any more: the connection is refused.
+        const gone = yield* silentPeer()
+        gone.close()
+        const refused = yield* fetchOf("s1", `http://127.0.0.1:${gone.port}`)
+        assert.isUndefined(refused.absent)
+        assert.deepStrictEqual(readdirSync(mine.root), [])
+      }),
+    ))
+
+  it.live("an image host that accepts the connection and answers nothing (frozen) fails the fetch after the probe's bound, not the listing's (minutes); nothing left behind", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const frozen = yield* silentPeer({ frozen: true })
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        // The listing's own bound is the 10-minute floor here; the probe's 300 ms.
+        const e = yield* ImageFetch.fetchImage({ images: mine, sessionId: "s1", imageHostId: "a", peerUrl: `http://127.0.0.1:${frozen.port}`, peerUrlTrusted: true, me: "b", secret: SECRET, minMibPerSec: 50, probeMs: 300 }).pipe(Effect.flip)
+        assert.deepStrictEqual([e.message, e.absent], ["the image host's peer server did not answer a probe within 300 ms (frozen, or cut off?)", undefined])
+        assert.deepStrictEqual(readdirSync(mine.root), [])
+      }),
+    ), 60_000)
 
   it.live("a listing over listingMaxBytes fails naming the bound, the rest never read (the connection cut), though its proof is good; nothing left behind", () =>
     Effect.scoped(

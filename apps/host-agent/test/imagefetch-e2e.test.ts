@@ -4,7 +4,9 @@
  * URL; the coordinator gives the image host's with the assignment). A session descends on `a`;
  * `a` has no room for its resume, so the coordinator places it on `b`, whose agent fetches the
  * image from `a`'s peer server and restores it; `a` then removes its copy (and the image of a
- * session that ends). With `a`'s agent gone, `b` boots fresh, loudly.
+ * session that ends). With `a`'s agent gone, `b` keeps the session pending and tries the fetch
+ * again until its deadline (`ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS`, 5 s here), then boots fresh,
+ * loudly, and the session's history says its memory was lost (`guest_lost`).
  */
 import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -53,7 +55,7 @@ beforeAll(async () => {
   const hosts = await registerHosts(admin, coordinator.url, ["a", "b"])
   for (const [id, host] of Object.entries(hosts)) {
     // One at a time: tsx compiles each on start. No peer list: the coordinator tells.
-    agents[id] = await spawnAgent({ ...host, peers: "", env: { ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_HOST: "127.0.0.1", ENGRAM_AGENT_REPORT_MS: "2000", ENGRAM_AGENT_IMAGE_GRACE_MS: "0" } })
+    agents[id] = await spawnAgent({ ...host, peers: "", env: { ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_HOST: "127.0.0.1", ENGRAM_AGENT_REPORT_MS: "2000", ENGRAM_AGENT_IMAGE_GRACE_MS: "0", ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS: "5000" } })
   }
   await until("hosts measured", async () => (await admin.call("GET", "/v1/hosts")).body.items, (hs: { measured: boolean }[]) => hs.length === 2 && hs.every((h) => h.measured))
 }, 240_000)
@@ -110,7 +112,7 @@ describe("a cold resume placed away from its image fetches it from the host hold
     expect((await admin.call("DELETE", "/v1/sessions/q1b")).status).toBe(200)
   }, 120_000)
 
-  it("with the image host's agent gone, the session boots fresh with the error and a warning naming the image host", async () => {
+  it("with the image host's agent gone, the session waits pending while b tries again, then past the deadline boots fresh, loudly, its memory told lost", async () => {
     expect((await admin.call("DELETE", "/v1/sessions/s1")).status).toBe(200)
     expect((await admin.call("POST", "/v1/hosts/b/cordon")).status).toBe(200)
     await descendOnA("s2", "q2")
@@ -118,10 +120,19 @@ describe("a cold resume placed away from its image fetches it from the host hold
     await agents.a!.kill("SIGTERM")
     const resumed = await admin.call("POST", "/v1/sessions/s2/resume")
     expect([resumed.status, resumed.body.hostId]).toEqual([201, "b"])
-    await waitState("s2", "running", 60_000)
     const b = agents.b!
-    expect(lines(b, "descent image could not be fetched from the host holding it", "s2").map((l) => [l.level, l.imageHostId])).toEqual([["warn", "a"]])
+    const retried = "descent image could not be fetched from the host holding it; the session stays pending and the fetch is tried again"
+    await until("b's first failed fetch", async () => lines(b, retried, "s2").length, (n) => n > 0, 30_000)
+    expect((await session("s2")).state).toBe("pending")
+    await waitState("s2", "running", 60_000)
+    expect(lines(b, retried, "s2").every((l) => l.level === "warn" && l.imageHostId === "a")).toBe(true)
+    const gaveUp = lines(b, "descent image could not be fetched from the host holding it within ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS; giving up: booting a fresh guest, the session's memory is lost (the coordinator is told)", "s2")
+    expect(gaveUp.map((l) => [l.level, l.imageHostId, l.deadlineMs])).toEqual([["warn", "a", 5000]])
     expect(lines(b, missing, "s2").map((l) => l.level)).toEqual(["error"])
     expect(lines(b, "started", "s2").map((l) => [l.from, l.imageMissing])).toEqual([["boot", true]])
+    const events = async () => ((await admin.call("GET", "/v1/sessions/s2/events")).body.items as { kind: string; hostId?: string; reason?: string }[]).filter((e) => e.kind === "guest_lost")
+    const lost = await until("s2's guest_lost recorded", events, (es) => es.length > 0, 30_000)
+    expect(lost.map((e) => e.hostId)).toEqual(["b"])
+    expect(lost[0]!.reason).toMatch(/^descent image not fetched from host a within 5000 ms \(ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS; last: .+\); booted fresh: the resumed session's memory is lost$/)
   }, 120_000)
 })
