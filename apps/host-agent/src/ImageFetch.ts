@@ -32,8 +32,14 @@
  * that relays a real agent's listing cannot serve other contents, nor replay an older listing,
  * nor read the files (they do not pass it, and the listing's bearer opens none), and a bearer
  * seen once opens nothing later. An image host older than this answers its bearer with 401
- * before listing (its bearers differ); a listing without hashes is refused too. Either way the
- * resume boots fresh, as without an image.
+ * before listing (its bearers differ); a listing without hashes is refused too.
+ *
+ * A failed fetch says whether the image host answered that it holds no such image (`absent`: its
+ * listing's own 404, `noImageMessage`; the resume then boots fresh) or anything else (the host
+ * frozen, unreachable, failing, a bound passed, a check failed: the agent tries again later, up
+ * to its deadline, `Agent`'s `imageFetchDeadlineMs`). A fetch first probes the image host's peer
+ * server (`imageHostProbeMs`, no credential, any answer), so a host frozen with its socket open
+ * fails a try in seconds rather than at the listing's bound.
  *
  * A fetch's listing is bounded by `listingBoundMs` (the floor `imageFetchFloorMs`, or the
  * session's memory at the floor rate `ENGRAM_AGENT_IMAGE_FETCH_MIN_MIBPS`, whichever is longer:

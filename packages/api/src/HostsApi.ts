@@ -72,7 +72,7 @@ export class HostsApi extends HttpApiGroup.make("hosts")
     HttpApiEndpoint.post("guestLost", "/v1/hosts/:id/guest-lost", { params: PathId, payload: GuestLost, success: Session, error: BodyErrors }).annotateMerge(
       doc(
         "Report a session's guest lost",
-        `The host's agent lost the guest of \`sessionId\` (its VM ended by itself — a hypervisor that crashed or was killed — or was not found where the agent recorded it) and boots a fresh one in its place: the session's memory state is gone. Recorded in the session's history as \`guest_lost\` with this host and \`reason\` (1 to ${maxReasonLength} characters); the session's state does not change. Answers the session. Only a session on this host now: one on another host or on none is a 409 naming where it is, an ended one a 409, an unknown one a 404; nothing is written.${hostOrAdmin}`,
+        `The host's agent lost the guest of \`sessionId\` (its VM ended by itself — a hypervisor that crashed or was killed —, was not found where the agent recorded it, or, for a resumed session, its descent image could not be fetched from the host holding it within the agent's deadline) and boots a fresh one in its place: the session's memory state is gone. Recorded in the session's history as \`guest_lost\` with this host and \`reason\` (1 to ${maxReasonLength} characters); the session's state does not change. Answers the session. Only a session on this host now: one on another host or on none is a 409 naming where it is, an ended one a 409, an unknown one a 404; nothing is written.${hostOrAdmin}`,
       ),
     ),
     HttpApiEndpoint.post("cordon", "/v1/hosts/:id/cordon", { params: PathId, success: Host, error: StandardErrors })
