@@ -38,7 +38,7 @@ describe("the agent's HTTP client (HttpApiClient over @engram/api)", () => {
     expect((await admin("POST", "/v1/sessions", { id: "s1", memMib: 512, vcpus: 1, affinity: ["a"] })).status).toBe(201)
     const assigned = await run(a.assignments({ waitMs: 0, since: undefined }))
     expect(assigned._tag === "Success" && assigned.success.sessions.map((s) => [s.id, s.state, s.reservationId !== null])).toEqual([["s1", "pending", true]])
-    expect(assigned._tag === "Success" && assigned.success.limits).toEqual({ commitAllowanceMs: 400 })
+    expect(assigned._tag === "Success" && assigned.success.limits).toEqual({ commitAllowanceMs: 400, heartbeatStaleWindowMs: 120_000 })
     expect(await run(a.heartbeat)).toMatchObject({ _tag: "Success", success: 1 })
     expect((await run(a.started("s1")))._tag).toBe("Success")
     const again = await run(a.started("s1"))
