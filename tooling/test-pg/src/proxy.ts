@@ -1,7 +1,9 @@
 // A TCP proxy in front of a server that a test can cut, as a network partition or a
 // database restart would: every open connection is reset at once, and (while refusing)
 // new ones are reset on arrival. It can also stall, as a silent partition does: nothing
-// is forwarded either way and new connections are held unanswered, until it heals. The
+// is forwarded either way and new connections are held unanswered, until it heals; or
+// black-hole the connections open now for good (a failover to another machine) while new
+// ones go through. The
 // fault tests of the stores and the coordinator put it between a client and a real PostgreSQL.
 import net from "node:net"
 
@@ -23,6 +25,13 @@ export interface CuttableProxy {
    */
   readonly stall: (stalled: boolean) => void
   /**
+   * Every connection open now goes silent for good, as after a failover to another machine or
+   * in a network black hole: nothing crosses it either way from now on, and neither side is
+   * closed or reset (until `close`), so neither ever learns. New connections are forwarded as
+   * usual. `open` no longer counts the silenced ones.
+   */
+  readonly blackHole: () => void
+  /**
    * Every byte crossing the proxy, either way, is delayed by this many ms (0: none, the
    * default): a slow link, where a client may give up on a statement that still reaches the
    * server and commits. Order is kept, also across a change of the delay; `stall` does not hold
@@ -36,6 +45,7 @@ export interface CuttableProxy {
 export async function startCuttableProxy(target: { readonly host?: string; readonly port: number }): Promise<CuttableProxy> {
   const pairs = new Set<readonly [net.Socket, net.Socket]>()
   const held = new Set<net.Socket>()
+  const silenced = new Set<net.Socket>()
   let refusing = false
   let refusedCount = 0
   let stalled = false
@@ -103,6 +113,19 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
     pairs.clear()
     for (const client of [...held]) reset(client)
     held.clear()
+    for (const s of [...silenced]) reset(s)
+    silenced.clear()
+  }
+  const blackHole = () => {
+    for (const pair of [...pairs]) {
+      pairs.delete(pair)
+      for (const s of pair) {
+        s.pause()
+        s.removeAllListeners("data").removeAllListeners("end").removeAllListeners("close").removeAllListeners("error")
+        s.on("error", () => undefined)
+        silenced.add(s)
+      }
+    }
   }
   const stall = (value: boolean) => {
     stalled = value
@@ -132,6 +155,7 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
     },
     refused: () => refusedCount,
     stall,
+    blackHole,
     delay: (ms) => {
       delayMs = ms
     },
