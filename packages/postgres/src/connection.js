@@ -106,6 +106,19 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
     , nonce = null
     , query = null
     , final = null
+    , unansweredTimer = null
+    , deadLink = null
+    , heard = 0
+
+  // engram fix: `unanswered_timeout` (seconds; 0 or absent: none). A link that died silently (a
+  // failover to another machine, a black hole: no reset ever comes) leaves a query waiting until
+  // the kernel gives up on the unacknowledged bytes (`tcp_retries2`, about 15 minutes); TCP
+  // keepalive does not probe while data is unacknowledged, and the pool keeps handing the
+  // connection more queries meanwhile. With a server that bounds each statement
+  // (`statement_timeout`), a connection with a query unanswered that hears nothing from it for
+  // longer than that bound (plus a margin) has a dead link: its socket is destroyed, its queries
+  // fail with CONNECTION_UNANSWERED and it reconnects, as after a reset.
+  const unansweredMs = options.unanswered_timeout > 0 ? options.unanswered_timeout * 1000 : 0
 
   const connection = {
     queue: queues.closed,
@@ -175,6 +188,7 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
       query
         ? sent.push(q)
         : (query = q, query.active = true)
+      awaitAnswer()
 
       build(q)
       return write(toBuffer(q))
@@ -311,7 +325,45 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
     !query && onopen(connection)
   }
 
+  // engram fix (`unanswered_timeout`): the silence is timed from the first query waiting while
+  // none was, and again from each arrival; new queries do not push it back.
+  function awaitAnswer() {
+    unansweredMs && !unansweredTimer && (unansweredTimer = setTimeout(unanswered, unansweredMs))
+  }
+
+  function stopAwaitingAnswer() {
+    unansweredTimer && (clearTimeout(unansweredTimer), unansweredTimer = null)
+  }
+
+  function unanswered() {
+    unansweredTimer = null
+    const before = heard
+    // After a turn of the event loop's poll phase: bytes that arrived while this process could
+    // not run (a long pause) are read first, and then the link is not dead.
+    setImmediate(() => {
+      if (!socket || !(query || sent.length) || unansweredTimer)
+        return
+      if (heard !== before)
+        return awaitAnswer()
+      // Destroyed without an error: its queries fail in `closed`, once the pool counts the
+      // connection closed (after an 'error' event a reserved connection released in between
+      // went back to the pool as open, and the next queries went to the dead socket).
+      deadLink = Object.assign(Errors.connection('CONNECTION_UNANSWERED', options, socket), {
+        message: 'write CONNECTION_UNANSWERED ' + (options.path || (socket.host + ':' + socket.port)) +
+          ': nothing heard for ' + (unansweredMs / 1000) + ' s while a query waited; the link is taken for dead'
+      })
+      socket.destroy()
+    })
+  }
+
   function data(x) {
+    heard++
+    stopAwaitingAnswer()
+    received(x)
+    socket && (query || sent.length) && awaitAnswer()
+  }
+
+  function received(x) {
     if (incomings) {
       incomings.push(x)
       remaining -= x.length
@@ -459,6 +511,9 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
     idleTimer.cancel()
     lifeTimer.cancel()
     connectTimer.cancel()
+    stopAwaitingAnswer()
+    const reason = deadLink
+    deadLink = null
 
     socket.removeAllListeners()
     socket = null
@@ -468,7 +523,7 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
 
     // engram fix: also after an error, a query sent since that error (or still marked
     // current) gets an answer: it would otherwise wait in `sent` forever.
-    ;(query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))
+    ;(query || sent.length) && error(reason || Errors.connection('CONNECTION_CLOSED', options, socket))
     query = null
     closedTime = performance.now()
     hadError && options.shared.retries++

@@ -487,13 +487,14 @@ function parseOptions(a, b) {
   'timeout' in o && (console.log('The timeout option is deprecated, use idle_timeout instead'), o.idle_timeout = o.timeout) // eslint-disable-line
   query.sslrootcert === 'system' && (query.ssl = 'verify-full')
 
-  const ints = ['idle_timeout', 'connect_timeout', 'max_lifetime', 'max_pipeline', 'backoff', 'keep_alive']
+  const ints = ['idle_timeout', 'connect_timeout', 'max_lifetime', 'max_pipeline', 'backoff', 'keep_alive', 'unanswered_timeout']
   const defaults = {
     max             : globalThis.Cloudflare ? 3 : 10,
     ssl             : false,
     sslnegotiation  : null,
     idle_timeout    : null,
     connect_timeout : 30,
+    unanswered_timeout: null, // engram fix: see connection.js
     max_lifetime    : max_lifetime,
     max_pipeline    : 100,
     backoff         : backoff,

@@ -60,6 +60,14 @@ interface BaseOptions<T extends Record<string, postgres.PostgresType>> {
    * @default process.env['PGCONNECT_TIMEOUT']
    */
   connect_timeout: number;
+  /**
+   * engram fix: seconds a connection with a query unanswered may hear nothing from the server
+   * before its link is taken for dead (its socket destroyed, its queries failed with
+   * `CONNECTION_UNANSWERED`, a reconnect). Only sound when the server bounds every statement
+   * (`statement_timeout`) well below it.
+   * @default null (none)
+   */
+  unanswered_timeout: number | null | undefined;
   /** Array of custom types; see more in the README */
   types: T;
   /**
@@ -439,7 +447,8 @@ declare namespace postgres {
     | 'CONNECTION_DESTROYED'
     | 'CONNECT_TIMEOUT'
     | 'CONNECTION_CLOSED'
-    | 'CONNECTION_ENDED';
+    | 'CONNECTION_ENDED'
+    | 'CONNECTION_UNANSWERED';
     errno: this['code'];
     address: string;
     port?: number | undefined;
