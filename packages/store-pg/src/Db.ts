@@ -136,6 +136,7 @@ const unavailableCodes = new Set([
   "CONNECTION_ENDED",
   "CONNECTION_DESTROYED",
   "CONNECT_TIMEOUT",
+  "CONNECTION_UNANSWERED", // nothing heard past the statement bound: the link is dead (`PostgresJs.unansweredAfterMs`)
   "57P01", // admin_shutdown
   "57P02", // crash_shutdown
   "57P03", // cannot_connect_now

@@ -31,7 +31,9 @@ export interface ConnectOptions {
    * `idle_in_transaction_session_timeout`, in ms; default 0: no statement bound, and a
    * transaction left idle ends after `defaultIdleInTransactionMs`). A statement past it is
    * cancelled and its transaction rolled back, so an answer the caller stopped waiting for
-   * does not commit later; the store answers it `Unavailable`.
+   * does not commit later; the store answers it `Unavailable`. With a bound, a connection
+   * that hears nothing for `unansweredAfterMs` of it while a statement waits is taken for dead
+   * and reconnects.
    */
   readonly statementTimeoutMs?: number | undefined
   /** Apply the migrations at start (default true). */
@@ -151,6 +153,18 @@ const unavailable = (error: unknown): Unavailable => {
  */
 export const defaultIdleInTransactionMs = 60_000
 
+/**
+ * How long a connection of the pool may hear nothing from the server while a statement of it
+ * waits, before its link is taken for dead (ms; postgres.js `unanswered_timeout`, an
+ * `@engram/postgres` fix): the server's statement bound plus as much again (at least a second).
+ * A live server answers every statement within its `statement_timeout`, if only with the
+ * cancellation; a link that died silently (a failover to another machine, a black hole) sends
+ * no reset, and without this its connection kept its statements, and took a share of the new
+ * ones, until the kernel gave up (`tcp_retries2`, about 15 minutes). Its socket is destroyed
+ * instead: its statements fail `Unavailable` and it reconnects. None without a statement bound.
+ */
+export const unansweredAfterMs = (statementTimeoutMs: number): number => statementTimeoutMs + Math.max(1000, statementTimeoutMs)
+
 /** The connections of a pool by default (`ConnectOptions.poolSize`). */
 export const defaultPoolSize = 10
 
@@ -164,6 +178,9 @@ export const open = (options: ConnectOptions): Effect.Effect<Db, Unavailable, Sc
           postgres(options.url, {
             max: options.poolSize ?? defaultPoolSize,
             connect_timeout: options.connectTimeoutSec ?? 5,
+            ...(options.statementTimeoutMs === undefined || options.statementTimeoutMs <= 0
+              ? {}
+              : { unanswered_timeout: unansweredAfterMs(options.statementTimeoutMs) / 1000 }),
             backoff: reconnectBackoffSec,
             onnotice: () => undefined,
             ...sessionAttrsFor(options.url),
