@@ -10,7 +10,7 @@ import { createHash } from "node:crypto"
 import { openSync, closeSync, readFileSync } from "node:fs"
 import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises"
 import { join } from "node:path"
-import { Effect, Schedule } from "effect"
+import { Effect, Option, Schedule } from "effect"
 import { pathSegment, RuntimeError, type VmSpec } from "@engram/runtime"
 import type * as RamFile from "./RamFile.js"
 
@@ -217,17 +217,65 @@ export const spawnQemu = (binary: string, args: readonly string[], paths: VmPath
     })
   })
 
-/** Whether `pid` is a live (not zombie) process. */
-export const alive = (pid: number): boolean => {
+/**
+ * How long one read of a file this runtime polls (a VM's console, pid file or stderr, a QEMU's
+ * `/proc/<pid>/cmdline`) may take before its caller gives up on it (on Effect's Clock). Such a
+ * read can stall: the VM's files are on the disk that holds its RAM file (a stalled disk), and
+ * `cmdline` waits for the process's memory map lock (a QEMU stuck in the kernel, `D` state). The
+ * reads are asynchronous (the agent's event loop, its heartbeats, runs on meanwhile), and bounded.
+ */
+export const readBoundMs = 2000
+
+/** Reads a whole text file (asynchronously). */
+export type ReadText = (path: string) => Promise<string>
+
+const inFlight = new Map<string, Promise<string>>()
+
+/**
+ * Reads a whole text file, one read of a path at a time: a caller while a read of the path is
+ * under way (one that stalled, given up on by an earlier caller) joins it rather than adding
+ * another, so stalled reads do not pile up on the few threads of Node's file I/O pool.
+ */
+export const readShared: ReadText = (path) => {
+  const running = inFlight.get(path)
+  if (running !== undefined) return running
+  const read = readFile(path, "utf8").finally(() => inFlight.delete(path))
+  inFlight.set(path, read)
+  return read
+}
+
+/**
+ * `path`'s text read by `read` within `boundMs` (on Effect's Clock): None when unreadable (absent,
+ * no right), failing with `"stalled"` when the read did not answer in time (it is left to end).
+ */
+export const readWithin = (path: string, boundMs: number, read: ReadText = readShared): Effect.Effect<Option.Option<string>, "stalled"> =>
+  Effect.promise(() => read(path).then(Option.some, () => Option.none<string>())).pipe(
+    Effect.timeoutOrElse({ duration: boundMs, orElse: () => Effect.fail("stalled" as const) }),
+  )
+
+/** The text of `/proc/<pid>/stat`, read synchronously: the kernel makes it from the task's own fields, without the memory map lock a stuck process may hold, and from no disk. */
+const statOf = (pid: number): string | undefined => {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    // The state follows the parenthesised command name.
-    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3)
-    return state !== "Z" && state !== "X"
+    return readFileSync(`/proc/${pid}/stat`, "utf8")
   } catch {
-    return false
+    return undefined
   }
 }
+
+/** Whether a `/proc/<pid>/stat` text is of a live (not zombie) process: its state follows the parenthesised command name. */
+const liveStat = (stat: string): boolean => {
+  const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3)
+  return state !== "Z" && state !== "X"
+}
+
+/** Whether `pid` is a live (not zombie) process. */
+export const alive = (pid: number): boolean => {
+  const stat = statOf(pid)
+  return stat !== undefined && liveStat(stat)
+}
+
+/** The last part of a path. */
+const base = (path: string) => path.split("/").at(-1) ?? path
 
 /**
  * Whether `pid` is alive and is the QEMU of the VM whose pid file is `pidFile`: it runs
@@ -235,44 +283,82 @@ export const alive = (pid: number): boolean => {
  * state directory may be named otherwise by a restarted agent, relative or through a link). A
  * reused pid is not our VM, and neither is another VM's QEMU that got it (after a reboot, or a
  * restarted agent's container, pids are handed out again in much the same order).
+ *
+ * Its command line is read asynchronously within `boundMs` (`readBoundMs`): a QEMU stuck in the
+ * kernel holding its memory map lock stalls that read. A live process whose command line did not
+ * answer in time is judged by its name in `/proc/<pid>/stat` (the binary's, cut to 15
+ * characters, as the kernel keeps it): a stuck QEMU still counts as one (its guest is not given up
+ * for lost), a pid reused by another program does not.
  */
-export const aliveAs = (pid: number, binary: string, pidFile: string): boolean => {
-  if (!alive(pid)) return false
-  try {
-    const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")
-    if (!(argv[0] ?? "").endsWith(binary.split("/").at(-1) ?? binary)) return false
-    const at = argv.indexOf("-pidfile")
-    const tail = (path: string) => path.split("/").slice(-2).join("/")
-    return at >= 0 && tail(argv[at + 1] ?? "") === tail(pidFile)
-  } catch {
-    return false
-  }
-}
+export const aliveAs = (pid: number, binary: string, pidFile: string, options: { readonly boundMs?: number; readonly read?: ReadText } = {}): Effect.Effect<boolean> =>
+  Effect.suspend(() => {
+    const stat = statOf(pid)
+    if (stat === undefined || !liveStat(stat)) return Effect.succeed(false)
+    return readWithin(`/proc/${pid}/cmdline`, options.boundMs ?? readBoundMs, options.read).pipe(
+      Effect.map(
+        Option.match({
+          onNone: () => false,
+          onSome: (cmdline) => {
+            const argv = cmdline.split("\0")
+            if (!(argv[0] ?? "").endsWith(base(binary))) return false
+            const at = argv.indexOf("-pidfile")
+            const tail = (path: string) => path.split("/").slice(-2).join("/")
+            return at >= 0 && tail(argv[at + 1] ?? "") === tail(pidFile)
+          },
+        }),
+      ),
+      Effect.catch(() => {
+        const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"))
+        const ours = name === base(binary).slice(0, 15)
+        return Effect.as(
+          Effect.logWarning("a process's command line did not answer in time (stuck in the kernel?); judged by its name alone", { pid, name, ours, boundMs: options.boundMs ?? readBoundMs }),
+          ours,
+        )
+      }),
+    )
+  })
 
-/** The pid QEMU wrote to its pidfile. */
-export const readPid = (paths: VmPaths): number | undefined => {
-  try {
-    const n = Number(readFileSync(paths.pidFile, "utf8").trim())
-    return Number.isInteger(n) && n > 0 ? n : undefined
-  } catch {
-    return undefined
-  }
-}
+/**
+ * The pid QEMU wrote to its pidfile (undefined: no pid file, or none in it), read within
+ * `readBoundMs`. Fails with `"stalled"` when the read did not answer in time (the VM's disk): no
+ * pid is not known then.
+ */
+export const readPid = (paths: VmPaths): Effect.Effect<number | undefined, "stalled"> =>
+  readWithin(paths.pidFile, readBoundMs).pipe(
+    Effect.map(
+      Option.match({
+        onNone: () => undefined,
+        onSome: (text) => {
+          const n = Number(text.trim())
+          return Number.isInteger(n) && n > 0 ? n : undefined
+        },
+      }),
+    ),
+  )
+
+/** `readPid`, failing as `op` of `vmId` when the read stalled. */
+export const readPidOrFail = (paths: VmPaths, op: string, vmId: string): Effect.Effect<number | undefined, RuntimeError> =>
+  readPid(paths).pipe(Effect.mapError(() => fail(op, vmId, `reading ${paths.pidFile} did not answer within ${readBoundMs} ms (a stalled disk?)`)))
+
+/** `readPid`, waiting for a read that stalled (warned of at each bound) for as long as it takes: for what cannot fail (a destroy, a recovery). */
+export const readPidPatiently = (paths: VmPaths): Effect.Effect<number | undefined> =>
+  readPid(paths).pipe(
+    Effect.tapError(() => Effect.logWarning(`reading a QEMU's pid file did not answer within ${readBoundMs} ms (a stalled disk?); waiting for it`, { pidFile: paths.pidFile })),
+    Effect.retry(Schedule.forever),
+    Effect.orElseSucceed(() => undefined),
+  )
 
 /**
  * Whether the process `pid` maps the file now at `path` (`/proc/<pid>/maps` names a mapped file
  * by its path today: a file renamed since it was mapped shows its new name). False when
- * unreadable.
+ * unreadable, or when the read did not answer within `readBoundMs` (it waits for the process's
+ * memory map lock, which a QEMU stuck in the kernel holds).
  */
-export const mapsFile = (pid: number, path: string): boolean => {
-  try {
-    return readFileSync(`/proc/${pid}/maps`, "utf8")
-      .split("\n")
-      .some((line) => line.endsWith(` ${path}`))
-  } catch {
-    return false
-  }
-}
+export const mapsFile = (pid: number, path: string): Effect.Effect<boolean> =>
+  readWithin(`/proc/${pid}/maps`, readBoundMs).pipe(
+    Effect.map(Option.match({ onNone: () => false, onSome: (maps) => maps.split("\n").some((line) => line.endsWith(` ${path}`)) })),
+    Effect.orElseSucceed(() => false),
+  )
 
 /** `VmRSS` of `pid` from `/proc/<pid>/status`, in bytes; null when unreadable. */
 export const rssBytes = (pid: number): number | null => {
@@ -356,11 +442,9 @@ export const kill = (pid: number, graceMs: number): Effect.Effect<void> =>
     yield* awaitExit(pid, graceMs)
   })
 
-/** The last lines QEMU wrote to stderr (for error messages). */
-export const stderrTail = (paths: VmPaths): string => {
-  try {
-    return readFileSync(paths.stderr, "utf8").trim().split("\n").slice(-3).join(" | ")
-  } catch {
-    return ""
-  }
-}
+/** The last lines QEMU wrote to stderr (for error messages), read within `readBoundMs`: empty when unreadable or stalled. */
+export const stderrTail = (paths: VmPaths): Effect.Effect<string> =>
+  readWithin(paths.stderr, readBoundMs).pipe(
+    Effect.map(Option.match({ onNone: () => "", onSome: (text) => text.trim().split("\n").slice(-3).join(" | ") })),
+    Effect.orElseSucceed(() => ""),
+  )

@@ -413,7 +413,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         const loop = Effect.gen(function* () {
           for (let pauseMs = 100; ; pauseMs = Math.min(2 * pauseMs, attachRetryMaxMs)) {
             yield* Effect.sleep(pauseMs)
-            if (!P.aliveAs(pending.pid, binary, pending.paths.pidFile)) {
+            if (!(yield* P.aliveAs(pending.pid, binary, pending.paths.pidFile))) {
               yield* Effect.logError("QEMU VM ended before its monitor answered; its guest is lost and its files are removed", { vmId, pid: pending.pid })
               return yield* host.removeFiles(pending.paths, pending.record.ram)
             }
@@ -498,8 +498,8 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
           const held = vms.get(vmId)
           if (held !== undefined) return yield* finish(held)
           const paths = P.pathsOf(config.stateDir, vmId)
-          const pid = P.readPid(paths)
-          if (pid !== undefined && P.aliveAs(pid, binary, paths.pidFile)) yield* P.kill(pid, 5000)
+          const pid = yield* P.readPidPatiently(paths)
+          if (pid !== undefined && (yield* P.aliveAs(pid, binary, paths.pidFile))) yield* P.kill(pid, 5000)
           yield* host.removeFiles(paths, (yield* P.readRecord(paths.record))?.ram)
         }),
       // A template's build is the runtime's own guest: it is no VM of the agent's (its RAM is measured all the same).
@@ -515,8 +515,8 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
             const record = yield* P.readRecord(join(config.stateDir, entry.name, "vm.json"))
             if (record === undefined || vms.has(record.spec.vmId) || host.attaching.has(record.spec.vmId)) continue
             const paths = P.pathsOf(config.stateDir, record.spec.vmId)
-            const pid = P.readPid(paths)
-            const alive = pid !== undefined && P.aliveAs(pid, binary, paths.pidFile)
+            const pid = yield* P.readPidPatiently(paths)
+            const alive = pid !== undefined && (yield* P.aliveAs(pid, binary, paths.pidFile))
             // A mapped restore cut short before it committed: its image still links the RAM file
             // (whole: the guest never ran on it). The VM is ended and its link removed; the
             // agent restores the session again from the image.

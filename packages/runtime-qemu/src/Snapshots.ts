@@ -109,7 +109,7 @@ export const descend = (h: VmHost, vm: Vm, path: string, bandwidthBytesPerSec: n
     let placed: RamFile.Placed | null = null
     // A descent cut short after it moved the RAM file (the agent restarted, QEMU kept the guest
     // paused): the file this QEMU maps is the image's already.
-    const movedBefore = why === null && ram?.kind === "file" && !(yield* exists(ram.path)) && P.mapsFile(vm.pid, yield* realPath(imageRam))
+    const movedBefore = why === null && ram?.kind === "file" && !(yield* exists(ram.path)) && (yield* P.mapsFile(vm.pid, yield* realPath(imageRam)))
     if (movedBefore) {
       // The guest may have run since (unparked after the restart): its pages written as a place's.
       yield* RamFile.fsync(imageRam).pipe(Effect.mapError((e) => err("descend", vmId, `RAM file: ${e.message}`)))

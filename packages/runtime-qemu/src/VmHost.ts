@@ -195,7 +195,7 @@ export const make = (s: HostSettings) =>
       Effect.gen(function* () {
         if (vm.exited !== null) yield* vm.exited.pipe(Effect.timeoutOption(graceMs))
         else yield* P.awaitExit(vm.pid, graceMs)
-        return !P.aliveAs(vm.pid, s.binary, vm.paths.pidFile)
+        return !(yield* P.aliveAs(vm.pid, s.binary, vm.paths.pidFile))
       })
 
     /**
@@ -281,12 +281,12 @@ export const make = (s: HostSettings) =>
     const reconnect = (vm: Vm, ours: () => boolean) =>
       Effect.gen(function* () {
         let tries = 0
-        const attempt = Effect.suspend(() => {
-          if (!ours()) return Effect.succeed("theirs" as const)
-          if (!P.aliveAs(vm.pid, s.binary, vm.paths.pidFile)) return Effect.succeed("gone" as const)
+        const attempt = Effect.gen(function* () {
+          if (!ours()) return "theirs" as const
+          if (!(yield* P.aliveAs(vm.pid, s.binary, vm.paths.pidFile))) return "gone" as const
           tries += 1
           // The swap uninterrupted once connected: a connection left open would be the one QEMU serves.
-          return Effect.uninterruptibleMask((restore) =>
+          return yield* Effect.uninterruptibleMask((restore) =>
             Effect.flatMap(restore(connectOnce(vm.paths, vm.client.events, s.qmpTimeoutMs, s.qmpTimeoutMs)), (conn) =>
               ours() ? Effect.map(vm.client.reconnected(conn), (swapped) => (swapped ? ("back" as const) : ("theirs" as const))) : Effect.as(Scope.close(conn.scope, Exit.void), "theirs" as const),
             ),
@@ -313,6 +313,7 @@ export const make = (s: HostSettings) =>
               // not load: the guest runs on at its source, nothing is lost (a warning, not an error).
               const incoming = vm.record.incomingMoveId !== null
               const say = incoming ? Effect.logWarning : Effect.logError
+              const stderr = yield* P.stderrTail(vm.paths)
               yield* say(
                 incoming
                   ? "QEMU of a move's incoming VM ended (its stream was cancelled, failed or did not load): the guest runs on at its source; the VM leaves the list and its files are removed"
@@ -323,7 +324,7 @@ export const make = (s: HostSettings) =>
                   ended: vm.exited === null ? `${P.describeEnd(end)} (adopted after a restart: no child of this agent)` : P.describeEnd(end),
                   ...(end === null ? {} : { exitCode: end.code, signal: end.signal }),
                   ...(vm.record.incomingMoveId === null ? {} : { incomingMoveId: vm.record.incomingMoveId }),
-                  ...(P.stderrTail(vm.paths) === "" ? {} : { stderr: P.stderrTail(vm.paths) }),
+                  ...(stderr === "" ? {} : { stderr }),
                 },
               )
               yield* Scope.close(vm.scope, Exit.void)
@@ -366,7 +367,8 @@ export const make = (s: HostSettings) =>
           if (tried?._tag === "Success") return { ...tried.success, events } satisfies Attached
           const why = tried === null ? "QEMU exited" : tried.failure.message
           if (tried === null || (yield* nowMs) + 25 >= deadline) {
-            return yield* err("attach", vmId, `QMP at ${paths.socket}: ${why}${P.stderrTail(paths) === "" ? "" : ` (qemu: ${P.stderrTail(paths)})`}`)
+            const stderr = yield* P.stderrTail(paths)
+            return yield* err("attach", vmId, `QMP at ${paths.socket}: ${why}${stderr === "" ? "" : ` (qemu: ${stderr})`}`)
           }
           yield* Effect.sleep(25)
         }
@@ -401,8 +403,8 @@ export const make = (s: HostSettings) =>
         const pending = attaching.get(vmId)
         if (pending !== undefined) return yield* unanswered(op, vmId, pending.pid)
         const paths = P.pathsOf(s.stateDir, vmId)
-        const stray = P.readPid(paths)
-        if (stray === undefined || !P.aliveAs(stray, s.binary, paths.pidFile)) return
+        const stray = yield* P.readPidOrFail(paths, op, vmId)
+        if (stray === undefined || !(yield* P.aliveAs(stray, s.binary, paths.pidFile))) return
         if ((yield* P.readRecord(paths.record)) !== undefined) {
           return yield* err(op, vmId, `a QEMU for this VM is running (pid ${stray}) that this runtime does not hold: it is not replaced (destroy ends it)`)
         }
@@ -537,7 +539,7 @@ export const make = (s: HostSettings) =>
      * resumed guest that does not say it in time, the VM counts as ready when QEMU runs it (the
      * note says which); a booted guest that never says it fails.
      */
-    const awaitReady = (vm: Vm, op: string, kind: "boot" | "resume", offset: number, t0: number) =>
+    const awaitReady = (vm: Vm, op: string, kind: "boot" | "resume", offset: Option.Option<number> | number, t0: number) =>
       Effect.gen(function* () {
         if (s.readyLine === undefined) return { readiness: "process", readyMs: (yield* nowMs) - t0, note: "no guest readiness line configured" } satisfies Ready
         const timeoutMs = kind === "boot" ? s.bootReadyTimeoutMs : s.resumeReadyTimeoutMs
@@ -545,14 +547,17 @@ export const make = (s: HostSettings) =>
         const readyMs = (yield* nowMs) - t0
         if (seen === "seen") return { readiness: "guest", readyMs, note: "" } satisfies Ready
         const why = seen === "exited" ? "its QEMU exited" : `no console line matching ${String(s.readyLine)} within ${timeoutMs} ms`
-        if (kind === "boot") return yield* err(op, vm.spec.vmId, `the guest did not say it is ready: ${why}${P.stderrTail(vm.paths) === "" ? "" : ` (qemu: ${P.stderrTail(vm.paths)})`}`)
+        if (kind === "boot") {
+          const stderr = yield* P.stderrTail(vm.paths)
+          return yield* err(op, vm.spec.vmId, `the guest did not say it is ready: ${why}${stderr === "" ? "" : ` (qemu: ${stderr})`}`)
+        }
         return { readiness: "process", readyMs, note: `the guest did not say it is ready (${why}); running as far as QEMU knows` } satisfies Ready
       })
 
     /** Resumes a paused VM and waits for its guest's next readiness line. */
     const resume = (vm: Vm, op: string, t0: number) =>
       Effect.gen(function* () {
-        const offset = Readiness.offsetOf(vm.paths.console)
+        const offset = yield* Readiness.offsetOf(vm.paths.console)
         yield* q(vm, op, "cont")
         vm.status = "running"
         return yield* awaitReady(vm, op, "resume", offset, t0)

@@ -5,7 +5,7 @@ import { once } from "node:events"
 import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import { describe, expect, it } from "vitest"
 import { Accel, QemuMigration, QemuProcess, QemuRuntime, Readiness } from "../src/index.js"
 
@@ -132,16 +132,17 @@ describe("the QEMU process", () => {
     // once met (1 in about 200) were the child's end: Node refused `-pidfile` and exited.
     for (let i = 0; i < 1000 && !readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("-pidfile"); i++) await new Promise((r) => setTimeout(r, 5))
     try {
-      expect(QemuProcess.aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm1/qemu.pid")).toBe(true)
+      const aliveAs = (pid: number, binary: string, pidFile: string) => Effect.runPromise(QemuProcess.aliveAs(pid, binary, pidFile))
+      expect(await aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm1/qemu.pid")).toBe(true)
       // The state directory named otherwise by a restarted agent (relative, through a link): the VM's directory decides.
-      expect(QemuProcess.aliveAs(pid, process.execPath, "/srv/state/../engram-qemu-h/vm1/qemu.pid")).toBe(true)
-      expect(QemuProcess.aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm2/qemu.pid")).toBe(false)
-      expect(QemuProcess.aliveAs(pid, "/usr/bin/qemu-system-x86_64", "/run/engram-qemu-h/vm1/qemu.pid")).toBe(false)
+      expect(await aliveAs(pid, process.execPath, "/srv/state/../engram-qemu-h/vm1/qemu.pid")).toBe(true)
+      expect(await aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm2/qemu.pid")).toBe(false)
+      expect(await aliveAs(pid, "/usr/bin/qemu-system-x86_64", "/run/engram-qemu-h/vm1/qemu.pid")).toBe(false)
     } finally {
       child.kill("SIGKILL")
       await once(child, "exit")
     }
-    expect(QemuProcess.aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm1/qemu.pid")).toBe(false)
+    expect(await Effect.runPromise(QemuProcess.aliveAs(pid, process.execPath, "/run/engram-qemu-h/vm1/qemu.pid"))).toBe(false)
   })
 
   it("version: a binary that never answers --version counts as not running once its bound passes (killed), not a hang; one that answers is read", async () => {
@@ -189,13 +190,13 @@ describe("the guest's readiness line", () => {
     // From the start: the ready line is there.
     expect(await Effect.runPromise(Readiness.awaitLine(con, 0, ready, 1000))).toBe("seen")
     // From the end: nothing new (a partial line is no line), then a whole line appended.
-    const offset = Readiness.offsetOf(con)
+    const offset = await Effect.runPromise(Readiness.offsetOf(con))
     expect(await Effect.runPromise(Readiness.awaitLine(con, offset, ready, 50))).toBe("timeout")
     const waiting = Effect.runPromise(Readiness.awaitLine(con, offset, ready, 10_000))
     appendFileSync(con, " more\r\nengram-tick 0b3c5a3e-1111-4222-8333-944455556666 7 1.5\r\n")
     expect(await waiting).toBe("seen")
-    expect(await Effect.runPromise(Readiness.awaitLine(con, Readiness.offsetOf(con), ready, 10_000, () => false))).toBe("exited")
-    expect(Readiness.offsetOf(join(dir, "none"))).toBe(0)
+    expect(await Effect.runPromise(Readiness.awaitLine(con, await Effect.runPromise(Readiness.offsetOf(con)), ready, 10_000, () => false))).toBe("exited")
+    expect(await Effect.runPromise(Readiness.offsetOf(join(dir, "none")))).toEqual(Option.some(0))
   })
 })
 

@@ -1,0 +1,97 @@
+// Reads that stall (a VM's disk that stops answering, a QEMU stuck in the kernel holding its
+// memory map lock) hold up the wait that made them, never the agent: each read is asynchronous
+// and bounded on Effect's Clock (here a TestClock), one read of a file at a time.
+import { spawn } from "node:child_process"
+import { once } from "node:events"
+import { readFileSync } from "node:fs"
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Exit, Fiber } from "effect"
+import { TestClock } from "effect/testing"
+import { QemuProcess, Readiness } from "../src/index.js"
+
+const bound = QemuProcess.readBoundMs
+const ready = /^engram-ready/
+
+/** A console reader whose reads answer only when the test says (`answer`), counted. */
+const heldReader = () => {
+  const pending: ((text: string) => void)[] = []
+  let calls = 0
+  const read: Readiness.ReadFrom = () =>
+    new Promise((resolve) => {
+      calls += 1
+      pending.push((text) => resolve({ bytes: Buffer.from(text), size: Buffer.byteLength(text) }))
+    })
+  return { read, calls: () => calls, answer: (text: string) => pending.shift()?.(text) }
+}
+
+describe("a console read that stalls", () => {
+  it.effect("is waited for again, not repeated: the wait ends at its timeout on the clock, its QEMU's end noticed meanwhile", () =>
+    Effect.gen(function* () {
+      const reader = heldReader()
+      const waiting = yield* Effect.forkChild(Readiness.awaitLine("/stalled/console.log", 0, ready, 10_000, () => true, 5, reader.read))
+      yield* TestClock.adjust(3 * bound)
+      assert.isUndefined(waiting.pollUnsafe(), "still waiting: the read has not answered, the timeout is not reached")
+      assert.strictEqual(reader.calls(), 1, "one read under way, not one more each poll")
+      yield* TestClock.adjust(10_000)
+      assert.strictEqual(yield* Fiber.join(waiting), "timeout")
+      assert.strictEqual(reader.calls(), 1)
+
+      let alive = true
+      const other = heldReader()
+      const exits = yield* Effect.forkChild(Readiness.awaitLine("/stalled/console.log", 0, ready, 60_000, () => alive, 5, other.read))
+      yield* TestClock.adjust(bound)
+      assert.isUndefined(exits.pollUnsafe())
+      alive = false
+      // The next poll gives up on the read at its bound and asks whether QEMU lives.
+      yield* TestClock.adjust(bound + 5)
+      assert.strictEqual(yield* Fiber.join(exits), "exited")
+    }),
+  )
+
+  it.effect("a read that answers late is joined: its lines count", () =>
+    Effect.gen(function* () {
+      const reader = heldReader()
+      const waiting = yield* Effect.forkChild(Readiness.awaitLine("/stalled/console.log", 0, ready, 60_000, () => true, 5, reader.read))
+      yield* TestClock.adjust(2 * bound + 5)
+      assert.strictEqual(reader.calls(), 1)
+      reader.answer("boot\nengram-ready 1\n")
+      // The answer settles (promise callbacks on the real event loop), then the next poll (5 ms on).
+      yield* Effect.promise(() => new Promise((r) => setImmediate(r)))
+      yield* TestClock.adjust(5)
+      for (let i = 0; i < 100 && waiting.pollUnsafe() === undefined; i++) yield* Effect.promise(() => new Promise((r) => setImmediate(r)))
+      assert.deepStrictEqual(waiting.pollUnsafe(), Exit.succeed("seen"))
+      assert.strictEqual(reader.calls(), 1, "its lines were taken before another read")
+    }),
+  )
+})
+
+describe("aliveAs when the command line does not answer", () => {
+  it.effect("answers at its bound, by the process's name: its binary's is ours, another's is not", () =>
+    Effect.gen(function* () {
+      const pidFile = "/run/engram-qemu-h/vm1/qemu.pid"
+      const child = spawn(process.execPath, ["-e", "setTimeout(() => {}, 60000)", "--", "-pidfile", pidFile], { stdio: "ignore" })
+      yield* Effect.promise(() => once(child, "spawn"))
+      const pid = child.pid!
+      // Until the child has exec'd, the kernel shows the parent's name (see QemuMigration.test.ts).
+      for (let i = 0; i < 1000 && !readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("-pidfile"); i++) yield* Effect.promise(() => new Promise((r) => setTimeout(r, 5)))
+      let reads = 0
+      const stalled = { read: () => (reads++, new Promise<string>(() => undefined)) }
+      try {
+        const ours = yield* Effect.forkChild(QemuProcess.aliveAs(pid, process.execPath, pidFile, stalled))
+        const other = yield* Effect.forkChild(QemuProcess.aliveAs(pid, "/usr/bin/qemu-system-x86_64", pidFile, stalled))
+        yield* TestClock.adjust(bound - 1)
+        assert.isUndefined(ours.pollUnsafe(), "not before its bound")
+        yield* TestClock.adjust(1)
+        assert.isTrue(yield* Fiber.join(ours), "a live process of the binary's name: ours (a stuck QEMU is not given up)")
+        assert.isFalse(yield* Fiber.join(other), "another program's: not ours")
+        assert.strictEqual(reads, 2)
+      } finally {
+        child.kill("SIGKILL")
+        yield* Effect.promise(() => once(child, "exit"))
+      }
+      // Gone: answered without reading.
+      assert.isFalse(yield* QemuProcess.aliveAs(pid, process.execPath, pidFile, stalled))
+      assert.strictEqual(reads, 2)
+    }),
+  )
+})
