@@ -7,8 +7,8 @@
  */
 import { spawn } from "node:child_process"
 import { createHash } from "node:crypto"
-import { openSync, closeSync, readFileSync } from "node:fs"
-import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises"
+import { readFileSync } from "node:fs"
+import { mkdir, open, readFile, rename, rm, writeFile } from "node:fs/promises"
 import { join } from "node:path"
 import { Effect, Option, Schedule } from "effect"
 import { pathSegment, RuntimeError, type VmSpec } from "@engram/runtime"
@@ -191,30 +191,27 @@ export const spawnQemu = (binary: string, args: readonly string[], paths: VmPath
     if (paths.socket.length > maxSocketPath) {
       return yield* fail("start", vmId, `QMP socket path ${paths.socket} is longer than ${maxSocketPath} bytes: use a shorter state directory`)
     }
-    yield* Effect.tryPromise({
+    // Its stderr opened asynchronously (the VM's disk may stall: the agent's event loop runs on).
+    const err = yield* Effect.tryPromise({
       try: async () => {
         await mkdir(paths.dir, { recursive: true })
         await rm(paths.socket, { force: true })
         await rm(paths.pidFile, { force: true })
+        return await open(paths.stderr, "a")
       },
       catch: (e) => fail("start", vmId, `cannot prepare ${paths.dir}: ${String(e)}`),
     })
     return yield* Effect.try({
       try: () => {
-        const err = openSync(paths.stderr, "a")
-        try {
-          const child = spawn(binary, args, { detached: true, stdio: ["ignore", "ignore", err] })
-          child.on("error", () => undefined)
-          const exited = new Promise<ProcessEnd>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })))
-          child.unref()
-          if (child.pid === undefined) throw new Error(`${binary} did not start`)
-          return { pid: child.pid, exited: Effect.promise(() => exited) } satisfies Spawned
-        } finally {
-          closeSync(err)
-        }
+        const child = spawn(binary, args, { detached: true, stdio: ["ignore", "ignore", err.fd] })
+        child.on("error", () => undefined)
+        const exited = new Promise<ProcessEnd>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })))
+        child.unref()
+        if (child.pid === undefined) throw new Error(`${binary} did not start`)
+        return { pid: child.pid, exited: Effect.promise(() => exited) } satisfies Spawned
       },
       catch: (e) => fail("start", vmId, `spawning ${binary}: ${e instanceof Error ? e.message : String(e)}`),
-    })
+    }).pipe(Effect.ensuring(Effect.promise(() => err.close().catch(() => undefined))))
   })
 
 /**
