@@ -236,9 +236,6 @@ export const charsetProblem = (contentType: string | undefined): InputProblem | 
 export const isJson = (contentType: string | undefined): boolean =>
   contentType !== undefined && (contentType.split(";", 1)[0] ?? "").trim().toLowerCase() === "application/json"
 
-/** Whether a content type is `application/json` (`isJson`) and its charset, if it names one (`charsetOf`), UTF-8. */
-export const isJsonUtf8 = (contentType: string | undefined): boolean => isJson(contentType) && charsetProblem(contentType) === undefined
-
 /** The body of a 415 (`Errors.UnsupportedMediaType`): a request body that is not JSON, its content type as given. */
 export const unsupportedMediaType = (contentType: string | undefined, message: string) => ({ error: "UnsupportedMediaType", message, contentType: contentType ?? "" })
 
