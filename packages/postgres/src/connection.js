@@ -358,9 +358,12 @@ function Connection(options, queues = {}, { onopen = noop, onend = noop, onclose
 
   function data(x) {
     heard++
-    stopAwaitingAnswer()
     received(x)
-    socket && (query || sent.length) && awaitAnswer()
+    // The silence is timed again from this arrival: the same timer re-armed (`refresh`, no new
+    // timer for every chunk a busy connection reads), or none once nothing waits.
+    socket && (query || sent.length)
+      ? unansweredTimer ? unansweredTimer.refresh() : awaitAnswer()
+      : stopAwaitingAnswer()
   }
 
   function received(x) {
