@@ -91,6 +91,7 @@ const filterOf = (filter: SessionFilter) =>
   and(
     filter.state === undefined ? undefined : eq(sessions.state, filter.state),
     filter.hostId === undefined ? undefined : eq(sessions.hostId, filter.hostId),
+    filter.imageHostId === undefined ? undefined : eq(sessions.imageHostId, filter.imageHostId),
   )
 
 /** The 1-based FIFO position of a queued session. */

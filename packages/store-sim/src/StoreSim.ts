@@ -444,7 +444,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   }
   const sessionsSorted = (filter: SessionFilter): SessionRec[] =>
     [...sessions.values()]
-      .filter((s) => (filter.state === undefined || s.state === filter.state) && (filter.hostId === undefined || s.hostId === filter.hostId))
+      .filter(
+        (s) =>
+          (filter.state === undefined || s.state === filter.state) &&
+          (filter.hostId === undefined || s.hostId === filter.hostId) &&
+          (filter.imageHostId === undefined || s.imageHostId === filter.imageHostId),
+      )
       .sort((a, b) => a.createdAt - b.createdAt || byId(a, b))
   const movesSorted = (filter: MoveFilter): MoveRec[] =>
     [...moves.values()]

@@ -396,6 +396,8 @@ export const sessionCountsOf = (rows: Iterable<{ readonly state: string; readonl
 export interface SessionFilter {
   readonly state?: SessionState | undefined
   readonly hostId?: string | undefined
+  /** The host holding the session's descent image (`Session.imageHostId`). */
+  readonly imageHostId?: string | undefined
 }
 
 /** The sessions whose lifetime is due (the reaper idles the first and ends the second). */

@@ -38,8 +38,11 @@ export const images: Group = {
         expect((yield* s.getSession("s2")).imageHostId).toBe("h")
         expect((yield* s.listSessions()).find((x) => x.id === "s2")?.imageHostId).toBe("h")
         expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual(["s2"])
+        expect((yield* s.listSessions({ imageHostId: "h" })).map((x) => x.id)).toStrictEqual(["s2"])
+        expect(yield* s.listSessions({ imageHostId: "other" })).toStrictEqual([])
         const back = yield* s.resume("s2")
         expect(back.session).toMatchObject({ state: "pending", hostId: "h", imageHostId: "h" })
+        expect((yield* s.listSessions({ state: "pending", imageHostId: "h" })).map((x) => x.id)).toStrictEqual(["s2"])
         expect(yield* s.markRunning("s2")).toMatchObject({ state: "running", imageHostId: null })
         yield* descendedOn("s3")
         expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual(["s3"])
@@ -48,6 +51,21 @@ export const images: Group = {
         // The host that held the image is named by the end's answer (it is owed a notice).
         expect(ended.before).toMatchObject({ state: "descended", imageHostId: "h" })
         expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual([])
+      }),
+    ),
+    kase(
+      "a host holding descent images, and nothing else, can be removed: its sessions still name it (the coordinator says it is gone)",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h", 8192)
+        yield* descendedOn("s1")
+        yield* addHost("b", 8192)
+        yield* s.removeHost("h")
+        expect((yield* s.getSession("s1")).imageHostId).toBe("h")
+        const back = yield* s.resume("s1")
+        expect(back.session).toMatchObject({ state: "pending", hostId: "b", imageHostId: "h" })
+        expect((yield* s.listSessions({ state: "pending", imageHostId: "h" })).map((x) => x.id)).toStrictEqual(["s1"])
+        yield* expectInvariants
       }),
     ),
     kase(
