@@ -33,7 +33,10 @@ export const maxCachedHosts = 100_000
  * each target of its moves (`targetPeerUrl`: a target that reports a new one notifies the topics
  * of its pending moves' sources, so their polls answer it at once), and with the sessions whose
  * descent image it holds (`imageSessions`: a session that runs again elsewhere or ends notifies
- * its image host's topic, so the agent removes the image). Not of the allowances:
+ * its image host's topic, so the agent removes the image), and with the hosts holding the images
+ * of its resumed sessions (`imageHosts`: an image host that reports a new peer URL, or is removed,
+ * notifies the topics of the hosts its pending sessions are placed on, so their polls answer the
+ * new URL, or the removal, at once). Not of the allowances:
  * they follow the clock and other pairs' commits, which notify no host's topic, so two replicas
  * (each with its own copy) may compute different ones for the same host, and an agent polling
  * both would see a new version on every poll. A move's allowance is the one read when the move
@@ -43,6 +46,7 @@ export const versionOf = (
   sessions: readonly Pick<Records.Session, "id" | "state" | "updatedAt">[],
   moves: readonly (Pick<Records.Move, "id" | "state"> & { readonly targetPeerUrl?: string | null | undefined })[],
   imageSessions: readonly string[] = [],
+  imageHosts: readonly Records.ImageHost[] = [],
 ): string =>
   createHash("sha256")
     .update(
@@ -51,6 +55,8 @@ export const versionOf = (
         moves.map((m) => (m.targetPeerUrl === undefined ? [m.id, m.state] : [m.id, m.state, m.targetPeerUrl])),
         // Only when there are any: a host holding no image keeps the version it had before image lists.
         ...(imageSessions.length === 0 ? [] : [imageSessions]),
+        // Likewise (an object: never taken for the list above).
+        ...(imageHosts.length === 0 ? [] : [{ imageHosts: imageHosts.map((h) => [h.hostId, h.peerUrl, h.removed === true]) }]),
       ]),
     )
     .digest("base64url")
@@ -75,19 +81,20 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
       const settings = yield* Settings
       const cache = yield* TopicCache.make<Records.Assignments, NotFound | Unavailable>({ maxEntries: maxCachedHosts })
       /**
-       * Where each target's agent serves its peers (its last report's `peerUrl`). Read only for
-       * the targets of this host's pending moves (few, and only while it is a move's source); a
-       * target gone since is none.
+       * Where each host's agent serves its peers (its last report's `peerUrl`), and whether it was
+       * removed (no such host now). Read only for the targets of this host's pending moves and the
+       * hosts holding its pending sessions' images (few, and only while they are pending); a host
+       * removed since serves none.
        */
-      const peerUrlsOf = (targets: readonly string[]) =>
+      const peersOf = (ids: readonly string[]) =>
         Effect.map(
-          Effect.forEach([...new Set(targets)], (id) =>
+          Effect.forEach([...new Set(ids)], (id) =>
             store.getHost(id).pipe(
-              Effect.map((h) => [id, h.peerUrl] as const),
-              Effect.catchTag("NotFound", () => Effect.succeed([id, null] as const)),
+              Effect.map((h) => [id, { peerUrl: h.peerUrl, removed: false }] as const),
+              Effect.catchTag("NotFound", () => Effect.succeed([id, { peerUrl: null, removed: true }] as const)),
             ),
           ),
-          (pairs) => new Map<string, string | null>(pairs),
+          (pairs) => new Map<string, { readonly peerUrl: string | null; readonly removed: boolean }>(pairs),
         )
       const load = (hostId: string) =>
         Effect.gen(function* () {
@@ -103,18 +110,24 @@ export class Assignments extends Context.Service<Assignments, AssignmentsShape>(
           )
           // The hosts holding the images of the resumed sessions placed here (few: only while they are pending).
           const imageHostIds = [...new Set(sessions.flatMap((s) => (s.state === "pending" && s.imageHostId != null && s.imageHostId !== hostId ? [s.imageHostId] : [])))]
-          const peerUrls = yield* peerUrlsOf([...targets, ...imageHostIds])
+          const peers = yield* peersOf([...targets, ...imageHostIds])
           // The source learns where to reach each move's target with the move: no static list of peers on every host.
-          const assigned = moves.map((m) => (m.sourceHostId === hostId ? { ...m, targetPeerUrl: peerUrls.get(m.targetHostId) ?? null } : m))
+          const assigned = moves.map((m) => (m.sourceHostId === hostId ? { ...m, targetPeerUrl: peers.get(m.targetHostId)?.peerUrl ?? null } : m))
+          // An image host removed from the fleet is said to be (its images never come: the agent
+          // boots fresh at once rather than waiting out its fetch deadline).
+          const imageHosts = imageHostIds.map((id): Records.ImageHost => {
+            const p = peers.get(id)
+            return p?.removed === true ? { hostId: id, peerUrl: null, removed: true } : { hostId: id, peerUrl: p?.peerUrl ?? null }
+          })
           return {
             hostId,
-            version: versionOf(sessions, assigned, imageSessionIds),
+            version: versionOf(sessions, assigned, imageSessionIds, imageHosts),
             sessions,
             moves: assigned,
             // The stale window too: an agent whose own setting is longer heartbeats within this one.
             limits: { commitAllowanceMs: priorMs, heartbeatStaleWindowMs: settings.config.limits.heartbeatStaleWindowMs },
             allowances: allowances.map(Records.assignedAllowance),
-            ...(imageHostIds.length === 0 ? {} : { imageHosts: imageHostIds.map((id) => ({ hostId: id, peerUrl: peerUrls.get(id) ?? null })) }),
+            ...(imageHosts.length === 0 ? {} : { imageHosts }),
             imageSessions: imageSessionIds,
           }
         })

@@ -545,6 +545,14 @@ export const HostAllowances = Schema.Struct({
 })
 export type HostAllowances = typeof HostAllowances.Type
 
+/**
+ * A host holding the descent image of a session resumed onto another host (`Assignments.imageHosts`):
+ * where its agent serves its peers (null: it advertises none, or it was removed), and `removed: true`
+ * when it is no longer in the fleet (absent otherwise, and from an older coordinator).
+ */
+export const ImageHost = Schema.Struct({ hostId: Schema.String, peerUrl: Schema.NullOr(Schema.String), removed: Schema.optionalKey(Schema.Boolean) })
+export type ImageHost = typeof ImageHost.Type
+
 /** A host's desired state: its sessions with work for its agent and its pending moves. */
 export const Assignments = Schema.Struct({
   hostId: Schema.String,
@@ -565,10 +573,14 @@ export const Assignments = Schema.Struct({
   /**
    * Where the agent of each host holding the descent image of a session resumed onto this host
    * (`Session.imageHostId`, another host) serves its peers (its last report's `peerUrl`; null
-   * when it advertises none or is gone): the agent fetches the image from there before it
-   * restores. Absent from an older coordinator (the agent then boots such a session fresh).
+   * when it advertises none or is removed): the agent fetches the image from there before it
+   * restores. `removed: true` when the host was removed from the fleet (`DELETE /v1/hosts/{id}`):
+   * its image can never come, so the agent boots fresh at once and reports the loss (`guest-lost`);
+   * absent otherwise, and from an older coordinator (the agent then waits out its fetch deadline).
+   * Part of `version`: a new peer URL, or the host's removal, answers the agent's long-poll. The
+   * list is absent from an older coordinator (the agent then boots such a session fresh).
    */
-  imageHosts: Schema.optionalKey(Schema.Array(Schema.Struct({ hostId: Schema.String, peerUrl: Schema.NullOr(Schema.String) }))),
+  imageHosts: Schema.optionalKey(Schema.Array(ImageHost)),
   /**
    * The sessions whose descent image this host holds (their `imageHostId` is this host), by id:
    * an image on the host of a session neither here nor among `sessions` is of a session that

@@ -56,21 +56,33 @@ export const HostsHandlers = HandlerGroup.make(
       })
 
     /**
+     * The topics of the hosts whose pending sessions' descent image `hostId` holds: their
+     * assignments name it (`imageHosts`, its peer URL, or that it was removed).
+     */
+    const fetchersOf = (hostId: string) =>
+      Effect.map(store.listSessions({ state: "pending", imageHostId: hostId }), (ss) =>
+        ss.flatMap((x) => (x.hostId !== null && x.hostId !== hostId ? [hostTopic(x.hostId)] : [])),
+      )
+
+    /**
      * A host's agent now serves its peers elsewhere (a restart on a new address, or none): the
-     * sources of its pending moves have it in their assignments, so their topics are notified
-     * (their copies dropped on every replica, their polls answered with the new URL). A failed
-     * read leaves the host owed, tried again at its next report.
+     * sources of its pending moves, and the hosts fetching a descent image from it (their pending
+     * sessions' image host), have it in their assignments, so their topics are notified (their
+     * copies dropped on every replica, their polls answered with the new URL). A failed read
+     * leaves the host owed, tried again at its next report.
      */
     const peerUrlReported = (hostId: string) =>
       Effect.gen(function* () {
-        const pending = yield* Effect.result(store.listMoves({ hostId, state: "pending" }))
+        const pending = yield* Effect.result(Effect.all([store.listMoves({ hostId, state: "pending" }), fetchersOf(hostId)]))
         if (pending._tag === "Failure") {
           peerUrlOwed.add(hostId)
           return
         }
         peerUrlOwed.delete(hostId)
-        const sources = pending.success.filter((m) => m.targetHostId === hostId).map((m) => hostTopic(m.sourceHostId))
-        if (sources.length > 0) yield* notifier.notify(...sources)
+        const [moves, fetchers] = pending.success
+        const sources = moves.filter((m) => m.targetHostId === hostId).map((m) => hostTopic(m.sourceHostId))
+        const told = [...new Set([...sources, ...fetchers])]
+        if (told.length > 0) yield* notifier.notify(...told)
       })
 
     const setState = (id: string, state: "ready" | "cordoned" | "draining") =>
@@ -105,6 +117,18 @@ export const HostsHandlers = HandlerGroup.make(
             yield* Effect.logInfo("host removed", { hostId: params.id })
             // Its token stops working at once, its open long-polls with it (401), on every replica.
             yield* notifier.notify(hostTopic(params.id), credentialTopic(params.id))
+            // The hosts fetching a descent image from it learn it is gone (`imageHosts`' `removed`)
+            // and boot those sessions fresh now rather than at their fetch deadline. Read after
+            // the removal: a resume placed since names a removed host. Best effort: a failed read
+            // leaves them to their deadline (or to their next change).
+            const fetchers = yield* Effect.result(fetchersOf(params.id))
+            if (fetchers._tag === "Success" && fetchers.success.length > 0) yield* notifier.notify(...new Set(fetchers.success))
+            if (fetchers._tag === "Failure") {
+              yield* Effect.logWarning("the hosts fetching descent images from a removed host were not told: they boot those sessions fresh at their fetch deadline", {
+                hostId: params.id,
+                error: fetchers.failure.reason,
+              })
+            }
             return yield* shown(view)
           })),
         )
