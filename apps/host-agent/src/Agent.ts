@@ -139,6 +139,13 @@ export const lostReasonOf = (how: "exited" | "notFound", state: string): string 
 export const imageLostReasonOf = (imageHostId: string, deadlineMs: number, why: string): string =>
   `descent image not fetched from host ${imageHostId} within ${deadlineMs} ms (ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS; last: ${why}); booted fresh: the resumed session's memory is lost`
 
+/**
+ * The reason told the coordinator of a guest lost because the host holding its descent image,
+ * `imageHostId`, was removed from the fleet (the assignments' `imageHosts` say `removed`).
+ */
+export const imageHostRemovedReasonOf = (imageHostId: string): string =>
+  `descent image held by host ${imageHostId}, which was removed from the fleet; booted fresh: the resumed session's memory is lost`
+
 /** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
 export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => {
   const thirdMs = Math.max(1, Math.floor(heartbeatStaleWindowMs / 3))
@@ -313,6 +320,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const log = (msg: string, fields: Record<string, unknown> = {}) => Effect.logInfo(msg, { hostId: me, ...fields })
     /** Where each image host's agent serves its peers, as the last assignments said (`imageHosts`). */
     const imageHostUrls = new Map<string, string | null>()
+    /** The image hosts the last assignments said were removed from the fleet (`imageHosts`' `removed`). */
+    const removedImageHosts = new Set<string>()
     // A restarted source reaches the targets of the moves it owes where it reached them before:
     // once a move has ended no assignment names its target (the operator's ENGRAM_PEERS still wins).
     if (deps.link.pin !== undefined) {
@@ -477,8 +486,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     /**
      * A resumed session's image fetched from the host that holds it, when the coordinator placed
      * the resume here and says the image is elsewhere (`imageHostId`); undefined when there is
-     * none to fetch, the image host says it has no such image, or the agent gave up (logged: the
-     * guest then boots fresh). Any other failure (the image host frozen, unreachable, answering
+     * none to fetch, the image host says it has no such image, the coordinator says the image
+     * host was removed from the fleet (`imageHosts`' `removed`: told as a loss at once, as when
+     * the agent gives up), or the agent gave up (logged: the guest then boots fresh). Any other failure (the image host frozen, unreachable, answering
      * 5xx, its peer URL not known yet) fails with `ImageNotFetched`: the session stays pending and
      * its action is retried on a later pass, backing off, until `imageFetchDeadlineMs` has passed
      * since the first try; then the agent gives up, says so, and the coordinator is told the
@@ -493,6 +503,18 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         const tries = known !== undefined && known.from === from ? known : { from, sinceMs: startMs, gaveUp: false }
         fetchTries.set(s.id, tries)
         if (tries.gaveUp) return undefined
+        // The image host was removed from the fleet: its image never comes, no fetch is tried
+        // and no deadline waited out; as given up, told to the coordinator.
+        if (removedImageHosts.has(from)) {
+          tries.gaveUp = true
+          yield* Effect.logWarning("the host holding the session's descent image was removed from the fleet; booting a fresh guest, the session's memory is lost (the coordinator is told)", {
+            hostId: me,
+            sessionId: s.id,
+            imageHostId: from,
+          })
+          yield* noteLost(s.id, imageHostRemovedReasonOf(from))
+          return undefined
+        }
         const t0 = yield* nowMs
         const got = yield* deps.fetchImage(s.id, from, imageHostUrls.get(from) ?? null, s.budget.memMib).pipe(Effect.result)
         if (got._tag === "Success") {
@@ -1136,7 +1158,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (deps.link.learn !== undefined) {
           for (const m of a.moves) if (m.sourceHostId === me && m.targetPeerUrl !== undefined) yield* deps.link.learn(m.targetHostId, m.targetPeerUrl)
         }
-        for (const h of a.imageHosts ?? []) imageHostUrls.set(h.hostId, h.peerUrl)
+        for (const h of a.imageHosts ?? []) {
+          imageHostUrls.set(h.hostId, h.peerUrl)
+          if (h.removed === true) removedImageHosts.add(h.hostId)
+          else removedImageHosts.delete(h.hostId)
+        }
         yield* Ref.set(lastAssignments, a)
         yield* FiberHandle.run(imageScan, { onlyIfMissing: true })(removeReleasedImages)
         // Before any action is chosen: a session whose VM vanished is then one with no VM here.

@@ -73,8 +73,11 @@ export interface Assignments {
   readonly limits?: AssignedLimits | undefined
   /** The learned allowance of each move this host is the source of; absent from a coordinator that does not learn it. */
   readonly allowances?: readonly AssignedAllowance[] | undefined
-  /** Where the agents holding the descent images of this host's resumed sessions serve their peers; absent from an older coordinator. */
-  readonly imageHosts?: readonly { readonly hostId: string; readonly peerUrl: string | null }[] | undefined
+  /**
+   * Where the agents holding the descent images of this host's resumed sessions serve their peers
+   * (`removed`: the host was removed from the fleet, its images never come); absent from an older coordinator.
+   */
+  readonly imageHosts?: readonly { readonly hostId: string; readonly peerUrl: string | null; readonly removed?: boolean | undefined }[] | undefined
   /** The sessions whose descent image this host holds; absent from an older coordinator (nothing is removed then). */
   readonly imageSessions?: readonly string[] | undefined
 }

@@ -16,7 +16,7 @@
 import { assert, describe } from "@effect/vitest"
 import { type DescentImage, type ImageStore, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Clock, Effect, Random, Ref } from "effect"
-import { type AgentConfig, defaultImageFetchDeadlineMs, imageLostReasonOf, makeAgent } from "../src/Agent.js"
+import { type AgentConfig, defaultImageFetchDeadlineMs, imageHostRemovedReasonOf, imageLostReasonOf, makeAgent } from "../src/Agent.js"
 import { defaultAgentConfig } from "../src/Host.js"
 import * as ImageFetch from "../src/ImageFetch.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
@@ -38,6 +38,9 @@ const noSuchImage = { fails: "the image host has no descent image of session s1"
 const pendingLine = "descent image could not be fetched from the host holding it; the session stays pending and the fetch is tried again"
 const gaveUpLine = "descent image could not be fetched from the host holding it within ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS; giving up: booting a fresh guest, the session's memory is lost (the coordinator is told)"
 const missingLine = "resumed session's descent image is not on this host; booting a fresh guest in its place: its memory is not restored"
+const removedLine = "the host holding the session's descent image was removed from the fleet; booting a fresh guest, the session's memory is lost (the coordinator is told)"
+/** What the coordinator says of b once it is removed from the fleet. */
+const bRemoved = [{ hostId: "b", peerUrl: null, removed: true }]
 
 /**
  * Host a's agent with s1 resumed there (pending, ran before) and its image on b, which answers
@@ -161,4 +164,44 @@ describe("a resumed session whose image host does not answer", () => {
       assert.strictEqual((yield* fake.get).guestsLost.length, 1)
     }).pipe(Effect.provide(warnings.layer))
   })
+
+  effect("the image host removed from the fleet (the coordinator says so): a fresh guest at once, no fetch tried, the loss told with its reason", () => {
+    const warnings = capture("Warn")
+    return Effect.gen(function* () {
+      const { fake, agent, counts } = yield* resumedAwayFromImage([unavailable])
+      yield* Ref.update(fake.ref, (s) => ({ ...s, imageHosts: bRemoved }))
+      const t0 = yield* Clock.currentTimeMillis
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("the session running", () => Effect.map(stateOf(fake), (s) => s === "running"))
+      yield* stepUntil("the loss told", () => Effect.map(fake.get, (s) => s.guestsLost.length > 0))
+      // Promptly: not after the fetch deadline (10 minutes), nor after a retry's backoff.
+      assert.isBelow((yield* Clock.currentTimeMillis) - t0, defaultImageFetchDeadlineMs / 10)
+      assert.deepStrictEqual(counts, { starts: 1, restores: 0, fetches: 0 })
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: imageHostRemovedReasonOf("b") }])
+      assert.deepStrictEqual(warnings.lines.filter((l) => l.message === removedLine).map((l) => [l.fields["sessionId"], l.fields["imageHostId"]]), [["s1", "b"]])
+      assert.deepStrictEqual(warnings.lines.filter((l) => l.message === pendingLine || l.message === gaveUpLine), [])
+    }).pipe(Effect.provide(warnings.layer))
+  })
+
+  effect("the image host removed while its fetch fails: the next try boots fresh, well before the deadline, and tells the loss once", () =>
+    Effect.gen(function* () {
+      const { fake, agent, counts } = yield* resumedAwayFromImage([unavailable])
+      const t0 = yield* Clock.currentTimeMillis
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("two tries", () => Effect.succeed(counts.fetches >= 2))
+      assert.strictEqual(yield* stateOf(fake), "pending")
+      // The coordinator now says b is gone (its long-poll answers it): the retry pass reads it.
+      yield* Ref.update(fake.ref, (s) => ({ ...s, imageHosts: bRemoved }))
+      const fetches = counts.fetches
+      yield* stepUntil("the session running", () => Effect.map(stateOf(fake), (s) => s === "running"))
+      yield* stepUntil("the loss told", () => Effect.map(fake.get, (s) => s.guestsLost.length > 0))
+      yield* stepUntil("the pass's actions done", () => Effect.map(agent.busy, (b) => !b))
+      assert.isBelow((yield* Clock.currentTimeMillis) - t0, defaultImageFetchDeadlineMs / 2)
+      assert.deepStrictEqual([counts.starts, counts.restores, counts.fetches], [1, 0, fetches])
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: imageHostRemovedReasonOf("b") }])
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("the pass's actions done", () => Effect.map(agent.busy, (b) => !b))
+      assert.strictEqual((yield* fake.get).guestsLost.length, 1)
+    }),
+  )
 })

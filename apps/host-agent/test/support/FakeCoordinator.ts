@@ -40,10 +40,12 @@ export interface FakeState {
   readonly allowances: readonly AssignedAllowance[] | null
   /** The guests the agents reported lost, as recorded (in the sessions' history), in order. */
   readonly guestsLost: readonly { readonly hostId: string; readonly sessionId: string; readonly reason: string }[]
+  /** The image hosts sent with every host's assignments (`imageHosts`); null = sent none. */
+  readonly imageHosts: NonNullable<Assignments["imageHosts"]> | null
 }
 
 export const makeFakeCoordinator = Effect.gen(function* () {
-  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), activity: [], heartbeats: new Map(), calls: [], commitAllowanceMs: 400, heartbeatStaleWindowMs: null, allowances: null, guestsLost: [] })
+  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), activity: [], heartbeats: new Map(), calls: [], commitAllowanceMs: 400, heartbeatStaleWindowMs: null, allowances: null, guestsLost: [], imageHosts: null })
   type Step = Effect.Effect<void, Conflict>
   const modify = (f: (s: FakeState) => readonly [Step, FakeState]) => Ref.modify(ref, f)
   const conflict = (op: string, message: string): Step => Effect.fail(new Conflict({ op, message }))
@@ -98,6 +100,7 @@ export const makeFakeCoordinator = Effect.gen(function* () {
           ? {}
           : { limits: { commitAllowanceMs: s.commitAllowanceMs, ...(s.heartbeatStaleWindowMs === null ? {} : { heartbeatStaleWindowMs: s.heartbeatStaleWindowMs }) } }),
         ...(s.allowances === null ? {} : { allowances: s.allowances.filter((x) => x.sourceHostId === hostId) }),
+        ...(s.imageHosts === null ? {} : { imageHosts: s.imageHosts }),
       })),
     getMove: (id) =>
       Effect.flatMap(Ref.get(ref), (s) => {
