@@ -348,13 +348,13 @@ export const readPidPatiently = (paths: VmPaths): Effect.Effect<number | undefin
 /**
  * Whether the process `pid` maps the file now at `path` (`/proc/<pid>/maps` names a mapped file
  * by its path today: a file renamed since it was mapped shows its new name). False when
- * unreadable, or when the read did not answer within `readBoundMs` (it waits for the process's
- * memory map lock, which a QEMU stuck in the kernel holds).
+ * unreadable (no such process). Fails with `"stalled"` when the read did not answer within
+ * `boundMs` (`readBoundMs`): it waits for the process's memory map lock, which a QEMU stuck in the
+ * kernel holds, and whether the file is mapped is then unknown, not "no".
  */
-export const mapsFile = (pid: number, path: string): Effect.Effect<boolean> =>
-  readWithin(`/proc/${pid}/maps`, readBoundMs).pipe(
+export const mapsFile = (pid: number, path: string, options: { readonly boundMs?: number; readonly read?: ReadText } = {}): Effect.Effect<boolean, "stalled"> =>
+  readWithin(`/proc/${pid}/maps`, options.boundMs ?? readBoundMs, options.read).pipe(
     Effect.map(Option.match({ onNone: () => false, onSome: (maps) => maps.split("\n").some((line) => line.endsWith(` ${path}`)) })),
-    Effect.orElseSucceed(() => false),
   )
 
 /** `VmRSS` of `pid` from `/proc/<pid>/status`, in bytes; null when unreadable. */

@@ -109,7 +109,14 @@ export const descend = (h: VmHost, vm: Vm, path: string, bandwidthBytesPerSec: n
     let placed: RamFile.Placed | null = null
     // A descent cut short after it moved the RAM file (the agent restarted, QEMU kept the guest
     // paused): the file this QEMU maps is the image's already.
-    const movedBefore = why === null && ram?.kind === "file" && !(yield* exists(ram.path)) && (yield* P.mapsFile(vm.pid, yield* realPath(imageRam)))
+    // Whether QEMU maps the image's RAM file must be known: a read of its memory map that stalls
+    // (a QEMU stuck in the kernel) fails the descent as it is (the agent's pass tries it again), not
+    // taken for "not moved" (the RAM file would then be looked for where it no longer is).
+    const mapsImageRam = Effect.flatMap(realPath(imageRam), (real) => P.mapsFile(vm.pid, real, h.settings.testHooks?.readMaps === undefined ? {} : { read: h.settings.testHooks.readMaps })).pipe(
+      Effect.mapError(() => err("descend", vmId, `its QEMU's memory map (/proc/${vm.pid}/maps) could not be read within ${P.readBoundMs} ms (QEMU stuck in the kernel?): whether its RAM file was already moved into the image is unknown`)),
+      Effect.tapError(() => giveBack.pipe(Effect.andThen(Effect.promise(() => rm(part, { force: true }))))),
+    )
+    const movedBefore = why === null && ram?.kind === "file" && !(yield* exists(ram.path)) && (yield* mapsImageRam)
     if (movedBefore) {
       // The guest may have run since (unparked after the restart): its pages written as a place's.
       yield* RamFile.fsync(imageRam).pipe(Effect.mapError((e) => err("descend", vmId, `RAM file: ${e.message}`)))

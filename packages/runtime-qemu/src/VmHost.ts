@@ -90,6 +90,8 @@ export interface HostSettings {
  */
 export interface TestHooks {
   readonly startFrom?: (vmId: string, stage: "launched" | "loaded") => Effect.Effect<void>
+  /** How a descent reads its QEMU's `/proc/<pid>/maps` (a test stands it still, as a QEMU stuck in the kernel does). */
+  readonly readMaps?: P.ReadText
 }
 
 /** How a guest came to be ready. */

@@ -3,11 +3,13 @@
 // and bounded on Effect's Clock (here a TestClock), one read of a file at a time.
 import { spawn } from "node:child_process"
 import { once } from "node:events"
-import { readFileSync } from "node:fs"
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Fiber } from "effect"
 import { TestClock } from "effect/testing"
-import { QemuProcess, Readiness } from "../src/index.js"
+import { QemuProcess, QemuRuntime, Readiness } from "../src/index.js"
+import * as FakeQemu from "./support/FakeQemu.js"
 
 const bound = QemuProcess.readBoundMs
 const ready = /^engram-ready/
@@ -93,5 +95,36 @@ describe("aliveAs when the command line does not answer", () => {
       assert.isFalse(yield* QemuProcess.aliveAs(pid, process.execPath, pidFile, stalled))
       assert.strictEqual(reads, 2)
     }),
+  )
+})
+
+describe("a descent whose QEMU's memory map does not answer", () => {
+  it.effect("fails saying so at its bound, the guest given back: a RAM file no longer at its path is not taken for one not yet moved", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const fake = yield* FakeQemu.make("")
+        let reads = 0
+        const readMaps = () => (reads++, new Promise<string>(() => undefined))
+        // Mapped snapshots (the fake says QEMU 7.2); generous bounds: the clock is moved faster than real time.
+        const config = { ...fake.config, memory: "file" as const, qmpTimeoutMs: 60_000, startTimeoutMs: 600_000, migrationTimeoutMs: 600_000, testHooks: { readMaps } }
+        const rt = yield* FakeQemu.pumped(QemuRuntime.make(config))
+        yield* FakeQemu.pumped(rt.start({ vmId: "m1", memMib: 64, vcpus: 1 }))
+        const pid = rt.pidOf("m1")!
+        // As after a descent cut short once it moved the RAM file: the VM's RAM file is not at its
+        // path (the fake maps none), the image's is there.
+        mkdirSync(join(fake.dir, "img"))
+        writeFileSync(join(fake.dir, "img", "ram"), "")
+        const result = yield* FakeQemu.pumped(Effect.result(rt.descend("m1", join(fake.dir, "img", "image"))))
+        assert.strictEqual(result._tag, "Failure")
+        if (result._tag === "Failure") {
+          assert.match(result.failure.message, /memory map \(\/proc\/\d+\/maps\) could not be read within 2000 ms/)
+          assert.notMatch(result.failure.message, /RAM file:/, "not a misleading RAM-file error")
+        }
+        assert.strictEqual(reads, 1)
+        assert.isTrue(FakeQemu.isAlive(pid))
+        assert.deepStrictEqual(yield* rt.list, [{ vmId: "m1", memMib: 64, vcpus: 1, status: "running" }], "the guest runs again where it was")
+        yield* FakeQemu.pumped(rt.destroy("m1"))
+      }),
+    ),
   )
 })
