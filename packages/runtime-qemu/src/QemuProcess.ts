@@ -11,7 +11,7 @@ import { readFileSync } from "node:fs"
 import { mkdir, open, readFile, rename, rm, writeFile } from "node:fs/promises"
 import { join } from "node:path"
 import { Effect, Option, Schedule } from "effect"
-import { pathSegment, RuntimeError, type VmSpec } from "@engram/runtime"
+import { nowMs, pathSegment, RuntimeError, type VmSpec } from "@engram/runtime"
 import type * as RamFile from "./RamFile.js"
 
 /** How the guest boots: a kernel (+ initramfs and command line) or a disk image. */
@@ -337,13 +337,41 @@ export const readPid = (paths: VmPaths): Effect.Effect<number | undefined, "stal
 export const readPidOrFail = (paths: VmPaths, op: string, vmId: string): Effect.Effect<number | undefined, RuntimeError> =>
   readPid(paths).pipe(Effect.mapError(() => fail(op, vmId, `reading ${paths.pidFile} did not answer within ${readBoundMs} ms (a stalled disk?)`)))
 
-/** `readPid`, waiting for a read that stalled (warned of at each bound) for as long as it takes: for what cannot fail (a destroy, a recovery). */
+/** Pauses between reads of a pid file that stalled (`readPidPatiently`): 1 s, doubling, at most 30 s. */
+const pidRetryPauses = Schedule.min([Schedule.exponential("1 second"), Schedule.spaced("30 seconds")])
+/** How often a pid file read that stays stalled is warned of again (the first stall is warned of at once). */
+export const pidStallWarnEveryMs = 60_000
+
+/**
+ * `readPid`, waiting for a read that stalled for as long as it takes (read again after pauses
+ * growing to 30 s; warned of at the first stall, then at most once a minute): for a destroy and a
+ * recovery, which cannot fail, and cannot go on without the pid. Told "no pid" wrongly, a destroy
+ * would remove the files of a QEMU that runs on (its RAM file the guest's RAM) and say it ended; a
+ * recovery would take a live guest for dead and remove its files.
+ */
 export const readPidPatiently = (paths: VmPaths): Effect.Effect<number | undefined> =>
-  readPid(paths).pipe(
-    Effect.tapError(() => Effect.logWarning(`reading a QEMU's pid file did not answer within ${readBoundMs} ms (a stalled disk?); waiting for it`, { pidFile: paths.pidFile })),
-    Effect.retry(Schedule.forever),
-    Effect.orElseSucceed(() => undefined),
-  )
+  Effect.gen(function* () {
+    const t0 = yield* nowMs
+    let warnedAtMs: number | null = null
+    const pid = yield* readPid(paths).pipe(
+      Effect.tapError(() =>
+        Effect.gen(function* () {
+          const now = yield* nowMs
+          if (warnedAtMs !== null && now - warnedAtMs < pidStallWarnEveryMs) return
+          warnedAtMs = now
+          yield* Effect.logWarning(`reading a QEMU's pid file did not answer within ${readBoundMs} ms (a stalled disk?); read again until it answers (said again at most once a minute)`, {
+            pidFile: paths.pidFile,
+            waitedMs: now - t0,
+          })
+        }),
+      ),
+      Effect.retry(pidRetryPauses),
+      // The schedule never ends: a read that stalls is read again, never given up.
+      Effect.orDie,
+    )
+    if (warnedAtMs !== null) yield* Effect.logInfo("a QEMU's pid file that stalled answered", { pidFile: paths.pidFile, waitedMs: (yield* nowMs) - t0 })
+    return pid
+  })
 
 /**
  * Whether the process `pid` maps the file now at `path` (`/proc/<pid>/maps` names a mapped file

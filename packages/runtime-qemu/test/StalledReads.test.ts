@@ -1,12 +1,13 @@
 // Reads that stall (a VM's disk that stops answering, a QEMU stuck in the kernel holding its
 // memory map lock) hold up the wait that made them, never the agent: each read is asynchronous
 // and bounded on Effect's Clock (here a TestClock), one read of a file at a time.
-import { spawn } from "node:child_process"
+import { execFileSync, spawn } from "node:child_process"
 import { once } from "node:events"
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
+import { closeSync, constants, mkdirSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync, writeSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Exit, Fiber } from "effect"
+import { Effect, Exit, Fiber, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { QemuProcess, QemuRuntime, Readiness } from "../src/index.js"
 import * as FakeQemu from "./support/FakeQemu.js"
@@ -126,5 +127,44 @@ describe("a descent whose QEMU's memory map does not answer", () => {
         yield* FakeQemu.pumped(rt.destroy("m1"))
       }),
     ),
+  )
+})
+
+describe("a pid file read that stalls, for a destroy or a recovery", () => {
+  it.effect("is read again until it answers, its pauses growing, warned of at once and then at most once a minute", () =>
+    Effect.gen(function* () {
+      // A FIFO no one writes: reading it blocks in the kernel, as a read of a stalled disk does.
+      const dir = mkdtempSync(join(tmpdir(), "rq-pid-"))
+      const paths = QemuProcess.pathsOf(dir, "p1")
+      mkdirSync(paths.dir)
+      execFileSync("mkfifo", [paths.pidFile])
+      const warnings: string[] = []
+      const capture = Logger.make(({ logLevel, message }) => {
+        if (logLevel === "Warn") warnings.push(String(Array.isArray(message) ? message[0] : message))
+      })
+      try {
+        const waiting = yield* Effect.forkChild(QemuProcess.readPidPatiently(paths).pipe(Effect.provide(Logger.layer([capture]))))
+        yield* TestClock.adjust(QemuProcess.readBoundMs)
+        assert.lengthOf(warnings, 1, "the first stall is said at once")
+        // Ten minutes of a disk that does not answer.
+        for (let i = 0; i < 600; i++) yield* TestClock.adjust(1000)
+        assert.isUndefined(waiting.pollUnsafe(), "still waiting: no pid is not known")
+        assert.isAtLeast(warnings.length, 5, "said again while it waits")
+        assert.isAtMost(warnings.length, 11, "at most once a minute")
+        // The disk answers: the read under way gets the pid, and so does any read after it (a file now).
+        const fd = openSync(paths.pidFile, constants.O_WRONLY | constants.O_NONBLOCK)
+        writeSync(fd, "4242\n")
+        closeSync(fd)
+        writeFileSync(`${paths.pidFile}.new`, "4242\n")
+        renameSync(`${paths.pidFile}.new`, paths.pidFile)
+        for (let i = 0; i < 1000 && waiting.pollUnsafe() === undefined; i++) {
+          yield* Effect.promise(() => new Promise((r) => setImmediate(r)))
+          yield* TestClock.adjust(1000)
+        }
+        assert.deepStrictEqual(waiting.pollUnsafe(), Exit.succeed(4242))
+      } finally {
+        rmSync(dir, { recursive: true, force: true })
+      }
+    }),
   )
 })
