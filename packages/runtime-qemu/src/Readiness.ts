@@ -4,22 +4,18 @@
  * file (a boot: from its start; a resume: from where the console was at `cont`). The console is
  * a file QEMU appends to; this module reads what was appended, polling on Effect's Clock.
  *
+ * A resume's tail is started before its `cont` (`tailFromEnd`): its first read, the console's
+ * size, is made then, and a read that stalls is waited for by the tail, not made again after
+ * `cont` (a ready line the guest wrote meanwhile would be before the point read from, missed).
+ *
  * The console is on the disk that holds the VM's state and RAM file, which can stall: every read
  * is asynchronous (the agent's event loop, its heartbeats, runs on meanwhile) and bounded
  * (`readBoundMs`), one read of a console at a time.
  */
-import { open, stat } from "node:fs/promises"
+import { open } from "node:fs/promises"
 import { StringDecoder } from "node:string_decoder"
 import { Effect, Option, Schedule } from "effect"
 import { readBoundMs } from "./QemuProcess.js"
-
-/**
- * The console's size now (0 while QEMU has not created it): the point a resume reads from. None
- * when its size did not answer within `boundMs`: a tail from None reads from where the console
- * ends at its first read.
- */
-export const offsetOf = (path: string, boundMs = readBoundMs): Effect.Effect<Option.Option<number>> =>
-  Effect.promise(() => stat(path).then((s) => s.size, () => 0)).pipe(Effect.timeoutOption(boundMs))
 
 /**
  * Reads `path` from `offset` on: the bytes there now (empty at its end, or while the file is
@@ -62,11 +58,11 @@ export class ConsoleTail {
   private reading: Promise<void> | null = null
   constructor(
     private readonly path: string,
-    offset: Option.Option<number> | number,
+    offset: number | "end",
     private readonly read: ReadFrom = readFrom,
     private readonly boundMs = readBoundMs,
   ) {
-    this.offset = typeof offset === "number" ? offset : Option.getOrElse(offset, () => "end" as const)
+    this.offset = offset
   }
 
   /**
@@ -99,18 +95,31 @@ export class ConsoleTail {
   }
 }
 
+/**
+ * A tail of the console from where it ends now (0 while QEMU has not created it): its first read,
+ * the console's size, is made at once and waited for within `boundMs`. One that does not answer
+ * in time goes on, and the tail's next read waits for it: a resume starts its tail before `cont`,
+ * so the point it reads from is the size looked up before the guest ran, not one read after it
+ * (when a ready line written meanwhile would be before it). `read`: how the console is read (tests).
+ */
+export const tailFromEnd = (path: string, read: ReadFrom = readFrom, boundMs = readBoundMs): Effect.Effect<ConsoleTail> =>
+  Effect.suspend(() => {
+    const tail = new ConsoleTail(path, "end", read, boundMs)
+    return Effect.as(tail.lines(), tail)
+  })
+
 /** How a wait for the ready line ended. */
 export type Seen = "seen" | "timeout" | "exited"
 
 /**
- * Waits until a line matching `pattern` appears in the console after `offset` (None: from where
- * the console ends at the first read), within `timeoutMs` (polled every `pollMs` on Effect's
- * Clock, each read within `readBoundMs`); a guest whose process is gone (`alive` false) stops the
- * wait at once. `read`: how the console is read (tests).
+ * Waits until a line matching `pattern` appears in the console after `from` (a byte offset, or a
+ * tail already started: `tailFromEnd`, its own path and reader), within `timeoutMs` (polled every
+ * `pollMs` on Effect's Clock, each read within `readBoundMs`); a guest whose process is gone
+ * (`alive` false) stops the wait at once. `read`: how the console is read (tests).
  */
 export const awaitLine = (
   path: string,
-  offset: Option.Option<number> | number,
+  from: number | ConsoleTail,
   pattern: RegExp,
   timeoutMs: number,
   alive: () => boolean = () => true,
@@ -118,7 +127,7 @@ export const awaitLine = (
   read?: ReadFrom,
 ): Effect.Effect<Seen> =>
   Effect.suspend(() => {
-    const tail = new ConsoleTail(path, offset, read)
+    const tail = typeof from === "number" ? new ConsoleTail(path, from, read) : from
     const poll = Effect.flatMap(tail.lines(), (lines): Effect.Effect<Seen, "not yet"> => {
       if (lines.some((l) => pattern.test(l))) return Effect.succeed("seen")
       return alive() ? Effect.fail("not yet") : Effect.succeed("exited")

@@ -536,16 +536,16 @@ export const make = (s: HostSettings) =>
       ).pipe(Effect.orElseSucceed(() => null))
 
     /**
-     * Waits for the guest to say it is ready: its console line after `offset` (a boot: 0; a
-     * resume: the console's size at `cont`), timed from `t0`. Without a configured line, or a
+     * Waits for the guest to say it is ready: its console line after `from` (a boot: 0; a
+     * resume: its tail started before `cont`), timed from `t0`. Without a configured line, or a
      * resumed guest that does not say it in time, the VM counts as ready when QEMU runs it (the
      * note says which); a booted guest that never says it fails.
      */
-    const awaitReady = (vm: Vm, op: string, kind: "boot" | "resume", offset: Option.Option<number> | number, t0: number) =>
+    const awaitReady = (vm: Vm, op: string, kind: "boot" | "resume", from: number | Readiness.ConsoleTail, t0: number) =>
       Effect.gen(function* () {
         if (s.readyLine === undefined) return { readiness: "process", readyMs: (yield* nowMs) - t0, note: "no guest readiness line configured" } satisfies Ready
         const timeoutMs = kind === "boot" ? s.bootReadyTimeoutMs : s.resumeReadyTimeoutMs
-        const seen = yield* Readiness.awaitLine(vm.paths.console, offset, s.readyLine, timeoutMs, () => P.alive(vm.pid))
+        const seen = yield* Readiness.awaitLine(vm.paths.console, from, s.readyLine, timeoutMs, () => P.alive(vm.pid))
         const readyMs = (yield* nowMs) - t0
         if (seen === "seen") return { readiness: "guest", readyMs, note: "" } satisfies Ready
         const why = seen === "exited" ? "its QEMU exited" : `no console line matching ${String(s.readyLine)} within ${timeoutMs} ms`
@@ -559,10 +559,11 @@ export const make = (s: HostSettings) =>
     /** Resumes a paused VM and waits for its guest's next readiness line. */
     const resume = (vm: Vm, op: string, t0: number) =>
       Effect.gen(function* () {
-        const offset = yield* Readiness.offsetOf(vm.paths.console)
+        // Started before `cont`: the console's size looked up before the guest runs, even when that read stalls.
+        const tail = yield* Readiness.tailFromEnd(vm.paths.console)
         yield* q(vm, op, "cont")
         vm.status = "running"
-        return yield* awaitReady(vm, op, "resume", offset, t0)
+        return yield* awaitReady(vm, op, "resume", tail, t0)
       })
 
     return { settings: s, vms, hold, attaching, ensureFree, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, monitorOf, launch, finish, removeFiles, awaitMigrationEnd, cancelMigration, awaitReady, resume }

@@ -5,7 +5,7 @@ import { once } from "node:events"
 import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Effect, Option } from "effect"
+import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import { Accel, QemuMigration, QemuProcess, QemuRuntime, Readiness } from "../src/index.js"
 
@@ -190,13 +190,16 @@ describe("the guest's readiness line", () => {
     // From the start: the ready line is there.
     expect(await Effect.runPromise(Readiness.awaitLine(con, 0, ready, 1000))).toBe("seen")
     // From the end: nothing new (a partial line is no line), then a whole line appended.
-    const offset = await Effect.runPromise(Readiness.offsetOf(con))
-    expect(await Effect.runPromise(Readiness.awaitLine(con, offset, ready, 50))).toBe("timeout")
-    const waiting = Effect.runPromise(Readiness.awaitLine(con, offset, ready, 10_000))
+    const tail = await Effect.runPromise(Readiness.tailFromEnd(con))
+    expect(await Effect.runPromise(Readiness.awaitLine(con, tail, ready, 50))).toBe("timeout")
+    const waiting = Effect.runPromise(Readiness.awaitLine(con, tail, ready, 10_000))
     appendFileSync(con, " more\r\nengram-tick 0b3c5a3e-1111-4222-8333-944455556666 7 1.5\r\n")
     expect(await waiting).toBe("seen")
-    expect(await Effect.runPromise(Readiness.awaitLine(con, await Effect.runPromise(Readiness.offsetOf(con)), ready, 10_000, () => false))).toBe("exited")
-    expect(await Effect.runPromise(Readiness.offsetOf(join(dir, "none")))).toEqual(Option.some(0))
+    expect(await Effect.runPromise(Readiness.awaitLine(con, await Effect.runPromise(Readiness.tailFromEnd(con)), ready, 10_000, () => false))).toBe("exited")
+    // A console QEMU has not created yet: from its start.
+    const none = await Effect.runPromise(Readiness.tailFromEnd(join(dir, "none")))
+    writeFileSync(join(dir, "none"), "engram-ready 0b3c5a3e-1111-4222-8333-944455556666\n")
+    expect(await Effect.runPromise(Readiness.awaitLine(join(dir, "none"), none, ready, 10_000))).toBe("seen")
   })
 })
 

@@ -168,3 +168,39 @@ describe("a pid file read that stalls, for a destroy or a recovery", () => {
     }),
   )
 })
+
+describe("a resume's console size lookup that stalls", () => {
+  it.effect("is made before cont and waited for by the tail, not made again after it: the ready line the guest writes after cont is seen", () =>
+    Effect.gen(function* () {
+      // The console: a boot's ready line in it already. A size lookup sees the size when it is
+      // made, and answers when the test says (a stalled disk); reads from a point answer at once.
+      let text = "boot\nengram-ready 1\n"
+      const before = Buffer.byteLength(text)
+      const held: (() => void)[] = []
+      const asked: (number | "end")[] = []
+      const read: Readiness.ReadFrom = (_path, offset) => {
+        asked.push(offset)
+        const size = Buffer.byteLength(text)
+        if (offset === "end") return new Promise((resolve) => held.push(() => resolve({ bytes: Buffer.alloc(0), size })))
+        const bytes = Buffer.from(text).subarray(offset)
+        return Promise.resolve({ bytes, size: offset + bytes.length })
+      }
+      const starting = yield* Effect.forkChild(Readiness.tailFromEnd("/stalled/console.log", read))
+      yield* TestClock.adjust(bound)
+      const tail = yield* Fiber.join(starting)
+      // `cont`: the guest runs and says it is ready.
+      text += "engram-ready 2\n"
+      const waiting = yield* Effect.forkChild(Readiness.awaitLine("/stalled/console.log", tail, ready, 60_000, () => true, 5))
+      yield* TestClock.adjust(2 * bound)
+      assert.isUndefined(waiting.pollUnsafe(), "the lookup has not answered: nothing read yet")
+      assert.deepStrictEqual(asked, ["end"], "the lookup is waited for, not made again after cont")
+      held.shift()?.()
+      for (let i = 0; i < 100 && waiting.pollUnsafe() === undefined; i++) {
+        yield* Effect.promise(() => new Promise((r) => setImmediate(r)))
+        yield* TestClock.adjust(5)
+      }
+      assert.deepStrictEqual(waiting.pollUnsafe(), Exit.succeed("seen"))
+      assert.deepStrictEqual(asked, ["end", before], "read from the size looked up before cont")
+    }),
+  )
+})
