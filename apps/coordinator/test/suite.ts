@@ -346,8 +346,9 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         const agent = client(c.url, h.token)
         const first = await agent.get(`/v1/hosts/${h.id}/assignments`)
         expect(first.body).toMatchObject({ hostId: h.id, sessions: [], moves: [] })
-        // The move guard's allowance comes from the coordinator (SPEC §9 default here).
-        expect(first.body.limits).toEqual({ commitAllowanceMs: 400 })
+        // The move guard's allowance comes from the coordinator (SPEC §9 default here), and so
+        // does the stale window the agent heartbeats within (the default, 2 minutes, here).
+        expect(first.body.limits).toEqual({ commitAllowanceMs: 400, heartbeatStaleWindowMs: 120_000 })
         const t0 = Date.now()
         const polling = agent.get(`/v1/hosts/${h.id}/assignments?waitMs=20000&since=${first.body.version}`)
         await new Promise((r) => setTimeout(r, 150))
