@@ -85,6 +85,14 @@ export const PendingCommit = Schema.Struct({
   intentRecorded: Schema.optionalKey(Schema.Boolean),
   /** What the guard decided on, posted with the commit to a coordinator that keeps it (absent: it does not). */
   guard: Schema.optionalKey(Records.MoveGuardReport),
+  /**
+   * The source ended the move without a commit, its abort was refused (409: the move is no longer
+   * pending, so aborted or committed) and the move could not be read: which is not known. The
+   * source copy is paused; settling reads the move first: committed → the target's word decides
+   * as for any owed outcome; aborted → the target is told to drop what it got and the copy
+   * resumes here; still pending → the abort is asked again. Absent in every other debt.
+   */
+  abandoned: Schema.optionalKey(Schema.Boolean),
 })
 export type PendingCommit = typeof PendingCommit.Type
 

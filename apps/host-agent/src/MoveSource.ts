@@ -139,13 +139,16 @@ export type MoveOutcome =
 /**
  * How the coordinator answered a source's abort of a move it abandoned: acknowledged (aborted,
  * now or before); not acknowledged (asked again on a later pass; `tellTarget`: whether the target
- * is told to drop what it got all the same: not when the move may have been committed); or the
- * move reads committed, settled with the target's word (`settled`).
+ * is told to drop what it got all the same); the move reads committed, settled with the target's
+ * word (`settled`); or the abort was refused and the move cannot be read (`InDoubt`: aborted or
+ * committed, not known which): the source copy is paused and owed, the move read again on a later
+ * pass (an `abandoned` debt), the target not told anything.
  */
 type Abandoned =
   | { readonly _tag: "Acknowledged" }
   | { readonly _tag: "NotAcknowledged"; readonly tellTarget: boolean }
   | { readonly _tag: "Committed"; readonly reason: string; readonly settled: Settled }
+  | { readonly _tag: "InDoubt"; readonly reason: string }
 
 /**
  * The brief back-off of a move's calls: the n-th retry waits a time drawn in
@@ -323,8 +326,10 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
      * → the source copy is destroyed; it refuses → the coordinator's record still wins (the copy
      * goes, as `confirmAtTarget` does); no answer → the copy stays paused, asked again. Never a
      * second running copy beside the one the coordinator places on the target, and never the
-     * target told to drop a stream the coordinator's commit needs. A move that cannot be read is
-     * not acknowledged (nor is the target told anything: it may be the session's now).
+     * target told to drop a stream the coordinator's commit needs. A move that cannot be read may
+     * be either: the source copy is paused and owed all the same (an `abandoned` debt; the target
+     * is told nothing, it may be the session's now), and a later pass reads the move
+     * (`settleAbandoned`): committed → the target's word, as above; aborted → the copy resumes here.
      */
     const abandon = (reason: string, estimateMs?: number) =>
       Effect.gen(function* () {
@@ -338,8 +343,38 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
           Effect.catchTag("Conflict", (refused) => endedHow(refused.message)),
           Effect.catch((e) => Effect.logWarning("move abort not acknowledged; asked again on a later pass", { moveId: move.id, error: e.message }).pipe(Effect.as<Abandoned>({ _tag: "NotAcknowledged", tellTarget: true }))),
         )
-        if (answer._tag !== "Committed" && (answer._tag === "Acknowledged" || answer.tellTarget)) yield* link.abort(header).pipe(Effect.ignore)
+        if (answer._tag === "Acknowledged" || (answer._tag === "NotAcknowledged" && answer.tellTarget)) yield* link.abort(header).pipe(Effect.ignore)
         return answer
+      })
+
+    /**
+     * The source copy paused and owed (a debt in the state file, `settleCommit` on later passes):
+     * the move may have been committed, so the target may run the guest. `abandoned`: whether it
+     * was committed is not known (the move could not be read); settling reads it first.
+     */
+    const oweAbandoned = (abandoned: boolean) =>
+      Effect.gen(function* () {
+        // Paused before the target is asked: it resumes the guest on our commit if it does not run it yet.
+        const running = (yield* runtime.list).some((v) => v.vmId === move.sessionId && v.status === "running")
+        if (running) yield* runtime.park(move.sessionId).pipe(
+          Effect.catch((e) => Effect.logError("the source copy could not be paused; it is destroyed once the target confirms it runs the guest", { moveId: move.id, sessionId: move.sessionId, error: e.message })),
+        )
+        yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
+        const atMs = yield* nowMs
+        const targetUrl = link.addressOf?.(header)
+        const owed: PendingCommit = {
+          moveId: move.id,
+          sessionId: move.sessionId,
+          phases: null,
+          target: { targetHostId: move.targetHostId, memMib: vm.memMib, vcpus: vm.vcpus, ...(targetUrl === undefined ? {} : { peerUrl: targetUrl }) },
+          // No pause of the move's own: the figures are not recorded (the commit is refused, 409, and read committed).
+          pause: { pausedAtMs: atMs, captureMs: 0, sendMs: 0, sentAtMs: atMs },
+          finalRecorded: true,
+          ...(deps.moveIntent === true ? { intentRecorded: true } : {}),
+          ...(abandoned ? { abandoned: true } : {}),
+        }
+        yield* residents.addPendingCommit(owed)
+        return owed
       })
 
     /** How a move whose abort was refused (409) ended: read, not trusted (see `abandon`). */
@@ -347,12 +382,14 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       Effect.gen(function* () {
         const read = yield* retrying(coordinator.getMove(move.id)).pipe(Effect.result)
         if (read._tag === "Failure") {
-          yield* Effect.logWarning("move abort refused and the move cannot be read (it may have been committed): not acknowledged, the target not told; asked again on a later pass", {
-            moveId: move.id,
-            refusal,
-            error: read.failure.message,
-          })
-          return { _tag: "NotAcknowledged", tellTarget: false } as const
+          // Aborted or committed, not known which: committed, the target may run the guest (its
+          // reconcile resumes a complete stream of a move it reads committed), so the copy here
+          // must not run on; aborted, it is the only copy. Paused and owed, the move read again
+          // on a later pass (`settleCommit`), never left running as if the abort held.
+          const reason = `move ${move.id}: its abort was refused (${refusal}) and the move cannot be read (${read.failure.message}): it may have been committed; the source copy is paused and owed, the move read again on a later pass`
+          yield* Effect.logWarning(reason, { hostId: deps.hostId, moveId: move.id, sessionId: move.sessionId })
+          yield* oweAbandoned(true)
+          return { _tag: "InDoubt", reason } as const
         }
         const m = read.success
         if (m.state === "aborted") return { _tag: "Acknowledged" } as const
@@ -367,32 +404,18 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
           sessionId: move.sessionId,
           target: m.targetHostId,
         })
-        // Paused before the target is asked: it resumes the guest on our commit if it does not run it yet.
-        const running = (yield* runtime.list).some((v) => v.vmId === move.sessionId && v.status === "running")
-        if (running) yield* runtime.park(move.sessionId).pipe(
-          Effect.catch((e) => Effect.logError("the source copy could not be paused; it is destroyed once the target confirms it runs the guest", { moveId: m.id, sessionId: move.sessionId, error: e.message })),
-        )
-        yield* residents.update(move.sessionId, (v) => ({ ...v, status: "paused" }))
-        const atMs = yield* nowMs
-        const targetUrl = link.addressOf?.(header)
-        const owed: PendingCommit = {
-          moveId: move.id,
-          sessionId: move.sessionId,
-          phases: null,
-          target: { targetHostId: move.targetHostId, memMib: vm.memMib, vcpus: vm.vcpus, ...(targetUrl === undefined ? {} : { peerUrl: targetUrl }) },
-          // No pause of the move's own: the figures are not recorded (the commit is refused, 409, and read committed).
-          pause: { pausedAtMs: atMs, captureMs: 0, sendMs: 0, sentAtMs: atMs },
-          finalRecorded: true,
-          ...(deps.moveIntent === true ? { intentRecorded: true } : {}),
-        }
-        yield* residents.addPendingCommit(owed)
+        const owed = yield* oweAbandoned(false)
         const settled = yield* settleCommit(deps, owed)
         return { _tag: "Committed", reason: `${why}: ${settled._tag === "Owed" ? `the target's word is awaited, the source copy stays paused (${settled.reason})` : settled._tag === "Acknowledged" ? "the target's word settled it, the source copy was dropped" : settled.reason}`, settled } as const
       })
 
     /** The outcome of a move abandoned: `otherwise` (given whether the abort was acknowledged), unless the coordinator holds it committed. */
     const abandoned = (a: Abandoned, otherwise: (acknowledged: boolean) => MoveOutcome): MoveOutcome =>
-      a._tag === "Committed" ? (a.settled._tag === "Owed" ? { _tag: "Owed", reason: a.reason } : { _tag: "Gone", reason: a.reason }) : otherwise(a._tag === "Acknowledged")
+      a._tag === "InDoubt"
+        ? { _tag: "Owed", reason: a.reason }
+        : a._tag === "Committed"
+          ? a.settled._tag === "Owed" ? { _tag: "Owed", reason: a.reason } : { _tag: "Gone", reason: a.reason }
+          : otherwise(a._tag === "Acknowledged")
 
     const budget = { maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs: deps.allowance.allowanceMs, maxPreCopyRounds: deps.maxPreCopyRounds }
     const protocol = Effect.gen(function* () {
@@ -950,6 +973,61 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
   })
 
 /**
+ * Settles a debt of a move its source ended without a commit whose abort was refused (409) while
+ * the move could not be read (`abandoned`): it ended aborted or committed, not known which, and
+ * the source copy is paused. The move is read now:
+ *
+ * - committed: the target may run the guest; the debt is settled as any owed outcome, with the
+ *   target's word (`settleCommit`: the copy here goes once the target runs the guest);
+ * - aborted: the target never runs the guest (it runs it only on this source's commit, never
+ *   sent, or once the coordinator holds the move committed): it is told to drop what it got (its
+ *   own pass drops it too) and the copy resumes here, as an acknowledged abort leaves it;
+ * - still pending: the abort is asked again; acknowledged → as aborted; anything else → still owed;
+ * - gone (404): the session's placement decides (`settleGone`);
+ * - not readable: still owed, the copy stays paused, read again on the next pass.
+ */
+const settleAbandoned = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Settled> =>
+  Effect.gen(function* () {
+    const { coordinator, residents, runtime, link } = deps
+    const read = yield* retrying(coordinator.getMove(owed.moveId)).pipe(Effect.result)
+    if (read._tag === "Failure" && moveGone(owed, read.failure)) return yield* settleGone(deps, owed, "its read")
+    if (read._tag === "Failure") {
+      const reason = `the abandoned move cannot be read (${read.failure.message}): it may have been committed; the source copy stays paused`
+      yield* Effect.logWarning(`move outcome owed: ${reason}`, { moveId: owed.moveId, sessionId: owed.sessionId })
+      return { _tag: "Owed", reason } as const
+    }
+    const m = read.success
+    if (m.state === "committed") {
+      const { abandoned: _abandoned, ...committed } = owed
+      yield* Effect.logError(`move ${m.id} was committed on the coordinator (the session placed on ${m.targetHostId}) while this source ended it without a commit; the source copy stays paused and the target is asked whether it runs the guest: it decides which copy is kept`, {
+        hostId: deps.hostId,
+        moveId: m.id,
+        sessionId: owed.sessionId,
+        target: m.targetHostId,
+      })
+      yield* residents.addPendingCommit(committed)
+      return yield* settleCommit(deps, committed)
+    }
+    if (m.state === "pending") {
+      const aborted = yield* retrying(coordinator.abort(owed.moveId, "move aborted by its source: it ended the move without a commit")).pipe(Effect.result)
+      if (aborted._tag === "Failure" && moveGone(owed, aborted.failure)) return yield* settleGone(deps, owed, "its abort")
+      if (aborted._tag === "Failure") {
+        const reason = `the abandoned move reads pending and its abort is not acknowledged yet (${aborted.failure.message}); the source copy stays paused`
+        yield* Effect.logWarning(`move outcome owed: ${reason}`, { moveId: owed.moveId, sessionId: owed.sessionId })
+        return { _tag: "Owed", reason } as const
+      }
+    }
+    const target = owed.target ?? { targetHostId: m.targetHostId, memMib: 0, vcpus: 0 }
+    yield* link.abort(headerOf(deps, owed, target)).pipe(Effect.ignore)
+    yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
+    yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
+    yield* residents.removePendingCommit(owed.moveId)
+    const reason = `the abandoned move ${m.id} reads aborted (${m.state === "pending" ? "its abort acknowledged now" : (m.abortReason ?? "no reason")}): the guest resumed on the source`
+    yield* Effect.logWarning(reason, { moveId: owed.moveId, sessionId: owed.sessionId })
+    return { _tag: "Refused", reason, restoredOnSource: true } as const
+  })
+
+/**
  * Settles a move whose outcome the source owes. Every step is idempotent, so it runs again
  * after a lost answer or a restart:
  *
@@ -970,6 +1048,7 @@ const ensureFinalRecorded = (deps: SettleDeps, owed: PendingCommit) =>
  */
 export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effect<Settled> =>
   Effect.gen(function* () {
+    if (debt.abandoned === true) return yield* settleAbandoned(deps, debt)
     if (debt.phases === null) {
       const held = yield* ensureIntent(deps, debt)
       if (held._tag !== "Held") return held
