@@ -353,9 +353,13 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       })
     /** Tells the coordinator of `sessionId`'s lost guest, if one is untold; fails (kept, retried) only when the coordinator did not answer. */
     const tellLost = (sessionId: string): Effect.Effect<void, Conflict | CoordinatorError> =>
-      Effect.flatMap(untold(sessionId), (reason) => {
-        if (reason === undefined) return Effect.void
-        const drop = () => residents.removeLostReport(sessionId)
+      Effect.flatMap(residents.lostReports, (reports) => {
+        const report = reports.find((r) => r.sessionId === sessionId)
+        if (report === undefined) return Effect.void
+        const { reason } = report
+        // Only the report told: a later loss noted while the call was out (the fresh guest lost
+        // again) replaced it and is still untold.
+        const drop = () => residents.removeLostReport(sessionId, report)
         return coordinator.guestLost(sessionId, reason).pipe(
           Effect.andThen(drop),
           Effect.andThen(log("told the coordinator that the session's guest was lost here (booted fresh)", { sessionId, reason })),
@@ -371,6 +375,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
                   : Effect.logWarning("the coordinator does not take the report of a lost guest (older than it, or it refused it); dropped", { hostId: me, sessionId, reason, error: e.message }),
               ),
           ),
+          // A later loss noted meanwhile is told now, in this same fiber (one telling at a time).
+          Effect.andThen(Effect.suspend(() => tellLost(sessionId))),
         )
       })
     /** The key a session's report is told under in `inflight`: its own, not the session's. */

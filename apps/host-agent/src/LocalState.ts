@@ -102,7 +102,16 @@ export type PendingCommit = typeof PendingCommit.Type
  * the coordinator answers or refuses it, or once its session is no longer assigned here, so an
  * agent restarted meanwhile still tells it.
  */
-export const LostReport = Schema.Struct({ sessionId: Schema.String, reason: Schema.String })
+export const LostReport = Schema.Struct({
+  sessionId: Schema.String,
+  reason: Schema.String,
+  /**
+   * Which loss of the session this is (the record's counter, higher for a later one): a loss
+   * noted while an earlier one is being told replaces it, and the earlier one's answer removes
+   * only itself. Absent in files of older agents.
+   */
+  generation: Schema.optionalKey(Schema.Number.check(Schema.isInt(), Schema.isGreaterThanOrEqualTo(0))),
+})
 export type LostReport = typeof LostReport.Type
 
 export const StateFile = Schema.Struct({

@@ -42,10 +42,17 @@ export interface Residents {
   readonly removePendingCommit: (moveId: string) => Effect.Effect<void>
   /** The reports of lost guests the coordinator has not heard yet (one per session). */
   readonly lostReports: Effect.Effect<readonly LostReport[]>
-  /** Keeps `r` (replacing its session's), written before the agent first tells it. */
-  readonly putLostReport: (r: LostReport) => Effect.Effect<void>
-  /** Drops `sessionId`'s report (told, refused, or its session no longer here); nothing when none. */
-  readonly removeLostReport: (sessionId: string) => Effect.Effect<void>
+  /**
+   * Keeps `r` (replacing its session's) under a generation of its own (higher than any the record
+   * held), written before the agent first tells it.
+   */
+  readonly putLostReport: (r: { readonly sessionId: string; readonly reason: string }) => Effect.Effect<void>
+  /**
+   * Drops `sessionId`'s report (told, refused, or its session no longer here); nothing when none.
+   * With `told`: only while the report kept is that one (its generation and reason), not a later
+   * loss that replaced it while it was told.
+   */
+  readonly removeLostReport: (sessionId: string, told?: LostReport) => Effect.Effect<void>
   readonly snapshot: Effect.Effect<StateFile>
 }
 
@@ -117,6 +124,8 @@ export const makeResidents = (
         { hostId, waitedMs: waitMs },
       )
     })
+    /** The last generation given a lost guest's report (`putLostReport`). */
+    let lostGeneration = 0
     /** Changes the record at once; waits for its write at most `waitMs`, and not at all while a write hangs. */
     const change = (f: (s: StateFile) => StateFile) =>
       Effect.gen(function* () {
@@ -166,11 +175,18 @@ export const makeResidents = (
         })),
       removePendingCommit: (moveId) => change((s) => ({ ...s, pendingCommits: s.pendingCommits.filter((p) => p.moveId !== moveId) })),
       lostReports: Effect.sync(() => state.lostReports ?? []),
-      putLostReport: (r) => change((s) => ({ ...s, lostReports: [...(s.lostReports ?? []).filter((x) => x.sessionId !== r.sessionId), r] })),
-      removeLostReport: (sessionId) =>
+      putLostReport: (r) =>
+        change((s) => {
+          // Never a generation handed out before in this run (a report removed while its call hangs leaves no trace in the record).
+          const kept = s.lostReports ?? []
+          lostGeneration = Math.max(lostGeneration, ...kept.map((x) => x.generation ?? 0)) + 1
+          return { ...s, lostReports: [...kept.filter((x) => x.sessionId !== r.sessionId), { sessionId: r.sessionId, reason: r.reason, generation: lostGeneration }] }
+        }),
+      removeLostReport: (sessionId, told) =>
         Effect.suspend(() => {
-          if (!(state.lostReports ?? []).some((x) => x.sessionId === sessionId)) return Effect.void
-          return change((s) => ({ ...s, lostReports: (s.lostReports ?? []).filter((x) => x.sessionId !== sessionId) }))
+          const isIt = (x: LostReport) => x.sessionId === sessionId && (told === undefined || (x.generation === told.generation && x.reason === told.reason))
+          if (!(state.lostReports ?? []).some(isIt)) return Effect.void
+          return change((s) => ({ ...s, lostReports: (s.lostReports ?? []).filter((x) => !isIt(x)) }))
         }),
       snapshot: Effect.sync(() => state),
     }

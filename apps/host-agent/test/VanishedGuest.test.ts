@@ -309,6 +309,35 @@ describe("a guest that vanishes while the agent runs", () => {
     }),
   )
 
+  effect("a second loss while the first one's report hangs: the first's answer does not drop the second; both reach the coordinator", () =>
+    Effect.gen(function* () {
+      const answer = yield* Deferred.make<void>()
+      let calls = 0
+      const { fake, sim, starts, agent, residents } = yield* hostA({
+        coordinator: (c) => ({ ...c, guestLost: (id, reason) => (calls++ === 0 ? Deferred.await(answer).pipe(Effect.andThen(c.guestLost(id, reason))) : c.guestLost(id, reason)) }),
+      })
+      yield* pass(fake, agent)
+      yield* sim.destroy("s1")
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("a fresh guest running while the first report hangs", () => Effect.map(sim.list, (l) => l.some((v) => v.vmId === "s1" && v.status === "running")))
+      // The fresh guest is lost too, while the first report is still out: the same reason, a new loss.
+      yield* sim.destroy("s1")
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("a second fresh guest running", () => Effect.map(sim.list, (l) => l.some((v) => v.vmId === "s1" && v.status === "running")))
+      assert.strictEqual(starts.n, 3)
+      assert.strictEqual((yield* residents.lostReports).length, 1, "the second loss kept, replacing the first")
+      // The coordinator answers the first report: the second is told at once, no other pass needed.
+      yield* Deferred.succeed(answer, undefined)
+      // Before: the first's answer dropped the second report, never told.
+      yield* stepUntil("both losses told", () => Effect.map(fake.get, (f) => f.guestsLost.length === 2))
+      const lost = { hostId: "a", sessionId: "s1", reason: lostReasonOf("exited", "running") }
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [lost, lost])
+      assert.deepStrictEqual(yield* residents.lostReports, [])
+      yield* pass(fake, agent)
+      assert.strictEqual((yield* fake.get).guestsLost.length, 2, "each told once")
+    }),
+  )
+
   effect("an agent restarted before the coordinator heard of a lost guest tells it from its state file, once", () =>
     Effect.gen(function* () {
       const fake = yield* makeFakeCoordinator
