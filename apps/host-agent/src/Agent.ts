@@ -239,14 +239,20 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     /** The agent's own idea of the coordinator's stale window (its setting, else three heartbeat intervals). */
     const ownStaleWindowMs = config.heartbeatStaleWindowMs ?? 3 * config.heartbeatIntervalMs
     /**
-     * The stale window in force and the heartbeat interval: the agent's own, until the coordinator
-     * sends a shorter window with the assignments (`limits.heartbeatStaleWindowMs`); then that
-     * window, and at most a third of it between heartbeats (`learnStaleWindow`).
+     * The heartbeat interval: the agent's own, until the coordinator sends a shorter window than
+     * the agent's with the assignments (`limits.heartbeatStaleWindowMs`); then at most a third of
+     * that window (`learnStaleWindow`).
      */
-    let staleWindowMs = ownStaleWindowMs
     let heartbeatIntervalMs = config.heartbeatIntervalMs
     /** The coordinator's window as last sent (undefined: none yet), and what a heartbeat wait listens to for a shorter interval. */
     let coordinatorWindowMs: number | undefined = undefined
+    /**
+     * The window the coordinator judges this host's heartbeats and reports by: its own once it
+     * sent it (longer or shorter than the agent's), the agent's until then. What the agent says
+     * of a silence (reservations reclaimed as stale, a host judged silent) is judged by it; the
+     * cadence by the shorter of both.
+     */
+    const staleWindowMs = () => coordinatorWindowMs ?? ownStaleWindowMs
     let cadenceChanged = Deferred.makeUnsafe<void>()
     /**
      * Takes the coordinator's stale window from an assignments answer: the agent heartbeats
@@ -258,8 +264,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       Effect.suspend(() => {
         if (windowMs === undefined || !Number.isFinite(windowMs) || windowMs < 1 || windowMs === coordinatorWindowMs) return Effect.void
         coordinatorWindowMs = windowMs
-        staleWindowMs = Math.min(ownStaleWindowMs, windowMs)
-        const interval = Math.min(config.heartbeatIntervalMs, Math.max(1, Math.floor(staleWindowMs / 3)))
+        const interval = Math.min(config.heartbeatIntervalMs, Math.max(1, Math.floor(Math.min(ownStaleWindowMs, windowMs) / 3)))
         const shortened = interval < heartbeatIntervalMs
         heartbeatIntervalMs = interval
         if (shortened) {
@@ -1203,7 +1208,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         const pendingMoves = new Set(a.moves.filter((m) => m.state === "pending").map((m) => m.id))
         // No heartbeat answered for longer than the stale window (now, or in a gap since the last
         // look): the sessions this host ran and no longer has were reclaimed as stale, not ended.
-        const gap = staleGap ?? (nowMs - beatAnsweredMs > staleWindowMs ? { fromMs: beatAnsweredMs, toMs: nowMs } : null)
+        const windowMs = staleWindowMs()
+        const gap = staleGap ?? (nowMs - beatAnsweredMs > windowMs ? { fromMs: beatAnsweredMs, toMs: nowMs } : null)
         staleGap = null
         if (gap !== null) {
           const taken: string[] = []
@@ -1211,8 +1217,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             if (vm.moveId === null && !onHost.has(vm.vmId) && !(yield* FiberMap.has(inflight, vm.vmId)) && !(yield* residents.pendingCommits).some((p) => p.sessionId === vm.vmId)) taken.push(vm.vmId)
           if (taken.length > 0)
             yield* Effect.logWarning(
-              `this host's reservations were reclaimed as stale: no heartbeat of this agent was answered for ${gap.toMs - gap.fromMs} ms, longer than the coordinator's stale window (${staleWindowMs} ms; the agent or its host was frozen, or cut off); its sessions here are lost and their VMs are destroyed`,
-              { hostId: me, sessions: taken, silentMs: gap.toMs - gap.fromMs, staleWindowMs },
+              `this host's reservations were reclaimed as stale: no heartbeat of this agent was answered for ${gap.toMs - gap.fromMs} ms, longer than the coordinator's stale window (${windowMs} ms; the agent or its host was frozen, or cut off); its sessions here are lost and their VMs are destroyed`,
+              { hostId: me, sessions: taken, silentMs: gap.toMs - gap.fromMs, staleWindowMs: windowMs },
             )
         }
         // A source's paused copy of a move whose outcome this host owes goes only by settling the
@@ -1280,7 +1286,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * `answered` says once, at info, that the call is answered again after failures, how many
      * and for how long (from the last answer before them).
      */
-    const streakOf = (what: string, back: string | ((failingForMs: number) => string), warnings: readonly { readonly afterMs: number; readonly message: (silentMs: number) => string }[] = []) => {
+    const streakOf = (what: string, back: string | ((failingForMs: number) => string), warnings: readonly { readonly afterMs: () => number; readonly message: (silentMs: number) => string }[] = []) => {
       let answeredMs = agentStartMs
       let failures = 0
       let warned = 0
@@ -1289,7 +1295,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           Effect.gen(function* () {
             const t = yield* Clock.currentTimeMillis
             failures++
-            const due = warnings.filter((w) => t - answeredMs > w.afterMs).length
+            const due = warnings.filter((w) => t - answeredMs > w.afterMs()).length
             if (due <= warned) return
             warned = due
             const beatAgoMs = t - beatAnsweredMs
@@ -1297,7 +1303,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
               hostId: me,
               [`${what}Failures`]: failures,
               silentForMs: t - answeredMs,
-              staleWindowMs,
+              staleWindowMs: staleWindowMs(),
               heartbeatAnsweredAgoMs: beatAgoMs,
               error,
             })
@@ -1313,16 +1319,16 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     }
     // The coordinator judges a host by its last report (`reportedAt`): one not reported for the
     // stale window is silent and takes no placements, even while its heartbeats are answered.
-    const reports = streakOf("report", (ms) => (ms > staleWindowMs ? "reports landing again (a host the coordinator judged silent takes placements again)" : "reports landing again"), [
+    const reports = streakOf("report", (ms) => (ms > staleWindowMs() ? "reports landing again (a host the coordinator judged silent takes placements again)" : "reports landing again"), [
       {
-        afterMs: Math.floor(staleWindowMs / 3),
+        afterMs: () => Math.floor(staleWindowMs() / 3),
         message: (ms) =>
-          `no report of this host has landed for ${ms} ms, more than a third of the coordinator's stale window (${staleWindowMs} ms): once the window passes without one, the coordinator will treat this host as silent and place nothing on it`,
+          `no report of this host has landed for ${ms} ms, more than a third of the coordinator's stale window (${staleWindowMs()} ms): once the window passes without one, the coordinator will treat this host as silent and place nothing on it`,
       },
       {
         afterMs: staleWindowMs,
         message: (ms) =>
-          `no report of this host has landed for ${ms} ms, longer than the coordinator's stale window (${staleWindowMs} ms): the coordinator treats this host as silent and places nothing on it until a report lands`,
+          `no report of this host has landed for ${ms} ms, longer than the coordinator's stale window (${staleWindowMs()} ms): the coordinator treats this host as silent and places nothing on it until a report lands`,
       },
     ])
     const heartbeats = streakOf("heartbeat", "heartbeats answered again")
@@ -1354,7 +1360,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const heartbeatAsked: Effect.Effect<number | undefined> = coordinator.heartbeat.pipe(
       Effect.andThen(Clock.currentTimeMillis),
       Effect.map((t) => {
-        if (t - beatAnsweredMs > staleWindowMs) staleGap = { fromMs: beatAnsweredMs, toMs: t }
+        if (t - beatAnsweredMs > staleWindowMs()) staleGap = { fromMs: beatAnsweredMs, toMs: t }
         beatAnsweredMs = t
         return undefined
       }),

@@ -14,7 +14,7 @@ import { ImageStore, SimRuntime } from "@engram/runtime"
 import { Clock, Effect, Fiber, Logger, Random } from "effect"
 import { TestClock } from "effect/testing"
 import { makeAgent } from "../src/Agent.js"
-import type { CoordinatorShape } from "../src/Coordinator.js"
+import { CoordinatorError, type CoordinatorShape } from "../src/Coordinator.js"
 import { defaultAgentConfig } from "../src/Host.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
@@ -89,6 +89,73 @@ describe("the agent heartbeats within the coordinator's stale window", () => {
       for (const g of gaps(r.sends)) assert.isAtMost(g, 40_000, `heartbeats sent ${g} ms apart`)
       assert.strictEqual(r.warnings.length, 1, r.warnings.join("\n"))
       assert.match(r.warnings[0]!, /longer than this agent's/)
+    }),
+  )
+})
+
+/**
+ * An agent with its own 120 s window against a coordinator that sends `coordinatorWindowMs`
+ * (longer), its session s1 running; then no heartbeat of it is answered for `silentMs` (its
+ * polls are), s1 ends meanwhile and the heartbeats are answered again. Its warnings that the
+ * host's reservations were reclaimed as stale.
+ */
+const silence = (coordinatorWindowMs: number, silentMs: number) =>
+  Effect.gen(function* () {
+    const fake = yield* makeFakeCoordinator
+    yield* fake.setStaleWindow(coordinatorWindowMs)
+    yield* fake.addSession("s1", "a", 512)
+    const c = fake.client("a")
+    let down = false
+    const client: CoordinatorShape = {
+      ...c,
+      heartbeat: Effect.suspend(() => (down ? Effect.fail(new CoordinatorError({ op: "heartbeat", status: null, message: "timed out" })) : c.heartbeat)),
+    }
+    const runtime = yield* SimRuntime.make({ startMs: 50 })
+    const residents = yield* makeResidents("a", null, () => Effect.void)
+    const reclaimed: string[] = []
+    const capture = Logger.layer([
+      Logger.make(({ logLevel, message }) => {
+        const text = JSON.stringify(message)
+        if (logLevel === "Warn" && text.includes("reclaimed as stale")) reclaimed.push(text)
+      }),
+    ])
+    const agent = yield* makeAgent(defaultAgentConfig("a", 120_000), {
+      coordinator: client,
+      runtime,
+      measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
+      residents,
+      images: ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-images-a-"))),
+      link: PeerLink.inMemory(new Map()),
+      target: yield* makeMoveTarget("a", runtime, residents),
+    })
+    const fiber = yield* Effect.forkChild(agent.run.pipe(Effect.provide(capture)))
+    yield* TestClock.adjust("1 minute")
+    assert.deepStrictEqual((yield* runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+    down = true
+    yield* TestClock.adjust(silentMs - 30_000)
+    // The session ends while the heartbeats still go unanswered (an ordinary end, not a reclaim).
+    yield* fake.setState("s1", "ended")
+    yield* TestClock.adjust("30 seconds")
+    down = false
+    yield* TestClock.adjust("2 minutes")
+    yield* Fiber.interrupt(fiber)
+    assert.deepStrictEqual(yield* runtime.list, [], "the ended session's VM goes either way")
+    return reclaimed
+  }).pipe(Effect.provideService(Random.Random, fixedRandom(highest)))
+
+describe("what the agent says of a heartbeat silence is judged by the coordinator's window", () => {
+  effect("the coordinator's window (10 min) longer than the agent's (2 min): a 4 min silence reclaims nothing, and the agent does not say it did", () =>
+    Effect.gen(function* () {
+      // Before: judged by the shorter window, a warning that s1 was reclaimed as stale and its VM destroyed.
+      assert.deepStrictEqual(yield* silence(600_000, 240_000), [])
+    }),
+  )
+
+  effect("a silence longer than the coordinator's window: the reclaim is said, naming its window", () =>
+    Effect.gen(function* () {
+      const reclaimed = yield* silence(600_000, 660_000)
+      assert.strictEqual(reclaimed.length, 1, reclaimed.join("\n"))
+      assert.include(reclaimed[0]!, "longer than the coordinator's stale window (600000 ms")
     }),
   )
 })
