@@ -220,8 +220,12 @@ export const spawnQemu = (binary: string, args: readonly string[], paths: VmPath
  * read can stall: the VM's files are on the disk that holds its RAM file (a stalled disk), and
  * `cmdline` waits for the process's memory map lock (a QEMU stuck in the kernel, `D` state). The
  * reads are asynchronous (the agent's event loop, its heartbeats, runs on meanwhile), and bounded.
+ * 30 s: a read of a small file or of `/proc` that has not answered by then is stalled, not slow
+ * (a busy machine's file-I/O threads answer in milliseconds; 2 s was tried, and a test on a
+ * TestClock that runs up to 5 times faster than real time took a read slowed by a loaded CI
+ * machine for a stalled one), and a caller waits that long only when a read really stalls.
  */
-export const readBoundMs = 2000
+export const readBoundMs = 30_000
 
 /** Reads a whole text file (asynchronously). */
 export type ReadText = (path: string) => Promise<string>
