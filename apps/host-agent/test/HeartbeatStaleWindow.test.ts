@@ -7,10 +7,7 @@
  * window (an older one) leaves the agent's own cadence.
  */
 import { assert, describe } from "@effect/vitest"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { ImageStore, SimRuntime } from "@engram/runtime"
+import { SimRuntime } from "@engram/runtime"
 import { Clock, Effect, Fiber, Logger, Random } from "effect"
 import { TestClock } from "effect/testing"
 import { makeAgent } from "../src/Agent.js"
@@ -20,7 +17,7 @@ import { makeMoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { makeFakeCoordinator } from "./support/FakeCoordinator.js"
-import { effect, fixedRandom } from "./support/PatientClock.js"
+import { effect, fixedRandom, noImages } from "./support/PatientClock.js"
 
 // Every drawn interval at its longest: the worst case for the stale window.
 const highest = 1 - 1e-9
@@ -53,7 +50,8 @@ const run = (coordinatorWindowMs: number | null) =>
       runtime,
       measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
       residents,
-      images: ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-images-a-"))),
+      // No image I/O: every step of the agent is one the TestClock tracks (the order does not depend on the machine).
+      images: noImages,
       link: PeerLink.inMemory(new Map()),
       target: yield* makeMoveTarget("a", runtime, residents),
     })
@@ -124,7 +122,8 @@ const silence = (coordinatorWindowMs: number, silentMs: number) =>
       runtime,
       measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
       residents,
-      images: ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-images-a-"))),
+      // No image I/O: every step of the agent is one the TestClock tracks (the order does not depend on the machine).
+      images: noImages,
       link: PeerLink.inMemory(new Map()),
       target: yield* makeMoveTarget("a", runtime, residents),
     })

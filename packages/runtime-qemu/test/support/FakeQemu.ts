@@ -1,7 +1,7 @@
 // The fake QEMU of the runtime's stall tests (fake-qemu.mjs): a directory of its own per test,
 // the runtime's settings that run it, its log, and the end of every fake it started (they run
 // detached, as QEMU does, and outlive the runtime unless ended).
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Effect, Fiber, Schedule } from "effect"
@@ -34,7 +34,14 @@ export const make = (mode: FakeMode, o: { readonly wedgeMs?: number; readonly st
       const pidsFile = join(dir, "pids")
       // Named as QEMU and run with argv[0] kept: the runtime knows its QEMU by the binary's name in /proc/<pid>/cmdline.
       const binary = join(dir, "qemu-system-x86_64")
-      writeFileSync(binary, `#!/bin/bash\nexec -a "$0" '${process.execPath}' '${join(import.meta.dirname, "fake-qemu.mjs")}' "$@"\n`)
+      // And by its process name (`/proc/<pid>/stat`, the executable's name cut to 15 characters)
+      // when its command line does not answer in time (`aliveAs`): Node run through a link whose
+      // name starts as QEMU's does, as a real QEMU's process is named. A test that moves its
+      // TestClock past the read's bound while the read is under way (in real time) would
+      // otherwise see a process named `node`, not its QEMU.
+      const node = join(dir, "qemu-system-x86_64-node")
+      symlinkSync(process.execPath, node)
+      writeFileSync(binary, `#!/bin/bash\nexec -a "$0" '${node}' '${join(import.meta.dirname, "fake-qemu.mjs")}' "$@"\n`)
       chmodSync(binary, 0o755)
       const extraArgs = ["-fake-mode", mode, "-fake-log", logFile, "-fake-pids", pidsFile, "-fake-wedge-ms", String(o.wedgeMs ?? 5000), "-fake-steps", String(o.steps ?? 30), "-fake-drop-on-migrate", o.dropOnMigrate === true ? "1" : "0"]
       return {
