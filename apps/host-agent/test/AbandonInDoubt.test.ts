@@ -17,6 +17,7 @@ import { Effect, Ref } from "effect"
 import { CoordinatorError } from "../src/Coordinator.js"
 import { effect } from "./support/PatientClock.js"
 import { makeFleet, type TestHost } from "./support/InProcess.js"
+import { finalRoundAnswerLost } from "./support/LostAnswers.js"
 
 /**
  * Two hosts with the intent off. Host a's record of move m1's final round lands, but its answer is
@@ -27,7 +28,6 @@ import { makeFleet, type TestHost } from "./support/InProcess.js"
  */
 const abandonedUnread = (endsAs: "committed" | "aborted") =>
   Effect.gen(function* () {
-    let finalTries = 0
     let ended = false
     /** Host a's reads of a move that fail from now on (one read: its first try and 4 retries). */
     let unreadable = 0
@@ -47,13 +47,7 @@ const abandonedUnread = (endsAs: "committed" | "aborted") =>
             ? client
             : {
                 ...client,
-                round: (id, r) =>
-                  r.kind !== "final"
-                    ? client.round(id, r)
-                    : Effect.suspend(() => {
-                        const lost = new CoordinatorError({ op: "round", status: null, message: "timed out (the answer was lost)" })
-                        return finalTries++ === 0 ? client.round(id, r).pipe(Effect.andThen(Effect.fail(lost))) : Effect.fail(lost)
-                      }),
+                round: finalRoundAnswerLost(client),
                 abort: (id, reason, estimateMs) =>
                   Effect.gen(function* () {
                     if (!ended) {

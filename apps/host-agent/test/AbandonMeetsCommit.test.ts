@@ -18,9 +18,9 @@
 import { assert, describe } from "@effect/vitest"
 import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
-import { CoordinatorError } from "../src/Coordinator.js"
 import { effect } from "./support/PatientClock.js"
 import { makeFleet, type TestHost } from "./support/InProcess.js"
+import { finalRoundAnswerLost } from "./support/LostAnswers.js"
 
 /**
  * Two hosts with the intent off. Host a's record of move m1's final round lands on the coordinator,
@@ -32,7 +32,6 @@ import { makeFleet, type TestHost } from "./support/InProcess.js"
  */
 const abandonedWhileCommitted = (targetFirst: boolean) =>
   Effect.gen(function* () {
-    let finalTries = 0
     let committed = false
     /** Set once the fleet is built: the operator's commit of a move, and the hosts. */
     const later: { operatorCommits: (id: string) => Effect.Effect<void>; hosts: readonly TestHost[] } = { operatorCommits: () => Effect.void, hosts: [] }
@@ -48,13 +47,7 @@ const abandonedWhileCommitted = (targetFirst: boolean) =>
             ? client
             : {
                 ...client,
-                round: (id, r) =>
-                  r.kind !== "final"
-                    ? client.round(id, r)
-                    : Effect.suspend(() => {
-                        const lost = new CoordinatorError({ op: "round", status: null, message: "timed out (the answer was lost)" })
-                        return finalTries++ === 0 ? client.round(id, r).pipe(Effect.andThen(Effect.fail(lost))) : Effect.fail(lost)
-                      }),
+                round: finalRoundAnswerLost(client),
                 abort: (id, reason, estimateMs) =>
                   Effect.gen(function* () {
                     if (!committed) {

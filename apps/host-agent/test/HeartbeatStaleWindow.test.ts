@@ -25,24 +25,18 @@ const highest = 1 - 1e-9
 const gaps = (ts: readonly number[]) => ts.slice(1).map((t, i) => t - ts[i]!)
 
 /**
- * An agent with its own 120 s window (the default: a 40 s interval) against a coordinator that
- * sends `coordinatorWindowMs` (null: none), run for two minutes; its heartbeats' instants and
- * its warnings about the window.
+ * Agent `a` (its own 120 s window: a 40 s interval) on `client`, on a simulated runtime, forked
+ * running; the warnings whose text `keep` picks.
  */
-const run = (coordinatorWindowMs: number | null) =>
+const agentOn = (client: CoordinatorShape, keep: (text: string) => boolean) =>
   Effect.gen(function* () {
-    const fake = yield* makeFakeCoordinator
-    yield* fake.setStaleWindow(coordinatorWindowMs)
-    const c = fake.client("a")
-    const sends: number[] = []
-    const client: CoordinatorShape = { ...c, heartbeat: Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.andThen(Effect.sync(() => sends.push(t)), c.heartbeat)) }
     const runtime = yield* SimRuntime.make({ startMs: 50 })
     const residents = yield* makeResidents("a", null, () => Effect.void)
     const warnings: string[] = []
     const capture = Logger.layer([
       Logger.make(({ logLevel, message }) => {
         const text = JSON.stringify(message)
-        if (logLevel === "Warn" && text.includes("stale window")) warnings.push(text)
+        if (logLevel === "Warn" && keep(text)) warnings.push(text)
       }),
     ])
     const agent = yield* makeAgent(defaultAgentConfig("a", 120_000), {
@@ -56,6 +50,22 @@ const run = (coordinatorWindowMs: number | null) =>
       target: yield* makeMoveTarget("a", runtime, residents),
     })
     const fiber = yield* Effect.forkChild(agent.run.pipe(Effect.provide(capture)))
+    return { runtime, warnings, fiber }
+  })
+
+/**
+ * An agent with its own 120 s window (the default: a 40 s interval) against a coordinator that
+ * sends `coordinatorWindowMs` (null: none), run for two minutes; its heartbeats' instants and
+ * its warnings about the window.
+ */
+const run = (coordinatorWindowMs: number | null) =>
+  Effect.gen(function* () {
+    const fake = yield* makeFakeCoordinator
+    yield* fake.setStaleWindow(coordinatorWindowMs)
+    const c = fake.client("a")
+    const sends: number[] = []
+    const client: CoordinatorShape = { ...c, heartbeat: Effect.flatMap(Clock.currentTimeMillis, (t) => Effect.andThen(Effect.sync(() => sends.push(t)), c.heartbeat)) }
+    const { warnings, fiber } = yield* agentOn(client, (text) => text.includes("stale window"))
     yield* TestClock.adjust("2 minutes")
     yield* Fiber.interrupt(fiber)
     return { sends, warnings }
@@ -108,26 +118,7 @@ const silence = (coordinatorWindowMs: number, silentMs: number) =>
       ...c,
       heartbeat: Effect.suspend(() => (down ? Effect.fail(new CoordinatorError({ op: "heartbeat", status: null, message: "timed out" })) : c.heartbeat)),
     }
-    const runtime = yield* SimRuntime.make({ startMs: 50 })
-    const residents = yield* makeResidents("a", null, () => Effect.void)
-    const reclaimed: string[] = []
-    const capture = Logger.layer([
-      Logger.make(({ logLevel, message }) => {
-        const text = JSON.stringify(message)
-        if (logLevel === "Warn" && text.includes("reclaimed as stale")) reclaimed.push(text)
-      }),
-    ])
-    const agent = yield* makeAgent(defaultAgentConfig("a", 120_000), {
-      coordinator: client,
-      runtime,
-      measure: () => Effect.succeed({ totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }),
-      residents,
-      // No image I/O: every step of the agent is one the TestClock tracks (the order does not depend on the machine).
-      images: noImages,
-      link: PeerLink.inMemory(new Map()),
-      target: yield* makeMoveTarget("a", runtime, residents),
-    })
-    const fiber = yield* Effect.forkChild(agent.run.pipe(Effect.provide(capture)))
+    const { runtime, warnings: reclaimed, fiber } = yield* agentOn(client, (text) => text.includes("reclaimed as stale"))
     yield* TestClock.adjust("1 minute")
     assert.deepStrictEqual((yield* runtime.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
     down = true
