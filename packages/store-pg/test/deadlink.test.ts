@@ -9,7 +9,7 @@
 // time with a 1 s statement bound; the test asserts only that every call is answered and that
 // calls eventually succeed, each within a generous bound, never how long anything took.
 import { Store } from "@engram/store"
-import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
+import { freshDatabase, startProxyFor } from "@engram/test-pg"
 import type { CuttableProxy, TestDatabase } from "@engram/test-pg"
 import { sql } from "drizzle-orm"
 import { Deferred, Effect, Exit, Fiber, ManagedRuntime } from "effect"
@@ -26,10 +26,9 @@ let proxiedUrl: string
 
 beforeAll(async () => {
   db = await freshDatabase()
-  const url = new URL(db.url)
-  proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
-  url.port = String(proxy.port)
-  proxiedUrl = url.toString()
+  const through = await startProxyFor(db.url)
+  proxy = through.proxy
+  proxiedUrl = through.url
 })
 
 afterAll(async () => {

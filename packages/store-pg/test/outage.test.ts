@@ -3,7 +3,7 @@
 // driver half pins the fixes `@engram/postgres` carries over postgres.js 3.4.9 (upstream
 // porsager/postgres #1154, #1208); the store half runs the same cut under the store's own requests.
 import * as net from "node:net"
-import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
+import { freshDatabase, startProxyFor } from "@engram/test-pg"
 import type { CuttableProxy, TestDatabase } from "@engram/test-pg"
 import { Store } from "@engram/store"
 import { sql as drizzleSql } from "drizzle-orm"
@@ -19,10 +19,9 @@ let proxiedUrl: string
 
 beforeAll(async () => {
   db = await freshDatabase()
-  const url = new URL(db.url)
-  proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
-  url.port = String(proxy.port)
-  proxiedUrl = url.toString()
+  const through = await startProxyFor(db.url)
+  proxy = through.proxy
+  proxiedUrl = through.url
 })
 
 afterAll(async () => {

@@ -13,5 +13,5 @@ export type { EmbeddedPostgresServer, StartEmbeddedPostgresOptions } from "./emb
 export { embeddedPgBinDir, pgBinDir } from "./bin-dir.js"
 export type { PgBinDirOptions } from "./bin-dir.js"
 export { EXTERNAL_URL_ENV, PROVIDE_KEY, SERVER_URL_ENV } from "./provided.js"
-export { startCuttableProxy } from "./proxy.js"
+export { startCuttableProxy, startProxyFor } from "./proxy.js"
 export type { CuttableProxy } from "./proxy.js"

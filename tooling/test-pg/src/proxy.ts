@@ -166,3 +166,15 @@ export async function startCuttableProxy(target: { readonly host?: string; reado
       }),
   }
 }
+
+/**
+ * A cuttable proxy in front of the server of `databaseUrl`, and the same URL through it (its port
+ * the proxy's): the set-up of every fault test that puts the proxy between a client and a real
+ * PostgreSQL.
+ */
+export async function startProxyFor(databaseUrl: string): Promise<{ readonly proxy: CuttableProxy; readonly url: string }> {
+  const url = new URL(databaseUrl)
+  const proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
+  url.port = String(proxy.port)
+  return { proxy, url: url.toString() }
+}
