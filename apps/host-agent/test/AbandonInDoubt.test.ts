@@ -16,7 +16,7 @@ import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
 import { CoordinatorError } from "../src/Coordinator.js"
 import { effect } from "./support/PatientClock.js"
-import { makeFleet, type TestHost } from "./support/InProcess.js"
+import { copiesOn, makeFleet, type TestHost } from "./support/InProcess.js"
 import { finalRoundAnswerLost } from "./support/LostAnswers.js"
 
 /**
@@ -93,9 +93,7 @@ const abandonedUnread = (endsAs: "committed" | "aborted") =>
         yield* b.target.commit({ moveId: id, sessionId: "s1", sourceHostId: "a", targetHostId: "b", memMib: vm.memMib, vcpus: vm.vcpus }, { adopt: { reservationId: `res-move-${id}` } }).pipe(Effect.orDie)
       })
     const [a, b] = fleet.hosts as [TestHost, TestHost]
-    const copies = Effect.gen(function* () {
-      return { a: (yield* a.runtime.list).map((v) => [v.vmId, v.status]), b: (yield* b.runtime.list).map((v) => [v.vmId, v.status]) }
-    })
+    const copies = copiesOn(a, b)
     yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
     yield* fleet.settle()
     yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)

@@ -19,7 +19,7 @@ import { assert, describe } from "@effect/vitest"
 import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
 import { effect } from "./support/PatientClock.js"
-import { makeFleet, type TestHost } from "./support/InProcess.js"
+import { copiesOn, makeFleet, type TestHost } from "./support/InProcess.js"
 import { finalRoundAnswerLost } from "./support/LostAnswers.js"
 
 /**
@@ -73,9 +73,7 @@ const abandonedWhileCommitted = (targetFirst: boolean) =>
         sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "b", reservationId: `res-move-${id}` }),
       }))
     const [a, b] = fleet.hosts as [TestHost, TestHost]
-    const copies = Effect.gen(function* () {
-      return { a: (yield* a.runtime.list).map((v) => [v.vmId, v.status]), b: (yield* b.runtime.list).map((v) => [v.vmId, v.status]) }
-    })
+    const copies = copiesOn(a, b)
     yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
     yield* fleet.settle()
     yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)

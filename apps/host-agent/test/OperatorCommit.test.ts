@@ -13,7 +13,7 @@ import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
 import { PeerError } from "../src/MoveTarget.js"
 import { effect } from "./support/PatientClock.js"
-import { makeFleet } from "./support/InProcess.js"
+import { copiesOn, makeFleet } from "./support/InProcess.js"
 
 describe("an in-doubt move committed by an operator while the target never got the source's commit", () => {
   effect("the target resumes the guest from its stream, the source keeps its paused copy until the target confirms, then drops it", () =>
@@ -33,9 +33,7 @@ describe("an in-doubt move committed by an operator while the target never got t
         },
       )
       const [a, b] = fleet.hosts as [(typeof fleet.hosts)[0], (typeof fleet.hosts)[0]]
-      const copies = Effect.gen(function* () {
-        return { a: (yield* a.runtime.list).map((v) => [v.vmId, v.status]), b: (yield* b.runtime.list).map((v) => [v.vmId, v.status]) }
-      })
+      const copies = copiesOn(a, b)
       yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
       yield* fleet.settle()
       yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)

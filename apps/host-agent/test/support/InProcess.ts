@@ -219,3 +219,9 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
       })
     return { coordinator, hosts: built, pass, quiesce, settle, restart }
   })
+
+/** The VMs each of two hosts runs (id and status), read now: where a session's copies are. */
+export const copiesOn = (a: TestHost, b: TestHost) =>
+  Effect.gen(function* () {
+    return { a: (yield* a.runtime.list).map((v) => [v.vmId, v.status]), b: (yield* b.runtime.list).map((v) => [v.vmId, v.status]) }
+  })
