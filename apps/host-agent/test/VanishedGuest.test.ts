@@ -70,6 +70,19 @@ const pass = (fake: FakeCoordinator, agent: Agent) =>
     yield* stepUntil("the pass's actions done", () => Effect.map(agent.busy, (b) => !b))
   })
 
+/**
+ * Host a's guest of s1 lost while its agent runs, with a coordinator that takes the report and
+ * never answers it: once the fresh guest runs (the report still hanging).
+ */
+const freshGuestWhileReportHangs = Effect.gen(function* () {
+  const host = yield* hostA({ coordinator: (c) => ({ ...c, guestLost: () => Effect.never }) })
+  yield* pass(host.fake, host.agent)
+  yield* host.sim.destroy("s1")
+  yield* host.agent.reconcile(yield* host.fake.assignmentsOf("a"))
+  yield* stepUntil("a fresh guest running while the report hangs", () => Effect.map(host.sim.list, (l) => l.some((v) => v.vmId === "s1" && v.status === "running")))
+  return host
+})
+
 describe("a guest that vanishes while the agent runs", () => {
   effect("a running session's VM destroyed behind the agent's back: the next pass logs it and boots a fresh guest", () => {
     const errors = capture("Error")
@@ -203,11 +216,7 @@ describe("a guest that vanishes while the agent runs", () => {
 
   effect("a coordinator that takes the report and never answers does not hold the fresh guest: it boots before the report is told", () =>
     Effect.gen(function* () {
-      const { fake, sim, starts, agent } = yield* hostA({ coordinator: (c) => ({ ...c, guestLost: () => Effect.never }) })
-      yield* pass(fake, agent)
-      yield* sim.destroy("s1")
-      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
-      yield* stepUntil("a fresh guest running while the report hangs", () => Effect.map(sim.list, (l) => l.some((v) => v.vmId === "s1" && v.status === "running")))
+      const { starts } = yield* freshGuestWhileReportHangs
       assert.strictEqual(starts.n, 2)
     }),
   )
@@ -270,11 +279,7 @@ describe("a guest that vanishes while the agent runs", () => {
 
   effect("a report the coordinator takes and never answers holds no later action of the session: a park goes while it hangs", () =>
     Effect.gen(function* () {
-      const { fake, sim, starts, agent } = yield* hostA({ coordinator: (c) => ({ ...c, guestLost: () => Effect.never }) })
-      yield* pass(fake, agent)
-      yield* sim.destroy("s1")
-      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
-      yield* stepUntil("a fresh guest running while the report hangs", () => Effect.map(sim.list, (l) => l.some((v) => v.vmId === "s1" && v.status === "running")))
+      const { fake, sim, starts, agent } = yield* freshGuestWhileReportHangs
       // The coordinator parks the session while the report still hangs: the next pass parks it.
       yield* fake.setState("s1", "parked")
       yield* agent.reconcile(yield* fake.assignmentsOf("a"))
