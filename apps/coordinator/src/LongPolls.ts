@@ -19,6 +19,9 @@ import { addTo, removeFrom } from "./SetsByKey.js"
 /** How long a client refused for too many long-polls should wait before it tries again. */
 export const retryAfterMs = 1000
 
+/** How many credential reads a possible miss of notices runs at once, to check the open host polls. */
+export const missSweepConcurrency = 8
+
 /** The caps on open long-polls. */
 export interface Caps {
   /** Per host token (an agent holds one; a second covers its restart). */
@@ -107,9 +110,19 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
             Effect.runFork(Effect.forkIn(check(hostId, new Set(polls)), scope))
           }
         },
-        // A possible miss is not checked here (every open long-poll would read the store at once):
-        // the credentials' copies are dropped, so each poll's next request asks the store.
-        missed: () => undefined,
+        // A possible miss (the LISTEN connection came back, a replica left uncleanly) may have
+        // carried a rotation or removal: every open host poll is touched and its credential
+        // checked, `missSweepConcurrency` reads at a time (thousands of polls at once would put
+        // thousands of statements on the pool ahead of heartbeats and creates). A check that
+        // cannot read the store leaves its poll open: its next request is authenticated afresh.
+        missed: () => {
+          if (openByHost.size === 0) return
+          const open = [...openByHost].map(([hostId, polls]): readonly [string, ReadonlySet<Open>] => {
+            for (const p of polls) p.touched = true
+            return [hostId, new Set(polls)]
+          })
+          Effect.runFork(Effect.forkIn(Effect.forEach(open, ([hostId, polls]) => check(hostId, polls), { concurrency: missSweepConcurrency, discard: true }), scope))
+        },
       })
 
       /** Admits a long-poll of `c` (429 beyond the caps) and files it for revocation; `leave` undoes both. */
