@@ -5,7 +5,7 @@
 // requests succeed without a restart. A write acknowledged around a cut is there afterwards.
 import { startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
-import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
+import { freshDatabase, startProxyFor } from "@engram/test-pg"
 import type { CuttableProxy, TestDatabase } from "@engram/test-pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { call, client, listAll } from "./support/http.js"
@@ -18,13 +18,12 @@ let admin: Client
 
 beforeAll(async () => {
   db = await freshDatabase()
-  const url = new URL(db.url)
-  proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
-  url.port = String(proxy.port)
+  const through = await startProxyFor(db.url)
+  proxy = through.proxy
   c = await startCoordinator({
     reaper: false,
     logLevel: "None",
-    config: { port: 0, databaseUrl: url.toString(), adminToken: "outage-admin-token-0123456789", storeTimeoutMs: 2000 },
+    config: { port: 0, databaseUrl: through.url, adminToken: "outage-admin-token-0123456789", storeTimeoutMs: 2000 },
   })
   admin = client(c.url, c.adminToken)
   expect((await admin.post("/v1/hosts", { id: "h1" })).status).toBe(201)

@@ -8,7 +8,7 @@ import { startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import { StorePg, ChangesPg } from "@engram/store-pg"
 import { StoreSim } from "@engram/store-sim"
-import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
+import { freshDatabase, startProxyFor } from "@engram/test-pg"
 import type { CuttableProxy, TestDatabase } from "@engram/test-pg"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { shiftedLayer } from "./support/clock.js"
@@ -75,14 +75,12 @@ describe("engram_change_listener_up on PostgreSQL", () => {
   let c: RunningCoordinator
   beforeAll(async () => {
     db = await freshDatabase()
-    const url = new URL(db.url)
-    proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
-    const viaProxy = new URL(db.url)
-    viaProxy.port = String(proxy.port)
+    const through = await startProxyFor(db.url)
+    proxy = through.proxy
     // The store on the database directly; only the LISTEN connection crosses the proxy.
     c = await startCoordinator({
       store: StorePg.layer({ url: db.url }),
-      changes: ChangesPg.layer({ url: viaProxy.toString(), checkMs: 200 }),
+      changes: ChangesPg.layer({ url: through.url, checkMs: 200 }),
       reaper: false,
       logLevel: "Error",
       config: { port: 0, adminToken },

@@ -3,7 +3,7 @@
 // between its write and its notice) makes the others say notices may have been missed, and a
 // clean leave does not; a process whose own listener is cut listens again and says so.
 import type { Listener } from "@engram/store"
-import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
+import { freshDatabase, startProxyFor } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
 import postgres from "@engram/postgres"
 import { Effect, Exit, Scope } from "effect"
@@ -84,10 +84,8 @@ describe("ChangesPg", () => {
 
   it("notices published while its listener is down still go out when the process stops before the listener is back", async () => {
     // A reaches PostgreSQL through a proxy the test cuts; B directly.
-    const url = new URL(db.url)
-    const proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
-    url.port = String(proxy.port)
-    const a = await open(url.toString())
+    const { proxy, url } = await startProxyFor(db.url)
+    const a = await open(url)
     const b = await open()
     try {
       await until(() => b.stats().checks >= 2)

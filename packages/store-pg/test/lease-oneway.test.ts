@@ -2,7 +2,7 @@
 // link to PostgreSQL): its renewals reach the server and commit while it gives up waiting for them. It must stop renewing once past its renew deadline, or the
 // row it keeps changing holds every other replica off and nobody leads. Real time with short
 // lease times: the test asserts the order of events and a bound in ticks, never how long they took.
-import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
+import { freshDatabase, startProxyFor } from "@engram/test-pg"
 import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import * as Lease from "../src/Lease.js"
@@ -15,16 +15,13 @@ const tickMs = 100
 describe("a lease on PostgreSQL whose holder's link is slower than its query timeout", () => {
   it("the holder stops renewing at its deadline, so another replica takes over (not nobody leading)", async () => {
     const database = await freshDatabase()
-    const url = new URL(database.url)
-    const proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
-    const viaProxy = new URL(database.url)
-    viaProxy.port = String(proxy.port)
+    const { proxy, url: viaProxy } = await startProxyFor(database.url)
     try {
       await Effect.runPromise(
         Effect.scoped(
           Effect.gen(function* () {
             // As Lease.layer opens it: one connection, the query timeout as the server's statement_timeout.
-            const dbA = yield* PostgresJs.open({ url: viaProxy.toString(), poolSize: 1, connectTimeoutSec: 2, statementTimeoutMs: queryTimeoutMs })
+            const dbA = yield* PostgresJs.open({ url: viaProxy, poolSize: 1, connectTimeoutSec: 2, statementTimeoutMs: queryTimeoutMs })
             const dbB = yield* PostgresJs.open({ url: database.url, poolSize: 2, migrate: false })
             const a = yield* Lease.make(dbA, { ...times, holder: "a", queryTimeoutMs })
             const b = yield* Lease.make(dbB, { ...times, holder: "b", queryTimeoutMs })
@@ -71,15 +68,12 @@ describe("a lease on PostgreSQL whose holder's link is slower than its query tim
     // slowed by a busy machine) would give the lease up, which is the other test's case, not this one's.
     const refusedQueryTimeoutMs = 5_000
     const database = await freshDatabase()
-    const url = new URL(database.url)
-    const proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
-    const viaProxy = new URL(database.url)
-    viaProxy.port = String(proxy.port)
+    const { proxy, url: viaProxy } = await startProxyFor(database.url)
     try {
       await Effect.runPromise(
         Effect.scoped(
           Effect.gen(function* () {
-            const dbA = yield* PostgresJs.open({ url: viaProxy.toString(), poolSize: 1, connectTimeoutSec: 2, statementTimeoutMs: refusedQueryTimeoutMs })
+            const dbA = yield* PostgresJs.open({ url: viaProxy, poolSize: 1, connectTimeoutSec: 2, statementTimeoutMs: refusedQueryTimeoutMs })
             const dbB = yield* PostgresJs.open({ url: database.url, poolSize: 2, migrate: false })
             const a = yield* Lease.make(dbA, { ...long, holder: "a", queryTimeoutMs: refusedQueryTimeoutMs })
             const b = yield* Lease.make(dbB, { ...long, holder: "b", queryTimeoutMs: refusedQueryTimeoutMs })

@@ -6,7 +6,7 @@
 // lead again. Real time with short lease times: the test asserts the order of events, never how
 // long they took.
 import { CurrentFence } from "@engram/store"
-import { freshDatabase, startCuttableProxy } from "@engram/test-pg"
+import { freshDatabase, startProxyFor } from "@engram/test-pg"
 import { Effect, Exit } from "effect"
 import { describe, expect, it } from "vitest"
 import * as Lease from "../src/Lease.js"
@@ -22,16 +22,13 @@ const tickMs = 100
 describe("a lease on PostgreSQL through a silent partition", () => {
   it("the partitioned leader stops by itself before the other replica takes over; healed, its writes are refused", async () => {
     const database = await freshDatabase()
-    const url = new URL(database.url)
-    const proxy = await startCuttableProxy({ host: url.hostname, port: Number(url.port) })
-    const viaProxy = new URL(database.url)
-    viaProxy.port = String(proxy.port)
+    const { proxy, url: viaProxy } = await startProxyFor(database.url)
     try {
       await Effect.runPromise(
         Effect.scoped(
           Effect.gen(function* () {
             // Replica A reaches the database through the proxy; replica B directly.
-            const dbA = yield* PostgresJs.open({ url: viaProxy.toString(), poolSize: 2, connectTimeoutSec: 2 })
+            const dbA = yield* PostgresJs.open({ url: viaProxy, poolSize: 2, connectTimeoutSec: 2 })
             const dbB = yield* PostgresJs.open({ url: database.url, poolSize: 2, migrate: false })
             const a = yield* Lease.make(dbA, { ...times, holder: "a", queryTimeoutMs })
             const b = yield* Lease.make(dbB, { ...times, holder: "b", queryTimeoutMs })

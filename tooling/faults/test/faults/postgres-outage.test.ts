@@ -6,7 +6,7 @@
 // without a restart; the coordinator process lives throughout; and the checker finds every
 // acknowledged create stored once, no host over capacity, the maintained sums equal to the
 // reservations, nothing placed twice.
-import { createDatabase, startCuttableProxy, type CuttableProxy, type TestDatabase } from "@engram/test-pg"
+import { createDatabase, startProxyFor, type CuttableProxy, type TestDatabase } from "@engram/test-pg"
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest"
 import { History, Load, Observe, PgServer, Processes } from "../../src/index.js"
 import { ADMIN_TOKEN, capacities, expectNoViolations, registerHosts, tally } from "./fixture.js"
@@ -20,12 +20,10 @@ beforeAll(async () => {
   // A server of its own: this scenario stops it.
   pg = await PgServer.startRestartablePostgres()
   db = await createDatabase(pg.server.url, { prefix: "faults_outage" })
-  const target = new URL(db.url)
-  proxy = await startCuttableProxy({ host: target.hostname, port: Number(target.port) })
-  const viaProxy = new URL(db.url)
-  viaProxy.port = String(proxy.port)
+  const through = await startProxyFor(db.url)
+  proxy = through.proxy
   coordinator = await Processes.startCoordinatorProcess({
-    ENGRAM_DATABASE_URL: viaProxy.toString(),
+    ENGRAM_DATABASE_URL: through.url,
     ENGRAM_ADMIN_TOKEN: ADMIN_TOKEN,
     ENGRAM_DATA_DIR: Processes.tempDir("outage"),
     ENGRAM_REAPER_INTERVAL_MS: "1000",
