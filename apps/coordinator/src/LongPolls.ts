@@ -82,21 +82,35 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
       let stopping = false
       const revokedError = (hostId: string) => new Unauthorized({ error: "Unauthorized", message: `the token of host ${hostId} was revoked (rotated, or the host removed)` })
       /** Whether `hash` still acts for `hostId` (true while the store is away: the next request is authenticated afresh). */
-      const stillActs = (hash: string, hostId: string) =>
-        credentials.principalOf(hash).pipe(
-          Effect.map((now) => now !== null && now._tag === "Host" && now.hostId === hostId),
-          Effect.orElseSucceed(() => true),
-        )
-      const check = (hostId: string, polls: ReadonlySet<Open>) =>
+      const acts = (hash: string, hostId: string) =>
+        Effect.map(credentials.principalOf(hash), (now) => now !== null && now._tag === "Host" && now.hostId === hostId)
+      const stillActs = (hash: string, hostId: string) => Effect.orElseSucceed(acts(hash, hostId), () => true)
+      /** Ends the polls (all of `hostId`) whose credential no longer acts, by `actsNow`. */
+      const check = <E>(hostId: string, polls: ReadonlySet<Open>, actsNow: (hash: string, hostId: string) => Effect.Effect<boolean, E>) =>
         Effect.forEach(
           new Map([...polls].map((p) => [p.credential.tokenHash, p])).values(),
           (p) =>
-            Effect.map(stillActs(p.credential.tokenHash, hostId), (acts) => {
-              if (acts) return
+            Effect.map(actsNow(p.credential.tokenHash, hostId), (still) => {
+              if (still) return
               for (const q of polls) if (q.credential.tokenHash === p.credential.tokenHash) endWaits(q.end)
             }),
           { discard: true },
         )
+      // One sweep after misses at a time (misses while it runs sweep once more after it). It stops
+      // at the first read the store fails (the store is away: a read per poll would each wait out
+      // the store's bound, and every poll's next request is authenticated afresh anyway).
+      let sweeping = false
+      let missedAgain = false
+      const sweepAfterMiss: Effect.Effect<void> = Effect.suspend(() => {
+        if (!missedAgain) return Effect.void
+        missedAgain = false
+        const open = [...openByHost].map(([hostId, polls]): readonly [string, ReadonlySet<Open>] => {
+          for (const p of polls) p.touched = true
+          return [hostId, new Set(polls)]
+        })
+        const checks = Effect.forEach(open, ([hostId, polls]) => check(hostId, polls, acts), { concurrency: missSweepConcurrency, discard: true })
+        return Effect.andThen(Effect.ignore(checks), sweepAfterMiss)
+      })
       const prefix = credentialTopic("")
       yield* changes.subscribe({
         changed: (topics) => {
@@ -107,7 +121,7 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
             // A copy: the polls open now are the ones the notice is about.
             if (polls === undefined) continue
             for (const p of polls) p.touched = true
-            Effect.runFork(Effect.forkIn(check(hostId, new Set(polls)), scope))
+            Effect.runFork(Effect.forkIn(check(hostId, new Set(polls), stillActs), scope))
           }
         },
         // A possible miss (the LISTEN connection came back, a replica left uncleanly) may have
@@ -117,11 +131,10 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         // cannot read the store leaves its poll open: its next request is authenticated afresh.
         missed: () => {
           if (openByHost.size === 0) return
-          const open = [...openByHost].map(([hostId, polls]): readonly [string, ReadonlySet<Open>] => {
-            for (const p of polls) p.touched = true
-            return [hostId, new Set(polls)]
-          })
-          Effect.runFork(Effect.forkIn(Effect.forEach(open, ([hostId, polls]) => check(hostId, polls), { concurrency: missSweepConcurrency, discard: true }), scope))
+          missedAgain = true
+          if (sweeping) return
+          sweeping = true
+          Effect.runFork(Effect.forkIn(Effect.ensuring(sweepAfterMiss, Effect.sync(() => (sweeping = false))), scope))
         },
       })
 

@@ -7,8 +7,9 @@
 // credential notices held back while `dropCredentials` is set and the miss told by the test (as
 // `ChangesPg` tells it after a reconnect). Real HTTP, a real coordinator.
 import { LongPolls, startCoordinator } from "@engram/coordinator"
+import { missSweepConcurrency } from "../src/LongPolls.js"
 import type { RunningCoordinator } from "@engram/coordinator"
-import { Changes, makeHub } from "@engram/store"
+import { Changes, makeHub, Store, Unavailable } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer } from "effect"
 import { afterAll, beforeAll, expect, it } from "vitest"
@@ -26,9 +27,26 @@ const changes = Layer.succeed(
   }),
 )
 let c: RunningCoordinator
+/** While set, the store fails every lookup of a host by its token (as a store that is away); they are counted. */
+let tokenReadsFail = false
+let failedTokenReads = 0
+const store = Layer.effect(
+  Store,
+  Effect.map(Store, (inner) =>
+    Store.of({
+      ...inner,
+      hostByTokenHash: (hash) =>
+        Effect.suspend(() => {
+          if (!tokenReadsFail) return inner.hostByTokenHash(hash)
+          failedTokenReads++
+          return Effect.fail(new Unavailable({ reason: "the store is away (test)", retryAfterMs: 1000 }))
+        }),
+    }),
+  ),
+).pipe(Layer.provide(StoreSim.layer()))
 
 beforeAll(async () => {
-  c = await startCoordinator({ store: StoreSim.layer(), changes, reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
+  c = await startCoordinator({ store, changes, reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
 })
 afterAll(() => c?.stop())
 
@@ -78,4 +96,32 @@ it("a miss of notices leaves the open polls of tokens that still act alone", { t
   const answer = await wait
   expect(answer.status).toBe(200)
   expect(answer.body.state).toBe("ended")
+})
+
+it("a miss while the store is away stops checking at the first failed read and leaves the polls open", { timeout: 60_000 }, async () => {
+  const admin = client(c.url, adminToken)
+  const hosts = Array.from({ length: missSweepConcurrency * 3 }, (_, i) => `away${i}`)
+  const waits: Promise<{ readonly status: number }>[] = []
+  for (const id of hosts) {
+    const h = (await admin.post("/v1/hosts", { id })).body
+    await admin.put(`/v1/hosts/${id}/report`, { totalMib: 4096, allocatableMib: 3072, totalVcpus: 8 })
+    expect((await admin.post("/v1/sessions", { id: `s-${id}`, memMib: 512, vcpus: 1, affinity: [id] })).body.hostId).toBe(id)
+    waits.push(client(c.url, h.token).get(`/v1/sessions/s-${id}/wait?state=ended&timeoutMs=20000`))
+  }
+  await openAre(hosts.length)
+  tokenReadsFail = true
+  try {
+    hub.miss()
+    for (let i = 0; i < 2000 && failedTokenReads === 0; i++) await new Promise((r) => setTimeout(r, 10))
+    // The sweep's reads fail at once (no I/O): a sweep that went on would read them all meanwhile.
+    await new Promise((r) => setTimeout(r, 300))
+  } finally {
+    tokenReadsFail = false
+  }
+  // One round of reads at most (the first failure ends the sweep), none of the polls ended.
+  expect(failedTokenReads).toBeGreaterThan(0)
+  expect(failedTokenReads).toBeLessThanOrEqual(missSweepConcurrency)
+  expect(await open()).toBe(hosts.length)
+  for (const id of hosts) expect((await admin.del(`/v1/sessions/s-${id}`)).status).toBe(200)
+  for (const answer of await Promise.all(waits)) expect(answer.status).toBe(200)
 })
