@@ -1246,10 +1246,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           // be the only copy (its source dropped its own).
           yield* FiberMap.run(inflight, vm.vmId, { onlyIfMissing: true })(destroyIfNotMine(vm.vmId))
         }
+        // A debt of a session no longer here is settled in the session's own slot: never beside
+        // its action (its move, or its settle from before it left), which may be settling the same
+        // debt; the next pass finds it settled, or settles what is left of it.
         for (const owed of yield* residents.pendingCommits) {
-          const key = `commit:${owed.moveId}`
-          if (!(yield* FiberMap.has(inflight, key)) && !onHost.has(owed.sessionId)) {
-            yield* FiberMap.run(inflight, key, { onlyIfMissing: true })(settle(owed))
+          if (!(yield* FiberMap.has(inflight, owed.sessionId)) && !onHost.has(owed.sessionId)) {
+            yield* FiberMap.run(inflight, owed.sessionId, { onlyIfMissing: true })(settle(owed))
           }
         }
       })
