@@ -517,25 +517,51 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         ...(unrecorded.rounds.length === 0 ? {} : { lateRounds: unrecorded.rounds, lateSeq: unrecorded.seq }),
         ...(deps.coordinatorKeepsGuard ? { guard: reportOf(deps.allowance, at.estimateMs) } : {}),
       }
-      // The pre-copy rounds are recorded in the background while the guest runs (in either mode;
-      // with the intent on and held before the first round, as QEMU asks, the move is already
-      // past its intent then): one refused (409) means the move ended meanwhile (an admin abort,
-      // the session ended). Checked without waiting, before the debt and again before the send:
-      // the pause is given back, nothing reaches the target.
-      const endedMeanwhile = Effect.gen(function* () {
-        const conflict = yield* recorder.ended
-        if (conflict === null) return
-        yield* at.abort
-        yield* residents.removePendingCommit(move.id)
-        return yield* conflict
-      })
-      yield* endedMeanwhile
       /**
        * What a step made in the pause may take, from `atMs`: what is left of the downtime budget, or
        * `inPauseRecordFloorMs` when that is more (a state disk or a coordinator that hangs would
        * otherwise hold the guest paused for as long as it hangs).
        */
       const inPauseMs = (atMs: number) => Math.max(inPauseRecordFloorMs, move.maxDowntimeMs - (atMs - at.pausedAtMs))
+      // The pre-copy rounds are recorded in the background while the guest runs (in either mode;
+      // with the intent on and held before the first round, as QEMU asks, the move is already
+      // past its intent then): one refused (409) means the move is no longer pending, and it is
+      // read, not trusted (as `abandon` reads a refused abort). Checked without waiting, before
+      // the debt and again before the send. Ended without a commit (an admin abort, the session
+      // ended), or still pending (a position refused): the pause is given back, nothing reaches
+      // the target. Committed: an operator's word (a resolution's commit needs only the intent,
+      // so it can land during the pre-copy rounds); the coordinator places the session on the
+      // target, which holds no complete stream yet: the move goes on (the final round sent, the
+      // target's commit), or the guest would be booted afresh there, its memory lost. Not
+      // readable (within the pause's bound), the intent on: it goes on too, the debt written before the send;
+      // settling it reads the move (committed: the copy here goes; aborted with the session
+      // here: the target's copy goes and the guest resumes here). Never two running copies.
+      let goesOn = false
+      const endedMeanwhile = Effect.gen(function* () {
+        const conflict = yield* recorder.ended
+        if (conflict === null || goesOn) return
+        const readMs = inPauseMs(yield* nowMs)
+        const read = yield* retrying(coordinator.getMove(move.id)).pipe(
+          Effect.timeoutOrElse({ duration: readMs, orElse: () => Effect.fail(new CoordinatorError({ op: "getMove", status: null, message: `not answered within ${Math.round(readMs)} ms of the guest's pause` })) }),
+          Effect.result,
+        )
+        const state = read._tag === "Success" ? read.success.state : isNotFound(read.failure, "move", move.id) ? "gone" : null
+        // With the intent off no commit precedes the final round: a move not read is given back.
+        if (state === "committed" || (state === null && withIntent)) {
+          goesOn = true
+          yield* Effect.logWarning(
+            state === "committed"
+              ? "a pre-copy round was refused: the move was committed on the coordinator (an operator's word) before its final round; the move goes on so the target resumes the guest from a complete stream"
+              : "a pre-copy round was refused and the move cannot be read: it may have been committed; the move goes on, its outcome owed",
+            { hostId: deps.hostId, moveId: move.id, sessionId: move.sessionId, refusal: conflict.message, ...(read._tag === "Failure" ? { error: read.failure.message } : {}) },
+          )
+          return
+        }
+        yield* at.abort
+        yield* residents.removePendingCommit(move.id)
+        return yield* conflict
+      })
+      yield* endedMeanwhile
       // The debt's write is in the pause.
       const writeMs = inPauseMs(yield* nowMs)
       // The write itself is not cut (it goes on in its own fiber, holding the state file's lock,

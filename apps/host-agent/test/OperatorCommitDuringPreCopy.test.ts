@@ -1,0 +1,68 @@
+/**
+ * An operator commits a move (`engram moves commit`, the coordinator's resolve) while its source
+ * is still in its pre-copy rounds. With the intent on and a runtime that takes it before the first
+ * round (QEMU: it may stop the guest at any pass), the move is past its point of no return from
+ * the start, and a resolution's commit needs only that (SPEC §13, core's `refuseCommit` without
+ * phases): the coordinator accepts it, places the session on the target, and refuses (409) the
+ * source's next round records. The target holds only pre-copy rounds: no complete stream.
+ *
+ * Before, the source took the refused round for "the move is gone": it gave the pause back, told
+ * the target to drop what it got, and its reconcile then destroyed its running copy as no longer
+ * this host's; the target booted the session afresh. One copy, its memory lost. Guard: a refused
+ * pre-copy round is read back; a move read committed goes on (the final round is sent, the target
+ * commits from a complete stream where the coordinator places the session, the source's copy goes
+ * once the target runs the guest), so the guest keeps its memory.
+ */
+import { assert, describe } from "@effect/vitest"
+import { Move as CoreMove } from "@engram/core"
+import { SimRuntime } from "@engram/runtime"
+import { Effect, Ref } from "effect"
+import { effect } from "./support/PatientClock.js"
+import { copiesOn, makeFleet, type TestHost } from "./support/InProcess.js"
+import { capture } from "./support/Logs.js"
+
+describe("an operator's commit of a move still in its pre-copy rounds", () => {
+  effect("the source goes on and sends the final round: the guest resumes on the target from its stream, never booted afresh", () => {
+    const warnings = capture("Warn")
+    return Effect.gen(function* () {
+      let committedAt: readonly string[] | null = null
+      const fleet = yield* makeFleet(
+        [
+          { hostId: "a", sim: SimRuntime.defaultSimConfig },
+          { hostId: "b", sim: SimRuntime.defaultSimConfig },
+        ],
+        {
+          // As QEMU: the intent is taken before the first round; then, the guest running, the operator commits.
+          intentFirst: (coordinator, hostId) =>
+            hostId !== "a"
+              ? Effect.void
+              : Ref.update(coordinator.ref, (s) => {
+                  const m = s.moves.get("m1")!
+                  // As the store's resolve: a commit without phases needs only the point of no return.
+                  if (CoreMove.refuseCommit(m, false) !== null) return s
+                  committedAt = m.rounds.map((r) => r.kind)
+                  return {
+                    ...s,
+                    moves: new Map(s.moves).set("m1", { ...m, state: "committed" }),
+                    sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "b", reservationId: "res-move-m1" }),
+                  }
+                }),
+        },
+      )
+      const [a, b] = fleet.hosts as [TestHost, TestHost]
+      const copies = copiesOn(a, b)
+      yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
+      yield* fleet.settle()
+      yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
+      yield* fleet.settle(1)
+      assert.deepStrictEqual(committedAt, ["intent"], "the operator's commit landed with only the intent recorded, before any pre-copy round")
+      yield* fleet.settle()
+      // Before: { a: [], b: [["s1", "running"]] } with the target's guest booted afresh (starts 1).
+      assert.deepStrictEqual(yield* copies, { a: [], b: [["s1", "running"]] }, "one running copy, where the coordinator places the session")
+      assert.strictEqual(yield* Ref.get(b.runtime.starts), 0, "the guest resumed from its stream, not booted: its memory kept")
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      assert.deepStrictEqual((yield* b.residents.all).map((v) => [v.vmId, v.status, v.moveId]), [["s1", "running", null]])
+      assert.isTrue(warnings.lines.some((l) => l.message.startsWith("a pre-copy round was refused: the move was committed") && l.fields["moveId"] === "m1"), "the source read the refused round back")
+    }).pipe(Effect.provide(warnings.layer))
+  })
+})
