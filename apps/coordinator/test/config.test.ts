@@ -10,6 +10,9 @@ import { join } from "node:path"
 import { describe, expect, it } from "vitest"
 
 const WINDOW_RULE = "must be an integer from 1 to 31536000000 (a year: windows of days are in use, and every agent must take its coordinator's)"
+const CPU_RULE = "must be a number from 0.001 to 100 (a hundred vCPUs offered per core: far past any workload's share)"
+const MEM_RULE = "must be a number from 0 to 100 (a hundred times a host's RAM: far past what page sharing and ballooning give back)"
+const RESERVE_RULE = "must be an integer from 0 to 16777216 (16 TiB: more RAM than one host holds)"
 const REAPER_RULE = "must be an integer from 1 to 3600000 (an hour: stale reservations, parks and starving sessions wait a pass)"
 
 describe("configuration", () => {
@@ -50,6 +53,28 @@ describe("configuration", () => {
     // A program's limits, as numbers: 10^15 ms of reaper interval named by key.
     const program = Config.parseInput({ limits: { ...Limits.defaults, reaperIntervalMs: 1e15 } })
     expect(program._tag === "Invalid" && program.issues.map((i) => [i.variable, i.rule, i.value])).toEqual([["limits.reaperIntervalMs", REAPER_RULE, 1e15]])
+  })
+
+  it("the system reserve and the overcommit ratios have core's upper bounds (and cpuOvercommit its least, 0.001: 5e-324 was taken), named by variable and rule, or by key from a program; nothing is taken; the bounds are", () => {
+    const over = Config.parse({ ENGRAM_SYSTEM_RESERVE_MIB: "999999999999999", ENGRAM_CPU_OVERCOMMIT: "100.5", ENGRAM_MEM_OVERCOMMIT_RATIO: "1000" })
+    expect(over._tag === "Invalid" && over.issues.map((i) => [i.variable, i.rule, i.value])).toEqual([
+      ["ENGRAM_CPU_OVERCOMMIT", CPU_RULE, "100.5"],
+      ["ENGRAM_MEM_OVERCOMMIT_RATIO", MEM_RULE, "1000"],
+      ["ENGRAM_SYSTEM_RESERVE_MIB", RESERVE_RULE, "999999999999999"],
+    ])
+    const tiny = Config.parse({ ENGRAM_CPU_OVERCOMMIT: "0.0000001" })
+    expect(tiny._tag === "Invalid" && tiny.issues.map((i) => [i.variable, i.rule])).toEqual([["ENGRAM_CPU_OVERCOMMIT", CPU_RULE]])
+    const edge = Config.parse({ ENGRAM_SYSTEM_RESERVE_MIB: "16777216", ENGRAM_CPU_OVERCOMMIT: "100", ENGRAM_MEM_OVERCOMMIT_RATIO: "100" })
+    expect(edge._tag === "Valid" && edge.config.limits).toMatchObject({ systemReserveMib: 16_777_216, cpuOvercommit: 100, memOvercommitRatio: 100 })
+    const least = Config.parse({ ENGRAM_SYSTEM_RESERVE_MIB: "0", ENGRAM_CPU_OVERCOMMIT: "0.001", ENGRAM_MEM_OVERCOMMIT_RATIO: "0" })
+    expect(least._tag === "Valid" && least.config.limits).toMatchObject({ systemReserveMib: 0, cpuOvercommit: 0.001, memOvercommitRatio: 0 })
+    // A program's limits (startCoordinator({ config })), as numbers, named by key.
+    const program = Config.parseInput({ limits: { ...Limits.defaults, systemReserveMib: 1e15, cpuOvercommit: Number.MIN_VALUE, memOvercommitRatio: 1e15 } })
+    expect(program._tag === "Invalid" && program.issues.map((i) => [i.variable, i.rule, i.value])).toEqual([
+      ["limits.cpuOvercommit", CPU_RULE, Number.MIN_VALUE],
+      ["limits.memOvercommitRatio", MEM_RULE, 1e15],
+      ["limits.systemReserveMib", RESERVE_RULE, 1e15],
+    ])
   })
 
   it("an integer is decimal digits (at most 15: every one is exact): a blank, hex, an exponent, a fraction or more digits is refused naming the variable and its rule", () => {
@@ -480,7 +505,7 @@ describe("configuration", () => {
     const byVar = Object.fromEntries(r.issues.map((i) => [i.variable, i.rule]))
     expect(byVar).toEqual({
       ENGRAM_PORT: "must be an integer from 0 to 65535",
-      ENGRAM_CPU_OVERCOMMIT: "must be > 0",
+      ENGRAM_CPU_OVERCOMMIT: CPU_RULE,
       ENGRAM_MAX_ENTRIES_PER_NODE: "must be an integer from 1 to 100000 (far more VMs than one host runs)",
       ENGRAM_REQUIRE_MEASURED: Config.booleanRule,
       ENGRAM_REAPER_INTERVAL_MS: "must be an integer from 1 to 3600000 (an hour: stale reservations, parks and starving sessions wait a pass)",
@@ -576,7 +601,7 @@ describe("configuration", () => {
         '  ENGRAM_PORT="seventy": must be an integer from 0 to 65535',
         '  ENGRAM_ADMIN_TOKEN="<hidden>": must be at least 16 characters',
         '  ENGRAM_CHANGES_CHECK_MS="1": must be an integer from 100 to 60000',
-        '  ENGRAM_CPU_OVERCOMMIT="0": must be > 0',
+        `  ENGRAM_CPU_OVERCOMMIT="0": ${CPU_RULE}`,
       ].join("\n"),
     )
   })
@@ -677,7 +702,7 @@ describe("a program's settings", () => {
       ["reclaimGraceMS", "is not a known setting", undefined],
       ["port", "must be an integer from 0 to 65535", -1],
       ["adminToken", "must be at least 16 characters", "<hidden>"],
-      ["limits.cpuOvercommit", "must be > 0", 0],
+      ["limits.cpuOvercommit", CPU_RULE, 0],
       ["limits.heartbeatStaleWindowMs", "must be an integer from 1 to 31536000000 (a year: windows of days are in use, and every agent must take its coordinator's)", Number.NaN],
     ])
     // Nothing refused: the same values as before.
@@ -703,7 +728,7 @@ describe("a program's settings", () => {
       ["port", "must be an integer from 0 to 65535", null],
       ["host", Names.hostRule, null],
       ["reclaimGraceMs", "must be an integer >= 0", null],
-      ["limits.cpuOvercommit", "must be a finite number", null],
+      ["limits.cpuOvercommit", CPU_RULE, null],
       ["limits.requireMeasured", "must be a boolean", null],
     ])
     // The rules between settings are not judged on a refused null's default (10 s is not below 5 s).

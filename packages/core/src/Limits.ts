@@ -53,24 +53,6 @@ export type MakeResult =
 
 type Rule = (v: unknown) => string | null
 
-const finiteAtLeast =
-  (min: number, exclusive = false): Rule =>
-  (v) =>
-    typeof v !== "number" || !Number.isFinite(v)
-      ? "must be a finite number"
-      : exclusive
-        ? v > min
-          ? null
-          : `must be > ${min}`
-        : v >= min
-          ? null
-          : `must be >= ${min}`
-
-const integerAtLeast =
-  (min: number): Rule =>
-  (v) =>
-    typeof v !== "number" || !Number.isInteger(v) ? "must be an integer" : v >= min ? null : `must be >= ${min}`
-
 const dayMs = 24 * 3_600_000
 
 /** An upper bound and why it is that. */
@@ -80,7 +62,7 @@ export interface Bound {
 }
 
 /**
- * The largest value of each timing and count limit, with why. Each is many times its default,
+ * The largest value of each timing, count, size and ratio limit, with why. Each is many times its default,
  * so only a slip is refused (seconds given as ms twice, digits pasted twice), never a deliberate
  * setting; without a bound such a slip was taken silently (a reaper interval of 10^12 ms is a
  * reaper that never runs again). The host agent bounds its own settings the same way, and reads
@@ -92,6 +74,9 @@ export const bounds = {
   commitAllowanceMs: { max: 60_000, why: "a minute: every downtime estimate counts it, so one above a session's budget refuses its every move" },
   reaperIntervalMs: { max: 3_600_000, why: "an hour: stale reservations, parks and starving sessions wait a pass" },
   maxEntriesPerNode: { max: 100_000, why: "far more VMs than one host runs" },
+  systemReserveMib: { max: 16 * 1024 * 1024, why: "16 TiB: more RAM than one host holds" },
+  cpuOvercommit: { max: 100, why: "a hundred vCPUs offered per core: far past any workload's share" },
+  memOvercommitRatio: { max: 100, why: "a hundred times a host's RAM: far past what page sharing and ballooning give back" },
 } as const satisfies { readonly [K in keyof Limits]?: Bound }
 
 /** A bounded figure's one rule, in the words of every refusal of it (the host agent's too): `must be an integer from 1 to 3600000 (an hour: …)`. */
@@ -107,10 +92,17 @@ const finiteWithin =
   (v) =>
     typeof v === "number" && Number.isFinite(v) && v >= min && v <= bound.max ? null : boundRule("a number", min, bound)
 
+/**
+ * The least `cpuOvercommit`: a thousandth of a vCPU per core. Below it the ratio only says "every
+ * host is full" (a budget that floors to 0 is full, `Headroom.cpuBudgetOf`): a host needs over a
+ * thousand cores to offer one vCPU. A value such as 5e-324 was taken as a positive ratio.
+ */
+export const minCpuOvercommit = 0.001
+
 const rules: { readonly [K in keyof Limits]: Rule } = {
-  cpuOvercommit: finiteAtLeast(0, true),
-  memOvercommitRatio: finiteAtLeast(0),
-  systemReserveMib: integerAtLeast(0),
+  cpuOvercommit: finiteWithin(minCpuOvercommit, bounds.cpuOvercommit),
+  memOvercommitRatio: finiteWithin(0, bounds.memOvercommitRatio),
+  systemReserveMib: integerWithin(0, bounds.systemReserveMib),
   maxEntriesPerNode: integerWithin(1, bounds.maxEntriesPerNode),
   requireMeasured: (v) => (typeof v === "boolean" ? null : "must be a boolean"),
   heartbeatStaleWindowMs: integerWithin(1, bounds.heartbeatStaleWindowMs),

@@ -127,7 +127,7 @@ describe("Limits", () => {
     if (bad._tag === "Invalid") {
       expect(bad.issues.map((i) => [i.field, i.rule])).toEqual([
         ["maxEntriesPerNode", "must be an integer from 1 to 100000 (far more VMs than one host runs)"],
-        ["cpuOvercommit", "must be a finite number"],
+        ["cpuOvercommit", "must be a number from 0.001 to 100 (a hundred vCPUs offered per core: far past any workload's share)"],
         ["sytemReserveMib", "is not a known limit"],
       ])
     }
@@ -135,12 +135,23 @@ describe("Limits", () => {
     expect(good._tag === "Valid" && good.limits.maxEntriesPerNode === 8 && good.limits.requireMeasured).toBe(true)
   })
 
-  it("each timing and count limit has an upper bound, refused past it with the whole range and why; the bound itself is taken", () => {
-    const bounded = ["heartbeatStaleWindowMs", "parkHardTtlMs", "commitAllowanceMs", "reaperIntervalMs", "maxEntriesPerNode"] as const
+  it("a cpuOvercommit below a thousandth (5e-324, a denormal, was taken as a positive ratio: every host full) is refused naming the field and the range; 0.001 is taken; memOvercommitRatio 0 (no RAM cap) and a reserve of 0 still are", () => {
+    for (const v of [Number.MIN_VALUE, 1e-300, 0.000999, 0, -1]) {
+      const r = Limits.make({ cpuOvercommit: v })
+      expect(r._tag === "Invalid" && r.issues.map((i) => [i.field, i.rule]), String(v)).toEqual([
+        ["cpuOvercommit", "must be a number from 0.001 to 100 (a hundred vCPUs offered per core: far past any workload's share)"],
+      ])
+    }
+    expect(Limits.make({ cpuOvercommit: 0.001, memOvercommitRatio: 0, systemReserveMib: 0 })).toMatchObject({ _tag: "Valid", limits: { cpuOvercommit: 0.001, memOvercommitRatio: 0, systemReserveMib: 0 } })
+    expect(Limits.minCpuOvercommit).toBe(0.001)
+  })
+
+  it("each timing, count, size and ratio limit has an upper bound, refused past it with the whole range and why; the bound itself is taken", () => {
+    const bounded = ["heartbeatStaleWindowMs", "parkHardTtlMs", "commitAllowanceMs", "reaperIntervalMs", "maxEntriesPerNode", "systemReserveMib", "cpuOvercommit", "memOvercommitRatio"] as const
     for (const field of bounded) {
       const { max } = Limits.bounds[field]
       const over = Limits.make({ [field]: 1e15 })
-      expect(over._tag === "Invalid" && over.issues.map((i) => [i.field, i.rule])).toEqual([[field, expect.stringMatching(new RegExp(`^must be an? (integer|number) from [01] to ${max} \\(.+\\)$`))]])
+      expect(over._tag === "Invalid" && over.issues.map((i) => [i.field, i.rule])).toEqual([[field, expect.stringMatching(new RegExp(`^must be an? (integer|number) from (0|1|0\\.001) to ${max} \\(.+\\)$`))]])
       const justOver = Limits.make({ [field]: max + 1 })
       expect(justOver._tag, field).toBe("Invalid")
       const edge = Limits.make({ [field]: max })
@@ -148,6 +159,14 @@ describe("Limits", () => {
     }
     expect(Limits.make({ reaperIntervalMs: 1e15 })).toMatchObject({
       issues: [{ field: "reaperIntervalMs", rule: "must be an integer from 1 to 3600000 (an hour: stale reservations, parks and starving sessions wait a pass)" }],
+    })
+    // RAM reserve and overcommit ratios: a slip of digits was taken (a reserve of 10^15 MiB made every host full, a ratio of 10^15 made RAM and CPU ungated in effect).
+    expect(Limits.make({ systemReserveMib: 16 * 1024 * 1024 + 1, cpuOvercommit: 101, memOvercommitRatio: 1e15 })).toMatchObject({
+      issues: [
+        { field: "systemReserveMib", rule: "must be an integer from 0 to 16777216 (16 TiB: more RAM than one host holds)" },
+        { field: "cpuOvercommit", rule: "must be a number from 0.001 to 100 (a hundred vCPUs offered per core: far past any workload's share)" },
+        { field: "memOvercommitRatio", rule: "must be a number from 0 to 100 (a hundred times a host's RAM: far past what page sharing and ballooning give back)" },
+      ],
     })
     // A year of stale window: the host agent's bound is this one.
     expect(Limits.bounds.heartbeatStaleWindowMs.max).toBe(365 * 24 * 3_600_000)
