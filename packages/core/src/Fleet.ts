@@ -127,9 +127,9 @@ export const snapshot = (fleet: ParkGate.FleetView, limits: Limits = defaults, n
       if (isSilent) silentFreeMib += Math.floor(h.headroom.allocatableMib as number) - h.headroom.reserved.memMib
     }
     if (Headroom.gatesCpu(h.headroom)) {
-      cpuBudget += h.headroom.cpuBudget as number
+      cpuBudget += Math.floor(h.headroom.cpuBudget as number)
       reservedVcpus += h.headroom.reserved.vcpus
-      if (isSilent) silentFreeVcpus += (h.headroom.cpuBudget as number) - h.headroom.reserved.vcpus
+      if (isSilent) silentFreeVcpus += Math.floor(h.headroom.cpuBudget as number) - h.headroom.reserved.vcpus
     }
   }
   let qMem = 0

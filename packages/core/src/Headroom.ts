@@ -44,6 +44,19 @@ export const freeMib = (h: HostHeadroom): number | null =>
 export const freeVcpus = (h: HostHeadroom): number | null =>
   h.cpuBudget === null ? null : h.cpuBudget - h.reserved.vcpus
 
+/**
+ * A capacity or a budget as it is shown (the API's host view, no-fit details, the fleet's sums): a
+ * full host's smallest positive figure (`ramCapacityOf`, `cpuBudgetOf`: it keeps the host gated)
+ * reads 0, never `5e-324`; null stays null (not measured). Placement reads the figures themselves.
+ */
+export const shown = (figure: number | null): number | null => (figure === null ? null : Math.floor(figure))
+
+/** {@link freeMib} as it is shown ({@link shown}): a full host with nothing reserved has 0 free, not `5e-324`. */
+export const shownFreeMib = (h: HostHeadroom): number | null => (h.allocatableMib === null ? null : Math.floor(h.allocatableMib) - h.reserved.memMib)
+
+/** {@link freeVcpus} as it is shown ({@link shown}). */
+export const shownFreeVcpus = (h: HostHeadroom): number | null => (h.cpuBudget === null ? null : Math.floor(h.cpuBudget) - h.reserved.vcpus)
+
 /** Whether RAM gates placement on this host: its capacity is known and positive. */
 export const gatesRam = (h: HostHeadroom): boolean => h.allocatableMib !== null && h.allocatableMib > 0
 

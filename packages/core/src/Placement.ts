@@ -351,8 +351,8 @@ export const noFit = (hosts: readonly Candidate[], req: Request, limits: Limits 
     .map((c) => ({
       hostId: c.id,
       reason: reasonFor(c, req.budget, limits, req.now),
-      freeMib: Headroom.freeMib(c.headroom),
-      freeVcpus: Headroom.freeVcpus(c.headroom),
+      freeMib: Headroom.shownFreeMib(c.headroom),
+      freeVcpus: Headroom.shownFreeVcpus(c.headroom),
     }))
     .sort((a, b) => compareIds(a.hostId, b.hostId))
 

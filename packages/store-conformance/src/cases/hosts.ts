@@ -166,7 +166,8 @@ export const hosts: Group = {
         expect(view.measured).toBe(true)
         expect(view.headroom.allocatableMib).not.toBeNull()
         const q = yield* queued("s1", { memMib: 1, vcpus: 1 })
-        expect(q.noFit).toStrictEqual([{ hostId: "zero", reason: "ram_full", freeMib: view.headroom.allocatableMib, freeVcpus: 256 }])
+        // The no-fit details show its room as 0 (core's `Headroom.shownFreeMib`), not the smallest positive capacity that keeps it gated.
+        expect(q.noFit).toStrictEqual([{ hostId: "zero", reason: "ram_full", freeMib: 0, freeVcpus: 256 }])
         expect((yield* hostSummaryOf(s, "zero")).totalMib).toBe(0)
       }),
       { systemReserveMib: 0 },
