@@ -355,6 +355,22 @@ describe("host agent configuration", () => {
     }
   })
 
+  it("ENGRAM_SIM's sizes, speeds and times have a largest (any finite figure was taken: a working set of 1e300 bytes), refused naming the key, the bound and why; the largest is taken", async () => {
+    for (const [sim, rule] of [
+      ['{"workingSetBytes":1e300}', "setting workingSetBytes must be a number <= 17592186044416 (16 TiB: more RAM than one host holds); 1e+300 is not"],
+      ['{"linkBytesPerMs":1073741825}', "setting linkBytesPerMs must be a number <= 1073741824 (1 GiB per ms, about a TiB/s: far past any memory bus or link); 1073741825 is not"],
+      ['{"commitMs":3600001}', "setting commitMs must be a number <= 3600000 (an hour); 3600001 is not"],
+      ['{"fullWireRatio":11}', "setting fullWireRatio must be a number <= 10 (ten wire bytes per byte: a capture sends about its bytes or fewer); 11 is not"],
+      ['{"roundOverheadBytes":1e12}', "setting roundOverheadBytes must be a number <= 1073741824 (1 GiB a round); 1000000000000 is not"],
+      ['{"guestBusyMs":1e15}', "setting guestBusyMs must be a number <= 31536000000 (a year); 1000000000000000 is not"],
+    ] as const) {
+      const error = await errorOf({ ...required, ENGRAM_SIM: sim })
+      expect(error?.message, sim).toBe(["invalid host agent configuration:", `  ENGRAM_SIM=${JSON.stringify(sim)}: ${rule}`].join("\n"))
+    }
+    const most = { workingSetBytes: 16 * 1024 ** 4, linkBytesPerMs: 1024 ** 3, commitMs: 3_600_000, fullWireRatio: 10, guestBusyMs: 31_536_000_000 }
+    expect((await Effect.runPromise(fromEnvironment({ ...required, ENGRAM_SIM: JSON.stringify(most) }))).sim).toEqual(most)
+  })
+
   it("ENGRAM_SIM with a key given twice is refused naming the key (JSON.parse kept the last, so which was meant is not known), by the API's rule", async () => {
     for (const [sim, key] of [
       ['{"startMs":-1,"startMs":1}', "startMs"],
