@@ -104,6 +104,8 @@ export const eventJson = (x: SessionEvent): Records.SessionEvent => {
     case "TtlSet":
       return { ...at, kind: "ttl_set", endsAt: e.endsAt }
     case "GuestLost":
-      return { ...at, kind: "guest_lost", hostId: e.hostId, reason: e.reason }
+      return e.moveId === undefined || e.toHostId === undefined
+        ? { ...at, kind: "guest_lost", hostId: e.hostId, reason: e.reason }
+        : { ...at, kind: "guest_lost", hostId: e.hostId, reason: e.reason, moveId: e.moveId, toHostId: e.toHostId }
   }
 }

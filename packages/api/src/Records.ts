@@ -455,8 +455,21 @@ export const SessionEvent = Schema.Union([
   Schema.Struct({ ...at, kind: Schema.Literal("ended"), hostId: HostOrNull, reason: Schema.optionalKey(Schema.String) }),
   /** The TTL was set anew: the session ends at `endsAt` (epoch ms). */
   Schema.Struct({ ...at, kind: Schema.Literal("ttl_set"), endsAt: Num }),
-  /** Its guest on `hostId` was lost (`reason`: its agent's words) and a fresh one booted: its memory state is gone; its state did not change. */
-  Schema.Struct({ ...at, kind: Schema.Literal("guest_lost"), hostId: Schema.String, reason: Schema.String }),
+  /**
+   * Its guest on `hostId` was lost (`reason`: its agent's words) and a fresh one booted: its memory
+   * state is gone; its state did not change. `moveId` and `toHostId` when the report came after
+   * that move took the session from `hostId` to `toHostId`: the copy lost was the one on `hostId`,
+   * before the move. Optional keys, so a decoder from before them reads the event (it ignores keys
+   * it does not know).
+   */
+  Schema.Struct({
+    ...at,
+    kind: Schema.Literal("guest_lost"),
+    hostId: Schema.String,
+    reason: Schema.String,
+    moveId: Schema.optionalKey(Schema.String),
+    toHostId: Schema.optionalKey(Schema.String),
+  }),
 ])
 export type SessionEvent = typeof SessionEvent.Type
 

@@ -268,8 +268,27 @@ export type Step =
   /**
    * The agent of `hostId` lost the session's guest (its VM ended by itself, or was not found) and
    * boots a fresh one in its place: recorded in the history; the record and its state stay.
+   * `lastMove`: the session's latest committed move (its last `Moved` event), read by the store
+   * when the session is no longer on `hostId`: a report from the host that move left is of the
+   * copy lost there before the move (the report waited while the move committed).
    */
-  | { readonly _tag: "guestLost"; readonly hostId: string; readonly reason: string }
+  | { readonly _tag: "guestLost"; readonly hostId: string; readonly reason: string; readonly lastMove?: LastMove | null | undefined }
+
+/** A session's latest committed move, as its history has it (`Moved`): what a late report of a lost guest is judged on. */
+export interface LastMove {
+  readonly moveId: string
+  readonly fromHostId: string
+  readonly toHostId: string
+}
+
+/** The latest committed move of a history (oldest first): its last `Moved` event; null when it has none. */
+export const lastMoveOf = (events: readonly Event[]): LastMove | null => {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const e = events[i]!
+    if (e._tag === "Moved") return { moveId: e.moveId, fromHostId: e.fromHostId, toHostId: e.toHostId }
+  }
+  return null
+}
 
 /** What happened to a session, for its history. `hostId` names the host it happened on, where there is one. */
 export type Event =
@@ -304,8 +323,13 @@ export type Event =
   | { readonly _tag: "Ended"; readonly hostId: string | null; readonly reason?: string | undefined }
   /** The TTL was set anew: the session ends at `endsAt`. */
   | { readonly _tag: "TtlSet"; readonly endsAt: number }
-  /** Its guest on `hostId` was lost (`reason`: its agent's word) and a fresh one booted: its memory state is gone. */
-  | { readonly _tag: "GuestLost"; readonly hostId: string; readonly reason: string }
+  /**
+   * Its guest on `hostId` was lost (`reason`: its agent's word) and a fresh one booted: its memory
+   * state is gone. `moveId` and `toHostId` when the report came after move `moveId` took the
+   * session from `hostId` to `toHostId`: the copy lost was the one on `hostId`, before that move
+   * (the session runs on elsewhere; its state is not changed).
+   */
+  | { readonly _tag: "GuestLost"; readonly hostId: string; readonly reason: string; readonly moveId?: string | undefined; readonly toHostId?: string | undefined }
 
 /** Every event tag, in life-cycle order. */
 export const eventTags: readonly Event["_tag"][] = [
@@ -387,12 +411,14 @@ export const refuseBeginMove = (s: Record, openMove: Pick<Move.Record, "id"> | n
 
 /**
  * Whether `hostId`'s agent may report the session's guest lost: only a session that is on that
- * host now (`hostId`), and not ended (an `Illegal`: nothing left to lose). A session elsewhere,
- * or on no host, is a `Conflict` naming where it is: the report changes nothing.
+ * host now (`hostId`), or that its latest committed move (`lastMove`) took away from that host
+ * (the report of a copy lost there before the move, late: it waited while the move committed),
+ * and not ended (an `Illegal`: nothing left to lose). A session elsewhere otherwise, or on no
+ * host, is a `Conflict` naming where it is: the report changes nothing.
  */
-export const refuseGuestLost = (s: Record, hostId: string): Illegal | Conflict | null => {
+export const refuseGuestLost = (s: Record, hostId: string, lastMove: LastMove | null = null): Illegal | Conflict | null => {
   if (s.state === "ended") return { _tag: "Illegal", sessionId: s.id, from: s.state, to: s.state, message: `session ${s.id} is ended: it has no guest to lose` }
-  if (s.hostId !== hostId)
+  if (s.hostId !== hostId && lastMove?.fromHostId !== hostId)
     return {
       _tag: "Conflict",
       entity: "session",
@@ -744,10 +770,13 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       return planOf(s, { ...s, endsAt, updatedAt: now }, now, none, null, [{ _tag: "TtlSet", endsAt }])
     }
     case "guestLost": {
-      const refused = refuseGuestLost(s, op.hostId)
+      const lastMove = op.lastMove ?? null
+      const refused = refuseGuestLost(s, op.hostId, lastMove)
       if (refused) return refused
-      // Only the history changes: the fresh guest keeps the session's state (its agent boots it so).
-      return planOf(s, s, now, none, null, [{ _tag: "GuestLost", hostId: op.hostId, reason: op.reason }])
+      // Only the history changes: the fresh guest keeps the session's state (its agent boots it
+      // so); a copy lost before a move that took the session away changes nothing where it runs now.
+      const away = s.hostId !== op.hostId && lastMove !== null ? { moveId: lastMove.moveId, toHostId: lastMove.toHostId } : {}
+      return planOf(s, s, now, none, null, [{ _tag: "GuestLost", hostId: op.hostId, reason: op.reason, ...away }])
     }
   }
 }

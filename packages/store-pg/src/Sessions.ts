@@ -619,7 +619,22 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
       Effect.gen(function* () {
         const bad = Validate.guestLost(hostId, reason)
         if (bad) return yield* bad
-        return yield* simple(sessionId, { _tag: "guestLost", hostId, reason })
+        // A session no longer on the host is judged on its latest committed move (a report of a
+        // copy lost there before it): its last `Moved` event, read in the step's transaction
+        // (walking the history's primary key backwards from its newest entry).
+        return yield* stepLocked(sessionId, (tx, s) =>
+          s.hostId === hostId
+            ? Effect.succeed<Session.Step>({ _tag: "guestLost", hostId, reason })
+            : Effect.map(
+                tx.query<{ move_id: string; from_host_id: string; to_host_id: string }>(
+                  sql`select event->>'moveId' as move_id, event->>'fromHostId' as from_host_id, event->>'toHostId' as to_host_id from session_events where session_id = ${sessionId} and event->>'_tag' = 'Moved' order by seq desc limit 1`,
+                ),
+                (rows): Session.Step => {
+                  const m = rows[0]
+                  return { _tag: "guestLost", hostId, reason, lastMove: m === undefined ? null : { moveId: m.move_id, fromHostId: m.from_host_id, toHostId: m.to_host_id } }
+                },
+              ),
+        )
       }),
     recordActivity: (hostId, sessionIds) =>
       Effect.gen(function* () {

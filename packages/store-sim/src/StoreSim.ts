@@ -853,7 +853,9 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const bad = Validate.guestLost(hostId, reason)
         if (bad) return yield* bad
         const s = yield* findSession(sessionId)
-        return sessionOf(yield* stepSession<IllegalTransition | Conflict>(s, { _tag: "guestLost", hostId, reason }, yield* now))
+        // A session no longer on the host: judged on its latest committed move (a report of a copy lost before it).
+        const lastMove = s.hostId === hostId ? null : Session.lastMoveOf((history.get(sessionId) ?? []).map((e) => e.event))
+        return sessionOf(yield* stepSession<IllegalTransition | Conflict>(s, { _tag: "guestLost", hostId, reason, lastMove }, yield* now))
       }),
     recordActivity: (hostId, sessionIds) =>
       Effect.gen(function* () {

@@ -208,12 +208,12 @@ export const HostsHandlers = HandlerGroup.make(
               yield* requireHostOrAdmin(params.id)
               const s = yield* api(store.recordGuestLost(params.id, payload.sessionId, payload.reason))
               metrics.guestsLost.inc()
-              yield* Effect.logWarning("a host's agent lost a session's guest and booted a fresh one: the session's memory state is gone", {
-                hostId: params.id,
-                sessionId: s.id,
-                state: s.state,
-                reason: payload.reason,
-              })
+              yield* Effect.logWarning(
+                s.hostId === params.id
+                  ? "a host's agent lost a session's guest and booted a fresh one: the session's memory state is gone"
+                  : "a host's agent lost a session's guest before a move took the session away (its report came after the move): the session's memory state is gone",
+                { hostId: params.id, sessionId: s.id, state: s.state, sessionHostId: s.hostId, reason: payload.reason },
+              )
               // Its history grew: whoever follows the session hears of it.
               yield* notifier.notify(sessionTopic(s.id))
               return s

@@ -190,6 +190,49 @@ export const historyGroup: Group = {
       }),
     ),
     kase(
+      "a lost guest reported after a move took its session away: recorded from the host that move left, with the move and where the session went, the session unchanged; from another host, or from a host left by an earlier move, refused and nothing written",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("a", 4096)
+        yield* addHost("b", 16384)
+        yield* addHost("c", 8192)
+        yield* sessionIn("s1", "running")
+        expect((yield* s.getSession("s1")).hostId).toBe("a")
+        // No move yet: only its own host reports it.
+        expect((yield* expectFailure(s.recordGuestLost("b", "s1", "QEMU exited"), "Conflict")).reason).toContain("not on host b")
+        const first = yield* s.beginMove({ sessionId: "s1", targetHostId: "b", maxDowntimeMs: 600 })
+        yield* commitAfterFinal(first.id, { downtimeMs: 520, captureMs: 40, sendMs: 80, commitMs: 390 })
+        const before = yield* s.getSession("s1")
+        expect(before).toMatchObject({ state: "running", hostId: "b" })
+        yield* TestClock.adjust(50)
+        // a's report waited while the move committed: the copy lost on a, before the move.
+        expect(yield* s.recordGuestLost("a", "s1", "QEMU exited")).toStrictEqual(before)
+        expect(yield* s.getSession("s1")).toStrictEqual(before)
+        const h = yield* history("s1")
+        expect(h.at(-1)).toMatchObject({ seq: h.length, at: 50, event: { _tag: "GuestLost", hostId: "a", reason: "QEMU exited", moveId: first.id, toHostId: "b" } })
+        // The session's own host now: as before, without a move.
+        yield* s.recordGuestLost("b", "s1", "not found at start")
+        expect((yield* events("s1")).at(-1)).toStrictEqual({ _tag: "GuestLost", hostId: "b", reason: "not found at start" })
+        const kept = yield* history("s1")
+        // A host the session never left by a move: refused.
+        expect((yield* expectFailure(s.recordGuestLost("c", "s1", "QEMU exited"), "Conflict")).reason).toContain("not on host c")
+        expect(yield* history("s1")).toStrictEqual(kept)
+        // A later move from b to c: a's stint is no longer the latest left, b's is.
+        const second = yield* s.beginMove({ sessionId: "s1", targetHostId: "c", maxDowntimeMs: 600 })
+        yield* commitAfterFinal(second.id, { downtimeMs: 520, captureMs: 40, sendMs: 80, commitMs: 390 })
+        const moved = yield* history("s1")
+        expect((yield* expectFailure(s.recordGuestLost("a", "s1", "QEMU exited"), "Conflict")).reason).toContain("not on host a")
+        expect(yield* history("s1")).toStrictEqual(moved)
+        yield* s.recordGuestLost("b", "s1", "QEMU exited")
+        expect((yield* events("s1")).at(-1)).toStrictEqual({ _tag: "GuestLost", hostId: "b", reason: "QEMU exited", moveId: second.id, toHostId: "c" })
+        // An ended session has no guest to lose, whichever host asks.
+        yield* s.endSession("s1")
+        const ended = yield* history("s1")
+        yield* expectFailure(s.recordGuestLost("b", "s1", "QEMU exited"), "IllegalTransition")
+        expect(yield* history("s1")).toStrictEqual(ended)
+      }),
+    ),
+    kase(
       "history pages: at most limit events from the cursor on, a null cursor after the last; unknown sessions and bad cursors are refused",
       Effect.gen(function* () {
         const s = yield* store
