@@ -337,25 +337,23 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * The guests lost on this host that the coordinator has not heard of yet are kept in the
      * agent's record (`residents.lostReports`: session id and how, `lostReasonOf`), so in its
      * state file: written before the first try, told by `telling`, again on each pass until the
-     * coordinator answers; dropped once it answers, refuses (the session ended, or left this
-     * host), or the session is no longer assigned here. A restarted agent tells what it finds there.
+     * coordinator answers; dropped once it answers or refuses (the session ended, or left this
+     * host other than by its last move), also when the session is no longer assigned here (a move
+     * that took it away while the report was out: the coordinator records the copy lost here). A
+     * restarted agent tells what it finds there.
      */
     const untold = (sessionId: string) => Effect.map(residents.lostReports, (rs) => rs.find((r) => r.sessionId === sessionId)?.reason)
     /**
-     * The sessions whose loss is noted (its report kept, or told): a vanish a pass noticed
-     * (`forgetVanished`), a guest found gone by a boot or a descent. A retried boot or descent
-     * does not report the same loss again; dropped once a fresh guest runs, or the session leaves
-     * this host. In memory: a restarted agent tells what its record keeps, and notes anew only
-     * what it finds lost itself.
+     * Notes `sessionId`'s lost guest (its report kept, written before it is told); nothing if this
+     * loss is noted already. The sessions whose loss is noted (its report kept, or told) are in the
+     * agent's record (`residents.lostNoted`, so in its state file): a vanish a pass noticed
+     * (`forgetVanished`), a guest found gone by a boot or a descent. A retried boot or descent,
+     * in this run or after a restart, does not report the same loss again; forgotten once a
+     * fresh guest runs, or the session leaves this host. (Before, the set was in memory: an agent
+     * restarted between a told report and the fresh boot or `descended` told the loss again, a
+     * second `guest_lost` in the session's history.)
      */
-    const noticedVanish = new Set<string>()
-    /** Notes `sessionId`'s lost guest (its report kept, written before it is told); answers nothing if this loss is noted already. */
-    const noteLost = (sessionId: string, reason: string) =>
-      Effect.suspend(() => {
-        if (noticedVanish.has(sessionId)) return Effect.void
-        noticedVanish.add(sessionId)
-        return residents.putLostReport({ sessionId, reason })
-      })
+    const noteLost = (sessionId: string, reason: string) => Effect.asVoid(residents.noteLost({ sessionId, reason }))
     /** Tells the coordinator of `sessionId`'s lost guest, if one is untold; fails (kept, retried) only when the coordinator did not answer. */
     const tellLost = (sessionId: string): Effect.Effect<void, Conflict | CoordinatorError> =>
       Effect.flatMap(residents.lostReports, (reports) => {
@@ -369,14 +367,20 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           Effect.andThen(drop),
           Effect.andThen(log("told the coordinator that the session's guest was lost here (booted fresh)", { sessionId, reason })),
           Effect.catchIf(
-            // Refused for good: the session ended or left this host (409), is gone (its 404), or a
+            // Refused for good: the session ended or left this host other than by its last move (409; an older coordinator: any way), is gone (its 404), or a
             // coordinator older than the report (no such route: a bare 404) or that refuses its input.
             (e) => e._tag === "Conflict" || isNotFound(e, "session", sessionId) || e.status === 404 || refusedInput(e),
             (e) =>
               Effect.andThen(
                 drop(),
                 e._tag === "Conflict" || isNotFound(e, "session", sessionId)
-                  ? Effect.logDebug("lost guest's report dropped: its session ended or is no longer on this host", { hostId: me, sessionId, why: e.message })
+                  ? // Said at info, with what was lost: the loss is not in the session's history.
+                    Effect.logInfo("lost guest's report refused and dropped: its session ended, or left this host other than by its last move (or the coordinator is older than such reports)", {
+                      hostId: me,
+                      sessionId,
+                      reason,
+                      why: e.message,
+                    })
                   : Effect.logWarning("the coordinator does not take the report of a lost guest (older than it, or it refused it); dropped", { hostId: me, sessionId, reason, error: e.message }),
               ),
           ),
@@ -656,7 +660,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           }
           yield* residents.put({ ...spec, status: "running", reservationId: s.reservationId ?? null, moveId: null })
           // The loss is over (a fresh guest runs): a later one is another (its report, if untold, stays).
-          noticedVanish.delete(s.id)
+          yield* residents.forgetLostNoted(s.id)
           fetchTries.delete(s.id)
         } else if (vm.status === "paused") {
           yield* timedLog("unparked", { sessionId: s.id }, runtime.unpark(s.id))
@@ -1129,8 +1133,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           if (s !== undefined) {
             // A vanish is a new loss, even of a session whose earlier one is noted (its report
             // not told yet: this one's reason replaces it).
-            noticedVanish.delete(vm.vmId)
-            yield* noteLost(vm.vmId, lostReasonOf("exited", s.state))
+            yield* residents.noteLost({ sessionId: vm.vmId, reason: lostReasonOf("exited", s.state) }, true)
           }
         }
       })
@@ -1179,17 +1182,15 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         // Before any action is chosen: a session whose VM vanished is then one with no VM here.
         yield* forgetVanished(a)
         const mine = a.sessions.filter((s) => s.hostId === me)
-        // A lost guest of a session no longer here (ended, lost, elsewhere) is nobody's to tell of now.
         const mineIds = new Set(mine.map((s) => s.id))
         for (const id of fetchTries.keys()) if (!mineIds.has(id)) fetchTries.delete(id)
-        for (const id of [...(yield* residents.lostReports).map((r) => r.sessionId), ...noticedVanish]) {
-          if (mineIds.has(id)) continue
-          if ((yield* untold(id)) !== undefined) {
-            yield* residents.removeLostReport(id)
-            yield* Effect.logDebug("lost guest's report dropped: its session is no longer assigned to this host", { hostId: me, sessionId: id })
-          }
-          noticedVanish.delete(id)
-        }
+        // A session no longer here: a loss here is no longer noted (a later stint is another). Its
+        // untold report is still told, in its own fiber: a move may have taken the session away
+        // while the report was out (the coordinator records the copy lost here, before the move);
+        // the coordinator refuses it when the session ended or left otherwise, and it is dropped.
+        // (Before, it was dropped here: a loss before a move was missing from the session's history.)
+        for (const id of yield* residents.lostNoted) if (!mineIds.has(id)) yield* residents.forgetLostNoted(id)
+        for (const r of yield* residents.lostReports) if (!mineIds.has(r.sessionId)) yield* telling(r.sessionId)
         for (const s of mine) {
           // An untold report is told in its own fiber, whatever the session's slot holds (a descent waits for it there).
           yield* telling(s.id)

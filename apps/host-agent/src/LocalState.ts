@@ -2,7 +2,8 @@
  * The agent's local state file: the VMs resident on the host, the reservation each holds, and
  * the moves whose outcome this agent (as their source) still owes: the target's commit not yet
  * confirmed, or the coordinator's acknowledgement not yet received; and the reports of lost
- * guests the coordinator has not heard yet (`lostReports`). Written
+ * guests the coordinator has not heard yet (`lostReports`), and the sessions whose loss is
+ * noted until their fresh guest runs (`lostNoted`). Written
  * atomically (a temp file, fsync, rename); a file that does not parse is quarantined (renamed
  * aside and logged), never trusted: the coordinator's view rebuilds what matters.
  */
@@ -121,6 +122,13 @@ export const StateFile = Schema.Struct({
   pendingCommits: Schema.Array(PendingCommit),
   /** Absent in files of older agents (and while none is untold). */
   lostReports: Schema.optionalKey(Schema.Array(LostReport)),
+  /**
+   * The sessions whose guest's loss is noted (its report kept, or told already) and whose fresh
+   * guest does not run yet: a retried boot or descent, in this run or after a restart, does not
+   * report the same loss again. Absent in files of older agents (which ignore it: they decode
+   * the keys they know) and while none is noted.
+   */
+  lostNoted: Schema.optionalKey(Schema.Array(Schema.String)),
 })
 export type StateFile = typeof StateFile.Type
 

@@ -53,6 +53,16 @@ export interface Residents {
    * loss that replaced it while it was told.
    */
   readonly removeLostReport: (sessionId: string, told?: LostReport) => Effect.Effect<void>
+  /** The sessions whose guest's loss is noted (`noteLost`) and not forgotten yet: kept in the state file, so they outlive a restart. */
+  readonly lostNoted: Effect.Effect<readonly string[]>
+  /**
+   * Notes `r`'s loss: keeps its report (as `putLostReport`) and marks its session noted, in one
+   * write. Nothing when the session's loss is noted already, unless `again` (a new loss: its
+   * report replaces the one kept). Answers whether it noted.
+   */
+  readonly noteLost: (r: { readonly sessionId: string; readonly reason: string }, again?: boolean) => Effect.Effect<boolean>
+  /** Forgets that `sessionId`'s loss is noted (a fresh guest runs, or the session left this host); nothing, no write, when it is not. */
+  readonly forgetLostNoted: (sessionId: string) => Effect.Effect<void>
   readonly snapshot: Effect.Effect<StateFile>
 }
 
@@ -126,6 +136,13 @@ export const makeResidents = (
     })
     /** The last generation given a lost guest's report (`putLostReport`). */
     let lostGeneration = 0
+    /** `s` with `r` kept as its session's report, under a new generation. */
+    const withReport = (s: StateFile, r: { readonly sessionId: string; readonly reason: string }): StateFile => {
+      // Never a generation handed out before in this run (a report removed while its call hangs leaves no trace in the record).
+      const kept = s.lostReports ?? []
+      lostGeneration = Math.max(lostGeneration, ...kept.map((x) => x.generation ?? 0)) + 1
+      return { ...s, lostReports: [...kept.filter((x) => x.sessionId !== r.sessionId), { sessionId: r.sessionId, reason: r.reason, generation: lostGeneration }] }
+    }
     /** Changes the record at once; waits for its write at most `waitMs`, and not at all while a write hangs. */
     const change = (f: (s: StateFile) => StateFile) =>
       Effect.gen(function* () {
@@ -175,18 +192,33 @@ export const makeResidents = (
         })),
       removePendingCommit: (moveId) => change((s) => ({ ...s, pendingCommits: s.pendingCommits.filter((p) => p.moveId !== moveId) })),
       lostReports: Effect.sync(() => state.lostReports ?? []),
-      putLostReport: (r) =>
-        change((s) => {
-          // Never a generation handed out before in this run (a report removed while its call hangs leaves no trace in the record).
-          const kept = s.lostReports ?? []
-          lostGeneration = Math.max(lostGeneration, ...kept.map((x) => x.generation ?? 0)) + 1
-          return { ...s, lostReports: [...kept.filter((x) => x.sessionId !== r.sessionId), { sessionId: r.sessionId, reason: r.reason, generation: lostGeneration }] }
-        }),
+      putLostReport: (r) => change((s) => withReport(s, r)),
       removeLostReport: (sessionId, told) =>
         Effect.suspend(() => {
           const isIt = (x: LostReport) => x.sessionId === sessionId && (told === undefined || (x.generation === told.generation && x.reason === told.reason))
           if (!(state.lostReports ?? []).some(isIt)) return Effect.void
           return change((s) => ({ ...s, lostReports: (s.lostReports ?? []).filter((x) => !isIt(x)) }))
+        }),
+      lostNoted: Effect.sync(() => state.lostNoted ?? []),
+      noteLost: (r, again = false) =>
+        Effect.suspend(() => {
+          if (!again && (state.lostNoted ?? []).includes(r.sessionId)) return Effect.succeed(false)
+          return Effect.as(
+            change((s) => {
+              const noted = s.lostNoted ?? []
+              return { ...withReport(s, r), lostNoted: noted.includes(r.sessionId) ? noted : [...noted, r.sessionId] }
+            }),
+            true,
+          )
+        }),
+      forgetLostNoted: (sessionId) =>
+        Effect.suspend(() => {
+          if (!(state.lostNoted ?? []).includes(sessionId)) return Effect.void
+          return change((s) => {
+            const noted = (s.lostNoted ?? []).filter((x) => x !== sessionId)
+            const { lostNoted: _, ...rest } = s
+            return noted.length === 0 ? rest : { ...rest, lostNoted: noted }
+          })
         }),
       snapshot: Effect.sync(() => state),
     }

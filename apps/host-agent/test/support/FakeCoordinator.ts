@@ -38,14 +38,19 @@ export interface FakeState {
   readonly heartbeatStaleWindowMs: number | null
   /** The learned allowances sent with the assignments, as the wire carries them; null = sent none (an older coordinator). */
   readonly allowances: readonly AssignedAllowance[] | null
-  /** The guests the agents reported lost, as recorded (in the sessions' history), in order. */
-  readonly guestsLost: readonly { readonly hostId: string; readonly sessionId: string; readonly reason: string }[]
+  /**
+   * The guests the agents reported lost, as recorded (in the sessions' history), in order;
+   * `moveId`/`toHostId` for a copy lost before the session's latest committed move took it away.
+   */
+  readonly guestsLost: readonly { readonly hostId: string; readonly sessionId: string; readonly reason: string; readonly moveId?: string; readonly toHostId?: string }[]
+  /** The committed moves, in the order they committed (the sessions' `moved` history). */
+  readonly moved: readonly { readonly moveId: string; readonly sessionId: string; readonly fromHostId: string; readonly toHostId: string }[]
   /** The image hosts sent with every host's assignments (`imageHosts`); null = sent none. */
   readonly imageHosts: NonNullable<Assignments["imageHosts"]> | null
 }
 
 export const makeFakeCoordinator = Effect.gen(function* () {
-  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), activity: [], heartbeats: new Map(), calls: [], commitAllowanceMs: 400, heartbeatStaleWindowMs: null, allowances: null, guestsLost: [], imageHosts: null })
+  const ref = yield* Ref.make<FakeState>({ sessions: new Map(), moves: new Map(), reports: new Map(), activity: [], heartbeats: new Map(), calls: [], commitAllowanceMs: 400, heartbeatStaleWindowMs: null, allowances: null, guestsLost: [], moved: [], imageHosts: null })
   type Step = Effect.Effect<void, Conflict>
   const modify = (f: (s: FakeState) => readonly [Step, FakeState]) => Ref.modify(ref, f)
   const conflict = (op: string, message: string): Step => Effect.fail(new Conflict({ op, message }))
@@ -58,6 +63,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     return cur === undefined ? s : { ...s, moves: new Map(s.moves).set(id, { ...cur, ...patch }) }
   }
   const log = (s: FakeState, call: string): FakeState => ({ ...s, calls: [...s.calls, call] })
+  /** `s` with `m`'s commit in the sessions' history. */
+  const committed = (s: FakeState, m: FakeMove): FakeState => ({ ...s, moved: [...s.moved, { moveId: m.id, sessionId: m.sessionId, fromHostId: m.sourceHostId, toHostId: m.targetHostId }] })
 
   /**
    * Whether rounds that add a record lose their answer, every other one from the first (recorded,
@@ -137,11 +144,14 @@ export const makeFakeCoordinator = Effect.gen(function* () {
       Effect.flatten(
         Ref.modify(ref, (s): readonly [Effect.Effect<void, Conflict | CoordinatorError>, FakeState] => {
           const x = s.sessions.get(id)
-          // As the coordinator: an unknown session is its 404; an ended one, or one on another host (or none), a 409; nothing written.
+          // As the coordinator: an unknown session is its 404; an ended one, or one on another host
+          // (or none) that its latest committed move did not take from this one, a 409; nothing written.
           if (x === undefined) return [Effect.fail(new CoordinatorError({ op: "guestLost", status: 404, message: `no session ${id}`, notFound: { entity: "session", id } })), s]
           if (x.state === "ended") return [conflict("guestLost", `session ${id} is ended`), s]
-          if (x.hostId !== hostId) return [conflict("guestLost", `session ${id} is not on host ${hostId}`), s]
-          return [Effect.void, log({ ...s, guestsLost: [...s.guestsLost, { hostId, sessionId: id, reason }] }, `guestLost ${id}`)]
+          const lastMove = s.moved.filter((m) => m.sessionId === id).at(-1)
+          if (x.hostId !== hostId && lastMove?.fromHostId !== hostId) return [conflict("guestLost", `session ${id} is not on host ${hostId}`), s]
+          const away = x.hostId !== hostId && lastMove !== undefined ? { moveId: lastMove.moveId, toHostId: lastMove.toHostId } : {}
+          return [Effect.void, log({ ...s, guestsLost: [...s.guestsLost, { hostId, sessionId: id, reason, ...away }] }, `guestLost ${id}`)]
         }),
       ),
     round: (id, round) =>
@@ -167,7 +177,7 @@ export const makeFakeCoordinator = Effect.gen(function* () {
           if (m?.state !== "pending") return [conflict("commit", `move ${id} is not pending`), s]
           // SPEC §12: a commit needs the move's final round recorded.
           if (!m.rounds.some((r) => r.kind === "final")) return [conflict("commit", `move ${id} has no final round recorded`), s]
-          const next = setSession(setMove(s, id, { state: "committed", phases }), m.sessionId, {
+          const next = setSession(setMove(committed(s, m), id, { state: "committed", phases }), m.sessionId, {
             state: "running",
             hostId: m.targetHostId,
             reservationId: `res-move-${id}`,
@@ -182,7 +192,7 @@ export const makeFakeCoordinator = Effect.gen(function* () {
           // As the store: a commit on a resolution needs the move pending past its point of no return (its intent or its final round).
           if (m?.state !== "pending" || m.targetHostId !== hostId || !m.rounds.some((r) => r.kind === "final" || r.kind === "intent"))
             return [conflict("reportRunning", `move ${id} is not in doubt here`), s]
-          const next = setSession(setMove(s, id, { state: "committed", phases: null }), m.sessionId, {
+          const next = setSession(setMove(committed(s, m), id, { state: "committed", phases: null }), m.sessionId, {
             state: "running",
             hostId: m.targetHostId,
             reservationId: `res-move-${id}`,
