@@ -211,8 +211,10 @@ export interface StoreShape {
   /**
    * The agent of `hostId` lost the session's guest (its VM ended by itself, or was not found where
    * it was recorded) and boots a fresh one: a `GuestLost` event with `reason` joins the session's
-   * history; the session's record and state stay. Only a session on `hostId` now (core's
-   * `Session.refuseGuestLost`): one elsewhere or on no host is a `Conflict` naming where it is, an
+   * history; the session's record and state stay. Only a session on `hostId` now, or one its
+   * latest committed move (its last `Moved` event) took away from `hostId`: a report that waited
+   * while the move committed, its event carrying the move's `moveId` and `toHostId` (core's
+   * `Session.refuseGuestLost`). One elsewhere otherwise or on no host is a `Conflict` naming where it is, an
    * ended one an `IllegalTransition`; a bad `hostId` or `reason` (`Validate.reason`, not empty) is
    * `InvalidInput` naming it. A refusal changes nothing.
    */
