@@ -582,7 +582,7 @@ const passLeading = (options: Options, leading: () => boolean): Effect.Effect<Pa
     const read = yield* Effect.result(store.fleetView())
     if (read._tag === "Failure") {
       // No contact: a failure that lasts makes a gap, which starts the grace again.
-      if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: read.failure.reason })
+      if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: read.failure.reason, kind: read.failure.kind })
       return { _tag: "Held", reason: read.failure.reason } satisfies PassReport
     }
     let fleet = read.success
@@ -606,7 +606,7 @@ const passLeading = (options: Options, leading: () => boolean): Effect.Effect<Pa
     let reclaimed = 0
     let lostSessions: readonly string[] = []
     const reclaim = yield* committing(store.reclaim(reclaimHeldUntil === null ? undefined : { stale: false }), (r) =>
-      !tell ? undefined : r._tag === "Success" ? tell({ _tag: "Reclaimed", result: r.success }) : tell({ _tag: "ReclaimFailed", reason: r.failure.reason }),
+      !tell ? undefined : r._tag === "Success" ? tell({ _tag: "Reclaimed", result: r.success }) : tell({ _tag: "ReclaimFailed", reason: r.failure.reason, kind: r.failure.kind }),
     )
     if (reclaim._tag === "Success") {
       reclaimed = reclaim.success.reclaimed.length
@@ -632,7 +632,7 @@ const passLeading = (options: Options, leading: () => boolean): Effect.Effect<Pa
         if (tell) yield* tell({ _tag: "FleetRead", source: "pass", fleet })
       } else {
         gateHeld = true
-        if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: again.failure.reason })
+        if (tell) yield* tell({ _tag: "FleetReadFailed", source: "pass", reason: again.failure.reason, kind: again.failure.kind })
       }
     }
 
@@ -647,7 +647,7 @@ const passLeading = (options: Options, leading: () => boolean): Effect.Effect<Pa
     // 4. Drain the queue into whatever room exists now.
     if (!leading()) return yield* held("drain")
     const drained = yield* committing(store.drainQueue(), (r) =>
-      !tell ? undefined : r._tag === "Success" ? tell({ _tag: "Drained", result: r.success }) : tell({ _tag: "DrainFailed", reason: r.failure.reason }),
+      !tell ? undefined : r._tag === "Success" ? tell({ _tag: "Drained", result: r.success }) : tell({ _tag: "DrainFailed", reason: r.failure.reason, kind: r.failure.kind }),
     )
     const placed: readonly Placed[] = drained._tag === "Success" ? drained.success.placed : []
 
@@ -705,7 +705,7 @@ const reactLeading = (options: Options, leading: () => boolean): Effect.Effect<R
     const state = options.state ?? ReaperState.make()
     const read = yield* Effect.result(store.fleetView())
     if (read._tag === "Failure") {
-      if (tell) yield* tell({ _tag: "FleetReadFailed", source: "react", reason: read.failure.reason })
+      if (tell) yield* tell({ _tag: "FleetReadFailed", source: "react", reason: read.failure.reason, kind: read.failure.kind })
       return { _tag: "Held", reason: read.failure.reason } satisfies ReactReport
     }
     if (tell) yield* tell({ _tag: "FleetRead", source: "react", fleet: read.success })

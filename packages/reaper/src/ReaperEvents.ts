@@ -4,8 +4,14 @@
  * pass runs without a listener (every event is dropped); an app provides `ReaperEvents` to hear.
  */
 import type { MakeRoom, ParkPolicy } from "@engram/core"
-import type { DrainResult, FleetRead, Move, PruneResult, ReclaimResult } from "@engram/store"
+import type { DrainResult, FleetRead, Move, PruneResult, ReclaimResult, Unavailable } from "@engram/store"
 import { Context, Effect, Layer } from "effect"
+
+/**
+ * A failed store call's kind (`Unavailable.kind`; undefined: none named). A listener judges
+ * with it whether the store is unhealthy (`@engram/store`'s `storeUnhealthy`) or only contended.
+ */
+export type FailureKind = Unavailable["kind"]
 
 /** Which entry point decided: the periodic pass or the immediate reaction to a session that queued. */
 export type Source = "pass" | "react"
@@ -13,9 +19,9 @@ export type Source = "pass" | "react"
 /** One step of a pass (or of a reaction), as it happens. */
 export type Event =
   | { readonly _tag: "FleetRead"; readonly source: Source; readonly fleet: FleetRead }
-  | { readonly _tag: "FleetReadFailed"; readonly source: Source; readonly reason: string }
+  | { readonly _tag: "FleetReadFailed"; readonly source: Source; readonly reason: string; readonly kind?: FailureKind }
   | { readonly _tag: "Reclaimed"; readonly result: ReclaimResult }
-  | { readonly _tag: "ReclaimFailed"; readonly reason: string }
+  | { readonly _tag: "ReclaimFailed"; readonly reason: string; readonly kind?: FailureKind }
   /**
    * The failover grace started (`Reaper.Options.reclaimGraceMs`): the first pass of a leadership,
    * or a gap in the leader's contacts with the store (failed reads, a frozen process, a call that
@@ -43,7 +49,7 @@ export type Event =
   | { readonly _tag: "DescentLostRace"; readonly source: Source; readonly yield: ParkPolicy.PolicyYield }
   | { readonly _tag: "DescentFailed"; readonly source: Source; readonly yield: ParkPolicy.PolicyYield; readonly reason: string }
   | { readonly _tag: "Drained"; readonly result: DrainResult }
-  | { readonly _tag: "DrainFailed"; readonly reason: string }
+  | { readonly _tag: "DrainFailed"; readonly reason: string; readonly kind?: FailureKind }
   /** A move begun to make room for a starving session (`Reaper.Options.moves`): the agents run it. */
   | { readonly _tag: "MoveBegun"; readonly move: Move; readonly planned: MakeRoom.Planned }
   /**

@@ -143,7 +143,6 @@ const unavailableCodes = new Set([
   "57014", // query_canceled (statement_timeout)
   "25P03", // idle_in_transaction_session_timeout
   "57P05", // idle_session_timeout
-  "55P03", // lock_not_available (lock_timeout)
   "53300", // too_many_connections
   "53400", // configuration_limit_exceeded
 ])
@@ -172,6 +171,9 @@ export const classify = (error: unknown): Classified => {
   // in time, the same cause as the caller's own bound, so the same kind (one wording upstream).
   if (code === "57014" && /statement timeout/i.test(message))
     return { _tag: "Fail", error: new Unavailable({ reason: `${code}: ${message}`, retryAfterMs, kind: "timed_out" }) }
+  // A lock wait past `lock_timeout` (55P03 lock_not_available): the database answered; the
+  // statement lost to concurrent work on it, no sign of an unhealthy store.
+  if (code === "55P03") return { _tag: "Fail", error: new Unavailable({ reason: `${code}: ${message}`, retryAfterMs, kind: "contended" }) }
   if (code !== undefined && (unavailableCodes.has(code) || code.startsWith("08")))
     return { _tag: "Fail", error: new Unavailable({ reason: `${code}: ${message}`, retryAfterMs }) }
   // PGlite after close, or postgres.js after end(): no code, but the handle is gone.

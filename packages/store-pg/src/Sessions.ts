@@ -355,7 +355,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
           }),
         )
         .pipe(Effect.catchTag("UniqueViolation", () => Effect.succeed(null)))
-      return outcome ?? (yield* existing(r, t)) ?? (yield* new Unavailable({ reason: "the session's create raced another; retry", retryAfterMs }))
+      return outcome ?? (yield* existing(r, t)) ?? (yield* new Unavailable({ reason: "the session's create raced another; retry", retryAfterMs, kind: "contended" }))
     })
 
   /**

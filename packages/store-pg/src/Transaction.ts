@@ -99,7 +99,7 @@ export const make = (d: Driver): Db => {
         Effect.catch((t): Effect.Effect<A, E | Unavailable, R> => {
           if (!(t instanceof Transient)) return Effect.fail(t)
           count(t)
-          if (n + 1 >= maxAttempts) return Effect.fail(new Unavailable({ reason: `transient conflicts persisted: ${t.message}`, retryAfterMs }))
+          if (n + 1 >= maxAttempts) return Effect.fail(new Unavailable({ reason: `transient conflicts persisted: ${t.message}`, retryAfterMs, kind: "contended" }))
           return realDelay(backoffMs(n)).pipe(Effect.andThen(loop(n + 1)))
         }),
       )
@@ -192,7 +192,7 @@ export const make = (d: Driver): Db => {
       retrying(once(body)).pipe(
         Effect.catch((e) => {
           if (!(e instanceof RunAgain)) return Effect.fail(e)
-          return again + 1 >= maxRunsAgain ? Effect.fail(new Unavailable({ reason: "kept losing races; retry", retryAfterMs })) : run(again + 1)
+          return again + 1 >= maxRunsAgain ? Effect.fail(new Unavailable({ reason: "kept losing races; retry", retryAfterMs, kind: "contended" })) : run(again + 1)
         }),
       ) as Out
     return run(0)

@@ -101,7 +101,8 @@ export class InvalidInput extends Schema.TaggedError<InvalidInput>()("InvalidInp
  * (the operation's transaction did not commit); retry after `retryAfterMs`. `kind` names a
  * cause the operator must act on: `disk_full`, the store's disk has no room for a write (reads
  * still work; writes fail until room is freed); `read_only`, the database refuses writes (a hot
- * standby after a failover, or `default_transaction_read_only`).
+ * standby after a failover, or `default_transaction_read_only`); or one that says the store is
+ * healthy: `contended`, the operation lost to concurrent work (`storeUnhealthy`).
  */
 export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", {
   reason: Schema.String,
@@ -110,14 +111,24 @@ export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable"
    * What kind of unavailability, where it is known: `disk_full` (writes refused until room is
    * freed), `read_only` (writes refused by a database that only reads: SQLSTATE 25006),
    * `timed_out` (the database did not answer in time: the caller's bound or the server's
-   * `statement_timeout`, one cause however it showed).
+   * `statement_timeout`, one cause however it showed), `contended` (the database answered, but
+   * the operation lost to concurrent work on it: a lock wait past `lock_timeout`, serialization
+   * failures or deadlocks that persisted through the retries, a version check that kept losing).
    */
-  kind: Schema.optionalKey(Schema.Literals(["disk_full", "read_only", "timed_out"])),
+  kind: Schema.optionalKey(Schema.Literals(["disk_full", "read_only", "timed_out", "contended"])),
 }) {
   override get message(): string {
     return `store unavailable: ${this.reason}`
   }
 }
+
+/**
+ * Whether `e` says the store is unhealthy (down, timed out, its connection lost, its disk full,
+ * read-only): not when the operation only lost to concurrent work on a database that answered
+ * (`contended`), nor when a write made under a lease was refused because a newer leader exists
+ * ("fenced"). A leader that steps down for a busy but healthy store only moves the contention.
+ */
+export const storeUnhealthy = (e: { readonly reason: string; readonly kind?: Unavailable["kind"] | undefined }): boolean => e.kind !== "contended" && !e.reason.startsWith("fenced")
 
 /** Every error a store operation can fail with. */
 export type StoreError = NotFound | Conflict | IllegalTransition | Refused | InvalidInput | NoRoom | Unavailable

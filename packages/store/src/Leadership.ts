@@ -83,9 +83,10 @@ export interface LeadershipShape {
   readonly giveUp?: Effect.Effect<void> | undefined
   /**
    * Gives the lease up now, not for good (a leader whose own store calls keep failing while its
-   * lease connection works): it no longer leads nor takes the lease until `standAgain`, but goes
-   * on watching it (`leaderUrl`), and another replica may take it at its next check. Never fails
-   * (a lease it cannot write is taken over after its lease). Absent: nothing to give up.
+   * lease connection works; or a replica that does not lead, whose store read failed, stands
+   * aside): it no longer leads nor takes the lease until `standAgain`, but goes on watching it
+   * (`leaderUrl`), and another replica may take it at its next check. Never fails (a lease it
+   * cannot write is taken over after its lease). Absent: nothing to give up.
    */
   readonly stepDown?: Effect.Effect<void> | undefined
   /** After `stepDown`: this replica may take the lease again (when nobody holds it). No I/O. */
