@@ -13,8 +13,8 @@
  */
 import { MakeRoom, ParkPolicy, Reclaim } from "@engram/core"
 import { Reaper, ReaperEvents, ReaperState, Trigger } from "@engram/reaper"
-import type { Event } from "@engram/reaper"
-import { pruneKinds, Store } from "@engram/store"
+import type { Event, FailureKind } from "@engram/reaper"
+import { pruneKinds, Store, storeUnhealthy } from "@engram/store"
 import type { DrainResult, ReclaimOptions, ReclaimResult, StoreShape } from "@engram/store"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { AdminToken, sameHash } from "./Auth.js"
@@ -124,14 +124,17 @@ const logReclaimed = (context: string, r: ReclaimResult) => {
 const drainedTopics = (r: DrainResult): (string | null)[] => r.placed.flatMap((p) => [hostTopic(p.hostId), sessionTopic(p.sessionId)])
 
 /**
- * Where a pass's failed store calls are told: its fleet read, its reclaim and its drain (a write
- * refused as fenced is no failure of the store: another replica leads). The loop steps down after
- * `ENGRAM_LEADER_STEP_DOWN_PASSES` passes in a row with one (`reaperLoopSteps`).
+ * Where a pass's failed store calls are told: its fleet read, its reclaim and its drain, when the
+ * failure says the store is unhealthy (`storeUnhealthy`: not a write refused as fenced, another
+ * replica leads; not one that lost to concurrent work on a database that answered, `contended`:
+ * a busy fleet's lock waits and lost races would churn leadership, and the next leader meets the
+ * same contention). The loop steps down after `ENGRAM_LEADER_STEP_DOWN_PASSES` passes in a row
+ * with one (`reaperLoopSteps`).
  */
 type StoreFailed = (step: string, reason: string) => void
 
-const storeFailure = (failed: StoreFailed | undefined, step: string, reason: string): void => {
-  if (failed !== undefined && !reason.startsWith("fenced")) failed(step, reason)
+const storeFailure = (failed: StoreFailed | undefined, step: string, e: { readonly reason: string; readonly kind?: FailureKind }): void => {
+  if (failed !== undefined && storeUnhealthy(e)) failed(step, e.reason)
 }
 
 /** The pass's events as the coordinator's metrics, logs and wake-ups. */
@@ -141,7 +144,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape, failed?: StoreFa
       case "FleetReadFailed":
         if (e.source === "pass") {
           metrics.reaperFleetReadFailures.inc()
-          storeFailure(failed, "fleet read", e.reason)
+          storeFailure(failed, "fleet read", e)
         }
         return Effect.logWarning(`reaper${e.source === "react" ? " (react)" : ""}: fleet read failed; holding every park this pass`, { reason: e.reason })
       case "Reclaimed":
@@ -150,7 +153,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape, failed?: StoreFa
         metrics.sessionsLost.inc(e.result.lostSessions.length)
         return logReclaimed("reaper", e.result).pipe(Effect.andThen(notifier.notify(...reclaimedTopics(e.result))))
       case "ReclaimFailed":
-        storeFailure(failed, "reclaim", e.reason)
+        storeFailure(failed, "reclaim", e)
         return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
       case "ReclaimHeld":
         // Once per grace: a leadership's first contact with the store, or the first after a gap.
@@ -185,7 +188,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape, failed?: StoreFa
       case "Drained":
         return drained(metrics, notifier, e.result)
       case "DrainFailed":
-        storeFailure(failed, "queue drain", e.reason)
+        storeFailure(failed, "queue drain", e)
         return Effect.logWarning("queue drain failed", { reason: e.reason })
       case "MoveBegun":
         // The source's and the target's agents run it; the session's waiters see it moving.
@@ -477,7 +480,12 @@ export const clockSkewCheck = () => {
  * still renews, and it would otherwise stay the leader and placer while nothing is reclaimed,
  * drained, gated or timed out fleet-wide. Another replica takes the lease at its next check. The
  * replica that stepped down takes part again (`standAgain`) once a store read of its own (the
- * ledger's metrics, as readiness reads) succeeds at one of its next passes' times.
+ * ledger's metrics, as readiness reads) succeeds at one of its next passes' times. Failures that
+ * only say the store is busy (`contended`: lock waits, lost races) do not count.
+ *
+ * A replica that does not lead reads its store likewise at its passes' times, and one whose read
+ * fails stands aside (takes no lease) until a read succeeds: a candidate that cannot reach the
+ * store would only take the lease to step down again.
  */
 export const reaperLoopSteps: Effect.Effect<
   { readonly lease: Effect.Effect<void>; readonly pass: Effect.Effect<void> },
@@ -514,7 +522,7 @@ export const reaperLoopSteps: Effect.Effect<
   /** Leading passes in a row whose store calls failed, and the last failure seen. */
   let failedPasses = 0
   let lastFailure: { step: string; reason: string } | null = null
-  /** Set when this replica stepped down, until a store read of its own succeeds. */
+  /** Set when this replica stepped down or stood aside, until a store read of its own succeeds. */
   let steppedDown = false
   const standAgain = Effect.gen(function* () {
     const read = yield* Effect.result(store.metrics())
@@ -523,12 +531,30 @@ export const reaperLoopSteps: Effect.Effect<
     leader.standAgain?.()
     yield* Effect.logInfo("reaper: this replica's store answers again; it may take the reaper's lease again (when no other replica holds it)")
   })
+  /**
+   * A replica that does not lead reads its store at each of its passes' times (the ledger's
+   * metrics, as readiness does): one whose read says the store is unhealthy stands aside
+   * (`Leadership.stepDown`: it holds nothing, so it only stops taking the lease) until a read
+   * succeeds (`standAgain`). Else, while every replica's store fails, the lease went from each
+   * one to the next as each stepped down, every change restarting the failover grace.
+   */
+  const standAside = Effect.gen(function* () {
+    if (leader.stepDown === undefined) return
+    const read = yield* Effect.result(store.metrics())
+    if (read._tag === "Success" || !storeUnhealthy(read.failure)) return
+    steppedDown = true
+    yield* Effect.logWarning(
+      "reaper: this replica's store read failed; it takes no reaper's lease until a store read of its own succeeds (a leader that cannot reach the store would reclaim, drain and gate nothing)",
+      { reason: read.failure.reason },
+    )
+    yield* leader.stepDown
+  })
   const pass = Effect.gen(function* () {
     if (steppedDown) return yield* standAgain
     // Acting is judged now, not at the last renewal: a leader past its renew deadline stops.
     if (!leader.isLeader()) {
       failedPasses = 0
-      return
+      return yield* standAside
     }
     let failed = false
     yield* judgedPass((step, reason) => {

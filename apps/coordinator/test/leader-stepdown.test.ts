@@ -12,6 +12,7 @@ import { Changes, Leadership, Store, Unavailable } from "@engram/store"
 import type { LeadershipShape, StoreShape } from "@engram/store"
 import { Lease, StorePg } from "@engram/store-pg"
 import { StoreSim } from "@engram/store-sim"
+import postgres from "@engram/postgres"
 import { freshDatabase } from "@engram/test-pg"
 import { Context, Effect, Layer, Logger } from "effect"
 import { TestClock } from "effect/testing"
@@ -19,11 +20,12 @@ import { reaperLoopSteps } from "../src/Reaper.js"
 
 const times = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000 }
 
-const settings = (() => {
-  const parsed = Config.parse({ ENGRAM_ADMIN_TOKEN: "leader-stepdown-admin-token-0123456789" })
+const settingsOf = (env: Record<string, string> = {}) => {
+  const parsed = Config.parse({ ENGRAM_ADMIN_TOKEN: "leader-stepdown-admin-token-0123456789", ...env })
   if (parsed._tag === "Invalid") throw new Error(`bad test settings: ${JSON.stringify(parsed.issues)}`)
   return Settings.of({ config: parsed.config, backend: "custom" })
-})()
+}
+const settings = settingsOf()
 const passes = settings.config.leaderStepDownPasses
 const intervalMs = settings.config.limits.reaperIntervalMs
 
@@ -31,8 +33,13 @@ interface Switch {
   fail: boolean
 }
 
-/** `store` with every call failing as a wedged pool's do (past the store's bound) while `sw.fail`. */
-const failing = (store: StoreShape, sw: Switch): StoreShape => {
+/** A wedged pool's failure: past the store's bound. */
+const timedOut = (k: string) => new Unavailable({ reason: `the database did not answer ${k} within 15000 ms (ENGRAM_STORE_TIMEOUT_MS) (test)`, retryAfterMs: 1000, kind: "timed_out" })
+/** A lost connection's, as store-pg classifies it (no kind). */
+const connectionLost = (k: string) => new Unavailable({ reason: `ECONNRESET: read ECONNRESET (${k}, test)`, retryAfterMs: 1000 })
+
+/** `store` with every call failing with `failure` while `sw.fail` (default: as a wedged pool's do). */
+const failing = (store: StoreShape, sw: Switch, failure: (k: string) => Unavailable = timedOut): StoreShape => {
   const out: Record<string, unknown> = {}
   for (const [k, v] of Object.entries(store)) {
     out[k] =
@@ -41,7 +48,7 @@ const failing = (store: StoreShape, sw: Switch): StoreShape => {
         : (...args: unknown[]) =>
             Effect.suspend(() =>
               sw.fail
-                ? Effect.fail(new Unavailable({ reason: `the database did not answer ${k} within 15000 ms (ENGRAM_STORE_TIMEOUT_MS) (test)`, retryAfterMs: 1000, kind: "timed_out" }))
+                ? Effect.fail(failure(k))
                 : (v as (...a: unknown[]) => Effect.Effect<unknown, unknown>)(...args),
             )
   }
@@ -49,20 +56,45 @@ const failing = (store: StoreShape, sw: Switch): StoreShape => {
 }
 
 /** One replica's reaper loop steps on `store`, leading through `leader`; its metrics. */
-const replica = (store: StoreShape, leader: LeadershipShape) =>
+const replica = (store: StoreShape, leader: LeadershipShape, set = settings) =>
   Effect.gen(function* () {
     const services = Layer.mergeAll(
       Metrics.layer,
       Notifier.layer.pipe(Layer.provide(Changes.local)),
       Layer.succeed(Leader, leader),
       Layer.succeed(Store, store),
-      Layer.succeed(Settings, settings),
+      Layer.succeed(Settings, set),
       Layer.succeed(Auth.AdminToken, Auth.AdminToken.of({ tokenHash: "", token: "", file: null, fingerprint: "", metricsTokenHash: null })),
     )
     const context = yield* Layer.build(services)
     const steps = yield* reaperLoopSteps.pipe(Effect.provideContext(context))
     return { ...steps, metrics: Context.get(context, Metrics) }
   })
+
+type Replica = Effect.Success<ReturnType<typeof replica>>
+
+/**
+ * The warnings A and B log, and one reaper interval of theirs: both renew or look (twice, as
+ * their lease loops would), then A's pass and B's.
+ */
+const intervalsOf = (a: Replica, b: Replica) => {
+  const warnings: string[] = []
+  const capture = Logger.layer([
+    Logger.make(({ logLevel, message }) => {
+      if (logLevel === "Warn") warnings.push(JSON.stringify(message))
+    }),
+  ])
+  const interval = Effect.gen(function* () {
+    for (let i = 0; i < 2; i++) {
+      yield* TestClock.adjust(intervalMs / 2)
+      yield* a.lease
+      yield* b.lease
+    }
+    yield* a.pass
+    yield* b.pass
+  }).pipe(Effect.provide(capture))
+  return { warnings, interval }
+}
 
 describe("the reaper's leader steps down when its store keeps failing (PostgreSQL lease, TestClock)", () => {
   it.effect("after ENGRAM_LEADER_STEP_DOWN_PASSES failed passes in a row, not after fewer; another replica takes over; it stands again once its store answers", () =>
@@ -78,22 +110,7 @@ describe("the reaper's leader steps down when its store keeps failing (PostgreSQ
       const leaseB = yield* lease("b")
       const a = yield* replica(failing(shared, sw), leaseA)
       const b = yield* replica(shared, leaseB)
-      const warnings: string[] = []
-      const capture = Logger.layer([
-        Logger.make(({ logLevel, message }) => {
-          if (logLevel === "Warn") warnings.push(JSON.stringify(message))
-        }),
-      ])
-      /** One reaper interval: both replicas renew or look (twice, as their lease loops would), then A's pass and B's. */
-      const interval = Effect.gen(function* () {
-        for (let i = 0; i < 2; i++) {
-          yield* TestClock.adjust(intervalMs / 2)
-          yield* a.lease
-          yield* b.lease
-        }
-        yield* a.pass.pipe(Effect.provide(capture))
-        yield* b.pass
-      })
+      const { warnings, interval } = intervalsOf(a, b)
       yield* a.lease
       yield* b.lease
       assert.isTrue(leaseA.isLeader())
@@ -134,6 +151,100 @@ describe("the reaper's leader steps down when its store keeps failing (PostgreSQ
       yield* a.lease
       assert.isTrue(leaseA.isLeader(), "A stood again once its own store read succeeded")
       assert.deepStrictEqual(leaseA.fence(), { name: "reaper", epoch: 3 })
+    }).pipe(Effect.scoped),
+  )
+
+  it.effect("a pass that fails only from contention on a healthy database (a lock wait past lock_timeout) does not count; one that fails with the connection lost does", () =>
+    Effect.gen(function* () {
+      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      // An operator's connection: the database's lock_timeout (a DBA's setting, taken by every new
+      // connection), then a row lock held while the reaper's reclaim needs it.
+      const operator = yield* Effect.acquireRelease(Effect.sync(() => postgres(database.url, { max: 1, onnotice: () => undefined })), (sql) => Effect.promise(() => sql.end()))
+      yield* Effect.promise(() => operator.unsafe(`alter database "${database.name}" set lock_timeout = '300ms'`))
+      const { store } = yield* StorePg.openUrl({ url: database.url, poolSize: 2 })
+      const lease = (holder: string) => Effect.map(Layer.build(Lease.layer({ url: database.url, ...times, holder })), (c) => Context.get(c, Leadership))
+      const sw: Switch = { fail: false }
+      const leaseA = yield* lease("a")
+      const leaseB = yield* lease("b")
+      // Without the failover grace: the first pass past the stale window reclaims.
+      const noGrace = settingsOf({ ENGRAM_RECLAIM_GRACE_MS: "0" })
+      const a = yield* replica(failing(store, sw, connectionLost), leaseA, noGrace)
+      const b = yield* replica(store, leaseB, noGrace)
+      const { warnings, interval } = intervalsOf(a, b)
+      yield* a.lease
+      yield* b.lease
+      assert.isTrue(leaseA.isLeader())
+
+      // A session on a host that never heartbeats: stale after the window, its reservation reclaimed by the leader's pass.
+      yield* store.registerHost({ id: "h1" })
+      yield* store.reportHost("h1", { totalMib: 4096, allocatableMib: 4096, totalVcpus: 8 })
+      assert.strictEqual((yield* store.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 } }))._tag, "Placed")
+      const held = yield* Effect.promise(() => operator.reserve())
+      yield* Effect.addFinalizer(() => Effect.promise(async () => held.release()))
+      yield* Effect.promise(() => held.unsafe("begin"))
+      yield* Effect.promise(() => held.unsafe("select id from sessions where id = 's1' for update"))
+      const staleAfter = Math.ceil(store.limits().heartbeatStaleWindowMs / intervalMs) + 1
+      for (let i = 0; i < staleAfter + 2 * passes; i++) yield* interval
+      assert.match(warnings.join("\n"), /reclaim failed.*55P03/, "the reclaims waited on the lock past lock_timeout")
+      assert.isTrue(leaseA.isLeader(), "passes that lost to contention keep the leader")
+      assert.strictEqual(a.metrics.reaperStepDowns.get(), 0)
+      assert.notMatch(warnings.join("\n"), /giving the reaper's lease up/)
+
+      // The lock given back: the next pass reclaims (the store was healthy all along).
+      yield* Effect.promise(() => held.unsafe("rollback"))
+      yield* interval
+      assert.strictEqual((yield* store.getSession("s1")).state, "lost")
+
+      // A's connection lost: ENGRAM_LEADER_STEP_DOWN_PASSES passes in a row step it down.
+      sw.fail = true
+      for (let i = 0; i < passes - 1; i++) yield* interval
+      assert.isTrue(leaseA.isLeader())
+      yield* interval
+      assert.isFalse(leaseA.isLeader(), "the leader stepped down")
+      assert.strictEqual(a.metrics.reaperStepDowns.get(), 1)
+    }).pipe(Effect.scoped),
+  )
+
+  it.effect("while every replica's store fails, the replica that stepped down hands the lease to nobody; the first whose store answers takes it", () =>
+    Effect.gen(function* () {
+      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      yield* StorePg.openUrl({ url: database.url, poolSize: 1 })
+      const operator = yield* Effect.acquireRelease(Effect.sync(() => postgres(database.url, { max: 1, onnotice: () => undefined })), (sql) => Effect.promise(() => sql.end()))
+      const lease = (holder: string) => Effect.map(Layer.build(Lease.layer({ url: database.url, ...times, holder })), (c) => Context.get(c, Leadership))
+      const shared = StoreSim.make().store
+      const swA: Switch = { fail: false }
+      const swB: Switch = { fail: false }
+      const leaseA = yield* lease("a")
+      const leaseB = yield* lease("b")
+      const a = yield* replica(failing(shared, swA, connectionLost), leaseA)
+      const b = yield* replica(failing(shared, swB, connectionLost), leaseB)
+      const { warnings, interval } = intervalsOf(a, b)
+      yield* a.lease
+      yield* b.lease
+      assert.isTrue(leaseA.isLeader())
+
+      // Both stores fail: A steps down after its passes; B, whose own reads fail, does not take the lease.
+      swA.fail = true
+      swB.fail = true
+      for (let i = 0; i < passes; i++) yield* interval
+      assert.isFalse(leaseA.isLeader(), "the leader stepped down")
+      for (let i = 0; i < 3 * passes; i++) yield* interval
+      assert.isFalse(leaseA.isLeader())
+      assert.isFalse(leaseB.isLeader(), "a replica whose own store fails takes no lease")
+      assert.strictEqual(b.metrics.reaperStepDowns.get(), 0, "B led never, so never stepped down")
+      const epochs = yield* Effect.promise(() => operator`select epoch from leases where name = 'reaper'`)
+      assert.deepStrictEqual(epochs.map((r) => Number(r["epoch"])), [1], "the lease changed hands never while every store failed")
+      assert.match(warnings.join("\n"), /store read failed; it takes no reaper's lease until a store read of its own succeeds/)
+
+      // B's store answers again: it stands again at its next pass and takes the free lease at its next look.
+      swB.fail = false
+      yield* interval
+      yield* TestClock.adjust(2_000)
+      yield* a.lease
+      yield* b.lease
+      assert.isTrue(leaseB.isLeader(), "the first replica whose store answers took the lease")
+      assert.deepStrictEqual(leaseB.fence(), { name: "reaper", epoch: 2 }, "the one change of holder")
+      assert.isFalse(leaseA.isLeader())
     }).pipe(Effect.scoped),
   )
 })
