@@ -157,7 +157,7 @@ export interface Record {
   readonly template: string | null
   /**
    * The host whose agent holds the session's descent image (its memory): set when a descent
-   * finishes (the host it descended on), kept while the session is descended, queued or
+   * finishes with an image (the host it descended on; none for an imageless one), kept while the session is descended, queued or
    * pending, cleared when it runs again, is lost or ends. Its placement ranks that host first
    * among the hosts that fit (`Placement.requestOf`, `Placement.Request.imageHost`); null: none.
    */
@@ -223,7 +223,12 @@ export type Step =
   | { readonly _tag: "unpark" }
   /** A park yields; `reason` is the gate's (`demand`, `over_reserved`, `hard_ttl`…), kept in the history. */
   | { readonly _tag: "beginDescent"; readonly reason?: string | null | undefined }
-  | { readonly _tag: "finishDescent" }
+  /**
+   * `imageless`: the descent left no image (its agent found neither the guest nor an image, and
+   * told the loss first): the session keeps no image host, so its resume boots fresh without
+   * fetching, and a named image host without the image is a loss of its own.
+   */
+  | { readonly _tag: "finishDescent"; readonly imageless?: boolean | undefined }
   /** A park resumes warm (no placement: pass null); a descended session is placed, or queued when null. */
   | { readonly _tag: "resume"; readonly placement: Placed | null }
   | { readonly _tag: "beginMove"; readonly openMove: Move.Record | null; readonly move: NewMove }
@@ -656,7 +661,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
       if (bad) return bad
       return planOf(
         s,
-        { ...s, state: "descended", hostId: null, reservationId: null, parkedAt: null, imageHostId: s.hostId, updatedAt: now },
+        { ...s, state: "descended", hostId: null, reservationId: null, parkedAt: null, imageHostId: op.imageless === true ? null : s.hostId, updatedAt: now },
         now,
         releaseOwn(s, "released"),
         null,

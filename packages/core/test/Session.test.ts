@@ -252,6 +252,15 @@ describe("Session.step", () => {
     expect(applied(Session.step(descended, { _tag: "end", openMove: null }, t)).session.imageHostId).toBeNull()
   })
 
+  it("a descent that left no image (imageless) names no image host: its resume boots fresh, fetching from nobody", () => {
+    const done = applied(Session.step(at("descending"), { _tag: "finishDescent", imageless: true }, t))
+    expect(done.session).toMatchObject({ state: "descended", hostId: null, reservationId: null, imageHostId: null })
+    expect(done.ledger).toStrictEqual([{ _tag: "Release", id: "r1", hostId: "h1", memMib: 1024, vcpus: 1, how: "released" }])
+    expect(done.events).toStrictEqual([{ _tag: "Descended", hostId: "h1" }])
+    const pending = applied(Session.step(done.session, { _tag: "resume", placement: { hostId: "h2", version: 1, reservationId: "r2" } }, t)).session
+    expect(pending).toMatchObject({ state: "pending", hostId: "h2", imageHostId: null })
+  })
+
   it("idle parks (stamping parkedAt) or descends; unpark is a warm resume, a resume of a descended session a cold one", () => {
     expect(applied(Session.step(base, idle(true), t)).session).toMatchObject({ state: "parked", parkedAt: t })
     expect(applied(Session.step(base, idle(false), t)).events).toStrictEqual([

@@ -597,7 +597,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
     idle,
     unpark: (id) => simple(id, { _tag: "unpark" }),
     beginDescent: (id, options = {}) => simple(id, { _tag: "beginDescent", reason: options.reason ?? null }),
-    finishDescent: (id) => simple(id, { _tag: "finishDescent" }),
+    finishDescent: (id, options = {}) => simple(id, { _tag: "finishDescent", imageless: options.imageless }),
     endSession: (id, options = {}) =>
       Effect.gen(function* () {
         const bad = options.reason === undefined ? null : Validate.reason(options.reason)

@@ -816,7 +816,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const t = yield* now
         return sessionOf(yield* stepSession(s, { _tag: "idle", policy: park, view: idleViewOf(s, t), onlyIfDue: options.onlyIfDue }, t))
       }),
-    finishDescent: (id) => stepById(id, { _tag: "finishDescent" }),
+    finishDescent: (id, options = {}) => stepById(id, { _tag: "finishDescent", imageless: options.imageless }),
 
     resume: (id) =>
       Effect.gen(function* () {

@@ -182,8 +182,13 @@ export interface StoreShape {
    * is an `IllegalTransition` and changes nothing.
    */
   readonly beginDescent: (id: string, options?: { readonly reason?: string | undefined }) => Fx<Session, NotFound | IllegalTransition>
-  /** `descending → descended`: the capture is stored; the reservation is released. */
-  readonly finishDescent: (id: string) => Fx<Session, NotFound | IllegalTransition>
+  /**
+   * `descending → descended`: the capture is stored; the reservation is released. The host it
+   * descended on holds its image (`imageHostId`), unless `imageless`: the descent left no image
+   * (its agent found neither guest nor image, the loss told first), so no host is named and its
+   * resume boots fresh without a fetch.
+   */
+  readonly finishDescent: (id: string, options?: { readonly imageless?: boolean | undefined }) => Fx<Session, NotFound | IllegalTransition>
   /**
    * Resume is one verb (SPEC §12): a `parked` session resumes warm — `running` on its host,
    * with its reservation, no placement (`Placed`, state `running`); a `descended` one cold —

@@ -54,6 +54,33 @@ export const images: Group = {
       }),
     ),
     kase(
+      "a descent that left no image (imageless) names no image host, its image host lists nothing, and its resume is placed as a new session",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* addHost("h", 8192)
+        yield* placed("s1", gib(1))
+        yield* s.markRunning("s1")
+        yield* parkedNow("s1")
+        yield* s.beginDescent("s1")
+        const d = yield* s.finishDescent("s1", { imageless: true })
+        expect(d).toMatchObject({ state: "descended", hostId: null, reservationId: null, imageHostId: null })
+        expect((yield* s.getSession("s1")).imageHostId).toBeNull()
+        expect((yield* s.hostAssignments("h")).imageSessionIds).toStrictEqual([])
+        expect(yield* s.listSessions({ imageHostId: "h" })).toStrictEqual([])
+        expect((yield* s.sessionEvents("s1")).items.at(-1)).toMatchObject({ event: { _tag: "Descended", hostId: "h" } })
+        const back = yield* s.resume("s1")
+        expect(back.session).toMatchObject({ state: "pending", hostId: "h", imageHostId: null })
+        // Said false, or not said: the host it descended on holds the image (as before).
+        yield* descendedOn("s2")
+        yield* s.resume("s2")
+        yield* s.markRunning("s2")
+        yield* parkedNow("s2")
+        yield* s.beginDescent("s2")
+        expect((yield* s.finishDescent("s2", { imageless: false })).imageHostId).toBe("h")
+        yield* expectInvariants
+      }),
+    ),
+    kase(
       "a host holding descent images, and nothing else, can be removed: its sessions still name it (the coordinator says it is gone)",
       Effect.gen(function* () {
         const s = yield* store
