@@ -7,6 +7,9 @@
 // on the move's target now) is still the loss of the copy on the host the move left: recorded
 // with the move and where the session went, the session unchanged (before, a 409 the agent
 // dropped, and the loss was missing from the history).
+// A descent that left no image (the agent found neither guest nor image, told
+// the loss, then `descended?image=none`) names no image host, so a resume elsewhere fetches from
+// nobody and no second loss is reported for it.
 import { describe, expect, it } from "vitest"
 import { call, client } from "./support/http.js"
 import { simCoordinatorForFile } from "./support/sim.js"
@@ -115,5 +118,55 @@ describe("a guest lost on its host", () => {
     expect([other.status, other.body.error]).toEqual([409, "Conflict"])
     expect(other.body.message).toContain("not on host m3")
     expect((await admin.get("/v1/sessions/sm/events")).body.items).toStrictEqual(events)
+  })
+
+  it("a descent that left no image (`descended?image=none`, after its loss was told) names no image host: its image host lists nothing, its resume elsewhere fetches from nobody; a bad value is a 400 naming image and changes nothing", async () => {
+    const admin = client(c.url, adminToken)
+    // The earlier cases' roomy hosts take nothing here.
+    for (const id of ["h1", "h2", "m1", "m2", "m3"]) expect((await admin.post(`/v1/hosts/${id}/cordon`)).status).toBe(200)
+    const figures = { totalMib: 4096, allocatableMib: 3072, totalVcpus: 8 }
+    const tokens: Record<string, string> = {}
+    for (const id of ["i1", "i2"]) {
+      const h = await admin.post("/v1/hosts", { id })
+      tokens[id] = h.body.token
+      expect((await client(c.url, h.body.token).put(`/v1/hosts/${id}/report`, { ...figures, peerUrl: `http://10.9.0.1:7${id.slice(1)}00` })).status).toBe(200)
+    }
+    const i1 = client(c.url, tokens["i1"])
+    const i2 = client(c.url, tokens["i2"])
+    // d1 and d2 descend on i1 (i2 cordoned): a queued session with no room makes each descend rather than park.
+    expect((await admin.post("/v1/hosts/i2/cordon")).status).toBe(200)
+    const descending = async (id: string) => {
+      expect((await admin.post("/v1/sessions", { id, memMib: 1024, vcpus: 1, affinity: ["i1"] })).body.hostId).toBe("i1")
+      expect((await i1.post(`/v1/sessions/${id}/started`)).status).toBe(200)
+      expect((await admin.post("/v1/sessions", { id: `${id}q`, memMib: 1536, vcpus: 1, affinity: ["i1"] })).status).toBe(202)
+      expect((await i1.post(`/v1/sessions/${id}/idle`)).body.state).toBe("descending")
+      expect((await admin.del(`/v1/sessions/${id}q`)).status).toBe(200)
+    }
+    await descending("d1")
+    const lostOf = async (id: string) => ((await admin.get(`/v1/sessions/${id}/events`)).body.items as { kind: string; hostId?: string }[]).filter((e) => e.kind === "guest_lost")
+    // i1's agent found neither d1's guest nor an image: it tells the loss, then the descent without an image.
+    expect((await i1.post("/v1/hosts/i1/guest-lost", { sessionId: "d1", reason: "VM not found; descended without an image: a resume boots fresh" })).status).toBe(200)
+    const before = (await admin.get("/v1/sessions/d1/events")).body.items
+    for (const bad of ["yes", "", "none&image=none"]) {
+      const refused = await i1.post(`/v1/sessions/d1/descended?image=${bad}`)
+      expect([refused.status, refused.body.field], bad).toEqual([400, "image"])
+    }
+    expect((await admin.get("/v1/sessions/d1")).body.state).toBe("descending")
+    expect((await admin.get("/v1/sessions/d1/events")).body.items).toStrictEqual(before)
+    expect((await i1.post("/v1/sessions/d1/descended?image=none")).body).toMatchObject({ state: "descended", hostId: null, imageHostId: null })
+    // d2 descends with its image (no word: as before): i1 holds it.
+    await descending("d2")
+    expect((await i1.post("/v1/sessions/d2/descended")).body).toMatchObject({ state: "descended", imageHostId: "i1" })
+    expect((await i1.get("/v1/hosts/i1/assignments")).body.imageSessions).toStrictEqual(["d2"])
+    // Resumed onto i2 (i1 cordoned): i2 is told to fetch d2's image from i1, and d1's from nobody.
+    expect((await admin.post("/v1/hosts/i2/uncordon")).status).toBe(200)
+    expect((await admin.post("/v1/hosts/i1/cordon")).status).toBe(200)
+    for (const id of ["d1", "d2"]) expect((await admin.post(`/v1/sessions/${id}/resume`)).body).toMatchObject({ resumed: "cold", hostId: "i2" })
+    const seen = (await i2.get("/v1/hosts/i2/assignments")).body
+    expect(seen.sessions.map((x: { id: string; imageHostId?: string | null }) => [x.id, x.imageHostId ?? null])).toStrictEqual([["d1", null], ["d2", "i1"]])
+    expect(seen.imageHosts).toStrictEqual([{ hostId: "i1", peerUrl: "http://10.9.0.1:7100" }])
+    // The loss is in d1's history once; d2 lost nothing.
+    expect((await lostOf("d1")).map((e) => e.hostId)).toStrictEqual(["i1"])
+    expect(await lostOf("d2")).toStrictEqual([])
   })
 })

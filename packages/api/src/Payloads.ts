@@ -176,6 +176,15 @@ export const WaitQuery = {
   ),
 }
 
+/**
+ * `POST /v1/sessions/{id}/descended`: `image=none` when the descent left no image (its agent found
+ * neither the guest nor an image, and told the loss first): the session then names no image host.
+ * Absent: the host it descended on holds the image.
+ */
+export const DescendedQuery = {
+  image: Schema.optionalKey(Schema.Literal("none")),
+}
+
 /** `GET /v1/moves`: the source or target host, the state, and a page. */
 export const MovesQuery = {
   hostId: Schema.optionalKey(HostIdRef),

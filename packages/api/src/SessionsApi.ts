@@ -7,7 +7,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "effect/http-api"
 import { BodyErrors, LongPollErrors, StandardErrors, WaitTimeout } from "./Errors.js"
 import { doc } from "./internal/doc.js"
-import { CreateSession, PageQuery, PathId, SessionsQuery, SetTtl, StartMove, WaitQuery } from "./Payloads.js"
+import { CreateSession, DescendedQuery, PageQuery, PathId, SessionsQuery, SetTtl, StartMove, WaitQuery } from "./Payloads.js"
 import {
   Idled,
   MoveCommitted,
@@ -90,8 +90,11 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
     HttpApiEndpoint.post("started", "/v1/sessions/:id/started", { params: PathId, success: Session, error: StandardErrors }).annotateMerge(
       doc("The agent started the session's VM", `\`pending → running\`; a repeat is a 409 (the agent counts it as done).${hostOrAdmin}`),
     ),
-    HttpApiEndpoint.post("descended", "/v1/sessions/:id/descended", { params: PathId, success: Session, error: StandardErrors }).annotateMerge(
-      doc("The agent stored the session's capture", `\`descending → descended\`: the reservation is released; then the queue is drained.${hostOrAdmin}`),
+    HttpApiEndpoint.post("descended", "/v1/sessions/:id/descended", { params: PathId, query: DescendedQuery, success: Session, error: StandardErrors }).annotateMerge(
+      doc(
+        "The agent stored the session's capture",
+        `\`descending → descended\`: the reservation is released; then the queue is drained. The session's \`imageHostId\` becomes its host (its agent holds the image), unless \`?image=none\`: the descent left no image (the agent found neither the guest nor an image, and reported the loss first with \`guest-lost\`), so no host is named and a resume boots fresh without fetching. Any other \`image\` value is a 400 naming \`image\`.${hostOrAdmin}`,
+      ),
     ),
     HttpApiEndpoint.delete("end", "/v1/sessions/:id", { params: PathId, success: Session, error: StandardErrors }).annotateMerge(
       doc(

@@ -227,11 +227,12 @@ export const SessionsHandlers = HandlerGroup.make(
             }),
           ),
         )
-        .handle("descended", ({ params }) =>
+        .handle("descended", ({ params, query }) =>
           withNotices(
             Effect.gen(function* () {
               const before = yield* Effect.interruptible(sessionFor(params.id))
-              const s = yield* api(store.finishDescent(params.id))
+              // `image=none`: the descent left no image (its agent told the loss first); no host is named for it.
+              const s = yield* api(store.finishDescent(params.id, { imageless: query.image === "none" }))
               yield* drainer.roomAppeared(hostTopic(before.hostId), sessionTopic(s.id))
               return s
             }),
