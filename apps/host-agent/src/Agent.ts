@@ -146,6 +146,16 @@ export const imageLostReasonOf = (imageHostId: string, deadlineMs: number, why: 
 export const imageHostRemovedReasonOf = (imageHostId: string): string =>
   `descent image held by host ${imageHostId}, which was removed from the fleet; booted fresh: the resumed session's memory is lost`
 
+/**
+ * The reason told the coordinator of a guest lost because the host the coordinator names as
+ * holding its descent image, `imageHostId`, has no such image (`why`: its own word, its listing's
+ * 404, or this host's image store when it is this host): wiped, pruned, or a new data dir. A
+ * descent that left no image names no image host (`descended?image=none`, its loss told then),
+ * so this is a loss of its own, not the same one told twice.
+ */
+export const imageAbsentReasonOf = (imageHostId: string, why: string): string =>
+  `descent image not on host ${imageHostId}, which the coordinator names as holding it (${why}); booted fresh: the resumed session's memory is lost`
+
 /** The agent defaults (SPEC §9 for the shared ones): the heartbeat interval a third of the stale window. */
 export const defaultAgentConfig = (hostId: string, heartbeatStaleWindowMs = Limits.defaults.heartbeatStaleWindowMs): AgentConfig => {
   const thirdMs = Math.max(1, Math.floor(heartbeatStaleWindowMs / 3))
@@ -540,7 +550,15 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         const why = got.failure.message
         if (got.failure.absent === true) {
           fetchTries.delete(s.id)
-          yield* Effect.logWarning("descent image could not be fetched from the host holding it: it has no such image", { hostId: me, sessionId: s.id, imageHostId: from, why })
+          yield* Effect.logWarning("descent image could not be fetched from the host holding it: it has no such image; booting a fresh guest, the session's memory is lost (the coordinator is told)", {
+            hostId: me,
+            sessionId: s.id,
+            imageHostId: from,
+            why,
+          })
+          // Told beside the session's work, once: a descent that left no image names no image
+          // host (its loss told at the descent), so this is not that loss again.
+          yield* noteLost(s.id, imageAbsentReasonOf(from, why))
           return undefined
         }
         const failingMs = (yield* Clock.currentTimeMillis) - tries.sinceMs
@@ -648,6 +666,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
                 state: s.state,
               })
             }
+            // This host is the one the coordinator names as holding the image, and it has none
+            // (its image directory wiped or pruned): lost here, told as a fetch's 404 would be.
+            if (imageMissing && s.imageHostId === me && local === undefined) yield* noteLost(s.id, imageAbsentReasonOf(me, "not in this host's image store"))
             if (imageMissing) {
               yield* Effect.logError("resumed session's descent image is not on this host; booting a fresh guest in its place: its memory is not restored", {
                 hostId: me,
@@ -731,14 +752,18 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           // Once the VM is no longer resident here: the hashing stops when it is again (restored).
           yield* warmImage(s)
           yield* log("descent image written", { sessionId: s.id, imageBytes: image.bytes, method: image.method, detail: image.detail })
-        } else if ((yield* images.get(s.id)) === undefined) {
-          yield* Effect.logWarning("descending session has no resident VM and no image; reporting it descended", { hostId: me, sessionId: s.id })
+        }
+        // No guest and no image: the descent leaves none, and says so (the session then names no
+        // image host: its resume boots fresh, and a named host without the image is another loss).
+        const imageless = vm === undefined && (yield* images.get(s.id)) === undefined
+        if (imageless) {
+          yield* Effect.logWarning("descending session has no resident VM and no image; reporting it descended without an image", { hostId: me, sessionId: s.id })
           // Its guest is lost: told before the descent (on a later try if this one's report
           // fails), once: a retry after `descended` failed finds the loss noted.
           yield* noteLost(s.id, lostReasonOf("notFound", s.state))
           yield* toldFirst(s.id)
         }
-        yield* done(coordinator.descended(s.id))
+        yield* done(coordinator.descended(s.id, imageless ? { imageless } : {}))
         yield* log("descended", { sessionId: s.id })
       })
 

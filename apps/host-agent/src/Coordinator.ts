@@ -144,7 +144,12 @@ export interface CoordinatorShape {
   readonly heartbeat: Fx<number>
   readonly assignments: (opts: { readonly waitMs: number; readonly since: string | undefined }) => Fx<Assignments>
   readonly started: (sessionId: string) => Fx<void>
-  readonly descended: (sessionId: string) => Fx<void>
+  /**
+   * The session's descent is done. `imageless`: it left no image (no guest, no image here; the
+   * loss told first), so the coordinator names no image host for it (`?image=none`; one older
+   * than the word refuses it, and hears the call again without it).
+   */
+  readonly descended: (sessionId: string, options?: { readonly imageless?: boolean }) => Fx<void>
   /** Records a round at its position (`seq`; without one it is appended). */
   readonly round: (moveId: string, round: NumberedRound) => Fx<void>
   /** `guard`: posted only to a coordinator that keeps it (one that sends `allowances`; an older one refuses the key). */
@@ -363,7 +368,24 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
       assignments: ({ waitMs, since }) =>
         call("assignments", (api) => api.hosts.assignments({ params: host, query: since === undefined ? { waitMs } : { waitMs, since } }), Failover.pollTimeoutMs(waitMs, callMs, urls.length)),
       started: (id) => call("started", (api) => api.sessions.started({ params: { id } })).pipe(Effect.asVoid),
-      descended: (id) => call("descended", (api) => api.sessions.descended({ params: { id } })).pipe(Effect.asVoid),
+      descended: (id, options = {}) => {
+        const plain = call("descended", (api) => api.sessions.descended({ params: { id }, query: {} }))
+        if (options.imageless !== true) return Effect.asVoid(plain)
+        return call("descended", (api) => api.sessions.descended({ params: { id }, query: { image: "none" } })).pipe(
+          // A coordinator older than the word refuses it (400 naming image): told again without
+          // it, the session names this host as its image's (a resume elsewhere then reports the
+          // loss again when this host answers it has no such image).
+          Effect.catchIf(
+            (e) => refusesKey(e, "image"),
+            (e) =>
+              Effect.andThen(
+                Effect.logWarning("the coordinator refused the word that the descent left no image (older than it); reporting the descent without it", { sessionId: id, error: e.message }),
+                plain,
+              ),
+          ),
+          Effect.asVoid,
+        )
+      },
       round: (id, round) => call("round", (api) => api.moves.round({ params: { id }, payload: round })).pipe(Effect.asVoid),
       commit: (id, phases, guard) =>
         call("commit", (api) => api.moves.commit({ params: { id }, payload: guard === undefined ? phases : { ...phases, guard } })).pipe(Effect.asVoid),

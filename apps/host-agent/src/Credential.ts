@@ -51,7 +51,7 @@ export const guard = (coordinator: CoordinatorShape, hostId: string, url: string
     heartbeat: watch(coordinator.heartbeat),
     assignments: (o) => watch(coordinator.assignments(o)),
     started: (id) => watch(coordinator.started(id)),
-    descended: (id) => watch(coordinator.descended(id)),
+    descended: (id, options) => watch(coordinator.descended(id, options)),
     round: (id, round) => watch(coordinator.round(id, round)),
     commit: (id, phases, guard) => watch(coordinator.commit(id, phases, guard)),
     abort: (id, reason, estimateMs) => watch(coordinator.abort(id, reason, estimateMs)),

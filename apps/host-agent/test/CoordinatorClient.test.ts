@@ -213,6 +213,47 @@ describe("the coordinator's back-off advice reaches the agent (it waits at least
     }
   })
 
+  it("a descent that left no image says so (image=none): the session names no image host; a coordinator older than the word (400 naming image) hears the descent again without it", async () => {
+    // e1 and e2 descend on e, the only host taking sessions: a queued session with no room makes each descend rather than park.
+    for (const id of ["a", "b", "c"]) expect((await admin("POST", `/v1/hosts/${id}/cordon`)).status).toBe(200)
+    const token = (await admin("POST", "/v1/hosts", { id: "e" })).body["token"] as string
+    const e = await clientOf("e", token)
+    expect((await run(e.report({ totalMib: 4096, allocatableMib: 3072, totalVcpus: 8 })))._tag).toBe("Success")
+    const descending = async (id: string) => {
+      expect((await admin("POST", "/v1/sessions", { id, memMib: 1024, vcpus: 1, affinity: ["e"] })).body["hostId"]).toBe("e")
+      expect((await run(e.started(id)))._tag).toBe("Success")
+      expect((await admin("POST", "/v1/sessions", { id: `${id}q`, memMib: 1536, vcpus: 1 })).status).toBe(202)
+      expect((await admin("POST", `/v1/sessions/${id}/idle`)).body["state"]).toBe("descending")
+      expect((await admin("DELETE", `/v1/sessions/${id}q`)).status).toBe(200)
+    }
+    await descending("e1")
+    expect((await run(e.descended("e1", { imageless: true })))._tag).toBe("Success")
+    expect((await admin("GET", "/v1/sessions/e1")).body).toMatchObject({ state: "descended", imageHostId: null })
+    // An older coordinator: the real one behind a proxy that refuses the query as it would (its endpoint takes none: 400 naming it).
+    const urls: string[] = []
+    const older = createServer((req, res) => {
+      urls.push(req.url!)
+      if (req.url!.includes("?")) {
+        res.writeHead(400, { "content-type": "application/json" }).end(JSON.stringify({ error: "InvalidInput", field: "image", rule: "is not a query parameter of this endpoint (it takes none)", in: "query" }))
+        return
+      }
+      void fetch(`${coordinator.url}${req.url}`, { method: req.method!, headers: { authorization: req.headers.authorization! } }).then(async (r) =>
+        res.writeHead(r.status, { "content-type": "application/json" }).end(await r.text()),
+      )
+    })
+    await new Promise<void>((resolve) => older.listen(0, "127.0.0.1", resolve))
+    try {
+      await descending("e2")
+      const viaOlder = await clientOf("e", token, `http://127.0.0.1:${(older.address() as AddressInfo).port}`)
+      expect((await run(viaOlder.descended("e2", { imageless: true })))._tag).toBe("Success")
+      expect(urls).toEqual(["/v1/sessions/e2/descended?image=none", "/v1/sessions/e2/descended"])
+      // Landed without the word: as an older coordinator would, it names e.
+      expect((await admin("GET", "/v1/sessions/e2")).body).toMatchObject({ state: "descended", imageHostId: "e" })
+    } finally {
+      await new Promise((resolve) => older.close(resolve))
+    }
+  })
+
   it("Retry-After reads as delta-seconds or an HTTP date; anything else is no advice", () => {
     const now = Date.parse("Thu, 03 Dec 2026 07:00:00 GMT")
     expect(retryAfterHeaderMs("7", now)).toBe(7000)

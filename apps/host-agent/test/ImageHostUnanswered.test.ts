@@ -7,7 +7,9 @@
  * at once; any other failure fails the session's action, which the retry pass tries again
  * (backing off) while the session stays pending, until `imageFetchDeadlineMs` has passed since
  * the first try: then the agent gives up, boots fresh, warns and tells the coordinator
- * (`guest-lost`) that the memory is lost.
+ * (`guest-lost`) that the memory is lost. The image host's own 404 (or, resumed on the image
+ * host itself, no image in its store) is a loss too, told at once: a descent that left no image
+ * names no image host (its loss told at the descent), so this is not the same loss told twice.
  *
  * Clock-driven: the image host's answers are scripted here (each the message `ImageFetch` gives
  * for it over real HTTP, pinned in `ImageFetch.test.ts`), and the runtime's restore starts the
@@ -16,7 +18,7 @@
 import { assert, describe } from "@effect/vitest"
 import { type DescentImage, type ImageStore, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Clock, Effect, Random, Ref } from "effect"
-import { type AgentConfig, defaultImageFetchDeadlineMs, imageHostRemovedReasonOf, imageLostReasonOf, makeAgent } from "../src/Agent.js"
+import { type AgentConfig, defaultImageFetchDeadlineMs, imageAbsentReasonOf, imageHostRemovedReasonOf, imageLostReasonOf, makeAgent } from "../src/Agent.js"
 import { defaultAgentConfig } from "../src/Host.js"
 import * as ImageFetch from "../src/ImageFetch.js"
 import { makeMoveTarget } from "../src/MoveTarget.js"
@@ -42,16 +44,18 @@ const removedLine = "the host holding the session's descent image was removed fr
 /** What the coordinator says of b once it is removed from the fleet. */
 const bRemoved = [{ hostId: "b", peerUrl: null, removed: true }]
 
+const absentLine = "descent image could not be fetched from the host holding it: it has no such image; booting a fresh guest, the session's memory is lost (the coordinator is told)"
+
 /**
  * Host a's agent with s1 resumed there (pending, ran before) and its image on b, which answers
  * each fetch with the next of `answers` (the last one again once they run out). Counts the
  * runtime's boots and restores; an image fetched lands in an in-memory image store.
  */
-const resumedAwayFromImage = (answers: readonly Answer[], config: Partial<AgentConfig> = {}) =>
+const resumedAwayFromImage = (answers: readonly Answer[], config: Partial<AgentConfig> = {}, imageHostId: string | null = "b") =>
   Effect.gen(function* () {
     const fake = yield* makeFakeCoordinator
     yield* fake.addSession("s1", "a", 1024, 1)
-    yield* Ref.update(fake.ref, (s) => ({ ...s, sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, createdAt: 1_000, lastActiveAt: 2_000, imageHostId: "b" }) }))
+    yield* Ref.update(fake.ref, (s) => ({ ...s, sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, createdAt: 1_000, lastActiveAt: 2_000, imageHostId }) }))
     const sim = yield* SimRuntime.make({ startMs: 50 })
     const counts = { starts: 0, restores: 0, fetches: 0 }
     const runtime: VmRuntimeShape = {
@@ -129,14 +133,49 @@ describe("a resumed session whose image host does not answer", () => {
     }),
   )
 
-  effect("the image host's own word that it has no such image (its listing's 404): a fresh guest boots at once, as before", () => {
-    const errors = capture("Error")
+  effect("the image host's own word that it has no such image (its listing's 404): a fresh guest boots at once, and the coordinator is told the memory is lost, once", () => {
+    const warnings = capture("Warn")
     return Effect.gen(function* () {
       const { fake, agent, counts } = yield* resumedAwayFromImage([noSuchImage])
+      const t0 = yield* Clock.currentTimeMillis
       yield* agent.reconcile(yield* fake.assignmentsOf("a"))
       yield* stepUntil("the session running", () => Effect.map(stateOf(fake), (s) => s === "running"))
+      yield* stepUntil("the loss told", () => Effect.map(fake.get, (s) => s.guestsLost.length > 0))
+      yield* stepUntil("the pass's actions done", () => Effect.map(agent.busy, (b) => !b))
+      // At once: not after the fetch deadline.
+      assert.isBelow((yield* Clock.currentTimeMillis) - t0, defaultImageFetchDeadlineMs / 10)
       assert.deepStrictEqual(counts, { starts: 1, restores: 0, fetches: 1 })
+      assert.deepStrictEqual(warnings.lines.filter((l) => l.message === absentLine).map((l) => [l.fields["imageHostId"], l.fields["why"]]), [["b", noSuchImage.fails]])
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: imageAbsentReasonOf("b", noSuchImage.fails) }])
+      assert.deepStrictEqual(warnings.lines.filter((l) => l.message === pendingLine || l.message === gaveUpLine), [])
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("the pass's actions done", () => Effect.map(agent.busy, (b) => !b))
+      assert.strictEqual((yield* fake.get).guestsLost.length, 1)
+      assert.strictEqual(counts.fetches, 1)
+    }).pipe(Effect.provide(warnings.layer))
+  })
+
+  effect("resumed on the host the coordinator names as holding its image, with no image there (its directory wiped): a fresh guest, and the loss told", () =>
+    Effect.gen(function* () {
+      const { fake, agent, counts } = yield* resumedAwayFromImage([unavailable], {}, "a")
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("the session running", () => Effect.map(stateOf(fake), (s) => s === "running"))
+      yield* stepUntil("the loss told", () => Effect.map(fake.get, (s) => s.guestsLost.length > 0))
+      assert.deepStrictEqual(counts, { starts: 1, restores: 0, fetches: 0 })
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: imageAbsentReasonOf("a", "not in this host's image store") }])
+    }),
+  )
+
+  effect("a session whose descent left no image (the coordinator names no image host; its loss was told at the descent): a fresh guest at once, nothing fetched, nothing told again", () => {
+    const errors = capture("Error")
+    return Effect.gen(function* () {
+      const { fake, agent, counts } = yield* resumedAwayFromImage([unavailable], {}, null)
+      yield* agent.reconcile(yield* fake.assignmentsOf("a"))
+      yield* stepUntil("the session running", () => Effect.map(stateOf(fake), (s) => s === "running"))
+      yield* stepUntil("the pass's actions done", () => Effect.map(agent.busy, (b) => !b))
+      assert.deepStrictEqual(counts, { starts: 1, restores: 0, fetches: 0 })
       assert.deepStrictEqual(errors.lines.filter((l) => l.message === missingLine).map((l) => l.fields["sessionId"]), ["s1"])
+      assert.deepStrictEqual((yield* fake.get).guestsLost, [])
     }).pipe(Effect.provide(errors.layer))
   })
 

@@ -67,7 +67,7 @@ const clientOf = (hostId: string, url = coordinator.url) =>
       heartbeat: live(c.heartbeat),
       assignments: (o) => live(c.assignments(o)),
       started: (id) => live(c.started(id)),
-      descended: (id) => live(c.descended(id)),
+      descended: (id, options) => live(c.descended(id, options)),
       round: (id, round) => live(c.round(id, round)),
       commit: (id, phases, guard) => live(c.commit(id, phases, guard)),
       abort: (id, reason, estimateMs) => live(c.abort(id, reason, estimateMs)),

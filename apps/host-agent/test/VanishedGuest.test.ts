@@ -136,7 +136,7 @@ describe("a guest that vanishes while the agent runs", () => {
     }).pipe(Effect.provide(errors.layer))
   })
 
-  effect("a descending session's VM destroyed behind the agent's back: reported descended, said", () => {
+  effect("a descending session's VM destroyed behind the agent's back: reported descended without an image (its session names no image host), said", () => {
     const errors = capture("Error")
     return Effect.gen(function* () {
       const { fake, sim, agent, residents } = yield* hostA()
@@ -151,7 +151,10 @@ describe("a guest that vanishes while the agent runs", () => {
       assert.deepStrictEqual(yield* residents.all, [])
       // Told before the descent: once descended the session is no longer on this host.
       assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("exited", "descending") }])
-      assert.deepStrictEqual((yield* fake.get).calls.filter((c) => c.endsWith(" s1")).slice(-2), ["guestLost s1", "descended s1"])
+      // The descent left no image and says so: a resume then boots fresh without fetching from a,
+      // and reports nothing more (this loss is told here, once).
+      assert.deepStrictEqual((yield* fake.get).calls.filter((c) => c.includes(" s1")).slice(-2), ["guestLost s1", "descended s1 image=none"])
+      assert.strictEqual((yield* fake.get).sessions.get("s1")!.imageHostId, null)
     }).pipe(Effect.provide(errors.layer))
   })
 
@@ -227,7 +230,7 @@ describe("a guest that vanishes while the agent runs", () => {
       const { fake, agent } = yield* hostA({
         coordinator: (c) => ({
           ...c,
-          descended: (id) => (failed.once ? c.descended(id) : Effect.fail(new CoordinatorError({ op: "descended", status: 503, message: "the store call timed out" })).pipe(Effect.ensuring(Effect.sync(() => void (failed.once = true))))),
+          descended: (id, options) => (failed.once ? c.descended(id, options) : Effect.fail(new CoordinatorError({ op: "descended", status: 503, message: "the store call timed out" })).pipe(Effect.ensuring(Effect.sync(() => void (failed.once = true))))),
         }),
       })
       // Descending here, and no VM ever ran here: its guest is lost, told before the descent.
@@ -238,6 +241,8 @@ describe("a guest that vanishes while the agent runs", () => {
       yield* pass(fake, agent)
       assert.strictEqual((yield* fake.get).sessions.get("s1")!.state, "descended")
       assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("notFound", "descending") }])
+      // The retry still says the descent left no image.
+      assert.strictEqual((yield* fake.get).sessions.get("s1")!.imageHostId, null)
     }),
   )
 
@@ -308,6 +313,8 @@ describe("a guest that vanishes while the agent runs", () => {
       yield* Deferred.succeed(answer, undefined)
       yield* stepUntil("descended", () => Effect.map(fake.get, (f) => f.sessions.get("s1")!.state === "descended"))
       assert.deepStrictEqual((yield* fake.get).calls.filter((c) => c.endsWith(" s1")).slice(-2), ["guestLost s1", "descended s1"])
+      // The fresh guest descended to an image: a holds it.
+      assert.strictEqual((yield* fake.get).sessions.get("s1")!.imageHostId, "a")
       assert.deepStrictEqual((yield* fake.get).guestsLost, [{ hostId: "a", sessionId: "s1", reason: lostReasonOf("exited", "running") }])
       yield* pass(fake, agent)
       assert.strictEqual((yield* fake.get).guestsLost.length, 1)

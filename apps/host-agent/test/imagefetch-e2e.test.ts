@@ -6,9 +6,11 @@
  * image from `a`'s peer server and restores it; `a` then removes its copy (and the image of a
  * session that ends). With `a`'s agent gone, `b` keeps the session pending and tries the fetch
  * again until its deadline (`ENGRAM_AGENT_IMAGE_FETCH_DEADLINE_MS`, 5 s here), then boots fresh,
- * loudly, and the session's history says its memory was lost (`guest_lost`).
+ * loudly, and the session's history says its memory was lost (`guest_lost`). An image gone from
+ * `a`'s disk (wiped, pruned) is `a`'s own "no such image": `b` boots fresh at once and the
+ * history says so too, once.
  */
-import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
@@ -110,6 +112,33 @@ describe("a cold resume placed away from its image fetches it from the host hold
     expect((await admin.call("DELETE", "/v1/sessions/e1")).status).toBe(200)
     await until("a's image of the ended e1 removed", async () => existsSync(imageOf(agents.a!, "e1")), (x) => !x, 60_000)
     expect((await admin.call("DELETE", "/v1/sessions/q1b")).status).toBe(200)
+  }, 120_000)
+
+  it("with s3's image gone from a's disk, a answers it has no such image: b boots fresh at once, loudly, and the history says the memory was lost, once, from b", async () => {
+    expect((await admin.call("DELETE", "/v1/sessions/s1")).status).toBe(200)
+    expect((await admin.call("POST", "/v1/hosts/b/cordon")).status).toBe(200)
+    await descendOnA("s3", "q3")
+    expect((await admin.call("POST", "/v1/hosts/b/uncordon")).status).toBe(200)
+    // a's copy lost (its disk wiped, or pruned): the session still names a as holding it.
+    rmSync(join(agents.a!.dir, "images", "s3"), { recursive: true, force: true })
+    try {
+      const resumed = await admin.call("POST", "/v1/sessions/s3/resume")
+      expect([resumed.status, resumed.body.hostId]).toEqual([201, "b"])
+      await waitState("s3", "running", 60_000)
+      const b = agents.b!
+      const absent = lines(b, "descent image could not be fetched from the host holding it: it has no such image; booting a fresh guest, the session's memory is lost (the coordinator is told)", "s3")
+      expect(absent.map((l) => [l.level, l.imageHostId])).toEqual([["warn", "a"]])
+      expect(lines(b, "descent image could not be fetched from the host holding it; the session stays pending and the fetch is tried again", "s3")).toEqual([])
+      expect(lines(b, "started", "s3").map((l) => [l.from, l.imageMissing])).toEqual([["boot", true]])
+      const events = async () => ((await admin.call("GET", "/v1/sessions/s3/events")).body.items as { kind: string; hostId?: string; reason?: string }[]).filter((e) => e.kind === "guest_lost")
+      const lost = await until("s3's guest_lost recorded", events, (es) => es.length > 0, 30_000)
+      expect(lost.map((e) => e.hostId)).toEqual(["b"])
+      expect(lost[0]!.reason).toMatch(/^descent image not on host a, which the coordinator names as holding it \(.*no descent image of session s3.*\); booted fresh: the resumed session's memory is lost$/)
+    } finally {
+      // The next case needs a's room.
+      await admin.call("DELETE", "/v1/sessions/s3")
+      await admin.call("DELETE", "/v1/sessions/q3")
+    }
   }, 120_000)
 
   it("with the image host's agent gone, the session waits pending while b tries again, then past the deadline boots fresh, loudly, its memory told lost", async () => {

@@ -84,7 +84,7 @@ export const makeFakeCoordinator = Effect.gen(function* () {
       heartbeat: gate(c.heartbeat),
       assignments: (o) => gate(c.assignments(o)),
       started: (id) => gate(c.started(id)),
-      descended: (id) => gate(c.descended(id)),
+      descended: (id, options) => gate(c.descended(id, options)),
       round: (id, r) => gate(c.round(id, r)),
       commit: (id, p, g) => gate(c.commit(id, p, g)),
       abort: (id, reason, estimateMs) => gate(c.abort(id, reason, estimateMs)),
@@ -132,11 +132,18 @@ export const makeFakeCoordinator = Effect.gen(function* () {
             : [conflict("started", `session ${id} is not pending`), s],
         ),
       ),
-    descended: (id) =>
+    // As the coordinator: the host it descended on holds its image, unless the descent left none.
+    descended: (id, options = {}) =>
       Effect.flatten(
         modify((s) =>
           s.sessions.get(id)?.state === "descending"
-            ? [Effect.void as Step, log(setSession(s, id, { state: "descended", hostId: null, reservationId: null }), `descended ${id}`)]
+            ? [
+                Effect.void as Step,
+                log(
+                  setSession(s, id, { state: "descended", hostId: null, reservationId: null, imageHostId: options.imageless === true ? null : s.sessions.get(id)!.hostId }),
+                  `descended ${id}${options.imageless === true ? " image=none" : ""}`,
+                ),
+              ]
             : [conflict("descended", `session ${id} is not descending`), s],
         ),
       ),
