@@ -151,6 +151,8 @@ describe("a guest lost on its host", () => {
       const refused = await i1.post(`/v1/sessions/d1/descended?image=${bad}`)
       expect([refused.status, refused.body.field], bad).toEqual([400, "image"])
     }
+    const unknown = await i1.post("/v1/sessions/d1/descended?image=none&bogus=1")
+    expect([unknown.status, unknown.body.field]).toEqual([400, "bogus"])
     expect((await admin.get("/v1/sessions/d1")).body.state).toBe("descending")
     expect((await admin.get("/v1/sessions/d1/events")).body.items).toStrictEqual(before)
     expect((await i1.post("/v1/sessions/d1/descended?image=none")).body).toMatchObject({ state: "descended", hostId: null, imageHostId: null })
