@@ -41,6 +41,11 @@ export interface LongPollsShape {
   /** How many long-polls are open now. */
   readonly open: () => number
   /**
+   * The sweeps after possible misses of notices: `done`, those that checked every open host
+   * poll's credential; `failed`, the tries a store failure cut short (each tried again).
+   */
+  readonly sweeps: () => { readonly done: number; readonly failed: number }
+  /**
    * Ends every open long-poll's wait (the coordinator is stopping): each answers at once what it
    * would at its deadline, so the server's drain does not wait out the polls, and the agents ask
    * again (another replica, as this one answers 503 from then on). Long-polls begun after it
@@ -96,20 +101,39 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
             }),
           { discard: true },
         )
-      // One sweep after misses at a time (misses while it runs sweep once more after it). It stops
-      // at the first read the store fails (the store is away: a read per poll would each wait out
-      // the store's bound, and every poll's next request is authenticated afresh anyway).
+      // One sweep after misses at a time (misses while it runs sweep once more after it). A sweep
+      // stops at the first read the store fails and is tried again after `retryAfterMs` (the store
+      // is away: a read per poll would each wait out the store's bound; one failed read a second
+      // while it is away), until one completes. Reads that succeeded are kept by the credentials'
+      // copy, so a sweep tried again asks the store only for what is left.
       let sweeping = false
       let missedAgain = false
+      const sweeps = { done: 0, failed: 0 }
       const sweepAfterMiss: Effect.Effect<void> = Effect.suspend(() => {
-        if (!missedAgain) return Effect.void
+        if (!missedAgain) {
+          // In the same step as the check: a miss after it starts a sweep of its own.
+          sweeping = false
+          sweeps.done++
+          return Effect.void
+        }
         missedAgain = false
         const open = [...openByHost].map(([hostId, polls]): readonly [string, ReadonlySet<Open>] => {
           for (const p of polls) p.touched = true
           return [hostId, new Set(polls)]
         })
         const checks = Effect.forEach(open, ([hostId, polls]) => check(hostId, polls, acts), { concurrency: missSweepConcurrency, discard: true })
-        return Effect.andThen(Effect.ignore(checks), sweepAfterMiss)
+        return Effect.matchEffect(checks, {
+          onFailure: () =>
+            Effect.andThen(
+              Effect.sleep(retryAfterMs),
+              Effect.suspend(() => {
+                sweeps.failed++
+                missedAgain = true
+                return sweepAfterMiss
+              }),
+            ),
+          onSuccess: () => sweepAfterMiss,
+        })
       })
       const prefix = credentialTopic("")
       yield* changes.subscribe({
@@ -127,14 +151,13 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         // A possible miss (the LISTEN connection came back, a replica left uncleanly) may have
         // carried a rotation or removal: every open host poll is touched and its credential
         // checked, `missSweepConcurrency` reads at a time (thousands of polls at once would put
-        // thousands of statements on the pool ahead of heartbeats and creates). A check that
-        // cannot read the store leaves its poll open: its next request is authenticated afresh.
+        // thousands of statements on the pool ahead of heartbeats and creates).
         missed: () => {
           if (openByHost.size === 0) return
           missedAgain = true
           if (sweeping) return
           sweeping = true
-          Effect.runFork(Effect.forkIn(Effect.ensuring(sweepAfterMiss, Effect.sync(() => (sweeping = false))), scope))
+          Effect.runFork(Effect.forkIn(Effect.onInterrupt(sweepAfterMiss, () => Effect.sync(() => (sweeping = false))), scope))
         },
       })
 
@@ -205,7 +228,7 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         stopping = true
         for (const p of all) endWaits(p.end)
       })
-      return LongPolls.of({ run, open: () => all.size, endAll })
+      return LongPolls.of({ run, open: () => all.size, sweeps: () => ({ ...sweeps }), endAll })
     }),
   )
 }

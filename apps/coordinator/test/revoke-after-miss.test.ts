@@ -51,6 +51,12 @@ beforeAll(async () => {
 afterAll(() => c?.stop())
 
 const open = () => c.run(Effect.map(Effect.service(LongPolls), (l) => l.open()))
+const sweeps = () => c.run(Effect.map(Effect.service(LongPolls), (l) => l.sweeps()))
+/** Waits (real time) until more than `done` sweeps after a miss have checked every open poll. */
+const sweptPast = async (done: number) => {
+  for (let i = 0; i < 2000 && (await sweeps()).done <= done; i++) await new Promise((r) => setTimeout(r, 10))
+  expect((await sweeps()).done).toBeGreaterThan(done)
+}
 /** Waits (real time, the coordinator is real) until `n` long-polls are open. */
 const openAre = async (n: number) => {
   for (let i = 0; i < 2000 && (await open()) !== n; i++) await new Promise((r) => setTimeout(r, 10))
@@ -87,10 +93,11 @@ it("a miss of notices leaves the open polls of tokens that still act alone", { t
   expect((await admin.post("/v1/sessions", { id: "s2", memMib: 512, vcpus: 1, affinity: ["h2"] })).body.hostId).toBe("h2")
   const wait = agent.get("/v1/sessions/s2/wait?state=ended&timeoutMs=20000")
   await openAre(1)
+  const before = (await sweeps()).done
   hub.miss()
   // The check reads the store and finds the token acting: the poll stays open (a wrong 401 would
   // close it) and answers the end.
-  await new Promise((r) => setTimeout(r, 200))
+  await sweptPast(before)
   expect(await open()).toBe(1)
   expect((await admin.del("/v1/sessions/s2")).status).toBe(200)
   const answer = await wait
@@ -98,7 +105,7 @@ it("a miss of notices leaves the open polls of tokens that still act alone", { t
   expect(answer.body.state).toBe("ended")
 })
 
-it("a miss while the store is away stops checking at the first failed read and leaves the polls open", { timeout: 60_000 }, async () => {
+it("a miss while the store is away: each try stops at its first failed read, the polls stay open, and the sweep completes once the store answers", { timeout: 60_000 }, async () => {
   const admin = client(c.url, adminToken)
   const hosts = Array.from({ length: missSweepConcurrency * 3 }, (_, i) => `away${i}`)
   const waits: Promise<{ readonly status: number }>[] = []
@@ -109,18 +116,22 @@ it("a miss while the store is away stops checking at the first failed read and l
     waits.push(client(c.url, h.token).get(`/v1/sessions/s-${id}/wait?state=ended&timeoutMs=20000`))
   }
   await openAre(hosts.length)
+  const before = await sweeps()
   tokenReadsFail = true
   try {
     hub.miss()
-    for (let i = 0; i < 2000 && failedTokenReads === 0; i++) await new Promise((r) => setTimeout(r, 10))
-    // The sweep's reads fail at once (no I/O): a sweep that went on would read them all meanwhile.
-    await new Promise((r) => setTimeout(r, 300))
+    for (let i = 0; i < 2000 && (await sweeps()).failed === before.failed; i++) await new Promise((r) => setTimeout(r, 10))
   } finally {
     tokenReadsFail = false
   }
-  // One round of reads at most (the first failure ends the sweep), none of the polls ended.
+  const during = await sweeps()
+  expect(during.failed).toBeGreaterThan(before.failed)
+  // Each try read at most one round (its first failure ended it), not one read per poll.
   expect(failedTokenReads).toBeGreaterThan(0)
-  expect(failedTokenReads).toBeLessThanOrEqual(missSweepConcurrency)
+  expect(failedTokenReads).toBeLessThanOrEqual(missSweepConcurrency * (during.failed - before.failed + 1))
+  expect(await open()).toBe(hosts.length)
+  // The store answers again: a later try checks every poll, and each token still acts.
+  await sweptPast(before.done)
   expect(await open()).toBe(hosts.length)
   for (const id of hosts) expect((await admin.del(`/v1/sessions/s-${id}`)).status).toBe(200)
   for (const answer of await Promise.all(waits)) expect(answer.status).toBe(200)
