@@ -533,9 +533,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // so it can land during the pre-copy rounds); the coordinator places the session on the
       // target, which holds no complete stream yet: the move goes on (the final round sent, the
       // target's commit), or the guest would be booted afresh there, its memory lost. Not
-      // readable (within the pause's bound), the intent on: it goes on too, the debt written before the send;
-      // settling it reads the move (committed: the copy here goes; aborted with the session
-      // here: the target's copy goes and the guest resumes here). Never two running copies.
+      // readable (within the pause's bound): given back, as an aborted one (below).
       let goesOn = false
       const endedMeanwhile = Effect.gen(function* () {
         const conflict = yield* recorder.ended
@@ -545,15 +543,17 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
           Effect.timeoutOrElse({ duration: readMs, orElse: () => Effect.fail(new CoordinatorError({ op: "getMove", status: null, message: `not answered within ${Math.round(readMs)} ms of the guest's pause` })) }),
           Effect.result,
         )
-        const state = read._tag === "Success" ? read.success.state : isNotFound(read.failure, "move", move.id) ? "gone" : null
-        // With the intent off no commit precedes the final round: a move not read is given back.
-        if (state === "committed" || (state === null && withIntent)) {
+        const state = read._tag === "Success" ? read.success.state : null
+        // A move not read is given back, as an aborted one: a refusal is far more often an abort
+        // (an admin's, the session ended) than an operator's commit, and going on after an abort
+        // would run the guest on the target from the paused copy, then roll it back to that copy
+        // (the settle resumes it here): the target's work lost. With the intent off no commit
+        // precedes the final round at all.
+        if (state === "committed") {
           goesOn = true
           yield* Effect.logWarning(
-            state === "committed"
-              ? "a pre-copy round was refused: the move was committed on the coordinator (an operator's word) before its final round; the move goes on so the target resumes the guest from a complete stream"
-              : "a pre-copy round was refused and the move cannot be read: it may have been committed; the move goes on, its outcome owed",
-            { hostId: deps.hostId, moveId: move.id, sessionId: move.sessionId, refusal: conflict.message, ...(read._tag === "Failure" ? { error: read.failure.message } : {}) },
+            "a pre-copy round was refused: the move was committed on the coordinator (an operator's word) before its final round; the move goes on so the target resumes the guest from a complete stream",
+            { hostId: deps.hostId, moveId: move.id, sessionId: move.sessionId, refusal: conflict.message },
           )
           return
         }

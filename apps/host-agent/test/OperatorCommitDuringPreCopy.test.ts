@@ -17,6 +17,7 @@ import { assert, describe } from "@effect/vitest"
 import { Move as CoreMove } from "@engram/core"
 import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
+import { CoordinatorError } from "../src/Coordinator.js"
 import { effect } from "./support/PatientClock.js"
 import { copiesOn, makeFleet, type TestHost } from "./support/InProcess.js"
 import { capture } from "./support/Logs.js"
@@ -65,4 +66,51 @@ describe("an operator's commit of a move still in its pre-copy rounds", () => {
       assert.isTrue(warnings.lines.some((l) => l.message.startsWith("a pre-copy round was refused: the move was committed") && l.fields["moveId"] === "m1"), "the source read the refused round back")
     }).pipe(Effect.provide(warnings.layer))
   })
+
+  effect("a refused round whose move cannot be read gives the pause back, as an abort: nothing reaches the target's commit, the guest runs on here", () =>
+    Effect.gen(function* () {
+      // An admin aborts the move during its pre-copy rounds, and the coordinator then cannot be
+      // read by the source. A refusal is far more often an abort than an operator's commit: going
+      // on would run the guest on the target from the paused copy, then roll it back here.
+      let unreadable = false
+      const commitsAsked: string[] = []
+      const fleet = yield* makeFleet(
+        [
+          { hostId: "a", sim: SimRuntime.defaultSimConfig },
+          { hostId: "b", sim: SimRuntime.defaultSimConfig },
+        ],
+        {
+          intentFirst: (coordinator, hostId) =>
+            hostId !== "a"
+              ? Effect.void
+              : Ref.update(coordinator.ref, (s) => {
+                  unreadable = true
+                  const m = s.moves.get("m1")!
+                  return { ...s, moves: new Map(s.moves).set("m1", { ...m, state: "aborted" }) }
+                }),
+          wrapCoordinator: (client, hostId) =>
+            hostId !== "a"
+              ? client
+              : {
+                  ...client,
+                  getMove: (id) =>
+                    unreadable ? Effect.fail(new CoordinatorError({ op: "getMove", status: null, message: "the coordinator does not answer (test)" })) : client.getMove(id),
+                },
+          wrapLink: (link) => ({ ...link, commit: (h) => Effect.andThen(Effect.sync(() => void commitsAsked.push(h.moveId)), link.commit(h)) }),
+        },
+      )
+      const [a, b] = fleet.hosts as [TestHost, TestHost]
+      const copies = copiesOn(a, b)
+      yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
+      yield* fleet.settle()
+      yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
+      yield* fleet.settle(1)
+      assert.isTrue(unreadable, "the move was aborted after its intent")
+      unreadable = false
+      yield* fleet.settle()
+      assert.deepStrictEqual(commitsAsked, [], "the target was never asked to commit")
+      assert.deepStrictEqual(yield* copies, { a: [["s1", "running"]], b: [] }, "the guest runs on here, its only copy")
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }),
+  )
 })
