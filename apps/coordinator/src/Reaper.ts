@@ -533,15 +533,29 @@ export const reaperLoopSteps: Effect.Effect<
   })
   /**
    * A replica that does not lead reads its store at each of its passes' times (the ledger's
-   * metrics, as readiness does): one whose read says the store is unhealthy stands aside
-   * (`Leadership.stepDown`: it holds nothing, so it only stops taking the lease) until a read
-   * succeeds (`standAgain`). Else, while every replica's store fails, the lease went from each
-   * one to the next as each stepped down, every change restarting the failover grace.
+   * metrics, as readiness does): one whose reads say the store is unhealthy
+   * `ENGRAM_LEADER_STEP_DOWN_PASSES` times in a row stands aside (`Leadership.stepDown`: it holds
+   * nothing, so it only stops taking the lease) until a read succeeds (`standAgain`). Else, while
+   * every replica's store fails, the lease went from each one to the next as each stepped down,
+   * every change restarting the failover grace.
    */
+  let asideFails = 0
   const standAside = Effect.gen(function* () {
-    if (leader.stepDown === undefined) return
+    // Not with step-downs off (0), and not while this replica holds the lease's epoch past its
+    // renew deadline: it renews once the database answers (the lease's own rule); giving the
+    // epoch up for a blip would hand leadership over and restart the failover grace.
+    if (leader.stepDown === undefined || stepDownPasses === 0 || leader.holds?.() === true) {
+      asideFails = 0
+      return
+    }
     const read = yield* Effect.result(store.metrics())
-    if (read._tag === "Success" || !storeUnhealthy(read.failure)) return
+    if (read._tag === "Success" || !storeUnhealthy(read.failure)) {
+      asideFails = 0
+      return
+    }
+    // As many failed reads in a row as a leader's failed passes before it steps down.
+    if (++asideFails < stepDownPasses) return
+    asideFails = 0
     steppedDown = true
     yield* Effect.logWarning(
       "reaper: this replica's store read failed; it takes no reaper's lease until a store read of its own succeeds (a leader that cannot reach the store would reclaim, drain and gate nothing)",

@@ -247,4 +247,53 @@ describe("the reaper's leader steps down when its store keeps failing (PostgreSQ
       assert.isFalse(leaseA.isLeader())
     }).pipe(Effect.scoped),
   )
+
+  /** A leadership this replica never acts under (`holds`: whether it keeps an epoch past its renew deadline); its step-downs counted. */
+  const watching = (holds: boolean) => {
+    const counts = { stepDowns: 0 }
+    const shape: LeadershipShape = {
+      tick: Effect.succeed(false),
+      isLeader: () => false,
+      holds: () => holds,
+      fence: () => null,
+      stepDown: Effect.sync(() => void counts.stepDowns++),
+      standAgain: () => undefined,
+    }
+    return { shape, counts }
+  }
+
+  it.effect("a replica that does not lead stands aside only after ENGRAM_LEADER_STEP_DOWN_PASSES failed reads in a row; never with 0, never while it holds the lease's epoch", () =>
+    Effect.gen(function* () {
+      const shared = StoreSim.make().store
+      const sw: Switch = { fail: true }
+      const passesOf = (r: Replica, n: number) =>
+        Effect.gen(function* () {
+          for (let i = 0; i < n; i++) {
+            yield* TestClock.adjust(intervalMs)
+            yield* r.pass
+          }
+        })
+      // A candidate: a read that fails now and then does not make it stand aside.
+      const candidate = watching(false)
+      const c = yield* replica(failing(shared, sw, connectionLost), candidate.shape)
+      yield* passesOf(c, passes - 1)
+      sw.fail = false
+      yield* passesOf(c, 1)
+      sw.fail = true
+      yield* passesOf(c, passes - 1)
+      assert.strictEqual(candidate.counts.stepDowns, 0, "fewer failed reads in a row than the setting")
+      yield* passesOf(c, 1)
+      assert.strictEqual(candidate.counts.stepDowns, 1, "stood aside at the setting's count")
+      // The setting 0: never.
+      const never = watching(false)
+      const n = yield* replica(failing(shared, sw, connectionLost), never.shape, settingsOf({ ENGRAM_LEADER_STEP_DOWN_PASSES: "0" }))
+      yield* passesOf(n, 3 * passes)
+      assert.strictEqual(never.counts.stepDowns, 0, "ENGRAM_LEADER_STEP_DOWN_PASSES=0 never stands aside")
+      // A holder past its renew deadline (a database blip): it keeps its epoch and renews once the database answers.
+      const holder = watching(true)
+      const h = yield* replica(failing(shared, sw, connectionLost), holder.shape)
+      yield* passesOf(h, 3 * passes)
+      assert.strictEqual(holder.counts.stepDowns, 0, "a replica that holds the lease's epoch does not give it up as a candidate")
+    }),
+  )
 })

@@ -299,6 +299,7 @@ export const make = (db: Db, options: LeaseOptions = {}): Effect.Effect<
       holder,
       tick,
       isLeader,
+      holds: () => epoch !== null,
       fence: (): Fence | null => (isLeader() && epoch !== null ? { name, epoch } : null),
       leaderUrl: () => (isLeader() ? advertise() : epoch === null ? holderUrl : null),
       leaderAdminTokenHash: () => (isLeader() ? adminTokenHash() : epoch === null ? holderAdminTokenHash : null),

@@ -48,6 +48,11 @@ export interface LeadershipShape {
   readonly tick: Effect.Effect<boolean>
   /** Whether this replica may act now: it holds the lease and renewed it within the renew deadline. No I/O. */
   readonly isLeader: () => boolean
+  /**
+   * Whether this replica holds the lease's epoch, acting or not (past its renew deadline it does
+   * not act, and renews once the database answers). Absent: as `isLeader`. No I/O.
+   */
+  readonly holds?: (() => boolean) | undefined
   /** The fence of this replica's writes while it leads; null when it does not (or needs none). */
   readonly fence: () => Fence | null
   /**
