@@ -175,22 +175,23 @@ export const peersRuleProblem = (text: string): string | undefined => {
 
 /**
  * Each of the simulated runtime's settings (`SimRuntime.SimConfig`, every key: the type makes a
- * new one be listed here), its least value (a speed the runtime divides by (capture, link) above
- * 0, every other figure at least 0) and its largest, with why. Each largest is far past any host,
+ * new one be listed here), its least value (a speed the runtime divides by (capture, link) at
+ * least 0.001 byte per ms, a byte a second: a denormal such as 5e-324 divided to Infinity; every
+ * other figure at least 0) and its largest, with why. Each largest is far past any host,
  * so only a slip is refused: without one, any finite figure was taken (a working set of 1e300
  * bytes, a commit of 1e300 ms), and the simulated guest's arithmetic ran to Infinity.
  */
 const simTiB = 1024 ** 4
 const simRate = { max: 1024 ** 3, why: "1 GiB per ms, about a TiB/s: far past any memory bus or link" }
 const simDuration = { max: 3_600_000, why: "an hour" }
-const simSettings: { readonly [K in keyof SimRuntime.SimConfig]: { readonly least: "> 0" | ">= 0"; readonly max: number; readonly why: string } } = {
+const simSettings: { readonly [K in keyof SimRuntime.SimConfig]: { readonly least: ">= 0.001" | ">= 0"; readonly max: number; readonly why: string } } = {
   dirtyBytesPerMs: { least: ">= 0", ...simRate },
   workingSetBytes: { least: ">= 0", max: 16 * simTiB, why: "16 TiB: more RAM than one host holds" },
-  captureBytesPerMs: { least: "> 0", ...simRate },
+  captureBytesPerMs: { least: ">= 0.001", ...simRate },
   captureFixedMs: { least: ">= 0", ...simDuration },
   finalCaptureExtraMs: { least: ">= 0", ...simDuration },
   pauseDelayMs: { least: ">= 0", ...simDuration },
-  linkBytesPerMs: { least: "> 0", ...simRate },
+  linkBytesPerMs: { least: ">= 0.001", ...simRate },
   fullWireRatio: { least: ">= 0", max: 10, why: "ten wire bytes per byte: a capture sends about its bytes or fewer" },
   roundOverheadBytes: { least: ">= 0", max: 1024 ** 3, why: "1 GiB a round" },
   commitMs: { least: ">= 0", ...simDuration },
@@ -219,7 +220,7 @@ const simProblem = (text: string): string | undefined => {
   for (const [key, value] of Object.entries(v) as [string, unknown][]) {
     if (!Object.hasOwn(simSettings, key)) return `${JSON.stringify(key)} is not a simulated runtime setting (${Object.keys(simSettings).join(", ")})`
     const { least, max, why } = simSettings[key as keyof SimRuntime.SimConfig]
-    const holds = typeof value === "number" && Number.isFinite(value) && (least === "> 0" ? value > 0 : value >= 0)
+    const holds = typeof value === "number" && Number.isFinite(value) && (least === ">= 0.001" ? value >= 0.001 : value >= 0)
     if (!holds) return `setting ${key} must be a number ${least}; ${typeof value === "number" ? String(value) : JSON.stringify(value)} is not`
     if ((value as number) > max) return `setting ${key} must be a number <= ${max} (${why}); ${String(value)} is not`
   }

@@ -341,8 +341,10 @@ describe("host agent configuration", () => {
       ['{"commitMs":null}', "setting commitMs must be a number >= 0; null is not"],
       ['{"startMs":-1}', "setting startMs must be a number >= 0; -1 is not"],
       ['{"guestBusyMs":1e999}', "setting guestBusyMs must be a number >= 0; Infinity is not"],
-      ['{"linkBytesPerMs":0}', "setting linkBytesPerMs must be a number > 0; 0 is not"],
-      ['{"captureBytesPerMs":false}', "setting captureBytesPerMs must be a number > 0; false is not"],
+      ['{"linkBytesPerMs":0}', "setting linkBytesPerMs must be a number >= 0.001; 0 is not"],
+      ['{"linkBytesPerMs":5e-324}', "setting linkBytesPerMs must be a number >= 0.001; 5e-324 is not"],
+      ['{"captureBytesPerMs":0.0005}', "setting captureBytesPerMs must be a number >= 0.001; 0.0005 is not"],
+      ['{"captureBytesPerMs":false}', "setting captureBytesPerMs must be a number >= 0.001; false is not"],
       ["[1]", "must be a JSON object of simulated runtime settings"],
     ] as const) {
       const error = await errorOf({ ...required, ENGRAM_SIM: sim })

@@ -73,7 +73,7 @@ describe("a lost guest's report", () => {
       // a's `descended` is not answered until `cut` is lifted (the coordinator fails it).
       let cut = false
       const fleet = yield* makeFleet([{ hostId: "a", sim: SimRuntime.defaultSimConfig }], {
-        wrapCoordinator: (client) => ({ ...client, descended: (id) => (cut ? Effect.fail(new CoordinatorError({ op: "descended", status: 503, message: "the store call timed out" })) : client.descended(id)) }),
+        wrapCoordinator: (client) => ({ ...client, descended: (id, options) => (cut ? Effect.fail(new CoordinatorError({ op: "descended", status: 503, message: "the store call timed out" })) : client.descended(id, options)) }),
       })
       yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
       yield* fleet.settle()
@@ -92,6 +92,7 @@ describe("a lost guest's report", () => {
       yield* fleet.settle()
       const st = yield* fleet.coordinator.get
       assert.strictEqual(st.sessions.get("s1")!.state, "descended")
+      assert.isNull(st.sessions.get("s1")!.imageHostId ?? null, "the descent left no image, and said so: no image host named")
       // Before: the restarted agent found the guest gone and told the loss again (`VM not found`).
       assert.deepStrictEqual(st.guestsLost, [lost])
       assert.deepStrictEqual(noted, ["s1"], "the noted loss outlived the restart (in the state file)")

@@ -229,8 +229,8 @@ export const summarizeHost = (
     if (isReclaimable(e, now, limits)) stale++
     else active++
   }
-  // A host whose reserve swallows its RAM has a vanishing capacity (Headroom.ramCapacityOf): show 0.
-  const totalMib = capacityMib === null ? null : capacityMib < 1 ? 0 : capacityMib
+  // A host whose reserve swallows its RAM has a vanishing capacity (Headroom.ramCapacityOf): shown as 0.
+  const totalMib = Headroom.shown(capacityMib)
   return {
     hostId,
     totalMib,
