@@ -284,13 +284,24 @@ export interface LastMove {
   readonly moveId: string
   readonly fromHostId: string
   readonly toHostId: string
+  /**
+   * Whether an event after the move names the reporting host as the session's (`hostId`): the
+   * session was there again after the move, or a loss there was told since. A late report of
+   * that host is then not of the copy the move left (or is that report again): refused.
+   */
+  readonly revisited?: boolean | undefined
 }
 
-/** The latest committed move of a history (oldest first): its last `Moved` event; null when it has none. */
-export const lastMoveOf = (events: readonly Event[]): LastMove | null => {
+/**
+ * The latest committed move of a history (oldest first): its last `Moved` event, with whether an
+ * event after it names `hostId` (`LastMove.revisited`); null when it has none.
+ */
+export const lastMoveOf = (events: readonly Event[], hostId: string): LastMove | null => {
+  let revisited = false
   for (let i = events.length - 1; i >= 0; i--) {
     const e = events[i]!
-    if (e._tag === "Moved") return { moveId: e.moveId, fromHostId: e.fromHostId, toHostId: e.toHostId }
+    if (e._tag === "Moved") return { moveId: e.moveId, fromHostId: e.fromHostId, toHostId: e.toHostId, revisited }
+    if ("hostId" in e && e.hostId === hostId) revisited = true
   }
   return null
 }
@@ -417,13 +428,13 @@ export const refuseBeginMove = (s: Record, openMove: Pick<Move.Record, "id"> | n
 /**
  * Whether `hostId`'s agent may report the session's guest lost: only a session that is on that
  * host now (`hostId`), or that its latest committed move (`lastMove`) took away from that host
- * (the report of a copy lost there before the move, late: it waited while the move committed),
- * and not ended (an `Illegal`: nothing left to lose). A session elsewhere otherwise, or on no
+ * and that was not there again since, nor reported lost there since (the report of a copy lost
+ * there before the move, late: it waited while the move committed; told once), and not ended (an `Illegal`: nothing left to lose). A session elsewhere otherwise, or on no
  * host, is a `Conflict` naming where it is: the report changes nothing.
  */
 export const refuseGuestLost = (s: Record, hostId: string, lastMove: LastMove | null = null): Illegal | Conflict | null => {
   if (s.state === "ended") return { _tag: "Illegal", sessionId: s.id, from: s.state, to: s.state, message: `session ${s.id} is ended: it has no guest to lose` }
-  if (s.hostId !== hostId && lastMove?.fromHostId !== hostId)
+  if (s.hostId !== hostId && (lastMove === null || lastMove.fromHostId !== hostId || lastMove.revisited === true))
     return {
       _tag: "Conflict",
       entity: "session",

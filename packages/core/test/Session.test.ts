@@ -434,3 +434,23 @@ describe("Session.step", () => {
       }
   })
 })
+
+describe("a late report of a lost guest, judged on the latest committed move", () => {
+  const moved: Session.Event = { _tag: "Moved", moveId: "m1", fromHostId: "a", toHostId: "b", phases: null }
+  const running = { id: "s1", state: "running", hostId: "b" } as unknown as Session.Record
+  it("is taken from the host the move left, once, and not after the session was there again", () => {
+    const fresh = Session.lastMoveOf([{ _tag: "Placed", hostId: "a" }, moved, { _tag: "Running", hostId: "b" }], "a")
+    expect(fresh).toStrictEqual({ moveId: "m1", fromHostId: "a", toHostId: "b", revisited: false })
+    expect(Session.refuseGuestLost(running, "a", fresh)).toBeNull()
+    // Told already since the move: the same loss again.
+    const told = Session.lastMoveOf([moved, { _tag: "GuestLost", hostId: "a", reason: "QEMU exited", moveId: "m1", toHostId: "b" }], "a")
+    expect(told?.revisited).toBe(true)
+    expect(Session.refuseGuestLost(running, "a", told)?._tag).toBe("Conflict")
+    // The session was placed on a again after the move (its loss there is not of the copy the move left).
+    const back = Session.lastMoveOf([moved, { _tag: "Descended", hostId: "b" }, { _tag: "Placed", hostId: "a" }, { _tag: "Lost", hostId: "a" }], "a")
+    expect(Session.refuseGuestLost(running, "a", back)?._tag).toBe("Conflict")
+    // Another host, or no move at all.
+    expect(Session.refuseGuestLost(running, "c", Session.lastMoveOf([moved], "c"))?._tag).toBe("Conflict")
+    expect(Session.lastMoveOf([{ _tag: "Placed", hostId: "a" }], "a")).toBeNull()
+  })
+})

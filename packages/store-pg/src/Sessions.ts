@@ -626,12 +626,19 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
           s.hostId === hostId
             ? Effect.succeed<Session.Step>({ _tag: "guestLost", hostId, reason })
             : Effect.map(
-                tx.query<{ move_id: string; from_host_id: string; to_host_id: string }>(
-                  sql`select event->>'moveId' as move_id, event->>'fromHostId' as from_host_id, event->>'toHostId' as to_host_id from session_events where session_id = ${sessionId} and event->>'_tag' = 'Moved' order by seq desc limit 1`,
+                tx.query<{ move_id: string; from_host_id: string; to_host_id: string; revisited: boolean }>(
+                  sql`select m.event->>'moveId' as move_id, m.event->>'fromHostId' as from_host_id, m.event->>'toHostId' as to_host_id,
+                        exists (select 1 from session_events e where e.session_id = ${sessionId} and e.seq > m.seq and e.event->>'hostId' = ${hostId}) as revisited
+                      from (select seq, event from session_events where session_id = ${sessionId} and event->>'_tag' = 'Moved' order by seq desc limit 1) m`,
                 ),
                 (rows): Session.Step => {
                   const m = rows[0]
-                  return { _tag: "guestLost", hostId, reason, lastMove: m === undefined ? null : { moveId: m.move_id, fromHostId: m.from_host_id, toHostId: m.to_host_id } }
+                  return {
+                    _tag: "guestLost",
+                    hostId,
+                    reason,
+                    lastMove: m === undefined ? null : { moveId: m.move_id, fromHostId: m.from_host_id, toHostId: m.to_host_id, revisited: m.revisited },
+                  }
                 },
               ),
         )

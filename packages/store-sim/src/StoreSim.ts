@@ -854,7 +854,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (bad) return yield* bad
         const s = yield* findSession(sessionId)
         // A session no longer on the host: judged on its latest committed move (a report of a copy lost before it).
-        const lastMove = s.hostId === hostId ? null : Session.lastMoveOf((history.get(sessionId) ?? []).map((e) => e.event))
+        const lastMove = s.hostId === hostId ? null : Session.lastMoveOf((history.get(sessionId) ?? []).map((e) => e.event), hostId)
         return sessionOf(yield* stepSession<IllegalTransition | Conflict>(s, { _tag: "guestLost", hostId, reason, lastMove }, yield* now))
       }),
     recordActivity: (hostId, sessionIds) =>

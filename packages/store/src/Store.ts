@@ -218,7 +218,8 @@ export interface StoreShape {
    * it was recorded) and boots a fresh one: a `GuestLost` event with `reason` joins the session's
    * history; the session's record and state stay. Only a session on `hostId` now, or one its
    * latest committed move (its last `Moved` event) took away from `hostId`: a report that waited
-   * while the move committed, its event carrying the move's `moveId` and `toHostId` (core's
+   * while the move committed, its event carrying the move's `moveId` and `toHostId`, once (not
+   * when an event since the move names `hostId`: a repeat, or the session was there again; core's
    * `Session.refuseGuestLost`). One elsewhere otherwise or on no host is a `Conflict` naming where it is, an
    * ended one an `IllegalTransition`; a bad `hostId` or `reason` (`Validate.reason`, not empty) is
    * `InvalidInput` naming it. A refusal changes nothing.

@@ -210,6 +210,9 @@ export const historyGroup: Group = {
         expect(yield* s.getSession("s1")).toStrictEqual(before)
         const h = yield* history("s1")
         expect(h.at(-1)).toMatchObject({ seq: h.length, at: 50, event: { _tag: "GuestLost", hostId: "a", reason: "QEMU exited", moveId: first.id, toHostId: "b" } })
+        // Told again (its answer lost): that loss is in the history once; refused, nothing written.
+        expect((yield* expectFailure(s.recordGuestLost("a", "s1", "QEMU exited"), "Conflict")).reason).toContain("not on host a")
+        expect(yield* history("s1")).toStrictEqual(h)
         // The session's own host now: as before, without a move.
         yield* s.recordGuestLost("b", "s1", "not found at start")
         expect((yield* events("s1")).at(-1)).toStrictEqual({ _tag: "GuestLost", hostId: "b", reason: "not found at start" })
@@ -223,8 +226,12 @@ export const historyGroup: Group = {
         const moved = yield* history("s1")
         expect((yield* expectFailure(s.recordGuestLost("a", "s1", "QEMU exited"), "Conflict")).reason).toContain("not on host a")
         expect(yield* history("s1")).toStrictEqual(moved)
+        // b was the session's host after the first move (its own report above names it): a report
+        // of b after the second move is of the copy that move left, told once.
+        const beforeB = yield* history("s1")
         yield* s.recordGuestLost("b", "s1", "QEMU exited")
         expect((yield* events("s1")).at(-1)).toStrictEqual({ _tag: "GuestLost", hostId: "b", reason: "QEMU exited", moveId: second.id, toHostId: "c" })
+        expect((yield* history("s1")).length).toBe(beforeB.length + 1)
         // An ended session has no guest to lose, whichever host asks.
         yield* s.endSession("s1")
         const ended = yield* history("s1")
