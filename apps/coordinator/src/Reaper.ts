@@ -483,9 +483,9 @@ export const clockSkewCheck = () => {
  * ledger's metrics, as readiness reads) succeeds at one of its next passes' times. Failures that
  * only say the store is busy (`contended`: lock waits, lost races) do not count.
  *
- * A replica that does not lead reads its store likewise at its passes' times, and one whose read
- * fails stands aside (takes no lease) until a read succeeds: a candidate that cannot reach the
- * store would only take the lease to step down again.
+ * A replica that does not lead reads its store likewise at its passes' times, and one whose reads
+ * fail as many times in a row stands aside (takes no lease) until a read succeeds: a candidate
+ * that cannot reach the store would only take the lease to step down again (`standAside`).
  */
 export const reaperLoopSteps: Effect.Effect<
   { readonly lease: Effect.Effect<void>; readonly pass: Effect.Effect<void> },

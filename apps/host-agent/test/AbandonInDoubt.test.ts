@@ -16,7 +16,7 @@ import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
 import { CoordinatorError } from "../src/Coordinator.js"
 import { effect } from "./support/PatientClock.js"
-import { copiesOn, makeFleet, type TestHost } from "./support/InProcess.js"
+import { makeFleet, type TestHost, moveBegunAToB } from "./support/InProcess.js"
 import { finalRoundAnswerLost } from "./support/LostAnswers.js"
 
 /**
@@ -92,12 +92,7 @@ const abandonedUnread = (endsAs: "committed" | "aborted") =>
         const vm = (yield* b.residents.get("s1"))!
         yield* b.target.commit({ moveId: id, sessionId: "s1", sourceHostId: "a", targetHostId: "b", memMib: vm.memMib, vcpus: vm.vcpus }, { adopt: { reservationId: `res-move-${id}` } }).pipe(Effect.orDie)
       })
-    const [a, b] = fleet.hosts as [TestHost, TestHost]
-    const copies = copiesOn(a, b)
-    yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
-    yield* fleet.settle()
-    yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
-    yield* fleet.settle(1)
+    const { a, b, copies } = yield* moveBegunAToB(fleet)
     assert.isTrue(ended, "the source abandoned the move and its abort was refused")
     assert.strictEqual(unreadable, 0, "the read after the refused abort failed")
     assert.deepStrictEqual((yield* fleet.coordinator.get).moves.get("m1")?.state, endsAs)

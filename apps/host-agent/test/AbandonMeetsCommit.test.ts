@@ -19,7 +19,7 @@ import { assert, describe } from "@effect/vitest"
 import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
 import { effect } from "./support/PatientClock.js"
-import { copiesOn, makeFleet, type TestHost } from "./support/InProcess.js"
+import { makeFleet, type TestHost, moveBegunAToB } from "./support/InProcess.js"
 import { finalRoundAnswerLost } from "./support/LostAnswers.js"
 
 /**
@@ -72,12 +72,7 @@ const abandonedWhileCommitted = (targetFirst: boolean) =>
         moves: new Map(s.moves).set(id, { ...s.moves.get(id)!, state: "committed" }),
         sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "b", reservationId: `res-move-${id}` }),
       }))
-    const [a, b] = fleet.hosts as [TestHost, TestHost]
-    const copies = copiesOn(a, b)
-    yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
-    yield* fleet.settle()
-    yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
-    yield* fleet.settle(1)
+    const { a, b, copies } = yield* moveBegunAToB(fleet)
     assert.isTrue(committed, "the source abandoned the move and its abort met the operator's commit")
     assert.deepStrictEqual((yield* fleet.coordinator.get).moves.get("m1")?.state, "committed")
     return { fleet, a, b, copies }

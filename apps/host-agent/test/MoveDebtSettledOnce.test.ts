@@ -13,7 +13,7 @@ import { Deferred, Effect, Ref } from "effect"
 import { TestClock } from "effect/testing"
 import { PeerError } from "../src/MoveTarget.js"
 import { effect, stepUntil } from "./support/PatientClock.js"
-import { copiesOn, makeFleet, type TestHost } from "./support/InProcess.js"
+import { makeFleet, moveBegunAToB } from "./support/InProcess.js"
 
 describe("a debt whose session leaves this host while its settle is in flight", () => {
   effect("is settled once: the pass's settle waits for the session's own, one commit asked, one copy left", () =>
@@ -39,12 +39,7 @@ describe("a debt whose session leaves this host while its settle is in flight", 
               : { ...client, commit: (id, p, g) => Effect.suspend(() => (commits++ === 0 ? Deferred.await(held) : Effect.void)).pipe(Effect.andThen(client.commit(id, p, g))) },
         },
       )
-      const [a, b] = fleet.hosts as [TestHost, TestHost]
-      const copies = copiesOn(a, b)
-      yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
-      yield* fleet.settle()
-      yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
-      yield* fleet.settle(1)
+      const { a, b, copies } = yield* moveBegunAToB(fleet)
       assert.deepStrictEqual((yield* a.residents.pendingCommits).map((p) => [p.moveId, p.phases]), [["m1", null]], "the source owes the move, its commit unconfirmed")
       // The link is back: the session's action settles the debt (the target runs the guest), its
       // commit held by the coordinator.

@@ -19,7 +19,7 @@ import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
 import { CoordinatorError } from "../src/Coordinator.js"
 import { effect } from "./support/PatientClock.js"
-import { copiesOn, makeFleet, type TestHost } from "./support/InProcess.js"
+import { makeFleet, moveBegunAToB } from "./support/InProcess.js"
 import { capture } from "./support/Logs.js"
 
 describe("an operator's commit of a move still in its pre-copy rounds", () => {
@@ -50,12 +50,7 @@ describe("an operator's commit of a move still in its pre-copy rounds", () => {
                 }),
         },
       )
-      const [a, b] = fleet.hosts as [TestHost, TestHost]
-      const copies = copiesOn(a, b)
-      yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
-      yield* fleet.settle()
-      yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
-      yield* fleet.settle(1)
+      const { a, b, copies } = yield* moveBegunAToB(fleet)
       assert.deepStrictEqual(committedAt, ["intent"], "the operator's commit landed with only the intent recorded, before any pre-copy round")
       yield* fleet.settle()
       // Before: { a: [], b: [["s1", "running"]] } with the target's guest booted afresh (starts 1).
@@ -99,12 +94,7 @@ describe("an operator's commit of a move still in its pre-copy rounds", () => {
           wrapLink: (link) => ({ ...link, commit: (h) => Effect.andThen(Effect.sync(() => void commitsAsked.push(h.moveId)), link.commit(h)) }),
         },
       )
-      const [a, b] = fleet.hosts as [TestHost, TestHost]
-      const copies = copiesOn(a, b)
-      yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
-      yield* fleet.settle()
-      yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
-      yield* fleet.settle(1)
+      const { a, copies } = yield* moveBegunAToB(fleet)
       assert.isTrue(unreadable, "the move was aborted after its intent")
       unreadable = false
       yield* fleet.settle()

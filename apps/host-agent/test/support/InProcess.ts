@@ -225,3 +225,18 @@ export const copiesOn = (a: TestHost, b: TestHost) =>
   Effect.gen(function* () {
     return { a: (yield* a.runtime.list).map((v) => [v.vmId, v.status]), b: (yield* b.runtime.list).map((v) => [v.vmId, v.status]) }
   })
+
+/**
+ * The move tests' start: on `fleet`'s two hosts a and b, session s1 (4 GiB, 2 vCPUs) runs on a,
+ * move m1 to b (a 600 ms budget) is begun and one pass runs (the source's move under way, or
+ * ended by what the test's options did to it). Answers the hosts and `copiesOn` them.
+ */
+export const moveBegunAToB = (fleet: Effect.Success<ReturnType<typeof makeFleet>>) =>
+  Effect.gen(function* () {
+    const [a, b] = fleet.hosts as [TestHost, TestHost]
+    yield* fleet.coordinator.addSession("s1", "a", 4096, 2)
+    yield* fleet.settle()
+    yield* fleet.coordinator.beginMove("m1", "s1", "b", 600)
+    yield* fleet.settle(1)
+    return { a, b, copies: copiesOn(a, b) }
+  })
