@@ -217,7 +217,18 @@ const simProblem = (text: string): string | undefined => {
   if (typeof v !== "object" || v === null || Array.isArray(v)) return "must be a JSON object of simulated runtime settings"
   const repeated = StrictJson.repeatedKey(text)
   if (repeated !== undefined) return `setting ${StrictJson.keyName(repeated)} ${StrictJson.repeatedKeyRule}`
+  return simSettingsProblem(v)
+}
+
+/**
+ * Why an object of simulated runtime settings is refused, or undefined (`ENGRAM_SIM`'s, and a
+ * program's `sim` option: one rule): each key one of `simSettings`, each value a finite number
+ * from its least value to its largest.
+ */
+export const simSettingsProblem = (v: unknown): string | undefined => {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) return "must be an object of simulated runtime settings"
   for (const [key, value] of Object.entries(v) as [string, unknown][]) {
+    if (value === undefined) continue
     if (!Object.hasOwn(simSettings, key)) return `${JSON.stringify(key)} is not a simulated runtime setting (${Object.keys(simSettings).join(", ")})`
     const { least, max, why } = simSettings[key as keyof SimRuntime.SimConfig]
     const holds = typeof value === "number" && Number.isFinite(value) && (least === ">= 0.001" ? value >= 0.001 : value >= 0)
@@ -471,7 +482,7 @@ const byOptionKey: Naming = (variable) => optionKeyOf[variable] ?? variable
  * (`config.heartbeatIntervalMs`); an unknown key or a null is refused, an undefined one keeps its default.
  */
 export const checkedConfig = (
-  o: Pick<HostAgentOptions, "hostId" | "config" | "heartbeatStaleWindowMs" | "peerUrl"> & { readonly peerSecret?: HostAgentOptions["peerSecret"] },
+  o: Pick<HostAgentOptions, "hostId" | "config" | "heartbeatStaleWindowMs" | "peerUrl" | "sim"> & { readonly peerSecret?: HostAgentOptions["peerSecret"] },
 ): Effect.Effect<AgentConfig, Env.ConfigInvalid> =>
   Effect.gen(function* () {
     const raw: Record<string, unknown> = {}
@@ -506,6 +517,11 @@ export const checkedConfig = (
     if (peerUrl !== undefined && peerUrl !== null) {
       const problem = typeof peerUrl === "string" ? peerUrlProblem(peerUrl) : "must be a string or null"
       if (problem !== undefined) refused.push({ variable: "peerUrl", rule: problem, value: shownPeerUrl(peerUrl) })
+    }
+    // A program's simulated runtime settings by `ENGRAM_SIM`'s rule (a denormal speed divided to Infinity).
+    if (o.sim !== undefined) {
+      const problem = simSettingsProblem(o.sim)
+      if (problem !== undefined) refused.push({ variable: "sim", rule: problem })
     }
     // A program's secret by the environment's rule (`peerSecretProblem`), never echoed.
     const peerSecret: unknown = o.peerSecret

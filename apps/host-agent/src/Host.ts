@@ -88,6 +88,7 @@ export interface HostAgentOptions {
   /** A ready runtime (tests); else QEMU with `qemu`, else the simulated one with `sim`. */
   readonly runtime?: VmRuntimeShape
   readonly qemu?: RuntimeChoice.QemuSettings
+  /** The simulated runtime's settings, by `ENGRAM_SIM`'s rule (`Config.simSettingsProblem`: refused naming `sim`). */
   readonly sim?: Partial<SimRuntime.SimConfig>
   readonly measure: (residentMib: number) => Effect.Effect<HostReport>
   /**

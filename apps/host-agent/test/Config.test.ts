@@ -581,6 +581,21 @@ describe("a program's agent options", () => {
     expect(existsSync(stateFile)).toBe(false)
   })
 
+  it("a program's sim option is held to ENGRAM_SIM's rule: a denormal speed, an unknown key or a figure past its largest is refused naming sim, before anything starts", async () => {
+    const refusal = async (sim: unknown) => {
+      const stateFile = join(mkdtempSync(join(tmpdir(), "engram-agent-config-")), "state.json")
+      const exit = await Effect.runPromiseExit(Effect.scoped(startedWith({ stateFile, config: {}, sim: sim as NonNullable<StartOptions["sim"]> })))
+      const error = Exit.isFailure(exit) ? (exit.cause.reasons[0] as { error?: unknown }).error : undefined
+      expect(existsSync(stateFile), JSON.stringify(sim)).toBe(false)
+      return error instanceof Env.ConfigInvalid ? error.message : String(error)
+    }
+    expect(await refusal({ linkBytesPerMs: 5e-324 })).toBe(["invalid host agent configuration:", "  sim: setting linkBytesPerMs must be a number >= 0.001; 5e-324 is not"].join("\n"))
+    expect(await refusal({ startMs: 5, linkBytes: 1 })).toContain('sim: "linkBytes" is not a simulated runtime setting')
+    expect(await refusal({ commitMs: 3_600_001 })).toContain("sim: setting commitMs must be a number <= 3600000 (an hour); 3600001 is not")
+    // Within the rule: it starts.
+    await Effect.runPromise(Effect.scoped(Effect.asVoid(startedWith({ config: {}, sim: { startMs: 5, linkBytesPerMs: 0.001 } }))))
+  })
+
   it("the agent's process ends on startHostAgent's refusal as on the environment's (main.ts): exit 2, the issues in the same message; other failures pass", async () => {
     const fatalOf = async <A, E>(eff: Effect.Effect<A, E | Env.ConfigInvalid, Scope.Scope>) => {
       const exit = await Effect.runPromiseExit(Effect.scoped(exitOnConfigInvalid(eff)))
