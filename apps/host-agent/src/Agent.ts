@@ -363,7 +363,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
      * restarted between a told report and the fresh boot or `descended` told the loss again, a
      * second `guest_lost` in the session's history.)
      */
-    const noteLost = (sessionId: string, reason: string) => Effect.asVoid(residents.noteLost({ sessionId, reason }))
+    const noteLost = (sessionId: string, reason: string) => residents.noteLost({ sessionId, reason })
     /** Tells the coordinator of `sessionId`'s lost guest, if one is untold; fails (kept, retried) only when the coordinator did not answer. */
     const tellLost = (sessionId: string): Effect.Effect<void, Conflict | CoordinatorError> =>
       Effect.flatMap(residents.lostReports, (reports) => {

@@ -43,11 +43,6 @@ export interface Residents {
   /** The reports of lost guests the coordinator has not heard yet (one per session). */
   readonly lostReports: Effect.Effect<readonly LostReport[]>
   /**
-   * Keeps `r` (replacing its session's) under a generation of its own (higher than any the record
-   * held), written before the agent first tells it.
-   */
-  readonly putLostReport: (r: { readonly sessionId: string; readonly reason: string }) => Effect.Effect<void>
-  /**
    * Drops `sessionId`'s report (told, refused, or its session no longer here); nothing when none.
    * With `told`: only while the report kept is that one (its generation and reason), not a later
    * loss that replaced it while it was told.
@@ -56,11 +51,12 @@ export interface Residents {
   /** The sessions whose guest's loss is noted (`noteLost`) and not forgotten yet: kept in the state file, so they outlive a restart. */
   readonly lostNoted: Effect.Effect<readonly string[]>
   /**
-   * Notes `r`'s loss: keeps its report (as `putLostReport`) and marks its session noted, in one
-   * write. Nothing when the session's loss is noted already, unless `again` (a new loss: its
-   * report replaces the one kept). Answers whether it noted.
+   * Notes `r`'s loss: keeps its report (replacing its session's) under a generation of its own
+   * (higher than any the record held), written before the agent first tells it, and marks its
+   * session noted, in one write. Nothing when the session's loss is noted already, unless
+   * `again` (a new loss: its report replaces the one kept).
    */
-  readonly noteLost: (r: { readonly sessionId: string; readonly reason: string }, again?: boolean) => Effect.Effect<boolean>
+  readonly noteLost: (r: { readonly sessionId: string; readonly reason: string }, again?: boolean) => Effect.Effect<void>
   /** Forgets that `sessionId`'s loss is noted (a fresh guest runs, or the session left this host); nothing, no write, when it is not. */
   readonly forgetLostNoted: (sessionId: string) => Effect.Effect<void>
   readonly snapshot: Effect.Effect<StateFile>
@@ -134,7 +130,7 @@ export const makeResidents = (
         { hostId, waitedMs: waitMs },
       )
     })
-    /** The last generation given a lost guest's report (`putLostReport`). */
+    /** The last generation given a lost guest's report (`noteLost`). */
     let lostGeneration = 0
     /** `s` with `r` kept as its session's report, under a new generation. */
     const withReport = (s: StateFile, r: { readonly sessionId: string; readonly reason: string }): StateFile => {
@@ -192,7 +188,6 @@ export const makeResidents = (
         })),
       removePendingCommit: (moveId) => change((s) => ({ ...s, pendingCommits: s.pendingCommits.filter((p) => p.moveId !== moveId) })),
       lostReports: Effect.sync(() => state.lostReports ?? []),
-      putLostReport: (r) => change((s) => withReport(s, r)),
       removeLostReport: (sessionId, told) =>
         Effect.suspend(() => {
           const isIt = (x: LostReport) => x.sessionId === sessionId && (told === undefined || (x.generation === told.generation && x.reason === told.reason))
@@ -202,14 +197,11 @@ export const makeResidents = (
       lostNoted: Effect.sync(() => state.lostNoted ?? []),
       noteLost: (r, again = false) =>
         Effect.suspend(() => {
-          if (!again && (state.lostNoted ?? []).includes(r.sessionId)) return Effect.succeed(false)
-          return Effect.as(
-            change((s) => {
-              const noted = s.lostNoted ?? []
-              return { ...withReport(s, r), lostNoted: noted.includes(r.sessionId) ? noted : [...noted, r.sessionId] }
-            }),
-            true,
-          )
+          if (!again && (state.lostNoted ?? []).includes(r.sessionId)) return Effect.void
+          return change((s) => {
+            const noted = s.lostNoted ?? []
+            return { ...withReport(s, r), lostNoted: noted.includes(r.sessionId) ? noted : [...noted, r.sessionId] }
+          })
         }),
       forgetLostNoted: (sessionId) =>
         Effect.suspend(() => {
