@@ -146,7 +146,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape, failed?: StoreFa
           metrics.reaperFleetReadFailures.inc()
           storeFailure(failed, "fleet read", e)
         }
-        return Effect.logWarning(`reaper${e.source === "react" ? " (react)" : ""}: fleet read failed; holding every park this pass`, { reason: e.reason })
+        return Effect.logWarning(`reaper${e.source === "react" ? " (react)" : ""}: fleet read failed; holding every park this pass`, { reason: e.reason, kind: e.kind })
       case "Reclaimed":
         if (e.result.reclaimed.length === 0) return
         metrics.reaperReclaimed.inc(e.result.reclaimed.length)
@@ -154,7 +154,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape, failed?: StoreFa
         return logReclaimed("reaper", e.result).pipe(Effect.andThen(notifier.notify(...reclaimedTopics(e.result))))
       case "ReclaimFailed":
         storeFailure(failed, "reclaim", e)
-        return Effect.logWarning("reaper: reclaim failed", { reason: e.reason })
+        return Effect.logWarning("reaper: reclaim failed", { reason: e.reason, kind: e.kind })
       case "ReclaimHeld":
         // Once per grace: a leadership's first contact with the store, or the first after a gap.
         metrics.reaperReclaimGraces.inc()
@@ -176,7 +176,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape, failed?: StoreFa
           ),
         )
       case "LifetimesFailed":
-        return Effect.logWarning("reaper: lifetime read failed; no session idled or ended this pass", { reason: e.reason })
+        return Effect.logWarning("reaper: lifetime read failed; no session idled or ended this pass", { reason: e.reason, kind: e.kind })
       case "DescentStarted":
         metrics.descents.inc({ reason: e.yield.reason })
         return notifier.notify(hostTopic(e.yield.hostId), sessionTopic(e.yield.sessionId))
@@ -189,7 +189,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape, failed?: StoreFa
         return drained(metrics, notifier, e.result)
       case "DrainFailed":
         storeFailure(failed, "queue drain", e)
-        return Effect.logWarning("queue drain failed", { reason: e.reason })
+        return Effect.logWarning("queue drain failed", { reason: e.reason, kind: e.kind })
       case "MoveBegun":
         // The source's and the target's agents run it; the session's waiters see it moving.
         metrics.makeRoomMoves.inc({ result: "begun" })
@@ -210,7 +210,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape, failed?: StoreFa
         ).pipe(Effect.andThen(notifier.notify(hostTopic(e.move.sourceHostId), hostTopic(e.move.targetHostId), moveTopic(e.move.id), sessionTopic(e.move.sessionId))))
       case "MovesFailed":
         // The pending moves are read every pass (their timeouts run with make-room moves off too).
-        return Effect.logWarning("reaper: moves step skipped this pass (pending-move timeouts, moves for starving sessions), store read failed", { reason: e.reason })
+        return Effect.logWarning("reaper: moves step skipped this pass (pending-move timeouts, moves for starving sessions), store read failed", { reason: e.reason, kind: e.kind })
       case "MoveEnded":
         // A loop of doomed moves shows as begun and aborted rising together.
         metrics.makeRoomMoves.inc({ result: e.move.state === "committed" ? "committed" : "aborted" })
@@ -232,7 +232,7 @@ const listen = (metrics: MetricsShape, notifier: NotifierShape, failed?: StoreFa
         return Effect.logInfo("reaper: pruned history older than ENGRAM_RETENTION_MS", { sessions: r.sessions, events: r.events, moves: r.moves, pairs: r.pairs })
       }
       case "PruneFailed":
-        return Effect.logWarning("reaper: history prune failed; the next pass tries again", { reason: e.reason })
+        return Effect.logWarning("reaper: history prune failed; the next pass tries again", { reason: e.reason, kind: e.kind })
       case "LeadershipLost":
         return Effect.logWarning("reaper: lost the leader lock mid-pass; the pass stops there", { step: e.step })
       default:
@@ -269,7 +269,7 @@ export const drainQueue = Effect.uninterruptible(
     const notifier = yield* Notifier
     const result = yield* store.drainQueue().pipe(
       Effect.catchTag("Unavailable", (e) =>
-        Effect.logWarning("queue drain failed", { reason: e.reason }).pipe(Effect.as<DrainResult>({ placed: [], unapplied: [], remaining: -1 })),
+        Effect.logWarning("queue drain failed", { reason: e.reason, kind: e.kind }).pipe(Effect.as<DrainResult>({ placed: [], unapplied: [], remaining: -1 })),
       ),
     )
     yield* drained(metrics, notifier, result)

@@ -37,7 +37,7 @@ import type { EndResult, Fence, FleetRead, Move, PruneResult, Session, StoreErro
 import { Effect } from "effect"
 import type { Result } from "effect"
 import { ReaperEvents } from "./ReaperEvents.js"
-import type { Event, Source } from "./ReaperEvents.js"
+import type { Event, FailureKind, Source } from "./ReaperEvents.js"
 import * as ReaperState from "./ReaperState.js"
 
 /** How a pass decides and whom it asks whether it still leads. */
@@ -320,7 +320,7 @@ const lifetimeWrites = (
   Effect.gen(function* () {
     const due = yield* Effect.result(store.lifetimesDue())
     if (due._tag === "Failure") {
-      if (tell) yield* tell({ _tag: "LifetimesFailed", reason: due.failure.reason })
+      if (tell) yield* tell({ _tag: "LifetimesFailed", reason: due.failure.reason, kind: due.failure.kind })
       return { idled, expired }
     }
     for (const s of due.success.expired) {
@@ -362,6 +362,9 @@ const withContacts = (store: StoreShape, contact: Effect.Effect<void>): StoreSha
 
 /** Why a store call failed: an outage's reason, else the error's words (a bad request names its field). */
 const reasonOf = (e: StoreError): string => (e._tag === "Unavailable" ? e.reason : e.message)
+
+/** A failed store call's kind, for a listener to tell contention from an unhealthy store (`storeUnhealthy`). */
+const kindOf = (e: StoreError): FailureKind => (e._tag === "Unavailable" ? e.kind : undefined)
 
 /** An aborted move as the cooldown keeps it. */
 const abortOf = (m: Move, now: number): MakeRoom.Aborted => ({ sessionId: m.sessionId, targetHostId: m.targetHostId, endedAt: m.endedAt ?? now })
@@ -431,9 +434,9 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
     const holds = state.memory.holds
     const starving = holds.some((h) => h.reason === "starving")
     if (!starving && state.moves.size === 0 && moves.timeoutMs === undefined) return begun
-    const failed = (reason: string) => (tell ? tell({ _tag: "MovesFailed", reason }).pipe(Effect.as(begun)) : Effect.succeed(begun))
+    const failed = (e: StoreError) => (tell ? tell({ _tag: "MovesFailed", reason: reasonOf(e), kind: kindOf(e) }).pipe(Effect.as(begun)) : Effect.succeed(begun))
     const open = yield* Effect.result(store.listMoves({ state: "pending" }))
-    if (open._tag === "Failure") return yield* failed(reasonOf(open.failure))
+    if (open._tag === "Failure") return yield* failed(open.failure)
     // The store's time: moves' starts and ends were stamped on it.
     const now = yield* nowOf(store)
     yield* settle(store, state, open.success, now, tell)
@@ -448,19 +451,19 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
       // The moves aborted within the cooldown, once per leadership: the store's indexed read of
       // the window (`endedSince`), not every abort it keeps.
       const ended = yield* Effect.result(store.listMoves({ state: "aborted", endedSince: now - cooldownMs }))
-      if (ended._tag === "Failure") return yield* failed(reasonOf(ended.failure))
+      if (ended._tag === "Failure") return yield* failed(ended.failure)
       state.aborted.push(...MakeRoom.cooling(ended.success.map((m) => abortOf(m, now)), now, cooldownMs))
       state.abortedRead = true
     }
     const read = yield* Effect.result(store.fleetView())
-    if (read._tag === "Failure") return yield* failed(read.failure.reason)
+    if (read._tag === "Failure") return yield* failed(read.failure)
     const limits = store.limits()
     const movingFrom = new Set(pending.map((m) => m.sourceHostId))
     const running = new Map<string, MakeRoom.Running[]>()
     const allowanceMs = new Map<string, Map<string, number>>()
     for (const hold of MakeRoom.servable(read.success, holds, movingFrom, limits)) {
       const sessions = yield* Effect.result(store.listSessions({ hostId: hold.hostId, state: "running" }))
-      if (sessions._tag === "Failure") return yield* failed(sessions.failure.reason)
+      if (sessions._tag === "Failure") return yield* failed(sessions.failure)
       running.set(
         hold.hostId,
         sessions.success.map((s) => ({ sessionId: s.id, budget: s.budget, residentMib: moves.residentMib?.(s) ?? s.budget.memMib })),
@@ -471,7 +474,7 @@ const makeRoom = (store: StoreShape, moves: MoveOptions, options: Options, state
       // Only hosts that take moves can be a target (`MakeRoom` skips the others).
       const targetHostIds = read.success.hosts.filter((h) => h.id !== hold.hostId && Placement.acceptsMoves(h)).map((h) => h.id)
       const recent = yield* Effect.result(store.listAllowanceCommits(Downtime.allowanceCommitsQuery(hold.hostId, targetHostIds, now, policy)))
-      if (recent._tag === "Failure") return yield* failed(recent.failure.message)
+      if (recent._tag === "Failure") return yield* failed(recent.failure)
       allowanceMs.set(hold.hostId, new Map(targetHostIds.map((t) => [t, Downtime.pairAllowance(recent.success, hold.hostId, t, now, policy).allowanceMs])))
     }
     if (running.size === 0) return begun
@@ -516,7 +519,7 @@ const prune = (store: StoreShape, retention: RetentionOptions, tell: Tell) =>
   Effect.gen(function* () {
     const now = yield* nowOf(store)
     const done = yield* committing(store.pruneHistory({ endedBefore: Math.max(0, now - retention.retentionMs), limit: retention.limit }), (r) =>
-      !tell ? undefined : r._tag === "Failure" ? tell({ _tag: "PruneFailed", reason: reasonOf(r.failure) }) : tell({ _tag: "Pruned", result: r.success }),
+      !tell ? undefined : r._tag === "Failure" ? tell({ _tag: "PruneFailed", reason: reasonOf(r.failure), kind: kindOf(r.failure) }) : tell({ _tag: "Pruned", result: r.success }),
     )
     return done._tag === "Failure" ? null : done.success
   })

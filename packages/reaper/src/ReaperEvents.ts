@@ -42,7 +42,7 @@ export type Event =
         readonly openMove: { readonly id: string; readonly targetHostId: string } | null
       }[]
     }
-  | { readonly _tag: "LifetimesFailed"; readonly reason: string }
+  | { readonly _tag: "LifetimesFailed"; readonly reason: string; readonly kind?: FailureKind }
   | { readonly _tag: "Decided"; readonly source: Source; readonly decision: ParkPolicy.Decision }
   | { readonly _tag: "DescentStarted"; readonly source: Source; readonly yield: ParkPolicy.PolicyYield }
   /** The park changed first (resumed, ended): the CAS `parked → descending` lost; skipped. */
@@ -66,7 +66,7 @@ export type Event =
    * allowances): the rest of the step is skipped this pass (no timeout enforced after a failed
    * read of the pending moves, no move begun).
    */
-  | { readonly _tag: "MovesFailed"; readonly reason: string }
+  | { readonly _tag: "MovesFailed"; readonly reason: string; readonly kind?: FailureKind }
   /**
    * A planned move the store refused (its session or target changed first) or could not begin
    * (`unavailable`: the store was down, or the write was fenced off by a newer leader).
@@ -75,7 +75,7 @@ export type Event =
   /** The retention step deleted this much old history (`Reaper.Options.retention`; every count may be 0). */
   | { readonly _tag: "Pruned"; readonly result: PruneResult }
   /** The retention step's call failed (the store was down, the write fenced off): the next pass tries again. */
-  | { readonly _tag: "PruneFailed"; readonly reason: string }
+  | { readonly _tag: "PruneFailed"; readonly reason: string; readonly kind?: FailureKind }
   /** The leader lock was lost between two steps: the pass stops there. */
   | { readonly _tag: "LeadershipLost"; readonly source: Source; readonly step: string }
 

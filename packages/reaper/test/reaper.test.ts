@@ -186,6 +186,25 @@ describe("Reaper.pass", () => {
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
   })
 
+  it.effect("a failed read of the due lifetimes is told with its kind (contention is not an unhealthy store); nothing idled or ended", () => {
+    const rec = recorder()
+    return Effect.gen(function* () {
+      const store = yield* Store
+      yield* host("h1", 8192)
+      yield* store.createSession({ id: "ttl", budget: { memMib: 1024, vcpus: 1 }, affinity: ["h1"], ttlMs: 1000 })
+      yield* store.markRunning("ttl")
+      yield* TestClock.adjust(1001)
+      const busy = Store.of({ ...store, lifetimesDue: () => Effect.fail(new Unavailable({ reason: "lock wait (test)", retryAfterMs: 1000, kind: "contended" })) })
+      const pass = yield* Reaper.pass({ policy: "demand" }).pipe(Effect.provideService(Store, busy))
+      assert.strictEqual(pass._tag, "Done")
+      assert.deepStrictEqual(
+        rec.events.filter((e) => e._tag === "LifetimesFailed"),
+        [{ _tag: "LifetimesFailed", reason: "lock wait (test)", kind: "contended" }],
+      )
+      assert.strictEqual(yield* stateOf("ttl"), "running")
+    }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
+  })
+
   it.effect("leadership lost midway through the lifetimes: the ends already written are still told", () => {
     const rec = recorder()
     return Effect.gen(function* () {
@@ -566,17 +585,17 @@ describe("Reaper.pass moves for starving sessions", () => {
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
   })
 
-  it.effect("a failed read of the open moves skips the step: told, nothing begun, the pass done", () => {
+  it.effect("a failed read of the open moves skips the step: told with its kind, nothing begun, the pass done", () => {
     const rec = recorder()
     return Effect.gen(function* () {
       yield* fleet
       const store = yield* Store
-      const flaky = Store.of({ ...store, listMoves: () => Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000 })) })
+      const flaky = Store.of({ ...store, listMoves: () => Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000, kind: "contended" })) })
       const pass = yield* Reaper.pass({ state: ReaperState.make(), moves }).pipe(Effect.provideService(Store, flaky))
       assert.deepStrictEqual(pass._tag === "Done" ? pass.moves : null, [])
       assert.deepStrictEqual(
         rec.events.filter((e) => e._tag === "MovesFailed"),
-        [{ _tag: "MovesFailed", reason: "down (test)" }],
+        [{ _tag: "MovesFailed", reason: "down (test)", kind: "contended" }],
       )
       assert.strictEqual(yield* stateOf("b"), "running")
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
@@ -815,19 +834,19 @@ describe("Reaper.pass retention", () => {
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
   })
 
-  it.effect("a failed prune is told and the pass is done; the next pass deletes the chunk", () => {
+  it.effect("a failed prune is told (with its kind) and the pass is done; the next pass deletes the chunk", () => {
     const rec = recorder()
     return Effect.gen(function* () {
       yield* history
       yield* TestClock.adjust(2 * hour)
       const store = yield* Store
-      const down = Store.of({ ...store, pruneHistory: () => Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000 })) })
+      const down = Store.of({ ...store, pruneHistory: () => Effect.fail(new Unavailable({ reason: "down (test)", retryAfterMs: 1000, kind: "disk_full" })) })
       const failed = yield* Reaper.pass({ state: ReaperState.make(), retention }).pipe(Effect.provideService(Store, down))
       assert.strictEqual(failed._tag, "Done")
       assert.strictEqual(prunedOf(failed), null)
       assert.deepStrictEqual(
         rec.events.filter((e) => e._tag === "PruneFailed"),
-        [{ _tag: "PruneFailed", reason: "down (test)" }],
+        [{ _tag: "PruneFailed", reason: "down (test)", kind: "disk_full" }],
       )
       assert.strictEqual(prunedOf(yield* Reaper.pass({ state: ReaperState.make(), retention }))?.sessions, 2)
     }).pipe(Effect.provide(Layer.merge(storeLayer(), rec.layer)))
