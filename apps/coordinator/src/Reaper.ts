@@ -25,6 +25,8 @@ import { endedTopics, hostTopic, moveTopic, Notifier, sessionTopic } from "./Not
 import type { NotifierShape } from "./Notifier.js"
 import type { CoordinatorConfig } from "./Config.js"
 import { Settings } from "./Settings.js"
+import * as Stalls from "./Stalls.js"
+import type { Blockers } from "@engram/store-pg"
 
 /** What one pass did (the shared pass's report). */
 export type PassReport = Reaper.PassReport
@@ -131,10 +133,10 @@ const drainedTopics = (r: DrainResult): (string | null)[] => r.placed.flatMap((p
  * same contention). The loop steps down after `ENGRAM_LEADER_STEP_DOWN_PASSES` passes in a row
  * with one (`reaperLoopSteps`).
  */
-type StoreFailed = (step: string, reason: string) => void
+type StoreFailed = (step: string, reason: string, kind: FailureKind) => void
 
 const storeFailure = (failed: StoreFailed | undefined, step: string, e: { readonly reason: string; readonly kind?: FailureKind }): void => {
-  if (failed !== undefined && storeUnhealthy(e)) failed(step, e.reason)
+  if (failed !== undefined && storeUnhealthy(e)) failed(step, e.reason, e.kind)
 }
 
 /** The pass's events as the coordinator's metrics, logs and wake-ups. */
@@ -481,7 +483,11 @@ export const clockSkewCheck = () => {
  * drained, gated or timed out fleet-wide. Another replica takes the lease at its next check. The
  * replica that stepped down takes part again (`standAgain`) once a store read of its own (the
  * ledger's metrics, as readiness reads) succeeds at one of its next passes' times. Failures that
- * only say the store is busy (`contended`: lock waits, lost races) do not count.
+ * only say the store is busy (`contended`: lock waits, lost races) do not count, nor do calls
+ * that all timed out while the database, answering, shows this replica's statements waiting on it
+ * (`Stalls.stalledForEveryReplica`: a lock an operator or a migration holds, statements that run
+ * long): every replica shares that database, so another leader would meet the same stall, and
+ * each hand-over would restart the failover grace.
  *
  * A replica that does not lead reads its store likewise at its passes' times, and one whose reads
  * fail as many times in a row stands aside (takes no lease) until a read succeeds: a candidate
@@ -500,6 +506,16 @@ export const reaperLoopSteps: Effect.Effect<
   const skewCheck = clockSkewCheck()
   const context = yield* Effect.context<Store | Metrics | Notifier | Settings | Leader>()
   const stepDownPasses = settings.config.leaderStepDownPasses
+  const stalls = Option.getOrElse(yield* Effect.serviceOption(Stalls.Stalls), () => Stalls.none)
+  /**
+   * Whether failures (their kinds) are the shared database's stall, not this replica's: every one
+   * timed out, and the database answers a diagnosis read since the calls began (`since`: the one
+   * the timed-out calls made while they waited, shared) showing this replica's statements on it.
+   * No diagnosis (PGlite, a custom store), a database that does not answer, or another kind of
+   * failure: not.
+   */
+  const sharedStall = (kinds: readonly FailureKind[], since: Effect.Effect<Blockers.Diagnosis | null>): Effect.Effect<boolean> =>
+    kinds.length > 0 && kinds.every((k) => k === "timed_out") ? Effect.map(since, Stalls.stalledForEveryReplica) : Effect.succeed(false)
   let wasLeader = false
   const lease = Effect.gen(function* () {
     const leading = yield* leader.tick
@@ -548,8 +564,9 @@ export const reaperLoopSteps: Effect.Effect<
       asideFails = 0
       return
     }
+    const since = stalls.diagnoseSince()
     const read = yield* Effect.result(store.metrics())
-    if (read._tag === "Success" || !storeUnhealthy(read.failure)) {
+    if (read._tag === "Success" || !storeUnhealthy(read.failure) || (read.failure._tag === "Unavailable" && (yield* sharedStall([read.failure.kind], since)))) {
       asideFails = 0
       return
     }
@@ -570,12 +587,13 @@ export const reaperLoopSteps: Effect.Effect<
       failedPasses = 0
       return yield* standAside
     }
-    let failed = false
-    yield* judgedPass((step, reason) => {
-      failed = true
+    const kinds: FailureKind[] = []
+    const since = stalls.diagnoseSince()
+    yield* judgedPass((step, reason, kind) => {
+      kinds.push(kind)
       lastFailure = { step, reason }
     }).pipe(Effect.provideContext(context))
-    failedPasses = failed ? failedPasses + 1 : 0
+    failedPasses = kinds.length > 0 && !(yield* sharedStall(kinds, since)) ? failedPasses + 1 : 0
     if (stepDownPasses === 0 || failedPasses < stepDownPasses || leader.stepDown === undefined || !leader.isLeader()) return
     failedPasses = 0
     steppedDown = true

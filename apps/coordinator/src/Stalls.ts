@@ -50,19 +50,29 @@ export const stalledAnswer = (lead: string, d: Extract<Blockers.Diagnosis, { rea
 
 /** What the database waits on, read when store calls time out. */
 export interface StallsShape {
-  /** A store call has waited most of its bound: reads what the database waits on now (shared), for its timeout's warning. */
-  readonly slow: () => void
+  /**
+   * A store call has waited `waitedMs`, most of its bound: reads what the database waits on now,
+   * for its timeout's warning (shared with the calls that began before the read; a read begun
+   * before this call did not see it wait, and is not taken).
+   */
+  readonly slow: (waitedMs: number) => void
   /** A store call `name` timed out: warns what the database waits on, at most once per `warnEveryMs`. Returns at once. */
   readonly timedOut: (name: string) => Effect.Effect<void>
   /** What the store's connections wait on now (one read shared for `reuseMs`), or null where there is no such read (PGlite). */
   readonly diagnose: Effect.Effect<Blockers.Diagnosis | null>
+  /**
+   * A mark, now: its effect answers a read begun at or after the mark (the read a timed-out call
+   * made while it waited, shared), else a read of its own. Judges what calls made since the mark
+   * met, never an older episode's read.
+   */
+  readonly diagnoseSince: () => Effect.Effect<Blockers.Diagnosis | null>
 }
 
 /** The stalls of this replica's store. */
 export class Stalls extends Context.Service<Stalls, StallsShape>()("@engram/coordinator/Stalls") {}
 
 /** No diagnosis (PGlite, a custom store): timeouts are only the 503s' own lines. */
-export const none: StallsShape = { slow: () => undefined, timedOut: () => Effect.void, diagnose: Effect.succeed(null) }
+export const none: StallsShape = { slow: () => undefined, timedOut: () => Effect.void, diagnose: Effect.succeed(null), diagnoseSince: () => Effect.succeed(null) }
 
 /**
  * The stalls of a store read by `read` (`Blockers.make`). Real time (`now`), as the store bound:
@@ -71,14 +81,19 @@ export const none: StallsShape = { slow: () => undefined, timedOut: () => Effect
 export const make = (read: Effect.Effect<Blockers.Diagnosis>, now: () => number = Date.now): StallsShape => {
   let shared: { readonly at: number; readonly answer: Promise<Blockers.Diagnosis> } | null = null
   let warnedAt = Number.NEGATIVE_INFINITY
-  const reading = (): Promise<Blockers.Diagnosis> => {
-    const at = now()
-    if (shared !== null && at - shared.at < reuseMs) return shared.answer
+  /** The read shared by callers from `sinceMs` on (a new one when the last began before it). */
+  const readingSince = (sinceMs: number): Promise<Blockers.Diagnosis> => {
+    if (shared !== null && shared.at >= sinceMs) return shared.answer
     const answer = Effect.runPromise(read)
-    shared = { at, answer }
+    shared = { at: now(), answer }
     return answer
   }
+  const reading = (): Promise<Blockers.Diagnosis> => readingSince(now() - reuseMs + 1)
   const diagnose = Effect.promise(reading)
+  const diagnoseSince = () => {
+    const mark = now()
+    return Effect.promise(() => readingSince(mark))
+  }
   const timedOut = (name: string) =>
     Effect.suspend(() => {
       if (now() - warnedAt < warnEveryMs) return Effect.void
@@ -94,5 +109,5 @@ export const make = (read: Effect.Effect<Blockers.Diagnosis>, now: () => number 
         ),
       )
     })
-  return { slow: () => void reading(), timedOut, diagnose }
+  return { slow: (waitedMs) => void readingSince(now() - waitedMs), timedOut, diagnose, diagnoseSince }
 }

@@ -164,7 +164,7 @@ export const boundStore = (
   let refused: WritesRefused | null = null
   // A call that waited most of its bound: what the database waits on is read now, while the call
   // still waits (the server's `statement_timeout`, the same bound, cancels it when it times out).
-  const slow = stalls === Stalls.none ? undefined : { afterMs: Stalls.readBeforeMs(timeoutMs), notice: stalls.slow }
+  const slow = stalls === Stalls.none ? undefined : { afterMs: Stalls.readBeforeMs(timeoutMs), notice: () => stalls.slow(Stalls.readBeforeMs(timeoutMs)) }
   const out: Record<string, unknown> = {}
   for (const [name, value] of Object.entries(store)) {
     out[name] =

@@ -17,6 +17,8 @@ import { freshDatabase } from "@engram/test-pg"
 import { Context, Effect, Layer, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { reaperLoopSteps } from "../src/Reaper.js"
+import * as Stalls from "../src/Stalls.js"
+import { boundStore } from "../src/StoreBound.js"
 
 const times = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000 }
 
@@ -56,9 +58,10 @@ const failing = (store: StoreShape, sw: Switch, failure: (k: string) => Unavaila
 }
 
 /** One replica's reaper loop steps on `store`, leading through `leader`; its metrics. */
-const replica = (store: StoreShape, leader: LeadershipShape, set = settings) =>
+const replica = (store: StoreShape, leader: LeadershipShape, set = settings, stalls?: Stalls.StallsShape) =>
   Effect.gen(function* () {
     const services = Layer.mergeAll(
+      stalls === undefined ? Layer.empty : Layer.succeed(Stalls.Stalls, stalls),
       Metrics.layer,
       Notifier.layer.pipe(Layer.provide(Changes.local)),
       Layer.succeed(Leader, leader),
@@ -196,6 +199,61 @@ describe("the reaper's leader steps down when its store keeps failing (PostgreSQ
       assert.strictEqual((yield* store.getSession("s1")).state, "lost")
 
       // A's connection lost: ENGRAM_LEADER_STEP_DOWN_PASSES passes in a row step it down.
+      sw.fail = true
+      for (let i = 0; i < passes - 1; i++) yield* interval
+      assert.isTrue(leaseA.isLeader())
+      yield* interval
+      assert.isFalse(leaseA.isLeader(), "the leader stepped down")
+      assert.strictEqual(a.metrics.reaperStepDowns.get(), 1)
+    }).pipe(Effect.scoped),
+  )
+
+  it.effect("passes whose calls time out behind a lock every replica meets (the database answers; this replica's statements wait on it) do not count; timeouts with no such stall do", () =>
+    Effect.gen(function* () {
+      // As the coordinator runs on PostgreSQL: the server's statement bound is the store bound, the
+      // calls are bounded by it, and a call that waits most of it has what it waits on read.
+      const boundMs = 1000
+      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      const operator = yield* Effect.acquireRelease(Effect.sync(() => postgres(database.url, { max: 1, onnotice: () => undefined })), (sql) => Effect.promise(() => sql.end()))
+      const pair = yield* StorePg.openUrl({ url: database.url, poolSize: 2, statementTimeoutMs: boundMs })
+      const stalls = Stalls.make(pair.diagnose!)
+      const { store } = boundStore(pair.store, boundMs, undefined, stalls)
+      const lease = (holder: string) => Effect.map(Layer.build(Lease.layer({ url: database.url, ...times, holder })), (c) => Context.get(c, Leadership))
+      const sw: Switch = { fail: false }
+      const leaseA = yield* lease("a")
+      const leaseB = yield* lease("b")
+      const noGrace = settingsOf({ ENGRAM_RECLAIM_GRACE_MS: "0" })
+      // A's calls can also fail as a wedged pool's do (timed out, the database idle): its own trouble.
+      const a = yield* replica(failing(store, sw, timedOut), leaseA, noGrace, stalls)
+      const b = yield* replica(store, leaseB, noGrace, stalls)
+      const { warnings, interval } = intervalsOf(a, b)
+      yield* a.lease
+      yield* b.lease
+      assert.isTrue(leaseA.isLeader())
+
+      // A session on a host that never heartbeats; an operator holds its row (no lock_timeout):
+      // each reclaim of it waits out the store bound, on every replica alike.
+      yield* store.registerHost({ id: "h1" })
+      yield* store.reportHost("h1", { totalMib: 4096, allocatableMib: 4096, totalVcpus: 8 })
+      assert.strictEqual((yield* store.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 } }))._tag, "Placed")
+      const held = yield* Effect.promise(() => operator.reserve())
+      yield* Effect.addFinalizer(() => Effect.promise(async () => held.release()))
+      yield* Effect.promise(() => held.unsafe("begin"))
+      yield* Effect.promise(() => held.unsafe("select id from sessions where id = 's1' for update"))
+      const staleAfter = Math.ceil(store.limits().heartbeatStaleWindowMs / intervalMs) + 1
+      for (let i = 0; i < staleAfter + 2 * passes; i++) yield* interval
+      assert.match(warnings.join("\n"), /reclaim failed.*timed_out/, "the reclaims timed out behind the lock")
+      assert.match(warnings.join("\n"), /did not answer reclaim in time.*lock held by pid/, "what they waited on was read")
+      assert.isTrue(leaseA.isLeader(), "passes that timed out behind a lock every replica meets keep the leader")
+      assert.strictEqual(a.metrics.reaperStepDowns.get(), 0)
+      assert.notMatch(warnings.join("\n"), /giving the reaper's lease up/)
+
+      // The lock given back: the next pass reclaims.
+      yield* Effect.promise(() => held.unsafe("rollback"))
+      yield* interval
+      assert.strictEqual((yield* store.getSession("s1")).state, "lost")
+
+      // A's calls time out with nothing of it waiting on the database (its pool wedged): they count.
       sw.fail = true
       for (let i = 0; i < passes - 1; i++) yield* interval
       assert.isTrue(leaseA.isLeader())

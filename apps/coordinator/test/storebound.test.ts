@@ -56,7 +56,7 @@ describe("bounded", () => {
 
   it("a call the server cancelled for its statement_timeout (57014) fails in the same words as our own bound, and the stalls are told", async () => {
     const told: string[] = []
-    const stalls = { slow: () => undefined, timedOut: (name: string) => Effect.sync(() => void told.push(name)), diagnose: Effect.succeed(null) }
+    const stalls = { slow: () => undefined, timedOut: (name: string) => Effect.sync(() => void told.push(name)), diagnose: Effect.succeed(null), diagnoseSince: () => Effect.succeed(null) }
     const exit = await Effect.runPromiseExit(
       Effect.gen(function* () {
         const sim = yield* Store
