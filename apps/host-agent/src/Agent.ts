@@ -491,14 +491,19 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         : images.writeTag(s.id, { createdAt: s.createdAt, lastActiveAt: s.lastActiveAt }).pipe(
             Effect.catch((e) => Effect.logWarning("descent tag not written; a restore will judge the image by the session's figures", { hostId: me, sessionId: s.id, error: String(e) })),
           )
+    /** Whether the tag beside `s`'s image names its last descent (its figures), not merely passes for it. */
+    const tagNamesDescent = (s: AssignedSession, tag: unknown) => {
+      if (typeof tag !== "object" || tag === null) return false
+      const t = tag as { readonly createdAt?: unknown; readonly lastActiveAt?: unknown }
+      return t.createdAt === s.createdAt && t.lastActiveAt === s.lastActiveAt
+    }
     /** Whether the image under `s`'s id is of its last descent: its tag matches, or (no tag, or no figures) the session ran before. */
     const isThisDescent = (s: AssignedSession): Effect.Effect<boolean> =>
       Effect.gen(function* () {
         if (s.createdAt === undefined || s.lastActiveAt === undefined) return true
         const tag = images.readTag === undefined ? undefined : yield* images.readTag(s.id)
         if (typeof tag !== "object" || tag === null) return !neverRan(s)
-        const t = tag as { readonly createdAt?: unknown; readonly lastActiveAt?: unknown }
-        return t.createdAt === s.createdAt && t.lastActiveAt === s.lastActiveAt
+        return tagNamesDescent(s, tag)
       })
 
     /**
@@ -737,6 +742,33 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             ),
           )
 
+    /** The descents whose image this agent wrote and has not reported yet: session id to its figures (`figuresOf`). In memory. */
+    const descentsWritten = new Map<string, string>()
+    const figuresOf = (s: AssignedSession) => `${s.createdAt}/${s.lastActiveAt}`
+    /**
+     * What the image under `s`'s id is to its descent when no VM of it is resident here (a retry
+     * after the VM went, or a guest that vanished before or during the descent): `none` (no
+     * image), `ours` (this descent wrote it: its tag names this descent, or this agent wrote it
+     * and its tag did not land) or `stale` (an earlier image: a tag of another descent, the tag a
+     * descent cleared and never wrote because its capture failed, or none on a session that never
+     * ran). Without the session's figures or a tag store nothing tells them apart: `ours`, as before.
+     */
+    const imageOfDescent = (s: AssignedSession): Effect.Effect<"none" | "ours" | "stale"> =>
+      Effect.gen(function* () {
+        if ((yield* images.get(s.id)) === undefined) return "none"
+        if (s.createdAt === undefined || s.lastActiveAt === undefined || images.readTag === undefined || images.writeTag === undefined) return "ours"
+        const tag = yield* images.readTag(s.id)
+        if (tagNamesDescent(s, tag)) return "ours"
+        // Written by this agent, its tag not (best effort): written now, so a restore takes the image.
+        if (descentsWritten.get(s.id) === figuresOf(s)) {
+          yield* writeDescentTag(s)
+          return "ours"
+        }
+        // No tag at all (an agent before tags): judged by the figures, as a restore judges it.
+        if (tag === undefined) return neverRan(s) ? "stale" : "ours"
+        return "stale"
+      })
+
     const descend = (s: AssignedSession) =>
       Effect.gen(function* () {
         const vm = yield* residents.get(s.id)
@@ -744,26 +776,48 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           // The image is a file of the image store; when `descend` answers, the VM and its RAM are gone.
           const path = yield* images.prepare(s.id)
           // An earlier descent's tag (its image kept) must not stand beside this one's image if the
-          // new tag is not written: cleared first, so a restore then judges by the figures.
+          // new tag is not written: cleared first. A cleared tag says a descent began here and its
+          // capture may have failed (the earlier image then still lies here): a retry without the
+          // VM does not take it for this descent's (`imageOfDescent`).
           if (images.writeTag !== undefined) yield* images.writeTag(s.id, null).pipe(Effect.ignore)
           const image = yield* timedLog("descended to its image", { sessionId: s.id }, runtime.descend(s.id, path))
+          descentsWritten.set(s.id, figuresOf(s))
           yield* writeDescentTag(s)
           yield* residents.remove(s.id)
           // Once the VM is no longer resident here: the hashing stops when it is again (restored).
           yield* warmImage(s)
           yield* log("descent image written", { sessionId: s.id, imageBytes: image.bytes, method: image.method, detail: image.detail })
         }
-        // No guest and no image: the descent leaves none, and says so (the session then names no
-        // image host: its resume boots fresh, and a named host without the image is another loss).
-        const imageless = vm === undefined && (yield* images.get(s.id)) === undefined
+        // No guest and no image of this descent: the descent leaves none, and says so (the session
+        // then names no image host: its resume boots fresh, and a named host without the image is
+        // another loss). An earlier image under its id (of an earlier descent of this session,
+        // restored here since, or of another session of the same id) is not this guest's memory:
+        // reported with it, a resume would restore an older guest, silently.
+        const found = vm === undefined ? yield* imageOfDescent(s) : "ours"
+        const imageless = found !== "ours"
+        if (found === "stale") {
+          // A restore must not take it either (a cleared tag or none would pass for this descent's):
+          // tagged as superseded before the descent is reported (a failure fails the action, retried).
+          if ((yield* isThisDescent(s)) && images.writeTag !== undefined) {
+            yield* images.writeTag(s.id, { supersededBy: { createdAt: s.createdAt, lastActiveAt: s.lastActiveAt } }).pipe(
+              Effect.mapError((e) => ({ _tag: "ImageNotSuperseded", message: `the earlier image under this session's id could not be tagged as superseded: ${String(e)}` })),
+            )
+          }
+          yield* Effect.logWarning("descending session has no resident VM, and the image under its id is not of this descent (an earlier one's, kept); reporting it descended without an image", {
+            hostId: me,
+            sessionId: s.id,
+            imagePath: images.pathFor(s.id),
+          })
+        }
+        if (found === "none") yield* Effect.logWarning("descending session has no resident VM and no image; reporting it descended without an image", { hostId: me, sessionId: s.id })
         if (imageless) {
-          yield* Effect.logWarning("descending session has no resident VM and no image; reporting it descended without an image", { hostId: me, sessionId: s.id })
           // Its guest is lost: told before the descent (on a later try if this one's report
           // fails), once: a retry after `descended` failed finds the loss noted.
           yield* noteLost(s.id, lostReasonOf("notFound", s.state))
           yield* toldFirst(s.id)
         }
         yield* done(coordinator.descended(s.id, imageless ? { imageless } : {}))
+        descentsWritten.delete(s.id)
         yield* log("descended", { sessionId: s.id })
       })
 

@@ -63,6 +63,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     return cur === undefined ? s : { ...s, moves: new Map(s.moves).set(id, { ...cur, ...patch }) }
   }
   const log = (s: FakeState, call: string): FakeState => ({ ...s, calls: [...s.calls, call] })
+  /** A session's `lastActiveAt` once it runs again: a second after the last (none when it carries no figures). */
+  const lastActiveNow = (x: AssignedSession): Partial<AssignedSession> => (x.lastActiveAt === undefined ? {} : { lastActiveAt: x.lastActiveAt + 1000 })
   /** `s` with `m`'s commit in the sessions' history. */
   const committed = (s: FakeState, m: FakeMove): FakeState => ({ ...s, moved: [...s.moved, { moveId: m.id, sessionId: m.sessionId, fromHostId: m.sourceHostId, toHostId: m.targetHostId }] })
 
@@ -128,7 +130,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
       Effect.flatten(
         modify((s) =>
           s.sessions.get(id)?.state === "pending"
-            ? [Effect.void as Step, log(setSession(s, id, { state: "running" }), `started ${id}`)]
+            ? // As the coordinator's: running sets `lastActiveAt` to now (a later time), when the session carries its figures.
+              [Effect.void as Step, log(setSession(s, id, { state: "running", ...lastActiveNow(s.sessions.get(id)!) }), `started ${id}`)]
             : [conflict("started", `session ${id} is not pending`), s],
         ),
       ),

@@ -46,6 +46,7 @@ const counting = (
   intentFirst: ((vmId: string) => Effect.Effect<void>) | undefined,
   onSent: (vmId: string) => Effect.Effect<void>,
   late: readonly MoveRound[],
+  onDescend: (vmId: string) => Effect.Effect<void>,
 ) =>
   Effect.gen(function* () {
     const starts = yield* Ref.make(0)
@@ -75,6 +76,7 @@ const counting = (
       starts,
       launches,
       migrate,
+      descend: (vmId: string, path: string) => Effect.andThen(onDescend(vmId), rt.descend(vmId, path)),
       start: (...args: Parameters<VmRuntimeShape["start"]>) =>
         Ref.update(starts, (n) => n + 1).pipe(
           Effect.andThen(rt.start(...args)),
@@ -104,6 +106,8 @@ export interface FleetOptions {
    * QEMU's passes read after the fact), after the simulated ones.
    */
   readonly lateRounds?: (hostId: string) => readonly MoveRound[]
+  /** Runs on a host when its agent descends a VM there, before the runtime captures it (e.g. the VM crashing meanwhile). */
+  readonly onDescend?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
   /** Wraps a host's coordinator client (e.g. to hold one of its calls). */
   readonly wrapCoordinator?: (client: CoordinatorShape, hostId: string) => CoordinatorShape
   /** Wraps the in-memory peer link (e.g. to watch it, or cut it). */
@@ -162,6 +166,7 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
         options.intentFirst === undefined ? undefined : hook(options.intentFirst),
         hook(options.onSent),
         options.lateRounds?.(h.hostId) ?? [],
+        hook(options.onDescend),
       )
       built.push(yield* startAgent(h.hostId, runtime, null))
     }
