@@ -276,19 +276,27 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         coordinatorWindowMs = windowMs
         const interval = Math.min(config.heartbeatIntervalMs, Math.max(1, Math.floor(Math.min(ownStaleWindowMs, windowMs) / 3)))
         const shortened = interval < heartbeatIntervalMs
+        const changed = interval !== heartbeatIntervalMs
         heartbeatIntervalMs = interval
         if (shortened) {
           const was = cadenceChanged
           cadenceChanged = Deferred.makeUnsafe<void>()
           Deferred.doneUnsafe(was, Effect.void)
         }
-        if (windowMs === ownStaleWindowMs) return Effect.void
-        return Effect.logWarning(
-          windowMs < ownStaleWindowMs
-            ? `the coordinator's heartbeat stale window (${windowMs} ms) is shorter than this agent's (${ownStaleWindowMs} ms, ENGRAM_HEARTBEAT_STALE_WINDOW_MS or three ENGRAM_AGENT_HEARTBEAT_MS): heartbeating every ${interval} ms at most so this host does not go stale; set both alike`
-            : `the coordinator's heartbeat stale window (${windowMs} ms) is longer than this agent's (${ownStaleWindowMs} ms, ENGRAM_HEARTBEAT_STALE_WINDOW_MS or three ENGRAM_AGENT_HEARTBEAT_MS): the agent keeps its own heartbeat interval (${interval} ms); set both alike`,
-          { hostId: me, coordinatorStaleWindowMs: windowMs, agentStaleWindowMs: ownStaleWindowMs, heartbeatIntervalMs: interval },
-        )
+        // The client's call bound follows the cadence (`Failover.callTimeoutFor` of the interval, as at
+        // start): a call hung on a frozen replica is given up, and the next replica tried, within the
+        // learned window, not the start's (with a 15 s window, a 30 s bound outlived it).
+        const follow = changed && coordinator.followHeartbeat !== undefined ? coordinator.followHeartbeat(interval) : Effect.succeed(undefined)
+        return Effect.flatMap(follow, (callTimeoutMs) => {
+          if (windowMs === ownStaleWindowMs) return Effect.void
+          const bounded = callTimeoutMs === undefined ? "" : `, each coordinator call bounded by ${callTimeoutMs} ms`
+          return Effect.logWarning(
+            windowMs < ownStaleWindowMs
+              ? `the coordinator's heartbeat stale window (${windowMs} ms) is shorter than this agent's (${ownStaleWindowMs} ms, ENGRAM_HEARTBEAT_STALE_WINDOW_MS or three ENGRAM_AGENT_HEARTBEAT_MS): heartbeating every ${interval} ms at most${bounded} so this host does not go stale; set both alike`
+              : `the coordinator's heartbeat stale window (${windowMs} ms) is longer than this agent's (${ownStaleWindowMs} ms, ENGRAM_HEARTBEAT_STALE_WINDOW_MS or three ENGRAM_AGENT_HEARTBEAT_MS): the agent keeps its own heartbeat interval (${interval} ms)${bounded}; set both alike`,
+            { hostId: me, coordinatorStaleWindowMs: windowMs, agentStaleWindowMs: ownStaleWindowMs, heartbeatIntervalMs: interval, ...(callTimeoutMs === undefined ? {} : { callTimeoutMs }) },
+          )
+        })
       })
     /**
      * When a heartbeat was last answered (from the start), and the last gap between two answered

@@ -173,6 +173,13 @@ export interface CoordinatorShape {
    * 404 of the session: never created, or ended and pruned). Any other 404 is a `CoordinatorError`.
    */
   readonly getSession: (sessionId: string) => Fx<AssignedSession | null>
+  /**
+   * The agent's heartbeat interval changed (it learned the coordinator's stale window): later
+   * calls are bounded, and state their bound, by `Failover.callTimeoutFor` of it, as at start, never
+   * above the bound the client was made with. Answers the ordinary call's bound from now on.
+   * Optional: a fake coordinator (tests) has no bound to follow.
+   */
+  readonly followHeartbeat?: (heartbeatIntervalMs: number) => Effect.Effect<number>
 }
 
 export class Coordinator extends Context.Service<Coordinator, CoordinatorShape>()("@engram/host-agent/Coordinator") {}
@@ -188,7 +195,8 @@ export interface CoordinatorTarget {
   /**
    * How long one ordinary call may take before its replica counts as hung (the agent's:
    * `Failover.callTimeoutFor`); a long-poll gets its wait and `Failover.pollTimeoutMs`'s margin.
-   * Default `Failover.maxCallTimeoutMs`.
+   * Default `Failover.maxCallTimeoutMs`. The bound at start: a shorter heartbeat interval the
+   * agent learns later lowers it by the same rule (`followHeartbeat`), never above this.
    */
   readonly callTimeoutMs?: number
 }
@@ -269,11 +277,18 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
     const parsed = Failover.parseUrls(given.join(","))
     if (!("urls" in parsed)) return yield* Effect.die(new Error(`coordinator url ${JSON.stringify(Failover.redactUrl(given.join(",")))}: ${parsed.problem}`))
     const urls = parsed.urls
-    const callMs = t.callTimeoutMs ?? Failover.maxCallTimeoutMs
-    // Every call states the agent's bound: the coordinator answers a heartbeat or a report whose
+    const startCallMs = t.callTimeoutMs ?? Failover.maxCallTimeoutMs
+    /**
+     * The bound of one ordinary call: `startCallMs` until the agent's heartbeat interval changes
+     * (`followHeartbeat`), then `Failover.callTimeoutFor` of the new interval (never above
+     * `startCallMs`). Read by each try as it is sent, so a call made after the change is bounded
+     * by the new one: a replica that hangs is left within the learned cadence, not the start's.
+     */
+    let callMs = startCallMs
+    // Every call states the agent's bound as it is when sent: the coordinator answers a heartbeat or a report whose
     // database stalls within it (503 StoreStalled), before the agent would give up on the replica.
     const http = yield* HttpClient.HttpClient
-    const stating = HttpClient.mapRequest(http, HttpClientRequest.setHeader(ApiErrors.agentCallTimeoutHeader, String(callMs)))
+    const stating = HttpClient.mapRequest(http, (request) => HttpClientRequest.setHeader(request, ApiErrors.agentCallTimeoutHeader, String(callMs)))
     const apis = yield* Effect.forEach(urls, (url) =>
       Client.make({ baseUrl: Failover.baseUrlOf(url), token: t.hostToken }).pipe(Effect.provideService(HttpClient.HttpClient, stating)),
     )
@@ -285,9 +300,11 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
      * try still open when the client leaves its replica (another call found it unreachable) is
      * interrupted and made at once on the replica switched to (it counts as a try): a long-poll
      * open on a hung replica does not wait out its own bound once the heartbeat has moved on.
+     * `boundOf`: the try's bound from the ordinary call's bound as it is when the try is sent.
      */
-    const attempt = <A>(op: string, request: (api: Client.Client) => Raw<A>, timeoutMs: number, left: number): Fx<A> =>
+    const attempt = <A>(op: string, request: (api: Client.Client) => Raw<A>, boundOf: (callMs: number) => number, left: number): Fx<A> =>
       Effect.gen(function* () {
+        const timeoutMs = boundOf(callMs)
         const { index, movedAway } = yield* replica.use
         const sentMs = yield* Clock.currentTimeMillis
         const outcome = yield* request(apis[index]!).pipe(
@@ -304,7 +321,7 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
             yield* Effect.logInfo(`assignments poll moved to ${moved.to}`, moved)
             yield* Effect.sleep(yield* Pacing.moveSpreadMs())
           }
-          return yield* attempt(op, request, timeoutMs, left - 1)
+          return yield* attempt(op, request, boundOf, left - 1)
         }
         const result = outcome.result
         if (result._tag === "Success") return result.success
@@ -332,13 +349,14 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
           if (left > 0) {
             // A long-poll only: every agent of a replica that went away moves at once (`Pacing.moveSpreadMs`).
             if (op === "assignments") yield* Effect.sleep(yield* Pacing.moveSpreadMs())
-            return yield* attempt(op, request, timeoutMs, left - 1)
+            return yield* attempt(op, request, boundOf, left - 1)
           }
         }
         if (e._tag === "TimeoutError") return yield* Effect.fail(new CoordinatorError({ op, status: null, message }))
         return yield* Effect.fail(toPortError(op, e, yield* Clock.currentTimeMillis))
       })
-    const call = <A>(op: string, request: (api: Client.Client) => Raw<A>, timeoutMs = callMs): Fx<A> => attempt(op, request, timeoutMs, urls.length - 1)
+    const call = <A>(op: string, request: (api: Client.Client) => Raw<A>, boundOf: (callMs: number) => number = (ms) => ms): Fx<A> =>
+      attempt(op, request, boundOf, urls.length - 1)
     const sendReport = (r: HostReport, activeSessions: readonly string[]) =>
       call("report", (api) => api.hosts.report({ params: host, payload: activeSessions.length === 0 ? r : { ...r, activeSessions } }))
     let saidPeerUrlRefused = false
@@ -366,7 +384,9 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
         ),
       heartbeat: call("heartbeat", (api) => api.hosts.heartbeat({ params: host })).pipe(Effect.map((b) => b.renewed)),
       assignments: ({ waitMs, since }) =>
-        call("assignments", (api) => api.hosts.assignments({ params: host, query: since === undefined ? { waitMs } : { waitMs, since } }), Failover.pollTimeoutMs(waitMs, callMs, urls.length)),
+        call("assignments", (api) => api.hosts.assignments({ params: host, query: since === undefined ? { waitMs } : { waitMs, since } }), (ms) =>
+          Failover.pollTimeoutMs(waitMs, ms, urls.length),
+        ),
       started: (id) => call("started", (api) => api.sessions.started({ params: { id } })).pipe(Effect.asVoid),
       descended: (id, options = {}) => {
         const plain = call("descended", (api) => api.sessions.descended({ params: { id }, query: {} }))
@@ -403,6 +423,11 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
             () => Effect.succeed(null),
           ),
         ),
+      followHeartbeat: (intervalMs) =>
+        Effect.sync(() => {
+          callMs = Math.min(startCallMs, Failover.callTimeoutFor(urls.length, intervalMs))
+          return callMs
+        }),
     } satisfies CoordinatorShape
   })
 

@@ -119,7 +119,8 @@ const heartbeatIntervalOf = (o: HostAgentOptions): number => o.config?.heartbeat
 
 /**
  * The HTTP client of the coordinator at `url` (one URL or several replicas'), its calls bounded
- * by the agent's heartbeat interval with several URLs, 30 s with one (`Failover.callTimeoutFor`).
+ * by the agent's heartbeat interval with several URLs, 30 s with one (`Failover.callTimeoutFor`);
+ * an interval the agent learns later shortens it by the same rule (`followHeartbeat`).
  */
 export const httpCoordinator = (o: HostAgentOptions, url: string | readonly string[], hostToken: string | Redacted.Redacted<string>): Effect.Effect<CoordinatorShape> => {
   // Parsed once here; a list that does not parse is `makeHttp`'s to name (a defect).

@@ -295,6 +295,16 @@ describe("the bounds of a call", () => {
     expect(Failover.pollTimeoutMs(20_000, 30_000, 1)).toBe(35_000)
   })
 
+  it("the bound follows the agent's heartbeat interval as it learns it (`followHeartbeat`): the same rule as at start, never above the start's", async () => {
+    const bounds = async (urls: readonly string[], intervals: readonly number[]) => {
+      const client = await Effect.runPromise(makeHttp({ url: urls, hostId: "a", hostToken: Redacted.make(hostToken), callTimeoutMs: 30_000 }).pipe(Effect.provide(FetchHttpClient.layer)))
+      return Effect.runPromise(Effect.forEach(intervals, (ms) => client.followHeartbeat!(ms)))
+    }
+    expect(await bounds([coordinator.url, await refusingUrl()], [5_000, 100, 100_000, 40_000])).toEqual([5_000, 1_000, 30_000, 30_000])
+    // One URL: nowhere else to go, the 30 s bound stays.
+    expect(await bounds([coordinator.url], [5_000])).toEqual([30_000])
+  })
+
   it("a fleet given one list spreads over the replicas: each agent starts on one drawn from its host id, the same every start", () => {
     const counts = [0, 0, 0]
     for (let i = 0; i < 3000; i++) counts[Failover.startIndex(`host-${i}`, 3)]!++
