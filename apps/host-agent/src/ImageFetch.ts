@@ -102,7 +102,7 @@ export class ImageFetchError extends Data.TaggedError("ImageFetchError")<{
 /** The message of the image host's 404 for a session it holds no image of (`PeerServer`): what a fetch takes for its word. */
 export const noImageMessage = (sessionId: string): string => `no descent image of session ${sessionId} here`
 
-/** The most bytes of a listing's 404 a fetch reads to tell the image host's word from another 404 (a few dozen). */
+/** The most bytes of a listing's 404 a fetch reads to tell the image host's word from another 404, or of its 401 to say why (a few dozen). */
 const noImageMaxBytes = 4 * 1024
 
 /**
@@ -118,6 +118,38 @@ const saysNoImage = (body: Uint8Array | undefined, sessionId: string): boolean =
   } catch {
     return false
   }
+}
+
+/** The most characters of an image host's refusal (its 401's message) a fetch's error quotes. */
+const refusalMaxChars = 200
+
+/**
+ * Why the image host refused a listing with 401, as the fetch's error says it: the image host's
+ * own message (its JSON `message`, control characters dropped, at most `refusalMaxChars`), then
+ * what is likely behind it. Each try sends a fresh bearer, so a refusal of one issued before the
+ * image host's agent started passes on a later try; the others need the operator (the peer
+ * secret, an upgrade, the clocks), who may mend them before the fetch's deadline, so none fails
+ * the fetch for good. Before, every 401 read `an image host older than this agent, or a rotated
+ * peer secret?`, a clock skew too.
+ */
+export const listingRefusal = (body: Uint8Array | undefined): string => {
+  let said: string | undefined
+  try {
+    const v = body === undefined ? undefined : (JSON.parse(new TextDecoder().decode(body)) as { readonly message?: unknown })
+    if (typeof v?.message === "string")
+      said = Array.from(v.message, (c) => (c < " " || c === "\u007f" ? " " : c))
+        .slice(0, refusalMaxChars)
+        .join("")
+  } catch {
+    said = undefined
+  }
+  const hint =
+    said?.startsWith("image token expired") === true
+      ? "this host's clock and the image host's differ by more than that: check their time sync"
+      : said?.startsWith("image token issued before") === true
+        ? "its agent restarted just now; a later try's bearer passes"
+        : "an image host older than this agent, or a rotated peer secret?"
+  return `the image host answered 401 to the listing${said === undefined || said === "" ? "" : `: ${said}`} (${hint})`
 }
 
 /**
@@ -559,9 +591,14 @@ export const fetchImage = (o: {
           clearTimeout(listingTimer)
           throw fail(`the image host has no descent image of session ${o.sessionId}`, true)
         }
+        if (res.status === 401) {
+          const refusal = listingRefusal(await webBodyAtMost(res.body, noImageMaxBytes, res.headers.get("content-length")).catch(() => undefined))
+          clearTimeout(listingTimer)
+          throw fail(refusal)
+        }
         if (res.status !== 200) {
           clearTimeout(listingTimer)
-          throw fail(`the image host answered ${res.status} to the listing${res.status === 401 ? " (an image host older than this agent, or a rotated peer secret?)" : ""}`)
+          throw fail(`the image host answered ${res.status} to the listing`)
         }
         // Read before its proof is judged: at most `listingMaxBytes`, never the rest.
         const listed = await webBodyAtMost(res.body, listingMaxBytes, res.headers.get("content-length")).catch((e: unknown) => {

@@ -208,10 +208,50 @@ describe("fetching a descent image from its host", () => {
         const { port } = yield* serveImages()
         const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
         const e = yield* fetchInto(mine, port, "another-secret").pipe(Effect.flip)
-        assert.strictEqual(e.message, "the image host answered 401 to the listing (an image host older than this agent, or a rotated peer secret?)")
+        assert.strictEqual(e.message, "the image host answered 401 to the listing: invalid image token (an image host older than this agent, or a rotated peer secret?)")
         assert.deepStrictEqual(readdirSync(mine.root), [])
       }),
     ))
+
+  it.effect("a bearer refused as expired (the two hosts' clocks apart by more than its window) says so: the image host's word, and the clocks to check", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        // The image host judges by the TestClock; this host's clock is ahead of it by more than the window.
+        const { port } = yield* serveImages()
+        const theirs = yield* Clock.Clock
+        const aheadMs = imageBearerWindowMs + 60_000
+        const nanos = () => theirs.currentTimeNanosUnsafe() + BigInt(aheadMs) * 1_000_000n
+        const ahead: Clock.Clock = {
+          currentTimeMillisUnsafe: () => theirs.currentTimeMillisUnsafe() + aheadMs,
+          currentTimeMillis: Effect.sync(() => theirs.currentTimeMillisUnsafe() + aheadMs),
+          currentTimeNanosUnsafe: nanos,
+          currentTimeNanos: Effect.sync(nanos),
+          monotonicTimeNanosUnsafe: () => theirs.monotonicTimeNanosUnsafe(),
+          monotonicTimeNanos: Effect.sync(() => theirs.monotonicTimeNanosUnsafe()),
+          sleep: (d) => theirs.sleep(d),
+        }
+        const mine = ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-imagefetch-b-")))
+        const e = yield* fetchInto(mine, port).pipe(Effect.provideService(Clock.Clock, ahead), Effect.flip)
+        assert.strictEqual(
+          e.message,
+          "the image host answered 401 to the listing: image token expired (issued more than 15 minutes from this host's clock) (this host's clock and the image host's differ by more than that: check their time sync)",
+        )
+        assert.isUndefined(e.absent)
+        assert.deepStrictEqual(readdirSync(mine.root), [])
+      }),
+    ))
+
+  it("a 401's message is quoted without control characters, cut to 200 characters; none (an older image host, a proxy) leaves the likely causes", () => {
+    const body = (v: unknown) => new TextEncoder().encode(JSON.stringify(v))
+    assert.strictEqual(ImageFetch.listingRefusal(body({ message: "bad\nline" })), "the image host answered 401 to the listing: bad line (an image host older than this agent, or a rotated peer secret?)")
+    assert.strictEqual(ImageFetch.listingRefusal(body({ message: "x".repeat(500) })), `the image host answered 401 to the listing: ${"x".repeat(200)} (an image host older than this agent, or a rotated peer secret?)`)
+    for (const b of [undefined, new TextEncoder().encode("<h1>401</h1>"), body({ error: "Unauthorized" })])
+      assert.strictEqual(ImageFetch.listingRefusal(b), "the image host answered 401 to the listing (an image host older than this agent, or a rotated peer secret?)")
+    assert.strictEqual(
+      ImageFetch.listingRefusal(body({ message: "image token issued before this image host's agent started, and its record of the tokens used before is lost" })),
+      "the image host answered 401 to the listing: image token issued before this image host's agent started, and its record of the tokens used before is lost (its agent restarted just now; a later try's bearer passes)",
+    )
+  })
 
   it.live("a file whose size is not its listing's, or a listed name with a separator, is refused and nothing is left behind", () =>
     Effect.scoped(
