@@ -10,7 +10,7 @@ import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import * as Batcher from "./Batcher.js"
 import { maxGroupedReads } from "./Assignments.js"
-import { dieOnUnique } from "./Db.js"
+import { dieOnUnique, inJson } from "./Db.js"
 import * as FenceSql from "./Fence.js"
 import type { Conn, DbError, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
@@ -28,6 +28,7 @@ type HostOps = Pick<
   | "setHostState"
   | "getHost"
   | "hostByTokenHash"
+  | "hostTokenHashes"
   | "setHostTokenHash"
   | "removeHost"
   | "pageHosts"
@@ -190,6 +191,22 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
       Effect.flatMap(hostView(db.pool, id), (v) => (v === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(v))).pipe(dieOnUnique),
 
     hostByTokenHash: (tokenHash) => byTokenHash(tokenHash).pipe(dieOnUnique),
+
+    // One statement whatever the number of ids (the coordinator's check of every open long-poll
+    // after a possible miss asks 500 a call), as `getSessions`: the rows come by the primary key.
+    hostTokenHashes: (ids) => {
+      const unique = [...new Set(ids)]
+      if (unique.length === 0) return Effect.succeed(new Map<string, string>())
+      return Effect.map(
+        db.pool.use((exec) =>
+          exec
+            .select({ id: hosts.id, tokenHash: hosts.tokenHash })
+            .from(hosts)
+            .where(sql`${inJson(hosts.id, unique)} and ${hosts.tokenHash} is not null`),
+        ),
+        (rows): ReadonlyMap<string, string> => new Map(rows.flatMap((r) => (r.tokenHash === null ? [] : [[r.id, r.tokenHash] as const]))),
+      ).pipe(dieOnUnique)
+    },
 
     setHostTokenHash: (id, tokenHash) =>
       Effect.flatMap(

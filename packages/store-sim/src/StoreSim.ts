@@ -711,6 +711,15 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         for (const h of hosts.values()) if (h.tokenHash !== null && h.tokenHash === tokenHash) return hostOf(h)
         return null
       }),
+    hostTokenHashes: (ids) =>
+      Effect.sync(() => {
+        const out = new Map<string, string>()
+        for (const id of ids) {
+          const h = hosts.get(id)
+          if (h !== undefined && h.tokenHash !== null) out.set(id, h.tokenHash)
+        }
+        return out
+      }),
     pageHosts: (page = {}) => pageOf("hosts", () => [...hosts.values()].sort(byId).map(viewOf), (h) => [h.id], page),
 
     setHostTokenHash: (id, tokenHash) =>

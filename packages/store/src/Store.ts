@@ -90,6 +90,15 @@ export interface StoreShape {
   readonly getHost: (id: string) => Fx<HostView, NotFound>
   /** The host whose credential hash this is, or null: how a coordinator authenticates an agent. */
   readonly hostByTokenHash: (tokenHash: string) => Fx<Host | null>
+  /**
+   * The credential hash each of `ids` holds now, in one read (one statement on PostgreSQL, as of
+   * one moment): host id to hash. A host that does not exist, or holds no credential, is left out.
+   * An empty list reads nothing; the caller bounds how many ids one call asks (the coordinator
+   * asks at most 500 a call). Optional: the coordinator's check of every open long-poll after a
+   * possible miss of notices reads credentials this way, 500 hosts a statement, and falls back to
+   * one `hostByTokenHash` per token on a store without it.
+   */
+  readonly hostTokenHashes?: ((ids: readonly string[]) => Fx<ReadonlyMap<string, string>>) | undefined
   /** Replaces a host's credential hash (a rotation): the old credential finds no host from now on. */
   readonly setHostTokenHash: (id: string, tokenHash: string) => Fx<Host, NotFound>
   /**
@@ -399,6 +408,7 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "getHost",
   "hostAssignments",
   "hostByTokenHash",
+  "hostTokenHashes",
   "pageHosts",
   "fleetView",
   "getSession",

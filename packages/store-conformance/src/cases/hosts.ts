@@ -27,6 +27,39 @@ export const hosts: Group = {
       }),
     ),
     kase(
+      "hostTokenHashes reads the credential hash of many hosts at once: the one each holds now (rotated), none for a removed, unknown or credential-less host",
+      Effect.gen(function* () {
+        const s = yield* store
+        // Optional in the interface (the coordinator falls back to hostByTokenHash): a store without
+        // it switches this case off (`skip`, with its reason) rather than passing it unread.
+        const read = s.hostTokenHashes
+        if (read === undefined) return expect.fail("the store has no hostTokenHashes (optional): skip this case, stating why")
+        yield* s.registerHost({ id: "h1", tokenHash: "hash-one" })
+        yield* s.registerHost({ id: "h2", tokenHash: "hash-two" })
+        yield* s.registerHost({ id: "h3" })
+        yield* s.registerHost({ id: "h4", tokenHash: "hash-four" })
+        yield* s.setHostTokenHash("h2", "hash-two-rotated")
+        yield* s.removeHost("h4")
+        const got = yield* read(["h1", "h2", "h3", "h4", "nope", "h1"])
+        expect(new Map([...got].sort(([a], [b]) => (a < b ? -1 : 1)))).toStrictEqual(new Map([["h1", "hash-one"], ["h2", "hash-two-rotated"]]))
+        // What hostByTokenHash finds for each answered hash.
+        for (const [id, hash] of got) expect((yield* s.hostByTokenHash(hash))?.id).toBe(id)
+        expect(yield* s.hostByTokenHash("hash-two")).toBeNull()
+        expect((yield* read([])).size).toBe(0)
+        expect((yield* read(["nope"])).size).toBe(0)
+        // More hosts than one of the coordinator's reads asks (500): each group answers its own.
+        const many = Array.from({ length: 520 }, (_, i) => `g${String(i).padStart(3, "0")}`)
+        for (const id of many) yield* s.registerHost({ id, tokenHash: `hash-${id}` })
+        yield* s.setHostTokenHash("g510", "hash-g510-rotated")
+        const first = yield* read(many.slice(0, 500))
+        const second = yield* read([...many.slice(500), "h1", "nope"])
+        expect(first.size).toBe(500)
+        expect(second.size).toBe(21)
+        for (const id of many) expect((first.get(id) ?? second.get(id)) ?? null).toBe(id === "g510" ? "hash-g510-rotated" : `hash-${id}`)
+        expect(second.get("h1")).toBe("hash-one")
+      }),
+    ),
+    kase(
       "a report older than the one a host holds (it waited in a replica that stalled) is not written and changes nothing; a newer one is",
       Effect.gen(function* () {
         const s = yield* store
