@@ -10,6 +10,7 @@
 import { AdminOnly, BearerAuth, CurrentPrincipal, Forbidden, ScrapeAuth, ServiceUnavailable, Unauthorized } from "@engram/api"
 import type { Principal } from "@engram/api"
 import { Changes, Store } from "@engram/store"
+import type { Unavailable } from "@engram/store"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
@@ -94,10 +95,25 @@ export class CurrentCredential extends Context.Service<CurrentCredential, Creden
 export interface CredentialsShape {
   /** Who holds the token of this hash: the admin, a host, or nobody (null). */
   readonly principalOf: (tokenHash: string) => Effect.Effect<Principal | null, ServiceUnavailable>
+  /**
+   * Which of `held` (host credentials: a token's hash and the host it acts for) still act, as the
+   * set of their hashes: what `principalOf` of each would answer, in one store read
+   * (`Store.hostTokenHashes`) of the hosts whose credential the copy does not hold, kept by the
+   * copy as `principalOf` keeps what it reads. The caller bounds how many hosts one call holds
+   * (the sweep after a possible miss asks 500 a call). Absent when the store has no such read:
+   * the caller asks `principalOf` of each token.
+   */
+  readonly actingHosts?: ((held: readonly HeldHost[]) => Effect.Effect<ReadonlySet<string>, ServiceUnavailable>) | undefined
   /** How many host credentials are kept in memory. */
   readonly cached: () => number
   /** How many credential notices (and possible misses) this replica has heard so far. */
   readonly notices: () => number
+}
+
+/** A host credential to check (`Credentials.actingHosts`): the SHA-256 of its token and the host it acts for. */
+export interface HeldHost {
+  readonly tokenHash: string
+  readonly hostId: string
 }
 
 /** The most host credentials kept in memory (the oldest go first beyond it). */
@@ -169,16 +185,50 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
               if (live && began === epoch && changes.live()) keep(hash, host.id)
               return { _tag: "Host", hostId: host.id }
             }),
-            Effect.catchTag("Unavailable", (e) => Effect.fail(new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs }))),
+            Effect.catchTag("Unavailable", unavailable),
           )
         })
 
-      return Credentials.of({ principalOf, cached: () => hosts.size, notices: () => epoch })
+      const readHashes = store.hostTokenHashes
+      const actingHosts: CredentialsShape["actingHosts"] =
+        readHashes === undefined
+          ? undefined
+          : (held) =>
+              Effect.suspend(() => {
+                const live = changes.live()
+                const acting = new Set<string>()
+                const unread: HeldHost[] = []
+                for (const h of held) {
+                  const known = live ? hosts.get(h.tokenHash) : undefined
+                  if (known === undefined) unread.push(h)
+                  else if (known === h.hostId) acting.add(h.tokenHash)
+                }
+                if (unread.length === 0) return Effect.succeed(acting)
+                const began = epoch
+                return readHashes([...new Set(unread.map((h) => h.hostId))]).pipe(
+                  Effect.map((now) => {
+                    // As `principalOf`: nothing is kept from a read that a credential notice (or a
+                    // miss) overtook, so a rotation heard meanwhile is never undone by this answer.
+                    const keepIt = live && began === epoch && changes.live()
+                    for (const h of unread) {
+                      if (now.get(h.hostId) !== h.tokenHash) continue
+                      acting.add(h.tokenHash)
+                      if (keepIt) keep(h.tokenHash, h.hostId)
+                    }
+                    return acting
+                  }),
+                  Effect.catchTag("Unavailable", unavailable),
+                )
+              })
+
+      return Credentials.of({ principalOf, ...(actingHosts === undefined ? {} : { actingHosts }), cached: () => hosts.size, notices: () => epoch })
     }),
   )
 }
 
 const credentialPrefix = credentialTopic("")
+
+const unavailable = (e: Unavailable) => Effect.fail(new ServiceUnavailable({ error: "Unavailable", message: e.message, retryAfterMs: e.retryAfterMs }))
 
 /** The bearer token of a request, hashed; the empty token when there is none. */
 const bearerHash = (credential: Redacted.Redacted<string>): string | null => {

@@ -11,6 +11,7 @@ import { Changes } from "@engram/store"
 import { Context, Effect, Layer } from "effect"
 import type { Credential } from "./Auth.js"
 import { Credentials, CurrentCredential } from "./Auth.js"
+import { maxGroupedReads } from "./GroupedReads.js"
 import { credentialTopic, endWaits, makeWaitEnd, WaitEnd } from "./Notifier.js"
 import type { WaitEndHandle } from "./Notifier.js"
 import { Settings } from "./Settings.js"
@@ -19,7 +20,11 @@ import { addTo, removeFrom } from "./SetsByKey.js"
 /** How long a client refused for too many long-polls should wait before it tries again. */
 export const retryAfterMs = 1000
 
-/** How many credential reads a possible miss of notices runs at once, to check the open host polls. */
+/**
+ * How many credential reads a possible miss of notices runs at once, to check the open host polls,
+ * on a store without a grouped read of hosts' token hashes (`Store.hostTokenHashes`): one read
+ * per token. With it, the check reads one group of up to `maxGroupedReads` hosts at a time.
+ */
 export const missSweepConcurrency = 8
 
 /** The caps on open long-polls. */
@@ -101,9 +106,19 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
             }),
           { discard: true },
         )
+      /**
+       * Ends the polls of `group` (hosts and their open polls) whose credential no longer acts, by
+       * one grouped read of the hosts' credentials (`Credentials.actingHosts`).
+       */
+      const checkGroup = (group: ReadonlyArray<readonly [string, ReadonlySet<Open>]>, actingHosts: NonNullable<typeof credentials.actingHosts>) => {
+        const held = group.flatMap(([hostId, polls]) => [...new Set([...polls].map((p) => p.credential.tokenHash))].map((tokenHash) => ({ tokenHash, hostId })))
+        return Effect.map(actingHosts(held), (acting) => {
+          for (const [, polls] of group) for (const p of polls) if (!acting.has(p.credential.tokenHash)) endWaits(p.end)
+        })
+      }
       // One sweep after misses at a time (misses while it runs sweep once more after it). A sweep
       // stops at the first read the store fails and is tried again after `retryAfterMs` (the store
-      // is away: a read per poll would each wait out the store's bound; one failed read a second
+      // is away: a read per group would each wait out the store's bound; one failed read a second
       // while it is away), until one completes. Reads that succeeded are kept by the credentials'
       // copy, so a sweep tried again asks the store only for what is left.
       let sweeping = false
@@ -121,7 +136,11 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           for (const p of polls) p.touched = true
           return [hostId, new Set(polls)]
         })
-        const checks = Effect.forEach(open, ([hostId, polls]) => check(hostId, polls, acts), { concurrency: missSweepConcurrency, discard: true })
+        const actingHosts = credentials.actingHosts
+        const checks =
+          actingHosts === undefined
+            ? Effect.forEach(open, ([hostId, polls]) => check(hostId, polls, acts), { concurrency: missSweepConcurrency, discard: true })
+            : Effect.forEach(groupsOf(open, maxGroupedReads), (group) => checkGroup(group, actingHosts), { discard: true })
         return Effect.matchEffect(checks, {
           onFailure: () =>
             Effect.andThen(
@@ -150,8 +169,9 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         },
         // A possible miss (the LISTEN connection came back, a replica left uncleanly) may have
         // carried a rotation or removal: every open host poll is touched and its credential
-        // checked, `missSweepConcurrency` reads at a time (thousands of polls at once would put
-        // thousands of statements on the pool ahead of heartbeats and creates).
+        // checked, one read of `maxGroupedReads` hosts at a time (a read per poll would put
+        // thousands of statements on the pool ahead of heartbeats and creates; on a store
+        // without the grouped read, `missSweepConcurrency` reads of one token at a time).
         missed: () => {
           if (openByHost.size === 0) return
           missedAgain = true
@@ -231,4 +251,11 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
       return LongPolls.of({ run, open: () => all.size, sweeps: () => ({ ...sweeps }), endAll })
     }),
   )
+}
+
+/** `items` in groups of at most `size`, in order. */
+const groupsOf = <A>(items: readonly A[], size: number): A[][] => {
+  const out: A[][] = []
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size))
+  return out
 }

@@ -5,17 +5,27 @@
 // revoked token waited its full time and answered the revoked token with data. Now a miss checks
 // every open host poll's credential. The notices here are this process's own, with the
 // credential notices held back while `dropCredentials` is set and the miss told by the test (as
-// `ChangesPg` tells it after a reconnect). Real HTTP, a real coordinator.
+// `ChangesPg` tells it after a reconnect). Real HTTP, a real coordinator. Each case runs on a
+// store with the grouped read of hosts' token hashes (`hostTokenHashes`: one read per 500 hosts)
+// and on one without it (a third party's: one read per token).
 import { LongPolls, startCoordinator } from "@engram/coordinator"
+import { hashToken, newToken } from "../src/Auth.js"
+import { maxGroupedReads } from "../src/GroupedReads.js"
 import { missSweepConcurrency } from "../src/LongPolls.js"
 import type { RunningCoordinator } from "@engram/coordinator"
 import { Changes, makeHub, Store, Unavailable } from "@engram/store"
+import type { StoreShape } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { Effect, Layer } from "effect"
-import { afterAll, beforeAll, expect, it } from "vitest"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { client } from "./support/http.js"
 
 const adminToken = "revoke-after-miss-admin-token-0123456789"
+
+describe.each([
+  { mode: "grouped reads", grouped: true },
+  { mode: "one read per token (a store without hostTokenHashes)", grouped: false },
+])("revocation after a miss of notices, $mode", ({ grouped }) => {
 const hub = makeHub()
 let dropCredentials = false
 const changes = Layer.succeed(
@@ -27,22 +37,46 @@ const changes = Layer.succeed(
   }),
 )
 let c: RunningCoordinator
-/** While set, the store fails every lookup of a host by its token (as a store that is away); they are counted. */
+/** While set, the store fails every read of a credential (as a store that is away); they are counted. */
 let tokenReadsFail = false
 let failedTokenReads = 0
+/** Every read of a credential the store was asked (`hostByTokenHash`, `hostTokenHashes`). */
+let tokenReads = 0
+/** When set, each grouped read answers, then waits for it before it returns (a read a notice overtakes). */
+let holdGroupedRead: { readonly entered: () => void; readonly release: Promise<void> } | null = null
+/** The store behind the coordinator's wrapper: a write here publishes no notice (as one missed). */
+let inner: StoreShape
 const store = Layer.effect(
   Store,
-  Effect.map(Store, (inner) =>
-    Store.of({
-      ...inner,
+  Effect.map(Store, (s) => {
+    inner = s
+    const away = () => {
+      failedTokenReads++
+      return Effect.fail(new Unavailable({ reason: "the store is away (test)", retryAfterMs: 1000 }))
+    }
+    const { hostTokenHashes, ...rest } = s
+    const wrapped: StoreShape = {
+      ...rest,
       hostByTokenHash: (hash) =>
         Effect.suspend(() => {
-          if (!tokenReadsFail) return inner.hostByTokenHash(hash)
-          failedTokenReads++
-          return Effect.fail(new Unavailable({ reason: "the store is away (test)", retryAfterMs: 1000 }))
+          tokenReads++
+          return tokenReadsFail ? away() : s.hostByTokenHash(hash)
         }),
-    }),
-  ),
+    }
+    if (!grouped || hostTokenHashes === undefined) return Store.of(wrapped)
+    return Store.of({
+      ...wrapped,
+      hostTokenHashes: (ids) =>
+        Effect.suspend(() => {
+          tokenReads++
+          if (tokenReadsFail) return away()
+          const hold = holdGroupedRead
+          return hold === null
+            ? hostTokenHashes(ids)
+            : Effect.tap(hostTokenHashes(ids), () => Effect.andThen(Effect.sync(hold.entered), Effect.promise(() => hold.release)))
+        }),
+    })
+  }),
 ).pipe(Layer.provide(StoreSim.layer()))
 
 beforeAll(async () => {
@@ -59,7 +93,7 @@ const sweptPast = async (done: number) => {
 }
 /** Waits (real time, the coordinator is real) until `n` long-polls are open. */
 const openAre = async (n: number) => {
-  for (let i = 0; i < 2000 && (await open()) !== n; i++) await new Promise((r) => setTimeout(r, 10))
+  for (let i = 0; i < 3000 && (await open()) !== n; i++) await new Promise((r) => setTimeout(r, 10))
   expect(await open()).toBe(n)
 }
 
@@ -126,13 +160,78 @@ it("a miss while the store is away: each try stops at its first failed read, the
   }
   const during = await sweeps()
   expect(during.failed).toBeGreaterThan(before.failed)
-  // Each try read at most one round (its first failure ended it), not one read per poll.
+  // Each try read at most one round (its first failure ended it: one grouped read, or
+  // `missSweepConcurrency` reads of a token), not one read per poll.
   expect(failedTokenReads).toBeGreaterThan(0)
-  expect(failedTokenReads).toBeLessThanOrEqual(missSweepConcurrency * (during.failed - before.failed + 1))
+  expect(failedTokenReads).toBeLessThanOrEqual((grouped ? 1 : missSweepConcurrency) * (during.failed - before.failed + 1))
   expect(await open()).toBe(hosts.length)
   // The store answers again: a later try checks every poll, and each token still acts.
   await sweptPast(before.done)
   expect(await open()).toBe(hosts.length)
   for (const id of hosts) expect((await admin.del(`/v1/sessions/s-${id}`)).status).toBe(200)
   for (const answer of await Promise.all(waits)) expect(answer.status).toBe(200)
+})
+
+it.runIf(grouped)("a grouped read that a rotation's notice overtook keeps nothing in the credentials' copy: the rotated token is refused afterwards", { timeout: 60_000 }, async () => {
+  const admin = client(c.url, adminToken)
+  const h = (await admin.post("/v1/hosts", { id: "overtaken" })).body
+  const agent = client(c.url, h.token)
+  const poll = agent.get("/v1/hosts/overtaken/assignments?waitMs=30000")
+  await openAre(1)
+  const before = (await sweeps()).done
+  let entered = () => {}
+  const inRead = new Promise<void>((r) => (entered = r))
+  let release = () => {}
+  holdGroupedRead = { entered: () => entered(), release: new Promise<void>((r) => (release = r)) }
+  let rotated: { readonly status: number; readonly body: { readonly token: string } }
+  try {
+    hub.miss()
+    // The sweep's read answered (the token acted then); the rotation's notice comes before the answer is used.
+    await inRead
+    rotated = await admin.post("/v1/hosts/overtaken/token")
+  } finally {
+    holdGroupedRead = null
+    release()
+  }
+  expect(rotated.status).toBe(200)
+  // The notice's own check ended the open poll.
+  expect((await poll).status).toBe(401)
+  await sweptPast(before)
+  // The overtaken answer installed nothing: the old token is read afresh and refused.
+  expect((await agent.get("/v1/hosts/overtaken/assignments")).status).toBe(401)
+  expect((await client(c.url, rotated.body.token).get("/v1/hosts/overtaken/assignments")).status).toBe(200)
+})
+
+// Last: it ends every open poll (`endAll`).
+it.runIf(grouped)("after a miss, 1,200 open polls of distinct hosts cost at most one credential read per 500 hosts, and the rotated and removed ones answer 401", { timeout: 180_000 }, async () => {
+  await openAre(0)
+  const n = 1200
+  const ids = Array.from({ length: n }, (_, i) => `many${i}`)
+  const tokens = ids.map(() => newToken())
+  await Effect.runPromise(Effect.forEach(ids, (id, i) => inner.registerHost({ id, tokenHash: hashToken(tokens[i] as string) }), { discard: true }))
+  const polls = ids.map((id, i) => client(c.url, tokens[i]).get(`/v1/hosts/${id}/assignments?waitMs=30000`))
+  await openAre(n)
+  // Written behind the coordinator's back: the notices are missed.
+  const rotated = [0, 499, 500, 1000, 1199]
+  const removed = [1, 700, 1198]
+  await Effect.runPromise(
+    Effect.andThen(
+      Effect.forEach(rotated, (i) => inner.setHostTokenHash(ids[i] as string, hashToken(newToken())), { discard: true }),
+      Effect.forEach(removed, (i) => inner.removeHost(ids[i] as string), { discard: true }),
+    ),
+  )
+  const before = (await sweeps()).done
+  tokenReads = 0
+  hub.miss()
+  await sweptPast(before)
+  expect(tokenReads).toBeGreaterThan(0)
+  expect(tokenReads).toBeLessThanOrEqual(Math.ceil(n / maxGroupedReads))
+  for (const i of [...rotated, ...removed]) expect((await polls[i])?.status).toBe(401)
+  await openAre(n - rotated.length - removed.length)
+  // The others still act: ended by the coordinator stopping, each answers its wait's own answer.
+  await c.run(Effect.flatMap(Effect.service(LongPolls), (l) => l.endAll))
+  const revoked = new Set([...rotated, ...removed])
+  const answers = await Promise.all(polls.filter((_, i) => !revoked.has(i)))
+  expect(answers.every((a) => a.status === 200)).toBe(true)
+})
 })
