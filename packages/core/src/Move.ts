@@ -5,7 +5,9 @@
  * a commit or an abort does to the session and the ledger.
  */
 import type * as Downtime from "./Downtime.js"
+import type { Limits } from "./Limits.js"
 import { hasControlCharacter } from "./Names.js"
+import { isSilent } from "./Placement.js"
 import * as Plan from "./Plan.js"
 
 /** A move's state: open (`pending`) or finished. */
@@ -155,6 +157,38 @@ export const refuseCommit = (m: Pick<Record, "id" | "state" | "rounds">, measure
     : pastNoReturn(m)
       ? null
       : { _tag: "Conflict", moveId: m.id, reason: "neither an intent nor a final round recorded: the move is not in doubt" })
+
+/**
+ * Whether a move's source is heard at `now` (SPEC §13): its agent reported within the stale
+ * window (not `Placement.isSilent`). A host that never reported is not heard.
+ */
+export const sourceHeard = (source: { readonly reportedAt: number | null }, now: number, limits: Limits): boolean =>
+  source.reportedAt !== null && !isSilent(source, now, limits)
+
+/**
+ * Judges an operator's commit (the coordinator's resolve with the admin's word, `engram moves
+ * commit`; SPEC §13): as a resolution's commit (`refuseCommit` without phases), and, while the
+ * final round is not recorded, refused when the move's source is heard (`sourceHeard`): it is
+ * still sending pre-copy rounds, so the target holds no complete copy, and a commit then would
+ * place the session on a target that can only boot it afresh, its memory lost. A source not
+ * heard (frozen or dead) may never send the final round: the operator's word stands. `source` is
+ * the source host as stored (null: removed, not heard).
+ */
+export const refuseOperatorCommit = (
+  m: Pick<Record, "id" | "state" | "rounds" | "sourceHostId">,
+  source: { readonly reportedAt: number | null } | null,
+  now: number,
+  limits: Limits,
+): Refusal | null => {
+  const refused = refuseCommit(m, false)
+  if (refused !== null || finalRoundRecorded(m) || source === null || !sourceHeard(source, now, limits)) return refused
+  const agoS = Math.max(0, Math.round((now - (source.reportedAt as number)) / 1000))
+  return {
+    _tag: "Conflict",
+    moveId: m.id,
+    reason: `the move's source ${m.sourceHostId} is still sending pre-copy rounds (its last report ${agoS} s ago, within the ${Math.round(limits.heartbeatStaleWindowMs / 1000)} s stale window); the target holds no complete copy: wait for the final round or abort`,
+  }
+}
 
 /** Judges a new record: refused on a finished move, and after the final round (nothing follows it). */
 export const refuseRound = (m: Pick<Record, "id" | "state" | "rounds">): Refusal | null =>

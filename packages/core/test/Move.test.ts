@@ -1,6 +1,6 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { Move } from "../src/index.js"
+import { Limits, Move } from "../src/index.js"
 
 const open: Move.Record = {
   id: "m1",
@@ -52,6 +52,28 @@ describe("Move rules (SPEC §5, §12)", () => {
     expect(Move.refuseCommit(held)).toMatchObject({ reason: "no final round recorded: a commit needs the final round" })
     expect(Move.recordRound(held, intent, 7)).toMatchObject({ moves: [{ _tag: "Update", move: held }] })
     expect(Move.recordRound(held, round("delta"), 7)).toMatchObject({ moves: [{ _tag: "Update", move: { ...held, rounds: [round("full"), intent, round("delta")] } }] })
+  })
+
+  it("an operator's commit before the final round is refused while the source is heard (its last report within the stale window); a silent, unreported or removed source, or a final round recorded, lets it through", () => {
+    const intent: Move.Round = { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }
+    const preCopy = { ...open, rounds: [intent, round("full"), round("delta")] }
+    const windowMs = Limits.defaults.heartbeatStaleWindowMs
+    const now = 1_000_000
+    expect(Move.refuseOperatorCommit(preCopy, { reportedAt: now - 12_000 }, now, Limits.defaults)).toEqual({
+      _tag: "Conflict",
+      moveId: "m1",
+      reason: "the move's source h1 is still sending pre-copy rounds (its last report 12 s ago, within the 120 s stale window); the target holds no complete copy: wait for the final round or abort",
+    })
+    // Exactly the window is still heard (`Placement.isSilent`); past it the source is frozen or dead.
+    expect(Move.refuseOperatorCommit(preCopy, { reportedAt: now - windowMs }, now, Limits.defaults)).not.toBeNull()
+    expect(Move.refuseOperatorCommit(preCopy, { reportedAt: now - windowMs - 1 }, now, Limits.defaults)).toBeNull()
+    expect(Move.refuseOperatorCommit(preCopy, { reportedAt: null }, now, Limits.defaults)).toBeNull()
+    expect(Move.refuseOperatorCommit(preCopy, null, now, Limits.defaults)).toBeNull()
+    // The final round recorded: the target holds the complete stream, the commit stands.
+    expect(Move.refuseOperatorCommit({ ...preCopy, rounds: [...preCopy.rounds, round("final")] }, { reportedAt: now }, now, Limits.defaults)).toBeNull()
+    // The resolution's own rules first: not in doubt, or finished.
+    expect(Move.refuseOperatorCommit({ ...open, rounds: [round("full")] }, { reportedAt: null }, now, Limits.defaults)).toMatchObject({ reason: "neither an intent nor a final round recorded: the move is not in doubt" })
+    expect(Move.refuseOperatorCommit({ ...preCopy, state: "aborted" }, null, now, Limits.defaults)).toMatchObject({ reason: "move is aborted" })
   })
 
   it("a round with a position is recorded once: a repeat with the same figures changes nothing, other figures or a gap are refused by rule, an intent at a new position after the intent is refused", () => {

@@ -1,6 +1,7 @@
 /** `/v1/moves…`: list and read moves; the source agent's rounds, commit and abort; the resolution of an in-doubt move. */
 import { CurrentPrincipal, EngramApi } from "@engram/api"
-import { Store } from "@engram/store"
+import { Move as CoreMove } from "@engram/core"
+import { Conflict, nowOf, Store } from "@engram/store"
 import type { Move } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
@@ -31,6 +32,21 @@ export const MovesHandlers = HandlerGroup.make(
     /** The move, once the caller may act for it: its source (or, to read it, its target) or the admin. */
     const moveFor = (id: string, who: "source" | "either") =>
       api(store.getMove(id)).pipe(Effect.tap((m) => (who === "source" ? requireHostOrAdmin(m.sourceHostId) : requireHostOrAdmin(m.sourceHostId, m.targetHostId))))
+    /** Now on the store's clock (the one its report times were stamped on). */
+    const storeNow = nowOf(store)
+    /**
+     * An operator's commit, judged as core's `Move.refuseOperatorCommit` does: before the final
+     * round, refused (409) while the move's source is heard (its last report within the stale
+     * window): it is still sending pre-copy rounds and the target holds no complete copy. A
+     * source removed or never reported is not heard. The store's commit judges the rest again.
+     */
+    const operatorMayCommit = (m: Move) =>
+      Effect.gen(function* () {
+        if (CoreMove.finalRoundRecorded(m)) return
+        const source = yield* api(Effect.interruptible(store.getHost(m.sourceHostId).pipe(Effect.catchTag("NotFound", () => Effect.succeed(null)))))
+        const refused = CoreMove.refuseOperatorCommit(m, source, yield* storeNow, store.limits())
+        if (refused !== null) return yield* api(Effect.fail(new Conflict({ entity: "move", id: m.id, reason: refused.reason })))
+      })
     const topics = (m: Move) => [moveTopic(m.id), hostTopic(m.sourceHostId), hostTopic(m.targetHostId), sessionTopic(m.sessionId)] as const
     return HttpApiBuilder.group(EngramApi, "moves", (h) =>
       h
@@ -88,6 +104,8 @@ export const MovesHandlers = HandlerGroup.make(
             if (payload.reason.trim() === "") return yield* badRequest("reason", "must be a non-empty string")
             const p = yield* CurrentPrincipal
             const by = p._tag === "Admin" ? "operator" : `host ${p.hostId}`
+            // The target's report says it runs the guest (from a complete stream); an operator's word is judged against the source.
+            if (payload.outcome === "commit" && p._tag === "Admin") yield* operatorMayCommit(m)
             const resolved = yield* api(
               payload.outcome === "commit" ? store.commitMove(params.id, null) : store.abortMove(params.id, `resolved by ${by}: ${payload.reason}`),
             )

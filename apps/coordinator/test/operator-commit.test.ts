@@ -1,0 +1,107 @@
+// An operator's commit of a move whose final round is not recorded (SPEC §13, core's
+// `Move.refuseOperatorCommit`), over real HTTP: while the move's source is heard (its last report
+// within the stale window) it is still sending pre-copy rounds and the target holds no complete
+// copy, so `POST /v1/moves/{id}/resolve {"outcome":"commit"}` with the admin's token is a 409
+// naming the rule, and nothing changes. A source silent past the window (frozen or dead) may never
+// send the final round: the operator's word stands, as before. A silent source is made without a
+// sleep: its report is written by a store whose clock runs ten minutes behind (the window is two).
+import { startCoordinator } from "@engram/coordinator"
+import type { RunningCoordinator } from "@engram/coordinator"
+import { StoreSim } from "@engram/store-sim"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { shiftedLayer } from "./support/clock.js"
+import type { Shift } from "./support/clock.js"
+import { client, uid } from "./support/http.js"
+
+const adminToken = "operator-commit-admin-token-0123456789"
+const tenMinutesMs = 10 * 60_000
+const report = { totalMib: 4096, allocatableMib: 3072, totalVcpus: 8 }
+const intent = { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 }
+const full = { kind: "full", wireBytes: 1e6, apparentBytes: 4e9, sendMs: 100, captureMs: 40 }
+const final = { kind: "final", wireBytes: 1e5, apparentBytes: 1e5, sendMs: 0, captureMs: 40 }
+
+describe("an operator's commit before the move's final round", () => {
+  const shift: Shift = { ms: 0 }
+  let c: RunningCoordinator
+  beforeAll(async () => {
+    c = await startCoordinator({ store: shiftedLayer(StoreSim.layer(), shift), reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
+  })
+  afterAll(() => c?.stop())
+
+  /** A registered host that reported now; its id and token. */
+  const addHost = async () => {
+    const admin = client(c.url, adminToken)
+    const id = uid("h")
+    const created = await admin.post("/v1/hosts", { id })
+    expect(created.status).toBe(201)
+    expect((await admin.put(`/v1/hosts/${id}/report`, report)).status).toBe(200)
+    return { id, token: created.body.token as string }
+  }
+
+  /** A session running on `src`, a move of it to `dst` begun (its answer not awaited), the intent and a full round recorded by the source. */
+  const moveInPreCopy = async (src: { id: string; token: string }, dst: { id: string }) => {
+    const admin = client(c.url, adminToken)
+    const sid = uid("s")
+    expect((await admin.post("/v1/sessions", { id: sid, memMib: 256, vcpus: 1, affinity: [src.id] })).body.hostId).toBe(src.id)
+    const source = client(c.url, src.token)
+    await source.post(`/v1/sessions/${sid}/started`)
+    const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
+    let moveId: string | undefined
+    for (let i = 0; i < 100 && moveId === undefined; i++) {
+      const a = await source.get(`/v1/hosts/${src.id}/assignments`)
+      moveId = (a.body.moves as { id: string; sessionId: string }[]).find((m) => m.sessionId === sid)?.id
+      if (moveId === undefined) await new Promise((r) => setTimeout(r, 20))
+    }
+    if (moveId === undefined) throw new Error("the move never showed up")
+    expect((await source.post(`/v1/moves/${moveId}/rounds`, { ...intent, seq: 0 })).status).toBe(200)
+    expect((await source.post(`/v1/moves/${moveId}/rounds`, { ...full, seq: 1 })).status).toBe(200)
+    return { sid, moveId, answer }
+  }
+
+  it("is refused (409 naming the rule, nothing changed) while the source is heard; allowed once the final round is recorded", async () => {
+    const admin = client(c.url, adminToken)
+    const src = await addHost()
+    const dst = await addHost()
+    const { sid, moveId, answer } = await moveInPreCopy(src, dst)
+    const refused = await admin.post(`/v1/moves/${moveId}/resolve`, { outcome: "commit", reason: "the source looks stuck" })
+    expect(refused.status).toBe(409)
+    expect(refused.body).toMatchObject({ error: "Conflict", entity: "move", id: moveId })
+    expect(refused.body.message).toMatch(
+      new RegExp(`the move's source ${src.id} is still sending pre-copy rounds \\(its last report \\d+ s ago, within the 120 s stale window\\); the target holds no complete copy: wait for the final round or abort$`),
+    )
+    expect((await admin.get(`/v1/moves/${moveId}`)).body).toMatchObject({ state: "pending" })
+    expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "moving", hostId: src.id })
+    // The source goes on: its next round is recorded, not refused as after a commit.
+    expect((await client(c.url, src.token).post(`/v1/moves/${moveId}/rounds`, { ...final, seq: 2 })).status).toBe(200)
+    // The final round recorded, the target holds the complete stream: the operator's word stands.
+    const committed = await admin.post(`/v1/moves/${moveId}/resolve`, { outcome: "commit", reason: "the target runs the guest" })
+    expect([committed.status, committed.body.state]).toEqual([200, "committed"])
+    expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running", hostId: dst.id })
+    await answer
+  })
+
+  it("an abort stays the operator's word while the source is heard", async () => {
+    const admin = client(c.url, adminToken)
+    const { sid, moveId, answer } = await moveInPreCopy(await addHost(), await addHost())
+    const aborted = await admin.post(`/v1/moves/${moveId}/resolve`, { outcome: "abort", reason: "changed my mind" })
+    expect([aborted.status, aborted.body.state]).toEqual([200, "aborted"])
+    expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running" })
+    await answer
+  })
+
+  it("is allowed, as before, when the source is silent past the stale window (frozen or dead)", async () => {
+    const admin = client(c.url, adminToken)
+    const src = await addHost()
+    const dst = await addHost()
+    const { sid, moveId, answer } = await moveInPreCopy(src, dst)
+    // The source's last report ten minutes ago: it has gone silent.
+    shift.ms = -tenMinutesMs
+    expect((await client(c.url, src.token).put(`/v1/hosts/${src.id}/report`, report)).status).toBe(200)
+    shift.ms = 0
+    expect((await admin.get(`/v1/hosts/${src.id}`)).body.silent).toBe(true)
+    const committed = await admin.post(`/v1/moves/${moveId}/resolve`, { outcome: "commit", reason: "the source host is frozen" })
+    expect([committed.status, committed.body.state, committed.body.phases]).toEqual([200, "committed", null])
+    expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running", hostId: dst.id })
+    await answer
+  })
+})
