@@ -453,7 +453,37 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       const intent = { startedAtMs: null as number | null, heldAtMs: null as number | null }
       const recordIntent = CoreMove.intentRecorded(held) ? Effect.void : recorder.record(intentRound)
       yield* Effect.logInfo("move: the target waits; streaming", { hostId: deps.hostId, moveId: move.id, endpoint: endpoint.uri })
+      // Whether the move goes on after a refused record, its coordinator holding it committed (below).
+      let goesOn = false
+      /**
+       * The guard refuses the move (over budget before the pause, or at the post-capture check):
+       * with its intent held, an operator may have committed it (a resolution's commit needs only
+       * the intent; the coordinator takes it when it did not hear this source, frozen past the
+       * stale window). Then the session is placed on the target, which holds no complete stream:
+       * abandoning the move would lose the guest (the target refuses its incomplete stream, and
+       * the coordinator's record makes the copy here go). So the move is read (within the pause's
+       * bound), and a committed one goes on over budget: the commit overrides the guard. Without
+       * the intent no commit precedes the final round, and nothing is read.
+       */
+      const overBudget = (refusal: { readonly stage: string; readonly estimateMs: number; readonly reason: string }) =>
+        Effect.gen(function* () {
+          // Read committed once (before the pause): the post-capture check's refusal is overridden without a read in the pause.
+          if (goesOn) return true
+          if (!withIntent || (intent.heldAtMs === null && !CoreMove.intentRecorded(held))) return false
+          const read = yield* retrying(coordinator.getMove(move.id)).pipe(
+            Effect.timeoutOrElse({ duration: inPauseRecordFloorMs, orElse: () => Effect.fail(new CoordinatorError({ op: "getMove", status: null, message: `not answered within ${inPauseRecordFloorMs} ms` })) }),
+            Effect.result,
+          )
+          if (read._tag === "Failure" || read.success.state !== "committed") return false
+          goesOn = true
+          yield* Effect.logWarning(
+            "the downtime guard refused the move, but it is committed on the coordinator (an operator's word before its final round): the commit overrides the budget; the move goes on so the target resumes the guest from a complete stream",
+            { hostId: deps.hostId, moveId: move.id, sessionId: move.sessionId, stage: refusal.stage, estimateMs: jsonMs(refusal.estimateMs), maxDowntimeMs: move.maxDowntimeMs, refusal: refusal.reason },
+          )
+          return true
+        })
       const result = yield* runtime.migrate(move.sessionId, {
+        overBudget,
         moveId: move.id,
         endpoint,
         budget,
@@ -534,7 +564,6 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // target, which holds no complete stream yet: the move goes on (the final round sent, the
       // target's commit), or the guest would be booted afresh there, its memory lost. Not
       // readable (within the pause's bound): given back, as an aborted one (below).
-      let goesOn = false
       const endedMeanwhile = Effect.gen(function* () {
         const conflict = yield* recorder.ended
         if (conflict === null || goesOn) return

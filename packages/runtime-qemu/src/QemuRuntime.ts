@@ -276,7 +276,9 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                 yield* req.onRound(round)
                 if (released || refusal !== null) continue
                 const step = MoveGuard.afterRound(tracker.rounds, b)
-                if (step._tag === "Pause") {
+                // A refusal the caller overrides (it holds the move committed) pauses as a fit would.
+                const overridden = step._tag === "Refuse" && req.overBudget !== undefined && (yield* req.overBudget({ stage: "pre-pause", estimateMs: step.estimateMs, reason: step.reason }))
+                if (step._tag === "Pause" || overridden) {
                   released = true
                   yield* q(vm, "migrate", "migrate-set-parameters", { "downtime-limit": M.maxDowntimeLimitMs })
                 } else if (step._tag === "Refuse") {
@@ -315,7 +317,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                 const late = tracker.close(tracker.lastPassQemuMs, info)
                 const finalApparent = M.finalApparentBytes(info, tracker, stopQemuMs)
                 const post = M.postCapture(tracker, captureMs, finalApparent, b)
-                if (post._tag === "Overrun") {
+                if (post._tag === "Overrun" && !(req.overBudget !== undefined && (yield* req.overBudget({ stage: "post-capture", estimateMs: post.estimateMs, reason: post.reason })))) {
                   yield* giveBack(vm, wasRunning)
                   const pausedMs = (yield* nowMs) - pausedAtMs
                   return { _tag: "Aborted", stage: "post-capture", estimateMs: post.estimateMs, reason: post.reason, rounds: tracker.rounds, captureMs, pausedMs } satisfies MigrateResult

@@ -189,6 +189,15 @@ export interface MigrateRequest<E> {
    * never calls it (the agent then records the intent in the pause, beside the send).
    */
   readonly beforePause?: Effect.Effect<void, E> | undefined
+  /**
+   * Asked when the downtime guard refuses the move (`pre-pause`, the guest running) or would
+   * abort it (`post-capture`, the guest paused); true: the move goes on over budget (the guest
+   * pauses, or stays paused, and the final round goes at `switchover`). The agent answers true
+   * only for a move its coordinator holds committed (an operator's word while the source was not
+   * heard): the session is placed on the target, which needs the final round or the guest is
+   * lost. Missing, or false: the guard's refusal stands. Never fails; called at most once per stage.
+   */
+  readonly overBudget?: ((refusal: { readonly stage: RefusalStage; readonly estimateMs: number; readonly reason: string }) => Effect.Effect<boolean>) | undefined
 }
 
 /** The stage at which the guard refused a move. */
@@ -244,7 +253,7 @@ export interface AtSwitchover {
   readonly unreported: readonly MoveRound[]
   /** The final round: `captureMs` measured, `sendMs` 0 (not sent yet). */
   readonly final: MoveRound
-  /** The post-capture estimate that fit. */
+  /** The post-capture estimate that fit (or that `overBudget` let go over the budget). */
   readonly estimateMs: number
   /** When the guest paused, on the runtime's Clock in ms (the downtime runs from here). */
   readonly pausedAtMs: number

@@ -282,6 +282,8 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           for (;;) {
             const step = MoveGuard.afterRound(rounds, b)
             if (step._tag === "Refuse") {
+              // The caller may hold the move committed: then it goes on over budget.
+              if (req.overBudget !== undefined && (yield* req.overBudget({ stage: "pre-pause", estimateMs: step.estimateMs, reason: step.reason }))) break
               yield* stopTracking(vmId)
               return { _tag: "Refused", stage: "pre-pause", estimateMs: step.estimateMs, reason: step.reason, rounds } as MigrateResult
             }
@@ -299,7 +301,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           yield* setStatus(vmId, "paused")
           const [final, captureMs] = yield* deltaCapture(vmId, "final")
           const post = MoveGuard.postCapture(rounds, { captureMs, apparentBytes: final.apparentBytes }, b)
-          if (post._tag === "Overrun") {
+          if (post._tag === "Overrun" && !(req.overBudget !== undefined && (yield* req.overBudget({ stage: "post-capture", estimateMs: post.estimateMs, reason: post.reason })))) {
             yield* giveBack
             const pausedMs = (yield* now) - paused
             return { _tag: "Aborted", stage: "post-capture", estimateMs: post.estimateMs, reason: post.reason, rounds, captureMs, pausedMs } as MigrateResult

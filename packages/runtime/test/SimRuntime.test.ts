@@ -96,6 +96,47 @@ describe("the post-capture check", () => {
     }))
 })
 
+describe("a refusal the caller overrides (overBudget: its move is committed)", () => {
+  for (const c of [
+    // Over budget before the pause is over it at the post-capture check too: asked at each.
+    { stage: "pre-pause", source: {}, maxDowntimeMs: 480, asked: ["pre-pause", "post-capture"] },
+    { stage: "post-capture", source: { finalCaptureExtraMs: 300 }, maxDowntimeMs: 600, asked: ["post-capture"] },
+  ] as const)
+    it.effect(`${c.stage}: the guest pauses and the final round goes; the target resumes it from the stream`, () =>
+      Effect.gen(function* () {
+        const { a, b } = yield* twoHosts(c.source)
+        const asked: string[] = []
+        const endpoint = yield* b.prepareIncoming({ vmId: "s1", memMib: 4096, vcpus: 2 }, "m1")
+        const out = yield* onClock(
+          a.migrate("s1", {
+            moveId: "m1",
+            endpoint,
+            budget: budget(c.maxDowntimeMs),
+            onRound: () => Effect.void,
+            overBudget: (r) => Effect.sync(() => (asked.push(r.stage), true)),
+          }),
+        )
+        assert.deepStrictEqual(asked, c.asked, "asked once at each refusing stage")
+        assert.strictEqual(out._tag, "AtSwitchover")
+        if (out._tag !== "AtSwitchover") return
+        assert.isTrue(out.estimateMs > c.maxDowntimeMs, `the estimate over the budget: ${out.estimateMs}`)
+        yield* onClock(out.switchover)
+        const running = yield* onClock(b.commitIncoming("s1"))
+        assert.strictEqual(running.status, "running")
+        assert.strictEqual(yield* Ref.get(a.pauses), 1)
+      }))
+
+  it.effect("answered false, the refusal stands", () =>
+    Effect.gen(function* () {
+      const { a, b } = yield* twoHosts()
+      const endpoint = yield* b.prepareIncoming({ vmId: "s1", memMib: 4096, vcpus: 2 }, "m1")
+      const out = yield* onClock(a.migrate("s1", { moveId: "m1", endpoint, budget: budget(480), onRound: () => Effect.void, overBudget: () => Effect.succeed(false) }))
+      assert.strictEqual(out._tag, "Refused")
+      assert.strictEqual(yield* Ref.get(a.pauses), 0)
+      assert.deepStrictEqual((yield* a.list).map((v) => [v.vmId, v.status]), [["s1", "running"]])
+    }))
+})
+
 describe("a move whose caller fails a round record", () => {
   it.effect("ends with the caller's error, the guest running on the source and tracking off", () =>
     Effect.gen(function* () {
