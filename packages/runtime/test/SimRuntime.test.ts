@@ -116,7 +116,7 @@ describe("a refusal the caller overrides (overBudget: its move is committed)", (
             overBudget: (r) => Effect.sync(() => (asked.push(r.stage), true)),
           }),
         )
-        assert.deepStrictEqual(asked, c.asked, "asked once at each refusing stage")
+        assert.deepStrictEqual(asked, [...c.asked], "asked once at each refusing stage")
         assert.strictEqual(out._tag, "AtSwitchover")
         if (out._tag !== "AtSwitchover") return
         assert.isTrue(out.estimateMs > c.maxDowntimeMs, `the estimate over the budget: ${out.estimateMs}`)
