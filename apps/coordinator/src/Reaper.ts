@@ -483,11 +483,12 @@ export const clockSkewCheck = () => {
  * drained, gated or timed out fleet-wide. Another replica takes the lease at its next check. The
  * replica that stepped down takes part again (`standAgain`) once a store read of its own (the
  * ledger's metrics, as readiness reads) succeeds at one of its next passes' times. Failures that
- * only say the store is busy (`contended`: lock waits, lost races) do not count, nor do calls
- * that all timed out while the database, answering, shows this replica's statements waiting on it
- * (`Stalls.stalledForEveryReplica`: a lock an operator or a migration holds, statements that run
- * long): every replica shares that database, so another leader would meet the same stall, and
- * each hand-over would restart the failover grace.
+ * only say the store is busy (`contended`: lock waits, lost races) do not count, nor do failures
+ * of the database every replica shares (`sharedFailure`): writes refused for its full disk
+ * (`disk_full`), and calls that timed out while the database, answering, shows this replica's
+ * statements waiting on it (`Stalls.stalledForEveryReplica`: a lock an operator or a migration
+ * holds, statements that run long). Another leader would meet the same, and each hand-over would
+ * restart the failover grace.
  *
  * A replica that does not lead reads its store likewise at its passes' times, and one whose reads
  * fail as many times in a row stands aside (takes no lease) until a read succeeds: a candidate
@@ -508,14 +509,17 @@ export const reaperLoopSteps: Effect.Effect<
   const stepDownPasses = settings.config.leaderStepDownPasses
   const stalls = Option.getOrElse(yield* Effect.serviceOption(Stalls.Stalls), () => Stalls.none)
   /**
-   * Whether failures (their kinds) are the shared database's stall, not this replica's: every one
-   * timed out, and the database answers a diagnosis read since the calls began (`since`: the one
-   * the timed-out calls made while they waited, shared) showing this replica's statements on it.
-   * No diagnosis (PGlite, a custom store), a database that does not answer, or another kind of
-   * failure: not.
+   * Whether failures (their kinds) are the database's own, which every replica shares, not this
+   * replica's: each one a write refused for the database's full disk (`disk_full`), or timed out
+   * while the database answers a diagnosis read since the calls began (`since`: the one the
+   * timed-out calls made while they waited, shared) showing this replica's statements on it. No
+   * diagnosis (PGlite, a custom store), a database that does not answer, or another kind of
+   * failure (a lost connection, a read-only standby this replica's connection reached): not.
    */
-  const sharedStall = (kinds: readonly FailureKind[], since: Effect.Effect<Blockers.Diagnosis | null>): Effect.Effect<boolean> =>
-    kinds.length > 0 && kinds.every((k) => k === "timed_out") ? Effect.map(since, Stalls.stalledForEveryReplica) : Effect.succeed(false)
+  const sharedFailure = (kinds: readonly FailureKind[], since: Effect.Effect<Blockers.Diagnosis | null>): Effect.Effect<boolean> => {
+    if (kinds.length === 0 || !kinds.every((k) => k === "timed_out" || k === "disk_full")) return Effect.succeed(false)
+    return kinds.includes("timed_out") ? Effect.map(since, Stalls.stalledForEveryReplica) : Effect.succeed(true)
+  }
   let wasLeader = false
   const lease = Effect.gen(function* () {
     const leading = yield* leader.tick
@@ -566,7 +570,7 @@ export const reaperLoopSteps: Effect.Effect<
     }
     const since = stalls.diagnoseSince()
     const read = yield* Effect.result(store.metrics())
-    if (read._tag === "Success" || !storeUnhealthy(read.failure) || (read.failure._tag === "Unavailable" && (yield* sharedStall([read.failure.kind], since)))) {
+    if (read._tag === "Success" || !storeUnhealthy(read.failure) || (read.failure._tag === "Unavailable" && (yield* sharedFailure([read.failure.kind], since)))) {
       asideFails = 0
       return
     }
@@ -593,7 +597,7 @@ export const reaperLoopSteps: Effect.Effect<
       kinds.push(kind)
       lastFailure = { step, reason }
     }).pipe(Effect.provideContext(context))
-    failedPasses = kinds.length > 0 && !(yield* sharedStall(kinds, since)) ? failedPasses + 1 : 0
+    failedPasses = kinds.length > 0 && !(yield* sharedFailure(kinds, since)) ? failedPasses + 1 : 0
     if (stepDownPasses === 0 || failedPasses < stepDownPasses || leader.stepDown === undefined || !leader.isLeader()) return
     failedPasses = 0
     steppedDown = true

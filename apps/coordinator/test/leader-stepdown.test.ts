@@ -37,6 +37,8 @@ interface Switch {
 
 /** A wedged pool's failure: past the store's bound. */
 const timedOut = (k: string) => new Unavailable({ reason: `the database did not answer ${k} within 15000 ms (ENGRAM_STORE_TIMEOUT_MS) (test)`, retryAfterMs: 1000, kind: "timed_out" })
+/** A full disk's, as store-pg classifies a write the database refused for it. */
+const diskFull = (k: string) => new Unavailable({ reason: `disk full: 53100: could not extend file (${k}, test)`, retryAfterMs: 1000, kind: "disk_full" })
 /** A lost connection's, as store-pg classifies it (no kind). */
 const connectionLost = (k: string) => new Unavailable({ reason: `ECONNRESET: read ECONNRESET (${k}, test)`, retryAfterMs: 1000 })
 
@@ -260,6 +262,34 @@ describe("the reaper's leader steps down when its store keeps failing (PostgreSQ
       yield* interval
       assert.isFalse(leaseA.isLeader(), "the leader stepped down")
       assert.strictEqual(a.metrics.reaperStepDowns.get(), 1)
+    }).pipe(Effect.scoped),
+  )
+
+  it.effect("writes refused for the database's full disk (every replica's database) step no leader down, and stand no candidate aside", () =>
+    Effect.gen(function* () {
+      const database = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      yield* StorePg.openUrl({ url: database.url, poolSize: 1 })
+      const lease = (holder: string) => Effect.map(Layer.build(Lease.layer({ url: database.url, ...times, holder })), (c) => Context.get(c, Leadership))
+      const shared = StoreSim.make().store
+      const sw: Switch = { fail: false }
+      const leaseA = yield* lease("a")
+      const leaseB = yield* lease("b")
+      const a = yield* replica(failing(shared, sw, diskFull), leaseA)
+      const b = yield* replica(failing(shared, sw, diskFull), leaseB)
+      const { warnings, interval } = intervalsOf(a, b)
+      yield* a.lease
+      yield* b.lease
+      assert.isTrue(leaseA.isLeader())
+      sw.fail = true
+      for (let i = 0; i < 3 * passes; i++) yield* interval
+      assert.isTrue(leaseA.isLeader(), "a full disk is every replica's: the leader keeps the lease")
+      assert.strictEqual(a.metrics.reaperStepDowns.get(), 0)
+      assert.match(warnings.join("\n"), /disk_full/, "the passes failed, and said why")
+      assert.notMatch(warnings.join("\n"), /giving the reaper's lease up|takes no reaper's lease/)
+      // Room again: the passes work.
+      sw.fail = false
+      yield* interval
+      assert.isTrue(leaseA.isLeader())
     }).pipe(Effect.scoped),
   )
 
