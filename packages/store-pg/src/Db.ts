@@ -194,6 +194,17 @@ export const inJson = (column: SQLWrapper, ids: readonly string[]): SQL =>
   sql`${column} in (select jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb))`
 
 /**
+ * `column = any(…keys)` with the keys as one jsonb parameter (a constant text, as `inJson`), for
+ * a handful of keys looked up by an index. `inJson`'s `in (select jsonb_array_elements_text(…))`
+ * is planned for the 100 rows PostgreSQL assumes of a set-returning function: a hash join over a
+ * scan of the whole table, whatever the number of keys (about 3 ms per statement at 10,000
+ * hosts, for 8 keys). An array from the same elements is one value the planner probes the index
+ * with (about 0.1 ms).
+ */
+export const anyJson = (column: SQLWrapper, keys: readonly string[]): SQL =>
+  sql`${column} = any(array(select jsonb_array_elements_text(${JSON.stringify(keys)}::jsonb)))`
+
+/**
  * A unique violation as a defect: for reads, and writes whose every unique key the store chose
  * itself (a violation there is a bug, not a caller's conflict).
  */

@@ -10,7 +10,7 @@ import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import * as Batcher from "./Batcher.js"
 import { maxGroupedReads } from "./Assignments.js"
-import { dieOnUnique, inJson } from "./Db.js"
+import { anyJson, dieOnUnique, inJson } from "./Db.js"
 import * as FenceSql from "./Fence.js"
 import type { Conn, DbError, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
@@ -131,7 +131,8 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
   // An agent's first request after a reconnect looks its host up by its token (the coordinator
   // keeps what it found): concurrent lookups share one statement (at most 256 hashes, two
   // statements at once), as the assignments reads do (`Assignments.ts`). A hash held by
-  // several hosts answers the first by id, as one lookup did.
+  // several hosts answers the first by id, as one lookup did. The group's hashes are probed in
+  // the token hash index (`anyJson`), not joined against every host.
   const byTokenHash = Batcher.make<string, Host | null, DbError>({
     name: "hostByTokenHash",
     maxBatch: maxGroupedReads,
@@ -142,7 +143,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         db.pool.use((exec) =>
           hashes.length === 1
             ? exec.select().from(hosts).where(eq(hosts.tokenHash, hashes[0] as string)).orderBy(hosts.id).limit(1)
-            : exec.select().from(hosts).where(sql`${hosts.tokenHash} is not null and ${hosts.tokenHash} in (select jsonb_array_elements_text(${JSON.stringify([...new Set(hashes)])}::jsonb))`).orderBy(hosts.id),
+            : exec.select().from(hosts).where(anyJson(hosts.tokenHash, [...new Set(hashes)])).orderBy(hosts.id),
         ),
         (rows) => {
           const byHash = new Map<string, Host>()

@@ -61,3 +61,59 @@ describe("concurrent reads of hosts share statements", () => {
     expect(found.map((h) => h?.id ?? null)).toStrictEqual([...Array.from({ length: hosts }, (_, i) => `h${i}`), "h7", null])
   })
 })
+
+// A group of lookups by token hash probes the token hash index for its hashes: before
+// 2026-12-07 its `in (select jsonb_array_elements_text(…))` was planned as a hash join over a
+// scan of every host (PostgreSQL takes a set-returning function for 100 rows), about 3 ms a
+// statement at 10,000 hosts whatever its number of hashes. The plan is read from the server
+// (`explain`) for the very statement the store sent, custom and generic (a prepared statement
+// turns generic after five runs); answers are checked after rotations and a removal.
+describe("a group of lookups by token hash reads by the index", () => {
+  const many = 5_000
+  let db: TestDatabase
+  let pool: postgres.Sql
+  let store: StoreShape
+  let statements: string[] = []
+  beforeAll(async () => {
+    db = await freshDatabase()
+    await migrate(db.url)
+    pool = postgres(db.url, { max: 4, onnotice: () => undefined, debug: (_connection, query) => void statements.push(query) })
+    store = StorePg.make(PostgresJs.makeDb(pool), Limits.defaults).store
+    await pool.unsafe(`insert into hosts (id, token_hash, created_at) select 'h' || i, 'hash-' || i, 0 from generate_series(0, ${many - 1}) i`)
+    await pool.unsafe("analyze hosts")
+  }, 120_000)
+  afterAll(async () => {
+    await pool?.end()
+    await db?.drop()
+  })
+
+  it("no scan of every host, custom or generic plan; each lookup answers what a single read would after rotations and a removal", async () => {
+    // h3's credential rotated, h4 removed, h5 given h6's hash too (the first by id answers it).
+    await Effect.runPromise(Effect.all([store.setHostTokenHash("h3", "hash-3-new"), store.removeHost("h4"), store.setHostTokenHash("h5", "hash-6")]))
+    statements = []
+    const asked = ["hash-1", "hash-2", "hash-3", "hash-3-new", "hash-4", "hash-6", "hash-7", "hash-4999", "nope", "hash-2"]
+    const found = await Effect.runPromise(Effect.forEach(asked, (h) => store.hostByTokenHash(h), { concurrency: "unbounded" }))
+    expect(found.map((h) => h?.id ?? null)).toStrictEqual(["h1", "h2", null, "h3", null, "h5", "h7", "h4999", null, "h2"])
+    const single = await Effect.runPromise(Effect.forEach(asked, (h) => store.hostByTokenHash(h), { concurrency: 1 }))
+    expect(single).toStrictEqual(found)
+
+    const grouped = [...new Set(statements.filter((s) => s.includes("token_hash") && s.includes("jsonb_array_elements_text")))]
+    expect(grouped).toHaveLength(1)
+    const explain = postgres(db.url, { max: 1, onnotice: () => undefined })
+    try {
+      PostgresJs.drizzleOn(explain) // the store's serializers: a jsonb parameter goes as the text it is
+      const nodes = (plan: Record<string, unknown>): Record<string, unknown>[] => [plan, ...((plan["Plans"] as Record<string, unknown>[] | undefined) ?? []).flatMap(nodes)]
+      for (const mode of ["force_custom_plan", "force_generic_plan"]) {
+        await explain.unsafe(`set plan_cache_mode = ${mode}`)
+        const [row] = await explain.unsafe(`explain (format json) ${grouped[0] as string}`, [JSON.stringify(asked.slice(0, 8))])
+        const plan = nodes(((row as Record<string, unknown>)["QUERY PLAN"] as { Plan: Record<string, unknown> }[])[0]?.Plan ?? {})
+        // An index scan, or a bitmap heap scan over a bitmap index scan, both by the token hash index.
+        const scans = plan.filter((n) => n["Relation Name"] === "hosts").map((n) => n["Node Type"])
+        const indexes = plan.flatMap((n) => (n["Index Name"] === undefined ? [] : [n["Index Name"]]))
+        expect({ mode, seqScan: scans.includes("Seq Scan"), indexes }).toStrictEqual({ mode, seqScan: false, indexes: ["hosts_token_hash_idx"] })
+      }
+    } finally {
+      await explain.end()
+    }
+  })
+})
