@@ -21,7 +21,7 @@ import type { HostAssignments, StoreShape } from "@engram/store"
 import { sql } from "drizzle-orm"
 import { Effect } from "effect"
 import * as Batcher from "./Batcher.js"
-import { dieOnUnique } from "./Db.js"
+import { anyJson, dieOnUnique } from "./Db.js"
 import type { DbError } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { json, num, numOrNull } from "./HostRows.js"
@@ -50,10 +50,11 @@ export const assignmentsSql = (hostId: string) => sql`select ${assignmentColumns
 /**
  * The statement for several hosts at once: the same columns as {@link assignmentsSql}, one row
  * per known host (an unknown host is no row); the ids travel as one jsonb parameter, so the
- * text is constant whatever their number.
+ * text is constant whatever their number, and are probed in the primary key (`anyJson`: not a
+ * hash join over every host).
  */
 export const groupAssignmentsSql = (hostIds: readonly string[]) =>
-  sql`select ${assignmentColumns} from hosts h where h.id in (select jsonb_array_elements_text(${JSON.stringify(hostIds)}::jsonb))`
+  sql`select ${assignmentColumns} from hosts h where ${anyJson(sql`h.id`, hostIds)}`
 
 /** The most hosts one grouped statement reads. */
 export const maxGroupedReads = 256

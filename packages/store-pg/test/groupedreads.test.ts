@@ -116,4 +116,22 @@ describe("a group of lookups by token hash reads by the index", () => {
       await explain.end()
     }
   })
+
+  // The same for a group of assignments reads (an agent's long-poll after a reconnect), whose
+  // `h.id in (select jsonb_array_elements_text(…))` scanned every host too before 2026-12-07.
+  it("a group of assignments reads finds its hosts by their key, no scan of every host; each answers its own host", async () => {
+    statements = []
+    const ids = ["h1", "h2", "h4999", "nope", "h2"]
+    const answers = await Effect.runPromise(Effect.forEach(ids, (id) => Effect.exit(store.hostAssignments(id)), { concurrency: "unbounded" }))
+    expect(answers.map((a) => (Exit.isSuccess(a) ? a.value.hostId : "failed"))).toStrictEqual(["h1", "h2", "h4999", "failed", "h2"])
+    const grouped = [...new Set(statements.filter((s) => s.includes("jsonb_agg") && s.includes("jsonb_array_elements_text")))]
+    expect(grouped).toHaveLength(1)
+    // The plan a prepared statement turns to after five runs, without parameter values.
+    const rows = await pool.unsafe(`explain (generic_plan, format json) ${grouped[0] as string}`)
+    const nodes = (plan: Record<string, unknown>): Record<string, unknown>[] => [plan, ...((plan["Plans"] as Record<string, unknown>[] | undefined) ?? []).flatMap(nodes)]
+    const plan = nodes(((rows[0] as Record<string, unknown>)["QUERY PLAN"] as { Plan: Record<string, unknown> }[])[0]?.Plan ?? {})
+    const onHosts = plan.filter((n) => n["Relation Name"] === "hosts").map((n) => `${String(n["Node Type"])} ${String(n["Index Name"] ?? "")}`)
+    expect(onHosts.some((n) => n.startsWith("Seq Scan"))).toBe(false)
+    expect(plan.some((n) => n["Index Name"] === "hosts_pkey")).toBe(true)
+  })
 })
