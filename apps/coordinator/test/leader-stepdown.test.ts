@@ -101,6 +101,40 @@ const intervalsOf = (a: Replica, b: Replica) => {
   return { warnings, interval }
 }
 
+/**
+ * A session on host h1, which never heartbeats, its row held by an operator's open transaction
+ * (`FOR UPDATE`: each reclaim of it waits on the lock); `rollback` gives the lock back.
+ */
+const heldSession = (store: StoreShape, operator: postgres.Sql) =>
+  Effect.gen(function* () {
+    yield* store.registerHost({ id: "h1" })
+    yield* store.reportHost("h1", { totalMib: 4096, allocatableMib: 4096, totalVcpus: 8 })
+    assert.strictEqual((yield* store.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 } }))._tag, "Placed")
+    const held = yield* Effect.promise(() => operator.reserve())
+    yield* Effect.addFinalizer(() => Effect.promise(async () => held.release()))
+    yield* Effect.promise(() => held.unsafe("begin"))
+    yield* Effect.promise(() => held.unsafe("select id from sessions where id = 's1' for update"))
+    return { rollback: Effect.promise(() => held.unsafe("rollback")) }
+  })
+
+/** Intervals until the session's reservation is stale, then twice the step-down threshold's passes (each reclaiming it). */
+const passesPastStale = (store: StoreShape, interval: Effect.Effect<void>) =>
+  Effect.gen(function* () {
+    const staleAfter = Math.ceil(store.limits().heartbeatStaleWindowMs / intervalMs) + 1
+    for (let i = 0; i < staleAfter + 2 * passes; i++) yield* interval
+  })
+
+/** With A's calls failing (`sw`): it leads through one pass short of the threshold and steps down at the threshold's. */
+const stepsDownAtThreshold = (sw: Switch, interval: Effect.Effect<void>, leaseA: LeadershipShape, a: Replica) =>
+  Effect.gen(function* () {
+    sw.fail = true
+    for (let i = 0; i < passes - 1; i++) yield* interval
+    assert.isTrue(leaseA.isLeader())
+    yield* interval
+    assert.isFalse(leaseA.isLeader(), "the leader stepped down")
+    assert.strictEqual(a.metrics.reaperStepDowns.get(), 1)
+  })
+
 describe("the reaper's leader steps down when its store keeps failing (PostgreSQL lease, TestClock)", () => {
   it.effect("after ENGRAM_LEADER_STEP_DOWN_PASSES failed passes in a row, not after fewer; another replica takes over; it stands again once its store answers", () =>
     Effect.gen(function* () {
@@ -181,32 +215,20 @@ describe("the reaper's leader steps down when its store keeps failing (PostgreSQ
       assert.isTrue(leaseA.isLeader())
 
       // A session on a host that never heartbeats: stale after the window, its reservation reclaimed by the leader's pass.
-      yield* store.registerHost({ id: "h1" })
-      yield* store.reportHost("h1", { totalMib: 4096, allocatableMib: 4096, totalVcpus: 8 })
-      assert.strictEqual((yield* store.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 } }))._tag, "Placed")
-      const held = yield* Effect.promise(() => operator.reserve())
-      yield* Effect.addFinalizer(() => Effect.promise(async () => held.release()))
-      yield* Effect.promise(() => held.unsafe("begin"))
-      yield* Effect.promise(() => held.unsafe("select id from sessions where id = 's1' for update"))
-      const staleAfter = Math.ceil(store.limits().heartbeatStaleWindowMs / intervalMs) + 1
-      for (let i = 0; i < staleAfter + 2 * passes; i++) yield* interval
+      const held = yield* heldSession(store, operator)
+      yield* passesPastStale(store, interval)
       assert.match(warnings.join("\n"), /reclaim failed.*55P03/, "the reclaims waited on the lock past lock_timeout")
       assert.isTrue(leaseA.isLeader(), "passes that lost to contention keep the leader")
       assert.strictEqual(a.metrics.reaperStepDowns.get(), 0)
       assert.notMatch(warnings.join("\n"), /giving the reaper's lease up/)
 
       // The lock given back: the next pass reclaims (the store was healthy all along).
-      yield* Effect.promise(() => held.unsafe("rollback"))
+      yield* held.rollback
       yield* interval
       assert.strictEqual((yield* store.getSession("s1")).state, "lost")
 
       // A's connection lost: ENGRAM_LEADER_STEP_DOWN_PASSES passes in a row step it down.
-      sw.fail = true
-      for (let i = 0; i < passes - 1; i++) yield* interval
-      assert.isTrue(leaseA.isLeader())
-      yield* interval
-      assert.isFalse(leaseA.isLeader(), "the leader stepped down")
-      assert.strictEqual(a.metrics.reaperStepDowns.get(), 1)
+      yield* stepsDownAtThreshold(sw, interval, leaseA, a)
     }).pipe(Effect.scoped),
   )
 
@@ -235,15 +257,8 @@ describe("the reaper's leader steps down when its store keeps failing (PostgreSQ
 
       // A session on a host that never heartbeats; an operator holds its row (no lock_timeout):
       // each reclaim of it waits out the store bound, on every replica alike.
-      yield* store.registerHost({ id: "h1" })
-      yield* store.reportHost("h1", { totalMib: 4096, allocatableMib: 4096, totalVcpus: 8 })
-      assert.strictEqual((yield* store.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 } }))._tag, "Placed")
-      const held = yield* Effect.promise(() => operator.reserve())
-      yield* Effect.addFinalizer(() => Effect.promise(async () => held.release()))
-      yield* Effect.promise(() => held.unsafe("begin"))
-      yield* Effect.promise(() => held.unsafe("select id from sessions where id = 's1' for update"))
-      const staleAfter = Math.ceil(store.limits().heartbeatStaleWindowMs / intervalMs) + 1
-      for (let i = 0; i < staleAfter + 2 * passes; i++) yield* interval
+      const held = yield* heldSession(store, operator)
+      yield* passesPastStale(store, interval)
       assert.match(warnings.join("\n"), /reclaim failed.*timed_out/, "the reclaims timed out behind the lock")
       assert.match(warnings.join("\n"), /did not answer reclaim in time.*lock held by pid/, "what they waited on was read")
       assert.isTrue(leaseA.isLeader(), "passes that timed out behind a lock every replica meets keep the leader")
@@ -251,17 +266,12 @@ describe("the reaper's leader steps down when its store keeps failing (PostgreSQ
       assert.notMatch(warnings.join("\n"), /giving the reaper's lease up/)
 
       // The lock given back: the next pass reclaims.
-      yield* Effect.promise(() => held.unsafe("rollback"))
+      yield* held.rollback
       yield* interval
       assert.strictEqual((yield* store.getSession("s1")).state, "lost")
 
       // A's calls time out with nothing of it waiting on the database (its pool wedged): they count.
-      sw.fail = true
-      for (let i = 0; i < passes - 1; i++) yield* interval
-      assert.isTrue(leaseA.isLeader())
-      yield* interval
-      assert.isFalse(leaseA.isLeader(), "the leader stepped down")
-      assert.strictEqual(a.metrics.reaperStepDowns.get(), 1)
+      yield* stepsDownAtThreshold(sw, interval, leaseA, a)
     }).pipe(Effect.scoped),
   )
 
