@@ -262,7 +262,11 @@ export interface AtSwitchover {
   readonly selfConverged: boolean
   /** Sends the final round. The target holds the VM paused until its `commitIncoming`. */
   readonly switchover: Effect.Effect<Switched, RuntimeError>
-  /** Gives the pause back: the guest resumes here; the target's incoming VM fails and is destroyed there. */
+  /**
+   * Gives the pause back: the guest resumes here; the target's incoming VM fails and is destroyed
+   * there. A guest that was paused when `migrate` began (a committed move's paused source copy
+   * streamed again) stays paused: only one that ran is resumed (so does a failed `switchover`).
+   */
   readonly abort: Effect.Effect<void>
 }
 

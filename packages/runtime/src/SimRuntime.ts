@@ -250,6 +250,9 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
         if (upfront._tag === "Refuse") return { _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, rounds: [] } as MigrateResult
         const rounds: MoveRound[] = []
         let pausedAt: number | null = null
+        // A paused copy migrated (a committed move's stream sent again) stays paused when the
+        // pause is given back: only a guest that ran when the move began runs again.
+        const wasRunning = vm.status === "running"
         const frame = (kind: MoveRound["kind"], c: { seq: number; apparentBytes: number; wireBytes: number }): SimWire.SimFrame => ({
           vmId,
           moveId: req.moveId,
@@ -272,7 +275,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
             yield* req.onRound(round)
           })
         const giveBack = Effect.gen(function* () {
-          if (pausedAt !== null) yield* setStatus(vmId, "running").pipe(Effect.ignore)
+          if (pausedAt !== null && wasRunning) yield* setStatus(vmId, "running").pipe(Effect.ignore)
           yield* stopTracking(vmId)
         })
 

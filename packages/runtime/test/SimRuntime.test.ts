@@ -137,6 +137,28 @@ describe("a refusal the caller overrides (overBudget: its move is committed)", (
     }))
 })
 
+describe("a paused copy migrated (a committed move's stream sent again)", () => {
+  it.effect("the pause given back leaves it paused; sent, the target resumes it from the stream", () =>
+    Effect.gen(function* () {
+      const { a, b } = yield* twoHosts()
+      yield* a.park("s1")
+      const request = (endpoint: Parameters<typeof a.migrate>[1]["endpoint"]) => ({ moveId: "m1", endpoint, budget: budget(600), onRound: () => Effect.void, overBudget: () => Effect.succeed(true) })
+      const first = yield* onClock(a.migrate("s1", request(yield* b.prepareIncoming({ vmId: "s1", memMib: 4096, vcpus: 2 }, "m1"))))
+      assert.strictEqual(first._tag, "AtSwitchover")
+      if (first._tag !== "AtSwitchover") return
+      yield* first.abort
+      // Before: given back as running, a second copy beside the one the move was for.
+      assert.deepStrictEqual((yield* a.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]], "a copy that was paused stays paused")
+      yield* onClock(b.commitIncoming("s1").pipe(Effect.ignore))
+      const again = yield* onClock(a.migrate("s1", request(yield* b.prepareIncoming({ vmId: "s1", memMib: 4096, vcpus: 2 }, "m1"))))
+      assert.strictEqual(again._tag, "AtSwitchover")
+      if (again._tag !== "AtSwitchover") return
+      yield* onClock(again.switchover)
+      assert.strictEqual((yield* onClock(b.commitIncoming("s1"))).status, "running")
+      assert.deepStrictEqual((yield* a.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]], "the source copy kept paused until the caller destroys it")
+    }))
+})
+
 describe("a move whose caller fails a round record", () => {
   it.effect("ends with the caller's error, the guest running on the source and tracking off", () =>
     Effect.gen(function* () {
