@@ -639,6 +639,21 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       Effect.gen(function* () {
         const vm = yield* residents.get(s.id)
         if (vm === undefined) {
+          // Placed here by a move whose commit this host refused, its stream never complete here
+          // (the coordinator holds it committed on an operator's word given while the source was
+          // not heard): the guest's memory is in the source's paused copy, which the source
+          // streams again. A fresh guest here would lose it: not booted; the action fails and is
+          // tried again (see README, "The move protocol").
+          const unfinished = s.state === "pending" ? undefined : yield* target.unfinished(s.id)
+          if (unfinished !== undefined) {
+            yield* Effect.logError(`session placed here by move ${unfinished}, committed on the coordinator, whose stream never completed here (this host refused its commit): its guest's memory is in the source's paused copy, which the source streams again; not booted afresh`, {
+              hostId: me,
+              sessionId: s.id,
+              moveId: unfinished,
+              state: s.state,
+            })
+            return yield* Effect.fail({ _tag: "MoveStreamIncomplete", message: `session ${s.id}: placed here by move ${unfinished}, whose stream never completed here; its memory is on the source, not booted afresh` })
+          }
           const spec = specOf(s)
           // The image here if it is of the session's last descent; else the one its image host
           // holds (fetched over any older one here); else whatever is here, judged below.
@@ -923,6 +938,12 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         const m = read._tag === "Success" ? read.success : null
         if (m !== null && m.state === "pending") {
           return yield* Effect.fail({ _tag: "IncomingNotCommitted", message: `the incoming VM of move ${moveId} was never committed here and the move is still pending; kept paused` })
+        }
+        // The move's first stream never completed here and its source streams it again into
+        // this VM: the source's commit resumes it once that stream is complete (one of ours now
+        // would find it incomplete, drop it and cut the source's stream).
+        if (m !== null && m.state === "committed" && (yield* target.unfinished(s.id)) === moveId) {
+          return yield* Effect.fail({ _tag: "IncomingNotCommitted", message: `the incoming VM of move ${moveId} is being streamed again by its source (its first stream never completed here); kept paused until the source's commit` })
         }
         if (m === null || m.state !== "committed") {
           // Seen incoming: a source's commit that resumed it meanwhile leaves a guest that runs here,
@@ -1277,6 +1298,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         // the coordinator refuses it when the session ended or left otherwise, and it is dropped.
         // (Before, it was dropped here: a loss before a move was missing from the session's history.)
         for (const id of yield* residents.lostNoted) if (!mineIds.has(id)) yield* residents.forgetLostNoted(id)
+        // A move whose stream never completed here (`MoveTarget.unfinished`) whose session is no
+        // longer here (its move aborted, the session ended or placed elsewhere): nothing to keep.
+        for (const u of yield* residents.unfinished) if (!mineIds.has(u.sessionId)) yield* residents.forgetUnfinished(u.sessionId)
         for (const r of yield* residents.lostReports) if (!mineIds.has(r.sessionId)) yield* telling(r.sessionId)
         for (const s of mine) {
           // An untold report is told in its own fiber, whatever the session's slot holds (a descent waits for it there).

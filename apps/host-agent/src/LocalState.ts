@@ -94,6 +94,15 @@ export const PendingCommit = Schema.Struct({
    * resumes here; still pending → the abort is asked again. Absent in every other debt.
    */
   abandoned: Schema.optionalKey(Schema.Boolean),
+  /**
+   * The move is committed on the coordinator (an operator's word while the source was not heard)
+   * but its stream never completed at the target (the final round's send failed, or the target
+   * refused its commit saying so: `noStream`): the source copy, paused, is the guest's only
+   * memory. Settling streams it again (a new prepare at the target, a migration of the paused
+   * copy over any budget, the target's commit); the copy goes only once the target runs the
+   * guest. Absent in every other debt.
+   */
+  resend: Schema.optionalKey(Schema.Boolean),
 })
 export type PendingCommit = typeof PendingCommit.Type
 
@@ -115,6 +124,16 @@ export const LostReport = Schema.Struct({
 })
 export type LostReport = typeof LostReport.Type
 
+/**
+ * A move whose commit this target refused because its stream never completed here (`noStream`):
+ * its session's memory is in its source's paused copy, so the session is not booted afresh here
+ * while the coordinator places it here; its source streams it again. Forgotten once a commit of
+ * the move resumes the guest here, when a prepare of another move of the session comes, or once
+ * the session is no longer assigned here.
+ */
+export const UnfinishedMove = Schema.Struct({ sessionId: Schema.String, moveId: Schema.String })
+export type UnfinishedMove = typeof UnfinishedMove.Type
+
 export const StateFile = Schema.Struct({
   version: Schema.Literal(1),
   hostId: Schema.String,
@@ -129,6 +148,8 @@ export const StateFile = Schema.Struct({
    * the keys they know) and while none is noted.
    */
   lostNoted: Schema.optionalKey(Schema.Array(Schema.String)),
+  /** The moves whose stream never completed here (`UnfinishedMove`). Absent in files of older agents and while none is noted. */
+  unfinished: Schema.optionalKey(Schema.Array(UnfinishedMove)),
 })
 export type StateFile = typeof StateFile.Type
 

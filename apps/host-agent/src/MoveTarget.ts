@@ -7,7 +7,11 @@
  *
  * What it decides: a refused commit (`PeerError` with `refused: true`) means the guest does
  * not run here and nothing of the move is left (the incoming VM is destroyed); the source may
- * then resume its own copy. Every other failure leaves the question open. Each operation runs
+ * then resume its own copy. A commit refused because the stream never completed here says so
+ * (`noStream`), on every later ask too, and the move is noted in the state file (`unfinished`):
+ * the guest's memory is on the source alone, which keeps its copy and streams it again, and the
+ * agent neither boots the session afresh here nor commits a new incoming VM of that move on its
+ * own (the source's commit does, once its stream is complete). Every other failure leaves the question open. Each operation runs
  * to its end once started (a source that hangs up does not leave a half-started VM behind), and
  * the operations of one move run one at a time, so each finds what the one before it left: an
  * abort never destroys a VM a commit is resuming or a prepare is starting, a commit never resumes
@@ -32,13 +36,16 @@ export interface MoveHeader {
 /**
  * A peer operation failed. `refused`: the target answered and did not act (for a commit: the
  * guest does not run there and its incoming VM is gone); otherwise the target could not be
- * reached or did not answer, and what it did is unknown.
+ * reached or did not answer, and what it did is unknown. `noStream` (a commit's refusal): no
+ * guest of the move ran here, its stream never having completed here: the guest's memory is on
+ * the source alone, whatever the coordinator holds. Absent from an older target's refusal.
  */
 export class PeerError extends Schema.TaggedError<PeerError>()("PeerError", {
   op: Schema.String,
   moveId: Schema.String,
   message: Schema.String,
   refused: Schema.Boolean,
+  noStream: Schema.optionalKey(Schema.Boolean),
 }) {}
 
 /** A target's commit: how long the guest had run here when it answered (0: it ran already, a repeated commit). */
@@ -98,6 +105,15 @@ export interface MoveTarget {
    * move the coordinator does not show pending runs from here.
    */
   readonly lastActivity: (moveId: string) => Effect.Effect<number>
+  /**
+   * The move whose commit of the session this target refused because its stream never completed
+   * here (kept in the state file), if any: its guest's memory is in the source's paused copy,
+   * which the source streams again. While noted, the agent does not boot the session afresh here
+   * (its memory would be lost) nor commit an incoming VM of the move on its own (the source's
+   * commit does, once its stream is complete). Forgotten once a commit of the move resumes the
+   * guest here, and on a prepare of another move of the session.
+   */
+  readonly unfinished: (sessionId: string) => Effect.Effect<string | undefined>
 }
 
 /** How many aborted moves a target remembers, and for how long, to refuse their late prepares. */
@@ -134,6 +150,12 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
         })
       })
     const refuse = (op: string, moveId: string, message: string) => Effect.fail(new PeerError({ op, moveId, message, refused: true }))
+    /** The move's stream never completed here: said so, and noted (the source keeps its copy and streams it again). */
+    const noStream = (h: MoveHeader, message: string) =>
+      residents.noteUnfinished({ sessionId: h.sessionId, moveId: h.moveId }).pipe(
+        Effect.andThen(Effect.fail(new PeerError({ op: "commit", moveId: h.moveId, message, refused: true, noStream: true }))),
+      )
+    const unfinishedOf = (sessionId: string) => Effect.map(residents.unfinished, (us) => us.find((u) => u.sessionId === sessionId)?.moveId)
     const specOf = (h: MoveHeader): VmSpec => ({ vmId: h.sessionId, memMib: h.memMib, vcpus: h.vcpus })
 
     /** Destroys the VM a move left here, if the resident VM is that move's. */
@@ -198,6 +220,10 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
             if (left !== undefined && left.moveId !== h.moveId) return yield* refuse("prepare", h.moveId, `the session already has a VM on ${hostId}`)
           }
           yield* touch(h.moveId)
+          // A note of another move of the session is over (one open move per session); this
+          // move's note stays until its commit resumes the guest (the source streams it again).
+          const noted = yield* unfinishedOf(h.sessionId)
+          if (noted !== undefined && noted !== h.moveId) yield* residents.forgetUnfinished(h.sessionId)
           // Recorded before the runtime starts it: a restarted agent adopts it with its move.
           yield* residents.put({ ...specOf(h), status: "paused", reservationId: null, moveId: h.moveId })
           return yield* runtime.prepareIncoming(specOf(h), h.moveId).pipe(
@@ -214,7 +240,11 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
           // here): the guest runs here, which is what the source asks. Not a refusal, which
           // would tell the source that the guest does not run here.
           if (vm !== undefined && vm.moveId === null && vm.status === "running") return { resumedForMs: 0 }
-          if (vm?.moveId !== h.moveId) return yield* refuse("commit", h.moveId, "no incoming VM for this move")
+          if (vm?.moveId !== h.moveId) {
+            // A move whose stream failed here: said so on every ask (the source streams it again).
+            if ((yield* unfinishedOf(h.sessionId)) === h.moveId) return yield* noStream(h, "the move's stream never completed here: no guest of it ran here")
+            return yield* refuse("commit", h.moveId, "no incoming VM for this move")
+          }
           yield* touch(h.moveId)
           const adopt = options?.adopt
           const adopted = (v: ResidentVm): ResidentVm => (adopt === undefined ? v : { ...v, reservationId: adopt.reservationId, moveId: null })
@@ -223,12 +253,14 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
             return { resumedForMs: 0 }
           }
           // The runtime destroys the incoming VM when its stream failed; so does the agent's record.
+          // No guest of the move ran here: the guest's memory is on the source alone (`noStream`).
           yield* runtime.commitIncoming(h.sessionId).pipe(
-            Effect.catchTag("RuntimeError", (e) => drop(h.moveId, h.sessionId).pipe(Effect.andThen(refuse("commit", h.moveId, `${e.op}: ${e.message}`)))),
+            Effect.catchTag("RuntimeError", (e) => drop(h.moveId, h.sessionId).pipe(Effect.andThen(noStream(h, `${e.op}: ${e.message}`)))),
           )
           // The guest runs: what follows (the state file's write and fsync) is not a part of its pause.
           const resumedAt = yield* Clock.currentTimeMillis
           yield* residents.update(h.sessionId, (v) => adopted({ ...v, status: "running" }))
+          yield* residents.forgetUnfinished(h.sessionId)
           return { resumedForMs: Math.max(0, (yield* Clock.currentTimeMillis) - resumedAt) }
         }).pipe(oneAtATime(h.moveId), Effect.uninterruptible),
       abort: (moveId, options) =>
@@ -249,6 +281,7 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
           return done
         }).pipe(oneAtATime(moveId), Effect.uninterruptible),
       incoming: Effect.map(residents.all, (vms) => vms.filter((v) => v.moveId !== null && v.status === "paused").map((v) => ({ moveId: v.moveId!, vmId: v.vmId }))),
+      unfinished: unfinishedOf,
       lastActivity: (moveId) =>
         Effect.gen(function* () {
           const at = (yield* Ref.get(activity)).get(moveId)

@@ -208,7 +208,8 @@ const authorizedImage = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate,
 /** No image of the session here: the fetcher takes this answer of the listing for the image host's word (`ImageFetch.noImageMessage`). */
 const noImage = (sessionId: string) => json(404, { error: "NotFound", message: ImageFetch.noImageMessage(sessionId) })
 
-const peerError = (e: { readonly op: string; readonly message: string }) => Effect.succeed(json(409, { error: "PeerError", op: e.op, message: e.message }))
+const peerError = (e: { readonly op: string; readonly message: string; readonly noStream?: boolean | undefined }) =>
+  Effect.succeed(json(409, { error: "PeerError", op: e.op, message: e.message, ...(e.noStream === true ? { noStream: true } : {}) }))
 
 /** The peer routes. */
 export const routes = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate = ImageNonceFile.inMemory()) =>

@@ -13,7 +13,7 @@
  * once while one hangs.
  */
 import { Clock, Data, Effect, Fiber, Semaphore } from "effect"
-import { empty, logFailed, type LostReport, type PendingCommit, type ResidentVm, type StateFile, type StateWriteError } from "./LocalState.js"
+import { empty, logFailed, type LostReport, type PendingCommit, type ResidentVm, type StateFile, type StateWriteError, type UnfinishedMove } from "./LocalState.js"
 
 /** How long a change waits for its state file write before the agent goes on without it (the disk hangs), ms. */
 export const writeWaitMs = 10_000
@@ -59,6 +59,12 @@ export interface Residents {
   readonly noteLost: (r: { readonly sessionId: string; readonly reason: string }, again?: boolean) => Effect.Effect<void>
   /** Forgets that `sessionId`'s loss is noted (a fresh guest runs, or the session left this host); nothing, no write, when it is not. */
   readonly forgetLostNoted: (sessionId: string) => Effect.Effect<void>
+  /** The moves whose stream never completed here, as a target (`LocalState.UnfinishedMove`): kept in the state file. */
+  readonly unfinished: Effect.Effect<readonly UnfinishedMove[]>
+  /** Notes `u` (replacing any note of its session); nothing, no write, when it is noted already. */
+  readonly noteUnfinished: (u: UnfinishedMove) => Effect.Effect<void>
+  /** Forgets the note of `sessionId`; nothing, no write, when there is none. */
+  readonly forgetUnfinished: (sessionId: string) => Effect.Effect<void>
   readonly snapshot: Effect.Effect<StateFile>
 }
 
@@ -210,6 +216,21 @@ export const makeResidents = (
             const noted = (s.lostNoted ?? []).filter((x) => x !== sessionId)
             const { lostNoted: _, ...rest } = s
             return noted.length === 0 ? rest : { ...rest, lostNoted: noted }
+          })
+        }),
+      unfinished: Effect.sync(() => state.unfinished ?? []),
+      noteUnfinished: (u) =>
+        Effect.suspend(() => {
+          if ((state.unfinished ?? []).some((x) => x.sessionId === u.sessionId && x.moveId === u.moveId)) return Effect.void
+          return change((s) => ({ ...s, unfinished: [...(s.unfinished ?? []).filter((x) => x.sessionId !== u.sessionId), u] }))
+        }),
+      forgetUnfinished: (sessionId) =>
+        Effect.suspend(() => {
+          if (!(state.unfinished ?? []).some((x) => x.sessionId === sessionId)) return Effect.void
+          return change((s) => {
+            const left = (s.unfinished ?? []).filter((x) => x.sessionId !== sessionId)
+            const { unfinished: _, ...rest } = s
+            return left.length === 0 ? rest : { ...rest, unfinished: left }
           })
         }),
       snapshot: Effect.sync(() => state),

@@ -60,8 +60,13 @@ describe("the peer server", () => {
         // No stream ever came: the target's runtime cannot commit it.
         const refused = yield* link.commit(header).pipe(Effect.flip)
         assert.isTrue(refused.refused, refused.message)
+        // Said over the wire: no guest of the move ran here (the source keeps its copy on that word), on every later ask too.
+        assert.isTrue(refused.noStream, refused.message)
+        assert.isTrue((yield* link.commit(header).pipe(Effect.flip)).noStream)
         assert.deepStrictEqual(yield* runtime.list, [])
         assert.deepStrictEqual(yield* target.incoming, [])
+        // A commit of a move never prepared here says nothing of a stream.
+        assert.isUndefined((yield* link.commit({ ...header, moveId: "m2" }).pipe(Effect.flip)).noStream)
         // An unreachable target is not a refusal: what it did is unknown.
         const closed = yield* Effect.promise(freePort)
         const gone = yield* PeerLink.http(() => `http://127.0.0.1:${closed}`, SECRET).commit(header).pipe(Effect.flip)
