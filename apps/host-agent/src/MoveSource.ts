@@ -647,6 +647,17 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         // Its record may have landed with its answer lost: an abort not acknowledged is owed.
         return abandoned(yield* abandon(reason), (acknowledged) => ({ _tag: "Failed", reason, paused: true, ...(acknowledged ? {} : { abortOwed: true }) }))
       }
+      if (sent.r._tag === "Failure" && goesOn) {
+        // The move is committed on the coordinator (an operator's word while this source was not
+        // heard): the session is placed on the target, which holds no complete stream, and an
+        // abort would be refused. The copy here is the guest's only memory: paused again (the
+        // runtime gave the pause back) and owed with `resend`: a later pass streams it again
+        // (`settleResend`) and it goes only once the target runs the guest.
+        const reason = `the final round was not sent (${sent.r.failure.message}) of move ${move.id}, which is committed on the coordinator (the session placed on ${move.targetHostId}): the source copy is the guest's only memory, kept paused and streamed again on a later pass`
+        yield* Effect.logError(reason, { hostId: deps.hostId, moveId: move.id, sessionId: move.sessionId, target: move.targetHostId })
+        yield* owedResend(deps, { ...owed, resend: true })
+        return { _tag: "Owed", reason } as const
+      }
       if (sent.r._tag === "Failure") {
         // The stream did not complete: the target cannot run the guest (it runs only on our
         // commit, which is never sent now); the runtime gave the pause back here. The point of
@@ -893,6 +904,16 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
       if (read._tag === "Failure" && moveGone(owed, read.failure)) return yield* settleGone(deps, owed, "its read")
       if (read._tag === "Failure") return yield* stayPaused(`the move cannot be read (${read.failure.message})`)
       const m = read.success
+      if (m.state === "committed" && e.noStream === true) {
+        // The target's word: no guest of the move ran there, its stream never completed (an
+        // operator committed the move before its final round, whose send then failed). The
+        // coordinator's "committed" alone does not make the copy here go: it is the guest's only
+        // memory, kept paused and streamed again on a later pass (`settleResend`).
+        const why = `move ${m.id} is committed on the coordinator (the session placed on ${m.targetHostId}), but its target refused the commit: no guest of the move ran there, its stream never completed. The source copy is the guest's only memory: kept paused and streamed again on a later pass`
+        yield* Effect.logError(why, { hostId: deps.hostId, moveId: m.id, sessionId: owed.sessionId, target: m.targetHostId })
+        yield* owedResend(deps, { ...owed, resend: true })
+        return { _tag: "Owed", reason: why } as const
+      }
       if (m.state === "committed") {
         const vm = yield* residents.get(owed.sessionId)
         if (vm !== undefined && vm.moveId === null) {
@@ -1103,6 +1124,7 @@ const settleAbandoned = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<S
  */
 export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effect<Settled> =>
   Effect.gen(function* () {
+    if (debt.resend === true) return yield* settleResend(deps, debt)
     if (debt.abandoned === true) return yield* settleAbandoned(deps, debt)
     if (debt.phases === null) {
       const held = yield* ensureIntent(deps, debt)
@@ -1191,4 +1213,103 @@ export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effe
       { moveId: m.id, sessionId: owed.sessionId, target: m.targetHostId },
     )
     return { _tag: "Refused", reason, restoredOnSource: false } as const
+  })
+
+/**
+ * Keeps the source copy of a `resend` debt paused (a runtime that gave a pause back resumed it)
+ * and the debt written (the state file: a restarted agent settles it the same way).
+ */
+const owedResend = (deps: SettleDeps, owed: PendingCommit) =>
+  Effect.gen(function* () {
+    const { runtime, residents } = deps
+    const running = (yield* runtime.list).some((v) => v.vmId === owed.sessionId && v.status === "running")
+    if (running) {
+      yield* runtime.park(owed.sessionId).pipe(
+        Effect.catch((e) => Effect.logError("the source copy of a committed move could not be paused again; it is kept, and streamed again on a later pass", { moveId: owed.moveId, sessionId: owed.sessionId, error: e.message })),
+      )
+    }
+    yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "paused" }))
+    yield* residents.addPendingCommit(owed)
+  })
+
+/**
+ * The budget of a stream sent again (`settleResend`): the guest is paused already, so its pause
+ * is not the move's budget any more (the move is committed; `overBudget` lets every refusal go).
+ */
+const resendBudget = { maxDowntimeMs: 3_600_000, commitAllowanceMs: 400, maxPreCopyRounds: 2 }
+
+/**
+ * Settles a `resend` debt: a move committed on the coordinator (an operator's word while its
+ * source was not heard) whose stream never completed at the target (the final round's send
+ * failed, or the target refused its commit with `noStream`). The source copy, paused, is the
+ * guest's only memory. Each pass:
+ *
+ * 1. the target is asked to commit: it runs the guest (a commit of an earlier pass whose answer
+ *    was lost, or a repeat) → the copy here is destroyed, the debt paid; it refuses saying that
+ *    its stream never completed (`noStream`) → step 2; no answer, or a refusal without that word
+ *    (an older target) → still owed, the copy paused;
+ * 2. the target prepares again (a fresh incoming VM of the move) and the runtime migrates the
+ *    paused copy to it, over any budget (`overBudget` always true: the move is committed), then
+ *    sends the final round; the copy stays paused whatever happened;
+ * 3. the target is asked to commit: it runs the guest → the copy here is destroyed; anything
+ *    else → still owed, tried again on the next pass.
+ *
+ * The coordinator is not asked: it holds the move committed already (no phases: an operator's
+ * commit has none). Never two running copies: the copy here never resumes.
+ */
+const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Settled> =>
+  Effect.gen(function* () {
+    const { runtime, residents, link } = deps
+    const fields = { hostId: deps.hostId, moveId: owed.moveId, sessionId: owed.sessionId }
+    const stillOwed = (why: string) =>
+      Effect.gen(function* () {
+        yield* owedResend(deps, owed)
+        const reason = `move ${owed.moveId} is committed but its guest's memory is still only in the paused source copy: ${why}; streamed again on the next pass`
+        yield* Effect.logWarning(reason, fields)
+        return { _tag: "Owed", reason } as const
+      })
+    if (owed.target === undefined) return yield* stillOwed("no target recorded")
+    const header = headerOf(deps, owed, owed.target)
+    const local = yield* residents.get(owed.sessionId)
+    const dropCopy = Effect.gen(function* () {
+      if (local !== undefined && local.moveId === null) {
+        yield* runtime.destroy(owed.sessionId)
+        yield* residents.remove(owed.sessionId)
+      }
+      yield* residents.removePendingCommit(owed.moveId)
+      yield* Effect.logWarning(`move ${owed.moveId}: the target runs the guest from the source copy streamed again; the source copy was destroyed`, { ...fields, target: owed.target!.targetHostId })
+      return { _tag: "Acknowledged" } as const
+    })
+    const asked = yield* link.commit(header).pipe(Effect.result)
+    if (asked._tag === "Success") return yield* dropCopy
+    if (!asked.failure.refused) return yield* stillOwed(`the target did not answer its commit (${asked.failure.message})`)
+    if (asked.failure.noStream !== true) {
+      yield* Effect.logError(`move ${owed.moveId}: its target refused the commit without saying that its stream never completed (an older agent?); the source copy is kept paused: the operator must place the session (e.g. abort the session's placement on ${owed.target.targetHostId} back to this host)`, fields)
+      return yield* stillOwed(`the target refused the commit (${asked.failure.message})`)
+    }
+    if (local === undefined || local.moveId !== null) {
+      // Nothing here to stream: the debt cannot be settled by this host.
+      yield* residents.removePendingCommit(owed.moveId)
+      const reason = `move ${owed.moveId}: the source copy to stream again is gone from this host; the guest's memory is lost`
+      yield* Effect.logError(reason, fields)
+      return { _tag: "Refused", reason, restoredOnSource: false } as const
+    }
+    const sent = yield* Effect.gen(function* () {
+      const endpoint = yield* link.prepare(header)
+      const r = yield* runtime.migrate(owed.sessionId, {
+        moveId: owed.moveId,
+        endpoint,
+        budget: resendBudget,
+        onRound: () => Effect.void,
+        overBudget: () => Effect.succeed(true),
+      })
+      if (r._tag !== "AtSwitchover") return yield* Effect.fail({ message: `the runtime did not reach the switchover (${r._tag}: ${r.reason})` })
+      yield* Effect.logWarning(`move ${owed.moveId}: streaming the paused source copy again to its target (the move is committed; its first stream never completed there)`, { ...fields, target: owed.target!.targetHostId })
+      return yield* r.switchover
+    }).pipe(Effect.result)
+    if (sent._tag === "Failure") return yield* stillOwed(`its stream failed again (${sent.failure.message})`)
+    yield* owedResend(deps, owed)
+    const committed = yield* link.commit(header).pipe(Effect.result)
+    if (committed._tag === "Success") return yield* dropCopy
+    return yield* stillOwed(`the target's commit of the stream sent again is not confirmed (${committed.failure.message})`)
   })

@@ -7,7 +7,7 @@
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { ImageStore, type Launch, type MigrateResult, type MoveRound, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
+import { ImageStore, type Launch, type MigrateResult, type MoveRound, RuntimeError, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Effect, Exit, Ref, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { type Agent, makeAgent } from "../../src/Agent.js"
@@ -35,7 +35,9 @@ export interface TestHost {
  * a move has paused the guest at its post-capture check point (nothing sent yet), and
  * `onSwitchover` just before the final round is sent (`onSent` once it is), and `onBeforePause` when the guard decided
  * to pause, the guest still running, before the caller's `beforePause` (its intent). `late`:
- * pre-copy rounds it reports only at the pause (`unreported`).
+ * pre-copy rounds it reports only at the pause (`unreported`). `sendFails`: how many of its moves'
+ * final rounds fail to send (the first ones: the stream breaks mid-send, the pause given back as
+ * the runtime does): the target holds no complete stream.
  */
 const counting = (
   rt: SimRuntime.SimRuntimeShape,
@@ -47,14 +49,26 @@ const counting = (
   onSent: (vmId: string) => Effect.Effect<void>,
   late: readonly MoveRound[],
   onDescend: (vmId: string) => Effect.Effect<void>,
+  sendFails: number,
 ) =>
   Effect.gen(function* () {
     const starts = yield* Ref.make(0)
     const launches = yield* Ref.make<readonly Launch[]>([])
+    let failsLeft = sendFails
+    const broken = (vmId: string, r: MigrateResult): MigrateResult =>
+      r._tag !== "AtSwitchover" || sendFails === 0
+        ? r
+        : {
+            ...r,
+            switchover: Effect.suspend(() =>
+              failsLeft-- > 0 ? Effect.andThen(r.abort, Effect.fail(new RuntimeError({ op: "switchover", vmId, message: "the link to the target dropped during the final round; the pause was given back" }))) : r.switchover,
+            ),
+          }
     const migrate: VmRuntimeShape["migrate"] = (vmId, req) =>
       intentFirst !== undefined
         ? Effect.andThen(Effect.andThen(req.beforePause ?? Effect.void, intentFirst(vmId)), rt.migrate(vmId, { ...req, beforePause: undefined })).pipe(
             Effect.tap((r: MigrateResult) => (r._tag === "AtSwitchover" ? onPause(vmId) : Effect.void)),
+            Effect.map((r) => broken(vmId, r)),
           )
         : // `selfConverge`: as a hypervisor that paused on its own before the guard decided (QEMU converging by itself): `beforePause` is never called.
       rt.migrate(vmId, { ...req, beforePause: selfConverge ? undefined : Effect.andThen(onBeforePause(vmId), req.beforePause ?? Effect.void) }).pipe(
@@ -70,6 +84,7 @@ const counting = (
               }
             : r,
         ),
+        Effect.map((r) => broken(vmId, r)),
       )
     return {
       ...rt,
@@ -108,6 +123,8 @@ export interface FleetOptions {
   readonly lateRounds?: (hostId: string) => readonly MoveRound[]
   /** Runs on a host when its agent descends a VM there, before the runtime captures it (e.g. the VM crashing meanwhile). */
   readonly onDescend?: (coordinator: FakeCoordinator, hostId: string, vmId: string) => Effect.Effect<void>
+  /** How many of a host's moves' final rounds fail to send (the first ones; the runtime gives the pause back). */
+  readonly sendFails?: (hostId: string) => number
   /** Wraps a host's coordinator client (e.g. to hold one of its calls). */
   readonly wrapCoordinator?: (client: CoordinatorShape, hostId: string) => CoordinatorShape
   /** Wraps the in-memory peer link (e.g. to watch it, or cut it). */
@@ -167,6 +184,7 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
         hook(options.onSent),
         options.lateRounds?.(h.hostId) ?? [],
         hook(options.onDescend),
+        options.sendFails?.(h.hostId) ?? 0,
       )
       built.push(yield* startAgent(h.hostId, runtime, null))
     }

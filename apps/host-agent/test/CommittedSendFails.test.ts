@@ -1,0 +1,86 @@
+/**
+ * A move an operator committed while its source was frozen (the coordinator heard nothing from it
+ * past the stale window, so it took the commit: SPEC §13), whose source then thawed and went on,
+ * and whose final round's send then failed (the link to the target dropped mid-send). The
+ * coordinator places the session on the target, which holds no complete stream.
+ *
+ * Before: the runtime gave the pause back, the source abandoned the move (its abort refused, 409,
+ * the move read committed), asked the target to commit, the target refused its incomplete stream,
+ * and on the coordinator's "committed" alone the source destroyed its copy, the only one; the
+ * target then booted the session afresh: the guest's memory lost. Now the source pauses its copy
+ * again and owes the move with `resend`; the target refuses the commit saying that its stream
+ * never completed (`noStream`), notes the move in its state file and boots nothing (a restart in
+ * between included); a later pass of the source streams the paused copy again, the target resumes
+ * the guest from that stream, and only then does the source's copy go.
+ */
+import { assert, describe } from "@effect/vitest"
+import { Move as CoreMove } from "@engram/core"
+import { SimRuntime } from "@engram/runtime"
+import { Effect, Ref } from "effect"
+import { effect } from "./support/PatientClock.js"
+import { makeFleet, moveBegunAToB, type TestHost } from "./support/InProcess.js"
+import { capture } from "./support/Logs.js"
+
+describe("a committed move whose final round's send fails", () => {
+  effect("the source keeps its copy paused and streams it again; the target resumes the guest from that stream, never booted afresh, a restart of either in between included", () => {
+    const errors = capture("Error")
+    return Effect.gen(function* () {
+      let committedAt: readonly string[] | null = null
+      const fleet = yield* makeFleet(
+        [
+          { hostId: "a", sim: SimRuntime.defaultSimConfig },
+          { hostId: "b", sim: SimRuntime.defaultSimConfig },
+        ],
+        {
+          sendFails: (hostId) => (hostId === "a" ? 1 : 0),
+          // As QEMU: the intent is taken before the first round; then the operator commits (the source frozen, unheard).
+          intentFirst: (coordinator, hostId) =>
+            hostId !== "a"
+              ? Effect.void
+              : Ref.update(coordinator.ref, (s) => {
+                  const m = s.moves.get("m1")!
+                  if (CoreMove.refuseCommit(m, false) !== null) return s
+                  committedAt = m.rounds.map((r) => r.kind)
+                  return {
+                    ...s,
+                    moves: new Map(s.moves).set("m1", { ...m, state: "committed" }),
+                    sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "b", reservationId: "res-move-m1" }),
+                  }
+                }),
+        },
+      )
+      const { a, copies } = yield* moveBegunAToB(fleet)
+      assert.deepStrictEqual(committedAt, ["intent"], "the operator's commit landed with only the intent recorded")
+      // Before: { a: [] }: the source's copy destroyed on the coordinator's "committed" alone.
+      assert.deepStrictEqual((yield* copies).a, [["s1", "paused"]], "the source's copy paused again after the failed send")
+      assert.deepStrictEqual((yield* a.residents.pendingCommits).map((p) => [p.moveId, p.resend]), [["m1", true]], "owed, to be streamed again")
+      const onlyB = Effect.gen(function* () {
+        const b = fleet.hosts[1] as TestHost
+        yield* b.agent.reconcile(yield* fleet.coordinator.assignmentsOf("b"))
+        yield* fleet.quiesce
+        return b
+      })
+      // The target alone: its own commit of the move (committed, its session placed there) finds the stream incomplete.
+      let b = yield* onlyB
+      assert.deepStrictEqual(yield* b.residents.unfinished, [{ sessionId: "s1", moveId: "m1" }], "the target noted the move in its state file")
+      assert.deepStrictEqual(yield* copies, { a: [["s1", "paused"]], b: [] }, "nothing runs on the target")
+      assert.strictEqual(yield* Ref.get(b.runtime.starts), 0, "the target did not boot the session afresh")
+      // Both agents restart (from their state files) before the source streams again.
+      yield* fleet.restart("b")
+      yield* fleet.restart("a")
+      yield* onlyB
+      b = yield* onlyB
+      // Before (had the copy been kept): the restarted target, its memory of the move gone, booted the session afresh.
+      assert.strictEqual(yield* Ref.get(b.runtime.starts), 0, "the restarted target did not boot the session afresh")
+      assert.deepStrictEqual(yield* copies, { a: [["s1", "paused"]], b: [] }, "the source's copy still the guest's only memory")
+      assert.isTrue(errors.lines.some((l) => l.message.includes("not booted afresh") && l.fields["hostId"] === "b"), "the target said why it boots nothing")
+      yield* fleet.settle()
+      assert.deepStrictEqual(yield* copies, { a: [], b: [["s1", "running"]] }, "one running copy, where the coordinator places the session")
+      assert.strictEqual(yield* Ref.get(b.runtime.starts), 0, "the guest resumed from the stream sent again, not booted: its memory kept")
+      assert.deepStrictEqual(yield* fleet.hosts[0]!.residents.pendingCommits, [])
+      assert.deepStrictEqual(yield* b.residents.unfinished, [], "the note forgotten once the guest runs")
+      assert.deepStrictEqual((yield* b.residents.all).map((v) => [v.vmId, v.status, v.moveId]), [["s1", "running", null]])
+      assert.strictEqual((yield* fleet.coordinator.get).moves.get("m1")?.state, "committed")
+    }).pipe(Effect.provide(errors.layer))
+  })
+})
