@@ -240,6 +240,16 @@ export interface Agent {
   readonly busy: Effect.Effect<boolean>
 }
 
+/**
+ * How long a target waits for the source of a committed move whose stream never completed here
+ * to stream it again (`MoveTarget.unfinished`: from the note, or from the source's last prepare of
+ * it here), before it boots the session afresh, its loss told: twice the heartbeat stale window.
+ * The operator committed the move because the source was not heard for a stale window; one that
+ * is still not heard twice as long after is taken for lost (its host gone for good), and the
+ * session runs again, fresh, rather than never.
+ */
+export const resendWaitMs = (staleWindowMs: number): number => 2 * staleWindowMs
+
 /** Builds an agent; its action fibers live in the current scope. */
 export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<Agent, never, Scope.Scope> =>
   Effect.gen(function* () {
@@ -644,15 +654,29 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           // not heard): the guest's memory is in the source's paused copy, which the source
           // streams again. A fresh guest here would lose it: not booted; the action fails and is
           // tried again (see README, "The move protocol").
+          // A source that never streams again (its host lost for good) is waited for
+          // `resendWaitMs` from the note or its last prepare here; then the session boots afresh
+          // here, its loss told (below: a vanished guest), as before the wait existed.
           const unfinished = s.state === "pending" ? undefined : yield* target.unfinished(s.id)
           if (unfinished !== undefined) {
-            yield* Effect.logError(`session placed here by move ${unfinished}, committed on the coordinator, whose stream never completed here (this host refused its commit): its guest's memory is in the source's paused copy, which the source streams again; not booted afresh`, {
+            const waitMs = resendWaitMs(staleWindowMs())
+            const waitedMs = (yield* nowMs) - unfinished.notedAt
+            if (waitedMs < waitMs) {
+              yield* Effect.logError(`session placed here by move ${unfinished.moveId}, committed on the coordinator, whose stream never completed here (this host refused its commit): its guest's memory is in the source's paused copy, which the source streams again; not booted afresh (for ${Math.ceil((waitMs - waitedMs) / 1000)} s more at most)`, {
+                hostId: me,
+                sessionId: s.id,
+                moveId: unfinished.moveId,
+                state: s.state,
+              })
+              return yield* Effect.fail({ _tag: "MoveStreamIncomplete", message: `session ${s.id}: placed here by move ${unfinished.moveId}, whose stream never completed here; its memory is on the source, not booted afresh` })
+            }
+            yield* Effect.logError(`session placed here by move ${unfinished.moveId}, whose stream never completed here: its source did not stream it again within ${waitMs} ms (twice the stale window); booting it afresh, its memory lost`, {
               hostId: me,
               sessionId: s.id,
-              moveId: unfinished,
-              state: s.state,
+              moveId: unfinished.moveId,
+              waitedMs,
             })
-            return yield* Effect.fail({ _tag: "MoveStreamIncomplete", message: `session ${s.id}: placed here by move ${unfinished}, whose stream never completed here; its memory is on the source, not booted afresh` })
+            yield* residents.forgetUnfinished(s.id)
           }
           const spec = specOf(s)
           // The image here if it is of the session's last descent; else the one its image host
@@ -942,7 +966,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         // The move's first stream never completed here and its source streams it again into
         // this VM: the source's commit resumes it once that stream is complete (one of ours now
         // would find it incomplete, drop it and cut the source's stream).
-        if (m !== null && m.state === "committed" && (yield* target.unfinished(s.id)) === moveId) {
+        if (m !== null && m.state === "committed" && (yield* target.unfinished(s.id))?.moveId === moveId) {
           return yield* Effect.fail({ _tag: "IncomingNotCommitted", message: `the incoming VM of move ${moveId} is being streamed again by its source (its first stream never completed here); kept paused until the source's commit` })
         }
         if (m === null || m.state !== "committed") {

@@ -131,7 +131,16 @@ export type LostReport = typeof LostReport.Type
  * the move resumes the guest here, when a prepare of another move of the session comes, or once
  * the session is no longer assigned here.
  */
-export const UnfinishedMove = Schema.Struct({ sessionId: Schema.String, moveId: Schema.String })
+export const UnfinishedMove = Schema.Struct({
+  sessionId: Schema.String,
+  moveId: Schema.String,
+  /**
+   * When (ms, the agent's clock) the move was noted, or its source last prepared it again here (a
+   * sign it streams it again): past the agent's wait for it (`Agent.resendWaitMs`) the session is
+   * booted afresh here, its loss told (a source that never comes back).
+   */
+  notedAt: Schema.Number,
+})
 export type UnfinishedMove = typeof UnfinishedMove.Type
 
 export const StateFile = Schema.Struct({

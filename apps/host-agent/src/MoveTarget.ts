@@ -20,7 +20,7 @@
  */
 import { Clock, Effect, Ref, Schema, Semaphore } from "effect"
 import type { IncomingEndpoint, VmRuntimeShape, VmSpec } from "@engram/runtime"
-import type { ResidentVm } from "./LocalState.js"
+import type { ResidentVm, UnfinishedMove } from "./LocalState.js"
 import type { Residents } from "./Residents.js"
 
 /** Who a move belongs to: sent with every peer request of the move. */
@@ -113,7 +113,7 @@ export interface MoveTarget {
    * commit does, once its stream is complete). Forgotten once a commit of the move resumes the
    * guest here, and on a prepare of another move of the session.
    */
-  readonly unfinished: (sessionId: string) => Effect.Effect<string | undefined>
+  readonly unfinished: (sessionId: string) => Effect.Effect<UnfinishedMove | undefined>
 }
 
 /** How many aborted moves a target remembers, and for how long, to refuse their late prepares. */
@@ -150,12 +150,18 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
         })
       })
     const refuse = (op: string, moveId: string, message: string) => Effect.fail(new PeerError({ op, moveId, message, refused: true }))
-    /** The move's stream never completed here: said so, and noted (the source keeps its copy and streams it again). */
+    const unfinishedOf = (sessionId: string) => Effect.map(residents.unfinished, (us) => us.find((u) => u.sessionId === sessionId))
+    /**
+     * The move's stream never completed here: said so, and noted (the source keeps its copy and
+     * streams it again); a note of the move already made keeps its time (only the source's
+     * prepare, a sign of it, moves it).
+     */
     const noStream = (h: MoveHeader, message: string) =>
-      residents.noteUnfinished({ sessionId: h.sessionId, moveId: h.moveId }).pipe(
-        Effect.andThen(Effect.fail(new PeerError({ op: "commit", moveId: h.moveId, message, refused: true, noStream: true }))),
-      )
-    const unfinishedOf = (sessionId: string) => Effect.map(residents.unfinished, (us) => us.find((u) => u.sessionId === sessionId)?.moveId)
+      Effect.gen(function* () {
+        const noted = yield* unfinishedOf(h.sessionId)
+        if (noted?.moveId !== h.moveId) yield* residents.noteUnfinished({ sessionId: h.sessionId, moveId: h.moveId, notedAt: yield* Clock.currentTimeMillis })
+        return yield* Effect.fail(new PeerError({ op: "commit", moveId: h.moveId, message, refused: true, noStream: true }))
+      })
     const specOf = (h: MoveHeader): VmSpec => ({ vmId: h.sessionId, memMib: h.memMib, vcpus: h.vcpus })
 
     /** Destroys the VM a move left here, if the resident VM is that move's. */
@@ -223,7 +229,9 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
           // A note of another move of the session is over (one open move per session); this
           // move's note stays until its commit resumes the guest (the source streams it again).
           const noted = yield* unfinishedOf(h.sessionId)
-          if (noted !== undefined && noted !== h.moveId) yield* residents.forgetUnfinished(h.sessionId)
+          if (noted !== undefined && noted.moveId !== h.moveId) yield* residents.forgetUnfinished(h.sessionId)
+          // The source streams the move again: the wait for it (`Agent.resendWaitMs`) starts again.
+          if (noted?.moveId === h.moveId) yield* residents.noteUnfinished({ ...noted, notedAt: yield* Clock.currentTimeMillis })
           // Recorded before the runtime starts it: a restarted agent adopts it with its move.
           yield* residents.put({ ...specOf(h), status: "paused", reservationId: null, moveId: h.moveId })
           return yield* runtime.prepareIncoming(specOf(h), h.moveId).pipe(
@@ -242,7 +250,7 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
           if (vm !== undefined && vm.moveId === null && vm.status === "running") return { resumedForMs: 0 }
           if (vm?.moveId !== h.moveId) {
             // A move whose stream failed here: said so on every ask (the source streams it again).
-            if ((yield* unfinishedOf(h.sessionId)) === h.moveId) return yield* noStream(h, "the move's stream never completed here: no guest of it ran here")
+            if ((yield* unfinishedOf(h.sessionId))?.moveId === h.moveId) return yield* noStream(h, "the move's stream never completed here: no guest of it ran here")
             return yield* refuse("commit", h.moveId, "no incoming VM for this move")
           }
           yield* touch(h.moveId)

@@ -14,55 +14,67 @@
  * the guest from that stream, and only then does the source's copy go.
  */
 import { assert, describe } from "@effect/vitest"
-import { Move as CoreMove } from "@engram/core"
+import { Limits, Move as CoreMove } from "@engram/core"
 import { SimRuntime } from "@engram/runtime"
-import { Effect, Ref } from "effect"
+import { Clock, Effect, Ref } from "effect"
+import { TestClock } from "effect/testing"
+import { resendWaitMs } from "../src/Agent.js"
 import { effect } from "./support/PatientClock.js"
 import { makeFleet, moveBegunAToB, type TestHost } from "./support/InProcess.js"
 import { capture } from "./support/Logs.js"
+
+/**
+ * Hosts a and b; move m1 of s1 from a to b begun, an operator's commit landing with only the
+ * intent recorded (as QEMU takes it, then the source frozen, unheard), and a's first final send
+ * failing: a's copy paused again and owed with `resend`. `onlyB` runs b's pass alone.
+ */
+const committedThenSendFailed = Effect.gen(function* () {
+  let committedAt: readonly string[] | null = null
+  const fleet = yield* makeFleet(
+    [
+      { hostId: "a", sim: SimRuntime.defaultSimConfig },
+      { hostId: "b", sim: SimRuntime.defaultSimConfig },
+    ],
+    {
+      sendFails: (hostId) => (hostId === "a" ? 1 : 0),
+      // As QEMU: the intent is taken before the first round; then the operator commits (the source frozen, unheard).
+      intentFirst: (coordinator, hostId) =>
+        hostId !== "a"
+          ? Effect.void
+          : Ref.update(coordinator.ref, (s) => {
+              const m = s.moves.get("m1")!
+              if (CoreMove.refuseCommit(m, false) !== null) return s
+              committedAt = m.rounds.map((r) => r.kind)
+              return {
+                ...s,
+                moves: new Map(s.moves).set("m1", { ...m, state: "committed" }),
+                sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "b", reservationId: "res-move-m1" }),
+              }
+            }),
+    },
+  )
+  const { a, copies } = yield* moveBegunAToB(fleet)
+  assert.deepStrictEqual(committedAt, ["intent"], "the operator's commit landed with only the intent recorded")
+  // Before: { a: [] }: the source's copy destroyed on the coordinator's "committed" alone.
+  assert.deepStrictEqual((yield* copies).a, [["s1", "paused"]], "the source's copy paused again after the failed send")
+  assert.deepStrictEqual((yield* a.residents.pendingCommits).map((p) => [p.moveId, p.resend]), [["m1", true]], "owed, to be streamed again")
+  const onlyB = Effect.gen(function* () {
+    const b = fleet.hosts[1] as TestHost
+    yield* b.agent.reconcile(yield* fleet.coordinator.assignmentsOf("b"))
+    yield* fleet.quiesce
+    return b
+  })
+  return { fleet, copies, onlyB }
+})
 
 describe("a committed move whose final round's send fails", () => {
   effect("the source keeps its copy paused and streams it again; the target resumes the guest from that stream, never booted afresh, a restart of either in between included", () => {
     const errors = capture("Error")
     return Effect.gen(function* () {
-      let committedAt: readonly string[] | null = null
-      const fleet = yield* makeFleet(
-        [
-          { hostId: "a", sim: SimRuntime.defaultSimConfig },
-          { hostId: "b", sim: SimRuntime.defaultSimConfig },
-        ],
-        {
-          sendFails: (hostId) => (hostId === "a" ? 1 : 0),
-          // As QEMU: the intent is taken before the first round; then the operator commits (the source frozen, unheard).
-          intentFirst: (coordinator, hostId) =>
-            hostId !== "a"
-              ? Effect.void
-              : Ref.update(coordinator.ref, (s) => {
-                  const m = s.moves.get("m1")!
-                  if (CoreMove.refuseCommit(m, false) !== null) return s
-                  committedAt = m.rounds.map((r) => r.kind)
-                  return {
-                    ...s,
-                    moves: new Map(s.moves).set("m1", { ...m, state: "committed" }),
-                    sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "b", reservationId: "res-move-m1" }),
-                  }
-                }),
-        },
-      )
-      const { a, copies } = yield* moveBegunAToB(fleet)
-      assert.deepStrictEqual(committedAt, ["intent"], "the operator's commit landed with only the intent recorded")
-      // Before: { a: [] }: the source's copy destroyed on the coordinator's "committed" alone.
-      assert.deepStrictEqual((yield* copies).a, [["s1", "paused"]], "the source's copy paused again after the failed send")
-      assert.deepStrictEqual((yield* a.residents.pendingCommits).map((p) => [p.moveId, p.resend]), [["m1", true]], "owed, to be streamed again")
-      const onlyB = Effect.gen(function* () {
-        const b = fleet.hosts[1] as TestHost
-        yield* b.agent.reconcile(yield* fleet.coordinator.assignmentsOf("b"))
-        yield* fleet.quiesce
-        return b
-      })
+      const { fleet, copies, onlyB } = yield* committedThenSendFailed
       // The target alone: its own commit of the move (committed, its session placed there) finds the stream incomplete.
       let b = yield* onlyB
-      assert.deepStrictEqual(yield* b.residents.unfinished, [{ sessionId: "s1", moveId: "m1" }], "the target noted the move in its state file")
+      assert.deepStrictEqual((yield* b.residents.unfinished).map((u) => [u.sessionId, u.moveId]), [["s1", "m1"]], "the target noted the move in its state file")
       assert.deepStrictEqual(yield* copies, { a: [["s1", "paused"]], b: [] }, "nothing runs on the target")
       assert.strictEqual(yield* Ref.get(b.runtime.starts), 0, "the target did not boot the session afresh")
       // Both agents restart (from their state files) before the source streams again.
@@ -83,4 +95,32 @@ describe("a committed move whose final round's send fails", () => {
       assert.strictEqual((yield* fleet.coordinator.get).moves.get("m1")?.state, "committed")
     }).pipe(Effect.provide(errors.layer))
   })
+  effect("a source that never streams again: the target waits twice the stale window from its note, then boots the session afresh and tells the loss", () =>
+    Effect.gen(function* () {
+      const { fleet, copies, onlyB } = yield* committedThenSendFailed
+      const waitMs = resendWaitMs(Limits.defaults.heartbeatStaleWindowMs)
+      // The source's host is gone for good: only the target's passes run from here.
+      let b = yield* onlyB
+      assert.strictEqual(yield* Ref.get(b.runtime.starts), 0, "not booted at once: the source may stream again")
+      const notedAt = (yield* b.residents.unfinished)[0]!.notedAt
+      // A pass of b a second before the wait ends (its action run to its end, the clock held): still waiting.
+      yield* TestClock.adjust(notedAt + waitMs - 1000 - (yield* Clock.currentTimeMillis))
+      yield* b.agent.reconcile(yield* fleet.coordinator.assignmentsOf("b"))
+      for (let i = 0; i < 2000 && (yield* b.agent.busy); i++) yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+      assert.isFalse(yield* b.agent.busy)
+      assert.strictEqual(yield* Ref.get(b.runtime.starts), 0, "still waiting, within the wait")
+      assert.deepStrictEqual((yield* copies).b, [])
+      // Past it.
+      b = yield* onlyB
+      // Before the wait existed here: never booted (the session placed on b, no guest, for ever).
+      assert.strictEqual(yield* Ref.get(b.runtime.starts), 1, "booted afresh past the wait")
+      assert.deepStrictEqual((yield* copies).b, [["s1", "running"]])
+      assert.deepStrictEqual(yield* b.residents.unfinished, [], "the note forgotten")
+      assert.deepStrictEqual(
+        (yield* fleet.coordinator.get).guestsLost.map((l) => [l.hostId, l.sessionId]),
+        [["b", "s1"]],
+        "the loss told, once, by the host the session is placed on",
+      )
+    }),
+  )
 })
