@@ -12,11 +12,10 @@
  * estimate and the budget), and the target resumes the guest from a complete stream.
  */
 import { assert, describe } from "@effect/vitest"
-import { Move as CoreMove } from "@engram/core"
 import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
 import { effect } from "./support/PatientClock.js"
-import { makeFleet, moveBegunAToB } from "./support/InProcess.js"
+import { makeFleet, moveBegunAToB, operatorCommitsAtIntent } from "./support/InProcess.js"
 import { capture } from "./support/Logs.js"
 
 const cases = [
@@ -31,7 +30,7 @@ describe("a committed move its guard refuses", () => {
     effect(`${c.stage}: the commit overrides the budget; the final round is sent and the guest resumes on the target from its stream, never booted afresh`, () => {
       const warnings = capture("Warn")
       return Effect.gen(function* () {
-        let committedAt: readonly string[] | null = null
+        const operator = operatorCommitsAtIntent()
         const fleet = yield* makeFleet(
           [
             { hostId: "a", sim: { ...SimRuntime.defaultSimConfig, ...c.source } },
@@ -39,24 +38,12 @@ describe("a committed move its guard refuses", () => {
           ],
           {
             // As QEMU: the intent is taken before the first round; then the operator commits (the source frozen, unheard).
-            intentFirst: (coordinator, hostId) =>
-              hostId !== "a"
-                ? Effect.void
-                : Ref.update(coordinator.ref, (s) => {
-                    const m = s.moves.get("m1")!
-                    if (CoreMove.refuseCommit(m, false) !== null) return s
-                    committedAt = m.rounds.map((r) => r.kind)
-                    return {
-                      ...s,
-                      moves: new Map(s.moves).set("m1", { ...m, state: "committed" }),
-                      sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "b", reservationId: "res-move-m1" }),
-                    }
-                  }),
+            intentFirst: operator.intentFirst,
           },
         )
         if (c.commitAllowanceMs !== null) yield* fleet.coordinator.setCommitAllowance(c.commitAllowanceMs)
         const { a, b, copies } = yield* moveBegunAToB(fleet)
-        assert.deepStrictEqual(committedAt, ["intent"], "the operator's commit landed with only the intent recorded")
+        assert.deepStrictEqual(operator.seen.committedAt, ["intent"], "the operator's commit landed with only the intent recorded")
         yield* fleet.settle()
         // Before: { a: [], b: [["s1", "running"]] } with the target's guest booted afresh (starts 1).
         assert.deepStrictEqual(yield* copies, { a: [], b: [["s1", "running"]] }, "one running copy, where the coordinator places the session")

@@ -14,13 +14,13 @@
  * the guest from that stream, and only then does the source's copy go.
  */
 import { assert, describe } from "@effect/vitest"
-import { Limits, Move as CoreMove } from "@engram/core"
+import { Limits } from "@engram/core"
 import { SimRuntime } from "@engram/runtime"
 import { Clock, Effect, Ref } from "effect"
 import { TestClock } from "effect/testing"
 import { resendWaitMs } from "../src/Agent.js"
 import { effect } from "./support/PatientClock.js"
-import { makeFleet, moveBegunAToB, type TestHost } from "./support/InProcess.js"
+import { makeFleet, moveBegunAToB, operatorCommitsAtIntent, type TestHost } from "./support/InProcess.js"
 import { capture } from "./support/Logs.js"
 
 /**
@@ -29,7 +29,7 @@ import { capture } from "./support/Logs.js"
  * failing: a's copy paused again and owed with `resend`. `onlyB` runs b's pass alone.
  */
 const committedThenSendFailed = Effect.gen(function* () {
-  let committedAt: readonly string[] | null = null
+  const operator = operatorCommitsAtIntent()
   const fleet = yield* makeFleet(
     [
       { hostId: "a", sim: SimRuntime.defaultSimConfig },
@@ -38,23 +38,11 @@ const committedThenSendFailed = Effect.gen(function* () {
     {
       sendFails: (hostId) => (hostId === "a" ? 1 : 0),
       // As QEMU: the intent is taken before the first round; then the operator commits (the source frozen, unheard).
-      intentFirst: (coordinator, hostId) =>
-        hostId !== "a"
-          ? Effect.void
-          : Ref.update(coordinator.ref, (s) => {
-              const m = s.moves.get("m1")!
-              if (CoreMove.refuseCommit(m, false) !== null) return s
-              committedAt = m.rounds.map((r) => r.kind)
-              return {
-                ...s,
-                moves: new Map(s.moves).set("m1", { ...m, state: "committed" }),
-                sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "b", reservationId: "res-move-m1" }),
-              }
-            }),
+      intentFirst: operator.intentFirst,
     },
   )
   const { a, copies } = yield* moveBegunAToB(fleet)
-  assert.deepStrictEqual(committedAt, ["intent"], "the operator's commit landed with only the intent recorded")
+  assert.deepStrictEqual(operator.seen.committedAt, ["intent"], "the operator's commit landed with only the intent recorded")
   // Before: { a: [] }: the source's copy destroyed on the coordinator's "committed" alone.
   assert.deepStrictEqual((yield* copies).a, [["s1", "paused"]], "the source's copy paused again after the failed send")
   assert.deepStrictEqual((yield* a.residents.pendingCommits).map((p) => [p.moveId, p.resend]), [["m1", true]], "owed, to be streamed again")

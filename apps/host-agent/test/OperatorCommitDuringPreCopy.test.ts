@@ -14,44 +14,30 @@
  * once the target runs the guest), so the guest keeps its memory.
  */
 import { assert, describe } from "@effect/vitest"
-import { Move as CoreMove } from "@engram/core"
 import { SimRuntime } from "@engram/runtime"
 import { Effect, Ref } from "effect"
 import { CoordinatorError } from "../src/Coordinator.js"
 import { effect } from "./support/PatientClock.js"
-import { makeFleet, moveBegunAToB } from "./support/InProcess.js"
+import { makeFleet, moveBegunAToB, operatorCommitsAtIntent } from "./support/InProcess.js"
 import { capture } from "./support/Logs.js"
 
 describe("an operator's commit of a move still in its pre-copy rounds", () => {
   effect("the source goes on and sends the final round: the guest resumes on the target from its stream, never booted afresh", () => {
     const warnings = capture("Warn")
     return Effect.gen(function* () {
-      let committedAt: readonly string[] | null = null
+      const operator = operatorCommitsAtIntent()
       const fleet = yield* makeFleet(
         [
           { hostId: "a", sim: SimRuntime.defaultSimConfig },
           { hostId: "b", sim: SimRuntime.defaultSimConfig },
         ],
         {
-          // As QEMU: the intent is taken before the first round; then, the guest running, the operator commits.
-          intentFirst: (coordinator, hostId) =>
-            hostId !== "a"
-              ? Effect.void
-              : Ref.update(coordinator.ref, (s) => {
-                  const m = s.moves.get("m1")!
-                  // As the store's resolve: a commit without phases needs only the point of no return.
-                  if (CoreMove.refuseCommit(m, false) !== null) return s
-                  committedAt = m.rounds.map((r) => r.kind)
-                  return {
-                    ...s,
-                    moves: new Map(s.moves).set("m1", { ...m, state: "committed" }),
-                    sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "b", reservationId: "res-move-m1" }),
-                  }
-                }),
+          // As QEMU: the intent is taken before the first round; then the operator commits (the source frozen, unheard).
+          intentFirst: operator.intentFirst,
         },
       )
       const { a, b, copies } = yield* moveBegunAToB(fleet)
-      assert.deepStrictEqual(committedAt, ["intent"], "the operator's commit landed with only the intent recorded, before any pre-copy round")
+      assert.deepStrictEqual(operator.seen.committedAt, ["intent"], "the operator's commit landed with only the intent recorded, before any pre-copy round")
       yield* fleet.settle()
       // Before: { a: [], b: [["s1", "running"]] } with the target's guest booted afresh (starts 1).
       assert.deepStrictEqual(yield* copies, { a: [], b: [["s1", "running"]] }, "one running copy, where the coordinator places the session")

@@ -7,6 +7,7 @@
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { Move as CoreMove } from "@engram/core"
 import { ImageStore, type Launch, type MigrateResult, type MoveRound, RuntimeError, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Effect, Exit, Ref, Scope } from "effect"
 import { TestClock } from "effect/testing"
@@ -242,6 +243,31 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
       })
     return { coordinator, hosts: built, pass, quiesce, settle, restart }
   })
+
+/**
+ * An `intentFirst` for the move tests (`moveBegunAToB`'s m1 of s1 from a to b): as QEMU, the
+ * intent is taken before the first round; then an operator commits the move (as the store's
+ * resolve: a commit without phases needs only the point of no return, `refuseCommit(m, false)`),
+ * the session placed on b. `committedAt` holds the kinds of the rounds recorded when the commit
+ * landed (null: it did not).
+ */
+export const operatorCommitsAtIntent = () => {
+  const seen: { committedAt: readonly string[] | null } = { committedAt: null }
+  const intentFirst = (coordinator: FakeCoordinator, hostId: string) =>
+    hostId !== "a"
+      ? Effect.void
+      : Ref.update(coordinator.ref, (s) => {
+          const m = s.moves.get("m1")!
+          if (CoreMove.refuseCommit(m, false) !== null) return s
+          seen.committedAt = m.rounds.map((r) => r.kind)
+          return {
+            ...s,
+            moves: new Map(s.moves).set("m1", { ...m, state: "committed" }),
+            sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "b", reservationId: "res-move-m1" }),
+          }
+        })
+  return { seen, intentFirst }
+}
 
 /** The VMs each of two hosts runs (id and status), read now: where a session's copies are. */
 export const copiesOn = (a: TestHost, b: TestHost) =>
